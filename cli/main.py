@@ -1,0 +1,70 @@
+"""The ``tpopt`` command group. Each subcommand lives in its own module and stays thin."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+import click
+
+from tpopt import __version__
+
+# subcommand name -> "module:attribute"; modules are imported only when the command runs,
+# so `tpopt --help` and each command start fast.
+COMMANDS = {
+    "evaluate": "tpopt.cli.evaluate:evaluate",
+    "solve": "tpopt.cli.solve:solve",
+    "explain": "tpopt.cli.explain:explain",
+    "sweep": "tpopt.cli.sweep:sweep",
+    "pipeline": "tpopt.cli.pipeline:pipeline",
+    "checkpoint": "tpopt.cli.reliability:checkpoint",
+    "stragglers": "tpopt.cli.reliability:stragglers",
+    "catalog": "tpopt.cli.catalog:catalog",
+}
+
+HELP = {
+    "evaluate": "Evaluate one fixed plan: memory, step time, finish time, cost, constraints.",
+    "solve": "Find the cost-minimal plan that meets the deadline (CP-SAT, HiGHS or enumeration).",
+    "explain": "Explain a plan or an infeasible request: conflicts and minimal relaxations.",
+    "sweep": "Pareto sweep of cost against finish time across hardware and deadlines.",
+    "pipeline": "Simulate one pipeline-parallel step under a schedule (event model).",
+    "checkpoint": "Checkpoint interval table: save, redo and restart overhead.",
+    "stragglers": "Expected step time with per-card jitter; wait / redistribute / evict.",
+    "catalog": "List catalog entries (accelerators, models, links, storage).",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return [name for name in COMMANDS if self._available(name)]
+
+    @staticmethod
+    def _available(name: str) -> bool:
+        module = COMMANDS[name].split(":")[0]
+        return importlib.util.find_spec(module) is not None
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS or not self._available(name):
+            return None
+        module, attr = COMMANDS[name].split(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx, formatter):
+        rows = [(name, HELP.get(name, "")) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tpopt")
+def cli():
+    """tpopt: the cheapest training plan that surely finishes before the deadline."""
+
+
+def main():
+    cli(prog_name="tpopt")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""Units: parse once at the edge, compute in SI base units, print with the unit a figure needs.
+
+Inside tpopt every quantity is a float in a base unit:
+
+========== ============ =========================================================
+dimension  base unit    accepted suffixes when parsing
+========== ============ =========================================================
+duration   second       ``ms`` ``s`` ``min`` ``h`` ``d`` ``w``
+bytes      byte         decimal ``B kB MB GB TB PB`` and binary ``KiB MiB GiB TiB``
+bandwidth  byte/second  ``B/s kB/s MB/s GB/s TB/s GiB/s ...`` and bits ``Mbit/s Gbit/s Tbit/s``
+                        (also ``Gbps``); 200 Gbit/s = 25 GB/s
+count      1            ``K`` = 1e3, ``M`` = 1e6, ``B``/``G`` = 1e9, ``T`` = 1e12 (token counts)
+rate       FLOP/s       ``TFLOP/s PFLOP/s GFLOP/s`` (also ``TFLOPS``)
+fraction   1            ``40%`` or ``0.4``
+========== ============ =========================================================
+
+Decimal (GB, TB) and binary (GiB, MiB) prefixes are both legal and never mixed silently: ``24GB`` is
+24e9 bytes = 22.35 GiB. A string without a unit is rejected for dimensioned quantities, so that
+``--deadline 30`` cannot mean thirty seconds by accident.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from tpopt.errors import InputError
+
+SECOND = 1.0
+MINUTE = 60.0
+HOUR = 3600.0
+DAY = 86400.0
+WEEK = 7 * DAY
+
+KB = 1e3
+MB = 1e6
+GB = 1e9
+TB = 1e12
+KIB = 1024.0
+MIB = 1024.0**2
+GIB = 1024.0**3
+TIB = 1024.0**4
+
+_DURATION = {"ms": 1e-3, "s": SECOND, "sec": SECOND, "min": MINUTE, "h": HOUR, "d": DAY, "w": WEEK}
+_BYTES = {
+    "B": 1.0,
+    "kB": KB,
+    "KB": KB,
+    "MB": MB,
+    "GB": GB,
+    "TB": TB,
+    "PB": 1e15,
+    "KiB": KIB,
+    "MiB": MIB,
+    "GiB": GIB,
+    "TiB": TIB,
+}
+_BITS_PER_S = {"bit/s": 1.0, "kbit/s": 1e3, "Mbit/s": 1e6, "Gbit/s": 1e9, "Tbit/s": 1e12,
+               "Mbps": 1e6, "Gbps": 1e9, "Tbps": 1e12, "Gb/s": 1e9, "Tb/s": 1e12, "Mb/s": 1e6}
+_COUNT = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+_FLOPS = {"FLOP/s": 1.0, "GFLOP/s": 1e9, "TFLOP/s": 1e12, "PFLOP/s": 1e15,
+          "FLOPS": 1.0, "GFLOPS": 1e9, "TFLOPS": 1e12, "PFLOPS": 1e15}
+
+_NUM = r"([+-]?(?:\d[\d_,]*\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
+_RX = re.compile(r"^\s*" + _NUM + r"\s*([A-Za-z/%]*)\s*$")
+
+
+def _split(text: str, what: str) -> tuple[float, str]:
+    m = _RX.match(text)
+    if not m:
+        raise InputError(f"{what}: cannot read {text!r} as a number with a unit")
+    number = float(m.group(1).replace("_", "").replace(",", ""))
+    return number, m.group(2)
+
+
+def _parse(value, what: str, table: dict[str, float], example: str, *, allow_bare: bool = False,
+           allow_negative: bool = False, allow_zero: bool = True) -> float:
+    if isinstance(value, bool):
+        raise InputError(f"{what}: expected a quantity like {example}, got {value!r}")
+    if isinstance(value, (int, float)):
+        if not allow_bare:
+            raise InputError(f"{what}: {value!r} needs a unit, e.g. {example}")
+        number, factor = float(value), 1.0
+    elif isinstance(value, str):
+        number, unit = _split(value, what)
+        if unit == "":
+            if not allow_bare:
+                raise InputError(f"{what}: {value!r} needs a unit, e.g. {example}")
+            factor = 1.0
+        elif unit not in table:
+            known = ", ".join(k for k in table if k)
+            raise InputError(f"{what}: unknown unit {unit!r} in {value!r} (use one of: {known})")
+        else:
+            factor = table[unit]
+    else:
+        raise InputError(f"{what}: expected a quantity like {example}, got {value!r}")
+    result = number * factor
+    if not math.isfinite(result):
+        raise InputError(f"{what}: {value!r} is not a finite quantity")
+    if result < 0 and not allow_negative:
+        raise InputError(f"{what}: {value!r} must not be negative")
+    if result == 0 and not allow_zero:
+        raise InputError(f"{what}: {value!r} must be greater than zero")
+    return result
+
+
+def parse_duration(value, what: str = "duration", *, allow_zero: bool = True) -> float:
+    """Seconds from ``"30d"``, ``"720h"``, ``"1800s"``, ``"10ms"``, ``"2w"``."""
+    return _parse(value, what, _DURATION, "30d or 1800s", allow_zero=allow_zero)
+
+
+def parse_bytes(value, what: str = "size", *, allow_zero: bool = True) -> float:
+    """Bytes from ``"22GiB"`` (binary) or ``"24GB"`` (decimal); the two are never conflated."""
+    return _parse(value, what, _BYTES, "22GiB or 24GB", allow_zero=allow_zero)
+
+
+def parse_bandwidth(value, what: str = "bandwidth", *, allow_zero: bool = True) -> float:
+    """Bytes per second from ``"7GB/s"``, ``"32 GB/s"``, ``"200Gbit/s"`` (= 25e9 B/s)."""
+    table = {f"{k}/s": v for k, v in _BYTES.items()}
+    table.update({k: v / 8.0 for k, v in _BITS_PER_S.items()})
+    return _parse(value, what, table, "7GB/s or 200Gbit/s", allow_zero=allow_zero)
+
+
+def parse_count(value, what: str = "count", *, allow_zero: bool = True) -> float:
+    """A count from ``"100B"`` (1e11), ``"1.5T"``, ``"8K"``, ``"384"`` or a TOML number.
+
+    ``B`` here means billion (token counts), not bytes: a count has no byte unit.
+    """
+    return _parse(value, what, _COUNT, "100B or 1.5T", allow_bare=True, allow_zero=allow_zero)
+
+
+def parse_int(value, what: str = "integer", *, minimum: int | None = None) -> int:
+    """A whole number (accepts ``"8K"``-style suffixes); rejects fractions."""
+    x = parse_count(value, what)
+    if x != int(x):
+        raise InputError(f"{what}: {value!r} must be a whole number")
+    if minimum is not None and x < minimum:
+        raise InputError(f"{what}: {value!r} must be at least {minimum}")
+    return int(x)
+
+
+def parse_flops_rate(value, what: str = "peak") -> float:
+    """FLOP/s from ``"989TFLOP/s"`` or ``"165.2 TFLOPS"``."""
+    return _parse(value, what, _FLOPS, "989TFLOP/s", allow_zero=False)
+
+
+def parse_fraction(value, what: str = "fraction", *, allow_zero: bool = False,
+                   maximum: float | None = 1.0) -> float:
+    """A fraction from ``"40%"`` or ``0.4``; must lie in (0, 1] unless told otherwise."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        number, _ = _split(value.strip()[:-1], what)
+        x = number / 100.0
+    else:
+        x = _parse(value, what, {"": 1.0}, "40% or 0.4", allow_bare=True, allow_negative=True)
+    if not math.isfinite(x) or x < 0 or (x == 0 and not allow_zero):
+        raise InputError(f"{what}: {value!r} must be a positive fraction such as 40% or 0.4")
+    if maximum is not None and x > maximum:
+        raise InputError(f"{what}: {value!r} is above {maximum:g} ({maximum * 100:g}%)")
+    return x
+
+
+def parse_number(value, what: str = "number", *, allow_zero: bool = True,
+                 allow_negative: bool = False) -> float:
+    """A plain dimensionless number (prices, ratios)."""
+    return _parse(value, what, {"": 1.0}, "2.0", allow_bare=True, allow_zero=allow_zero,
+                  allow_negative=allow_negative)
+
+
+# ---------------------------------------------------------------------------------------------
+# formatting: the unit is always printed next to the number
+
+
+def to_gib(x):
+    return x / GIB
+
+
+def to_gb(x):
+    return x / GB
+
+
+def to_days(x):
+    return x / DAY
+
+
+def fmt_gib(x: float, digits: int = 1) -> str:
+    return f"{x / GIB:.{digits}f} GiB"
+
+
+def fmt_gb(x: float, digits: int = 1) -> str:
+    return f"{x / GB:.{digits}f} GB"
+
+
+def fmt_seconds(x: float, digits: int = 1) -> str:
+    return f"{x:.{digits}f} s"
+
+
+def fmt_days(x: float, digits: int = 1) -> str:
+    return f"{x / DAY:.{digits}f} d"
+
+
+def fmt_bandwidth(x: float, digits: int = 1) -> str:
+    return f"{x / GB:.{digits}f} GB/s"
+
+
+def fmt_percent(x: float, digits: int = 2) -> str:
+    return f"{x * 100:.{digits}f} %"
+
+
+def fmt_duration(x: float) -> str:
+    """A human duration with its unit: ``"24.6 d"``, ``"3.2 h"``, ``"52.8 s"``, ``"12 ms"``."""
+    if x >= 2 * DAY:
+        return f"{x / DAY:.1f} d"
+    if x >= 2 * HOUR:
+        return f"{x / HOUR:.1f} h"
+    if x >= 1.0:
+        return f"{x:.1f} s"
+    return f"{x * 1e3:.3g} ms"
