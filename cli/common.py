@@ -41,3 +41,115 @@ def handle_errors(fn):
 def dump_json(obj) -> str:
     """Deterministic JSON: sorted keys off (report order matters), fixed float repr, trailing newline."""
     return json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# options shared by the commands that read a scenario
+
+
+def scenario_options(fn):
+    """--scenario plus the inputs a user most often changes from the command line."""
+    opts = [
+        click.option("--scenario", "scenario_path", required=True, type=click.Path(dir_okay=False),
+                     help="Scenario TOML file."),
+        click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(file_okay=False),
+                     help="Extra catalog directory (repeatable); its entries override built-ins."),
+        click.option("--deadline", help="Deadline, e.g. 30d or 720h (overrides [schedule] deadline)."),
+        click.option("--reserved", help="Reserved days inside the deadline, e.g. 5d."),
+        click.option("--tokens", help="Training tokens, e.g. 100B or 1.5T."),
+        click.option("--efficiency", help="Compute efficiency, e.g. 40% or 0.4."),
+        click.option("--hw", help="Accelerator(s), comma-separated, e.g. rtx4090,h100-sxm."),
+        click.option("--max-cards", help="Largest card count the plan may use."),
+        click.option("--usable-memory", help="Usable memory per card, e.g. 22GiB."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+SCENARIO_KEYS = ("scenario_path", "catalog_dirs", "deadline", "reserved", "tokens", "efficiency", "hw",
+                 "max_cards", "usable_memory")
+
+
+def overrides_from(kw: dict) -> dict:
+    """Raw-table overrides from the shared scenario options (None = not given)."""
+    hw = kw.get("hw")
+    return {
+        "schedule.deadline": kw.get("deadline"),
+        "schedule.reserved": kw.get("reserved"),
+        "task.tokens": kw.get("tokens"),
+        "hardware.efficiency": kw.get("efficiency"),
+        "hardware.accelerator": [h.strip() for h in hw.split(",") if h.strip()] if hw else None,
+        "search.accelerator": [h.strip() for h in hw.split(",") if h.strip()] if hw else None,
+        "search.max_cards": kw.get("max_cards"),
+        "hardware.usable_memory": kw.get("usable_memory"),
+    }
+
+
+def load_scenario_from(kw: dict, extra: dict | None = None):
+    """Build the scenario named by the shared options (plus command-specific raw overrides)."""
+    from tpopt.catalogs.scenario import load_scenario
+
+    ov = overrides_from(kw)
+    if extra:
+        ov.update(extra)
+    return load_scenario(kw["scenario_path"], ov, kw.get("catalog_dirs") or ())
+
+
+def plan_options(fn):
+    """Flags that fix one plan: --cards is required, the rest default from the scenario."""
+    opts = [
+        click.option("--cards", type=int, required=True, help="Card count (a multiple of the host size)."),
+        click.option("--zero", "zero_stage", type=int, help="ZeRO stage 0-3."),
+        click.option("--tp", type=int, help="Tensor-parallel size."),
+        click.option("--pp", type=int, help="Pipeline-parallel size."),
+        click.option("--micro-batch", type=int, help="Sequences per micro-batch."),
+        click.option("--recompute", help="none, full, or groups norm+mlp+attn."),
+        click.option("--offload", type=click.Choice(["none", "cpu"]), help="Optimizer offload."),
+        click.option("--schedule", "pipe_schedule", help="Pipeline schedule (pp > 1), e.g. 1f1b, zb-h1."),
+        click.option("--save-interval", help="Checkpoint interval, e.g. 1800s, or 'auto'."),
+        click.option("--save-mode", type=click.Choice(["sync", "async"]), help="Checkpoint save mode."),
+        click.option("--nics-per-host", type=int, help="NICs per host."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def plan_from(sc, kw: dict):
+    """A :class:`Plan` from the plan flags; unspecified fields take the scenario's single-valued
+    [search] domain, or the first listed value."""
+    from tpopt.models.plan import Plan
+    from tpopt.models.units import parse_duration
+
+    space = sc.search
+    hw = kw.get("hw")
+    acc = hw.split(",")[0].strip() if hw else (space.accelerators[0] if space.accelerators else next(iter(sc.systems)))
+    interval = kw.get("save_interval")
+    if interval is None:
+        interval_s = space.save_interval_s[0]
+    elif str(interval).strip().lower() == "auto":
+        interval_s = 0.0
+    else:
+        interval_s = parse_duration(interval, "--save-interval", allow_zero=False)
+
+    def pick(key, domain, default):
+        v = kw.get(key)
+        if v is not None:
+            return v
+        return domain[0] if domain else default
+
+    return Plan(
+        accelerator=acc,
+        cards=kw["cards"],
+        zero_stage=pick("zero_stage", space.zero_stage if len(space.zero_stage) == 1 else (), 3),
+        tp=pick("tp", space.tp if len(space.tp) == 1 else (), 1),
+        pp=pick("pp", space.pp if len(space.pp) == 1 else (), 1),
+        micro_batch=pick("micro_batch", space.micro_batch if len(space.micro_batch) == 1 else (), 1),
+        recompute=pick("recompute", space.recompute, "none"),
+        offload=pick("offload", space.offload, "none"),
+        schedule=pick("pipe_schedule", space.schedule, "1f1b"),
+        save_interval_s=interval_s,
+        save_mode=pick("save_mode", space.save_mode, "sync"),
+        nics_per_host=kw.get("nics_per_host") or 0,
+    )

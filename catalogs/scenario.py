@@ -1,0 +1,370 @@
+"""Scenario files (TOML) -> :class:`tpopt.models.plan.Scenario`.
+
+A scenario names the model, the task, the schedule, the hardware candidates and the assumptions
+(memory, input, checkpoint, stragglers, cost), plus the ``[search]`` domains the solver explores.
+Every key is documented in the README; unknown keys are rejected so a typo cannot be ignored.
+Command-line overrides are applied to the raw tables (:func:`with_overrides`) before building, so
+``solve``, ``sweep`` and ``explain`` share one path from text to numbers.
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from pathlib import Path
+
+from tpopt.catalogs import Catalog, build_model, load_catalog, model_from_hf_config
+from tpopt.errors import InputError
+from tpopt.models import memory
+from tpopt.models.hardware import Accelerator
+from tpopt.models.plan import (
+    OFFLOADS,
+    SAVE_MODES,
+    SCHEDULES,
+    CostOptions,
+    InputPipeline,
+    MemoryOptions,
+    Reliability,
+    Scenario,
+    SearchSpace,
+    System,
+    Task,
+)
+from tpopt.models.units import (
+    parse_bandwidth,
+    parse_bytes,
+    parse_count,
+    parse_duration,
+    parse_flops_rate,
+    parse_fraction,
+    parse_int,
+    parse_number,
+)
+
+# table -> allowed keys (None: any key, parsed elsewhere)
+KEYS = {
+    "model": {"name", "config"},
+    "task": {"tokens", "seq_len", "global_batch", "precision"},
+    "schedule": {"deadline", "reserved"},
+    "hardware": {"accelerator", "usable_memory", "efficiency", "cards_per_host", "nics_per_host", "nic", "peak",
+                 "max_nics_per_host", "card_hour"},
+    "memory": {"activation_reserve", "flash_attention", "activation_bytes", "loss_chunks", "prefetch"},
+    "input": {"workers", "sequences_per_worker_s", "wait", "workers_per_host"},
+    "checkpoint": {"write_bandwidth", "storage", "restore", "card_mtbf", "job_mtbf", "save_interval", "mode",
+                   "snapshot_copy", "bytes_per_param", "loss_spike_interval", "failure_model"},
+    "stragglers": {"sigma"},
+    "comm": {"overlap"},
+    "cost": {"card_hour", "nic_hour", "max_cost"},
+    "search": {"zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "schedule", "nics_per_host",
+               "save_interval", "save_mode", "max_cards", "min_cards", "accelerator"},
+    "sweep": None,
+    "scenario": {"name", "description"},
+}
+REQUIRED = {"model": (), "task": ("tokens", "seq_len", "global_batch"), "schedule": ("deadline",),
+            "hardware": ("accelerator",)}
+CARD_KEYS = ("usable_memory", "cards_per_host", "nics_per_host", "nic", "peak", "max_nics_per_host", "card_hour")
+DEFAULT_EFFICIENCY = 0.40
+AUTO_INTERVAL = "auto"
+
+
+def read_scenario_file(path) -> dict:
+    """The raw TOML tables of a scenario file (with ``_base_dir`` for relative paths)."""
+    p = Path(path)
+    try:
+        with p.open("rb") as fh:
+            raw = tomllib.load(fh)
+    except FileNotFoundError:
+        raise InputError(f"scenario file {str(p)!r} not found") from None
+    except IsADirectoryError:
+        raise InputError(f"scenario {str(p)!r} is a directory, not a file") from None
+    except OSError as exc:
+        raise InputError(f"scenario {str(p)!r}: cannot read ({exc.strerror})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{p}: malformed TOML ({exc})") from None
+    raw["_base_dir"] = str(p.resolve().parent)
+    raw["_path"] = str(p)
+    return raw
+
+
+def with_overrides(raw: dict, overrides: dict) -> dict:
+    """A copy of ``raw`` with ``{"table.key": value}`` overrides applied (``None`` values skipped)."""
+    out = copy.deepcopy(raw)
+    for dotted, value in overrides.items():
+        if value is None:
+            continue
+        table, _, key = dotted.partition(".")
+        t = out.setdefault(table, {})
+        if not isinstance(t, dict):
+            raise InputError(f"scenario: [{table}] must be a table")
+        if table == "hardware" and key == "accelerator":
+            _retarget_card_overrides(t, value)
+        t[key] = value
+    return out
+
+
+def _retarget_card_overrides(hw: dict, new) -> None:
+    """Card-specific top-level overrides (usable memory, ...) belong to the accelerator(s) the file
+    named; when the command line picks other hardware they move under [hardware.<old name>]."""
+    old = hw.get("accelerator")
+    old_list = [old] if isinstance(old, str) else list(old or [])
+    moved = {k: hw.pop(k) for k in CARD_KEYS if k in hw}
+    if moved:
+        for name in old_list:
+            sub = hw.setdefault(name, {})
+            for k, v in moved.items():
+                sub.setdefault(k, v)
+
+
+def _check_keys(raw: dict) -> None:
+    for table, value in raw.items():
+        if table.startswith("_"):
+            continue
+        if table not in KEYS:
+            raise InputError(f"scenario: unknown table [{table}] (known: {', '.join(sorted(KEYS))})")
+        if not isinstance(value, dict):
+            raise InputError(f"scenario: [{table}] must be a table")
+        allowed = KEYS[table]
+        if allowed is None:
+            continue
+        for key, v in value.items():
+            if table == "hardware" and isinstance(v, dict):
+                bad = set(v) - set(CARD_KEYS)
+                if bad:
+                    raise InputError(f"scenario: unknown key(s) {sorted(bad)} in [hardware.{key}]")
+                continue
+            if key not in allowed:
+                raise InputError(f"scenario: unknown key {key!r} in [{table}] (known: {', '.join(sorted(allowed))})")
+    for table, keys in REQUIRED.items():
+        if table not in raw:
+            raise InputError(f"scenario: missing required table [{table}]")
+        for key in keys:
+            if key not in raw[table]:
+                raise InputError(f"scenario: missing required key {key!r} in [{table}]")
+    if "name" not in raw["model"] and "config" not in raw["model"]:
+        raise InputError("scenario: [model] needs name = \"...\" or config = \"path/to/config.json\"")
+
+
+def _as_list(value, what: str) -> list:
+    if isinstance(value, list):
+        if not value:
+            raise InputError(f"{what}: the list is empty")
+        return value
+    if isinstance(value, str) and "," in value:
+        return [x.strip() for x in value.split(",") if x.strip()]
+    return [value]
+
+
+def _int_list(value, what: str, minimum: int = 1) -> tuple[int, ...]:
+    return tuple(sorted({parse_int(v, what, minimum=minimum) for v in _as_list(value, what)}))
+
+
+def _accelerator_with_overrides(acc: Accelerator, o: dict, cat: Catalog, where: str) -> Accelerator:
+    from dataclasses import replace
+
+    kw = {}
+    if "usable_memory" in o:
+        kw["memory_usable"] = parse_bytes(o["usable_memory"], f"{where} usable_memory", allow_zero=False)
+    if "cards_per_host" in o:
+        kw["cards_per_host"] = parse_int(o["cards_per_host"], f"{where} cards_per_host", minimum=1)
+    if "peak" in o:
+        kw["peak_flops"] = parse_flops_rate(o["peak"], f"{where} peak")
+    if "nic" in o:
+        name = o["nic"]
+        if name in cat.nics:
+            kw["nic_bw"] = cat.nics[name].bandwidth
+            kw["nic_price_hour"] = cat.nics[name].price_hour
+            kw["nic"] = name
+        else:
+            kw["nic_bw"] = parse_bandwidth(name, f"{where} nic")
+            kw["nic"] = str(name)
+    if "nics_per_host" in o:
+        kw["nics_per_host"] = parse_int(o["nics_per_host"], f"{where} nics_per_host", minimum=1)
+        kw["max_nics_per_host"] = max(acc.max_nics_per_host, kw["nics_per_host"])
+    if "max_nics_per_host" in o:
+        kw["max_nics_per_host"] = parse_int(o["max_nics_per_host"], f"{where} max_nics_per_host", minimum=1)
+    if "card_hour" in o:
+        kw["price_card_hour"] = parse_number(o["card_hour"], f"{where} card_hour")
+    return replace(acc, **kw)
+
+
+def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
+    """Validate the raw tables and convert every value to SI units exactly once."""
+    _check_keys(raw)
+    cat = catalog or load_catalog()
+    base = Path(raw.get("_base_dir", "."))
+
+    # model
+    m = raw["model"]
+    if "config" in m:
+        cfg = Path(m["config"])
+        model = model_from_hf_config(cfg if cfg.is_absolute() else base / cfg)
+    else:
+        model = cat.model(str(m["name"]))
+
+    # task and schedule
+    t = raw["task"]
+    tokens = parse_count(t["tokens"], "task.tokens", allow_zero=False)
+    seq = parse_int(t["seq_len"], "task.seq_len", minimum=1)
+    batch = parse_int(t["global_batch"], "task.global_batch", minimum=1)
+    precision = str(t.get("precision", "bf16-mixed"))
+    memory.recipe(precision)
+    sch = raw["schedule"]
+    deadline = parse_duration(sch["deadline"], "schedule.deadline", allow_zero=False)
+    reserved = parse_duration(sch.get("reserved", "0d"), "schedule.reserved")
+    if reserved >= deadline:
+        raise InputError("schedule.reserved must be shorter than the deadline")
+    task = Task(tokens=tokens, seq_len=seq, global_batch=batch, precision=precision, deadline_s=deadline,
+                reserved_s=reserved)
+
+    # hardware candidates
+    hw = raw["hardware"]
+    names = [str(x) for x in _as_list(hw["accelerator"], "hardware.accelerator")]
+    if len(set(names)) != len(names):
+        raise InputError("hardware.accelerator lists a name twice")
+    eff = parse_fraction(hw.get("efficiency", DEFAULT_EFFICIENCY), "hardware.efficiency")
+    cost = raw.get("cost", {})
+    card_hour = cost.get("card_hour")
+    nic_hour = cost.get("nic_hour")
+    systems = {}
+    for name in names:
+        acc = cat.accelerator(name)
+        o = {k: hw[k] for k in CARD_KEYS if k in hw}
+        o.update(hw.get(name, {}) if isinstance(hw.get(name), dict) else {})
+        acc = _accelerator_with_overrides(acc, o, cat, f"hardware ({name})")
+        price = acc.price_card_hour if card_hour is None else parse_number(card_hour, "cost.card_hour")
+        nic_price = acc.nic_price_hour if nic_hour is None else parse_number(nic_hour, "cost.nic_hour")
+        systems[name] = System(acc=acc, efficiency=eff, price_card_hour=price, nic_price_hour=nic_price)
+    for key, value in hw.items():
+        if isinstance(value, dict) and key not in systems:
+            cat.accelerator(key)  # unknown name -> clear error; known but unused -> ignored
+
+    # memory
+    mt = raw.get("memory", {})
+    reserve = mt.get("activation_reserve")
+    mem = MemoryOptions(
+        activation_reserve=None if reserve is None else parse_bytes(reserve, "memory.activation_reserve"),
+        flash_attention=_bool(mt.get("flash_attention", True), "memory.flash_attention"),
+        activation_bytes=parse_number(mt.get("activation_bytes", 2), "memory.activation_bytes", allow_zero=False),
+        loss_chunks=parse_int(mt.get("loss_chunks", 1), "memory.loss_chunks", minimum=1),
+        prefetch=parse_int(mt.get("prefetch", 1), "memory.prefetch", minimum=0),
+    )
+
+    # input
+    it = raw.get("input", {})
+    inp = InputPipeline(
+        workers=parse_number(it.get("workers", 0), "input.workers"),
+        per_worker_rate=parse_number(it.get("sequences_per_worker_s", 0), "input.sequences_per_worker_s"),
+        wait_s=parse_duration(it.get("wait", "0s"), "input.wait"),
+        workers_per_host=parse_number(it.get("workers_per_host", 0), "input.workers_per_host"),
+    )
+    if (inp.workers > 0 or inp.workers_per_host > 0) and inp.per_worker_rate <= 0:
+        raise InputError("input.sequences_per_worker_s must be positive when workers are given")
+
+    # checkpoint / failures / stragglers
+    ck = raw.get("checkpoint", {})
+    if "write_bandwidth" in ck and "storage" in ck:
+        raise InputError("checkpoint: give write_bandwidth or storage, not both")
+    if "storage" in ck:
+        write_bw = cat.storage_tier(str(ck["storage"]))
+    else:
+        write_bw = parse_bandwidth(ck.get("write_bandwidth", "7GB/s"), "checkpoint.write_bandwidth", allow_zero=False)
+    if "card_mtbf" in ck and "job_mtbf" in ck:
+        raise InputError("checkpoint: give card_mtbf or job_mtbf, not both")
+    if "job_mtbf" in ck:
+        j = ck["job_mtbf"]
+        if not isinstance(j, dict) or "cards" not in j or "interval" not in j:
+            raise InputError('checkpoint.job_mtbf must be a table like { cards = 1024, interval = "7.9h" }')
+        mtbf = parse_int(j["cards"], "checkpoint.job_mtbf.cards", minimum=1) * parse_duration(
+            j["interval"], "checkpoint.job_mtbf.interval", allow_zero=False)
+    elif str(ck.get("card_mtbf", "")).lower() in ("none", "inf", "never"):
+        mtbf = None
+    else:
+        mtbf = parse_duration(ck.get("card_mtbf", "337d"), "checkpoint.card_mtbf", allow_zero=False)
+    spike = ck.get("loss_spike_interval")
+    fm = str(ck.get("failure_model", "first-order"))
+    if fm not in ("first-order", "poisson"):
+        raise InputError("checkpoint.failure_model must be 'first-order' or 'poisson'")
+    st = raw.get("stragglers", {})
+    rel = Reliability(
+        bytes_per_param=parse_number(ck.get("bytes_per_param", 14), "checkpoint.bytes_per_param", allow_zero=False),
+        write_bandwidth=write_bw,
+        restore_s=parse_duration(ck.get("restore", "120s"), "checkpoint.restore"),
+        card_mtbf_s=mtbf,
+        event_interval_s=None if spike is None else parse_duration(spike, "checkpoint.loss_spike_interval",
+                                                                     allow_zero=False),
+        snapshot_copy_s=parse_duration(ck.get("snapshot_copy", "0.5s"), "checkpoint.snapshot_copy"),
+        failure_model=fm,
+        straggler_sigma=parse_fraction(st.get("sigma", 0), "stragglers.sigma", allow_zero=True),
+    )
+
+    # search space (file [search] first, then checkpoint defaults)
+    se = raw.get("search", {})
+    intervals = se.get("save_interval", ck.get("save_interval", "1800s"))
+    ivals = []
+    for v in _as_list(intervals, "save_interval"):
+        if isinstance(v, str) and v.strip().lower() == AUTO_INTERVAL:
+            ivals.append(0.0)  # 0.0 marks "the optimal interval for the card count"
+        else:
+            ivals.append(parse_duration(v, "save_interval", allow_zero=False))
+    modes = tuple(str(x) for x in _as_list(se.get("save_mode", ck.get("mode", "sync")), "save_mode"))
+    for x in modes:
+        if x not in SAVE_MODES:
+            raise InputError(f"save mode {x!r} unknown (use sync or async)")
+    offl = tuple(str(x) for x in _as_list(se.get("offload", "none"), "search.offload"))
+    for x in offl:
+        if x not in OFFLOADS:
+            raise InputError(f"offload {x!r} unknown (use none or cpu)")
+    schedules = tuple(str(x) for x in _as_list(se.get("schedule", "1f1b"), "search.schedule"))
+    for x in schedules:
+        if x not in SCHEDULES:
+            raise InputError(f"pipeline schedule {x!r} unknown (use one of: {', '.join(SCHEDULES)})")
+    rec_default = ["none", "full"] if reserve is None else ["none"]
+    recs = tuple(dict.fromkeys(memory.parse_recompute(x) for x in _as_list(se.get("recompute", rec_default),
+                                                                           "search.recompute")))
+    zs = _int_list(se.get("zero_stage", [0, 1, 2, 3]), "search.zero_stage", minimum=0)
+    if any(z > 3 for z in zs):
+        raise InputError("search.zero_stage values must be 0, 1, 2 or 3")
+    accs = tuple(str(x) for x in _as_list(se.get("accelerator", names), "search.accelerator"))
+    for x in accs:
+        if x not in systems:
+            raise InputError(f"search.accelerator {x!r} is not in hardware.accelerator")
+    max_cards = parse_int(se.get("max_cards", 1024), "search.max_cards", minimum=1)
+    min_cards = parse_int(se.get("min_cards", 1), "search.min_cards", minimum=1)
+    space = SearchSpace(
+        accelerators=accs,
+        zero_stage=zs,
+        tp=_int_list(se.get("tp", [1, 2, 4, 8]), "search.tp"),
+        pp=_int_list(se.get("pp", [1, 2, 4, 8]), "search.pp"),
+        micro_batch=_int_list(se.get("micro_batch", [1, 2, 4, 8]), "search.micro_batch"),
+        recompute=recs,
+        offload=offl,
+        schedule=schedules,
+        save_interval_s=tuple(sorted(set(ivals))),
+        save_mode=modes,
+        nics_per_host=_int_list(se["nics_per_host"], "search.nics_per_host") if "nics_per_host" in se else (),
+        min_cards=min_cards,
+        max_cards=max_cards,
+    )
+    max_cost = cost.get("max_cost")
+    overlap = _bool(raw.get("comm", {}).get("overlap", True), "comm.overlap")
+    name = raw.get("scenario", {}).get("name") or Path(raw.get("_path", "scenario")).stem
+    return Scenario(model=model, task=task, systems=systems, memory=mem, input=inp, reliability=rel, search=space,
+                    cost=CostOptions(None if max_cost is None else parse_number(max_cost, "cost.max_cost")),
+                    overlap=overlap, name=str(name))
+
+
+def _bool(value, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(f"{what} must be true or false")
+    return value
+
+
+def load_scenario(path, overrides: dict | None = None, catalog_dirs=()) -> Scenario:
+    """Read, override and build a scenario in one call."""
+    raw = read_scenario_file(path)
+    if overrides:
+        raw = with_overrides(raw, overrides)
+    return build_scenario(raw, load_catalog(catalog_dirs))
+
+
+__all__ = ["read_scenario_file", "with_overrides", "build_scenario", "load_scenario", "build_model"]

@@ -1,0 +1,422 @@
+"""``tpopt checkpoint`` and ``tpopt stragglers``: the long-run overhead model (chapter 10.4.3-10.4.5).
+
+The commands are thin: they parse units once, call the plain numeric cores
+:func:`checkpoint_report` / :func:`stragglers_report` (numbers in SI units in, a JSON-ready dict
+out) and print. A scenario file can later fill the same numbers and call the same cores.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import click
+
+from tpopt.cli.common import dump_json, handle_errors
+from tpopt.errors import InputError
+from tpopt.models import reliability as rel
+from tpopt.models.units import (
+    DAY,
+    GB,
+    HOUR,
+    parse_bandwidth,
+    parse_duration,
+    parse_fraction,
+    parse_int,
+    parse_number,
+)
+
+#: Meta research-cluster figure used by the chapter: a 1024-card job is interrupted once per 7.9 h,
+#: i.e. a per-card MTBF of 1024 x 7.9 h = 337.07 d (REFERENCE.md 10.4).
+DEFAULT_CARD_MTBF = rel.card_mtbf_from_job(7.9 * HOUR, 1024)
+DEFAULT_MODEL = "qwen3-8b"
+DEFAULT_INTERVALS = "300s,900s,1800s"
+
+
+# --------------------------------------------------------------------------------------------
+# numeric cores (plain numbers in, JSON-ready dict out)
+
+
+def checkpoint_report(*, cards: int, n_params: int, bytes_per_param: float = 14.0,
+                      write_bandwidth: float = 7 * GB, restore: float = 120.0,
+                      card_mtbf: float = DEFAULT_CARD_MTBF, spike_interval: float | None = None,
+                      planned_interval: float | None = None, intervals=(300.0, 900.0, 1800.0),
+                      mode: str = "sync", copy_time: float = 0.5) -> dict:
+    """Interval table and optima of the checkpoint/failure overhead, all in SI units.
+
+    ``mode = "sync"``: pause c = size / B, no commit lag. ``mode = "async"``: pause c = copy time,
+    commit lag w = copy + size / B, intervals below size / B build a backlog (flagged; the optimum is
+    raised to size / B). The Poisson-retry model is reported for sync saves only.
+    """
+    if mode not in ("sync", "async"):
+        raise InputError(f"--mode: expected 'sync' or 'async', got {mode!r}")
+    size = rel.checkpoint_bytes(n_params, bytes_per_param)
+    upload = rel.write_time(size, write_bandwidth)
+    if mode == "sync":
+        pause, lag, min_interval = upload, 0.0, 0.0
+    else:
+        pause, lag, min_interval = rel.async_pause(copy_time), rel.commit_lag(size, write_bandwidth, copy_time), upload
+    lam_hw = float(rel.job_failure_rate(cards, card_mtbf))
+    lam_spike = float(rel.event_rate(spike_interval))
+    lam_planned = float(rel.event_rate(planned_interval))
+    lam = lam_hw + lam_spike + lam_planned
+
+    rows = []
+    for row in rel.interval_table(intervals, pause, lam, restore, lag):
+        d = {
+            "interval": row.interval,
+            "save": row.save,
+            "redo": row.redo,
+            "restart": row.restart,
+            "total": row.total,
+            "poisson_total": float(rel.overhead_poisson(row.interval, pause, lam, restore))
+            if mode == "sync" else None,
+            "demanded_write_rate": float(rel.demanded_write_rate(size, row.interval)),
+            "backlog_ok": bool(rel.backlog_ok(row.interval, upload)),
+        }
+        rows.append(d)
+
+    tau_fo = float(rel.optimal_interval_first_order(pause, lam, min_interval))
+    optimum = {
+        "first_order": {
+            "interval": tau_fo,
+            "overhead": float(rel.overhead_first_order(tau_fo, pause, lam, restore, lag)),
+            "backlog_bound": min_interval > math.sqrt(2 * pause / lam),
+        },
+        "poisson": None,
+    }
+    if mode == "sync":
+        tau_p = float(rel.optimal_interval_poisson(pause, lam))
+        optimum["poisson"] = {"interval": tau_p,
+                              "overhead": float(rel.overhead_poisson(tau_p, pause, lam, restore))}
+    return {
+        "mode": mode,
+        "inputs": {
+            "cards": cards,
+            "params": n_params,
+            "bytes_per_param": bytes_per_param,
+            "write_bandwidth": write_bandwidth,
+            "restore": restore,
+            "card_mtbf": card_mtbf,
+            "spike_interval": spike_interval,
+            "planned_interval": planned_interval,
+            "copy_time": copy_time if mode == "async" else None,
+        },
+        "checkpoint_bytes": size,
+        "write_time": upload,
+        "pause": pause,
+        "commit_lag": lag,
+        "rates": {"hardware": lam_hw, "spike": lam_spike, "planned": lam_planned, "total": lam},
+        "job_mtbf": 1.0 / lam,
+        "intervals": rows,
+        "optimum": optimum,
+    }
+
+
+def stragglers_report(*, cards: int, mu: float = 52.2, sigma: float, fixed: float = 0.58,
+                      slow_k: float = 3.0, interval: float = 600.0, restore: float = 120.0) -> dict:
+    """Expected step with per-card jitter, and wait / redistribute / evict for one slow card.
+
+    ``sigma`` is absolute (seconds). With one card there is nobody to wait for or to take over its
+    work, so ``slow_card`` is ``None``.
+    """
+    e_max = float(rel.expected_max_std_normal(cards))
+    base = mu + fixed
+    step = float(rel.straggler_step(mu, sigma, cards, fixed))
+    report = {
+        "inputs": {"cards": cards, "mu": mu, "sigma": sigma, "sigma_fraction": sigma / mu,
+                   "fixed": fixed, "slow_k": slow_k, "interval": interval, "restore": restore},
+        "expected_max_factor": e_max,
+        "step": {"no_jitter": base, "expected": step, "jitter_cost": step - base},
+        "slow_card": None,
+    }
+    if cards >= 2:
+        extra = float(rel.slow_card_wait(sigma, cards, slow_k))
+        evict = float(rel.evict_cost(interval, restore))
+        report["slow_card"] = {
+            "time": mu + slow_k * sigma,
+            "expected_max_factor_others": float(rel.expected_max_std_normal(cards - 1)),
+            "responses": [
+                {"response": "wait", "step": float(rel.wait_step(mu, sigma, cards, slow_k, fixed)),
+                 "extra_wait": extra},
+                {"response": "redistribute", "step": float(rel.redistribute_step(mu, sigma, cards, fixed))},
+                {"response": "evict", "one_off_cost": evict, "steps_lost": evict / step,
+                 "break_even_steps": _finite_or_none(rel.evict_break_even_steps(interval, restore, extra))},
+            ],
+        }
+    return report
+
+
+def _finite_or_none(x):
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+# --------------------------------------------------------------------------------------------
+# parsing helpers
+
+
+def _parse_sigma(text: str, mu: float) -> float:
+    """Absolute sigma (s) from a fraction of mu (``5%``, ``0.05``) or a duration (``2.61s``)."""
+    t = text.strip()
+    if t.endswith("%") or re.fullmatch(r"[+-]?[\d_.,]+([eE][+-]?\d+)?", t):
+        return parse_fraction(t, "--sigma", allow_zero=True, maximum=None) * mu
+    try:
+        return parse_duration(t, "--sigma")
+    except InputError:
+        raise InputError(f"--sigma: cannot read {text!r}: give a fraction of --mu such as 5% or 0.05, "
+                         "or a duration such as 2.61s") from None
+
+
+def _parse_intervals(text: str) -> list[float]:
+    parts = [p for p in text.split(",") if p.strip()]
+    if not parts:
+        raise InputError("--intervals: give a comma-separated list such as 300s,900s,1800s")
+    return [parse_duration(p, "--intervals", allow_zero=False) for p in parts]
+
+
+def _optional_duration(text: str | None, what: str) -> float | None:
+    if text is None or text.strip().lower() in ("none", "never", "inf", "off"):
+        return None
+    return parse_duration(text, what, allow_zero=False)
+
+
+def _resolve_params(params: str | None, model: str | None) -> tuple[int, str]:
+    if params is not None and model is not None:
+        raise InputError("give either --params or --model, not both")
+    if params is not None:
+        return parse_int(params, "--params", minimum=1), "given"
+    from tpopt.catalogs import load_catalog
+    from tpopt.models.arch import param_count
+
+    name = model or DEFAULT_MODEL
+    return param_count(load_catalog().model(name)), name
+
+
+# --------------------------------------------------------------------------------------------
+# formatting
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:6.2f} %"
+
+
+def _dur(x: float) -> str:
+    if not math.isfinite(x):
+        return "inf"
+    if x >= 2 * DAY:
+        return f"{x / DAY:.2f} d"
+    if x >= 2 * HOUR:
+        return f"{x / HOUR:.2f} h"
+    if x >= 120:
+        return f"{x:,.2f} s ({x / 60:.1f} min)"
+    return f"{x:.3f} s"
+
+
+def _checkpoint_text(rep: dict, source: str) -> str:
+    inp = rep["inputs"]
+    lines = [
+        f"checkpoint  {rep['checkpoint_bytes']:,.0f} bytes ({rep['checkpoint_bytes'] / GB:.1f} GB) = "
+        f"{inp['params']:,} params x {inp['bytes_per_param']:g} B ({source})",
+        f"write       {inp['write_bandwidth'] / GB:g} GB/s -> {rep['write_time']:.3f} s per checkpoint",
+    ]
+    if rep["mode"] == "sync":
+        lines.append(f"pause       {rep['pause']:.3f} s per save (sync: the whole write)")
+    else:
+        lines.append(f"pause       {rep['pause']:.3f} s per save (async: snapshot copy); "
+                     f"commit lag {rep['commit_lag']:.3f} s (copy + upload)")
+    r = rep["rates"]
+    lines.append(f"failures    {inp['cards']} cards, card MTBF {inp['card_mtbf'] / DAY:.2f} d -> "
+                 f"{r['hardware'] * HOUR:.4f} /h")
+    if r["spike"]:
+        lines.append(f"spikes      one rollback per {_dur(inp['spike_interval'])} -> {r['spike'] * HOUR:.4f} /h")
+    if r["planned"]:
+        lines.append(f"planned     one interruption per {_dur(inp['planned_interval'])} -> "
+                     f"{r['planned'] * HOUR:.4f} /h")
+    lines.append(f"events      lambda {r['total'] * HOUR:.4f} /h (job MTBF {_dur(rep['job_mtbf'])}); "
+                 f"restart {inp['restore']:g} s each")
+    lines.append("")
+    sync = rep["mode"] == "sync"
+    head = f"{'interval':>10}  {'save':>8}  {'redo':>8}  {'restart':>8}  {'total':>8}"
+    head += f"  {'Poisson':>8}" if sync else ""
+    head += f"  {'write demand':>12}"
+    lines.append(head)
+    for row in rep["intervals"]:
+        line = (f"{row['interval']:>8g} s  {_pct(row['save'])}  {_pct(row['redo'])}  {_pct(row['restart'])}"
+                f"  {_pct(row['total'])}")
+        if sync:
+            line += f"  {_pct(row['poisson_total'])}"
+        flag = "" if row["backlog_ok"] else "  backlog grows"
+        line += f"  {row['demanded_write_rate'] / GB:>7.3f} GB/s{flag}"
+        lines.append(line)
+    lines.append("")
+    fo = rep["optimum"]["first_order"]
+    note = " (raised to size/bandwidth: backlog bound)" if fo["backlog_bound"] else ""
+    lines.append(f"first-order optimum    tau* = {_dur(fo['interval'])}, overhead {fo['overhead'] * 100:.2f} %"
+                 f"{note}")
+    if rep["optimum"]["poisson"] is not None:
+        po = rep["optimum"]["poisson"]
+        lines.append(f"Poisson-retry optimum  tau* = {_dur(po['interval'])}, overhead {po['overhead'] * 100:.2f} %")
+    else:
+        lines.append("Poisson-retry optimum  (sync saves only)")
+    return "\n".join(lines)
+
+
+def _stragglers_text(rep: dict) -> str:
+    inp, st = rep["inputs"], rep["step"]
+    lines = [
+        f"cards {inp['cards']}, per-card compute mu {inp['mu']:g} s, sigma {inp['sigma']:.3f} s "
+        f"({inp['sigma_fraction'] * 100:.3g} %), fixed waits {inp['fixed']:g} s",
+        f"E[max of {inp['cards']} standard normals] = {rep['expected_max_factor']:.4f}",
+        f"step without jitter  {st['no_jitter']:.2f} s",
+        f"expected step        {st['expected']:.2f} s  (+{st['jitter_cost']:.2f} s from stragglers)",
+    ]
+    sc = rep["slow_card"]
+    if sc is None:
+        lines.append("one card: no slow-card responses to compare")
+        return "\n".join(lines)
+    n = inp["cards"]
+    wait, redis, evict = sc["responses"]
+    lines += [
+        "",
+        f"one persistently slow card at mu + {inp['slow_k']:g} sigma = {sc['time']:.2f} s "
+        f"(E[max of the other {n - 1}] = {sc['expected_max_factor_others']:.4f} sigma)",
+        f"{'response':<13} {'step':>9}   note",
+        f"{'wait':<13} {wait['step']:>7.2f} s   the others wait {wait['extra_wait']:.2f} s per step",
+        f"{'redistribute':<13} {redis['step']:>7.2f} s   its work spread over {n - 1} cards "
+        f"(x {n}/{n - 1}), no migration cost",
+    ]
+    be = evict["break_even_steps"]
+    be_txt = "never pays off against waiting" if be is None else f"beats waiting after {be:,.0f} slow steps"
+    lines.append(f"{'evict':<13} {'-':>9}   one-off {evict['one_off_cost']:.1f} s (tau/2 + r, tau "
+                 f"{inp['interval']:g} s, r {inp['restore']:g} s) = {evict['steps_lost']:.1f} steps; {be_txt}")
+    return "\n".join(lines)
+
+
+def _plot_curves(rep: dict, path: str) -> None:
+    """Save / redo / total cost against the interval (log x), first-order optimum marked."""
+    lower = path.lower()
+    if not (lower.endswith(".svg") or lower.endswith(".png")):
+        raise InputError(f"--plot: {path!r} must end in .svg or .png")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    pause, lag = rep["pause"], rep["commit_lag"]
+    lam, r = rep["rates"]["total"], rep["inputs"]["restore"]
+    opt = rep["optimum"]["first_order"]
+    given = [row["interval"] for row in rep["intervals"]]
+    lo = min([opt["interval"] / 10.0] + given) / 1.5
+    hi = max([opt["interval"] * 10.0] + given) * 1.5
+    tau = np.geomspace(lo, hi, 400)
+    save = rel.save_overhead(tau, pause) * 100
+    redo = rel.redo_overhead(tau, lam, lag) * 100
+    total = rel.overhead_first_order(tau, pause, lam, r, lag) * 100
+
+    plt.rcParams["svg.hashsalt"] = "tpopt"
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    ax.plot(tau, save, color="tab:blue", label="save")
+    ax.plot(tau, redo, color="tab:orange", label="redo after failures")
+    ax.plot(tau, total, color="tab:green", label="total (incl. restart)")
+    ax.plot(given, [row["total"] * 100 for row in rep["intervals"]], "x", color="tab:green",
+            label="table intervals")
+    ax.plot([opt["interval"]], [opt["overhead"] * 100], "o", color="black",
+            label=f"optimum {opt['interval']:.0f} s, {opt['overhead'] * 100:.2f} %")
+    ax.axvline(opt["interval"], color="black", linestyle=":", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_ylim(0, min(float(np.max(total)), 4 * max(opt["overhead"] * 100, 0.1)) * 1.05)
+    ax.set_xlabel("useful training between saves (s)")
+    ax.set_ylabel("overhead (% of useful time)")
+    inp = rep["inputs"]
+    ax.set_title(f"{inp['cards']} cards, {rep['mode']} save pause {pause:.3g} s, restart {r:g} s")
+    ax.legend()
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    meta = {"Date": None} if lower.endswith(".svg") else {}
+    try:
+        fig.savefig(path, metadata=meta)
+    except OSError as exc:
+        raise InputError(f"--plot: cannot write {path!r} ({exc.strerror})") from None
+    finally:
+        plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------
+# commands
+
+
+@click.command("checkpoint")
+@click.option("--cards", required=True, help="Cards in the job (any failure interrupts it).")
+@click.option("--params", default=None, help="Parameter count N (e.g. 8190735360 or 8.19B).")
+@click.option("--model", default=None, help=f"Catalog model whose N to use (default {DEFAULT_MODEL}).")
+@click.option("--bytes-per-param", default="14", show_default=True,
+              help="Checkpoint bytes per parameter: weights 2 + fp32 master 4 + Adam moments 8.")
+@click.option("--write-bandwidth", default="7GB/s", show_default=True, help="Aggregate checkpoint write bandwidth.")
+@click.option("--restore", default="120s", show_default=True, help="Restart time after each failure or rollback.")
+@click.option("--card-mtbf", default=None,
+              help="Per-card MTBF [default: 337.07d = 1024 cards x 7.9 h per job interruption].")
+@click.option("--spike-interval", default=None, help="Mean time between loss-spike rollbacks (e.g. 7d).")
+@click.option("--planned-interval", default=None, help="Mean time between planned interruptions.")
+@click.option("--intervals", default=DEFAULT_INTERVALS, show_default=True, help="Checkpoint intervals to tabulate.")
+@click.option("--mode", default="sync", show_default=True, type=click.Choice(["sync", "async"]),
+              help="sync: training pauses for the whole write; async: only for the snapshot copy.")
+@click.option("--copy-time", default="0.5s", show_default=True, help="Async snapshot copy pause.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (SI units, fractions).")
+@click.option("--plot", default=None, help="Write the cost curves to FILE (.svg or .png).")
+@handle_errors
+def checkpoint(cards, params, model, bytes_per_param, write_bandwidth, restore, card_mtbf, spike_interval,
+               planned_interval, intervals, mode, copy_time, as_json, plot):
+    """Checkpoint interval table: save, redo and restart overhead, first-order and Poisson optima."""
+    n_params, source = _resolve_params(params, model)
+    rep = checkpoint_report(
+        cards=parse_int(cards, "--cards", minimum=1),
+        n_params=n_params,
+        bytes_per_param=parse_number(bytes_per_param, "--bytes-per-param", allow_zero=False),
+        write_bandwidth=parse_bandwidth(write_bandwidth, "--write-bandwidth", allow_zero=False),
+        restore=parse_duration(restore, "--restore"),
+        card_mtbf=DEFAULT_CARD_MTBF if card_mtbf is None else parse_duration(card_mtbf, "--card-mtbf",
+                                                                             allow_zero=False),
+        spike_interval=_optional_duration(spike_interval, "--spike-interval"),
+        planned_interval=_optional_duration(planned_interval, "--planned-interval"),
+        intervals=_parse_intervals(intervals),
+        mode=mode,
+        copy_time=parse_duration(copy_time, "--copy-time"),
+    )
+    if plot:
+        _plot_curves(rep, plot)
+    if as_json:
+        click.echo(dump_json(rep), nl=False)
+    else:
+        click.echo(_checkpoint_text(rep, source))
+        if plot:
+            click.echo(f"plot written to {plot}")
+
+
+@click.command("stragglers")
+@click.option("--cards", required=True, help="Cards in synchronous data parallelism.")
+@click.option("--sigma", required=True, help="Per-card jitter: fraction of --mu (5%, 0.05) or a duration (2.61s).")
+@click.option("--mu", default="52.2s", show_default=True, help="Mean per-card compute time per step.")
+@click.option("--fixed", default="0.58s", show_default=True, help="Fixed waits per step (exposed comm, input).")
+@click.option("--slow-k", default="3", show_default=True, help="The slow card runs at mu + k sigma.")
+@click.option("--interval", default="600s", show_default=True, help="Checkpoint interval (for eviction).")
+@click.option("--restore", default="120s", show_default=True, help="Restart time (for eviction).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (seconds).")
+@handle_errors
+def stragglers(cards, sigma, mu, fixed, slow_k, interval, restore, as_json):
+    """Expected step time with per-card jitter; wait / redistribute / evict one slow card."""
+    mu_s = parse_duration(mu, "--mu", allow_zero=False)
+    rep = stragglers_report(
+        cards=parse_int(cards, "--cards", minimum=1),
+        mu=mu_s,
+        sigma=_parse_sigma(sigma, mu_s),
+        fixed=parse_duration(fixed, "--fixed"),
+        slow_k=parse_number(slow_k, "--slow-k", allow_negative=True),
+        interval=parse_duration(interval, "--interval", allow_zero=False),
+        restore=parse_duration(restore, "--restore"),
+    )
+    if as_json:
+        click.echo(dump_json(rep), nl=False)
+    else:
+        click.echo(_stragglers_text(rep))

@@ -1,0 +1,116 @@
+"""Terminal rendering of results (presentation only: numbers come from models/ and optimizer/).
+
+Output is deterministic: a fixed width, no colour unless stdout is a terminal.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+WIDTH = 100
+
+
+def console_text(*renderables) -> str:
+    buf = io.StringIO()
+    con = Console(file=buf, width=WIDTH, color_system="standard" if sys.stdout.isatty() else None,
+                  highlight=False, emoji=False)
+    for r in renderables:
+        con.print(r)
+    return buf.getvalue()
+
+
+def _num(x: float, digits: int) -> str:
+    return f"{x:,.{digits}f}"
+
+
+def plan_line(plan: dict) -> str:
+    parts = [
+        f"{plan['accelerator']} x {plan['cards']} ({plan['hosts']} host{'s' if plan['hosts'] != 1 else ''})",
+        f"ZeRO-{plan['zero_stage']}",
+        f"TP {plan['tp']} / PP {plan['pp']} / DP {plan['dp']}",
+        f"micro-batch {plan['micro_batch']} x {plan['grad_accum']} accumulation",
+        f"recompute {plan['recompute']}",
+    ]
+    if plan.get("offload") and plan["offload"] != "none":
+        parts.append(f"offload {plan['offload']}")
+    if plan["pp"] > 1 and plan.get("schedule"):
+        parts.append(f"schedule {plan['schedule']}")
+    parts.append(f"save every {plan['save_interval_s']:,.0f} s ({plan['save_mode']})")
+    parts.append(f"{plan['nics_per_host']} NIC{'s' if plan['nics_per_host'] != 1 else ''}/host")
+    return " | ".join(parts)
+
+
+def metrics_table(m: dict, title: str = "Plan evaluation") -> Table:
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    t.add_column("unit")
+    rows = [
+        ("memory per card", _num(m["memory_per_card_gib"], 1), f"GiB (usable {m['memory_limit_gib']:.1f})"),
+        ("  persistent states", _num(m["states_gib"], 1), "GiB"),
+        ("  activations", _num(m["activations_gib"], 1), "GiB"),
+        ("  temporary buffers", _num(m["temporary_gib"], 1), "GiB"),
+        ("compute per step", _num(m["compute_s"], 1), "s"),
+    ]
+    if m.get("bubble_s", 0) > 0:
+        rows.append(("  of which pipeline bubble", _num(m["bubble_s"], 2), "s"))
+    if m.get("straggler_s", 0) > 0:
+        rows.append(("straggler wait (expected max)", _num(m["straggler_s"], 2), "s"))
+    rows += [
+        ("communication link time", _num(m["comm_link_s"], 1), "s"),
+        ("exposed communication", _num(m["comm_exposed_s"], 2), "s"),
+    ]
+    if m.get("offload_s", 0) > 0:
+        rows.append(("offload wait", _num(m["offload_s"], 2), "s"))
+    rows += [
+        ("input wait", _num(m["input_wait_s"], 2), "s"),
+        ("step", _num(m["step_s"], 1), "s"),
+        ("checkpoint/failure overhead", _num(m["overhead_fraction"] * 100, 2), "%"),
+        ("iterations", f"{m['iterations']:,}", ""),
+        ("base training", _num(m["train_days"], 1), "d"),
+        ("finish (incl. reserved)", _num(m["finish_days"], 1), "d"),
+        ("card-hours", _num(m["card_hours"], 0), "card-h"),
+        ("cost", _num(m["cost"], 0), m.get("cost_unit", "USD")),
+    ]
+    for r in rows:
+        t.add_row(*r)
+    return t
+
+
+def _fmt_value(x, unit: str) -> str:
+    if x is None:
+        return "-"
+    if unit in ("cards", "heads", "layers", "sequences"):
+        return f"{x:,.0f}"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:,.2f}"
+
+
+def constraints_table(constraints: list[dict], title: str = "Constraints") -> Table:
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for col, just in (("constraint", "left"), ("value", "right"), ("limit", "right"), ("unit", "left"),
+                      ("slack", "right"), ("status", "left")):
+        t.add_column(col, justify=just)
+    for c in constraints:
+        if c["slack"] is not None and c["slack"] < 0:
+            status = "VIOLATED"
+        elif c.get("binding"):
+            status = "binding"
+        else:
+            status = "ok"
+        t.add_row(c["name"], _fmt_value(c["value"], c["unit"]), _fmt_value(c["limit"], c["unit"]), c["unit"],
+                  _fmt_value(c["slack"], c["unit"]), status)
+    return t
+
+
+def evaluation_text(d: dict) -> str:
+    """The evaluate report: plan line, metrics table (chapter 10.6.1 layout), constraints."""
+    head = f"Plan: {plan_line(d['plan'])}"
+    verdict = "feasible" if d["feasible"] else "INFEASIBLE"
+    return console_text(head, "", metrics_table(d["metrics"]), "",
+                        constraints_table(d["constraints"]), "", f"Verdict: {verdict}")

@@ -1,0 +1,175 @@
+"""Communication: collective volumes per card, link bandwidth on the real path, exposure under
+overlap. Volumes are bytes sent (= received) per card per direction; bandwidths are per direction.
+
+Layout convention: TP ranks are the innermost (adjacent cards of one host), then DP, then PP, so a
+DP ring of d members with stride tp stays inside one host iff d x tp <= cards_per_host.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+# ---------------------------------------------------------------------------------------------
+# collective volumes (ring algorithms)
+
+
+def allgather_bytes(size, n):
+    """Ring AllGather / ReduceScatter: each rank sends (n - 1)/n x size."""
+    n = np.asarray(n, dtype=float)
+    return (n - 1.0) / n * np.asarray(size, dtype=float)
+
+
+def allreduce_bytes(size, n):
+    """Ring AllReduce = ReduceScatter + AllGather: each rank sends 2 (n - 1)/n x size."""
+    return 2.0 * allgather_bytes(size, n)
+
+
+def ring_allreduce_time(size, n, bandwidth, latency=0.0, buckets=1):
+    """Time of a ring AllReduce split into equal buckets: buckets x (2(n-1)/n x size/buckets / B + latency).
+
+    Chapter 10.3.4: 72 MiB over 4 ranks at 25 GB/s with 0.02 ms per call: 4.55 ms in one bucket,
+    three 24 MiB buckets 1.53 ms each (4.59 ms in total); at 400 Gbit/s 2.28 ms.
+    """
+    per = allreduce_bytes(np.asarray(size, dtype=float) / buckets, n) / bandwidth + latency
+    return buckets * per
+
+
+def zero_dp_volume(zero_stage, n_shard, dp, micro_batches, weight_bytes=2.0, grad_bytes=2.0):
+    """Data-parallel bytes per card per step, by ZeRO stage, for a model shard of n_shard params.
+
+    ZeRO-0: one AllReduce of the gradients per step            2 (d-1)/d g N
+    ZeRO-1: ReduceScatter of gradients + AllGather of weights   (d-1)/d (g + w) N
+    ZeRO-2: ReduceScatter after every micro-batch + AllGather   (d-1)/d (m g + w) N
+    ZeRO-3: per micro-batch AllGather before forward and before backward and ReduceScatter after
+            (chapter 10.3.3): V = 3 m (d-1)/d x 2N for BF16 weights and gradients
+            -> 385 GB for Qwen3-8B on 48 cards (m = 8), 571 GB on 32 cards (m = 12).
+    """
+    z = np.asarray(zero_stage)
+    m = np.asarray(micro_batches, dtype=float)
+    base = allgather_bytes(n_shard, dp)  # (d-1)/d N
+    v0 = 2.0 * grad_bytes * base
+    v1 = (grad_bytes + weight_bytes) * base
+    v2 = (m * grad_bytes + weight_bytes) * base
+    v3 = m * (2.0 * weight_bytes + grad_bytes) * base
+    return np.select([z == 0, z == 1, z == 2], [v0, v1, v2], v3)
+
+
+def zero_dp_unhidden_bytes(zero_stage, emb_shard, dp, weight_bytes=2.0, grad_bytes=2.0):
+    """Bytes that no prefetch can hide: the first gather and the last reduction of a step.
+
+    Both act on the input embedding, the first unit of the forward and the last gradient of the
+    backward (chapter 10.3.3, after MegaScale):
+    ZeRO-3: AllGather + ReduceScatter of the embedding, 2 x (d-1)/d x 2 x V h (1.24 GB for Qwen3-8B)
+            -> 0.08 s at 32 GB/s; ZeRO-1/2: the same pair (gradient reduction, weight gather);
+    ZeRO-0: the embedding-gradient AllReduce, 2 (d-1)/d x g x V h.
+    """
+    z = np.asarray(zero_stage)
+    base = allgather_bytes(emb_shard, dp)
+    return np.where(z == 0, 2.0 * grad_bytes * base, (weight_bytes + grad_bytes) * base)
+
+
+def tp_volume(tokens_per_microbatch, hidden, tp, layers, micro_batches, act_bytes=2.0, recompute_full=False):
+    """Tensor-parallel bytes per card per step (Megatron with sequence parallelism).
+
+    Each block does two AllGather + ReduceScatter pairs forward and two backward on the
+    s x b x h activation, each pair moving 2 (t-1)/t x s b h x bytes: 4 pairs per block per
+    micro-batch, 6 when the block is recomputed in full.
+    """
+    pairs = 6.0 if recompute_full else 4.0
+    size = np.asarray(tokens_per_microbatch, dtype=float) * hidden * act_bytes
+    return pairs * allreduce_bytes(size, tp) * layers * np.asarray(micro_batches, dtype=float)
+
+
+def pp_boundary_bytes(tokens_per_microbatch, hidden, tp, act_bytes=2.0):
+    """Activation (forward) or gradient (backward) crossing one stage boundary: s b h x bytes / tp."""
+    return np.asarray(tokens_per_microbatch, dtype=float) * hidden * act_bytes / np.asarray(tp, dtype=float)
+
+
+# ---------------------------------------------------------------------------------------------
+# bandwidth on the real path
+
+
+def dp_ring_bandwidth(intra_bw, nic_bw, nics_per_host, tp, dp, cards_per_host):
+    """Per-card bandwidth of a DP ring (bytes/s per direction).
+
+    Inside one host the ring runs at the card's intra-host bandwidth (NVLink, or PCIe through host
+    memory when the card has no P2P). A ring that spans hosts crosses each host boundary once per
+    direction; with k NICs per host and tp rings leaving each host the boundary carries each
+    card's whole volume at k x B_nic / tp, so
+
+        B = intra_bw                              if dp x tp <= cards_per_host
+        B = min(intra_bw, k x B_nic / tp)         otherwise.
+
+    RTX 4090 (PCIe 4.0 x16 = 32 GB/s, 8 x 200 Gbit/s NICs per host): 32 GB/s; with one shared
+    200 Gbit/s NIC per host: 25 GB/s (chapter 10.6.2: 12.0 s -> 15.4 s).
+    """
+    spans = np.asarray(dp) * np.asarray(tp) > np.asarray(cards_per_host)
+    k = np.asarray(nics_per_host, dtype=float)
+    across = np.minimum(intra_bw, k * nic_bw / np.asarray(tp, dtype=float))
+    return np.where(spans, across, intra_bw)
+
+
+def pp_link_bandwidth(intra_bw, nic_bw, nics_per_host, cards, cards_per_host, host_link_bw):
+    """Per-card bandwidth of a pipeline boundary transfer (bytes/s per direction).
+
+    A job inside one host sends boundary tensors card to card (intra-host bandwidth). A job that
+    spans hosts has at least one boundary that crosses hosts, where all cards of a host send at
+    once through its k NICs; the slowest boundary paces the pipeline (conservative):
+        B = intra_bw                                   if cards <= cards_per_host
+        B = min(host_link_bw, k x B_nic / cards_per_host)   otherwise.
+    """
+    spans = np.asarray(cards) > np.asarray(cards_per_host)
+    k = np.asarray(nics_per_host, dtype=float)
+    across = np.minimum(host_link_bw, k * nic_bw / np.asarray(cards_per_host, dtype=float))
+    return np.where(spans, across, intra_bw)
+
+
+# ---------------------------------------------------------------------------------------------
+# exposure
+
+
+def exposed_time(unhidden, per_window_link, per_window_compute, windows, overlap=True):
+    """Communication time that extends the step.
+
+    With overlap (prefetch and immediate reduction) only the unhidable bytes' time shows, plus,
+    in every compute window whose link time exceeds its compute, the excess:
+        exposed = t_unhidden + windows x max(0, t_link_window - t_compute_window).
+    Without overlap every byte is on the critical path: exposed = windows x t_link_window.
+    Chapter 10.3.3: 48 cards, 1.50 s of link per micro-batch against 6.53 s of compute -> only the
+    embedding pair, 0.08 s, is exposed; if prefetch fails the whole 12.0 s (15.4 s) shows.
+    """
+    w = np.asarray(windows, dtype=float)
+    hidden = np.asarray(unhidden, dtype=float) + w * np.maximum(0.0, per_window_link - per_window_compute)
+    return np.where(overlap, hidden, w * per_window_link)
+
+
+def link_busy_exposure(ready, duration, link_free, compute_end):
+    """Exposure of one transfer that must wait for its data and for a busy link.
+
+    It starts at max(ready, link_free) and extends the step by whatever runs past compute_end.
+    Chapter 10.3.3: 3 ms reduce ready at 0, 5 ms of independent compute, link busy until 4 ms
+    -> runs 4-7 ms, 2 ms exposed.
+    """
+    return np.maximum(0.0, np.maximum(ready, link_free) + duration - compute_end)
+
+
+def offload_wait(volume, bandwidth, window):
+    """Wait for an offload transfer: T_wait = max(0, V/B - W) (chapter 10.2.3)."""
+    return np.maximum(0.0, np.asarray(volume, dtype=float) / bandwidth - window)
+
+
+def cast_path_times(grad_bytes_bf16, link_bw, cpu_bw, gpu_bw):
+    """Moving a BF16 gradient G to a CPU optimizer as FP32 (chapter 10.2.3).
+
+    CPU cast: T_c = G/B + 3G/C_cpu (send BF16, read G and write 2G on the CPU);
+    GPU cast: T_g = 3G/C_gpu + 2G/B (cast on the GPU, send FP32).
+    Returns (T_c, T_g). PCIe 4.0 (32 GB/s), G = 96 MiB: 4.13 vs 6.59 ms.
+    """
+    g = np.asarray(grad_bytes_bf16, dtype=float)
+    return g / link_bw + 3 * g / cpu_bw, 3 * g / gpu_bw + 2 * g / link_bw
+
+
+def cast_break_even_bandwidth(cpu_bw, gpu_bw):
+    """Link bandwidth above which casting on the GPU wins: B* = 1 / (3 (1/C_cpu - 1/C_gpu)) (147 GB/s)."""
+    return 1.0 / (3.0 * (1.0 / cpu_bw - 1.0 / gpu_bw))

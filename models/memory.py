@@ -1,0 +1,274 @@
+"""Per-card memory: training states (precision recipe x ZeRO stage x offload), activations by
+recompute group, temporary buffers. Peak = max over time of the sum, never a sum of maxima
+(chapter 10.1.2); the terms below are what is simultaneously live at the peak of a step.
+
+All functions broadcast over numpy arrays of tp / pp / dp / zero stage / micro-batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpopt.errors import InputError
+from tpopt.models.arch import ModelArch, embedding_params, layer_linear_params, layer_params
+
+
+# ---------------------------------------------------------------------------------------------
+# precision recipes: bytes per parameter of each persistent training state
+
+
+@dataclass(frozen=True)
+class StateRecipe:
+    """Bytes per parameter of each persistent training state (mixed-precision Adam)."""
+
+    name: str
+    weights: float  # copy used by the matrix units
+    grads: float
+    master: float  # FP32 master weights
+    moments: float  # Adam first + second moments
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.master + self.moments
+
+    @property
+    def optimizer(self) -> float:
+        """Master + moments: what ZeRO-1 shards first and CPU offload moves to the host."""
+        return self.master + self.moments
+
+
+RECIPES = {
+    # BF16 weights 2 + BF16 grads 2 + FP32 master 4 + m 4 + v 4 = 16 B/param (chapter 10.1.2)
+    "bf16-mixed": StateRecipe("bf16-mixed", 2.0, 2.0, 4.0, 8.0),
+    # FP32 gradients: 18 B/param (chapter 10.1.2)
+    "bf16-mixed-fp32-grad": StateRecipe("bf16-mixed-fp32-grad", 2.0, 4.0, 4.0, 8.0),
+    # FP8 (E4M3) operand copy with one FP32 scale per 128x128 block replaces the BF16 copy:
+    # 1 + 4/16384 B/param; grads, master and moments unchanged (chapter 10.1.2, exercise 10-3)
+    "fp8-mixed": StateRecipe("fp8-mixed", 1.0 + 4.0 / 16384.0, 2.0, 4.0, 8.0),
+}
+
+
+def recipe(name: str) -> StateRecipe:
+    try:
+        return RECIPES[name]
+    except KeyError:
+        raise InputError(f"unknown precision {name!r} (known: {', '.join(RECIPES)})") from None
+
+
+def persistent_state_bytes(n_params, r: StateRecipe):
+    """Unsharded persistent training state: N x (weights + grads + master + moments).
+
+    Qwen3-8B, bf16-mixed: 16 N = 131.1 GB = 122.1 GiB.
+    """
+    return n_params * r.total
+
+
+# ---------------------------------------------------------------------------------------------
+# ZeRO sharding
+
+
+def zero_state_bytes(n_params, dp, zero_stage, r: StateRecipe, offload_optimizer=False):
+    """Per-card persistent state under ZeRO stage 0-3 over a data-parallel group of size d.
+
+    M0 = (w + g + o) N,  M1 = (w + g) N + o N/d,  M2 = w N + (g + o) N/d,  M3 = (w + g + o) N/d,
+    where w, g, o are bytes/param of weights, gradients and optimizer (master + moments).
+    For bf16-mixed (w, g, o) = (2, 2, 12): M1 = 4N + 12N/d, M2 = 2N + 14N/d, M3 = 16N/d
+    (chapter 10.2.1; d = 8 -> 122.1 / 42.0 / 28.6 / 15.3 GiB for Qwen3-8B).
+    With ``offload_optimizer`` the optimizer share o lives in host memory instead.
+    """
+    n = np.asarray(n_params, dtype=float)
+    d = np.asarray(dp, dtype=float)
+    z = np.asarray(zero_stage)
+    w = r.weights * n / np.where(z >= 3, d, 1.0)
+    g = r.grads * n / np.where(z >= 2, d, 1.0)
+    o = r.optimizer * n / np.where(z >= 1, d, 1.0)
+    o = np.where(offload_optimizer, 0.0, o)
+    return w + g + o
+
+
+def host_optimizer_bytes(n_params, dp, zero_stage, r: StateRecipe):
+    """Optimizer state a card offloads to host memory: o N / d (ZeRO >= 1) or o N (ZeRO-0)."""
+    d = np.asarray(dp, dtype=float)
+    return r.optimizer * np.asarray(n_params, dtype=float) / np.where(np.asarray(zero_stage) >= 1, d, 1.0)
+
+
+def stage_params(a: ModelArch, tp, pp):
+    """Parameters held by one card of the heaviest pipeline stage, before ZeRO sharding.
+
+    A stage holds ceil(L / pp) blocks; the first also holds the input embedding, the last the LM
+    head (if untied) and the final norm; with pp = 1 one stage holds everything. Tensor
+    parallelism splits every linear layer and the (vocab-parallel) embedding and LM head by tp;
+    norms are replicated. With tp = pp = 1 this is exactly N.
+    """
+    t = np.asarray(tp, dtype=float)
+    p = np.asarray(pp)
+    blocks = np.ceil(a.layers / p)
+    linear = layer_linear_params(a)
+    other = layer_params(a) - linear  # norms, biases, q/k norms: replicated under TP
+    per_block = linear / t + other
+    emb = embedding_params(a) / t
+    head = 0.0 if a.tied_embeddings else emb
+    pos = a.learned_positions * a.hidden
+    first = blocks * per_block + emb + pos
+    last = blocks * per_block + head + a.norm_params
+    single = a.layers * per_block + emb + pos + head + a.norm_params
+    return np.where(p <= 1, single, np.maximum(first, last))
+
+
+def embedding_shard_params(a: ModelArch, tp):
+    """Input-embedding parameters per card (vocab-parallel under TP): V h / tp."""
+    return embedding_params(a) / np.asarray(tp, dtype=float)
+
+
+# ---------------------------------------------------------------------------------------------
+# activations: per-layer inventory by recompute group (Korthikanti et al. 2022, adapted to
+# RMSNorm + SwiGLU + GQA + q/k-norm, no dropout)
+
+RECOMPUTE_GROUPS = ("norm", "mlp", "attn")
+
+
+def parse_recompute(value) -> str:
+    """Canonical recompute name: "none", "full", or a '+'-joined subset of norm / mlp / attn."""
+    if isinstance(value, (list, tuple, set, frozenset)):
+        parts = set(value)
+    else:
+        text = str(value).strip().lower()
+        if text in ("none", "", "off"):
+            return "none"
+        if text in ("full", "layer", "whole"):
+            return "full"
+        if text == "selective":
+            return "attn"
+        parts = {x.strip() for x in text.split("+")}
+    parts.discard("none")
+    if "full" in parts:
+        if len(parts) > 1:
+            raise InputError("recompute 'full' rebuilds whole layers; do not combine it with groups")
+        return "full"
+    bad = parts - set(RECOMPUTE_GROUPS)
+    if bad:
+        raise InputError(f"unknown recompute group(s) {sorted(bad)} (use none, full, or norm/mlp/attn joined by '+')")
+    if not parts:
+        return "none"
+    return "+".join(g for g in RECOMPUTE_GROUPS if g in parts)
+
+
+def recompute_options() -> list[str]:
+    """Every recompute choice: none, each non-empty subset of the groups, full."""
+    out = ["none"]
+    for mask in range(1, 2 ** len(RECOMPUTE_GROUPS)):
+        out.append("+".join(g for i, g in enumerate(RECOMPUTE_GROUPS) if mask >> i & 1))
+    out.append("full")
+    return out
+
+
+def layer_activation_groups(a: ModelArch, seq_len, micro_batch, act_bytes=2.0, flash_attention=True) -> dict:
+    """Bytes one block saves for backward, per micro-batch of ``micro_batch`` sequences (tp = 1).
+
+    Saved tensors per token (elements), h = hidden, f = ffn, d_q = heads x head_dim,
+    d_kv = kv_heads x head_dim:
+
+    ``keep`` (needed whatever is rebuilt):
+        two norm inputs 2h; q/k-norm inputs d_q + d_kv (Qwen3 only); attention q, k, v after RoPE
+        d_q + 2 d_kv; attention output d_q; log-sum-exp 2 x heads (FP32 = two 2-byte elements);
+        MLP gate and up outputs 2f (f for a non-gated MLP).
+    ``norm``: the two normalised outputs feeding the QKV and MLP GEMMs, 2h.
+    ``mlp``:  the activation output and the product act(gate) x up feeding the down GEMM, 2f
+              (f for a non-gated MLP).
+    ``attn``: softmax probabilities, heads x s per token (heads x s^2 per sequence); zero with
+              flash attention, which never stores them and recomputes them in its own backward.
+
+    The chapter's 10.2.2 example (128 tokens, FP32): the product (6 MiB) and the two norm outputs
+    (2 MiB each) are the 10 MiB per block that can be rebuilt.
+    """
+    s = np.asarray(seq_len, dtype=float)
+    tokens = s * np.asarray(micro_batch, dtype=float)
+    h, f = a.hidden, a.ffn
+    dq, dkv = a.d_attn, a.d_kv
+    keep = 2 * h + dq + 2 * dkv + dq + 2 * a.heads + (2 * f if a.gated_mlp else f)
+    if a.qk_norm:
+        keep += dq + dkv
+    return {
+        "keep": tokens * keep * act_bytes,
+        "norm": tokens * 2 * h * act_bytes,
+        "mlp": tokens * (2 * f if a.gated_mlp else f) * act_bytes,
+        "attn": tokens * 0.0 if flash_attention else tokens * a.heads * s * act_bytes,
+    }
+
+
+def activation_bytes_per_microbatch(a: ModelArch, seq_len, micro_batch, tp, layers, recompute: str,
+                                    act_bytes=2.0, flash_attention=True):
+    """Activation bytes one micro-batch keeps on one card of a stage of ``layers`` blocks.
+
+    With sequence parallelism (assumed whenever tp > 1) every saved tensor is split by tp.
+    none:      layers x (keep + norm + mlp + attn)
+    selective: layers x (kept groups) + one block's rebuilt groups (the workspace is reused
+               block after block, chapter 10.2.2)
+    full:      layers x (block input, h per token) + one block's whole inventory while it is
+               rebuilt for its backward.
+    """
+    g = layer_activation_groups(a, seq_len, micro_batch, act_bytes, flash_attention)
+    t = np.asarray(tp, dtype=float)
+    if recompute == "full":
+        tokens = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float)
+        whole = g["keep"] + g["norm"] + g["mlp"] + g["attn"]
+        return (layers * tokens * a.hidden * act_bytes + whole) / t
+    rebuilt = set() if recompute == "none" else set(recompute.split("+"))
+    kept = g["keep"] + sum(g[k] for k in RECOMPUTE_GROUPS if k not in rebuilt)
+    workspace = sum((g[k] for k in RECOMPUTE_GROUPS if k in rebuilt), 0.0 * g["keep"])
+    return (layers * kept + workspace) / t
+
+
+def recompute_flops_per_token(a: ModelArch, seq_len, recompute: str):
+    """Extra forward FLOPs per token spent rebuilding saved tensors in backward.
+
+    norm: 2 norms x ~4 FLOP per element x h; mlp: activation + product ~5 FLOP per element x f;
+    attn (no flash): QK^T and softmax again, 2 x d_attn x (s+1)/2 per token;
+    full: one whole forward of every block, 2 x block linear params + 4 x d_attn x (s+1)/2.
+    """
+    keys = (np.asarray(seq_len, dtype=float) + 1) / 2.0
+    if recompute == "none":
+        return 0.0 * keys
+    if recompute == "full":
+        return a.layers * (2.0 * layer_linear_params(a) + 4.0 * a.d_attn * keys)
+    total = 0.0 * keys
+    parts = set(recompute.split("+"))
+    if "norm" in parts:
+        total = total + a.layers * 8.0 * a.hidden
+    if "mlp" in parts:
+        total = total + a.layers * 5.0 * a.ffn
+    if "attn" in parts:
+        total = total + a.layers * 2.0 * a.d_attn * keys
+    return total
+
+
+def logits_bytes(a: ModelArch, seq_len, micro_batch, tp, loss_chunks=1):
+    """Loss workspace on the last stage: FP32 logits s x b x V / tp, divided by loss chunks."""
+    return (np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float) * a.vocab * 4.0
+            / np.asarray(tp, dtype=float) / loss_chunks)
+
+
+def zero3_gather_bytes(a: ModelArch, tp, r: StateRecipe, prefetch=1):
+    """ZeRO-3 temporary buffers: (1 + prefetch) gathered units plus one unit's unreduced gradient.
+
+    The largest unit is a block or the embedding / LM head (V h); sizes divided by tp.
+    """
+    unit = max(layer_params(a), embedding_params(a)) / np.asarray(tp, dtype=float)
+    return unit * ((1 + prefetch) * r.weights + r.grads)
+
+
+def pipeline_buffer_bytes(a: ModelArch, seq_len, micro_batch, tp, act_bytes=2.0):
+    """Send + receive buffers of one boundary activation per direction: 2 x 2 x s b h / tp."""
+    return 4.0 * np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float) * a.hidden \
+        * act_bytes / np.asarray(tp, dtype=float)
+
+
+def peak_with_reuse(persistent, *phases):
+    """Peak of a sequence of phases that reuse memory: persistent + max(phase totals).
+
+    Chapter 10.1.2: 8 GiB of activations and a 4 GiB gather buffer live together need 12 GiB; if the
+    activations are freed before the gather, the same space is reused and the peak is 8 GiB.
+    """
+    return persistent + (np.maximum.reduce([np.asarray(p, dtype=float) for p in phases]) if phases else 0.0)

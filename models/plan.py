@@ -1,0 +1,160 @@
+"""The four separate inputs (model, system, task, plan) and the search space, as plain data.
+
+Following Calculon's split (what is trained / what it runs on / how it is run) plus the task:
+``ModelArch`` (arch.py) is what is trained, ``System`` what it runs on, ``Task`` what must be done
+and by when, ``Plan`` one decision vector. A ``Scenario`` bundles everything a solve needs; the
+TOML reader lives in :mod:`tpopt.catalogs.scenario`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from tpopt.models.arch import ModelArch
+from tpopt.models.hardware import Accelerator
+
+SAVE_MODES = ("sync", "async")
+OFFLOADS = ("none", "cpu")
+# Pipeline schedules a plan may name (tpopt.models.pipeline simulates each of them).
+SCHEDULES = ("fill-drain", "1f1b", "interleaved", "zb-h1", "zb-h2", "dualpipe", "dualpipe-deepseek")
+
+
+@dataclass(frozen=True)
+class Task:
+    """What must be done: tokens at a sequence length and global batch, before a deadline."""
+
+    tokens: float  # effective (non-padding) tokens
+    seq_len: int
+    global_batch: int  # sequences per optimizer step
+    precision: str = "bf16-mixed"
+    deadline_s: float = 30 * 86400.0
+    reserved_s: float = 0.0  # start-up, evaluation and planned pauses inside the deadline
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.seq_len
+
+
+@dataclass(frozen=True)
+class System:
+    """What a plan runs on: one accelerator type plus the run's efficiency and prices."""
+
+    acc: Accelerator
+    efficiency: float  # compute efficiency (MFU of the matrix work), e.g. 0.40
+    price_card_hour: float | None  # USD; None -> costs are reported in card-hours
+    nic_price_hour: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.acc.name
+
+
+@dataclass(frozen=True)
+class MemoryOptions:
+    """How activations and temporary buffers are accounted.
+
+    ``activation_reserve`` (bytes) reproduces the chapter's accounting: a fixed budget for
+    activations, gathered module parameters and workspace, whatever the recompute choice (which
+    then only changes nothing). Without it, activations are modelled per recompute group.
+    """
+
+    activation_reserve: float | None = None
+    flash_attention: bool = True
+    activation_bytes: float = 2.0  # BF16 activations
+    loss_chunks: int = 1  # chunked cross-entropy divides the FP32 logits buffer
+    prefetch: int = 1  # ZeRO-3 units gathered ahead of use
+
+
+@dataclass(frozen=True)
+class InputPipeline:
+    """CPU data preparation: workers x sequences per worker-second vs demand; unhidden wait."""
+
+    workers: float = 0.0  # job-wide worker count (0: no input constraint)
+    per_worker_rate: float = 0.0  # sequences per second per worker
+    wait_s: float = 0.0  # average input wait per step that prefetch does not hide
+    workers_per_host: float = 0.0  # if > 0, workers scale with hosts (overrides ``workers``)
+
+
+@dataclass(frozen=True)
+class Reliability:
+    """Checkpoint, failure and straggler inputs (chapter 10.4)."""
+
+    bytes_per_param: float = 14.0  # weights 2 + master 4 + two moments 8
+    write_bandwidth: float = 7e9  # aggregate storage write, bytes/s
+    restore_s: float = 120.0
+    card_mtbf_s: float | None = 337 * 86400.0  # None: no hardware failures
+    event_interval_s: float | None = None  # job-wide rollbacks (loss spikes, planned stops)
+    snapshot_copy_s: float = 0.5  # async save: foreground copy to a host buffer
+    failure_model: str = "first-order"  # or "poisson"
+    straggler_sigma: float = 0.0  # per-card compute jitter, fraction of the mean
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One decision vector. ``cards = tp x pp x dp``; ``dp x micro_batch x grad_accum = batch``."""
+
+    accelerator: str
+    cards: int
+    zero_stage: int = 3
+    tp: int = 1
+    pp: int = 1
+    dp: int = 0  # 0: derived as cards / (tp x pp)
+    micro_batch: int = 1
+    grad_accum: int = 0  # 0: derived as batch / (dp x micro_batch)
+    recompute: str = "none"
+    offload: str = "none"
+    schedule: str = "1f1b"  # pipeline schedule, meaningful when pp > 1
+    save_interval_s: float = 1800.0
+    save_mode: str = "sync"
+    nics_per_host: int = 0  # 0: the accelerator's default
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Domains of the decision variables (the scenario's [search] table restricts them)."""
+
+    accelerators: tuple[str, ...] = ()
+    zero_stage: tuple[int, ...] = (0, 1, 2, 3)
+    tp: tuple[int, ...] = (1, 2, 4, 8)
+    pp: tuple[int, ...] = (1, 2, 4, 8)
+    micro_batch: tuple[int, ...] = (1, 2, 4, 8)
+    recompute: tuple[str, ...] = ("none", "full")
+    offload: tuple[str, ...] = ("none",)
+    schedule: tuple[str, ...] = ("1f1b",)
+    save_interval_s: tuple[float, ...] = (1800.0,)
+    save_mode: tuple[str, ...] = ("sync",)
+    nics_per_host: tuple[int, ...] = ()  # empty: each accelerator's default only
+    min_cards: int = 1
+    max_cards: int = 1024
+
+
+@dataclass(frozen=True)
+class CostOptions:
+    max_cost: float | None = None  # optional budget cap (USD, or card-hours without prices)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    model: ModelArch
+    task: Task
+    systems: dict  # accelerator name -> System (candidates, in order)
+    memory: MemoryOptions = field(default_factory=MemoryOptions)
+    input: InputPipeline = field(default_factory=InputPipeline)
+    reliability: Reliability = field(default_factory=Reliability)
+    search: SearchSpace = field(default_factory=SearchSpace)
+    cost: CostOptions = field(default_factory=CostOptions)
+    overlap: bool = True  # prefetch / immediate reduction hide communication behind compute
+    name: str = ""
+
+    def system(self, accelerator: str) -> System:
+        from tpopt.errors import InputError
+
+        try:
+            return self.systems[accelerator]
+        except KeyError:
+            raise InputError(
+                f"accelerator {accelerator!r} is not among the scenario's hardware ({', '.join(self.systems)})"
+            ) from None
