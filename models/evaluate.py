@@ -18,15 +18,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tpopt.errors import InputError
-from tpopt.models import comm, memory, reliability
-from tpopt.models.arch import embedding_params, flops_per_token, param_count
-from tpopt.models.compute import iterations
+from tpopt.models import memory
+from tpopt.models import terms as T
 from tpopt.models.plan import OFFLOADS, SAVE_MODES, Plan, Scenario
 from tpopt.models.units import DAY, GIB, HOUR
-
-# Bytes a CPU Adam step touches per parameter: cast BF16->FP32 (read 2, write 4), read grad, master,
-# m, v (16), write master, m, v (12), write the BF16 copy (2).
-CPU_ADAM_BYTES_PER_PARAM = 36.0
 
 
 @dataclass(frozen=True)
@@ -62,195 +57,68 @@ def _f(x):
     return np.asarray(x, dtype=float)
 
 
-def pipeline_compute(schedule, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weight, t_transfer):
-    """Per-step compute of a pipeline: the event model's completion time for each (pp, m) pair.
-
-    pp = 1 degenerates to m x (t_f + t_b). Arrays broadcast; the simulator is run once per
-    distinct (pp, m) with vectorised durations.
-    """
-    pp, m, tf, tdx, tdw, tx = np.broadcast_arrays(
-        np.asarray(pp), np.asarray(micro_batches), _f(t_fwd), _f(t_bwd_input), _f(t_bwd_weight), _f(t_transfer))
-    out = m * (tf + tdx + tdw)
-    multi = pp > 1
-    if np.any(multi):
-        from tpopt.models import pipeline
-
-        mm = np.ceil(m).astype(int)
-        keys = np.unique(np.stack([pp[multi], mm[multi]], axis=1), axis=0)
-        out = out.copy()
-        for p_val, m_val in keys:
-            sel = multi & (pp == p_val) & (mm == m_val)
-            out[sel] = pipeline.completion_time(schedule, int(p_val), int(m_val), tf[sel], tdx[sel], tdw[sel],
-                                                tx[sel], 0.0)
-    return out
-
-
-def pipeline_inflight(schedule, pp, micro_batches):
-    """Peak live micro-batch activation sets on the busiest stage (1 when pp = 1)."""
-    pp, m = np.broadcast_arrays(np.asarray(pp), np.ceil(_f(micro_batches)).astype(int))
-    out = np.ones(pp.shape, dtype=float)
-    multi = pp > 1
-    if np.any(multi):
-        from tpopt.models import pipeline
-
-        for p_val, m_val in np.unique(np.stack([pp[multi], m[multi]], axis=1), axis=0):
-            sel = multi & (pp == p_val) & (m == m_val)
-            out[sel] = max(pipeline.peak_inflight(schedule, int(p_val), int(m_val)))
-    return out
-
-
-def pipeline_param_copies(schedule, pp):
-    """Weight copies a schedule keeps per card (DualPipe keeps two)."""
-    if schedule.startswith("dualpipe"):
-        return np.where(np.asarray(pp) > 1, 2.0, 1.0)
-    return np.ones(np.shape(pp))
-
-
 def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, zero_stage, nics_per_host,
                     save_interval_s, recompute="none", offload="none", schedule="1f1b", save_mode="sync") -> dict:
     """All metrics and constraint (value, limit) pairs for a broadcastable grid of plans.
 
-    Returns a dict of arrays; constraint families appear as ``("c", name) -> (value, limit)``.
+    The sum of the terms of :mod:`tpopt.models.terms`. Returns a dict of arrays; constraint families
+    appear as ``("c", name) -> (value, limit)`` and ``"feasible"`` is their conjunction.
     """
-    a = sc.model
-    task = sc.task
+    a, task = sc.model, sc.task
     sysm = sc.system(accelerator)
     acc = sysm.acc
-    mem = sc.memory
-    rel = sc.reliability
-    rec = memory.recipe(task.precision)
     if offload not in OFFLOADS:
         raise InputError(f"unknown offload {offload!r} (use none or cpu)")
     if save_mode not in SAVE_MODES:
         raise InputError(f"unknown save mode {save_mode!r} (use sync or async)")
     recompute = memory.parse_recompute(recompute)
-
-    tp = np.asarray(tp)
-    pp = np.asarray(pp)
-    dp = np.asarray(dp)
-    mb = np.asarray(micro_batch)
-    z = np.asarray(zero_stage)
-    nics = np.asarray(nics_per_host)
+    tp, pp, dp = np.asarray(tp), np.asarray(pp), np.asarray(dp)
+    mb, z, nics = np.asarray(micro_batch), np.asarray(zero_stage), np.asarray(nics_per_host)
     tau = _f(save_interval_s)
+    cpu = offload == "cpu"
     g = acc.cards_per_host
-
+    B = task.global_batch
     cards = tp * pp * dp
     hosts = np.ceil(cards / g)
-    B, s = task.global_batch, task.seq_len
-    ga = B / (dp * mb)  # gradient accumulation (fractional when the batch does not divide)
-    n_params = param_count(a)
-    n_stage = memory.stage_params(a, tp, pp)
-    emb_shard = memory.embedding_shard_params(a, tp)
-    stage_layers = np.ceil(a.layers / pp)
-    modelled = mem.activation_reserve is None
-    rc = recompute if modelled else "none"
+    ga = T.grad_accum(sc, dp, mb)
 
-    # ---- memory -------------------------------------------------------------------------------
-    states = memory.zero_state_bytes(n_stage, dp, z, rec, offload == "cpu")
-    states = states + (pipeline_param_copies(schedule, pp) - 1.0) * rec.weights * n_stage
-    if modelled:
-        act_mb = memory.activation_bytes_per_microbatch(a, s, mb, tp, stage_layers, rc, mem.activation_bytes,
-                                                        mem.flash_attention)
-        inflight = pipeline_inflight(schedule, pp, ga)
-        activations = inflight * act_mb
-        temporary = (memory.logits_bytes(a, s, mb, tp, mem.loss_chunks)
-                     + np.where(z >= 3, memory.zero3_gather_bytes(a, tp, rec, mem.prefetch), 0.0)
-                     + np.where(pp > 1, memory.pipeline_buffer_bytes(a, s, mb, tp, mem.activation_bytes), 0.0))
-    else:
-        activations = np.broadcast_to(_f(mem.activation_reserve), np.shape(states))
-        temporary = np.zeros(np.shape(states))
-    mem_total = states + activations + temporary
-    host_opt = np.where(offload == "cpu", memory.host_optimizer_bytes(n_stage, dp, z, rec) * g, 0.0)
+    states = T.states(sc, z, cpu, tp, pp, dp) + T.param_copies(sc, schedule, tp, pp)
+    acts = T.activations(sc, schedule, recompute, tp, pp, dp, mb)
+    temp = T.temporary(sc, z, tp, pp, mb)
+    mem_total = states + acts + temp
+    host_opt = T.host_memory(sc, accelerator, cpu, z, tp, pp, dp)
 
-    # ---- compute ------------------------------------------------------------------------------
-    fpt = flops_per_token(a, s)
-    rfpt = memory.recompute_flops_per_token(a, s, rc)
-    rate = acc.peak_flops * sysm.efficiency
-    per_card_tokens_mb = mb * s / (tp * pp)  # micro-batch tokens' work share of one card (stage average)
-    t_f = per_card_tokens_mb * fpt / 3.0 / rate
-    t_b = per_card_tokens_mb * (2.0 * fpt / 3.0 + rfpt) / rate
-    split = schedule.startswith("zb") or schedule.startswith("dualpipe")
-    t_dw = np.where(split, per_card_tokens_mb * fpt / 3.0 / rate, 0.0)
-    t_dx = t_b - t_dw
-    pp_bw = comm.pp_link_bandwidth(acc.intra_host_bw, acc.nic_bw, nics, cards, g, acc.host_link_bw)
-    t_x = np.where(pp > 1, comm.pp_boundary_bytes(mb * s, a.hidden, tp, mem.activation_bytes) / pp_bw, 0.0)
-    compute_s = pipeline_compute(schedule, pp, ga, t_f, t_dx, t_dw, t_x)
-    pure_compute_s = ga * (t_f + t_b)  # without bubbles: F_step / (cards x P x eta)
-    bubble_s = compute_s - pure_compute_s
+    compute_s, pure_s, bubble_s, straggler_s = T.compute(sc, accelerator, recompute, schedule, tp, pp, dp, mb, nics)
+    link_dp = T.dp_link(sc, accelerator, z, tp, pp, dp, mb, nics)
+    exposed = T.exposed_dp(sc, accelerator, z, recompute, tp, pp, dp, mb, nics)
+    tp_s = T.tp_comm(sc, accelerator, recompute, tp, pp, dp, mb)
+    offload_s = T.offload_wait(sc, accelerator, cpu, z, recompute, tp, pp, dp, mb)
+    busy = compute_s + exposed + tp_s + offload_s
+    step_s = busy + sc.input.wait_s
+    demand = B / busy
+    supply = T.input_supply(sc, accelerator, cards)
 
-    sigma = rel.straggler_sigma
-    if sigma > 0:
-        emax = reliability.expected_max_std_normal(cards)
-        straggler_s = sigma * emax * compute_s
-    else:
-        straggler_s = np.zeros(np.shape(compute_s))
-
-    # ---- communication ------------------------------------------------------------------------
-    t_mb = t_f + t_b
-    dp_bw = comm.dp_ring_bandwidth(acc.intra_host_bw, acc.nic_bw, nics, tp, dp, g)
-    v_dp = comm.zero_dp_volume(z, n_stage, dp, ga, rec.weights, rec.grads)
-    link_dp = v_dp / dp_bw
-    unhidden = comm.zero_dp_unhidden_bytes(z, emb_shard, dp, rec.weights, rec.grads) / dp_bw
-    windows = np.where(z >= 2, ga, 1.0)
-    exposed_dp = comm.exposed_time(unhidden, link_dp / windows, t_mb, windows, sc.overlap)
-    v_tp = comm.tp_volume(mb * s, a.hidden, tp, stage_layers, ga, mem.activation_bytes, rc == "full")
-    tp_s = v_tp / acc.intra_host_bw
-    if offload == "cpu":
-        shard = n_stage / np.where(z >= 1, dp, 1)
-        cpu_bw = acc.host_memory_bw / g if acc.host_memory_bw > 0 else np.inf
-        grads_down = comm.offload_wait(2.0 * shard, acc.host_link_bw, 2.0 / 3.0 * t_mb)
-        offload_s = grads_down + shard * CPU_ADAM_BYTES_PER_PARAM / cpu_bw + rec.weights * shard / acc.host_link_bw
-    else:
-        offload_s = np.zeros(np.shape(t_mb))
-    comm_link_s = link_dp + tp_s
-    comm_exposed_s = exposed_dp + tp_s
-
-    # ---- step, input --------------------------------------------------------------------------
-    inp = sc.input
-    busy_s = compute_s + straggler_s + comm_exposed_s + offload_s
-    step_s = busy_s + inp.wait_s
-    demand = B / busy_s
-    supply = (inp.workers_per_host * hosts if inp.workers_per_host > 0 else inp.workers) * inp.per_worker_rate
-    supply = np.broadcast_to(_f(supply), np.shape(demand)) if (inp.workers > 0 or inp.workers_per_host > 0) \
-        else np.full(np.shape(demand), np.inf)
-
-    # ---- checkpoints and failures ---------------------------------------------------------------
-    ckpt = reliability.checkpoint_bytes(n_params, rel.bytes_per_param)
-    write_s = ckpt / rel.write_bandwidth
-    lam = np.zeros(np.shape(cards)) if rel.card_mtbf_s is None else reliability.job_failure_rate(cards, rel.card_mtbf_s)
-    if rel.event_interval_s:
-        lam = lam + 1.0 / rel.event_interval_s
-    if save_mode == "sync":
-        pause, lag = write_s, 0.0
-    else:
-        pause, lag = rel.snapshot_copy_s, rel.snapshot_copy_s + write_s
-    if rel.failure_model == "poisson":
-        # exact retry model for the pause and restart; an async commit lag adds lam x w of redo
-        overhead = reliability.overhead_poisson(tau, pause, lam, rel.restore_s) + lam * lag
-    else:
-        overhead = reliability.overhead_first_order(tau, pause, lam, rel.restore_s, lag)
-
-    # ---- finish and cost ----------------------------------------------------------------------
-    iters = float(iterations(task.tokens, task.tokens_per_step))
+    write_s = T.checkpoint_write_time(sc)
+    L = T.overhead(sc, save_mode, cards, tau)
+    iters = T.iteration_count(sc)
     train_s = iters * step_s
-    finish_s = task.reserved_s + train_s * (1.0 + overhead)
+    finish_s = task.reserved_s + train_s * (1.0 + L)
+    cost = T.rate_per_second(sc, accelerator, cards, nics) * finish_s
     card_hours = cards * finish_s / HOUR
-    price = sysm.price_card_hour
-    nic_cost = hosts * nics * sysm.nic_price_hour * finish_s / HOUR
-    cost = card_hours * price + nic_cost if price is not None else card_hours
-    step_limit = (task.deadline_s - task.reserved_s) / (iters * (1.0 + overhead))
+    step_limit = (task.deadline_s - task.reserved_s) / (iters * (1.0 + L))
 
     ones = np.ones(np.shape(finish_s))
     out = {
         "cards": cards * ones, "hosts": hosts * ones, "grad_accum": ga * ones,
-        "memory_per_card": mem_total * ones, "states": states * ones, "activations": activations * ones,
-        "temporary": temporary * ones, "compute_s": compute_s * ones, "pure_compute_s": pure_compute_s * ones,
-        "bubble_s": bubble_s * ones, "straggler_s": straggler_s * ones, "comm_link_s": comm_link_s * ones,
-        "comm_exposed_s": comm_exposed_s * ones, "dp_link_s": link_dp * ones, "tp_comm_s": tp_s * ones,
-        "offload_s": offload_s * ones, "input_wait_s": inp.wait_s * ones, "step_s": step_s * ones,
-        "overhead_fraction": overhead * ones, "iterations": iters * ones, "train_s": train_s * ones,
-        "finish_s": finish_s * ones, "card_hours": card_hours * ones, "cost": cost * ones,
-        "checkpoint_bytes": ckpt * ones, "checkpoint_write_s": write_s * ones, "failure_rate": lam * ones,
+        "memory_per_card": mem_total * ones, "states": states * ones, "activations": acts * ones,
+        "temporary": temp * ones, "compute_s": (compute_s - straggler_s) * ones, "pure_compute_s": pure_s * ones,
+        "bubble_s": bubble_s * ones, "straggler_s": straggler_s * ones, "comm_link_s": (link_dp + tp_s) * ones,
+        "comm_exposed_s": (exposed + tp_s) * ones, "dp_link_s": link_dp * ones, "tp_comm_s": tp_s * ones,
+        "offload_s": offload_s * ones, "input_wait_s": sc.input.wait_s * ones, "busy_s": busy * ones,
+        "step_s": step_s * ones, "overhead_fraction": L * ones, "iterations": iters * ones,
+        "train_s": train_s * ones, "finish_s": finish_s * ones, "card_hours": card_hours * ones,
+        "cost": cost * ones, "checkpoint_bytes": write_s * sc.reliability.write_bandwidth * ones,
+        "checkpoint_write_s": write_s * ones, "failure_rate": T.failure_rate(sc, cards) * ones,
         "input_demand": demand * ones, "input_supply": supply * ones,
     }
     heads_ok = (a.heads % tp == 0) & (a.kv_heads % tp == 0)
@@ -269,11 +137,11 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
         "cards.max": (cards, sc.search.max_cards),
         "budget.cost": (cost, np.inf if sc.cost.max_cost is None else sc.cost.max_cost),
     }
-    for name, (v, lim) in cons.items():
-        out[("c", name)] = (_f(v) * ones, _f(lim) * ones)
     feasible = np.ones(np.shape(finish_s), dtype=bool)
     for name in CONSTRAINT_NAMES:
-        v, lim = out[("c", name)]
+        v, lim = cons[name]
+        v, lim = _f(v) * ones, _f(lim) * ones
+        out[("c", name)] = (v, lim)
         feasible &= v <= lim
     out["feasible"] = feasible
     return out
@@ -338,28 +206,6 @@ class Evaluation:
                 "constraints": [c.as_dict() for c in self.constraints], "feasible": self.feasible}
 
 
-def optimal_save_interval(sc: Scenario, cards, save_mode="sync"):
-    """The save interval that minimises the overhead for a card count (backlog-free).
-
-    First order: tau* = sqrt(2 c / lam) (c = write time for sync saves, the snapshot copy for
-    async ones); Poisson-retry: the exact minimiser. Raised to the write time so that uploads never
-    queue (checkpoint.backlog). Without failures, the longest interval: the whole training run.
-    """
-    rel = sc.reliability
-    n_params = param_count(sc.model)
-    write_s = reliability.checkpoint_bytes(n_params, rel.bytes_per_param) / rel.write_bandwidth
-    lam = np.zeros(np.shape(cards)) if rel.card_mtbf_s is None else reliability.job_failure_rate(cards, rel.card_mtbf_s)
-    if rel.event_interval_s:
-        lam = lam + 1.0 / rel.event_interval_s
-    pause = write_s if save_mode == "sync" else rel.snapshot_copy_s
-    if rel.failure_model == "poisson":
-        tau = reliability.optimal_interval_poisson(pause, lam)
-    else:
-        tau = reliability.optimal_interval_first_order(pause, lam)
-    tau = np.maximum(tau, write_s)
-    return np.where(np.isfinite(tau), tau, sc.task.deadline_s)
-
-
 def resolve_plan(sc: Scenario, plan: Plan) -> Plan:
     """Fill derived fields (dp, grad_accum, nics) and validate what can be validated as input."""
     sysm = sc.system(plan.accelerator)
@@ -379,7 +225,7 @@ def resolve_plan(sc: Scenario, plan: Plan) -> Plan:
         raise InputError(f"grad-accum ({plan.grad_accum}) must equal batch / (dp x micro-batch) = {ga}")
     interval = plan.save_interval_s
     if interval == 0:  # "auto": the optimal interval for this card count
-        interval = float(optimal_save_interval(sc, plan.cards, plan.save_mode))
+        interval = float(T.optimal_save_interval(sc, plan.cards, plan.save_mode))
     if interval < 0:
         raise InputError("save interval must be positive")
     nics = plan.nics_per_host or sysm.acc.nics_per_host

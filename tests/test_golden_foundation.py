@@ -1,0 +1,264 @@
+"""Golden figures of the training-systems chapter, as digested in ../shared/REFERENCE.md.
+
+Each test cites the REFERENCE section it reproduces. Expected values are the printed figures (with a
+tolerance at their printed rounding) or derivations written out here; none comes from running the
+code under test.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from tpopt.catalogs import load_catalog
+from tpopt.models import batch, comm, compute, memory
+from tpopt.models.arch import flops_per_token, gemm_params, param_count
+from tpopt.models.units import GB, GIB, MIB, DAY
+
+CAT = load_catalog()
+QWEN = CAT.model("qwen3-8b")
+N = 8_190_735_360
+S = 8192
+B = 384
+TOKENS = 100e9
+RTX = 165.2e12
+H100 = 989e12
+
+
+def rel(x, printed, digits):
+    """|x - printed| within half a unit of the printed last digit."""
+    return abs(x - printed) <= 0.5 * 10 ** (-digits) + 1e-12
+
+
+# ---------------------------------------------------------------- REFERENCE "Conventions"
+
+def test_conventions_param_count_exact():
+    # REFERENCE Conventions: Qwen3-8B N = 8,190,735,360 exactly (untied, q/k norm, 2 norms per layer)
+    assert param_count(QWEN) == N
+
+
+def test_conventions_published_param_counts():
+    # Published counts of the catalog models (model cards / config.json)
+    assert param_count(CAT.model("llama3-8b")) == 8_030_261_248
+    assert param_count(CAT.model("llama3-70b")) == 70_553_706_496
+    assert round(param_count(CAT.model("qwen3-32b")) / 1e9, 1) == 32.8
+    assert round(param_count(CAT.model("gpt3-175b")) / 1e9) == 175
+
+
+def test_conventions_flops_per_token():
+    # REFERENCE Conventions: 6 x GEMM params + 12 L d_attn (s+1)/2 -> 52.7 GFLOP/token, 4.31e14 per sequence
+    gemm = 36 * (4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 12288) + 151936 * 4096
+    assert gemm_params(QWEN) == gemm
+    expected = 6 * gemm + 12 * 36 * 4096 * (S + 1) / 2
+    assert flops_per_token(QWEN, S) == pytest.approx(expected, rel=1e-15)
+    assert rel(flops_per_token(QWEN, S) / 1e9, 52.7, 1)
+    assert rel(flops_per_token(QWEN, S) * S / 1e14, 4.31, 2)
+    # 6N + attention would give 56.4 and must not be what we use
+    assert not rel((6 * N + 12 * 36 * 4096 * (S + 1) / 2) / 1e9, 52.7, 1)
+
+
+def test_conventions_units_and_iterations():
+    # REFERENCE Conventions: 24 GB = 22.35 GiB, 80 GB = 74.5 GiB, 200 Gbit/s = 25 GB/s, ceil(1e11/3,145,728)
+    from tpopt.models.units import parse_bandwidth, parse_bytes
+    assert rel(parse_bytes("24GB") / GIB, 22.35, 2)
+    assert rel(parse_bytes("80GB") / GIB, 74.5, 1)
+    assert parse_bandwidth("200Gbit/s") == 25e9
+    assert compute.iterations(TOKENS, B * S) == 31_790
+
+
+# ---------------------------------------------------------------- 10.1
+
+def test_10_1_budget():
+    # REFERENCE 10.1: 25 usable days / 31,790 steps = 67.9 s; 38,600 token/s over 30 d, 46,300 over 25 d
+    assert rel(25 * DAY / 31_790, 67.9, 1)
+    assert round(TOKENS / (30 * DAY), -2) == 38_600
+    assert round(TOKENS / (25 * DAY), -2) == 46_300
+
+
+def test_10_1_states():
+    # REFERENCE 10.1: 16 B/param -> 131.1 GB = 122.1 GiB; FP32 grads 18 B/param; FP8 copy 1.0002 B (8.2 GB)
+    r = memory.recipe("bf16-mixed")
+    assert r.total == 16
+    assert rel(memory.persistent_state_bytes(N, r) / GB, 131.1, 1)
+    assert rel(memory.persistent_state_bytes(N, r) / GIB, 122.1, 1)
+    assert memory.recipe("bf16-mixed-fp32-grad").total == 18
+    fp8 = memory.recipe("fp8-mixed")
+    assert rel(fp8.weights, 1.0002, 4)
+    assert rel(fp8.weights * N / GB, 8.2, 1)
+    assert fp8.master + fp8.moments == 12  # master and optimizer unchanged
+
+
+def test_10_1_compute():
+    # REFERENCE 10.1: 5.27e21 FLOP; H100 at 40 % = 7,500 token/s/card -> 6 cards; RTX 4090 31 cards;
+    # per step 1.66e17: 78.3 s on 32 cards, 52.2 s on 48 (6.53 s per micro-batch on 48)
+    fpt = flops_per_token(QWEN, S)
+    total = TOKENS * fpt
+    assert rel(total / 1e21, 5.27, 2)
+    assert round(compute.tokens_per_second_per_card(H100, 0.4, fpt), -2) == 7_500
+    assert compute.cards_for_deadline(total, H100, 0.4, 30 * DAY) == 6
+    assert compute.cards_for_deadline(total, RTX, 0.4, 30 * DAY) == 31
+    step = B * S * fpt
+    assert rel(step / 1e17, 1.66, 2)
+    assert rel(compute.compute_time(step, 32, RTX, 0.4), 78.3, 1)
+    assert rel(compute.compute_time(step, 48, RTX, 0.4), 52.2, 1)
+    assert rel(compute.compute_time(step, 48, RTX, 0.4) / 8, 6.53, 2)
+    # two 80 GB cards hold the 131.1 GB state but would need ~77 days
+    assert round(total / (2 * H100 * 0.4) / DAY) == 77
+
+
+def test_10_1_critical_batch():
+    # REFERENCE 10.1.1: S_min = 19,434, E_min = 38.9B; weak 19.4/15.7/13.8/12.8/12.1 d, strong
+    # 19.4/9.8/5.0/2.6/0.8 d; limit 1.64x (2M), 7.36x (20M)
+    b_tok = B * S
+    s_min = batch.min_steps(31_790, b_tok, 2e6)
+    assert round(float(s_min)) == 19_434
+    assert rel(float(batch.min_examples(s_min, 2e6)) / 1e9, 38.9, 1)
+    weak = [batch.weak_scaling_days(s_min, 2e6, b_tok * c / 48, 52.80) for c in (48, 96, 192, 384, 1536)]
+    for got, want in zip(weak, (19.4, 15.7, 13.8, 12.8, 12.1)):
+        assert rel(float(got), want, 1)
+    strong = [batch.strong_scaling_days(31_790, 52.224, 48, c, 0.576) for c in (48, 96, 192, 384, 1536)]
+    for got, want in zip(strong, (19.4, 9.8, 5.0, 2.6, 0.8)):
+        assert rel(float(got), want, 1)
+    assert rel(float(batch.weak_scaling_limit(b_tok, 2e6)), 1.64, 2)
+    assert rel(float(batch.weak_scaling_limit(b_tok, 20e6)), 7.36, 2)
+
+
+# ---------------------------------------------------------------- 10.2
+
+def test_10_2_zero_states():
+    # REFERENCE 10.2: d = 8 -> 122.1 / 42.0 / 28.6 / 15.3 GiB
+    r = memory.recipe("bf16-mixed")
+    got = [memory.zero_state_bytes(N, 8, z, r) / GIB for z in range(4)]
+    for g, want in zip(got, (122.1, 42.0, 28.6, 15.3)):
+        assert rel(float(g), want, 1)
+    # and the formulas themselves: M1 = 4N + 12N/d, M2 = 2N + 14N/d, M3 = 16N/d
+    for d in (2, 7, 48):
+        assert float(memory.zero_state_bytes(N, d, 1, r)) == pytest.approx(4 * N + 12 * N / d)
+        assert float(memory.zero_state_bytes(N, d, 2, r)) == pytest.approx(2 * N + 14 * N / d)
+        assert float(memory.zero_state_bytes(N, d, 3, r)) == pytest.approx(16 * N / d)
+
+
+def test_10_2_design_memory():
+    # REFERENCE 10.2: 16N/d + 10 GiB on 22 GiB: d=8 25.3 (3.3 over); d=16 17.6; 32 cards 3.8 + 10 = 13.8
+    # (8.2 margin); 48 cards 2.5 + 10 = 12.5 (9.5 margin)
+    r = memory.recipe("bf16-mixed")
+    peak = lambda d: float(memory.zero_state_bytes(N, d, 3, r)) / GIB + 10
+    assert rel(peak(8), 25.3, 1) and rel(peak(8) - 22, 3.3, 1)
+    assert rel(peak(16), 17.6, 1)
+    assert rel(peak(32), 13.8, 1) and rel(22 - peak(32), 8.2, 1)
+    assert rel(peak(48), 12.5, 1) and rel(22 - peak(48), 9.5, 1)
+
+
+def test_10_2_peak_is_max_not_sum():
+    # REFERENCE 10.2 / chapter 10.1.2: 8 GiB activations + 4 GiB gather live together = 12 GiB; reused = 8
+    assert memory.peak_with_reuse(0, 8 * GIB + 4 * GIB) == 12 * GIB
+    assert memory.peak_with_reuse(0, 8 * GIB, 4 * GIB) == 8 * GIB
+
+
+def test_10_2_recompute_example():
+    # REFERENCE 10.2.2: h = [128, 12288] fp32 = 6 MiB; per layer 6 + 2 + 2 = 10 MiB rebuildable;
+    # 9-layer stage 90 MiB (94 MB); GEMM inputs 135 -> 45 MiB (142 -> 47 MB); 4 waiting micro-batches 360 MiB
+    g = memory.layer_activation_groups(QWEN, 128, 1, act_bytes=4.0)
+    product = 128 * 12288 * 4
+    assert product == 6 * MIB
+    # our "mlp" group holds the activation output and the product (2 x [128, ffn]); the chapter's
+    # rebuildable set counts the product and the two norm outputs
+    assert float(g["norm"]) == 2 * 2 * MIB
+    rebuildable = product + float(g["norm"])
+    assert rebuildable == 10 * MIB
+    assert 9 * rebuildable == 90 * MIB and round(9 * rebuildable / 1e6) == 94
+    qkv_out = (128 * 4096 + 2 * 128 * 1024 + 128 * 4096) * 4  # Q, K, V and attention output
+    assert qkv_out == 5 * MIB
+    assert 9 * (rebuildable + qkv_out) == 135 * MIB and round(9 * (rebuildable + qkv_out) / 1e6) == 142
+    assert 9 * qkv_out == 45 * MIB and round(9 * qkv_out / 1e6) == 47
+    assert 4 * 9 * rebuildable == 360 * MIB and round(4 * 9 * rebuildable / 1e6) == 377
+
+
+def test_10_2_offload_and_casting():
+    # REFERENCE 10.2.3: T_wait = max(0, V/B - W); G = 96 MiB: PCIe 4.0 4.13 vs 6.59 ms; C2C 1.21 vs 0.75 ms;
+    # B* = 147 GB/s; GPU-cast peak 288 MiB
+    assert comm.offload_wait(64e9, 32e9, 1.5) == pytest.approx(0.5)
+    assert comm.offload_wait(64e9, 32e9, 3.0) == 0.0
+    G = 96 * MIB
+    tc, tg = comm.cast_path_times(G, 32e9, 307.2e9, 1008e9)
+    assert rel(float(tc) * 1e3, 4.13, 2) and rel(float(tg) * 1e3, 6.59, 2)
+    tc, tg = comm.cast_path_times(G, 450e9, 307.2e9, 1008e9)
+    assert rel(float(tc) * 1e3, 1.21, 2) and rel(float(tg) * 1e3, 0.75, 2)
+    assert round(comm.cast_break_even_bandwidth(307.2e9, 1008e9) / 1e9) == 147
+    assert (G + 2 * G) / MIB == 288
+
+
+# ---------------------------------------------------------------- 10.3 communication
+
+def test_10_3_zero3_volume_and_link_time():
+    # REFERENCE 10.3: V = 3m (d-1)/d 2N: 48 cards (m=8) 385 GB, 32 cards (m=12) 571 GB; link 12.0 / 17.9 s
+    v48 = float(comm.zero_dp_volume(3, N, 48, 8))
+    v32 = float(comm.zero_dp_volume(3, N, 32, 12))
+    assert v48 == pytest.approx(3 * 8 * 47 / 48 * 2 * N)
+    assert round(v48 / GB) == 385 and round(v32 / GB) == 571
+    bw = float(comm.dp_ring_bandwidth(32e9, 25e9, 8, 1, 48, 8))
+    assert bw == 32e9  # PCIe 4.0 x16 without P2P; 8 NICs of 200 Gbit/s are not the bottleneck
+    assert rel(v48 / bw, 12.0, 1) and rel(v32 / bw, 17.9, 1)
+    # per micro-batch 1.50 s vs 6.53 s of compute
+    assert rel(v48 / bw / 8, 1.50, 2)
+
+
+def test_10_3_exposed_embedding_pair():
+    # REFERENCE 10.3: exposed = 2 x 1.2447 GB x (d-1)/d / 32 GB/s = 0.08 s
+    emb = 151936 * 4096 * 2
+    assert rel(emb / GB, 1.2447, 4)
+    unh = float(comm.zero_dp_unhidden_bytes(3, 151936 * 4096, 48))
+    assert unh == pytest.approx(2 * emb * 47 / 48)
+    assert rel(unh / 32e9, 0.08, 2)
+    # with enough compute per window, only the unhidable part shows
+    assert float(comm.exposed_time(unh / 32e9, 1.50, 6.53, 8)) == pytest.approx(unh / 32e9)
+
+
+def test_10_3_shared_nic():
+    # REFERENCE 10.3: one 200G NIC per 8-card host: link 15.4 s > 14.5 s cap; per micro-batch 1.92 s;
+    # if prefetch fails 68.1 s
+    bw = float(comm.dp_ring_bandwidth(32e9, 25e9, 1, 1, 48, 8))
+    assert bw == 25e9
+    v48 = float(comm.zero_dp_volume(3, N, 48, 8))
+    assert rel(v48 / bw, 15.4, 1) and rel(v48 / bw / 8, 1.92, 2)
+    compute_s = B * S * flops_per_token(QWEN, S) / (48 * RTX * 0.4)
+    no_overlap = float(comm.exposed_time(0.0, v48 / bw / 8, compute_s / 8, 8, overlap=False))
+    assert rel(compute_s + no_overlap + 0.5, 68.1, 1)
+
+
+def test_10_3_link_busy_and_buckets():
+    # REFERENCE 10.3: 3 ms reduce, 5 ms compute, link busy 4 ms -> 2 ms exposed;
+    # 72 MiB over 4 ranks at 25 GB/s 4.55 ms; three buckets 1.53 ms each, 4.59 total; 400G 2.28 ms
+    assert comm.link_busy_exposure(0.0, 3e-3, 4e-3, 5e-3) == pytest.approx(2e-3)
+    assert comm.link_busy_exposure(0.0, 3e-3, 0.0, 5e-3) == 0.0
+    t1 = float(comm.ring_allreduce_time(72 * MIB, 4, 25e9, 0.02e-3))
+    t3 = float(comm.ring_allreduce_time(72 * MIB, 4, 25e9, 0.02e-3, buckets=3))
+    assert rel(t1 * 1e3, 4.55, 2) and rel(t3 * 1e3, 4.59, 2) and rel(t3 / 3 * 1e3, 1.53, 2)
+    assert rel(float(comm.ring_allreduce_time(72 * MIB, 4, 50e9, 0.02e-3)) * 1e3, 2.28, 2)
+
+
+def test_10_3_causal_pairs():
+    # REFERENCE 10.3: s(s+1)/2: 2 x 4096 -> 16,781,312; 7168 + 1024 -> 26,218,496 (+56 %)
+    pairs = lambda s: s * (s + 1) // 2
+    assert 2 * pairs(4096) == 16_781_312
+    assert pairs(7168) + pairs(1024) == 26_218_496
+    assert round((26_218_496 / 16_781_312 - 1) * 100) == 56
+    # the per-token attention FLOPs use the same average (s + 1)/2 keys
+    from tpopt.models.arch import attention_flops_per_token
+    assert attention_flops_per_token(QWEN, 4096) * 4096 == pytest.approx(12 * 36 * 4096 * pairs(4096))
+
+
+# ---------------------------------------------------------------- 10.6
+
+def test_10_6_amdahl_and_scale():
+    # REFERENCE 10.6: T'/T = 1 - f + f/r: 5 of 100 ms at half bandwidth -> 105 ms; 50 ms -> 150 ms
+    assert float(compute.amdahl_ratio(0.05, 0.5)) * 100 == pytest.approx(105)
+    assert float(compute.amdahl_ratio(0.5, 0.5)) * 100 == pytest.approx(150)
+    # F = 6ND, D = 20T, 40 %: 1T on 16,384 cards: A100 679, H100 214, B200 94 days; B200 17,147 cards
+    # for 90 days; 50 % -> 75 days; with D = 20N, F = 120 N^2
+    F = float(compute.dense_training_flops(1e12, 20e12))
+    days = lambda peak, eta=0.4: F / (16384 * peak * eta) / DAY
+    assert round(days(312e12)) == 679 and round(days(989e12)) == 214 and round(days(2.25e15)) == 94
+    assert compute.cards_for_deadline(F, 2.25e15, 0.4, 90 * DAY) == 17_147
+    assert round(days(2.25e15, 0.5)) == 75
+    assert float(compute.dense_training_flops(1e12, 20 * 1e12)) == 120 * 1e24

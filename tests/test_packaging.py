@@ -1,0 +1,64 @@
+"""The wheel contains every subpackage and catalog file, under the single `tpopt` namespace."""
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SUBPACKAGES = ("models", "optimizer", "catalogs", "cli")
+
+
+def _source_files():
+    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                         text=True)
+    if out.returncode != 0:
+        pytest.skip("not a git checkout")
+    return [ROOT / line for line in out.stdout.splitlines() if (ROOT / line).is_file()]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    src = tmp_path_factory.mktemp("src")
+    for f in _source_files():
+        dest = src / f.relative_to(ROOT)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, dest)
+    out = tmp_path_factory.mktemp("dist")
+    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                        "-w", str(out), str(src)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+    wheels = list(out.glob("tpopt-*.whl"))
+    assert len(wheels) == 1
+    return zipfile.ZipFile(wheels[0])
+
+
+def test_every_subpackage_is_in_the_wheel(wheel):
+    names = set(wheel.namelist())
+    assert "tpopt/__init__.py" in names
+    for sub in SUBPACKAGES:
+        assert f"tpopt/{sub}/__init__.py" in names, sub
+        for py in (ROOT / sub).glob("*.py"):
+            assert f"tpopt/{sub}/{py.name}" in names, py
+
+
+def test_catalog_files_are_in_the_wheel(wheel):
+    names = set(wheel.namelist())
+    tomls = list((ROOT / "catalogs").glob("*.toml"))
+    assert tomls
+    for t in tomls:
+        assert f"tpopt/catalogs/{t.name}" in names
+
+
+def test_no_generic_top_level_packages(wheel):
+    tops = {n.split("/")[0] for n in wheel.namelist()}
+    assert not tops & {"cli", "models", "optimizer", "catalogs", "tests", "benchmarks"}
+    assert not any(n.startswith("tpopt/tests/") or n.startswith("tpopt/benchmarks/") for n in wheel.namelist())
+
+
+def test_console_script_declared(wheel):
+    ep = next(n for n in wheel.namelist() if n.endswith("entry_points.txt"))
+    assert "tpopt = tpopt.cli.main:main" in wheel.read(ep).decode()
