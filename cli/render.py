@@ -114,3 +114,75 @@ def evaluation_text(d: dict) -> str:
     verdict = "feasible" if d["feasible"] else "INFEASIBLE"
     return console_text(head, "", metrics_table(d["metrics"]), "",
                         constraints_table(d["constraints"]), "", f"Verdict: {verdict}")
+
+
+def _objective_text(value: float, objective: str, unit: str) -> str:
+    return f"{value:,.0f} {unit}" if objective == "cost" else f"{value:.2f} d"
+
+
+def binding_lines(binding: list[dict], objective: str, unit: str) -> list[str]:
+    if not binding:
+        return ["Binding constraints: none (no single constraint holds the optimum where it is)."]
+    lines = ["Binding constraints (dropping any one of these alone admits a better plan):"]
+    for b in binding:
+        p = b["plan_without"]
+        v = b["violates"]
+        viol = f"; it would have {v['name']} = {v['value']:,.2f} {v['unit']} against {v['limit']:,.2f}" \
+            if "value" in v else ""
+        lines.append(f"  {b['name']}: without it, {p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, "
+                     f"TP {p['tp']}, PP {p['pp']}) would reach "
+                     f"{_objective_text(b['objective_without'], objective, unit)} "
+                     f"({b['saving'] * 100:.1f} % better){viol}")
+    return lines
+
+
+def _reason(r: dict) -> str:
+    if "value" in r:
+        return f"{r['name']} ({r['value']:,.2f} {r['unit']} > {r['limit']:,.2f})"
+    return r["name"]
+
+
+def alternative_lines(alts: list[dict], objective: str, unit: str) -> list[str]:
+    if not alts:
+        return []
+    lines = ["Why not cheaper:"]
+    for a in alts:
+        if a["feasible"]:
+            lines.append(f"  {a['alternative']}: feasible but {_objective_text(a['objective'], objective, unit)} "
+                         f"({a['delta'] * 100:+.1f} %)")
+        else:
+            together = any(r.get("together") for r in a["ruled_out_by"])
+            joiner = " together with " if together else " or "
+            lines.append(f"  {a['alternative']}: ruled out by " + joiner.join(_reason(r) for r in a["ruled_out_by"]))
+    return lines
+
+
+def top_table(top: list[dict], unit: str) -> Table:
+    t = Table(title="Best plans", title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("#", "accelerator", "cards", "ZeRO", "TP", "PP", "DP", "mb x acc", "recompute", "step s",
+                "finish d", f"cost {unit}"):
+        t.add_column(col, justify="left" if col in ("accelerator", "recompute") else "right")
+    for e in top:
+        p, m = e["plan"], e["metrics"]
+        t.add_row(str(e["rank"]), p["accelerator"], str(p["cards"]), str(p["zero_stage"]), str(p["tp"]), str(p["pp"]),
+                  str(p["dp"]), f"{p['micro_batch']} x {p['grad_accum']}", p["recompute"], f"{m['step_s']:.1f}",
+                  f"{m['finish_days']:.1f}", f"{m['cost']:,.0f}")
+    return t
+
+
+def solve_text(d: dict, sc) -> str:
+    s = d["solver"]
+    unit = d["metrics"].get("cost_unit", "USD")
+    head = (f"tpopt solve: {sc.name}: {sc.model.name}, {sc.task.tokens / 1e9:,.0f}B tokens, "
+            f"deadline {sc.task.deadline_s / 86400:.1f} d (reserved {sc.task.reserved_s / 86400:.1f} d)")
+    status = (f"Status: {d['status']} (solver {s['name']}, {s['wall_s']:.2f} s, {s['points']:,} plans in the space, "
+              f"minimising {d['objective']})")
+    parts = [head, status, "", f"Plan: {plan_line(d['plan'])}", "", metrics_table(d["metrics"], title="Best plan"),
+             "", constraints_table(d["constraints"]), ""]
+    parts += binding_lines(d.get("binding", []), d["objective"], unit)
+    alts = alternative_lines(d.get("alternatives", []), d["objective"], unit)
+    if alts:
+        parts += [""] + alts
+    if len(d.get("top", [])) > 1:
+        parts += ["", top_table(d["top"], unit)]
+    return console_text(*parts)

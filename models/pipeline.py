@@ -4,47 +4,47 @@ One training step runs ``m`` micro-batches through ``p`` pipeline stages (one ca
 executes its operations one at a time in a fixed **slot order** chosen by the schedule; an operation
 starts when the stage is free *and* its input has arrived:
 
-* ``F`` forward of a micro-batch on a stage (or on one chunk of the stage, interleaved);
-* ``B`` backward.  With a split backward (``zb-*``, ``dualpipe*``) ``B`` is only dX, the gradient
-  with respect to the stage input, which the previous stage waits for; otherwise ``B`` is the whole
-  backward (dX + dW in one operation, ``Event.fused``);
+* ``F`` forward of a micro-batch on a stage (on one chunk of the stage when interleaved);
+* ``B`` backward. With a split backward (``zb-*``, ``dualpipe*``) ``B`` is only dX, the gradient with
+  respect to the stage input, which the previous stage waits for; otherwise ``B`` is the whole backward
+  (dX + dW in one operation, ``Event.fused``);
 * ``W`` dW, the weight gradient of the same micro-batch on the same stage; it only has to follow its
   own ``B`` and fills gaps;
-* ``U`` the optimizer update of the stage, after all of the stage's backward work.
+* ``U`` the optimizer update of a stage, right after the stage's last backward work.
 
 Relations (times in seconds)::
 
-    start(op) = max(end(previous op on the stage), arrival(input))
-    arrival   = end(producer on the neighbouring stage) + transfer
-    end(op)   = start(op) + duration(op)
-    U_s       starts at the end of stage s's last B/W;  completion = max_s end(U_s)
+    start(op)  = max(end(previous op on the stage), arrival(input))
+    arrival    = end(producer on the neighbouring stage) + transfer
+    end(op)    = start(op) + duration(op)
+    completion = max over stages s of (end of s's last B/W + update_s)
+    idle_s     = completion - busy_s            bubble fraction = sum_s idle_s / (p x completion)
 
-A boundary transfer crosses one link; the forward direction (activations, stage s -> s+1) and the
-backward direction (gradients, s+1 -> s) are independent links, and a link is modelled as a pure
-latency (no queueing: at most one message per operation end, so a link is never contended when the
-transfer is shorter than the operations). Idle time of a stage = completion - its busy time; the bubble
-fraction is idle / completion (= 1 - u for fill-drain with zero transfer).
+The forward direction (activations, stage s -> s+1) and the backward direction (gradients,
+s+1 -> s) are independent links. A link is a pure latency (no queueing): an operation sends at most one
+message per link, so links only contend when a transfer outlasts the operations that feed it.
 
 Durations are given per *layer group* ``k = 0 .. p-1`` (the layers stage k holds in the plain
-schedules): ``forward[k]``, ``backward_input[k]`` (dX), ``backward_weight[k]`` (dW). Interleaved splits a
-group into ``v`` chunks whose times are proportional to their layer counts; DualPipe runs group ``s`` for
-the down direction and group ``p-1-s`` for the up direction on stage ``s`` (two parameter copies).
+schedules): ``forward[k]``, ``backward_input[k]`` (dX), ``backward_weight[k]`` (dW). Interleaved cuts a
+group into ``v`` chunks whose times are proportional to their layer counts; DualPipe runs group ``s``
+for the down direction and group ``p-1-s`` for the up direction on stage ``s`` (two parameter copies).
 
-Activation memory is counted from the slot order alone: a micro-batch's activations on a stage (or
-chunk) are live from the start of its ``F`` until the end of the operation that finishes its backward
-there -- the fused ``B``, or ``W`` when the backward is split (the chapter keeps the whole set until dW,
-as the event model of 10.3.2 does; the zero-bubble paper counts a smaller dW working set).
+Activation memory follows from the slot order alone: a micro-batch's activations on a stage (chunk)
+are live from the start of its ``F`` until the end of the operation that completes its backward there,
+the fused ``B``, or ``W`` when the backward is split. The chapter's event model keeps the whole set
+until dW, and so does this one; the zero-bubble paper counts the smaller working set dW needs.
 
-The op order depends only on ``(schedule, p, m, v)``; :func:`completion_time` therefore runs the same
-max-plus recurrence once for many duration sets (numpy, vectorised over the duration arrays).
+The op order depends only on ``(schedule, p, m, v)``: :func:`completion_time` runs the same max-plus
+recurrence once for many duration sets (numpy, vectorised over the duration arrays).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -61,90 +61,99 @@ KINDS = ("F", "B", "W", "U")
 
 _F, _B, _W = 0, 1, 2
 _KIND_NAME = ("F", "B", "W")
-# duration codes: kind x group x chunk
-_DF, _DBX, _DBF, _DW = 0, 1, 2, 3  # forward, dX only, fused dX+dW, dW
-# message kinds on a dependency: 0 none / same stage, 1 forward link, 2 backward link
-_MSG_NONE, _MSG_FWD, _MSG_BWD = 0, 1, 2
+_DF, _DBX, _DBF, _DW = 0, 1, 2, 3  # duration kinds: forward, dX only, fused dX + dW, dW
+_MSG_NONE, _MSG_FWD, _MSG_BWD = 0, 1, 2  # link an input arrives on
 
 
 # =============================================================================================
-# closed forms (chapter 10.3.2; balanced stages, zero transfer and update unless stated)
+# closed forms (chapter 10.3.2; balanced stages; zero transfer and update unless stated)
 
 
 def fill_drain_time(p: int, m: int, tf, tb):
-    """Fill-drain (GPipe) step time: ``T = (m + p - 1)(t_f + t_b)`` [s].
+    """Fill-drain (GPipe) step time ``T = (m + p - 1)(t_f + t_b)`` [s].
 
-    ``m`` micro-batches of real work plus ``p - 1`` slots to fill and drain the pipeline.
-    p = 4, m = 8, 10 ms + 20 ms -> 330 ms (REFERENCE.md 10.3).
+    ``m`` slots of real work plus ``p - 1`` to fill and drain the pipeline; p = 4, m = 8,
+    t_f = 10 ms, t_b = 20 ms -> 330 ms (REFERENCE.md 10.3).
     """
-    return (m + p - 1) * (np.asarray(tf, dtype=float) + tb) if not _scalar(tf, tb) else (m + p - 1) * (tf + tb)
+    return (m + p - 1) * (np.add(tf, tb) if not _scalar(tf, tb) else tf + tb)
 
 
 def utilisation(p: int, m: int) -> float:
-    """Fill-drain time utilisation of a card: ``u = m / (m + p - 1)``; p = 4, m = 8 -> 72.7 %."""
+    """Fill-drain time utilisation of a card ``u = m / (m + p - 1)``; p = 4, m = 8 -> 72.7 %."""
     return m / (m + p - 1)
 
 
 def bubble_ratio_1f1b(p: int, m: int) -> float:
-    """Bubble time over useful time of 1F1B / fill-drain: ``(p - 1) / m`` (37.5 % at p = 4, m = 8)."""
+    """Bubble over useful time of fill-drain and 1F1B ``(p - 1) / m``; p = 4: m = 8 -> 37.5 %, m = 16 -> 18.8 %."""
     return (p - 1) / m
 
 
 def bubble_ratio_interleaved(p: int, m: int, v: int = 2) -> float:
-    """Interleaved 1F1B bubble over useful time: ``(1/v) (p - 1) / m`` (Megatron-LM; v chunks per stage)."""
+    """Bubble over useful time of interleaved 1F1B ``(1/v)(p - 1)/m`` (Megatron-LM, v chunks per stage)."""
     return (p - 1) / (v * m)
 
 
 def bubble_1f1b(p: int, tf, tb, tw=0.0):
-    """Per-stage bubble of 1F1B (and fill-drain): ``(p - 1)(T_F + T_B + T_W)`` [s].
+    """Per-stage bubble of 1F1B and fill-drain ``(p - 1)(T_F + T_B + T_W)`` [s].
 
-    ``T_B`` is dX and ``T_W`` dW; with an unsplit backward pass the whole backward as ``tb`` and
-    ``tw = 0``. p = 4, 10 + 10 + 10 ms -> 90 ms.
+    ``T_B`` is dX and ``T_W`` dW (or the whole backward as ``tb`` and ``tw = 0``);
+    p = 4, 10 + 10 + 10 ms -> 90 ms. Exact in this model with zero transfer and update.
     """
     return (p - 1) * (tf + tb + tw)
 
 
-def bubble_zb_h1(p: int, tf, tb, tw):
-    """Per-stage bubble of ZB-H1: ``(p - 1)(T_F + T_B - T_W)`` [s] (zero-bubble paper, table 2).
+def bubble_interleaved(p: int, tf, tb, tw=0.0, v: int = 2):
+    """Per-stage bubble of interleaved 1F1B ``(1/v)(p - 1)(T_F + T_B + T_W)`` [s] (equal chunks).
 
-    dW is postponed into the gaps of the drain. p = 4, 10 + 10 - 10 ms -> 30 ms. In this event model
-    the value is exact (zero transfer, balanced stages) while ``T_W <= T_F`` and ``T_W <= T_B``.
+    Exact in this model for ``m`` a multiple of ``p`` with zero transfer and update.
+    """
+    return (p - 1) * (tf + tb + tw) / v
+
+
+def bubble_zb_h1(p: int, tf, tb, tw):
+    """Per-stage bubble of ZB-H1 ``(p - 1)(T_F + T_B - T_W)`` [s] (zero-bubble paper, table 2).
+
+    dW is postponed into the drain; p = 4, 10 + 10 - 10 ms -> 30 ms. Exact in this model (zero
+    transfer and update, balanced stages) for ``m >= p`` while ``T_W <= T_F`` and ``T_W <= T_B``.
     """
     return (p - 1) * (tf + tb - tw)
 
 
 def bubble_zb_h2(p: int, tf, tb, tw):
-    """Per-stage bubble of ZB-H2 as the zero-bubble paper states it: ``(p - 1)(T_F + T_B - 2 T_W)`` [s].
+    """Per-stage bubble of ZB-H2 as the zero-bubble paper gives it ``(p - 1)(T_F + T_B - 2 T_W)`` [s].
 
-    p = 4, 10 + 10 - 20 ms -> 0. The paper measures it on a staggered (parallelogram) step whose
-    optimizer synchronisation is bypassed; one synchronous step cannot end before the last stage has
-    received its first input and done all its work, so in this event model a stage idles at least
-    ``(p - 1) T_F`` -- see :func:`bubble_zb_h2_synchronous`.
+    p = 4, 10 + 10 - 20 ms -> 0. The paper measures it on staggered steps whose optimizer
+    synchronisation is bypassed; a synchronous step cannot end before the last stage has waited
+    ``(p - 1) T_F`` for its first input and then done all its work: see
+    :func:`bubble_zb_h2_synchronous`.
     """
     return (p - 1) * (tf + tb - 2 * tw)
 
 
 def bubble_zb_h2_synchronous(p: int, tf, tb, tw):
-    """Per-stage bubble of ZB-H2 in one synchronous step: ``(p - 1) max(T_F, T_F + T_B - 2 T_W)`` [s].
+    """Per-stage bubble of ZB-H2 in one synchronous step ``(p - 1) max(T_F, T_F + T_B - 2 T_W)`` [s].
 
-    The larger of the paper's bound and the fill skew ``(p - 1) T_F`` the last stage waits before its
-    first forward. Exact in this event model (zero transfer, balanced stages) while
-    ``T_W <= T_F`` and ``T_W <= T_B``.
+    The larger of the paper's bound and the fill skew ``(p - 1) T_F``. Exact in this model (zero
+    transfer and update, balanced stages) for ``m >= 2p`` while ``T_W <= T_F`` and ``T_W <= T_B``.
     """
-    return (p - 1) * np.maximum(tf, tf + tb - 2 * tw) if not _scalar(tf, tb, tw) else (p - 1) * max(tf, tf + tb - 2 * tw)
+    if _scalar(tf, tb, tw):
+        return (p - 1) * max(tf, tf + tb - 2 * tw)
+    return (p - 1) * np.maximum(tf, np.add(tf, tb) - 2 * np.asarray(tw))
 
 
 def bubble_dualpipe(p: int, f_and_b, b, w):
-    """Per-stage bubble of DualPipe (DeepSeek-V3 table 2): ``(PP/2 - 1)(F&B + B - 3W)`` [s].
+    """Per-stage bubble of DualPipe, DeepSeek-V3 table 2: ``(PP/2 - 1)(F&B + B - 3W)`` [s].
 
-    ``F&B`` is the time of a forward and a backward executed overlapped, ``B`` the whole backward and
-    ``W`` its dW part. Without overlap ``F&B = F + B``: p = 4, 30 + 20 - 30 ms -> 20 ms.
+    ``F&B`` is a forward and a backward executed overlapped, ``B`` the whole backward, ``W`` its dW
+    part. Without overlap ``F&B = F + B``: p = 4, 30 + 20 - 30 ms -> 20 ms. This event model does not
+    overlap F and B, and neither DualPipe ordering meets the formula in general (it is neither an
+    upper nor a lower bound of the simulated idle time).
     """
     return (p // 2 - 1) * (f_and_b + b - 3 * w)
 
 
 def parameter_copies(schedule: str) -> int:
-    """Copies of a stage's parameters a card holds: 2 for DualPipe (one per direction), else 1."""
+    """Copies of its parameters a stage holds: 2 for DualPipe (one per direction), else 1."""
     _check_schedule(schedule)
     return 2 if schedule.startswith("dualpipe") else 1
 
@@ -152,10 +161,10 @@ def parameter_copies(schedule: str) -> int:
 def split_layers(layers: int, chunks: int) -> list[int]:
     """Split ``layers`` into ``chunks`` contiguous chunks, the first ``layers mod chunks`` one layer larger.
 
-    36 layers, 8 chunks -> [5, 5, 5, 5, 4, 4, 4, 4] (chapter 10.3.2, interleaved v = 2 on 4 stages).
+    36 layers into 8 chunks -> [5, 5, 5, 5, 4, 4, 4, 4] (interleaved v = 2 on 4 stages, chapter 10.3.2).
     """
     if chunks < 1 or layers < chunks:
-        raise InputError(f"cannot split {layers} layers into {chunks} chunks of at least one layer")
+        raise InputError(f"cannot split {layers} layers into {chunks} chunks of at least one layer each")
     q, r = divmod(layers, chunks)
     return [q + 1 if i < r else q for i in range(chunks)]
 
@@ -165,7 +174,7 @@ def _scalar(*xs) -> bool:
 
 
 # =============================================================================================
-# slot orders
+# slot orders: per stage, a list of (kind, micro-batch, path position, fused)
 
 
 def _check_schedule(schedule: str) -> None:
@@ -173,39 +182,37 @@ def _check_schedule(schedule: str) -> None:
         raise InputError(f"unknown pipeline schedule {schedule!r} (use one of: {', '.join(SCHEDULES)})")
 
 
-def _check_shape(schedule: str, p: int, m: int, v: int) -> None:
+def _whole(x, name: str, lo: int) -> int:
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < lo:
+        raise InputError(f"{name} must be a whole number >= {lo}, got {x!r}")
+    return int(x)
+
+
+def _check_shape(schedule: str, p: int, m: int, v: int) -> tuple[int, int, int]:
+    """Validate and normalise ``(p, m, v)``; ``v`` is 1 except for the interleaved schedule."""
     _check_schedule(schedule)
-    for name, x, lo in (("stages p", p, 1), ("micro-batches m", m, 1), ("chunks v", v, 1)):
-        if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < lo:
-            raise InputError(f"{name} must be a whole number >= {lo}, got {x!r}")
-    if schedule == "dualpipe-deepseek":
-        if p % 2 or m % 2 or m < 2 * p:
-            raise InputError(
-                f"dualpipe-deepseek needs an even number of stages and an even m >= 2p "
-                f"(DeepSeek's ordering asserts it); got p = {p}, m = {m}")
-    elif schedule == "dualpipe" and m < 2:
+    p = _whole(p, "stages p", 1)
+    m = _whole(m, "micro-batches m", 1)
+    v = _whole(v, "chunks v", 1)
+    if schedule != "interleaved":
+        v = 1
+    elif m > p and m % p:
+        raise InputError(f"interleaved needs m to be a multiple of p when m > p (Megatron-LM's order "
+                         f"deadlocks otherwise); got p = {p}, m = {m}")
+    if schedule == "dualpipe-deepseek" and (p % 2 or m % 2 or m < 2 * p):
+        raise InputError(f"dualpipe-deepseek needs an even number of stages and an even m >= 2p "
+                         f"(DeepSeek's ordering asserts it); got p = {p}, m = {m}")
+    if schedule == "dualpipe" and m < 2:
         raise InputError("dualpipe needs at least 2 micro-batches (one per direction)")
-
-
-def _path_length(schedule: str, p: int, v: int) -> int:
-    """Positions a micro-batch passes through: ``v p`` chunks interleaved, else ``p`` stages."""
-    return v * p if schedule == "interleaved" else p
+    return p, m, v
 
 
 def _halves(m: int) -> tuple[int, int]:
-    """DualPipe split of the micro-batches: the down direction gets ``ceil(m/2)``."""
+    """DualPipe split of the micro-batches: the down direction gets ``ceil(m/2)``, ids first."""
     return (m + 1) // 2, m // 2
 
 
-def _stage_of(schedule: str, p: int, m: int, mb: int, pos: int) -> int:
-    if schedule == "interleaved":
-        return pos % p
-    if schedule.startswith("dualpipe") and mb >= _halves(m)[0]:
-        return p - 1 - pos
-    return pos
-
-
-def _zb_family(m: int, a: int, c: int, mbs: Sequence[int], pos: int, split: bool) -> list[tuple]:
+def _zb_family(a: int, c: int, mbs: Sequence[int], pos: int, split: bool) -> list[tuple]:
     """Slot order ``(F_x, B_{x-a}, W_{x-c})`` for x = 0, 1, ...: ``a`` warm-up forwards, dW lagging.
 
     1F1B is ``a = p-1-s`` with the backward fused; ZB-H1 adds ``c = p-1`` (dW of micro-batch i right
@@ -213,7 +220,7 @@ def _zb_family(m: int, a: int, c: int, mbs: Sequence[int], pos: int, split: bool
     """
     n = len(mbs)
     ops = []
-    last = n + max(a, c) if split else n + a
+    last = n + (max(a, c) if split else a)
     for x in range(last):
         if x < n:
             ops.append((_F, mbs[x], pos, False))
@@ -228,33 +235,30 @@ def _zb_family(m: int, a: int, c: int, mbs: Sequence[int], pos: int, split: bool
 
 
 def _order_fill_drain(p, m):
-    """GPipe: every forward, then every backward in reverse micro-batch order (last in, first out)."""
+    """Fill-drain (GPipe): every forward, then every backward in reverse micro-batch order."""
     return [[(_F, i, s, False) for i in range(m)] + [(_B, i, s, True) for i in reversed(range(m))]
             for s in range(p)]
 
 
 def _order_1f1b(p, m):
     """1F1B (PipeDream-flush): stage s runs min(p-1-s, m) warm-up forwards, then alternates F, B."""
-    mbs = range(m)
-    return [_zb_family(m, p - 1 - s, 0, mbs, s, split=False) for s in range(p)]
+    return [_zb_family(p - 1 - s, 0, range(m), s, split=False) for s in range(p)]
 
 
 def _order_zb_h1(p, m):
-    """ZB-H1: 1F1B slots with dX as B; stage s runs dW(i) right after dX(i+s), its last s dW at the end."""
-    mbs = range(m)
-    return [_zb_family(m, p - 1 - s, p - 1, mbs, s, split=True) for s in range(p)]
+    """ZB-H1: the 1F1B slots with dX as B; stage s runs dW(i) right after dX(i+s), its last s dW at the end."""
+    return [_zb_family(p - 1 - s, p - 1, range(m), s, split=True) for s in range(p)]
 
 
 def _order_zb_h2(p, m):
-    """ZB-H2: stage s runs 2(p-1-s) extra warm-up forwards, then (F_x, dX_{x-2(p-1-s)}, dW_{x-2(p-1)})."""
-    mbs = range(m)
-    return [_zb_family(m, 2 * (p - 1 - s), 2 * (p - 1), mbs, s, split=True) for s in range(p)]
+    """ZB-H2: stage s runs 2(p-1-s) warm-up forwards, then ``(F_x, dX_{x-2(p-1-s)}, dW_{x-2(p-1)})``."""
+    return [_zb_family(2 * (p - 1 - s), 2 * (p - 1), range(m), s, split=True) for s in range(p)]
 
 
 def _order_interleaved(p, m, v):
-    """Interleaved 1F1B (Megatron-LM virtual pipeline), chunk c of stage s at path position c p + s.
+    """Interleaved 1F1B (Megatron-LM virtual pipeline); chunk c of stage s is path position ``c p + s``.
 
-    Forwards go in groups of p micro-batches, chunk 0 .. v-1 within a group; backwards the same with
+    Forwards go in groups of p micro-batches, chunks 0 .. v-1 within a group; backwards the same with
     the chunks reversed. Stage s runs ``min(2(p-1-s) + (v-1) p, m v)`` warm-up forwards, then
     alternates one forward and one backward, then drains the backwards.
     """
@@ -280,104 +284,192 @@ def _order_interleaved(p, m, v):
     return orders
 
 
+DUALPIPE_RULE = (
+    "each direction (half of the micro-batches, own parameter copy) runs as split-backward 1F1B: at "
+    "path position pos, p-1-pos warm-up forwards, then F and dX alternating, dW(i) right after "
+    "dX(i+p-1-pos); the two directions are merged on each stage by a list schedule (earliest possible "
+    "start first; ties: dX, then F, then dW, then the down direction) evaluated once at the reference "
+    "proportions F = dX = dW = 10, transfer = 1, and frozen"
+)
+"""How the chapter's DualPipe (``"dualpipe"``) orders its slots; the order depends only on (p, m)."""
+
+_REF_DUR = {_F: 10, _B: 10, _W: 10}  # integer reference proportions, so ties are exact
+_REF_T = 1
+_PRIORITY = {_B: 0, _F: 1, _W: 2}
+
+
 def _order_dualpipe_chapter(p, m):
-    """The chapter's DualPipe rule (see :data:`DUALPIPE_RULE`)."""
+    """The chapter's DualPipe rule, :data:`DUALPIPE_RULE`.
+
+    Down direction: micro-batches 0 .. ceil(m/2)-1 enter at stage 0 (position pos = s); up direction:
+    the others enter at stage p-1 (pos = p-1-s). Per direction and stage the order is
+    ``(F_x, dX_{x-a}, dW_{x-2a})`` with ``a = p-1-pos``. The chapter does not state how a stage
+    interleaves its two directions; the list schedule at reference proportions fixes it (it reproduces
+    306 / 558 ms, and so do the other tie orders tried).
+    """
     down, up = _halves(m)
-    orders = []
+    seqs = []
     for s in range(p):
-        seqs = []
+        pair = []
         for d, (n, first) in enumerate(((down, 0), (up, down))):
             pos = s if d == 0 else p - 1 - s
             a = p - 1 - pos
-            seqs.append(_zb_family(n, a, 2 * a, range(first, first + n), pos, split=True))
-        orders.append(_merge_alternate(seqs[0], seqs[1]))
-    return orders
+            pair.append(_zb_family(a, 2 * a, range(first, first + n), pos, split=True))
+        seqs.append(pair)
 
+    # integer ids for speed: producer, latency, and the stage of the cross-stage consumer
+    ops: list = []
+    gid: dict = {}
+    seq_ids = []
+    for s in range(p):
+        pair = []
+        for d in (0, 1):
+            ids = []
+            for op in seqs[s][d]:
+                gid[op[:3]] = len(ops)
+                ids.append(len(ops))
+                ops.append((op, s))
+            pair.append(ids)
+        seq_ids.append(pair)
+    n = len(ops)
+    prod = [-1] * n
+    lat = [0] * n
+    consumer_stage = [-1] * n
+    for k, ((kind, mb, pos, _), s) in enumerate(ops):
+        pkey, link = _producer(kind, mb, pos, p - 1)
+        if pkey is not None:
+            q = gid[pkey]
+            prod[k] = q
+            if link != _MSG_NONE:
+                lat[k] = _REF_T
+                consumer_stage[q] = s
+    prio = [_PRIORITY[op[0]] for op, _ in ops]
+    dur = [_REF_DUR[op[0]] for op, _ in ops]
+    end = [-1] * n
+    ptr = [[0, 0] for _ in range(p)]
+    free = [0] * p
+    version = [0] * p
+    out: list[list] = [[] for _ in range(p)]
+    heap: list = []
 
-def _merge_alternate(x, y):
-    out = []
-    for i in range(max(len(x), len(y))):
-        if i < len(x):
-            out.append(x[i])
-        if i < len(y):
-            out.append(y[i])
+    lens = [(len(a), len(b)) for a, b in seq_ids]
+    heappush, heappop = heapq.heappush, heapq.heappop
+
+    def push(s):
+        """Queue stage s's best head: (possible start, kind priority, direction, stage, version)."""
+        version[s] += 1
+        best = None
+        fs = free[s]
+        ps = ptr[s]
+        for d in (0, 1):
+            j = ps[d]
+            if j < lens[s][d]:
+                k = seq_ids[s][d][j]
+                q = prod[k]
+                if q < 0:
+                    r = fs
+                else:
+                    e = end[q]
+                    if e < 0:
+                        continue
+                    r = e + lat[k]
+                    if r < fs:
+                        r = fs
+                if best is None or r < best[0] or (r == best[0] and prio[k] < best[1]):
+                    best = (r, prio[k], d)
+        if best is not None:
+            heappush(heap, (best[0], best[1], best[2], s, version[s]))
+
+    for s in range(p):
+        push(s)
+    while heap:
+        t, _, d, s, ver = heappop(heap)
+        if ver != version[s]:
+            continue
+        k = seq_ids[s][d][ptr[s][d]]
+        ptr[s][d] += 1
+        end[k] = free[s] = t + dur[k]
+        out[s].append(ops[k][0])
+        push(s)
+        c = consumer_stage[k]
+        if c >= 0:  # the consumer on the neighbouring stage may now be ready
+            push(c)
+    if any(ptr[s][d] != len(seq_ids[s][d]) for s in range(p) for d in (0, 1)):
+        raise AssertionError(f"dualpipe p={p} m={m}: the direction orders deadlock")
     return out
 
 
 def _order_dualpipe_deepseek(p, m):
-    """DeepSeek-V3's published DualPipe ordering (deepseek-ai/DualPipe ``DualPipe.step``), per rank.
+    """DeepSeek-V3's published DualPipe ordering (``DualPipe.step`` in deepseek-ai/DualPipe), per rank.
 
-    Phase 0 is the direction in which the rank sits in the first half (position h = min(r, p-1-r)),
+    Phase 0 is the direction in which rank r sits in the first half (position h = min(r, p-1-r)),
     phase 1 the other one. Steps: (p/2-h-1)*2 x F0; (h+1) x [F0, F1]; (p/2-h-1) x [dX1, W, F1];
-    (m/2-p+h+1) x [F0, B1, F1, B0]; (p/2-h-1) x [B1, F1, B0]; (h+1) x [B1, B0] switching to split
-    backward half-way; (p/2-h-1) x [W, dX0]; (h+1) x W. B without a following W is the full backward;
-    the F&B pairs are not overlapped in this model (F then B). W pops split backwards first in, first out.
+    (m/2-p+h+1) x [F0, B1, F1, B0]; (p/2-h-1) x [B1, F1, B0]; (h+1) x [B1, B0], switching to split
+    backwards half-way; (p/2-h-1) x [W, dX0]; (h+1) x W. A B without its own W is the whole backward;
+    W runs the oldest pending dW. The overlapped F&B pairs run one after the other here (F, then B).
     """
     half = m // 2
-    P2 = p // 2
+    p2 = p // 2
     orders = []
     for r in range(p):
         h = min(r, p - 1 - r)
-        second = r >= P2
-        # phase -> (direction, position on this rank, first micro-batch id)
-        phase_dir = (1, 0) if second else (0, 1)
+        phase_dir = (1, 0) if r >= p2 else (0, 1)
         nf, nb = [0, 0], [0, 0]
-        wq: deque = deque()
+        pending: deque = deque()
         ops: list = []
 
         def key(ph, k):
             d = phase_dir[ph]
-            pos = r if d == 0 else p - 1 - r
-            return k + (half if d == 1 else 0), pos
+            return k + (half if d == 1 else 0), (r if d == 0 else p - 1 - r)
 
-        def F(ph):
+        def fwd(ph):
             mb, pos = key(ph, nf[ph])
             nf[ph] += 1
             ops.append((_F, mb, pos, False))
 
-        def B(ph, zb):
+        def bwd(ph, split):
             mb, pos = key(ph, nb[ph])
             nb[ph] += 1
-            ops.append((_B, mb, pos, not zb))
-            if zb:
-                wq.append((mb, pos))
+            ops.append((_B, mb, pos, not split))
+            if split:
+                pending.append((mb, pos))
 
-        def W():
-            mb, pos = wq.popleft()
+        def wgt():
+            mb, pos = pending.popleft()
             ops.append((_W, mb, pos, False))
 
-        for _ in range((P2 - h - 1) * 2):
-            F(0)
+        for _ in range((p2 - h - 1) * 2):
+            fwd(0)
         for _ in range(h + 1):
-            F(0)
-            F(1)
-        for _ in range(P2 - h - 1):
-            B(1, True)
-            W()
-            F(1)
+            fwd(0)
+            fwd(1)
+        for _ in range(p2 - h - 1):
+            bwd(1, True)
+            wgt()
+            fwd(1)
         for _ in range(half - p + h + 1):
-            F(0)
-            B(1, False)
-            F(1)
-            B(0, False)
-        for _ in range(P2 - h - 1):
-            B(1, False)
-            F(1)
-            B(0, False)
-        zb = False
+            fwd(0)
+            bwd(1, False)
+            fwd(1)
+            bwd(0, False)
+        for _ in range(p2 - h - 1):
+            bwd(1, False)
+            fwd(1)
+            bwd(0, False)
+        split = False
         for i in range(h + 1):
             if i == (h + 1) // 2 and h % 2 == 1:
-                zb = True
-            B(1, zb)
+                split = True
+            bwd(1, split)
             if i == (h + 1) // 2 and h % 2 == 0:
-                zb = True
-            B(0, zb)
-        for _ in range(P2 - h - 1):
-            W()
-            B(0, True)
+                split = True
+            bwd(0, split)
+        for _ in range(p2 - h - 1):
+            wgt()
+            bwd(0, True)
         for _ in range(h + 1):
-            W()
-        assert not wq and nf == [half, half] and nb == [half, half]
+            wgt()
+        assert not pending and nf == [half, half] and nb == [half, half]
         orders.append(ops)
     return orders
 
@@ -385,11 +477,11 @@ def _order_dualpipe_deepseek(p, m):
 def slot_orders(schedule: str, p: int, m: int, v: int = 2) -> list[list[tuple]]:
     """Per-stage slot order: lists of ``(kind, micro_batch, position, fused)``.
 
-    ``kind`` is 0 F, 1 B, 2 W; ``position`` the place on the micro-batch's path (stage index, chunk
-    ``c p + s`` interleaved, ``p-1-s`` for the up direction of DualPipe); ``fused`` marks a backward
-    that includes dW.
+    ``kind`` is 0 F, 1 B, 2 W; ``position`` the place on the micro-batch's path (the stage index;
+    ``c p + s`` for chunk c interleaved; ``p-1-s`` for DualPipe's up direction); ``fused`` marks a
+    backward that includes dW.
     """
-    _check_shape(schedule, p, m, v)
+    p, m, v = _check_shape(schedule, p, m, v)
     if schedule == "fill-drain":
         return _order_fill_drain(p, m)
     if schedule == "1f1b":
@@ -406,7 +498,7 @@ def slot_orders(schedule: str, p: int, m: int, v: int = 2) -> list[list[tuple]]:
 
 
 # =============================================================================================
-# compiled program: a topological order of every op with its single cross-stage input
+# compiled program: every op in a topological order, with its one input from another stage
 
 
 @dataclass(frozen=True)
@@ -415,173 +507,602 @@ class _Program:
     p: int
     m: int
     v: int
-    orders: tuple  # per stage, tuple of (kind, mb, pos, fused)
-    # topological order (one entry per op)
-    stage: np.ndarray  # int
-    code: np.ndarray  # duration code
-    dep: np.ndarray  # topological index of the producer on another stage, -1 if none
-    msg: np.ndarray  # 0 none, 1 forward link, 2 backward link
-    kind: np.ndarray
-    mb: np.ndarray
-    pos: np.ndarray
-    fused: np.ndarray
-    level: np.ndarray
-    # vectorised execution plan, one entry per wave
-    waves: tuple
-    n_slots: int
+    orders: tuple  # per stage: tuple of (kind, mb, pos, fused) in slot order
+    # per op in topological order
+    stage: list
+    code: list  # duration code (kind * p + group) * v + chunk
+    dep: list  # topological index of the producer on another stage, -1 if none
+    msg: list  # link of that input: 1 forward, 2 backward, 0 none
+    level: list  # longest-path depth: ops of one level are independent
+    # per op in slot order, stage after stage ("gid")
+    offsets: tuple  # stage s holds gids offsets[s] .. offsets[s+1]-1
+    topo: list  # gid -> topological index
+    kind_g: np.ndarray
+    mb_g: np.ndarray
+    pos_g: np.ndarray
+    fused_g: np.ndarray
+
+    @property
+    def n_ops(self) -> int:
+        return len(self.stage)
 
 
-def _duration_code(schedule: str, p: int, v: int, kind: int, pos: int, fused: bool) -> int:
-    group, chunk = _group_chunk(schedule, p, pos)
-    k = _DF if kind == _F else _DW if kind == _W else (_DBF if fused else _DBX)
-    return (k * p + group) * v + chunk
+def _producer(kind: int, mb: int, pos: int, last_pos: int):
+    """The op whose end an op waits for, and the link it arrives on (before same-stage elision)."""
+    if kind == _F:
+        return ((_F, mb, pos - 1), _MSG_FWD) if pos > 0 else (None, _MSG_NONE)
+    if kind == _B:
+        return ((_B, mb, pos + 1), _MSG_BWD) if pos < last_pos else ((_F, mb, pos), _MSG_NONE)
+    return (_B, mb, pos), _MSG_NONE
 
 
-def _group_chunk(schedule: str, p: int, pos: int) -> tuple[int, int]:
-    if schedule == "interleaved":
-        return pos % p, pos // p
-    return pos, 0
-
-
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=16)
 def _program(schedule: str, p: int, m: int, v: int) -> _Program:
-    if schedule != "interleaved":
-        v_eff = 1
-    else:
-        v_eff = v
-    orders = slot_orders(schedule, p, m, v_eff)
-    L = _path_length(schedule, p, v_eff)
-    index: dict = {}  # (kind, mb, pos) -> topological id
-    where: dict = {}  # (kind, mb, pos) -> (stage, slot)
+    """Compile the slot orders into a topological order (cached; depends only on the shape)."""
+    orders = slot_orders(schedule, p, m, v)
+    inter = schedule == "interleaved"
+    last_pos = (v * p if inter else p) - 1
+    offsets = [0]
+    for ops in orders:
+        offsets.append(offsets[-1] + len(ops))
+    n = offsets[-1]
+    gid_of = {}
     for s, ops in enumerate(orders):
+        base = offsets[s]
         for j, op in enumerate(ops):
-            where[op[:3]] = (s, j)
-
-    def producer(op):
-        """The op this one waits for, and on which link: (key, msg) or None."""
-        kind, mb, pos, _ = op
-        if kind == _F:
-            return ((_F, mb, pos - 1), _MSG_FWD) if pos > 0 else None
-        if kind == _B:
-            return ((_B, mb, pos + 1), _MSG_BWD) if pos < L - 1 else ((_F, mb, pos), _MSG_NONE)
-        return (_B, mb, pos), _MSG_NONE
-
-    n_total = sum(len(o) for o in orders)
-    stage = np.empty(n_total, dtype=np.int64)
-    code = np.empty(n_total, dtype=np.int64)
-    dep = np.full(n_total, -1, dtype=np.int64)
-    msg = np.zeros(n_total, dtype=np.int64)
-    kind_a = np.empty(n_total, dtype=np.int8)
-    mb_a = np.empty(n_total, dtype=np.int64)
-    pos_a = np.empty(n_total, dtype=np.int64)
-    fused_a = np.zeros(n_total, dtype=bool)
-    level = np.empty(n_total, dtype=np.int64)
-
-    ptr = [0] * p
-    stage_level = [0] * p
-    nxt = 0
-    while nxt < n_total:
+            gid_of[op[:3]] = base + j
+    prod = [-1] * n
+    link = [_MSG_NONE] * n
+    code = [0] * n
+    stage_g = [0] * n
+    g = 0
+    for s, ops in enumerate(orders):
+        lo, hi = offsets[s], offsets[s + 1]
+        for kind, mb, pos, fused in ops:
+            pkey, lk = _producer(kind, mb, pos, last_pos)
+            if pkey is not None:
+                q = gid_of[pkey]
+                if lo <= q < hi:  # same stage: the slot order itself must respect the input
+                    if q >= g:
+                        raise AssertionError(f"{schedule}: stage {s} runs {(kind, mb, pos)} before {pkey}")
+                else:
+                    prod[g] = q
+                    link[g] = lk
+            group, chunk = (pos % p, pos // p) if inter else (pos, 0)
+            k = _DF if kind == _F else _DW if kind == _W else (_DBF if fused else _DBX)
+            code[g] = (k * p + group) * v + chunk
+            stage_g[g] = s
+            g += 1
+    # place ops stage by stage as far as their inputs allow, round robin until all are placed
+    topo = [-1] * n
+    level_g = [0] * n
+    placed: list[int] = []
+    ptr = offsets[:-1]
+    next_level = [0] * p
+    while len(placed) < n:
         progressed = False
         for s in range(p):
-            ops = orders[s]
-            j = ptr[s]
-            lv_stage = stage_level[s]
-            while j < len(ops):
-                op = ops[j]
-                prod = producer(op)
-                d, mk, lv = -1, _MSG_NONE, lv_stage
-                if prod is not None:
-                    pkey, mk = prod
-                    ps, pj = where.get(pkey, (None, None))
-                    if ps is None:
-                        raise AssertionError(f"{schedule}: no producer {pkey} for {op}")
-                    if ps == s:  # same stage: the slot order must already respect it
-                        if pj >= j:
-                            raise AssertionError(f"{schedule}: stage {s} runs {op} before its input {pkey}")
-                        mk = _MSG_NONE
-                    else:
-                        d = index.get(pkey, -1)
-                        if d < 0:
-                            break  # input not produced yet: try the other stages
-                        if level[d] + 1 > lv:
-                            lv = level[d] + 1
-                    if ps == s:
-                        d = -1
-                t = nxt
-                index[op[:3]] = t
-                stage[t] = s
-                code[t] = _duration_code(schedule, p, v_eff, op[0], op[2], op[3])
-                dep[t] = d
-                msg[t] = mk if d >= 0 else _MSG_NONE
-                kind_a[t], mb_a[t], pos_a[t], fused_a[t] = op[0], op[1], op[2], op[3]
-                level[t] = lv
-                lv_stage = lv + 1
-                nxt += 1
+            j, hi, lv0 = ptr[s], offsets[s + 1], next_level[s]
+            j0 = j
+            while j < hi:
+                q = prod[j]
+                lv = lv0
+                if q >= 0:
+                    if topo[q] < 0:
+                        break  # input not produced yet: go on with the other stages
+                    if level_g[q] >= lv:
+                        lv = level_g[q] + 1
+                topo[j] = len(placed)
+                placed.append(j)
+                level_g[j] = lv
+                lv0 = lv + 1
                 j += 1
-            if j != ptr[s]:
-                progressed = True
+            if j != j0:
                 ptr[s] = j
-                stage_level[s] = lv_stage
+                next_level[s] = lv0
+                progressed = True
         if not progressed:
-            stuck = {s: orders[s][ptr[s]] for s in range(p) if ptr[s] < len(orders[s])}
+            stuck = {s: orders[s][ptr[s] - offsets[s]] for s in range(p) if ptr[s] < offsets[s + 1]}
             raise AssertionError(f"{schedule} p={p} m={m} v={v}: slot order deadlocks at {stuck}")
+    flat = [op for ops in orders for op in ops]
+    return _Program(
+        schedule, p, m, v, tuple(tuple(o) for o in orders),
+        stage=[stage_g[j] for j in placed], code=[code[j] for j in placed],
+        dep=[topo[prod[j]] if prod[j] >= 0 else -1 for j in placed], msg=[link[j] for j in placed],
+        level=[level_g[j] for j in placed], offsets=tuple(offsets), topo=topo,
+        kind_g=np.array([o[0] for o in flat], dtype=np.int8), mb_g=np.array([o[1] for o in flat], dtype=np.int64),
+        pos_g=np.array([o[2] for o in flat], dtype=np.int64), fused_g=np.array([o[3] for o in flat], dtype=bool))
 
-    waves, n_slots = _plan_waves(stage, code, dep, msg, level)
-    return _Program(schedule, p, m, v_eff, tuple(tuple(o) for o in orders), stage, code, dep, msg,
-                    kind_a, mb_a, pos_a, fused_a, level, waves, n_slots)
+
+def _get_program(schedule: str, p: int, m: int, v: int) -> _Program:
+    return _program(schedule, *_check_shape(schedule, p, m, v))
+
+
+# =============================================================================================
+# inputs
+
+
+def _per_group(value, p: int, what: str) -> list[float]:
+    """A time or size given once for every layer group, or one value per group (length p)."""
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        vals = [float(value)]
+    elif isinstance(value, (str, bytes, bool)) or value is None:
+        raise InputError(f"{what}: expected a number or {p} numbers, got {value!r}")
+    else:
+        try:
+            vals = [float(x) for x in value]
+        except (TypeError, ValueError):
+            raise InputError(f"{what}: expected a number or {p} numbers, got {value!r}") from None
+        if len(vals) not in (1, p):
+            raise InputError(f"{what}: expected one value per stage ({p}), got {len(vals)}")
+    for x in vals:
+        if not math.isfinite(x) or x < 0:
+            raise InputError(f"{what}: {x!r} must be a finite value >= 0")
+    return vals * p if len(vals) == 1 else vals
+
+
+def _chunk_fractions(schedule: str, p: int, v: int, chunk_layers) -> list[list[float]]:
+    """``frac[g][c]``: share of layer group g's time (and activations) taken by its chunk c.
+
+    Interleaved: ``chunk_layers`` lists the layers of the ``v p`` chunks in path order (chunk c of
+    stage s is entry ``c p + s``): [5,5,5,5,4,4,4,4] -> stage 0 holds 5 + 4 layers, its chunks take
+    5/9 and 4/9 of its time. Without ``chunk_layers`` every chunk is 1/v of its stage.
+    """
+    if schedule != "interleaved":
+        if chunk_layers is not None:
+            raise InputError(f"chunk layers apply to the interleaved schedule only, not {schedule!r}")
+        return [[1.0] for _ in range(p)]
+    if chunk_layers is None:
+        return [[1.0 / v] * v for _ in range(p)]
+    layers = list(chunk_layers)
+    if len(layers) != v * p:
+        raise InputError(f"chunk layers: expected v x p = {v * p} chunk sizes, got {len(layers)}")
+    if any(isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < 1 for x in layers):
+        raise InputError(f"chunk layers must be whole numbers >= 1, got {layers}")
+    out = []
+    for s in range(p):
+        mine = [int(layers[c * p + s]) for c in range(v)]
+        total = sum(mine)
+        out.append([x / total for x in mine])
+    return out
+
+
+def _duration_table(p: int, v: int, forward, bx, bw, frac) -> list[float]:
+    """Duration of every code ``(kind, group, chunk)``: base time of the group x chunk share.
+
+    Fused backward = (dX + dW) x share; both :func:`simulate` and :func:`completion_time` evaluate
+    exactly these products, so their results agree bit for bit.
+    """
+    table = [0.0] * (4 * p * v)
+    for g in range(p):
+        base = (forward[g], bx[g], bx[g] + bw[g], bw[g])
+        for c in range(v):
+            for k in range(4):
+                table[(k * p + g) * v + c] = base[k] * frac[g][c]
+    return table
+
+
+# =============================================================================================
+# results
+
+
+class Event(NamedTuple):
+    """One operation on one stage; times in seconds."""
+
+    stage: int
+    kind: str  # "F", "B" (dX, or the whole backward when fused), "W" (dW), "U" (update)
+    microbatch: int  # -1 for U
+    start: float
+    end: float
+    chunk: int = 0  # interleaved model chunk 0 .. v-1
+    direction: int = 0  # DualPipe: 0 enters at stage 0, 1 enters at stage p-1
+    fused: bool = False  # a B that includes dW
+
+    def label(self) -> str:
+        if self.kind == "U":
+            return "U"
+        tag = f"{self.kind}{self.microbatch}"
+        if self.chunk:
+            tag += f"c{self.chunk}"
+        return tag + ("'" if self.direction else "")
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    """One simulated step. Times in seconds, sizes in bytes, counts per step; tuples are per stage."""
+
+    schedule: str
+    p: int
+    m: int
+    v: int
+    completion: float  # end of the last update
+    busy: tuple  # sum of the stage's operation times, update included
+    idle: tuple  # completion - busy
+    bubble_fraction: float  # sum of idle / (p x completion)
+    forward_messages: int  # activation transfers between stages
+    messages: int  # activation + gradient transfers
+    peak_inflight: tuple  # peak live micro-batch activation sets (1 = one whole layer group)
+    peak_activation_bytes: tuple
+    buffer_bytes: tuple  # send/receive buffers held
+    peak_bytes: tuple  # peak activations + buffers
+    parameter_copies: int
+    _trace: tuple = field(default=(), repr=False, compare=False)  # (program, start, end, update spans)
+
+    @cached_property
+    def events(self) -> tuple:
+        """Every operation as an :class:`Event`, stage after stage in slot order, each update last."""
+        if not self._trace:
+            return ()
+        prog, start, end, u_span = self._trace
+        p = prog.p
+        topo = prog.topo
+        down = _halves(prog.m)[0]
+        dual = prog.schedule.startswith("dualpipe")
+        inter = prog.schedule == "interleaved"
+        kinds = [_KIND_NAME[k] for k in prog.kind_g.tolist()]
+        mbs = prog.mb_g.tolist()
+        pos = prog.pos_g.tolist()
+        fused = prog.fused_g.tolist()
+        out = []
+        for s in range(p):
+            for g in range(prog.offsets[s], prog.offsets[s + 1]):
+                i = topo[g]
+                out.append(Event(s, kinds[g], mbs[g], start[i], end[i], pos[g] // p if inter else 0,
+                                 1 if dual and mbs[g] >= down else 0, fused[g]))
+            out.append(Event(s, "U", -1, u_span[s][0], u_span[s][1]))
+        return tuple(out)
+
+    def stage_events(self, stage: int) -> list:
+        return [e for e in self.events if e.stage == stage]
+
+    def as_dict(self, *, events: bool = False) -> dict:
+        """Plain data in a fixed key order (JSON-ready); times in seconds, sizes in bytes."""
+        d = {
+            "schedule": self.schedule,
+            "stages": self.p,
+            "microbatches": self.m,
+            "chunks": self.v,
+            "completion_s": self.completion,
+            "busy_s": list(self.busy),
+            "idle_s": list(self.idle),
+            "bubble_fraction": self.bubble_fraction,
+            "forward_messages": self.forward_messages,
+            "messages": self.messages,
+            "peak_inflight": list(self.peak_inflight),
+            "peak_activation_bytes": list(self.peak_activation_bytes),
+            "buffer_bytes": list(self.buffer_bytes),
+            "peak_bytes": list(self.peak_bytes),
+            "parameter_copies": self.parameter_copies,
+        }
+        if events:
+            d["events"] = [
+                {"stage": e.stage, "kind": e.kind, "microbatch": e.microbatch, "chunk": e.chunk,
+                 "direction": e.direction, "fused": e.fused, "start_s": e.start, "end_s": e.end}
+                for e in self.events
+            ]
+        return d
+
+
+# =============================================================================================
+# simulation
+
+
+def simulate(schedule: str, p: int, m: int, forward, backward_input, backward_weight=0.0,
+             transfer=0.0, update=0.0, *, v: int = 2, chunk_layers=None, transfer_backward=None,
+             activation=0.0, buffer=0.0) -> PipelineResult:
+    """Simulate one step of ``schedule`` on ``p`` stages with ``m`` micro-batches (event model above).
+
+    Times in seconds, per layer group (one number for all groups, or ``p`` numbers):
+    ``forward`` F; ``backward_input`` dX; ``backward_weight`` dW (0 when the backward is not split:
+    then pass the whole backward as ``backward_input``); ``update`` each stage's optimizer step.
+    ``transfer`` is the boundary transfer of an activation (forward link), ``transfer_backward`` that
+    of a gradient (backward link; default the same). ``v`` and ``chunk_layers`` apply to
+    ``interleaved`` (see :func:`split_layers`). ``activation`` is the bytes of one micro-batch's
+    activations of a whole layer group, ``buffer`` the bytes of one send or receive buffer.
+
+    Slot rules (chapter 10.3.2 / REFERENCE.md 10.3): fill-drain all F then all B; 1F1B p-1-s warm-up
+    forwards then alternating; interleaved as Megatron-LM; ZB-H1 dW(i) right after dX(i+s); ZB-H2
+    2(p-1-s) warm-up forwards, dW(i) after dX(i+2s); ``dualpipe`` :data:`DUALPIPE_RULE`;
+    ``dualpipe-deepseek`` DeepSeek's published ordering.
+
+    Schedules that fuse the backward run dX + dW as one ``B``. Split schedules given
+    ``backward_weight = 0`` keep their dW slots as zero-length ``W`` (ZB-H1 then times exactly like
+    1F1B; activations are still released at the dW slot).
+    """
+    prog = _get_program(schedule, p, m, v)
+    p, m, v = prog.p, prog.m, prog.v
+    fwd = _per_group(forward, p, "forward time")
+    bx = _per_group(backward_input, p, "backward (dX) time")
+    bw = _per_group(backward_weight, p, "backward weight (dW) time")
+    upd = _per_group(update, p, "update time")
+    tf = _per_group(transfer, 1, "transfer time")[0]
+    tb = tf if transfer_backward is None else _per_group(transfer_backward, 1, "backward transfer time")[0]
+    frac = _chunk_fractions(schedule, p, v, chunk_layers)
+    act = _per_group(activation, p, "activation size")
+    buf = _per_group(buffer, 1, "buffer size")[0]
+
+    table = _duration_table(p, v, fwd, bx, bw, frac)
+    tr = (0.0, tf, tb)
+    stage, code, dep, msg = prog.stage, prog.code, prog.dep, prog.msg
+    n = prog.n_ops
+    start = [0.0] * n
+    end = [0.0] * n
+    free = [0.0] * p
+    busy = [0.0] * p
+    for i in range(n):
+        s = stage[i]
+        t = free[s]
+        d = dep[i]
+        if d >= 0:
+            a = end[d] + tr[msg[i]]
+            if a > t:
+                t = a
+        dur = table[code[i]]
+        e = t + dur
+        start[i] = t
+        end[i] = e
+        free[s] = e
+        busy[s] += dur
+    u_end = [free[s] + upd[s] for s in range(p)]
+    completion = max(u_end)
+    busy = [busy[s] + upd[s] for s in range(p)]
+    idle = [completion - b for b in busy]
+    bubble = sum(idle) / (p * completion) if completion > 0 else 0.0
+
+    fwd_msgs = sum(1 for x in msg if x == _MSG_FWD)
+    all_msgs = sum(1 for x in msg if x != _MSG_NONE)
+    units = _walk_peaks(prog, _set_sizes(prog, frac, [1.0] * p))
+    act_peak = _walk_peaks(prog, _set_sizes(prog, frac, act))
+    buf_bytes = [k * buf for k in buffer_counts(schedule, p)]
+    return PipelineResult(
+        schedule=schedule, p=p, m=m, v=v, completion=completion, busy=tuple(busy), idle=tuple(idle),
+        bubble_fraction=bubble, forward_messages=fwd_msgs, messages=all_msgs,
+        peak_inflight=tuple(units), peak_activation_bytes=tuple(act_peak), buffer_bytes=tuple(buf_bytes),
+        peak_bytes=tuple(a + b for a, b in zip(act_peak, buf_bytes)),
+        parameter_copies=parameter_copies(schedule),
+        _trace=(prog, start, end, tuple(zip(free, u_end))))
+
+
+# =============================================================================================
+# vectorised completion time (solver)
 
 
 @dataclass(frozen=True)
 class _Wave:
-    ops: np.ndarray  # topological ids (for nothing but debugging)
-    stage: np.ndarray
+    stage: np.ndarray  # one op per stage at most, sorted by stage
     code: np.ndarray
-    full: bool  # every stage has exactly one op, in stage order
-    in_rows: np.ndarray  # rows of the wave that wait for a message
-    in_slots: np.ndarray
-    out_rows: np.ndarray  # rows that send a message
-    out_slots: np.ndarray
-    out_msg: np.ndarray  # 1 forward link, 2 backward link
+    full: bool  # every stage present: stage == arange(p)
+    in_rows: object  # rows that wait for a message (a slice when contiguous) ...
+    in_slots: np.ndarray  # ... held in these buffer slots
+    n_in: int
+    out_rows: object  # rows whose end (+ transfer) another stage waits for (slice if contiguous) ...
+    out_slots: np.ndarray  # ... written to these slots
+    n_out: int
+    out_link: np.ndarray  # 1 forward, 2 backward
 
 
-def _plan_waves(stage, code, dep, msg, level):
-    """Group ops by level (ops of one level are independent) and give every message a buffer slot."""
+@lru_cache(maxsize=16)
+def _waves(schedule: str, p: int, m: int, v: int) -> tuple[tuple, int]:
+    """Group the ops by level (independent within a level) and give every message a buffer slot.
+
+    A slot is reused as soon as its message has been read, so the buffer stays as small as the number
+    of messages in flight, not the number of ops.
+    """
+    prog = _program(schedule, p, m, v)
+    level = np.asarray(prog.level, dtype=np.int64)
+    stage = np.asarray(prog.stage, dtype=np.int64)
+    code = np.asarray(prog.code, dtype=np.int64)
+    dep = np.asarray(prog.dep, dtype=np.int64)
+    msg = np.asarray(prog.msg, dtype=np.int64)
     n = len(stage)
-    p = int(stage.max()) + 1 if n else 1
-    order = np.argsort(level, kind="stable")
+    order = np.lexsort((stage, level))
     bounds = np.flatnonzero(np.diff(level[order])) + 1
-    groups = np.split(order, bounds)
-    # last level at which each producer's message is read
-    consumer_level = np.full(n, -1, dtype=np.int64)
     has = dep >= 0
-    consumer_level[dep[has]] = level[has]
-    prod_msg = np.zeros(n, dtype=np.int64)
-    prod_msg[dep[has]] = msg[has]
-    free: list[int] = []
+    read_level = np.full(n, -1, dtype=np.int64)  # level at which a producer's message is read
+    read_level[dep[has]] = level[has]
+    link = np.zeros(n, dtype=np.int64)
+    link[dep[has]] = msg[has]
     slot_of = np.full(n, -1, dtype=np.int64)
-    n_slots = 0
+    free: list[int] = []
     release: dict[int, list[int]] = {}
+    n_slots = 0
     waves = []
-    for g in groups:
+    arange_p = np.arange(p)
+    for g in np.split(order, bounds):
         lv = int(level[g[0]])
-        g = g[np.argsort(stage[g], kind="stable")]
+        gs = stage[g]
         rows_in = np.flatnonzero(dep[g] >= 0)
-        in_slots = slot_of[dep[g][rows_in]]
-        # slots read at this level can be reused by this level's writes (reads happen first)
-        for sl in release.pop(lv, ()):
-            free.append(sl)
-        rows_out = np.flatnonzero(consumer_level[g] >= 0)
+        in_slots = slot_of[dep[g[rows_in]]]
+        free.extend(release.pop(lv, ()))  # read first, then written: reusable within the level
+        rows_out = np.flatnonzero(read_level[g] >= 0)
         out_slots = np.empty(len(rows_out), dtype=np.int64)
-        for k, r in enumerate(rows_out):
+        for k, r in enumerate(rows_out.tolist()):
             if free:
                 sl = free.pop()
             else:
                 sl = n_slots
                 n_slots += 1
             out_slots[k] = sl
-            slot_of[g[r]] = sl
-            release.setdefault(int(consumer_level[g[r]]), []).append(sl)
-        out_msg = prod_msg[g[rows_out]]
-        waves.append(_Wave(g, stage[g], code[g], len(g) == p, rows_in, in_slots, rows_out, out_slots,
-                           out_msg))
+            op = int(g[r])
+            slot_of[op] = sl
+            release.setdefault(int(read_level[op]), []).append(sl)
+        waves.append(_Wave(gs, code[g], len(g) == p and bool(np.all(gs == arange_p)), _as_slice(rows_in),
+                           in_slots, len(rows_in), _as_slice(rows_out), out_slots, len(rows_out),
+                           link[g[rows_out]]))
     return tuple(waves), n_slots
+
+
+def _as_slice(rows: np.ndarray):
+    """A run of consecutive row numbers as a slice (numpy then works on views, without copies)."""
+    if len(rows) and rows[-1] - rows[0] == len(rows) - 1:
+        return slice(int(rows[0]), int(rows[-1]) + 1)
+    return rows
+
+
+def _as_array(x, what: str) -> np.ndarray:
+    try:
+        a = np.asarray(x, dtype=float)
+    except (TypeError, ValueError):
+        raise InputError(f"{what}: expected a number or an array of numbers, got {x!r}") from None
+    if not np.all(np.isfinite(a)) or np.any(a < 0):
+        raise InputError(f"{what}: every value must be finite and >= 0")
+    return a
+
+
+def completion_time(schedule: str, p: int, m: int, forward, backward_input, backward_weight, transfer,
+                    update, *, v: int = 2, chunk_layers=None, block: int = 2048) -> np.ndarray:
+    """Step completion time [s] for many duration sets at once, vectorised over the time arguments.
+
+    ``forward``, ``backward_input`` (dX), ``backward_weight`` (dW), ``transfer`` (both links) and
+    ``update`` may be numbers or numpy arrays; they broadcast to one shape and each element is one
+    balanced pipeline (the same times on every layer group). The op order depends only on
+    ``(schedule, p, m, v)``, so the max-plus recurrence ``start = max(stage free, input arrival)``,
+    ``end = start + duration`` runs once over the ops with vector durations, level by level. Result:
+    an array of the broadcast shape, equal element-wise (bit for bit) to ``simulate(...).completion``.
+
+    When the backward is not split, pass ``backward_weight = 0`` and the whole backward as
+    ``backward_input``: fused schedules run dX + dW as one op anyway, and split schedules (zb-*,
+    dualpipe*) then keep zero-length dW ops (ZB-H1 times like 1F1B). ``block`` bounds memory: that
+    many duration sets are evaluated together.
+    """
+    prog = _get_program(schedule, p, m, v)
+    p, m, v = prog.p, prog.m, prog.v
+    arrays = [_as_array(x, w) for x, w in ((forward, "forward time"), (backward_input, "backward (dX) time"),
+                                           (backward_weight, "backward weight (dW) time"),
+                                           (transfer, "transfer time"), (update, "update time"))]
+    try:
+        arrays = np.broadcast_arrays(*arrays)
+    except ValueError:
+        raise InputError("completion_time: the duration arrays do not broadcast to one shape") from None
+    shape = arrays[0].shape
+    flat = [a.reshape(-1) for a in arrays]
+    frac = _chunk_fractions(schedule, p, v, chunk_layers)
+    waves, n_slots = _waves(schedule, p, m, v)
+    out = np.empty(flat[0].size)
+    step = max(1, int(block))
+    for lo in range(0, out.size, step):
+        hi = min(out.size, lo + step)
+        out[lo:hi] = _completion_block(p, v, waves, n_slots, frac, *(a[lo:hi] for a in flat))
+    return out.reshape(shape)
+
+
+def _completion_block(p, v, waves, n_slots, frac, tf, bx, bw, tr, upd) -> np.ndarray:
+    k = tf.size
+    # distinct (duration kind, chunk share) rows; every code maps onto one of them
+    rows_of_key: dict = {}
+    row_of = np.zeros(4 * p * v, dtype=np.int64)
+    bases = (tf, bx, bx + bw, bw)
+    table = []
+    for kind in range(4):
+        for g in range(p):
+            for c in range(v):
+                key = (kind, frac[g][c])
+                if key not in rows_of_key:
+                    rows_of_key[key] = len(table)
+                    table.append(bases[kind] * frac[g][c])
+                row_of[(kind * p + g) * v + c] = rows_of_key[key]
+    table = np.stack(table)
+    # preallocated work arrays: fresh megabyte-sized temporaries per wave would dominate the time
+    free = np.zeros((p, k))
+    work = np.empty((p, k))
+    tmp = np.empty((p, k))
+    slots = np.empty((max(n_slots, 1), k))
+    for w in waves:
+        n = len(w.stage)
+        start = work[:n]
+        if w.full:
+            np.copyto(start, free)
+        else:
+            np.take(free, w.stage, axis=0, out=start, mode="clip")
+        if w.n_in:
+            arr = tmp[:w.n_in]
+            np.take(slots, w.in_slots, axis=0, out=arr, mode="clip")
+            if isinstance(w.in_rows, slice):
+                sub = start[w.in_rows]
+                np.maximum(sub, arr, out=sub)
+            else:
+                start[w.in_rows] = np.maximum(start[w.in_rows], arr)
+        rows = row_of[w.code]
+        r0 = rows[0]
+        if n == 1 or (rows == r0).all():
+            np.add(start, table[r0], out=start)  # one duration row for the whole wave
+        else:
+            dur = tmp[:n]
+            np.take(table, rows, axis=0, out=dur, mode="clip")
+            np.add(start, dur, out=start)
+        end = start
+        if w.full:
+            free, work = work, free  # the wave covers every stage: swap instead of copying back
+        else:
+            free[w.stage] = end
+        if w.n_out:
+            if isinstance(w.out_rows, slice):
+                arr = end[w.out_rows]
+                slots[w.out_slots] = np.add(arr, tr, out=tmp[:w.n_out])
+            else:
+                arr = tmp[:w.n_out]
+                np.take(end, w.out_rows, axis=0, out=arr, mode="clip")
+                np.add(arr, tr, out=arr)
+                slots[w.out_slots] = arr
+    return free.max(axis=0) + upd
+
+
+# =============================================================================================
+# activation memory
+
+
+def _set_sizes(prog: _Program, frac, per_group) -> np.ndarray:
+    """Size of the activation set of every path position: the group's value x the chunk's share."""
+    p = prog.p
+    if prog.schedule == "interleaved":
+        return np.array([per_group[q % p] * frac[q % p][q // p] for q in range(prog.v * p)])
+    return np.array([float(x) for x in per_group])
+
+
+def _walk_peaks(prog: _Program, size_of_pos: np.ndarray) -> list[float]:
+    """Per stage, the peak sum of live activation sets along the slot order.
+
+    A set is allocated by its F and released by its fused B or by its W; a stage runs one op at a
+    time, so the running sum over the slot order is exact whatever the durations.
+    """
+    size = size_of_pos[prog.pos_g]
+    release = (prog.kind_g == _W) | ((prog.kind_g == _B) & prog.fused_g)
+    delta = np.where(prog.kind_g == _F, size, np.where(release, -size, 0.0))
+    peaks = []
+    for s in range(prog.p):
+        lo, hi = prog.offsets[s], prog.offsets[s + 1]
+        peaks.append(max(0.0, float(np.cumsum(delta[lo:hi]).max())) if hi > lo else 0.0)
+    return peaks
+
+
+def peak_inflight(schedule: str, p: int, m: int, *, v: int = 2, chunk_layers=None) -> list[float]:
+    """Per-stage peak number of live micro-batch activation sets (for the solver's memory constraint).
+
+    Unit: one micro-batch's activations of one whole layer group. Interleaved chunks count by their
+    share of the stage's layers (1/v each unless ``chunk_layers``); DualPipe counts the sets of both
+    directions (group s and group p-1-s, a whole unit each) -- its doubled parameters are
+    :func:`parameter_copies`. Split schedules keep a set until its dW. p = 4, m = 8: fill-drain 8 on
+    every stage; 1F1B 4, 3, 2, 1 (``min(p - s, m)``); ZB-H1 4 on every stage.
+    """
+    prog = _get_program(schedule, p, m, v)
+    frac = _chunk_fractions(schedule, prog.p, prog.v, chunk_layers)
+    return _walk_peaks(prog, _set_sizes(prog, frac, [1.0] * prog.p))
+
+
+def buffer_counts(schedule: str, p: int) -> list[int]:
+    """Send/receive buffers a stage holds for the whole step: one per (neighbour link, tensor, way).
+
+    A plain pipeline stage receives activations from s-1 and gradients from s+1 and sends the other
+    way: 2 buffers per neighbour (stages 0 and p-1: 2, middle stages: 4). Interleaved wraps around
+    (stage p-1 feeds stage 0's next chunk): 4 on every stage. DualPipe carries both directions over
+    every link: 4 per neighbour. A simple model: the chapter's event model counts its buffers in a
+    way it does not state.
+    """
+    _check_schedule(schedule)
+    p = _whole(p, "stages p", 1)
+    if p == 1:
+        return [0]
+    if schedule == "interleaved":
+        return [4] * p
+    per = 4 if schedule.startswith("dualpipe") else 2
+    return [per * ((s > 0) + (s < p - 1)) for s in range(p)]

@@ -145,23 +145,26 @@ def pipeline_compute(schedule, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weig
     """Per-step compute: the pipeline event model's completion time (m (t_f + t_b) when pp = 1)."""
     pp, m, tf, tdx, tdw, tx = np.broadcast_arrays(
         np.asarray(pp), _f(micro_batches), _f(t_fwd), _f(t_bwd_input), _f(t_bwd_weight), _f(t_transfer))
+    shape = pp.shape
+    pp, m, tf, tdx, tdw, tx = (x.reshape(-1) for x in (pp, m, tf, tdx, tdw, tx))
     out = m * (tf + tdx + tdw)
     multi = pp > 1
     if np.any(multi):
         from tpopt.models import pipeline
 
         mm = np.ceil(m - 1e-9).astype(int)
-        out = out.copy()
         for p_val, m_val in np.unique(np.stack([pp[multi], mm[multi]], axis=1), axis=0):
             sel = multi & (pp == p_val) & (mm == m_val)
             out[sel] = pipeline.completion_time(schedule, int(p_val), int(m_val), tf[sel], tdx[sel], tdw[sel],
                                                 tx[sel], 0.0)
-    return out
+    return out.reshape(shape)
 
 
 def pipeline_inflight(schedule, pp, micro_batches):
     """Peak live micro-batch activation sets on the busiest stage (1 when pp = 1)."""
     pp, m = np.broadcast_arrays(np.asarray(pp), np.ceil(_f(micro_batches) - 1e-9).astype(int))
+    shape = pp.shape
+    pp, m = pp.reshape(-1), m.reshape(-1)
     out = np.ones(pp.shape, dtype=float)
     multi = pp > 1
     if np.any(multi):
@@ -170,7 +173,7 @@ def pipeline_inflight(schedule, pp, micro_batches):
         for p_val, m_val in np.unique(np.stack([pp[multi], m[multi]], axis=1), axis=0):
             sel = multi & (pp == p_val) & (m == m_val)
             out[sel] = max(pipeline.peak_inflight(schedule, int(p_val), int(m_val)))
-    return out
+    return out.reshape(shape)
 
 
 def straggler_factor(sc: Scenario, cards):

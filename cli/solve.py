@@ -1,0 +1,82 @@
+"""`tpopt solve`: the cost-minimal (or fastest) plan, proven optimal, with what binds and why."""
+
+from __future__ import annotations
+
+import click
+
+from tpopt.cli.common import EXIT_INFEASIBLE, dump_json, handle_errors, load_scenario_from, scenario_options
+
+
+def solve_options(fn):
+    opts = [
+        click.option("--solver", type=click.Choice(["cpsat", "highs", "enumerate"]), default="cpsat",
+                     show_default=True, help="Backend: CP-SAT, HiGHS MILP, or brute-force enumeration."),
+        click.option("--objective", type=click.Choice(["cost", "time"]), default="cost", show_default=True,
+                     help="Minimise cost (then finish time) or finish time (then cost)."),
+        click.option("--max-cost", help="Budget cap (currency, or card-hours without prices)."),
+        click.option("--time-limit", type=float, default=60.0, show_default=True, help="Solver time limit, s."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Solver random seed."),
+        click.option("--workers", type=int, default=1, show_default=True,
+                     help="Solver threads (1 = deterministic)."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def request_from(kw: dict, top: int = 1):
+    from tpopt.optimizer.result import Request
+
+    if kw["time_limit"] <= 0:
+        from tpopt.errors import InputError
+
+        raise InputError("--time-limit must be positive")
+    return Request(objective=kw["objective"], top=top, time_limit=kw["time_limit"], seed=kw["seed"],
+                   workers=max(1, kw["workers"]))
+
+
+@click.command()
+@scenario_options
+@solve_options
+@click.option("--top", type=int, default=1, show_default=True, help="List the K best plans.")
+@click.option("--no-analysis", is_flag=True, help="Skip the binding-constraint and alternatives report.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@handle_errors
+def solve(top, no_analysis, as_json, **kw):
+    """Find the cheapest plan that meets the deadline, prove it optimal, and say what limits it.
+
+    Example: tpopt solve --scenario examples/design-case.toml --deadline 30d --hw rtx4090
+    """
+    from tpopt.cli.render import solve_text
+    from tpopt.errors import InputError
+    from tpopt.optimizer.core import solve as run
+    from tpopt.optimizer.report import analysis
+    from tpopt.optimizer.result import Status
+    from tpopt.optimizer.space import Space
+
+    if top < 1:
+        raise InputError("--top must be at least 1")
+    sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
+    req = request_from(kw, top)
+    space = Space.from_scenario(sc)
+    result = run(sc, kw["solver"], req, space=space)
+    out = {"status": result.status.value, "objective": result.objective, "solver": result.solver.as_dict()}
+    if result.feasible:
+        best = result.best
+        ana = None if no_analysis else analysis(space, best, kw["solver"], req, set(result.enforced))
+        d = best.as_dict()
+        binding = {b["name"] for b in ana["binding"]} if ana else set()
+        for c in d["constraints"]:
+            c["binding"] = c["name"] in binding or (c["name"] == "step.budget" and "deadline.finish" in binding)
+        out.update(d)
+        out["binding"] = ana["binding"] if ana else []
+        out["alternatives"] = ana["alternatives"] if ana else []
+        out["analysis_by"] = ana["oracle"] if ana else None
+        out["top"] = [dict(ev.as_dict(), rank=i + 1) for i, ev in enumerate(result.plans)]
+        click.echo(dump_json(out) if as_json else solve_text(out, sc), nl=False)
+        return
+    # no feasible plan (or none found in time)
+    from tpopt.cli.explain import infeasible_report
+
+    infeasible_report(sc, space, result, req, kw, as_json, out)
+    raise SystemExit(EXIT_INFEASIBLE if result.status == Status.INFEASIBLE else 4)

@@ -1,0 +1,160 @@
+"""Brute-force enumeration of the design space: the oracle for tests and the baseline for benchmarks.
+
+Every point is evaluated in floating point with :func:`tpopt.models.evaluate.evaluate_arrays` (the
+same code ``tpopt evaluate`` runs), vectorised with numpy over the numeric variables; categorical
+variables are looped over. ``enumerate_best`` keeps the best ``top`` feasible points, ordered by the
+lexicographic objective and then by enumeration order (deterministic). ``PointTable`` keeps every
+point's objective and per-family satisfaction, so that report questions (what binds, why not fewer
+cards) become array masks instead of new solves.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpopt.models.evaluate import evaluate_arrays
+from tpopt.optimizer.result import Request
+from tpopt.optimizer.space import FAMILIES, VARS, Space
+
+NUMERIC_AXES = ("tp", "pp", "dp", "mb", "zero", "nics", "tau")
+CHUNK = 2_000_000  # points per evaluate_arrays call (bounds memory)
+
+
+def _groups(space: Space):
+    """(acc, offload, recompute, mode, schedule, pp-indices) groups; schedule varies only when pp > 1."""
+    d = space.domains
+    pp_one = [i for i, p in enumerate(d["pp"]) if p == 1]
+    pp_many = [i for i, p in enumerate(d["pp"]) if p > 1]
+    for ai, oi, ri, mi in itertools.product(*(range(len(d[k])) for k in ("acc", "offload", "recompute", "mode"))):
+        if pp_one:
+            yield ai, oi, ri, mi, 0, pp_one
+        if pp_many:
+            for si in range(len(d["schedule"])):
+                yield ai, oi, ri, mi, si, pp_many
+
+
+def chunks(space: Space):
+    """Yield (fixed categorical indices, numeric index lists, shape, evaluate_arrays result)."""
+    sc = space.sc
+    d = space.domains
+    nic_ok = space.nic_allowed()
+    for ai, oi, ri, mi, si, pp_idx in _groups(space):
+        acc = d["acc"][ai]
+        k_idx = [j for j in range(len(d["nics"])) if nic_ok[ai, j]]
+        axes = {"tp": list(range(len(d["tp"]))), "pp": pp_idx, "dp": list(range(len(d["dp"]))),
+                "mb": list(range(len(d["mb"]))), "zero": list(range(len(d["zero"]))), "nics": k_idx,
+                "tau": list(range(len(d["tau"])))}
+        per_tp = int(np.prod([len(axes[a]) for a in NUMERIC_AXES[1:]]))
+        step = max(1, CHUNK // max(per_tp, 1))
+        for start in range(0, len(axes["tp"]), step):
+            sub = dict(axes, tp=axes["tp"][start:start + step])
+            idx_lists = [sub[a] for a in NUMERIC_AXES]
+            vals = [np.asarray([d[a][i] for i in sub[a]], dtype=float) for a in NUMERIC_AXES]
+            g = dict(zip(NUMERIC_AXES, np.ix_(*vals)))
+            cards = g["tp"] * g["pp"] * g["dp"]
+            mode = d["mode"][mi]
+            r = evaluate_arrays(sc, acc, tp=g["tp"].astype(int), pp=g["pp"].astype(int), dp=g["dp"].astype(int),
+                                micro_batch=g["mb"].astype(int), zero_stage=g["zero"].astype(int),
+                                nics_per_host=g["nics"].astype(int), save_interval_s=space.interval(g["tau"], cards, mode),
+                                recompute=d["recompute"][ri], offload=d["offload"][oi], schedule=d["schedule"][si],
+                                save_mode=mode)
+            shape = tuple(len(x) for x in idx_lists)
+            fixed = {"acc": ai, "offload": oi, "recompute": ri, "mode": mi, "schedule": si}
+            yield fixed, idx_lists, shape, r
+
+
+def _ok(r, family, shape):
+    v, lim = r[("c", family)]
+    return np.broadcast_to(v <= lim, shape)
+
+
+def enumerate_best(space: Space, req: Request):
+    """Return (best assignments as index dicts, best-first; number of points evaluated; chunks)."""
+    enforced = [f for f in FAMILIES if f in req.enforced(FAMILIES)]
+    keep_keys: list[tuple] = []
+    keep_idx: list[dict] = []
+    evaluated = n_chunks = order = 0
+    K = max(1, req.top)
+    for fixed, idx_lists, shape, r in chunks(space):
+        feas = np.ones(shape, dtype=bool)
+        for f in enforced:
+            feas &= _ok(r, f, shape)
+        if req.cards is not None:
+            feas &= np.isin(np.broadcast_to(r["cards"], shape), list(req.cards))
+        n = int(np.prod(shape))
+        evaluated += n
+        n_chunks += 1
+        flat = np.flatnonzero(feas.reshape(-1))
+        if flat.size:
+            cost = np.broadcast_to(r["cost"], shape).reshape(-1)[flat]
+            fin = np.broadcast_to(r["finish_s"], shape).reshape(-1)[flat]
+            k1, k2 = (cost, fin) if req.objective == "cost" else (fin, cost)
+            ordr = order + flat
+            for s in np.lexsort((ordr, k2, k1))[:K]:
+                coords = np.unravel_index(flat[s], shape)
+                idx = dict(fixed)
+                idx.update({a: idx_lists[j][c] for j, (a, c) in enumerate(zip(NUMERIC_AXES, coords))})
+                keep_keys.append((float(k1[s]), float(k2[s]), int(ordr[s])))
+                keep_idx.append(idx)
+            if len(keep_keys) > 4 * K:
+                best = sorted(range(len(keep_keys)), key=lambda i: keep_keys[i])[:K]
+                keep_keys = [keep_keys[i] for i in best]
+                keep_idx = [keep_idx[i] for i in best]
+        order += n
+    best = sorted(range(len(keep_keys)), key=lambda i: keep_keys[i])[:K]
+    return [keep_idx[i] for i in best], evaluated, n_chunks
+
+
+@dataclass
+class PointTable:
+    """Every point of a space: assignment indices, cost, finish, cards and per-family satisfaction."""
+
+    space: Space
+    idx: dict  # var -> int array (index into the domain)
+    cost: np.ndarray
+    finish: np.ndarray
+    cards: np.ndarray
+    ok: dict  # family -> bool array
+
+    @classmethod
+    def build(cls, space: Space) -> "PointTable":
+        parts = {v: [] for v in VARS}
+        cost, finish, cards = [], [], []
+        ok = {f: [] for f in FAMILIES}
+        for fixed, idx_lists, shape, r in chunks(space):
+            n = int(np.prod(shape))
+            grids = np.meshgrid(*[np.asarray(x) for x in idx_lists], indexing="ij")
+            for a, gi in zip(NUMERIC_AXES, grids):
+                parts[a].append(gi.reshape(-1))
+            for a, i in fixed.items():
+                parts[a].append(np.full(n, i))
+            cost.append(np.broadcast_to(r["cost"], shape).reshape(-1))
+            finish.append(np.broadcast_to(r["finish_s"], shape).reshape(-1))
+            cards.append(np.broadcast_to(r["cards"], shape).reshape(-1))
+            for f in FAMILIES:
+                ok[f].append(_ok(r, f, shape).reshape(-1))
+        cat = lambda xs, dt=None: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dtype=dt)
+        return cls(space=space, idx={v: cat(parts[v], np.int32) for v in VARS}, cost=cat(cost, float),
+                   finish=cat(finish, float), cards=cat(cards, float), ok={f: cat(ok[f], bool) for f in FAMILIES})
+
+    def mask(self, enforced=FAMILIES, restrict: dict | None = None, cards=None) -> np.ndarray:
+        m = np.ones(self.cost.shape, dtype=bool)
+        for f in enforced:
+            m &= self.ok[f]
+        for v, allowed in (restrict or {}).items():
+            dom = self.space.domains[v]
+            m &= np.isin(self.idx[v], [i for i, x in enumerate(dom) if x in set(allowed)])
+        if cards is not None:
+            m &= np.isin(self.cards, list(cards))
+        return m
+
+    def best(self, mask: np.ndarray, objective: str = "cost", top: int = 1) -> list[dict]:
+        sel = np.flatnonzero(mask)
+        if not sel.size:
+            return []
+        k1, k2 = (self.cost, self.finish) if objective == "cost" else (self.finish, self.cost)
+        order = sel[np.lexsort((sel, k2[sel], k1[sel]))][:top]
+        return [{v: int(self.idx[v][i]) for v in VARS} for i in order]

@@ -1,0 +1,324 @@
+"""The plan model as a mixed-integer linear program, solved with HiGHS (highspy).
+
+Exact linearisation over the discrete domains:
+
+* one binary x[v, a] per base variable v and value a, with sum_a x[v, a] = 1;
+* every term table over variables V gets joint weights w[t] in [0, 1] tied to the one-hots by
+  marginal constraints sum_{t : t_v = a} w[t] = x[v, a] for each v in V. For integral x the only
+  tuple whose coordinates all carry weight is the selected one, so w is that tuple's indicator and
+  every term value sum_t val[t] w[t] is exact, with no further integer variables;
+* the two products of the model are disaggregated over omega = (acc, tp, pp, dp, nics, tau, mode),
+  the variables that fix both (1 + L) and the rental rate: busy = sum_omega b[omega] with
+  0 <= b[omega] <= M u[omega], so that
+      finish = reserved + iterations x sum_omega (1 + L[omega]) (b[omega] + wait u[omega])
+      cost   = sum_omega rate[omega] (reserved u[omega] + iterations (1 + L[omega]) (b[omega] + wait u[omega]))
+  are linear.
+
+Units inside the LP: GiB, seconds, days, currency. HiGHS works to a feasibility tolerance, so its
+answers go through the same solve-verify loop as CP-SAT's (:mod:`tpopt.optimizer.core`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+import numpy as np
+
+from tpopt.models import terms as T
+from tpopt.models.units import DAY, GIB
+from tpopt.optimizer.cpsat import CandidateResult
+from tpopt.optimizer.result import Request
+from tpopt.optimizer.space import FAMILIES, VARS, Space
+
+INF = 1e30
+HUB = ("acc", "tp", "pp", "dp", "mb", "recompute")  # the core layout every time and memory term shares
+
+
+@contextlib.contextmanager
+def _quiet_stdout():
+    """HiGHS prints a banner from C++ on first use; keep stdout clean for JSON and tables."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(fd)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), fd)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, fd)
+            os.close(saved)
+
+
+class _Lp:
+    """Column and row accumulator for one passModel call."""
+
+    def __init__(self):
+        self.lo, self.hi, self.cost, self.integer = [], [], [], []
+        self.r_lo, self.r_hi, self.r_start, self.r_idx, self.r_val = [], [], [0], [], []
+
+    def cols(self, n, lo=0.0, hi=1.0, integer=False) -> np.ndarray:
+        start = len(self.lo)
+        self.lo.extend(np.broadcast_to(lo, (n,)).tolist())
+        self.hi.extend(np.broadcast_to(hi, (n,)).tolist())
+        self.cost.extend([0.0] * n)
+        self.integer.extend([integer] * n)
+        return np.arange(start, start + n)
+
+    def row(self, idx, val, lo=-INF, hi=INF):
+        idx = np.asarray(idx, dtype=np.int64).reshape(-1)
+        val = np.broadcast_to(np.asarray(val, dtype=float), idx.shape).reshape(-1)
+        keep = val != 0.0
+        self.r_idx.extend(idx[keep].tolist())
+        self.r_val.extend(val[keep].tolist())
+        self.r_start.append(len(self.r_idx))
+        self.r_lo.append(lo)
+        self.r_hi.append(hi)
+
+
+class HighsModel:
+    def __init__(self, space: Space, req: Request):
+        import highspy
+
+        self.hp = highspy
+        self.space = space
+        self.req = req
+        self.enforced = req.enforced(FAMILIES)
+        self.lp = _Lp()
+        self._w_cache = {}
+        self._build()
+        with _quiet_stdout():
+            self.h = highspy.Highs()
+            self.h.setOptionValue("output_flag", False)
+        self.h.setOptionValue("random_seed", int(req.seed))
+        self.h.setOptionValue("threads", max(1, int(req.workers)))
+        self.h.setOptionValue("mip_rel_gap", 0.0)
+        self.h.setOptionValue("mip_abs_gap", 0.0)
+        self._pass()
+
+    # -- building -------------------------------------------------------------------------------
+    def _weights(self, vars) -> np.ndarray:
+        """Joint weights over ``vars`` (C order).
+
+        Variables of the hub (the core layout) are tied to the hub's weights through their joint
+        marginal, the others to their one-hot binaries. Sharing one hub distribution keeps the
+        tables consistent with each other in the LP relaxation (a junction-tree style tightening
+        of plain one-hot marginals), which cuts the branch-and-bound work sharply.
+        """
+        vars = tuple(vars)
+        if vars in self._w_cache:
+            return self._w_cache[vars]
+        dom = self.space.domains
+        shape = tuple(len(dom[v]) for v in vars)
+        w = self.lp.cols(int(np.prod(shape))).reshape(shape)
+        self._w_cache[vars] = w
+        core = tuple(v for v in HUB if v in vars)
+        if vars != HUB and len(core) >= 2:
+            h = self._weights(HUB)
+            wm = self._marginal(w, vars, core)
+            hm = self._marginal(h, HUB, core)
+            for key in np.ndindex(*wm.shape):
+                self.lp.row(np.append(wm[key], hm[key]), np.append(np.ones(len(wm[key])), -np.ones(len(hm[key]))),
+                            0.0, 0.0)
+            rest = [v for v in vars if v not in core]
+        else:
+            rest = list(vars)
+        for v in rest:
+            axis = vars.index(v)
+            for a in range(shape[axis]):
+                idx = np.take(w, a, axis=axis).reshape(-1)
+                self.lp.row(np.append(idx, self.x[v][a]), np.append(np.ones(idx.size), -1.0), 0.0, 0.0)
+        return w
+
+    @staticmethod
+    def _marginal(w: np.ndarray, vars, keep) -> np.ndarray:
+        """An object array over the joint domain of ``keep``: column lists summing to each cell."""
+        order = [vars.index(v) for v in keep] + [i for i, v in enumerate(vars) if v not in keep]
+        moved = np.transpose(w, order)
+        kshape = moved.shape[:len(keep)]
+        flat = moved.reshape(kshape + (-1,))
+        out = np.empty(kshape, dtype=object)
+        for key in np.ndindex(*kshape):
+            out[key] = flat[key]
+        return out
+
+    def _term(self, name: str, scale: float = 1.0):
+        """(column indices, coefficients) of a term table's value."""
+        t = self.space.tables[name]
+        w = self._weights(t.vars)
+        vals = np.where(np.isfinite(t.values), t.values, 0.0) * scale
+        return w.reshape(-1), vals.reshape(-1)
+
+    def _forbid(self, family: str, ok_table: str):
+        if family not in self.enforced:
+            return
+        t = self.space.tables[ok_table]
+        w = self._weights(t.vars).reshape(-1)
+        bad = t.values.reshape(-1) < 0.5
+        for j in w[bad]:
+            self.lp.hi[j] = 0.0
+
+    def _build(self):
+        sp, lp = self.space, self.lp
+        dom = sp.domains
+        sc = sp.sc
+        self.x = {v: lp.cols(len(dom[v]), integer=True) for v in VARS}
+        for v in VARS:
+            lp.row(self.x[v], 1.0, 1.0, 1.0)
+        nic_ok = sp.nic_allowed()
+        for i, j in zip(*np.nonzero(~nic_ok)):
+            lp.row([self.x["acc"][i], self.x["nics"][j]], 1.0, -INF, 1.0)
+        pp1 = [i for i, p in enumerate(dom["pp"]) if p == 1]
+        if pp1 and len(dom["schedule"]) > 1:
+            lp.row(np.append(self.x["pp"][pp1], self.x["schedule"][0]), np.append(np.ones(len(pp1)), -1.0), -INF, 0.0)
+
+        for f in ("batch.divisibility", "layout.whole_hosts", "layout.tp_within_host", "layout.heads_divisible",
+                  "layout.pp_divides_layers", "checkpoint.backlog", "memory.host"):
+            self._forbid(f, "ok." + f)
+        t = sp.tables["cards"]
+        w = self._weights(t.vars).reshape(-1)
+        cards = t.values.reshape(-1)
+        bad = np.zeros(cards.shape, dtype=bool)
+        if "cards.max" in self.enforced:
+            bad |= cards > sc.search.max_cards
+        if self.req.cards is not None:
+            bad |= ~np.isin(cards, list(self.req.cards))
+        for j in w[bad]:
+            lp.hi[j] = 0.0
+
+        # memory (GiB) <= usable
+        if "memory.per_card" in self.enforced:
+            idx, val = [], []
+            for n in ("mem.states", "mem.copies", "mem.activations", "mem.temporary"):
+                i, v = self._term(n, 1.0 / GIB)
+                idx.append(i)
+                val.append(v)
+            idx.append(self.x["acc"])
+            val.append(-sp.usable() / GIB)
+            lp.row(np.concatenate(idx), np.concatenate(val), -INF, 0.0)
+
+        # busy time (s)
+        names = ("time.compute", "time.exposed_dp", "time.tp_comm", "time.offload")
+        busy_hi = sum(float(np.nanmax(np.where(np.isfinite(sp.tables[n].values), sp.tables[n].values, 0.0)))
+                      for n in names) + 1.0
+        self.busy = lp.cols(1, 0.0, busy_hi)[0]
+        idx, val = [np.array([self.busy])], [np.array([1.0])]
+        for n in names:
+            i, v = self._term(n)
+            idx.append(i)
+            val.append(-v)
+        lp.row(np.concatenate(idx), np.concatenate(val), 0.0, 0.0)
+        mbt = sp.tables["input.min_busy"].values
+        if "input.throughput" in self.enforced and np.isfinite(mbt).all() and (mbt > 0).any():
+            i, v = self._term("input.min_busy")
+            lp.row(np.append(i, self.busy), np.append(-v, 1.0), 0.0, INF)
+
+        # omega disaggregation for finish and cost
+        omega = ("acc", "tp", "pp", "dp", "nics", "tau", "mode")
+        shape = tuple(len(dom[v]) for v in omega)
+        one_plus_l = 1.0 + self._broadcast("overhead", omega, shape)
+        rate = self._broadcast("rate", omega, shape)
+        u = self._weights(omega).reshape(-1)
+        n = u.size
+        # per-omega bounds of busy (sum of each term's min / max over the variables omega leaves
+        # free) make b[omega] in [lo u, hi u] the convex hull of "b = busy if omega is chosen"
+        lo_b = np.zeros(shape)
+        hi_b = np.zeros(shape)
+        for name in names:
+            t = sp.tables[name]
+            vals = np.where(np.isfinite(t.values), t.values, 0.0)
+            lo_b = lo_b + self._reduce(vals, t.vars, omega, shape, np.min)
+            hi_b = hi_b + self._reduce(vals, t.vars, omega, shape, np.max)
+        lo_b, hi_b = lo_b.reshape(-1) * (1 - 1e-9), hi_b.reshape(-1) * (1 + 1e-9) + 1e-9
+        b = lp.cols(n, 0.0, busy_hi)
+        for j in range(n):
+            lp.row([b[j], u[j]], [1.0, -hi_b[j]], -INF, 0.0)
+            lp.row([b[j], u[j]], [1.0, -lo_b[j]], 0.0, INF)
+        lp.row(np.append(b, self.busy), np.append(np.ones(n), -1.0), 0.0, 0.0)
+        iters = T.iteration_count(sc)
+        wait = sc.input.wait_s
+        reserved = sc.task.reserved_s
+        k = iters * one_plus_l.reshape(-1)  # seconds of wall time per second of step
+        self.finish = lp.cols(1, 0.0, INF)[0]  # days
+        lp.row(np.concatenate([[self.finish], b, u]), np.concatenate([[1.0], -k / DAY, -k * wait / DAY]),
+               reserved / DAY, reserved / DAY)
+        if "deadline.finish" in self.enforced:
+            lp.hi[self.finish] = sc.task.deadline_s / DAY
+        r = rate.reshape(-1)
+        self.cost = lp.cols(1, 0.0, INF)[0]
+        lp.row(np.concatenate([[self.cost], b, u]), np.concatenate([[1.0], -r * k, -r * (reserved + k * wait)]),
+               0.0, 0.0)
+        if sc.cost.max_cost is not None and "budget.cost" in self.enforced:
+            lp.hi[self.cost] = sc.cost.max_cost
+        self.obj = self.cost if self.req.objective == "cost" else self.finish
+        self.obj_factor = 1.0 if self.req.objective == "cost" else DAY  # LP units -> cost / seconds
+        lp.cost[self.obj] = 1.0
+
+    def _reduce(self, vals, vars, target_vars, shape, fn):
+        """Reduce a table over the variables not in ``target_vars`` and broadcast onto them."""
+        drop = tuple(i for i, v in enumerate(vars) if v not in target_vars)
+        red = fn(vals, axis=drop) if drop else vals
+        kept = [v for v in vars if v in target_vars]
+        order = [kept.index(v) for v in target_vars if v in kept]
+        red = np.transpose(red, order)
+        full = [len(self.space.domains[v]) if v in kept else 1 for v in target_vars]
+        return np.broadcast_to(red.reshape(full), shape)
+
+    def _broadcast(self, name, target_vars, shape):
+        t = self.space.tables[name]
+        vals = t.values
+        # move table axes into target order, inserting singleton axes for missing variables
+        order = [t.vars.index(v) for v in target_vars if v in t.vars]
+        vals = np.transpose(vals, order)
+        full = [len(self.space.domains[v]) if v in t.vars else 1 for v in target_vars]
+        return np.broadcast_to(vals.reshape(full), shape)
+
+    def _pass(self):
+        hp, lp = self.hp, self.lp
+        model = hp.HighsLp()
+        model.num_col_ = len(lp.lo)
+        model.num_row_ = len(lp.r_lo)
+        model.col_cost_ = np.array(lp.cost)
+        model.col_lower_ = np.array(lp.lo)
+        model.col_upper_ = np.array(lp.hi)
+        model.row_lower_ = np.array(lp.r_lo)
+        model.row_upper_ = np.array(lp.r_hi)
+        model.a_matrix_.format_ = hp.MatrixFormat.kRowwise
+        model.a_matrix_.start_ = np.array(lp.r_start, dtype=np.int32)
+        model.a_matrix_.index_ = np.array(lp.r_idx, dtype=np.int32)
+        model.a_matrix_.value_ = np.array(lp.r_val)
+        model.integrality_ = [hp.HighsVarType.kInteger if i else hp.HighsVarType.kContinuous for i in lp.integer]
+        self.h.passModel(model)
+
+    # -- solving --------------------------------------------------------------------------------
+    def exclude(self, assignment: dict):
+        idx = [int(self.x[v][assignment[v]]) for v in VARS]
+        self.h.addRow(-INF, len(idx) - 1.0, len(idx), np.array(idx, dtype=np.int32), np.ones(len(idx)))
+
+    def solve(self, bound=None, time_limit: float = 60.0) -> CandidateResult:
+        hp = self.hp
+        if bound is not None:
+            lim = bound / self.obj_factor
+            self.h.changeColBounds(int(self.obj), 0.0, min(self.h.getLp().col_upper_[self.obj],
+                                                            lim * (1 + 1e-9) + 1e-9))
+        self.h.setOptionValue("time_limit", max(0.01, float(time_limit)))
+        with _quiet_stdout():
+            self.h.run()
+        st = self.h.getModelStatus()
+        if st == hp.HighsModelStatus.kOptimal:
+            sol = np.array(self.h.getSolution().col_value)
+            a = {v: int(np.argmax(sol[self.x[v]])) for v in VARS}
+            return CandidateResult("candidate", a, float(sol[self.obj]) * self.obj_factor)
+        if st in (hp.HighsModelStatus.kInfeasible, hp.HighsModelStatus.kUnboundedOrInfeasible):
+            return CandidateResult("infeasible")
+        if self.h.getInfo().primal_solution_status == 2:  # feasible point at the time limit
+            sol = np.array(self.h.getSolution().col_value)
+            a = {v: int(np.argmax(sol[self.x[v]])) for v in VARS}
+            return CandidateResult("feasible", a, float(sol[self.obj]) * self.obj_factor)
+        return CandidateResult("unknown")

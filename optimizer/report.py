@@ -1,0 +1,186 @@
+"""What limits the optimum: binding constraint families and why cheaper alternatives lose.
+
+In a discrete problem a constraint "binds" when dropping it alone admits a strictly better plan: the
+optimum is then held where it is by that family (the analogue of a non-zero shadow price). Each
+alternative the user would ask about (fewer cards, another accelerator, another ZeRO stage or
+layout at the same scale) is either feasible but no better (its objective is shown) or ruled out;
+"ruled out by F" means the alternative becomes feasible when F alone is dropped, and the detail
+quotes F's value against its limit for the best such plan.
+
+Queries go through an oracle: exact enumeration of the whole space when it is small (a
+:class:`~tpopt.optimizer.enumerate.PointTable`, every question a mask), otherwise the chosen solver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpopt.models.evaluate import Evaluation, evaluate
+from tpopt.optimizer.result import Request, objective_key
+from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space
+
+TABLE_LIMIT = 300_000  # spaces up to this many points are answered by one enumeration
+REL = 1e-9
+RELAXABLE = tuple(f for f in FAMILIES if f not in STRUCTURAL)
+
+
+class TableOracle:
+    def __init__(self, space: Space):
+        from tpopt.optimizer.enumerate import PointTable
+
+        self.space = space
+        self.table = PointTable.build(space)
+        self.name = "enumeration"
+
+    def best(self, enforced, objective: str, restrict=None, cards=None) -> Evaluation | None:
+        a = self.table.best(self.table.mask(enforced, restrict, cards), objective)
+        return evaluate(self.space.sc, self.space.plan(a[0])) if a else None
+
+
+class SolverOracle:
+    def __init__(self, space: Space, backend: str, req: Request):
+        self.space = space
+        self.backend = backend
+        self.req = req
+        self.name = backend
+
+    def best(self, enforced, objective: str, restrict=None, cards=None) -> Evaluation | None:
+        from tpopt.optimizer.core import solve
+
+        req = Request(objective=objective, enforce=frozenset(enforced), top=1, time_limit=self.req.time_limit,
+                      seed=self.req.seed, workers=self.req.workers, cards=None if cards is None else tuple(cards))
+        try:
+            space = Space.from_scenario(self.space.sc, _merge(self.space.domains, restrict)) if restrict else self.space
+        except Exception:
+            return None
+        r = solve(self.space.sc, self.backend, req, space=space)
+        return r.best
+
+
+def _merge(domains: dict, restrict: dict | None) -> dict:
+    out = {k: list(v) for k, v in domains.items()}
+    for k, v in (restrict or {}).items():
+        out[k] = [x for x in out[k] if x in set(v)]
+    return out
+
+
+def make_oracle(space: Space, backend: str, req: Request):
+    if space.size() <= TABLE_LIMIT:
+        return TableOracle(space)
+    return SolverOracle(space, "cpsat" if backend == "enumerate" else backend, req)
+
+
+def _better(a: Evaluation, b: Evaluation, objective: str) -> bool:
+    ka, kb = objective_key(a, objective)[0], objective_key(b, objective)[0]
+    return ka < kb * (1 - REL)
+
+
+def _objective(ev: Evaluation, objective: str) -> float:
+    return ev.metrics["cost"] if objective == "cost" else ev.metrics["finish_days"]
+
+
+def _summary(ev: Evaluation) -> dict:
+    p = ev.plan
+    return {"accelerator": p.accelerator, "cards": p.cards, "zero_stage": p.zero_stage, "tp": p.tp, "pp": p.pp,
+            "dp": p.dp, "micro_batch": p.micro_batch, "recompute": p.recompute, "cost": ev.metrics["cost"],
+            "finish_days": ev.metrics["finish_days"]}
+
+
+def _violation(ev: Evaluation, family: str) -> dict:
+    name = family
+    c = ev.constraint(name) if any(x.name == name for x in ev.constraints) else None
+    if c is None:
+        return {"name": family}
+    return {"name": family, "value": c.value, "limit": c.limit, "unit": c.unit}
+
+
+@dataclass
+class Binding:
+    name: str
+    without: Evaluation  # the best plan when this family alone is dropped
+
+    def as_dict(self, best: Evaluation, objective: str) -> dict:
+        return {"name": self.name, "objective_without": _objective(self.without, objective),
+                "saving": 1 - _objective(self.without, objective) / _objective(best, objective),
+                "plan_without": _summary(self.without), "violates": _violation(self.without, self.name)}
+
+
+def binding_families(oracle, best: Evaluation, objective: str, enforced) -> list[Binding]:
+    out = []
+    for f in RELAXABLE:
+        if f not in enforced:
+            continue
+        alt = oracle.best([g for g in enforced if g != f], objective)
+        if alt is not None and _better(alt, best, objective):
+            out.append(Binding(f, alt))
+    return out
+
+
+def _ruled_out(oracle, objective: str, enforced, restrict=None, cards=None) -> list[dict]:
+    """Families that alone rule the restricted alternative out, with their value against the limit."""
+    reasons = []
+    for f in RELAXABLE:
+        if f not in enforced:
+            continue
+        alt = oracle.best([g for g in enforced if g != f], objective, restrict, cards)
+        if alt is not None:
+            reasons.append(_violation(alt, f))
+    if not reasons:
+        # no single family suffices: the cheapest such plan with every relaxable family dropped
+        alt = oracle.best([g for g in enforced if g in STRUCTURAL], objective, restrict, cards)
+        if alt is None:
+            return [{"name": "no plan of this shape exists in the design space"}]
+        reasons = [dict(_violation(alt, c.name), together=True) for c in alt.violated()
+                   if c.name in RELAXABLE and c.name in enforced]
+    return reasons
+
+
+def why_not_cheaper(oracle, space: Space, best: Evaluation, objective: str, enforced, fewer_cards: int = 3,
+                    same_scale: bool = True) -> list[dict]:
+    """Alternatives a user would ask about, each feasible-but-worse or ruled out (and by what)."""
+    out = []
+    p = best.plan
+    d = space.domains
+
+    def entry(label, kind, restrict=None, cards=None):
+        alt = oracle.best(enforced, objective, restrict, cards)
+        if alt is not None:
+            return {"alternative": label, "kind": kind, "feasible": True, "plan": _summary(alt),
+                    "objective": _objective(alt, objective),
+                    "delta": _objective(alt, objective) / _objective(best, objective) - 1}
+        return {"alternative": label, "kind": kind, "feasible": False,
+                "ruled_out_by": _ruled_out(oracle, objective, enforced, restrict, cards)}
+
+    # fewer cards on the same accelerator (card counts the space can form)
+    g = space.sc.system(p.accelerator).acc.cards_per_host
+    counts = sorted({int(t * q * r) for t in d["tp"] for q in d["pp"] for r in d["dp"]
+                     if (t * q * r) % g == 0 and t * q * r < p.cards})
+    for n in counts[::-1][:fewer_cards]:
+        out.append(entry(f"{p.accelerator} x {n}", "fewer cards", {"acc": [p.accelerator]}, (n,)))
+    # other accelerators
+    for a in d["acc"]:
+        if a != p.accelerator:
+            out.append(entry(a, "accelerator", {"acc": [a]}))
+    # other choices at the same scale (same accelerator and card count)
+    if same_scale:
+        chosen = {"zero": p.zero_stage, "tp": p.tp, "pp": p.pp, "mb": p.micro_batch, "recompute": p.recompute,
+                  "offload": p.offload, "mode": p.save_mode}
+        labels = {"zero": "ZeRO-{}", "tp": "TP {}", "pp": "PP {}", "mb": "micro-batch {}", "recompute": "recompute {}",
+                  "offload": "offload {}", "mode": "{} saves"}
+        for var, val in chosen.items():
+            for other in d[var]:
+                if other == val:
+                    continue
+                out.append(entry(labels[var].format(other) + f" on {p.accelerator} x {p.cards}", "same scale",
+                                 {"acc": [p.accelerator], var: [other]}, (p.cards,)))
+    return out
+
+
+def analysis(space: Space, best: Evaluation, backend: str, req: Request, enforced) -> dict:
+    """Binding families and alternatives of an optimum (dicts ready for JSON)."""
+    oracle = make_oracle(space, backend, req)
+    objective = req.objective
+    binds = binding_families(oracle, best, objective, enforced)
+    alts = why_not_cheaper(oracle, space, best, objective, enforced, same_scale=isinstance(oracle, TableOracle))
+    return {"oracle": oracle.name, "binding": [b.as_dict(best, objective) for b in binds], "alternatives": alts}
+

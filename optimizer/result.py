@@ -1,0 +1,69 @@
+"""One result type for every backend (after linopy's Result/SolverReport)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from tpopt.models.evaluate import Evaluation
+
+
+class Status(str, Enum):
+    OPTIMAL = "optimal"  # proven optimal (and re-evaluated exactly)
+    FEASIBLE = "feasible"  # a feasible plan, optimality not proven (time limit)
+    INFEASIBLE = "infeasible"  # proven: no plan satisfies the enforced constraints
+    UNKNOWN = "unknown"  # time limit before any feasible plan or proof
+
+
+@dataclass
+class SolverInfo:
+    name: str
+    wall_s: float = 0.0
+    gap: float | None = 0.0  # relative gap between the best plan and the proven bound
+    rounds: int = 0  # solve-verify rounds (exactness loop) or enumeration chunks
+    points: int = 0  # size of the design space
+    evaluated: int = 0  # plans evaluated exactly (enumerator: all points)
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "wall_s": round(self.wall_s, 4), "gap": self.gap, "rounds": self.rounds,
+                "points": self.points, "evaluated": self.evaluated}
+
+
+@dataclass
+class Request:
+    """What to optimise and which constraint families to enforce."""
+
+    objective: str = "cost"  # "cost" (then finish time) or "time" (then cost)
+    enforce: frozenset | None = None  # families enforced; None = all
+    top: int = 1  # how many best plans to return
+    time_limit: float = 60.0
+    seed: int = 0
+    workers: int = 1
+    cards: tuple | None = None  # allowed card counts (None: any)
+
+    def enforced(self, families) -> frozenset:
+        return frozenset(families) if self.enforce is None else frozenset(self.enforce)
+
+
+@dataclass
+class SolveResult:
+    status: Status
+    objective: str
+    plans: list[Evaluation] = field(default_factory=list)  # best first
+    solver: SolverInfo = field(default_factory=lambda: SolverInfo("none"))
+    enforced: tuple = ()
+
+    @property
+    def best(self) -> Evaluation | None:
+        return self.plans[0] if self.plans else None
+
+    @property
+    def feasible(self) -> bool:
+        return self.status in (Status.OPTIMAL, Status.FEASIBLE) and bool(self.plans)
+
+
+def objective_key(ev: Evaluation, objective: str) -> tuple:
+    """Lexicographic objective of an evaluated plan: (cost, finish) or (finish, cost)."""
+    c, f = ev.metrics["cost"], ev.metrics["finish_days"]
+    return (c, f) if objective == "cost" else (f, c)

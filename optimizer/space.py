@@ -1,0 +1,248 @@
+"""The design space of a scenario and the term tables every backend shares.
+
+A plan is an assignment of the base variables below. The term functions of
+:mod:`tpopt.models.terms` are tabulated over the joint domain of *their own* variables only; the
+backends glue those tables together (CP-SAT with element constraints, HiGHS with joint binaries, the
+enumerator by broadcasting). So all three backends optimise the very same model.
+
+Base variables and domains:
+    acc        scenario accelerators ([search] accelerator)
+    tp, pp     [search] tp, pp
+    dp         divisors of the global batch (each rank gets whole, equal micro-batches)
+    mb         [search] micro_batch
+    zero       [search] zero_stage
+    offload    [search] offload (none / cpu)
+    recompute  [search] recompute (collapsed to "none" when the scenario fixes an activation reserve)
+    schedule   [search] schedule (meaningful only when pp > 1; pinned to the first value otherwise)
+    nics       NICs per host ([search] nics_per_host, else each accelerator's default)
+    tau        save intervals ([search] save_interval; "auto" = the optimum for the card count)
+    mode       save modes (sync / async)
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from tpopt.errors import InputError
+from tpopt.models import terms as T
+from tpopt.models.evaluate import CONSTRAINT_NAMES
+from tpopt.models.plan import Plan, Scenario
+
+VARS = ("acc", "tp", "pp", "dp", "mb", "zero", "offload", "recompute", "schedule", "nics", "tau", "mode")
+CATEGORICAL = ("acc", "offload", "recompute", "schedule", "mode")
+
+# constraint families the solvers encode (step.budget is the per-step form of deadline.finish and is
+# reported, not encoded twice)
+FAMILIES = tuple(n for n in CONSTRAINT_NAMES if n != "step.budget")
+STRUCTURAL = ("batch.divisibility", "layout.whole_hosts", "layout.tp_within_host", "layout.heads_divisible",
+              "layout.pp_divides_layers")
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@dataclass
+class Table:
+    """A term tabulated over the joint domain of ``vars`` (C order, one axis per variable)."""
+
+    name: str
+    vars: tuple[str, ...]
+    values: np.ndarray
+
+    def flat(self) -> np.ndarray:
+        return self.values.reshape(-1)
+
+
+@dataclass
+class Space:
+    sc: Scenario
+    domains: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_scenario(cls, sc: Scenario, restrict: dict | None = None) -> "Space":
+        """Domains from the scenario's [search] table, optionally restricted further by ``restrict``
+        (variable -> allowed values)."""
+        s = sc.search
+        reserve = not T.modelled_activations(sc)
+        rec = list(dict.fromkeys(T.effective_recompute(sc, r) for r in s.recompute))
+        if reserve:
+            rec = rec[:1]
+        nics = sorted({k for a in s.accelerators for k in cls._nic_domain(sc, a)})
+        dom = {
+            "acc": list(s.accelerators or sc.systems),
+            "tp": list(s.tp),
+            "pp": list(s.pp),
+            "dp": divisors(sc.task.global_batch),
+            "mb": list(s.micro_batch),
+            "zero": list(s.zero_stage),
+            "offload": list(s.offload),
+            "recompute": rec,
+            "schedule": list(s.schedule),
+            "nics": nics,
+            "tau": list(s.save_interval_s),
+            "mode": list(s.save_mode),
+        }
+        for k, allowed in (restrict or {}).items():
+            if k not in dom:
+                raise InputError(f"cannot restrict unknown variable {k!r}")
+            keep = [v for v in dom[k] if v in set(allowed)]
+            dom[k] = keep
+        for k, v in dom.items():
+            if not v:
+                raise InputError(f"the search domain of {k} is empty")
+        return cls(sc=sc, domains=dom)
+
+    @staticmethod
+    def _nic_domain(sc: Scenario, acc: str) -> list[int]:
+        A = sc.system(acc).acc
+        if sc.search.nics_per_host:
+            return [k for k in sc.search.nics_per_host if 1 <= k <= max(A.max_nics_per_host, A.nics_per_host)]
+        return [A.nics_per_host]
+
+    # -- sizes ----------------------------------------------------------------------------------
+    def size(self) -> int:
+        """Number of points (assignments) in the design space, NICs counted per accelerator."""
+        other = 1
+        for k, v in self.domains.items():
+            if k not in ("acc", "nics", "schedule", "pp"):
+                other *= len(v)
+        n = 0
+        for a in self.domains["acc"]:
+            ks = len([k for k in self.domains["nics"] if k in self._nic_domain(self.sc, a)])
+            for p in self.domains["pp"]:
+                n += ks * (len(self.domains["schedule"]) if p > 1 else 1)
+        return n * other
+
+    # -- allowed pairs that are not constraints but domain facts --------------------------------
+    def nic_allowed(self) -> np.ndarray:
+        """(acc, nics) pairs a host can take."""
+        out = np.zeros((len(self.domains["acc"]), len(self.domains["nics"])), dtype=bool)
+        for i, a in enumerate(self.domains["acc"]):
+            dom = set(self._nic_domain(self.sc, a))
+            for j, k in enumerate(self.domains["nics"]):
+                out[i, j] = k in dom
+        return out
+
+    # -- tabulation -----------------------------------------------------------------------------
+    def tabulate(self, name: str, vars: tuple[str, ...], fn) -> Table:
+        """Evaluate ``fn(**{var: values})`` on the joint domain of ``vars``.
+
+        Categorical variables are looped over (they are scalars in the term functions); numeric ones
+        are passed as broadcastable open-grid arrays.
+        """
+        shape = tuple(len(self.domains[v]) for v in vars)
+        out = np.empty(shape, dtype=float)
+        cats = [v for v in vars if v in CATEGORICAL]
+        nums = [v for v in vars if v not in CATEGORICAL]
+        for combo in itertools.product(*(range(len(self.domains[c])) for c in cats)):
+            kw = {c: self.domains[c][i] for c, i in zip(cats, combo)}
+            grids = np.ix_(*[np.asarray(self.domains[v], dtype=float) for v in nums]) if nums else ()
+            kw.update({v: g for v, g in zip(nums, grids)})
+            val = np.asarray(fn(**kw), dtype=float)
+            idx = []
+            for v in vars:
+                if v in CATEGORICAL:
+                    idx.append(combo[cats.index(v)])
+                else:
+                    idx.append(slice(None))
+            sub_shape = tuple(len(self.domains[v]) for v in nums)
+            out[tuple(idx)] = np.broadcast_to(val, sub_shape)
+        return Table(name, vars, out)
+
+    @cached_property
+    def tables(self) -> dict[str, Table]:
+        """Every term table (one per relation family of :mod:`tpopt.models.terms`)."""
+        sc = self.sc
+        tau_vals = self.domains["tau"]
+        t = {}
+
+        def add(name, vars, fn):
+            t[name] = self.tabulate(name, vars, fn)
+
+        add("mem.states", ("zero", "offload", "tp", "pp", "dp"),
+            lambda zero, offload, tp, pp, dp: T.states(sc, zero, offload == "cpu", tp, pp, dp))
+        add("mem.copies", ("schedule", "tp", "pp"), lambda schedule, tp, pp: T.param_copies(sc, schedule, tp, pp))
+        add("mem.activations", ("schedule", "recompute", "tp", "pp", "dp", "mb"),
+            lambda schedule, recompute, tp, pp, dp, mb: T.activations(sc, schedule, recompute, tp, pp, dp, mb))
+        add("mem.temporary", ("zero", "tp", "pp", "mb"), lambda zero, tp, pp, mb: T.temporary(sc, zero, tp, pp, mb))
+        add("mem.host", ("acc", "offload", "zero", "tp", "pp", "dp"),
+            lambda acc, offload, zero, tp, pp, dp: T.host_memory(sc, acc, offload == "cpu", zero, tp, pp, dp))
+        add("time.compute", ("acc", "recompute", "schedule", "tp", "pp", "dp", "mb", "nics"),
+            lambda acc, recompute, schedule, tp, pp, dp, mb, nics:
+            T.compute(sc, acc, recompute, schedule, tp, pp, dp, mb, nics)[0])
+        add("time.exposed_dp", ("acc", "zero", "recompute", "tp", "pp", "dp", "mb", "nics"),
+            lambda acc, zero, recompute, tp, pp, dp, mb, nics:
+            T.exposed_dp(sc, acc, zero, recompute, tp, pp, dp, mb, nics))
+        add("time.tp_comm", ("acc", "recompute", "tp", "pp", "dp", "mb"),
+            lambda acc, recompute, tp, pp, dp, mb: T.tp_comm(sc, acc, recompute, tp, pp, dp, mb))
+        add("time.offload", ("acc", "offload", "zero", "recompute", "tp", "pp", "dp", "mb"),
+            lambda acc, offload, zero, recompute, tp, pp, dp, mb:
+            T.offload_wait(sc, acc, offload == "cpu", zero, recompute, tp, pp, dp, mb))
+        add("overhead", ("mode", "tau", "tp", "pp", "dp"),
+            lambda mode, tau, tp, pp, dp: T.overhead(sc, mode, tp * pp * dp, self.interval(tau, tp * pp * dp, mode)))
+        add("interval", ("mode", "tau", "tp", "pp", "dp"),
+            lambda mode, tau, tp, pp, dp: self.interval(tau, tp * pp * dp, mode))
+        add("input.min_busy", ("acc", "tp", "pp", "dp"),
+            lambda acc, tp, pp, dp: sc.task.global_batch / T.input_supply(sc, acc, tp * pp * dp))
+        add("rate", ("acc", "tp", "pp", "dp", "nics"),
+            lambda acc, tp, pp, dp, nics: T.rate_per_second(sc, acc, tp * pp * dp, nics))
+        add("cards", ("tp", "pp", "dp"), lambda tp, pp, dp: tp * pp * dp)
+        # structural facts (1 = the rule holds)
+        a = sc.model
+        B = sc.task.global_batch
+        add("ok.batch.divisibility", ("dp", "mb"), lambda dp, mb: (B % (dp * mb) == 0) * 1.0)
+        add("ok.layout.whole_hosts", ("acc", "tp", "pp", "dp"),
+            lambda acc, tp, pp, dp: ((tp * pp * dp) % sc.system(acc).acc.cards_per_host == 0) * 1.0)
+        add("ok.layout.tp_within_host", ("acc", "tp"),
+            lambda acc, tp: (sc.system(acc).acc.cards_per_host % tp == 0) * 1.0)
+        add("ok.layout.heads_divisible", ("tp",), lambda tp: ((a.heads % tp == 0) & (a.kv_heads % tp == 0)) * 1.0)
+        add("ok.layout.pp_divides_layers", ("pp",), lambda pp: (a.layers % pp == 0) * 1.0)
+        # exact single-table conditions: backlog (write time <= interval), host memory <= capacity
+        write = T.checkpoint_write_time(sc)
+        t["ok.checkpoint.backlog"] = Table("ok.checkpoint.backlog", t["interval"].vars,
+                                           (write <= t["interval"].values) * 1.0)
+        cap = self.host_capacity()
+        h = t["mem.host"]
+        shape = [1] * h.values.ndim
+        shape[h.vars.index("acc")] = len(cap)
+        t["ok.memory.host"] = Table("ok.memory.host", h.vars, (h.values <= cap.reshape(shape)) * 1.0)
+        del tau_vals
+        return t
+
+    def interval(self, tau, cards, mode):
+        """Save interval in seconds for a tau choice (0 = auto: the optimum for the card count)."""
+        tau = np.asarray(tau, dtype=float)
+        auto = T.optimal_save_interval(self.sc, cards, mode)
+        return np.where(tau == 0.0, auto, tau)
+
+    def usable(self) -> np.ndarray:
+        return np.array([self.sc.system(a).acc.memory_usable for a in self.domains["acc"]])
+
+    def host_capacity(self) -> np.ndarray:
+        return np.array([self.sc.system(a).acc.host_memory or np.inf for a in self.domains["acc"]])
+
+    # -- plans ----------------------------------------------------------------------------------
+    def plan(self, idx: dict) -> Plan:
+        """The :class:`Plan` of an assignment given as variable -> index into its domain."""
+        d = {k: self.domains[k][i] for k, i in idx.items()}
+        cards = d["tp"] * d["pp"] * d["dp"]
+        tau = float(self.interval(d["tau"], cards, d["mode"]))
+        B = self.sc.task.global_batch
+        ga = B // (d["dp"] * d["mb"]) if B % (d["dp"] * d["mb"]) == 0 else 0
+        return Plan(accelerator=d["acc"], cards=int(cards), zero_stage=int(d["zero"]), tp=int(d["tp"]),
+                    pp=int(d["pp"]), dp=int(d["dp"]), micro_batch=int(d["mb"]), grad_accum=ga,
+                    recompute=d["recompute"], offload=d["offload"],
+                    schedule=d["schedule"] if d["pp"] > 1 else self.domains["schedule"][0],
+                    save_interval_s=tau, save_mode=d["mode"], nics_per_host=int(d["nics"]))
+
+    def key(self, idx: dict) -> tuple:
+        """A canonical assignment key (schedule pinned when pp = 1)."""
+        i = dict(idx)
+        if self.domains["pp"][i["pp"]] == 1:
+            i["schedule"] = 0
+        return tuple(i[v] for v in VARS)
