@@ -56,7 +56,7 @@ KEYS = {
     "comm": {"overlap"},
     "cost": {"card_hour", "nic_hour", "max_cost"},
     "search": {"zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "schedule", "nics_per_host",
-               "save_interval", "save_mode", "max_cards", "min_cards", "accelerator"},
+               "save_interval", "save_mode", "max_cards", "accelerator"},
     "sweep": None,
     "scenario": {"name", "description"},
 }
@@ -98,6 +98,11 @@ def with_overrides(raw: dict, overrides: dict) -> dict:
             raise InputError(f"scenario: [{table}] must be a table")
         if table == "hardware" and key == "accelerator":
             _retarget_card_overrides(t, value)
+        if table == "hardware" and key in CARD_KEYS:
+            # an explicit override beats per-card values the file (or a retarget) put in sub-tables
+            for sub in t.values():
+                if isinstance(sub, dict) and key in sub:
+                    sub[key] = value
         t[key] = value
     return out
 
@@ -329,7 +334,6 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
         if x not in systems:
             raise InputError(f"search.accelerator {x!r} is not in hardware.accelerator")
     max_cards = parse_int(se.get("max_cards", 1024), "search.max_cards", minimum=1)
-    min_cards = parse_int(se.get("min_cards", 1), "search.min_cards", minimum=1)
     space = SearchSpace(
         accelerators=accs,
         zero_stage=zs,
@@ -342,7 +346,6 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
         save_interval_s=tuple(sorted(set(ivals))),
         save_mode=modes,
         nics_per_host=_int_list(se["nics_per_host"], "search.nics_per_host") if "nics_per_host" in se else (),
-        min_cards=min_cards,
         max_cards=max_cards,
     )
     max_cost = cost.get("max_cost")

@@ -13,6 +13,7 @@ from tpopt.errors import InputError
 EXIT_OK = 0
 EXIT_INPUT = 2  # bad input: unknown names, malformed files, bad units
 EXIT_INFEASIBLE = 3  # a well-formed request that no plan satisfies
+EXIT_UNKNOWN = 4  # no plan found and no proof of infeasibility within the time limit
 
 
 def fail(message: str, code: int = EXIT_INPUT):
@@ -96,10 +97,15 @@ def load_scenario_from(kw: dict, extra: dict | None = None):
     return load_scenario(kw["scenario_path"], ov, kw.get("catalog_dirs") or ())
 
 
-def plan_options(fn):
-    """Flags that fix one plan: --cards is required, the rest default from the scenario."""
+def plan_options(fn=None, *, require_cards: bool = True):
+    """Flags that fix one plan: --cards (required unless ``require_cards=False``); the rest default
+    from the scenario. Use as ``@plan_options`` or ``@plan_options(require_cards=False)``."""
+    if fn is None:
+        return lambda f: plan_options(f, require_cards=require_cards)
+    cards_help = ("Card count (a multiple of the host size)." if require_cards
+                  else "Card count of the plan to explain (omit to explain the request as a whole).")
     opts = [
-        click.option("--cards", type=int, required=True, help="Card count (a multiple of the host size)."),
+        click.option("--cards", type=int, required=require_cards, help=cards_help),
         click.option("--zero", "zero_stage", type=int, help="ZeRO stage 0-3."),
         click.option("--tp", type=int, help="Tensor-parallel size."),
         click.option("--pp", type=int, help="Pipeline-parallel size."),

@@ -41,7 +41,6 @@ def plot_timeline(result, path: str) -> None:
     fig_w = min(40.0, max(8.0, 0.03 * len(result.events) / max(p, 1) + 6.0))
     fig, ax = plt.subplots(figsize=(fig_w, 0.9 + 0.45 * p))
     height = 0.7
-    fused_label = any(e.fused for e in result.events)
     few = len(result.events) <= 60 * p
     for s in range(p):
         y = p - 1 - s
@@ -64,10 +63,13 @@ def plot_timeline(result, path: str) -> None:
     ax.set_xlabel("time / ms")
     ax.set_title(f"{result.schedule}: p = {p}, m = {result.m}, completion {total:,.1f} ms, "
                  f"bubble {result.bubble_fraction * 100:.1f} %", fontsize=10)
-    kinds = [k for k in ("F", "B", "W", "U") if any(e.kind == k for e in result.events)]
-    handles = [Patch(facecolor=COLOURS[k],
-                     label="backward" if (k == "B" and fused_label and result.schedule not in
-                                          ("zb-h1", "zb-h2", "dualpipe")) else NAMES[k]) for k in kinds]
+    kinds = [k for k in ("F", "B", "W", "U") if any(e.kind == k and e.end > e.start for e in result.events)]
+    names = dict(NAMES)
+    if "W" not in kinds:
+        names["B"] = "backward"
+    elif any(e.fused for e in result.events):
+        names["B"] = "dX, or whole backward"
+    handles = [Patch(facecolor=COLOURS[k], label=names[k]) for k in kinds]
     handles.append(Patch(facecolor="#EEEEEE", label="idle"))
     if any(e.chunk or e.direction for e in result.events):
         handles.append(Patch(facecolor="white", edgecolor="black", hatch="//",

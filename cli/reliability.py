@@ -347,42 +347,73 @@ def _plot_curves(rep: dict, path: str) -> None:
 # commands
 
 
+def _scenario_defaults(path, catalog_dirs) -> dict:
+    """Checkpoint inputs from a scenario file (SI units), used where no flag is given."""
+    from tpopt.catalogs.scenario import load_scenario
+    from tpopt.models.arch import param_count
+
+    sc = load_scenario(path, None, catalog_dirs)
+    rel = sc.reliability
+    tau = [t for t in sc.search.save_interval_s if t > 0]
+    return {"n_params": param_count(sc.model), "source": f"{sc.model.name} from {path}",
+            "bytes_per_param": rel.bytes_per_param, "write_bandwidth": rel.write_bandwidth,
+            "restore": rel.restore_s, "card_mtbf": rel.card_mtbf_s, "spike_interval": rel.event_interval_s,
+            "mode": sc.search.save_mode[0], "copy_time": rel.snapshot_copy_s,
+            "intervals": sorted(set(tau) | {300.0, 900.0, 1800.0})}
+
+
 @click.command("checkpoint")
 @click.option("--cards", required=True, help="Cards in the job (any failure interrupts it).")
+@click.option("--scenario", "scenario_path", default=None, type=click.Path(dir_okay=False),
+              help="Take the model, storage, MTBF, restore and save settings from a scenario file.")
+@click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="Extra catalog directory (with --scenario).")
 @click.option("--params", default=None, help="Parameter count N (e.g. 8190735360 or 8.19B).")
 @click.option("--model", default=None, help=f"Catalog model whose N to use (default {DEFAULT_MODEL}).")
-@click.option("--bytes-per-param", default="14", show_default=True,
-              help="Checkpoint bytes per parameter: weights 2 + fp32 master 4 + Adam moments 8.")
-@click.option("--write-bandwidth", default="7GB/s", show_default=True, help="Aggregate checkpoint write bandwidth.")
-@click.option("--restore", default="120s", show_default=True, help="Restart time after each failure or rollback.")
+@click.option("--bytes-per-param", default=None,
+              help="Checkpoint bytes per parameter [default 14: weights 2 + fp32 master 4 + Adam moments 8].")
+@click.option("--write-bandwidth", default=None, help="Aggregate checkpoint write bandwidth [default 7GB/s].")
+@click.option("--restore", default=None, help="Restart time after each failure or rollback [default 120s].")
 @click.option("--card-mtbf", default=None,
               help="Per-card MTBF [default: 337.07d = 1024 cards x 7.9 h per job interruption].")
 @click.option("--spike-interval", default=None, help="Mean time between loss-spike rollbacks (e.g. 7d).")
 @click.option("--planned-interval", default=None, help="Mean time between planned interruptions.")
-@click.option("--intervals", default=DEFAULT_INTERVALS, show_default=True, help="Checkpoint intervals to tabulate.")
-@click.option("--mode", default="sync", show_default=True, type=click.Choice(["sync", "async"]),
-              help="sync: training pauses for the whole write; async: only for the snapshot copy.")
-@click.option("--copy-time", default="0.5s", show_default=True, help="Async snapshot copy pause.")
+@click.option("--intervals", default=None, help=f"Checkpoint intervals to tabulate [default {DEFAULT_INTERVALS}].")
+@click.option("--mode", default=None, type=click.Choice(["sync", "async"]),
+              help="sync: training pauses for the whole write; async: only for the snapshot copy [default sync].")
+@click.option("--copy-time", default=None, help="Async snapshot copy pause [default 0.5s].")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (SI units, fractions).")
 @click.option("--plot", default=None, help="Write the cost curves to FILE (.svg or .png).")
 @handle_errors
-def checkpoint(cards, params, model, bytes_per_param, write_bandwidth, restore, card_mtbf, spike_interval,
-               planned_interval, intervals, mode, copy_time, as_json, plot):
-    """Checkpoint interval table: save, redo and restart overhead, first-order and Poisson optima."""
-    n_params, source = _resolve_params(params, model)
+def checkpoint(cards, scenario_path, catalog_dirs, params, model, bytes_per_param, write_bandwidth, restore,
+               card_mtbf, spike_interval, planned_interval, intervals, mode, copy_time, as_json, plot):
+    """Checkpoint interval table: save, redo and restart overhead, first-order and Poisson optima.
+
+    Example: tpopt checkpoint --scenario examples/design-case.toml --cards 1024 --plot curves.svg
+    """
+    base = _scenario_defaults(scenario_path, catalog_dirs) if scenario_path else {}
+    if params is not None or model is not None or not base:
+        n_params, source = _resolve_params(params, model)
+    else:
+        n_params, source = base["n_params"], base["source"]
+    mtbf = (parse_duration(card_mtbf, "--card-mtbf", allow_zero=False) if card_mtbf is not None
+            else base.get("card_mtbf", DEFAULT_CARD_MTBF))
     rep = checkpoint_report(
         cards=parse_int(cards, "--cards", minimum=1),
         n_params=n_params,
-        bytes_per_param=parse_number(bytes_per_param, "--bytes-per-param", allow_zero=False),
-        write_bandwidth=parse_bandwidth(write_bandwidth, "--write-bandwidth", allow_zero=False),
-        restore=parse_duration(restore, "--restore"),
-        card_mtbf=DEFAULT_CARD_MTBF if card_mtbf is None else parse_duration(card_mtbf, "--card-mtbf",
-                                                                             allow_zero=False),
-        spike_interval=_optional_duration(spike_interval, "--spike-interval"),
+        bytes_per_param=(parse_number(bytes_per_param, "--bytes-per-param", allow_zero=False)
+                         if bytes_per_param is not None else base.get("bytes_per_param", 14.0)),
+        write_bandwidth=(parse_bandwidth(write_bandwidth, "--write-bandwidth", allow_zero=False)
+                         if write_bandwidth is not None else base.get("write_bandwidth", 7e9)),
+        restore=parse_duration(restore, "--restore") if restore is not None else base.get("restore", 120.0),
+        card_mtbf=mtbf if mtbf is not None else float("inf"),
+        spike_interval=(_optional_duration(spike_interval, "--spike-interval") if spike_interval is not None
+                        else base.get("spike_interval")),
         planned_interval=_optional_duration(planned_interval, "--planned-interval"),
-        intervals=_parse_intervals(intervals),
-        mode=mode,
-        copy_time=parse_duration(copy_time, "--copy-time"),
+        intervals=(_parse_intervals(intervals) if intervals is not None
+                   else base.get("intervals", _parse_intervals(DEFAULT_INTERVALS))),
+        mode=mode or base.get("mode", "sync"),
+        copy_time=parse_duration(copy_time, "--copy-time") if copy_time is not None else base.get("copy_time", 0.5),
     )
     if plot:
         _plot_curves(rep, plot)

@@ -14,9 +14,9 @@ from rich.table import Table
 WIDTH = 100
 
 
-def console_text(*renderables) -> str:
+def console_text(*renderables, width: int = WIDTH) -> str:
     buf = io.StringIO()
-    con = Console(file=buf, width=WIDTH, color_system="standard" if sys.stdout.isatty() else None,
+    con = Console(file=buf, width=width, color_system="standard" if sys.stdout.isatty() else None,
                   highlight=False, emoji=False)
     for r in renderables:
         con.print(r)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from tpopt.cli.common import EXIT_INFEASIBLE, dump_json, handle_errors, load_scenario_from, scenario_options
+from tpopt.cli.common import (EXIT_INFEASIBLE, EXIT_UNKNOWN, dump_json, handle_errors, load_scenario_from,
+                              scenario_options)
 
 
 def solve_options(fn):
@@ -40,9 +41,11 @@ def request_from(kw: dict, top: int = 1):
 @solve_options
 @click.option("--top", type=int, default=1, show_default=True, help="List the K best plans.")
 @click.option("--no-analysis", is_flag=True, help="Skip the binding-constraint and alternatives report.")
+@click.option("--sensitivity", is_flag=True,
+              help="Also re-solve with the deadline +/- 1 d, one host fewer and 1 GiB more per card.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @handle_errors
-def solve(top, no_analysis, as_json, **kw):
+def solve(top, no_analysis, sensitivity, as_json, **kw):
     """Find the cheapest plan that meets the deadline, prove it optimal, and say what limits it.
 
     Example: tpopt solve --scenario examples/design-case.toml --deadline 30d --hw rtx4090
@@ -73,10 +76,22 @@ def solve(top, no_analysis, as_json, **kw):
         out["alternatives"] = ana["alternatives"] if ana else []
         out["analysis_by"] = ana["oracle"] if ana else None
         out["top"] = [dict(ev.as_dict(), rank=i + 1) for i, ev in enumerate(result.plans)]
-        click.echo(dump_json(out) if as_json else solve_text(out, sc), nl=False)
+        if sensitivity:
+            from tpopt.optimizer.explain import sensitivities
+
+            out["sensitivities"] = sensitivities(sc, kw["solver"], req, base=best)
+        if as_json:
+            click.echo(dump_json(out), nl=False)
+            return
+        text = solve_text(out, sc)
+        if sensitivity:
+            from tpopt.cli.explain import sensitivity_text
+
+            text += "\n" + sensitivity_text(out["sensitivities"])
+        click.echo(text, nl=False)
         return
     # no feasible plan (or none found in time)
     from tpopt.cli.explain import infeasible_report
 
     infeasible_report(sc, space, result, req, kw, as_json, out)
-    raise SystemExit(EXIT_INFEASIBLE if result.status == Status.INFEASIBLE else 4)
+    raise SystemExit(EXIT_INFEASIBLE if result.status == Status.INFEASIBLE else EXIT_UNKNOWN)

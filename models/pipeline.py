@@ -66,7 +66,7 @@ _MSG_NONE, _MSG_FWD, _MSG_BWD = 0, 1, 2  # link an input arrives on
 
 
 # =============================================================================================
-# closed forms (chapter 10.3.2; balanced stages; zero transfer and update unless stated)
+# closed forms (chapter 10.3.2; balanced stages; zero transfer unless stated)
 
 
 def fill_drain_time(p: int, m: int, tf, tb):
@@ -97,7 +97,7 @@ def bubble_1f1b(p: int, tf, tb, tw=0.0):
     """Per-stage bubble of 1F1B and fill-drain ``(p - 1)(T_F + T_B + T_W)`` [s].
 
     ``T_B`` is dX and ``T_W`` dW (or the whole backward as ``tb`` and ``tw = 0``);
-    p = 4, 10 + 10 + 10 ms -> 90 ms. Exact in this model with zero transfer and update.
+    p = 4, 10 + 10 + 10 ms -> 90 ms. Exact in this model with zero transfer (for any m; a uniform update adds to busy and completion alike).
     """
     return (p - 1) * (tf + tb + tw)
 
@@ -105,7 +105,7 @@ def bubble_1f1b(p: int, tf, tb, tw=0.0):
 def bubble_interleaved(p: int, tf, tb, tw=0.0, v: int = 2):
     """Per-stage bubble of interleaved 1F1B ``(1/v)(p - 1)(T_F + T_B + T_W)`` [s] (equal chunks).
 
-    Exact in this model for ``m`` a multiple of ``p`` with zero transfer and update.
+    Exact in this model for ``m`` a multiple of ``p`` with zero transfer.
     """
     return (p - 1) * (tf + tb + tw) / v
 
@@ -114,7 +114,7 @@ def bubble_zb_h1(p: int, tf, tb, tw):
     """Per-stage bubble of ZB-H1 ``(p - 1)(T_F + T_B - T_W)`` [s] (zero-bubble paper, table 2).
 
     dW is postponed into the drain; p = 4, 10 + 10 - 10 ms -> 30 ms. Exact in this model (zero
-    transfer and update, balanced stages) for ``m >= p`` while ``T_W <= T_F`` and ``T_W <= T_B``.
+    transfer, balanced stages) for ``m >= p`` while ``T_W <= T_F`` and ``T_W <= T_B``.
     """
     return (p - 1) * (tf + tb - tw)
 
@@ -134,7 +134,7 @@ def bubble_zb_h2_synchronous(p: int, tf, tb, tw):
     """Per-stage bubble of ZB-H2 in one synchronous step ``(p - 1) max(T_F, T_F + T_B - 2 T_W)`` [s].
 
     The larger of the paper's bound and the fill skew ``(p - 1) T_F``. Exact in this model (zero
-    transfer and update, balanced stages) for ``m >= 2p`` while ``T_W <= T_F`` and ``T_W <= T_B``.
+    transfer, balanced stages) for ``m >= 2p`` while ``T_W <= T_F`` and ``T_W <= T_B``.
     """
     if _scalar(tf, tb, tw):
         return (p - 1) * max(tf, tf + tb - 2 * tw)
@@ -188,6 +188,19 @@ def _whole(x, name: str, lo: int) -> int:
     return int(x)
 
 
+def shape_error(schedule: str, p: int, m: int, v: int = 2) -> str | None:
+    """Why ``schedule`` cannot run ``p`` stages and ``m`` micro-batches, or ``None`` if it can.
+
+    Only DeepSeek's DualPipe ordering restricts the shape (an even p and an even m >= 2p, as its
+    published code asserts); the solver can use this to leave such plans out.
+    """
+    _check_schedule(schedule)
+    if schedule == "dualpipe-deepseek" and (p % 2 or m % 2 or m < 2 * p):
+        return (f"dualpipe-deepseek needs an even number of stages and an even m >= 2p "
+                f"(DeepSeek's ordering asserts it); got p = {p}, m = {m}")
+    return None
+
+
 def _check_shape(schedule: str, p: int, m: int, v: int) -> tuple[int, int, int]:
     """Validate and normalise ``(p, m, v)``; ``v`` is 1 except for the interleaved schedule."""
     _check_schedule(schedule)
@@ -196,19 +209,15 @@ def _check_shape(schedule: str, p: int, m: int, v: int) -> tuple[int, int, int]:
     v = _whole(v, "chunks v", 1)
     if schedule != "interleaved":
         v = 1
-    elif m > p and m % p:
-        raise InputError(f"interleaved needs m to be a multiple of p when m > p (Megatron-LM's order "
-                         f"deadlocks otherwise); got p = {p}, m = {m}")
-    if schedule == "dualpipe-deepseek" and (p % 2 or m % 2 or m < 2 * p):
-        raise InputError(f"dualpipe-deepseek needs an even number of stages and an even m >= 2p "
-                         f"(DeepSeek's ordering asserts it); got p = {p}, m = {m}")
-    if schedule == "dualpipe" and m < 2:
-        raise InputError("dualpipe needs at least 2 micro-batches (one per direction)")
+    err = shape_error(schedule, p, m, v)
+    if err:
+        raise InputError(err)
     return p, m, v
 
 
 def _halves(m: int) -> tuple[int, int]:
-    """DualPipe split of the micro-batches: the down direction gets ``ceil(m/2)``, ids first."""
+    """DualPipe split of the micro-batches: the down direction gets ``ceil(m/2)`` (ids first), the up
+    direction the rest (none when m = 1)."""
     return (m + 1) // 2, m // 2
 
 
@@ -259,20 +268,27 @@ def _order_interleaved(p, m, v):
     """Interleaved 1F1B (Megatron-LM virtual pipeline); chunk c of stage s is path position ``c p + s``.
 
     Forwards go in groups of p micro-batches, chunks 0 .. v-1 within a group; backwards the same with
-    the chunks reversed. Stage s runs ``min(2(p-1-s) + (v-1) p, m v)`` warm-up forwards, then
-    alternates one forward and one backward, then drains the backwards.
+    the chunks reversed. Stage s runs ``min(2(p-1-s) + (v-1) g, m v)`` warm-up forwards (g = p), then
+    alternates one forward and one backward, then drains the backwards. Megatron-LM needs m to be a
+    multiple of p; for other m > p the last group takes the remainder (g = p + m mod p), and the warm-up
+    uses that largest group, which keeps the order free of deadlocks (checked for p <= 12, m <= 60,
+    v <= 4); m <= p is one group with g = p.
     """
+    starts = list(range(0, m, p))
+    if m > p and m % p:
+        starts.pop()  # the last full group absorbs the remainder
+    bounds = starts[1:] + [m]
+    g_max = max([p] + [b - a for a, b in zip(starts, bounds)])
     fwd, bwd = [], []
-    for g in range(0, m, p):
-        group = range(g, min(g + p, m))
+    for a, b in zip(starts, bounds):
         for c in range(v):
-            fwd.extend((c, i) for i in group)
+            fwd.extend((c, i) for i in range(a, b))
         for c in reversed(range(v)):
-            bwd.extend((c, i) for i in group)
+            bwd.extend((c, i) for i in range(a, b))
     total = m * v
     orders = []
     for s in range(p):
-        w = min(2 * (p - 1 - s) + (v - 1) * p, total)
+        w = min(2 * (p - 1 - s) + (v - 1) * g_max, total)
         ops = [(_F, i, c * p + s, False) for c, i in fwd[:w]]
         for k in range(total - w):
             c, i = fwd[w + k]
@@ -536,7 +552,7 @@ def _producer(kind: int, mb: int, pos: int, last_pos: int):
     return (_B, mb, pos), _MSG_NONE
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=256)  # one entry per (schedule, p, m, v) shape; a solver table uses dozens
 def _program(schedule: str, p: int, m: int, v: int) -> _Program:
     """Compile the slot orders into a topological order (cached; depends only on the shape)."""
     orders = slot_orders(schedule, p, m, v)
@@ -881,7 +897,7 @@ class _Wave:
     out_link: np.ndarray  # 1 forward, 2 backward
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=256)  # one entry per (schedule, p, m, v) shape; a solver table uses dozens
 def _waves(schedule: str, p: int, m: int, v: int) -> tuple[tuple, int]:
     """Group the ops by level (independent within a level) and give every message a buffer slot.
 
@@ -1090,19 +1106,16 @@ def peak_inflight(schedule: str, p: int, m: int, *, v: int = 2, chunk_layers=Non
 
 
 def buffer_counts(schedule: str, p: int) -> list[int]:
-    """Send/receive buffers a stage holds for the whole step: one per (neighbour link, tensor, way).
+    """Send/receive buffers a stage holds: one send and one receive buffer per direction of flow.
 
-    A plain pipeline stage receives activations from s-1 and gradients from s+1 and sends the other
-    way: 2 buffers per neighbour (stages 0 and p-1: 2, middle stages: 4). Interleaved wraps around
-    (stage p-1 feeds stage 0's next chunk): 4 on every stage. DualPipe carries both directions over
-    every link: 4 per neighbour. A simple model: the chapter's event model counts its buffers in a
-    way it does not state.
+    Each is one boundary tensor (a micro-batch's activation, or its gradient, at a stage boundary);
+    a stage consumes what it receives and sends what it produces one operation at a time, so one of
+    each suffices: 2 per stage, 4 for DualPipe (two directions), none on a single stage. With
+    1 MiB buffers (bf16 [128, 4096]) and the per-micro-batch activations the chapter's peaks imply,
+    this reproduces its printed MiB figures within 1 MiB (see tests/test_pipeline.py).
     """
     _check_schedule(schedule)
     p = _whole(p, "stages p", 1)
     if p == 1:
         return [0]
-    if schedule == "interleaved":
-        return [4] * p
-    per = 4 if schedule.startswith("dualpipe") else 2
-    return [per * ((s > 0) + (s < p - 1)) for s in range(p)]
+    return [4 if schedule.startswith("dualpipe") else 2] * p

@@ -15,8 +15,7 @@ from tpopt.models.hardware import Accelerator
 
 SAVE_MODES = ("sync", "async")
 OFFLOADS = ("none", "cpu")
-# Pipeline schedules a plan may name (tpopt.models.pipeline simulates each of them).
-SCHEDULES = ("fill-drain", "1f1b", "interleaved", "zb-h1", "zb-h2", "dualpipe", "dualpipe-deepseek")
+from tpopt.models.pipeline import SCHEDULES  # noqa: E402  (the schedules the event model simulates)
 
 
 @dataclass(frozen=True)
@@ -127,7 +126,6 @@ class SearchSpace:
     save_interval_s: tuple[float, ...] = (1800.0,)
     save_mode: tuple[str, ...] = ("sync",)
     nics_per_host: tuple[int, ...] = ()  # empty: each accelerator's default only
-    min_cards: int = 1
     max_cards: int = 1024
 
 

@@ -155,6 +155,9 @@ def pipeline_compute(schedule, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weig
         mm = np.ceil(m - 1e-9).astype(int)
         for p_val, m_val in np.unique(np.stack([pp[multi], mm[multi]], axis=1), axis=0):
             sel = multi & (pp == p_val) & (mm == m_val)
+            if pipeline.shape_error(schedule, int(p_val), int(m_val)):
+                out[sel] = np.inf  # the schedule cannot run this shape (layout.schedule_shape)
+                continue
             out[sel] = pipeline.completion_time(schedule, int(p_val), int(m_val), tf[sel], tdx[sel], tdw[sel],
                                                 tx[sel], 0.0)
     return out.reshape(shape)
@@ -172,8 +175,24 @@ def pipeline_inflight(schedule, pp, micro_batches):
 
         for p_val, m_val in np.unique(np.stack([pp[multi], m[multi]], axis=1), axis=0):
             sel = multi & (pp == p_val) & (m == m_val)
+            if pipeline.shape_error(schedule, int(p_val), int(m_val)):
+                out[sel] = np.inf
+                continue
             out[sel] = max(pipeline.peak_inflight(schedule, int(p_val), int(m_val)))
     return out.reshape(shape)
+
+
+def schedule_shape_ok(schedule, pp, dp, micro_batch, batch):
+    """1 where the pipeline schedule can run pp stages with batch / (dp x micro_batch) micro-batches
+    (always when pp = 1; only DeepSeek's DualPipe ordering restricts shapes)."""
+    from tpopt.models import pipeline
+
+    pp, m = np.broadcast_arrays(np.asarray(pp), np.ceil(batch / (_f(dp) * _f(micro_batch)) - 1e-9).astype(int))
+    out = np.ones(pp.shape, dtype=bool)
+    for p_val, m_val in np.unique(np.stack([pp.reshape(-1), m.reshape(-1)], axis=1), axis=0):
+        if p_val > 1 and pipeline.shape_error(schedule, int(p_val), int(m_val)):
+            out[(pp == p_val) & (m == m_val)] = False
+    return out
 
 
 def straggler_factor(sc: Scenario, cards):
@@ -184,19 +203,33 @@ def straggler_factor(sc: Scenario, cards):
     return 1.0 + sigma * reliability.expected_max_std_normal(np.asarray(cards).astype(int))
 
 
+def compute_inputs(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics):
+    """Everything the compute term needs: (t_f, t_dX, t_dW, t_transfer, grad_accum, cards)."""
+    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, schedule, tp, pp, micro_batch)
+    t_x = pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics)
+    return t_f, t_dx, t_dw, t_x, grad_accum(sc, dp, micro_batch), _f(tp) * _f(pp) * _f(dp)
+
+
+def compute_from(sc: Scenario, schedule, pp, inputs):
+    """Compute term from its inputs (arrays may stack many plans; one simulator call per shape).
+
+    Returns (compute_with_stragglers, pure_compute, bubble, straggler).
+    """
+    t_f, t_dx, t_dw, t_x, ga, cards = inputs
+    completion = pipeline_compute(schedule, pp, ga, t_f, t_dx, t_dw, t_x)
+    pure = ga * (t_f + t_dx + t_dw)
+    total = completion * straggler_factor(sc, cards)
+    finite = np.isfinite(completion)
+    return (total, pure, np.where(finite, completion - pure, np.inf),
+            np.where(finite, total - np.where(finite, completion, 0.0), 0.0))
+
+
 def compute(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics):
     """Per-step compute incl. pipeline bubbles, times the straggler factor.
 
     Returns (compute_with_stragglers, pure_compute, bubble, straggler) so that reports can split it.
     """
-    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, schedule, tp, pp, micro_batch)
-    ga = grad_accum(sc, dp, micro_batch)
-    t_x = pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics)
-    completion = pipeline_compute(schedule, pp, ga, t_f, t_dx, t_dw, t_x)
-    pure = ga * (t_f + t_dx + t_dw)
-    factor = straggler_factor(sc, _f(tp) * _f(pp) * _f(dp))
-    total = completion * factor
-    return total, pure, completion - pure, total - completion
+    return compute_from(sc, schedule, pp, compute_inputs(sc, acc, recompute, schedule, tp, pp, dp, micro_batch, nics))
 
 
 def dp_link(sc: Scenario, acc: str, zero, tp, pp, dp, micro_batch, nics):

@@ -1,8 +1,10 @@
 """OR-Tools CP-SAT formulation of the plan model.
 
 Decision variables: one index variable per base variable (its position in the domain). Every term
-of :mod:`tpopt.models.terms` enters as an element constraint over the joint index of its own
-variables; the glue is linear except two exact products (step x (1 + L), rate x finish).
+of :mod:`tpopt.models.terms` enters as a table constraint over its own variables and its (integer)
+value; the glue is linear, and the two products of the model (step x (1 + L), rate x finish) are
+exact linear relations selected by one literal per distinct value of the small factor. A hub
+variable over the core layout carries valid lower bounds and drives a best-first search.
 
 Integer scaling (a relaxation, see :mod:`tpopt.optimizer.core`): times in microseconds, memory in
 bytes, overhead in 1e-7, all rounded *down* where they add to a "<=" side or to the objective and
@@ -28,6 +30,7 @@ from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import FAMILIES, VARS, Space
 
 US = 1e6  # time unit: microsecond
+HUB = ("acc", "tp", "pp", "dp", "mb")  # the core layout the search branches on first
 LSCALE = 10_000_000  # overhead unit: 1e-7
 INT_MAX = 2**61
 
@@ -37,6 +40,12 @@ class CandidateResult:
     status: str  # "candidate" | "feasible" | "infeasible" | "unknown"
     assignment: dict | None = None
     objective_lb: float | None = None
+
+
+def _finite(x):
+    """Table values with non-finite entries (plans a structural family excludes) set to 0."""
+    x = np.asarray(x, dtype=float)
+    return np.where(np.isfinite(x), x, 0.0)
 
 
 def _floor(x):
@@ -60,39 +69,27 @@ class CpSatModel:
         self._build()
 
     # -- helpers ------------------------------------------------------------------------------
-    def _index(self, vars) -> cp_model.IntVar:
-        dom = self.space.domains
-        if len(vars) == 1:
-            return self.iv[vars[0]]
-        size = int(np.prod([len(dom[v]) for v in vars]))
-        key = tuple(vars)
-        if key in self._idx_cache:
-            return self._idx_cache[key]
-        idx = self.m.new_int_var(0, size - 1, "idx_" + "_".join(vars))
-        strides = []
-        s = 1
-        for v in reversed(vars):
-            strides.append(s)
-            s *= len(dom[v])
-        strides.reverse()
-        self.m.add(idx == sum(st * self.iv[v] for st, v in zip(strides, vars)))
-        self._idx_cache[key] = idx
-        return idx
-
     def _element(self, name: str, vars, values) -> cp_model.IntVar:
-        vals = [int(v) for v in np.asarray(values).reshape(-1)]
-        lo, hi = min(vals), max(vals)
-        target = self.m.new_int_var(lo, hi, name)
-        if lo == hi:
-            self.m.add(target == lo)
-        else:
-            self.m.add_element(self._index(vars), vals, target)
+        """target = values[assignment of vars] as a table constraint over (vars..., target).
+
+        Table constraints are propagated through the SAT encoding of the index variables, far
+        cheaper per search node than an element over a linearly combined index.
+        """
+        arr = np.asarray(values).reshape(tuple(len(self.space.domains[v]) for v in vars))
+        flat = arr.reshape(-1)
+        uniq = np.unique(flat)
+        if len(uniq) == 1:
+            target = self.m.new_constant(int(uniq[0]))
+            return target
+        target = self.m.new_int_var_from_domain(cp_model.Domain.from_values([int(u) for u in uniq]), name)
+        coords = np.indices(arr.shape).reshape(len(vars), -1).T
+        rows = [tuple(int(c) for c in co) + (int(v),) for co, v in zip(coords, flat)]
+        self.m.add_allowed_assignments([self.iv[v] for v in vars] + [target], rows)
         return target
 
     def _table(self, name: str, how: str, scale: float = 1.0):
         t = self.space.tables[name]
-        vals = t.values * scale
-        vals = np.where(np.isfinite(vals), vals, 0.0)
+        vals = _finite(t.values) * scale
         ints = _floor(vals) if how == "floor" else _ceil(vals)
         return self._element(f"{name}.{how}", t.vars, ints), ints
 
@@ -110,24 +107,20 @@ class CpSatModel:
     def _require(self, family: str, ok_table: str):
         """Family holds iff the tabulated 0/1 condition is 1 (decided exactly in floating point)."""
         t = self.space.tables[ok_table]
-        flags = t.values.reshape(-1) > 0.5
+        flags = (t.values > 0.5).astype(np.int64)
         if flags.all():
             return
-        allowed = [i for i, f in enumerate(flags) if f]
-        if not allowed:
+        if not flags.any():
             self.m.add_bool_or([self.lit[family].Not()])
             return
-        idx = self._index(t.vars)
-        ok = self.m.new_bool_var(f"ok.{family}")
-        self.m.add_element(idx, [int(f) for f in flags], ok)
-        self.m.add_implication(self.lit[family], ok)
+        ok = self._element(f"ok.{family}", t.vars, flags)
+        self.m.add(ok == 1).only_enforce_if(self.lit[family])
 
     # -- model ----------------------------------------------------------------------------------
     def _build(self):
         sp, m = self.space, self.m
         dom = sp.domains
         sc = sp.sc
-        self._idx_cache = {}
         self.iv = {v: m.new_int_var(0, len(dom[v]) - 1, f"i_{v}") for v in VARS}
         for f in FAMILIES:
             self.lit[f] = m.new_bool_var(f"enforce[{f}]")
@@ -149,7 +142,7 @@ class CpSatModel:
 
         # structural families and exact single-table conditions
         for f in ("batch.divisibility", "layout.whole_hosts", "layout.tp_within_host", "layout.heads_divisible",
-                  "layout.pp_divides_layers"):
+                  "layout.pp_divides_layers", "layout.schedule_shape"):
             self._require(f, "ok." + f)
         self._require("checkpoint.backlog", "ok.checkpoint.backlog")
         self._require("memory.host", "ok.memory.host")
@@ -162,8 +155,8 @@ class CpSatModel:
         self.cards = cards
 
         # memory per card <= usable (bytes, rounded down; usable rounded up)
-        mem_terms = [self._table(n, "floor")[0] for n in ("mem.states", "mem.copies", "mem.activations",
-                                                          "mem.temporary")]
+        mem_names = ("mem.states", "mem.copies", "mem.activations", "mem.temporary")
+        mem_terms = [self._table(n, "floor")[0] for n in mem_names]
         usable = self._element("usable", ("acc",), _ceil(sp.usable()))
         m.add(sum(mem_terms) <= usable).only_enforce_if(self.lit["memory.per_card"])
 
@@ -221,6 +214,67 @@ class CpSatModel:
         self.obj = cost if self.req.objective == "cost" else finish
         self.obj_factor = self.cost_factor if self.req.objective == "cost" else 1.0 / US
         m.minimize(self.obj)
+        self._hub(names, mem_names, busy_lb, sum(mem_terms), usable, ov_ints, rate_ints, wait_us, reserved_us,
+                  iters, finish, cost)
+
+    def _project(self, name: str, ints: np.ndarray, fn=np.min) -> np.ndarray:
+        """A table's integer values reduced over its non-hub variables and laid out on the hub grid."""
+        t = self.space.tables[name]
+        dom = self.space.domains
+        vals = np.asarray(ints).reshape(t.values.shape)
+        drop = tuple(i for i, v in enumerate(t.vars) if v not in HUB)
+        red = fn(vals, axis=drop) if drop else vals
+        kept = [v for v in t.vars if v in HUB]
+        red = np.transpose(red, [kept.index(v) for v in HUB if v in kept])
+        shape = [len(dom[v]) if v in kept else 1 for v in HUB]
+        return np.broadcast_to(red.reshape(shape), tuple(len(dom[v]) for v in HUB)).reshape(-1)
+
+    def _hub(self, busy_names, mem_names, busy_sum, mem_sum, usable, ov_ints, rate_ints, wait_us, reserved_us,
+             iters, finish, cost):
+        """Best-first branch and bound on the core layout hub = (acc, tp, pp, dp, mb).
+
+        For every hub value c, each term's minimum over the remaining variables (with the model's
+        own rounding) gives valid lower bounds of memory, busy time, finish and cost. They enter as
+        redundant constraints on a hub index (linked to the base variables by a table constraint),
+        and the search takes hub values in increasing bound order: once a plan is found, every hub
+        value whose bound exceeds it is pruned at once.
+        """
+        m, sp = self.m, self.space
+        dom = sp.domains
+        sizes = [len(dom[v]) for v in HUB]
+        n_hub = int(np.prod(sizes))
+        hub = m.new_int_var(0, n_hub - 1, "hub")
+        rows = [tuple(int(x) for x in np.unravel_index(i, sizes)) + (i,) for i in range(n_hub)]
+        m.add_allowed_assignments([self.iv[v] for v in HUB] + [hub], rows)
+        busy_min = sum(self._project(n, _floor(_finite(sp.tables[n].values) * US)) for n in busy_names)
+        mem_min = sum(self._project(n, _floor(_finite(sp.tables[n].values))) for n in mem_names)
+        ov_min = self._project("overhead", ov_ints)
+        rate_min = self._project("rate", rate_ints)
+        step_min = busy_min + wait_us
+        y_min = (step_min.astype(object) * ov_min.astype(object)) // LSCALE
+        finish_min = np.array([reserved_us + iters * int(v) for v in y_min], dtype=np.int64)
+        fin_u_min = finish_min // self.finish_unit
+        cost_min = rate_min.astype(np.int64) * fin_u_min
+        bmin = self._element_on("busy_min", hub, busy_min)
+        m.add(busy_sum >= bmin)
+        mmin = self._element_on("mem_min", hub, mem_min)
+        m.add(mmin <= usable).only_enforce_if(self.lit["memory.per_card"])
+        fmin = self._element_on("finish_min", hub, finish_min)
+        m.add(finish >= fmin)
+        cmin = self._element_on("cost_min", hub, cost_min)
+        m.add(cost >= cmin)
+        key = cost_min if self.req.objective == "cost" else finish_min
+        order = np.lexsort((np.arange(n_hub), key))
+        rank = m.new_int_var(0, n_hub - 1, "hub_rank")
+        m.add_element(rank, [int(i) for i in order], hub)
+        m.add_decision_strategy([rank], cp_model.CHOOSE_FIRST, cp_model.SELECT_MIN_VALUE)
+        self.hub = hub
+
+    def _element_on(self, name: str, index, values) -> cp_model.IntVar:
+        vals = [int(v) for v in np.asarray(values).reshape(-1)]
+        target = self.m.new_int_var(min(vals), max(vals), name)
+        self.m.add_element(index, vals, target)
+        return target
 
     def _max_busy_us(self) -> int:
         total = 0

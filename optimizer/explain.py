@@ -1,9 +1,130 @@
-"""Why a request is infeasible: the conflicting constraint families (CP-SAT assumptions)."""
+"""Why a request is infeasible, the smallest single change that makes it feasible, what limits a plan.
+
+Every answer is computed by optimisation on the exact model (the enumerator for spaces of up to
+``report.TABLE_LIMIT`` points, otherwise the chosen solver with its solve-verify loop), never guessed.
+
+1. Conflict. CP-SAT's sufficient assumptions (:func:`conflict`) name constraint families that cannot
+   hold together, but not necessarily a minimal set. :func:`minimal_conflict` shrinks it with a
+   deletion filter, least informative families first:
+       for f in C:  if C \\ {f} admits no plan: C := C \\ {f}
+   so that C admits no plan while C \\ {f} admits one for every f left (C is irreducible).
+2. Minimal relaxations (:func:`relaxations`): one input freed at a time, every other input and
+   family unchanged; one ``relax_*`` function per input states the relation it uses. Each reported
+   value is rounded in the safe direction to the printed precision and re-solved: the plan shown is
+   the cheapest plan of the scenario with exactly that value.
+3. A given plan (:func:`explain_plan`): what it violates and by how much, or, when it is feasible,
+   what stops one host fewer and whether a cheaper plan exists; and the worth of one unit of each
+   main input at the optimum (:func:`sensitivities`).
+"""
 
 from __future__ import annotations
 
-from tpopt.optimizer.result import Request
-from tpopt.optimizer.space import FAMILIES, Space
+import math
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from tpopt.errors import InputError
+from tpopt.models.evaluate import SPEC, Evaluation, evaluate
+from tpopt.models.plan import Plan, Scenario, System
+from tpopt.models.units import DAY, GB, GIB, parse_bandwidth, parse_bytes, parse_count, parse_duration, \
+    parse_fraction, parse_int, parse_number
+from tpopt.optimizer.result import Request, Status, objective_key
+from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space
+
+# Deletion order of the filter: families tried first are dropped whenever the rest still conflict,
+# so the conflict is stated in the families a user can act on (deadline, memory, cards) when possible.
+DELETION_ORDER = STRUCTURAL + ("budget.cost", "checkpoint.backlog", "memory.host", "input.throughput",
+                               "deadline.finish", "memory.per_card", "cards.max")
+
+EFFICIENCY_TOL = 1e-5  # relative tolerance on the efficiency threshold (0.0005 points at 47 %)
+NIC_FACTOR_MAX = 1000.0  # NIC bandwidth is searched up to this multiple of the current one
+NIC_REL_TOL = 1e-6  # relative tolerance on the NIC bandwidth threshold
+RESERVED_TOL_S = 1.0  # bisection tolerance on reserved time (only with a budget cap)
+GRID = 8  # probes below the upper end when it is infeasible (feasibility may not be monotone)
+REL = 1e-9
+
+
+class Undecided(Exception):
+    """A solver hit its time limit: the question has no proven answer."""
+
+
+# ---------------------------------------------------------------------------------------------
+# exact best plan of a (modified) scenario
+
+
+@dataclass
+class Context:
+    """The request being explained: scenario, backend, request, enforced families, solve counter.
+
+    ``raw`` (the scenario's raw tables, overrides applied) and ``catalog`` let the accelerator
+    relaxation rebuild the scenario for any catalog accelerator with the file's own assumptions.
+    """
+
+    sc: Scenario
+    backend: str = "cpsat"
+    req: Request = field(default_factory=Request)
+    enforced: frozenset = frozenset(FAMILIES)
+    raw: dict | None = None
+    catalog: object | None = None
+    solves: int = 0
+    _set_oracle: object | None = field(default=None, repr=False)
+    _memo: dict = field(default_factory=dict, repr=False)  # best plans of the unmodified scenario
+
+    @classmethod
+    def of(cls, sc: Scenario, backend: str, req: Request, enforced=None, raw=None, catalog=None) -> "Context":
+        enf = req.enforced(FAMILIES) if enforced is None else frozenset(enforced)
+        return cls(sc=sc, backend=backend, req=req, enforced=enf, raw=raw, catalog=catalog)
+
+    def backend_for(self, space: Space) -> str:
+        """Enumeration for small spaces (exact and fastest there), else the chosen solver."""
+        from tpopt.optimizer.report import TABLE_LIMIT
+
+        if space.size() <= TABLE_LIMIT:
+            return "enumerate"
+        return "cpsat" if self.backend == "enumerate" else self.backend
+
+    def best(self, sc: Scenario | None = None, objective: str | None = None, drop=(), space: Space | None = None,
+             cards=None) -> Evaluation | None:
+        """The proven best plan of ``sc`` with the enforced families minus ``drop`` (None: no plan)."""
+        from tpopt.optimizer.core import solve
+
+        base = sc is None or sc is self.sc
+        sc = sc or self.sc
+        enforce = frozenset(f for f in self.enforced if f not in set(drop))
+        if sc.cost.max_cost is None:
+            enforce -= {"budget.cost"}  # cost <= inf: dropping it changes nothing (one cache entry)
+        key = (objective or self.req.objective, enforce) if (base and space is None and cards is None) else None
+        if key is not None and key in self._memo:
+            return self._memo[key]
+        try:
+            space = space or Space.from_scenario(sc)
+        except InputError:
+            return None  # e.g. no NIC count the accelerator can take: no plan
+        req = Request(objective=objective or self.req.objective, enforce=enforce, top=1,
+                      time_limit=self.req.time_limit, seed=self.req.seed, workers=self.req.workers,
+                      cards=self.req.cards if cards is None else tuple(cards))
+        self.solves += 1
+        r = solve(sc, self.backend_for(space), req, space=space)
+        if r.status not in (Status.OPTIMAL, Status.INFEASIBLE):
+            raise Undecided(f"the solver reached its time limit ({self.req.time_limit:g} s)")
+        if key is not None:
+            self._memo[key] = r.best
+        return r.best
+
+    def feasible(self, sc: Scenario, drop=()) -> Evaluation | None:
+        return self.best(sc, drop=drop)
+
+    def set_oracle(self, space: Space | None = None) -> "_SetOracle":
+        """Which sets of families admit a plan of this context's scenario (built once, cached)."""
+        if self._set_oracle is None:
+            self._set_oracle = _SetOracle(space or Space.from_scenario(self.sc), self)
+        return self._set_oracle
+
+
+# ---------------------------------------------------------------------------------------------
+# conflict
 
 
 def conflict(space: Space, req: Request, enforced=None) -> list[str] | None:
@@ -15,3 +136,942 @@ def conflict(space: Space, req: Request, enforced=None) -> list[str] | None:
     model = CpSatModel(space, Request(objective=req.objective, enforce=enforced, seed=req.seed,
                                       cards=req.cards), assumptions=True)
     return model.conflict(time_limit=req.time_limit)
+
+
+class _SetOracle:
+    """Does a set of families admit a plan? One enumeration table for small spaces (every question a
+    mask), otherwise one exact solve per question."""
+
+    def __init__(self, space: Space, ctx: Context):
+        from tpopt.optimizer.report import TABLE_LIMIT
+
+        self.space, self.ctx = space, ctx
+        self.table = None
+        if space.size() <= TABLE_LIMIT:
+            from tpopt.optimizer.enumerate import PointTable
+
+            self.table = PointTable.build(space)
+
+    def admits(self, families) -> bool:
+        if self.table is not None:
+            return bool(self.table.mask(families, cards=self.ctx.req.cards).any())
+        drop = [f for f in self.ctx.enforced if f not in set(families)]
+        return self.ctx.best(self.space.sc, drop=drop, space=self.space) is not None
+
+
+def minimal_conflict(space: Space, backend: str, req: Request, enforced=None, ctx: Context | None = None
+                     ) -> list[str] | None:
+    """An irreducible set of families that admits no plan (deletion filter on CP-SAT's core).
+
+    Start from CP-SAT's sufficient assumptions (all enforced families if CP-SAT gives none: its
+    encoding is a relaxation, so it may find a candidate the exact check rejects), confirm the set
+    admits no plan, then drop families one at a time in ``DELETION_ORDER`` while the rest still
+    admit none. Returns None when the enforced families admit a plan; [] when no plan of the
+    requested card counts exists even with every family dropped.
+    """
+    ctx = ctx or Context.of(space.sc, backend, req, enforced)
+    enforced = ctx.enforced
+    oracle = ctx.set_oracle(space)
+    if oracle.admits(enforced):
+        return None
+    core = set(conflict(space, req, enforced) or ()) & set(enforced)
+    if not core or oracle.admits(core):
+        core = set(enforced)
+    return deletion_filter(oracle, core)
+
+
+def deletion_filter(oracle, core) -> list[str]:
+    """Shrink a set of families that admits no plan to an irreducible one:
+    for f in C (DELETION_ORDER): if C \\ {f} admits no plan, C := C \\ {f}."""
+    core = set(core)
+    order = [f for f in DELETION_ORDER if f in core] + [f for f in FAMILIES if f in core and f not in DELETION_ORDER]
+    for f in order:
+        trial = core - {f}
+        if not oracle.admits(trial):
+            core = trial
+    return [f for f in FAMILIES if f in core]
+
+
+def other_conflict(ctx: Context, affects) -> list[str]:
+    """An irreducible conflict among the enforced families an input does not enter ([] if those
+    admit a plan): why freeing that input alone cannot help."""
+    fams = {f for f in ctx.enforced if f not in set(affects)}
+    oracle = ctx.set_oracle()
+    if oracle.admits(fams):
+        return []
+    return deletion_filter(oracle, fams)
+
+
+EVIDENCE = {"deadline.finish": ("finish_s", "time", "the fastest plan"),
+            "memory.per_card": ("memory_per_card", None, "the plan with the least memory per card"),
+            "cards.max": ("cards", None, "the plan with the fewest cards")}
+
+
+def conflict_detail(ctx: Context, core: list[str]) -> list[dict]:
+    """For each family f of an irreducible conflict C, the plan meeting C \\ {f} that comes closest
+    to f (least finish time, memory or cards; the cheapest for other families, or when the space is
+    too large to enumerate) and how far it breaks f."""
+    from tpopt.optimizer.report import TABLE_LIMIT
+
+    small = Space.from_scenario(ctx.sc).size() <= TABLE_LIMIT
+    out = []
+    for f in core:
+        metric, objective, words = EVIDENCE.get(f, (None, "cost", "the cheapest plan"))
+        rest = [g for g in core if g != f]
+        if metric is not None and small:
+            found = argmin_metric(ctx, metric, rest)
+            ev = found[1] if found else None
+        else:
+            objective = objective or "cost"
+            words = words if objective == "time" else "the cheapest plan"
+            ev = ctx.best(objective=objective, drop=[g for g in ctx.enforced if g not in set(rest)])
+        d = {"name": f, "rule": SPEC[f].doc if f in SPEC else f, "closest": words}
+        if ev is not None:
+            c = _check(ev, f)
+            d["plan"] = plan_summary(ev)
+            if c is not None:
+                d.update({"value": c.value, "limit": c.limit, "unit": c.unit})
+        out.append(d)
+    return out
+
+
+def _check(ev: Evaluation, name: str):
+    return next((c for c in ev.constraints if c.name == name), None)
+
+
+# ---------------------------------------------------------------------------------------------
+# scenario modifiers: one input changed, everything else as it was
+
+
+def with_deadline(sc: Scenario, seconds: float) -> Scenario:
+    return replace(sc, task=replace(sc.task, deadline_s=float(seconds)))
+
+
+def with_reserved(sc: Scenario, seconds: float) -> Scenario:
+    return replace(sc, task=replace(sc.task, reserved_s=float(seconds)))
+
+
+def with_tokens(sc: Scenario, tokens: float) -> Scenario:
+    return replace(sc, task=replace(sc.task, tokens=float(tokens)))
+
+
+def with_max_cards(sc: Scenario, cards: int) -> Scenario:
+    return replace(sc, search=replace(sc.search, max_cards=int(cards)))
+
+
+def with_max_cost(sc: Scenario, cost: float) -> Scenario:
+    return replace(sc, cost=replace(sc.cost, max_cost=float(cost)))
+
+
+def with_efficiency(sc: Scenario, eta: float) -> Scenario:
+    """Compute efficiency (MFU) of every candidate accelerator set to ``eta``."""
+    return replace(sc, systems={k: replace(s, efficiency=float(eta)) for k, s in sc.systems.items()})
+
+
+def with_usable_memory(sc: Scenario, usable: float) -> Scenario:
+    """Usable memory per card raised to at least ``usable`` bytes on every candidate (never lowered)."""
+    return replace(sc, systems={k: replace(s, acc=replace(s.acc, memory_usable=max(s.acc.memory_usable,
+                                                                                        float(usable))))
+                                for k, s in sc.systems.items()})
+
+
+def with_nic_factor(sc: Scenario, factor: float) -> Scenario:
+    """Every candidate's NIC bandwidth multiplied by ``factor``."""
+    return replace(sc, systems={k: replace(s, acc=replace(s.acc, nic_bw=s.acc.nic_bw * float(factor)))
+                                for k, s in sc.systems.items()})
+
+
+# ---------------------------------------------------------------------------------------------
+# relaxations
+
+
+@dataclass(frozen=True)
+class Param:
+    """A relaxable input: how it prints, which way it must move, which families it enters."""
+
+    name: str
+    label: str
+    unit: str
+    digits: int
+    direction: str  # ">=" (raise it) or "<=" (lower it)
+    affects: tuple  # constraint families whose value or limit depends on the input
+    override: str | None = None  # raw-table key that sets it ("table.key")
+    per_unit: float = 1.0  # SI value of one display unit
+
+
+PARAMS = {
+    "deadline": Param("deadline", "deadline", "d", 2, ">=", ("deadline.finish", "checkpoint.backlog"),
+                      "schedule.deadline", DAY),
+    "max_cards": Param("max_cards", "max cards", "cards", 0, ">=", ("cards.max",), "search.max_cards", 1.0),
+    "tokens": Param("tokens", "tokens", "B tokens", 2, "<=", ("deadline.finish", "budget.cost"), "task.tokens", 1e9),
+    "efficiency": Param("efficiency", "efficiency (MFU)", "%", 2, ">=",
+                        ("deadline.finish", "budget.cost", "input.throughput"), "hardware.efficiency", 0.01),
+    "usable_memory": Param("usable_memory", "usable memory per card", "GiB", 2, ">=", ("memory.per_card",),
+                           "hardware.usable_memory", GIB),
+    "nic_bandwidth": Param("nic_bandwidth", "NIC bandwidth", "GB/s", 2, ">=",
+                           ("deadline.finish", "budget.cost", "input.throughput"), "hardware.nic", GB),
+    "reserved": Param("reserved", "reserved days", "d", 2, "<=", ("deadline.finish", "budget.cost"),
+                      "schedule.reserved", DAY),
+    "max_cost": Param("max_cost", "budget cap", "USD", 2, ">=", ("budget.cost",), "cost.max_cost", 1.0),
+    "accelerator": Param("accelerator", "accelerator", "", 0, "=", tuple(FAMILIES), "hardware.accelerator"),
+}
+
+_SUFFIX = {"deadline": "d", "reserved": "d", "tokens": "B", "efficiency": "%", "usable_memory": "GiB",
+           "nic_bandwidth": "GB/s"}
+_PARSE = {"deadline": lambda s: parse_duration(s, "deadline", allow_zero=False),
+          "reserved": lambda s: parse_duration(s, "reserved"),
+          "tokens": lambda s: parse_count(s, "tokens", allow_zero=False),
+          "efficiency": lambda s: parse_fraction(s, "efficiency"),
+          "usable_memory": lambda s: parse_bytes(s, "usable memory", allow_zero=False),
+          "nic_bandwidth": lambda s: parse_bandwidth(s, "NIC bandwidth", allow_zero=False),
+          "max_cards": lambda s: parse_int(s, "max cards", minimum=1),
+          "max_cost": lambda s: parse_number(s, "max cost")}
+
+
+@dataclass
+class Relaxation:
+    """The smallest change of one input that makes the request feasible (or why none does)."""
+
+    parameter: str
+    current: float | str | None
+    required: float | str | None  # rounded the safe way to ``digits``; applying it is verified feasible
+    unit: str
+    helps: bool | None  # None: undecided (time limit)
+    direction: str = ">="
+    required_exact: float | None = None  # the threshold itself (a bound within the stated tolerance)
+    plan: Evaluation | None = None  # cheapest plan of the scenario with ``required`` applied
+    apply: dict | None = None  # raw-table overrides ({"table.key": value}) that apply ``required``
+    method: str = ""
+    note: str = ""
+    blocked_by: list = field(default_factory=list)  # a conflict among families this input does not enter
+    options: list = field(default_factory=list)  # accelerator: every catalog accelerator tried
+    seconds: float = 0.0
+    solves: int = 0
+
+    @property
+    def label(self) -> str:
+        return PARAMS[self.parameter].label
+
+    def as_dict(self) -> dict:
+        d = {"parameter": self.parameter, "current": self.current, "required": self.required, "unit": self.unit,
+             "direction": self.direction, "helps": self.helps, "required_exact": self.required_exact,
+             "method": self.method}
+        if self.plan is not None:
+            d["plan"] = self.plan.plan_dict()
+            d["cost"] = self.plan.metrics["cost"]
+            d["cost_unit"] = self.plan.metrics["cost_unit"]
+            d["finish_days"] = self.plan.metrics["finish_days"]
+        d["apply"] = self.apply
+        if self.note:
+            d["note"] = self.note
+        if self.blocked_by:
+            d["blocked_by"] = list(self.blocked_by)
+        if self.options:
+            d["options"] = self.options
+        d["seconds"] = round(self.seconds, 4)
+        d["solves"] = self.solves
+        return d
+
+
+def _single(sc: Scenario) -> System | None:
+    """The scenario's only candidate system, or None when it lists several."""
+    return next(iter(sc.systems.values())) if len(sc.systems) == 1 else None
+
+
+def _round_safe(x: float, digits: int, direction: str) -> float:
+    """``x`` rounded to ``digits`` decimals towards feasibility (up for >=, down for <=)."""
+    f = 10.0**digits
+    v = x * f
+    r = math.ceil(v - 1e-9 * max(1.0, abs(v))) if direction == ">=" else math.floor(v + 1e-9 * max(1.0, abs(v)))
+    return r / f
+
+
+def _fmt_value(x: float, digits: int) -> str:
+    return f"{x:.{digits}f}" if digits > 0 else f"{int(round(x))}"
+
+
+CARD_KEYS = {"usable_memory": "usable_memory", "nic_bandwidth": "nic"}  # per-card keys of [hardware]
+
+
+def _apply_dict(ctx: Context, p: Param, value) -> dict | None:
+    """Raw-table overrides that set ``value``. A per-card key ([hardware] usable_memory, nic) is also
+    written into each candidate's own [hardware.<name>] table when that table sets it (the own
+    table wins over the top-level key, so the top-level key alone would change nothing)."""
+    if not p.override:
+        return None
+    out = {p.override: value}
+    key = CARD_KEYS.get(p.name)
+    hw = (ctx.raw or {}).get("hardware", {})
+    if key:
+        for name in ctx.sc.systems:
+            sub = hw.get(name)
+            if isinstance(sub, dict) and key in sub:
+                out[f"hardware.{name}"] = dict(sub, **{key: value})
+    return out
+
+
+def _applies(ctx: Context, apply: dict) -> bool:
+    """Does the override dict, applied to the raw tables, give a feasible scenario? (True when the
+    raw tables are unknown: the value itself was verified on the scenario.)"""
+    if ctx.raw is None:
+        return True
+    from tpopt.catalogs.scenario import build_scenario, with_overrides
+
+    try:
+        sc = build_scenario(with_overrides(ctx.raw, apply), ctx.catalog)
+    except InputError:
+        return False
+    return ctx.feasible(sc) is not None
+
+
+def _settle(ctx: Context, p: Param, exact_units: float, modify, si_of_units=None):
+    """Round ``exact_units`` the safe way, re-solve with the rounded value and step one unit of the
+    last digit further (at most 3 times) if rounding or floating point made it infeasible. The
+    override dict is re-checked through the raw tables (the path a user's edit takes).
+
+    Returns (rounded value, cheapest plan, apply dict or None).
+    """
+    step = 10.0**-p.digits * (1 if p.direction == ">=" else -1)
+    value = _round_safe(exact_units, p.digits, p.direction)
+    for _ in range(4):
+        if p.name in _PARSE and si_of_units is None:
+            text = _fmt_value(value, p.digits) + _SUFFIX.get(p.name, "")
+            try:
+                si = _PARSE[p.name](text)  # exactly what a user gets from the printed value
+            except InputError:
+                break  # e.g. above 100 % efficiency
+            apply_value = int(round(value)) if p.digits == 0 else text
+        else:
+            si = (si_of_units or (lambda u: u * p.per_unit))(value)
+            apply_value = None
+        ev = ctx.feasible(modify(si))
+        if ev is not None:
+            apply = _apply_dict(ctx, p, apply_value) if apply_value is not None else None
+            if apply is not None and not _applies(ctx, apply):
+                apply = None
+            return value, ev, apply
+        value = round(value + step, p.digits)
+        if p.direction == "<=" and value < 0:
+            break
+    return None, None, None
+
+
+def _relaxation(p: Param, current, **kw) -> Relaxation:
+    return Relaxation(parameter=p.name, current=current, unit=p.unit, direction=p.direction, **kw)
+
+
+def _cannot(p: Param, current, note: str, method: str, core=None) -> Relaxation:
+    return _relaxation(p, current, required=None, helps=False, note=note, method=method)
+
+
+def _fastest(ctx: Context, drop) -> Evaluation | None:
+    return ctx.best(objective="time", drop=drop)
+
+
+def relax_deadline(ctx: Context, core=None) -> Relaxation:
+    """Required deadline T* = min over plans meeting every other family of
+    T_finish = T_reserved + ceil(D / b) x t_step x (1 + L)   (objective "time", deadline.finish freed)."""
+    p = PARAMS["deadline"]
+    cur = ctx.sc.task.deadline_s / DAY
+    method = "min finish time with deadline.finish relaxed (objective time)"
+    fastest = _fastest(ctx, ["deadline.finish"])
+    if fastest is None:
+        return _cannot(p, cur, "no plan meets the other constraints at any deadline", method, core)
+    t_star = fastest.metrics["finish_days"] * DAY
+    value, ev, apply = _settle(ctx, p, t_star / DAY, lambda s: with_deadline(ctx.sc, s))
+    if ev is None:
+        return _cannot(p, cur, "the fastest plan could not be confirmed at its own finish time", method, core)
+    return _relaxation(p, cur, required=value, required_exact=t_star / DAY, helps=True, plan=ev, apply=apply,
+                       method=method)
+
+
+def relax_max_cards(ctx: Context, core=None) -> Relaxation:
+    """Required cards n* = min { n formable : a plan exists with max_cards = n } (cards.max freed one
+    count at a time; "a plan with at most n cards" is monotone in n, so bisection over the sorted
+    card counts tp x pp x dp of the search space is exact)."""
+    p = PARAMS["max_cards"]
+    sc = ctx.sc
+    cur = sc.search.max_cards
+    method = "smallest card count whose max_cards-restricted problem is feasible (bisection over counts)"
+    d = Space.from_scenario(sc).domains
+    counts = sorted({int(t * q * r) for t in d["tp"] for q in d["pp"] for r in d["dp"]})
+    counts = [n for n in counts if n > cur]
+    if not counts:
+        return _cannot(p, cur, f"the search space forms no card count above {cur}", method, core)
+
+    def ok(n):
+        return ctx.feasible(with_max_cards(sc, n))
+
+    from tpopt.optimizer.report import TABLE_LIMIT
+
+    if Space.from_scenario(sc).size() <= TABLE_LIMIT:
+        # small space: n* = min cards over plans meeting every other family (one enumeration)
+        method = "fewest cards over plans meeting the other constraints (exhaustive)"
+        m = argmin_metric(ctx, "cards", [f for f in ctx.enforced if f != "cards.max"])
+        if m is None:
+            return _cannot(p, cur, f"no plan even with max_cards = {counts[-1]} (the largest count the search "
+                                   "space forms)", method, core)
+        n = int(m[0])
+        ev = ok(n)
+        if ev is not None:
+            return _relaxation(p, cur, required=n, required_exact=float(n), helps=True, plan=ev,
+                               apply=_apply_dict(ctx, p, n), method=method)
+    top = ok(counts[-1])
+    if top is None:
+        return _cannot(p, cur, f"no plan even with max_cards = {counts[-1]} (the largest count the search space "
+                               "forms)", method, core)
+    lo, hi, best = -1, len(counts) - 1, top  # counts[hi] feasible, counts[lo] (or cur) not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        ev = ok(counts[mid])
+        if ev is not None:
+            hi, best = mid, ev
+        else:
+            lo = mid
+    n = counts[hi]
+    return _relaxation(p, cur, required=n, required_exact=float(n), helps=True, plan=best,
+                       apply=_apply_dict(ctx, p, n), method=method)
+
+
+def argmin_metric(ctx: Context, metric: str, families, sc: Scenario | None = None,
+                  space: Space | None = None) -> tuple[float, Evaluation] | None:
+    """min over plans meeting ``families`` (and the request's card counts) of an evaluator metric
+    (``memory_per_card``, ``finish_s``, ``cards``, ``cost``), by enumeration of the space with the
+    exact evaluator; ties go to the first point in enumeration order. None if no such plan."""
+    from tpopt.optimizer.enumerate import NUMERIC_AXES, chunks
+
+    sc = sc or ctx.sc
+    space = space or Space.from_scenario(sc)
+    fams = list(families)
+    best = None
+    for fixed, idx_lists, shape, r in chunks(space):
+        ok = np.ones(shape, dtype=bool)
+        for f in fams:
+            v, lim = r[("c", f)]
+            ok &= np.broadcast_to(v <= lim, shape)
+        if ctx.req.cards is not None:
+            ok &= np.isin(np.broadcast_to(r["cards"], shape), list(ctx.req.cards))
+        if not ok.any():
+            continue
+        vals = np.where(ok, np.broadcast_to(r[metric], shape), np.inf).reshape(-1)
+        i = int(np.argmin(vals))
+        if best is None or vals[i] < best[0]:
+            coords = np.unravel_index(i, shape)
+            idx = dict(fixed)
+            idx.update({a: idx_lists[j][c] for j, (a, c) in enumerate(zip(NUMERIC_AXES, coords))})
+            best = (float(vals[i]), idx)
+    if best is None:
+        return None
+    return best[0], evaluate(sc, space.plan(best[1]))
+
+
+def relax_usable_memory(ctx: Context, core=None) -> Relaxation:
+    """Required usable memory M* = min over plans meeting every other family of the peak per card
+    (states + activations + temporary): usable memory enters memory.per_card only, so the plan with
+    the least memory becomes feasible exactly when usable >= M* (exhaustive, exact)."""
+    p = PARAMS["usable_memory"]
+    sc = ctx.sc
+    cur = min(s.acc.memory_usable for s in sc.systems.values()) / GIB
+    method = "min peak memory per card over plans meeting the other constraints (exhaustive)"
+    m = argmin_metric(ctx, "memory_per_card", [f for f in ctx.enforced if f != "memory.per_card"])
+    if m is None:
+        return _cannot(p, cur, "no plan meets the other constraints with any amount of memory", method, core)
+    need = m[0]
+    single = _single(sc) is not None
+    value, ev, apply = _settle(ctx, p, need / GIB, lambda s: with_usable_memory(sc, s),
+                               None if single else (lambda u: u * GIB))
+    if ev is None:
+        return _cannot(p, cur, "could not be confirmed by re-solving", method, core)
+    from tpopt.catalogs import load_catalog
+
+    cat = ctx.catalog or load_catalog()
+    largest = max(cat.accelerators.values(), key=lambda a: a.memory_usable)
+    note = ""
+    if value * GIB > largest.memory_usable:
+        note = (f"more than any catalog card offers (largest: {largest.name}, "
+                f"{largest.memory_usable / GIB:.1f} GiB usable)")
+    elif not single:
+        note = "raises every candidate accelerator to at least this much"
+    return _relaxation(p, cur, required=value, required_exact=need / GIB, helps=True, plan=ev, apply=apply,
+                       method=method, note=note)
+
+
+def _threshold(ctx: Context, make, lo: float, hi: float, tol: float):
+    """Smallest x in (lo, hi] at which the request admits a plan, to ``tol`` relative to x.
+
+    feasible(x) <=> T*(x) <= T_deadline, where T*(x) is the least finish time over plans meeting
+    every other family (objective "time", deadline.finish freed). For efficiency and bandwidth T* is
+    nonincreasing in x and nearly affine in u = 1/x (compute ~ 1/eta, link time ~ 1/B), so a secant
+    on u lands next to the crossing; each estimate is closed by one solve ``tol`` to its other side,
+    and a bisection step follows whenever the bracket did not halve. ``lo`` must be infeasible.
+
+    Faster steps raise the input demand, so input.throughput can make feasibility non-monotone. If
+    ``hi`` is infeasible: with input.throughput dropped too, T* is monotone, so T*(hi) > T_deadline
+    proves no x <= hi helps; otherwise GRID points below ``hi`` are probed for a feasible window.
+    Returns (x, fastest plan at x) or None.
+    """
+    deadline = ctx.sc.task.deadline_s
+
+    def t(x, drop=()):
+        ev = ctx.best(make(x), objective="time", drop=("deadline.finish",) + tuple(drop))
+        return (ev.metrics["finish_days"] * DAY if ev is not None else math.inf), ev
+
+    t_hi, ev_hi = t(hi)
+    if t_hi > deadline:
+        if "input.throughput" not in ctx.enforced or t(hi, ("input.throughput",))[0] > deadline:
+            return None
+        prev = lo
+        for k in range(1, GRID):
+            x = lo + (hi - lo) * k / GRID
+            tx, ex = t(x)
+            if tx <= deadline:
+                hi, t_hi, ev_hi, lo = x, tx, ex, prev
+                break
+            prev = x
+        else:
+            return None
+    t_lo, _ = t(lo)
+    while hi - lo > tol * hi:
+        before = hi - lo
+        if math.isfinite(t_lo) and t_lo > t_hi:
+            u = 1 / hi + (1 / lo - 1 / hi) * (deadline - t_hi) / (t_lo - t_hi)
+            x = 1 / u
+        else:
+            x = 0.5 * (lo + hi)
+        x = min(max(x, lo + 1e-3 * before), hi - 1e-3 * before)
+        for probe in (x, None):
+            if probe is None:  # close the estimate from its other side
+                probe = x - tol * x if hi == x else x + tol * x
+                if not lo < probe < hi:
+                    break
+            tp, ep = t(probe)
+            if tp <= deadline:
+                hi, t_hi, ev_hi = probe, tp, ep
+            else:
+                lo, t_lo = probe, tp
+            if hi - lo <= tol * hi:
+                break
+        if hi - lo > 0.5 * before and hi - lo > tol * hi:
+            m = 0.5 * (lo + hi)
+            tm, em = t(m)
+            if tm <= deadline:
+                hi, t_hi, ev_hi = m, tm, em
+            else:
+                lo, t_lo = m, tm
+    return hi, ev_hi
+
+
+def relax_efficiency(ctx: Context, core=None) -> Relaxation:
+    """Required efficiency eta* = min { eta in (eta_0, 1] : T*(eta) <= T_deadline }. Efficiency divides
+    the compute time (t = F / (p P eta)), so a higher eta never slows a plan (see ``_threshold``)."""
+    p = PARAMS["efficiency"]
+    sc = ctx.sc
+    eta0 = min(s.efficiency for s in sc.systems.values())
+    method = (f"min finish time as a function of efficiency in ({eta0:g}, 1] crossing the deadline (secant on "
+              f"1/eta, bracketed), relative tolerance {EFFICIENCY_TOL:g}")
+    found = _threshold(ctx, lambda e: with_efficiency(sc, e), eta0, 1.0, EFFICIENCY_TOL)
+    if found is None:
+        return _cannot(p, eta0 * 100, "no plan even at 100 % efficiency", method, core)
+    eta, _ = found
+    value, ev, apply = _settle(ctx, p, min(eta * 100, 100.0), lambda s: with_efficiency(sc, s))
+    if ev is None:  # rounding up crossed 100 %
+        value, ev, apply = eta * 100, found[1], None
+    return _relaxation(p, eta0 * 100, required=value, required_exact=eta * 100, helps=True, plan=ev, apply=apply,
+                       method=method)
+
+
+def relax_nic_bandwidth(ctx: Context, core=None) -> Relaxation:
+    """Required NIC bandwidth B* = k* x B_nic with k* = min { k in (1, 1000] : T*(k) <= T_deadline }.
+    NIC bandwidth only shortens communication (B = min(intra, k_nic B_nic / tp) across hosts; see
+    ``_threshold``). With several candidate accelerators the factor k* is reported ("x current")."""
+    p = PARAMS["nic_bandwidth"]
+    sc = ctx.sc
+    single = _single(sc)
+    method = (f"min finish time as a function of the NIC bandwidth factor in (1, {NIC_FACTOR_MAX:g}] crossing "
+              f"the deadline (secant on 1/B, bracketed), relative tolerance {NIC_REL_TOL:g}")
+    cur = single.acc.nic_bw / GB if single else 1.0
+    unit = "GB/s" if single else "x current"
+    found = _threshold(ctx, lambda k: with_nic_factor(sc, k), 1.0, NIC_FACTOR_MAX, NIC_REL_TOL)
+    if found is None:
+        r = _cannot(p, cur, f"no plan even with {NIC_FACTOR_MAX:g}x the NIC bandwidth: compute or the card's own "
+                            "link limits the step", method, core)
+        r.unit = unit
+        return r
+    k, ev0 = found
+    if single:
+        bw0 = single.acc.nic_bw
+        value, ev, apply = _settle(ctx, p, k * bw0 / GB, lambda s: with_nic_factor(sc, s / bw0))
+        exact = k * bw0 / GB
+    else:
+        value, ev, apply = _settle(ctx, replace(p, unit="x"), k, lambda s: with_nic_factor(sc, s), lambda u: u)
+        exact = k
+    if ev is None:
+        value, ev, apply = exact, ev0, None
+    r = _relaxation(p, cur, required=value, required_exact=exact, helps=True, plan=ev, apply=apply, method=method)
+    r.unit = unit
+    return r
+
+
+def _time_candidates(ctx: Context):
+    """The fastest plan with deadline.finish and budget.cost freed: its training time
+    train (1 + L) = T* - T_reserved bounds every input that only scales the finish time."""
+    return _fastest(ctx, ["deadline.finish", "budget.cost"])
+
+
+def relax_reserved(ctx: Context, core=None, fastest="unset") -> Relaxation:
+    """Required reserved time R* = T_deadline - (T* - T_reserved): finish = reserved + train (1 + L),
+    and reserved enters nothing else but the cost. With a budget cap the candidate is confirmed and,
+    if the cap fails, replaced by bisection on [0, R*] (less reserved time never costs more)."""
+    p = PARAMS["reserved"]
+    sc = ctx.sc
+    r0, dl = sc.task.reserved_s, sc.task.deadline_s
+    method = "R* = deadline - (min finish - reserved), min finish with deadline.finish relaxed"
+    fastest = _time_candidates(ctx) if fastest == "unset" else fastest
+    if fastest is None:
+        return _cannot(p, r0 / DAY, "no plan meets the other constraints at any deadline", method, core)
+    run = fastest.metrics["finish_days"] * DAY - r0
+    cand = dl - run
+    if cand < 0:
+        return _cannot(p, r0 / DAY, f"even with no reserved time the fastest plan needs {run / DAY:.2f} d "
+                                    f"> {dl / DAY:.2f} d", method, core)
+    if ctx.feasible(with_reserved(sc, cand)) is None:  # the budget cap still binds: bisection
+        method = "bisection on feasibility over reserved time in [0, R*] (budget cap), tolerance 1 s"
+        if ctx.feasible(with_reserved(sc, 0.0)) is None:
+            return _cannot(p, r0 / DAY, "no plan even with no reserved time", method, core)
+        lo, hi = 0.0, cand  # lo feasible, hi infeasible
+        while hi - lo > RESERVED_TOL_S:
+            m = 0.5 * (lo + hi)
+            if ctx.feasible(with_reserved(sc, m)) is not None:
+                lo = m
+            else:
+                hi = m
+        cand = lo
+    value, ev, apply = _settle(ctx, p, cand / DAY, lambda s: with_reserved(sc, s))
+    if ev is None:
+        return _cannot(p, r0 / DAY, "could not be confirmed by re-solving", method, core)
+    return _relaxation(p, r0 / DAY, required=value, required_exact=cand / DAY, helps=True, plan=ev, apply=apply,
+                       method=method)
+
+
+def relax_tokens(ctx: Context, core=None, fastest="unset") -> Relaxation:
+    """Largest token count D* = I* x b with I* = floor((T_deadline - T_reserved) / y_min), where
+    y_min = min over plans of t_step (1 + L) = (T* - T_reserved) / ceil(D / b): tokens enter only
+    through iterations = ceil(D / b). I* is confirmed by re-solving (I* feasible, I* + 1 not); with a
+    budget cap that fails, integer bisection on [1, I*] (fewer iterations never cost more)."""
+    p = PARAMS["tokens"]
+    sc = ctx.sc
+    tps = sc.task.tokens_per_step
+    d0 = sc.task.tokens
+    i0 = math.ceil(d0 / tps)
+    method = "I* = floor((deadline - reserved) / min step x (1 + L)), tokens = I* x tokens per step"
+    fastest = _time_candidates(ctx) if fastest == "unset" else fastest
+    if fastest is None:
+        return _cannot(p, d0 / 1e9, "no plan meets the other constraints with any token count", method, core)
+    y = (fastest.metrics["finish_days"] * DAY - sc.task.reserved_s) / i0
+    i_star = int(math.floor((sc.task.deadline_s - sc.task.reserved_s) / y))
+    i_star = min(i_star, i0 - 1)
+
+    def ok(i):
+        return ctx.feasible(with_tokens(sc, i * tps)) if i >= 1 else None
+
+    if i_star < 1 or ok(1) is None:
+        return _cannot(p, d0 / 1e9, "not even one optimizer step fits", method, core)
+    if ok(i_star) is None:  # floating point, or a budget cap: bisection for the largest feasible
+        lo, hi = 1, i_star  # lo feasible, hi infeasible
+        while hi - lo > 1:
+            m = (lo + hi) // 2
+            if ok(m) is not None:
+                lo = m
+            else:
+                hi = m
+        i_star = lo
+    while i_star + 1 < i0 and ok(i_star + 1) is not None:  # floating point at the boundary
+        i_star += 1
+    exact = i_star * tps
+    value, ev, apply = _settle(ctx, p, exact / 1e9, lambda s: with_tokens(sc, s))
+    if ev is None:
+        return _cannot(p, d0 / 1e9, "could not be confirmed by re-solving", method, core)
+    return _relaxation(p, d0 / 1e9, required=value, required_exact=exact / 1e9, helps=True, plan=ev, apply=apply,
+                       method=method, note=f"{i_star:,} optimizer steps of {tps:,} tokens")
+
+
+def relax_max_cost(ctx: Context, core=None) -> Relaxation | None:
+    """Required budget C* = min cost over plans meeting every other family (budget.cost freed)."""
+    sc = ctx.sc
+    if sc.cost.max_cost is None or "budget.cost" not in ctx.enforced:
+        return None
+    p = PARAMS["max_cost"]
+    method = "min cost with budget.cost relaxed"
+    cheapest = ctx.best(objective="cost", drop=["budget.cost"])
+    if cheapest is None:
+        return _cannot(p, sc.cost.max_cost, "no plan meets the other constraints at any cost", method, core)
+    exact = cheapest.metrics["cost"]
+    value, ev, apply = _settle(ctx, p, exact, lambda s: with_max_cost(sc, s))
+    if ev is None:
+        return _cannot(p, sc.cost.max_cost, "could not be confirmed by re-solving", method, core)
+    r = _relaxation(p, sc.cost.max_cost, required=value, required_exact=exact, helps=True, plan=ev, apply=apply,
+                    method=method)
+    r.unit = cheapest.metrics["cost_unit"]
+    return r
+
+
+def _scenario_for_accelerator(ctx: Context, name: str) -> Scenario:
+    """The scenario with ``name`` as its only accelerator. From the raw tables when known (so the
+    file's card overrides stay with the card they were written for), else from the catalog entry with
+    the scenario's efficiency and the catalog price."""
+    from tpopt.catalogs.scenario import build_scenario, with_overrides
+
+    if ctx.raw is not None:
+        raw = with_overrides(ctx.raw, {"hardware.accelerator": [name], "search.accelerator": [name]})
+        return build_scenario(raw, ctx.catalog)
+    sc = ctx.sc
+    if name in sc.systems:
+        sysm = sc.systems[name]
+    else:
+        acc = ctx.catalog.accelerator(name)
+        eff = next(iter(sc.systems.values())).efficiency
+        sysm = System(acc=acc, efficiency=eff, price_card_hour=acc.price_card_hour, nic_price_hour=acc.nic_price_hour)
+    return replace(sc, systems={name: sysm}, search=replace(sc.search, accelerators=(name,)))
+
+
+def relax_accelerator(ctx: Context, core=None) -> Relaxation:
+    """Each catalog accelerator alone in place of the scenario's hardware: its cheapest plan (cost
+    objective, every family enforced). Required: the cheapest accelerator that admits a plan."""
+    from tpopt.catalogs import load_catalog
+
+    p = PARAMS["accelerator"]
+    if ctx.catalog is None:
+        ctx.catalog = load_catalog()
+    current = ", ".join(ctx.sc.search.accelerators or tuple(ctx.sc.systems))
+    method = "cheapest plan with each catalog accelerator as the only hardware"
+    options = []
+    for name in ctx.catalog.accelerators:
+        entry = {"accelerator": name, "current": name in ctx.sc.systems}
+        try:
+            sc = _scenario_for_accelerator(ctx, name)
+            ev = ctx.best(sc, objective="cost")
+        except InputError as exc:
+            ev, entry["note"] = None, str(exc)
+        entry["feasible"] = ev is not None
+        if ev is not None:
+            entry.update({"cost": ev.metrics["cost"], "cost_unit": ev.metrics["cost_unit"],
+                          "finish_days": ev.metrics["finish_days"], "plan": ev.plan_dict(), "_ev": ev})
+        options.append(entry)
+    ok = sorted((o for o in options if o["feasible"]), key=lambda o: (o["cost"], o["finish_days"]))
+    evs = {o["accelerator"]: o.pop("_ev") for o in ok}
+    if not ok:
+        r = _cannot(p, current, "no catalog accelerator alone admits a plan", method, core)
+        r.options = options
+        return r
+    best = ok[0]
+    ev = evs[best["accelerator"]]
+    return _relaxation(p, current, required=best["accelerator"], helps=True, plan=ev,
+                       apply={"hardware.accelerator": [best["accelerator"]],
+                              "search.accelerator": [best["accelerator"]]},
+                       method=method, options=options)
+
+
+RELAXATIONS = ("deadline", "max_cards", "tokens", "efficiency", "usable_memory", "nic_bandwidth", "reserved",
+               "accelerator", "max_cost")
+
+
+def relaxations(sc: Scenario, backend: str = "cpsat", req: Request | None = None, *, raw: dict | None = None,
+                catalog=None, core: list[str] | None = None, enforced=None, only=None) -> list[Relaxation]:
+    """The smallest single change of each relaxable input that makes the request feasible.
+
+    ``raw`` (the scenario's raw tables with the command-line overrides applied) and ``catalog`` are
+    used by the accelerator relaxation. For an input that cannot help, ``blocked_by`` names an
+    irreducible conflict among the families it does not enter, when there is one. ``core`` is
+    accepted for callers that have the conflict at hand. ``only`` restricts the inputs.
+    """
+    req = req or Request()
+    ctx = Context.of(sc, backend, req, enforced, raw, catalog)
+    names = [n for n in RELAXATIONS if only is None or n in only]
+    shared = {}
+    out = []
+    for name in names:
+        t0, s0 = time.perf_counter(), ctx.solves
+        try:
+            if name in ("tokens", "reserved"):
+                if "fastest" not in shared:
+                    shared["fastest"] = _time_candidates(ctx)
+                r = (relax_tokens if name == "tokens" else relax_reserved)(ctx, core, fastest=shared["fastest"])
+            else:
+                fn = {"deadline": relax_deadline, "max_cards": relax_max_cards, "efficiency": relax_efficiency,
+                      "usable_memory": relax_usable_memory, "nic_bandwidth": relax_nic_bandwidth,
+                      "accelerator": relax_accelerator, "max_cost": relax_max_cost}[name]
+                r = fn(ctx, core)
+        except Undecided as exc:
+            p = PARAMS[name]
+            r = _relaxation(p, None, required=None, helps=None, note=str(exc), method="undecided")
+        if r is None:
+            continue
+        if r.helps is False and not r.blocked_by and name != "accelerator":
+            r.blocked_by = other_conflict(ctx, PARAMS[name].affects)
+        r.seconds, r.solves = time.perf_counter() - t0, ctx.solves - s0
+        out.append(r)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# a given plan
+
+
+def plan_summary(ev: Evaluation) -> dict:
+    p = ev.plan
+    return {"accelerator": p.accelerator, "cards": p.cards, "hosts": int(ev.metrics["hosts"]),
+            "zero_stage": p.zero_stage, "tp": p.tp, "pp": p.pp, "dp": p.dp, "micro_batch": p.micro_batch,
+            "recompute": p.recompute, "offload": p.offload, "cost": ev.metrics["cost"],
+            "cost_unit": ev.metrics["cost_unit"], "finish_days": ev.metrics["finish_days"]}
+
+
+def violation(c) -> dict:
+    """A violated check: excess = value - limit (in the family's unit) and excess / limit."""
+    excess = c.value - c.limit
+    return {"name": c.name, "value": c.value, "limit": c.limit, "unit": c.unit, "excess": excess,
+            "excess_fraction": excess / abs(c.limit) if c.limit not in (0, float("inf")) else None,
+            "rule": c.doc}
+
+
+def _objective(ev: Evaluation, objective: str) -> float:
+    return objective_key(ev, objective)[0]
+
+
+def explain_plan(sc: Scenario, plan: Plan, backend: str = "cpsat", req: Request | None = None,
+                 enforced=None) -> dict:
+    """Explain one plan: the constraints it violates and by how much; if feasible, how tight each
+    constraint is, what one host fewer (same choices otherwise; further down while that is no valid
+    layout) would violate -- the families it violates are this plan's binding ones -- and whether a
+    cheaper plan exists (else which families bind the optimum)."""
+    from tpopt.optimizer.core import feasible_for
+    from tpopt.optimizer.report import binding_families, make_oracle
+
+    req = req or Request()
+    ctx = Context.of(sc, backend, req, enforced)
+    ev = evaluate(sc, plan)
+    feasible = feasible_for(ev, ctx.enforced)
+    out = {"status": "feasible" if feasible else "infeasible", "objective": req.objective,
+           "plan": ev.plan_dict(), "cost": ev.metrics["cost"], "cost_unit": ev.metrics["cost_unit"],
+           "finish_days": ev.metrics["finish_days"],
+           "violated": [violation(c) for c in ev.violated()]}
+    # how tight each non-structural constraint is (relative slack, smallest first)
+    tight = []
+    for c in ev.constraints:
+        if c.name in STRUCTURAL or c.limit in (float("inf"),) or c.slack == float("inf"):
+            continue
+        rel = c.slack / abs(c.limit) if c.limit else None
+        tight.append({"name": c.name, "value": c.value, "limit": c.limit, "unit": c.unit, "slack": c.slack,
+                      "relative_slack": rel})
+    tight.sort(key=lambda d: (d["relative_slack"] is None, d["relative_slack"] or 0.0))
+    out["tightness"] = tight
+    # one host fewer (and, while that is no valid layout, the next fewer hosts)
+    out["fewer_hosts"] = fewer_hosts(sc, plan, ev, ctx.enforced)
+    nxt = next((f for f in out["fewer_hosts"] if f.get("valid_layout")), None)
+    out["one_host_fewer"] = out["fewer_hosts"][0] if out["fewer_hosts"] else None
+    out["binding"] = sorted({v["name"] for v in nxt["violates"]}) if (feasible and nxt) else []
+    # the optimum of the request
+    best = ctx.best()
+    opt = {"exists": best is not None}
+    if best is not None:
+        opt["plan"] = plan_summary(best)
+        opt["objective_value"] = _objective(best, req.objective)
+        if feasible and _objective(best, req.objective) >= _objective(ev, req.objective) * (1 - REL):
+            opt["this_plan_is_optimal"] = True
+            space = Space.from_scenario(sc)
+            oracle = make_oracle(space, backend, req)
+            binds = binding_families(oracle, ev, req.objective, ctx.enforced)
+            opt["binding"] = [{"name": b.name, "plan_without": plan_summary(b.without),
+                               "objective_without": _objective(b.without, req.objective)} for b in binds]
+        else:
+            opt["this_plan_is_optimal"] = False
+            opt["change"] = _objective(best, req.objective) / _objective(ev, req.objective) - 1
+    out["optimum"] = opt
+    return out
+
+
+def fewer_hosts(sc: Scenario, plan: Plan, ev: Evaluation, enforced) -> list[dict]:
+    """The same plan on one host fewer, then two, ... until a count whose layout is valid (every
+    structural family holds) or no host is left: what each would violate."""
+    from tpopt.optimizer.core import feasible_for
+
+    g = sc.system(ev.plan.accelerator).acc.cards_per_host
+    out = []
+    n = ev.plan.cards - g
+    while n >= 1:
+        entry = {"cards": n, "hosts_fewer": (ev.plan.cards - n) // g}
+        try:
+            alt = evaluate(sc, replace(plan, cards=n, dp=0, grad_accum=0))
+        except InputError as exc:
+            entry.update({"formable": False, "valid_layout": False, "reason": str(exc)})
+            out.append(entry)
+            n -= g
+            continue
+        bad = alt.violated()
+        valid = not any(c.name in STRUCTURAL for c in bad)
+        entry.update({"formable": True, "valid_layout": valid, "feasible": feasible_for(alt, enforced),
+                      "violates": [violation(c) for c in bad], "plan": plan_summary(alt)})
+        out.append(entry)
+        if valid:
+            break
+        n -= g
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# sensitivities of the optimum
+
+
+def sensitivities(sc: Scenario, backend: str = "cpsat", req: Request | None = None, *,
+                  base: Evaluation | None = None) -> list[dict]:
+    """Objective change at the optimum for one unit of each main input, by re-solving:
+    deadline +1 d and -1 d, one host fewer (max_cards = cards* - cards_per_host), +1 GiB usable
+    memory per card. delta = objective(changed) - objective(optimum); None when the changed request
+    has no plan (or the change is impossible). [] when the request itself has no plan."""
+    req = req or Request()
+    ctx = Context.of(sc, backend, req)
+    base = base or ctx.best()
+    if base is None:
+        return []
+    obj = req.objective
+    unit = base.metrics["cost_unit"] if obj == "cost" else "d"
+    b0 = _objective(base, obj)
+    g = sc.system(base.plan.accelerator).acc.cards_per_host
+    dl, res = sc.task.deadline_s, sc.task.reserved_s
+    mem0 = min(s.acc.memory_usable for s in sc.systems.values())
+    rows = [
+        ("deadline +1 d", "deadline", dl / DAY, (dl + DAY) / DAY, "d", lambda: with_deadline(sc, dl + DAY)),
+        ("deadline -1 d", "deadline", dl / DAY, (dl - DAY) / DAY, "d",
+         (lambda: with_deadline(sc, dl - DAY)) if dl - DAY > res else None),
+        ("one host fewer", "max_cards", base.plan.cards, base.plan.cards - g, "cards",
+         (lambda: with_max_cards(sc, base.plan.cards - g)) if base.plan.cards - g >= 1 else None),
+        ("usable memory +1 GiB", "usable_memory", mem0 / GIB, mem0 / GIB + 1, "GiB",
+         lambda: replace(sc, systems={k: replace(s, acc=replace(s.acc, memory_usable=s.acc.memory_usable + GIB))
+                                      for k, s in sc.systems.items()})),
+    ]
+    out = []
+    for change, param, frm, to, u, make in rows:
+        row = {"change": change, "parameter": param, "from": frm, "to": to, "unit": u, "objective": obj,
+               "objective_unit": unit, "base": b0}
+        if make is None:
+            row.update({"status": "not applicable", "value": None, "delta": None, "delta_fraction": None})
+        else:
+            try:
+                ev = ctx.best(make())
+            except Undecided:
+                row.update({"status": "unknown", "value": None, "delta": None, "delta_fraction": None})
+                out.append(row)
+                continue
+            if ev is None:
+                row.update({"status": "infeasible", "value": None, "delta": None, "delta_fraction": None})
+            else:
+                v = _objective(ev, obj)
+                row.update({"status": "optimal", "value": v, "delta": v - b0,
+                            "delta_fraction": (v - b0) / b0 if b0 else None, "plan": plan_summary(ev)})
+        out.append(row)
+    return out
+
+
+__all__ = ["conflict", "minimal_conflict", "conflict_detail", "relaxations", "Relaxation", "RELAXATIONS",
+           "explain_plan", "sensitivities", "Context", "Undecided", "DELETION_ORDER", "PARAMS",
+           "with_deadline", "with_reserved", "with_tokens", "with_max_cards", "with_max_cost", "with_efficiency",
+           "with_usable_memory", "with_nic_factor"]

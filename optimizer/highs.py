@@ -179,7 +179,7 @@ class HighsModel:
             lp.row(np.append(self.x["pp"][pp1], self.x["schedule"][0]), np.append(np.ones(len(pp1)), -1.0), -INF, 0.0)
 
         for f in ("batch.divisibility", "layout.whole_hosts", "layout.tp_within_host", "layout.heads_divisible",
-                  "layout.pp_divides_layers", "checkpoint.backlog", "memory.host"):
+                  "layout.pp_divides_layers", "layout.schedule_shape", "checkpoint.backlog", "memory.host"):
             self._forbid(f, "ok." + f)
         t = sp.tables["cards"]
         w = self._weights(t.vars).reshape(-1)
@@ -256,9 +256,39 @@ class HighsModel:
                0.0, 0.0)
         if sc.cost.max_cost is not None and "budget.cost" in self.enforced:
             lp.hi[self.cost] = sc.cost.max_cost
+        self._hub_bounds(names, omega, shape, one_plus_l, rate, iters, wait, reserved)
         self.obj = self.cost if self.req.objective == "cost" else self.finish
         self.obj_factor = 1.0 if self.req.objective == "cost" else DAY  # LP units -> cost / seconds
         lp.cost[self.obj] = 1.0
+
+    def _hub_bounds(self, names, omega, shape, one_plus_l, rate, iters, wait, reserved):
+        """Valid inequalities on the hub weights: per hub value, each term's minimum over the other
+        variables bounds busy time, memory, finish and cost from below (cuts off fractional LP
+        points that mix cheap-but-infeasible layouts, without removing any integer plan)."""
+        sp, lp = self.space, self.lp
+        dom = sp.domains
+        hshape = tuple(len(dom[v]) for v in HUB)
+        h = self._weights(HUB).reshape(-1)
+
+        def hub_min(name):
+            t = sp.tables[name]
+            vals = np.where(np.isfinite(t.values), t.values, 0.0)
+            return self._reduce(vals, t.vars, HUB, hshape, np.min).reshape(-1)
+
+        busy_min = sum(hub_min(n) for n in names)
+        lp.row(np.append(h, self.busy), np.append(-busy_min, 1.0), 0.0, INF)
+        if "memory.per_card" in self.enforced:
+            mem_min = sum(hub_min(n) for n in ("mem.states", "mem.copies", "mem.activations", "mem.temporary"))
+            usable = self._reduce(sp.usable(), ("acc",), HUB, hshape, np.min).reshape(-1)
+            for j in h[mem_min > usable]:
+                lp.hi[j] = 0.0
+        om = {v: i for i, v in enumerate(omega)}
+        lmin = self._reduce(one_plus_l, omega, HUB, hshape, np.min).reshape(-1)
+        rmin = self._reduce(rate, omega, HUB, hshape, np.min).reshape(-1)
+        del om
+        fin_min = (reserved + iters * lmin * (busy_min + wait)) / DAY
+        lp.row(np.append(h, self.finish), np.append(-fin_min, 1.0), 0.0, INF)
+        lp.row(np.append(h, self.cost), np.append(-rmin * fin_min * DAY, 1.0), 0.0, INF)
 
     def _reduce(self, vals, vars, target_vars, shape, fn):
         """Reduce a table over the variables not in ``target_vars`` and broadcast onto them."""

@@ -39,7 +39,7 @@ CATEGORICAL = ("acc", "offload", "recompute", "schedule", "mode")
 # reported, not encoded twice)
 FAMILIES = tuple(n for n in CONSTRAINT_NAMES if n != "step.budget")
 STRUCTURAL = ("batch.divisibility", "layout.whole_hosts", "layout.tp_within_host", "layout.heads_divisible",
-              "layout.pp_divides_layers")
+              "layout.pp_divides_layers", "layout.schedule_shape")
 
 
 def divisors(n: int) -> list[int]:
@@ -172,9 +172,7 @@ class Space:
         add("mem.temporary", ("zero", "tp", "pp", "mb"), lambda zero, tp, pp, mb: T.temporary(sc, zero, tp, pp, mb))
         add("mem.host", ("acc", "offload", "zero", "tp", "pp", "dp"),
             lambda acc, offload, zero, tp, pp, dp: T.host_memory(sc, acc, offload == "cpu", zero, tp, pp, dp))
-        add("time.compute", ("acc", "recompute", "schedule", "tp", "pp", "dp", "mb", "nics"),
-            lambda acc, recompute, schedule, tp, pp, dp, mb, nics:
-            T.compute(sc, acc, recompute, schedule, tp, pp, dp, mb, nics)[0])
+        t["time.compute"] = self._compute_table()
         add("time.exposed_dp", ("acc", "zero", "recompute", "tp", "pp", "dp", "mb", "nics"),
             lambda acc, zero, recompute, tp, pp, dp, mb, nics:
             T.exposed_dp(sc, acc, zero, recompute, tp, pp, dp, mb, nics))
@@ -202,6 +200,8 @@ class Space:
             lambda acc, tp: (sc.system(acc).acc.cards_per_host % tp == 0) * 1.0)
         add("ok.layout.heads_divisible", ("tp",), lambda tp: ((a.heads % tp == 0) & (a.kv_heads % tp == 0)) * 1.0)
         add("ok.layout.pp_divides_layers", ("pp",), lambda pp: (a.layers % pp == 0) * 1.0)
+        add("ok.layout.schedule_shape", ("schedule", "pp", "dp", "mb"),
+            lambda schedule, pp, dp, mb: T.schedule_shape_ok(schedule, pp, dp, mb, B) * 1.0)
         # exact single-table conditions: backlog (write time <= interval), host memory <= capacity
         write = T.checkpoint_write_time(sc)
         t["ok.checkpoint.backlog"] = Table("ok.checkpoint.backlog", t["interval"].vars,
@@ -213,6 +213,24 @@ class Space:
         t["ok.memory.host"] = Table("ok.memory.host", h.vars, (h.values <= cap.reshape(shape)) * 1.0)
         del tau_vals
         return t
+
+    def _compute_table(self) -> Table:
+        """The compute term, with every (accelerator, recompute) combination of a schedule stacked
+        into one array so that the pipeline simulator runs once per (schedule, pp, micro-batches)."""
+        sc, d = self.sc, self.domains
+        vars = ("acc", "recompute", "schedule", "tp", "pp", "dp", "mb", "nics")
+        nums = ("tp", "pp", "dp", "mb", "nics")
+        grids = dict(zip(nums, np.ix_(*[np.asarray(d[v], dtype=float) for v in nums])))
+        sub = tuple(len(d[v]) for v in nums)
+        out = np.empty(tuple(len(d[v]) for v in vars))
+        for si, sched in enumerate(d["schedule"]):
+            parts = [T.compute_inputs(sc, acc, rec, sched, grids["tp"], grids["pp"], grids["dp"], grids["mb"],
+                                      grids["nics"]) for acc in d["acc"] for rec in d["recompute"]]
+            stacked = tuple(np.stack([np.broadcast_to(p[k], sub) for p in parts]) for k in range(6))
+            pp = np.broadcast_to(grids["pp"], sub)[None].repeat(len(parts), axis=0)
+            total = T.compute_from(sc, sched, pp, stacked)[0]
+            out[:, :, si] = total.reshape((len(d["acc"]), len(d["recompute"])) + sub)
+        return Table("time.compute", vars, out)
 
     def interval(self, tau, cards, mode):
         """Save interval in seconds for a tau choice (0 = auto: the optimum for the card count)."""

@@ -53,7 +53,8 @@ def scenarios(draw, pipeline=False):
         },
     }
     if pipeline:
-        raw["search"]["schedule"] = draw(subset(["fill-drain", "1f1b", "zb-h1", "interleaved"], max_size=2))
+        raw["search"]["schedule"] = draw(subset(["fill-drain", "1f1b", "zb-h1", "zb-h2", "interleaved", "dualpipe",
+                                                     "dualpipe-deepseek"], max_size=2))
     if draw(st.booleans()):
         raw["memory"] = {"activation_reserve": f"{draw(st.floats(1.0, 30.0))}GiB"}
     else:
