@@ -20,6 +20,16 @@ from tpopt.optimizer.result import Request, SolveResult, SolverInfo, Status, obj
 from tpopt.optimizer.space import FAMILIES, Space
 
 BACKENDS = ("cpsat", "highs", "enumerate")
+MONOLITHIC_LIMIT = 20_000  # largest term table (rows) a monolithic CP-SAT / MILP encoding handles well
+
+
+def use_decomposition(space: Space, req: Request) -> bool:
+    """Monolithic encoding for small term tables, layout decomposition beyond (or as requested)."""
+    if req.method in ("monolithic", "decomposed"):
+        return req.method == "decomposed"
+    if req.method != "auto":
+        raise InputError(f"unknown solve method {req.method!r} (use auto, monolithic or decomposed)")
+    return max(t.values.size for t in space.tables.values()) > MONOLITHIC_LIMIT
 
 
 def evaluate_assignment(space: Space, idx: dict) -> Evaluation:
@@ -52,6 +62,13 @@ def solve(sc: Scenario, backend: str = "cpsat", req: Request | None = None, rest
         plans = [evaluate_assignment(space, a) for a in assignments]
         info.evaluated, info.rounds = evaluated, chunks
         status = Status.OPTIMAL if plans else Status.INFEASIBLE
+    elif use_decomposition(space, req):
+        from tpopt.optimizer.decompose import solve_decomposed
+
+        plans, status, rounds, evaluated = solve_decomposed(space, backend, req, enforced)
+        info.rounds, info.evaluated = rounds, evaluated
+        info.gap = 0.0 if status == Status.OPTIMAL else None
+        info.note = "layout decomposition"
     else:
         if backend == "cpsat":
             from tpopt.optimizer.cpsat import CpSatModel as Model
@@ -60,6 +77,7 @@ def solve(sc: Scenario, backend: str = "cpsat", req: Request | None = None, rest
         model = Model(space, req)
         plans, status, rounds, gap, evaluated = verify_loop(model, space, req, enforced)
         info.rounds, info.gap, info.evaluated = rounds, gap, evaluated
+        info.note = "monolithic"
     info.wall_s = time.perf_counter() - t0
     return SolveResult(status=status, objective=req.objective, plans=plans, solver=info,
                        enforced=tuple(f for f in FAMILIES if f in enforced))

@@ -295,6 +295,7 @@ class CpSatModel:
         solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
         solver.parameters.num_workers = max(1, int(self.req.workers))
         solver.parameters.random_seed = int(self.req.seed)
+        solver.parameters.catch_sigint_signal = False  # Ctrl-C stays a KeyboardInterrupt (exit 130)
         st = solver.solve(self.m)
         if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             a = {v: int(solver.value(self.iv[v])) for v in VARS}
@@ -316,6 +317,7 @@ class CpSatModel:
         solver.parameters.max_time_in_seconds = time_limit
         solver.parameters.num_workers = 1
         solver.parameters.random_seed = int(self.req.seed)
+        solver.parameters.catch_sigint_signal = False
         st = solver.solve(self.m)
         self.m.clear_assumptions()
         if st != cp_model.INFEASIBLE:

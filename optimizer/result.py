@@ -26,8 +26,8 @@ class SolverInfo:
     note: str = ""
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "wall_s": round(self.wall_s, 4), "gap": self.gap, "rounds": self.rounds,
-                "points": self.points, "evaluated": self.evaluated}
+        return {"name": self.name, "method": self.note, "wall_s": round(self.wall_s, 4), "gap": self.gap,
+                "rounds": self.rounds, "points": self.points, "evaluated": self.evaluated}
 
 
 @dataclass
@@ -41,6 +41,7 @@ class Request:
     seed: int = 0
     workers: int = 1
     cards: tuple | None = None  # allowed card counts (None: any)
+    method: str = "auto"  # solver backends: "monolithic", "decomposed", or "auto" (by table size)
 
     def enforced(self, families) -> frozenset:
         return frozenset(families) if self.enforce is None else frozenset(self.enforce)

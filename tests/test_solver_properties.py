@@ -75,6 +75,9 @@ def scenarios(draw, pipeline=False):
 def check_agreement(sc, objective):
     req = Request(objective=objective, time_limit=120, seed=0, workers=1)
     results = {b: solve(sc, b, req) for b in ("enumerate", "cpsat", "highs")}
+    for b in ("cpsat", "highs"):  # the layout decomposition must agree too
+        results[b + "/decomposed"] = solve(sc, b, Request(objective=objective, time_limit=120, seed=0, workers=1,
+                                                          method="decomposed"))
     ref = results["enumerate"]
     event(f"status={ref.status.value}")
     event(f"points<={10 ** math.ceil(math.log10(max(ref.solver.points, 1)))}")

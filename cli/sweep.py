@@ -1,0 +1,254 @@
+"""`tpopt sweep`: the optimal plan at every point of a grid of inputs, and the cost/finish Pareto front.
+
+Thin: options -> :func:`tpopt.optimizer.sweep.build_spec` -> :func:`run_sweep` -> tables / files / plots.
+The ``[sweep]`` keys and the resume rules are documented in :mod:`tpopt.optimizer.sweep`.
+"""
+
+from __future__ import annotations
+
+import click
+
+from concurrent.futures.process import BrokenProcessPool
+
+from tpopt.cli.common import dump_json, fail, handle_errors
+
+RANGE = "One value, a comma list or a range start:end:step"
+
+
+def sweep_input_options(fn):
+    opts = [
+        click.option("--scenario", "scenario_path", required=True, type=click.Path(dir_okay=False),
+                     help="Scenario TOML file (its [sweep] table may hold the ranges)."),
+        click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(file_okay=False),
+                     help="Extra catalog directory (repeatable)."),
+        click.option("--hw", help="Accelerators, comma-separated; each is swept separately."),
+        click.option("--deadline", help=f"Deadline. {RANGE}, e.g. 20d:40d:1d."),
+        click.option("--reserved", help=f"Reserved days inside the deadline. {RANGE}, e.g. 3d,5d."),
+        click.option("--tokens", help=f"Training tokens. {RANGE}, e.g. 50B:200B:50B."),
+        click.option("--efficiency", help=f"Compute efficiency. {RANGE}, e.g. 30%:50%:5%."),
+        click.option("--max-cards", help=f"Card cap. {RANGE}, e.g. 16:128:16."),
+        click.option("--card-hour", help=f"Price per card-hour for every accelerator. {RANGE}, e.g. 0.4:0.8:0.1."),
+        click.option("--max-cost", help=f"Budget cap. {RANGE}."),
+        click.option("--usable-memory", help="Usable memory per card (fixed for the sweep), e.g. 22GiB."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+class _Bar:
+    """rich progress bar with ETA on stderr; silent when stderr is not a terminal or with --quiet."""
+
+    def __init__(self, quiet: bool):
+        from rich.console import Console
+
+        self.console = Console(stderr=True)
+        self.enabled = not quiet and self.console.is_terminal
+        self.bar = None
+
+    def start(self, total: int, done: int) -> None:
+        if not self.enabled:
+            return
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)
+
+        self.bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("points"),
+                            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=self.console)
+        self.bar.start()
+        self.task = self.bar.add_task("sweep", total=total, completed=done)
+
+    def advance(self, n: int) -> None:
+        if self.bar is not None:
+            self.bar.advance(self.task, n)
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+def _days(x) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def _range(lo, hi) -> str:
+    return f"{lo:g} d" if lo == hi else f"{lo:g}-{hi:g} d"
+
+
+def _layout(e: dict) -> str:
+    text = f"ZeRO-{e['zero']} {e['tp']}/{e['pp']}/{e['dp']} mb {e['micro_batch']}x{e['grad_accum']}"
+    if e.get("recompute") not in (None, "none"):
+        text += f" rc {e['recompute']}"
+    if e.get("offload") not in (None, "none"):
+        text += f" off {e['offload']}"
+    if e.get("schedule"):
+        text += f" {e['schedule']}"
+    return text
+
+
+def front_table(front: list[dict], unit: str, show_case: bool, spec):
+    from rich.table import Table
+
+    from tpopt.optimizer.sweep import case_label
+
+    t = Table(title="Pareto front: cost vs finish time (layout = ZeRO, TP/PP/DP, micro-batch x accumulation)",
+              title_justify="left", show_edge=False, pad_edge=False)
+    cols = (["case"] if show_case else []) + ["accelerator", "cards", "layout", "step s", "GiB/card", "finish d",
+                                              f"cost {unit}", "optimal for deadlines"]
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("case", "accelerator", "layout", "optimal for deadlines")
+                     else "right")
+    for e in front:
+        row = [case_label((e["tokens"], e["efficiency"], e["card_hour"], e["reserved_days"]), spec)] if show_case \
+            else []
+        row += [e["accelerator"], str(e["cards"]), _layout(e), f"{e['step_s']:.1f}",
+                f"{e['memory_per_card_gib']:.1f}", f"{e['finish_days']:.1f}", f"{e['cost']:,.0f}",
+                _range(e["deadline_min_days"], e["deadline_max_days"])]
+        t.add_row(*row)
+    return t
+
+
+def summary_table(summary: list[dict], unit: str, show_case: bool, spec):
+    from rich.table import Table
+
+    from tpopt.optimizer.sweep import case_label
+
+    t = Table(title=f"Per accelerator (plans as cards / finish d / cost {unit})", title_justify="left",
+              show_edge=False, pad_edge=False)
+    cols = (["case"] if show_case else []) + ["accelerator", "points", "feasible", "earliest deadline d",
+                                              "cheapest", "fastest", "cards chosen"]
+    for c in cols:
+        t.add_column(c, justify="right" if c in ("points", "feasible", "earliest deadline d") else "left")
+    for e in summary:
+        row = [case_label((e["tokens"], e["efficiency"], e["card_hour"], e["reserved_days"]), spec)] if show_case \
+            else []
+
+        def plan(p):
+            return "-" if p is None else f"{p['cards']} / {p['finish_days']:.1f} / {p['cost']:,.0f}"
+
+        earliest = _days(e["earliest_deadline_days"])
+        if e["feasible"] == 0 and e["fastest_possible_days"] is not None:
+            earliest = f"none (fastest {e['fastest_possible_days']:.1f})"
+        elif e["feasible"] == 0:
+            earliest = "none"
+        row += [e["accelerator"], str(e["points"]), str(e["feasible"]), earliest, plan(e["cheapest"]),
+                plan(e["fastest"]), ", ".join(str(c) for c in e["cards_chosen"]) or "-"]
+        t.add_row(*row)
+    return t
+
+
+WIDTH = 120
+
+
+def console_text(*renderables) -> str:
+    """Like :func:`tpopt.cli.render.console_text`, wider (the front table has many columns)."""
+    import io
+    import sys
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    con = Console(file=buf, width=WIDTH, color_system="standard" if sys.stdout.isatty() else None,
+                  highlight=False, emoji=False)
+    for r in renderables:
+        con.print(r)
+    return buf.getvalue()
+
+
+def result_text(result, out) -> str:
+    spec = result.spec
+    sc = spec.base
+    unit = next((r["cost_unit"] for r in result.rows if r["cost_unit"]), "USD")
+    show_case = len({(r["tokens"], r["efficiency"], r["card_hour"], r["reserved_days"]) for r in result.rows}) > 1
+    swept = ", ".join(f"{k} ({len(spec.hw) if k == 'hw' else len(spec.values[k])})" for k in spec.swept()) or "none"
+    how = ", ".join(f"{n} by {'one enumeration per group' if k == 'table' else k}"
+                    for k, n in sorted(result.paths.items())) or "none solved"
+    head = (f"tpopt sweep: {spec.name}: {sc.model.name}, {len(result.rows):,} points (swept: {swept}) on "
+            f"{', '.join(spec.hw)}")
+    status = (f"{result.computed:,} solved ({how}), {result.reused:,} reused"
+              f"{' from ' + str(out) if out else ''}, {result.wall_s:.2f} s on {result.workers} worker"
+              f"{'s' if result.workers != 1 else ''}")
+    parts = [head, status, ""]
+    front = result.front()
+    if front:
+        parts += [front_table(front, unit, show_case, spec), ""]
+    else:
+        parts += ["No feasible plan at any point.", ""]
+    parts.append(summary_table(result.summary(), unit, show_case, spec))
+    return console_text(*parts)
+
+
+@click.command()
+@sweep_input_options
+@click.option("--solver", type=click.Choice(["auto", "enumerate", "cpsat", "highs"]),
+              help="auto (default): one exact enumeration per group when the space has <= 300k plans, else "
+                   "CP-SAT per point.")
+@click.option("--time-limit", type=float, help="Solver time limit per point, s (default 60).")
+@click.option("--workers", type=int, help="Worker processes (default: the core count).")
+@click.option("--out", "out", type=click.Path(), help="Results file, one row per point: .csv, .parquet or .json. "
+                                                      "Re-running with the same file resumes.")
+@click.option("--force", is_flag=True, help="Overwrite --out even if it holds something else.")
+@click.option("--plot", "plot", type=click.Path(), help="Cost vs finish plot (.svg or .png).")
+@click.option("--plot-breakdown", "plot_breakdown", type=click.Path(),
+              help="Finish-time breakdown bars (.svg or .png) of the front plans or of --breakdown-cards.")
+@click.option("--breakdown-cards", help="Card counts for --plot-breakdown, e.g. 32,48 (default: the front).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar or notes on stderr.")
+@click.option("--json", "as_json", is_flag=True, help="Print the front and summary as JSON.")
+@handle_errors
+def sweep(solver, time_limit, workers, out, force, plot, plot_breakdown, breakdown_cards, quiet, as_json, **kw):
+    """Sweep deadlines, hardware and other inputs; report the cost vs finish-time Pareto front.
+
+    Example: tpopt sweep --scenario examples/design-case-sweep.toml --hw rtx4090,h100-sxm,a100-80gb-sxm
+    --deadline 10d:60d:1d --out results.csv --plot pareto.svg
+    """
+    from tpopt.errors import InputError
+    from tpopt.optimizer import sweep as sw
+
+    if workers is not None and workers < 1:
+        raise InputError("--workers must be at least 1")
+    if breakdown_cards and not plot_breakdown:
+        raise InputError("--breakdown-cards needs --plot-breakdown")
+    cli = {k: kw.get(k) for k in ("hw", "deadline", "reserved", "tokens", "efficiency", "max_cards", "card_hour",
+                                  "max_cost")}
+    cli.update(solver=solver, breakdown_cards=breakdown_cards, time_limit=time_limit)
+    spec = sw.build_spec(kw["scenario_path"], cli, kw.get("catalog_dirs") or (),
+                         fixed={"hardware.usable_memory": kw.get("usable_memory")})
+    for path, what in ((plot, "--plot"), (plot_breakdown, "--plot-breakdown")):
+        if path:
+            sw.check_output_path(path, what, (".svg", ".png"))
+    if out:
+        sw.check_output_path(out)
+    bar = _Bar(quiet)
+    try:
+        result = sw.run_sweep(spec, out=out, force=force, workers=workers, progress=bar)
+    except BrokenProcessPool:
+        fail("a sweep worker process died (out of memory?); the rows finished so far are kept"
+             + (f" in {out}: re-run to resume" if out else ""), 1)
+    note = (lambda msg: None) if quiet else (lambda msg: click.echo(f"tpopt: {msg}", err=True))
+    if result.reused:
+        note(f"resumed: {result.reused:,} of {len(result.rows):,} points reused from {out}")
+    if result.discarded:
+        note(f"discarded {result.discarded} torn or unreadable line(s) of an interrupted run")
+    if result.dropped:
+        note(f"dropped {result.dropped:,} row(s) of points outside this sweep from {out}")
+    unit = next((r["cost_unit"] for r in result.rows if r["cost_unit"]), "USD")
+    if plot:
+        from tpopt.cli.sweep_plots import plot_pareto
+
+        plot_pareto(sw.plot_series(result), plot)
+    if plot_breakdown:
+        from tpopt.cli.sweep_plots import plot_breakdown as draw
+
+        bars, notes = sw.breakdown_bars(result, spec.breakdown_cards)
+        for n in notes:
+            note(n)
+        if not bars:
+            note("--plot-breakdown: no plan to draw (no feasible front plan or card count)")
+        draw(bars, plot_breakdown, spec.plot_deadline_days,
+             f"{spec.name}: finish-time breakdown", unit)
+    if as_json:
+        click.echo(dump_json({"scenario": spec.name, "fingerprint": spec.fingerprint, "points": len(result.rows),
+                              "computed": result.computed, "reused": result.reused, "out": out,
+                              "front": result.front(), "summary": result.summary()}), nl=False)
+    else:
+        click.echo(result_text(result, out), nl=False)

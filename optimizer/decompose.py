@@ -1,0 +1,253 @@
+"""Logic-based Benders decomposition over the core layout, for design spaces too large to encode whole.
+
+Master problem (CP-SAT or HiGHS): choose a layout h = (accelerator, tp, pp, dp, micro-batch). It
+carries every constraint family that depends on the layout alone, exactly (batch divisibility, whole
+hosts, TP inside a host, heads, layers, max cards), and valid relaxations of the others: for each
+layout, each term's minimum (or maximum) over the remaining choices bounds memory, busy time, finish
+time and cost, so the master's objective theta >= bound[h] never exceeds the true optimum of h.
+
+Subproblem: the remaining choices of one layout (ZeRO stage, offload, recompute, schedule, NICs,
+save interval and mode) solved exactly with the evaluator, vectorised over that small space.
+
+Cuts: an evaluated layout is fully known, so it is removed from the master (a no-good). The loop
+stops when the master's bound exceeds the K-th best verified plan or no layout remains: the result
+is the exact optimum, as the property tests check against plain enumeration.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from tpopt.models import terms as T
+from tpopt.models.evaluate import evaluate
+from tpopt.optimizer.enumerate import enumerate_best
+from tpopt.optimizer.result import Request, Status, objective_key
+from tpopt.optimizer.space import FAMILIES, Space
+
+HUB = ("acc", "tp", "pp", "dp", "mb")
+BUSY = ("time.compute", "time.exposed_dp", "time.tp_comm", "time.offload")
+MEMORY = ("mem.states", "mem.copies", "mem.activations", "mem.temporary")
+HUB_RULES = ("batch.divisibility", "layout.whole_hosts", "layout.tp_within_host", "layout.heads_divisible",
+             "layout.pp_divides_layers")
+SCALE_BITS = 2**52  # objective bounds are scaled to integers below this for CP-SAT
+
+
+def _reduce_to_hub(space: Space, name: str, fn, values=None) -> np.ndarray:
+    """A table reduced over its non-layout variables (ignoring non-finite entries), on the layout grid."""
+    t = space.tables[name]
+    dom = space.domains
+    vals = t.values if values is None else values
+    fill = np.inf if fn is np.min else -np.inf
+    vals = np.where(np.isfinite(vals), vals, fill)
+    drop = tuple(i for i, v in enumerate(t.vars) if v not in HUB)
+    red = fn(vals, axis=drop) if drop else vals
+    kept = [v for v in t.vars if v in HUB]
+    red = np.transpose(red, [kept.index(v) for v in HUB if v in kept])
+    shape = [len(dom[v]) if v in kept else 1 for v in HUB]
+    return np.broadcast_to(red.reshape(shape), tuple(len(dom[v]) for v in HUB)).reshape(-1)
+
+
+class LayoutBounds:
+    """Per-layout valid bounds of the extras-dependent quantities."""
+
+    def __init__(self, space: Space, objective: str):
+        sc = space.sc
+        dom = space.domains
+        self.sizes = [len(dom[v]) for v in HUB]
+        self.n = int(np.prod(self.sizes))
+        busy_min = sum(_reduce_to_hub(space, n, np.min) for n in BUSY)
+        self.busy_max = sum(_reduce_to_hub(space, n, np.max) for n in BUSY)
+        self.mem_min = sum(_reduce_to_hub(space, n, np.min) for n in MEMORY)
+        l_min = _reduce_to_hub(space, "overhead", np.min)
+        nic_ok = space.nic_allowed()  # (acc, nics)
+        rate = space.tables["rate"]  # (acc, tp, pp, dp, nics)
+        masked = np.where(nic_ok[:, None, None, None, :], rate.values, np.inf)
+        rate_min = _reduce_to_hub(space, "rate", np.min, masked)
+        iters = T.iteration_count(sc)
+        wait = sc.input.wait_s
+        self.finish_min = sc.task.reserved_s + iters * (busy_min + wait) * (1.0 + l_min)
+        self.cost_min = rate_min * self.finish_min
+        self.objective_min = self.cost_min if objective == "cost" else self.finish_min
+        grid = np.indices(self.sizes).reshape(len(HUB), -1)
+        self.coords = {v: grid[i] for i, v in enumerate(HUB)}
+        vals = {v: np.asarray(dom[v])[self.coords[v]] for v in HUB}
+        self.cards = vals["tp"] * vals["pp"] * vals["dp"]
+        self.usable = space.usable()[self.coords["acc"]]
+        need = _reduce_to_hub(space, "input.min_busy", np.max)
+        self.input_need = np.where(np.isfinite(need), need, 0.0)
+        # layout-only rules, decided exactly
+        self.rules = {f: _reduce_to_hub(space, "ok." + f, np.max) > 0.5 for f in HUB_RULES}
+
+    def allowed(self, enforced, max_cards, deadline, max_cost) -> dict:
+        """Per family, the layouts its (relaxed) condition allows."""
+        ok = {f: self.rules[f] for f in HUB_RULES if f in enforced}
+        if "cards.max" in enforced:
+            ok["cards.max"] = self.cards <= max_cards
+        if "memory.per_card" in enforced:
+            ok["memory.per_card"] = self.mem_min <= self.usable
+        if "deadline.finish" in enforced:
+            ok["deadline.finish"] = self.finish_min <= deadline
+        if "input.throughput" in enforced:
+            ok["input.throughput"] = self.busy_max >= self.input_need
+        if "budget.cost" in enforced and max_cost is not None:
+            ok["budget.cost"] = self.cost_min <= max_cost
+        return ok
+
+
+class CpSatMaster:
+    """CP-SAT master: layout variables, layout rules as table constraints, bound constraints."""
+
+    name = "cpsat"
+
+    def __init__(self, space: Space, bounds: LayoutBounds, allowed: dict, req: Request):
+        from ortools.sat.python import cp_model
+
+        self.cp = cp_model
+        self.req = req
+        m = self.m = cp_model.CpModel()
+        dom = space.domains
+        self.iv = {v: m.new_int_var(0, len(dom[v]) - 1, f"i_{v}") for v in HUB}
+        self.hub = m.new_int_var(0, bounds.n - 1, "layout")
+        rows = [tuple(int(bounds.coords[v][i]) for v in HUB) + (i,) for i in range(bounds.n)]
+        m.add_allowed_assignments([self.iv[v] for v in HUB] + [self.hub], rows)
+        for family, ok in allowed.items():  # each family: the layouts it allows (a table constraint)
+            keep = np.flatnonzero(ok)
+            if keep.size < bounds.n:
+                m.add_allowed_assignments([self.hub], [(int(i),) for i in keep])
+        obj = bounds.objective_min
+        finite = np.isfinite(obj)
+        top = float(obj[finite].max()) if finite.any() else 1.0
+        self.scale = SCALE_BITS / max(top, 1e-300) / 4
+        ints = np.where(finite, np.floor(obj * self.scale), 0).astype(np.int64)
+        for i in np.flatnonzero(~finite):
+            m.add(self.hub != int(i))
+        self.theta = m.new_int_var(0, int(ints.max()) if ints.size else 0, "theta")
+        m.add_element(self.hub, [int(x) for x in ints], self.theta)
+        m.minimize(self.theta)
+
+    def exclude(self, h: int):
+        self.m.add(self.hub != int(h))
+
+    def solve(self, bound, time_limit):
+        if bound is not None:
+            self.m.add(self.theta <= min(int(math.ceil(bound * self.scale)), 2**62))
+        s = self.cp.CpSolver()
+        s.parameters.num_workers = max(1, int(self.req.workers))
+        s.parameters.random_seed = int(self.req.seed)
+        s.parameters.max_time_in_seconds = max(0.01, time_limit)
+        s.parameters.catch_sigint_signal = False
+        st = s.solve(self.m)
+        if st in (self.cp.OPTIMAL, self.cp.FEASIBLE):
+            return "candidate", int(s.value(self.hub))
+        if st == self.cp.INFEASIBLE:
+            return "infeasible", None
+        return "unknown", None
+
+
+class HighsMaster:
+    """HiGHS master: one binary per allowed layout, theta = sum bound[h] y[h]."""
+
+    name = "highs"
+
+    def __init__(self, space: Space, bounds: LayoutBounds, allowed: dict, req: Request):
+        import highspy
+
+        from tpopt.optimizer.highs import _quiet_stdout
+
+        self.hp = highspy
+        ok = np.ones(bounds.n, dtype=bool)
+        for a in allowed.values():
+            ok &= a
+        ok &= np.isfinite(bounds.objective_min)
+        self.cols = np.flatnonzero(ok)
+        self.obj = bounds.objective_min[self.cols]
+        with _quiet_stdout():
+            self.h = highspy.Highs()
+            self.h.setOptionValue("output_flag", False)
+        self.h.setOptionValue("random_seed", int(req.seed))
+        self.h.setOptionValue("threads", max(1, int(req.workers)))
+        self.h.setOptionValue("mip_rel_gap", 0.0)
+        n = len(self.cols)
+        if n:
+            self.h.addVars(n, np.zeros(n), np.ones(n))
+            self.h.changeColsIntegrality(n, np.arange(n, dtype=np.int32),
+                                         np.array([highspy.HighsVarType.kInteger] * n))
+            self.h.changeColsCost(n, np.arange(n, dtype=np.int32), self.obj)
+            self.h.addRow(1.0, 1.0, n, np.arange(n, dtype=np.int32), np.ones(n))
+        self.bound_row = None
+
+    def exclude(self, h: int):
+        j = np.flatnonzero(self.cols == h)
+        if j.size:
+            self.h.changeColBounds(int(j[0]), 0.0, 0.0)
+
+    def solve(self, bound, time_limit):
+        from tpopt.optimizer.highs import _quiet_stdout
+
+        if not len(self.cols):
+            return "infeasible", None
+        n = len(self.cols)
+        if bound is not None:
+            lim = bound * (1 + 1e-12) + 1e-12
+            if self.bound_row is None:
+                self.h.addRow(-np.inf, lim, n, np.arange(n, dtype=np.int32), self.obj)
+                self.bound_row = self.h.getNumRow() - 1
+            else:
+                self.h.changeRowBounds(self.bound_row, -np.inf, lim)
+        self.h.setOptionValue("time_limit", max(0.01, time_limit))
+        with _quiet_stdout():
+            self.h.run()
+        st = self.h.getModelStatus()
+        if st == self.hp.HighsModelStatus.kOptimal:
+            x = np.array(self.h.getSolution().col_value)
+            return "candidate", int(self.cols[int(np.argmax(x))])
+        if st in (self.hp.HighsModelStatus.kInfeasible, self.hp.HighsModelStatus.kUnboundedOrInfeasible):
+            return "infeasible", None
+        return "unknown", None
+
+
+def solve_decomposed(space: Space, backend: str, req: Request, enforced):
+    """Benders loop; returns (evaluations best first, status, rounds, evaluated points)."""
+    sc = space.sc
+    bounds = LayoutBounds(space, req.objective)
+    allowed = bounds.allowed(enforced, sc.search.max_cards, sc.task.deadline_s, sc.cost.max_cost)
+    if req.cards is not None:
+        allowed["cards"] = np.isin(bounds.cards, list(req.cards))
+    master = (CpSatMaster if backend == "cpsat" else HighsMaster)(space, bounds, allowed, req)
+    K = max(1, req.top)
+    best: list[tuple[tuple, object]] = []
+    rounds = evaluated = 0
+    deadline = time.perf_counter() + req.time_limit
+    status = Status.INFEASIBLE
+    while True:
+        rounds += 1
+        bound = best[K - 1][0][0] if len(best) >= K else None
+        st, h = master.solve(bound, deadline - time.perf_counter())
+        if st == "infeasible":
+            status = Status.OPTIMAL if best else Status.INFEASIBLE
+            break
+        if st == "unknown" or time.perf_counter() >= deadline:
+            status = Status.FEASIBLE if best else Status.UNKNOWN
+            break
+        master.exclude(h)
+        restrict = {v: [space.domains[v][int(bounds.coords[v][h])]] for v in HUB}
+        sub = Space(sc=sc, domains={k: (restrict[k] if k in restrict else list(v)) for k, v in space.domains.items()})
+        sub_req = Request(objective=req.objective, enforce=frozenset(enforced), top=K, cards=req.cards)
+        found, n, _ = enumerate_best(sub, sub_req)
+        evaluated += n
+        for a in found:
+            ev = evaluate(sc, sub.plan(a))
+            best.append((objective_key(ev, req.objective), ev))
+        best.sort(key=lambda kv: kv[0])
+        best = best[:K]
+    return [ev for _, ev in best], status, rounds, evaluated
+
+
+def largest_table(space: Space) -> int:
+    return max(t.values.size for t in space.tables.values())
+
+
+__all__ = ["solve_decomposed", "largest_table", "LayoutBounds", "FAMILIES"]
