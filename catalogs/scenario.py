@@ -56,7 +56,7 @@ KEYS = {
     "comm": {"overlap"},
     "cost": {"card_hour", "nic_hour", "max_cost"},
     "search": {"zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "schedule", "nics_per_host",
-               "save_interval", "save_mode", "max_cards", "accelerator"},
+               "save_interval", "save_mode", "max_cards", "accelerator", "dp"},
     "sweep": None,
     "scenario": {"name", "description"},
 }
@@ -346,6 +346,7 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
         save_interval_s=tuple(sorted(set(ivals))),
         save_mode=modes,
         nics_per_host=_int_list(se["nics_per_host"], "search.nics_per_host") if "nics_per_host" in se else (),
+        dp=_int_list(se["dp"], "search.dp") if "dp" in se else (),
         max_cards=max_cards,
     )
     max_cost = cost.get("max_cost")

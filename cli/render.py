@@ -70,6 +70,8 @@ def metrics_table(m: dict, title: str = "Plan evaluation") -> Table:
         ("input wait", _num(m["input_wait_s"], 2), "s"),
         ("step", _num(m["step_s"], 1), "s"),
         ("checkpoint/failure overhead", _num(m["overhead_fraction"] * 100, 2), "%"),
+        ("  save / redo / restart", f"{m['overhead_save'] * 100:.2f} / {m['overhead_redo'] * 100:.2f} / "
+                                    f"{m['overhead_restart'] * 100:.2f}", "% (first order)"),
         ("iterations", f"{m['iterations']:,}", ""),
         ("base training", _num(m["train_days"], 1), "d"),
         ("finish (incl. reserved)", _num(m["finish_days"], 1), "d"),

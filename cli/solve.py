@@ -12,6 +12,9 @@ def solve_options(fn):
     opts = [
         click.option("--solver", type=click.Choice(["cpsat", "highs", "enumerate"]), default="cpsat",
                      show_default=True, help="Backend: CP-SAT, HiGHS MILP, or brute-force enumeration."),
+        click.option("--method", type=click.Choice(["auto", "monolithic", "decomposed"]), default="auto",
+                     show_default=True,
+                     help="cpsat/highs formulation: one model, or the layout decomposition (auto: by size)."),
         click.option("--objective", type=click.Choice(["cost", "time"]), default="cost", show_default=True,
                      help="Minimise cost (then finish time) or finish time (then cost)."),
         click.option("--max-cost", help="Budget cap (currency, or card-hours without prices)."),
@@ -33,7 +36,7 @@ def request_from(kw: dict, top: int = 1):
 
         raise InputError("--time-limit must be positive")
     return Request(objective=kw["objective"], top=top, time_limit=kw["time_limit"], seed=kw["seed"],
-                   workers=max(1, kw["workers"]))
+                   workers=max(1, kw["workers"]), method=kw.get("method", "auto"))
 
 
 @click.command()

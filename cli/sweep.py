@@ -141,18 +141,10 @@ WIDTH = 120
 
 
 def console_text(*renderables) -> str:
-    """Like :func:`tpopt.cli.render.console_text`, wider (the front table has many columns)."""
-    import io
-    import sys
+    """The shared renderer, wider (the front table has many columns)."""
+    from tpopt.cli.render import console_text as render
 
-    from rich.console import Console
-
-    buf = io.StringIO()
-    con = Console(file=buf, width=WIDTH, color_system="standard" if sys.stdout.isatty() else None,
-                  highlight=False, emoji=False)
-    for r in renderables:
-        con.print(r)
-    return buf.getvalue()
+    return render(*renderables, width=WIDTH)
 
 
 def result_text(result, out) -> str:

@@ -102,6 +102,7 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
 
     write_s = T.checkpoint_write_time(sc)
     L = T.overhead(sc, save_mode, cards, tau)
+    o_save, o_redo, o_restart = T.overhead_parts(sc, save_mode, cards, tau)
     iters = T.iteration_count(sc)
     train_s = iters * step_s
     finish_s = task.reserved_s + train_s * (1.0 + L)
@@ -117,7 +118,8 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
         "bubble_s": bubble_s * ones, "straggler_s": straggler_s * ones, "comm_link_s": (link_dp + tp_s) * ones,
         "comm_exposed_s": (exposed + tp_s) * ones, "dp_link_s": link_dp * ones, "tp_comm_s": tp_s * ones,
         "offload_s": offload_s * ones, "input_wait_s": sc.input.wait_s * ones, "busy_s": busy * ones,
-        "step_s": step_s * ones, "overhead_fraction": L * ones, "iterations": iters * ones,
+        "step_s": step_s * ones, "overhead_fraction": L * ones, "overhead_save": o_save * ones,
+        "overhead_redo": o_redo * ones, "overhead_restart": o_restart * ones, "iterations": iters * ones,
         "train_s": train_s * ones, "finish_s": finish_s * ones, "card_hours": card_hours * ones,
         "cost": cost * ones, "checkpoint_bytes": write_s * sc.reliability.write_bandwidth * ones,
         "checkpoint_write_s": write_s * ones, "failure_rate": T.failure_rate(sc, cards) * ones,
@@ -265,6 +267,10 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
         "input_wait_s": v["input_wait_s"],
         "step_s": v["step_s"],
         "overhead_fraction": v["overhead_fraction"],
+        "overhead_save": v["overhead_save"],
+        "overhead_redo": v["overhead_redo"],
+        "overhead_restart": v["overhead_restart"],
+        "failure_model": sc.reliability.failure_model,
         "iterations": int(v["iterations"]),
         "train_days": v["train_s"] / DAY,
         "finish_days": v["finish_s"] / DAY,

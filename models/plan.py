@@ -126,6 +126,7 @@ class SearchSpace:
     save_interval_s: tuple[float, ...] = (1800.0,)
     save_mode: tuple[str, ...] = ("sync",)
     nics_per_host: tuple[int, ...] = ()  # empty: each accelerator's default only
+    dp: tuple[int, ...] = ()  # empty: every divisor of the global batch
     max_cards: int = 1024
 
 

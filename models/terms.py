@@ -75,11 +75,14 @@ def param_copies(sc: Scenario, schedule, tp, pp):
 def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch):
     """Saved activations at the peak: in-flight micro-batches x one micro-batch's stage activations.
 
-    With a fixed reserve (chapter accounting) this is the reserve itself.
+    With a fixed reserve (chapter accounting: activations, gathered module parameters and workspace for
+    micro-batches of one sequence, 10.2.4) the term is the reserve times the micro-batch size
+    (conservative: the whole reserve scales, not only its activation share).
     """
     mem = sc.memory
     if not modelled_activations(sc):
-        return np.broadcast_to(_f(mem.activation_reserve), np.broadcast(_f(tp), _f(pp), _f(dp), _f(micro_batch)).shape)
+        shape = np.broadcast(_f(tp), _f(pp), _f(dp), _f(micro_batch)).shape
+        return np.broadcast_to(_f(mem.activation_reserve) * _f(micro_batch), shape)
     rc = effective_recompute(sc, recompute)
     stage_layers = np.ceil(sc.model.layers / _f(pp))
     act_mb = memory.activation_bytes_per_microbatch(sc.model, sc.task.seq_len, micro_batch, tp, stage_layers, rc,
@@ -317,6 +320,17 @@ def overhead(sc: Scenario, save_mode, cards, save_interval):
     if rel.failure_model == "poisson":
         return reliability.overhead_poisson(tau, pause, lam, rel.restore_s) + lam * lag
     return reliability.overhead_first_order(tau, pause, lam, rel.restore_s, lag)
+
+
+def overhead_parts(sc: Scenario, save_mode, cards, save_interval):
+    """First-order split of the overhead: (save c/tau, redo lam (tau/2 + w), restart lam r)."""
+    rel = sc.reliability
+    write = checkpoint_write_time(sc)
+    lam = failure_rate(sc, cards)
+    pause, lag = (write, 0.0) if save_mode == "sync" else (rel.snapshot_copy_s, rel.snapshot_copy_s + write)
+    tau = _f(save_interval)
+    return (reliability.save_overhead(tau, pause), reliability.redo_overhead(tau, lam, lag),
+            reliability.restart_overhead(lam, rel.restore_s))
 
 
 def optimal_save_interval(sc: Scenario, cards, save_mode="sync"):

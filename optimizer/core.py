@@ -20,7 +20,9 @@ from tpopt.optimizer.result import Request, SolveResult, SolverInfo, Status, obj
 from tpopt.optimizer.space import FAMILIES, Space
 
 BACKENDS = ("cpsat", "highs", "enumerate")
-MONOLITHIC_LIMIT = 20_000  # largest term table (rows) a monolithic CP-SAT / MILP encoding handles well
+MONOLITHIC_LIMIT = 2_000  # largest term table (rows) for which "auto" uses the monolithic encoding
+# (measured in benchmarks/solve_scaling.py: the layout decomposition is as fast at small sizes and
+# far faster beyond; the monolithic model stays for tiny spaces and for conflict cores)
 
 
 def use_decomposition(space: Space, req: Request) -> bool:

@@ -27,7 +27,7 @@ from ortools.sat.python import cp_model
 
 from tpopt.models import terms as T
 from tpopt.optimizer.result import Request
-from tpopt.optimizer.space import FAMILIES, VARS, Space
+from tpopt.optimizer.space import FAMILIES, VARS, Space, reduce_to
 
 US = 1e6  # time unit: microsecond
 HUB = ("acc", "tp", "pp", "dp", "mb")  # the core layout the search branches on first
@@ -220,14 +220,7 @@ class CpSatModel:
     def _project(self, name: str, ints: np.ndarray, fn=np.min) -> np.ndarray:
         """A table's integer values reduced over its non-hub variables and laid out on the hub grid."""
         t = self.space.tables[name]
-        dom = self.space.domains
-        vals = np.asarray(ints).reshape(t.values.shape)
-        drop = tuple(i for i, v in enumerate(t.vars) if v not in HUB)
-        red = fn(vals, axis=drop) if drop else vals
-        kept = [v for v in t.vars if v in HUB]
-        red = np.transpose(red, [kept.index(v) for v in HUB if v in kept])
-        shape = [len(dom[v]) if v in kept else 1 for v in HUB]
-        return np.broadcast_to(red.reshape(shape), tuple(len(dom[v]) for v in HUB)).reshape(-1)
+        return reduce_to(self.space.domains, np.asarray(ints).reshape(t.values.shape), t.vars, HUB, fn).reshape(-1)
 
     def _hub(self, busy_names, mem_names, busy_sum, mem_sum, usable, ov_ints, rate_ints, wait_us, reserved_us,
              iters, finish, cost):

@@ -25,7 +25,7 @@ from tpopt.models import terms as T
 from tpopt.models.evaluate import evaluate
 from tpopt.optimizer.enumerate import enumerate_best
 from tpopt.optimizer.result import Request, Status, objective_key
-from tpopt.optimizer.space import FAMILIES, Space
+from tpopt.optimizer.space import FAMILIES, Space, reduce_to
 
 HUB = ("acc", "tp", "pp", "dp", "mb")
 BUSY = ("time.compute", "time.exposed_dp", "time.tp_comm", "time.offload")
@@ -38,16 +38,9 @@ SCALE_BITS = 2**52  # objective bounds are scaled to integers below this for CP-
 def _reduce_to_hub(space: Space, name: str, fn, values=None) -> np.ndarray:
     """A table reduced over its non-layout variables (ignoring non-finite entries), on the layout grid."""
     t = space.tables[name]
-    dom = space.domains
     vals = t.values if values is None else values
-    fill = np.inf if fn is np.min else -np.inf
-    vals = np.where(np.isfinite(vals), vals, fill)
-    drop = tuple(i for i, v in enumerate(t.vars) if v not in HUB)
-    red = fn(vals, axis=drop) if drop else vals
-    kept = [v for v in t.vars if v in HUB]
-    red = np.transpose(red, [kept.index(v) for v in HUB if v in kept])
-    shape = [len(dom[v]) if v in kept else 1 for v in HUB]
-    return np.broadcast_to(red.reshape(shape), tuple(len(dom[v]) for v in HUB)).reshape(-1)
+    vals = np.where(np.isfinite(vals), vals, np.inf if fn is np.min else -np.inf)
+    return reduce_to(space.domains, vals, t.vars, HUB, fn).reshape(-1)
 
 
 class LayoutBounds:
@@ -113,10 +106,10 @@ class CpSatMaster:
         self.hub = m.new_int_var(0, bounds.n - 1, "layout")
         rows = [tuple(int(bounds.coords[v][i]) for v in HUB) + (i,) for i in range(bounds.n)]
         m.add_allowed_assignments([self.iv[v] for v in HUB] + [self.hub], rows)
-        for family, ok in allowed.items():  # each family: the layouts it allows (a table constraint)
+        for family, ok in allowed.items():  # each family: the layouts it allows (a domain restriction)
             keep = np.flatnonzero(ok)
             if keep.size < bounds.n:
-                m.add_allowed_assignments([self.hub], [(int(i),) for i in keep])
+                m.add_linear_expression_in_domain(self.hub, cp_model.Domain.from_values([int(i) for i in keep]))
         obj = bounds.objective_min
         finite = np.isfinite(obj)
         top = float(obj[finite].max()) if finite.any() else 1.0
@@ -155,7 +148,7 @@ class HighsMaster:
     def __init__(self, space: Space, bounds: LayoutBounds, allowed: dict, req: Request):
         import highspy
 
-        from tpopt.optimizer.highs import _quiet_stdout
+        from tpopt.optimizer.highs import new_highs
 
         self.hp = highspy
         ok = np.ones(bounds.n, dtype=bool)
@@ -164,12 +157,7 @@ class HighsMaster:
         ok &= np.isfinite(bounds.objective_min)
         self.cols = np.flatnonzero(ok)
         self.obj = bounds.objective_min[self.cols]
-        with _quiet_stdout():
-            self.h = highspy.Highs()
-            self.h.setOptionValue("output_flag", False)
-        self.h.setOptionValue("random_seed", int(req.seed))
-        self.h.setOptionValue("threads", max(1, int(req.workers)))
-        self.h.setOptionValue("mip_rel_gap", 0.0)
+        self.h = new_highs(req)
         n = len(self.cols)
         if n:
             self.h.addVars(n, np.zeros(n), np.ones(n))

@@ -92,6 +92,10 @@ def enumerate_best(space: Space, req: Request):
             cost = np.broadcast_to(r["cost"], shape).reshape(-1)[flat]
             fin = np.broadcast_to(r["finish_s"], shape).reshape(-1)[flat]
             k1, k2 = (cost, fin) if req.objective == "cost" else (fin, cost)
+            if flat.size > 4 * K:  # keep only candidates within the K-th smallest primary key (ties kept)
+                cut = np.partition(k1, K - 1)[K - 1]
+                near = k1 <= cut
+                flat, k1, k2 = flat[near], k1[near], k2[near]
             ordr = order + flat
             for s in np.lexsort((ordr, k2, k1))[:K]:
                 coords = np.unravel_index(flat[s], shape)

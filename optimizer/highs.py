@@ -30,7 +30,7 @@ from tpopt.models import terms as T
 from tpopt.models.units import DAY, GIB
 from tpopt.optimizer.cpsat import CandidateResult
 from tpopt.optimizer.result import Request
-from tpopt.optimizer.space import FAMILIES, VARS, Space
+from tpopt.optimizer.space import FAMILIES, VARS, Space, reduce_to
 
 INF = 1e30
 HUB = ("acc", "tp", "pp", "dp", "mb", "recompute")  # the core layout every time and memory term shares
@@ -54,6 +54,20 @@ def _quiet_stdout():
             sys.stdout.flush()
             os.dup2(saved, fd)
             os.close(saved)
+
+
+def new_highs(req: Request):
+    """A silent, deterministic HiGHS instance solving MIPs to a zero gap."""
+    import highspy
+
+    with _quiet_stdout():
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+    h.setOptionValue("random_seed", int(req.seed))
+    h.setOptionValue("threads", max(1, int(req.workers)))
+    h.setOptionValue("mip_rel_gap", 0.0)
+    h.setOptionValue("mip_abs_gap", 0.0)
+    return h
 
 
 class _Lp:
@@ -93,13 +107,7 @@ class HighsModel:
         self.lp = _Lp()
         self._w_cache = {}
         self._build()
-        with _quiet_stdout():
-            self.h = highspy.Highs()
-            self.h.setOptionValue("output_flag", False)
-        self.h.setOptionValue("random_seed", int(req.seed))
-        self.h.setOptionValue("threads", max(1, int(req.workers)))
-        self.h.setOptionValue("mip_rel_gap", 0.0)
-        self.h.setOptionValue("mip_abs_gap", 0.0)
+        self.h = new_highs(req)
         self._pass()
 
     # -- building -------------------------------------------------------------------------------
@@ -233,8 +241,8 @@ class HighsModel:
         for name in names:
             t = sp.tables[name]
             vals = np.where(np.isfinite(t.values), t.values, 0.0)
-            lo_b = lo_b + self._reduce(vals, t.vars, omega, shape, np.min)
-            hi_b = hi_b + self._reduce(vals, t.vars, omega, shape, np.max)
+            lo_b = lo_b + reduce_to(self.space.domains, vals, t.vars, omega, np.min)
+            hi_b = hi_b + reduce_to(self.space.domains, vals, t.vars, omega, np.max)
         lo_b, hi_b = lo_b.reshape(-1) * (1 - 1e-9), hi_b.reshape(-1) * (1 + 1e-9) + 1e-9
         b = lp.cols(n, 0.0, busy_hi)
         for j in range(n):
@@ -273,41 +281,27 @@ class HighsModel:
         def hub_min(name):
             t = sp.tables[name]
             vals = np.where(np.isfinite(t.values), t.values, 0.0)
-            return self._reduce(vals, t.vars, HUB, hshape, np.min).reshape(-1)
+            return reduce_to(self.space.domains, vals, t.vars, HUB, np.min).reshape(-1)
 
         busy_min = sum(hub_min(n) for n in names)
         lp.row(np.append(h, self.busy), np.append(-busy_min, 1.0), 0.0, INF)
         if "memory.per_card" in self.enforced:
             mem_min = sum(hub_min(n) for n in ("mem.states", "mem.copies", "mem.activations", "mem.temporary"))
-            usable = self._reduce(sp.usable(), ("acc",), HUB, hshape, np.min).reshape(-1)
+            usable = reduce_to(self.space.domains, sp.usable(), ("acc",), HUB, np.min).reshape(-1)
             for j in h[mem_min > usable]:
                 lp.hi[j] = 0.0
         om = {v: i for i, v in enumerate(omega)}
-        lmin = self._reduce(one_plus_l, omega, HUB, hshape, np.min).reshape(-1)
-        rmin = self._reduce(rate, omega, HUB, hshape, np.min).reshape(-1)
+        lmin = reduce_to(self.space.domains, one_plus_l, omega, HUB, np.min).reshape(-1)
+        rmin = reduce_to(self.space.domains, rate, omega, HUB, np.min).reshape(-1)
         del om
         fin_min = (reserved + iters * lmin * (busy_min + wait)) / DAY
         lp.row(np.append(h, self.finish), np.append(-fin_min, 1.0), 0.0, INF)
         lp.row(np.append(h, self.cost), np.append(-rmin * fin_min * DAY, 1.0), 0.0, INF)
 
-    def _reduce(self, vals, vars, target_vars, shape, fn):
-        """Reduce a table over the variables not in ``target_vars`` and broadcast onto them."""
-        drop = tuple(i for i, v in enumerate(vars) if v not in target_vars)
-        red = fn(vals, axis=drop) if drop else vals
-        kept = [v for v in vars if v in target_vars]
-        order = [kept.index(v) for v in target_vars if v in kept]
-        red = np.transpose(red, order)
-        full = [len(self.space.domains[v]) if v in kept else 1 for v in target_vars]
-        return np.broadcast_to(red.reshape(full), shape)
-
     def _broadcast(self, name, target_vars, shape):
+        """A table laid out on the joint grid of ``target_vars`` (a superset of its variables)."""
         t = self.space.tables[name]
-        vals = t.values
-        # move table axes into target order, inserting singleton axes for missing variables
-        order = [t.vars.index(v) for v in target_vars if v in t.vars]
-        vals = np.transpose(vals, order)
-        full = [len(self.space.domains[v]) if v in t.vars else 1 for v in target_vars]
-        return np.broadcast_to(vals.reshape(full), shape)
+        return reduce_to(self.space.domains, t.values, t.vars, target_vars)
 
     def _pass(self):
         hp, lp = self.hp, self.lp

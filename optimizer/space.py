@@ -8,7 +8,8 @@ enumerator by broadcasting). So all three backends optimise the very same model.
 Base variables and domains:
     acc        scenario accelerators ([search] accelerator)
     tp, pp     [search] tp, pp
-    dp         divisors of the global batch (each rank gets whole, equal micro-batches)
+    dp         divisors of the global batch (each rank gets whole, equal micro-batches), optionally
+               restricted by [search] dp
     mb         [search] micro_batch
     zero       [search] zero_stage
     offload    [search] offload (none / cpu)
@@ -40,6 +41,18 @@ CATEGORICAL = ("acc", "offload", "recompute", "schedule", "mode")
 FAMILIES = tuple(n for n in CONSTRAINT_NAMES if n != "step.budget")
 STRUCTURAL = ("batch.divisibility", "layout.whole_hosts", "layout.tp_within_host", "layout.heads_divisible",
               "layout.pp_divides_layers", "layout.schedule_shape")
+
+
+def reduce_to(domains: dict, vals: np.ndarray, vars, target_vars, fn=np.min) -> np.ndarray:
+    """Reduce a table over ``vars`` with ``fn`` along the variables not in ``target_vars`` and lay it
+    out on the joint grid of ``target_vars`` (broadcast along target variables it does not have)."""
+    vars, target_vars = tuple(vars), tuple(target_vars)
+    drop = tuple(i for i, v in enumerate(vars) if v not in target_vars)
+    red = fn(vals, axis=drop) if drop else np.asarray(vals)
+    kept = [v for v in vars if v in target_vars]
+    red = np.transpose(red, [kept.index(v) for v in target_vars if v in kept])
+    shape = [len(domains[v]) if v in kept else 1 for v in target_vars]
+    return np.broadcast_to(red.reshape(shape), tuple(len(domains[v]) for v in target_vars))
 
 
 def divisors(n: int) -> list[int]:
@@ -77,7 +90,7 @@ class Space:
             "acc": list(s.accelerators or sc.systems),
             "tp": list(s.tp),
             "pp": list(s.pp),
-            "dp": divisors(sc.task.global_batch),
+            "dp": [d for d in divisors(sc.task.global_batch) if not s.dp or d in s.dp],
             "mb": list(s.micro_batch),
             "zero": list(s.zero_stage),
             "offload": list(s.offload),

@@ -118,3 +118,46 @@ def test_pcie_halved(design_path):
     assert round(ev.metrics["comm_link_s"] / 8, 1) == 3.0
     assert round(ev.metrics["comm_exposed_s"], 2) == 0.15
     assert round(ev.metrics["step_s"], 1) == 52.9
+
+
+def test_overhead_breakdown_design_case(design):
+    # REFERENCE 10.4: c = 16.381 s, tau = 1800 s, lam = 48 / 337.07 d, r = 120 s:
+    # save c/tau = 0.91 %, redo lam tau/2, restart lam r, total 1.08 %
+    ev = evaluate(design, Plan("rtx4090", 48, zero_stage=3))
+    m = ev.metrics
+    lam = 48 / (1024 * 7.9 * 3600)
+    assert m["overhead_save"] == pytest.approx(114_670_295_040 / 7e9 / 1800, rel=1e-9)
+    assert m["overhead_redo"] == pytest.approx(lam * 900, rel=1e-9)
+    assert m["overhead_restart"] == pytest.approx(lam * 120, rel=1e-9)
+    assert m["overhead_save"] + m["overhead_redo"] + m["overhead_restart"] == pytest.approx(m["overhead_fraction"])
+
+
+def test_solve_with_five_percent_stragglers_still_meets_30_days(design_path):
+    # issue 6 / REFERENCE 10.4: sigma = 5 % on 48 cards: step = 52.2 + 2.23 x 2.61 + 0.58 = 58.6 s;
+    # finish = 5 + 31,790 x 58.6 x 1.0108 / 86,400 = 26.8 d < 30 d, so 48 cards still win
+    from tpopt.catalogs.scenario import load_scenario
+    from tpopt.optimizer.core import solve
+    from tpopt.optimizer.result import Request
+    sc = load_scenario(design_path, {"stragglers.sigma": "5%"})
+    r = solve(sc, "cpsat", Request(workers=1))
+    m = r.best.metrics
+    assert r.best.plan.cards == 48
+    assert round(m["step_s"], 1) == 58.6
+    assert m["straggler_s"] == pytest.approx(0.05 * 2.2331 * 52.2237, rel=2e-3)
+    assert round(m["finish_days"], 1) == 26.8
+    assert r.best.plan.save_interval_s == 1800.0
+
+
+def test_solve_picks_the_optimal_save_interval_when_auto(design_path):
+    # issue 6: with save_interval = "auto" the plan uses tau* = sqrt(2 c / lam) (REFERENCE 10.4: 4,458 s
+    # for 48 cards) and its overhead is below the 1800 s figure (1.08 %)
+    from tpopt.catalogs.scenario import load_scenario
+    from tpopt.optimizer.core import solve
+    from tpopt.optimizer.result import Request
+    sc = load_scenario(design_path, {"checkpoint.save_interval": "auto"})
+    r = solve(sc, "cpsat", Request(workers=1))
+    assert r.best.plan.cards == 48
+    lam = 48 / (1024 * 7.9 * 3600)
+    assert r.best.plan.save_interval_s == pytest.approx((2 * 114_670_295_040 / 7e9 / lam) ** 0.5, rel=1e-9)
+    assert round(r.best.plan.save_interval_s) == 4458
+    assert r.best.metrics["overhead_fraction"] < 0.0108

@@ -1,0 +1,121 @@
+"""Catalog data: every number has a source; user catalogs extend and override; HF configs load."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from tpopt.catalogs import BUILTIN_DIR, load_catalog, model_from_hf_config
+from tpopt.cli.main import cli
+from tpopt.errors import InputError
+from tpopt.models.arch import param_count
+
+import tomllib
+
+NUMERIC_ACC_FIELDS = ("peak_bf16", "memory", "usable_memory", "hbm_bandwidth", "host_link", "p2p", "cards_per_host",
+                      "nic", "nics_per_host", "max_nics_per_host", "host_memory", "host_memory_bandwidth",
+                      "price_card_hour")
+
+
+def test_every_accelerator_number_has_a_source():
+    raw = tomllib.loads((BUILTIN_DIR / "accelerators.toml").read_text())
+    required = {"rtx4090", "h100-sxm", "a100-80gb-sxm", "h200", "b200"}
+    assert required <= set(raw)
+    for name, t in raw.items():
+        for field in NUMERIC_ACC_FIELDS:
+            if field in t:
+                assert t["sources"].get(field), (name, field)
+
+
+def test_links_storage_models_have_sources():
+    for fname, key in (("links.toml", "source"), ("storage.toml", "source"), ("models.toml", "source")):
+        raw = tomllib.loads((BUILTIN_DIR / fname).read_text())
+        tables = [t for group in raw.values() for t in group.values()] if fname == "links.toml" else raw.values()
+        for t in tables:
+            assert t.get(key), (fname, t)
+    links = tomllib.loads((BUILTIN_DIR / "links.toml").read_text())
+    assert {"pcie3-x16", "pcie4-x16", "pcie5-x16", "nvlink3", "nvlink4", "nvlink5"} <= set(links["link"])
+    assert {"100g", "200g", "400g"} <= set(links["nic"])
+    for nic in links["nic"].values():
+        assert nic.get("price_source")
+
+
+def test_required_models_are_present():
+    cat = load_catalog()
+    assert {"qwen3-8b", "qwen3-32b", "llama3-8b", "llama3-70b", "gpt3-175b"} <= set(cat.models)
+
+
+def test_hf_config_matches_catalog(tmp_path):
+    # the published Qwen3-8B config.json fields give the same exact N as the catalog entry (8,190,735,360)
+    cfg = {"model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 4096, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936,
+           "tie_word_embeddings": False}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    assert param_count(model_from_hf_config(p)) == 8_190_735_360
+    # Llama 3 8B (no q/k norm): 8,030,261,248
+    llama = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+             "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+             "tie_word_embeddings": False}
+    p.write_text(json.dumps(llama))
+    assert param_count(model_from_hf_config(p)) == 8_030_261_248
+
+
+def test_hf_config_errors(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text("{not json")
+    with pytest.raises(InputError, match="malformed JSON"):
+        model_from_hf_config(p)
+    p.write_text(json.dumps({"model_type": "qwen3_moe", "num_experts": 128}))
+    with pytest.raises(InputError, match="mixture-of-experts"):
+        model_from_hf_config(p)
+    p.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096}))
+    with pytest.raises(InputError, match="missing required key"):
+        model_from_hf_config(p)
+
+
+def test_scenario_can_name_a_config_json(tmp_path, design_path):
+    cfg = {"model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 4096, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936,
+           "tie_word_embeddings": False}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    text = design_path.read_text().replace('name = "qwen3-8b"', 'config = "config.json"')
+    (tmp_path / "s.toml").write_text(text)
+    r = CliRunner().invoke(cli, ["evaluate", "--scenario", str(tmp_path / "s.toml"), "--cards", "48", "--json"])
+    assert r.exit_code == 0, r.output
+    assert round(json.loads(r.stdout)["metrics"]["finish_days"], 1) == 24.6  # REFERENCE 10.6, same model
+
+
+def test_user_catalog_extends_and_overrides(tmp_path, design_path):
+    (tmp_path / "accelerators.toml").write_text('''
+[rtx4090d]
+peak_bf16 = "147TFLOP/s"
+memory = "24GB"
+usable_memory = "22GiB"
+host_link = "pcie4-x16"
+cards_per_host = 8
+nic = "200g"
+nics_per_host = 8
+price_card_hour = 0.50
+[rtx4090d.sources]
+peak_bf16 = "test fixture"
+''')
+    cat = load_catalog([tmp_path])
+    assert "rtx4090d" in cat.accelerators and "rtx4090" in cat.accelerators
+    r = CliRunner().invoke(cli, ["evaluate", "--scenario", str(design_path), "--catalog", str(tmp_path),
+                                 "--hw", "rtx4090d", "--cards", "48", "--json"])
+    assert r.exit_code == 0, r.output
+    m = json.loads(r.stdout)["metrics"]
+    # compute scales with the peak: 52.2 s x 165.2 / 147 (10.1 relation T = F / (p P eta))
+    assert m["compute_s"] == pytest.approx(52.2237 * 165.2 / 147, rel=1e-4)
+    # an override of a built-in entry replaces it
+    (tmp_path / "accelerators.toml").write_text((BUILTIN_DIR / "accelerators.toml").read_text().replace(
+        'price_card_hour = 0.59', 'price_card_hour = 1.18'))
+    cat2 = load_catalog([tmp_path])
+    assert cat2.accelerator("rtx4090").price_card_hour == 1.18
+
+
+def test_bad_catalog_dir_is_one_line_error(design_path):
+    r = CliRunner().invoke(cli, ["evaluate", "--scenario", str(design_path), "--catalog", "/nonexistent/dir",
+                                 "--cards", "48"])
+    assert r.exit_code == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
