@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-from scipy import special
 
 from tpopt.errors import InputError
 
@@ -356,17 +355,22 @@ def _quadrature_grid():
     return x, wts
 
 
-_QX, _QW = _quadrature_grid()
-_LOG_PDF = -0.5 * _QX**2 - 0.5 * math.log(2.0 * math.pi)
-_LOG_CDF = special.log_ndtr(_QX)
+@functools.lru_cache(maxsize=1)
+def _grid():
+    """Nodes, weights, log phi and log Phi of the quadrature (built on first use: SciPy loads lazily)."""
+    from scipy import special
+
+    qx, qw = _quadrature_grid()
+    return qx, qw, -0.5 * qx**2 - 0.5 * math.log(2.0 * math.pi), special.log_ndtr(qx)
 
 
 @functools.lru_cache(maxsize=4096)
 def _expected_max_scalar(n: int) -> float:
     if n == 1:
         return 0.0
-    log_density = math.log(n) + _LOG_PDF + (n - 1) * _LOG_CDF
-    return float(np.sum(_QW * _QX * np.exp(log_density)))
+    qx, qw, log_pdf, log_cdf = _grid()
+    log_density = math.log(n) + log_pdf + (n - 1) * log_cdf
+    return float(np.sum(qw * qx * np.exp(log_density)))
 
 
 def expected_max_std_normal(n):

@@ -92,7 +92,7 @@ def check_agreement(sc, objective):
             assert math.isclose(got, want, rel_tol=1e-9), (name, got, want, r.best.plan, ref.best.plan)
 
 
-EXAMPLES = int(os.environ.get("TPOPT_PROPERTY_EXAMPLES", "30"))  # raise locally for a deeper search
+EXAMPLES = int(os.environ.get("TPOPT_PROPERTY_EXAMPLES", "60"))  # raise locally for a deeper search
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
