@@ -141,6 +141,8 @@ def binding_lines(binding: list[dict], objective: str, unit: str) -> list[str]:
 def _reason(r: dict) -> str:
     if "value" in r:
         return f"{r['name']} ({r['value']:,.2f} {r['unit']} > {r['limit']:,.2f})"
+    if "detail" in r:
+        return f"{r['name']} ({r['detail']})"
     return r["name"]
 
 
@@ -150,8 +152,11 @@ def alternative_lines(alts: list[dict], objective: str, unit: str) -> list[str]:
     lines = ["Why not cheaper:"]
     for a in alts:
         if a["feasible"]:
-            lines.append(f"  {a['alternative']}: feasible but {_objective_text(a['objective'], objective, unit)} "
-                         f"({a['delta'] * 100:+.1f} %)")
+            p = a["plan"]
+            layout = (f"ZeRO-{p['zero_stage']}, TP {p['tp']} / PP {p['pp']} / DP {p['dp']}, "
+                      f"micro-batch {p['micro_batch']}, recompute {p['recompute']}")
+            lines.append(f"  {a['alternative']}: feasible ({layout}) but "
+                         f"{_objective_text(a['objective'], objective, unit)} ({a['delta'] * 100:+.1f} %)")
         else:
             together = any(r.get("together") for r in a["ruled_out_by"])
             joiner = " together with " if together else " or "
@@ -172,12 +177,13 @@ def top_table(top: list[dict], unit: str) -> Table:
     return t
 
 
-def solve_text(d: dict, sc) -> str:
+def solve_text(d: dict, sc, timing: bool = False) -> str:
     s = d["solver"]
     unit = d["metrics"].get("cost_unit", "USD")
     head = (f"tpopt solve: {sc.name}: {sc.model.name}, {sc.task.tokens / 1e9:,.0f}B tokens, "
             f"deadline {sc.task.deadline_s / 86400:.1f} d (reserved {sc.task.reserved_s / 86400:.1f} d)")
-    status = (f"Status: {d['status']} (solver {s['name']}, {s['wall_s']:.2f} s, {s['points']:,} plans in the space, "
+    took = f", {s['wall_s']:.2f} s" if timing else ""
+    status = (f"Status: {d['status']} (solver {s['name']}, {s['method']}{took}, {s['points']:,} plans in the space, "
               f"minimising {d['objective']})")
     parts = [head, status, "", f"Plan: {plan_line(d['plan'])}", "", metrics_table(d["metrics"], title="Best plan"),
              "", constraints_table(d["constraints"]), ""]

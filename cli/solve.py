@@ -46,9 +46,10 @@ def request_from(kw: dict, top: int = 1):
 @click.option("--no-analysis", is_flag=True, help="Skip the binding-constraint and alternatives report.")
 @click.option("--sensitivity", is_flag=True,
               help="Also re-solve with the deadline +/- 1 d, one host fewer and 1 GiB more per card.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@click.option("--timing", is_flag=True, help="Print the solver's wall time (the only non-deterministic output).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables (solver.wall_s is the wall time).")
 @handle_errors
-def solve(top, no_analysis, sensitivity, as_json, **kw):
+def solve(top, no_analysis, sensitivity, timing, as_json, **kw):
     """Find the cheapest plan that meets the deadline, prove it optimal, and say what limits it.
 
     Example: tpopt solve --scenario examples/design-case.toml --deadline 30d --hw rtx4090
@@ -86,7 +87,7 @@ def solve(top, no_analysis, sensitivity, as_json, **kw):
         if as_json:
             click.echo(dump_json(out), nl=False)
             return
-        text = solve_text(out, sc)
+        text = solve_text(out, sc, timing)
         if sensitivity:
             from tpopt.cli.explain import sensitivity_text
 

@@ -122,12 +122,14 @@ class PointTable:
     finish: np.ndarray
     cards: np.ndarray
     ok: dict  # family -> bool array
+    ratio: dict  # family -> value / limit (float32; how far a point is from meeting the family)
 
     @classmethod
     def build(cls, space: Space) -> "PointTable":
         parts = {v: [] for v in VARS}
         cost, finish, cards = [], [], []
         ok = {f: [] for f in FAMILIES}
+        ratio = {f: [] for f in FAMILIES}
         for fixed, idx_lists, shape, r in chunks(space):
             n = int(np.prod(shape))
             grids = np.meshgrid(*[np.asarray(x) for x in idx_lists], indexing="ij")
@@ -140,9 +142,14 @@ class PointTable:
             cards.append(np.broadcast_to(r["cards"], shape).reshape(-1))
             for f in FAMILIES:
                 ok[f].append(_ok(r, f, shape).reshape(-1))
+                v, lim = (np.broadcast_to(x, shape).reshape(-1) for x in r[("c", f)])
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    q = np.where(np.isinf(lim), 0.0, np.where(lim > 0, v / np.where(lim > 0, lim, 1.0), v))
+                ratio[f].append(q.astype(np.float32))
         cat = lambda xs, dt=None: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dtype=dt)
         return cls(space=space, idx={v: cat(parts[v], np.int32) for v in VARS}, cost=cat(cost, float),
-                   finish=cat(finish, float), cards=cat(cards, float), ok={f: cat(ok[f], bool) for f in FAMILIES})
+                   finish=cat(finish, float), cards=cat(cards, float), ok={f: cat(ok[f], bool) for f in FAMILIES},
+                   ratio={f: cat(ratio[f], np.float32) for f in FAMILIES})
 
     def mask(self, enforced=FAMILIES, restrict: dict | None = None, cards=None) -> np.ndarray:
         m = np.ones(self.cost.shape, dtype=bool)
@@ -154,6 +161,14 @@ class PointTable:
         if cards is not None:
             m &= np.isin(self.cards, list(cards))
         return m
+
+    def closest(self, mask: np.ndarray, family: str) -> dict | None:
+        """The point within ``mask`` nearest to meeting ``family`` (least value / limit; first on ties)."""
+        sel = np.flatnonzero(mask)
+        if not sel.size:
+            return None
+        i = sel[np.lexsort((sel, self.cost[sel], self.ratio[family][sel]))[0]]
+        return {v: int(self.idx[v][i]) for v in VARS}
 
     def best(self, mask: np.ndarray, objective: str = "cost", top: int = 1) -> list[dict]:
         sel = np.flatnonzero(mask)

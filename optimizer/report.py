@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tpopt.models.evaluate import Evaluation, evaluate
+from tpopt.models.evaluate import SPEC, Evaluation, evaluate
 from tpopt.optimizer.result import Request, objective_key
 from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space
 
@@ -35,6 +35,11 @@ class TableOracle:
     def best(self, enforced, objective: str, restrict=None, cards=None) -> Evaluation | None:
         a = self.table.best(self.table.mask(enforced, restrict, cards), objective)
         return evaluate(self.space.sc, self.space.plan(a[0])) if a else None
+
+    def closest(self, family: str, enforced, restrict=None, cards=None) -> Evaluation | None:
+        """Among plans meeting ``enforced``, the one nearest to meeting ``family``."""
+        a = self.table.closest(self.table.mask(enforced, restrict, cards), family)
+        return evaluate(self.space.sc, self.space.plan(a)) if a else None
 
 
 class SolverOracle:
@@ -82,7 +87,8 @@ def _objective(ev: Evaluation, objective: str) -> float:
 def _summary(ev: Evaluation) -> dict:
     p = ev.plan
     return {"accelerator": p.accelerator, "cards": p.cards, "zero_stage": p.zero_stage, "tp": p.tp, "pp": p.pp,
-            "dp": p.dp, "micro_batch": p.micro_batch, "recompute": p.recompute, "cost": ev.metrics["cost"],
+            "dp": p.dp, "micro_batch": p.micro_batch, "recompute": p.recompute, "offload": p.offload,
+            "schedule": p.schedule if p.pp > 1 else None, "cost": ev.metrics["cost"],
             "finish_days": ev.metrics["finish_days"]}
 
 
@@ -117,19 +123,27 @@ def binding_families(oracle, best: Evaluation, objective: str, enforced) -> list
 
 
 def _ruled_out(oracle, objective: str, enforced, restrict=None, cards=None) -> list[dict]:
-    """Families that alone rule the restricted alternative out, with their value against the limit."""
+    """Families that alone rule the restricted alternative out, with their value against the limit
+    for the plan that comes closest to meeting them (the best plan without them, for large spaces)."""
     reasons = []
     for f in RELAXABLE:
         if f not in enforced:
             continue
-        alt = oracle.best([g for g in enforced if g != f], objective, restrict, cards)
+        others = [g for g in enforced if g != f]
+        if isinstance(oracle, TableOracle):  # quote the plan that comes closest to meeting f
+            alt = oracle.closest(f, others, restrict, cards)
+        else:  # solver oracle: the best plan with f dropped
+            alt = oracle.best(others, objective, restrict, cards)
         if alt is not None:
             reasons.append(_violation(alt, f))
     if not reasons:
         # no single family suffices: the cheapest such plan with every relaxable family dropped
-        alt = oracle.best([g for g in enforced if g in STRUCTURAL], objective, restrict, cards)
-        if alt is None:
-            return [{"name": "no plan of this shape exists in the design space"}]
+        structural = [g for g in enforced if g in STRUCTURAL]
+        alt = oracle.best(structural, objective, restrict, cards)
+        if alt is None:  # a layout rule excludes this shape: name the rule(s) that alone do
+            rules = [{"name": g, "detail": SPEC[g].doc} for g in structural
+                     if oracle.best([h for h in structural if h != g], objective, restrict, cards) is not None]
+            return rules or [{"name": "no plan of this shape exists in the design space"}]
         reasons = [dict(_violation(alt, c.name), together=True) for c in alt.violated()
                    if c.name in RELAXABLE and c.name in enforced]
     return reasons

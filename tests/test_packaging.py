@@ -62,3 +62,16 @@ def test_no_generic_top_level_packages(wheel):
 def test_console_script_declared(wheel):
     ep = next(n for n in wheel.namelist() if n.endswith("entry_points.txt"))
     assert "tpopt = tpopt.cli.main:main" in wheel.read(ep).decode()
+
+
+def test_readme_commands_and_ci_agree():
+    """The README's first lines give the install-and-solve and the test commands; .ci/run runs the latter."""
+    lines = [ln for ln in (ROOT / "README.md").read_text().splitlines() if ln.startswith("python3 -m venv")]
+    main_cmd, test_cmd = lines[0], lines[1]
+    assert "tpopt solve --scenario examples/design-case.toml" in main_cmd
+    assert (ROOT / "examples" / "design-case.toml").exists()
+    assert "pytest" in test_cmd
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert test_cmd in ci.splitlines()
+    readme_head = (ROOT / "README.md").read_text().splitlines()[:6]
+    assert main_cmd in readme_head and test_cmd in readme_head
