@@ -119,10 +119,6 @@ def flops_per_token(a: ModelArch, seq_len):
     return 6.0 * gemm_params(a) + attention_flops_per_token(a, seq_len)
 
 
-def forward_flops_per_token(a: ModelArch, seq_len):
-    """One forward pass per token: a third of the training FLOPs (2 * gemm + 4 * L * d_attn * keys)."""
-    return flops_per_token(a, seq_len) / 3.0
-
 
 def largest_unit_params(a: ModelArch) -> int:
     """Largest unit that ZeRO-3/FSDP gathers at once: a block, the embedding or the LM head."""

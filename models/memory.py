@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tpopt.errors import InputError
-from tpopt.models.arch import ModelArch, embedding_params, layer_linear_params, layer_params
+from tpopt.models.arch import ModelArch, embedding_params, largest_unit_params, layer_linear_params, layer_params
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,14 +155,6 @@ def parse_recompute(value) -> str:
     return "+".join(g for g in RECOMPUTE_GROUPS if g in parts)
 
 
-def recompute_options() -> list[str]:
-    """Every recompute choice: none, each non-empty subset of the groups, full."""
-    out = ["none"]
-    for mask in range(1, 2 ** len(RECOMPUTE_GROUPS)):
-        out.append("+".join(g for i, g in enumerate(RECOMPUTE_GROUPS) if mask >> i & 1))
-    out.append("full")
-    return out
-
 
 def layer_activation_groups(a: ModelArch, seq_len, micro_batch, act_bytes=2.0, flash_attention=True) -> dict:
     """Bytes one block saves for backward, per micro-batch of ``micro_batch`` sequences (tp = 1).
@@ -255,7 +247,7 @@ def zero3_gather_bytes(a: ModelArch, tp, r: StateRecipe, prefetch=1):
 
     The largest unit is a block or the embedding / LM head (V h); sizes divided by tp.
     """
-    unit = max(layer_params(a), embedding_params(a)) / np.asarray(tp, dtype=float)
+    unit = largest_unit_params(a) / np.asarray(tp, dtype=float)
     return unit * ((1 + prefetch) * r.weights + r.grads)
 
 

@@ -170,42 +170,6 @@ def parse_number(value, what: str = "number", *, allow_zero: bool = True,
 # formatting: the unit is always printed next to the number
 
 
-def to_gib(x):
-    return x / GIB
-
-
-def to_gb(x):
-    return x / GB
-
-
-def to_days(x):
-    return x / DAY
-
-
-def fmt_gib(x: float, digits: int = 1) -> str:
-    return f"{x / GIB:.{digits}f} GiB"
-
-
-def fmt_gb(x: float, digits: int = 1) -> str:
-    return f"{x / GB:.{digits}f} GB"
-
-
-def fmt_seconds(x: float, digits: int = 1) -> str:
-    return f"{x:.{digits}f} s"
-
-
-def fmt_days(x: float, digits: int = 1) -> str:
-    return f"{x / DAY:.{digits}f} d"
-
-
-def fmt_bandwidth(x: float, digits: int = 1) -> str:
-    return f"{x / GB:.{digits}f} GB/s"
-
-
-def fmt_percent(x: float, digits: int = 2) -> str:
-    return f"{x * 100:.{digits}f} %"
-
-
 def fmt_duration(x: float) -> str:
     """A human duration with its unit: ``"24.6 d"``, ``"3.2 h"``, ``"52.8 s"``, ``"12 ms"``."""
     if x >= 2 * DAY:

@@ -25,7 +25,7 @@ from tpopt.models import terms as T
 from tpopt.models.evaluate import evaluate
 from tpopt.optimizer.enumerate import enumerate_best
 from tpopt.optimizer.result import Request, Status, objective_key
-from tpopt.optimizer.space import FAMILIES, Space, reduce_to
+from tpopt.optimizer.space import Space, reduce_to
 
 HUB = ("acc", "tp", "pp", "dp", "mb")
 BUSY = ("time.compute", "time.exposed_dp", "time.tp_comm", "time.offload")
@@ -233,9 +233,3 @@ def solve_decomposed(space: Space, backend: str, req: Request, enforced):
         best = best[:K]
     return [ev for _, ev in best], status, rounds, evaluated
 
-
-def largest_table(space: Space) -> int:
-    return max(t.values.size for t in space.tables.values())
-
-
-__all__ = ["solve_decomposed", "largest_table", "LayoutBounds", "FAMILIES"]

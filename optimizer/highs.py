@@ -274,8 +274,6 @@ class HighsModel:
         variables bounds busy time, memory, finish and cost from below (cuts off fractional LP
         points that mix cheap-but-infeasible layouts, without removing any integer plan)."""
         sp, lp = self.space, self.lp
-        dom = sp.domains
-        hshape = tuple(len(dom[v]) for v in HUB)
         h = self._weights(HUB).reshape(-1)
 
         def hub_min(name):
@@ -290,10 +288,8 @@ class HighsModel:
             usable = reduce_to(self.space.domains, sp.usable(), ("acc",), HUB, np.min).reshape(-1)
             for j in h[mem_min > usable]:
                 lp.hi[j] = 0.0
-        om = {v: i for i, v in enumerate(omega)}
         lmin = reduce_to(self.space.domains, one_plus_l, omega, HUB, np.min).reshape(-1)
         rmin = reduce_to(self.space.domains, rate, omega, HUB, np.min).reshape(-1)
-        del om
         fin_min = (reserved + iters * lmin * (busy_min + wait)) / DAY
         lp.row(np.append(h, self.finish), np.append(-fin_min, 1.0), 0.0, INF)
         lp.row(np.append(h, self.cost), np.append(-rmin * fin_min * DAY, 1.0), 0.0, INF)
