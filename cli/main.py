@@ -63,7 +63,23 @@ def cli():
 
 
 def main():
-    cli(prog_name="tpopt")
+    """Entry point: click's usage errors become one stderr line and exit 2, like every input error."""
+    import sys
+
+    try:
+        rv = cli.main(prog_name="tpopt", standalone_mode=False)
+    except click.exceptions.UsageError as exc:
+        hint = f" (see 'tpopt {exc.ctx.command_path.split(' ', 1)[1]} --help')" if exc.ctx and " " in \
+            exc.ctx.command_path else " (see 'tpopt --help')"
+        click.echo(f"tpopt: error: {exc.format_message()}{hint}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("tpopt: error: interrupted", err=True)
+        sys.exit(130)
+    except click.exceptions.ClickException as exc:
+        click.echo(f"tpopt: error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":

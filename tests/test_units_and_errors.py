@@ -117,3 +117,18 @@ def test_real_process_exit_code_and_stderr(design_path):
     assert p.returncode == 2
     assert p.stdout == ""
     assert p.stderr.strip().count("\n") == 0 and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("args", [["catalog", "widgets"], ["evaluate", "--scenario", "x.toml"], ["nosuchcmd"],
+                                  ["evaluate", "--scenario", "x.toml", "--cards", "x"]])
+def test_usage_errors_are_one_line(args):
+    # click's own usage errors go through the same one-line, exit-2 path (real process: tpopt.cli.main:main)
+    p = subprocess.run([sys.executable, "-m", "tpopt.cli.main", *args], capture_output=True, text=True)
+    assert p.returncode == 2 and p.stdout == ""
+    assert len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith("tpopt: error:")
+
+
+def test_infeasible_exit_code_in_a_real_process(design_path):
+    p = subprocess.run([sys.executable, "-m", "tpopt.cli.main", "solve", "--scenario", str(design_path),
+                        "--max-cards", "32"], capture_output=True, text=True)
+    assert p.returncode == 3 and "Conflicting" in p.stdout or "Conflict" in p.stdout
