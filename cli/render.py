@@ -188,6 +188,12 @@ def solve_text(d: dict, sc, timing: bool = False) -> str:
     parts = [head, status, "", f"Plan: {plan_line(d['plan'])}", "", metrics_table(d["metrics"], title="Best plan"),
              "", constraints_table(d["constraints"]), ""]
     parts += binding_lines(d.get("binding", []), d["objective"], unit)
+    rob = d.get("robustness", {}).get("without_overlap")
+    if rob:
+        verdict = "still meets every constraint" if rob["feasible"] else \
+            "fails " + ", ".join(n for n in rob["violates"] if n != "step.budget")
+        parts += [f"Robustness: without communication overlap (prefetch failing) the step is {rob['step_s']:.1f} s "
+                  f"and the plan finishes in {rob['finish_days']:.1f} d: it {verdict}."]
     alts = alternative_lines(d.get("alternatives", []), d["objective"], unit)
     if alts:
         parts += [""] + alts

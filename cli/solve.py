@@ -79,6 +79,7 @@ def solve(top, no_analysis, sensitivity, timing, as_json, **kw):
         out["binding"] = ana["binding"] if ana else []
         out["alternatives"] = ana["alternatives"] if ana else []
         out["analysis_by"] = ana["oracle"] if ana else None
+        out["robustness"] = ana["robustness"] if ana else {}
         out["top"] = [dict(ev.as_dict(), rank=i + 1) for i, ev in enumerate(result.plans)]
         if sensitivity:
             from tpopt.optimizer.explain import sensitivities

@@ -190,11 +190,25 @@ def why_not_cheaper(oracle, space: Space, best: Evaluation, objective: str, enfo
     return out
 
 
+def robustness(sc, best: Evaluation) -> dict:
+    """The chosen plan re-evaluated with no communication overlap (prefetch failing): does it still
+    meet every constraint? (Chapter 10.6.2: one shared NIC per host bets the deadline on overlap.)"""
+    from dataclasses import replace
+
+    if not sc.overlap:
+        return {}
+    ev = evaluate(replace(sc, overlap=False), best.plan)
+    return {"without_overlap": {"feasible": ev.feasible, "step_s": ev.metrics["step_s"],
+                                "finish_days": ev.metrics["finish_days"],
+                                "violates": [c.name for c in ev.violated()]}}
+
+
 def analysis(space: Space, best: Evaluation, backend: str, req: Request, enforced) -> dict:
     """Binding families and alternatives of an optimum (dicts ready for JSON)."""
     oracle = make_oracle(space, backend, req)
     objective = req.objective
     binds = binding_families(oracle, best, objective, enforced)
     alts = why_not_cheaper(oracle, space, best, objective, enforced, same_scale=isinstance(oracle, TableOracle))
-    return {"oracle": oracle.name, "binding": [b.as_dict(best, objective) for b in binds], "alternatives": alts}
+    return {"oracle": oracle.name, "binding": [b.as_dict(best, objective) for b in binds], "alternatives": alts,
+            "robustness": robustness(space.sc, best)}
 
