@@ -30,7 +30,7 @@ from tpopt.models.evaluate import SPEC, Evaluation, evaluate
 from tpopt.models.plan import Plan, Scenario, System
 from tpopt.models.units import DAY, GB, GIB, parse_bandwidth, parse_bytes, parse_count, parse_duration, \
     parse_fraction, parse_int, parse_number
-from tpopt.optimizer.result import Request, Status, objective_key
+from tpopt.optimizer.result import Request, Status
 from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space
 
 # Deletion order of the filter: families tried first are dropped whenever the rest still conflict,
@@ -934,7 +934,8 @@ def violation(c) -> dict:
 
 
 def _objective(ev: Evaluation, objective: str) -> float:
-    return objective_key(ev, objective)[0]
+    """The objective in display units: cost in currency, finish time in days."""
+    return ev.metrics["cost"] if objective == "cost" else ev.metrics["finish_days"]
 
 
 def explain_plan(sc: Scenario, plan: Plan, backend: str = "cpsat", req: Request | None = None,

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from tpopt.models.evaluate import Evaluation
+from tpopt.models.units import DAY
 
 
 class Status(str, Enum):
@@ -65,6 +66,10 @@ class SolveResult:
 
 
 def objective_key(ev: Evaluation, objective: str) -> tuple:
-    """Lexicographic objective of an evaluated plan: (cost, finish) or (finish, cost)."""
-    c, f = ev.metrics["cost"], ev.metrics["finish_days"]
+    """Lexicographic objective of an evaluated plan: (cost, finish) or (finish, cost).
+
+    Units are the backends' own: cost in currency (card-hours without prices), finish in seconds.
+    Every solver bound is compared against the primary key, so the two must agree.
+    """
+    c, f = ev.metrics["cost"], ev.metrics["finish_days"] * DAY
     return (c, f) if objective == "cost" else (f, c)
