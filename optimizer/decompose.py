@@ -173,7 +173,7 @@ class HighsMaster:
             self.h.changeColBounds(int(j[0]), 0.0, 0.0)
 
     def solve(self, bound, time_limit):
-        from tpopt.optimizer.highs import _quiet_stdout
+        from tpopt.optimizer.highs import run_highs
 
         if not len(self.cols):
             return "infeasible", None
@@ -186,9 +186,7 @@ class HighsMaster:
             else:
                 self.h.changeRowBounds(self.bound_row, -np.inf, lim)
         self.h.setOptionValue("time_limit", max(0.01, time_limit))
-        with _quiet_stdout():
-            self.h.run()
-        st = self.h.getModelStatus()
+        st = run_highs(self.h)
         if st == self.hp.HighsModelStatus.kOptimal:
             x = np.array(self.h.getSolution().col_value)
             return "candidate", int(self.cols[int(np.argmax(x))])

@@ -56,6 +56,22 @@ def _quiet_stdout():
             os.close(saved)
 
 
+def run_highs(h):
+    """Run HiGHS; if its presolve fails with a solve error (seen on small models after no-good rows
+    and a tightened objective bound), solve again without presolve."""
+    import highspy
+
+    with _quiet_stdout():
+        h.run()
+    if h.getModelStatus() == highspy.HighsModelStatus.kSolveError:
+        h.clearSolver()
+        h.setOptionValue("presolve", "off")
+        with _quiet_stdout():
+            h.run()
+        h.setOptionValue("presolve", "choose")
+    return h.getModelStatus()
+
+
 def new_highs(req: Request):
     """A silent, deterministic HiGHS instance solving MIPs to a zero gap."""
     import highspy
@@ -328,9 +344,7 @@ class HighsModel:
             self.h.changeColBounds(int(self.obj), 0.0, min(self.h.getLp().col_upper_[self.obj],
                                                             lim * (1 + 1e-9) + 1e-9))
         self.h.setOptionValue("time_limit", max(0.01, float(time_limit)))
-        with _quiet_stdout():
-            self.h.run()
-        st = self.h.getModelStatus()
+        st = run_highs(self.h)
         if st == hp.HighsModelStatus.kOptimal:
             sol = np.array(self.h.getSolution().col_value)
             a = {v: int(np.argmax(sol[self.x[v]])) for v in VARS}
