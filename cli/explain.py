@@ -350,7 +350,7 @@ def explain(sensitivity, as_json, **kw):
     """
     from tpopt.errors import InputError
     from tpopt.optimizer.core import solve as run
-    from tpopt.optimizer.explain import explain_plan, plan_summary, sensitivities
+    from tpopt.optimizer.explain import explain_plan, sensitivities
     from tpopt.optimizer.report import binding_families, make_oracle
     from tpopt.optimizer.result import Status
     from tpopt.optimizer.space import Space
@@ -375,8 +375,7 @@ def explain(sensitivity, as_json, **kw):
         binds = binding_families(oracle, best, req.objective, set(result.enforced))
         out.update({"plan": best.plan_dict(), "cost": best.metrics["cost"], "cost_unit": best.metrics["cost_unit"],
                     "finish_days": best.metrics["finish_days"], "conflict": [], "relaxations": [],
-                    "binding": [dict(b.as_dict(best, req.objective), plan_without=plan_summary(b.without))
-                                for b in binds]})
+                    "binding": [b.as_dict(best, req.objective) for b in binds]})
         if sensitivity:
             out["sensitivities"] = sensitivities(sc, backend, req, base=best)
         lines = request_lines(out, sc)

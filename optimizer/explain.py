@@ -30,7 +30,7 @@ from tpopt.models.evaluate import SPEC, Evaluation, evaluate
 from tpopt.models.plan import Plan, Scenario, System
 from tpopt.models.units import DAY, GB, GIB, parse_bandwidth, parse_bytes, parse_count, parse_duration, \
     parse_fraction, parse_int, parse_number
-from tpopt.optimizer.result import Request, Status
+from tpopt.optimizer.result import Request, Status, objective_value, plan_summary
 from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space
 
 # Deletion order of the filter: families tried first are dropped whenever the rest still conflict,
@@ -917,25 +917,12 @@ def relaxations(sc: Scenario, backend: str = "cpsat", req: Request | None = None
 # a given plan
 
 
-def plan_summary(ev: Evaluation) -> dict:
-    p = ev.plan
-    return {"accelerator": p.accelerator, "cards": p.cards, "hosts": int(ev.metrics["hosts"]),
-            "zero_stage": p.zero_stage, "tp": p.tp, "pp": p.pp, "dp": p.dp, "micro_batch": p.micro_batch,
-            "recompute": p.recompute, "offload": p.offload, "cost": ev.metrics["cost"],
-            "cost_unit": ev.metrics["cost_unit"], "finish_days": ev.metrics["finish_days"]}
-
-
 def violation(c) -> dict:
     """A violated check: excess = value - limit (in the family's unit) and excess / limit."""
     excess = c.value - c.limit
     return {"name": c.name, "value": c.value, "limit": c.limit, "unit": c.unit, "excess": excess,
             "excess_fraction": excess / abs(c.limit) if c.limit not in (0, float("inf")) else None,
             "rule": c.doc}
-
-
-def _objective(ev: Evaluation, objective: str) -> float:
-    """The objective in display units: cost in currency, finish time in days."""
-    return ev.metrics["cost"] if objective == "cost" else ev.metrics["finish_days"]
 
 
 def explain_plan(sc: Scenario, plan: Plan, backend: str = "cpsat", req: Request | None = None,
@@ -975,17 +962,17 @@ def explain_plan(sc: Scenario, plan: Plan, backend: str = "cpsat", req: Request 
     opt = {"exists": best is not None}
     if best is not None:
         opt["plan"] = plan_summary(best)
-        opt["objective_value"] = _objective(best, req.objective)
-        if feasible and _objective(best, req.objective) >= _objective(ev, req.objective) * (1 - REL):
+        opt["objective_value"] = objective_value(best, req.objective)
+        if feasible and objective_value(best, req.objective) >= objective_value(ev, req.objective) * (1 - REL):
             opt["this_plan_is_optimal"] = True
             space = Space.from_scenario(sc)
             oracle = make_oracle(space, backend, req)
             binds = binding_families(oracle, ev, req.objective, ctx.enforced)
             opt["binding"] = [{"name": b.name, "plan_without": plan_summary(b.without),
-                               "objective_without": _objective(b.without, req.objective)} for b in binds]
+                               "objective_without": objective_value(b.without, req.objective)} for b in binds]
         else:
             opt["this_plan_is_optimal"] = False
-            opt["change"] = _objective(best, req.objective) / _objective(ev, req.objective) - 1
+            opt["change"] = objective_value(best, req.objective) / objective_value(ev, req.objective) - 1
     out["optimum"] = opt
     return out
 
@@ -1035,7 +1022,7 @@ def sensitivities(sc: Scenario, backend: str = "cpsat", req: Request | None = No
         return []
     obj = req.objective
     unit = base.metrics["cost_unit"] if obj == "cost" else "d"
-    b0 = _objective(base, obj)
+    b0 = objective_value(base, obj)
     g = sc.system(base.plan.accelerator).acc.cards_per_host
     dl, res = sc.task.deadline_s, sc.task.reserved_s
     mem0 = min(s.acc.memory_usable for s in sc.systems.values())
@@ -1065,7 +1052,7 @@ def sensitivities(sc: Scenario, backend: str = "cpsat", req: Request | None = No
             if ev is None:
                 row.update({"status": "infeasible", "value": None, "delta": None, "delta_fraction": None})
             else:
-                v = _objective(ev, obj)
+                v = objective_value(ev, obj)
                 row.update({"status": "optimal", "value": v, "delta": v - b0,
                             "delta_fraction": (v - b0) / b0 if b0 else None, "plan": plan_summary(ev)})
         out.append(row)

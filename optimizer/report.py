@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpopt.models.evaluate import SPEC, Evaluation, evaluate
-from tpopt.optimizer.result import Request, objective_key
+from tpopt.optimizer.result import Request, objective_key, objective_value, plan_summary
 from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space
 
 TABLE_LIMIT = 300_000  # spaces up to this many points are answered by one enumeration
@@ -80,18 +80,6 @@ def _better(a: Evaluation, b: Evaluation, objective: str) -> bool:
     return ka < kb * (1 - REL)
 
 
-def _objective(ev: Evaluation, objective: str) -> float:
-    return ev.metrics["cost"] if objective == "cost" else ev.metrics["finish_days"]
-
-
-def _summary(ev: Evaluation) -> dict:
-    p = ev.plan
-    return {"accelerator": p.accelerator, "cards": p.cards, "zero_stage": p.zero_stage, "tp": p.tp, "pp": p.pp,
-            "dp": p.dp, "micro_batch": p.micro_batch, "recompute": p.recompute, "offload": p.offload,
-            "schedule": p.schedule if p.pp > 1 else None, "cost": ev.metrics["cost"],
-            "finish_days": ev.metrics["finish_days"]}
-
-
 def _violation(ev: Evaluation, family: str) -> dict:
     name = family
     c = ev.constraint(name) if any(x.name == name for x in ev.constraints) else None
@@ -106,9 +94,9 @@ class Binding:
     without: Evaluation  # the best plan when this family alone is dropped
 
     def as_dict(self, best: Evaluation, objective: str) -> dict:
-        return {"name": self.name, "objective_without": _objective(self.without, objective),
-                "saving": 1 - _objective(self.without, objective) / _objective(best, objective),
-                "plan_without": _summary(self.without), "violates": _violation(self.without, self.name)}
+        return {"name": self.name, "objective_without": objective_value(self.without, objective),
+                "saving": 1 - objective_value(self.without, objective) / objective_value(best, objective),
+                "plan_without": plan_summary(self.without), "violates": _violation(self.without, self.name)}
 
 
 def binding_families(oracle, best: Evaluation, objective: str, enforced) -> list[Binding]:
@@ -159,9 +147,9 @@ def why_not_cheaper(oracle, space: Space, best: Evaluation, objective: str, enfo
     def entry(label, kind, restrict=None, cards=None):
         alt = oracle.best(enforced, objective, restrict, cards)
         if alt is not None:
-            return {"alternative": label, "kind": kind, "feasible": True, "plan": _summary(alt),
-                    "objective": _objective(alt, objective),
-                    "delta": _objective(alt, objective) / _objective(best, objective) - 1}
+            return {"alternative": label, "kind": kind, "feasible": True, "plan": plan_summary(alt),
+                    "objective": objective_value(alt, objective),
+                    "delta": objective_value(alt, objective) / objective_value(best, objective) - 1}
         return {"alternative": label, "kind": kind, "feasible": False,
                 "ruled_out_by": _ruled_out(oracle, objective, enforced, restrict, cards)}
 

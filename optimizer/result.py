@@ -73,3 +73,18 @@ def objective_key(ev: Evaluation, objective: str) -> tuple:
     """
     c, f = ev.metrics["cost"], ev.metrics["finish_days"] * DAY
     return (c, f) if objective == "cost" else (f, c)
+
+
+def objective_value(ev: Evaluation, objective: str) -> float:
+    """The objective in display units: cost in currency (card-hours without prices), finish in days."""
+    return ev.metrics["cost"] if objective == "cost" else ev.metrics["finish_days"]
+
+
+def plan_summary(ev: Evaluation) -> dict:
+    """A plan's layout and headline figures, as reports quote it."""
+    p = ev.plan
+    return {"accelerator": p.accelerator, "cards": p.cards, "hosts": int(ev.metrics["hosts"]),
+            "zero_stage": p.zero_stage, "tp": p.tp, "pp": p.pp, "dp": p.dp, "micro_batch": p.micro_batch,
+            "recompute": p.recompute, "offload": p.offload, "schedule": p.schedule if p.pp > 1 else None,
+            "cost": ev.metrics["cost"], "cost_unit": ev.metrics["cost_unit"],
+            "finish_days": ev.metrics["finish_days"]}
