@@ -157,6 +157,9 @@ def _build_accelerator(name: str, t: dict, links: dict[str, float], nics: dict[s
         host_memory=parse_bytes(t.get("host_memory", "0GB"), f"{where} host_memory"),
         host_memory_bw=parse_bandwidth(t.get("host_memory_bandwidth", "0GB/s"), f"{where} host_memory_bandwidth"),
         price_card_hour=None if price is None else parse_number(price, f"{where} price_card_hour"),
+        peak_fp16=parse_flops_rate(t["peak_fp16"], f"{where} peak_fp16") if "peak_fp16" in t else 0.0,
+        peak_fp8=parse_flops_rate(t["peak_fp8"], f"{where} peak_fp8") if "peak_fp8" in t else 0.0,
+        peak_tf32=parse_flops_rate(t["peak_tf32"], f"{where} peak_tf32") if "peak_tf32" in t else 0.0,
         sources=dict(t.get("sources", {})),
     )
 

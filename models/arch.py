@@ -35,6 +35,10 @@ class ModelArch:
     qkv_bias: bool = False  # bias on q, k, v projections only (Qwen2)
     linear_bias: bool = False  # bias on every linear layer (GPT-3)
     learned_positions: int = 0  # rows of a learned position-embedding table (GPT-3: 2048)
+    activation: str = "silu"  # MLP non-linearity: "silu" (SwiGLU when gated), "gelu", "gelu_tanh", "relu", ...
+    parallel_block: bool = False  # attention and MLP read one norm's output in parallel (GPT-J, NeoX, Falcon)
+    positions: str = "rope"  # "rope", "learned" (a table of learned_positions rows), "alibi" or "none"
+    sliding_window: int = 0  # attention window in tokens (0 = full causal attention)
     source: str = ""
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 

@@ -16,7 +16,7 @@ class Accelerator:
     """
 
     name: str
-    peak_flops: float
+    peak_flops: float  # dense BF16 matrix peak (the catalog's peak_bf16)
     memory_nominal: float
     memory_usable: float
     hbm_bandwidth: float
@@ -31,6 +31,9 @@ class Accelerator:
     host_memory: float = 0.0
     host_memory_bw: float = 0.0
     price_card_hour: float | None = None
+    peak_fp16: float = 0.0  # dense FP16 matrix peak (0 = not given in the catalog)
+    peak_fp8: float = 0.0  # dense FP8 matrix peak (0 = not supported / not given)
+    peak_tf32: float = 0.0  # dense TF32 matrix peak (0 = not given)
     display: str = ""
     host_link: str = ""
     interconnect: str = "none"
