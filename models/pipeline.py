@@ -971,18 +971,21 @@ def completion_time(schedule: str, p: int, m: int, forward, backward_input, back
 
     ``forward``, ``backward_input`` (dX), ``backward_weight`` (dW), ``transfer`` (both links) and
     ``update`` may be numbers or numpy arrays; they broadcast to one shape and each element is one
-    balanced pipeline (the same times on every layer group). The op order depends only on
-    ``(schedule, p, m, v)``, so the max-plus recurrence ``start = max(stage free, input arrival)``,
-    ``end = start + duration`` runs once over the ops with vector durations, level by level. Result:
-    an array of the broadcast shape, equal element-wise (bit for bit) to ``simulate(...).completion``.
+    balanced pipeline (the same times on every layer group). Fill-drain and 1F1B are evaluated in
+    closed form (:func:`completion_closed_form`, one critical path for every duration set); the other
+    schedules run the event model's max-plus recurrence ``start = max(stage free, input arrival)``,
+    ``end = start + duration`` once over the ops with vector durations, level by level (the op order
+    depends only on ``(schedule, p, m, v)``). Result: an array of the broadcast shape, equal
+    element-wise to ``simulate(...).completion`` -- bit for bit for the recurrence, and for the closed
+    forms whenever the sums are exact (whole-number durations); otherwise within rounding.
 
     When the backward is not split, pass ``backward_weight = 0`` and the whole backward as
     ``backward_input``: fused schedules run dX + dW as one op anyway, and split schedules (zb-*,
     dualpipe*) then keep zero-length dW ops (ZB-H1 times like 1F1B). ``block`` bounds memory: that
-    many duration sets are evaluated together.
+    many duration sets are evaluated together. Results of small calls are remembered per shape
+    (:data:`MEMO_ENTRIES`), so repeated evaluations of the same plans cost a lookup.
     """
-    prog = _get_program(schedule, p, m, v)
-    p, m, v = prog.p, prog.m, prog.v
+    p, m, v = _check_shape(schedule, p, m, v)
     arrays = [_as_array(x, w) for x, w in ((forward, "forward time"), (backward_input, "backward (dX) time"),
                                            (backward_weight, "backward weight (dW) time"),
                                            (transfer, "transfer time"), (update, "update time"))]
@@ -991,14 +994,116 @@ def completion_time(schedule: str, p: int, m: int, forward, backward_input, back
     except ValueError:
         raise InputError("completion_time: the duration arrays do not broadcast to one shape") from None
     shape = arrays[0].shape
-    flat = [a.reshape(-1) for a in arrays]
     frac = _chunk_fractions(schedule, p, v, chunk_layers)
+    if schedule in CLOSED_FORM:
+        return np.asarray(completion_closed_form(schedule, p, m, *arrays), dtype=float).reshape(shape)
+    flat = [a.reshape(-1) for a in arrays]
+    key = (schedule, p, m, v, None if chunk_layers is None else tuple(int(x) for x in chunk_layers))
+    return _MEMO.evaluate(key, flat, lambda *d: _completion_recurrence(schedule, p, m, v, frac, d, block)
+                          ).reshape(shape)
+
+
+def _completion_recurrence(schedule: str, p: int, m: int, v: int, frac, flat, block: int = 2048) -> np.ndarray:
+    """The event model's recurrence over flat duration arrays (forward, dX, dW, transfer, update)."""
     waves, n_slots = _waves(schedule, p, m, v)
     out = np.empty(flat[0].size)
     step = max(1, int(block))
     for lo in range(0, out.size, step):
         hi = min(out.size, lo + step)
         out[lo:hi] = _completion_block(p, v, waves, n_slots, frac, *(a[lo:hi] for a in flat))
+    return out
+
+
+MEMO_ENTRIES = 1_000_000
+"""Completion times remembered across calls (duration sets, all shapes together); oldest shapes go first."""
+MEMO_CALL = 4096  # calls with more duration sets than this are computed without the memo
+
+
+class _CompletionMemo:
+    """Completion times by shape and exact duration tuple, for the small repeated calls of the
+    evaluator and the enumerator (the same plan's compute evaluated under many other choices)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.shapes: dict = {}
+        self.size = 0
+
+    def evaluate(self, key, flat, compute) -> np.ndarray:
+        n = flat[0].size
+        if n > MEMO_CALL:
+            return compute(*flat)
+        known = self.shapes.get(key)
+        if known is None:
+            known = self.shapes[key] = {}
+        else:  # most recently used last
+            self.shapes[key] = self.shapes.pop(key)
+        rows = list(zip(*(a.tolist() for a in flat)))
+        out = np.empty(n)
+        miss = []
+        for i, r in enumerate(rows):
+            val = known.get(r)
+            if val is None:
+                miss.append(i)
+            else:
+                out[i] = val
+        if miss:
+            idx = np.asarray(miss)
+            got = compute(*(a[idx] for a in flat))
+            out[idx] = got
+            for i, g in zip(miss, got.tolist()):
+                known[rows[i]] = g
+            self.size += len(miss)
+            while self.size > self.limit and len(self.shapes) > 1:
+                oldest = next(iter(self.shapes))
+                if oldest == key:
+                    break
+                self.size -= len(self.shapes.pop(oldest))
+        return out
+
+    def clear(self):
+        self.shapes.clear()
+        self.size = 0
+
+
+_MEMO = _CompletionMemo(MEMO_ENTRIES)
+
+
+def shape_ok(schedule: str, p, m) -> np.ndarray:
+    """Vectorised ``shape_error(...) is None``: False only for DeepSeek's DualPipe off its shapes."""
+    _check_schedule(schedule)
+    p, m = np.broadcast_arrays(_ints(p), _ints(m))
+    if schedule != "dualpipe-deepseek":
+        return np.ones(p.shape, dtype=bool)
+    return (p <= 1) | ((p % 2 == 0) & (m % 2 == 0) & (m >= 2 * p))
+
+
+def completion_for_shapes(schedule: str, p, m, forward, backward_input, backward_weight, transfer, update=0.0,
+                          *, v: int = 2) -> np.ndarray:
+    """Exact completion times for arrays of shapes (p > 1 and m >= 1, whole numbers) and durations.
+
+    Everything broadcasts. Closed-form schedules are evaluated in one vectorised expression; the
+    others once per distinct shape with all of that shape's duration sets together. Shapes the
+    schedule cannot run give ``inf``.
+    """
+    _check_schedule(schedule)
+    p, m, tf, tx, tw, tr, up = np.broadcast_arrays(_ints(p), _ints(m), *(np.asarray(x, dtype=float) for x in (
+        forward, backward_input, backward_weight, transfer, update)))
+    shape = p.shape
+    p, m, tf, tx, tw, tr, up = (a.reshape(-1) for a in (p, m, tf, tx, tw, tr, up))
+    ok = shape_ok(schedule, p, m)
+    if schedule in CLOSED_FORM:
+        out = np.asarray(completion_closed_form(schedule, p, m, tf, tx, tw, tr, up), dtype=float)
+        return np.where(ok, out, np.inf).reshape(shape)
+    out = np.full(p.size, np.inf)
+    sel = np.flatnonzero(ok)
+    if sel.size:
+        shapes, inv = np.unique(np.stack([p[sel], m[sel]], axis=1), axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        order = np.argsort(inv, kind="stable")
+        bounds = np.searchsorted(inv[order], np.arange(len(shapes) + 1))
+        for k, (pv, mv) in enumerate(shapes.tolist()):
+            rows = sel[order[bounds[k]:bounds[k + 1]]]
+            out[rows] = completion_time(schedule, pv, mv, tf[rows], tx[rows], tw[rows], tr[rows], up[rows], v=v)
     return out.reshape(shape)
 
 
@@ -1119,3 +1224,180 @@ def buffer_counts(schedule: str, p: int) -> list[int]:
     if p == 1:
         return [0]
     return [4 if schedule.startswith("dualpipe") else 2] * p
+
+
+# =============================================================================================
+# closed forms and bounds for the solver (vectorised over shapes and durations)
+#
+# The solver needs a pipeline's completion time and activation peak for every (schedule, p, m) shape
+# of a design space and many duration sets per shape: far too many for the event model. Two facts
+# keep that cheap:
+#   * fill-drain and 1F1B with balanced stages have exact closed forms (one critical path for every
+#     duration set, derived below and checked against the event model);
+#   * every other schedule has closed-form *bounds* lo <= completion <= hi, each the length of a path
+#     the event model must traverse (lo) or of a valid timetable (hi), so a solver can prune with
+#     them and evaluate exactly only the few layouts it proposes.
+# In-flight peaks depend on the slot order alone and have exact closed forms, except the chapter's
+# list-scheduled DualPipe, which gets bounds (and the exact walk when asked for one shape).
+
+CLOSED_FORM = frozenset({"fill-drain", "1f1b"})
+"""Schedules whose balanced completion time :func:`completion_time` evaluates in closed form."""
+
+BOUND_SLACK = 1e-12
+"""Relative slack on the closed-form bounds of the other schedules: the bounds sum the same
+durations as the event model in another order, so they may differ from it in the last bits."""
+
+
+def _ints(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.int64)
+
+
+def transfers_1f1b(p, m):
+    """Transfers on the critical path of balanced 1F1B: ``2 (p - 1 + floor((m - 1)(p - 1) / p))``.
+
+    The fill and drain cross p - 1 links each way; in the steady state every further micro-batch
+    adds a round trip on (p - 1) / p of the links (stage s waits for the gradient of the micro-batch
+    its neighbour has just received). p = 4, m = 8 -> 16. Fill-drain crosses each link once per
+    direction: ``2 (p - 1)``.
+    """
+    p, m = _ints(p), _ints(m)
+    return 2 * (p - 1 + ((m - 1) * (p - 1)) // p)
+
+
+def completion_closed_form(schedule: str, p, m, forward, backward_input, backward_weight, transfer, update):
+    """Exact completion time [s] of fill-drain and 1F1B with balanced stages (both links ``transfer``).
+
+    ``T = (m + p - 1)(t_f + t_b) + n_x t_x + t_u`` with the whole backward ``t_b = dX + dW`` (both
+    schedules fuse it) and n_x transfers on the critical path: ``2 (p - 1)`` for fill-drain,
+    :func:`transfers_1f1b` for 1F1B. One path is critical for every duration set, so this equals the
+    event model in real arithmetic (bit for bit when the durations are whole numbers; otherwise the
+    two sum the same terms in a different order). p = 4, m = 8, 10 / 20 / 1 / 1 ms: fill-drain
+    337 ms, 1F1B 347 ms (REFERENCE.md 10.3). Every argument broadcasts, p and m included.
+    """
+    _check_schedule(schedule)
+    if schedule not in CLOSED_FORM:
+        raise InputError(f"no closed form for {schedule!r} (use one of: {', '.join(sorted(CLOSED_FORM))})")
+    p, m = _ints(p), _ints(m)
+    n_x = 2 * (p - 1) if schedule == "fill-drain" else transfers_1f1b(p, m)
+    tb = np.add(backward_input, backward_weight)
+    return (m + p - 1) * (np.asarray(forward, dtype=float) + tb) + n_x * np.asarray(transfer, dtype=float) \
+        + np.asarray(update, dtype=float)
+
+
+def _interleaved_gmax(p, m):
+    """Largest micro-batch group of the interleaved order: p, or p + m mod p when m > p (the last
+    full group absorbs the remainder)."""
+    p, m = _ints(p), _ints(m)
+    return np.where((m > p) & (m % np.maximum(p, 1) != 0), p + m % np.maximum(p, 1), p)
+
+
+def completion_bounds(schedule: str, p, m, forward, backward_input, backward_weight, transfer, update, *,
+                      v: int = 2):
+    """Closed-form ``(lo, hi)`` with ``lo <= completion <= hi`` [s]; balanced stages, equal chunks.
+
+    Arguments as :func:`completion_time`; p and m broadcast too. For fill-drain and 1F1B both are the
+    exact :func:`completion_closed_form`. Otherwise (w = F + dX + dW per micro-batch, t the transfer,
+    U the update; ZB schedules with a = warm-up forwards of stage 0 and k = dW left on the last stage
+    after its last dX):
+
+    * lo is the longest of a few paths every run must take, each a sum of durations along
+      dependencies: the last stage waits (p - 1)(F + t) for its first input and then works m w
+      (``A``); the last stage's work up to its last dX, then that gradient back to stage 0, then
+      stage 0's remaining dW (``B``: ``(p-1)(F+t) + m(F+dX) + (m-k) dW + (p-1)(dX+t) + dW``); the
+      first micro-batch's round trip to stage 0's first dX, then all of stage 0's remaining work
+      (``D``). Interleaved uses the chunk-0 path (F/v, dX/v); DualPipe the start of the middle stage,
+      ``floor((p-1)/2)(F + t)``, before its m w of work, and the round trip of the last down
+      micro-batch. Without transfers, ZB-H1 and ZB-H2 with m >= 2p and dW <= min(F, dX), and
+      interleaved with m a multiple of p, meet lo exactly (the zero-bubble paper's and Megatron-LM's
+      bubbles);
+    * hi is a serial timetable: every operation of every stage one after the other, each message
+      adding t, then the update: ``p m w + 2 m (v p - 1) t + U``.
+
+    Both carry a relative slack of :data:`BOUND_SLACK` for rounding.
+    """
+    _check_schedule(schedule)
+    p, m = _ints(p), _ints(m)
+    F = np.asarray(forward, dtype=float)
+    X = np.asarray(backward_input, dtype=float)
+    W = np.asarray(backward_weight, dtype=float)
+    t = np.asarray(transfer, dtype=float)
+    U = np.asarray(update, dtype=float)
+    if schedule in CLOSED_FORM:
+        exact = completion_closed_form(schedule, p, m, F, X, W, t, U)
+        return exact, exact
+    w = F + X + W
+    if schedule in ("zb-h1", "zb-h2"):
+        a0 = (p - 1) if schedule == "zb-h1" else 2 * (p - 1)
+        k = np.minimum(p, m) if schedule == "zb-h1" else np.minimum(2 * p - 1, m)
+        fill = (p - 1) * (F + t)
+        lo_a = fill + m * w
+        lo_b = fill + m * (F + X) + (m - k) * W + (p - 1) * (X + t) + W
+        lo_d = fill + F + X + (p - 1) * (X + t) + (m - 1) * X + m * W + np.maximum(0, m - a0 - 1) * F
+        lo = np.maximum(np.maximum(lo_a, lo_b), lo_d)
+        hops = p - 1
+    elif schedule == "interleaved":
+        v = _whole(v, "chunks v", 1)
+        fill = (p - 1) * (F / v + t)
+        lo = fill + m * w + (p - 1) * ((X + W) / v + t)
+        hops = v * p - 1
+    else:  # both DualPipe orderings
+        start = np.where(m > 1, (p - 1) // 2, p - 1) * (F + t)
+        down = (m + 1) // 2
+        lo = np.maximum(start + m * w, (down - 1) * F + p * (F + X) + W + 2 * (p - 1) * t)
+        hops = p - 1
+    hi = p * m * w + 2 * m * hops * t + U
+    lo = np.where(p > 1, lo + U, m * w + U)
+    hi = np.where(p > 1, hi, m * w + U)
+    return lo * (1 - BOUND_SLACK), hi * (1 + BOUND_SLACK)
+
+
+def peak_inflight_bounds(schedule: str, p, m, *, v: int = 2):
+    """``(lo, hi)`` of the busiest stage's peak live activation sets, in closed form (p, m broadcast).
+
+    Exact (lo = hi) for every schedule but the chapter's DualPipe (equal interleaved chunks):
+    fill-drain m; 1F1B and ZB-H1 min(p, m); ZB-H2 min(2p - 1, m); DeepSeek's DualPipe p + 1 (its
+    shapes: even p, even m >= 2p); interleaved ``min(2(p-1) + (v-1) g + 1, v m) / v`` on stage 0,
+    g the largest micro-batch group (its warm-up forwards plus the one forward before the first
+    backward, each 1/v of a set). The chapter's DualPipe: each direction at path position q holds at
+    most 2(p-1-q) + 1 sets (its lag to dW) and at least that many before its first dW, so
+    ``min(ceil(m/2), 2p - 1) <= peak <= min(m, 2p)``; :func:`peak_inflight` walks the exact order.
+    (Like the event model, p = 1 runs the schedule's order on one card: fill-drain then holds m sets.)
+    """
+    _check_schedule(schedule)
+    p, m = _ints(p), _ints(m)
+    mf = m.astype(float)
+    if schedule == "fill-drain":
+        lo = hi = mf
+    elif schedule in ("1f1b", "zb-h1"):
+        lo = hi = np.minimum(p, m).astype(float)
+    elif schedule == "zb-h2":
+        lo = hi = np.minimum(2 * p - 1, m).astype(float)
+    elif schedule == "interleaved":
+        v = _whole(v, "chunks v", 1)
+        lo = hi = np.minimum(2 * (p - 1) + (v - 1) * _interleaved_gmax(p, m) + 1, v * m) / v
+    elif schedule == "dualpipe-deepseek":
+        lo = hi = (p + 1).astype(float) * np.ones_like(mf)
+    else:
+        lo = np.minimum((m + 1) // 2, 2 * p - 1).astype(float)
+        hi = np.minimum(m, 2 * p).astype(float)
+    one = np.ones(np.broadcast(p, m).shape)
+    return lo * one, hi * one
+
+
+def peak_inflight_max(schedule: str, p, m, *, v: int = 2) -> np.ndarray:
+    """The busiest stage's peak live activation sets (``max(peak_inflight(...))``) for arrays of shapes.
+
+    Closed form (:func:`peak_inflight_bounds`) where it is exact; the chapter's DualPipe walks its
+    slot order once per distinct shape (cached).
+    """
+    lo, hi = peak_inflight_bounds(schedule, p, m, v=v)
+    if schedule != "dualpipe":
+        return lo
+    out = np.array(hi, dtype=float)
+    pb, mb = np.broadcast_arrays(_ints(p), _ints(m))
+    todo = (lo != hi)
+    if np.any(todo):
+        shapes = np.unique(np.stack([pb[todo], mb[todo]], axis=1), axis=0)
+        for pv, mv in shapes.tolist():
+            out[todo & (pb == pv) & (mb == mv)] = max(peak_inflight(schedule, pv, mv))
+    return out

@@ -72,12 +72,13 @@ def param_copies(sc: Scenario, schedule, tp, pp):
     return np.where(_f(pp) > 1, extra * rec.weights * memory.stage_params(sc.model, tp, pp), 0.0)
 
 
-def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch):
+def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, *, peak: str = "exact"):
     """Saved activations at the peak: in-flight micro-batches x one micro-batch's stage activations.
 
     With a fixed reserve (chapter accounting: activations, gathered module parameters and workspace for
     micro-batches of one sequence, 10.2.4) the term is the reserve times the micro-batch size
-    (conservative: the whole reserve scales, not only its activation share).
+    (conservative: the whole reserve scales, not only its activation share). ``peak="lo"`` / ``"hi"``
+    bound the in-flight count in closed form instead (:func:`pipeline_inflight`; solver pruning).
     """
     mem = sc.memory
     if not modelled_activations(sc):
@@ -87,7 +88,7 @@ def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch):
     stage_layers = np.ceil(sc.model.layers / _f(pp))
     act_mb = memory.activation_bytes_per_microbatch(sc.model, sc.task.seq_len, micro_batch, tp, stage_layers, rc,
                                                     mem.activation_bytes, mem.flash_attention)
-    return pipeline_inflight(schedule, pp, grad_accum(sc, dp, micro_batch)) * act_mb
+    return pipeline_inflight(schedule, pp, grad_accum(sc, dp, micro_batch), peak=peak) * act_mb
 
 
 def temporary(sc: Scenario, zero, tp, pp, micro_batch):
@@ -144,8 +145,12 @@ def pipeline_transfer(sc: Scenario, acc: str, tp, pp, dp, micro_batch, nics):
     return np.where(_f(pp) > 1, size / bw, 0.0)
 
 
-def pipeline_compute(schedule, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weight, t_transfer):
-    """Per-step compute: the pipeline event model's completion time (m (t_f + t_b) when pp = 1)."""
+def pipeline_compute(schedule, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weight, t_transfer, *,
+                     bounds: bool = False):
+    """Per-step compute: the pipeline event model's completion time (m (t_f + t_b) when pp = 1).
+
+    ``bounds=True`` returns ``(lo, hi)`` from the closed-form bounds instead (solver pruning; equal to
+    the exact value for pp = 1, fill-drain and 1F1B)."""
     pp, m, tf, tdx, tdw, tx = np.broadcast_arrays(
         np.asarray(pp), _f(micro_batches), _f(t_fwd), _f(t_bwd_input), _f(t_bwd_weight), _f(t_transfer))
     shape = pp.shape
@@ -155,34 +160,40 @@ def pipeline_compute(schedule, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weig
     if np.any(multi):
         from tpopt.models import pipeline
 
-        mm = np.ceil(m - 1e-9).astype(int)
-        for p_val, m_val in np.unique(np.stack([pp[multi], mm[multi]], axis=1), axis=0):
-            sel = multi & (pp == p_val) & (mm == m_val)
-            if pipeline.shape_error(schedule, int(p_val), int(m_val)):
-                out[sel] = np.inf  # the schedule cannot run this shape (layout.schedule_shape)
-                continue
-            out[sel] = pipeline.completion_time(schedule, int(p_val), int(m_val), tf[sel], tdx[sel], tdw[sel],
-                                                tx[sel], 0.0)
+        # one vectorised call: closed forms, or one recurrence per distinct (pp, micro-batches) shape;
+        # shapes the schedule cannot run give inf (layout.schedule_shape)
+        mm = np.ceil(m[multi] - 1e-9).astype(int)
+        args = (schedule, pp[multi], mm, tf[multi], tdx[multi], tdw[multi], tx[multi], 0.0)
+        if bounds:
+            lo, hi = pipeline.completion_bounds(*args)
+            bad = ~pipeline.shape_ok(schedule, pp[multi], mm)
+            hi_out = out.copy()
+            out[multi] = np.where(bad, np.inf, lo)
+            hi_out[multi] = np.where(bad, np.inf, hi)
+            return out.reshape(shape), hi_out.reshape(shape)
+        out[multi] = pipeline.completion_for_shapes(*args)
+    elif bounds:
+        return out.reshape(shape), out.reshape(shape)
     return out.reshape(shape)
 
 
-def pipeline_inflight(schedule, pp, micro_batches):
-    """Peak live micro-batch activation sets on the busiest stage (1 when pp = 1)."""
+def pipeline_inflight(schedule, pp, micro_batches, *, peak: str = "exact"):
+    """Peak live micro-batch activation sets on the busiest stage (1 when pp = 1).
+
+    ``peak="lo"`` / ``"hi"``: closed-form bounds (exact for every schedule but the chapter's DualPipe).
+    """
+    from tpopt.models import pipeline
+
     pp, m = np.broadcast_arrays(np.asarray(pp), np.ceil(_f(micro_batches) - 1e-9).astype(int))
-    shape = pp.shape
-    pp, m = pp.reshape(-1), m.reshape(-1)
-    out = np.ones(pp.shape, dtype=float)
     multi = pp > 1
+    out = np.ones(pp.shape, dtype=float)
     if np.any(multi):
-        from tpopt.models import pipeline
-
-        for p_val, m_val in np.unique(np.stack([pp[multi], m[multi]], axis=1), axis=0):
-            sel = multi & (pp == p_val) & (m == m_val)
-            if pipeline.shape_error(schedule, int(p_val), int(m_val)):
-                out[sel] = np.inf
-                continue
-            out[sel] = max(pipeline.peak_inflight(schedule, int(p_val), int(m_val)))
-    return out.reshape(shape)
+        if peak == "exact":
+            val = pipeline.peak_inflight_max(schedule, pp[multi], m[multi])
+        else:
+            val = pipeline.peak_inflight_bounds(schedule, pp[multi], m[multi])[0 if peak == "lo" else 1]
+        out[multi] = np.where(pipeline.shape_ok(schedule, pp[multi], m[multi]), val, np.inf)
+    return out
 
 
 def schedule_shape_ok(schedule, pp, dp, micro_batch, batch):
@@ -191,11 +202,7 @@ def schedule_shape_ok(schedule, pp, dp, micro_batch, batch):
     from tpopt.models import pipeline
 
     pp, m = np.broadcast_arrays(np.asarray(pp), np.ceil(batch / (_f(dp) * _f(micro_batch)) - 1e-9).astype(int))
-    out = np.ones(pp.shape, dtype=bool)
-    for p_val, m_val in np.unique(np.stack([pp.reshape(-1), m.reshape(-1)], axis=1), axis=0):
-        if p_val > 1 and pipeline.shape_error(schedule, int(p_val), int(m_val)):
-            out[(pp == p_val) & (m == m_val)] = False
-    return out
+    return pipeline.shape_ok(schedule, pp, m)
 
 
 def straggler_factor(sc: Scenario, cards):
@@ -225,6 +232,15 @@ def compute_from(sc: Scenario, schedule, pp, inputs):
     finite = np.isfinite(completion)
     return (total, pure, np.where(finite, completion - pure, np.inf),
             np.where(finite, total - np.where(finite, completion, 0.0), 0.0))
+
+
+def compute_bounds(sc: Scenario, schedule, pp, inputs):
+    """``(lo, hi)`` of :func:`compute_from`'s compute-with-stragglers from the pipeline's closed-form
+    bounds (solver pruning; exact where the pipeline term has a closed form)."""
+    t_f, t_dx, t_dw, t_x, ga, cards = inputs
+    lo, hi = pipeline_compute(schedule, pp, ga, t_f, t_dx, t_dw, t_x, bounds=True)
+    factor = straggler_factor(sc, cards)
+    return lo * factor, hi * factor
 
 
 def compute(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics):

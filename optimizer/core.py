@@ -31,7 +31,7 @@ def use_decomposition(space: Space, req: Request) -> bool:
         return req.method == "decomposed"
     if req.method != "auto":
         raise InputError(f"unknown solve method {req.method!r} (use auto, monolithic or decomposed)")
-    return max(t.values.size for t in space.tables.values()) > MONOLITHIC_LIMIT
+    return space.largest_table() > MONOLITHIC_LIMIT
 
 
 def evaluate_assignment(space: Space, idx: dict) -> Evaluation:

@@ -23,7 +23,7 @@ import numpy as np
 
 from tpopt.models import terms as T
 from tpopt.models.evaluate import evaluate
-from tpopt.optimizer.enumerate import enumerate_best
+from tpopt.optimizer.enumerate import layout_best
 from tpopt.optimizer.result import Request, Status, objective_key
 from tpopt.optimizer.space import Space, reduce_to
 
@@ -36,8 +36,10 @@ SCALE_BITS = 2**52  # objective bounds are scaled to integers below this for CP-
 
 
 def _reduce_to_hub(space: Space, name: str, fn, values=None) -> np.ndarray:
-    """A table reduced over its non-layout variables (ignoring non-finite entries), on the layout grid."""
-    t = space.tables[name]
+    """A table reduced over its non-layout variables (ignoring non-finite entries), on the layout grid.
+    Minima come from lower-bound tables, maxima from upper-bound tables (:meth:`Space.bound_table`:
+    closed-form bounds of the pipeline terms on large spaces, the exact tables otherwise)."""
+    t = space.bound_table(name, "lo" if fn is np.min else "hi")
     vals = t.values if values is None else values
     vals = np.where(np.isfinite(vals), vals, np.inf if fn is np.min else -np.inf)
     return reduce_to(space.domains, vals, t.vars, HUB, fn).reshape(-1)
@@ -219,13 +221,12 @@ def solve_decomposed(space: Space, backend: str, req: Request, enforced):
             status = Status.FEASIBLE if best else Status.UNKNOWN
             break
         master.exclude(h)
-        restrict = {v: [space.domains[v][int(bounds.coords[v][h])]] for v in HUB}
-        sub = Space(sc=sc, domains={k: (restrict[k] if k in restrict else list(v)) for k, v in space.domains.items()})
+        layout = tuple(int(bounds.coords[v][h]) for v in HUB)
         sub_req = Request(objective=req.objective, enforce=frozenset(enforced), top=K, cards=req.cards)
-        found, n, _ = enumerate_best(sub, sub_req)
+        found, n = layout_best(space, layout, sub_req)
         evaluated += n
         for a in found:
-            ev = evaluate(sc, sub.plan(a))
+            ev = evaluate(sc, space.plan(a))
             best.append((objective_key(ev, req.objective), ev))
         best.sort(key=lambda kv: kv[0])
         best = best[:K]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tpopt.models import terms as T
 from tpopt.models.evaluate import evaluate_arrays
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import FAMILIES, VARS, Space
@@ -177,3 +178,245 @@ class PointTable:
         k1, k2 = (self.cost, self.finish) if objective == "cost" else (self.finish, self.cost)
         order = sel[np.lexsort((sel, k2[sel], k1[sel]))][:top]
         return [{v: int(self.idx[v][i]) for v in VARS} for i in order]
+
+
+# ---------------------------------------------------------------------------------------------
+# one layout at a time, from the term tables (the decomposition's subproblem and the report's queries)
+
+HUB = ("acc", "tp", "pp", "dp", "mb")
+GRID = ("zero", "offload", "recompute", "schedule", "nics")
+SAVE = ("tau", "mode")
+EXTRAS = GRID + SAVE
+_GRID_TERMS = ("mem.states", "mem.copies", "mem.temporary", "time.exposed_dp", "time.tp_comm", "time.offload", "rate",
+               "ok.memory.host", "ok.layout.schedule_shape")
+
+
+class LayoutEvaluator:
+    """Every plan of one core layout (accelerator, tp, pp, dp, micro-batch), evaluated at once.
+
+    The remaining choices span a small grid: ZeRO x offload x recompute x schedule x NICs, times the
+    save interval and mode. Each term is tabulated over its own variables (sliced from the space's
+    tables at the layout; the exact pipeline terms of the schedules without a closed form are
+    simulated for the layout alone) and the terms are glued by broadcasting in the evaluator's order
+    of operations: memory = ((states + copies) + activations) + temporary, busy = ((compute +
+    exposed DP) + TP) + offload, finish = reserved + (iterations x (busy + wait)) x (1 + L),
+    cost = rate x finish.
+
+    The save interval and mode enter through L alone, and finish and cost grow with L, so the best
+    plan of a layout uses the least L its allowed (interval, mode) pairs offer (backlog permitting):
+    for one best plan the grid is reduced to that L first (40 times fewer points on a 20 x 2 save
+    grid); the K best plans (``top`` > 1) use the whole grid.
+
+    ``level="bound"`` glues the pipeline terms' lower bounds (upper bounds for the input-throughput
+    check): the result is a valid lower bound of the layout's best, which lets a search skip layouts
+    without simulating their pipelines.
+    """
+
+    def __init__(self, space: Space):
+        self.space = space
+        self.sc = space.sc
+        self.exact_terms: dict = {}  # layout -> exact pipeline terms (compute, activations) on the grid
+        self.glued: dict = {}  # (layout, level) -> glued arrays, most recent last
+        self.evaluated = 0
+        self.simulated = 0  # layouts whose exact pipeline terms were computed
+
+    # -- terms ----------------------------------------------------------------------------------
+    def _on_grid(self, name: str, table: np.ndarray, h: tuple) -> np.ndarray:
+        vars = self.space.table_vars(name)
+        vals = table[tuple(h[HUB.index(v)] if v in HUB else slice(None) for v in vars)]
+        rest = [v for v in vars if v not in HUB]
+        vals = np.transpose(vals, [rest.index(v) for v in EXTRAS if v in rest])
+        return vals.reshape([len(self.space.domains[v]) if v in rest else 1 for v in EXTRAS])
+
+    def _term(self, name: str, h: tuple, side: str | None = None) -> np.ndarray:
+        """A term on the extras grid: exact (``side=None``) or its bound (``"lo"`` / ``"hi"``)."""
+        sp = self.space
+        if side is not None:
+            return self._on_grid(name, sp.bound_table(name, side).values, h)
+        if name in ("time.compute", "mem.activations") and not sp.exact_pipeline_tables():
+            return self._exact_pipeline(h)[name]
+        return self._on_grid(name, sp.tables[name].values, h)
+
+    def _exact_pipeline(self, h: tuple) -> dict:
+        """Exact compute and activations of a layout: the closed-form values of the bound tables where
+        they are exact, the event model for the other schedules (one call per schedule)."""
+        got = self.exact_terms.get(h)
+        if got is not None:
+            return got
+        from tpopt.models import pipeline
+
+        sc, d = self.sc, self.space.domains
+        acc = d["acc"][h[0]]
+        tp, pp, dp, mb = (float(d[v][h[HUB.index(v)]]) for v in ("tp", "pp", "dp", "mb"))
+        comp = self._term("time.compute", h, "lo").copy()
+        act = self._term("mem.activations", h, "lo").copy()
+        nics = np.asarray(d["nics"], dtype=float)
+        for si, sched in enumerate(d["schedule"]):
+            if pp > 1 and sched not in pipeline.CLOSED_FORM:
+                parts = [T.compute_inputs(sc, acc, rec, sched, tp, pp, dp, mb, nics) for rec in d["recompute"]]
+                stacked = tuple(np.stack([np.broadcast_to(p[k], nics.shape) for p in parts]) for k in range(6))
+                exact = T.compute_from(sc, sched, np.full(stacked[0].shape, pp), stacked)[0]
+                comp[0, 0, :, si, :, 0, 0] = exact
+            if pp > 1 and sched == "dualpipe":
+                for ri, rec in enumerate(d["recompute"]):
+                    act[0, 0, ri, si, 0, 0, 0] = T.activations(sc, sched, rec, tp, pp, dp, mb)
+        self.simulated += 1
+        got = self.exact_terms[h] = {"time.compute": comp, "mem.activations": act}
+        while len(self.exact_terms) > EXACT_CACHE:
+            self.exact_terms.pop(next(iter(self.exact_terms)))
+        return got
+
+    def exact_is_bound(self) -> bool:
+        """True when the space's bound tables are its exact tables (small spaces)."""
+        return self.space.exact_pipeline_tables()
+
+    def _glue(self, h: tuple, level: str) -> dict:
+        key = (h, level)
+        got = self.glued.get(key)
+        if got is not None:
+            self.glued[key] = self.glued.pop(key)
+            return got
+        sc, sp = self.sc, self.space
+        d = sp.domains
+        side = "lo" if level == "bound" else None
+        g = {n: self._term(n, h) for n in _GRID_TERMS}
+        comp = self._term("time.compute", h, side)
+        act = self._term("mem.activations", h, side)
+        mem = ((g["mem.states"] + g["mem.copies"]) + act) + g["mem.temporary"]
+        busy = ((comp + g["time.exposed_dp"]) + g["time.tp_comm"]) + g["time.offload"]
+        if level == "bound":  # the input check needs an upper bound of busy
+            busy_hi = ((self._term("time.compute", h, "hi") + g["time.exposed_dp"]) + g["time.tp_comm"]) \
+                + g["time.offload"]
+        else:
+            busy_hi = busy
+        acc = d["acc"][h[0]]
+        A = sc.system(acc).acc
+        tp, pp, dp, mb = (d[v][h[HUB.index(v)]] for v in ("tp", "pp", "dp", "mb"))
+        cards = tp * pp * dp
+        shape = tuple(len(d[v]) for v in GRID) + (1, 1)
+        with np.errstate(divide="ignore"):
+            demand = sc.task.global_batch / busy_hi
+        supply = float(np.asarray(T.input_supply(sc, acc, np.asarray(float(cards)))))
+        valid = np.zeros(shape, dtype=bool)
+        valid[:, :, :, :1 if pp == 1 else None, sp.nic_allowed()[h[0]]] = True
+        B = sc.task.global_batch
+        ok = {
+            "memory.per_card": np.broadcast_to(mem <= A.memory_usable, shape),
+            "memory.host": np.broadcast_to(g["ok.memory.host"] > 0.5, shape),
+            "layout.schedule_shape": np.broadcast_to(g["ok.layout.schedule_shape"] > 0.5, shape),
+            "input.throughput": np.broadcast_to(demand <= supply, shape),
+        }
+        scalar_ok = {
+            "batch.divisibility": B % (dp * mb) == 0,
+            "layout.whole_hosts": cards % A.cards_per_host == 0,
+            "layout.tp_within_host": A.cards_per_host % tp == 0,
+            "layout.heads_divisible": sc.model.heads % tp == 0 and sc.model.kv_heads % tp == 0,
+            "layout.pp_divides_layers": sc.model.layers % pp == 0,
+            "cards.max": cards <= sc.search.max_cards,
+        }
+        out = {"valid": valid, "ok": ok, "scalar_ok": scalar_ok, "cards": cards, "mem": mem, "demand": demand,
+               "supply": supply, "step": np.broadcast_to(busy + sc.input.wait_s, shape),
+               "rate": np.broadcast_to(g["rate"], shape),
+               "L": self._term("overhead", h), "backlog": self._term("ok.checkpoint.backlog", h) > 0.5,
+               "usable": A.memory_usable}
+        if level == "exact":
+            self.evaluated += int(valid.sum()) * len(d["tau"]) * len(d["mode"])
+        self.glued[key] = out
+        while len(self.glued) > LAYOUT_CACHE:
+            self.glued.pop(next(iter(self.glued)))
+        return out
+
+    # -- queries --------------------------------------------------------------------------------
+    def _points(self, h: tuple, enforced, objective: str, restrict: dict | None, full: bool, level: str):
+        """(k1, k2, mask, grid shape) of the question on layout ``h``; None if nothing is allowed."""
+        sc, d = self.sc, self.space.domains
+        v = self._glue(h, level)
+        if not all(v["scalar_ok"][f] for f in enforced if f in v["scalar_ok"]):
+            return None
+        m = v["valid"].copy()
+        for f in enforced:
+            if f in v["ok"]:
+                m &= v["ok"][f]
+        save_ok = np.ones(v["L"].shape, dtype=bool)
+        if "checkpoint.backlog" in enforced:
+            save_ok &= v["backlog"]
+        for var, allowed in (restrict or {}).items():
+            if var in EXTRAS:
+                keep = np.array([x in set(allowed) for x in d[var]])
+                shape = [1] * len(EXTRAS)
+                shape[EXTRAS.index(var)] = len(d[var])
+                if var in SAVE:
+                    save_ok &= keep.reshape(shape)
+                else:
+                    m &= keep.reshape(shape)
+        if not m.any() or not save_ok.any():
+            return None
+        if full:  # every (interval, mode) pair
+            L = v["L"]
+            m = m & save_ok
+        else:  # the least L among the allowed pairs (first in grid order on ties)
+            Ls = np.where(save_ok, v["L"], np.inf).reshape(-1)
+            j = int(np.argmin(Ls))
+            L = Ls[j]
+            m = m[..., :1, :1]
+        finish = sc.task.reserved_s + (T.iteration_count(sc) * v["step"]) * (1.0 + L)
+        cost = v["rate"] * finish
+        if "deadline.finish" in enforced:
+            m = m & (finish <= sc.task.deadline_s)
+        if "budget.cost" in enforced and sc.cost.max_cost is not None:
+            m = m & (cost <= sc.cost.max_cost)
+        shape = m.shape
+        k1, k2 = (cost, finish) if objective == "cost" else (finish, cost)
+        out = (np.broadcast_to(k1, shape), np.broadcast_to(k2, shape), m, shape)
+        return out if full else out + (np.unravel_index(j, v["L"].shape[-2:]),)
+
+    def best(self, h: tuple, enforced, objective: str = "cost", top: int = 1, restrict: dict | None = None,
+             level: str = "exact"):
+        """The ``top`` best points of layout ``h`` (index tuple over :data:`HUB`) meeting ``enforced``
+        and the extras restrictions: list of (objective key, index dict), best first, ties broken by
+        grid order (deterministic). ``level="bound"``: lower bounds of the keys (indices unverified)."""
+        full = top > 1
+        got = self._points(h, enforced, objective, restrict, full, level)
+        if got is None:
+            return []
+        k1, k2, m, shape = got[:4]
+        sel = np.flatnonzero(m.reshape(-1))
+        if not sel.size:
+            return []
+        a, b = k1.reshape(-1)[sel], k2.reshape(-1)[sel]
+        order = np.lexsort((sel, b, a))[:max(1, top)]
+        out = []
+        for i in order:
+            coords = np.unravel_index(sel[i], shape)
+            idx = dict(zip(HUB, h))
+            idx.update({e: int(c) for e, c in zip(EXTRAS, coords)})
+            if not full:
+                idx["tau"], idx["mode"] = (int(c) for c in got[4])
+            out.append(((float(a[i]), float(b[i])), idx))
+        return out
+
+
+LAYOUT_CACHE = 256
+"""Glued layouts a :class:`LayoutEvaluator` keeps (each a few arrays over the extras grid)."""
+EXACT_CACHE = 4096
+"""Layouts whose exact pipeline terms a :class:`LayoutEvaluator` keeps."""
+
+
+def layout_evaluator(space: Space) -> LayoutEvaluator:
+    """The space's layout evaluator (one per space, shared by the solve and its report)."""
+    ev = space.__dict__.get("_layout_evaluator")
+    if ev is None:
+        ev = space.__dict__["_layout_evaluator"] = LayoutEvaluator(space)
+    return ev
+
+
+def layout_best(space: Space, h: tuple, req: Request, enforced=None):
+    """The decomposition's subproblem: the ``req.top`` best plans of layout ``h`` (index tuple over
+    :data:`HUB`) under ``enforced``, as index dicts into the space's domains; and the points evaluated."""
+    ev = layout_evaluator(space)
+    enforced = req.enforced(FAMILIES) if enforced is None else enforced
+    before = ev.evaluated
+    found = ev.best(h, [f for f in FAMILIES if f in enforced], req.objective, req.top)
+    if req.cards is not None:
+        found = [kv for kv in found if ev._glue(h, "exact")["cards"] in set(req.cards)]
+    return [idx for _, idx in found], ev.evaluated - before

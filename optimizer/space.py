@@ -42,6 +42,61 @@ FAMILIES = tuple(n for n in CONSTRAINT_NAMES if n != "step.budget")
 STRUCTURAL = ("batch.divisibility", "layout.whole_hosts", "layout.tp_within_host", "layout.heads_divisible",
               "layout.pp_divides_layers", "layout.schedule_shape")
 
+_COMPUTE_VARS = ("acc", "recompute", "schedule", "tp", "pp", "dp", "mb", "nics")
+_ACT_VARS = ("schedule", "recompute", "tp", "pp", "dp", "mb")
+TABLE_VARS = {
+    "mem.states": ("zero", "offload", "tp", "pp", "dp"),
+    "mem.copies": ("schedule", "tp", "pp"),
+    "mem.activations": _ACT_VARS,
+    "mem.temporary": ("zero", "tp", "pp", "mb"),
+    "mem.host": ("acc", "offload", "zero", "tp", "pp", "dp"),
+    "time.compute": _COMPUTE_VARS,
+    "time.exposed_dp": ("acc", "zero", "recompute", "tp", "pp", "dp", "mb", "nics"),
+    "time.tp_comm": ("acc", "recompute", "tp", "pp", "dp", "mb"),
+    "time.offload": ("acc", "offload", "zero", "recompute", "tp", "pp", "dp", "mb"),
+    "overhead": ("mode", "tau", "tp", "pp", "dp"),
+    "interval": ("mode", "tau", "tp", "pp", "dp"),
+    "input.min_busy": ("acc", "tp", "pp", "dp"),
+    "rate": ("acc", "tp", "pp", "dp", "nics"),
+    "cards": ("tp", "pp", "dp"),
+    "ok.batch.divisibility": ("dp", "mb"),
+    "ok.layout.whole_hosts": ("acc", "tp", "pp", "dp"),
+    "ok.layout.tp_within_host": ("acc", "tp"),
+    "ok.layout.heads_divisible": ("tp",),
+    "ok.layout.pp_divides_layers": ("pp",),
+    "ok.layout.schedule_shape": ("schedule", "pp", "dp", "mb"),
+    "ok.checkpoint.backlog": ("mode", "tau", "tp", "pp", "dp"),
+    "ok.memory.host": ("acc", "offload", "zero", "tp", "pp", "dp"),
+    # closed-form bounds of the pipeline terms (Space.bound_table)
+    "time.compute.lo": _COMPUTE_VARS,
+    "time.compute.hi": _COMPUTE_VARS,
+    "mem.activations.lo": _ACT_VARS,
+    "mem.activations.hi": _ACT_VARS,
+}
+"""Every term table and the variables it is tabulated over (C order, one axis per variable)."""
+BOUND_TABLES = frozenset(n for n in TABLE_VARS if n.endswith((".lo", ".hi")))
+EXACT_PIPELINE_WORK = 300_000
+"""Pipeline operations (:meth:`Space.pipeline_work`) up to which bound tables are exact tables."""
+
+
+class Tables(dict):
+    """Term tables by name, each built on first access (see :meth:`Space.tables`)."""
+
+    def __init__(self, space: "Space"):
+        super().__init__()
+        self.space = space
+
+    def __missing__(self, name: str) -> "Table":
+        table = self[name] = self.space._build(name)
+        return table
+
+    def build_all(self) -> "Tables":
+        """Build every exact table (the monolithic encodings use them all)."""
+        for name in TABLE_VARS:
+            if name not in BOUND_TABLES:
+                self[name]
+        return self
+
 
 def reduce_to(domains: dict, vals: np.ndarray, vars, target_vars, fn=np.min) -> np.ndarray:
     """Reduce a table over ``vars`` with ``fn`` along the variables not in ``target_vars`` and lay it
@@ -142,108 +197,164 @@ class Space:
         return out
 
     # -- tabulation -----------------------------------------------------------------------------
-    def tabulate(self, name: str, vars: tuple[str, ...], fn) -> Table:
+    def tabulate(self, name: str, vars: tuple[str, ...], fn, dtype=float) -> Table:
         """Evaluate ``fn(**{var: values})`` on the joint domain of ``vars``.
 
         Categorical variables are looped over (they are scalars in the term functions); numeric ones
         are passed as broadcastable open-grid arrays.
         """
         shape = tuple(len(self.domains[v]) for v in vars)
-        out = np.empty(shape, dtype=float)
+        out = np.empty(shape, dtype=dtype)
         cats = [v for v in vars if v in CATEGORICAL]
         nums = [v for v in vars if v not in CATEGORICAL]
+        grids = np.ix_(*[np.asarray(self.domains[v], dtype=float) for v in nums]) if nums else ()
+        sub_shape = tuple(len(self.domains[v]) for v in nums)
         for combo in itertools.product(*(range(len(self.domains[c])) for c in cats)):
             kw = {c: self.domains[c][i] for c, i in zip(cats, combo)}
-            grids = np.ix_(*[np.asarray(self.domains[v], dtype=float) for v in nums]) if nums else ()
             kw.update({v: g for v, g in zip(nums, grids)})
-            val = np.asarray(fn(**kw), dtype=float)
-            idx = []
-            for v in vars:
-                if v in CATEGORICAL:
-                    idx.append(combo[cats.index(v)])
-                else:
-                    idx.append(slice(None))
-            sub_shape = tuple(len(self.domains[v]) for v in nums)
-            out[tuple(idx)] = np.broadcast_to(val, sub_shape)
+            val = np.asarray(fn(**kw))
+            idx = tuple(combo[cats.index(v)] if v in CATEGORICAL else slice(None) for v in vars)
+            out[idx] = np.broadcast_to(val, sub_shape)
         return Table(name, vars, out)
 
     @cached_property
-    def tables(self) -> dict[str, Table]:
-        """Every term table (one per relation family of :mod:`tpopt.models.terms`)."""
+    def tables(self) -> "Tables":
+        """Every term table (one per relation family of :mod:`tpopt.models.terms`), each built on first
+        use: a solve that needs only some of them (the layout decomposition's bounds) builds only those."""
+        return Tables(self)
+
+    def table_vars(self, name: str) -> tuple[str, ...]:
+        """The variables of a table, without building it."""
+        return TABLE_VARS[name]
+
+    def table_rows(self, name: str) -> int:
+        """Rows of a table (the joint domain of its variables), without building it."""
+        return int(np.prod([len(self.domains[v]) for v in TABLE_VARS[name]]))
+
+    def largest_table(self) -> int:
+        """Rows of the largest exact term table (how the monolithic encodings would grow)."""
+        return max(self.table_rows(n) for n in TABLE_VARS if n not in BOUND_TABLES)
+
+    def pipeline_work(self) -> int:
+        """Operations the event model would simulate to tabulate the pipeline terms exactly: the sum
+        over the distinct (schedule, pp, micro-batches) shapes without a closed form of their op count."""
+        from tpopt.models import pipeline
+
+        d = self.domains
+        pps = [p for p in d["pp"] if p > 1]
+        scheds = [s for s in d["schedule"] if s not in pipeline.CLOSED_FORM]
+        if not pps or not scheds:
+            return 0
+        B = self.sc.task.global_batch
+        ms = {int(np.ceil(B / (dp * mb) - 1e-9)) for dp in d["dp"] for mb in d["mb"]}
+        per = sum(p * m for p in pps for m in ms)
+        return sum(per * (3 if s in pipeline.SPLIT_BACKWARD else 2) * (2 if s == "interleaved" else 1)
+                   for s in scheds)
+
+    def bound_table(self, name: str, side: str) -> Table:
+        """A table of valid lower (``side="lo"``) or upper (``"hi"``) bounds of a term, for pruning.
+
+        The pipeline terms (``time.compute``, ``mem.activations``) come from closed-form bounds
+        (:func:`tpopt.models.pipeline.completion_bounds`, :func:`~tpopt.models.pipeline.peak_inflight_bounds`)
+        when simulating every shape exactly would cost more than :data:`EXACT_PIPELINE_WORK` operations;
+        every other table is exact, and so is its own bound.
+        """
+        if side not in ("lo", "hi"):
+            raise ValueError(side)
+        if name in ("time.compute", "mem.activations") and not self.exact_pipeline_tables():
+            return self.tables[f"{name}.{side}"]
+        return self.tables[name]
+
+    def exact_pipeline_tables(self) -> bool:
+        """Whether the pipeline terms are tabulated exactly (:meth:`pipeline_work` within
+        :data:`EXACT_PIPELINE_WORK`) or only bounded in closed form."""
+        work = self.__dict__.get("_pipeline_work")
+        if work is None:
+            work = self.__dict__["_pipeline_work"] = self.pipeline_work()
+        return work <= EXACT_PIPELINE_WORK
+
+    def _build(self, name: str) -> Table:
         sc = self.sc
-        tau_vals = self.domains["tau"]
-        t = {}
-
-        def add(name, vars, fn):
-            t[name] = self.tabulate(name, vars, fn)
-
-        add("mem.states", ("zero", "offload", "tp", "pp", "dp"),
-            lambda zero, offload, tp, pp, dp: T.states(sc, zero, offload == "cpu", tp, pp, dp))
-        add("mem.copies", ("schedule", "tp", "pp"), lambda schedule, tp, pp: T.param_copies(sc, schedule, tp, pp))
-        add("mem.activations", ("schedule", "recompute", "tp", "pp", "dp", "mb"),
-            lambda schedule, recompute, tp, pp, dp, mb: T.activations(sc, schedule, recompute, tp, pp, dp, mb))
-        add("mem.temporary", ("zero", "tp", "pp", "mb"), lambda zero, tp, pp, mb: T.temporary(sc, zero, tp, pp, mb))
-        add("mem.host", ("acc", "offload", "zero", "tp", "pp", "dp"),
-            lambda acc, offload, zero, tp, pp, dp: T.host_memory(sc, acc, offload == "cpu", zero, tp, pp, dp))
-        t["time.compute"] = self._compute_table()
-        add("time.exposed_dp", ("acc", "zero", "recompute", "tp", "pp", "dp", "mb", "nics"),
-            lambda acc, zero, recompute, tp, pp, dp, mb, nics:
-            T.exposed_dp(sc, acc, zero, recompute, tp, pp, dp, mb, nics))
-        add("time.tp_comm", ("acc", "recompute", "tp", "pp", "dp", "mb"),
-            lambda acc, recompute, tp, pp, dp, mb: T.tp_comm(sc, acc, recompute, tp, pp, dp, mb))
-        add("time.offload", ("acc", "offload", "zero", "recompute", "tp", "pp", "dp", "mb"),
-            lambda acc, offload, zero, recompute, tp, pp, dp, mb:
-            T.offload_wait(sc, acc, offload == "cpu", zero, recompute, tp, pp, dp, mb))
-        add("overhead", ("mode", "tau", "tp", "pp", "dp"),
-            lambda mode, tau, tp, pp, dp: T.overhead(sc, mode, tp * pp * dp, self.interval(tau, tp * pp * dp, mode)))
-        add("interval", ("mode", "tau", "tp", "pp", "dp"),
-            lambda mode, tau, tp, pp, dp: self.interval(tau, tp * pp * dp, mode))
-        add("input.min_busy", ("acc", "tp", "pp", "dp"),
-            lambda acc, tp, pp, dp: sc.task.global_batch / T.input_supply(sc, acc, tp * pp * dp))
-        add("rate", ("acc", "tp", "pp", "dp", "nics"),
-            lambda acc, tp, pp, dp, nics: T.rate_per_second(sc, acc, tp * pp * dp, nics))
-        add("cards", ("tp", "pp", "dp"), lambda tp, pp, dp: tp * pp * dp)
-        # structural facts (1 = the rule holds)
+        t = self.tables
         a = sc.model
         B = sc.task.global_batch
-        add("ok.batch.divisibility", ("dp", "mb"), lambda dp, mb: (B % (dp * mb) == 0) * 1.0)
-        add("ok.layout.whole_hosts", ("acc", "tp", "pp", "dp"),
-            lambda acc, tp, pp, dp: ((tp * pp * dp) % sc.system(acc).acc.cards_per_host == 0) * 1.0)
-        add("ok.layout.tp_within_host", ("acc", "tp"),
-            lambda acc, tp: (sc.system(acc).acc.cards_per_host % tp == 0) * 1.0)
-        add("ok.layout.heads_divisible", ("tp",), lambda tp: ((a.heads % tp == 0) & (a.kv_heads % tp == 0)) * 1.0)
-        add("ok.layout.pp_divides_layers", ("pp",), lambda pp: (a.layers % pp == 0) * 1.0)
-        add("ok.layout.schedule_shape", ("schedule", "pp", "dp", "mb"),
-            lambda schedule, pp, dp, mb: T.schedule_shape_ok(schedule, pp, dp, mb, B) * 1.0)
-        # exact single-table conditions: backlog (write time <= interval), host memory <= capacity
-        write = T.checkpoint_write_time(sc)
-        t["ok.checkpoint.backlog"] = Table("ok.checkpoint.backlog", t["interval"].vars,
-                                           (write <= t["interval"].values) * 1.0)
-        cap = self.host_capacity()
-        h = t["mem.host"]
-        shape = [1] * h.values.ndim
-        shape[h.vars.index("acc")] = len(cap)
-        t["ok.memory.host"] = Table("ok.memory.host", h.vars, (h.values <= cap.reshape(shape)) * 1.0)
-        del tau_vals
-        return t
+        vars = TABLE_VARS[name]
+        build = {
+            "mem.states": lambda zero, offload, tp, pp, dp: T.states(sc, zero, offload == "cpu", tp, pp, dp),
+            "mem.copies": lambda schedule, tp, pp: T.param_copies(sc, schedule, tp, pp),
+            "mem.activations": lambda schedule, recompute, tp, pp, dp, mb:
+                T.activations(sc, schedule, recompute, tp, pp, dp, mb),
+            "mem.activations.lo": lambda schedule, recompute, tp, pp, dp, mb:
+                T.activations(sc, schedule, recompute, tp, pp, dp, mb, peak="lo"),
+            "mem.activations.hi": lambda schedule, recompute, tp, pp, dp, mb:
+                T.activations(sc, schedule, recompute, tp, pp, dp, mb, peak="hi"),
+            "mem.temporary": lambda zero, tp, pp, mb: T.temporary(sc, zero, tp, pp, mb),
+            "mem.host": lambda acc, offload, zero, tp, pp, dp: T.host_memory(sc, acc, offload == "cpu", zero, tp, pp,
+                                                                              dp),
+            "time.exposed_dp": lambda acc, zero, recompute, tp, pp, dp, mb, nics:
+                T.exposed_dp(sc, acc, zero, recompute, tp, pp, dp, mb, nics),
+            "time.tp_comm": lambda acc, recompute, tp, pp, dp, mb: T.tp_comm(sc, acc, recompute, tp, pp, dp, mb),
+            "time.offload": lambda acc, offload, zero, recompute, tp, pp, dp, mb:
+                T.offload_wait(sc, acc, offload == "cpu", zero, recompute, tp, pp, dp, mb),
+            "overhead": lambda mode, tau, tp, pp, dp:
+                T.overhead(sc, mode, tp * pp * dp, self.interval(tau, tp * pp * dp, mode)),
+            "interval": lambda mode, tau, tp, pp, dp: self.interval(tau, tp * pp * dp, mode),
+            "input.min_busy": lambda acc, tp, pp, dp: B / T.input_supply(sc, acc, tp * pp * dp),
+            "rate": lambda acc, tp, pp, dp, nics: T.rate_per_second(sc, acc, tp * pp * dp, nics),
+            "cards": lambda tp, pp, dp: tp * pp * dp,
+            # structural facts (1 = the rule holds)
+            "ok.batch.divisibility": lambda dp, mb: (B % (dp * mb) == 0) * 1.0,
+            "ok.layout.whole_hosts": lambda acc, tp, pp, dp:
+                ((tp * pp * dp) % sc.system(acc).acc.cards_per_host == 0) * 1.0,
+            "ok.layout.tp_within_host": lambda acc, tp: (sc.system(acc).acc.cards_per_host % tp == 0) * 1.0,
+            "ok.layout.heads_divisible": lambda tp: ((a.heads % tp == 0) & (a.kv_heads % tp == 0)) * 1.0,
+            "ok.layout.pp_divides_layers": lambda pp: (a.layers % pp == 0) * 1.0,
+            "ok.layout.schedule_shape": lambda schedule, pp, dp, mb: T.schedule_shape_ok(schedule, pp, dp, mb, B) * 1.0,
+        }
+        if name in build:
+            return self.tabulate(name, vars, build[name])
+        if name.startswith("time.compute"):
+            return self._compute_table(name)
+        if name == "ok.checkpoint.backlog":  # exact single-table condition: write time <= interval
+            return Table(name, vars, (T.checkpoint_write_time(sc) <= t["interval"].values) * 1.0)
+        if name == "ok.memory.host":  # offloaded state per host <= host memory
+            h = t["mem.host"]
+            cap = self.host_capacity()
+            shape = [1] * h.values.ndim
+            shape[h.vars.index("acc")] = len(cap)
+            return Table(name, vars, (h.values <= cap.reshape(shape)) * 1.0)
+        raise KeyError(name)
 
-    def _compute_table(self) -> Table:
-        """The compute term, with every (accelerator, recompute) combination of a schedule stacked
-        into one array so that the pipeline simulator runs once per (schedule, pp, micro-batches)."""
+    def _compute_table(self, name: str = "time.compute") -> Table:
+        """The compute term (or its bounds, ``time.compute.lo`` / ``.hi``), with every (accelerator,
+        recompute) combination of a schedule stacked into one array, so that the pipeline model runs
+        once per (schedule, pp, micro-batches) shape (closed forms: once per schedule)."""
         sc, d = self.sc, self.domains
-        vars = ("acc", "recompute", "schedule", "tp", "pp", "dp", "mb", "nics")
+        vars = TABLE_VARS[name]
         nums = ("tp", "pp", "dp", "mb", "nics")
         grids = dict(zip(nums, np.ix_(*[np.asarray(d[v], dtype=float) for v in nums])))
         sub = tuple(len(d[v]) for v in nums)
-        out = np.empty(tuple(len(d[v]) for v in vars))
+        exact = name == "time.compute"
+        full = tuple(len(d[v]) for v in vars)
+        out = np.empty(full)
+        other = None if exact else np.empty(full)  # both bounds come out of one pass
         for si, sched in enumerate(d["schedule"]):
             parts = [T.compute_inputs(sc, acc, rec, sched, grids["tp"], grids["pp"], grids["dp"], grids["mb"],
                                       grids["nics"]) for acc in d["acc"] for rec in d["recompute"]]
             stacked = tuple(np.stack([np.broadcast_to(p[k], sub) for p in parts]) for k in range(6))
-            pp = np.broadcast_to(grids["pp"], sub)[None].repeat(len(parts), axis=0)
-            total = T.compute_from(sc, sched, pp, stacked)[0]
-            out[:, :, si] = total.reshape((len(d["acc"]), len(d["recompute"])) + sub)
-        return Table("time.compute", vars, out)
+            pp = np.broadcast_to(grids["pp"], sub)[None]
+            lay = (len(d["acc"]), len(d["recompute"])) + sub
+            if exact:
+                out[:, :, si] = T.compute_from(sc, sched, pp, stacked)[0].reshape(lay)
+            else:
+                lo, hi = T.compute_bounds(sc, sched, pp, stacked)
+                out[:, :, si] = lo.reshape(lay)
+                other[:, :, si] = hi.reshape(lay)
+        if exact:
+            return Table(name, vars, out)
+        self.tables["time.compute.lo"] = Table("time.compute.lo", vars, out)
+        self.tables["time.compute.hi"] = Table("time.compute.hi", vars, other)
+        return self.tables[name]
 
     def interval(self, tau, cards, mode):
         """Save interval in seconds for a tau choice (0 = auto: the optimum for the card count)."""
