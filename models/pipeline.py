@@ -44,7 +44,7 @@ import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -523,16 +523,15 @@ class _Program:
     p: int
     m: int
     v: int
-    orders: tuple  # per stage: tuple of (kind, mb, pos, fused) in slot order
-    # per op in topological order
-    stage: list
-    code: list  # duration code (kind * p + group) * v + chunk
-    dep: list  # topological index of the producer on another stage, -1 if none
-    msg: list  # link of that input: 1 forward, 2 backward, 0 none
-    level: list  # longest-path depth: ops of one level are independent
+    # per op in a topological order: by longest-path level, then stage (ops of one level are independent)
+    stage: np.ndarray
+    code: np.ndarray  # duration code (kind * p + group) * v + chunk
+    dep: np.ndarray  # topological index of the producer on another stage, -1 if none
+    msg: np.ndarray  # link of that input: 1 forward, 2 backward, 0 none
+    level: np.ndarray  # longest-path depth
     # per op in slot order, stage after stage ("gid")
     offsets: tuple  # stage s holds gids offsets[s] .. offsets[s+1]-1
-    topo: list  # gid -> topological index
+    topo: np.ndarray  # gid -> topological index
     kind_g: np.ndarray
     mb_g: np.ndarray
     pos_g: np.ndarray
@@ -552,82 +551,113 @@ def _producer(kind: int, mb: int, pos: int, last_pos: int):
     return (_B, mb, pos), _MSG_NONE
 
 
-@lru_cache(maxsize=256)  # one entry per (schedule, p, m, v) shape; a solver table uses dozens
-def _program(schedule: str, p: int, m: int, v: int) -> _Program:
+class _ShapeCache:
+    """Per-shape results (compiled programs, wave plans) kept up to a total number of operations, least
+    recently used first out: sized to the space's shapes, not to a count that a table walks in a cycle."""
+
+    def __init__(self, fn, budget: int):
+        self.fn = fn
+        self.budget = budget
+        self.items: dict = {}
+        self.ops = 0
+
+    def __call__(self, *key):
+        got = self.items.pop(key, None)
+        if got is None:
+            got = self.fn(*key)
+            self.ops += got[1]
+            while self.items and self.ops > self.budget:
+                self.ops -= self.items.pop(next(iter(self.items)))[1]
+        self.items[key] = got
+        return got[0]
+
+    def cache_clear(self):
+        self.items.clear()
+        self.ops = 0
+
+
+CACHE_OPS = 4_000_000
+"""Operations (summed over shapes) whose compiled programs and wave plans are kept (~100 B each)."""
+
+
+def _compile(schedule: str, p: int, m: int, v: int):
     """Compile the slot orders into a topological order (cached; depends only on the shape)."""
     orders = slot_orders(schedule, p, m, v)
     inter = schedule == "interleaved"
-    last_pos = (v * p if inter else p) - 1
+    npos = v * p if inter else p
+    lens = [len(ops) for ops in orders]
     offsets = [0]
-    for ops in orders:
-        offsets.append(offsets[-1] + len(ops))
+    for k in lens:
+        offsets.append(offsets[-1] + k)
     n = offsets[-1]
-    gid_of = {}
-    for s, ops in enumerate(orders):
-        base = offsets[s]
-        for j, op in enumerate(ops):
-            gid_of[op[:3]] = base + j
-    prod = [-1] * n
-    link = [_MSG_NONE] * n
-    code = [0] * n
-    stage_g = [0] * n
-    g = 0
-    for s, ops in enumerate(orders):
-        lo, hi = offsets[s], offsets[s + 1]
-        for kind, mb, pos, fused in ops:
-            pkey, lk = _producer(kind, mb, pos, last_pos)
-            if pkey is not None:
-                q = gid_of[pkey]
-                if lo <= q < hi:  # same stage: the slot order itself must respect the input
-                    if q >= g:
-                        raise AssertionError(f"{schedule}: stage {s} runs {(kind, mb, pos)} before {pkey}")
-                else:
-                    prod[g] = q
-                    link[g] = lk
-            group, chunk = (pos % p, pos // p) if inter else (pos, 0)
-            k = _DF if kind == _F else _DW if kind == _W else (_DBF if fused else _DBX)
-            code[g] = (k * p + group) * v + chunk
-            stage_g[g] = s
-            g += 1
-    # place ops stage by stage as far as their inputs allow, round robin until all are placed
-    topo = [-1] * n
-    level_g = [0] * n
-    placed: list[int] = []
+    flat = np.array([op for ops in orders for op in ops], dtype=np.int64).reshape(n, 4)
+    kind, mb, pos, fused = flat[:, 0], flat[:, 1], flat[:, 2], flat[:, 3].astype(bool)
+    stage_g = np.repeat(np.arange(p), lens)
+    gid = np.arange(n)
+    gid_of = np.full(3 * m * npos, -1, dtype=np.int64)
+    gid_of[(kind * m + mb) * npos + pos] = gid
+    # the op each op waits for (_producer), and the link it arrives on
+    is_f, is_b = kind == _F, kind == _B
+    p_kind = np.where(is_f | (is_b & (pos == npos - 1)), _F, _B)
+    p_pos = np.where(is_f, pos - 1, np.where(is_b & (pos < npos - 1), pos + 1, pos))
+    has = ~(is_f & (pos == 0))
+    prod = np.where(has, gid_of[np.where(has, (p_kind * m + mb) * npos + p_pos, 0)], -1)
+    link = np.where(is_f & has, _MSG_FWD, np.where(is_b & (pos < npos - 1), _MSG_BWD, _MSG_NONE))
+    same = has & (stage_g[np.maximum(prod, 0)] == stage_g)
+    bad = same & (prod >= gid)  # same stage: the slot order itself must respect the input
+    if bad.any():
+        g = int(np.flatnonzero(bad)[0])
+        raise AssertionError(f"{schedule}: stage {stage_g[g]} runs {tuple(flat[g, :3])} before its input")
+    prod = np.where(same, -1, prod)
+    link = np.where(prod >= 0, link, _MSG_NONE)
+    group, chunk = (pos % p, pos // p) if inter else (pos, 0 * pos)
+    k = np.where(is_f, _DF, np.where(kind == _W, _DW, np.where(fused, _DBF, _DBX)))
+    code = (k * p + group) * v + chunk
+    # levels: place ops stage by stage as far as their inputs allow, round robin until all are placed
+    prod_l = prod.tolist()
+    level = [-1] * n
     ptr = offsets[:-1]
     next_level = [0] * p
-    while len(placed) < n:
+    placed = 0
+    while placed < n:
         progressed = False
         for s in range(p):
             j, hi, lv0 = ptr[s], offsets[s + 1], next_level[s]
             j0 = j
             while j < hi:
-                q = prod[j]
+                q = prod_l[j]
                 lv = lv0
                 if q >= 0:
-                    if topo[q] < 0:
+                    lq = level[q]
+                    if lq < 0:
                         break  # input not produced yet: go on with the other stages
-                    if level_g[q] >= lv:
-                        lv = level_g[q] + 1
-                topo[j] = len(placed)
-                placed.append(j)
-                level_g[j] = lv
+                    if lq >= lv:
+                        lv = lq + 1
+                level[j] = lv
                 lv0 = lv + 1
                 j += 1
             if j != j0:
+                placed += j - j0
                 ptr[s] = j
                 next_level[s] = lv0
                 progressed = True
         if not progressed:
             stuck = {s: orders[s][ptr[s] - offsets[s]] for s in range(p) if ptr[s] < offsets[s + 1]}
             raise AssertionError(f"{schedule} p={p} m={m} v={v}: slot order deadlocks at {stuck}")
-    flat = [op for ops in orders for op in ops]
-    return _Program(
-        schedule, p, m, v, tuple(tuple(o) for o in orders),
-        stage=[stage_g[j] for j in placed], code=[code[j] for j in placed],
-        dep=[topo[prod[j]] if prod[j] >= 0 else -1 for j in placed], msg=[link[j] for j in placed],
-        level=[level_g[j] for j in placed], offsets=tuple(offsets), topo=topo,
-        kind_g=np.array([o[0] for o in flat], dtype=np.int8), mb_g=np.array([o[1] for o in flat], dtype=np.int64),
-        pos_g=np.array([o[2] for o in flat], dtype=np.int64), fused_g=np.array([o[3] for o in flat], dtype=bool))
+    level_g = np.asarray(level, dtype=np.int64)
+    order = np.lexsort((stage_g, level_g))  # topological: by level, then stage
+    topo = np.empty(n, dtype=np.int64)
+    topo[order] = np.arange(n)
+    dep = np.where(prod[order] >= 0, topo[np.maximum(prod[order], 0)], -1)
+    i32 = np.int32
+    prog = _Program(
+        schedule, p, m, v, stage=stage_g[order].astype(i32), code=code[order].astype(i32), dep=dep.astype(i32),
+        msg=link[order].astype(np.int8), level=level_g[order].astype(i32), offsets=tuple(offsets),
+        topo=topo.astype(i32), kind_g=kind.astype(np.int8), mb_g=mb, pos_g=pos, fused_g=fused)
+    return prog, n
+
+
+_program = _ShapeCache(_compile, CACHE_OPS)
 
 
 def _get_program(schedule: str, p: int, m: int, v: int) -> _Program:
@@ -839,7 +869,7 @@ def simulate(schedule: str, p: int, m: int, forward, backward_input, backward_we
 
     table = _duration_table(p, v, fwd, bx, bw, frac)
     tr = (0.0, tf, tb)
-    stage, code, dep, msg = prog.stage, prog.code, prog.dep, prog.msg
+    stage, code, dep, msg = (a.tolist() for a in (prog.stage, prog.code, prog.dep, prog.msg))
     n = prog.n_ops
     start = [0.0] * n
     end = [0.0] * n
@@ -865,8 +895,8 @@ def simulate(schedule: str, p: int, m: int, forward, backward_input, backward_we
     idle = [completion - b for b in busy]
     bubble = sum(idle) / (p * completion) if completion > 0 else 0.0
 
-    fwd_msgs = sum(1 for x in msg if x == _MSG_FWD)
-    all_msgs = sum(1 for x in msg if x != _MSG_NONE)
+    fwd_msgs = int(np.sum(prog.msg == _MSG_FWD))
+    all_msgs = int(np.sum(prog.msg != _MSG_NONE))
     units = _walk_peaks(prog, _set_sizes(prog, frac, [1.0] * p))
     act_peak = _walk_peaks(prog, _set_sizes(prog, frac, act))
     buf_bytes = [k * buf for k in buffer_counts(schedule, p)]
@@ -885,67 +915,37 @@ def simulate(schedule: str, p: int, m: int, forward, backward_input, backward_we
 
 @dataclass(frozen=True)
 class _Wave:
-    stage: np.ndarray  # one op per stage at most, sorted by stage
+    at: int  # the wave's ops are rows at .. at+n-1 of the ring of recent end times (wrapping around)
+    n: int
+    stage: object  # their stages (a slice when they are consecutive stages)
     code: np.ndarray
     full: bool  # every stage present: stage == arange(p)
-    in_rows: object  # rows that wait for a message (a slice when contiguous) ...
-    in_slots: np.ndarray  # ... held in these buffer slots
-    n_in: int
-    out_rows: object  # rows whose end (+ transfer) another stage waits for (slice if contiguous) ...
-    out_slots: np.ndarray  # ... written to these slots
-    n_out: int
-    out_link: np.ndarray  # 1 forward, 2 backward
+    in_rows: object  # rows of the wave that wait for a message (a slice when contiguous) ...
+    in_slots: np.ndarray  # ... and the ring rows holding the senders' end times
 
 
-@lru_cache(maxsize=256)  # one entry per (schedule, p, m, v) shape; a solver table uses dozens
-def _waves(schedule: str, p: int, m: int, v: int) -> tuple[tuple, int]:
-    """Group the ops by level (independent within a level) and give every message a buffer slot.
-
-    A slot is reused as soon as its message has been read, so the buffer stays as small as the number
-    of messages in flight, not the number of ops.
-    """
+def _wave_plan(schedule: str, p: int, m: int, v: int):
+    """Group the program's ops by level (every op of a wave is independent of the others) and give
+    every op a row of a ring buffer of end times, as long as the longest wait of a message in
+    program rows: a row is overwritten only after its message has been read."""
     prog = _program(schedule, p, m, v)
-    level = np.asarray(prog.level, dtype=np.int64)
-    stage = np.asarray(prog.stage, dtype=np.int64)
-    code = np.asarray(prog.code, dtype=np.int64)
-    dep = np.asarray(prog.dep, dtype=np.int64)
-    msg = np.asarray(prog.msg, dtype=np.int64)
-    n = len(stage)
-    order = np.lexsort((stage, level))
-    bounds = np.flatnonzero(np.diff(level[order])) + 1
-    has = dep >= 0
-    read_level = np.full(n, -1, dtype=np.int64)  # level at which a producer's message is read
-    read_level[dep[has]] = level[has]
-    link = np.zeros(n, dtype=np.int64)
-    link[dep[has]] = msg[has]
-    slot_of = np.full(n, -1, dtype=np.int64)
-    free: list[int] = []
-    release: dict[int, list[int]] = {}
-    n_slots = 0
+    level = prog.level
+    rows = np.arange(prog.n_ops)
+    has = prog.dep >= 0
+    ring = int((rows[has] - prog.dep[has]).max()) + 1 if has.any() else 1
+    bounds = [0] + (np.flatnonzero(np.diff(level)) + 1).tolist() + [prog.n_ops]
+    ring = max(ring, max(hi - lo for lo, hi in zip(bounds, bounds[1:])) if prog.n_ops else 1)
     waves = []
-    arange_p = np.arange(p)
-    for g in np.split(order, bounds):
-        lv = int(level[g[0]])
-        gs = stage[g]
-        rows_in = np.flatnonzero(dep[g] >= 0)
-        in_slots = slot_of[dep[g[rows_in]]]
-        free.extend(release.pop(lv, ()))  # read first, then written: reusable within the level
-        rows_out = np.flatnonzero(read_level[g] >= 0)
-        out_slots = np.empty(len(rows_out), dtype=np.int64)
-        for k, r in enumerate(rows_out.tolist()):
-            if free:
-                sl = free.pop()
-            else:
-                sl = n_slots
-                n_slots += 1
-            out_slots[k] = sl
-            op = int(g[r])
-            slot_of[op] = sl
-            release.setdefault(int(read_level[op]), []).append(sl)
-        waves.append(_Wave(gs, code[g], len(g) == p and bool(np.all(gs == arange_p)), _as_slice(rows_in),
-                           in_slots, len(rows_in), _as_slice(rows_out), out_slots, len(rows_out),
-                           link[g[rows_out]]))
-    return tuple(waves), n_slots
+    for lo, hi in zip(bounds, bounds[1:]):
+        st = prog.stage[lo:hi].astype(np.int64)
+        rows_in = np.flatnonzero(prog.dep[lo:hi] >= 0)
+        full = hi - lo == p and bool(np.all(st == np.arange(p)))
+        waves.append(_Wave(lo % ring, hi - lo, _as_slice(st), prog.code[lo:hi].astype(np.int64), full,
+                           _as_slice(rows_in), prog.dep[lo:hi][rows_in].astype(np.int64) % ring))
+    return (tuple(waves), ring), prog.n_ops
+
+
+_waves = _ShapeCache(_wave_plan, CACHE_OPS)
 
 
 def _as_slice(rows: np.ndarray):
@@ -1005,13 +1005,17 @@ def completion_time(schedule: str, p: int, m: int, forward, backward_input, back
 
 def _completion_recurrence(schedule: str, p: int, m: int, v: int, frac, flat, block: int = 2048) -> np.ndarray:
     """The event model's recurrence over flat duration arrays (forward, dX, dW, transfer, update)."""
-    waves, n_slots = _waves(schedule, p, m, v)
+    waves, ring = _waves(schedule, p, m, v)
     out = np.empty(flat[0].size)
-    step = max(1, int(block))
+    step = max(1, min(int(block), RECURRENCE_CELLS // ring))
     for lo in range(0, out.size, step):
         hi = min(out.size, lo + step)
-        out[lo:hi] = _completion_block(p, v, waves, n_slots, frac, *(a[lo:hi] for a in flat))
+        out[lo:hi] = _completion_block(p, v, waves, ring, frac, *(a[lo:hi] for a in flat))
     return out
+
+
+RECURRENCE_CELLS = 4_000_000
+"""Ring rows x duration sets the recurrence holds at once (8 bytes each)."""
 
 
 MEMO_ENTRIES = 1_000_000
@@ -1107,7 +1111,7 @@ def completion_for_shapes(schedule: str, p, m, forward, backward_input, backward
     return out.reshape(shape)
 
 
-def _completion_block(p, v, waves, n_slots, frac, tf, bx, bw, tr, upd) -> np.ndarray:
+def _completion_block(p, v, waves, ring, frac, tf, bx, bw, tr, upd) -> np.ndarray:
     k = tf.size
     # distinct (duration kind, chunk share) rows; every code maps onto one of them
     rows_of_key: dict = {}
@@ -1124,20 +1128,24 @@ def _completion_block(p, v, waves, n_slots, frac, tf, bx, bw, tr, upd) -> np.nda
                 row_of[(kind * p + g) * v + c] = rows_of_key[key]
     table = np.stack(table)
     # preallocated work arrays: fresh megabyte-sized temporaries per wave would dominate the time
+    ends = np.empty((ring, k))  # recent end times, by program row modulo the ring
     free = np.zeros((p, k))
     work = np.empty((p, k))
     tmp = np.empty((p, k))
-    slots = np.empty((max(n_slots, 1), k))
     for w in waves:
-        n = len(w.stage)
+        n = w.n
         start = work[:n]
         if w.full:
             np.copyto(start, free)
+        elif isinstance(w.stage, slice):
+            np.copyto(start, free[w.stage])
         else:
             np.take(free, w.stage, axis=0, out=start, mode="clip")
-        if w.n_in:
-            arr = tmp[:w.n_in]
-            np.take(slots, w.in_slots, axis=0, out=arr, mode="clip")
+        n_in = len(w.in_slots)
+        if n_in:  # arrival = the sender's end + transfer
+            arr = tmp[:n_in]
+            np.take(ends, w.in_slots, axis=0, out=arr, mode="clip")
+            np.add(arr, tr, out=arr)
             if isinstance(w.in_rows, slice):
                 sub = start[w.in_rows]
                 np.maximum(sub, arr, out=sub)
@@ -1151,20 +1159,17 @@ def _completion_block(p, v, waves, n_slots, frac, tf, bx, bw, tr, upd) -> np.nda
             dur = tmp[:n]
             np.take(table, rows, axis=0, out=dur, mode="clip")
             np.add(start, dur, out=start)
-        end = start
         if w.full:
             free, work = work, free  # the wave covers every stage: swap instead of copying back
         else:
-            free[w.stage] = end
-        if w.n_out:
-            if isinstance(w.out_rows, slice):
-                arr = end[w.out_rows]
-                slots[w.out_slots] = np.add(arr, tr, out=tmp[:w.n_out])
-            else:
-                arr = tmp[:w.n_out]
-                np.take(end, w.out_rows, axis=0, out=arr, mode="clip")
-                np.add(arr, tr, out=arr)
-                slots[w.out_slots] = arr
+            free[w.stage] = start
+        a = w.at
+        if a + n <= ring:
+            ends[a:a + n] = start
+        else:
+            cut = ring - a
+            ends[a:] = start[:cut]
+            ends[:n - cut] = start[cut:]
     return free.max(axis=0) + upd
 
 

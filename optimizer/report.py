@@ -117,7 +117,9 @@ class LayoutOracle:
         self.questions += 1
         b = self.bounds
         key = b.cost_min if objective == "cost" else b.finish_min
-        cand = np.flatnonzero(self._allowed(enforced, restrict, cards) & np.isfinite(key))
+        # layouts with an infinite bound (a pipeline shape the schedule cannot run) come last: with
+        # the rule that excludes them dropped, their plans exist, at an infinite cost
+        cand = np.flatnonzero(self._allowed(enforced, restrict, cards))
         cand = cand[np.argsort(key[cand], kind="stable")]
         enforced = [f for f in FAMILIES if f in set(enforced)]
         refine = not self.layouts.exact_is_bound()
