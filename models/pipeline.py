@@ -966,7 +966,7 @@ def _as_array(x, what: str) -> np.ndarray:
 
 
 def completion_time(schedule: str, p: int, m: int, forward, backward_input, backward_weight, transfer,
-                    update, *, v: int = 2, chunk_layers=None, block: int = 2048) -> np.ndarray:
+                    update, *, v: int = 2, chunk_layers=None, block: int = 2048, per_group: bool = False) -> np.ndarray:
     """Step completion time [s] for many duration sets at once, vectorised over the time arguments.
 
     ``forward``, ``backward_input`` (dX), ``backward_weight`` (dW), ``transfer`` (both links) and
@@ -984,8 +984,15 @@ def completion_time(schedule: str, p: int, m: int, forward, backward_input, back
     dualpipe*) then keep zero-length dW ops (ZB-H1 times like 1F1B). ``block`` bounds memory: that
     many duration sets are evaluated together. Results of small calls are remembered per shape
     (:data:`MEMO_ENTRIES`), so repeated evaluations of the same plans cost a lookup.
+
+    ``per_group=True``: ``forward``, ``backward_input``, ``backward_weight`` and ``update`` carry a last
+    axis of the p layer groups (uneven stages, as :func:`simulate` takes them), ``transfer`` does not;
+    the leading axes broadcast and shape the result. Stages that are all alike take the balanced path.
     """
     p, m, v = _check_shape(schedule, p, m, v)
+    if per_group:
+        return _completion_per_group(schedule, p, m, v, forward, backward_input, backward_weight, transfer, update,
+                                     chunk_layers, block)
     arrays = [_as_array(x, w) for x, w in ((forward, "forward time"), (backward_input, "backward (dX) time"),
                                            (backward_weight, "backward weight (dW) time"),
                                            (transfer, "transfer time"), (update, "update time"))]
@@ -1003,10 +1010,39 @@ def completion_time(schedule: str, p: int, m: int, forward, backward_input, back
                           ).reshape(shape)
 
 
+def _group_arrays(p: int, forward, backward_input, backward_weight, transfer, update):
+    """Per-group duration arrays broadcast to (leading..., p), the transfer to (leading...)."""
+    named = ((forward, "forward time"), (backward_input, "backward (dX) time"),
+             (backward_weight, "backward weight (dW) time"), (update, "update time"))
+    groups = [_as_array(x, w) for x, w in named]
+    tr = _as_array(transfer, "transfer time")
+    for g, (_, w) in zip(groups, named):
+        if g.ndim and g.shape[-1] not in (1, p):
+            raise InputError(f"{w}: the last axis holds the {p} layer groups, got {g.shape[-1]}")
+    try:
+        lead = np.broadcast_shapes(*(g.shape[:-1] if g.ndim else () for g in groups), tr.shape)
+    except ValueError:
+        raise InputError("completion_time: the duration arrays do not broadcast to one shape") from None
+    groups = [np.broadcast_to(g if g.ndim else g[None], lead + (p,)) for g in groups]
+    return groups, np.broadcast_to(tr, lead), lead
+
+
+def _completion_per_group(schedule, p, m, v, forward, backward_input, backward_weight, transfer, update,
+                          chunk_layers, block) -> np.ndarray:
+    (f, x, w, u), tr, lead = _group_arrays(p, forward, backward_input, backward_weight, transfer, update)
+    if all(np.all(a == a[..., :1]) for a in (f, x, w, u)):  # balanced after all
+        return completion_time(schedule, p, m, f[..., 0], x[..., 0], w[..., 0], tr, u[..., 0], v=v,
+                               chunk_layers=chunk_layers, block=block)
+    frac = _chunk_fractions(schedule, p, v, chunk_layers)
+    flat = [a.reshape(-1, p) for a in (f, x, w)] + [tr.reshape(-1), u.reshape(-1, p)]
+    return _completion_recurrence(schedule, p, m, v, frac, flat, block).reshape(lead)
+
+
 def _completion_recurrence(schedule: str, p: int, m: int, v: int, frac, flat, block: int = 2048) -> np.ndarray:
-    """The event model's recurrence over flat duration arrays (forward, dX, dW, transfer, update)."""
+    """The event model's recurrence over flat duration arrays (forward, dX, dW, transfer, update);
+    forward, dX, dW and update are one value per set, or (sets, p) per layer group."""
     waves, ring = _waves(schedule, p, m, v)
-    out = np.empty(flat[0].size)
+    out = np.empty(flat[0].shape[0])
     step = max(1, min(int(block), RECURRENCE_CELLS // ring))
     for lo in range(0, out.size, step):
         hi = min(out.size, lo + step)
@@ -1018,7 +1054,7 @@ RECURRENCE_CELLS = 4_000_000
 """Ring rows x duration sets the recurrence holds at once (8 bytes each)."""
 
 
-MEMO_ENTRIES = 1_000_000
+MEMO_ENTRIES = 250_000
 """Completion times remembered across calls (duration sets, all shapes together); oldest shapes go first."""
 MEMO_CALL = 4096  # calls with more duration sets than this are computed without the memo
 
@@ -1112,8 +1148,9 @@ def completion_for_shapes(schedule: str, p, m, forward, backward_input, backward
 
 
 def _completion_block(p, v, waves, ring, frac, tf, bx, bw, tr, upd) -> np.ndarray:
-    k = tf.size
-    # distinct (duration kind, chunk share) rows; every code maps onto one of them
+    k = tf.shape[0]
+    grouped = tf.ndim == 2  # (sets, p): one duration per layer group
+    # distinct (duration kind, group if uneven, chunk share) rows; every code maps onto one of them
     rows_of_key: dict = {}
     row_of = np.zeros(4 * p * v, dtype=np.int64)
     bases = (tf, bx, bx + bw, bw)
@@ -1121,10 +1158,10 @@ def _completion_block(p, v, waves, ring, frac, tf, bx, bw, tr, upd) -> np.ndarra
     for kind in range(4):
         for g in range(p):
             for c in range(v):
-                key = (kind, frac[g][c])
+                key = (kind, g if grouped else -1, frac[g][c])
                 if key not in rows_of_key:
                     rows_of_key[key] = len(table)
-                    table.append(bases[kind] * frac[g][c])
+                    table.append((bases[kind][:, g] if grouped else bases[kind]) * frac[g][c])
                 row_of[(kind * p + g) * v + c] = rows_of_key[key]
     table = np.stack(table)
     # preallocated work arrays: fresh megabyte-sized temporaries per wave would dominate the time
@@ -1170,6 +1207,8 @@ def _completion_block(p, v, waves, ring, frac, tf, bx, bw, tr, upd) -> np.ndarra
             cut = ring - a
             ends[a:] = start[:cut]
             ends[:n - cut] = start[cut:]
+    if upd.ndim == 2:  # per-stage updates: completion = max over stages of (free + update)
+        return (free + upd.T).max(axis=0)
     return free.max(axis=0) + upd
 
 
@@ -1297,7 +1336,7 @@ def _interleaved_gmax(p, m):
 
 
 def completion_bounds(schedule: str, p, m, forward, backward_input, backward_weight, transfer, update, *,
-                      v: int = 2):
+                      v: int = 2, per_group: bool = False, chunk_layers=None):
     """Closed-form ``(lo, hi)`` with ``lo <= completion <= hi`` [s]; balanced stages, equal chunks.
 
     Arguments as :func:`completion_time`; p and m broadcast too. For fill-drain and 1F1B both are the
@@ -1318,9 +1357,13 @@ def completion_bounds(schedule: str, p, m, forward, backward_input, backward_wei
     * hi is a serial timetable: every operation of every stage one after the other, each message
       adding t, then the update: ``p m w + 2 m (v p - 1) t + U``.
 
-    Both carry a relative slack of :data:`BOUND_SLACK` for rounding.
+    Both carry a relative slack of :data:`BOUND_SLACK` for rounding. ``per_group=True`` (a single
+    shape, durations per layer group as in :func:`completion_time`) sums the same paths group by group.
     """
     _check_schedule(schedule)
+    if per_group:
+        return _bounds_per_group(schedule, *_check_shape(schedule, p, m, v), forward, backward_input,
+                                 backward_weight, transfer, update, chunk_layers)
     p, m = _ints(p), _ints(m)
     F = np.asarray(forward, dtype=float)
     X = np.asarray(backward_input, dtype=float)
@@ -1354,6 +1397,48 @@ def completion_bounds(schedule: str, p, m, forward, backward_input, backward_wei
     lo = np.where(p > 1, lo + U, m * w + U)
     hi = np.where(p > 1, hi, m * w + U)
     return lo * (1 - BOUND_SLACK), hi * (1 + BOUND_SLACK)
+
+
+def _bounds_per_group(schedule, p, m, v, forward, backward_input, backward_weight, transfer, update, chunk_layers):
+    """:func:`completion_bounds` for one shape with durations per layer group (arrays (..., p))."""
+    (F, X, W, U), t, lead = _group_arrays(p, forward, backward_input, backward_weight, transfer, update)
+    if p == 1:
+        exact = m * (F[..., 0] + X[..., 0] + W[..., 0]) + U[..., 0]
+        return exact, exact
+    fused = schedule not in SPLIT_BACKWARD
+    if fused:  # one backward op of dX + dW
+        X, W = X + W, 0.0 * W
+    w = F + X + W
+    pre = lambda a, k: a[..., :k].sum(axis=-1)  # noqa: E731  (sum over groups 0 .. k-1)
+    stage = np.arange(p)
+    u_max = U.max(axis=-1)
+    if schedule.startswith("dualpipe"):
+        down, up = _halves(m)
+        fill = [pre(F, s) + s * t for s in range(p)]
+        start = [np.minimum(fill[s], fill[p - 1 - s]) if up else fill[s] for s in range(p)]
+        lo = np.max([start[s] + down * w[..., s] + up * w[..., p - 1 - s] + U[..., s] for s in range(p)], axis=0)
+        lo = np.maximum(lo, (down - 1) * F[..., 0] + (F + X).sum(axis=-1) + W[..., 0] + 2 * (p - 1) * t + U[..., 0])
+        hops = p - 1
+    elif schedule == "interleaved":
+        frac = np.asarray(_chunk_fractions(schedule, p, v, chunk_layers))[:, 0]  # chunk 0 of every group
+        fill = pre(F * frac, p - 1) + (p - 1) * t
+        lo = fill + m * w[..., p - 1] + pre(X * frac, p - 1) + (p - 1) * t + U[..., 0]
+        lo = np.maximum(lo, np.max([pre(F * frac, s) + s * t + m * w[..., s] + U[..., s] for s in stage], axis=0))
+        hops = v * p - 1
+    else:  # fill-drain, 1F1B, ZB-H1, ZB-H2: stage s holds group s
+        fill = pre(F, p - 1) + (p - 1) * t
+        lo = np.max([pre(F, s) + s * t + m * w[..., s] + U[..., s] for s in stage], axis=0)
+        k = {"zb-h1": min(p, m), "zb-h2": min(2 * p - 1, m)}.get(schedule, 0)
+        lo_b = fill + m * (F + X)[..., p - 1] + (m - k) * W[..., p - 1] + pre(X, p - 1) + (p - 1) * t + W[..., 0]
+        lo = np.maximum(lo, lo_b + U[..., 0])
+        if not fused:
+            a0 = (p - 1) if schedule == "zb-h1" else 2 * (p - 1)
+            lo_d = fill + (F + X)[..., p - 1] + pre(X, p - 1) + (p - 1) * t + (m - 1) * X[..., 0] \
+                + m * W[..., 0] + max(0, m - a0 - 1) * F[..., 0]
+            lo = np.maximum(lo, lo_d + U[..., 0])
+        hops = p - 1
+    hi = m * w.sum(axis=-1) + 2 * m * hops * t + u_max
+    return (lo * (1 - BOUND_SLACK)).reshape(lead), (hi * (1 + BOUND_SLACK)).reshape(lead)
 
 
 def peak_inflight_bounds(schedule: str, p, m, *, v: int = 2):

@@ -20,26 +20,18 @@ wanted (``sufficient_assumptions_for_infeasibility``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 from ortools.sat.python import cp_model
 
 from tpopt.models import terms as T
-from tpopt.optimizer.result import Request
+from tpopt.optimizer.result import CandidateResult, Request
 from tpopt.optimizer.space import FAMILIES, VARS, Space, reduce_to
 
 US = 1e6  # time unit: microsecond
 HUB = ("acc", "tp", "pp", "dp", "mb")  # the core layout the search branches on first
 LSCALE = 10_000_000  # overhead unit: 1e-7
 INT_MAX = 2**61
-
-
-@dataclass
-class CandidateResult:
-    status: str  # "candidate" | "feasible" | "infeasible" | "unknown"
-    assignment: dict | None = None
-    objective_lb: float | None = None
 
 
 def _finite(x):

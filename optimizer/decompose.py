@@ -115,7 +115,8 @@ class CpSatMaster:
         for family_ok in allowed.values():  # each family: the layouts it allows (a domain restriction)
             ok &= family_ok
         keep = np.flatnonzero(ok)
-        self.hub = m.new_int_var_from_domain(cp_model.Domain.from_values([int(i) for i in keep]), "layout")
+        self.empty = not keep.size  # CP-SAT rejects a variable with an empty domain as an invalid model
+        self.hub = m.new_int_var_from_domain(cp_model.Domain.from_values([int(i) for i in keep] or [0]), "layout")
         top = float(obj[finite].max()) if finite.any() else 1.0
         self.scale = SCALE_BITS / max(top, 1e-300) / 4
         ints = np.where(finite, np.floor(obj * self.scale), 0).astype(np.int64)
@@ -127,6 +128,8 @@ class CpSatMaster:
         self.m.add(self.hub != int(h))
 
     def solve(self, bound, time_limit):
+        if self.empty:
+            return "infeasible", None
         if bound is not None:
             self.m.add(self.theta <= min(int(math.ceil(bound * self.scale)), 2**62))
         s = self.cp.CpSolver()

@@ -28,8 +28,7 @@ import numpy as np
 
 from tpopt.models import terms as T
 from tpopt.models.units import DAY, GIB
-from tpopt.optimizer.cpsat import CandidateResult
-from tpopt.optimizer.result import Request
+from tpopt.optimizer.result import CandidateResult, Request
 from tpopt.optimizer.space import FAMILIES, VARS, Space, reduce_to
 
 INF = 1e30

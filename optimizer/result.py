@@ -32,6 +32,16 @@ class SolverInfo:
 
 
 @dataclass
+class CandidateResult:
+    """One answer of a solver backend's relaxed encoding, before exact verification (CP-SAT and HiGHS
+    share it; it lives here so that HiGHS runs without importing OR-Tools)."""
+
+    status: str  # "candidate" | "feasible" | "infeasible" | "unknown"
+    assignment: dict | None = None
+    objective_lb: float | None = None
+
+
+@dataclass
 class Request:
     """What to optimise and which constraint families to enforce."""
 

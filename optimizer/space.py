@@ -265,6 +265,21 @@ class Space:
             return self.tables[f"{name}.{side}"]
         return self.tables[name]
 
+    def build_tables(self) -> "Tables":
+        """Build every table a solve reads, as one phase (a caller can check a deadline before and
+        after): the exact tables, except that the pipeline terms of a space too large to simulate
+        shape by shape come as closed-form bounds (:meth:`bound_table`)."""
+        t = self.tables
+        for name in TABLE_VARS:
+            if name in BOUND_TABLES:
+                continue
+            if name in ("time.compute", "mem.activations"):
+                self.bound_table(name, "lo")
+                self.bound_table(name, "hi")
+            else:
+                t[name]
+        return t
+
     def exact_pipeline_tables(self) -> bool:
         """Whether the pipeline terms are tabulated exactly (:meth:`pipeline_work` within
         :data:`EXACT_PIPELINE_WORK`) or only bounded in closed form."""

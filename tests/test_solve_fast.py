@@ -108,3 +108,16 @@ def test_layout_oracle_answers_like_the_table(bounds_only, case):
 
 def value(ev, objective):
     return ev.metrics["cost"] if objective == "cost" else ev.metrics["finish_days"]
+
+
+@pytest.mark.parametrize("backend", ["cpsat", "highs"])
+def test_decomposition_master_with_no_layout_left_is_infeasible(design, backend):
+    # every layout fails the relaxed deadline (5 d reserved inside a 4 d deadline): the master has nothing
+    # to choose from and the answer is a proof of infeasibility, not a solver error
+    from dataclasses import replace
+
+    from tpopt.optimizer.result import Status
+
+    sc = replace(design, task=replace(design.task, deadline_s=4 * 86400.0))
+    r = solve(sc, backend, Request(method="decomposed"))
+    assert r.status == Status.INFEASIBLE
