@@ -47,7 +47,7 @@ than loading a solver, whose import alone takes longer than such a space's whole
 def tiny_backend(space, kw: dict) -> str:
     """The backend to run: the enumerator for tiny spaces under ``--method auto``, else the one asked for."""
     if kw["solver"] != "enumerate" and kw.get("method", "auto") == "auto" and space.size() <= TINY_SPACE \
-            and space.exact_pipeline_tables():
+            and space.cheap_pipeline():
         return "enumerate"
     return kw["solver"]
 

@@ -37,12 +37,13 @@ def _groups(space: Space):
                 yield ai, oi, ri, mi, si, pp_many
 
 
-def chunks(space: Space):
-    """Yield (fixed categorical indices, numeric index lists, shape, evaluate_arrays result)."""
+def chunks(space: Space, groups=None):
+    """Yield (fixed categorical indices, numeric index lists, shape, evaluate_arrays result); ``groups``
+    restricts the walk to some of :func:`_groups` (a timed sample)."""
     sc = space.sc
     d = space.domains
     nic_ok = space.nic_allowed()
-    for ai, oi, ri, mi, si, pp_idx in _groups(space):
+    for ai, oi, ri, mi, si, pp_idx in (_groups(space) if groups is None else groups):
         acc = d["acc"][ai]
         k_idx = [j for j in range(len(d["nics"])) if nic_ok[ai, j]]
         axes = {"tp": list(range(len(d["tp"]))), "pp": pp_idx, "dp": list(range(len(d["dp"]))),
@@ -72,14 +73,14 @@ def _ok(r, family, shape):
     return np.broadcast_to(v <= lim, shape)
 
 
-def enumerate_best(space: Space, req: Request):
+def enumerate_best(space: Space, req: Request, groups=None):
     """Return (best assignments as index dicts, best-first; number of points evaluated; chunks)."""
     enforced = [f for f in FAMILIES if f in req.enforced(FAMILIES)]
     keep_keys: list[tuple] = []
     keep_idx: list[dict] = []
     evaluated = n_chunks = order = 0
     K = max(1, req.top)
-    for fixed, idx_lists, shape, r in chunks(space):
+    for fixed, idx_lists, shape, r in chunks(space, groups):
         feas = np.ones(shape, dtype=bool)
         for f in enforced:
             feas &= _ok(r, f, shape)

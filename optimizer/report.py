@@ -7,8 +7,10 @@ layout at the same scale) is either feasible but no better (its objective is sho
 "ruled out by F" means the alternative becomes feasible when F alone is dropped, and the detail
 quotes F's value against its limit for the best such plan.
 
-Queries go through an oracle: exact enumeration of the whole space when it is small (a
-:class:`~tpopt.optimizer.enumerate.PointTable`, every question a mask), otherwise the chosen solver.
+Queries go through an oracle: exact enumeration of the whole space when it is small and its pipeline
+shapes are cheap (a :class:`~tpopt.optimizer.enumerate.PointTable`, every question a mask); otherwise
+the layout decomposition's own model, built once for every question (:class:`LayoutOracle`); the
+monolithic solver when asked for (``--method monolithic``).
 """
 
 from __future__ import annotations
@@ -79,13 +81,14 @@ class LayoutOracle:
 
     name = "layout decomposition"
 
-    def __init__(self, space: Space):
+    def __init__(self, space: Space, check=None):
         from tpopt.optimizer.enumerate import layout_evaluator
 
         self.space = space
         self.layouts = layout_evaluator(space)
         self._bounds = None
         self.questions = 0
+        self.check = check  # called before each layout evaluation (a time limit can raise there)
 
     @property
     def bounds(self):
@@ -128,6 +131,8 @@ class LayoutOracle:
             if best_key is not None and key[h] > best_key[0]:
                 break
             layout = tuple(int(b.coords[v][h]) for v in HUB)
+            if self.check is not None:
+                self.check()
             if refine:  # the layout's own bound (pipeline terms bounded in closed form) before simulating
                 lb = self.layouts.best(layout, enforced, objective, 1, restrict, level="bound")
                 if not lb or (best_key is not None and lb[0][0][0] > best_key[0]):
@@ -149,14 +154,14 @@ def _merge(domains: dict, restrict: dict | None) -> dict:
     return out
 
 
-def make_oracle(space: Space, backend: str, req: Request):
+def make_oracle(space: Space, backend: str, req: Request, check=None):
     """One exact enumeration for small spaces whose pipeline terms are cheap to simulate; the layout
     decomposition's model otherwise (the monolithic solver on request: ``--method monolithic``)."""
-    if space.size() <= TABLE_LIMIT and space.exact_pipeline_tables():
+    if space.size() <= TABLE_LIMIT and space.cheap_pipeline():
         return TableOracle(space)
     if req.method == "monolithic":
         return SolverOracle(space, "cpsat" if backend == "enumerate" else backend, req)
-    return LayoutOracle(space)
+    return LayoutOracle(space, check)
 
 
 def _better(a: Evaluation, b: Evaluation, objective: str) -> bool:
@@ -275,9 +280,10 @@ def robustness(sc, best: Evaluation) -> dict:
                                 "violates": [c.name for c in ev.violated()]}}
 
 
-def analysis(space: Space, best: Evaluation, backend: str, req: Request, enforced) -> dict:
-    """Binding families and alternatives of an optimum (dicts ready for JSON)."""
-    oracle = make_oracle(space, backend, req)
+def analysis(space: Space, best: Evaluation, backend: str, req: Request, enforced, check=None) -> dict:
+    """Binding families and alternatives of an optimum (dicts ready for JSON). ``check()``, if given,
+    runs between the layouts a large space's questions evaluate (a time limit can raise there)."""
+    oracle = make_oracle(space, backend, req, check)
     objective = req.objective
     binds = binding_families(oracle, best, objective, enforced)
     alts = why_not_cheaper(oracle, space, best, objective, enforced, same_scale=isinstance(oracle, TableOracle))

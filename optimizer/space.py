@@ -75,8 +75,12 @@ TABLE_VARS = {
 }
 """Every term table and the variables it is tabulated over (C order, one axis per variable)."""
 BOUND_TABLES = frozenset(n for n in TABLE_VARS if n.endswith((".lo", ".hi")))
-EXACT_PIPELINE_WORK = 300_000
-"""Pipeline operations (:meth:`Space.pipeline_work`) up to which bound tables are exact tables."""
+EXACT_PIPELINE_WORK = 5_000
+"""Pipeline operations (:meth:`Space.pipeline_work`) up to which bound tables are exact tables: beyond,
+the closed-form bounds prune as well (measured: the same solve rounds) at a fraction of the cost."""
+CHEAP_PIPELINE_WORK = 300_000
+"""Pipeline operations up to which enumerating a space is cheap (the report's exact table, the tiny-space
+enumeration of ``tpopt solve``)."""
 
 
 class Tables(dict):
@@ -265,14 +269,17 @@ class Space:
             return self.tables[f"{name}.{side}"]
         return self.tables[name]
 
-    def build_tables(self) -> "Tables":
-        """Build every table a solve reads, as one phase (a caller can check a deadline before and
-        after): the exact tables, except that the pipeline terms of a space too large to simulate
-        shape by shape come as closed-form bounds (:meth:`bound_table`)."""
+    def build_tables(self, check=None) -> "Tables":
+        """Build every table a solve reads, as one phase: the exact tables, except that the pipeline
+        terms of a space too large to simulate shape by shape come as closed-form bounds
+        (:meth:`bound_table`). ``check()``, if given, runs before each table (a time limit can raise
+        there; the tables built so far stay valid)."""
         t = self.tables
         for name in TABLE_VARS:
             if name in BOUND_TABLES:
                 continue
+            if check is not None:
+                check()
             if name in ("time.compute", "mem.activations"):
                 self.bound_table(name, "lo")
                 self.bound_table(name, "hi")
@@ -283,10 +290,17 @@ class Space:
     def exact_pipeline_tables(self) -> bool:
         """Whether the pipeline terms are tabulated exactly (:meth:`pipeline_work` within
         :data:`EXACT_PIPELINE_WORK`) or only bounded in closed form."""
+        return self._work() <= EXACT_PIPELINE_WORK
+
+    def cheap_pipeline(self) -> bool:
+        """Whether every pipeline shape of the space is cheap to simulate (:data:`CHEAP_PIPELINE_WORK`)."""
+        return self._work() <= CHEAP_PIPELINE_WORK
+
+    def _work(self) -> int:
         work = self.__dict__.get("_pipeline_work")
         if work is None:
             work = self.__dict__["_pipeline_work"] = self.pipeline_work()
-        return work <= EXACT_PIPELINE_WORK
+        return work
 
     def _build(self, name: str) -> Table:
         sc = self.sc
