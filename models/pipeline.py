@@ -324,25 +324,18 @@ def _order_dualpipe_chapter(p, m):
     306 / 558 ms, and so do the other tie orders tried).
     """
     down, up = _halves(m)
-    seqs = []
-    for s in range(p):
-        pair = []
-        for d, (n, first) in enumerate(((down, 0), (up, down))):
-            pos = s if d == 0 else p - 1 - s
-            a = p - 1 - pos
-            pair.append(_zb_family(a, 2 * a, range(first, first + n), pos, split=True))
-        seqs.append(pair)
-
-    # integer ids for speed: producer, latency, and the stage of the cross-stage consumer
+    # every op of both directions, with integer ids: the op's producer, the link latency, and the stage
+    # of the op's cross-stage consumer (to wake it up)
     ops: list = []
-    gid: dict = {}
     seq_ids = []
+    id_of = [-1] * (3 * m * p)  # (kind, micro-batch, position) -> op id
     for s in range(p):
         pair = []
-        for d in (0, 1):
+        for n, first, pos in ((down, 0, s), (up, down, p - 1 - s)):
+            a = p - 1 - pos
             ids = []
-            for op in seqs[s][d]:
-                gid[op[:3]] = len(ops)
+            for op in _zb_family(a, 2 * a, range(first, first + n), pos, split=True):
+                id_of[(op[0] * m + op[1]) * p + op[2]] = len(ops)
                 ids.append(len(ops))
                 ops.append((op, s))
             pair.append(ids)
@@ -354,7 +347,7 @@ def _order_dualpipe_chapter(p, m):
     for k, ((kind, mb, pos, _), s) in enumerate(ops):
         pkey, link = _producer(kind, mb, pos, p - 1)
         if pkey is not None:
-            q = gid[pkey]
+            q = id_of[(pkey[0] * m + pkey[1]) * p + pkey[2]]
             prod[k] = q
             if link != _MSG_NONE:
                 lat[k] = _REF_T
@@ -362,39 +355,43 @@ def _order_dualpipe_chapter(p, m):
     prio = [_PRIORITY[op[0]] for op, _ in ops]
     dur = [_REF_DUR[op[0]] for op, _ in ops]
     end = [-1] * n
-    ptr = [[0, 0] for _ in range(p)]
+    ptr0 = [0] * p  # next op of each direction on each stage
+    ptr1 = [0] * p
     free = [0] * p
     version = [0] * p
     out: list[list] = [[] for _ in range(p)]
     heap: list = []
-
-    lens = [(len(a), len(b)) for a, b in seq_ids]
+    seq0 = [ids[0] + [-1] for ids in seq_ids]  # a sentinel ends each sequence
+    seq1 = [ids[1] + [-1] for ids in seq_ids]
     heappush, heappop = heapq.heappush, heapq.heappop
 
     def push(s):
         """Queue stage s's best head: (possible start, kind priority, direction, stage, version)."""
         version[s] += 1
-        best = None
         fs = free[s]
-        ps = ptr[s]
-        for d in (0, 1):
-            j = ps[d]
-            if j < lens[s][d]:
-                k = seq_ids[s][d][j]
-                q = prod[k]
-                if q < 0:
+        best_r = best_p = best_d = -1
+        k = seq0[s][ptr0[s]]
+        if k >= 0:
+            q = prod[k]
+            if q < 0:
+                best_r, best_p, best_d = fs, prio[k], 0
+            elif end[q] >= 0:
+                r = end[q] + lat[k]
+                best_r, best_p, best_d = (r if r > fs else fs), prio[k], 0
+        k = seq1[s][ptr1[s]]
+        if k >= 0:
+            q = prod[k]
+            r = -1
+            if q < 0:
+                r = fs
+            elif end[q] >= 0:
+                r = end[q] + lat[k]
+                if r < fs:
                     r = fs
-                else:
-                    e = end[q]
-                    if e < 0:
-                        continue
-                    r = e + lat[k]
-                    if r < fs:
-                        r = fs
-                if best is None or r < best[0] or (r == best[0] and prio[k] < best[1]):
-                    best = (r, prio[k], d)
-        if best is not None:
-            heappush(heap, (best[0], best[1], best[2], s, version[s]))
+            if r >= 0 and (best_d < 0 or r < best_r or (r == best_r and prio[k] < best_p)):
+                best_r, best_p, best_d = r, prio[k], 1
+        if best_d >= 0:
+            heappush(heap, (best_r, best_p, best_d, s, version[s]))
 
     for s in range(p):
         push(s)
@@ -402,15 +399,19 @@ def _order_dualpipe_chapter(p, m):
         t, _, d, s, ver = heappop(heap)
         if ver != version[s]:
             continue
-        k = seq_ids[s][d][ptr[s][d]]
-        ptr[s][d] += 1
+        if d == 0:
+            k = seq0[s][ptr0[s]]
+            ptr0[s] += 1
+        else:
+            k = seq1[s][ptr1[s]]
+            ptr1[s] += 1
         end[k] = free[s] = t + dur[k]
         out[s].append(ops[k][0])
         push(s)
         c = consumer_stage[k]
         if c >= 0:  # the consumer on the neighbouring stage may now be ready
             push(c)
-    if any(ptr[s][d] != len(seq_ids[s][d]) for s in range(p) for d in (0, 1)):
+    if any(ptr0[s] != len(seq_ids[s][0]) or ptr1[s] != len(seq_ids[s][1]) for s in range(p)):
         raise AssertionError(f"dualpipe p={p} m={m}: the direction orders deadlock")
     return out
 
