@@ -60,16 +60,7 @@ SPACES = [
         "search.nics_per_host": [1, 2, 4, 8], "search.save_interval": ["auto", "900s", "1800s", "3600s"],
         "search.save_mode": ["sync", "async"]}),
     ("Llama-3-70B, 2T tokens, 5 accelerators, up to 16,384 cards, all layouts", LLAMA),
-    ("GPT-3 175B, 300B tokens, 1,024 A100s: the widest space", {
-        "model.name": "gpt3-175b", "task.tokens": "300B", "task.seq_len": 2048, "task.global_batch": 1536,
-        "schedule.deadline": "40d", "schedule.reserved": "0d", "memory.activation_reserve": None,
-        "input.workers": None, "input.workers_per_host": 8, "hardware.accelerator": "a100-80gb-sxm",
-        "hardware.usable_memory": None, "search.max_cards": 1024, "search.zero_stage": [0, 1, 2, 3],
-        "search.tp": [1, 2, 4, 8], "search.pp": [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 96],
-        "search.schedule": ALL_SCHEDULES, "search.micro_batch": [1, 2, 3, 4, 5, 6, 7, 8],
-        "search.recompute": ALL_RECOMPUTE, "search.offload": ["none", "cpu"],
-        "search.nics_per_host": [1, 2, 3, 4, 5, 6, 7, 8], "search.save_interval": INTERVALS,
-        "search.save_mode": ["sync", "async"]}),
+    ("GPT-3 175B, 300B tokens, 1,024 A100s: the widest space", ROOT / "examples" / "gpt3-175b-widest.toml"),
     ("Llama-3-70B, 2T tokens, 5 accelerators, up to 16,384 cards: the widest space", dict(LLAMA, **{
         "search.schedule": ALL_SCHEDULES, "search.pp": [1, 2, 4, 5, 8, 10, 16, 20],
         "search.micro_batch": [1, 2, 3, 4, 6, 8], "search.recompute": ALL_RECOMPUTE,
@@ -78,10 +69,13 @@ SPACES = [
 QUICK = 3  # --quick: the first three spaces
 
 
-def design(overrides: dict):
+def design(overrides):
+    """The design case with ``overrides`` (a dict; None deletes a key), or a scenario file (a path)."""
     from tpopt.catalogs import load_catalog
     from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
 
+    if isinstance(overrides, Path):
+        return build_scenario(read_scenario_file(overrides), load_catalog())
     raw = read_scenario_file(DESIGN)
     for key, value in overrides.items():
         if value is None:  # delete the key (e.g. the activation reserve: model activations instead)
@@ -254,7 +248,8 @@ def main(argv=None):
     ap.add_argument("--rows", help="comma-separated row numbers (0-based) instead of all")
     ap.add_argument("--enum-budget", type=float, default=600.0,
                     help="run the enumeration for real when its estimate is below this many seconds")
-    ap.add_argument("--samples", type=int, default=48, help="families timed for an enumeration estimate")
+    ap.add_argument("--samples", type=int, default=16,
+                    help="families timed for an enumeration estimate (at least 2 per stratum)")
     ap.add_argument("--check-row", type=int, default=3,
                     help="row whose enumeration is both estimated and measured (checks the estimator)")
     ap.add_argument("--backends", default="cpsat,highs")

@@ -121,3 +121,23 @@ def test_decomposition_master_with_no_layout_left_is_infeasible(design, backend)
     sc = replace(design, task=replace(design.task, deadline_s=4 * 86400.0))
     r = solve(sc, backend, Request(method="decomposed"))
     assert r.status == Status.INFEASIBLE
+
+
+def test_widest_gpt3_space_solves_and_backends_agree():
+    # issue 16: the 1.15-billion-plan GPT-3 space (examples/gpt3-175b-widest.toml) is solved with its tables
+    # in one process, both masters agree, and the plan re-evaluates as feasible
+    from pathlib import Path
+
+    from tpopt.catalogs.scenario import load_scenario
+    from tpopt.models.evaluate import evaluate
+    from tpopt.optimizer.result import Status
+
+    sc = load_scenario(Path(__file__).resolve().parents[1] / "examples" / "gpt3-175b-widest.toml")
+    sp = Space.from_scenario(sc)
+    assert sp.size() == 4 * 78 * 20 * 8 * 4 * 2 * 9 * 8 * 20 * 2 == 1_150_156_800  # tp, pp x schedule, dp, ...
+    assert not sp.exact_pipeline_tables()
+    r = solve(sc, "cpsat", Request(), space=sp)
+    assert r.status == Status.OPTIMAL and evaluate(sc, r.best.plan).feasible
+    h = solve(sc, "highs", Request(), space=sp)
+    assert math.isclose(h.best.metrics["cost"], r.best.metrics["cost"], rel_tol=1e-9)
+    assert r.solver.evaluated < sp.size() // 1000  # a few layouts, not the space
