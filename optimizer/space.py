@@ -83,6 +83,13 @@ CHEAP_PIPELINE_WORK = 300_000
 enumeration of ``tpopt solve``)."""
 
 
+def round_up32(x) -> np.ndarray:
+    """float32 values no smaller than ``x`` (an upper bound stored in half the memory)."""
+    x = np.asarray(x, dtype=float)
+    y = x.astype(np.float32)
+    return np.where(y < x, np.nextafter(y, np.float32(np.inf)), y)
+
+
 class Tables(dict):
     """Term tables by name, each built on first access (see :meth:`Space.tables`)."""
 
@@ -316,7 +323,7 @@ class Space:
             "mem.activations.lo": lambda schedule, recompute, tp, pp, dp, mb:
                 T.activations(sc, schedule, recompute, tp, pp, dp, mb, peak="lo"),
             "mem.activations.hi": lambda schedule, recompute, tp, pp, dp, mb:
-                T.activations(sc, schedule, recompute, tp, pp, dp, mb, peak="hi"),
+                round_up32(T.activations(sc, schedule, recompute, tp, pp, dp, mb, peak="hi")),
             "mem.temporary": lambda zero, tp, pp, mb: T.temporary(sc, zero, tp, pp, mb),
             "mem.host": lambda acc, offload, zero, tp, pp, dp: T.host_memory(sc, acc, offload == "cpu", zero, tp, pp,
                                                                               dp),
@@ -340,18 +347,20 @@ class Space:
             "ok.layout.pp_divides_layers": lambda pp: (a.layers % pp == 0) * 1.0,
             "ok.layout.schedule_shape": lambda schedule, pp, dp, mb: T.schedule_shape_ok(schedule, pp, dp, mb, B) * 1.0,
         }
-        if name in build:
-            return self.tabulate(name, vars, build[name])
+        if name in build:  # the smallest dtype that holds each table exactly
+            dtype = bool if name.startswith("ok.") else np.int64 if name == "cards" else \
+                np.float32 if name.endswith(".hi") else float
+            return self.tabulate(name, vars, build[name], dtype)
         if name.startswith("time.compute"):
             return self._compute_table(name)
         if name == "ok.checkpoint.backlog":  # exact single-table condition: write time <= interval
-            return Table(name, vars, (T.checkpoint_write_time(sc) <= t["interval"].values) * 1.0)
+            return Table(name, vars, T.checkpoint_write_time(sc) <= t["interval"].values)
         if name == "ok.memory.host":  # offloaded state per host <= host memory
             h = t["mem.host"]
             cap = self.host_capacity()
             shape = [1] * h.values.ndim
             shape[h.vars.index("acc")] = len(cap)
-            return Table(name, vars, (h.values <= cap.reshape(shape)) * 1.0)
+            return Table(name, vars, h.values <= cap.reshape(shape))
         raise KeyError(name)
 
     def _compute_table(self, name: str = "time.compute") -> Table:
@@ -381,8 +390,8 @@ class Space:
                 other[:, :, si] = hi.reshape(lay)
         if exact:
             return Table(name, vars, out)
-        self.tables["time.compute.lo"] = Table("time.compute.lo", vars, out)
-        self.tables["time.compute.hi"] = Table("time.compute.hi", vars, other)
+        self.tables["time.compute.lo"] = Table("time.compute.lo", vars, out)  # exact where it can be: float64
+        self.tables["time.compute.hi"] = Table("time.compute.hi", vars, round_up32(other))
         return self.tables[name]
 
     def interval(self, tau, cards, mode):

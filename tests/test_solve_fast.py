@@ -12,6 +12,7 @@ large spaces use):
 import math
 import os
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from test_solver_properties import check_agreement, scenarios
@@ -141,3 +142,9 @@ def test_widest_gpt3_space_solves_and_backends_agree():
     h = solve(sc, "highs", Request(), space=sp)
     assert math.isclose(h.best.metrics["cost"], r.best.metrics["cost"], rel_tol=1e-9)
     assert r.solver.evaluated < sp.size() // 1000  # a few layouts, not the space
+    # tables in the smallest dtype that holds them; the upper bounds rounded up to float32
+    t = sp.tables
+    assert t["ok.batch.divisibility"].values.dtype == bool and t["cards"].values.dtype.kind == "i"
+    lo, hi = t["time.compute.lo"].values, t["time.compute.hi"].values
+    assert hi.dtype == np.float32 and np.all(hi >= lo)
+    assert "time.compute" not in t and "mem.activations" not in t  # never the exact pipeline tables
