@@ -286,12 +286,12 @@ def main(argv=None):
         results.append((row, label, res, en))
         report_row(row, label, res, en, backends)
         sys.stdout.flush()
-    print("Times in seconds (wall, and CPU: the machine may be shared), each backend in a fresh process: tables = every")
-    print("table the solve reads (closed-form")
-    print("bounds of the pipeline terms on large spaces), solve = the solve with exact verification (its own tables")
-    print("already built), analysis = the default report (binding families, why not cheaper); RSS = peak resident")
-    print("memory of each phase. enum: '~' = estimated from a timed sample (stratified families of groups),")
-    print("otherwise measured; 'same optimum' compares the cost of every backend that ran (enumeration included).")
+    print("Times in seconds (wall, and CPU: the machine may be shared), each backend in a fresh process: tables =")
+    print("every table the solve reads (closed-form bounds of the pipeline terms on large spaces), solve = the solve")
+    print("with exact verification (its tables already built), analysis = the default report (binding families, why")
+    print("not cheaper); RSS = peak resident memory of each phase. Enumeration: '~' = estimated from a timed sample")
+    print("(stratified families of groups, CPU time), otherwise measured; 'same optimum' compares the cost of every")
+    print("backend that ran (the enumeration's included).")
 
 
 def report_row(row, label, res, en, backends):
