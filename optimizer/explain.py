@@ -130,12 +130,19 @@ class Context:
 def conflict(space: Space, req: Request, enforced=None) -> list[str] | None:
     """A set of enforced families that cannot hold together (CP-SAT sufficient assumptions), or None
     when the request is feasible (or the solver ran out of time)."""
-    from tpopt.optimizer.cpsat import CpSatModel
+    from tpopt.optimizer.cpsat import CpSatModel, EncodingError
+    from tpopt.optimizer.limits import clock_of
 
     enforced = frozenset(FAMILIES) if enforced is None else frozenset(enforced)
-    model = CpSatModel(space, Request(objective=req.objective, enforce=enforced, seed=req.seed,
-                                      cards=req.cards), assumptions=True)
-    return model.conflict(time_limit=req.time_limit)
+    clock = clock_of(req)
+    if clock.expired("finding the conflict"):
+        return None
+    try:  # a hint only: the deletion filter starts from every enforced family without it
+        model = CpSatModel(space, Request(objective=req.objective, enforce=enforced, seed=req.seed,
+                                          cards=req.cards), assumptions=True)
+    except EncodingError:
+        return None
+    return model.conflict(time_limit=clock.remaining(0.01))
 
 
 class _SetOracle:
