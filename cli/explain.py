@@ -195,11 +195,17 @@ def infeasible_report(sc, space, result, req, kw, as_json, out: dict):
     proven = result.status.value == "infeasible"
     out["conflict"], out["conflict_detail"], out["relaxations"] = [], [], []
     if proven:
+        from tpopt.optimizer.limits import TimeLimitReached, Undecided
+
         raw, catalog = _raw_and_catalog(kw)
         ctx = Context.of(sc, kw.get("solver", "cpsat"), req, result.enforced, raw, catalog)
-        core = minimal_conflict(space, ctx.backend, req, ctx.enforced, ctx=ctx) or []
-        out["conflict"] = core
-        out["conflict_detail"] = conflict_detail(ctx, core)
+        try:
+            core = minimal_conflict(space, ctx.backend, req, ctx.enforced, ctx=ctx) or []
+            out["conflict"] = core
+            out["conflict_detail"] = conflict_detail(ctx, core)
+        except (Undecided, TimeLimitReached):  # the verdict stands; the explanation is cut short, and says so
+            core = []
+            out["conflict_status"] = "time limit reached"
         rels = relaxations(sc, ctx.backend, req, raw=raw, catalog=catalog, core=core, enforced=ctx.enforced)
         out["relaxations"] = [r.as_dict() for r in rels]
     if as_json:
@@ -207,10 +213,12 @@ def infeasible_report(sc, space, result, req, kw, as_json, out: dict):
         return
     lines = [f"tpopt {command}: {sc.name}: no feasible plan ({result.status.value})."]
     if not proven:
-        lines.append("The solver reached its time limit before finding a plan or proving there is none; "
+        where = f" while {result.solver.limit_phase}" if result.solver.limit_phase else ""
+        lines.append(f"Time limit reached{where} before a plan was found or proven not to exist; "
                      "raise --time-limit.")
     else:
-        lines += [""] + conflict_lines(out["conflict_detail"])
+        lines += [""] + (["Conflict: not isolated (time limit reached before a conflict was found)."]
+                         if out.get("conflict_status") else conflict_lines(out["conflict_detail"]))
         rl = relaxation_lines(out["relaxations"])
         if rl:
             lines += [""] + rl
@@ -287,13 +295,17 @@ def plan_lines(d: dict, sc) -> list[str]:
                 lines += [_violation_line(v, w) for v in f["violates"]]
     o = d["optimum"]
     lines.append("")
-    if not o["exists"]:
+    if o["exists"] is None:
+        lines.append(f"The optimum of the request: not decided ({o.get('undecided', 'time limit reached')}).")
+    elif not o["exists"]:
         lines.append("The request has no feasible plan at all (run without --cards for the conflict and relaxations).")
     elif o.get("this_plan_is_optimal"):
         lines.append(f"This plan is optimal (minimising {d['objective']}).")
         for b in o.get("binding", []):
             lines.append(f"  binding {b['name']}: without it {_plan_short(b['plan_without'])} would reach "
                          f"{_objective_text(b['objective_without'], d['objective'], unit)}")
+        for name in o.get("binding_undecided", []):
+            lines.append(f"  {name}: not decided (time limit reached)")
     else:
         p = o["plan"]
         ch = o.get("change", 0.0)
@@ -321,6 +333,11 @@ def request_lines(d: dict, sc) -> list[str]:
                     if "value" in v else "")
             lines.append(f"  {b['name']}: without it {_plan_short(b['plan_without'])} would reach "
                          f"{_objective_text(b['objective_without'], d['objective'], unit)}{viol}")
+    lines += [f"  {name}: not decided (time limit reached)" for name in d.get("binding_undecided", [])]
+    if d["solver"].get("time_limit_reached"):
+        from tpopt.cli.render import limit_line
+
+        lines.insert(1, limit_line(d["solver"]))
     return lines
 
 
@@ -372,10 +389,11 @@ def explain(sensitivity, as_json, **kw):
             raise SystemExit(EXIT_INFEASIBLE if result.status == Status.INFEASIBLE else EXIT_UNKNOWN)
         best = result.best
         oracle = make_oracle(space, backend, req)
-        binds = binding_families(oracle, best, req.objective, set(result.enforced))
+        undecided: list[str] = []
+        binds = binding_families(oracle, best, req.objective, set(result.enforced), undecided)
         out.update({"plan": best.plan_dict(), "cost": best.metrics["cost"], "cost_unit": best.metrics["cost_unit"],
                     "finish_days": best.metrics["finish_days"], "conflict": [], "relaxations": [],
-                    "binding": [b.as_dict(best, req.objective) for b in binds]})
+                    "binding": [b.as_dict(best, req.objective) for b in binds], "binding_undecided": undecided})
         if sensitivity:
             out["sensitivities"] = sensitivities(sc, backend, req, base=best)
         lines = request_lines(out, sc)

@@ -31,12 +31,14 @@ def solve_options(fn):
 def request_from(kw: dict, top: int = 1):
     from tpopt.optimizer.result import Request
 
-    if kw["time_limit"] <= 0:
-        from tpopt.errors import InputError
+    from tpopt.cli.common import check_run_options
+    from tpopt.optimizer.limits import Clock, stderr_progress
 
-        raise InputError("--time-limit must be positive")
+    check_run_options(kw["time_limit"], kw["seed"], kw["workers"], top)
+    clock = Clock(kw["time_limit"])  # one budget for every phase of this command
+    clock.progress = stderr_progress()
     return Request(objective=kw["objective"], top=top, time_limit=kw["time_limit"], seed=kw["seed"],
-                   workers=max(1, kw["workers"]), method=kw.get("method", "auto"))
+                   workers=kw["workers"], method=kw.get("method", "auto"), clock=clock)
 
 
 @click.command()
@@ -55,16 +57,13 @@ def solve(top, no_analysis, sensitivity, timing, as_json, **kw):
     Example: tpopt solve --scenario examples/design-case.toml --deadline 30d --hw rtx4090
     """
     from tpopt.cli.render import solve_text
-    from tpopt.errors import InputError
     from tpopt.optimizer.core import solve as run
     from tpopt.optimizer.report import analysis
     from tpopt.optimizer.result import Status
     from tpopt.optimizer.space import Space
 
-    if top < 1:
-        raise InputError("--top must be at least 1")
-    sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
     req = request_from(kw, top)
+    sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
     space = Space.from_scenario(sc)
     result = run(sc, kw["solver"], req, space=space)
     out = {"status": result.status.value, "objective": result.objective, "solver": result.solver.as_dict()}
@@ -73,10 +72,14 @@ def solve(top, no_analysis, sensitivity, timing, as_json, **kw):
         ana = None if no_analysis else analysis(space, best, kw["solver"], req, set(result.enforced))
         d = best.as_dict()
         binding = {b["name"] for b in ana["binding"]} if ana else set()
+        undecided = set(ana["undecided"]) if ana else set()
         for c in d["constraints"]:
-            c["binding"] = c["name"] in binding or (c["name"] == "step.budget" and "deadline.finish" in binding)
+            name = "deadline.finish" if c["name"] == "step.budget" else c["name"]
+            c["binding"] = None if name in undecided else name in binding  # None: not decided in time
         out.update(d)
         out["binding"] = ana["binding"] if ana else []
+        out["binding_undecided"] = sorted(undecided, key=list(result.enforced).index) if ana else []
+        out["analysis"] = ana["analysis"] if ana else "skipped"
         out["alternatives"] = ana["alternatives"] if ana else []
         out["analysis_by"] = ana["oracle"] if ana else None
         out["robustness"] = ana["robustness"] if ana else {}

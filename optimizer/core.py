@@ -17,7 +17,7 @@ import time
 from tpopt.errors import InputError
 from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.models.plan import Scenario
-from tpopt.optimizer.limits import TimeLimitReached, clock_of
+from tpopt.optimizer.limits import EncodingError, TimeLimitReached, clock_of
 from tpopt.optimizer.result import Request, SolveResult, SolverInfo, Status, objective_key
 from tpopt.optimizer.space import FAMILIES, Space
 
@@ -91,8 +91,6 @@ def solve(sc: Scenario, backend: str = "cpsat", req: Request | None = None, rest
 
 def _dispatch(space: Space, backend: str, req: Request, enforced, info: SolverInfo):
     """Run the requested formulation, falling back when it cannot answer (see :func:`solve`)."""
-    from tpopt.optimizer.cpsat import EncodingError
-
     if backend == "enumerate":
         return _enumerate(space, req, info)
     method = "decomposed" if use_decomposition(space, req) else "monolithic"

@@ -26,6 +26,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from tpopt.models import terms as T
+from tpopt.optimizer.limits import EncodingError  # noqa: F401 (raised here; the backends' shared error)
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import FAMILIES, VARS, Space, reduce_to
 
@@ -38,10 +39,6 @@ BUDGET = 2**60  # no linear expression of the model may reach this magnitude (CP
 INT_MAX = BUDGET
 MIN_TICKS = 100  # coarsest useful resolution: ticks in the shortest step, units in (1 + L) = 1
 
-
-class EncodingError(Exception):
-    """The integer encoding cannot represent this scenario exactly within 64 bits (the message
-    says which quantity); the caller falls back to a formulation that can (core.solve)."""
 
 
 @dataclass

@@ -30,6 +30,7 @@ from tpopt.models.evaluate import SPEC, Evaluation, evaluate
 from tpopt.models.plan import Plan, Scenario, System
 from tpopt.models.units import DAY, GB, GIB, parse_bandwidth, parse_bytes, parse_count, parse_duration, \
     parse_fraction, parse_int, parse_number
+from tpopt.optimizer.limits import Undecided  # a solver hit the time limit: the question has no proven answer
 from tpopt.optimizer.result import Request, Status, objective_value, plan_summary
 from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space
 
@@ -46,8 +47,6 @@ GRID = 8  # probes below the upper end when it is infeasible (feasibility may no
 REL = 1e-9
 
 
-class Undecided(Exception):
-    """A solver hit its time limit: the question has no proven answer."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,11 +103,11 @@ class Context:
             return None  # e.g. no NIC count the accelerator can take: no plan
         req = Request(objective=objective or self.req.objective, enforce=enforce, top=1,
                       time_limit=self.req.time_limit, seed=self.req.seed, workers=self.req.workers,
-                      cards=self.req.cards if cards is None else tuple(cards))
+                      cards=self.req.cards if cards is None else tuple(cards), clock=self.req.clock)
         self.solves += 1
         r = solve(sc, self.backend_for(space), req, space=space)
         if r.status not in (Status.OPTIMAL, Status.INFEASIBLE):
-            raise Undecided(f"the solver reached its time limit ({self.req.time_limit:g} s)")
+            raise Undecided(f"time limit reached ({self.req.time_limit:g} s)")
         if key is not None:
             self._memo[key] = r.best
         return r.best
@@ -130,8 +129,8 @@ class Context:
 def conflict(space: Space, req: Request, enforced=None) -> list[str] | None:
     """A set of enforced families that cannot hold together (CP-SAT sufficient assumptions), or None
     when the request is feasible (or the solver ran out of time)."""
-    from tpopt.optimizer.cpsat import CpSatModel, EncodingError
-    from tpopt.optimizer.limits import clock_of
+    from tpopt.optimizer.cpsat import CpSatModel
+    from tpopt.optimizer.limits import EncodingError, clock_of
 
     enforced = frozenset(FAMILIES) if enforced is None else frozenset(enforced)
     clock = clock_of(req)
@@ -914,7 +913,10 @@ def relaxations(sc: Scenario, backend: str = "cpsat", req: Request | None = None
         if r is None:
             continue
         if r.helps is False and not r.blocked_by and name != "accelerator":
-            r.blocked_by = other_conflict(ctx, PARAMS[name].affects)
+            try:
+                r.blocked_by = other_conflict(ctx, PARAMS[name].affects)
+            except Undecided:
+                pass  # the relaxation's verdict stands; what else conflicts is left unsaid
         r.seconds, r.solves = time.perf_counter() - t0, ctx.solves - s0
         out.append(r)
     return out
@@ -964,8 +966,12 @@ def explain_plan(sc: Scenario, plan: Plan, backend: str = "cpsat", req: Request 
     nxt = next((f for f in out["fewer_hosts"] if f.get("valid_layout")), None)
     out["one_host_fewer"] = out["fewer_hosts"][0] if out["fewer_hosts"] else None
     out["binding"] = sorted({v["name"] for v in nxt["violates"]}) if (feasible and nxt) else []
-    # the optimum of the request
-    best = ctx.best()
+    # the optimum of the request (left open, and said so, when the time limit cuts it short)
+    try:
+        best = ctx.best()
+    except Undecided as exc:
+        out["optimum"] = {"exists": None, "undecided": str(exc)}
+        return out
     opt = {"exists": best is not None}
     if best is not None:
         opt["plan"] = plan_summary(best)
@@ -974,9 +980,11 @@ def explain_plan(sc: Scenario, plan: Plan, backend: str = "cpsat", req: Request 
             opt["this_plan_is_optimal"] = True
             space = Space.from_scenario(sc)
             oracle = make_oracle(space, backend, req)
-            binds = binding_families(oracle, ev, req.objective, ctx.enforced)
+            undecided: list[str] = []
+            binds = binding_families(oracle, ev, req.objective, ctx.enforced, undecided)
             opt["binding"] = [{"name": b.name, "plan_without": plan_summary(b.without),
                                "objective_without": objective_value(b.without, req.objective)} for b in binds]
+            opt["binding_undecided"] = undecided
         else:
             opt["this_plan_is_optimal"] = False
             opt["change"] = objective_value(best, req.objective) / objective_value(ev, req.objective) - 1

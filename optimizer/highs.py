@@ -29,13 +29,16 @@ import numpy as np
 
 from tpopt.models import terms as T
 from tpopt.models.units import DAY, GIB
-from tpopt.optimizer.cpsat import BUSY, MEMORY, CandidateResult, EncodingError, _lower, caps
+from tpopt.optimizer.cpsat import BUSY, MEMORY, CandidateResult, _lower, caps
+from tpopt.optimizer.limits import EncodingError
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import FAMILIES, VARS, Space, reduce_to
 
 INF = 1e30
 MAX_COEF = 1e13  # largest matrix coefficient or finite bound the encoding may use (HiGHS tolerances are
 # absolute, 1e-7 to 1e-9: beyond this range a verdict could rest on rounding)
+MAX_RANGE = 1e10  # largest ratio of matrix coefficients (found by benchmarks/cross_check.py: at 1e11
+# HiGHS's presolve declared a feasible model infeasible)
 HUB = ("acc", "tp", "pp", "dp", "mb", "recompute")  # the core layout every time and memory term shares
 
 
@@ -203,6 +206,10 @@ class HighsModel:
         worst = max(float(vals.max()) if vals.size else 0.0, float(bounds.max()) if bounds.size else 0.0)
         if not np.isfinite(vals).all() or not math.isfinite(worst) or worst > MAX_COEF:
             raise EncodingError(f"the MILP needs coefficients up to {worst:.3g}, beyond HiGHS's reliable range")
+        nz = vals[vals > 0]
+        if nz.size and nz.max() / nz.min() > MAX_RANGE:
+            raise EncodingError(f"the MILP's coefficients span {nz.min():.3g} to {nz.max():.3g}, a range beyond "
+                                "HiGHS's reliable one")
 
     def _forbid(self, family: str, ok_table: str):
         if family not in self.enforced:
@@ -361,7 +368,7 @@ class HighsModel:
         idx = [int(self.x[v][assignment[v]]) for v in VARS]
         self.h.addRow(-INF, len(idx) - 1.0, len(idx), np.array(idx, dtype=np.int32), np.ones(len(idx)))
 
-    def solve(self, bound=None, time_limit: float = 60.0) -> CandidateResult:
+    def solve(self, bound=None, time_limit: float = 60.0, confirm: bool = True) -> CandidateResult:
         hp = self.hp
         if bound is not None:
             lim = bound / self.obj_factor
@@ -374,6 +381,12 @@ class HighsModel:
             a = {v: int(np.argmax(sol[self.x[v]])) for v in VARS}
             return CandidateResult("candidate", a, float(sol[self.obj]) * self.obj_factor)
         if st in (hp.HighsModelStatus.kInfeasible, hp.HighsModelStatus.kUnboundedOrInfeasible):
+            if confirm:  # an infeasibility claim ends the search: confirm it without presolve
+                self.h.setOptionValue("presolve", "off")
+                try:
+                    return self.solve(None, time_limit, confirm=False)
+                finally:
+                    self.h.setOptionValue("presolve", "choose")
             return CandidateResult("infeasible")
         if st != hp.HighsModelStatus.kTimeLimit:
             return CandidateResult("error", detail=f"HiGHS status {self.h.modelStatusToString(st)}")

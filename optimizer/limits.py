@@ -34,6 +34,15 @@ class TimeLimitReached(Exception):
         self.phase = phase
 
 
+class EncodingError(Exception):
+    """A backend's encoding cannot represent this scenario exactly (the message says which quantity);
+    the caller falls back to a formulation that can (:func:`tpopt.optimizer.core.solve`)."""
+
+
+class Undecided(Exception):
+    """A question the solver could not answer within the time limit (no proven answer)."""
+
+
 class Clock:
     """A deadline on the monotonic clock, shared by every phase of one run."""
 
