@@ -25,6 +25,8 @@ def check_path(path: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise InputError(f"--plot: directory {folder!r} does not exist")
+    if os.path.isdir(path):
+        raise InputError(f"--plot: {path!r} is a directory, not a file")
 
 
 def plot_timeline(result, path: str) -> None:

@@ -295,9 +295,9 @@ def _stragglers_text(rep: dict) -> str:
 
 def _plot_curves(rep: dict, path: str) -> None:
     """Save / redo / total cost against the interval (log x), first-order optimum marked."""
-    lower = path.lower()
-    if not (lower.endswith(".svg") or lower.endswith(".png")):
-        raise InputError(f"--plot: {path!r} must end in .svg or .png")
+    from tpopt.cli.pipeline_plot import check_path
+
+    check_path(path)  # .svg or .png, an existing folder, not a directory
     import matplotlib
 
     matplotlib.use("Agg")

@@ -100,7 +100,8 @@ def _dispatch(space: Space, backend: str, req: Request, enforced, info: SolverIn
         else:
             from tpopt.optimizer.highs import HighsModel as Model
         try:
-            model = Model(space, req)
+            with clock_of(req).interruptible("building the solver model"):
+                model = Model(space, req)
             plans, status, rounds, gap, evaluated = verify_loop(model, space, req, enforced)
             info.rounds, info.gap, info.evaluated = rounds, gap, evaluated
             info.note = "monolithic"

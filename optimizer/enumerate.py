@@ -20,7 +20,7 @@ from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import FAMILIES, VARS, Space
 
 NUMERIC_AXES = ("tp", "pp", "dp", "mb", "zero", "nics", "tau")
-CHUNK = 2_000_000  # points per evaluate_arrays call (bounds memory)
+CHUNK = 250_000  # points per evaluate_arrays call (bounds memory and the time between clock checks)
 F32_MAX = float(np.finfo(np.float32).max)  # ratios beyond it are clipped (they only rank closeness)
 
 

@@ -207,7 +207,7 @@ class HighsModel:
         if not np.isfinite(vals).all() or not math.isfinite(worst) or worst > MAX_COEF:
             raise EncodingError(f"the MILP needs coefficients up to {worst:.3g}, beyond HiGHS's reliable range")
         nz = vals[vals > 0]
-        if nz.size and nz.max() / nz.min() > MAX_RANGE:
+        if nz.size and nz.max() > MAX_RANGE * nz.min():
             raise EncodingError(f"the MILP's coefficients span {nz.min():.3g} to {nz.max():.3g}, a range beyond "
                                 "HiGHS's reliable one")
 

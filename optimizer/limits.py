@@ -89,6 +89,7 @@ class Clock:
         Uses ``SIGALRM`` (POSIX, main thread); elsewhere it only checks before and after the phase.
         """
         self.check(phase)
+        self.report(phase, 0)
         usable = (math.isfinite(self.end) and hasattr(signal, "setitimer")
                   and threading.current_thread() is threading.main_thread())
         if not usable:
@@ -120,7 +121,8 @@ def clock_of(req) -> Clock:
 def stderr_progress(every: float = 2.0):
     """A progress callback printing one line per phase to stderr at most every ``every`` seconds,
     only when stderr is a terminal (so files and tests stay byte-identical)."""
-    last = {"t": time.monotonic()}
+    started = time.monotonic()
+    last = {"t": started}
 
     def show(phase: str, done: int, total: int | None):
         if not sys.stderr.isatty():
@@ -129,7 +131,7 @@ def stderr_progress(every: float = 2.0):
         if now - last["t"] < every:
             return
         last["t"] = now
-        tail = f"{done:,}/{total:,}" if total else f"{done:,}"
-        print(f"tpopt: {phase}: {tail}", file=sys.stderr, flush=True)
+        tail = f"{done:,}/{total:,}" if total else (f"{done:,}" if done else "...")
+        print(f"tpopt: {phase}: {tail} ({now - started:,.0f} s)", file=sys.stderr, flush=True)
 
     return show
