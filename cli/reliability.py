@@ -334,7 +334,7 @@ def _plot_curves(rep: dict, path: str) -> None:
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
-    meta = {"Date": None} if lower.endswith(".svg") else {}
+    meta = {"Date": None} if path.lower().endswith(".svg") else {}
     try:
         fig.savefig(path, metadata=meta)
     except OSError as exc:

@@ -126,7 +126,8 @@ def _objective_text(value: float, objective: str, unit: str) -> str:
 
 def binding_lines(binding: list[dict], objective: str, unit: str, undecided=()) -> list[str]:
     if undecided:
-        head = binding_lines(binding, objective, unit) if binding else []
+        head = binding_lines(binding, objective, unit) if binding else [
+            "Binding constraints: none among the families decided in time."]
         return head + [f"  {name}: not decided (time limit reached before this question was answered)"
                        for name in undecided]
     if not binding:

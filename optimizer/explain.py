@@ -130,16 +130,17 @@ def conflict(space: Space, req: Request, enforced=None) -> list[str] | None:
     """A set of enforced families that cannot hold together (CP-SAT sufficient assumptions), or None
     when the request is feasible (or the solver ran out of time)."""
     from tpopt.optimizer.cpsat import CpSatModel
-    from tpopt.optimizer.limits import EncodingError, clock_of
+    from tpopt.optimizer.limits import EncodingError, TimeLimitReached, clock_of
 
     enforced = frozenset(FAMILIES) if enforced is None else frozenset(enforced)
     clock = clock_of(req)
     if clock.expired("finding the conflict"):
         return None
     try:  # a hint only: the deletion filter starts from every enforced family without it
-        model = CpSatModel(space, Request(objective=req.objective, enforce=enforced, seed=req.seed,
-                                          cards=req.cards), assumptions=True)
-    except EncodingError:
+        with clock.interruptible("finding the conflict"):
+            model = CpSatModel(space, Request(objective=req.objective, enforce=enforced, seed=req.seed,
+                                              cards=req.cards), assumptions=True)
+    except (EncodingError, TimeLimitReached):
         return None
     return model.conflict(time_limit=clock.remaining(0.01))
 
@@ -155,8 +156,13 @@ class _SetOracle:
         self.table = None
         if space.size() <= TABLE_LIMIT:
             from tpopt.optimizer.enumerate import PointTable
+            from tpopt.optimizer.limits import TimeLimitReached, clock_of
 
-            self.table = PointTable.build(space)
+            try:
+                with clock_of(ctx.req).interruptible("tabulating the plans"):
+                    self.table = PointTable.build(space)
+            except TimeLimitReached:
+                raise Undecided("time limit reached") from None
 
     def admits(self, families) -> bool:
         if self.table is not None:
@@ -546,11 +552,16 @@ def argmin_metric(ctx: Context, metric: str, families, sc: Scenario | None = Non
     exact evaluator; ties go to the first point in enumeration order. None if no such plan."""
     from tpopt.optimizer.enumerate import NUMERIC_AXES, chunks
 
+    from tpopt.optimizer.limits import clock_of
+
     sc = sc or ctx.sc
     space = space or Space.from_scenario(sc)
+    clock = clock_of(ctx.req)
     fams = list(families)
     best = None
     for fixed, idx_lists, shape, r in chunks(space):
+        if clock.expired("searching the plans"):  # a partial minimum is no answer
+            raise Undecided("time limit reached")
         ok = np.ones(shape, dtype=bool)
         for f in fams:
             v, lim = r[("c", f)]

@@ -26,8 +26,11 @@ import time
 MAX_TIME_LIMIT = 7 * 86400.0  # a week: longer limits are refused at the parsing edge
 
 
-class TimeLimitReached(Exception):
-    """The run's time limit expired during ``phase`` (a phase with nothing to return yet)."""
+class TimeLimitReached(BaseException):
+    """The run's time limit expired during ``phase`` (a phase with nothing to return yet).
+
+    A BaseException, like KeyboardInterrupt: raised from a timer at an arbitrary point, it must not be
+    swallowed by an ``except Exception`` on the way to the phase's owner, which catches it."""
 
     def __init__(self, phase: str):
         super().__init__(f"time limit reached while {phase}")
@@ -55,6 +58,7 @@ class Clock:
         self.reached = False  # set only when the clock ran out (checked or by the timer)
         self.phase = ""  # the phase in which it ran out
         self.progress = None  # optional callable(phase: str, done: int, total: int | None)
+        self._armed = False  # an interruptible phase holds the timer
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start
@@ -92,7 +96,7 @@ class Clock:
         self.report(phase, 0)
         usable = (math.isfinite(self.end) and hasattr(signal, "setitimer")
                   and threading.current_thread() is threading.main_thread())
-        if not usable:
+        if not usable or self._armed:  # nested: the outer phase's timer already covers it
             yield
             self.check(phase)
             return
@@ -102,12 +106,14 @@ class Clock:
             raise TimeLimitReached(phase)
 
         previous = signal.signal(signal.SIGALRM, on_alarm)
+        self._armed = True
         try:
             signal.setitimer(signal.ITIMER_REAL, max(1e-3, self.end - time.monotonic()))
             yield
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+            self._armed = False
         self.check(phase)
 
 

@@ -109,8 +109,8 @@ def binding_families(oracle, best: Evaluation, objective: str, enforced, undecid
     reported as binding or as slack)."""
     out = []
     for f in RELAXABLE:
-        if f not in enforced:
-            continue
+        if f not in enforced or (f == "budget.cost" and oracle.space.sc.cost.max_cost is None):
+            continue  # cost <= infinity binds nothing
         try:
             alt = oracle.best([g for g in enforced if g != f], objective)
         except Undecided:
