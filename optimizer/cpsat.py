@@ -69,7 +69,7 @@ def _lower(x, cap: float) -> np.ndarray:
     included) -> cap. Never above the true value, so the encoding stays a relaxation; a plan whose
     value was clamped is excluded by the cap's own constraint or by the exact verification."""
     x = np.asarray(x, dtype=float)
-    return np.minimum(np.where(np.isnan(x), 0.0, np.maximum(x, 0.0)), cap)
+    return np.minimum(np.where(np.isnan(x) | (x == -np.inf), 0.0, x), cap)
 
 
 def _max_finite(x, default: float = 0.0) -> float:

@@ -125,8 +125,8 @@ class CpSatMaster:
         self.m.add(self.hub != int(h))
 
     def solve(self, bound, time_limit):
-        if bound is not None:
-            self.m.add(self.theta <= min(int(math.ceil(bound * self.scale)), 2**62))
+        if bound is not None and bound * self.scale < 2**62:  # a bound beyond every theta cuts nothing
+            self.m.add(self.theta <= int(math.ceil(bound * self.scale)))
         s = self.cp.CpSolver()
         s.parameters.num_workers = max(1, int(self.req.workers))
         s.parameters.random_seed = int(self.req.seed)
@@ -187,7 +187,7 @@ class HighsMaster:
         if not len(self.cols):
             return "infeasible", None
         n = len(self.cols)
-        if bound is not None:
+        if bound is not None and math.isfinite(bound):
             lim = bound / self.unit * (1 + 1e-12) + 1e-12
             if self.bound_row is None:
                 self.h.addRow(-np.inf, lim, n, np.arange(n, dtype=np.int32), self.obj)
