@@ -58,6 +58,7 @@ KEYS = {
     "search": {"zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "schedule", "nics_per_host",
                "save_interval", "save_mode", "max_cards", "accelerator", "dp"},
     "sweep": None,
+    "rl": None,  # RL post-training, parsed by tpopt.catalogs.rl
     "scenario": {"name", "description"},
 }
 REQUIRED = {"model": (), "task": ("tokens", "seq_len", "global_batch"), "schedule": ("deadline",),
