@@ -51,6 +51,7 @@ def plot_cycle(out: dict, path: str) -> None:
     from matplotlib.patches import Patch
 
     rows, blocks, total = cycle_blocks(out)
+    plt.rcParams["svg.hashsalt"] = "tpopt"  # fixed element ids: the same plan gives the same bytes
     fig, ax = plt.subplots(figsize=(10, 0.9 + 0.5 * len(rows)))
     labels = []
     for i, row in enumerate(rows):
