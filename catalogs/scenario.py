@@ -140,6 +140,8 @@ def _check_keys(raw: dict) -> None:
                 continue
             if key not in allowed:
                 raise InputError(f"scenario: unknown key {key!r} in [{table}] (known: {', '.join(sorted(allowed))})")
+    if "rl" in raw and "tokens" not in raw.get("task", {}):
+        raise InputError("scenario: this is an RL scenario ([rl] table); plan it with tpopt rl")
     for table, keys in REQUIRED.items():
         if table not in raw:
             raise InputError(f"scenario: missing required table [{table}]")

@@ -1,4 +1,15 @@
-"""Reinforcement-learning loop relations (chapter 10.5): throughput, hand-off peaks, weight sync, async."""
+"""Reinforcement-learning loop relations (chapter 10.5): throughput, hand-off peaks, weight sync, async.
+
+The loop of one step: generate prompts x samples responses (:mod:`tpopt.models.generation`), verify them,
+learn on the kept ones, send the new weights to the generators. Stage rates combine as
+r_effective = min(r_learn, q min(r_gen, r_verify)); a synchronous step takes rollout + learn + sync, a
+one-step-asynchronous one max(rollout, learn) + sync, and async pays off above a kept fraction
+q* = q_sync T_async / T_sync (generation-bound). On shared cards the hand-off from training to
+generation peaks at train + weights + KV + common in naive order and at
+max(train + weights, weights + KV) + common in staged order. Also the inputs of an RL run as plain
+data (:class:`RLTask`, :class:`RLSearch`, :class:`RLScenario`); the TOML reader is
+:mod:`tpopt.catalogs.rl` and the solve :mod:`tpopt.optimizer.rl`.
+"""
 
 from __future__ import annotations
 

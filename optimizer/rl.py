@@ -157,6 +157,7 @@ class RLProblem:
         self.card_limit = int(card_limit or self.sc.search.max_cards)
         self.caches = caches if caches is not None else new_caches()
         self.policy_params = float(param_count(self.sc.model))
+        self.gemm_params = float(gemm_params(self.sc.model))
         self.seq = self.sc.task.seq_len
         self.step_tokens = float(self.task.batch * self.seq)
         rm = self.task.verifier.reward_model
@@ -231,7 +232,7 @@ class RLProblem:
         highest dense peak, no swap, no memory (0 once a solve has shown the bound unsafe)."""
         A = self.sc.system(acc).acc
         peak = max(A.peak_flops, A.peak_fp8, A.peak_fp16, A.peak_tf32)
-        lb = 6.0 * gemm_params(self.sc.model) * self.step_tokens / (cards * peak)
+        lb = 6.0 * self.gemm_params * self.step_tokens / (cards * peak)
         if not self.caches["bound_ok"][0]:
             lb = 0.0
         return Learner(plan=None, step_s=lb, full_s=lb + self.extra_forward_s(acc, cards))

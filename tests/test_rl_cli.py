@@ -134,6 +134,10 @@ def test_pretraining_scenario_is_not_an_rl_scenario():
     _one_line(run("rl", "--scenario", str(ROOT / "examples" / "design-case.toml")), "no [rl] table")
 
 
+def test_rl_scenario_is_not_a_pretraining_scenario():
+    _one_line(run("solve", "--scenario", EXAMPLE), "plan it with tpopt rl")
+
+
 def _one_line(r, needle):
     assert r.exit_code == 2, (r.exit_code, r.stdout, r.stderr)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
