@@ -116,8 +116,8 @@ def weight_bytes_per_card(params: float, tp: int, value_bytes: float = 2.0) -> f
 
 def kv_pool(usable: float, weights: float, common: float, fixed: float | None = None) -> float:
     """KV-cache pool per card: a fixed size when given, else what usable memory leaves after the
-    weights and the memory every phase holds (runtime buffers, engine workspace)."""
-    return fixed if fixed is not None else usable - weights - common
+    weights and the memory every phase holds (runtime buffers, engine workspace), at least 0."""
+    return fixed if fixed is not None else max(0.0, usable - weights - common)
 
 
 def max_concurrent(pool: float, kv_per_token: float, tokens_per_sequence: float) -> int:
