@@ -137,8 +137,9 @@ def _lines(*lines: str) -> str:
 
 
 def _infeasible_lines(out: dict) -> list[str]:
-    lines = [f"Conflict: these {len(out['conflict'])} constraint(s) cannot hold together "
-             "(dropping any one of them admits a plan):"]
+    n = len(out["conflict"])
+    lines = [f"Conflict: {'this constraint admits no plan' if n == 1 else f'these {n} constraints cannot hold together'}"
+             f" (dropping {'it' if n == 1 else 'any one of them'} admits a plan):"]
     for c in out["conflict_detail"]:
         if "detail" in c:
             lines.append(f"  {c['name']}: {c['detail']}")
@@ -154,7 +155,8 @@ def _infeasible_lines(out: dict) -> list[str]:
                 lines.append(f"  {r['parameter']} >= {r['required']:,} {r['unit']} (now {r['current']}): "
                              f"{_short(r['plan'])}")
             else:
-                lines.append(f"  {r['parameter']}: cannot help alone")
+                still = ", ".join(r.get("still_conflicting") or []) or "the layout rules"
+                lines.append(f"  {r['parameter']}: cannot help alone ({still} still conflict)")
     return lines
 
 

@@ -230,12 +230,21 @@ class RLProblem:
     def learner_bound(self, acc: str, cards: int) -> Learner:
         """A lower bound of every learner plan at ``cards``: the GEMM work of a step at the card's
         highest dense peak, no swap, no memory (0 once a solve has shown the bound unsafe)."""
-        A = self.sc.system(acc).acc
-        peak = max(A.peak_flops, A.peak_fp8, A.peak_fp16, A.peak_tf32)
-        lb = 6.0 * self.gemm_params * self.step_tokens / (cards * peak)
-        if not self.caches["bound_ok"][0]:
-            lb = 0.0
-        return Learner(plan=None, step_s=lb, full_s=lb + self.extra_forward_s(acc, cards))
+        key = (acc, cards, self.caches["bound_ok"][0])
+        cache = self.caches.setdefault("bound", {})
+        if key not in cache:
+            A = self.sc.system(acc).acc
+            peak = max(A.peak_flops, A.peak_fp8, A.peak_fp16, A.peak_tf32)
+            lb = 6.0 * self.gemm_params * self.step_tokens / (cards * peak) if key[2] else 0.0
+            cache[key] = Learner(plan=None, step_s=lb, full_s=lb + self.extra_forward_s(acc, cards))
+        return cache[key]
+
+    def rate(self, acc: str, cards: int) -> float:
+        """Rental cost per second of the job's cards and their hosts' NICs (cached)."""
+        cache = self.caches.setdefault("rate", {})
+        if (acc, cards) not in cache:
+            cache[(acc, cards)] = float(T.rate_per_second(self.sc, acc, cards, self.nics(acc)))
+        return cache[(acc, cards)]
 
     def receive_bytes(self, d: RLDecision) -> float:
         """Policy weights a rollout card receives per update (its shard, or the whole policy)."""
@@ -473,7 +482,7 @@ class RLProblem:
         ov = self.overhead(cards, "checkpoint.backlog" in enforced)
         L = ov["overhead"]
         finish = sc.task.reserved_s + steps * cycle * (1.0 + L)
-        cost = float(T.rate_per_second(sc, d.accelerator, cards, nics)) * finish
+        cost = self.rate(d.accelerator, cards) * finish
         r_learn = Rb / learner.full_s if learner.full_s > 0 else math.inf
         bound = R.effective_sample_rate(ro["r_gen"], ro["r_verify"], r_learn, q)
         needed = task.samples * (1.0 + L) / (sc.task.deadline_s - sc.task.reserved_s)
@@ -646,12 +655,20 @@ def violation(ev: RLEvaluation, family: str) -> dict:
 
 
 def _relaxed_problem(pb: RLProblem, family: str) -> RLProblem | None:
-    """The problem a question without ``family`` needs: a larger card grid when cards.max goes
-    (twice the cap), or None when that grid would be too large to enumerate."""
+    """The problem a question without ``family`` needs: without cards.max, a card grid up to 8x (else
+    4x, 2x) the cap, the largest whose RL decisions stay enumerable; None if none does."""
     if family != "cards.max":
         return pb
-    p2 = pb.with_card_limit(2 * pb.sc.search.max_cards)
-    return p2 if len(p2.grid()) <= GRID_LIMIT else None
+    cache = pb.caches.setdefault("relaxed", {})
+    if pb.card_limit not in cache:
+        cache[pb.card_limit] = None
+        for factor in (8, 4, 2):
+            p2 = pb.with_card_limit(factor * pb.sc.search.max_cards)
+            if len(p2.grid()) <= GRID_LIMIT:
+                cache[pb.card_limit] = p2.card_limit
+                break
+    limit = cache[pb.card_limit]
+    return None if limit is None else pb.with_card_limit(limit)
 
 
 def binding(pb: RLProblem, best: RLEvaluation, objective: str, enforced) -> list[dict]:
@@ -738,48 +755,66 @@ def async_break_even(pb: RLProblem, objective: str, enforced, tol: float = 1e-4)
     return {"kept": hi, "sync": None if sync is None else summary(sync)}
 
 
+def _best(pb: RLProblem, objective: str, families) -> RLEvaluation | None:
+    """The best plan under ``families``; without cards.max, on the larger card grid."""
+    if "cards.max" not in families:
+        pb = _relaxed_problem(pb, "cards.max") or pb
+    return solve(pb, objective, families).best
+
+
+def _conflict(pb: RLProblem, objective: str, structural: list, families: list) -> list:
+    """A minimal subset of ``families`` that admits no plan (deletion filter); [] if they admit one."""
+    if _best(pb, objective, structural + list(families)) is not None:
+        return []
+    conflict = list(families)
+    for f in list(conflict):
+        rest = [g for g in conflict if g != f]
+        if _best(pb, objective, structural + rest) is None:
+            conflict = rest
+    return conflict
+
+
 def explain_infeasible(pb: RLProblem, objective: str, enforced) -> dict:
     """Why no RL plan is feasible: a minimal conflicting set of families (deletion filter), the
     plan that comes closest to each, and the smallest single changes that admit a plan."""
     relax = [f for f in enforced if f in RELAXABLE]
     structural = [f for f in enforced if f in STRUCTURAL]
-    if solve(pb, objective, structural).best is None:
+    if _best(pb, objective, structural) is None:
         return {"conflict": ["rl.learner_layout"], "conflict_detail": [
             {"name": "rl.learner_layout", "detail": "no learner layout exists at any card count up to "
                                                     f"{pb.card_limit} (batch, host and head rules)"}],
                 "relaxations": []}
-    conflict = list(relax)
-    for f in list(conflict):
-        rest = [g for g in conflict if g != f]
-        if solve(pb, objective, structural + rest).best is None:
-            conflict = rest
+    conflict = _conflict(pb, objective, structural, relax)
     detail = []
     for f in conflict:
-        alt = solve(pb, objective, structural + [g for g in conflict if g != f]).best
+        alt = _best(pb, objective, structural + [g for g in conflict if g != f])
         detail.append(dict(violation(alt, f), plan=summary(alt)) if alt is not None else {"name": f})
     changes = []
-    others = [f for f in enforced if f not in ("deadline.finish", "budget.cost")]
+
+    def change(parameter: str, family: str, unit: str, current, required, plan):
+        entry = {"parameter": parameter, "unit": unit, "current": current, "required": required,
+                 "helps": plan is not None, "plan": None if plan is None else summary(plan)}
+        if plan is None:  # what still conflicts once this input is freed
+            entry["still_conflicting"] = _conflict(pb, objective, structural, [g for g in relax if g != family])
+        changes.append(entry)
+
+    without = lambda f: [g for g in enforced if g != f]  # noqa: E731
     if "deadline.finish" in conflict:
-        fast = solve(pb, "time", others).best
-        changes.append({"parameter": "deadline", "unit": "d", "current": pb.sc.task.deadline_s / DAY,
-                        "required": None if fast is None else math.ceil(fast.metrics["finish_s"] / DAY * 100) / 100,
-                        "helps": fast is not None, "plan": None if fast is None else summary(fast)})
+        fast = _best(pb, "time", without("deadline.finish"))
+        change("deadline", "deadline.finish", "d", pb.sc.task.deadline_s / DAY,
+               None if fast is None else math.ceil(fast.metrics["finish_s"] / DAY * 100) / 100, fast)
     if "cards.max" in conflict:
-        p2 = _relaxed_problem(pb, "cards.max")
-        few = None if p2 is None else solve(p2, "cards", [f for f in enforced if f != "cards.max"]).best
-        changes.append({"parameter": "max_cards", "unit": "cards", "current": pb.sc.search.max_cards,
-                        "required": None if few is None else few.decision.cards, "helps": few is not None,
-                        "plan": None if few is None else summary(few)})
+        few = _best(pb, "cards", without("cards.max"))
+        change("max_cards", "cards.max", "cards", pb.sc.search.max_cards, None if few is None else few.decision.cards,
+               few)
     if "budget.cost" in conflict:
-        cheap = solve(pb, "cost", [f for f in enforced if f != "budget.cost"]).best
-        changes.append({"parameter": "max_cost", "unit": "USD", "current": pb.sc.cost.max_cost,
-                        "required": None if cheap is None else math.ceil(cheap.metrics["cost"]),
-                        "helps": cheap is not None, "plan": None if cheap is None else summary(cheap)})
+        cheap = _best(pb, "cost", without("budget.cost"))
+        change("max_cost", "budget.cost", "USD", pb.sc.cost.max_cost,
+               None if cheap is None else math.ceil(cheap.metrics["cost"]), cheap)
     if "rl.staleness" in conflict:
-        alt = solve(pb, objective, [f for f in enforced if f != "rl.staleness"]).best
-        changes.append({"parameter": "staleness", "unit": "steps", "current": pb.task.staleness,
-                        "required": None if alt is None else alt.decision.staleness, "helps": alt is not None,
-                        "plan": None if alt is None else summary(alt)})
+        alt = _best(pb, objective, without("rl.staleness"))
+        change("staleness", "rl.staleness", "steps", pb.task.staleness, None if alt is None else alt.decision.staleness,
+               alt)
     return {"conflict": conflict, "conflict_detail": detail, "relaxations": changes}
 
 
