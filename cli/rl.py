@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tpopt.cli.common import EXIT_INFEASIBLE, dump_json, handle_errors, scenario_options
+from tpopt.cli.common import EXIT_INFEASIBLE, EXIT_UNKNOWN, dump_json, fail, handle_errors, scenario_options
 
 
 @click.command()
@@ -17,7 +17,8 @@ from tpopt.cli.common import EXIT_INFEASIBLE, dump_json, handle_errors, scenario
 @click.option("--kept", help="Kept fraction at one-step async, e.g. 80% (overrides [rl] kept).")
 @click.option("--staleness", type=click.IntRange(0, 1), help="Policy lag allowed: 0 synchronous, 1 one-step async.")
 @click.option("--no-analysis", is_flag=True, help="Skip binding constraints, alternatives and the break-even search.")
-@click.option("--plot", "plot_path", help="Stage utilisation over one cycle of the chosen plan (.svg or .png).")
+@click.option("--plot", "plot_path", help="Stage utilisation over one cycle of the chosen plan (.svg or .png; "
+                                          "written only when a plan is feasible).")
 @click.option("--timing", is_flag=True, help="Print the solve's wall time (the only non-deterministic output).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text (solver.wall_s is the wall time).")
 @click.option("--time-limit", type=float, default=60.0, show_default=True, help="Time limit per learner solve, s.")
@@ -46,8 +47,11 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
     ov.update({"cost.max_cost": max_cost, "rl.kept": kept, "rl.staleness": staleness})
     rsc = load_rl_scenario(kw["scenario_path"], ov, kw.get("catalog_dirs") or ())
     pb = O.RLProblem(rsc, solver, Request(time_limit=time_limit))
-    result = O.solve(pb, objective)
-    out = O.report(pb, result, analyse=not no_analysis, break_even=not no_analysis)
+    try:
+        result = O.solve(pb, objective)
+        out = O.report(pb, result, analyse=not no_analysis, break_even=not no_analysis)
+    except O.LearnerTimeout as exc:
+        fail(str(exc), EXIT_UNKNOWN)
     if plot_path and result.feasible:
         from tpopt.cli.rl_plot import plot_cycle
 

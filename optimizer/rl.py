@@ -138,6 +138,10 @@ class RLResult:
         return self.best is not None
 
 
+class LearnerTimeout(RuntimeError):
+    """A learner solve hit its time limit before any answer (the CLI exits 4)."""
+
+
 def new_caches() -> dict:
     return {"learner": {}, "space": {}, "rollout": {}, "overhead": {}, "bound_ok": [True], "solves": [0]}
 
@@ -357,7 +361,8 @@ class RLProblem:
             res = solve_trainer(sp.sc, backend, req, space=sp)
             self.caches["solves"][0] += 1
             if res.status == Status.UNKNOWN:
-                raise InputError(f"the learner solve at {cards} cards found no answer within the time limit")
+                raise LearnerTimeout(f"the learner solve at {cards} {acc} cards found no answer within the time "
+                                     f"limit ({self.req.time_limit:g} s; raise --time-limit)")
             if not res.plans:
                 return None
             cands = [self._learner_from(ev, acc, cards, shared) for ev in res.plans]

@@ -74,6 +74,9 @@ def test_infeasible_exit_3_with_conflict():
     r = run("rl", "--scenario", EXAMPLE, "--deadline", "1d")
     assert r.exit_code == 3
     assert "Conflict:" in r.stdout and "deadline.finish" in r.stdout and "deadline >= " in r.stdout
+    j = run("rl", "--scenario", EXAMPLE, "--deadline", "1d", "--json")
+    out = json.loads(j.stdout)
+    assert j.exit_code == 3 and out["status"] == "infeasible" and "deadline.finish" in out["conflict"]
 
 
 def _scenario(tmp_path, edit) -> str:
