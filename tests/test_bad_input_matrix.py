@@ -210,6 +210,8 @@ CLI_ROWS = [
     ("scenario-directory", ["solve", "--scenario", "{D}"], "directory"),
     ("scenario-dev-zero", ["solve", "--scenario", "/dev/zero"], "larger than the bound"),
     ("scenario-missing", ["solve", "--scenario", "{T}/none.toml"], "not found"),
+    ("rl-time-limit-nan", ["rl", "--scenario", "{R}", "--time-limit", "nan"], "--time-limit"),
+    ("rl-time-limit-negative", ["rl", "--scenario", "{R}", "--time-limit", "-5"], "--time-limit"),
     # explain and evaluate plan flags
     ("explain-plan-flag-without-cards", ["explain", "--zero", "3"], "give --cards"),
     ("evaluate-cards-not-multiple", ["evaluate", "--cards", "50", "--tp", "4"], "multiple of tp x pp"),
@@ -326,7 +328,8 @@ def test_bad_scenario_file(tmp_path, capsys, monkeypatch, data, needle):
 def test_bad_command_line(tmp_path, design_path, capsys, monkeypatch, argv, needle):
     d = tmp_path / "dir.svg"
     d.mkdir()
-    subs = {"{S}": str(design_path), "{D}": str(d), "{T}": str(tmp_path)}
+    subs = {"{S}": str(design_path), "{D}": str(d), "{T}": str(tmp_path),
+            "{R}": str(design_path.parent / "rl-grpo-qwen3-8b.toml")}
     args = [subs.get(a, a) for a in argv]
     args = [a.replace("{T}", str(tmp_path)) for a in args]
     if args[0] in ("solve", "evaluate", "explain") and "--scenario" not in args:
