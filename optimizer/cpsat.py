@@ -6,11 +6,16 @@ value; the glue is linear, and the two products of the model (step x (1 + L), ra
 exact linear relations selected by one literal per distinct value of the small factor. A hub
 variable over the core layout carries valid lower bounds and drives a best-first search.
 
-Integer scaling (a relaxation, see :mod:`tpopt.optimizer.core`): times in microseconds, memory in
-bytes, overhead in 1e-7, all rounded *down* where they add to a "<=" side or to the objective and
-*up* where they feed the one ">=" constraint (input throughput); limits rounded up. Conditions that
-compare one tabulated value with a constant (layout rules, backlog, host memory) are decided exactly
-in floating point when the table is built.
+Integer scaling (a relaxation, see :mod:`tpopt.optimizer.core`): units are chosen from the actual
+ranges of the tables (:func:`choose_scales`: time at finest microseconds, overhead at finest 1e-7,
+memory in bytes unless it would pass 2^58) so that no linear expression reaches 2^60; values beyond
+the point where the deadline alone excludes a plan are clamped there (:func:`caps`, :func:`_lower`).
+Every value is rounded *down* where it adds to a "<=" side or to the objective; the one ">="
+constraint (input throughput) compares the floored busy time plus the rounding slack; limits are
+rounded up. The ranges are checked before the model is used (``_fits``); a scenario that cannot be
+represented raises :class:`EncodingError` and the caller falls back. Conditions that compare one
+tabulated value with a constant (layout rules, backlog, host memory) are decided exactly in floating
+point when the table is built.
 
 Every constraint family is guarded by a named literal (after the OR-Tools assumptions sample):
 enforced families have their literal fixed to true, or passed as assumptions when a conflict core is
@@ -85,7 +90,8 @@ class Scales:
     ``ticks`` per second (time), ``lscale`` units per 1 of (1 + L), ``mem_unit`` bytes per memory
     unit. Caps clamp values beyond which every plan is infeasible anyway (see :func:`_lower`), so
     outliers (a 12,288-card layout with a Poisson overhead of 3,000x) do not dictate the scale.
-    Invariant checked by :meth:`check`: every linear expression stays below ``BUDGET`` in magnitude.
+    Invariant (checked by ``CpSatModel._fits`` before solving): every linear expression stays below
+    ``BUDGET`` in magnitude.
     """
 
     ticks: float
@@ -94,7 +100,6 @@ class Scales:
     step_cap_s: float
     ov_cap: float
     mem_cap: float
-    note: str = ""
 
 
 def caps(space: Space, deadline_enforced: bool) -> tuple[float, float, float, float]:
@@ -132,7 +137,6 @@ def choose_scales(space: Space, deadline_enforced: bool) -> Scales:
     wait = float(sc.input.wait_s)
     reserved = float(sc.task.reserved_s)
     step_cap, ov_cap, mem_cap, step_min = caps(space, deadline_enforced)
-    note = ""
     S = max(sum(min(_max_finite(tabs[n].values), step_cap) for n in BUSY) + wait, 1e-9)
     O = ov_cap
     ticks = min(US, BUDGET / 4 / (iters * S * O + reserved + 1.0))
@@ -144,12 +148,10 @@ def choose_scales(space: Space, deadline_enforced: bool) -> Scales:
             ticks * max(step_min, 1e-3) < MIN_TICKS:
         raise EncodingError(f"step times up to {S:.3g} s x (1 + L) up to {O:.3g} x {iters:.3g} iterations "
                             "do not fit 64-bit integers at a useful resolution")
-    if ticks < US or lscale < LSCALE:
-        note = f"integer units chosen from the ranges: 1/{ticks:.3g} s, overhead 1/{int(lscale):,}"
     mem_hi = mem_cap * len(MEMORY)
     mem_unit = 1.0 if mem_hi < BUDGET / 4 else 2.0 ** math.ceil(math.log2(mem_hi / (BUDGET / 4)))
     return Scales(ticks=float(ticks), lscale=int(lscale), mem_unit=mem_unit, step_cap_s=step_cap, ov_cap=ov_cap,
-                  mem_cap=mem_cap, note=note)
+                  mem_cap=mem_cap)
 
 
 def _floor(x):

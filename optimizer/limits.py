@@ -120,7 +120,12 @@ class Clock:
 def clock_of(req) -> Clock:
     """The request's shared clock; a request without one gets its own (``req.time_limit`` from now)."""
     if getattr(req, "clock", None) is None:
-        req.clock = Clock(req.time_limit)
+        t = req.time_limit
+        if t is not None and not (t > 0):  # nan or not positive: bad input wherever it came from
+            from tpopt.errors import InputError
+
+            raise InputError(f"--time-limit: {t!r} must be a positive number of seconds")
+        req.clock = Clock(None if t is None or t == math.inf else t)
     return req.clock
 
 
