@@ -1,0 +1,90 @@
+"""Pareto sweeps: the optimal plan at every point of a grid of scenario inputs, and the cost/finish front.
+
+A *point* is one accelerator plus one value of every sweep input. For each point tpopt finds the
+cost-minimal plan that meets every constraint (the same model ``tpopt solve`` optimises), and the
+sweep reports the Pareto-optimal set of (cost, finish time) plans across all points and accelerators.
+
+Sweep inputs
+------------
+Every input may be given on the command line or in a ``[sweep]`` table of the scenario file (the
+command line wins, key by key). Each takes a single value, a comma list (``"20d,25d,30d"`` or a TOML
+list) or an inclusive range ``"start:end:step"`` (``"20d:40d:1d"`` = 21 values). Inputs left out keep
+the scenario's own value.
+
+============ ================ ================================================= ==========================
+``[sweep]``  command line     what                                              example
+============ ================ ================================================= ==========================
+hw           --hw             accelerators, each swept separately (one series)   ``["rtx4090", "h100-sxm"]``
+deadline     --deadline       deadline ([schedule] deadline)                     ``"20d:40d:1d"``
+reserved     --reserved       reserved days inside the deadline                  ``"3d,5d,7d"``
+tokens       --tokens         training tokens ([task] tokens)                    ``"50B:200B:50B"``
+efficiency   --efficiency     compute efficiency (MFU)                           ``"30%:50%:5%"``
+max_cards    --max-cards      largest card count a plan may use                  ``"16:128:16"``
+card_hour    --card-hour      price per card-hour for every accelerator (USD)    ``"0.4:0.8:0.1"``
+max_cost     --max-cost       budget cap (USD, or card-hours without prices)     ``"15000,20000"``
+solver       --solver         auto (default), enumerate, cpsat or highs          ``"auto"``
+breakdown_cards --breakdown-cards  card counts for the finish-time breakdown plot  ``[32, 48]``
+============ ================ ================================================= ==========================
+
+Other scenario inputs are fixed for the whole sweep (``--usable-memory`` may still override one).
+An unknown ``[sweep]`` key is an error, as in every other table.
+
+How points are solved
+---------------------
+Deadline, card cap and budget only change *constraints*; the other inputs (accelerator, tokens,
+efficiency, reserved days, price) change the *term tables*. Points are grouped by their
+table-changing inputs. With ``--solver auto`` a group whose design space has at most
+``AUTO_TABLE_LIMIT`` (300,000) plans is enumerated exactly once (:class:`PointTable`) and every
+deadline/card-cap/budget point of the group is answered by a mask over that table; a larger group
+falls back to one CP-SAT solve per point (:func:`tpopt.optimizer.core.solve`). ``enumerate`` forces
+the table path (the whole table is held in memory), ``cpsat`` / ``highs`` force one solve per point.
+All paths are exact, so they agree on the optimal cost and finish time (ties between equally good
+plans may be broken differently). One exception makes the deadline a table input: a scenario with
+``save_interval = "auto"`` and no failures uses the deadline as the save interval.
+
+The front is computed among points that share the table-changing inputs other than the accelerator
+(tokens, efficiency, reserved days, price), across accelerators, deadlines, card caps and budgets:
+plans for different token counts are different problems and do not dominate each other.
+
+Output and resuming
+-------------------
+``--out`` (``.csv``, ``.parquet`` or ``.json``) gets one row per point: the inputs, the status
+(``optimal``, ``infeasible``; ``feasible`` / ``unknown`` only when a solver hit its time limit), the plan
+(cards, hosts, zero, tp, pp, dp, micro_batch, grad_accum, recompute, offload, schedule, save interval
+and mode, NICs), the metrics (cost, finish_days, train_days, overhead_days, step_s,
+memory_per_card_gib, overhead_fraction, card_hours), for infeasible points ``fastest_days`` (the
+earliest finish any plan reaches under the other constraints), ``pareto`` (on the front) and the
+point key and scenario fingerprint. Rows are appended to a journal as they finish (the ``.csv``
+itself, or ``<out>.journal.csv`` next to a ``.parquet`` / ``.json``) with flush and fsync; at the end
+the final file is written atomically, rows sorted by their inputs, so the same inputs give the same
+bytes. Re-running with the same ``--out`` skips the points already in it (a torn last line from a
+killed run is discarded; unproven rows from a solver time limit are solved again). A point is
+identified by its inputs plus a fingerprint of the rest of the scenario (its tables, the built model,
+hardware, memory, input, checkpoint and search settings, the tpopt version): an ``--out`` written for
+another scenario, or not by a tpopt sweep at all, is refused unless ``--force``. Only the points of
+the current sweep are written; rows of other points found in ``--out`` are dropped (with a note).
+"""
+
+from __future__ import annotations
+
+from tpopt.optimizer.sweep.front import (breakdown_bars, case_label, front_plans, mark_pareto, plot_series,
+                                         summarize)
+from tpopt.optimizer.sweep.rows import (COLUMN_NAMES, COLUMNS, FEASIBLE, FORMAT, PLAN_COLUMNS, PROVEN, case_of,
+                                        make_row, sort_key)
+from tpopt.optimizer.sweep.run import Progress, SweepResult, default_workers, run_sweep
+from tpopt.optimizer.sweep.spec import (AUTO_TABLE_LIMIT, DIMS, MAX_POINTS, MAX_VALUES, SOLVERS, SWEEP_KEYS,
+                                        SWEPT_FAMILIES, Dim, Point, SweepSpec, build_spec, fingerprint,
+                                        parse_values)
+from tpopt.optimizer.sweep.store import (HEADER, OUT_FORMATS, SweepStore, _parse_csv_line, atomic_write,
+                                         check_output_path, encode)
+from tpopt.optimizer.sweep.tasks import (_payload, group_scenario, plan_tasks, point_scenario, run_task,
+                                         space_size)
+
+__all__ = [
+    "AUTO_TABLE_LIMIT", "COLUMN_NAMES", "COLUMNS", "DIMS", "FEASIBLE", "FORMAT", "HEADER", "MAX_POINTS", "MAX_VALUES",
+    "OUT_FORMATS", "PLAN_COLUMNS", "PROVEN", "SOLVERS", "SWEEP_KEYS", "SWEPT_FAMILIES", "Dim", "Point", "Progress",
+    "SweepResult", "SweepSpec", "SweepStore", "_parse_csv_line", "_payload", "atomic_write", "breakdown_bars",
+    "build_spec", "case_label", "case_of", "check_output_path", "default_workers", "encode", "fingerprint",
+    "front_plans", "group_scenario", "make_row", "mark_pareto", "parse_values", "plan_tasks", "plot_series",
+    "point_scenario", "run_sweep", "run_task", "sort_key", "space_size", "summarize",
+]

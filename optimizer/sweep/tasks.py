@@ -1,0 +1,165 @@
+"""The pure tasks a sweep is made of: one exact enumeration per group of points (answered by masks) or
+one solve per point. They run in worker processes (local pool or Dask workers); everything they need
+travels in the task and its payload, and they touch no file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from tpopt.models.units import DAY
+from tpopt.optimizer.sweep.rows import make_row
+from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, Point, SweepSpec
+
+@dataclass(frozen=True)
+class _Payload:
+    raw: dict
+    fixed: dict
+    catalog_dirs: tuple
+    fingerprint: str
+    solver: str
+    time_limit: float
+    deadline_in_table: bool
+
+
+_CACHE: dict = {}
+
+
+def _catalog(dirs: tuple):
+    from tpopt.catalogs import load_catalog
+
+    key = ("catalog", dirs)
+    if key not in _CACHE:
+        _CACHE[key] = load_catalog(dirs)
+    return _CACHE[key]
+
+
+def group_scenario(payload: _Payload, point: Point, deadline_s: float | None = None):
+    """The scenario of a point's group: its accelerator and table-changing inputs (the deadline is
+    the point's when it is a table input, else any valid value; card cap and budget are lifted)."""
+    from tpopt.catalogs.scenario import build_scenario, with_overrides
+
+    d = point.deadline_s if deadline_s is None else deadline_s
+    key = ("group", payload.fingerprint, point.group(payload.deadline_in_table),
+           d if payload.deadline_in_table else None)
+    sc = _CACHE.get(key)
+    if sc is None:
+        raw = with_overrides(payload.raw, {"hardware.accelerator": [point.accelerator],
+                                           "search.accelerator": [point.accelerator]})
+        ov = dict(payload.fixed)
+        ov.update({"task.tokens": point.tokens, "hardware.efficiency": point.efficiency,
+                   "schedule.reserved": f"{point.reserved_s!r}s",
+                   "schedule.deadline": f"{max(d, point.reserved_s + DAY)!r}s",
+                   "cost.card_hour": point.card_hour})
+        sc = build_scenario(with_overrides(raw, ov), _catalog(payload.catalog_dirs))
+        sc = replace(sc, search=replace(sc.search, max_cards=10**9), cost=replace(sc.cost, max_cost=None))
+        if len(_CACHE) > 256:
+            _CACHE.clear()
+        _CACHE[key] = sc
+    return replace(sc, task=replace(sc.task, deadline_s=d))
+
+
+def point_scenario(sc, point: Point):
+    """A group scenario with the point's deadline, card cap and budget."""
+    return replace(sc, task=replace(sc.task, deadline_s=point.deadline_s),
+                   search=replace(sc.search, max_cards=point.max_cards),
+                   cost=replace(sc.cost, max_cost=point.max_cost))
+
+
+def _table_rows(payload: _Payload, points: list[Point]) -> list[dict]:
+    """One exact enumeration for a group; every point answered by a mask over it."""
+    from tpopt.models.evaluate import evaluate
+    from tpopt.optimizer.core import feasible_for
+    from tpopt.optimizer.enumerate import PointTable
+    from tpopt.optimizer.space import FAMILIES, VARS, Space
+
+    first = points[0]
+    sc = group_scenario(payload, first, None if payload.deadline_in_table else max(p.deadline_s for p in points))
+    price = sc.system(first.accelerator).price_card_hour
+    space = Space.from_scenario(sc)
+    table = PointTable.build(space)
+    static = [f for f in FAMILIES if f not in SWEPT_FAMILIES]
+    sel = np.flatnonzero(table.mask(enforced=static))
+    # best-first by (cost, finish, enumeration order): PointTable.best's order
+    by_cost = sel[np.lexsort((sel, table.finish[sel], table.cost[sel]))]
+    by_finish = sel[np.lexsort((sel, table.cost[sel], table.finish[sel]))]
+    c_cost, c_fin, c_cards = table.cost[by_cost], table.finish[by_cost], table.cards[by_cost]
+    f_cost, f_fin, f_cards = table.cost[by_finish], table.finish[by_finish], table.cards[by_finish]
+    evals: dict = {}
+    rows = []
+    for p in points:
+        cap = np.inf if p.max_cost is None else p.max_cost
+        ok = (c_fin <= p.deadline_s) & (c_cards <= p.max_cards) & (c_cost <= cap)
+        if ok.any():
+            i = int(by_cost[int(np.argmax(ok))])
+            ev = evals.get(i)
+            if ev is None:
+                ev = evaluate(sc, space.plan({v: int(table.idx[v][i]) for v in VARS}))
+                if not feasible_for(ev, static):  # the table and the evaluator are the same code
+                    raise RuntimeError(f"sweep: enumerated plan {ev.plan} fails re-evaluation")
+                evals[i] = ev
+            rows.append(make_row(p, "optimal", payload.fingerprint, "enumerate", ev=ev, price=price))
+        else:
+            ok2 = (f_cards <= p.max_cards) & (f_cost <= cap)
+            fastest = float(f_fin[int(np.argmax(ok2))]) if ok2.any() else None
+            rows.append(make_row(p, "infeasible", payload.fingerprint, "enumerate", fastest_s=fastest, price=price))
+    return rows
+
+
+def _solve_rows(payload: _Payload, point: Point, backend: str) -> list[dict]:
+    """One exact solve for one point (for spaces too large to enumerate)."""
+    from tpopt.optimizer.core import solve
+    from tpopt.optimizer.result import Request
+    from tpopt.optimizer.space import FAMILIES
+
+    sc = point_scenario(group_scenario(payload, point), point)
+    price = sc.system(point.accelerator).price_card_hour
+    res = solve(sc, backend, Request(objective="cost", time_limit=payload.time_limit, workers=1))
+    if res.feasible:
+        return [make_row(point, res.status.value, payload.fingerprint, backend, ev=res.best, price=price)]
+    fastest = None
+    if res.status.value == "infeasible":
+        enforce = frozenset(f for f in FAMILIES if f != "deadline.finish")
+        fr = solve(sc, backend, Request(objective="time", enforce=enforce, time_limit=payload.time_limit, workers=1))
+        if fr.feasible and fr.status.value == "optimal":
+            fastest = fr.best.metrics["finish_days"] * DAY
+    return [make_row(point, res.status.value, payload.fingerprint, backend, fastest_s=fastest, price=price)]
+
+
+def run_task(task) -> list[dict]:
+    """Entry point of a worker: ("table", payload, points) or (backend, payload, [point])."""
+    kind, payload, points = task
+    if kind == "table":
+        return _table_rows(payload, points)
+    return _solve_rows(payload, points[0], kind)
+
+
+def _payload(spec: SweepSpec) -> _Payload:
+    return _Payload(raw=spec.raw, fixed=spec.fixed, catalog_dirs=spec.catalog_dirs, fingerprint=spec.fingerprint,
+                    solver=spec.solver, time_limit=spec.time_limit, deadline_in_table=spec.deadline_in_table)
+
+
+def space_size(spec: SweepSpec, accelerator: str) -> int:
+    from tpopt.optimizer.space import Space
+
+    return Space.from_scenario(spec.base, restrict={"acc": [accelerator]}).size()
+
+
+def plan_tasks(spec: SweepSpec, points: list[Point]) -> list[tuple]:
+    """Table tasks (one per group) or solve tasks (one per point), per the solver choice."""
+    payload = _payload(spec)
+    sizes = {acc: space_size(spec, acc) for acc in spec.hw} if spec.solver == "auto" else {}
+    groups: dict = {}
+    for p in points:
+        groups.setdefault(p.group(spec.deadline_in_table), []).append(p)
+    tasks = []
+    for g in sorted(groups, key=lambda g: tuple((x is None, x) for x in g)):
+        members = sorted(groups[g], key=lambda p: p.key())
+        acc = members[0].accelerator
+        if spec.solver == "enumerate" or (spec.solver == "auto" and sizes[acc] <= AUTO_TABLE_LIMIT):
+            tasks.append(("table", payload, members))
+        else:
+            backend = "cpsat" if spec.solver == "auto" else spec.solver
+            tasks += [(backend, payload, [p]) for p in members]
+    return tasks
