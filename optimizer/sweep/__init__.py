@@ -69,22 +69,23 @@ from __future__ import annotations
 
 from tpopt.optimizer.sweep.front import (breakdown_bars, case_label, front_plans, mark_pareto, plot_series,
                                          summarize)
-from tpopt.optimizer.sweep.rows import (COLUMN_NAMES, COLUMNS, FEASIBLE, FORMAT, PLAN_COLUMNS, PROVEN, case_of,
-                                        make_row, sort_key)
-from tpopt.optimizer.sweep.run import Progress, SweepResult, default_workers, run_sweep
+from tpopt.optimizer.sweep.rows import (COLUMN_NAMES, COLUMNS, FEASIBLE, FORMAT, INT_COLUMNS, NO_ANSWER, PLAN_COLUMNS,
+                                        PROVEN, STATUSES, case_of, checksum_ok, make_row, row_checksum, sort_key)
+from tpopt.optimizer.sweep.run import Progress, SweepResult, default_workers, run_sweep, sweep
 from tpopt.optimizer.sweep.spec import (AUTO_TABLE_LIMIT, DIMS, MAX_POINTS, MAX_VALUES, SOLVERS, SWEEP_KEYS,
                                         SWEPT_FAMILIES, Dim, Point, SweepSpec, build_spec, fingerprint,
                                         parse_values)
-from tpopt.optimizer.sweep.store import (HEADER, OUT_FORMATS, SweepStore, _parse_csv_line, atomic_write,
-                                         check_output_path, encode)
-from tpopt.optimizer.sweep.tasks import (_payload, group_scenario, plan_tasks, point_scenario, run_task,
+from tpopt.optimizer.sweep.store import (HEADER, OUT_FORMATS, OutputLock, Resume, SweepStore, _parse_csv_line,
+                                         atomic_write, check_output_path, encode)
+from tpopt.optimizer.sweep.tasks import (Task, _payload, group_scenario, plan_tasks, point_scenario, run_task,
                                          space_size)
 
 __all__ = [
-    "AUTO_TABLE_LIMIT", "COLUMN_NAMES", "COLUMNS", "DIMS", "FEASIBLE", "FORMAT", "HEADER", "MAX_POINTS", "MAX_VALUES",
-    "OUT_FORMATS", "PLAN_COLUMNS", "PROVEN", "SOLVERS", "SWEEP_KEYS", "SWEPT_FAMILIES", "Dim", "Point", "Progress",
-    "SweepResult", "SweepSpec", "SweepStore", "_parse_csv_line", "_payload", "atomic_write", "breakdown_bars",
-    "build_spec", "case_label", "case_of", "check_output_path", "default_workers", "encode", "fingerprint",
+    "AUTO_TABLE_LIMIT", "COLUMN_NAMES", "COLUMNS", "DIMS", "FEASIBLE", "FORMAT", "HEADER", "INT_COLUMNS",
+    "MAX_POINTS", "MAX_VALUES", "NO_ANSWER", "OUT_FORMATS", "PLAN_COLUMNS", "PROVEN", "SOLVERS", "STATUSES",
+    "SWEEP_KEYS", "SWEPT_FAMILIES", "Dim", "OutputLock", "Point", "Progress", "Resume", "SweepResult", "SweepSpec",
+    "SweepStore", "Task", "_parse_csv_line", "_payload", "atomic_write", "breakdown_bars", "build_spec",
+    "case_label", "case_of", "check_output_path", "checksum_ok", "default_workers", "encode", "fingerprint",
     "front_plans", "group_scenario", "make_row", "mark_pareto", "parse_values", "plan_tasks", "plot_series",
-    "point_scenario", "run_sweep", "run_task", "sort_key", "space_size", "summarize",
+    "point_scenario", "row_checksum", "run_sweep", "run_task", "sort_key", "space_size", "summarize", "sweep",
 ]

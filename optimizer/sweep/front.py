@@ -7,12 +7,13 @@ import math
 from typing import TYPE_CHECKING
 
 from tpopt.models.units import DAY
-from tpopt.optimizer.sweep.rows import FEASIBLE, PLAN_COLUMNS, case_of, make_row
+from tpopt.optimizer.sweep.rows import FEASIBLE, NO_ANSWER, PLAN_COLUMNS, case_of, make_row
 from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, Point, SweepSpec
 from tpopt.optimizer.sweep.tasks import _payload, group_scenario, space_size
 
 if TYPE_CHECKING:
     from tpopt.optimizer.sweep.run import SweepResult
+
 
 def mark_pareto(rows: list[dict]) -> None:
     """Set ``pareto`` on every row: True iff its (cost, finish) is not dominated within its case."""
@@ -65,8 +66,9 @@ def front_plans(rows: list[dict]) -> list[dict]:
 
 
 def summarize(rows: list[dict], hw=()) -> list[dict]:
-    """Per accelerator (and case): points, feasible count, earliest feasible deadline, cheapest and
-    fastest optimal plans, the distinct card counts chosen."""
+    """Per accelerator (and case): points; feasible, infeasible (proven), unknown (time limit, no
+    answer), error and unproven (time limit, plan not proven optimal) counts; earliest feasible
+    deadline, cheapest and fastest plans, the distinct card counts chosen."""
     order = {a: i for i, a in enumerate(hw)}
     groups: dict = {}
     for r in rows:
@@ -74,9 +76,12 @@ def summarize(rows: list[dict], hw=()) -> list[dict]:
     out = []
     for (case, acc), members in groups.items():
         feas = [r for r in members if r["status"] in FEASIBLE]
-        inf = [r for r in members if r["status"] not in FEASIBLE]
+        inf = [r for r in members if r["status"] == "infeasible"]
         e = {"accelerator": acc, "tokens": case[0], "efficiency": case[1], "card_hour": case[2],
              "reserved_days": case[3], "points": len(members), "feasible": len(feas), "infeasible": len(inf),
+             "unknown": sum(r["status"] == "unknown" for r in members),
+             "error": sum(r["status"] == "error" for r in members),
+             "unproven": sum(r["status"] == "feasible" for r in members),
              "earliest_deadline_days": min((r["deadline_days"] for r in feas), default=None),
              "cheapest": None, "fastest": None, "cards_chosen": sorted({r["cards"] for r in feas}),
              "on_front": sum(1 for r in members if r["pareto"]),
@@ -115,7 +120,8 @@ def _case_order(case: tuple) -> tuple:
 
 def plot_series(result: SweepResult) -> dict:
     """Data for the cost/finish plot: one series per accelerator (and case) with its distinct optimal
-    plans and infeasible deadlines, and one Pareto front per case."""
+    plans, its proven-infeasible deadlines and, apart, the deadlines without an answer (time limit or
+    error), and one Pareto front per case."""
     spec = result.spec
     series = []
     by: dict = {}
@@ -132,7 +138,8 @@ def plot_series(result: SweepResult) -> dict:
         series.append({
             "accelerator": acc, "label": label,
             "plans": [{"finish_days": f, "cost": c, "cards": n} for (f, c), n in sorted(plans.items())],
-            "infeasible_deadlines": sorted({r["deadline_days"] for r in members if r["status"] not in FEASIBLE}),
+            "infeasible_deadlines": sorted({r["deadline_days"] for r in members if r["status"] == "infeasible"}),
+            "unknown_deadlines": sorted({r["deadline_days"] for r in members if r["status"] in NO_ANSWER}),
             "deadlines": sorted({r["deadline_days"] for r in members}),
             "fastest_possible_days": min([r["finish_days"] for r in members if r["status"] in FEASIBLE]
                                          + [r["fastest_days"] for r in members if r["fastest_days"] is not None],
@@ -147,7 +154,9 @@ def plot_series(result: SweepResult) -> dict:
                   for c, pts in sorted(fronts.items(), key=lambda kv: _case_order(kv[0]))]
     unit = next((r["cost_unit"] for r in result.rows if r["cost_unit"]), "USD")
     return {"series": series, "fronts": front_list, "cost_unit": unit,
-            "title": f"{spec.name}: cost vs finish time ({', '.join(spec.swept()) or 'one point'} swept)"}
+            "title": f"{spec.name}: cost vs finish time ({', '.join(spec.swept()) or 'one point'} swept)",
+            "infeasible_points": sum(r["status"] == "infeasible" for r in result.rows),
+            "unknown_points": sum(r["status"] in NO_ANSWER for r in result.rows)}
 
 
 def _bar(label: str, row_like: dict, note: str = "") -> dict:

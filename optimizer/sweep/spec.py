@@ -3,6 +3,7 @@ points, and the scenario fingerprint that identifies a sweep's results across ru
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import itertools
 import json
@@ -199,7 +200,7 @@ def _file_default_card_hour(raw: dict):
 
 
 def build_spec(scenario_path, cli: dict | None = None, catalog_dirs=(), fixed: dict | None = None) -> SweepSpec:
-    """Read the scenario and its ``[sweep]`` table, apply the command-line values (``cli``: key of
+    """Read the scenario (a TOML path, or a dict of its tables) and its ``[sweep]`` table, apply the command-line values (``cli``: key of
     :data:`SWEEP_KEYS` -> text or None) and validate everything before any work is done."""
     from tpopt.catalogs import load_catalog
     from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
@@ -208,7 +209,10 @@ def build_spec(scenario_path, cli: dict | None = None, catalog_dirs=(), fixed: d
     unknown = set(cli) - set(SWEEP_KEYS) - {"time_limit"}
     if unknown:
         raise InputError(f"unknown sweep option(s) {sorted(unknown)}")
-    raw = read_scenario_file(scenario_path)
+    if isinstance(scenario_path, dict):  # scenario tables given directly (Python API)
+        raw = copy.deepcopy(scenario_path)
+    else:
+        raw = read_scenario_file(scenario_path)
     table = raw.pop("sweep", {})
     if not isinstance(table, dict):
         raise InputError("scenario: [sweep] must be a table")

@@ -1,19 +1,30 @@
 """The pure tasks a sweep is made of: one exact enumeration per group of points (answered by masks) or
-one solve per point. They run in worker processes (local pool or Dask workers); everything they need
-travels in the task and its payload, and they touch no file."""
+one solve per point.
+
+A task is ``(kind, points)``; with the sweep's payload (the scenario tables, fixed overrides, catalog
+directories, fingerprint, time limit: the same for every task, so executors ship it once) it is run by
+:func:`run_task`, in a worker process of the local pool or on a Dask worker. Tasks are pure: the same
+task gives the same rows anywhere, and they touch no file (the driver alone writes the journal).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
+from tpopt import __version__
+from tpopt.errors import InputError
 from tpopt.models.units import DAY
 from tpopt.optimizer.sweep.rows import make_row
 from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, Point, SweepSpec
 
+
 @dataclass(frozen=True)
 class _Payload:
+    """What every task of a sweep shares (shipped once per worker, not per task)."""
+
     raw: dict
     fixed: dict
     catalog_dirs: tuple
@@ -21,6 +32,19 @@ class _Payload:
     solver: str
     time_limit: float
     deadline_in_table: bool
+    version: str = __version__  # the driver's tpopt: a worker running another version refuses the task
+
+
+class Task(NamedTuple):
+    """One unit of work: ``kind`` "table" (one enumeration answering every point of a group) or a
+    solver backend (one solve of one point)."""
+
+    kind: str
+    points: tuple
+
+    def label(self) -> str:
+        first = self.points[0].key()
+        return first if len(self.points) == 1 else f"{len(self.points)} points from {first}"
 
 
 _CACHE: dict = {}
@@ -116,22 +140,28 @@ def _solve_rows(payload: _Payload, point: Point, backend: str) -> list[dict]:
     sc = point_scenario(group_scenario(payload, point), point)
     price = sc.system(point.accelerator).price_card_hour
     res = solve(sc, backend, Request(objective="cost", time_limit=payload.time_limit, workers=1))
+    limit = f"time limit {payload.time_limit:g} s reached"
     if res.feasible:
-        return [make_row(point, res.status.value, payload.fingerprint, backend, ev=res.best, price=price)]
+        note = None if res.status.value == "optimal" else f"{limit}: best plan found, not proven optimal"
+        return [make_row(point, res.status.value, payload.fingerprint, backend, ev=res.best, price=price, note=note)]
     fastest = None
     if res.status.value == "infeasible":
         enforce = frozenset(f for f in FAMILIES if f != "deadline.finish")
         fr = solve(sc, backend, Request(objective="time", enforce=enforce, time_limit=payload.time_limit, workers=1))
         if fr.feasible and fr.status.value == "optimal":
             fastest = fr.best.metrics["finish_days"] * DAY
-    return [make_row(point, res.status.value, payload.fingerprint, backend, fastest_s=fastest, price=price)]
+    note = f"{limit}: no plan found and no proof that none exists" if res.status.value == "unknown" else None
+    return [make_row(point, res.status.value, payload.fingerprint, backend, fastest_s=fastest, price=price,
+                     note=note)]
 
 
-def run_task(task) -> list[dict]:
-    """Entry point of a worker: ("table", payload, points) or (backend, payload, [point])."""
-    kind, payload, points = task
+def run_task(kind: str, payload: _Payload, points) -> list[dict]:
+    """The entry point of a worker: the rows of one task ("table": a group's points; a backend: one point)."""
+    if payload.version != __version__:
+        raise InputError(f"a sweep worker runs tpopt {__version__} but the driver runs {payload.version}; "
+                         f"install the same tpopt on the driver and every worker")
     if kind == "table":
-        return _table_rows(payload, points)
+        return _table_rows(payload, list(points))
     return _solve_rows(payload, points[0], kind)
 
 
@@ -146,9 +176,8 @@ def space_size(spec: SweepSpec, accelerator: str) -> int:
     return Space.from_scenario(spec.base, restrict={"acc": [accelerator]}).size()
 
 
-def plan_tasks(spec: SweepSpec, points: list[Point]) -> list[tuple]:
+def plan_tasks(spec: SweepSpec, points: list[Point]) -> list[Task]:
     """Table tasks (one per group) or solve tasks (one per point), per the solver choice."""
-    payload = _payload(spec)
     sizes = {acc: space_size(spec, acc) for acc in spec.hw} if spec.solver == "auto" else {}
     groups: dict = {}
     for p in points:
@@ -158,8 +187,8 @@ def plan_tasks(spec: SweepSpec, points: list[Point]) -> list[tuple]:
         members = sorted(groups[g], key=lambda p: p.key())
         acc = members[0].accelerator
         if spec.solver == "enumerate" or (spec.solver == "auto" and sizes[acc] <= AUTO_TABLE_LIMIT):
-            tasks.append(("table", payload, members))
+            tasks.append(Task("table", tuple(members)))
         else:
             backend = "cpsat" if spec.solver == "auto" else spec.solver
-            tasks += [(backend, payload, [p]) for p in members]
+            tasks += [Task(backend, (p,)) for p in members]
     return tasks
