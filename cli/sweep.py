@@ -165,7 +165,7 @@ def result_text(result, out) -> str:
     unit = next((r["cost_unit"] for r in result.rows if r["cost_unit"]), "USD")
     show_case = len({(r["tokens"], r["efficiency"], r["card_hour"], r["reserved_days"]) for r in result.rows}) > 1
     swept = ", ".join(f"{k} ({len(spec.hw) if k == 'hw' else len(spec.values[k])})" for k in spec.swept()) or "none"
-    how = ", ".join(f"{n} by {'one enumeration per group' if k == 'table' else k}"
+    how = ", ".join(f"{n} failed" if k == "error" else f"{n} by {'one enumeration per group' if k == 'table' else k}"
                     for k, n in sorted(result.paths.items())) or "none solved"
     head = (f"tpopt sweep: {spec.name}: {sc.model.name}, {len(result.rows):,} points (swept: {swept}) on "
             f"{', '.join(spec.hw)}")

@@ -10,7 +10,9 @@
 * A worker that dies: the scheduler reschedules its tasks up to its ``allowed-failures`` (0 for
   ``local:N``, so the driver sees the failure at once; a running cluster keeps its own setting, default
   3) and then reports ``KilledWorker``; the driver submits the task once more, and a task that fails
-  again becomes an error row.
+  again becomes an error row. Dask counts every task a dead worker held, queued ones included; a
+  ``local:N`` cluster gives each worker one task at a time (worker saturation 1.0), so only the task
+  that was running is affected.
 """
 
 from __future__ import annotations
@@ -23,6 +25,18 @@ from tpopt.errors import InputError
 from tpopt.optimizer.sweep.executor import Outcome
 
 CONNECT_TIMEOUT_S = 30
+
+
+def local_cluster(n: int):
+    """A LocalCluster of ``n`` single-threaded worker processes that hold one task each (worker
+    saturation 1: a worker that dies takes only its own task with it) and report a worker death at
+    once (allowed failures 0: the driver retries)."""
+    import dask
+    import distributed
+
+    with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
+        return distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                                        silence_logs=logging.CRITICAL, scheduler_kwargs={"allowed_failures": 0})
 
 
 def _worker_info() -> tuple:
@@ -47,6 +61,7 @@ class DaskExecutor:
         self._attempts: dict = {}
         self._token = uuid.uuid4().hex[:8]
         self._levels: list = []
+        self._batch: list = []
 
     def _quiet(self) -> None:
         """distributed logs worker deaths and reconnects on stderr; the driver reports them itself."""
@@ -60,9 +75,7 @@ class DaskExecutor:
         self._quiet()
         try:
             if self.kind == "local":
-                self.cluster = distributed.LocalCluster(
-                    n_workers=self.where, threads_per_worker=1, processes=True, dashboard_address=None,
-                    silence_logs=logging.CRITICAL, scheduler_kwargs={"allowed_failures": 0})
+                self.cluster = local_cluster(self.where)
                 self.client = distributed.Client(self.cluster, set_as_default=False)
             elif self.kind == "file":
                 self.client = distributed.Client(scheduler_file=self.where, timeout=CONNECT_TIMEOUT_S,
@@ -97,32 +110,47 @@ class DaskExecutor:
         self._payload = self.client.scatter(self._payload_data, broadcast=True, hash=False)
 
     def submit(self, tid: int, task) -> None:
+        self._batch.append((tid, task))
+
+    def _flush(self) -> None:
+        """Send the queued tasks in one message: the scheduler then sees the whole group at once and
+        queues it (it hands a worker a new task only when it finishes one)."""
         from tpopt.optimizer.sweep.tasks import run_task
 
+        if not self._batch:
+            return
         if self._payload.status != "finished":  # every copy lost with the workers that held it
             self._scatter()
-        n = self._attempts[tid] = self._attempts.get(tid, 0) + 1
-        fut = self.client.submit(run_task, task.kind, self._payload, task.points, pure=False, retries=0,
-                                 key=f"tpopt-sweep-{task.kind}-{self._token}-{tid}-{n}")
-        self._tids[fut.key] = tid
-        self._ac.add(fut)
+        keys = []
+        for tid, task in self._batch:
+            n = self._attempts[tid] = self._attempts.get(tid, 0) + 1
+            keys.append(f"tpopt-sweep-{task.kind}-{self._token}-{tid}-{n}")
+        futures = self.client.map(run_task, [t.kind for _, t in self._batch], [self._payload] * len(self._batch),
+                                  [t.points for _, t in self._batch], key=keys, pure=False, retries=0)
+        for (tid, _), fut in zip(self._batch, futures):
+            self._tids[fut.key] = tid
+        self._batch = []
+        self._ac.update(futures)
 
     def results(self) -> Iterator[Outcome]:
-        for fut in self._ac:
+        self._flush()
+        while not self._ac.is_empty():
+            fut = next(self._ac)
             tid = self._tids.pop(fut.key)
             if fut.status == "finished":
                 rows = fut.result()
                 fut.release()
                 yield tid, rows, None
-                continue
-            try:
-                exc = fut.exception()
-            except Exception as lost:  # noqa: BLE001 - cancelled or lost: a failure like any other
-                exc = lost
-            fut.release()
-            if isinstance(exc, InputError):
-                raise exc
-            yield tid, None, exc
+            else:
+                try:
+                    exc = fut.exception()
+                except Exception as lost:  # noqa: BLE001 - cancelled or lost: a failure like any other
+                    exc = lost
+                fut.release()
+                if isinstance(exc, InputError):
+                    raise exc
+                yield tid, None, exc
+            self._flush()  # retries the driver submitted meanwhile
 
     def close(self) -> None:
         for obj in (self.client, self.cluster):
