@@ -48,21 +48,42 @@ plans for different token counts are different problems and do not dominate each
 
 Output and resuming
 -------------------
-``--out`` (``.csv``, ``.parquet`` or ``.json``) gets one row per point: the inputs, the status
-(``optimal``, ``infeasible``; ``feasible`` / ``unknown`` only when a solver hit its time limit), the plan
+``--out`` (``.csv``, ``.parquet`` or ``.json``) gets one row per point: the inputs, the status, the plan
 (cards, hosts, zero, tp, pp, dp, micro_batch, grad_accum, recompute, offload, schedule, save interval
 and mode, NICs), the metrics (cost, finish_days, train_days, overhead_days, step_s,
 memory_per_card_gib, overhead_fraction, card_hours), for infeasible points ``fastest_days`` (the
-earliest finish any plan reaches under the other constraints), ``pareto`` (on the front) and the
-point key and scenario fingerprint. Rows are appended to a journal as they finish (the ``.csv``
-itself, or ``<out>.journal.csv`` next to a ``.parquet`` / ``.json``) with flush and fsync; at the end
-the final file is written atomically, rows sorted by their inputs, so the same inputs give the same
-bytes. Re-running with the same ``--out`` skips the points already in it (a torn last line from a
-killed run is discarded; unproven rows from a solver time limit are solved again). A point is
-identified by its inputs plus a fingerprint of the rest of the scenario (its tables, the built model,
-hardware, memory, input, checkpoint and search settings, the tpopt version): an ``--out`` written for
-another scenario, or not by a tpopt sweep at all, is refused unless ``--force``. Only the points of
-the current sweep are written; rows of other points found in ``--out`` are dropped (with a note).
+earliest finish any plan reaches under the other constraints), the solver, a ``note`` (what happened
+when the answer is not proven), ``pareto`` (on the front), the scenario fingerprint and a ``checksum``
+of the row. Statuses: ``optimal`` and ``infeasible`` (proven); ``feasible`` (a plan, not proven optimal)
+and ``unknown`` (no plan and no proof: never reported as infeasible) when a solver hit its time limit;
+``error`` when the point's task failed twice (a worker died or raised; the reason in ``note``). Integer
+columns stay integers in every format (parquet carries pandas metadata: ``Int64``, nullable).
+
+Rows are appended to a journal as they finish (the ``.csv`` itself, or ``<out>.journal.csv`` next to a
+``.parquet`` / ``.json``) with flush and fsync, by the driver alone; at the end the final file is
+written atomically, rows sorted by their inputs, so the same inputs give the same bytes whatever the
+executor and the order tasks finished in. Re-running with the same ``--out`` reuses the proven rows and
+solves the rest again, with a note for each kind: a torn last line of a killed run, unreadable lines,
+rows whose checksum no longer matches their content (edited by hand or corrupted), invalid statuses,
+unproven answers (time limit, error). A point is identified by its inputs plus a fingerprint of the rest
+of the scenario (its tables, the built model, hardware, memory, input, checkpoint and search settings,
+the tpopt version): an ``--out`` written for another scenario, or not by a tpopt sweep at all, is
+refused unless ``--force``. Only the points of the current sweep are written; rows of other points found
+in ``--out`` are dropped (with a note). While a sweep runs, ``.<out>.lock`` holds an exclusive lock on
+the output and its journal: a second sweep writing the same file is refused (the lock dies with its
+holder, so a killed run never blocks the next).
+
+Where tasks run
+---------------
+A sweep is a list of pure tasks (:mod:`.tasks`); an executor (:mod:`.executor`) runs them: in this
+process, in a local pool of forked workers (:mod:`.local`, ``--workers N``; they die with the driver,
+even on ``kill -9``), or on a Dask cluster (:mod:`.cluster`, ``--cluster local:N | tcp://host:8786 |
+scheduler.json``). The driver (:mod:`.run`) streams results into the journal as they complete; a task
+whose worker died or raised is submitted once more, and a second failure makes error rows.
+
+Modules: :mod:`.spec` (inputs, points, fingerprint), :mod:`.rows` (columns, checksum), :mod:`.tasks`,
+:mod:`.store` (journal, final file, lock, resume), :mod:`.executor` / :mod:`.local` / :mod:`.cluster`,
+:mod:`.run` (the driver, :func:`sweep`), :mod:`.front` (Pareto front, summaries, plot data).
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ class InlineExecutor:
     """Tasks run one by one in the calling process (no pool to start, no pickling)."""
 
     name = "inline"
-    description = "this process"
+    description = "1 worker (this process)"
     workers = 1
 
     def __init__(self):

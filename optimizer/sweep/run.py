@@ -48,7 +48,7 @@ class SweepResult:
     tasks: int = 0
     workers: int = 1
     executor: str = "inline"  # "inline", "local" or "dask"
-    where: str = "this process"  # the executor in words
+    where: str = "1 worker (this process)"  # the executor in words
     retried: int = 0  # task attempts that failed and were submitted again
     paths: dict = field(default_factory=dict)  # "table" / solver -> points solved that way
     resume: Resume = field(default_factory=Resume)  # what the earlier run's --out held
