@@ -167,6 +167,10 @@ def test_unreachable_scheduler_is_one_line(monkeypatch, tmp_path):
 
     monkeypatch.setattr(cl, "CONNECT_TIMEOUT_S", 1)
     out = tmp_path / "r.csv"
-    _one_line(*_run(["--cluster", "tcp://127.0.0.1:9", "--solver", "cpsat", "--out", str(out)]),
+    assert _run(["--solver", "cpsat", "--out", str(out), "--deadline", "20d,30d"])[0] == 0
+    edited = out.read_text().replace(",optimal,", ",unknown,")  # an unproven row: solved again by the next run
+    out.write_text(edited)
+    _one_line(*_run(["--cluster", "tcp://127.0.0.1:9", "--solver", "cpsat", "--out", str(out), "--deadline", "20d,30d"]),
               "cannot reach the Dask scheduler at tcp://127.0.0.1:9")
+    assert out.read_text() == edited  # bad input: nothing overwritten
     assert not list(tmp_path.glob(".*lock"))  # the lock is released

@@ -221,7 +221,8 @@ def test_a_point_that_kills_its_worker_twice_is_an_error_row(tmp_path, monkeypat
     assert by[poison]["cards"] is None and by[poison]["pareto"] is False
     assert by[flaky]["status"] == "optimal"
     assert sorted(notes) == sorted([f"{poison}: worker process died (SIGKILL); retrying",
-                                    f"{poison}: worker process died (SIGKILL) again; recorded as status 'error'",
+                                    f"{poison}: failed again (worker process died (SIGKILL)); recorded as status "
+                                    f"'error'",
                                     f"{flaky}: MemoryError: out of memory; retrying"])
     rows = [sw._parse_csv_line(ln) for ln in out.read_text().split("\n")[1:] if ln]
     assert [r["status"] for r in rows].count("error") == 1  # in the file too, never silently lost

@@ -103,8 +103,6 @@ def run_sweep(spec: SweepSpec, *, out=None, force: bool = False, workers: int | 
     try:
         resume = store.load({p.key() for p in points}) if store is not None else Resume()
         done = resume.rows
-        if store is not None:
-            store.begin(list(done.values()))
         todo = [p for p in points if p.key() not in done]
         tasks = plan_tasks(spec, todo)
         n_workers = max(1, min(workers or default_workers(), len(tasks)))
@@ -124,8 +122,13 @@ def run_sweep(spec: SweepSpec, *, out=None, force: bool = False, workers: int | 
 
         retried = 0
         try:
-            if tasks:
+            if tasks:  # the workers first: a cluster that cannot be reached leaves --out untouched
                 executor.start(_payload(spec), {t.kind for t in tasks})
+                if executor.workers == 0:
+                    progress.note(f"no worker is connected yet ({executor.description}); the tasks wait for one")
+            if store is not None:
+                store.begin(list(done.values()))
+            if tasks:
                 retried = _drive(executor, tasks, spec.fingerprint, take, progress, len(points), len(done))
         finally:
             executor.close()
@@ -165,9 +168,10 @@ def _drive(executor, tasks, fingerprint_: str, take, progress: Progress, total: 
             progress.note(f"{task.label()}: {what}; retrying")
             executor.submit(tid, task)
             continue
-        progress.note(f"{task.label()}: {what} again; recorded as status 'error'")
+        progress.note(f"{task.label()}: failed again ({what}); recorded as status 'error'")
         note = f"failed {MAX_ATTEMPTS} times: {what}"
-        take("error", [make_row(p, "error", fingerprint_, task.kind, note=note) for p in task.points])
+        solver = "enumerate" if task.kind == "table" else task.kind
+        take("error", [make_row(p, "error", fingerprint_, solver, note=note) for p in task.points])
     return retried
 
 
