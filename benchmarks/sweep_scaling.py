@@ -156,7 +156,8 @@ def executor_rows(label: str, spec_args, spec_args_warm, tmp: Path) -> tuple[lis
     finally:
         t0 = time.perf_counter()
         cluster.close()
-        rows.append((f"{label}: Dask local:2 start-up / shutdown", 0, start, f"shutdown {time.perf_counter() - t0:.1f} s"))
+        rows.append((f"{label}: Dask local:2 start-up / shutdown", 0, start,
+                     f"shutdown {time.perf_counter() - t0:.1f} s"))
     return rows, per
 
 

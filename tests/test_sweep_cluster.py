@@ -48,9 +48,11 @@ def cluster():
 
 
 def test_local_cluster_output_is_byte_identical_to_the_local_executor(tmp_path, reference, cluster):
-    for name, cli_ in (("cpsat", CPSAT), ("table", TABLE)):
+    scheduler_file = tmp_path / "scheduler.json"  # as `dask scheduler --scheduler-file` writes it
+    cluster[1].write_scheduler_file(str(scheduler_file))
+    for name, cli_, where in (("cpsat", CPSAT, str(scheduler_file)), ("table", TABLE, cluster[0].scheduler_address)):
         out = tmp_path / f"{name}.csv"
-        res = sw.run_sweep(sw.build_spec(SWEEP_FILE, cli_), out=out, cluster=cluster[0].scheduler_address)
+        res = sw.run_sweep(sw.build_spec(SWEEP_FILE, cli_), out=out, cluster=where)
         assert res.executor == "dask" and res.workers == 2 and res.computed == len(res.rows)
         assert out.read_bytes() == reference[name].read_bytes(), name
     assert res.paths == {"table": 63} and res.tasks == 3
@@ -153,9 +155,10 @@ def test_cluster_without_dask_is_one_line_exit_2(monkeypatch, tmp_path):
     ("local:0", "1 to 1024 workers"),
     ("local:two", "is not local:N"),
     ("scheduler:8786", "is not a scheduler address"),
+    ("/nonexistent/scheduler.json", "scheduler file '/nonexistent/scheduler.json' not found"),
 ])
 def test_bad_cluster_values(value, needle):
-    _one_line(*_run(["--cluster", value]), needle)
+    _one_line(*_run(["--cluster", value, "--solver", "cpsat"]), needle)
 
 
 def test_workers_and_cluster_together_are_refused():
@@ -170,7 +173,7 @@ def test_unreachable_scheduler_is_one_line(monkeypatch, tmp_path):
     assert _run(["--solver", "cpsat", "--out", str(out), "--deadline", "20d,30d"])[0] == 0
     edited = out.read_text().replace(",optimal,", ",unknown,")  # an unproven row: solved again by the next run
     out.write_text(edited)
-    _one_line(*_run(["--cluster", "tcp://127.0.0.1:9", "--solver", "cpsat", "--out", str(out), "--deadline", "20d,30d"]),
-              "cannot reach the Dask scheduler at tcp://127.0.0.1:9")
+    _one_line(*_run(["--cluster", "tcp://127.0.0.1:9", "--solver", "cpsat", "--out", str(out),
+                     "--deadline", "20d,30d"]), "cannot reach the Dask scheduler at tcp://127.0.0.1:9")
     assert out.read_text() == edited  # bad input: nothing overwritten
     assert not list(tmp_path.glob(".*lock"))  # the lock is released

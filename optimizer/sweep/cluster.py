@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import uuid
 from typing import Iterator
 
@@ -72,6 +73,8 @@ class DaskExecutor:
     def start(self, payload, kinds=()) -> None:
         import distributed
 
+        if self.kind == "file" and not os.path.isfile(self.where):
+            raise InputError(f"--cluster: scheduler file {self.where!r} not found")
         self._quiet()
         try:
             if self.kind == "local":

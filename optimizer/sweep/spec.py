@@ -200,8 +200,9 @@ def _file_default_card_hour(raw: dict):
 
 
 def build_spec(scenario_path, cli: dict | None = None, catalog_dirs=(), fixed: dict | None = None) -> SweepSpec:
-    """Read the scenario (a TOML path, or a dict of its tables) and its ``[sweep]`` table, apply the command-line values (``cli``: key of
-    :data:`SWEEP_KEYS` -> text or None) and validate everything before any work is done."""
+    """Read the scenario (a TOML path, or a dict of its tables) and its ``[sweep]`` table, apply the
+    command-line values (``cli``: key of :data:`SWEEP_KEYS` -> text or None) and validate everything
+    before any work is done."""
     from tpopt.catalogs import load_catalog
     from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
 
