@@ -108,28 +108,44 @@ def test_a_worker_dying_mid_sweep_costs_nothing(tmp_path, reference, cluster):
     assert out.read_bytes() == reference["cpsat"].read_bytes()
 
 
-def test_driver_killed_mid_sweep_resumes_with_nothing_lost_or_duplicated(tmp_path, reference, live_in_group):
-    out = tmp_path / "r.csv"
-    args = [sys.executable, "-m", "tpopt.cli.main", "sweep", "--scenario", str(SWEEP_FILE), "--hw", CPSAT["hw"],
-            "--deadline", CPSAT["deadline"], "--solver", "cpsat", "--cluster", "local:2", "--out", str(out)]
+def _cli(out: Path, cluster: str) -> list[str]:
+    return [sys.executable, "-m", "tpopt.cli.main", "sweep", "--scenario", str(SWEEP_FILE), "--hw", CPSAT["hw"],
+            "--deadline", CPSAT["deadline"], "--solver", "cpsat", "--cluster", cluster, "--out", str(out)]
+
+
+def _start_and_kill(args: list[str], out: Path, rows: int) -> subprocess.Popen:
+    """Start a sweep in its own process group and SIGKILL its driver alone once ``rows`` rows are saved."""
     proc = subprocess.Popen(args + ["-q"], start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     t_end = time.time() + 120
-    while time.time() < t_end and not (out.exists() and out.read_text().count("\n") >= 1 + 3):
+    while time.time() < t_end and not (out.exists() and out.read_text().count("\n") >= 1 + rows):
         time.sleep(0.01)
-    os.kill(proc.pid, signal.SIGKILL)  # the driver alone: its cluster must go with it
+    os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    return proc
+
+
+def test_driver_killed_mid_sweep_resumes_with_nothing_lost_or_duplicated(tmp_path, reference, cluster):
+    out = tmp_path / "r.csv"
+    args = _cli(out, cluster[0].scheduler_address)
+    _start_and_kill(args, out, 3)
     done = len(_body(out))
     assert 3 <= done < 10, "the sweep was not killed midway"
-    t_end = time.time() + 20
-    while time.time() < t_end and live_in_group(proc.pid):
-        time.sleep(0.1)
-    assert live_in_group(proc.pid) == []  # scheduler, nannies and workers are gone too
-    r = subprocess.run(args, capture_output=True, text=True, timeout=180)
+    r = subprocess.run(args, capture_output=True, text=True, timeout=180)  # the same command
     assert r.returncode == 0, r.stderr
     assert f"resumed: {done} of 10 points reused" in r.stderr
     assert len(_body(out)) == 10 == len(set(_body(out)))
     assert out.read_bytes() == reference["cpsat"].read_bytes()
+
+
+def test_a_killed_driver_takes_its_local_cluster_with_it(tmp_path, live_in_group):
+    out = tmp_path / "r.csv"
+    proc = _start_and_kill(_cli(out, "local:2"), out, 1)
+    t_end = time.time() + 20
+    while time.time() < t_end and live_in_group(proc.pid):
+        time.sleep(0.1)
+    assert live_in_group(proc.pid) == []  # scheduler, nannies and workers are gone too
+    assert len(_body(out)) >= 1
 
 
 def _run(args):
