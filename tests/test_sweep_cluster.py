@@ -193,3 +193,33 @@ def test_unreachable_scheduler_is_one_line(monkeypatch, tmp_path):
                      "--deadline", "20d,30d"]), "cannot reach the Dask scheduler at tcp://127.0.0.1:9")
     assert out.read_text() == edited  # bad input: nothing overwritten
     assert not list(tmp_path.glob(".*lock"))  # the lock is released
+
+
+def test_workers_need_no_file_of_the_driver(tmp_path, reference, cluster):
+    """The payload carries the catalog data and the model, not the driver's paths: a scenario built from a
+    config.json and a --catalog directory still sweeps after both are gone (workers elsewhere see neither)."""
+    import json
+    import re
+    import shutil
+
+    cfg = {"model_type": "qwen3", "num_hidden_layers": 36, "hidden_size": 4096, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936,
+           "tie_word_embeddings": False}  # Qwen3-8B's published config.json fields
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(SWEEP_FILE.read_text().replace('name = "qwen3-8b"', 'config = "config.json"'))
+    cat = tmp_path / "cat"
+    cat.mkdir()
+    builtin = (ROOT / "catalogs" / "accelerators.toml").read_text()
+    card = re.search(r"^\[rtx4090\]\n.*?(?=^\[(?!rtx4090\.)|\Z)", builtin, re.S | re.M).group(0)
+    (cat / "accelerators.toml").write_text(card.replace("[rtx4090", "[rtx4090-cheap")
+                                           .replace("price_card_hour = 0.59", "price_card_hour = 0.30"))
+    spec = sw.build_spec(scenario, {"hw": "rtx4090-cheap", "deadline": CPSAT["deadline"], "solver": "cpsat"},
+                         catalog_dirs=[cat])
+    (tmp_path / "config.json").unlink()
+    shutil.rmtree(cat)
+    res = sw.run_sweep(spec, cluster=cluster[0].scheduler_address)
+    ref = [r for r in map(sw._parse_csv_line, _body(reference["cpsat"])) if r["accelerator"] == "rtx4090"]
+    assert [(r["status"], r["cards"], r["finish_days"]) for r in res.rows] == \
+        [(r["status"], r["cards"], r["finish_days"]) for r in ref]
+    assert {r["price_card_hour"] for r in res.rows} == {0.30}

@@ -165,6 +165,7 @@ class SweepSpec:
     fingerprint: str
     deadline_in_table: bool
     name: str = ""
+    catalog: object = None  # the Catalog loaded from catalog_dirs when the spec was built
 
     def points(self) -> list[Point]:
         v = self.values
@@ -268,7 +269,7 @@ def build_spec(scenario_path, cli: dict | None = None, catalog_dirs=(), fixed: d
         and not rel.event_interval_s
     spec = SweepSpec(raw=raw, fixed=fixed, catalog_dirs=catalog_dirs, hw=hw, values=values, solver=solver,
                      time_limit=time_limit, breakdown_cards=breakdown, base=base, fingerprint="",
-                     deadline_in_table=deadline_in_table, name=base.name)
+                     deadline_in_table=deadline_in_table, name=base.name, catalog=catalog)
     n = spec.size()
     if n > MAX_POINTS:
         raise InputError(f"the sweep has {n:,} points (at most {MAX_POINTS:,}); use coarser ranges")

@@ -1,14 +1,17 @@
 """The pure tasks a sweep is made of: one exact enumeration per group of points (answered by masks) or
 one solve per point.
 
-A task is ``(kind, points)``; with the sweep's payload (the scenario tables, fixed overrides, catalog
-directories, fingerprint, time limit: the same for every task, so executors ship it once) it is run by
+A task is ``(kind, points)``; with the sweep's payload (the scenario tables, fixed overrides, the
+catalog data, fingerprint, time limit: the same for every task, so executors ship it once) it is run by
 :func:`run_task`, in a worker process of the local pool or on a Dask worker. Tasks are pure: the same
-task gives the same rows anywhere, and they touch no file (the driver alone writes the journal).
+task gives the same rows anywhere, and they touch no file: the driver alone writes the journal, and the
+payload carries the catalog and the model themselves (not the driver's catalog directories or a
+``config.json`` path), so a worker on another machine needs nothing but tpopt.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -25,9 +28,9 @@ from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, Point, 
 class _Payload:
     """What every task of a sweep shares (shipped once per worker, not per task)."""
 
-    raw: dict
+    raw: dict  # the scenario tables, [model] naming SHIPPED_MODEL
     fixed: dict
-    catalog_dirs: tuple
+    catalog: object  # the loaded Catalog, with the scenario's model as SHIPPED_MODEL
     fingerprint: str
     solver: str
     time_limit: float
@@ -50,15 +53,6 @@ class Task(NamedTuple):
 _CACHE: dict = {}
 
 
-def _catalog(dirs: tuple):
-    from tpopt.catalogs import load_catalog
-
-    key = ("catalog", dirs)
-    if key not in _CACHE:
-        _CACHE[key] = load_catalog(dirs)
-    return _CACHE[key]
-
-
 def group_scenario(payload: _Payload, point: Point, deadline_s: float | None = None):
     """The scenario of a point's group: its accelerator and table-changing inputs (the deadline is
     the point's when it is a table input, else any valid value; card cap and budget are lifted)."""
@@ -76,7 +70,7 @@ def group_scenario(payload: _Payload, point: Point, deadline_s: float | None = N
                    "schedule.reserved": f"{point.reserved_s!r}s",
                    "schedule.deadline": f"{max(d, point.reserved_s + DAY)!r}s",
                    "cost.card_hour": point.card_hour})
-        sc = build_scenario(with_overrides(raw, ov), _catalog(payload.catalog_dirs))
+        sc = build_scenario(with_overrides(raw, ov), payload.catalog)
         sc = replace(sc, search=replace(sc.search, max_cards=10**9), cost=replace(sc.cost, max_cost=None))
         if len(_CACHE) > 256:
             _CACHE.clear()
@@ -165,9 +159,21 @@ def run_task(kind: str, payload: _Payload, points) -> list[dict]:
     return _solve_rows(payload, points[0], kind)
 
 
+SHIPPED_MODEL = "(the sweep's model)"  # catalog key of the model the driver built
+
+
 def _payload(spec: SweepSpec) -> _Payload:
-    return _Payload(raw=spec.raw, fixed=spec.fixed, catalog_dirs=spec.catalog_dirs, fingerprint=spec.fingerprint,
-                    solver=spec.solver, time_limit=spec.time_limit, deadline_in_table=spec.deadline_in_table)
+    """What every task needs, self-contained: the catalog data and the model as the driver built them
+    (from the catalog, a ``config.json`` or any other source), not paths on the driver's machine."""
+    from tpopt.catalogs import load_catalog
+
+    catalog = copy.copy(spec.catalog or load_catalog(spec.catalog_dirs))
+    catalog.models = dict(catalog.models)
+    catalog.models[SHIPPED_MODEL] = spec.base.model
+    raw = {k: v for k, v in spec.raw.items() if not k.startswith("_")}  # no driver paths
+    raw["model"] = {"name": SHIPPED_MODEL}
+    return _Payload(raw=raw, fixed=spec.fixed, catalog=catalog, fingerprint=spec.fingerprint, solver=spec.solver,
+                    time_limit=spec.time_limit, deadline_in_table=spec.deadline_in_table)
 
 
 def space_size(spec: SweepSpec, accelerator: str) -> int:
