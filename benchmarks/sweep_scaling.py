@@ -127,7 +127,12 @@ def _sweep_timed(spec_args, out=None, **kw):
     spec = sw.build_spec(*spec_args)
     t0 = time.perf_counter()
     res = sw.run_sweep(spec, out=out, **kw)
-    return time.perf_counter() - t0, res
+    wall = time.perf_counter() - t0
+    bad = {k: res.count(k) for k in ("unknown", "error", "feasible") if res.count(k)}
+    if bad:  # a figure is only worth printing for proven answers
+        note = next(r["note"] for r in res.rows if r["status"] in bad)
+        raise SystemExit(f"sweep_scaling: unproven or failed points {bad}: {note}")
+    return wall, res
 
 
 def executor_rows(label: str, spec_args, spec_args_warm, tmp: Path) -> tuple[list, dict]:
