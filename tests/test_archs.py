@@ -193,6 +193,25 @@ def test_published_parameter_counts(tmp_path, cfg, n, twin):
         assert param_count(CAT.model(twin)) == n
 
 
+@pytest.mark.parametrize("name,n", [
+    ("bloom-176b", 176_247_271_424),  # BLOOM model card
+    ("bloom-7b1", 7_069_016_064),  # BLOOM-7b1 model card
+    ("pythia-12b", 11_846_072_320),  # Pythia table 1
+    ("gpt-neox-20b", 20_554_567_680),  # Black et al. 2022
+    ("gpt2-xl", 1_557_611_200),  # GPT-2 XL (1.5B)
+])
+def test_published_catalog_counts(name, n):
+    assert param_count(CAT.model(name)) == n
+
+
+def test_published_rounded_catalog_counts():
+    # Llama 3.2 model cards print truncated billions ("1.23B", "3.21B"); Qwen2.5-72B 72.7B, Phi-4 14.7B rounded
+    assert cut(param_count(CAT.model("llama3.2-1b")), 2) == 1.23
+    assert cut(param_count(CAT.model("llama3.2-3b")), 2) == 3.21
+    assert round(param_count(CAT.model("qwen2.5-72b")) / 1e9, 1) == 72.7
+    assert round(param_count(CAT.model("phi-4")) / 1e9, 1) == 14.7
+
+
 def test_gemma_non_embedding_counts_match_the_reports(tmp_path):
     # Gemma report (2024) table 1 and Gemma 2 report table 2: non-embedding parameters
     assert param_count(hf(tmp_path, GEMMA_7B)) - embedding_params(hf(tmp_path, GEMMA_7B)) == 7_751_248_896
