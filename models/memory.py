@@ -106,6 +106,18 @@ def host_optimizer_bytes(n_params, dp, zero_stage, r: StateRecipe):
     return r.optimizer * np.asarray(n_params, dtype=float) / np.where(np.asarray(zero_stage) >= 1, d, 1.0)
 
 
+def _codes(x: np.ndarray):
+    """(distinct values, index of each element's value): O(n) for small whole numbers (tp, pp)."""
+    if x.size and x.min() >= 0 and x.max() <= 65536 and np.all(x == np.floor(x)):
+        ints = x.astype(np.int64)
+        values = np.flatnonzero(np.bincount(ints.ravel()))
+        lookup = np.zeros(values[-1] + 1, dtype=np.int64)
+        lookup[values] = np.arange(len(values))
+        return values.astype(float), lookup[ints]
+    values, inverse = np.unique(x, return_inverse=True)
+    return values, inverse.reshape(x.shape)
+
+
 def stage_params(a: ModelArch, tp, pp):
     """Parameters held by one card of the heaviest pipeline stage, before ZeRO sharding.
 
@@ -138,18 +150,19 @@ def stage_params(a: ModelArch, tp, pp):
         single = a.layers * per_block + head_end + tail_end
         return np.where(p <= 1, single, np.maximum(first, last))
     t, p = np.broadcast_arrays(t, p)
-    out = np.empty(t.shape, dtype=float)
+    (tu, ti), (pu, pi) = _codes(t), _codes(p)
     cl, co = np.concatenate([[0.0], np.cumsum(lin)]), np.concatenate([[0.0], np.cumsum(oth)])
-    for idx in np.ndindex(t.shape):
-        tt, stages = float(t[idx]), int(p[idx])
-        head_end, tail_end = ends(tt)
-        if stages <= 1:
-            out[idx] = cl[-1] / tt + co[-1] + head_end + tail_end
-            continue
-        b = min(-(-a.layers // stages), a.layers)
-        run = (cl[b:] - cl[:-b]) / tt + (co[b:] - co[:-b])  # every run of b consecutive blocks
-        out[idx] = max(run[0] + head_end, run[-1] + tail_end, run.max())
-    return out
+    table = np.empty((len(tu), len(pu)))  # one value per distinct (tp, pp): plan grids repeat them
+    for i, tt in enumerate(tu):
+        head_end, tail_end = ends(float(tt))
+        for j, stages in enumerate(pu):
+            if stages <= 1:
+                table[i, j] = cl[-1] / tt + co[-1] + head_end + tail_end
+                continue
+            b = min(-(-a.layers // int(stages)), a.layers)
+            run = (cl[b:] - cl[:-b]) / tt + (co[b:] - co[:-b])  # every run of b consecutive blocks
+            table[i, j] = max(run[0] + head_end, run[-1] + tail_end, run.max())
+    return table[ti, pi]
 
 
 def embedding_shard_params(a: ModelArch, tp):
