@@ -203,7 +203,10 @@ def main(argv=None) -> int:
                 counts["skipped"] += 1
             else:
                 counts["checked"] += 1
-                counts["limit"] += any(s not in ("optimal", "infeasible") for s, _, _ in rec["runs"].values())
+                stopped = [k for k, (s, _, _) in rec["runs"].items() if s not in ("optimal", "infeasible")]
+                counts["limit"] += bool(stopped)
+                if stopped:  # not a verdict, and not a disagreement: said, so it can be looked at
+                    print(f"case {rec['i']}: time limit reached by {', '.join(stopped)}", flush=True)
             for name, kind, detail in rec["problems"]:
                 counts["tracebacks" if kind == "traceback" else "disagreements"] += 1
                 print(f"case {rec['i']}: {name}: {kind}: {detail.strip().splitlines()[-1]}", flush=True)
