@@ -100,6 +100,19 @@ class Scales:
     step_cap_s: float
     ov_cap: float
     mem_cap: float
+    all_late: bool = False  # even the least step x the least (1 + L) overshoots the deadline
+
+
+def all_late(space: Space) -> bool:
+    """Every plan misses the deadline: reserved + iterations x (least step) x (least 1 + L) > deadline,
+    with each least value a minimum over its whole table (a valid lower bound for every plan)."""
+    sc = space.sc
+    tabs = space.tables
+    step_min = sum(float(np.min(_lower(tabs[n].values, np.inf))) for n in BUSY) + float(sc.input.wait_s)
+    ov = np.asarray(tabs["overhead"].values, dtype=float) + 1.0
+    ov_min = max(float(np.min(np.where(np.isnan(ov), 1.0, ov))), 1.0)
+    least = sc.task.reserved_s + float(T.iteration_count(sc)) * step_min * ov_min
+    return least > sc.task.deadline_s * (1 + 1e-9)
 
 
 def caps(space: Space, deadline_enforced: bool) -> tuple[float, float, float, float]:
@@ -144,22 +157,30 @@ def choose_scales(space: Space, deadline_enforced: bool) -> Scales:
     if lscale < 1e4:  # give resolution back to the overhead at the cost of time ticks
         ticks = min(ticks, BUDGET / 4 / (S * O * 1e4))
         lscale = min(float(LSCALE), BUDGET / 4 / (ticks * S * O))
+    late = deadline_enforced and all_late(space)
     if not (math.isfinite(ticks) and math.isfinite(lscale)) or lscale < MIN_TICKS or \
-            ticks * max(step_min, 1e-3) < MIN_TICKS:
+            ticks * max(step_min, 1e-3) < MIN_TICKS or (ticks * step_cap < MIN_TICKS and not late):
         raise EncodingError(f"step times up to {S:.3g} s x (1 + L) up to {O:.3g} x {iters:.3g} iterations "
                             "do not fit 64-bit integers at a useful resolution")
     mem_hi = mem_cap * len(MEMORY)
     mem_unit = 1.0 if mem_hi < BUDGET / 4 else 2.0 ** math.ceil(math.log2(mem_hi / (BUDGET / 4)))
     return Scales(ticks=float(ticks), lscale=int(lscale), mem_unit=mem_unit, step_cap_s=step_cap, ov_cap=ov_cap,
-                  mem_cap=mem_cap)
+                  mem_cap=mem_cap, all_late=late)
+
+
+def _int64(x) -> np.ndarray:
+    """Values safe to cast: NaN -> 0, beyond +/-BUDGET (infinities included) -> +/-BUDGET, which the
+    range checks (``_fits``) then refuse rather than let a cast wrap around."""
+    x = np.nan_to_num(np.asarray(x, dtype=float), nan=0.0, posinf=float(BUDGET), neginf=-float(BUDGET))
+    return np.clip(x, -float(BUDGET), float(BUDGET))
 
 
 def _floor(x):
-    return np.floor(np.asarray(x, dtype=float)).astype(np.int64)
+    return np.floor(_int64(x)).astype(np.int64)
 
 
 def _ceil(x):
-    return np.ceil(np.asarray(x, dtype=float)).astype(np.int64)
+    return np.ceil(_int64(x)).astype(np.int64)
 
 
 def _ceil_int(x: float, hi: int) -> int:
@@ -278,6 +299,8 @@ class CpSatModel:
                 raise
             sc_ = choose_scales(sp, True)
         self.scales = sc_
+        if sc_.all_late:  # decided exactly in floating point: the deadline family admits no plan
+            m.add_bool_or([self.lit["deadline.finish"].Not()])
         ticks, lscale, mu = sc_.ticks, sc_.lscale, sc_.mem_unit
         self.ticks = ticks
 

@@ -246,3 +246,24 @@ def test_highs_coefficient_range_falls_back_instead_of_a_wrong_verdict():
     assert r.status == Status.OPTIMAL
     assert r.best.metrics["cost"] == pytest.approx(ref.best.metrics["cost"], rel=1e-9)
     assert "layout decomposition" in r.solver.fallback  # said, not silent
+
+
+def test_every_plan_late_is_decided_at_once():
+    # found by benchmarks/cross_check.py (seed 2026, case 5932): the least (1 + L) is 1e14 (2-day saves,
+    # 5.6 h card MTBF), so the clamp put every step below one time unit; the monolithic CP-SAT model
+    # then saw every plan as feasible and verified them one by one until its time limit. Now the
+    # deadline family is decided exactly in floating point: no plan can meet it.
+    raw = {"model": {"name": "qwen3-14b"},
+           "task": {"tokens": "2.36096e+09", "seq_len": 8192, "global_batch": 384, "precision": "bf16-mixed"},
+           "schedule": {"deadline": "0.162124d", "reserved": "0.0393441d"},
+           "hardware": {"accelerator": ["rtx4090", "h100-sxm"], "efficiency": 0.6956, "usable_memory": "16.21GiB"},
+           "checkpoint": {"write_bandwidth": "6.478GB/s", "restore": "1362s", "failure_model": "poisson",
+                          "card_mtbf": "5.615h", "loss_spike_interval": "33.02h"},
+           "search": {"zero_stage": [1, 2], "tp": [4, 8], "pp": [1], "micro_batch": [1, 4], "offload": ["none", "cpu"],
+                      "save_interval": ["2d"], "save_mode": ["sync", "async"], "max_cards": 256,
+                      "nics_per_host": [1, 8]},
+           "memory": {"activation_reserve": "0.8294GiB"}, "stragglers": {"sigma": 0.0842}}
+    sc = build_scenario(raw, CAT)
+    assert solve(sc, "enumerate", Request(objective="time")).status == Status.INFEASIBLE
+    r = solve(sc, "cpsat", Request(objective="time", method="monolithic", time_limit=60))
+    assert r.status == Status.INFEASIBLE and r.solver.rounds == 1 and not r.solver.limit_reached
