@@ -168,6 +168,31 @@ def choose_scales(space: Space, deadline_enforced: bool) -> Scales:
                   mem_cap=mem_cap, all_late=late)
 
 
+def solve_confirmed(model, time_limit: float, workers: int = 1, seed: int = 0):
+    """Solve a CP-SAT model; an INFEASIBLE claim is confirmed by a second solve without presolve.
+
+    An infeasibility claim ends a search (the optimum is proven, or nothing is feasible), and CP-SAT's
+    presolve has wrongly proven feasible models infeasible: google/or-tools #5003 and #5274 in 9.15, and
+    in 9.14 on a model found by ``benchmarks/cross_check.py`` (seed 2026, case 8136; presolve off
+    solves it). Returns (solver, status) of the answering solve.
+    """
+    import time as _time
+
+    t0 = _time.monotonic()
+    st = None
+    for presolve in (True, False):
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(0.01, float(time_limit) - (_time.monotonic() - t0))
+        solver.parameters.num_workers = max(1, int(workers))
+        solver.parameters.random_seed = int(seed)
+        solver.parameters.catch_sigint_signal = False  # Ctrl-C stays a KeyboardInterrupt (exit 130)
+        solver.parameters.cp_model_presolve = presolve
+        st = solver.solve(model)
+        if st != cp_model.INFEASIBLE:
+            break
+    return solver, st
+
+
 def _int64(x) -> np.ndarray:
     """Values safe to cast: NaN -> 0, beyond +/-BUDGET (infinities included) -> +/-BUDGET, which the
     range checks (``_fits``) then refuse rather than let a cast wrap around."""
@@ -446,12 +471,7 @@ class CpSatModel:
     def solve(self, bound=None, time_limit: float = 60.0) -> CandidateResult:
         if bound is not None:
             self.m.add(self.obj <= _ceil_int(bound / self.obj_factor, self.obj_hi))
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
-        solver.parameters.num_workers = max(1, int(self.req.workers))
-        solver.parameters.random_seed = int(self.req.seed)
-        solver.parameters.catch_sigint_signal = False  # Ctrl-C stays a KeyboardInterrupt (exit 130)
-        st = solver.solve(self.m)
+        solver, st = solve_confirmed(self.m, time_limit, self.req.workers, self.req.seed)
         if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             a = {v: int(solver.value(self.iv[v])) for v in VARS}
             return CandidateResult("candidate" if st == cp_model.OPTIMAL else "feasible", a,

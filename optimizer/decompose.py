@@ -127,12 +127,9 @@ class CpSatMaster:
     def solve(self, bound, time_limit):
         if bound is not None and bound * self.scale < 2**62:  # a bound beyond every theta cuts nothing
             self.m.add(self.theta <= int(math.ceil(bound * self.scale)))
-        s = self.cp.CpSolver()
-        s.parameters.num_workers = max(1, int(self.req.workers))
-        s.parameters.random_seed = int(self.req.seed)
-        s.parameters.max_time_in_seconds = max(0.01, time_limit)
-        s.parameters.catch_sigint_signal = False
-        st = s.solve(self.m)
+        from tpopt.optimizer.cpsat import solve_confirmed
+
+        s, st = solve_confirmed(self.m, time_limit, self.req.workers, self.req.seed)
         if st == self.cp.OPTIMAL:
             return "candidate", int(s.value(self.hub))
         if st == self.cp.FEASIBLE:  # time limit with a layout: evaluate it, then stop (no proof)

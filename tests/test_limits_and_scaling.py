@@ -267,3 +267,26 @@ def test_every_plan_late_is_decided_at_once():
     assert solve(sc, "enumerate", Request(objective="time")).status == Status.INFEASIBLE
     r = solve(sc, "cpsat", Request(objective="time", method="monolithic", time_limit=60))
     assert r.status == Status.INFEASIBLE and r.solver.rounds == 1 and not r.solver.limit_reached
+
+
+def test_cpsat_infeasibility_claims_are_confirmed():
+    # found by benchmarks/cross_check.py (seed 2026, case 8136): OR-Tools 9.14's presolve proved this
+    # model infeasible (the enumerator finds 8 A100s at 14,404 USD; with presolve off CP-SAT agrees)
+    raw = {"model": {"name": "qwen3-0.6b"},
+           "task": {"tokens": "5.30176e+09", "seq_len": 2048, "global_batch": 24,
+                    "precision": "bf16-mixed-fp32-grad"},
+           "schedule": {"deadline": "337.748d", "reserved": "41.2177d"},
+           "hardware": {"accelerator": ["rtx4090", "a100-80gb-sxm"], "efficiency": 0.2297},
+           "checkpoint": {"write_bandwidth": "35.94GB/s", "restore": "1618s", "failure_model": "poisson",
+                          "job_mtbf": {"cards": 16384, "interval": "4.706h"}},
+           "search": {"zero_stage": [0, 1], "tp": [1], "pp": [1], "micro_batch": [1, 4], "offload": ["none", "cpu"],
+                      "save_interval": ["600s", "2h"], "save_mode": ["sync", "async"], "max_cards": 256,
+                      "nics_per_host": [2, 8]},
+           "memory": {"activation_reserve": "55.47GiB"}, "cost": {"max_cost": 577950197.29}}
+    sc = build_scenario(raw, CAT)
+    ref = solve(sc, "enumerate", Request())
+    assert ref.status == Status.OPTIMAL
+    for method in ("monolithic", "decomposed"):
+        r = solve(sc, "cpsat", Request(method=method))
+        assert r.status == Status.OPTIMAL, method
+        assert r.best.metrics["cost"] == pytest.approx(ref.best.metrics["cost"], rel=1e-9)
