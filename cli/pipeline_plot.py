@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from tpopt.errors import InputError
+from tpopt.errors import InputError, require
 
 COLOURS = {"F": "#4C78A8", "B": "#F58518", "W": "#9467BD", "U": "#54A24B"}
 NAMES = {"F": "forward", "B": "backward (dX)", "W": "dW", "U": "update"}
@@ -25,6 +25,7 @@ def check_path(path: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise InputError(f"--plot: directory {folder!r} does not exist")
+    require("matplotlib", "plots", "--plot")
 
 
 def plot_timeline(result, path: str) -> None:

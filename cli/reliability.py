@@ -13,7 +13,7 @@ import re
 import click
 
 from tpopt.cli.common import dump_json, handle_errors
-from tpopt.errors import InputError
+from tpopt.errors import InputError, require
 from tpopt.models import reliability as rel
 from tpopt.models.units import (
     DAY,
@@ -298,8 +298,7 @@ def _plot_curves(rep: dict, path: str) -> None:
     lower = path.lower()
     if not (lower.endswith(".svg") or lower.endswith(".png")):
         raise InputError(f"--plot: {path!r} must end in .svg or .png")
-    import matplotlib
-
+    matplotlib = require("matplotlib", "plots", "--plot")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np

@@ -82,7 +82,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from tpopt import __version__
-from tpopt.errors import InputError
+from tpopt.errors import InputError, require
 from tpopt.models.units import DAY, parse_count, parse_duration, parse_fraction, parse_int, parse_number
 
 FORMAT = 1
@@ -704,6 +704,10 @@ def check_output_path(path, what: str = "--out", formats=OUT_FORMATS) -> Path:
     p = Path(path)
     if p.suffix.lower() not in formats:
         raise InputError(f"{what}: {str(p)!r} must end in {', '.join(formats)}")
+    if p.suffix.lower() == ".parquet":
+        require("pyarrow.parquet", "parquet", f"{what} {p.name}")
+    elif p.suffix.lower() in (".svg", ".png", ".pdf"):
+        require("matplotlib", "plots", f"{what} {p.name}")
     if p.is_dir():
         raise InputError(f"{what}: {str(p)!r} is a directory")
     folder = p.parent if str(p.parent) else Path(".")
@@ -782,7 +786,7 @@ class SweepStore:
         return [{k: _clean(r[k], COLUMNS[k]) for k in COLUMN_NAMES} for r in rows]
 
     def _read_parquet(self, path: Path) -> list[dict]:
-        import pyarrow.parquet as pq
+        pq = require("pyarrow.parquet", "parquet", "reading a .parquet file")
 
         try:
             t = pq.read_table(path)
@@ -870,8 +874,8 @@ def encode(rows: list[dict], fmt: str, fingerprint_: str) -> bytes:
         head = json.dumps(meta, separators=(",", ":"))
         return (f'{{"tpopt_sweep":{head},\n"rows":[\n{body}\n]}}\n' if rows
                 else f'{{"tpopt_sweep":{head},\n"rows":[]}}\n').encode("utf-8")
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    pa = require("pyarrow", "parquet", "writing a .parquet file")
+    pq = require("pyarrow.parquet", "parquet", "writing a .parquet file")
 
     types = {str: pa.string(), float: pa.float64(), int: pa.int64(), bool: pa.bool_()}
     arrays = [pa.array([r[c] for r in rows], type=types[t]) for c, t in COLUMNS.items()]
