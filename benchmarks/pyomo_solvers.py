@@ -1,12 +1,13 @@
 """The Pyomo formulation: each installed Pyomo solver against HiGHS called directly, and the export.
 
 For the spaces of ``solve_scaling.py`` (the smaller ones unless --all): wall time of the monolithic MILP
-(built in Pyomo, solved in the solve-verify loop) and of ``--method auto`` per solver, the ratio to the
-``highs`` backend (the same matrix through highspy, no Pyomo), whether the optimum equals enumeration's
-(CP-SAT's where enumeration would be too slow), and the time and size of ``--export`` as LP and MPS.
+(built in Pyomo, solved in the solve-verify loop; its status when the time limit stops it) and of
+``--method auto`` per solver, the ratio of the latter to the ``highs`` backend's (the same model through
+highspy, no Pyomo), whether the optimum equals enumeration's (CP-SAT's where enumeration would be too
+slow), and the time and size of ``--export`` as LP and MPS.
 Not a test: figures depend on the machine. Run:
 
-    .venv/bin/python benchmarks/pyomo_solvers.py [--all] [--solvers highs,scip,cbc,glpk]
+    .venv/bin/python benchmarks/pyomo_solvers.py [--all | --spaces 4,5] [--solvers highs,scip,cbc,glpk] [--time-limit 60]
 """
 
 from __future__ import annotations
@@ -35,10 +36,21 @@ def timed(fn):
     return out, time.perf_counter() - t0
 
 
+def _same(r, ref) -> bool:
+    """The same optimum as the reference (a run stopped by the time limit proves nothing either way)."""
+    if r.status.value not in ("optimal", "infeasible"):
+        return True
+    if r.best is None or ref.best is None:
+        return r.best is None and ref.best is None
+    return math.isclose(r.best.metrics["cost"], ref.best.metrics["cost"], rel_tol=1e-9)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--all", action="store_true", help="also the two largest spaces (method auto only)")
+    ap.add_argument("--spaces", help="only these spaces, 1-based, e.g. 4,5")
     ap.add_argument("--solvers", default="highs,scip,cbc,glpk")
+    ap.add_argument("--time-limit", type=float, default=60.0, help="per solve, s")
     args = ap.parse_args()
     solvers = []
     for name in args.solvers.split(","):
@@ -48,7 +60,9 @@ def main():
         except InputError as exc:
             print(f"skipped: {exc}")
     spaces = SPACES if args.all else SPACES[:3]
-    print(f"{'space':<72} {'plans':>11} {'backend':<12} {'monolithic':>11} {'auto':>8} {'/ highs':>8} {'same':>5}")
+    if args.spaces:
+        spaces = [SPACES[int(i) - 1] for i in args.spaces.split(",")]
+    print(f"{'space':<72} {'plans':>11} {'backend':<12} {'monolithic':>11} {'auto':>8} {'auto / highs':>12} {'same':>5}")
     for label, ov in spaces:
         sc = design(ov)
         space = Space.from_scenario(sc)
@@ -57,16 +71,16 @@ def main():
         ref = solve(sc, "enumerate" if n <= 300_000 else "cpsat", Request())
         base = None
         for b in ["highs", *solvers]:
-            mono = None
+            mono, mono_s, same = None, "-", True
             if small:
-                r, mono = timed(lambda: solve(sc, b, Request(method="monolithic")))
-            r, auto = timed(lambda: solve(sc, b, Request()))
-            same = math.isclose(r.best.metrics["cost"], ref.best.metrics["cost"], rel_tol=1e-9) if r.best else \
-                ref.best is None
-            base = base or mono or auto
-            ratio = (mono or auto) / base
-            mono_s = f"{mono:.2f} s" if mono is not None else "-"
-            print(f"{label[:72]:<72} {n:>11,} {b:<12} {mono_s:>11} {auto:>6.2f} s {ratio:>7.1f}x {'yes' if same else 'NO':>5}")
+                r, mono = timed(lambda: solve(sc, b, Request(method="monolithic", time_limit=args.time_limit)))
+                same = _same(r, ref)
+                mono_s = f"{mono:.2f} s" if r.status.value in ("optimal", "infeasible") else f"{r.status.value}"
+            r, auto = timed(lambda: solve(sc, b, Request(time_limit=args.time_limit)))
+            same = same and _same(r, ref)
+            base = base or auto
+            ratio = auto / base
+            print(f"{label[:72]:<72} {n:>11,} {b:<12} {mono_s:>11} {auto:>6.2f} s {ratio:>11.1f}x {'yes' if same else 'NO':>5}")
         if small:
             with tempfile.TemporaryDirectory() as tmp:
                 for ext in (".lp", ".mps"):

@@ -38,6 +38,7 @@ import logging
 import math
 import os
 import re
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -78,7 +79,6 @@ LEGACY_OPTIONS = {
     "scip": lambda seed: {"limits/gap": 0.0, "limits/absgap": 0.0, "randomization/randomseedshift": seed,
                           "presolving/implics/maxrounds": 0},
     "gurobi": lambda seed: {"MIPGap": 0.0, "MIPGapAbs": 0.0, "Seed": seed, "Threads": 1},
-    "cplex": lambda seed: {"mipgap": 0.0, "mip_tolerances_absmipgap": 0.0, "randomseed": seed, "threads": 1},
 }
 V2_OPTIONS = {
     "highs": lambda seed: {"random_seed": seed},
@@ -178,6 +178,8 @@ class PyomoSolver:
         """Run the solver; its own failures (licence, crash, unreadable output) become one line."""
         try:
             return fn(*args, **kw)
+        except subprocess.TimeoutExpired:
+            raise _Timeout() from None
         except Exception as exc:
             raise InputError(f"solver {self.backend!r} failed: {_first_line(exc)}") from None
 
@@ -202,7 +204,10 @@ class PyomoSolver:
         from pyomo.opt import SolutionStatus as SS, TerminationCondition as TC
 
         self.opt.options.update(LEGACY_OPTIONS.get(self.pyomo_name, lambda s: {})(seed))
-        res = self._call(self.opt.solve, model, load_solutions=False, timelimit=max(1, math.ceil(time_limit)))
+        try:
+            res = self._call(self.opt.solve, model, load_solutions=False, timelimit=max(1, math.ceil(time_limit)))
+        except _Timeout:  # the executable ignored its own limit and Pyomo stopped it: no answer in time
+            return "unknown"
         tc = res.solver.termination_condition
         if tc in (TC.infeasible, TC.infeasibleOrUnbounded, TC.noSolution):
             return "infeasible"
@@ -214,6 +219,10 @@ class PyomoSolver:
         if tc in (TC.error, TC.solverFailure, TC.internalSolverError, TC.licensingProblems):
             raise InputError(f"solver {self.backend!r} failed ({tc})")
         return "unknown"
+
+
+class _Timeout(Exception):
+    """A solver executable outlived its time limit."""
 
 
 HINTS = {
@@ -402,17 +411,20 @@ class PyomoMaster:
         m.one = pyo.Constraint(expr=sum(m.layout[h] for h in self.cols) == 1)
         self.theta = sum(float(obj[h]) * self.scale * m.layout[h] for h in self.cols)
         m.objective = pyo.Objective(expr=self.theta, sense=pyo.minimize)
-        m.bound = pyo.ConstraintList()
+        m.limit = pyo.Param(mutable=True, initialize=2.0)  # every theta <= 1: no limit until a plan is known
+        m.bound = pyo.Constraint(expr=self.theta <= m.limit)
+        self.left = len(self.cols)
 
     def exclude(self, h: int):
-        if h in self.m.layout:
+        if h in self.m.layout and not self.m.layout[h].fixed:
             self.m.layout[h].fix(0)
+            self.left -= 1
 
     def solve(self, bound, time_limit):
-        if not self.cols:
+        if not self.cols or not self.left:  # nothing allowed, or every layout already evaluated
             return "infeasible", None
         if bound is not None:
-            self.m.bound.add(self.theta <= bound * self.scale * (1 + 1e-12) + 1e-12)
+            self.m.limit.set_value(bound * self.scale * (1 + 1e-12) + 1e-12)
         st = self.solver.solve(self.m, time_limit)
         if st in ("infeasible", "unknown"):
             return st, None
