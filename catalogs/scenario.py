@@ -65,6 +65,10 @@ REQUIRED = {"model": (), "task": ("tokens", "seq_len", "global_batch"), "schedul
 CARD_KEYS = ("usable_memory", "cards_per_host", "nics_per_host", "nic", "peak", "max_nics_per_host", "card_hour")
 DEFAULT_EFFICIENCY = 0.40
 AUTO_INTERVAL = "auto"
+# Checkpoint defaults do not bias a plan: unless the scenario states them, the save interval is the
+# optimum for each card count ("auto", tau* = sqrt(2c / lambda)) and both save modes are searched.
+DEFAULT_SAVE_INTERVAL = AUTO_INTERVAL
+DEFAULT_SAVE_MODES = ("sync", "async")
 
 
 def read_scenario_file(path) -> dict:
@@ -304,14 +308,15 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
 
     # search space (file [search] first, then checkpoint defaults)
     se = raw.get("search", {})
-    intervals = se.get("save_interval", ck.get("save_interval", "1800s"))
+    intervals = se.get("save_interval", ck.get("save_interval", DEFAULT_SAVE_INTERVAL))
     ivals = []
     for v in _as_list(intervals, "save_interval"):
         if isinstance(v, str) and v.strip().lower() == AUTO_INTERVAL:
             ivals.append(0.0)  # 0.0 marks "the optimal interval for the card count"
         else:
             ivals.append(parse_duration(v, "save_interval", allow_zero=False))
-    modes = tuple(str(x) for x in _as_list(se.get("save_mode", ck.get("mode", "sync")), "save_mode"))
+    modes = tuple(str(x) for x in _as_list(se.get("save_mode", ck.get("mode", list(DEFAULT_SAVE_MODES))),
+                                           "save_mode"))
     for x in modes:
         if x not in SAVE_MODES:
             raise InputError(f"save mode {x!r} unknown (use sync or async)")
