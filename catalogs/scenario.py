@@ -41,6 +41,10 @@ from tpopt.models.units import (
     parse_number,
 )
 
+#: The built-in default scenario (the chapter's design case), used by every command without --scenario.
+BUILTIN_SCENARIO = Path(__file__).resolve().parent / "design-case.toml"
+BUILTIN_NAME = "design-case"
+
 # table -> allowed keys (None: any key, parsed elsewhere)
 KEYS = {
     "model": {"name", "config"},

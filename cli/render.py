@@ -27,12 +27,20 @@ def _num(x: float, digits: int) -> str:
     return f"{x:,.{digits}f}"
 
 
+def accumulation_text(plan: dict) -> str:
+    """'micro-batch 1 x 8 accumulation', or what is wrong when the global batch does not divide."""
+    mb, ga = plan["micro_batch"], plan.get("grad_accum")
+    if ga:
+        return f"micro-batch {mb} x {ga} accumulation"
+    return f"micro-batch {mb}, no whole accumulation (DP {plan['dp']} x micro-batch {mb} does not divide the batch)"
+
+
 def plan_line(plan: dict) -> str:
     parts = [
         f"{plan['accelerator']} x {plan['cards']} ({plan['hosts']} host{'s' if plan['hosts'] != 1 else ''})",
         f"ZeRO-{plan['zero_stage']}",
         f"TP {plan['tp']} / PP {plan['pp']} / DP {plan['dp']}",
-        f"micro-batch {plan['micro_batch']} x {plan['grad_accum']} accumulation",
+        accumulation_text(plan),
         f"recompute {plan['recompute']}",
     ]
     if plan.get("offload") and plan["offload"] != "none":
@@ -122,7 +130,10 @@ def _objective_text(value: float, objective: str, unit: str) -> str:
     return f"{value:,.0f} {unit}" if objective == "cost" else f"{value:.2f} d"
 
 
-def binding_lines(binding: list[dict], objective: str, unit: str) -> list[str]:
+def binding_lines(binding: list[dict] | None, objective: str, unit: str) -> list[str]:
+    if binding is None:
+        return ["Binding constraints: not analysed (--no-analysis); run without it to see what binds and why "
+                "nothing cheaper is feasible."]
     if not binding:
         return ["Binding constraints: none (no single constraint holds the optimum where it is)."]
     lines = ["Binding constraints (dropping any one of these alone admits a better plan):"]
@@ -172,7 +183,7 @@ def top_table(top: list[dict], unit: str) -> Table:
     for e in top:
         p, m = e["plan"], e["metrics"]
         t.add_row(str(e["rank"]), p["accelerator"], str(p["cards"]), str(p["zero_stage"]), str(p["tp"]), str(p["pp"]),
-                  str(p["dp"]), f"{p['micro_batch']} x {p['grad_accum']}", p["recompute"], f"{m['step_s']:.1f}",
+                  str(p["dp"]), f"{p['micro_batch']} x {p['grad_accum'] or '-'}", p["recompute"], f"{m['step_s']:.1f}",
                   f"{m['finish_days']:.1f}", f"{m['cost']:,.0f}")
     return t
 
@@ -187,14 +198,14 @@ def solve_text(d: dict, sc, timing: bool = False) -> str:
               f"minimising {d['objective']})")
     parts = [head, status, "", f"Plan: {plan_line(d['plan'])}", "", metrics_table(d["metrics"], title="Best plan"),
              "", constraints_table(d["constraints"]), ""]
-    parts += binding_lines(d.get("binding", []), d["objective"], unit)
-    rob = d.get("robustness", {}).get("without_overlap")
+    parts += binding_lines(d.get("binding"), d["objective"], unit)
+    rob = (d.get("robustness") or {}).get("without_overlap")
     if rob:
         verdict = "still meets every constraint" if rob["feasible"] else \
             "fails " + ", ".join(n for n in rob["violates"] if n != "step.budget")
         parts += [f"Robustness: without communication overlap (prefetch failing) the step is {rob['step_s']:.1f} s "
                   f"and the plan finishes in {rob['finish_days']:.1f} d: it {verdict}."]
-    alts = alternative_lines(d.get("alternatives", []), d["objective"], unit)
+    alts = alternative_lines(d.get("alternatives") or [], d["objective"], unit)
     if alts:
         parts += [""] + alts
     if len(d.get("top", [])) > 1:
