@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 
 from tpopt.catalogs import Catalog, build_model, load_catalog, model_from_hf_config
@@ -76,7 +77,17 @@ DEFAULT_SAVE_MODES = ("sync", "async")
 
 
 def read_scenario_file(path) -> dict:
-    """The raw TOML tables of a scenario file (with ``_base_dir`` for relative paths)."""
+    """The raw TOML tables of a scenario file (with ``_base_dir`` for relative paths).
+
+    ``path`` may also be a mapping of tables as a TOML file would give them (``{"model": {"name":
+    "qwen3-8b"}, "task": {...}, ...}``); relative paths in it are taken from the working directory.
+    """
+    if isinstance(path, Mapping):
+        raw = copy.deepcopy(dict(path))
+        raw.setdefault("_base_dir", str(Path.cwd()))
+        raw.setdefault("_path", str(raw.get("scenario", {}).get("name", "scenario"))
+                       if isinstance(raw.get("scenario"), Mapping) else "scenario")
+        return raw
     p = Path(path)
     try:
         with p.open("rb") as fh:

@@ -106,6 +106,8 @@ def conflict_lines(detail: list[dict]) -> list[str]:
             lead = f"{d['closest']} meeting the others" if n > 1 else f"even {d['closest']}"
             lines.append(f"  {'':<{width}}  {lead}, {_plan_short(d['plan'])}, has "
                          f"{_qty(d['value'], d['unit'])} against a limit of {_qty(d['limit'], d['unit'])}")
+        elif d.get("note"):
+            lines.append(f"  {'':<{width}}  {d['note']}")
     return lines
 
 
@@ -155,20 +157,19 @@ def relaxation_lines(rels: list[dict]) -> list[str]:
 
 
 def infeasible_report(sc, space, result, req, kw, as_json, out: dict):
-    """Conflict and minimal relaxations of a request without a feasible plan (JSON or text)."""
-    from tpopt.optimizer.explain import Context, conflict_detail, minimal_conflict, relaxations
+    """Conflict and minimal relaxations of a request without a feasible plan (JSON or text); progress
+    on stderr while they are computed when stderr is a terminal."""
+    from tpopt.cli.render import progress_status
+    from tpopt.optimizer.explain import infeasibility
 
     command = kw.get("_command", "solve")
     proven = result.status.value == "infeasible"
     out["conflict"], out["conflict_detail"], out["relaxations"] = [], [], []
     if proven:
         raw, catalog = raw_and_catalog(kw)
-        ctx = Context.of(sc, kw.get("solver", "cpsat"), req, result.enforced, raw, catalog)
-        core = minimal_conflict(space, ctx.backend, req, ctx.enforced, ctx=ctx) or []
-        out["conflict"] = core
-        out["conflict_detail"] = conflict_detail(ctx, core)
-        rels = relaxations(sc, ctx.backend, req, raw=raw, catalog=catalog, core=core, enforced=ctx.enforced)
-        out["relaxations"] = [r.as_dict() for r in rels]
+        with progress_status(f"tpopt {command}: explaining why no plan is feasible") as tell:
+            out.update(infeasibility(sc, space, kw.get("solver", "cpsat"), req, result.enforced, raw=raw,
+                                     catalog=catalog, progress=tell))
     if as_json:
         click.echo(dump_json(out), nl=False)
         return

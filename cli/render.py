@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 import sys
+import time
+from contextlib import contextmanager
 
 from rich.console import Console
 from rich.table import Table
@@ -21,6 +23,24 @@ def console_text(*renderables, width: int = WIDTH) -> str:
     for r in renderables:
         con.print(r)
     return buf.getvalue()
+
+
+@contextmanager
+def progress_status(title: str):
+    """A spinner on stderr naming the step under way and the time spent, while the block runs.
+
+    Yields a callable ``tell(text)`` for the steps, or None-like silence when stderr is not a
+    terminal (pipes, files, tests): the output on stdout never changes.
+    """
+    from rich.console import Console
+
+    con = Console(stderr=True)
+    if not con.is_terminal:
+        yield lambda text: None
+        return
+    t0 = time.perf_counter()
+    with con.status(title) as st:
+        yield lambda text: st.update(f"{title}: {text} [{time.perf_counter() - t0:.0f} s]")
 
 
 def _num(x: float, digits: int) -> str:
