@@ -105,10 +105,61 @@ def read_scenario_file(path) -> dict:
     return raw
 
 
+# natural names for overrides (``{"deadline": "30d"}``) -> the table keys they set. Keys that appear in
+# one table only ("efficiency", "workers", ...) are found there; these are the names that need a choice.
+NATURAL = {
+    "model": ("model.name",),
+    "name": ("scenario.name",),
+    "hw": ("hardware.accelerator", "search.accelerator"),
+    "accelerator": ("hardware.accelerator", "search.accelerator"),
+    "nics_per_host": ("hardware.nics_per_host",),
+    "card_hour": ("cost.card_hour",),
+    "save_interval": ("search.save_interval",),
+    "save_mode": ("search.save_mode",),
+    "mode": ("search.save_mode",),
+    "schedule": ("search.schedule",),
+    "pipeline_schedule": ("search.schedule",),
+    "input_wait": ("input.wait",),
+    "sigma": ("stragglers.sigma",),
+}
+
+
+def natural_keys(name: str) -> tuple[str, ...]:
+    """The ``table.key`` entries a natural override name sets (``deadline`` -> ``schedule.deadline``)."""
+    if name in NATURAL:
+        return NATURAL[name]
+    tables = [t for t, keys in KEYS.items() if keys and name in keys]
+    if len(tables) == 1:
+        return (f"{tables[0]}.{name}",)
+    import difflib
+
+    known = sorted(set(NATURAL) | {k for keys in KEYS.values() if keys for k in keys})
+    close = difflib.get_close_matches(name, known, n=3)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    raise InputError(f"unknown scenario input {name!r} ({hint}give a key of one table, e.g. 'deadline', "
+                     "or 'table.key')")
+
+
+def _natural(overrides: dict) -> dict:
+    """Overrides with natural names expanded to ``table.key`` (dotted keys pass through)."""
+    out = {}
+    for name, value in overrides.items():
+        if "." in name:
+            out[name] = value
+            continue
+        keys = natural_keys(name)
+        if keys[0] == "hardware.accelerator" and isinstance(value, str):
+            value = [x.strip() for x in value.split(",") if x.strip()]
+        for k in keys:
+            out[k] = value
+    return out
+
+
 def with_overrides(raw: dict, overrides: dict) -> dict:
-    """A copy of ``raw`` with ``{"table.key": value}`` overrides applied (``None`` values skipped)."""
+    """A copy of ``raw`` with overrides applied (``None`` values skipped): ``{"table.key": value}``, or
+    natural names such as ``{"deadline": "30d", "hw": "h100-sxm,b200", "efficiency": "45%"}``."""
     out = copy.deepcopy(raw)
-    for dotted, value in overrides.items():
+    for dotted, value in _natural(overrides).items():
         if value is None:
             continue
         table, _, key = dotted.partition(".")
@@ -391,4 +442,5 @@ def load_scenario(path, overrides: dict | None = None, catalog_dirs=()) -> Scena
     return build_scenario(raw, load_catalog(catalog_dirs))
 
 
-__all__ = ["read_scenario_file", "with_overrides", "build_scenario", "load_scenario", "build_model"]
+__all__ = ["read_scenario_file", "with_overrides", "build_scenario", "load_scenario", "build_model", "natural_keys",
+           "BUILTIN_SCENARIO"]

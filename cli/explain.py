@@ -16,8 +16,8 @@ import click
 
 from tpopt.cli.common import EXIT_INFEASIBLE, EXIT_UNKNOWN, dump_json, echo_builtin_note, handle_errors, \
     load_scenario_from, plan_from, plan_options, scenario_options
-from tpopt.cli.explain_text import infeasible_report, plan_lines, request_lines, sensitivity_lines
-from tpopt.cli.request import request_from, solve_options
+from tpopt.cli.explain_text import infeasible_lines, plan_lines, request_lines, sensitivity_lines
+from tpopt.cli.request import raw_and_catalog, request_from, solve_options
 
 PLAN_FLAGS = ("zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "pipe_schedule", "save_interval",
               "save_mode", "nics_per_host")
@@ -48,12 +48,9 @@ def explain(sensitivity, as_json, **kw):
       tpopt explain --cards 48 --sensitivity
       tpopt explain --scenario my.toml
     """
+    from tpopt.cli.render import progress_status
     from tpopt.errors import InputError
-    from tpopt.optimizer.core import solve as run
-    from tpopt.optimizer.explain import explain_plan, sensitivities
-    from tpopt.optimizer.report import binding_families, make_oracle
-    from tpopt.optimizer.result import Status
-    from tpopt.optimizer.space import Space
+    from tpopt.optimizer.explain import explain_plan, explain_request, sensitivities
 
     kw["_command"] = "explain"
     sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
@@ -64,21 +61,16 @@ def explain(sensitivity, as_json, **kw):
         if given:
             flag = {"zero_stage": "zero", "pipe_schedule": "schedule"}.get(given[0], given[0]).replace("_", "-")
             raise InputError(f"--{flag} describes a plan: give --cards too (or drop it to explain the request)")
-        space = Space.from_scenario(sc)
-        result = run(sc, backend, req, space=space)
-        out = {"status": result.status.value, "objective": result.objective, "solver": result.solver.as_dict()}
-        if not result.feasible:
+        raw, catalog = raw_and_catalog(kw)
+        with progress_status("tpopt explain") as tell:
+            out = explain_request(sc, backend, req, raw=raw, catalog=catalog, progress=tell)
+        if out["status"] not in ("optimal", "feasible"):
             echo_builtin_note(kw, as_json)
-            infeasible_report(sc, space, result, req, kw, as_json, out)
-            raise SystemExit(EXIT_INFEASIBLE if result.status == Status.INFEASIBLE else EXIT_UNKNOWN)
-        best = result.best
-        oracle = make_oracle(space, backend, req)
-        binds = binding_families(oracle, best, req.objective, set(result.enforced))
-        out.update({"plan": best.plan_dict(), "cost": best.metrics["cost"], "cost_unit": best.metrics["cost_unit"],
-                    "finish_days": best.metrics["finish_days"], "conflict": [], "relaxations": [],
-                    "binding": [b.as_dict(best, req.objective) for b in binds]})
+            click.echo(dump_json(out) if as_json else "\n".join(infeasible_lines(out, sc, "explain")) + "\n",
+                       nl=False)
+            raise SystemExit(EXIT_INFEASIBLE if out["status"] == "infeasible" else EXIT_UNKNOWN)
         if sensitivity:
-            out["sensitivities"] = sensitivities(sc, backend, req, base=best)
+            out["sensitivities"] = sensitivities(sc, backend, req)
         lines = request_lines(out, sc)
         code = 0
     else:

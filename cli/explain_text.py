@@ -173,8 +173,14 @@ def infeasible_report(sc, space, result, req, kw, as_json, out: dict):
     if as_json:
         click.echo(dump_json(out), nl=False)
         return
-    lines = [f"tpopt {command}: {sc.name}: no feasible plan ({result.status.value})."]
-    if not proven:
+    click.echo("\n".join(infeasible_lines(out, sc, command)))
+
+
+def infeasible_lines(out: dict, sc, command: str) -> list[str]:
+    """Text of a request without a plan: the conflict and the smallest single changes (proven
+    infeasible), or what to do when the solver ran out of time."""
+    lines = [f"tpopt {command}: {sc.name}: no feasible plan ({out['status']})."]
+    if out["status"] != "infeasible":
         lines.append("The solver reached its time limit before finding a plan or proving there is none; "
                      "raise --time-limit.")
     else:
@@ -182,7 +188,7 @@ def infeasible_report(sc, space, result, req, kw, as_json, out: dict):
         rl = relaxation_lines(out["relaxations"])
         if rl:
             lines += [""] + rl
-    click.echo("\n".join(lines))
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1010,6 +1010,39 @@ def infeasibility(sc: Scenario, space: Space, backend: str, req: Request, enforc
     return {"conflict": core, "conflict_detail": detail, "relaxations": [r.as_dict() for r in rels]}
 
 
+def explain_request(sc: Scenario, backend: str = "cpsat", req: Request | None = None, *, raw: dict | None = None,
+                    catalog=None, progress=None) -> dict:
+    """The request as a whole, as ``tpopt explain`` reports it (a JSON-ready dict).
+
+    Solved first; with a plan: the optimum and the families that bind it (dropping one alone admits
+    a better plan); without one: :func:`infeasibility` when infeasibility is proven (``status``
+    ``infeasible``), empty conflict and relaxations when the solver ran out of time (``unknown``).
+    """
+    from tpopt.optimizer.core import solve
+    from tpopt.optimizer.report import binding_families, make_oracle
+
+    req = req or Request()
+    tell = progress or (lambda text: None)
+    space = Space.from_scenario(sc)
+    tell("the optimum")
+    result = solve(sc, backend, req, space=space)
+    out = {"status": result.status.value, "objective": result.objective, "solver": result.solver.as_dict(),
+           "conflict": [], "conflict_detail": [], "relaxations": []}
+    if not result.feasible:
+        if result.status == Status.INFEASIBLE:
+            out.update(infeasibility(sc, space, backend, req, result.enforced, raw=raw, catalog=catalog,
+                                     progress=progress))
+        return out
+    best = result.best
+    tell("the constraints that bind the optimum")
+    oracle = make_oracle(space, backend, req)
+    binds = binding_families(oracle, best, req.objective, set(result.enforced))
+    out.update({"plan": best.plan_dict(), "cost": best.metrics["cost"], "cost_unit": best.metrics["cost_unit"],
+                "finish_days": best.metrics["finish_days"],
+                "binding": [b.as_dict(best, req.objective) for b in binds]})
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # a given plan
 
@@ -1156,7 +1189,7 @@ def sensitivities(sc: Scenario, backend: str = "cpsat", req: Request | None = No
     return out
 
 
-__all__ = ["conflict", "minimal_conflict", "conflict_detail", "relaxations", "infeasibility", "Relaxation", "RELAXATIONS",
+__all__ = ["conflict", "minimal_conflict", "conflict_detail", "relaxations", "infeasibility", "explain_request", "Relaxation", "RELAXATIONS",
            "explain_plan", "sensitivities", "Context", "Undecided", "DELETION_ORDER", "PARAMS",
            "with_deadline", "with_reserved", "with_tokens", "with_max_cards", "with_max_cost", "with_efficiency",
            "with_usable_memory", "with_nic_factor"]

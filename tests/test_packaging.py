@@ -45,6 +45,13 @@ def test_every_subpackage_is_in_the_wheel(wheel):
             assert f"tpopt/{sub}/{py.name}" in names, py
 
 
+def test_api_main_and_type_marker_are_in_the_wheel(wheel):
+    names = set(wheel.namelist())
+    for f in ("api.py", "frames.py", "__main__.py", "py.typed"):
+        assert f"tpopt/{f}" in names, f
+    assert "tpopt/catalogs/design-case.toml" in names  # the built-in default scenario
+
+
 def test_catalog_files_are_in_the_wheel(wheel):
     names = set(wheel.namelist())
     tomls = list((ROOT / "catalogs").glob("*.toml"))
