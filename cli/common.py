@@ -101,12 +101,17 @@ def builtin_note(kw: dict) -> str | None:
     return "Scenario: built-in design case (the chapter's Qwen3-8B example); --scenario FILE or 'tpopt init' for yours."
 
 
-def echo_builtin_note(kw: dict, as_json: bool = False) -> None:
-    """Say that the built-in scenario is used: first line of the text output, or on stderr with --json
-    (stdout stays valid JSON)."""
+def echo_builtin_note(kw: dict, as_json: bool = False, out: dict | None = None) -> None:
+    """Say that the built-in scenario is used: the first line of the text output, or, with --json,
+    ``"scenario_source": "built-in design case"`` in ``out`` (stdout stays one JSON document)."""
     note = builtin_note(kw)
-    if note:
-        click.echo(note, err=as_json)
+    if not note:
+        return
+    if as_json:
+        if out is not None:
+            out["scenario_source"] = "built-in design case"
+        return
+    click.echo(note)
 
 
 def load_scenario_from(kw: dict, extra: dict | None = None):

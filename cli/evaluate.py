@@ -26,7 +26,7 @@ def evaluate(as_json, **kw):
     sc = load_scenario_from(kw)
     ev = run(sc, plan_from(sc, kw))
     d = ev.as_dict()
-    echo_builtin_note(kw, as_json)
+    echo_builtin_note(kw, as_json, d)
     click.echo(dump_json(d) if as_json else evaluation_text(d), nl=False)
     if not ev.feasible:
         raise SystemExit(EXIT_INFEASIBLE)

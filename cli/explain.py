@@ -65,7 +65,7 @@ def explain(sensitivity, as_json, **kw):
         with progress_status("tpopt explain") as tell:
             out = explain_request(sc, backend, req, raw=raw, catalog=catalog, progress=tell)
         if out["status"] not in ("optimal", "feasible"):
-            echo_builtin_note(kw, as_json)
+            echo_builtin_note(kw, as_json, out)
             click.echo(dump_json(out) if as_json else "\n".join(infeasible_lines(out, sc, "explain")) + "\n",
                        nl=False)
             raise SystemExit(EXIT_INFEASIBLE if out["status"] == "infeasible" else EXIT_UNKNOWN)
@@ -83,7 +83,7 @@ def explain(sensitivity, as_json, **kw):
     if sensitivity:
         sl = sensitivity_lines(out["sensitivities"])
         lines += [""] + (sl or ["Sensitivities: the request has no feasible plan."])
-    echo_builtin_note(kw, as_json)
+    echo_builtin_note(kw, as_json, out)
     click.echo(dump_json(out) if as_json else "\n".join(lines) + "\n", nl=False)
     if code:
         raise SystemExit(code)

@@ -36,9 +36,9 @@ def solve(top, no_analysis, sensitivity, timing, as_json, **kw):
     sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
     req = request_from(kw, top)
     space = Space.from_scenario(sc)
-    echo_builtin_note(kw, as_json)
     result = run(sc, kw["solver"], req, space=space)
     out = {"status": result.status.value, "objective": result.objective, "solver": result.solver.as_dict()}
+    echo_builtin_note(kw, as_json, out)
     if result.feasible:
         best = result.best
         ana = None if no_analysis else analysis(space, best, kw["solver"], req, set(result.enforced))

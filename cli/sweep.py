@@ -11,6 +11,7 @@ import click
 from concurrent.futures.process import BrokenProcessPool
 
 from tpopt.cli.common import dump_json, fail, handle_errors
+from tpopt.cli.plots import FORMATS as PLOT_FORMATS
 
 RANGE = "One value, a comma list or a range start:end:step"
 
@@ -180,9 +181,9 @@ def result_text(result, out) -> str:
 @click.option("--out", "out", type=click.Path(), help="Results file, one row per point: .csv, .parquet or .json. "
                                                       "Re-running with the same file resumes.")
 @click.option("--force", is_flag=True, help="Overwrite --out even if it holds something else.")
-@click.option("--plot", "plot", type=click.Path(), help="Cost vs finish plot (.svg or .png).")
+@click.option("--plot", "plot", type=click.Path(), help="Cost vs finish plot (.pdf, .svg or .png).")
 @click.option("--plot-breakdown", "plot_breakdown", type=click.Path(),
-              help="Finish-time breakdown bars (.svg or .png) of the front plans or of --breakdown-cards.")
+              help="Finish-time breakdown bars (.pdf, .svg or .png) of the front plans or of --breakdown-cards.")
 @click.option("--breakdown-cards", help="Card counts for --plot-breakdown, e.g. 32,48 (default: the front).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or notes on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the front and summary as JSON.")
@@ -207,7 +208,7 @@ def sweep(solver, time_limit, workers, out, force, plot, plot_breakdown, breakdo
                          fixed={"hardware.usable_memory": kw.get("usable_memory")})
     for path, what in ((plot, "--plot"), (plot_breakdown, "--plot-breakdown")):
         if path:
-            sw.check_output_path(path, what, (".svg", ".png"))
+            sw.check_output_path(path, what, PLOT_FORMATS)
     if out:
         sw.check_output_path(out)
     bar = _Bar(quiet)

@@ -6,13 +6,13 @@
 * :func:`plot_breakdown`: the chapter's figure 10-44 layout: one horizontal stacked bar per plan
   (base training, checkpoint/failure overhead, reserved days) and the deadline as a dashed line.
 
-Both use the Agg backend (no display) and write ``.svg`` or ``.png``. SVG text stays text (searchable)
+Both use the Agg backend (no display) and write ``.pdf``, ``.svg`` or ``.png``. SVG text stays text (searchable)
 and ids are salted, so the same data give the same file.
 """
 
 from __future__ import annotations
 
-import os
+from tpopt.cli.plots import pyplot, save_figure
 
 PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#FF9DA6", "#9D755D", "#BAB0AC",
            "#EECA3B")
@@ -21,20 +21,11 @@ PARTS = (("train_days", "base training", "#4C78A8"), ("overhead_days", "checkpoi
 
 
 def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams["svg.hashsalt"] = "tpopt-sweep"
-    plt.rcParams["svg.fonttype"] = "none"
-    return plt
+    return pyplot("tpopt-sweep")
 
 
 def _save(fig, path: str) -> None:
-    ext = os.path.splitext(path)[1].lower()[1:]
-    meta = {"Date": None} if ext == "svg" else {"Software": None}
-    fig.savefig(path, format=ext, metadata=meta)
+    save_figure(fig, path)
 
 
 def _money(x: float, unit: str) -> str:

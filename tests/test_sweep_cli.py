@@ -168,7 +168,7 @@ def assert_one_line_error(code, out, err, needle):
     (["--hw", "rtx4090,tpu-v9"], "unknown accelerator 'tpu-v9'"),
     (["--max-cards", "8:64"], "not a range"),
     (["--workers", "0"], "--workers"),
-    (["--plot", "x.pdf"], "must end in .svg, .png"),
+    (["--plot", "x.eps"], "must end in .pdf, .svg, .png"),
     (["--out", "/nonexistent-dir/r.csv"], "does not exist"),
     (["--out", "r.xlsx"], "must end in .csv, .parquet, .json"),
     (["--breakdown-cards", "32"], "needs --plot-breakdown"),
