@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/explain_timing.py [--case design|llama3-405b] [--scenario S] [--solver cpsat]
                                                   [--set table.key=value ...]
 
-``design`` (default): the chapter's design case capped at 32 cards (REFERENCE 10.6: infeasible for 30 days).
+``design`` (default): the chapter's design case capped at 32 cards (the chapter, 10.6: infeasible for 30 days).
 ``llama3-405b``: Llama-3.1-405B on 2T tokens in 90 days on H100 / A100 / H200 / B200 with the search
 space open, 1,800 s synchronous checkpoints (issue 14's example): a conflict between the deadline and
 the 1,024-card cap. Prints one line per step: seconds, exact solves, and the answer.

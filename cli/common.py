@@ -98,7 +98,7 @@ def builtin_note(kw: dict) -> str | None:
     """The line a command prints first when it runs on the built-in scenario (None with --scenario)."""
     if kw.get("scenario_path"):
         return None
-    return "Scenario: built-in design case (the chapter's Qwen3-8B example); --scenario FILE or 'tpopt init' for yours."
+    return "Scenario: built-in design case (the chapter's Qwen3-8B example); use --scenario FILE or tpopt init."
 
 
 def echo_builtin_note(kw: dict, as_json: bool = False, out: dict | None = None) -> None:

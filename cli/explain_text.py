@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from tpopt.cli.common import dump_json
+from tpopt.cli.render import change_text
 from tpopt.cli.request import raw_and_catalog
 
 # command-line flag that sets each relaxable input (None: only the scenario file can)
@@ -36,8 +37,10 @@ def _qty(x, unit: str, digits: int = 2) -> str:
         return x
     if unit == "cards":
         return f"{x:,.0f} cards"
-    if unit == "B tokens":
-        return f"{x:,.{digits}f}B tokens"
+    if unit == "B tokens":  # x in billions at ``digits`` decimals, printed exactly: 2T, 1.74306T, 85.23B
+        big = abs(x) >= 1000
+        text = f"{x / 1000:.{digits + 3}f}" if big else f"{x:.{digits}f}"
+        return f"{text.rstrip('0').rstrip('.') if '.' in text else text}{'T' if big else 'B'} tokens"
     if unit in ("USD", "card-hours"):
         return f"{x:,.2f} {unit}"
     sep = "" if unit in ("%",) else " "
@@ -211,7 +214,7 @@ def sensitivity_lines(rows: list[dict]) -> list[str]:
             continue
         d = r["delta"]
         dtxt = f"{d:+,.0f} {unit}" if obj == "cost" else f"{d:+.2f} d"
-        pct = f" ({r['delta_fraction'] * 100:+.1f} %)" if r.get("delta_fraction") is not None else ""
+        pct = f" ({change_text(r['delta_fraction'], signed=True)})" if r.get("delta_fraction") is not None else ""
         lines.append(f"  {r['change']:<{width}}  {move}: {_objective_text(r['value'], obj, unit)}, "
                      f"delta {dtxt}{pct}; {_plan_short(r['plan'])}")
     return lines
@@ -271,7 +274,8 @@ def plan_lines(d: dict, sc) -> list[str]:
     else:
         p = o["plan"]
         ch = o.get("change", 0.0)
-        rel = f"{-ch * 100:.1f} % better than this plan" if ch < 0 else f"{ch * 100:.1f} % more than this plan"
+        rel = "a tie with this plan" if abs(ch) < 1e-12 else \
+            change_text(-ch, better="better than this plan", worse="more than this plan")
         head = "A better plan exists" if d["status"] == "feasible" else "The best feasible plan"
         lines.append(f"{head} (minimising {d['objective']}): {_plan_short(p)}, "
                      f"{_money(p['cost'], p['cost_unit'])}, {p['finish_days']:.2f} d ({rel}).")

@@ -1,7 +1,7 @@
 """``tpopt pipeline``: simulate one pipeline-parallel training step under a schedule (chapter 10.3.2).
 
 Thin: parse units once, call :func:`tpopt.models.pipeline.simulate`, print a summary, JSON or a
-timeline plot (:mod:`tpopt.cli.pipeline_plot`). Example (REFERENCE.md 10.3, 347 ms)::
+timeline plot (:mod:`tpopt.cli.pipeline_plot`). Example (training-systems chapter 10.3, 347 ms)::
 
     tpopt pipeline --schedule 1f1b -p 4 -m 8 --forward 10ms --backward 20ms --transfer 1ms --update 1ms
 """

@@ -28,7 +28,7 @@ from tpopt.models.units import (
 )
 
 #: Meta research-cluster figure used by the chapter: a 1024-card job is interrupted once per 7.9 h,
-#: i.e. a per-card MTBF of 1024 x 7.9 h = 337.07 d (REFERENCE.md 10.4).
+#: i.e. a per-card MTBF of 1024 x 7.9 h = 337.07 d (training-systems chapter 10.4).
 DEFAULT_CARD_MTBF = rel.card_mtbf_from_job(7.9 * HOUR, 1024)
 DEFAULT_MODEL = "qwen3-8b"
 DEFAULT_INTERVALS = "300s,900s,1800s"

@@ -1,6 +1,6 @@
 """What is trained: a dense decoder-only transformer, its exact parameter count and FLOPs per token.
 
-Conventions (REFERENCE.md "Conventions"):
+Conventions (as the training-systems chapter counts parameters):
 
 * N counts every trainable tensor: input embedding, untied LM head, per-layer attention and MLP
   matrices (+ biases where the architecture has them), two norms per layer, q/k norms (head_dim each)

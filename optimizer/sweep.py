@@ -83,7 +83,7 @@ import numpy as np
 
 from tpopt import __version__
 from tpopt.errors import InputError
-from tpopt.models.units import DAY, parse_count, parse_duration, parse_fraction, parse_int, parse_number
+from tpopt.models.units import DAY, fmt_count, parse_count, parse_duration, parse_fraction, parse_int, parse_number
 
 FORMAT = 1
 AUTO_TABLE_LIMIT = 300_000  # plans per group enumerated exactly with --solver auto
@@ -257,6 +257,12 @@ class SweepSpec:
         """The inputs that take more than one value (plus hw when more than one accelerator)."""
         out = ["hw"] if len(self.hw) > 1 else []
         return out + [k for k, vals in self.values.items() if len(vals) > 1]
+
+    @property
+    def deadline_range_days(self) -> tuple[float, float]:
+        """The swept deadlines' (first, last) in days (equal when one deadline is swept)."""
+        d = self.values["deadline"]
+        return (min(d) / DAY, max(d) / DAY)
 
     @property
     def plot_deadline_days(self) -> float:
@@ -1113,7 +1119,7 @@ def case_label(case: tuple, spec: SweepSpec) -> str:
     tokens, eff, price, reserved = case
     parts = []
     if len(spec.values["tokens"]) > 1:
-        parts.append(f"{tokens / 1e9:g}B tok")
+        parts.append(f"{fmt_count(tokens)} tok")
     if len(spec.values["efficiency"]) > 1:
         parts.append(f"MFU {eff * 100:g}%")
     if len(spec.values["card_hour"]) > 1:
@@ -1185,7 +1191,9 @@ def breakdown_bars(result: SweepResult, cards=None) -> tuple[list[dict], list[st
         for e in result.front():
             rng = (f"{e['deadline_min_days']:g} d" if e["deadline_min_days"] == e["deadline_max_days"]
                    else f"{e['deadline_min_days']:g}-{e['deadline_max_days']:g} d")
-            bars.append(_bar(f"{e['accelerator']} x {e['cards']}", e, note=f"optimal for deadlines {rng}"))
+            clabel = case_label((e["tokens"], e["efficiency"], e["card_hour"], e["reserved_days"]), spec)
+            bars.append(_bar(f"{e['accelerator']} x {e['cards']}" + (f" ({clabel})" if clabel else ""), e,
+                             note=f"optimal for deadlines {rng}"))
         return bars, []
     from tpopt.models.evaluate import evaluate
     from tpopt.optimizer.core import solve

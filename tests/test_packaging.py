@@ -75,8 +75,8 @@ def test_readme_commands_and_ci_agree():
     """The README's first lines give the install-and-solve and the test commands; .ci/run runs the latter."""
     lines = [ln for ln in (ROOT / "README.md").read_text().splitlines() if ln.startswith("python3 -m venv")]
     main_cmd, test_cmd = lines[0], lines[1]
-    assert "tpopt solve --scenario examples/design-case.toml" in main_cmd
-    assert (ROOT / "examples" / "design-case.toml").exists()
+    assert main_cmd.endswith("tpopt solve --deadline 30d --hw rtx4090")  # the built-in design case
+    assert (ROOT / "catalogs" / "design-case.toml").exists() and (ROOT / "examples" / "design-case.toml").exists()
     assert "pytest" in test_cmd
     ci = (ROOT / ".ci" / "run").read_text()
     assert test_cmd in ci.splitlines()
