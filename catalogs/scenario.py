@@ -45,6 +45,8 @@ from tpopt.models.units import (
 #: The built-in default scenario (the chapter's design case), used by every command without --scenario.
 BUILTIN_SCENARIO = Path(__file__).resolve().parent / "design-case.toml"
 BUILTIN_NAME = "design-case"
+#: The built-in RL scenario (GRPO on a Qwen3-8B policy, chapter 10.5), used by `tpopt rl` without --scenario.
+BUILTIN_RL_SCENARIO = Path(__file__).resolve().parent / "rl-grpo-qwen3-8b.toml"
 
 # table -> allowed keys (None: any key, parsed elsewhere)
 KEYS = {
@@ -63,6 +65,7 @@ KEYS = {
     "search": {"zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "schedule", "nics_per_host",
                "save_interval", "save_mode", "max_cards", "accelerator", "dp"},
     "sweep": None,
+    "rl": None,  # RL post-training, parsed by tpopt.catalogs.rl
     "scenario": {"name", "description"},
 }
 REQUIRED = {"model": (), "task": ("tokens", "seq_len", "global_batch"), "schedule": ("deadline",),
@@ -209,6 +212,8 @@ def _check_keys(raw: dict) -> None:
                 continue
             if key not in allowed:
                 raise InputError(f"scenario: unknown key {key!r} in [{table}] (known: {', '.join(sorted(allowed))})")
+    if "rl" in raw and "tokens" not in raw.get("task", {}):
+        raise InputError("scenario: this is an RL scenario ([rl] table); plan it with tpopt rl")
     for table, keys in REQUIRED.items():
         if table not in raw:
             raise InputError(f"scenario: missing required table [{table}]")

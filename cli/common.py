@@ -98,6 +98,8 @@ def builtin_note(kw: dict) -> str | None:
     """The line a command prints first when it runs on the built-in scenario (None with --scenario)."""
     if kw.get("scenario_path"):
         return None
+    if kw.get("_builtin") == "rl":
+        return "Scenario: built-in RL example (GRPO, Qwen3-8B policy, H100); use --scenario FILE for yours."
     return "Scenario: built-in design case (the chapter's Qwen3-8B example); use --scenario FILE or tpopt init."
 
 
@@ -109,7 +111,7 @@ def echo_builtin_note(kw: dict, as_json: bool = False, out: dict | None = None) 
         return
     if as_json:
         if out is not None:
-            out["scenario_source"] = "built-in design case"
+            out["scenario_source"] = "built-in RL example" if kw.get("_builtin") == "rl" else "built-in design case"
         return
     click.echo(note)
 

@@ -40,11 +40,12 @@ def pyplot(salt: str = "tpopt"):
     return plt
 
 
-def save_figure(fig, path: str, what: str = "--plot") -> None:
-    """Save ``fig`` in the format its extension names, without run-dependent metadata."""
+def save_figure(fig, path: str, what: str = "--plot", **savefig) -> None:
+    """Save ``fig`` in the format its extension names, without run-dependent metadata (``savefig``:
+    further matplotlib options such as ``bbox_inches``)."""
     ext = os.path.splitext(str(path))[1].lower()
     check_plot_path(path, what)
     try:
-        fig.savefig(path, format=ext[1:], metadata=_METADATA[ext])
+        fig.savefig(path, format=ext[1:], metadata=_METADATA[ext], **savefig)
     except OSError as exc:
         raise InputError(f"{what}: cannot write {str(path)!r} ({exc.strerror})") from None

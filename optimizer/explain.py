@@ -1189,7 +1189,7 @@ def sensitivities(sc: Scenario, backend: str = "cpsat", req: Request | None = No
     return out
 
 
-__all__ = ["conflict", "minimal_conflict", "conflict_detail", "relaxations", "infeasibility", "explain_request", "Relaxation", "RELAXATIONS",
-           "explain_plan", "sensitivities", "Context", "Undecided", "DELETION_ORDER", "PARAMS",
+__all__ = ["conflict", "minimal_conflict", "conflict_detail", "relaxations", "infeasibility", "explain_request",
+           "Relaxation", "RELAXATIONS", "explain_plan", "sensitivities", "Context", "Undecided", "DELETION_ORDER", "PARAMS",
            "with_deadline", "with_reserved", "with_tokens", "with_max_cards", "with_max_cost", "with_efficiency",
            "with_usable_memory", "with_nic_factor"]

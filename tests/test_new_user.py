@@ -289,3 +289,14 @@ def test_solve_and_explain_do_not_import_each_other():
     for a, b in (("solve", "explain"), ("explain", "solve")):
         text = (ROOT / "cli" / f"{a}.py").read_text()
         assert f"tpopt.cli.{b} import" not in text and f"from tpopt.cli import {b}" not in text, a
+
+
+def test_rl_runs_on_its_builtin_scenario():
+    def tables(path):
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+
+    assert tables(ROOT / "catalogs" / "rl-grpo-qwen3-8b.toml") == tables(ROOT / "examples" / "rl-grpo-qwen3-8b.toml")
+    r = run("rl", "--no-analysis")
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("Scenario: built-in RL example")
