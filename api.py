@@ -269,17 +269,19 @@ class SweepTable:
 
 def sweep(source: Source = None, /, *, hw=None, deadline=None, reserved=None, tokens=None, efficiency=None,
           max_cards=None, card_hour=None, max_cost=None, solver: str | None = None, time_limit: float | None = None,
-          out=None, force: bool = False, workers: int | None = None, **inputs: Any) -> SweepTable:
+          out=None, force: bool = False, workers: int | None = None, cluster: str | None = None,
+          **inputs: Any) -> SweepTable:
     """The optimal plan at every point of a grid and the cost/finish Pareto front (``tpopt sweep``).
 
     Each swept input is one value, a list, or a range ``"start:end:step"`` (``deadline="20d:40d:1d"``);
     ``hw`` a list or comma string (each accelerator is its own series). ``out`` (.csv, .parquet, .json)
-    is written and resumed as by the command. Other keywords change the scenario."""
-    from tpopt.optimizer import sweep as sw
+    is written and resumed as by the command; ``cluster`` runs it on Dask (``"local:2"``, ``"tcp://host:8786"``).
+    Other keywords change the scenario."""
+    from tpopt.optimizer.sweep import sweep as run
 
     sc = _scenario_of(source, inputs)
-    values = {"hw": ",".join(hw) if isinstance(hw, (list, tuple)) else hw, "deadline": deadline, "reserved": reserved,
+    values = {"hw": list(hw) if isinstance(hw, tuple) else hw, "deadline": deadline, "reserved": reserved,
               "tokens": tokens, "efficiency": efficiency, "max_cards": max_cards, "card_hour": card_hour,
               "max_cost": max_cost, "solver": solver, "time_limit": time_limit}
-    spec = sw.build_spec(sc.raw, {k: v for k, v in values.items() if v is not None}, sc.catalog_dirs)
-    return SweepTable(sw.run_sweep(spec, out=out, force=force, workers=workers))
+    return SweepTable(run(sc.raw, out=out, force=force, workers=workers, cluster=cluster,
+                          catalog_dirs=sc.catalog_dirs, **{k: v for k, v in values.items() if v is not None}))
