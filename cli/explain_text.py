@@ -127,7 +127,8 @@ def _needed(r: dict) -> str:
         return f"= {r['required']}"
     exact = ""
     if r.get("required_exact") is not None and r["parameter"] not in ("max_cards",):
-        exact = f" (threshold {_num(r['required_exact'], 3)})"
+        thr = _qty(r["required_exact"], r["unit"], 3) if r["unit"] == "B tokens" else _num(r["required_exact"], 3)
+        exact = f" (threshold {thr})"
     return f"{r['direction']} {_qty(r['required'], r['unit'])}{exact}"
 
 
