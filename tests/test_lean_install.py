@@ -58,8 +58,9 @@ def test_expected_max_closed_forms():
 
 
 def _package_sources():
-    for sub in ("", "models", "optimizer", "catalogs", "cli"):
-        yield from (ROOT / sub).glob("*.py")
+    yield from ROOT.glob("*.py")
+    for sub in ("models", "optimizer", "catalogs", "cli"):
+        yield from (ROOT / sub).rglob("*.py")
 
 
 def _imported_top_modules() -> set[str]:
