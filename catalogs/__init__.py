@@ -101,7 +101,10 @@ def _merge(dirs: list[Path]) -> dict[str, dict]:
                     if stem == "links" and key in ("link", "nic") and isinstance(value, dict):
                         raw[stem].setdefault(key, {}).update(value)
                     elif stem == "performance" and isinstance(value, dict):
-                        raw[stem].setdefault(key, {}).update(value)  # field by field over the built-in
+                        entry = raw[stem].setdefault(key, {})  # field by field over the built-in
+                        for k2, v2 in value.items():
+                            both = isinstance(v2, dict) and isinstance(entry.get(k2), dict)
+                            entry[k2] = {**entry[k2], **v2} if both else v2
                     else:
                         raw[stem][key] = value
     return raw

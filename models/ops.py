@@ -136,10 +136,8 @@ def layer_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
     one norm feeding both branches and one residual add.
     """
     t = _f(lay.tp)
-    e, T, s = lay.act_bytes, lay.tokens, lay.seq_len
+    e, T = lay.act_bytes, lay.tokens
     h, dq, dkv, f = a.hidden, a.d_attn, a.d_kv, a.ffn
-    hd = a.head_dim
-    heads = a.heads / t
     out: list[Kernel] = []
     out += norm_kernels("norm.attn", a, lay)
     out += _linear("qkv", "", T, h, (dq + 2 * dkv) / t, e)
@@ -160,7 +158,6 @@ def layer_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
         out += _elementwise("mlp.act", "mlp", 2.0 * T * f / t * e, 3.0 * T * f / t * e)
     out += _linear("mlp.down", "", T, f / t, h, e)
     out += residual_kernels("residual.mlp", a, lay)
-    del s, hd, heads
     return out
 
 
@@ -188,7 +185,6 @@ def attention_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
     gemm = 2.0 * heads * s * s * hd
     qk_bytes = e * (2.0 * heads * s * hd + scores)  # read q, k; write S
     pv_bytes = e * (scores + 2.0 * heads * s * hd)  # read P, v; write o
-    drop = 1.0 if lay.dropout else 0.0
     return [
         Kernel("attn.scores", "fwd", "gemm", "attn", gemm, qk_bytes, s, s, hd, heads),
         *_elementwise("attn.softmax", "attn", 2.0 * e * scores, 3.0 * e * scores),
@@ -200,7 +196,7 @@ def attention_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
         Kernel("attn.context", "dx", "gemm", "attn", gemm, pv_bytes, s, hd, s, heads),
         # dQ = dS K, dK = dS^T Q (s x hd, k = s)
         Kernel("attn.scores", "dx", "gemm", "attn", 2.0 * gemm, 2.0 * pv_bytes, s, hd, s, 2.0 * heads, 2.0),
-    ] + ([] if drop else [])
+    ]
 
 
 def embedding_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:

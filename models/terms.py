@@ -121,18 +121,24 @@ def heaviest_stage_params(sc: Scenario, tp, pp):
     model; the largest of memory.stage_param_counts over the real layer split in the per-operation one."""
     if not per_op_model(sc):
         return memory.stage_params(sc.model, tp, pp)
-    return _per_pp(pp, tp, lambda p, t: np.maximum.reduce(
-        memory.stage_param_counts(sc.model, t, stage_split(sc, p) or [sc.model.layers])))
+    first, last = sc.stage_layers
+    return _by_unique(lambda p, t: _heaviest_cached(sc.model, int(p), first, last, t), pp, tp)
 
 
-def _per_pp(pp, other, fn):
-    """Evaluate ``fn(p, other_broadcast)`` for each distinct pipeline size and place the results."""
-    pp_a, other_a = np.broadcast_arrays(np.asarray(pp), _f(other))
-    out = np.empty(pp_a.shape, dtype=float)
-    for p_val in np.unique(pp_a):
-        sel = pp_a == p_val
-        out[sel] = np.broadcast_to(fn(int(p_val), other_a[sel]), other_a[sel].shape)
-    return out
+@lru_cache(maxsize=4096)
+def _heaviest_cached(a, p: int, first: int, last: int, tp: float) -> float:
+    split = _split_cached(a.layers, p, first if p > 1 else 0, last if p > 1 else 0) or [a.layers]
+    return float(max(memory.stage_param_counts(a, tp, split)))
+
+
+def _by_unique(fn, *arrays):
+    """``fn(*scalars)`` once per distinct combination of the broadcast arrays' values, placed back."""
+    arrs = np.broadcast_arrays(*(np.asarray(x) for x in arrays))
+    shape = arrs[0].shape
+    stacked = np.stack([a.reshape(-1).astype(float) for a in arrs])
+    uniq, inverse = np.unique(stacked, axis=1, return_inverse=True)
+    vals = np.array([fn(*col) for col in uniq.T], dtype=float)
+    return vals[np.reshape(inverse, -1)].reshape(shape)
 
 
 def param_copies(sc: Scenario, schedule, tp, pp):
@@ -177,24 +183,18 @@ def stored_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batc
         per_mb = memory.activation_bytes_per_microbatch(a, s, micro_batch, tp, stage_layers, rc, **kw)
         return pipeline_inflight(schedule, pp, ga) * per_mb
     per_layer = memory.activation_bytes_per_microbatch(a, s, micro_batch, tp, 1, rc, **kw)
-    pp_a, per_layer, ga = np.broadcast_arrays(np.asarray(pp), _f(per_layer), _f(ga))
-    out = np.empty(pp_a.shape)
-    m_a = np.ceil(ga - 1e-9).astype(int)
-    for p_val, m_val in _shapes(pp_a, m_a):
-        sel = (pp_a == p_val) & (m_a == m_val)
-        out[sel] = _peak_layer_sets(sc, schedule, int(p_val), int(m_val)) * per_layer[sel]
-    return out
+    first, last = sc.stage_layers
+    sets = _by_unique(lambda p, m: _peak_layer_sets(str(schedule), sc.model.layers, int(p), int(m), first, last),
+                      pp, np.ceil(ga - 1e-9))
+    return sets * per_layer
 
 
-def _shapes(pp_a, m_a):
-    return np.unique(np.stack([pp_a.reshape(-1), m_a.reshape(-1)], axis=1), axis=0)
-
-
-def _peak_layer_sets(sc: Scenario, schedule, p: int, m: int) -> float:
+@lru_cache(maxsize=4096)
+def _peak_layer_sets(schedule: str, layers: int, p: int, m: int, first: int, last: int) -> float:
     """Max over stages of in-flight layer sets: (peak in-flight micro-batches of stage g) x (its layers)."""
-    split = stage_split(sc, p)
     if p <= 1:
-        return float(sc.model.layers)
+        return float(layers)
+    split = _split_cached(layers, p, first, last)
     base, v = schedule_parts(schedule)
     chunks = chunk_layers(split, v) if base == "interleaved" else None
     if not split or (base == "interleaved" and chunks is None) or pipeline.shape_error(base, p, m, v):
@@ -384,9 +384,37 @@ def pipeline_compute(schedule, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weig
             if pipeline.shape_error(base, int(p_val), int(m_val), v):
                 out[sel] = np.inf  # the schedule cannot run this shape (layout.schedule_shape)
                 continue
-            out[sel] = pipeline.completion_time(base, int(p_val), int(m_val), tf[sel], tdx[sel], tdw[sel],
-                                                tx[sel], 0.0, v=v)
+            out[sel] = _unique_columns(lambda f, dx, dw, x: pipeline.completion_time(
+                base, int(p_val), int(m_val), f, dx, dw, x, 0.0, v=v), tf[sel], tdx[sel], tdw[sel], tx[sel],
+                key=(base, int(p_val), int(m_val), v, None))
     return out.reshape(shape)
+
+
+_COMPLETION_CACHE: dict = {}
+
+
+def _unique_columns(fn, *arrays, key=None):
+    """``fn`` on the distinct columns of the 1-D (or (groups, n)) duration arrays only, scattered back:
+    a plan grid repeats each duration set for every ZeRO stage, offload, save interval and mode. With a
+    ``key`` (the pipeline shape) results are remembered across calls (the enumerator evaluates the same
+    durations once per offload and save mode)."""
+    n = arrays[0].shape[-1]
+    stacked = np.vstack([np.reshape(a, (-1, n)) for a in arrays])
+    uniq, inverse = np.unique(stacked, axis=1, return_inverse=True)
+    ck = None if key is None else (key, uniq.shape, uniq.tobytes())
+    if ck is not None and ck in _COMPLETION_CACHE:
+        return _COMPLETION_CACHE[ck][np.reshape(inverse, -1)]
+    parts, row = [], 0
+    for a in arrays:
+        k = 1 if np.ndim(a) == 1 else a.shape[0]
+        parts.append(uniq[row] if np.ndim(a) == 1 else uniq[row:row + k])
+        row += k
+    result = np.asarray(fn(*parts), dtype=float)
+    if ck is not None:
+        if len(_COMPLETION_CACHE) >= 1024:
+            _COMPLETION_CACHE.clear()
+        _COMPLETION_CACHE[ck] = result
+    return result[np.reshape(inverse, -1)]
 
 
 def _pipeline_groups(base, v, pp, micro_batches, layer_f, layer_dx, layer_dw, t_transfer, groups):
@@ -412,9 +440,10 @@ def _pipeline_groups(base, v, pp, micro_batches, layer_f, layer_dx, layer_dw, t_
                 continue
             per = [_group_times(split, g, (lf[sel], ldx[sel], ldw[sel]), (ef[sel], edx[sel], edw[sel]),
                                 (hf[sel], hdx[sel], hdw[sel]), 3) for g in range(p)]
-            fwd, dx, dw = (np.stack([per[g][i] for g in range(p)]) for i in range(3))
-            out[sel] = pipeline.completion_time(base, p, mv, fwd, dx, dw, tx[sel], 0.0, v=v, chunk_layers=chunks,
-                                                per_group=True)
+            fwd, dx, dw = (np.stack([np.broadcast_to(per[g][i], tx[sel].shape) for g in range(p)]) for i in range(3))
+            out[sel] = _unique_columns(lambda f, x_, w, t: pipeline.completion_time(
+                base, p, mv, f, x_, w, t, 0.0, v=v, chunk_layers=chunks, per_group=True), fwd, dx, dw, tx[sel],
+                key=(base, p, mv, v, tuple(chunks or ()), tuple(split)))
     return out.reshape(shape)
 
 

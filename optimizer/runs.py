@@ -7,7 +7,7 @@ Columns (others are ignored; ``#`` starts a comment line):
   ``kv_heads``, ``head_dim`` and ``arch`` (``gpt``, the default: LayerNorm, GELU MLP, biases, learned
   positions, tied embeddings, as Megatron-LM's GPT; or ``llama``: RMSNorm, SwiGLU, RoPE, no biases);
   without either, the ``--scenario``'s model;
-* task and layout: ``seq_len``, ``global_batch``, ``tp``, ``pp``, ``dp`` or ``gpus``; optional
+* task and layout: ``seq_len``, ``global_batch``, ``tp``, ``pp``, ``dp`` or ``gpus`` (or ``cards``); optional
   ``micro_batch``, ``virtual_stages`` (1 = plain 1F1B), ``schedule``, ``recompute``, ``zero_stage``;
   a missing micro-batch makes the row a set of candidate plans (micro-batch 1, 2, 4, 8) and the
   prediction is the fastest candidate that fits memory, as tpopt would choose; a missing schedule is
@@ -19,7 +19,8 @@ Columns (others are ignored; ``#`` starts a comment line):
   ``measured_tflops_per_gpu`` (iteration = Megatron-LM's FLOPs per iteration / (gpus x TFLOP/s));
 * hardware: ``accelerator``; else inferred from ``measured_tflops_per_gpu / measured_pct_of_peak``
   (the catalog card whose FP16/BF16 peak matches within 3 %); else the scenario's, else a100-80gb-sxm;
-* software stack (defaults: Megatron-LM as in Narayanan et al. 2021 and Korthikanti et al. 2022):
+* software stack (defaults: the ``--scenario``'s settings when one is given, else Megatron-LM as in
+  Narayanan et al. 2021 and Korthikanti et al. 2022):
   ``precision`` (fp16-mixed-fp32-grad), ``dropout`` (true), ``flash_attention`` (false),
   ``sequence_parallel`` (false, true for the selective column), ``tp_overlap`` (0: Megatron-LM of
   2021-22 does not overlap TP collectives), ``dp_overlap`` (0: its gradient all-reduce runs after the
@@ -150,6 +151,20 @@ def _accelerator(row: dict, cat: Catalog, base_raw: dict | None, where: str) -> 
     return DEFAULT_ACCELERATOR
 
 
+def _stack_defaults(base_raw: dict | None) -> dict:
+    """Software-stack defaults of a row: the published tables' Megatron-LM stack (STACK), or, when a
+    scenario is given, that scenario's own settings (its defaults where it is silent)."""
+    if base_raw is None:
+        return STACK
+    task, mem, comm = (base_raw.get(t, {}) for t in ("task", "memory", "comm"))
+    rec = base_raw.get("search", {}).get("recompute", "none")
+    return {"precision": task.get("precision", "bf16-mixed"), "dropout": mem.get("dropout", False),
+            "flash_attention": mem.get("flash_attention", True),
+            "sequence_parallel": mem.get("sequence_parallel", True),
+            "tp_overlap": comm.get("tp_overlap", False), "dp_overlap": comm.get("dp_overlap", True),
+            "recompute": rec[0] if isinstance(rec, list) else rec}
+
+
 def _candidates(layers: int, pp: int, per_replica: int, mb, vs, schedule, choose: str) -> list[tuple[int, str]]:
     """(micro-batch, schedule) candidates of a row. A missing schedule is Megatron-LM's default, plain
     1F1B (interleaving needs an explicit flag), or, with ``choose = "fastest"``, also interleaved with
@@ -189,24 +204,26 @@ def runs_from_csv(path, catalog: Catalog | None = None, base_raw: dict | None = 
         elif model:
             raw["model"] = model
         acc = accelerator or _accelerator(row, cat, base_raw, where)
+        defaults = _stack_defaults(base_raw)
         stack = {k: row.get(k) for k in STACK if row.get(k) not in (None, "")}
         seq = _num(row, "seq_len", where, int, raw.get("task", {}).get("seq_len") or None)
         batch = _num(row, "global_batch", where, int, raw.get("task", {}).get("global_batch") or None)
         tp, pp = _num(row, "tp", where, int, 1), _num(row, "pp", where, int, 1)
-        gpus = _num(row, "gpus", where, int, 0) if row.get("gpus") else tp * pp * _num(row, "dp", where, int)
+        count = "gpus" if row.get("gpus") else "cards" if row.get("cards") else None
+        gpus = _num(row, count, where, int) if count else tp * pp * _num(row, "dp", where, int)
         raw["task"] = {"tokens": "1B", "seq_len": seq, "global_batch": batch,
-                       "precision": str(stack.get("precision", STACK["precision"]))}
+                       "precision": str(stack.get("precision", defaults["precision"]))}
         raw["schedule"] = {"deadline": "100000d"}
         hw = {k: v for k, v in raw.get("hardware", {}).items() if k != "efficiency"}
         hw["accelerator"] = acc
         raw["hardware"] = hw
         mem = dict(raw.get("memory", {}))
         mem.pop("activation_reserve", None)
-        mem["dropout"] = _flag(row, "dropout", STACK["dropout"], where)
-        mem["flash_attention"] = _flag(row, "flash_attention", STACK["flash_attention"], where)
+        mem["dropout"] = _flag(row, "dropout", defaults["dropout"], where)
+        mem["flash_attention"] = _flag(row, "flash_attention", defaults["flash_attention"], where)
         raw["memory"] = mem
-        raw["comm"] = {"tp_overlap": _overlap_value(row.get("tp_overlap") or STACK["tp_overlap"]),
-                       "dp_overlap": _overlap_value(row.get("dp_overlap") or STACK["dp_overlap"])}
+        raw["comm"] = {"tp_overlap": _overlap_value(row.get("tp_overlap") or defaults["tp_overlap"]),
+                       "dp_overlap": _overlap_value(row.get("dp_overlap") or defaults["dp_overlap"])}
         raw["checkpoint"] = {"card_mtbf": "none"}
         raw.pop("input", None)
         raw.pop("search", None)
@@ -220,8 +237,8 @@ def runs_from_csv(path, catalog: Catalog | None = None, base_raw: dict | None = 
         zero = _num(row, "zero_stage", where, int, 0) if row.get("zero_stage") else 0
         cands = _candidates(sc.model.layers, pp, batch // dp, mb, vs, (row.get("schedule") or "").strip(), schedules)
         memory = {k: float(row[k]) for k in MEMORY_COLUMNS if row.get(k)}
-        sp = _flag(row, "sequence_parallel", STACK["sequence_parallel"], where)
-        rec = str(stack.get("recompute", STACK["recompute"]))
+        sp = _flag(row, "sequence_parallel", defaults["sequence_parallel"], where)
+        rec = str(stack.get("recompute", defaults["recompute"]))
 
         def plans(recompute, seq_par):
             return tuple(Plan(acc, gpus, zero_stage=zero, tp=tp, pp=pp, micro_batch=b, recompute=recompute,

@@ -18,7 +18,7 @@ hw           --hw             accelerators, each swept separately (one series)  
 deadline     --deadline       deadline ([schedule] deadline)                     ``"20d:40d:1d"``
 reserved     --reserved       reserved days inside the deadline                  ``"3d,5d,7d"``
 tokens       --tokens         training tokens ([task] tokens)                    ``"50B:200B:50B"``
-efficiency   --efficiency     compute efficiency (MFU)                           ``"30%:50%:5%"``
+efficiency   --efficiency     flat-model compute efficiency (MFU); 0 = per-op    ``"30%:50%:5%"``
 max_cards    --max-cards      largest card count a plan may use                  ``"16:128:16"``
 card_hour    --card-hour      price per card-hour for every accelerator (USD)    ``"0.4:0.8:0.1"``
 max_cost     --max-cost       budget cap (USD, or card-hours without prices)     ``"15000,20000"``
@@ -310,7 +310,8 @@ def build_spec(scenario_path, cli: dict | None = None, catalog_dirs=(), fixed: d
         "deadline": (base.task.deadline_s,),
         "reserved": (base.task.reserved_s,),
         "tokens": (base.task.tokens,),
-        "efficiency": (base.systems[hw[0]].efficiency,),
+        # 0 marks the per-operation model (no flat efficiency stated); a swept efficiency selects the flat model
+        "efficiency": (0.0 if base.systems[hw[0]].per_op else base.systems[hw[0]].efficiency,),
         "max_cards": (base.search.max_cards,),
         "card_hour": (_file_default_card_hour(raw),),
         "max_cost": (base.cost.max_cost,),
@@ -363,7 +364,7 @@ def fingerprint(spec: SweepSpec) -> str:
         "fixed": spec.fixed,
         # built values: what catalog entries (model, accelerators, NICs, storage tiers) resolved to
         "model": repr(b.model),
-        "accelerators": {name: repr(b.systems[name].acc) for name in spec.hw},
+        "accelerators": {name: repr((b.systems[name].acc, b.systems[name].perf)) for name in spec.hw},
         "built": repr((b.memory, b.input, b.reliability, b.overlap, b.task.seq_len, b.task.global_batch,
                        b.task.precision, replace(b.search, accelerators=(), max_cards=0))),
     }
@@ -502,7 +503,7 @@ def group_scenario(payload: _Payload, point: Point, deadline_s: float | None = N
         raw = with_overrides(payload.raw, {"hardware.accelerator": [point.accelerator],
                                            "search.accelerator": [point.accelerator]})
         ov = dict(payload.fixed)
-        ov.update({"task.tokens": point.tokens, "hardware.efficiency": point.efficiency,
+        ov.update({"task.tokens": point.tokens, "hardware.efficiency": point.efficiency or None,
                    "schedule.reserved": f"{point.reserved_s!r}s",
                    "schedule.deadline": f"{max(d, point.reserved_s + DAY)!r}s",
                    "cost.card_hour": point.card_hour})
