@@ -60,6 +60,7 @@ KEYS = {
     "search": {"zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "schedule", "nics_per_host",
                "save_interval", "save_mode", "max_cards", "accelerator", "dp", "virtual_stages"},
     "sweep": None,
+    "rl": None,  # RL post-training, parsed by tpopt.catalogs.rl
     "scenario": {"name", "description"},
 }
 REQUIRED = {"model": (), "task": ("tokens", "seq_len", "global_batch"), "schedule": ("deadline",),
@@ -141,6 +142,8 @@ def _check_keys(raw: dict) -> None:
                 continue
             if key not in allowed:
                 raise InputError(f"scenario: unknown key {key!r} in [{table}] (known: {', '.join(sorted(allowed))})")
+    if "rl" in raw and "tokens" not in raw.get("task", {}):
+        raise InputError("scenario: this is an RL scenario ([rl] table); plan it with tpopt rl")
     for table, keys in REQUIRED.items():
         if table not in raw:
             raise InputError(f"scenario: missing required table [{table}]")

@@ -13,7 +13,19 @@ from typing import NamedTuple
 import numpy as np
 
 from tpopt.errors import InputError
-from tpopt.models.arch import ModelArch, embedding_params, largest_unit_params, layer_linear_params, layer_params
+from tpopt.models.arch import (
+    ModelArch,
+    attention_flops_per_token,
+    block_gemm_params,
+    block_param_arrays,
+    embedding_params,
+    largest_unit_params,
+    layer_linear_params,
+    layer_params,
+    mlp_activation_width,
+    mtp_linear_params,
+    mtp_params,
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,48 +112,95 @@ def host_optimizer_bytes(n_params, dp, zero_stage, r: StateRecipe):
     return r.optimizer * np.asarray(n_params, dtype=float) / np.where(np.asarray(zero_stage) >= 1, d, 1.0)
 
 
+def _codes(x: np.ndarray):
+    """(distinct values, index of each element's value): O(n) for small whole numbers (tp, pp)."""
+    if x.size and x.min() >= 0 and x.max() <= 65536 and np.all(x == np.floor(x)):
+        ints = x.astype(np.int64)
+        values = np.flatnonzero(np.bincount(ints.ravel()))
+        lookup = np.zeros(values[-1] + 1, dtype=np.int64)
+        lookup[values] = np.arange(len(values))
+        return values.astype(float), lookup[ints]
+    values, inverse = np.unique(x, return_inverse=True)
+    return values, inverse.reshape(x.shape)
+
+
 def stage_params(a: ModelArch, tp, pp):
     """Parameters held by one card of the heaviest pipeline stage, before ZeRO sharding.
 
     A stage holds ceil(L / pp) blocks; the first also holds the input embedding, the last the LM
-    head (if untied) and the final norm; with pp = 1 one stage holds everything. Tensor
-    parallelism splits every linear layer and the (vocab-parallel) embedding and LM head by tp;
-    norms are replicated. With tp = pp = 1 this is exactly N.
+    head (if untied), the final norm and any MTP modules; with pp = 1 one stage holds everything.
+    Tensor parallelism splits every linear layer and the (vocab-parallel) embedding and LM head by
+    tp; norms are replicated. With tp = pp = 1 this is exactly N. When blocks differ (dense blocks
+    before MoE blocks), the heaviest stage is the largest of the first stage, the last stage and any
+    run of ceil(L / pp) consecutive blocks. A MoE block holds every expert (EP = 1).
     """
     t = np.asarray(tp, dtype=float)
     p = np.asarray(pp)
-    blocks = np.ceil(a.layers / p)
     linear = layer_linear_params(a)
     other = layer_params(a) - linear  # norms, biases, q/k norms: replicated under TP
-    per_block = linear / t + other
-    emb = embedding_params(a) / t
-    head = 0.0 if a.tied_embeddings else emb
-    pos = a.learned_positions * a.hidden
-    first = blocks * per_block + emb + pos
-    last = blocks * per_block + head + a.norm_params
-    single = a.layers * per_block + emb + pos + head + a.norm_params
-    return np.where(p <= 1, single, np.maximum(first, last))
+
+    def ends(tt):
+        return stage_end_params(a, tt)
+
+    lin, oth = block_param_arrays(a)
+    if np.all(lin == linear) and np.all(oth == other):  # every block alike
+        blocks = np.ceil(a.layers / p)
+        per_block = linear / t + other
+        head_end, tail_end = ends(t)
+        first = blocks * per_block + head_end
+        last = blocks * per_block + tail_end
+        single = a.layers * per_block + head_end + tail_end
+        return np.where(p <= 1, single, np.maximum(first, last))
+    t, p = np.broadcast_arrays(t, p)
+    (tu, ti), (pu, pi) = _codes(t), _codes(p)
+    cl, co = np.concatenate([[0.0], np.cumsum(lin)]), np.concatenate([[0.0], np.cumsum(oth)])
+    table = np.empty((len(tu), len(pu)))  # one value per distinct (tp, pp): plan grids repeat them
+    for i, tt in enumerate(tu):
+        head_end, tail_end = ends(float(tt))
+        for j, stages in enumerate(pu):
+            if stages <= 1:
+                table[i, j] = cl[-1] / tt + co[-1] + head_end + tail_end
+                continue
+            b = min(-(-a.layers // int(stages)), a.layers)
+            run = (cl[b:] - cl[:-b]) / tt + (co[b:] - co[:-b])  # every run of b consecutive blocks
+            table[i, j] = max(run[0] + head_end, run[-1] + tail_end, run.max())
+    return table[ti, pi]
+
+
+def stage_end_params(a: ModelArch, tp, tied_copy: bool = False):
+    """(first-stage extra, last-stage extra) parameters per card: the embedding (/ tp) with learned
+    positions and an embedding norm; the final norm, the LM head (/ tp; when tied only as the copy
+    Megatron-LM keeps on a separate last stage, ``tied_copy``), its bias and any MTP modules."""
+    emb = embedding_params(a) / np.asarray(tp, dtype=float)
+    pos = a.learned_positions * a.hidden + (a.norm_params if a.embedding_norm else 0)
+    mtp_lin = mtp_linear_params(a)
+    tail_other = a.norm_params + (a.vocab if a.head_bias else 0) + mtp_params(a) - mtp_lin
+    head = emb if (not a.tied_embeddings or tied_copy) else 0.0
+    return emb + pos, head + mtp_lin / np.asarray(tp, dtype=float) + tail_other
 
 
 def stage_param_counts(a: ModelArch, tp, layers: list[int]) -> list:
-    """Parameters one card of each pipeline stage holds, for an explicit split of the layers.
+    """Parameters one card of each pipeline stage holds, for an explicit split of the layers into
+    consecutive blocks (stage g holds blocks sum(layers[:g]) .. sum(layers[:g+1]) - 1).
 
-    Stage 0 holds the input embedding (and learned positions), the last stage the final norm and the
-    LM head; with tied embeddings and more than one stage the last stage keeps its own copy of the
-    table for the head (Megatron-LM all-reduces the two copies' gradients).
+    Stage 0 adds the first-stage extras, the last stage the last-stage extras (:func:`stage_end_params`);
+    with tied embeddings and more than one stage the last stage keeps its own copy of the table for the
+    head (Megatron-LM all-reduces the two copies' gradients). Linear layers are split by tp.
     """
     t = np.asarray(tp, dtype=float)
-    linear = layer_linear_params(a)
-    per_block = linear / t + (layer_params(a) - linear)
-    emb = embedding_params(a) / t
-    out = []
+    lin, oth = block_param_arrays(a)
+    cl, co = np.concatenate([[0.0], np.cumsum(lin)]), np.concatenate([[0.0], np.cumsum(oth)])
+    head_end, tail_end = stage_end_params(a, t, tied_copy=len(layers) > 1)
+    out, start = [], 0
     for g, n in enumerate(layers):
-        x = n * per_block
+        end = start + int(n)
+        x = (cl[end] - cl[start]) / t + (co[end] - co[start])
         if g == 0:
-            x = x + emb + a.learned_positions * a.hidden
+            x = x + head_end
         if g == len(layers) - 1:
-            x = x + a.norm_params + (emb if (not a.tied_embeddings or len(layers) > 1) else 0.0)
+            x = x + tail_end
         out.append(x)
+        start = end
     return out
 
 
@@ -212,13 +271,13 @@ def saved_tensors(a: ModelArch, seq_len, micro_batch, act_bytes=2.0, flash_atten
     """
     s = np.asarray(seq_len, dtype=float)
     tokens = s * np.asarray(micro_batch, dtype=float)
-    h, f, dq, dkv, e = a.hidden, a.ffn, a.d_attn, a.d_kv, act_bytes
+    h, f, dq, dkv, e = a.hidden, mlp_activation_width(a), a.d_attn, a.d_kv, act_bytes
     norms = 1 if a.parallel_block else 2
     out = [SavedTensor("norm inputs", "keep", "seq", tokens * norms * h * e, False, "")]
     if a.qk_norm:
         out.append(SavedTensor("q/k-norm inputs", "keep", "tp", tokens * (dq + dkv) * e, False, ""))
     out.append(SavedTensor("q, k, v", "keep", "tp", tokens * (dq + 2 * dkv) * e, True, ""))
-    out.append(SavedTensor("attention output", "keep", "tp", tokens * dq * e, True, ""))
+    out.append(SavedTensor("attention output", "keep", "tp", tokens * a.d_v * e, True, ""))
     if flash_attention:
         out.append(SavedTensor("log-sum-exp", "keep", "tp", tokens * a.heads * 4.0, False, ""))
     out.append(SavedTensor("MLP gate and up" if a.gated_mlp else "MLP up", "keep", "tp",
@@ -327,13 +386,13 @@ def recompute_flops_per_token(a: ModelArch, seq_len, recompute: str):
     if recompute == "none":
         return 0.0 * keys
     if recompute == "full":
-        return a.layers * (2.0 * layer_linear_params(a) + 4.0 * a.d_attn * keys)
+        return 2.0 * block_gemm_params(a) + attention_flops_per_token(a, seq_len) / 3.0
     total = 0.0 * keys
     parts = set(recompute.split("+"))
     if "norm" in parts:
         total = total + a.layers * 8.0 * a.hidden
     if "mlp" in parts:
-        total = total + a.layers * 5.0 * a.ffn
+        total = total + a.layers * 5.0 * mlp_activation_width(a)
     if "attn" in parts:
         total = total + a.layers * 2.0 * a.d_attn * keys
     return total

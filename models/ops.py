@@ -23,7 +23,10 @@ elements. Megatron-LM's ``num_floating_point_operations`` counts the same GEMMs 
 
 Designed to grow: a mixture-of-experts layer adds a router GEMM, permutation passes and expert GEMMs
 with capacity padding; context parallelism divides s by cp in the attention kernels and adds a KV
-exchange; each is more entries of the same table.
+exchange; each is more entries of the same table. Until then a MoE block runs its activated experts
+as one MLP of the activated width (arch.mlp_activation_width: top-k x expert FFN + shared experts),
+every card holding every expert (EP = 1), and multi-head latent attention folds its latent
+projections into the QKV GEMM (same FLOPs).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tpopt.models.arch import ModelArch
+from tpopt.models.arch import ModelArch, attention_linear_params, mean_keys_per_query, mlp_activation_width
 
 PHASES = ("fwd", "dx", "dw")
 
@@ -102,14 +105,17 @@ def _elementwise(op, group, fwd_bytes, bwd_bytes, fwd_count=1.0, bwd_count=1.0) 
 
 
 def attention_keys(a: ModelArch, seq_len: int, flash: bool) -> float:
-    """Average keys a query is scored against: (s + 1) / 2 causal with flash attention (a window w < s
-    gives about w); the whole square s without it (masked scores are computed, then discarded)."""
+    """Average keys a query is scored against, over the layers: (s + 1) / 2 causal with flash
+    attention (arch.mean_keys_per_query; windowed layers see about w); the whole square s without it
+    (masked scores are computed, then discarded)."""
     if not flash:
         return float(seq_len)
-    if a.sliding_window and a.sliding_window < seq_len:
-        w = float(a.sliding_window)
-        return w - w * (w - 1) / (2.0 * seq_len)  # rows past the first w see w keys
-    return (seq_len + 1) / 2.0
+    w_layers = a.window_layers
+    full = float(mean_keys_per_query(seq_len))
+    if not w_layers:
+        return full
+    windowed = float(mean_keys_per_query(seq_len, a.sliding_window))
+    return (w_layers * windowed + (a.layers - w_layers) * full) / a.layers
 
 
 def norm_kernels(op: str, a: ModelArch, lay: Layout, group="norm") -> list[Kernel]:
@@ -137,16 +143,19 @@ def layer_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
     """
     t = _f(lay.tp)
     e, T = lay.act_bytes, lay.tokens
-    h, dq, dkv, f = a.hidden, a.d_attn, a.d_kv, a.ffn
+    h, dq, dkv, f = a.hidden, a.d_attn, a.d_kv, mlp_activation_width(a)
+    dv = a.d_v
     out: list[Kernel] = []
     out += norm_kernels("norm.attn", a, lay)
-    out += _linear("qkv", "", T, h, (dq + 2 * dkv) / t, e)
+    # q, k, v projections as one GEMM of the width that carries their weights (MLA: the latent
+    # down / up projections folded in, the same FLOPs); the output projection reads d_v
+    out += _linear("qkv", "", T, h, (attention_linear_params(a) - dv * h) / h / t, e)
     if a.qk_norm:
         out += _elementwise("qk_norm", "", 2.0 * T * (dq + dkv) / t * e, 3.0 * T * (dq + dkv) / t * e)
     if a.positions == "rope":
         out += _elementwise("rope", "", 2.0 * T * (dq + dkv) / t * e, 2.0 * T * (dq + dkv) / t * e)
     out += attention_kernels(a, lay)
-    out += _linear("proj", "", T, dq / t, h, e)
+    out += _linear("proj", "", T, dv / t, h, e)
     if not a.parallel_block:
         out += residual_kernels("residual.attn", a, lay)
         out += norm_kernels("norm.mlp", a, lay)
@@ -164,7 +173,8 @@ def layer_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
 def attention_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
     """The attention core for one micro-batch on one card (heads / t of them).
 
-    Flash: one fused kernel; forward 4 T k d_attn / t FLOPs for k average keys per query, backward
+    Flash: one fused kernel; forward 2 T k (d_attn + d_v) / t FLOPs (4 T k d_attn / t without MLA) for
+    k average keys per query, backward
     2.5 x (recomputes QK^T and P), reading q, k, v, o (and do, writing dq, dk, dv).
     Otherwise: scores S = Q K^T and context O = P V as batched GEMMs over b (heads / t) heads of s x s,
     a fused scale-mask-softmax pass, a dropout pass (1-byte mask), and their backward: dP = dO V^T,
@@ -177,7 +187,7 @@ def attention_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
     keys = attention_keys(a, lay.seq_len, lay.flash_attention)
     qkvo = T * (2.0 * dq + 2.0 * dkv) / t * e  # q, k, v read, o written
     if lay.flash_attention:
-        fwd = 4.0 * T * keys * dq / t
+        fwd = 2.0 * T * keys * (dq + a.d_v) / t  # QK^T over d_attn, PV over d_v (equal unless MLA)
         return [Kernel("attn.flash", "fwd", "attention", "attn", fwd, qkvo),
                 Kernel("attn.flash", "dx", "attention", "attn", 2.5 * fwd, 2.0 * qkvo + T * dq / t * e, count=2.0)]
     heads = b * a.heads / t  # batched GEMM count

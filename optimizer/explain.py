@@ -835,8 +835,9 @@ def _scenario_for_accelerator(ctx: Context, name: str) -> Scenario:
         sysm = sc.systems[name]
     else:
         acc = ctx.catalog.accelerator(name)
-        eff = next(iter(sc.systems.values())).efficiency
-        sysm = System(acc=acc, efficiency=eff, price_card_hour=acc.price_card_hour, nic_price_hour=acc.nic_price_hour)
+        first = next(iter(sc.systems.values()))
+        sysm = System(acc=acc, efficiency=first.efficiency, price_card_hour=acc.price_card_hour,
+                      nic_price_hour=acc.nic_price_hour, perf=ctx.catalog.perf(name) if first.per_op else None)
     return replace(sc, systems={name: sysm}, search=replace(sc.search, accelerators=(name,)))
 
 
