@@ -290,3 +290,18 @@ def test_calibrate_fits_several_parameters_to_several_runs():
     assert math.isfinite(cal.objective)
     with pytest.raises(InputError):
         C.fit(runs, "h100-sxm", ("sms",))  # not a fittable parameter
+
+
+def test_every_performance_number_has_a_source():
+    import tomllib
+
+    from tpopt.catalogs import BUILTIN_DIR
+
+    raw = tomllib.loads((BUILTIN_DIR / "performance.toml").read_text())
+    assert {"default", "a100-80gb-sxm", "h100-sxm", "rtx4090", "h200", "b200"} <= set(raw)
+    for name, t in raw.items():
+        for key in t:
+            if key not in ("sources", "calibrated", "calibration"):
+                assert t["sources"].get(key), (name, key)
+        for key in t.get("calibrated", []):
+            assert t["sources"][key].startswith("calibrated"), (name, key)
