@@ -39,7 +39,9 @@ def calibrate(measured_step, runs_csv, fit_names, out_dir, force, as_json, **kw)
         from tpopt.catalogs import load_catalog
         from tpopt.optimizer.runs import runs_from_csv
 
-        raw = with_overrides(read_scenario_file(kw["scenario_path"]), overrides_from(kw))
+        from tpopt.cli.common import scenario_source
+
+        raw = with_overrides(read_scenario_file(scenario_source(kw)), overrides_from(kw))
         runs = runs_from_csv(runs_csv, load_catalog(kw.get("catalog_dirs") or ()), base_raw=raw)
     else:
         if kw.get("cards") is None:
