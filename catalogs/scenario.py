@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 
 from tpopt.catalogs import Catalog, build_model, load_catalog, model_from_hf_config
@@ -20,7 +21,6 @@ from tpopt.models.hardware import Accelerator
 from tpopt.models.plan import (
     OFFLOADS,
     SAVE_MODES,
-    SCHEDULES,
     CostOptions,
     InputPipeline,
     MemoryOptions,
@@ -29,6 +29,8 @@ from tpopt.models.plan import (
     SearchSpace,
     System,
     Task,
+    schedule_name,
+    split_schedule,
 )
 from tpopt.models.units import (
     MAX_CARD_BYTES,
@@ -44,6 +46,12 @@ from tpopt.models.units import (
     parse_number,
 )
 
+#: The built-in default scenario (the chapter's design case), used by every command without --scenario.
+BUILTIN_SCENARIO = Path(__file__).resolve().parent / "design-case.toml"
+BUILTIN_NAME = "design-case"
+#: The built-in RL scenario (GRPO on a Qwen3-8B policy, chapter 10.5), used by `tpopt rl` without --scenario.
+BUILTIN_RL_SCENARIO = Path(__file__).resolve().parent / "rl-grpo-qwen3-8b.toml"
+
 # table -> allowed keys (None: any key, parsed elsewhere)
 KEYS = {
     "model": {"name", "config"},
@@ -51,15 +59,16 @@ KEYS = {
     "schedule": {"deadline", "reserved"},
     "hardware": {"accelerator", "usable_memory", "efficiency", "cards_per_host", "nics_per_host", "nic", "peak",
                  "max_nics_per_host", "card_hour"},
-    "memory": {"activation_reserve", "flash_attention", "activation_bytes", "loss_chunks", "prefetch"},
+    "memory": {"activation_reserve", "flash_attention", "activation_bytes", "loss_chunks", "prefetch",
+               "sequence_parallel", "dropout"},
     "input": {"workers", "sequences_per_worker_s", "wait", "workers_per_host"},
     "checkpoint": {"write_bandwidth", "storage", "restore", "card_mtbf", "job_mtbf", "save_interval", "mode",
                    "snapshot_copy", "bytes_per_param", "loss_spike_interval", "failure_model"},
     "stragglers": {"sigma"},
-    "comm": {"overlap"},
+    "comm": {"overlap", "tp_overlap", "dp_overlap"},
     "cost": {"card_hour", "nic_hour", "max_cost"},
     "search": {"zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "schedule", "nics_per_host",
-               "save_interval", "save_mode", "max_cards", "accelerator", "dp"},
+               "save_interval", "save_mode", "max_cards", "accelerator", "dp", "virtual_stages"},
     "sweep": None,
     "rl": None,  # RL post-training, parsed by tpopt.catalogs.rl
     "scenario": {"name", "description"},
@@ -67,7 +76,7 @@ KEYS = {
 REQUIRED = {"model": (), "task": ("tokens", "seq_len", "global_batch"), "schedule": ("deadline",),
             "hardware": ("accelerator",)}
 CARD_KEYS = ("usable_memory", "cards_per_host", "nics_per_host", "nic", "peak", "max_nics_per_host", "card_hour")
-DEFAULT_EFFICIENCY = 0.40
+DEFAULT_EFFICIENCY = 0.40  # what `tpopt explain` / sweeps start from when a flat efficiency is asked for
 AUTO_INTERVAL = "auto"
 MAX_FILE_BYTES = 1024 * 1024  # a scenario file larger than 1 MiB is refused (e.g. --scenario /dev/zero)
 MAX_LIST = 1024  # entries in one [search] list
@@ -76,10 +85,24 @@ MAX_BATCH = 2**20  # sequences per step (dp ranges over its divisors)
 MAX_CARDS = 2**24  # cards in a plan (search.max_cards, job_mtbf.cards)
 MAX_DOMAIN_INT = 2**20  # tp, pp, dp, micro-batch, NIC counts in [search]
 MAX_HOST_INT = 1024  # cards or NICs per host
+# Checkpoint defaults do not bias a plan: unless the scenario states them, the save interval is the
+# optimum for each card count ("auto", tau* = sqrt(2c / lambda)) and both save modes are searched.
+DEFAULT_SAVE_INTERVAL = AUTO_INTERVAL
+DEFAULT_SAVE_MODES = ("sync", "async")
 
 
 def read_scenario_file(path) -> dict:
-    """The raw TOML tables of a scenario file (with ``_base_dir`` for relative paths)."""
+    """The raw TOML tables of a scenario file (with ``_base_dir`` for relative paths).
+
+    ``path`` may also be a mapping of tables as a TOML file would give them (``{"model": {"name":
+    "qwen3-8b"}, "task": {...}, ...}``); relative paths in it are taken from the working directory.
+    """
+    if isinstance(path, Mapping):
+        raw = copy.deepcopy(dict(path))
+        raw.setdefault("_base_dir", str(Path.cwd()))
+        raw.setdefault("_path", str(raw.get("scenario", {}).get("name", "scenario"))
+                       if isinstance(raw.get("scenario"), Mapping) else "scenario")
+        return raw
     p = Path(path)
     try:
         with p.open("rb") as fh:
@@ -100,10 +123,61 @@ def read_scenario_file(path) -> dict:
     return raw
 
 
+# natural names for overrides (``{"deadline": "30d"}``) -> the table keys they set. Keys that appear in
+# one table only ("efficiency", "workers", ...) are found there; these are the names that need a choice.
+NATURAL = {
+    "model": ("model.name",),
+    "name": ("scenario.name",),
+    "hw": ("hardware.accelerator", "search.accelerator"),
+    "accelerator": ("hardware.accelerator", "search.accelerator"),
+    "nics_per_host": ("hardware.nics_per_host",),
+    "card_hour": ("cost.card_hour",),
+    "save_interval": ("search.save_interval",),
+    "save_mode": ("search.save_mode",),
+    "mode": ("search.save_mode",),
+    "schedule": ("search.schedule",),
+    "pipeline_schedule": ("search.schedule",),
+    "input_wait": ("input.wait",),
+    "sigma": ("stragglers.sigma",),
+}
+
+
+def natural_keys(name: str) -> tuple[str, ...]:
+    """The ``table.key`` entries a natural override name sets (``deadline`` -> ``schedule.deadline``)."""
+    if name in NATURAL:
+        return NATURAL[name]
+    tables = [t for t, keys in KEYS.items() if keys and name in keys]
+    if len(tables) == 1:
+        return (f"{tables[0]}.{name}",)
+    import difflib
+
+    known = sorted(set(NATURAL) | {k for keys in KEYS.values() if keys for k in keys})
+    close = difflib.get_close_matches(name, known, n=3)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    raise InputError(f"unknown scenario input {name!r} ({hint}give a key of one table, e.g. 'deadline', "
+                     "or 'table.key')")
+
+
+def _natural(overrides: dict) -> dict:
+    """Overrides with natural names expanded to ``table.key`` (dotted keys pass through)."""
+    out = {}
+    for name, value in overrides.items():
+        if "." in name:
+            out[name] = value
+            continue
+        keys = natural_keys(name)
+        if keys[0] == "hardware.accelerator" and isinstance(value, str):
+            value = [x.strip() for x in value.split(",") if x.strip()]
+        for k in keys:
+            out[k] = value
+    return out
+
+
 def with_overrides(raw: dict, overrides: dict) -> dict:
-    """A copy of ``raw`` with ``{"table.key": value}`` overrides applied (``None`` values skipped)."""
+    """A copy of ``raw`` with overrides applied (``None`` values skipped): ``{"table.key": value}``, or
+    natural names such as ``{"deadline": "30d", "hw": "h100-sxm,b200", "efficiency": "45%"}``."""
     out = copy.deepcopy(raw)
-    for dotted, value in overrides.items():
+    for dotted, value in _natural(overrides).items():
         if value is None:
             continue
         table, _, key = dotted.partition(".")
@@ -248,7 +322,10 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     names = [str(x) for x in _as_list(hw["accelerator"], "hardware.accelerator")]
     if len(set(names)) != len(names):
         raise InputError("hardware.accelerator lists a name twice")
-    eff = parse_fraction(hw.get("efficiency", DEFAULT_EFFICIENCY), "hardware.efficiency")
+    # a stated efficiency selects the chapter's flat model (compute = FLOPs / (peak x efficiency)); without
+    # one every accelerator runs the per-operation model of its performance-catalog entry
+    flat = "efficiency" in hw
+    eff = parse_fraction(hw["efficiency"], "hardware.efficiency") if flat else 1.0
     cost = raw.get("cost", {})
     card_hour = cost.get("card_hour")
     nic_hour = cost.get("nic_hour")
@@ -260,7 +337,11 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
         acc = _accelerator_with_overrides(acc, o, cat, f"hardware ({name})")
         price = acc.price_card_hour if card_hour is None else parse_number(card_hour, "cost.card_hour")
         nic_price = acc.nic_price_hour if nic_hour is None else parse_number(nic_hour, "cost.nic_hour")
-        systems[name] = System(acc=acc, efficiency=eff, price_card_hour=price, nic_price_hour=nic_price)
+        if not flat and acc.hbm_bandwidth <= 0:
+            raise InputError(f"accelerator {name!r} has no hbm_bandwidth, which the per-operation step-time model "
+                             "needs (add it to the catalog, or state hardware.efficiency for the flat model)")
+        systems[name] = System(acc=acc, efficiency=eff, price_card_hour=price, nic_price_hour=nic_price,
+                               perf=None if flat else cat.perf(name))
     for key, value in hw.items():
         if isinstance(value, dict) and key not in systems:
             cat.accelerator(key)  # unknown name -> clear error; known but unused -> ignored
@@ -275,6 +356,8 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
         activation_bytes=parse_number(mt.get("activation_bytes", 2), "memory.activation_bytes", allow_zero=False),
         loss_chunks=parse_int(mt.get("loss_chunks", 1), "memory.loss_chunks", minimum=1, maximum=MAX_DOMAIN_INT),
         prefetch=parse_int(mt.get("prefetch", 1), "memory.prefetch", minimum=0, maximum=MAX_HOST_INT),
+        sequence_parallel=_bool(mt.get("sequence_parallel", True), "memory.sequence_parallel"),
+        dropout=_bool(mt.get("dropout", False), "memory.dropout"),
     )
 
     # input
@@ -327,14 +410,15 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
 
     # search space (file [search] first, then checkpoint defaults)
     se = raw.get("search", {})
-    intervals = se.get("save_interval", ck.get("save_interval", "1800s"))
+    intervals = se.get("save_interval", ck.get("save_interval", DEFAULT_SAVE_INTERVAL))
     ivals = []
     for v in _as_list(intervals, "save_interval"):
         if isinstance(v, str) and v.strip().lower() == AUTO_INTERVAL:
             ivals.append(0.0)  # 0.0 marks "the optimal interval for the card count"
         else:
             ivals.append(parse_duration(v, "save_interval", allow_zero=False))
-    modes = tuple(str(x) for x in _as_list(se.get("save_mode", ck.get("mode", "sync")), "save_mode"))
+    modes = tuple(str(x) for x in _as_list(se.get("save_mode", ck.get("mode", list(DEFAULT_SAVE_MODES))),
+                                           "save_mode"))
     for x in modes:
         if x not in SAVE_MODES:
             raise InputError(f"save mode {x!r} unknown (use sync or async)")
@@ -342,10 +426,7 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     for x in offl:
         if x not in OFFLOADS:
             raise InputError(f"offload {x!r} unknown (use none or cpu)")
-    schedules = tuple(str(x) for x in _as_list(se.get("schedule", "1f1b"), "search.schedule"))
-    for x in schedules:
-        if x not in SCHEDULES:
-            raise InputError(f"pipeline schedule {x!r} unknown (use one of: {', '.join(SCHEDULES)})")
+    schedules = _schedules(se)
     rec_default = ["none", "full"] if reserve is None else ["none"]
     recs = tuple(dict.fromkeys(memory.parse_recompute(x) for x in _as_list(se.get("recompute", rec_default),
                                                                            "search.recompute")))
@@ -373,11 +454,47 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
         max_cards=max_cards,
     )
     max_cost = cost.get("max_cost")
-    overlap = _bool(raw.get("comm", {}).get("overlap", True), "comm.overlap")
+    ct = raw.get("comm", {})
+    overlap = _bool(ct.get("overlap", True), "comm.overlap")
+    tp_overlap = _tp_overlap(ct.get("tp_overlap", False))
+    dp_overlap = _overlap(ct.get("dp_overlap", True), "comm.dp_overlap")
     name = raw.get("scenario", {}).get("name") or Path(raw.get("_path", "scenario")).stem
     return Scenario(model=model, task=task, systems=systems, memory=mem, input=inp, reliability=rel, search=space,
                     cost=CostOptions(None if max_cost is None else parse_number(max_cost, "cost.max_cost")),
-                    overlap=overlap, name=str(name))
+                    overlap=overlap, name=str(name), tp_overlap=tp_overlap, dp_overlap=dp_overlap)
+
+
+def _overlap(value, what: str) -> float:
+    """An overlap share: true / false, or a fraction such as 0.5 or 50%."""
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    return parse_fraction(value, what, allow_zero=True)
+
+
+def _tp_overlap(value) -> tuple[float, float]:
+    """comm.tp_overlap: true / false / a fraction (chunked GEMM overlap of every TP collective), or
+    "async" (only the column-parallel backward collectives, beside the other gradient GEMM)."""
+    if isinstance(value, str) and value.strip().lower() == "async":
+        return (0.0, 1.0)
+    f = _overlap(value, "comm.tp_overlap (true, false, a fraction or \"async\")")
+    return (f, f)
+
+
+def _schedules(se: dict) -> tuple[str, ...]:
+    """[search] schedule values, with "interleaved" expanded over [search] virtual_stages."""
+    names = [str(x) for x in _as_list(se.get("schedule", "1f1b"), "search.schedule")]
+    for x in names:
+        split_schedule(x)  # unknown names -> one clear error
+    if "virtual_stages" not in se:
+        return tuple(names)
+    vs = _int_list(se["virtual_stages"], "search.virtual_stages", minimum=2)
+    out = []
+    for x in names:
+        if x == "interleaved":
+            out += [schedule_name("interleaved", v) for v in vs]
+        else:
+            out.append(x)
+    return tuple(dict.fromkeys(out))
 
 
 def _bool(value, what: str) -> bool:
@@ -394,4 +511,5 @@ def load_scenario(path, overrides: dict | None = None, catalog_dirs=()) -> Scena
     return build_scenario(raw, load_catalog(catalog_dirs))
 
 
-__all__ = ["read_scenario_file", "with_overrides", "build_scenario", "load_scenario", "build_model"]
+__all__ = ["read_scenario_file", "with_overrides", "build_scenario", "load_scenario", "build_model", "natural_keys",
+           "BUILTIN_SCENARIO"]

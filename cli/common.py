@@ -84,8 +84,8 @@ def dump_json(obj) -> str:
 def scenario_options(fn):
     """--scenario plus the inputs a user most often changes from the command line."""
     opts = [
-        click.option("--scenario", "scenario_path", required=True, type=click.Path(dir_okay=False),
-                     help="Scenario TOML file."),
+        click.option("--scenario", "scenario_path", default=None, type=click.Path(dir_okay=False),
+                     help="Scenario TOML file [default: the built-in design case; 'tpopt init' writes one]."),
         click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(file_okay=False),
                      help="Extra catalog directory (repeatable); its entries override built-ins."),
         click.option("--deadline", help="Deadline, e.g. 30d or 720h (overrides [schedule] deadline)."),
@@ -120,6 +120,35 @@ def overrides_from(kw: dict) -> dict:
     }
 
 
+def scenario_source(kw: dict):
+    """The scenario file the options name: --scenario, else the built-in design case."""
+    from tpopt.catalogs.scenario import BUILTIN_SCENARIO
+
+    return kw.get("scenario_path") or BUILTIN_SCENARIO
+
+
+def builtin_note(kw: dict) -> str | None:
+    """The line a command prints first when it runs on the built-in scenario (None with --scenario)."""
+    if kw.get("scenario_path"):
+        return None
+    if kw.get("_builtin") == "rl":
+        return "Scenario: built-in RL example (GRPO, Qwen3-8B policy, H100); use --scenario FILE for yours."
+    return "Scenario: built-in design case (the chapter's Qwen3-8B example); use --scenario FILE or tpopt init."
+
+
+def echo_builtin_note(kw: dict, as_json: bool = False, out: dict | None = None) -> None:
+    """Say that the built-in scenario is used: the first line of the text output, or, with --json,
+    ``"scenario_source": "built-in design case"`` in ``out`` (stdout stays one JSON document)."""
+    note = builtin_note(kw)
+    if not note:
+        return
+    if as_json:
+        if out is not None:
+            out["scenario_source"] = "built-in RL example" if kw.get("_builtin") == "rl" else "built-in design case"
+        return
+    click.echo(note)
+
+
 def load_scenario_from(kw: dict, extra: dict | None = None):
     """Build the scenario named by the shared options (plus command-specific raw overrides)."""
     from tpopt.catalogs.scenario import load_scenario
@@ -127,7 +156,7 @@ def load_scenario_from(kw: dict, extra: dict | None = None):
     ov = overrides_from(kw)
     if extra:
         ov.update(extra)
-    return load_scenario(kw["scenario_path"], ov, kw.get("catalog_dirs") or ())
+    return load_scenario(scenario_source(kw), ov, kw.get("catalog_dirs") or ())
 
 
 def plan_options(fn=None, *, require_cards: bool = True):
@@ -149,6 +178,14 @@ def plan_options(fn=None, *, require_cards: bool = True):
         click.option("--save-interval", help="Checkpoint interval, e.g. 1800s, or 'auto'."),
         click.option("--save-mode", type=click.Choice(["sync", "async"]), help="Checkpoint save mode."),
         click.option("--nics-per-host", type=int, help="NICs per host."),
+        click.option("--virtual-stages", type=int,
+                     help="Interleaved schedule: model chunks per card (sets --schedule interleaved:N)."),
+        click.option("--sequence-parallel/--no-sequence-parallel", "sequence_parallel", default=None,
+                     help="Sequence parallelism under TP (default: the scenario's memory.sequence_parallel)."),
+        click.option("--flash-attention/--no-flash-attention", "flash_attention", default=None,
+                     help="Flash attention (default: the scenario's memory.flash_attention)."),
+        click.option("--first-stage-layers", type=int, help="Layers on the first pipeline stage (uneven stages)."),
+        click.option("--last-stage-layers", type=int, help="Layers on the last pipeline stage (uneven stages)."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -178,6 +215,17 @@ def plan_from(sc, kw: dict):
             return v
         return domain[0] if domain else default
 
+    schedule = pick("pipe_schedule", space.schedule, "1f1b")
+    if kw.get("virtual_stages") is not None:
+        from tpopt.errors import InputError
+        from tpopt.models.plan import schedule_name, split_schedule
+
+        base, _ = split_schedule(schedule)
+        if kw.get("pipe_schedule") is not None and base != "interleaved":
+            raise InputError("--virtual-stages applies to the interleaved schedule only")
+        if kw["virtual_stages"] < 2:
+            raise InputError(f"--virtual-stages must be at least 2 (got {kw['virtual_stages']})")
+        schedule = schedule_name("interleaved", kw["virtual_stages"])
     return Plan(
         accelerator=acc,
         cards=kw["cards"],
@@ -187,8 +235,32 @@ def plan_from(sc, kw: dict):
         micro_batch=pick("micro_batch", space.micro_batch if len(space.micro_batch) == 1 else (), 1),
         recompute=pick("recompute", space.recompute, "none"),
         offload=pick("offload", space.offload, "none"),
-        schedule=pick("pipe_schedule", space.schedule, "1f1b"),
+        schedule=schedule,
         save_interval_s=interval_s,
         save_mode=pick("save_mode", space.save_mode, "sync"),
         nics_per_host=kw.get("nics_per_host") or 0,
+        sequence_parallel=kw.get("sequence_parallel"),
+        flash_attention=kw.get("flash_attention"),
+        first_stage_layers=kw.get("first_stage_layers") or 0,
+        last_stage_layers=kw.get("last_stage_layers") or 0,
     )
+
+
+class SolverName(click.ParamType):
+    """``--solver``: cpsat, highs, enumerate, or pyomo:NAME (any solver Pyomo drives: highs, scip,
+    cbc, glpk, gurobi, ...). Whether NAME is installed is checked when the command runs."""
+
+    name = "solver"
+    BUILTIN = ("cpsat", "highs", "enumerate")
+
+    def convert(self, value, param, ctx):
+        import re
+
+        v = str(value).strip()
+        if v in self.BUILTIN or re.fullmatch(r"pyomo:[A-Za-z0-9_.\-]+", v):
+            return v
+        self.fail(f"{value!r} is not a solver (use cpsat, highs, enumerate, or pyomo:NAME such as pyomo:highs, "
+                  "pyomo:scip, pyomo:cbc, pyomo:glpk, pyomo:gurobi)", param, ctx)
+
+    def get_metavar(self, param, ctx=None):
+        return "[cpsat|highs|enumerate|pyomo:NAME]"

@@ -5,7 +5,7 @@ Inside tpopt every quantity is a float in a base unit:
 ========== ============ =========================================================
 dimension  base unit    accepted suffixes when parsing
 ========== ============ =========================================================
-duration   second       ``ms`` ``s`` ``min`` ``h`` ``d`` ``w``
+duration   second       ``us`` ``ms`` ``s`` ``min`` ``h`` ``d`` ``w``
 bytes      byte         decimal ``B kB MB GB TB PB`` and binary ``KiB MiB GiB TiB``
 bandwidth  byte/second  ``B/s kB/s MB/s GB/s TB/s GiB/s ...`` and bits ``Mbit/s Gbit/s Tbit/s``
                         (also ``Gbps``); 200 Gbit/s = 25 GB/s
@@ -41,7 +41,7 @@ MIB = 1024.0**2
 GIB = 1024.0**3
 TIB = 1024.0**4
 
-_DURATION = {"ms": 1e-3, "s": SECOND, "sec": SECOND, "min": MINUTE, "h": HOUR, "d": DAY, "w": WEEK}
+_DURATION = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": SECOND, "sec": SECOND, "min": MINUTE, "h": HOUR, "d": DAY, "w": WEEK}
 _BYTES = {
     "B": 1.0,
     "kB": KB,
@@ -66,7 +66,7 @@ _FLOPS = {"FLOP/s": 1.0, "GFLOP/s": 1e9, "TFLOP/s": 1e12, "PFLOP/s": 1e15,
 # parse_* function has a generous default; callers pass tighter, meaningful ones (a deadline of a
 # century, 10^15 training tokens, 16 TiB per card) and the message states the bound.
 MAX_DURATION_S = 1000 * 365 * DAY  # any duration (MTBF, intervals, ...): 1,000 years
-MAX_DEADLINE_S = 100 * 365 * DAY  # deadlines and reserved time: a century
+MAX_DEADLINE_S = 1000 * 365 * DAY  # deadlines and reserved time: 1,000 years (validation runs use "no deadline" = 100,000 d)
 MAX_BYTES = 1e18  # any size: 1 EB
 MAX_CARD_BYTES = 16 * TIB  # memory per card (usable memory, activation reserve)
 MAX_BANDWIDTH = 1e15  # 1 PB/s
@@ -219,3 +219,12 @@ def fmt_duration(x: float) -> str:
     if x >= 1.0:
         return f"{x:.1f} s"
     return f"{x * 1e3:.3g} ms"
+
+
+def fmt_count(x: float, digits: int = 6) -> str:
+    """A count with the largest suffix that keeps it at least 1, as ``parse_count`` reads it back:
+    ``"100B"``, ``"1T"`` (not 1,000B), ``"1.5T"``, ``"85.23B"``, ``"512M"``; ``digits`` significant digits."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(x) >= scale:
+            return f"{x / scale:.{digits}g}{suffix}"
+    return f"{x:.{digits}g}"

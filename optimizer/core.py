@@ -21,7 +21,7 @@ from tpopt.optimizer.limits import EncodingError, TimeLimitReached, clock_of
 from tpopt.optimizer.result import Request, SolveResult, SolverInfo, Status, objective_key
 from tpopt.optimizer.space import FAMILIES, Space
 
-BACKENDS = ("cpsat", "highs", "enumerate")
+BACKENDS = ("cpsat", "highs", "enumerate")  # and "pyomo:<solver>" (optimizer/pyomo_model.py)
 MONOLITHIC_LIMIT = 2_000  # largest term table (rows) for which "auto" uses the monolithic encoding
 # (measured in benchmarks/solve_scaling.py: the layout decomposition is as fast at small sizes and
 # far faster beyond; the monolithic model stays for tiny spaces and for conflict cores)
@@ -65,8 +65,8 @@ def solve(sc: Scenario, backend: str = "cpsat", req: Request | None = None, rest
     enumeration) and ``info.fallback`` says why; it never reports a time limit the clock did not reach.
     """
     req = req or Request()
-    if backend not in BACKENDS:
-        raise InputError(f"unknown solver {backend!r} (use one of: {', '.join(BACKENDS)})")
+    if backend not in BACKENDS and not backend.startswith("pyomo:"):
+        raise InputError(f"unknown solver {backend!r} (use one of: {', '.join(BACKENDS)}, pyomo:<solver>)")
     clock = clock_of(req)
     t0 = time.perf_counter()
     enforced = req.enforced(FAMILIES)
@@ -97,8 +97,12 @@ def _dispatch(space: Space, backend: str, req: Request, enforced, info: SolverIn
     if method == "monolithic":
         if backend == "cpsat":
             from tpopt.optimizer.cpsat import CpSatModel as Model
-        else:
+        elif backend == "highs":
             from tpopt.optimizer.highs import HighsModel as Model
+        else:  # pyomo:<solver>
+            from tpopt.optimizer.pyomo_model import model_class
+
+            Model = model_class(backend)
         try:
             with clock_of(req).interruptible("building the solver model"):
                 model = Model(space, req)
@@ -183,7 +187,7 @@ def verify_loop(model, space: Space, req: Request, enforced):
                 (0.0 if verified else None), evaluated
         if res.status == "error":
             raise SolverFailure(res.detail)
-        if res.status == "limit":
+        if res.status in ("limit", "unknown"):  # "unknown": a backend that cannot tell why it stopped
             solver_stopped(clock, res, phase)
             lower = res.bound if res.bound is not None else lower
             break

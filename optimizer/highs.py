@@ -123,6 +123,12 @@ class HighsModel:
         import highspy
 
         self.hp = highspy
+        self._formulate(space, req)
+        self.h = new_highs(req)
+        self._pass()
+
+    def _formulate(self, space: Space, req: Request):
+        """The MILP's columns and rows in ``self.lp`` (no solver yet; the Pyomo model reuses them)."""
         self.space = space
         self.req = req
         self.enforced = req.enforced(FAMILIES)
@@ -134,8 +140,6 @@ class HighsModel:
         self._cap["overhead"] = ov_cap - 1.0
         self._build()
         self._check_ranges()
-        self.h = new_highs(req)
-        self._pass()
 
     # -- building -------------------------------------------------------------------------------
     def _weights(self, vars) -> np.ndarray:

@@ -219,11 +219,13 @@ def analysis(space: Space, best: Evaluation, backend: str, req: Request, enforce
             oracle = make_oracle(space, backend, req)
     except TimeLimitReached:  # not even the oracle: every question is left open, and said so
         return {"oracle": None, "binding": [], "alternatives": [], "robustness": robustness(space.sc, best),
-                "undecided": [f for f in RELAXABLE if f in enforced], "analysis": "time limit reached"}
+                "undecided": [f for f in RELAXABLE if f in enforced
+                              and not (f == "budget.cost" and space.sc.cost.max_cost is None)],
+                "analysis": "time limit reached"}
     binds = binding_families(oracle, best, objective, enforced, undecided)
     alts = why_not_cheaper(oracle, space, best, objective, enforced, same_scale=isinstance(oracle, TableOracle))
     done = not undecided and all(a["feasible"] is not None for a in alts)
     return {"oracle": oracle.name, "binding": [b.as_dict(best, objective) for b in binds], "alternatives": alts,
             "robustness": robustness(space.sc, best), "undecided": undecided,
-            "analysis": "complete" if done else "time limit reached"}
+            "analysis": "done" if done else "time limit reached"}
 

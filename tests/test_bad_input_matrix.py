@@ -63,7 +63,7 @@ SCENARIO_ROWS = [
     ("batch-negative", "batch", "global_batch = -384", "must not be negative"),
     ("batch-string", "batch", 'global_batch = "many"', "cannot read"),
     ("precision-unknown", "precision", 'precision = "fp4-magic"', "fp4-magic"),
-    ("deadline-1e300d", "deadline", 'deadline = "1e300d"', "bound of 36,500 d"),
+    ("deadline-1e300d", "deadline", 'deadline = "1e300d"', "bound of 365,000 d"),
     ("deadline-1e400d", "deadline", 'deadline = "1e400d"', "not a finite"),
     ("deadline-no-unit", "deadline", "deadline = 30", "needs a unit"),
     ("deadline-zero", "deadline", 'deadline = "0d"', "greater than zero"),
@@ -163,7 +163,7 @@ BASE_SOLVE = ["solve", "--no-analysis"]
 CLI_ROWS = [
     # the shared scenario overrides
     ("deadline-30x", ["evaluate", "--cards", "48", "--deadline", "30x"], "unknown unit 'x'"),
-    ("deadline-1e300d", BASE_SOLVE + ["--deadline", "1e300d"], "bound of 36,500 d"),
+    ("deadline-1e300d", BASE_SOLVE + ["--deadline", "1e300d"], "bound of 365,000 d"),
     ("deadline-inf", BASE_SOLVE + ["--deadline", "inf d"], "cannot read"),
     ("deadline-empty", BASE_SOLVE + ["--deadline", ""], "cannot read"),
     ("deadline-bare-number", BASE_SOLVE + ["--deadline", "30"], "needs a unit"),

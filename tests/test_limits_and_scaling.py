@@ -84,7 +84,7 @@ def test_extreme_tokens_give_a_verdict_not_a_time_limit(design_path):
 
 
 def test_huge_usable_memory_and_deadline_solve_exactly(design_path):
-    sc = scenario(design_path, **{"hardware.usable_memory": "16TiB", "schedule.deadline": "36500d",
+    sc = scenario(design_path, **{"hardware.usable_memory": "16TiB", "schedule.deadline": "365000d",
                                   "search.tp": [1, 2], "search.zero_stage": [0, 3]})
     ref = solve(sc, "enumerate", Request())
     assert ref.status == Status.OPTIMAL
@@ -218,7 +218,8 @@ def test_analysis_out_of_time_marks_every_item(design):
 def test_report_marks_undecided_constraints(design_path, capsys, monkeypatch):
     from tpopt.cli import render
 
-    out = {"name": "deadline.finish", "value": 1.0, "limit": 2.0, "unit": "d", "slack": 1.0, "binding": None}
+    out = {"name": "deadline.finish", "value": 1.0, "limit": 2.0, "unit": "d", "slack": 1.0, "binding": None,
+           "undecided": True}
     text = render.console_text(render.constraints_table([out]))
     assert "undecided" in text
     lines = render.binding_lines([], "cost", "USD", ["deadline.finish"])
