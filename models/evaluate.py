@@ -313,11 +313,13 @@ def moe_metrics(sc: Scenario, plan: Plan, v: dict) -> dict:
     c = plan.capacity_factor
     dropped, padded = (float(x) for x in moe.routing_drops(tokens, a.top_k, a.experts, c, o.imbalance, o.hot))
     xp = float(moe.expert_card_params(a, plan.tp, plan.pp, plan.ep, plan.expert_tp))
+    edp = float(moe.expert_dp_size(plan.tp, plan.dp, plan.ep, plan.expert_tp))
     g = sc.system(plan.accelerator).acc.cards_per_host
     return {
         "expert_params_per_card": xp,
         "expert_weights_gib": xp * rec.weights / GIB,
-        "expert_dp": float(moe.expert_dp_size(plan.tp, plan.dp, plan.ep, plan.expert_tp)),
+        "expert_states_gib": float(memory.zero_state_bytes(xp, edp, plan.zero_stage, rec, plan.offload == "cpu")) / GIB,
+        "expert_dp": edp,
         "moe_blocks_per_stage": int(moe.moe_blocks_per_stage(a, plan.pp)),
         "dispatches_per_block": float(moe.dispatches(tokens, a.top_k)),
         "capacity_rows": int(moe.capacity_rows(tokens, a.top_k, a.experts, c)) if c > 0 else None,

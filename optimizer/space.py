@@ -147,6 +147,26 @@ class Space:
                 n += ks * (len(self.domains["schedule"]) if p > 1 else 1)
         return n * other
 
+    def moe_rules(self) -> dict[str, Table]:
+        """The MoE families' conditions (1 = the rule holds), each over its own few variables."""
+        sc, a = self.sc, self.sc.model
+        return {
+            "ok.layout.ep_divides_experts": self.tabulate("ok.layout.ep_divides_experts", ("ep",),
+                                                          lambda ep: (np.mod(a.experts, ep) == 0) * 1.0),
+            "ok.layout.ep_group": self.tabulate("ok.layout.ep_group", ("acc", "tp", "dp", "ep", "etp"),
+                                                lambda acc, tp, dp, ep, etp: T.ep_group_ok(sc, acc, tp, dp, ep,
+                                                                                           etp) * 1.0),
+            "ok.moe.capacity_drops": self.tabulate(
+                "ok.moe.capacity_drops", ("tp", "mb", "cap"),
+                lambda tp, mb, cap: (T.capacity_drops(sc, tp, mb, cap) <= sc.moe.max_drop) * 1.0),
+        }
+
+    def inert(self) -> frozenset:
+        """MoE families no plan of this space can violate (all three for a dense model; capacity drops when
+        every capacity is dropless or drops little enough). Reports skip them: dropping one cannot admit a
+        better plan."""
+        return frozenset(k[3:] for k, t in self.moe_rules().items() if bool(np.all(t.values > 0.5)))
+
     # -- allowed pairs that are not constraints but domain facts --------------------------------
     def nic_allowed(self) -> np.ndarray:
         """(acc, nics) pairs a host can take."""
@@ -242,11 +262,7 @@ class Space:
         add("ok.layout.pp_divides_layers", ("pp",), lambda pp: (a.layers % pp == 0) * 1.0)
         add("ok.layout.schedule_shape", ("schedule", "pp", "dp", "mb"),
             lambda schedule, pp, dp, mb: T.schedule_shape_ok(schedule, pp, dp, mb, B) * 1.0)
-        add("ok.layout.ep_divides_experts", ("ep",), lambda ep: (np.mod(a.experts, ep) == 0) * 1.0)
-        add("ok.layout.ep_group", ("acc", "tp", "dp", "ep", "etp"),
-            lambda acc, tp, dp, ep, etp: T.ep_group_ok(sc, acc, tp, dp, ep, etp) * 1.0)
-        add("ok.moe.capacity_drops", ("tp", "mb", "cap"),
-            lambda tp, mb, cap: (T.capacity_drops(sc, tp, mb, cap) <= sc.moe.max_drop) * 1.0)
+        t.update(self.moe_rules())
         # exact single-table conditions: backlog (write time <= interval), host memory <= capacity
         write = T.checkpoint_write_time(sc)
         t["ok.checkpoint.backlog"] = Table("ok.checkpoint.backlog", t["interval"].vars,
