@@ -27,45 +27,29 @@ from tpopt.optimizer.result import Request, Status
 GIB = 2**30
 CAT = load_catalog()
 
-Q235 = """
+def scenario_text(model, tokens, seq_len, batch, deadline, tail=""):
+    return f"""
 [model]
-name = "qwen3-235b-a22b"
+name = "{model}"
 [task]
-tokens = "1T"
-seq_len = 8192
-global_batch = 1024
+tokens = "{tokens}"
+seq_len = {seq_len}
+global_batch = {batch}
 [schedule]
-deadline = "60d"
+deadline = "{deadline}"
 [hardware]
 accelerator = "h100-sxm"
 efficiency = 0.4
 [checkpoint]
 save_interval = "1800s"
 mode = "sync"
-[moe]
-imbalance = 1.5       # the chapter's routing shape: half the experts at 1.5 x the mean
-hot_experts = "50%"
-max_drop = "30%"
-"""
+{tail}"""
 
-Q30 = """
-[model]
-name = "qwen3-30b-a3b"
-[task]
-tokens = "100B"
-seq_len = 4096
-global_batch = 256
-[schedule]
-deadline = "30d"
-[hardware]
-accelerator = "h100-sxm"
-efficiency = 0.4
-[checkpoint]
-save_interval = "1800s"
-mode = "sync"
-[memory]
-flash_attention = true
-"""
+
+# the chapter's routing shape: half the experts at 1.5 x the mean
+Q235 = scenario_text("qwen3-235b-a22b", "1T", 8192, 1024, "60d", '[moe]\nimbalance = 1.5\nhot_experts = "50%"\n'
+                                                                  'max_drop = "30%"\n')
+Q30 = scenario_text("qwen3-30b-a3b", "100B", 4096, 256, "30d")
 
 
 def run(*args):
