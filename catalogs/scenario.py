@@ -22,7 +22,6 @@ from tpopt.models.hardware import Accelerator
 from tpopt.models.plan import (
     OFFLOADS,
     SAVE_MODES,
-    SCHEDULES,
     CostOptions,
     InputPipeline,
     MemoryOptions,
@@ -32,6 +31,8 @@ from tpopt.models.plan import (
     SearchSpace,
     System,
     Task,
+    schedule_name,
+    split_schedule,
 )
 from tpopt.models.units import (
     parse_bandwidth,
@@ -57,15 +58,17 @@ KEYS = {
     "schedule": {"deadline", "reserved"},
     "hardware": {"accelerator", "usable_memory", "efficiency", "cards_per_host", "nics_per_host", "nic", "peak",
                  "max_nics_per_host", "card_hour"},
-    "memory": {"activation_reserve", "flash_attention", "activation_bytes", "loss_chunks", "prefetch"},
+    "memory": {"activation_reserve", "flash_attention", "activation_bytes", "loss_chunks", "prefetch",
+               "sequence_parallel", "dropout"},
     "input": {"workers", "sequences_per_worker_s", "wait", "workers_per_host"},
     "checkpoint": {"write_bandwidth", "storage", "restore", "card_mtbf", "job_mtbf", "save_interval", "mode",
                    "snapshot_copy", "bytes_per_param", "loss_spike_interval", "failure_model"},
     "stragglers": {"sigma"},
-    "comm": {"overlap"},
+    "comm": {"overlap", "tp_overlap", "dp_overlap"},
     "cost": {"card_hour", "nic_hour", "max_cost"},
     "search": {"zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "schedule", "nics_per_host",
-               "save_interval", "save_mode", "max_cards", "accelerator", "dp", "ep", "expert_tp", "capacity_factor"},
+               "save_interval", "save_mode", "max_cards", "accelerator", "dp", "virtual_stages", "ep", "expert_tp",
+               "capacity_factor"},
     "moe": {"imbalance", "hot_experts", "max_drop", "a2a_overlap", "dispatcher", "node_limit"},
     "sweep": None,
     "rl": None,  # RL post-training, parsed by tpopt.catalogs.rl
@@ -74,7 +77,7 @@ KEYS = {
 REQUIRED = {"model": (), "task": ("tokens", "seq_len", "global_batch"), "schedule": ("deadline",),
             "hardware": ("accelerator",)}
 CARD_KEYS = ("usable_memory", "cards_per_host", "nics_per_host", "nic", "peak", "max_nics_per_host", "card_hour")
-DEFAULT_EFFICIENCY = 0.40
+DEFAULT_EFFICIENCY = 0.40  # what `tpopt explain` / sweeps start from when a flat efficiency is asked for
 AUTO_INTERVAL = "auto"
 # Checkpoint defaults do not bias a plan: unless the scenario states them, the save interval is the
 # optimum for each card count ("auto", tau* = sqrt(2c / lambda)) and both save modes are searched.
@@ -304,7 +307,10 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     names = [str(x) for x in _as_list(hw["accelerator"], "hardware.accelerator")]
     if len(set(names)) != len(names):
         raise InputError("hardware.accelerator lists a name twice")
-    eff = parse_fraction(hw.get("efficiency", DEFAULT_EFFICIENCY), "hardware.efficiency")
+    # a stated efficiency selects the chapter's flat model (compute = FLOPs / (peak x efficiency)); without
+    # one every accelerator runs the per-operation model of its performance-catalog entry
+    flat = "efficiency" in hw
+    eff = parse_fraction(hw["efficiency"], "hardware.efficiency") if flat else 1.0
     cost = raw.get("cost", {})
     card_hour = cost.get("card_hour")
     nic_hour = cost.get("nic_hour")
@@ -316,7 +322,11 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
         acc = _accelerator_with_overrides(acc, o, cat, f"hardware ({name})")
         price = acc.price_card_hour if card_hour is None else parse_number(card_hour, "cost.card_hour")
         nic_price = acc.nic_price_hour if nic_hour is None else parse_number(nic_hour, "cost.nic_hour")
-        systems[name] = System(acc=acc, efficiency=eff, price_card_hour=price, nic_price_hour=nic_price)
+        if not flat and acc.hbm_bandwidth <= 0:
+            raise InputError(f"accelerator {name!r} has no hbm_bandwidth, which the per-operation step-time model "
+                             "needs (add it to the catalog, or state hardware.efficiency for the flat model)")
+        systems[name] = System(acc=acc, efficiency=eff, price_card_hour=price, nic_price_hour=nic_price,
+                               perf=None if flat else cat.perf(name))
     for key, value in hw.items():
         if isinstance(value, dict) and key not in systems:
             cat.accelerator(key)  # unknown name -> clear error; known but unused -> ignored
@@ -330,6 +340,8 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
         activation_bytes=parse_number(mt.get("activation_bytes", 2), "memory.activation_bytes", allow_zero=False),
         loss_chunks=parse_int(mt.get("loss_chunks", 1), "memory.loss_chunks", minimum=1),
         prefetch=parse_int(mt.get("prefetch", 1), "memory.prefetch", minimum=0),
+        sequence_parallel=_bool(mt.get("sequence_parallel", True), "memory.sequence_parallel"),
+        dropout=_bool(mt.get("dropout", False), "memory.dropout"),
     )
 
     # input
@@ -398,10 +410,7 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     for x in offl:
         if x not in OFFLOADS:
             raise InputError(f"offload {x!r} unknown (use none or cpu)")
-    schedules = tuple(str(x) for x in _as_list(se.get("schedule", "1f1b"), "search.schedule"))
-    for x in schedules:
-        if x not in SCHEDULES:
-            raise InputError(f"pipeline schedule {x!r} unknown (use one of: {', '.join(SCHEDULES)})")
+    schedules = _schedules(se)
     rec_default = ["none", "full"] if reserve is None else ["none"]
     recs = tuple(dict.fromkeys(memory.parse_recompute(x) for x in _as_list(se.get("recompute", rec_default),
                                                                            "search.recompute")))
@@ -431,11 +440,14 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     moe_opts, ep_dom, etp_dom, cap_dom = _moe_inputs(raw, model, se)
     space = replace(space, ep=ep_dom, expert_tp=etp_dom, capacity_factor=cap_dom)
     max_cost = cost.get("max_cost")
-    overlap = _bool(raw.get("comm", {}).get("overlap", True), "comm.overlap")
+    ct = raw.get("comm", {})
+    overlap = _bool(ct.get("overlap", True), "comm.overlap")
+    tp_overlap = _tp_overlap(ct.get("tp_overlap", False))
+    dp_overlap = _overlap(ct.get("dp_overlap", True), "comm.dp_overlap")
     name = raw.get("scenario", {}).get("name") or Path(raw.get("_path", "scenario")).stem
     return Scenario(model=model, task=task, systems=systems, memory=mem, input=inp, reliability=rel, search=space,
                     cost=CostOptions(None if max_cost is None else parse_number(max_cost, "cost.max_cost")),
-                    moe=moe_opts, overlap=overlap, name=str(name))
+                    moe=moe_opts, overlap=overlap, name=str(name), tp_overlap=tp_overlap, dp_overlap=dp_overlap)
 
 
 def _moe_inputs(raw: dict, model, se: dict):
@@ -492,6 +504,39 @@ def _moe_inputs(raw: dict, model, se: dict):
                 raise InputError(f"search.capacity_factor must be positive or none (got {v})")
             caps.add(float(c))
     return opts, ep, etp, tuple(sorted(caps))
+
+
+def _overlap(value, what: str) -> float:
+    """An overlap share: true / false, or a fraction such as 0.5 or 50%."""
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    return parse_fraction(value, what, allow_zero=True)
+
+
+def _tp_overlap(value) -> tuple[float, float]:
+    """comm.tp_overlap: true / false / a fraction (chunked GEMM overlap of every TP collective), or
+    "async" (only the column-parallel backward collectives, beside the other gradient GEMM)."""
+    if isinstance(value, str) and value.strip().lower() == "async":
+        return (0.0, 1.0)
+    f = _overlap(value, "comm.tp_overlap (true, false, a fraction or \"async\")")
+    return (f, f)
+
+
+def _schedules(se: dict) -> tuple[str, ...]:
+    """[search] schedule values, with "interleaved" expanded over [search] virtual_stages."""
+    names = [str(x) for x in _as_list(se.get("schedule", "1f1b"), "search.schedule")]
+    for x in names:
+        split_schedule(x)  # unknown names -> one clear error
+    if "virtual_stages" not in se:
+        return tuple(names)
+    vs = _int_list(se["virtual_stages"], "search.virtual_stages", minimum=2)
+    out = []
+    for x in names:
+        if x == "interleaved":
+            out += [schedule_name("interleaved", v) for v in vs]
+        else:
+            out.append(x)
+    return tuple(dict.fromkeys(out))
 
 
 def _bool(value, what: str) -> bool:

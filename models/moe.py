@@ -196,22 +196,26 @@ def _mtp_split(a: ModelArch):
     return lin - xl, other - xb, xl, xb, a.mtp_layers
 
 
-def stage_candidates(a: ModelArch, tp: float, pp: int) -> np.ndarray:
+def stage_candidates(a: ModelArch, tp: float, pp: int, split: list | None = None) -> np.ndarray:
     """Stages that can be the heaviest, as rows (non-expert params per card, routed-expert linear
     params, routed-expert biases, MoE blocks): tp splits the non-expert linear layers; the expert
     columns are split later by ep x etp (weights) and ep (biases).
 
-    The same stages :func:`tpopt.models.memory.stage_params` considers: with pp > 1 the first run of
-    ceil(L / pp) blocks with the embedding, the last run with the final norm, LM head and MTP modules,
-    and every run of ceil(L / pp) consecutive blocks (dominated rows removed). At ep x etp = tp the
-    heaviest row's total is exactly stage_params.
+    Without ``split``, the same stages :func:`tpopt.models.memory.stage_params` considers: with pp > 1
+    the first run of ceil(L / pp) blocks with the embedding, the last run with the final norm, LM head
+    and MTP modules, and every run of ceil(L / pp) consecutive blocks (dominated rows removed); at
+    ep x etp = tp the heaviest row's total is exactly stage_params. With ``split`` (layers per stage,
+    the per-operation model's uneven stages) every real stage, as memory.stage_param_counts (a tied
+    embedding keeps its own copy on a separate last stage).
     """
     dl, do, xl, xb, moe = _split_block_arrays(a)
     emb = embedding_params(a)
     pos = a.learned_positions * a.hidden + (a.norm_params if a.embedding_norm else 0)
     head_ne = emb / tp + pos
     ml, mo, mxl, mxb, mblocks = _mtp_split(a)
-    tail_ne = (0.0 if a.tied_embeddings else emb / tp) + ml / tp + mo + a.norm_params + (a.vocab if a.head_bias else 0)
+    tied_copy = split is not None and len(split) > 1
+    head = 0.0 if a.tied_embeddings and not tied_copy else emb / tp
+    tail_ne = head + ml / tp + mo + a.norm_params + (a.vocab if a.head_bias else 0)
     dense = dl / tp + do
 
     def cum(x):
@@ -220,6 +224,17 @@ def stage_candidates(a: ModelArch, tp: float, pp: int) -> np.ndarray:
     cd, cxl, cxb, cm = cum(dense), cum(xl), cum(xb), cum(moe.astype(float))
     if pp <= 1:
         rows = [(cd[-1] + head_ne + tail_ne, cxl[-1] + mxl, cxb[-1] + mxb, cm[-1] + mblocks)]
+    elif split:
+        rows, start = [], 0
+        for g, n in enumerate(split):
+            end = start + int(n)
+            row = [cd[end] - cd[start], cxl[end] - cxl[start], cxb[end] - cxb[start], cm[end] - cm[start]]
+            if g == 0:
+                row[0] += head_ne
+            if g == len(split) - 1:
+                row = [row[0] + tail_ne, row[1] + mxl, row[2] + mxb, row[3] + mblocks]
+            rows.append(tuple(row))
+            start = end
     else:
         b = min(-(-a.layers // int(pp)), a.layers)
 
@@ -239,12 +254,14 @@ def _codes(x: np.ndarray):
     return values, inverse.reshape(x.shape)
 
 
-def heaviest_stage(a: ModelArch, tp, pp, weigh):
+def heaviest_stage(a: ModelArch, tp, pp, weigh, split=None):
     """max over the stages that can be the heaviest of ``weigh(non_expert, expert_linear, expert_bias,
-    moe_blocks)`` (arrays broadcasting with tp and pp; ``weigh`` broadcasts too)."""
+    moe_blocks)`` (arrays broadcasting with tp and pp; ``weigh`` broadcasts too). ``split(p)``, when
+    given, returns the layers per stage for p stages (stage_candidates)."""
     t, p = np.broadcast_arrays(_f(tp), _f(pp))
     (tu, ti), (pu, pi) = _codes(t), _codes(p)
-    cands = {(i, j): stage_candidates(a, float(tt), int(pp_)) for i, tt in enumerate(tu) for j, pp_ in enumerate(pu)}
+    cands = {(i, j): stage_candidates(a, float(tt), int(pp_), split(int(pp_)) if split else None)
+             for i, tt in enumerate(tu) for j, pp_ in enumerate(pu)}
     width = max(len(c) for c in cands.values())
     table = np.empty((len(tu), len(pu), width, 4))
     for (i, j), c in cands.items():

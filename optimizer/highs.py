@@ -104,6 +104,9 @@ class _Lp:
     def row(self, idx, val, lo=-INF, hi=INF):
         idx = np.asarray(idx, dtype=np.int64).reshape(-1)
         val = np.broadcast_to(np.asarray(val, dtype=float), idx.shape).reshape(-1)
+        if np.unique(idx).size < idx.size:  # two terms over the same variables share weight columns: add them
+            idx, inverse = np.unique(idx, return_inverse=True)
+            val = np.bincount(inverse.reshape(-1), weights=val, minlength=idx.size)
         keep = val != 0.0
         self.r_idx.extend(idx[keep].tolist())
         self.r_val.extend(val[keep].tolist())

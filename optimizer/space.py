@@ -259,9 +259,10 @@ class Space:
         add("ok.layout.tp_within_host", ("acc", "tp"),
             lambda acc, tp: (sc.system(acc).acc.cards_per_host % tp == 0) * 1.0)
         add("ok.layout.heads_divisible", ("tp",), lambda tp: ((a.heads % tp == 0) & (a.kv_heads % tp == 0)) * 1.0)
-        add("ok.layout.pp_divides_layers", ("pp",), lambda pp: (a.layers % pp == 0) * 1.0)
+        per_op = T.per_op_model(sc)  # uneven stages are modelled, not ruled out
+        add("ok.layout.pp_divides_layers", ("pp",), lambda pp: ((a.layers % pp == 0) | per_op) * 1.0)
         add("ok.layout.schedule_shape", ("schedule", "pp", "dp", "mb"),
-            lambda schedule, pp, dp, mb: T.schedule_shape_ok(schedule, pp, dp, mb, B) * 1.0)
+            lambda schedule, pp, dp, mb: T.schedule_shape_ok(schedule, pp, dp, mb, B, sc) * 1.0)
         t.update(self.moe_rules())
         # exact single-table conditions: backlog (write time <= interval), host memory <= capacity
         write = T.checkpoint_write_time(sc)
@@ -278,19 +279,19 @@ class Space:
     def _compute_table(self) -> Table:
         """The compute term, with every (accelerator, recompute) combination of a schedule stacked
         into one array so that the pipeline simulator runs once per (schedule, pp, micro-batches).
-        For a MoE model the expert work depends on (ep, cap) too (the load factor)."""
+        For a MoE model the expert work depends on (ep, etp, cap) too (load factor, grouped-GEMM shapes)."""
         sc, d = self.sc, self.domains
-        moe = ("ep", "cap") if sc.model.moe else ()
+        moe = ("ep", "etp", "cap") if sc.model.moe else ()
         vars = ("acc", "recompute", "schedule", "tp", "pp", "dp", "mb", "nics") + moe
         nums = ("tp", "pp", "dp", "mb", "nics") + moe
         grids = dict(zip(nums, np.ix_(*[np.asarray(d[v], dtype=float) for v in nums])))
-        extra = {"ep": grids["ep"], "capacity_factor": grids["cap"]} if moe else {}
+        extra = {"ep": grids["ep"], "capacity_factor": grids["cap"], "expert_tp": grids["etp"]} if moe else {}
         sub = tuple(len(d[v]) for v in nums)
         out = np.empty(tuple(len(d[v]) for v in vars))
         for si, sched in enumerate(d["schedule"]):
             parts = [T.compute_inputs(sc, acc, rec, sched, grids["tp"], grids["pp"], grids["dp"], grids["mb"],
                                       grids["nics"], **extra) for acc in d["acc"] for rec in d["recompute"]]
-            stacked = tuple(np.stack([np.broadcast_to(p[k], sub) for p in parts]) for k in range(6))
+            stacked = tuple(np.stack([np.broadcast_to(p[k], sub) for p in parts]) for k in range(len(parts[0])))
             pp = np.broadcast_to(grids["pp"], sub)[None].repeat(len(parts), axis=0)
             total = T.compute_from(sc, sched, pp, stacked)[0]
             out[:, :, si] = total.reshape((len(d["acc"]), len(d["recompute"])) + sub)

@@ -307,6 +307,8 @@ def moe_scenarios(draw):
     }
     if imbalance * hot > 1:
         raw["moe"]["hot_experts"] = 0.25
+    if draw(st.booleans()):  # the per-operation step-time model (MoE kernels, uneven stages)
+        del raw["hardware"]["efficiency"]
     if draw(st.booleans()):
         raw["search"]["expert_tp"] = draw(subset(["tp", 1, 2], max_size=2))
     if draw(st.booleans()):

@@ -23,7 +23,7 @@ from tpopt.models.units import DAY
 if TYPE_CHECKING:
     from tpopt.optimizer.sweep.spec import Point
 
-FORMAT = 3  # 2: note and checksum columns; 3: ep, expert_tp, capacity_factor
+FORMAT = 3  # 2: note and checksum columns; 3: ep, expert_tp, capacity_factor (empty: dropless or dense)
 
 COLUMNS = {  # name -> type (None allowed everywhere)
     "point_key": str,
@@ -102,8 +102,8 @@ def make_row(point: Point, status: str, fingerprint_: str, solver: str, ev=None,
         row.update(cards=p["cards"], hosts=p["hosts"], zero=p["zero_stage"], tp=p["tp"], pp=p["pp"], dp=p["dp"],
                    micro_batch=p["micro_batch"], grad_accum=p["grad_accum"], recompute=p["recompute"],
                    offload=p["offload"], schedule=p["schedule"], save_interval_s=p["save_interval_s"],
-                   save_mode=p["save_mode"], nics_per_host=p["nics_per_host"], ep=p.get("ep"),
-                   expert_tp=p.get("expert_tp"), capacity_factor=p.get("capacity_factor"), cost=m["cost"],
+                   save_mode=p["save_mode"], nics_per_host=p["nics_per_host"], ep=p.get("ep") or 1,
+                   expert_tp=p.get("expert_tp") or p["tp"], capacity_factor=p.get("capacity_factor"), cost=m["cost"],
                    cost_unit=m["cost_unit"], finish_days=m["finish_days"], train_days=m["train_days"],
                    overhead_days=m["train_days"] * m["overhead_fraction"], step_s=m["step_s"],
                    memory_per_card_gib=m["memory_per_card_gib"],
