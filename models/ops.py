@@ -222,6 +222,8 @@ def moe_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
     out += _elementwise("moe.unpermute", "", 2.0 * rows * a.hidden * e, 3.0 * rows * a.hidden * e)
     if a.shared_experts:
         out += _mlp_kernels("mlp", a, T, a.shared_experts * a.shared_ffn / t, e)
+    if a.shared_expert_gate:  # sigmoid gate h x 1 on the shared experts' output (Qwen2-MoE)
+        out += [k._replace(linear=False) for k in _linear("shared.gate", "", ts, a.hidden, 1.0, e)]
     return out
 
 

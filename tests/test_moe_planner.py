@@ -343,3 +343,59 @@ def test_dense_spaces_keep_their_tables():
     assert sp.domains["ep"] == [1] and sp.domains["etp"] == [0] and sp.domains["cap"] == [0.0]
     assert all(v not in sp.tables[n].vars for n in ("mem.states", "time.compute") for v in ("ep", "etp", "cap"))
     assert sp.inert() == {"layout.ep_divides_experts", "layout.ep_group", "moe.capacity_drops"}
+
+
+# ---------------------------------------------------------------------------------------------
+# the per-operation model's MoE kernels
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "qwen1.5-moe-a2.7b", "deepseek-v3", "mixtral-8x7b"])
+def test_moe_kernel_flops_are_six_times_the_activated_weights(name):
+    # one MoE block, one 4,096-token sequence, tp = 1, balanced router (phi = 1): the GEMM FLOPs (forward,
+    # dX, dW) are 6 x T x (attention + router + k experts + shared experts [+ shared gate]) linear weights
+    from tpopt.models import ops
+    from tpopt.models.arch import _block
+
+    a = CAT.model(name)
+    s = 4096
+    ks = ops.layer_kernels(a, ops.Layout(tp=1, micro_batch=1, seq_len=s))
+    assert float(ops.flops(ks, kind="gemm")) == pytest.approx(6 * s * _block(a, True)[2], rel=1e-12)
+    # the routed-expert GEMMs carry the load factor and run E / ep products of rows x ep / E rows each
+    for ep, load in ((1, 1.0), (8, 1.25)):
+        lay = ops.Layout(tp=1, micro_batch=1, seq_len=s, ep=ep, load=load)
+        up = next(k for k in ops.layer_kernels(a, lay) if k.op == "expert.up" and k.phase == "fwd")
+        rows = s * a.top_k * load
+        assert float(up.flops) == pytest.approx(2 * rows * a.hidden * 2 * a.expert_ffn)
+        assert float(up.batch) == a.experts / ep and float(up.m) == pytest.approx(rows * ep / a.experts)
+
+
+def test_larger_expert_groups_run_larger_gemms():
+    # per-operation model, dropless and perfectly balanced: EP only changes the grouped GEMMs' shapes. At
+    # EP 1 each of the 128 experts gets 256 of one card's 32,768 rows (and every expert's weights are read);
+    # at EP 8, 16 experts get 2,048 rows each: the same FLOPs run faster
+    import tomllib
+
+    text = scenario_text("qwen3-30b-a3b", "100B", 4096, 256, "30d", "[moe]\nimbalance = 1.0\n")
+    sc = build_scenario(tomllib.loads(text.replace("efficiency = 0.4\n", "")), CAT)
+    from tpopt.models import terms as T
+
+    t1, t8 = (float(sum(T.microbatch_times(sc, "h100-sxm", "none", "1f1b", 1, 1, 1, ep, 0.0))) for ep in (1, 8))
+    assert t1 > 1.1 * t8
+
+
+@pytest.mark.parametrize("example,hw", [("deepseek-v3.toml", None), ("qwen3-30b-a3b.toml", "h100-sxm"),
+                                        ("qwen3-30b-a3b.toml", "rtx4090")])
+def test_examples_plan_ep_tp_pp_dp_and_capacity(example, hw):
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / example
+    r = run("solve", "--scenario", path, "--json", *(["--hw", hw] if hw else []))
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["status"] == "optimal"
+    p = d["plan"]
+    assert all(p[k] is not None for k in ("tp", "pp", "dp", "ep", "expert_tp", "ep_placement"))
+    assert "capacity_factor" in p
+    assert d["binding"], "an optimum held by nothing"
+    if hw:
+        assert p["accelerator"] == hw
