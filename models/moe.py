@@ -30,6 +30,7 @@ and the routed activations.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -175,13 +176,17 @@ def ep_placement(ep, expert_tp_eff, cards_per_host) -> str:
 # parameters per card with experts sharded by EP
 
 
+@lru_cache(maxsize=256)
 def _split_block_arrays(a: ModelArch):
     """Per block: (non-expert linear, non-expert other, routed-expert linear, routed-expert biases)."""
     lin, oth = block_param_arrays(a)
     moe = np.array([is_moe_layer(a, i) for i in range(a.layers)], dtype=bool)
     xl = np.where(moe, a.experts * expert_linear_params(a), 0.0)
     xb = np.where(moe, a.experts * _mlp_bias(a, a.expert_ffn), 0.0)
-    return lin - xl, oth - xb, xl, xb, moe
+    out = (lin - xl, oth - xb, xl, xb, moe)
+    for x in out:
+        x.flags.writeable = False  # cached: shared by every caller
+    return out
 
 
 def _mtp_split(a: ModelArch):
@@ -194,6 +199,13 @@ def _mtp_split(a: ModelArch):
     xl = a.mtp_layers * a.experts * expert_linear_params(a)
     xb = a.mtp_layers * a.experts * _mlp_bias(a, a.expert_ffn)
     return lin - xl, other - xb, xl, xb, a.mtp_layers
+
+
+@lru_cache(maxsize=4096)
+def _stage_candidates(a: ModelArch, tp: float, pp: int, split: tuple | None) -> np.ndarray:
+    out = stage_candidates(a, tp, pp, None if split is None else list(split))
+    out.flags.writeable = False
+    return out
 
 
 def stage_candidates(a: ModelArch, tp: float, pp: int, split: list | None = None) -> np.ndarray:
@@ -260,7 +272,7 @@ def heaviest_stage(a: ModelArch, tp, pp, weigh, split=None):
     given, returns the layers per stage for p stages (stage_candidates)."""
     t, p = np.broadcast_arrays(_f(tp), _f(pp))
     (tu, ti), (pu, pi) = _codes(t), _codes(p)
-    cands = {(i, j): stage_candidates(a, float(tt), int(pp_), split(int(pp_)) if split else None)
+    cands = {(i, j): _stage_candidates(a, float(tt), int(pp_), tuple(split(int(pp_))) if split else None)
              for i, tt in enumerate(tu) for j, pp_ in enumerate(pu)}
     width = max(len(c) for c in cands.values())
     table = np.empty((len(tu), len(pu), width, 4))
@@ -306,6 +318,7 @@ def largest_unit_per_card(a: ModelArch, tp, ep=1, expert_tp=0):
     return unit
 
 
+@lru_cache(maxsize=256)
 def expert_gemm_params(a: ModelArch) -> int:
     """Routed-expert weights one token multiplies (k experts) summed over the MoE blocks and MTP modules."""
     blocks = moe_layer_count(a) + (a.mtp_layers if _mtp_is_moe(a) else 0)

@@ -576,6 +576,13 @@ def straggler_factor(sc: Scenario, cards):
     return 1.0 + sigma * reliability.expected_max_std_normal(np.asarray(cards).astype(int))
 
 
+def compute_key(sc: Scenario, ep, expert_tp, capacity_factor) -> tuple:
+    """What the compute term depends on among (ep, expert_tp, capacity_factor): the load factor in the
+    flat model; also EP and expert-TP (grouped-GEMM shapes) in the per-operation model."""
+    phi = float(load_factor(sc, ep, capacity_factor))
+    return (ep, expert_tp, phi) if per_op_model(sc) and sc.model.moe else (phi,)
+
+
 def compute_inputs(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics, ep=1,
                    capacity_factor=0.0, expert_tp=0):
     """Everything the compute term needs, as 12 arrays: (fwd, dX, dW) of a layer (per-operation model)

@@ -279,22 +279,33 @@ class Space:
     def _compute_table(self) -> Table:
         """The compute term, with every (accelerator, recompute) combination of a schedule stacked
         into one array so that the pipeline simulator runs once per (schedule, pp, micro-batches).
-        For a MoE model the expert work depends on (ep, etp, cap) too (load factor, grouped-GEMM shapes)."""
+        For a MoE model the expert work depends on (ep, etp, cap) too: each distinct combination
+        (T.compute_key: the load factor alone in the flat model) is stacked like another accelerator."""
         sc, d = self.sc, self.domains
         moe = ("ep", "etp", "cap") if sc.model.moe else ()
         vars = ("acc", "recompute", "schedule", "tp", "pp", "dp", "mb", "nics") + moe
-        nums = ("tp", "pp", "dp", "mb", "nics") + moe
+        nums = ("tp", "pp", "dp", "mb", "nics")
         grids = dict(zip(nums, np.ix_(*[np.asarray(d[v], dtype=float) for v in nums])))
-        extra = {"ep": grids["ep"], "capacity_factor": grids["cap"], "expert_tp": grids["etp"]} if moe else {}
         sub = tuple(len(d[v]) for v in nums)
+        combos = list(itertools.product(d["ep"], d["etp"], d["cap"])) if moe else [(1, 0, 0.0)]
+        keys = [T.compute_key(sc, *c) for c in combos]
+        unique = list(dict.fromkeys(keys))
+        which = np.array([unique.index(k) for k in keys])
+        reps = [combos[keys.index(k)] for k in unique]
         out = np.empty(tuple(len(d[v]) for v in vars))
         for si, sched in enumerate(d["schedule"]):
             parts = [T.compute_inputs(sc, acc, rec, sched, grids["tp"], grids["pp"], grids["dp"], grids["mb"],
-                                      grids["nics"], **extra) for acc in d["acc"] for rec in d["recompute"]]
+                                      grids["nics"], ep=e, expert_tp=t, capacity_factor=c)
+                     for acc in d["acc"] for rec in d["recompute"] for e, t, c in reps]
             stacked = tuple(np.stack([np.broadcast_to(p[k], sub) for p in parts]) for k in range(len(parts[0])))
             pp = np.broadcast_to(grids["pp"], sub)[None].repeat(len(parts), axis=0)
             total = T.compute_from(sc, sched, pp, stacked)[0]
-            out[:, :, si] = total.reshape((len(d["acc"]), len(d["recompute"])) + sub)
+            total = total.reshape((len(d["acc"]), len(d["recompute"]), len(reps)) + sub)[:, :, which]
+            if moe:  # (acc, rec, combo) + sub -> (acc, rec) + sub + (ep, etp, cap)
+                total = np.moveaxis(total, 2, -1).reshape(total.shape[:2] + sub + tuple(len(d[v]) for v in moe))
+            else:
+                total = total[:, :, 0]
+            out[:, :, si] = total
         return Table("time.compute", vars, out)
 
     def interval(self, tau, cards, mode):
