@@ -18,8 +18,10 @@ from tpopt.cli.request import request_from, solve_options
               help="Also re-solve with the deadline +/- 1 d, one host fewer and 1 GiB more per card.")
 @click.option("--timing", is_flag=True, help="Print the solver's wall time (the only non-deterministic output).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables (solver.wall_s is the wall time).")
+@click.option("--export", type=click.Path(dir_okay=False),
+              help="Also write the MILP (Pyomo) to this .lp or .mps file for another solver.")
 @handle_errors
-def solve(top, no_analysis, sensitivity, timing, as_json, **kw):
+def solve(top, no_analysis, sensitivity, timing, as_json, export, **kw):
     """Find the cheapest plan that meets the deadline, prove it optimal, and say what limits it.
 
     Example: tpopt solve --deadline 30d --hw rtx4090   (the built-in design case: 48 RTX 4090 cards)
@@ -33,12 +35,29 @@ def solve(top, no_analysis, sensitivity, timing, as_json, **kw):
 
     if top < 1:
         raise InputError("--top must be at least 1")
+    if export:
+        from tpopt.optimizer.pyomo_model import check_export_path
+
+        check_export_path(export)
     sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
     req = request_from(kw, top)
+    if kw["solver"].startswith("pyomo:"):
+        from tpopt.optimizer.pyomo_model import PyomoSolver
+
+        PyomoSolver(kw["solver"], req)  # a missing solver fails here, before anything is written
     space = Space.from_scenario(sc)
+    exported = None
+    if export:
+        from tpopt.optimizer.pyomo_model import export_model
+
+        exported = export_model(space, req, export)
+        click.echo(f"tpopt: wrote {exported['path']}: the plan MILP, {exported['variables']:,} variables, "
+                   f"{exported['constraints']:,} constraints, minimising {exported['objective']}", err=True)
     result = run(sc, kw["solver"], req, space=space)
     out = {"status": result.status.value, "objective": result.objective, "solver": result.solver.as_dict()}
     echo_builtin_note(kw, as_json, out)
+    if exported:
+        out["export"] = exported
     if result.feasible:
         best = result.best
         ana = None if no_analysis else analysis(space, best, kw["solver"], req, set(result.enforced))
