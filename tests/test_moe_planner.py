@@ -9,7 +9,6 @@ The other expectations are derivations written out here from the relations' form
 """
 
 import json
-import math
 
 import pytest
 from click.testing import CliRunner
@@ -19,10 +18,8 @@ from hypothesis import strategies as st
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.cli.main import cli
+from test_solver_properties import PYOMO_RUNS, check_agreement  # the backends-agree check, reused
 from tpopt.models.arch import expert_params, param_count
-from tpopt.models.evaluate import evaluate
-from tpopt.optimizer.core import solve
-from tpopt.optimizer.result import Request, Status
 
 GIB = 2**30
 CAT = load_catalog()
@@ -319,18 +316,13 @@ def moe_scenarios(draw):
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(moe_scenarios())
 def test_backends_agree_on_moe_spaces(case):
-    sc, objective = case
-    results = {b: solve(sc, b, Request(objective=objective, time_limit=120)) for b in ("enumerate", "cpsat", "highs")}
-    for b in ("cpsat", "highs"):
-        results[b + "/decomposed"] = solve(sc, b, Request(objective=objective, time_limit=120, method="decomposed"))
-    ref = results["enumerate"]
-    key = "cost" if objective == "cost" else "finish_days"
-    for name, r in results.items():
-        assert r.status in (Status.OPTIMAL, Status.INFEASIBLE) and r.status == ref.status, (name, r.status)
-        if r.feasible:
-            assert evaluate(sc, r.best.plan).feasible, name
-            assert math.isclose(r.best.metrics[key], ref.best.metrics[key], rel_tol=1e-9), \
-                (name, r.best.plan, ref.best.plan)
+    check_agreement(*case)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@given(moe_scenarios())
+def test_pyomo_agrees_on_moe_spaces(case):
+    check_agreement(*case, runs=PYOMO_RUNS[:2])
 
 
 def test_dense_spaces_keep_their_tables():
