@@ -145,6 +145,7 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
         "cost": cost * ones, "checkpoint_bytes": write_s * sc.reliability.write_bandwidth * ones,
         "checkpoint_write_s": write_s * ones, "failure_rate": T.failure_rate(sc, cards) * ones,
         "input_demand": demand * ones, "input_supply": supply * ones,
+        "dropped_fraction": T.capacity_drops(sc, tp, mb, cap) * ones,
     }
     heads_ok = (a.heads % tp == 0) & (a.kv_heads % tp == 0)
     cons = {

@@ -38,10 +38,9 @@ from tpopt.models.plan import Plan, Scenario
 
 VARS = ("acc", "tp", "pp", "dp", "mb", "zero", "offload", "recompute", "schedule", "nics", "tau", "mode", "ep", "etp",
         "cap")
-# the plan field each variable fills (Space.plan)
-PLAN_FIELDS = {"acc": "accelerator", "tp": "tp", "pp": "pp", "dp": "dp", "mb": "micro_batch", "zero": "zero_stage",
-               "offload": "offload", "recompute": "recompute", "schedule": "schedule", "nics": "nics_per_host",
-               "tau": "save_interval_s", "mode": "save_mode", "ep": "ep", "etp": "expert_tp", "cap": "capacity_factor"}
+# the mixture-of-experts variables in one place: (variable, SearchSpace domain = Plan field, type); a dense
+# model's domains are (1,), (0,), (0.0,)
+MOE_VARS = (("ep", "ep", int), ("etp", "expert_tp", int), ("cap", "capacity_factor", float))
 CATEGORICAL = ("acc", "offload", "recompute", "schedule", "mode")
 
 # constraint families the solvers encode (step.budget is the per-step form of deadline.finish and is
@@ -112,9 +111,7 @@ class Space:
             "nics": nics,
             "tau": list(s.save_interval_s),
             "mode": list(s.save_mode),
-            "ep": list(s.ep),
-            "etp": list(s.expert_tp),
-            "cap": list(s.capacity_factor),
+            **{v: list(getattr(s, name)) for v, name, _ in MOE_VARS},
         }
         for k, allowed in (restrict or {}).items():
             if k not in dom:
@@ -333,7 +330,7 @@ class Space:
                     recompute=d["recompute"], offload=d["offload"],
                     schedule=d["schedule"] if d["pp"] > 1 else self.domains["schedule"][0],
                     save_interval_s=tau, save_mode=d["mode"], nics_per_host=int(d["nics"]),
-                    ep=int(d.get("ep", 1)), expert_tp=int(d.get("etp", 0)), capacity_factor=float(d.get("cap", 0.0)))
+                    **{name: typ(d[v]) for v, name, typ in MOE_VARS if v in d})
 
     def key(self, idx: dict) -> tuple:
         """A canonical assignment key (schedule pinned when pp = 1)."""

@@ -391,3 +391,16 @@ def test_examples_plan_ep_tp_pp_dp_and_capacity(example, hw):
     assert d["binding"], "an optimum held by nothing"
     if hw:
         assert p["accelerator"] == hw
+
+
+def test_explain_relaxes_the_maximum_drop_rate(tmp_path):
+    # capacity 1.0 only, half the experts 1.5 x hot: every plan drops 25 % of dispatches (chapter 10.3.4);
+    # with at most 1 % allowed the request is infeasible, and the smallest change is max_drop >= 25 %
+    text = Q30 + ('[search]\ntp = [1]\npp = [1]\nmicro_batch = [1]\nzero_stage = [1, 3]\nep = [1, 8]\n'
+                  'capacity_factor = [1.0]\n[moe]\nimbalance = 1.5\nmax_drop = "1%"\n')
+    r = run("solve", "--scenario", write(tmp_path, text), "--json")
+    assert r.exit_code == 3, r.output
+    d = json.loads(r.stdout)
+    assert d["conflict"] == ["moe.capacity_drops"]
+    drop = next(x for x in d["relaxations"] if x["parameter"] == "max_drop")
+    assert drop["helps"] and drop["required"] == pytest.approx(25.0) and drop["unit"] == "%"
