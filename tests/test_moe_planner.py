@@ -404,3 +404,11 @@ def test_explain_relaxes_the_maximum_drop_rate(tmp_path):
     assert d["conflict"] == ["moe.capacity_drops"]
     drop = next(x for x in d["relaxations"] if x["parameter"] == "max_drop")
     assert drop["helps"] and drop["required"] == pytest.approx(25.0) and drop["unit"] == "%"
+
+
+def test_python_api_takes_the_moe_plan_fields(tmp_path):
+    import tpopt
+
+    ev = tpopt.evaluate(str(write(tmp_path, Q235)), cards=256, pp=8, ep=16, capacity=1.25)
+    assert (ev.plan.ep, ev.plan.capacity_factor) == (16, 1.25)
+    assert ev.metrics["capacity_rows"] == 640 and ev.plan_dict()["ep_placement"] == "across 2 hosts"
