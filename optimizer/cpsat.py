@@ -33,12 +33,12 @@ from ortools.sat.python import cp_model
 from tpopt.models import terms as T
 from tpopt.optimizer.limits import EncodingError  # noqa: F401 (raised here; the backends' shared error)
 from tpopt.optimizer.result import Request
-from tpopt.optimizer.space import FAMILIES, VARS, Space, reduce_to
+from tpopt.optimizer.space import BUSY_TERMS, EXACT, FAMILIES, MEMORY_TERMS, STRUCTURAL, VARS, Space, reduce_to
 
 US = 1e6  # finest time unit: microsecond (coarser when the ranges demand it, see Scales)
 HUB = ("acc", "tp", "pp", "dp", "mb")  # the core layout the search branches on first
-BUSY = ("time.compute", "time.exposed_dp", "time.tp_comm", "time.offload")
-MEMORY = ("mem.states", "mem.copies", "mem.activations", "mem.temporary")
+BUSY = BUSY_TERMS  # the busy-time terms (their sum is the step before the input wait)
+MEMORY = MEMORY_TERMS  # the per-card memory terms
 LSCALE = 10_000_000  # finest overhead unit: 1e-7
 BUDGET = 2**60  # no linear expression of the model may reach this magnitude (CP-SAT works in int64)
 INT_MAX = BUDGET
@@ -300,11 +300,8 @@ class CpSatModel:
             m.add(self.iv["schedule"] == 0).only_enforce_if(is_pp1)
 
         # structural families and exact single-table conditions
-        for f in ("batch.divisibility", "layout.whole_hosts", "layout.tp_within_host", "layout.heads_divisible",
-                  "layout.pp_divides_layers", "layout.schedule_shape"):
+        for f in STRUCTURAL + EXACT:
             self._require(f, "ok." + f)
-        self._require("checkpoint.backlog", "ok.checkpoint.backlog")
-        self._require("memory.host", "ok.memory.host")
 
         # cards
         cards, _ = self._table("cards", "floor")

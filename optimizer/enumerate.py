@@ -19,7 +19,7 @@ from tpopt.models.evaluate import evaluate_arrays
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import FAMILIES, VARS, Space
 
-NUMERIC_AXES = ("tp", "pp", "dp", "mb", "zero", "nics", "tau")
+NUMERIC_AXES = ("tp", "pp", "dp", "mb", "zero", "nics", "tau", "ep", "etp", "cap")
 CHUNK = 250_000  # points per evaluate_arrays call (bounds memory and the time between clock checks)
 F32_MAX = float(np.finfo(np.float32).max)  # ratios beyond it are clipped (they only rank closeness)
 
@@ -47,7 +47,8 @@ def chunks(space: Space):
         k_idx = [j for j in range(len(d["nics"])) if nic_ok[ai, j]]
         axes = {"tp": list(range(len(d["tp"]))), "pp": pp_idx, "dp": list(range(len(d["dp"]))),
                 "mb": list(range(len(d["mb"]))), "zero": list(range(len(d["zero"]))), "nics": k_idx,
-                "tau": list(range(len(d["tau"])))}
+                "tau": list(range(len(d["tau"]))), "ep": list(range(len(d["ep"]))),
+                "etp": list(range(len(d["etp"]))), "cap": list(range(len(d["cap"])))}
         per_tp = int(np.prod([len(axes[a]) for a in NUMERIC_AXES[1:]]))
         step = max(1, CHUNK // max(per_tp, 1))
         for start in range(0, len(axes["tp"]), step):
@@ -61,7 +62,8 @@ def chunks(space: Space):
                                 micro_batch=g["mb"].astype(int), zero_stage=g["zero"].astype(int),
                                 nics_per_host=g["nics"].astype(int), save_interval_s=space.interval(g["tau"], cards, mode),
                                 recompute=d["recompute"][ri], offload=d["offload"][oi], schedule=d["schedule"][si],
-                                save_mode=mode)
+                                save_mode=mode, ep=g["ep"].astype(int), expert_tp=g["etp"].astype(int),
+                                capacity_factor=g["cap"])
             shape = tuple(len(x) for x in idx_lists)
             fixed = {"acc": ai, "offload": oi, "recompute": ri, "mode": mi, "schedule": si}
             yield fixed, idx_lists, shape, r

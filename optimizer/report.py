@@ -108,9 +108,10 @@ def binding_families(oracle, best: Evaluation, objective: str, enforced, undecid
     """Families that bind; those the time limit left open are appended to ``undecided`` (never
     reported as binding or as slack)."""
     out = []
+    inert = oracle.space.inert()
     for f in RELAXABLE:
-        if f not in enforced or (f == "budget.cost" and oracle.space.sc.cost.max_cost is None):
-            continue  # cost <= infinity binds nothing
+        if f not in enforced or f in inert or (f == "budget.cost" and oracle.space.sc.cost.max_cost is None):
+            continue  # families no plan can violate, and cost <= infinity, bind nothing
         try:
             alt = oracle.best([g for g in enforced if g != f], objective)
         except Undecided:
@@ -126,8 +127,9 @@ def _ruled_out(oracle, objective: str, enforced, restrict=None, cards=None) -> l
     """Families that alone rule the restricted alternative out, with their value against the limit
     for the plan that comes closest to meeting them (the best plan without them, for large spaces)."""
     reasons = []
+    inert = oracle.space.inert()
     for f in RELAXABLE:
-        if f not in enforced:
+        if f not in enforced or f in inert:
             continue
         others = [g for g in enforced if g != f]
         if isinstance(oracle, TableOracle):  # quote the plan that comes closest to meeting f
@@ -184,14 +186,17 @@ def why_not_cheaper(oracle, space: Space, best: Evaluation, objective: str, enfo
     # other choices at the same scale (same accelerator and card count)
     if same_scale:
         chosen = {"zero": p.zero_stage, "tp": p.tp, "pp": p.pp, "mb": p.micro_batch, "recompute": p.recompute,
-                  "offload": p.offload, "mode": p.save_mode}
+                  "offload": p.offload, "mode": p.save_mode, "ep": p.ep, "etp": p.expert_tp, "cap": p.capacity_factor}
         labels = {"zero": "ZeRO-{}", "tp": "TP {}", "pp": "PP {}", "mb": "micro-batch {}", "recompute": "recompute {}",
-                  "offload": "offload {}", "mode": "{} saves"}
+                  "offload": "offload {}", "mode": "{} saves", "ep": "EP {}", "etp": "expert-TP {}",
+                  "cap": "capacity {}"}
+        shown = {"etp": lambda v: "= TP" if not v else v, "cap": lambda v: "none (dropless)" if not v else f"{v:g}"}
         for var, val in chosen.items():
             for other in d[var]:
                 if other == val:
                     continue
-                out.append(entry(labels[var].format(other) + f" on {p.accelerator} x {p.cards}", "same scale",
+                text = labels[var].format(shown.get(var, lambda v: v)(other))
+                out.append(entry(text + f" on {p.accelerator} x {p.cards}", "same scale",
                                  {"acc": [p.accelerator], var: [other]}, (p.cards,)))
     return out
 
@@ -219,7 +224,7 @@ def analysis(space: Space, best: Evaluation, backend: str, req: Request, enforce
             oracle = make_oracle(space, backend, req)
     except TimeLimitReached:  # not even the oracle: every question is left open, and said so
         return {"oracle": None, "binding": [], "alternatives": [], "robustness": robustness(space.sc, best),
-                "undecided": [f for f in RELAXABLE if f in enforced
+                "undecided": [f for f in RELAXABLE if f in enforced and f not in space.inert()
                               and not (f == "budget.cost" and space.sc.cost.max_cost is None)],
                 "analysis": "time limit reached"}
     binds = binding_families(oracle, best, objective, enforced, undecided)

@@ -106,4 +106,4 @@ def plan_summary(ev: Evaluation) -> dict:
             "zero_stage": p.zero_stage, "tp": p.tp, "pp": p.pp, "dp": p.dp, "micro_batch": p.micro_batch,
             "recompute": p.recompute, "offload": p.offload, "schedule": p.schedule if p.pp > 1 else None,
             "cost": ev.metrics["cost"], "cost_unit": ev.metrics["cost_unit"],
-            "finish_days": ev.metrics["finish_days"]}
+            "finish_days": ev.metrics["finish_days"], **ev.moe_plan()}

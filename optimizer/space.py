@@ -18,6 +18,9 @@ Base variables and domains:
     nics       NICs per host ([search] nics_per_host, else each accelerator's default)
     tau        save intervals ([search] save_interval; "auto" = the optimum for the card count)
     mode       save modes (sync / async)
+    ep         expert parallelism ([search] ep; MoE models, else 1)
+    etp        expert tensor parallelism ([search] expert_tp; 0 = the same as tp)
+    cap        capacity factor ([search] capacity_factor; 0 = dropless)
 """
 
 from __future__ import annotations
@@ -33,14 +36,23 @@ from tpopt.models import terms as T
 from tpopt.models.evaluate import CONSTRAINT_NAMES
 from tpopt.models.plan import Plan, Scenario
 
-VARS = ("acc", "tp", "pp", "dp", "mb", "zero", "offload", "recompute", "schedule", "nics", "tau", "mode")
+VARS = ("acc", "tp", "pp", "dp", "mb", "zero", "offload", "recompute", "schedule", "nics", "tau", "mode", "ep", "etp",
+        "cap")
+# the mixture-of-experts variables in one place: (variable, SearchSpace domain = Plan field, type); a dense
+# model's domains are (1,), (0,), (0.0,)
+MOE_VARS = (("ep", "ep", int), ("etp", "expert_tp", int), ("cap", "capacity_factor", float))
 CATEGORICAL = ("acc", "offload", "recompute", "schedule", "mode")
 
 # constraint families the solvers encode (step.budget is the per-step form of deadline.finish and is
 # reported, not encoded twice)
 FAMILIES = tuple(n for n in CONSTRAINT_NAMES if n != "step.budget")
 STRUCTURAL = ("batch.divisibility", "layout.whole_hosts", "layout.tp_within_host", "layout.heads_divisible",
-              "layout.pp_divides_layers", "layout.schedule_shape")
+              "layout.pp_divides_layers", "layout.schedule_shape", "layout.ep_divides_experts", "layout.ep_group")
+# the terms every backend sums: memory per card and busy time per step
+MEMORY_TERMS = ("mem.states", "mem.copies", "mem.activations", "mem.temporary")
+BUSY_TERMS = ("time.compute", "time.exposed_dp", "time.tp_comm", "time.offload", "time.ep_comm")
+# single-table conditions decided exactly when the tables are built (family -> "ok." table)
+EXACT = ("checkpoint.backlog", "memory.host", "moe.capacity_drops")
 
 
 def reduce_to(domains: dict, vals: np.ndarray, vars, target_vars, fn=np.min) -> np.ndarray:
@@ -99,6 +111,7 @@ class Space:
             "nics": nics,
             "tau": list(s.save_interval_s),
             "mode": list(s.save_mode),
+            **{v: list(getattr(s, name)) for v, name, _ in MOE_VARS},
         }
         for k, allowed in (restrict or {}).items():
             if k not in dom:
@@ -130,6 +143,26 @@ class Space:
             for p in self.domains["pp"]:
                 n += ks * (len(self.domains["schedule"]) if p > 1 else 1)
         return n * other
+
+    def moe_rules(self) -> dict[str, Table]:
+        """The MoE families' conditions (1 = the rule holds), each over its own few variables."""
+        sc, a = self.sc, self.sc.model
+        return {
+            "ok.layout.ep_divides_experts": self.tabulate("ok.layout.ep_divides_experts", ("ep",),
+                                                          lambda ep: (np.mod(a.experts, ep) == 0) * 1.0),
+            "ok.layout.ep_group": self.tabulate("ok.layout.ep_group", ("acc", "tp", "dp", "ep", "etp"),
+                                                lambda acc, tp, dp, ep, etp: T.ep_group_ok(sc, acc, tp, dp, ep,
+                                                                                           etp) * 1.0),
+            "ok.moe.capacity_drops": self.tabulate(
+                "ok.moe.capacity_drops", ("tp", "mb", "cap"),
+                lambda tp, mb, cap: (T.capacity_drops(sc, tp, mb, cap) <= sc.moe.max_drop) * 1.0),
+        }
+
+    def inert(self) -> frozenset:
+        """MoE families no plan of this space can violate (all three for a dense model; capacity drops when
+        every capacity is dropless or drops little enough). Reports skip them: dropping one cannot admit a
+        better plan."""
+        return frozenset(k[3:] for k, t in self.moe_rules().items() if bool(np.all(t.values > 0.5)))
 
     # -- allowed pairs that are not constraints but domain facts --------------------------------
     def nic_allowed(self) -> np.ndarray:
@@ -177,23 +210,34 @@ class Space:
         def add(name, vars, fn):
             t[name] = self.tabulate(name, vars, fn)
 
-        add("mem.states", ("zero", "offload", "tp", "pp", "dp"),
-            lambda zero, offload, tp, pp, dp: T.states(sc, zero, offload == "cpu", tp, pp, dp))
-        add("mem.copies", ("schedule", "tp", "pp"), lambda schedule, tp, pp: T.param_copies(sc, schedule, tp, pp))
-        add("mem.activations", ("schedule", "recompute", "tp", "pp", "dp", "mb"),
-            lambda schedule, recompute, tp, pp, dp, mb: T.activations(sc, schedule, recompute, tp, pp, dp, mb))
-        add("mem.temporary", ("zero", "tp", "pp", "mb"), lambda zero, tp, pp, mb: T.temporary(sc, zero, tp, pp, mb))
-        add("mem.host", ("acc", "offload", "zero", "tp", "pp", "dp"),
-            lambda acc, offload, zero, tp, pp, dp: T.host_memory(sc, acc, offload == "cpu", zero, tp, pp, dp))
+        # MoE variables enter the tables of the terms they change (dense models leave them out: their
+        # domains are single values anyway, and the tables keep their shapes)
+        ep = ("ep", "etp") if sc.model.moe else ()
+        cap = ("cap",) if sc.model.moe else ()
+        add("mem.states", ("zero", "offload", "tp", "pp", "dp") + ep,
+            lambda zero, offload, tp, pp, dp, ep=1, etp=0: T.states(sc, zero, offload == "cpu", tp, pp, dp, ep, etp))
+        add("mem.copies", ("schedule", "tp", "pp") + ep,
+            lambda schedule, tp, pp, ep=1, etp=0: T.param_copies(sc, schedule, tp, pp, ep, etp))
+        add("mem.activations", ("schedule", "recompute", "tp", "pp", "dp", "mb") + ep + cap,
+            lambda schedule, recompute, tp, pp, dp, mb, ep=1, etp=0, cap=0.0:
+            T.activations(sc, schedule, recompute, tp, pp, dp, mb, ep, etp, cap))
+        add("mem.temporary", ("zero", "tp", "pp", "mb") + ep + cap,
+            lambda zero, tp, pp, mb, ep=1, etp=0, cap=0.0: T.temporary(sc, zero, tp, pp, mb, ep, etp, cap))
+        add("mem.host", ("acc", "offload", "zero", "tp", "pp", "dp") + ep,
+            lambda acc, offload, zero, tp, pp, dp, ep=1, etp=0:
+            T.host_memory(sc, acc, offload == "cpu", zero, tp, pp, dp, ep, etp))
         t["time.compute"] = self._compute_table()
-        add("time.exposed_dp", ("acc", "zero", "recompute", "tp", "pp", "dp", "mb", "nics"),
-            lambda acc, zero, recompute, tp, pp, dp, mb, nics:
-            T.exposed_dp(sc, acc, zero, recompute, tp, pp, dp, mb, nics))
+        add("time.exposed_dp", ("acc", "zero", "recompute", "tp", "pp", "dp", "mb", "nics") + ep + cap,
+            lambda acc, zero, recompute, tp, pp, dp, mb, nics, ep=1, etp=0, cap=0.0:
+            T.exposed_dp(sc, acc, zero, recompute, tp, pp, dp, mb, nics, ep, etp, cap))
         add("time.tp_comm", ("acc", "recompute", "tp", "pp", "dp", "mb"),
             lambda acc, recompute, tp, pp, dp, mb: T.tp_comm(sc, acc, recompute, tp, pp, dp, mb))
-        add("time.offload", ("acc", "offload", "zero", "recompute", "tp", "pp", "dp", "mb"),
-            lambda acc, offload, zero, recompute, tp, pp, dp, mb:
-            T.offload_wait(sc, acc, offload == "cpu", zero, recompute, tp, pp, dp, mb))
+        add("time.offload", ("acc", "offload", "zero", "recompute", "tp", "pp", "dp", "mb") + ep + cap,
+            lambda acc, offload, zero, recompute, tp, pp, dp, mb, ep=1, etp=0, cap=0.0:
+            T.offload_wait(sc, acc, offload == "cpu", zero, recompute, tp, pp, dp, mb, ep, etp, cap))
+        add("time.ep_comm", ("acc", "recompute", "schedule", "tp", "pp", "dp", "mb", "nics") + ep + cap,
+            lambda acc, recompute, schedule, tp, pp, dp, mb, nics, ep=1, etp=0, cap=0.0:
+            T.ep_comm(sc, acc, recompute, schedule, tp, pp, dp, mb, nics, ep, etp, cap))
         add("overhead", ("mode", "tau", "tp", "pp", "dp"),
             lambda mode, tau, tp, pp, dp: T.overhead(sc, mode, tp * pp * dp, self.interval(tau, tp * pp * dp, mode)))
         add("interval", ("mode", "tau", "tp", "pp", "dp"),
@@ -216,34 +260,49 @@ class Space:
         add("ok.layout.pp_divides_layers", ("pp",), lambda pp: ((a.layers % pp == 0) | per_op) * 1.0)
         add("ok.layout.schedule_shape", ("schedule", "pp", "dp", "mb"),
             lambda schedule, pp, dp, mb: T.schedule_shape_ok(schedule, pp, dp, mb, B, sc) * 1.0)
+        t.update(self.moe_rules())
         # exact single-table conditions: backlog (write time <= interval), host memory <= capacity
         write = T.checkpoint_write_time(sc)
         t["ok.checkpoint.backlog"] = Table("ok.checkpoint.backlog", t["interval"].vars,
                                            (write <= t["interval"].values) * 1.0)
-        cap = self.host_capacity()
+        host_cap = self.host_capacity()
         h = t["mem.host"]
         shape = [1] * h.values.ndim
-        shape[h.vars.index("acc")] = len(cap)
-        t["ok.memory.host"] = Table("ok.memory.host", h.vars, (h.values <= cap.reshape(shape)) * 1.0)
+        shape[h.vars.index("acc")] = len(host_cap)
+        t["ok.memory.host"] = Table("ok.memory.host", h.vars, (h.values <= host_cap.reshape(shape)) * 1.0)
         del tau_vals
         return t
 
     def _compute_table(self) -> Table:
         """The compute term, with every (accelerator, recompute) combination of a schedule stacked
-        into one array so that the pipeline simulator runs once per (schedule, pp, micro-batches)."""
+        into one array so that the pipeline simulator runs once per (schedule, pp, micro-batches).
+        For a MoE model the expert work depends on (ep, etp, cap) too: each distinct combination
+        (T.compute_key: the load factor alone in the flat model) is stacked like another accelerator."""
         sc, d = self.sc, self.domains
-        vars = ("acc", "recompute", "schedule", "tp", "pp", "dp", "mb", "nics")
+        moe = ("ep", "etp", "cap") if sc.model.moe else ()
+        vars = ("acc", "recompute", "schedule", "tp", "pp", "dp", "mb", "nics") + moe
         nums = ("tp", "pp", "dp", "mb", "nics")
         grids = dict(zip(nums, np.ix_(*[np.asarray(d[v], dtype=float) for v in nums])))
         sub = tuple(len(d[v]) for v in nums)
+        combos = list(itertools.product(d["ep"], d["etp"], d["cap"])) if moe else [(1, 0, 0.0)]
+        keys = [T.compute_key(sc, *c) for c in combos]
+        unique = list(dict.fromkeys(keys))
+        which = np.array([unique.index(k) for k in keys])
+        reps = [combos[keys.index(k)] for k in unique]
         out = np.empty(tuple(len(d[v]) for v in vars))
         for si, sched in enumerate(d["schedule"]):
             parts = [T.compute_inputs(sc, acc, rec, sched, grids["tp"], grids["pp"], grids["dp"], grids["mb"],
-                                      grids["nics"]) for acc in d["acc"] for rec in d["recompute"]]
+                                      grids["nics"], ep=e, expert_tp=t, capacity_factor=c)
+                     for acc in d["acc"] for rec in d["recompute"] for e, t, c in reps]
             stacked = tuple(np.stack([np.broadcast_to(p[k], sub) for p in parts]) for k in range(len(parts[0])))
             pp = np.broadcast_to(grids["pp"], sub)[None].repeat(len(parts), axis=0)
             total = T.compute_from(sc, sched, pp, stacked)[0]
-            out[:, :, si] = total.reshape((len(d["acc"]), len(d["recompute"])) + sub)
+            total = total.reshape((len(d["acc"]), len(d["recompute"]), len(reps)) + sub)[:, :, which]
+            if moe:  # (acc, rec, combo) + sub -> (acc, rec) + sub + (ep, etp, cap)
+                total = np.moveaxis(total, 2, -1).reshape(total.shape[:2] + sub + tuple(len(d[v]) for v in moe))
+            else:
+                total = total[:, :, 0]
+            out[:, :, si] = total
         return Table("time.compute", vars, out)
 
     def interval(self, tau, cards, mode):
@@ -270,7 +329,8 @@ class Space:
                     pp=int(d["pp"]), dp=int(d["dp"]), micro_batch=int(d["mb"]), grad_accum=ga,
                     recompute=d["recompute"], offload=d["offload"],
                     schedule=d["schedule"] if d["pp"] > 1 else self.domains["schedule"][0],
-                    save_interval_s=tau, save_mode=d["mode"], nics_per_host=int(d["nics"]))
+                    save_interval_s=tau, save_mode=d["mode"], nics_per_host=int(d["nics"]),
+                    **{name: typ(d[v]) for v, name, typ in MOE_VARS if v in d})
 
     def key(self, idx: dict) -> tuple:
         """A canonical assignment key (schedule pinned when pp = 1)."""
