@@ -61,8 +61,9 @@ class LayoutBounds:
         rate_min = _reduce_to_hub(space, "rate", np.min, masked)
         iters = T.iteration_count(sc)
         wait = sc.input.wait_s
-        self.finish_min = sc.task.reserved_s + iters * (busy_min + wait) * (1.0 + l_min)
-        self.cost_min = rate_min * self.finish_min
+        with np.errstate(over="ignore", invalid="ignore"):  # inf: every plan of the layout infinitely late
+            self.finish_min = sc.task.reserved_s + iters * (busy_min + wait) * (1.0 + l_min)
+            self.cost_min = rate_min * self.finish_min
         self.objective_min = self.cost_min if objective == "cost" else self.finish_min
         grid = np.indices(self.sizes).reshape(len(HUB), -1)
         self.coords = {v: grid[i] for i, v in enumerate(HUB)}
