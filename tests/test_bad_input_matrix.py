@@ -196,6 +196,8 @@ CLI_ROWS = [
     ("time-limit-negative", BASE_SOLVE + ["--time-limit", "-1"], "--time-limit"),
     ("time-limit-a-year", BASE_SOLVE + ["--time-limit", "3e7"], "7 days"),
     ("time-limit-word", BASE_SOLVE + ["--time-limit", "soon"], "time-limit"),
+    ("time-limit-unknown-unit", BASE_SOLVE + ["--time-limit", "5x"], "unknown unit"),
+    ("time-limit-ten-days", BASE_SOLVE + ["--time-limit", "10d"], "7 days"),
     ("seed-2^40", BASE_SOLVE + ["--seed", "1099511627776"], "--seed"),
     ("seed-negative", BASE_SOLVE + ["--seed", "-1"], "--seed"),
     ("workers-100000", BASE_SOLVE + ["--workers", "100000"], "--workers"),

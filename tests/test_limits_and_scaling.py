@@ -185,7 +185,7 @@ def test_cli_time_limit_reached_says_so(design_path, tmp_path, capsys, monkeypat
                                     'recompute = ["none", "mlp", "norm+mlp", "full"]')
     p.write_text(text.replace("micro_batch = [1]", "micro_batch = [1, 2, 4]"))
     monkeypatch.setattr(sys, "argv", ["tpopt", "solve", "--scenario", str(p), "--solver", "highs", "--method",
-                                      "monolithic", "--time-limit", "1", "--no-analysis"])
+                                      "monolithic", "--time-limit", "1s", "--no-analysis"])
     t0 = time.perf_counter()
     with pytest.raises(SystemExit) as exc:
         main()
