@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import copy
 import tomllib
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from tpopt.catalogs import Catalog, build_model, load_catalog, model_from_hf_config
@@ -20,17 +22,22 @@ from tpopt.models.hardware import Accelerator
 from tpopt.models.plan import (
     OFFLOADS,
     SAVE_MODES,
-    SCHEDULES,
     CostOptions,
     InputPipeline,
     MemoryOptions,
+    MoeOptions,
     Reliability,
     Scenario,
     SearchSpace,
     System,
     Task,
+    schedule_name,
+    split_schedule,
 )
 from tpopt.models.units import (
+    MAX_CARD_BYTES,
+    MAX_DEADLINE_S,
+    MAX_TOKENS,
     parse_bandwidth,
     parse_bytes,
     parse_count,
@@ -41,6 +48,12 @@ from tpopt.models.units import (
     parse_number,
 )
 
+#: The built-in default scenario (the chapter's design case), used by every command without --scenario.
+BUILTIN_SCENARIO = Path(__file__).resolve().parent / "design-case.toml"
+BUILTIN_NAME = "design-case"
+#: The built-in RL scenario (GRPO on a Qwen3-8B policy, chapter 10.5), used by `tpopt rl` without --scenario.
+BUILTIN_RL_SCENARIO = Path(__file__).resolve().parent / "rl-grpo-qwen3-8b.toml"
+
 # table -> allowed keys (None: any key, parsed elsewhere)
 KEYS = {
     "model": {"name", "config"},
@@ -48,31 +61,59 @@ KEYS = {
     "schedule": {"deadline", "reserved"},
     "hardware": {"accelerator", "usable_memory", "efficiency", "cards_per_host", "nics_per_host", "nic", "peak",
                  "max_nics_per_host", "card_hour"},
-    "memory": {"activation_reserve", "flash_attention", "activation_bytes", "loss_chunks", "prefetch"},
+    "memory": {"activation_reserve", "flash_attention", "activation_bytes", "loss_chunks", "prefetch",
+               "sequence_parallel", "dropout"},
     "input": {"workers", "sequences_per_worker_s", "wait", "workers_per_host"},
     "checkpoint": {"write_bandwidth", "storage", "restore", "card_mtbf", "job_mtbf", "save_interval", "mode",
                    "snapshot_copy", "bytes_per_param", "loss_spike_interval", "failure_model"},
     "stragglers": {"sigma"},
-    "comm": {"overlap"},
+    "comm": {"overlap", "tp_overlap", "dp_overlap"},
     "cost": {"card_hour", "nic_hour", "max_cost"},
     "search": {"zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "schedule", "nics_per_host",
-               "save_interval", "save_mode", "max_cards", "accelerator", "dp"},
+               "save_interval", "save_mode", "max_cards", "accelerator", "dp", "virtual_stages", "ep", "expert_tp",
+               "capacity_factor"},
+    "moe": {"imbalance", "hot_experts", "max_drop", "a2a_overlap", "dispatcher", "node_limit"},
     "sweep": None,
+    "rl": None,  # RL post-training, parsed by tpopt.catalogs.rl
     "scenario": {"name", "description"},
 }
 REQUIRED = {"model": (), "task": ("tokens", "seq_len", "global_batch"), "schedule": ("deadline",),
             "hardware": ("accelerator",)}
 CARD_KEYS = ("usable_memory", "cards_per_host", "nics_per_host", "nic", "peak", "max_nics_per_host", "card_hour")
-DEFAULT_EFFICIENCY = 0.40
+DEFAULT_EFFICIENCY = 0.40  # what `tpopt explain` / sweeps start from when a flat efficiency is asked for
 AUTO_INTERVAL = "auto"
+MAX_FILE_BYTES = 1024 * 1024  # a scenario file larger than 1 MiB is refused (e.g. --scenario /dev/zero)
+MAX_LIST = 1024  # entries in one [search] list
+MAX_SEQ_LEN = 2**24  # tokens per sequence
+MAX_BATCH = 2**20  # sequences per step (dp ranges over its divisors)
+MAX_CARDS = 2**24  # cards in a plan (search.max_cards, job_mtbf.cards)
+MAX_DOMAIN_INT = 2**20  # tp, pp, dp, micro-batch, NIC counts in [search]
+MAX_HOST_INT = 1024  # cards or NICs per host
+# Checkpoint defaults do not bias a plan: unless the scenario states them, the save interval is the
+# optimum for each card count ("auto", tau* = sqrt(2c / lambda)) and both save modes are searched.
+DEFAULT_SAVE_INTERVAL = AUTO_INTERVAL
+DEFAULT_SAVE_MODES = ("sync", "async")
 
 
 def read_scenario_file(path) -> dict:
-    """The raw TOML tables of a scenario file (with ``_base_dir`` for relative paths)."""
+    """The raw TOML tables of a scenario file (with ``_base_dir`` for relative paths).
+
+    ``path`` may also be a mapping of tables as a TOML file would give them (``{"model": {"name":
+    "qwen3-8b"}, "task": {...}, ...}``); relative paths in it are taken from the working directory.
+    """
+    if isinstance(path, Mapping):
+        raw = copy.deepcopy(dict(path))
+        raw.setdefault("_base_dir", str(Path.cwd()))
+        raw.setdefault("_path", str(raw.get("scenario", {}).get("name", "scenario"))
+                       if isinstance(raw.get("scenario"), Mapping) else "scenario")
+        return raw
     p = Path(path)
     try:
         with p.open("rb") as fh:
-            raw = tomllib.load(fh)
+            data = fh.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise InputError(f"scenario {str(p)!r} is larger than the bound of {MAX_FILE_BYTES // 1024:,} KiB")
+        raw = tomllib.loads(data.decode("utf-8"))
     except FileNotFoundError:
         raise InputError(f"scenario file {str(p)!r} not found") from None
     except IsADirectoryError:
@@ -86,10 +127,61 @@ def read_scenario_file(path) -> dict:
     return raw
 
 
+# natural names for overrides (``{"deadline": "30d"}``) -> the table keys they set. Keys that appear in
+# one table only ("efficiency", "workers", ...) are found there; these are the names that need a choice.
+NATURAL = {
+    "model": ("model.name",),
+    "name": ("scenario.name",),
+    "hw": ("hardware.accelerator", "search.accelerator"),
+    "accelerator": ("hardware.accelerator", "search.accelerator"),
+    "nics_per_host": ("hardware.nics_per_host",),
+    "card_hour": ("cost.card_hour",),
+    "save_interval": ("search.save_interval",),
+    "save_mode": ("search.save_mode",),
+    "mode": ("search.save_mode",),
+    "schedule": ("search.schedule",),
+    "pipeline_schedule": ("search.schedule",),
+    "input_wait": ("input.wait",),
+    "sigma": ("stragglers.sigma",),
+}
+
+
+def natural_keys(name: str) -> tuple[str, ...]:
+    """The ``table.key`` entries a natural override name sets (``deadline`` -> ``schedule.deadline``)."""
+    if name in NATURAL:
+        return NATURAL[name]
+    tables = [t for t, keys in KEYS.items() if keys and name in keys]
+    if len(tables) == 1:
+        return (f"{tables[0]}.{name}",)
+    import difflib
+
+    known = sorted(set(NATURAL) | {k for keys in KEYS.values() if keys for k in keys})
+    close = difflib.get_close_matches(name, known, n=3)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    raise InputError(f"unknown scenario input {name!r} ({hint}give a key of one table, e.g. 'deadline', "
+                     "or 'table.key')")
+
+
+def _natural(overrides: dict) -> dict:
+    """Overrides with natural names expanded to ``table.key`` (dotted keys pass through)."""
+    out = {}
+    for name, value in overrides.items():
+        if "." in name:
+            out[name] = value
+            continue
+        keys = natural_keys(name)
+        if keys[0] == "hardware.accelerator" and isinstance(value, str):
+            value = [x.strip() for x in value.split(",") if x.strip()]
+        for k in keys:
+            out[k] = value
+    return out
+
+
 def with_overrides(raw: dict, overrides: dict) -> dict:
-    """A copy of ``raw`` with ``{"table.key": value}`` overrides applied (``None`` values skipped)."""
+    """A copy of ``raw`` with overrides applied (``None`` values skipped): ``{"table.key": value}``, or
+    natural names such as ``{"deadline": "30d", "hw": "h100-sxm,b200", "efficiency": "45%"}``."""
     out = copy.deepcopy(raw)
-    for dotted, value in overrides.items():
+    for dotted, value in _natural(overrides).items():
         if value is None:
             continue
         table, _, key = dotted.partition(".")
@@ -139,6 +231,8 @@ def _check_keys(raw: dict) -> None:
                 continue
             if key not in allowed:
                 raise InputError(f"scenario: unknown key {key!r} in [{table}] (known: {', '.join(sorted(allowed))})")
+    if "rl" in raw and "tokens" not in raw.get("task", {}):
+        raise InputError("scenario: this is an RL scenario ([rl] table); plan it with tpopt rl")
     for table, keys in REQUIRED.items():
         if table not in raw:
             raise InputError(f"scenario: missing required table [{table}]")
@@ -153,14 +247,16 @@ def _as_list(value, what: str) -> list:
     if isinstance(value, list):
         if not value:
             raise InputError(f"{what}: the list is empty")
+        if len(value) > MAX_LIST:
+            raise InputError(f"{what}: {len(value):,} entries, above the bound of {MAX_LIST:,}")
         return value
     if isinstance(value, str) and "," in value:
         return [x.strip() for x in value.split(",") if x.strip()]
     return [value]
 
 
-def _int_list(value, what: str, minimum: int = 1) -> tuple[int, ...]:
-    return tuple(sorted({parse_int(v, what, minimum=minimum) for v in _as_list(value, what)}))
+def _int_list(value, what: str, minimum: int = 1, maximum: int = MAX_DOMAIN_INT) -> tuple[int, ...]:
+    return tuple(sorted({parse_int(v, what, minimum=minimum, maximum=maximum) for v in _as_list(value, what)}))
 
 
 def _accelerator_with_overrides(acc: Accelerator, o: dict, cat: Catalog, where: str) -> Accelerator:
@@ -168,9 +264,11 @@ def _accelerator_with_overrides(acc: Accelerator, o: dict, cat: Catalog, where: 
 
     kw = {}
     if "usable_memory" in o:
-        kw["memory_usable"] = parse_bytes(o["usable_memory"], f"{where} usable_memory", allow_zero=False)
+        kw["memory_usable"] = parse_bytes(o["usable_memory"], f"{where} usable_memory", allow_zero=False,
+                                          maximum=MAX_CARD_BYTES)
     if "cards_per_host" in o:
-        kw["cards_per_host"] = parse_int(o["cards_per_host"], f"{where} cards_per_host", minimum=1)
+        kw["cards_per_host"] = parse_int(o["cards_per_host"], f"{where} cards_per_host", minimum=1,
+                                         maximum=MAX_HOST_INT)
     if "peak" in o:
         kw["peak_flops"] = parse_flops_rate(o["peak"], f"{where} peak")
     if "nic" in o:
@@ -183,10 +281,12 @@ def _accelerator_with_overrides(acc: Accelerator, o: dict, cat: Catalog, where: 
             kw["nic_bw"] = parse_bandwidth(name, f"{where} nic")
             kw["nic"] = str(name)
     if "nics_per_host" in o:
-        kw["nics_per_host"] = parse_int(o["nics_per_host"], f"{where} nics_per_host", minimum=1)
+        kw["nics_per_host"] = parse_int(o["nics_per_host"], f"{where} nics_per_host", minimum=1,
+                                        maximum=MAX_HOST_INT)
         kw["max_nics_per_host"] = max(acc.max_nics_per_host, kw["nics_per_host"])
     if "max_nics_per_host" in o:
-        kw["max_nics_per_host"] = parse_int(o["max_nics_per_host"], f"{where} max_nics_per_host", minimum=1)
+        kw["max_nics_per_host"] = parse_int(o["max_nics_per_host"], f"{where} max_nics_per_host", minimum=1,
+                                            maximum=MAX_HOST_INT)
     if "card_hour" in o:
         kw["price_card_hour"] = parse_number(o["card_hour"], f"{where} card_hour")
     return replace(acc, **kw)
@@ -208,14 +308,14 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
 
     # task and schedule
     t = raw["task"]
-    tokens = parse_count(t["tokens"], "task.tokens", allow_zero=False)
-    seq = parse_int(t["seq_len"], "task.seq_len", minimum=1)
-    batch = parse_int(t["global_batch"], "task.global_batch", minimum=1)
+    tokens = parse_count(t["tokens"], "task.tokens", allow_zero=False, maximum=MAX_TOKENS)
+    seq = parse_int(t["seq_len"], "task.seq_len", minimum=1, maximum=MAX_SEQ_LEN)
+    batch = parse_int(t["global_batch"], "task.global_batch", minimum=1, maximum=MAX_BATCH)
     precision = str(t.get("precision", "bf16-mixed"))
     memory.recipe(precision)
     sch = raw["schedule"]
-    deadline = parse_duration(sch["deadline"], "schedule.deadline", allow_zero=False)
-    reserved = parse_duration(sch.get("reserved", "0d"), "schedule.reserved")
+    deadline = parse_duration(sch["deadline"], "schedule.deadline", allow_zero=False, maximum=MAX_DEADLINE_S)
+    reserved = parse_duration(sch.get("reserved", "0d"), "schedule.reserved", maximum=MAX_DEADLINE_S)
     if reserved >= deadline:
         raise InputError("schedule.reserved must be shorter than the deadline")
     task = Task(tokens=tokens, seq_len=seq, global_batch=batch, precision=precision, deadline_s=deadline,
@@ -226,7 +326,10 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     names = [str(x) for x in _as_list(hw["accelerator"], "hardware.accelerator")]
     if len(set(names)) != len(names):
         raise InputError("hardware.accelerator lists a name twice")
-    eff = parse_fraction(hw.get("efficiency", DEFAULT_EFFICIENCY), "hardware.efficiency")
+    # a stated efficiency selects the chapter's flat model (compute = FLOPs / (peak x efficiency)); without
+    # one every accelerator runs the per-operation model of its performance-catalog entry
+    flat = "efficiency" in hw
+    eff = parse_fraction(hw["efficiency"], "hardware.efficiency") if flat else 1.0
     cost = raw.get("cost", {})
     card_hour = cost.get("card_hour")
     nic_hour = cost.get("nic_hour")
@@ -238,7 +341,11 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
         acc = _accelerator_with_overrides(acc, o, cat, f"hardware ({name})")
         price = acc.price_card_hour if card_hour is None else parse_number(card_hour, "cost.card_hour")
         nic_price = acc.nic_price_hour if nic_hour is None else parse_number(nic_hour, "cost.nic_hour")
-        systems[name] = System(acc=acc, efficiency=eff, price_card_hour=price, nic_price_hour=nic_price)
+        if not flat and acc.hbm_bandwidth <= 0:
+            raise InputError(f"accelerator {name!r} has no hbm_bandwidth, which the per-operation step-time model "
+                             "needs (add it to the catalog, or state hardware.efficiency for the flat model)")
+        systems[name] = System(acc=acc, efficiency=eff, price_card_hour=price, nic_price_hour=nic_price,
+                               perf=None if flat else cat.perf(name))
     for key, value in hw.items():
         if isinstance(value, dict) and key not in systems:
             cat.accelerator(key)  # unknown name -> clear error; known but unused -> ignored
@@ -247,11 +354,14 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     mt = raw.get("memory", {})
     reserve = mt.get("activation_reserve")
     mem = MemoryOptions(
-        activation_reserve=None if reserve is None else parse_bytes(reserve, "memory.activation_reserve"),
+        activation_reserve=None if reserve is None else parse_bytes(reserve, "memory.activation_reserve",
+                                                                    maximum=MAX_CARD_BYTES),
         flash_attention=_bool(mt.get("flash_attention", True), "memory.flash_attention"),
         activation_bytes=parse_number(mt.get("activation_bytes", 2), "memory.activation_bytes", allow_zero=False),
-        loss_chunks=parse_int(mt.get("loss_chunks", 1), "memory.loss_chunks", minimum=1),
-        prefetch=parse_int(mt.get("prefetch", 1), "memory.prefetch", minimum=0),
+        loss_chunks=parse_int(mt.get("loss_chunks", 1), "memory.loss_chunks", minimum=1, maximum=MAX_DOMAIN_INT),
+        prefetch=parse_int(mt.get("prefetch", 1), "memory.prefetch", minimum=0, maximum=MAX_HOST_INT),
+        sequence_parallel=_bool(mt.get("sequence_parallel", True), "memory.sequence_parallel"),
+        dropout=_bool(mt.get("dropout", False), "memory.dropout"),
     )
 
     # input
@@ -279,7 +389,7 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
         j = ck["job_mtbf"]
         if not isinstance(j, dict) or "cards" not in j or "interval" not in j:
             raise InputError('checkpoint.job_mtbf must be a table like { cards = 1024, interval = "7.9h" }')
-        mtbf = parse_int(j["cards"], "checkpoint.job_mtbf.cards", minimum=1) * parse_duration(
+        mtbf = parse_int(j["cards"], "checkpoint.job_mtbf.cards", minimum=1, maximum=MAX_CARDS) * parse_duration(
             j["interval"], "checkpoint.job_mtbf.interval", allow_zero=False)
     elif str(ck.get("card_mtbf", "")).lower() in ("none", "inf", "never"):
         mtbf = None
@@ -304,14 +414,15 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
 
     # search space (file [search] first, then checkpoint defaults)
     se = raw.get("search", {})
-    intervals = se.get("save_interval", ck.get("save_interval", "1800s"))
+    intervals = se.get("save_interval", ck.get("save_interval", DEFAULT_SAVE_INTERVAL))
     ivals = []
     for v in _as_list(intervals, "save_interval"):
         if isinstance(v, str) and v.strip().lower() == AUTO_INTERVAL:
             ivals.append(0.0)  # 0.0 marks "the optimal interval for the card count"
         else:
             ivals.append(parse_duration(v, "save_interval", allow_zero=False))
-    modes = tuple(str(x) for x in _as_list(se.get("save_mode", ck.get("mode", "sync")), "save_mode"))
+    modes = tuple(str(x) for x in _as_list(se.get("save_mode", ck.get("mode", list(DEFAULT_SAVE_MODES))),
+                                           "save_mode"))
     for x in modes:
         if x not in SAVE_MODES:
             raise InputError(f"save mode {x!r} unknown (use sync or async)")
@@ -319,10 +430,7 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     for x in offl:
         if x not in OFFLOADS:
             raise InputError(f"offload {x!r} unknown (use none or cpu)")
-    schedules = tuple(str(x) for x in _as_list(se.get("schedule", "1f1b"), "search.schedule"))
-    for x in schedules:
-        if x not in SCHEDULES:
-            raise InputError(f"pipeline schedule {x!r} unknown (use one of: {', '.join(SCHEDULES)})")
+    schedules = _schedules(se)
     rec_default = ["none", "full"] if reserve is None else ["none"]
     recs = tuple(dict.fromkeys(memory.parse_recompute(x) for x in _as_list(se.get("recompute", rec_default),
                                                                            "search.recompute")))
@@ -333,7 +441,7 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     for x in accs:
         if x not in systems:
             raise InputError(f"search.accelerator {x!r} is not in hardware.accelerator")
-    max_cards = parse_int(se.get("max_cards", 1024), "search.max_cards", minimum=1)
+    max_cards = parse_int(se.get("max_cards", 1024), "search.max_cards", minimum=1, maximum=MAX_CARDS)
     space = SearchSpace(
         accelerators=accs,
         zero_stage=zs,
@@ -349,12 +457,106 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
         dp=_int_list(se["dp"], "search.dp") if "dp" in se else (),
         max_cards=max_cards,
     )
+    moe_opts, ep_dom, etp_dom, cap_dom = _moe_inputs(raw, model, se)
+    space = replace(space, ep=ep_dom, expert_tp=etp_dom, capacity_factor=cap_dom)
     max_cost = cost.get("max_cost")
-    overlap = _bool(raw.get("comm", {}).get("overlap", True), "comm.overlap")
+    ct = raw.get("comm", {})
+    overlap = _bool(ct.get("overlap", True), "comm.overlap")
+    tp_overlap = _tp_overlap(ct.get("tp_overlap", False))
+    dp_overlap = _overlap(ct.get("dp_overlap", True), "comm.dp_overlap")
     name = raw.get("scenario", {}).get("name") or Path(raw.get("_path", "scenario")).stem
     return Scenario(model=model, task=task, systems=systems, memory=mem, input=inp, reliability=rel, search=space,
                     cost=CostOptions(None if max_cost is None else parse_number(max_cost, "cost.max_cost")),
-                    overlap=overlap, name=str(name))
+                    moe=moe_opts, overlap=overlap, name=str(name), tp_overlap=tp_overlap, dp_overlap=dp_overlap)
+
+
+def _moe_inputs(raw: dict, model, se: dict):
+    """[moe] routing assumptions and the [search] domains of ep, expert_tp and capacity_factor.
+
+    Defaults: ep = every power of two dividing the routed experts (1 for a dense model), expert_tp = 0
+    (the same as tp), capacity_factor = none (dropless). EP values that do not divide the experts, and
+    any of these on a dense model, are bad input.
+    """
+    from tpopt.models.moe import A2A_OVERLAPS, DISPATCHERS
+
+    mt = raw.get("moe", {})
+    moe_given = [k for k in ("ep", "expert_tp", "capacity_factor") if k in se]
+    if not model.moe:
+        if mt:
+            raise InputError(f"scenario: [moe] applies to mixture-of-experts models; {model.name} is dense")
+        if moe_given:
+            raise InputError(f"search.{moe_given[0]} applies to mixture-of-experts models; {model.name} is dense")
+        return MoeOptions(), (1,), (0,), (0.0,)
+    imbalance = parse_number(mt.get("imbalance", MoeOptions.imbalance), "moe.imbalance", allow_zero=False)
+    hot = parse_fraction(mt.get("hot_experts", MoeOptions.hot), "moe.hot_experts")
+    if imbalance < 1:
+        raise InputError(f"moe.imbalance is the busiest expert's load over the mean, at least 1 (got {imbalance:g})")
+    if hot * imbalance > 1 + 1e-12:
+        raise InputError(f"moe: {hot:.0%} of the experts at {imbalance:g} x the mean would take more than every "
+                         "dispatch; lower imbalance or hot_experts")
+    max_drop = parse_fraction(mt.get("max_drop", 0), "moe.max_drop", allow_zero=True)
+    overlap = str(mt.get("a2a_overlap", "auto"))
+    if overlap not in A2A_OVERLAPS:
+        raise InputError(f"moe.a2a_overlap {overlap!r} unknown (use one of: {', '.join(A2A_OVERLAPS)})")
+    dispatcher = str(mt.get("dispatcher", "direct"))
+    if dispatcher not in DISPATCHERS:
+        raise InputError(f"moe.dispatcher {dispatcher!r} unknown (use one of: {', '.join(DISPATCHERS)})")
+    node_limit = parse_int(mt.get("node_limit", 0), "moe.node_limit", minimum=0)
+    opts = MoeOptions(imbalance=imbalance, hot=hot, max_drop=max_drop, a2a_overlap=overlap, dispatcher=dispatcher,
+                      node_limit=node_limit)
+    E = model.experts
+    if "ep" in se:
+        ep = _int_list(se["ep"], "search.ep")
+        bad = [e for e in ep if E % e]
+        if bad:
+            raise InputError(f"search.ep: {bad[0]} does not divide the {E} routed experts of {model.name}")
+    else:
+        ep = tuple(e for e in (2 ** i for i in range(E.bit_length())) if E % e == 0)
+    etp = tuple(sorted({0 if str(v).strip().lower() == "tp" else parse_int(v, "search.expert_tp", minimum=1)
+                        for v in _as_list(se.get("expert_tp", "tp"), "search.expert_tp")}))
+    caps = set()
+    for v in _as_list(se.get("capacity_factor", "none"), "search.capacity_factor"):
+        if str(v).strip().lower() in ("none", "dropless"):
+            caps.add(0.0)
+        else:
+            c = parse_number(v, "search.capacity_factor", allow_zero=False)
+            if c < 0:
+                raise InputError(f"search.capacity_factor must be positive or none (got {v})")
+            caps.add(float(c))
+    return opts, ep, etp, tuple(sorted(caps))
+
+
+def _overlap(value, what: str) -> float:
+    """An overlap share: true / false, or a fraction such as 0.5 or 50%."""
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    return parse_fraction(value, what, allow_zero=True)
+
+
+def _tp_overlap(value) -> tuple[float, float]:
+    """comm.tp_overlap: true / false / a fraction (chunked GEMM overlap of every TP collective), or
+    "async" (only the column-parallel backward collectives, beside the other gradient GEMM)."""
+    if isinstance(value, str) and value.strip().lower() == "async":
+        return (0.0, 1.0)
+    f = _overlap(value, "comm.tp_overlap (true, false, a fraction or \"async\")")
+    return (f, f)
+
+
+def _schedules(se: dict) -> tuple[str, ...]:
+    """[search] schedule values, with "interleaved" expanded over [search] virtual_stages."""
+    names = [str(x) for x in _as_list(se.get("schedule", "1f1b"), "search.schedule")]
+    for x in names:
+        split_schedule(x)  # unknown names -> one clear error
+    if "virtual_stages" not in se:
+        return tuple(names)
+    vs = _int_list(se["virtual_stages"], "search.virtual_stages", minimum=2)
+    out = []
+    for x in names:
+        if x == "interleaved":
+            out += [schedule_name("interleaved", v) for v in vs]
+        else:
+            out.append(x)
+    return tuple(dict.fromkeys(out))
 
 
 def _bool(value, what: str) -> bool:
@@ -371,4 +573,5 @@ def load_scenario(path, overrides: dict | None = None, catalog_dirs=()) -> Scena
     return build_scenario(raw, load_catalog(catalog_dirs))
 
 
-__all__ = ["read_scenario_file", "with_overrides", "build_scenario", "load_scenario", "build_model"]
+__all__ = ["read_scenario_file", "with_overrides", "build_scenario", "load_scenario", "build_model", "natural_keys",
+           "BUILTIN_SCENARIO"]

@@ -39,6 +39,39 @@ def handle_errors(fn):
     return wrapper
 
 
+MAX_SEED = 2**31 - 1  # CP-SAT and HiGHS take 32-bit seeds
+MAX_WORKERS = 64  # solver threads / sweep processes
+
+
+def check_run_options(time_limit=None, seed=None, workers=None, top=None) -> None:
+    """Bounds of the solver options (finite, in range, the bound in the message)."""
+    import math
+
+    from tpopt.optimizer.limits import MAX_TIME_LIMIT
+
+    if time_limit is not None and not (math.isfinite(time_limit) and 0 < time_limit <= MAX_TIME_LIMIT):
+        raise InputError(f"--time-limit: {time_limit!r} must be a positive number of seconds up to "
+                         f"{MAX_TIME_LIMIT:,.0f} (7 days)")
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise InputError(f"--seed: {seed} must be between 0 and {MAX_SEED:,}")
+    if workers is not None and not 1 <= workers <= MAX_WORKERS:
+        raise InputError(f"--workers: {workers} must be between 1 and {MAX_WORKERS}")
+    if top is not None and not 1 <= top <= 1000:
+        raise InputError(f"--top: {top} must be between 1 and 1,000")
+
+
+def check_output_path(path, what: str = "output") -> None:
+    """An output file path must not be a directory and its folder must exist (checked before any work,
+    so that nothing is computed for a file that cannot be written)."""
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{what}: {str(p)!r} is a directory, not a file")
+    if not p.parent.is_dir():
+        raise InputError(f"{what}: folder {str(p.parent)!r} does not exist")
+
+
 def dump_json(obj) -> str:
     """Deterministic JSON: sorted keys off (report order matters), fixed float repr, trailing newline."""
     return json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
@@ -51,8 +84,8 @@ def dump_json(obj) -> str:
 def scenario_options(fn):
     """--scenario plus the inputs a user most often changes from the command line."""
     opts = [
-        click.option("--scenario", "scenario_path", required=True, type=click.Path(dir_okay=False),
-                     help="Scenario TOML file."),
+        click.option("--scenario", "scenario_path", default=None, type=click.Path(dir_okay=False),
+                     help="Scenario TOML file [default: the built-in design case; 'tpopt init' writes one]."),
         click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(file_okay=False),
                      help="Extra catalog directory (repeatable); its entries override built-ins."),
         click.option("--deadline", help="Deadline, e.g. 30d or 720h (overrides [schedule] deadline)."),
@@ -87,6 +120,35 @@ def overrides_from(kw: dict) -> dict:
     }
 
 
+def scenario_source(kw: dict):
+    """The scenario file the options name: --scenario, else the built-in design case."""
+    from tpopt.catalogs.scenario import BUILTIN_SCENARIO
+
+    return kw.get("scenario_path") or BUILTIN_SCENARIO
+
+
+def builtin_note(kw: dict) -> str | None:
+    """The line a command prints first when it runs on the built-in scenario (None with --scenario)."""
+    if kw.get("scenario_path"):
+        return None
+    if kw.get("_builtin") == "rl":
+        return "Scenario: built-in RL example (GRPO, Qwen3-8B policy, H100); use --scenario FILE for yours."
+    return "Scenario: built-in design case (the chapter's Qwen3-8B example); use --scenario FILE or tpopt init."
+
+
+def echo_builtin_note(kw: dict, as_json: bool = False, out: dict | None = None) -> None:
+    """Say that the built-in scenario is used: the first line of the text output, or, with --json,
+    ``"scenario_source": "built-in design case"`` in ``out`` (stdout stays one JSON document)."""
+    note = builtin_note(kw)
+    if not note:
+        return
+    if as_json:
+        if out is not None:
+            out["scenario_source"] = "built-in RL example" if kw.get("_builtin") == "rl" else "built-in design case"
+        return
+    click.echo(note)
+
+
 def load_scenario_from(kw: dict, extra: dict | None = None):
     """Build the scenario named by the shared options (plus command-specific raw overrides)."""
     from tpopt.catalogs.scenario import load_scenario
@@ -94,7 +156,7 @@ def load_scenario_from(kw: dict, extra: dict | None = None):
     ov = overrides_from(kw)
     if extra:
         ov.update(extra)
-    return load_scenario(kw["scenario_path"], ov, kw.get("catalog_dirs") or ())
+    return load_scenario(scenario_source(kw), ov, kw.get("catalog_dirs") or ())
 
 
 def plan_options(fn=None, *, require_cards: bool = True):
@@ -116,10 +178,44 @@ def plan_options(fn=None, *, require_cards: bool = True):
         click.option("--save-interval", help="Checkpoint interval, e.g. 1800s, or 'auto'."),
         click.option("--save-mode", type=click.Choice(["sync", "async"]), help="Checkpoint save mode."),
         click.option("--nics-per-host", type=int, help="NICs per host."),
+        click.option("--ep", type=int, help="Expert parallelism (MoE models); must divide the routed experts."),
+        click.option("--expert-tp", help="Expert tensor parallelism (MoE models), or 'tp' for the same as TP."),
+        click.option("--capacity", help="Capacity factor (MoE models), e.g. 1.25, or 'none' for dropless."),
+        click.option("--virtual-stages", type=int,
+                     help="Interleaved schedule: model chunks per card (sets --schedule interleaved:N)."),
+        click.option("--sequence-parallel/--no-sequence-parallel", "sequence_parallel", default=None,
+                     help="Sequence parallelism under TP (default: the scenario's memory.sequence_parallel)."),
+        click.option("--flash-attention/--no-flash-attention", "flash_attention", default=None,
+                     help="Flash attention (default: the scenario's memory.flash_attention)."),
+        click.option("--first-stage-layers", type=int, help="Layers on the first pipeline stage (uneven stages)."),
+        click.option("--last-stage-layers", type=int, help="Layers on the last pipeline stage (uneven stages)."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
     return fn
+
+
+def _moe_flags(space, kw: dict) -> dict:
+    """ep, expert_tp (0 = tp) and capacity_factor (0 = dropless) from the flags or a single-valued domain."""
+    from tpopt.models.units import parse_int, parse_number
+
+    etp = kw.get("expert_tp")
+    if etp is None:
+        etp_v = space.expert_tp[0] if len(space.expert_tp) == 1 else 0
+    elif str(etp).strip().lower() == "tp":
+        etp_v = 0
+    else:
+        etp_v = parse_int(etp, "--expert-tp", minimum=1)
+    cap = kw.get("capacity")
+    if cap is None:
+        cap_v = space.capacity_factor[0] if len(space.capacity_factor) == 1 else 0.0
+    elif str(cap).strip().lower() in ("none", "dropless"):
+        cap_v = 0.0
+    else:
+        cap_v = parse_number(cap, "--capacity", allow_zero=False)
+    ep = kw.get("ep")
+    return {"ep": ep if ep is not None else (space.ep[0] if len(space.ep) == 1 else 1), "expert_tp": etp_v,
+            "capacity_factor": float(cap_v)}
 
 
 def plan_from(sc, kw: dict):
@@ -145,6 +241,17 @@ def plan_from(sc, kw: dict):
             return v
         return domain[0] if domain else default
 
+    schedule = pick("pipe_schedule", space.schedule, "1f1b")
+    if kw.get("virtual_stages") is not None:
+        from tpopt.errors import InputError
+        from tpopt.models.plan import schedule_name, split_schedule
+
+        base, _ = split_schedule(schedule)
+        if kw.get("pipe_schedule") is not None and base != "interleaved":
+            raise InputError("--virtual-stages applies to the interleaved schedule only")
+        if kw["virtual_stages"] < 2:
+            raise InputError(f"--virtual-stages must be at least 2 (got {kw['virtual_stages']})")
+        schedule = schedule_name("interleaved", kw["virtual_stages"])
     return Plan(
         accelerator=acc,
         cards=kw["cards"],
@@ -154,8 +261,33 @@ def plan_from(sc, kw: dict):
         micro_batch=pick("micro_batch", space.micro_batch if len(space.micro_batch) == 1 else (), 1),
         recompute=pick("recompute", space.recompute, "none"),
         offload=pick("offload", space.offload, "none"),
-        schedule=pick("pipe_schedule", space.schedule, "1f1b"),
+        schedule=schedule,
         save_interval_s=interval_s,
         save_mode=pick("save_mode", space.save_mode, "sync"),
         nics_per_host=kw.get("nics_per_host") or 0,
+        sequence_parallel=kw.get("sequence_parallel"),
+        flash_attention=kw.get("flash_attention"),
+        first_stage_layers=kw.get("first_stage_layers") or 0,
+        last_stage_layers=kw.get("last_stage_layers") or 0,
+        **_moe_flags(space, kw),
     )
+
+
+class SolverName(click.ParamType):
+    """``--solver``: cpsat, highs, enumerate, or pyomo:NAME (any solver Pyomo drives: highs, scip,
+    cbc, glpk, gurobi, ...). Whether NAME is installed is checked when the command runs."""
+
+    name = "solver"
+    BUILTIN = ("cpsat", "highs", "enumerate")
+
+    def convert(self, value, param, ctx):
+        import re
+
+        v = str(value).strip()
+        if v in self.BUILTIN or re.fullmatch(r"pyomo:[A-Za-z0-9_.\-]+", v):
+            return v
+        self.fail(f"{value!r} is not a solver (use cpsat, highs, enumerate, or pyomo:NAME such as pyomo:highs, "
+                  "pyomo:scip, pyomo:cbc, pyomo:glpk, pyomo:gurobi)", param, ctx)
+
+    def get_metavar(self, param, ctx=None):
+        return "[cpsat|highs|enumerate|pyomo:NAME]"

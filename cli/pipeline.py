@@ -1,7 +1,7 @@
 """``tpopt pipeline``: simulate one pipeline-parallel training step under a schedule (chapter 10.3.2).
 
 Thin: parse units once, call :func:`tpopt.models.pipeline.simulate`, print a summary, JSON or a
-timeline plot (:mod:`tpopt.cli.pipeline_plot`). Example (REFERENCE.md 10.3, 347 ms)::
+timeline plot (:mod:`tpopt.cli.pipeline_plot`). Example (training-systems chapter 10.3, 347 ms)::
 
     tpopt pipeline --schedule 1f1b -p 4 -m 8 --forward 10ms --backward 20ms --transfer 1ms --update 1ms
 """
@@ -14,6 +14,12 @@ from tpopt.cli.common import dump_json, handle_errors
 from tpopt.errors import InputError
 from tpopt.models import pipeline as pl
 from tpopt.models.units import MIB, fmt_duration, parse_bytes, parse_duration, parse_int
+
+
+MAX_STAGES = 4096  # -p
+MAX_MICROBATCHES = 65536  # -m
+MAX_CHUNKS = 64  # -v
+MAX_SLOTS = 262_144  # p x m (x v): at 1,048,576 slots one simulated step took ~55 s and 1 GB (2-core machine)
 
 
 def _durations(text: str | None, what: str, p: int, default: str | None = None) -> list[float]:
@@ -54,9 +60,13 @@ def run(*, schedule: str, p, m, forward, backward, backward_weight=None, split_b
     """Parse the command-line strings and simulate; returns ``(inputs dict, PipelineResult)``."""
     if schedule not in pl.SCHEDULES:
         raise InputError(f"--schedule: unknown schedule {schedule!r} (use one of: {', '.join(pl.SCHEDULES)})")
-    p = parse_int(p, "-p/--stages", minimum=1)
-    m = parse_int(m, "-m/--microbatches", minimum=1)
-    v = parse_int(chunks, "-v/--chunks", minimum=1)
+    p = parse_int(p, "-p/--stages", minimum=1, maximum=MAX_STAGES)
+    m = parse_int(m, "-m/--microbatches", minimum=1, maximum=MAX_MICROBATCHES)
+    v = parse_int(chunks, "-v/--chunks", minimum=1, maximum=MAX_CHUNKS)
+    slots = p * m * (v if schedule == "interleaved" else 1)
+    if slots > MAX_SLOTS:
+        raise InputError(f"-p x -m{' x -v' if schedule == 'interleaved' else ''} = {slots:,} stage slots, above the "
+                         f"bound of {MAX_SLOTS:,} (the event list grows with it)")
     fwd = _durations(forward, "--forward", p)
     bwd = _durations(backward, "--backward", p)
     if backward_weight is not None and split_backward:
@@ -161,7 +171,7 @@ def _event_table(r: pl.PipelineResult) -> str:
 @click.option("--buffer", help="One send/receive buffer (a boundary tensor), e.g. 1MiB.")
 @click.option("--json", "as_json", is_flag=True, help="Print deterministic JSON instead of the summary.")
 @click.option("--events", "with_events", is_flag=True, help="Also list every operation (and in the JSON).")
-@click.option("--plot", "plot_path", help="Write a per-stage timeline, e.g. timeline.svg or timeline.png.")
+@click.option("--plot", "plot_path", help="Write a per-stage timeline: timeline.pdf, .svg or .png.")
 @handle_errors
 def pipeline(schedule, p, m, forward, backward, backward_weight, split_backward, transfer, transfer_backward,
              update, chunks, layers, chunk_layers, activation, buffer, as_json, with_events, plot_path):

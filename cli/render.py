@@ -1,30 +1,94 @@
 """Terminal rendering of results (presentation only: numbers come from models/ and optimizer/).
 
-Output is deterministic: a fixed width, no colour unless stdout is a terminal.
+Output is deterministic: without a terminal (pipes, files, tests) tables are 100 columns wide and
+uncoloured, so the same inputs give the same bytes; in a terminal the width follows it (rich's
+detection) and ``COLUMNS`` sets it anywhere.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import sys
+import time
+from contextlib import contextmanager
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
-WIDTH = 100
+from tpopt.models.units import fmt_count
+
+WIDTH = 100  # columns when stdout is not a terminal and COLUMNS is not set
+MIN_WIDTH = 60
 
 
-def console_text(*renderables, width: int = WIDTH) -> str:
+def output_width() -> int:
+    """COLUMNS when set, else the terminal's width when stdout is one (rich's detection), else WIDTH."""
+    cols = os.environ.get("COLUMNS", "").strip()
+    if cols.isdigit() and int(cols) > 0:
+        return max(int(cols), MIN_WIDTH)
+    if sys.stdout.isatty():
+        return max(Console(file=sys.stdout).width, MIN_WIDTH)
+    return WIDTH
+
+
+def console_text(*renderables, width: int | None = None) -> str:
+    """The renderables as text ``width`` columns wide (default :func:`output_width`); a table that cannot
+    fit without cutting cells is printed at its natural width instead (the terminal wraps its lines)."""
     buf = io.StringIO()
-    con = Console(file=buf, width=width, color_system="standard" if sys.stdout.isatty() else None,
-                  highlight=False, emoji=False)
+    width = width or output_width()
+    probe = Console(file=io.StringIO(), width=10_000)
+    sizes = [Measurement.get(probe, probe.options, r) for r in renderables if isinstance(r, Table)]
+    need = [m.maximum for m in sizes if m.minimum > width]
+    con = Console(file=buf, width=max([width] + need),
+                  color_system="standard" if sys.stdout.isatty() else None, highlight=False, emoji=False)
     for r in renderables:
         con.print(r)
     return buf.getvalue()
 
 
+@contextmanager
+def progress_status(title: str):
+    """A spinner on stderr naming the step under way and the time spent, while the block runs.
+
+    Yields a callable ``tell(text)`` for the steps, or None-like silence when stderr is not a
+    terminal (pipes, files, tests): the output on stdout never changes.
+    """
+    from rich.console import Console
+
+    con = Console(stderr=True)
+    if not con.is_terminal:
+        yield lambda text: None
+        return
+    t0 = time.perf_counter()
+    with con.status(title) as st:
+        yield lambda text: st.update(f"{title}: {text} [{time.perf_counter() - t0:.0f} s]")
+
+
+def change_text(fraction: float, *, signed: bool = False, better: str = "better", worse: str = "worse") -> str:
+    """A relative change at one decimal, honest at the ends: ``"tie"`` when there is none, ``"< 0.1 %"``
+    when it rounds to 0.0 (never "0.0 % better"). ``fraction`` > 0 means better (``signed``: an
+    increase, printed with its sign and no word)."""
+    if abs(fraction) < 1e-12:
+        return "tie"
+    pct = abs(fraction) * 100
+    size = "< 0.1" if pct < 0.05 else f"{pct:.1f}"
+    if signed:
+        return f"{'+' if fraction > 0 else '-'}{size.replace(' ', '')} %"
+    return f"{size} % {better if fraction > 0 else worse}"
+
+
 def _num(x: float, digits: int) -> str:
     return f"{x:,.{digits}f}"
+
+
+def accumulation_text(plan: dict) -> str:
+    """'micro-batch 1 x 8 accumulation', or what is wrong when the global batch does not divide."""
+    mb, ga = plan["micro_batch"], plan.get("grad_accum")
+    if ga:
+        return f"micro-batch {mb} x {ga} accumulation"
+    return f"micro-batch {mb}, no whole accumulation (DP {plan['dp']} x micro-batch {mb} does not divide the batch)"
 
 
 def plan_line(plan: dict) -> str:
@@ -32,16 +96,33 @@ def plan_line(plan: dict) -> str:
         f"{plan['accelerator']} x {plan['cards']} ({plan['hosts']} host{'s' if plan['hosts'] != 1 else ''})",
         f"ZeRO-{plan['zero_stage']}",
         f"TP {plan['tp']} / PP {plan['pp']} / DP {plan['dp']}",
-        f"micro-batch {plan['micro_batch']} x {plan['grad_accum']} accumulation",
+        accumulation_text(plan),
         f"recompute {plan['recompute']}",
     ]
     if plan.get("offload") and plan["offload"] != "none":
         parts.append(f"offload {plan['offload']}")
     if plan["pp"] > 1 and plan.get("schedule"):
         parts.append(f"schedule {plan['schedule']}")
+    if plan.get("ep") is not None:
+        parts.append(moe_plan_text(plan))
     parts.append(f"save every {plan['save_interval_s']:,.0f} s ({plan['save_mode']})")
     parts.append(f"{plan['nics_per_host']} NIC{'s' if plan['nics_per_host'] != 1 else ''}/host")
     return " | ".join(parts)
+
+
+def moe_plan_text(plan: dict) -> str:
+    """"EP 8 in-host, expert-TP 1, dropless" / "EP 64 across 8 hosts, expert-TP 1, capacity 1.25"."""
+    where = "" if plan["ep"] <= 1 else f" {plan['ep_placement']}"
+    cap = "dropless" if not plan.get("capacity_factor") else f"capacity {plan['capacity_factor']:g}"
+    return f"EP {plan['ep']}{where}, expert-TP {plan['expert_tp']}, {cap}"
+
+
+def moe_short(p: dict) -> str:
+    """", EP 8, capacity 1.25" for a MoE plan summary ("" for a dense one)."""
+    if p.get("ep") is None:
+        return ""
+    cap = "dropless" if not p.get("capacity_factor") else f"capacity {p['capacity_factor']:g}"
+    return f", EP {p['ep']}, {cap}"
 
 
 def metrics_table(m: dict, title: str = "Plan evaluation") -> Table:
@@ -52,6 +133,13 @@ def metrics_table(m: dict, title: str = "Plan evaluation") -> Table:
     rows = [
         ("memory per card", _num(m["memory_per_card_gib"], 1), f"GiB (usable {m['memory_limit_gib']:.1f})"),
         ("  persistent states", _num(m["states_gib"], 1), "GiB"),
+    ]
+    if "expert_weights_gib" in m:
+        rows.append(("    of which expert state", _num(m["expert_states_gib"], 1),
+                     f"GiB (ZeRO over {m['expert_dp']:,.0f} expert-data-parallel)"))
+        rows.append(("    expert weights per EP rank", _num(m["expert_weights_gib"], 1),
+                     f"GiB ({m['expert_params_per_card'] / 1e9:,.2f}B params)"))
+    rows += [
         ("  activations", _num(m["activations_gib"], 1), "GiB"),
         ("  temporary buffers", _num(m["temporary_gib"], 1), "GiB"),
         ("compute per step", _num(m["compute_s"], 1), "s"),
@@ -64,6 +152,8 @@ def metrics_table(m: dict, title: str = "Plan evaluation") -> Table:
         ("communication link time", _num(m["comm_link_s"], 1), "s"),
         ("exposed communication", _num(m["comm_exposed_s"], 2), "s"),
     ]
+    if "ep_link_s" in m:
+        rows += moe_rows(m)
     if m.get("offload_s", 0) > 0:
         rows.append(("offload wait", _num(m["offload_s"], 2), "s"))
     rows += [
@@ -81,6 +171,24 @@ def metrics_table(m: dict, title: str = "Plan evaluation") -> Table:
     for r in rows:
         t.add_row(*r)
     return t
+
+
+def moe_rows(m: dict) -> list[tuple]:
+    """All-to-all and routing rows of a MoE plan (one card's micro-batch, per MoE block)."""
+    a = m["moe_assumptions"]
+    rows = [
+        ("  of which all-to-all link", _num(m["ep_link_s"], 2),
+         "s (EP 1: none)" if m["ep_placement"] == "none" else f"s (EP group {m['ep_placement']})"),
+        ("  of which all-to-all exposed", _num(m["ep_exposed_s"], 2), f"s (overlap: {a['a2a_overlap']})"),
+        ("dispatches per MoE block", f"{m['dispatches_per_block']:,.0f}", "per card and micro-batch"),
+        ("  capacity per expert", "dropless" if m.get("capacity_rows") is None else f"{m['capacity_rows']:,}",
+         "" if m.get("capacity_rows") is None else "rows"),
+        ("  dropped / padded", f"{m['dropped_fraction'] * 100:.1f} / {m['padded_fraction'] * 100:.1f}",
+         f"% (at most {a['max_drop'] * 100:g} % dropped)"),
+        ("  busiest rank's load", f"{m['load_factor']:.3f}",
+         f"x mean ({a['hot_experts'] * 100:g} % at {a['imbalance']:g} x)"),
+    ]
+    return rows
 
 
 def _fmt_value(x, unit: str) -> str:
@@ -103,6 +211,8 @@ def constraints_table(constraints: list[dict], title: str = "Constraints") -> Ta
             status = "VIOLATED"
         elif c.get("binding"):
             status = "binding"
+        elif c.get("undecided"):
+            status = "undecided"  # the analysis ran out of time on this family
         else:
             status = "ok"
         t.add_row(c["name"], _fmt_value(c["value"], c["unit"]), _fmt_value(c["limit"], c["unit"]), c["unit"],
@@ -122,7 +232,15 @@ def _objective_text(value: float, objective: str, unit: str) -> str:
     return f"{value:,.0f} {unit}" if objective == "cost" else f"{value:.2f} d"
 
 
-def binding_lines(binding: list[dict], objective: str, unit: str) -> list[str]:
+def binding_lines(binding: list[dict] | None, objective: str, unit: str, undecided=()) -> list[str]:
+    if binding is None:
+        return ["Binding constraints: not analysed (--no-analysis); run without it to see what binds and why "
+                "nothing cheaper is feasible."]
+    if undecided:
+        head = binding_lines(binding, objective, unit) if binding else [
+            "Binding constraints: none among the families decided in time."]
+        return head + [f"  {name}: not decided (time limit reached before this question was answered)"
+                       for name in undecided]
     if not binding:
         return ["Binding constraints: none (no single constraint holds the optimum where it is)."]
     lines = ["Binding constraints (dropping any one of these alone admits a better plan):"]
@@ -132,9 +250,9 @@ def binding_lines(binding: list[dict], objective: str, unit: str) -> list[str]:
         viol = f"; it would have {v['name']} = {v['value']:,.2f} {v['unit']} against {v['limit']:,.2f}" \
             if "value" in v else ""
         lines.append(f"  {b['name']}: without it, {p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, "
-                     f"TP {p['tp']}, PP {p['pp']}) would reach "
+                     f"TP {p['tp']}, PP {p['pp']}{moe_short(p)}) would reach "
                      f"{_objective_text(b['objective_without'], objective, unit)} "
-                     f"({b['saving'] * 100:.1f} % better){viol}")
+                     f"({change_text(b['saving'])}){viol}")
     return lines
 
 
@@ -151,12 +269,14 @@ def alternative_lines(alts: list[dict], objective: str, unit: str) -> list[str]:
         return []
     lines = ["Why not cheaper:"]
     for a in alts:
-        if a["feasible"]:
+        if a["feasible"] is None:
+            lines.append(f"  {a['alternative']}: not decided ({a.get('undecided', 'time limit reached')})")
+        elif a["feasible"]:
             p = a["plan"]
-            layout = (f"ZeRO-{p['zero_stage']}, TP {p['tp']} / PP {p['pp']} / DP {p['dp']}, "
+            layout = (f"ZeRO-{p['zero_stage']}, TP {p['tp']} / PP {p['pp']} / DP {p['dp']}{moe_short(p)}, "
                       f"micro-batch {p['micro_batch']}, recompute {p['recompute']}")
             lines.append(f"  {a['alternative']}: feasible ({layout}) but "
-                         f"{_objective_text(a['objective'], objective, unit)} ({a['delta'] * 100:+.1f} %)")
+                         f"{_objective_text(a['objective'], objective, unit)} ({change_text(a['delta'], signed=True)})")
         else:
             together = any(r.get("together") for r in a["ruled_out_by"])
             joiner = " together with " if together else " or "
@@ -166,35 +286,61 @@ def alternative_lines(alts: list[dict], objective: str, unit: str) -> list[str]:
 
 def top_table(top: list[dict], unit: str) -> Table:
     t = Table(title="Best plans", title_justify="left", show_edge=False, pad_edge=False)
-    for col in ("#", "accelerator", "cards", "ZeRO", "TP", "PP", "DP", "mb x acc", "recompute", "step s",
-                "finish d", f"cost {unit}"):
-        t.add_column(col, justify="left" if col in ("accelerator", "recompute") else "right")
+    cols = ("#", "accelerator", "cards", "ZeRO", "TP/PP/DP", "mb x acc", "recompute", "save every", "step s",
+            "finish d", f"cost {unit}")
+    rows = []
     for e in top:
         p, m = e["plan"], e["metrics"]
-        t.add_row(str(e["rank"]), p["accelerator"], str(p["cards"]), str(p["zero_stage"]), str(p["tp"]), str(p["pp"]),
-                  str(p["dp"]), f"{p['micro_batch']} x {p['grad_accum']}", p["recompute"], f"{m['step_s']:.1f}",
-                  f"{m['finish_days']:.1f}", f"{m['cost']:,.0f}")
+        rows.append((str(e["rank"]), p["accelerator"], str(p["cards"]), str(p["zero_stage"]),
+                     f"{p['tp']}/{p['pp']}/{p['dp']}", f"{p['micro_batch']} x {p['grad_accum'] or '-'}",
+                     p["recompute"], f"{p['save_interval_s']:,.0f} s {p['save_mode']}", f"{m['step_s']:.1f}",
+                     f"{m['finish_days']:.1f}", f"{m['cost']:,.0f}"))
+    if any(e["plan"].get("ep") is not None for e in top):  # MoE: EP and capacity after the layout
+        cols = cols[:5] + ("EP/cap",) + cols[5:]
+        rows = [r[:5] + (moe_short(e["plan"])[2:].replace(", ", "/").replace("capacity ", ""),) + r[5:]
+                for r, e in zip(rows, top)]
+    # numbers never wrap or shrink below their widest cell or header; the text columns wrap in a
+    # narrow terminal, never below their longest header word
+    for j, col in enumerate(cols):
+        text = col in ("accelerator", "recompute", "save every")
+        least = max(len(w) for w in col.split()) if text else max([len(col)] + [len(r[j]) for r in rows])
+        t.add_column(col, justify="left" if text else "right", min_width=least, no_wrap=not text)
+    for r in rows:
+        t.add_row(*r)
     return t
+
+
+def limit_line(s: dict) -> str:
+    """What a run stopped by its time limit returns (the phase it stopped in, the gap if known)."""
+    gap = "unknown" if s.get("gap") is None else f"{s['gap'] * 100:.2f} %"
+    where = f" while {s['limit_phase']}" if s.get("limit_phase") else ""
+    return f"Time limit reached{where}: best plan found, not proven optimal, gap {gap}"
 
 
 def solve_text(d: dict, sc, timing: bool = False) -> str:
     s = d["solver"]
     unit = d["metrics"].get("cost_unit", "USD")
-    head = (f"tpopt solve: {sc.name}: {sc.model.name}, {sc.task.tokens / 1e9:,.0f}B tokens, "
+    head = (f"tpopt solve: {sc.name}: {sc.model.name}, {fmt_count(sc.task.tokens)} tokens, "
             f"deadline {sc.task.deadline_s / 86400:.1f} d (reserved {sc.task.reserved_s / 86400:.1f} d)")
     took = f", {s['wall_s']:.2f} s" if timing else ""
     status = (f"Status: {d['status']} (solver {s['name']}, {s['method']}{took}, {s['points']:,} plans in the space, "
               f"minimising {d['objective']})")
+    if s.get("time_limit_reached"):
+        status += "\n" + limit_line(s)
+    if s.get("fallback"):
+        status += f"\nNote: {s['fallback']}"
+    if d.get("analysis") == "time limit reached":
+        status += "\nAnalysis: time limit reached; the items it could not answer are marked 'not decided'"
     parts = [head, status, "", f"Plan: {plan_line(d['plan'])}", "", metrics_table(d["metrics"], title="Best plan"),
              "", constraints_table(d["constraints"]), ""]
-    parts += binding_lines(d.get("binding", []), d["objective"], unit)
-    rob = d.get("robustness", {}).get("without_overlap")
+    parts += binding_lines(d.get("binding"), d["objective"], unit, d.get("binding_undecided") or ())
+    rob = (d.get("robustness") or {}).get("without_overlap")
     if rob:
         verdict = "still meets every constraint" if rob["feasible"] else \
             "fails " + ", ".join(n for n in rob["violates"] if n != "step.budget")
         parts += [f"Robustness: without communication overlap (prefetch failing) the step is {rob['step_s']:.1f} s "
                   f"and the plan finishes in {rob['finish_days']:.1f} d: it {verdict}."]
-    alts = alternative_lines(d.get("alternatives", []), d["objective"], unit)
+    alts = alternative_lines(d.get("alternatives") or [], d["objective"], unit)
     if alts:
         parts += [""] + alts
     if len(d.get("top", [])) > 1:

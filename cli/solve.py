@@ -4,39 +4,9 @@ from __future__ import annotations
 
 import click
 
-from tpopt.cli.common import (EXIT_INFEASIBLE, EXIT_UNKNOWN, dump_json, handle_errors, load_scenario_from,
-                              scenario_options)
-
-
-def solve_options(fn):
-    opts = [
-        click.option("--solver", type=click.Choice(["cpsat", "highs", "enumerate"]), default="cpsat",
-                     show_default=True, help="Backend: CP-SAT, HiGHS MILP, or brute-force enumeration."),
-        click.option("--method", type=click.Choice(["auto", "monolithic", "decomposed"]), default="auto",
-                     show_default=True,
-                     help="cpsat/highs formulation: one model, or the layout decomposition (auto: by size)."),
-        click.option("--objective", type=click.Choice(["cost", "time"]), default="cost", show_default=True,
-                     help="Minimise cost (then finish time) or finish time (then cost)."),
-        click.option("--max-cost", help="Budget cap (currency, or card-hours without prices)."),
-        click.option("--time-limit", type=float, default=60.0, show_default=True, help="Solver time limit, s."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Solver random seed."),
-        click.option("--workers", type=int, default=1, show_default=True,
-                     help="Solver threads (1 = deterministic)."),
-    ]
-    for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
-
-
-def request_from(kw: dict, top: int = 1):
-    from tpopt.optimizer.result import Request
-
-    if kw["time_limit"] <= 0:
-        from tpopt.errors import InputError
-
-        raise InputError("--time-limit must be positive")
-    return Request(objective=kw["objective"], top=top, time_limit=kw["time_limit"], seed=kw["seed"],
-                   workers=max(1, kw["workers"]), method=kw.get("method", "auto"))
+from tpopt.cli.common import EXIT_INFEASIBLE, EXIT_UNKNOWN, dump_json, echo_builtin_note, handle_errors, \
+    load_scenario_from, scenario_options
+from tpopt.cli.request import request_from, solve_options
 
 
 TINY_SPACE = 20_000
@@ -46,7 +16,7 @@ than loading a solver, whose import alone takes longer than such a space's whole
 
 def tiny_backend(space, kw: dict) -> str:
     """The backend to run: the enumerator for tiny spaces under ``--method auto``, else the one asked for."""
-    if kw["solver"] != "enumerate" and kw.get("method", "auto") == "auto" and space.size() <= TINY_SPACE \
+    if kw["solver"] in ("cpsat", "highs") and kw.get("method", "auto") == "auto" and space.size() <= TINY_SPACE \
             and space.cheap_pipeline():
         return "enumerate"
     return kw["solver"]
@@ -61,11 +31,13 @@ def tiny_backend(space, kw: dict) -> str:
               help="Also re-solve with the deadline +/- 1 d, one host fewer and 1 GiB more per card.")
 @click.option("--timing", is_flag=True, help="Print the solver's wall time (the only non-deterministic output).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables (solver.wall_s is the wall time).")
+@click.option("--export", type=click.Path(dir_okay=False),
+              help="Also write the MILP (Pyomo) to this .lp or .mps file for another solver.")
 @handle_errors
-def solve(top, no_analysis, sensitivity, timing, as_json, **kw):
+def solve(top, no_analysis, sensitivity, timing, as_json, export, **kw):
     """Find the cheapest plan that meets the deadline, prove it optimal, and say what limits it.
 
-    Example: tpopt solve --scenario examples/design-case.toml --deadline 30d --hw rtx4090
+    Example: tpopt solve --deadline 30d --hw rtx4090   (the built-in design case: 48 RTX 4090 cards)
     """
     from tpopt.cli.render import solve_text
     from tpopt.errors import InputError
@@ -76,26 +48,51 @@ def solve(top, no_analysis, sensitivity, timing, as_json, **kw):
 
     if top < 1:
         raise InputError("--top must be at least 1")
+    if export:
+        from tpopt.optimizer.pyomo_model import check_export_path
+
+        check_export_path(export)
     sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
     req = request_from(kw, top)
+    if kw["solver"].startswith("pyomo:"):
+        from tpopt.optimizer.pyomo_model import PyomoSolver
+
+        PyomoSolver(kw["solver"], req)  # a missing solver fails here, before anything is written
     space = Space.from_scenario(sc)
+    exported = None
+    if export:
+        from tpopt.optimizer.pyomo_model import export_model
+
+        exported = export_model(space, req, export)
+        click.echo(f"tpopt: wrote {exported['path']}: the plan MILP, {exported['variables']:,} variables, "
+                   f"{exported['constraints']:,} constraints, minimising {exported['objective']}", err=True)
     backend = tiny_backend(space, kw)
     result = run(sc, backend, req, space=space)
     if backend != kw["solver"]:
         result.solver.note = "tiny space: every plan evaluated"  # --method monolithic runs the solver asked for
     out = {"status": result.status.value, "objective": result.objective, "solver": result.solver.as_dict()}
+    echo_builtin_note(kw, as_json, out)
+    if exported:
+        out["export"] = exported
     if result.feasible:
         best = result.best
         ana = None if no_analysis else analysis(space, best, kw["solver"], req, set(result.enforced))
         d = best.as_dict()
         binding = {b["name"] for b in ana["binding"]} if ana else set()
+        undecided = set(ana["undecided"]) if ana else set()
         for c in d["constraints"]:
-            c["binding"] = c["name"] in binding or (c["name"] == "step.budget" and "deadline.finish" in binding)
+            name = "deadline.finish" if c["name"] == "step.budget" else c["name"]
+            # without the analysis, or where the time limit cut it short, nobody knows: None, not False
+            c["binding"] = None if (ana is None or name in undecided) else name in binding
+            if name in undecided:
+                c["undecided"] = True  # the analysis ran out of time on this family
         out.update(d)
-        out["binding"] = ana["binding"] if ana else []
-        out["alternatives"] = ana["alternatives"] if ana else []
+        out["analysis"] = "skipped" if ana is None else ana["analysis"]
+        out["binding"] = ana["binding"] if ana else None
+        out["binding_undecided"] = sorted(undecided, key=list(result.enforced).index) if ana else []
+        out["alternatives"] = ana["alternatives"] if ana else None
         out["analysis_by"] = ana["oracle"] if ana else None
-        out["robustness"] = ana["robustness"] if ana else {}
+        out["robustness"] = ana["robustness"] if ana else None
         out["top"] = [dict(ev.as_dict(), rank=i + 1) for i, ev in enumerate(result.plans)]
         if sensitivity:
             from tpopt.optimizer.explain import sensitivities
@@ -106,13 +103,13 @@ def solve(top, no_analysis, sensitivity, timing, as_json, **kw):
             return
         text = solve_text(out, sc, timing)
         if sensitivity:
-            from tpopt.cli.explain import sensitivity_text
+            from tpopt.cli.explain_text import sensitivity_text
 
             text += "\n" + sensitivity_text(out["sensitivities"])
         click.echo(text, nl=False)
         return
     # no feasible plan (or none found in time)
-    from tpopt.cli.explain import infeasible_report
+    from tpopt.cli.explain_text import infeasible_report
 
     infeasible_report(sc, space, result, req, kw, as_json, out)
     raise SystemExit(EXIT_INFEASIBLE if result.status == Status.INFEASIBLE else EXIT_UNKNOWN)

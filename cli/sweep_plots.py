@@ -1,18 +1,19 @@
 """Plots of a sweep (presentation only; the data come from :mod:`tpopt.optimizer.sweep`).
 
 * :func:`plot_pareto`: cost against finish time, one series per accelerator (each point is the optimal
-  plan of one sweep point, labelled with its card count), the Pareto front drawn over them, infeasible
-  deadlines marked as crosses along the bottom and the span no plan can reach shaded.
+  plan of one sweep point, labelled with its card count), the Pareto front drawn over them, proven
+  infeasible deadlines marked as crosses along the bottom, deadlines without an answer (time limit,
+  error) as question marks, and the span no plan can reach shaded (only where that is proven).
 * :func:`plot_breakdown`: the chapter's figure 10-44 layout: one horizontal stacked bar per plan
   (base training, checkpoint/failure overhead, reserved days) and the deadline as a dashed line.
 
-Both use the Agg backend (no display) and write ``.svg`` or ``.png``. SVG text stays text (searchable)
+Both use the Agg backend (no display) and write ``.pdf``, ``.svg`` or ``.png``. SVG text stays text (searchable)
 and ids are salted, so the same data give the same file.
 """
 
 from __future__ import annotations
 
-import os
+from tpopt.cli.plots import pyplot, save_figure
 
 PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#FF9DA6", "#9D755D", "#BAB0AC",
            "#EECA3B")
@@ -21,20 +22,11 @@ PARTS = (("train_days", "base training", "#4C78A8"), ("overhead_days", "checkpoi
 
 
 def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams["svg.hashsalt"] = "tpopt-sweep"
-    plt.rcParams["svg.fonttype"] = "none"
-    return plt
+    return pyplot("tpopt-sweep")
 
 
 def _save(fig, path: str) -> None:
-    ext = os.path.splitext(path)[1].lower()[1:]
-    meta = {"Date": None} if ext == "svg" else {"Software": None}
-    fig.savefig(path, format=ext, metadata=meta)
+    save_figure(fig, path)
 
 
 def _money(x: float, unit: str) -> str:
@@ -52,7 +44,7 @@ def plot_pareto(data: dict, path: str) -> None:
     """
     plt = _pyplot()
     series = data["series"]
-    strip_rows = [i for i, s in enumerate(series) if s["infeasible_deadlines"]]
+    strip_rows = [i for i, s in enumerate(series) if s["infeasible_deadlines"] or s.get("unknown_deadlines")]
     if strip_rows:
         n = len(strip_rows)
         fig, (ax, strip) = plt.subplots(2, 1, sharex=True, figsize=(11, 6.0 + 0.12 * max(0, len(series) - 6)),
@@ -75,7 +67,8 @@ def plot_pareto(data: dict, path: str) -> None:
                 ax.annotate(f"{p['cards']}", (p["finish_days"], p["cost"]), textcoords="offset points",
                             xytext=(4, 4), fontsize=7, color=colour)
         else:
-            ax.plot([], [], ":o", color=colour, label=f"{s['label']} (no feasible point)", gid=f"series-{i}")
+            none = "no feasible point" if not s.get("unknown_deadlines") else "no plan found"
+            ax.plot([], [], ":o", color=colour, label=f"{s['label']} ({none})", gid=f"series-{i}")
     right = max(xs_all) if xs_all else None
     for k, f in enumerate(data["fronts"]):
         pts = f["points"]
@@ -90,11 +83,20 @@ def plot_pareto(data: dict, path: str) -> None:
                 markeredgecolor="black", markeredgewidth=1.4, zorder=3)
     earliest = [s["fastest_possible_days"] for s in series if s["fastest_possible_days"] is not None]
     if strip is not None:
+        labelled = set()
         for row, i in enumerate(strip_rows):
             s = series[i]
-            strip.plot(s["infeasible_deadlines"], [row] * len(s["infeasible_deadlines"]), "x", markersize=5,
-                       color=PALETTE[i % len(PALETTE)], gid=f"infeasible-{i}",
-                       label="infeasible deadline" if row == 0 else None)
+            if s["infeasible_deadlines"]:
+                strip.plot(s["infeasible_deadlines"], [row] * len(s["infeasible_deadlines"]), "x", markersize=5,
+                           color=PALETTE[i % len(PALETTE)], gid=f"infeasible-{i}",
+                           label=None if "x" in labelled else "infeasible deadline")
+                labelled.add("x")
+            unknown = s.get("unknown_deadlines") or []
+            if unknown:
+                strip.plot(unknown, [row] * len(unknown), linestyle="none", marker="$?$", markersize=7,
+                           color=PALETTE[i % len(PALETTE)], gid=f"unknown-{i}",
+                           label=None if "?" in labelled else "no answer (time limit or error)")
+                labelled.add("?")
         strip.set_ylim(len(strip_rows) - 0.5, -0.5)
         if len(strip_rows) <= 6:
             strip.set_yticks(range(len(strip_rows)))
@@ -108,7 +110,8 @@ def plot_pareto(data: dict, path: str) -> None:
         strip.set_xlabel("finish time / deadline, days")
         lo = min(xs_all)
         hi = min(earliest) if earliest else max(xs_all)
-        if hi > lo:
+        # shaded only when proven: a point without an answer may hide a plan that finishes earlier
+        if hi > lo and not data.get("unknown_points"):
             for a, lab in ((ax, "no plan finishes this early"), (strip, None)):
                 a.axvspan(lo, hi, color="#999999", alpha=0.15, zorder=0, label=lab,
                           gid="infeasible-region" if a is ax else "infeasible-region-strip")
@@ -120,7 +123,9 @@ def plot_pareto(data: dict, path: str) -> None:
     ax.grid(True, alpha=0.3)
     title = data["title"]
     if not data["fronts"]:
-        title += " - no feasible plan"
+        n = data.get("unknown_points", 0)
+        title += f" - no plan found ({n} point{'s' if n != 1 else ''} without an answer)" if n \
+            else " - no feasible plan"
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
@@ -128,8 +133,9 @@ def plot_pareto(data: dict, path: str) -> None:
     plt.close(fig)
 
 
-def plot_breakdown(bars: list[dict], path: str, deadline_days: float | None, title: str, unit: str = "USD") -> None:
-    """Horizontal stacked bars of the finish time; the deadline as a dashed vertical line."""
+def plot_breakdown(bars: list[dict], path: str, deadline_days, title: str, unit: str = "USD") -> None:
+    """Horizontal stacked bars of the finish time; the deadline as a dashed vertical line, or the swept
+    deadlines (``deadline_days`` = (first, last)) as a shaded band between two dashed lines."""
     plt = _pyplot()
     n = max(1, len(bars))
     fig, ax = plt.subplots(figsize=(9, 1.9 + 0.55 * n))
@@ -137,14 +143,20 @@ def plot_breakdown(bars: list[dict], path: str, deadline_days: float | None, tit
     for key, name, colour in PARTS:
         left = [sum(b[k] for k, _, _ in PARTS[:[p[0] for p in PARTS].index(key)]) for b in bars]
         ax.barh(ys, [b[key] for b in bars], left=left, color=colour, height=0.6, label=name, gid=f"part-{key}")
-    longest = max([b["finish_days"] for b in bars] + [deadline_days or 0.0, 1.0])
+    span = tuple(deadline_days) if isinstance(deadline_days, (tuple, list)) else None
+    longest = max([b["finish_days"] for b in bars] + [(span[1] if span else deadline_days) or 0.0, 1.0])
     for y, b in zip(ys, bars):
         text = f"{b['finish_days']:.1f} d, {_money(b['cost'], unit)}"
         if b.get("note"):
             text += f" ({b['note']})"
         ax.text(b["finish_days"] + 0.01 * longest, y, text, va="center", fontsize=8, zorder=4,
                 bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1.0})
-    if deadline_days:
+    if span:
+        ax.axvspan(span[0], span[1], color="black", alpha=0.07, zorder=0, gid="deadline-range",
+                   label=f"deadlines swept {span[0]:g}-{span[1]:g} d")
+        for x in span:
+            ax.axvline(x, color="black", linestyle="--", linewidth=1.0, gid=f"deadline-{x:g}")
+    elif deadline_days:
         ax.axvline(deadline_days, color="black", linestyle="--", linewidth=1.2, label=f"deadline {deadline_days:g} d",
                    gid="deadline")
     ax.set_yticks(ys)

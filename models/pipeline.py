@@ -73,7 +73,7 @@ def fill_drain_time(p: int, m: int, tf, tb):
     """Fill-drain (GPipe) step time ``T = (m + p - 1)(t_f + t_b)`` [s].
 
     ``m`` slots of real work plus ``p - 1`` to fill and drain the pipeline; p = 4, m = 8,
-    t_f = 10 ms, t_b = 20 ms -> 330 ms (REFERENCE.md 10.3).
+    t_f = 10 ms, t_b = 20 ms -> 330 ms (training-systems chapter 10.3).
     """
     return (m + p - 1) * (np.add(tf, tb) if not _scalar(tf, tb) else tf + tb)
 
@@ -847,7 +847,7 @@ def simulate(schedule: str, p: int, m: int, forward, backward_input, backward_we
     ``interleaved`` (see :func:`split_layers`). ``activation`` is the bytes of one micro-batch's
     activations of a whole layer group, ``buffer`` the bytes of one send or receive buffer.
 
-    Slot rules (chapter 10.3.2 / REFERENCE.md 10.3): fill-drain all F then all B; 1F1B p-1-s warm-up
+    Slot rules (training-systems chapter 10.3.2): fill-drain all F then all B; 1F1B p-1-s warm-up
     forwards then alternating; interleaved as Megatron-LM; ZB-H1 dW(i) right after dX(i+s); ZB-H2
     2(p-1-s) warm-up forwards, dW(i) after dX(i+2s); ``dualpipe`` :data:`DUALPIPE_RULE`;
     ``dualpipe-deepseek`` DeepSeek's published ordering.
@@ -986,9 +986,11 @@ def completion_time(schedule: str, p: int, m: int, forward, backward_input, back
     many duration sets are evaluated together. Results of small calls are remembered per shape
     (:data:`MEMO_ENTRIES`), so repeated evaluations of the same plans cost a lookup.
 
-    ``per_group=True``: ``forward``, ``backward_input``, ``backward_weight`` and ``update`` carry a last
-    axis of the p layer groups (uneven stages, as :func:`simulate` takes them), ``transfer`` does not;
-    the leading axes broadcast and shape the result. Stages that are all alike take the balanced path.
+    ``per_group=True``: ``forward``, ``backward_input``, ``backward_weight`` and ``update`` carry a
+    leading axis of length p, one duration per layer group (uneven stages: embedding on the first, LM
+    head on the last, unequal layer counts), like :func:`simulate`'s per-group lists; an argument without
+    it (a number, or a first axis of another length) is the same on every group. ``transfer`` has no
+    group axis; the remaining axes broadcast and shape the result. Alike stages take the balanced path.
     """
     p, m, v = _check_shape(schedule, p, m, v)
     if per_group:
@@ -1012,19 +1014,20 @@ def completion_time(schedule: str, p: int, m: int, forward, backward_input, back
 
 
 def _group_arrays(p: int, forward, backward_input, backward_weight, transfer, update):
-    """Per-group duration arrays broadcast to (leading..., p), the transfer to (leading...)."""
+    """Per-group durations given with a leading group axis of length p (or without one: the same on
+    every group), returned with the group axis last, broadcast to (rest..., p); the transfer to (rest...)."""
     named = ((forward, "forward time"), (backward_input, "backward (dX) time"),
              (backward_weight, "backward weight (dW) time"), (update, "update time"))
-    groups = [_as_array(x, w) for x, w in named]
+    groups = []
+    for x, w in named:
+        g = _as_array(x, w)
+        groups.append(np.moveaxis(g, 0, -1) if g.ndim and g.shape[0] == p else g[..., None])
     tr = _as_array(transfer, "transfer time")
-    for g, (_, w) in zip(groups, named):
-        if g.ndim and g.shape[-1] not in (1, p):
-            raise InputError(f"{w}: the last axis holds the {p} layer groups, got {g.shape[-1]}")
     try:
-        lead = np.broadcast_shapes(*(g.shape[:-1] if g.ndim else () for g in groups), tr.shape)
+        lead = np.broadcast_shapes(*(g.shape[:-1] for g in groups), tr.shape)
     except ValueError:
         raise InputError("completion_time: the duration arrays do not broadcast to one shape") from None
-    groups = [np.broadcast_to(g if g.ndim else g[None], lead + (p,)) for g in groups]
+    groups = [np.broadcast_to(g, lead + (p,)) for g in groups]
     return groups, np.broadcast_to(tr, lead), lead
 
 
@@ -1317,7 +1320,7 @@ def completion_closed_form(schedule: str, p, m, forward, backward_input, backwar
     :func:`transfers_1f1b` for 1F1B. One path is critical for every duration set, so this equals the
     event model in real arithmetic (bit for bit when the durations are whole numbers; otherwise the
     two sum the same terms in a different order). p = 4, m = 8, 10 / 20 / 1 / 1 ms: fill-drain
-    337 ms, 1F1B 347 ms (REFERENCE.md 10.3). Every argument broadcasts, p and m included.
+    337 ms, 1F1B 347 ms (training-systems chapter 10.3). Every argument broadcasts, p and m included.
     """
     _check_schedule(schedule)
     if schedule not in CLOSED_FORM:
@@ -1359,7 +1362,8 @@ def completion_bounds(schedule: str, p, m, forward, backward_input, backward_wei
       adding t, then the update: ``p m w + 2 m (v p - 1) t + U``.
 
     Both carry a relative slack of :data:`BOUND_SLACK` for rounding. ``per_group=True`` (a single
-    shape, durations per layer group as in :func:`completion_time`) sums the same paths group by group.
+    shape, durations with a leading group axis as in :func:`completion_time`) sums the same paths group
+    by group.
     """
     _check_schedule(schedule)
     if per_group:
@@ -1473,6 +1477,41 @@ def peak_inflight_bounds(schedule: str, p, m, *, v: int = 2):
         hi = np.minimum(m, 2 * p).astype(float)
     one = np.ones(np.broadcast(p, m).shape)
     return lo * one, hi * one
+
+
+def peak_inflight_stage_bounds(schedule: str, p: int, m: int, *, v: int = 2, chunk_layers=None):
+    """``(lo, hi)``, lists of p: each stage's peak live activation sets, in closed form (one shape).
+
+    Exact per stage for fill-drain (m), 1F1B (min(p - s, m)), ZB-H1 (min(p, m)), ZB-H2
+    (min(2p - 1, m)) and interleaved with equal chunks (stage s's warm-up forwards plus one,
+    ``min(2(p-1-s) + (v-1) g + 1, v m)`` chunk sets of 1/v); uneven chunks weigh that count by the
+    stage's smallest and largest chunk share. The chapter's DualPipe: each direction at position q holds
+    at most 2(p-1-q) + 1 sets and reaches that many (or its micro-batches) before its first dW, so the
+    larger direction's count bounds the stage from below and their sum from above; DeepSeek's ordering:
+    between one set and its busiest stage's p + 1.
+    """
+    p, m, v = _check_shape(schedule, p, m, v)
+    stages = range(p)
+    if schedule == "fill-drain":
+        lo = [float(m)] * p
+    elif schedule == "1f1b":
+        lo = [float(min(p - s, m)) for s in stages]
+    elif schedule == "zb-h1":
+        lo = [float(min(p, m))] * p
+    elif schedule == "zb-h2":
+        lo = [float(min(2 * p - 1, m))] * p
+    elif schedule == "interleaved":
+        g = int(_interleaved_gmax(p, m))
+        count = [min(2 * (p - 1 - s) + (v - 1) * g + 1, v * m) for s in stages]
+        frac = _chunk_fractions(schedule, p, v, chunk_layers)
+        return [c * min(f) for c, f in zip(count, frac)], [c * max(f) for c, f in zip(count, frac)]
+    elif schedule == "dualpipe":
+        down, up = _halves(m)
+        per = [(min(down, 2 * (p - 1 - s) + 1), min(up, 2 * s + 1)) for s in stages]
+        return [float(max(a, b)) for a, b in per], [float(a + b) for a, b in per]
+    else:  # DeepSeek's DualPipe
+        return [1.0] * p, [float(min(m, p + 1))] * p
+    return lo, list(lo)
 
 
 def peak_inflight_max(schedule: str, p, m, *, v: int = 2) -> np.ndarray:

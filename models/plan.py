@@ -12,10 +12,43 @@ from dataclasses import asdict, dataclass, field
 
 from tpopt.models.arch import ModelArch
 from tpopt.models.hardware import Accelerator
+from tpopt.models.roofline import PerfParams
 
 SAVE_MODES = ("sync", "async")
 OFFLOADS = ("none", "cpu")
 from tpopt.models.pipeline import SCHEDULES  # noqa: E402  (the schedules the event model simulates)
+
+
+def split_schedule(name: str) -> tuple[str, int]:
+    """("interleaved", v) from "interleaved:v" (plain "interleaved" is v = 2); (name, 1) otherwise.
+
+    The number of virtual stages (model chunks per card) rides on the schedule value, so it is a
+    solver decision without a new variable: ``[search] virtual_stages = [2, 3, 4]`` expands
+    "interleaved" into "interleaved:2", "interleaved:3", "interleaved:4".
+    """
+    from tpopt.errors import InputError
+
+    base, sep, v = str(name).partition(":")
+    if base not in SCHEDULES:
+        raise InputError(f"pipeline schedule {name!r} unknown (use one of: {', '.join(SCHEDULES)})")
+    if base != "interleaved":
+        if sep:
+            raise InputError(f"only the interleaved schedule takes virtual stages (got {name!r})")
+        return base, 1
+    if not sep:
+        return base, 2
+    try:
+        n = int(v)
+    except ValueError:
+        raise InputError(f"virtual stages must be a whole number >= 2 (got {name!r})") from None
+    if n < 2:
+        raise InputError(f"virtual stages must be a whole number >= 2 (got {name!r})")
+    return base, n
+
+
+def schedule_name(base: str, virtual_stages: int) -> str:
+    """Inverse of :func:`split_schedule` ("interleaved" with v = 2 stays "interleaved")."""
+    return base if base != "interleaved" or virtual_stages == 2 else f"{base}:{virtual_stages}"
 
 
 @dataclass(frozen=True)
@@ -36,16 +69,28 @@ class Task:
 
 @dataclass(frozen=True)
 class System:
-    """What a plan runs on: one accelerator type plus the run's efficiency and prices."""
+    """What a plan runs on: one accelerator type plus the run's efficiency and prices.
+
+    Two step-time models: with ``perf`` None the chapter's flat model (compute = FLOPs / (peak x
+    efficiency), efficiency = MFU of the matrix work); with ``perf`` set the per-operation model
+    (:mod:`tpopt.models.steptime`), where ``efficiency`` is a scale on the modelled throughput
+    (1.0 = as the performance catalog predicts).
+    """
 
     acc: Accelerator
-    efficiency: float  # compute efficiency (MFU of the matrix work), e.g. 0.40
+    efficiency: float  # flat: MFU of the matrix work, e.g. 0.40; per-operation: throughput scale
     price_card_hour: float | None  # USD; None -> costs are reported in card-hours
     nic_price_hour: float = 0.0
+    perf: PerfParams | None = None  # accelerator performance parameters (per-operation model)
 
     @property
     def name(self) -> str:
         return self.acc.name
+
+    @property
+    def per_op(self) -> bool:
+        """True when the per-operation step-time model applies (no flat efficiency was stated)."""
+        return self.perf is not None
 
 
 @dataclass(frozen=True)
@@ -59,6 +104,8 @@ class MemoryOptions:
 
     activation_reserve: float | None = None
     flash_attention: bool = True
+    sequence_parallel: bool = True  # under TP, norms / dropout / residuals (and their saved inputs) split by t
+    dropout: bool = False  # dropout layers: 1-byte masks saved, extra memory-bound passes
     activation_bytes: float = 2.0  # BF16 activations
     loss_chunks: int = 1  # chunked cross-entropy divides the FP32 logits buffer
     prefetch: int = 1  # ZeRO-3 units gathered ahead of use
@@ -102,10 +149,17 @@ class Plan:
     grad_accum: int = 0  # 0: derived as batch / (dp x micro_batch)
     recompute: str = "none"
     offload: str = "none"
-    schedule: str = "1f1b"  # pipeline schedule, meaningful when pp > 1
+    schedule: str = "1f1b"  # pipeline schedule, meaningful when pp > 1 ("interleaved:3": 3 virtual stages)
     save_interval_s: float = 1800.0
     save_mode: str = "sync"
     nics_per_host: int = 0  # 0: the accelerator's default
+    sequence_parallel: bool | None = None  # None: the scenario's memory.sequence_parallel
+    flash_attention: bool | None = None  # None: the scenario's memory.flash_attention
+    first_stage_layers: int = 0  # 0: automatic split (steptime.stage_layers)
+    last_stage_layers: int = 0
+    ep: int = 1  # expert parallelism (MoE models): routed experts split over ep cards of the tp x dp group
+    expert_tp: int = 0  # expert tensor parallelism; 0: the same as tp
+    capacity_factor: float = 0.0  # rows per expert = c x the mean; 0: dropless (no capacity)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -128,6 +182,28 @@ class SearchSpace:
     nics_per_host: tuple[int, ...] = ()  # empty: each accelerator's default only
     dp: tuple[int, ...] = ()  # empty: every divisor of the global batch
     max_cards: int = 1024
+    ep: tuple[int, ...] = (1,)  # expert parallelism (MoE models; the scenario reader's default: see MoeOptions)
+    expert_tp: tuple[int, ...] = (0,)  # expert tensor parallelism, 0 = the same as tp
+    capacity_factor: tuple[float, ...] = (0.0,)  # 0.0 = dropless
+
+
+@dataclass(frozen=True)
+class MoeOptions:
+    """Routing assumptions of a mixture-of-experts model (the [moe] table; see :mod:`tpopt.models.moe`).
+
+    ``imbalance``: dispatches of a hot expert over the mean; ``hot``: the share of experts that hot (the
+    chapter's 10.3.4 example: half the experts at 1.5 x); ``max_drop``: the largest share of dispatches
+    a capacity factor may drop (moe.capacity_drops); ``a2a_overlap``: auto (under DualPipe schedules),
+    none or all; ``dispatcher``: direct (one row per dispatch on the wire) or per-host (one copy per
+    destination host across the NICs, DeepSeek-V3), ``node_limit``: hosts per token (0: no limit).
+    """
+
+    imbalance: float = 1.25
+    hot: float = 0.5
+    max_drop: float = 0.0
+    a2a_overlap: str = "auto"
+    dispatcher: str = "direct"
+    node_limit: int = 0
 
 
 @dataclass(frozen=True)
@@ -145,8 +221,19 @@ class Scenario:
     reliability: Reliability = field(default_factory=Reliability)
     search: SearchSpace = field(default_factory=SearchSpace)
     cost: CostOptions = field(default_factory=CostOptions)
+    moe: MoeOptions = field(default_factory=MoeOptions)
     overlap: bool = True  # prefetch / immediate reduction hide communication behind compute
     name: str = ""
+    # tensor-parallel collectives that may hide behind GEMMs (per-operation model): (chunked, async) shares,
+    # chunked = GEMMs split to overlap their own collectives (Transformer Engine), async = the column-parallel
+    # backward collectives beside the other gradient GEMM (Megatron-LM's asynchronous TP all-reduce)
+    tp_overlap: tuple = (0.0, 0.0)
+    dp_overlap: float = 1.0  # share of data-parallel traffic that may hide behind compute
+    stage_layers: tuple = (0, 0)  # (first, last) stage layer counts, 0 = automatic
+
+    def overlap_fractions(self) -> tuple[tuple[float, float], float]:
+        """((chunked, async) tensor-parallel, data-parallel) overlap; ``overlap = false`` turns all off."""
+        return (tuple(self.tp_overlap), self.dp_overlap) if self.overlap else ((0.0, 0.0), 0.0)
 
     def system(self, accelerator: str) -> System:
         from tpopt.errors import InputError

@@ -5,13 +5,13 @@ tabulate each one over the joint domain of its own variables (a far smaller tabl
 design space) and glue the tables with sums, products and maxima. The variables are:
 
     acc (scalar per call)  tp  pp  dp  micro_batch  zero  offload  recompute  schedule  nics
-    save_interval  save_mode
+    save_interval  save_mode  ep  expert_tp  capacity_factor (MoE models; see models/moe.py)
 
 with cards = tp pp dp and grad_accum = batch / (dp micro_batch). Categorical variables (acc,
 offload, recompute, schedule, save_mode) are scalars; the numeric ones may be arrays.
 
     memory  = states + param_copies + activations + temporary                 <= usable
-    busy    = compute (incl. bubbles, stragglers) + exposed_dp + tp_comm + offload_wait
+    busy    = compute (incl. bubbles, stragglers) + exposed_dp + tp_comm + offload_wait + ep_comm
     step    = busy + input_wait
     finish  = reserved + iterations x step x (1 + overhead)                   <= deadline
     cost    = rate x finish
@@ -19,12 +19,14 @@ offload, recompute, schedule, save_mode) are scalars; the numeric ones may be ar
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
-from tpopt.models import comm, memory, reliability
+from tpopt.models import comm, memory, moe, ops, pipeline, reliability, steptime
 from tpopt.models.arch import flops_per_token, param_count
 from tpopt.models.compute import iterations
-from tpopt.models.plan import Scenario
+from tpopt.models.plan import Scenario, split_schedule
 from tpopt.models.units import HOUR
 
 CPU_ADAM_BYTES_PER_PARAM = 36.0
@@ -56,58 +58,274 @@ def iteration_count(sc: Scenario) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
+# step-time model and pipeline shape
+
+
+def per_op_model(sc: Scenario) -> bool:
+    """True when the per-operation step-time model applies (no flat ``hardware.efficiency`` stated).
+
+    The mode is scenario-wide: every candidate accelerator uses the same model."""
+    return any(s.per_op for s in sc.systems.values())
+
+
+def schedule_parts(schedule) -> tuple[str, int]:
+    """(base schedule, virtual stages) of a schedule value such as "interleaved:3"."""
+    return split_schedule(str(schedule))
+
+
+def stage_split(sc: Scenario, pp: int) -> list[int]:
+    """Layers per pipeline stage: the per-operation model splits whole layers (first / last stage
+    counts from the plan, else steptime.stage_layers' automatic rule); the flat model balances
+    fractional stages of L / pp layers (the chapter's accounting)."""
+    p = int(pp)
+    if not per_op_model(sc):
+        return [sc.model.layers / p] * p
+    first, last = sc.stage_layers
+    return _split_cached(sc.model.layers, p, first if p > 1 else 0, last if p > 1 else 0)
+
+
+@lru_cache(maxsize=4096)
+def _split_cached(layers: int, p: int, first: int, last: int) -> list[int]:
+    try:
+        return steptime.stage_layers(layers, p, first, last)
+    except ValueError:
+        return []  # no valid split: layout.schedule_shape rules the plan out
+
+
+def chunk_layers(split: list, v: int):
+    """Layers of each interleaved chunk in path order (chunk c of stage s is entry c p + s), whole
+    layers spread as evenly as each stage allows; None when a stage has fewer than v layers."""
+    p = len(split)
+    out = [0] * (v * p)
+    for s, n in enumerate(split):
+        if n < v or n != int(n):
+            return None
+        base, extra = divmod(int(n), v)
+        for c in range(v):
+            out[c * p + s] = base + (1 if c < extra else 0)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # memory terms (bytes per card)
 
 
-def states(sc: Scenario, zero, offload_cpu, tp, pp, dp):
-    """Persistent training state of the heaviest stage's card under ZeRO (memory.zero_state_bytes)."""
+def load_factor(sc: Scenario, ep, capacity_factor):
+    """Rows the busiest expert-parallel rank processes over a balanced router (moe.load_factor; 1 if dense)."""
+    o = sc.moe
+    return moe.load_factor(sc.model.experts, ep, capacity_factor, o.imbalance, o.hot)
+
+
+def _moe_stages(sc: Scenario, tp, pp, weigh):
+    """moe.heaviest_stage over the stages the step-time model runs: runs of ceil(L / pp) blocks (flat, as
+    memory.stage_params) or the real layer split (per-operation, as memory.stage_param_counts)."""
+    split = None
+    if per_op_model(sc):
+        first, last = sc.stage_layers
+        split = lambda p: _split_cached(sc.model.layers, p, first if p > 1 else 0, last if p > 1 else 0)  # noqa: E731
+    return moe.heaviest_stage(sc.model, tp, pp, weigh, split)
+
+
+def card_params(sc: Scenario, tp, pp, ep=1, expert_tp=0):
+    """Parameters on one card of the heaviest stage (routed experts split by ep x expert-TP)."""
+    if not sc.model.moe:
+        return heaviest_stage_params(sc, tp, pp)
+    etp = moe.expert_tp_size(expert_tp, tp)
+    return _moe_stages(sc, tp, pp, lambda d, xl, xb, n: d + xl / (_f(ep) * etp) + xb / _f(ep))
+
+
+def _sharded(sc: Scenario, tp, pp, dp, ep, expert_tp, fn):
+    """max over the stages of fn(non-expert params, dp) + fn(expert params per card, edp): ZeRO shards the
+    non-expert state over dp and the expert state over the expert-data-parallel group edp = tp dp / (ep etp)."""
+    if not sc.model.moe:
+        return fn(heaviest_stage_params(sc, tp, pp), dp)
+    etp = moe.expert_tp_size(expert_tp, tp)
+    edp = moe.expert_dp_size(tp, dp, ep, expert_tp)
+    return _moe_stages(sc, tp, pp, lambda d, xl, xb, n: fn(d, dp) + fn(xl / (_f(ep) * etp) + xb / _f(ep), edp))
+
+
+def states(sc: Scenario, zero, offload_cpu, tp, pp, dp, ep=1, expert_tp=0):
+    """Persistent training state of the heaviest stage's card under ZeRO (memory.zero_state_bytes); for a
+    MoE model the expert weights and optimizer state are split by ep x expert-TP and ZeRO shards them over
+    the expert-data-parallel group."""
     rec = memory.recipe(sc.task.precision)
-    return memory.zero_state_bytes(memory.stage_params(sc.model, tp, pp), dp, zero, rec, offload_cpu)
+    return _sharded(sc, tp, pp, dp, ep, expert_tp, lambda n, d: memory.zero_state_bytes(n, d, zero, rec, offload_cpu))
 
 
-def param_copies(sc: Scenario, schedule, tp, pp):
+def heaviest_stage_params(sc: Scenario, tp, pp):
+    """Parameters of the heaviest stage's card: memory.stage_params (ceil(L/pp) blocks) in the flat
+    model; the largest of memory.stage_param_counts over the real layer split in the per-operation one."""
+    if not per_op_model(sc):
+        return memory.stage_params(sc.model, tp, pp)
+    first, last = sc.stage_layers
+    return _by_unique(lambda p, t: _heaviest_cached(sc.model, int(p), first, last, t), pp, tp)
+
+
+@lru_cache(maxsize=4096)
+def _heaviest_cached(a, p: int, first: int, last: int, tp: float) -> float:
+    split = _split_cached(a.layers, p, first if p > 1 else 0, last if p > 1 else 0) or [a.layers]
+    return float(max(memory.stage_param_counts(a, tp, split)))
+
+
+def _by_unique(fn, *arrays):
+    """``fn(*scalars)`` once per distinct combination of the broadcast arrays' values, placed back."""
+    arrs = np.broadcast_arrays(*(np.asarray(x) for x in arrays))
+    shape = arrs[0].shape
+    stacked = np.stack([a.reshape(-1).astype(float) for a in arrs])
+    uniq, inverse = np.unique(stacked, axis=1, return_inverse=True)
+    vals = np.array([fn(*col) for col in uniq.T], dtype=float)
+    return vals[np.reshape(inverse, -1)].reshape(shape)
+
+
+def param_copies(sc: Scenario, schedule, tp, pp, ep=1, expert_tp=0):
     """Extra weight copies a pipeline schedule keeps (DualPipe: one more copy of the stage weights)."""
     rec = memory.recipe(sc.task.precision)
     extra = 1.0 if str(schedule).startswith("dualpipe") else 0.0
-    return np.where(_f(pp) > 1, extra * rec.weights * memory.stage_params(sc.model, tp, pp), 0.0)
+    return np.where(_f(pp) > 1, extra * rec.weights * card_params(sc, tp, pp, ep, expert_tp), 0.0)
 
 
-def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, *, peak: str = "exact"):
-    """Saved activations at the peak: in-flight micro-batches x one micro-batch's stage activations.
+def _stored_kw(sc: Scenario) -> dict:
+    mem = sc.memory
+    return dict(act_bytes=mem.activation_bytes, flash_attention=mem.flash_attention, dropout=mem.dropout,
+                sequence_parallel=mem.sequence_parallel)
 
-    With a fixed reserve (chapter accounting: activations, gathered module parameters and workspace for
-    micro-batches of one sequence, 10.2.4) the term is the reserve times the micro-batch size
-    (conservative: the whole reserve scales, not only its activation share). ``peak="lo"`` / ``"hi"``
-    bound the in-flight count in closed form instead (:func:`pipeline_inflight`; solver pruning).
+
+def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, ep=1, expert_tp=0, capacity_factor=0.0,
+                *, peak: str = "exact"):
+    """Activations at the peak: in-flight micro-batches x one micro-batch's stored stage activations,
+    plus the recompute workspace once (it is reused block after block and micro-batch after micro-batch).
+
+    The flat model uses the peak in-flight count of the busiest stage times a stage of ceil(L/pp)
+    blocks; the per-operation model takes the maximum over stages of (in-flight on stage g) x
+    (stored activations of its layers). With a fixed reserve (chapter accounting: activations,
+    gathered module parameters and workspace for micro-batches of one sequence, 10.2.4) the term is
+    the reserve times the micro-batch size (conservative: the whole reserve scales, not only its
+    activation share). A MoE model adds its routed tokens (:func:`moe_activations`). ``peak="lo"`` /
+    ``"hi"`` bound the in-flight counts in closed form instead (solver pruning; exact where
+    :func:`tpopt.models.pipeline.peak_inflight_stage_bounds` is).
     """
     mem = sc.memory
     if not modelled_activations(sc):
-        shape = np.broadcast(_f(tp), _f(pp), _f(dp), _f(micro_batch)).shape
+        shape = np.broadcast(_f(tp), _f(pp), _f(dp), _f(micro_batch), _f(ep), _f(expert_tp),
+                             _f(capacity_factor)).shape
         return np.broadcast_to(_f(mem.activation_reserve) * _f(micro_batch), shape)
+    out = stored_activations(sc, schedule, recompute, tp, pp, dp, micro_batch, peak=peak) \
+        + recompute_workspace(sc, recompute, tp, micro_batch)
+    if sc.model.moe:
+        out = out + moe_activations(sc, schedule, recompute, tp, pp, dp, micro_batch, ep, expert_tp, capacity_factor,
+                                    peak=peak)
+    return out
+
+
+def card_tokens(sc: Scenario, tp, micro_batch):
+    """Tokens of one micro-batch on one card: micro-batch x s / tp (sequence parallelism under TP)."""
+    return _f(micro_batch) * sc.task.seq_len / _f(tp)
+
+
+def moe_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, ep, expert_tp, capacity_factor, *,
+                    peak: str = "exact"):
+    """Routed-token activations beyond the dense inventory (moe.routed_activation_extra per MoE block and
+    micro-batch), for every MoE block whose activations are in flight at the busiest stage's peak: the
+    flat model's in-flight micro-batches x MoE blocks of the stage; the per-operation model's in-flight
+    layer sets (every layer counted as a MoE block). With full recompute only the block being rebuilt
+    holds them (the workspace, once)."""
     rc = effective_recompute(sc, recompute)
-    stage_layers = np.ceil(sc.model.layers / _f(pp))
-    act_mb = memory.activation_bytes_per_microbatch(sc.model, sc.task.seq_len, micro_batch, tp, stage_layers, rc,
-                                                    mem.activation_bytes, mem.flash_attention)
-    return pipeline_inflight(schedule, pp, grad_accum(sc, dp, micro_batch), peak=peak) * act_mb
+    phi = load_factor(sc, ep, capacity_factor)
+    one = moe.routed_activation_extra(sc.model, card_tokens(sc, tp, micro_batch), phi,
+                                      moe.expert_tp_size(expert_tp, tp), sc.memory.activation_bytes)
+    if rc == "full":
+        return one * np.ones(np.broadcast(_f(pp), _f(dp)).shape)
+    ga = grad_accum(sc, dp, micro_batch)
+    if not per_op_model(sc):
+        return pipeline_inflight(schedule, pp, ga, peak=peak) * _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n) * one
+    return _layer_sets(sc, schedule, pp, ga, peak) * one
 
 
-def temporary(sc: Scenario, zero, tp, pp, micro_batch):
-    """Buffers live with the activations: FP32 logits, ZeRO-3 gathered units, pipeline send/recv."""
+def stored_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, *, peak: str = "exact"):
+    """Activations kept until their backward, at the busiest stage's peak (see :func:`activations`)."""
+    rc = effective_recompute(sc, recompute)
+    a, s, kw = sc.model, sc.task.seq_len, _stored_kw(sc)
+    ga = grad_accum(sc, dp, micro_batch)
+    if not per_op_model(sc):
+        stage_layers = np.ceil(a.layers / _f(pp))
+        per_mb = memory.activation_bytes_per_microbatch(a, s, micro_batch, tp, stage_layers, rc, **kw)
+        return pipeline_inflight(schedule, pp, ga, peak=peak) * per_mb
+    per_layer = memory.activation_bytes_per_microbatch(a, s, micro_batch, tp, 1, rc, **kw)
+    return _layer_sets(sc, schedule, pp, ga, peak) * per_layer
+
+
+def _layer_sets(sc: Scenario, schedule, pp, ga, peak: str = "exact"):
+    """Per-operation model: the busiest stage's in-flight layer sets for every (pp, micro-batches), exact
+    (the slot-order walk) or bounded in closed form (``peak="lo"`` / ``"hi"``)."""
+    first, last = sc.stage_layers
+    fn = _peak_layer_sets if peak == "exact" else \
+        (lambda *a: _peak_layer_set_bounds(*a)[0 if peak == "lo" else 1])
+    return _by_unique(lambda p, m: fn(str(schedule), sc.model.layers, int(p), int(m), first, last), pp,
+                      np.ceil(ga - 1e-9))
+
+
+@lru_cache(maxsize=4096)
+def _peak_layer_sets(schedule: str, layers: int, p: int, m: int, first: int, last: int) -> float:
+    """Max over stages of in-flight layer sets: (peak in-flight micro-batches of stage g) x (its layers)."""
+    if p <= 1:
+        return float(layers)
+    split = _split_cached(layers, p, first, last)
+    base, v = schedule_parts(schedule)
+    chunks = chunk_layers(split, v) if base == "interleaved" else None
+    if not split or (base == "interleaved" and chunks is None) or pipeline.shape_error(base, p, m, v):
+        return np.inf
+    peaks = pipeline.peak_inflight(base, p, m, v=v, chunk_layers=chunks)
+    return max(k * n for k, n in zip(peaks, split))
+
+
+@lru_cache(maxsize=4096)
+def _peak_layer_set_bounds(schedule: str, layers: int, p: int, m: int, first: int, last: int) -> tuple:
+    """(lo, hi) of :func:`_peak_layer_sets` from the per-stage closed-form peak bounds (no simulation)."""
+    if p <= 1:
+        return float(layers), float(layers)
+    split = _split_cached(layers, p, first, last)
+    base, v = schedule_parts(schedule)
+    chunks = chunk_layers(split, v) if base == "interleaved" else None
+    if not split or (base == "interleaved" and chunks is None) or pipeline.shape_error(base, p, m, v):
+        return np.inf, np.inf
+    lo, hi = pipeline.peak_inflight_stage_bounds(base, p, m, v=v, chunk_layers=chunks)
+    return max(k * n for k, n in zip(lo, split)), max(k * n for k, n in zip(hi, split))
+
+
+def recompute_workspace(sc: Scenario, recompute, tp, micro_batch):
+    """Rebuilt tensors while one block's backward uses them, counted once (memory.recompute_workspace_bytes)."""
+    if not modelled_activations(sc):
+        return np.zeros(np.broadcast(_f(tp), _f(micro_batch)).shape)
+    rc = effective_recompute(sc, recompute)
+    return memory.recompute_workspace_bytes(sc.model, sc.task.seq_len, micro_batch, tp, rc, **_stored_kw(sc))
+
+
+def temporary(sc: Scenario, zero, tp, pp, micro_batch, ep=1, expert_tp=0, capacity_factor=0.0):
+    """Buffers live with the activations: FP32 logits, ZeRO-3 gathered units, pipeline send/recv, and a
+    MoE block's all-to-all send buffer (moe.dispatch_buffer)."""
     mem = sc.memory
     if not modelled_activations(sc):
-        return np.zeros(np.broadcast(_f(zero), _f(tp), _f(pp), _f(micro_batch)).shape)
+        return np.zeros(np.broadcast(_f(zero), _f(tp), _f(pp), _f(micro_batch), _f(ep), _f(expert_tp),
+                                     _f(capacity_factor)).shape)
     a, s = sc.model, sc.task.seq_len
     rec = memory.recipe(sc.task.precision)
-    return (memory.logits_bytes(a, s, micro_batch, tp, mem.loss_chunks)
-            + np.where(_f(zero) >= 3, memory.zero3_gather_bytes(a, tp, rec, mem.prefetch), 0.0)
+    if a.moe:
+        unit = moe.largest_unit_per_card(a, tp, ep, expert_tp)
+        gather = unit * ((1 + mem.prefetch) * rec.weights + rec.grads)  # as memory.zero3_gather_bytes
+        send = moe.dispatch_buffer(a, card_tokens(sc, tp, micro_batch), load_factor(sc, ep, capacity_factor),
+                                   mem.activation_bytes)
+    else:
+        gather, send = memory.zero3_gather_bytes(a, tp, rec, mem.prefetch), 0.0
+    return (memory.logits_bytes(a, s, micro_batch, tp, mem.loss_chunks) + send
+            + np.where(_f(zero) >= 3, gather, 0.0)
             + np.where(_f(pp) > 1, memory.pipeline_buffer_bytes(a, s, micro_batch, tp, mem.activation_bytes), 0.0))
 
 
-def host_memory(sc: Scenario, acc: str, offload_cpu, zero, tp, pp, dp):
+def host_memory(sc: Scenario, acc: str, offload_cpu, zero, tp, pp, dp, ep=1, expert_tp=0):
     """Optimizer state offloaded to one host: cards_per_host x per-card optimizer shard (0 without offload)."""
     rec = memory.recipe(sc.task.precision)
     g = sc.system(acc).acc.cards_per_host
-    per_card = memory.host_optimizer_bytes(memory.stage_params(sc.model, tp, pp), dp, zero, rec)
+    per_card = _sharded(sc, tp, pp, dp, ep, expert_tp, lambda n, d: memory.host_optimizer_bytes(n, d, zero, rec))
     return np.where(offload_cpu, per_card * g, 0.0)
 
 
@@ -115,25 +333,130 @@ def host_memory(sc: Scenario, acc: str, offload_cpu, zero, tp, pp, dp):
 # time terms (seconds per step per card)
 
 
-def microbatch_times(sc: Scenario, acc: str, recompute, schedule, tp, pp, micro_batch):
-    """(t_forward, t_backward_input, t_backward_weight) of one micro-batch on one stage's card.
+def rates(sc: Scenario, acc: str) -> steptime.Rates:
+    """What the per-operation model runs on: the precision's matrix peak (FP16 / BF16; FP8 for weight
+    GEMMs under fp8-mixed when the card has an FP8 peak), HBM, the TP link and the performance catalog."""
+    sysm = sc.system(acc)
+    A = sysm.acc
+    rec = memory.recipe(sc.task.precision)
+    peak = A.peak_fp16 if rec.matrix == "fp16" and A.peak_fp16 > 0 else A.peak_flops
+    fp8 = rec.matrix == "fp8" and A.peak_fp8 > 0
+    return steptime.Rates(peak=peak, linear_peak=A.peak_fp8 if fp8 else peak, hbm=A.hbm_bandwidth,
+                          tp_bandwidth=A.intra_host_bw, perf=sysm.perf, fp8=fp8, scale=sysm.efficiency)
 
-    Work per token: forward 1/3 of the training FLOPs, backward 2/3 plus any recompute; with a
-    split backward (zero-bubble, DualPipe) dW is the forward-sized half and dX takes the rest.
-    Stages are balanced (the LM head counted in the average).
+
+def layout(sc: Scenario, tp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0) -> ops.Layout:
+    mem = sc.memory
+    moe_kw = ({"ep": ep, "expert_tp": expert_tp, "load": load_factor(sc, ep, capacity_factor)}
+              if sc.model.moe else {})
+    return ops.Layout(tp=tp, micro_batch=micro_batch, seq_len=sc.task.seq_len,
+                      sequence_parallel=mem.sequence_parallel, flash_attention=mem.flash_attention,
+                      dropout=mem.dropout, act_bytes=mem.activation_bytes, **moe_kw)
+
+
+_OP_MEMO: list = []  # the last few op_times results (one evaluation calls it from several terms)
+
+
+def op_times(sc: Scenario, acc: str, recompute, tp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0):
+    """Per-operation times of one micro-batch: (layer, first-stage extras, last-stage extras), each a
+    steptime.PhaseTimes (fwd, dX incl. recompute, dW, exposed TP). A MoE layer's expert kernels depend on
+    EP, expert-TP and the load factor (ops.moe_kernels)."""
+    arrays = [np.asarray(x) for x in (tp, micro_batch, ep, capacity_factor, expert_tp)]
+    key = (acc, str(recompute)) + tuple((x.shape, x.dtype.str, x.tobytes()) for x in arrays)
+    for entry_sc, entry_key, value in _OP_MEMO:
+        if entry_sc is sc and entry_key == key:
+            return value
+    value = _op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp)
+    _OP_MEMO.insert(0, (sc, key, value))
+    del _OP_MEMO[8:]
+    return value
+
+
+def _op_times(sc: Scenario, acc: str, recompute, tp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0):
+    rc = effective_recompute(sc, recompute)
+    r = rates(sc, acc)
+    lay = layout(sc, tp, micro_batch, ep, capacity_factor, expert_tp)
+    layer = steptime.layer_times(sc.model, lay, r, rc, sc.overlap_fractions()[0])
+    first, last = steptime.stage_extras(sc.model, lay, r)
+    return layer, first, last
+
+
+def _split_backward(schedule) -> bool:
+    base, _ = schedule_parts(schedule)
+    return base.startswith("zb") or base.startswith("dualpipe")
+
+
+def microbatch_times(sc: Scenario, acc: str, recompute, schedule, tp, pp, micro_batch, ep=1, capacity_factor=0.0,
+                     expert_tp=0):
+    """(t_forward, t_backward_input, t_backward_weight) of one micro-batch on the busiest stage's card.
+
+    Flat model: work per token, forward 1/3 of the training FLOPs, backward 2/3 plus any recompute, at
+    peak x efficiency; stages balanced (the LM head counted in the average); a MoE model's expert work
+    stretched by the load factor phi (padding, the busiest rank's surplus: moe.extra_flops_per_token).
+    Per-operation model: the stage's layers x the layer's kernel times plus the embedding (first stage)
+    or head and loss (last stage), maximised over stages. With a split backward (zero-bubble, DualPipe)
+    dW is separate; otherwise it is folded into the backward and t_backward_weight is 0.
     """
+    if per_op_model(sc):
+        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp)
+        parts = _busiest(sc, pp, layer, first, last)
+        return _fold(schedule, *parts)
     sysm = sc.system(acc)
     a, s = sc.model, sc.task.seq_len
     rc = effective_recompute(sc, recompute)
     fpt = flops_per_token(a, s)
     rfpt = memory.recompute_flops_per_token(a, s, rc)
+    if a.moe:
+        extra = moe.extra_flops_per_token(a, load_factor(sc, ep, capacity_factor))
+        fpt = fpt + extra
+        rfpt = rfpt + (extra / 3.0 if rc == "full" else 0.0)
     rate = sysm.acc.peak_flops * sysm.efficiency
     tokens = _f(micro_batch) * s / (_f(tp) * _f(pp))
     t_f = tokens * fpt / 3.0 / rate
     t_b = tokens * (2.0 * fpt / 3.0 + rfpt) / rate
-    split = str(schedule).startswith("zb") or str(schedule).startswith("dualpipe")
-    t_w = tokens * fpt / 3.0 / rate if split else 0.0 * t_f
+    t_w = tokens * fpt / 3.0 / rate if _split_backward(schedule) else 0.0 * t_f
     return t_f, t_b - t_w, t_w
+
+
+def _fold(schedule, t_f, t_dx, t_dw):
+    if _split_backward(schedule):
+        return t_f, t_dx, t_dw
+    return t_f, t_dx + t_dw, 0.0 * t_dw
+
+
+def _group_times(split: list, g: int, layer, first, last, k: int):
+    """(fwd, dX, dW) of layer group g: n_g x layer + embedding (g = 0) + head and loss (g = last)."""
+    n = split[g]
+    out = []
+    for i in range(k):
+        x = n * _f(layer[i])
+        if g == 0:
+            x = x + first[i]
+        if g == len(split) - 1:
+            x = x + last[i]
+        out.append(x)
+    return out
+
+
+def _busiest(sc: Scenario, pp, layer, first, last, k: int = 3):
+    """Elementwise (over the plan grid) the largest per-stage value of each of the first k phase times.
+
+    Stage times grow with the layer count, so only the first stage, the last stage and the middle stage
+    with the most layers can be the largest."""
+    shape = np.broadcast(np.asarray(pp), *(_f(x) for x in (*layer[:k], *first[:k], *last[:k]))).shape
+    pp_a = np.broadcast_to(np.asarray(pp), shape)
+    out = [np.zeros(shape) for _ in range(k)]
+    for p_val in np.unique(pp_a):
+        sel = pp_a == p_val
+        split = stage_split(sc, int(p_val)) or [sc.model.layers]
+        groups = {0, len(split) - 1}
+        if len(split) > 2:
+            groups.add(1 + int(np.argmax(split[1:-1])))
+        for g in sorted(groups):
+            vals = _group_times(split, g, layer, first, last, k)
+            for i in range(k):
+                out[i][sel] = np.maximum(out[i][sel], np.broadcast_to(vals[i], shape)[sel])
+    return out
 
 
 def pipeline_transfer(sc: Scenario, acc: str, tp, pp, dp, micro_batch, nics):
@@ -145,12 +468,20 @@ def pipeline_transfer(sc: Scenario, acc: str, tp, pp, dp, micro_batch, nics):
     return np.where(_f(pp) > 1, size / bw, 0.0)
 
 
-def pipeline_compute(schedule, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weight, t_transfer, *,
+def pipeline_compute(schedule, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weight, t_transfer, groups=None, *,
                      bounds: bool = False):
     """Per-step compute: the pipeline event model's completion time (m (t_f + t_b) when pp = 1).
 
+    ``groups(p)``, when given, returns the per-stage layer split for p stages and the per-group
+    durations are built from per-layer times plus first/last-stage extras (``t_fwd`` etc. are then
+    (layer, first, last) triples); otherwise every stage takes the same (t_fwd, t_bwd_input, t_bwd_weight).
     ``bounds=True`` returns ``(lo, hi)`` from the closed-form bounds instead (solver pruning; equal to
-    the exact value for pp = 1, fill-drain and 1F1B)."""
+    the exact value for pp = 1 and for balanced fill-drain and 1F1B).
+    """
+    base, v = schedule_parts(schedule)
+    if groups is not None:
+        return _pipeline_groups(base, v, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weight, t_transfer, groups,
+                                bounds)
     pp, m, tf, tdx, tdw, tx = np.broadcast_arrays(
         np.asarray(pp), _f(micro_batches), _f(t_fwd), _f(t_bwd_input), _f(t_bwd_weight), _f(t_transfer))
     shape = pp.shape
@@ -158,51 +489,128 @@ def pipeline_compute(schedule, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weig
     out = m * (tf + tdx + tdw)
     multi = pp > 1
     if np.any(multi):
-        from tpopt.models import pipeline
-
         # one vectorised call: closed forms, or one recurrence per distinct (pp, micro-batches) shape;
         # shapes the schedule cannot run give inf (layout.schedule_shape)
         mm = np.ceil(m[multi] - 1e-9).astype(int)
-        args = (schedule, pp[multi], mm, tf[multi], tdx[multi], tdw[multi], tx[multi], 0.0)
+        args = (base, pp[multi], mm, tf[multi], tdx[multi], tdw[multi], tx[multi], 0.0)
         if bounds:
-            lo, hi = pipeline.completion_bounds(*args)
-            bad = ~pipeline.shape_ok(schedule, pp[multi], mm)
+            lo, hi = pipeline.completion_bounds(*args, v=v)
+            bad = ~pipeline.shape_ok(base, pp[multi], mm)
             hi_out = out.copy()
             out[multi] = np.where(bad, np.inf, lo)
             hi_out[multi] = np.where(bad, np.inf, hi)
             return out.reshape(shape), hi_out.reshape(shape)
-        out[multi] = pipeline.completion_for_shapes(*args)
-    elif bounds:
+        out[multi] = pipeline.completion_for_shapes(*args, v=v)
+    if bounds:
         return out.reshape(shape), out.reshape(shape)
+    return out.reshape(shape)
+
+
+_COMPLETION_CACHE: dict = {}
+
+
+def _unique_columns(fn, *arrays, key=None):
+    """``fn`` on the distinct columns of the 1-D (or (groups, n)) duration arrays only, scattered back:
+    a plan grid repeats each duration set for every ZeRO stage, offload, save interval and mode. With a
+    ``key`` (the pipeline shape) results are remembered across calls (the enumerator evaluates the same
+    durations once per offload and save mode)."""
+    n = arrays[0].shape[-1]
+    stacked = np.vstack([np.reshape(a, (-1, n)) for a in arrays])
+    uniq, inverse = np.unique(stacked, axis=1, return_inverse=True)
+    ck = None if key is None else (key, uniq.shape, uniq.tobytes())
+    if ck is not None and ck in _COMPLETION_CACHE:
+        return _COMPLETION_CACHE[ck][np.reshape(inverse, -1)]
+    parts, row = [], 0
+    for a in arrays:
+        k = 1 if np.ndim(a) == 1 else a.shape[0]
+        parts.append(uniq[row] if np.ndim(a) == 1 else uniq[row:row + k])
+        row += k
+    result = np.asarray(fn(*parts), dtype=float)
+    if ck is not None:
+        if len(_COMPLETION_CACHE) >= 1024:
+            _COMPLETION_CACHE.clear()
+        _COMPLETION_CACHE[ck] = result
+    return result[np.reshape(inverse, -1)]
+
+
+def _pipeline_groups(base, v, pp, micro_batches, layer_f, layer_dx, layer_dw, t_transfer, groups, bounds=False):
+    """Completion time with per-stage durations (uneven layer counts, embedding and head placement);
+    with ``bounds``, (lo, hi) from the closed-form bounds summed group by group (no simulation)."""
+    (lf, ef, hf), (ldx, edx, hdx), (ldw, edw, hdw) = layer_f, layer_dx, layer_dw
+    arrs = np.broadcast_arrays(np.asarray(pp), _f(micro_batches), *(_f(x) for x in (lf, ldx, ldw, ef, edx, edw, hf,
+                                                                                       hdx, hdw, t_transfer)))
+    shape = arrs[0].shape
+    pp_a, m, lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, tx = (x.reshape(-1) for x in arrs)
+    out = np.empty(pp_a.shape)
+    hi_out = np.empty(pp_a.shape) if bounds else None
+    mm = np.ceil(m - 1e-9).astype(int)
+    single = pp_a <= 1
+    n_all = float(sum(groups(1)))
+    out[single] = m[single] * (n_all * (lf + ldx + ldw) + ef + edx + edw + hf + hdx + hdw)[single]
+    if bounds:
+        hi_out[single] = out[single]
+    if np.any(~single):
+        for p_val, m_val in np.unique(np.stack([pp_a[~single], mm[~single]], axis=1), axis=0):
+            sel = (~single) & (pp_a == p_val) & (mm == m_val)
+            p, mv = int(p_val), int(m_val)
+            split = groups(p)
+            chunks = chunk_layers(split, v) if base == "interleaved" else None
+            if not split or (base == "interleaved" and chunks is None) or pipeline.shape_error(base, p, mv, v):
+                out[sel] = np.inf  # layout.schedule_shape rules this plan out
+                if bounds:
+                    hi_out[sel] = np.inf
+                continue
+            per = [_group_times(split, g, (lf[sel], ldx[sel], ldw[sel]), (ef[sel], edx[sel], edw[sel]),
+                                (hf[sel], hdx[sel], hdw[sel]), 3) for g in range(p)]
+            fwd, dx, dw = (np.stack([np.broadcast_to(per[g][i], tx[sel].shape) for g in range(p)]) for i in range(3))
+            if bounds:
+                out[sel], hi_out[sel] = pipeline.completion_bounds(base, p, mv, fwd, dx, dw, tx[sel], 0.0, v=v,
+                                                                    per_group=True, chunk_layers=chunks)
+                continue
+            out[sel] = _unique_columns(lambda f, x_, w, t: pipeline.completion_time(
+                base, p, mv, f, x_, w, t, 0.0, v=v, chunk_layers=chunks, per_group=True), fwd, dx, dw, tx[sel],
+                key=(base, p, mv, v, tuple(chunks or ()), tuple(split)))
+    if bounds:
+        return out.reshape(shape), hi_out.reshape(shape)
     return out.reshape(shape)
 
 
 def pipeline_inflight(schedule, pp, micro_batches, *, peak: str = "exact"):
     """Peak live micro-batch activation sets on the busiest stage (1 when pp = 1).
 
-    ``peak="lo"`` / ``"hi"``: closed-form bounds (exact for every schedule but the chapter's DualPipe).
+    Closed forms for every schedule but the chapter's DualPipe (:func:`tpopt.models.pipeline.peak_inflight_max`
+    walks its slot order once per shape); ``peak="lo"`` / ``"hi"``: closed-form bounds only.
     """
-    from tpopt.models import pipeline
-
+    base, v = schedule_parts(schedule)
     pp, m = np.broadcast_arrays(np.asarray(pp), np.ceil(_f(micro_batches) - 1e-9).astype(int))
     multi = pp > 1
     out = np.ones(pp.shape, dtype=float)
     if np.any(multi):
         if peak == "exact":
-            val = pipeline.peak_inflight_max(schedule, pp[multi], m[multi])
+            val = pipeline.peak_inflight_max(base, pp[multi], m[multi], v=v)
         else:
-            val = pipeline.peak_inflight_bounds(schedule, pp[multi], m[multi])[0 if peak == "lo" else 1]
-        out[multi] = np.where(pipeline.shape_ok(schedule, pp[multi], m[multi]), val, np.inf)
+            val = pipeline.peak_inflight_bounds(base, pp[multi], m[multi], v=v)[0 if peak == "lo" else 1]
+        out[multi] = np.where(pipeline.shape_ok(base, pp[multi], m[multi]), val, np.inf)
     return out
 
 
-def schedule_shape_ok(schedule, pp, dp, micro_batch, batch):
-    """1 where the pipeline schedule can run pp stages with batch / (dp x micro_batch) micro-batches
-    (always when pp = 1; only DeepSeek's DualPipe ordering restricts shapes)."""
-    from tpopt.models import pipeline
-
+def schedule_shape_ok(schedule, pp, dp, micro_batch, batch, sc: Scenario | None = None):
+    """1 where the pipeline schedule can run pp stages with batch / (dp x micro_batch) micro-batches:
+    always when pp = 1; DeepSeek's DualPipe ordering restricts shapes; interleaved needs at least v
+    layers on every stage; explicit first / last stage layer counts must leave every stage a layer."""
+    base, v = schedule_parts(schedule)
     pp, m = np.broadcast_arrays(np.asarray(pp), np.ceil(batch / (_f(dp) * _f(micro_batch)) - 1e-9).astype(int))
-    return pipeline.shape_ok(schedule, pp, m)
+    out = np.ones(pp.shape, dtype=bool)
+    for p_val, m_val in np.unique(np.stack([pp.reshape(-1), m.reshape(-1)], axis=1), axis=0):
+        if p_val <= 1:
+            continue
+        bad = bool(pipeline.shape_error(base, int(p_val), int(m_val), v))
+        if sc is not None and not bad:
+            split = stage_split(sc, int(p_val))
+            bad = not split or (base == "interleaved" and min(split) < v)
+        if bad:
+            out[(pp == p_val) & (m == m_val)] = False
+    return out
 
 
 def straggler_factor(sc: Scenario, cards):
@@ -213,21 +621,44 @@ def straggler_factor(sc: Scenario, cards):
     return 1.0 + sigma * reliability.expected_max_std_normal(np.asarray(cards).astype(int))
 
 
-def compute_inputs(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics):
-    """Everything the compute term needs: (t_f, t_dX, t_dW, t_transfer, grad_accum, cards)."""
-    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, schedule, tp, pp, micro_batch)
+def compute_key(sc: Scenario, ep, expert_tp, capacity_factor) -> tuple:
+    """What the compute term depends on among (ep, expert_tp, capacity_factor): the load factor in the
+    flat model; also EP and expert-TP (grouped-GEMM shapes) in the per-operation model."""
+    phi = float(load_factor(sc, ep, capacity_factor))
+    return (ep, expert_tp, phi) if per_op_model(sc) and sc.model.moe else (phi,)
+
+
+def compute_inputs(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics, ep=1,
+                   capacity_factor=0.0, expert_tp=0):
+    """Everything the compute term needs, as 12 arrays: (fwd, dX, dW) of a layer (per-operation model)
+    or of a balanced stage (flat model), the first stage's and the last stage's extras (zero in the flat
+    model), the boundary transfer, micro-batches per step and cards."""
     t_x = pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics)
-    return t_f, t_dx, t_dw, t_x, grad_accum(sc, dp, micro_batch), _f(tp) * _f(pp) * _f(dp)
+    ga, cards = grad_accum(sc, dp, micro_batch), _f(tp) * _f(pp) * _f(dp)
+    if per_op_model(sc):
+        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp)
+        folded = [_fold(schedule, *x[:3]) for x in (layer, first, last)]
+        return (*folded[0], *folded[1], *folded[2], t_x, ga, cards)
+    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, schedule, tp, pp, micro_batch, ep, capacity_factor)
+    z = 0.0 * _f(t_f)
+    return t_f, t_dx, t_dw, z, z, z, z, z, z, t_x, ga, cards
 
 
 def compute_from(sc: Scenario, schedule, pp, inputs):
     """Compute term from its inputs (arrays may stack many plans; one simulator call per shape).
 
-    Returns (compute_with_stragglers, pure_compute, bubble, straggler).
+    Returns (compute_with_stragglers, pure_compute, bubble, straggler); pure compute is the busiest
+    stage's work, m (t_f + t_dX + t_dW).
     """
-    t_f, t_dx, t_dw, t_x, ga, cards = inputs
-    completion = pipeline_compute(schedule, pp, ga, t_f, t_dx, t_dw, t_x)
-    pure = ga * (t_f + t_dx + t_dw)
+    lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, t_x, ga, cards = inputs
+    if per_op_model(sc):
+        completion = pipeline_compute(schedule, pp, ga, (lf, ef, hf), (ldx, edx, hdx), (ldw, edw, hdw), t_x,
+                                      groups=lambda p: stage_split(sc, p))
+        busy = _busiest(sc, pp, (lf + ldx + ldw,), (ef + edx + edw,), (hf + hdx + hdw,), 1)[0]
+        pure = ga * busy
+    else:
+        completion = pipeline_compute(schedule, pp, ga, lf, ldx, ldw, t_x)
+        pure = ga * (lf + ldx + ldw)
     total = completion * straggler_factor(sc, cards)
     finite = np.isfinite(completion)
     return (total, pure, np.where(finite, completion - pure, np.inf),
@@ -237,49 +668,106 @@ def compute_from(sc: Scenario, schedule, pp, inputs):
 def compute_bounds(sc: Scenario, schedule, pp, inputs):
     """``(lo, hi)`` of :func:`compute_from`'s compute-with-stragglers from the pipeline's closed-form
     bounds (solver pruning; exact where the pipeline term has a closed form)."""
-    t_f, t_dx, t_dw, t_x, ga, cards = inputs
-    lo, hi = pipeline_compute(schedule, pp, ga, t_f, t_dx, t_dw, t_x, bounds=True)
+    lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, t_x, ga, cards = inputs
+    if per_op_model(sc):
+        lo, hi = pipeline_compute(schedule, pp, ga, (lf, ef, hf), (ldx, edx, hdx), (ldw, edw, hdw), t_x,
+                                  groups=lambda p: stage_split(sc, p), bounds=True)
+    else:
+        lo, hi = pipeline_compute(schedule, pp, ga, lf, ldx, ldw, t_x, bounds=True)
     factor = straggler_factor(sc, cards)
     return lo * factor, hi * factor
 
 
-def compute(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics):
+def compute(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics, ep=1, capacity_factor=0.0,
+            expert_tp=0):
     """Per-step compute incl. pipeline bubbles, times the straggler factor.
 
     Returns (compute_with_stragglers, pure_compute, bubble, straggler) so that reports can split it.
     """
-    return compute_from(sc, schedule, pp, compute_inputs(sc, acc, recompute, schedule, tp, pp, dp, micro_batch, nics))
+    return compute_from(sc, schedule, pp, compute_inputs(sc, acc, recompute, schedule, tp, pp, dp, micro_batch, nics,
+                                                         ep, capacity_factor, expert_tp))
 
 
-def dp_link(sc: Scenario, acc: str, zero, tp, pp, dp, micro_batch, nics):
-    """Data-parallel (ZeRO) link time per step: V / B on the real path (comm.zero_dp_volume, dp_ring_bandwidth)."""
+def tp_exposed(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch):
+    """Per-operation model: exposed tensor-parallel time per step on the busiest stage (inside the
+    compute term; reported separately)."""
+    layer, first, last = op_times(sc, acc, recompute, tp, micro_batch)
+    tp_stage = _busiest(sc, pp, (layer.tp,), (first.tp,), (last.tp,), 1)[0]
+    return grad_accum(sc, dp, micro_batch) * tp_stage
+
+
+def dp_bandwidth(sc: Scenario, acc: str, tp, dp, nics):
+    """Per-card DP ring bandwidth (comm.dp_ring_bandwidth), x the collective efficiency in the
+    per-operation model."""
     A = sc.system(acc).acc
-    rec = memory.recipe(sc.task.precision)
     bw = comm.dp_ring_bandwidth(A.intra_host_bw, A.nic_bw, nics, tp, dp, A.cards_per_host)
-    v = comm.zero_dp_volume(zero, memory.stage_params(sc.model, tp, pp), dp, grad_accum(sc, dp, micro_batch),
-                            rec.weights, rec.grads)
-    return v / bw
+    if per_op_model(sc):
+        bw = bw * sc.system(acc).perf.dp_efficiency
+    return bw
 
 
-def exposed_dp(sc: Scenario, acc: str, zero, recompute, tp, pp, dp, micro_batch, nics):
-    """Exposed data-parallel communication (comm.exposed_time).
+def dp_link(sc: Scenario, acc: str, zero, tp, pp, dp, micro_batch, nics, ep=1, expert_tp=0):
+    """Data-parallel (ZeRO) link time per step: V / B on the real path (comm.zero_dp_volume, dp_ring_bandwidth).
+
+    A MoE model's expert state is reduced over its expert-data-parallel group (edp members, one ring per
+    card of an EP x expert-TP block): the two rings' times add up (they share the links)."""
+    rec = memory.recipe(sc.task.precision)
+    ga = grad_accum(sc, dp, micro_batch)
+    bw = dp_bandwidth(sc, acc, tp, dp, nics)
+    if not sc.model.moe:
+        return comm.zero_dp_volume(zero, heaviest_stage_params(sc, tp, pp), dp, ga, rec.weights, rec.grads) / bw
+    g = sc.system(acc).acc.cards_per_host
+    etp = moe.expert_tp_size(expert_tp, tp)
+    edp = moe.expert_dp_size(tp, dp, ep, expert_tp)
+    bw_e = dp_bandwidth(sc, acc, np.minimum(_f(ep) * etp, g), edp, nics)
+
+    def t(d, xl, xb, n):
+        experts = xl / (_f(ep) * etp) + xb / _f(ep)
+        return (comm.zero_dp_volume(zero, d, dp, ga, rec.weights, rec.grads) / bw
+                + comm.zero_dp_volume(zero, experts, edp, ga, rec.weights, rec.grads) / bw_e)
+
+    return _moe_stages(sc, tp, pp, t)
+
+
+def exposed_dp(sc: Scenario, acc: str, zero, recompute, tp, pp, dp, micro_batch, nics, ep=1, expert_tp=0,
+               capacity_factor=0.0):
+    """Exposed data-parallel communication (comm.exposed_time), with overlap share f (comm.dp_overlap):
+    (1 - f) x every byte + f x (unhidable bytes + per-window excess over compute).
 
     Windows: one per micro-batch for ZeRO-2/3 (their collectives run every micro-batch), one per
-    step for ZeRO-0/1; each window's compute is one micro-batch's forward + backward.
+    step for ZeRO-0/1; each window's compute is one micro-batch's forward + backward on the busiest
+    stage. Per-operation model, contention: a DP ring inside the host shares its link with the TP
+    collectives of the same window, a ring across hosts shares the NICs with the pipeline transfers;
+    the link time is divided by (1 - u), u the other traffic's share of the window (capped at 0.9).
     """
-    A = sc.system(acc).acc
     rec = memory.recipe(sc.task.precision)
-    bw = comm.dp_ring_bandwidth(A.intra_host_bw, A.nic_bw, nics, tp, dp, A.cards_per_host)
-    link = dp_link(sc, acc, zero, tp, pp, dp, micro_batch, nics)
+    bw = dp_bandwidth(sc, acc, tp, dp, nics)
+    link = dp_link(sc, acc, zero, tp, pp, dp, micro_batch, nics, ep, expert_tp)
     unhidden = comm.zero_dp_unhidden_bytes(zero, memory.embedding_shard_params(sc.model, tp), dp, rec.weights,
                                            rec.grads) / bw
-    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch)
+    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, ep, capacity_factor,
+                                       expert_tp)
+    window = t_f + t_dx + t_dw
     windows = np.where(_f(zero) >= 2, grad_accum(sc, dp, micro_batch), 1.0)
-    return comm.exposed_time(unhidden, link / windows, t_f + t_dx + t_dw, windows, sc.overlap)
+    if per_op_model(sc):
+        A = sc.system(acc).acc
+        spans = _f(dp) * _f(tp) > A.cards_per_host
+        ga = grad_accum(sc, dp, micro_batch)
+        tp_busy = tp_exposed(sc, acc, recompute, tp, pp, dp, micro_batch) / ga
+        pp_busy = 2.0 * pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics)
+        u = np.minimum(0.9, np.where(spans, pp_busy, tp_busy) / np.maximum(window, 1e-12))
+        link = link / (1.0 - u)
+    f = sc.overlap_fractions()[1]
+    hidden = comm.exposed_time(unhidden, link / windows, window, windows, True)
+    return f * hidden + (1.0 - f) * link
 
 
 def tp_comm(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch):
-    """Tensor-parallel communication, all on the critical path: V_tp / intra-host bandwidth."""
+    """Tensor-parallel communication outside the compute term. Flat model: all on the critical path,
+    V_tp / intra-host bandwidth. Per-operation model: 0 here, because the exposed TP time is part of
+    each stage's duration (:func:`tp_exposed` reports it)."""
+    if per_op_model(sc):
+        return np.zeros(np.broadcast(_f(tp), _f(pp), _f(dp), _f(micro_batch)).shape)
     A = sc.system(acc).acc
     rc = effective_recompute(sc, recompute)
     v = comm.tp_volume(_f(micro_batch) * sc.task.seq_len, sc.model.hidden, tp, np.ceil(sc.model.layers / _f(pp)),
@@ -287,17 +775,80 @@ def tp_comm(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch):
     return v / A.intra_host_bw
 
 
-def offload_wait(sc: Scenario, acc: str, offload_cpu, zero, recompute, tp, pp, dp, micro_batch):
-    """CPU-offload time per step: gradient download beyond the last backward (T_wait = max(0, V/B - W)),
-    the CPU Adam pass at the host's memory bandwidth shared by its cards, and the BF16 upload."""
+def offload_wait(sc: Scenario, acc: str, offload_cpu, zero, recompute, tp, pp, dp, micro_batch, ep=1, expert_tp=0,
+                 capacity_factor=0.0):
+    """Optimizer-step time per step. With CPU offload: the gradient download beyond the last backward
+    (T_wait = max(0, V/B - W)), the CPU Adam pass at the host's memory bandwidth shared by its cards,
+    and the BF16 upload. Without offload: 0 in the flat model (the chapter leaves the GPU optimizer
+    step out); the GPU Adam pass over the card's shard in the per-operation model
+    (ops.optimizer_bytes_per_param)."""
     A = sc.system(acc).acc
     rec = memory.recipe(sc.task.precision)
-    shard = memory.stage_params(sc.model, tp, pp) / np.where(_f(zero) >= 1, _f(dp), 1.0)
-    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch)
+    shard = _sharded(sc, tp, pp, dp, ep, expert_tp, lambda n, d: n / np.where(_f(zero) >= 1, _f(d), 1.0))
+    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, ep, capacity_factor,
+                                       expert_tp)
     cpu_bw = A.host_memory_bw / A.cards_per_host if A.host_memory_bw > 0 else np.inf
     down = comm.offload_wait(2.0 * shard, A.host_link_bw, 2.0 / 3.0 * (t_f + t_dx + t_dw))
     t = down + shard * CPU_ADAM_BYTES_PER_PARAM / cpu_bw + rec.weights * shard / A.host_link_bw
-    return np.where(offload_cpu, t, 0.0)
+    gpu = 0.0
+    if per_op_model(sc):
+        per_param = ops.optimizer_bytes_per_param(rec.weights, rec.grads, rec.master, rec.moments)
+        gpu = steptime.optimizer_time(shard, per_param, rates(sc, acc))
+    return np.where(offload_cpu, t, gpu)
+
+
+def ep_link(sc: Scenario, acc: str, recompute, tp, pp, micro_batch, nics, ep, expert_tp, capacity_factor):
+    """All-to-all time of one micro-batch on the stage with the most MoE blocks (moe.a2a_per_microbatch):
+    dispatch and combine of one card's tokens on the EP group's links (NVLink inside a host, the host's
+    NICs across hosts), stretched by the load factor; the per-operation model derates the links by the
+    collective efficiencies (tp_efficiency inside a host, dp_efficiency across) and adds a latency per
+    exchange. 0 for a dense model or EP = 1."""
+    a = sc.model
+    if not a.moe:
+        return 0.0 * _f(tp) * _f(pp) * _f(micro_batch) * _f(nics) * _f(ep) * _f(expert_tp) * _f(capacity_factor)
+    A = sc.system(acc).acc
+    o = sc.moe
+    rc = effective_recompute(sc, recompute)
+    hosts = moe.ep_hosts(ep, moe.expert_tp_size(expert_tp, tp), A.cards_per_host)
+    intra, inter = moe.a2a_rows_per_token(a.top_k, ep, hosts, o.dispatcher, o.node_limit)
+    intra_bw, nic_bw, latency = A.intra_host_bw, A.nic_bw, 0.0
+    if per_op_model(sc):
+        p = sc.system(acc).perf
+        intra_bw, nic_bw, latency = intra_bw * p.tp_efficiency, nic_bw * p.dp_efficiency, p.collective_latency
+    one = moe.a2a_time(card_tokens(sc, tp, micro_batch), a.hidden, sc.memory.activation_bytes, intra, inter,
+                       load_factor(sc, ep, capacity_factor), intra_bw, nic_bw, nics, A.cards_per_host, A.p2p)
+    one = np.where(_f(ep) > 1, one + latency, 0.0)
+    blocks = _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n)
+    return moe.a2a_per_microbatch(one, blocks, rc == "full")
+
+
+def ep_comm(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics, ep=1, expert_tp=0,
+            capacity_factor=0.0):
+    """Exposed all-to-all per step (moe.a2a_exposed): every micro-batch's exchanges, or with overlap
+    (``[moe] a2a_overlap``: auto = DualPipe schedules) only what exceeds one micro-batch's compute. The
+    exchanges extend each micro-batch on the critical path; how they stretch pipeline bubbles is not
+    modelled (as the flat model's tensor-parallel time)."""
+    per_mb = ep_link(sc, acc, recompute, tp, pp, micro_batch, nics, ep, expert_tp, capacity_factor)
+    if not sc.model.moe:
+        return per_mb * _f(dp)  # zeros of the right shape
+    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, schedule, tp, pp, micro_batch, ep, capacity_factor,
+                                       expert_tp)
+    return moe.a2a_exposed(per_mb, t_f + t_dx + t_dw, grad_accum(sc, dp, micro_batch),
+                           moe.a2a_overlapped(sc.moe.a2a_overlap, schedule))
+
+
+def capacity_drops(sc: Scenario, tp, micro_batch, capacity_factor):
+    """Share of dispatches a capacity factor drops for one card's micro-batch (moe.routing_drops)."""
+    a, o = sc.model, sc.moe
+    if not a.moe:
+        return 0.0 * _f(tp) * _f(micro_batch) * _f(capacity_factor)
+    return moe.routing_drops(card_tokens(sc, tp, micro_batch), a.top_k, a.experts, capacity_factor, o.imbalance,
+                             o.hot)[0]
+
+
+def ep_group_ok(sc: Scenario, acc: str, tp, dp, ep, expert_tp):
+    """1 where EP x expert-TP fits the tp x dp group (moe.ep_group_ok)."""
+    return moe.ep_group_ok(sc.model, tp, dp, ep, expert_tp, sc.system(acc).acc.cards_per_host)
 
 
 # ---------------------------------------------------------------------------------------------

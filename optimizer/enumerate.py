@@ -20,8 +20,9 @@ from tpopt.models.evaluate import evaluate_arrays
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import FAMILIES, VARS, Space
 
-NUMERIC_AXES = ("tp", "pp", "dp", "mb", "zero", "nics", "tau")
-CHUNK = 2_000_000  # points per evaluate_arrays call (bounds memory)
+NUMERIC_AXES = ("tp", "pp", "dp", "mb", "zero", "nics", "tau", "ep", "etp", "cap")
+CHUNK = 250_000  # points per evaluate_arrays call (bounds memory and the time between clock checks)
+F32_MAX = float(np.finfo(np.float32).max)  # ratios beyond it are clipped (they only rank closeness)
 
 
 def _groups(space: Space):
@@ -48,7 +49,8 @@ def chunks(space: Space, groups=None):
         k_idx = [j for j in range(len(d["nics"])) if nic_ok[ai, j]]
         axes = {"tp": list(range(len(d["tp"]))), "pp": pp_idx, "dp": list(range(len(d["dp"]))),
                 "mb": list(range(len(d["mb"]))), "zero": list(range(len(d["zero"]))), "nics": k_idx,
-                "tau": list(range(len(d["tau"])))}
+                "tau": list(range(len(d["tau"]))), "ep": list(range(len(d["ep"]))),
+                "etp": list(range(len(d["etp"]))), "cap": list(range(len(d["cap"])))}
         per_tp = int(np.prod([len(axes[a]) for a in NUMERIC_AXES[1:]]))
         step = max(1, CHUNK // max(per_tp, 1))
         for start in range(0, len(axes["tp"]), step):
@@ -62,7 +64,8 @@ def chunks(space: Space, groups=None):
                                 micro_batch=g["mb"].astype(int), zero_stage=g["zero"].astype(int),
                                 nics_per_host=g["nics"].astype(int), save_interval_s=space.interval(g["tau"], cards, mode),
                                 recompute=d["recompute"][ri], offload=d["offload"][oi], schedule=d["schedule"][si],
-                                save_mode=mode)
+                                save_mode=mode, ep=g["ep"].astype(int), expert_tp=g["etp"].astype(int),
+                                capacity_factor=g["cap"])
             shape = tuple(len(x) for x in idx_lists)
             fixed = {"acc": ai, "offload": oi, "recompute": ri, "mode": mi, "schedule": si}
             yield fixed, idx_lists, shape, r
@@ -74,7 +77,14 @@ def _ok(r, family, shape):
 
 
 def enumerate_best(space: Space, req: Request, groups=None):
-    """Return (best assignments as index dicts, best-first; number of points evaluated; chunks)."""
+    """Return (best assignments as index dicts, best-first; number of points evaluated; chunks).
+
+    Stops between chunks when the request's clock (``req.clock``) runs out: the points kept are
+    then the best of those evaluated, and ``evaluated < space.size()`` says the search is partial.
+    ``groups`` restricts the walk to some of :func:`_groups` (a timed sample).
+    """
+    clock = req.clock
+    total = space.size()
     enforced = [f for f in FAMILIES if f in req.enforced(FAMILIES)]
     keep_keys: list[tuple] = []
     keep_idx: list[dict] = []
@@ -110,6 +120,10 @@ def enumerate_best(space: Space, req: Request, groups=None):
                 keep_keys = [keep_keys[i] for i in best]
                 keep_idx = [keep_idx[i] for i in best]
         order += n
+        if clock is not None:
+            clock.report("enumerating plans", evaluated, total)
+            if clock.expired("enumerating plans"):
+                break
     best = sorted(range(len(keep_keys)), key=lambda i: keep_keys[i])[:K]
     return [keep_idx[i] for i in best], evaluated, n_chunks
 
@@ -147,7 +161,7 @@ class PointTable:
                 v, lim = (np.broadcast_to(x, shape).reshape(-1) for x in r[("c", f)])
                 with np.errstate(divide="ignore", invalid="ignore"):
                     q = np.where(np.isinf(lim), 0.0, np.where(lim > 0, v / np.where(lim > 0, lim, 1.0), v))
-                ratio[f].append(q.astype(np.float32))
+                ratio[f].append(np.clip(q, -F32_MAX, F32_MAX).astype(np.float32))
         cat = lambda xs, dt=None: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dtype=dt)
         return cls(space=space, idx={v: cat(parts[v], np.int32) for v in VARS}, cost=cat(cost, float),
                    finish=cat(finish, float), cards=cat(cards, float), ok={f: cat(ok[f], bool) for f in FAMILIES},
@@ -185,11 +199,18 @@ class PointTable:
 # one layout at a time, from the term tables (the decomposition's subproblem and the report's queries)
 
 HUB = ("acc", "tp", "pp", "dp", "mb")
-GRID = ("zero", "offload", "recompute", "schedule", "nics")
+GRID = ("zero", "offload", "recompute", "schedule", "nics", "ep", "etp", "cap")
 SAVE = ("tau", "mode")
 EXTRAS = GRID + SAVE
-_GRID_TERMS = ("mem.states", "mem.copies", "mem.temporary", "time.exposed_dp", "time.tp_comm", "time.offload", "rate",
-               "ok.memory.host", "ok.layout.schedule_shape")
+_GRID_TERMS = ("mem.states", "mem.copies", "mem.temporary", "time.exposed_dp", "time.tp_comm", "time.offload",
+               "time.ep_comm", "rate")
+# families decided by one table each (True = the rule holds), sliced at the layout
+_RULES = {"memory.host": "ok.memory.host", "layout.schedule_shape": "ok.layout.schedule_shape",
+          "layout.ep_divides_experts": "ok.layout.ep_divides_experts", "layout.ep_group": "ok.layout.ep_group",
+          "moe.capacity_drops": "ok.moe.capacity_drops", "batch.divisibility": "ok.batch.divisibility",
+          "layout.whole_hosts": "ok.layout.whole_hosts", "layout.tp_within_host": "ok.layout.tp_within_host",
+          "layout.heads_divisible": "ok.layout.heads_divisible",
+          "layout.pp_divides_layers": "ok.layout.pp_divides_layers"}
 
 
 class LayoutEvaluator:
@@ -222,12 +243,15 @@ class LayoutEvaluator:
         self.simulated = 0  # layouts whose exact pipeline terms were computed
 
     # -- terms ----------------------------------------------------------------------------------
-    def _on_grid(self, name: str, table: np.ndarray, h: tuple) -> np.ndarray:
+    def _on_grid(self, name: str, table: np.ndarray, h: tuple, domains: dict | None = None) -> np.ndarray:
+        """A table sliced at layout ``h`` and laid out on the :data:`EXTRAS` grid (size-1 axes for the
+        variables it does not have)."""
+        domains = self.space.domains if domains is None else domains
         vars = self.space.table_vars(name)
         vals = table[tuple(h[HUB.index(v)] if v in HUB else slice(None) for v in vars)]
         rest = [v for v in vars if v not in HUB]
         vals = np.transpose(vals, [rest.index(v) for v in EXTRAS if v in rest])
-        return vals.reshape([len(self.space.domains[v]) if v in rest else 1 for v in EXTRAS])
+        return vals.reshape([len(domains[v]) if v in rest else 1 for v in EXTRAS])
 
     def _term(self, name: str, h: tuple, side: str | None = None) -> np.ndarray:
         """A term on the extras grid: exact (``side=None``) or its bound (``"lo"`` / ``"hi"``)."""
@@ -239,33 +263,41 @@ class LayoutEvaluator:
         return self._on_grid(name, sp.tables[name].values, h)
 
     def _exact_pipeline(self, h: tuple) -> dict:
-        """Exact compute and activations of a layout: the closed-form values of the bound tables where
-        they are exact, the event model for the other schedules (one call per schedule)."""
+        """Exact compute and activations of a layout: the bound tables' values where they are exact
+        (one stage; the closed forms of balanced fill-drain and 1F1B; every peak but the chapter's
+        DualPipe), the layout's own exact tables for the other schedules (one event-model call each)."""
         got = self.exact_terms.get(h)
         if got is not None:
             return got
         from tpopt.models import pipeline
 
         sc, d = self.sc, self.space.domains
-        acc = d["acc"][h[0]]
-        tp, pp, dp, mb = (float(d[v][h[HUB.index(v)]]) for v in ("tp", "pp", "dp", "mb"))
-        comp = self._term("time.compute", h, "lo").copy()
-        act = self._term("mem.activations", h, "lo").copy()
-        nics = np.asarray(d["nics"], dtype=float)
-        for si, sched in enumerate(d["schedule"]):
-            if pp > 1 and sched not in pipeline.CLOSED_FORM:
-                parts = [T.compute_inputs(sc, acc, rec, sched, tp, pp, dp, mb, nics) for rec in d["recompute"]]
-                stacked = tuple(np.stack([np.broadcast_to(p[k], nics.shape) for p in parts]) for k in range(6))
-                exact = T.compute_from(sc, sched, np.full(stacked[0].shape, pp), stacked)[0]
-                comp[0, 0, :, si, :, 0, 0] = exact
-            if pp > 1 and sched == "dualpipe":
-                for ri, rec in enumerate(d["recompute"]):
-                    act[0, 0, ri, si, 0, 0, 0] = T.activations(sc, sched, rec, tp, pp, dp, mb)
+        per_op = T.per_op_model(sc)
+        out = {}
+        for term in ("time.compute", "mem.activations"):
+            arr = self._term(term, h, "lo").astype(float)
+            if d["pp"][h[HUB.index("pp")]] > 1:
+                bases = [T.schedule_parts(x)[0] for x in d["schedule"]]
+                need = [x for x, b in zip(d["schedule"], bases) if per_op or (
+                    b not in pipeline.CLOSED_FORM if term == "time.compute" else b == "dualpipe")]
+                if need:
+                    dom = {k: ([v[h[HUB.index(k)]]] if k in HUB else list(v)) for k, v in d.items()}
+                    dom["schedule"] = need
+                    sub = Space(sc=sc, domains=dom)
+                    vals = self._on_grid(term, sub.tables[term].values, (0,) * len(HUB), sub.domains)
+                    axis = EXTRAS.index("schedule")
+                    for i, x in enumerate(need):
+                        idx = [slice(None)] * len(EXTRAS)
+                        idx[axis] = d["schedule"].index(x)
+                        src = [slice(None)] * len(EXTRAS)
+                        src[axis] = i
+                        arr[tuple(idx)] = vals[tuple(src)]
+            out[term] = arr
         self.simulated += 1
-        got = self.exact_terms[h] = {"time.compute": comp, "mem.activations": act}
+        self.exact_terms[h] = out
         while len(self.exact_terms) > EXACT_CACHE:
             self.exact_terms.pop(next(iter(self.exact_terms)))
-        return got
+        return out
 
     def exact_is_bound(self) -> bool:
         """True when the space's bound tables are its exact tables (small spaces)."""
@@ -284,10 +316,10 @@ class LayoutEvaluator:
         comp = self._term("time.compute", h, side)
         act = self._term("mem.activations", h, side)
         mem = ((g["mem.states"] + g["mem.copies"]) + act) + g["mem.temporary"]
-        busy = ((comp + g["time.exposed_dp"]) + g["time.tp_comm"]) + g["time.offload"]
+        busy = (((comp + g["time.exposed_dp"]) + g["time.tp_comm"]) + g["time.offload"]) + g["time.ep_comm"]
         if level == "bound":  # the input check needs an upper bound of busy
-            busy_hi = ((self._term("time.compute", h, "hi") + g["time.exposed_dp"]) + g["time.tp_comm"]) \
-                + g["time.offload"]
+            busy_hi = (((self._term("time.compute", h, "hi") + g["time.exposed_dp"]) + g["time.tp_comm"])
+                       + g["time.offload"]) + g["time.ep_comm"]
         else:
             busy_hi = busy
         acc = d["acc"][h[0]]
@@ -300,21 +332,15 @@ class LayoutEvaluator:
         supply = float(np.asarray(T.input_supply(sc, acc, np.asarray(float(cards)))))
         valid = np.zeros(shape, dtype=bool)
         valid[:, :, :, :1 if pp == 1 else None, sp.nic_allowed()[h[0]]] = True
-        B = sc.task.global_batch
-        ok = {
-            "memory.per_card": np.broadcast_to(mem <= A.memory_usable, shape),
-            "memory.host": np.broadcast_to(g["ok.memory.host"] > 0.5, shape),
-            "layout.schedule_shape": np.broadcast_to(g["ok.layout.schedule_shape"] > 0.5, shape),
-            "input.throughput": np.broadcast_to(demand <= supply, shape),
-        }
-        scalar_ok = {
-            "batch.divisibility": B % (dp * mb) == 0,
-            "layout.whole_hosts": cards % A.cards_per_host == 0,
-            "layout.tp_within_host": A.cards_per_host % tp == 0,
-            "layout.heads_divisible": sc.model.heads % tp == 0 and sc.model.kv_heads % tp == 0,
-            "layout.pp_divides_layers": sc.model.layers % pp == 0,
-            "cards.max": cards <= sc.search.max_cards,
-        }
+        ok = {"memory.per_card": np.broadcast_to(mem <= A.memory_usable, shape),
+              "input.throughput": np.broadcast_to(demand <= supply, shape)}
+        scalar_ok = {"cards.max": cards <= sc.search.max_cards}
+        for family, table in _RULES.items():
+            rule = self._term(table, h)
+            if rule.size == 1:
+                scalar_ok[family] = bool(rule.reshape(-1)[0])
+            else:
+                ok[family] = np.broadcast_to(rule, shape)
         out = {"valid": valid, "ok": ok, "scalar_ok": scalar_ok, "cards": cards, "mem": mem, "demand": demand,
                "supply": supply, "step": np.broadcast_to(busy + sc.input.wait_s, shape),
                "rate": np.broadcast_to(g["rate"], shape),

@@ -30,14 +30,16 @@ from tpopt.models.evaluate import SPEC, Evaluation, evaluate
 from tpopt.models.plan import Plan, Scenario, System
 from tpopt.models.units import DAY, GB, GIB, parse_bandwidth, parse_bytes, parse_count, parse_duration, \
     parse_fraction, parse_int, parse_number
+from tpopt.optimizer.limits import Undecided  # a solver hit the time limit: the question has no proven answer
 from tpopt.optimizer.result import Request, Status, objective_value, plan_summary
-from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space
+from tpopt.optimizer.space import FAMILIES, STRUCTURAL, VARS, Space
 
 # Deletion order of the filter: families tried first are dropped whenever the rest still conflict,
 # so the conflict is stated in the families a user can act on (deadline, memory, cards) when possible.
 DELETION_ORDER = STRUCTURAL + ("budget.cost", "checkpoint.backlog", "memory.host", "input.throughput",
                                "deadline.finish", "memory.per_card", "cards.max")
 
+THROUGHPUT_SCALE_MAX = 3.0  # per-operation model: the largest throughput scale the relaxation searches
 EFFICIENCY_TOL = 1e-5  # relative tolerance on the efficiency threshold (0.0005 points at 47 %)
 NIC_FACTOR_MAX = 1000.0  # NIC bandwidth is searched up to this multiple of the current one
 NIC_REL_TOL = 1e-6  # relative tolerance on the NIC bandwidth threshold
@@ -46,8 +48,9 @@ GRID = 8  # probes below the upper end when it is infeasible (feasibility may no
 REL = 1e-9
 
 
-class Undecided(Exception):
-    """A solver hit its time limit: the question has no proven answer."""
+EMPTY = object()  # a narrowed search space without any point (see Context.narrowed)
+# families that depend on the model and the batch only, whatever the hardware
+MODEL_FAMILIES = ("batch.divisibility", "layout.heads_divisible", "layout.pp_divides_layers", "layout.schedule_shape")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -69,6 +72,10 @@ class Context:
     raw: dict | None = None
     catalog: object | None = None
     solves: int = 0
+    # families the input being relaxed leaves unchanged (see :meth:`narrowed`); None: no narrowing
+    keep: frozenset | None = None
+    keep_vars: tuple = VARS  # the variables :meth:`narrowed` may restrict for the input being relaxed
+    progress: object | None = None  # callable(text) told what is being computed (None: silent)
     _set_oracle: object | None = field(default=None, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)  # best plans of the unmodified scenario
 
@@ -98,23 +105,62 @@ class Context:
         key = (objective or self.req.objective, enforce) if (base and space is None and cards is None) else None
         if key is not None and key in self._memo:
             return self._memo[key]
+        table = self._set_oracle.table if self._set_oracle is not None else None
+        if key is not None and table is not None:
+            # the base scenario's table holds every point's families, cost and finish: the same
+            # answer as an enumeration (same values, same order on ties), without one
+            found = table.best(table.mask(enforce, cards=self.req.cards), key[0])
+            self._memo[key] = evaluate(sc, table.space.plan(found[0])) if found else None
+            return self._memo[key]
+        if space is None and not base and self.keep:
+            space = self.narrowed(sc, self.keep & enforce, self.keep_vars)
+            if space is EMPTY:
+                return None  # no plan meets the families this change leaves as they were
         try:
             space = space or Space.from_scenario(sc)
         except InputError:
             return None  # e.g. no NIC count the accelerator can take: no plan
         req = Request(objective=objective or self.req.objective, enforce=enforce, top=1,
                       time_limit=self.req.time_limit, seed=self.req.seed, workers=self.req.workers,
-                      cards=self.req.cards if cards is None else tuple(cards))
+                      cards=self.req.cards if cards is None else tuple(cards), clock=self.req.clock)
         self.solves += 1
         r = solve(sc, self.backend_for(space), req, space=space)
         if r.status not in (Status.OPTIMAL, Status.INFEASIBLE):
-            raise Undecided(f"the solver reached its time limit ({self.req.time_limit:g} s)")
+            raise Undecided(f"time limit reached ({self.req.time_limit:g} s)")
         if key is not None:
             self._memo[key] = r.best
         return r.best
 
     def feasible(self, sc: Scenario, drop=()) -> Evaluation | None:
         return self.best(sc, drop=drop)
+
+    def narrowed(self, sc: Scenario, families, variables=VARS) -> "Space | None":
+        """``sc``'s search space with each variable restricted to the values that some point of the
+        base scenario meeting ``families`` takes (``EMPTY`` when no point does; None without a base
+        table, i.e. for spaces too large to enumerate, or when ``families`` is empty).
+
+        Exact for a scenario that differs from the base one only in inputs that leave ``families``
+        as they were (each relaxation names the families its input enters): a plan of ``sc`` meeting
+        them is a base point meeting them, so its value of every variable is kept. The layouts that no
+        deadline, budget or efficiency can rescue (memory, divisibility, ...) drop out of every
+        re-solve; the 405B example of the README shrinks from 49,152 plans to 13,824 (pp 4 and 8 do
+        not divide its 126 layers).
+        """
+        if not families:
+            return None
+        oracle = self.set_oracle()
+        table = oracle.table
+        if table is None:
+            return None
+        m = table.mask([f for f in FAMILIES if f in families])
+        if not m.any():
+            return EMPTY
+        dom = table.space.domains
+        restrict = {v: [dom[v][i] for i in np.unique(table.idx[v][m])] for v in variables}
+        try:
+            return Space.from_scenario(sc, restrict=restrict)
+        except InputError:
+            return EMPTY
 
     def set_oracle(self, space: Space | None = None) -> "_SetOracle":
         """Which sets of families admit a plan of this context's scenario (built once, cached)."""
@@ -131,11 +177,19 @@ def conflict(space: Space, req: Request, enforced=None) -> list[str] | None:
     """A set of enforced families that cannot hold together (CP-SAT sufficient assumptions), or None
     when the request is feasible (or the solver ran out of time)."""
     from tpopt.optimizer.cpsat import CpSatModel
+    from tpopt.optimizer.limits import EncodingError, TimeLimitReached, clock_of
 
     enforced = frozenset(FAMILIES) if enforced is None else frozenset(enforced)
-    model = CpSatModel(space, Request(objective=req.objective, enforce=enforced, seed=req.seed,
-                                      cards=req.cards), assumptions=True)
-    return model.conflict(time_limit=req.time_limit)
+    clock = clock_of(req)
+    if clock.expired("finding the conflict"):
+        return None
+    try:  # a hint only: the deletion filter starts from every enforced family without it
+        with clock.interruptible("finding the conflict"):
+            model = CpSatModel(space, Request(objective=req.objective, enforce=enforced, seed=req.seed,
+                                              cards=req.cards), assumptions=True)
+    except (EncodingError, TimeLimitReached):
+        return None
+    return model.conflict(time_limit=clock.remaining(0.01))
 
 
 class _SetOracle:
@@ -149,8 +203,13 @@ class _SetOracle:
         self.table = None
         if space.size() <= TABLE_LIMIT:
             from tpopt.optimizer.enumerate import PointTable
+            from tpopt.optimizer.limits import TimeLimitReached, clock_of
 
-            self.table = PointTable.build(space)
+            try:
+                with clock_of(ctx.req).interruptible("tabulating the plans"):
+                    self.table = PointTable.build(space)
+            except TimeLimitReached:
+                raise Undecided("time limit reached") from None
 
     def admits(self, families) -> bool:
         if self.table is not None:
@@ -208,29 +267,37 @@ EVIDENCE = {"deadline.finish": ("finish_s", "time", "the fastest plan"),
 
 
 def conflict_detail(ctx: Context, core: list[str]) -> list[dict]:
-    """For each family f of an irreducible conflict C, the plan meeting C \\ {f} that comes closest
-    to f (least finish time, memory or cards; the cheapest for other families, or when the space is
-    too large to enumerate) and how far it breaks f."""
+    """For each family f of an irreducible conflict C, the plan meeting every other enforced family
+    (those of C and all the rest) that comes closest to f -- least finish time, memory or cards; the
+    cheapest for other families, or when the space is too large to enumerate -- and how far it breaks f.
+
+    Only such a plan shows what f alone costs: a plan that met C's other families but broke one
+    outside C (memory, say) would be no plan at all. When the other families admit no plan either
+    (a second conflict that does not involve f), no plan is named.
+    """
     from tpopt.optimizer.report import TABLE_LIMIT
 
     small = Space.from_scenario(ctx.sc).size() <= TABLE_LIMIT
     out = []
     for f in core:
         metric, objective, words = EVIDENCE.get(f, (None, "cost", "the cheapest plan"))
-        rest = [g for g in core if g != f]
+        others = [g for g in ctx.enforced if g != f]
         if metric is not None and small:
-            found = argmin_metric(ctx, metric, rest)
+            found = argmin_metric(ctx, metric, others)
             ev = found[1] if found else None
         else:
             objective = objective or "cost"
             words = words if objective == "time" else "the cheapest plan"
-            ev = ctx.best(objective=objective, drop=[g for g in ctx.enforced if g not in set(rest)])
+            ev = ctx.best(objective=objective, drop=[f])
         d = {"name": f, "rule": SPEC[f].doc if f in SPEC else f, "closest": words}
         if ev is not None:
             c = _check(ev, f)
             d["plan"] = plan_summary(ev)
+            d["violates"] = [v.name for v in ev.violated() if v.name in ctx.enforced]
             if c is not None:
                 d.update({"value": c.value, "limit": c.limit, "unit": c.unit})
+        else:
+            d["note"] = "no plan meets all the other constraints either (a second conflict does not involve it)"
         out.append(d)
     return out
 
@@ -275,6 +342,11 @@ def with_usable_memory(sc: Scenario, usable: float) -> Scenario:
                                 for k, s in sc.systems.items()})
 
 
+def with_max_drop(sc: Scenario, share: float) -> Scenario:
+    """The largest share of dispatches a capacity factor may drop (MoE models) set to ``share``."""
+    return replace(sc, moe=replace(sc.moe, max_drop=float(share)))
+
+
 def with_nic_factor(sc: Scenario, factor: float) -> Scenario:
     """Every candidate's NIC bandwidth multiplied by ``factor``."""
     return replace(sc, systems={k: replace(s, acc=replace(s.acc, nic_bw=s.acc.nic_bw * float(factor)))
@@ -313,11 +385,12 @@ PARAMS = {
     "reserved": Param("reserved", "reserved days", "d", 2, "<=", ("deadline.finish", "budget.cost"),
                       "schedule.reserved", DAY),
     "max_cost": Param("max_cost", "budget cap", "USD", 2, ">=", ("budget.cost",), "cost.max_cost", 1.0),
+    "max_drop": Param("max_drop", "maximum drop rate", "%", 2, ">=", ("moe.capacity_drops",), "moe.max_drop", 0.01),
     "accelerator": Param("accelerator", "accelerator", "", 0, "=", tuple(FAMILIES), "hardware.accelerator"),
 }
 
 _SUFFIX = {"deadline": "d", "reserved": "d", "tokens": "B", "efficiency": "%", "usable_memory": "GiB",
-           "nic_bandwidth": "GB/s"}
+           "nic_bandwidth": "GB/s", "max_drop": "%"}
 _PARSE = {"deadline": lambda s: parse_duration(s, "deadline", allow_zero=False),
           "reserved": lambda s: parse_duration(s, "reserved"),
           "tokens": lambda s: parse_count(s, "tokens", allow_zero=False),
@@ -325,7 +398,8 @@ _PARSE = {"deadline": lambda s: parse_duration(s, "deadline", allow_zero=False),
           "usable_memory": lambda s: parse_bytes(s, "usable memory", allow_zero=False),
           "nic_bandwidth": lambda s: parse_bandwidth(s, "NIC bandwidth", allow_zero=False),
           "max_cards": lambda s: parse_int(s, "max cards", minimum=1),
-          "max_cost": lambda s: parse_number(s, "max cost")}
+          "max_cost": lambda s: parse_number(s, "max cost"),
+          "max_drop": lambda s: parse_fraction(s, "max drop", allow_zero=True)}
 
 
 @dataclass
@@ -539,12 +613,20 @@ def argmin_metric(ctx: Context, metric: str, families, sc: Scenario | None = Non
     (``memory_per_card``, ``finish_s``, ``cards``, ``cost``), by enumeration of the space with the
     exact evaluator; ties go to the first point in enumeration order. None if no such plan."""
     from tpopt.optimizer.enumerate import NUMERIC_AXES, chunks
+    from tpopt.optimizer.limits import clock_of
 
+    fams = list(families)
+    if sc is None and space is None:
+        space = ctx.narrowed(ctx.sc, frozenset(fams))  # only points meeting ``families`` can answer
+        if space is EMPTY:
+            return None
     sc = sc or ctx.sc
     space = space or Space.from_scenario(sc)
-    fams = list(families)
+    clock = clock_of(ctx.req)
     best = None
     for fixed, idx_lists, shape, r in chunks(space):
+        if clock.expired("searching the plans"):  # a partial minimum is no answer
+            raise Undecided("time limit reached")
         ok = np.ones(shape, dtype=bool)
         for f in fams:
             v, lim = r[("c", f)]
@@ -594,6 +676,26 @@ def relax_usable_memory(ctx: Context, core=None) -> Relaxation:
         note = "raises every candidate accelerator to at least this much"
     return _relaxation(p, cur, required=value, required_exact=need / GIB, helps=True, plan=ev, apply=apply,
                        method=method, note=note)
+
+
+def relax_max_drop(ctx: Context, core=None) -> Relaxation | None:
+    """Required maximum drop rate d* = min over plans meeting every other family of the share of
+    dispatches their capacity factor drops (moe.routing_drops): the rate enters moe.capacity_drops only,
+    so that plan becomes feasible exactly when max_drop >= d* (exhaustive, exact). None for a dense model."""
+    sc = ctx.sc
+    if not sc.model.moe or "moe.capacity_drops" not in ctx.enforced:
+        return None
+    p = PARAMS["max_drop"]
+    cur = sc.moe.max_drop * 100
+    method = "min dropped share over plans meeting the other constraints (exhaustive)"
+    m = argmin_metric(ctx, "dropped_fraction", [f for f in ctx.enforced if f != "moe.capacity_drops"])
+    if m is None:
+        return _cannot(p, cur, "no plan meets the other constraints at any drop rate", method, core)
+    value, ev, apply = _settle(ctx, p, m[0] * 100, lambda s: with_max_drop(sc, s))
+    if ev is None:
+        return _cannot(p, cur, "could not be confirmed by re-solving", method, core)
+    return _relaxation(p, cur, required=value, required_exact=m[0] * 100, helps=True, plan=ev, apply=apply,
+                       method=method)
 
 
 def _threshold(ctx: Context, make, lo: float, hi: float, tol: float):
@@ -667,15 +769,20 @@ def relax_efficiency(ctx: Context, core=None) -> Relaxation:
     p = PARAMS["efficiency"]
     sc = ctx.sc
     eta0 = min(s.efficiency for s in sc.systems.values())
-    method = (f"min finish time as a function of efficiency in ({eta0:g}, 1] crossing the deadline (secant on "
-              f"1/eta, bracketed), relative tolerance {EFFICIENCY_TOL:g}")
-    found = _threshold(ctx, lambda e: with_efficiency(sc, e), eta0, 1.0, EFFICIENCY_TOL)
+    # per-operation model: the efficiency is a scale on the modelled throughput (100 % = as calibrated)
+    per_op = any(s.per_op for s in sc.systems.values())
+    hi = THROUGHPUT_SCALE_MAX if per_op else 1.0
+    method = (f"min finish time as a function of efficiency in ({eta0:g}, {hi:g}] crossing the deadline (secant on "
+              f"1/eta, bracketed), relative tolerance {EFFICIENCY_TOL:g}"
+              + ("; per-operation model: percent of the modelled throughput" if per_op else ""))
+    found = _threshold(ctx, lambda e: with_efficiency(sc, e), eta0, hi, EFFICIENCY_TOL)
     if found is None:
-        return _cannot(p, eta0 * 100, "no plan even at 100 % efficiency", method, core)
+        return _cannot(p, eta0 * 100, f"no plan even at {hi * 100:g} % "
+                       + ("of the modelled throughput" if per_op else "efficiency"), method, core)
     eta, _ = found
-    value, ev, apply = _settle(ctx, p, min(eta * 100, 100.0), lambda s: with_efficiency(sc, s))
-    if ev is None:  # rounding up crossed 100 %
-        value, ev, apply = eta * 100, found[1], None
+    value, ev, apply = _settle(ctx, p, min(eta * 100, 100.0 * hi), lambda s: with_efficiency(sc, s))
+    if ev is None or per_op:  # rounding up crossed 100 %; per-operation: no flat efficiency to write back
+        value, ev, apply = (value if ev is not None else eta * 100), (ev or found[1]), None
     return _relaxation(p, eta0 * 100, required=value, required_exact=eta * 100, helps=True, plan=ev, apply=apply,
                        method=method)
 
@@ -774,9 +881,11 @@ def relax_tokens(ctx: Context, core=None, fastest="unset") -> Relaxation:
     def ok(i):
         return ctx.feasible(with_tokens(sc, i * tps)) if i >= 1 else None
 
-    if i_star < 1 or ok(1) is None:
+    if i_star < 1:
         return _cannot(p, d0 / 1e9, "not even one optimizer step fits", method, core)
     if ok(i_star) is None:  # floating point, or a budget cap: bisection for the largest feasible
+        if ok(1) is None:
+            return _cannot(p, d0 / 1e9, "not even one optimizer step fits", method, core)
         lo, hi = 1, i_star  # lo feasible, hi infeasible
         while hi - lo > 1:
             m = (lo + hi) // 2
@@ -829,8 +938,9 @@ def _scenario_for_accelerator(ctx: Context, name: str) -> Scenario:
         sysm = sc.systems[name]
     else:
         acc = ctx.catalog.accelerator(name)
-        eff = next(iter(sc.systems.values())).efficiency
-        sysm = System(acc=acc, efficiency=eff, price_card_hour=acc.price_card_hour, nic_price_hour=acc.nic_price_hour)
+        first = next(iter(sc.systems.values()))
+        sysm = System(acc=acc, efficiency=first.efficiency, price_card_hour=acc.price_card_hour,
+                      nic_price_hour=acc.nic_price_hour, perf=ctx.catalog.perf(name) if first.per_op else None)
     return replace(sc, systems={name: sysm}, search=replace(sc.search, accelerators=(name,)))
 
 
@@ -845,6 +955,10 @@ def relax_accelerator(ctx: Context, core=None) -> Relaxation:
     current = ", ".join(ctx.sc.search.accelerators or tuple(ctx.sc.systems))
     method = "cheapest plan with each catalog accelerator as the only hardware"
     options = []
+    # the layout rules that depend on the model and the batch alone hold on any card: each card's
+    # search keeps only layouts that meet them (see Context.narrowed)
+    ctx.keep = frozenset(MODEL_FAMILIES) & ctx.enforced
+    ctx.keep_vars = tuple(v for v in VARS if v not in ("acc", "nics"))
     for name in ctx.catalog.accelerators:
         entry = {"accelerator": name, "current": name in ctx.sc.systems}
         try:
@@ -872,25 +986,35 @@ def relax_accelerator(ctx: Context, core=None) -> Relaxation:
 
 
 RELAXATIONS = ("deadline", "max_cards", "tokens", "efficiency", "usable_memory", "nic_bandwidth", "reserved",
-               "accelerator", "max_cost")
+               "accelerator", "max_cost", "max_drop")
 
 
 def relaxations(sc: Scenario, backend: str = "cpsat", req: Request | None = None, *, raw: dict | None = None,
-                catalog=None, core: list[str] | None = None, enforced=None, only=None) -> list[Relaxation]:
+                catalog=None, core: list[str] | None = None, enforced=None, only=None, ctx: Context | None = None,
+                progress=None) -> list[Relaxation]:
     """The smallest single change of each relaxable input that makes the request feasible.
 
     ``raw`` (the scenario's raw tables with the command-line overrides applied) and ``catalog`` are
     used by the accelerator relaxation. For an input that cannot help, ``blocked_by`` names an
     irreducible conflict among the families it does not enter, when there is one. ``core`` is
-    accepted for callers that have the conflict at hand. ``only`` restricts the inputs.
+    accepted for callers that have the conflict at hand. ``only`` restricts the inputs. ``ctx`` (a
+    :class:`Context` of the same request) shares its solves and tables; ``progress(text)`` is told
+    which input is being relaxed.
+
+    Each input's re-solves search only the layouts that meet the families the input does not enter
+    (:meth:`Context.narrowed`): exact, and much smaller when memory or divisibility rule most out.
     """
     req = req or Request()
-    ctx = Context.of(sc, backend, req, enforced, raw, catalog)
+    if ctx is None:
+        ctx = Context.of(sc, backend, req, enforced, raw, catalog)
     names = [n for n in RELAXATIONS if only is None or n in only]
     shared = {}
     out = []
-    for name in names:
+    for k, name in enumerate(names):
         t0, s0 = time.perf_counter(), ctx.solves
+        if progress is not None:
+            progress(f"smallest change of the {PARAMS[name].label} ({k + 1}/{len(names)})")
+        ctx.keep = frozenset(ctx.enforced) - set(PARAMS[name].affects)
         try:
             if name in ("tokens", "reserved"):
                 if "fastest" not in shared:
@@ -899,17 +1023,93 @@ def relaxations(sc: Scenario, backend: str = "cpsat", req: Request | None = None
             else:
                 fn = {"deadline": relax_deadline, "max_cards": relax_max_cards, "efficiency": relax_efficiency,
                       "usable_memory": relax_usable_memory, "nic_bandwidth": relax_nic_bandwidth,
-                      "accelerator": relax_accelerator, "max_cost": relax_max_cost}[name]
+                      "accelerator": relax_accelerator, "max_cost": relax_max_cost,
+                      "max_drop": relax_max_drop}[name]
                 r = fn(ctx, core)
         except Undecided as exc:
             p = PARAMS[name]
             r = _relaxation(p, None, required=None, helps=None, note=str(exc), method="undecided")
+        finally:
+            ctx.keep, ctx.keep_vars = None, VARS
         if r is None:
             continue
         if r.helps is False and not r.blocked_by and name != "accelerator":
-            r.blocked_by = other_conflict(ctx, PARAMS[name].affects)
+            try:
+                r.blocked_by = other_conflict(ctx, PARAMS[name].affects)
+            except Undecided:
+                pass  # the relaxation's verdict stands; what else conflicts is left unsaid
         r.seconds, r.solves = time.perf_counter() - t0, ctx.solves - s0
         out.append(r)
+    return out
+
+
+def infeasibility(sc: Scenario, space: Space, backend: str, req: Request, enforced=None, *, raw: dict | None = None,
+                  catalog=None, progress=None) -> dict:
+    """Everything said about a request proven to have no plan: an irreducible conflict, each of its
+    families' closest plan meeting all the others, and the smallest single change of each input.
+
+    ``progress(text)`` (optional) is told each step as it starts. Returns a JSON-ready dict with
+    ``conflict`` (family names), ``conflict_detail`` and ``relaxations`` (:meth:`Relaxation.as_dict`).
+    """
+    from tpopt.optimizer.limits import TimeLimitReached
+
+    tell = progress or (lambda text: None)
+    ctx = Context.of(sc, backend, req, enforced, raw, catalog)
+    out = {}
+    try:
+        tell("a minimal set of conflicting constraints")
+        core = minimal_conflict(space, ctx.backend, req, ctx.enforced, ctx=ctx) or []
+        tell("the plans closest to each conflicting constraint")
+        detail = conflict_detail(ctx, core)
+    except (Undecided, TimeLimitReached):  # the verdict stands; the explanation is cut short, and says so
+        core, detail = [], []
+        out["conflict_status"] = "time limit reached"
+    rels = relaxations(sc, ctx.backend, req, raw=raw, catalog=catalog, core=core, enforced=ctx.enforced, ctx=ctx,
+                       progress=progress)
+    out.update({"conflict": core, "conflict_detail": detail, "relaxations": [r.as_dict() for r in rels]})
+    return out
+
+
+def explain_request(sc: Scenario, backend: str = "cpsat", req: Request | None = None, *, raw: dict | None = None,
+                    catalog=None, progress=None) -> dict:
+    """The request as a whole, as ``tpopt explain`` reports it (a JSON-ready dict).
+
+    Solved first; with a plan: the optimum and the families that bind it (dropping one alone admits
+    a better plan); without one: :func:`infeasibility` when infeasibility is proven (``status``
+    ``infeasible``), empty conflict and relaxations when the solver ran out of time (``unknown``).
+    """
+    from tpopt.optimizer.core import solve
+    from tpopt.optimizer.report import binding_families, make_oracle
+
+    req = req or Request()
+    tell = progress or (lambda text: None)
+    space = Space.from_scenario(sc)
+    tell("the optimum")
+    result = solve(sc, backend, req, space=space)
+    out = {"status": result.status.value, "objective": result.objective, "solver": result.solver.as_dict(),
+           "conflict": [], "conflict_detail": [], "relaxations": []}
+    if not result.feasible:
+        if result.status == Status.INFEASIBLE:
+            out.update(infeasibility(sc, space, backend, req, result.enforced, raw=raw, catalog=catalog,
+                                     progress=progress))
+        return out
+    best = result.best
+    tell("the constraints that bind the optimum")
+    from tpopt.optimizer.limits import TimeLimitReached, clock_of
+
+    undecided: list[str] = []
+    try:
+        with clock_of(req).interruptible("analysing the optimum"):
+            oracle = make_oracle(space, backend, req)
+        binds = binding_families(oracle, best, req.objective, set(result.enforced), undecided)
+    except TimeLimitReached:
+        from tpopt.optimizer.report import RELAXABLE
+
+        binds, undecided = [], [f for f in RELAXABLE if f in result.enforced and f not in space.inert()
+                                and not (f == "budget.cost" and sc.cost.max_cost is None)]
+    out.update({"plan": best.plan_dict(), "cost": best.metrics["cost"], "cost_unit": best.metrics["cost_unit"],
+                "finish_days": best.metrics["finish_days"],
+                "binding": [b.as_dict(best, req.objective) for b in binds], "binding_undecided": undecided})
     return out
 
 
@@ -957,8 +1157,12 @@ def explain_plan(sc: Scenario, plan: Plan, backend: str = "cpsat", req: Request 
     nxt = next((f for f in out["fewer_hosts"] if f.get("valid_layout")), None)
     out["one_host_fewer"] = out["fewer_hosts"][0] if out["fewer_hosts"] else None
     out["binding"] = sorted({v["name"] for v in nxt["violates"]}) if (feasible and nxt) else []
-    # the optimum of the request
-    best = ctx.best()
+    # the optimum of the request (left open, and said so, when the time limit cuts it short)
+    try:
+        best = ctx.best()
+    except Undecided as exc:
+        out["optimum"] = {"exists": None, "undecided": str(exc)}
+        return out
     opt = {"exists": best is not None}
     if best is not None:
         opt["plan"] = plan_summary(best)
@@ -967,9 +1171,11 @@ def explain_plan(sc: Scenario, plan: Plan, backend: str = "cpsat", req: Request 
             opt["this_plan_is_optimal"] = True
             space = Space.from_scenario(sc)
             oracle = make_oracle(space, backend, req)
-            binds = binding_families(oracle, ev, req.objective, ctx.enforced)
+            undecided: list[str] = []
+            binds = binding_families(oracle, ev, req.objective, ctx.enforced, undecided)
             opt["binding"] = [{"name": b.name, "plan_without": plan_summary(b.without),
                                "objective_without": objective_value(b.without, req.objective)} for b in binds]
+            opt["binding_undecided"] = undecided
         else:
             opt["this_plan_is_optimal"] = False
             opt["change"] = objective_value(best, req.objective) / objective_value(ev, req.objective) - 1
@@ -1059,7 +1265,7 @@ def sensitivities(sc: Scenario, backend: str = "cpsat", req: Request | None = No
     return out
 
 
-__all__ = ["conflict", "minimal_conflict", "conflict_detail", "relaxations", "Relaxation", "RELAXATIONS",
-           "explain_plan", "sensitivities", "Context", "Undecided", "DELETION_ORDER", "PARAMS",
+__all__ = ["conflict", "minimal_conflict", "conflict_detail", "relaxations", "infeasibility", "explain_request",
+           "Relaxation", "RELAXATIONS", "explain_plan", "sensitivities", "Context", "Undecided", "DELETION_ORDER", "PARAMS",
            "with_deadline", "with_reserved", "with_tokens", "with_max_cards", "with_max_cost", "with_efficiency",
            "with_usable_memory", "with_nic_factor"]

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tpopt.models.evaluate import SPEC, Evaluation, evaluate
-from tpopt.optimizer.result import Request, objective_key, objective_value, plan_summary
+from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
+from tpopt.optimizer.result import Request, Status, objective_key, objective_value, plan_summary
 from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space
 
 TABLE_LIMIT = 300_000  # spaces up to this many points are answered by one enumeration
@@ -57,12 +58,15 @@ class SolverOracle:
         from tpopt.optimizer.core import solve
 
         req = Request(objective=objective, enforce=frozenset(enforced), top=1, time_limit=self.req.time_limit,
-                      seed=self.req.seed, workers=self.req.workers, cards=None if cards is None else tuple(cards))
+                      seed=self.req.seed, workers=self.req.workers, cards=None if cards is None else tuple(cards),
+                      clock=clock_of(self.req))
         try:
             space = Space.from_scenario(self.space.sc, _merge(self.space.domains, restrict)) if restrict else self.space
         except Exception:
             return None
         r = solve(self.space.sc, self.backend, req, space=space)
+        if r.status not in (Status.OPTIMAL, Status.INFEASIBLE):  # a plan that is not proven best answers nothing
+            raise Undecided("time limit reached")
         return r.best
 
 
@@ -188,12 +192,21 @@ class Binding:
                 "plan_without": plan_summary(self.without), "violates": _violation(self.without, self.name)}
 
 
-def binding_families(oracle, best: Evaluation, objective: str, enforced) -> list[Binding]:
+def binding_families(oracle, best: Evaluation, objective: str, enforced, undecided: list | None = None
+                     ) -> list[Binding]:
+    """Families that bind; those the time limit left open are appended to ``undecided`` (never
+    reported as binding or as slack)."""
     out = []
+    inert = oracle.space.inert()
     for f in RELAXABLE:
-        if f not in enforced:
+        if f not in enforced or f in inert or (f == "budget.cost" and oracle.space.sc.cost.max_cost is None):
+            continue  # families no plan can violate, and cost <= infinity, bind nothing
+        try:
+            alt = oracle.best([g for g in enforced if g != f], objective)
+        except Undecided:
+            if undecided is not None:
+                undecided.append(f)
             continue
-        alt = oracle.best([g for g in enforced if g != f], objective)
         if alt is not None and _better(alt, best, objective):
             out.append(Binding(f, alt))
     return out
@@ -203,8 +216,9 @@ def _ruled_out(oracle, objective: str, enforced, restrict=None, cards=None) -> l
     """Families that alone rule the restricted alternative out, with their value against the limit
     for the plan that comes closest to meeting them (the best plan without them, for large spaces)."""
     reasons = []
+    inert = oracle.space.inert()
     for f in RELAXABLE:
-        if f not in enforced:
+        if f not in enforced or f in inert:
             continue
         others = [g for g in enforced if g != f]
         if isinstance(oracle, TableOracle):  # quote the plan that comes closest to meeting f
@@ -234,6 +248,12 @@ def why_not_cheaper(oracle, space: Space, best: Evaluation, objective: str, enfo
     d = space.domains
 
     def entry(label, kind, restrict=None, cards=None):
+        try:
+            return _entry(label, kind, restrict, cards)
+        except Undecided:
+            return {"alternative": label, "kind": kind, "feasible": None, "undecided": "time limit reached"}
+
+    def _entry(label, kind, restrict=None, cards=None):
         alt = oracle.best(enforced, objective, restrict, cards)
         if alt is not None:
             return {"alternative": label, "kind": kind, "feasible": True, "plan": plan_summary(alt),
@@ -255,14 +275,17 @@ def why_not_cheaper(oracle, space: Space, best: Evaluation, objective: str, enfo
     # other choices at the same scale (same accelerator and card count)
     if same_scale:
         chosen = {"zero": p.zero_stage, "tp": p.tp, "pp": p.pp, "mb": p.micro_batch, "recompute": p.recompute,
-                  "offload": p.offload, "mode": p.save_mode}
+                  "offload": p.offload, "mode": p.save_mode, "ep": p.ep, "etp": p.expert_tp, "cap": p.capacity_factor}
         labels = {"zero": "ZeRO-{}", "tp": "TP {}", "pp": "PP {}", "mb": "micro-batch {}", "recompute": "recompute {}",
-                  "offload": "offload {}", "mode": "{} saves"}
+                  "offload": "offload {}", "mode": "{} saves", "ep": "EP {}", "etp": "expert-TP {}",
+                  "cap": "capacity {}"}
+        shown = {"etp": lambda v: "= TP" if not v else v, "cap": lambda v: "none (dropless)" if not v else f"{v:g}"}
         for var, val in chosen.items():
             for other in d[var]:
                 if other == val:
                     continue
-                out.append(entry(labels[var].format(other) + f" on {p.accelerator} x {p.cards}", "same scale",
+                text = labels[var].format(shown.get(var, lambda v: v)(other))
+                out.append(entry(text + f" on {p.accelerator} x {p.cards}", "same scale",
                                  {"acc": [p.accelerator], var: [other]}, (p.cards,)))
     return out
 
@@ -280,13 +303,28 @@ def robustness(sc, best: Evaluation) -> dict:
                                 "violates": [c.name for c in ev.violated()]}}
 
 
-def analysis(space: Space, best: Evaluation, backend: str, req: Request, enforced, check=None) -> dict:
-    """Binding families and alternatives of an optimum (dicts ready for JSON). ``check()``, if given,
-    runs between the layouts a large space's questions evaluate (a time limit can raise there)."""
-    oracle = make_oracle(space, backend, req, check)
+def analysis(space: Space, best: Evaluation, backend: str, req: Request, enforced) -> dict:
+    """Binding families and alternatives of an optimum (dicts ready for JSON)."""
+    clock = clock_of(req)
+
+    def check():  # between the layouts a large space's questions evaluate
+        if clock.expired("analysing the optimum"):
+            raise Undecided("time limit reached")
+
     objective = req.objective
-    binds = binding_families(oracle, best, objective, enforced)
+    undecided: list[str] = []
+    try:
+        with clock.interruptible("analysing the optimum"):
+            oracle = make_oracle(space, backend, req, check)
+    except TimeLimitReached:  # not even the oracle: every question is left open, and said so
+        return {"oracle": None, "binding": [], "alternatives": [], "robustness": robustness(space.sc, best),
+                "undecided": [f for f in RELAXABLE if f in enforced and f not in space.inert()
+                              and not (f == "budget.cost" and space.sc.cost.max_cost is None)],
+                "analysis": "time limit reached"}
+    binds = binding_families(oracle, best, objective, enforced, undecided)
     alts = why_not_cheaper(oracle, space, best, objective, enforced, same_scale=isinstance(oracle, TableOracle))
+    done = not undecided and all(a["feasible"] is not None for a in alts)
     return {"oracle": oracle.name, "binding": [b.as_dict(best, objective) for b in binds], "alternatives": alts,
-            "robustness": robustness(space.sc, best)}
+            "robustness": robustness(space.sc, best), "undecided": undecided,
+            "analysis": "done" if done else "time limit reached"}
 

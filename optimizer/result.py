@@ -25,20 +25,15 @@ class SolverInfo:
     points: int = 0  # size of the design space
     evaluated: int = 0  # plans evaluated exactly (enumerator: all points)
     note: str = ""
+    limit_reached: bool = False  # the shared clock ran out (the only case a status is "time limit")
+    limit_phase: str = ""  # the phase in which it ran out
+    fallback: str = ""  # why another formulation answered (e.g. the integer ranges did not fit)
 
     def as_dict(self) -> dict:
         return {"name": self.name, "method": self.note, "wall_s": round(self.wall_s, 4), "gap": self.gap,
-                "rounds": self.rounds, "points": self.points, "evaluated": self.evaluated}
-
-
-@dataclass
-class CandidateResult:
-    """One answer of a solver backend's relaxed encoding, before exact verification (CP-SAT and HiGHS
-    share it; it lives here so that HiGHS runs without importing OR-Tools)."""
-
-    status: str  # "candidate" | "feasible" | "infeasible" | "unknown"
-    assignment: dict | None = None
-    objective_lb: float | None = None
+                "rounds": self.rounds, "points": self.points, "evaluated": self.evaluated,
+                "time_limit_reached": self.limit_reached, "limit_phase": self.limit_phase or None,
+                "fallback": self.fallback or None}
 
 
 @dataclass
@@ -53,6 +48,7 @@ class Request:
     workers: int = 1
     cards: tuple | None = None  # allowed card counts (None: any)
     method: str = "auto"  # solver backends: "monolithic", "decomposed", or "auto" (by table size)
+    clock: object | None = field(default=None, compare=False, repr=False)  # limits.Clock shared by every phase
 
     def enforced(self, families) -> frozenset:
         return frozenset(families) if self.enforce is None else frozenset(self.enforce)
@@ -73,6 +69,19 @@ class SolveResult:
     @property
     def feasible(self) -> bool:
         return self.status in (Status.OPTIMAL, Status.FEASIBLE) and bool(self.plans)
+
+    def to_dict(self) -> dict:
+        """Status, objective, solver statistics and every plan returned (best first, with ``rank``)."""
+        return {"status": self.status.value, "objective": self.objective, "solver": self.solver.as_dict(),
+                "enforced": list(self.enforced),
+                "plans": [dict(ev.as_dict(), rank=i + 1) for i, ev in enumerate(self.plans)]}
+
+    def to_frame(self):
+        """One row per plan returned (best first): ``rank``, the plan's fields, every metric and
+        ``feasible``; integer columns (cards, tp, zero_stage, ...) stay integers. Empty when no plan."""
+        from tpopt.frames import records_frame
+
+        return records_frame([{"rank": i + 1, **ev.row()} for i, ev in enumerate(self.plans)])
 
 
 def objective_key(ev: Evaluation, objective: str) -> tuple:
@@ -97,4 +106,4 @@ def plan_summary(ev: Evaluation) -> dict:
             "zero_stage": p.zero_stage, "tp": p.tp, "pp": p.pp, "dp": p.dp, "micro_batch": p.micro_batch,
             "recompute": p.recompute, "offload": p.offload, "schedule": p.schedule if p.pp > 1 else None,
             "cost": ev.metrics["cost"], "cost_unit": ev.metrics["cost_unit"],
-            "finish_days": ev.metrics["finish_days"]}
+            "finish_days": ev.metrics["finish_days"], **ev.moe_plan()}

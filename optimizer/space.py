@@ -18,6 +18,9 @@ Base variables and domains:
     nics       NICs per host ([search] nics_per_host, else each accelerator's default)
     tau        save intervals ([search] save_interval; "auto" = the optimum for the card count)
     mode       save modes (sync / async)
+    ep         expert parallelism ([search] ep; MoE models, else 1)
+    etp        expert tensor parallelism ([search] expert_tp; 0 = the same as tp)
+    cap        capacity factor ([search] capacity_factor; 0 = dropless)
 """
 
 from __future__ import annotations
@@ -33,80 +36,31 @@ from tpopt.models import terms as T
 from tpopt.models.evaluate import CONSTRAINT_NAMES
 from tpopt.models.plan import Plan, Scenario
 
-VARS = ("acc", "tp", "pp", "dp", "mb", "zero", "offload", "recompute", "schedule", "nics", "tau", "mode")
+VARS = ("acc", "tp", "pp", "dp", "mb", "zero", "offload", "recompute", "schedule", "nics", "tau", "mode", "ep", "etp",
+        "cap")
+# the mixture-of-experts variables in one place: (variable, SearchSpace domain = Plan field, type); a dense
+# model's domains are (1,), (0,), (0.0,)
+MOE_VARS = (("ep", "ep", int), ("etp", "expert_tp", int), ("cap", "capacity_factor", float))
 CATEGORICAL = ("acc", "offload", "recompute", "schedule", "mode")
 
 # constraint families the solvers encode (step.budget is the per-step form of deadline.finish and is
 # reported, not encoded twice)
 FAMILIES = tuple(n for n in CONSTRAINT_NAMES if n != "step.budget")
 STRUCTURAL = ("batch.divisibility", "layout.whole_hosts", "layout.tp_within_host", "layout.heads_divisible",
-              "layout.pp_divides_layers", "layout.schedule_shape")
-
-_COMPUTE_VARS = ("acc", "recompute", "schedule", "tp", "pp", "dp", "mb", "nics")
-_ACT_VARS = ("schedule", "recompute", "tp", "pp", "dp", "mb")
-TABLE_VARS = {
-    "mem.states": ("zero", "offload", "tp", "pp", "dp"),
-    "mem.copies": ("schedule", "tp", "pp"),
-    "mem.activations": _ACT_VARS,
-    "mem.temporary": ("zero", "tp", "pp", "mb"),
-    "mem.host": ("acc", "offload", "zero", "tp", "pp", "dp"),
-    "time.compute": _COMPUTE_VARS,
-    "time.exposed_dp": ("acc", "zero", "recompute", "tp", "pp", "dp", "mb", "nics"),
-    "time.tp_comm": ("acc", "recompute", "tp", "pp", "dp", "mb"),
-    "time.offload": ("acc", "offload", "zero", "recompute", "tp", "pp", "dp", "mb"),
-    "overhead": ("mode", "tau", "tp", "pp", "dp"),
-    "interval": ("mode", "tau", "tp", "pp", "dp"),
-    "input.min_busy": ("acc", "tp", "pp", "dp"),
-    "rate": ("acc", "tp", "pp", "dp", "nics"),
-    "cards": ("tp", "pp", "dp"),
-    "ok.batch.divisibility": ("dp", "mb"),
-    "ok.layout.whole_hosts": ("acc", "tp", "pp", "dp"),
-    "ok.layout.tp_within_host": ("acc", "tp"),
-    "ok.layout.heads_divisible": ("tp",),
-    "ok.layout.pp_divides_layers": ("pp",),
-    "ok.layout.schedule_shape": ("schedule", "pp", "dp", "mb"),
-    "ok.checkpoint.backlog": ("mode", "tau", "tp", "pp", "dp"),
-    "ok.memory.host": ("acc", "offload", "zero", "tp", "pp", "dp"),
-    # closed-form bounds of the pipeline terms (Space.bound_table)
-    "time.compute.lo": _COMPUTE_VARS,
-    "time.compute.hi": _COMPUTE_VARS,
-    "mem.activations.lo": _ACT_VARS,
-    "mem.activations.hi": _ACT_VARS,
-}
-"""Every term table and the variables it is tabulated over (C order, one axis per variable)."""
-BOUND_TABLES = frozenset(n for n in TABLE_VARS if n.endswith((".lo", ".hi")))
+              "layout.pp_divides_layers", "layout.schedule_shape", "layout.ep_divides_experts", "layout.ep_group")
+# the terms every backend sums: memory per card and busy time per step
+MEMORY_TERMS = ("mem.states", "mem.copies", "mem.activations", "mem.temporary")
+BUSY_TERMS = ("time.compute", "time.exposed_dp", "time.tp_comm", "time.offload", "time.ep_comm")
+# single-table conditions decided exactly when the tables are built (family -> "ok." table)
+EXACT = ("checkpoint.backlog", "memory.host", "moe.capacity_drops")
+# closed-form bounds of the pipeline terms (Space.bound_table)
+PIPELINE_TERMS = ("time.compute", "mem.activations")
 EXACT_PIPELINE_WORK = 5_000
 """Pipeline operations (:meth:`Space.pipeline_work`) up to which bound tables are exact tables: beyond,
 the closed-form bounds prune as well (measured: the same solve rounds) at a fraction of the cost."""
 CHEAP_PIPELINE_WORK = 300_000
 """Pipeline operations up to which enumerating a space is cheap (the report's exact table, the tiny-space
 enumeration of ``tpopt solve``)."""
-
-
-def round_up32(x) -> np.ndarray:
-    """float32 values no smaller than ``x`` (an upper bound stored in half the memory)."""
-    x = np.asarray(x, dtype=float)
-    y = x.astype(np.float32)
-    return np.where(y < x, np.nextafter(y, np.float32(np.inf)), y)
-
-
-class Tables(dict):
-    """Term tables by name, each built on first access (see :meth:`Space.tables`)."""
-
-    def __init__(self, space: "Space"):
-        super().__init__()
-        self.space = space
-
-    def __missing__(self, name: str) -> "Table":
-        table = self[name] = self.space._build(name)
-        return table
-
-    def build_all(self) -> "Tables":
-        """Build every exact table (the monolithic encodings use them all)."""
-        for name in TABLE_VARS:
-            if name not in BOUND_TABLES:
-                self[name]
-        return self
 
 
 def reduce_to(domains: dict, vals: np.ndarray, vars, target_vars, fn=np.min) -> np.ndarray:
@@ -137,6 +91,46 @@ class Table:
         return self.values.reshape(-1)
 
 
+def round_up32(x) -> np.ndarray:
+    """float32 values no smaller than ``x`` (an upper bound stored in half the memory)."""
+    x = np.asarray(x, dtype=float)
+    y = x.astype(np.float32)
+    return np.where(y < x, np.nextafter(y, np.float32(np.inf)), y)
+
+
+class Tables(dict):
+    """Term tables by name, each built on first access (see :meth:`Space.tables`). Iterating over them
+    (``values()``, ``items()``, ``keys()``) builds every exact table first; ``name in tables`` and
+    ``tables.get(name)`` look only at the tables built so far."""
+
+    def __init__(self, space: "Space"):
+        super().__init__()
+        self.space = space
+
+    def __missing__(self, name: str) -> "Table":
+        table = self[name] = self.space._build(name)
+        return table
+
+    def build_all(self) -> "Tables":
+        """Build every exact table (the monolithic encodings use them all)."""
+        for name in self.space._specs:
+            if not name.endswith((".lo", ".hi")):
+                self[name]
+        return self
+
+    def values(self):
+        return super(Tables, self.build_all()).values()
+
+    def items(self):
+        return super(Tables, self.build_all()).items()
+
+    def keys(self):
+        return super(Tables, self.build_all()).keys()
+
+    def __iter__(self):
+        return iter(self.keys())
+
+
 @dataclass
 class Space:
     sc: Scenario
@@ -165,6 +159,7 @@ class Space:
             "nics": nics,
             "tau": list(s.save_interval_s),
             "mode": list(s.save_mode),
+            **{v: list(getattr(s, name)) for v, name, _ in MOE_VARS},
         }
         for k, allowed in (restrict or {}).items():
             if k not in dom:
@@ -231,20 +226,97 @@ class Space:
     @cached_property
     def tables(self) -> "Tables":
         """Every term table (one per relation family of :mod:`tpopt.models.terms`), each built on first
-        use: a solve that needs only some of them (the layout decomposition's bounds) builds only those."""
+        use: a solve that needs only some of them (the layout decomposition's bounds) builds only those;
+        iterating over them builds every exact table."""
         return Tables(self)
+
+    @cached_property
+    def _specs(self) -> dict:
+        """Table name -> (variables, builder). MoE variables enter the tables of the terms they change
+        (dense models leave them out: their domains are single values anyway)."""
+        sc = self.sc
+        ep = ("ep", "etp") if sc.model.moe else ()
+        cap = ("cap",) if sc.model.moe else ()
+        a = sc.model
+        B = sc.task.global_batch
+        per_op = T.per_op_model(sc)  # uneven stages are modelled, not ruled out
+        compute = ("acc", "recompute", "schedule", "tp", "pp", "dp", "mb", "nics") + (("ep", "etp", "cap") if
+                                                                                       sc.model.moe else ())
+        acts = ("schedule", "recompute", "tp", "pp", "dp", "mb") + ep + cap
+
+        def act(peak):
+            return lambda schedule, recompute, tp, pp, dp, mb, ep=1, etp=0, cap=0.0: \
+                T.activations(sc, schedule, recompute, tp, pp, dp, mb, ep, etp, cap, peak=peak)
+
+        return {
+            "mem.states": (("zero", "offload", "tp", "pp", "dp") + ep,
+                           lambda zero, offload, tp, pp, dp, ep=1, etp=0:
+                           T.states(sc, zero, offload == "cpu", tp, pp, dp, ep, etp)),
+            "mem.copies": (("schedule", "tp", "pp") + ep,
+                           lambda schedule, tp, pp, ep=1, etp=0: T.param_copies(sc, schedule, tp, pp, ep, etp)),
+            "mem.activations": (acts, act("exact")),
+            "mem.activations.lo": (acts, act("lo")),
+            "mem.activations.hi": (acts, lambda **kw: round_up32(act("hi")(**kw))),
+            "mem.temporary": (("zero", "tp", "pp", "mb") + ep + cap,
+                              lambda zero, tp, pp, mb, ep=1, etp=0, cap=0.0: T.temporary(sc, zero, tp, pp, mb, ep, etp,
+                                                                                        cap)),
+            "mem.host": (("acc", "offload", "zero", "tp", "pp", "dp") + ep,
+                         lambda acc, offload, zero, tp, pp, dp, ep=1, etp=0:
+                         T.host_memory(sc, acc, offload == "cpu", zero, tp, pp, dp, ep, etp)),
+            "time.compute": (compute, None),
+            "time.compute.lo": (compute, None),
+            "time.compute.hi": (compute, None),
+            "time.exposed_dp": (("acc", "zero", "recompute", "tp", "pp", "dp", "mb", "nics") + ep + cap,
+                                lambda acc, zero, recompute, tp, pp, dp, mb, nics, ep=1, etp=0, cap=0.0:
+                                T.exposed_dp(sc, acc, zero, recompute, tp, pp, dp, mb, nics, ep, etp, cap)),
+            "time.tp_comm": (("acc", "recompute", "tp", "pp", "dp", "mb"),
+                             lambda acc, recompute, tp, pp, dp, mb: T.tp_comm(sc, acc, recompute, tp, pp, dp, mb)),
+            "time.offload": (("acc", "offload", "zero", "recompute", "tp", "pp", "dp", "mb") + ep + cap,
+                             lambda acc, offload, zero, recompute, tp, pp, dp, mb, ep=1, etp=0, cap=0.0:
+                             T.offload_wait(sc, acc, offload == "cpu", zero, recompute, tp, pp, dp, mb, ep, etp, cap)),
+            "time.ep_comm": (("acc", "recompute", "schedule", "tp", "pp", "dp", "mb", "nics") + ep + cap,
+                             lambda acc, recompute, schedule, tp, pp, dp, mb, nics, ep=1, etp=0, cap=0.0:
+                             T.ep_comm(sc, acc, recompute, schedule, tp, pp, dp, mb, nics, ep, etp, cap)),
+            "overhead": (("mode", "tau", "tp", "pp", "dp"),
+                         lambda mode, tau, tp, pp, dp:
+                         T.overhead(sc, mode, tp * pp * dp, self.interval(tau, tp * pp * dp, mode))),
+            "interval": (("mode", "tau", "tp", "pp", "dp"),
+                         lambda mode, tau, tp, pp, dp: self.interval(tau, tp * pp * dp, mode)),
+            "input.min_busy": (("acc", "tp", "pp", "dp"),
+                               lambda acc, tp, pp, dp: B / T.input_supply(sc, acc, tp * pp * dp)),
+            "rate": (("acc", "tp", "pp", "dp", "nics"),
+                     lambda acc, tp, pp, dp, nics: T.rate_per_second(sc, acc, tp * pp * dp, nics)),
+            "cards": (("tp", "pp", "dp"), lambda tp, pp, dp: tp * pp * dp),
+            # structural facts (True = the rule holds)
+            "ok.batch.divisibility": (("dp", "mb"), lambda dp, mb: B % (dp * mb) == 0),
+            "ok.layout.whole_hosts": (("acc", "tp", "pp", "dp"),
+                                      lambda acc, tp, pp, dp: (tp * pp * dp) % sc.system(acc).acc.cards_per_host == 0),
+            "ok.layout.tp_within_host": (("acc", "tp"), lambda acc, tp: sc.system(acc).acc.cards_per_host % tp == 0),
+            "ok.layout.heads_divisible": (("tp",), lambda tp: (a.heads % tp == 0) & (a.kv_heads % tp == 0)),
+            "ok.layout.pp_divides_layers": (("pp",), lambda pp: (a.layers % pp == 0) | per_op),
+            "ok.layout.schedule_shape": (("schedule", "pp", "dp", "mb"),
+                                         lambda schedule, pp, dp, mb: T.schedule_shape_ok(schedule, pp, dp, mb, B, sc)),
+            "ok.layout.ep_divides_experts": (("ep",), lambda ep: np.mod(a.experts, ep) == 0),
+            "ok.layout.ep_group": (("acc", "tp", "dp", "ep", "etp"),
+                                   lambda acc, tp, dp, ep, etp: T.ep_group_ok(sc, acc, tp, dp, ep, etp)),
+            "ok.moe.capacity_drops": (("tp", "mb", "cap"),
+                                      lambda tp, mb, cap: T.capacity_drops(sc, tp, mb, cap) <= sc.moe.max_drop),
+            # exact single-table conditions: backlog (write time <= interval), host memory <= capacity
+            "ok.checkpoint.backlog": (("mode", "tau", "tp", "pp", "dp"), None),
+            "ok.memory.host": (("acc", "offload", "zero", "tp", "pp", "dp") + ep, None),
+        }
 
     def table_vars(self, name: str) -> tuple[str, ...]:
         """The variables of a table, without building it."""
-        return TABLE_VARS[name]
+        return self._specs[name][0]
 
     def table_rows(self, name: str) -> int:
         """Rows of a table (the joint domain of its variables), without building it."""
-        return int(np.prod([len(self.domains[v]) for v in TABLE_VARS[name]]))
+        return int(np.prod([len(self.domains[v]) for v in self.table_vars(name)]))
 
     def largest_table(self) -> int:
         """Rows of the largest exact term table (how the monolithic encodings would grow)."""
-        return max(self.table_rows(n) for n in TABLE_VARS if n not in BOUND_TABLES)
+        return max(self.table_rows(n) for n in self._specs if not n.endswith((".lo", ".hi")))
 
     def pipeline_work(self) -> int:
         """Operations the event model would simulate to tabulate the pipeline terms exactly: the sum
@@ -253,14 +325,33 @@ class Space:
 
         d = self.domains
         pps = [p for p in d["pp"] if p > 1]
-        scheds = [s for s in d["schedule"] if s not in pipeline.CLOSED_FORM]
-        if not pps or not scheds:
+        if not pps:
             return 0
         B = self.sc.task.global_batch
         ms = {int(np.ceil(B / (dp * mb) - 1e-9)) for dp in d["dp"] for mb in d["mb"]}
         per = sum(p * m for p in pps for m in ms)
-        return sum(per * (3 if s in pipeline.SPLIT_BACKWARD else 2) * (2 if s == "interleaved" else 1)
-                   for s in scheds)
+        work = 0
+        for s in d["schedule"]:
+            base, v = T.schedule_parts(s)
+            if base in pipeline.CLOSED_FORM and not T.per_op_model(self.sc):
+                continue
+            work += per * (3 if base in pipeline.SPLIT_BACKWARD else 2) * (v if base == "interleaved" else 1)
+        return work
+
+    def _work(self) -> int:
+        work = self.__dict__.get("_pipeline_work")
+        if work is None:
+            work = self.__dict__["_pipeline_work"] = self.pipeline_work()
+        return work
+
+    def exact_pipeline_tables(self) -> bool:
+        """Whether the pipeline terms are tabulated exactly (:meth:`pipeline_work` within
+        :data:`EXACT_PIPELINE_WORK`) or only bounded in closed form."""
+        return self._work() <= EXACT_PIPELINE_WORK
+
+    def cheap_pipeline(self) -> bool:
+        """Whether every pipeline shape of the space is cheap to simulate (:data:`CHEAP_PIPELINE_WORK`)."""
+        return self._work() <= CHEAP_PIPELINE_WORK
 
     def bound_table(self, name: str, side: str) -> Table:
         """A table of valid lower (``side="lo"``) or upper (``"hi"``) bounds of a term, for pruning.
@@ -272,7 +363,7 @@ class Space:
         """
         if side not in ("lo", "hi"):
             raise ValueError(side)
-        if name in ("time.compute", "mem.activations") and not self.exact_pipeline_tables():
+        if name in PIPELINE_TERMS and not self.exact_pipeline_tables():
             return self.tables[f"{name}.{side}"]
         return self.tables[name]
 
@@ -282,80 +373,30 @@ class Space:
         (:meth:`bound_table`). ``check()``, if given, runs before each table (a time limit can raise
         there; the tables built so far stay valid)."""
         t = self.tables
-        for name in TABLE_VARS:
-            if name in BOUND_TABLES:
+        for name in self._specs:
+            if name.endswith((".lo", ".hi")):
                 continue
             if check is not None:
                 check()
-            if name in ("time.compute", "mem.activations"):
+            if name in PIPELINE_TERMS:
                 self.bound_table(name, "lo")
                 self.bound_table(name, "hi")
             else:
                 t[name]
         return t
 
-    def exact_pipeline_tables(self) -> bool:
-        """Whether the pipeline terms are tabulated exactly (:meth:`pipeline_work` within
-        :data:`EXACT_PIPELINE_WORK`) or only bounded in closed form."""
-        return self._work() <= EXACT_PIPELINE_WORK
-
-    def cheap_pipeline(self) -> bool:
-        """Whether every pipeline shape of the space is cheap to simulate (:data:`CHEAP_PIPELINE_WORK`)."""
-        return self._work() <= CHEAP_PIPELINE_WORK
-
-    def _work(self) -> int:
-        work = self.__dict__.get("_pipeline_work")
-        if work is None:
-            work = self.__dict__["_pipeline_work"] = self.pipeline_work()
-        return work
-
     def _build(self, name: str) -> Table:
-        sc = self.sc
+        vars, fn = self._specs[name]
         t = self.tables
-        a = sc.model
-        B = sc.task.global_batch
-        vars = TABLE_VARS[name]
-        build = {
-            "mem.states": lambda zero, offload, tp, pp, dp: T.states(sc, zero, offload == "cpu", tp, pp, dp),
-            "mem.copies": lambda schedule, tp, pp: T.param_copies(sc, schedule, tp, pp),
-            "mem.activations": lambda schedule, recompute, tp, pp, dp, mb:
-                T.activations(sc, schedule, recompute, tp, pp, dp, mb),
-            "mem.activations.lo": lambda schedule, recompute, tp, pp, dp, mb:
-                T.activations(sc, schedule, recompute, tp, pp, dp, mb, peak="lo"),
-            "mem.activations.hi": lambda schedule, recompute, tp, pp, dp, mb:
-                round_up32(T.activations(sc, schedule, recompute, tp, pp, dp, mb, peak="hi")),
-            "mem.temporary": lambda zero, tp, pp, mb: T.temporary(sc, zero, tp, pp, mb),
-            "mem.host": lambda acc, offload, zero, tp, pp, dp: T.host_memory(sc, acc, offload == "cpu", zero, tp, pp,
-                                                                              dp),
-            "time.exposed_dp": lambda acc, zero, recompute, tp, pp, dp, mb, nics:
-                T.exposed_dp(sc, acc, zero, recompute, tp, pp, dp, mb, nics),
-            "time.tp_comm": lambda acc, recompute, tp, pp, dp, mb: T.tp_comm(sc, acc, recompute, tp, pp, dp, mb),
-            "time.offload": lambda acc, offload, zero, recompute, tp, pp, dp, mb:
-                T.offload_wait(sc, acc, offload == "cpu", zero, recompute, tp, pp, dp, mb),
-            "overhead": lambda mode, tau, tp, pp, dp:
-                T.overhead(sc, mode, tp * pp * dp, self.interval(tau, tp * pp * dp, mode)),
-            "interval": lambda mode, tau, tp, pp, dp: self.interval(tau, tp * pp * dp, mode),
-            "input.min_busy": lambda acc, tp, pp, dp: B / T.input_supply(sc, acc, tp * pp * dp),
-            "rate": lambda acc, tp, pp, dp, nics: T.rate_per_second(sc, acc, tp * pp * dp, nics),
-            "cards": lambda tp, pp, dp: tp * pp * dp,
-            # structural facts (1 = the rule holds)
-            "ok.batch.divisibility": lambda dp, mb: (B % (dp * mb) == 0) * 1.0,
-            "ok.layout.whole_hosts": lambda acc, tp, pp, dp:
-                ((tp * pp * dp) % sc.system(acc).acc.cards_per_host == 0) * 1.0,
-            "ok.layout.tp_within_host": lambda acc, tp: (sc.system(acc).acc.cards_per_host % tp == 0) * 1.0,
-            "ok.layout.heads_divisible": lambda tp: ((a.heads % tp == 0) & (a.kv_heads % tp == 0)) * 1.0,
-            "ok.layout.pp_divides_layers": lambda pp: (a.layers % pp == 0) * 1.0,
-            "ok.layout.schedule_shape": lambda schedule, pp, dp, mb: T.schedule_shape_ok(schedule, pp, dp, mb, B) * 1.0,
-        }
-        if name in build:  # the smallest dtype that holds each table exactly
+        if fn is not None:  # the smallest dtype that holds each table exactly
             dtype = bool if name.startswith("ok.") else np.int64 if name == "cards" else \
                 np.float32 if name.endswith(".hi") else float
-            return self.tabulate(name, vars, build[name], dtype)
+            return self.tabulate(name, vars, fn, dtype)
         if name.startswith("time.compute"):
             return self._compute_table(name)
-        if name == "ok.checkpoint.backlog":  # exact single-table condition: write time <= interval
-            return Table(name, vars, T.checkpoint_write_time(sc) <= t["interval"].values)
-        if name == "ok.memory.host":  # offloaded state per host <= host memory
+        if name == "ok.checkpoint.backlog":
+            return Table(name, vars, T.checkpoint_write_time(self.sc) <= t["interval"].values)
+        if name == "ok.memory.host":
             h = t["mem.host"]
             cap = self.host_capacity()
             shape = [1] * h.values.ndim
@@ -363,35 +404,58 @@ class Space:
             return Table(name, vars, h.values <= cap.reshape(shape))
         raise KeyError(name)
 
+    def moe_rules(self) -> dict[str, Table]:
+        """The MoE families' conditions (True = the rule holds), each over its own few variables."""
+        return {n: self.tables[n] for n in ("ok.layout.ep_divides_experts", "ok.layout.ep_group",
+                                            "ok.moe.capacity_drops")}
+
+    def inert(self) -> frozenset:
+        """MoE families no plan of this space can violate (all three for a dense model; capacity drops when
+        every capacity is dropless or drops little enough). Reports skip them: dropping one cannot admit a
+        better plan."""
+        return frozenset(k[3:] for k, t in self.moe_rules().items() if bool(np.all(t.values)))
+
     def _compute_table(self, name: str = "time.compute") -> Table:
-        """The compute term (or its bounds, ``time.compute.lo`` / ``.hi``), with every (accelerator,
-        recompute) combination of a schedule stacked into one array, so that the pipeline model runs
-        once per (schedule, pp, micro-batches) shape (closed forms: once per schedule)."""
+        """The compute term (or its bounds, ``time.compute.lo`` / ``.hi``, both from one pass), with
+        every (accelerator, recompute) combination of a schedule stacked into one array so that the
+        pipeline model runs once per (schedule, pp, micro-batches) shape (closed forms: once per
+        schedule). For a MoE model the expert work depends on (ep, etp, cap) too: each distinct
+        combination (T.compute_key: the load factor alone in the flat model) is stacked like another
+        accelerator."""
         sc, d = self.sc, self.domains
-        vars = TABLE_VARS[name]
+        moe = ("ep", "etp", "cap") if sc.model.moe else ()
+        vars = self.table_vars(name)
         nums = ("tp", "pp", "dp", "mb", "nics")
         grids = dict(zip(nums, np.ix_(*[np.asarray(d[v], dtype=float) for v in nums])))
         sub = tuple(len(d[v]) for v in nums)
+        combos = list(itertools.product(d["ep"], d["etp"], d["cap"])) if moe else [(1, 0, 0.0)]
+        keys = [T.compute_key(sc, *c) for c in combos]
+        unique = list(dict.fromkeys(keys))
+        which = np.array([unique.index(k) for k in keys])
+        reps = [combos[keys.index(k)] for k in unique]
         exact = name == "time.compute"
         full = tuple(len(d[v]) for v in vars)
-        out = np.empty(full)
-        other = None if exact else np.empty(full)  # both bounds come out of one pass
+        outs = [np.empty(full)] if exact else [np.empty(full), np.empty(full)]  # both bounds in one pass
+
+        def lay(total):
+            total = total.reshape((len(d["acc"]), len(d["recompute"]), len(reps)) + sub)[:, :, which]
+            if moe:  # (acc, rec, combo) + sub -> (acc, rec) + sub + (ep, etp, cap)
+                return np.moveaxis(total, 2, -1).reshape(total.shape[:2] + sub + tuple(len(d[v]) for v in moe))
+            return total[:, :, 0]
+
         for si, sched in enumerate(d["schedule"]):
             parts = [T.compute_inputs(sc, acc, rec, sched, grids["tp"], grids["pp"], grids["dp"], grids["mb"],
-                                      grids["nics"]) for acc in d["acc"] for rec in d["recompute"]]
-            stacked = tuple(np.stack([np.broadcast_to(p[k], sub) for p in parts]) for k in range(6))
-            pp = np.broadcast_to(grids["pp"], sub)[None]
-            lay = (len(d["acc"]), len(d["recompute"])) + sub
-            if exact:
-                out[:, :, si] = T.compute_from(sc, sched, pp, stacked)[0].reshape(lay)
-            else:
-                lo, hi = T.compute_bounds(sc, sched, pp, stacked)
-                out[:, :, si] = lo.reshape(lay)
-                other[:, :, si] = hi.reshape(lay)
+                                      grids["nics"], ep=e, expert_tp=t, capacity_factor=c)
+                     for acc in d["acc"] for rec in d["recompute"] for e, t, c in reps]
+            stacked = tuple(np.stack([np.broadcast_to(p[k], sub) for p in parts]) for k in range(len(parts[0])))
+            pp = np.broadcast_to(grids["pp"], sub)[None].repeat(len(parts), axis=0)
+            totals = [T.compute_from(sc, sched, pp, stacked)[0]] if exact else T.compute_bounds(sc, sched, pp, stacked)
+            for out, total in zip(outs, totals):
+                out[:, :, si] = lay(total)
         if exact:
-            return Table(name, vars, out)
-        self.tables["time.compute.lo"] = Table("time.compute.lo", vars, out)  # exact where it can be: float64
-        self.tables["time.compute.hi"] = Table("time.compute.hi", vars, round_up32(other))
+            return Table(name, vars, outs[0])
+        self.tables["time.compute.lo"] = Table("time.compute.lo", vars, outs[0])  # exact where it can be: float64
+        self.tables["time.compute.hi"] = Table("time.compute.hi", vars, round_up32(outs[1]))
         return self.tables[name]
 
     def interval(self, tau, cards, mode):
@@ -418,7 +482,8 @@ class Space:
                     pp=int(d["pp"]), dp=int(d["dp"]), micro_batch=int(d["mb"]), grad_accum=ga,
                     recompute=d["recompute"], offload=d["offload"],
                     schedule=d["schedule"] if d["pp"] > 1 else self.domains["schedule"][0],
-                    save_interval_s=tau, save_mode=d["mode"], nics_per_host=int(d["nics"]))
+                    save_interval_s=tau, save_mode=d["mode"], nics_per_host=int(d["nics"]),
+                    **{name: typ(d[v]) for v, name, typ in MOE_VARS if v in d})
 
     def key(self, idx: dict) -> tuple:
         """A canonical assignment key (schedule pinned when pp = 1)."""

@@ -172,10 +172,11 @@ def test_per_group_durations_exact_and_bounded():
             for m in (1, 3, 2 * p, 2 * p + 3):
                 if pl.shape_error(schedule, p, m):
                     continue
-                f, x, w, u = (RNG.integers(0, 30, size=(6, p)).astype(float) for _ in range(4))
+                f, x, w, u = (RNG.integers(0, 30, size=(p, 6)).astype(float) for _ in range(4))
                 t = RNG.integers(0, 10, size=6).astype(float)
                 got = pl.completion_time(schedule, p, m, f, x, w, t, u, per_group=True)
-                ref = [pl.simulate(schedule, p, m, f[i], x[i], w[i], t[i], u[i]).completion for i in range(6)]
+                ref = [pl.simulate(schedule, p, m, f[:, i], x[:, i], w[:, i], t[i], u[:, i]).completion
+                       for i in range(6)]
                 assert np.array_equal(got, ref), (schedule, p, m)  # bit for bit: the same recurrence
                 lo, hi = pl.completion_bounds(schedule, p, m, f, x, w, t, u, per_group=True)
                 assert np.all(lo <= got) and np.all(got <= hi), (schedule, p, m)
@@ -183,5 +184,5 @@ def test_per_group_durations_exact_and_bounded():
     same = pl.completion_time("1f1b", 4, 8, np.full(4, 10.0), np.full(4, 20.0), 0.0, 1.0, np.full(4, 1.0),
                               per_group=True)
     assert float(same) == 347.0
-    with pytest.raises(InputError):
-        pl.completion_time("1f1b", 4, 8, np.ones(3), 1.0, 0.0, 0.0, 0.0, per_group=True)
+    with pytest.raises(InputError):  # a first axis that is not the groups must broadcast with the rest
+        pl.completion_time("1f1b", 4, 8, np.ones(3), np.ones(5), 0.0, 0.0, 0.0, per_group=True)

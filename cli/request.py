@@ -1,0 +1,77 @@
+"""Request building shared by ``tpopt solve`` and ``tpopt explain`` (and anything else that solves).
+
+The solver options, the :class:`~tpopt.optimizer.result.Request` they make, and the scenario's raw tables
+with the command-line overrides (the explanation's accelerator relaxation rebuilds the scenario from them).
+Both commands import from here; neither imports the other.
+"""
+
+from __future__ import annotations
+
+import click
+
+from tpopt.cli.common import SolverName, overrides_from, scenario_source
+
+
+def solve_options(fn):
+    opts = [
+        click.option("--solver", type=SolverName(), default="cpsat", show_default=True,
+                     help="Backend: CP-SAT, HiGHS MILP, brute-force enumeration, or pyomo:NAME (the MILP through "
+                          "Pyomo with solver NAME: highs, scip, cbc, glpk, gurobi, ... where installed)."),
+        click.option("--method", type=click.Choice(["auto", "monolithic", "decomposed"]), default="auto",
+                     show_default=True,
+                     help="cpsat/highs formulation: one model, or the layout decomposition (auto: by size)."),
+        click.option("--objective", type=click.Choice(["cost", "time"]), default="cost", show_default=True,
+                     help="Minimise cost (then finish time) or finish time (then cost)."),
+        click.option("--max-cost", help="Budget cap (currency, or card-hours without prices)."),
+        click.option("--time-limit", default="60s", show_default=True,
+                     help="One time limit for the whole command (tables, solve, analysis): 60s, 5min, or seconds."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Solver random seed."),
+        click.option("--workers", type=int, default=1, show_default=True,
+                     help="Solver threads (1 = deterministic)."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def time_limit_seconds(text) -> float:
+    """``--time-limit``: a duration with its unit (``5s``, ``2min``) or a bare number of seconds."""
+    import math
+
+    from tpopt.errors import InputError
+    from tpopt.models.units import parse_duration
+
+    try:
+        x = float(text)
+    except (TypeError, ValueError):
+        return parse_duration(str(text), "--time-limit", allow_zero=False)
+    if not math.isfinite(x):
+        raise InputError(f"--time-limit: {text!r} must be a positive number of seconds")
+    return x
+
+
+def request_from(kw: dict, top: int = 1):
+    """The request of the solver options, with one clock for every phase of this command (the time
+    limit bounds tables, solve, verification and analysis together; see optimizer/limits.py)."""
+    from tpopt.cli.common import check_run_options
+    from tpopt.optimizer.limits import Clock, stderr_progress
+    from tpopt.optimizer.result import Request
+
+    limit = time_limit_seconds(kw["time_limit"])
+    check_run_options(limit, kw["seed"], kw["workers"], top)
+    clock = Clock(limit)
+    clock.progress = stderr_progress()
+    return Request(objective=kw["objective"], top=top, time_limit=limit, seed=kw["seed"],
+                   workers=kw["workers"], method=kw.get("method", "auto"), clock=clock)
+
+
+def raw_and_catalog(kw: dict):
+    """The scenario's raw tables with this command's overrides, and the catalog (for the
+    accelerator relaxation)."""
+    from tpopt.catalogs import load_catalog
+    from tpopt.catalogs.scenario import read_scenario_file, with_overrides
+
+    ov = overrides_from(kw)
+    ov["cost.max_cost"] = kw.get("max_cost")
+    raw = with_overrides(read_scenario_file(scenario_source(kw)), ov)
+    return raw, load_catalog(kw.get("catalog_dirs") or ())

@@ -1,0 +1,74 @@
+"""`tpopt rl`: plan RL post-training (rollout / verification / learning split) as a solve."""
+
+from __future__ import annotations
+
+import click
+
+from tpopt.cli.common import EXIT_INFEASIBLE, EXIT_UNKNOWN, dump_json, echo_builtin_note, fail, handle_errors, \
+    scenario_options
+
+
+@click.command()
+@scenario_options
+@click.option("--solver", type=click.Choice(["cpsat", "highs", "enumerate"]), default="cpsat", show_default=True,
+              help="Backend for the learner's layout when its space is too large to tabulate.")
+@click.option("--objective", type=click.Choice(["cost", "time"]), default="cost", show_default=True,
+              help="Minimise cost (then finish time) or finish time (then cost).")
+@click.option("--max-cost", help="Budget cap (currency, or card-hours without prices).")
+@click.option("--kept", help="Kept fraction at one-step async, e.g. 80% (overrides [rl] kept).")
+@click.option("--staleness", type=click.IntRange(0, 1), help="Policy lag allowed: 0 synchronous, 1 one-step async.")
+@click.option("--no-analysis", is_flag=True, help="Skip binding constraints, alternatives and the break-even search.")
+@click.option("--plot", "plot_path", help="Stage utilisation over one cycle of the chosen plan (.pdf, .svg or .png; "
+                                          "written only when a plan is feasible).")
+@click.option("--timing", is_flag=True, help="Print the solve's wall time (the only non-deterministic output).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text (solver.wall_s is the wall time).")
+@click.option("--time-limit", type=float, default=60.0, show_default=True, help="Time limit per learner solve, s.")
+@handle_errors
+def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, timing, as_json, time_limit, **kw):
+    """Plan RL post-training: cards for rollout vs learning (or shared), rollout TP and batch, the
+    learner's layout, sync or one-step async, weight sync; cheapest (or fastest) by the deadline.
+
+    Without --scenario: the built-in RL example (GRPO on a Qwen3-8B policy, up to 64 H100).
+
+    Example: tpopt rl --kept 90%
+    """
+    from tpopt.catalogs.rl import load_rl_scenario
+    from tpopt.cli.common import overrides_from
+    from tpopt.errors import InputError
+    from tpopt.optimizer import rl as O
+    from tpopt.optimizer.result import Request
+
+    if kw.get("tokens") is not None:
+        raise InputError("--tokens does not apply to tpopt rl (set [rl] samples or steps)")
+    from tpopt.cli.common import check_run_options
+
+    check_run_options(time_limit)  # finite, positive, at most 7 days
+    if plot_path:
+        from tpopt.cli.plots import check_plot_path
+
+        check_plot_path(plot_path)
+    from tpopt.catalogs.scenario import BUILTIN_RL_SCENARIO
+
+    ov = overrides_from(kw)
+    ov.update({"cost.max_cost": max_cost, "rl.kept": kept, "rl.staleness": staleness})
+    kw["_builtin"] = "rl"
+    rsc = load_rl_scenario(kw["scenario_path"] or BUILTIN_RL_SCENARIO, ov, kw.get("catalog_dirs") or ())
+    pb = O.RLProblem(rsc, solver, Request(time_limit=time_limit))
+    try:
+        result = O.solve(pb, objective)
+        out = O.report(pb, result, analyse=not no_analysis, break_even=not no_analysis)
+    except O.LearnerTimeout as exc:
+        fail(str(exc), EXIT_UNKNOWN)
+    if plot_path and result.feasible:
+        from tpopt.cli.rl_plot import plot_cycle
+
+        plot_cycle(out, plot_path)
+    echo_builtin_note(kw, as_json, out)
+    if as_json:
+        click.echo(dump_json(out), nl=False)
+    else:
+        from tpopt.cli.rl_render import rl_text
+
+        click.echo(rl_text(out, timing), nl=False)
+    if not result.feasible:
+        raise SystemExit(EXIT_INFEASIBLE)

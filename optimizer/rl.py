@@ -1,0 +1,951 @@
+"""RL post-training as a solve (chapter 10.5): rollout / verification / learning split, shared or
+separate cards, synchronous or one-step async, weight sync; exact, with binding reports.
+
+Decisions. RL level: accelerator, placement (``separate`` card groups or ``shared`` cards with a
+staged hand-off), learner cards, rollout cards, rollout TP, rollout batch, staleness (0 / 1) and the
+weight-sync method (``sharded`` / ``broadcast``); the save interval and mode are picked per card
+count (they only move the overhead L). Learner level: the whole pre-training plan (ZeRO, TP, PP,
+micro-batch, recompute, offload, schedule) on the learner's cards, chosen by the existing solver.
+
+Why taking the learner's optimum per card count is exact. Every RL quantity depends on the learner
+plan only through its step time t (and, on shared cards, the state swap h(states) and its memory,
+which bounds the plan through its usable memory): cycle, finish and cost are non-decreasing in
+q_s t + h, and the memory families are enforced inside the learner solve by lowering the usable
+memory. So for a learner card count and memory limit the best RL plan uses the learner plan that
+minimises t (separate cards: the solver's ``time`` optimum at that card count) or q_s t + h (shared
+cards: the solver's K best plans by t, K grown until q_s t_K can no longer beat the best q_s t + h).
+
+Search. Every RL decision is first evaluated with a valid lower bound of the learner
+(t >= 6 x GEMM params x tokens / (cards x the card's highest dense peak), h >= 0, memory 0): a
+relaxation of every family. Learner keys (accelerator, cards, memory limit) are then solved in the
+order of their best bound; the search stops when the next bound exceeds the best verified plan.
+:func:`brute_force` enumerates every RL decision with every learner plan (no solver, no bound):
+the oracle of the property tests.
+
+Families (value <= limit, SI units inside): ``rl.learner_memory``, ``rl.kv_capacity``,
+``rl.rollout_memory``, ``rl.handoff_memory``, ``rl.staleness``, ``checkpoint.backlog``,
+``deadline.finish`` (with its per-stage form ``rl.stage_balance``, reported like ``step.budget``),
+``cards.max``, ``budget.cost``; ``rl.learner_layout`` (some learner layout exists at the card count)
+is structural.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+
+from tpopt.errors import InputError
+from tpopt.models import generation as gen
+from tpopt.models import rl as R
+from tpopt.models import terms as T
+from tpopt.models.arch import flops_per_token, gemm_params, param_count
+from tpopt.models.evaluate import Evaluation
+from tpopt.models.units import DAY, GIB
+from tpopt.optimizer.result import Request, Status
+
+# family -> (unit, scale, what it says)
+SPEC = {
+    "rl.learner_layout": ("", 1.0, "a learner layout exists at the card count (batch, host and head rules)"),
+    "rl.learner_memory": ("GiB", GIB, "learner peak memory per card <= usable memory"),
+    "rl.kv_capacity": ("GiB", GIB, "KV of the rollout batch (and of one longest sequence) <= KV pool"),
+    "rl.rollout_memory": ("GiB", GIB, "rollout card: weights + KV pool + common, and the sync buffer, <= usable"),
+    "rl.handoff_memory": ("GiB", GIB, "shared cards: staged hand-off peak (learner peak + received weights + "
+                                      "common) <= usable"),
+    "rl.staleness": ("steps", 1.0, "policy lag <= staleness allowed"),
+    "rl.stage_balance": ("samples/s", 1.0, "useful samples/s the deadline needs <= min(r_learn, q min(r_gen, "
+                                           "r_verify)) (per-stage form of deadline.finish)"),
+    "checkpoint.backlog": ("s", 1.0, "checkpoint write time <= save interval"),
+    "deadline.finish": ("d", DAY, "T_finish <= deadline"),
+    "cards.max": ("cards", 1.0, "learner + rollout cards <= max_cards"),
+    "budget.cost": ("USD", 1.0, "cost <= budget cap"),
+}
+FAMILIES = ("rl.learner_layout", "rl.learner_memory", "rl.kv_capacity", "rl.rollout_memory", "rl.handoff_memory",
+            "rl.staleness", "checkpoint.backlog", "deadline.finish", "cards.max", "budget.cost")
+STRUCTURAL = ("rl.learner_layout",)
+RELAXABLE = tuple(f for f in FAMILIES if f not in STRUCTURAL)
+TRAINER_STRUCTURAL = frozenset({"batch.divisibility", "layout.whole_hosts", "layout.tp_within_host",
+                                "layout.heads_divisible", "layout.pp_divides_layers", "layout.schedule_shape"})
+TRAINER_MEMORY = frozenset({"memory.per_card", "memory.host"})
+OBJECTIVES = ("cost", "time")
+MAX_TOP = 256  # shared cards: most learner plans fetched by step time before enumerating the rest
+TABLE_LIMIT = 300_000  # learner spaces up to this size are tabulated once (as tpopt solve reports do)
+
+
+@dataclass(frozen=True)
+class RLDecision:
+    """One RL-level decision vector (the learner's layout is a :class:`tpopt.models.plan.Plan`)."""
+
+    accelerator: str
+    placement: str  # "separate" or "shared"
+    learner_cards: int
+    rollout_cards: int  # = learner_cards on shared cards
+    rollout_tp: int
+    rollout_batch: int  # concurrent sequences per engine; 0 = the largest that fits
+    staleness: int  # 0 synchronous, 1 one-step async
+    weight_sync: str  # "sharded" or "broadcast"
+
+    @property
+    def cards(self) -> int:
+        return self.learner_cards if self.placement == "shared" else self.learner_cards + self.rollout_cards
+
+
+@dataclass(frozen=True)
+class Learner:
+    """What the RL level needs from a learner plan (``plan`` is None for bounds and brute force)."""
+
+    plan: Evaluation | None
+    step_s: float  # the pre-training step time of the plan (full batch)
+    full_s: float  # + extra forward passes
+    states: float = 0.0  # bytes per card of persistent state
+    memory: float = 0.0  # peak bytes per card
+    swap_s: float = 0.0  # shared cards: state to host memory and back
+
+
+@dataclass
+class RLEvaluation:
+    decision: RLDecision
+    learner: Learner
+    metrics: dict
+    checks: dict  # family -> (value, limit), SI units
+
+    def ok(self, family: str) -> bool:
+        if family not in self.checks:
+            return True
+        v, lim = self.checks[family]
+        return v <= lim * (1 + 1e-12)
+
+    def feasible(self, enforced) -> bool:
+        return all(self.ok(f) for f in enforced if f not in STRUCTURAL)
+
+    def key(self, objective: str) -> tuple:
+        c, f = self.metrics["cost"], self.metrics["finish_s"]
+        if objective == "cards":
+            return (self.decision.cards, c)
+        return (c, f) if objective == "cost" else (f, c)
+
+
+@dataclass
+class RLResult:
+    status: Status
+    objective: str
+    best: RLEvaluation | None
+    enforced: tuple
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def feasible(self) -> bool:
+        return self.best is not None
+
+
+class LearnerTimeout(RuntimeError):
+    """A learner solve hit its time limit before any answer (the CLI exits 4)."""
+
+
+def new_caches() -> dict:
+    return {"learner": {}, "space": {}, "rollout": {}, "overhead": {}, "bound_ok": [True], "solves": [0]}
+
+
+class RLProblem:
+    """One RL scenario's design space, relations and caches (learner solves, rollout stages)."""
+
+    def __init__(self, rsc, backend: str = "cpsat", req: Request | None = None, card_limit: int | None = None,
+                 caches: dict | None = None):
+        if backend not in ("cpsat", "highs", "enumerate"):
+            raise InputError(f"unknown solver {backend!r} (use cpsat, highs or enumerate)")
+        self.rsc = rsc
+        self.sc = rsc.trainer
+        self.task = rsc.task
+        self.backend = backend
+        self.req = req or Request()
+        self.card_limit = int(card_limit or self.sc.search.max_cards)
+        self.caches = caches if caches is not None else new_caches()
+        self.policy_params = float(param_count(self.sc.model))
+        self.gemm_params = float(gemm_params(self.sc.model))
+        self.seq = self.sc.task.seq_len
+        self.step_tokens = float(self.task.batch * self.seq)
+        rm = self.task.verifier.reward_model
+        self.rm_params = float(param_count(rm)) if rm is not None else 0.0
+
+    # -- variants sharing the caches -----------------------------------------------------------
+    def with_task(self, **changes) -> "RLProblem":
+        """The same problem with loop fields changed that leave the learner's scenario as it is
+        (kept fractions, staleness allowed, samples to train); the caches are shared."""
+        allowed = {"kept", "kept_sync", "staleness", "samples"}
+        if set(changes) - allowed:
+            raise InputError(f"cannot vary {sorted(set(changes) - allowed)} without rebuilding the scenario")
+        caches = dict(self.caches)
+        if "kept_sync" in changes:  # weighs the state swap of shared cards in the learner choice
+            caches["learner"] = {}
+        return RLProblem(replace(self.rsc, task=replace(self.task, **changes)), self.backend, self.req,
+                         self.card_limit, caches)
+
+    def with_card_limit(self, card_limit: int) -> "RLProblem":
+        return RLProblem(self.rsc, self.backend, self.req, card_limit, self.caches)
+
+    # -- the grid of RL decisions --------------------------------------------------------------
+    def accelerators(self) -> list[str]:
+        return list(self.sc.search.accelerators or self.sc.systems)
+
+    def rollout_tps(self, acc: str) -> list[int]:
+        g = self.sc.system(acc).acc.cards_per_host
+        return [t for t in self.rsc.search.rollout_tp if g % t == 0 and self.sc.model.heads % t == 0]
+
+    def grid(self, restrict: dict | None = None) -> list[RLDecision]:
+        """Every RL decision: whole hosts for each group, together within the card limit; rollout
+        groups up to one prompt per engine (more engines than prompts would idle); staleness 0 and 1
+        on separate cards (``rl.staleness`` limits it), 0 on shared cards. ``restrict`` maps decision
+        fields to allowed values."""
+        r = restrict or {}
+        s = self.rsc.search
+        P = self.task.prompts_per_step
+        out = []
+        for acc in self.accelerators():
+            g = self.sc.system(acc).acc.cards_per_host
+            hosts = [h * g for h in range(1, self.card_limit // g + 1)]
+            for placement in s.placement:
+                for t in self.rollout_tps(acc):
+                    top = max(g, math.ceil(P * t / g) * g)
+                    for cl in hosts:
+                        rollouts = [cl] if placement == "shared" else [c for c in hosts
+                                                                       if c <= top and cl + c <= self.card_limit]
+                        for cr in rollouts:
+                            for b in s.rollout_batch or (0,):
+                                for st in ((0,) if placement == "shared" else (0, 1)):
+                                    for m in s.weight_sync:
+                                        d = RLDecision(acc, placement, cl, cr, t, b, st, m)
+                                        if all(getattr(d, k) in v for k, v in r.items()):
+                                            out.append(d)
+        return out
+
+    # -- learner -------------------------------------------------------------------------------
+    def nics(self, acc: str) -> int:
+        return self.rsc.nics_per_host or self.sc.system(acc).acc.nics_per_host
+
+    def extra_forward_s(self, acc: str, cards: int) -> float:
+        """Extra forward passes (reference / old-policy log-probs) at the scenario's efficiency:
+        n x (training FLOPs / 3) / (cards x peak x eta), without bubbles or communication (per-operation
+        model: eta = the card's large-GEMM efficiency x the throughput scale)."""
+        if not self.task.extra_forwards:
+            return 0.0
+        s = self.sc.system(acc)
+        eta = s.efficiency * (s.perf.gemm_efficiency if s.per_op else 1.0)
+        fwd = flops_per_token(self.sc.model, self.seq) / 3.0 * self.step_tokens
+        return self.task.extra_forwards * fwd / (cards * s.acc.peak_flops * eta)
+
+    def learner_bound(self, acc: str, cards: int) -> Learner:
+        """A lower bound of every learner plan at ``cards``: the GEMM work of a step at the card's
+        highest dense peak, no swap, no memory (0 once a solve has shown the bound unsafe)."""
+        key = (acc, cards, self.caches["bound_ok"][0])
+        cache = self.caches.setdefault("bound", {})
+        if key not in cache:
+            A = self.sc.system(acc).acc
+            peak = max(A.peak_flops, A.peak_fp8, A.peak_fp16, A.peak_tf32)
+            lb = 6.0 * self.gemm_params * self.step_tokens / (cards * peak) if key[2] else 0.0
+            cache[key] = Learner(plan=None, step_s=lb, full_s=lb + self.extra_forward_s(acc, cards))
+        return cache[key]
+
+    def rate(self, acc: str, cards: int) -> float:
+        """Rental cost per second of the job's cards and their hosts' NICs (cached)."""
+        cache = self.caches.setdefault("rate", {})
+        if (acc, cards) not in cache:
+            cache[(acc, cards)] = float(T.rate_per_second(self.sc, acc, cards, self.nics(acc)))
+        return cache[(acc, cards)]
+
+    def receive_bytes(self, d: RLDecision) -> float:
+        """Policy weights a rollout card receives per update (its shard, or the whole policy)."""
+        dense = self.task.weight_bytes * self.policy_params
+        return R.sync_bytes_per_card(dense, 0.0, d.rollout_tp, 1, d.weight_sync == "sharded")
+
+    def generation_weights(self, t: int) -> float:
+        """Weights resident on a rollout card: the policy and, when scoring on cards, the reward model."""
+        return gen.weight_bytes_per_card(self.policy_params + self.rm_params, t, self.task.weight_bytes)
+
+    def learner_key(self, d: RLDecision, enforced) -> tuple:
+        """(accelerator, cards, memory limit or None, shared) of the learner solve a decision needs.
+
+        Shared cards in staged order need learner peak + received weights (+ the reward model) +
+        common <= usable, i.e. the learner planned against usable - received - common."""
+        usable = self.sc.system(d.accelerator).acc.memory_usable
+        limit = usable if "rl.learner_memory" in enforced else None
+        if d.placement == "shared" and "rl.handoff_memory" in enforced:
+            recv = self.receive_bytes(d) + self.generation_weights(d.rollout_tp) - \
+                gen.weight_bytes_per_card(self.policy_params, d.rollout_tp, self.task.weight_bytes)
+            limit = min(usable if limit is None else limit, usable - recv - self.task.common)
+        return (d.accelerator, d.learner_cards, limit, d.placement == "shared")
+
+    def _space(self, acc: str, limit):
+        from tpopt.optimizer.space import Space
+
+        key = (acc, limit)
+        sp = self.caches["space"].get(key)
+        if sp is None:
+            sc = self.sc
+            if limit is not None:
+                s = sc.system(acc)
+                sc = replace(sc, systems={**sc.systems, acc: replace(s, acc=replace(s.acc, memory_usable=limit))})
+            restrict = {"acc": [acc], "tau": sc.search.save_interval_s[:1], "mode": sc.search.save_mode[:1]}
+            sp = Space.from_scenario(sc, restrict)
+            base = self.caches["space"].get((acc, "tables"))
+            if base is not None:  # the term tables do not depend on usable memory: share them
+                sp.__dict__["tables"] = base
+            else:
+                self.caches["space"][(acc, "tables")] = sp.tables
+            self.caches["space"][key] = sp
+        return sp
+
+    def swap_bandwidth(self, acc: str) -> float:
+        """Card-to-host bandwidth for parking the training state: the card's host link, as far as
+        the host's memory bandwidth shared by its cards allows."""
+        A = self.sc.system(acc).acc
+        host = A.host_memory_bw / A.cards_per_host if A.host_memory_bw > 0 else math.inf
+        return min(A.host_link_bw, host)
+
+    def _learner_from(self, ev: Evaluation, acc: str, cards: int, shared: bool) -> Learner:
+        step = ev.metrics["step_s"]
+        states = ev.metrics["states_gib"] * GIB
+        swap = R.state_swap_time(states, self.swap_bandwidth(acc)) if shared else 0.0
+        return Learner(plan=ev, step_s=step, full_s=step + self.extra_forward_s(acc, cards), states=states,
+                       memory=ev.metrics["memory_per_card_gib"] * GIB, swap_s=swap)
+
+    def learner(self, key: tuple) -> Learner | None:
+        """The learner plan RL decisions with this key use (cached); None if no plan exists.
+
+        Learner spaces up to ``TABLE_LIMIT`` plans are evaluated once per accelerator by the
+        vectorised evaluator (every key is then a mask, as ``tpopt solve`` reports do); larger ones
+        go to the chosen solver backend with the card count fixed."""
+        cache = self.caches["learner"]
+        if key not in cache:
+            acc, cards, limit, shared = key
+            out = None
+            if limit is None or limit > 0:
+                if self._space(acc, None).size() <= TABLE_LIMIT and not self.caches.get("force_solver"):
+                    out = self._learner_from_table(acc, cards, limit, shared)
+                else:
+                    out = self._learner_from_solver(acc, cards, limit, shared)
+            if out is not None and out.step_s < self.learner_bound(acc, cards).step_s * (1 - 1e-9):
+                self.caches["bound_ok"][0] = False  # a learner model faster than the GEMM bound: stop pruning
+            cache[key] = out
+        return cache[key]
+
+    def _choose(self, shared: bool, cands) -> int:
+        """Index of the learner that serves the RL level best: least step time on separate cards,
+        least q_s t + swap on shared cards (first on ties)."""
+        qs = self.task.kept_sync
+        score = [(qs * c.full_s + c.swap_s) if shared else c.full_s for c in cands]
+        return min(range(len(cands)), key=lambda i: (score[i], i))
+
+    def _learner_from_table(self, acc: str, cards: int, limit, shared: bool) -> Learner | None:
+        rows = [r for r in trainer_points(self, acc).get(cards, []) if limit is None or (r[3] and r[2] <= limit)]
+        if not rows:
+            return None
+        swap_bw = self.swap_bandwidth(acc)
+        extra = self.extra_forward_s(acc, cards)
+        cands = [Learner(None, r[0], r[0] + extra, r[1], r[2], R.state_swap_time(r[1], swap_bw) if shared else 0.0)
+                 for r in rows]
+        i = self._choose(shared, cands)
+        from tpopt.models.evaluate import evaluate
+
+        sp = self._space(acc, None)
+        return replace(cands[i], plan=evaluate(sp.sc, sp.plan(rows[i][4])))
+
+    def _learner_from_solver(self, acc: str, cards: int, limit, shared: bool) -> Learner | None:
+        from tpopt.optimizer.core import solve as solve_trainer
+
+        sp = self._space(acc, limit)
+        enforce = TRAINER_STRUCTURAL | (TRAINER_MEMORY if limit is not None else frozenset())
+        qs = self.task.kept_sync
+        K = 1
+        while True:
+            backend = self.backend if K <= MAX_TOP else "enumerate"
+            req = Request(objective="time", enforce=enforce, top=K, cards=(cards,), time_limit=self.req.time_limit,
+                          seed=self.req.seed, workers=self.req.workers)
+            res = solve_trainer(sp.sc, backend, req, space=sp)
+            self.caches["solves"][0] += 1
+            if res.status == Status.UNKNOWN:
+                raise LearnerTimeout(f"the learner solve at {cards} {acc} cards found no answer within the time "
+                                     f"limit ({self.req.time_limit:g} s; raise --time-limit)")
+            if not res.plans:
+                return None
+            cands = [self._learner_from(ev, acc, cards, shared) for ev in res.plans]
+            best = cands[self._choose(shared, cands)]
+            # every plan not fetched is at least as slow as the last one fetched, and swaps are >= 0
+            if not shared or len(res.plans) < K or qs * cands[-1].full_s >= qs * best.full_s + best.swap_s:
+                return best
+            K = K * 4 if K * 4 <= MAX_TOP else 10**7
+
+    # -- rollout stages ------------------------------------------------------------------------
+    def rollout(self, acc: str, cards: int, tp: int, batch: int, kv_enforced: bool = True) -> dict:
+        """Generation and verification of one step on ``cards`` rollout cards in engines of ``tp``
+        cards (cached): the relations of :mod:`tpopt.models.generation` under the scenario's
+        assumptions. Without ``rl.kv_capacity`` the batch is the engine limit."""
+        key = (acc, cards, tp, batch, kv_enforced)
+        cache = self.caches["rollout"]
+        if key in cache:
+            return cache[key]
+        task, a = self.task, self.sc.model
+        A = self.sc.system(acc).acc
+        P, G, Rb = task.prompts_per_step, task.samples_per_prompt, task.batch
+        engines = cards // tp
+        prompts_e = math.ceil(P / engines)
+        n_e = prompts_e * G
+        w_policy = gen.weight_bytes_per_card(self.policy_params, tp, task.weight_bytes)
+        w_all = self.generation_weights(tp)
+        kv_tok = gen.kv_bytes_per_token(a.layers, a.kv_heads, a.head_dim, task.kv_bytes, tp)
+        pool = gen.kv_pool(A.memory_usable, w_all, task.common, task.kv_pool)
+        longest = gen.longest_of(task.response, Rb)
+        longest_prompt = gen.longest_of(task.prompt, P)
+        m2 = gen.second_moment(task.response, longest)
+        c_mem = gen.live_context(task.prompt.mean, task.response.mean, m2, share=G)
+        c_read = gen.live_context(task.prompt.mean, task.response.mean, m2)
+        b_fit = gen.max_concurrent(pool, kv_tok, c_mem)
+        if (longest_prompt + longest) * kv_tok > pool:
+            b_fit = 0
+        if batch:
+            b = min(batch, n_e)
+        else:
+            b = min(b_fit, task.max_sequences, n_e) if kv_enforced else min(task.max_sequences, n_e)
+        out = {"engines": engines, "prompts_per_engine": prompts_e, "samples_per_engine": n_e,
+               "weights": w_all, "policy_weights": w_policy, "kv_per_token": kv_tok, "kv_pool": pool,
+               "batch_fit": b_fit, "batch": b, "kv_need": max(b * c_mem, longest_prompt + longest) * kv_tok,
+               "longest_response": longest, "longest_prompt": longest_prompt, "live_context": c_mem,
+               "read_context": c_read}
+        if b < 1:
+            out.update(prefill_s=math.inf, decode={}, generate_s=math.inf, tail_stretch=0.0, verify_s=math.inf,
+                       rollout_s=math.inf, r_gen=0.0, r_verify=0.0)
+            cache[key] = out
+            return out
+        peak, eff, lat = A.peak_flops, task.inference_efficiency, task.allreduce_latency
+        ng = gemm_params(a)
+        pre = gen.prefill_time(prompts_e, gen.prefill_flops(ng, a.layers, a.d_attn, task.prompt.mean), tp, peak, eff,
+                               task.prompt.mean, a.hidden, a.layers, A.intra_host_bw, lat)
+        tokens = n_e * task.response.mean
+
+        def decode(steps):
+            return gen.decode_time(steps, tokens, w_policy, kv_tok, c_read, ng, a.layers, a.d_attn, a.hidden, tp, peak,
+                                   A.hbm_bandwidth, task.hbm_efficiency, eff, A.intra_host_bw, lat)
+
+        dec = decode(gen.decode_steps(longest, tokens, b))
+        bulk = decode(gen.decode_steps(0.0, tokens, b))
+        t_gen = pre + dec["time_s"]
+        v = task.verifier
+        if v.kind == "cpu":
+            t_ver = R.cpu_verify_time(Rb, v.seconds_per_sample, v.workers)
+        elif v.kind == "reward-model":
+            rm = v.reward_model
+            seq = task.prompt.mean + task.response.mean
+            t_ver = gen.prefill_time(n_e, gen.prefill_flops(gemm_params(rm), rm.layers, rm.d_attn, seq), tp, peak, eff,
+                                     seq, rm.hidden, rm.layers, A.intra_host_bw, lat)
+        else:
+            t_ver = 0.0
+        out.update(prefill_s=pre, decode=dec, generate_s=t_gen,
+                   tail_stretch=gen.tail_stretch(t_gen, pre + bulk["time_s"]), verify_s=t_ver,
+                   rollout_s=R.rollout_time(t_gen, t_ver, v.kind, v.seconds_per_sample),
+                   r_gen=Rb / t_gen, r_verify=Rb / t_ver if t_ver > 0 else math.inf)
+        cache[key] = out
+        return out
+
+    # -- long-run overhead ---------------------------------------------------------------------
+    def overhead(self, cards: int, backlog_enforced: bool = True) -> dict:
+        """The save interval and mode of the scenario's domain with the least overhead L for the
+        whole job's cards (intervals shorter than the write time are avoided when enforced)."""
+        key = (cards, backlog_enforced)
+        cache = self.caches["overhead"]
+        if key not in cache:
+            sc = self.sc
+            write = T.checkpoint_write_time(sc)
+            best = None
+            for mode in sc.search.save_mode:
+                for tau in sc.search.save_interval_s:
+                    iv = float(T.optimal_save_interval(sc, cards, mode)) if tau == 0.0 else float(tau)
+                    cand = (backlog_enforced and write > iv, float(T.overhead(sc, mode, cards, iv)), mode, iv)
+                    if best is None or cand[:2] < best[:2]:
+                        best = cand
+            cache[key] = {"overhead": best[1], "save_mode": best[2], "save_interval_s": best[3], "write_s": write}
+        return cache[key]
+
+    # -- one RL plan -----------------------------------------------------------------------------
+    def evaluate(self, d: RLDecision, learner: Learner, enforced=FAMILIES) -> RLEvaluation:
+        """Metrics and family checks of one RL decision with one learner plan (pure arithmetic)."""
+        task, sc = self.task, self.sc
+        s = sc.system(d.accelerator)
+        A = s.acc
+        g = A.cards_per_host
+        Rb = task.batch
+        ro = self.rollout(d.accelerator, d.rollout_cards, d.rollout_tp, d.rollout_batch, "rl.kv_capacity" in enforced)
+        q = task.kept if d.staleness >= 1 else task.kept_sync
+        recv = self.receive_bytes(d)
+        nics = self.nics(d.accelerator)
+        shared = d.placement == "shared"
+        if shared:
+            sync_s, swap_s = R.local_sync_time(recv, A.intra_host_bw), learner.swap_s
+        else:
+            sync_s = R.network_sync_time(recv, d.rollout_cards, g, nics * A.nic_bw,
+                                         d.learner_cards // g * nics * A.nic_bw)
+            swap_s = 0.0
+        cycle = R.cycle_time(ro["rollout_s"], q * learner.full_s, sync_s, d.staleness, swap_s)
+        steps = R.steps_needed(task.samples, q, Rb)
+        cards = d.cards
+        ov = self.overhead(cards, "checkpoint.backlog" in enforced)
+        L = ov["overhead"]
+        finish = sc.task.reserved_s + steps * cycle * (1.0 + L)
+        cost = self.rate(d.accelerator, cards) * finish
+        r_learn = Rb / learner.full_s if learner.full_s > 0 else math.inf
+        bound = R.effective_sample_rate(ro["r_gen"], ro["r_verify"], r_learn, q)
+        needed = task.samples * (1.0 + L) / (sc.task.deadline_s - sc.task.reserved_s)
+        stages = {"generation": q * ro["r_gen"], "verification": q * ro["r_verify"], "learning": r_learn}
+        usable, common, pool, w_gen = A.memory_usable, task.common, ro["kv_pool"], ro["weights"]
+        checks = {"rl.learner_memory": (learner.memory, usable), "rl.kv_capacity": (ro["kv_need"], pool)}
+        naive = staged = switch = None
+        if shared:
+            received = recv + w_gen - ro["policy_weights"]
+            naive, staged = R.handoff_peaks(learner.memory, w_gen, pool, common, receive=received)
+            switch = learner.memory + received + common
+            checks["rl.handoff_memory"] = (staged, usable)
+            checks["rl.rollout_memory"] = (w_gen + pool + common, usable)
+        else:
+            sync_peak = w_gen + common + (recv if d.weight_sync == "broadcast" else 0.0)
+            checks["rl.rollout_memory"] = (max(w_gen + pool + common, sync_peak), usable)
+        checks["rl.staleness"] = (float(d.staleness), float(task.staleness))
+        checks["checkpoint.backlog"] = (ov["write_s"], ov["save_interval_s"])
+        checks["deadline.finish"] = (finish, sc.task.deadline_s)
+        checks["rl.stage_balance"] = (needed, bound)
+        checks["cards.max"] = (float(cards), float(sc.search.max_cards))
+        checks["budget.cost"] = (cost, math.inf if sc.cost.max_cost is None else sc.cost.max_cost)
+        metrics = {
+            "cards": cards, "hosts": cards // g, "kept": q, "samples_per_step": Rb, "steps": steps, "rollout": ro,
+            "learn_full_s": learner.full_s, "learn_s": q * learner.full_s, "learner_step_s": learner.step_s,
+            "extra_forward_s": learner.full_s - learner.step_s, "sync_s": sync_s, "swap_s": swap_s,
+            "sync_bytes_per_card": recv, "sync_bytes_total": recv * d.rollout_cards, "cycle_s": cycle,
+            "cycle_sync_s": R.cycle_time(ro["rollout_s"], task.kept_sync * learner.full_s, sync_s, 0, swap_s),
+            "cycle_async_s": None if shared else R.cycle_time(ro["rollout_s"], task.kept * learner.full_s, sync_s, 1),
+            "r_gen": ro["r_gen"], "r_verify": ro["r_verify"], "r_learn": r_learn, "stage_rates": stages,
+            "bottleneck": min(stages, key=stages.get), "pipeline_bound": bound, "effective_rate": q * Rb / cycle,
+            "needed_rate": needed,
+            "break_even_kept": None if shared else R.break_even_kept(ro["rollout_s"], learner.full_s, sync_s,
+                                                                     task.kept_sync),
+            "overhead": L, "save_interval_s": ov["save_interval_s"], "save_mode": ov["save_mode"],
+            "train_s": steps * cycle, "finish_s": finish, "cost": cost,
+            "cost_unit": "USD" if s.price_card_hour is not None else "card-hours",
+            "handoff_naive": naive, "handoff_staged": staged, "handoff_switch": switch, "usable": usable, "common": common,
+            "learner_memory": learner.memory, "learner_states": learner.states,
+        }
+        return RLEvaluation(decision=d, learner=learner, metrics=metrics, checks=checks)
+
+
+# ---------------------------------------------------------------------------------------------
+# the exact search and the brute-force oracle
+
+
+def solve(pb: RLProblem, objective: str = "cost", enforced=FAMILIES, restrict: dict | None = None) -> RLResult:
+    """The best RL plan (lexicographic (cost, finish) or (finish, cost)), proven optimal."""
+    if objective not in OBJECTIVES + ("cards",):
+        raise InputError(f"unknown objective {objective!r} (use cost or time)")
+    enforced = tuple(f for f in FAMILIES if f in set(enforced))
+    t0 = time.perf_counter()
+    solves0 = pb.caches["solves"][0]
+    while True:
+        bound_ok = pb.caches["bound_ok"][0]
+        best, stats = _search(pb, objective, enforced, restrict)
+        if pb.caches["bound_ok"][0] == bound_ok:  # else a learner beat the bound: search again without it
+            break
+    stats.update(wall_s=time.perf_counter() - t0, learner_solves=pb.caches["solves"][0] - solves0)
+    return RLResult(Status.OPTIMAL if best else Status.INFEASIBLE, objective, best, enforced, stats)
+
+
+def _search(pb: RLProblem, objective: str, enforced, restrict):
+    groups: dict = {}
+    points = pb.grid(restrict)
+    for i, d in enumerate(points):
+        lb = pb.evaluate(d, pb.learner_bound(d.accelerator, d.learner_cards), enforced)
+        if lb.feasible(enforced):  # a relaxation: infeasible here is infeasible with any learner plan
+            groups.setdefault(pb.learner_key(d, enforced), []).append((lb.key(objective), i, d))
+    ranked = sorted(groups, key=lambda k: min(groups[k])[:2])
+    best = best_rank = None
+    solved = 0
+    for key in ranked:
+        if best is not None and min(groups[key])[0][0] > best_rank[0][0]:
+            break  # every remaining bound is worse than the best verified plan
+        learner = pb.learner(key)
+        solved += 1
+        if learner is None:
+            continue
+        for _, i, d in groups[key]:
+            ev = pb.evaluate(d, learner, enforced)
+            if ev.feasible(enforced):
+                rank = (ev.key(objective), i)
+                if best is None or rank < best_rank:
+                    best, best_rank = ev, rank
+    return best, {"points": len(points), "learner_keys": len(groups), "learner_keys_solved": solved}
+
+
+def trainer_points(pb: RLProblem, acc: str) -> dict:
+    """Every learner plan of the scenario's trainer space on ``acc`` by card count (cached):
+    (step, states, peak memory, host-memory rule met, assignment) from the vectorised evaluator
+    (:func:`tpopt.optimizer.enumerate.chunks`), for the plans that meet the layout rules."""
+    import numpy as np
+
+    from tpopt.optimizer.enumerate import NUMERIC_AXES, chunks
+
+    cache = pb.caches["space"]
+    if (acc, "points") in cache:
+        return cache[(acc, "points")]
+    out: dict = {}
+    for fixed, idx_lists, shape, r in chunks(pb._space(acc, None)):
+        ok = np.ones(shape, dtype=bool)
+        for f in TRAINER_STRUCTURAL:
+            v, lim = r[("c", f)]
+            ok &= np.broadcast_to(v <= lim, shape)
+        host_v, host_lim = r[("c", "memory.host")]
+        flat = {k: np.broadcast_to(x, shape).reshape(-1) for k, x in
+                (("cards", r["cards"]), ("step", r["step_s"]), ("states", r["states"]),
+                 ("mem", r["memory_per_card"]), ("host", host_v <= host_lim))}
+        for j in np.flatnonzero(ok.reshape(-1)):
+            coords = np.unravel_index(j, shape)
+            idx = dict(fixed, **{a: idx_lists[k][c] for k, (a, c) in enumerate(zip(NUMERIC_AXES, coords))})
+            out.setdefault(int(flat["cards"][j]), []).append(
+                (float(flat["step"][j]), float(flat["states"][j]), float(flat["mem"][j]), bool(flat["host"][j]), idx))
+    cache[(acc, "points")] = out
+    return out
+
+
+def brute_force(pb: RLProblem, objective: str = "cost", enforced=FAMILIES) -> RLEvaluation | None:
+    """Every RL decision with every learner plan, no solver and no bound: the oracle."""
+    enforced = tuple(f for f in FAMILIES if f in set(enforced))
+    plans = {acc: trainer_points(pb, acc) for acc in pb.accelerators()}
+    best = best_rank = None
+    for i, d in enumerate(pb.grid()):
+        shared = d.placement == "shared"
+        memory_rules = "rl.learner_memory" in enforced or (shared and "rl.handoff_memory" in enforced)
+        for step, states, mem, host_ok, _ in plans[d.accelerator].get(d.learner_cards, []):
+            if memory_rules and not host_ok:
+                continue  # the learner's host-memory rule (offload) goes with its memory families
+            swap = R.state_swap_time(states, pb.swap_bandwidth(d.accelerator)) if shared else 0.0
+            ln = Learner(None, step, step + pb.extra_forward_s(d.accelerator, d.learner_cards), states, mem, swap)
+            ev = pb.evaluate(d, ln, enforced)
+            if ev.feasible(enforced):
+                rank = (ev.key(objective), i)
+                if best is None or rank < best_rank:
+                    best, best_rank = ev, rank
+    return best
+
+
+# ---------------------------------------------------------------------------------------------
+# what limits the optimum, alternatives, infeasibility, the async break-even
+
+REL = 1e-9
+GRID_LIMIT = 200_000  # RL decisions a relaxation question may enumerate (cards.max dropped)
+
+
+def summary(ev: RLEvaluation) -> dict:
+    """An RL plan's decisions and headline figures, as reports quote it."""
+    d, m = ev.decision, ev.metrics
+    return {"accelerator": d.accelerator, "placement": d.placement, "cards": d.cards,
+            "learner_cards": d.learner_cards, "rollout_cards": d.rollout_cards, "rollout_tp": d.rollout_tp,
+            "rollout_batch": m["rollout"]["batch"], "staleness": d.staleness, "weight_sync": d.weight_sync,
+            "cycle_s": m["cycle_s"], "finish_days": m["finish_s"] / DAY, "cost": m["cost"],
+            "cost_unit": m["cost_unit"], "bottleneck": m["bottleneck"]}
+
+
+def objective_value(ev: RLEvaluation, objective: str) -> float:
+    """The objective in display units: cost, or finish time in days."""
+    return ev.metrics["cost"] if objective == "cost" else ev.metrics["finish_s"] / DAY
+
+
+def violation(ev: RLEvaluation, family: str) -> dict:
+    """A family's value against its limit for one plan, in the family's unit."""
+    unit, scale, _ = SPEC[family]
+    if family not in ev.checks:
+        return {"name": family}
+    v, lim = ev.checks[family]
+    return {"name": family, "value": v / scale, "limit": None if math.isinf(lim) else lim / scale, "unit": unit}
+
+
+def _relaxed_problem(pb: RLProblem, family: str) -> RLProblem | None:
+    """The problem a question without ``family`` needs: without cards.max, a card grid up to 8x (else
+    4x, 2x) the cap, the largest whose RL decisions stay enumerable; None if none does."""
+    if family != "cards.max":
+        return pb
+    cache = pb.caches.setdefault("relaxed", {})
+    if pb.card_limit not in cache:
+        cache[pb.card_limit] = None
+        for factor in (8, 4, 2):
+            p2 = pb.with_card_limit(factor * pb.sc.search.max_cards)
+            if len(p2.grid()) <= GRID_LIMIT:
+                cache[pb.card_limit] = p2.card_limit
+                break
+    limit = cache[pb.card_limit]
+    return None if limit is None else pb.with_card_limit(limit)
+
+
+def binding(pb: RLProblem, best: RLEvaluation, objective: str, enforced) -> list[dict]:
+    """Families that bind: dropping one alone admits a strictly better plan (which is quoted)."""
+    out = []
+    for f in RELAXABLE:
+        if f not in enforced:
+            continue
+        p2 = _relaxed_problem(pb, f)
+        alt = None if p2 is None else solve(p2, objective, [g for g in enforced if g != f]).best
+        if alt is not None and alt.key(objective)[0] < best.key(objective)[0] * (1 - REL):
+            out.append({"name": f, "objective_without": objective_value(alt, objective),
+                        "saving": 1 - objective_value(alt, objective) / objective_value(best, objective),
+                        "plan_without": summary(alt), "violates": violation(alt, f)})
+    return out
+
+
+def _ruled_out(pb: RLProblem, objective: str, enforced, restrict: dict) -> list[dict]:
+    reasons = []
+    for f in RELAXABLE:
+        if f in enforced:
+            alt = solve(pb, objective, [g for g in enforced if g != f], restrict).best
+            if alt is not None:
+                reasons.append(violation(alt, f))
+    return reasons or [{"name": "no single constraint family: several rule it out together"}]
+
+
+def alternatives(pb: RLProblem, best: RLEvaluation, objective: str, enforced) -> list[dict]:
+    """What a user would ask next: the other placement, staleness, weight sync, one host fewer,
+    other accelerators; each feasible-but-worse (with its objective) or ruled out (and by what)."""
+    d = best.decision
+    g = pb.sc.system(d.accelerator).acc.cards_per_host
+    asks = []
+    for p in pb.rsc.search.placement:
+        if p != d.placement:
+            asks.append((f"{p} cards", {"placement": [p], "accelerator": [d.accelerator]}))
+    if d.placement == "separate":
+        other = 1 - d.staleness
+        asks.append(("one-step async" if other else "synchronous",
+                     {"placement": ["separate"], "staleness": [other], "accelerator": [d.accelerator]}))
+    for m in pb.rsc.search.weight_sync:
+        if m != d.weight_sync:
+            asks.append((f"{m} weight sync", {"weight_sync": [m], "placement": [d.placement],
+                                              "accelerator": [d.accelerator]}))
+    if d.cards > g:
+        asks.append((f"{d.cards - g} cards or fewer", {"cards": set(range(1, d.cards - g + 1)),
+                                                       "accelerator": [d.accelerator]}))
+    for a in pb.accelerators():
+        if a != d.accelerator:
+            asks.append((a, {"accelerator": [a]}))
+    out = []
+    for label, restrict in asks:
+        alt = solve(pb, objective, enforced, restrict).best
+        if alt is not None:
+            out.append({"alternative": label, "feasible": True, "plan": summary(alt),
+                        "objective": objective_value(alt, objective),
+                        "delta": objective_value(alt, objective) / objective_value(best, objective) - 1})
+        else:
+            out.append({"alternative": label, "feasible": False,
+                        "ruled_out_by": _ruled_out(pb, objective, enforced, restrict)})
+    return out
+
+
+def async_break_even(pb: RLProblem, objective: str, enforced, tol: float = 1e-4) -> dict:
+    """The kept fraction above which the best one-step-async plan beats the best synchronous one,
+    both re-optimised (staleness allowed or not). None when async never wins, 0 when sync is
+    infeasible and async feasible at any kept fraction tried."""
+    enf = [f for f in enforced if f != "rl.staleness"]
+    sync = solve(pb, objective, enf, {"staleness": [0]}).best
+
+    def async_wins(q: float) -> bool:
+        a = solve(pb.with_task(kept=q), objective, enf, {"staleness": [1]}).best
+        return a is not None and (sync is None or a.key(objective) < sync.key(objective))
+
+    if "separate" not in pb.rsc.search.placement or not async_wins(1.0):
+        return {"kept": None, "sync": None if sync is None else summary(sync)}
+    lo, hi = 0.0, 1.0
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        if async_wins(mid):
+            hi = mid
+        else:
+            lo = mid
+    return {"kept": hi, "sync": None if sync is None else summary(sync)}
+
+
+def _best(pb: RLProblem, objective: str, families) -> RLEvaluation | None:
+    """The best plan under ``families``; without cards.max, on the larger card grid."""
+    if "cards.max" not in families:
+        pb = _relaxed_problem(pb, "cards.max") or pb
+    return solve(pb, objective, families).best
+
+
+def _conflict(pb: RLProblem, objective: str, structural: list, families: list) -> list:
+    """A minimal subset of ``families`` that admits no plan (deletion filter); [] if they admit one."""
+    if _best(pb, objective, structural + list(families)) is not None:
+        return []
+    conflict = list(families)
+    for f in list(conflict):
+        rest = [g for g in conflict if g != f]
+        if _best(pb, objective, structural + rest) is None:
+            conflict = rest
+    return conflict
+
+
+def explain_infeasible(pb: RLProblem, objective: str, enforced) -> dict:
+    """Why no RL plan is feasible: a minimal conflicting set of families (deletion filter), the
+    plan that comes closest to each, and the smallest single changes that admit a plan."""
+    relax = [f for f in enforced if f in RELAXABLE]
+    structural = [f for f in enforced if f in STRUCTURAL]
+    if _best(pb, objective, structural) is None:
+        return {"conflict": ["rl.learner_layout"], "conflict_detail": [
+            {"name": "rl.learner_layout", "detail": "no learner layout exists at any card count up to "
+                                                    f"{pb.card_limit} (batch, host and head rules)"}],
+                "relaxations": []}
+    conflict = _conflict(pb, objective, structural, relax)
+    detail = []
+    for f in conflict:
+        alt = _best(pb, objective, structural + [g for g in conflict if g != f])
+        detail.append(dict(violation(alt, f), plan=summary(alt)) if alt is not None else {"name": f})
+    changes = []
+
+    def change(parameter: str, family: str, unit: str, current, required, plan):
+        entry = {"parameter": parameter, "unit": unit, "current": current, "required": required,
+                 "helps": plan is not None, "plan": None if plan is None else summary(plan)}
+        if plan is None:  # what still conflicts once this input is freed
+            entry["still_conflicting"] = _conflict(pb, objective, structural, [g for g in relax if g != family])
+        changes.append(entry)
+
+    without = lambda f: [g for g in enforced if g != f]  # noqa: E731
+    if "deadline.finish" in conflict:
+        fast = _best(pb, "time", without("deadline.finish"))
+        change("deadline", "deadline.finish", "d", pb.sc.task.deadline_s / DAY,
+               None if fast is None else math.ceil(fast.metrics["finish_s"] / DAY * 100) / 100, fast)
+    if "cards.max" in conflict:
+        few = _best(pb, "cards", without("cards.max"))
+        change("max_cards", "cards.max", "cards", pb.sc.search.max_cards, None if few is None else few.decision.cards,
+               few)
+    if "budget.cost" in conflict:
+        cheap = _best(pb, "cost", without("budget.cost"))
+        change("max_cost", "budget.cost", "USD", pb.sc.cost.max_cost,
+               None if cheap is None else math.ceil(cheap.metrics["cost"]), cheap)
+    if "rl.staleness" in conflict:
+        alt = _best(pb, objective, without("rl.staleness"))
+        change("staleness", "rl.staleness", "steps", pb.task.staleness, None if alt is None else alt.decision.staleness,
+               alt)
+    return {"conflict": conflict, "conflict_detail": detail, "relaxations": changes}
+
+
+# ---------------------------------------------------------------------------------------------
+# the report (dicts ready for JSON; the CLI renders them)
+
+
+def _finite(x):
+    """JSON-safe numbers: inf and nan become None, recursively."""
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def constraint_rows(ev: RLEvaluation, enforced, binding_names=()) -> list[dict]:
+    """Every family of a plan with value, limit, slack in its unit (stage balance after the deadline)."""
+    rows = []
+    for f in list(FAMILIES) + ["rl.stage_balance"]:
+        if f not in ev.checks:
+            continue
+        unit, scale, doc = SPEC[f]
+        v, lim = ev.checks[f]
+        if f == "budget.cost" and math.isinf(lim):
+            continue
+        enf = f in enforced or (f == "rl.stage_balance" and "deadline.finish" in enforced)
+        rows.append({"name": f, "value": v / scale, "limit": None if math.isinf(lim) else lim / scale, "unit": unit,
+                     "slack": None if math.isinf(lim) else (lim - v) / scale,
+                     "binding": f in binding_names or (f == "rl.stage_balance" and "deadline.finish" in binding_names),
+                     "enforced": enf, "doc": doc})
+    return rows
+
+
+def assumptions(pb: RLProblem, ev: RLEvaluation | None = None) -> list[str]:
+    """Every assumption that moves an RL plan, in words with its value."""
+    t = pb.task
+    r = t.response
+    tail = "every response the mean length (no tail given)"
+    if r.tail is not None:
+        tail = (f"response lengths lognormal with mean {r.mean:,.0f} and p{r.tail_p * 100:g} {r.tail:,.0f} tokens; "
+                f"the longest of the {t.batch:,} samples of a step is their {t.batch}/{t.batch + 1} quantile")
+        if ev is not None:
+            tail += f", {ev.metrics['rollout']['longest_response']:,.0f} tokens"
+        if r.cap is not None:
+            tail += f" (capped at {r.cap:,.0f})"
+    out = [
+        f"decode reads the weight shard once per step and the KV of every live sequence at "
+        f"{t.hbm_efficiency * 100:g} % of HBM bandwidth; prefill and decode matmuls run at "
+        f"{t.inference_efficiency * 100:g} % of the dense BF16 peak; TP all-reduces cost "
+        f"{t.allreduce_latency * 1e3:g} ms per call plus 2(t-1)/t of the activations over the host's "
+        "card-to-card link (NVLink, or PCIe without P2P)",
+        f"rollout weights {t.weight_bytes:g} B/param, KV {t.kv_bytes:g} B/value; every card holds "
+        f"{t.common / GIB:g} GiB for both phases (runtime buffers, engine workspace); the KV pool is "
+        + (f"{t.kv_pool / GIB:g} GiB per card" if t.kv_pool is not None else "what memory leaves"),
+        tail,
+        "the samples of one prompt share its prefill and prompt KV (prefix sharing); a synchronous step "
+        "ends with its longest response (decode steps = max(longest, tokens / batch))",
+        f"the learner takes one optimizer step per rollout step on the kept samples, packed to the mean "
+        f"sample length ({pb.seq:,} tokens), in q x the time of a full {t.batch:,}-sample step"
+        + (f"; {t.extra_forwards} extra forward pass(es) at the scenario's efficiency" if t.extra_forwards else ""),
+        "separate cards sync weights over the NICs (sharded: each rollout card receives its TP shard; "
+        "broadcast: the whole policy, into a receive buffer); shared cards gather their shard inside the host "
+        "and park the learner's state in host memory during generation (2 x state / host link per step); "
+        "the hand-off counts the learner's whole peak per card (conservative)",
+        {"cpu": "CPU verification streams next to generation (ends at max(gen + one check, verify time))",
+         "reward-model": "the reward model scores every sample on the rollout cards after generation (prefill only)",
+         "none": "verification is not modelled (no [rl] verifier)"}[t.verifier.kind],
+        "one accelerator type for learner and rollout; each group takes whole hosts",
+    ]
+    return out
+
+
+def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bool = True) -> dict:
+    """The full answer of ``tpopt rl`` as a JSON-ready dict."""
+    out = {"scenario": pb.rsc.name, "status": result.status.value, "objective": result.objective,
+           "solver": dict(result.stats, learner_backend=pb.backend)}
+    if not result.feasible:
+        out.update(explain_infeasible(pb, result.objective, result.enforced))
+        out["assumptions"] = assumptions(pb)
+        return _finite(out)
+    ev = result.best
+    d, m, ro = ev.decision, ev.metrics, ev.metrics["rollout"]
+    binds = binding(pb, ev, result.objective, result.enforced) if analyse else []
+    lp = ev.learner.plan
+    learner = None
+    if lp is not None:  # the RL job saves for all its cards: its interval and mode replace the learner's
+        learner = {k: v for k, v in lp.plan_dict().items() if k not in ("save_interval_s", "save_mode")}
+        learner.update(save_interval_s=m["save_interval_s"], save_mode=m["save_mode"])
+    out["plan"] = dict(summary(ev), learner=learner, save_interval_s=m["save_interval_s"], save_mode=m["save_mode"])
+    out["stages"] = {
+        "samples_per_step": m["samples_per_step"], "kept": m["kept"], "steps": m["steps"],
+        "generation": {"time_s": ro["generate_s"], "prefill_s": ro["prefill_s"],
+                       "decode_s": ro["decode"].get("time_s"), "decode_bound": ro["decode"].get("bound"),
+                       "tp_comm_s": ro["decode"].get("tp_comm_s"), "tail_stretch": ro["tail_stretch"],
+                       "longest_response": ro["longest_response"], "engines": ro["engines"],
+                       "batch": ro["batch"], "batch_fit": ro["batch_fit"], "rate": m["r_gen"]},
+        "verification": {"kind": pb.task.verifier.kind, "time_s": ro["verify_s"], "rate": m["r_verify"]},
+        "rollout_s": ro["rollout_s"],
+        "learning": {"time_s": m["learn_s"], "full_batch_s": m["learn_full_s"], "step_s": m["learner_step_s"],
+                     "extra_forward_s": m["extra_forward_s"], "rate": m["r_learn"]},
+        "weight_sync": {"time_s": m["sync_s"], "bytes_per_card": m["sync_bytes_per_card"],
+                        "bytes_total": m["sync_bytes_total"], "swap_s": m["swap_s"]},
+        "stage_rates": m["stage_rates"], "bottleneck": m["bottleneck"], "pipeline_bound": m["pipeline_bound"],
+        "effective_rate": m["effective_rate"], "needed_rate": m["needed_rate"],
+    }
+    out["cycle"] = {"cycle_s": m["cycle_s"], "sync_s": m["cycle_sync_s"], "async_s": m["cycle_async_s"],
+                    "break_even_kept_plan": m["break_even_kept"]}
+    if break_even:
+        out["cycle"]["break_even_kept"] = async_break_even(pb, result.objective, result.enforced)["kept"]
+    out["finish"] = {"reserved_days": pb.sc.task.reserved_s / DAY, "train_days": m["train_s"] / DAY,
+                     "overhead": m["overhead"], "finish_days": m["finish_s"] / DAY,
+                     "deadline_days": pb.sc.task.deadline_s / DAY, "cost": m["cost"], "cost_unit": m["cost_unit"]}
+    out["memory"] = {"usable_gib": m["usable"] / GIB, "rollout_weights_gib": ro["weights"] / GIB,
+                     "kv_pool_gib": ro["kv_pool"] / GIB, "kv_need_gib": ro["kv_need"] / GIB,
+                     "common_gib": m["common"] / GIB, "kv_per_token_kib": ro["kv_per_token"] / 1024,
+                     "learner_gib": m["learner_memory"] / GIB, "learner_states_gib": m["learner_states"] / GIB,
+                     "handoff_naive_gib": None if m["handoff_naive"] is None else m["handoff_naive"] / GIB,
+                     "handoff_staged_gib": None if m["handoff_staged"] is None else m["handoff_staged"] / GIB,
+                     "handoff_switch_gib": None if m["handoff_switch"] is None else m["handoff_switch"] / GIB}
+    out["constraints"] = constraint_rows(ev, result.enforced, {b["name"] for b in binds})
+    out["binding"] = binds
+    out["alternatives"] = alternatives(pb, ev, result.objective, result.enforced) if analyse else []
+    out["assumptions"] = assumptions(pb, ev)
+    return _finite(out)
