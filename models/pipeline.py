@@ -1121,6 +1121,18 @@ def shape_ok(schedule: str, p, m) -> np.ndarray:
     return (p <= 1) | ((p % 2 == 0) & (m % 2 == 0) & (m >= 2 * p))
 
 
+def group_shapes(p, m):
+    """Group rows by shape: ``(shapes, order, cuts)`` with the distinct (p, m) pairs (sorted) and the
+    rows of shape k at ``order[cuts[k]:cuts[k + 1]]`` (one sort of a combined integer key)."""
+    p, m = _ints(p).reshape(-1), _ints(m).reshape(-1)
+    key = p * (int(m.max(initial=0)) + 1) + m
+    uniq, inv = np.unique(key, return_inverse=True)
+    order = np.argsort(inv.reshape(-1), kind="stable")
+    cuts = np.searchsorted(inv.reshape(-1)[order], np.arange(len(uniq) + 1))
+    first = order[cuts[:-1]]
+    return list(zip(p[first].tolist(), m[first].tolist())), order, cuts
+
+
 def completion_for_shapes(schedule: str, p, m, forward, backward_input, backward_weight, transfer, update=0.0,
                           *, v: int = 2) -> np.ndarray:
     """Exact completion times for arrays of shapes (p > 1 and m >= 1, whole numbers) and durations.
@@ -1141,11 +1153,8 @@ def completion_for_shapes(schedule: str, p, m, forward, backward_input, backward
     out = np.full(p.size, np.inf)
     sel = np.flatnonzero(ok)
     if sel.size:
-        shapes, inv = np.unique(np.stack([p[sel], m[sel]], axis=1), axis=0, return_inverse=True)
-        inv = inv.reshape(-1)
-        order = np.argsort(inv, kind="stable")
-        bounds = np.searchsorted(inv[order], np.arange(len(shapes) + 1))
-        for k, (pv, mv) in enumerate(shapes.tolist()):
+        shapes, order, bounds = group_shapes(p[sel], m[sel])
+        for k, (pv, mv) in enumerate(shapes):
             rows = sel[order[bounds[k]:bounds[k + 1]]]
             out[rows] = completion_time(schedule, pv, mv, tf[rows], tx[rows], tw[rows], tr[rows], up[rows], v=v)
     return out.reshape(shape)
@@ -1414,31 +1423,36 @@ def _bounds_per_group(schedule, p, m, v, forward, backward_input, backward_weigh
     if fused:  # one backward op of dX + dW
         X, W = X + W, 0.0 * W
     w = F + X + W
-    pre = lambda a, k: a[..., :k].sum(axis=-1)  # noqa: E731  (sum over groups 0 .. k-1)
     stage = np.arange(p)
+    tt = t[..., None]
+
+    def pre(a):  # pre(a)[..., k] = sum over groups 0 .. k-1 (k = 0 .. p)
+        return np.concatenate([np.zeros(a.shape[:-1] + (1,)), np.cumsum(a, axis=-1)], axis=-1)
+
     u_max = U.max(axis=-1)
     if schedule.startswith("dualpipe"):
         down, up = _halves(m)
-        fill = [pre(F, s) + s * t for s in range(p)]
-        start = [np.minimum(fill[s], fill[p - 1 - s]) if up else fill[s] for s in range(p)]
-        lo = np.max([start[s] + down * w[..., s] + up * w[..., p - 1 - s] + U[..., s] for s in range(p)], axis=0)
+        fill = pre(F)[..., :p] + stage * tt
+        start = np.minimum(fill, fill[..., ::-1]) if up else fill
+        lo = (start + down * w + up * w[..., ::-1] + U).max(axis=-1)
         lo = np.maximum(lo, (down - 1) * F[..., 0] + (F + X).sum(axis=-1) + W[..., 0] + 2 * (p - 1) * t + U[..., 0])
         hops = p - 1
     elif schedule == "interleaved":
         frac = np.asarray(_chunk_fractions(schedule, p, v, chunk_layers))[:, 0]  # chunk 0 of every group
-        fill = pre(F * frac, p - 1) + (p - 1) * t
-        lo = fill + m * w[..., p - 1] + pre(X * frac, p - 1) + (p - 1) * t + U[..., 0]
-        lo = np.maximum(lo, np.max([pre(F * frac, s) + s * t + m * w[..., s] + U[..., s] for s in stage], axis=0))
+        pf = pre(F * frac)
+        lo = pf[..., p - 1] + (p - 1) * t + m * w[..., p - 1] + pre(X * frac)[..., p - 1] + (p - 1) * t + U[..., 0]
+        lo = np.maximum(lo, (pf[..., :p] + stage * tt + m * w + U).max(axis=-1))
         hops = v * p - 1
     else:  # fill-drain, 1F1B, ZB-H1, ZB-H2: stage s holds group s
-        fill = pre(F, p - 1) + (p - 1) * t
-        lo = np.max([pre(F, s) + s * t + m * w[..., s] + U[..., s] for s in stage], axis=0)
+        pf, px = pre(F), pre(X)
+        fill = pf[..., p - 1] + (p - 1) * t
+        lo = (pf[..., :p] + stage * tt + m * w + U).max(axis=-1)
         k = {"zb-h1": min(p, m), "zb-h2": min(2 * p - 1, m)}.get(schedule, 0)
-        lo_b = fill + m * (F + X)[..., p - 1] + (m - k) * W[..., p - 1] + pre(X, p - 1) + (p - 1) * t + W[..., 0]
+        lo_b = fill + m * (F + X)[..., p - 1] + (m - k) * W[..., p - 1] + px[..., p - 1] + (p - 1) * t + W[..., 0]
         lo = np.maximum(lo, lo_b + U[..., 0])
         if not fused:
             a0 = (p - 1) if schedule == "zb-h1" else 2 * (p - 1)
-            lo_d = fill + (F + X)[..., p - 1] + pre(X, p - 1) + (p - 1) * t + (m - 1) * X[..., 0] \
+            lo_d = fill + (F + X)[..., p - 1] + px[..., p - 1] + (p - 1) * t + (m - 1) * X[..., 0] \
                 + m * W[..., 0] + max(0, m - a0 - 1) * F[..., 0]
             lo = np.maximum(lo, lo_d + U[..., 0])
         hops = p - 1
@@ -1525,9 +1539,11 @@ def peak_inflight_max(schedule: str, p, m, *, v: int = 2) -> np.ndarray:
         return lo
     out = np.array(hi, dtype=float)
     pb, mb = np.broadcast_arrays(_ints(p), _ints(m))
-    todo = (lo != hi)
-    if np.any(todo):
-        shapes = np.unique(np.stack([pb[todo], mb[todo]], axis=1), axis=0)
-        for pv, mv in shapes.tolist():
-            out[todo & (pb == pv) & (mb == mv)] = max(peak_inflight(schedule, pv, mv))
+    todo = np.flatnonzero(lo != hi)
+    if todo.size:
+        shapes, order, cuts = group_shapes(pb.reshape(-1)[todo], mb.reshape(-1)[todo])
+        flat = out.reshape(-1)
+        for k, (pv, mv) in enumerate(shapes):
+            flat[todo[order[cuts[k]:cuts[k + 1]]]] = max(peak_inflight(schedule, pv, mv))
+        out = flat.reshape(out.shape)
     return out

@@ -549,9 +549,12 @@ def _pipeline_groups(base, v, pp, micro_batches, layer_f, layer_dx, layer_dw, t_
     out[single] = m[single] * (n_all * (lf + ldx + ldw) + ef + edx + edw + hf + hdx + hdw)[single]
     if bounds:
         hi_out[single] = out[single]
-    if np.any(~single):
-        for p_val, m_val in np.unique(np.stack([pp_a[~single], mm[~single]], axis=1), axis=0):
-            sel = (~single) & (pp_a == p_val) & (mm == m_val)
+    multi = np.flatnonzero(~single)
+    if multi.size:
+        # every (pp, micro-batches) shape once, its rows selected once
+        shapes, order, cuts = pipeline.group_shapes(pp_a[multi], mm[multi])
+        for k, (p_val, m_val) in enumerate(shapes):
+            sel = multi[order[cuts[k]:cuts[k + 1]]]
             p, mv = int(p_val), int(m_val)
             split = groups(p)
             chunks = chunk_layers(split, v) if base == "interleaved" else None
@@ -560,9 +563,13 @@ def _pipeline_groups(base, v, pp, micro_batches, layer_f, layer_dx, layer_dw, t_
                 if bounds:
                     hi_out[sel] = np.inf
                 continue
-            per = [_group_times(split, g, (lf[sel], ldx[sel], ldw[sel]), (ef[sel], edx[sel], edw[sel]),
-                                (hf[sel], hdx[sel], hdw[sel]), 3) for g in range(p)]
-            fwd, dx, dw = (np.stack([np.broadcast_to(per[g][i], tx[sel].shape) for g in range(p)]) for i in range(3))
+            # per-group durations (p, rows): n_g x layer, + embedding on group 0, + head and loss on the last
+            # (the additions of _group_times, in its order)
+            n_g = np.asarray(split, dtype=float)[:, None]
+            fwd, dx, dw = (n_g * x[sel][None] for x in (lf, ldx, ldw))
+            for arr, e, h in ((fwd, ef, hf), (dx, edx, hdx), (dw, edw, hdw)):
+                arr[0] = arr[0] + e[sel]
+                arr[-1] = arr[-1] + h[sel]
             if bounds:
                 out[sel], hi_out[sel] = pipeline.completion_bounds(base, p, mv, fwd, dx, dw, tx[sel], 0.0, v=v,
                                                                     per_group=True, chunk_layers=chunks)

@@ -259,52 +259,68 @@ class LayoutEvaluator:
         if side is not None:
             return self._on_grid(name, sp.bound_table(name, side).values, h)
         if name in ("time.compute", "mem.activations") and not sp.exact_pipeline_tables():
-            return self._exact_pipeline(h)[name]
+            return self.exact_terms[h][name]  # as far as _exact_pipeline has made it exact
         return self._on_grid(name, sp.tables[name].values, h)
 
-    def _exact_pipeline(self, h: tuple) -> dict:
-        """Exact compute and activations of a layout: the bound tables' values where they are exact
-        (one stage; the closed forms of balanced fill-drain and 1F1B; every peak but the chapter's
-        DualPipe), the layout's own exact tables for the other schedules (one event-model call each)."""
-        got = self.exact_terms.get(h)
-        if got is not None:
-            return got
+    def _exact_pipeline(self, h: tuple, scheds=None) -> dict:
+        """Exact compute and activations of a layout, schedule by schedule as asked (``scheds``: schedule
+        indices; None = all): the bound tables' values where they are exact (one stage; the closed forms
+        of balanced fill-drain and 1F1B; the peaks with closed forms), the layout's own exact tables for
+        the others (one event-model call per schedule). ``entry["exact"]``: the schedules done."""
         from tpopt.models import pipeline
 
         sc, d = self.sc, self.space.domains
-        per_op = T.per_op_model(sc)
-        out = {}
+        entry = self.exact_terms.get(h)
+        if entry is None:
+            per_op = T.per_op_model(sc)
+            bases = [T.schedule_parts(x)[0] for x in d["schedule"]]
+            one = d["pp"][h[HUB.index("pp")]] <= 1
+            exact_lo = {  # schedules whose lower bound is their exact value
+                "time.compute": {i for i, b in enumerate(bases) if one or (not per_op and b in pipeline.CLOSED_FORM)},
+                "mem.activations": {i for i, b in enumerate(bases) if one or b in ("fill-drain", "1f1b", "zb-h1", "zb-h2")
+                                    or (not per_op and b != "dualpipe")}}
+            entry = {t: self._term(t, h, "lo").astype(float) for t in exact_lo}
+            entry["done"] = exact_lo
+            entry["exact"] = exact_lo["time.compute"] & exact_lo["mem.activations"]
+            self.exact_terms[h] = entry
+            while len(self.exact_terms) > EXACT_CACHE:
+                self.exact_terms.pop(next(iter(self.exact_terms)))
+        want = set(range(len(d["schedule"]))) if scheds is None else set(scheds)
+        axis = EXTRAS.index("schedule")
         for term in ("time.compute", "mem.activations"):
-            arr = self._term(term, h, "lo").astype(float)
-            if d["pp"][h[HUB.index("pp")]] > 1:
-                bases = [T.schedule_parts(x)[0] for x in d["schedule"]]
-                need = [x for x, b in zip(d["schedule"], bases) if per_op or (
-                    b not in pipeline.CLOSED_FORM if term == "time.compute" else b == "dualpipe")]
-                if need:
-                    dom = {k: ([v[h[HUB.index(k)]]] if k in HUB else list(v)) for k, v in d.items()}
-                    dom["schedule"] = need
-                    sub = Space(sc=sc, domains=dom)
-                    vals = self._on_grid(term, sub.tables[term].values, (0,) * len(HUB), sub.domains)
-                    axis = EXTRAS.index("schedule")
-                    for i, x in enumerate(need):
-                        idx = [slice(None)] * len(EXTRAS)
-                        idx[axis] = d["schedule"].index(x)
-                        src = [slice(None)] * len(EXTRAS)
-                        src[axis] = i
-                        arr[tuple(idx)] = vals[tuple(src)]
-            out[term] = arr
-        self.simulated += 1
-        self.exact_terms[h] = out
-        while len(self.exact_terms) > EXACT_CACHE:
-            self.exact_terms.pop(next(iter(self.exact_terms)))
-        return out
+            need = sorted(want - entry["done"][term])
+            if not need:
+                continue
+            dom = {k: ([v[h[HUB.index(k)]]] if k in HUB else list(v)) for k, v in d.items()}
+            dom["schedule"] = [d["schedule"][i] for i in need]
+            sub = Space(sc=sc, domains=dom)
+            vals = self._on_grid(term, sub.tables[term].values, (0,) * len(HUB), sub.domains)
+            for k, i in enumerate(need):
+                idx = [slice(None)] * len(EXTRAS)
+                idx[axis] = i
+                src = [slice(None)] * len(EXTRAS)
+                src[axis] = k
+                entry[term][tuple(idx)] = vals[tuple(src)]
+            entry["done"][term] = entry["done"][term] | set(need)
+            self.simulated += 1
+        entry["exact"] = entry["done"]["time.compute"] & entry["done"]["mem.activations"]
+        return entry
 
     def exact_is_bound(self) -> bool:
         """True when the space's bound tables are its exact tables (small spaces)."""
         return self.space.exact_pipeline_tables()
 
-    def _glue(self, h: tuple, level: str) -> dict:
-        key = (h, level)
+    def _glue(self, h: tuple, level: str, scheds=None) -> dict:
+        """The layout's terms glued on the extras grid: ``level="bound"`` with the pipeline terms' lower
+        bounds, ``"exact"`` with exact values for the schedules ``scheds`` (indices; None = all) -- the
+        others keep their bounds, and ``out["exact"]`` says which schedules are exact."""
+        exact = frozenset()
+        if level == "exact":
+            if self.space.exact_pipeline_tables():
+                exact = frozenset(range(len(self.space.domains["schedule"])))
+            else:
+                exact = frozenset(self._exact_pipeline(h, scheds)["exact"])
+        key = (h, level, exact)
         got = self.glued.get(key)
         if got is not None:
             self.glued[key] = self.glued.pop(key)
@@ -345,7 +361,7 @@ class LayoutEvaluator:
                "supply": supply, "step": np.broadcast_to(busy + sc.input.wait_s, shape),
                "rate": np.broadcast_to(g["rate"], shape),
                "L": self._term("overhead", h), "backlog": self._term("ok.checkpoint.backlog", h) > 0.5,
-               "usable": A.memory_usable}
+               "usable": A.memory_usable, "exact": exact}
         if level == "exact":
             self.evaluated += int(valid.sum()) * len(d["tau"]) * len(d["mode"])
         self.glued[key] = out
@@ -354,13 +370,20 @@ class LayoutEvaluator:
         return out
 
     # -- queries --------------------------------------------------------------------------------
-    def _points(self, h: tuple, enforced, objective: str, restrict: dict | None, full: bool, level: str):
-        """(k1, k2, mask, grid shape) of the question on layout ``h``; None if nothing is allowed."""
+    def _points(self, h: tuple, enforced, objective: str, restrict: dict | None, full: bool, level: str,
+                scheds=None):
+        """(k1, k2, mask, grid shape) of the question on layout ``h``; None if nothing is allowed. At the
+        exact level only the schedules made exact count (``scheds``; None = all)."""
         sc, d = self.sc, self.space.domains
-        v = self._glue(h, level)
+        v = self._glue(h, level, scheds)
         if not all(v["scalar_ok"][f] for f in enforced if f in v["scalar_ok"]):
             return None
         m = v["valid"].copy()
+        if level == "exact" and len(v["exact"]) < len(d["schedule"]):
+            keep = np.array([i in v["exact"] for i in range(len(d["schedule"]))])
+            shape = [1] * len(EXTRAS)
+            shape[EXTRAS.index("schedule")] = len(keep)
+            m &= keep.reshape(shape)
         for f in enforced:
             if f in v["ok"]:
                 m &= v["ok"][f]
@@ -398,12 +421,26 @@ class LayoutEvaluator:
         return out if full else out + (np.unravel_index(j, v["L"].shape[-2:]),)
 
     def best(self, h: tuple, enforced, objective: str = "cost", top: int = 1, restrict: dict | None = None,
-             level: str = "exact"):
+             level: str = "exact", cutoff: float | None = None):
         """The ``top`` best points of layout ``h`` (index tuple over :data:`HUB`) meeting ``enforced``
         and the extras restrictions: list of (objective key, index dict), best first, ties broken by
-        grid order (deterministic). ``level="bound"``: lower bounds of the keys (indices unverified)."""
+        grid order (deterministic). ``level="bound"``: lower bounds of the keys (indices unverified).
+        ``cutoff`` (exact level, one plan): only points that may reach a primary key <= cutoff matter,
+        so only the schedules whose bounded points can are simulated (the others are left out)."""
         full = top > 1
-        got = self._points(h, enforced, objective, restrict, full, level)
+        scheds = None
+        if level == "exact" and cutoff is not None and not full and not self.space.exact_pipeline_tables():
+            low = self._points(h, enforced, objective, restrict, False, "bound")
+            if low is None:
+                return []
+            k1, _, m, _ = low[:4]
+            axis = EXTRAS.index("schedule")
+            reach = np.where(m, k1, np.inf) <= cutoff
+            other = tuple(i for i in range(len(EXTRAS)) if i != axis)
+            scheds = np.flatnonzero(reach.any(axis=other)).tolist()
+            if not scheds:
+                return []
+        got = self._points(h, enforced, objective, restrict, full, level, scheds)
         if got is None:
             return []
         k1, k2, m, shape = got[:4]

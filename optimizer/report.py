@@ -141,7 +141,8 @@ class LayoutOracle:
                 lb = self.layouts.best(layout, enforced, objective, 1, restrict, level="bound")
                 if not lb or (best_key is not None and lb[0][0][0] > best_key[0]):
                     continue
-            found = self.layouts.best(layout, enforced, objective, 1, restrict)
+            found = self.layouts.best(layout, enforced, objective, 1, restrict,
+                                      cutoff=None if best_key is None else best_key[0])
             if found and (best_key is None or found[0][0] < best_key):
                 best_key, best_idx = found[0]
         return best_idx

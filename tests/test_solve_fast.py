@@ -148,3 +148,35 @@ def test_widest_gpt3_space_solves_and_backends_agree():
     lo, hi = t["time.compute.lo"].values, t["time.compute.hi"].values
     assert hi.dtype == np.float32 and np.all(hi >= lo)
     assert "time.compute" not in t and "mem.activations" not in t  # never the exact pipeline tables
+
+
+def test_per_operation_model_with_pipeline_bounds(bounds_only, design_path):
+    # the per-operation step-time model (no flat efficiency): uneven stages, per-group durations; the
+    # bounds, the layout evaluator and the layout oracle stay exact against the enumeration
+    from tpopt.catalogs import load_catalog
+    from tpopt.catalogs.scenario import build_scenario, read_scenario_file
+    from tpopt.models import terms as T
+
+    raw = read_scenario_file(design_path)
+    raw["hardware"].pop("efficiency", None)
+    raw["memory"].pop("activation_reserve", None)
+    raw["search"].update({"tp": [1, 2], "pp": [1, 2, 4], "micro_batch": [1, 2], "zero_stage": [1, 3],
+                          "recompute": ["none", "full"],
+                          "schedule": ["1f1b", "zb-h1", "interleaved", "dualpipe", "fill-drain"]})
+    sc = build_scenario(raw, load_catalog())
+    assert T.per_op_model(sc)
+    r = solve(sc, "enumerate", Request())
+    for backend in ("cpsat", "highs"):
+        got = solve(sc, backend, Request(method="decomposed"))
+        assert got.status == r.status and math.isclose(got.best.metrics["cost"], r.best.metrics["cost"],
+                                                       rel_tol=1e-9)
+    sp = Space.from_scenario(sc)
+    table, layouts = report.TableOracle(sp), report.LayoutOracle(sp)
+    enforced = set(r.enforced)
+    for oracle in (table, layouts):
+        binds = report.binding_families(oracle, r.best, "cost", enforced)
+        alts = report.why_not_cheaper(oracle, sp, r.best, "cost", enforced, same_scale=True)
+        oracle.answers = ([(b.name, round(value(b.without, "cost"), 6)) for b in binds],
+                          [(a["alternative"], a["feasible"], None if a.get("objective") is None
+                            else round(a["objective"], 6)) for a in alts])
+    assert table.answers == layouts.answers
