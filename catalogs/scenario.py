@@ -44,7 +44,7 @@ from tpopt.models.units import (
 # table -> allowed keys (None: any key, parsed elsewhere)
 KEYS = {
     "model": {"name", "config"},
-    "task": {"tokens", "seq_len", "global_batch", "precision"},
+    "task": {"tokens", "seq_len", "global_batch", "precision", "critical_batch", "batch_ramp", "stages"},
     "schedule": {"deadline", "reserved"},
     "hardware": {"accelerator", "usable_memory", "efficiency", "cards_per_host", "nics_per_host", "nic", "peak",
                  "max_nics_per_host", "card_hour"},
@@ -56,7 +56,7 @@ KEYS = {
     "comm": {"overlap"},
     "cost": {"card_hour", "nic_hour", "max_cost"},
     "search": {"zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "schedule", "nics_per_host",
-               "save_interval", "save_mode", "max_cards", "accelerator", "dp"},
+               "save_interval", "save_mode", "max_cards", "accelerator", "dp", "global_batch"},
     "sweep": None,
     "rl": None,  # RL post-training, parsed by tpopt.catalogs.rl
     "scenario": {"name", "description"},
@@ -64,6 +64,8 @@ KEYS = {
 REQUIRED = {"model": (), "task": ("tokens", "seq_len", "global_batch"), "schedule": ("deadline",),
             "hardware": ("accelerator",)}
 CARD_KEYS = ("usable_memory", "cards_per_host", "nics_per_host", "nic", "peak", "max_nics_per_host", "card_hour")
+STAGE_TASK_KEYS = ("tokens", "seq_len", "global_batch")
+STAGE_KEYS = {"name", "tokens", "seq_len", "global_batch", "critical_batch", "batch_ramp", "search"}
 DEFAULT_EFFICIENCY = 0.40
 AUTO_INTERVAL = "auto"
 
@@ -146,6 +148,8 @@ def _check_keys(raw: dict) -> None:
         if table not in raw:
             raise InputError(f"scenario: missing required table [{table}]")
         for key in keys:
+            if table == "task" and "stages" in raw[table] and key in STAGE_TASK_KEYS:
+                continue  # each stage gives (or inherits) its own
             if key not in raw[table]:
                 raise InputError(f"scenario: missing required key {key!r} in [{table}]")
     if "name" not in raw["model"] and "config" not in raw["model"]:
@@ -209,8 +213,10 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     else:
         model = cat.model(str(m["name"]))
 
-    # task and schedule
-    t = raw["task"]
+    # task and schedule (a staged task: the first stage stands for the task; every stage is built below)
+    stage_tables = _stage_tables(raw["task"])
+    t = dict(stage_tables[0], **{k: v for k, v in raw["task"].items() if k not in stage_tables[0]}) \
+        if stage_tables else raw["task"]
     tokens = parse_count(t["tokens"], "task.tokens", allow_zero=False)
     seq = parse_int(t["seq_len"], "task.seq_len", minimum=1)
     batch = parse_int(t["global_batch"], "task.global_batch", minimum=1)
@@ -223,6 +229,7 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
         raise InputError("schedule.reserved must be shorter than the deadline")
     task = Task(tokens=tokens, seq_len=seq, global_batch=batch, precision=precision, deadline_s=deadline,
                 reserved_s=reserved)
+    task = _batch_options(task, t, model, "task")
 
     # hardware candidates
     hw = raw["hardware"]
@@ -351,13 +358,129 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
         nics_per_host=_int_list(se["nics_per_host"], "search.nics_per_host") if "nics_per_host" in se else (),
         dp=_int_list(se["dp"], "search.dp") if "dp" in se else (),
         max_cards=max_cards,
+        global_batch=_int_list(se["global_batch"], "search.global_batch") if "global_batch" in se else (),
     )
+    stages = _stages(stage_tables, raw, cat) if stage_tables else ()
+    if stages:
+        task, space = stages[0].task, stages[0].search
+    else:
+        _check_batch_choices(task, space, "task")
     max_cost = cost.get("max_cost")
     overlap = _bool(raw.get("comm", {}).get("overlap", True), "comm.overlap")
     name = raw.get("scenario", {}).get("name") or Path(raw.get("_path", "scenario")).stem
     return Scenario(model=model, task=task, systems=systems, memory=mem, input=inp, reliability=rel, search=space,
                     cost=CostOptions(None if max_cost is None else parse_number(max_cost, "cost.max_cost")),
-                    overlap=overlap, name=str(name))
+                    overlap=overlap, name=str(name), stages=stages)
+
+
+# ---------------------------------------------------------------------------------------------
+# the batch as a choice (critical batch, ramp-up) and training stages
+
+
+def parse_critical_batch(value, seq_len: int, model, tokens: float, what: str) -> tuple[float | None, str]:
+    """(B_noise in tokens per step, source) from ``"2M"`` (tokens), ``"256 sequences"``, ``"deepseek-llm"``
+    (the scaling fit of :func:`tpopt.models.batch.noise_scale_fit` on the run's compute) or ``"none"``
+    (tokens independent of the batch, stated on purpose)."""
+    from tpopt.models.arch import flops_per_token
+    from tpopt.models.batch import noise_scale_fit
+
+    text = str(value).strip()
+    low = text.lower()
+    if low in ("none", "inf", "infinite"):
+        return None, "none"
+    if low == "deepseek-llm":
+        c = (flops_per_token(model, seq_len) - 6.0 * model.vocab * model.hidden) * tokens
+        return float(noise_scale_fit(c)), "DeepSeek LLM fit 0.292 C^0.3271"
+    for suffix in ("sequences", "sequence", "seqs", "seq"):
+        if low.endswith(suffix):
+            n = parse_count(text[: -len(suffix)].strip(), what, allow_zero=False)
+            return n * seq_len, "given"
+    for suffix in ("tokens", "token", "tok"):
+        if low.endswith(suffix):
+            text = text[: -len(suffix)].strip()
+            break
+    return parse_count(text, what, allow_zero=False), "given"
+
+
+def _batch_options(task: Task, t: dict, model, where: str) -> Task:
+    """Critical batch and batch ramp-up of a task table ([task] or one stage)."""
+    from dataclasses import replace
+
+    kw = {}
+    if "critical_batch" in t:
+        kw["critical_batch"], kw["critical_batch_source"] = parse_critical_batch(
+            t["critical_batch"], task.seq_len, model, task.tokens, f"{where}.critical_batch")
+    if "batch_ramp" in t:
+        r = t["batch_ramp"]
+        if not isinstance(r, dict) or set(r) != {"start", "increment", "tokens"}:
+            raise InputError(f'{where}.batch_ramp must be a table like {{ start = 32, increment = 32, tokens = "4B" }} '
+                             "(sequences, sequences, tokens)")
+        start = parse_int(r["start"], f"{where}.batch_ramp.start", minimum=1)
+        inc = parse_int(r["increment"], f"{where}.batch_ramp.increment", minimum=1)
+        rt = parse_count(r["tokens"], f"{where}.batch_ramp.tokens", allow_zero=False)
+        kw["ramp"] = (start, inc, rt)
+    return replace(task, **kw) if kw else task
+
+
+def _check_batch_choices(task: Task, space: SearchSpace, where: str) -> None:
+    choices = space.global_batch or (task.global_batch,)
+    if len(set(choices)) > 1 and not task.critical_batch_source:
+        raise InputError(f"search.global_batch offers several batches but {where}.critical_batch is not given: the "
+                         "tokens needed depend on the batch (give critical_batch, e.g. \"2M\" tokens or \"deepseek-llm\", "
+                         "or \"none\" to keep the tokens whatever the batch)")
+    if task.ramp is not None:
+        start, inc, _ = task.ramp
+        for b in choices:
+            if start < b and (b - start) % inc:
+                raise InputError(f"{where}.batch_ramp: the batch {b} is not start {start} plus a whole number of "
+                                 f"increments of {inc}")
+
+
+def _stage_tables(t: dict) -> list[dict]:
+    if "stages" not in t:
+        return []
+    st = t["stages"]
+    if not isinstance(st, list) or not st or not all(isinstance(x, dict) for x in st):
+        raise InputError("task.stages must be a list of tables ([[task.stages]] with tokens, seq_len, ...)")
+    for i, x in enumerate(st):
+        bad = set(x) - STAGE_KEYS
+        if bad:
+            raise InputError(f"task.stages[{i + 1}]: unknown key(s) {sorted(bad)} (known: {', '.join(sorted(STAGE_KEYS))})")
+        if "tokens" not in x:
+            raise InputError(f"task.stages[{i + 1}]: missing required key 'tokens'")
+        for k in ("seq_len", "global_batch"):
+            if k not in x and k not in t:
+                raise InputError(f"task.stages[{i + 1}]: missing {k!r} (give it in the stage or in [task])")
+    return st
+
+
+def _stages(tables: list[dict], raw: dict, cat) -> tuple:
+    """Every stage's task and search domains, each built exactly as a one-stage scenario whose [task]
+    is the stage's keys over [task] and whose [search] is the stage's ``search`` table over [search]."""
+    from dataclasses import replace
+
+    from tpopt.models.plan import Stage
+
+    out = []
+    names = set()
+    task_t = {k: v for k, v in raw["task"].items() if k != "stages"}
+    for i, st in enumerate(tables):
+        where = f"task.stages[{i + 1}]"
+        name = str(st.get("name", f"stage {i + 1}"))
+        if name in names:
+            raise InputError(f"{where}: the stage name {name!r} is used twice")
+        names.add(name)
+        sub = st.get("search", {})
+        if not isinstance(sub, dict):
+            raise InputError(f"{where}.search must be a table")
+        stage_raw = dict(raw, task=dict(task_t, **{k: v for k, v in st.items() if k not in ("name", "search")}),
+                         search=dict(raw.get("search", {}), **sub))
+        try:
+            one = build_scenario(stage_raw, cat)
+        except InputError as exc:
+            raise InputError(f"{where} ({name}): {exc}") from None
+        out.append(Stage(name=name, task=replace(one.task, stage=name), search=one.search))
+    return tuple(out)
 
 
 def _bool(value, what: str) -> bool:

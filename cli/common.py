@@ -62,6 +62,11 @@ def scenario_options(fn):
         click.option("--hw", help="Accelerator(s), comma-separated, e.g. rtx4090,h100-sxm."),
         click.option("--max-cards", help="Largest card count the plan may use."),
         click.option("--usable-memory", help="Usable memory per card, e.g. 22GiB."),
+        click.option("--global-batch", help="Global batch(es) in sequences, comma-separated: the plan's batch "
+                                            "(evaluate) or the choices (solve); see --critical-batch."),
+        click.option("--critical-batch", help="Critical batch B_noise: tokens (2M), sequences (256seq), "
+                                              "deepseek-llm (scaling fit) or none."),
+        click.option("--seq-len", help="Tokens per sequence (overrides [task] seq_len)."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -69,7 +74,7 @@ def scenario_options(fn):
 
 
 SCENARIO_KEYS = ("scenario_path", "catalog_dirs", "deadline", "reserved", "tokens", "efficiency", "hw",
-                 "max_cards", "usable_memory")
+                 "max_cards", "usable_memory", "global_batch", "critical_batch", "seq_len")
 
 
 def overrides_from(kw: dict) -> dict:
@@ -84,6 +89,10 @@ def overrides_from(kw: dict) -> dict:
         "search.accelerator": [h.strip() for h in hw.split(",") if h.strip()] if hw else None,
         "search.max_cards": kw.get("max_cards"),
         "hardware.usable_memory": kw.get("usable_memory"),
+        "search.global_batch": [b.strip() for b in str(kw["global_batch"]).split(",") if b.strip()]
+        if kw.get("global_batch") else None,
+        "task.critical_batch": kw.get("critical_batch"),
+        "task.seq_len": kw.get("seq_len"),
     }
 
 
@@ -158,4 +167,5 @@ def plan_from(sc, kw: dict):
         save_interval_s=interval_s,
         save_mode=pick("save_mode", space.save_mode, "sync"),
         nics_per_host=kw.get("nics_per_host") or 0,
+        global_batch=space.global_batch[0] if len(space.global_batch) == 1 else 0,
     )

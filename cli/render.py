@@ -177,7 +177,7 @@ def top_table(top: list[dict], unit: str) -> Table:
     return t
 
 
-def solve_text(d: dict, sc, timing: bool = False) -> str:
+def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:
     s = d["solver"]
     unit = d["metrics"].get("cost_unit", "USD")
     head = (f"tpopt solve: {sc.name}: {sc.model.name}, {sc.task.tokens / 1e9:,.0f}B tokens, "
@@ -185,8 +185,8 @@ def solve_text(d: dict, sc, timing: bool = False) -> str:
     took = f", {s['wall_s']:.2f} s" if timing else ""
     status = (f"Status: {d['status']} (solver {s['name']}, {s['method']}{took}, {s['points']:,} plans in the space, "
               f"minimising {d['objective']})")
-    parts = [head, status, "", f"Plan: {plan_line(d['plan'])}", "", metrics_table(d["metrics"], title="Best plan"),
-             "", constraints_table(d["constraints"]), ""]
+    parts = [head, status, "", f"Plan: {plan_line(d['plan'])}", *after_plan, "",
+             metrics_table(d["metrics"], title="Best plan"), "", constraints_table(d["constraints"]), ""]
     parts += binding_lines(d.get("binding", []), d["objective"], unit)
     rob = d.get("robustness", {}).get("without_overlap")
     if rob:

@@ -61,16 +61,28 @@ def solve(top, no_analysis, sensitivity, timing, as_json, **kw):
     from tpopt.optimizer.result import Status
     from tpopt.optimizer.space import Space
 
+    from tpopt.optimizer import outer
+
     if top < 1:
         raise InputError("--top must be at least 1")
     sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
     req = request_from(kw, top)
-    space = Space.from_scenario(sc)
-    result = run(sc, kw["solver"], req, space=space)
+    if sc.stages:
+        from tpopt.cli.choices import solve_staged
+
+        return solve_staged(sc, kw, req, no_analysis, timing, as_json)
+    bs = outer.solve_batches(sc, kw["solver"], req) if outer.has_task_choices(sc) else None
+    space = bs.choices[0].space if bs else Space.from_scenario(sc)
+    result = bs.result if bs else run(sc, kw["solver"], req, space=space)
     out = {"status": result.status.value, "objective": result.objective, "solver": result.solver.as_dict()}
     if result.feasible:
         best = result.best
-        ana = None if no_analysis else analysis(space, best, kw["solver"], req, set(result.enforced))
+        view = sc  # the scenario the plan is shown in (with batch choices: at its batch)
+        if bs:  # the global batch is a choice: analysis over every batch, the chosen batch's scenario
+            view, space = bs.choice_of(best).sc, bs.choice_of(best).space
+            ana = None if no_analysis else outer.batch_analysis(bs, kw["solver"], req, set(result.enforced))
+        else:
+            ana = None if no_analysis else analysis(space, best, kw["solver"], req, set(result.enforced))
         d = best.as_dict()
         binding = {b["name"] for b in ana["binding"]} if ana else set()
         for c in d["constraints"]:
@@ -81,6 +93,9 @@ def solve(top, no_analysis, sensitivity, timing, as_json, **kw):
         out["analysis_by"] = ana["oracle"] if ana else None
         out["robustness"] = ana["robustness"] if ana else {}
         out["top"] = [dict(ev.as_dict(), rank=i + 1) for i, ev in enumerate(result.plans)]
+        if bs or sc.task.critical_batch is not None:
+            out["batch"] = outer.batch_figures(view, best)
+            out["batch_choices"] = outer.batch_rows(bs, req.objective) if bs else []
         if sensitivity:
             from tpopt.optimizer.explain import sensitivities
 
@@ -88,7 +103,9 @@ def solve(top, no_analysis, sensitivity, timing, as_json, **kw):
         if as_json:
             click.echo(dump_json(out), nl=False)
             return
-        text = solve_text(out, sc, timing)
+        from tpopt.cli.choices import batch_lines
+
+        text = solve_text(out, view, timing, batch_lines(out))
         if sensitivity:
             from tpopt.cli.explain import sensitivity_text
 
@@ -98,5 +115,9 @@ def solve(top, no_analysis, sensitivity, timing, as_json, **kw):
     # no feasible plan (or none found in time)
     from tpopt.cli.explain import infeasible_report
 
+    if bs:  # conflict at the task's batch (or the first choice); relaxations over every batch
+        from tpopt.cli.choices import batch_infeasible
+
+        space = batch_infeasible(bs, sc, kw, req, as_json, out)
     infeasible_report(sc, space, result, req, kw, as_json, out)
     raise SystemExit(EXIT_INFEASIBLE if result.status == Status.INFEASIBLE else EXIT_UNKNOWN)

@@ -37,7 +37,8 @@ class ConstraintSpec:
 CONSTRAINTS = (
     ConstraintSpec("memory.per_card", "GiB", GIB, "peak per-card memory <= usable memory"),
     ConstraintSpec("memory.host", "GiB", GIB, "offloaded optimizer state per host <= host memory"),
-    ConstraintSpec("batch.divisibility", "sequences", 1.0, "batch mod (dp x micro_batch) = 0", True),
+    ConstraintSpec("batch.divisibility", "sequences", 1.0,
+                   "batch (and every ramp-up batch) mod (dp x micro_batch) = 0", True),
     ConstraintSpec("layout.whole_hosts", "cards", 1.0, "cards mod cards_per_host = 0", True),
     ConstraintSpec("layout.tp_within_host", "cards", 1.0, "tp divides cards_per_host", True),
     ConstraintSpec("layout.heads_divisible", "heads", 1.0, "tp divides query and KV heads", True),
@@ -129,7 +130,7 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
     cons = {
         "memory.per_card": (mem_total, acc.memory_usable),
         "memory.host": (host_opt, acc.host_memory if acc.host_memory > 0 else np.inf),
-        "batch.divisibility": (B % (dp * mb), 0.0),
+        "batch.divisibility": (T.batch_remainder(sc, dp, mb), 0.0),
         "layout.whole_hosts": (cards % g, 0.0),
         "layout.tp_within_host": (np.where(g % tp == 0, 0.0, tp), 0.0),
         "layout.heads_divisible": (np.where(heads_ok, 0.0, tp), 0.0),
@@ -204,7 +205,7 @@ class Evaluation:
                 "zero_stage": p.zero_stage, "tp": p.tp, "pp": p.pp, "dp": p.dp, "micro_batch": p.micro_batch,
                 "grad_accum": p.grad_accum, "recompute": p.recompute, "offload": p.offload,
                 "schedule": p.schedule if p.pp > 1 else None, "save_interval_s": p.save_interval_s,
-                "save_mode": p.save_mode, "nics_per_host": p.nics_per_host}
+                "save_mode": p.save_mode, "nics_per_host": p.nics_per_host, "global_batch": p.global_batch}
 
     def as_dict(self) -> dict:
         return {"plan": self.plan_dict(), "metrics": {k: v for k, v in self.metrics.items()},
@@ -239,11 +240,25 @@ def resolve_plan(sc: Scenario, plan: Plan) -> Plan:
     from dataclasses import replace
 
     return replace(plan, dp=dp, grad_accum=ga, nics_per_host=nics, save_interval_s=interval,
-                   recompute=memory.parse_recompute(plan.recompute))
+                   recompute=memory.parse_recompute(plan.recompute), global_batch=B)
+
+
+def at_plan_batch(sc: Scenario, plan: Plan) -> Scenario:
+    """The scenario at the plan's global batch (tokens from the critical-batch model, Task.at_batch);
+    unchanged when the plan keeps the task's batch."""
+    if not plan.global_batch or plan.global_batch == sc.task.global_batch:
+        return sc
+    from dataclasses import replace
+
+    if plan.global_batch < 1:
+        raise InputError(f"global batch must be at least 1 (got {plan.global_batch})")
+    return replace(sc, task=sc.task.at_batch(plan.global_batch))
 
 
 def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluation:
-    """Metrics and constraint checks of one plan (chapter 10.6.1 table and more)."""
+    """Metrics and constraint checks of one plan (chapter 10.6.1 table and more), at the plan's
+    global batch when it sets one."""
+    sc = at_plan_batch(sc, plan)
     plan = resolve_plan(sc, plan)
     r = evaluate_arrays(sc, plan.accelerator, tp=plan.tp, pp=plan.pp, dp=plan.dp, micro_batch=plan.micro_batch,
                         zero_stage=plan.zero_stage, nics_per_host=plan.nics_per_host,
@@ -272,6 +287,8 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
         "overhead_restart": v["overhead_restart"],
         "failure_model": sc.reliability.failure_model,
         "iterations": int(v["iterations"]),
+        "tokens": sc.task.tokens,
+        "tokens_per_step": sc.task.tokens_per_step,
         "train_days": v["train_s"] / DAY,
         "finish_days": v["finish_s"] / DAY,
         "card_hours": v["card_hours"],

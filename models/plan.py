@@ -20,18 +20,50 @@ from tpopt.models.pipeline import SCHEDULES  # noqa: E402  (the schedules the ev
 
 @dataclass(frozen=True)
 class Task:
-    """What must be done: tokens at a sequence length and global batch, before a deadline."""
+    """What must be done: tokens at a sequence length and global batch, before a deadline.
 
-    tokens: float  # effective (non-padding) tokens
+    With a critical batch (B_noise, tokens per step) the batch is a plan choice: ``tokens`` at
+    ``global_batch`` is one point of the curve E(B) = E_min (1 + B / B_noise) (chapter 10.1.1), and
+    :meth:`at_batch` moves along it. ``ramp`` = (start, increment, tokens) is a linear batch ramp-up
+    (sequences, sequences, tokens) whose steps count in the iterations.
+    """
+
+    tokens: float  # effective (non-padding) tokens this run processes at ``global_batch``
     seq_len: int
     global_batch: int  # sequences per optimizer step
     precision: str = "bf16-mixed"
     deadline_s: float = 30 * 86400.0
     reserved_s: float = 0.0  # start-up, evaluation and planned pauses inside the deadline
+    critical_batch: float | None = None  # B_noise in tokens per step; None: tokens independent of the batch
+    critical_batch_source: str = ""  # how B_noise was obtained ("given", a scaling fit), for reports
+    ramp: tuple | None = None  # (start sequences, increment sequences, ramp tokens)
+    reference_tokens: float = 0.0  # the tokens the scenario states (0: ``tokens``)
+    reference_batch: int = 0  # the batch at which it states them (0: ``global_batch``)
+    stage: str = ""  # training stage name (staged scenarios)
 
     @property
     def tokens_per_step(self) -> int:
         return self.global_batch * self.seq_len
+
+    @property
+    def ref_tokens(self) -> float:
+        return self.reference_tokens or self.tokens
+
+    @property
+    def ref_batch(self) -> int:
+        return self.reference_batch or self.global_batch
+
+    def at_batch(self, batch: int) -> "Task":
+        """The same task run at ``batch`` sequences per step: tokens E(B) from the critical-batch
+        model (unchanged without a critical batch), the reference kept."""
+        from dataclasses import replace
+
+        from tpopt.models.batch import tokens_at_batch
+
+        tokens = float(tokens_at_batch(self.ref_tokens, self.ref_batch * self.seq_len, self.critical_batch,
+                                       int(batch) * self.seq_len))
+        return replace(self, tokens=tokens, global_batch=int(batch), reference_tokens=self.ref_tokens,
+                       reference_batch=self.ref_batch)
 
 
 @dataclass(frozen=True)
@@ -106,6 +138,7 @@ class Plan:
     save_interval_s: float = 1800.0
     save_mode: str = "sync"
     nics_per_host: int = 0  # 0: the accelerator's default
+    global_batch: int = 0  # sequences per step; 0: the task's (a choice when the scenario gives a critical batch)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -128,11 +161,23 @@ class SearchSpace:
     nics_per_host: tuple[int, ...] = ()  # empty: each accelerator's default only
     dp: tuple[int, ...] = ()  # empty: every divisor of the global batch
     max_cards: int = 1024
+    global_batch: tuple[int, ...] = ()  # batch choices (sequences); empty: the task's batch only
 
 
 @dataclass(frozen=True)
 class CostOptions:
     max_cost: float | None = None  # optional budget cap (USD, or card-hours without prices)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One training stage of a staged scenario (e.g. 15T tokens at 8K, then 800B at 128K): its own
+    task (tokens, sequence length, batch) and search domains; model, hardware and assumptions are
+    the scenario's."""
+
+    name: str
+    task: Task
+    search: SearchSpace
 
 
 @dataclass(frozen=True)
@@ -147,6 +192,7 @@ class Scenario:
     cost: CostOptions = field(default_factory=CostOptions)
     overlap: bool = True  # prefetch / immediate reduction hide communication behind compute
     name: str = ""
+    stages: tuple = ()  # training stages (Stage), in order; empty: one stage, the scenario's task
 
     def system(self, accelerator: str) -> System:
         from tpopt.errors import InputError

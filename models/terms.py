@@ -23,6 +23,7 @@ import numpy as np
 
 from tpopt.models import comm, memory, reliability
 from tpopt.models.arch import flops_per_token, param_count
+from tpopt.models.batch import iterations_with_ramp
 from tpopt.models.compute import iterations
 from tpopt.models.plan import Scenario
 from tpopt.models.units import HOUR
@@ -52,7 +53,24 @@ def grad_accum(sc: Scenario, dp, micro_batch):
 
 
 def iteration_count(sc: Scenario) -> float:
-    return float(iterations(sc.task.tokens, sc.task.tokens_per_step))
+    """Optimizer steps: ceil(D / b), plus the steps of a batch ramp-up when the task has one
+    (batch.iterations_with_ramp; each ramp step is budgeted as a full-batch step, an upper bound)."""
+    t = sc.task
+    if t.ramp is None:
+        return float(iterations(t.tokens, t.tokens_per_step))
+    return iterations_with_ramp(t.tokens, t.global_batch, t.seq_len, t.ramp)
+
+
+def batch_remainder(sc: Scenario, dp, micro_batch):
+    """Sequences left over when the batch is split into dp x micro_batch: B mod (dp x mb), and with a
+    ramp-up also its start and increment mod (dp x mb) (Megatron-LM requires every ramp batch to split
+    into whole micro-batches on every data-parallel rank)."""
+    t = sc.task
+    unit = np.asarray(dp) * np.asarray(micro_batch)
+    rem = t.global_batch % unit
+    if t.ramp is not None and t.ramp[0] < t.global_batch:
+        rem = np.maximum(rem, np.maximum(int(t.ramp[0]) % unit, int(t.ramp[1]) % unit))
+    return rem
 
 
 # ---------------------------------------------------------------------------------------------

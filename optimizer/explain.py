@@ -98,15 +98,18 @@ class Context:
         key = (objective or self.req.objective, enforce) if (base and space is None and cards is None) else None
         if key is not None and key in self._memo:
             return self._memo[key]
+        from tpopt.optimizer.outer import has_task_choices
+
+        choices = space is None and has_task_choices(sc)  # the batch is a choice: every batch, best of all
         try:
-            space = space or Space.from_scenario(sc)
+            space = space or (None if choices else Space.from_scenario(sc))
         except InputError:
             return None  # e.g. no NIC count the accelerator can take: no plan
         req = Request(objective=objective or self.req.objective, enforce=enforce, top=1,
                       time_limit=self.req.time_limit, seed=self.req.seed, workers=self.req.workers,
                       cards=self.req.cards if cards is None else tuple(cards))
         self.solves += 1
-        r = solve(sc, self.backend_for(space), req, space=space)
+        r = solve(sc, self.backend if choices else self.backend_for(space), req, space=space)
         if r.status not in (Status.OPTIMAL, Status.INFEASIBLE):
             raise Undecided(f"the solver reached its time limit ({self.req.time_limit:g} s)")
         if key is not None:

@@ -206,7 +206,7 @@ class Space:
         # structural facts (1 = the rule holds)
         a = sc.model
         B = sc.task.global_batch
-        add("ok.batch.divisibility", ("dp", "mb"), lambda dp, mb: (B % (dp * mb) == 0) * 1.0)
+        add("ok.batch.divisibility", ("dp", "mb"), lambda dp, mb: (T.batch_remainder(sc, dp, mb) == 0) * 1.0)
         add("ok.layout.whole_hosts", ("acc", "tp", "pp", "dp"),
             lambda acc, tp, pp, dp: ((tp * pp * dp) % sc.system(acc).acc.cards_per_host == 0) * 1.0)
         add("ok.layout.tp_within_host", ("acc", "tp"),
@@ -269,7 +269,7 @@ class Space:
                     pp=int(d["pp"]), dp=int(d["dp"]), micro_batch=int(d["mb"]), grad_accum=ga,
                     recompute=d["recompute"], offload=d["offload"],
                     schedule=d["schedule"] if d["pp"] > 1 else self.domains["schedule"][0],
-                    save_interval_s=tau, save_mode=d["mode"], nics_per_host=int(d["nics"]))
+                    save_interval_s=tau, save_mode=d["mode"], nics_per_host=int(d["nics"]), global_batch=B)
 
     def key(self, idx: dict) -> tuple:
         """A canonical assignment key (schedule pinned when pp = 1)."""
