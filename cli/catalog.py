@@ -7,42 +7,106 @@ import click
 from tpopt.cli.common import dump_json, handle_errors
 
 KINDS = ("accelerators", "models", "links", "storage")
-HEADERS = {"peak_bf16_tflops": "TFLOP/s", "usable_gib": "usable GiB",
-           "host_link": "host link", "interconnect": "fabric", "memory_gb": "GB", "cards_per_host": "cards/host",
-           "nics_per_host": "NICs", "price_card_hour": "USD/card-h", "bandwidth_gb_s": "GB/s",
-           "price_nic_hour": "USD/NIC-h", "write_bandwidth_gb_s": "write GB/s", "kv_heads": "kv",
-           "params": "parameters"}
+HEADERS = {"peak_bf16_tflops": "BF16 TFLOP/s", "peak_fp8_tflops": "FP8 TFLOP/s", "nics": "NICs/host", "usable_gib": "usable GiB",
+           "hbm_gb_s": "HBM GB/s", "host_link": "host link", "interconnect": "fabric", "memory_gb": "GB",
+           "cards_per_host": "cards/host", "nics_per_host": "NICs", "price_card_hour": "USD/card-h",
+           "price_date": "price date", "bandwidth_gb_s": "GB/s", "price_nic_hour": "USD/NIC-h",
+           "write_bandwidth_gb_s": "write GB/s", "kv_heads": "kv", "params": "parameters",
+           "activated_params": "activated", "experts": "experts (top-k)"}
+HIDDEN = ("display", "source", "sources", "notes", "peak_fp16_tflops", "peak_tf32_tflops", "expert_params",
+          "price_source", "host_link", "interconnect", "p2p", "nic", "nics_per_host", "memory_gb")
+
+
+def _fabric(a) -> str:
+    """The card-to-card path inside a host, as the communication model uses it."""
+    if a.p2p and a.interconnect != "none":
+        return a.interconnect
+    return f"{a.host_link}{'' if a.p2p else ', no p2p'}"
+
+
+def _tflops(x: float):
+    return x / 1e12 if x else None  # 0 = not given in the catalog
 
 
 def catalog_rows(cat, kind: str) -> list[dict]:
-    from tpopt.models.arch import param_count
+    from tpopt.models.arch import activated_params, expert_params, param_count
 
     if kind == "accelerators":
+        raw = cat.raw.get("accelerators", {})
         return [{"name": a.name, "display": a.display, "peak_bf16_tflops": a.peak_flops / 1e12,
-                 "memory_gb": a.memory_nominal / 1e9, "usable_gib": a.memory_usable / 2**30,
+                 "peak_fp8_tflops": _tflops(a.peak_fp8), "peak_fp16_tflops": _tflops(a.peak_fp16),
+                 "peak_tf32_tflops": _tflops(a.peak_tf32), "memory_gb": a.memory_nominal / 1e9,
+                 "usable_gib": a.memory_usable / 2**30, "hbm_gb_s": a.hbm_bandwidth / 1e9,
                  "host_link": a.host_link, "interconnect": a.interconnect, "p2p": a.p2p,
                  "cards_per_host": a.cards_per_host, "nic": a.nic, "nics_per_host": a.nics_per_host,
-                 "price_card_hour": a.price_card_hour} for a in cat.accelerators.values()]
+                 "fabric": _fabric(a), "nics": f"{a.nics_per_host} x {a.nic}",
+                 "price_card_hour": a.price_card_hour, "price_date": raw.get(a.name, {}).get("price_date"),
+                 "sources": dict(a.sources)} for a in cat.accelerators.values()]
     if kind == "models":
-        return [{"name": m.name, "params": param_count(m), "layers": m.layers, "hidden": m.hidden, "heads": m.heads,
-                 "kv_heads": m.kv_heads, "ffn": m.ffn, "vocab": m.vocab, "source": m.source}
-                for m in cat.models.values()]
-    if kind == "links":
-        rows = [{"name": n, "kind": "link", "bandwidth_gb_s": bw / 1e9} for n, bw in cat.links.items()]
-        rows += [{"name": n.name, "kind": "nic", "bandwidth_gb_s": n.bandwidth / 1e9,
-                  "price_nic_hour": n.price_hour} for n in cat.nics.values()]
+        rows = []
+        for m in cat.models.values():
+            attention = "MLA" if m.mla else "MHA" if m.kv_heads == m.heads else "MQA" if m.kv_heads == 1 else "GQA"
+            if m.window_layers:
+                attention += f", window {m.sliding_window:,} on {m.window_layers}/{m.layers}"
+            rows.append({"name": m.name, "params": param_count(m), "activated_params": activated_params(m),
+                         "layers": m.layers, "hidden": m.hidden, "heads": m.heads, "kv_heads": m.kv_heads,
+                         "ffn": m.ffn, "experts": f"{m.experts} ({m.top_k})" if m.moe else "-", "vocab": m.vocab,
+                         "attention": attention, "expert_params": expert_params(m), "source": m.source,
+                         "notes": list(m.extra.get("notes", []))})
         return rows
-    return [{"name": n, "write_bandwidth_gb_s": bw / 1e9} for n, bw in cat.storage.items()]
+    if kind == "links":
+        raw = cat.raw.get("links", {})
+        rows = [{"name": n, "kind": "link", "bandwidth_gb_s": bw / 1e9,
+                 "source": raw.get("link", {}).get(n, {}).get("source", "")} for n, bw in cat.links.items()]
+        rows += [{"name": n.name, "kind": "nic", "bandwidth_gb_s": n.bandwidth / 1e9,
+                  "price_nic_hour": n.price_hour, "source": n.source,
+                  "price_source": raw.get("nic", {}).get(n.name, {}).get("price_source", "")}
+                 for n in cat.nics.values()]
+        return rows
+    raw = cat.raw.get("storage", {})
+    return [{"name": n, "write_bandwidth_gb_s": bw / 1e9, "source": raw.get(n, {}).get("source", "")}
+            for n, bw in cat.storage.items()]
+
+
+def _cell(row: dict, col: str) -> str:
+    v = row.get(col)
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.4g}"
+    if isinstance(v, int) and not isinstance(v, bool) and col in ("params", "activated_params"):
+        return f"{v / 1e9:,.2f}B" if v >= 1e9 else f"{v / 1e6:,.1f}M"
+    return str(v)
+
+
+def source_lines(rows: list[dict]) -> list[str]:
+    """Every entry's sources, one line each (accelerators: one line per field)."""
+    out = []
+    for r in rows:
+        if "sources" in r:
+            out.append(f"{r['name']}:")
+            out += [f"  {k}: {v}" for k, v in r["sources"].items()]
+        else:
+            out.append(f"{r['name']}: {r.get('source', '')}")
+            out += [f"  {k}: {r[k]}" for k in ("price_source",) if r.get(k)]
+            out += [f"  note: {n}" for n in r.get("notes", [])]
+    return out
 
 
 @click.command()
 @click.argument("kind", type=click.Choice(KINDS), default="accelerators")
 @click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(file_okay=False),
               help="Extra catalog directory (repeatable).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--sources", "show_sources", is_flag=True, help="Print the source of every number instead of the table.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (sources included).")
 @handle_errors
-def catalog(kind, catalog_dirs, as_json):
-    """List catalog entries: accelerators (default), models, links, storage."""
+def catalog(kind, catalog_dirs, show_sources, as_json):
+    """List catalog entries: accelerators (default), models, links, storage.
+
+    Models show total and activated parameters (they differ for mixture-of-experts models, whose
+    experts every card holds until expert parallelism is a plan decision). Peaks are dense; a "-"
+    means the precision is not supported or not given (see --sources).
+    """
     from rich.table import Table
 
     from tpopt.catalogs import load_catalog
@@ -52,10 +116,15 @@ def catalog(kind, catalog_dirs, as_json):
     if as_json:
         click.echo(dump_json(rows), nl=False)
         return
+    if show_sources:
+        click.echo("\n".join(source_lines(rows)))
+        return
     t = Table(title=f"{kind} ({len(rows)})", title_justify="left", show_edge=False, pad_edge=False)
-    cols = [c for c in rows[0] if c not in ("display", "source")] if rows else []
-    for c in cols:
-        t.add_column(HEADERS.get(c, c), no_wrap=True)
-    for r in rows:
-        t.add_row(*("-" if r[c] is None else f"{r[c]:,.4g}" if isinstance(r[c], float) else f"{r[c]:,}" if c == "params" else str(r[c]) for c in cols))
-    click.echo(console_text(t, width=140), nl=False)
+    cols = [c for c in rows[0] if c not in HIDDEN] if rows else []
+    cells = [[_cell(r, c) for c in cols] for r in rows]
+    for i, c in enumerate(cols):
+        t.add_column(HEADERS.get(c, c), no_wrap=True, min_width=max(len(row[i]) for row in cells))
+    for row in cells:
+        t.add_row(*row)
+    click.echo(console_text(t, width=160), nl=False)
+    click.echo(f"Every number has a source: tpopt catalog {kind} --sources (or --json).")

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import click
 
-from concurrent.futures.process import BrokenProcessPool
-
 from tpopt.cli.common import dump_json, fail, handle_errors
 
 RANGE = "One value, a comma list or a range start:end:step"
@@ -37,14 +35,24 @@ def sweep_input_options(fn):
 
 
 class _Bar:
-    """rich progress bar with ETA on stderr; silent when stderr is not a terminal or with --quiet."""
+    """rich progress bar with ETA on stderr (only on a terminal); notes of what happens during the run
+    (a worker died, a task is retried) on stderr unless --quiet."""
 
     def __init__(self, quiet: bool):
         from rich.console import Console
 
         self.console = Console(stderr=True)
+        self.quiet = quiet
         self.enabled = not quiet and self.console.is_terminal
         self.bar = None
+
+    def note(self, text: str) -> None:
+        if self.quiet:
+            return
+        if self.bar is not None:
+            self.bar.console.print(f"tpopt: {text}", markup=False, highlight=False)
+        else:
+            click.echo(f"tpopt: {text}", err=True)
 
     def start(self, total: int, done: int) -> None:
         if not self.enabled:
@@ -115,10 +123,12 @@ def summary_table(summary: list[dict], unit: str, show_case: bool, spec):
 
     t = Table(title=f"Per accelerator (plans as cards / finish d / cost {unit})", title_justify="left",
               show_edge=False, pad_edge=False)
-    cols = (["case"] if show_case else []) + ["accelerator", "points", "feasible", "earliest deadline d",
-                                              "cheapest", "fastest", "cards chosen"]
+    no_answer = any(e["unknown"] or e["error"] for e in summary)
+    cols = (["case"] if show_case else []) + ["accelerator", "points", "feasible"] + \
+        (["no answer"] if no_answer else []) + ["earliest deadline d", "cheapest", "fastest", "cards chosen"]
     for c in cols:
-        t.add_column(c, justify="right" if c in ("points", "feasible", "earliest deadline d") else "left")
+        t.add_column(c, justify="right" if c in ("points", "feasible", "no answer", "earliest deadline d")
+                     else "left")
     for e in summary:
         row = [case_label((e["tokens"], e["efficiency"], e["card_hour"], e["reserved_days"]), spec)] if show_case \
             else []
@@ -130,9 +140,11 @@ def summary_table(summary: list[dict], unit: str, show_case: bool, spec):
         if e["feasible"] == 0 and e["fastest_possible_days"] is not None:
             earliest = f"none (fastest {e['fastest_possible_days']:.1f})"
         elif e["feasible"] == 0:
-            earliest = "none"
-        row += [e["accelerator"], str(e["points"]), str(e["feasible"]), earliest, plan(e["cheapest"]),
-                plan(e["fastest"]), ", ".join(str(c) for c in e["cards_chosen"]) or "-"]
+            earliest = "none" if e["unknown"] + e["error"] == 0 else "unknown"
+        row += [e["accelerator"], str(e["points"]), str(e["feasible"])]
+        if no_answer:
+            row.append(str(e["unknown"] + e["error"]))
+        row += [earliest, plan(e["cheapest"]), plan(e["fastest"]), ", ".join(str(c) for c in e["cards_chosen"]) or "-"]
         t.add_row(*row)
     return t
 
@@ -153,19 +165,24 @@ def result_text(result, out) -> str:
     unit = next((r["cost_unit"] for r in result.rows if r["cost_unit"]), "USD")
     show_case = len({(r["tokens"], r["efficiency"], r["card_hour"], r["reserved_days"]) for r in result.rows}) > 1
     swept = ", ".join(f"{k} ({len(spec.hw) if k == 'hw' else len(spec.values[k])})" for k in spec.swept()) or "none"
-    how = ", ".join(f"{n} by {'one enumeration per group' if k == 'table' else k}"
+    how = ", ".join(f"{n} failed" if k == "error" else f"{n} by {'one enumeration per group' if k == 'table' else k}"
                     for k, n in sorted(result.paths.items())) or "none solved"
     head = (f"tpopt sweep: {spec.name}: {sc.model.name}, {len(result.rows):,} points (swept: {swept}) on "
             f"{', '.join(spec.hw)}")
     status = (f"{result.computed:,} solved ({how}), {result.reused:,} reused"
-              f"{' from ' + str(out) if out else ''}, {result.wall_s:.2f} s on {result.workers} worker"
-              f"{'s' if result.workers != 1 else ''}")
+              f"{' from ' + str(out) if out else ''}, {result.wall_s:.2f} s on {result.where}")
     parts = [head, status, ""]
     front = result.front()
+    unknown, errors, infeasible = result.count("unknown"), result.count("error"), result.count("infeasible")
     if front:
         parts += [front_table(front, unit, show_case, spec), ""]
+    elif unknown or errors:
+        why = ", ".join(x for x in (f"{unknown:,} reached the time limit without an answer (unknown)" if unknown
+                                    else "", f"{errors:,} failed (error)" if errors else "",
+                                    f"{infeasible:,} proven infeasible" if infeasible else "") if x)
+        parts += [f"No plan found: {why}; infeasibility is not proven at every point.", ""]
     else:
-        parts += ["No feasible plan at any point.", ""]
+        parts += ["No feasible plan at any point (proven).", ""]
     parts.append(summary_table(result.summary(), unit, show_case, spec))
     return console_text(*parts)
 
@@ -176,7 +193,10 @@ def result_text(result, out) -> str:
               help="auto (default): one exact enumeration per group when the space has <= 300k plans, else "
                    "CP-SAT per point.")
 @click.option("--time-limit", type=float, help="Solver time limit per point, s (default 60).")
-@click.option("--workers", type=int, help="Worker processes (default: the core count).")
+@click.option("--workers", type=int, help="Local worker processes (default: the core count).")
+@click.option("--cluster", help="Run the points on Dask instead: local:N (a local cluster of N worker processes), "
+                                "a scheduler address tcp://host:8786, or a scheduler file (.json). Needs "
+                                "pip install 'tpopt[distributed]'.")
 @click.option("--out", "out", type=click.Path(), help="Results file, one row per point: .csv, .parquet or .json. "
                                                       "Re-running with the same file resumes.")
 @click.option("--force", is_flag=True, help="Overwrite --out even if it holds something else.")
@@ -187,7 +207,8 @@ def result_text(result, out) -> str:
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or notes on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the front and summary as JSON.")
 @handle_errors
-def sweep(solver, time_limit, workers, out, force, plot, plot_breakdown, breakdown_cards, quiet, as_json, **kw):
+def sweep(solver, time_limit, workers, cluster, out, force, plot, plot_breakdown, breakdown_cards, quiet, as_json,
+          **kw):
     """Sweep deadlines, hardware and other inputs; report the cost vs finish-time Pareto front.
 
     Example: tpopt sweep --scenario examples/design-case-sweep.toml --hw rtx4090,h100-sxm,a100-80gb-sxm
@@ -196,8 +217,16 @@ def sweep(solver, time_limit, workers, out, force, plot, plot_breakdown, breakdo
     from tpopt.errors import InputError
     from tpopt.optimizer import sweep as sw
 
+    from tpopt.optimizer.sweep.executor import parse_cluster, require_dask
+
     if workers is not None and workers < 1:
         raise InputError("--workers must be at least 1")
+    if cluster is not None:
+        if workers is not None:
+            raise InputError("--workers sets local worker processes; with --cluster the cluster's workers run the "
+                             "points (local:N for N local ones)")
+        parse_cluster(cluster)
+        require_dask()
     if breakdown_cards and not plot_breakdown:
         raise InputError("--breakdown-cards needs --plot-breakdown")
     cli = {k: kw.get(k) for k in ("hw", "deadline", "reserved", "tokens", "efficiency", "max_cards", "card_hour",
@@ -211,18 +240,17 @@ def sweep(solver, time_limit, workers, out, force, plot, plot_breakdown, breakdo
     if out:
         sw.check_output_path(out)
     bar = _Bar(quiet)
-    try:
-        result = sw.run_sweep(spec, out=out, force=force, workers=workers, progress=bar)
-    except BrokenProcessPool:
-        fail("a sweep worker process died (out of memory?); the rows finished so far are kept"
-             + (f" in {out}: re-run to resume" if out else ""), 1)
-    note = (lambda msg: None) if quiet else (lambda msg: click.echo(f"tpopt: {msg}", err=True))
-    if result.reused:
-        note(f"resumed: {result.reused:,} of {len(result.rows):,} points reused from {out}")
-    if result.discarded:
-        note(f"discarded {result.discarded} torn or unreadable line(s) of an interrupted run")
-    if result.dropped:
-        note(f"dropped {result.dropped:,} row(s) of points outside this sweep from {out}")
+    result = sw.run_sweep(spec, out=out, force=force, workers=workers, cluster=cluster, progress=bar)
+    note = bar.note
+    for text in result.resume.notes(out, len(result.rows)):
+        note(text)
+    if result.retried:
+        note(f"{result.retried} task(s) failed once (a worker died or raised) and were run again")
+    unknown, unproven = result.count("unknown"), result.count("feasible")
+    if unknown or unproven:
+        note(f"{unknown + unproven:,} point(s) reached the time limit ({spec.time_limit:g} s): {unknown:,} without an "
+             f"answer (status unknown), {unproven:,} with a plan not proven optimal (feasible); raise --time-limit "
+             f"and re-run{' with the same --out' if out else ''} to solve them again")
     unit = next((r["cost_unit"] for r in result.rows if r["cost_unit"]), "USD")
     if plot:
         from tpopt.cli.sweep_plots import plot_pareto
@@ -241,6 +269,12 @@ def sweep(solver, time_limit, workers, out, force, plot, plot_breakdown, breakdo
     if as_json:
         click.echo(dump_json({"scenario": spec.name, "fingerprint": spec.fingerprint, "points": len(result.rows),
                               "computed": result.computed, "reused": result.reused, "out": out,
+                              "statuses": {k: result.count(k) for k in sw.STATUSES},
                               "front": result.front(), "summary": result.summary()}), nl=False)
     else:
         click.echo(result_text(result, out), nl=False)
+    errors = result.count("error")
+    if errors:
+        fail(f"{errors:,} point(s) failed twice (a worker died or raised; status 'error'"
+             f"{', the reason in the note column' if out else ''}); re-run{' with the same --out' if out else ''} "
+             f"to solve them again", 1)

@@ -1,8 +1,9 @@
 """Plots of a sweep (presentation only; the data come from :mod:`tpopt.optimizer.sweep`).
 
 * :func:`plot_pareto`: cost against finish time, one series per accelerator (each point is the optimal
-  plan of one sweep point, labelled with its card count), the Pareto front drawn over them, infeasible
-  deadlines marked as crosses along the bottom and the span no plan can reach shaded.
+  plan of one sweep point, labelled with its card count), the Pareto front drawn over them, proven
+  infeasible deadlines marked as crosses along the bottom, deadlines without an answer (time limit,
+  error) as question marks, and the span no plan can reach shaded (only where that is proven).
 * :func:`plot_breakdown`: the chapter's figure 10-44 layout: one horizontal stacked bar per plan
   (base training, checkpoint/failure overhead, reserved days) and the deadline as a dashed line.
 
@@ -52,7 +53,7 @@ def plot_pareto(data: dict, path: str) -> None:
     """
     plt = _pyplot()
     series = data["series"]
-    strip_rows = [i for i, s in enumerate(series) if s["infeasible_deadlines"]]
+    strip_rows = [i for i, s in enumerate(series) if s["infeasible_deadlines"] or s.get("unknown_deadlines")]
     if strip_rows:
         n = len(strip_rows)
         fig, (ax, strip) = plt.subplots(2, 1, sharex=True, figsize=(11, 6.0 + 0.12 * max(0, len(series) - 6)),
@@ -75,7 +76,8 @@ def plot_pareto(data: dict, path: str) -> None:
                 ax.annotate(f"{p['cards']}", (p["finish_days"], p["cost"]), textcoords="offset points",
                             xytext=(4, 4), fontsize=7, color=colour)
         else:
-            ax.plot([], [], ":o", color=colour, label=f"{s['label']} (no feasible point)", gid=f"series-{i}")
+            none = "no feasible point" if not s.get("unknown_deadlines") else "no plan found"
+            ax.plot([], [], ":o", color=colour, label=f"{s['label']} ({none})", gid=f"series-{i}")
     right = max(xs_all) if xs_all else None
     for k, f in enumerate(data["fronts"]):
         pts = f["points"]
@@ -90,11 +92,20 @@ def plot_pareto(data: dict, path: str) -> None:
                 markeredgecolor="black", markeredgewidth=1.4, zorder=3)
     earliest = [s["fastest_possible_days"] for s in series if s["fastest_possible_days"] is not None]
     if strip is not None:
+        labelled = set()
         for row, i in enumerate(strip_rows):
             s = series[i]
-            strip.plot(s["infeasible_deadlines"], [row] * len(s["infeasible_deadlines"]), "x", markersize=5,
-                       color=PALETTE[i % len(PALETTE)], gid=f"infeasible-{i}",
-                       label="infeasible deadline" if row == 0 else None)
+            if s["infeasible_deadlines"]:
+                strip.plot(s["infeasible_deadlines"], [row] * len(s["infeasible_deadlines"]), "x", markersize=5,
+                           color=PALETTE[i % len(PALETTE)], gid=f"infeasible-{i}",
+                           label=None if "x" in labelled else "infeasible deadline")
+                labelled.add("x")
+            unknown = s.get("unknown_deadlines") or []
+            if unknown:
+                strip.plot(unknown, [row] * len(unknown), linestyle="none", marker="$?$", markersize=7,
+                           color=PALETTE[i % len(PALETTE)], gid=f"unknown-{i}",
+                           label=None if "?" in labelled else "no answer (time limit or error)")
+                labelled.add("?")
         strip.set_ylim(len(strip_rows) - 0.5, -0.5)
         if len(strip_rows) <= 6:
             strip.set_yticks(range(len(strip_rows)))
@@ -108,7 +119,8 @@ def plot_pareto(data: dict, path: str) -> None:
         strip.set_xlabel("finish time / deadline, days")
         lo = min(xs_all)
         hi = min(earliest) if earliest else max(xs_all)
-        if hi > lo:
+        # shaded only when proven: a point without an answer may hide a plan that finishes earlier
+        if hi > lo and not data.get("unknown_points"):
             for a, lab in ((ax, "no plan finishes this early"), (strip, None)):
                 a.axvspan(lo, hi, color="#999999", alpha=0.15, zorder=0, label=lab,
                           gid="infeasible-region" if a is ax else "infeasible-region-strip")
@@ -120,7 +132,9 @@ def plot_pareto(data: dict, path: str) -> None:
     ax.grid(True, alpha=0.3)
     title = data["title"]
     if not data["fronts"]:
-        title += " - no feasible plan"
+        n = data.get("unknown_points", 0)
+        title += f" - no plan found ({n} point{'s' if n != 1 else ''} without an answer)" if n \
+            else " - no feasible plan"
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()

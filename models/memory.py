@@ -12,7 +12,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from tpopt.errors import InputError
-from tpopt.models.arch import ModelArch, embedding_params, largest_unit_params, layer_linear_params, layer_params
+from tpopt.models.arch import (
+    ModelArch,
+    attention_flops_per_token,
+    block_gemm_params,
+    block_param_arrays,
+    embedding_params,
+    largest_unit_params,
+    layer_linear_params,
+    layer_params,
+    mlp_activation_width,
+    mtp_linear_params,
+    mtp_params,
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -94,27 +106,63 @@ def host_optimizer_bytes(n_params, dp, zero_stage, r: StateRecipe):
     return r.optimizer * np.asarray(n_params, dtype=float) / np.where(np.asarray(zero_stage) >= 1, d, 1.0)
 
 
+def _codes(x: np.ndarray):
+    """(distinct values, index of each element's value): O(n) for small whole numbers (tp, pp)."""
+    if x.size and x.min() >= 0 and x.max() <= 65536 and np.all(x == np.floor(x)):
+        ints = x.astype(np.int64)
+        values = np.flatnonzero(np.bincount(ints.ravel()))
+        lookup = np.zeros(values[-1] + 1, dtype=np.int64)
+        lookup[values] = np.arange(len(values))
+        return values.astype(float), lookup[ints]
+    values, inverse = np.unique(x, return_inverse=True)
+    return values, inverse.reshape(x.shape)
+
+
 def stage_params(a: ModelArch, tp, pp):
     """Parameters held by one card of the heaviest pipeline stage, before ZeRO sharding.
 
     A stage holds ceil(L / pp) blocks; the first also holds the input embedding, the last the LM
-    head (if untied) and the final norm; with pp = 1 one stage holds everything. Tensor
-    parallelism splits every linear layer and the (vocab-parallel) embedding and LM head by tp;
-    norms are replicated. With tp = pp = 1 this is exactly N.
+    head (if untied), the final norm and any MTP modules; with pp = 1 one stage holds everything.
+    Tensor parallelism splits every linear layer and the (vocab-parallel) embedding and LM head by
+    tp; norms are replicated. With tp = pp = 1 this is exactly N. When blocks differ (dense blocks
+    before MoE blocks), the heaviest stage is the largest of the first stage, the last stage and any
+    run of ceil(L / pp) consecutive blocks. A MoE block holds every expert (EP = 1).
     """
     t = np.asarray(tp, dtype=float)
     p = np.asarray(pp)
-    blocks = np.ceil(a.layers / p)
     linear = layer_linear_params(a)
     other = layer_params(a) - linear  # norms, biases, q/k norms: replicated under TP
-    per_block = linear / t + other
-    emb = embedding_params(a) / t
-    head = 0.0 if a.tied_embeddings else emb
-    pos = a.learned_positions * a.hidden
-    first = blocks * per_block + emb + pos
-    last = blocks * per_block + head + a.norm_params
-    single = a.layers * per_block + emb + pos + head + a.norm_params
-    return np.where(p <= 1, single, np.maximum(first, last))
+    pos = a.learned_positions * a.hidden + (a.norm_params if a.embedding_norm else 0)
+    mtp_lin = mtp_linear_params(a)
+    tail_other = a.norm_params + (a.vocab if a.head_bias else 0) + mtp_params(a) - mtp_lin
+
+    def ends(tt):
+        emb = embedding_params(a) / tt
+        return emb + pos, (0.0 if a.tied_embeddings else emb) + mtp_lin / tt + tail_other
+
+    lin, oth = block_param_arrays(a)
+    if np.all(lin == linear) and np.all(oth == other):  # every block alike
+        blocks = np.ceil(a.layers / p)
+        per_block = linear / t + other
+        head_end, tail_end = ends(t)
+        first = blocks * per_block + head_end
+        last = blocks * per_block + tail_end
+        single = a.layers * per_block + head_end + tail_end
+        return np.where(p <= 1, single, np.maximum(first, last))
+    t, p = np.broadcast_arrays(t, p)
+    (tu, ti), (pu, pi) = _codes(t), _codes(p)
+    cl, co = np.concatenate([[0.0], np.cumsum(lin)]), np.concatenate([[0.0], np.cumsum(oth)])
+    table = np.empty((len(tu), len(pu)))  # one value per distinct (tp, pp): plan grids repeat them
+    for i, tt in enumerate(tu):
+        head_end, tail_end = ends(float(tt))
+        for j, stages in enumerate(pu):
+            if stages <= 1:
+                table[i, j] = cl[-1] / tt + co[-1] + head_end + tail_end
+                continue
+            b = min(-(-a.layers // int(stages)), a.layers)
+            run = (cl[b:] - cl[:-b]) / tt + (co[b:] - co[:-b])  # every run of b consecutive blocks
+            table[i, j] = max(run[0] + head_end, run[-1] + tail_end, run.max())
+    return table[ti, pi]
 
 
 def embedding_shard_params(a: ModelArch, tp):
@@ -177,7 +225,7 @@ def layer_activation_groups(a: ModelArch, seq_len, micro_batch, act_bytes=2.0, f
     """
     s = np.asarray(seq_len, dtype=float)
     tokens = s * np.asarray(micro_batch, dtype=float)
-    h, f = a.hidden, a.ffn
+    h, f = a.hidden, mlp_activation_width(a)
     dq, dkv = a.d_attn, a.d_kv
     keep = 2 * h + dq + 2 * dkv + dq + 2 * a.heads + (2 * f if a.gated_mlp else f)
     if a.qk_norm:
@@ -224,13 +272,13 @@ def recompute_flops_per_token(a: ModelArch, seq_len, recompute: str):
     if recompute == "none":
         return 0.0 * keys
     if recompute == "full":
-        return a.layers * (2.0 * layer_linear_params(a) + 4.0 * a.d_attn * keys)
+        return 2.0 * block_gemm_params(a) + attention_flops_per_token(a, seq_len) / 3.0
     total = 0.0 * keys
     parts = set(recompute.split("+"))
     if "norm" in parts:
         total = total + a.layers * 8.0 * a.hidden
     if "mlp" in parts:
-        total = total + a.layers * 5.0 * a.ffn
+        total = total + a.layers * 5.0 * mlp_activation_width(a)
     if "attn" in parts:
         total = total + a.layers * 2.0 * a.d_attn * keys
     return total

@@ -12,19 +12,56 @@ from tpopt.models.arch import param_count
 
 import tomllib
 
-NUMERIC_ACC_FIELDS = ("peak_bf16", "memory", "usable_memory", "hbm_bandwidth", "host_link", "p2p", "cards_per_host",
-                      "nic", "nics_per_host", "max_nics_per_host", "host_memory", "host_memory_bandwidth",
-                      "price_card_hour")
+NUMERIC_ACC_FIELDS = ("peak_bf16", "peak_fp16", "peak_fp8", "peak_tf32", "memory", "usable_memory", "hbm_bandwidth",
+                      "host_link", "p2p", "cards_per_host", "nic", "nics_per_host", "max_nics_per_host", "host_memory",
+                      "host_memory_bandwidth", "price_card_hour")
+# issue 14 item 8: the cards a user expects to find
+REQUIRED_CARDS = {"rtx4090", "rtx5090", "l40s", "a100-40gb-sxm", "a100-80gb-sxm", "a100-40gb-pcie", "a100-80gb-pcie",
+                  "h100-sxm", "h100-pcie", "h100-nvl", "h200", "h800", "h20", "b200", "gb200-nvl72", "mi250x", "mi300x",
+                  "mi325x", "gaudi3"}
 
 
 def test_every_accelerator_number_has_a_source():
     raw = tomllib.loads((BUILTIN_DIR / "accelerators.toml").read_text())
-    required = {"rtx4090", "h100-sxm", "a100-80gb-sxm", "h200", "b200"}
-    assert required <= set(raw)
+    assert REQUIRED_CARDS <= set(raw) and len(raw) >= 20
     for name, t in raw.items():
         for field in NUMERIC_ACC_FIELDS:
             if field in t:
                 assert t["sources"].get(field), (name, field)
+        # every precision peak is given, or its source says why not (not supported / not given)
+        for peak in ("peak_bf16", "peak_fp16", "peak_fp8", "peak_tf32"):
+            assert peak in t or "not " in t["sources"].get(peak, ""), (name, peak)
+        # prices are indicative and dated
+        assert "price_card_hour" in t and t.get("price_date", "").startswith("202"), name
+        assert "indicative" in t["sources"]["price_card_hour"] or "assumption" in t["sources"]["price_card_hour"]
+
+
+def test_dense_peaks_are_consistent():
+    # every peak parses into Accelerator.peak_*; FP8 (where given) is twice BF16 on NVIDIA/AMD parts, FP16
+    # equals BF16, TF32 is half of BF16 -- the datasheets' dense ratios, so a mistyped number shows
+    cat = load_catalog()
+    for a in cat.accelerators.values():
+        assert a.peak_flops > 0
+        if a.peak_fp16:
+            assert a.peak_fp16 == a.peak_flops, a.name
+        if a.peak_tf32:
+            assert a.peak_tf32 == pytest.approx(a.peak_flops / 2, rel=0.02), a.name  # datasheet rounding (L40S)
+        if a.peak_fp8 and a.name != "gaudi3":  # Gaudi 3's MME runs FP8 at the BF16 rate (white paper)
+            assert a.peak_fp8 == pytest.approx(2 * a.peak_flops, rel=0.02), a.name
+    assert cat.accelerator("gaudi3").peak_fp8 == cat.accelerator("gaudi3").peak_flops
+    # Ampere and CDNA 2 have no FP8: 0 = not given
+    assert cat.accelerator("a100-80gb-sxm").peak_fp8 == 0 and cat.accelerator("mi250x").peak_tf32 == 0
+
+
+def test_gb200_nvl72_is_one_72_card_nvlink_domain():
+    a = load_catalog().accelerator("gb200-nvl72")
+    assert a.cards_per_host == 72 and a.p2p and a.interconnect == "nvlink5"
+    assert a.intra_host_bw == 900e9  # NVLink 5: 1.8 TB/s bidirectional per GPU
+
+
+def test_tpu_decision_is_documented():
+    text = (BUILTIN_DIR / "accelerators.toml").read_text()
+    assert "TPU v5p / v6e" in text and "torus" in text
 
 
 def test_links_storage_models_have_sources():
@@ -43,6 +80,10 @@ def test_links_storage_models_have_sources():
 def test_required_models_are_present():
     cat = load_catalog()
     assert {"qwen3-8b", "qwen3-32b", "llama3-8b", "llama3-70b", "gpt3-175b"} <= set(cat.models)
+    # issue 14 item 8 / issue 11: families and the MoE entries the chapter and users need
+    assert {"mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "gemma2-9b", "gemma3-27b", "phi-4",
+            "qwen2.5-7b", "mistral-7b", "llama3.2-1b", "gpt2", "bloom-176b", "falcon-40b"} <= set(cat.models)
+    assert len(cat.models) >= 25
 
 
 def test_hf_config_matches_catalog(tmp_path):
@@ -66,8 +107,11 @@ def test_hf_config_errors(tmp_path):
     p.write_text("{not json")
     with pytest.raises(InputError, match="malformed JSON"):
         model_from_hf_config(p)
-    p.write_text(json.dumps({"model_type": "qwen3_moe", "num_experts": 128}))
-    with pytest.raises(InputError, match="mixture-of-experts"):
+    # mixture-of-experts configs are understood now; one missing a router key is still an error
+    p.write_text(json.dumps({"model_type": "qwen3_moe", "num_experts": 128, "num_hidden_layers": 2, "hidden_size": 64,
+                             "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100,
+                             "moe_intermediate_size": 32}))
+    with pytest.raises(InputError, match="num_experts_per_tok"):
         model_from_hf_config(p)
     p.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096}))
     with pytest.raises(InputError, match="missing required key"):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SUBPACKAGES = ("models", "optimizer", "catalogs", "cli")
+SUBPACKAGES = ("models", "optimizer", "optimizer/sweep", "catalogs", "cli")
 
 
 def _source_files():

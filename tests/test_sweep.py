@@ -403,10 +403,17 @@ def test_unproven_rows_are_solved_again(tmp_path, small_result):
     out = tmp_path / "r.csv"
     sw.run_sweep(spec, out=out, workers=1)
     full = out.read_bytes()
-    text = full.decode()
-    out.write_text(text.replace(",optimal,", ",feasible,", 1))  # as if a solver had hit its time limit
+    head, *lines = full.decode().split("\n")
+    i = next(k for k, ln in enumerate(lines) if ",optimal," in ln)
+    row = dict(sw._parse_csv_line(lines[i]), status="feasible")
+    from tpopt.optimizer.sweep.rows import seal
+    from tpopt.optimizer.sweep.store import _csv_line
+
+    lines[i] = _csv_line(seal(row)).rstrip("\n")  # a valid row (checksum included), only unproven
+    out.write_text("\n".join([head] + lines))
     again = sw.run_sweep(spec, out=out, workers=1)
-    assert (again.reused, again.computed) == (5, 1)
+    assert (again.reused, again.computed) == (5, 1) and again.resume.unproven == {"feasible": 1}
+    assert again.resume.tampered == 0
     assert out.read_bytes() == full
 
 

@@ -1,0 +1,168 @@
+"""The Dask executor: a sweep's tasks on the workers of a Dask cluster (``pip install 'tpopt[distributed]'``).
+
+* ``local:N`` starts a ``distributed.LocalCluster`` of N worker processes (one thread each) for the run;
+  a scheduler address (``tcp://host:8786``) or a scheduler file (``*.json``, as written by
+  ``dask scheduler --scheduler-file`` or dask-jobqueue) connects to a running cluster.
+* The payload every task shares (scenario tables, overrides, catalog directories, fingerprint) is
+  scattered to the workers once; each task is a call of the pure
+  :func:`tpopt.optimizer.sweep.tasks.run_task`, so workers need the same tpopt installed (checked).
+* Results stream back with ``distributed.as_completed``; the driver writes them to its journal.
+* A worker that dies: the scheduler reschedules its tasks up to its ``allowed-failures`` (0 for
+  ``local:N``, so the driver sees the failure at once; a running cluster keeps its own setting, default
+  3) and then reports ``KilledWorker``; the driver submits the task once more, and a task that fails
+  again becomes an error row. Dask counts every task a dead worker held, queued ones included; a
+  ``local:N`` cluster gives each worker one task at a time (worker saturation 1.0), so only the task
+  that was running is affected.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from typing import Iterator
+
+from tpopt.errors import InputError
+from tpopt.optimizer.sweep.executor import Outcome
+
+CONNECT_TIMEOUT_S = 30
+
+
+def local_cluster(n: int):
+    """A LocalCluster of ``n`` single-threaded worker processes that hold one task each (worker
+    saturation 1: a worker that dies takes only its own task with it) and report a worker death at
+    once (allowed failures 0: the driver retries)."""
+    import dask
+    import distributed
+
+    with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
+        return distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                                        silence_logs=logging.CRITICAL, scheduler_kwargs={"allowed_failures": 0})
+
+
+def _worker_info() -> tuple:
+    """Run on every worker: the tpopt it imports."""
+    from tpopt import __version__
+    from tpopt.optimizer.sweep.rows import FORMAT
+
+    return (__version__, FORMAT)
+
+
+class DaskExecutor:
+    name = "dask"
+
+    def __init__(self, kind: str, where):
+        self.kind, self.where = kind, where
+        self.workers = where if kind == "local" else 0
+        self.description = f"Dask LocalCluster ({where} worker processes)" if kind == "local" else \
+            f"Dask cluster {where}"
+        self.cluster = self.client = self._payload = self._ac = None
+        self._payload_data = None
+        self._tids: dict = {}
+        self._attempts: dict = {}
+        self._token = uuid.uuid4().hex[:8]
+        self._levels: list = []
+        self._batch: list = []
+
+    def _quiet(self) -> None:
+        """distributed logs worker deaths and reconnects on stderr; the driver reports them itself."""
+        for handler in logging.getLogger("distributed").handlers:
+            self._levels.append((handler, handler.level))
+            handler.setLevel(logging.CRITICAL)
+
+    def start(self, payload, kinds=()) -> None:
+        import distributed
+
+        if self.kind == "file" and not os.path.isfile(self.where):
+            raise InputError(f"--cluster: scheduler file {self.where!r} not found")
+        self._quiet()
+        try:
+            if self.kind == "local":
+                self.cluster = local_cluster(self.where)
+                self.client = distributed.Client(self.cluster, set_as_default=False)
+            elif self.kind == "file":
+                self.client = distributed.Client(scheduler_file=self.where, timeout=CONNECT_TIMEOUT_S,
+                                                 set_as_default=False)
+            else:
+                self.client = distributed.Client(self.where, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+        except (OSError, TimeoutError, ValueError) as exc:
+            self.close()
+            text = " ".join(str(exc).split())[:200]
+            raise InputError(f"--cluster: cannot reach the Dask scheduler at {self.where} ({text})") from None
+        try:
+            info = self.client.run(_worker_info)
+        except ImportError:
+            self.close()
+            raise InputError("--cluster: the Dask workers cannot import tpopt; install the same tpopt on the "
+                             "driver and every worker") from None
+        mine = _worker_info()
+        other = sorted({v for v in info.values() if tuple(v) != mine})
+        if other:
+            self.close()
+            raise InputError(f"--cluster: workers run tpopt {other[0][0]} (sweep format {other[0][1]}), the driver "
+                             f"{mine[0]} (format {mine[1]}); install the same tpopt everywhere")
+        self.workers = len(info)
+        if self.kind != "local":
+            self.description = f"Dask cluster {self.where} ({self.workers} worker{'s' if self.workers != 1 else ''})"
+        self._payload_data = payload
+        self._scatter()
+        self._ac = distributed.as_completed([], loop=self.client.loop, with_results=False)
+
+    def _scatter(self) -> None:
+        # broadcast: every worker holds a copy, so one dying loses nothing; late joiners fetch it
+        self._payload = self.client.scatter(self._payload_data, broadcast=True, hash=False)
+
+    def submit(self, tid: int, task) -> None:
+        self._batch.append((tid, task))
+
+    def _flush(self) -> None:
+        """Send the queued tasks in one message: the scheduler then sees the whole group at once and
+        queues it (it hands a worker a new task only when it finishes one)."""
+        from tpopt.optimizer.sweep.tasks import run_task
+
+        if not self._batch:
+            return
+        if self._payload.status != "finished":  # every copy lost with the workers that held it
+            self._scatter()
+        keys = []
+        for tid, task in self._batch:
+            n = self._attempts[tid] = self._attempts.get(tid, 0) + 1
+            keys.append(f"tpopt-sweep-{task.kind}-{self._token}-{tid}-{n}")
+        futures = self.client.map(run_task, [t.kind for _, t in self._batch], [self._payload] * len(self._batch),
+                                  [t.points for _, t in self._batch], key=keys, pure=False, retries=0)
+        for (tid, _), fut in zip(self._batch, futures):
+            self._tids[fut.key] = tid
+        self._batch = []
+        self._ac.update(futures)
+
+    def results(self) -> Iterator[Outcome]:
+        self._flush()
+        while not self._ac.is_empty():
+            fut = next(self._ac)
+            tid = self._tids.pop(fut.key)
+            if fut.status == "finished":
+                rows = fut.result()
+                fut.release()
+                yield tid, rows, None
+            else:
+                try:
+                    exc = fut.exception()
+                except Exception as lost:  # noqa: BLE001 - cancelled or lost: a failure like any other
+                    exc = lost
+                fut.release()
+                if isinstance(exc, InputError):
+                    raise exc
+                yield tid, None, exc
+            self._flush()  # retries the driver submitted meanwhile
+
+    def close(self) -> None:
+        for obj in (self.client, self.cluster):
+            if obj is not None:
+                try:
+                    obj.close()
+                except Exception:  # noqa: BLE001 - closing after a failure must not hide it
+                    pass
+        self.client = self.cluster = None
+        for handler, level in self._levels:
+            handler.setLevel(level)
+        self._levels = []

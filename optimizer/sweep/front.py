@@ -1,0 +1,215 @@
+"""Reading a sweep's rows: the Pareto marking, the front, the per-accelerator summary, and the data of
+the cost/finish plot and of the finish-time breakdown bars."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from tpopt.models.units import DAY
+from tpopt.optimizer.sweep.rows import FEASIBLE, NO_ANSWER, PLAN_COLUMNS, case_of, make_row
+from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, Point, SweepSpec
+from tpopt.optimizer.sweep.tasks import _payload, group_scenario, space_size
+
+if TYPE_CHECKING:
+    from tpopt.optimizer.sweep.run import SweepResult
+
+
+def mark_pareto(rows: list[dict]) -> None:
+    """Set ``pareto`` on every row: True iff its (cost, finish) is not dominated within its case."""
+    by_case: dict = {}
+    for r in rows:
+        r["pareto"] = False
+        if r["status"] in FEASIBLE and r["cost"] is not None:
+            by_case.setdefault(case_of(r), []).append(r)
+    for members in by_case.values():
+        pairs = sorted({(r["finish_days"], r["cost"]) for r in members})
+        front, best = set(), math.inf
+        for fin, cost in pairs:
+            if cost < best:
+                front.add((fin, cost))
+                best = cost
+        for r in members:
+            r["pareto"] = (r["finish_days"], r["cost"]) in front
+
+
+def _plan_id(row: dict) -> tuple:
+    return (case_of(row), row["accelerator"]) + tuple(row[c] for c in PLAN_COLUMNS) + (row["cost"], row["finish_days"])
+
+
+def front_plans(rows: list[dict]) -> list[dict]:
+    """The Pareto-optimal plans (one entry per distinct plan), fastest first, with the deadlines
+    for which each one is the optimum."""
+    plans: dict = {}
+    for r in rows:
+        if not r["pareto"]:
+            continue
+        pid = _plan_id(r)
+        e = plans.get(pid)
+        if e is None:
+            e = plans[pid] = {k: r[k] for k in ("accelerator", "tokens", "efficiency", "card_hour", "reserved_days",
+                                                *PLAN_COLUMNS, "cost", "cost_unit", "finish_days", "train_days",
+                                                "overhead_days", "step_s", "memory_per_card_gib",
+                                                "overhead_fraction")}
+            e["deadlines"] = []
+            e["points"] = 0
+        e["deadlines"].append(r["deadline_days"])
+        e["points"] += 1
+    out = []
+    for e in plans.values():
+        ds = sorted(set(e.pop("deadlines")))
+        e["deadline_min_days"], e["deadline_max_days"] = ds[0], ds[-1]
+        out.append(e)
+    out.sort(key=lambda e: (e["tokens"], e["efficiency"], -1 if e["card_hour"] is None else e["card_hour"],
+                            e["reserved_days"], e["finish_days"], e["cost"], e["accelerator"]))
+    return out
+
+
+def summarize(rows: list[dict], hw=()) -> list[dict]:
+    """Per accelerator (and case): points; feasible, infeasible (proven), unknown (time limit, no
+    answer), error and unproven (time limit, plan not proven optimal) counts; earliest feasible
+    deadline, cheapest and fastest plans, the distinct card counts chosen."""
+    order = {a: i for i, a in enumerate(hw)}
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((case_of(r), r["accelerator"]), []).append(r)
+    out = []
+    for (case, acc), members in groups.items():
+        feas = [r for r in members if r["status"] in FEASIBLE]
+        inf = [r for r in members if r["status"] == "infeasible"]
+        e = {"accelerator": acc, "tokens": case[0], "efficiency": case[1], "card_hour": case[2],
+             "reserved_days": case[3], "points": len(members), "feasible": len(feas), "infeasible": len(inf),
+             "unknown": sum(r["status"] == "unknown" for r in members),
+             "error": sum(r["status"] == "error" for r in members),
+             "unproven": sum(r["status"] == "feasible" for r in members),
+             "earliest_deadline_days": min((r["deadline_days"] for r in feas), default=None),
+             "cheapest": None, "fastest": None, "cards_chosen": sorted({r["cards"] for r in feas}),
+             "on_front": sum(1 for r in members if r["pareto"]),
+             "fastest_possible_days": min((r["fastest_days"] for r in inf if r["fastest_days"] is not None),
+                                          default=None)}
+        if feas:
+            c = min(feas, key=lambda r: (r["cost"], r["finish_days"]))
+            f = min(feas, key=lambda r: (r["finish_days"], r["cost"]))
+            e["cheapest"] = {k: c[k] for k in ("cards", "cost", "finish_days", "deadline_days")}
+            e["fastest"] = {k: f[k] for k in ("cards", "cost", "finish_days", "deadline_days")}
+            e["fastest_possible_days"] = f["finish_days"]
+        out.append(e)
+    out.sort(key=lambda e: (e["tokens"], e["efficiency"], -1 if e["card_hour"] is None else e["card_hour"],
+                            e["reserved_days"], order.get(e["accelerator"], len(order)), e["accelerator"]))
+    return out
+
+
+def case_label(case: tuple, spec: SweepSpec) -> str:
+    """A short label of a case's swept table inputs ('' when only one case exists)."""
+    tokens, eff, price, reserved = case
+    parts = []
+    if len(spec.values["tokens"]) > 1:
+        parts.append(f"{tokens / 1e9:g}B tok")
+    if len(spec.values["efficiency"]) > 1:
+        parts.append(f"MFU {eff * 100:g}%")
+    if len(spec.values["card_hour"]) > 1:
+        parts.append("catalog $" if price is None else f"${price:g}/h")
+    if len(spec.values["reserved"]) > 1:
+        parts.append(f"res {reserved:g}d")
+    return ", ".join(parts)
+
+
+def _case_order(case: tuple) -> tuple:
+    return tuple((x is None, x) for x in case)
+
+
+def plot_series(result: SweepResult) -> dict:
+    """Data for the cost/finish plot: one series per accelerator (and case) with its distinct optimal
+    plans, its proven-infeasible deadlines and, apart, the deadlines without an answer (time limit or
+    error), and one Pareto front per case."""
+    spec = result.spec
+    series = []
+    by: dict = {}
+    for r in result.rows:
+        by.setdefault((case_of(r), r["accelerator"]), []).append(r)
+    order = {a: i for i, a in enumerate(spec.hw)}
+    for (case, acc) in sorted(by, key=lambda k: (_case_order(k[0]), order.get(k[1], 99))):
+        members = by[(case, acc)]
+        plans = {}
+        for r in members:
+            if r["status"] in FEASIBLE:
+                plans.setdefault((r["finish_days"], r["cost"]), r["cards"])
+        label = acc + (f" ({case_label(case, spec)})" if case_label(case, spec) else "")
+        series.append({
+            "accelerator": acc, "label": label,
+            "plans": [{"finish_days": f, "cost": c, "cards": n} for (f, c), n in sorted(plans.items())],
+            "infeasible_deadlines": sorted({r["deadline_days"] for r in members if r["status"] == "infeasible"}),
+            "unknown_deadlines": sorted({r["deadline_days"] for r in members if r["status"] in NO_ANSWER}),
+            "deadlines": sorted({r["deadline_days"] for r in members}),
+            "fastest_possible_days": min([r["finish_days"] for r in members if r["status"] in FEASIBLE]
+                                         + [r["fastest_days"] for r in members if r["fastest_days"] is not None],
+                                         default=None),
+        })
+    fronts: dict = {}
+    for e in result.front():
+        case = (e["tokens"], e["efficiency"], e["card_hour"], e["reserved_days"])
+        fronts.setdefault(case, []).append({"finish_days": e["finish_days"], "cost": e["cost"], "cards": e["cards"],
+                                            "accelerator": e["accelerator"]})
+    front_list = [{"label": case_label(c, spec), "points": sorted(pts, key=lambda p: (p["finish_days"], p["cost"]))}
+                  for c, pts in sorted(fronts.items(), key=lambda kv: _case_order(kv[0]))]
+    unit = next((r["cost_unit"] for r in result.rows if r["cost_unit"]), "USD")
+    return {"series": series, "fronts": front_list, "cost_unit": unit,
+            "title": f"{spec.name}: cost vs finish time ({', '.join(spec.swept()) or 'one point'} swept)",
+            "infeasible_points": sum(r["status"] == "infeasible" for r in result.rows),
+            "unknown_points": sum(r["status"] in NO_ANSWER for r in result.rows)}
+
+
+def _bar(label: str, row_like: dict, note: str = "") -> dict:
+    return {"label": label, "accelerator": row_like["accelerator"], "cards": row_like["cards"],
+            "train_days": row_like["train_days"], "overhead_days": row_like["overhead_days"],
+            "reserved_days": row_like["reserved_days"], "finish_days": row_like["finish_days"],
+            "cost": row_like["cost"], "note": note}
+
+
+def breakdown_bars(result: SweepResult, cards=None) -> tuple[list[dict], list[str]]:
+    """Finish-time breakdown bars (base training, checkpoint/failure overhead, reserved days).
+
+    Without ``cards``: the front plans. With ``cards``: for every swept accelerator (and case) the
+    cheapest plan with exactly that many cards that satisfies every constraint except the deadline,
+    card cap and budget (the chapter's figure 10-44 compares 32 and 48 cards against 30 days).
+    Returns (bars, notes about card counts with no valid plan).
+    """
+    spec = result.spec
+    if not cards:
+        bars = []
+        for e in result.front():
+            rng = (f"{e['deadline_min_days']:g} d" if e["deadline_min_days"] == e["deadline_max_days"]
+                   else f"{e['deadline_min_days']:g}-{e['deadline_max_days']:g} d")
+            bars.append(_bar(f"{e['accelerator']} x {e['cards']}", e, note=f"optimal for deadlines {rng}"))
+        return bars, []
+    from tpopt.models.evaluate import evaluate
+    from tpopt.optimizer.core import solve
+    from tpopt.optimizer.result import Request
+    from tpopt.optimizer.space import FAMILIES
+
+    payload = _payload(spec)
+    enforce = frozenset(f for f in FAMILIES if f not in SWEPT_FAMILIES)
+    cases = sorted({case_of(r) for r in result.rows}, key=lambda c: tuple((x is None, x) for x in c))
+    bars, missing = [], {}
+    deadline_s = spec.plot_deadline_days * DAY
+    for case in cases:
+        tokens, eff, price, reserved = case
+        clabel = case_label(case, spec)
+        for acc in spec.hw:
+            p = Point(acc, deadline_s, reserved * DAY, tokens, eff, 10**9, price, None)
+            sc = group_scenario(payload, p, deadline_s)
+            small = space_size(spec, acc) <= AUTO_TABLE_LIMIT
+            for n in cards:
+                res = solve(sc, "enumerate" if small else "cpsat",
+                            Request(objective="cost", enforce=enforce, cards=(n,), time_limit=spec.time_limit))
+                label = f"{acc} x {n}" + (f" ({clabel})" if clabel else "")
+                if not res.feasible:
+                    missing[(acc, n)] = missing.get((acc, n), 0) + 1
+                    continue
+                ev = evaluate(sc, res.best.plan)
+                row = make_row(p, "optimal", spec.fingerprint, "enumerate", ev=ev)
+                bars.append(_bar(label, row))
+    notes = [f"{acc} x {n}: no valid plan with exactly {n} cards" + (f" (in {k} cases)" if len(cases) > 1 else "")
+             for (acc, n), k in missing.items()]
+    return bars, notes
+

@@ -1,0 +1,125 @@
+"""One row per sweep point: the columns (with their types), how a row is built from an evaluation, its
+checksum, and the order rows are written in.
+
+Statuses: ``optimal`` and ``infeasible`` are proven; ``feasible`` (a plan found, optimality not proven)
+and ``unknown`` (no plan and no proof) mean a solver hit its time limit; ``error`` means the point's task
+failed twice (a worker died or raised), with the reason in ``note``. Only proven rows are reused when
+a sweep resumes; the others are solved again.
+
+Every row carries ``checksum``: the first 16 hex digits of the SHA-256 of its cells (as written to
+CSV, joined by the unit separator), every column except ``pareto`` (recomputed at the end of every
+run) and the checksum itself. A row whose content no longer matches (edited by hand, corrupted) is
+solved again instead of being trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import TYPE_CHECKING
+
+from tpopt.models.units import DAY
+
+if TYPE_CHECKING:
+    from tpopt.optimizer.sweep.spec import Point
+
+FORMAT = 2  # 2: note and checksum columns
+
+COLUMNS = {  # name -> type (None allowed everywhere)
+    "point_key": str,
+    "accelerator": str, "deadline_days": float, "reserved_days": float, "tokens": float, "efficiency": float,
+    "max_cards": int, "card_hour": float, "max_cost": float,
+    "status": str,
+    "cards": int, "hosts": int, "zero": int, "tp": int, "pp": int, "dp": int, "micro_batch": int,
+    "grad_accum": int, "recompute": str, "offload": str, "schedule": str, "save_interval_s": float,
+    "save_mode": str, "nics_per_host": int,
+    "cost": float, "cost_unit": str, "finish_days": float, "train_days": float, "overhead_days": float,
+    "step_s": float, "memory_per_card_gib": float, "overhead_fraction": float,
+    "card_hours": float, "price_card_hour": float,
+    "fastest_days": float, "solver": str, "note": str, "pareto": bool, "fingerprint": str, "checksum": str,
+}
+COLUMN_NAMES = tuple(COLUMNS)
+PLAN_COLUMNS = ("cards", "hosts", "zero", "tp", "pp", "dp", "micro_batch", "grad_accum", "recompute", "offload",
+                "schedule", "save_interval_s", "save_mode", "nics_per_host")
+STATUSES = ("optimal", "feasible", "infeasible", "unknown", "error")
+FEASIBLE = ("optimal", "feasible")  # a plan is in the row
+PROVEN = ("optimal", "infeasible")  # the answer is final: reused on resume
+NO_ANSWER = ("unknown", "error")  # neither a plan nor a proof
+INT_COLUMNS = tuple(c for c, t in COLUMNS.items() if t is int)
+CHECKSUMMED = tuple(c for c in COLUMNS if c not in ("pareto", "checksum"))
+
+
+def _clean(v, typ):
+    if v is None:
+        return None
+    if typ is bool:
+        return bool(v)
+    if typ is int:
+        return int(v)
+    if typ is float:
+        x = float(v)
+        return x if math.isfinite(x) else None
+    s = " ".join(str(v).splitlines())  # one row, one line
+    return s or None
+
+
+def cell(v) -> str:
+    """A value as written to CSV (and hashed): '' for None, true/false, floats by repr (round-trip exact)."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def row_checksum(row: dict) -> str:
+    """SHA-256 (16 hex digits) of the row's cells except ``pareto`` and ``checksum``."""
+    text = "\x1f".join(cell(row[c]) for c in CHECKSUMMED)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def checksum_ok(row: dict) -> bool:
+    return row.get("checksum") == row_checksum(row)
+
+
+def seal(row: dict) -> dict:
+    """Set the row's checksum (after its last change other than ``pareto``)."""
+    row["checksum"] = row_checksum(row)
+    return row
+
+
+def make_row(point: Point, status: str, fingerprint_: str, solver: str, ev=None, fastest_s=None,
+             price=None, note=None) -> dict:
+    row = dict.fromkeys(COLUMN_NAMES)
+    row.update(point_key=point.key(), accelerator=point.accelerator, deadline_days=point.deadline_s / DAY,
+               reserved_days=point.reserved_s / DAY, tokens=point.tokens, efficiency=point.efficiency,
+               max_cards=point.max_cards, card_hour=point.card_hour, max_cost=point.max_cost, status=status,
+               solver=solver, fingerprint=fingerprint_, price_card_hour=price, note=note)
+    if ev is not None:
+        p, m = ev.plan_dict(), ev.metrics
+        row.update(cards=p["cards"], hosts=p["hosts"], zero=p["zero_stage"], tp=p["tp"], pp=p["pp"], dp=p["dp"],
+                   micro_batch=p["micro_batch"], grad_accum=p["grad_accum"], recompute=p["recompute"],
+                   offload=p["offload"], schedule=p["schedule"], save_interval_s=p["save_interval_s"],
+                   save_mode=p["save_mode"], nics_per_host=p["nics_per_host"], cost=m["cost"],
+                   cost_unit=m["cost_unit"], finish_days=m["finish_days"], train_days=m["train_days"],
+                   overhead_days=m["train_days"] * m["overhead_fraction"], step_s=m["step_s"],
+                   memory_per_card_gib=m["memory_per_card_gib"],
+                   overhead_fraction=m["overhead_fraction"], card_hours=m["card_hours"])
+    if fastest_s is not None:
+        row["fastest_days"] = fastest_s / DAY
+    return seal({k: _clean(row[k], COLUMNS[k]) for k in COLUMN_NAMES})
+
+
+def sort_key(row: dict) -> tuple:
+    def num(x, none):
+        return none if x is None else x
+
+    return (row["tokens"], row["efficiency"], num(row["card_hour"], -1.0), row["reserved_days"], row["accelerator"],
+            num(row["max_cost"], math.inf), row["max_cards"], row["deadline_days"], row["point_key"])
+
+
+def case_of(row: dict) -> tuple:
+    """Rows sharing a case compete on one front (everything but accelerator and constraint limits)."""
+    return (row["tokens"], row["efficiency"], row["card_hour"], row["reserved_days"])

@@ -1,0 +1,305 @@
+"""The sweep specification: the swept inputs (parsed from ranges, lists or single values), the grid of
+points, and the scenario fingerprint that identifies a sweep's results across runs."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import math
+from dataclasses import dataclass, replace
+from typing import Callable, NamedTuple
+
+from tpopt import __version__
+from tpopt.errors import InputError
+from tpopt.models.units import DAY, parse_count, parse_duration, parse_fraction, parse_int, parse_number
+from tpopt.optimizer.sweep.rows import FORMAT
+
+AUTO_TABLE_LIMIT = 300_000  # plans per group enumerated exactly with --solver auto
+MAX_VALUES = 100_000  # values one range may expand to
+MAX_POINTS = 2_000_000  # points in one sweep
+SOLVERS = ("auto", "enumerate", "cpsat", "highs")
+# constraint families whose limit is a sweep input (answered by masks on the table path)
+SWEPT_FAMILIES = ("deadline.finish", "cards.max", "budget.cost")
+
+
+# ---------------------------------------------------------------------------------------------
+# sweep inputs
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One sweepable scenario input."""
+
+    name: str  # [sweep] key
+    flag: str  # command-line flag
+    raw_key: str  # scenario table.key it overrides
+    kind: str  # "table" (changes term tables) or "constraint" (changes only a limit)
+    parse: Callable  # (value, what) -> SI number
+    step: Callable  # parser of a range step (zero allowed here, rejected with a clearer message)
+    integer: bool = False
+
+
+DIMS = {
+    "deadline": Dim("deadline", "--deadline", "schedule.deadline", "constraint",
+                    lambda v, w: parse_duration(v, w, allow_zero=False), lambda v, w: parse_duration(v, w)),
+    "reserved": Dim("reserved", "--reserved", "schedule.reserved", "table", lambda v, w: parse_duration(v, w),
+                    lambda v, w: parse_duration(v, w)),
+    "tokens": Dim("tokens", "--tokens", "task.tokens", "table", lambda v, w: parse_count(v, w, allow_zero=False),
+                  lambda v, w: parse_count(v, w)),
+    "efficiency": Dim("efficiency", "--efficiency", "hardware.efficiency", "table",
+                      lambda v, w: parse_fraction(v, w), lambda v, w: parse_fraction(v, w, allow_zero=True)),
+    "max_cards": Dim("max_cards", "--max-cards", "search.max_cards", "constraint",
+                     lambda v, w: parse_int(v, w, minimum=1), lambda v, w: parse_int(v, w, minimum=0), integer=True),
+    "card_hour": Dim("card_hour", "--card-hour", "cost.card_hour", "table", lambda v, w: parse_number(v, w),
+                     lambda v, w: parse_number(v, w)),
+    "max_cost": Dim("max_cost", "--max-cost", "cost.max_cost", "constraint", lambda v, w: parse_number(v, w),
+                    lambda v, w: parse_number(v, w)),
+}
+SWEEP_KEYS = ("hw", *DIMS, "solver", "breakdown_cards")
+
+
+def _canon(x: float) -> float:
+    """12 significant digits: range arithmetic (0.3 + 0.05 k) must not leak float noise into keys."""
+    return float(f"{x:.12g}")
+
+
+def _g(x: float) -> str:
+    return f"{x:.12g}"
+
+
+def _expand(dim: Dim, text: str, what: str) -> list:
+    parts = text.split(":")
+    if len(parts) != 3 or not all(p.strip() for p in parts):
+        raise InputError(f"{what}: {text!r} is not a range start:end:step (e.g. 20d:40d:1d)")
+    a, b = (dim.parse(p.strip(), what) for p in parts[:2])
+    step = dim.step(parts[2].strip(), what)
+    if step <= 0:
+        raise InputError(f"{what}: {text!r}: the step must be positive")
+    if b < a:
+        raise InputError(f"{what}: {text!r}: the end ({parts[1].strip()}) is before the start ({parts[0].strip()})")
+    n = int(math.floor((b - a) / step + 1e-9)) + 1
+    if n > MAX_VALUES:
+        raise InputError(f"{what}: {text!r} expands to {n:,} values (at most {MAX_VALUES:,})")
+    return [a + i * step for i in range(n)]
+
+
+def parse_values(dim: Dim, value, what: str) -> tuple:
+    """Sorted distinct SI values of a sweep input given as one value, a comma list, a TOML list or a range."""
+    items = value if isinstance(value, list) else [value]
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            text = item.strip()
+            if ":" in text:
+                out += _expand(dim, text, what)
+                continue
+            pieces = [x.strip() for x in text.split(",")]
+            if not text or any(not x for x in pieces):
+                raise InputError(f"{what}: {item!r} has an empty value")
+            out += [dim.parse(x, what) for x in pieces]
+        else:
+            out.append(dim.parse(item, what))
+    if not out:
+        raise InputError(f"{what}: no values")
+    vals = sorted({int(round(v)) if dim.integer else _canon(v) for v in out})
+    return tuple(vals)
+
+
+def parse_names(value, what: str) -> tuple[str, ...]:
+    items = value if isinstance(value, list) else str(value).split(",")
+    names = [str(x).strip() for x in items]
+    if not names or any(not n for n in names):
+        raise InputError(f"{what}: empty accelerator name in {value!r}")
+    return tuple(dict.fromkeys(names))
+
+
+def parse_cards_list(value, what: str) -> tuple[int, ...]:
+    items = value if isinstance(value, list) else str(value).split(",")
+    return tuple(sorted({parse_int(str(x).strip() if isinstance(x, str) else x, what, minimum=1) for x in items}))
+
+
+class Point(NamedTuple):
+    """One sweep point: an accelerator and one value of every input (SI units; None = not set)."""
+
+    accelerator: str
+    deadline_s: float
+    reserved_s: float
+    tokens: float
+    efficiency: float
+    max_cards: int
+    card_hour: float | None  # None: the catalog/scenario price of each accelerator
+    max_cost: float | None  # None: no budget cap
+
+    def key(self) -> str:
+        """Stable identity of the point's inputs (the scenario fingerprint covers everything else)."""
+        return (f"{self.accelerator}|deadline={_g(self.deadline_s / DAY)}d|reserved={_g(self.reserved_s / DAY)}d"
+                f"|tokens={_g(self.tokens)}|efficiency={_g(self.efficiency)}|max_cards={self.max_cards}"
+                f"|card_hour={'catalog' if self.card_hour is None else _g(self.card_hour)}"
+                f"|max_cost={'none' if self.max_cost is None else _g(self.max_cost)}")
+
+    def group(self, deadline_in_table: bool) -> tuple:
+        """The table-changing inputs: points sharing them share one enumeration."""
+        g = (self.accelerator, self.tokens, self.efficiency, self.reserved_s, self.card_hour)
+        return g + ((self.deadline_s,) if deadline_in_table else ())
+
+
+# ---------------------------------------------------------------------------------------------
+# the sweep specification
+
+
+@dataclass
+class SweepSpec:
+    """Everything a sweep needs, validated: the scenario tables, the swept values and the options."""
+
+    raw: dict  # scenario tables without [sweep] (command-line fixed overrides not yet applied)
+    fixed: dict  # fixed raw overrides ({"hardware.usable_memory": "20GiB"}), applied after the hardware
+    catalog_dirs: tuple
+    hw: tuple[str, ...]
+    values: dict  # dim name -> tuple of SI values
+    solver: str
+    time_limit: float
+    breakdown_cards: tuple[int, ...] | None
+    base: object  # Scenario built with every swept accelerator (names, catalog data, defaults)
+    fingerprint: str
+    deadline_in_table: bool
+    name: str = ""
+    catalog: object = None  # the Catalog loaded from catalog_dirs when the spec was built
+
+    def points(self) -> list[Point]:
+        v = self.values
+        out = []
+        for acc in self.hw:
+            for d, r, t, e, mc, ch, mx in itertools.product(v["deadline"], v["reserved"], v["tokens"],
+                                                           v["efficiency"], v["max_cards"], v["card_hour"],
+                                                           v["max_cost"]):
+                out.append(Point(acc, d, r, t, e, mc, ch, mx))
+        return out
+
+    def size(self) -> int:
+        n = len(self.hw)
+        for vals in self.values.values():
+            n *= len(vals)
+        return n
+
+    def swept(self) -> list[str]:
+        """The inputs that take more than one value (plus hw when more than one accelerator)."""
+        out = ["hw"] if len(self.hw) > 1 else []
+        return out + [k for k, vals in self.values.items() if len(vals) > 1]
+
+    @property
+    def plot_deadline_days(self) -> float:
+        """The deadline drawn on the breakdown plot: the single swept value, else the scenario's own."""
+        d = self.values["deadline"]
+        return (d[0] if len(d) == 1 else self.base.task.deadline_s) / DAY
+
+
+def _file_default_card_hour(raw: dict):
+    v = raw.get("cost", {}).get("card_hour") if isinstance(raw.get("cost"), dict) else None
+    return None if v is None else parse_number(v, "cost.card_hour")
+
+
+def build_spec(scenario_path, cli: dict | None = None, catalog_dirs=(), fixed: dict | None = None) -> SweepSpec:
+    """Read the scenario (a TOML path, or a dict of its tables) and its ``[sweep]`` table, apply the
+    command-line values (``cli``: key of :data:`SWEEP_KEYS` -> text or None) and validate everything
+    before any work is done."""
+    from tpopt.catalogs import load_catalog
+    from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
+
+    cli = {k: v for k, v in (cli or {}).items() if v is not None}
+    unknown = set(cli) - set(SWEEP_KEYS) - {"time_limit"}
+    if unknown:
+        raise InputError(f"unknown sweep option(s) {sorted(unknown)}")
+    if isinstance(scenario_path, dict):  # scenario tables given directly (Python API)
+        raw = copy.deepcopy(scenario_path)
+    else:
+        raw = read_scenario_file(scenario_path)
+    table = raw.pop("sweep", {})
+    if not isinstance(table, dict):
+        raise InputError("scenario: [sweep] must be a table")
+    bad = sorted(set(table) - set(SWEEP_KEYS))
+    if bad:
+        raise InputError(f"scenario: unknown key(s) {bad} in [sweep] (known: {', '.join(SWEEP_KEYS)})")
+    fixed = {k: v for k, v in (fixed or {}).items() if v is not None}
+    catalog_dirs = tuple(str(d) for d in catalog_dirs or ())
+    catalog = load_catalog(catalog_dirs)
+
+    def source(key):
+        if key in cli:
+            return cli[key], f"--{key.replace('_', '-')}"
+        if key in table:
+            return table[key], f"[sweep] {key}"
+        return None, None
+
+    # the scenario as the file gives it (validates every table, the model and the hardware names)
+    base0 = build_scenario(with_overrides(raw, fixed), catalog)
+    hw_value, hw_what = source("hw")
+    hw = parse_names(hw_value, hw_what) if hw_value is not None else tuple(base0.search.accelerators)
+    for name in hw:
+        catalog.accelerator(name)  # unknown name -> one clear error
+    base = build_scenario(with_overrides(with_overrides(raw, {"hardware.accelerator": list(hw),
+                                                              "search.accelerator": list(hw)}), fixed), catalog)
+    defaults = {
+        "deadline": (base.task.deadline_s,),
+        "reserved": (base.task.reserved_s,),
+        "tokens": (base.task.tokens,),
+        "efficiency": (base.systems[hw[0]].efficiency,),
+        "max_cards": (base.search.max_cards,),
+        "card_hour": (_file_default_card_hour(raw),),
+        "max_cost": (base.cost.max_cost,),
+    }
+    values = {}
+    for name, dim in DIMS.items():
+        value, what = source(name)
+        values[name] = parse_values(dim, value, what) if value is not None else defaults[name]
+
+    solver_value, solver_what = source("solver")
+    solver = str(solver_value or "auto")
+    if solver not in SOLVERS:
+        raise InputError(f"{solver_what}: unknown solver {solver!r} (use one of: {', '.join(SOLVERS)})")
+    time_limit = float(cli.get("time_limit", 60.0))
+    if not time_limit > 0:
+        raise InputError("--time-limit must be positive")
+    bc_value, bc_what = source("breakdown_cards")
+    breakdown = parse_cards_list(bc_value, bc_what) if bc_value is not None else None
+
+    rel = base.reliability
+    deadline_in_table = any(t == 0.0 for t in base.search.save_interval_s) and rel.card_mtbf_s is None \
+        and not rel.event_interval_s
+    spec = SweepSpec(raw=raw, fixed=fixed, catalog_dirs=catalog_dirs, hw=hw, values=values, solver=solver,
+                     time_limit=time_limit, breakdown_cards=breakdown, base=base, fingerprint="",
+                     deadline_in_table=deadline_in_table, name=base.name, catalog=catalog)
+    n = spec.size()
+    if n > MAX_POINTS:
+        raise InputError(f"the sweep has {n:,} points (at most {MAX_POINTS:,}); use coarser ranges")
+    spec.fingerprint = fingerprint(spec)
+    return spec
+
+
+def fingerprint(spec: SweepSpec) -> str:
+    """Hash of everything a point's result depends on that is not in its key."""
+    raw = {k: v for k, v in spec.raw.items() if not k.startswith("_")}
+    raw = json.loads(json.dumps(raw, default=str))
+    for dim in DIMS.values():
+        table, _, key = dim.raw_key.partition(".")
+        if isinstance(raw.get(table), dict):
+            raw[table].pop(key, None)
+    if isinstance(raw.get("search"), dict):
+        raw["search"].pop("accelerator", None)
+    if isinstance(raw.get("scenario"), dict):
+        raw["scenario"].pop("description", None)
+    b = spec.base
+    parts = {
+        "format": FORMAT,
+        "tpopt": __version__,
+        "raw": raw,
+        "fixed": spec.fixed,
+        # built values: what catalog entries (model, accelerators, NICs, storage tiers) resolved to
+        "model": repr(b.model),
+        "accelerators": {name: repr(b.systems[name].acc) for name in spec.hw},
+        "built": repr((b.memory, b.input, b.reliability, b.overlap, b.task.seq_len, b.task.global_batch,
+                       b.task.precision, replace(b.search, accelerators=(), max_cards=0))),
+    }
+    text = json.dumps(parts, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

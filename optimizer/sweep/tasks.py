@@ -1,0 +1,200 @@
+"""The pure tasks a sweep is made of: one exact enumeration per group of points (answered by masks) or
+one solve per point.
+
+A task is ``(kind, points)``; with the sweep's payload (the scenario tables, fixed overrides, the
+catalog data, fingerprint, time limit: the same for every task, so executors ship it once) it is run by
+:func:`run_task`, in a worker process of the local pool or on a Dask worker. Tasks are pure: the same
+task gives the same rows anywhere, and they touch no file: the driver alone writes the journal, and the
+payload carries the catalog and the model themselves (not the driver's catalog directories or a
+``config.json`` path), so a worker on another machine needs nothing but tpopt.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+import numpy as np
+
+from tpopt import __version__
+from tpopt.errors import InputError
+from tpopt.models.units import DAY
+from tpopt.optimizer.sweep.rows import make_row
+from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, Point, SweepSpec
+
+
+@dataclass(frozen=True)
+class _Payload:
+    """What every task of a sweep shares (shipped once per worker, not per task)."""
+
+    raw: dict  # the scenario tables, [model] naming SHIPPED_MODEL
+    fixed: dict
+    catalog: object  # the loaded Catalog, with the scenario's model as SHIPPED_MODEL
+    fingerprint: str
+    solver: str
+    time_limit: float
+    deadline_in_table: bool
+    version: str = __version__  # the driver's tpopt: a worker running another version refuses the task
+
+
+class Task(NamedTuple):
+    """One unit of work: ``kind`` "table" (one enumeration answering every point of a group) or a
+    solver backend (one solve of one point)."""
+
+    kind: str
+    points: tuple
+
+    def label(self) -> str:
+        first = self.points[0].key()
+        return first if len(self.points) == 1 else f"{len(self.points)} points from {first}"
+
+
+_CACHE: dict = {}
+
+
+def group_scenario(payload: _Payload, point: Point, deadline_s: float | None = None):
+    """The scenario of a point's group: its accelerator and table-changing inputs (the deadline is
+    the point's when it is a table input, else any valid value; card cap and budget are lifted)."""
+    from tpopt.catalogs.scenario import build_scenario, with_overrides
+
+    d = point.deadline_s if deadline_s is None else deadline_s
+    key = ("group", payload.fingerprint, point.group(payload.deadline_in_table),
+           d if payload.deadline_in_table else None)
+    sc = _CACHE.get(key)
+    if sc is None:
+        raw = with_overrides(payload.raw, {"hardware.accelerator": [point.accelerator],
+                                           "search.accelerator": [point.accelerator]})
+        ov = dict(payload.fixed)
+        ov.update({"task.tokens": point.tokens, "hardware.efficiency": point.efficiency,
+                   "schedule.reserved": f"{point.reserved_s!r}s",
+                   "schedule.deadline": f"{max(d, point.reserved_s + DAY)!r}s",
+                   "cost.card_hour": point.card_hour})
+        sc = build_scenario(with_overrides(raw, ov), payload.catalog)
+        sc = replace(sc, search=replace(sc.search, max_cards=10**9), cost=replace(sc.cost, max_cost=None))
+        if len(_CACHE) > 256:
+            _CACHE.clear()
+        _CACHE[key] = sc
+    return replace(sc, task=replace(sc.task, deadline_s=d))
+
+
+def point_scenario(sc, point: Point):
+    """A group scenario with the point's deadline, card cap and budget."""
+    return replace(sc, task=replace(sc.task, deadline_s=point.deadline_s),
+                   search=replace(sc.search, max_cards=point.max_cards),
+                   cost=replace(sc.cost, max_cost=point.max_cost))
+
+
+def _table_rows(payload: _Payload, points: list[Point]) -> list[dict]:
+    """One exact enumeration for a group; every point answered by a mask over it."""
+    from tpopt.models.evaluate import evaluate
+    from tpopt.optimizer.core import feasible_for
+    from tpopt.optimizer.enumerate import PointTable
+    from tpopt.optimizer.space import FAMILIES, VARS, Space
+
+    first = points[0]
+    sc = group_scenario(payload, first, None if payload.deadline_in_table else max(p.deadline_s for p in points))
+    price = sc.system(first.accelerator).price_card_hour
+    space = Space.from_scenario(sc)
+    table = PointTable.build(space)
+    static = [f for f in FAMILIES if f not in SWEPT_FAMILIES]
+    sel = np.flatnonzero(table.mask(enforced=static))
+    # best-first by (cost, finish, enumeration order): PointTable.best's order
+    by_cost = sel[np.lexsort((sel, table.finish[sel], table.cost[sel]))]
+    by_finish = sel[np.lexsort((sel, table.cost[sel], table.finish[sel]))]
+    c_cost, c_fin, c_cards = table.cost[by_cost], table.finish[by_cost], table.cards[by_cost]
+    f_cost, f_fin, f_cards = table.cost[by_finish], table.finish[by_finish], table.cards[by_finish]
+    evals: dict = {}
+    rows = []
+    for p in points:
+        cap = np.inf if p.max_cost is None else p.max_cost
+        ok = (c_fin <= p.deadline_s) & (c_cards <= p.max_cards) & (c_cost <= cap)
+        if ok.any():
+            i = int(by_cost[int(np.argmax(ok))])
+            ev = evals.get(i)
+            if ev is None:
+                ev = evaluate(sc, space.plan({v: int(table.idx[v][i]) for v in VARS}))
+                if not feasible_for(ev, static):  # the table and the evaluator are the same code
+                    raise RuntimeError(f"sweep: enumerated plan {ev.plan} fails re-evaluation")
+                evals[i] = ev
+            rows.append(make_row(p, "optimal", payload.fingerprint, "enumerate", ev=ev, price=price))
+        else:
+            ok2 = (f_cards <= p.max_cards) & (f_cost <= cap)
+            fastest = float(f_fin[int(np.argmax(ok2))]) if ok2.any() else None
+            rows.append(make_row(p, "infeasible", payload.fingerprint, "enumerate", fastest_s=fastest, price=price))
+    return rows
+
+
+def _solve_rows(payload: _Payload, point: Point, backend: str) -> list[dict]:
+    """One exact solve for one point (for spaces too large to enumerate)."""
+    from tpopt.optimizer.core import solve
+    from tpopt.optimizer.result import Request
+    from tpopt.optimizer.space import FAMILIES
+
+    sc = point_scenario(group_scenario(payload, point), point)
+    price = sc.system(point.accelerator).price_card_hour
+    res = solve(sc, backend, Request(objective="cost", time_limit=payload.time_limit, workers=1))
+    limit = f"time limit {payload.time_limit:g} s reached"
+    if res.feasible:
+        note = None if res.status.value == "optimal" else f"{limit}: best plan found, not proven optimal"
+        return [make_row(point, res.status.value, payload.fingerprint, backend, ev=res.best, price=price, note=note)]
+    fastest = None
+    if res.status.value == "infeasible":
+        enforce = frozenset(f for f in FAMILIES if f != "deadline.finish")
+        fr = solve(sc, backend, Request(objective="time", enforce=enforce, time_limit=payload.time_limit, workers=1))
+        if fr.feasible and fr.status.value == "optimal":
+            fastest = fr.best.metrics["finish_days"] * DAY
+    note = f"{limit}: no plan found and no proof that none exists" if res.status.value == "unknown" else None
+    return [make_row(point, res.status.value, payload.fingerprint, backend, fastest_s=fastest, price=price,
+                     note=note)]
+
+
+def run_task(kind: str, payload: _Payload, points) -> list[dict]:
+    """The entry point of a worker: the rows of one task ("table": a group's points; a backend: one point)."""
+    if payload.version != __version__:
+        raise InputError(f"a sweep worker runs tpopt {__version__} but the driver runs {payload.version}; "
+                         f"install the same tpopt on the driver and every worker")
+    if kind == "table":
+        return _table_rows(payload, list(points))
+    return _solve_rows(payload, points[0], kind)
+
+
+SHIPPED_MODEL = "(the sweep's model)"  # catalog key of the model the driver built
+
+
+def _payload(spec: SweepSpec) -> _Payload:
+    """What every task needs, self-contained: the catalog data and the model as the driver built them
+    (from the catalog, a ``config.json`` or any other source), not paths on the driver's machine."""
+    from tpopt.catalogs import load_catalog
+
+    catalog = copy.copy(spec.catalog or load_catalog(spec.catalog_dirs))
+    catalog.models = dict(catalog.models)
+    catalog.models[SHIPPED_MODEL] = spec.base.model
+    raw = {k: v for k, v in spec.raw.items() if not k.startswith("_")}  # no driver paths
+    raw["model"] = {"name": SHIPPED_MODEL}
+    return _Payload(raw=raw, fixed=spec.fixed, catalog=catalog, fingerprint=spec.fingerprint, solver=spec.solver,
+                    time_limit=spec.time_limit, deadline_in_table=spec.deadline_in_table)
+
+
+def space_size(spec: SweepSpec, accelerator: str) -> int:
+    from tpopt.optimizer.space import Space
+
+    return Space.from_scenario(spec.base, restrict={"acc": [accelerator]}).size()
+
+
+def plan_tasks(spec: SweepSpec, points: list[Point]) -> list[Task]:
+    """Table tasks (one per group) or solve tasks (one per point), per the solver choice."""
+    sizes = {acc: space_size(spec, acc) for acc in spec.hw} if spec.solver == "auto" else {}
+    groups: dict = {}
+    for p in points:
+        groups.setdefault(p.group(spec.deadline_in_table), []).append(p)
+    tasks = []
+    for g in sorted(groups, key=lambda g: tuple((x is None, x) for x in g)):
+        members = sorted(groups[g], key=lambda p: p.key())
+        acc = members[0].accelerator
+        if spec.solver == "enumerate" or (spec.solver == "auto" and sizes[acc] <= AUTO_TABLE_LIMIT):
+            tasks.append(Task("table", tuple(members)))
+        else:
+            backend = "cpsat" if spec.solver == "auto" else spec.solver
+            tasks += [Task(backend, (p,)) for p in members]
+    return tasks

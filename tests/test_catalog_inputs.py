@@ -1,0 +1,160 @@
+"""Bad catalog and config files are one clear line with exit 2 (issue 17), and Hugging Face ids resolve
+through a local cache the test builds (no network)."""
+
+import json
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from tpopt.catalogs import BUILTIN_DIR, MAX_INPUT_BYTES, load_catalog, read_text_capped
+from tpopt.cli.main import cli
+from tpopt.errors import InputError
+from tpopt.models.arch import param_count
+
+LLAMA_TINY = {"model_type": "llama", "hidden_act": "silu", "hidden_size": 256, "intermediate_size": 512,
+              "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2, "vocab_size": 1000,
+              "tie_word_embeddings": False, "rms_norm_eps": 1e-5}
+# 2 blocks of (q 256x256, k/v 256x128, o 256x256, SwiGLU 3x256x512, 2 RMSNorms) + embedding + head + final norm
+N_TINY = 2 * (2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 512 + 2 * 256) + 2 * 1000 * 256 + 256
+
+
+def run(args):
+    r = CliRunner().invoke(cli, args)
+    return r
+
+
+def assert_one_line_exit_2(r, fragment=""):
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert fragment in r.stderr, r.stderr
+
+
+def scenario_with_config(tmp_path, design_path, config_name="config.json"):
+    text = design_path.read_text().replace('name = "qwen3-8b"', f'config = "{config_name}"')
+    (tmp_path / "s.toml").write_text(text)
+    return str(tmp_path / "s.toml")
+
+
+@pytest.mark.parametrize("raw,fragment", [
+    (json.dumps({**LLAMA_TINY, "num_attention_heads": 0}), "num_attention_heads"),
+    (json.dumps(LLAMA_TINY).replace('"hidden_size": 256', '"hidden_size": 1e400'), "hidden_size"),
+    (json.dumps(LLAMA_TINY).replace('"hidden_size": 256', '"hidden_size": NaN'), "hidden_size"),
+    (json.dumps({**LLAMA_TINY, "num_hidden_layers": -2}), "num_hidden_layers"),
+    ("[1, 2]", "expected a JSON object"),
+    ("[" * 100000, "JSON"),
+])
+def test_bad_hf_configs_exit_2(tmp_path, design_path, raw, fragment):
+    (tmp_path / "config.json").write_text(raw)
+    r = run(["evaluate", "--scenario", scenario_with_config(tmp_path, design_path), "--cards", "48"])
+    assert_one_line_exit_2(r, fragment)
+
+
+def test_non_utf8_config_and_catalog_exit_2(tmp_path, design_path):
+    (tmp_path / "config.json").write_bytes(b'{"model_type": "llama", "name": "\xff\xfe"}')
+    r = run(["evaluate", "--scenario", scenario_with_config(tmp_path, design_path), "--cards", "48"])
+    assert_one_line_exit_2(r, "not UTF-8")
+    cat = tmp_path / "cat"
+    cat.mkdir()
+    (cat / "accelerators.toml").write_bytes(b'[x]\ndisplay = "\xe9"\n')
+    r = run(["catalog", "accelerators", "--catalog", str(cat)])
+    assert_one_line_exit_2(r, "not UTF-8")
+
+
+def test_oversized_and_endless_inputs_are_capped(tmp_path, design_path):
+    big = tmp_path / "config.json"
+    with big.open("wb") as fh:  # sparse: costs no disk
+        fh.truncate(MAX_INPUT_BYTES + 1)
+    r = run(["evaluate", "--scenario", scenario_with_config(tmp_path, design_path), "--cards", "48"])
+    assert_one_line_exit_2(r, "larger than 16 MiB")
+    with pytest.raises(InputError, match="larger than"):
+        read_text_capped("/dev/zero", "config file")
+    (tmp_path / "adir").mkdir()
+    r = run(["evaluate", "--scenario", scenario_with_config(tmp_path, design_path, "adir"), "--cards", "48"])
+    assert_one_line_exit_2(r, "is a directory")
+
+
+@pytest.mark.parametrize("fname,text,fragment", [
+    ("links.toml", "link = 5\n", "link must hold tables"),
+    ("links.toml", "[link.fast]\nbandwidth = 5\n", "needs a unit"),
+    ("links.toml", "[wires.x]\nbandwidth = \"5GB/s\"\n", "unknown table [wires]"),
+    ("accelerators.toml", "x = 5\n", "accelerator x: expected a table"),
+    ("accelerators.toml", "[rtx4090]\npeak_bf61 = \"1TFLOP/s\"\n", "unknown key(s) peak_bf61"),
+    ("accelerators.toml", None, "p2p must be true or false"),
+    ("accelerators.toml", "[y]\npeak_bf16 = \"1TFLOP/s\"\nmemory = \"8GB\"\nhost_link = 5\nnic = \"200g\"\n"
+                          "cards_per_host = 8\n", "host_link must be a string"),
+    ("models.toml", "[m]\nlayers = 2.5\nhidden = 8\nheads = 2\nffn = 8\nvocab = 8\n", "layers: expected a whole"),
+    ("models.toml", "[m]\nlayers = 2\nhidden = 8\nheads = 2\nffn = 8\nvocab = 8\nnorm = \"batchnorm\"\n", "norm must"),
+    ("models.toml", "[m]\nlayers = 2\nhidden = 8\nheads = 2\nffn = 8\nvocab = 8\nwidth = 3\n", "unknown key(s) width"),
+    ("models.toml", "[m]\nlayers = 2\nhidden = 8\nheads = 2\nffn = 8\nvocab = 8\nlearned_positions = 16\n"
+                    "positions = \"rope\"\n", "learned_positions"),
+    ("storage.toml", "[fast]\nwrite_bandwidth = \"0GB/s\"\n", "greater than zero"),
+])
+def test_bad_catalog_files_exit_2(tmp_path, fname, text, fragment):
+    if text is None:  # the built-in entry with one wrongly typed value
+        text = (BUILTIN_DIR / "accelerators.toml").read_text().replace("p2p = false", 'p2p = "no"', 1)
+    (tmp_path / fname).write_text(text)
+    r = run(["catalog", "models", "--catalog", str(tmp_path)])
+    assert_one_line_exit_2(r, fragment)
+
+
+# ------------------------------------------------------------------------------- Hugging Face cache
+
+@pytest.fixture
+def hf_cache(tmp_path, monkeypatch):
+    """A Hugging Face hub cache with acme/tiny-llama at one commit (the layout huggingface_hub writes)."""
+    pytest.importorskip("huggingface_hub")
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--acme--tiny-llama"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps(LLAMA_TINY))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return commit
+
+
+def test_hf_id_resolves_from_the_local_cache(hf_cache, tmp_path, design_path):
+    cat = load_catalog()
+    m = cat.model("acme/tiny-llama")
+    assert m.name == "acme/tiny-llama" and param_count(m) == N_TINY
+    assert param_count(cat.model(f"acme/tiny-llama@{hf_cache}")) == N_TINY
+    # a scenario can name it like a catalog model
+    text = design_path.read_text().replace('name = "qwen3-8b"', 'name = "acme/tiny-llama"')
+    (tmp_path / "s.toml").write_text(text)
+    r = run(["evaluate", "--scenario", str(tmp_path / "s.toml"), "--cards", "8", "--json"])
+    assert r.exit_code == 0, r.output
+
+
+def test_hf_id_not_in_cache_never_downloads(hf_cache):
+    with pytest.raises(InputError, match="never downloads"):
+        load_catalog().model("acme/other-model")
+    with pytest.raises(InputError, match="never downloads"):
+        load_catalog().model("acme/tiny-llama@ffffffffffffffffffffffffffffffffffffffff")
+    with pytest.raises(InputError, match="unknown model 'no-such-model'"):
+        load_catalog().model("no-such-model")
+
+
+def test_hf_id_without_huggingface_hub_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import fails as if not installed
+    with pytest.raises(InputError, match=r"tpopt\[hf\]"):
+        load_catalog().model("acme/tiny-llama")
+
+
+# ------------------------------------------------------------------------------- tpopt catalog
+
+def test_catalog_cli_lists_cards_and_models_with_sources():
+    acc = json.loads(run(["catalog", "accelerators", "--json"]).stdout)
+    assert len(acc) >= 20
+    assert all(r["sources"].get("peak_bf16") and r["sources"].get("memory") and r["price_date"] for r in acc)
+    models = json.loads(run(["catalog", "models", "--json"]).stdout)
+    assert len(models) >= 25 and all(r["source"] for r in models)
+    moe = {r["name"]: r for r in models if r["experts"] != "-"}
+    assert {"mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3"} <= set(moe)
+    assert all(r["activated_params"] < r["params"] for r in moe.values())
+    text = run(["catalog", "models"]).stdout
+    assert "activated" in text and "671.03B" in text and "37.55B" in text
+    src = run(["catalog", "accelerators", "--sources"]).stdout
+    assert "gb200-nvl72:" in src and "peak_fp8:" in src
