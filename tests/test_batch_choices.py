@@ -259,3 +259,40 @@ def test_backends_agree_on_batch_choices(case):
             key = "cost" if objective == "cost" else "finish_days"
             assert math.isclose(r.best.metrics[key], ref[1].metrics[key], rel_tol=1e-9), (backend, r.best.plan)
             assert evaluate(sc, r.best.plan).feasible  # the plan carries its batch
+
+
+# --- sweeps over the batch and the sequence length -------------------------------------------------
+
+
+def test_sweep_over_batches_front_includes_token_efficiency(tmp_path):
+    out = tmp_path / "rows.json"
+    r = run("sweep", "--scenario", BATCH, "--global-batch", "96:3072:x2", "--deadline", "6d:30d:4d", "--workers", "1",
+            "-q", "--out", str(out), "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    rows = json.loads(out.read_text())["rows"] if out.read_text().lstrip().startswith("{") else json.loads(
+        out.read_text())
+    assert sorted({x["global_batch"] for x in rows}) == [96, 192, 384, 768, 1536, 3072]
+    sc = load_scenario(BATCH)
+    for x in rows:  # every row trains E(B) tokens at its batch
+        assert x["train_tokens"] is None or x["train_tokens"] == pytest.approx(sc.task.at_batch(x["global_batch"]).tokens)
+    front = d["front"]
+    assert len({e["global_batch"] for e in front}) >= 3  # batches compete on one front
+    fins = [e["finish_days"] for e in front]
+    costs = [e["cost"] for e in front]
+    assert fins == sorted(fins) and costs == sorted(costs, reverse=True)
+    # the fastest front plan uses a larger batch than the cheapest one
+    assert front[0]["global_batch"] > front[-1]["global_batch"]
+
+
+def test_sweep_seq_len_is_a_case_and_stages_are_refused(tmp_path):
+    r = run("sweep", "--scenario", DESIGN, "--seq-len", "4096,8192", "--workers", "1", "-q", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert sorted({e["seq_len"] for e in d["summary"]}) == [4096, 8192]
+    staged = tmp_path / "staged.toml"
+    staged.write_text(Path(DESIGN).read_text().replace('tokens = "100B"', '').replace(
+        "[schedule]", '[[task.stages]]\ntokens = "90B"\n[[task.stages]]\ntokens = "10B"\nseq_len = 32768\n'
+        'global_batch = 96\n\n[schedule]'))
+    r = run("sweep", "--scenario", str(staged), "-q")
+    assert r.exit_code == 2 and "staged scenario" in r.stderr
