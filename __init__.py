@@ -1,5 +1,18 @@
 """tpopt: a training-plan optimizer for large language models.
 
+The cheapest plan that surely finishes before the deadline, as a constraint-optimisation problem::
+
+    import tpopt
+
+    sc = tpopt.scenario(deadline="30d", hw="rtx4090")   # the built-in design case (or a TOML file, a dict)
+    result = tpopt.solve(sc)                            # rtx4090 x 48, proven optimal
+    tpopt.evaluate(sc, cards=32).feasible               # False: 34.3 d against 30 d
+    print(tpopt.explain(sc, max_cards=32))              # the conflict and the smallest changes that fix it
+
+Functions: :func:`scenario`, :func:`solve`, :func:`evaluate`, :func:`explain`, :func:`sweep` (see
+:mod:`tpopt.api`); results have ``.to_dict()`` and ``.to_frame()`` (pandas). Bad input raises
+:class:`InputError`. The command line is ``tpopt`` (or ``python -m tpopt``).
+
 The repository root is the ``tpopt`` package. Subpackages:
 
 * :mod:`tpopt.models` -- pure analytic relations (numbers in, numbers out, SI units inside).
@@ -8,4 +21,41 @@ The repository root is the ``tpopt`` package. Subpackages:
 * :mod:`tpopt.cli` -- the ``tpopt`` command line (thin; no domain logic).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 __version__ = "0.1.0"
+
+# Everything below is imported on first use, so `import tpopt` stays cheap (the solvers, numpy and
+# pandas load only when a function needs them).
+_LAZY = {
+    "scenario": "tpopt.api", "solve": "tpopt.api", "evaluate": "tpopt.api", "explain": "tpopt.api",
+    "sweep": "tpopt.api", "LoadedScenario": "tpopt.api", "Explanation": "tpopt.api", "SweepTable": "tpopt.api",
+    "Scenario": "tpopt.models.plan", "Plan": "tpopt.models.plan", "Evaluation": "tpopt.models.evaluate",
+    "SolveResult": "tpopt.optimizer.result", "Status": "tpopt.optimizer.result", "InputError": "tpopt.errors",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from tpopt.api import Explanation, LoadedScenario, SweepTable, evaluate, explain, scenario, solve, sweep
+    from tpopt.errors import InputError
+    from tpopt.models.evaluate import Evaluation
+    from tpopt.models.plan import Plan, Scenario
+    from tpopt.optimizer.result import SolveResult, Status
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tpopt' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

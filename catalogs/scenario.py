@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 
 from tpopt.catalogs import Catalog, build_model, load_catalog, model_from_hf_config
@@ -41,6 +42,12 @@ from tpopt.models.units import (
     parse_number,
 )
 
+#: The built-in default scenario (the chapter's design case), used by every command without --scenario.
+BUILTIN_SCENARIO = Path(__file__).resolve().parent / "design-case.toml"
+BUILTIN_NAME = "design-case"
+#: The built-in RL scenario (GRPO on a Qwen3-8B policy, chapter 10.5), used by `tpopt rl` without --scenario.
+BUILTIN_RL_SCENARIO = Path(__file__).resolve().parent / "rl-grpo-qwen3-8b.toml"
+
 # table -> allowed keys (None: any key, parsed elsewhere)
 KEYS = {
     "model": {"name", "config"},
@@ -68,10 +75,24 @@ STAGE_TASK_KEYS = ("tokens", "seq_len", "global_batch")
 STAGE_KEYS = {"name", "tokens", "seq_len", "global_batch", "critical_batch", "batch_ramp", "search"}
 DEFAULT_EFFICIENCY = 0.40
 AUTO_INTERVAL = "auto"
+# Checkpoint defaults do not bias a plan: unless the scenario states them, the save interval is the
+# optimum for each card count ("auto", tau* = sqrt(2c / lambda)) and both save modes are searched.
+DEFAULT_SAVE_INTERVAL = AUTO_INTERVAL
+DEFAULT_SAVE_MODES = ("sync", "async")
 
 
 def read_scenario_file(path) -> dict:
-    """The raw TOML tables of a scenario file (with ``_base_dir`` for relative paths)."""
+    """The raw TOML tables of a scenario file (with ``_base_dir`` for relative paths).
+
+    ``path`` may also be a mapping of tables as a TOML file would give them (``{"model": {"name":
+    "qwen3-8b"}, "task": {...}, ...}``); relative paths in it are taken from the working directory.
+    """
+    if isinstance(path, Mapping):
+        raw = copy.deepcopy(dict(path))
+        raw.setdefault("_base_dir", str(Path.cwd()))
+        raw.setdefault("_path", str(raw.get("scenario", {}).get("name", "scenario"))
+                       if isinstance(raw.get("scenario"), Mapping) else "scenario")
+        return raw
     p = Path(path)
     try:
         with p.open("rb") as fh:
@@ -89,10 +110,61 @@ def read_scenario_file(path) -> dict:
     return raw
 
 
+# natural names for overrides (``{"deadline": "30d"}``) -> the table keys they set. Keys that appear in
+# one table only ("efficiency", "workers", ...) are found there; these are the names that need a choice.
+NATURAL = {
+    "model": ("model.name",),
+    "name": ("scenario.name",),
+    "hw": ("hardware.accelerator", "search.accelerator"),
+    "accelerator": ("hardware.accelerator", "search.accelerator"),
+    "nics_per_host": ("hardware.nics_per_host",),
+    "card_hour": ("cost.card_hour",),
+    "save_interval": ("search.save_interval",),
+    "save_mode": ("search.save_mode",),
+    "mode": ("search.save_mode",),
+    "schedule": ("search.schedule",),
+    "pipeline_schedule": ("search.schedule",),
+    "input_wait": ("input.wait",),
+    "sigma": ("stragglers.sigma",),
+}
+
+
+def natural_keys(name: str) -> tuple[str, ...]:
+    """The ``table.key`` entries a natural override name sets (``deadline`` -> ``schedule.deadline``)."""
+    if name in NATURAL:
+        return NATURAL[name]
+    tables = [t for t, keys in KEYS.items() if keys and name in keys]
+    if len(tables) == 1:
+        return (f"{tables[0]}.{name}",)
+    import difflib
+
+    known = sorted(set(NATURAL) | {k for keys in KEYS.values() if keys for k in keys})
+    close = difflib.get_close_matches(name, known, n=3)
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    raise InputError(f"unknown scenario input {name!r} ({hint}give a key of one table, e.g. 'deadline', "
+                     "or 'table.key')")
+
+
+def _natural(overrides: dict) -> dict:
+    """Overrides with natural names expanded to ``table.key`` (dotted keys pass through)."""
+    out = {}
+    for name, value in overrides.items():
+        if "." in name:
+            out[name] = value
+            continue
+        keys = natural_keys(name)
+        if keys[0] == "hardware.accelerator" and isinstance(value, str):
+            value = [x.strip() for x in value.split(",") if x.strip()]
+        for k in keys:
+            out[k] = value
+    return out
+
+
 def with_overrides(raw: dict, overrides: dict) -> dict:
-    """A copy of ``raw`` with ``{"table.key": value}`` overrides applied (``None`` values skipped)."""
+    """A copy of ``raw`` with overrides applied (``None`` values skipped): ``{"table.key": value}``, or
+    natural names such as ``{"deadline": "30d", "hw": "h100-sxm,b200", "efficiency": "45%"}``."""
     out = copy.deepcopy(raw)
-    for dotted, value in overrides.items():
+    for dotted, value in _natural(overrides).items():
         if value is None:
             continue
         table, _, key = dotted.partition(".")
@@ -314,14 +386,15 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
 
     # search space (file [search] first, then checkpoint defaults)
     se = raw.get("search", {})
-    intervals = se.get("save_interval", ck.get("save_interval", "1800s"))
+    intervals = se.get("save_interval", ck.get("save_interval", DEFAULT_SAVE_INTERVAL))
     ivals = []
     for v in _as_list(intervals, "save_interval"):
         if isinstance(v, str) and v.strip().lower() == AUTO_INTERVAL:
             ivals.append(0.0)  # 0.0 marks "the optimal interval for the card count"
         else:
             ivals.append(parse_duration(v, "save_interval", allow_zero=False))
-    modes = tuple(str(x) for x in _as_list(se.get("save_mode", ck.get("mode", "sync")), "save_mode"))
+    modes = tuple(str(x) for x in _as_list(se.get("save_mode", ck.get("mode", list(DEFAULT_SAVE_MODES))),
+                                           "save_mode"))
     for x in modes:
         if x not in SAVE_MODES:
             raise InputError(f"save mode {x!r} unknown (use sync or async)")
@@ -497,4 +570,5 @@ def load_scenario(path, overrides: dict | None = None, catalog_dirs=()) -> Scena
     return build_scenario(raw, load_catalog(catalog_dirs))
 
 
-__all__ = ["read_scenario_file", "with_overrides", "build_scenario", "load_scenario", "build_model"]
+__all__ = ["read_scenario_file", "with_overrides", "build_scenario", "load_scenario", "build_model", "natural_keys",
+           "BUILTIN_SCENARIO"]

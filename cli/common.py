@@ -51,8 +51,8 @@ def dump_json(obj) -> str:
 def scenario_options(fn):
     """--scenario plus the inputs a user most often changes from the command line."""
     opts = [
-        click.option("--scenario", "scenario_path", required=True, type=click.Path(dir_okay=False),
-                     help="Scenario TOML file."),
+        click.option("--scenario", "scenario_path", default=None, type=click.Path(dir_okay=False),
+                     help="Scenario TOML file [default: the built-in design case; 'tpopt init' writes one]."),
         click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(file_okay=False),
                      help="Extra catalog directory (repeatable); its entries override built-ins."),
         click.option("--deadline", help="Deadline, e.g. 30d or 720h (overrides [schedule] deadline)."),
@@ -96,6 +96,35 @@ def overrides_from(kw: dict) -> dict:
     }
 
 
+def scenario_source(kw: dict):
+    """The scenario file the options name: --scenario, else the built-in design case."""
+    from tpopt.catalogs.scenario import BUILTIN_SCENARIO
+
+    return kw.get("scenario_path") or BUILTIN_SCENARIO
+
+
+def builtin_note(kw: dict) -> str | None:
+    """The line a command prints first when it runs on the built-in scenario (None with --scenario)."""
+    if kw.get("scenario_path"):
+        return None
+    if kw.get("_builtin") == "rl":
+        return "Scenario: built-in RL example (GRPO, Qwen3-8B policy, H100); use --scenario FILE for yours."
+    return "Scenario: built-in design case (the chapter's Qwen3-8B example); use --scenario FILE or tpopt init."
+
+
+def echo_builtin_note(kw: dict, as_json: bool = False, out: dict | None = None) -> None:
+    """Say that the built-in scenario is used: the first line of the text output, or, with --json,
+    ``"scenario_source": "built-in design case"`` in ``out`` (stdout stays one JSON document)."""
+    note = builtin_note(kw)
+    if not note:
+        return
+    if as_json:
+        if out is not None:
+            out["scenario_source"] = "built-in RL example" if kw.get("_builtin") == "rl" else "built-in design case"
+        return
+    click.echo(note)
+
+
 def load_scenario_from(kw: dict, extra: dict | None = None):
     """Build the scenario named by the shared options (plus command-specific raw overrides)."""
     from tpopt.catalogs.scenario import load_scenario
@@ -103,7 +132,7 @@ def load_scenario_from(kw: dict, extra: dict | None = None):
     ov = overrides_from(kw)
     if extra:
         ov.update(extra)
-    return load_scenario(kw["scenario_path"], ov, kw.get("catalog_dirs") or ())
+    return load_scenario(scenario_source(kw), ov, kw.get("catalog_dirs") or ())
 
 
 def plan_options(fn=None, *, require_cards: bool = True):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from tpopt.cli.common import dump_json, handle_errors, load_scenario_from, plan_from, plan_options, scenario_options
+from tpopt.cli.common import EXIT_INFEASIBLE, dump_json, echo_builtin_note, handle_errors, load_scenario_from, \
+    plan_from, plan_options, scenario_options
 from tpopt.cli.render import evaluation_text
 
 
@@ -17,7 +18,9 @@ from tpopt.cli.render import evaluation_text
 def evaluate(stage, as_json, **kw):
     """Evaluate one fixed plan (the chapter's 10.6.1 table and every constraint).
 
-    Example: tpopt evaluate --scenario examples/design-case.toml --cards 48
+    Exit code 3 when the plan violates a constraint (the report is printed all the same).
+
+    Example: tpopt evaluate --cards 48   (the built-in design case)
     """
     from tpopt.models.evaluate import evaluate as run
 
@@ -31,6 +34,7 @@ def evaluate(stage, as_json, **kw):
         return
     ev = run(sc, plan_from(sc, kw))
     d = ev.as_dict()
+    echo_builtin_note(kw, as_json, d)
     if sc.task.critical_batch is not None or sc.task.ramp is not None or ev.plan.global_batch != sc.task.global_batch:
         from tpopt.cli.choices import batch_lines
         from tpopt.models.evaluate import at_plan_batch
@@ -40,3 +44,5 @@ def evaluate(stage, as_json, **kw):
         if not as_json:
             click.echo("\n".join(batch_lines(d)))
     click.echo(dump_json(d) if as_json else evaluation_text(d), nl=False)
+    if not ev.feasible:
+        raise SystemExit(EXIT_INFEASIBLE)

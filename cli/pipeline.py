@@ -1,7 +1,7 @@
 """``tpopt pipeline``: simulate one pipeline-parallel training step under a schedule (chapter 10.3.2).
 
 Thin: parse units once, call :func:`tpopt.models.pipeline.simulate`, print a summary, JSON or a
-timeline plot (:mod:`tpopt.cli.pipeline_plot`). Example (REFERENCE.md 10.3, 347 ms)::
+timeline plot (:mod:`tpopt.cli.pipeline_plot`). Example (training-systems chapter 10.3, 347 ms)::
 
     tpopt pipeline --schedule 1f1b -p 4 -m 8 --forward 10ms --backward 20ms --transfer 1ms --update 1ms
 """
@@ -161,7 +161,7 @@ def _event_table(r: pl.PipelineResult) -> str:
 @click.option("--buffer", help="One send/receive buffer (a boundary tensor), e.g. 1MiB.")
 @click.option("--json", "as_json", is_flag=True, help="Print deterministic JSON instead of the summary.")
 @click.option("--events", "with_events", is_flag=True, help="Also list every operation (and in the JSON).")
-@click.option("--plot", "plot_path", help="Write a per-stage timeline, e.g. timeline.svg or timeline.png.")
+@click.option("--plot", "plot_path", help="Write a per-stage timeline: timeline.pdf, .svg or .png.")
 @handle_errors
 def pipeline(schedule, p, m, forward, backward, backward_weight, split_backward, transfer, transfer_backward,
              update, chunks, layers, chunk_layers, activation, buffer, as_json, with_events, plot_path):

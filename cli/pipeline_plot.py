@@ -8,32 +8,19 @@ direction. Idle time shows as the grey track between blocks.
 
 from __future__ import annotations
 
-import os
-
-from tpopt.errors import InputError
+from tpopt.cli.plots import check_plot_path, pyplot, save_figure
 
 COLOURS = {"F": "#4C78A8", "B": "#F58518", "W": "#9467BD", "U": "#54A24B"}
 NAMES = {"F": "forward", "B": "backward (dX)", "W": "dW", "U": "update"}
-FORMATS = (".svg", ".png")
-
-
 def check_path(path: str) -> None:
-    """The plot file must end in .svg or .png and its directory must exist."""
-    ext = os.path.splitext(path)[1].lower()
-    if ext not in FORMATS:
-        raise InputError(f"--plot: {path!r} must end in .svg or .png")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise InputError(f"--plot: directory {folder!r} does not exist")
+    """The plot file must end in .pdf, .svg or .png and its directory must exist."""
+    check_plot_path(path)
 
 
 def plot_timeline(result, path: str) -> None:
-    """Draw one row per stage (stage 0 on top), time in ms, and save to ``path`` (.svg or .png)."""
+    """Draw one row per stage (stage 0 on top), time in ms, and save to ``path`` (.pdf, .svg or .png)."""
     check_path(path)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.patches import Patch
 
     p = result.p
@@ -77,6 +64,7 @@ def plot_timeline(result, path: str) -> None:
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.25 if p > 2 else -0.45),
               ncol=len(handles), fontsize=8, frameon=False)
     fig.tight_layout()
-    fig.savefig(path, format=os.path.splitext(path)[1][1:].lower(), metadata={"Date": None}
-                if path.lower().endswith(".svg") else None)
-    plt.close(fig)
+    try:
+        save_figure(fig, path)
+    finally:
+        plt.close(fig)

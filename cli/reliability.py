@@ -12,7 +12,8 @@ import re
 
 import click
 
-from tpopt.cli.common import dump_json, handle_errors
+from tpopt.cli.common import dump_json, echo_builtin_note, handle_errors, scenario_options
+from tpopt.cli.plots import check_plot_path, pyplot, save_figure
 from tpopt.errors import InputError
 from tpopt.models import reliability as rel
 from tpopt.models.units import (
@@ -27,7 +28,7 @@ from tpopt.models.units import (
 )
 
 #: Meta research-cluster figure used by the chapter: a 1024-card job is interrupted once per 7.9 h,
-#: i.e. a per-card MTBF of 1024 x 7.9 h = 337.07 d (REFERENCE.md 10.4).
+#: i.e. a per-card MTBF of 1024 x 7.9 h = 337.07 d (training-systems chapter 10.4).
 DEFAULT_CARD_MTBF = rel.card_mtbf_from_job(7.9 * HOUR, 1024)
 DEFAULT_MODEL = "qwen3-8b"
 DEFAULT_INTERVALS = "300s,900s,1800s"
@@ -265,8 +266,8 @@ def _checkpoint_text(rep: dict, source: str) -> str:
 def _stragglers_text(rep: dict) -> str:
     inp, st = rep["inputs"], rep["step"]
     lines = [
-        f"cards {inp['cards']}, per-card compute mu {inp['mu']:g} s, sigma {inp['sigma']:.3f} s "
-        f"({inp['sigma_fraction'] * 100:.3g} %), fixed waits {inp['fixed']:g} s",
+        f"cards {inp['cards']}, per-card compute mu {inp['mu']:.2f} s, sigma {inp['sigma']:.3f} s "
+        f"({inp['sigma_fraction'] * 100:.3g} %), fixed waits {inp['fixed']:.2f} s",
         f"E[max of {inp['cards']} standard normals] = {rep['expected_max_factor']:.4f}",
         f"step without jitter  {st['no_jitter']:.2f} s",
         f"expected step        {st['expected']:.2f} s  (+{st['jitter_cost']:.2f} s from stragglers)",
@@ -295,14 +296,9 @@ def _stragglers_text(rep: dict) -> str:
 
 def _plot_curves(rep: dict, path: str) -> None:
     """Save / redo / total cost against the interval (log x), first-order optimum marked."""
-    lower = path.lower()
-    if not (lower.endswith(".svg") or lower.endswith(".png")):
-        raise InputError(f"--plot: {path!r} must end in .svg or .png")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    plt = pyplot()
 
     pause, lag = rep["pause"], rep["commit_lag"]
     lam, r = rep["rates"]["total"], rep["inputs"]["restore"]
@@ -315,7 +311,6 @@ def _plot_curves(rep: dict, path: str) -> None:
     redo = rel.redo_overhead(tau, lam, lag) * 100
     total = rel.overhead_first_order(tau, pause, lam, r, lag) * 100
 
-    plt.rcParams["svg.hashsalt"] = "tpopt"
     fig, ax = plt.subplots(figsize=(7, 4.2))
     ax.plot(tau, save, color="tab:blue", label="save")
     ax.plot(tau, redo, color="tab:orange", label="redo after failures")
@@ -334,11 +329,8 @@ def _plot_curves(rep: dict, path: str) -> None:
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
-    meta = {"Date": None} if lower.endswith(".svg") else {}
     try:
-        fig.savefig(path, metadata=meta)
-    except OSError as exc:
-        raise InputError(f"--plot: cannot write {path!r} ({exc.strerror})") from None
+        save_figure(fig, path)
     finally:
         plt.close(fig)
 
@@ -347,107 +339,193 @@ def _plot_curves(rep: dict, path: str) -> None:
 # commands
 
 
-def _scenario_defaults(path, catalog_dirs) -> dict:
-    """Checkpoint inputs from a scenario file (SI units), used where no flag is given."""
-    from tpopt.catalogs.scenario import load_scenario
+def _scenario_and_plan(kw: dict, cards: int | None, need_plan: bool):
+    """The scenario of the shared options (the built-in design case without --scenario) and, when
+    ``need_plan``, the plan whose figures the command uses: the scenario's plan with ``cards`` cards
+    (other choices from its [search] table, as ``tpopt evaluate`` takes them) or, without ``cards``,
+    its optimum. Returns (scenario, evaluation or None, description of the plan)."""
+    from tpopt.cli.common import load_scenario_from, plan_from
+    from tpopt.models.evaluate import evaluate
+
+    sc = load_scenario_from(kw)
+    if not need_plan:
+        return sc, None, ""
+    if cards is not None:
+        ev = evaluate(sc, plan_from(sc, {"cards": cards}))
+        how = f"the scenario's plan on {cards} cards"
+    else:
+        from tpopt.cli.common import EXIT_INFEASIBLE, fail
+        from tpopt.optimizer.core import solve
+        from tpopt.optimizer.result import Request
+
+        r = solve(sc, "cpsat", Request())
+        if not r.feasible:
+            fail(f"scenario {sc.name} has no feasible plan ({r.status.value}); give --cards for the figures of "
+                 "a plan of your choice (tpopt explain says why)", EXIT_INFEASIBLE)
+        ev, how = r.best, "the scenario's optimal plan"
+    return sc, ev, how
+
+
+def _plan_note(ev, how: str, sc) -> str:
+    from tpopt.cli.render import plan_line
+
+    bad = [c.name for c in ev.violated() if c.name != "step.budget"]
+    text = f"plan        {how}: {plan_line(ev.plan_dict())} (scenario {sc.name})"
+    if bad:
+        text += f"\n            note: this plan violates {', '.join(bad)}; its figures are indicative"
+    return text
+
+
+def _scenario_defaults(sc, ev) -> dict:
+    """Checkpoint inputs from a scenario (SI units) and, when given, its plan's interval and mode."""
     from tpopt.models.arch import param_count
 
-    sc = load_scenario(path, None, catalog_dirs)
     rel = sc.reliability
-    tau = [t for t in sc.search.save_interval_s if t > 0]
-    return {"n_params": param_count(sc.model), "source": f"{sc.model.name} from {path}",
-            "bytes_per_param": rel.bytes_per_param, "write_bandwidth": rel.write_bandwidth,
-            "restore": rel.restore_s, "card_mtbf": rel.card_mtbf_s, "spike_interval": rel.event_interval_s,
-            "mode": sc.search.save_mode[0], "copy_time": rel.snapshot_copy_s,
-            "intervals": sorted(set(tau) | {300.0, 900.0, 1800.0})}
+    tau = {t for t in sc.search.save_interval_s if t > 0}
+    out = {"n_params": param_count(sc.model), "source": f"{sc.model.name}, scenario {sc.name}",
+           "bytes_per_param": rel.bytes_per_param, "write_bandwidth": rel.write_bandwidth,
+           "restore": rel.restore_s, "card_mtbf": rel.card_mtbf_s, "spike_interval": rel.event_interval_s,
+           "mode": sc.search.save_mode[0], "copy_time": rel.snapshot_copy_s}
+    if ev is not None:
+        tau = {ev.plan.save_interval_s}
+        out["mode"] = ev.plan.save_mode
+        out["cards"] = ev.plan.cards
+    out["intervals"] = sorted(tau | {300.0, 900.0, 1800.0})
+    return out
 
 
 @click.command("checkpoint")
-@click.option("--cards", required=True, help="Cards in the job (any failure interrupts it).")
-@click.option("--scenario", "scenario_path", default=None, type=click.Path(dir_okay=False),
-              help="Take the model, storage, MTBF, restore and save settings from a scenario file.")
-@click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(file_okay=False),
-              help="Extra catalog directory (with --scenario).")
+@scenario_options
+@click.option("--cards", default=None,
+              help="Cards in the job (any failure interrupts it) [default: the scenario's optimal plan, whose "
+                   "save interval and mode are tabulated too].")
 @click.option("--params", default=None, help="Parameter count N (e.g. 8190735360 or 8.19B).")
-@click.option("--model", default=None, help=f"Catalog model whose N to use (default {DEFAULT_MODEL}).")
+@click.option("--model", default=None, help="Catalog model whose N to use [default: the scenario's model].")
 @click.option("--bytes-per-param", default=None,
-              help="Checkpoint bytes per parameter [default 14: weights 2 + fp32 master 4 + Adam moments 8].")
-@click.option("--write-bandwidth", default=None, help="Aggregate checkpoint write bandwidth [default 7GB/s].")
-@click.option("--restore", default=None, help="Restart time after each failure or rollback [default 120s].")
+              help="Checkpoint bytes per parameter [default: the scenario's, 14: weights 2 + fp32 master 4 + "
+                   "Adam moments 8].")
+@click.option("--write-bandwidth", default=None, help="Aggregate checkpoint write bandwidth [default: the scenario's].")
+@click.option("--restore", default=None, help="Restart time after each failure or rollback [default: the scenario's].")
 @click.option("--card-mtbf", default=None,
-              help="Per-card MTBF [default: 337.07d = 1024 cards x 7.9 h per job interruption].")
+              help="Per-card MTBF [default: the scenario's; the design case's 337.07d = 1024 cards x 7.9 h].")
 @click.option("--spike-interval", default=None, help="Mean time between loss-spike rollbacks (e.g. 7d).")
 @click.option("--planned-interval", default=None, help="Mean time between planned interruptions.")
-@click.option("--intervals", default=None, help=f"Checkpoint intervals to tabulate [default {DEFAULT_INTERVALS}].")
+@click.option("--intervals", default=None,
+              help=f"Checkpoint intervals to tabulate [default {DEFAULT_INTERVALS} and the plan's own].")
 @click.option("--mode", default=None, type=click.Choice(["sync", "async"]),
-              help="sync: training pauses for the whole write; async: only for the snapshot copy [default sync].")
-@click.option("--copy-time", default=None, help="Async snapshot copy pause [default 0.5s].")
+              help="sync: training pauses for the whole write; async: only for the snapshot copy "
+                   "[default: the plan's].")
+@click.option("--copy-time", default=None, help="Async snapshot copy pause [default: the scenario's, 0.5s].")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (SI units, fractions).")
-@click.option("--plot", default=None, help="Write the cost curves to FILE (.svg or .png).")
+@click.option("--plot", default=None, help="Write the cost curves to FILE (.pdf, .svg or .png).")
 @handle_errors
-def checkpoint(cards, scenario_path, catalog_dirs, params, model, bytes_per_param, write_bandwidth, restore,
-               card_mtbf, spike_interval, planned_interval, intervals, mode, copy_time, as_json, plot):
+def checkpoint(cards, params, model, bytes_per_param, write_bandwidth, restore, card_mtbf, spike_interval,
+               planned_interval, intervals, mode, copy_time, as_json, plot, **kw):
     """Checkpoint interval table: save, redo and restart overhead, first-order and Poisson optima.
 
-    Example: tpopt checkpoint --scenario examples/design-case.toml --cards 1024 --plot curves.svg
+    Inputs come from the scenario (the built-in design case without --scenario) and, without --cards,
+    from its optimal plan (cards, save interval and mode); every flag overrides one of them.
+
+    Example: tpopt checkpoint --cards 1024 --plot curves.pdf
     """
-    base = _scenario_defaults(scenario_path, catalog_dirs) if scenario_path else {}
-    if params is not None or model is not None or not base:
+    n_cards = parse_int(cards, "--cards", minimum=1) if cards is not None else None
+    if plot:
+        check_plot_path(plot)
+    sc, ev, how = _scenario_and_plan(kw, n_cards, need_plan=n_cards is None)
+    base = _scenario_defaults(sc, ev)
+    if params is not None or model is not None:
         n_params, source = _resolve_params(params, model)
     else:
         n_params, source = base["n_params"], base["source"]
     mtbf = (parse_duration(card_mtbf, "--card-mtbf", allow_zero=False) if card_mtbf is not None
-            else base.get("card_mtbf", DEFAULT_CARD_MTBF))
+            else base["card_mtbf"])
     rep = checkpoint_report(
-        cards=parse_int(cards, "--cards", minimum=1),
+        cards=n_cards if n_cards is not None else base["cards"],
         n_params=n_params,
         bytes_per_param=(parse_number(bytes_per_param, "--bytes-per-param", allow_zero=False)
-                         if bytes_per_param is not None else base.get("bytes_per_param", 14.0)),
+                         if bytes_per_param is not None else base["bytes_per_param"]),
         write_bandwidth=(parse_bandwidth(write_bandwidth, "--write-bandwidth", allow_zero=False)
-                         if write_bandwidth is not None else base.get("write_bandwidth", 7e9)),
-        restore=parse_duration(restore, "--restore") if restore is not None else base.get("restore", 120.0),
+                         if write_bandwidth is not None else base["write_bandwidth"]),
+        restore=parse_duration(restore, "--restore") if restore is not None else base["restore"],
         card_mtbf=mtbf if mtbf is not None else float("inf"),
         spike_interval=(_optional_duration(spike_interval, "--spike-interval") if spike_interval is not None
-                        else base.get("spike_interval")),
+                        else base["spike_interval"]),
         planned_interval=_optional_duration(planned_interval, "--planned-interval"),
-        intervals=(_parse_intervals(intervals) if intervals is not None
-                   else base.get("intervals", _parse_intervals(DEFAULT_INTERVALS))),
-        mode=mode or base.get("mode", "sync"),
-        copy_time=parse_duration(copy_time, "--copy-time") if copy_time is not None else base.get("copy_time", 0.5),
+        intervals=_parse_intervals(intervals) if intervals is not None else base["intervals"],
+        mode=mode or base["mode"],
+        copy_time=parse_duration(copy_time, "--copy-time") if copy_time is not None else base["copy_time"],
     )
+    if ev is not None:
+        rep["plan"] = ev.plan_dict()
     if plot:
         _plot_curves(rep, plot)
+    flags = (params or model, bytes_per_param, write_bandwidth, restore, card_mtbf, spike_interval, intervals, mode,
+             copy_time, cards)
+    if any(f is None for f in flags):  # some figure came from the scenario
+        echo_builtin_note(kw, as_json, rep)
     if as_json:
         click.echo(dump_json(rep), nl=False)
     else:
+        if ev is not None:
+            click.echo(_plan_note(ev, how, sc))
         click.echo(_checkpoint_text(rep, source))
         if plot:
             click.echo(f"plot written to {plot}")
 
 
 @click.command("stragglers")
-@click.option("--cards", required=True, help="Cards in synchronous data parallelism.")
-@click.option("--sigma", required=True, help="Per-card jitter: fraction of --mu (5%, 0.05) or a duration (2.61s).")
-@click.option("--mu", default="52.2s", show_default=True, help="Mean per-card compute time per step.")
-@click.option("--fixed", default="0.58s", show_default=True, help="Fixed waits per step (exposed comm, input).")
+@scenario_options
+@click.option("--cards", default=None, help="Cards in synchronous data parallelism [default: the scenario's optimal "
+                                            "plan].")
+@click.option("--sigma", default=None, help="Per-card jitter: fraction of --mu (5%, 0.05) or a duration (2.61s) "
+                                            "[default: the scenario's stragglers.sigma].")
+@click.option("--mu", default=None, help="Mean per-card compute time per step [default: the plan's].")
+@click.option("--fixed", default=None,
+              help="Fixed waits per step (exposed communication, input) [default: the plan's].")
 @click.option("--slow-k", default="3", show_default=True, help="The slow card runs at mu + k sigma.")
-@click.option("--interval", default="600s", show_default=True, help="Checkpoint interval (for eviction).")
-@click.option("--restore", default="120s", show_default=True, help="Restart time (for eviction).")
+@click.option("--interval", default=None, help="Checkpoint interval (for eviction) [default: the plan's].")
+@click.option("--restore", default=None, help="Restart time (for eviction) [default: the scenario's].")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (seconds).")
 @handle_errors
-def stragglers(cards, sigma, mu, fixed, slow_k, interval, restore, as_json):
-    """Expected step time with per-card jitter; wait / redistribute / evict one slow card."""
-    mu_s = parse_duration(mu, "--mu", allow_zero=False)
+def stragglers(cards, sigma, mu, fixed, slow_k, interval, restore, as_json, **kw):
+    """Expected step time with per-card jitter; wait / redistribute / evict one slow card.
+
+    mu (compute per step), the fixed waits (exposed communication, offload and input), the checkpoint
+    interval and the restart time come from the scenario's plan: the one on --cards cards, else its
+    optimum (the built-in design case without --scenario: 52.2 s and 0.58 s on 48 cards).
+
+    Example: tpopt stragglers --sigma 5%
+    """
+    n_cards = parse_int(cards, "--cards", minimum=1) if cards is not None else None
+    k = parse_number(slow_k, "--slow-k", allow_negative=True)
+    need_plan = n_cards is None or mu is None or fixed is None or interval is None
+    sc, ev, how = _scenario_and_plan(kw, n_cards, need_plan=need_plan)
+    m = ev.metrics if ev is not None else {}
+    mu_s = parse_duration(mu, "--mu", allow_zero=False) if mu is not None else m["compute_s"]
+    if sigma is None:
+        if sc.reliability.straggler_sigma <= 0:
+            raise InputError("give --sigma (e.g. 5%): the scenario sets no stragglers.sigma")
+        sigma_s = sc.reliability.straggler_sigma * mu_s
+    else:
+        sigma_s = _parse_sigma(sigma, mu_s)
     rep = stragglers_report(
-        cards=parse_int(cards, "--cards", minimum=1),
+        cards=n_cards if n_cards is not None else ev.plan.cards,
         mu=mu_s,
-        sigma=_parse_sigma(sigma, mu_s),
-        fixed=parse_duration(fixed, "--fixed"),
-        slow_k=parse_number(slow_k, "--slow-k", allow_negative=True),
-        interval=parse_duration(interval, "--interval", allow_zero=False),
-        restore=parse_duration(restore, "--restore"),
+        sigma=sigma_s,
+        fixed=(parse_duration(fixed, "--fixed") if fixed is not None
+               else m["step_s"] - m["compute_s"] - m["straggler_s"]),
+        slow_k=k,
+        interval=(parse_duration(interval, "--interval", allow_zero=False) if interval is not None
+                  else ev.plan.save_interval_s),
+        restore=parse_duration(restore, "--restore") if restore is not None else sc.reliability.restore_s,
     )
+    if ev is not None:
+        rep["plan"] = ev.plan_dict()
+    if need_plan or sigma is None or restore is None:  # some figure came from the scenario
+        echo_builtin_note(kw, as_json, rep)
     if as_json:
         click.echo(dump_json(rep), nl=False)
     else:
+        if ev is not None:
+            click.echo(_plan_note(ev, how, sc))
         click.echo(_stragglers_text(rep))

@@ -1,30 +1,94 @@
 """Terminal rendering of results (presentation only: numbers come from models/ and optimizer/).
 
-Output is deterministic: a fixed width, no colour unless stdout is a terminal.
+Output is deterministic: without a terminal (pipes, files, tests) tables are 100 columns wide and
+uncoloured, so the same inputs give the same bytes; in a terminal the width follows it (rich's
+detection) and ``COLUMNS`` sets it anywhere.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import sys
+import time
+from contextlib import contextmanager
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
-WIDTH = 100
+from tpopt.models.units import fmt_count
+
+WIDTH = 100  # columns when stdout is not a terminal and COLUMNS is not set
+MIN_WIDTH = 60
 
 
-def console_text(*renderables, width: int = WIDTH) -> str:
+def output_width() -> int:
+    """COLUMNS when set, else the terminal's width when stdout is one (rich's detection), else WIDTH."""
+    cols = os.environ.get("COLUMNS", "").strip()
+    if cols.isdigit() and int(cols) > 0:
+        return max(int(cols), MIN_WIDTH)
+    if sys.stdout.isatty():
+        return max(Console(file=sys.stdout).width, MIN_WIDTH)
+    return WIDTH
+
+
+def console_text(*renderables, width: int | None = None) -> str:
+    """The renderables as text ``width`` columns wide (default :func:`output_width`); a table that cannot
+    fit without cutting cells is printed at its natural width instead (the terminal wraps its lines)."""
     buf = io.StringIO()
-    con = Console(file=buf, width=width, color_system="standard" if sys.stdout.isatty() else None,
-                  highlight=False, emoji=False)
+    width = width or output_width()
+    probe = Console(file=io.StringIO(), width=10_000)
+    sizes = [Measurement.get(probe, probe.options, r) for r in renderables if isinstance(r, Table)]
+    need = [m.maximum for m in sizes if m.minimum > width]
+    con = Console(file=buf, width=max([width] + need),
+                  color_system="standard" if sys.stdout.isatty() else None, highlight=False, emoji=False)
     for r in renderables:
         con.print(r)
     return buf.getvalue()
 
 
+@contextmanager
+def progress_status(title: str):
+    """A spinner on stderr naming the step under way and the time spent, while the block runs.
+
+    Yields a callable ``tell(text)`` for the steps, or None-like silence when stderr is not a
+    terminal (pipes, files, tests): the output on stdout never changes.
+    """
+    from rich.console import Console
+
+    con = Console(stderr=True)
+    if not con.is_terminal:
+        yield lambda text: None
+        return
+    t0 = time.perf_counter()
+    with con.status(title) as st:
+        yield lambda text: st.update(f"{title}: {text} [{time.perf_counter() - t0:.0f} s]")
+
+
+def change_text(fraction: float, *, signed: bool = False, better: str = "better", worse: str = "worse") -> str:
+    """A relative change at one decimal, honest at the ends: ``"tie"`` when there is none, ``"< 0.1 %"``
+    when it rounds to 0.0 (never "0.0 % better"). ``fraction`` > 0 means better (``signed``: an
+    increase, printed with its sign and no word)."""
+    if abs(fraction) < 1e-12:
+        return "tie"
+    pct = abs(fraction) * 100
+    size = "< 0.1" if pct < 0.05 else f"{pct:.1f}"
+    if signed:
+        return f"{'+' if fraction > 0 else '-'}{size.replace(' ', '')} %"
+    return f"{size} % {better if fraction > 0 else worse}"
+
+
 def _num(x: float, digits: int) -> str:
     return f"{x:,.{digits}f}"
+
+
+def accumulation_text(plan: dict) -> str:
+    """'micro-batch 1 x 8 accumulation', or what is wrong when the global batch does not divide."""
+    mb, ga = plan["micro_batch"], plan.get("grad_accum")
+    if ga:
+        return f"micro-batch {mb} x {ga} accumulation"
+    return f"micro-batch {mb}, no whole accumulation (DP {plan['dp']} x micro-batch {mb} does not divide the batch)"
 
 
 def plan_line(plan: dict) -> str:
@@ -32,7 +96,7 @@ def plan_line(plan: dict) -> str:
         f"{plan['accelerator']} x {plan['cards']} ({plan['hosts']} host{'s' if plan['hosts'] != 1 else ''})",
         f"ZeRO-{plan['zero_stage']}",
         f"TP {plan['tp']} / PP {plan['pp']} / DP {plan['dp']}",
-        f"micro-batch {plan['micro_batch']} x {plan['grad_accum']} accumulation",
+        accumulation_text(plan),
         f"recompute {plan['recompute']}",
     ]
     if plan.get("offload") and plan["offload"] != "none":
@@ -122,7 +186,10 @@ def _objective_text(value: float, objective: str, unit: str) -> str:
     return f"{value:,.0f} {unit}" if objective == "cost" else f"{value:.2f} d"
 
 
-def binding_lines(binding: list[dict], objective: str, unit: str) -> list[str]:
+def binding_lines(binding: list[dict] | None, objective: str, unit: str) -> list[str]:
+    if binding is None:
+        return ["Binding constraints: not analysed (--no-analysis); run without it to see what binds and why "
+                "nothing cheaper is feasible."]
     if not binding:
         return ["Binding constraints: none (no single constraint holds the optimum where it is)."]
     lines = ["Binding constraints (dropping any one of these alone admits a better plan):"]
@@ -134,7 +201,7 @@ def binding_lines(binding: list[dict], objective: str, unit: str) -> list[str]:
         lines.append(f"  {b['name']}: without it, {p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, "
                      f"TP {p['tp']}, PP {p['pp']}) would reach "
                      f"{_objective_text(b['objective_without'], objective, unit)} "
-                     f"({b['saving'] * 100:.1f} % better){viol}")
+                     f"({change_text(b['saving'])}){viol}")
     return lines
 
 
@@ -156,7 +223,7 @@ def alternative_lines(alts: list[dict], objective: str, unit: str) -> list[str]:
             layout = (f"ZeRO-{p['zero_stage']}, TP {p['tp']} / PP {p['pp']} / DP {p['dp']}, "
                       f"micro-batch {p['micro_batch']}, recompute {p['recompute']}")
             lines.append(f"  {a['alternative']}: feasible ({layout}) but "
-                         f"{_objective_text(a['objective'], objective, unit)} ({a['delta'] * 100:+.1f} %)")
+                         f"{_objective_text(a['objective'], objective, unit)} ({change_text(a['delta'], signed=True)})")
         else:
             together = any(r.get("together") for r in a["ruled_out_by"])
             joiner = " together with " if together else " or "
@@ -166,35 +233,44 @@ def alternative_lines(alts: list[dict], objective: str, unit: str) -> list[str]:
 
 def top_table(top: list[dict], unit: str) -> Table:
     t = Table(title="Best plans", title_justify="left", show_edge=False, pad_edge=False)
-    for col in ("#", "accelerator", "cards", "ZeRO", "TP", "PP", "DP", "mb x acc", "recompute", "step s",
-                "finish d", f"cost {unit}"):
-        t.add_column(col, justify="left" if col in ("accelerator", "recompute") else "right")
+    cols = ("#", "accelerator", "cards", "ZeRO", "TP/PP/DP", "mb x acc", "recompute", "save every", "step s",
+            "finish d", f"cost {unit}")
+    rows = []
     for e in top:
         p, m = e["plan"], e["metrics"]
-        t.add_row(str(e["rank"]), p["accelerator"], str(p["cards"]), str(p["zero_stage"]), str(p["tp"]), str(p["pp"]),
-                  str(p["dp"]), f"{p['micro_batch']} x {p['grad_accum']}", p["recompute"], f"{m['step_s']:.1f}",
-                  f"{m['finish_days']:.1f}", f"{m['cost']:,.0f}")
+        rows.append((str(e["rank"]), p["accelerator"], str(p["cards"]), str(p["zero_stage"]),
+                     f"{p['tp']}/{p['pp']}/{p['dp']}", f"{p['micro_batch']} x {p['grad_accum'] or '-'}",
+                     p["recompute"], f"{p['save_interval_s']:,.0f} s {p['save_mode']}", f"{m['step_s']:.1f}",
+                     f"{m['finish_days']:.1f}", f"{m['cost']:,.0f}"))
+    # numbers never wrap or shrink below their widest cell or header; the text columns wrap in a
+    # narrow terminal, never below their longest header word
+    for j, col in enumerate(cols):
+        text = col in ("accelerator", "recompute", "save every")
+        least = max(len(w) for w in col.split()) if text else max([len(col)] + [len(r[j]) for r in rows])
+        t.add_column(col, justify="left" if text else "right", min_width=least, no_wrap=not text)
+    for r in rows:
+        t.add_row(*r)
     return t
 
 
 def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:
     s = d["solver"]
     unit = d["metrics"].get("cost_unit", "USD")
-    head = (f"tpopt solve: {sc.name}: {sc.model.name}, {sc.task.tokens / 1e9:,.0f}B tokens, "
+    head = (f"tpopt solve: {sc.name}: {sc.model.name}, {fmt_count(sc.task.tokens)} tokens, "
             f"deadline {sc.task.deadline_s / 86400:.1f} d (reserved {sc.task.reserved_s / 86400:.1f} d)")
     took = f", {s['wall_s']:.2f} s" if timing else ""
     status = (f"Status: {d['status']} (solver {s['name']}, {s['method']}{took}, {s['points']:,} plans in the space, "
               f"minimising {d['objective']})")
     parts = [head, status, "", f"Plan: {plan_line(d['plan'])}", *after_plan, "",
              metrics_table(d["metrics"], title="Best plan"), "", constraints_table(d["constraints"]), ""]
-    parts += binding_lines(d.get("binding", []), d["objective"], unit)
-    rob = d.get("robustness", {}).get("without_overlap")
+    parts += binding_lines(d.get("binding"), d["objective"], unit)
+    rob = (d.get("robustness") or {}).get("without_overlap")
     if rob:
         verdict = "still meets every constraint" if rob["feasible"] else \
             "fails " + ", ".join(n for n in rob["violates"] if n != "step.budget")
         parts += [f"Robustness: without communication overlap (prefetch failing) the step is {rob['step_s']:.1f} s "
                   f"and the plan finishes in {rob['finish_days']:.1f} d: it {verdict}."]
-    alts = alternative_lines(d.get("alternatives", []), d["objective"], unit)
+    alts = alternative_lines(d.get("alternatives") or [], d["objective"], unit)
     if alts:
         parts += [""] + alts
     if len(d.get("top", [])) > 1:

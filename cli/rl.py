@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from tpopt.cli.common import EXIT_INFEASIBLE, EXIT_UNKNOWN, dump_json, fail, handle_errors, scenario_options
+from tpopt.cli.common import EXIT_INFEASIBLE, EXIT_UNKNOWN, dump_json, echo_builtin_note, fail, handle_errors, \
+    scenario_options
 
 
 @click.command()
@@ -17,7 +18,7 @@ from tpopt.cli.common import EXIT_INFEASIBLE, EXIT_UNKNOWN, dump_json, fail, han
 @click.option("--kept", help="Kept fraction at one-step async, e.g. 80% (overrides [rl] kept).")
 @click.option("--staleness", type=click.IntRange(0, 1), help="Policy lag allowed: 0 synchronous, 1 one-step async.")
 @click.option("--no-analysis", is_flag=True, help="Skip binding constraints, alternatives and the break-even search.")
-@click.option("--plot", "plot_path", help="Stage utilisation over one cycle of the chosen plan (.svg or .png; "
+@click.option("--plot", "plot_path", help="Stage utilisation over one cycle of the chosen plan (.pdf, .svg or .png; "
                                           "written only when a plan is feasible).")
 @click.option("--timing", is_flag=True, help="Print the solve's wall time (the only non-deterministic output).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text (solver.wall_s is the wall time).")
@@ -27,7 +28,9 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
     """Plan RL post-training: cards for rollout vs learning (or shared), rollout TP and batch, the
     learner's layout, sync or one-step async, weight sync; cheapest (or fastest) by the deadline.
 
-    Example: tpopt rl --scenario examples/rl-grpo-qwen3-8b.toml --kept 90%
+    Without --scenario: the built-in RL example (GRPO on a Qwen3-8B policy, up to 64 H100).
+
+    Example: tpopt rl --kept 90%
     """
     from tpopt.catalogs.rl import load_rl_scenario
     from tpopt.cli.common import overrides_from
@@ -40,12 +43,15 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
     if time_limit <= 0:
         raise InputError("--time-limit must be positive")
     if plot_path:
-        from tpopt.cli.pipeline_plot import check_path
+        from tpopt.cli.plots import check_plot_path
 
-        check_path(plot_path)
+        check_plot_path(plot_path)
+    from tpopt.catalogs.scenario import BUILTIN_RL_SCENARIO
+
     ov = overrides_from(kw)
     ov.update({"cost.max_cost": max_cost, "rl.kept": kept, "rl.staleness": staleness})
-    rsc = load_rl_scenario(kw["scenario_path"], ov, kw.get("catalog_dirs") or ())
+    kw["_builtin"] = "rl"
+    rsc = load_rl_scenario(kw["scenario_path"] or BUILTIN_RL_SCENARIO, ov, kw.get("catalog_dirs") or ())
     pb = O.RLProblem(rsc, solver, Request(time_limit=time_limit))
     try:
         result = O.solve(pb, objective)
@@ -56,6 +62,7 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
         from tpopt.cli.rl_plot import plot_cycle
 
         plot_cycle(out, plot_path)
+    echo_builtin_note(kw, as_json, out)
     if as_json:
         click.echo(dump_json(out), nl=False)
     else:

@@ -9,7 +9,7 @@ figures 10-41 and 10-42, the async cycle overlaps generating the next batch with
 
 from __future__ import annotations
 
-import os
+from tpopt.cli.plots import pyplot, save_figure
 
 COLOURS = {"generate": "#4C78A8", "verify": "#72B7B2", "learn": "#F58518", "sync": "#54A24B", "swap": "#9D755D"}
 NAMES = {"generate": "generation", "verify": "verification", "learn": "learning", "sync": "weight sync",
@@ -44,14 +44,10 @@ def cycle_blocks(out: dict) -> tuple[list[str], dict, float]:
 
 def plot_cycle(out: dict, path: str) -> None:
     """Draw one cycle of the chosen plan, each row labelled with its busy share, and save it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
+    plt = pyplot()  # fixed element ids and no dates: the same plan gives the same bytes
     rows, blocks, total = cycle_blocks(out)
-    plt.rcParams["svg.hashsalt"] = "tpopt"  # fixed element ids: the same plan gives the same bytes
     fig, ax = plt.subplots(figsize=(10, 0.9 + 0.5 * len(rows)))
     labels = []
     for i, row in enumerate(rows):
@@ -75,6 +71,7 @@ def plot_cycle(out: dict, path: str) -> None:
     handles = [Patch(facecolor=COLOURS[k], label=NAMES[k]) for k in kinds] + [Patch(facecolor="#EEEEEE", label="idle")]
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=len(handles), fontsize=8,
               frameon=False)
-    fig.savefig(path, format=os.path.splitext(path)[1][1:].lower(), bbox_inches="tight",
-                metadata={"Date": None} if path.lower().endswith(".svg") else None)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, bbox_inches="tight")
+    finally:
+        plt.close(fig)

@@ -4,39 +4,9 @@ from __future__ import annotations
 
 import click
 
-from tpopt.cli.common import (EXIT_INFEASIBLE, EXIT_UNKNOWN, dump_json, handle_errors, load_scenario_from,
-                              scenario_options)
-
-
-def solve_options(fn):
-    opts = [
-        click.option("--solver", type=click.Choice(["cpsat", "highs", "enumerate"]), default="cpsat",
-                     show_default=True, help="Backend: CP-SAT, HiGHS MILP, or brute-force enumeration."),
-        click.option("--method", type=click.Choice(["auto", "monolithic", "decomposed"]), default="auto",
-                     show_default=True,
-                     help="cpsat/highs formulation: one model, or the layout decomposition (auto: by size)."),
-        click.option("--objective", type=click.Choice(["cost", "time"]), default="cost", show_default=True,
-                     help="Minimise cost (then finish time) or finish time (then cost)."),
-        click.option("--max-cost", help="Budget cap (currency, or card-hours without prices)."),
-        click.option("--time-limit", type=float, default=60.0, show_default=True, help="Solver time limit, s."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Solver random seed."),
-        click.option("--workers", type=int, default=1, show_default=True,
-                     help="Solver threads (1 = deterministic)."),
-    ]
-    for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
-
-
-def request_from(kw: dict, top: int = 1):
-    from tpopt.optimizer.result import Request
-
-    if kw["time_limit"] <= 0:
-        from tpopt.errors import InputError
-
-        raise InputError("--time-limit must be positive")
-    return Request(objective=kw["objective"], top=top, time_limit=kw["time_limit"], seed=kw["seed"],
-                   workers=max(1, kw["workers"]), method=kw.get("method", "auto"))
+from tpopt.cli.common import EXIT_INFEASIBLE, EXIT_UNKNOWN, dump_json, echo_builtin_note, handle_errors, \
+    load_scenario_from, scenario_options
+from tpopt.cli.request import request_from, solve_options
 
 
 @click.command()
@@ -52,16 +22,15 @@ def request_from(kw: dict, top: int = 1):
 def solve(top, no_analysis, sensitivity, timing, as_json, **kw):
     """Find the cheapest plan that meets the deadline, prove it optimal, and say what limits it.
 
-    Example: tpopt solve --scenario examples/design-case.toml --deadline 30d --hw rtx4090
+    Example: tpopt solve --deadline 30d --hw rtx4090   (the built-in design case: 48 RTX 4090 cards)
     """
     from tpopt.cli.render import solve_text
     from tpopt.errors import InputError
+    from tpopt.optimizer import outer
     from tpopt.optimizer.core import solve as run
     from tpopt.optimizer.report import analysis
     from tpopt.optimizer.result import Status
     from tpopt.optimizer.space import Space
-
-    from tpopt.optimizer import outer
 
     if top < 1:
         raise InputError("--top must be at least 1")
@@ -75,6 +44,7 @@ def solve(top, no_analysis, sensitivity, timing, as_json, **kw):
     space = bs.choices[0].space if bs else Space.from_scenario(sc)
     result = bs.result if bs else run(sc, kw["solver"], req, space=space)
     out = {"status": result.status.value, "objective": result.objective, "solver": result.solver.as_dict()}
+    echo_builtin_note(kw, as_json, out)
     if result.feasible:
         best = result.best
         view = sc  # the scenario the plan is shown in (with batch choices: at its batch)
@@ -86,12 +56,15 @@ def solve(top, no_analysis, sensitivity, timing, as_json, **kw):
         d = best.as_dict()
         binding = {b["name"] for b in ana["binding"]} if ana else set()
         for c in d["constraints"]:
-            c["binding"] = c["name"] in binding or (c["name"] == "step.budget" and "deadline.finish" in binding)
+            # without the analysis nobody knows which families bind: None, not False
+            c["binding"] = None if ana is None else (
+                c["name"] in binding or (c["name"] == "step.budget" and "deadline.finish" in binding))
         out.update(d)
-        out["binding"] = ana["binding"] if ana else []
-        out["alternatives"] = ana["alternatives"] if ana else []
+        out["analysis"] = "skipped" if ana is None else "done"
+        out["binding"] = ana["binding"] if ana else None
+        out["alternatives"] = ana["alternatives"] if ana else None
         out["analysis_by"] = ana["oracle"] if ana else None
-        out["robustness"] = ana["robustness"] if ana else {}
+        out["robustness"] = ana["robustness"] if ana else None
         out["top"] = [dict(ev.as_dict(), rank=i + 1) for i, ev in enumerate(result.plans)]
         if bs or sc.task.critical_batch is not None:
             out["batch"] = outer.batch_figures(view, best)
@@ -107,13 +80,13 @@ def solve(top, no_analysis, sensitivity, timing, as_json, **kw):
 
         text = solve_text(out, view, timing, batch_lines(out))
         if sensitivity:
-            from tpopt.cli.explain import sensitivity_text
+            from tpopt.cli.explain_text import sensitivity_text
 
             text += "\n" + sensitivity_text(out["sensitivities"])
         click.echo(text, nl=False)
         return
     # no feasible plan (or none found in time)
-    from tpopt.cli.explain import infeasible_report
+    from tpopt.cli.explain_text import infeasible_report
 
     if bs:  # conflict at the task's batch (or the first choice); relaxations over every batch
         from tpopt.cli.choices import batch_infeasible

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import click
 
-from tpopt.cli.common import dump_json, fail, handle_errors
+from tpopt.cli.common import dump_json, echo_builtin_note, fail, handle_errors, scenario_source
+from tpopt.cli.plots import FORMATS as PLOT_FORMATS
 
 RANGE = "One value, a comma list or a range start:end:step"
 
 
 def sweep_input_options(fn):
     opts = [
-        click.option("--scenario", "scenario_path", required=True, type=click.Path(dir_okay=False),
-                     help="Scenario TOML file (its [sweep] table may hold the ranges)."),
+        click.option("--scenario", "scenario_path", default=None, type=click.Path(dir_okay=False),
+                     help="Scenario TOML file (its [sweep] table may hold the ranges) [default: the built-in "
+                          "design case]."),
         click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(file_okay=False),
                      help="Extra catalog directory (repeatable)."),
         click.option("--hw", help="Accelerators, comma-separated; each is swept separately."),
@@ -209,9 +211,9 @@ def result_text(result, out) -> str:
 @click.option("--out", "out", type=click.Path(), help="Results file, one row per point: .csv, .parquet or .json. "
                                                       "Re-running with the same file resumes.")
 @click.option("--force", is_flag=True, help="Overwrite --out even if it holds something else.")
-@click.option("--plot", "plot", type=click.Path(), help="Cost vs finish plot (.svg or .png).")
+@click.option("--plot", "plot", type=click.Path(), help="Cost vs finish plot (.pdf, .svg or .png).")
 @click.option("--plot-breakdown", "plot_breakdown", type=click.Path(),
-              help="Finish-time breakdown bars (.svg or .png) of the front plans or of --breakdown-cards.")
+              help="Finish-time breakdown bars (.pdf, .svg or .png) of the front plans or of --breakdown-cards.")
 @click.option("--breakdown-cards", help="Card counts for --plot-breakdown, e.g. 32,48 (default: the front).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or notes on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the front and summary as JSON.")
@@ -241,11 +243,11 @@ def sweep(solver, time_limit, workers, cluster, out, force, plot, plot_breakdown
     cli = {k: kw.get(k) for k in ("hw", "deadline", "reserved", "tokens", "efficiency", "max_cards", "card_hour",
                                   "max_cost", "global_batch", "seq_len")}
     cli.update(solver=solver, breakdown_cards=breakdown_cards, time_limit=time_limit)
-    spec = sw.build_spec(kw["scenario_path"], cli, kw.get("catalog_dirs") or (),
+    spec = sw.build_spec(scenario_source(kw), cli, kw.get("catalog_dirs") or (),
                          fixed={"hardware.usable_memory": kw.get("usable_memory")})
     for path, what in ((plot, "--plot"), (plot_breakdown, "--plot-breakdown")):
         if path:
-            sw.check_output_path(path, what, (".svg", ".png"))
+            sw.check_output_path(path, what, PLOT_FORMATS)
     if out:
         sw.check_output_path(out)
     bar = _Bar(quiet)
@@ -273,14 +275,18 @@ def sweep(solver, time_limit, workers, cluster, out, force, plot, plot_breakdown
             note(n)
         if not bars:
             note("--plot-breakdown: no plan to draw (no feasible front plan or card count)")
-        draw(bars, plot_breakdown, spec.plot_deadline_days,
+        lo, hi = spec.deadline_range_days
+        draw(bars, plot_breakdown, spec.plot_deadline_days if lo == hi else (lo, hi),
              f"{spec.name}: finish-time breakdown", unit)
     if as_json:
-        click.echo(dump_json({"scenario": spec.name, "fingerprint": spec.fingerprint, "points": len(result.rows),
-                              "computed": result.computed, "reused": result.reused, "out": out,
-                              "statuses": {k: result.count(k) for k in sw.STATUSES},
-                              "front": result.front(), "summary": result.summary()}), nl=False)
+        d = {"scenario": spec.name, "fingerprint": spec.fingerprint, "points": len(result.rows),
+             "computed": result.computed, "reused": result.reused, "out": out,
+             "statuses": {k: result.count(k) for k in sw.STATUSES},
+             "front": result.front(), "summary": result.summary()}
+        echo_builtin_note(kw, True, d)
+        click.echo(dump_json(d), nl=False)
     else:
+        echo_builtin_note(kw)
         click.echo(result_text(result, out), nl=False)
     errors = result.count("error")
     if errors:

@@ -7,13 +7,13 @@
 * :func:`plot_breakdown`: the chapter's figure 10-44 layout: one horizontal stacked bar per plan
   (base training, checkpoint/failure overhead, reserved days) and the deadline as a dashed line.
 
-Both use the Agg backend (no display) and write ``.svg`` or ``.png``. SVG text stays text (searchable)
+Both use the Agg backend (no display) and write ``.pdf``, ``.svg`` or ``.png``. SVG text stays text (searchable)
 and ids are salted, so the same data give the same file.
 """
 
 from __future__ import annotations
 
-import os
+from tpopt.cli.plots import pyplot, save_figure
 
 PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#FF9DA6", "#9D755D", "#BAB0AC",
            "#EECA3B")
@@ -22,20 +22,11 @@ PARTS = (("train_days", "base training", "#4C78A8"), ("overhead_days", "checkpoi
 
 
 def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams["svg.hashsalt"] = "tpopt-sweep"
-    plt.rcParams["svg.fonttype"] = "none"
-    return plt
+    return pyplot("tpopt-sweep")
 
 
 def _save(fig, path: str) -> None:
-    ext = os.path.splitext(path)[1].lower()[1:]
-    meta = {"Date": None} if ext == "svg" else {"Software": None}
-    fig.savefig(path, format=ext, metadata=meta)
+    save_figure(fig, path)
 
 
 def _money(x: float, unit: str) -> str:
@@ -142,8 +133,9 @@ def plot_pareto(data: dict, path: str) -> None:
     plt.close(fig)
 
 
-def plot_breakdown(bars: list[dict], path: str, deadline_days: float | None, title: str, unit: str = "USD") -> None:
-    """Horizontal stacked bars of the finish time; the deadline as a dashed vertical line."""
+def plot_breakdown(bars: list[dict], path: str, deadline_days, title: str, unit: str = "USD") -> None:
+    """Horizontal stacked bars of the finish time; the deadline as a dashed vertical line, or the swept
+    deadlines (``deadline_days`` = (first, last)) as a shaded band between two dashed lines."""
     plt = _pyplot()
     n = max(1, len(bars))
     fig, ax = plt.subplots(figsize=(9, 1.9 + 0.55 * n))
@@ -151,14 +143,20 @@ def plot_breakdown(bars: list[dict], path: str, deadline_days: float | None, tit
     for key, name, colour in PARTS:
         left = [sum(b[k] for k, _, _ in PARTS[:[p[0] for p in PARTS].index(key)]) for b in bars]
         ax.barh(ys, [b[key] for b in bars], left=left, color=colour, height=0.6, label=name, gid=f"part-{key}")
-    longest = max([b["finish_days"] for b in bars] + [deadline_days or 0.0, 1.0])
+    span = tuple(deadline_days) if isinstance(deadline_days, (tuple, list)) else None
+    longest = max([b["finish_days"] for b in bars] + [(span[1] if span else deadline_days) or 0.0, 1.0])
     for y, b in zip(ys, bars):
         text = f"{b['finish_days']:.1f} d, {_money(b['cost'], unit)}"
         if b.get("note"):
             text += f" ({b['note']})"
         ax.text(b["finish_days"] + 0.01 * longest, y, text, va="center", fontsize=8, zorder=4,
                 bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1.0})
-    if deadline_days:
+    if span:
+        ax.axvspan(span[0], span[1], color="black", alpha=0.07, zorder=0, gid="deadline-range",
+                   label=f"deadlines swept {span[0]:g}-{span[1]:g} d")
+        for x in span:
+            ax.axvline(x, color="black", linestyle="--", linewidth=1.0, gid=f"deadline-{x:g}")
+    elif deadline_days:
         ax.axvline(deadline_days, color="black", linestyle="--", linewidth=1.2, label=f"deadline {deadline_days:g} d",
                    gid="deadline")
     ax.set_yticks(ys)

@@ -1,7 +1,7 @@
 """What is trained: a decoder-only transformer (dense or mixture-of-experts), its exact parameter
 count and its FLOPs per token.
 
-Conventions (REFERENCE.md "Conventions", the training-systems chapter 10.1):
+Conventions (as the training-systems chapter counts parameters, 10.1):
 
 * N counts every trainable tensor: input embedding, untied LM head, per-layer attention and MLP
   matrices (+ biases where the architecture has them), the norms of each block, q/k norms (head_dim

@@ -211,6 +211,20 @@ class Evaluation:
         return {"plan": self.plan_dict(), "metrics": {k: v for k, v in self.metrics.items()},
                 "constraints": [c.as_dict() for c in self.constraints], "feasible": self.feasible}
 
+    def to_dict(self) -> dict:
+        """Plan, metrics, constraint checks and verdict (the JSON of ``tpopt evaluate``)."""
+        return self.as_dict()
+
+    def row(self) -> dict:
+        """One flat record: the plan's fields, every metric, and ``feasible``."""
+        return {**self.plan_dict(), **self.metrics, "feasible": self.feasible}
+
+    def to_frame(self):
+        """A one-row pandas DataFrame of :meth:`row` (integer columns stay integers)."""
+        from tpopt.frames import records_frame
+
+        return records_frame([self.row()])
+
 
 def resolve_plan(sc: Scenario, plan: Plan) -> Plan:
     """Fill derived fields (dp, grad_accum, nics) and validate what can be validated as input."""

@@ -73,7 +73,7 @@ def fill_drain_time(p: int, m: int, tf, tb):
     """Fill-drain (GPipe) step time ``T = (m + p - 1)(t_f + t_b)`` [s].
 
     ``m`` slots of real work plus ``p - 1`` to fill and drain the pipeline; p = 4, m = 8,
-    t_f = 10 ms, t_b = 20 ms -> 330 ms (REFERENCE.md 10.3).
+    t_f = 10 ms, t_b = 20 ms -> 330 ms (training-systems chapter 10.3).
     """
     return (m + p - 1) * (np.add(tf, tb) if not _scalar(tf, tb) else tf + tb)
 
@@ -816,7 +816,7 @@ def simulate(schedule: str, p: int, m: int, forward, backward_input, backward_we
     ``interleaved`` (see :func:`split_layers`). ``activation`` is the bytes of one micro-batch's
     activations of a whole layer group, ``buffer`` the bytes of one send or receive buffer.
 
-    Slot rules (chapter 10.3.2 / REFERENCE.md 10.3): fill-drain all F then all B; 1F1B p-1-s warm-up
+    Slot rules (training-systems chapter 10.3.2): fill-drain all F then all B; 1F1B p-1-s warm-up
     forwards then alternating; interleaved as Megatron-LM; ZB-H1 dW(i) right after dX(i+s); ZB-H2
     2(p-1-s) warm-up forwards, dW(i) after dX(i+2s); ``dualpipe`` :data:`DUALPIPE_RULE`;
     ``dualpipe-deepseek`` DeepSeek's published ordering.

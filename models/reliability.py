@@ -15,7 +15,7 @@ Symbols used throughout:
 ``w``    commit lag of an async snapshot: copy + upload, s (0 for sync saves)
 ======== ==================================================================================
 
-Golden figures: REFERENCE.md 10.4 and the 10.6 design-case table; tests/test_reliability.py.
+Golden figures: the training-systems chapter, 10.4 and the 10.6 design-case table; tests/test_reliability.py.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from tpopt.errors import InputError
 # checkpoint size and write time
 
 #: bf16 weights 2 + fp32 master weights 4 + Adam first and second moments 4 + 4 (gradients are
-#: not saved: the next backward pass recreates them). REFERENCE.md 10.4.
+#: not saved: the next backward pass recreates them). chapter 10.4.
 CHECKPOINT_BYTES_PER_PARAM = 14
 
 
@@ -127,7 +127,7 @@ def total_event_rate(cards, card_mtbf, *, spike_interval=None, planned_interval=
     """All rollback events of the job: lam = cards / MTBF_card + 1/T_spike + 1/T_planned.
 
     Hardware failures scale with cards; loss spikes and planned interruptions hit the whole job at
-    once, so they add a card-independent rate (REFERENCE.md 10.4, loss spikes). Each event costs a
+    once, so they add a card-independent rate (chapter 10.4, loss spikes). Each event costs a
     restart and the work since the last committed snapshot.
     """
     return job_failure_rate(cards, card_mtbf) + event_rate(spike_interval) + event_rate(planned_interval)
@@ -171,7 +171,7 @@ def restart_overhead(rate, restore):
 def overhead_first_order(interval, pause, rate, restore, lag=0.0):
     """First-order overhead per unit useful time: L(tau) = c / tau + lam (tau / 2 + w + r).
 
-    Valid while failures are rare (lam (tau + c) << 1). Sync: w = 0. REFERENCE.md 10.4:
+    Valid while failures are rare (lam (tau + c) << 1). Sync: w = 0. chapter 10.4:
     1024 cards, c = 16.381 s, r = 120 s, tau = 900 s -> 1.8 + 1.6 + 0.4 = 3.8 %.
     """
     return save_overhead(interval, pause) + redo_overhead(interval, rate, lag) + restart_overhead(rate, restore)
@@ -268,7 +268,7 @@ class IntervalRow:
 def interval_table(intervals, pause, rate, restore, lag=0.0) -> list[IntervalRow]:
     """Save / redo / restart / total shares of L(tau) for each interval (first-order model).
 
-    The total is summed from unrounded terms (as in the chapter's table). REFERENCE.md 10.4:
+    The total is summed from unrounded terms (as in the chapter's table). chapter 10.4:
     300/900/1800 s -> save 5.5/1.8/0.9 %, redo 0.5/1.6/3.2 %, restart 0.4 %, total 6.4/3.8/4.5 %.
     """
     rows = []
@@ -329,7 +329,7 @@ def recovery_after_failure(timeline, failure_time, start=0.0) -> Recovery:
     """Newest snapshot committed strictly before ``failure_time`` and the work to redo.
 
     A snapshot still uploading (or still copying) at the failure is unusable. Redo = failure time -
-    capture time of that snapshot (or - ``start`` when none committed). REFERENCE.md 10.4: failure at
+    capture time of that snapshot (or - ``start`` when none committed). chapter 10.4: failure at
     50 s, commits 36.5 / 56.5 s -> back to 20 s, redo 30 s; commits 26.1 / 46.1 s -> redo 10 s.
     """
     best = None
@@ -379,7 +379,7 @@ def expected_max_std_normal(n):
     E[M_n] = n integral x phi(x) Phi(x)^(n-1) dx, evaluated with composite 16-point Gauss-Legendre
     on [-13, 13] (416 panels) and Phi^(n-1) as exp((n-1) log Phi) for accuracy at large n; the mass
     outside [-13, 13] is below 1e-30 for any n < 1e20. Cached per n. n = 1 -> 0, n = 2 ->
-    1/sqrt(pi), n = 3 -> 3/(2 sqrt(pi)); n = 8 / 48 / 1024 -> 1.42 / 2.23 / 3.25 (REFERENCE.md 10.4).
+    1/sqrt(pi), n = 3 -> 3/(2 sqrt(pi)); n = 8 / 48 / 1024 -> 1.42 / 2.23 / 3.25 (chapter 10.4).
     Accepts an int or an integer array (broadcast).
     """
     arr = np.asarray(n)

@@ -179,3 +179,12 @@ def fmt_duration(x: float) -> str:
     if x >= 1.0:
         return f"{x:.1f} s"
     return f"{x * 1e3:.3g} ms"
+
+
+def fmt_count(x: float, digits: int = 6) -> str:
+    """A count with the largest suffix that keeps it at least 1, as ``parse_count`` reads it back:
+    ``"100B"``, ``"1T"`` (not 1,000B), ``"1.5T"``, ``"85.23B"``, ``"512M"``; ``digits`` significant digits."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(x) >= scale:
+            return f"{x / scale:.{digits}g}{suffix}"
+    return f"{x:.{digits}g}"

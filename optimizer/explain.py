@@ -31,7 +31,7 @@ from tpopt.models.plan import Plan, Scenario, System
 from tpopt.models.units import DAY, GB, GIB, parse_bandwidth, parse_bytes, parse_count, parse_duration, \
     parse_fraction, parse_int, parse_number
 from tpopt.optimizer.result import Request, Status, objective_value, plan_summary
-from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space
+from tpopt.optimizer.space import FAMILIES, STRUCTURAL, VARS, Space
 
 # Deletion order of the filter: families tried first are dropped whenever the rest still conflict,
 # so the conflict is stated in the families a user can act on (deadline, memory, cards) when possible.
@@ -48,6 +48,11 @@ REL = 1e-9
 
 class Undecided(Exception):
     """A solver hit its time limit: the question has no proven answer."""
+
+
+EMPTY = object()  # a narrowed search space without any point (see Context.narrowed)
+# families that depend on the model and the batch only, whatever the hardware
+MODEL_FAMILIES = ("batch.divisibility", "layout.heads_divisible", "layout.pp_divides_layers", "layout.schedule_shape")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -69,6 +74,10 @@ class Context:
     raw: dict | None = None
     catalog: object | None = None
     solves: int = 0
+    # families the input being relaxed leaves unchanged (see :meth:`narrowed`); None: no narrowing
+    keep: frozenset | None = None
+    keep_vars: tuple = VARS  # the variables :meth:`narrowed` may restrict for the input being relaxed
+    progress: object | None = None  # callable(text) told what is being computed (None: silent)
     _set_oracle: object | None = field(default=None, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)  # best plans of the unmodified scenario
 
@@ -101,6 +110,17 @@ class Context:
         from tpopt.optimizer.outer import has_task_choices
 
         choices = space is None and has_task_choices(sc)  # the batch is a choice: every batch, best of all
+        table = self._set_oracle.table if self._set_oracle is not None and not choices else None
+        if key is not None and table is not None:
+            # the base scenario's table holds every point's families, cost and finish: the same
+            # answer as an enumeration (same values, same order on ties), without one
+            found = table.best(table.mask(enforce, cards=self.req.cards), key[0])
+            self._memo[key] = evaluate(sc, table.space.plan(found[0])) if found else None
+            return self._memo[key]
+        if space is None and not base and self.keep and not choices:
+            space = self.narrowed(sc, self.keep & enforce, self.keep_vars)
+            if space is EMPTY:
+                return None  # no plan meets the families this change leaves as they were
         try:
             space = space or (None if choices else Space.from_scenario(sc))
         except InputError:
@@ -118,6 +138,34 @@ class Context:
 
     def feasible(self, sc: Scenario, drop=()) -> Evaluation | None:
         return self.best(sc, drop=drop)
+
+    def narrowed(self, sc: Scenario, families, variables=VARS) -> "Space | None":
+        """``sc``'s search space with each variable restricted to the values that some point of the
+        base scenario meeting ``families`` takes (``EMPTY`` when no point does; None without a base
+        table, i.e. for spaces too large to enumerate, or when ``families`` is empty).
+
+        Exact for a scenario that differs from the base one only in inputs that leave ``families``
+        as they were (each relaxation names the families its input enters): a plan of ``sc`` meeting
+        them is a base point meeting them, so its value of every variable is kept. The layouts that no
+        deadline, budget or efficiency can rescue (memory, divisibility, ...) drop out of every
+        re-solve; the 405B example of the README shrinks from 49,152 plans to 13,824 (pp 4 and 8 do
+        not divide its 126 layers).
+        """
+        if not families:
+            return None
+        oracle = self.set_oracle()
+        table = oracle.table
+        if table is None:
+            return None
+        m = table.mask([f for f in FAMILIES if f in families])
+        if not m.any():
+            return EMPTY
+        dom = table.space.domains
+        restrict = {v: [dom[v][i] for i in np.unique(table.idx[v][m])] for v in variables}
+        try:
+            return Space.from_scenario(sc, restrict=restrict)
+        except InputError:
+            return EMPTY
 
     def set_oracle(self, space: Space | None = None) -> "_SetOracle":
         """Which sets of families admit a plan of this context's scenario (built once, cached)."""
@@ -211,29 +259,37 @@ EVIDENCE = {"deadline.finish": ("finish_s", "time", "the fastest plan"),
 
 
 def conflict_detail(ctx: Context, core: list[str]) -> list[dict]:
-    """For each family f of an irreducible conflict C, the plan meeting C \\ {f} that comes closest
-    to f (least finish time, memory or cards; the cheapest for other families, or when the space is
-    too large to enumerate) and how far it breaks f."""
+    """For each family f of an irreducible conflict C, the plan meeting every other enforced family
+    (those of C and all the rest) that comes closest to f -- least finish time, memory or cards; the
+    cheapest for other families, or when the space is too large to enumerate -- and how far it breaks f.
+
+    Only such a plan shows what f alone costs: a plan that met C's other families but broke one
+    outside C (memory, say) would be no plan at all. When the other families admit no plan either
+    (a second conflict that does not involve f), no plan is named.
+    """
     from tpopt.optimizer.report import TABLE_LIMIT
 
     small = Space.from_scenario(ctx.sc).size() <= TABLE_LIMIT
     out = []
     for f in core:
         metric, objective, words = EVIDENCE.get(f, (None, "cost", "the cheapest plan"))
-        rest = [g for g in core if g != f]
+        others = [g for g in ctx.enforced if g != f]
         if metric is not None and small:
-            found = argmin_metric(ctx, metric, rest)
+            found = argmin_metric(ctx, metric, others)
             ev = found[1] if found else None
         else:
             objective = objective or "cost"
             words = words if objective == "time" else "the cheapest plan"
-            ev = ctx.best(objective=objective, drop=[g for g in ctx.enforced if g not in set(rest)])
+            ev = ctx.best(objective=objective, drop=[f])
         d = {"name": f, "rule": SPEC[f].doc if f in SPEC else f, "closest": words}
         if ev is not None:
             c = _check(ev, f)
             d["plan"] = plan_summary(ev)
+            d["violates"] = [v.name for v in ev.violated() if v.name in ctx.enforced]
             if c is not None:
                 d.update({"value": c.value, "limit": c.limit, "unit": c.unit})
+        else:
+            d["note"] = "no plan meets all the other constraints either (a second conflict does not involve it)"
         out.append(d)
     return out
 
@@ -543,9 +599,13 @@ def argmin_metric(ctx: Context, metric: str, families, sc: Scenario | None = Non
     exact evaluator; ties go to the first point in enumeration order. None if no such plan."""
     from tpopt.optimizer.enumerate import NUMERIC_AXES, chunks
 
+    fams = list(families)
+    if sc is None and space is None:
+        space = ctx.narrowed(ctx.sc, frozenset(fams))  # only points meeting ``families`` can answer
+        if space is EMPTY:
+            return None
     sc = sc or ctx.sc
     space = space or Space.from_scenario(sc)
-    fams = list(families)
     best = None
     for fixed, idx_lists, shape, r in chunks(space):
         ok = np.ones(shape, dtype=bool)
@@ -777,9 +837,11 @@ def relax_tokens(ctx: Context, core=None, fastest="unset") -> Relaxation:
     def ok(i):
         return ctx.feasible(with_tokens(sc, i * tps)) if i >= 1 else None
 
-    if i_star < 1 or ok(1) is None:
+    if i_star < 1:
         return _cannot(p, d0 / 1e9, "not even one optimizer step fits", method, core)
     if ok(i_star) is None:  # floating point, or a budget cap: bisection for the largest feasible
+        if ok(1) is None:
+            return _cannot(p, d0 / 1e9, "not even one optimizer step fits", method, core)
         lo, hi = 1, i_star  # lo feasible, hi infeasible
         while hi - lo > 1:
             m = (lo + hi) // 2
@@ -848,6 +910,10 @@ def relax_accelerator(ctx: Context, core=None) -> Relaxation:
     current = ", ".join(ctx.sc.search.accelerators or tuple(ctx.sc.systems))
     method = "cheapest plan with each catalog accelerator as the only hardware"
     options = []
+    # the layout rules that depend on the model and the batch alone hold on any card: each card's
+    # search keeps only layouts that meet them (see Context.narrowed)
+    ctx.keep = frozenset(MODEL_FAMILIES) & ctx.enforced
+    ctx.keep_vars = tuple(v for v in VARS if v not in ("acc", "nics"))
     for name in ctx.catalog.accelerators:
         entry = {"accelerator": name, "current": name in ctx.sc.systems}
         try:
@@ -879,21 +945,31 @@ RELAXATIONS = ("deadline", "max_cards", "tokens", "efficiency", "usable_memory",
 
 
 def relaxations(sc: Scenario, backend: str = "cpsat", req: Request | None = None, *, raw: dict | None = None,
-                catalog=None, core: list[str] | None = None, enforced=None, only=None) -> list[Relaxation]:
+                catalog=None, core: list[str] | None = None, enforced=None, only=None, ctx: Context | None = None,
+                progress=None) -> list[Relaxation]:
     """The smallest single change of each relaxable input that makes the request feasible.
 
     ``raw`` (the scenario's raw tables with the command-line overrides applied) and ``catalog`` are
     used by the accelerator relaxation. For an input that cannot help, ``blocked_by`` names an
     irreducible conflict among the families it does not enter, when there is one. ``core`` is
-    accepted for callers that have the conflict at hand. ``only`` restricts the inputs.
+    accepted for callers that have the conflict at hand. ``only`` restricts the inputs. ``ctx`` (a
+    :class:`Context` of the same request) shares its solves and tables; ``progress(text)`` is told
+    which input is being relaxed.
+
+    Each input's re-solves search only the layouts that meet the families the input does not enter
+    (:meth:`Context.narrowed`): exact, and much smaller when memory or divisibility rule most out.
     """
     req = req or Request()
-    ctx = Context.of(sc, backend, req, enforced, raw, catalog)
+    if ctx is None:
+        ctx = Context.of(sc, backend, req, enforced, raw, catalog)
     names = [n for n in RELAXATIONS if only is None or n in only]
     shared = {}
     out = []
-    for name in names:
+    for k, name in enumerate(names):
         t0, s0 = time.perf_counter(), ctx.solves
+        if progress is not None:
+            progress(f"smallest change of the {PARAMS[name].label} ({k + 1}/{len(names)})")
+        ctx.keep = frozenset(ctx.enforced) - set(PARAMS[name].affects)
         try:
             if name in ("tokens", "reserved"):
                 if "fastest" not in shared:
@@ -907,12 +983,66 @@ def relaxations(sc: Scenario, backend: str = "cpsat", req: Request | None = None
         except Undecided as exc:
             p = PARAMS[name]
             r = _relaxation(p, None, required=None, helps=None, note=str(exc), method="undecided")
+        finally:
+            ctx.keep, ctx.keep_vars = None, VARS
         if r is None:
             continue
         if r.helps is False and not r.blocked_by and name != "accelerator":
             r.blocked_by = other_conflict(ctx, PARAMS[name].affects)
         r.seconds, r.solves = time.perf_counter() - t0, ctx.solves - s0
         out.append(r)
+    return out
+
+
+def infeasibility(sc: Scenario, space: Space, backend: str, req: Request, enforced=None, *, raw: dict | None = None,
+                  catalog=None, progress=None) -> dict:
+    """Everything said about a request proven to have no plan: an irreducible conflict, each of its
+    families' closest plan meeting all the others, and the smallest single change of each input.
+
+    ``progress(text)`` (optional) is told each step as it starts. Returns a JSON-ready dict with
+    ``conflict`` (family names), ``conflict_detail`` and ``relaxations`` (:meth:`Relaxation.as_dict`).
+    """
+    tell = progress or (lambda text: None)
+    ctx = Context.of(sc, backend, req, enforced, raw, catalog)
+    tell("a minimal set of conflicting constraints")
+    core = minimal_conflict(space, ctx.backend, req, ctx.enforced, ctx=ctx) or []
+    tell("the plans closest to each conflicting constraint")
+    detail = conflict_detail(ctx, core)
+    rels = relaxations(sc, ctx.backend, req, raw=raw, catalog=catalog, core=core, enforced=ctx.enforced, ctx=ctx,
+                       progress=progress)
+    return {"conflict": core, "conflict_detail": detail, "relaxations": [r.as_dict() for r in rels]}
+
+
+def explain_request(sc: Scenario, backend: str = "cpsat", req: Request | None = None, *, raw: dict | None = None,
+                    catalog=None, progress=None) -> dict:
+    """The request as a whole, as ``tpopt explain`` reports it (a JSON-ready dict).
+
+    Solved first; with a plan: the optimum and the families that bind it (dropping one alone admits
+    a better plan); without one: :func:`infeasibility` when infeasibility is proven (``status``
+    ``infeasible``), empty conflict and relaxations when the solver ran out of time (``unknown``).
+    """
+    from tpopt.optimizer.core import solve
+    from tpopt.optimizer.report import binding_families, make_oracle
+
+    req = req or Request()
+    tell = progress or (lambda text: None)
+    space = Space.from_scenario(sc)
+    tell("the optimum")
+    result = solve(sc, backend, req, space=space)
+    out = {"status": result.status.value, "objective": result.objective, "solver": result.solver.as_dict(),
+           "conflict": [], "conflict_detail": [], "relaxations": []}
+    if not result.feasible:
+        if result.status == Status.INFEASIBLE:
+            out.update(infeasibility(sc, space, backend, req, result.enforced, raw=raw, catalog=catalog,
+                                     progress=progress))
+        return out
+    best = result.best
+    tell("the constraints that bind the optimum")
+    oracle = make_oracle(space, backend, req)
+    binds = binding_families(oracle, best, req.objective, set(result.enforced))
+    out.update({"plan": best.plan_dict(), "cost": best.metrics["cost"], "cost_unit": best.metrics["cost_unit"],
+                "finish_days": best.metrics["finish_days"],
+                "binding": [b.as_dict(best, req.objective) for b in binds]})
     return out
 
 
@@ -1062,7 +1192,7 @@ def sensitivities(sc: Scenario, backend: str = "cpsat", req: Request | None = No
     return out
 
 
-__all__ = ["conflict", "minimal_conflict", "conflict_detail", "relaxations", "Relaxation", "RELAXATIONS",
-           "explain_plan", "sensitivities", "Context", "Undecided", "DELETION_ORDER", "PARAMS",
+__all__ = ["conflict", "minimal_conflict", "conflict_detail", "relaxations", "infeasibility", "explain_request",
+           "Relaxation", "RELAXATIONS", "explain_plan", "sensitivities", "Context", "Undecided", "DELETION_ORDER", "PARAMS",
            "with_deadline", "with_reserved", "with_tokens", "with_max_cards", "with_max_cost", "with_efficiency",
            "with_usable_memory", "with_nic_factor"]

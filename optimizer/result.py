@@ -64,6 +64,19 @@ class SolveResult:
     def feasible(self) -> bool:
         return self.status in (Status.OPTIMAL, Status.FEASIBLE) and bool(self.plans)
 
+    def to_dict(self) -> dict:
+        """Status, objective, solver statistics and every plan returned (best first, with ``rank``)."""
+        return {"status": self.status.value, "objective": self.objective, "solver": self.solver.as_dict(),
+                "enforced": list(self.enforced),
+                "plans": [dict(ev.as_dict(), rank=i + 1) for i, ev in enumerate(self.plans)]}
+
+    def to_frame(self):
+        """One row per plan returned (best first): ``rank``, the plan's fields, every metric and
+        ``feasible``; integer columns (cards, tp, zero_stage, ...) stay integers. Empty when no plan."""
+        from tpopt.frames import records_frame
+
+        return records_frame([{"rank": i + 1, **ev.row()} for i, ev in enumerate(self.plans)])
+
 
 def objective_key(ev: Evaluation, objective: str) -> tuple:
     """Lexicographic objective of an evaluated plan: (cost, finish) or (finish, cost).

@@ -234,9 +234,11 @@ def brute_force(sc, objective):
     for b in outer.batch_choices(sc):
         dom = Space.from_scenario(replace(sc, task=sc.task.at_batch(b), search=replace(sc.search, global_batch=()))
                                   ).domains
-        for acc, tp, dp, mb, z in itertools.product(dom["acc"], dom["tp"], dom["dp"], dom["mb"], dom["zero"]):
+        for acc, tp, dp, mb, z, tau, mode in itertools.product(dom["acc"], dom["tp"], dom["dp"], dom["mb"],
+                                                               dom["zero"], dom["tau"], dom["mode"]):
             ev = evaluate(sc, Plan(accelerator=acc, cards=tp * dp, zero_stage=z, tp=tp, pp=1, micro_batch=mb,
-                                   recompute=dom["recompute"][0], save_interval_s=dom["tau"][0], global_batch=b))
+                                   recompute=dom["recompute"][0], save_interval_s=tau, save_mode=mode,
+                                   global_batch=b))
             if not ev.feasible:
                 continue
             key = (ev.metrics["cost"], ev.metrics["finish_days"]) if objective == "cost" else \

@@ -379,3 +379,48 @@ def test_sensitivity_of_a_deadline_that_just_admits_32_cards(design_path):
 
 def test_sensitivities_of_infeasible_request_are_empty(design_path):
     assert sensitivities(scenario(design_path, INFEASIBLE), "enumerate", REQ) == []
+
+
+# --- issue 14: the plans a conflict names meet every other family; narrowed re-solves are exact ----------
+
+OPEN_ZERO = dict(INFEASIBLE, **{"search.zero_stage": [0, 1, 2, 3]})
+
+
+def test_conflict_names_only_plans_meeting_every_other_family(design_path):
+    # With ZeRO 0-3 open and 32 cards at most, the fastest plan that meets cards.max *alone* is ZeRO-0
+    # (no parameter gathers), which needs 16 N = 122 GiB per card (REFERENCE 10.2) against 22 GiB: it is
+    # no plan at all. The plan shown for deadline.finish must meet memory too: ZeRO-3 at 32 cards,
+    # 34.33 d (REFERENCE 10.6), and the plan shown for cards.max must be the 48-card ZeRO-3 plan.
+    raw = raw_of(design_path, OPEN_ZERO)
+    sc = build_scenario(raw)
+    ctx = Context.of(sc, "cpsat", REQ)
+    core = minimal_conflict(Space.from_scenario(sc), "cpsat", REQ, ctx=ctx)
+    assert core == ["deadline.finish", "cards.max"]
+    detail = {d["name"]: d for d in conflict_detail(ctx, core)}
+    for name, d in detail.items():
+        assert d["violates"] == [name], d  # the named plan breaks the conflict's family and nothing else
+        assert d["plan"]["zero_stage"] == 3
+    assert detail["deadline.finish"]["plan"]["cards"] == 32 and round(detail["deadline.finish"]["value"], 2) == 34.33
+    assert detail["cards.max"]["plan"]["cards"] == 48
+    assert 16 * N_QWEN3_8B / GIB > 22  # why ZeRO-0 was never a plan: 122.1 GiB of states alone
+
+
+def _without_narrowing(monkeypatch):
+    monkeypatch.setattr(Context, "narrowed", lambda self, sc, families, variables=None: None)
+
+
+@pytest.mark.parametrize("overrides", [OPEN_ZERO, dict(OPEN_ZERO, **{"search.micro_batch": [1, 2], "search.tp": [1, 2],
+                                                                    "schedule.reserved": "8d"})])
+def test_narrowed_resolves_give_the_same_relaxations(design_path, overrides, monkeypatch):
+    # Context.narrowed restricts each re-solve to the layouts meeting the families the relaxed input does
+    # not enter; it must never change an answer (value, plan, verdict) -- only the work.
+    raw = raw_of(design_path, overrides)
+    sc = build_scenario(raw)
+
+    def answers():
+        return [{k: v for k, v in r.as_dict().items() if k not in ("seconds", "solves")}
+                for r in relaxations(sc, "cpsat", REQ, raw=raw)]
+
+    fast = answers()
+    _without_narrowing(monkeypatch)
+    assert answers() == fast

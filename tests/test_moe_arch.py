@@ -63,7 +63,7 @@ def test_planner_uses_total_states_and_activated_flops(design_path, tmp_path):
     (tmp_path / "s.toml").write_text(text)
     r = CliRunner().invoke(cli, ["evaluate", "--scenario", str(tmp_path / "s.toml"), "--cards", "48", "--zero", "3",
                                  "--json"])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code in (0, 3), r.output  # 3: evaluated, but the plan misses a constraint (README exit codes)
     m = json.loads(r.stdout)["metrics"]
     attn, router, expert = 2 * 2048 * 4096 + 2 * 2048 * 512, 2048 * 128, 3 * 2048 * 768
     n_total = 48 * (attn + 2 * 2048 + 2 * 128 + router + 128 * expert) + 2 * 151936 * 2048 + 2048
@@ -117,4 +117,5 @@ def test_user_catalog_moe_model_plans(tmp_path, design_path):
     (tmp_path / "s.toml").write_text(text)
     r = CliRunner().invoke(cli, ["evaluate", "--scenario", str(tmp_path / "s.toml"), "--catalog", str(d),
                                  "--cards", "8", "--json"])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code in (0, 3), r.output  # 3: evaluated, but the plan misses a constraint (README exit codes)
+    assert json.loads(r.stdout)["plan"]["cards"] == 8

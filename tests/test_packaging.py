@@ -45,6 +45,13 @@ def test_every_subpackage_is_in_the_wheel(wheel):
             assert f"tpopt/{sub}/{py.name}" in names, py
 
 
+def test_api_main_and_type_marker_are_in_the_wheel(wheel):
+    names = set(wheel.namelist())
+    for f in ("api.py", "frames.py", "__main__.py", "py.typed"):
+        assert f"tpopt/{f}" in names, f
+    assert "tpopt/catalogs/design-case.toml" in names  # the built-in default scenario
+
+
 def test_catalog_files_are_in_the_wheel(wheel):
     names = set(wheel.namelist())
     tomls = list((ROOT / "catalogs").glob("*.toml"))
@@ -68,8 +75,8 @@ def test_readme_commands_and_ci_agree():
     """The README's first lines give the install-and-solve and the test commands; .ci/run runs the latter."""
     lines = [ln for ln in (ROOT / "README.md").read_text().splitlines() if ln.startswith("python3 -m venv")]
     main_cmd, test_cmd = lines[0], lines[1]
-    assert "tpopt solve --scenario examples/design-case.toml" in main_cmd
-    assert (ROOT / "examples" / "design-case.toml").exists()
+    assert main_cmd.endswith("tpopt solve --deadline 30d --hw rtx4090")  # the built-in design case
+    assert (ROOT / "catalogs" / "design-case.toml").exists() and (ROOT / "examples" / "design-case.toml").exists()
     assert "pytest" in test_cmd
     ci = (ROOT / ".ci" / "run").read_text()
     assert test_cmd in ci.splitlines()

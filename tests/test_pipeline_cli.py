@@ -125,7 +125,7 @@ def test_plot_with_json_keeps_stdout_json(tmp_path):
     (["--schedule", "1f1b", *EXAMPLE, "--split-backward", "--backward-weight", "5ms"], "not both"),
     (["--schedule", "dualpipe-deepseek", "-p", "4", "-m", "6", "--forward", "1ms", "--backward", "2ms"], "even"),
     (["--schedule", "1f1b", *EXAMPLE, "--layers", "36"], "interleaved only"),
-    (["--schedule", "1f1b", *EXAMPLE, "--plot", "out.pdf"], ".svg or .png"),
+    (["--schedule", "1f1b", *EXAMPLE, "--plot", "out.eps"], ".pdf, .svg or .png"),
     (["--schedule", "1f1b", *EXAMPLE, "--activation", "230"], "needs a unit"),
     (["--schedule", "1f1b", *EXAMPLE[:4], "--forward", "1ms,2ms", "--backward", "2ms"], "one per stage"),
 ])

@@ -125,7 +125,7 @@ def test_bad_rl_input_one_line_exit_2(tmp_path, name):
 @pytest.mark.parametrize("args,needle", [
     (("--tokens", "1B"), "--tokens does not apply"),
     (("--kept", "1.5"), "kept"),
-    (("--plot", "cycle.txt"), ".svg or .png"),
+    (("--plot", "cycle.txt"), ".pdf, .svg or .png"),
     (("--deadline", "30x"), "unknown unit"),
     (("--hw", "no-such-card"), "unknown accelerator"),
 ])

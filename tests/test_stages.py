@@ -41,7 +41,7 @@ def staged_raw(deadline="30d", max_cost=None, tokens=("90B", "10B"), seqs=(8192,
         "hardware": {"accelerator": "rtx4090", "usable_memory": "22GiB", "efficiency": 0.4, "cards_per_host": 8},
         "memory": {"activation_reserve": "10GiB"},
         "input": {"workers_per_host": 4, "sequences_per_worker_s": 2, "wait": "0.5s"},
-        "checkpoint": {"write_bandwidth": "7GB/s", "restore": "120s", "save_interval": "1800s"},
+        "checkpoint": {"write_bandwidth": "7GB/s", "restore": "120s", "save_interval": "1800s", "mode": "sync"},
         "search": {"zero_stage": [3], "tp": [1], "pp": [1], "micro_batch": [1], "max_cards": 1024},
     }
     if max_cost is not None:

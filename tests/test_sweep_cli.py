@@ -132,9 +132,10 @@ def test_plots_svg(tmp_path):
     assert any(t.startswith("Pareto front") for t in texts)
     assert {"series-0", "series-1", "series-2", "pareto-front", "infeasible-region", "infeasible-0"} <= _svg_ids(p)
     texts = _svg_texts(b)
-    assert {"rtx4090 x 32", "rtx4090 x 48", "deadline 30 d", "base training", "checkpoint/failure overhead",
-            "reserved"} <= set(texts)
-    assert {"part-train_days", "part-overhead_days", "part-reserved_days", "deadline"} <= _svg_ids(b)
+    # several deadlines swept: the band of swept deadlines, not only the scenario's own 30 d (issue 14)
+    assert {"rtx4090 x 32", "rtx4090 x 48", "deadlines swept 20-40 d", "base training",
+            "checkpoint/failure overhead", "reserved"} <= set(texts)
+    assert {"part-train_days", "part-overhead_days", "part-reserved_days", "deadline-range"} <= _svg_ids(b)
     # deterministic SVG
     p2 = tmp_path / "again.svg"
     run(["--hw", "rtx4090,h100-sxm,a100-80gb-sxm", "--deadline", "20d:40d:2d", "--plot", str(p2), "-q"])
@@ -168,7 +169,7 @@ def assert_one_line_error(code, out, err, needle):
     (["--hw", "rtx4090,tpu-v9"], "unknown accelerator 'tpu-v9'"),
     (["--max-cards", "8:64"], "not a range"),
     (["--workers", "0"], "--workers"),
-    (["--plot", "x.pdf"], "must end in .svg, .png"),
+    (["--plot", "x.eps"], "must end in .pdf, .svg, .png"),
     (["--out", "/nonexistent-dir/r.csv"], "does not exist"),
     (["--out", "r.xlsx"], "must end in .csv, .parquet, .json"),
     (["--breakdown-cards", "32"], "needs --plot-breakdown"),

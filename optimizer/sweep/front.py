@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from tpopt.models.units import DAY
+from tpopt.models.units import DAY, fmt_count
 from tpopt.optimizer.sweep.rows import FEASIBLE, NO_ANSWER, PLAN_COLUMNS, case_of, make_row
 from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, Point, SweepSpec
 from tpopt.optimizer.sweep.tasks import _payload, group_scenario, space_size
@@ -104,7 +104,7 @@ def case_label(case: tuple, spec: SweepSpec) -> str:
     tokens, eff, price, reserved, seq = case
     parts = []
     if len(spec.values["tokens"]) > 1:
-        parts.append(f"{tokens / 1e9:g}B tok")
+        parts.append(f"{fmt_count(tokens)} tok")
     if len(spec.values["efficiency"]) > 1:
         parts.append(f"MFU {eff * 100:g}%")
     if len(spec.values["card_hour"]) > 1:
@@ -182,7 +182,9 @@ def breakdown_bars(result: SweepResult, cards=None) -> tuple[list[dict], list[st
         for e in result.front():
             rng = (f"{e['deadline_min_days']:g} d" if e["deadline_min_days"] == e["deadline_max_days"]
                    else f"{e['deadline_min_days']:g}-{e['deadline_max_days']:g} d")
-            bars.append(_bar(f"{e['accelerator']} x {e['cards']}", e, note=f"optimal for deadlines {rng}"))
+            clabel = case_label((e["tokens"], e["efficiency"], e["card_hour"], e["reserved_days"]), spec)
+            bars.append(_bar(f"{e['accelerator']} x {e['cards']}" + (f" ({clabel})" if clabel else ""), e,
+                             note=f"optimal for deadlines {rng}"))
         return bars, []
     from tpopt.models.evaluate import evaluate
     from tpopt.optimizer.core import solve

@@ -210,6 +210,12 @@ class SweepSpec:
         return out + [k for k, vals in self.values.items() if len(vals) > 1]
 
     @property
+    def deadline_range_days(self) -> tuple[float, float]:
+        """The swept deadlines' (first, last) in days (equal when one deadline is swept)."""
+        d = self.values["deadline"]
+        return (min(d) / DAY, max(d) / DAY)
+
+    @property
     def plot_deadline_days(self) -> float:
         """The deadline drawn on the breakdown plot: the single swept value, else the scenario's own."""
         d = self.values["deadline"]

@@ -1,0 +1,287 @@
+"""The Python API: the same answers as the ``tpopt`` commands, as objects.
+
+    import tpopt
+
+    sc = tpopt.scenario(deadline="30d", hw="rtx4090")     # the built-in design case, two inputs changed
+    result = tpopt.solve(sc)                              # proven optimal: rtx4090 x 48
+    result.best.plan.cards, result.best.metrics["cost"]
+    result.to_frame()                                     # pandas, one row per plan
+
+A scenario comes from the built-in design case (no source), a TOML file, or a mapping of tables as a
+TOML file would give them; inputs are changed with natural names (``deadline``, ``tokens``, ``hw``,
+``efficiency``, ``max_cards``, ... -- any key of one scenario table) or dotted ``table.key`` names,
+given as a mapping or as keyword arguments. Values carry their units exactly as in a scenario file
+(``"30d"``, ``"1.5T"``, ``"45%"``, ``"22GiB"``). Every function also takes such a source in place of a
+built scenario, so ``tpopt.solve(deadline="20d")`` works too.
+
+Bad input raises :class:`tpopt.InputError` with the one-line message the command line prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from os import PathLike
+from typing import TYPE_CHECKING, Any, Union
+
+from tpopt.models.plan import Scenario
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import pandas
+
+    from tpopt.models.evaluate import Evaluation
+    from tpopt.optimizer.result import SolveResult
+
+Source = Union[str, "PathLike[str]", Mapping, Scenario, None]
+
+__all__ = ["LoadedScenario", "Explanation", "SweepTable", "scenario", "solve", "evaluate", "explain", "sweep"]
+
+PLAN_FIELDS = ("accelerator", "cards", "zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "schedule",
+               "save_interval", "save_mode", "nics_per_host")
+
+
+@dataclass(frozen=True)
+class LoadedScenario(Scenario):
+    """A built :class:`~tpopt.models.plan.Scenario` that remembers where it came from: its raw tables
+    (overrides applied) and catalog directories, so that a sweep, an explanation (which rebuilds the
+    scenario for other accelerators) or further overrides start from the same inputs."""
+
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+    catalog_dirs: tuple = field(default=(), compare=False, repr=False)
+    builtin: bool = field(default=False, compare=False, repr=False)
+
+
+def scenario(source: Source = None, overrides: Mapping | None = None, /, *, catalog=(), **inputs: Any
+             ) -> LoadedScenario:
+    """Build a scenario.
+
+    ``source``: None (the built-in design case: Qwen3-8B, 100B tokens, 8,192 x 384, RTX 4090 hosts,
+    30 d with 5 d reserved), a TOML file path, a mapping of tables (``{"model": {"name": ...},
+    "task": {...}, ...}``), or a scenario built here before (its inputs are reused). ``overrides`` and
+    keyword ``inputs``: natural names (``deadline="30d"``, ``hw="h100-sxm,b200"``) or ``"table.key"``.
+    A mapping whose values are not all tables is read as overrides of the built-in design case, so
+    ``tpopt.scenario({"deadline": "30d"})`` works. ``catalog``: extra catalog directories.
+    """
+    from tpopt.catalogs import load_catalog
+    from tpopt.catalogs.scenario import BUILTIN_SCENARIO, build_scenario, read_scenario_file, with_overrides
+
+    ov = dict(overrides or {})
+    ov.update(inputs)
+    dirs = tuple(str(d) for d in ((catalog,) if isinstance(catalog, (str, PathLike)) else catalog))
+    builtin = False
+    if isinstance(source, LoadedScenario):
+        raw, dirs, builtin = source.raw, dirs or source.catalog_dirs, source.builtin
+    elif isinstance(source, Scenario):
+        if ov or dirs:
+            from tpopt.errors import InputError
+
+            raise InputError("overrides need the scenario's inputs: build it with tpopt.scenario(...) first")
+        return LoadedScenario(**{f.name: getattr(source, f.name) for f in fields(Scenario)})
+    elif isinstance(source, Mapping) and not all(isinstance(v, Mapping) for v in source.values()):
+        raw, builtin = read_scenario_file(BUILTIN_SCENARIO), True
+        ov = {**dict(source), **ov}
+    elif source is None:
+        raw, builtin = read_scenario_file(BUILTIN_SCENARIO), True
+    else:
+        raw = read_scenario_file(source)
+    if ov:
+        raw = with_overrides(raw, ov)
+    built = build_scenario(raw, load_catalog(dirs))
+    return LoadedScenario(**{f.name: getattr(built, f.name) for f in fields(Scenario)}, raw=raw, catalog_dirs=dirs,
+                          builtin=builtin)
+
+
+def _split(kw: dict, names) -> tuple[dict, dict]:
+    picked = {k: kw.pop(k) for k in list(kw) if k in names}
+    return picked, kw
+
+
+def _scenario_of(source: Source, inputs: dict) -> LoadedScenario:
+    if isinstance(source, LoadedScenario) and not inputs:
+        return source
+    return scenario(source, inputs)
+
+
+def _request(objective: str, top: int, time_limit: float, seed: int, workers: int, method: str):
+    from tpopt.errors import InputError
+    from tpopt.optimizer.result import Request
+
+    if objective not in ("cost", "time"):
+        raise InputError(f"objective must be 'cost' or 'time' (got {objective!r})")
+    if top < 1:
+        raise InputError("top must be at least 1")
+    if not time_limit > 0:
+        raise InputError("time_limit must be positive")
+    return Request(objective=objective, top=top, time_limit=float(time_limit), seed=seed, workers=max(1, workers),
+                   method=method)
+
+
+def solve(source: Source = None, /, *, solver: str = "cpsat", objective: str = "cost", top: int = 1,
+          time_limit: float = 60.0, seed: int = 0, workers: int = 1, method: str = "auto",
+          **inputs: Any) -> SolveResult:
+    """The cost-minimal (``objective="time"``: fastest) plan, proven optimal: a
+    :class:`~tpopt.optimizer.result.SolveResult` (``.status``, ``.best``, ``.plans``, ``.to_frame()``,
+    ``.to_dict()``). ``solver``: ``cpsat``, ``highs`` or ``enumerate``; keyword ``inputs`` change the
+    scenario (``deadline="20d"``). Deterministic with the default seed and one worker."""
+    from tpopt.errors import InputError
+    from tpopt.optimizer.core import solve as run
+    from tpopt.optimizer.space import Space
+
+    if solver not in ("cpsat", "highs", "enumerate") and not str(solver).startswith("pyomo:"):
+        raise InputError(f"unknown solver {solver!r} (use cpsat, highs or enumerate)")
+    sc = _scenario_of(source, inputs)
+    req = _request(objective, top, time_limit, seed, workers, method)
+    return run(sc, solver, req, space=Space.from_scenario(sc))
+
+
+def _plan(sc: Scenario, plan_kw: dict):
+    from tpopt.cli.common import plan_from
+
+    kw = {"hw": plan_kw.pop("accelerator", None), "pipe_schedule": plan_kw.pop("schedule", None), **plan_kw}
+    if kw.get("cards") is None:
+        from tpopt.errors import InputError
+
+        raise InputError("give the plan's cards (e.g. cards=48)")
+    return plan_from(sc, kw)
+
+
+def evaluate(source: Source = None, /, *, cards: int | None = None, **inputs: Any) -> Evaluation:
+    """One fixed plan: memory, step time, finish time, cost and every constraint check (the chapter's
+    10.6.1 table), as an :class:`~tpopt.models.evaluate.Evaluation` (``.feasible``, ``.metrics``,
+    ``.violated()``, ``.to_frame()``, ``.to_dict()``).
+
+    Plan fields (``cards``, ``accelerator``, ``zero_stage``, ``tp``, ``pp``, ``micro_batch``,
+    ``recompute``, ``offload``, ``schedule``, ``save_interval``, ``save_mode``, ``nics_per_host``) fix
+    the plan; fields left out take the scenario's single-valued ``[search]`` domain (or its first value);
+    every other keyword changes the scenario."""
+    from tpopt.models.evaluate import evaluate as run
+
+    plan_kw, rest = _split(dict(inputs), PLAN_FIELDS)
+    sc = _scenario_of(source, rest)
+    return run(sc, _plan(sc, dict(plan_kw, cards=cards)))
+
+
+@dataclass
+class Explanation:
+    """What ``tpopt explain`` reports, as data: ``status`` (``optimal``/``feasible`` for a request with
+    a plan, ``infeasible``/``unknown`` without one; ``feasible``/``infeasible`` for a given plan), and
+    the report itself (:meth:`to_dict`: the command's JSON). ``str()`` gives the command's text."""
+
+    kind: str  # "request" or "plan"
+    report: dict
+    scenario: LoadedScenario
+
+    @property
+    def status(self) -> str:
+        return self.report["status"]
+
+    @property
+    def feasible(self) -> bool:
+        return self.status in ("optimal", "feasible")
+
+    @property
+    def conflict(self) -> list[str]:
+        """An irreducible set of constraint families that cannot hold together ([] when feasible)."""
+        return list(self.report.get("conflict", []))
+
+    def to_dict(self) -> dict:
+        return self.report
+
+    def to_frame(self) -> pandas.DataFrame:
+        """Rows worth a table: the smallest single changes (a request without a plan), the binding
+        families (a request with one), or the constraint checks that fail or are tightest (a plan)."""
+        from tpopt.frames import records_frame
+
+        r = self.report
+        if self.kind == "plan":
+            rows = [dict(v, violated=True) for v in r["violated"]] or [dict(t, violated=False) for t in r["tightness"]]
+        elif self.feasible:
+            rows = [{"name": b["name"], "objective_without": b["objective_without"],
+                     **{f"without_{k}": v for k, v in b["plan_without"].items()}} for b in r.get("binding", [])]
+        else:
+            rows = [{k: v for k, v in x.items() if k not in ("plan", "apply", "options", "blocked_by")}
+                    for x in r.get("relaxations", [])]
+        return records_frame(rows)
+
+    def __str__(self) -> str:
+        from tpopt.cli.explain_text import infeasible_lines, plan_lines, request_lines
+
+        if self.kind == "plan":
+            lines = plan_lines(self.report, self.scenario)
+        elif self.feasible:
+            lines = request_lines(self.report, self.scenario)
+        else:
+            lines = infeasible_lines(self.report, self.scenario, "explain")
+        return "\n".join(lines) + "\n"
+
+
+def explain(source: Source = None, /, *, cards: int | None = None, solver: str = "cpsat", objective: str = "cost",
+            time_limit: float = 60.0, seed: int = 0, workers: int = 1, method: str = "auto",
+            **inputs: Any) -> Explanation:
+    """Why a request (no ``cards``) or a plan (``cards=...`` and other plan fields, as in
+    :func:`evaluate`) is infeasible, or what limits it: a minimal conflict and the smallest single
+    change of each input that fixes the request; the constraints a plan violates, or how tight each is."""
+    from tpopt.catalogs import load_catalog
+    from tpopt.optimizer.explain import explain_plan, explain_request
+
+    plan_kw, rest = _split(dict(inputs), PLAN_FIELDS)
+    sc = _scenario_of(source, rest)
+    req = _request(objective, 1, time_limit, seed, workers, method)
+    if cards is None:
+        if plan_kw:
+            from tpopt.errors import InputError
+
+            raise InputError(f"{sorted(plan_kw)[0]} describes a plan: give cards too (or drop it to explain the "
+                             "request)")
+        report = explain_request(sc, solver, req, raw=sc.raw or None, catalog=load_catalog(sc.catalog_dirs))
+        return Explanation("request", report, sc)
+    return Explanation("plan", explain_plan(sc, _plan(sc, dict(plan_kw, cards=cards)), solver, req), sc)
+
+
+@dataclass
+class SweepTable:
+    """A sweep's rows (one per point: inputs, status, plan, cost, finish, ``pareto``) and its result."""
+
+    result: Any  # tpopt.optimizer.sweep.SweepResult
+
+    @property
+    def rows(self) -> list[dict]:
+        return self.result.rows
+
+    def front(self) -> list[dict]:
+        """The Pareto front of cost against finish time (per case)."""
+        return self.result.front()
+
+    def summary(self) -> list[dict]:
+        """Per accelerator (and case): the cheapest and the fastest feasible plan."""
+        return self.result.summary()
+
+    def to_dict(self) -> dict:
+        return {"scenario": self.result.spec.name, "points": len(self.rows), "rows": self.rows,
+                "front": self.front(), "summary": self.summary()}
+
+    def to_frame(self) -> pandas.DataFrame:
+        """One row per point (integer columns such as cards, tp and zero stay integers)."""
+        from tpopt.frames import records_frame
+
+        return records_frame(self.rows)
+
+
+def sweep(source: Source = None, /, *, hw=None, deadline=None, reserved=None, tokens=None, efficiency=None,
+          max_cards=None, card_hour=None, max_cost=None, solver: str | None = None, time_limit: float | None = None,
+          out=None, force: bool = False, workers: int | None = None, cluster: str | None = None,
+          **inputs: Any) -> SweepTable:
+    """The optimal plan at every point of a grid and the cost/finish Pareto front (``tpopt sweep``).
+
+    Each swept input is one value, a list, or a range ``"start:end:step"`` (``deadline="20d:40d:1d"``);
+    ``hw`` a list or comma string (each accelerator is its own series). ``out`` (.csv, .parquet, .json)
+    is written and resumed as by the command; ``cluster`` runs it on Dask (``"local:2"``, ``"tcp://host:8786"``).
+    Other keywords change the scenario."""
+    from tpopt.optimizer.sweep import sweep as run
+
+    sc = _scenario_of(source, inputs)
+    values = {"hw": list(hw) if isinstance(hw, tuple) else hw, "deadline": deadline, "reserved": reserved,
+              "tokens": tokens, "efficiency": efficiency, "max_cards": max_cards, "card_hour": card_hour,
+              "max_cost": max_cost, "solver": solver, "time_limit": time_limit}
+    return SweepTable(run(sc.raw, out=out, force=force, workers=workers, cluster=cluster,
+                          catalog_dirs=sc.catalog_dirs, **{k: v for k, v in values.items() if v is not None}))

@@ -1,0 +1,303 @@
+"""Text of explanations: conflicts, minimal relaxations, one plan's verdict, sensitivities.
+
+Presentation only (the numbers come from :mod:`tpopt.optimizer.explain`); used by ``tpopt explain`` and
+by ``tpopt solve`` (its infeasibility report and ``--sensitivity``).
+"""
+
+from __future__ import annotations
+
+import click
+
+from tpopt.cli.common import dump_json
+from tpopt.cli.render import change_text
+from tpopt.cli.request import raw_and_catalog
+
+# command-line flag that sets each relaxable input (None: only the scenario file can)
+FLAGS = {"deadline": "--deadline", "reserved": "--reserved", "tokens": "--tokens", "efficiency": "--efficiency",
+         "max_cards": "--max-cards", "usable_memory": "--usable-memory", "accelerator": "--hw",
+         "max_cost": "--max-cost", "nic_bandwidth": None}
+
+
+# ---------------------------------------------------------------------------------------------
+# formatting helpers
+
+
+def _num(x, digits: int = 2) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    return f"{x:,.{digits}f}"
+
+
+def _qty(x, unit: str, digits: int = 2) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    if unit == "cards":
+        return f"{x:,.0f} cards"
+    if unit == "B tokens":  # x in billions at ``digits`` decimals, printed exactly: 2T, 1.74306T, 85.23B
+        big = abs(x) >= 1000
+        text = f"{x / 1000:.{digits + 3}f}" if big else f"{x:.{digits}f}"
+        return f"{text.rstrip('0').rstrip('.') if '.' in text else text}{'T' if big else 'B'} tokens"
+    if unit in ("USD", "card-hours"):
+        return f"{x:,.2f} {unit}"
+    sep = "" if unit in ("%",) else " "
+    return f"{x:,.{digits}f}{sep}{unit}" if unit else f"{x:,.{digits}f}"
+
+
+def _plan_short(p: dict) -> str:
+    return (f"{p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, TP {p['tp']}, PP {p['pp']}, "
+            f"mb {p['micro_batch']})")
+
+
+def _money(x: float, unit: str) -> str:
+    return f"{x:,.0f} {unit}"
+
+
+def _objective_text(value: float, objective: str, unit: str) -> str:
+    return _money(value, unit) if objective == "cost" else f"{value:.2f} d"
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, str):
+        return f'"{v}"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return str(v)
+
+
+def _apply_flag(r: dict) -> str:
+    """How to apply a relaxation: the command-line flag when one override does it, else the scenario
+    edit (e.g. a per-card key inside [hardware.<name>])."""
+    apply = r.get("apply")
+    if not apply or r.get("required") is None:
+        return ""
+    flag = FLAGS.get(r["parameter"])
+    if r["parameter"] == "accelerator":
+        return f"{flag} {r['required']}"
+    if flag and len(apply) == 1:
+        return f"{flag} {next(iter(apply.values()))}"
+    edits = []
+    for key, value in apply.items():
+        table, _, k = key.partition(".")
+        if isinstance(value, dict):
+            edits += [f"[{table}.{k}] {kk} = {_toml_value(vv)}" for kk, vv in value.items()
+                      if kk in ("usable_memory", "nic")]
+        elif len(apply) == 1:
+            edits.append(f"[{table}] {k} = {_toml_value(value)}")
+    return "scenario: " + "; ".join(edits)
+
+
+# ---------------------------------------------------------------------------------------------
+# infeasible request
+
+
+def conflict_lines(detail: list[dict]) -> list[str]:
+    if not detail:
+        return ["Conflict: no plan of the requested card counts exists in the search space, whatever the "
+                "constraints."]
+    n = len(detail)
+    head = ("Conflict: this constraint alone admits no plan:" if n == 1 else
+            f"Conflict: these {n} constraints cannot hold together (dropping any one of them admits a plan):")
+    lines = [head]
+    width = max(len(d["name"]) for d in detail)
+    for d in detail:
+        lines.append(f"  {d['name']:<{width}}  {d['rule']}")
+        if "value" in d:
+            lead = f"{d['closest']} meeting the others" if n > 1 else f"even {d['closest']}"
+            lines.append(f"  {'':<{width}}  {lead}, {_plan_short(d['plan'])}, has "
+                         f"{_qty(d['value'], d['unit'])} against a limit of {_qty(d['limit'], d['unit'])}")
+        elif d.get("note"):
+            lines.append(f"  {'':<{width}}  {d['note']}")
+    return lines
+
+
+def _needed(r: dict) -> str:
+    if r["helps"] is None:
+        return f"undecided: {r.get('note', '')}"
+    if not r["helps"]:
+        why = r.get("note", "")
+        if r.get("blocked_by"):
+            b = r["blocked_by"]
+            why = f"{' + '.join(b)} still conflict{'s' if len(b) == 1 else ''} whatever its value; " + why
+        return f"cannot help: {why}"
+    if r["parameter"] == "accelerator":
+        return f"= {r['required']}"
+    exact = ""
+    if r.get("required_exact") is not None and r["parameter"] not in ("max_cards",):
+        thr = _qty(r["required_exact"], r["unit"], 3) if r["unit"] == "B tokens" else _num(r["required_exact"], 3)
+        exact = f" (threshold {thr})"
+    return f"{r['direction']} {_qty(r['required'], r['unit'])}{exact}"
+
+
+def relaxation_lines(rels: list[dict]) -> list[str]:
+    if not rels:
+        return []
+    lines = ["Smallest single changes that make the request feasible (each alone, everything else unchanged;",
+             "values rounded towards feasibility and re-solved):"]
+    width = max(len(r["parameter"]) for r in rels)
+    for r in rels:
+        now = _qty(r["current"], r["unit"]) if r["parameter"] != "accelerator" else r["current"]
+        lines.append(f"  {r['parameter']:<{width}}  now {now}: {_needed(r)}")
+        if r.get("helps") and r.get("plan"):
+            flag = _apply_flag(r)
+            lines.append(f"  {'':<{width}}  -> {_plan_short(r['plan'])}, {r['finish_days']:.2f} d, "
+                         f"{_money(r['cost'], r['cost_unit'])}" + (f"   [{flag}]" if flag else ""))
+        if r.get("helps") and r.get("note"):
+            lines.append(f"  {'':<{width}}  ({r['note']})")
+        if r["parameter"] == "accelerator" and r.get("options"):
+            opts = []
+            for o in r["options"]:
+                tag = " (current)" if o.get("current") else ""
+                if o["feasible"]:
+                    opts.append(f"{o['accelerator']}{tag} {_money(o['cost'], o['cost_unit'])} "
+                                f"({o['plan']['cards']} cards, {o['finish_days']:.1f} d)")
+                else:
+                    opts.append(f"{o['accelerator']}{tag} no plan")
+            lines.append(f"  {'':<{width}}  catalog: " + "; ".join(opts))
+    return lines
+
+
+def infeasible_report(sc, space, result, req, kw, as_json, out: dict):
+    """Conflict and minimal relaxations of a request without a feasible plan (JSON or text); progress
+    on stderr while they are computed when stderr is a terminal."""
+    from tpopt.cli.render import progress_status
+    from tpopt.optimizer.explain import infeasibility
+
+    command = kw.get("_command", "solve")
+    proven = result.status.value == "infeasible"
+    out["conflict"], out["conflict_detail"], out["relaxations"] = [], [], []
+    if proven:
+        raw, catalog = raw_and_catalog(kw)
+        with progress_status(f"tpopt {command}: explaining why no plan is feasible") as tell:
+            out.update(infeasibility(sc, space, kw.get("solver", "cpsat"), req, result.enforced, raw=raw,
+                                     catalog=catalog, progress=tell))
+    if as_json:
+        click.echo(dump_json(out), nl=False)
+        return
+    click.echo("\n".join(infeasible_lines(out, sc, command)))
+
+
+def infeasible_lines(out: dict, sc, command: str) -> list[str]:
+    """Text of a request without a plan: the conflict and the smallest single changes (proven
+    infeasible), or what to do when the solver ran out of time."""
+    lines = [f"tpopt {command}: {sc.name}: no feasible plan ({out['status']})."]
+    if out["status"] != "infeasible":
+        lines.append("The solver reached its time limit before finding a plan or proving there is none; "
+                     "raise --time-limit.")
+    else:
+        lines += [""] + conflict_lines(out["conflict_detail"])
+        rl = relaxation_lines(out["relaxations"])
+        if rl:
+            lines += [""] + rl
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# a feasible request, a given plan, sensitivities
+
+
+def sensitivity_lines(rows: list[dict]) -> list[str]:
+    """Text for :func:`tpopt.optimizer.explain.sensitivities` rows (also used by `tpopt solve`)."""
+    if not rows:
+        return []
+    obj, unit = rows[0]["objective"], rows[0]["objective_unit"]
+    lines = [f"Sensitivities of the optimum (re-solved; objective {obj}, base "
+             f"{_objective_text(rows[0]['base'], obj, unit)}):"]
+    width = max(len(r["change"]) for r in rows)
+    for r in rows:
+        move = f"{_num(r['from'])} -> {_num(r['to'])} {r['unit']}" if r["unit"] != "cards" else \
+            f"max {r['to']} cards (optimum uses {r['from']})"
+        if r["status"] != "optimal":
+            lines.append(f"  {r['change']:<{width}}  {move}: {r['status']}")
+            continue
+        d = r["delta"]
+        dtxt = f"{d:+,.0f} {unit}" if obj == "cost" else f"{d:+.2f} d"
+        pct = f" ({change_text(r['delta_fraction'], signed=True)})" if r.get("delta_fraction") is not None else ""
+        lines.append(f"  {r['change']:<{width}}  {move}: {_objective_text(r['value'], obj, unit)}, "
+                     f"delta {dtxt}{pct}; {_plan_short(r['plan'])}")
+    return lines
+
+
+def sensitivity_text(rows: list[dict]) -> str:
+    return "\n".join(sensitivity_lines(rows)) + ("\n" if rows else "")
+
+
+def _violation_line(v: dict, width: int) -> str:
+    pct = f", {v['excess_fraction'] * 100:+.1f} %" if v.get("excess_fraction") is not None else ""
+    return (f"  {v['name']:<{width}}  {_qty(v['value'], v['unit'])} against {_qty(v['limit'], v['unit'])} "
+            f"(over by {_qty(v['excess'], v['unit'])}{pct}); rule: {v['rule']}")
+
+
+def plan_lines(d: dict, sc) -> list[str]:
+    from tpopt.cli.render import plan_line
+
+    unit = d["cost_unit"]
+    lines = [f"tpopt explain: {sc.name}: plan {plan_line(d['plan'])}",
+             f"Cost {_money(d['cost'], unit)}, finish {d['finish_days']:.2f} d."]
+    if d["violated"]:
+        w = max(len(v["name"]) for v in d["violated"])
+        lines += ["", f"Status: infeasible: violates {len(d['violated'])} constraint"
+                      f"{'s' if len(d['violated']) != 1 else ''}:"]
+        lines += [_violation_line(v, w) for v in d["violated"]]
+    else:
+        lines += ["", "Status: feasible."]
+        if d["tightness"]:
+            w = max(len(t["name"]) for t in d["tightness"])
+            lines.append("Tightness (slack against the limit, tightest first):")
+            for t in d["tightness"]:
+                rel = f" ({t['relative_slack'] * 100:.1f} % of the limit)" if t["relative_slack"] is not None else ""
+                tag = "  <- binds: one host fewer breaks it" if t["name"] in d["binding"] else ""
+                lines.append(f"  {t['name']:<{w}}  {_qty(t['value'], t['unit'])} of {_qty(t['limit'], t['unit'])}, "
+                             f"slack {_qty(t['slack'], t['unit'])}{rel}{tag}")
+        for f in d.get("fewer_hosts", []):
+            k = f"{f['hosts_fewer']} host{'s' if f['hosts_fewer'] != 1 else ''} fewer ({f['cards']} cards)"
+            if not f.get("formable"):
+                lines.append(f"{k}: not a valid plan ({f['reason']}).")
+            elif f["feasible"]:
+                lines.append(f"{k}: also feasible, {_money(f['plan']['cost'], f['plan']['cost_unit'])}, "
+                             f"{f['plan']['finish_days']:.2f} d.")
+            else:
+                w = max(len(v["name"]) for v in f["violates"])
+                lines.append(f"{k} would violate:")
+                lines += [_violation_line(v, w) for v in f["violates"]]
+    o = d["optimum"]
+    lines.append("")
+    if not o["exists"]:
+        lines.append("The request has no feasible plan at all (run without --cards for the conflict and relaxations).")
+    elif o.get("this_plan_is_optimal"):
+        lines.append(f"This plan is optimal (minimising {d['objective']}).")
+        for b in o.get("binding", []):
+            lines.append(f"  binding {b['name']}: without it {_plan_short(b['plan_without'])} would reach "
+                         f"{_objective_text(b['objective_without'], d['objective'], unit)}")
+    else:
+        p = o["plan"]
+        ch = o.get("change", 0.0)
+        rel = "a tie with this plan" if abs(ch) < 1e-12 else \
+            change_text(-ch, better="better than this plan", worse="more than this plan")
+        head = "A better plan exists" if d["status"] == "feasible" else "The best feasible plan"
+        lines.append(f"{head} (minimising {d['objective']}): {_plan_short(p)}, "
+                     f"{_money(p['cost'], p['cost_unit'])}, {p['finish_days']:.2f} d ({rel}).")
+    return lines
+
+
+def request_lines(d: dict, sc) -> list[str]:
+    from tpopt.cli.render import plan_line
+
+    unit = d["cost_unit"]
+    lines = [f"tpopt explain: {sc.name}: feasible; the optimum (minimising {d['objective']}, status {d['status']}):",
+             f"Plan: {plan_line(d['plan'])}",
+             f"Cost {_money(d['cost'], unit)}, finish {d['finish_days']:.2f} d.", ""]
+    if not d["binding"]:
+        lines.append("Binding constraints: none (no single constraint holds the optimum where it is).")
+    else:
+        lines.append("Binding constraints (dropping any one alone admits a better plan):")
+        for b in d["binding"]:
+            v = b.get("violates", {})
+            viol = (f"; it has {_qty(v['value'], v['unit'])} against {_qty(v['limit'], v['unit'])}"
+                    if "value" in v else "")
+            lines.append(f"  {b['name']}: without it {_plan_short(b['plan_without'])} would reach "
+                         f"{_objective_text(b['objective_without'], d['objective'], unit)}{viol}")
+    return lines

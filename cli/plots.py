@@ -1,0 +1,51 @@
+"""What every plot of the command line shares: the formats, the path check, a headless pyplot and a
+byte-deterministic save (presentation only).
+
+PDF, SVG and PNG are written by matplotlib's Agg-family backends without a display. The same data
+give the same file: no creation date, SVG ids salted with a fixed string, SVG text kept as text.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tpopt.errors import InputError
+
+FORMATS = (".pdf", ".svg", ".png")
+# metadata that would make two runs differ (dates, version strings), removed per format
+_METADATA = {".pdf": {"CreationDate": None, "Producer": None}, ".svg": {"Date": None}, ".png": {"Software": None}}
+
+
+def check_plot_path(path: str, what: str = "--plot") -> None:
+    """The plot file must end in .pdf, .svg or .png and its directory must exist (checked before any work)."""
+    ext = os.path.splitext(str(path))[1].lower()
+    if ext not in FORMATS:
+        raise InputError(f"{what}: {str(path)!r} must end in .pdf, .svg or .png")
+    if os.path.isdir(path):
+        raise InputError(f"{what}: {str(path)!r} is a directory")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise InputError(f"{what}: directory {folder!r} does not exist")
+
+
+def pyplot(salt: str = "tpopt"):
+    """matplotlib.pyplot on the Agg backend, SVG ids salted with ``salt`` and text kept as text."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.hashsalt"] = salt
+    plt.rcParams["svg.fonttype"] = "none"
+    return plt
+
+
+def save_figure(fig, path: str, what: str = "--plot", **savefig) -> None:
+    """Save ``fig`` in the format its extension names, without run-dependent metadata (``savefig``:
+    further matplotlib options such as ``bbox_inches``)."""
+    ext = os.path.splitext(str(path))[1].lower()
+    check_plot_path(path, what)
+    try:
+        fig.savefig(path, format=ext[1:], metadata=_METADATA[ext], **savefig)
+    except OSError as exc:
+        raise InputError(f"{what}: cannot write {str(path)!r} ({exc.strerror})") from None

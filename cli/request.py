@@ -1,0 +1,55 @@
+"""Request building shared by ``tpopt solve`` and ``tpopt explain`` (and anything else that solves).
+
+The solver options, the :class:`~tpopt.optimizer.result.Request` they make, and the scenario's raw tables
+with the command-line overrides (the explanation's accelerator relaxation rebuilds the scenario from them).
+Both commands import from here; neither imports the other.
+"""
+
+from __future__ import annotations
+
+import click
+
+from tpopt.cli.common import overrides_from, scenario_source
+
+
+def solve_options(fn):
+    opts = [
+        click.option("--solver", type=click.Choice(["cpsat", "highs", "enumerate"]), default="cpsat",
+                     show_default=True, help="Backend: CP-SAT, HiGHS MILP, or brute-force enumeration."),
+        click.option("--method", type=click.Choice(["auto", "monolithic", "decomposed"]), default="auto",
+                     show_default=True,
+                     help="cpsat/highs formulation: one model, or the layout decomposition (auto: by size)."),
+        click.option("--objective", type=click.Choice(["cost", "time"]), default="cost", show_default=True,
+                     help="Minimise cost (then finish time) or finish time (then cost)."),
+        click.option("--max-cost", help="Budget cap (currency, or card-hours without prices)."),
+        click.option("--time-limit", type=float, default=60.0, show_default=True, help="Solver time limit, s."),
+        click.option("--seed", type=int, default=0, show_default=True, help="Solver random seed."),
+        click.option("--workers", type=int, default=1, show_default=True,
+                     help="Solver threads (1 = deterministic)."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def request_from(kw: dict, top: int = 1):
+    from tpopt.optimizer.result import Request
+
+    if kw["time_limit"] <= 0:
+        from tpopt.errors import InputError
+
+        raise InputError("--time-limit must be positive")
+    return Request(objective=kw["objective"], top=top, time_limit=kw["time_limit"], seed=kw["seed"],
+                   workers=max(1, kw["workers"]), method=kw.get("method", "auto"))
+
+
+def raw_and_catalog(kw: dict):
+    """The scenario's raw tables with this command's overrides, and the catalog (for the
+    accelerator relaxation)."""
+    from tpopt.catalogs import load_catalog
+    from tpopt.catalogs.scenario import read_scenario_file, with_overrides
+
+    ov = overrides_from(kw)
+    ov["cost.max_cost"] = kw.get("max_cost")
+    raw = with_overrides(read_scenario_file(scenario_source(kw)), ov)
+    return raw, load_catalog(kw.get("catalog_dirs") or ())

@@ -1,0 +1,103 @@
+"""The Python API (issue 14 item 2): the README's example as it stands, natural override names, results as
+dicts and DataFrames with integer columns kept integers, and a cheap `import tpopt`.
+
+Golden figures: the design case (REFERENCE.md 10.6): 48 RTX 4090 cards for 30 days, 32 cards take 34.33 d.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tpopt
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def readme_api_example() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Python API", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert blocks, "the README's Python API section has no python block"
+    return blocks[0]
+
+
+def test_readme_api_example_runs(capsys):
+    code = readme_api_example()
+    assert "tpopt.solve" in code and "to_frame" in code
+    exec(compile(code, "README.md (Python API)", "exec"), {"__name__": "readme_example"})
+    out = capsys.readouterr().out
+    assert "Conflict: these 2 constraints cannot hold together" in out
+
+
+def test_import_is_lazy_and_cheap():
+    # a fresh interpreter: importing tpopt loads no solver, numpy or pandas
+    code = ("import sys, tpopt; heavy = [m for m in ('numpy', 'pandas', 'ortools', 'highspy', 'click', 'rich') "
+            "if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    assert {"scenario", "solve", "evaluate", "explain", "sweep", "InputError"} <= set(dir(tpopt))
+    with pytest.raises(AttributeError):
+        tpopt.no_such_name  # noqa: B018
+
+
+def test_natural_names_and_dotted_keys_agree():
+    a = tpopt.scenario({"deadline": "20d", "hw": "h100-sxm,rtx4090", "efficiency": "45%", "workers": 8})
+    b = tpopt.scenario(None, {"schedule.deadline": "20d", "hardware.accelerator": ["h100-sxm", "rtx4090"],
+                              "search.accelerator": ["h100-sxm", "rtx4090"], "hardware.efficiency": "45%",
+                              "input.workers": 8})
+    c = tpopt.scenario(deadline="20d", hw="h100-sxm,rtx4090", efficiency="45%", workers=8)
+    assert a == b == c
+    assert a.task.deadline_s == 20 * 86400 and tuple(a.systems) == ("h100-sxm", "rtx4090")
+    assert a.search.accelerators == ("h100-sxm", "rtx4090") and a.input.workers == 8
+    with pytest.raises(tpopt.InputError, match="did you mean 'deadline'"):
+        tpopt.scenario({"deadlin": "20d"})
+
+
+def test_sources_file_tables_and_builtin_are_the_same_scenario():
+    from tpopt.catalogs.scenario import read_scenario_file
+
+    tables = {k: v for k, v in read_scenario_file(ROOT / "examples" / "design-case.toml").items()
+              if not k.startswith("_")}
+    built_in = tpopt.scenario()
+    assert tpopt.scenario(ROOT / "examples" / "design-case.toml") == built_in
+    assert tpopt.scenario(tables) == built_in
+    again = tpopt.scenario(built_in, tokens="50B")  # a built scenario keeps its inputs for further overrides
+    assert again.task.tokens == 50e9 and again.task.deadline_s == built_in.task.deadline_s
+
+
+def test_results_as_dicts_and_frames_keep_integers():
+    r = tpopt.solve(deadline="40d", top=2)
+    d = r.to_dict()
+    assert d["status"] == "optimal" and [p["rank"] for p in d["plans"]] == [1, 2]
+    assert [p["plan"]["cards"] for p in d["plans"]] == [32, 48]  # REFERENCE 10.6: 32 cards meet 40 d, cheaper
+    f = r.to_frame()
+    for col in ("rank", "cards", "hosts", "zero_stage", "tp", "pp", "dp", "micro_batch", "grad_accum",
+                "nics_per_host", "iterations"):
+        assert str(f[col].dtype) == "int64", col
+    ev = tpopt.evaluate(cards=40)
+    assert not ev.feasible and ev.to_dict()["plan"]["grad_accum"] == 0
+    assert str(ev.to_frame()["cards"].dtype) == "int64"
+
+
+def test_sweep_frame_keeps_integers_with_missing_values():
+    # 20 d is infeasible for the design case (the earliest finish is 24.6 d): its cards are missing, the
+    # column stays an integer column (nullable Int64), not float64
+    f = tpopt.sweep(deadline="20d,30d", workers=1).to_frame()
+    assert list(f["status"]) == ["infeasible", "optimal"]
+    assert str(f["cards"].dtype) == "Int64" and f["cards"].isna().tolist() == [True, False]
+    assert int(f["cards"].iloc[1]) == 48
+
+
+def test_explain_a_plan_and_bad_input():
+    ex = tpopt.explain(cards=32)
+    assert ex.status == "infeasible" and "deadline.finish" in set(ex.to_frame()["name"])
+    assert "Status: infeasible" in str(ex)
+    with pytest.raises(tpopt.InputError):
+        tpopt.explain(zero_stage=3)  # a plan field without cards
+    with pytest.raises(tpopt.InputError):
+        tpopt.solve(objective="speed")
