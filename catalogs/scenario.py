@@ -60,10 +60,10 @@ KEYS = {
     "checkpoint": {"write_bandwidth", "storage", "restore", "card_mtbf", "job_mtbf", "save_interval", "mode",
                    "snapshot_copy", "bytes_per_param", "loss_spike_interval", "failure_model"},
     "stragglers": {"sigma"},
-    "comm": {"overlap"},
+    "comm": {"overlap", "cp_method", "cp_split"},
     "cost": {"card_hour", "nic_hour", "max_cost"},
     "search": {"zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "schedule", "nics_per_host",
-               "save_interval", "save_mode", "max_cards", "accelerator", "dp", "global_batch"},
+               "save_interval", "save_mode", "max_cards", "accelerator", "dp", "global_batch", "cp"},
     "sweep": None,
     "rl": None,  # RL post-training, parsed by tpopt.catalogs.rl
     "scenario": {"name", "description"},
@@ -432,6 +432,7 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
         dp=_int_list(se["dp"], "search.dp") if "dp" in se else (),
         max_cards=max_cards,
         global_batch=_int_list(se["global_batch"], "search.global_batch") if "global_batch" in se else (),
+        cp=_int_list(se.get("cp", [1]), "search.cp"),
     )
     stages = _stages(stage_tables, raw, cat) if stage_tables else ()
     if stages:
@@ -441,9 +442,23 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     max_cost = cost.get("max_cost")
     overlap = _bool(raw.get("comm", {}).get("overlap", True), "comm.overlap")
     name = raw.get("scenario", {}).get("name") or Path(raw.get("_path", "scenario")).stem
+    cp_method, cp_split = _context_options(raw.get("comm", {}))
     return Scenario(model=model, task=task, systems=systems, memory=mem, input=inp, reliability=rel, search=space,
                     cost=CostOptions(None if max_cost is None else parse_number(max_cost, "cost.max_cost")),
-                    overlap=overlap, name=str(name), stages=stages)
+                    overlap=overlap, name=str(name), stages=stages, cp_method=cp_method, cp_split=cp_split)
+
+
+def _context_options(comm: dict) -> tuple[str, str]:
+    """[comm] cp_method (ring / all-to-all) and cp_split (zigzag / contiguous) of context parallelism."""
+    from tpopt.models.context import METHODS, SPLITS
+
+    method = str(comm.get("cp_method", "ring"))
+    split = str(comm.get("cp_split", "zigzag"))
+    if method not in METHODS:
+        raise InputError(f"comm.cp_method {method!r} unknown (use one of: {', '.join(METHODS)})")
+    if split not in SPLITS:
+        raise InputError(f"comm.cp_split {split!r} unknown (use one of: {', '.join(SPLITS)})")
+    return method, split
 
 
 # ---------------------------------------------------------------------------------------------

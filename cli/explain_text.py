@@ -48,8 +48,9 @@ def _qty(x, unit: str, digits: int = 2) -> str:
 
 
 def _plan_short(p: dict) -> str:
-    return (f"{p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, TP {p['tp']}, PP {p['pp']}, "
-            f"mb {p['micro_batch']})")
+    from tpopt.cli.render import layout_text
+
+    return f"{p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, {layout_text(p, ', ')}, mb {p['micro_batch']})"
 
 
 def _money(x: float, unit: str) -> str:

@@ -91,11 +91,17 @@ def accumulation_text(plan: dict) -> str:
     return f"micro-batch {mb}, no whole accumulation (DP {plan['dp']} x micro-batch {mb} does not divide the batch)"
 
 
+def layout_text(p: dict, sep: str = " / ") -> str:
+    """TP / CP / PP / DP of a plan dict (CP shown only when the plan splits sequences)."""
+    cp = [f"CP {p['cp']}"] if p.get("cp", 1) > 1 else []
+    return sep.join([f"TP {p['tp']}", *cp, f"PP {p['pp']}"] + ([f"DP {p['dp']}"] if sep == " / " else []))
+
+
 def plan_line(plan: dict) -> str:
     parts = [
         f"{plan['accelerator']} x {plan['cards']} ({plan['hosts']} host{'s' if plan['hosts'] != 1 else ''})",
         f"ZeRO-{plan['zero_stage']}",
-        f"TP {plan['tp']} / PP {plan['pp']} / DP {plan['dp']}",
+        layout_text(plan),
         accumulation_text(plan),
         f"recompute {plan['recompute']}",
     ]
@@ -199,7 +205,7 @@ def binding_lines(binding: list[dict] | None, objective: str, unit: str) -> list
         viol = f"; it would have {v['name']} = {v['value']:,.2f} {v['unit']} against {v['limit']:,.2f}" \
             if "value" in v else ""
         lines.append(f"  {b['name']}: without it, {p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, "
-                     f"TP {p['tp']}, PP {p['pp']}) would reach "
+                     f"{layout_text(p, ', ')}) would reach "
                      f"{_objective_text(b['objective_without'], objective, unit)} "
                      f"({change_text(b['saving'])}){viol}")
     return lines
@@ -220,7 +226,7 @@ def alternative_lines(alts: list[dict], objective: str, unit: str) -> list[str]:
     for a in alts:
         if a["feasible"]:
             p = a["plan"]
-            layout = (f"ZeRO-{p['zero_stage']}, TP {p['tp']} / PP {p['pp']} / DP {p['dp']}, "
+            layout = (f"ZeRO-{p['zero_stage']}, {layout_text(p)}, "
                       f"micro-batch {p['micro_batch']}, recompute {p['recompute']}")
             lines.append(f"  {a['alternative']}: feasible ({layout}) but "
                          f"{_objective_text(a['objective'], objective, unit)} ({change_text(a['delta'], signed=True)})")
@@ -239,7 +245,8 @@ def top_table(top: list[dict], unit: str) -> Table:
     for e in top:
         p, m = e["plan"], e["metrics"]
         rows.append((str(e["rank"]), p["accelerator"], str(p["cards"]), str(p["zero_stage"]),
-                     f"{p['tp']}/{p['pp']}/{p['dp']}", f"{p['micro_batch']} x {p['grad_accum'] or '-'}",
+                     f"{p['tp']}/{p['pp']}/{p['dp']}" + (f" cp {p['cp']}" if p.get("cp", 1) > 1 else ""),
+                     f"{p['micro_batch']} x {p['grad_accum'] or '-'}",
                      p["recompute"], f"{p['save_interval_s']:,.0f} s {p['save_mode']}", f"{m['step_s']:.1f}",
                      f"{m['finish_days']:.1f}", f"{m['cost']:,.0f}"))
     # numbers never wrap or shrink below their widest cell or header; the text columns wrap in a

@@ -91,6 +91,8 @@ def _range(lo, hi) -> str:
 
 def _layout(e: dict) -> str:
     text = f"ZeRO-{e['zero']} {e['tp']}/{e['pp']}/{e['dp']} mb {e['micro_batch']}x{e['grad_accum']}"
+    if (e.get("cp") or 1) > 1:
+        text += f" cp {e['cp']}"
     if e.get("recompute") not in (None, "none"):
         text += f" rc {e['recompute']}"
     if e.get("offload") not in (None, "none"):

@@ -61,7 +61,8 @@ def _f(x):
 
 
 def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, zero_stage, nics_per_host,
-                    save_interval_s, recompute="none", offload="none", schedule="1f1b", save_mode="sync") -> dict:
+                    save_interval_s, recompute="none", offload="none", schedule="1f1b", save_mode="sync",
+                    cp=1) -> dict:
     """All metrics and constraint (value, limit) pairs for a broadcastable grid of plans.
 
     The sum of the terms of :mod:`tpopt.models.terms`. Returns a dict of arrays; constraint families
@@ -75,13 +76,13 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
     if save_mode not in SAVE_MODES:
         raise InputError(f"unknown save mode {save_mode!r} (use sync or async)")
     recompute = memory.parse_recompute(recompute)
-    tp, pp, dp = np.asarray(tp), np.asarray(pp), np.asarray(dp)
+    tp, pp, dp, cp = np.asarray(tp), np.asarray(pp), np.asarray(dp), np.asarray(cp)
     mb, z, nics = np.asarray(micro_batch), np.asarray(zero_stage), np.asarray(nics_per_host)
     tau = _f(save_interval_s)
     cpu = offload == "cpu"
     g = acc.cards_per_host
     B = task.global_batch
-    cards = tp * pp * dp
+    cards = tp * cp * pp * dp
     hosts = np.ceil(cards / g)
     ga = T.grad_accum(sc, dp, mb)
 
@@ -202,7 +203,8 @@ class Evaluation:
     def plan_dict(self) -> dict:
         p = self.plan
         return {"accelerator": p.accelerator, "cards": p.cards, "hosts": int(self.metrics["hosts"]),
-                "zero_stage": p.zero_stage, "tp": p.tp, "pp": p.pp, "dp": p.dp, "micro_batch": p.micro_batch,
+                "zero_stage": p.zero_stage, "tp": p.tp, "cp": p.cp, "pp": p.pp, "dp": p.dp,
+                "micro_batch": p.micro_batch,
                 "grad_accum": p.grad_accum, "recompute": p.recompute, "offload": p.offload,
                 "schedule": p.schedule if p.pp > 1 else None, "save_interval_s": p.save_interval_s,
                 "save_mode": p.save_mode, "nics_per_host": p.nics_per_host, "global_batch": p.global_batch}
@@ -234,11 +236,16 @@ def resolve_plan(sc: Scenario, plan: Plan) -> Plan:
             raise InputError(f"{field_name.replace('_', '-')} must be at least 1 (got {getattr(plan, field_name)})")
     if plan.zero_stage not in (0, 1, 2, 3):
         raise InputError(f"ZeRO stage must be 0, 1, 2 or 3 (got {plan.zero_stage})")
-    if plan.cards % (plan.tp * plan.pp):
-        raise InputError(f"cards ({plan.cards}) must be a multiple of tp x pp ({plan.tp} x {plan.pp})")
-    dp = plan.cards // (plan.tp * plan.pp)
+    if plan.cp < 1:
+        raise InputError(f"cp must be at least 1 (got {plan.cp})")
+    model_par = plan.tp * plan.cp * plan.pp
+    what, sizes = ("tp x cp x pp", f"{plan.tp} x {plan.cp} x {plan.pp}") if plan.cp > 1 else \
+        ("tp x pp", f"{plan.tp} x {plan.pp}")
+    if plan.cards % model_par:
+        raise InputError(f"cards ({plan.cards}) must be a multiple of {what} ({sizes})")
+    dp = plan.cards // model_par
     if plan.dp not in (0, dp):
-        raise InputError(f"dp ({plan.dp}) must equal cards / (tp x pp) = {dp}")
+        raise InputError(f"dp ({plan.dp}) must equal cards / ({what}) = {dp}")
     B = sc.task.global_batch
     ga = B // (dp * plan.micro_batch) if B % (dp * plan.micro_batch) == 0 else 0
     if plan.grad_accum not in (0, ga) and ga:
@@ -277,7 +284,7 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
     r = evaluate_arrays(sc, plan.accelerator, tp=plan.tp, pp=plan.pp, dp=plan.dp, micro_batch=plan.micro_batch,
                         zero_stage=plan.zero_stage, nics_per_host=plan.nics_per_host,
                         save_interval_s=plan.save_interval_s, recompute=plan.recompute, offload=plan.offload,
-                        schedule=plan.schedule, save_mode=plan.save_mode)
+                        schedule=plan.schedule, save_mode=plan.save_mode, cp=plan.cp)
     v = {k: float(np.asarray(x)) for k, x in r.items() if isinstance(k, str) and k != "feasible"}
     metrics = {
         "hosts": int(v["hosts"]),

@@ -122,7 +122,7 @@ class Reliability:
 
 @dataclass(frozen=True)
 class Plan:
-    """One decision vector. ``cards = tp x pp x dp``; ``dp x micro_batch x grad_accum = batch``."""
+    """One decision vector. ``cards = tp x cp x pp x dp``; ``dp x micro_batch x grad_accum = batch``."""
 
     accelerator: str
     cards: int
@@ -139,6 +139,7 @@ class Plan:
     save_mode: str = "sync"
     nics_per_host: int = 0  # 0: the accelerator's default
     global_batch: int = 0  # sequences per step; 0: the task's (a choice when the scenario gives a critical batch)
+    cp: int = 1  # context-parallel size: each sequence split over cp cards (models/context.py)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -162,6 +163,7 @@ class SearchSpace:
     dp: tuple[int, ...] = ()  # empty: every divisor of the global batch
     max_cards: int = 1024
     global_batch: tuple[int, ...] = ()  # batch choices (sequences); empty: the task's batch only
+    cp: tuple[int, ...] = (1,)  # context-parallel sizes
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,8 @@ class Scenario:
     overlap: bool = True  # prefetch / immediate reduction hide communication behind compute
     name: str = ""
     stages: tuple = ()  # training stages (Stage), in order; empty: one stage, the scenario's task
+    cp_method: str = "ring"  # context parallelism: "ring" (KV exchange beside blockwise attention) or "all-to-all"
+    cp_split: str = "zigzag"  # causal load balance of the sequence pieces: "zigzag" or "contiguous"
 
     def system(self, accelerator: str) -> System:
         from tpopt.errors import InputError

@@ -27,10 +27,10 @@ from ortools.sat.python import cp_model
 
 from tpopt.models import terms as T
 from tpopt.optimizer.result import Request
-from tpopt.optimizer.space import FAMILIES, VARS, Space, reduce_to
+from tpopt.optimizer.space import FAMILIES, LAYOUT, VARS, Space, reduce_to
 
 US = 1e6  # time unit: microsecond
-HUB = ("acc", "tp", "pp", "dp", "mb")  # the core layout the search branches on first
+HUB = LAYOUT  # the core layout the search branches on first
 LSCALE = 10_000_000  # overhead unit: 1e-7
 INT_MAX = 2**61
 

@@ -17,9 +17,9 @@ import numpy as np
 
 from tpopt.models.evaluate import evaluate_arrays
 from tpopt.optimizer.result import Request
-from tpopt.optimizer.space import FAMILIES, VARS, Space
+from tpopt.optimizer.space import FAMILIES, NUMERIC, VARS, Space, cards_of
 
-NUMERIC_AXES = ("tp", "pp", "dp", "mb", "zero", "nics", "tau")
+NUMERIC_AXES = NUMERIC  # ("tp", "cp", "pp", "dp", "mb", "zero", "nics", "tau"); the first is chunked
 CHUNK = 2_000_000  # points per evaluate_arrays call (bounds memory)
 
 
@@ -44,9 +44,8 @@ def chunks(space: Space):
     for ai, oi, ri, mi, si, pp_idx in _groups(space):
         acc = d["acc"][ai]
         k_idx = [j for j in range(len(d["nics"])) if nic_ok[ai, j]]
-        axes = {"tp": list(range(len(d["tp"]))), "pp": pp_idx, "dp": list(range(len(d["dp"]))),
-                "mb": list(range(len(d["mb"]))), "zero": list(range(len(d["zero"]))), "nics": k_idx,
-                "tau": list(range(len(d["tau"])))}
+        axes = {a: list(range(len(d[a]))) for a in NUMERIC_AXES}
+        axes.update(pp=pp_idx, nics=k_idx)
         per_tp = int(np.prod([len(axes[a]) for a in NUMERIC_AXES[1:]]))
         step = max(1, CHUNK // max(per_tp, 1))
         for start in range(0, len(axes["tp"]), step):
@@ -54,13 +53,13 @@ def chunks(space: Space):
             idx_lists = [sub[a] for a in NUMERIC_AXES]
             vals = [np.asarray([d[a][i] for i in sub[a]], dtype=float) for a in NUMERIC_AXES]
             g = dict(zip(NUMERIC_AXES, np.ix_(*vals)))
-            cards = g["tp"] * g["pp"] * g["dp"]
+            cards = cards_of(**g)
             mode = d["mode"][mi]
             r = evaluate_arrays(sc, acc, tp=g["tp"].astype(int), pp=g["pp"].astype(int), dp=g["dp"].astype(int),
                                 micro_batch=g["mb"].astype(int), zero_stage=g["zero"].astype(int),
                                 nics_per_host=g["nics"].astype(int), save_interval_s=space.interval(g["tau"], cards, mode),
                                 recompute=d["recompute"][ri], offload=d["offload"][oi], schedule=d["schedule"][si],
-                                save_mode=mode)
+                                save_mode=mode, cp=g["cp"].astype(int))
             shape = tuple(len(x) for x in idx_lists)
             fixed = {"acc": ai, "offload": oi, "recompute": ri, "mode": mi, "schedule": si}
             yield fixed, idx_lists, shape, r

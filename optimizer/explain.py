@@ -31,7 +31,7 @@ from tpopt.models.plan import Plan, Scenario, System
 from tpopt.models.units import DAY, GB, GIB, parse_bandwidth, parse_bytes, parse_count, parse_duration, \
     parse_fraction, parse_int, parse_number
 from tpopt.optimizer.result import Request, Status, objective_value, plan_summary
-from tpopt.optimizer.space import FAMILIES, STRUCTURAL, VARS, Space
+from tpopt.optimizer.space import FAMILIES, STRUCTURAL, VARS, Space, card_counts
 
 # Deletion order of the filter: families tried first are dropped whenever the rest still conflict,
 # so the conflict is stated in the families a user can act on (deadline, memory, cards) when possible.
@@ -553,7 +553,7 @@ def relax_max_cards(ctx: Context, core=None) -> Relaxation:
     cur = sc.search.max_cards
     method = "smallest card count whose max_cards-restricted problem is feasible (bisection over counts)"
     d = Space.from_scenario(sc).domains
-    counts = sorted({int(t * q * r) for t in d["tp"] for q in d["pp"] for r in d["dp"]})
+    counts = card_counts(d)
     counts = [n for n in counts if n > cur]
     if not counts:
         return _cannot(p, cur, f"the search space forms no card count above {cur}", method, core)

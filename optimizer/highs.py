@@ -30,10 +30,10 @@ from tpopt.models import terms as T
 from tpopt.models.units import DAY, GIB
 from tpopt.optimizer.cpsat import CandidateResult
 from tpopt.optimizer.result import Request
-from tpopt.optimizer.space import FAMILIES, VARS, Space, reduce_to
+from tpopt.optimizer.space import CARD_FACTORS, FAMILIES, LAYOUT, VARS, Space, reduce_to
 
 INF = 1e30
-HUB = ("acc", "tp", "pp", "dp", "mb", "recompute")  # the core layout every time and memory term shares
+HUB = LAYOUT + ("recompute",)  # the core layout every time and memory term shares
 
 
 @contextlib.contextmanager
@@ -244,7 +244,7 @@ class HighsModel:
             lp.row(np.append(i, self.busy), np.append(-v, 1.0), 0.0, INF)
 
         # omega disaggregation for finish and cost
-        omega = ("acc", "tp", "pp", "dp", "nics", "tau", "mode")
+        omega = ("acc", *CARD_FACTORS, "nics", "tau", "mode")
         shape = tuple(len(dom[v]) for v in omega)
         one_plus_l = 1.0 + self._broadcast("overhead", omega, shape)
         rate = self._broadcast("rate", omega, shape)

@@ -1,6 +1,7 @@
 """The design space of a scenario and the term tables every backend shares.
 
-A plan is an assignment of the base variables below. The term functions of
+A plan is an assignment of the base variables below, declared once in :data:`VARIABLES` (name,
+Plan field, [search] domain, categorical or numeric, core layout or not). The term functions of
 :mod:`tpopt.models.terms` are tabulated over the joint domain of *their own* variables only; the
 backends glue those tables together (CP-SAT with element constraints, HiGHS with joint binaries, the
 enumerator by broadcasting). So all three backends optimise the very same model.
@@ -8,6 +9,7 @@ enumerator by broadcasting). So all three backends optimise the very same model.
 Base variables and domains:
     acc        scenario accelerators ([search] accelerator)
     tp, pp     [search] tp, pp
+    cp         [search] cp: context-parallel size (cards = tp x cp x pp x dp; models/context.py)
     dp         divisors of the global batch (each rank gets whole, equal micro-batches), optionally
                restricted by [search] dp
     mb         [search] micro_batch
@@ -33,8 +35,58 @@ from tpopt.models import terms as T
 from tpopt.models.evaluate import CONSTRAINT_NAMES
 from tpopt.models.plan import Plan, Scenario
 
-VARS = ("acc", "tp", "pp", "dp", "mb", "zero", "offload", "recompute", "schedule", "nics", "tau", "mode")
-CATEGORICAL = ("acc", "offload", "recompute", "schedule", "mode")
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One decision variable, declared once: its name in the solvers, the :class:`Plan` field it
+    sets, the ``[search]`` domain it reads (a :class:`SearchSpace` attribute; None: built below),
+    whether term functions get it as a scalar (categorical) or as a broadcast array, and whether it
+    belongs to the core layout (the hub the backends branch on and bound by; the card count is the
+    product of the layout's ``cards`` factors)."""
+
+    name: str
+    field: str
+    search: str | None
+    categorical: bool = False
+    layout: bool = False
+    cards: bool = False  # a factor of the card count
+
+
+VARIABLES = (
+    Variable("acc", "accelerator", "accelerators", categorical=True, layout=True),
+    Variable("tp", "tp", "tp", layout=True, cards=True),
+    Variable("cp", "cp", "cp", layout=True, cards=True),  # context parallelism (models/context.py)
+    Variable("pp", "pp", "pp", layout=True, cards=True),
+    Variable("dp", "dp", None, layout=True, cards=True),  # divisors of the batch
+    Variable("mb", "micro_batch", "micro_batch", layout=True),
+    Variable("zero", "zero_stage", "zero_stage"),
+    Variable("offload", "offload", "offload", categorical=True),
+    Variable("recompute", "recompute", None, categorical=True),  # collapsed with a fixed reserve
+    Variable("schedule", "schedule", "schedule", categorical=True),
+    Variable("nics", "nics_per_host", None),  # per accelerator
+    Variable("tau", "save_interval_s", "save_interval_s"),
+    Variable("mode", "save_mode", "save_mode", categorical=True),
+)
+VARS = tuple(v.name for v in VARIABLES)
+CATEGORICAL = tuple(v.name for v in VARIABLES if v.categorical)
+NUMERIC = tuple(v.name for v in VARIABLES if not v.categorical)
+LAYOUT = tuple(v.name for v in VARIABLES if v.layout)  # the core layout: (acc, tp, cp, pp, dp, mb)
+CARD_FACTORS = tuple(v.name for v in VARIABLES if v.cards)  # cards = tp x cp x pp x dp
+
+
+def cards_of(**vals):
+    """The card count of a layout: the product of the card factors (arrays broadcast)."""
+    out = 1
+    for v in CARD_FACTORS:
+        out = out * vals[v]
+    return out
+
+
+def card_counts(domains: dict) -> list[int]:
+    """Every card count the domains can form (tp x cp x pp x dp), ascending."""
+    return sorted({int(np.prod(c)) for c in itertools.product(*(domains[v] for v in CARD_FACTORS))})
+
 
 # constraint families the solvers encode (step.budget is the per-step form of deadline.finish and is
 # reported, not encoded twice)
@@ -86,20 +138,14 @@ class Space:
         if reserve:
             rec = rec[:1]
         nics = sorted({k for a in s.accelerators for k in cls._nic_domain(sc, a)})
-        dom = {
+        built = {
             "acc": list(s.accelerators or sc.systems),
-            "tp": list(s.tp),
-            "pp": list(s.pp),
             "dp": [d for d in divisors(sc.task.global_batch) if not s.dp or d in s.dp],
-            "mb": list(s.micro_batch),
-            "zero": list(s.zero_stage),
-            "offload": list(s.offload),
             "recompute": rec,
-            "schedule": list(s.schedule),
             "nics": nics,
-            "tau": list(s.save_interval_s),
-            "mode": list(s.save_mode),
         }
+        dom = {v.name: built[v.name] if v.search is None or v.name in built else list(getattr(s, v.search))
+               for v in VARIABLES}
         for k, allowed in (restrict or {}).items():
             if k not in dom:
                 raise InputError(f"cannot restrict unknown variable {k!r}")
@@ -194,21 +240,20 @@ class Space:
         add("time.offload", ("acc", "offload", "zero", "recompute", "tp", "pp", "dp", "mb"),
             lambda acc, offload, zero, recompute, tp, pp, dp, mb:
             T.offload_wait(sc, acc, offload == "cpu", zero, recompute, tp, pp, dp, mb))
-        add("overhead", ("mode", "tau", "tp", "pp", "dp"),
-            lambda mode, tau, tp, pp, dp: T.overhead(sc, mode, tp * pp * dp, self.interval(tau, tp * pp * dp, mode)))
-        add("interval", ("mode", "tau", "tp", "pp", "dp"),
-            lambda mode, tau, tp, pp, dp: self.interval(tau, tp * pp * dp, mode))
-        add("input.min_busy", ("acc", "tp", "pp", "dp"),
-            lambda acc, tp, pp, dp: sc.task.global_batch / T.input_supply(sc, acc, tp * pp * dp))
-        add("rate", ("acc", "tp", "pp", "dp", "nics"),
-            lambda acc, tp, pp, dp, nics: T.rate_per_second(sc, acc, tp * pp * dp, nics))
-        add("cards", ("tp", "pp", "dp"), lambda tp, pp, dp: tp * pp * dp)
+        cf = CARD_FACTORS
+        add("overhead", ("mode", "tau", *cf),
+            lambda mode, tau, **f: T.overhead(sc, mode, cards_of(**f), self.interval(tau, cards_of(**f), mode)))
+        add("interval", ("mode", "tau", *cf), lambda mode, tau, **f: self.interval(tau, cards_of(**f), mode))
+        add("input.min_busy", ("acc", *cf),
+            lambda acc, **f: sc.task.global_batch / T.input_supply(sc, acc, cards_of(**f)))
+        add("rate", ("acc", *cf, "nics"), lambda acc, nics, **f: T.rate_per_second(sc, acc, cards_of(**f), nics))
+        add("cards", cf, cards_of)
         # structural facts (1 = the rule holds)
         a = sc.model
         B = sc.task.global_batch
         add("ok.batch.divisibility", ("dp", "mb"), lambda dp, mb: (T.batch_remainder(sc, dp, mb) == 0) * 1.0)
-        add("ok.layout.whole_hosts", ("acc", "tp", "pp", "dp"),
-            lambda acc, tp, pp, dp: ((tp * pp * dp) % sc.system(acc).acc.cards_per_host == 0) * 1.0)
+        add("ok.layout.whole_hosts", ("acc", *cf),
+            lambda acc, **f: (cards_of(**f) % sc.system(acc).acc.cards_per_host == 0) * 1.0)
         add("ok.layout.tp_within_host", ("acc", "tp"),
             lambda acc, tp: (sc.system(acc).acc.cards_per_host % tp == 0) * 1.0)
         add("ok.layout.heads_divisible", ("tp",), lambda tp: ((a.heads % tp == 0) & (a.kv_heads % tp == 0)) * 1.0)
@@ -261,12 +306,12 @@ class Space:
     def plan(self, idx: dict) -> Plan:
         """The :class:`Plan` of an assignment given as variable -> index into its domain."""
         d = {k: self.domains[k][i] for k, i in idx.items()}
-        cards = d["tp"] * d["pp"] * d["dp"]
+        cards = cards_of(**d)
         tau = float(self.interval(d["tau"], cards, d["mode"]))
         B = self.sc.task.global_batch
         ga = B // (d["dp"] * d["mb"]) if B % (d["dp"] * d["mb"]) == 0 else 0
         return Plan(accelerator=d["acc"], cards=int(cards), zero_stage=int(d["zero"]), tp=int(d["tp"]),
-                    pp=int(d["pp"]), dp=int(d["dp"]), micro_batch=int(d["mb"]), grad_accum=ga,
+                    cp=int(d["cp"]), pp=int(d["pp"]), dp=int(d["dp"]), micro_batch=int(d["mb"]), grad_accum=ga,
                     recompute=d["recompute"], offload=d["offload"],
                     schedule=d["schedule"] if d["pp"] > 1 else self.domains["schedule"][0],
                     save_interval_s=tau, save_mode=d["mode"], nics_per_host=int(d["nics"]), global_batch=B)

@@ -23,14 +23,14 @@ from tpopt.models.units import DAY
 if TYPE_CHECKING:
     from tpopt.optimizer.sweep.spec import Point
 
-FORMAT = 3  # 2: note and checksum columns; 3: global_batch, seq_len, train_tokens
+FORMAT = 3  # 2: note and checksum columns; 3: global_batch, seq_len, train_tokens, cp
 
 COLUMNS = {  # name -> type (None allowed everywhere)
     "point_key": str,
     "accelerator": str, "deadline_days": float, "reserved_days": float, "tokens": float, "efficiency": float,
     "max_cards": int, "card_hour": float, "max_cost": float, "global_batch": int, "seq_len": int,
     "status": str,
-    "cards": int, "hosts": int, "zero": int, "tp": int, "pp": int, "dp": int, "micro_batch": int,
+    "cards": int, "hosts": int, "zero": int, "tp": int, "cp": int, "pp": int, "dp": int, "micro_batch": int,
     "grad_accum": int, "recompute": str, "offload": str, "schedule": str, "save_interval_s": float,
     "save_mode": str, "nics_per_host": int, "train_tokens": float,
     "cost": float, "cost_unit": str, "finish_days": float, "train_days": float, "overhead_days": float,
@@ -39,7 +39,7 @@ COLUMNS = {  # name -> type (None allowed everywhere)
     "fastest_days": float, "solver": str, "note": str, "pareto": bool, "fingerprint": str, "checksum": str,
 }
 COLUMN_NAMES = tuple(COLUMNS)
-PLAN_COLUMNS = ("cards", "hosts", "zero", "tp", "pp", "dp", "micro_batch", "grad_accum", "recompute", "offload",
+PLAN_COLUMNS = ("cards", "hosts", "zero", "tp", "cp", "pp", "dp", "micro_batch", "grad_accum", "recompute", "offload",
                 "schedule", "save_interval_s", "save_mode", "nics_per_host", "global_batch", "train_tokens")
 STATUSES = ("optimal", "feasible", "infeasible", "unknown", "error")
 FEASIBLE = ("optimal", "feasible")  # a plan is in the row
@@ -100,7 +100,8 @@ def make_row(point: Point, status: str, fingerprint_: str, solver: str, ev=None,
                global_batch=point.global_batch, seq_len=point.seq_len)
     if ev is not None:
         p, m = ev.plan_dict(), ev.metrics
-        row.update(cards=p["cards"], hosts=p["hosts"], zero=p["zero_stage"], tp=p["tp"], pp=p["pp"], dp=p["dp"],
+        row.update(cards=p["cards"], hosts=p["hosts"], zero=p["zero_stage"], tp=p["tp"], cp=p["cp"], pp=p["pp"],
+                   dp=p["dp"],
                    micro_batch=p["micro_batch"], grad_accum=p["grad_accum"], recompute=p["recompute"],
                    offload=p["offload"], schedule=p["schedule"], save_interval_s=p["save_interval_s"],
                    save_mode=p["save_mode"], nics_per_host=p["nics_per_host"], global_batch=p["global_batch"],
