@@ -15,16 +15,19 @@ from pathlib import Path
 from tpopt.errors import InputError
 from tpopt.models.arch import ACTIVATIONS, NORMS, POSITIONS, ModelArch, moe_layer_count
 from tpopt.models.hardware import Accelerator
+from tpopt.models.roofline import PerfParams
 from tpopt.models.units import (
     parse_bandwidth,
     parse_bytes,
+    parse_duration,
     parse_flops_rate,
+    parse_fraction,
     parse_int,
     parse_number,
 )
 
 BUILTIN_DIR = Path(__file__).resolve().parent
-CATALOG_FILES = ("accelerators.toml", "links.toml", "storage.toml", "models.toml")
+CATALOG_FILES = ("accelerators.toml", "links.toml", "storage.toml", "models.toml", "performance.toml")
 #: Largest input file tpopt reads (catalog TOML, config.json): 16 MiB. Real ones are a few kB; the
 #: cap keeps ``/dev/zero`` or a mistaken multi-gigabyte path from exhausting memory.
 MAX_INPUT_BYTES = 16 * 2**20
@@ -69,6 +72,7 @@ class Catalog:
     links: dict[str, float] = field(default_factory=dict)  # name -> bytes/s per direction
     nics: dict[str, Nic] = field(default_factory=dict)
     storage: dict[str, float] = field(default_factory=dict)  # tier -> write bytes/s
+    performance: dict[str, PerfParams] = field(default_factory=dict)  # accelerator -> step-time parameters
     raw: dict[str, dict] = field(default_factory=dict)  # file stem -> merged raw tables
 
     def accelerator(self, name: str) -> Accelerator:
@@ -87,6 +91,12 @@ class Catalog:
         known = ", ".join(sorted(self.models))
         raise InputError(f"unknown model {name!r} (known: {known}; or a Hugging Face id org/name from the "
                          f"local cache)")
+
+    def perf(self, name: str) -> PerfParams:
+        """Performance parameters of an accelerator (performance.toml), or the [default] entry."""
+        if name in self.performance:
+            return self.performance[name]
+        return self.performance.get("default", PerfParams(name="default"))
 
     def storage_tier(self, name: str) -> float:
         try:
@@ -122,6 +132,11 @@ def _merge(dirs: list[Path]) -> dict[str, dict]:
                         if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
                             raise InputError(f"{p}: {key} must hold tables such as [{key}.NAME], got {value!r}")
                         raw[stem].setdefault(key, {}).update(value)
+                    elif stem == "performance" and isinstance(value, dict):
+                        entry = raw[stem].setdefault(key, {})  # field by field over the built-in
+                        for k2, v2 in value.items():
+                            both = isinstance(v2, dict) and isinstance(entry.get(k2), dict)
+                            entry[k2] = {**entry[k2], **v2} if both else v2
                     else:
                         raw[stem][key] = value
     return raw
@@ -395,6 +410,47 @@ def model_from_hf_cache(repo_id: str, cache_dir=None) -> ModelArch:
     return resolve(repo_id, cache_dir)
 
 
+_PERF_FRACTIONS = ("gemm_efficiency", "memory_efficiency", "attention_efficiency", "tp_efficiency", "dp_efficiency")
+_PERF_KEYS = set(_PERF_FRACTIONS) | {"gemm_k_half", "tile", "sms", "kernel_overhead", "collective_latency",
+                                     "calibrated", "sources", "calibration"}
+
+
+def build_perf(name: str, t: dict, base: PerfParams | None = None) -> PerfParams:
+    """:class:`PerfParams` from a performance.toml table (fields absent keep ``base``'s values)."""
+    where = f"performance {name}"
+    if not isinstance(t, dict):
+        raise InputError(f"{where}: expected a table")
+    bad = set(t) - _PERF_KEYS
+    if bad:
+        raise InputError(f"{where}: unknown key(s) {sorted(bad)} (known: {', '.join(sorted(_PERF_KEYS))})")
+    kw: dict = {}
+    for k in _PERF_FRACTIONS:
+        if k in t:
+            kw[k] = parse_fraction(t[k], f"{where} {k}")
+    if "gemm_k_half" in t:
+        kw["gemm_k_half"] = parse_number(t["gemm_k_half"], f"{where} gemm_k_half")
+    if "sms" in t:
+        kw["sms"] = parse_int(t["sms"], f"{where} sms", minimum=1)
+    if "tile" in t:
+        tile = t["tile"]
+        if not (isinstance(tile, list) and len(tile) == 2):
+            raise InputError(f"{where}: tile must be [rows, columns]")
+        kw["tile_m"], kw["tile_n"] = (parse_int(x, f"{where} tile", minimum=1) for x in tile)
+    for k in ("kernel_overhead", "collective_latency"):
+        if k in t:
+            kw[k] = parse_duration(t[k], f"{where} {k}")
+    if "calibrated" in t:
+        cal = t["calibrated"]
+        if not isinstance(cal, list) or any(c not in PerfParams.field_names() for c in cal):
+            raise InputError(f"{where}: calibrated must list parameter names")
+        kw["calibrated"] = tuple(cal)
+    sources = dict((base.sources if base else {}) or {})
+    sources.update(t.get("sources", {}) or {})
+    from dataclasses import replace
+
+    return replace(base or PerfParams(), name=name, sources=sources, **kw)
+
+
 def load_catalog(extra_dirs=()) -> Catalog:
     """The built-in catalog, extended/overridden by each directory in ``extra_dirs`` in order."""
     dirs = [BUILTIN_DIR] + [Path(d) for d in extra_dirs]
@@ -410,4 +466,10 @@ def load_catalog(extra_dirs=()) -> Catalog:
         cat.accelerators[name] = _build_accelerator(name, t, links, nics)
     for name, t in raw["models"].items():
         cat.models[name] = build_model(name, t)
+    perf = raw["performance"]
+    default = build_perf("default", perf["default"]) if "default" in perf else PerfParams(name="default")
+    cat.performance["default"] = default
+    for name, t in perf.items():
+        if name != "default":
+            cat.performance[name] = build_perf(name, t, default)
     return cat

@@ -21,7 +21,6 @@ from tpopt.models.hardware import Accelerator
 from tpopt.models.plan import (
     OFFLOADS,
     SAVE_MODES,
-    SCHEDULES,
     CostOptions,
     InputPipeline,
     MemoryOptions,
@@ -30,6 +29,8 @@ from tpopt.models.plan import (
     SearchSpace,
     System,
     Task,
+    schedule_name,
+    split_schedule,
 )
 from tpopt.models.units import (
     parse_bandwidth,
@@ -55,15 +56,16 @@ KEYS = {
     "schedule": {"deadline", "reserved"},
     "hardware": {"accelerator", "usable_memory", "efficiency", "cards_per_host", "nics_per_host", "nic", "peak",
                  "max_nics_per_host", "card_hour"},
-    "memory": {"activation_reserve", "flash_attention", "activation_bytes", "loss_chunks", "prefetch"},
+    "memory": {"activation_reserve", "flash_attention", "activation_bytes", "loss_chunks", "prefetch",
+               "sequence_parallel", "dropout"},
     "input": {"workers", "sequences_per_worker_s", "wait", "workers_per_host"},
     "checkpoint": {"write_bandwidth", "storage", "restore", "card_mtbf", "job_mtbf", "save_interval", "mode",
                    "snapshot_copy", "bytes_per_param", "loss_spike_interval", "failure_model"},
     "stragglers": {"sigma"},
-    "comm": {"overlap", "cp_method", "cp_split"},
+    "comm": {"overlap", "tp_overlap", "dp_overlap", "cp_method", "cp_split"},
     "cost": {"card_hour", "nic_hour", "max_cost"},
     "search": {"zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "schedule", "nics_per_host",
-               "save_interval", "save_mode", "max_cards", "accelerator", "dp", "global_batch", "cp"},
+               "save_interval", "save_mode", "max_cards", "accelerator", "dp", "virtual_stages", "global_batch", "cp"},
     "sweep": None,
     "rl": None,  # RL post-training, parsed by tpopt.catalogs.rl
     "scenario": {"name", "description"},
@@ -73,7 +75,7 @@ REQUIRED = {"model": (), "task": ("tokens", "seq_len", "global_batch"), "schedul
 CARD_KEYS = ("usable_memory", "cards_per_host", "nics_per_host", "nic", "peak", "max_nics_per_host", "card_hour")
 STAGE_TASK_KEYS = ("tokens", "seq_len", "global_batch")
 STAGE_KEYS = {"name", "tokens", "seq_len", "global_batch", "critical_batch", "batch_ramp", "search"}
-DEFAULT_EFFICIENCY = 0.40
+DEFAULT_EFFICIENCY = 0.40  # what `tpopt explain` / sweeps start from when a flat efficiency is asked for
 AUTO_INTERVAL = "auto"
 # Checkpoint defaults do not bias a plan: unless the scenario states them, the save interval is the
 # optimum for each card count ("auto", tau* = sqrt(2c / lambda)) and both save modes are searched.
@@ -308,7 +310,10 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     names = [str(x) for x in _as_list(hw["accelerator"], "hardware.accelerator")]
     if len(set(names)) != len(names):
         raise InputError("hardware.accelerator lists a name twice")
-    eff = parse_fraction(hw.get("efficiency", DEFAULT_EFFICIENCY), "hardware.efficiency")
+    # a stated efficiency selects the chapter's flat model (compute = FLOPs / (peak x efficiency)); without
+    # one every accelerator runs the per-operation model of its performance-catalog entry
+    flat = "efficiency" in hw
+    eff = parse_fraction(hw["efficiency"], "hardware.efficiency") if flat else 1.0
     cost = raw.get("cost", {})
     card_hour = cost.get("card_hour")
     nic_hour = cost.get("nic_hour")
@@ -320,7 +325,11 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
         acc = _accelerator_with_overrides(acc, o, cat, f"hardware ({name})")
         price = acc.price_card_hour if card_hour is None else parse_number(card_hour, "cost.card_hour")
         nic_price = acc.nic_price_hour if nic_hour is None else parse_number(nic_hour, "cost.nic_hour")
-        systems[name] = System(acc=acc, efficiency=eff, price_card_hour=price, nic_price_hour=nic_price)
+        if not flat and acc.hbm_bandwidth <= 0:
+            raise InputError(f"accelerator {name!r} has no hbm_bandwidth, which the per-operation step-time model "
+                             "needs (add it to the catalog, or state hardware.efficiency for the flat model)")
+        systems[name] = System(acc=acc, efficiency=eff, price_card_hour=price, nic_price_hour=nic_price,
+                               perf=None if flat else cat.perf(name))
     for key, value in hw.items():
         if isinstance(value, dict) and key not in systems:
             cat.accelerator(key)  # unknown name -> clear error; known but unused -> ignored
@@ -334,6 +343,8 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
         activation_bytes=parse_number(mt.get("activation_bytes", 2), "memory.activation_bytes", allow_zero=False),
         loss_chunks=parse_int(mt.get("loss_chunks", 1), "memory.loss_chunks", minimum=1),
         prefetch=parse_int(mt.get("prefetch", 1), "memory.prefetch", minimum=0),
+        sequence_parallel=_bool(mt.get("sequence_parallel", True), "memory.sequence_parallel"),
+        dropout=_bool(mt.get("dropout", False), "memory.dropout"),
     )
 
     # input
@@ -402,10 +413,7 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     for x in offl:
         if x not in OFFLOADS:
             raise InputError(f"offload {x!r} unknown (use none or cpu)")
-    schedules = tuple(str(x) for x in _as_list(se.get("schedule", "1f1b"), "search.schedule"))
-    for x in schedules:
-        if x not in SCHEDULES:
-            raise InputError(f"pipeline schedule {x!r} unknown (use one of: {', '.join(SCHEDULES)})")
+    schedules = _schedules(se)
     rec_default = ["none", "full"] if reserve is None else ["none"]
     recs = tuple(dict.fromkeys(memory.parse_recompute(x) for x in _as_list(se.get("recompute", rec_default),
                                                                            "search.recompute")))
@@ -440,12 +448,49 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     else:
         _check_batch_choices(task, space, "task")
     max_cost = cost.get("max_cost")
-    overlap = _bool(raw.get("comm", {}).get("overlap", True), "comm.overlap")
+    ct = raw.get("comm", {})
+    overlap = _bool(ct.get("overlap", True), "comm.overlap")
+    tp_overlap = _tp_overlap(ct.get("tp_overlap", False))
+    dp_overlap = _overlap(ct.get("dp_overlap", True), "comm.dp_overlap")
     name = raw.get("scenario", {}).get("name") or Path(raw.get("_path", "scenario")).stem
-    cp_method, cp_split = _context_options(raw.get("comm", {}))
+    cp_method, cp_split = _context_options(ct)
     return Scenario(model=model, task=task, systems=systems, memory=mem, input=inp, reliability=rel, search=space,
                     cost=CostOptions(None if max_cost is None else parse_number(max_cost, "cost.max_cost")),
-                    overlap=overlap, name=str(name), stages=stages, cp_method=cp_method, cp_split=cp_split)
+                    overlap=overlap, name=str(name), tp_overlap=tp_overlap, dp_overlap=dp_overlap,
+                    stages=stages, cp_method=cp_method, cp_split=cp_split)
+
+
+def _overlap(value, what: str) -> float:
+    """An overlap share: true / false, or a fraction such as 0.5 or 50%."""
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    return parse_fraction(value, what, allow_zero=True)
+
+
+def _tp_overlap(value) -> tuple[float, float]:
+    """comm.tp_overlap: true / false / a fraction (chunked GEMM overlap of every TP collective), or
+    "async" (only the column-parallel backward collectives, beside the other gradient GEMM)."""
+    if isinstance(value, str) and value.strip().lower() == "async":
+        return (0.0, 1.0)
+    f = _overlap(value, "comm.tp_overlap (true, false, a fraction or \"async\")")
+    return (f, f)
+
+
+def _schedules(se: dict) -> tuple[str, ...]:
+    """[search] schedule values, with "interleaved" expanded over [search] virtual_stages."""
+    names = [str(x) for x in _as_list(se.get("schedule", "1f1b"), "search.schedule")]
+    for x in names:
+        split_schedule(x)  # unknown names -> one clear error
+    if "virtual_stages" not in se:
+        return tuple(names)
+    vs = _int_list(se["virtual_stages"], "search.virtual_stages", minimum=2)
+    out = []
+    for x in names:
+        if x == "interleaved":
+            out += [schedule_name("interleaved", v) for v in vs]
+        else:
+            out.append(x)
+    return tuple(dict.fromkeys(out))
 
 
 def _context_options(comm: dict) -> tuple[str, str]:

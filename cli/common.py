@@ -155,6 +155,14 @@ def plan_options(fn=None, *, require_cards: bool = True):
         click.option("--save-interval", help="Checkpoint interval, e.g. 1800s, or 'auto'."),
         click.option("--save-mode", type=click.Choice(["sync", "async"]), help="Checkpoint save mode."),
         click.option("--nics-per-host", type=int, help="NICs per host."),
+        click.option("--virtual-stages", type=int,
+                     help="Interleaved schedule: model chunks per card (sets --schedule interleaved:N)."),
+        click.option("--sequence-parallel/--no-sequence-parallel", "sequence_parallel", default=None,
+                     help="Sequence parallelism under TP (default: the scenario's memory.sequence_parallel)."),
+        click.option("--flash-attention/--no-flash-attention", "flash_attention", default=None,
+                     help="Flash attention (default: the scenario's memory.flash_attention)."),
+        click.option("--first-stage-layers", type=int, help="Layers on the first pipeline stage (uneven stages)."),
+        click.option("--last-stage-layers", type=int, help="Layers on the last pipeline stage (uneven stages)."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -184,6 +192,17 @@ def plan_from(sc, kw: dict):
             return v
         return domain[0] if domain else default
 
+    schedule = pick("pipe_schedule", space.schedule, "1f1b")
+    if kw.get("virtual_stages") is not None:
+        from tpopt.errors import InputError
+        from tpopt.models.plan import schedule_name, split_schedule
+
+        base, _ = split_schedule(schedule)
+        if kw.get("pipe_schedule") is not None and base != "interleaved":
+            raise InputError("--virtual-stages applies to the interleaved schedule only")
+        if kw["virtual_stages"] < 2:
+            raise InputError(f"--virtual-stages must be at least 2 (got {kw['virtual_stages']})")
+        schedule = schedule_name("interleaved", kw["virtual_stages"])
     return Plan(
         accelerator=acc,
         cards=kw["cards"],
@@ -194,9 +213,13 @@ def plan_from(sc, kw: dict):
         micro_batch=pick("micro_batch", space.micro_batch if len(space.micro_batch) == 1 else (), 1),
         recompute=pick("recompute", space.recompute, "none"),
         offload=pick("offload", space.offload, "none"),
-        schedule=pick("pipe_schedule", space.schedule, "1f1b"),
+        schedule=schedule,
         save_interval_s=interval_s,
         save_mode=pick("save_mode", space.save_mode, "sync"),
         nics_per_host=kw.get("nics_per_host") or 0,
+        sequence_parallel=kw.get("sequence_parallel"),
+        flash_attention=kw.get("flash_attention"),
+        first_stage_layers=kw.get("first_stage_layers") or 0,
+        last_stage_layers=kw.get("last_stage_layers") or 0,
         global_batch=space.global_batch[0] if len(space.global_batch) == 1 else 0,
     )

@@ -82,7 +82,8 @@ reserved = "5d"            # inside the deadline: start-up, evaluation, planned 
 # What it runs on: one catalog accelerator or a list of candidates (tpopt catalog accelerators).
 [hardware]
 accelerator = {acc}
-efficiency = 0.40          # compute efficiency (MFU of the matrix work); Llama 3 reports 38-43 % in BF16
+efficiency = 0.40          # flat model: MFU of the matrix work (Llama 3 reports 38-43 % in BF16); delete this
+                           # line for the per-operation model (catalogs/performance.toml, tpopt calibrate)
 {hw_specific}
 # nic = "200g"             # NIC type from the catalog (tpopt catalog links), or a bandwidth such as 25GB/s
 # nics_per_host = 8

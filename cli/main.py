@@ -20,6 +20,7 @@ COMMANDS = {
     "checkpoint": "tpopt.cli.reliability:checkpoint",
     "stragglers": "tpopt.cli.reliability:stragglers",
     "catalog": "tpopt.cli.catalog:catalog",
+    "calibrate": "tpopt.cli.calibrate:calibrate",
     "init": "tpopt.cli.init:init",
     "rl": "tpopt.cli.rl:rl",
 }
@@ -33,6 +34,7 @@ HELP = {
     "checkpoint": "Checkpoint interval table: save, redo and restart overhead.",
     "stragglers": "Expected step time with per-card jitter; wait / redistribute / evict.",
     "catalog": "List catalog entries (accelerators, models, links, storage).",
+    "calibrate": "Fit an accelerator's performance parameters to measured steps; write a catalog override.",
     "init": "Write a commented scenario file to start from.",
     "rl": "Plan RL post-training: rollout vs learner cards, shared or separate, sync or async.",
 }

@@ -20,7 +20,7 @@ import numpy as np
 from tpopt.errors import InputError
 from tpopt.models import memory
 from tpopt.models import terms as T
-from tpopt.models.plan import OFFLOADS, SAVE_MODES, Plan, Scenario
+from tpopt.models.plan import OFFLOADS, SAVE_MODES, Plan, Scenario, schedule_name, split_schedule
 from tpopt.models.units import DAY, GIB, HOUR
 
 
@@ -98,6 +98,10 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
     tp_s = T.tp_comm(sc, accelerator, recompute, tp, pp, dp, mb)
     offload_s = T.offload_wait(sc, accelerator, cpu, z, recompute, tp, pp, dp, mb)
     busy = compute_s + exposed + tp_s + offload_s
+    per_op = T.per_op_model(sc)
+    # per-operation model: exposed TP time is inside the stage durations; split it out for reports
+    tp_show = T.tp_exposed(sc, accelerator, recompute, tp, pp, dp, mb) if per_op else tp_s
+    inside = tp_show if per_op else 0.0 * tp_s
     step_s = busy + sc.input.wait_s
     demand = B / busy
     supply = T.input_supply(sc, accelerator, cards)
@@ -116,10 +120,14 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
     out = {
         "cards": cards * ones, "hosts": hosts * ones, "grad_accum": ga * ones,
         "memory_per_card": mem_total * ones, "states": states * ones, "activations": acts * ones,
-        "temporary": temp * ones, "compute_s": (compute_s - straggler_s) * ones, "pure_compute_s": pure_s * ones,
-        "bubble_s": bubble_s * ones, "straggler_s": straggler_s * ones, "comm_link_s": (link_dp + tp_s) * ones,
-        "comm_exposed_s": (exposed + tp_s) * ones, "dp_link_s": link_dp * ones, "tp_comm_s": tp_s * ones,
+        "temporary": temp * ones, "compute_s": (compute_s - straggler_s - inside) * ones,
+        "pure_compute_s": (pure_s - inside) * ones,
+        "bubble_s": bubble_s * ones, "straggler_s": straggler_s * ones, "comm_link_s": (link_dp + tp_show) * ones,
+        "comm_exposed_s": (exposed + tp_show) * ones, "dp_link_s": link_dp * ones, "tp_comm_s": tp_show * ones,
         "offload_s": offload_s * ones, "input_wait_s": sc.input.wait_s * ones, "busy_s": busy * ones,
+        "stored_activations": (T.stored_activations(sc, schedule, recompute, tp, pp, dp, mb)
+                               if T.modelled_activations(sc) else acts) * ones,
+        "recompute_workspace": T.recompute_workspace(sc, recompute, tp, mb) * ones,
         "step_s": step_s * ones, "overhead_fraction": L * ones, "overhead_save": o_save * ones,
         "overhead_redo": o_redo * ones, "overhead_restart": o_restart * ones, "iterations": iters * ones,
         "train_s": train_s * ones, "finish_s": finish_s * ones, "card_hours": card_hours * ones,
@@ -135,8 +143,9 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
         "layout.whole_hosts": (cards % g, 0.0),
         "layout.tp_within_host": (np.where(g % tp == 0, 0.0, tp), 0.0),
         "layout.heads_divisible": (np.where(heads_ok, 0.0, tp), 0.0),
-        "layout.pp_divides_layers": (a.layers % pp, 0.0),
-        "layout.schedule_shape": (np.where(T.schedule_shape_ok(schedule, pp, dp, mb, B), 0.0, 1.0), 0.0),
+        # the per-operation model runs uneven stages; the flat model balances L / pp layers per stage
+        "layout.pp_divides_layers": (0.0 * pp if per_op else a.layers % pp, 0.0),
+        "layout.schedule_shape": (np.where(T.schedule_shape_ok(schedule, pp, dp, mb, B, sc), 0.0, 1.0), 0.0),
         "step.budget": (step_s, step_limit),
         "input.throughput": (demand, supply),
         "checkpoint.backlog": (write_s, tau),
@@ -207,7 +216,11 @@ class Evaluation:
                 "micro_batch": p.micro_batch,
                 "grad_accum": p.grad_accum, "recompute": p.recompute, "offload": p.offload,
                 "schedule": p.schedule if p.pp > 1 else None, "save_interval_s": p.save_interval_s,
-                "save_mode": p.save_mode, "nics_per_host": p.nics_per_host, "global_batch": p.global_batch}
+                "save_mode": p.save_mode, "nics_per_host": p.nics_per_host, "global_batch": p.global_batch,
+                "sequence_parallel": p.sequence_parallel if p.tp > 1 else None,
+                "flash_attention": p.flash_attention,
+                "stage_layers": self.metrics.get("stage_layers")
+                if p.pp > 1 and self.metrics.get("step_model") == "per-operation" else None}
 
     def as_dict(self) -> dict:
         return {"plan": self.plan_dict(), "metrics": {k: v for k, v in self.metrics.items()},
@@ -258,10 +271,36 @@ def resolve_plan(sc: Scenario, plan: Plan) -> Plan:
     nics = plan.nics_per_host or sysm.acc.nics_per_host
     if nics < 1 or nics > max(sysm.acc.max_nics_per_host, 1):
         raise InputError(f"nics per host must be between 1 and {sysm.acc.max_nics_per_host} for {plan.accelerator}")
+    base, v = split_schedule(plan.schedule)
+    for name in ("first_stage_layers", "last_stage_layers"):
+        if getattr(plan, name) < 0:
+            raise InputError(f"{name.replace('_', '-')} must be at least 0 (got {getattr(plan, name)})")
+    mem = sc.memory
     from dataclasses import replace
 
     return replace(plan, dp=dp, grad_accum=ga, nics_per_host=nics, save_interval_s=interval,
-                   recompute=memory.parse_recompute(plan.recompute), global_batch=B)
+                   recompute=memory.parse_recompute(plan.recompute), schedule=schedule_name(base, v),
+                   sequence_parallel=mem.sequence_parallel if plan.sequence_parallel is None else plan.sequence_parallel,
+                   flash_attention=mem.flash_attention if plan.flash_attention is None else plan.flash_attention,
+                   global_batch=B)
+
+
+def with_plan_options(sc: Scenario, plan: Plan) -> Scenario:
+    """The scenario as a plan runs it: the plan's sequence parallelism, flash attention and stage layer
+    counts (when it sets them) replace the scenario's."""
+    from dataclasses import replace
+
+    mem = sc.memory
+    kw = {}
+    if plan.sequence_parallel is not None and plan.sequence_parallel != mem.sequence_parallel:
+        kw["sequence_parallel"] = plan.sequence_parallel
+    if plan.flash_attention is not None and plan.flash_attention != mem.flash_attention:
+        kw["flash_attention"] = plan.flash_attention
+    if kw:
+        sc = replace(sc, memory=replace(mem, **kw))
+    if plan.first_stage_layers or plan.last_stage_layers:
+        sc = replace(sc, stage_layers=(plan.first_stage_layers, plan.last_stage_layers))
+    return sc
 
 
 def at_plan_batch(sc: Scenario, plan: Plan) -> Scenario:
@@ -281,6 +320,7 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
     global batch when it sets one."""
     sc = at_plan_batch(sc, plan)
     plan = resolve_plan(sc, plan)
+    sc = with_plan_options(sc, plan)
     r = evaluate_arrays(sc, plan.accelerator, tp=plan.tp, pp=plan.pp, dp=plan.dp, micro_batch=plan.micro_batch,
                         zero_stage=plan.zero_stage, nics_per_host=plan.nics_per_host,
                         save_interval_s=plan.save_interval_s, recompute=plan.recompute, offload=plan.offload,
@@ -291,6 +331,8 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
         "memory_per_card_gib": v["memory_per_card"] / GIB,
         "states_gib": v["states"] / GIB,
         "activations_gib": v["activations"] / GIB,
+        "stored_activations_gib": v["stored_activations"] / GIB,
+        "recompute_workspace_gib": v["recompute_workspace"] / GIB,
         "temporary_gib": v["temporary"] / GIB,
         "memory_limit_gib": sc.system(plan.accelerator).acc.memory_usable / GIB,
         "compute_s": v["compute_s"],
@@ -319,6 +361,8 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
         "checkpoint_write_s": v["checkpoint_write_s"],
         "input_demand_seq_s": v["input_demand"],
         "input_supply_seq_s": _clean(v["input_supply"]),
+        "step_model": "per-operation" if T.per_op_model(sc) else "flat",
+        "stage_layers": [int(x) if float(x).is_integer() else float(x) for x in T.stage_split(sc, plan.pp)],
     }
     checks = []
     for spec in CONSTRAINTS:

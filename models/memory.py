@@ -8,6 +8,7 @@ All functions broadcast over numpy arrays of tp / pp / dp / zero stage / micro-b
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,6 +41,7 @@ class StateRecipe:
     grads: float
     master: float  # FP32 master weights
     moments: float  # Adam first + second moments
+    matrix: str = "bf16"  # precision of the matrix units: which peak the step-time model uses
 
     @property
     def total(self) -> float:
@@ -58,7 +60,11 @@ RECIPES = {
     "bf16-mixed-fp32-grad": StateRecipe("bf16-mixed-fp32-grad", 2.0, 4.0, 4.0, 8.0),
     # FP8 (E4M3) operand copy with one FP32 scale per 128x128 block replaces the BF16 copy:
     # 1 + 4/16384 B/param; grads, master and moments unchanged (chapter 10.1.2, exercise 10-3)
-    "fp8-mixed": StateRecipe("fp8-mixed", 1.0 + 4.0 / 16384.0, 2.0, 4.0, 8.0),
+    "fp8-mixed": StateRecipe("fp8-mixed", 1.0 + 4.0 / 16384.0, 2.0, 4.0, 8.0, "fp8"),
+    # FP16 with loss scaling (Megatron-LM's published runs): the same bytes, the FP16 matrix peak
+    "fp16-mixed": StateRecipe("fp16-mixed", 2.0, 2.0, 4.0, 8.0, "fp16"),
+    # ... with FP32 gradient accumulation buffers (Megatron-LM: 18 B/param, Korthikanti et al. 2022)
+    "fp16-mixed-fp32-grad": StateRecipe("fp16-mixed-fp32-grad", 2.0, 4.0, 4.0, 8.0, "fp16"),
 }
 
 
@@ -132,13 +138,9 @@ def stage_params(a: ModelArch, tp, pp):
     p = np.asarray(pp)
     linear = layer_linear_params(a)
     other = layer_params(a) - linear  # norms, biases, q/k norms: replicated under TP
-    pos = a.learned_positions * a.hidden + (a.norm_params if a.embedding_norm else 0)
-    mtp_lin = mtp_linear_params(a)
-    tail_other = a.norm_params + (a.vocab if a.head_bias else 0) + mtp_params(a) - mtp_lin
 
     def ends(tt):
-        emb = embedding_params(a) / tt
-        return emb + pos, (0.0 if a.tied_embeddings else emb) + mtp_lin / tt + tail_other
+        return stage_end_params(a, tt)
 
     lin, oth = block_param_arrays(a)
     if np.all(lin == linear) and np.all(oth == other):  # every block alike
@@ -165,14 +167,51 @@ def stage_params(a: ModelArch, tp, pp):
     return table[ti, pi]
 
 
+def stage_end_params(a: ModelArch, tp, tied_copy: bool = False):
+    """(first-stage extra, last-stage extra) parameters per card: the embedding (/ tp) with learned
+    positions and an embedding norm; the final norm, the LM head (/ tp; when tied only as the copy
+    Megatron-LM keeps on a separate last stage, ``tied_copy``), its bias and any MTP modules."""
+    emb = embedding_params(a) / np.asarray(tp, dtype=float)
+    pos = a.learned_positions * a.hidden + (a.norm_params if a.embedding_norm else 0)
+    mtp_lin = mtp_linear_params(a)
+    tail_other = a.norm_params + (a.vocab if a.head_bias else 0) + mtp_params(a) - mtp_lin
+    head = emb if (not a.tied_embeddings or tied_copy) else 0.0
+    return emb + pos, head + mtp_lin / np.asarray(tp, dtype=float) + tail_other
+
+
+def stage_param_counts(a: ModelArch, tp, layers: list[int]) -> list:
+    """Parameters one card of each pipeline stage holds, for an explicit split of the layers into
+    consecutive blocks (stage g holds blocks sum(layers[:g]) .. sum(layers[:g+1]) - 1).
+
+    Stage 0 adds the first-stage extras, the last stage the last-stage extras (:func:`stage_end_params`);
+    with tied embeddings and more than one stage the last stage keeps its own copy of the table for the
+    head (Megatron-LM all-reduces the two copies' gradients). Linear layers are split by tp.
+    """
+    t = np.asarray(tp, dtype=float)
+    lin, oth = block_param_arrays(a)
+    cl, co = np.concatenate([[0.0], np.cumsum(lin)]), np.concatenate([[0.0], np.cumsum(oth)])
+    head_end, tail_end = stage_end_params(a, t, tied_copy=len(layers) > 1)
+    out, start = [], 0
+    for g, n in enumerate(layers):
+        end = start + int(n)
+        x = (cl[end] - cl[start]) / t + (co[end] - co[start])
+        if g == 0:
+            x = x + head_end
+        if g == len(layers) - 1:
+            x = x + tail_end
+        out.append(x)
+        start = end
+    return out
+
+
 def embedding_shard_params(a: ModelArch, tp):
     """Input-embedding parameters per card (vocab-parallel under TP): V h / tp."""
     return embedding_params(a) / np.asarray(tp, dtype=float)
 
 
 # ---------------------------------------------------------------------------------------------
-# activations: per-layer inventory by recompute group (Korthikanti et al. 2022, adapted to
-# RMSNorm + SwiGLU + GQA + q/k-norm, no dropout)
+# activations: per-layer inventory of saved tensors by recompute group (Korthikanti et al. 2022,
+# generalised to RMSNorm / SwiGLU / GQA / q-k norm / flash attention / optional dropout)
 
 RECOMPUTE_GROUPS = ("norm", "mlp", "attn")
 
@@ -203,62 +242,137 @@ def parse_recompute(value) -> str:
     return "+".join(g for g in RECOMPUTE_GROUPS if g in parts)
 
 
+class SavedTensor(NamedTuple):
+    """One tensor a block keeps for its backward, per micro-batch, before any split across cards."""
 
-def layer_activation_groups(a: ModelArch, seq_len, micro_batch, act_bytes=2.0, flash_attention=True) -> dict:
-    """Bytes one block saves for backward, per micro-batch of ``micro_batch`` sequences (tp = 1).
+    name: str
+    group: str  # "keep" (needed whatever is rebuilt) or the recompute group that rebuilds it
+    region: str  # "tp": split by t under tensor parallelism; "seq": split by t only with sequence parallelism
+    bytes: object
+    gemm_input: bool  # an input a matrix product needs for its backward
+    unit: str  # tensors rebuilt together (the recompute workspace is the largest such unit)
 
-    Saved tensors per token (elements), h = hidden, f = ffn, d_q = heads x head_dim,
-    d_kv = kv_heads x head_dim:
 
-    ``keep`` (needed whatever is rebuilt):
-        two norm inputs 2h; q/k-norm inputs d_q + d_kv (Qwen3 only); attention q, k, v after RoPE
-        d_q + 2 d_kv; attention output d_q; log-sum-exp 2 x heads (FP32 = two 2-byte elements);
-        MLP gate and up outputs 2f (f for a non-gated MLP).
-    ``norm``: the two normalised outputs feeding the QKV and MLP GEMMs, 2h.
-    ``mlp``:  the activation output and the product act(gate) x up feeding the down GEMM, 2f
-              (f for a non-gated MLP).
-    ``attn``: softmax probabilities, heads x s per token (heads x s^2 per sequence); zero with
-              flash attention, which never stores them and recomputes them in its own backward.
+def saved_tensors(a: ModelArch, seq_len, micro_batch, act_bytes=2.0, flash_attention=True,
+                  dropout=False) -> list[SavedTensor]:
+    """Tensors one block saves for backward (bytes per micro-batch of ``micro_batch`` sequences, tp = 1).
 
-    The chapter's 10.2.2 example (128 tokens, FP32): the product (6 MiB) and the two norm outputs
-    (2 MiB each) are the 10 MiB per block that can be rebuilt.
+    Per token, h = hidden, f = ffn, d_q = heads x head_dim, d_kv = kv_heads x head_dim, e = act_bytes:
+    keep:  the norm inputs (h each; one norm in a parallel block), q/k-norm inputs (d_q + d_kv, Qwen3),
+           q, k, v after RoPE (d_q + 2 d_kv), attention output (d_q), log-sum-exp (4 bytes x heads, flash
+           only), MLP gate and up outputs (2 f; the up output f without a gate), and with dropout a
+           1-byte mask after each block output (h).
+    norm:  the normalised outputs feeding QKV and MLP up (h each; sequence region).
+    mlp:   the input of the down projection: act(gate) x up (f), or act(up) without a gate (f).
+    attn:  without flash attention the softmax output (heads x s per token) and, with dropout, its
+           1-byte mask and the dropped output; nothing with flash attention (it stores no scores).
+    Megatron GPT (LayerNorm, GELU 4h, dropout, no flash): 34 s b h + 5 heads s^2 b bytes at e = 2,
+    Korthikanti et al.'s per-layer total; under TP without SP 10 s b h stay whole and the rest is / t.
     """
     s = np.asarray(seq_len, dtype=float)
     tokens = s * np.asarray(micro_batch, dtype=float)
-    h, f = a.hidden, mlp_activation_width(a)
-    dq, dkv = a.d_attn, a.d_kv
-    keep = 2 * h + dq + 2 * dkv + dq + 2 * a.heads + (2 * f if a.gated_mlp else f)
+    h, f, dq, dkv, e = a.hidden, mlp_activation_width(a), a.d_attn, a.d_kv, act_bytes
+    norms = 1 if a.parallel_block else 2
+    out = [SavedTensor("norm inputs", "keep", "seq", tokens * norms * h * e, False, "")]
     if a.qk_norm:
-        keep += dq + dkv
-    return {
-        "keep": tokens * keep * act_bytes,
-        "norm": tokens * 2 * h * act_bytes,
-        "mlp": tokens * (2 * f if a.gated_mlp else f) * act_bytes,
-        "attn": tokens * 0.0 if flash_attention else tokens * a.heads * s * act_bytes,
-    }
+        out.append(SavedTensor("q/k-norm inputs", "keep", "tp", tokens * (dq + dkv) * e, False, ""))
+    out.append(SavedTensor("q, k, v", "keep", "tp", tokens * (dq + 2 * dkv) * e, True, ""))
+    out.append(SavedTensor("attention output", "keep", "tp", tokens * a.d_v * e, True, ""))
+    if flash_attention:
+        out.append(SavedTensor("log-sum-exp", "keep", "tp", tokens * a.heads * 4.0, False, ""))
+    out.append(SavedTensor("MLP gate and up" if a.gated_mlp else "MLP up", "keep", "tp",
+                           tokens * (2 * f if a.gated_mlp else f) * e, False, ""))
+    if dropout:
+        out.append(SavedTensor("dropout masks", "keep", "seq", tokens * (1 if a.parallel_block else 2) * h, False, ""))
+    for i in range(norms):
+        out.append(SavedTensor(f"norm output {i + 1}", "norm", "seq", tokens * h * e, True, f"norm{i}"))
+    out.append(SavedTensor("MLP product" if a.gated_mlp else "MLP activation", "mlp", "tp", tokens * f * e, True,
+                           "mlp"))
+    if not flash_attention:
+        out.append(SavedTensor("softmax output", "attn", "tp", tokens * a.heads * s * e, False, "attn"))
+        if dropout:
+            out.append(SavedTensor("attention dropout mask + output", "attn", "tp",
+                                   tokens * a.heads * s * (1.0 + e), True, "attn"))
+    return out
+
+
+def _split(t: SavedTensor, tp, sequence_parallel: bool):
+    """Bytes of one saved tensor on one card: / t in the TP region, / t in the sequence region with SP."""
+    tp = np.asarray(tp, dtype=float)
+    return t.bytes / (tp if (t.region == "tp" or sequence_parallel) else 1.0)
+
+
+def layer_activation_groups(a: ModelArch, seq_len, micro_batch, act_bytes=2.0, flash_attention=True,
+                            dropout=False) -> dict:
+    """Bytes one block saves for backward by group (keep / norm / mlp / attn), tp = 1.
+
+    The chapter's 10.2.2 example (Qwen3-8B, 128 tokens, FP32): the product (6 MiB) and the two norm
+    outputs (2 MiB each) are the 10 MiB per block that can be rebuilt (see :func:`saved_tensors`).
+    """
+    tensors = saved_tensors(a, seq_len, micro_batch, act_bytes, flash_attention, dropout)
+    zero = 0.0 * np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float)
+    return {g: sum((t.bytes for t in tensors if t.group == g), zero) for g in ("keep",) + RECOMPUTE_GROUPS}
+
+
+def _rebuilt(recompute: str) -> set:
+    if recompute == "full":
+        return {"keep", *RECOMPUTE_GROUPS}
+    return set() if recompute == "none" else set(recompute.split("+"))
 
 
 def activation_bytes_per_microbatch(a: ModelArch, seq_len, micro_batch, tp, layers, recompute: str,
-                                    act_bytes=2.0, flash_attention=True):
-    """Activation bytes one micro-batch keeps on one card of a stage of ``layers`` blocks.
+                                    act_bytes=2.0, flash_attention=True, dropout=False, sequence_parallel=True):
+    """Activation bytes one micro-batch keeps *until its backward* on one card of a stage of ``layers``
+    blocks (the recompute workspace is separate: :func:`recompute_workspace_bytes`).
 
-    With sequence parallelism (assumed whenever tp > 1) every saved tensor is split by tp.
-    none:      layers x (keep + norm + mlp + attn)
-    selective: layers x (kept groups) + one block's rebuilt groups (the workspace is reused
-               block after block, chapter 10.2.2)
-    full:      layers x (block input, h per token) + one block's whole inventory while it is
-               rebuilt for its backward.
+    none:      layers x every saved tensor
+    selective: layers x the tensors of the groups not rebuilt
+    full:      layers x the block input (h per token, sequence region)
+    Tensor parallelism divides the TP-region tensors by t; sequence parallelism also the others.
     """
-    g = layer_activation_groups(a, seq_len, micro_batch, act_bytes, flash_attention)
-    t = np.asarray(tp, dtype=float)
+    tensors = saved_tensors(a, seq_len, micro_batch, act_bytes, flash_attention, dropout)
+    layers = np.asarray(layers, dtype=float)
     if recompute == "full":
         tokens = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float)
-        whole = g["keep"] + g["norm"] + g["mlp"] + g["attn"]
-        return (layers * tokens * a.hidden * act_bytes + whole) / t
-    rebuilt = set() if recompute == "none" else set(recompute.split("+"))
-    kept = g["keep"] + sum(g[k] for k in RECOMPUTE_GROUPS if k not in rebuilt)
-    workspace = sum((g[k] for k in RECOMPUTE_GROUPS if k in rebuilt), 0.0 * g["keep"])
-    return (layers * kept + workspace) / t
+        block_input = SavedTensor("block input", "keep", "seq", tokens * a.hidden * act_bytes, False, "")
+        return layers * _split(block_input, tp, sequence_parallel)
+    gone = _rebuilt(recompute)
+    zero = 0.0 * np.asarray(tp, dtype=float) * np.asarray(micro_batch, dtype=float)
+    return layers * sum((_split(t, tp, sequence_parallel) for t in tensors if t.group not in gone), zero)
+
+
+def recompute_workspace_bytes(a: ModelArch, seq_len, micro_batch, tp, recompute: str, act_bytes=2.0,
+                              flash_attention=True, dropout=False, sequence_parallel=True):
+    """Memory the rebuilt tensors occupy while the backward uses them: one block at a time, reused
+    block after block and micro-batch after micro-batch, so it counts once per card (chapter 10.2.2:
+    "the largest product workspace is 6 MiB; the next layer reuses it").
+
+    selective: the largest unit rebuilt at once (a norm output, the MLP product, or the attention
+               core's softmax output with its dropout mask and output)
+    full:      one whole block's saved tensors (its forward is rerun, then its backward consumes them)
+    """
+    tensors = saved_tensors(a, seq_len, micro_batch, act_bytes, flash_attention, dropout)
+    zero = 0.0 * np.asarray(tp, dtype=float) * np.asarray(micro_batch, dtype=float)
+    if recompute == "none":
+        return zero
+    if recompute == "full":
+        return sum((_split(t, tp, sequence_parallel) for t in tensors), zero)
+    gone = _rebuilt(recompute)
+    units: dict = {}
+    for t in tensors:
+        if t.group in gone:
+            units[t.unit] = units.get(t.unit, zero) + _split(t, tp, sequence_parallel)
+    return np.maximum.reduce([zero] + list(units.values())) if units else zero
+
+
+def gemm_input_bytes(a: ModelArch, seq_len, micro_batch, recompute: str, act_bytes=2.0, flash_attention=True,
+                     dropout=False):
+    """Saved inputs of the block's matrix products that stay until the backward (tp = 1): norm outputs,
+    q / k / v, attention output, the MLP product (chapter 10.2.2: 15 MiB per block, 5 MiB once the
+    norm outputs and the product are rebuilt)."""
+    gone = _rebuilt(recompute)
+    tensors = saved_tensors(a, seq_len, micro_batch, act_bytes, flash_attention, dropout)
+    return sum(t.bytes for t in tensors if t.gemm_input and t.group not in gone)
 
 
 def recompute_flops_per_token(a: ModelArch, seq_len, recompute: str):

@@ -966,7 +966,7 @@ def _as_array(x, what: str) -> np.ndarray:
 
 
 def completion_time(schedule: str, p: int, m: int, forward, backward_input, backward_weight, transfer,
-                    update, *, v: int = 2, chunk_layers=None, block: int = 2048) -> np.ndarray:
+                    update, *, v: int = 2, chunk_layers=None, block: int = 2048, per_group: bool = False) -> np.ndarray:
     """Step completion time [s] for many duration sets at once, vectorised over the time arguments.
 
     ``forward``, ``backward_input`` (dX), ``backward_weight`` (dW), ``transfer`` (both links) and
@@ -980,31 +980,55 @@ def completion_time(schedule: str, p: int, m: int, forward, backward_input, back
     ``backward_input``: fused schedules run dX + dW as one op anyway, and split schedules (zb-*,
     dualpipe*) then keep zero-length dW ops (ZB-H1 times like 1F1B). ``block`` bounds memory: that
     many duration sets are evaluated together.
+
+    ``per_group=True``: ``forward``, ``backward_input``, ``backward_weight`` and ``update`` carry a
+    leading axis of length p, one duration per layer group (uneven stages: embedding on the first, LM
+    head on the last, unequal layer counts), like :func:`simulate`'s per-group lists.
     """
     prog = _get_program(schedule, p, m, v)
     p, m, v = prog.p, prog.m, prog.v
     arrays = [_as_array(x, w) for x, w in ((forward, "forward time"), (backward_input, "backward (dX) time"),
                                            (backward_weight, "backward weight (dW) time"),
                                            (transfer, "transfer time"), (update, "update time"))]
-    try:
-        arrays = np.broadcast_arrays(*arrays)
-    except ValueError:
-        raise InputError("completion_time: the duration arrays do not broadcast to one shape") from None
-    shape = arrays[0].shape
-    flat = [a.reshape(-1) for a in arrays]
+    if per_group:  # group axis first on the durations: broadcast the rest, keep (p, ...) for those
+        grouped = (0, 1, 2, 4)
+        for i in grouped:
+            if arrays[i].ndim == 0 or arrays[i].shape[0] != p:
+                arrays[i] = arrays[i][None]  # the same duration on every group
+        try:
+            shape = np.broadcast_shapes(*(arrays[i].shape[1:] for i in grouped), arrays[3].shape)
+        except ValueError:
+            raise InputError("completion_time: the duration arrays do not broadcast to one shape") from None
+
+        def spread(a, i):
+            if i not in grouped:
+                return np.broadcast_to(a, shape).reshape(-1)
+            a = a.reshape((a.shape[0],) + (1,) * (len(shape) + 1 - a.ndim) + a.shape[1:])
+            return np.broadcast_to(a, (p,) + shape).reshape(p, -1)
+
+        flat = [spread(a, i) for i, a in enumerate(arrays)]
+    else:
+        try:
+            arrays = np.broadcast_arrays(*arrays)
+        except ValueError:
+            raise InputError("completion_time: the duration arrays do not broadcast to one shape") from None
+        shape = arrays[0].shape
+        flat = [a.reshape(-1) for a in arrays]
     frac = _chunk_fractions(schedule, p, v, chunk_layers)
     waves, n_slots = _waves(schedule, p, m, v)
-    out = np.empty(flat[0].size)
+    size = flat[3].size
+    out = np.empty(size)
     step = max(1, int(block))
-    for lo in range(0, out.size, step):
-        hi = min(out.size, lo + step)
-        out[lo:hi] = _completion_block(p, v, waves, n_slots, frac, *(a[lo:hi] for a in flat))
+    for lo in range(0, size, step):
+        hi = min(size, lo + step)
+        out[lo:hi] = _completion_block(p, v, waves, n_slots, frac,
+                                       *(a[..., lo:hi] for a in flat), per_group=per_group)
     return out.reshape(shape)
 
 
-def _completion_block(p, v, waves, n_slots, frac, tf, bx, bw, tr, upd) -> np.ndarray:
-    k = tf.size
-    # distinct (duration kind, chunk share) rows; every code maps onto one of them
+def _completion_block(p, v, waves, n_slots, frac, tf, bx, bw, tr, upd, per_group=False) -> np.ndarray:
+    k = tr.size
+    # distinct (duration kind, [group,] chunk share) rows; every code maps onto one of them
     rows_of_key: dict = {}
     row_of = np.zeros(4 * p * v, dtype=np.int64)
     bases = (tf, bx, bx + bw, bw)
@@ -1012,10 +1036,10 @@ def _completion_block(p, v, waves, n_slots, frac, tf, bx, bw, tr, upd) -> np.nda
     for kind in range(4):
         for g in range(p):
             for c in range(v):
-                key = (kind, frac[g][c])
+                key = (kind, g, frac[g][c]) if per_group else (kind, frac[g][c])
                 if key not in rows_of_key:
                     rows_of_key[key] = len(table)
-                    table.append(bases[kind] * frac[g][c])
+                    table.append((bases[kind][g] if per_group else bases[kind]) * frac[g][c])
                 row_of[(kind * p + g) * v + c] = rows_of_key[key]
     table = np.stack(table)
     # preallocated work arrays: fresh megabyte-sized temporaries per wave would dominate the time
@@ -1060,7 +1084,7 @@ def _completion_block(p, v, waves, n_slots, frac, tf, bx, bw, tr, upd) -> np.nda
                 np.take(end, w.out_rows, axis=0, out=arr, mode="clip")
                 np.add(arr, tr, out=arr)
                 slots[w.out_slots] = arr
-    return free.max(axis=0) + upd
+    return (free + upd).max(axis=0) if per_group else free.max(axis=0) + upd
 
 
 # =============================================================================================

@@ -12,10 +12,43 @@ from dataclasses import asdict, dataclass, field
 
 from tpopt.models.arch import ModelArch
 from tpopt.models.hardware import Accelerator
+from tpopt.models.roofline import PerfParams
 
 SAVE_MODES = ("sync", "async")
 OFFLOADS = ("none", "cpu")
 from tpopt.models.pipeline import SCHEDULES  # noqa: E402  (the schedules the event model simulates)
+
+
+def split_schedule(name: str) -> tuple[str, int]:
+    """("interleaved", v) from "interleaved:v" (plain "interleaved" is v = 2); (name, 1) otherwise.
+
+    The number of virtual stages (model chunks per card) rides on the schedule value, so it is a
+    solver decision without a new variable: ``[search] virtual_stages = [2, 3, 4]`` expands
+    "interleaved" into "interleaved:2", "interleaved:3", "interleaved:4".
+    """
+    from tpopt.errors import InputError
+
+    base, sep, v = str(name).partition(":")
+    if base not in SCHEDULES:
+        raise InputError(f"pipeline schedule {name!r} unknown (use one of: {', '.join(SCHEDULES)})")
+    if base != "interleaved":
+        if sep:
+            raise InputError(f"only the interleaved schedule takes virtual stages (got {name!r})")
+        return base, 1
+    if not sep:
+        return base, 2
+    try:
+        n = int(v)
+    except ValueError:
+        raise InputError(f"virtual stages must be a whole number >= 2 (got {name!r})") from None
+    if n < 2:
+        raise InputError(f"virtual stages must be a whole number >= 2 (got {name!r})")
+    return base, n
+
+
+def schedule_name(base: str, virtual_stages: int) -> str:
+    """Inverse of :func:`split_schedule` ("interleaved" with v = 2 stays "interleaved")."""
+    return base if base != "interleaved" or virtual_stages == 2 else f"{base}:{virtual_stages}"
 
 
 @dataclass(frozen=True)
@@ -68,16 +101,28 @@ class Task:
 
 @dataclass(frozen=True)
 class System:
-    """What a plan runs on: one accelerator type plus the run's efficiency and prices."""
+    """What a plan runs on: one accelerator type plus the run's efficiency and prices.
+
+    Two step-time models: with ``perf`` None the chapter's flat model (compute = FLOPs / (peak x
+    efficiency), efficiency = MFU of the matrix work); with ``perf`` set the per-operation model
+    (:mod:`tpopt.models.steptime`), where ``efficiency`` is a scale on the modelled throughput
+    (1.0 = as the performance catalog predicts).
+    """
 
     acc: Accelerator
-    efficiency: float  # compute efficiency (MFU of the matrix work), e.g. 0.40
+    efficiency: float  # flat: MFU of the matrix work, e.g. 0.40; per-operation: throughput scale
     price_card_hour: float | None  # USD; None -> costs are reported in card-hours
     nic_price_hour: float = 0.0
+    perf: PerfParams | None = None  # accelerator performance parameters (per-operation model)
 
     @property
     def name(self) -> str:
         return self.acc.name
+
+    @property
+    def per_op(self) -> bool:
+        """True when the per-operation step-time model applies (no flat efficiency was stated)."""
+        return self.perf is not None
 
 
 @dataclass(frozen=True)
@@ -91,6 +136,8 @@ class MemoryOptions:
 
     activation_reserve: float | None = None
     flash_attention: bool = True
+    sequence_parallel: bool = True  # under TP, norms / dropout / residuals (and their saved inputs) split by t
+    dropout: bool = False  # dropout layers: 1-byte masks saved, extra memory-bound passes
     activation_bytes: float = 2.0  # BF16 activations
     loss_chunks: int = 1  # chunked cross-entropy divides the FP32 logits buffer
     prefetch: int = 1  # ZeRO-3 units gathered ahead of use
@@ -134,10 +181,14 @@ class Plan:
     grad_accum: int = 0  # 0: derived as batch / (dp x micro_batch)
     recompute: str = "none"
     offload: str = "none"
-    schedule: str = "1f1b"  # pipeline schedule, meaningful when pp > 1
+    schedule: str = "1f1b"  # pipeline schedule, meaningful when pp > 1 ("interleaved:3": 3 virtual stages)
     save_interval_s: float = 1800.0
     save_mode: str = "sync"
     nics_per_host: int = 0  # 0: the accelerator's default
+    sequence_parallel: bool | None = None  # None: the scenario's memory.sequence_parallel
+    flash_attention: bool | None = None  # None: the scenario's memory.flash_attention
+    first_stage_layers: int = 0  # 0: automatic split (steptime.stage_layers)
+    last_stage_layers: int = 0
     global_batch: int = 0  # sequences per step; 0: the task's (a choice when the scenario gives a critical batch)
     cp: int = 1  # context-parallel size: each sequence split over cp cards (models/context.py)
 
@@ -194,9 +245,19 @@ class Scenario:
     cost: CostOptions = field(default_factory=CostOptions)
     overlap: bool = True  # prefetch / immediate reduction hide communication behind compute
     name: str = ""
+    # tensor-parallel collectives that may hide behind GEMMs (per-operation model): (chunked, async) shares,
+    # chunked = GEMMs split to overlap their own collectives (Transformer Engine), async = the column-parallel
+    # backward collectives beside the other gradient GEMM (Megatron-LM's asynchronous TP all-reduce)
+    tp_overlap: tuple = (0.0, 0.0)
+    dp_overlap: float = 1.0  # share of data-parallel traffic that may hide behind compute
+    stage_layers: tuple = (0, 0)  # (first, last) stage layer counts, 0 = automatic
     stages: tuple = ()  # training stages (Stage), in order; empty: one stage, the scenario's task
     cp_method: str = "ring"  # context parallelism: "ring" (KV exchange beside blockwise attention) or "all-to-all"
     cp_split: str = "zigzag"  # causal load balance of the sequence pieces: "zigzag" or "contiguous"
+
+    def overlap_fractions(self) -> tuple[tuple[float, float], float]:
+        """((chunked, async) tensor-parallel, data-parallel) overlap; ``overlap = false`` turns all off."""
+        return (tuple(self.tp_overlap), self.dp_overlap) if self.overlap else ((0.0, 0.0), 0.0)
 
     def system(self, accelerator: str) -> System:
         from tpopt.errors import InputError

@@ -19,13 +19,15 @@ offload, recompute, schedule, save_mode) are scalars; the numeric ones may be ar
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
-from tpopt.models import comm, memory, reliability
+from tpopt.models import comm, memory, ops, pipeline, reliability, steptime
 from tpopt.models.arch import flops_per_token, param_count
 from tpopt.models.batch import iterations_with_ramp
 from tpopt.models.compute import iterations
-from tpopt.models.plan import Scenario
+from tpopt.models.plan import Scenario, split_schedule
 from tpopt.models.units import HOUR
 
 CPU_ADAM_BYTES_PER_PARAM = 36.0
@@ -74,38 +76,157 @@ def batch_remainder(sc: Scenario, dp, micro_batch):
 
 
 # ---------------------------------------------------------------------------------------------
+# step-time model and pipeline shape
+
+
+def per_op_model(sc: Scenario) -> bool:
+    """True when the per-operation step-time model applies (no flat ``hardware.efficiency`` stated).
+
+    The mode is scenario-wide: every candidate accelerator uses the same model."""
+    return any(s.per_op for s in sc.systems.values())
+
+
+def schedule_parts(schedule) -> tuple[str, int]:
+    """(base schedule, virtual stages) of a schedule value such as "interleaved:3"."""
+    return split_schedule(str(schedule))
+
+
+def stage_split(sc: Scenario, pp: int) -> list[int]:
+    """Layers per pipeline stage: the per-operation model splits whole layers (first / last stage
+    counts from the plan, else steptime.stage_layers' automatic rule); the flat model balances
+    fractional stages of L / pp layers (the chapter's accounting)."""
+    p = int(pp)
+    if not per_op_model(sc):
+        return [sc.model.layers / p] * p
+    first, last = sc.stage_layers
+    return _split_cached(sc.model.layers, p, first if p > 1 else 0, last if p > 1 else 0)
+
+
+@lru_cache(maxsize=4096)
+def _split_cached(layers: int, p: int, first: int, last: int) -> list[int]:
+    try:
+        return steptime.stage_layers(layers, p, first, last)
+    except ValueError:
+        return []  # no valid split: layout.schedule_shape rules the plan out
+
+
+def chunk_layers(split: list, v: int):
+    """Layers of each interleaved chunk in path order (chunk c of stage s is entry c p + s), whole
+    layers spread as evenly as each stage allows; None when a stage has fewer than v layers."""
+    p = len(split)
+    out = [0] * (v * p)
+    for s, n in enumerate(split):
+        if n < v or n != int(n):
+            return None
+        base, extra = divmod(int(n), v)
+        for c in range(v):
+            out[c * p + s] = base + (1 if c < extra else 0)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
 # memory terms (bytes per card)
 
 
 def states(sc: Scenario, zero, offload_cpu, tp, pp, dp):
     """Persistent training state of the heaviest stage's card under ZeRO (memory.zero_state_bytes)."""
     rec = memory.recipe(sc.task.precision)
-    return memory.zero_state_bytes(memory.stage_params(sc.model, tp, pp), dp, zero, rec, offload_cpu)
+    return memory.zero_state_bytes(heaviest_stage_params(sc, tp, pp), dp, zero, rec, offload_cpu)
+
+
+def heaviest_stage_params(sc: Scenario, tp, pp):
+    """Parameters of the heaviest stage's card: memory.stage_params (ceil(L/pp) blocks) in the flat
+    model; the largest of memory.stage_param_counts over the real layer split in the per-operation one."""
+    if not per_op_model(sc):
+        return memory.stage_params(sc.model, tp, pp)
+    first, last = sc.stage_layers
+    return _by_unique(lambda p, t: _heaviest_cached(sc.model, int(p), first, last, t), pp, tp)
+
+
+@lru_cache(maxsize=4096)
+def _heaviest_cached(a, p: int, first: int, last: int, tp: float) -> float:
+    split = _split_cached(a.layers, p, first if p > 1 else 0, last if p > 1 else 0) or [a.layers]
+    return float(max(memory.stage_param_counts(a, tp, split)))
+
+
+def _by_unique(fn, *arrays):
+    """``fn(*scalars)`` once per distinct combination of the broadcast arrays' values, placed back."""
+    arrs = np.broadcast_arrays(*(np.asarray(x) for x in arrays))
+    shape = arrs[0].shape
+    stacked = np.stack([a.reshape(-1).astype(float) for a in arrs])
+    uniq, inverse = np.unique(stacked, axis=1, return_inverse=True)
+    vals = np.array([fn(*col) for col in uniq.T], dtype=float)
+    return vals[np.reshape(inverse, -1)].reshape(shape)
 
 
 def param_copies(sc: Scenario, schedule, tp, pp):
     """Extra weight copies a pipeline schedule keeps (DualPipe: one more copy of the stage weights)."""
     rec = memory.recipe(sc.task.precision)
     extra = 1.0 if str(schedule).startswith("dualpipe") else 0.0
-    return np.where(_f(pp) > 1, extra * rec.weights * memory.stage_params(sc.model, tp, pp), 0.0)
+    return np.where(_f(pp) > 1, extra * rec.weights * heaviest_stage_params(sc, tp, pp), 0.0)
+
+
+def _stored_kw(sc: Scenario) -> dict:
+    mem = sc.memory
+    return dict(act_bytes=mem.activation_bytes, flash_attention=mem.flash_attention, dropout=mem.dropout,
+                sequence_parallel=mem.sequence_parallel)
 
 
 def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch):
-    """Saved activations at the peak: in-flight micro-batches x one micro-batch's stage activations.
+    """Activations at the peak: in-flight micro-batches x one micro-batch's stored stage activations,
+    plus the recompute workspace once (it is reused block after block and micro-batch after micro-batch).
 
-    With a fixed reserve (chapter accounting: activations, gathered module parameters and workspace for
-    micro-batches of one sequence, 10.2.4) the term is the reserve times the micro-batch size
-    (conservative: the whole reserve scales, not only its activation share).
+    The flat model uses the peak in-flight count of the busiest stage times a stage of ceil(L/pp)
+    blocks; the per-operation model takes the maximum over stages of (in-flight on stage g) x
+    (stored activations of its layers). With a fixed reserve (chapter accounting: activations,
+    gathered module parameters and workspace for micro-batches of one sequence, 10.2.4) the term is
+    the reserve times the micro-batch size (conservative: the whole reserve scales, not only its
+    activation share).
     """
     mem = sc.memory
     if not modelled_activations(sc):
         shape = np.broadcast(_f(tp), _f(pp), _f(dp), _f(micro_batch)).shape
         return np.broadcast_to(_f(mem.activation_reserve) * _f(micro_batch), shape)
+    return stored_activations(sc, schedule, recompute, tp, pp, dp, micro_batch) \
+        + recompute_workspace(sc, recompute, tp, micro_batch)
+
+
+def stored_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch):
+    """Activations kept until their backward, at the busiest stage's peak (see :func:`activations`)."""
     rc = effective_recompute(sc, recompute)
-    stage_layers = np.ceil(sc.model.layers / _f(pp))
-    act_mb = memory.activation_bytes_per_microbatch(sc.model, sc.task.seq_len, micro_batch, tp, stage_layers, rc,
-                                                    mem.activation_bytes, mem.flash_attention)
-    return pipeline_inflight(schedule, pp, grad_accum(sc, dp, micro_batch)) * act_mb
+    a, s, kw = sc.model, sc.task.seq_len, _stored_kw(sc)
+    ga = grad_accum(sc, dp, micro_batch)
+    if not per_op_model(sc):
+        stage_layers = np.ceil(a.layers / _f(pp))
+        per_mb = memory.activation_bytes_per_microbatch(a, s, micro_batch, tp, stage_layers, rc, **kw)
+        return pipeline_inflight(schedule, pp, ga) * per_mb
+    per_layer = memory.activation_bytes_per_microbatch(a, s, micro_batch, tp, 1, rc, **kw)
+    first, last = sc.stage_layers
+    sets = _by_unique(lambda p, m: _peak_layer_sets(str(schedule), sc.model.layers, int(p), int(m), first, last),
+                      pp, np.ceil(ga - 1e-9))
+    return sets * per_layer
+
+
+@lru_cache(maxsize=4096)
+def _peak_layer_sets(schedule: str, layers: int, p: int, m: int, first: int, last: int) -> float:
+    """Max over stages of in-flight layer sets: (peak in-flight micro-batches of stage g) x (its layers)."""
+    if p <= 1:
+        return float(layers)
+    split = _split_cached(layers, p, first, last)
+    base, v = schedule_parts(schedule)
+    chunks = chunk_layers(split, v) if base == "interleaved" else None
+    if not split or (base == "interleaved" and chunks is None) or pipeline.shape_error(base, p, m, v):
+        return np.inf
+    peaks = pipeline.peak_inflight(base, p, m, v=v, chunk_layers=chunks)
+    return max(k * n for k, n in zip(peaks, split))
+
+
+def recompute_workspace(sc: Scenario, recompute, tp, micro_batch):
+    """Rebuilt tensors while one block's backward uses them, counted once (memory.recompute_workspace_bytes)."""
+    if not modelled_activations(sc):
+        return np.zeros(np.broadcast(_f(tp), _f(micro_batch)).shape)
+    rc = effective_recompute(sc, recompute)
+    return memory.recompute_workspace_bytes(sc.model, sc.task.seq_len, micro_batch, tp, rc, **_stored_kw(sc))
 
 
 def temporary(sc: Scenario, zero, tp, pp, micro_batch):
@@ -124,7 +245,7 @@ def host_memory(sc: Scenario, acc: str, offload_cpu, zero, tp, pp, dp):
     """Optimizer state offloaded to one host: cards_per_host x per-card optimizer shard (0 without offload)."""
     rec = memory.recipe(sc.task.precision)
     g = sc.system(acc).acc.cards_per_host
-    per_card = memory.host_optimizer_bytes(memory.stage_params(sc.model, tp, pp), dp, zero, rec)
+    per_card = memory.host_optimizer_bytes(heaviest_stage_params(sc, tp, pp), dp, zero, rec)
     return np.where(offload_cpu, per_card * g, 0.0)
 
 
@@ -132,13 +253,69 @@ def host_memory(sc: Scenario, acc: str, offload_cpu, zero, tp, pp, dp):
 # time terms (seconds per step per card)
 
 
-def microbatch_times(sc: Scenario, acc: str, recompute, schedule, tp, pp, micro_batch):
-    """(t_forward, t_backward_input, t_backward_weight) of one micro-batch on one stage's card.
+def rates(sc: Scenario, acc: str) -> steptime.Rates:
+    """What the per-operation model runs on: the precision's matrix peak (FP16 / BF16; FP8 for weight
+    GEMMs under fp8-mixed when the card has an FP8 peak), HBM, the TP link and the performance catalog."""
+    sysm = sc.system(acc)
+    A = sysm.acc
+    rec = memory.recipe(sc.task.precision)
+    peak = A.peak_fp16 if rec.matrix == "fp16" and A.peak_fp16 > 0 else A.peak_flops
+    fp8 = rec.matrix == "fp8" and A.peak_fp8 > 0
+    return steptime.Rates(peak=peak, linear_peak=A.peak_fp8 if fp8 else peak, hbm=A.hbm_bandwidth,
+                          tp_bandwidth=A.intra_host_bw, perf=sysm.perf, fp8=fp8, scale=sysm.efficiency)
 
-    Work per token: forward 1/3 of the training FLOPs, backward 2/3 plus any recompute; with a
-    split backward (zero-bubble, DualPipe) dW is the forward-sized half and dX takes the rest.
-    Stages are balanced (the LM head counted in the average).
+
+def layout(sc: Scenario, tp, micro_batch) -> ops.Layout:
+    mem = sc.memory
+    return ops.Layout(tp=tp, micro_batch=micro_batch, seq_len=sc.task.seq_len,
+                      sequence_parallel=mem.sequence_parallel, flash_attention=mem.flash_attention,
+                      dropout=mem.dropout, act_bytes=mem.activation_bytes)
+
+
+_OP_MEMO: list = []  # the last few op_times results (one evaluation calls it from several terms)
+
+
+def op_times(sc: Scenario, acc: str, recompute, tp, micro_batch):
+    """Per-operation times of one micro-batch: (layer, first-stage extras, last-stage extras), each a
+    steptime.PhaseTimes (fwd, dX incl. recompute, dW, exposed TP)."""
+    tp_a, mb_a = np.asarray(tp), np.asarray(micro_batch)
+    key = (acc, str(recompute), tp_a.shape, tp_a.tobytes(), mb_a.shape, mb_a.tobytes())
+    for entry_sc, entry_key, value in _OP_MEMO:
+        if entry_sc is sc and entry_key == key:
+            return value
+    value = _op_times(sc, acc, recompute, tp, micro_batch)
+    _OP_MEMO.insert(0, (sc, key, value))
+    del _OP_MEMO[8:]
+    return value
+
+
+def _op_times(sc: Scenario, acc: str, recompute, tp, micro_batch):
+    rc = effective_recompute(sc, recompute)
+    r = rates(sc, acc)
+    lay = layout(sc, tp, micro_batch)
+    layer = steptime.layer_times(sc.model, lay, r, rc, sc.overlap_fractions()[0])
+    first, last = steptime.stage_extras(sc.model, lay, r)
+    return layer, first, last
+
+
+def _split_backward(schedule) -> bool:
+    base, _ = schedule_parts(schedule)
+    return base.startswith("zb") or base.startswith("dualpipe")
+
+
+def microbatch_times(sc: Scenario, acc: str, recompute, schedule, tp, pp, micro_batch):
+    """(t_forward, t_backward_input, t_backward_weight) of one micro-batch on the busiest stage's card.
+
+    Flat model: work per token, forward 1/3 of the training FLOPs, backward 2/3 plus any recompute, at
+    peak x efficiency; stages balanced (the LM head counted in the average). Per-operation model: the
+    stage's layers x the layer's kernel times plus the embedding (first stage) or head and loss (last
+    stage), maximised over stages. With a split backward (zero-bubble, DualPipe) dW is separate;
+    otherwise it is folded into the backward and t_backward_weight is 0.
     """
+    if per_op_model(sc):
+        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch)
+        parts = _busiest(sc, pp, layer, first, last)
+        return _fold(schedule, *parts)
     sysm = sc.system(acc)
     a, s = sc.model, sc.task.seq_len
     rc = effective_recompute(sc, recompute)
@@ -148,9 +325,49 @@ def microbatch_times(sc: Scenario, acc: str, recompute, schedule, tp, pp, micro_
     tokens = _f(micro_batch) * s / (_f(tp) * _f(pp))
     t_f = tokens * fpt / 3.0 / rate
     t_b = tokens * (2.0 * fpt / 3.0 + rfpt) / rate
-    split = str(schedule).startswith("zb") or str(schedule).startswith("dualpipe")
-    t_w = tokens * fpt / 3.0 / rate if split else 0.0 * t_f
+    t_w = tokens * fpt / 3.0 / rate if _split_backward(schedule) else 0.0 * t_f
     return t_f, t_b - t_w, t_w
+
+
+def _fold(schedule, t_f, t_dx, t_dw):
+    if _split_backward(schedule):
+        return t_f, t_dx, t_dw
+    return t_f, t_dx + t_dw, 0.0 * t_dw
+
+
+def _group_times(split: list, g: int, layer, first, last, k: int):
+    """(fwd, dX, dW) of layer group g: n_g x layer + embedding (g = 0) + head and loss (g = last)."""
+    n = split[g]
+    out = []
+    for i in range(k):
+        x = n * _f(layer[i])
+        if g == 0:
+            x = x + first[i]
+        if g == len(split) - 1:
+            x = x + last[i]
+        out.append(x)
+    return out
+
+
+def _busiest(sc: Scenario, pp, layer, first, last, k: int = 3):
+    """Elementwise (over the plan grid) the largest per-stage value of each of the first k phase times.
+
+    Stage times grow with the layer count, so only the first stage, the last stage and the middle stage
+    with the most layers can be the largest."""
+    shape = np.broadcast(np.asarray(pp), *(_f(x) for x in (*layer[:k], *first[:k], *last[:k]))).shape
+    pp_a = np.broadcast_to(np.asarray(pp), shape)
+    out = [np.zeros(shape) for _ in range(k)]
+    for p_val in np.unique(pp_a):
+        sel = pp_a == p_val
+        split = stage_split(sc, int(p_val)) or [sc.model.layers]
+        groups = {0, len(split) - 1}
+        if len(split) > 2:
+            groups.add(1 + int(np.argmax(split[1:-1])))
+        for g in sorted(groups):
+            vals = _group_times(split, g, layer, first, last, k)
+            for i in range(k):
+                out[i][sel] = np.maximum(out[i][sel], np.broadcast_to(vals[i], shape)[sel])
+    return out
 
 
 def pipeline_transfer(sc: Scenario, acc: str, tp, pp, dp, micro_batch, nics):
@@ -162,8 +379,16 @@ def pipeline_transfer(sc: Scenario, acc: str, tp, pp, dp, micro_batch, nics):
     return np.where(_f(pp) > 1, size / bw, 0.0)
 
 
-def pipeline_compute(schedule, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weight, t_transfer):
-    """Per-step compute: the pipeline event model's completion time (m (t_f + t_b) when pp = 1)."""
+def pipeline_compute(schedule, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weight, t_transfer, groups=None):
+    """Per-step compute: the pipeline event model's completion time (m (t_f + t_b) when pp = 1).
+
+    ``groups(p)``, when given, returns the per-stage layer split for p stages and the per-group
+    durations are built from per-layer times plus first/last-stage extras (``t_fwd`` etc. are then
+    (layer, first, last) triples); otherwise every stage takes the same (t_fwd, t_bwd_input, t_bwd_weight).
+    """
+    base, v = schedule_parts(schedule)
+    if groups is not None:
+        return _pipeline_groups(base, v, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weight, t_transfer, groups)
     pp, m, tf, tdx, tdw, tx = np.broadcast_arrays(
         np.asarray(pp), _f(micro_batches), _f(t_fwd), _f(t_bwd_input), _f(t_bwd_weight), _f(t_transfer))
     shape = pp.shape
@@ -171,47 +396,108 @@ def pipeline_compute(schedule, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weig
     out = m * (tf + tdx + tdw)
     multi = pp > 1
     if np.any(multi):
-        from tpopt.models import pipeline
-
         mm = np.ceil(m - 1e-9).astype(int)
         for p_val, m_val in np.unique(np.stack([pp[multi], mm[multi]], axis=1), axis=0):
             sel = multi & (pp == p_val) & (mm == m_val)
-            if pipeline.shape_error(schedule, int(p_val), int(m_val)):
+            if pipeline.shape_error(base, int(p_val), int(m_val), v):
                 out[sel] = np.inf  # the schedule cannot run this shape (layout.schedule_shape)
                 continue
-            out[sel] = pipeline.completion_time(schedule, int(p_val), int(m_val), tf[sel], tdx[sel], tdw[sel],
-                                                tx[sel], 0.0)
+            out[sel] = _unique_columns(lambda f, dx, dw, x: pipeline.completion_time(
+                base, int(p_val), int(m_val), f, dx, dw, x, 0.0, v=v), tf[sel], tdx[sel], tdw[sel], tx[sel],
+                key=(base, int(p_val), int(m_val), v, None))
+    return out.reshape(shape)
+
+
+_COMPLETION_CACHE: dict = {}
+
+
+def _unique_columns(fn, *arrays, key=None):
+    """``fn`` on the distinct columns of the 1-D (or (groups, n)) duration arrays only, scattered back:
+    a plan grid repeats each duration set for every ZeRO stage, offload, save interval and mode. With a
+    ``key`` (the pipeline shape) results are remembered across calls (the enumerator evaluates the same
+    durations once per offload and save mode)."""
+    n = arrays[0].shape[-1]
+    stacked = np.vstack([np.reshape(a, (-1, n)) for a in arrays])
+    uniq, inverse = np.unique(stacked, axis=1, return_inverse=True)
+    ck = None if key is None else (key, uniq.shape, uniq.tobytes())
+    if ck is not None and ck in _COMPLETION_CACHE:
+        return _COMPLETION_CACHE[ck][np.reshape(inverse, -1)]
+    parts, row = [], 0
+    for a in arrays:
+        k = 1 if np.ndim(a) == 1 else a.shape[0]
+        parts.append(uniq[row] if np.ndim(a) == 1 else uniq[row:row + k])
+        row += k
+    result = np.asarray(fn(*parts), dtype=float)
+    if ck is not None:
+        if len(_COMPLETION_CACHE) >= 1024:
+            _COMPLETION_CACHE.clear()
+        _COMPLETION_CACHE[ck] = result
+    return result[np.reshape(inverse, -1)]
+
+
+def _pipeline_groups(base, v, pp, micro_batches, layer_f, layer_dx, layer_dw, t_transfer, groups):
+    """Completion time with per-stage durations (uneven layer counts, embedding and head placement)."""
+    (lf, ef, hf), (ldx, edx, hdx), (ldw, edw, hdw) = layer_f, layer_dx, layer_dw
+    arrs = np.broadcast_arrays(np.asarray(pp), _f(micro_batches), *(_f(x) for x in (lf, ldx, ldw, ef, edx, edw, hf,
+                                                                                       hdx, hdw, t_transfer)))
+    shape = arrs[0].shape
+    pp_a, m, lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, tx = (x.reshape(-1) for x in arrs)
+    out = np.empty(pp_a.shape)
+    mm = np.ceil(m - 1e-9).astype(int)
+    single = pp_a <= 1
+    n_all = float(sum(groups(1)))
+    out[single] = m[single] * (n_all * (lf + ldx + ldw) + ef + edx + edw + hf + hdx + hdw)[single]
+    if np.any(~single):
+        for p_val, m_val in np.unique(np.stack([pp_a[~single], mm[~single]], axis=1), axis=0):
+            sel = (~single) & (pp_a == p_val) & (mm == m_val)
+            p, mv = int(p_val), int(m_val)
+            split = groups(p)
+            chunks = chunk_layers(split, v) if base == "interleaved" else None
+            if not split or (base == "interleaved" and chunks is None) or pipeline.shape_error(base, p, mv, v):
+                out[sel] = np.inf  # layout.schedule_shape rules this plan out
+                continue
+            per = [_group_times(split, g, (lf[sel], ldx[sel], ldw[sel]), (ef[sel], edx[sel], edw[sel]),
+                                (hf[sel], hdx[sel], hdw[sel]), 3) for g in range(p)]
+            fwd, dx, dw = (np.stack([np.broadcast_to(per[g][i], tx[sel].shape) for g in range(p)]) for i in range(3))
+            out[sel] = _unique_columns(lambda f, x_, w, t: pipeline.completion_time(
+                base, p, mv, f, x_, w, t, 0.0, v=v, chunk_layers=chunks, per_group=True), fwd, dx, dw, tx[sel],
+                key=(base, p, mv, v, tuple(chunks or ()), tuple(split)))
     return out.reshape(shape)
 
 
 def pipeline_inflight(schedule, pp, micro_batches):
     """Peak live micro-batch activation sets on the busiest stage (1 when pp = 1)."""
+    base, v = schedule_parts(schedule)
     pp, m = np.broadcast_arrays(np.asarray(pp), np.ceil(_f(micro_batches) - 1e-9).astype(int))
     shape = pp.shape
     pp, m = pp.reshape(-1), m.reshape(-1)
     out = np.ones(pp.shape, dtype=float)
     multi = pp > 1
     if np.any(multi):
-        from tpopt.models import pipeline
-
         for p_val, m_val in np.unique(np.stack([pp[multi], m[multi]], axis=1), axis=0):
             sel = multi & (pp == p_val) & (m == m_val)
-            if pipeline.shape_error(schedule, int(p_val), int(m_val)):
+            if pipeline.shape_error(base, int(p_val), int(m_val), v):
                 out[sel] = np.inf
                 continue
-            out[sel] = max(pipeline.peak_inflight(schedule, int(p_val), int(m_val)))
+            out[sel] = max(pipeline.peak_inflight(base, int(p_val), int(m_val), v=v))
     return out.reshape(shape)
 
 
-def schedule_shape_ok(schedule, pp, dp, micro_batch, batch):
-    """1 where the pipeline schedule can run pp stages with batch / (dp x micro_batch) micro-batches
-    (always when pp = 1; only DeepSeek's DualPipe ordering restricts shapes)."""
-    from tpopt.models import pipeline
-
+def schedule_shape_ok(schedule, pp, dp, micro_batch, batch, sc: Scenario | None = None):
+    """1 where the pipeline schedule can run pp stages with batch / (dp x micro_batch) micro-batches:
+    always when pp = 1; DeepSeek's DualPipe ordering restricts shapes; interleaved needs at least v
+    layers on every stage; explicit first / last stage layer counts must leave every stage a layer."""
+    base, v = schedule_parts(schedule)
     pp, m = np.broadcast_arrays(np.asarray(pp), np.ceil(batch / (_f(dp) * _f(micro_batch)) - 1e-9).astype(int))
     out = np.ones(pp.shape, dtype=bool)
     for p_val, m_val in np.unique(np.stack([pp.reshape(-1), m.reshape(-1)], axis=1), axis=0):
-        if p_val > 1 and pipeline.shape_error(schedule, int(p_val), int(m_val)):
+        if p_val <= 1:
+            continue
+        bad = bool(pipeline.shape_error(base, int(p_val), int(m_val), v))
+        if sc is not None and not bad:
+            split = stage_split(sc, int(p_val))
+            bad = not split or (base == "interleaved" and min(split) < v)
+        if bad:
             out[(pp == p_val) & (m == m_val)] = False
     return out
 
@@ -225,20 +511,35 @@ def straggler_factor(sc: Scenario, cards):
 
 
 def compute_inputs(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics):
-    """Everything the compute term needs: (t_f, t_dX, t_dW, t_transfer, grad_accum, cards)."""
-    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, schedule, tp, pp, micro_batch)
+    """Everything the compute term needs, as 12 arrays: (fwd, dX, dW) of a layer (per-operation model)
+    or of a balanced stage (flat model), the first stage's and the last stage's extras (zero in the flat
+    model), the boundary transfer, micro-batches per step and cards."""
     t_x = pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics)
-    return t_f, t_dx, t_dw, t_x, grad_accum(sc, dp, micro_batch), _f(tp) * _f(pp) * _f(dp)
+    ga, cards = grad_accum(sc, dp, micro_batch), _f(tp) * _f(pp) * _f(dp)
+    if per_op_model(sc):
+        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch)
+        folded = [_fold(schedule, *x[:3]) for x in (layer, first, last)]
+        return (*folded[0], *folded[1], *folded[2], t_x, ga, cards)
+    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, schedule, tp, pp, micro_batch)
+    z = 0.0 * _f(t_f)
+    return t_f, t_dx, t_dw, z, z, z, z, z, z, t_x, ga, cards
 
 
 def compute_from(sc: Scenario, schedule, pp, inputs):
     """Compute term from its inputs (arrays may stack many plans; one simulator call per shape).
 
-    Returns (compute_with_stragglers, pure_compute, bubble, straggler).
+    Returns (compute_with_stragglers, pure_compute, bubble, straggler); pure compute is the busiest
+    stage's work, m (t_f + t_dX + t_dW).
     """
-    t_f, t_dx, t_dw, t_x, ga, cards = inputs
-    completion = pipeline_compute(schedule, pp, ga, t_f, t_dx, t_dw, t_x)
-    pure = ga * (t_f + t_dx + t_dw)
+    lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, t_x, ga, cards = inputs
+    if per_op_model(sc):
+        completion = pipeline_compute(schedule, pp, ga, (lf, ef, hf), (ldx, edx, hdx), (ldw, edw, hdw), t_x,
+                                      groups=lambda p: stage_split(sc, p))
+        busy = _busiest(sc, pp, (lf + ldx + ldw,), (ef + edx + edw,), (hf + hdx + hdw,), 1)[0]
+        pure = ga * busy
+    else:
+        completion = pipeline_compute(schedule, pp, ga, lf, ldx, ldw, t_x)
+        pure = ga * (lf + ldx + ldw)
     total = completion * straggler_factor(sc, cards)
     finite = np.isfinite(completion)
     return (total, pure, np.where(finite, completion - pure, np.inf),
@@ -253,35 +554,69 @@ def compute(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch
     return compute_from(sc, schedule, pp, compute_inputs(sc, acc, recompute, schedule, tp, pp, dp, micro_batch, nics))
 
 
+def tp_exposed(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch):
+    """Per-operation model: exposed tensor-parallel time per step on the busiest stage (inside the
+    compute term; reported separately)."""
+    layer, first, last = op_times(sc, acc, recompute, tp, micro_batch)
+    tp_stage = _busiest(sc, pp, (layer.tp,), (first.tp,), (last.tp,), 1)[0]
+    return grad_accum(sc, dp, micro_batch) * tp_stage
+
+
+def dp_bandwidth(sc: Scenario, acc: str, tp, dp, nics):
+    """Per-card DP ring bandwidth (comm.dp_ring_bandwidth), x the collective efficiency in the
+    per-operation model."""
+    A = sc.system(acc).acc
+    bw = comm.dp_ring_bandwidth(A.intra_host_bw, A.nic_bw, nics, tp, dp, A.cards_per_host)
+    if per_op_model(sc):
+        bw = bw * sc.system(acc).perf.dp_efficiency
+    return bw
+
+
 def dp_link(sc: Scenario, acc: str, zero, tp, pp, dp, micro_batch, nics):
     """Data-parallel (ZeRO) link time per step: V / B on the real path (comm.zero_dp_volume, dp_ring_bandwidth)."""
-    A = sc.system(acc).acc
     rec = memory.recipe(sc.task.precision)
-    bw = comm.dp_ring_bandwidth(A.intra_host_bw, A.nic_bw, nics, tp, dp, A.cards_per_host)
-    v = comm.zero_dp_volume(zero, memory.stage_params(sc.model, tp, pp), dp, grad_accum(sc, dp, micro_batch),
+    v = comm.zero_dp_volume(zero, heaviest_stage_params(sc, tp, pp), dp, grad_accum(sc, dp, micro_batch),
                             rec.weights, rec.grads)
-    return v / bw
+    return v / dp_bandwidth(sc, acc, tp, dp, nics)
 
 
 def exposed_dp(sc: Scenario, acc: str, zero, recompute, tp, pp, dp, micro_batch, nics):
-    """Exposed data-parallel communication (comm.exposed_time).
+    """Exposed data-parallel communication (comm.exposed_time), with overlap share f (comm.dp_overlap):
+    (1 - f) x every byte + f x (unhidable bytes + per-window excess over compute).
 
     Windows: one per micro-batch for ZeRO-2/3 (their collectives run every micro-batch), one per
-    step for ZeRO-0/1; each window's compute is one micro-batch's forward + backward.
+    step for ZeRO-0/1; each window's compute is one micro-batch's forward + backward on the busiest
+    stage. Per-operation model, contention: a DP ring inside the host shares its link with the TP
+    collectives of the same window, a ring across hosts shares the NICs with the pipeline transfers;
+    the link time is divided by (1 - u), u the other traffic's share of the window (capped at 0.9).
     """
-    A = sc.system(acc).acc
     rec = memory.recipe(sc.task.precision)
-    bw = comm.dp_ring_bandwidth(A.intra_host_bw, A.nic_bw, nics, tp, dp, A.cards_per_host)
+    bw = dp_bandwidth(sc, acc, tp, dp, nics)
     link = dp_link(sc, acc, zero, tp, pp, dp, micro_batch, nics)
     unhidden = comm.zero_dp_unhidden_bytes(zero, memory.embedding_shard_params(sc.model, tp), dp, rec.weights,
                                            rec.grads) / bw
     t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch)
+    window = t_f + t_dx + t_dw
     windows = np.where(_f(zero) >= 2, grad_accum(sc, dp, micro_batch), 1.0)
-    return comm.exposed_time(unhidden, link / windows, t_f + t_dx + t_dw, windows, sc.overlap)
+    if per_op_model(sc):
+        A = sc.system(acc).acc
+        spans = _f(dp) * _f(tp) > A.cards_per_host
+        ga = grad_accum(sc, dp, micro_batch)
+        tp_busy = tp_exposed(sc, acc, recompute, tp, pp, dp, micro_batch) / ga
+        pp_busy = 2.0 * pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics)
+        u = np.minimum(0.9, np.where(spans, pp_busy, tp_busy) / np.maximum(window, 1e-12))
+        link = link / (1.0 - u)
+    f = sc.overlap_fractions()[1]
+    hidden = comm.exposed_time(unhidden, link / windows, window, windows, True)
+    return f * hidden + (1.0 - f) * link
 
 
 def tp_comm(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch):
-    """Tensor-parallel communication, all on the critical path: V_tp / intra-host bandwidth."""
+    """Tensor-parallel communication outside the compute term. Flat model: all on the critical path,
+    V_tp / intra-host bandwidth. Per-operation model: 0 here, because the exposed TP time is part of
+    each stage's duration (:func:`tp_exposed` reports it)."""
+    if per_op_model(sc):
+        return np.zeros(np.broadcast(_f(tp), _f(pp), _f(dp), _f(micro_batch)).shape)
     A = sc.system(acc).acc
     rc = effective_recompute(sc, recompute)
     v = comm.tp_volume(_f(micro_batch) * sc.task.seq_len, sc.model.hidden, tp, np.ceil(sc.model.layers / _f(pp)),
@@ -290,16 +625,23 @@ def tp_comm(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch):
 
 
 def offload_wait(sc: Scenario, acc: str, offload_cpu, zero, recompute, tp, pp, dp, micro_batch):
-    """CPU-offload time per step: gradient download beyond the last backward (T_wait = max(0, V/B - W)),
-    the CPU Adam pass at the host's memory bandwidth shared by its cards, and the BF16 upload."""
+    """Optimizer-step time per step. With CPU offload: the gradient download beyond the last backward
+    (T_wait = max(0, V/B - W)), the CPU Adam pass at the host's memory bandwidth shared by its cards,
+    and the BF16 upload. Without offload: 0 in the flat model (the chapter leaves the GPU optimizer
+    step out); the GPU Adam pass over the card's shard in the per-operation model
+    (ops.optimizer_bytes_per_param)."""
     A = sc.system(acc).acc
     rec = memory.recipe(sc.task.precision)
-    shard = memory.stage_params(sc.model, tp, pp) / np.where(_f(zero) >= 1, _f(dp), 1.0)
+    shard = heaviest_stage_params(sc, tp, pp) / np.where(_f(zero) >= 1, _f(dp), 1.0)
     t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch)
     cpu_bw = A.host_memory_bw / A.cards_per_host if A.host_memory_bw > 0 else np.inf
     down = comm.offload_wait(2.0 * shard, A.host_link_bw, 2.0 / 3.0 * (t_f + t_dx + t_dw))
     t = down + shard * CPU_ADAM_BYTES_PER_PARAM / cpu_bw + rec.weights * shard / A.host_link_bw
-    return np.where(offload_cpu, t, 0.0)
+    gpu = 0.0
+    if per_op_model(sc):
+        per_param = ops.optimizer_bytes_per_param(rec.weights, rec.grads, rec.master, rec.moments)
+        gpu = steptime.optimizer_time(shard, per_param, rates(sc, acc))
+    return np.where(offload_cpu, t, gpu)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ Inside tpopt every quantity is a float in a base unit:
 ========== ============ =========================================================
 dimension  base unit    accepted suffixes when parsing
 ========== ============ =========================================================
-duration   second       ``ms`` ``s`` ``min`` ``h`` ``d`` ``w``
+duration   second       ``us`` ``ms`` ``s`` ``min`` ``h`` ``d`` ``w``
 bytes      byte         decimal ``B kB MB GB TB PB`` and binary ``KiB MiB GiB TiB``
 bandwidth  byte/second  ``B/s kB/s MB/s GB/s TB/s GiB/s ...`` and bits ``Mbit/s Gbit/s Tbit/s``
                         (also ``Gbps``); 200 Gbit/s = 25 GB/s
@@ -41,7 +41,7 @@ MIB = 1024.0**2
 GIB = 1024.0**3
 TIB = 1024.0**4
 
-_DURATION = {"ms": 1e-3, "s": SECOND, "sec": SECOND, "min": MINUTE, "h": HOUR, "d": DAY, "w": WEEK}
+_DURATION = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": SECOND, "sec": SECOND, "min": MINUTE, "h": HOUR, "d": DAY, "w": WEEK}
 _BYTES = {
     "B": 1.0,
     "kB": KB,

@@ -38,6 +38,7 @@ from tpopt.optimizer.space import FAMILIES, STRUCTURAL, VARS, Space, card_counts
 DELETION_ORDER = STRUCTURAL + ("budget.cost", "checkpoint.backlog", "memory.host", "input.throughput",
                                "deadline.finish", "memory.per_card", "cards.max")
 
+THROUGHPUT_SCALE_MAX = 3.0  # per-operation model: the largest throughput scale the relaxation searches
 EFFICIENCY_TOL = 1e-5  # relative tolerance on the efficiency threshold (0.0005 points at 47 %)
 NIC_FACTOR_MAX = 1000.0  # NIC bandwidth is searched up to this multiple of the current one
 NIC_REL_TOL = 1e-6  # relative tolerance on the NIC bandwidth threshold
@@ -730,15 +731,20 @@ def relax_efficiency(ctx: Context, core=None) -> Relaxation:
     p = PARAMS["efficiency"]
     sc = ctx.sc
     eta0 = min(s.efficiency for s in sc.systems.values())
-    method = (f"min finish time as a function of efficiency in ({eta0:g}, 1] crossing the deadline (secant on "
-              f"1/eta, bracketed), relative tolerance {EFFICIENCY_TOL:g}")
-    found = _threshold(ctx, lambda e: with_efficiency(sc, e), eta0, 1.0, EFFICIENCY_TOL)
+    # per-operation model: the efficiency is a scale on the modelled throughput (100 % = as calibrated)
+    per_op = any(s.per_op for s in sc.systems.values())
+    hi = THROUGHPUT_SCALE_MAX if per_op else 1.0
+    method = (f"min finish time as a function of efficiency in ({eta0:g}, {hi:g}] crossing the deadline (secant on "
+              f"1/eta, bracketed), relative tolerance {EFFICIENCY_TOL:g}"
+              + ("; per-operation model: percent of the modelled throughput" if per_op else ""))
+    found = _threshold(ctx, lambda e: with_efficiency(sc, e), eta0, hi, EFFICIENCY_TOL)
     if found is None:
-        return _cannot(p, eta0 * 100, "no plan even at 100 % efficiency", method, core)
+        return _cannot(p, eta0 * 100, f"no plan even at {hi * 100:g} % "
+                       + ("of the modelled throughput" if per_op else "efficiency"), method, core)
     eta, _ = found
-    value, ev, apply = _settle(ctx, p, min(eta * 100, 100.0), lambda s: with_efficiency(sc, s))
-    if ev is None:  # rounding up crossed 100 %
-        value, ev, apply = eta * 100, found[1], None
+    value, ev, apply = _settle(ctx, p, min(eta * 100, 100.0 * hi), lambda s: with_efficiency(sc, s))
+    if ev is None or per_op:  # rounding up crossed 100 %; per-operation: no flat efficiency to write back
+        value, ev, apply = (value if ev is not None else eta * 100), (ev or found[1]), None
     return _relaxation(p, eta0 * 100, required=value, required_exact=eta * 100, helps=True, plan=ev, apply=apply,
                        method=method)
 
@@ -894,8 +900,9 @@ def _scenario_for_accelerator(ctx: Context, name: str) -> Scenario:
         sysm = sc.systems[name]
     else:
         acc = ctx.catalog.accelerator(name)
-        eff = next(iter(sc.systems.values())).efficiency
-        sysm = System(acc=acc, efficiency=eff, price_card_hour=acc.price_card_hour, nic_price_hour=acc.nic_price_hour)
+        first = next(iter(sc.systems.values()))
+        sysm = System(acc=acc, efficiency=first.efficiency, price_card_hour=acc.price_card_hour,
+                      nic_price_hour=acc.nic_price_hour, perf=ctx.catalog.perf(name) if first.per_op else None)
     return replace(sc, systems={name: sysm}, search=replace(sc.search, accelerators=(name,)))
 
 

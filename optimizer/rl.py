@@ -224,12 +224,14 @@ class RLProblem:
 
     def extra_forward_s(self, acc: str, cards: int) -> float:
         """Extra forward passes (reference / old-policy log-probs) at the scenario's efficiency:
-        n x (training FLOPs / 3) / (cards x peak x eta), without bubbles or communication."""
+        n x (training FLOPs / 3) / (cards x peak x eta), without bubbles or communication (per-operation
+        model: eta = the card's large-GEMM efficiency x the throughput scale)."""
         if not self.task.extra_forwards:
             return 0.0
         s = self.sc.system(acc)
+        eta = s.efficiency * (s.perf.gemm_efficiency if s.per_op else 1.0)
         fwd = flops_per_token(self.sc.model, self.seq) / 3.0 * self.step_tokens
-        return self.task.extra_forwards * fwd / (cards * s.acc.peak_flops * s.efficiency)
+        return self.task.extra_forwards * fwd / (cards * s.acc.peak_flops * eta)
 
     def learner_bound(self, acc: str, cards: int) -> Learner:
         """A lower bound of every learner plan at ``cards``: the GEMM work of a step at the card's

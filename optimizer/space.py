@@ -257,9 +257,10 @@ class Space:
         add("ok.layout.tp_within_host", ("acc", "tp"),
             lambda acc, tp: (sc.system(acc).acc.cards_per_host % tp == 0) * 1.0)
         add("ok.layout.heads_divisible", ("tp",), lambda tp: ((a.heads % tp == 0) & (a.kv_heads % tp == 0)) * 1.0)
-        add("ok.layout.pp_divides_layers", ("pp",), lambda pp: (a.layers % pp == 0) * 1.0)
+        per_op = T.per_op_model(sc)  # uneven stages are modelled, not ruled out
+        add("ok.layout.pp_divides_layers", ("pp",), lambda pp: ((a.layers % pp == 0) | per_op) * 1.0)
         add("ok.layout.schedule_shape", ("schedule", "pp", "dp", "mb"),
-            lambda schedule, pp, dp, mb: T.schedule_shape_ok(schedule, pp, dp, mb, B) * 1.0)
+            lambda schedule, pp, dp, mb: T.schedule_shape_ok(schedule, pp, dp, mb, B, sc) * 1.0)
         # exact single-table conditions: backlog (write time <= interval), host memory <= capacity
         write = T.checkpoint_write_time(sc)
         t["ok.checkpoint.backlog"] = Table("ok.checkpoint.backlog", t["interval"].vars,
@@ -284,7 +285,7 @@ class Space:
         for si, sched in enumerate(d["schedule"]):
             parts = [T.compute_inputs(sc, acc, rec, sched, grids["tp"], grids["pp"], grids["dp"], grids["mb"],
                                       grids["nics"]) for acc in d["acc"] for rec in d["recompute"]]
-            stacked = tuple(np.stack([np.broadcast_to(p[k], sub) for p in parts]) for k in range(6))
+            stacked = tuple(np.stack([np.broadcast_to(p[k], sub) for p in parts]) for k in range(len(parts[0])))
             pp = np.broadcast_to(grids["pp"], sub)[None].repeat(len(parts), axis=0)
             total = T.compute_from(sc, sched, pp, stacked)[0]
             out[:, :, si] = total.reshape((len(d["acc"]), len(d["recompute"])) + sub)

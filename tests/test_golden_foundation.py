@@ -158,20 +158,29 @@ def test_10_2_peak_is_max_not_sum():
 def test_10_2_recompute_example():
     # REFERENCE 10.2.2: h = [128, 12288] fp32 = 6 MiB; per layer 6 + 2 + 2 = 10 MiB rebuildable;
     # 9-layer stage 90 MiB (94 MB); GEMM inputs 135 -> 45 MiB (142 -> 47 MB); 4 waiting micro-batches 360 MiB
-    g = memory.layer_activation_groups(QWEN, 128, 1, act_bytes=4.0)
-    product = 128 * 12288 * 4
-    assert product == 6 * MIB
-    # our "mlp" group holds the activation output and the product (2 x [128, ffn]); the chapter's
-    # rebuildable set counts the product and the two norm outputs
-    assert float(g["norm"]) == 2 * 2 * MIB
-    rebuildable = product + float(g["norm"])
-    assert rebuildable == 10 * MIB
-    assert 9 * rebuildable == 90 * MIB and round(9 * rebuildable / 1e6) == 94
-    qkv_out = (128 * 4096 + 2 * 128 * 1024 + 128 * 4096) * 4  # Q, K, V and attention output
-    assert qkv_out == 5 * MIB
-    assert 9 * (rebuildable + qkv_out) == 135 * MIB and round(9 * (rebuildable + qkv_out) / 1e6) == 142
-    assert 9 * qkv_out == 45 * MIB and round(9 * qkv_out / 1e6) == 47
-    assert 4 * 9 * rebuildable == 360 * MIB and round(4 * 9 * rebuildable / 1e6) == 377
+    # (377 MB); the largest rebuilt workspace is the 6 MiB product, reused layer after layer.
+    kw = dict(act_bytes=4.0)  # FP32 activations, 128 tokens (one sequence of 128)
+    g = memory.layer_activation_groups(QWEN, 128, 1, **kw)
+    assert float(g["mlp"]) == 6 * MIB  # the product a (x) u
+    assert float(g["norm"]) == 2 * 2 * MIB  # two normalised outputs
+    assert float(g["norm"] + g["mlp"]) == 10 * MIB
+    stage = lambda rc: float(memory.activation_bytes_per_microbatch(QWEN, 128, 1, 1, 9, rc, **kw))
+    saved = stage("none") - stage("norm+mlp")
+    assert saved == 90 * MIB and round(saved / 1e6) == 94
+    gemm_in = lambda rc: 9 * float(memory.gemm_input_bytes(QWEN, 128, 1, rc, **kw))
+    assert gemm_in("none") == 135 * MIB and round(gemm_in("none") / 1e6) == 142
+    assert gemm_in("norm+mlp") == 45 * MIB and round(gemm_in("norm+mlp") / 1e6) == 47
+    assert float(memory.recompute_workspace_bytes(QWEN, 128, 1, 1, "norm+mlp", **kw)) == 6 * MIB
+    # a 4-stage 1F1B pipeline of Qwen3-8B's 36 layers: the first stage (9 layers) holds 4 micro-batches waiting
+    # for their backward, so the kept activations shrink by 4 x 90 MiB; the workspace stays one 6 MiB product
+    from tpopt.models import terms as T
+    from tpopt.models.plan import MemoryOptions, Scenario, Task
+
+    sc = Scenario(model=QWEN, task=Task(tokens=1e9, seq_len=128, global_batch=8), systems={},
+                  memory=MemoryOptions(activation_bytes=4.0))
+    kept = lambda rc: float(T.stored_activations(sc, "1f1b", rc, 1, 4, 1, 1))
+    assert kept("none") - kept("norm+mlp") == 360 * MIB and round((kept("none") - kept("norm+mlp")) / 1e6) == 377
+    assert float(T.activations(sc, "1f1b", "norm+mlp", 1, 4, 1, 1)) - kept("norm+mlp") == 6 * MIB
 
 
 def test_10_2_offload_and_casting():

@@ -4,20 +4,21 @@ import pytest
 
 from tpopt.catalogs import load_catalog
 from tpopt.models import memory, moe
+from tpopt.models.arch import ModelArch
 
 QWEN = load_catalog().model("qwen3-8b")
 S, H, F = 8192, 4096, 12288
 
 
 def per_layer_none(flash=True):
-    """bf16 bytes one Qwen3 block keeps per sequence with nothing rebuilt (see layer_activation_groups):
-    norm inputs 2h + q/k-norm inputs (d_q + d_kv) + q, k, v (d_q + 2 d_kv) + attention output d_q + log-sum-exp
-    2 x heads + gate and up outputs 2f + norm outputs 2h + act and product 2f (+ heads x s without flash)."""
+    """bf16 bytes one Qwen3 block keeps per sequence with nothing rebuilt (see memory.saved_tensors):
+    norm inputs 2h + q/k-norm inputs (d_q + d_kv) + q, k, v (d_q + 2 d_kv) + attention output d_q + gate and
+    up outputs 2f + norm outputs 2h + the product act(gate) x up f, 2 bytes each; the log-sum-exp (4 bytes per
+    head) with flash attention, the softmax output (heads x s elements) without it."""
     dq, dkv = 32 * 128, 8 * 128
-    per_token = 2 * H + (dq + dkv) + (dq + 2 * dkv) + dq + 2 * 32 + 2 * F + 2 * H + 2 * F
-    if not flash:
-        per_token += 32 * S
-    return S * per_token * 2
+    per_token = (2 * H + (dq + dkv) + (dq + 2 * dkv) + dq + 2 * F + 2 * H + F) * 2
+    per_token += 32 * 4 if flash else 32 * S * 2
+    return S * per_token
 
 
 def test_activations_no_recompute_and_tp_division():
@@ -25,6 +26,9 @@ def test_activations_no_recompute_and_tp_division():
     assert float(got) == pytest.approx(36 * per_layer_none())
     # sequence parallelism with TP t divides every saved tensor by t (Korthikanti et al. 2022)
     assert float(memory.activation_bytes_per_microbatch(QWEN, S, 1, 4, 36, "none")) == pytest.approx(float(got) / 4)
+    # without SP the norm inputs and outputs (4h per token) stay whole on every TP rank
+    no_sp = float(memory.activation_bytes_per_microbatch(QWEN, S, 1, 4, 36, "none", sequence_parallel=False))
+    assert no_sp == pytest.approx(float(got) / 4 + 36 * S * 4 * H * 2 * (1 - 1 / 4))
     # a micro-batch of b sequences keeps b times as much
     assert float(memory.activation_bytes_per_microbatch(QWEN, S, 2, 1, 36, "none")) == pytest.approx(2 * float(got))
 
@@ -33,28 +37,56 @@ def test_attention_scores_without_flash():
     # without flash attention the softmax probabilities (heads x s^2 per sequence, bf16) are kept too
     got = memory.activation_bytes_per_microbatch(QWEN, S, 1, 1, 1, "none", flash_attention=False)
     assert float(got) == pytest.approx(per_layer_none(flash=False))
-    rebuilt = memory.activation_bytes_per_microbatch(QWEN, S, 1, 1, 1, "attn", flash_attention=False)
-    assert float(got) - float(rebuilt) == pytest.approx(0)  # one layer: its rebuilt workspace is live at the peak
+    # rebuilding them ("attn") keeps them only as a workspace, once, while a block's backward runs
     many = memory.activation_bytes_per_microbatch(QWEN, S, 1, 1, 36, "attn", flash_attention=False)
-    assert float(many) == pytest.approx(36 * per_layer_none() + 32 * S * S * 2)
+    assert float(many) == pytest.approx(36 * (per_layer_none(flash=False) - 32 * S * S * 2))
+    ws = memory.recompute_workspace_bytes(QWEN, S, 1, 1, "attn", flash_attention=False)
+    assert float(ws) == pytest.approx(32 * S * S * 2)
 
 
 def test_full_recompute_keeps_layer_inputs_plus_one_layer():
-    # full recompute: every block keeps its input (s x h, bf16) and one block is rebuilt at a time
+    # full recompute: every block keeps its input (s x h, bf16); one block is rebuilt at a time, and that
+    # workspace is counted once per card, not once per micro-batch in flight
     got = memory.activation_bytes_per_microbatch(QWEN, S, 1, 1, 36, "full")
-    assert float(got) == pytest.approx(36 * S * H * 2 + per_layer_none())
+    assert float(got) == pytest.approx(36 * S * H * 2)
+    assert float(memory.recompute_workspace_bytes(QWEN, S, 1, 1, "full")) == pytest.approx(per_layer_none())
 
 
 def test_selective_recompute_saves_its_groups():
     none = float(memory.activation_bytes_per_microbatch(QWEN, S, 1, 1, 36, "none"))
     mlp = float(memory.activation_bytes_per_microbatch(QWEN, S, 1, 1, 36, "mlp"))
-    # the act and product tensors (2 f per token) leave 35 blocks; one block's worth stays as workspace
-    assert none - mlp == pytest.approx(35 * S * 2 * F * 2)
+    # "mlp" rebuilds the one FFN-wide product act(gate) x up (chapter 10.2.2): 36 blocks stop keeping it,
+    # and the workspace is that one tensor
+    assert none - mlp == pytest.approx(36 * S * F * 2)
+    assert float(memory.recompute_workspace_bytes(QWEN, S, 1, 1, "mlp")) == pytest.approx(S * F * 2)
+    # norm + mlp: the workspace is the largest rebuilt tensor (the product), not their sum
+    assert float(memory.recompute_workspace_bytes(QWEN, S, 1, 1, "norm+mlp")) == pytest.approx(S * F * 2)
     assert memory.recompute_flops_per_token(QWEN, S, "none") == 0
     full = memory.recompute_flops_per_token(QWEN, S, "full")
     # one extra forward of the blocks: 2 x block linear params + 4 x d_attn x (s + 1)/2 per token per layer
     block_linear = 4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 12288
     assert float(full) == pytest.approx(36 * (2 * block_linear + 4 * 4096 * (S + 1) / 2))
+
+
+def test_megatron_gpt_layer_matches_korthikanti():
+    # Korthikanti et al. 2022, section 4.1: a GPT layer (LayerNorm, GELU 4h, dropout, no flash attention, 16-bit)
+    # keeps s b h (34 + 5 a s / h) bytes; with TP t and no SP: s b h (10 + 24/t + 5 a s / (h t));
+    # with SP and the attention core recomputed ("selective"): 34 s b h / t
+    h, a, s, b, t = 6144, 64, 2048, 4, 8
+    gpt = ModelArch("gpt-22b", layers=48, hidden=h, heads=a, kv_heads=a, head_dim=h // a, ffn=4 * h, vocab=51200,
+                    tied_embeddings=True, gated_mlp=False, norm="layernorm", linear_bias=True, activation="gelu",
+                    positions="learned", learned_positions=s)
+    kw = dict(flash_attention=False, dropout=True)
+    sbh = s * b * h
+    whole = memory.activation_bytes_per_microbatch(gpt, s, b, 1, 1, "none", **kw)
+    assert float(whole) == pytest.approx(sbh * (34 + 5 * a * s / h))
+    no_sp = memory.activation_bytes_per_microbatch(gpt, s, b, t, 1, "none", sequence_parallel=False, **kw)
+    assert float(no_sp) == pytest.approx(sbh * (10 + 24 / t + 5 * a * s / (h * t)))
+    sel = memory.activation_bytes_per_microbatch(gpt, s, b, t, 1, "attn", sequence_parallel=True, **kw)
+    assert float(sel) == pytest.approx(34 * sbh / t)
+    # Figure 1's 22B bar (48 layers, one micro-batch in flight): 59.25 and 9.56 GiB
+    assert float(no_sp) * 48 / 2**30 == pytest.approx(59.25, abs=0.005)
+    assert float(sel) * 48 / 2**30 == pytest.approx(9.5625, abs=0.005)
 
 
 def test_moe_toy_capacity():

@@ -19,7 +19,7 @@ hw           --hw             accelerators, each swept separately (one series)  
 deadline     --deadline       deadline ([schedule] deadline)                     ``"20d:40d:1d"``
 reserved     --reserved       reserved days inside the deadline                  ``"3d,5d,7d"``
 tokens       --tokens         training tokens ([task] tokens)                    ``"50B:200B:50B"``
-efficiency   --efficiency     compute efficiency (MFU)                           ``"30%:50%:5%"``
+efficiency   --efficiency     flat-model compute efficiency (MFU); 0 = per-op    ``"30%:50%:5%"``
 max_cards    --max-cards      largest card count a plan may use                  ``"16:128:16"``
 card_hour    --card-hour      price per card-hour for every accelerator (USD)    ``"0.4:0.8:0.1"``
 max_cost     --max-cost       budget cap (USD, or card-hours without prices)     ``"15000,20000"``

@@ -274,7 +274,8 @@ def build_spec(scenario_path, cli: dict | None = None, catalog_dirs=(), fixed: d
         "deadline": (base.task.deadline_s,),
         "reserved": (base.task.reserved_s,),
         "tokens": (base.task.tokens,),
-        "efficiency": (base.systems[hw[0]].efficiency,),
+        # 0 marks the per-operation model (no flat efficiency stated); a swept efficiency selects the flat model
+        "efficiency": (0.0 if base.systems[hw[0]].per_op else base.systems[hw[0]].efficiency,),
         "max_cards": (base.search.max_cards,),
         "card_hour": (_file_default_card_hour(raw),),
         "max_cost": (base.cost.max_cost,),
@@ -330,7 +331,7 @@ def fingerprint(spec: SweepSpec) -> str:
         "fixed": spec.fixed,
         # built values: what catalog entries (model, accelerators, NICs, storage tiers) resolved to
         "model": repr(b.model),
-        "accelerators": {name: repr(b.systems[name].acc) for name in spec.hw},
+        "accelerators": {name: repr((b.systems[name].acc, b.systems[name].perf)) for name in spec.hw},
         "built": repr((b.memory, b.input, b.reliability, b.overlap, b.task.seq_len, b.task.global_batch,
                        b.task.precision, replace(b.search, accelerators=(), max_cards=0))),
     }

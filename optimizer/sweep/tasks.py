@@ -66,7 +66,7 @@ def group_scenario(payload: _Payload, point: Point, deadline_s: float | None = N
         raw = with_overrides(payload.raw, {"hardware.accelerator": [point.accelerator],
                                            "search.accelerator": [point.accelerator]})
         ov = dict(payload.fixed)
-        ov.update({"task.tokens": point.tokens, "hardware.efficiency": point.efficiency,
+        ov.update({"task.tokens": point.tokens, "hardware.efficiency": point.efficiency or None,
                    "schedule.reserved": f"{point.reserved_s!r}s",
                    "schedule.deadline": f"{max(d, point.reserved_s + DAY)!r}s",
                    "cost.card_hour": point.card_hour, "task.seq_len": point.seq_len})

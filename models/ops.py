@@ -1,0 +1,304 @@
+"""One transformer layer as a table of kernels: FLOPs, bytes moved and GEMM shape per operation.
+
+Each operation of a decoder block (pre-norm; Llama / Qwen / GPT / parallel-block styles) becomes one
+:class:`Kernel` per phase: ``fwd`` (forward), ``dx`` (gradient of the inputs, which the previous layer
+and the previous pipeline stage wait for) and ``dw`` (gradient of the weights, which only the optimizer
+waits for). A kernel carries its FLOPs, the bytes it reads and writes in device memory, its GEMM shape
+``C[m, n] = A[m, k] B[k, n]`` x ``batch`` (0 for non-GEMM kernels), its launch count and the
+activation-recompute group whose forward it belongs to. :mod:`tpopt.models.roofline` turns a kernel
+into time; :mod:`tpopt.models.steptime` sums them into stage times.
+
+Per micro-batch of b sequences of s tokens on one card of a tensor-parallel group of t:
+T = b s tokens pass through the tensor-parallel region (the linear layers and attention, widths / t);
+the norms, residual adds and dropouts see T / t tokens with sequence parallelism, T without.
+
+Forward FLOPs of the linear layers sum to 2 T x (linear parameters of the block) / t, so over the
+model the GEMM FLOPs are 6 x GEMM parameters per token (forward + dX + dW), the chapter's count.
+Attention: with flash attention a causal query sees (s + 1) / 2 keys on average (the kernel skips
+masked blocks; s_w for a sliding window of w, when w < s), its forward costs 4 d_attn per (query, key)
+pair and its backward 2.5 x the forward (it recomputes the scores); without flash attention
+the score and context products are batched GEMMs over the whole s x s square (masking does not skip
+work), and the softmax, dropout and their backward are memory-bound passes over b (heads / t) s^2
+elements. Megatron-LM's ``num_floating_point_operations`` counts the same GEMMs (dense, non-flash case).
+
+Designed to grow: a mixture-of-experts layer adds a router GEMM, permutation passes and expert GEMMs
+with capacity padding; context parallelism divides s by cp in the attention kernels and adds a KV
+exchange; each is more entries of the same table. Until then a MoE block runs its activated experts
+as one MLP of the activated width (arch.mlp_activation_width: top-k x expert FFN + shared experts),
+every card holding every expert (EP = 1), and multi-head latent attention folds its latent
+projections into the QKV GEMM (same FLOPs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from tpopt.models.arch import ModelArch, attention_linear_params, mean_keys_per_query, mlp_activation_width
+
+PHASES = ("fwd", "dx", "dw")
+
+
+def _f(x):
+    return np.asarray(x, dtype=float)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one micro-batch of one layer runs on one card (arrays broadcast over the layout grid)."""
+
+    tp: object  # tensor-parallel size t (array)
+    micro_batch: object  # sequences per micro-batch b (array)
+    seq_len: int
+    sequence_parallel: bool = True  # norms, dropout, residuals split by t under TP (Korthikanti et al.)
+    flash_attention: bool = True
+    dropout: bool = False  # dropout on attention probabilities and after each block output
+    act_bytes: float = 2.0  # bytes per activation element (BF16/FP16)
+
+    @property
+    def tokens(self):
+        """T = b s: tokens of a micro-batch in the tensor-parallel region."""
+        return _f(self.micro_batch) * self.seq_len
+
+    @property
+    def seq_tokens(self):
+        """Tokens the sequence-region kernels (norms, residuals, dropout) see on a card: T / t with SP."""
+        t = _f(self.tp)
+        return self.tokens / np.where(self.sequence_parallel, t, 1.0)
+
+
+class Kernel(NamedTuple):
+    op: str  # operation name, e.g. "qkv", "attn.softmax"
+    phase: str  # "fwd", "dx" or "dw"
+    kind: str  # "gemm", "attention" (fused flash kernel) or "memory"
+    group: str  # recompute group of the op's forward: "norm", "attn", "mlp" or "" (kept)
+    flops: object
+    bytes: object
+    m: object = 0.0
+    n: object = 0.0
+    k: object = 0.0
+    batch: object = 1.0
+    count: float = 1.0  # kernel launches
+    linear: bool = False  # a weight GEMM (runs in FP8 under an FP8 recipe)
+
+
+def _linear(op, group, tokens, k_in, n_out, e, count_fwd=1.0) -> list[Kernel]:
+    """Y[T, n] = X[T, k] W[k, n]: forward, dX = dY W^T, dW = X^T dY (2 T k n FLOPs each)."""
+    flops = 2.0 * tokens * k_in * n_out
+    return [
+        Kernel(op, "fwd", "gemm", group, flops, e * (tokens * k_in + k_in * n_out + tokens * n_out),
+               tokens, n_out, k_in, 1.0, count_fwd, True),
+        Kernel(op, "dx", "gemm", group, flops, e * (tokens * n_out + k_in * n_out + tokens * k_in),
+               tokens, k_in, n_out, 1.0, 1.0, True),
+        Kernel(op, "dw", "gemm", group, flops, e * (tokens * k_in + tokens * n_out + k_in * n_out),
+               k_in, n_out, tokens, 1.0, 1.0, True),
+    ]
+
+
+def _elementwise(op, group, fwd_bytes, bwd_bytes, fwd_count=1.0, bwd_count=1.0) -> list[Kernel]:
+    """A memory-bound pass forward (reads + writes) and its backward (all of it is dX work)."""
+    z = 0.0 * _f(fwd_bytes)
+    return [Kernel(op, "fwd", "memory", group, z, fwd_bytes, count=fwd_count),
+            Kernel(op, "dx", "memory", group, z, bwd_bytes, count=bwd_count)]
+
+
+def attention_keys(a: ModelArch, seq_len: int, flash: bool) -> float:
+    """Average keys a query is scored against, over the layers: (s + 1) / 2 causal with flash
+    attention (arch.mean_keys_per_query; windowed layers see about w); the whole square s without it
+    (masked scores are computed, then discarded)."""
+    if not flash:
+        return float(seq_len)
+    w_layers = a.window_layers
+    full = float(mean_keys_per_query(seq_len))
+    if not w_layers:
+        return full
+    windowed = float(mean_keys_per_query(seq_len, a.sliding_window))
+    return (w_layers * windowed + (a.layers - w_layers) * full) / a.layers
+
+
+def norm_kernels(op: str, a: ModelArch, lay: Layout, group="norm") -> list[Kernel]:
+    """LayerNorm / RMSNorm over h on the sequence region: forward reads x, writes y (2 Ts h e);
+    backward reads x and dy, writes dx (3 Ts h e) and reduces the weight gradient."""
+    e, ts, h = lay.act_bytes, lay.seq_tokens, a.hidden
+    return _elementwise(op, group, 2.0 * ts * h * e, 3.0 * ts * h * e, 1.0, 2.0)
+
+
+def residual_kernels(op: str, a: ModelArch, lay: Layout) -> list[Kernel]:
+    """(Bias-)dropout-add on the block output: forward reads branch and residual, writes the sum
+    (3 Ts h e, + a 1-byte mask with dropout); backward adds the two gradient streams (3 Ts h e) and,
+    with dropout, applies the mask (+ Ts h (e + 1))."""
+    e, ts, h = lay.act_bytes, lay.seq_tokens, a.hidden
+    drop = 1.0 if lay.dropout else 0.0
+    return _elementwise(op, "", ts * h * (3.0 * e + drop), ts * h * (3.0 * e + drop * (e + 1.0)))
+
+
+def layer_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
+    """Every kernel of one transformer block for one micro-batch on one card (see the module docstring).
+
+    Order: norm, QKV, (q/k norm, RoPE), attention core, output projection, residual, norm, MLP up
+    (gate and up fused), activation, MLP down, residual. A parallel block (GPT-J, NeoX, Falcon) has
+    one norm feeding both branches and one residual add.
+    """
+    t = _f(lay.tp)
+    e, T = lay.act_bytes, lay.tokens
+    h, dq, dkv, f = a.hidden, a.d_attn, a.d_kv, mlp_activation_width(a)
+    dv = a.d_v
+    out: list[Kernel] = []
+    out += norm_kernels("norm.attn", a, lay)
+    # q, k, v projections as one GEMM of the width that carries their weights (MLA: the latent
+    # down / up projections folded in, the same FLOPs); the output projection reads d_v
+    out += _linear("qkv", "", T, h, (attention_linear_params(a) - dv * h) / h / t, e)
+    if a.qk_norm:
+        out += _elementwise("qk_norm", "", 2.0 * T * (dq + dkv) / t * e, 3.0 * T * (dq + dkv) / t * e)
+    if a.positions == "rope":
+        out += _elementwise("rope", "", 2.0 * T * (dq + dkv) / t * e, 2.0 * T * (dq + dkv) / t * e)
+    out += attention_kernels(a, lay)
+    out += _linear("proj", "", T, dv / t, h, e)
+    if not a.parallel_block:
+        out += residual_kernels("residual.attn", a, lay)
+        out += norm_kernels("norm.mlp", a, lay)
+    width = (2.0 if a.gated_mlp else 1.0) * f / t
+    out += _linear("mlp.up", "", T, h, width, e)
+    if a.gated_mlp:  # act(gate) x up, fused: read 2 T f, write T f; backward reads g, u, dy, writes dg, du
+        out += _elementwise("mlp.act", "mlp", 3.0 * T * f / t * e, 5.0 * T * f / t * e)
+    else:  # bias + GELU fused: read T f, write T f; backward reads x, dy, writes dx
+        out += _elementwise("mlp.act", "mlp", 2.0 * T * f / t * e, 3.0 * T * f / t * e)
+    out += _linear("mlp.down", "", T, f / t, h, e)
+    out += residual_kernels("residual.mlp", a, lay)
+    return out
+
+
+def attention_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
+    """The attention core for one micro-batch on one card (heads / t of them).
+
+    Flash: one fused kernel; forward 2 T k (d_attn + d_v) / t FLOPs (4 T k d_attn / t without MLA) for
+    k average keys per query, backward
+    2.5 x (recomputes QK^T and P), reading q, k, v, o (and do, writing dq, dk, dv).
+    Otherwise: scores S = Q K^T and context O = P V as batched GEMMs over b (heads / t) heads of s x s,
+    a fused scale-mask-softmax pass, a dropout pass (1-byte mask), and their backward: dP = dO V^T,
+    dV = P^T dO, the softmax and dropout backward passes, dQ = dS K, dK = dS^T Q.
+    """
+    t = _f(lay.tp)
+    e, T, s = lay.act_bytes, lay.tokens, float(lay.seq_len)
+    dq, dkv, hd = a.d_attn, a.d_kv, float(a.head_dim)
+    b = _f(lay.micro_batch)
+    keys = attention_keys(a, lay.seq_len, lay.flash_attention)
+    qkvo = T * (2.0 * dq + 2.0 * dkv) / t * e  # q, k, v read, o written
+    if lay.flash_attention:
+        fwd = 2.0 * T * keys * (dq + a.d_v) / t  # QK^T over d_attn, PV over d_v (equal unless MLA)
+        return [Kernel("attn.flash", "fwd", "attention", "attn", fwd, qkvo),
+                Kernel("attn.flash", "dx", "attention", "attn", 2.5 * fwd, 2.0 * qkvo + T * dq / t * e, count=2.0)]
+    heads = b * a.heads / t  # batched GEMM count
+    scores = heads * s * s  # elements of the score matrix on this card
+    gemm = 2.0 * heads * s * s * hd
+    qk_bytes = e * (2.0 * heads * s * hd + scores)  # read q, k; write S
+    pv_bytes = e * (scores + 2.0 * heads * s * hd)  # read P, v; write o
+    return [
+        Kernel("attn.scores", "fwd", "gemm", "attn", gemm, qk_bytes, s, s, hd, heads),
+        *_elementwise("attn.softmax", "attn", 2.0 * e * scores, 3.0 * e * scores),
+        *(_elementwise("attn.dropout", "attn", (2.0 * e + 1.0) * scores, (2.0 * e + 1.0) * scores)
+          if lay.dropout else []),
+        Kernel("attn.context", "fwd", "gemm", "attn", gemm, pv_bytes, s, hd, s, heads),
+        # backward: dP = dO V^T (s x s, k = hd), dV = P^T dO (s x hd, k = s)
+        Kernel("attn.context", "dx", "gemm", "attn", gemm, e * (2.0 * heads * s * hd + scores), s, s, hd, heads),
+        Kernel("attn.context", "dx", "gemm", "attn", gemm, pv_bytes, s, hd, s, heads),
+        # dQ = dS K, dK = dS^T Q (s x hd, k = s)
+        Kernel("attn.scores", "dx", "gemm", "attn", 2.0 * gemm, 2.0 * pv_bytes, s, hd, s, 2.0 * heads, 2.0),
+    ]
+
+
+def embedding_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
+    """First stage: token (and learned position) embedding lookup, vocab-parallel under TP.
+
+    Forward gathers T rows of h (read + write, + the position add and a dropout pass when present);
+    backward scatter-adds the gradient into the table (FP32 accumulation: read dy, read/write rows).
+    """
+    e, T, h = lay.act_bytes, lay.tokens, a.hidden
+    fwd = 2.0 * T * h * e
+    if a.positions == "learned" or a.learned_positions:
+        fwd = fwd + 3.0 * T * h * e
+    if lay.dropout:
+        fwd = fwd + T * h * (2.0 * e + 1.0)
+    z = 0.0 * T
+    return [Kernel("embedding", "fwd", "memory", "", z, fwd, count=2.0),
+            Kernel("embedding", "dw", "memory", "", z, T * h * (e + 8.0), count=2.0)]
+
+
+def head_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
+    """Last stage: final norm, LM head (vocab-parallel GEMM, V / t columns) and cross-entropy.
+
+    The loss reads the logits, casts to FP32 and makes max, exp-sum and gather passes (forward
+    T V / t x (e + 12) bytes), then writes the softmax gradient (T V / t x (4 + e)).
+    """
+    t = _f(lay.tp)
+    e, T = lay.act_bytes, lay.tokens
+    v = a.vocab / t
+    out = norm_kernels("norm.final", a, lay, group="")
+    out += _linear("lm_head", "", T, a.hidden, v, e)
+    out += _elementwise("loss", "", T * v * (e + 12.0), T * v * (4.0 + e), 4.0, 2.0)
+    return out
+
+
+def optimizer_bytes_per_param(weights: float, grads: float, master: float, moments: float) -> float:
+    """Bytes one Adam step moves per parameter of the shard it owns.
+
+    Read and write master and moments, 2 (o); read the gradient for the overflow check, the norm and
+    the update and zero it, 4 g; write the working copy, w: 2 o + 4 g + w
+    (bf16-mixed 34 B, with FP32 gradients 42 B).
+    """
+    return 2.0 * (master + moments) + 4.0 * grads + weights
+
+
+def optimizer_kernels(shard_params, bytes_per_param: float) -> list[Kernel]:
+    """The optimizer step of one card's shard: one memory-bound pass (multi-tensor kernels)."""
+    q = _f(shard_params) * bytes_per_param
+    return [Kernel("optimizer", "fwd", "memory", "", 0.0 * q, q, count=8.0)]
+
+
+# ---------------------------------------------------------------------------------------------
+# tensor-parallel collectives of one block
+
+
+class Collectives(NamedTuple):
+    """Bytes each card sends over its tensor-parallel link per micro-batch of one block, and the calls.
+
+    Megatron TP: forward, an all-reduce of the T x h activation after the output projection and after
+    MLP down; backward, an all-reduce of the input gradients of QKV and MLP up (each 2 (t-1)/t T h e).
+    With sequence parallelism each all-reduce becomes a reduce-scatter + all-gather pair (the same
+    bytes); the backward then all-gathers the output gradients before the projection and MLP down
+    (``bwd_sync``), reduce-scatters the input gradients of QKV and MLP up, and all-gathers the
+    sequence-sharded norm outputs once more for their weight gradients. The collectives of the
+    column-parallel layers' backward (``bwd_async``) can run while that layer's other gradient GEMM
+    computes (Megatron-LM's asynchronous TP all-reduce); a parallel block shares one norm output.
+    """
+
+    fwd: object
+    bwd_async: object
+    bwd_sync: object
+    fwd_calls: object
+    async_calls: object
+    sync_calls: object
+
+
+def tp_collectives(a: ModelArch, lay: Layout) -> Collectives:
+    t = _f(lay.tp)
+    size = lay.tokens * a.hidden * lay.act_bytes
+    share = np.where(t > 1, (t - 1.0) / t, 0.0)
+    live = np.where(t > 1, 1.0, 0.0)
+    half = share * size  # one all-gather or one reduce-scatter
+    if not lay.sequence_parallel:
+        return Collectives(4.0 * half, 4.0 * half, 0.0 * half, 2.0 * live, 2.0 * live, 0.0 * live)
+    regather = 1.0 if a.parallel_block else 2.0
+    return Collectives(4.0 * half, (2.0 + regather) * half, 2.0 * half, 4.0 * live, (2.0 + regather) * live,
+                       2.0 * live)
+
+
+def flops(kernels, phase: str | None = None, kind: str | None = None):
+    """Total FLOPs of the kernels of a phase / kind (None = all)."""
+    total = 0.0
+    for k in kernels:
+        if (phase is None or k.phase == phase) and (kind is None or k.kind == kind):
+            total = total + _f(k.flops)
+    return total

@@ -1,0 +1,114 @@
+"""Time of one GPU kernel from its work: a roofline with shape-aware GEMM efficiency.
+
+    t = max(F / (P x eta_gemm(shape)), Q / (B_hbm x eta_mem)) + t_kernel
+
+F is the kernel's floating-point work [FLOP], Q the bytes it moves to and from device memory, P the
+matrix peak of the precision it runs in, B_hbm the device-memory bandwidth, t_kernel a fixed cost per
+kernel (launch, ramp-up and tail; what a stream of tiny kernels pays). Memory-bound kernels (norms,
+activations, softmax, dropout, residual adds, the optimizer step) have F / P << Q / B and cost
+Q / (B x eta_mem); matrix multiplies are usually compute-bound.
+
+GEMM efficiency of C[m, n] = A[m, k] B[k, n] (``batch`` independent products in one launch):
+
+    eta_gemm = eta_max x q_tile x q_wave x k / (k + k_half)
+    q_tile   = m n / (ceil(m / t_m) t_m x ceil(n / t_n) t_n)        padding of the last row/column of tiles
+    q_wave   = tiles / (ceil(tiles / SMs) x SMs),  tiles = ceil(m / t_m) ceil(n / t_n) x batch
+                                                                      the last wave leaves SMs idle
+    k / (k + k_half)                                                 prologue/epilogue of each tile
+                                                                      amortised over the k loop
+
+(the tile and wave quantisation of NVIDIA's "Matrix Multiplication Background User's Guide"). All
+functions broadcast over numpy arrays of the shape arguments, so the solver tabulates them per term.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PerfParams:
+    """Performance parameters of one accelerator (catalogs/performance.toml), SI units.
+
+    ``gemm_efficiency``, ``memory_efficiency`` and ``kernel_overhead`` are the free parameters that
+    ``tpopt calibrate`` fits; the others come from datasheets and published measurements.
+    """
+
+    name: str = ""
+    gemm_efficiency: float = 0.75  # eta_max: large-GEMM fraction of the matrix peak
+    gemm_k_half: float = 32.0  # k at which a GEMM reaches half of eta_max (k-loop amortisation)
+    tile_m: int = 128  # output tile rows of the GEMM kernels (wave / tile quantisation)
+    tile_n: int = 128  # output tile columns
+    sms: int = 108  # streaming multiprocessors (tiles run in waves of this many)
+    memory_efficiency: float = 0.7  # fraction of HBM bandwidth memory-bound kernels reach
+    kernel_overhead: float = 10e-6  # seconds per kernel
+    attention_efficiency: float = 0.5  # fused (flash) attention: fraction of the matrix peak
+    tp_efficiency: float = 0.8  # tensor-parallel collectives: fraction of the link bandwidth reached
+    dp_efficiency: float = 0.9  # data-parallel collectives: fraction of the ring bandwidth reached
+    collective_latency: float = 20e-6  # seconds per collective call
+    calibrated: tuple = ()  # names of the fields that were fitted (the rest are priors)
+    sources: dict = field(default_factory=dict, compare=False, hash=False)
+
+    FREE = ("gemm_efficiency", "memory_efficiency", "kernel_overhead")
+    """Parameters a calibration may fit, in the order it frees them (one per measured run)."""
+
+    BOUNDS = {"gemm_efficiency": (0.05, 1.0), "memory_efficiency": (0.05, 1.0), "kernel_overhead": (0.0, 1e-3),
+              "attention_efficiency": (0.05, 1.0), "tp_efficiency": (0.05, 1.0), "dp_efficiency": (0.05, 1.0)}
+    """Physical ranges of the fitted parameters (fractions of a datasheet figure, seconds)."""
+
+    def with_values(self, **kw) -> "PerfParams":
+        from dataclasses import replace
+
+        return replace(self, **kw)
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls) if f.name not in ("name", "calibrated", "sources"))
+
+
+def _f(x):
+    return np.asarray(x, dtype=float)
+
+
+def tile_quantisation(m, n, perf: PerfParams):
+    """Useful share of the output tiles: m n / (ceil(m/t_m) t_m ceil(n/t_n) t_n) (1 when tiles fit)."""
+    m, n = _f(m), _f(n)
+    return (m * n) / (np.ceil(m / perf.tile_m) * perf.tile_m * np.ceil(n / perf.tile_n) * perf.tile_n)
+
+
+def wave_quantisation(m, n, batch, perf: PerfParams):
+    """Busy share of the SMs over the waves: tiles / (ceil(tiles / SMs) SMs)."""
+    tiles = np.ceil(_f(m) / perf.tile_m) * np.ceil(_f(n) / perf.tile_n) * _f(batch)
+    return tiles / (np.ceil(tiles / perf.sms) * perf.sms)
+
+
+def gemm_efficiency(m, n, k, batch, perf: PerfParams):
+    """eta_gemm = eta_max x q_tile x q_wave x k / (k + k_half) (module docstring)."""
+    k = _f(k)
+    return (perf.gemm_efficiency * tile_quantisation(m, n, perf) * wave_quantisation(m, n, batch, perf)
+            * k / (k + perf.gemm_k_half))
+
+
+def gemm_time(flops, bytes_, m, n, k, batch, peak, hbm, perf: PerfParams, count=1.0):
+    """GEMM kernel time: max(F / (P eta_gemm), Q / (B eta_mem)) + count x t_kernel."""
+    eff = gemm_efficiency(m, n, k, batch, perf)
+    return np.maximum(_f(flops) / (peak * eff), _f(bytes_) / (hbm * perf.memory_efficiency)) \
+        + count * perf.kernel_overhead
+
+
+def memory_time(bytes_, hbm, perf: PerfParams, count=1.0):
+    """Memory-bound kernel time: Q / (B_hbm eta_mem) + count x t_kernel."""
+    return _f(bytes_) / (hbm * perf.memory_efficiency) + count * perf.kernel_overhead
+
+
+def attention_time(flops, bytes_, peak, hbm, perf: PerfParams, count=1.0):
+    """Fused (flash) attention kernel: max(F / (P eta_attn), Q / (B eta_mem)) + count x t_kernel."""
+    return np.maximum(_f(flops) / (peak * perf.attention_efficiency), _f(bytes_) / (hbm * perf.memory_efficiency)) \
+        + count * perf.kernel_overhead
+
+
+def collective_time(bytes_on_link, bandwidth, efficiency, latency, calls=1.0):
+    """Collective time: bytes each rank sends over its link / (B x efficiency) + calls x latency."""
+    return _f(bytes_on_link) / (bandwidth * efficiency) + _f(calls) * latency

@@ -1,0 +1,201 @@
+"""Per-operation step time: the kernels of :mod:`tpopt.models.ops` timed by :mod:`tpopt.models.roofline`.
+
+One layer, one micro-batch, one card:
+
+    t_fwd = sum of forward kernel times + exposed forward TP collectives
+    t_dX  = sum of dX kernel times + recompute (forward kernels rebuilt before the backward)
+            + exposed backward TP collectives
+    t_dW  = sum of dW kernel times
+
+Recompute: ``full`` reruns every forward kernel of the block (and its forward collectives); the
+groups rerun the forward of their ops: ``norm`` the two norms, ``mlp`` the activation, ``attn`` the
+attention core without flash attention (flash attention stores nothing to rebuild; its backward
+already recomputes the scores and is counted in its 2.5 x).
+
+Tensor-parallel overlap (fraction o, ``comm.tp_overlap``): a phase's collectives C can hide behind the
+phase's weight GEMMs W (Megatron-Core / Transformer Engine overlap the gathers and reductions with the
+GEMMs that produce or consume them):  exposed = (1 - o) C + o max(0, C - W).
+
+A stage of ``n`` layers runs n x (t_fwd, t_dX, t_dW); the first stage adds the embedding, the last the
+final norm, LM head and loss (:func:`stage_extras`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from tpopt.models import ops, roofline
+from tpopt.models.arch import ModelArch
+from tpopt.models.roofline import PerfParams
+
+
+def _f(x):
+    return np.asarray(x, dtype=float)
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What the kernels run on: matrix peak for the precision, the FP8 peak for weight GEMMs under an
+    FP8 recipe, HBM and tensor-parallel link bandwidth, performance parameters, and a throughput
+    scale (1 = as modelled; ``tpopt explain`` relaxes it)."""
+
+    peak: float  # FLOP/s for attention and non-FP8 GEMMs
+    linear_peak: float  # FLOP/s for the weight GEMMs (FP8 peak under fp8-mixed)
+    hbm: float  # bytes/s
+    tp_bandwidth: float  # bytes/s per direction on the tensor-parallel link
+    perf: PerfParams
+    fp8: bool = False
+    scale: float = 1.0
+
+
+class PhaseTimes(NamedTuple):
+    fwd: object
+    dx: object
+    dw: object
+    tp: object = 0.0  # exposed tensor-parallel time inside fwd + dx (for reports)
+
+
+def kernel_time(k: ops.Kernel, r: Rates, act_bytes: float = 2.0):
+    """Time of one kernel on one card (roofline.*_time), divided by the throughput scale.
+
+    Under FP8, weight GEMMs run at the FP8 peak and first cast their activation input (read e bytes,
+    write 1 byte per element of the m x k operand)."""
+    p = r.perf
+    if k.kind == "gemm":
+        peak = r.linear_peak if k.linear else r.peak
+        t = roofline.gemm_time(k.flops, k.bytes, k.m, k.n, k.k, k.batch, peak, r.hbm, p, k.count)
+        if r.fp8 and k.linear and k.phase != "dw":
+            t = t + roofline.memory_time(_f(k.m) * _f(k.k) * (act_bytes + 1.0), r.hbm, p)
+    elif k.kind == "attention":
+        t = roofline.attention_time(k.flops, k.bytes, r.peak, r.hbm, p, k.count)
+    else:
+        t = roofline.memory_time(k.bytes, r.hbm, p, k.count)
+    return t / r.scale
+
+
+def _sum(kernels, r: Rates, e: float, keep) -> object:
+    total = 0.0
+    for k in kernels:
+        if keep(k):
+            total = total + kernel_time(k, r, e)
+    return total
+
+
+def rebuilt(recompute: str, flash: bool):
+    """Predicate: is this forward kernel rerun before the backward under ``recompute``?"""
+    if recompute == "none":
+        return lambda k: False
+    if recompute == "full":
+        return lambda k: k.phase == "fwd"
+    groups = set(recompute.split("+"))
+    if flash:
+        groups.discard("attn")
+    return lambda k: k.phase == "fwd" and k.group in groups
+
+
+def tp_exposed(coll_bytes, calls, window, r: Rates, overlap: float):
+    """Exposed collective time: C = bytes / (B eff) + calls x latency; exposed = (1 - o) C + o max(0, C - W)."""
+    p = r.perf
+    c = roofline.collective_time(coll_bytes, r.tp_bandwidth, p.tp_efficiency, p.collective_latency, calls)
+    return (1.0 - overlap) * c + overlap * np.maximum(0.0, c - _f(window))
+
+
+def layer_times(a: ModelArch, lay: ops.Layout, r: Rates, recompute: str, tp_overlap=(0.0, 0.0)) -> PhaseTimes:
+    """(t_fwd, t_dX, t_dW, exposed TP) of one block for one micro-batch (module docstring).
+
+    ``tp_overlap = (o_chunked, o_async)``: o_chunked hides the forward collectives behind the forward
+    weight GEMMs and the backward output-gradient gathers behind the row-parallel dX GEMMs (GEMMs split
+    into chunks that overlap their communication, as Transformer Engine does); o_async hides the
+    column-parallel layers' backward collectives behind their own gradient GEMMs (Megatron-LM's
+    asynchronous TP all-reduce / reduce-scatter)."""
+    ks = ops.layer_kernels(a, lay)
+    e = lay.act_bytes
+    o_chunk, o_async = tp_overlap
+    fwd = _sum(ks, r, e, lambda k: k.phase == "fwd")
+    dx = _sum(ks, r, e, lambda k: k.phase == "dx")
+    dw = _sum(ks, r, e, lambda k: k.phase == "dw")
+    redo = _sum(ks, r, e, rebuilt(recompute, lay.flash_attention))
+    c = ops.tp_collectives(a, lay)
+    w_fwd = _sum(ks, r, e, lambda k: k.linear and k.phase == "fwd")
+    w_col = _sum(ks, r, e, lambda k: k.op in ("qkv", "mlp.up") and k.phase != "fwd")
+    w_row = _sum(ks, r, e, lambda k: k.op in ("proj", "mlp.down") and k.phase == "dx")
+    tp_f = tp_exposed(c.fwd, c.fwd_calls, w_fwd, r, o_chunk)
+    tp_b = tp_exposed(c.bwd_async, c.async_calls, w_col, r, o_async) + tp_exposed(c.bwd_sync, c.sync_calls, w_row,
+                                                                                   r, o_chunk)
+    tp_redo = tp_f if recompute == "full" else 0.0 * tp_f
+    return PhaseTimes(fwd + tp_f, dx + redo + tp_redo + tp_b, dw, tp_f + tp_redo + tp_b)
+
+
+def stage_extras(a: ModelArch, lay: ops.Layout, r: Rates) -> tuple[PhaseTimes, PhaseTimes]:
+    """(embedding on the first stage, final norm + LM head + loss on the last stage) per micro-batch.
+
+    Under TP the vocab-parallel embedding reduces its output (all-reduce, or reduce-scatter with SP)
+    and the head gathers its input with SP (and reduces the input gradient); their collectives are
+    counted exposed.
+    """
+    e = lay.act_bytes
+    emb = ops.embedding_kernels(a, lay)
+    head = ops.head_kernels(a, lay)
+    t = _f(lay.tp)
+    share = np.where(t > 1, (t - 1.0) / t, 0.0)
+    size = lay.tokens * a.hidden * e
+    calls = np.where(t > 1, 1.0, 0.0)
+    p = r.perf
+    emb_c = roofline.collective_time((1.0 if lay.sequence_parallel else 2.0) * share * size, r.tp_bandwidth,
+                                     p.tp_efficiency, p.collective_latency, calls)
+    head_c = roofline.collective_time(share * size * (1.0 if lay.sequence_parallel else 0.0), r.tp_bandwidth,
+                                      p.tp_efficiency, p.collective_latency, calls if lay.sequence_parallel else 0.0)
+    first = PhaseTimes(_sum(emb, r, e, lambda k: k.phase == "fwd") + emb_c, 0.0 * emb_c,
+                       _sum(emb, r, e, lambda k: k.phase == "dw"), emb_c)
+    last = PhaseTimes(_sum(head, r, e, lambda k: k.phase == "fwd") + head_c,
+                      _sum(head, r, e, lambda k: k.phase == "dx") + head_c,
+                      _sum(head, r, e, lambda k: k.phase == "dw"), 2.0 * head_c)
+    return first, last
+
+
+def optimizer_time(shard_params, bytes_per_param: float, r: Rates):
+    """Optimizer step of one card's shard (memory-bound): Q / (B_hbm eta_mem) + kernels."""
+    return _sum(ops.optimizer_kernels(shard_params, bytes_per_param), r, 2.0, lambda k: True)
+
+
+def executed_flops(a: ModelArch, lay: ops.Layout, recompute: str) -> tuple:
+    """FLOPs one card executes per micro-batch of one block: (fwd, dX incl. recompute, dW)."""
+    ks = ops.layer_kernels(a, lay)
+    keep = rebuilt(recompute, lay.flash_attention)
+    redo = sum((_f(k.flops) for k in ks if keep(k)), 0.0)
+    return ops.flops(ks, "fwd"), ops.flops(ks, "dx") + redo, ops.flops(ks, "dw")
+
+
+def stage_layers(layers: int, pp: int, first: int = 0, last: int = 0) -> list[int]:
+    """Transformer layers per pipeline stage.
+
+    Given counts for the first and/or last stage (0 = automatic), the rest split evenly over the other
+    stages. Automatic: L / pp each when pp divides L; otherwise the L mod pp extra layers go to the
+    middle stages first (stage 1, 2, ...), then the first stage, and the last stage (which also runs the
+    LM head and loss) gets one only when every other stage has one. Raises ValueError if the counts
+    leave a stage without a layer.
+    """
+    if pp <= 1:
+        return [layers]
+    fixed = {}
+    if first:
+        fixed[0] = first
+    if last:
+        fixed[pp - 1] = last
+    rest = [g for g in range(pp) if g not in fixed]
+    remaining = layers - sum(fixed.values())
+    if not rest:
+        if remaining != 0:
+            raise ValueError(f"first + last stage layers ({sum(fixed.values())}) must equal the {layers} layers")
+        return [fixed[0], fixed[pp - 1]]
+    base, extra = divmod(remaining, len(rest))
+    if base < 1:
+        raise ValueError(f"{layers} layers cannot give every one of {pp} stages a layer")
+    order = [g for g in rest if 0 < g < pp - 1] + [g for g in rest if g == 0] + [g for g in rest if g == pp - 1]
+    counts = dict(fixed)
+    for i, g in enumerate(order):
+        counts[g] = base + (1 if i < extra else 0)
+    return [counts[g] for g in range(pp)]

@@ -1,0 +1,315 @@
+"""Measured runs from a CSV file: one row per run (or two, for a full / selective recompute pair).
+
+Columns (others are ignored; ``#`` starts a comment line):
+
+* name: ``run`` (else the row number);
+* model: ``model`` (a catalog name), or ``hidden, layers, heads, ffn, vocab`` with optional
+  ``kv_heads``, ``head_dim`` and ``arch`` (``gpt``, the default: LayerNorm, GELU MLP, biases, learned
+  positions, tied embeddings, as Megatron-LM's GPT; or ``llama``: RMSNorm, SwiGLU, RoPE, no biases);
+  without either, the ``--scenario``'s model;
+* task and layout: ``seq_len``, ``global_batch``, ``tp``, ``pp``, ``dp`` or ``gpus`` (or ``cards``); optional
+  ``micro_batch``, ``virtual_stages`` (1 = plain 1F1B), ``schedule``, ``recompute``, ``zero_stage``;
+  a missing micro-batch makes the row a set of candidate plans (micro-batch 1, 2, 4, 8) and the
+  prediction is the fastest candidate that fits memory, as tpopt would choose; a missing schedule is
+  Megatron-LM's default, plain 1F1B (``schedules="fastest"`` also tries interleaved with 2-4 virtual
+  stages where every stage's layers split evenly);
+* measurement: ``iteration_s`` / ``measured_step_s`` / ``iteration_s_derived`` (one run), or
+  ``iteration_s_full_recompute`` and ``iteration_s_sp_selective`` (two runs: full recompute without
+  sequence parallelism; selective recompute of the attention core with sequence parallelism), or only
+  ``measured_tflops_per_gpu`` (iteration = Megatron-LM's FLOPs per iteration / (gpus x TFLOP/s));
+* hardware: ``accelerator``; else inferred from ``measured_tflops_per_gpu / measured_pct_of_peak``
+  (the catalog card whose FP16/BF16 peak matches within 3 %); else the scenario's, else a100-80gb-sxm;
+* software stack (defaults: the ``--scenario``'s settings when one is given, else Megatron-LM as in
+  Narayanan et al. 2021 and Korthikanti et al. 2022):
+  ``precision`` (fp16-mixed-fp32-grad), ``dropout`` (true), ``flash_attention`` (false),
+  ``sequence_parallel`` (false, true for the selective column), ``tp_overlap`` (0: Megatron-LM of
+  2021-22 does not overlap TP collectives), ``dp_overlap`` (0: its gradient all-reduce runs after the
+  backward), ``recompute`` (full);
+* published memory for comparison: ``weights_optimizer_gib``, ``activations_gib_tp_no_recompute``,
+  ``activations_gib_sp_selective`` (GiB per GPU).
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+from pathlib import Path
+
+from tpopt.catalogs import Catalog, load_catalog
+from tpopt.catalogs.scenario import build_scenario
+from tpopt.errors import InputError
+from tpopt.models.plan import Plan, schedule_name
+from tpopt.optimizer.calibrate import MeasuredRun
+
+DEFAULT_ACCELERATOR = "a100-80gb-sxm"
+STACK = {"precision": "fp16-mixed-fp32-grad", "dropout": True, "flash_attention": False, "sequence_parallel": False,
+         "tp_overlap": 0.0, "dp_overlap": 0.0, "recompute": "full"}
+MEMORY_COLUMNS = ("weights_optimizer_gib", "activations_gib_tp_no_recompute", "activations_gib_sp_selective")
+
+
+def megatron_flops(hidden, layers, vocab, seq_len, batch) -> float:
+    """FLOPs per iteration as Narayanan et al. 2021 count them (incl. the recompute forward):
+    96 B s l h^2 (1 + s / (6 h) + V / (16 l h))."""
+    return 96.0 * batch * seq_len * layers * hidden ** 2 * (1 + seq_len / (6 * hidden) + vocab / (16 * layers * hidden))
+
+
+def read_rows(path) -> list[dict]:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise InputError(f"{p}: cannot read ({exc.strerror})") from None
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    if not lines:
+        raise InputError(f"{p}: no rows")
+    rows = list(csv.DictReader(lines))
+    for r in rows:
+        if None in r:
+            raise InputError(f"{p}: a row has more fields than the header")
+    return rows
+
+
+def _num(row: dict, key: str, where: str, kind=float, default=None):
+    v = row.get(key)
+    if v is None or str(v).strip() == "":
+        if default is None:
+            raise InputError(f"{where}: missing column {key!r}")
+        return default
+    try:
+        x = kind(str(v).strip())
+    except ValueError:
+        raise InputError(f"{where}: {key} = {v!r} is not a number") from None
+    if kind is float and not x > 0:
+        raise InputError(f"{where}: {key} must be positive")
+    return x
+
+
+def _overlap_value(v):
+    """A CSV overlap cell as a scenario value: "async", true / false, or a number."""
+    t = str(v).strip().lower()
+    if t in ("true", "false"):
+        return t == "true"
+    if t == "async":
+        return t
+    try:
+        return float(t)
+    except ValueError:
+        return t  # the scenario reader reports it
+
+
+def _flag(row: dict, key: str, default: bool, where: str) -> bool:
+    v = row.get(key)
+    if v is None or str(v).strip() == "":
+        return default
+    t = str(v).strip().lower()
+    if t in ("1", "true", "yes", "on"):
+        return True
+    if t in ("0", "false", "no", "off"):
+        return False
+    raise InputError(f"{where}: {key} = {v!r} must be true or false")
+
+
+def _model_table(row: dict, where: str) -> dict | None:
+    if row.get("model"):
+        return {"name": row["model"].strip()}
+    if not row.get("hidden"):
+        return None
+    h = _num(row, "hidden", where, int)
+    heads = _num(row, "heads", where, int)
+    kv = _num(row, "kv_heads", where, int, heads)
+    hd = _num(row, "head_dim", where, int, h // heads)
+    arch = (row.get("arch") or "gpt").strip().lower()
+    t = {"layers": _num(row, "layers", where, int), "hidden": h, "heads": heads, "kv_heads": kv, "head_dim": hd,
+         "ffn": _num(row, "ffn", where, int), "vocab": _num(row, "vocab", where, int)}
+    if arch == "gpt":
+        t.update(norm="layernorm", gated_mlp=False, linear_bias=True, tied_embeddings=True, activation="gelu",
+                 positions="learned", learned_positions=_num(row, "seq_len", where, int))
+    elif arch == "llama":
+        t.update(norm="rmsnorm", gated_mlp=True, activation="silu", positions="rope")
+    else:
+        raise InputError(f"{where}: arch {arch!r} unknown (gpt or llama)")
+    if t["heads"] % t["kv_heads"]:
+        raise InputError(f"{where}: heads must be a multiple of kv_heads")
+    return {"_inline": t}
+
+
+def _accelerator(row: dict, cat: Catalog, base_raw: dict | None, where: str) -> str:
+    if row.get("accelerator"):
+        name = row["accelerator"].strip()
+        cat.accelerator(name)
+        return name
+    tf, pct = row.get("measured_tflops_per_gpu"), row.get("measured_pct_of_peak")
+    if tf and pct:
+        peak = float(tf) / (float(pct) / 100.0) * 1e12
+        for name, a in cat.accelerators.items():
+            for p in (a.peak_fp16, a.peak_flops):
+                if p > 0 and abs(peak / p - 1.0) < 0.03:
+                    return name
+    if base_raw is not None:
+        acc = base_raw["hardware"]["accelerator"]
+        return acc if isinstance(acc, str) else acc[0]
+    return DEFAULT_ACCELERATOR
+
+
+def _stack_defaults(base_raw: dict | None) -> dict:
+    """Software-stack defaults of a row: the published tables' Megatron-LM stack (STACK), or, when a
+    scenario is given, that scenario's own settings (its defaults where it is silent)."""
+    if base_raw is None:
+        return STACK
+    task, mem, comm = (base_raw.get(t, {}) for t in ("task", "memory", "comm"))
+    rec = base_raw.get("search", {}).get("recompute", "none")
+    return {"precision": task.get("precision", "bf16-mixed"), "dropout": mem.get("dropout", False),
+            "flash_attention": mem.get("flash_attention", True),
+            "sequence_parallel": mem.get("sequence_parallel", True),
+            "tp_overlap": comm.get("tp_overlap", False), "dp_overlap": comm.get("dp_overlap", True),
+            "recompute": rec[0] if isinstance(rec, list) else rec}
+
+
+def _candidates(layers: int, pp: int, per_replica: int, mb, vs, schedule, choose: str) -> list[tuple[int, str]]:
+    """(micro-batch, schedule) candidates of a row. A missing schedule is Megatron-LM's default, plain
+    1F1B (interleaving needs an explicit flag), or, with ``choose = "fastest"``, also interleaved with
+    2-4 virtual stages where every stage's layers split evenly."""
+    mbs = [mb] if mb else [b for b in (1, 2, 4, 8) if per_replica % b == 0]
+    if schedule:
+        scheds = [schedule]
+    elif vs is not None:
+        scheds = ["1f1b" if vs <= 1 else schedule_name("interleaved", vs)]
+    elif pp > 1 and choose == "fastest":
+        scheds = ["1f1b"] + [schedule_name("interleaved", v) for v in (2, 3, 4)
+                             if layers % pp == 0 and (layers // pp) % v == 0]
+    else:
+        scheds = ["1f1b"]
+    return [(b, s) for b in mbs for s in scheds]
+
+
+def runs_from_csv(path, catalog: Catalog | None = None, base_raw: dict | None = None,
+                  accelerator: str | None = None, schedules: str = "default") -> list[MeasuredRun]:
+    """Measured runs of a CSV file (module docstring); ``base_raw`` is a scenario's raw tables."""
+    from tpopt.models.arch import ModelArch
+
+    cat = catalog or load_catalog()
+    table = Path(path).stem
+    out = []
+    for i, row in enumerate(read_rows(path)):
+        name = (row.get("run") or f"{table}-{i + 1}").strip()
+        where = f"{Path(path).name}: run {name}"
+        raw = copy.deepcopy(base_raw) if base_raw else {}
+        model = _model_table(row, where)
+        if model is None and "model" not in raw:
+            raise InputError(f"{where}: no model columns (hidden, layers, ...) and no --scenario to take one from")
+        arch = None
+        if model and "_inline" in model:
+            arch = ModelArch(name=name, source=f"{Path(path).name}, run {name}", **model["_inline"])
+            raw["model"] = {"name": "(inline)"}
+        elif model:
+            raw["model"] = model
+        acc = accelerator or _accelerator(row, cat, base_raw, where)
+        defaults = _stack_defaults(base_raw)
+        stack = {k: row.get(k) for k in STACK if row.get(k) not in (None, "")}
+        seq = _num(row, "seq_len", where, int, raw.get("task", {}).get("seq_len") or None)
+        batch = _num(row, "global_batch", where, int, raw.get("task", {}).get("global_batch") or None)
+        tp, pp = _num(row, "tp", where, int, 1), _num(row, "pp", where, int, 1)
+        count = "gpus" if row.get("gpus") else "cards" if row.get("cards") else None
+        gpus = _num(row, count, where, int) if count else tp * pp * _num(row, "dp", where, int)
+        raw["task"] = {"tokens": "1B", "seq_len": seq, "global_batch": batch,
+                       "precision": str(stack.get("precision", defaults["precision"]))}
+        raw["schedule"] = {"deadline": "100000d"}
+        hw = {k: v for k, v in raw.get("hardware", {}).items() if k != "efficiency"}
+        hw["accelerator"] = acc
+        raw["hardware"] = hw
+        mem = dict(raw.get("memory", {}))
+        mem.pop("activation_reserve", None)
+        mem["dropout"] = _flag(row, "dropout", defaults["dropout"], where)
+        mem["flash_attention"] = _flag(row, "flash_attention", defaults["flash_attention"], where)
+        raw["memory"] = mem
+        raw["comm"] = {"tp_overlap": _overlap_value(row.get("tp_overlap") or defaults["tp_overlap"]),
+                       "dp_overlap": _overlap_value(row.get("dp_overlap") or defaults["dp_overlap"])}
+        raw["checkpoint"] = {"card_mtbf": "none"}
+        raw.pop("input", None)
+        raw.pop("search", None)
+        raw.pop("sweep", None)
+        sc = build_scenario(raw, cat) if arch is None else _with_model(raw, cat, arch)
+        dp = gpus // (tp * pp)
+        if dp * tp * pp != gpus or batch % dp:
+            raise InputError(f"{where}: gpus ({gpus}) must be tp x pp x dp with dp dividing the global batch")
+        mb = _num(row, "micro_batch", where, int, 0) if row.get("micro_batch") else 0
+        vs = _num(row, "virtual_stages", where, int, 0) if row.get("virtual_stages") else None
+        zero = _num(row, "zero_stage", where, int, 0) if row.get("zero_stage") else 0
+        cands = _candidates(sc.model.layers, pp, batch // dp, mb, vs, (row.get("schedule") or "").strip(), schedules)
+        memory = {k: float(row[k]) for k in MEMORY_COLUMNS if row.get(k)}
+        sp = _flag(row, "sequence_parallel", defaults["sequence_parallel"], where)
+        rec = str(stack.get("recompute", defaults["recompute"]))
+
+        def plans(recompute, seq_par):
+            return tuple(Plan(acc, gpus, zero_stage=zero, tp=tp, pp=pp, micro_batch=b, recompute=recompute,
+                              schedule=s, sequence_parallel=seq_par, nics_per_host=0) for b, s in cands)
+
+        pairs = []
+        if row.get("iteration_s_full_recompute") or row.get("iteration_s_sp_selective"):
+            if row.get("iteration_s_full_recompute"):
+                pairs.append((f"{name} full", plans("full", False),
+                              _num(row, "iteration_s_full_recompute", where)))
+            if row.get("iteration_s_sp_selective"):
+                pairs.append((f"{name} sp+sel", plans("attn", True), _num(row, "iteration_s_sp_selective", where)))
+        else:
+            for key in ("iteration_s", "measured_step_s", "iteration_s_derived"):
+                if row.get(key):
+                    t = _num(row, key, where)
+                    break
+            else:
+                if not row.get("measured_tflops_per_gpu"):
+                    raise InputError(f"{where}: no measured time (iteration_s, iteration_s_derived, "
+                                     "iteration_s_full_recompute / _sp_selective or measured_tflops_per_gpu)")
+                a = sc.model
+                t = megatron_flops(a.hidden, a.layers, a.vocab, seq, batch) / (
+                    gpus * _num(row, "measured_tflops_per_gpu", where) * 1e12)
+            pairs.append((name, plans(rec, sp), t))
+        for run_name, ps, t in pairs:
+            out.append(MeasuredRun(run_name, sc, ps, t, table=table, extra=dict(memory, row=row)))
+    return out
+
+
+def _with_model(raw: dict, cat: Catalog, arch):
+    """Build a scenario whose model is given inline (not a catalog name)."""
+    cat2 = copy.copy(cat)
+    cat2.models = dict(cat.models)
+    cat2.models[arch.name] = arch
+    raw = dict(raw)
+    raw["model"] = {"name": arch.name}
+    return build_scenario(raw, cat2)
+
+
+def memory_figures(run: MeasuredRun) -> dict:
+    """Published per-GPU memory of the run's row next to tpopt's: {column: (predicted GiB, published GiB)}.
+
+    weights_optimizer_gib: persistent state of a card of a stage holding transformer layers only (the
+    papers count 12 h^2 L parameters, no embedding: a middle stage; the whole model when pp = 1);
+    activations_gib_tp_no_recompute: activations kept on the first stage's card (tensor parallelism
+    without sequence parallelism, nothing recomputed); activations_gib_sp_selective: the same with
+    sequence parallelism and the attention core recomputed. The recompute workspace is not part of the
+    published figures and is left out.
+    """
+    from dataclasses import replace
+
+    from tpopt.models import memory
+    from tpopt.models import terms as T
+    from tpopt.models.evaluate import resolve_plan, with_plan_options
+    from tpopt.models.units import GIB
+
+    row = run.extra
+    plan = resolve_plan(run.scenario, run.plans[0])
+    sc = with_plan_options(run.scenario, plan)
+    out = {}
+    if "weights_optimizer_gib" in row:
+        split = T.stage_split(sc, plan.pp)
+        counts = memory.stage_param_counts(sc.model, plan.tp, split)
+        n = counts[1] if plan.pp > 2 else counts[0]
+        state = memory.zero_state_bytes(n, plan.dp, plan.zero_stage, memory.recipe(sc.task.precision))
+        out["weights_optimizer_gib"] = (float(state) / GIB, row["weights_optimizer_gib"])
+    for col, sp, rec in (("activations_gib_tp_no_recompute", False, "none"),
+                         ("activations_gib_sp_selective", True, "attn")):
+        if col in row:
+            s2 = replace(sc, memory=replace(sc.memory, sequence_parallel=sp))
+            acts = T.stored_activations(s2, plan.schedule, rec, plan.tp, plan.pp, plan.dp, plan.micro_batch)
+            out[col] = (float(acts) / GIB, row[col])
+    return out
