@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tpopt.errors import InputError
-from tpopt.models import memory
+from tpopt.models import context, memory
 from tpopt.models import terms as T
 from tpopt.models.plan import OFFLOADS, SAVE_MODES, Plan, Scenario, schedule_name, split_schedule
 from tpopt.models.units import DAY, GIB, HOUR
@@ -41,7 +41,8 @@ CONSTRAINTS = (
                    "batch (and every ramp-up batch) mod (dp x micro_batch) = 0", True),
     ConstraintSpec("layout.whole_hosts", "cards", 1.0, "cards mod cards_per_host = 0", True),
     ConstraintSpec("layout.tp_within_host", "cards", 1.0, "tp divides cards_per_host", True),
-    ConstraintSpec("layout.heads_divisible", "heads", 1.0, "tp divides query and KV heads", True),
+    ConstraintSpec("layout.heads_divisible", "heads", 1.0,
+                   "tp divides query and KV heads (all-to-all context parallelism: tp x cp divides the heads)", True),
     ConstraintSpec("layout.pp_divides_layers", "layers", 1.0, "pp divides the layer count", True),
     ConstraintSpec("layout.schedule_shape", "", 1.0, "the pipeline schedule supports pp and the micro-batch count",
                    True),
@@ -86,22 +87,26 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
     hosts = np.ceil(cards / g)
     ga = T.grad_accum(sc, dp, mb)
 
-    states = T.states(sc, z, cpu, tp, pp, dp) + T.param_copies(sc, schedule, tp, pp)
-    acts = T.activations(sc, schedule, recompute, tp, pp, dp, mb)
-    temp = T.temporary(sc, z, tp, pp, mb)
+    states = T.states(sc, z, cpu, tp, pp, dp, cp) + T.param_copies(sc, schedule, tp, pp)
+    acts = T.activations(sc, schedule, recompute, tp, pp, dp, mb, cp)
+    temp = T.temporary(sc, z, tp, pp, mb, cp)
     mem_total = states + acts + temp
-    host_opt = T.host_memory(sc, accelerator, cpu, z, tp, pp, dp)
+    host_opt = T.host_memory(sc, accelerator, cpu, z, tp, pp, dp, cp)
 
-    compute_s, pure_s, bubble_s, straggler_s = T.compute(sc, accelerator, recompute, schedule, tp, pp, dp, mb, nics)
-    link_dp = T.dp_link(sc, accelerator, z, tp, pp, dp, mb, nics)
-    exposed = T.exposed_dp(sc, accelerator, z, recompute, tp, pp, dp, mb, nics)
-    tp_s = T.tp_comm(sc, accelerator, recompute, tp, pp, dp, mb)
-    offload_s = T.offload_wait(sc, accelerator, cpu, z, recompute, tp, pp, dp, mb)
+    compute_s, pure_s, bubble_s, straggler_s = T.compute(sc, accelerator, recompute, schedule, tp, pp, dp, mb, nics,
+                                                         cp)
+    link_dp = T.dp_link(sc, accelerator, z, tp, pp, dp, mb, nics, cp)
+    exposed = T.exposed_dp(sc, accelerator, z, recompute, tp, pp, dp, mb, nics, cp)
+    tp_s = T.tp_comm(sc, accelerator, recompute, tp, pp, dp, mb, cp)
+    offload_s = T.offload_wait(sc, accelerator, cpu, z, recompute, tp, pp, dp, mb, cp)
     busy = compute_s + exposed + tp_s + offload_s
     per_op = T.per_op_model(sc)
-    # per-operation model: exposed TP time is inside the stage durations; split it out for reports
-    tp_show = T.tp_exposed(sc, accelerator, recompute, tp, pp, dp, mb) if per_op else tp_s
-    inside = tp_show if per_op else 0.0 * tp_s
+    # per-operation model: exposed TP time is inside the stage durations; split it out for reports;
+    # the exposed context-parallel exchange is inside them in both models
+    tp_show = T.tp_exposed(sc, accelerator, recompute, tp, pp, dp, mb, cp) if per_op else tp_s
+    cp_show = T.cp_exposed(sc, accelerator, recompute, tp, pp, dp, mb, nics, cp) if np.any(cp > 1) else 0.0 * tp_s
+    cp_link = T.cp_link(sc, accelerator, tp, pp, dp, mb, nics, cp) if np.any(cp > 1) else 0.0 * tp_s
+    inside = (tp_show if per_op else 0.0 * tp_s) + cp_show
     step_s = busy + sc.input.wait_s
     demand = B / busy
     supply = T.input_supply(sc, accelerator, cards)
@@ -122,12 +127,14 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
         "memory_per_card": mem_total * ones, "states": states * ones, "activations": acts * ones,
         "temporary": temp * ones, "compute_s": (compute_s - straggler_s - inside) * ones,
         "pure_compute_s": (pure_s - inside) * ones,
-        "bubble_s": bubble_s * ones, "straggler_s": straggler_s * ones, "comm_link_s": (link_dp + tp_show) * ones,
-        "comm_exposed_s": (exposed + tp_show) * ones, "dp_link_s": link_dp * ones, "tp_comm_s": tp_show * ones,
+        "bubble_s": bubble_s * ones, "straggler_s": straggler_s * ones,
+        "comm_link_s": (link_dp + tp_show + cp_link) * ones,
+        "comm_exposed_s": (exposed + tp_show + cp_show) * ones, "dp_link_s": link_dp * ones, "tp_comm_s": tp_show * ones,
+        "cp_exposed_s": cp_show * ones, "cp_link_s": cp_link * ones,
         "offload_s": offload_s * ones, "input_wait_s": sc.input.wait_s * ones, "busy_s": busy * ones,
-        "stored_activations": (T.stored_activations(sc, schedule, recompute, tp, pp, dp, mb)
+        "stored_activations": (T.stored_activations(sc, schedule, recompute, tp, pp, dp, mb, cp)
                                if T.modelled_activations(sc) else acts) * ones,
-        "recompute_workspace": T.recompute_workspace(sc, recompute, tp, mb) * ones,
+        "recompute_workspace": T.recompute_workspace(sc, recompute, tp, mb, cp) * ones,
         "step_s": step_s * ones, "overhead_fraction": L * ones, "overhead_save": o_save * ones,
         "overhead_redo": o_redo * ones, "overhead_restart": o_restart * ones, "iterations": iters * ones,
         "train_s": train_s * ones, "finish_s": finish_s * ones, "card_hours": card_hours * ones,
@@ -135,14 +142,14 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
         "checkpoint_write_s": write_s * ones, "failure_rate": T.failure_rate(sc, cards) * ones,
         "input_demand": demand * ones, "input_supply": supply * ones,
     }
-    heads_ok = (a.heads % tp == 0) & (a.kv_heads % tp == 0)
+    heads_ok = context.heads_ok(a, tp, cp, sc.cp_method)
     cons = {
         "memory.per_card": (mem_total, acc.memory_usable),
         "memory.host": (host_opt, acc.host_memory if acc.host_memory > 0 else np.inf),
         "batch.divisibility": (T.batch_remainder(sc, dp, mb), 0.0),
         "layout.whole_hosts": (cards % g, 0.0),
         "layout.tp_within_host": (np.where(g % tp == 0, 0.0, tp), 0.0),
-        "layout.heads_divisible": (np.where(heads_ok, 0.0, tp), 0.0),
+        "layout.heads_divisible": (np.where(heads_ok, 0.0, tp * cp), 0.0),
         # the per-operation model runs uneven stages; the flat model balances L / pp layers per stage
         "layout.pp_divides_layers": (0.0 * pp if per_op else a.layers % pp, 0.0),
         "layout.schedule_shape": (np.where(T.schedule_shape_ok(schedule, pp, dp, mb, B, sc), 0.0, 1.0), 0.0),
@@ -341,6 +348,8 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
         "comm_link_s": v["comm_link_s"],
         "comm_exposed_s": v["comm_exposed_s"],
         "tp_comm_s": v["tp_comm_s"],
+        "cp_exposed_s": v["cp_exposed_s"],
+        "cp_link_s": v["cp_link_s"],
         "offload_s": v["offload_s"],
         "input_wait_s": v["input_wait_s"],
         "step_s": v["step_s"],

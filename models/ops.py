@@ -56,6 +56,7 @@ class Layout:
     flash_attention: bool = True
     dropout: bool = False  # dropout on attention probabilities and after each block output
     act_bytes: float = 2.0  # bytes per activation element (BF16/FP16)
+    attention_scale: object = 1.0  # the busiest card's attention work over the balanced share (context.imbalance)
 
     @property
     def tokens(self):
@@ -184,7 +185,7 @@ def attention_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
     e, T, s = lay.act_bytes, lay.tokens, float(lay.seq_len)
     dq, dkv, hd = a.d_attn, a.d_kv, float(a.head_dim)
     b = _f(lay.micro_batch)
-    keys = attention_keys(a, lay.seq_len, lay.flash_attention)
+    keys = attention_keys(a, lay.seq_len, lay.flash_attention) * _f(lay.attention_scale)
     qkvo = T * (2.0 * dq + 2.0 * dkv) / t * e  # q, k, v read, o written
     if lay.flash_attention:
         fwd = 2.0 * T * keys * (dq + a.d_v) / t  # QK^T over d_attn, PV over d_v (equal unless MLA)

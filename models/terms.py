@@ -4,11 +4,16 @@ Every term broadcasts over numpy arrays of its variables. The evaluator adds the
 tabulate each one over the joint domain of its own variables (a far smaller table than the whole
 design space) and glue the tables with sums, products and maxima. The variables are:
 
-    acc (scalar per call)  tp  pp  dp  micro_batch  zero  offload  recompute  schedule  nics
+    acc (scalar per call)  tp  cp  pp  dp  micro_batch  zero  offload  recompute  schedule  nics
     save_interval  save_mode
 
-with cards = tp pp dp and grad_accum = batch / (dp micro_batch). Categorical variables (acc,
+with cards = tp cp pp dp and grad_accum = batch / (dp micro_batch). Categorical variables (acc,
 offload, recompute, schedule, save_mode) are scalars; the numeric ones may be arrays.
+
+Context parallelism (cp, models/context.py) splits every sequence over cp cards: per-token work and
+memory of a card divide by cp (:func:`cp_shape`), ZeRO shards and gradient reductions span the
+dp x cp ranks, and the attention exchange (ring or all-to-all) is added to each layer's time
+(:func:`cp_exchange`).
 
     memory  = states + param_copies + activations + temporary                 <= usable
     busy    = compute (incl. bubbles, stragglers) + exposed_dp + tp_comm + offload_wait
@@ -23,8 +28,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from tpopt.models import comm, memory, ops, pipeline, reliability, steptime
-from tpopt.models.arch import flops_per_token, param_count
+from tpopt.models import comm, context, memory, ops, pipeline, reliability, steptime
+from tpopt.models.arch import attention_flops_per_token, flops_per_token, param_count
 from tpopt.models.batch import iterations_with_ramp
 from tpopt.models.compute import iterations
 from tpopt.models.plan import Scenario, split_schedule
@@ -73,6 +78,32 @@ def batch_remainder(sc: Scenario, dp, micro_batch):
     if t.ramp is not None and t.ramp[0] < t.global_batch:
         rem = np.maximum(rem, np.maximum(int(t.ramp[0]) % unit, int(t.ramp[1]) % unit))
     return rem
+
+
+def cp_shape(sc: Scenario, micro_batch, cp):
+    """(sequence length, micro-batch) one card's activations see under context parallelism, the same
+    b s / cp tokens either way: ring, (s / cp, b): a piece of every sequence, attention blockwise
+    (one (s / cp)^2 score block at a time without flash attention); all-to-all, (s, b / cp): after the
+    exchange a card holds heads / cp over whole sequences (b / cp x heads x s^2 scores without flash)."""
+    c = _f(cp)
+    if sc.cp_method == "ring":
+        return sc.task.seq_len / c, _f(micro_batch) * (0.0 * c + 1.0)
+    return sc.task.seq_len * (0.0 * c + 1.0), _f(micro_batch) / c
+
+
+def cp_imbalance(sc: Scenario, cp):
+    """The busiest card's causal attention work over the balanced share: the sequence split's
+    (context.imbalance; 1 for the zig-zag split) with ring attention; 1 with all-to-all, where every
+    card attends whole sequences for its heads."""
+    if sc.cp_method == "all-to-all":
+        return 0.0 * _f(cp) + 1.0
+    return context.imbalance(cp, sc.cp_split)
+
+
+def zero_ranks(dp, cp):
+    """Ranks a ZeRO shard and a gradient reduction span: dp x cp (context-parallel ranks hold the same
+    weights and see other tokens, as Megatron-Core's data-parallel-with-context group)."""
+    return _f(dp) * _f(cp)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -128,10 +159,11 @@ def chunk_layers(split: list, v: int):
 # memory terms (bytes per card)
 
 
-def states(sc: Scenario, zero, offload_cpu, tp, pp, dp):
-    """Persistent training state of the heaviest stage's card under ZeRO (memory.zero_state_bytes)."""
+def states(sc: Scenario, zero, offload_cpu, tp, pp, dp, cp=1):
+    """Persistent training state of the heaviest stage's card under ZeRO (memory.zero_state_bytes),
+    sharded over the dp x cp ranks."""
     rec = memory.recipe(sc.task.precision)
-    return memory.zero_state_bytes(heaviest_stage_params(sc, tp, pp), dp, zero, rec, offload_cpu)
+    return memory.zero_state_bytes(heaviest_stage_params(sc, tp, pp), zero_ranks(dp, cp), zero, rec, offload_cpu)
 
 
 def heaviest_stage_params(sc: Scenario, tp, pp):
@@ -172,7 +204,7 @@ def _stored_kw(sc: Scenario) -> dict:
                 sequence_parallel=mem.sequence_parallel)
 
 
-def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch):
+def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, cp=1):
     """Activations at the peak: in-flight micro-batches x one micro-batch's stored stage activations,
     plus the recompute workspace once (it is reused block after block and micro-batch after micro-batch).
 
@@ -181,26 +213,28 @@ def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch):
     (stored activations of its layers). With a fixed reserve (chapter accounting: activations,
     gathered module parameters and workspace for micro-batches of one sequence, 10.2.4) the term is
     the reserve times the micro-batch size (conservative: the whole reserve scales, not only its
-    activation share).
+    activation share; under context parallelism the reserve is kept whole, conservative too).
     """
     mem = sc.memory
     if not modelled_activations(sc):
-        shape = np.broadcast(_f(tp), _f(pp), _f(dp), _f(micro_batch)).shape
+        shape = np.broadcast(_f(tp), _f(pp), _f(dp), _f(micro_batch), _f(cp)).shape
         return np.broadcast_to(_f(mem.activation_reserve) * _f(micro_batch), shape)
-    return stored_activations(sc, schedule, recompute, tp, pp, dp, micro_batch) \
-        + recompute_workspace(sc, recompute, tp, micro_batch)
+    return stored_activations(sc, schedule, recompute, tp, pp, dp, micro_batch, cp) \
+        + recompute_workspace(sc, recompute, tp, micro_batch, cp)
 
 
-def stored_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch):
-    """Activations kept until their backward, at the busiest stage's peak (see :func:`activations`)."""
+def stored_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, cp=1):
+    """Activations kept until their backward, at the busiest stage's peak (see :func:`activations`);
+    a card keeps its b s / cp tokens under context parallelism (:func:`cp_shape`)."""
     rc = effective_recompute(sc, recompute)
-    a, s, kw = sc.model, sc.task.seq_len, _stored_kw(sc)
+    a, kw = sc.model, _stored_kw(sc)
+    s, mb = cp_shape(sc, micro_batch, cp)
     ga = grad_accum(sc, dp, micro_batch)
     if not per_op_model(sc):
         stage_layers = np.ceil(a.layers / _f(pp))
-        per_mb = memory.activation_bytes_per_microbatch(a, s, micro_batch, tp, stage_layers, rc, **kw)
+        per_mb = memory.activation_bytes_per_microbatch(a, s, mb, tp, stage_layers, rc, **kw)
         return pipeline_inflight(schedule, pp, ga) * per_mb
-    per_layer = memory.activation_bytes_per_microbatch(a, s, micro_batch, tp, 1, rc, **kw)
+    per_layer = memory.activation_bytes_per_microbatch(a, s, mb, tp, 1, rc, **kw)
     first, last = sc.stage_layers
     sets = _by_unique(lambda p, m: _peak_layer_sets(str(schedule), sc.model.layers, int(p), int(m), first, last),
                       pp, np.ceil(ga - 1e-9))
@@ -221,31 +255,37 @@ def _peak_layer_sets(schedule: str, layers: int, p: int, m: int, first: int, las
     return max(k * n for k, n in zip(peaks, split))
 
 
-def recompute_workspace(sc: Scenario, recompute, tp, micro_batch):
+def recompute_workspace(sc: Scenario, recompute, tp, micro_batch, cp=1):
     """Rebuilt tensors while one block's backward uses them, counted once (memory.recompute_workspace_bytes)."""
     if not modelled_activations(sc):
-        return np.zeros(np.broadcast(_f(tp), _f(micro_batch)).shape)
+        return np.zeros(np.broadcast(_f(tp), _f(micro_batch), _f(cp)).shape)
     rc = effective_recompute(sc, recompute)
-    return memory.recompute_workspace_bytes(sc.model, sc.task.seq_len, micro_batch, tp, rc, **_stored_kw(sc))
+    s, mb = cp_shape(sc, micro_batch, cp)
+    return memory.recompute_workspace_bytes(sc.model, s, mb, tp, rc, **_stored_kw(sc))
 
 
-def temporary(sc: Scenario, zero, tp, pp, micro_batch):
-    """Buffers live with the activations: FP32 logits, ZeRO-3 gathered units, pipeline send/recv."""
+def temporary(sc: Scenario, zero, tp, pp, micro_batch, cp=1):
+    """Buffers live with the activations: FP32 logits, ZeRO-3 gathered units, pipeline send/recv (all
+    of a card's b s / cp tokens), and the context-parallel exchange buffers (context.buffer_bytes: the
+    K, V blocks in flight of ring attention, or the head-split q, k, v, o of all-to-all)."""
     mem = sc.memory
+    a = sc.model
+    cpb = context.buffer_bytes(a, sc.task.seq_len, micro_batch, tp, cp, sc.cp_method, mem.activation_bytes)
     if not modelled_activations(sc):
-        return np.zeros(np.broadcast(_f(zero), _f(tp), _f(pp), _f(micro_batch)).shape)
-    a, s = sc.model, sc.task.seq_len
+        return np.zeros(np.broadcast(_f(zero), _f(tp), _f(pp), _f(micro_batch)).shape) + cpb
+    s = sc.task.seq_len / _f(cp)
     rec = memory.recipe(sc.task.precision)
     return (memory.logits_bytes(a, s, micro_batch, tp, mem.loss_chunks)
             + np.where(_f(zero) >= 3, memory.zero3_gather_bytes(a, tp, rec, mem.prefetch), 0.0)
-            + np.where(_f(pp) > 1, memory.pipeline_buffer_bytes(a, s, micro_batch, tp, mem.activation_bytes), 0.0))
+            + np.where(_f(pp) > 1, memory.pipeline_buffer_bytes(a, s, micro_batch, tp, mem.activation_bytes), 0.0)
+            + cpb)
 
 
-def host_memory(sc: Scenario, acc: str, offload_cpu, zero, tp, pp, dp):
+def host_memory(sc: Scenario, acc: str, offload_cpu, zero, tp, pp, dp, cp=1):
     """Optimizer state offloaded to one host: cards_per_host x per-card optimizer shard (0 without offload)."""
     rec = memory.recipe(sc.task.precision)
     g = sc.system(acc).acc.cards_per_host
-    per_card = memory.host_optimizer_bytes(heaviest_stage_params(sc, tp, pp), dp, zero, rec)
+    per_card = memory.host_optimizer_bytes(heaviest_stage_params(sc, tp, pp), zero_ranks(dp, cp), zero, rec)
     return np.where(offload_cpu, per_card * g, 0.0)
 
 
@@ -265,37 +305,69 @@ def rates(sc: Scenario, acc: str) -> steptime.Rates:
                           tp_bandwidth=A.intra_host_bw, perf=sysm.perf, fp8=fp8, scale=sysm.efficiency)
 
 
-def layout(sc: Scenario, tp, micro_batch) -> ops.Layout:
+def layout(sc: Scenario, tp, micro_batch, cp=1) -> ops.Layout:
+    """One card's micro-batch for the kernel table. Under context parallelism the card runs b / cp
+    sequences' worth of tokens through every token-wise kernel, and its queries attend over the whole
+    sequence (the same work as b / cp whole sequences, with the causal imbalance of the split:
+    context.imbalance)."""
     mem = sc.memory
-    return ops.Layout(tp=tp, micro_batch=micro_batch, seq_len=sc.task.seq_len,
+    return ops.Layout(tp=tp, micro_batch=_f(micro_batch) / _f(cp), seq_len=sc.task.seq_len,
                       sequence_parallel=mem.sequence_parallel, flash_attention=mem.flash_attention,
-                      dropout=mem.dropout, act_bytes=mem.activation_bytes)
+                      dropout=mem.dropout, act_bytes=mem.activation_bytes,
+                      attention_scale=cp_imbalance(sc, cp))
 
 
 _OP_MEMO: list = []  # the last few op_times results (one evaluation calls it from several terms)
 
 
-def op_times(sc: Scenario, acc: str, recompute, tp, micro_batch):
+def op_times(sc: Scenario, acc: str, recompute, tp, micro_batch, cp=1, nics=None):
     """Per-operation times of one micro-batch: (layer, first-stage extras, last-stage extras), each a
-    steptime.PhaseTimes (fwd, dX incl. recompute, dW, exposed TP)."""
-    tp_a, mb_a = np.asarray(tp), np.asarray(micro_batch)
-    key = (acc, str(recompute), tp_a.shape, tp_a.tobytes(), mb_a.shape, mb_a.tobytes())
+    steptime.PhaseTimes (fwd, dX incl. recompute, dW, exposed TP, exposed CP). The context-parallel
+    exchange is included when ``nics`` (its path's NICs per host) is given."""
+    arrs = [np.asarray(x) for x in (tp, micro_batch, cp, -1 if nics is None else nics)]
+    key = (acc, str(recompute)) + tuple((x.shape, x.tobytes()) for x in arrs)
     for entry_sc, entry_key, value in _OP_MEMO:
         if entry_sc is sc and entry_key == key:
             return value
-    value = _op_times(sc, acc, recompute, tp, micro_batch)
+    value = _op_times(sc, acc, recompute, tp, micro_batch, cp, nics)
     _OP_MEMO.insert(0, (sc, key, value))
     del _OP_MEMO[8:]
     return value
 
 
-def _op_times(sc: Scenario, acc: str, recompute, tp, micro_batch):
+def _op_times(sc: Scenario, acc: str, recompute, tp, micro_batch, cp, nics):
     rc = effective_recompute(sc, recompute)
     r = rates(sc, acc)
-    lay = layout(sc, tp, micro_batch)
+    lay = layout(sc, tp, micro_batch, cp)
     layer = steptime.layer_times(sc.model, lay, r, rc, sc.overlap_fractions()[0])
     first, last = steptime.stage_extras(sc.model, lay, r)
+    if nics is not None and np.any(_f(cp) > 1):
+        a_f, a_dx = steptime.attention_times(sc.model, lay, r)
+        x_f, x_dx = cp_exchange(sc, acc, tp, cp, micro_batch, nics, a_f, a_dx)
+        redo = x_f if rc == "full" else 0.0 * x_f  # a full recompute reruns the forward exchange
+        layer = steptime.PhaseTimes(layer.fwd + x_f, layer.dx + x_dx + redo, layer.dw, layer.tp, x_f + x_dx + redo)
     return layer, first, last
+
+
+def cp_exchange(sc: Scenario, acc: str, tp, cp, micro_batch, nics, attention_fwd, attention_dx):
+    """Exposed context-parallel exchange of one layer and micro-batch, (forward, backward).
+
+    Ring (context.ring_exposed): each of the cp - 1 steps passes one K, V block (backward: K, V and
+    dK, dV) while the card computes that step's share of the attention, attention / cp; all-to-all
+    (context.alltoall_bytes): the q, k, v and output exchanges are on the critical path, forward and
+    backward alike. Bandwidth: context.cp_bandwidth (x the collective efficiency of the performance
+    catalog in the per-operation model); 0 when cp = 1."""
+    A = sc.system(acc).acc
+    a, e = sc.model, sc.memory.activation_bytes
+    bw = context.cp_bandwidth(A.intra_host_bw, A.nic_bw, nics, tp, cp, A.cards_per_host, sc.cp_method)
+    if per_op_model(sc):
+        bw = bw * sc.system(acc).perf.tp_efficiency
+    if sc.cp_method == "ring":
+        f_bytes, b_bytes = context.ring_transfer_bytes(a, sc.task.seq_len, micro_batch, tp, cp, e)
+        return (context.ring_exposed(f_bytes, bw, attention_fwd, cp),
+                context.ring_exposed(b_bytes, bw, attention_dx, cp))
+    t = np.where(_f(cp) > 1, context.alltoall_bytes(a, sc.task.seq_len, micro_batch, tp, cp, e) / bw, 0.0)
+    return t, t
 
 
 def _split_backward(schedule) -> bool:
@@ -303,28 +375,39 @@ def _split_backward(schedule) -> bool:
     return base.startswith("zb") or base.startswith("dualpipe")
 
 
-def microbatch_times(sc: Scenario, acc: str, recompute, schedule, tp, pp, micro_batch):
+def microbatch_times(sc: Scenario, acc: str, recompute, schedule, tp, pp, micro_batch, cp=1, nics=None):
     """(t_forward, t_backward_input, t_backward_weight) of one micro-batch on the busiest stage's card.
 
     Flat model: work per token, forward 1/3 of the training FLOPs, backward 2/3 plus any recompute, at
-    peak x efficiency; stages balanced (the LM head counted in the average). Per-operation model: the
-    stage's layers x the layer's kernel times plus the embedding (first stage) or head and loss (last
-    stage), maximised over stages. With a split backward (zero-bubble, DualPipe) dW is separate;
-    otherwise it is folded into the backward and t_backward_weight is 0.
+    peak x efficiency; stages balanced (the LM head counted in the average); a card has b s / cp of the
+    tokens, its attention share scaled by the split's causal imbalance (context.imbalance). Per-operation
+    model: the stage's layers x the layer's kernel times plus the embedding (first stage) or head and
+    loss (last stage), maximised over stages. With ``nics`` the context-parallel exchange is included
+    (:func:`cp_exchange`; the data-parallel overlap windows leave it out). With a split backward
+    (zero-bubble, DualPipe) dW is separate; otherwise it is folded into the backward and
+    t_backward_weight is 0.
     """
     if per_op_model(sc):
-        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch)
+        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, cp, nics)
         parts = _busiest(sc, pp, layer, first, last)
         return _fold(schedule, *parts)
     sysm = sc.system(acc)
     a, s = sc.model, sc.task.seq_len
     rc = effective_recompute(sc, recompute)
-    fpt = flops_per_token(a, s)
+    attn = attention_flops_per_token(a, s)
+    fpt = flops_per_token(a, s) + (cp_imbalance(sc, cp) - 1.0) * attn
     rfpt = memory.recompute_flops_per_token(a, s, rc)
     rate = sysm.acc.peak_flops * sysm.efficiency
-    tokens = _f(micro_batch) * s / (_f(tp) * _f(pp))
+    tokens = _f(micro_batch) * s / (_f(tp) * _f(cp) * _f(pp))
     t_f = tokens * fpt / 3.0 / rate
     t_b = tokens * (2.0 * fpt / 3.0 + rfpt) / rate
+    if nics is not None and np.any(_f(cp) > 1):  # the exchange of every layer of the stage
+        layer_attn = _f(micro_batch) * s / _f(cp) * cp_imbalance(sc, cp) * attn / a.layers / _f(tp)
+        x_f, x_dx = cp_exchange(sc, acc, tp, cp, micro_batch, nics, layer_attn / 3.0 / rate,
+                                2.0 * layer_attn / 3.0 / rate)
+        stage = np.ceil(a.layers / _f(pp))
+        t_f = t_f + stage * x_f
+        t_b = t_b + stage * (x_dx + (x_f if rc == "full" else 0.0))
     t_w = tokens * fpt / 3.0 / rate if _split_backward(schedule) else 0.0 * t_f
     return t_f, t_b - t_w, t_w
 
@@ -370,12 +453,13 @@ def _busiest(sc: Scenario, pp, layer, first, last, k: int = 3):
     return out
 
 
-def pipeline_transfer(sc: Scenario, acc: str, tp, pp, dp, micro_batch, nics):
-    """Boundary transfer per micro-batch and direction: s b h x bytes / tp over the stage link."""
+def pipeline_transfer(sc: Scenario, acc: str, tp, pp, dp, micro_batch, nics, cp=1):
+    """Boundary transfer per micro-batch and direction: s b h x bytes / (tp cp) over the stage link."""
     A = sc.system(acc).acc
-    cards = _f(tp) * _f(pp) * _f(dp)
+    cards = _f(tp) * _f(cp) * _f(pp) * _f(dp)
     bw = comm.pp_link_bandwidth(A.intra_host_bw, A.nic_bw, nics, cards, A.cards_per_host, A.host_link_bw)
-    size = comm.pp_boundary_bytes(_f(micro_batch) * sc.task.seq_len, sc.model.hidden, tp, sc.memory.activation_bytes)
+    size = comm.pp_boundary_bytes(_f(micro_batch) * sc.task.seq_len / _f(cp), sc.model.hidden, tp,
+                                  sc.memory.activation_bytes)
     return np.where(_f(pp) > 1, size / bw, 0.0)
 
 
@@ -510,17 +594,17 @@ def straggler_factor(sc: Scenario, cards):
     return 1.0 + sigma * reliability.expected_max_std_normal(np.asarray(cards).astype(int))
 
 
-def compute_inputs(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics):
+def compute_inputs(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics, cp=1):
     """Everything the compute term needs, as 12 arrays: (fwd, dX, dW) of a layer (per-operation model)
     or of a balanced stage (flat model), the first stage's and the last stage's extras (zero in the flat
     model), the boundary transfer, micro-batches per step and cards."""
-    t_x = pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics)
-    ga, cards = grad_accum(sc, dp, micro_batch), _f(tp) * _f(pp) * _f(dp)
+    t_x = pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics, cp)
+    ga, cards = grad_accum(sc, dp, micro_batch), _f(tp) * _f(cp) * _f(pp) * _f(dp)
     if per_op_model(sc):
-        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch)
+        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, cp, nics)
         folded = [_fold(schedule, *x[:3]) for x in (layer, first, last)]
         return (*folded[0], *folded[1], *folded[2], t_x, ga, cards)
-    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, schedule, tp, pp, micro_batch)
+    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, schedule, tp, pp, micro_batch, cp, nics)
     z = 0.0 * _f(t_f)
     return t_f, t_dx, t_dw, z, z, z, z, z, z, t_x, ga, cards
 
@@ -546,20 +630,47 @@ def compute_from(sc: Scenario, schedule, pp, inputs):
             np.where(finite, total - np.where(finite, completion, 0.0), 0.0))
 
 
-def compute(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics):
+def compute(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics, cp=1):
     """Per-step compute incl. pipeline bubbles, times the straggler factor.
 
     Returns (compute_with_stragglers, pure_compute, bubble, straggler) so that reports can split it.
     """
-    return compute_from(sc, schedule, pp, compute_inputs(sc, acc, recompute, schedule, tp, pp, dp, micro_batch, nics))
+    return compute_from(sc, schedule, pp, compute_inputs(sc, acc, recompute, schedule, tp, pp, dp, micro_batch, nics,
+                                                         cp))
 
 
-def tp_exposed(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch):
+def tp_exposed(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch, cp=1):
     """Per-operation model: exposed tensor-parallel time per step on the busiest stage (inside the
     compute term; reported separately)."""
-    layer, first, last = op_times(sc, acc, recompute, tp, micro_batch)
+    layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, cp)
     tp_stage = _busiest(sc, pp, (layer.tp,), (first.tp,), (last.tp,), 1)[0]
     return grad_accum(sc, dp, micro_batch) * tp_stage
+
+
+def cp_exposed(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch, nics, cp=1):
+    """Exposed context-parallel exchange per step on the busiest stage (inside the compute term;
+    reported separately): micro-batches x the stage's layers x :func:`cp_exchange`."""
+    ga = grad_accum(sc, dp, micro_batch)
+    if per_op_model(sc):
+        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, cp, nics)
+        return ga * _busiest(sc, pp, (_f(layer.cp),), (0.0,), (0.0,), 1)[0]
+    with_x = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, cp, nics)
+    without = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, cp)
+    return ga * (sum(with_x) - sum(without))
+
+
+def cp_link(sc: Scenario, acc: str, tp, pp, dp, micro_batch, nics, cp=1):
+    """Context-parallel link time per step on a card: micro-batches x the stage's layers x the
+    exchange's bytes (forward + backward) at context.cp_bandwidth (hidden or not)."""
+    A = sc.system(acc).acc
+    a, e, s = sc.model, sc.memory.activation_bytes, sc.task.seq_len
+    bw = context.cp_bandwidth(A.intra_host_bw, A.nic_bw, nics, tp, cp, A.cards_per_host, sc.cp_method)
+    if sc.cp_method == "ring":
+        per_layer = sum(context.ring_transfer_bytes(a, s, micro_batch, tp, cp, e))
+    else:
+        per_layer = 2.0 * context.alltoall_bytes(a, s, micro_batch, tp, cp, e)
+    layers = np.ceil(a.layers / _f(pp))  # the busiest stage's layers (whole layers)
+    return grad_accum(sc, dp, micro_batch) * layers * per_layer / bw
 
 
 def dp_bandwidth(sc: Scenario, acc: str, tp, dp, nics):
@@ -572,15 +683,17 @@ def dp_bandwidth(sc: Scenario, acc: str, tp, dp, nics):
     return bw
 
 
-def dp_link(sc: Scenario, acc: str, zero, tp, pp, dp, micro_batch, nics):
-    """Data-parallel (ZeRO) link time per step: V / B on the real path (comm.zero_dp_volume, dp_ring_bandwidth)."""
+def dp_link(sc: Scenario, acc: str, zero, tp, pp, dp, micro_batch, nics, cp=1):
+    """Data-parallel (ZeRO) link time per step: V / B on the real path (comm.zero_dp_volume, dp_ring_bandwidth),
+    over the dp x cp ranks (:func:`zero_ranks`)."""
     rec = memory.recipe(sc.task.precision)
-    v = comm.zero_dp_volume(zero, heaviest_stage_params(sc, tp, pp), dp, grad_accum(sc, dp, micro_batch),
+    ranks = zero_ranks(dp, cp)
+    v = comm.zero_dp_volume(zero, heaviest_stage_params(sc, tp, pp), ranks, grad_accum(sc, dp, micro_batch),
                             rec.weights, rec.grads)
-    return v / dp_bandwidth(sc, acc, tp, dp, nics)
+    return v / dp_bandwidth(sc, acc, tp, ranks, nics)
 
 
-def exposed_dp(sc: Scenario, acc: str, zero, recompute, tp, pp, dp, micro_batch, nics):
+def exposed_dp(sc: Scenario, acc: str, zero, recompute, tp, pp, dp, micro_batch, nics, cp=1):
     """Exposed data-parallel communication (comm.exposed_time), with overlap share f (comm.dp_overlap):
     (1 - f) x every byte + f x (unhidable bytes + per-window excess over compute).
 
@@ -591,19 +704,20 @@ def exposed_dp(sc: Scenario, acc: str, zero, recompute, tp, pp, dp, micro_batch,
     the link time is divided by (1 - u), u the other traffic's share of the window (capped at 0.9).
     """
     rec = memory.recipe(sc.task.precision)
-    bw = dp_bandwidth(sc, acc, tp, dp, nics)
-    link = dp_link(sc, acc, zero, tp, pp, dp, micro_batch, nics)
-    unhidden = comm.zero_dp_unhidden_bytes(zero, memory.embedding_shard_params(sc.model, tp), dp, rec.weights,
+    ranks = zero_ranks(dp, cp)
+    bw = dp_bandwidth(sc, acc, tp, ranks, nics)
+    link = dp_link(sc, acc, zero, tp, pp, dp, micro_batch, nics, cp)
+    unhidden = comm.zero_dp_unhidden_bytes(zero, memory.embedding_shard_params(sc.model, tp), ranks, rec.weights,
                                            rec.grads) / bw
-    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch)
+    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, cp)
     window = t_f + t_dx + t_dw
     windows = np.where(_f(zero) >= 2, grad_accum(sc, dp, micro_batch), 1.0)
     if per_op_model(sc):
         A = sc.system(acc).acc
-        spans = _f(dp) * _f(tp) > A.cards_per_host
+        spans = ranks * _f(tp) > A.cards_per_host
         ga = grad_accum(sc, dp, micro_batch)
-        tp_busy = tp_exposed(sc, acc, recompute, tp, pp, dp, micro_batch) / ga
-        pp_busy = 2.0 * pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics)
+        tp_busy = tp_exposed(sc, acc, recompute, tp, pp, dp, micro_batch, cp) / ga
+        pp_busy = 2.0 * pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics, cp)
         u = np.minimum(0.9, np.where(spans, pp_busy, tp_busy) / np.maximum(window, 1e-12))
         link = link / (1.0 - u)
     f = sc.overlap_fractions()[1]
@@ -611,20 +725,21 @@ def exposed_dp(sc: Scenario, acc: str, zero, recompute, tp, pp, dp, micro_batch,
     return f * hidden + (1.0 - f) * link
 
 
-def tp_comm(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch):
+def tp_comm(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch, cp=1):
     """Tensor-parallel communication outside the compute term. Flat model: all on the critical path,
     V_tp / intra-host bandwidth. Per-operation model: 0 here, because the exposed TP time is part of
     each stage's duration (:func:`tp_exposed` reports it)."""
     if per_op_model(sc):
-        return np.zeros(np.broadcast(_f(tp), _f(pp), _f(dp), _f(micro_batch)).shape)
+        return np.zeros(np.broadcast(_f(tp), _f(pp), _f(dp), _f(micro_batch), _f(cp)).shape)
     A = sc.system(acc).acc
     rc = effective_recompute(sc, recompute)
-    v = comm.tp_volume(_f(micro_batch) * sc.task.seq_len, sc.model.hidden, tp, np.ceil(sc.model.layers / _f(pp)),
+    v = comm.tp_volume(_f(micro_batch) * sc.task.seq_len / _f(cp), sc.model.hidden, tp,
+                       np.ceil(sc.model.layers / _f(pp)),
                        grad_accum(sc, dp, micro_batch), sc.memory.activation_bytes, rc == "full")
     return v / A.intra_host_bw
 
 
-def offload_wait(sc: Scenario, acc: str, offload_cpu, zero, recompute, tp, pp, dp, micro_batch):
+def offload_wait(sc: Scenario, acc: str, offload_cpu, zero, recompute, tp, pp, dp, micro_batch, cp=1):
     """Optimizer-step time per step. With CPU offload: the gradient download beyond the last backward
     (T_wait = max(0, V/B - W)), the CPU Adam pass at the host's memory bandwidth shared by its cards,
     and the BF16 upload. Without offload: 0 in the flat model (the chapter leaves the GPU optimizer
@@ -632,8 +747,8 @@ def offload_wait(sc: Scenario, acc: str, offload_cpu, zero, recompute, tp, pp, d
     (ops.optimizer_bytes_per_param)."""
     A = sc.system(acc).acc
     rec = memory.recipe(sc.task.precision)
-    shard = heaviest_stage_params(sc, tp, pp) / np.where(_f(zero) >= 1, _f(dp), 1.0)
-    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch)
+    shard = heaviest_stage_params(sc, tp, pp) / np.where(_f(zero) >= 1, zero_ranks(dp, cp), 1.0)
+    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, cp)
     cpu_bw = A.host_memory_bw / A.cards_per_host if A.host_memory_bw > 0 else np.inf
     down = comm.offload_wait(2.0 * shard, A.host_link_bw, 2.0 / 3.0 * (t_f + t_dx + t_dw))
     t = down + shard * CPU_ADAM_BYTES_PER_PARAM / cpu_bw + rec.weights * shard / A.host_link_bw

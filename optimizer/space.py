@@ -31,6 +31,7 @@ from functools import cached_property
 import numpy as np
 
 from tpopt.errors import InputError
+from tpopt.models import context
 from tpopt.models import terms as T
 from tpopt.models.evaluate import CONSTRAINT_NAMES
 from tpopt.models.plan import Plan, Scenario
@@ -223,23 +224,24 @@ class Space:
         def add(name, vars, fn):
             t[name] = self.tabulate(name, vars, fn)
 
-        add("mem.states", ("zero", "offload", "tp", "pp", "dp"),
-            lambda zero, offload, tp, pp, dp: T.states(sc, zero, offload == "cpu", tp, pp, dp))
+        add("mem.states", ("zero", "offload", "tp", "cp", "pp", "dp"),
+            lambda zero, offload, tp, cp, pp, dp: T.states(sc, zero, offload == "cpu", tp, pp, dp, cp))
         add("mem.copies", ("schedule", "tp", "pp"), lambda schedule, tp, pp: T.param_copies(sc, schedule, tp, pp))
-        add("mem.activations", ("schedule", "recompute", "tp", "pp", "dp", "mb"),
-            lambda schedule, recompute, tp, pp, dp, mb: T.activations(sc, schedule, recompute, tp, pp, dp, mb))
-        add("mem.temporary", ("zero", "tp", "pp", "mb"), lambda zero, tp, pp, mb: T.temporary(sc, zero, tp, pp, mb))
-        add("mem.host", ("acc", "offload", "zero", "tp", "pp", "dp"),
-            lambda acc, offload, zero, tp, pp, dp: T.host_memory(sc, acc, offload == "cpu", zero, tp, pp, dp))
+        add("mem.activations", ("schedule", "recompute", "tp", "cp", "pp", "dp", "mb"),
+            lambda schedule, recompute, tp, cp, pp, dp, mb: T.activations(sc, schedule, recompute, tp, pp, dp, mb, cp))
+        add("mem.temporary", ("zero", "tp", "cp", "pp", "mb"),
+            lambda zero, tp, cp, pp, mb: T.temporary(sc, zero, tp, pp, mb, cp))
+        add("mem.host", ("acc", "offload", "zero", "tp", "cp", "pp", "dp"),
+            lambda acc, offload, zero, tp, cp, pp, dp: T.host_memory(sc, acc, offload == "cpu", zero, tp, pp, dp, cp))
         t["time.compute"] = self._compute_table()
-        add("time.exposed_dp", ("acc", "zero", "recompute", "tp", "pp", "dp", "mb", "nics"),
-            lambda acc, zero, recompute, tp, pp, dp, mb, nics:
-            T.exposed_dp(sc, acc, zero, recompute, tp, pp, dp, mb, nics))
-        add("time.tp_comm", ("acc", "recompute", "tp", "pp", "dp", "mb"),
-            lambda acc, recompute, tp, pp, dp, mb: T.tp_comm(sc, acc, recompute, tp, pp, dp, mb))
-        add("time.offload", ("acc", "offload", "zero", "recompute", "tp", "pp", "dp", "mb"),
-            lambda acc, offload, zero, recompute, tp, pp, dp, mb:
-            T.offload_wait(sc, acc, offload == "cpu", zero, recompute, tp, pp, dp, mb))
+        add("time.exposed_dp", ("acc", "zero", "recompute", "tp", "cp", "pp", "dp", "mb", "nics"),
+            lambda acc, zero, recompute, tp, cp, pp, dp, mb, nics:
+            T.exposed_dp(sc, acc, zero, recompute, tp, pp, dp, mb, nics, cp))
+        add("time.tp_comm", ("acc", "recompute", "tp", "cp", "pp", "dp", "mb"),
+            lambda acc, recompute, tp, cp, pp, dp, mb: T.tp_comm(sc, acc, recompute, tp, pp, dp, mb, cp))
+        add("time.offload", ("acc", "offload", "zero", "recompute", "tp", "cp", "pp", "dp", "mb"),
+            lambda acc, offload, zero, recompute, tp, cp, pp, dp, mb:
+            T.offload_wait(sc, acc, offload == "cpu", zero, recompute, tp, pp, dp, mb, cp))
         cf = CARD_FACTORS
         add("overhead", ("mode", "tau", *cf),
             lambda mode, tau, **f: T.overhead(sc, mode, cards_of(**f), self.interval(tau, cards_of(**f), mode)))
@@ -256,7 +258,7 @@ class Space:
             lambda acc, **f: (cards_of(**f) % sc.system(acc).acc.cards_per_host == 0) * 1.0)
         add("ok.layout.tp_within_host", ("acc", "tp"),
             lambda acc, tp: (sc.system(acc).acc.cards_per_host % tp == 0) * 1.0)
-        add("ok.layout.heads_divisible", ("tp",), lambda tp: ((a.heads % tp == 0) & (a.kv_heads % tp == 0)) * 1.0)
+        add("ok.layout.heads_divisible", ("tp", "cp"), lambda tp, cp: context.heads_ok(a, tp, cp, sc.cp_method) * 1.0)
         per_op = T.per_op_model(sc)  # uneven stages are modelled, not ruled out
         add("ok.layout.pp_divides_layers", ("pp",), lambda pp: ((a.layers % pp == 0) | per_op) * 1.0)
         add("ok.layout.schedule_shape", ("schedule", "pp", "dp", "mb"),
@@ -277,14 +279,14 @@ class Space:
         """The compute term, with every (accelerator, recompute) combination of a schedule stacked
         into one array so that the pipeline simulator runs once per (schedule, pp, micro-batches)."""
         sc, d = self.sc, self.domains
-        vars = ("acc", "recompute", "schedule", "tp", "pp", "dp", "mb", "nics")
-        nums = ("tp", "pp", "dp", "mb", "nics")
+        vars = ("acc", "recompute", "schedule", "tp", "cp", "pp", "dp", "mb", "nics")
+        nums = ("tp", "cp", "pp", "dp", "mb", "nics")
         grids = dict(zip(nums, np.ix_(*[np.asarray(d[v], dtype=float) for v in nums])))
         sub = tuple(len(d[v]) for v in nums)
         out = np.empty(tuple(len(d[v]) for v in vars))
         for si, sched in enumerate(d["schedule"]):
             parts = [T.compute_inputs(sc, acc, rec, sched, grids["tp"], grids["pp"], grids["dp"], grids["mb"],
-                                      grids["nics"]) for acc in d["acc"] for rec in d["recompute"]]
+                                      grids["nics"], grids["cp"]) for acc in d["acc"] for rec in d["recompute"]]
             stacked = tuple(np.stack([np.broadcast_to(p[k], sub) for p in parts]) for k in range(len(parts[0])))
             pp = np.broadcast_to(grids["pp"], sub)[None].repeat(len(parts), axis=0)
             total = T.compute_from(sc, sched, pp, stacked)[0]
