@@ -65,7 +65,8 @@ KEYS = {
     "comm": {"overlap", "tp_overlap", "dp_overlap", "cp_method", "cp_split"},
     "cost": {"card_hour", "nic_hour", "max_cost"},
     "search": {"zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "schedule", "nics_per_host",
-               "save_interval", "save_mode", "max_cards", "accelerator", "dp", "virtual_stages", "global_batch", "cp"},
+               "save_interval", "save_mode", "max_cards", "accelerator", "dp", "virtual_stages", "global_batch", "cp",
+               "sequence_parallel"},
     "sweep": None,
     "rl": None,  # RL post-training, parsed by tpopt.catalogs.rl
     "scenario": {"name", "description"},
@@ -441,6 +442,9 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
         max_cards=max_cards,
         global_batch=_int_list(se["global_batch"], "search.global_batch") if "global_batch" in se else (),
         cp=_int_list(se.get("cp", [1]), "search.cp"),
+        sequence_parallel=tuple(dict.fromkeys(_bool(x, "search.sequence_parallel") for x in
+                                              _as_list(se["sequence_parallel"], "search.sequence_parallel")))
+        if "sequence_parallel" in se else (),
     )
     stages = _stages(stage_tables, raw, cat) if stage_tables else ()
     if stages:

@@ -63,12 +63,17 @@ def _f(x):
 
 def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, zero_stage, nics_per_host,
                     save_interval_s, recompute="none", offload="none", schedule="1f1b", save_mode="sync",
-                    cp=1) -> dict:
+                    cp=1, sequence_parallel=None) -> dict:
     """All metrics and constraint (value, limit) pairs for a broadcastable grid of plans.
 
     The sum of the terms of :mod:`tpopt.models.terms`. Returns a dict of arrays; constraint families
-    appear as ``("c", name) -> (value, limit)`` and ``"feasible"`` is their conjunction.
+    appear as ``("c", name) -> (value, limit)`` and ``"feasible"`` is their conjunction. Keywords are
+    the :class:`Plan` fields; ``sequence_parallel`` None keeps the scenario's.
     """
+    if sequence_parallel is not None and bool(sequence_parallel) != sc.memory.sequence_parallel:
+        from dataclasses import replace
+
+        sc = replace(sc, memory=replace(sc.memory, sequence_parallel=bool(sequence_parallel)))
     a, task = sc.model, sc.task
     sysm = sc.system(accelerator)
     acc = sysm.acc

@@ -215,6 +215,7 @@ class SearchSpace:
     max_cards: int = 1024
     global_batch: tuple[int, ...] = ()  # batch choices (sequences); empty: the task's batch only
     cp: tuple[int, ...] = (1,)  # context-parallel sizes
+    sequence_parallel: tuple[bool, ...] = ()  # on / off choices; empty: the scenario's memory.sequence_parallel
 
 
 @dataclass(frozen=True)

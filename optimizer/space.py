@@ -20,6 +20,7 @@ Base variables and domains:
     nics       NICs per host ([search] nics_per_host, else each accelerator's default)
     tau        save intervals ([search] save_interval; "auto" = the optimum for the card count)
     mode       save modes (sync / async)
+    sp         sequence parallelism under TP on / off ([search] sequence_parallel; else the scenario's)
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ VARIABLES = (
     Variable("nics", "nics_per_host", None),  # per accelerator
     Variable("tau", "save_interval_s", "save_interval_s"),
     Variable("mode", "save_mode", "save_mode", categorical=True),
+    Variable("sp", "sequence_parallel", None, categorical=True),  # [search] sequence_parallel, else the scenario's
 )
 VARS = tuple(v.name for v in VARIABLES)
 CATEGORICAL = tuple(v.name for v in VARIABLES if v.categorical)
@@ -144,6 +146,9 @@ class Space:
             "dp": [d for d in divisors(sc.task.global_batch) if not s.dp or d in s.dp],
             "recompute": rec,
             "nics": nics,
+            # sequence parallelism changes nothing under the chapter's accounting (flat model, fixed reserve)
+            "sp": (list(s.sequence_parallel) or [sc.memory.sequence_parallel])[:1 if reserve and not
+                                                                              T.per_op_model(sc) else None],
         }
         dom = {v.name: built[v.name] if v.search is None or v.name in built else list(getattr(s, v.search))
                for v in VARIABLES}
@@ -227,21 +232,23 @@ class Space:
         add("mem.states", ("zero", "offload", "tp", "cp", "pp", "dp"),
             lambda zero, offload, tp, cp, pp, dp: T.states(sc, zero, offload == "cpu", tp, pp, dp, cp))
         add("mem.copies", ("schedule", "tp", "pp"), lambda schedule, tp, pp: T.param_copies(sc, schedule, tp, pp))
-        add("mem.activations", ("schedule", "recompute", "tp", "cp", "pp", "dp", "mb"),
-            lambda schedule, recompute, tp, cp, pp, dp, mb: T.activations(sc, schedule, recompute, tp, pp, dp, mb, cp))
+        sp_sc = self.with_sp
+        add("mem.activations", ("schedule", "recompute", "sp", "tp", "cp", "pp", "dp", "mb"),
+            lambda schedule, recompute, sp, tp, cp, pp, dp, mb:
+            T.activations(sp_sc(sp), schedule, recompute, tp, pp, dp, mb, cp))
         add("mem.temporary", ("zero", "tp", "cp", "pp", "mb"),
             lambda zero, tp, cp, pp, mb: T.temporary(sc, zero, tp, pp, mb, cp))
         add("mem.host", ("acc", "offload", "zero", "tp", "cp", "pp", "dp"),
             lambda acc, offload, zero, tp, cp, pp, dp: T.host_memory(sc, acc, offload == "cpu", zero, tp, pp, dp, cp))
         t["time.compute"] = self._compute_table()
-        add("time.exposed_dp", ("acc", "zero", "recompute", "tp", "cp", "pp", "dp", "mb", "nics"),
-            lambda acc, zero, recompute, tp, cp, pp, dp, mb, nics:
-            T.exposed_dp(sc, acc, zero, recompute, tp, pp, dp, mb, nics, cp))
+        add("time.exposed_dp", ("acc", "zero", "recompute", "sp", "tp", "cp", "pp", "dp", "mb", "nics"),
+            lambda acc, zero, recompute, sp, tp, cp, pp, dp, mb, nics:
+            T.exposed_dp(sp_sc(sp), acc, zero, recompute, tp, pp, dp, mb, nics, cp))
         add("time.tp_comm", ("acc", "recompute", "tp", "cp", "pp", "dp", "mb"),
             lambda acc, recompute, tp, cp, pp, dp, mb: T.tp_comm(sc, acc, recompute, tp, pp, dp, mb, cp))
-        add("time.offload", ("acc", "offload", "zero", "recompute", "tp", "cp", "pp", "dp", "mb"),
-            lambda acc, offload, zero, recompute, tp, cp, pp, dp, mb:
-            T.offload_wait(sc, acc, offload == "cpu", zero, recompute, tp, pp, dp, mb, cp))
+        add("time.offload", ("acc", "offload", "zero", "recompute", "sp", "tp", "cp", "pp", "dp", "mb"),
+            lambda acc, offload, zero, recompute, sp, tp, cp, pp, dp, mb:
+            T.offload_wait(sp_sc(sp), acc, offload == "cpu", zero, recompute, tp, pp, dp, mb, cp))
         cf = CARD_FACTORS
         add("overhead", ("mode", "tau", *cf),
             lambda mode, tau, **f: T.overhead(sc, mode, cards_of(**f), self.interval(tau, cards_of(**f), mode)))
@@ -279,19 +286,32 @@ class Space:
         """The compute term, with every (accelerator, recompute) combination of a schedule stacked
         into one array so that the pipeline simulator runs once per (schedule, pp, micro-batches)."""
         sc, d = self.sc, self.domains
-        vars = ("acc", "recompute", "schedule", "tp", "cp", "pp", "dp", "mb", "nics")
+        vars = ("acc", "recompute", "sp", "schedule", "tp", "cp", "pp", "dp", "mb", "nics")
         nums = ("tp", "cp", "pp", "dp", "mb", "nics")
         grids = dict(zip(nums, np.ix_(*[np.asarray(d[v], dtype=float) for v in nums])))
         sub = tuple(len(d[v]) for v in nums)
         out = np.empty(tuple(len(d[v]) for v in vars))
         for si, sched in enumerate(d["schedule"]):
-            parts = [T.compute_inputs(sc, acc, rec, sched, grids["tp"], grids["pp"], grids["dp"], grids["mb"],
-                                      grids["nics"], grids["cp"]) for acc in d["acc"] for rec in d["recompute"]]
+            parts = [T.compute_inputs(self.with_sp(sp), acc, rec, sched, grids["tp"], grids["pp"], grids["dp"],
+                                      grids["mb"], grids["nics"], grids["cp"])
+                     for acc in d["acc"] for rec in d["recompute"] for sp in d["sp"]]
             stacked = tuple(np.stack([np.broadcast_to(p[k], sub) for p in parts]) for k in range(len(parts[0])))
             pp = np.broadcast_to(grids["pp"], sub)[None].repeat(len(parts), axis=0)
             total = T.compute_from(sc, sched, pp, stacked)[0]
-            out[:, :, si] = total.reshape((len(d["acc"]), len(d["recompute"])) + sub)
+            out[:, :, :, si] = total.reshape((len(d["acc"]), len(d["recompute"]), len(d["sp"])) + sub)
         return Table("time.compute", vars, out)
+
+    def with_sp(self, sp) -> Scenario:
+        """The scenario with sequence parallelism on or off (the same object for the scenario's own
+        value, so the per-operation memo keeps hitting)."""
+        if bool(sp) == self.sc.memory.sequence_parallel:
+            return self.sc
+        cache = self.__dict__.setdefault("_sp_cache", {})
+        if sp not in cache:
+            from dataclasses import replace
+
+            cache[sp] = replace(self.sc, memory=replace(self.sc.memory, sequence_parallel=bool(sp)))
+        return cache[sp]
 
     def interval(self, tau, cards, mode):
         """Save interval in seconds for a tau choice (0 = auto: the optimum for the card count)."""
@@ -317,7 +337,8 @@ class Space:
                     cp=int(d["cp"]), pp=int(d["pp"]), dp=int(d["dp"]), micro_batch=int(d["mb"]), grad_accum=ga,
                     recompute=d["recompute"], offload=d["offload"],
                     schedule=d["schedule"] if d["pp"] > 1 else self.domains["schedule"][0],
-                    save_interval_s=tau, save_mode=d["mode"], nics_per_host=int(d["nics"]), global_batch=B)
+                    save_interval_s=tau, save_mode=d["mode"], nics_per_host=int(d["nics"]), global_batch=B,
+                    sequence_parallel=bool(d["sp"]))
 
     def key(self, idx: dict) -> tuple:
         """A canonical assignment key (schedule pinned when pp = 1)."""
