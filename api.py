@@ -121,14 +121,15 @@ def solve(source: Source = None, /, *, solver: str = "cpsat", objective: str = "
           **inputs: Any) -> SolveResult:
     """The cost-minimal (``objective="time"``: fastest) plan, proven optimal: a
     :class:`~tpopt.optimizer.result.SolveResult` (``.status``, ``.best``, ``.plans``, ``.to_frame()``,
-    ``.to_dict()``). ``solver``: ``cpsat``, ``highs`` or ``enumerate``; keyword ``inputs`` change the
+    ``.to_dict()``). ``solver``: ``cpsat``, ``highs``, ``enumerate`` or ``pyomo:NAME`` (the MILP through
+    Pyomo with solver NAME: ``highs``, ``scip``, ``cbc``, ``glpk``, ``gurobi``, ...); keyword ``inputs`` change the
     scenario (``deadline="20d"``). Deterministic with the default seed and one worker."""
     from tpopt.errors import InputError
     from tpopt.optimizer.core import solve as run
     from tpopt.optimizer.space import Space
 
     if solver not in ("cpsat", "highs", "enumerate") and not str(solver).startswith("pyomo:"):
-        raise InputError(f"unknown solver {solver!r} (use cpsat, highs or enumerate)")
+        raise InputError(f"unknown solver {solver!r} (use cpsat, highs, enumerate or pyomo:NAME)")
     sc = _scenario_of(source, inputs)
     req = _request(objective, top, time_limit, seed, workers, method)
     return run(sc, solver, req, space=Space.from_scenario(sc))

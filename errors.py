@@ -7,3 +7,18 @@ bad units, unknown names, malformed files, impossible values. Anything else is a
 
 class InputError(ValueError):
     """User input that cannot be used as given (the message says what and how to fix it)."""
+
+
+def require(module: str, extra: str, what: str):
+    """Import an optional dependency, or raise :class:`InputError` naming the extra that installs it.
+
+    ``require("pyarrow.parquet", "parquet", "--out .parquet")`` -> the module, or the one-line error
+    "--out .parquet needs pyarrow, which is not installed: pip install 'tpopt[parquet]'".
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        dist = module.split(".")[0]
+        raise InputError(f"{what} needs {dist}, which is not installed: pip install 'tpopt[{extra}]'") from None

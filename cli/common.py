@@ -223,3 +223,23 @@ def plan_from(sc, kw: dict):
         last_stage_layers=kw.get("last_stage_layers") or 0,
         global_batch=space.global_batch[0] if len(space.global_batch) == 1 else 0,
     )
+
+
+class SolverName(click.ParamType):
+    """``--solver``: cpsat, highs, enumerate, or pyomo:NAME (any solver Pyomo drives: highs, scip,
+    cbc, glpk, gurobi, ...). Whether NAME is installed is checked when the command runs."""
+
+    name = "solver"
+    BUILTIN = ("cpsat", "highs", "enumerate")
+
+    def convert(self, value, param, ctx):
+        import re
+
+        v = str(value).strip()
+        if v in self.BUILTIN or re.fullmatch(r"pyomo:[A-Za-z0-9_.\-]+", v):
+            return v
+        self.fail(f"{value!r} is not a solver (use cpsat, highs, enumerate, or pyomo:NAME such as pyomo:highs, "
+                  "pyomo:scip, pyomo:cbc, pyomo:glpk, pyomo:gurobi)", param, ctx)
+
+    def get_metavar(self, param, ctx=None):
+        return "[cpsat|highs|enumerate|pyomo:NAME]"

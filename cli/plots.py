@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from tpopt.errors import InputError
+from tpopt.errors import InputError, require
 
 FORMATS = (".pdf", ".svg", ".png")
 # metadata that would make two runs differ (dates, version strings), removed per format
@@ -26,12 +26,12 @@ def check_plot_path(path: str, what: str = "--plot") -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise InputError(f"{what}: directory {folder!r} does not exist")
+    require("matplotlib", "plots", f"{what} {os.path.basename(str(path))}")
 
 
 def pyplot(salt: str = "tpopt"):
     """matplotlib.pyplot on the Agg backend, SVG ids salted with ``salt`` and text kept as text."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "plots", "plotting")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

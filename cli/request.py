@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import click
 
-from tpopt.cli.common import overrides_from, scenario_source
+from tpopt.cli.common import SolverName, overrides_from, scenario_source
 
 
 def solve_options(fn):
     opts = [
-        click.option("--solver", type=click.Choice(["cpsat", "highs", "enumerate"]), default="cpsat",
-                     show_default=True, help="Backend: CP-SAT, HiGHS MILP, or brute-force enumeration."),
+        click.option("--solver", type=SolverName(), default="cpsat", show_default=True,
+                     help="Backend: CP-SAT, HiGHS MILP, brute-force enumeration, or pyomo:NAME (the MILP through "
+                          "Pyomo with solver NAME: highs, scip, cbc, glpk, gurobi, ... where installed)."),
         click.option("--method", type=click.Choice(["auto", "monolithic", "decomposed"]), default="auto",
                      show_default=True,
                      help="cpsat/highs formulation: one model, or the layout decomposition (auto: by size)."),

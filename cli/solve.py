@@ -18,8 +18,10 @@ from tpopt.cli.request import request_from, solve_options
               help="Also re-solve with the deadline +/- 1 d, one host fewer and 1 GiB more per card.")
 @click.option("--timing", is_flag=True, help="Print the solver's wall time (the only non-deterministic output).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables (solver.wall_s is the wall time).")
+@click.option("--export", type=click.Path(dir_okay=False),
+              help="Also write the MILP (Pyomo) to this .lp or .mps file for another solver.")
 @handle_errors
-def solve(top, no_analysis, sensitivity, timing, as_json, **kw):
+def solve(top, no_analysis, sensitivity, timing, as_json, export, **kw):
     """Find the cheapest plan that meets the deadline, prove it optimal, and say what limits it.
 
     Example: tpopt solve --deadline 30d --hw rtx4090   (the built-in design case: 48 RTX 4090 cards)
@@ -34,17 +36,36 @@ def solve(top, no_analysis, sensitivity, timing, as_json, **kw):
 
     if top < 1:
         raise InputError("--top must be at least 1")
+    if export:
+        from tpopt.optimizer.pyomo_model import check_export_path
+
+        check_export_path(export)
     sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
     req = request_from(kw, top)
+    if kw["solver"].startswith("pyomo:"):
+        from tpopt.optimizer.pyomo_model import PyomoSolver
+
+        PyomoSolver(kw["solver"], req)  # a missing solver fails here, before anything is written
+    if export and outer.has_task_choices(sc):
+        raise InputError("--export writes one plan MILP: give one global batch (--global-batch) and no stages")
     if sc.stages:
         from tpopt.cli.choices import solve_staged
 
         return solve_staged(sc, kw, req, no_analysis, timing, as_json)
     bs = outer.solve_batches(sc, kw["solver"], req) if outer.has_task_choices(sc) else None
     space = bs.choices[0].space if bs else Space.from_scenario(sc)
+    exported = None
+    if export:
+        from tpopt.optimizer.pyomo_model import export_model
+
+        exported = export_model(space, req, export)
+        click.echo(f"tpopt: wrote {exported['path']}: the plan MILP, {exported['variables']:,} variables, "
+                   f"{exported['constraints']:,} constraints, minimising {exported['objective']}", err=True)
     result = bs.result if bs else run(sc, kw["solver"], req, space=space)
     out = {"status": result.status.value, "objective": result.objective, "solver": result.solver.as_dict()}
     echo_builtin_note(kw, as_json, out)
+    if exported:
+        out["export"] = exported
     if result.feasible:
         best = result.best
         view = sc  # the scenario the plan is shown in (with batch choices: at its batch)

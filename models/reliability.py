@@ -355,13 +355,53 @@ def _quadrature_grid():
     return x, wts
 
 
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+_TAIL = -20.0  # below this, log Phi by its asymptotic series (erfc is still exact there, but it must stop)
+
+
+def _log_ndtr_scalar(x: float) -> float:
+    if math.isnan(x):
+        return math.nan
+    if x > 0.0:
+        # Phi = 1 - Q with Q = erfc(x / sqrt 2) / 2 small: log1p keeps every digit of -Q
+        return math.log1p(-0.5 * math.erfc(x / math.sqrt(2.0)))
+    if x > _TAIL:
+        # Phi = erfc(-x / sqrt 2) / 2, computed directly in the lower tail (no 1 - ... cancellation)
+        return math.log(0.5 * math.erfc(-x / math.sqrt(2.0)))
+    if math.isinf(x):
+        return -math.inf
+    # Phi(x) = phi(x) / |x| * (1 - 1/x^2 + 3/x^4 - 15/x^6 + ...); at |x| >= 20 the terms shrink by
+    # (2k - 1) / x^2 <= 1/20 per step for the first 10 terms, so stopping below 1e-17 is exact to rounding
+    x2 = x * x
+    total, term, k = 1.0, 1.0, 1
+    while abs(term) > 1e-17 * abs(total) and k < 60:
+        term *= -(2 * k - 1) / x2
+        total += term
+        k += 1
+    return -0.5 * x2 - math.log(-x) - _LOG_SQRT_2PI + math.log(total)
+
+
+def log_ndtr(x):
+    """log Phi(x), the natural log of the standard normal CDF, accurate to rounding for every x.
+
+    x > 0: log1p(-Q(x)) with Q = erfc(x / sqrt 2) / 2 (no loss for large x, where Phi rounds to 1);
+    -20 < x <= 0: log(erfc(-x / sqrt 2) / 2) (erfc is accurate relative to its value in the tail);
+    x <= -20: -x^2/2 - log(-x) - log(2 pi)/2 + log(1 - 1/x^2 + 3/x^4 - ...) (asymptotic series).
+    log_ndtr(0) = -log 2, log_ndtr(-1) = -1.8410216450092635, log_ndtr(-20) = -203.91715537109726.
+    Accepts a float or an array (element-wise).
+    """
+    arr = np.asarray(x, dtype=float)
+    if arr.ndim == 0:
+        return _log_ndtr_scalar(float(arr))
+    out = np.fromiter((_log_ndtr_scalar(v) for v in arr.ravel().tolist()), dtype=float, count=arr.size)
+    return out.reshape(arr.shape)
+
+
 @functools.lru_cache(maxsize=1)
 def _grid():
-    """Nodes, weights, log phi and log Phi of the quadrature (built on first use: SciPy loads lazily)."""
-    from scipy import special
-
+    """Nodes, weights, log phi and log Phi of the quadrature (built on first use)."""
     qx, qw = _quadrature_grid()
-    return qx, qw, -0.5 * qx**2 - 0.5 * math.log(2.0 * math.pi), special.log_ndtr(qx)
+    return qx, qw, -0.5 * qx**2 - _LOG_SQRT_2PI, log_ndtr(qx)
 
 
 @functools.lru_cache(maxsize=4096)

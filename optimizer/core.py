@@ -19,7 +19,7 @@ from tpopt.models.plan import Scenario
 from tpopt.optimizer.result import Request, SolveResult, SolverInfo, Status, objective_key
 from tpopt.optimizer.space import FAMILIES, Space
 
-BACKENDS = ("cpsat", "highs", "enumerate")
+BACKENDS = ("cpsat", "highs", "enumerate")  # and "pyomo:<solver>" (optimizer/pyomo_model.py)
 MONOLITHIC_LIMIT = 2_000  # largest term table (rows) for which "auto" uses the monolithic encoding
 # (measured in benchmarks/solve_scaling.py: the layout decomposition is as fast at small sizes and
 # far faster beyond; the monolithic model stays for tiny spaces and for conflict cores)
@@ -51,8 +51,8 @@ def solve(sc: Scenario, backend: str = "cpsat", req: Request | None = None, rest
           space: Space | None = None) -> SolveResult:
     """The best ``req.top`` plans of the scenario's design space under ``req``."""
     req = req or Request()
-    if backend not in BACKENDS:
-        raise InputError(f"unknown solver {backend!r} (use one of: {', '.join(BACKENDS)})")
+    if backend not in BACKENDS and not backend.startswith("pyomo:"):
+        raise InputError(f"unknown solver {backend!r} (use one of: {', '.join(BACKENDS)}, pyomo:<solver>)")
     if space is None and (sc.stages or sc.search.global_batch):
         from tpopt.optimizer import outer
 
@@ -82,8 +82,12 @@ def solve(sc: Scenario, backend: str = "cpsat", req: Request | None = None, rest
     else:
         if backend == "cpsat":
             from tpopt.optimizer.cpsat import CpSatModel as Model
-        else:
+        elif backend == "highs":
             from tpopt.optimizer.highs import HighsModel as Model
+        else:  # pyomo:<solver>
+            from tpopt.optimizer.pyomo_model import model_class
+
+            Model = model_class(backend)
         model = Model(space, req)
         plans, status, rounds, gap, evaluated = verify_loop(model, space, req, enforced)
         info.rounds, info.gap, info.evaluated = rounds, gap, evaluated

@@ -204,7 +204,12 @@ def solve_decomposed(space: Space, backend: str, req: Request, enforced):
     allowed = bounds.allowed(enforced, sc.search.max_cards, sc.task.deadline_s, sc.cost.max_cost)
     if req.cards is not None:
         allowed["cards"] = np.isin(bounds.cards, list(req.cards))
-    master = (CpSatMaster if backend == "cpsat" else HighsMaster)(space, bounds, allowed, req)
+    if backend.startswith("pyomo:"):
+        from tpopt.optimizer.pyomo_model import PyomoMaster
+
+        master = PyomoMaster(space, bounds, allowed, req, backend)
+    else:
+        master = (CpSatMaster if backend == "cpsat" else HighsMaster)(space, bounds, allowed, req)
     K = max(1, req.top)
     best: list[tuple[tuple, object]] = []
     rounds = evaluated = 0

@@ -117,14 +117,18 @@ class HighsModel:
         import highspy
 
         self.hp = highspy
+        self._formulate(space, req)
+        self.h = new_highs(req)
+        self._pass()
+
+    def _formulate(self, space: Space, req: Request):
+        """The MILP's columns and rows in ``self.lp`` (no solver yet; the Pyomo model reuses them)."""
         self.space = space
         self.req = req
         self.enforced = req.enforced(FAMILIES)
         self.lp = _Lp()
         self._w_cache = {}
         self._build()
-        self.h = new_highs(req)
-        self._pass()
 
     # -- building -------------------------------------------------------------------------------
     def _weights(self, vars) -> np.ndarray:

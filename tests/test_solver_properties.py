@@ -1,4 +1,5 @@
-"""Solver correctness: on random small design spaces CP-SAT, HiGHS and brute-force enumeration agree.
+"""Solver correctness: on random small design spaces CP-SAT, HiGHS, the Pyomo formulation (HiGHS and SCIP
+through Pyomo) and brute-force enumeration agree.
 
 Property (issue 3): same feasibility verdict and the same optimal objective; the plan each backend
 returns satisfies every enforced constraint when re-evaluated with `tpopt evaluate`'s evaluator.
@@ -72,12 +73,18 @@ def scenarios(draw, pipeline=False):
     return build_scenario(raw, CAT), objective
 
 
-def check_agreement(sc, objective):
+def check_agreement(sc, objective, runs=None):
     req = Request(objective=objective, time_limit=120, seed=0, workers=1)
-    results = {b: solve(sc, b, req) for b in ("enumerate", "cpsat", "highs")}
-    for b in ("cpsat", "highs"):  # the layout decomposition must agree too
-        results[b + "/decomposed"] = solve(sc, b, Request(objective=objective, time_limit=120, seed=0, workers=1,
-                                                          method="decomposed"))
+    if runs is None:
+        results = {b: solve(sc, b, req) for b in ("enumerate", "cpsat", "highs")}
+        for b in ("cpsat", "highs"):  # the layout decomposition must agree too
+            results[b + "/decomposed"] = solve(sc, b, Request(objective=objective, time_limit=120, seed=0, workers=1,
+                                                              method="decomposed"))
+    else:
+        results = {"enumerate": solve(sc, "enumerate", req)}
+        for b, method in runs:
+            results[f"{b}/{method}"] = solve(sc, b, Request(objective=objective, time_limit=120, seed=0, workers=1,
+                                                            method=method))
     ref = results["enumerate"]
     event(f"status={ref.status.value}")
     event(f"points<={10 ** math.ceil(math.log10(max(ref.solver.points, 1)))}")
@@ -109,9 +116,22 @@ def test_backends_agree_with_pipeline(case):
     check_agreement(sc, objective)
 
 
+# the Pyomo formulation with the two solvers CI installs (HiGHS; SCIP from the test extra): fewer
+# examples, pipeline and plain spaces mixed, since each Pyomo model is built in Python
+PYOMO_RUNS = (("pyomo:highs", "monolithic"), ("pyomo:highs", "decomposed"), ("pyomo:scip", "monolithic"))
+
+
+@settings(max_examples=max(4, EXAMPLES // 5), deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          derandomize=True)
+@given(st.one_of(scenarios(), scenarios(pipeline=True)))
+def test_pyomo_backends_agree(case):
+    sc, objective = case
+    check_agreement(sc, objective, runs=PYOMO_RUNS)
+
+
 def test_design_case_solution(design):
     # issue 3: 48 cards, ZeRO-3, TP = PP = 1, micro-batch 1, accumulation 8, optimal, on every backend
-    for backend in ("cpsat", "highs", "enumerate"):
+    for backend in ("cpsat", "highs", "enumerate", "pyomo:highs", "pyomo:scip"):
         r = solve(design, backend, Request(seed=0, workers=1))
         assert r.status == Status.OPTIMAL
         p = r.best.plan

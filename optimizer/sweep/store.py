@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tpopt import __version__
-from tpopt.errors import InputError
+from tpopt.errors import InputError, require
 from tpopt.optimizer.sweep.rows import (COLUMN_NAMES, COLUMNS, FORMAT, PROVEN, STATUSES, _clean, cell, checksum_ok,
                                         sort_key)
 
@@ -92,6 +92,10 @@ def check_output_path(path, what: str = "--out", formats=OUT_FORMATS) -> Path:
     p = Path(path)
     if p.suffix.lower() not in formats:
         raise InputError(f"{what}: {str(p)!r} must end in {', '.join(formats)}")
+    if p.suffix.lower() == ".parquet":
+        require("pyarrow.parquet", "parquet", f"{what} {p.name}")
+    elif p.suffix.lower() in (".pdf", ".svg", ".png"):
+        require("matplotlib", "plots", f"{what} {p.name}")
     if p.is_dir():
         raise InputError(f"{what}: {str(p)!r} is a directory")
     folder = p.parent if str(p.parent) else Path(".")
@@ -315,7 +319,7 @@ class SweepStore:
         return self._clean_rows(records, res)
 
     def _read_parquet(self, path: Path, res: Resume) -> list[dict]:
-        import pyarrow.parquet as pq
+        pq = require("pyarrow.parquet", "parquet", "reading a .parquet file")
 
         try:
             t = pq.read_table(path)
@@ -444,8 +448,8 @@ def encode(rows: list[dict], fmt: str, fingerprint_: str) -> bytes:
         head = json.dumps(meta, separators=(",", ":"))
         return (f'{{"tpopt_sweep":{head},\n"rows":[\n{body}\n]}}\n' if rows
                 else f'{{"tpopt_sweep":{head},\n"rows":[]}}\n').encode("utf-8")
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    pa = require("pyarrow", "parquet", "writing a .parquet file")
+    pq = require("pyarrow.parquet", "parquet", "writing a .parquet file")
 
     types = {str: pa.string(), float: pa.float64(), int: pa.int64(), bool: pa.bool_()}
     arrays = [pa.array([r[c] for r in rows], type=types[t]) for c, t in COLUMNS.items()]
