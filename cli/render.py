@@ -134,6 +134,9 @@ def metrics_table(m: dict, title: str = "Plan evaluation") -> Table:
         ("communication link time", _num(m["comm_link_s"], 1), "s"),
         ("exposed communication", _num(m["comm_exposed_s"], 2), "s"),
     ]
+    if m.get("cp_link_s", 0) > 0:
+        rows.append(("  context-parallel exchange", f"{m['cp_link_s']:,.2f} / {m['cp_exposed_s']:,.3f}",
+                     "s (link / exposed)"))
     if m.get("offload_s", 0) > 0:
         rows.append(("offload wait", _num(m["offload_s"], 2), "s"))
     rows += [

@@ -1105,7 +1105,9 @@ def explain_plan(sc: Scenario, plan: Plan, backend: str = "cpsat", req: Request 
         opt["objective_value"] = objective_value(best, req.objective)
         if feasible and objective_value(best, req.objective) >= objective_value(ev, req.objective) * (1 - REL):
             opt["this_plan_is_optimal"] = True
-            space = Space.from_scenario(sc)
+            from tpopt.models.evaluate import at_plan_batch
+
+            space = Space.from_scenario(at_plan_batch(sc, ev.plan))  # the plan's batch (a choice or the task's)
             oracle = make_oracle(space, backend, req)
             binds = binding_families(oracle, ev, req.objective, ctx.enforced)
             opt["binding"] = [{"name": b.name, "plan_without": plan_summary(b.without),

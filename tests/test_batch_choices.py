@@ -253,7 +253,7 @@ def brute_force(sc, objective):
 def test_backends_agree_on_batch_choices(case):
     sc, objective = case
     ref = brute_force(sc, objective)
-    for backend in ("enumerate", "cpsat", "highs"):
+    for backend in ("enumerate", "cpsat", "highs", "pyomo:highs"):
         r = solve(sc, backend, Request(objective=objective, seed=0, workers=1, time_limit=120))
         assert r.status in (Status.OPTIMAL, Status.INFEASIBLE)
         assert (r.status == Status.OPTIMAL) == (ref is not None), backend
