@@ -120,6 +120,16 @@ def buffer_bytes(a: ModelArch, seq_len, micro_batch, tp, cp, method: str = "ring
     return np.where(c > 1, out, 0.0)
 
 
+def placement_ok(tp, cp, cards_per_host):
+    """The layout rule: TP stays inside a host (tp divides the host's cards) and a TP x CP group either
+    divides a host or fills whole hosts, so that every CP group has the same links (8-card hosts:
+    TP 2 x CP 4 or TP 8 x CP 16 are regular, TP 2 x CP 3 is not)."""
+    t, c = np.asarray(tp), np.asarray(cp)
+    g = int(cards_per_host)
+    group = t * c
+    return (g % t == 0) & ((g % group == 0) | (group % g == 0))
+
+
 def cp_bandwidth(intra_bw, nic_bw, nics_per_host, tp, cp, cards_per_host, method: str = "ring"):
     """Per-card bandwidth of the CP exchange (bytes/s per direction).
 

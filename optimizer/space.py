@@ -263,8 +263,8 @@ class Space:
         add("ok.batch.divisibility", ("dp", "mb"), lambda dp, mb: (T.batch_remainder(sc, dp, mb) == 0) * 1.0)
         add("ok.layout.whole_hosts", ("acc", *cf),
             lambda acc, **f: (cards_of(**f) % sc.system(acc).acc.cards_per_host == 0) * 1.0)
-        add("ok.layout.tp_within_host", ("acc", "tp"),
-            lambda acc, tp: (sc.system(acc).acc.cards_per_host % tp == 0) * 1.0)
+        add("ok.layout.tp_within_host", ("acc", "tp", "cp"),
+            lambda acc, tp, cp: context.placement_ok(tp, cp, sc.system(acc).acc.cards_per_host) * 1.0)
         add("ok.layout.heads_divisible", ("tp", "cp"), lambda tp, cp: context.heads_ok(a, tp, cp, sc.cp_method) * 1.0)
         per_op = T.per_op_model(sc)  # uneven stages are modelled, not ruled out
         add("ok.layout.pp_divides_layers", ("pp",), lambda pp: ((a.layers % pp == 0) | per_op) * 1.0)

@@ -82,3 +82,9 @@ def test_buffers():
     a2a = float(C.buffer_bytes(LLAMA8, 8192, 1, 1, 4, "all-to-all"))
     assert a2a == pytest.approx(2 * 8192 * (2 * 4096 + 2 * 1024) / 4 * 2)
     assert np.all(np.asarray(C.buffer_bytes(LLAMA8, 8192, 1, np.array([1, 2]), np.array([[1], [4]]))) >= 0)
+
+
+def test_placement_rule():
+    # 8-card hosts: TP 2 x CP 4 fills one host, TP 8 x CP 16 sixteen, TP 2 x CP 3 straddles hosts
+    assert bool(C.placement_ok(2, 4, 8)) and bool(C.placement_ok(8, 16, 8)) and bool(C.placement_ok(1, 1, 8))
+    assert not bool(C.placement_ok(2, 3, 8)) and not bool(C.placement_ok(3, 1, 8))
