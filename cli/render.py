@@ -195,7 +195,12 @@ def _objective_text(value: float, objective: str, unit: str) -> str:
     return f"{value:,.0f} {unit}" if objective == "cost" else f"{value:.2f} d"
 
 
-def binding_lines(binding: list[dict] | None, objective: str, unit: str) -> list[str]:
+def _batch(p: dict, show: bool) -> str:
+    """", batch N" when the global batch is a choice of the request (the plan dicts carry it)."""
+    return f", batch {p['global_batch']:,}" if show and p.get("global_batch") else ""
+
+
+def binding_lines(binding: list[dict] | None, objective: str, unit: str, batch: bool = False) -> list[str]:
     if binding is None:
         return ["Binding constraints: not analysed (--no-analysis); run without it to see what binds and why "
                 "nothing cheaper is feasible."]
@@ -208,7 +213,7 @@ def binding_lines(binding: list[dict] | None, objective: str, unit: str) -> list
         viol = f"; it would have {v['name']} = {v['value']:,.2f} {v['unit']} against {v['limit']:,.2f}" \
             if "value" in v else ""
         lines.append(f"  {b['name']}: without it, {p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, "
-                     f"{layout_text(p, ', ')}) would reach "
+                     f"{layout_text(p, ', ')}{_batch(p, batch)}) would reach "
                      f"{_objective_text(b['objective_without'], objective, unit)} "
                      f"({change_text(b['saving'])}){viol}")
     return lines
@@ -222,7 +227,7 @@ def _reason(r: dict) -> str:
     return r["name"]
 
 
-def alternative_lines(alts: list[dict], objective: str, unit: str) -> list[str]:
+def alternative_lines(alts: list[dict], objective: str, unit: str, batch: bool = False) -> list[str]:
     if not alts:
         return []
     lines = ["Why not cheaper:"]
@@ -230,7 +235,7 @@ def alternative_lines(alts: list[dict], objective: str, unit: str) -> list[str]:
         if a["feasible"]:
             p = a["plan"]
             layout = (f"ZeRO-{p['zero_stage']}, {layout_text(p)}, "
-                      f"micro-batch {p['micro_batch']}, recompute {p['recompute']}")
+                      f"micro-batch {p['micro_batch']}, recompute {p['recompute']}{_batch(p, batch)}")
             lines.append(f"  {a['alternative']}: feasible ({layout}) but "
                          f"{_objective_text(a['objective'], objective, unit)} ({change_text(a['delta'], signed=True)})")
         else:
@@ -273,14 +278,15 @@ def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:
               f"minimising {d['objective']})")
     parts = [head, status, "", f"Plan: {plan_line(d['plan'])}", *after_plan, "",
              metrics_table(d["metrics"], title="Best plan"), "", constraints_table(d["constraints"]), ""]
-    parts += binding_lines(d.get("binding"), d["objective"], unit)
+    batch = len(d.get("batch_choices") or []) > 1  # name each plan's batch when the batch is a choice
+    parts += binding_lines(d.get("binding"), d["objective"], unit, batch)
     rob = (d.get("robustness") or {}).get("without_overlap")
     if rob:
         verdict = "still meets every constraint" if rob["feasible"] else \
             "fails " + ", ".join(n for n in rob["violates"] if n != "step.budget")
         parts += [f"Robustness: without communication overlap (prefetch failing) the step is {rob['step_s']:.1f} s "
                   f"and the plan finishes in {rob['finish_days']:.1f} d: it {verdict}."]
-    alts = alternative_lines(d.get("alternatives") or [], d["objective"], unit)
+    alts = alternative_lines(d.get("alternatives") or [], d["objective"], unit, batch)
     if alts:
         parts += [""] + alts
     if len(d.get("top", [])) > 1:

@@ -201,8 +201,11 @@ def batch_analysis(bs: BatchSolve, backend: str, req: Request, enforced) -> dict
     objective = req.objective
     binds = R.binding_families(multi, best, objective, enforced)
     own = oracles[chosen.batch]
-    alts = R.why_not_cheaper(own, chosen.space, best, objective, enforced,
-                             same_scale=isinstance(own, R.TableOracle))
+    # fewer cards and other accelerators at any batch; other choices at the same scale at the chosen batch
+    alts = R.why_not_cheaper(multi, chosen.space, best, objective, enforced, same_scale=False)
+    if isinstance(own, R.TableOracle):
+        alts += [a for a in R.why_not_cheaper(own, chosen.space, best, objective, enforced, fewer_cards=0)
+                 if a["kind"] == "same scale"]
     for c in bs.choices:
         if c.batch == chosen.batch:
             continue
