@@ -37,7 +37,7 @@ Source = Union[str, "PathLike[str]", Mapping, Scenario, None]
 __all__ = ["LoadedScenario", "Explanation", "SweepTable", "scenario", "solve", "evaluate", "explain", "sweep"]
 
 PLAN_FIELDS = ("accelerator", "cards", "zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "schedule",
-               "save_interval", "save_mode", "nics_per_host")
+               "save_interval", "save_mode", "nics_per_host", "ep", "expert_tp", "capacity")
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,8 @@ def evaluate(source: Source = None, /, *, cards: int | None = None, **inputs: An
     ``.violated()``, ``.to_frame()``, ``.to_dict()``).
 
     Plan fields (``cards``, ``accelerator``, ``zero_stage``, ``tp``, ``pp``, ``micro_batch``,
-    ``recompute``, ``offload``, ``schedule``, ``save_interval``, ``save_mode``, ``nics_per_host``) fix
+    ``recompute``, ``offload``, ``schedule``, ``save_interval``, ``save_mode``, ``nics_per_host``; for a
+    MoE model ``ep``, ``expert_tp`` (a number or "tp"), ``capacity`` (a factor or "none")) fix
     the plan; fields left out take the scenario's single-valued ``[search]`` domain (or its first value);
     every other keyword changes the scenario."""
     from tpopt.models.evaluate import evaluate as run

@@ -372,7 +372,7 @@ def build_opt(c: Config) -> dict:
 def build_mixtral(c: Config) -> dict:
     t = build_llama(c)
     c.window(t)
-    t.update(experts=c.int("num_local_experts"), top_k=c.int("num_experts_per_tok", default=2), expert_ffn=t["ffn"])
+    t.update(experts=c.int("num_local_experts"), top_k=c.int("num_experts_per_tok"), expert_ffn=t["ffn"])
     return t
 
 
@@ -447,7 +447,7 @@ def build_gpt_oss(c: Config) -> dict:
     experts = c.int("num_local_experts")
     ffn = c.int("intermediate_size")
     t.update(ffn=ffn, activation=c.activation("hidden_act", default="silu"), experts=experts,
-             top_k=c.int("num_experts_per_tok", "experts_per_token", default=4), expert_ffn=ffn, mlp_bias=True,
+             top_k=c.int("num_experts_per_tok", "experts_per_token"), expert_ffn=ffn, mlp_bias=True,
              router_bias=True, attn_sinks=True)
     if c.bool("attention_bias", True):
         t["qkv_bias"] = t["o_bias"] = True

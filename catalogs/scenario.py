@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import tomllib
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from tpopt.catalogs import Catalog, build_model, load_catalog, model_from_hf_config
@@ -24,6 +25,7 @@ from tpopt.models.plan import (
     CostOptions,
     InputPipeline,
     MemoryOptions,
+    MoeOptions,
     Reliability,
     Scenario,
     SearchSpace,
@@ -65,8 +67,9 @@ KEYS = {
     "comm": {"overlap", "tp_overlap", "dp_overlap", "cp_method", "cp_split"},
     "cost": {"card_hour", "nic_hour", "max_cost"},
     "search": {"zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "schedule", "nics_per_host",
-               "save_interval", "save_mode", "max_cards", "accelerator", "dp", "virtual_stages", "global_batch", "cp",
-               "sequence_parallel"},
+               "save_interval", "save_mode", "max_cards", "accelerator", "dp", "virtual_stages", "ep", "expert_tp",
+               "capacity_factor", "global_batch", "cp", "sequence_parallel"},
+    "moe": {"imbalance", "hot_experts", "max_drop", "a2a_overlap", "dispatcher", "node_limit"},
     "sweep": None,
     "rl": None,  # RL post-training, parsed by tpopt.catalogs.rl
     "scenario": {"name", "description"},
@@ -446,6 +449,8 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
                                               _as_list(se["sequence_parallel"], "search.sequence_parallel")))
         if "sequence_parallel" in se else (),
     )
+    moe_opts, ep_dom, etp_dom, cap_dom = _moe_inputs(raw, model, se)
+    space = replace(space, ep=ep_dom, expert_tp=etp_dom, capacity_factor=cap_dom)
     stages = _stages(stage_tables, raw, cat) if stage_tables else ()
     if stages:
         task, space = stages[0].task, stages[0].search
@@ -460,8 +465,64 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     cp_method, cp_split = _context_options(ct)
     return Scenario(model=model, task=task, systems=systems, memory=mem, input=inp, reliability=rel, search=space,
                     cost=CostOptions(None if max_cost is None else parse_number(max_cost, "cost.max_cost")),
-                    overlap=overlap, name=str(name), tp_overlap=tp_overlap, dp_overlap=dp_overlap,
+                    moe=moe_opts, overlap=overlap, name=str(name), tp_overlap=tp_overlap, dp_overlap=dp_overlap,
                     stages=stages, cp_method=cp_method, cp_split=cp_split)
+
+
+def _moe_inputs(raw: dict, model, se: dict):
+    """[moe] routing assumptions and the [search] domains of ep, expert_tp and capacity_factor.
+
+    Defaults: ep = every power of two dividing the routed experts (1 for a dense model), expert_tp = 0
+    (the same as tp), capacity_factor = none (dropless). EP values that do not divide the experts, and
+    any of these on a dense model, are bad input.
+    """
+    from tpopt.models.moe import A2A_OVERLAPS, DISPATCHERS
+
+    mt = raw.get("moe", {})
+    moe_given = [k for k in ("ep", "expert_tp", "capacity_factor") if k in se]
+    if not model.moe:
+        if mt:
+            raise InputError(f"scenario: [moe] applies to mixture-of-experts models; {model.name} is dense")
+        if moe_given:
+            raise InputError(f"search.{moe_given[0]} applies to mixture-of-experts models; {model.name} is dense")
+        return MoeOptions(), (1,), (0,), (0.0,)
+    imbalance = parse_number(mt.get("imbalance", MoeOptions.imbalance), "moe.imbalance", allow_zero=False)
+    hot = parse_fraction(mt.get("hot_experts", MoeOptions.hot), "moe.hot_experts")
+    if imbalance < 1:
+        raise InputError(f"moe.imbalance is the busiest expert's load over the mean, at least 1 (got {imbalance:g})")
+    if hot * imbalance > 1 + 1e-12:
+        raise InputError(f"moe: {hot:.0%} of the experts at {imbalance:g} x the mean would take more than every "
+                         "dispatch; lower imbalance or hot_experts")
+    max_drop = parse_fraction(mt.get("max_drop", 0), "moe.max_drop", allow_zero=True)
+    overlap = str(mt.get("a2a_overlap", "auto"))
+    if overlap not in A2A_OVERLAPS:
+        raise InputError(f"moe.a2a_overlap {overlap!r} unknown (use one of: {', '.join(A2A_OVERLAPS)})")
+    dispatcher = str(mt.get("dispatcher", "direct"))
+    if dispatcher not in DISPATCHERS:
+        raise InputError(f"moe.dispatcher {dispatcher!r} unknown (use one of: {', '.join(DISPATCHERS)})")
+    node_limit = parse_int(mt.get("node_limit", 0), "moe.node_limit", minimum=0)
+    opts = MoeOptions(imbalance=imbalance, hot=hot, max_drop=max_drop, a2a_overlap=overlap, dispatcher=dispatcher,
+                      node_limit=node_limit)
+    E = model.experts
+    if "ep" in se:
+        ep = _int_list(se["ep"], "search.ep")
+        bad = [e for e in ep if E % e]
+        if bad:
+            raise InputError(f"search.ep: {bad[0]} does not divide the {E} routed experts of {model.name}")
+    else:
+        ep = tuple(e for e in (2 ** i for i in range(E.bit_length())) if E % e == 0)
+    etp = tuple(sorted({0 if str(v).strip().lower() == "tp" else parse_int(v, "search.expert_tp", minimum=1)
+                        for v in _as_list(se.get("expert_tp", "tp"), "search.expert_tp")}))
+    caps = set()
+    for v in _as_list(se.get("capacity_factor", "none"), "search.capacity_factor"):
+        if str(v).strip().lower() in ("none", "dropless"):
+            caps.add(0.0)
+        else:
+            c = parse_number(v, "search.capacity_factor", allow_zero=False)
+            if c < 0:
+                raise InputError(f"search.capacity_factor must be positive or none (got {v})")
+            caps.add(float(c))
+    return opts, ep, etp, tuple(sorted(caps))
 
 
 def _overlap(value, what: str) -> float:

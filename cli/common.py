@@ -155,6 +155,9 @@ def plan_options(fn=None, *, require_cards: bool = True):
         click.option("--save-interval", help="Checkpoint interval, e.g. 1800s, or 'auto'."),
         click.option("--save-mode", type=click.Choice(["sync", "async"]), help="Checkpoint save mode."),
         click.option("--nics-per-host", type=int, help="NICs per host."),
+        click.option("--ep", type=int, help="Expert parallelism (MoE models); must divide the routed experts."),
+        click.option("--expert-tp", help="Expert tensor parallelism (MoE models), or 'tp' for the same as TP."),
+        click.option("--capacity", help="Capacity factor (MoE models), e.g. 1.25, or 'none' for dropless."),
         click.option("--virtual-stages", type=int,
                      help="Interleaved schedule: model chunks per card (sets --schedule interleaved:N)."),
         click.option("--sequence-parallel/--no-sequence-parallel", "sequence_parallel", default=None,
@@ -167,6 +170,29 @@ def plan_options(fn=None, *, require_cards: bool = True):
     for opt in reversed(opts):
         fn = opt(fn)
     return fn
+
+
+def _moe_flags(space, kw: dict) -> dict:
+    """ep, expert_tp (0 = tp) and capacity_factor (0 = dropless) from the flags or a single-valued domain."""
+    from tpopt.models.units import parse_int, parse_number
+
+    etp = kw.get("expert_tp")
+    if etp is None:
+        etp_v = space.expert_tp[0] if len(space.expert_tp) == 1 else 0
+    elif str(etp).strip().lower() == "tp":
+        etp_v = 0
+    else:
+        etp_v = parse_int(etp, "--expert-tp", minimum=1)
+    cap = kw.get("capacity")
+    if cap is None:
+        cap_v = space.capacity_factor[0] if len(space.capacity_factor) == 1 else 0.0
+    elif str(cap).strip().lower() in ("none", "dropless"):
+        cap_v = 0.0
+    else:
+        cap_v = parse_number(cap, "--capacity", allow_zero=False)
+    ep = kw.get("ep")
+    return {"ep": ep if ep is not None else (space.ep[0] if len(space.ep) == 1 else 1), "expert_tp": etp_v,
+            "capacity_factor": float(cap_v)}
 
 
 def plan_from(sc, kw: dict):
@@ -221,6 +247,7 @@ def plan_from(sc, kw: dict):
         flash_attention=kw.get("flash_attention"),
         first_stage_layers=kw.get("first_stage_layers") or 0,
         last_stage_layers=kw.get("last_stage_layers") or 0,
+        **_moe_flags(space, kw),
         global_batch=space.global_batch[0] if len(space.global_batch) == 1 else 0,
     )
 

@@ -20,7 +20,7 @@ from tpopt.cli.explain_text import infeasible_lines, plan_lines, request_lines, 
 from tpopt.cli.request import raw_and_catalog, request_from, solve_options
 
 PLAN_FLAGS = ("zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "pipe_schedule", "save_interval",
-              "save_mode", "nics_per_host")
+              "save_mode", "nics_per_host", "ep", "expert_tp", "capacity")
 
 
 # ---------------------------------------------------------------------------------------------

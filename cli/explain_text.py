@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from tpopt.cli.common import dump_json
-from tpopt.cli.render import change_text
+from tpopt.cli.render import change_text, moe_short
 from tpopt.cli.request import raw_and_catalog
 
 # command-line flag that sets each relaxable input (None: only the scenario file can)
@@ -50,7 +50,8 @@ def _qty(x, unit: str, digits: int = 2) -> str:
 def _plan_short(p: dict) -> str:
     from tpopt.cli.render import layout_text
 
-    return f"{p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, {layout_text(p, ', ')}, mb {p['micro_batch']})"
+    return (f"{p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, {layout_text(p, ', ')}{moe_short(p)}, "
+            f"mb {p['micro_batch']})")
 
 
 def _money(x: float, unit: str) -> str:

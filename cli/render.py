@@ -109,9 +109,26 @@ def plan_line(plan: dict) -> str:
         parts.append(f"offload {plan['offload']}")
     if plan["pp"] > 1 and plan.get("schedule"):
         parts.append(f"schedule {plan['schedule']}")
+    if plan.get("ep") is not None:
+        parts.append(moe_plan_text(plan))
     parts.append(f"save every {plan['save_interval_s']:,.0f} s ({plan['save_mode']})")
     parts.append(f"{plan['nics_per_host']} NIC{'s' if plan['nics_per_host'] != 1 else ''}/host")
     return " | ".join(parts)
+
+
+def moe_plan_text(plan: dict) -> str:
+    """"EP 8 in-host, expert-TP 1, dropless" / "EP 64 across 8 hosts, expert-TP 1, capacity 1.25"."""
+    where = "" if plan["ep"] <= 1 else f" {plan['ep_placement']}"
+    cap = "dropless" if not plan.get("capacity_factor") else f"capacity {plan['capacity_factor']:g}"
+    return f"EP {plan['ep']}{where}, expert-TP {plan['expert_tp']}, {cap}"
+
+
+def moe_short(p: dict) -> str:
+    """", EP 8, capacity 1.25" for a MoE plan summary ("" for a dense one)."""
+    if p.get("ep") is None:
+        return ""
+    cap = "dropless" if not p.get("capacity_factor") else f"capacity {p['capacity_factor']:g}"
+    return f", EP {p['ep']}, {cap}"
 
 
 def metrics_table(m: dict, title: str = "Plan evaluation") -> Table:
@@ -122,6 +139,13 @@ def metrics_table(m: dict, title: str = "Plan evaluation") -> Table:
     rows = [
         ("memory per card", _num(m["memory_per_card_gib"], 1), f"GiB (usable {m['memory_limit_gib']:.1f})"),
         ("  persistent states", _num(m["states_gib"], 1), "GiB"),
+    ]
+    if "expert_weights_gib" in m:
+        rows.append(("    of which expert state", _num(m["expert_states_gib"], 1),
+                     f"GiB (ZeRO over {m['expert_dp']:,.0f} expert-data-parallel)"))
+        rows.append(("    expert weights per EP rank", _num(m["expert_weights_gib"], 1),
+                     f"GiB ({m['expert_params_per_card'] / 1e9:,.2f}B params)"))
+    rows += [
         ("  activations", _num(m["activations_gib"], 1), "GiB"),
         ("  temporary buffers", _num(m["temporary_gib"], 1), "GiB"),
         ("compute per step", _num(m["compute_s"], 1), "s"),
@@ -137,6 +161,8 @@ def metrics_table(m: dict, title: str = "Plan evaluation") -> Table:
     if m.get("cp_link_s", 0) > 0:
         rows.append(("  context-parallel exchange", f"{m['cp_link_s']:,.2f} / {m['cp_exposed_s']:,.3f}",
                      "s (link / exposed)"))
+    if "ep_link_s" in m:
+        rows += moe_rows(m)
     if m.get("offload_s", 0) > 0:
         rows.append(("offload wait", _num(m["offload_s"], 2), "s"))
     rows += [
@@ -154,6 +180,24 @@ def metrics_table(m: dict, title: str = "Plan evaluation") -> Table:
     for r in rows:
         t.add_row(*r)
     return t
+
+
+def moe_rows(m: dict) -> list[tuple]:
+    """All-to-all and routing rows of a MoE plan (one card's micro-batch, per MoE block)."""
+    a = m["moe_assumptions"]
+    rows = [
+        ("  of which all-to-all link", _num(m["ep_link_s"], 2),
+         "s (EP 1: none)" if m["ep_placement"] == "none" else f"s (EP group {m['ep_placement']})"),
+        ("  of which all-to-all exposed", _num(m["ep_exposed_s"], 2), f"s (overlap: {a['a2a_overlap']})"),
+        ("dispatches per MoE block", f"{m['dispatches_per_block']:,.0f}", "per card and micro-batch"),
+        ("  capacity per expert", "dropless" if m.get("capacity_rows") is None else f"{m['capacity_rows']:,}",
+         "" if m.get("capacity_rows") is None else "rows"),
+        ("  dropped / padded", f"{m['dropped_fraction'] * 100:.1f} / {m['padded_fraction'] * 100:.1f}",
+         f"% (at most {a['max_drop'] * 100:g} % dropped)"),
+        ("  busiest rank's load", f"{m['load_factor']:.3f}",
+         f"x mean ({a['hot_experts'] * 100:g} % at {a['imbalance']:g} x)"),
+    ]
+    return rows
 
 
 def _fmt_value(x, unit: str) -> str:
@@ -213,7 +257,7 @@ def binding_lines(binding: list[dict] | None, objective: str, unit: str, batch: 
         viol = f"; it would have {v['name']} = {v['value']:,.2f} {v['unit']} against {v['limit']:,.2f}" \
             if "value" in v else ""
         lines.append(f"  {b['name']}: without it, {p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, "
-                     f"{layout_text(p, ', ')}{_batch(p, batch)}) would reach "
+                     f"{layout_text(p, ', ')}{moe_short(p)}{_batch(p, batch)}) would reach "
                      f"{_objective_text(b['objective_without'], objective, unit)} "
                      f"({change_text(b['saving'])}){viol}")
     return lines
@@ -234,7 +278,7 @@ def alternative_lines(alts: list[dict], objective: str, unit: str, batch: bool =
     for a in alts:
         if a["feasible"]:
             p = a["plan"]
-            layout = (f"ZeRO-{p['zero_stage']}, {layout_text(p)}, "
+            layout = (f"ZeRO-{p['zero_stage']}, {layout_text(p)}{moe_short(p)}, "
                       f"micro-batch {p['micro_batch']}, recompute {p['recompute']}{_batch(p, batch)}")
             lines.append(f"  {a['alternative']}: feasible ({layout}) but "
                          f"{_objective_text(a['objective'], objective, unit)} ({change_text(a['delta'], signed=True)})")
@@ -257,6 +301,10 @@ def top_table(top: list[dict], unit: str) -> Table:
                      f"{p['micro_batch']} x {p['grad_accum'] or '-'}",
                      p["recompute"], f"{p['save_interval_s']:,.0f} s {p['save_mode']}", f"{m['step_s']:.1f}",
                      f"{m['finish_days']:.1f}", f"{m['cost']:,.0f}"))
+    if any(e["plan"].get("ep") is not None for e in top):  # MoE: EP and capacity after the layout
+        cols = cols[:5] + ("EP/cap",) + cols[5:]
+        rows = [r[:5] + (moe_short(e["plan"])[2:].replace(", ", "/").replace("capacity ", ""),) + r[5:]
+                for r, e in zip(rows, top)]
     # numbers never wrap or shrink below their widest cell or header; the text columns wrap in a
     # narrow terminal, never below their longest header word
     for j, col in enumerate(cols):

@@ -99,6 +99,10 @@ def _layout(e: dict) -> str:
         text += f" off {e['offload']}"
     if e.get("schedule"):
         text += f" {e['schedule']}"
+    if (e.get("ep") or 1) > 1:  # MoE: expert parallelism and capacity (dropless when empty)
+        text += f" EP {e['ep']}"
+    if e.get("capacity_factor"):
+        text += f" c {e['capacity_factor']:g}"
     return text
 
 

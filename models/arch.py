@@ -31,8 +31,8 @@ Extensions, each exact for the architectures that have them:
   norms and one block (of the model's last kind); embedding and LM head are shared with the main
   model, but each depth multiplies by the LM head once more.
 
-Expert parallelism is not yet a plan decision: until it is, every card holds every expert (EP = 1),
-which :func:`layer_params` / :func:`block_param_arrays` (the memory model's inputs) express.
+These functions count every expert on one card (EP = 1); expert parallelism splits the routed experts
+over ep cards in :mod:`tpopt.models.moe`, which the planner uses for MoE models.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ brute-force enumerator and the solvers' table builders run exactly this code. ``
 for one plan and returns an :class:`Evaluation` with metrics and named constraint checks.
 
 Step time (one optimizer step, per card):
-    t_step = t_compute x (1 + sigma E[max_n]) + t_exposed_dp + t_tp + t_offload + t_input_wait
+    t_step = t_compute x (1 + sigma E[max_n]) + t_exposed_dp + t_tp + t_offload + t_ep + t_input_wait
 where t_compute is the pipeline completion time of the micro-batches (the plain sum when pp = 1).
 Finish time: T = T_reserved + ceil(D / b) x t_step x (1 + L(tau)) (chapter 10.6.1).
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tpopt.errors import InputError
-from tpopt.models import context, memory
+from tpopt.models import context, memory, moe
 from tpopt.models import terms as T
 from tpopt.models.plan import OFFLOADS, SAVE_MODES, Plan, Scenario, schedule_name, split_schedule
 from tpopt.models.units import DAY, GIB, HOUR
@@ -34,6 +34,7 @@ class ConstraintSpec:
 
 
 # Every constraint family, in report order. value <= limit is feasible.
+MOE_FAMILIES = ("layout.ep_divides_experts", "layout.ep_group", "moe.capacity_drops")  # shown for MoE models only
 CONSTRAINTS = (
     ConstraintSpec("memory.per_card", "GiB", GIB, "peak per-card memory <= usable memory"),
     ConstraintSpec("memory.host", "GiB", GIB, "offloaded optimizer state per host <= host memory"),
@@ -47,6 +48,11 @@ CONSTRAINTS = (
     ConstraintSpec("layout.pp_divides_layers", "layers", 1.0, "pp divides the layer count", True),
     ConstraintSpec("layout.schedule_shape", "", 1.0, "the pipeline schedule supports pp and the micro-batch count",
                    True),
+    ConstraintSpec("layout.ep_divides_experts", "experts", 1.0, "ep divides the routed experts", True),
+    ConstraintSpec("layout.ep_group", "cards", 1.0,
+                   "ep x expert-tp divides tp x dp (an explicit expert-tp divides the host and the expert width)",
+                   True),
+    ConstraintSpec("moe.capacity_drops", "%", 0.01, "dispatches a capacity factor drops <= the maximum drop rate"),
     ConstraintSpec("step.budget", "s", 1.0, "t_step <= (T_deadline - T_reserved) / (iterations (1 + L))"),
     ConstraintSpec("input.throughput", "seq/s", 1.0, "input demand <= workers x rate"),
     ConstraintSpec("checkpoint.backlog", "s", 1.0, "checkpoint write time <= save interval"),
@@ -63,8 +69,8 @@ def _f(x):
 
 
 def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, zero_stage, nics_per_host,
-                    save_interval_s, recompute="none", offload="none", schedule="1f1b", save_mode="sync",
-                    cp=1, sequence_parallel=None) -> dict:
+                    save_interval_s, recompute="none", offload="none", schedule="1f1b", save_mode="sync", ep=1,
+                    expert_tp=0, capacity_factor=0.0, cp=1, sequence_parallel=None) -> dict:
     """All metrics and constraint (value, limit) pairs for a broadcastable grid of plans.
 
     The sum of the terms of :mod:`tpopt.models.terms`. Returns a dict of arrays; constraint families
@@ -86,6 +92,7 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
     tp, pp, dp, cp = np.asarray(tp), np.asarray(pp), np.asarray(dp), np.asarray(cp)
     mb, z, nics = np.asarray(micro_batch), np.asarray(zero_stage), np.asarray(nics_per_host)
     tau = _f(save_interval_s)
+    ep, etp, cap = np.asarray(ep), np.asarray(expert_tp), _f(capacity_factor)
     cpu = offload == "cpu"
     g = acc.cards_per_host
     B = task.global_batch
@@ -93,24 +100,27 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
     hosts = np.ceil(cards / g)
     ga = T.grad_accum(sc, dp, mb)
 
-    states = T.states(sc, z, cpu, tp, pp, dp, cp) + T.param_copies(sc, schedule, tp, pp)
-    acts = T.activations(sc, schedule, recompute, tp, pp, dp, mb, cp)
-    temp = T.temporary(sc, z, tp, pp, mb, cp)
+    states = T.states(sc, z, cpu, tp, pp, dp, ep, etp, cp) + T.param_copies(sc, schedule, tp, pp, ep, etp)
+    acts = T.activations(sc, schedule, recompute, tp, pp, dp, mb, ep, etp, cap, cp)
+    temp = T.temporary(sc, z, tp, pp, mb, ep, etp, cap, cp)
     mem_total = states + acts + temp
-    host_opt = T.host_memory(sc, accelerator, cpu, z, tp, pp, dp, cp)
+    host_opt = T.host_memory(sc, accelerator, cpu, z, tp, pp, dp, ep, etp, cp)
 
     compute_s, pure_s, bubble_s, straggler_s = T.compute(sc, accelerator, recompute, schedule, tp, pp, dp, mb, nics,
-                                                         cp)
-    link_dp = T.dp_link(sc, accelerator, z, tp, pp, dp, mb, nics, cp)
-    exposed = T.exposed_dp(sc, accelerator, z, recompute, tp, pp, dp, mb, nics, cp)
+                                                         ep, cap, etp, cp)
+    link_dp = T.dp_link(sc, accelerator, z, tp, pp, dp, mb, nics, ep, etp, cp)
+    exposed = T.exposed_dp(sc, accelerator, z, recompute, tp, pp, dp, mb, nics, ep, etp, cap, cp)
     tp_s = T.tp_comm(sc, accelerator, recompute, tp, pp, dp, mb, cp)
-    offload_s = T.offload_wait(sc, accelerator, cpu, z, recompute, tp, pp, dp, mb, cp)
-    busy = compute_s + exposed + tp_s + offload_s
+    offload_s = T.offload_wait(sc, accelerator, cpu, z, recompute, tp, pp, dp, mb, ep, etp, cap, cp)
+    link_ep = T.ep_link(sc, accelerator, recompute, tp, pp, mb, nics, ep, etp, cap, cp) * ga
+    exposed_ep = T.ep_comm(sc, accelerator, recompute, schedule, tp, pp, dp, mb, nics, ep, etp, cap, cp)
+    busy = compute_s + exposed + tp_s + offload_s + exposed_ep
     per_op = T.per_op_model(sc)
     # per-operation model: exposed TP time is inside the stage durations; split it out for reports;
     # the exposed context-parallel exchange is inside them in both models
-    tp_show = T.tp_exposed(sc, accelerator, recompute, tp, pp, dp, mb, cp) if per_op else tp_s
-    cp_show = T.cp_exposed(sc, accelerator, recompute, tp, pp, dp, mb, nics, cp) if np.any(cp > 1) else 0.0 * tp_s
+    tp_show = T.tp_exposed(sc, accelerator, recompute, tp, pp, dp, mb, ep, cap, etp, cp) if per_op else tp_s
+    cp_show = T.cp_exposed(sc, accelerator, recompute, tp, pp, dp, mb, nics, cp, ep, cap, etp) \
+        if np.any(cp > 1) else 0.0 * tp_s
     cp_link = T.cp_link(sc, accelerator, tp, pp, dp, mb, nics, cp) if np.any(cp > 1) else 0.0 * tp_s
     inside = (tp_show if per_op else 0.0 * tp_s) + cp_show
     step_s = busy + sc.input.wait_s
@@ -134,9 +144,10 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
         "temporary": temp * ones, "compute_s": (compute_s - straggler_s - inside) * ones,
         "pure_compute_s": (pure_s - inside) * ones,
         "bubble_s": bubble_s * ones, "straggler_s": straggler_s * ones,
-        "comm_link_s": (link_dp + tp_show + cp_link) * ones,
-        "comm_exposed_s": (exposed + tp_show + cp_show) * ones, "dp_link_s": link_dp * ones, "tp_comm_s": tp_show * ones,
-        "cp_exposed_s": cp_show * ones, "cp_link_s": cp_link * ones,
+        "comm_link_s": (link_dp + tp_show + link_ep + cp_link) * ones,
+        "comm_exposed_s": (exposed + tp_show + exposed_ep + cp_show) * ones,
+        "dp_link_s": link_dp * ones, "tp_comm_s": tp_show * ones, "ep_link_s": link_ep * ones,
+        "ep_exposed_s": exposed_ep * ones, "cp_exposed_s": cp_show * ones, "cp_link_s": cp_link * ones,
         "offload_s": offload_s * ones, "input_wait_s": sc.input.wait_s * ones, "busy_s": busy * ones,
         "stored_activations": (T.stored_activations(sc, schedule, recompute, tp, pp, dp, mb, cp)
                                if T.modelled_activations(sc) else acts) * ones,
@@ -147,6 +158,7 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
         "cost": cost * ones, "checkpoint_bytes": write_s * sc.reliability.write_bandwidth * ones,
         "checkpoint_write_s": write_s * ones, "failure_rate": T.failure_rate(sc, cards) * ones,
         "input_demand": demand * ones, "input_supply": supply * ones,
+        "dropped_fraction": T.capacity_drops(sc, tp, mb, cap) * ones,
     }
     heads_ok = context.heads_ok(a, tp, cp, sc.cp_method)
     cons = {
@@ -159,6 +171,10 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
         # the per-operation model runs uneven stages; the flat model balances L / pp layers per stage
         "layout.pp_divides_layers": (0.0 * pp if per_op else a.layers % pp, 0.0),
         "layout.schedule_shape": (np.where(T.schedule_shape_ok(schedule, pp, dp, mb, B, sc), 0.0, 1.0), 0.0),
+        "layout.ep_divides_experts": (np.mod(a.experts, ep), 0.0),
+        "layout.ep_group": (np.where(T.ep_group_ok(sc, accelerator, tp, dp, ep, etp, cp), 0.0,
+                                     ep * moe.expert_tp_size(etp, tp)), 0.0),
+        "moe.capacity_drops": (T.capacity_drops(sc, tp, mb, cap, cp), sc.moe.max_drop),
         "step.budget": (step_s, step_limit),
         "input.throughput": (demand, supply),
         "checkpoint.backlog": (write_s, tau),
@@ -233,7 +249,15 @@ class Evaluation:
                 "sequence_parallel": p.sequence_parallel if p.tp > 1 else None,
                 "flash_attention": p.flash_attention,
                 "stage_layers": self.metrics.get("stage_layers")
-                if p.pp > 1 and self.metrics.get("step_model") == "per-operation" else None}
+                if p.pp > 1 and self.metrics.get("step_model") == "per-operation" else None, **self.moe_plan()}
+
+    def moe_plan(self) -> dict:
+        """EP, expert-TP, capacity and the EP group's placement (None for a dense model)."""
+        p = self.plan
+        if "ep_placement" not in self.metrics:
+            return {"ep": None, "expert_tp": None, "capacity_factor": None, "ep_placement": None}
+        return {"ep": p.ep, "expert_tp": p.expert_tp or p.tp, "capacity_factor": p.capacity_factor or None,
+                "ep_placement": self.metrics["ep_placement"]}
 
     def as_dict(self) -> dict:
         return {"plan": self.plan_dict(), "metrics": {k: v for k, v in self.metrics.items()},
@@ -281,6 +305,7 @@ def resolve_plan(sc: Scenario, plan: Plan) -> Plan:
         interval = float(T.optimal_save_interval(sc, plan.cards, plan.save_mode))
     if interval < 0:
         raise InputError("save interval must be positive")
+    check_moe_plan(sc, plan)
     nics = plan.nics_per_host or sysm.acc.nics_per_host
     if nics < 1 or nics > max(sysm.acc.max_nics_per_host, 1):
         raise InputError(f"nics per host must be between 1 and {sysm.acc.max_nics_per_host} for {plan.accelerator}")
@@ -328,6 +353,59 @@ def at_plan_batch(sc: Scenario, plan: Plan) -> Scenario:
     return replace(sc, task=sc.task.at_batch(plan.global_batch))
 
 
+def check_moe_plan(sc: Scenario, plan: Plan) -> None:
+    """Bad MoE plan input (one clear line): EP on a dense model or not dividing the routed experts, a
+    negative expert-TP, a capacity factor that is not positive."""
+    a = sc.model
+    if plan.ep < 1:
+        raise InputError(f"ep must be at least 1 (got {plan.ep})")
+    if plan.expert_tp < 0:
+        raise InputError(f"expert-tp must be at least 1, or 0 for the same as tp (got {plan.expert_tp})")
+    if plan.capacity_factor < 0:
+        raise InputError(f"capacity factor must be positive, or none for dropless (got {plan.capacity_factor})")
+    if not a.moe:
+        if plan.ep > 1 or plan.expert_tp > 0 or plan.capacity_factor > 0:
+            raise InputError(f"ep, expert-tp and capacity apply to mixture-of-experts models; {a.name} is dense")
+        return
+    if a.experts % plan.ep:
+        raise InputError(f"ep {plan.ep} does not divide the {a.experts} routed experts of {a.name}")
+
+
+def moe_metrics(sc: Scenario, plan: Plan, v: dict) -> dict:
+    """What a MoE plan adds to the report: expert weights and state per card, the routing outcome of one
+    card's micro-batch (dispatches, capacity rows, dropped and padded shares, load factor) and the
+    all-to-all (link time, exposed time, where the EP group sits)."""
+    a, o = sc.model, sc.moe
+    if not a.moe:
+        return {}
+    rec = memory.recipe(sc.task.precision)
+    tokens = float(T.card_tokens(sc, plan.tp, plan.micro_batch, plan.cp))
+    etp = float(moe.expert_tp_size(plan.expert_tp, plan.tp))
+    c = plan.capacity_factor
+    dropped, padded = (float(x) for x in moe.routing_drops(tokens, a.top_k, a.experts, c, o.imbalance, o.hot))
+    xp = float(moe.expert_card_params(a, plan.tp, plan.pp, plan.ep, plan.expert_tp))
+    edp = float(moe.expert_dp_size(plan.tp, plan.dp * plan.cp, plan.ep, plan.expert_tp))
+    g = sc.system(plan.accelerator).acc.cards_per_host
+    return {
+        "expert_params_per_card": xp,
+        "expert_weights_gib": xp * rec.weights / GIB,
+        "expert_states_gib": float(memory.zero_state_bytes(xp, edp, plan.zero_stage, rec, plan.offload == "cpu")) / GIB,
+        "expert_dp": edp,
+        "moe_blocks_per_stage": int(moe.moe_blocks_per_stage(a, plan.pp)),
+        "dispatches_per_block": float(moe.dispatches(tokens, a.top_k)),
+        "capacity_rows": int(moe.capacity_rows(tokens, a.top_k, a.experts, c)) if c > 0 else None,
+        "dropped_fraction": dropped,
+        "padded_fraction": padded,
+        "load_factor": float(T.load_factor(sc, plan.ep, c)),
+        "ep_link_s": v["ep_link_s"],
+        "ep_exposed_s": v["ep_exposed_s"],
+        "ep_hosts": int(moe.ep_hosts(plan.ep, etp, g)),
+        "ep_placement": moe.ep_placement(plan.ep, etp, g),
+        "moe_assumptions": {"imbalance": o.imbalance, "hot_experts": o.hot, "max_drop": o.max_drop,
+                            "a2a_overlap": o.a2a_overlap, "dispatcher": o.dispatcher, "node_limit": o.node_limit},
+    }
+
+
 def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluation:
     """Metrics and constraint checks of one plan (chapter 10.6.1 table and more), at the plan's
     global batch when it sets one."""
@@ -337,7 +415,8 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
     r = evaluate_arrays(sc, plan.accelerator, tp=plan.tp, pp=plan.pp, dp=plan.dp, micro_batch=plan.micro_batch,
                         zero_stage=plan.zero_stage, nics_per_host=plan.nics_per_host,
                         save_interval_s=plan.save_interval_s, recompute=plan.recompute, offload=plan.offload,
-                        schedule=plan.schedule, save_mode=plan.save_mode, cp=plan.cp)
+                        schedule=plan.schedule, save_mode=plan.save_mode, ep=plan.ep, expert_tp=plan.expert_tp,
+                        capacity_factor=plan.capacity_factor, cp=plan.cp)
     v = {k: float(np.asarray(x)) for k, x in r.items() if isinstance(k, str) and k != "feasible"}
     metrics = {
         "hosts": int(v["hosts"]),
@@ -378,6 +457,7 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
         "input_supply_seq_s": _clean(v["input_supply"]),
         "step_model": "per-operation" if T.per_op_model(sc) else "flat",
         "stage_layers": [int(x) if float(x).is_integer() else float(x) for x in T.stage_split(sc, plan.pp)],
+        **moe_metrics(sc, plan, v),
     }
     checks = []
     for spec in CONSTRAINTS:
@@ -387,6 +467,8 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
         if spec.name == "budget.cost" and lim == float("inf"):
             continue
         if spec.name == "input.throughput" and lim == float("inf"):
+            continue
+        if spec.name in MOE_FAMILIES and not sc.model.moe:
             continue
         slack = lim - val
         scale = spec.scale

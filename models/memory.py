@@ -132,7 +132,8 @@ def stage_params(a: ModelArch, tp, pp):
     Tensor parallelism splits every linear layer and the (vocab-parallel) embedding and LM head by
     tp; norms are replicated. With tp = pp = 1 this is exactly N. When blocks differ (dense blocks
     before MoE blocks), the heaviest stage is the largest of the first stage, the last stage and any
-    run of ceil(L / pp) consecutive blocks. A MoE block holds every expert (EP = 1).
+    run of ceil(L / pp) consecutive blocks. A MoE block holds every expert (EP = 1; models/moe.py splits
+    them by expert parallelism).
     """
     t = np.asarray(tp, dtype=float)
     p = np.asarray(pp)

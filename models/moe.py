@@ -1,15 +1,62 @@
-"""Mixture-of-experts routing capacity (chapter 10.3.4).
+"""Mixture-of-experts relations: routing capacity, drops and padding, the load factor that stretches
+expert work, expert-parallel sharding of the expert weights, the all-to-all dispatch and combine on
+the real links, and the activation memory of routed tokens (the training-systems chapter, 10.3.4 and
+10.5; the layout follows Megatron-Core's "MoE parallel folding").
 
-capacity = floor(c x tokens x k / E) rows per expert; dispatches beyond an expert's capacity are
-dropped (the token skips the layer through the residual); unused capacity is padded with zeros, which
-still costs compute and communication.
+Layout. A pipeline stage's attention and dense blocks run on tp x dp cards; its MoE blocks run on the
+same cards regrouped as etp x ep x edp (expert tensor, expert and expert-data parallel), so
+etp x ep x edp = tp x dp: "EP x expert-TP within the DP x TP group". Ranks are numbered expert-TP
+innermost, then EP, then EDP, inside the stage's block of tp x dp consecutive cards (tpopt numbers TP
+innermost, then DP, then PP; see :mod:`tpopt.models.comm`). One EP group is therefore ep x etp
+consecutive cards: **inside one host** when ep x etp <= cards per host (the all-to-all runs on NVLink,
+or PCIe on cards without peer-to-peer), otherwise **across** ceil(ep x etp / cards per host) hosts
+(the share of rows bound for other hosts crosses the NICs). ``expert_tp = 0`` means "the same as tp"
+(Megatron-LM's classic layout, where the rule reduces to EP dividing DP).
+
+Routing shape. Planning needs the load of the busiest expert, not the mean. tpopt describes routing by
+a two-level shape: a fraction ``hot`` of the experts receives ``imbalance`` x the mean dispatches, the
+others share the rest equally (the chapter's example: half the experts 1.5 x hot). The busiest EP rank
+holds E / ep experts; in the worst placement it holds as many hot experts as there are.
+
+Capacity. With a capacity factor c an expert takes floor(c x tokens x k / E) rows per micro-batch (one
+card's tokens); dispatches beyond it are dropped (the token skips the block through the residual),
+unused rows are padded with zeros and still cost compute and communication, so every rank processes
+exactly c x the mean. Without a capacity (dropless, c = 0 here) nothing is dropped or padded and the
+busiest rank processes its routed load. Either way the rows the busiest rank handles, relative to a
+perfectly balanced router, are the **load factor** phi that stretches expert compute, the all-to-all
+and the routed activations.
 """
 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
+
+from tpopt.models.arch import (
+    ModelArch,
+    _mlp_bias,
+    _mtp_is_moe,
+    block_param_arrays,
+    embedding_params,
+    expert_linear_params,
+    is_moe_layer,
+    moe_layer_count,
+    mtp_linear_params,
+    mtp_params,
+)
+
+DISPATCHERS = ("direct", "per-host")
+A2A_OVERLAPS = ("auto", "none", "all")
+
+
+def _f(x):
+    return np.asarray(x, dtype=float)
+
+
+# ---------------------------------------------------------------------------------------------
+# capacity, drops and padding (chapter 10.3.4)
 
 
 def expert_capacity(tokens: int, top_k: int, experts: int, capacity_factor: float) -> int:
@@ -29,3 +76,356 @@ def drop_and_padding_fractions(loads, capacity: int) -> tuple[float, float]:
     loads = np.asarray(loads)
     dropped, padded = dropped_and_padded(loads, capacity)
     return dropped / loads.sum(), padded / (len(loads) * capacity)
+
+
+def dispatches(tokens, top_k):
+    """Token-to-expert dispatches of one MoE block: tokens x k (8,192 tokens x k = 8 -> 65,536)."""
+    return _f(tokens) * top_k
+
+
+def cold_load(imbalance, hot):
+    """Load of a cold expert relative to the mean when a fraction ``hot`` of the experts takes
+    ``imbalance`` x the mean: (1 - hot x imbalance) / (1 - hot) (1.5 x hot on half -> 0.5)."""
+    imbalance, hot = _f(imbalance), _f(hot)
+    return np.where(hot >= 1.0, imbalance, (1.0 - hot * imbalance) / np.where(hot >= 1.0, 1.0, 1.0 - hot))
+
+
+def capacity_rows(tokens, top_k: int, experts: int, capacity_factor):
+    """Rows per expert per micro-batch of ``tokens`` (one card's): floor(c x tokens x k / E); 0 when dropless."""
+    c = _f(capacity_factor)
+    return np.where(c > 0, np.floor(c * _f(tokens) * top_k / max(experts, 1) + 1e-9), 0.0)
+
+
+def routing_drops(tokens, top_k: int, experts: int, capacity_factor, imbalance, hot):
+    """(dropped share of dispatches, padded share of executed rows) under the routing shape.
+
+    Mean rows per expert m = tokens x k / E; hot experts take imbalance x m, cold ones cold_load x m;
+    with r = floor(c m) rows:  dropped = [hot max(0, imb m - r) + (1 - hot) max(0, cold m - r)] / m,
+    padded = [hot max(0, r - imb m) + (1 - hot) max(0, r - cold m)] / r. Dropless (c = 0): (0, 0).
+    Qwen3-235B-A22B (E = 128, k = 8, 8,192 tokens, half the experts 1.5 x hot): c = 1, 1.25, 1.5, 2
+    -> 512/640/768/1,024 rows, 25/12.5/0/0 % dropped, 25/30/33/50 % padding (chapter 10.3.4).
+    """
+    c, imb, hot = _f(capacity_factor), _f(imbalance), _f(hot)
+    m = _f(tokens) * top_k / max(experts, 1)
+    r = capacity_rows(tokens, top_k, experts, c)
+    hi, lo = imb * m, cold_load(imb, hot) * m
+    dropped = (hot * np.maximum(0.0, hi - r) + (1 - hot) * np.maximum(0.0, lo - r)) / np.maximum(m, 1e-300)
+    padded = (hot * np.maximum(0.0, r - hi) + (1 - hot) * np.maximum(0.0, r - lo)) / np.maximum(r, 1e-300)
+    cap = c > 0
+    return np.where(cap, dropped, 0.0), np.where(cap & (r > 0), padded, 0.0)
+
+
+def rank_imbalance(experts: int, ep, imbalance, hot):
+    """Routed load of the busiest EP rank over the mean, worst placement: its n = E / ep experts include
+    min(n, hot x E) hot ones: [min(n, hE) imb + max(0, n - hE) cold] / n. EP = 1 -> 1 (one card holds
+    every expert and sees the whole routed load); n <= hot x E -> imbalance."""
+    n = experts / np.maximum(_f(ep), 1.0)
+    n_hot = np.minimum(n, _f(hot) * experts)
+    return (n_hot * _f(imbalance) + (n - n_hot) * cold_load(imbalance, hot)) / n
+
+
+def load_factor(experts: int, ep, capacity_factor, imbalance, hot):
+    """Rows the busiest EP rank processes relative to a perfectly balanced router (phi):
+    the capacity factor c when set (every expert runs c x the mean, padded or truncated), else the
+    busiest rank's routed load (:func:`rank_imbalance`). Dense models: 1."""
+    if experts <= 0:
+        return np.ones(np.broadcast(_f(ep), _f(capacity_factor)).shape)
+    c = _f(capacity_factor)
+    return np.where(c > 0, c, rank_imbalance(experts, ep, imbalance, hot))
+
+
+# ---------------------------------------------------------------------------------------------
+# layout
+
+
+def expert_tp_size(expert_tp, tp):
+    """Expert tensor-parallel size: ``expert_tp``, or tp where it is 0 (the classic layout)."""
+    e = _f(expert_tp)
+    return np.where(e <= 0, _f(tp), e)
+
+
+def expert_dp_size(tp, dp, ep, expert_tp):
+    """Expert-data-parallel size edp = tp x dp / (ep x etp): the group ZeRO shards expert state over."""
+    return _f(tp) * _f(dp) / (_f(ep) * expert_tp_size(expert_tp, tp))
+
+
+def ep_group_ok(a: ModelArch, tp, dp, ep, expert_tp, cards_per_host):
+    """EP x expert-TP divides tp x dp; an explicit expert-TP divides the host and the expert width."""
+    etp = expert_tp_size(expert_tp, tp)
+    group = _f(tp) * _f(dp)
+    ok = np.mod(group, _f(ep) * etp) == 0
+    explicit = _f(expert_tp) > 0
+    width = a.expert_ffn if a.experts else 1
+    return ok & (~explicit | ((cards_per_host % etp == 0) & (np.mod(width, etp) == 0)))
+
+
+def ep_hosts(ep, expert_tp_eff, cards_per_host):
+    """Hosts one EP group spans: ceil(ep x etp / cards per host)."""
+    return np.ceil(_f(ep) * _f(expert_tp_eff) / cards_per_host)
+
+
+def ep_placement(ep, expert_tp_eff, cards_per_host) -> str:
+    """"in-host" or "across N hosts" for one plan (what decides the all-to-all's links)."""
+    h = int(ep_hosts(ep, expert_tp_eff, cards_per_host))
+    if ep <= 1:
+        return "none"
+    return "in-host" if h <= 1 else f"across {h} hosts"
+
+
+# ---------------------------------------------------------------------------------------------
+# parameters per card with experts sharded by EP
+
+
+@lru_cache(maxsize=256)
+def _split_block_arrays(a: ModelArch):
+    """Per block: (non-expert linear, non-expert other, routed-expert linear, routed-expert biases)."""
+    lin, oth = block_param_arrays(a)
+    moe = np.array([is_moe_layer(a, i) for i in range(a.layers)], dtype=bool)
+    xl = np.where(moe, a.experts * expert_linear_params(a), 0.0)
+    xb = np.where(moe, a.experts * _mlp_bias(a, a.expert_ffn), 0.0)
+    out = (lin - xl, oth - xb, xl, xb, moe)
+    for x in out:
+        x.flags.writeable = False  # cached: shared by every caller
+    return out
+
+
+def _mtp_split(a: ModelArch):
+    """MTP modules: (non-expert linear, non-expert other, expert linear, expert biases, MoE blocks)."""
+    if a.mtp_layers <= 0:
+        return 0.0, 0.0, 0.0, 0.0, 0
+    lin, other = mtp_linear_params(a), mtp_params(a) - mtp_linear_params(a)
+    if not _mtp_is_moe(a):
+        return lin, other, 0.0, 0.0, 0
+    xl = a.mtp_layers * a.experts * expert_linear_params(a)
+    xb = a.mtp_layers * a.experts * _mlp_bias(a, a.expert_ffn)
+    return lin - xl, other - xb, xl, xb, a.mtp_layers
+
+
+@lru_cache(maxsize=4096)
+def _stage_candidates(a: ModelArch, tp: float, pp: int, split: tuple | None) -> np.ndarray:
+    out = stage_candidates(a, tp, pp, None if split is None else list(split))
+    out.flags.writeable = False
+    return out
+
+
+def stage_candidates(a: ModelArch, tp: float, pp: int, split: list | None = None) -> np.ndarray:
+    """Stages that can be the heaviest, as rows (non-expert params per card, routed-expert linear
+    params, routed-expert biases, MoE blocks): tp splits the non-expert linear layers; the expert
+    columns are split later by ep x etp (weights) and ep (biases).
+
+    Without ``split``, the same stages :func:`tpopt.models.memory.stage_params` considers: with pp > 1
+    the first run of ceil(L / pp) blocks with the embedding, the last run with the final norm, LM head
+    and MTP modules, and every run of ceil(L / pp) consecutive blocks (dominated rows removed); at
+    ep x etp = tp the heaviest row's total is exactly stage_params. With ``split`` (layers per stage,
+    the per-operation model's uneven stages) every real stage, as memory.stage_param_counts (a tied
+    embedding keeps its own copy on a separate last stage).
+    """
+    dl, do, xl, xb, moe = _split_block_arrays(a)
+    emb = embedding_params(a)
+    pos = a.learned_positions * a.hidden + (a.norm_params if a.embedding_norm else 0)
+    head_ne = emb / tp + pos
+    ml, mo, mxl, mxb, mblocks = _mtp_split(a)
+    tied_copy = split is not None and len(split) > 1
+    head = 0.0 if a.tied_embeddings and not tied_copy else emb / tp
+    tail_ne = head + ml / tp + mo + a.norm_params + (a.vocab if a.head_bias else 0)
+    dense = dl / tp + do
+
+    def cum(x):
+        return np.concatenate([[0.0], np.cumsum(x)])
+
+    cd, cxl, cxb, cm = cum(dense), cum(xl), cum(xb), cum(moe.astype(float))
+    if pp <= 1:
+        rows = [(cd[-1] + head_ne + tail_ne, cxl[-1] + mxl, cxb[-1] + mxb, cm[-1] + mblocks)]
+    elif split:
+        rows, start = [], 0
+        for g, n in enumerate(split):
+            end = start + int(n)
+            row = [cd[end] - cd[start], cxl[end] - cxl[start], cxb[end] - cxb[start], cm[end] - cm[start]]
+            if g == 0:
+                row[0] += head_ne
+            if g == len(split) - 1:
+                row = [row[0] + tail_ne, row[1] + mxl, row[2] + mxb, row[3] + mblocks]
+            rows.append(tuple(row))
+            start = end
+    else:
+        b = min(-(-a.layers // int(pp)), a.layers)
+
+        def run(i):
+            return cd[i + b] - cd[i], cxl[i + b] - cxl[i], cxb[i + b] - cxb[i], cm[i + b] - cm[i]
+
+        rows = [tuple(v + e for v, e in zip(run(0), (head_ne, 0.0, 0.0, 0.0))),
+                tuple(v + e for v, e in zip(run(a.layers - b), (tail_ne, mxl, mxb, mblocks)))]
+        rows += [run(i) for i in range(1, a.layers - b)]
+    arr = np.unique(np.array(rows, dtype=float), axis=0)
+    keep = [i for i, r in enumerate(arr) if not any(np.all(o[:3] >= r[:3]) and np.any(o[:3] > r[:3]) for o in arr)]
+    return arr[keep]
+
+
+def _codes(x: np.ndarray):
+    values, inverse = np.unique(x, return_inverse=True)
+    return values, inverse.reshape(x.shape)
+
+
+def heaviest_stage(a: ModelArch, tp, pp, weigh, split=None):
+    """max over the stages that can be the heaviest of ``weigh(non_expert, expert_linear, expert_bias,
+    moe_blocks)`` (arrays broadcasting with tp and pp; ``weigh`` broadcasts too). ``split(p)``, when
+    given, returns the layers per stage for p stages (stage_candidates)."""
+    t, p = np.broadcast_arrays(_f(tp), _f(pp))
+    (tu, ti), (pu, pi) = _codes(t), _codes(p)
+    cands = {(i, j): _stage_candidates(a, float(tt), int(pp_), tuple(split(int(pp_))) if split else None)
+             for i, tt in enumerate(tu) for j, pp_ in enumerate(pu)}
+    width = max(len(c) for c in cands.values())
+    table = np.empty((len(tu), len(pu), width, 4))
+    for (i, j), c in cands.items():
+        table[i, j] = np.concatenate([c, np.repeat(c[:1], width - len(c), axis=0)])
+    g = table[ti, pi]  # shape t.shape + (width, 4)
+    best = None
+    for w in range(width):
+        v = weigh(g[..., w, 0], g[..., w, 1], g[..., w, 2], g[..., w, 3])
+        best = v if best is None else np.maximum(best, v)
+    return best
+
+
+def card_params(a: ModelArch, tp, pp, ep=1, expert_tp=0):
+    """Parameters one card of the heaviest stage holds: non-expert / tp (norms replicated) + expert
+    weights / (ep x etp) + expert biases / ep. ep = 1, etp = tp: memory.stage_params."""
+    etp = expert_tp_size(expert_tp, tp)
+    return heaviest_stage(a, tp, pp, lambda d, xl, xb, n: d + xl / (_f(ep) * etp) + xb / _f(ep))
+
+
+def expert_card_params(a: ModelArch, tp, pp, ep=1, expert_tp=0):
+    """Routed-expert parameters one card holds on the stage with the most of them:
+    expert weights / (ep x etp) + expert biases / ep."""
+    etp = expert_tp_size(expert_tp, tp)
+    return heaviest_stage(a, tp, pp, lambda d, xl, xb, n: xl / (_f(ep) * etp) + xb / _f(ep))
+
+
+def moe_blocks_per_stage(a: ModelArch, pp):
+    """MoE blocks (MTP modules included) on the stage with the most of them."""
+    return heaviest_stage(a, 1.0, pp, lambda d, xl, xb, n: n)
+
+
+def largest_unit_per_card(a: ModelArch, tp, ep=1, expert_tp=0):
+    """Largest unit ZeRO-3 gathers on one card: a block (non-expert / tp, experts / (ep x etp), expert
+    biases / ep) or the embedding / LM head (V h / tp)."""
+    dl, do, xl, xb, _ = _split_block_arrays(a)
+    t, etp = _f(tp), expert_tp_size(expert_tp, tp)
+    blocks = [(dl[i], do[i], xl[i], xb[i]) for i in sorted(set(np.unique(
+        np.stack([dl, do, xl, xb], axis=1), axis=0, return_index=True)[1]))]
+    unit = embedding_params(a) / t
+    for l_, o_, x_, b_ in blocks:
+        unit = np.maximum(unit, l_ / t + o_ + x_ / (_f(ep) * etp) + b_ / _f(ep))
+    return unit
+
+
+@lru_cache(maxsize=256)
+def expert_gemm_params(a: ModelArch) -> int:
+    """Routed-expert weights one token multiplies (k experts) summed over the MoE blocks and MTP modules."""
+    blocks = moe_layer_count(a) + (a.mtp_layers if _mtp_is_moe(a) else 0)
+    return blocks * a.top_k * expert_linear_params(a)
+
+
+def extra_flops_per_token(a: ModelArch, phi):
+    """Expert FLOPs beyond a balanced router, per token: 6 x (phi - 1) x routed-expert GEMM params
+    (padding and the busiest rank's surplus rows; phi = 1 adds nothing)."""
+    return 6.0 * (_f(phi) - 1.0) * expert_gemm_params(a)
+
+
+# ---------------------------------------------------------------------------------------------
+# all-to-all dispatch and combine
+
+
+def a2a_rows_per_token(top_k: int, ep, hosts, dispatcher: str = "direct", node_limit: int = 0):
+    """Rows of width h one token puts on each link per all-to-all: (inside the host, across hosts).
+
+    The EP group spans ``hosts`` hosts with m = ep / hosts members each; a token's k dispatches go to
+    experts uniformly over the group. ``direct`` (Megatron-LM's all-to-all dispatcher): every dispatch
+    to another rank is its own row, k (m - 1) / ep inside the host and k (ep - m) / ep across.
+    ``per-host`` (DeepSeek-V3's dispatch, DeepEP): one copy per destination host crosses the NICs, the
+    expected number of distinct other hosts a token's k experts sit on, (H - 1)/H x H (1 - (1 - 1/H)^k),
+    capped by ``node_limit`` hosts per token when given, then NVLink forwards k (m - 1)/m rows.
+    """
+    ep, H = _f(ep), np.maximum(_f(hosts), 1.0)
+    m = ep / H
+    if dispatcher == "per-host":
+        distinct = H * (1.0 - (1.0 - 1.0 / H) ** top_k)
+        if node_limit > 0:
+            distinct = np.minimum(distinct, float(node_limit))
+        inter = distinct * (H - 1.0) / H
+        intra = top_k * (m - 1.0) / np.maximum(m, 1.0)
+        return np.where(ep > 1, intra, 0.0), np.where(ep > 1, inter, 0.0)
+    return top_k * (m - 1.0) / ep, top_k * (ep - m) / ep
+
+
+def a2a_time(tokens, hidden: int, act_bytes: float, rows_intra, rows_inter, phi, intra_bw: float, nic_bw: float,
+             nics_per_host, cards_per_host: int, p2p: bool):
+    """One all-to-all (dispatch or combine) of one MoE block for one card's ``tokens``, in seconds.
+
+    Bytes = tokens x rows per token x phi x h x bytes, phi the load factor (the busiest receiver and
+    padded rows pace the exchange). Rows inside the host move at the card-to-card bandwidth; rows across
+    hosts leave through the host's k NICs shared by its cards (k x B_nic / cards per host each), at the
+    same time. A card without peer-to-peer sends both through its own host link:
+        t = max(intra / B_intra, inter / (k B_nic / g))            with peer-to-peer
+        t = max((intra + inter) / B_intra, inter / (k B_nic / g))  without
+    """
+    per_row = _f(tokens) * _f(phi) * hidden * act_bytes
+    intra, inter = per_row * _f(rows_intra), per_row * _f(rows_inter)
+    nic = _f(nics_per_host) * nic_bw / cards_per_host
+    t_nic = np.where(inter > 0, inter / nic, 0.0)
+    on_card = intra if p2p else intra + inter
+    return np.maximum(on_card / intra_bw, t_nic)
+
+
+def a2a_per_microbatch(one, moe_blocks, recompute_full: bool):
+    """All-to-all time of one micro-batch on one stage: MoE blocks x (dispatch + combine forward, their
+    gradients backward: 4 exchanges; 6 when the block is recomputed in full)."""
+    return (6.0 if recompute_full else 4.0) * _f(moe_blocks) * _f(one)
+
+
+def a2a_exposed(per_microbatch, compute_per_microbatch, micro_batches, overlapped):
+    """Exposed all-to-all per step: m x t_a2a without overlap; with overlap (a paired micro-batch's
+    compute hides the exchange: DualPipe, Megatron-LM's EP overlap) m x max(0, t_a2a - t_compute)."""
+    m = _f(micro_batches)
+    hidden = m * np.maximum(0.0, _f(per_microbatch) - _f(compute_per_microbatch))
+    return np.where(overlapped, hidden, m * _f(per_microbatch))
+
+
+def a2a_overlapped(setting: str, schedule: str) -> bool:
+    """Whether the all-to-all hides behind compute: ``all``, ``none``, or ``auto`` = under the DualPipe
+    schedules (forward and backward chunks of two micro-batches paired, DeepSeek-V3)."""
+    if setting == "all":
+        return True
+    if setting == "none":
+        return False
+    return str(schedule).startswith("dualpipe")
+
+
+# ---------------------------------------------------------------------------------------------
+# activation memory of routed tokens
+
+
+def routed_activation_extra(a: ModelArch, tokens, phi, expert_tp_eff, act_bytes=2.0):
+    """Routed-token activation bytes of one MoE block beyond what the dense inventory counts.
+
+    The dense inventory (memory.layer_activation_groups) keeps the expert MLP tensors of k x expert_ffn
+    per token at a balanced load. On the busiest card a MoE block also keeps: the surplus rows,
+    (phi - 1) x tokens x k x (3 f_e, or 2 f_e without a gate); the dispatched input rows and the expert
+    outputs the combine needs for its backward, 2 x etp x tokens x k x phi x h (expert-TP ranks hold the
+    rows of their whole group); the router probabilities, tokens x E x 4 bytes (FP32). ``tokens`` are
+    one card's (micro-batch x s / tp).
+    """
+    if a.experts <= 0:
+        return 0.0 * _f(tokens) * _f(phi)
+    t, phi = _f(tokens), _f(phi)
+    width = (3 if a.gated_mlp else 2) * a.expert_ffn
+    surplus = (phi - 1.0) * t * a.top_k * width * act_bytes
+    rows = 2.0 * _f(expert_tp_eff) * t * a.top_k * phi * a.hidden * act_bytes
+    return surplus + rows + t * a.experts * 4.0
+
+
+def dispatch_buffer(a: ModelArch, tokens, phi, act_bytes=2.0):
+    """The send buffer of one all-to-all, live while a MoE block runs: tokens x k x phi x h x bytes."""
+    if a.experts <= 0:
+        return 0.0 * _f(tokens) * _f(phi)
+    return _f(tokens) * a.top_k * _f(phi) * a.hidden * act_bytes
+

@@ -21,11 +21,13 @@ the score and context products are batched GEMMs over the whole s x s square (ma
 work), and the softmax, dropout and their backward are memory-bound passes over b (heads / t) s^2
 elements. Megatron-LM's ``num_floating_point_operations`` counts the same GEMMs (dense, non-flash case).
 
-Designed to grow: a mixture-of-experts layer adds a router GEMM, permutation passes and expert GEMMs
-with capacity padding; context parallelism divides s by cp in the attention kernels and adds a KV
-exchange; each is more entries of the same table. Until then a MoE block runs its activated experts
-as one MLP of the activated width (arch.mlp_activation_width: top-k x expert FFN + shared experts),
-every card holding every expert (EP = 1), and multi-head latent attention folds its latent
+Designed to grow: context parallelism divides s by cp in the attention kernels and adds a KV
+exchange, as more entries of the same table. A mixture-of-experts block (:func:`moe_kernels`) replaces
+the MLP with a router GEMM, permutation passes, the routed experts as grouped GEMMs whose rows carry
+the load factor (capacity padding, the busiest rank's surplus) and grow with EP (E / ep local experts
+share the rows of ep ranks' tokens), and the shared experts as a dense MLP; the all-to-all between the
+permutations is :func:`tpopt.models.terms.ep_link`'s. Every layer of a MoE model is timed as a MoE
+block (DeepSeek's first dense blocks cost about the same). Multi-head latent attention folds its latent
 projections into the QKV GEMM (same FLOPs).
 """
 
@@ -56,6 +58,9 @@ class Layout:
     flash_attention: bool = True
     dropout: bool = False  # dropout on attention probabilities and after each block output
     act_bytes: float = 2.0  # bytes per activation element (BF16/FP16)
+    ep: object = 1.0  # expert parallelism (MoE): E / ep experts per card
+    expert_tp: object = 0.0  # expert tensor parallelism (0: the same as tp)
+    load: object = 1.0  # load factor phi: rows of the busiest rank over a balanced router (models/moe.py)
     attention_scale: object = 1.0  # the busiest card's attention work over the balanced share (context.imbalance)
 
     @property
@@ -160,6 +165,10 @@ def layer_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
     if not a.parallel_block:
         out += residual_kernels("residual.attn", a, lay)
         out += norm_kernels("norm.mlp", a, lay)
+    if a.moe:
+        out += moe_kernels(a, lay)
+        out += residual_kernels("residual.mlp", a, lay)
+        return out
     width = (2.0 if a.gated_mlp else 1.0) * f / t
     out += _linear("mlp.up", "", T, h, width, e)
     if a.gated_mlp:  # act(gate) x up, fused: read 2 T f, write T f; backward reads g, u, dy, writes dg, du
@@ -168,6 +177,54 @@ def layer_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
         out += _elementwise("mlp.act", "mlp", 2.0 * T * f / t * e, 3.0 * T * f / t * e)
     out += _linear("mlp.down", "", T, f / t, h, e)
     out += residual_kernels("residual.mlp", a, lay)
+    return out
+
+
+def _mlp_kernels(prefix: str, a: ModelArch, rows, width, e, group="mlp", m_per=None, batch=1.0) -> list[Kernel]:
+    """Up (gate and up fused), activation and down of an MLP of ``width`` per card on ``rows`` tokens;
+    with ``batch`` > 1 a grouped GEMM of ``batch`` experts of ``m_per`` rows each."""
+    up = (2.0 if a.gated_mlp else 1.0) * width
+    out = []
+    for op, k_in, n_out in ((f"{prefix}.up", a.hidden, up), (f"{prefix}.down", width, a.hidden)):
+        ks = _linear(op, "", rows, k_in, n_out, e)
+        if m_per is not None:  # E / ep independent products of m_per rows each (one grouped launch)
+            moved = e * (rows * (k_in + n_out) + batch * k_in * n_out)  # every local expert's weights
+            ks = [k._replace(m=m_per, batch=batch, bytes=moved) if k.phase != "dw"
+                  else k._replace(k=m_per, batch=batch, bytes=moved) for k in ks]
+        out += ks
+        if op.endswith(".up"):
+            act = ((3.0, 5.0) if a.gated_mlp else (2.0, 3.0))
+            out += _elementwise(f"{prefix}.act", group, act[0] * rows * width * e, act[1] * rows * width * e)
+    return out
+
+
+def moe_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
+    """The MLP of a mixture-of-experts block for one micro-batch on one card.
+
+    Router: logits of the card's Ts tokens (T / t with sequence parallelism), a GEMM Ts x h x E, then a
+    softmax / top-k pass over Ts x E (FP32). Permute and unpermute (combine, weighted by the router
+    probabilities): memory passes over the R = etp x (T / t) x k x phi rows the card's experts run
+    (phi the load factor; expert-TP ranks hold the rows of their group). Routed experts: one grouped GEMM
+    per projection over E / ep experts of R ep / E rows each, widths f_e / etp (the same FLOPs per card
+    whatever etp, 2 R h x width; more rows per expert as EP grows, which the GEMM efficiency sees).
+    Shared experts: a dense MLP of shared x f_s / t on the T tokens of the tensor-parallel region.
+    """
+    t = _f(lay.tp)
+    e, T = lay.act_bytes, lay.tokens
+    ts = lay.seq_tokens
+    etp = np.where(_f(lay.expert_tp) > 0, _f(lay.expert_tp), t)
+    ep = _f(lay.ep)
+    rows = etp * T / t * a.top_k * _f(lay.load)
+    local = a.experts / ep
+    out = [k._replace(linear=False) for k in _linear("router", "", ts, a.hidden, float(a.experts), e)]
+    out += _elementwise("router.topk", "", 2.0 * ts * a.experts * 4.0, 3.0 * ts * a.experts * 4.0)
+    out += _elementwise("moe.permute", "", 2.0 * rows * a.hidden * e, 2.0 * rows * a.hidden * e)
+    out += _mlp_kernels("expert", a, rows, a.expert_ffn / etp, e, m_per=rows / local, batch=local)
+    out += _elementwise("moe.unpermute", "", 2.0 * rows * a.hidden * e, 3.0 * rows * a.hidden * e)
+    if a.shared_experts:
+        out += _mlp_kernels("mlp", a, T, a.shared_experts * a.shared_ffn / t, e)
+    if a.shared_expert_gate:  # sigmoid gate h x 1 on the shared experts' output (Qwen2-MoE)
+        out += [k._replace(linear=False) for k in _linear("shared.gate", "", ts, a.hidden, 1.0, e)]
     return out
 
 

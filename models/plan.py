@@ -189,6 +189,9 @@ class Plan:
     flash_attention: bool | None = None  # None: the scenario's memory.flash_attention
     first_stage_layers: int = 0  # 0: automatic split (steptime.stage_layers)
     last_stage_layers: int = 0
+    ep: int = 1  # expert parallelism (MoE models): routed experts split over ep cards of the tp x dp group
+    expert_tp: int = 0  # expert tensor parallelism; 0: the same as tp
+    capacity_factor: float = 0.0  # rows per expert = c x the mean; 0: dropless (no capacity)
     global_batch: int = 0  # sequences per step; 0: the task's (a choice when the scenario gives a critical batch)
     cp: int = 1  # context-parallel size: each sequence split over cp cards (models/context.py)
 
@@ -213,9 +216,31 @@ class SearchSpace:
     nics_per_host: tuple[int, ...] = ()  # empty: each accelerator's default only
     dp: tuple[int, ...] = ()  # empty: every divisor of the global batch
     max_cards: int = 1024
+    ep: tuple[int, ...] = (1,)  # expert parallelism (MoE models; the scenario reader's default: see MoeOptions)
+    expert_tp: tuple[int, ...] = (0,)  # expert tensor parallelism, 0 = the same as tp
+    capacity_factor: tuple[float, ...] = (0.0,)  # 0.0 = dropless
     global_batch: tuple[int, ...] = ()  # batch choices (sequences); empty: the task's batch only
     cp: tuple[int, ...] = (1,)  # context-parallel sizes
     sequence_parallel: tuple[bool, ...] = ()  # on / off choices; empty: the scenario's memory.sequence_parallel
+
+
+@dataclass(frozen=True)
+class MoeOptions:
+    """Routing assumptions of a mixture-of-experts model (the [moe] table; see :mod:`tpopt.models.moe`).
+
+    ``imbalance``: dispatches of a hot expert over the mean; ``hot``: the share of experts that hot (the
+    chapter's 10.3.4 example: half the experts at 1.5 x); ``max_drop``: the largest share of dispatches
+    a capacity factor may drop (moe.capacity_drops); ``a2a_overlap``: auto (under DualPipe schedules),
+    none or all; ``dispatcher``: direct (one row per dispatch on the wire) or per-host (one copy per
+    destination host across the NICs, DeepSeek-V3), ``node_limit``: hosts per token (0: no limit).
+    """
+
+    imbalance: float = 1.25
+    hot: float = 0.5
+    max_drop: float = 0.0
+    a2a_overlap: str = "auto"
+    dispatcher: str = "direct"
+    node_limit: int = 0
 
 
 @dataclass(frozen=True)
@@ -244,6 +269,7 @@ class Scenario:
     reliability: Reliability = field(default_factory=Reliability)
     search: SearchSpace = field(default_factory=SearchSpace)
     cost: CostOptions = field(default_factory=CostOptions)
+    moe: MoeOptions = field(default_factory=MoeOptions)
     overlap: bool = True  # prefetch / immediate reduction hide communication behind compute
     name: str = ""
     # tensor-parallel collectives that may hide behind GEMMs (per-operation model): (chunked, async) shares,

@@ -4,8 +4,8 @@ Every term broadcasts over numpy arrays of its variables. The evaluator adds the
 tabulate each one over the joint domain of its own variables (a far smaller table than the whole
 design space) and glue the tables with sums, products and maxima. The variables are:
 
-    acc (scalar per call)  tp  cp  pp  dp  micro_batch  zero  offload  recompute  schedule  nics
-    save_interval  save_mode
+    acc (scalar per call)  tp  pp  dp  micro_batch  zero  offload  recompute  schedule  nics
+    save_interval  save_mode  ep  expert_tp  capacity_factor (MoE models; see models/moe.py)  cp
 
 with cards = tp cp pp dp and grad_accum = batch / (dp micro_batch). Categorical variables (acc,
 offload, recompute, schedule, save_mode) are scalars; the numeric ones may be arrays.
@@ -16,7 +16,7 @@ dp x cp ranks, and the attention exchange (ring or all-to-all) is added to each 
 (:func:`cp_exchange`).
 
     memory  = states + param_copies + activations + temporary                 <= usable
-    busy    = compute (incl. bubbles, stragglers) + exposed_dp + tp_comm + offload_wait
+    busy    = compute (incl. bubbles, stragglers) + exposed_dp + tp_comm + offload_wait + ep_comm
     step    = busy + input_wait
     finish  = reserved + iterations x step x (1 + overhead)                   <= deadline
     cost    = rate x finish
@@ -28,7 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from tpopt.models import comm, context, memory, ops, pipeline, reliability, steptime
+from tpopt.models import comm, context, memory, moe, ops, pipeline, reliability, steptime
 from tpopt.models.arch import attention_flops_per_token, flops_per_token, param_count
 from tpopt.models.batch import iterations_with_ramp
 from tpopt.models.compute import iterations
@@ -159,11 +159,47 @@ def chunk_layers(split: list, v: int):
 # memory terms (bytes per card)
 
 
-def states(sc: Scenario, zero, offload_cpu, tp, pp, dp, cp=1):
-    """Persistent training state of the heaviest stage's card under ZeRO (memory.zero_state_bytes),
-    sharded over the dp x cp ranks."""
+def load_factor(sc: Scenario, ep, capacity_factor):
+    """Rows the busiest expert-parallel rank processes over a balanced router (moe.load_factor; 1 if dense)."""
+    o = sc.moe
+    return moe.load_factor(sc.model.experts, ep, capacity_factor, o.imbalance, o.hot)
+
+
+def _moe_stages(sc: Scenario, tp, pp, weigh):
+    """moe.heaviest_stage over the stages the step-time model runs: runs of ceil(L / pp) blocks (flat, as
+    memory.stage_params) or the real layer split (per-operation, as memory.stage_param_counts)."""
+    split = None
+    if per_op_model(sc):
+        first, last = sc.stage_layers
+        split = lambda p: _split_cached(sc.model.layers, p, first if p > 1 else 0, last if p > 1 else 0)  # noqa: E731
+    return moe.heaviest_stage(sc.model, tp, pp, weigh, split)
+
+
+def card_params(sc: Scenario, tp, pp, ep=1, expert_tp=0):
+    """Parameters on one card of the heaviest stage (routed experts split by ep x expert-TP)."""
+    if not sc.model.moe:
+        return heaviest_stage_params(sc, tp, pp)
+    etp = moe.expert_tp_size(expert_tp, tp)
+    return _moe_stages(sc, tp, pp, lambda d, xl, xb, n: d + xl / (_f(ep) * etp) + xb / _f(ep))
+
+
+def _sharded(sc: Scenario, tp, pp, dp, ep, expert_tp, fn):
+    """max over the stages of fn(non-expert params, dp) + fn(expert params per card, edp): ZeRO shards the
+    non-expert state over dp and the expert state over the expert-data-parallel group edp = tp dp / (ep etp)."""
+    if not sc.model.moe:
+        return fn(heaviest_stage_params(sc, tp, pp), dp)
+    etp = moe.expert_tp_size(expert_tp, tp)
+    edp = moe.expert_dp_size(tp, dp, ep, expert_tp)
+    return _moe_stages(sc, tp, pp, lambda d, xl, xb, n: fn(d, dp) + fn(xl / (_f(ep) * etp) + xb / _f(ep), edp))
+
+
+def states(sc: Scenario, zero, offload_cpu, tp, pp, dp, ep=1, expert_tp=0, cp=1):
+    """Persistent training state of the heaviest stage's card under ZeRO (memory.zero_state_bytes), sharded
+    over the dp x cp ranks; for a MoE model the expert weights and optimizer state are split by ep x
+    expert-TP and ZeRO shards them over the expert-data-parallel group."""
     rec = memory.recipe(sc.task.precision)
-    return memory.zero_state_bytes(heaviest_stage_params(sc, tp, pp), zero_ranks(dp, cp), zero, rec, offload_cpu)
+    return _sharded(sc, tp, pp, zero_ranks(dp, cp), ep, expert_tp,
+                    lambda n, d: memory.zero_state_bytes(n, d, zero, rec, offload_cpu))
 
 
 def heaviest_stage_params(sc: Scenario, tp, pp):
@@ -191,11 +227,11 @@ def _by_unique(fn, *arrays):
     return vals[np.reshape(inverse, -1)].reshape(shape)
 
 
-def param_copies(sc: Scenario, schedule, tp, pp):
+def param_copies(sc: Scenario, schedule, tp, pp, ep=1, expert_tp=0):
     """Extra weight copies a pipeline schedule keeps (DualPipe: one more copy of the stage weights)."""
     rec = memory.recipe(sc.task.precision)
     extra = 1.0 if str(schedule).startswith("dualpipe") else 0.0
-    return np.where(_f(pp) > 1, extra * rec.weights * heaviest_stage_params(sc, tp, pp), 0.0)
+    return np.where(_f(pp) > 1, extra * rec.weights * card_params(sc, tp, pp, ep, expert_tp), 0.0)
 
 
 def _stored_kw(sc: Scenario) -> dict:
@@ -204,7 +240,8 @@ def _stored_kw(sc: Scenario) -> dict:
                 sequence_parallel=mem.sequence_parallel)
 
 
-def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, cp=1):
+def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, ep=1, expert_tp=0, capacity_factor=0.0,
+                cp=1):
     """Activations at the peak: in-flight micro-batches x one micro-batch's stored stage activations,
     plus the recompute workspace once (it is reused block after block and micro-batch after micro-batch).
 
@@ -213,14 +250,48 @@ def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, cp=1
     (stored activations of its layers). With a fixed reserve (chapter accounting: activations,
     gathered module parameters and workspace for micro-batches of one sequence, 10.2.4) the term is
     the reserve times the micro-batch size (conservative: the whole reserve scales, not only its
-    activation share; under context parallelism the reserve is kept whole, conservative too).
+    activation share; under context parallelism the reserve is kept whole, conservative too). A MoE model
+    adds its routed tokens (:func:`moe_activations`).
     """
     mem = sc.memory
     if not modelled_activations(sc):
-        shape = np.broadcast(_f(tp), _f(pp), _f(dp), _f(micro_batch), _f(cp)).shape
+        shape = np.broadcast(_f(tp), _f(pp), _f(dp), _f(micro_batch), _f(ep), _f(expert_tp),
+                             _f(capacity_factor), _f(cp)).shape
         return np.broadcast_to(_f(mem.activation_reserve) * _f(micro_batch), shape)
-    return stored_activations(sc, schedule, recompute, tp, pp, dp, micro_batch, cp) \
+    out = stored_activations(sc, schedule, recompute, tp, pp, dp, micro_batch, cp) \
         + recompute_workspace(sc, recompute, tp, micro_batch, cp)
+    if sc.model.moe:
+        out = out + moe_activations(sc, schedule, recompute, tp, pp, dp, micro_batch, ep, expert_tp, capacity_factor,
+                                    cp)
+    return out
+
+
+def card_tokens(sc: Scenario, tp, micro_batch, cp=1):
+    """Tokens of one micro-batch on one card: micro-batch x s / (tp cp) (sequence parallelism under TP,
+    context parallelism)."""
+    return _f(micro_batch) * sc.task.seq_len / (_f(tp) * _f(cp))
+
+
+def moe_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, ep, expert_tp, capacity_factor,
+                    cp=1):
+    """Routed-token activations beyond the dense inventory (moe.routed_activation_extra per MoE block and
+    micro-batch), for every MoE block whose activations are in flight at the busiest stage's peak: the
+    flat model's in-flight micro-batches x MoE blocks of the stage; the per-operation model's in-flight
+    layer sets (every layer counted as a MoE block). With full recompute only the block being rebuilt
+    holds them (the workspace, once)."""
+    rc = effective_recompute(sc, recompute)
+    phi = load_factor(sc, ep, capacity_factor)
+    one = moe.routed_activation_extra(sc.model, card_tokens(sc, tp, micro_batch, cp), phi,
+                                      moe.expert_tp_size(expert_tp, tp), sc.memory.activation_bytes)
+    if rc == "full":
+        return one * np.ones(np.broadcast(_f(pp), _f(dp)).shape)
+    ga = grad_accum(sc, dp, micro_batch)
+    if not per_op_model(sc):
+        return pipeline_inflight(schedule, pp, ga) * _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n) * one
+    first, last = sc.stage_layers
+    sets = _by_unique(lambda p, m: _peak_layer_sets(str(schedule), sc.model.layers, int(p), int(m), first, last),
+                      pp, np.ceil(ga - 1e-9))
+    return sets * one
 
 
 def stored_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, cp=1):
@@ -264,28 +335,38 @@ def recompute_workspace(sc: Scenario, recompute, tp, micro_batch, cp=1):
     return memory.recompute_workspace_bytes(sc.model, s, mb, tp, rc, **_stored_kw(sc))
 
 
-def temporary(sc: Scenario, zero, tp, pp, micro_batch, cp=1):
-    """Buffers live with the activations: FP32 logits, ZeRO-3 gathered units, pipeline send/recv (all
-    of a card's b s / cp tokens), and the context-parallel exchange buffers (context.buffer_bytes: the
-    K, V blocks in flight of ring attention, or the head-split q, k, v, o of all-to-all)."""
+def temporary(sc: Scenario, zero, tp, pp, micro_batch, ep=1, expert_tp=0, capacity_factor=0.0, cp=1):
+    """Buffers live with the activations: FP32 logits, ZeRO-3 gathered units, pipeline send/recv (all of a
+    card's b s / cp tokens), a MoE block's all-to-all send buffer (moe.dispatch_buffer), and the
+    context-parallel exchange buffers (context.buffer_bytes: the K, V blocks in flight of ring attention,
+    or the head-split q, k, v, o of all-to-all)."""
     mem = sc.memory
     a = sc.model
     cpb = context.buffer_bytes(a, sc.task.seq_len, micro_batch, tp, cp, sc.cp_method, mem.activation_bytes)
     if not modelled_activations(sc):
-        return np.zeros(np.broadcast(_f(zero), _f(tp), _f(pp), _f(micro_batch)).shape) + cpb
+        return np.zeros(np.broadcast(_f(zero), _f(tp), _f(pp), _f(micro_batch), _f(ep), _f(expert_tp),
+                                     _f(capacity_factor)).shape) + cpb
     s = sc.task.seq_len / _f(cp)
     rec = memory.recipe(sc.task.precision)
-    return (memory.logits_bytes(a, s, micro_batch, tp, mem.loss_chunks)
-            + np.where(_f(zero) >= 3, memory.zero3_gather_bytes(a, tp, rec, mem.prefetch), 0.0)
+    if a.moe:
+        unit = moe.largest_unit_per_card(a, tp, ep, expert_tp)
+        gather = unit * ((1 + mem.prefetch) * rec.weights + rec.grads)  # as memory.zero3_gather_bytes
+        send = moe.dispatch_buffer(a, card_tokens(sc, tp, micro_batch, cp), load_factor(sc, ep, capacity_factor),
+                                   mem.activation_bytes)
+    else:
+        gather, send = memory.zero3_gather_bytes(a, tp, rec, mem.prefetch), 0.0
+    return (memory.logits_bytes(a, s, micro_batch, tp, mem.loss_chunks) + send
+            + np.where(_f(zero) >= 3, gather, 0.0)
             + np.where(_f(pp) > 1, memory.pipeline_buffer_bytes(a, s, micro_batch, tp, mem.activation_bytes), 0.0)
             + cpb)
 
 
-def host_memory(sc: Scenario, acc: str, offload_cpu, zero, tp, pp, dp, cp=1):
+def host_memory(sc: Scenario, acc: str, offload_cpu, zero, tp, pp, dp, ep=1, expert_tp=0, cp=1):
     """Optimizer state offloaded to one host: cards_per_host x per-card optimizer shard (0 without offload)."""
     rec = memory.recipe(sc.task.precision)
     g = sc.system(acc).acc.cards_per_host
-    per_card = memory.host_optimizer_bytes(heaviest_stage_params(sc, tp, pp), zero_ranks(dp, cp), zero, rec)
+    per_card = _sharded(sc, tp, pp, zero_ranks(dp, cp), ep, expert_tp,
+                        lambda n, d: memory.host_optimizer_bytes(n, d, zero, rec))
     return np.where(offload_cpu, per_card * g, 0.0)
 
 
@@ -305,40 +386,46 @@ def rates(sc: Scenario, acc: str) -> steptime.Rates:
                           tp_bandwidth=A.intra_host_bw, perf=sysm.perf, fp8=fp8, scale=sysm.efficiency)
 
 
-def layout(sc: Scenario, tp, micro_batch, cp=1) -> ops.Layout:
+def layout(sc: Scenario, tp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0, cp=1) -> ops.Layout:
     """One card's micro-batch for the kernel table. Under context parallelism the card runs b / cp
     sequences' worth of tokens through every token-wise kernel, and its queries attend over the whole
     sequence (the same work as b / cp whole sequences, with the causal imbalance of the split:
-    context.imbalance)."""
+    :func:`cp_imbalance`)."""
     mem = sc.memory
+    moe_kw = ({"ep": ep, "expert_tp": expert_tp, "load": load_factor(sc, ep, capacity_factor)}
+              if sc.model.moe else {})
     return ops.Layout(tp=tp, micro_batch=_f(micro_batch) / _f(cp), seq_len=sc.task.seq_len,
                       sequence_parallel=mem.sequence_parallel, flash_attention=mem.flash_attention,
-                      dropout=mem.dropout, act_bytes=mem.activation_bytes,
-                      attention_scale=cp_imbalance(sc, cp))
+                      dropout=mem.dropout, act_bytes=mem.activation_bytes, attention_scale=cp_imbalance(sc, cp),
+                      **moe_kw)
 
 
 _OP_MEMO: list = []  # the last few op_times results (one evaluation calls it from several terms)
 
 
-def op_times(sc: Scenario, acc: str, recompute, tp, micro_batch, cp=1, nics=None):
+def op_times(sc: Scenario, acc: str, recompute, tp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0, cp=1,
+             nics=None):
     """Per-operation times of one micro-batch: (layer, first-stage extras, last-stage extras), each a
-    steptime.PhaseTimes (fwd, dX incl. recompute, dW, exposed TP, exposed CP). The context-parallel
-    exchange is included when ``nics`` (its path's NICs per host) is given."""
-    arrs = [np.asarray(x) for x in (tp, micro_batch, cp, -1 if nics is None else nics)]
-    key = (acc, str(recompute)) + tuple((x.shape, x.tobytes()) for x in arrs)
+    steptime.PhaseTimes (fwd, dX incl. recompute, dW, exposed TP, exposed CP). A MoE layer's expert
+    kernels depend on EP, expert-TP and the load factor (ops.moe_kernels). The context-parallel exchange
+    is included when ``nics`` (its path's NICs per host) is given."""
+    arrays = [np.asarray(x) for x in (tp, micro_batch, ep, capacity_factor, expert_tp, cp,
+                                      -1 if nics is None else nics)]
+    key = (acc, str(recompute)) + tuple((x.shape, x.dtype.str, x.tobytes()) for x in arrays)
     for entry_sc, entry_key, value in _OP_MEMO:
         if entry_sc is sc and entry_key == key:
             return value
-    value = _op_times(sc, acc, recompute, tp, micro_batch, cp, nics)
+    value = _op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics)
     _OP_MEMO.insert(0, (sc, key, value))
     del _OP_MEMO[8:]
     return value
 
 
-def _op_times(sc: Scenario, acc: str, recompute, tp, micro_batch, cp, nics):
+def _op_times(sc: Scenario, acc: str, recompute, tp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0, cp=1,
+              nics=None):
     rc = effective_recompute(sc, recompute)
     r = rates(sc, acc)
-    lay = layout(sc, tp, micro_batch, cp)
+    lay = layout(sc, tp, micro_batch, ep, capacity_factor, expert_tp, cp)
     layer = steptime.layer_times(sc.model, lay, r, rc, sc.overlap_fractions()[0])
     first, last = steptime.stage_extras(sc.model, lay, r)
     if nics is not None and np.any(_f(cp) > 1):
@@ -375,20 +462,22 @@ def _split_backward(schedule) -> bool:
     return base.startswith("zb") or base.startswith("dualpipe")
 
 
-def microbatch_times(sc: Scenario, acc: str, recompute, schedule, tp, pp, micro_batch, cp=1, nics=None):
+def microbatch_times(sc: Scenario, acc: str, recompute, schedule, tp, pp, micro_batch, ep=1, capacity_factor=0.0,
+                     expert_tp=0, cp=1, nics=None):
     """(t_forward, t_backward_input, t_backward_weight) of one micro-batch on the busiest stage's card.
 
     Flat model: work per token, forward 1/3 of the training FLOPs, backward 2/3 plus any recompute, at
-    peak x efficiency; stages balanced (the LM head counted in the average); a card has b s / cp of the
-    tokens, its attention share scaled by the split's causal imbalance (context.imbalance). Per-operation
-    model: the stage's layers x the layer's kernel times plus the embedding (first stage) or head and
-    loss (last stage), maximised over stages. With ``nics`` the context-parallel exchange is included
-    (:func:`cp_exchange`; the data-parallel overlap windows leave it out). With a split backward
-    (zero-bubble, DualPipe) dW is separate; otherwise it is folded into the backward and
-    t_backward_weight is 0.
+    peak x efficiency; stages balanced (the LM head counted in the average); a MoE model's expert work
+    stretched by the load factor phi (padding, the busiest rank's surplus: moe.extra_flops_per_token).
+    Per-operation model: the stage's layers x the layer's kernel times plus the embedding (first stage)
+    or head and loss (last stage), maximised over stages. A card has b s / cp of the tokens under context
+    parallelism, its attention share scaled by the split's causal imbalance (:func:`cp_imbalance`); with
+    ``nics`` the context-parallel exchange is included (:func:`cp_exchange`; the data-parallel overlap
+    windows leave it out). With a split backward (zero-bubble, DualPipe) dW is separate; otherwise it is
+    folded into the backward and t_backward_weight is 0.
     """
     if per_op_model(sc):
-        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, cp, nics)
+        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics)
         parts = _busiest(sc, pp, layer, first, last)
         return _fold(schedule, *parts)
     sysm = sc.system(acc)
@@ -397,6 +486,10 @@ def microbatch_times(sc: Scenario, acc: str, recompute, schedule, tp, pp, micro_
     attn = attention_flops_per_token(a, s)
     fpt = flops_per_token(a, s) + (cp_imbalance(sc, cp) - 1.0) * attn
     rfpt = memory.recompute_flops_per_token(a, s, rc)
+    if a.moe:
+        extra = moe.extra_flops_per_token(a, load_factor(sc, ep, capacity_factor))
+        fpt = fpt + extra
+        rfpt = rfpt + (extra / 3.0 if rc == "full" else 0.0)
     rate = sysm.acc.peak_flops * sysm.efficiency
     tokens = _f(micro_batch) * s / (_f(tp) * _f(cp) * _f(pp))
     t_f = tokens * fpt / 3.0 / rate
@@ -594,17 +687,26 @@ def straggler_factor(sc: Scenario, cards):
     return 1.0 + sigma * reliability.expected_max_std_normal(np.asarray(cards).astype(int))
 
 
-def compute_inputs(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics, cp=1):
+def compute_key(sc: Scenario, ep, expert_tp, capacity_factor) -> tuple:
+    """What the compute term depends on among (ep, expert_tp, capacity_factor): the load factor in the
+    flat model; also EP and expert-TP (grouped-GEMM shapes) in the per-operation model."""
+    phi = float(load_factor(sc, ep, capacity_factor))
+    return (ep, expert_tp, phi) if per_op_model(sc) and sc.model.moe else (phi,)
+
+
+def compute_inputs(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics, ep=1,
+                   capacity_factor=0.0, expert_tp=0, cp=1):
     """Everything the compute term needs, as 12 arrays: (fwd, dX, dW) of a layer (per-operation model)
     or of a balanced stage (flat model), the first stage's and the last stage's extras (zero in the flat
     model), the boundary transfer, micro-batches per step and cards."""
     t_x = pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics, cp)
     ga, cards = grad_accum(sc, dp, micro_batch), _f(tp) * _f(cp) * _f(pp) * _f(dp)
     if per_op_model(sc):
-        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, cp, nics)
+        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics)
         folded = [_fold(schedule, *x[:3]) for x in (layer, first, last)]
         return (*folded[0], *folded[1], *folded[2], t_x, ga, cards)
-    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, schedule, tp, pp, micro_batch, cp, nics)
+    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, schedule, tp, pp, micro_batch, ep, capacity_factor,
+                                       cp=cp, nics=nics)
     z = 0.0 * _f(t_f)
     return t_f, t_dx, t_dw, z, z, z, z, z, z, t_x, ga, cards
 
@@ -630,32 +732,35 @@ def compute_from(sc: Scenario, schedule, pp, inputs):
             np.where(finite, total - np.where(finite, completion, 0.0), 0.0))
 
 
-def compute(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics, cp=1):
+def compute(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics, ep=1, capacity_factor=0.0,
+            expert_tp=0, cp=1):
     """Per-step compute incl. pipeline bubbles, times the straggler factor.
 
     Returns (compute_with_stragglers, pure_compute, bubble, straggler) so that reports can split it.
     """
     return compute_from(sc, schedule, pp, compute_inputs(sc, acc, recompute, schedule, tp, pp, dp, micro_batch, nics,
-                                                         cp))
+                                                         ep, capacity_factor, expert_tp, cp))
 
 
-def tp_exposed(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch, cp=1):
+def tp_exposed(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0,
+               cp=1):
     """Per-operation model: exposed tensor-parallel time per step on the busiest stage (inside the
     compute term; reported separately)."""
-    layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, cp)
+    layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp)
     tp_stage = _busiest(sc, pp, (layer.tp,), (first.tp,), (last.tp,), 1)[0]
     return grad_accum(sc, dp, micro_batch) * tp_stage
 
 
-def cp_exposed(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch, nics, cp=1):
+def cp_exposed(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch, nics, cp=1, ep=1, capacity_factor=0.0,
+               expert_tp=0):
     """Exposed context-parallel exchange per step on the busiest stage (inside the compute term;
     reported separately): micro-batches x the stage's layers x :func:`cp_exchange`."""
     ga = grad_accum(sc, dp, micro_batch)
     if per_op_model(sc):
-        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, cp, nics)
+        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics)
         return ga * _busiest(sc, pp, (_f(layer.cp),), (0.0,), (0.0,), 1)[0]
-    with_x = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, cp, nics)
-    without = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, cp)
+    with_x = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, ep, capacity_factor, cp=cp, nics=nics)
+    without = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, ep, capacity_factor, cp=cp)
     return ga * (sum(with_x) - sum(without))
 
 
@@ -683,17 +788,33 @@ def dp_bandwidth(sc: Scenario, acc: str, tp, dp, nics):
     return bw
 
 
-def dp_link(sc: Scenario, acc: str, zero, tp, pp, dp, micro_batch, nics, cp=1):
+def dp_link(sc: Scenario, acc: str, zero, tp, pp, dp, micro_batch, nics, ep=1, expert_tp=0, cp=1):
     """Data-parallel (ZeRO) link time per step: V / B on the real path (comm.zero_dp_volume, dp_ring_bandwidth),
-    over the dp x cp ranks (:func:`zero_ranks`)."""
+    over the dp x cp ranks (:func:`zero_ranks`).
+
+    A MoE model's expert state is reduced over its expert-data-parallel group (edp members, one ring per
+    card of an EP x expert-TP block): the two rings' times add up (they share the links)."""
     rec = memory.recipe(sc.task.precision)
+    ga = grad_accum(sc, dp, micro_batch)
     ranks = zero_ranks(dp, cp)
-    v = comm.zero_dp_volume(zero, heaviest_stage_params(sc, tp, pp), ranks, grad_accum(sc, dp, micro_batch),
-                            rec.weights, rec.grads)
-    return v / dp_bandwidth(sc, acc, tp, ranks, nics)
+    bw = dp_bandwidth(sc, acc, tp, ranks, nics)
+    if not sc.model.moe:
+        return comm.zero_dp_volume(zero, heaviest_stage_params(sc, tp, pp), ranks, ga, rec.weights, rec.grads) / bw
+    g = sc.system(acc).acc.cards_per_host
+    etp = moe.expert_tp_size(expert_tp, tp)
+    edp = moe.expert_dp_size(tp, ranks, ep, expert_tp)
+    bw_e = dp_bandwidth(sc, acc, np.minimum(_f(ep) * etp, g), edp, nics)
+
+    def t(d, xl, xb, n):
+        experts = xl / (_f(ep) * etp) + xb / _f(ep)
+        return (comm.zero_dp_volume(zero, d, ranks, ga, rec.weights, rec.grads) / bw
+                + comm.zero_dp_volume(zero, experts, edp, ga, rec.weights, rec.grads) / bw_e)
+
+    return _moe_stages(sc, tp, pp, t)
 
 
-def exposed_dp(sc: Scenario, acc: str, zero, recompute, tp, pp, dp, micro_batch, nics, cp=1):
+def exposed_dp(sc: Scenario, acc: str, zero, recompute, tp, pp, dp, micro_batch, nics, ep=1, expert_tp=0,
+               capacity_factor=0.0, cp=1):
     """Exposed data-parallel communication (comm.exposed_time), with overlap share f (comm.dp_overlap):
     (1 - f) x every byte + f x (unhidable bytes + per-window excess over compute).
 
@@ -706,17 +827,18 @@ def exposed_dp(sc: Scenario, acc: str, zero, recompute, tp, pp, dp, micro_batch,
     rec = memory.recipe(sc.task.precision)
     ranks = zero_ranks(dp, cp)
     bw = dp_bandwidth(sc, acc, tp, ranks, nics)
-    link = dp_link(sc, acc, zero, tp, pp, dp, micro_batch, nics, cp)
+    link = dp_link(sc, acc, zero, tp, pp, dp, micro_batch, nics, ep, expert_tp, cp)
     unhidden = comm.zero_dp_unhidden_bytes(zero, memory.embedding_shard_params(sc.model, tp), ranks, rec.weights,
                                            rec.grads) / bw
-    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, cp)
+    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, ep, capacity_factor,
+                                       expert_tp, cp)
     window = t_f + t_dx + t_dw
     windows = np.where(_f(zero) >= 2, grad_accum(sc, dp, micro_batch), 1.0)
     if per_op_model(sc):
         A = sc.system(acc).acc
         spans = ranks * _f(tp) > A.cards_per_host
         ga = grad_accum(sc, dp, micro_batch)
-        tp_busy = tp_exposed(sc, acc, recompute, tp, pp, dp, micro_batch, cp) / ga
+        tp_busy = tp_exposed(sc, acc, recompute, tp, pp, dp, micro_batch, ep, capacity_factor, expert_tp, cp) / ga
         pp_busy = 2.0 * pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics, cp)
         u = np.minimum(0.9, np.where(spans, pp_busy, tp_busy) / np.maximum(window, 1e-12))
         link = link / (1.0 - u)
@@ -739,7 +861,8 @@ def tp_comm(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch, cp=1):
     return v / A.intra_host_bw
 
 
-def offload_wait(sc: Scenario, acc: str, offload_cpu, zero, recompute, tp, pp, dp, micro_batch, cp=1):
+def offload_wait(sc: Scenario, acc: str, offload_cpu, zero, recompute, tp, pp, dp, micro_batch, ep=1, expert_tp=0,
+                 capacity_factor=0.0, cp=1):
     """Optimizer-step time per step. With CPU offload: the gradient download beyond the last backward
     (T_wait = max(0, V/B - W)), the CPU Adam pass at the host's memory bandwidth shared by its cards,
     and the BF16 upload. Without offload: 0 in the flat model (the chapter leaves the GPU optimizer
@@ -747,8 +870,10 @@ def offload_wait(sc: Scenario, acc: str, offload_cpu, zero, recompute, tp, pp, d
     (ops.optimizer_bytes_per_param)."""
     A = sc.system(acc).acc
     rec = memory.recipe(sc.task.precision)
-    shard = heaviest_stage_params(sc, tp, pp) / np.where(_f(zero) >= 1, zero_ranks(dp, cp), 1.0)
-    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, cp)
+    shard = _sharded(sc, tp, pp, zero_ranks(dp, cp), ep, expert_tp,
+                     lambda n, d: n / np.where(_f(zero) >= 1, _f(d), 1.0))
+    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, ep, capacity_factor,
+                                       expert_tp, cp)
     cpu_bw = A.host_memory_bw / A.cards_per_host if A.host_memory_bw > 0 else np.inf
     down = comm.offload_wait(2.0 * shard, A.host_link_bw, 2.0 / 3.0 * (t_f + t_dx + t_dw))
     t = down + shard * CPU_ADAM_BYTES_PER_PARAM / cpu_bw + rec.weights * shard / A.host_link_bw
@@ -757,6 +882,60 @@ def offload_wait(sc: Scenario, acc: str, offload_cpu, zero, recompute, tp, pp, d
         per_param = ops.optimizer_bytes_per_param(rec.weights, rec.grads, rec.master, rec.moments)
         gpu = steptime.optimizer_time(shard, per_param, rates(sc, acc))
     return np.where(offload_cpu, t, gpu)
+
+
+def ep_link(sc: Scenario, acc: str, recompute, tp, pp, micro_batch, nics, ep, expert_tp, capacity_factor, cp=1):
+    """All-to-all time of one micro-batch on the stage with the most MoE blocks (moe.a2a_per_microbatch):
+    dispatch and combine of one card's tokens on the EP group's links (NVLink inside a host, the host's
+    NICs across hosts), stretched by the load factor; the per-operation model derates the links by the
+    collective efficiencies (tp_efficiency inside a host, dp_efficiency across) and adds a latency per
+    exchange. 0 for a dense model or EP = 1."""
+    a = sc.model
+    if not a.moe:
+        return 0.0 * _f(tp) * _f(pp) * _f(micro_batch) * _f(nics) * _f(ep) * _f(expert_tp) * _f(capacity_factor)
+    A = sc.system(acc).acc
+    o = sc.moe
+    rc = effective_recompute(sc, recompute)
+    hosts = moe.ep_hosts(ep, moe.expert_tp_size(expert_tp, tp), A.cards_per_host)
+    intra, inter = moe.a2a_rows_per_token(a.top_k, ep, hosts, o.dispatcher, o.node_limit)
+    intra_bw, nic_bw, latency = A.intra_host_bw, A.nic_bw, 0.0
+    if per_op_model(sc):
+        p = sc.system(acc).perf
+        intra_bw, nic_bw, latency = intra_bw * p.tp_efficiency, nic_bw * p.dp_efficiency, p.collective_latency
+    one = moe.a2a_time(card_tokens(sc, tp, micro_batch, cp), a.hidden, sc.memory.activation_bytes, intra, inter,
+                       load_factor(sc, ep, capacity_factor), intra_bw, nic_bw, nics, A.cards_per_host, A.p2p)
+    one = np.where(_f(ep) > 1, one + latency, 0.0)
+    blocks = _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n)
+    return moe.a2a_per_microbatch(one, blocks, rc == "full")
+
+
+def ep_comm(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics, ep=1, expert_tp=0,
+            capacity_factor=0.0, cp=1):
+    """Exposed all-to-all per step (moe.a2a_exposed): every micro-batch's exchanges, or with overlap
+    (``[moe] a2a_overlap``: auto = DualPipe schedules) only what exceeds one micro-batch's compute. The
+    exchanges extend each micro-batch on the critical path; how they stretch pipeline bubbles is not
+    modelled (as the flat model's tensor-parallel time)."""
+    per_mb = ep_link(sc, acc, recompute, tp, pp, micro_batch, nics, ep, expert_tp, capacity_factor, cp)
+    if not sc.model.moe:
+        return per_mb * _f(dp) * _f(cp)  # zeros of the right shape
+    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, schedule, tp, pp, micro_batch, ep, capacity_factor,
+                                       expert_tp, cp)
+    return moe.a2a_exposed(per_mb, t_f + t_dx + t_dw, grad_accum(sc, dp, micro_batch),
+                           moe.a2a_overlapped(sc.moe.a2a_overlap, schedule))
+
+
+def capacity_drops(sc: Scenario, tp, micro_batch, capacity_factor, cp=1):
+    """Share of dispatches a capacity factor drops for one card's micro-batch (moe.routing_drops)."""
+    a, o = sc.model, sc.moe
+    if not a.moe:
+        return 0.0 * _f(tp) * _f(micro_batch) * _f(capacity_factor) * _f(cp)
+    return moe.routing_drops(card_tokens(sc, tp, micro_batch, cp), a.top_k, a.experts, capacity_factor, o.imbalance,
+                             o.hot)[0]
+
+
+def ep_group_ok(sc: Scenario, acc: str, tp, dp, ep, expert_tp, cp=1):
+    """1 where EP x expert-TP fits the tp x dp (x cp) group (moe.ep_group_ok)."""
+    return moe.ep_group_ok(sc.model, tp, zero_ranks(dp, cp), ep, expert_tp, sc.system(acc).acc.cards_per_host)
 
 
 # ---------------------------------------------------------------------------------------------

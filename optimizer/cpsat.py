@@ -27,7 +27,8 @@ from ortools.sat.python import cp_model
 
 from tpopt.models import terms as T
 from tpopt.optimizer.result import Request
-from tpopt.optimizer.space import FAMILIES, LAYOUT, VARS, Space, reduce_to
+from tpopt.optimizer.space import BUSY_TERMS, EXACT, FAMILIES, LAYOUT, MEMORY_TERMS, STRUCTURAL, VARS, Space, \
+    reduce_to
 
 US = 1e6  # time unit: microsecond
 HUB = LAYOUT  # the core layout the search branches on first
@@ -141,11 +142,8 @@ class CpSatModel:
             m.add(self.iv["schedule"] == 0).only_enforce_if(is_pp1)
 
         # structural families and exact single-table conditions
-        for f in ("batch.divisibility", "layout.whole_hosts", "layout.tp_within_host", "layout.heads_divisible",
-                  "layout.pp_divides_layers", "layout.schedule_shape"):
+        for f in STRUCTURAL + EXACT:
             self._require(f, "ok." + f)
-        self._require("checkpoint.backlog", "ok.checkpoint.backlog")
-        self._require("memory.host", "ok.memory.host")
 
         # cards
         cards, _ = self._table("cards", "floor")
@@ -155,13 +153,13 @@ class CpSatModel:
         self.cards = cards
 
         # memory per card <= usable (bytes, rounded down; usable rounded up)
-        mem_names = ("mem.states", "mem.copies", "mem.activations", "mem.temporary")
+        mem_names = MEMORY_TERMS
         mem_terms = [self._table(n, "floor")[0] for n in mem_names]
         usable = self._element("usable", ("acc",), _ceil(sp.usable()))
         m.add(sum(mem_terms) <= usable).only_enforce_if(self.lit["memory.per_card"])
 
         # busy time (us): lower bound for the deadline and objective, upper bound for input throughput
-        names = ("time.compute", "time.exposed_dp", "time.tp_comm", "time.offload")
+        names = BUSY_TERMS
         busy_lb = sum(self._table(n, "floor", US)[0] for n in names)
         wait_us = int(math.floor(sc.input.wait_s * US))
         mb_tab = sp.tables["input.min_busy"]
@@ -271,7 +269,7 @@ class CpSatModel:
 
     def _max_busy_us(self) -> int:
         total = 0
-        for n in ("time.compute", "time.exposed_dp", "time.tp_comm", "time.offload"):
+        for n in BUSY_TERMS:
             v = self.space.tables[n].values
             total += int(math.ceil(float(np.nanmax(np.where(np.isfinite(v), v, 0.0))) * US)) + 1
         return total

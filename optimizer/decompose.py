@@ -25,11 +25,11 @@ from tpopt.models import terms as T
 from tpopt.models.evaluate import evaluate
 from tpopt.optimizer.enumerate import enumerate_best
 from tpopt.optimizer.result import Request, Status, objective_key
+from tpopt.optimizer.space import BUSY_TERMS as BUSY
 from tpopt.optimizer.space import LAYOUT, Space, cards_of, reduce_to
+from tpopt.optimizer.space import MEMORY_TERMS as MEMORY
 
 HUB = LAYOUT
-BUSY = ("time.compute", "time.exposed_dp", "time.tp_comm", "time.offload")
-MEMORY = ("mem.states", "mem.copies", "mem.activations", "mem.temporary")
 HUB_RULES = ("batch.divisibility", "layout.whole_hosts", "layout.tp_within_host", "layout.heads_divisible",
              "layout.pp_divides_layers")
 SCALE_BITS = 2**52  # objective bounds are scaled to integers below this for CP-SAT

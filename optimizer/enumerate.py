@@ -19,7 +19,7 @@ from tpopt.models.evaluate import evaluate_arrays
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import CATEGORICAL, FAMILIES, NUMERIC, VARIABLES, VARS, Space, cards_of
 
-NUMERIC_AXES = NUMERIC  # ("tp", "cp", "pp", "dp", "mb", "zero", "nics", "tau"); the first is chunked
+NUMERIC_AXES = NUMERIC  # ("tp", "cp", "pp", "dp", "mb", "zero", "nics", "tau", "ep", "etp", "cap"); tp is chunked
 CHUNK = 2_000_000  # points per evaluate_arrays call (bounds memory)
 
 
@@ -47,6 +47,7 @@ def chunks(space: Space):
     d = space.domains
     nic_ok = space.nic_allowed()
     field = {v.name: v.field for v in VARIABLES}
+    typ = {v.name: v.type for v in VARIABLES}
     for fixed, pp_idx in _groups(space):
         ai = fixed["acc"]
         acc = d["acc"][ai]
@@ -62,7 +63,7 @@ def chunks(space: Space):
             vals = [np.asarray([d[a][i] for i in sub[a]], dtype=float) for a in NUMERIC_AXES]
             g = dict(zip(NUMERIC_AXES, np.ix_(*vals)))
             cards = cards_of(**g)
-            nums = {field[a]: g[a].astype(int) for a in NUMERIC_AXES if a != "tau"}
+            nums = {field[a]: g[a].astype(typ[a]) for a in NUMERIC_AXES if a != "tau"}
             r = evaluate_arrays(sc, acc, save_interval_s=space.interval(g["tau"], cards, cats["save_mode"]),
                                 **nums, **cats)
             shape = tuple(len(x) for x in idx_lists)

@@ -335,6 +335,11 @@ def with_usable_memory(sc: Scenario, usable: float) -> Scenario:
                                 for k, s in sc.systems.items()})
 
 
+def with_max_drop(sc: Scenario, share: float) -> Scenario:
+    """The largest share of dispatches a capacity factor may drop (MoE models) set to ``share``."""
+    return replace(sc, moe=replace(sc.moe, max_drop=float(share)))
+
+
 def with_nic_factor(sc: Scenario, factor: float) -> Scenario:
     """Every candidate's NIC bandwidth multiplied by ``factor``."""
     return replace(sc, systems={k: replace(s, acc=replace(s.acc, nic_bw=s.acc.nic_bw * float(factor)))
@@ -373,11 +378,12 @@ PARAMS = {
     "reserved": Param("reserved", "reserved days", "d", 2, "<=", ("deadline.finish", "budget.cost"),
                       "schedule.reserved", DAY),
     "max_cost": Param("max_cost", "budget cap", "USD", 2, ">=", ("budget.cost",), "cost.max_cost", 1.0),
+    "max_drop": Param("max_drop", "maximum drop rate", "%", 2, ">=", ("moe.capacity_drops",), "moe.max_drop", 0.01),
     "accelerator": Param("accelerator", "accelerator", "", 0, "=", tuple(FAMILIES), "hardware.accelerator"),
 }
 
 _SUFFIX = {"deadline": "d", "reserved": "d", "tokens": "B", "efficiency": "%", "usable_memory": "GiB",
-           "nic_bandwidth": "GB/s"}
+           "nic_bandwidth": "GB/s", "max_drop": "%"}
 _PARSE = {"deadline": lambda s: parse_duration(s, "deadline", allow_zero=False),
           "reserved": lambda s: parse_duration(s, "reserved"),
           "tokens": lambda s: parse_count(s, "tokens", allow_zero=False),
@@ -385,7 +391,8 @@ _PARSE = {"deadline": lambda s: parse_duration(s, "deadline", allow_zero=False),
           "usable_memory": lambda s: parse_bytes(s, "usable memory", allow_zero=False),
           "nic_bandwidth": lambda s: parse_bandwidth(s, "NIC bandwidth", allow_zero=False),
           "max_cards": lambda s: parse_int(s, "max cards", minimum=1),
-          "max_cost": lambda s: parse_number(s, "max cost")}
+          "max_cost": lambda s: parse_number(s, "max cost"),
+          "max_drop": lambda s: parse_fraction(s, "max drop", allow_zero=True)}
 
 
 @dataclass
@@ -658,6 +665,26 @@ def relax_usable_memory(ctx: Context, core=None) -> Relaxation:
         note = "raises every candidate accelerator to at least this much"
     return _relaxation(p, cur, required=value, required_exact=need / GIB, helps=True, plan=ev, apply=apply,
                        method=method, note=note)
+
+
+def relax_max_drop(ctx: Context, core=None) -> Relaxation | None:
+    """Required maximum drop rate d* = min over plans meeting every other family of the share of
+    dispatches their capacity factor drops (moe.routing_drops): the rate enters moe.capacity_drops only,
+    so that plan becomes feasible exactly when max_drop >= d* (exhaustive, exact). None for a dense model."""
+    sc = ctx.sc
+    if not sc.model.moe or "moe.capacity_drops" not in ctx.enforced:
+        return None
+    p = PARAMS["max_drop"]
+    cur = sc.moe.max_drop * 100
+    method = "min dropped share over plans meeting the other constraints (exhaustive)"
+    m = argmin_metric(ctx, "dropped_fraction", [f for f in ctx.enforced if f != "moe.capacity_drops"])
+    if m is None:
+        return _cannot(p, cur, "no plan meets the other constraints at any drop rate", method, core)
+    value, ev, apply = _settle(ctx, p, m[0] * 100, lambda s: with_max_drop(sc, s))
+    if ev is None:
+        return _cannot(p, cur, "could not be confirmed by re-solving", method, core)
+    return _relaxation(p, cur, required=value, required_exact=m[0] * 100, helps=True, plan=ev, apply=apply,
+                       method=method)
 
 
 def _threshold(ctx: Context, make, lo: float, hi: float, tol: float):
@@ -948,7 +975,7 @@ def relax_accelerator(ctx: Context, core=None) -> Relaxation:
 
 
 RELAXATIONS = ("deadline", "max_cards", "tokens", "efficiency", "usable_memory", "nic_bandwidth", "reserved",
-               "accelerator", "max_cost")
+               "accelerator", "max_cost", "max_drop")
 
 
 def relaxations(sc: Scenario, backend: str = "cpsat", req: Request | None = None, *, raw: dict | None = None,
@@ -985,7 +1012,8 @@ def relaxations(sc: Scenario, backend: str = "cpsat", req: Request | None = None
             else:
                 fn = {"deadline": relax_deadline, "max_cards": relax_max_cards, "efficiency": relax_efficiency,
                       "usable_memory": relax_usable_memory, "nic_bandwidth": relax_nic_bandwidth,
-                      "accelerator": relax_accelerator, "max_cost": relax_max_cost}[name]
+                      "accelerator": relax_accelerator, "max_cost": relax_max_cost,
+                      "max_drop": relax_max_drop}[name]
                 r = fn(ctx, core)
         except Undecided as exc:
             p = PARAMS[name]

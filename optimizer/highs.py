@@ -30,7 +30,8 @@ from tpopt.models import terms as T
 from tpopt.models.units import DAY, GIB
 from tpopt.optimizer.cpsat import CandidateResult
 from tpopt.optimizer.result import Request
-from tpopt.optimizer.space import CARD_FACTORS, FAMILIES, LAYOUT, VARS, Space, reduce_to
+from tpopt.optimizer.space import BUSY_TERMS, CARD_FACTORS, EXACT, FAMILIES, LAYOUT, MEMORY_TERMS, STRUCTURAL, VARS, \
+    Space, reduce_to
 
 INF = 1e30
 HUB = LAYOUT + ("recompute",)  # the core layout every time and memory term shares
@@ -104,6 +105,9 @@ class _Lp:
     def row(self, idx, val, lo=-INF, hi=INF):
         idx = np.asarray(idx, dtype=np.int64).reshape(-1)
         val = np.broadcast_to(np.asarray(val, dtype=float), idx.shape).reshape(-1)
+        if np.unique(idx).size < idx.size:  # two terms over the same variables share weight columns: add them
+            idx, inverse = np.unique(idx, return_inverse=True)
+            val = np.bincount(inverse.reshape(-1), weights=val, minlength=idx.size)
         keep = val != 0.0
         self.r_idx.extend(idx[keep].tolist())
         self.r_val.extend(val[keep].tolist())
@@ -206,8 +210,7 @@ class HighsModel:
         if pp1 and len(dom["schedule"]) > 1:
             lp.row(np.append(self.x["pp"][pp1], self.x["schedule"][0]), np.append(np.ones(len(pp1)), -1.0), -INF, 0.0)
 
-        for f in ("batch.divisibility", "layout.whole_hosts", "layout.tp_within_host", "layout.heads_divisible",
-                  "layout.pp_divides_layers", "layout.schedule_shape", "checkpoint.backlog", "memory.host"):
+        for f in STRUCTURAL + EXACT:
             self._forbid(f, "ok." + f)
         t = sp.tables["cards"]
         w = self._weights(t.vars).reshape(-1)
@@ -223,7 +226,7 @@ class HighsModel:
         # memory (GiB) <= usable
         if "memory.per_card" in self.enforced:
             idx, val = [], []
-            for n in ("mem.states", "mem.copies", "mem.activations", "mem.temporary"):
+            for n in MEMORY_TERMS:
                 i, v = self._term(n, 1.0 / GIB)
                 idx.append(i)
                 val.append(v)
@@ -232,7 +235,7 @@ class HighsModel:
             lp.row(np.concatenate(idx), np.concatenate(val), -INF, 0.0)
 
         # busy time (s)
-        names = ("time.compute", "time.exposed_dp", "time.tp_comm", "time.offload")
+        names = BUSY_TERMS
         busy_hi = sum(float(np.nanmax(np.where(np.isfinite(sp.tables[n].values), sp.tables[n].values, 0.0)))
                       for n in names) + 1.0
         self.busy = lp.cols(1, 0.0, busy_hi)[0]
@@ -304,7 +307,7 @@ class HighsModel:
         busy_min = sum(hub_min(n) for n in names)
         lp.row(np.append(h, self.busy), np.append(-busy_min, 1.0), 0.0, INF)
         if "memory.per_card" in self.enforced:
-            mem_min = sum(hub_min(n) for n in ("mem.states", "mem.copies", "mem.activations", "mem.temporary"))
+            mem_min = sum(hub_min(n) for n in MEMORY_TERMS)
             usable = reduce_to(self.space.domains, sp.usable(), ("acc",), HUB, np.min).reshape(-1)
             for j in h[mem_min > usable]:
                 lp.hi[j] = 0.0

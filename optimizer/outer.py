@@ -173,8 +173,9 @@ class MultiOracle:
     may name ``global_batch`` to select some), so a family "binds" when dropping it admits a better
     plan at any batch."""
 
-    def __init__(self, oracles: dict):
+    def __init__(self, oracles: dict, space: Space):
         self.oracles = oracles  # batch -> oracle of that batch's space
+        self.space = space  # the chosen batch's space (the families no plan can violate do not depend on the batch)
         self.name = "/".join(sorted({o.name for o in oracles.values()}))
 
     def _pick(self, restrict):
@@ -197,7 +198,7 @@ def batch_analysis(bs: BatchSolve, backend: str, req: Request, enforced) -> dict
     best = bs.result.best
     chosen = bs.choice_of(best)
     oracles = {c.batch: R.make_oracle(c.space, backend, req) for c in bs.choices}
-    multi = MultiOracle(oracles)
+    multi = MultiOracle(oracles, chosen.space)
     objective = req.objective
     binds = R.binding_families(multi, best, objective, enforced)
     own = oracles[chosen.batch]

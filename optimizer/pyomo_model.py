@@ -23,7 +23,8 @@ assignment can beat the best verified plan. Solver tolerances therefore cost rou
 
 Names in the model (and in exported files): ``choose_<variable>(<value>)`` is 1 for the chosen value
 of each decision variable (acc, tp, pp, dp, mb, zero, offload, recompute, schedule, nics, tau (``auto``
-= the optimal interval for the card count), mode); ``joint_<variables>(k)`` are the joint weights of
+= the optimal interval for the card count), mode, ep, etp (0 = as tp), cap (0 = dropless));
+``joint_<variables>(k)`` are the joint weights of
 a term table (k = C-order index over those variables' domains); ``busy_s`` (step busy time, s),
 ``finish_days`` and ``cost`` (currency, or card-hours without prices) carry the units of the HiGHS
 model; ``busy_split(k)`` are the disaggregated busy times; rows are ``row(i)``.

@@ -101,8 +101,9 @@ class Binding:
 
 def binding_families(oracle, best: Evaluation, objective: str, enforced) -> list[Binding]:
     out = []
+    inert = oracle.space.inert()
     for f in RELAXABLE:
-        if f not in enforced:
+        if f not in enforced or f in inert:
             continue
         alt = oracle.best([g for g in enforced if g != f], objective)
         if alt is not None and _better(alt, best, objective):
@@ -114,8 +115,9 @@ def _ruled_out(oracle, objective: str, enforced, restrict=None, cards=None) -> l
     """Families that alone rule the restricted alternative out, with their value against the limit
     for the plan that comes closest to meeting them (the best plan without them, for large spaces)."""
     reasons = []
+    inert = oracle.space.inert()
     for f in RELAXABLE:
-        if f not in enforced:
+        if f not in enforced or f in inert:
             continue
         others = [g for g in enforced if g != f]
         if isinstance(oracle, TableOracle):  # quote the plan that comes closest to meeting f
@@ -165,14 +167,18 @@ def why_not_cheaper(oracle, space: Space, best: Evaluation, objective: str, enfo
     # other choices at the same scale (same accelerator and card count)
     if same_scale:
         chosen = {"zero": p.zero_stage, "tp": p.tp, "cp": p.cp, "pp": p.pp, "mb": p.micro_batch,
-                  "recompute": p.recompute, "offload": p.offload, "mode": p.save_mode}
+                  "recompute": p.recompute, "offload": p.offload, "mode": p.save_mode, "ep": p.ep, "etp": p.expert_tp,
+                  "cap": p.capacity_factor}
         labels = {"zero": "ZeRO-{}", "tp": "TP {}", "cp": "CP {}", "pp": "PP {}", "mb": "micro-batch {}",
-                  "recompute": "recompute {}", "offload": "offload {}", "mode": "{} saves"}
+                  "recompute": "recompute {}", "offload": "offload {}", "mode": "{} saves", "ep": "EP {}",
+                  "etp": "expert-TP {}", "cap": "capacity {}"}
+        shown = {"etp": lambda v: "= TP" if not v else v, "cap": lambda v: "none (dropless)" if not v else f"{v:g}"}
         for var, val in chosen.items():
             for other in d[var]:
                 if other == val:
                     continue
-                out.append(entry(labels[var].format(other) + f" on {p.accelerator} x {p.cards}", "same scale",
+                text = labels[var].format(shown.get(var, lambda v: v)(other))
+                out.append(entry(text + f" on {p.accelerator} x {p.cards}", "same scale",
                                  {"acc": [p.accelerator], var: [other]}, (p.cards,)))
     return out
 

@@ -101,4 +101,4 @@ def plan_summary(ev: Evaluation) -> dict:
             "recompute": p.recompute, "offload": p.offload, "schedule": p.schedule if p.pp > 1 else None,
             "global_batch": p.global_batch,
             "cost": ev.metrics["cost"], "cost_unit": ev.metrics["cost_unit"],
-            "finish_days": ev.metrics["finish_days"]}
+            "finish_days": ev.metrics["finish_days"], **ev.moe_plan()}

@@ -20,6 +20,9 @@ Base variables and domains:
     nics       NICs per host ([search] nics_per_host, else each accelerator's default)
     tau        save intervals ([search] save_interval; "auto" = the optimum for the card count)
     mode       save modes (sync / async)
+    ep         expert parallelism ([search] ep; MoE models, else 1)
+    etp        expert tensor parallelism ([search] expert_tp; 0 = the same as tp)
+    cap        capacity factor ([search] capacity_factor; 0 = dropless)
     sp         sequence parallelism under TP on / off ([search] sequence_parallel; else the scenario's)
 """
 
@@ -42,40 +45,47 @@ from tpopt.models.plan import Plan, Scenario
 @dataclass(frozen=True)
 class Variable:
     """One decision variable, declared once: its name in the solvers, the :class:`Plan` field it
-    sets, the ``[search]`` domain it reads (a :class:`SearchSpace` attribute; None: built below),
-    whether term functions get it as a scalar (categorical) or as a broadcast array, and whether it
-    belongs to the core layout (the hub the backends branch on and bound by; the card count is the
-    product of the layout's ``cards`` factors)."""
+    sets (also the keyword of ``evaluate_arrays``), the ``[search]`` domain it reads (a
+    :class:`SearchSpace` attribute; None: built in :meth:`Space.from_scenario`), its Python type in a
+    Plan, whether term functions get it as a scalar (categorical) or as a broadcast array, and whether
+    it belongs to the core layout (the hub the backends branch on and bound by; the card count is the
+    product of the ``cards`` factors)."""
 
     name: str
     field: str
     search: str | None
+    type: type = int
     categorical: bool = False
     layout: bool = False
     cards: bool = False  # a factor of the card count
 
 
 VARIABLES = (
-    Variable("acc", "accelerator", "accelerators", categorical=True, layout=True),
+    Variable("acc", "accelerator", "accelerators", str, categorical=True, layout=True),
     Variable("tp", "tp", "tp", layout=True, cards=True),
     Variable("cp", "cp", "cp", layout=True, cards=True),  # context parallelism (models/context.py)
     Variable("pp", "pp", "pp", layout=True, cards=True),
     Variable("dp", "dp", None, layout=True, cards=True),  # divisors of the batch
     Variable("mb", "micro_batch", "micro_batch", layout=True),
     Variable("zero", "zero_stage", "zero_stage"),
-    Variable("offload", "offload", "offload", categorical=True),
-    Variable("recompute", "recompute", None, categorical=True),  # collapsed with a fixed reserve
-    Variable("schedule", "schedule", "schedule", categorical=True),
+    Variable("offload", "offload", "offload", str, categorical=True),
+    Variable("recompute", "recompute", None, str, categorical=True),  # collapsed with a fixed reserve
+    Variable("schedule", "schedule", "schedule", str, categorical=True),
     Variable("nics", "nics_per_host", None),  # per accelerator
-    Variable("tau", "save_interval_s", "save_interval_s"),
-    Variable("mode", "save_mode", "save_mode", categorical=True),
-    Variable("sp", "sequence_parallel", None, categorical=True),  # [search] sequence_parallel, else the scenario's
+    Variable("tau", "save_interval_s", "save_interval_s", float),
+    Variable("mode", "save_mode", "save_mode", str, categorical=True),
+    # the mixture-of-experts variables; a dense model's domains are (1,), (0,), (0.0,)
+    Variable("ep", "ep", "ep"),
+    Variable("etp", "expert_tp", "expert_tp"),
+    Variable("cap", "capacity_factor", "capacity_factor", float),
+    Variable("sp", "sequence_parallel", None, bool, categorical=True),  # [search] sequence_parallel, else the scenario's
 )
 VARS = tuple(v.name for v in VARIABLES)
 CATEGORICAL = tuple(v.name for v in VARIABLES if v.categorical)
 NUMERIC = tuple(v.name for v in VARIABLES if not v.categorical)
 LAYOUT = tuple(v.name for v in VARIABLES if v.layout)  # the core layout: (acc, tp, cp, pp, dp, mb)
 CARD_FACTORS = tuple(v.name for v in VARIABLES if v.cards)  # cards = tp x cp x pp x dp
+MOE_VARS = tuple((v.name, v.field, v.type) for v in VARIABLES if v.name in ("ep", "etp", "cap"))
 
 
 def cards_of(**vals):
@@ -90,12 +100,16 @@ def card_counts(domains: dict) -> list[int]:
     """Every card count the domains can form (tp x cp x pp x dp), ascending."""
     return sorted({int(np.prod(c)) for c in itertools.product(*(domains[v] for v in CARD_FACTORS))})
 
-
 # constraint families the solvers encode (step.budget is the per-step form of deadline.finish and is
 # reported, not encoded twice)
 FAMILIES = tuple(n for n in CONSTRAINT_NAMES if n != "step.budget")
 STRUCTURAL = ("batch.divisibility", "layout.whole_hosts", "layout.tp_within_host", "layout.heads_divisible",
-              "layout.pp_divides_layers", "layout.schedule_shape")
+              "layout.pp_divides_layers", "layout.schedule_shape", "layout.ep_divides_experts", "layout.ep_group")
+# the terms every backend sums: memory per card and busy time per step
+MEMORY_TERMS = ("mem.states", "mem.copies", "mem.activations", "mem.temporary")
+BUSY_TERMS = ("time.compute", "time.exposed_dp", "time.tp_comm", "time.offload", "time.ep_comm")
+# single-table conditions decided exactly when the tables are built (family -> "ok." table)
+EXACT = ("checkpoint.backlog", "memory.host", "moe.capacity_drops")
 
 
 def reduce_to(domains: dict, vals: np.ndarray, vars, target_vars, fn=np.min) -> np.ndarray:
@@ -183,6 +197,26 @@ class Space:
                 n += ks * (len(self.domains["schedule"]) if p > 1 else 1)
         return n * other
 
+    def moe_rules(self) -> dict[str, Table]:
+        """The MoE families' conditions (1 = the rule holds), each over its own few variables."""
+        sc, a = self.sc, self.sc.model
+        return {
+            "ok.layout.ep_divides_experts": self.tabulate("ok.layout.ep_divides_experts", ("ep",),
+                                                          lambda ep: (np.mod(a.experts, ep) == 0) * 1.0),
+            "ok.layout.ep_group": self.tabulate("ok.layout.ep_group", ("acc", "tp", "cp", "dp", "ep", "etp"),
+                                                lambda acc, tp, cp, dp, ep, etp: T.ep_group_ok(sc, acc, tp, dp, ep,
+                                                                                               etp, cp) * 1.0),
+            "ok.moe.capacity_drops": self.tabulate(
+                "ok.moe.capacity_drops", ("tp", "cp", "mb", "cap"),
+                lambda tp, cp, mb, cap: (T.capacity_drops(sc, tp, mb, cap, cp) <= sc.moe.max_drop) * 1.0),
+        }
+
+    def inert(self) -> frozenset:
+        """MoE families no plan of this space can violate (all three for a dense model; capacity drops when
+        every capacity is dropless or drops little enough). Reports skip them: dropping one cannot admit a
+        better plan."""
+        return frozenset(k[3:] for k, t in self.moe_rules().items() if bool(np.all(t.values > 0.5)))
+
     # -- allowed pairs that are not constraints but domain facts --------------------------------
     def nic_allowed(self) -> np.ndarray:
         """(acc, nics) pairs a host can take."""
@@ -229,26 +263,36 @@ class Space:
         def add(name, vars, fn):
             t[name] = self.tabulate(name, vars, fn)
 
-        add("mem.states", ("zero", "offload", "tp", "cp", "pp", "dp"),
-            lambda zero, offload, tp, cp, pp, dp: T.states(sc, zero, offload == "cpu", tp, pp, dp, cp))
-        add("mem.copies", ("schedule", "tp", "pp"), lambda schedule, tp, pp: T.param_copies(sc, schedule, tp, pp))
-        sp_sc = self.with_sp
-        add("mem.activations", ("schedule", "recompute", "sp", "tp", "cp", "pp", "dp", "mb"),
-            lambda schedule, recompute, sp, tp, cp, pp, dp, mb:
-            T.activations(sp_sc(sp), schedule, recompute, tp, pp, dp, mb, cp))
-        add("mem.temporary", ("zero", "tp", "cp", "pp", "mb"),
-            lambda zero, tp, cp, pp, mb: T.temporary(sc, zero, tp, pp, mb, cp))
-        add("mem.host", ("acc", "offload", "zero", "tp", "cp", "pp", "dp"),
-            lambda acc, offload, zero, tp, cp, pp, dp: T.host_memory(sc, acc, offload == "cpu", zero, tp, pp, dp, cp))
+        # MoE variables enter the tables of the terms they change (dense models leave them out: their
+        # domains are single values anyway, and the tables keep their shapes)
+        ep = ("ep", "etp") if sc.model.moe else ()
+        cap = ("cap",) if sc.model.moe else ()
+        sp_sc = self.with_sp  # sequence parallelism: the scenario with it on or off
+        add("mem.states", ("zero", "offload", "tp", "cp", "pp", "dp") + ep,
+            lambda zero, offload, tp, cp, pp, dp, ep=1, etp=0:
+            T.states(sc, zero, offload == "cpu", tp, pp, dp, ep, etp, cp))
+        add("mem.copies", ("schedule", "tp", "pp") + ep,
+            lambda schedule, tp, pp, ep=1, etp=0: T.param_copies(sc, schedule, tp, pp, ep, etp))
+        add("mem.activations", ("schedule", "recompute", "sp", "tp", "cp", "pp", "dp", "mb") + ep + cap,
+            lambda schedule, recompute, sp, tp, cp, pp, dp, mb, ep=1, etp=0, cap=0.0:
+            T.activations(sp_sc(sp), schedule, recompute, tp, pp, dp, mb, ep, etp, cap, cp))
+        add("mem.temporary", ("zero", "tp", "cp", "pp", "mb") + ep + cap,
+            lambda zero, tp, cp, pp, mb, ep=1, etp=0, cap=0.0: T.temporary(sc, zero, tp, pp, mb, ep, etp, cap, cp))
+        add("mem.host", ("acc", "offload", "zero", "tp", "cp", "pp", "dp") + ep,
+            lambda acc, offload, zero, tp, cp, pp, dp, ep=1, etp=0:
+            T.host_memory(sc, acc, offload == "cpu", zero, tp, pp, dp, ep, etp, cp))
         t["time.compute"] = self._compute_table()
-        add("time.exposed_dp", ("acc", "zero", "recompute", "sp", "tp", "cp", "pp", "dp", "mb", "nics"),
-            lambda acc, zero, recompute, sp, tp, cp, pp, dp, mb, nics:
-            T.exposed_dp(sp_sc(sp), acc, zero, recompute, tp, pp, dp, mb, nics, cp))
+        add("time.exposed_dp", ("acc", "zero", "recompute", "sp", "tp", "cp", "pp", "dp", "mb", "nics") + ep + cap,
+            lambda acc, zero, recompute, sp, tp, cp, pp, dp, mb, nics, ep=1, etp=0, cap=0.0:
+            T.exposed_dp(sp_sc(sp), acc, zero, recompute, tp, pp, dp, mb, nics, ep, etp, cap, cp))
         add("time.tp_comm", ("acc", "recompute", "tp", "cp", "pp", "dp", "mb"),
             lambda acc, recompute, tp, cp, pp, dp, mb: T.tp_comm(sc, acc, recompute, tp, pp, dp, mb, cp))
-        add("time.offload", ("acc", "offload", "zero", "recompute", "sp", "tp", "cp", "pp", "dp", "mb"),
-            lambda acc, offload, zero, recompute, sp, tp, cp, pp, dp, mb:
-            T.offload_wait(sp_sc(sp), acc, offload == "cpu", zero, recompute, tp, pp, dp, mb, cp))
+        add("time.offload", ("acc", "offload", "zero", "recompute", "sp", "tp", "cp", "pp", "dp", "mb") + ep + cap,
+            lambda acc, offload, zero, recompute, sp, tp, cp, pp, dp, mb, ep=1, etp=0, cap=0.0:
+            T.offload_wait(sp_sc(sp), acc, offload == "cpu", zero, recompute, tp, pp, dp, mb, ep, etp, cap, cp))
+        add("time.ep_comm", ("acc", "recompute", "schedule", "tp", "cp", "pp", "dp", "mb", "nics") + ep + cap,
+            lambda acc, recompute, schedule, tp, cp, pp, dp, mb, nics, ep=1, etp=0, cap=0.0:
+            T.ep_comm(sc, acc, recompute, schedule, tp, pp, dp, mb, nics, ep, etp, cap, cp))
         cf = CARD_FACTORS
         add("overhead", ("mode", "tau", *cf),
             lambda mode, tau, **f: T.overhead(sc, mode, cards_of(**f), self.interval(tau, cards_of(**f), mode)))
@@ -270,35 +314,50 @@ class Space:
         add("ok.layout.pp_divides_layers", ("pp",), lambda pp: ((a.layers % pp == 0) | per_op) * 1.0)
         add("ok.layout.schedule_shape", ("schedule", "pp", "dp", "mb"),
             lambda schedule, pp, dp, mb: T.schedule_shape_ok(schedule, pp, dp, mb, B, sc) * 1.0)
+        t.update(self.moe_rules())
         # exact single-table conditions: backlog (write time <= interval), host memory <= capacity
         write = T.checkpoint_write_time(sc)
         t["ok.checkpoint.backlog"] = Table("ok.checkpoint.backlog", t["interval"].vars,
                                            (write <= t["interval"].values) * 1.0)
-        cap = self.host_capacity()
+        host_cap = self.host_capacity()
         h = t["mem.host"]
         shape = [1] * h.values.ndim
-        shape[h.vars.index("acc")] = len(cap)
-        t["ok.memory.host"] = Table("ok.memory.host", h.vars, (h.values <= cap.reshape(shape)) * 1.0)
+        shape[h.vars.index("acc")] = len(host_cap)
+        t["ok.memory.host"] = Table("ok.memory.host", h.vars, (h.values <= host_cap.reshape(shape)) * 1.0)
         del tau_vals
         return t
 
     def _compute_table(self) -> Table:
         """The compute term, with every (accelerator, recompute) combination of a schedule stacked
-        into one array so that the pipeline simulator runs once per (schedule, pp, micro-batches)."""
+        into one array so that the pipeline simulator runs once per (schedule, pp, micro-batches).
+        For a MoE model the expert work depends on (ep, etp, cap) too: each distinct combination
+        (T.compute_key: the load factor alone in the flat model) is stacked like another accelerator."""
         sc, d = self.sc, self.domains
-        vars = ("acc", "recompute", "sp", "schedule", "tp", "cp", "pp", "dp", "mb", "nics")
+        moe = ("ep", "etp", "cap") if sc.model.moe else ()
+        vars = ("acc", "recompute", "sp", "schedule", "tp", "cp", "pp", "dp", "mb", "nics") + moe
         nums = ("tp", "cp", "pp", "dp", "mb", "nics")
         grids = dict(zip(nums, np.ix_(*[np.asarray(d[v], dtype=float) for v in nums])))
         sub = tuple(len(d[v]) for v in nums)
+        combos = list(itertools.product(d["ep"], d["etp"], d["cap"])) if moe else [(1, 0, 0.0)]
+        keys = [T.compute_key(sc, *c) for c in combos]
+        unique = list(dict.fromkeys(keys))
+        which = np.array([unique.index(k) for k in keys])
+        reps = [combos[keys.index(k)] for k in unique]
         out = np.empty(tuple(len(d[v]) for v in vars))
         for si, sched in enumerate(d["schedule"]):
             parts = [T.compute_inputs(self.with_sp(sp), acc, rec, sched, grids["tp"], grids["pp"], grids["dp"],
-                                      grids["mb"], grids["nics"], grids["cp"])
-                     for acc in d["acc"] for rec in d["recompute"] for sp in d["sp"]]
+                                      grids["mb"], grids["nics"], ep=e, expert_tp=t, capacity_factor=c, cp=grids["cp"])
+                     for acc in d["acc"] for rec in d["recompute"] for sp in d["sp"] for e, t, c in reps]
             stacked = tuple(np.stack([np.broadcast_to(p[k], sub) for p in parts]) for k in range(len(parts[0])))
             pp = np.broadcast_to(grids["pp"], sub)[None].repeat(len(parts), axis=0)
             total = T.compute_from(sc, sched, pp, stacked)[0]
-            out[:, :, :, si] = total.reshape((len(d["acc"]), len(d["recompute"]), len(d["sp"])) + sub)
+            lead = (len(d["acc"]), len(d["recompute"]), len(d["sp"]))
+            total = total.reshape(lead + (len(reps),) + sub)[:, :, :, which]
+            if moe:  # (acc, rec, sp, combo) + sub -> (acc, rec, sp) + sub + (ep, etp, cap)
+                total = np.moveaxis(total, 3, -1).reshape(lead + sub + tuple(len(d[v]) for v in moe))
+            else:
+                total = total[:, :, :, 0]
+            out[:, :, :, si] = total
         return Table("time.compute", vars, out)
 
     def with_sp(self, sp) -> Scenario:
@@ -338,7 +397,7 @@ class Space:
                     recompute=d["recompute"], offload=d["offload"],
                     schedule=d["schedule"] if d["pp"] > 1 else self.domains["schedule"][0],
                     save_interval_s=tau, save_mode=d["mode"], nics_per_host=int(d["nics"]), global_batch=B,
-                    sequence_parallel=bool(d["sp"]))
+                    sequence_parallel=bool(d["sp"]), **{name: typ(d[v]) for v, name, typ in MOE_VARS if v in d})
 
     def key(self, idx: dict) -> tuple:
         """A canonical assignment key (schedule pinned when pp = 1)."""

@@ -62,7 +62,7 @@ def test_cp_divides_memory_and_shards_zero_over_dp_cp():
     one = float(T.stored_activations(raw_sc, "1f1b", "none", 1, 1, 1, 1, 1))
     four = float(T.stored_activations(raw_sc, "1f1b", "none", 1, 1, 1, 1, 4))
     assert four == pytest.approx(one / 4)  # flash attention: every saved tensor is per token
-    assert float(T.states(raw_sc, 1, False, 1, 1, 1, 4)) == float(T.states(raw_sc, 1, False, 1, 1, 4, 1))
+    assert float(T.states(raw_sc, 1, False, 1, 1, 1, cp=4)) == float(T.states(raw_sc, 1, False, 1, 1, 4))
 
 
 def test_contiguous_split_costs_the_causal_imbalance():
@@ -179,6 +179,9 @@ def cp_scenarios(draw):
     }
     if not per_op:
         raw["hardware"]["efficiency"] = draw(st.floats(0.3, 0.5))
+    if draw(st.integers(0, 3)) == 3:  # a mixture-of-experts model: CP next to expert parallelism
+        raw["model"]["name"] = "qwen3-30b-a3b"
+        raw["search"]["ep"] = draw(st.lists(st.sampled_from([1, 2, 8]), min_size=1, max_size=2, unique=True))
     if draw(st.booleans()):
         raw["hardware"]["usable_memory"] = f"{draw(st.floats(10.0, 60.0))}GiB"
     return build_scenario(raw, CAT), draw(st.sampled_from(["cost", "time"]))
@@ -193,7 +196,7 @@ def test_backends_agree_with_cp_and_sp_decisions(case):
     for b in ("cpsat", "highs"):
         results[b + "/decomposed"] = solve(sc, b, Request(method="decomposed", **req))
     ref = results["enumerate"]
-    event(f"status={ref.status.value}, cp={ref.best.plan.cp if ref.best else '-'}")
+    event(f"status={ref.status.value}, cp={ref.best.plan.cp if ref.best else '-'}, moe={sc.model.moe}")
     key = "cost" if objective == "cost" else "finish_days"
     for name, r in results.items():
         assert r.status in (Status.OPTIMAL, Status.INFEASIBLE), (name, r.status)
@@ -207,5 +210,5 @@ def test_backends_agree_with_cp_and_sp_decisions(case):
 def test_cp_terms_broadcast_over_the_grid():
     sc = build_scenario(LLAMA8_128K, CAT)
     tp, cp = np.array([1, 2, 4])[:, None], np.array([1, 4, 16])[None, :]
-    grid = T.temporary(sc, 3, tp, 1, 1, cp)
+    grid = T.temporary(sc, 3, tp, 1, 1, cp=cp)
     assert grid.shape == (3, 3) and np.all(np.diff(grid, axis=1) < 0)  # more CP, fewer tokens per card

@@ -23,7 +23,7 @@ from tpopt.models.units import DAY
 if TYPE_CHECKING:
     from tpopt.optimizer.sweep.spec import Point
 
-FORMAT = 3  # 2: note and checksum columns; 3: global_batch, seq_len, train_tokens, cp
+FORMAT = 4  # 2: note and checksum columns; 3: ep, expert_tp, capacity_factor; 4: global_batch, seq_len, train_tokens, cp
 
 COLUMNS = {  # name -> type (None allowed everywhere)
     "point_key": str,
@@ -32,7 +32,7 @@ COLUMNS = {  # name -> type (None allowed everywhere)
     "status": str,
     "cards": int, "hosts": int, "zero": int, "tp": int, "cp": int, "pp": int, "dp": int, "micro_batch": int,
     "grad_accum": int, "recompute": str, "offload": str, "schedule": str, "save_interval_s": float,
-    "save_mode": str, "nics_per_host": int, "train_tokens": float,
+    "save_mode": str, "nics_per_host": int, "ep": int, "expert_tp": int, "capacity_factor": float, "train_tokens": float,
     "cost": float, "cost_unit": str, "finish_days": float, "train_days": float, "overhead_days": float,
     "step_s": float, "memory_per_card_gib": float, "overhead_fraction": float,
     "card_hours": float, "price_card_hour": float,
@@ -40,7 +40,8 @@ COLUMNS = {  # name -> type (None allowed everywhere)
 }
 COLUMN_NAMES = tuple(COLUMNS)
 PLAN_COLUMNS = ("cards", "hosts", "zero", "tp", "cp", "pp", "dp", "micro_batch", "grad_accum", "recompute", "offload",
-                "schedule", "save_interval_s", "save_mode", "nics_per_host", "global_batch", "train_tokens")
+                "schedule", "save_interval_s", "save_mode", "nics_per_host", "ep", "expert_tp", "capacity_factor",
+                "global_batch", "train_tokens")
 STATUSES = ("optimal", "feasible", "infeasible", "unknown", "error")
 FEASIBLE = ("optimal", "feasible")  # a plan is in the row
 PROVEN = ("optimal", "infeasible")  # the answer is final: reused on resume
@@ -104,8 +105,9 @@ def make_row(point: Point, status: str, fingerprint_: str, solver: str, ev=None,
                    dp=p["dp"],
                    micro_batch=p["micro_batch"], grad_accum=p["grad_accum"], recompute=p["recompute"],
                    offload=p["offload"], schedule=p["schedule"], save_interval_s=p["save_interval_s"],
-                   save_mode=p["save_mode"], nics_per_host=p["nics_per_host"], global_batch=p["global_batch"],
-                   train_tokens=m["tokens"], cost=m["cost"],
+                   save_mode=p["save_mode"], nics_per_host=p["nics_per_host"], ep=p.get("ep") or 1,
+                   expert_tp=p.get("expert_tp") or p["tp"], capacity_factor=p.get("capacity_factor"),
+                   global_batch=p["global_batch"], train_tokens=m["tokens"], cost=m["cost"],
                    cost_unit=m["cost_unit"], finish_days=m["finish_days"], train_days=m["train_days"],
                    overhead_days=m["train_days"] * m["overhead_fraction"], step_s=m["step_s"],
                    memory_per_card_gib=m["memory_per_card_gib"],
