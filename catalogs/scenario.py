@@ -35,6 +35,9 @@ from tpopt.models.plan import (
     split_schedule,
 )
 from tpopt.models.units import (
+    MAX_CARD_BYTES,
+    MAX_DEADLINE_S,
+    MAX_TOKENS,
     parse_bandwidth,
     parse_bytes,
     parse_count,
@@ -81,6 +84,13 @@ STAGE_TASK_KEYS = ("tokens", "seq_len", "global_batch")
 STAGE_KEYS = {"name", "tokens", "seq_len", "global_batch", "critical_batch", "batch_ramp", "search"}
 DEFAULT_EFFICIENCY = 0.40  # what `tpopt explain` / sweeps start from when a flat efficiency is asked for
 AUTO_INTERVAL = "auto"
+MAX_FILE_BYTES = 1024 * 1024  # a scenario file larger than 1 MiB is refused (e.g. --scenario /dev/zero)
+MAX_LIST = 1024  # entries in one [search] list
+MAX_SEQ_LEN = 2**24  # tokens per sequence
+MAX_BATCH = 2**20  # sequences per step (dp ranges over its divisors)
+MAX_CARDS = 2**24  # cards in a plan (search.max_cards, job_mtbf.cards)
+MAX_DOMAIN_INT = 2**20  # tp, pp, dp, micro-batch, NIC counts in [search]
+MAX_HOST_INT = 1024  # cards or NICs per host
 # Checkpoint defaults do not bias a plan: unless the scenario states them, the save interval is the
 # optimum for each card count ("auto", tau* = sqrt(2c / lambda)) and both save modes are searched.
 DEFAULT_SAVE_INTERVAL = AUTO_INTERVAL
@@ -102,7 +112,10 @@ def read_scenario_file(path) -> dict:
     p = Path(path)
     try:
         with p.open("rb") as fh:
-            raw = tomllib.load(fh)
+            data = fh.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise InputError(f"scenario {str(p)!r} is larger than the bound of {MAX_FILE_BYTES // 1024:,} KiB")
+        raw = tomllib.loads(data.decode("utf-8"))
     except FileNotFoundError:
         raise InputError(f"scenario file {str(p)!r} not found") from None
     except IsADirectoryError:
@@ -238,14 +251,16 @@ def _as_list(value, what: str) -> list:
     if isinstance(value, list):
         if not value:
             raise InputError(f"{what}: the list is empty")
+        if len(value) > MAX_LIST:
+            raise InputError(f"{what}: {len(value):,} entries, above the bound of {MAX_LIST:,}")
         return value
     if isinstance(value, str) and "," in value:
         return [x.strip() for x in value.split(",") if x.strip()]
     return [value]
 
 
-def _int_list(value, what: str, minimum: int = 1) -> tuple[int, ...]:
-    return tuple(sorted({parse_int(v, what, minimum=minimum) for v in _as_list(value, what)}))
+def _int_list(value, what: str, minimum: int = 1, maximum: int = MAX_DOMAIN_INT) -> tuple[int, ...]:
+    return tuple(sorted({parse_int(v, what, minimum=minimum, maximum=maximum) for v in _as_list(value, what)}))
 
 
 def _accelerator_with_overrides(acc: Accelerator, o: dict, cat: Catalog, where: str) -> Accelerator:
@@ -253,9 +268,11 @@ def _accelerator_with_overrides(acc: Accelerator, o: dict, cat: Catalog, where: 
 
     kw = {}
     if "usable_memory" in o:
-        kw["memory_usable"] = parse_bytes(o["usable_memory"], f"{where} usable_memory", allow_zero=False)
+        kw["memory_usable"] = parse_bytes(o["usable_memory"], f"{where} usable_memory", allow_zero=False,
+                                          maximum=MAX_CARD_BYTES)
     if "cards_per_host" in o:
-        kw["cards_per_host"] = parse_int(o["cards_per_host"], f"{where} cards_per_host", minimum=1)
+        kw["cards_per_host"] = parse_int(o["cards_per_host"], f"{where} cards_per_host", minimum=1,
+                                         maximum=MAX_HOST_INT)
     if "peak" in o:
         kw["peak_flops"] = parse_flops_rate(o["peak"], f"{where} peak")
     if "nic" in o:
@@ -268,10 +285,12 @@ def _accelerator_with_overrides(acc: Accelerator, o: dict, cat: Catalog, where: 
             kw["nic_bw"] = parse_bandwidth(name, f"{where} nic")
             kw["nic"] = str(name)
     if "nics_per_host" in o:
-        kw["nics_per_host"] = parse_int(o["nics_per_host"], f"{where} nics_per_host", minimum=1)
+        kw["nics_per_host"] = parse_int(o["nics_per_host"], f"{where} nics_per_host", minimum=1,
+                                        maximum=MAX_HOST_INT)
         kw["max_nics_per_host"] = max(acc.max_nics_per_host, kw["nics_per_host"])
     if "max_nics_per_host" in o:
-        kw["max_nics_per_host"] = parse_int(o["max_nics_per_host"], f"{where} max_nics_per_host", minimum=1)
+        kw["max_nics_per_host"] = parse_int(o["max_nics_per_host"], f"{where} max_nics_per_host", minimum=1,
+                                            maximum=MAX_HOST_INT)
     if "card_hour" in o:
         kw["price_card_hour"] = parse_number(o["card_hour"], f"{where} card_hour")
     return replace(acc, **kw)
@@ -295,14 +314,14 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     stage_tables = _stage_tables(raw["task"])
     t = dict(stage_tables[0], **{k: v for k, v in raw["task"].items() if k not in stage_tables[0]}) \
         if stage_tables else raw["task"]
-    tokens = parse_count(t["tokens"], "task.tokens", allow_zero=False)
-    seq = parse_int(t["seq_len"], "task.seq_len", minimum=1)
-    batch = parse_int(t["global_batch"], "task.global_batch", minimum=1)
+    tokens = parse_count(t["tokens"], "task.tokens", allow_zero=False, maximum=MAX_TOKENS)
+    seq = parse_int(t["seq_len"], "task.seq_len", minimum=1, maximum=MAX_SEQ_LEN)
+    batch = parse_int(t["global_batch"], "task.global_batch", minimum=1, maximum=MAX_BATCH)
     precision = str(t.get("precision", "bf16-mixed"))
     memory.recipe(precision)
     sch = raw["schedule"]
-    deadline = parse_duration(sch["deadline"], "schedule.deadline", allow_zero=False)
-    reserved = parse_duration(sch.get("reserved", "0d"), "schedule.reserved")
+    deadline = parse_duration(sch["deadline"], "schedule.deadline", allow_zero=False, maximum=MAX_DEADLINE_S)
+    reserved = parse_duration(sch.get("reserved", "0d"), "schedule.reserved", maximum=MAX_DEADLINE_S)
     if reserved >= deadline:
         raise InputError("schedule.reserved must be shorter than the deadline")
     task = Task(tokens=tokens, seq_len=seq, global_batch=batch, precision=precision, deadline_s=deadline,
@@ -342,11 +361,12 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     mt = raw.get("memory", {})
     reserve = mt.get("activation_reserve")
     mem = MemoryOptions(
-        activation_reserve=None if reserve is None else parse_bytes(reserve, "memory.activation_reserve"),
+        activation_reserve=None if reserve is None else parse_bytes(reserve, "memory.activation_reserve",
+                                                                    maximum=MAX_CARD_BYTES),
         flash_attention=_bool(mt.get("flash_attention", True), "memory.flash_attention"),
         activation_bytes=parse_number(mt.get("activation_bytes", 2), "memory.activation_bytes", allow_zero=False),
-        loss_chunks=parse_int(mt.get("loss_chunks", 1), "memory.loss_chunks", minimum=1),
-        prefetch=parse_int(mt.get("prefetch", 1), "memory.prefetch", minimum=0),
+        loss_chunks=parse_int(mt.get("loss_chunks", 1), "memory.loss_chunks", minimum=1, maximum=MAX_DOMAIN_INT),
+        prefetch=parse_int(mt.get("prefetch", 1), "memory.prefetch", minimum=0, maximum=MAX_HOST_INT),
         sequence_parallel=_bool(mt.get("sequence_parallel", True), "memory.sequence_parallel"),
         dropout=_bool(mt.get("dropout", False), "memory.dropout"),
     )
@@ -376,7 +396,7 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
         j = ck["job_mtbf"]
         if not isinstance(j, dict) or "cards" not in j or "interval" not in j:
             raise InputError('checkpoint.job_mtbf must be a table like { cards = 1024, interval = "7.9h" }')
-        mtbf = parse_int(j["cards"], "checkpoint.job_mtbf.cards", minimum=1) * parse_duration(
+        mtbf = parse_int(j["cards"], "checkpoint.job_mtbf.cards", minimum=1, maximum=MAX_CARDS) * parse_duration(
             j["interval"], "checkpoint.job_mtbf.interval", allow_zero=False)
     elif str(ck.get("card_mtbf", "")).lower() in ("none", "inf", "never"):
         mtbf = None
@@ -428,7 +448,7 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     for x in accs:
         if x not in systems:
             raise InputError(f"search.accelerator {x!r} is not in hardware.accelerator")
-    max_cards = parse_int(se.get("max_cards", 1024), "search.max_cards", minimum=1)
+    max_cards = parse_int(se.get("max_cards", 1024), "search.max_cards", minimum=1, maximum=MAX_CARDS)
     space = SearchSpace(
         accelerators=accs,
         zero_stage=zs,

@@ -39,6 +39,39 @@ def handle_errors(fn):
     return wrapper
 
 
+MAX_SEED = 2**31 - 1  # CP-SAT and HiGHS take 32-bit seeds
+MAX_WORKERS = 64  # solver threads / sweep processes
+
+
+def check_run_options(time_limit=None, seed=None, workers=None, top=None) -> None:
+    """Bounds of the solver options (finite, in range, the bound in the message)."""
+    import math
+
+    from tpopt.optimizer.limits import MAX_TIME_LIMIT
+
+    if time_limit is not None and not (math.isfinite(time_limit) and 0 < time_limit <= MAX_TIME_LIMIT):
+        raise InputError(f"--time-limit: {time_limit!r} must be a positive number of seconds up to "
+                         f"{MAX_TIME_LIMIT:,.0f} (7 days)")
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise InputError(f"--seed: {seed} must be between 0 and {MAX_SEED:,}")
+    if workers is not None and not 1 <= workers <= MAX_WORKERS:
+        raise InputError(f"--workers: {workers} must be between 1 and {MAX_WORKERS}")
+    if top is not None and not 1 <= top <= 1000:
+        raise InputError(f"--top: {top} must be between 1 and 1,000")
+
+
+def check_output_path(path, what: str = "output") -> None:
+    """An output file path must not be a directory and its folder must exist (checked before any work,
+    so that nothing is computed for a file that cannot be written)."""
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{what}: {str(p)!r} is a directory, not a file")
+    if not p.parent.is_dir():
+        raise InputError(f"{what}: folder {str(p.parent)!r} does not exist")
+
+
 def dump_json(obj) -> str:
     """Deterministic JSON: sorted keys off (report order matters), fixed float repr, trailing newline."""
     return json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n"

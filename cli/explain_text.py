@@ -187,10 +187,13 @@ def infeasible_lines(out: dict, sc, command: str) -> list[str]:
     infeasible), or what to do when the solver ran out of time."""
     lines = [f"tpopt {command}: {sc.name}: no feasible plan ({out['status']})."]
     if out["status"] != "infeasible":
-        lines.append("The solver reached its time limit before finding a plan or proving there is none; "
+        phase = (out.get("solver") or {}).get("limit_phase")
+        where = f" while {phase}" if phase else ""
+        lines.append(f"Time limit reached{where} before a plan was found or proven not to exist; "
                      "raise --time-limit.")
     else:
-        lines += [""] + conflict_lines(out["conflict_detail"])
+        lines += [""] + (["Conflict: not isolated (time limit reached before a conflict was found)."]
+                         if out.get("conflict_status") else conflict_lines(out["conflict_detail"]))
         rl = relaxation_lines(out["relaxations"])
         if rl:
             lines += [""] + rl
@@ -267,13 +270,17 @@ def plan_lines(d: dict, sc) -> list[str]:
                 lines += [_violation_line(v, w) for v in f["violates"]]
     o = d["optimum"]
     lines.append("")
-    if not o["exists"]:
+    if o["exists"] is None:
+        lines.append(f"The optimum of the request: not decided ({o.get('undecided', 'time limit reached')}).")
+    elif not o["exists"]:
         lines.append("The request has no feasible plan at all (run without --cards for the conflict and relaxations).")
     elif o.get("this_plan_is_optimal"):
         lines.append(f"This plan is optimal (minimising {d['objective']}).")
         for b in o.get("binding", []):
             lines.append(f"  binding {b['name']}: without it {_plan_short(b['plan_without'])} would reach "
                          f"{_objective_text(b['objective_without'], d['objective'], unit)}")
+        for name in o.get("binding_undecided", []):
+            lines.append(f"  {name}: not decided (time limit reached)")
     else:
         p = o["plan"]
         ch = o.get("change", 0.0)
@@ -302,4 +309,9 @@ def request_lines(d: dict, sc) -> list[str]:
                     if "value" in v else "")
             lines.append(f"  {b['name']}: without it {_plan_short(b['plan_without'])} would reach "
                          f"{_objective_text(b['objective_without'], d['objective'], unit)}{viol}")
+    lines += [f"  {name}: not decided (time limit reached)" for name in d.get("binding_undecided", [])]
+    if (d.get("solver") or {}).get("time_limit_reached"):
+        from tpopt.cli.render import limit_line
+
+        lines.insert(1, limit_line(d["solver"]))
     return lines

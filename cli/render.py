@@ -220,6 +220,8 @@ def constraints_table(constraints: list[dict], title: str = "Constraints") -> Ta
             status = "VIOLATED"
         elif c.get("binding"):
             status = "binding"
+        elif c.get("undecided"):
+            status = "undecided"  # the analysis ran out of time on this family
         else:
             status = "ok"
         t.add_row(c["name"], _fmt_value(c["value"], c["unit"]), _fmt_value(c["limit"], c["unit"]), c["unit"],
@@ -244,10 +246,16 @@ def _batch(p: dict, show: bool) -> str:
     return f", batch {p['global_batch']:,}" if show and p.get("global_batch") else ""
 
 
-def binding_lines(binding: list[dict] | None, objective: str, unit: str, batch: bool = False) -> list[str]:
+def binding_lines(binding: list[dict] | None, objective: str, unit: str, undecided=(), batch: bool = False
+                  ) -> list[str]:
     if binding is None:
         return ["Binding constraints: not analysed (--no-analysis); run without it to see what binds and why "
                 "nothing cheaper is feasible."]
+    if undecided:
+        head = binding_lines(binding, objective, unit) if binding else [
+            "Binding constraints: none among the families decided in time."]
+        return head + [f"  {name}: not decided (time limit reached before this question was answered)"
+                       for name in undecided]
     if not binding:
         return ["Binding constraints: none (no single constraint holds the optimum where it is)."]
     lines = ["Binding constraints (dropping any one of these alone admits a better plan):"]
@@ -276,7 +284,9 @@ def alternative_lines(alts: list[dict], objective: str, unit: str, batch: bool =
         return []
     lines = ["Why not cheaper:"]
     for a in alts:
-        if a["feasible"]:
+        if a["feasible"] is None:
+            lines.append(f"  {a['alternative']}: not decided ({a.get('undecided', 'time limit reached')})")
+        elif a["feasible"]:
             p = a["plan"]
             layout = (f"ZeRO-{p['zero_stage']}, {layout_text(p)}{moe_short(p)}, "
                       f"micro-batch {p['micro_batch']}, recompute {p['recompute']}{_batch(p, batch)}")
@@ -316,6 +326,13 @@ def top_table(top: list[dict], unit: str) -> Table:
     return t
 
 
+def limit_line(s: dict) -> str:
+    """What a run stopped by its time limit returns (the phase it stopped in, the gap if known)."""
+    gap = "unknown" if s.get("gap") is None else f"{s['gap'] * 100:.2f} %"
+    where = f" while {s['limit_phase']}" if s.get("limit_phase") else ""
+    return f"Time limit reached{where}: best plan found, not proven optimal, gap {gap}"
+
+
 def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:
     s = d["solver"]
     unit = d["metrics"].get("cost_unit", "USD")
@@ -324,10 +341,16 @@ def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:
     took = f", {s['wall_s']:.2f} s" if timing else ""
     status = (f"Status: {d['status']} (solver {s['name']}, {s['method']}{took}, {s['points']:,} plans in the space, "
               f"minimising {d['objective']})")
+    if s.get("time_limit_reached"):
+        status += "\n" + limit_line(s)
+    if s.get("fallback"):
+        status += f"\nNote: {s['fallback']}"
+    if d.get("analysis") == "time limit reached":
+        status += "\nAnalysis: time limit reached; the items it could not answer are marked 'not decided'"
     parts = [head, status, "", f"Plan: {plan_line(d['plan'])}", *after_plan, "",
              metrics_table(d["metrics"], title="Best plan"), "", constraints_table(d["constraints"]), ""]
     batch = len(d.get("batch_choices") or []) > 1  # name each plan's batch when the batch is a choice
-    parts += binding_lines(d.get("binding"), d["objective"], unit, batch)
+    parts += binding_lines(d.get("binding"), d["objective"], unit, d.get("binding_undecided") or (), batch)
     rob = (d.get("robustness") or {}).get("without_overlap")
     if rob:
         verdict = "still meets every constraint" if rob["feasible"] else \

@@ -23,7 +23,8 @@ def solve_options(fn):
         click.option("--objective", type=click.Choice(["cost", "time"]), default="cost", show_default=True,
                      help="Minimise cost (then finish time) or finish time (then cost)."),
         click.option("--max-cost", help="Budget cap (currency, or card-hours without prices)."),
-        click.option("--time-limit", type=float, default=60.0, show_default=True, help="Solver time limit, s."),
+        click.option("--time-limit", default="60s", show_default=True,
+                     help="One time limit for the whole command (tables, solve, analysis): 60s, 5min, or seconds."),
         click.option("--seed", type=int, default=0, show_default=True, help="Solver random seed."),
         click.option("--workers", type=int, default=1, show_default=True,
                      help="Solver threads (1 = deterministic)."),
@@ -33,15 +34,35 @@ def solve_options(fn):
     return fn
 
 
+def time_limit_seconds(text) -> float:
+    """``--time-limit``: a duration with its unit (``5s``, ``2min``) or a bare number of seconds."""
+    import math
+
+    from tpopt.errors import InputError
+    from tpopt.models.units import parse_duration
+
+    try:
+        x = float(text)
+    except (TypeError, ValueError):
+        return parse_duration(str(text), "--time-limit", allow_zero=False)
+    if not math.isfinite(x):
+        raise InputError(f"--time-limit: {text!r} must be a positive number of seconds")
+    return x
+
+
 def request_from(kw: dict, top: int = 1):
+    """The request of the solver options, with one clock for every phase of this command (the time
+    limit bounds tables, solve, verification and analysis together; see optimizer/limits.py)."""
+    from tpopt.cli.common import check_run_options
+    from tpopt.optimizer.limits import Clock, stderr_progress
     from tpopt.optimizer.result import Request
 
-    if kw["time_limit"] <= 0:
-        from tpopt.errors import InputError
-
-        raise InputError("--time-limit must be positive")
-    return Request(objective=kw["objective"], top=top, time_limit=kw["time_limit"], seed=kw["seed"],
-                   workers=max(1, kw["workers"]), method=kw.get("method", "auto"))
+    limit = time_limit_seconds(kw["time_limit"])
+    check_run_options(limit, kw["seed"], kw["workers"], top)
+    clock = Clock(limit)
+    clock.progress = stderr_progress()
+    return Request(objective=kw["objective"], top=top, time_limit=limit, seed=kw["seed"],
+                   workers=kw["workers"], method=kw.get("method", "auto"), clock=clock)
 
 
 def raw_and_catalog(kw: dict):

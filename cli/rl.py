@@ -40,8 +40,9 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
 
     if kw.get("tokens") is not None:
         raise InputError("--tokens does not apply to tpopt rl (set [rl] samples or steps)")
-    if time_limit <= 0:
-        raise InputError("--time-limit must be positive")
+    from tpopt.cli.common import check_run_options
+
+    check_run_options(time_limit)  # finite, positive, at most 7 days
     if plot_path:
         from tpopt.cli.plots import check_plot_path
 

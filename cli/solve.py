@@ -76,13 +76,17 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, **kw):
             ana = None if no_analysis else analysis(space, best, kw["solver"], req, set(result.enforced))
         d = best.as_dict()
         binding = {b["name"] for b in ana["binding"]} if ana else set()
+        undecided = set(ana["undecided"]) if ana else set()
         for c in d["constraints"]:
-            # without the analysis nobody knows which families bind: None, not False
-            c["binding"] = None if ana is None else (
-                c["name"] in binding or (c["name"] == "step.budget" and "deadline.finish" in binding))
+            name = "deadline.finish" if c["name"] == "step.budget" else c["name"]
+            # without the analysis, or where the time limit cut it short, nobody knows: None, not False
+            c["binding"] = None if (ana is None or name in undecided) else name in binding
+            if name in undecided:
+                c["undecided"] = True  # the analysis ran out of time on this family
         out.update(d)
-        out["analysis"] = "skipped" if ana is None else "done"
+        out["analysis"] = "skipped" if ana is None else ana["analysis"]
         out["binding"] = ana["binding"] if ana else None
+        out["binding_undecided"] = sorted(undecided, key=list(result.enforced).index) if ana else []
         out["alternatives"] = ana["alternatives"] if ana else None
         out["analysis_by"] = ana["oracle"] if ana else None
         out["robustness"] = ana["robustness"] if ana else None

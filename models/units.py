@@ -61,26 +61,57 @@ _COUNT = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
 _FLOPS = {"FLOP/s": 1.0, "GFLOP/s": 1e9, "TFLOP/s": 1e12, "PFLOP/s": 1e15,
           "FLOPS": 1.0, "GFLOPS": 1e9, "TFLOPS": 1e12, "PFLOPS": 1e15}
 
+# Bounds at the parsing edge: every quantity is finite and below a stated magnitude, so that no
+# downstream product (iterations x step x (1 + L), bytes in 64-bit integers) can overflow. Each
+# parse_* function has a generous default; callers pass tighter, meaningful ones (a deadline of a
+# century, 10^15 training tokens, 16 TiB per card) and the message states the bound.
+MAX_DURATION_S = 1000 * 365 * DAY  # any duration (MTBF, intervals, ...): 1,000 years
+MAX_DEADLINE_S = 1000 * 365 * DAY  # deadlines and reserved time: 1,000 years (validation runs use "no deadline" = 100,000 d)
+MAX_BYTES = 1e18  # any size: 1 EB
+MAX_CARD_BYTES = 16 * TIB  # memory per card (usable memory, activation reserve)
+MAX_BANDWIDTH = 1e15  # 1 PB/s
+MAX_FLOPS = 1e21  # per card
+MAX_COUNT = 1e18
+MAX_TOKENS = 1e15  # training tokens: 1,000T (about 30x the largest published pre-training run)
+MAX_INT = 2**53  # integers stay exact in float64
+MAX_NUMBER = 1e15  # prices, rates, ratios
+
 _NUM = r"([+-]?(?:\d[\d_,]*\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
 _RX = re.compile(r"^\s*" + _NUM + r"\s*([A-Za-z/%]*)\s*$")
 
 
+def _show(value) -> str:
+    """A value for a message, shortened (a 300-digit number is not echoed whole)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:20] + "..." + text[-8:] + f" ({len(text)} characters)"
+
+
 def _split(text: str, what: str) -> tuple[float, str]:
+    if len(text) > 200:
+        raise InputError(f"{what}: {_show(text)} is too long to be a quantity")
     m = _RX.match(text)
     if not m:
-        raise InputError(f"{what}: cannot read {text!r} as a number with a unit")
+        raise InputError(f"{what}: cannot read {_show(text)} as a number with a unit")
     number = float(m.group(1).replace("_", "").replace(",", ""))
     return number, m.group(2)
 
 
+def _float(value, what: str) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond float range (a 400-digit TOML integer)
+        raise InputError(f"{what}: {_show(value)} is too large") from None
+
+
 def _parse(value, what: str, table: dict[str, float], example: str, *, allow_bare: bool = False,
-           allow_negative: bool = False, allow_zero: bool = True) -> float:
+           allow_negative: bool = False, allow_zero: bool = True, maximum: float | None = None,
+           bound: str = "") -> float:
     if isinstance(value, bool):
         raise InputError(f"{what}: expected a quantity like {example}, got {value!r}")
     if isinstance(value, (int, float)):
         if not allow_bare:
             raise InputError(f"{what}: {value!r} needs a unit, e.g. {example}")
-        number, factor = float(value), 1.0
+        number, factor = _float(value, what), 1.0
     elif isinstance(value, str):
         number, unit = _split(value, what)
         if unit == "":
@@ -96,52 +127,61 @@ def _parse(value, what: str, table: dict[str, float], example: str, *, allow_bar
         raise InputError(f"{what}: expected a quantity like {example}, got {value!r}")
     result = number * factor
     if not math.isfinite(result):
-        raise InputError(f"{what}: {value!r} is not a finite quantity")
+        raise InputError(f"{what}: {_show(value)} is not a finite quantity")
     if result < 0 and not allow_negative:
-        raise InputError(f"{what}: {value!r} must not be negative")
+        raise InputError(f"{what}: {_show(value)} must not be negative")
     if result == 0 and not allow_zero:
-        raise InputError(f"{what}: {value!r} must be greater than zero")
+        raise InputError(f"{what}: {_show(value)} must be greater than zero")
+    if maximum is not None and abs(result) > maximum:
+        raise InputError(f"{what}: {_show(value)} is above the bound of {bound or f'{maximum:g}'}")
     return result
 
 
-def parse_duration(value, what: str = "duration", *, allow_zero: bool = True) -> float:
-    """Seconds from ``"30d"``, ``"720h"``, ``"1800s"``, ``"10ms"``, ``"2w"``."""
-    return _parse(value, what, _DURATION, "30d or 1800s", allow_zero=allow_zero)
+def parse_duration(value, what: str = "duration", *, allow_zero: bool = True,
+                   maximum: float = MAX_DURATION_S) -> float:
+    """Seconds from ``"30d"``, ``"720h"``, ``"1800s"``, ``"10ms"``, ``"2w"`` (at most ``maximum``)."""
+    return _parse(value, what, _DURATION, "30d or 1800s", allow_zero=allow_zero, maximum=maximum,
+                  bound=f"{maximum / DAY:,.0f} d ({maximum / (365 * DAY):,.0f} years)")
 
 
-def parse_bytes(value, what: str = "size", *, allow_zero: bool = True) -> float:
+def parse_bytes(value, what: str = "size", *, allow_zero: bool = True, maximum: float = MAX_BYTES) -> float:
     """Bytes from ``"22GiB"`` (binary) or ``"24GB"`` (decimal); the two are never conflated."""
-    return _parse(value, what, _BYTES, "22GiB or 24GB", allow_zero=allow_zero)
+    bound = f"{maximum / TIB:,.0f} TiB" if maximum < 1e15 else f"{maximum / 1e15:,.0f} PB"
+    return _parse(value, what, _BYTES, "22GiB or 24GB", allow_zero=allow_zero, maximum=maximum, bound=bound)
 
 
 def parse_bandwidth(value, what: str = "bandwidth", *, allow_zero: bool = True) -> float:
     """Bytes per second from ``"7GB/s"``, ``"32 GB/s"``, ``"200Gbit/s"`` (= 25e9 B/s)."""
     table = {f"{k}/s": v for k, v in _BYTES.items()}
     table.update({k: v / 8.0 for k, v in _BITS_PER_S.items()})
-    return _parse(value, what, table, "7GB/s or 200Gbit/s", allow_zero=allow_zero)
+    return _parse(value, what, table, "7GB/s or 200Gbit/s", allow_zero=allow_zero, maximum=MAX_BANDWIDTH,
+                  bound="1 PB/s")
 
 
-def parse_count(value, what: str = "count", *, allow_zero: bool = True) -> float:
+def parse_count(value, what: str = "count", *, allow_zero: bool = True, maximum: float = MAX_COUNT) -> float:
     """A count from ``"100B"`` (1e11), ``"1.5T"``, ``"8K"``, ``"384"`` or a TOML number.
 
     ``B`` here means billion (token counts), not bytes: a count has no byte unit.
     """
-    return _parse(value, what, _COUNT, "100B or 1.5T", allow_bare=True, allow_zero=allow_zero)
+    bound = f"{maximum:,.0f}" if maximum < 1e7 else f"{maximum:.3g}" + (
+        f" ({maximum / 1e12:,.0f}T)" if maximum >= 1e12 else "")
+    return _parse(value, what, _COUNT, "100B or 1.5T", allow_bare=True, allow_zero=allow_zero, maximum=maximum,
+                  bound=bound)
 
 
-def parse_int(value, what: str = "integer", *, minimum: int | None = None) -> int:
-    """A whole number (accepts ``"8K"``-style suffixes); rejects fractions."""
-    x = parse_count(value, what)
+def parse_int(value, what: str = "integer", *, minimum: int | None = None, maximum: int = MAX_INT) -> int:
+    """A whole number (accepts ``"8K"``-style suffixes) between ``minimum`` and ``maximum``."""
+    x = parse_count(value, what, maximum=maximum)
     if x != int(x):
-        raise InputError(f"{what}: {value!r} must be a whole number")
+        raise InputError(f"{what}: {_show(value)} must be a whole number")
     if minimum is not None and x < minimum:
-        raise InputError(f"{what}: {value!r} must be at least {minimum}")
+        raise InputError(f"{what}: {_show(value)} must be at least {minimum}")
     return int(x)
 
 
 def parse_flops_rate(value, what: str = "peak") -> float:
     """FLOP/s from ``"989TFLOP/s"`` or ``"165.2 TFLOPS"``."""
-    return _parse(value, what, _FLOPS, "989TFLOP/s", allow_zero=False)
+    return _parse(value, what, _FLOPS, "989TFLOP/s", allow_zero=False, maximum=MAX_FLOPS, bound="1e21 FLOP/s")
 
 
 def parse_fraction(value, what: str = "fraction", *, allow_zero: bool = False,
@@ -160,10 +200,10 @@ def parse_fraction(value, what: str = "fraction", *, allow_zero: bool = False,
 
 
 def parse_number(value, what: str = "number", *, allow_zero: bool = True,
-                 allow_negative: bool = False) -> float:
-    """A plain dimensionless number (prices, ratios)."""
+                 allow_negative: bool = False, maximum: float = MAX_NUMBER) -> float:
+    """A plain dimensionless number (prices, ratios), at most ``maximum`` in magnitude."""
     return _parse(value, what, {"": 1.0}, "2.0", allow_bare=True, allow_zero=allow_zero,
-                  allow_negative=allow_negative)
+                  allow_negative=allow_negative, maximum=maximum)
 
 
 # ---------------------------------------------------------------------------------------------

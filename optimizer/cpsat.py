@@ -6,11 +6,16 @@ value; the glue is linear, and the two products of the model (step x (1 + L), ra
 exact linear relations selected by one literal per distinct value of the small factor. A hub
 variable over the core layout carries valid lower bounds and drives a best-first search.
 
-Integer scaling (a relaxation, see :mod:`tpopt.optimizer.core`): times in microseconds, memory in
-bytes, overhead in 1e-7, all rounded *down* where they add to a "<=" side or to the objective and
-*up* where they feed the one ">=" constraint (input throughput); limits rounded up. Conditions that
-compare one tabulated value with a constant (layout rules, backlog, host memory) are decided exactly
-in floating point when the table is built.
+Integer scaling (a relaxation, see :mod:`tpopt.optimizer.core`): units are chosen from the actual
+ranges of the tables (:func:`choose_scales`: time at finest microseconds, overhead at finest 1e-7,
+memory in bytes unless it would pass 2^58) so that no linear expression reaches 2^60; values beyond
+the point where the deadline alone excludes a plan are clamped there (:func:`caps`, :func:`_lower`).
+Every value is rounded *down* where it adds to a "<=" side or to the objective; the one ">="
+constraint (input throughput) compares the floored busy time plus the rounding slack; limits are
+rounded up. The ranges are checked before the model is used (``_fits``); a scenario that cannot be
+represented raises :class:`EncodingError` and the caller falls back. Conditions that compare one
+tabulated value with a constant (layout rules, backlog, host memory) are decided exactly in floating
+point when the table is built.
 
 Every constraint family is guarded by a named literal (after the OR-Tools assumptions sample):
 enforced families have their literal fixed to true, or passed as assumptions when a conflict core is
@@ -26,21 +31,37 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from tpopt.models import terms as T
+from tpopt.optimizer.limits import EncodingError  # noqa: F401 (raised here; the backends' shared error)
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import BUSY_TERMS, EXACT, FAMILIES, LAYOUT, MEMORY_TERMS, STRUCTURAL, VARS, Space, \
     reduce_to
 
-US = 1e6  # time unit: microsecond
+US = 1e6  # finest time unit: microsecond (coarser when the ranges demand it, see Scales)
 HUB = LAYOUT  # the core layout the search branches on first
-LSCALE = 10_000_000  # overhead unit: 1e-7
-INT_MAX = 2**61
+BUSY = BUSY_TERMS  # the busy-time terms (their sum is the step before the input wait)
+MEMORY = MEMORY_TERMS  # the per-card memory terms
+LSCALE = 10_000_000  # finest overhead unit: 1e-7
+BUDGET = 2**60  # no linear expression of the model may reach this magnitude (CP-SAT works in int64)
+INT_MAX = BUDGET
+MIN_TICKS = 100  # coarsest useful resolution: ticks in the shortest step, units in (1 + L) = 1
+
 
 
 @dataclass
 class CandidateResult:
-    status: str  # "candidate" | "feasible" | "infeasible" | "unknown"
+    """One solver call of the solve-verify loop.
+
+    status: "candidate" (optimal for the relaxed encoding), "feasible" (the solver's time limit
+    stopped it with a point), "infeasible" (proven), "limit" (time limit, no point) or "error"
+    (the solver failed for another reason; ``detail`` says which). ``bound``: a proven lower bound
+    of the relaxed objective over the remaining assignments (objective units), when known.
+    """
+
+    status: str
     assignment: dict | None = None
     objective_lb: float | None = None
+    bound: float | None = None
+    detail: str = ""
 
 
 def _finite(x):
@@ -49,12 +70,150 @@ def _finite(x):
     return np.where(np.isfinite(x), x, 0.0)
 
 
+def _lower(x, cap: float) -> np.ndarray:
+    """Values for a "<=" side or the objective, clamped to ``cap``: NaN -> 0, above cap (+inf
+    included) -> cap. Never above the true value, so the encoding stays a relaxation; a plan whose
+    value was clamped is excluded by the cap's own constraint or by the exact verification."""
+    x = np.asarray(x, dtype=float)
+    return np.minimum(np.where(np.isnan(x) | (x == -np.inf), 0.0, x), cap)
+
+
+def _max_finite(x, default: float = 0.0) -> float:
+    x = np.asarray(x, dtype=float)
+    f = x[np.isfinite(x)]
+    return float(f.max()) if f.size else default
+
+
+@dataclass
+class Scales:
+    """Integer units of one model, chosen from the actual value ranges of its tables.
+
+    ``ticks`` per second (time), ``lscale`` units per 1 of (1 + L), ``mem_unit`` bytes per memory
+    unit. Caps clamp values beyond which every plan is infeasible anyway (see :func:`_lower`), so
+    outliers (a 12,288-card layout with a Poisson overhead of 3,000x) do not dictate the scale.
+    Invariant (checked by ``CpSatModel._fits`` before solving): every linear expression stays below
+    ``BUDGET`` in magnitude.
+    """
+
+    ticks: float
+    lscale: int
+    mem_unit: float
+    step_cap_s: float
+    ov_cap: float
+    mem_cap: float
+    all_late: bool = False  # even the least step x the least (1 + L) overshoots the deadline
+
+
+def all_late(space: Space) -> bool:
+    """Every plan misses the deadline: reserved + iterations x (least step) x (least 1 + L) > deadline,
+    with each least value a minimum over its whole table (a valid lower bound for every plan)."""
+    sc = space.sc
+    tabs = space.tables
+    step_min = sum(float(np.min(_lower(tabs[n].values, np.inf))) for n in BUSY) + float(sc.input.wait_s)
+    ov = np.asarray(tabs["overhead"].values, dtype=float) + 1.0
+    ov_min = max(float(np.min(np.where(np.isnan(ov), 1.0, ov))), 1.0)
+    least = sc.task.reserved_s + float(T.iteration_count(sc)) * step_min * ov_min
+    return least > sc.task.deadline_s * (1 + 1e-9)
+
+
+def caps(space: Space, deadline_enforced: bool) -> tuple[float, float, float, float]:
+    """(step term cap s, (1 + L) cap, memory term cap bytes, least step s) for :func:`_lower`.
+
+    Without the deadline the caps are the largest finite table values (an infinite entry is
+    clamped to them). With it, a plan whose step or (1 + L) alone overshoots the deadline is
+    infeasible, so both are clamped 1 % beyond that point: such plans stay excluded while the
+    outliers no longer set the integer ranges."""
+    sc = space.sc
+    tabs = space.tables
+    iters = float(T.iteration_count(sc))
+    wait = float(sc.input.wait_s)
+    mem_cap = _max_finite(space.usable(), 1.0) * 1.01 + 1.0
+    ov = np.asarray(tabs["overhead"].values, dtype=float) + 1.0
+    ov_min = max(float(np.min(np.where(np.isfinite(ov), ov, np.inf))) if np.isfinite(ov).any() else 1.0, 1.0)
+    busy_min = sum(float(np.min(_lower(tabs[n].values, np.inf))) for n in BUSY)
+    step_min = max(busy_min + wait, 0.0)
+    step_cap = sum(_max_finite(tabs[n].values) for n in BUSY) + 1e-6
+    ov_cap = max(_max_finite(ov, 1.0), 1.0)
+    if deadline_enforced:
+        room = max(sc.task.deadline_s - sc.task.reserved_s, 0.0)
+        step_cap = min(step_cap, 1.01 * room / (iters * ov_min) + 1e-6)
+        if step_min > 0:
+            ov_cap = max(ov_min, min(ov_cap, 1.01 * room / (iters * step_min) + 1e-9))
+    return step_cap, ov_cap, mem_cap, step_min
+
+
+def choose_scales(space: Space, deadline_enforced: bool) -> Scales:
+    """Time, overhead and memory units from the tables' ranges (raises EncodingError if no choice
+    keeps every product below BUDGET at a useful resolution)."""
+    sc = space.sc
+    tabs = space.tables
+    iters = float(T.iteration_count(sc))
+    wait = float(sc.input.wait_s)
+    reserved = float(sc.task.reserved_s)
+    step_cap, ov_cap, mem_cap, step_min = caps(space, deadline_enforced)
+    S = max(sum(min(_max_finite(tabs[n].values), step_cap) for n in BUSY) + wait, 1e-9)
+    O = ov_cap
+    ticks = min(US, BUDGET / 4 / (iters * S * O + reserved + 1.0))
+    lscale = min(float(LSCALE), BUDGET / 4 / (ticks * S * O))
+    if lscale < 1e4:  # give resolution back to the overhead at the cost of time ticks
+        ticks = min(ticks, BUDGET / 4 / (S * O * 1e4))
+        lscale = min(float(LSCALE), BUDGET / 4 / (ticks * S * O))
+    late = deadline_enforced and all_late(space)
+    if not (math.isfinite(ticks) and math.isfinite(lscale)) or lscale < MIN_TICKS or \
+            ticks * max(step_min, 1e-3) < MIN_TICKS or (ticks * step_cap < MIN_TICKS and not late):
+        raise EncodingError(f"step times up to {S:.3g} s x (1 + L) up to {O:.3g} x {iters:.3g} iterations "
+                            "do not fit 64-bit integers at a useful resolution")
+    mem_hi = mem_cap * len(MEMORY)
+    mem_unit = 1.0 if mem_hi < BUDGET / 4 else 2.0 ** math.ceil(math.log2(mem_hi / (BUDGET / 4)))
+    return Scales(ticks=float(ticks), lscale=int(lscale), mem_unit=mem_unit, step_cap_s=step_cap, ov_cap=ov_cap,
+                  mem_cap=mem_cap, all_late=late)
+
+
+def solve_confirmed(model, time_limit: float, workers: int = 1, seed: int = 0):
+    """Solve a CP-SAT model; an INFEASIBLE claim is confirmed by a second solve without presolve.
+
+    An infeasibility claim ends a search (the optimum is proven, or nothing is feasible), and CP-SAT's
+    presolve has wrongly proven feasible models infeasible: google/or-tools #5003 and #5274 in 9.15, and
+    in 9.14 on a model found by ``benchmarks/cross_check.py`` (seed 2026, case 8136; presolve off
+    solves it). Returns (solver, status) of the answering solve.
+    """
+    import time as _time
+
+    t0 = _time.monotonic()
+    st = None
+    for presolve in (True, False):
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(0.01, float(time_limit) - (_time.monotonic() - t0))
+        solver.parameters.num_workers = max(1, int(workers))
+        solver.parameters.random_seed = int(seed)
+        solver.parameters.catch_sigint_signal = False  # Ctrl-C stays a KeyboardInterrupt (exit 130)
+        solver.parameters.cp_model_presolve = presolve
+        st = solver.solve(model)
+        if st != cp_model.INFEASIBLE:
+            break
+    return solver, st
+
+
+def _int64(x) -> np.ndarray:
+    """Values safe to cast: NaN -> 0, beyond +/-BUDGET (infinities included) -> +/-BUDGET, which the
+    range checks (``_fits``) then refuse rather than let a cast wrap around."""
+    x = np.nan_to_num(np.asarray(x, dtype=float), nan=0.0, posinf=float(BUDGET), neginf=-float(BUDGET))
+    return np.clip(x, -float(BUDGET), float(BUDGET))
+
+
 def _floor(x):
-    return np.floor(np.asarray(x, dtype=float)).astype(np.int64)
+    return np.floor(_int64(x)).astype(np.int64)
 
 
 def _ceil(x):
-    return np.ceil(np.asarray(x, dtype=float)).astype(np.int64)
+    return np.ceil(_int64(x)).astype(np.int64)
+
+
+def _ceil_int(x: float, hi: int) -> int:
+    """ceil(x) as a Python int, at most ``hi`` (a limit beyond every reachable value is vacuous)."""
+    if not x < hi:  # also catches inf and nan (nan: no limit)
+        return int(hi)
+    return int(math.ceil(x))
 
 
 class CpSatModel:
@@ -88,9 +247,9 @@ class CpSatModel:
         self.m.add_allowed_assignments([self.iv[v] for v in vars] + [target], rows)
         return target
 
-    def _table(self, name: str, how: str, scale: float = 1.0):
+    def _table(self, name: str, how: str, scale: float = 1.0, cap: float = math.inf):
         t = self.space.tables[name]
-        vals = _finite(t.values) * scale
+        vals = _lower(t.values, cap) * scale if how == "floor" else _finite(t.values) * scale
         ints = _floor(vals) if how == "floor" else _ceil(vals)
         return self._element(f"{name}.{how}", t.vars, ints), ints
 
@@ -152,75 +311,109 @@ class CpSatModel:
             m.add_linear_expression_in_domain(cards, cp_model.Domain.from_values([int(c) for c in self.req.cards]))
         self.cards = cards
 
-        # memory per card <= usable (bytes, rounded down; usable rounded up)
-        mem_names = MEMORY_TERMS
-        mem_terms = [self._table(n, "floor")[0] for n in mem_names]
-        usable = self._element("usable", ("acc",), _ceil(sp.usable()))
+        # integer units from the actual ranges (every product below BUDGET; see Scales)
+        # clamping at the deadline only ever lowers values, so it is a valid relaxation even when the
+        # deadline family is dropped or an assumption; it is tried first only where it is enforced
+        deadline_on = "deadline.finish" in self.enforced and not self.assumption_mode
+        try:
+            sc_ = choose_scales(sp, deadline_on)
+        except EncodingError:
+            if deadline_on:
+                raise
+            sc_ = choose_scales(sp, True)
+        self.scales = sc_
+        if sc_.all_late:  # decided exactly in floating point: the deadline family admits no plan
+            m.add_bool_or([self.lit["deadline.finish"].Not()])
+        ticks, lscale, mu = sc_.ticks, sc_.lscale, sc_.mem_unit
+        self.ticks = ticks
+
+        # memory per card <= usable (memory units, rounded down; usable rounded up)
+        mem_parts = [self._table(n, "floor", 1.0 / mu, sc_.mem_cap) for n in MEMORY]
+        mem_terms = [p[0] for p in mem_parts]
+        self._ints = {n: p[1] for n, p in zip(MEMORY, mem_parts)}
+        usable = self._element("usable", ("acc",), _ceil(np.minimum(sp.usable(), sc_.mem_cap) / mu))
         m.add(sum(mem_terms) <= usable).only_enforce_if(self.lit["memory.per_card"])
 
-        # busy time (us): lower bound for the deadline and objective, upper bound for input throughput
-        names = BUSY_TERMS
-        busy_lb = sum(self._table(n, "floor", US)[0] for n in names)
-        wait_us = int(math.floor(sc.input.wait_s * US))
+        # busy time (ticks): lower bound for the deadline and objective, upper bound for input throughput
+        names = BUSY
+        busy_parts = [self._table(n, "floor", ticks, sc_.step_cap_s) for n in names]
+        busy_lb = sum(p[0] for p in busy_parts)
+        busy_hi = sum(int(p[1].max()) for p in busy_parts)
+        self._ints.update({n: p[1] for n, p in zip(names, busy_parts)})
+        wait_t = int(math.floor(sc.input.wait_s * ticks))
         mb_tab = sp.tables["input.min_busy"]
         if np.isfinite(mb_tab.values).all() and (mb_tab.values > 0).any():
-            # busy >= B / supply; each floored term is at most 1 us below its value, so
-            # busy_lb + len(names) >= busy is a valid upper bound (the encoding stays a relaxation)
-            need, _ = self._table("input.min_busy", "floor", US)
+            # busy >= B / supply; each floored term is at most 1 tick below its value, so
+            # busy_lb + len(names) >= busy is a valid upper bound (the encoding stays a relaxation);
+            # a need beyond every reachable busy time is clamped just above it (still excluded)
+            need_cap = (busy_hi + len(names) + 1) / ticks
+            need, _ = self._table("input.min_busy", "floor", ticks, need_cap)
             m.add(busy_lb + len(names) >= need).only_enforce_if(self.lit["input.throughput"])
 
         # step x (1 + L), finish. (1 + L) takes few distinct values: one literal per value selects an
         # exact linear relation, so no integer product constraint is needed.
-        ov_ints = _floor(sp.tables["overhead"].values * LSCALE) + LSCALE
-        step_max = self._max_busy_us() + wait_us
-        step = m.new_int_var(0, step_max, "step_us")
-        m.add(step == busy_lb + wait_us)
-        y_hi = step_max * int(ov_ints.max()) // LSCALE + 1
-        y = m.new_int_var(0, y_hi, "step_eff_us")  # floor(step x (1 + L)) in us
+        ov = _lower(sp.tables["overhead"].values + 1.0, sc_.ov_cap)
+        ov_ints = np.maximum(_floor(ov * lscale), 0)
+        step_max = busy_hi + wait_t
+        step = m.new_int_var(0, step_max, "step_t")
+        m.add(step == busy_lb + wait_t)
+        y_hi = step_max * int(ov_ints.max()) // lscale + 1
+        y = m.new_int_var(0, y_hi, "step_eff_t")  # floor(step x (1 + L)) in ticks
         for value, lit in self._selectors("one_plus_L", sp.tables["overhead"].vars, ov_ints):
-            m.add(LSCALE * y <= value * step).only_enforce_if(lit)
-            m.add(LSCALE * y >= value * step - (LSCALE - 1)).only_enforce_if(lit)
+            m.add(lscale * y <= value * step).only_enforce_if(lit)
+            m.add(lscale * y >= value * step - (lscale - 1)).only_enforce_if(lit)
         iters = int(T.iteration_count(sc))
-        reserved_us = int(math.floor(sc.task.reserved_s * US))
-        finish_hi = reserved_us + iters * y_hi
-        finish = m.new_int_var(0, finish_hi, "finish_us")
-        m.add(finish == reserved_us + iters * y)
+        reserved_t = int(math.floor(sc.task.reserved_s * ticks))
+        finish_hi = reserved_t + iters * y_hi
+        self._fits("finish time", finish_hi)
+        self._fits("step x (1 + L)", 2 * step_max * int(ov_ints.max()) + lscale)
+        finish = m.new_int_var(0, finish_hi, "finish_t")
+        m.add(finish == reserved_t + iters * y)
         self.finish = finish
-        m.add(finish <= min(int(math.ceil(sc.task.deadline_s * US)), INT_MAX)).only_enforce_if(
+        m.add(finish <= _ceil_int(sc.task.deadline_s * ticks, finish_hi + 1)).only_enforce_if(
             self.lit["deadline.finish"])
 
-        # cost = rate x finish, scaled to stay inside 64 bits; rate again has few distinct values
-        rate_tab = sp.tables["rate"].values
+        # cost = rate x finish, scaled to stay below BUDGET; rate again has few distinct values
+        rate_tab = _finite(sp.tables["rate"].values)
         rmin = float(rate_tab[rate_tab > 0].min()) if (rate_tab > 0).any() else 1.0
-        self.rate_scale = min(1e6 / rmin, 1e12)
+        rmax = float(rate_tab.max()) if rate_tab.size else 1.0
+        self.rate_scale = min(1e6 / rmin, 1e12, BUDGET / 4 / max(rmax, 1e-300))
         rate_ints = _floor(rate_tab * self.rate_scale)
         rate_hi = max(1, int(rate_ints.max()))
-        self.finish_unit = max(1, math.ceil(finish_hi * rate_hi / INT_MAX))  # microseconds per finish unit
+        self.finish_unit = max(1, math.ceil(finish_hi * rate_hi / BUDGET))  # ticks per finish unit
         fin_u = m.new_int_var(0, finish_hi // self.finish_unit, "finish_units")
         m.add(self.finish_unit * fin_u <= finish)
         m.add(finish <= self.finish_unit * fin_u + (self.finish_unit - 1))
-        cost = m.new_int_var(0, rate_hi * (finish_hi // self.finish_unit), "cost_scaled")
+        cost_hi = rate_hi * (finish_hi // self.finish_unit)
+        self._fits("cost", cost_hi)
+        cost = m.new_int_var(0, cost_hi, "cost_scaled")
         for value, lit in self._selectors("rate", sp.tables["rate"].vars, rate_ints):
             m.add(cost == value * fin_u).only_enforce_if(lit)
         self.cost = cost
-        self.cost_factor = self.finish_unit / US / self.rate_scale  # scaled units -> currency
+        self.cost_factor = self.finish_unit / ticks / self.rate_scale  # scaled units -> currency
         if sc.cost.max_cost is not None:
-            cap = min(int(math.ceil(sc.cost.max_cost / self.cost_factor)), INT_MAX)
-            m.add(cost <= cap).only_enforce_if(
+            m.add(cost <= _ceil_int(sc.cost.max_cost / self.cost_factor, cost_hi + 1)).only_enforce_if(
                 self.lit["budget.cost"])
 
         self.obj = cost if self.req.objective == "cost" else finish
-        self.obj_factor = self.cost_factor if self.req.objective == "cost" else 1.0 / US
+        self.obj_factor = self.cost_factor if self.req.objective == "cost" else 1.0 / ticks
+        self.obj_hi = cost_hi if self.req.objective == "cost" else finish_hi
         m.minimize(self.obj)
-        self._hub(names, mem_names, busy_lb, sum(mem_terms), usable, ov_ints, rate_ints, wait_us, reserved_us,
+        self._hub(names, MEMORY, busy_lb, sum(mem_terms), usable, ov_ints, rate_ints, wait_t, reserved_t,
                   iters, finish, cost)
+
+    @staticmethod
+    def _fits(what: str, magnitude: int) -> None:
+        """Range check before the model is used: CP-SAT's overflow check must never fire."""
+        if magnitude >= BUDGET:
+            raise EncodingError(f"{what} reaches {magnitude:.3g} integer units, beyond the 64-bit budget")
 
     def _project(self, name: str, ints: np.ndarray, fn=np.min) -> np.ndarray:
         """A table's integer values reduced over its non-hub variables and laid out on the hub grid."""
         t = self.space.tables[name]
         return reduce_to(self.space.domains, np.asarray(ints).reshape(t.values.shape), t.vars, HUB, fn).reshape(-1)
 
-    def _hub(self, busy_names, mem_names, busy_sum, mem_sum, usable, ov_ints, rate_ints, wait_us, reserved_us,
+    def _hub(self, busy_names, mem_names, busy_sum, mem_sum, usable, ov_ints, rate_ints, wait_t, reserved_t,
              iters, finish, cost):
         """Best-first branch and bound on the core layout hub = (acc, tp, pp, dp, mb).
 
@@ -237,15 +430,16 @@ class CpSatModel:
         hub = m.new_int_var(0, n_hub - 1, "hub")
         rows = [tuple(int(x) for x in np.unravel_index(i, sizes)) + (i,) for i in range(n_hub)]
         m.add_allowed_assignments([self.iv[v] for v in HUB] + [hub], rows)
-        busy_min = sum(self._project(n, _floor(_finite(sp.tables[n].values) * US)) for n in busy_names)
-        mem_min = sum(self._project(n, _floor(_finite(sp.tables[n].values))) for n in mem_names)
+        busy_min = sum(self._project(n, self._ints[n]) for n in busy_names)
+        mem_min = sum(self._project(n, self._ints[n]) for n in mem_names)
         ov_min = self._project("overhead", ov_ints)
         rate_min = self._project("rate", rate_ints)
-        step_min = busy_min + wait_us
-        y_min = (step_min.astype(object) * ov_min.astype(object)) // LSCALE
-        finish_min = np.array([reserved_us + iters * int(v) for v in y_min], dtype=np.int64)
-        fin_u_min = finish_min // self.finish_unit
-        cost_min = rate_min.astype(np.int64) * fin_u_min
+        step_min = busy_min + wait_t
+        # exact integer arithmetic (Python ints): every bound is at most the model's own maximum
+        y_min = [int(a) * int(b) // self.scales.lscale for a, b in zip(step_min, ov_min)]
+        finish_min = np.array([reserved_t + iters * v for v in y_min], dtype=np.int64)
+        fin_u_min = [int(v) // self.finish_unit for v in finish_min]
+        cost_min = np.array([int(r) * f for r, f in zip(rate_min, fin_u_min)], dtype=np.int64)
         bmin = self._element_on("busy_min", hub, busy_min)
         m.add(busy_sum >= bmin)
         mmin = self._element_on("mem_min", hub, mem_min)
@@ -267,13 +461,6 @@ class CpSatModel:
         self.m.add_element(index, vals, target)
         return target
 
-    def _max_busy_us(self) -> int:
-        total = 0
-        for n in BUSY_TERMS:
-            v = self.space.tables[n].values
-            total += int(math.ceil(float(np.nanmax(np.where(np.isfinite(v), v, 0.0))) * US)) + 1
-        return total
-
     # -- solving --------------------------------------------------------------------------------
     def exclude(self, assignment: dict):
         """No-good cut: forbid exactly this assignment."""
@@ -281,20 +468,18 @@ class CpSatModel:
 
     def solve(self, bound=None, time_limit: float = 60.0) -> CandidateResult:
         if bound is not None:
-            self.m.add(self.obj <= min(int(math.ceil(bound / self.obj_factor)), INT_MAX))
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
-        solver.parameters.num_workers = max(1, int(self.req.workers))
-        solver.parameters.random_seed = int(self.req.seed)
-        solver.parameters.catch_sigint_signal = False  # Ctrl-C stays a KeyboardInterrupt (exit 130)
-        st = solver.solve(self.m)
+            self.m.add(self.obj <= _ceil_int(bound / self.obj_factor, self.obj_hi))
+        solver, st = solve_confirmed(self.m, time_limit, self.req.workers, self.req.seed)
         if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             a = {v: int(solver.value(self.iv[v])) for v in VARS}
             return CandidateResult("candidate" if st == cp_model.OPTIMAL else "feasible", a,
-                                   solver.objective_value * self.obj_factor)
+                                   solver.objective_value * self.obj_factor,
+                                   bound=solver.best_objective_bound * self.obj_factor)
         if st == cp_model.INFEASIBLE:
             return CandidateResult("infeasible")
-        return CandidateResult("unknown")
+        if st == cp_model.UNKNOWN:  # CP-SAT's only reason for UNKNOWN here: its time limit
+            return CandidateResult("limit")
+        return CandidateResult("error", detail=f"CP-SAT status {solver.status_name(st)}")
 
     def conflict(self, time_limit: float = 30.0) -> list[str] | None:
         """A set of enforced families that cannot hold together (CP-SAT sufficient assumptions).

@@ -63,8 +63,9 @@ class LayoutBounds:
         rate_min = _reduce_to_hub(space, "rate", np.min, masked)
         iters = T.iteration_count(sc)
         wait = sc.input.wait_s
-        self.finish_min = sc.task.reserved_s + iters * (busy_min + wait) * (1.0 + l_min)
-        self.cost_min = rate_min * self.finish_min
+        with np.errstate(over="ignore", invalid="ignore"):  # inf: every plan of the layout infinitely late
+            self.finish_min = sc.task.reserved_s + iters * (busy_min + wait) * (1.0 + l_min)
+            self.cost_min = rate_min * self.finish_min
         self.objective_min = self.cost_min if objective == "cost" else self.finish_min
         grid = np.indices(self.sizes).reshape(len(HUB), -1)
         self.coords = {v: grid[i] for i, v in enumerate(HUB)}
@@ -127,19 +128,20 @@ class CpSatMaster:
         self.m.add(self.hub != int(h))
 
     def solve(self, bound, time_limit):
-        if bound is not None:
-            self.m.add(self.theta <= min(int(math.ceil(bound * self.scale)), 2**62))
-        s = self.cp.CpSolver()
-        s.parameters.num_workers = max(1, int(self.req.workers))
-        s.parameters.random_seed = int(self.req.seed)
-        s.parameters.max_time_in_seconds = max(0.01, time_limit)
-        s.parameters.catch_sigint_signal = False
-        st = s.solve(self.m)
-        if st in (self.cp.OPTIMAL, self.cp.FEASIBLE):
+        if bound is not None and bound * self.scale < 2**62:  # a bound beyond every theta cuts nothing
+            self.m.add(self.theta <= int(math.ceil(bound * self.scale)))
+        from tpopt.optimizer.cpsat import solve_confirmed
+
+        s, st = solve_confirmed(self.m, time_limit, self.req.workers, self.req.seed)
+        if st == self.cp.OPTIMAL:
             return "candidate", int(s.value(self.hub))
+        if st == self.cp.FEASIBLE:  # time limit with a layout: evaluate it, then stop (no proof)
+            return "feasible", int(s.value(self.hub))
         if st == self.cp.INFEASIBLE:
             return "infeasible", None
-        return "unknown", None
+        if st == self.cp.UNKNOWN:
+            return "limit", None
+        return "error", f"CP-SAT status {s.status_name(st)}"
 
 
 class HighsMaster:
@@ -158,7 +160,12 @@ class HighsMaster:
             ok &= a
         ok &= np.isfinite(bounds.objective_min)
         self.cols = np.flatnonzero(ok)
-        self.obj = bounds.objective_min[self.cols]
+        obj = bounds.objective_min[self.cols]
+        # normalised so that HiGHS never meets a cost it treats as infinite (>= 1e20); a power of
+        # two keeps the order of the bounds exact
+        top = float(np.max(np.abs(obj))) if obj.size else 1.0
+        self.unit = 2.0 ** math.ceil(math.log2(top)) if top > 1.0 else 1.0
+        self.obj = obj / self.unit
         self.h = new_highs(req)
         n = len(self.cols)
         if n:
@@ -180,8 +187,8 @@ class HighsMaster:
         if not len(self.cols):
             return "infeasible", None
         n = len(self.cols)
-        if bound is not None:
-            lim = bound * (1 + 1e-12) + 1e-12
+        if bound is not None and math.isfinite(bound):
+            lim = bound / self.unit * (1 + 1e-12) + 1e-12
             if self.bound_row is None:
                 self.h.addRow(-np.inf, lim, n, np.arange(n, dtype=np.int32), self.obj)
                 self.bound_row = self.h.getNumRow() - 1
@@ -194,12 +201,24 @@ class HighsMaster:
             return "candidate", int(self.cols[int(np.argmax(x))])
         if st in (self.hp.HighsModelStatus.kInfeasible, self.hp.HighsModelStatus.kUnboundedOrInfeasible):
             return "infeasible", None
-        return "unknown", None
+        if st == self.hp.HighsModelStatus.kTimeLimit:
+            return "limit", None
+        return "error", f"HiGHS status {self.h.modelStatusToString(st)}"
 
 
 def solve_decomposed(space: Space, backend: str, req: Request, enforced):
-    """Benders loop; returns (evaluations best first, status, rounds, evaluated points)."""
+    """Benders loop; returns (evaluations best first, status, rounds, evaluated points, gap).
+
+    Stops when the shared clock runs out (status feasible or unknown; the gap compares the K-th
+    best verified plan with the master's last proven bound, the least bound of the layouts left).
+    Raises :class:`~tpopt.optimizer.core.SolverFailure` when the master fails for another reason.
+    """
+    from tpopt.optimizer.core import SolverFailure, relative_gap, solver_stopped
+    from tpopt.optimizer.cpsat import CandidateResult
+    from tpopt.optimizer.limits import clock_of
+
     sc = space.sc
+    clock = clock_of(req)
     bounds = LayoutBounds(space, req.objective)
     allowed = bounds.allowed(enforced, sc.search.max_cards, sc.task.deadline_s, sc.cost.max_cost)
     if req.cards is not None:
@@ -213,22 +232,30 @@ def solve_decomposed(space: Space, backend: str, req: Request, enforced):
     K = max(1, req.top)
     best: list[tuple[tuple, object]] = []
     rounds = evaluated = 0
-    deadline = time.perf_counter() + req.time_limit
-    status = Status.INFEASIBLE
-    while True:
+    lower = None  # least master bound over the layouts not yet evaluated
+    phase = "solving the layout decomposition"
+    status = None
+    while status is None:
         rounds += 1
         bound = best[K - 1][0][0] if len(best) >= K else None
-        st, h = master.solve(bound, deadline - time.perf_counter())
+        if clock.expired(phase):
+            break
+        st, h = master.solve(bound, clock.remaining(0.01))
+        clock.report(phase, rounds)
         if st == "infeasible":
             status = Status.OPTIMAL if best else Status.INFEASIBLE
             break
-        if st == "unknown" or time.perf_counter() >= deadline:
-            status = Status.FEASIBLE if best else Status.UNKNOWN
+        if st == "error":
+            raise SolverFailure(f"master problem: {h}")
+        if st == "limit":
+            solver_stopped(clock, CandidateResult("limit"), phase)
             break
+        if st == "candidate":
+            lower = float(bounds.objective_min[h])
         master.exclude(h)
         restrict = {v: [space.domains[v][int(bounds.coords[v][h])]] for v in HUB}
         sub = Space(sc=sc, domains={k: (restrict[k] if k in restrict else list(v)) for k, v in space.domains.items()})
-        sub_req = Request(objective=req.objective, enforce=frozenset(enforced), top=K, cards=req.cards)
+        sub_req = Request(objective=req.objective, enforce=frozenset(enforced), top=K, cards=req.cards, clock=clock)
         found, n, _ = enumerate_best(sub, sub_req)
         evaluated += n
         for a in found:
@@ -236,5 +263,11 @@ def solve_decomposed(space: Space, backend: str, req: Request, enforced):
             best.append((objective_key(ev, req.objective), ev))
         best.sort(key=lambda kv: kv[0])
         best = best[:K]
-    return [ev for _, ev in best], status, rounds, evaluated
-
+        if st == "feasible":
+            solver_stopped(clock, CandidateResult("limit"), phase)
+            break
+    plans = [ev for _, ev in best]
+    if status is not None:
+        return plans, status, rounds, evaluated, (0.0 if plans else None)
+    kth = best[K - 1][0][0] if len(best) >= K else None
+    return plans, (Status.FEASIBLE if plans else Status.UNKNOWN), rounds, evaluated, relative_gap(kth, lower)

@@ -20,7 +20,8 @@ from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import CATEGORICAL, FAMILIES, NUMERIC, VARIABLES, VARS, Space, cards_of
 
 NUMERIC_AXES = NUMERIC  # ("tp", "cp", "pp", "dp", "mb", "zero", "nics", "tau", "ep", "etp", "cap"); tp is chunked
-CHUNK = 2_000_000  # points per evaluate_arrays call (bounds memory)
+CHUNK = 250_000  # points per evaluate_arrays call (bounds memory and the time between clock checks)
+F32_MAX = float(np.finfo(np.float32).max)  # ratios beyond it are clipped (they only rank closeness)
 
 
 GROUPED = tuple(v for v in CATEGORICAL if v != "schedule")  # categorical variables looped over (acc first)
@@ -76,7 +77,13 @@ def _ok(r, family, shape):
 
 
 def enumerate_best(space: Space, req: Request):
-    """Return (best assignments as index dicts, best-first; number of points evaluated; chunks)."""
+    """Return (best assignments as index dicts, best-first; number of points evaluated; chunks).
+
+    Stops between chunks when the request's clock (``req.clock``) runs out: the points kept are
+    then the best of those evaluated, and ``evaluated < space.size()`` says the search is partial.
+    """
+    clock = req.clock
+    total = space.size()
     enforced = [f for f in FAMILIES if f in req.enforced(FAMILIES)]
     keep_keys: list[tuple] = []
     keep_idx: list[dict] = []
@@ -112,6 +119,10 @@ def enumerate_best(space: Space, req: Request):
                 keep_keys = [keep_keys[i] for i in best]
                 keep_idx = [keep_idx[i] for i in best]
         order += n
+        if clock is not None:
+            clock.report("enumerating plans", evaluated, total)
+            if clock.expired("enumerating plans"):
+                break
     best = sorted(range(len(keep_keys)), key=lambda i: keep_keys[i])[:K]
     return [keep_idx[i] for i in best], evaluated, n_chunks
 
@@ -149,7 +160,7 @@ class PointTable:
                 v, lim = (np.broadcast_to(x, shape).reshape(-1) for x in r[("c", f)])
                 with np.errstate(divide="ignore", invalid="ignore"):
                     q = np.where(np.isinf(lim), 0.0, np.where(lim > 0, v / np.where(lim > 0, lim, 1.0), v))
-                ratio[f].append(q.astype(np.float32))
+                ratio[f].append(np.clip(q, -F32_MAX, F32_MAX).astype(np.float32))
         cat = lambda xs, dt=None: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dtype=dt)
         return cls(space=space, idx={v: cat(parts[v], np.int32) for v in VARS}, cost=cat(cost, float),
                    finish=cat(finish, float), cards=cat(cards, float), ok={f: cat(ok[f], bool) for f in FAMILIES},

@@ -30,6 +30,7 @@ from tpopt.models.evaluate import SPEC, Evaluation, evaluate
 from tpopt.models.plan import Plan, Scenario, System
 from tpopt.models.units import DAY, GB, GIB, parse_bandwidth, parse_bytes, parse_count, parse_duration, \
     parse_fraction, parse_int, parse_number
+from tpopt.optimizer.limits import Undecided  # a solver hit the time limit: the question has no proven answer
 from tpopt.optimizer.result import Request, Status, objective_value, plan_summary
 from tpopt.optimizer.space import FAMILIES, STRUCTURAL, VARS, Space, card_counts
 
@@ -45,10 +46,6 @@ NIC_REL_TOL = 1e-6  # relative tolerance on the NIC bandwidth threshold
 RESERVED_TOL_S = 1.0  # bisection tolerance on reserved time (only with a budget cap)
 GRID = 8  # probes below the upper end when it is infeasible (feasibility may not be monotone)
 REL = 1e-9
-
-
-class Undecided(Exception):
-    """A solver hit its time limit: the question has no proven answer."""
 
 
 EMPTY = object()  # a narrowed search space without any point (see Context.narrowed)
@@ -128,11 +125,11 @@ class Context:
             return None  # e.g. no NIC count the accelerator can take: no plan
         req = Request(objective=objective or self.req.objective, enforce=enforce, top=1,
                       time_limit=self.req.time_limit, seed=self.req.seed, workers=self.req.workers,
-                      cards=self.req.cards if cards is None else tuple(cards))
+                      cards=self.req.cards if cards is None else tuple(cards), clock=self.req.clock)
         self.solves += 1
         r = solve(sc, self.backend if choices else self.backend_for(space), req, space=space)
         if r.status not in (Status.OPTIMAL, Status.INFEASIBLE):
-            raise Undecided(f"the solver reached its time limit ({self.req.time_limit:g} s)")
+            raise Undecided(f"time limit reached ({self.req.time_limit:g} s)")
         if key is not None:
             self._memo[key] = r.best
         return r.best
@@ -183,11 +180,19 @@ def conflict(space: Space, req: Request, enforced=None) -> list[str] | None:
     """A set of enforced families that cannot hold together (CP-SAT sufficient assumptions), or None
     when the request is feasible (or the solver ran out of time)."""
     from tpopt.optimizer.cpsat import CpSatModel
+    from tpopt.optimizer.limits import EncodingError, TimeLimitReached, clock_of
 
     enforced = frozenset(FAMILIES) if enforced is None else frozenset(enforced)
-    model = CpSatModel(space, Request(objective=req.objective, enforce=enforced, seed=req.seed,
-                                      cards=req.cards), assumptions=True)
-    return model.conflict(time_limit=req.time_limit)
+    clock = clock_of(req)
+    if clock.expired("finding the conflict"):
+        return None
+    try:  # a hint only: the deletion filter starts from every enforced family without it
+        with clock.interruptible("finding the conflict"):
+            model = CpSatModel(space, Request(objective=req.objective, enforce=enforced, seed=req.seed,
+                                              cards=req.cards), assumptions=True)
+    except (EncodingError, TimeLimitReached):
+        return None
+    return model.conflict(time_limit=clock.remaining(0.01))
 
 
 class _SetOracle:
@@ -201,8 +206,13 @@ class _SetOracle:
         self.table = None
         if space.size() <= TABLE_LIMIT:
             from tpopt.optimizer.enumerate import PointTable
+            from tpopt.optimizer.limits import TimeLimitReached, clock_of
 
-            self.table = PointTable.build(space)
+            try:
+                with clock_of(ctx.req).interruptible("tabulating the plans"):
+                    self.table = PointTable.build(space)
+            except TimeLimitReached:
+                raise Undecided("time limit reached") from None
 
     def admits(self, families) -> bool:
         if self.table is not None:
@@ -606,6 +616,7 @@ def argmin_metric(ctx: Context, metric: str, families, sc: Scenario | None = Non
     (``memory_per_card``, ``finish_s``, ``cards``, ``cost``), by enumeration of the space with the
     exact evaluator; ties go to the first point in enumeration order. None if no such plan."""
     from tpopt.optimizer.enumerate import NUMERIC_AXES, chunks
+    from tpopt.optimizer.limits import clock_of
 
     fams = list(families)
     if sc is None and space is None:
@@ -614,8 +625,11 @@ def argmin_metric(ctx: Context, metric: str, families, sc: Scenario | None = Non
             return None
     sc = sc or ctx.sc
     space = space or Space.from_scenario(sc)
+    clock = clock_of(ctx.req)
     best = None
     for fixed, idx_lists, shape, r in chunks(space):
+        if clock.expired("searching the plans"):  # a partial minimum is no answer
+            raise Undecided("time limit reached")
         ok = np.ones(shape, dtype=bool)
         for f in fams:
             v, lim = r[("c", f)]
@@ -1023,7 +1037,10 @@ def relaxations(sc: Scenario, backend: str = "cpsat", req: Request | None = None
         if r is None:
             continue
         if r.helps is False and not r.blocked_by and name != "accelerator":
-            r.blocked_by = other_conflict(ctx, PARAMS[name].affects)
+            try:
+                r.blocked_by = other_conflict(ctx, PARAMS[name].affects)
+            except Undecided:
+                pass  # the relaxation's verdict stands; what else conflicts is left unsaid
         r.seconds, r.solves = time.perf_counter() - t0, ctx.solves - s0
         out.append(r)
     return out
@@ -1037,15 +1054,23 @@ def infeasibility(sc: Scenario, space: Space, backend: str, req: Request, enforc
     ``progress(text)`` (optional) is told each step as it starts. Returns a JSON-ready dict with
     ``conflict`` (family names), ``conflict_detail`` and ``relaxations`` (:meth:`Relaxation.as_dict`).
     """
+    from tpopt.optimizer.limits import TimeLimitReached
+
     tell = progress or (lambda text: None)
     ctx = Context.of(sc, backend, req, enforced, raw, catalog)
-    tell("a minimal set of conflicting constraints")
-    core = minimal_conflict(space, ctx.backend, req, ctx.enforced, ctx=ctx) or []
-    tell("the plans closest to each conflicting constraint")
-    detail = conflict_detail(ctx, core)
+    out = {}
+    try:
+        tell("a minimal set of conflicting constraints")
+        core = minimal_conflict(space, ctx.backend, req, ctx.enforced, ctx=ctx) or []
+        tell("the plans closest to each conflicting constraint")
+        detail = conflict_detail(ctx, core)
+    except (Undecided, TimeLimitReached):  # the verdict stands; the explanation is cut short, and says so
+        core, detail = [], []
+        out["conflict_status"] = "time limit reached"
     rels = relaxations(sc, ctx.backend, req, raw=raw, catalog=catalog, core=core, enforced=ctx.enforced, ctx=ctx,
                        progress=progress)
-    return {"conflict": core, "conflict_detail": detail, "relaxations": [r.as_dict() for r in rels]}
+    out.update({"conflict": core, "conflict_detail": detail, "relaxations": [r.as_dict() for r in rels]})
+    return out
 
 
 def explain_request(sc: Scenario, backend: str = "cpsat", req: Request | None = None, *, raw: dict | None = None,
@@ -1073,11 +1098,21 @@ def explain_request(sc: Scenario, backend: str = "cpsat", req: Request | None = 
         return out
     best = result.best
     tell("the constraints that bind the optimum")
-    oracle = make_oracle(space, backend, req)
-    binds = binding_families(oracle, best, req.objective, set(result.enforced))
+    from tpopt.optimizer.limits import TimeLimitReached, clock_of
+
+    undecided: list[str] = []
+    try:
+        with clock_of(req).interruptible("analysing the optimum"):
+            oracle = make_oracle(space, backend, req)
+        binds = binding_families(oracle, best, req.objective, set(result.enforced), undecided)
+    except TimeLimitReached:
+        from tpopt.optimizer.report import RELAXABLE
+
+        binds, undecided = [], [f for f in RELAXABLE if f in result.enforced and f not in space.inert()
+                                and not (f == "budget.cost" and sc.cost.max_cost is None)]
     out.update({"plan": best.plan_dict(), "cost": best.metrics["cost"], "cost_unit": best.metrics["cost_unit"],
                 "finish_days": best.metrics["finish_days"],
-                "binding": [b.as_dict(best, req.objective) for b in binds]})
+                "binding": [b.as_dict(best, req.objective) for b in binds], "binding_undecided": undecided})
     return out
 
 
@@ -1125,8 +1160,12 @@ def explain_plan(sc: Scenario, plan: Plan, backend: str = "cpsat", req: Request 
     nxt = next((f for f in out["fewer_hosts"] if f.get("valid_layout")), None)
     out["one_host_fewer"] = out["fewer_hosts"][0] if out["fewer_hosts"] else None
     out["binding"] = sorted({v["name"] for v in nxt["violates"]}) if (feasible and nxt) else []
-    # the optimum of the request
-    best = ctx.best()
+    # the optimum of the request (left open, and said so, when the time limit cuts it short)
+    try:
+        best = ctx.best()
+    except Undecided as exc:
+        out["optimum"] = {"exists": None, "undecided": str(exc)}
+        return out
     opt = {"exists": best is not None}
     if best is not None:
         opt["plan"] = plan_summary(best)
@@ -1137,9 +1176,11 @@ def explain_plan(sc: Scenario, plan: Plan, backend: str = "cpsat", req: Request 
 
             space = Space.from_scenario(at_plan_batch(sc, ev.plan))  # the plan's batch (a choice or the task's)
             oracle = make_oracle(space, backend, req)
-            binds = binding_families(oracle, ev, req.objective, ctx.enforced)
+            undecided: list[str] = []
+            binds = binding_families(oracle, ev, req.objective, ctx.enforced, undecided)
             opt["binding"] = [{"name": b.name, "plan_without": plan_summary(b.without),
                                "objective_without": objective_value(b.without, req.objective)} for b in binds]
+            opt["binding_undecided"] = undecided
         else:
             opt["this_plan_is_optimal"] = False
             opt["change"] = objective_value(best, req.objective) / objective_value(ev, req.objective) - 1

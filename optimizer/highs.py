@@ -21,6 +21,7 @@ answers go through the same solve-verify loop as CP-SAT's (:mod:`tpopt.optimizer
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 
@@ -28,12 +29,17 @@ import numpy as np
 
 from tpopt.models import terms as T
 from tpopt.models.units import DAY, GIB
-from tpopt.optimizer.cpsat import CandidateResult
+from tpopt.optimizer.cpsat import BUSY, MEMORY, CandidateResult, _lower, caps
+from tpopt.optimizer.limits import EncodingError
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import BUSY_TERMS, CARD_FACTORS, EXACT, FAMILIES, LAYOUT, MEMORY_TERMS, STRUCTURAL, VARS, \
     Space, reduce_to
 
 INF = 1e30
+MAX_COEF = 1e13  # largest matrix coefficient or finite bound the encoding may use (HiGHS tolerances are
+# absolute, 1e-7 to 1e-9: beyond this range a verdict could rest on rounding)
+MAX_RANGE = 1e10  # largest ratio of matrix coefficients (found by benchmarks/cross_check.py: at 1e11
+# HiGHS's presolve declared a feasible model infeasible)
 HUB = LAYOUT + ("recompute",)  # the core layout every time and memory term shares
 
 
@@ -132,7 +138,12 @@ class HighsModel:
         self.enforced = req.enforced(FAMILIES)
         self.lp = _Lp()
         self._w_cache = {}
+        step_cap, ov_cap, mem_cap, _ = caps(space, "deadline.finish" in self.enforced)
+        self._cap = {n: step_cap for n in BUSY}
+        self._cap.update({n: mem_cap for n in MEMORY})
+        self._cap["overhead"] = ov_cap - 1.0
         self._build()
+        self._check_ranges()
 
     # -- building -------------------------------------------------------------------------------
     def _weights(self, vars) -> np.ndarray:
@@ -180,12 +191,33 @@ class HighsModel:
             out[key] = flat[key]
         return out
 
+    def _values(self, name: str) -> np.ndarray:
+        """A table's values as the encoding uses them: clamped (a relaxation, see cpsat._lower)."""
+        t = self.space.tables[name]
+        if name in self._cap:
+            return _lower(t.values, self._cap[name])
+        return np.where(np.isfinite(t.values), t.values, 0.0)
+
     def _term(self, name: str, scale: float = 1.0):
         """(column indices, coefficients) of a term table's value."""
         t = self.space.tables[name]
         w = self._weights(t.vars)
-        vals = np.where(np.isfinite(t.values), t.values, 0.0) * scale
+        vals = self._values(name) * scale
         return w.reshape(-1), vals.reshape(-1)
+
+    def _check_ranges(self):
+        """Range check before solving: every coefficient and finite bound within MAX_COEF."""
+        lp = self.lp
+        vals = np.abs(np.asarray(lp.r_val, dtype=float))
+        bounds = np.abs(np.asarray(lp.lo + lp.hi + lp.r_lo + lp.r_hi, dtype=float))
+        bounds = bounds[bounds < INF]
+        worst = max(float(vals.max()) if vals.size else 0.0, float(bounds.max()) if bounds.size else 0.0)
+        if not np.isfinite(vals).all() or not math.isfinite(worst) or worst > MAX_COEF:
+            raise EncodingError(f"the MILP needs coefficients up to {worst:.3g}, beyond HiGHS's reliable range")
+        nz = vals[vals > 0]
+        if nz.size and nz.max() > MAX_RANGE * nz.min():
+            raise EncodingError(f"the MILP's coefficients span {nz.min():.3g} to {nz.max():.3g}, a range beyond "
+                                "HiGHS's reliable one")
 
     def _forbid(self, family: str, ok_table: str):
         if family not in self.enforced:
@@ -236,8 +268,7 @@ class HighsModel:
 
         # busy time (s)
         names = BUSY_TERMS
-        busy_hi = sum(float(np.nanmax(np.where(np.isfinite(sp.tables[n].values), sp.tables[n].values, 0.0)))
-                      for n in names) + 1.0
+        busy_hi = sum(float(np.max(self._values(n))) for n in names) + 1.0
         self.busy = lp.cols(1, 0.0, busy_hi)[0]
         idx, val = [np.array([self.busy])], [np.array([1.0])]
         for n in names:
@@ -263,7 +294,7 @@ class HighsModel:
         hi_b = np.zeros(shape)
         for name in names:
             t = sp.tables[name]
-            vals = np.where(np.isfinite(t.values), t.values, 0.0)
+            vals = self._values(name)
             lo_b = lo_b + reduce_to(self.space.domains, vals, t.vars, omega, np.min)
             hi_b = hi_b + reduce_to(self.space.domains, vals, t.vars, omega, np.max)
         lo_b, hi_b = lo_b.reshape(-1) * (1 - 1e-9), hi_b.reshape(-1) * (1 + 1e-9) + 1e-9
@@ -279,13 +310,13 @@ class HighsModel:
         self.finish = lp.cols(1, 0.0, INF)[0]  # days
         lp.row(np.concatenate([[self.finish], b, u]), np.concatenate([[1.0], -k / DAY, -k * wait / DAY]),
                reserved / DAY, reserved / DAY)
-        if "deadline.finish" in self.enforced:
+        if "deadline.finish" in self.enforced and sc.task.deadline_s / DAY < INF:
             lp.hi[self.finish] = sc.task.deadline_s / DAY
         r = rate.reshape(-1)
         self.cost = lp.cols(1, 0.0, INF)[0]
         lp.row(np.concatenate([[self.cost], b, u]), np.concatenate([[1.0], -r * k, -r * (reserved + k * wait)]),
                0.0, 0.0)
-        if sc.cost.max_cost is not None and "budget.cost" in self.enforced:
+        if sc.cost.max_cost is not None and "budget.cost" in self.enforced and sc.cost.max_cost < INF:
             lp.hi[self.cost] = sc.cost.max_cost
         self._hub_bounds(names, omega, shape, one_plus_l, rate, iters, wait, reserved)
         self.obj = self.cost if self.req.objective == "cost" else self.finish
@@ -301,7 +332,7 @@ class HighsModel:
 
         def hub_min(name):
             t = sp.tables[name]
-            vals = np.where(np.isfinite(t.values), t.values, 0.0)
+            vals = self._values(name)
             return reduce_to(self.space.domains, vals, t.vars, HUB, np.min).reshape(-1)
 
         busy_min = sum(hub_min(n) for n in names)
@@ -320,7 +351,7 @@ class HighsModel:
     def _broadcast(self, name, target_vars, shape):
         """A table laid out on the joint grid of ``target_vars`` (a superset of its variables)."""
         t = self.space.tables[name]
-        return reduce_to(self.space.domains, t.values, t.vars, target_vars)
+        return reduce_to(self.space.domains, self._values(name), t.vars, target_vars)
 
     def _pass(self):
         hp, lp = self.hp, self.lp
@@ -344,7 +375,7 @@ class HighsModel:
         idx = [int(self.x[v][assignment[v]]) for v in VARS]
         self.h.addRow(-INF, len(idx) - 1.0, len(idx), np.array(idx, dtype=np.int32), np.ones(len(idx)))
 
-    def solve(self, bound=None, time_limit: float = 60.0) -> CandidateResult:
+    def solve(self, bound=None, time_limit: float = 60.0, confirm: bool = True) -> CandidateResult:
         hp = self.hp
         if bound is not None:
             lim = bound / self.obj_factor
@@ -357,9 +388,19 @@ class HighsModel:
             a = {v: int(np.argmax(sol[self.x[v]])) for v in VARS}
             return CandidateResult("candidate", a, float(sol[self.obj]) * self.obj_factor)
         if st in (hp.HighsModelStatus.kInfeasible, hp.HighsModelStatus.kUnboundedOrInfeasible):
+            if confirm:  # an infeasibility claim ends the search: confirm it without presolve
+                self.h.setOptionValue("presolve", "off")
+                try:
+                    return self.solve(None, time_limit, confirm=False)
+                finally:
+                    self.h.setOptionValue("presolve", "choose")
             return CandidateResult("infeasible")
-        if self.h.getInfo().primal_solution_status == 2:  # feasible point at the time limit
+        if st != hp.HighsModelStatus.kTimeLimit:
+            return CandidateResult("error", detail=f"HiGHS status {self.h.modelStatusToString(st)}")
+        info = self.h.getInfo()
+        bound = float(info.mip_dual_bound) * self.obj_factor if math.isfinite(info.mip_dual_bound) else None
+        if info.primal_solution_status == 2:  # feasible point at the time limit
             sol = np.array(self.h.getSolution().col_value)
             a = {v: int(np.argmax(sol[self.x[v]])) for v in VARS}
-            return CandidateResult("feasible", a, float(sol[self.obj]) * self.obj_factor)
-        return CandidateResult("unknown")
+            return CandidateResult("feasible", a, float(sol[self.obj]) * self.obj_factor, bound=bound)
+        return CandidateResult("limit", bound=bound)

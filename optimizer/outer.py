@@ -140,14 +140,16 @@ def solve_batches(sc: Scenario, backend: str = "cpsat", req: Request | None = No
     """The best ``req.top`` plans over every batch choice (each batch's exact optimum, merged)."""
     from tpopt.optimizer.core import solve
 
+    from tpopt.optimizer.limits import clock_of
+
     req = req or Request()
+    clock = clock_of(req)  # one clock over every batch's solve
     t0 = time.perf_counter()
-    end = t0 + req.time_limit
     choices = []
     for b in batch_choices(sc):
         sub = at_batch(sc, b)
         space = Space.from_scenario(sub, restrict)
-        r = solve(sub, backend, replace(req, time_limit=max(0.01, end - time.perf_counter())), space=space)
+        r = solve(sub, backend, req, space=space)
         choices.append(Choice(b, sub, space, r))
     K = max(1, req.top)
     plans = sorted((ev for c in choices for ev in c.result.plans), key=lambda ev: objective_key(ev, req.objective))
@@ -159,6 +161,8 @@ def solve_batches(sc: Scenario, backend: str = "cpsat", req: Request | None = No
                            f"({len(choices)})")
     status = merge_status(c.result.status for c in choices)
     info.gap = 0.0 if status == Status.OPTIMAL else None
+    info.limit_reached, info.limit_phase = clock.reached, clock.phase
+    info.fallback = "; ".join(dict.fromkeys(c.result.solver.fallback for c in choices if c.result.solver.fallback))
     enforced = choices[0].result.enforced
     return BatchSolve(SolveResult(status=status, objective=req.objective, plans=plans[:K], solver=info,
                                   enforced=enforced), choices)
@@ -192,15 +196,24 @@ class MultiOracle:
 
 def batch_analysis(bs: BatchSolve, backend: str, req: Request, enforced) -> dict:
     """Binding families over every batch, the usual alternatives at the chosen batch, and one
-    alternative per other batch (feasible but worse, or ruled out by what)."""
+    alternative per other batch (feasible but worse, or ruled out by what); under the request's clock
+    like :func:`tpopt.optimizer.report.analysis` (items it leaves open are marked so)."""
     from tpopt.optimizer import report as R
+    from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
 
     best = bs.result.best
     chosen = bs.choice_of(best)
-    oracles = {c.batch: R.make_oracle(c.space, backend, req) for c in bs.choices}
-    multi = MultiOracle(oracles, chosen.space)
     objective = req.objective
-    binds = R.binding_families(multi, best, objective, enforced)
+    clock = clock_of(req)
+    undecided: list[str] = []
+    try:
+        with clock.interruptible("analysing the optimum"):
+            oracles = {c.batch: R.make_oracle(c.space, backend, req) for c in bs.choices}
+    except TimeLimitReached:
+        return {"oracle": None, "binding": [], "alternatives": [], "robustness": R.robustness(chosen.sc, best),
+                "undecided": [f for f in R.RELAXABLE if f in enforced], "analysis": "time limit reached"}
+    multi = MultiOracle(oracles, chosen.space)
+    binds = R.binding_families(multi, best, objective, enforced, undecided)
     own = oracles[chosen.batch]
     # fewer cards and other accelerators at any batch; other choices at the same scale at the chosen batch
     alts = R.why_not_cheaper(multi, chosen.space, best, objective, enforced, same_scale=False)
@@ -217,10 +230,16 @@ def batch_analysis(bs: BatchSolve, backend: str, req: Request, enforced) -> dict
                          "plan": R.plan_summary(alt), "objective": R.objective_value(alt, objective),
                          "delta": R.objective_value(alt, objective) / R.objective_value(best, objective) - 1})
         elif c.result.status == Status.INFEASIBLE:
-            alts.append({"alternative": label, "kind": "batch", "feasible": False,
-                         "ruled_out_by": R._ruled_out(oracles[c.batch], objective, enforced)})
+            try:
+                why = R._ruled_out(oracles[c.batch], objective, enforced)
+                alts.append({"alternative": label, "kind": "batch", "feasible": False, "ruled_out_by": why})
+            except Undecided:
+                alts.append({"alternative": label, "kind": "batch", "feasible": None,
+                             "undecided": "time limit reached"})
+    done = not undecided and all(a["feasible"] is not None for a in alts)
     return {"oracle": multi.name, "binding": [b.as_dict(best, objective) for b in binds], "alternatives": alts,
-            "robustness": R.robustness(chosen.sc, best)}
+            "robustness": R.robustness(chosen.sc, best), "undecided": undecided,
+            "analysis": "done" if done else "time limit reached"}
 
 
 def batch_rows(bs: BatchSolve, objective: str) -> list[dict]:
@@ -295,8 +314,8 @@ def _limits_free(sc: Scenario, deadline_s: float) -> Scenario:
     return replace(sc, task=replace(sc.task, deadline_s=deadline_s), cost=CostOptions(None))
 
 
-def stage_front(st: Scenario, backend: str, req: Request, enforced, t_max: float, clock_end: float,
-                cheapest_only: bool = False) -> tuple[list[FrontPoint], bool]:
+def stage_front(st: Scenario, backend: str, req: Request, enforced, t_max: float, cheapest_only: bool = False
+                ) -> tuple[list[FrontPoint], bool]:
     """The Pareto front of (finish, cost) of one stage (every batch choice) up to finish ``t_max``,
     every family but the shared limits enforced; (front, proven)."""
     from tpopt.optimizer.core import solve
@@ -323,12 +342,12 @@ def stage_front(st: Scenario, backend: str, req: Request, enforced, t_max: float
             continue
         t = t_max
         while True:
-            left = clock_end - time.perf_counter()
-            if left <= 0:
+            if req.clock.expired("tracing a stage's Pareto front"):
                 proven = False
                 break
             r = solve(_limits_free(sub, t), backend, Request(objective="cost", enforce=frozenset(own + ["deadline.finish"]),
-                                                             time_limit=left, seed=req.seed, workers=req.workers))
+                                                             time_limit=req.time_limit, seed=req.seed,
+                                                             workers=req.workers, clock=req.clock))
             if r.status not in (Status.OPTIMAL, Status.INFEASIBLE):
                 proven = False
             if r.best is None:
@@ -389,9 +408,11 @@ def solve_stages(sc: Scenario, backend: str = "cpsat", req: Request | None = Non
     """The cheapest (or fastest) plan per stage such that all stages finish by the deadline."""
     from tpopt.optimizer.core import solve
 
+    from tpopt.optimizer.limits import clock_of
+
     req = req or Request()
+    clock = clock_of(req)  # one clock over every stage's solves
     t0 = time.perf_counter()
-    end = t0 + req.time_limit
     enforced = req.enforced(FAMILIES)
     stages = stage_scenarios(sc)
     deadline = sc.task.deadline_s
@@ -406,8 +427,8 @@ def solve_stages(sc: Scenario, backend: str = "cpsat", req: Request | None = Non
         best = None
         for b in batch_choices(st.sc):
             r = solve(_limits_free(at_batch(st.sc, b), deadline), backend,
-                      Request(objective="time", enforce=own, time_limit=max(0.01, end - time.perf_counter()),
-                              seed=req.seed, workers=req.workers))
+                      Request(objective="time", enforce=own, time_limit=req.time_limit, seed=req.seed,
+                              workers=req.workers, clock=clock))
             proven &= r.status in (Status.OPTIMAL, Status.INFEASIBLE)
             if r.best is not None and (best is None or objective_key(r.best, "time") < objective_key(best, "time")):
                 best = r.best
@@ -428,7 +449,7 @@ def solve_stages(sc: Scenario, backend: str = "cpsat", req: Request | None = Non
     cap = deadline if use_deadline else math.inf
     fronts = None
     if req.objective == "cost":  # each stage's cheapest plan in its window; if they fit together: optimal
-        firsts = [stage_front(st.sc, backend, req, enforced, w if math.isfinite(w) else 1e300, end, True)
+        firsts = [stage_front(st.sc, backend, req, enforced, w if math.isfinite(w) else 1e300, True)
                   for st, w in zip(stages, windows)]
         proven &= all(p for _, p in firsts)
         picks = [fr[-1] if fr else None for fr, _ in firsts]  # fronts run fastest -> cheapest
@@ -438,7 +459,7 @@ def solve_stages(sc: Scenario, backend: str = "cpsat", req: Request | None = Non
     if fronts is None:
         fronts = []
         for st, w in zip(stages, windows):
-            fr, p = stage_front(st.sc, backend, req, enforced, w if math.isfinite(w) else 1e300, end)
+            fr, p = stage_front(st.sc, backend, req, enforced, w if math.isfinite(w) else 1e300)
             proven &= p
             fronts.append(fr)
     out.fronts = fronts
@@ -449,6 +470,7 @@ def solve_stages(sc: Scenario, backend: str = "cpsat", req: Request | None = Non
     else:
         out.status = Status.INFEASIBLE if proven else Status.UNKNOWN
     info.gap = 0.0 if out.status == Status.OPTIMAL else None
+    info.limit_reached, info.limit_phase = clock.reached, clock.phase
     info.wall_s = time.perf_counter() - t0
     return out
 

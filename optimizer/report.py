@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tpopt.models.evaluate import SPEC, Evaluation, evaluate
-from tpopt.optimizer.result import Request, objective_key, objective_value, plan_summary
+from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
+from tpopt.optimizer.result import Request, Status, objective_key, objective_value, plan_summary
 from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space, card_counts
 
 TABLE_LIMIT = 300_000  # spaces up to this many points are answered by one enumeration
@@ -53,12 +54,15 @@ class SolverOracle:
         from tpopt.optimizer.core import solve
 
         req = Request(objective=objective, enforce=frozenset(enforced), top=1, time_limit=self.req.time_limit,
-                      seed=self.req.seed, workers=self.req.workers, cards=None if cards is None else tuple(cards))
+                      seed=self.req.seed, workers=self.req.workers, cards=None if cards is None else tuple(cards),
+                      clock=clock_of(self.req))
         try:
             space = Space.from_scenario(self.space.sc, _merge(self.space.domains, restrict)) if restrict else self.space
         except Exception:
             return None
         r = solve(self.space.sc, self.backend, req, space=space)
+        if r.status not in (Status.OPTIMAL, Status.INFEASIBLE):  # a plan that is not proven best answers nothing
+            raise Undecided("time limit reached")
         return r.best
 
 
@@ -99,13 +103,21 @@ class Binding:
                 "plan_without": plan_summary(self.without), "violates": _violation(self.without, self.name)}
 
 
-def binding_families(oracle, best: Evaluation, objective: str, enforced) -> list[Binding]:
+def binding_families(oracle, best: Evaluation, objective: str, enforced, undecided: list | None = None
+                     ) -> list[Binding]:
+    """Families that bind; those the time limit left open are appended to ``undecided`` (never
+    reported as binding or as slack)."""
     out = []
     inert = oracle.space.inert()
     for f in RELAXABLE:
-        if f not in enforced or f in inert:
+        if f not in enforced or f in inert or (f == "budget.cost" and oracle.space.sc.cost.max_cost is None):
+            continue  # families no plan can violate, and cost <= infinity, bind nothing
+        try:
+            alt = oracle.best([g for g in enforced if g != f], objective)
+        except Undecided:
+            if undecided is not None:
+                undecided.append(f)
             continue
-        alt = oracle.best([g for g in enforced if g != f], objective)
         if alt is not None and _better(alt, best, objective):
             out.append(Binding(f, alt))
     return out
@@ -147,6 +159,12 @@ def why_not_cheaper(oracle, space: Space, best: Evaluation, objective: str, enfo
     d = space.domains
 
     def entry(label, kind, restrict=None, cards=None):
+        try:
+            return _entry(label, kind, restrict, cards)
+        except Undecided:
+            return {"alternative": label, "kind": kind, "feasible": None, "undecided": "time limit reached"}
+
+    def _entry(label, kind, restrict=None, cards=None):
         alt = oracle.best(enforced, objective, restrict, cards)
         if alt is not None:
             return {"alternative": label, "kind": kind, "feasible": True, "plan": plan_summary(alt),
@@ -198,10 +216,21 @@ def robustness(sc, best: Evaluation) -> dict:
 
 def analysis(space: Space, best: Evaluation, backend: str, req: Request, enforced) -> dict:
     """Binding families and alternatives of an optimum (dicts ready for JSON)."""
-    oracle = make_oracle(space, backend, req)
+    clock = clock_of(req)
     objective = req.objective
-    binds = binding_families(oracle, best, objective, enforced)
+    undecided: list[str] = []
+    try:
+        with clock.interruptible("analysing the optimum"):
+            oracle = make_oracle(space, backend, req)
+    except TimeLimitReached:  # not even the oracle: every question is left open, and said so
+        return {"oracle": None, "binding": [], "alternatives": [], "robustness": robustness(space.sc, best),
+                "undecided": [f for f in RELAXABLE if f in enforced and f not in space.inert()
+                              and not (f == "budget.cost" and space.sc.cost.max_cost is None)],
+                "analysis": "time limit reached"}
+    binds = binding_families(oracle, best, objective, enforced, undecided)
     alts = why_not_cheaper(oracle, space, best, objective, enforced, same_scale=isinstance(oracle, TableOracle))
+    done = not undecided and all(a["feasible"] is not None for a in alts)
     return {"oracle": oracle.name, "binding": [b.as_dict(best, objective) for b in binds], "alternatives": alts,
-            "robustness": robustness(space.sc, best)}
+            "robustness": robustness(space.sc, best), "undecided": undecided,
+            "analysis": "done" if done else "time limit reached"}
 

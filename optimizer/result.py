@@ -25,10 +25,15 @@ class SolverInfo:
     points: int = 0  # size of the design space
     evaluated: int = 0  # plans evaluated exactly (enumerator: all points)
     note: str = ""
+    limit_reached: bool = False  # the shared clock ran out (the only case a status is "time limit")
+    limit_phase: str = ""  # the phase in which it ran out
+    fallback: str = ""  # why another formulation answered (e.g. the integer ranges did not fit)
 
     def as_dict(self) -> dict:
         return {"name": self.name, "method": self.note, "wall_s": round(self.wall_s, 4), "gap": self.gap,
-                "rounds": self.rounds, "points": self.points, "evaluated": self.evaluated}
+                "rounds": self.rounds, "points": self.points, "evaluated": self.evaluated,
+                "time_limit_reached": self.limit_reached, "limit_phase": self.limit_phase or None,
+                "fallback": self.fallback or None}
 
 
 @dataclass
@@ -43,6 +48,7 @@ class Request:
     workers: int = 1
     cards: tuple | None = None  # allowed card counts (None: any)
     method: str = "auto"  # solver backends: "monolithic", "decomposed", or "auto" (by table size)
+    clock: object | None = field(default=None, compare=False, repr=False)  # limits.Clock shared by every phase
 
     def enforced(self, families) -> frozenset:
         return frozenset(families) if self.enforce is None else frozenset(self.enforce)

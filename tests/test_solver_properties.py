@@ -30,8 +30,12 @@ def scenarios(draw, pipeline=False):
     model = draw(st.sampled_from(["qwen3-0.6b", "qwen3-8b", "llama3-8b"]))
     seq = draw(st.sampled_from([2048, 4096, 8192]))
     batch = draw(st.sampled_from([16, 24, 32, 64, 96]))
-    tokens = draw(st.floats(1e9, 5e10))
-    deadline_d = draw(st.floats(3.0, 120.0))
+    # issue 17: the generator reaches the Poisson model, intervals up to days, MTBF down to hours and
+    # extreme tokens / deadlines / memory, where the integer scaling of the encodings once overflowed
+    extreme = draw(st.booleans())
+    tokens = 10 ** draw(st.floats(9.0, 15.0)) if extreme else draw(st.floats(1e9, 5e10))
+    deadline_d = 10 ** draw(st.floats(-0.5, 4.5)) if extreme else draw(st.floats(3.0, 120.0))
+    mtbf_h = 10 ** draw(st.floats(0.3, 4.0)) if extreme else 24 * draw(st.floats(30.0, 400.0))
     reserved_d = draw(st.floats(0.0, 0.4)) * deadline_d
     raw = {
         "model": {"name": model},
@@ -41,14 +45,15 @@ def scenarios(draw, pipeline=False):
         "hardware": {"accelerator": draw(subset(["rtx4090", "h100-sxm", "a100-80gb-sxm"], max_size=2)),
                      "efficiency": draw(st.floats(0.2, 0.6))},
         "checkpoint": {"write_bandwidth": f"{draw(st.floats(1.0, 20.0))}GB/s", "restore": "120s",
-                       "card_mtbf": f"{draw(st.floats(30.0, 400.0))}d"},
+                       "card_mtbf": f"{mtbf_h}h",
+                       "failure_model": draw(st.sampled_from(["first-order", "poisson"]))},
         "search": {
             "zero_stage": draw(subset([0, 1, 2, 3], max_size=3)),
             "tp": draw(subset([1, 2, 4, 8], max_size=2)),
             "pp": draw(subset([1, 2, 4], max_size=2)) if pipeline else [1],
             "micro_batch": draw(subset([1, 2, 4], max_size=2)),
             "offload": draw(subset(["none", "cpu"])),
-            "save_interval": draw(subset(["auto", "600s", "1800s"], max_size=2)),
+            "save_interval": draw(subset(["auto", "600s", "1800s", "2h", "12h", "2d"], max_size=2)),
             "save_mode": draw(subset(["sync", "async"])),
             "max_cards": draw(st.sampled_from([16, 64, 256, 1024])),
         },
@@ -56,6 +61,8 @@ def scenarios(draw, pipeline=False):
     if pipeline:
         raw["search"]["schedule"] = draw(subset(["fill-drain", "1f1b", "zb-h1", "zb-h2", "interleaved", "dualpipe",
                                                      "dualpipe-deepseek"], max_size=2))
+    if extreme and draw(st.booleans()):
+        raw["hardware"]["usable_memory"] = f"{2 ** draw(st.floats(0.0, 14.0))}GiB"  # 1 GiB to 16 TiB
     if draw(st.booleans()):
         raw["memory"] = {"activation_reserve": f"{draw(st.floats(1.0, 30.0))}GiB"}
     else:

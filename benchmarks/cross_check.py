@@ -1,0 +1,239 @@
+"""Cross-check every backend and method on N random scenarios; print disagreements and tracebacks.
+
+    python benchmarks/cross_check.py                  # 1,000 scenarios, seed 0
+    python benchmarks/cross_check.py --n 10000 --seed 7 --out cross-check/ --jobs 2
+
+Each scenario is drawn from a wide region on purpose: the Poisson failure model, save intervals from
+minutes to days, card MTBF from hours to a year, tokens from 1e9 to the parser's bound, deadlines from
+hours to a century, usable memory from 1 GiB to 16 TiB, budget caps, job-wide loss spikes, async
+saves, stragglers, pipelines. It is solved by enumeration (the reference), CP-SAT and HiGHS with
+every method (auto, monolithic, decomposed). A *disagreement* is a different verdict (optimal /
+infeasible), a different optimal objective (relative 1e-9), a status other than optimal or
+infeasible without the time limit having been reached, or a returned plan that fails the exact
+evaluation; a *traceback* is any exception. Each is printed and written to ``--out`` as a
+reproducer scenario file (``case-<i>.toml``) with a note of what differed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing as mp
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+RUNS = (("enumerate", "auto"), ("cpsat", "auto"), ("cpsat", "monolithic"), ("cpsat", "decomposed"),
+        ("highs", "monolithic"), ("highs", "decomposed"))
+MAX_POINTS = 3_000  # keeps the monolithic encodings quick; the decomposition is checked on the same spaces
+
+
+def _pick(rng, values, lo=1, hi=None):
+    """A non-empty random subset of ``values`` (in the original order)."""
+    hi = min(hi or len(values), len(values))
+    k = int(rng.integers(lo, hi + 1))
+    idx = sorted(rng.choice(len(values), size=k, replace=False))
+    return [values[i] for i in idx]
+
+
+def _log_uniform(rng, lo, hi):
+    return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+
+
+def random_raw(rng) -> tuple[dict, str]:
+    """One raw scenario (TOML tables) and an objective."""
+    pipeline = rng.random() < 0.3
+    deadline_d = _log_uniform(rng, 0.1, 36_500.0)
+    raw = {
+        "model": {"name": str(rng.choice(["qwen3-0.6b", "qwen3-8b", "llama3-8b", "qwen3-14b"]))},
+        "task": {"tokens": f"{_log_uniform(rng, 1e9, 1e15):.6g}", "seq_len": int(rng.choice([2048, 4096, 8192])),
+                 "global_batch": int(rng.choice([16, 24, 32, 64, 96, 384])),
+                 "precision": str(rng.choice(["bf16-mixed", "bf16-mixed-fp32-grad"]))},
+        "schedule": {"deadline": f"{deadline_d:.6g}d", "reserved": f"{deadline_d * rng.uniform(0, 0.4):.6g}d"},
+        "hardware": {"accelerator": _pick(rng, ["rtx4090", "h100-sxm", "a100-80gb-sxm"], hi=2),
+                     "efficiency": round(float(rng.uniform(0.1, 0.7)), 4)},
+        "checkpoint": {"write_bandwidth": f"{_log_uniform(rng, 0.5, 50.0):.4g}GB/s",
+                       "restore": f"{_log_uniform(rng, 10, 3600):.4g}s",
+                       "failure_model": str(rng.choice(["first-order", "poisson"]))},
+        "search": {
+            "zero_stage": _pick(rng, [0, 1, 2, 3], hi=3),
+            "tp": _pick(rng, [1, 2, 4, 8], hi=2),
+            "pp": _pick(rng, [1, 2, 4], hi=2) if pipeline else [1],
+            "micro_batch": _pick(rng, [1, 2, 4], hi=2),
+            "offload": _pick(rng, ["none", "cpu"]),
+            "save_interval": _pick(rng, ["auto", "600s", "1800s", "2h", "12h", "2d"], hi=2),
+            "save_mode": _pick(rng, ["sync", "async"]),
+            "max_cards": int(rng.choice([16, 64, 256, 1024, 4096])),
+        },
+    }
+    ck = raw["checkpoint"]
+    if rng.random() < 0.15:
+        ck["job_mtbf"] = {"cards": int(rng.choice([256, 1024, 16384])), "interval": f"{_log_uniform(rng, 1, 100):.4g}h"}
+    else:
+        ck["card_mtbf"] = f"{_log_uniform(rng, 2.0, 400 * 24):.4g}h"
+    if rng.random() < 0.2:
+        ck["loss_spike_interval"] = f"{_log_uniform(rng, 1, 1000):.4g}h"
+    if pipeline:
+        raw["search"]["schedule"] = _pick(rng, ["fill-drain", "1f1b", "zb-h1", "zb-h2", "interleaved", "dualpipe"],
+                                          hi=2)
+    if rng.random() < 0.5:
+        raw["memory"] = {"activation_reserve": f"{_log_uniform(rng, 0.5, 60):.4g}GiB"}
+    else:
+        raw["search"]["recompute"] = _pick(rng, ["none", "full", "mlp", "norm+mlp"], hi=2)
+    if rng.random() < 0.3:
+        raw["hardware"]["usable_memory"] = f"{_log_uniform(rng, 1, 16 * 1024):.4g}GiB"
+    if rng.random() < 0.4:
+        raw["input"] = {"workers": int(rng.integers(1, 17)), "sequences_per_worker_s": round(float(rng.uniform(0.5, 4)), 3),
+                        "wait": f"{rng.uniform(0, 2):.3g}s"}
+    if rng.random() < 0.3:
+        raw["stragglers"] = {"sigma": round(float(rng.uniform(0, 0.1)), 4)}
+    if rng.random() < 0.3:
+        raw["search"]["nics_per_host"] = _pick(rng, [1, 2, 8], hi=2)
+    if rng.random() < 0.3:
+        raw["cost"] = {"max_cost": round(_log_uniform(rng, 1e2, 1e9), 2)}
+    return raw, str(rng.choice(["cost", "time"]))
+
+
+def to_toml(raw: dict) -> str:
+    """A minimal TOML writer for the generator's tables (strings, numbers, lists, one inline table)."""
+
+    def val(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(val(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {val(x)}" for k, x in v.items()) + " }"
+        return repr(v)
+
+    out = []
+    for table, keys in raw.items():
+        if table.startswith("_"):
+            continue
+        out.append(f"[{table}]")
+        out += [f"{k} = {val(v)}" for k, v in keys.items()]
+        out.append("")
+    return "\n".join(out)
+
+
+def check_case(i: int, seed: int, time_limit: float) -> dict:
+    """Solve case ``i`` with every backend and method; return what disagreed (empty: all agree)."""
+    from tpopt.catalogs import load_catalog
+    from tpopt.catalogs.scenario import build_scenario
+    from tpopt.errors import InputError
+    from tpopt.models.evaluate import evaluate
+    from tpopt.optimizer.core import solve, use_decomposition
+    from tpopt.optimizer.result import Request, Status
+    from tpopt.optimizer.space import Space
+
+    rng = np.random.default_rng([seed, i])
+    raw, objective = random_raw(rng)
+    rec = {"i": i, "raw": raw, "objective": objective, "problems": [], "skipped": None, "runs": {}}
+    try:
+        sc = build_scenario(raw, load_catalog())
+        space = Space.from_scenario(sc)
+        if space.size() > MAX_POINTS:
+            rec["skipped"] = f"{space.size()} points"
+            return rec
+    except InputError as exc:
+        rec["skipped"] = f"input: {exc}"
+        return rec
+    except Exception:  # noqa: BLE001 - a traceback is a finding
+        rec["problems"].append(("build", "traceback", traceback.format_exc()))
+        return rec
+    ref = None
+    auto_is = "decomposed" if use_decomposition(space, Request()) else "monolithic"
+    for backend, method in RUNS:
+        name = f"{backend}/{method}"
+        if method == "auto" and backend != "enumerate" and (backend, auto_is) in RUNS:
+            continue  # "auto" picks one of the methods that are run anyway
+        req = Request(objective=objective, time_limit=time_limit, seed=0, workers=1, method=method)
+        try:
+            r = solve(sc, backend, req, space=space)  # one space: its term tables are built once
+        except Exception:  # noqa: BLE001
+            rec["problems"].append((name, "traceback", traceback.format_exc()))
+            continue
+        key = "cost" if objective == "cost" else "finish_days"
+        val = r.best.metrics[key] if r.feasible else None
+        rec["runs"][name] = (r.status.value, val, r.solver.fallback)
+        if r.status not in (Status.OPTIMAL, Status.INFEASIBLE):
+            if not r.solver.limit_reached:
+                rec["problems"].append((name, "status", f"{r.status.value} without reaching the time limit"))
+            continue  # a time limit is not a verdict
+        if r.feasible:
+            ev = evaluate(sc, r.best.plan)
+            if not ev.feasible:
+                rec["problems"].append((name, "plan", f"returned plan violates {[c.name for c in ev.violated()]}"))
+        if ref is None:
+            ref = (name, r.status.value, val)
+            continue
+        if r.status.value != ref[1]:
+            rec["problems"].append((name, "verdict", f"{r.status.value} vs {ref[0]} {ref[1]}"))
+        elif val is not None and not math.isclose(val, ref[2], rel_tol=1e-9):
+            rec["problems"].append((name, "objective", f"{val!r} vs {ref[0]} {ref[2]!r}"))
+    return rec
+
+
+def _worker(args):
+    i, seed, time_limit = args
+    return check_case(i, seed, time_limit)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=1000, help="number of random scenarios (default 1,000)")
+    ap.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    ap.add_argument("--start", type=int, default=0, help="first case index (to resume or split a run)")
+    ap.add_argument("--out", default="cross-check", help="directory for reproducer files")
+    ap.add_argument("--time-limit", type=float, default=120.0, help="per solve, s (a limit hit is not a verdict)")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes")
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    t0 = time.perf_counter()
+    counts = {"checked": 0, "skipped": 0, "disagreements": 0, "tracebacks": 0, "limit": 0}
+    jobs = [(i, a.seed, a.time_limit) for i in range(a.start, a.start + a.n)]
+    pool = mp.get_context("fork").Pool(a.jobs) if a.jobs > 1 else None
+    results = pool.imap(_worker, jobs, chunksize=4) if pool else map(_worker, jobs)
+    try:
+        for done, rec in enumerate(results, 1):
+            if rec["skipped"]:
+                counts["skipped"] += 1
+            else:
+                counts["checked"] += 1
+                stopped = [k for k, (s, _, _) in rec["runs"].items() if s not in ("optimal", "infeasible")]
+                counts["limit"] += bool(stopped)
+                if stopped:  # not a verdict, and not a disagreement: said, so it can be looked at
+                    print(f"case {rec['i']}: time limit reached by {', '.join(stopped)}", flush=True)
+            for name, kind, detail in rec["problems"]:
+                counts["tracebacks" if kind == "traceback" else "disagreements"] += 1
+                print(f"case {rec['i']}: {name}: {kind}: {detail.strip().splitlines()[-1]}", flush=True)
+            if rec["problems"]:
+                out.mkdir(parents=True, exist_ok=True)
+                note = "".join(f"# {name}: {kind}: {line}\n" for name, kind, detail in rec["problems"]
+                               for line in detail.strip().splitlines())
+                runs = "".join(f"# {k}: {v}\n" for k, v in rec["runs"].items())
+                (out / f"case-{rec['i']}.toml").write_text(
+                    f"# cross_check --seed {a.seed} case {rec['i']}, objective {rec['objective']}\n{note}{runs}\n"
+                    + to_toml(rec["raw"]))
+            if done % 100 == 0:
+                print(f"... {done:,} cases, {time.perf_counter() - t0:,.0f} s: {counts}", flush=True)
+    finally:
+        if pool:
+            pool.close()
+            pool.join()
+    wall = time.perf_counter() - t0
+    print(f"cross_check: {a.n:,} scenarios (seed {a.seed}), {counts['checked']:,} checked through "
+          f"{len(RUNS)} backend/method runs each, {counts['skipped']:,} skipped (space above {MAX_POINTS:,} "
+          f"points or input refused), {counts['limit']:,} with a run stopped by its time limit; "
+          f"{counts['disagreements']} disagreements, {counts['tracebacks']} tracebacks; {wall:,.0f} s")
+    return 1 if counts["disagreements"] or counts["tracebacks"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
