@@ -171,9 +171,9 @@ def enumeration_estimate(space, samples: int, seed: int = 0) -> tuple[float, int
     d = space.domains
     families: dict = {}
     for g in _groups(space):
-        ai, oi, ri, mi, si, pp_idx = g
-        stratum = (ai, si, len(pp_idx) == 1 and d["pp"][pp_idx[0]] == 1)
-        families.setdefault(stratum, {}).setdefault(ri, []).append(g)
+        fixed, pp_idx = g
+        stratum = (fixed["acc"], fixed["schedule"], len(pp_idx) == 1 and d["pp"][pp_idx[0]] == 1)
+        families.setdefault(stratum, {}).setdefault(fixed["recompute"], []).append(g)
     rng = random.Random(seed)
     total = 0.0
     points = 0

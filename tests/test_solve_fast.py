@@ -53,8 +53,9 @@ def test_layout_evaluator_equals_enumeration(bounds_only, case):
     d = sp.domains
     req = Request(objective=objective, top=3)
     enforced = req.enforced(space_mod.FAMILIES)
-    for h in [(a, t, p, q, b) for a in range(len(d["acc"])) for t in range(len(d["tp"])) for p in range(len(d["pp"]))
-              for q in range(len(d["dp"]))[::3] for b in range(len(d["mb"]))]:
+    assert HUB == ("acc", "tp", "cp", "pp", "dp", "mb")
+    for h in [(a, t, c, p, q, b) for a in range(len(d["acc"])) for t in range(len(d["tp"])) for c in range(len(d["cp"]))
+              for p in range(len(d["pp"])) for q in range(len(d["dp"]))[::3] for b in range(len(d["mb"]))]:
         sub = Space(sc=sc, domains={k: ([d[k][h[HUB.index(k)]]] if k in HUB else list(v)) for k, v in d.items()})
         want, _, _ = enumerate_best(sub, req)
         got = ev.best(h, enforced, objective, top=3)
