@@ -680,7 +680,9 @@ def exposed_dp(sc: Scenario, acc: str, zero, recompute, tp, pp, dp, micro_batch,
     step for ZeRO-0/1; each window's compute is one micro-batch's forward + backward on the busiest
     stage. Per-operation model, contention: a DP ring inside the host shares its link with the TP
     collectives of the same window, a ring across hosts shares the NICs with the pipeline transfers;
-    the link time is divided by (1 - u), u the other traffic's share of the window (capped at 0.9).
+    the link time L becomes min(L / (1 - u), L + windows x the other traffic per window), u the other
+    traffic's share of a window (comm.shared_link_time: the other traffic holds the link only while
+    the windows' compute runs).
     """
     rec = memory.recipe(sc.task.precision)
     bw = dp_bandwidth(sc, acc, tp, dp, nics)
@@ -697,8 +699,8 @@ def exposed_dp(sc: Scenario, acc: str, zero, recompute, tp, pp, dp, micro_batch,
         ga = grad_accum(sc, dp, micro_batch)
         tp_busy = tp_exposed(sc, acc, recompute, tp, pp, dp, micro_batch) / ga
         pp_busy = 2.0 * pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics)
-        u = np.minimum(0.9, np.where(spans, pp_busy, tp_busy) / np.maximum(window, 1e-12))
-        link = link / (1.0 - u)
+        other = np.where(spans, pp_busy, tp_busy)
+        link = comm.shared_link_time(link, other * windows, window * windows)
     f = sc.overlap_fractions()[1]
     hidden = comm.exposed_time(unhidden, link / windows, window, windows, True)
     return f * hidden + (1.0 - f) * link
