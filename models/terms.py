@@ -371,12 +371,14 @@ def microbatch_times(sc: Scenario, acc: str, recompute, schedule, tp, pp, micro_
     peak x efficiency; stages balanced (the LM head counted in the average); a MoE model's expert work
     stretched by the load factor phi (padding, the busiest rank's surplus: moe.extra_flops_per_token).
     Per-operation model: the stage's layers x the layer's kernel times plus the embedding (first stage)
-    or head and loss (last stage), maximised over stages. With a split backward (zero-bubble, DualPipe)
-    dW is separate; otherwise it is folded into the backward and t_backward_weight is 0.
+    or head and loss (last stage), the phases of the stage whose micro-batch takes longest (one card's
+    window of work; per-phase maxima taken over different stages would overstate it). With a split
+    backward (zero-bubble, DualPipe) dW is separate; otherwise it is folded into the backward and
+    t_backward_weight is 0.
     """
     if per_op_model(sc):
         layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp)
-        parts = _busiest(sc, pp, layer, first, last)
+        parts = _busiest_stage(sc, pp, layer, first, last)
         return _fold(schedule, *parts)
     sysm = sc.system(acc)
     a, s = sc.model, sc.task.seq_len
@@ -415,6 +417,16 @@ def _group_times(split: list, g: int, layer, first, last, k: int):
     return out
 
 
+def _candidate_stages(sc: Scenario, pp) -> tuple[list, list[int]]:
+    """(layer split, the stages that can be the busiest): stage times grow with the layer count, so only
+    the first stage, the last stage and the middle stage with the most layers can take longest."""
+    split = stage_split(sc, int(pp)) or [sc.model.layers]
+    groups = {0, len(split) - 1}
+    if len(split) > 2:
+        groups.add(1 + int(np.argmax(split[1:-1])))
+    return split, sorted(groups)
+
+
 def _busiest(sc: Scenario, pp, layer, first, last, k: int = 3):
     """Elementwise (over the plan grid) the largest per-stage value of each of the first k phase times.
 
@@ -425,14 +437,31 @@ def _busiest(sc: Scenario, pp, layer, first, last, k: int = 3):
     out = [np.zeros(shape) for _ in range(k)]
     for p_val in np.unique(pp_a):
         sel = pp_a == p_val
-        split = stage_split(sc, int(p_val)) or [sc.model.layers]
-        groups = {0, len(split) - 1}
-        if len(split) > 2:
-            groups.add(1 + int(np.argmax(split[1:-1])))
-        for g in sorted(groups):
+        split, groups = _candidate_stages(sc, p_val)
+        for g in groups:
             vals = _group_times(split, g, layer, first, last, k)
             for i in range(k):
                 out[i][sel] = np.maximum(out[i][sel], np.broadcast_to(vals[i], shape)[sel])
+    return out
+
+
+def _busiest_stage(sc: Scenario, pp, layer, first, last):
+    """Elementwise (over the plan grid) the (fwd, dX, dW) times of the stage with the largest sum
+    (the candidate stages of :func:`_busiest`; the first of them on ties)."""
+    shape = np.broadcast(np.asarray(pp), *(_f(x) for x in (*layer[:3], *first[:3], *last[:3]))).shape
+    pp_a = np.broadcast_to(np.asarray(pp), shape)
+    out = [np.zeros(shape) for _ in range(3)]
+    best = np.full(shape, -np.inf)
+    for p_val in np.unique(pp_a):
+        sel = pp_a == p_val
+        split, groups = _candidate_stages(sc, p_val)
+        for g in groups:
+            vals = [np.broadcast_to(v, shape) for v in _group_times(split, g, layer, first, last, 3)]
+            total = vals[0] + vals[1] + vals[2]
+            take = sel & (total > best)
+            best = np.where(take, total, best)
+            for i in range(3):
+                out[i] = np.where(take, vals[i], out[i])
     return out
 
 
