@@ -645,7 +645,7 @@ def compute_from(sc: Scenario, schedule, pp, inputs):
         pure = ga * (lf + ldx + ldw)
     total = completion * straggler_factor(sc, cards)
     finite = np.isfinite(completion)
-    return (total, pure, np.where(finite, completion - pure, np.inf),
+    return (total, pure, np.where(finite, np.maximum(completion - pure, 0.0), np.inf),
             np.where(finite, total - np.where(finite, completion, 0.0), 0.0))
 
 
