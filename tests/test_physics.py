@@ -10,6 +10,7 @@ Nothing here compares against numbers the code produced; the bounds come from th
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import replace
 from functools import lru_cache
 
@@ -27,10 +28,12 @@ from tpopt.models.evaluate import SPEC, evaluate
 from tpopt.models.plan import Plan
 
 MODELS = ("qwen3-8b", "gpt3-2.7b", "mixtral-8x7b", "deepseek-v2-lite", "mistral-7b", "gemma2-9b", "phi-2",
-          "falcon-7b", "qwen3-30b-a3b")
-ACCELERATORS = ("h100-sxm", "a100-80gb-sxm", "rtx4090", "h100-pcie", "mi300x", "gaudi3", "b200", "mi250x", "l40s")
+          "falcon-7b", "qwen3-30b-a3b", "gemma3-1b", "gpt-oss-20b", "bloom-7b1")
+ACCELERATORS = ("h100-sxm", "a100-80gb-sxm", "rtx4090", "h100-pcie", "mi300x", "gaudi3", "b200", "mi250x", "l40s",
+                "h20", "a100-40gb-pcie")
 PRECISIONS = ("bf16-mixed", "fp16-mixed-fp32-grad", "fp8-mixed")
-SETTINGS = dict(max_examples=60, deadline=None, derandomize=True,
+EXAMPLES = int(os.environ.get("TPOPT_PHYSICS_EXAMPLES", "60"))  # raise locally for a deeper search
+SETTINGS = dict(max_examples=EXAMPLES, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
