@@ -64,23 +64,17 @@ def task(model, acc, seq, batch, precision="bf16-mixed", hardware=None, memory=N
 NO_FLASH_2022 = {"flash_attention": False, "sequence_parallel": False}  # 2021-22 stacks
 
 ANCHORS = [
-    Anchor("llama3-405b 8,192 H100", "The Llama 3 Herd of Models (2024), Table 4: TP8 CP1 PP16 DP64, 8,192-token "
-           "sequences, 16M tokens a batch, 430 TFLOP/s per GPU (43 % BF16 MFU)", "model_tflops", 430.0,
-           task("llama3-405b", "h100-sxm", 8192, 2048),
-           dict(accelerator="h100-sxm", cards=8192, tp=8, pp=16, zero_stage=2, micro_batch=1,
-                first_stage_layers=7, last_stage_layers=7),
-           {"recompute": ["none", "norm+mlp", "full"],
-            "schedule": ["1f1b"] + [f"interleaved:{v}" for v in range(2, 8)]},
-           "FSDP sharding optimizer state and gradients, not weights (ZeRO-2); one layer fewer on the first and "
-           "last stages (section 3.3.2); 8 x 400 Gbit/s RoCE per host"),
-    Anchor("llama3-405b 16,384 H100", "The Llama 3 Herd of Models (2024), Table 4: TP8 CP1 PP16 DP128, 16M tokens a "
-           "batch, 400 TFLOP/s per GPU (41 % BF16 MFU)", "model_tflops", 400.0,
-           task("llama3-405b", "h100-sxm", 8192, 2048),
-           dict(accelerator="h100-sxm", cards=16384, tp=8, pp=16, zero_stage=2, micro_batch=1,
-                first_stage_layers=7, last_stage_layers=7),
-           {"recompute": ["none", "norm+mlp", "full"],
-            "schedule": ["1f1b"] + [f"interleaved:{v}" for v in range(2, 8)]},
-           "as the 8,192-GPU row, with half the micro-batches per pipeline"),
+    *(Anchor(f"llama3-405b {cards:,} H100", "The Llama 3 Herd of Models (2024), Table 4: TP8 CP1 PP16 "
+             f"DP{cards // 128}, 8,192-token sequences, 16M tokens a batch, {tflops:.0f} TFLOP/s per GPU "
+             f"({mfu} % BF16 MFU)", "model_tflops", tflops,
+             task("llama3-405b", "h100-sxm", 8192, 2048),
+             dict(accelerator="h100-sxm", cards=cards, tp=8, pp=16, zero_stage=2, micro_batch=1,
+                  first_stage_layers=7, last_stage_layers=7),
+             {"recompute": ["none", "norm+mlp", "full"],
+              "schedule": ["1f1b"] + [f"interleaved:{v}" for v in range(2, 8)]},
+             "FSDP sharding optimizer state and gradients, not weights (ZeRO-2); one layer fewer on the first and "
+             "last stages (section 3.3.2); 8 x 400 Gbit/s RoCE per host; Meta's FLOP count taken as tpopt's")
+      for cards, tflops, mfu in ((8192, 430.0, 43), (16384, 400.0, 41))),
     Anchor("bloom-176b 384 A100", "BigScience tr11-176B-ml training README: TP4 PP12 DP8, MBS 2, GBS 2,048, BF16, "
            "ZeRO-1, activation checkpointing; 104.70 s per iteration (logged 149.77 TFLOP/s)", "iteration_s", 104.70,
            task("bloom-176b", "a100-80gb-sxm", 2048, 2048, "bf16-mixed-fp32-grad",
