@@ -57,7 +57,7 @@ BUILTIN_RL_SCENARIO = Path(__file__).resolve().parent / "rl-grpo-qwen3-8b.toml"
 # table -> allowed keys (None: any key, parsed elsewhere)
 KEYS = {
     "model": {"name", "config"},
-    "task": {"tokens", "seq_len", "global_batch", "precision"},
+    "task": {"tokens", "seq_len", "global_batch", "precision", "critical_batch", "batch_ramp", "stages"},
     "schedule": {"deadline", "reserved"},
     "hardware": {"accelerator", "usable_memory", "efficiency", "cards_per_host", "nics_per_host", "nic", "peak",
                  "max_nics_per_host", "card_hour"},
@@ -67,11 +67,11 @@ KEYS = {
     "checkpoint": {"write_bandwidth", "storage", "restore", "card_mtbf", "job_mtbf", "save_interval", "mode",
                    "snapshot_copy", "bytes_per_param", "loss_spike_interval", "failure_model"},
     "stragglers": {"sigma"},
-    "comm": {"overlap", "tp_overlap", "dp_overlap"},
+    "comm": {"overlap", "tp_overlap", "dp_overlap", "cp_method", "cp_split"},
     "cost": {"card_hour", "nic_hour", "max_cost"},
     "search": {"zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "schedule", "nics_per_host",
                "save_interval", "save_mode", "max_cards", "accelerator", "dp", "virtual_stages", "ep", "expert_tp",
-               "capacity_factor"},
+               "capacity_factor", "global_batch", "cp", "sequence_parallel"},
     "moe": {"imbalance", "hot_experts", "max_drop", "a2a_overlap", "dispatcher", "node_limit"},
     "sweep": None,
     "rl": None,  # RL post-training, parsed by tpopt.catalogs.rl
@@ -80,6 +80,8 @@ KEYS = {
 REQUIRED = {"model": (), "task": ("tokens", "seq_len", "global_batch"), "schedule": ("deadline",),
             "hardware": ("accelerator",)}
 CARD_KEYS = ("usable_memory", "cards_per_host", "nics_per_host", "nic", "peak", "max_nics_per_host", "card_hour")
+STAGE_TASK_KEYS = ("tokens", "seq_len", "global_batch")
+STAGE_KEYS = {"name", "tokens", "seq_len", "global_batch", "critical_batch", "batch_ramp", "search"}
 DEFAULT_EFFICIENCY = 0.40  # what `tpopt explain` / sweeps start from when a flat efficiency is asked for
 AUTO_INTERVAL = "auto"
 MAX_FILE_BYTES = 1024 * 1024  # a scenario file larger than 1 MiB is refused (e.g. --scenario /dev/zero)
@@ -237,6 +239,8 @@ def _check_keys(raw: dict) -> None:
         if table not in raw:
             raise InputError(f"scenario: missing required table [{table}]")
         for key in keys:
+            if table == "task" and "stages" in raw[table] and key in STAGE_TASK_KEYS:
+                continue  # each stage gives (or inherits) its own
             if key not in raw[table]:
                 raise InputError(f"scenario: missing required key {key!r} in [{table}]")
     if "name" not in raw["model"] and "config" not in raw["model"]:
@@ -306,8 +310,10 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     else:
         model = cat.model(str(m["name"]))
 
-    # task and schedule
-    t = raw["task"]
+    # task and schedule (a staged task: the first stage stands for the task; every stage is built below)
+    stage_tables = _stage_tables(raw["task"])
+    t = dict(stage_tables[0], **{k: v for k, v in raw["task"].items() if k not in stage_tables[0]}) \
+        if stage_tables else raw["task"]
     tokens = parse_count(t["tokens"], "task.tokens", allow_zero=False, maximum=MAX_TOKENS)
     seq = parse_int(t["seq_len"], "task.seq_len", minimum=1, maximum=MAX_SEQ_LEN)
     batch = parse_int(t["global_batch"], "task.global_batch", minimum=1, maximum=MAX_BATCH)
@@ -320,6 +326,7 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
         raise InputError("schedule.reserved must be shorter than the deadline")
     task = Task(tokens=tokens, seq_len=seq, global_batch=batch, precision=precision, deadline_s=deadline,
                 reserved_s=reserved)
+    task = _batch_options(task, t, model, "task")
 
     # hardware candidates
     hw = raw["hardware"]
@@ -456,18 +463,30 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
         nics_per_host=_int_list(se["nics_per_host"], "search.nics_per_host") if "nics_per_host" in se else (),
         dp=_int_list(se["dp"], "search.dp") if "dp" in se else (),
         max_cards=max_cards,
+        global_batch=_int_list(se["global_batch"], "search.global_batch") if "global_batch" in se else (),
+        cp=_int_list(se.get("cp", [1]), "search.cp"),
+        sequence_parallel=tuple(dict.fromkeys(_bool(x, "search.sequence_parallel") for x in
+                                              _as_list(se["sequence_parallel"], "search.sequence_parallel")))
+        if "sequence_parallel" in se else (),
     )
     moe_opts, ep_dom, etp_dom, cap_dom = _moe_inputs(raw, model, se)
     space = replace(space, ep=ep_dom, expert_tp=etp_dom, capacity_factor=cap_dom)
+    stages = _stages(stage_tables, raw, cat) if stage_tables else ()
+    if stages:
+        task, space = stages[0].task, stages[0].search
+    else:
+        _check_batch_choices(task, space, "task")
     max_cost = cost.get("max_cost")
     ct = raw.get("comm", {})
     overlap = _bool(ct.get("overlap", True), "comm.overlap")
     tp_overlap = _tp_overlap(ct.get("tp_overlap", False))
     dp_overlap = _overlap(ct.get("dp_overlap", True), "comm.dp_overlap")
     name = raw.get("scenario", {}).get("name") or Path(raw.get("_path", "scenario")).stem
+    cp_method, cp_split = _context_options(ct)
     return Scenario(model=model, task=task, systems=systems, memory=mem, input=inp, reliability=rel, search=space,
                     cost=CostOptions(None if max_cost is None else parse_number(max_cost, "cost.max_cost")),
-                    moe=moe_opts, overlap=overlap, name=str(name), tp_overlap=tp_overlap, dp_overlap=dp_overlap)
+                    moe=moe_opts, overlap=overlap, name=str(name), tp_overlap=tp_overlap, dp_overlap=dp_overlap,
+                    stages=stages, cp_method=cp_method, cp_split=cp_split)
 
 
 def _moe_inputs(raw: dict, model, se: dict):
@@ -557,6 +576,129 @@ def _schedules(se: dict) -> tuple[str, ...]:
         else:
             out.append(x)
     return tuple(dict.fromkeys(out))
+
+
+def _context_options(comm: dict) -> tuple[str, str]:
+    """[comm] cp_method (ring / all-to-all) and cp_split (zigzag / contiguous) of context parallelism."""
+    from tpopt.models.context import METHODS, SPLITS
+
+    method = str(comm.get("cp_method", "ring"))
+    split = str(comm.get("cp_split", "zigzag"))
+    if method not in METHODS:
+        raise InputError(f"comm.cp_method {method!r} unknown (use one of: {', '.join(METHODS)})")
+    if split not in SPLITS:
+        raise InputError(f"comm.cp_split {split!r} unknown (use one of: {', '.join(SPLITS)})")
+    return method, split
+
+
+# ---------------------------------------------------------------------------------------------
+# the batch as a choice (critical batch, ramp-up) and training stages
+
+
+def parse_critical_batch(value, seq_len: int, model, tokens: float, what: str) -> tuple[float | None, str]:
+    """(B_noise in tokens per step, source) from ``"2M"`` (tokens), ``"256 sequences"``, ``"deepseek-llm"``
+    (the scaling fit of :func:`tpopt.models.batch.noise_scale_fit` on the run's compute) or ``"none"``
+    (tokens independent of the batch, stated on purpose)."""
+    from tpopt.models.arch import flops_per_token
+    from tpopt.models.batch import noise_scale_fit
+
+    text = str(value).strip()
+    low = text.lower()
+    if low in ("none", "inf", "infinite"):
+        return None, "none"
+    if low == "deepseek-llm":
+        c = (flops_per_token(model, seq_len) - 6.0 * model.vocab * model.hidden) * tokens
+        return float(noise_scale_fit(c)), "DeepSeek LLM fit 0.292 C^0.3271"
+    for suffix in ("sequences", "sequence", "seqs", "seq"):
+        if low.endswith(suffix):
+            n = parse_count(text[: -len(suffix)].strip(), what, allow_zero=False)
+            return n * seq_len, "given"
+    for suffix in ("tokens", "token", "tok"):
+        if low.endswith(suffix):
+            text = text[: -len(suffix)].strip()
+            break
+    return parse_count(text, what, allow_zero=False), "given"
+
+
+def _batch_options(task: Task, t: dict, model, where: str) -> Task:
+    """Critical batch and batch ramp-up of a task table ([task] or one stage)."""
+    from dataclasses import replace
+
+    kw = {}
+    if "critical_batch" in t:
+        kw["critical_batch"], kw["critical_batch_source"] = parse_critical_batch(
+            t["critical_batch"], task.seq_len, model, task.tokens, f"{where}.critical_batch")
+    if "batch_ramp" in t:
+        r = t["batch_ramp"]
+        if not isinstance(r, dict) or set(r) != {"start", "increment", "tokens"}:
+            raise InputError(f'{where}.batch_ramp must be a table like {{ start = 32, increment = 32, tokens = "4B" }} '
+                             "(sequences, sequences, tokens)")
+        start = parse_int(r["start"], f"{where}.batch_ramp.start", minimum=1)
+        inc = parse_int(r["increment"], f"{where}.batch_ramp.increment", minimum=1)
+        rt = parse_count(r["tokens"], f"{where}.batch_ramp.tokens", allow_zero=False)
+        kw["ramp"] = (start, inc, rt)
+    return replace(task, **kw) if kw else task
+
+
+def _check_batch_choices(task: Task, space: SearchSpace, where: str) -> None:
+    choices = space.global_batch or (task.global_batch,)
+    if len(set(choices)) > 1 and not task.critical_batch_source:
+        raise InputError(f"search.global_batch offers several batches but {where}.critical_batch is not given: the "
+                         "tokens needed depend on the batch (give critical_batch, e.g. \"2M\" tokens or \"deepseek-llm\", "
+                         "or \"none\" to keep the tokens whatever the batch)")
+    if task.ramp is not None:
+        start, inc, _ = task.ramp
+        for b in choices:
+            if start < b and (b - start) % inc:
+                raise InputError(f"{where}.batch_ramp: the batch {b} is not start {start} plus a whole number of "
+                                 f"increments of {inc}")
+
+
+def _stage_tables(t: dict) -> list[dict]:
+    if "stages" not in t:
+        return []
+    st = t["stages"]
+    if not isinstance(st, list) or not st or not all(isinstance(x, dict) for x in st):
+        raise InputError("task.stages must be a list of tables ([[task.stages]] with tokens, seq_len, ...)")
+    for i, x in enumerate(st):
+        bad = set(x) - STAGE_KEYS
+        if bad:
+            raise InputError(f"task.stages[{i + 1}]: unknown key(s) {sorted(bad)} (known: {', '.join(sorted(STAGE_KEYS))})")
+        if "tokens" not in x:
+            raise InputError(f"task.stages[{i + 1}]: missing required key 'tokens'")
+        for k in ("seq_len", "global_batch"):
+            if k not in x and k not in t:
+                raise InputError(f"task.stages[{i + 1}]: missing {k!r} (give it in the stage or in [task])")
+    return st
+
+
+def _stages(tables: list[dict], raw: dict, cat) -> tuple:
+    """Every stage's task and search domains, each built exactly as a one-stage scenario whose [task]
+    is the stage's keys over [task] and whose [search] is the stage's ``search`` table over [search]."""
+    from dataclasses import replace
+
+    from tpopt.models.plan import Stage
+
+    out = []
+    names = set()
+    task_t = {k: v for k, v in raw["task"].items() if k != "stages"}
+    for i, st in enumerate(tables):
+        where = f"task.stages[{i + 1}]"
+        name = str(st.get("name", f"stage {i + 1}"))
+        if name in names:
+            raise InputError(f"{where}: the stage name {name!r} is used twice")
+        names.add(name)
+        sub = st.get("search", {})
+        if not isinstance(sub, dict):
+            raise InputError(f"{where}.search must be a table")
+        stage_raw = dict(raw, task=dict(task_t, **{k: v for k, v in st.items() if k not in ("name", "search")}),
+                         search=dict(raw.get("search", {}), **sub))
+        try:
+            one = build_scenario(stage_raw, cat)
+        except InputError as exc:
+            raise InputError(f"{where} ({name}): {exc}") from None
+        out.append(Stage(name=name, task=replace(one.task, stage=name), search=one.search))
+    return tuple(out)
 
 
 def _bool(value, what: str) -> bool:

@@ -95,6 +95,11 @@ def scenario_options(fn):
         click.option("--hw", help="Accelerator(s), comma-separated, e.g. rtx4090,h100-sxm."),
         click.option("--max-cards", help="Largest card count the plan may use."),
         click.option("--usable-memory", help="Usable memory per card, e.g. 22GiB."),
+        click.option("--global-batch", help="Global batch(es) in sequences, comma-separated: the plan's batch "
+                                            "(evaluate) or the choices (solve); see --critical-batch."),
+        click.option("--critical-batch", help="Critical batch B_noise: tokens (2M), sequences (256seq), "
+                                              "deepseek-llm (scaling fit) or none."),
+        click.option("--seq-len", help="Tokens per sequence (overrides [task] seq_len)."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -102,7 +107,7 @@ def scenario_options(fn):
 
 
 SCENARIO_KEYS = ("scenario_path", "catalog_dirs", "deadline", "reserved", "tokens", "efficiency", "hw",
-                 "max_cards", "usable_memory")
+                 "max_cards", "usable_memory", "global_batch", "critical_batch", "seq_len")
 
 
 def overrides_from(kw: dict) -> dict:
@@ -117,6 +122,10 @@ def overrides_from(kw: dict) -> dict:
         "search.accelerator": [h.strip() for h in hw.split(",") if h.strip()] if hw else None,
         "search.max_cards": kw.get("max_cards"),
         "hardware.usable_memory": kw.get("usable_memory"),
+        "search.global_batch": [b.strip() for b in str(kw["global_batch"]).split(",") if b.strip()]
+        if kw.get("global_batch") else None,
+        "task.critical_batch": kw.get("critical_batch"),
+        "task.seq_len": kw.get("seq_len"),
     }
 
 
@@ -171,6 +180,7 @@ def plan_options(fn=None, *, require_cards: bool = True):
         click.option("--zero", "zero_stage", type=int, help="ZeRO stage 0-3."),
         click.option("--tp", type=int, help="Tensor-parallel size."),
         click.option("--pp", type=int, help="Pipeline-parallel size."),
+        click.option("--cp", type=int, help="Context-parallel size (each sequence split over cp cards)."),
         click.option("--micro-batch", type=int, help="Sequences per micro-batch."),
         click.option("--recompute", help="none, full, or groups norm+mlp+attn."),
         click.option("--offload", type=click.Choice(["none", "cpu"]), help="Optimizer offload."),
@@ -258,6 +268,7 @@ def plan_from(sc, kw: dict):
         zero_stage=pick("zero_stage", space.zero_stage if len(space.zero_stage) == 1 else (), 3),
         tp=pick("tp", space.tp if len(space.tp) == 1 else (), 1),
         pp=pick("pp", space.pp if len(space.pp) == 1 else (), 1),
+        cp=pick("cp", space.cp if len(space.cp) == 1 else (), 1),
         micro_batch=pick("micro_batch", space.micro_batch if len(space.micro_batch) == 1 else (), 1),
         recompute=pick("recompute", space.recompute, "none"),
         offload=pick("offload", space.offload, "none"),
@@ -270,6 +281,7 @@ def plan_from(sc, kw: dict):
         first_stage_layers=kw.get("first_stage_layers") or 0,
         last_stage_layers=kw.get("last_stage_layers") or 0,
         **_moe_flags(space, kw),
+        global_batch=space.global_batch[0] if len(space.global_batch) == 1 else 0,
     )
 
 

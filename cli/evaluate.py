@@ -12,9 +12,10 @@ from tpopt.cli.render import evaluation_text
 @click.command()
 @scenario_options
 @plan_options
+@click.option("--stage", help="Staged scenarios: the stage (name or number) to evaluate the plan on (default: each).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @handle_errors
-def evaluate(as_json, **kw):
+def evaluate(stage, as_json, **kw):
     """Evaluate one fixed plan (the chapter's 10.6.1 table and every constraint).
 
     Exit code 3 when the plan violates a constraint (the report is printed all the same).
@@ -24,9 +25,24 @@ def evaluate(as_json, **kw):
     from tpopt.models.evaluate import evaluate as run
 
     sc = load_scenario_from(kw)
+    if sc.stages:
+        from tpopt.cli.choices import evaluate_staged
+
+        code = evaluate_staged(sc, plan_from(sc, kw), stage, as_json)
+        if code:
+            raise SystemExit(code)
+        return
     ev = run(sc, plan_from(sc, kw))
     d = ev.as_dict()
     echo_builtin_note(kw, as_json, d)
+    if sc.task.critical_batch is not None or sc.task.ramp is not None or ev.plan.global_batch != sc.task.global_batch:
+        from tpopt.cli.choices import batch_lines
+        from tpopt.models.evaluate import at_plan_batch
+        from tpopt.optimizer.outer import batch_figures
+
+        d["batch"] = batch_figures(at_plan_batch(sc, ev.plan), ev)
+        if not as_json:
+            click.echo("\n".join(batch_lines(d)))
     click.echo(dump_json(d) if as_json else evaluation_text(d), nl=False)
     if not ev.feasible:
         raise SystemExit(EXIT_INFEASIBLE)

@@ -48,7 +48,9 @@ def _qty(x, unit: str, digits: int = 2) -> str:
 
 
 def _plan_short(p: dict) -> str:
-    return (f"{p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, TP {p['tp']}, PP {p['pp']}{moe_short(p)}, "
+    from tpopt.cli.render import layout_text
+
+    return (f"{p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, {layout_text(p, ', ')}{moe_short(p)}, "
             f"mb {p['micro_batch']})")
 
 

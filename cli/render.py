@@ -91,11 +91,17 @@ def accumulation_text(plan: dict) -> str:
     return f"micro-batch {mb}, no whole accumulation (DP {plan['dp']} x micro-batch {mb} does not divide the batch)"
 
 
+def layout_text(p: dict, sep: str = " / ") -> str:
+    """TP / CP / PP / DP of a plan dict (CP shown only when the plan splits sequences)."""
+    cp = [f"CP {p['cp']}"] if p.get("cp", 1) > 1 else []
+    return sep.join([f"TP {p['tp']}", *cp, f"PP {p['pp']}"] + ([f"DP {p['dp']}"] if sep == " / " else []))
+
+
 def plan_line(plan: dict) -> str:
     parts = [
         f"{plan['accelerator']} x {plan['cards']} ({plan['hosts']} host{'s' if plan['hosts'] != 1 else ''})",
         f"ZeRO-{plan['zero_stage']}",
-        f"TP {plan['tp']} / PP {plan['pp']} / DP {plan['dp']}",
+        layout_text(plan),
         accumulation_text(plan),
         f"recompute {plan['recompute']}",
     ]
@@ -152,6 +158,9 @@ def metrics_table(m: dict, title: str = "Plan evaluation") -> Table:
         ("communication link time", _num(m["comm_link_s"], 1), "s"),
         ("exposed communication", _num(m["comm_exposed_s"], 2), "s"),
     ]
+    if m.get("cp_link_s", 0) > 0:
+        rows.append(("  context-parallel exchange", f"{m['cp_link_s']:,.2f} / {m['cp_exposed_s']:,.3f}",
+                     "s (link / exposed)"))
     if "ep_link_s" in m:
         rows += moe_rows(m)
     if m.get("offload_s", 0) > 0:
@@ -232,7 +241,13 @@ def _objective_text(value: float, objective: str, unit: str) -> str:
     return f"{value:,.0f} {unit}" if objective == "cost" else f"{value:.2f} d"
 
 
-def binding_lines(binding: list[dict] | None, objective: str, unit: str, undecided=()) -> list[str]:
+def _batch(p: dict, show: bool) -> str:
+    """", batch N" when the global batch is a choice of the request (the plan dicts carry it)."""
+    return f", batch {p['global_batch']:,}" if show and p.get("global_batch") else ""
+
+
+def binding_lines(binding: list[dict] | None, objective: str, unit: str, undecided=(), batch: bool = False
+                  ) -> list[str]:
     if binding is None:
         return ["Binding constraints: not analysed (--no-analysis); run without it to see what binds and why "
                 "nothing cheaper is feasible."]
@@ -250,7 +265,7 @@ def binding_lines(binding: list[dict] | None, objective: str, unit: str, undecid
         viol = f"; it would have {v['name']} = {v['value']:,.2f} {v['unit']} against {v['limit']:,.2f}" \
             if "value" in v else ""
         lines.append(f"  {b['name']}: without it, {p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, "
-                     f"TP {p['tp']}, PP {p['pp']}{moe_short(p)}) would reach "
+                     f"{layout_text(p, ', ')}{moe_short(p)}{_batch(p, batch)}) would reach "
                      f"{_objective_text(b['objective_without'], objective, unit)} "
                      f"({change_text(b['saving'])}){viol}")
     return lines
@@ -264,7 +279,7 @@ def _reason(r: dict) -> str:
     return r["name"]
 
 
-def alternative_lines(alts: list[dict], objective: str, unit: str) -> list[str]:
+def alternative_lines(alts: list[dict], objective: str, unit: str, batch: bool = False) -> list[str]:
     if not alts:
         return []
     lines = ["Why not cheaper:"]
@@ -273,8 +288,8 @@ def alternative_lines(alts: list[dict], objective: str, unit: str) -> list[str]:
             lines.append(f"  {a['alternative']}: not decided ({a.get('undecided', 'time limit reached')})")
         elif a["feasible"]:
             p = a["plan"]
-            layout = (f"ZeRO-{p['zero_stage']}, TP {p['tp']} / PP {p['pp']} / DP {p['dp']}{moe_short(p)}, "
-                      f"micro-batch {p['micro_batch']}, recompute {p['recompute']}")
+            layout = (f"ZeRO-{p['zero_stage']}, {layout_text(p)}{moe_short(p)}, "
+                      f"micro-batch {p['micro_batch']}, recompute {p['recompute']}{_batch(p, batch)}")
             lines.append(f"  {a['alternative']}: feasible ({layout}) but "
                          f"{_objective_text(a['objective'], objective, unit)} ({change_text(a['delta'], signed=True)})")
         else:
@@ -292,7 +307,8 @@ def top_table(top: list[dict], unit: str) -> Table:
     for e in top:
         p, m = e["plan"], e["metrics"]
         rows.append((str(e["rank"]), p["accelerator"], str(p["cards"]), str(p["zero_stage"]),
-                     f"{p['tp']}/{p['pp']}/{p['dp']}", f"{p['micro_batch']} x {p['grad_accum'] or '-'}",
+                     f"{p['tp']}/{p['pp']}/{p['dp']}" + (f" cp {p['cp']}" if p.get("cp", 1) > 1 else ""),
+                     f"{p['micro_batch']} x {p['grad_accum'] or '-'}",
                      p["recompute"], f"{p['save_interval_s']:,.0f} s {p['save_mode']}", f"{m['step_s']:.1f}",
                      f"{m['finish_days']:.1f}", f"{m['cost']:,.0f}"))
     if any(e["plan"].get("ep") is not None for e in top):  # MoE: EP and capacity after the layout
@@ -317,7 +333,7 @@ def limit_line(s: dict) -> str:
     return f"Time limit reached{where}: best plan found, not proven optimal, gap {gap}"
 
 
-def solve_text(d: dict, sc, timing: bool = False) -> str:
+def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:
     s = d["solver"]
     unit = d["metrics"].get("cost_unit", "USD")
     head = (f"tpopt solve: {sc.name}: {sc.model.name}, {fmt_count(sc.task.tokens)} tokens, "
@@ -331,16 +347,17 @@ def solve_text(d: dict, sc, timing: bool = False) -> str:
         status += f"\nNote: {s['fallback']}"
     if d.get("analysis") == "time limit reached":
         status += "\nAnalysis: time limit reached; the items it could not answer are marked 'not decided'"
-    parts = [head, status, "", f"Plan: {plan_line(d['plan'])}", "", metrics_table(d["metrics"], title="Best plan"),
-             "", constraints_table(d["constraints"]), ""]
-    parts += binding_lines(d.get("binding"), d["objective"], unit, d.get("binding_undecided") or ())
+    parts = [head, status, "", f"Plan: {plan_line(d['plan'])}", *after_plan, "",
+             metrics_table(d["metrics"], title="Best plan"), "", constraints_table(d["constraints"]), ""]
+    batch = len(d.get("batch_choices") or []) > 1  # name each plan's batch when the batch is a choice
+    parts += binding_lines(d.get("binding"), d["objective"], unit, d.get("binding_undecided") or (), batch)
     rob = (d.get("robustness") or {}).get("without_overlap")
     if rob:
         verdict = "still meets every constraint" if rob["feasible"] else \
             "fails " + ", ".join(n for n in rob["violates"] if n != "step.budget")
         parts += [f"Robustness: without communication overlap (prefetch failing) the step is {rob['step_s']:.1f} s "
                   f"and the plan finishes in {rob['finish_days']:.1f} d: it {verdict}."]
-    alts = alternative_lines(d.get("alternatives") or [], d["objective"], unit)
+    alts = alternative_lines(d.get("alternatives") or [], d["objective"], unit, batch)
     if alts:
         parts += [""] + alts
     if len(d.get("top", [])) > 1:

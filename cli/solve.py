@@ -28,6 +28,7 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, **kw):
     """
     from tpopt.cli.render import solve_text
     from tpopt.errors import InputError
+    from tpopt.optimizer import outer
     from tpopt.optimizer.core import solve as run
     from tpopt.optimizer.report import analysis
     from tpopt.optimizer.result import Status
@@ -45,7 +46,14 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, **kw):
         from tpopt.optimizer.pyomo_model import PyomoSolver
 
         PyomoSolver(kw["solver"], req)  # a missing solver fails here, before anything is written
-    space = Space.from_scenario(sc)
+    if export and outer.has_task_choices(sc):
+        raise InputError("--export writes one plan MILP: give one global batch (--global-batch) and no stages")
+    if sc.stages:
+        from tpopt.cli.choices import solve_staged
+
+        return solve_staged(sc, kw, req, no_analysis, timing, as_json)
+    bs = outer.solve_batches(sc, kw["solver"], req) if outer.has_task_choices(sc) else None
+    space = bs.choices[0].space if bs else Space.from_scenario(sc)
     exported = None
     if export:
         from tpopt.optimizer.pyomo_model import export_model
@@ -53,14 +61,19 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, **kw):
         exported = export_model(space, req, export)
         click.echo(f"tpopt: wrote {exported['path']}: the plan MILP, {exported['variables']:,} variables, "
                    f"{exported['constraints']:,} constraints, minimising {exported['objective']}", err=True)
-    result = run(sc, kw["solver"], req, space=space)
+    result = bs.result if bs else run(sc, kw["solver"], req, space=space)
     out = {"status": result.status.value, "objective": result.objective, "solver": result.solver.as_dict()}
     echo_builtin_note(kw, as_json, out)
     if exported:
         out["export"] = exported
     if result.feasible:
         best = result.best
-        ana = None if no_analysis else analysis(space, best, kw["solver"], req, set(result.enforced))
+        view = sc  # the scenario the plan is shown in (with batch choices: at its batch)
+        if bs:  # the global batch is a choice: analysis over every batch, the chosen batch's scenario
+            view, space = bs.choice_of(best).sc, bs.choice_of(best).space
+            ana = None if no_analysis else outer.batch_analysis(bs, kw["solver"], req, set(result.enforced))
+        else:
+            ana = None if no_analysis else analysis(space, best, kw["solver"], req, set(result.enforced))
         d = best.as_dict()
         binding = {b["name"] for b in ana["binding"]} if ana else set()
         undecided = set(ana["undecided"]) if ana else set()
@@ -78,6 +91,9 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, **kw):
         out["analysis_by"] = ana["oracle"] if ana else None
         out["robustness"] = ana["robustness"] if ana else None
         out["top"] = [dict(ev.as_dict(), rank=i + 1) for i, ev in enumerate(result.plans)]
+        if bs or sc.task.critical_batch is not None:
+            out["batch"] = outer.batch_figures(view, best)
+            out["batch_choices"] = outer.batch_rows(bs, req.objective) if bs else []
         if sensitivity:
             from tpopt.optimizer.explain import sensitivities
 
@@ -85,7 +101,9 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, **kw):
         if as_json:
             click.echo(dump_json(out), nl=False)
             return
-        text = solve_text(out, sc, timing)
+        from tpopt.cli.choices import batch_lines
+
+        text = solve_text(out, view, timing, batch_lines(out))
         if sensitivity:
             from tpopt.cli.explain_text import sensitivity_text
 
@@ -95,5 +113,9 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, **kw):
     # no feasible plan (or none found in time)
     from tpopt.cli.explain_text import infeasible_report
 
+    if bs:  # conflict at the task's batch (or the first choice); relaxations over every batch
+        from tpopt.cli.choices import batch_infeasible
+
+        space = batch_infeasible(bs, sc, kw, req, as_json, out)
     infeasible_report(sc, space, result, req, kw, as_json, out)
     raise SystemExit(EXIT_INFEASIBLE if result.status == Status.INFEASIBLE else EXIT_UNKNOWN)

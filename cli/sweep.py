@@ -29,6 +29,10 @@ def sweep_input_options(fn):
         click.option("--max-cards", help=f"Card cap. {RANGE}, e.g. 16:128:16."),
         click.option("--card-hour", help=f"Price per card-hour for every accelerator. {RANGE}, e.g. 0.4:0.8:0.1."),
         click.option("--max-cost", help=f"Budget cap. {RANGE}."),
+        click.option("--global-batch", help=f"Global batch in sequences (a plan choice: every value competes on one "
+                                            f"front, tokens from [task] critical_batch). {RANGE} or start:end:xK, "
+                                            f"e.g. 256:4096:x2."),
+        click.option("--seq-len", help=f"Tokens per sequence (a case of its own). {RANGE}, e.g. 4096,8192."),
         click.option("--usable-memory", help="Usable memory per card (fixed for the sweep), e.g. 22GiB."),
     ]
     for opt in reversed(opts):
@@ -87,6 +91,8 @@ def _range(lo, hi) -> str:
 
 def _layout(e: dict) -> str:
     text = f"ZeRO-{e['zero']} {e['tp']}/{e['pp']}/{e['dp']} mb {e['micro_batch']}x{e['grad_accum']}"
+    if (e.get("cp") or 1) > 1:
+        text += f" cp {e['cp']}"
     if e.get("recompute") not in (None, "none"):
         text += f" rc {e['recompute']}"
     if e.get("offload") not in (None, "none"):
@@ -104,18 +110,21 @@ def front_table(front: list[dict], unit: str, show_case: bool, spec):
     from rich.table import Table
 
     from tpopt.optimizer.sweep import case_label
+    from tpopt.optimizer.sweep.rows import case_of
 
+    show_batch = len({e["global_batch"] for e in front}) > 1
     t = Table(title="Pareto front: cost vs finish time (layout = ZeRO, TP/PP/DP, micro-batch x accumulation)",
               title_justify="left", show_edge=False, pad_edge=False)
-    cols = (["case"] if show_case else []) + ["accelerator", "cards", "layout", "step s", "GiB/card", "finish d",
-                                              f"cost {unit}", "optimal for deadlines"]
+    cols = (["case"] if show_case else []) + ["accelerator", "cards"] + (["batch"] if show_batch else []) + \
+        ["layout", "step s", "GiB/card", "finish d", f"cost {unit}",
+         "optimal for deadlines" + (" (at that batch)" if show_batch else "")]
     for c in cols:
-        t.add_column(c, justify="left" if c in ("case", "accelerator", "layout", "optimal for deadlines")
+        t.add_column(c, justify="left" if c in ("case", "accelerator", "layout") or c.startswith("optimal")
                      else "right")
     for e in front:
-        row = [case_label((e["tokens"], e["efficiency"], e["card_hour"], e["reserved_days"]), spec)] if show_case \
-            else []
-        row += [e["accelerator"], str(e["cards"]), _layout(e), f"{e['step_s']:.1f}",
+        row = [case_label(case_of(e), spec)] if show_case else []
+        row += [e["accelerator"], str(e["cards"])] + ([f"{e['global_batch']:,}"] if show_batch else [])
+        row += [_layout(e), f"{e['step_s']:.1f}",
                 f"{e['memory_per_card_gib']:.1f}", f"{e['finish_days']:.1f}", f"{e['cost']:,.0f}",
                 _range(e["deadline_min_days"], e["deadline_max_days"])]
         t.add_row(*row)
@@ -126,6 +135,7 @@ def summary_table(summary: list[dict], unit: str, show_case: bool, spec):
     from rich.table import Table
 
     from tpopt.optimizer.sweep import case_label
+    from tpopt.optimizer.sweep.rows import case_of
 
     t = Table(title=f"Per accelerator (plans as cards / finish d / cost {unit})", title_justify="left",
               show_edge=False, pad_edge=False)
@@ -136,8 +146,7 @@ def summary_table(summary: list[dict], unit: str, show_case: bool, spec):
         t.add_column(c, justify="right" if c in ("points", "feasible", "no answer", "earliest deadline d")
                      else "left")
     for e in summary:
-        row = [case_label((e["tokens"], e["efficiency"], e["card_hour"], e["reserved_days"]), spec)] if show_case \
-            else []
+        row = [case_label(case_of(e), spec)] if show_case else []
 
         def plan(p):
             return "-" if p is None else f"{p['cards']} / {p['finish_days']:.1f} / {p['cost']:,.0f}"
@@ -169,7 +178,9 @@ def result_text(result, out) -> str:
     spec = result.spec
     sc = spec.base
     unit = next((r["cost_unit"] for r in result.rows if r["cost_unit"]), "USD")
-    show_case = len({(r["tokens"], r["efficiency"], r["card_hour"], r["reserved_days"]) for r in result.rows}) > 1
+    from tpopt.optimizer.sweep.rows import case_of
+
+    show_case = len({case_of(r) for r in result.rows}) > 1
     swept = ", ".join(f"{k} ({len(spec.hw) if k == 'hw' else len(spec.values[k])})" for k in spec.swept()) or "none"
     how = ", ".join(f"{n} failed" if k == "error" else f"{n} by {'one enumeration per group' if k == 'table' else k}"
                     for k, n in sorted(result.paths.items())) or "none solved"
@@ -236,7 +247,7 @@ def sweep(solver, time_limit, workers, cluster, out, force, plot, plot_breakdown
     if breakdown_cards and not plot_breakdown:
         raise InputError("--breakdown-cards needs --plot-breakdown")
     cli = {k: kw.get(k) for k in ("hw", "deadline", "reserved", "tokens", "efficiency", "max_cards", "card_hour",
-                                  "max_cost")}
+                                  "max_cost", "global_batch", "seq_len")}
     cli.update(solver=solver, breakdown_cards=breakdown_cards, time_limit=time_limit)
     spec = sw.build_spec(scenario_source(kw), cli, kw.get("catalog_dirs") or (),
                          fixed={"hardware.usable_memory": kw.get("usable_memory")})

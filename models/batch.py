@@ -42,3 +42,71 @@ def strong_scaling_days(steps, compute_s_ref, cards_ref, cards, fixed_s):
     days = S x (t_compute x p_ref / p + t_fixed) / 86400."""
     step = np.asarray(compute_s_ref, dtype=float) * cards_ref / np.asarray(cards, dtype=float) + fixed_s
     return np.asarray(steps, dtype=float) * step / 86400.0
+
+
+# ---------------------------------------------------------------------------------------------
+# the batch as a plan choice: tokens (and steps) needed to reach the same loss at batch B
+
+
+def min_tokens(ref_tokens, ref_batch_tokens, b_noise):
+    """E_min from a reference run that reaches the target with ``ref_tokens`` at ``ref_batch_tokens``
+    per step: E = E_min (1 + B / B_noise) -> E_min = E / (1 + B / B_noise).
+    100B tokens at 3,145,728 tokens per step, B_noise = 2M -> 38.9B."""
+    return np.asarray(ref_tokens, dtype=float) / (1.0 + np.asarray(ref_batch_tokens, dtype=float) / b_noise)
+
+
+def tokens_at_batch(ref_tokens, ref_batch_tokens, b_noise, batch_tokens):
+    """Tokens needed at batch B for the loss the reference run reaches:
+    E(B) = E_min (1 + B / B_noise) (McCandlish et al., "An Empirical Model of Large-Batch Training").
+    ``b_noise`` None (no critical batch known): the tokens do not depend on the batch."""
+    if b_noise is None:
+        return np.broadcast_to(np.asarray(ref_tokens, dtype=float), np.shape(batch_tokens)) * 1.0
+    e_min = min_tokens(ref_tokens, ref_batch_tokens, b_noise)
+    return e_min * (1.0 + np.asarray(batch_tokens, dtype=float) / b_noise)
+
+
+def noise_scale_fit(compute_flops):
+    """B_noise (tokens) from a scaling fit when the scenario gives none: the optimal batch of
+    "DeepSeek LLM: Scaling Open-Source Language Models with Longtermism" (Bi et al. 2024),
+    B_opt = 0.2920 x C^0.3271 tokens for a compute budget of C FLOPs, taken as the critical batch
+    (the batch past which more tokens per step stop buying steps). 5.27e21 FLOPs -> 3.7M tokens."""
+    return 0.2920 * np.asarray(compute_flops, dtype=float) ** 0.3271
+
+
+def ramp_steps(start, increment, final, ramp_sequences):
+    """Optimizer steps and sequences consumed during a linear batch ramp-up (GPT-3 style).
+
+    Megatron-LM's rule (``--rampup-batch-size start increment samples``): the batch starts at
+    ``start`` sequences and grows by ``increment`` each time another ramp_sequences / n_inc
+    sequences have been consumed, n_inc = (final - start) / increment, until it reaches ``final``.
+    A step uses the batch set by the sequences consumed before it. Returns (steps, sequences) of
+    the steps taken below the final batch. Start 16, increment 16, final 64 over 6,000 sequences:
+    3 increments of 2,000 sequences -> 125 + 63 + 42 = 230 steps over 6,032 sequences.
+    """
+    start, increment, final = int(start), int(increment), int(final)
+    if start >= final:
+        return 0, 0.0
+    n_inc = (final - start) // increment
+    per_inc = float(ramp_sequences) / n_inc
+    steps, consumed = 0, 0.0
+    while consumed <= ramp_sequences:
+        k = int(consumed // per_inc) if per_inc > 0 else n_inc
+        b = start + k * increment
+        if b >= final:
+            break
+        n = max(1, int(np.ceil(((k + 1) * per_inc - consumed) / b - 1e-12)))
+        steps += n
+        consumed += n * b
+    return steps, consumed
+
+
+def iterations_with_ramp(tokens, batch, seq_len, ramp=None):
+    """Optimizer steps for ``tokens`` at ``batch`` sequences of ``seq_len`` tokens: ceil(D / b), or
+    with a ramp (start, increment, ramp tokens) the ramp's steps plus ceil((D - ramp tokens) / b)."""
+    per_step = float(batch) * seq_len
+    if ramp is None:
+        return float(np.ceil(float(tokens) / per_step))
+    start, increment, ramp_tokens = ramp
+    steps, seqs = ramp_steps(start, increment, batch, min(ramp_tokens, tokens) / seq_len)
+    rest = max(0.0, float(tokens) - seqs * seq_len)
+    return float(steps + np.ceil(rest / per_step))

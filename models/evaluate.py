@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tpopt.errors import InputError
-from tpopt.models import memory, moe
+from tpopt.models import context, memory, moe
 from tpopt.models import terms as T
 from tpopt.models.plan import OFFLOADS, SAVE_MODES, Plan, Scenario, schedule_name, split_schedule
 from tpopt.models.units import DAY, GIB, HOUR
@@ -38,10 +38,13 @@ MOE_FAMILIES = ("layout.ep_divides_experts", "layout.ep_group", "moe.capacity_dr
 CONSTRAINTS = (
     ConstraintSpec("memory.per_card", "GiB", GIB, "peak per-card memory <= usable memory"),
     ConstraintSpec("memory.host", "GiB", GIB, "offloaded optimizer state per host <= host memory"),
-    ConstraintSpec("batch.divisibility", "sequences", 1.0, "batch mod (dp x micro_batch) = 0", True),
+    ConstraintSpec("batch.divisibility", "sequences", 1.0,
+                   "batch (and every ramp-up batch) mod (dp x micro_batch) = 0", True),
     ConstraintSpec("layout.whole_hosts", "cards", 1.0, "cards mod cards_per_host = 0", True),
-    ConstraintSpec("layout.tp_within_host", "cards", 1.0, "tp divides cards_per_host", True),
-    ConstraintSpec("layout.heads_divisible", "heads", 1.0, "tp divides query and KV heads", True),
+    ConstraintSpec("layout.tp_within_host", "cards", 1.0,
+                   "tp divides cards_per_host; a TP x CP group fills whole hosts or divides one", True),
+    ConstraintSpec("layout.heads_divisible", "heads", 1.0,
+                   "tp divides query and KV heads (all-to-all context parallelism: tp x cp divides the heads)", True),
     ConstraintSpec("layout.pp_divides_layers", "layers", 1.0, "pp divides the layer count", True),
     ConstraintSpec("layout.schedule_shape", "", 1.0, "the pipeline schedule supports pp and the micro-batch count",
                    True),
@@ -67,12 +70,17 @@ def _f(x):
 
 def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, zero_stage, nics_per_host,
                     save_interval_s, recompute="none", offload="none", schedule="1f1b", save_mode="sync", ep=1,
-                    expert_tp=0, capacity_factor=0.0) -> dict:
+                    expert_tp=0, capacity_factor=0.0, cp=1, sequence_parallel=None) -> dict:
     """All metrics and constraint (value, limit) pairs for a broadcastable grid of plans.
 
     The sum of the terms of :mod:`tpopt.models.terms`. Returns a dict of arrays; constraint families
-    appear as ``("c", name) -> (value, limit)`` and ``"feasible"`` is their conjunction.
+    appear as ``("c", name) -> (value, limit)`` and ``"feasible"`` is their conjunction. Keywords are
+    the :class:`Plan` fields; ``sequence_parallel`` None keeps the scenario's.
     """
+    if sequence_parallel is not None and bool(sequence_parallel) != sc.memory.sequence_parallel:
+        from dataclasses import replace
+
+        sc = replace(sc, memory=replace(sc.memory, sequence_parallel=bool(sequence_parallel)))
     a, task = sc.model, sc.task
     sysm = sc.system(accelerator)
     acc = sysm.acc
@@ -81,36 +89,40 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
     if save_mode not in SAVE_MODES:
         raise InputError(f"unknown save mode {save_mode!r} (use sync or async)")
     recompute = memory.parse_recompute(recompute)
-    tp, pp, dp = np.asarray(tp), np.asarray(pp), np.asarray(dp)
+    tp, pp, dp, cp = np.asarray(tp), np.asarray(pp), np.asarray(dp), np.asarray(cp)
     mb, z, nics = np.asarray(micro_batch), np.asarray(zero_stage), np.asarray(nics_per_host)
     tau = _f(save_interval_s)
     ep, etp, cap = np.asarray(ep), np.asarray(expert_tp), _f(capacity_factor)
     cpu = offload == "cpu"
     g = acc.cards_per_host
     B = task.global_batch
-    cards = tp * pp * dp
+    cards = tp * cp * pp * dp
     hosts = np.ceil(cards / g)
     ga = T.grad_accum(sc, dp, mb)
 
-    states = T.states(sc, z, cpu, tp, pp, dp, ep, etp) + T.param_copies(sc, schedule, tp, pp, ep, etp)
-    acts = T.activations(sc, schedule, recompute, tp, pp, dp, mb, ep, etp, cap)
-    temp = T.temporary(sc, z, tp, pp, mb, ep, etp, cap)
+    states = T.states(sc, z, cpu, tp, pp, dp, ep, etp, cp) + T.param_copies(sc, schedule, tp, pp, ep, etp)
+    acts = T.activations(sc, schedule, recompute, tp, pp, dp, mb, ep, etp, cap, cp)
+    temp = T.temporary(sc, z, tp, pp, mb, ep, etp, cap, cp)
     mem_total = states + acts + temp
-    host_opt = T.host_memory(sc, accelerator, cpu, z, tp, pp, dp, ep, etp)
+    host_opt = T.host_memory(sc, accelerator, cpu, z, tp, pp, dp, ep, etp, cp)
 
     compute_s, pure_s, bubble_s, straggler_s = T.compute(sc, accelerator, recompute, schedule, tp, pp, dp, mb, nics,
-                                                         ep, cap, etp)
-    link_dp = T.dp_link(sc, accelerator, z, tp, pp, dp, mb, nics, ep, etp)
-    exposed = T.exposed_dp(sc, accelerator, z, recompute, tp, pp, dp, mb, nics, ep, etp, cap)
-    tp_s = T.tp_comm(sc, accelerator, recompute, tp, pp, dp, mb)
-    offload_s = T.offload_wait(sc, accelerator, cpu, z, recompute, tp, pp, dp, mb, ep, etp, cap)
-    link_ep = T.ep_link(sc, accelerator, recompute, tp, pp, mb, nics, ep, etp, cap) * ga
-    exposed_ep = T.ep_comm(sc, accelerator, recompute, schedule, tp, pp, dp, mb, nics, ep, etp, cap)
+                                                         ep, cap, etp, cp)
+    link_dp = T.dp_link(sc, accelerator, z, tp, pp, dp, mb, nics, ep, etp, cp)
+    exposed = T.exposed_dp(sc, accelerator, z, recompute, tp, pp, dp, mb, nics, ep, etp, cap, cp)
+    tp_s = T.tp_comm(sc, accelerator, recompute, tp, pp, dp, mb, cp)
+    offload_s = T.offload_wait(sc, accelerator, cpu, z, recompute, tp, pp, dp, mb, ep, etp, cap, cp)
+    link_ep = T.ep_link(sc, accelerator, recompute, tp, pp, mb, nics, ep, etp, cap, cp) * ga
+    exposed_ep = T.ep_comm(sc, accelerator, recompute, schedule, tp, pp, dp, mb, nics, ep, etp, cap, cp)
     busy = compute_s + exposed + tp_s + offload_s + exposed_ep
     per_op = T.per_op_model(sc)
-    # per-operation model: exposed TP time is inside the stage durations; split it out for reports
-    tp_show = T.tp_exposed(sc, accelerator, recompute, tp, pp, dp, mb) if per_op else tp_s
-    inside = tp_show if per_op else 0.0 * tp_s
+    # per-operation model: exposed TP time is inside the stage durations; split it out for reports;
+    # the exposed context-parallel exchange is inside them in both models
+    tp_show = T.tp_exposed(sc, accelerator, recompute, tp, pp, dp, mb, ep, cap, etp, cp) if per_op else tp_s
+    cp_show = T.cp_exposed(sc, accelerator, recompute, tp, pp, dp, mb, nics, cp, ep, cap, etp) \
+        if np.any(cp > 1) else 0.0 * tp_s
+    cp_link = T.cp_link(sc, accelerator, tp, pp, dp, mb, nics, cp) if np.any(cp > 1) else 0.0 * tp_s
+    inside = (tp_show if per_op else 0.0 * tp_s) + cp_show
     step_s = busy + sc.input.wait_s
     demand = B / busy
     supply = T.input_supply(sc, accelerator, cards)
@@ -132,13 +144,14 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
         "temporary": temp * ones, "compute_s": (compute_s - straggler_s - inside) * ones,
         "pure_compute_s": (pure_s - inside) * ones,
         "bubble_s": bubble_s * ones, "straggler_s": straggler_s * ones,
-        "comm_link_s": (link_dp + tp_show + link_ep) * ones, "comm_exposed_s": (exposed + tp_show + exposed_ep) * ones,
+        "comm_link_s": (link_dp + tp_show + link_ep + cp_link) * ones,
+        "comm_exposed_s": (exposed + tp_show + exposed_ep + cp_show) * ones,
         "dp_link_s": link_dp * ones, "tp_comm_s": tp_show * ones, "ep_link_s": link_ep * ones,
-        "ep_exposed_s": exposed_ep * ones,
+        "ep_exposed_s": exposed_ep * ones, "cp_exposed_s": cp_show * ones, "cp_link_s": cp_link * ones,
         "offload_s": offload_s * ones, "input_wait_s": sc.input.wait_s * ones, "busy_s": busy * ones,
-        "stored_activations": (T.stored_activations(sc, schedule, recompute, tp, pp, dp, mb)
+        "stored_activations": (T.stored_activations(sc, schedule, recompute, tp, pp, dp, mb, cp)
                                if T.modelled_activations(sc) else acts) * ones,
-        "recompute_workspace": T.recompute_workspace(sc, recompute, tp, mb) * ones,
+        "recompute_workspace": T.recompute_workspace(sc, recompute, tp, mb, cp) * ones,
         "step_s": step_s * ones, "overhead_fraction": L * ones, "overhead_save": o_save * ones,
         "overhead_redo": o_redo * ones, "overhead_restart": o_restart * ones, "iterations": iters * ones,
         "train_s": train_s * ones, "finish_s": finish_s * ones, "card_hours": card_hours * ones,
@@ -147,21 +160,21 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
         "input_demand": demand * ones, "input_supply": supply * ones,
         "dropped_fraction": T.capacity_drops(sc, tp, mb, cap) * ones,
     }
-    heads_ok = (a.heads % tp == 0) & (a.kv_heads % tp == 0)
+    heads_ok = context.heads_ok(a, tp, cp, sc.cp_method)
     cons = {
         "memory.per_card": (mem_total, acc.memory_usable),
         "memory.host": (host_opt, acc.host_memory if acc.host_memory > 0 else np.inf),
-        "batch.divisibility": (B % (dp * mb), 0.0),
+        "batch.divisibility": (T.batch_remainder(sc, dp, mb), 0.0),
         "layout.whole_hosts": (cards % g, 0.0),
-        "layout.tp_within_host": (np.where(g % tp == 0, 0.0, tp), 0.0),
-        "layout.heads_divisible": (np.where(heads_ok, 0.0, tp), 0.0),
+        "layout.tp_within_host": (np.where(context.placement_ok(tp, cp, g), 0.0, tp * cp), 0.0),
+        "layout.heads_divisible": (np.where(heads_ok, 0.0, tp * cp), 0.0),
         # the per-operation model runs uneven stages; the flat model balances L / pp layers per stage
         "layout.pp_divides_layers": (0.0 * pp if per_op else a.layers % pp, 0.0),
         "layout.schedule_shape": (np.where(T.schedule_shape_ok(schedule, pp, dp, mb, B, sc), 0.0, 1.0), 0.0),
         "layout.ep_divides_experts": (np.mod(a.experts, ep), 0.0),
-        "layout.ep_group": (np.where(T.ep_group_ok(sc, accelerator, tp, dp, ep, etp), 0.0,
+        "layout.ep_group": (np.where(T.ep_group_ok(sc, accelerator, tp, dp, ep, etp, cp), 0.0,
                                      ep * moe.expert_tp_size(etp, tp)), 0.0),
-        "moe.capacity_drops": (T.capacity_drops(sc, tp, mb, cap), sc.moe.max_drop),
+        "moe.capacity_drops": (T.capacity_drops(sc, tp, mb, cap, cp), sc.moe.max_drop),
         "step.budget": (step_s, step_limit),
         "input.throughput": (demand, supply),
         "checkpoint.backlog": (write_s, tau),
@@ -228,10 +241,11 @@ class Evaluation:
     def plan_dict(self) -> dict:
         p = self.plan
         return {"accelerator": p.accelerator, "cards": p.cards, "hosts": int(self.metrics["hosts"]),
-                "zero_stage": p.zero_stage, "tp": p.tp, "pp": p.pp, "dp": p.dp, "micro_batch": p.micro_batch,
+                "zero_stage": p.zero_stage, "tp": p.tp, "cp": p.cp, "pp": p.pp, "dp": p.dp,
+                "micro_batch": p.micro_batch,
                 "grad_accum": p.grad_accum, "recompute": p.recompute, "offload": p.offload,
                 "schedule": p.schedule if p.pp > 1 else None, "save_interval_s": p.save_interval_s,
-                "save_mode": p.save_mode, "nics_per_host": p.nics_per_host,
+                "save_mode": p.save_mode, "nics_per_host": p.nics_per_host, "global_batch": p.global_batch,
                 "sequence_parallel": p.sequence_parallel if p.tp > 1 else None,
                 "flash_attention": p.flash_attention,
                 "stage_layers": self.metrics.get("stage_layers")
@@ -272,11 +286,16 @@ def resolve_plan(sc: Scenario, plan: Plan) -> Plan:
             raise InputError(f"{field_name.replace('_', '-')} must be at least 1 (got {getattr(plan, field_name)})")
     if plan.zero_stage not in (0, 1, 2, 3):
         raise InputError(f"ZeRO stage must be 0, 1, 2 or 3 (got {plan.zero_stage})")
-    if plan.cards % (plan.tp * plan.pp):
-        raise InputError(f"cards ({plan.cards}) must be a multiple of tp x pp ({plan.tp} x {plan.pp})")
-    dp = plan.cards // (plan.tp * plan.pp)
+    if plan.cp < 1:
+        raise InputError(f"cp must be at least 1 (got {plan.cp})")
+    model_par = plan.tp * plan.cp * plan.pp
+    what, sizes = ("tp x cp x pp", f"{plan.tp} x {plan.cp} x {plan.pp}") if plan.cp > 1 else \
+        ("tp x pp", f"{plan.tp} x {plan.pp}")
+    if plan.cards % model_par:
+        raise InputError(f"cards ({plan.cards}) must be a multiple of {what} ({sizes})")
+    dp = plan.cards // model_par
     if plan.dp not in (0, dp):
-        raise InputError(f"dp ({plan.dp}) must equal cards / (tp x pp) = {dp}")
+        raise InputError(f"dp ({plan.dp}) must equal cards / ({what}) = {dp}")
     B = sc.task.global_batch
     ga = B // (dp * plan.micro_batch) if B % (dp * plan.micro_batch) == 0 else 0
     if plan.grad_accum not in (0, ga) and ga:
@@ -300,7 +319,8 @@ def resolve_plan(sc: Scenario, plan: Plan) -> Plan:
     return replace(plan, dp=dp, grad_accum=ga, nics_per_host=nics, save_interval_s=interval,
                    recompute=memory.parse_recompute(plan.recompute), schedule=schedule_name(base, v),
                    sequence_parallel=mem.sequence_parallel if plan.sequence_parallel is None else plan.sequence_parallel,
-                   flash_attention=mem.flash_attention if plan.flash_attention is None else plan.flash_attention)
+                   flash_attention=mem.flash_attention if plan.flash_attention is None else plan.flash_attention,
+                   global_batch=B)
 
 
 def with_plan_options(sc: Scenario, plan: Plan) -> Scenario:
@@ -319,6 +339,18 @@ def with_plan_options(sc: Scenario, plan: Plan) -> Scenario:
     if plan.first_stage_layers or plan.last_stage_layers:
         sc = replace(sc, stage_layers=(plan.first_stage_layers, plan.last_stage_layers))
     return sc
+
+
+def at_plan_batch(sc: Scenario, plan: Plan) -> Scenario:
+    """The scenario at the plan's global batch (tokens from the critical-batch model, Task.at_batch);
+    unchanged when the plan keeps the task's batch."""
+    if not plan.global_batch or plan.global_batch == sc.task.global_batch:
+        return sc
+    from dataclasses import replace
+
+    if plan.global_batch < 1:
+        raise InputError(f"global batch must be at least 1 (got {plan.global_batch})")
+    return replace(sc, task=sc.task.at_batch(plan.global_batch))
 
 
 def check_moe_plan(sc: Scenario, plan: Plan) -> None:
@@ -347,12 +379,12 @@ def moe_metrics(sc: Scenario, plan: Plan, v: dict) -> dict:
     if not a.moe:
         return {}
     rec = memory.recipe(sc.task.precision)
-    tokens = float(T.card_tokens(sc, plan.tp, plan.micro_batch))
+    tokens = float(T.card_tokens(sc, plan.tp, plan.micro_batch, plan.cp))
     etp = float(moe.expert_tp_size(plan.expert_tp, plan.tp))
     c = plan.capacity_factor
     dropped, padded = (float(x) for x in moe.routing_drops(tokens, a.top_k, a.experts, c, o.imbalance, o.hot))
     xp = float(moe.expert_card_params(a, plan.tp, plan.pp, plan.ep, plan.expert_tp))
-    edp = float(moe.expert_dp_size(plan.tp, plan.dp, plan.ep, plan.expert_tp))
+    edp = float(moe.expert_dp_size(plan.tp, plan.dp * plan.cp, plan.ep, plan.expert_tp))
     g = sc.system(plan.accelerator).acc.cards_per_host
     return {
         "expert_params_per_card": xp,
@@ -375,14 +407,16 @@ def moe_metrics(sc: Scenario, plan: Plan, v: dict) -> dict:
 
 
 def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluation:
-    """Metrics and constraint checks of one plan (chapter 10.6.1 table and more)."""
+    """Metrics and constraint checks of one plan (chapter 10.6.1 table and more), at the plan's
+    global batch when it sets one."""
+    sc = at_plan_batch(sc, plan)
     plan = resolve_plan(sc, plan)
     sc = with_plan_options(sc, plan)
     r = evaluate_arrays(sc, plan.accelerator, tp=plan.tp, pp=plan.pp, dp=plan.dp, micro_batch=plan.micro_batch,
                         zero_stage=plan.zero_stage, nics_per_host=plan.nics_per_host,
                         save_interval_s=plan.save_interval_s, recompute=plan.recompute, offload=plan.offload,
                         schedule=plan.schedule, save_mode=plan.save_mode, ep=plan.ep, expert_tp=plan.expert_tp,
-                        capacity_factor=plan.capacity_factor)
+                        capacity_factor=plan.capacity_factor, cp=plan.cp)
     v = {k: float(np.asarray(x)) for k, x in r.items() if isinstance(k, str) and k != "feasible"}
     metrics = {
         "hosts": int(v["hosts"]),
@@ -399,6 +433,8 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
         "comm_link_s": v["comm_link_s"],
         "comm_exposed_s": v["comm_exposed_s"],
         "tp_comm_s": v["tp_comm_s"],
+        "cp_exposed_s": v["cp_exposed_s"],
+        "cp_link_s": v["cp_link_s"],
         "offload_s": v["offload_s"],
         "input_wait_s": v["input_wait_s"],
         "step_s": v["step_s"],
@@ -408,6 +444,8 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
         "overhead_restart": v["overhead_restart"],
         "failure_model": sc.reliability.failure_model,
         "iterations": int(v["iterations"]),
+        "tokens": sc.task.tokens,
+        "tokens_per_step": sc.task.tokens_per_step,
         "train_days": v["train_s"] / DAY,
         "finish_days": v["finish_s"] / DAY,
         "card_hours": v["card_hours"],

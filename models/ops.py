@@ -61,6 +61,7 @@ class Layout:
     ep: object = 1.0  # expert parallelism (MoE): E / ep experts per card
     expert_tp: object = 0.0  # expert tensor parallelism (0: the same as tp)
     load: object = 1.0  # load factor phi: rows of the busiest rank over a balanced router (models/moe.py)
+    attention_scale: object = 1.0  # the busiest card's attention work over the balanced share (context.imbalance)
 
     @property
     def tokens(self):
@@ -241,7 +242,7 @@ def attention_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
     e, T, s = lay.act_bytes, lay.tokens, float(lay.seq_len)
     dq, dkv, hd = a.d_attn, a.d_kv, float(a.head_dim)
     b = _f(lay.micro_batch)
-    keys = attention_keys(a, lay.seq_len, lay.flash_attention)
+    keys = attention_keys(a, lay.seq_len, lay.flash_attention) * _f(lay.attention_scale)
     qkvo = T * (2.0 * dq + 2.0 * dkv) / t * e  # q, k, v read, o written
     if lay.flash_attention:
         fwd = 2.0 * T * keys * (dq + a.d_v) / t  # QK^T over d_attn, PV over d_v (equal unless MLA)

@@ -53,18 +53,50 @@ def schedule_name(base: str, virtual_stages: int) -> str:
 
 @dataclass(frozen=True)
 class Task:
-    """What must be done: tokens at a sequence length and global batch, before a deadline."""
+    """What must be done: tokens at a sequence length and global batch, before a deadline.
 
-    tokens: float  # effective (non-padding) tokens
+    With a critical batch (B_noise, tokens per step) the batch is a plan choice: ``tokens`` at
+    ``global_batch`` is one point of the curve E(B) = E_min (1 + B / B_noise) (chapter 10.1.1), and
+    :meth:`at_batch` moves along it. ``ramp`` = (start, increment, tokens) is a linear batch ramp-up
+    (sequences, sequences, tokens) whose steps count in the iterations.
+    """
+
+    tokens: float  # effective (non-padding) tokens this run processes at ``global_batch``
     seq_len: int
     global_batch: int  # sequences per optimizer step
     precision: str = "bf16-mixed"
     deadline_s: float = 30 * 86400.0
     reserved_s: float = 0.0  # start-up, evaluation and planned pauses inside the deadline
+    critical_batch: float | None = None  # B_noise in tokens per step; None: tokens independent of the batch
+    critical_batch_source: str = ""  # how B_noise was obtained ("given", a scaling fit), for reports
+    ramp: tuple | None = None  # (start sequences, increment sequences, ramp tokens)
+    reference_tokens: float = 0.0  # the tokens the scenario states (0: ``tokens``)
+    reference_batch: int = 0  # the batch at which it states them (0: ``global_batch``)
+    stage: str = ""  # training stage name (staged scenarios)
 
     @property
     def tokens_per_step(self) -> int:
         return self.global_batch * self.seq_len
+
+    @property
+    def ref_tokens(self) -> float:
+        return self.reference_tokens or self.tokens
+
+    @property
+    def ref_batch(self) -> int:
+        return self.reference_batch or self.global_batch
+
+    def at_batch(self, batch: int) -> "Task":
+        """The same task run at ``batch`` sequences per step: tokens E(B) from the critical-batch
+        model (unchanged without a critical batch), the reference kept."""
+        from dataclasses import replace
+
+        from tpopt.models.batch import tokens_at_batch
+
+        tokens = float(tokens_at_batch(self.ref_tokens, self.ref_batch * self.seq_len, self.critical_batch,
+                                       int(batch) * self.seq_len))
+        return replace(self, tokens=tokens, global_batch=int(batch), reference_tokens=self.ref_tokens,
+                       reference_batch=self.ref_batch)
 
 
 @dataclass(frozen=True)
@@ -137,7 +169,7 @@ class Reliability:
 
 @dataclass(frozen=True)
 class Plan:
-    """One decision vector. ``cards = tp x pp x dp``; ``dp x micro_batch x grad_accum = batch``."""
+    """One decision vector. ``cards = tp x cp x pp x dp``; ``dp x micro_batch x grad_accum = batch``."""
 
     accelerator: str
     cards: int
@@ -160,6 +192,8 @@ class Plan:
     ep: int = 1  # expert parallelism (MoE models): routed experts split over ep cards of the tp x dp group
     expert_tp: int = 0  # expert tensor parallelism; 0: the same as tp
     capacity_factor: float = 0.0  # rows per expert = c x the mean; 0: dropless (no capacity)
+    global_batch: int = 0  # sequences per step; 0: the task's (a choice when the scenario gives a critical batch)
+    cp: int = 1  # context-parallel size: each sequence split over cp cards (models/context.py)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -185,6 +219,9 @@ class SearchSpace:
     ep: tuple[int, ...] = (1,)  # expert parallelism (MoE models; the scenario reader's default: see MoeOptions)
     expert_tp: tuple[int, ...] = (0,)  # expert tensor parallelism, 0 = the same as tp
     capacity_factor: tuple[float, ...] = (0.0,)  # 0.0 = dropless
+    global_batch: tuple[int, ...] = ()  # batch choices (sequences); empty: the task's batch only
+    cp: tuple[int, ...] = (1,)  # context-parallel sizes
+    sequence_parallel: tuple[bool, ...] = ()  # on / off choices; empty: the scenario's memory.sequence_parallel
 
 
 @dataclass(frozen=True)
@@ -212,6 +249,17 @@ class CostOptions:
 
 
 @dataclass(frozen=True)
+class Stage:
+    """One training stage of a staged scenario (e.g. 15T tokens at 8K, then 800B at 128K): its own
+    task (tokens, sequence length, batch) and search domains; model, hardware and assumptions are
+    the scenario's."""
+
+    name: str
+    task: Task
+    search: SearchSpace
+
+
+@dataclass(frozen=True)
 class Scenario:
     model: ModelArch
     task: Task
@@ -230,6 +278,9 @@ class Scenario:
     tp_overlap: tuple = (0.0, 0.0)
     dp_overlap: float = 1.0  # share of data-parallel traffic that may hide behind compute
     stage_layers: tuple = (0, 0)  # (first, last) stage layer counts, 0 = automatic
+    stages: tuple = ()  # training stages (Stage), in order; empty: one stage, the scenario's task
+    cp_method: str = "ring"  # context parallelism: "ring" (KV exchange beside blockwise attention) or "all-to-all"
+    cp_split: str = "zigzag"  # causal load balance of the sequence pieces: "zigzag" or "contiguous"
 
     def overlap_fractions(self) -> tuple[tuple[float, float], float]:
         """((chunked, async) tensor-parallel, data-parallel) overlap; ``overlap = false`` turns all off."""

@@ -56,6 +56,7 @@ class PhaseTimes(NamedTuple):
     dx: object
     dw: object
     tp: object = 0.0  # exposed tensor-parallel time inside fwd + dx (for reports)
+    cp: object = 0.0  # exposed context-parallel exchange inside fwd + dx (for reports)
 
 
 def kernel_time(k: ops.Kernel, r: Rates, act_bytes: float = 2.0):
@@ -159,6 +160,14 @@ def stage_extras(a: ModelArch, lay: ops.Layout, r: Rates) -> tuple[PhaseTimes, P
                       _sum(head, r, e, lambda k: k.phase == "dx") + head_c,
                       _sum(head, r, e, lambda k: k.phase == "dw"), 2.0 * head_c)
     return first, last
+
+
+def attention_times(a: ModelArch, lay: ops.Layout, r: Rates) -> tuple:
+    """(forward, dX) time of one block's attention core (the kernels ops.attention_kernels lists): the
+    work a ring attention exchange can hide behind (models/context.py)."""
+    ks = ops.attention_kernels(a, lay)
+    e = lay.act_bytes
+    return _sum(ks, r, e, lambda k: k.phase == "fwd"), _sum(ks, r, e, lambda k: k.phase == "dx")
 
 
 def optimizer_time(shard_params, bytes_per_param: float, r: Rates):

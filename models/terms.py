@@ -5,10 +5,15 @@ tabulate each one over the joint domain of its own variables (a far smaller tabl
 design space) and glue the tables with sums, products and maxima. The variables are:
 
     acc (scalar per call)  tp  pp  dp  micro_batch  zero  offload  recompute  schedule  nics
-    save_interval  save_mode  ep  expert_tp  capacity_factor (MoE models; see models/moe.py)
+    save_interval  save_mode  ep  expert_tp  capacity_factor (MoE models; see models/moe.py)  cp
 
-with cards = tp pp dp and grad_accum = batch / (dp micro_batch). Categorical variables (acc,
+with cards = tp cp pp dp and grad_accum = batch / (dp micro_batch). Categorical variables (acc,
 offload, recompute, schedule, save_mode) are scalars; the numeric ones may be arrays.
+
+Context parallelism (cp, models/context.py) splits every sequence over cp cards: per-token work and
+memory of a card divide by cp (:func:`cp_shape`), ZeRO shards and gradient reductions span the
+dp x cp ranks, and the attention exchange (ring or all-to-all) is added to each layer's time
+(:func:`cp_exchange`).
 
     memory  = states + param_copies + activations + temporary                 <= usable
     busy    = compute (incl. bubbles, stragglers) + exposed_dp + tp_comm + offload_wait + ep_comm
@@ -23,8 +28,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from tpopt.models import comm, memory, moe, ops, pipeline, reliability, steptime
-from tpopt.models.arch import flops_per_token, param_count
+from tpopt.models import comm, context, memory, moe, ops, pipeline, reliability, steptime
+from tpopt.models.arch import attention_flops_per_token, flops_per_token, param_count
+from tpopt.models.batch import iterations_with_ramp
 from tpopt.models.compute import iterations
 from tpopt.models.plan import Scenario, split_schedule
 from tpopt.models.units import HOUR
@@ -54,7 +60,50 @@ def grad_accum(sc: Scenario, dp, micro_batch):
 
 
 def iteration_count(sc: Scenario) -> float:
-    return float(iterations(sc.task.tokens, sc.task.tokens_per_step))
+    """Optimizer steps: ceil(D / b), plus the steps of a batch ramp-up when the task has one
+    (batch.iterations_with_ramp; each ramp step is budgeted as a full-batch step, an upper bound)."""
+    t = sc.task
+    if t.ramp is None:
+        return float(iterations(t.tokens, t.tokens_per_step))
+    return iterations_with_ramp(t.tokens, t.global_batch, t.seq_len, t.ramp)
+
+
+def batch_remainder(sc: Scenario, dp, micro_batch):
+    """Sequences left over when the batch is split into dp x micro_batch: B mod (dp x mb), and with a
+    ramp-up also its start and increment mod (dp x mb) (Megatron-LM requires every ramp batch to split
+    into whole micro-batches on every data-parallel rank)."""
+    t = sc.task
+    unit = np.asarray(dp) * np.asarray(micro_batch)
+    rem = t.global_batch % unit
+    if t.ramp is not None and t.ramp[0] < t.global_batch:
+        rem = np.maximum(rem, np.maximum(int(t.ramp[0]) % unit, int(t.ramp[1]) % unit))
+    return rem
+
+
+def cp_shape(sc: Scenario, micro_batch, cp):
+    """(sequence length, micro-batch) one card's activations see under context parallelism, the same
+    b s / cp tokens either way: ring, (s / cp, b): a piece of every sequence, attention blockwise
+    (one (s / cp)^2 score block at a time without flash attention); all-to-all, (s, b / cp): after the
+    exchange a card holds heads / cp over whole sequences (b / cp x heads x s^2 scores without flash)."""
+    c = _f(cp)
+    if sc.cp_method == "ring":
+        return sc.task.seq_len / c, _f(micro_batch) * (0.0 * c + 1.0)
+    return sc.task.seq_len * (0.0 * c + 1.0), _f(micro_batch) / c
+
+
+def cp_imbalance(sc: Scenario, cp):
+    """The busiest card's causal attention work over the balanced share: the sequence split's
+    (context.imbalance; 1 for the zig-zag split) with ring attention; 1 with all-to-all, where every
+    card attends whole sequences for its heads."""
+    if sc.cp_method == "all-to-all":
+        return 0.0 * _f(cp) + 1.0
+    return context.imbalance(cp, sc.cp_split)
+
+
+def zero_ranks(dp, cp):
+    """Ranks a ZeRO shard and a gradient reduction span: dp x cp (context-parallel ranks hold the same
+    weights and see other tokens, as Megatron-Core's data-parallel-with-context group)."""
+    return _f(dp) * _f(cp)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,12 +193,13 @@ def _sharded(sc: Scenario, tp, pp, dp, ep, expert_tp, fn):
     return _moe_stages(sc, tp, pp, lambda d, xl, xb, n: fn(d, dp) + fn(xl / (_f(ep) * etp) + xb / _f(ep), edp))
 
 
-def states(sc: Scenario, zero, offload_cpu, tp, pp, dp, ep=1, expert_tp=0):
-    """Persistent training state of the heaviest stage's card under ZeRO (memory.zero_state_bytes); for a
-    MoE model the expert weights and optimizer state are split by ep x expert-TP and ZeRO shards them over
-    the expert-data-parallel group."""
+def states(sc: Scenario, zero, offload_cpu, tp, pp, dp, ep=1, expert_tp=0, cp=1):
+    """Persistent training state of the heaviest stage's card under ZeRO (memory.zero_state_bytes), sharded
+    over the dp x cp ranks; for a MoE model the expert weights and optimizer state are split by ep x
+    expert-TP and ZeRO shards them over the expert-data-parallel group."""
     rec = memory.recipe(sc.task.precision)
-    return _sharded(sc, tp, pp, dp, ep, expert_tp, lambda n, d: memory.zero_state_bytes(n, d, zero, rec, offload_cpu))
+    return _sharded(sc, tp, pp, zero_ranks(dp, cp), ep, expert_tp,
+                    lambda n, d: memory.zero_state_bytes(n, d, zero, rec, offload_cpu))
 
 
 def heaviest_stage_params(sc: Scenario, tp, pp):
@@ -190,7 +240,8 @@ def _stored_kw(sc: Scenario) -> dict:
                 sequence_parallel=mem.sequence_parallel)
 
 
-def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, ep=1, expert_tp=0, capacity_factor=0.0):
+def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, ep=1, expert_tp=0, capacity_factor=0.0,
+                cp=1):
     """Activations at the peak: in-flight micro-batches x one micro-batch's stored stage activations,
     plus the recompute workspace once (it is reused block after block and micro-batch after micro-batch).
 
@@ -199,26 +250,30 @@ def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, ep=1
     (stored activations of its layers). With a fixed reserve (chapter accounting: activations,
     gathered module parameters and workspace for micro-batches of one sequence, 10.2.4) the term is
     the reserve times the micro-batch size (conservative: the whole reserve scales, not only its
-    activation share). A MoE model adds its routed tokens (:func:`moe_activations`).
+    activation share; under context parallelism the reserve is kept whole, conservative too). A MoE model
+    adds its routed tokens (:func:`moe_activations`).
     """
     mem = sc.memory
     if not modelled_activations(sc):
         shape = np.broadcast(_f(tp), _f(pp), _f(dp), _f(micro_batch), _f(ep), _f(expert_tp),
-                             _f(capacity_factor)).shape
+                             _f(capacity_factor), _f(cp)).shape
         return np.broadcast_to(_f(mem.activation_reserve) * _f(micro_batch), shape)
-    out = stored_activations(sc, schedule, recompute, tp, pp, dp, micro_batch) \
-        + recompute_workspace(sc, recompute, tp, micro_batch)
+    out = stored_activations(sc, schedule, recompute, tp, pp, dp, micro_batch, cp) \
+        + recompute_workspace(sc, recompute, tp, micro_batch, cp)
     if sc.model.moe:
-        out = out + moe_activations(sc, schedule, recompute, tp, pp, dp, micro_batch, ep, expert_tp, capacity_factor)
+        out = out + moe_activations(sc, schedule, recompute, tp, pp, dp, micro_batch, ep, expert_tp, capacity_factor,
+                                    cp)
     return out
 
 
-def card_tokens(sc: Scenario, tp, micro_batch):
-    """Tokens of one micro-batch on one card: micro-batch x s / tp (sequence parallelism under TP)."""
-    return _f(micro_batch) * sc.task.seq_len / _f(tp)
+def card_tokens(sc: Scenario, tp, micro_batch, cp=1):
+    """Tokens of one micro-batch on one card: micro-batch x s / (tp cp) (sequence parallelism under TP,
+    context parallelism)."""
+    return _f(micro_batch) * sc.task.seq_len / (_f(tp) * _f(cp))
 
 
-def moe_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, ep, expert_tp, capacity_factor):
+def moe_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, ep, expert_tp, capacity_factor,
+                    cp=1):
     """Routed-token activations beyond the dense inventory (moe.routed_activation_extra per MoE block and
     micro-batch), for every MoE block whose activations are in flight at the busiest stage's peak: the
     flat model's in-flight micro-batches x MoE blocks of the stage; the per-operation model's in-flight
@@ -226,7 +281,7 @@ def moe_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, 
     holds them (the workspace, once)."""
     rc = effective_recompute(sc, recompute)
     phi = load_factor(sc, ep, capacity_factor)
-    one = moe.routed_activation_extra(sc.model, card_tokens(sc, tp, micro_batch), phi,
+    one = moe.routed_activation_extra(sc.model, card_tokens(sc, tp, micro_batch, cp), phi,
                                       moe.expert_tp_size(expert_tp, tp), sc.memory.activation_bytes)
     if rc == "full":
         return one * np.ones(np.broadcast(_f(pp), _f(dp)).shape)
@@ -239,16 +294,18 @@ def moe_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, 
     return sets * one
 
 
-def stored_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch):
-    """Activations kept until their backward, at the busiest stage's peak (see :func:`activations`)."""
+def stored_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, cp=1):
+    """Activations kept until their backward, at the busiest stage's peak (see :func:`activations`);
+    a card keeps its b s / cp tokens under context parallelism (:func:`cp_shape`)."""
     rc = effective_recompute(sc, recompute)
-    a, s, kw = sc.model, sc.task.seq_len, _stored_kw(sc)
+    a, kw = sc.model, _stored_kw(sc)
+    s, mb = cp_shape(sc, micro_batch, cp)
     ga = grad_accum(sc, dp, micro_batch)
     if not per_op_model(sc):
         stage_layers = np.ceil(a.layers / _f(pp))
-        per_mb = memory.activation_bytes_per_microbatch(a, s, micro_batch, tp, stage_layers, rc, **kw)
+        per_mb = memory.activation_bytes_per_microbatch(a, s, mb, tp, stage_layers, rc, **kw)
         return pipeline_inflight(schedule, pp, ga) * per_mb
-    per_layer = memory.activation_bytes_per_microbatch(a, s, micro_batch, tp, 1, rc, **kw)
+    per_layer = memory.activation_bytes_per_microbatch(a, s, mb, tp, 1, rc, **kw)
     first, last = sc.stage_layers
     sets = _by_unique(lambda p, m: _peak_layer_sets(str(schedule), sc.model.layers, int(p), int(m), first, last),
                       pp, np.ceil(ga - 1e-9))
@@ -269,40 +326,47 @@ def _peak_layer_sets(schedule: str, layers: int, p: int, m: int, first: int, las
     return max(k * n for k, n in zip(peaks, split))
 
 
-def recompute_workspace(sc: Scenario, recompute, tp, micro_batch):
+def recompute_workspace(sc: Scenario, recompute, tp, micro_batch, cp=1):
     """Rebuilt tensors while one block's backward uses them, counted once (memory.recompute_workspace_bytes)."""
     if not modelled_activations(sc):
-        return np.zeros(np.broadcast(_f(tp), _f(micro_batch)).shape)
+        return np.zeros(np.broadcast(_f(tp), _f(micro_batch), _f(cp)).shape)
     rc = effective_recompute(sc, recompute)
-    return memory.recompute_workspace_bytes(sc.model, sc.task.seq_len, micro_batch, tp, rc, **_stored_kw(sc))
+    s, mb = cp_shape(sc, micro_batch, cp)
+    return memory.recompute_workspace_bytes(sc.model, s, mb, tp, rc, **_stored_kw(sc))
 
 
-def temporary(sc: Scenario, zero, tp, pp, micro_batch, ep=1, expert_tp=0, capacity_factor=0.0):
-    """Buffers live with the activations: FP32 logits, ZeRO-3 gathered units, pipeline send/recv, and a
-    MoE block's all-to-all send buffer (moe.dispatch_buffer)."""
+def temporary(sc: Scenario, zero, tp, pp, micro_batch, ep=1, expert_tp=0, capacity_factor=0.0, cp=1):
+    """Buffers live with the activations: FP32 logits, ZeRO-3 gathered units, pipeline send/recv (all of a
+    card's b s / cp tokens), a MoE block's all-to-all send buffer (moe.dispatch_buffer), and the
+    context-parallel exchange buffers (context.buffer_bytes: the K, V blocks in flight of ring attention,
+    or the head-split q, k, v, o of all-to-all)."""
     mem = sc.memory
+    a = sc.model
+    cpb = context.buffer_bytes(a, sc.task.seq_len, micro_batch, tp, cp, sc.cp_method, mem.activation_bytes)
     if not modelled_activations(sc):
         return np.zeros(np.broadcast(_f(zero), _f(tp), _f(pp), _f(micro_batch), _f(ep), _f(expert_tp),
-                                     _f(capacity_factor)).shape)
-    a, s = sc.model, sc.task.seq_len
+                                     _f(capacity_factor)).shape) + cpb
+    s = sc.task.seq_len / _f(cp)
     rec = memory.recipe(sc.task.precision)
     if a.moe:
         unit = moe.largest_unit_per_card(a, tp, ep, expert_tp)
         gather = unit * ((1 + mem.prefetch) * rec.weights + rec.grads)  # as memory.zero3_gather_bytes
-        send = moe.dispatch_buffer(a, card_tokens(sc, tp, micro_batch), load_factor(sc, ep, capacity_factor),
+        send = moe.dispatch_buffer(a, card_tokens(sc, tp, micro_batch, cp), load_factor(sc, ep, capacity_factor),
                                    mem.activation_bytes)
     else:
         gather, send = memory.zero3_gather_bytes(a, tp, rec, mem.prefetch), 0.0
     return (memory.logits_bytes(a, s, micro_batch, tp, mem.loss_chunks) + send
             + np.where(_f(zero) >= 3, gather, 0.0)
-            + np.where(_f(pp) > 1, memory.pipeline_buffer_bytes(a, s, micro_batch, tp, mem.activation_bytes), 0.0))
+            + np.where(_f(pp) > 1, memory.pipeline_buffer_bytes(a, s, micro_batch, tp, mem.activation_bytes), 0.0)
+            + cpb)
 
 
-def host_memory(sc: Scenario, acc: str, offload_cpu, zero, tp, pp, dp, ep=1, expert_tp=0):
+def host_memory(sc: Scenario, acc: str, offload_cpu, zero, tp, pp, dp, ep=1, expert_tp=0, cp=1):
     """Optimizer state offloaded to one host: cards_per_host x per-card optimizer shard (0 without offload)."""
     rec = memory.recipe(sc.task.precision)
     g = sc.system(acc).acc.cards_per_host
-    per_card = _sharded(sc, tp, pp, dp, ep, expert_tp, lambda n, d: memory.host_optimizer_bytes(n, d, zero, rec))
+    per_card = _sharded(sc, tp, pp, zero_ranks(dp, cp), ep, expert_tp,
+                        lambda n, d: memory.host_optimizer_bytes(n, d, zero, rec))
     return np.where(offload_cpu, per_card * g, 0.0)
 
 
@@ -322,40 +386,75 @@ def rates(sc: Scenario, acc: str) -> steptime.Rates:
                           tp_bandwidth=A.intra_host_bw, perf=sysm.perf, fp8=fp8, scale=sysm.efficiency)
 
 
-def layout(sc: Scenario, tp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0) -> ops.Layout:
+def layout(sc: Scenario, tp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0, cp=1) -> ops.Layout:
+    """One card's micro-batch for the kernel table. Under context parallelism the card runs b / cp
+    sequences' worth of tokens through every token-wise kernel, and its queries attend over the whole
+    sequence (the same work as b / cp whole sequences, with the causal imbalance of the split:
+    :func:`cp_imbalance`)."""
     mem = sc.memory
     moe_kw = ({"ep": ep, "expert_tp": expert_tp, "load": load_factor(sc, ep, capacity_factor)}
               if sc.model.moe else {})
-    return ops.Layout(tp=tp, micro_batch=micro_batch, seq_len=sc.task.seq_len,
+    return ops.Layout(tp=tp, micro_batch=_f(micro_batch) / _f(cp), seq_len=sc.task.seq_len,
                       sequence_parallel=mem.sequence_parallel, flash_attention=mem.flash_attention,
-                      dropout=mem.dropout, act_bytes=mem.activation_bytes, **moe_kw)
+                      dropout=mem.dropout, act_bytes=mem.activation_bytes, attention_scale=cp_imbalance(sc, cp),
+                      **moe_kw)
 
 
 _OP_MEMO: list = []  # the last few op_times results (one evaluation calls it from several terms)
 
 
-def op_times(sc: Scenario, acc: str, recompute, tp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0):
+def op_times(sc: Scenario, acc: str, recompute, tp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0, cp=1,
+             nics=None):
     """Per-operation times of one micro-batch: (layer, first-stage extras, last-stage extras), each a
-    steptime.PhaseTimes (fwd, dX incl. recompute, dW, exposed TP). A MoE layer's expert kernels depend on
-    EP, expert-TP and the load factor (ops.moe_kernels)."""
-    arrays = [np.asarray(x) for x in (tp, micro_batch, ep, capacity_factor, expert_tp)]
+    steptime.PhaseTimes (fwd, dX incl. recompute, dW, exposed TP, exposed CP). A MoE layer's expert
+    kernels depend on EP, expert-TP and the load factor (ops.moe_kernels). The context-parallel exchange
+    is included when ``nics`` (its path's NICs per host) is given."""
+    arrays = [np.asarray(x) for x in (tp, micro_batch, ep, capacity_factor, expert_tp, cp,
+                                      -1 if nics is None else nics)]
     key = (acc, str(recompute)) + tuple((x.shape, x.dtype.str, x.tobytes()) for x in arrays)
     for entry_sc, entry_key, value in _OP_MEMO:
         if entry_sc is sc and entry_key == key:
             return value
-    value = _op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp)
+    value = _op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics)
     _OP_MEMO.insert(0, (sc, key, value))
     del _OP_MEMO[8:]
     return value
 
 
-def _op_times(sc: Scenario, acc: str, recompute, tp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0):
+def _op_times(sc: Scenario, acc: str, recompute, tp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0, cp=1,
+              nics=None):
     rc = effective_recompute(sc, recompute)
     r = rates(sc, acc)
-    lay = layout(sc, tp, micro_batch, ep, capacity_factor, expert_tp)
+    lay = layout(sc, tp, micro_batch, ep, capacity_factor, expert_tp, cp)
     layer = steptime.layer_times(sc.model, lay, r, rc, sc.overlap_fractions()[0])
     first, last = steptime.stage_extras(sc.model, lay, r)
+    if nics is not None and np.any(_f(cp) > 1):
+        a_f, a_dx = steptime.attention_times(sc.model, lay, r)
+        x_f, x_dx = cp_exchange(sc, acc, tp, cp, micro_batch, nics, a_f, a_dx)
+        redo = x_f if rc == "full" else 0.0 * x_f  # a full recompute reruns the forward exchange
+        layer = steptime.PhaseTimes(layer.fwd + x_f, layer.dx + x_dx + redo, layer.dw, layer.tp, x_f + x_dx + redo)
     return layer, first, last
+
+
+def cp_exchange(sc: Scenario, acc: str, tp, cp, micro_batch, nics, attention_fwd, attention_dx):
+    """Exposed context-parallel exchange of one layer and micro-batch, (forward, backward).
+
+    Ring (context.ring_exposed): each of the cp - 1 steps passes one K, V block (backward: K, V and
+    dK, dV) while the card computes that step's share of the attention, attention / cp; all-to-all
+    (context.alltoall_bytes): the q, k, v and output exchanges are on the critical path, forward and
+    backward alike. Bandwidth: context.cp_bandwidth (x the collective efficiency of the performance
+    catalog in the per-operation model); 0 when cp = 1."""
+    A = sc.system(acc).acc
+    a, e = sc.model, sc.memory.activation_bytes
+    bw = context.cp_bandwidth(A.intra_host_bw, A.nic_bw, nics, tp, cp, A.cards_per_host, sc.cp_method)
+    if per_op_model(sc):
+        bw = bw * sc.system(acc).perf.tp_efficiency
+    if sc.cp_method == "ring":
+        f_bytes, b_bytes = context.ring_transfer_bytes(a, sc.task.seq_len, micro_batch, tp, cp, e)
+        return (context.ring_exposed(f_bytes, bw, attention_fwd, cp),
+                context.ring_exposed(b_bytes, bw, attention_dx, cp))
+    t = np.where(_f(cp) > 1, context.alltoall_bytes(a, sc.task.seq_len, micro_batch, tp, cp, e) / bw, 0.0)
+    return t, t
 
 
 def _split_backward(schedule) -> bool:
@@ -364,7 +463,7 @@ def _split_backward(schedule) -> bool:
 
 
 def microbatch_times(sc: Scenario, acc: str, recompute, schedule, tp, pp, micro_batch, ep=1, capacity_factor=0.0,
-                     expert_tp=0):
+                     expert_tp=0, cp=1, nics=None):
     """(t_forward, t_backward_input, t_backward_weight) of one micro-batch on the busiest stage's card.
 
     Flat model: work per token, forward 1/3 of the training FLOPs, backward 2/3 plus any recompute, at
@@ -372,27 +471,37 @@ def microbatch_times(sc: Scenario, acc: str, recompute, schedule, tp, pp, micro_
     stretched by the load factor phi (padding, the busiest rank's surplus: moe.extra_flops_per_token).
     Per-operation model: the stage's layers x the layer's kernel times plus the embedding (first stage)
     or head and loss (last stage), the phases of the stage whose micro-batch takes longest (one card's
-    window of work; per-phase maxima taken over different stages would overstate it). With a split
-    backward (zero-bubble, DualPipe) dW is separate; otherwise it is folded into the backward and
-    t_backward_weight is 0.
+    window of work; per-phase maxima taken over different stages would overstate it). A card has b s / cp
+    of the tokens under context parallelism, its attention share scaled by the split's causal imbalance
+    (:func:`cp_imbalance`); with ``nics`` the context-parallel exchange is included (:func:`cp_exchange`;
+    the data-parallel overlap windows leave it out). With a split backward (zero-bubble, DualPipe) dW is
+    separate; otherwise it is folded into the backward and t_backward_weight is 0.
     """
     if per_op_model(sc):
-        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp)
+        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics)
         parts = _busiest_stage(sc, pp, layer, first, last)
         return _fold(schedule, *parts)
     sysm = sc.system(acc)
     a, s = sc.model, sc.task.seq_len
     rc = effective_recompute(sc, recompute)
-    fpt = flops_per_token(a, s)
+    attn = attention_flops_per_token(a, s)
+    fpt = flops_per_token(a, s) + (cp_imbalance(sc, cp) - 1.0) * attn
     rfpt = memory.recompute_flops_per_token(a, s, rc)
     if a.moe:
         extra = moe.extra_flops_per_token(a, load_factor(sc, ep, capacity_factor))
         fpt = fpt + extra
         rfpt = rfpt + (extra / 3.0 if rc == "full" else 0.0)
     rate = sysm.acc.peak_flops * sysm.efficiency
-    tokens = _f(micro_batch) * s / (_f(tp) * _f(pp))
+    tokens = _f(micro_batch) * s / (_f(tp) * _f(cp) * _f(pp))
     t_f = tokens * fpt / 3.0 / rate
     t_b = tokens * (2.0 * fpt / 3.0 + rfpt) / rate
+    if nics is not None and np.any(_f(cp) > 1):  # the exchange of every layer of the stage
+        layer_attn = _f(micro_batch) * s / _f(cp) * cp_imbalance(sc, cp) * attn / a.layers / _f(tp)
+        x_f, x_dx = cp_exchange(sc, acc, tp, cp, micro_batch, nics, layer_attn / 3.0 / rate,
+                                2.0 * layer_attn / 3.0 / rate)
+        stage = np.ceil(a.layers / _f(pp))
+        t_f = t_f + stage * x_f
+        t_b = t_b + stage * (x_dx + (x_f if rc == "full" else 0.0))
     t_w = tokens * fpt / 3.0 / rate if _split_backward(schedule) else 0.0 * t_f
     return t_f, t_b - t_w, t_w
 
@@ -465,12 +574,13 @@ def _busiest_stage(sc: Scenario, pp, layer, first, last):
     return out
 
 
-def pipeline_transfer(sc: Scenario, acc: str, tp, pp, dp, micro_batch, nics):
-    """Boundary transfer per micro-batch and direction: s b h x bytes / tp over the stage link."""
+def pipeline_transfer(sc: Scenario, acc: str, tp, pp, dp, micro_batch, nics, cp=1):
+    """Boundary transfer per micro-batch and direction: s b h x bytes / (tp cp) over the stage link."""
     A = sc.system(acc).acc
-    cards = _f(tp) * _f(pp) * _f(dp)
+    cards = _f(tp) * _f(cp) * _f(pp) * _f(dp)
     bw = comm.pp_link_bandwidth(A.intra_host_bw, A.nic_bw, nics, cards, A.cards_per_host, A.host_link_bw)
-    size = comm.pp_boundary_bytes(_f(micro_batch) * sc.task.seq_len, sc.model.hidden, tp, sc.memory.activation_bytes)
+    size = comm.pp_boundary_bytes(_f(micro_batch) * sc.task.seq_len / _f(cp), sc.model.hidden, tp,
+                                  sc.memory.activation_bytes)
     return np.where(_f(pp) > 1, size / bw, 0.0)
 
 
@@ -613,17 +723,18 @@ def compute_key(sc: Scenario, ep, expert_tp, capacity_factor) -> tuple:
 
 
 def compute_inputs(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics, ep=1,
-                   capacity_factor=0.0, expert_tp=0):
+                   capacity_factor=0.0, expert_tp=0, cp=1):
     """Everything the compute term needs, as 12 arrays: (fwd, dX, dW) of a layer (per-operation model)
     or of a balanced stage (flat model), the first stage's and the last stage's extras (zero in the flat
     model), the boundary transfer, micro-batches per step and cards."""
-    t_x = pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics)
-    ga, cards = grad_accum(sc, dp, micro_batch), _f(tp) * _f(pp) * _f(dp)
+    t_x = pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics, cp)
+    ga, cards = grad_accum(sc, dp, micro_batch), _f(tp) * _f(cp) * _f(pp) * _f(dp)
     if per_op_model(sc):
-        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp)
+        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics)
         folded = [_fold(schedule, *x[:3]) for x in (layer, first, last)]
         return (*folded[0], *folded[1], *folded[2], t_x, ga, cards)
-    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, schedule, tp, pp, micro_batch, ep, capacity_factor)
+    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, schedule, tp, pp, micro_batch, ep, capacity_factor,
+                                       cp=cp, nics=nics)
     z = 0.0 * _f(t_f)
     return t_f, t_dx, t_dw, z, z, z, z, z, z, t_x, ga, cards
 
@@ -650,21 +761,49 @@ def compute_from(sc: Scenario, schedule, pp, inputs):
 
 
 def compute(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics, ep=1, capacity_factor=0.0,
-            expert_tp=0):
+            expert_tp=0, cp=1):
     """Per-step compute incl. pipeline bubbles, times the straggler factor.
 
     Returns (compute_with_stragglers, pure_compute, bubble, straggler) so that reports can split it.
     """
     return compute_from(sc, schedule, pp, compute_inputs(sc, acc, recompute, schedule, tp, pp, dp, micro_batch, nics,
-                                                         ep, capacity_factor, expert_tp))
+                                                         ep, capacity_factor, expert_tp, cp))
 
 
-def tp_exposed(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch):
+def tp_exposed(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0,
+               cp=1):
     """Per-operation model: exposed tensor-parallel time per step on the busiest stage (inside the
     compute term; reported separately)."""
-    layer, first, last = op_times(sc, acc, recompute, tp, micro_batch)
+    layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp)
     tp_stage = _busiest(sc, pp, (layer.tp,), (first.tp,), (last.tp,), 1)[0]
     return grad_accum(sc, dp, micro_batch) * tp_stage
+
+
+def cp_exposed(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch, nics, cp=1, ep=1, capacity_factor=0.0,
+               expert_tp=0):
+    """Exposed context-parallel exchange per step on the busiest stage (inside the compute term;
+    reported separately): micro-batches x the stage's layers x :func:`cp_exchange`."""
+    ga = grad_accum(sc, dp, micro_batch)
+    if per_op_model(sc):
+        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics)
+        return ga * _busiest(sc, pp, (_f(layer.cp),), (0.0,), (0.0,), 1)[0]
+    with_x = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, ep, capacity_factor, cp=cp, nics=nics)
+    without = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, ep, capacity_factor, cp=cp)
+    return ga * (sum(with_x) - sum(without))
+
+
+def cp_link(sc: Scenario, acc: str, tp, pp, dp, micro_batch, nics, cp=1):
+    """Context-parallel link time per step on a card: micro-batches x the stage's layers x the
+    exchange's bytes (forward + backward) at context.cp_bandwidth (hidden or not)."""
+    A = sc.system(acc).acc
+    a, e, s = sc.model, sc.memory.activation_bytes, sc.task.seq_len
+    bw = context.cp_bandwidth(A.intra_host_bw, A.nic_bw, nics, tp, cp, A.cards_per_host, sc.cp_method)
+    if sc.cp_method == "ring":
+        per_layer = sum(context.ring_transfer_bytes(a, s, micro_batch, tp, cp, e))
+    else:
+        per_layer = 2.0 * context.alltoall_bytes(a, s, micro_batch, tp, cp, e)
+    layers = np.ceil(a.layers / _f(pp))  # the busiest stage's layers (whole layers)
+    return grad_accum(sc, dp, micro_batch) * layers * per_layer / bw
 
 
 def dp_bandwidth(sc: Scenario, acc: str, tp, dp, nics):
@@ -677,31 +816,33 @@ def dp_bandwidth(sc: Scenario, acc: str, tp, dp, nics):
     return bw
 
 
-def dp_link(sc: Scenario, acc: str, zero, tp, pp, dp, micro_batch, nics, ep=1, expert_tp=0):
-    """Data-parallel (ZeRO) link time per step: V / B on the real path (comm.zero_dp_volume, dp_ring_bandwidth).
+def dp_link(sc: Scenario, acc: str, zero, tp, pp, dp, micro_batch, nics, ep=1, expert_tp=0, cp=1):
+    """Data-parallel (ZeRO) link time per step: V / B on the real path (comm.zero_dp_volume, dp_ring_bandwidth),
+    over the dp x cp ranks (:func:`zero_ranks`).
 
     A MoE model's expert state is reduced over its expert-data-parallel group (edp members, one ring per
     card of an EP x expert-TP block): the two rings' times add up (they share the links)."""
     rec = memory.recipe(sc.task.precision)
     ga = grad_accum(sc, dp, micro_batch)
-    bw = dp_bandwidth(sc, acc, tp, dp, nics)
+    ranks = zero_ranks(dp, cp)
+    bw = dp_bandwidth(sc, acc, tp, ranks, nics)
     if not sc.model.moe:
-        return comm.zero_dp_volume(zero, heaviest_stage_params(sc, tp, pp), dp, ga, rec.weights, rec.grads) / bw
+        return comm.zero_dp_volume(zero, heaviest_stage_params(sc, tp, pp), ranks, ga, rec.weights, rec.grads) / bw
     g = sc.system(acc).acc.cards_per_host
     etp = moe.expert_tp_size(expert_tp, tp)
-    edp = moe.expert_dp_size(tp, dp, ep, expert_tp)
+    edp = moe.expert_dp_size(tp, ranks, ep, expert_tp)
     bw_e = dp_bandwidth(sc, acc, np.minimum(_f(ep) * etp, g), edp, nics)
 
     def t(d, xl, xb, n):
         experts = xl / (_f(ep) * etp) + xb / _f(ep)
-        return (comm.zero_dp_volume(zero, d, dp, ga, rec.weights, rec.grads) / bw
+        return (comm.zero_dp_volume(zero, d, ranks, ga, rec.weights, rec.grads) / bw
                 + comm.zero_dp_volume(zero, experts, edp, ga, rec.weights, rec.grads) / bw_e)
 
     return _moe_stages(sc, tp, pp, t)
 
 
 def exposed_dp(sc: Scenario, acc: str, zero, recompute, tp, pp, dp, micro_batch, nics, ep=1, expert_tp=0,
-               capacity_factor=0.0):
+               capacity_factor=0.0, cp=1):
     """Exposed data-parallel communication (comm.exposed_time), with overlap share f (comm.dp_overlap):
     (1 - f) x every byte + f x (unhidable bytes + per-window excess over compute).
 
@@ -714,20 +855,21 @@ def exposed_dp(sc: Scenario, acc: str, zero, recompute, tp, pp, dp, micro_batch,
     the windows' compute runs).
     """
     rec = memory.recipe(sc.task.precision)
-    bw = dp_bandwidth(sc, acc, tp, dp, nics)
-    link = dp_link(sc, acc, zero, tp, pp, dp, micro_batch, nics, ep, expert_tp)
-    unhidden = comm.zero_dp_unhidden_bytes(zero, memory.embedding_shard_params(sc.model, tp), dp, rec.weights,
+    ranks = zero_ranks(dp, cp)
+    bw = dp_bandwidth(sc, acc, tp, ranks, nics)
+    link = dp_link(sc, acc, zero, tp, pp, dp, micro_batch, nics, ep, expert_tp, cp)
+    unhidden = comm.zero_dp_unhidden_bytes(zero, memory.embedding_shard_params(sc.model, tp), ranks, rec.weights,
                                            rec.grads) / bw
     t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, ep, capacity_factor,
-                                       expert_tp)
+                                       expert_tp, cp)
     window = t_f + t_dx + t_dw
     windows = np.where(_f(zero) >= 2, grad_accum(sc, dp, micro_batch), 1.0)
     if per_op_model(sc):
         A = sc.system(acc).acc
-        spans = _f(dp) * _f(tp) > A.cards_per_host
+        spans = ranks * _f(tp) > A.cards_per_host
         ga = grad_accum(sc, dp, micro_batch)
-        tp_busy = tp_exposed(sc, acc, recompute, tp, pp, dp, micro_batch) / ga
-        pp_busy = 2.0 * pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics)
+        tp_busy = tp_exposed(sc, acc, recompute, tp, pp, dp, micro_batch, ep, capacity_factor, expert_tp, cp) / ga
+        pp_busy = 2.0 * pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics, cp)
         other = np.where(spans, pp_busy, tp_busy)
         link = comm.shared_link_time(link, other * windows, window * windows)
     f = sc.overlap_fractions()[1]
@@ -735,21 +877,22 @@ def exposed_dp(sc: Scenario, acc: str, zero, recompute, tp, pp, dp, micro_batch,
     return f * hidden + (1.0 - f) * link
 
 
-def tp_comm(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch):
+def tp_comm(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch, cp=1):
     """Tensor-parallel communication outside the compute term. Flat model: all on the critical path,
     V_tp / intra-host bandwidth. Per-operation model: 0 here, because the exposed TP time is part of
     each stage's duration (:func:`tp_exposed` reports it)."""
     if per_op_model(sc):
-        return np.zeros(np.broadcast(_f(tp), _f(pp), _f(dp), _f(micro_batch)).shape)
+        return np.zeros(np.broadcast(_f(tp), _f(pp), _f(dp), _f(micro_batch), _f(cp)).shape)
     A = sc.system(acc).acc
     rc = effective_recompute(sc, recompute)
-    v = comm.tp_volume(_f(micro_batch) * sc.task.seq_len, sc.model.hidden, tp, np.ceil(sc.model.layers / _f(pp)),
+    v = comm.tp_volume(_f(micro_batch) * sc.task.seq_len / _f(cp), sc.model.hidden, tp,
+                       np.ceil(sc.model.layers / _f(pp)),
                        grad_accum(sc, dp, micro_batch), sc.memory.activation_bytes, rc == "full")
     return v / A.intra_host_bw
 
 
 def offload_wait(sc: Scenario, acc: str, offload_cpu, zero, recompute, tp, pp, dp, micro_batch, ep=1, expert_tp=0,
-                 capacity_factor=0.0):
+                 capacity_factor=0.0, cp=1):
     """Optimizer-step time per step. With CPU offload: the gradient download beyond the last backward
     (T_wait = max(0, V/B - W)), the CPU Adam pass at the host's memory bandwidth shared by its cards,
     and the BF16 upload. Without offload: 0 in the flat model (the chapter leaves the GPU optimizer
@@ -757,9 +900,10 @@ def offload_wait(sc: Scenario, acc: str, offload_cpu, zero, recompute, tp, pp, d
     (ops.optimizer_bytes_per_param)."""
     A = sc.system(acc).acc
     rec = memory.recipe(sc.task.precision)
-    shard = _sharded(sc, tp, pp, dp, ep, expert_tp, lambda n, d: n / np.where(_f(zero) >= 1, _f(d), 1.0))
+    shard = _sharded(sc, tp, pp, zero_ranks(dp, cp), ep, expert_tp,
+                     lambda n, d: n / np.where(_f(zero) >= 1, _f(d), 1.0))
     t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, ep, capacity_factor,
-                                       expert_tp)
+                                       expert_tp, cp)
     cpu_bw = A.host_memory_bw / A.cards_per_host if A.host_memory_bw > 0 else np.inf
     down = comm.offload_wait(2.0 * shard, A.host_link_bw, 2.0 / 3.0 * (t_f + t_dx + t_dw))
     t = down + shard * CPU_ADAM_BYTES_PER_PARAM / cpu_bw + rec.weights * shard / A.host_link_bw
@@ -770,7 +914,7 @@ def offload_wait(sc: Scenario, acc: str, offload_cpu, zero, recompute, tp, pp, d
     return np.where(offload_cpu, t, gpu)
 
 
-def ep_link(sc: Scenario, acc: str, recompute, tp, pp, micro_batch, nics, ep, expert_tp, capacity_factor):
+def ep_link(sc: Scenario, acc: str, recompute, tp, pp, micro_batch, nics, ep, expert_tp, capacity_factor, cp=1):
     """All-to-all time of one micro-batch on the stage with the most MoE blocks (moe.a2a_per_microbatch):
     dispatch and combine of one card's tokens on the EP group's links (NVLink inside a host, the host's
     NICs across hosts), stretched by the load factor; the per-operation model derates the links by the
@@ -788,7 +932,7 @@ def ep_link(sc: Scenario, acc: str, recompute, tp, pp, micro_batch, nics, ep, ex
     if per_op_model(sc):
         p = sc.system(acc).perf
         intra_bw, nic_bw, latency = intra_bw * p.tp_efficiency, nic_bw * p.dp_efficiency, p.collective_latency
-    one = moe.a2a_time(card_tokens(sc, tp, micro_batch), a.hidden, sc.memory.activation_bytes, intra, inter,
+    one = moe.a2a_time(card_tokens(sc, tp, micro_batch, cp), a.hidden, sc.memory.activation_bytes, intra, inter,
                        load_factor(sc, ep, capacity_factor), intra_bw, nic_bw, nics, A.cards_per_host, A.p2p)
     one = np.where(_f(ep) > 1, one + latency, 0.0)
     blocks = _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n)
@@ -796,32 +940,32 @@ def ep_link(sc: Scenario, acc: str, recompute, tp, pp, micro_batch, nics, ep, ex
 
 
 def ep_comm(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics, ep=1, expert_tp=0,
-            capacity_factor=0.0):
+            capacity_factor=0.0, cp=1):
     """Exposed all-to-all per step (moe.a2a_exposed): every micro-batch's exchanges, or with overlap
     (``[moe] a2a_overlap``: auto = DualPipe schedules) only what exceeds one micro-batch's compute. The
     exchanges extend each micro-batch on the critical path; how they stretch pipeline bubbles is not
     modelled (as the flat model's tensor-parallel time)."""
-    per_mb = ep_link(sc, acc, recompute, tp, pp, micro_batch, nics, ep, expert_tp, capacity_factor)
+    per_mb = ep_link(sc, acc, recompute, tp, pp, micro_batch, nics, ep, expert_tp, capacity_factor, cp)
     if not sc.model.moe:
-        return per_mb * _f(dp)  # zeros of the right shape
+        return per_mb * _f(dp) * _f(cp)  # zeros of the right shape
     t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, schedule, tp, pp, micro_batch, ep, capacity_factor,
-                                       expert_tp)
+                                       expert_tp, cp)
     return moe.a2a_exposed(per_mb, t_f + t_dx + t_dw, grad_accum(sc, dp, micro_batch),
                            moe.a2a_overlapped(sc.moe.a2a_overlap, schedule))
 
 
-def capacity_drops(sc: Scenario, tp, micro_batch, capacity_factor):
+def capacity_drops(sc: Scenario, tp, micro_batch, capacity_factor, cp=1):
     """Share of dispatches a capacity factor drops for one card's micro-batch (moe.routing_drops)."""
     a, o = sc.model, sc.moe
     if not a.moe:
-        return 0.0 * _f(tp) * _f(micro_batch) * _f(capacity_factor)
-    return moe.routing_drops(card_tokens(sc, tp, micro_batch), a.top_k, a.experts, capacity_factor, o.imbalance,
+        return 0.0 * _f(tp) * _f(micro_batch) * _f(capacity_factor) * _f(cp)
+    return moe.routing_drops(card_tokens(sc, tp, micro_batch, cp), a.top_k, a.experts, capacity_factor, o.imbalance,
                              o.hot)[0]
 
 
-def ep_group_ok(sc: Scenario, acc: str, tp, dp, ep, expert_tp):
-    """1 where EP x expert-TP fits the tp x dp group (moe.ep_group_ok)."""
-    return moe.ep_group_ok(sc.model, tp, dp, ep, expert_tp, sc.system(acc).acc.cards_per_host)
+def ep_group_ok(sc: Scenario, acc: str, tp, dp, ep, expert_tp, cp=1):
+    """1 where EP x expert-TP fits the tp x dp (x cp) group (moe.ep_group_ok)."""
+    return moe.ep_group_ok(sc.model, tp, zero_ranks(dp, cp), ep, expert_tp, sc.system(acc).acc.cards_per_host)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -67,6 +67,14 @@ def solve(sc: Scenario, backend: str = "cpsat", req: Request | None = None, rest
     req = req or Request()
     if backend not in BACKENDS and not backend.startswith("pyomo:"):
         raise InputError(f"unknown solver {backend!r} (use one of: {', '.join(BACKENDS)}, pyomo:<solver>)")
+    if space is None and (sc.stages or sc.search.global_batch):
+        from tpopt.optimizer import outer
+
+        if sc.stages:
+            raise InputError("a staged scenario ([[task.stages]]) is planned stage by stage: use tpopt solve "
+                             "or tpopt evaluate")
+        if outer.has_task_choices(sc):  # the global batch is a choice: one exact solve per batch
+            return outer.solve_batches(sc, backend, req, restrict).result
     clock = clock_of(req)
     t0 = time.perf_counter()
     enforced = req.enforced(FAMILIES)

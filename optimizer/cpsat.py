@@ -33,10 +33,11 @@ from ortools.sat.python import cp_model
 from tpopt.models import terms as T
 from tpopt.optimizer.limits import EncodingError  # noqa: F401 (raised here; the backends' shared error)
 from tpopt.optimizer.result import Request
-from tpopt.optimizer.space import BUSY_TERMS, EXACT, FAMILIES, MEMORY_TERMS, STRUCTURAL, VARS, Space, reduce_to
+from tpopt.optimizer.space import BUSY_TERMS, EXACT, FAMILIES, LAYOUT, MEMORY_TERMS, STRUCTURAL, VARS, Space, \
+    reduce_to
 
 US = 1e6  # finest time unit: microsecond (coarser when the ranges demand it, see Scales)
-HUB = ("acc", "tp", "pp", "dp", "mb")  # the core layout the search branches on first
+HUB = LAYOUT  # the core layout the search branches on first
 BUSY = BUSY_TERMS  # the busy-time terms (their sum is the step before the input wait)
 MEMORY = MEMORY_TERMS  # the per-card memory terms
 LSCALE = 10_000_000  # finest overhead unit: 1e-7

@@ -26,10 +26,10 @@ from tpopt.models.evaluate import evaluate
 from tpopt.optimizer.enumerate import enumerate_best
 from tpopt.optimizer.result import Request, Status, objective_key
 from tpopt.optimizer.space import BUSY_TERMS as BUSY
+from tpopt.optimizer.space import LAYOUT, Space, cards_of, reduce_to
 from tpopt.optimizer.space import MEMORY_TERMS as MEMORY
-from tpopt.optimizer.space import Space, reduce_to
 
-HUB = ("acc", "tp", "pp", "dp", "mb")
+HUB = LAYOUT
 HUB_RULES = ("batch.divisibility", "layout.whole_hosts", "layout.tp_within_host", "layout.heads_divisible",
              "layout.pp_divides_layers")
 SCALE_BITS = 2**52  # objective bounds are scaled to integers below this for CP-SAT
@@ -56,8 +56,10 @@ class LayoutBounds:
         self.mem_min = sum(_reduce_to_hub(space, n, np.min) for n in MEMORY)
         l_min = _reduce_to_hub(space, "overhead", np.min)
         nic_ok = space.nic_allowed()  # (acc, nics)
-        rate = space.tables["rate"]  # (acc, tp, pp, dp, nics)
-        masked = np.where(nic_ok[:, None, None, None, :], rate.values, np.inf)
+        rate = space.tables["rate"]  # (acc, card factors..., nics)
+        shape = [1] * rate.values.ndim
+        shape[rate.vars.index("acc")], shape[rate.vars.index("nics")] = nic_ok.shape
+        masked = np.where(nic_ok.reshape(shape), rate.values, np.inf)
         rate_min = _reduce_to_hub(space, "rate", np.min, masked)
         iters = T.iteration_count(sc)
         wait = sc.input.wait_s
@@ -68,7 +70,7 @@ class LayoutBounds:
         grid = np.indices(self.sizes).reshape(len(HUB), -1)
         self.coords = {v: grid[i] for i, v in enumerate(HUB)}
         vals = {v: np.asarray(dom[v])[self.coords[v]] for v in HUB}
-        self.cards = vals["tp"] * vals["pp"] * vals["dp"]
+        self.cards = cards_of(**vals)
         self.usable = space.usable()[self.coords["acc"]]
         need = _reduce_to_hub(space, "input.min_busy", np.max)
         self.input_need = np.where(np.isfinite(need), need, 0.0)

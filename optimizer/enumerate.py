@@ -17,24 +17,29 @@ import numpy as np
 
 from tpopt.models.evaluate import evaluate_arrays
 from tpopt.optimizer.result import Request
-from tpopt.optimizer.space import FAMILIES, VARS, Space
+from tpopt.optimizer.space import CATEGORICAL, FAMILIES, NUMERIC, VARIABLES, VARS, Space, cards_of
 
-NUMERIC_AXES = ("tp", "pp", "dp", "mb", "zero", "nics", "tau", "ep", "etp", "cap")
+NUMERIC_AXES = NUMERIC  # ("tp", "cp", "pp", "dp", "mb", "zero", "nics", "tau", "ep", "etp", "cap"); tp is chunked
 CHUNK = 250_000  # points per evaluate_arrays call (bounds memory and the time between clock checks)
 F32_MAX = float(np.finfo(np.float32).max)  # ratios beyond it are clipped (they only rank closeness)
 
 
+GROUPED = tuple(v for v in CATEGORICAL if v != "schedule")  # categorical variables looped over (acc first)
+
+
 def _groups(space: Space):
-    """(acc, offload, recompute, mode, schedule, pp-indices) groups; schedule varies only when pp > 1."""
+    """(categorical indices, pp indices) groups: every combination of the categorical variables, the
+    schedule varying only when pp > 1 (its first value stands for pp = 1)."""
     d = space.domains
     pp_one = [i for i, p in enumerate(d["pp"]) if p == 1]
     pp_many = [i for i, p in enumerate(d["pp"]) if p > 1]
-    for ai, oi, ri, mi in itertools.product(*(range(len(d[k])) for k in ("acc", "offload", "recompute", "mode"))):
+    for combo in itertools.product(*(range(len(d[k])) for k in GROUPED)):
+        fixed = dict(zip(GROUPED, combo))
         if pp_one:
-            yield ai, oi, ri, mi, 0, pp_one
+            yield dict(fixed, schedule=0), pp_one
         if pp_many:
             for si in range(len(d["schedule"])):
-                yield ai, oi, ri, mi, si, pp_many
+                yield dict(fixed, schedule=si), pp_many
 
 
 def chunks(space: Space):
@@ -42,31 +47,28 @@ def chunks(space: Space):
     sc = space.sc
     d = space.domains
     nic_ok = space.nic_allowed()
-    for ai, oi, ri, mi, si, pp_idx in _groups(space):
+    field = {v.name: v.field for v in VARIABLES}
+    typ = {v.name: v.type for v in VARIABLES}
+    for fixed, pp_idx in _groups(space):
+        ai = fixed["acc"]
         acc = d["acc"][ai]
         k_idx = [j for j in range(len(d["nics"])) if nic_ok[ai, j]]
-        axes = {"tp": list(range(len(d["tp"]))), "pp": pp_idx, "dp": list(range(len(d["dp"]))),
-                "mb": list(range(len(d["mb"]))), "zero": list(range(len(d["zero"]))), "nics": k_idx,
-                "tau": list(range(len(d["tau"]))), "ep": list(range(len(d["ep"]))),
-                "etp": list(range(len(d["etp"]))), "cap": list(range(len(d["cap"])))}
+        axes = {a: list(range(len(d[a]))) for a in NUMERIC_AXES}
+        axes.update(pp=pp_idx, nics=k_idx)
         per_tp = int(np.prod([len(axes[a]) for a in NUMERIC_AXES[1:]]))
         step = max(1, CHUNK // max(per_tp, 1))
+        cats = {field[v]: d[v][i] for v, i in fixed.items() if v != "acc"}
         for start in range(0, len(axes["tp"]), step):
             sub = dict(axes, tp=axes["tp"][start:start + step])
             idx_lists = [sub[a] for a in NUMERIC_AXES]
             vals = [np.asarray([d[a][i] for i in sub[a]], dtype=float) for a in NUMERIC_AXES]
             g = dict(zip(NUMERIC_AXES, np.ix_(*vals)))
-            cards = g["tp"] * g["pp"] * g["dp"]
-            mode = d["mode"][mi]
-            r = evaluate_arrays(sc, acc, tp=g["tp"].astype(int), pp=g["pp"].astype(int), dp=g["dp"].astype(int),
-                                micro_batch=g["mb"].astype(int), zero_stage=g["zero"].astype(int),
-                                nics_per_host=g["nics"].astype(int), save_interval_s=space.interval(g["tau"], cards, mode),
-                                recompute=d["recompute"][ri], offload=d["offload"][oi], schedule=d["schedule"][si],
-                                save_mode=mode, ep=g["ep"].astype(int), expert_tp=g["etp"].astype(int),
-                                capacity_factor=g["cap"])
+            cards = cards_of(**g)
+            nums = {field[a]: g[a].astype(typ[a]) for a in NUMERIC_AXES if a != "tau"}
+            r = evaluate_arrays(sc, acc, save_interval_s=space.interval(g["tau"], cards, cats["save_mode"]),
+                                **nums, **cats)
             shape = tuple(len(x) for x in idx_lists)
-            fixed = {"acc": ai, "offload": oi, "recompute": ri, "mode": mi, "schedule": si}
-            yield fixed, idx_lists, shape, r
+            yield dict(fixed), idx_lists, shape, r
 
 
 def _ok(r, family, shape):

@@ -32,7 +32,7 @@ from tpopt.models.units import DAY, GB, GIB, parse_bandwidth, parse_bytes, parse
     parse_fraction, parse_int, parse_number
 from tpopt.optimizer.limits import Undecided  # a solver hit the time limit: the question has no proven answer
 from tpopt.optimizer.result import Request, Status, objective_value, plan_summary
-from tpopt.optimizer.space import FAMILIES, STRUCTURAL, VARS, Space
+from tpopt.optimizer.space import FAMILIES, STRUCTURAL, VARS, Space, card_counts
 
 # Deletion order of the filter: families tried first are dropped whenever the rest still conflict,
 # so the conflict is stated in the families a user can act on (deadline, memory, cards) when possible.
@@ -105,26 +105,29 @@ class Context:
         key = (objective or self.req.objective, enforce) if (base and space is None and cards is None) else None
         if key is not None and key in self._memo:
             return self._memo[key]
-        table = self._set_oracle.table if self._set_oracle is not None else None
+        from tpopt.optimizer.outer import has_task_choices
+
+        choices = space is None and has_task_choices(sc)  # the batch is a choice: every batch, best of all
+        table = self._set_oracle.table if self._set_oracle is not None and not choices else None
         if key is not None and table is not None:
             # the base scenario's table holds every point's families, cost and finish: the same
             # answer as an enumeration (same values, same order on ties), without one
             found = table.best(table.mask(enforce, cards=self.req.cards), key[0])
             self._memo[key] = evaluate(sc, table.space.plan(found[0])) if found else None
             return self._memo[key]
-        if space is None and not base and self.keep:
+        if space is None and not base and self.keep and not choices:
             space = self.narrowed(sc, self.keep & enforce, self.keep_vars)
             if space is EMPTY:
                 return None  # no plan meets the families this change leaves as they were
         try:
-            space = space or Space.from_scenario(sc)
+            space = space or (None if choices else Space.from_scenario(sc))
         except InputError:
             return None  # e.g. no NIC count the accelerator can take: no plan
         req = Request(objective=objective or self.req.objective, enforce=enforce, top=1,
                       time_limit=self.req.time_limit, seed=self.req.seed, workers=self.req.workers,
                       cards=self.req.cards if cards is None else tuple(cards), clock=self.req.clock)
         self.solves += 1
-        r = solve(sc, self.backend_for(space), req, space=space)
+        r = solve(sc, self.backend if choices else self.backend_for(space), req, space=space)
         if r.status not in (Status.OPTIMAL, Status.INFEASIBLE):
             raise Undecided(f"time limit reached ({self.req.time_limit:g} s)")
         if key is not None:
@@ -568,7 +571,7 @@ def relax_max_cards(ctx: Context, core=None) -> Relaxation:
     cur = sc.search.max_cards
     method = "smallest card count whose max_cards-restricted problem is feasible (bisection over counts)"
     d = Space.from_scenario(sc).domains
-    counts = sorted({int(t * q * r) for t in d["tp"] for q in d["pp"] for r in d["dp"]})
+    counts = card_counts(d)
     counts = [n for n in counts if n > cur]
     if not counts:
         return _cannot(p, cur, f"the search space forms no card count above {cur}", method, core)
@@ -1169,7 +1172,9 @@ def explain_plan(sc: Scenario, plan: Plan, backend: str = "cpsat", req: Request 
         opt["objective_value"] = objective_value(best, req.objective)
         if feasible and objective_value(best, req.objective) >= objective_value(ev, req.objective) * (1 - REL):
             opt["this_plan_is_optimal"] = True
-            space = Space.from_scenario(sc)
+            from tpopt.models.evaluate import at_plan_batch
+
+            space = Space.from_scenario(at_plan_batch(sc, ev.plan))  # the plan's batch (a choice or the task's)
             oracle = make_oracle(space, backend, req)
             undecided: list[str] = []
             binds = binding_families(oracle, ev, req.objective, ctx.enforced, undecided)

@@ -32,14 +32,15 @@ from tpopt.models.units import DAY, GIB
 from tpopt.optimizer.cpsat import BUSY, MEMORY, CandidateResult, _lower, caps
 from tpopt.optimizer.limits import EncodingError
 from tpopt.optimizer.result import Request
-from tpopt.optimizer.space import BUSY_TERMS, EXACT, FAMILIES, MEMORY_TERMS, STRUCTURAL, VARS, Space, reduce_to
+from tpopt.optimizer.space import BUSY_TERMS, CARD_FACTORS, EXACT, FAMILIES, LAYOUT, MEMORY_TERMS, STRUCTURAL, VARS, \
+    Space, reduce_to
 
 INF = 1e30
 MAX_COEF = 1e13  # largest matrix coefficient or finite bound the encoding may use (HiGHS tolerances are
 # absolute, 1e-7 to 1e-9: beyond this range a verdict could rest on rounding)
 MAX_RANGE = 1e10  # largest ratio of matrix coefficients (found by benchmarks/cross_check.py: at 1e11
 # HiGHS's presolve declared a feasible model infeasible)
-HUB = ("acc", "tp", "pp", "dp", "mb", "recompute")  # the core layout every time and memory term shares
+HUB = LAYOUT + ("recompute",)  # the core layout every time and memory term shares
 
 
 @contextlib.contextmanager
@@ -281,7 +282,7 @@ class HighsModel:
             lp.row(np.append(i, self.busy), np.append(-v, 1.0), 0.0, INF)
 
         # omega disaggregation for finish and cost
-        omega = ("acc", "tp", "pp", "dp", "nics", "tau", "mode")
+        omega = ("acc", *CARD_FACTORS, "nics", "tau", "mode")
         shape = tuple(len(dom[v]) for v in omega)
         one_plus_l = 1.0 + self._broadcast("overhead", omega, shape)
         rate = self._broadcast("rate", omega, shape)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from tpopt.models.evaluate import SPEC, Evaluation, evaluate
 from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
 from tpopt.optimizer.result import Request, Status, objective_key, objective_value, plan_summary
-from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space
+from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space, card_counts
 
 TABLE_LIMIT = 300_000  # spaces up to this many points are answered by one enumeration
 REL = 1e-9
@@ -175,8 +175,7 @@ def why_not_cheaper(oracle, space: Space, best: Evaluation, objective: str, enfo
 
     # fewer cards on the same accelerator (card counts the space can form)
     g = space.sc.system(p.accelerator).acc.cards_per_host
-    counts = sorted({int(t * q * r) for t in d["tp"] for q in d["pp"] for r in d["dp"]
-                     if (t * q * r) % g == 0 and t * q * r < p.cards})
+    counts = [n for n in card_counts(d) if n % g == 0 and n < p.cards]
     for n in counts[::-1][:fewer_cards]:
         out.append(entry(f"{p.accelerator} x {n}", "fewer cards", {"acc": [p.accelerator]}, (n,)))
     # other accelerators
@@ -185,11 +184,12 @@ def why_not_cheaper(oracle, space: Space, best: Evaluation, objective: str, enfo
             out.append(entry(a, "accelerator", {"acc": [a]}))
     # other choices at the same scale (same accelerator and card count)
     if same_scale:
-        chosen = {"zero": p.zero_stage, "tp": p.tp, "pp": p.pp, "mb": p.micro_batch, "recompute": p.recompute,
-                  "offload": p.offload, "mode": p.save_mode, "ep": p.ep, "etp": p.expert_tp, "cap": p.capacity_factor}
-        labels = {"zero": "ZeRO-{}", "tp": "TP {}", "pp": "PP {}", "mb": "micro-batch {}", "recompute": "recompute {}",
-                  "offload": "offload {}", "mode": "{} saves", "ep": "EP {}", "etp": "expert-TP {}",
-                  "cap": "capacity {}"}
+        chosen = {"zero": p.zero_stage, "tp": p.tp, "cp": p.cp, "pp": p.pp, "mb": p.micro_batch,
+                  "recompute": p.recompute, "offload": p.offload, "mode": p.save_mode, "ep": p.ep, "etp": p.expert_tp,
+                  "cap": p.capacity_factor}
+        labels = {"zero": "ZeRO-{}", "tp": "TP {}", "cp": "CP {}", "pp": "PP {}", "mb": "micro-batch {}",
+                  "recompute": "recompute {}", "offload": "offload {}", "mode": "{} saves", "ep": "EP {}",
+                  "etp": "expert-TP {}", "cap": "capacity {}"}
         shown = {"etp": lambda v: "= TP" if not v else v, "cap": lambda v: "none (dropless)" if not v else f"{v:g}"}
         for var, val in chosen.items():
             for other in d[var]:

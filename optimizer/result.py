@@ -103,7 +103,8 @@ def plan_summary(ev: Evaluation) -> dict:
     """A plan's layout and headline figures, as reports quote it."""
     p = ev.plan
     return {"accelerator": p.accelerator, "cards": p.cards, "hosts": int(ev.metrics["hosts"]),
-            "zero_stage": p.zero_stage, "tp": p.tp, "pp": p.pp, "dp": p.dp, "micro_batch": p.micro_batch,
+            "zero_stage": p.zero_stage, "tp": p.tp, "cp": p.cp, "pp": p.pp, "dp": p.dp, "micro_batch": p.micro_batch,
             "recompute": p.recompute, "offload": p.offload, "schedule": p.schedule if p.pp > 1 else None,
+            "global_batch": p.global_batch,
             "cost": ev.metrics["cost"], "cost_unit": ev.metrics["cost_unit"],
             "finish_days": ev.metrics["finish_days"], **ev.moe_plan()}

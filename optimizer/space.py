@@ -1,6 +1,7 @@
 """The design space of a scenario and the term tables every backend shares.
 
-A plan is an assignment of the base variables below. The term functions of
+A plan is an assignment of the base variables below, declared once in :data:`VARIABLES` (name,
+Plan field, [search] domain, categorical or numeric, core layout or not). The term functions of
 :mod:`tpopt.models.terms` are tabulated over the joint domain of *their own* variables only; the
 backends glue those tables together (CP-SAT with element constraints, HiGHS with joint binaries, the
 enumerator by broadcasting). So all three backends optimise the very same model.
@@ -8,6 +9,7 @@ enumerator by broadcasting). So all three backends optimise the very same model.
 Base variables and domains:
     acc        scenario accelerators ([search] accelerator)
     tp, pp     [search] tp, pp
+    cp         [search] cp: context-parallel size (cards = tp x cp x pp x dp; models/context.py)
     dp         divisors of the global batch (each rank gets whole, equal micro-batches), optionally
                restricted by [search] dp
     mb         [search] micro_batch
@@ -21,6 +23,7 @@ Base variables and domains:
     ep         expert parallelism ([search] ep; MoE models, else 1)
     etp        expert tensor parallelism ([search] expert_tp; 0 = the same as tp)
     cap        capacity factor ([search] capacity_factor; 0 = dropless)
+    sp         sequence parallelism under TP on / off ([search] sequence_parallel; else the scenario's)
 """
 
 from __future__ import annotations
@@ -32,16 +35,70 @@ from functools import cached_property
 import numpy as np
 
 from tpopt.errors import InputError
+from tpopt.models import context
 from tpopt.models import terms as T
 from tpopt.models.evaluate import CONSTRAINT_NAMES
 from tpopt.models.plan import Plan, Scenario
 
-VARS = ("acc", "tp", "pp", "dp", "mb", "zero", "offload", "recompute", "schedule", "nics", "tau", "mode", "ep", "etp",
-        "cap")
-# the mixture-of-experts variables in one place: (variable, SearchSpace domain = Plan field, type); a dense
-# model's domains are (1,), (0,), (0.0,)
-MOE_VARS = (("ep", "ep", int), ("etp", "expert_tp", int), ("cap", "capacity_factor", float))
-CATEGORICAL = ("acc", "offload", "recompute", "schedule", "mode")
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One decision variable, declared once: its name in the solvers, the :class:`Plan` field it
+    sets (also the keyword of ``evaluate_arrays``), the ``[search]`` domain it reads (a
+    :class:`SearchSpace` attribute; None: built in :meth:`Space.from_scenario`), its Python type in a
+    Plan, whether term functions get it as a scalar (categorical) or as a broadcast array, and whether
+    it belongs to the core layout (the hub the backends branch on and bound by; the card count is the
+    product of the ``cards`` factors)."""
+
+    name: str
+    field: str
+    search: str | None
+    type: type = int
+    categorical: bool = False
+    layout: bool = False
+    cards: bool = False  # a factor of the card count
+
+
+VARIABLES = (
+    Variable("acc", "accelerator", "accelerators", str, categorical=True, layout=True),
+    Variable("tp", "tp", "tp", layout=True, cards=True),
+    Variable("cp", "cp", "cp", layout=True, cards=True),  # context parallelism (models/context.py)
+    Variable("pp", "pp", "pp", layout=True, cards=True),
+    Variable("dp", "dp", None, layout=True, cards=True),  # divisors of the batch
+    Variable("mb", "micro_batch", "micro_batch", layout=True),
+    Variable("zero", "zero_stage", "zero_stage"),
+    Variable("offload", "offload", "offload", str, categorical=True),
+    Variable("recompute", "recompute", None, str, categorical=True),  # collapsed with a fixed reserve
+    Variable("schedule", "schedule", "schedule", str, categorical=True),
+    Variable("nics", "nics_per_host", None),  # per accelerator
+    Variable("tau", "save_interval_s", "save_interval_s", float),
+    Variable("mode", "save_mode", "save_mode", str, categorical=True),
+    # the mixture-of-experts variables; a dense model's domains are (1,), (0,), (0.0,)
+    Variable("ep", "ep", "ep"),
+    Variable("etp", "expert_tp", "expert_tp"),
+    Variable("cap", "capacity_factor", "capacity_factor", float),
+    Variable("sp", "sequence_parallel", None, bool, categorical=True),  # [search] sequence_parallel, else the scenario's
+)
+VARS = tuple(v.name for v in VARIABLES)
+CATEGORICAL = tuple(v.name for v in VARIABLES if v.categorical)
+NUMERIC = tuple(v.name for v in VARIABLES if not v.categorical)
+LAYOUT = tuple(v.name for v in VARIABLES if v.layout)  # the core layout: (acc, tp, cp, pp, dp, mb)
+CARD_FACTORS = tuple(v.name for v in VARIABLES if v.cards)  # cards = tp x cp x pp x dp
+MOE_VARS = tuple((v.name, v.field, v.type) for v in VARIABLES if v.name in ("ep", "etp", "cap"))
+
+
+def cards_of(**vals):
+    """The card count of a layout: the product of the card factors (arrays broadcast)."""
+    out = 1
+    for v in CARD_FACTORS:
+        out = out * vals[v]
+    return out
+
+
+def card_counts(domains: dict) -> list[int]:
+    """Every card count the domains can form (tp x cp x pp x dp), ascending."""
+    return sorted({int(np.prod(c)) for c in itertools.product(*(domains[v] for v in CARD_FACTORS))})
 
 # constraint families the solvers encode (step.budget is the per-step form of deadline.finish and is
 # reported, not encoded twice)
@@ -98,21 +155,17 @@ class Space:
         if reserve:
             rec = rec[:1]
         nics = sorted({k for a in s.accelerators for k in cls._nic_domain(sc, a)})
-        dom = {
+        built = {
             "acc": list(s.accelerators or sc.systems),
-            "tp": list(s.tp),
-            "pp": list(s.pp),
             "dp": [d for d in divisors(sc.task.global_batch) if not s.dp or d in s.dp],
-            "mb": list(s.micro_batch),
-            "zero": list(s.zero_stage),
-            "offload": list(s.offload),
             "recompute": rec,
-            "schedule": list(s.schedule),
             "nics": nics,
-            "tau": list(s.save_interval_s),
-            "mode": list(s.save_mode),
-            **{v: list(getattr(s, name)) for v, name, _ in MOE_VARS},
+            # sequence parallelism changes nothing under the chapter's accounting (flat model, fixed reserve)
+            "sp": (list(s.sequence_parallel) or [sc.memory.sequence_parallel])[:1 if reserve and not
+                                                                              T.per_op_model(sc) else None],
         }
+        dom = {v.name: built[v.name] if v.search is None or v.name in built else list(getattr(s, v.search))
+               for v in VARIABLES}
         for k, allowed in (restrict or {}).items():
             if k not in dom:
                 raise InputError(f"cannot restrict unknown variable {k!r}")
@@ -150,12 +203,12 @@ class Space:
         return {
             "ok.layout.ep_divides_experts": self.tabulate("ok.layout.ep_divides_experts", ("ep",),
                                                           lambda ep: (np.mod(a.experts, ep) == 0) * 1.0),
-            "ok.layout.ep_group": self.tabulate("ok.layout.ep_group", ("acc", "tp", "dp", "ep", "etp"),
-                                                lambda acc, tp, dp, ep, etp: T.ep_group_ok(sc, acc, tp, dp, ep,
-                                                                                           etp) * 1.0),
+            "ok.layout.ep_group": self.tabulate("ok.layout.ep_group", ("acc", "tp", "cp", "dp", "ep", "etp"),
+                                                lambda acc, tp, cp, dp, ep, etp: T.ep_group_ok(sc, acc, tp, dp, ep,
+                                                                                               etp, cp) * 1.0),
             "ok.moe.capacity_drops": self.tabulate(
-                "ok.moe.capacity_drops", ("tp", "mb", "cap"),
-                lambda tp, mb, cap: (T.capacity_drops(sc, tp, mb, cap) <= sc.moe.max_drop) * 1.0),
+                "ok.moe.capacity_drops", ("tp", "cp", "mb", "cap"),
+                lambda tp, cp, mb, cap: (T.capacity_drops(sc, tp, mb, cap, cp) <= sc.moe.max_drop) * 1.0),
         }
 
     def inert(self) -> frozenset:
@@ -214,48 +267,49 @@ class Space:
         # domains are single values anyway, and the tables keep their shapes)
         ep = ("ep", "etp") if sc.model.moe else ()
         cap = ("cap",) if sc.model.moe else ()
-        add("mem.states", ("zero", "offload", "tp", "pp", "dp") + ep,
-            lambda zero, offload, tp, pp, dp, ep=1, etp=0: T.states(sc, zero, offload == "cpu", tp, pp, dp, ep, etp))
+        sp_sc = self.with_sp  # sequence parallelism: the scenario with it on or off
+        add("mem.states", ("zero", "offload", "tp", "cp", "pp", "dp") + ep,
+            lambda zero, offload, tp, cp, pp, dp, ep=1, etp=0:
+            T.states(sc, zero, offload == "cpu", tp, pp, dp, ep, etp, cp))
         add("mem.copies", ("schedule", "tp", "pp") + ep,
             lambda schedule, tp, pp, ep=1, etp=0: T.param_copies(sc, schedule, tp, pp, ep, etp))
-        add("mem.activations", ("schedule", "recompute", "tp", "pp", "dp", "mb") + ep + cap,
-            lambda schedule, recompute, tp, pp, dp, mb, ep=1, etp=0, cap=0.0:
-            T.activations(sc, schedule, recompute, tp, pp, dp, mb, ep, etp, cap))
-        add("mem.temporary", ("zero", "tp", "pp", "mb") + ep + cap,
-            lambda zero, tp, pp, mb, ep=1, etp=0, cap=0.0: T.temporary(sc, zero, tp, pp, mb, ep, etp, cap))
-        add("mem.host", ("acc", "offload", "zero", "tp", "pp", "dp") + ep,
-            lambda acc, offload, zero, tp, pp, dp, ep=1, etp=0:
-            T.host_memory(sc, acc, offload == "cpu", zero, tp, pp, dp, ep, etp))
+        add("mem.activations", ("schedule", "recompute", "sp", "tp", "cp", "pp", "dp", "mb") + ep + cap,
+            lambda schedule, recompute, sp, tp, cp, pp, dp, mb, ep=1, etp=0, cap=0.0:
+            T.activations(sp_sc(sp), schedule, recompute, tp, pp, dp, mb, ep, etp, cap, cp))
+        add("mem.temporary", ("zero", "tp", "cp", "pp", "mb") + ep + cap,
+            lambda zero, tp, cp, pp, mb, ep=1, etp=0, cap=0.0: T.temporary(sc, zero, tp, pp, mb, ep, etp, cap, cp))
+        add("mem.host", ("acc", "offload", "zero", "tp", "cp", "pp", "dp") + ep,
+            lambda acc, offload, zero, tp, cp, pp, dp, ep=1, etp=0:
+            T.host_memory(sc, acc, offload == "cpu", zero, tp, pp, dp, ep, etp, cp))
         t["time.compute"] = self._compute_table()
-        add("time.exposed_dp", ("acc", "zero", "recompute", "tp", "pp", "dp", "mb", "nics") + ep + cap,
-            lambda acc, zero, recompute, tp, pp, dp, mb, nics, ep=1, etp=0, cap=0.0:
-            T.exposed_dp(sc, acc, zero, recompute, tp, pp, dp, mb, nics, ep, etp, cap))
-        add("time.tp_comm", ("acc", "recompute", "tp", "pp", "dp", "mb"),
-            lambda acc, recompute, tp, pp, dp, mb: T.tp_comm(sc, acc, recompute, tp, pp, dp, mb))
-        add("time.offload", ("acc", "offload", "zero", "recompute", "tp", "pp", "dp", "mb") + ep + cap,
-            lambda acc, offload, zero, recompute, tp, pp, dp, mb, ep=1, etp=0, cap=0.0:
-            T.offload_wait(sc, acc, offload == "cpu", zero, recompute, tp, pp, dp, mb, ep, etp, cap))
-        add("time.ep_comm", ("acc", "recompute", "schedule", "tp", "pp", "dp", "mb", "nics") + ep + cap,
-            lambda acc, recompute, schedule, tp, pp, dp, mb, nics, ep=1, etp=0, cap=0.0:
-            T.ep_comm(sc, acc, recompute, schedule, tp, pp, dp, mb, nics, ep, etp, cap))
-        add("overhead", ("mode", "tau", "tp", "pp", "dp"),
-            lambda mode, tau, tp, pp, dp: T.overhead(sc, mode, tp * pp * dp, self.interval(tau, tp * pp * dp, mode)))
-        add("interval", ("mode", "tau", "tp", "pp", "dp"),
-            lambda mode, tau, tp, pp, dp: self.interval(tau, tp * pp * dp, mode))
-        add("input.min_busy", ("acc", "tp", "pp", "dp"),
-            lambda acc, tp, pp, dp: sc.task.global_batch / T.input_supply(sc, acc, tp * pp * dp))
-        add("rate", ("acc", "tp", "pp", "dp", "nics"),
-            lambda acc, tp, pp, dp, nics: T.rate_per_second(sc, acc, tp * pp * dp, nics))
-        add("cards", ("tp", "pp", "dp"), lambda tp, pp, dp: tp * pp * dp)
+        add("time.exposed_dp", ("acc", "zero", "recompute", "sp", "tp", "cp", "pp", "dp", "mb", "nics") + ep + cap,
+            lambda acc, zero, recompute, sp, tp, cp, pp, dp, mb, nics, ep=1, etp=0, cap=0.0:
+            T.exposed_dp(sp_sc(sp), acc, zero, recompute, tp, pp, dp, mb, nics, ep, etp, cap, cp))
+        add("time.tp_comm", ("acc", "recompute", "tp", "cp", "pp", "dp", "mb"),
+            lambda acc, recompute, tp, cp, pp, dp, mb: T.tp_comm(sc, acc, recompute, tp, pp, dp, mb, cp))
+        add("time.offload", ("acc", "offload", "zero", "recompute", "sp", "tp", "cp", "pp", "dp", "mb") + ep + cap,
+            lambda acc, offload, zero, recompute, sp, tp, cp, pp, dp, mb, ep=1, etp=0, cap=0.0:
+            T.offload_wait(sp_sc(sp), acc, offload == "cpu", zero, recompute, tp, pp, dp, mb, ep, etp, cap, cp))
+        add("time.ep_comm", ("acc", "recompute", "schedule", "tp", "cp", "pp", "dp", "mb", "nics") + ep + cap,
+            lambda acc, recompute, schedule, tp, cp, pp, dp, mb, nics, ep=1, etp=0, cap=0.0:
+            T.ep_comm(sc, acc, recompute, schedule, tp, pp, dp, mb, nics, ep, etp, cap, cp))
+        cf = CARD_FACTORS
+        add("overhead", ("mode", "tau", *cf),
+            lambda mode, tau, **f: T.overhead(sc, mode, cards_of(**f), self.interval(tau, cards_of(**f), mode)))
+        add("interval", ("mode", "tau", *cf), lambda mode, tau, **f: self.interval(tau, cards_of(**f), mode))
+        add("input.min_busy", ("acc", *cf),
+            lambda acc, **f: sc.task.global_batch / T.input_supply(sc, acc, cards_of(**f)))
+        add("rate", ("acc", *cf, "nics"), lambda acc, nics, **f: T.rate_per_second(sc, acc, cards_of(**f), nics))
+        add("cards", cf, cards_of)
         # structural facts (1 = the rule holds)
         a = sc.model
         B = sc.task.global_batch
-        add("ok.batch.divisibility", ("dp", "mb"), lambda dp, mb: (B % (dp * mb) == 0) * 1.0)
-        add("ok.layout.whole_hosts", ("acc", "tp", "pp", "dp"),
-            lambda acc, tp, pp, dp: ((tp * pp * dp) % sc.system(acc).acc.cards_per_host == 0) * 1.0)
-        add("ok.layout.tp_within_host", ("acc", "tp"),
-            lambda acc, tp: (sc.system(acc).acc.cards_per_host % tp == 0) * 1.0)
-        add("ok.layout.heads_divisible", ("tp",), lambda tp: ((a.heads % tp == 0) & (a.kv_heads % tp == 0)) * 1.0)
+        add("ok.batch.divisibility", ("dp", "mb"), lambda dp, mb: (T.batch_remainder(sc, dp, mb) == 0) * 1.0)
+        add("ok.layout.whole_hosts", ("acc", *cf),
+            lambda acc, **f: (cards_of(**f) % sc.system(acc).acc.cards_per_host == 0) * 1.0)
+        add("ok.layout.tp_within_host", ("acc", "tp", "cp"),
+            lambda acc, tp, cp: context.placement_ok(tp, cp, sc.system(acc).acc.cards_per_host) * 1.0)
+        add("ok.layout.heads_divisible", ("tp", "cp"), lambda tp, cp: context.heads_ok(a, tp, cp, sc.cp_method) * 1.0)
         per_op = T.per_op_model(sc)  # uneven stages are modelled, not ruled out
         add("ok.layout.pp_divides_layers", ("pp",), lambda pp: ((a.layers % pp == 0) | per_op) * 1.0)
         add("ok.layout.schedule_shape", ("schedule", "pp", "dp", "mb"),
@@ -280,8 +334,8 @@ class Space:
         (T.compute_key: the load factor alone in the flat model) is stacked like another accelerator."""
         sc, d = self.sc, self.domains
         moe = ("ep", "etp", "cap") if sc.model.moe else ()
-        vars = ("acc", "recompute", "schedule", "tp", "pp", "dp", "mb", "nics") + moe
-        nums = ("tp", "pp", "dp", "mb", "nics")
+        vars = ("acc", "recompute", "sp", "schedule", "tp", "cp", "pp", "dp", "mb", "nics") + moe
+        nums = ("tp", "cp", "pp", "dp", "mb", "nics")
         grids = dict(zip(nums, np.ix_(*[np.asarray(d[v], dtype=float) for v in nums])))
         sub = tuple(len(d[v]) for v in nums)
         combos = list(itertools.product(d["ep"], d["etp"], d["cap"])) if moe else [(1, 0, 0.0)]
@@ -291,19 +345,32 @@ class Space:
         reps = [combos[keys.index(k)] for k in unique]
         out = np.empty(tuple(len(d[v]) for v in vars))
         for si, sched in enumerate(d["schedule"]):
-            parts = [T.compute_inputs(sc, acc, rec, sched, grids["tp"], grids["pp"], grids["dp"], grids["mb"],
-                                      grids["nics"], ep=e, expert_tp=t, capacity_factor=c)
-                     for acc in d["acc"] for rec in d["recompute"] for e, t, c in reps]
+            parts = [T.compute_inputs(self.with_sp(sp), acc, rec, sched, grids["tp"], grids["pp"], grids["dp"],
+                                      grids["mb"], grids["nics"], ep=e, expert_tp=t, capacity_factor=c, cp=grids["cp"])
+                     for acc in d["acc"] for rec in d["recompute"] for sp in d["sp"] for e, t, c in reps]
             stacked = tuple(np.stack([np.broadcast_to(p[k], sub) for p in parts]) for k in range(len(parts[0])))
             pp = np.broadcast_to(grids["pp"], sub)[None].repeat(len(parts), axis=0)
             total = T.compute_from(sc, sched, pp, stacked)[0]
-            total = total.reshape((len(d["acc"]), len(d["recompute"]), len(reps)) + sub)[:, :, which]
-            if moe:  # (acc, rec, combo) + sub -> (acc, rec) + sub + (ep, etp, cap)
-                total = np.moveaxis(total, 2, -1).reshape(total.shape[:2] + sub + tuple(len(d[v]) for v in moe))
+            lead = (len(d["acc"]), len(d["recompute"]), len(d["sp"]))
+            total = total.reshape(lead + (len(reps),) + sub)[:, :, :, which]
+            if moe:  # (acc, rec, sp, combo) + sub -> (acc, rec, sp) + sub + (ep, etp, cap)
+                total = np.moveaxis(total, 3, -1).reshape(lead + sub + tuple(len(d[v]) for v in moe))
             else:
-                total = total[:, :, 0]
-            out[:, :, si] = total
+                total = total[:, :, :, 0]
+            out[:, :, :, si] = total
         return Table("time.compute", vars, out)
+
+    def with_sp(self, sp) -> Scenario:
+        """The scenario with sequence parallelism on or off (the same object for the scenario's own
+        value, so the per-operation memo keeps hitting)."""
+        if bool(sp) == self.sc.memory.sequence_parallel:
+            return self.sc
+        cache = self.__dict__.setdefault("_sp_cache", {})
+        if sp not in cache:
+            from dataclasses import replace
+
+            cache[sp] = replace(self.sc, memory=replace(self.sc.memory, sequence_parallel=bool(sp)))
+        return cache[sp]
 
     def interval(self, tau, cards, mode):
         """Save interval in seconds for a tau choice (0 = auto: the optimum for the card count)."""
@@ -321,16 +388,16 @@ class Space:
     def plan(self, idx: dict) -> Plan:
         """The :class:`Plan` of an assignment given as variable -> index into its domain."""
         d = {k: self.domains[k][i] for k, i in idx.items()}
-        cards = d["tp"] * d["pp"] * d["dp"]
+        cards = cards_of(**d)
         tau = float(self.interval(d["tau"], cards, d["mode"]))
         B = self.sc.task.global_batch
         ga = B // (d["dp"] * d["mb"]) if B % (d["dp"] * d["mb"]) == 0 else 0
         return Plan(accelerator=d["acc"], cards=int(cards), zero_stage=int(d["zero"]), tp=int(d["tp"]),
-                    pp=int(d["pp"]), dp=int(d["dp"]), micro_batch=int(d["mb"]), grad_accum=ga,
+                    cp=int(d["cp"]), pp=int(d["pp"]), dp=int(d["dp"]), micro_batch=int(d["mb"]), grad_accum=ga,
                     recompute=d["recompute"], offload=d["offload"],
                     schedule=d["schedule"] if d["pp"] > 1 else self.domains["schedule"][0],
-                    save_interval_s=tau, save_mode=d["mode"], nics_per_host=int(d["nics"]),
-                    **{name: typ(d[v]) for v, name, typ in MOE_VARS if v in d})
+                    save_interval_s=tau, save_mode=d["mode"], nics_per_host=int(d["nics"]), global_batch=B,
+                    sequence_parallel=bool(d["sp"]), **{name: typ(d[v]) for v, name, typ in MOE_VARS if v in d})
 
     def key(self, idx: dict) -> tuple:
         """A canonical assignment key (schedule pinned when pp = 1)."""

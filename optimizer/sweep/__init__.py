@@ -8,8 +8,9 @@ Sweep inputs
 ------------
 Every input may be given on the command line or in a ``[sweep]`` table of the scenario file (the
 command line wins, key by key). Each takes a single value, a comma list (``"20d,25d,30d"`` or a TOML
-list) or an inclusive range ``"start:end:step"`` (``"20d:40d:1d"`` = 21 values). Inputs left out keep
-the scenario's own value.
+list) or an inclusive range ``"start:end:step"`` (``"20d:40d:1d"`` = 21 values), or a geometric one
+``"start:end:xK"`` (``"256:4096:x2"`` = 256, 512, ..., 4096). Inputs left out keep the scenario's own
+value; a scenario whose ``[search] global_batch`` offers several batches sweeps each of them.
 
 ============ ================ ================================================= ==========================
 ``[sweep]``  command line     what                                              example
@@ -22,6 +23,8 @@ efficiency   --efficiency     flat-model compute efficiency (MFU); 0 = per-op   
 max_cards    --max-cards      largest card count a plan may use                  ``"16:128:16"``
 card_hour    --card-hour      price per card-hour for every accelerator (USD)    ``"0.4:0.8:0.1"``
 max_cost     --max-cost       budget cap (USD, or card-hours without prices)     ``"15000,20000"``
+global_batch --global-batch   global batch in sequences (a plan choice)          ``"256:4096:x2"``
+seq_len      --seq-len        tokens per sequence ([task] seq_len)               ``"4096,8192"``
 solver       --solver         auto (default), enumerate, cpsat or highs          ``"auto"``
 breakdown_cards --breakdown-cards  card counts for the finish-time breakdown plot  ``[32, 48]``
 ============ ================ ================================================= ==========================
@@ -43,14 +46,17 @@ plans may be broken differently). One exception makes the deadline a table input
 ``save_interval = "auto"`` and no failures uses the deadline as the save interval.
 
 The front is computed among points that share the table-changing inputs other than the accelerator
-(tokens, efficiency, reserved days, price), across accelerators, deadlines, card caps and budgets:
-plans for different token counts are different problems and do not dominate each other.
+and the global batch (tokens, efficiency, reserved days, price, sequence length), across accelerators,
+batches, deadlines, card caps and budgets: plans for different token counts or sequence lengths are
+different problems and do not dominate each other, while the batch is a plan choice whose
+token-efficiency loss (with ``[task] critical_batch``, E(B) = E_min (1 + B / B_noise) tokens) is in
+the plan's cost and finish time, so the front trades it against speed.
 
 Output and resuming
 -------------------
 ``--out`` (``.csv``, ``.parquet`` or ``.json``) gets one row per point: the inputs, the status, the plan
 (cards, hosts, zero, tp, pp, dp, micro_batch, grad_accum, recompute, offload, schedule, save interval
-and mode, NICs), the metrics (cost, finish_days, train_days, overhead_days, step_s,
+and mode, NICs, global batch and the tokens it trains, ``train_tokens``), the metrics (cost, finish_days, train_days, overhead_days, step_s,
 memory_per_card_gib, overhead_fraction, card_hours), for infeasible points ``fastest_days`` (the
 earliest finish any plan reaches under the other constraints), the solver, a ``note`` (what happened
 when the answer is not proven), ``pareto`` (on the front), the scenario fingerprint and a ``checksum``

@@ -48,7 +48,7 @@ def front_plans(rows: list[dict]) -> list[dict]:
         e = plans.get(pid)
         if e is None:
             e = plans[pid] = {k: r[k] for k in ("accelerator", "tokens", "efficiency", "card_hour", "reserved_days",
-                                                *PLAN_COLUMNS, "cost", "cost_unit", "finish_days", "train_days",
+                                                "seq_len", *PLAN_COLUMNS, "cost", "cost_unit", "finish_days", "train_days",
                                                 "overhead_days", "step_s", "memory_per_card_gib",
                                                 "overhead_fraction")}
             e["deadlines"] = []
@@ -78,7 +78,7 @@ def summarize(rows: list[dict], hw=()) -> list[dict]:
         feas = [r for r in members if r["status"] in FEASIBLE]
         inf = [r for r in members if r["status"] == "infeasible"]
         e = {"accelerator": acc, "tokens": case[0], "efficiency": case[1], "card_hour": case[2],
-             "reserved_days": case[3], "points": len(members), "feasible": len(feas), "infeasible": len(inf),
+             "reserved_days": case[3], "seq_len": case[4], "points": len(members), "feasible": len(feas), "infeasible": len(inf),
              "unknown": sum(r["status"] == "unknown" for r in members),
              "error": sum(r["status"] == "error" for r in members),
              "unproven": sum(r["status"] == "feasible" for r in members),
@@ -101,7 +101,7 @@ def summarize(rows: list[dict], hw=()) -> list[dict]:
 
 def case_label(case: tuple, spec: SweepSpec) -> str:
     """A short label of a case's swept table inputs ('' when only one case exists)."""
-    tokens, eff, price, reserved = case
+    tokens, eff, price, reserved, seq = case
     parts = []
     if len(spec.values["tokens"]) > 1:
         parts.append(f"{fmt_count(tokens)} tok")
@@ -111,6 +111,8 @@ def case_label(case: tuple, spec: SweepSpec) -> str:
         parts.append("catalog $" if price is None else f"${price:g}/h")
     if len(spec.values["reserved"]) > 1:
         parts.append(f"res {reserved:g}d")
+    if len(spec.values["seq_len"]) > 1 and seq is not None:
+        parts.append(f"seq {seq:,}")
     return ", ".join(parts)
 
 
@@ -147,7 +149,7 @@ def plot_series(result: SweepResult) -> dict:
         })
     fronts: dict = {}
     for e in result.front():
-        case = (e["tokens"], e["efficiency"], e["card_hour"], e["reserved_days"])
+        case = case_of(e)
         fronts.setdefault(case, []).append({"finish_days": e["finish_days"], "cost": e["cost"], "cards": e["cards"],
                                             "accelerator": e["accelerator"]})
     front_list = [{"label": case_label(c, spec), "points": sorted(pts, key=lambda p: (p["finish_days"], p["cost"]))}
@@ -195,10 +197,10 @@ def breakdown_bars(result: SweepResult, cards=None) -> tuple[list[dict], list[st
     bars, missing = [], {}
     deadline_s = spec.plot_deadline_days * DAY
     for case in cases:
-        tokens, eff, price, reserved = case
+        tokens, eff, price, reserved, seq = case
         clabel = case_label(case, spec)
         for acc in spec.hw:
-            p = Point(acc, deadline_s, reserved * DAY, tokens, eff, 10**9, price, None)
+            p = Point(acc, deadline_s, reserved * DAY, tokens, eff, 10**9, price, None, None, seq)
             sc = group_scenario(payload, p, deadline_s)
             small = space_size(spec, acc) <= AUTO_TABLE_LIMIT
             for n in cards:

@@ -23,24 +23,25 @@ from tpopt.models.units import DAY
 if TYPE_CHECKING:
     from tpopt.optimizer.sweep.spec import Point
 
-FORMAT = 3  # 2: note and checksum columns; 3: ep, expert_tp, capacity_factor (empty: dropless or dense)
+FORMAT = 4  # 2: note and checksum columns; 3: ep, expert_tp, capacity_factor; 4: global_batch, seq_len, train_tokens, cp
 
 COLUMNS = {  # name -> type (None allowed everywhere)
     "point_key": str,
     "accelerator": str, "deadline_days": float, "reserved_days": float, "tokens": float, "efficiency": float,
-    "max_cards": int, "card_hour": float, "max_cost": float,
+    "max_cards": int, "card_hour": float, "max_cost": float, "global_batch": int, "seq_len": int,
     "status": str,
-    "cards": int, "hosts": int, "zero": int, "tp": int, "pp": int, "dp": int, "micro_batch": int,
+    "cards": int, "hosts": int, "zero": int, "tp": int, "cp": int, "pp": int, "dp": int, "micro_batch": int,
     "grad_accum": int, "recompute": str, "offload": str, "schedule": str, "save_interval_s": float,
-    "save_mode": str, "nics_per_host": int, "ep": int, "expert_tp": int, "capacity_factor": float,
+    "save_mode": str, "nics_per_host": int, "ep": int, "expert_tp": int, "capacity_factor": float, "train_tokens": float,
     "cost": float, "cost_unit": str, "finish_days": float, "train_days": float, "overhead_days": float,
     "step_s": float, "memory_per_card_gib": float, "overhead_fraction": float,
     "card_hours": float, "price_card_hour": float,
     "fastest_days": float, "solver": str, "note": str, "pareto": bool, "fingerprint": str, "checksum": str,
 }
 COLUMN_NAMES = tuple(COLUMNS)
-PLAN_COLUMNS = ("cards", "hosts", "zero", "tp", "pp", "dp", "micro_batch", "grad_accum", "recompute", "offload",
-                "schedule", "save_interval_s", "save_mode", "nics_per_host", "ep", "expert_tp", "capacity_factor")
+PLAN_COLUMNS = ("cards", "hosts", "zero", "tp", "cp", "pp", "dp", "micro_batch", "grad_accum", "recompute", "offload",
+                "schedule", "save_interval_s", "save_mode", "nics_per_host", "ep", "expert_tp", "capacity_factor",
+                "global_batch", "train_tokens")
 STATUSES = ("optimal", "feasible", "infeasible", "unknown", "error")
 FEASIBLE = ("optimal", "feasible")  # a plan is in the row
 PROVEN = ("optimal", "infeasible")  # the answer is final: reused on resume
@@ -96,14 +97,17 @@ def make_row(point: Point, status: str, fingerprint_: str, solver: str, ev=None,
     row.update(point_key=point.key(), accelerator=point.accelerator, deadline_days=point.deadline_s / DAY,
                reserved_days=point.reserved_s / DAY, tokens=point.tokens, efficiency=point.efficiency,
                max_cards=point.max_cards, card_hour=point.card_hour, max_cost=point.max_cost, status=status,
-               solver=solver, fingerprint=fingerprint_, price_card_hour=price, note=note)
+               solver=solver, fingerprint=fingerprint_, price_card_hour=price, note=note,
+               global_batch=point.global_batch, seq_len=point.seq_len)
     if ev is not None:
         p, m = ev.plan_dict(), ev.metrics
-        row.update(cards=p["cards"], hosts=p["hosts"], zero=p["zero_stage"], tp=p["tp"], pp=p["pp"], dp=p["dp"],
+        row.update(cards=p["cards"], hosts=p["hosts"], zero=p["zero_stage"], tp=p["tp"], cp=p["cp"], pp=p["pp"],
+                   dp=p["dp"],
                    micro_batch=p["micro_batch"], grad_accum=p["grad_accum"], recompute=p["recompute"],
                    offload=p["offload"], schedule=p["schedule"], save_interval_s=p["save_interval_s"],
                    save_mode=p["save_mode"], nics_per_host=p["nics_per_host"], ep=p.get("ep") or 1,
-                   expert_tp=p.get("expert_tp") or p["tp"], capacity_factor=p.get("capacity_factor"), cost=m["cost"],
+                   expert_tp=p.get("expert_tp") or p["tp"], capacity_factor=p.get("capacity_factor"),
+                   global_batch=p["global_batch"], train_tokens=m["tokens"], cost=m["cost"],
                    cost_unit=m["cost_unit"], finish_days=m["finish_days"], train_days=m["train_days"],
                    overhead_days=m["train_days"] * m["overhead_fraction"], step_s=m["step_s"],
                    memory_per_card_gib=m["memory_per_card_gib"],
@@ -117,10 +121,12 @@ def sort_key(row: dict) -> tuple:
     def num(x, none):
         return none if x is None else x
 
-    return (row["tokens"], row["efficiency"], num(row["card_hour"], -1.0), row["reserved_days"], row["accelerator"],
-            num(row["max_cost"], math.inf), row["max_cards"], row["deadline_days"], row["point_key"])
+    return (row["tokens"], row["efficiency"], num(row["card_hour"], -1.0), row["reserved_days"],
+            num(row["seq_len"], 0), row["accelerator"], num(row["max_cost"], math.inf), row["max_cards"],
+            row["deadline_days"], num(row["global_batch"], 0), row["point_key"])
 
 
 def case_of(row: dict) -> tuple:
-    """Rows sharing a case compete on one front (everything but accelerator and constraint limits)."""
-    return (row["tokens"], row["efficiency"], row["card_hour"], row["reserved_days"])
+    """Rows sharing a case compete on one front (everything but accelerator, constraint limits and
+    the global batch, a plan choice whose token-efficiency cost is in the row's cost)."""
+    return (row["tokens"], row["efficiency"], row["card_hour"], row["reserved_days"], row.get("seq_len"))

@@ -56,6 +56,13 @@ DIMS = {
                      lambda v, w: parse_number(v, w)),
     "max_cost": Dim("max_cost", "--max-cost", "cost.max_cost", "constraint", lambda v, w: parse_number(v, w),
                     lambda v, w: parse_number(v, w)),
+    # the global batch is a plan choice (with a critical batch the tokens follow E(B)): every batch
+    # value competes on the same front; the sequence length changes the task, a case of its own
+    "global_batch": Dim("global_batch", "--global-batch", "search.global_batch", "table",
+                        lambda v, w: parse_int(v, w, minimum=1), lambda v, w: parse_int(v, w, minimum=0),
+                        integer=True),
+    "seq_len": Dim("seq_len", "--seq-len", "task.seq_len", "table", lambda v, w: parse_int(v, w, minimum=1),
+                   lambda v, w: parse_int(v, w, minimum=0), integer=True),
 }
 SWEEP_KEYS = ("hw", *DIMS, "solver", "breakdown_cards")
 
@@ -72,13 +79,22 @@ def _g(x: float) -> str:
 def _expand(dim: Dim, text: str, what: str) -> list:
     parts = text.split(":")
     if len(parts) != 3 or not all(p.strip() for p in parts):
-        raise InputError(f"{what}: {text!r} is not a range start:end:step (e.g. 20d:40d:1d)")
+        raise InputError(f"{what}: {text!r} is not a range start:end:step (e.g. 20d:40d:1d, or 256:4096:x2)")
     a, b = (dim.parse(p.strip(), what) for p in parts[:2])
-    step = dim.step(parts[2].strip(), what)
-    if step <= 0:
-        raise InputError(f"{what}: {text!r}: the step must be positive")
     if b < a:
         raise InputError(f"{what}: {text!r}: the end ({parts[1].strip()}) is before the start ({parts[0].strip()})")
+    last = parts[2].strip()
+    if last[:1] in ("x", "*"):  # geometric: start, start x k, start x k^2, ... up to end
+        k = parse_number(last[1:], what)
+        if k <= 1 or a <= 0:
+            raise InputError(f"{what}: {text!r}: a geometric range needs a positive start and a factor above 1")
+        n = int(math.floor(math.log(b / a) / math.log(k) + 1e-9)) + 1
+        if n > MAX_VALUES:
+            raise InputError(f"{what}: {text!r} expands to {n:,} values (at most {MAX_VALUES:,})")
+        return [a * k ** i for i in range(n)]
+    step = dim.step(last, what)
+    if step <= 0:
+        raise InputError(f"{what}: {text!r}: the step must be positive")
     n = int(math.floor((b - a) / step + 1e-9)) + 1
     if n > MAX_VALUES:
         raise InputError(f"{what}: {text!r} expands to {n:,} values (at most {MAX_VALUES:,})")
@@ -131,17 +147,22 @@ class Point(NamedTuple):
     max_cards: int
     card_hour: float | None  # None: the catalog/scenario price of each accelerator
     max_cost: float | None  # None: no budget cap
+    global_batch: int | None = None  # None: the scenario's batch
+    seq_len: int | None = None  # None: the scenario's sequence length
 
     def key(self) -> str:
         """Stable identity of the point's inputs (the scenario fingerprint covers everything else)."""
         return (f"{self.accelerator}|deadline={_g(self.deadline_s / DAY)}d|reserved={_g(self.reserved_s / DAY)}d"
                 f"|tokens={_g(self.tokens)}|efficiency={_g(self.efficiency)}|max_cards={self.max_cards}"
                 f"|card_hour={'catalog' if self.card_hour is None else _g(self.card_hour)}"
-                f"|max_cost={'none' if self.max_cost is None else _g(self.max_cost)}")
+                f"|max_cost={'none' if self.max_cost is None else _g(self.max_cost)}"
+                + ("" if self.global_batch is None else f"|global_batch={self.global_batch}")
+                + ("" if self.seq_len is None else f"|seq_len={self.seq_len}"))
 
     def group(self, deadline_in_table: bool) -> tuple:
         """The table-changing inputs: points sharing them share one enumeration."""
-        g = (self.accelerator, self.tokens, self.efficiency, self.reserved_s, self.card_hour)
+        g = (self.accelerator, self.tokens, self.efficiency, self.reserved_s, self.card_hour, self.global_batch,
+             self.seq_len)
         return g + ((self.deadline_s,) if deadline_in_table else ())
 
 
@@ -171,10 +192,10 @@ class SweepSpec:
         v = self.values
         out = []
         for acc in self.hw:
-            for d, r, t, e, mc, ch, mx in itertools.product(v["deadline"], v["reserved"], v["tokens"],
-                                                           v["efficiency"], v["max_cards"], v["card_hour"],
-                                                           v["max_cost"]):
-                out.append(Point(acc, d, r, t, e, mc, ch, mx))
+            for d, r, t, e, mc, ch, mx, gb, sl in itertools.product(
+                    v["deadline"], v["reserved"], v["tokens"], v["efficiency"], v["max_cards"], v["card_hour"],
+                    v["max_cost"], v["global_batch"], v["seq_len"]):
+                out.append(Point(acc, d, r, t, e, mc, ch, mx, gb, sl))
         return out
 
     def size(self) -> int:
@@ -246,6 +267,9 @@ def build_spec(scenario_path, cli: dict | None = None, catalog_dirs=(), fixed: d
         catalog.accelerator(name)  # unknown name -> one clear error
     base = build_scenario(with_overrides(with_overrides(raw, {"hardware.accelerator": list(hw),
                                                               "search.accelerator": list(hw)}), fixed), catalog)
+    if base.stages:
+        raise InputError("a staged scenario ([[task.stages]]) cannot be swept as a whole: sweep a one-stage "
+                         "scenario per stage (tpopt solve plans the stages together)")
     defaults = {
         "deadline": (base.task.deadline_s,),
         "reserved": (base.task.reserved_s,),
@@ -255,6 +279,9 @@ def build_spec(scenario_path, cli: dict | None = None, catalog_dirs=(), fixed: d
         "max_cards": (base.search.max_cards,),
         "card_hour": (_file_default_card_hour(raw),),
         "max_cost": (base.cost.max_cost,),
+        # a scenario offering several batches sweeps them all (each batch one point)
+        "global_batch": tuple(base.search.global_batch) if len(base.search.global_batch) > 1 else (None,),
+        "seq_len": (base.task.seq_len,),
     }
     values = {}
     for name, dim in DIMS.items():

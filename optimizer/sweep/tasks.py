@@ -69,8 +69,14 @@ def group_scenario(payload: _Payload, point: Point, deadline_s: float | None = N
         ov.update({"task.tokens": point.tokens, "hardware.efficiency": point.efficiency or None,
                    "schedule.reserved": f"{point.reserved_s!r}s",
                    "schedule.deadline": f"{max(d, point.reserved_s + DAY)!r}s",
-                   "cost.card_hour": point.card_hour})
+                   "cost.card_hour": point.card_hour, "task.seq_len": point.seq_len})
+        if point.global_batch is not None:
+            ov["search.global_batch"] = [point.global_batch]
         sc = build_scenario(with_overrides(raw, ov), payload.catalog)
+        if point.global_batch is not None:  # the point's batch (tokens from the critical-batch model)
+            from tpopt.optimizer.outer import at_batch
+
+            sc = at_batch(sc, point.global_batch)
         sc = replace(sc, search=replace(sc.search, max_cards=10**9), cost=replace(sc.cost, max_cost=None))
         if len(_CACHE) > 256:
             _CACHE.clear()

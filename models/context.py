@@ -1,0 +1,146 @@
+"""Context parallelism (CP): one sequence split over cp cards, attention across the pieces.
+
+Layout (Megatron-Core's rank order tp-cp-dp-pp): cards = tp x cp x pp x dp; the cp ranks of a group are
+tp apart, so a CP group stays inside one host iff tp x cp <= cards per host. CP ranks hold the same
+weights and see different tokens of the same sequences, so gradients are reduced (and ZeRO shards
+spread) over the dp x cp ranks. Every per-token quantity of a card (activations, logits, pipeline
+boundary tensors, GEMM work) divides by cp; attention needs the other pieces' keys and values:
+
+* **ring** (Ring Attention, Liu et al. "Ring Attention with Blockwise Transformers for Near-Infinite
+  Context"; Megatron-Core / Transformer Engine's default): in cp - 1 steps each card passes the K, V
+  block it holds to the next card while it computes blockwise attention of its queries against the
+  block it has; the backward passes K, V and the accumulating dK, dV. A step's transfer hides behind
+  that step's attention: exposed = (cp - 1) max(0, t_transfer - t_attention / cp) per pass.
+* **all-to-all** (DeepSpeed-Ulysses, Jacobs et al. "DeepSpeed Ulysses: System Optimizations for
+  Enabling Training of Extreme Long Sequence Transformer Models"): an all-to-all turns the
+  sequence-split q, k, v into head-split ones over the whole sequence, attention runs on heads / cp
+  heads, and one more all-to-all brings the output back; it needs heads % (tp cp) = 0, and the
+  collectives sit on the critical path.
+
+Causal load balance: split into cp contiguous pieces, the last piece's queries see every key and the
+busiest card does (2 cp - 1) / cp^2 of the attention work instead of 1 / cp. The zig-zag split
+(2 cp chunks; card r holds chunks r and 2 cp - 1 - r, as Megatron-Core and Llama 3 do) gives every
+card the same work: chunk j costs j + 1/2 blocks, and (r + 1/2) + (2 cp - 1 - r + 1/2) = 2 cp of the
+2 cp^2 blocks in all.
+
+Sizes are bytes per card for one micro-batch of b sequences of s tokens in one layer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpopt.models.arch import ModelArch
+
+METHODS = ("ring", "all-to-all")
+SPLITS = ("zigzag", "contiguous")
+
+
+def _f(x):
+    return np.asarray(x, dtype=float)
+
+
+def attention_share(cp, split: str = "zigzag"):
+    """The busiest card's share of a causal attention's work: 1 / cp (zig-zag), (2 cp - 1) / cp^2
+    (contiguous pieces): cp = 4 -> 0.25 vs 0.4375."""
+    c = _f(cp)
+    if split == "zigzag":
+        return 1.0 / c
+    return (2.0 * c - 1.0) / (c * c)
+
+
+def imbalance(cp, split: str = "zigzag"):
+    """Busiest card's attention work over the balanced share: 1 (zig-zag), (2 cp - 1) / cp (contiguous)."""
+    return attention_share(cp, split) * _f(cp)
+
+
+def kv_block_bytes(a: ModelArch, seq_len, micro_batch, tp, cp, act_bytes=2.0):
+    """K and V of one card's piece: 2 (b s / cp) (d_kv / tp) x bytes (the block a ring step passes on).
+    Llama-3-8B (8 KV heads of 128), s = 128K, tp = 8, cp = 16, BF16: 2 x 8192 x 128 x 2 B = 4 MiB."""
+    return 2.0 * _f(micro_batch) * seq_len / _f(cp) * a.d_kv / _f(tp) * act_bytes
+
+
+def ring_transfer_bytes(a: ModelArch, seq_len, micro_batch, tp, cp, act_bytes=2.0):
+    """(forward, backward) bytes one card sends per layer and micro-batch in ring attention:
+    (cp - 1) K, V blocks forward; (cp - 1) K, V blocks and as many dK, dV blocks backward."""
+    blk = kv_block_bytes(a, seq_len, micro_batch, tp, cp, act_bytes)
+    steps = _f(cp) - 1.0
+    return steps * blk, 2.0 * steps * blk
+
+
+def ring_exposed(transfer_bytes, bandwidth, attention_s, cp):
+    """Ring attention's exposed transfer for one pass over the cp - 1 steps: each step's transfer
+    (transfer_bytes / (cp - 1) at ``bandwidth``) runs beside that step's share of the attention
+    (attention_s / cp): exposed = (cp - 1) max(0, t_step - attention_s / cp); 0 when cp = 1."""
+    c = _f(cp)
+    steps = np.maximum(c - 1.0, 0.0)
+    per_step = np.where(steps > 0, _f(transfer_bytes) / np.maximum(steps, 1.0) / bandwidth, 0.0)
+    return steps * np.maximum(0.0, per_step - _f(attention_s) / c)
+
+
+def kv_replication(a: ModelArch, tp, cp):
+    """All-to-all with fewer KV heads per TP rank than cp ranks: KV heads are replicated so every card
+    gets one: factor max(1, cp / (kv_heads / tp))."""
+    return np.maximum(1.0, _f(cp) / np.maximum(a.kv_heads / _f(tp), 1.0))
+
+
+def alltoall_bytes(a: ModelArch, seq_len, micro_batch, tp, cp, act_bytes=2.0):
+    """Bytes one card sends per layer and micro-batch in Ulysses attention, forward = backward:
+    the all-to-all of q, k, v to head-split form and of the output back, each card keeping 1 / cp:
+    (cp - 1) / cp x (b s / cp) x (2 d_attn + 2 d_kv r) / tp x bytes, r = :func:`kv_replication`."""
+    c = _f(cp)
+    width = (2.0 * a.d_attn + 2.0 * a.d_kv * kv_replication(a, tp, cp)) / _f(tp)
+    return (c - 1.0) / c * _f(micro_batch) * seq_len / c * width * act_bytes
+
+
+def heads_ok(a: ModelArch, tp, cp, method: str = "ring"):
+    """The head rule: tp divides the query and KV heads; all-to-all also needs heads % (tp cp) = 0."""
+    t, c = np.asarray(tp), np.asarray(cp)
+    ok = (a.heads % t == 0) & (a.kv_heads % t == 0)
+    if method == "all-to-all":
+        ok = ok & (a.heads % (t * c) == 0)
+    return ok
+
+
+def buffer_bytes(a: ModelArch, seq_len, micro_batch, tp, cp, method: str = "ring", act_bytes=2.0):
+    """Communication buffers live during a layer's attention (0 when cp = 1).
+
+    Ring: the block being used, the one arriving, and in the backward the dK, dV being accumulated and
+    the ones arriving (FP32 accumulators as in Transformer Engine): 2 x block (act bytes) + 2 x block
+    (4 bytes). All-to-all: the head-split q, k, v, o of the whole sequence, received and sent: 2 x
+    (b s)(2 d_attn + 2 d_kv r) / (tp cp) x bytes.
+    """
+    c = _f(cp)
+    if method == "ring":
+        blk = kv_block_bytes(a, seq_len, micro_batch, tp, cp, act_bytes)
+        out = 2.0 * blk + 2.0 * blk * 4.0 / act_bytes
+    else:
+        width = (2.0 * a.d_attn + 2.0 * a.d_kv * kv_replication(a, tp, cp)) / (_f(tp) * c)
+        out = 2.0 * _f(micro_batch) * seq_len * width * act_bytes
+    return np.where(c > 1, out, 0.0)
+
+
+def placement_ok(tp, cp, cards_per_host):
+    """The layout rule: TP stays inside a host (tp divides the host's cards) and a TP x CP group either
+    divides a host or fills whole hosts, so that every CP group has the same links (8-card hosts:
+    TP 2 x CP 4 or TP 8 x CP 16 are regular, TP 2 x CP 3 is not)."""
+    t, c = np.asarray(tp), np.asarray(cp)
+    g = int(cards_per_host)
+    group = t * c
+    return (g % t == 0) & ((g % group == 0) | (group % g == 0))
+
+
+def cp_bandwidth(intra_bw, nic_bw, nics_per_host, tp, cp, cards_per_host, method: str = "ring"):
+    """Per-card bandwidth of the CP exchange (bytes/s per direction).
+
+    The cp ranks are tp apart: the group stays inside a host iff tp x cp <= cards per host (the card's
+    intra-host link). Across hosts, a ring crosses each host boundary with the tp rings of the host
+    sharing its k NICs: min(intra, k B_nic / tp) (as a DP ring, comm.dp_ring_bandwidth); an all-to-all
+    sends most of its bytes off the host, every card of the host at once: min(intra, k B_nic / g).
+    """
+    t, c = _f(tp), _f(cp)
+    g = float(cards_per_host)
+    spans = t * c > g
+    k = _f(nics_per_host)
+    share = np.minimum(intra_bw, k * nic_bw / (t if method == "ring" else g))
+    return np.where(spans, share, intra_bw)
