@@ -62,13 +62,18 @@ class PhaseTimes(NamedTuple):
 def kernel_time(k: ops.Kernel, r: Rates, act_bytes: float = 2.0):
     """Time of one kernel on one card (roofline.*_time), divided by the throughput scale.
 
-    Under FP8, weight GEMMs run at the FP8 peak and first cast their activation input (read e bytes,
-    write 1 byte per element of the m x k operand)."""
+    Under FP8, weight GEMMs run at the FP8 peak, read their two operands in FP8 (1 byte per element
+    of the batch x (m k + k n) operand elements; the output stays in e bytes) and first cast their
+    activation input (read e bytes, write 1 byte per element of the m x k operand)."""
     p = r.perf
     if k.kind == "gemm":
+        fp8 = r.fp8 and k.linear
         peak = r.linear_peak if k.linear else r.peak
-        t = roofline.gemm_time(k.flops, k.bytes, k.m, k.n, k.k, k.batch, peak, r.hbm, p, k.count)
-        if r.fp8 and k.linear and k.phase != "dw":
+        moved = k.bytes
+        if fp8:
+            moved = _f(k.bytes) - (act_bytes - 1.0) * _f(k.batch) * (_f(k.m) * _f(k.k) + _f(k.k) * _f(k.n))
+        t = roofline.gemm_time(k.flops, moved, k.m, k.n, k.k, k.batch, peak, r.hbm, p, k.count)
+        if fp8 and k.phase != "dw":
             t = t + roofline.memory_time(_f(k.m) * _f(k.k) * (act_bytes + 1.0), r.hbm, p)
     elif k.kind == "attention":
         t = roofline.attention_time(k.flops, k.bytes, r.peak, r.hbm, p, k.count)

@@ -490,15 +490,16 @@ def microbatch_times(sc: Scenario, acc: str, recompute, schedule, tp, pp, micro_
     peak x efficiency; stages balanced (the LM head counted in the average); a MoE model's expert work
     stretched by the load factor phi (padding, the busiest rank's surplus: moe.extra_flops_per_token).
     Per-operation model: the stage's layers x the layer's kernel times plus the embedding (first stage)
-    or head and loss (last stage), maximised over stages. A card has b s / cp of the tokens under context
-    parallelism, its attention share scaled by the split's causal imbalance (:func:`cp_imbalance`); with
-    ``nics`` the context-parallel exchange is included (:func:`cp_exchange`; the data-parallel overlap
-    windows leave it out). With a split backward (zero-bubble, DualPipe) dW is separate; otherwise it is
-    folded into the backward and t_backward_weight is 0.
+    or head and loss (last stage), the phases of the stage whose micro-batch takes longest (one card's
+    window of work; per-phase maxima taken over different stages would overstate it). A card has b s / cp
+    of the tokens under context parallelism, its attention share scaled by the split's causal imbalance
+    (:func:`cp_imbalance`); with ``nics`` the context-parallel exchange is included (:func:`cp_exchange`;
+    the data-parallel overlap windows leave it out). With a split backward (zero-bubble, DualPipe) dW is
+    separate; otherwise it is folded into the backward and t_backward_weight is 0.
     """
     if per_op_model(sc):
         layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics)
-        parts = _busiest(sc, pp, layer, first, last)
+        parts = _busiest_stage(sc, pp, layer, first, last)
         return _fold(schedule, *parts)
     sysm = sc.system(acc)
     a, s = sc.model, sc.task.seq_len
@@ -545,6 +546,16 @@ def _group_times(split: list, g: int, layer, first, last, k: int):
     return out
 
 
+def _candidate_stages(sc: Scenario, pp) -> tuple[list, list[int]]:
+    """(layer split, the stages that can be the busiest): stage times grow with the layer count, so only
+    the first stage, the last stage and the middle stage with the most layers can take longest."""
+    split = stage_split(sc, int(pp)) or [sc.model.layers]
+    groups = {0, len(split) - 1}
+    if len(split) > 2:
+        groups.add(1 + int(np.argmax(split[1:-1])))
+    return split, sorted(groups)
+
+
 def _busiest(sc: Scenario, pp, layer, first, last, k: int = 3):
     """Elementwise (over the plan grid) the largest per-stage value of each of the first k phase times.
 
@@ -555,14 +566,31 @@ def _busiest(sc: Scenario, pp, layer, first, last, k: int = 3):
     out = [np.zeros(shape) for _ in range(k)]
     for p_val in np.unique(pp_a):
         sel = pp_a == p_val
-        split = stage_split(sc, int(p_val)) or [sc.model.layers]
-        groups = {0, len(split) - 1}
-        if len(split) > 2:
-            groups.add(1 + int(np.argmax(split[1:-1])))
-        for g in sorted(groups):
+        split, groups = _candidate_stages(sc, p_val)
+        for g in groups:
             vals = _group_times(split, g, layer, first, last, k)
             for i in range(k):
                 out[i][sel] = np.maximum(out[i][sel], np.broadcast_to(vals[i], shape)[sel])
+    return out
+
+
+def _busiest_stage(sc: Scenario, pp, layer, first, last):
+    """Elementwise (over the plan grid) the (fwd, dX, dW) times of the stage with the largest sum
+    (the candidate stages of :func:`_busiest`; the first of them on ties)."""
+    shape = np.broadcast(np.asarray(pp), *(_f(x) for x in (*layer[:3], *first[:3], *last[:3]))).shape
+    pp_a = np.broadcast_to(np.asarray(pp), shape)
+    out = [np.zeros(shape) for _ in range(3)]
+    best = np.full(shape, -np.inf)
+    for p_val in np.unique(pp_a):
+        sel = pp_a == p_val
+        split, groups = _candidate_stages(sc, p_val)
+        for g in groups:
+            vals = [np.broadcast_to(v, shape) for v in _group_times(split, g, layer, first, last, 3)]
+            total = vals[0] + vals[1] + vals[2]
+            take = sel & (total > best)
+            best = np.where(take, total, best)
+            for i in range(3):
+                out[i] = np.where(take, vals[i], out[i])
     return out
 
 
@@ -777,7 +805,7 @@ def compute_from(sc: Scenario, schedule, pp, inputs):
         pure = ga * (lf + ldx + ldw)
     total = completion * straggler_factor(sc, cards)
     finite = np.isfinite(completion)
-    return (total, pure, np.where(finite, completion - pure, np.inf),
+    return (total, pure, np.where(finite, np.maximum(completion - pure, 0.0), np.inf),
             np.where(finite, total - np.where(finite, completion, 0.0), 0.0))
 
 
@@ -884,7 +912,9 @@ def exposed_dp(sc: Scenario, acc: str, zero, recompute, tp, pp, dp, micro_batch,
     step for ZeRO-0/1; each window's compute is one micro-batch's forward + backward on the busiest
     stage. Per-operation model, contention: a DP ring inside the host shares its link with the TP
     collectives of the same window, a ring across hosts shares the NICs with the pipeline transfers;
-    the link time is divided by (1 - u), u the other traffic's share of the window (capped at 0.9).
+    the link time L becomes min(L / (1 - u), L + windows x the other traffic per window), u the other
+    traffic's share of a window (comm.shared_link_time: the other traffic holds the link only while
+    the windows' compute runs).
     """
     rec = memory.recipe(sc.task.precision)
     ranks = zero_ranks(dp, cp)
@@ -902,8 +932,8 @@ def exposed_dp(sc: Scenario, acc: str, zero, recompute, tp, pp, dp, micro_batch,
         ga = grad_accum(sc, dp, micro_batch)
         tp_busy = tp_exposed(sc, acc, recompute, tp, pp, dp, micro_batch, ep, capacity_factor, expert_tp, cp) / ga
         pp_busy = 2.0 * pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics, cp)
-        u = np.minimum(0.9, np.where(spans, pp_busy, tp_busy) / np.maximum(window, 1e-12))
-        link = link / (1.0 - u)
+        other = np.where(spans, pp_busy, tp_busy)
+        link = comm.shared_link_time(link, other * windows, window * windows)
     f = sc.overlap_fractions()[1]
     hidden = comm.exposed_time(unhidden, link / windows, window, windows, True)
     return f * hidden + (1.0 - f) * link
