@@ -66,7 +66,9 @@ def main(argv=None) -> None:
         t_vec = time.perf_counter() - t0
         for i in (0, k // 2, k - 1):
             ref = pl.simulate(schedule, p, m, forward[i], bx[i], bw[i], transfer[i], update).completion
-            assert vec[i] == ref, (schedule, i, vec[i], ref)
+            # the recurrence repeats the event model's additions; closed forms sum them in another order
+            assert vec[i] == ref or (schedule in pl.CLOSED_FORM and abs(vec[i] - ref) <= 1e-12 * ref), \
+                (schedule, i, vec[i], ref)
         print(f"{schedule:<18} {n_events - p:>8,} {cold:>7.3f}s {warm:>7.3f}s {t_events:>7.3f}s {t_vec:>8.2f}s "
               f"{t_vec / k * 1e6:>7.0f}us {warm * k:>8.0f}s {warm * k / t_vec:>8.0f}x")
     print("cold: first call for the shape (slot order + topological compile); warm: order cached;")

@@ -1,42 +1,46 @@
-"""Solver scaling: CP-SAT and HiGHS against brute-force enumeration on growing design spaces.
+"""Solver scaling: CP-SAT and HiGHS against brute-force enumeration, up to billion-plan design spaces.
 
-Prints, for each space: points, build+solve time of each backend, enumeration time (measured, or
-extrapolated from a timed sample of chunks when the full run would take longer than --enum-budget,
-marked "~"), the ratio enumeration / solver, and whether every backend found the same optimum.
-Not a test: figures depend on the machine. Run:
+For each space: its size; for each solver backend (method ``auto``) the wall time of each phase --
+tables, solve (with exact verification), and the default report's analysis -- and the peak resident
+memory of each phase, every backend in a fresh process; the enumeration's time, measured when it
+fits ``--enum-budget`` (default 10 minutes) and otherwise *estimated* from a timed sample and marked
+"~"; the ratio enumeration / solve; and whether every backend that ran returned the same optimum
+(the enumeration's included when it ran). The estimator is checked against one measured row
+(``--check-row``): both numbers are printed for it. Then the cold start of the README's command.
+Not a test: figures depend on the machine and its load. Run:
 
-    .venv/bin/python benchmarks/solve_scaling.py [--quick] [--enum-budget 120]
+    .venv/bin/python benchmarks/solve_scaling.py [--quick] [--rows 5,6] [--enum-budget 600]
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
-import math
+import json
+import os
+import random
+import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-
-from tpopt.catalogs import load_catalog  # noqa: E402
-from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides  # noqa: E402
-from tpopt.optimizer.core import solve  # noqa: E402
-from tpopt.optimizer.result import Request  # noqa: E402
-from tpopt.optimizer.space import Space  # noqa: E402
-
 DESIGN = ROOT / "examples" / "design-case.toml"
 
-
-def design(overrides: dict):
-    raw = read_scenario_file(DESIGN)
-    for key, value in overrides.items():
-        if value is None:  # delete the key (e.g. the activation reserve: model activations instead)
-            table, _, name = key.partition(".")
-            raw.get(table, {}).pop(name, None)
-    raw = with_overrides(raw, {k: v for k, v in overrides.items() if v is not None})
-    return build_scenario(raw, load_catalog())
-
+ALL_SCHEDULES = ["fill-drain", "1f1b", "interleaved", "zb-h1", "zb-h2", "dualpipe", "dualpipe-deepseek"]
+ALL_RECOMPUTE = ["none", "full", "norm", "mlp", "attn", "norm+mlp", "norm+attn", "mlp+attn", "norm+mlp+attn"]
+INTERVALS = ["auto"] + [f"{s}s" for s in (300, 600, 900, 1200, 1500, 1800, 2400, 3000, 3600, 4500, 5400, 7200, 9000,
+                                          10800, 14400, 18000, 21600, 28800, 43200)]
+FIVE = ["rtx4090", "h100-sxm", "a100-80gb-sxm", "h200", "b200"]
+LLAMA = {
+    "model.name": "llama3-70b", "task.global_batch": 1536, "task.tokens": "2T", "schedule.deadline": "60d",
+    "memory.activation_reserve": None, "input.workers": None, "input.workers_per_host": 8,
+    "hardware.accelerator": FIVE, "search.accelerator": FIVE, "search.max_cards": 16384,
+    "search.zero_stage": [0, 1, 2, 3], "search.tp": [1, 2, 4, 8], "search.pp": [1, 2, 4, 8, 16],
+    "search.dp": [16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1536],
+    "search.schedule": ["1f1b", "zb-h1", "interleaved"], "search.micro_batch": [1, 2, 4, 8],
+    "search.recompute": ["none", "norm", "mlp", "norm+mlp", "full"], "search.offload": ["none", "cpu"],
+    "search.nics_per_host": [1, 2, 4, 6, 8], "search.save_interval": INTERVALS, "search.save_mode": ["sync", "async"]}
 
 SPACES = [
     ("design case as printed ([search] fixed)", {}),
@@ -55,129 +59,288 @@ SPACES = [
         "search.recompute": ["none", "mlp", "norm+mlp", "full"], "search.offload": ["none", "cpu"],
         "search.nics_per_host": [1, 2, 4, 8], "search.save_interval": ["auto", "900s", "1800s", "3600s"],
         "search.save_mode": ["sync", "async"]}),
-    ("Llama-3-70B, 2T tokens: 5 accelerators, up to 16,384 cards, all layouts", {
-        "model.name": "llama3-70b", "task.global_batch": 1536, "task.tokens": "2T", "schedule.deadline": "60d",
-        "memory.activation_reserve": None, "input.workers": None, "input.workers_per_host": 8,
-        "hardware.accelerator": ["rtx4090", "h100-sxm", "a100-80gb-sxm", "h200", "b200"],
-        "search.accelerator": ["rtx4090", "h100-sxm", "a100-80gb-sxm", "h200", "b200"],
-        "search.max_cards": 16384, "search.zero_stage": [0, 1, 2, 3], "search.tp": [1, 2, 4, 8],
-        "search.pp": [1, 2, 4, 8, 16], "search.dp": [16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1536],
-        "search.schedule": ["1f1b", "zb-h1", "interleaved"], "search.micro_batch": [1, 2, 4, 8],
-        "search.recompute": ["none", "norm", "mlp", "norm+mlp", "full"], "search.offload": ["none", "cpu"],
-        "search.nics_per_host": [1, 2, 4, 6, 8],
-        "search.save_interval": ["auto"] + [f"{s}s" for s in (300, 600, 900, 1200, 1500, 1800, 2400, 3000, 3600, 4500,
-                                                              5400, 7200, 9000, 10800, 14400, 18000, 21600, 28800,
-                                                              43200)],
-        "search.save_mode": ["sync", "async"]}),
+    ("Llama-3-70B, 2T tokens, 5 accelerators, up to 16,384 cards, all layouts", LLAMA),
+    ("GPT-3 175B, 300B tokens, 1,024 A100s: the widest space", ROOT / "examples" / "gpt3-175b-widest.toml"),
+    ("Llama-3-70B, 2T tokens, 5 accelerators, up to 16,384 cards: the widest space", dict(LLAMA, **{
+        "search.schedule": ALL_SCHEDULES, "search.pp": [1, 2, 4, 5, 8, 10, 16, 20],
+        "search.micro_batch": [1, 2, 3, 4, 6, 8], "search.recompute": ALL_RECOMPUTE,
+        "search.dp": [8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1536]})),
 ]
+QUICK = 3  # --quick: the first three spaces
 
 
-def timed(fn):
-    t0 = time.perf_counter()
+def design(overrides):
+    """The design case with ``overrides`` (a dict; None deletes a key), or a scenario file (a path)."""
+    from tpopt.catalogs import load_catalog
+    from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
+
+    if isinstance(overrides, Path):
+        return build_scenario(read_scenario_file(overrides), load_catalog())
+    raw = read_scenario_file(DESIGN)
+    for key, value in overrides.items():
+        if value is None:  # delete the key (e.g. the activation reserve: model activations instead)
+            table, _, name = key.partition(".")
+            raw.get(table, {}).pop(name, None)
+    raw = with_overrides(raw, {k: v for k, v in overrides.items() if v is not None})
+    return build_scenario(raw, load_catalog())
+
+
+# ---------------------------------------------------------------------------------------------
+# peak memory per phase (Linux: the high-water mark can be reset; elsewhere it only grows)
+
+def _reset_peak() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_mb() -> float:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def phase(log: dict, name: str, fn):
+    """Run one phase; record its wall time, its CPU time and its peak resident memory."""
+    exact = _reset_peak()
+    t0, c0 = time.perf_counter(), time.process_time()
     out = fn()
-    return out, time.perf_counter() - t0
-
-
-def enumeration_estimate(space: Space, budget: float):
-    """Run enumeration if it fits the budget, else extrapolate from an even sample of the groups.
-
-    Groups (accelerator x offload x recompute x mode x schedule, pp = 1 or pp > 1) differ a lot in
-    cost (pipeline simulations), so the sample is a seeded random choice of groups across the whole
-    space, run through the real enumerator; the estimate is total points / (sampled points per second).
-    """
-    from tpopt.optimizer.enumerate import _groups, chunks, enumerate_best
-
-    groups = list(_groups(space))
-    t0 = time.perf_counter()
-    for n_done, _ in enumerate(chunks(space), 1):
-        if time.perf_counter() - t0 > budget / 10:
-            break
-    else:
-        return None, False  # finished well inside the budget: measure it properly instead
-    import random
-
-    sample = [groups[i] for i in sorted(random.Random(0).sample(range(len(groups)), min(24, len(groups))))]
-    points = 0
-    t0 = time.perf_counter()
-    for g in sample:
-        sub = Space(sc=space.sc, domains=dict(space.domains))
-        d = sub.domains
-        ai, oi, ri, mi, si, pp_idx = g
-        sub.domains = dict(d, acc=[d["acc"][ai]], offload=[d["offload"][oi]], recompute=[d["recompute"][ri]],
-                           mode=[d["mode"][mi]], schedule=[d["schedule"][si]], pp=[d["pp"][i] for i in pp_idx])
-        points += enumerate_best(sub, Request())[1]  # the real enumerator, masks and selection included
-    rate = points / (time.perf_counter() - t0)
-    return space.size() / rate, True
-
-
-def cli_cold_start(repeats: int = 3) -> list[float]:
-    """Wall time of the README's main command in a fresh process (imports included)."""
-    import subprocess
-
-    exe = Path(sys.executable).with_name("tpopt")
-    cmd = [str(exe), "solve", "--scenario", str(DESIGN), "--deadline", "30d", "--hw", "rtx4090"]
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, capture_output=True)
-        out.append(time.perf_counter() - t0)
+    log["time"][name] = time.perf_counter() - t0
+    log.setdefault("cpu", {})[name] = time.process_time() - c0
+    log["rss_mb"][name] = _peak_mb()
+    log["rss_exact"] = exact
     return out
 
 
+# ---------------------------------------------------------------------------------------------
+# children: one backend on one space, in a fresh process
+
+def child_solver(row: int, backend: str, analysis: bool) -> dict:
+    from tpopt.optimizer.core import solve
+    from tpopt.optimizer.report import analysis as report
+    from tpopt.optimizer.result import Request
+    from tpopt.optimizer.space import Space
+
+    log = {"time": {}, "rss_mb": {}}
+    sc = design(SPACES[row][1])
+    space = phase(log, "space", lambda: Space.from_scenario(sc))
+    req = Request(time_limit=600, seed=0, workers=1)
+    if backend in ("cpsat", "highs"):
+        phase(log, "import", lambda: __import__("tpopt.optimizer.cpsat" if backend == "cpsat" else "highspy"))
+        phase(log, "tables", space.build_tables)
+    r = phase(log, "solve", lambda: solve(sc, backend, req, space=space))
+    if analysis and r.best is not None:
+        a = phase(log, "analysis", lambda: report(space, r.best, backend, req, set(r.enforced)))
+        log["analysis_by"] = a["oracle"]
+    log.update(status=r.status.value, points=space.size(), rounds=r.solver.rounds, evaluated=r.solver.evaluated,
+               method=r.solver.note, cost=r.best.metrics["cost"] if r.best else None,
+               plan=None if r.best is None else _plan(r.best))
+    return log
+
+
+def _plan(ev) -> str:
+    p = ev.plan
+    return (f"{p.accelerator} x {p.cards}, ZeRO-{p.zero_stage}, TP {p.tp}, PP {p.pp}"
+            + (f" ({p.schedule})" if p.pp > 1 else "") + f", mb {p.micro_batch}, recompute {p.recompute}, "
+            f"cost {ev.metrics['cost']:,.0f}")
+
+
+def enumeration_estimate(space, samples: int, seed: int = 0) -> tuple[float, int]:
+    """CPU seconds the enumerator would take on ``space``, from a timed stratified sample of its groups
+    (CPU time, not wall: on a shared machine the wall time of a sample depends on the neighbours).
+
+    A group is one (accelerator, offload, recompute, save mode, schedule) combination with every
+    numeric choice (the enumerator's unit of work). Groups cost very different amounts (pipeline
+    simulations), and the groups that share a pipeline term -- same accelerator, recompute and
+    schedule, other offload and mode -- reuse its results (the evaluator's memo): so the sample draws
+    whole such families, stratified by (accelerator, schedule, pp = 1 or pp > 1). The first family of
+    a stratum also compiles the stratum's pipeline shapes, which the others reuse (the full run pays it
+    once too): each stratum is estimated as first + (families - 1) x the mean of the others.
+    """
+    from tpopt.optimizer.enumerate import _groups, enumerate_best
+    from tpopt.optimizer.result import Request
+
+    d = space.domains
+    families: dict = {}
+    for g in _groups(space):
+        fixed, pp_idx = g
+        stratum = (fixed["acc"], fixed["schedule"], len(pp_idx) == 1 and d["pp"][pp_idx[0]] == 1)
+        families.setdefault(stratum, {}).setdefault(fixed["recompute"], []).append(g)
+    rng = random.Random(seed)
+    total = 0.0
+    points = 0
+    per = max(2, samples // max(len(families), 1))
+    for stratum, fams in sorted(families.items()):
+        keys = sorted(fams)
+        pick = [keys[0]] + sorted(rng.sample(keys[1:], min(per, len(keys)) - 1))
+        times = []
+        for ri in pick:  # the real enumerator, restricted to the family's groups
+            t0 = time.process_time()
+            points += enumerate_best(space, Request(), groups=fams[ri])[1]
+            times.append(time.process_time() - t0)
+        rest = times[1:] or times
+        total += times[0] + (len(keys) - 1) * sum(rest) / len(rest)
+    return total, points
+
+
+def child_enumerate(row: int, mode: str, samples: int) -> dict:
+    """``mode`` "estimate": the timed sample; "measure": the whole enumeration (a fresh process, so
+    that it starts as cold as a user's run)."""
+    from tpopt.optimizer.core import solve
+    from tpopt.optimizer.result import Request
+    from tpopt.optimizer.space import Space
+
+    log = {"time": {}, "rss_mb": {}}
+    sc = design(SPACES[row][1])
+    space = Space.from_scenario(sc)
+    log["points"] = space.size()
+    if mode == "estimate":
+        est, sampled = phase(log, "estimate", lambda: enumeration_estimate(space, samples))
+        log.update(estimate=est, sampled=sampled)
+    else:
+        r = phase(log, "enumerate", lambda: solve(sc, "enumerate", Request(time_limit=1e9)))
+        log.update(measured=log["cpu"]["enumerate"], measured_wall=log["time"]["enumerate"], status=r.status.value,
+                   cost=r.best.metrics["cost"] if r.best else None, plan=None if r.best is None else _plan(r.best))
+    return log
+
+
+def run_child(args: list[str]) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", *args]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode:
+        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# cold start
+
+def cli_cold_start(repeats: int = 5) -> list[tuple[float, float]]:
+    """(wall, CPU) seconds of the README's main command in a fresh process, imports included."""
+    exe = Path(sys.executable).with_name("tpopt")
+    cmd = [str(exe), "solve", "--scenario", str(DESIGN), "--deadline", "30d", "--hw", "rtx4090"]
+    if not exe.exists():
+        cmd = [sys.executable, "-m", "tpopt.cli.main", *cmd[1:]]
+    out = []
+    for _ in range(repeats):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True)
+        wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out.append((wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="only the first three spaces")
-    ap.add_argument("--enum-budget", type=float, default=120.0, help="seconds allowed for a full enumeration")
-    ap.add_argument("--time-limit", type=float, default=600.0)
-    ap.add_argument("--skip-highs-above", type=float, default=2e8, help="skip HiGHS on larger spaces")
-    ap.add_argument("--mono-above", type=float, default=1e5, help="time the monolithic encodings up to this size")
+    ap.add_argument("--quick", action="store_true", help=f"only the first {QUICK} spaces")
+    ap.add_argument("--rows", help="comma-separated row numbers (0-based) instead of all")
+    ap.add_argument("--enum-budget", type=float, default=600.0,
+                    help="run the enumeration for real when its estimate is below this many seconds")
+    ap.add_argument("--samples", type=int, default=16,
+                    help="families timed for an enumeration estimate (at least 2 per stratum)")
+    ap.add_argument("--check-row", type=int, default=3,
+                    help="row whose enumeration is both estimated and measured (checks the estimator)")
+    ap.add_argument("--backends", default="cpsat,highs")
+    ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    spaces = SPACES[:3] if args.quick else SPACES
+    if args.child:
+        kind, row = args.child[0], int(args.child[1])
+        if kind == "enumerate":
+            out = child_enumerate(row, args.child[2], int(args.child[3]))
+        else:
+            out = child_solver(row, kind, args.child[2] == "1")
+        print(json.dumps(out))
+        return
+
+    rows = list(range(QUICK if args.quick else len(SPACES)))
+    if args.rows:
+        rows = [int(x) for x in args.rows.split(",")]
+    backends = [b for b in args.backends.split(",") if b]
     cold = cli_cold_start()
-    solve(design({}), "cpsat", Request())  # warm-up: imports and caches out of the timed runs
-    print(f"tpopt solve --scenario examples/design-case.toml --deadline 30d --hw rtx4090, cold start: "
-          f"{', '.join(f'{t:.2f}' for t in cold)} s (best {min(cold):.2f} s; target < 2 s)")
-    print(f"{'space':<64} {'points':>12} {'cpsat s':>9} {'highs s':>9} {'enum s':>10} {'enum/cpsat':>11} "
-          f"{'enum/highs':>11}  same optimum")
-    mono_rows = []
-    for label, ov in spaces:
-        sc = design(ov)
-        space = Space.from_scenario(sc)
-        n = space.size()
-        req = Request(time_limit=args.time_limit, seed=0, workers=1)
-        r_cp, t_cp = timed(lambda: solve(sc, "cpsat", req))
-        if n <= args.skip_highs_above:
-            r_hi, t_hi = timed(lambda: solve(sc, "highs", req))
-        else:
-            r_hi, t_hi = None, float("nan")
-        est, extrapolated = enumeration_estimate(space, args.enum_budget)
-        if extrapolated:
-            r_en, t_en = None, est
-        else:
-            r_en, t_en = timed(lambda: solve(sc, "enumerate", req))
-        costs = [r.best.metrics["cost"] for r in (r_cp, r_hi, r_en) if r is not None and r.best is not None]
-        same = "yes" if costs and max(costs) - min(costs) <= 1e-9 * max(costs) else ("n/a" if not costs else "NO")
-        enum_txt = f"~{t_en:.1f}" if extrapolated else f"{t_en:.2f}"
-        hi_txt = "skipped" if r_hi is None else f"{t_hi:.2f}"
-        ratio_hi = "" if r_hi is None else f"{t_en / t_hi:.1f}x"
-        print(f"{label:<64} {n:>12,} {t_cp:>9.2f} {hi_txt:>9} {enum_txt:>10} {t_en / t_cp:>10.1f}x {ratio_hi:>11}  "
-              f"{same} ({r_cp.status.value}, {r_cp.solver.note}, {r_cp.solver.rounds} rounds, "
-              f"{r_cp.solver.evaluated:,} plans evaluated exactly)")
-        if n <= args.mono_above:
-            mono = {b: timed(lambda: solve(sc, b, Request(time_limit=args.time_limit, seed=0, workers=1,
-                                                          method="monolithic"))) for b in ("cpsat", "highs")}
-            mono_rows.append((label, n, mono["cpsat"][1], mono["highs"][1], t_cp, t_hi))
-        if r_cp.best is not None:
-            p = r_cp.best.plan
-            print(f"{'':<64} optimum: {p.accelerator} x {p.cards}, ZeRO-{p.zero_stage}, TP {p.tp}, PP {p.pp}, "
-                  f"mb {p.micro_batch}, recompute {p.recompute}, cost {r_cp.best.metrics['cost']:,.0f}")
+    walls, cpus = zip(*cold)
+    print(f"tpopt solve --scenario examples/design-case.toml --deadline 30d --hw rtx4090, cold start: wall "
+          f"{', '.join(f'{t:.2f}' for t in walls)} s (best {min(walls):.2f} s), CPU {min(cpus):.2f}-{max(cpus):.2f} s "
+          f"(target < 0.5 s on a quiet 2-core machine)")
+    print()
+    results = []
+    for row in rows:
+        label = SPACES[row][0]
+        res = {b: run_child([b, str(row), "1"]) for b in backends}
+        en = run_child(["enumerate", str(row), "estimate", str(args.samples)])
+        if "error" not in en and (en["estimate"] <= args.enum_budget or row == args.check_row):
+            en.update({k: v for k, v in run_child(["enumerate", str(row), "measure", "0"]).items()
+                       if k not in ("time", "rss_mb")} or {})
+            en.setdefault("rss_mb", {})
+        results.append((row, label, res, en))
+        report_row(row, label, res, en, backends)
         sys.stdout.flush()
-    print("~ = extrapolated from a timed sample of the enumeration (the full run would exceed the budget).")
-    print("Times include building the term tables. cpsat/highs use method 'auto': the monolithic encoding for")
-    print("tiny tables, the layout decomposition beyond. The monolithic encodings on the same spaces:")
-    print(f"{'space':<64} {'points':>12} {'cpsat mono':>11} {'highs mono':>11} {'cpsat auto':>11} {'highs auto':>11}")
-    for label, n, tc, th, ac, ah in mono_rows:
-        print(f"{label:<64} {n:>12,} {tc:>11.2f} {th:>11.2f} {ac:>11.2f} {ah:>11.2f}")
+    print("Times in seconds (wall, and CPU: the machine may be shared), each backend in a fresh process: tables =")
+    print("every table the solve reads (closed-form bounds of the pipeline terms on large spaces), solve = the solve")
+    print("with exact verification (its tables already built), analysis = the default report (binding families, why")
+    print("not cheaper); RSS = peak resident memory of each phase. Enumeration: '~' = estimated from a timed sample")
+    print("(stratified families of groups, CPU time), otherwise measured; 'same optimum' compares the cost of every")
+    print("backend that ran (the enumeration's included).")
+
+
+def report_row(row, label, res, en, backends):
+    print(f"[{row}] {label}")
+    n = next((r.get("points") for r in res.values() if "points" in r), en.get("points"))
+    print(f"    plans: {n:,}")
+    costs = []
+    for b in backends:
+        r = res[b]
+        if "error" in r:
+            print(f"    {b:<6} failed: {r['error']}")
+            continue
+        t, c, m = r["time"], r["cpu"], r["rss_mb"]
+        total = t.get("tables", 0) + t["solve"]
+        cpu = c.get("tables", 0) + c["solve"]
+        extra = (f", analysis {t['analysis']:.2f} s (CPU {c['analysis']:.2f} s, {r.get('analysis_by')})"
+                 if "analysis" in t else "")
+        rss = ", ".join(f"{k} {v:,.0f}" for k, v in m.items() if k in ("tables", "solve", "analysis"))
+        print(f"    {b:<6} {r['status']}: tables {t.get('tables', 0):.2f} s + solve {t['solve']:.2f} s = {total:.2f} s "
+              f"(CPU {cpu:.2f} s){extra}; solver import {t.get('import', 0):.2f} s; peak RSS MB: {rss}")
+        print(f"           {r['method']}, {r['rounds']} rounds, {r['evaluated']:,} plans evaluated exactly; "
+              f"optimum: {r['plan']}")
+        if r["cost"] is not None:
+            costs.append(r["cost"])
+    if "error" in en:
+        print(f"    enumeration failed: {en['error']}")
+        enum_t = None
+    else:
+        est = en["estimate"]
+        if "measured" in en:
+            enum_t = en["measured"]
+            print(f"    enumeration: measured {enum_t:.2f} s CPU ({en['measured_wall']:.2f} s wall; estimate from "
+                  f"{en['sampled']:,} sampled plans: {est:.2f} s CPU, estimate / measured {est / max(enum_t, 1e-9):.2f}); "
+                  f"optimum: {en['plan']}")
+            if en.get("cost") is not None:
+                costs.append(en["cost"])
+        else:
+            enum_t = est
+            print(f"    enumeration: ~{est:,.0f} s CPU estimated (from {en['sampled']:,} sampled plans; over the budget)")
+    if enum_t is not None:
+        for b in backends:
+            r = res[b]
+            if "error" not in r:
+                cpu = r["cpu"].get("tables", 0) + r["cpu"]["solve"]
+                mark = "" if "measured" in en else "~"
+                print(f"    enumeration / {b} (CPU time): {mark}{enum_t / cpu:,.1f}x")
+    same = "n/a" if not costs else ("yes" if max(costs) - min(costs) <= 1e-9 * max(costs) else "NO")
+    print(f"    same optimum on every backend that ran: {same} ({len(costs)} backends)")
+    print()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,19 @@ from tpopt.cli.common import EXIT_INFEASIBLE, EXIT_UNKNOWN, dump_json, echo_buil
 from tpopt.cli.request import request_from, solve_options
 
 
+TINY_SPACE = 20_000
+"""Plans up to which ``--method auto`` proves the optimum by evaluating every plan (vectorised): faster
+than loading a solver, whose import alone takes longer than such a space's whole enumeration."""
+
+
+def tiny_backend(space, kw: dict) -> str:
+    """The backend to run: the enumerator for tiny spaces under ``--method auto``, else the one asked for."""
+    if kw["solver"] in ("cpsat", "highs") and kw.get("method", "auto") == "auto" and space.size() <= TINY_SPACE \
+            and space.cheap_pipeline():
+        return "enumerate"
+    return kw["solver"]
+
+
 @click.command()
 @scenario_options
 @solve_options
@@ -61,7 +74,13 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, **kw):
         exported = export_model(space, req, export)
         click.echo(f"tpopt: wrote {exported['path']}: the plan MILP, {exported['variables']:,} variables, "
                    f"{exported['constraints']:,} constraints, minimising {exported['objective']}", err=True)
-    result = bs.result if bs else run(sc, kw["solver"], req, space=space)
+    if bs:
+        result = bs.result
+    else:
+        backend = tiny_backend(space, kw)
+        result = run(sc, backend, req, space=space)
+        if backend != kw["solver"]:
+            result.solver.note = "tiny space: every plan evaluated"  # --method monolithic runs the solver asked for
     out = {"status": result.status.value, "objective": result.objective, "solver": result.solver.as_dict()}
     echo_builtin_note(kw, as_json, out)
     if exported:

@@ -44,7 +44,7 @@ import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -324,25 +324,18 @@ def _order_dualpipe_chapter(p, m):
     306 / 558 ms, and so do the other tie orders tried).
     """
     down, up = _halves(m)
-    seqs = []
-    for s in range(p):
-        pair = []
-        for d, (n, first) in enumerate(((down, 0), (up, down))):
-            pos = s if d == 0 else p - 1 - s
-            a = p - 1 - pos
-            pair.append(_zb_family(a, 2 * a, range(first, first + n), pos, split=True))
-        seqs.append(pair)
-
-    # integer ids for speed: producer, latency, and the stage of the cross-stage consumer
+    # every op of both directions, with integer ids: the op's producer, the link latency, and the stage
+    # of the op's cross-stage consumer (to wake it up)
     ops: list = []
-    gid: dict = {}
     seq_ids = []
+    id_of = [-1] * (3 * m * p)  # (kind, micro-batch, position) -> op id
     for s in range(p):
         pair = []
-        for d in (0, 1):
+        for n, first, pos in ((down, 0, s), (up, down, p - 1 - s)):
+            a = p - 1 - pos
             ids = []
-            for op in seqs[s][d]:
-                gid[op[:3]] = len(ops)
+            for op in _zb_family(a, 2 * a, range(first, first + n), pos, split=True):
+                id_of[(op[0] * m + op[1]) * p + op[2]] = len(ops)
                 ids.append(len(ops))
                 ops.append((op, s))
             pair.append(ids)
@@ -354,7 +347,7 @@ def _order_dualpipe_chapter(p, m):
     for k, ((kind, mb, pos, _), s) in enumerate(ops):
         pkey, link = _producer(kind, mb, pos, p - 1)
         if pkey is not None:
-            q = gid[pkey]
+            q = id_of[(pkey[0] * m + pkey[1]) * p + pkey[2]]
             prod[k] = q
             if link != _MSG_NONE:
                 lat[k] = _REF_T
@@ -362,39 +355,43 @@ def _order_dualpipe_chapter(p, m):
     prio = [_PRIORITY[op[0]] for op, _ in ops]
     dur = [_REF_DUR[op[0]] for op, _ in ops]
     end = [-1] * n
-    ptr = [[0, 0] for _ in range(p)]
+    ptr0 = [0] * p  # next op of each direction on each stage
+    ptr1 = [0] * p
     free = [0] * p
     version = [0] * p
     out: list[list] = [[] for _ in range(p)]
     heap: list = []
-
-    lens = [(len(a), len(b)) for a, b in seq_ids]
+    seq0 = [ids[0] + [-1] for ids in seq_ids]  # a sentinel ends each sequence
+    seq1 = [ids[1] + [-1] for ids in seq_ids]
     heappush, heappop = heapq.heappush, heapq.heappop
 
     def push(s):
         """Queue stage s's best head: (possible start, kind priority, direction, stage, version)."""
         version[s] += 1
-        best = None
         fs = free[s]
-        ps = ptr[s]
-        for d in (0, 1):
-            j = ps[d]
-            if j < lens[s][d]:
-                k = seq_ids[s][d][j]
-                q = prod[k]
-                if q < 0:
+        best_r = best_p = best_d = -1
+        k = seq0[s][ptr0[s]]
+        if k >= 0:
+            q = prod[k]
+            if q < 0:
+                best_r, best_p, best_d = fs, prio[k], 0
+            elif end[q] >= 0:
+                r = end[q] + lat[k]
+                best_r, best_p, best_d = (r if r > fs else fs), prio[k], 0
+        k = seq1[s][ptr1[s]]
+        if k >= 0:
+            q = prod[k]
+            r = -1
+            if q < 0:
+                r = fs
+            elif end[q] >= 0:
+                r = end[q] + lat[k]
+                if r < fs:
                     r = fs
-                else:
-                    e = end[q]
-                    if e < 0:
-                        continue
-                    r = e + lat[k]
-                    if r < fs:
-                        r = fs
-                if best is None or r < best[0] or (r == best[0] and prio[k] < best[1]):
-                    best = (r, prio[k], d)
-        if best is not None:
-            heappush(heap, (best[0], best[1], best[2], s, version[s]))
+            if r >= 0 and (best_d < 0 or r < best_r or (r == best_r and prio[k] < best_p)):
+                best_r, best_p, best_d = r, prio[k], 1
+        if best_d >= 0:
+            heappush(heap, (best_r, best_p, best_d, s, version[s]))
 
     for s in range(p):
         push(s)
@@ -402,15 +399,19 @@ def _order_dualpipe_chapter(p, m):
         t, _, d, s, ver = heappop(heap)
         if ver != version[s]:
             continue
-        k = seq_ids[s][d][ptr[s][d]]
-        ptr[s][d] += 1
+        if d == 0:
+            k = seq0[s][ptr0[s]]
+            ptr0[s] += 1
+        else:
+            k = seq1[s][ptr1[s]]
+            ptr1[s] += 1
         end[k] = free[s] = t + dur[k]
         out[s].append(ops[k][0])
         push(s)
         c = consumer_stage[k]
         if c >= 0:  # the consumer on the neighbouring stage may now be ready
             push(c)
-    if any(ptr[s][d] != len(seq_ids[s][d]) for s in range(p) for d in (0, 1)):
+    if any(ptr0[s] != len(seq_ids[s][0]) or ptr1[s] != len(seq_ids[s][1]) for s in range(p)):
         raise AssertionError(f"dualpipe p={p} m={m}: the direction orders deadlock")
     return out
 
@@ -523,16 +524,15 @@ class _Program:
     p: int
     m: int
     v: int
-    orders: tuple  # per stage: tuple of (kind, mb, pos, fused) in slot order
-    # per op in topological order
-    stage: list
-    code: list  # duration code (kind * p + group) * v + chunk
-    dep: list  # topological index of the producer on another stage, -1 if none
-    msg: list  # link of that input: 1 forward, 2 backward, 0 none
-    level: list  # longest-path depth: ops of one level are independent
+    # per op in a topological order: by longest-path level, then stage (ops of one level are independent)
+    stage: np.ndarray
+    code: np.ndarray  # duration code (kind * p + group) * v + chunk
+    dep: np.ndarray  # topological index of the producer on another stage, -1 if none
+    msg: np.ndarray  # link of that input: 1 forward, 2 backward, 0 none
+    level: np.ndarray  # longest-path depth
     # per op in slot order, stage after stage ("gid")
     offsets: tuple  # stage s holds gids offsets[s] .. offsets[s+1]-1
-    topo: list  # gid -> topological index
+    topo: np.ndarray  # gid -> topological index
     kind_g: np.ndarray
     mb_g: np.ndarray
     pos_g: np.ndarray
@@ -552,82 +552,113 @@ def _producer(kind: int, mb: int, pos: int, last_pos: int):
     return (_B, mb, pos), _MSG_NONE
 
 
-@lru_cache(maxsize=256)  # one entry per (schedule, p, m, v) shape; a solver table uses dozens
-def _program(schedule: str, p: int, m: int, v: int) -> _Program:
+class _ShapeCache:
+    """Per-shape results (compiled programs, wave plans) kept up to a total number of operations, least
+    recently used first out: sized to the space's shapes, not to a count that a table walks in a cycle."""
+
+    def __init__(self, fn, budget: int):
+        self.fn = fn
+        self.budget = budget
+        self.items: dict = {}
+        self.ops = 0
+
+    def __call__(self, *key):
+        got = self.items.pop(key, None)
+        if got is None:
+            got = self.fn(*key)
+            self.ops += got[1]
+            while self.items and self.ops > self.budget:
+                self.ops -= self.items.pop(next(iter(self.items)))[1]
+        self.items[key] = got
+        return got[0]
+
+    def cache_clear(self):
+        self.items.clear()
+        self.ops = 0
+
+
+CACHE_OPS = 4_000_000
+"""Operations (summed over shapes) whose compiled programs and wave plans are kept (~100 B each)."""
+
+
+def _compile(schedule: str, p: int, m: int, v: int):
     """Compile the slot orders into a topological order (cached; depends only on the shape)."""
     orders = slot_orders(schedule, p, m, v)
     inter = schedule == "interleaved"
-    last_pos = (v * p if inter else p) - 1
+    npos = v * p if inter else p
+    lens = [len(ops) for ops in orders]
     offsets = [0]
-    for ops in orders:
-        offsets.append(offsets[-1] + len(ops))
+    for k in lens:
+        offsets.append(offsets[-1] + k)
     n = offsets[-1]
-    gid_of = {}
-    for s, ops in enumerate(orders):
-        base = offsets[s]
-        for j, op in enumerate(ops):
-            gid_of[op[:3]] = base + j
-    prod = [-1] * n
-    link = [_MSG_NONE] * n
-    code = [0] * n
-    stage_g = [0] * n
-    g = 0
-    for s, ops in enumerate(orders):
-        lo, hi = offsets[s], offsets[s + 1]
-        for kind, mb, pos, fused in ops:
-            pkey, lk = _producer(kind, mb, pos, last_pos)
-            if pkey is not None:
-                q = gid_of[pkey]
-                if lo <= q < hi:  # same stage: the slot order itself must respect the input
-                    if q >= g:
-                        raise AssertionError(f"{schedule}: stage {s} runs {(kind, mb, pos)} before {pkey}")
-                else:
-                    prod[g] = q
-                    link[g] = lk
-            group, chunk = (pos % p, pos // p) if inter else (pos, 0)
-            k = _DF if kind == _F else _DW if kind == _W else (_DBF if fused else _DBX)
-            code[g] = (k * p + group) * v + chunk
-            stage_g[g] = s
-            g += 1
-    # place ops stage by stage as far as their inputs allow, round robin until all are placed
-    topo = [-1] * n
-    level_g = [0] * n
-    placed: list[int] = []
+    flat = np.array([op for ops in orders for op in ops], dtype=np.int64).reshape(n, 4)
+    kind, mb, pos, fused = flat[:, 0], flat[:, 1], flat[:, 2], flat[:, 3].astype(bool)
+    stage_g = np.repeat(np.arange(p), lens)
+    gid = np.arange(n)
+    gid_of = np.full(3 * m * npos, -1, dtype=np.int64)
+    gid_of[(kind * m + mb) * npos + pos] = gid
+    # the op each op waits for (_producer), and the link it arrives on
+    is_f, is_b = kind == _F, kind == _B
+    p_kind = np.where(is_f | (is_b & (pos == npos - 1)), _F, _B)
+    p_pos = np.where(is_f, pos - 1, np.where(is_b & (pos < npos - 1), pos + 1, pos))
+    has = ~(is_f & (pos == 0))
+    prod = np.where(has, gid_of[np.where(has, (p_kind * m + mb) * npos + p_pos, 0)], -1)
+    link = np.where(is_f & has, _MSG_FWD, np.where(is_b & (pos < npos - 1), _MSG_BWD, _MSG_NONE))
+    same = has & (stage_g[np.maximum(prod, 0)] == stage_g)
+    bad = same & (prod >= gid)  # same stage: the slot order itself must respect the input
+    if bad.any():
+        g = int(np.flatnonzero(bad)[0])
+        raise AssertionError(f"{schedule}: stage {stage_g[g]} runs {tuple(flat[g, :3])} before its input")
+    prod = np.where(same, -1, prod)
+    link = np.where(prod >= 0, link, _MSG_NONE)
+    group, chunk = (pos % p, pos // p) if inter else (pos, 0 * pos)
+    k = np.where(is_f, _DF, np.where(kind == _W, _DW, np.where(fused, _DBF, _DBX)))
+    code = (k * p + group) * v + chunk
+    # levels: place ops stage by stage as far as their inputs allow, round robin until all are placed
+    prod_l = prod.tolist()
+    level = [-1] * n
     ptr = offsets[:-1]
     next_level = [0] * p
-    while len(placed) < n:
+    placed = 0
+    while placed < n:
         progressed = False
         for s in range(p):
             j, hi, lv0 = ptr[s], offsets[s + 1], next_level[s]
             j0 = j
             while j < hi:
-                q = prod[j]
+                q = prod_l[j]
                 lv = lv0
                 if q >= 0:
-                    if topo[q] < 0:
+                    lq = level[q]
+                    if lq < 0:
                         break  # input not produced yet: go on with the other stages
-                    if level_g[q] >= lv:
-                        lv = level_g[q] + 1
-                topo[j] = len(placed)
-                placed.append(j)
-                level_g[j] = lv
+                    if lq >= lv:
+                        lv = lq + 1
+                level[j] = lv
                 lv0 = lv + 1
                 j += 1
             if j != j0:
+                placed += j - j0
                 ptr[s] = j
                 next_level[s] = lv0
                 progressed = True
         if not progressed:
             stuck = {s: orders[s][ptr[s] - offsets[s]] for s in range(p) if ptr[s] < offsets[s + 1]}
             raise AssertionError(f"{schedule} p={p} m={m} v={v}: slot order deadlocks at {stuck}")
-    flat = [op for ops in orders for op in ops]
-    return _Program(
-        schedule, p, m, v, tuple(tuple(o) for o in orders),
-        stage=[stage_g[j] for j in placed], code=[code[j] for j in placed],
-        dep=[topo[prod[j]] if prod[j] >= 0 else -1 for j in placed], msg=[link[j] for j in placed],
-        level=[level_g[j] for j in placed], offsets=tuple(offsets), topo=topo,
-        kind_g=np.array([o[0] for o in flat], dtype=np.int8), mb_g=np.array([o[1] for o in flat], dtype=np.int64),
-        pos_g=np.array([o[2] for o in flat], dtype=np.int64), fused_g=np.array([o[3] for o in flat], dtype=bool))
+    level_g = np.asarray(level, dtype=np.int64)
+    order = np.lexsort((stage_g, level_g))  # topological: by level, then stage
+    topo = np.empty(n, dtype=np.int64)
+    topo[order] = np.arange(n)
+    dep = np.where(prod[order] >= 0, topo[np.maximum(prod[order], 0)], -1)
+    i32 = np.int32
+    prog = _Program(
+        schedule, p, m, v, stage=stage_g[order].astype(i32), code=code[order].astype(i32), dep=dep.astype(i32),
+        msg=link[order].astype(np.int8), level=level_g[order].astype(i32), offsets=tuple(offsets),
+        topo=topo.astype(i32), kind_g=kind.astype(np.int8), mb_g=mb, pos_g=pos, fused_g=fused)
+    return prog, n
+
+
+_program = _ShapeCache(_compile, CACHE_OPS)
 
 
 def _get_program(schedule: str, p: int, m: int, v: int) -> _Program:
@@ -839,7 +870,7 @@ def simulate(schedule: str, p: int, m: int, forward, backward_input, backward_we
 
     table = _duration_table(p, v, fwd, bx, bw, frac)
     tr = (0.0, tf, tb)
-    stage, code, dep, msg = prog.stage, prog.code, prog.dep, prog.msg
+    stage, code, dep, msg = (a.tolist() for a in (prog.stage, prog.code, prog.dep, prog.msg))
     n = prog.n_ops
     start = [0.0] * n
     end = [0.0] * n
@@ -865,8 +896,8 @@ def simulate(schedule: str, p: int, m: int, forward, backward_input, backward_we
     idle = [completion - b for b in busy]
     bubble = sum(idle) / (p * completion) if completion > 0 else 0.0
 
-    fwd_msgs = sum(1 for x in msg if x == _MSG_FWD)
-    all_msgs = sum(1 for x in msg if x != _MSG_NONE)
+    fwd_msgs = int(np.sum(prog.msg == _MSG_FWD))
+    all_msgs = int(np.sum(prog.msg != _MSG_NONE))
     units = _walk_peaks(prog, _set_sizes(prog, frac, [1.0] * p))
     act_peak = _walk_peaks(prog, _set_sizes(prog, frac, act))
     buf_bytes = [k * buf for k in buffer_counts(schedule, p)]
@@ -885,67 +916,37 @@ def simulate(schedule: str, p: int, m: int, forward, backward_input, backward_we
 
 @dataclass(frozen=True)
 class _Wave:
-    stage: np.ndarray  # one op per stage at most, sorted by stage
+    at: int  # the wave's ops are rows at .. at+n-1 of the ring of recent end times (wrapping around)
+    n: int
+    stage: object  # their stages (a slice when they are consecutive stages)
     code: np.ndarray
     full: bool  # every stage present: stage == arange(p)
-    in_rows: object  # rows that wait for a message (a slice when contiguous) ...
-    in_slots: np.ndarray  # ... held in these buffer slots
-    n_in: int
-    out_rows: object  # rows whose end (+ transfer) another stage waits for (slice if contiguous) ...
-    out_slots: np.ndarray  # ... written to these slots
-    n_out: int
-    out_link: np.ndarray  # 1 forward, 2 backward
+    in_rows: object  # rows of the wave that wait for a message (a slice when contiguous) ...
+    in_slots: np.ndarray  # ... and the ring rows holding the senders' end times
 
 
-@lru_cache(maxsize=256)  # one entry per (schedule, p, m, v) shape; a solver table uses dozens
-def _waves(schedule: str, p: int, m: int, v: int) -> tuple[tuple, int]:
-    """Group the ops by level (independent within a level) and give every message a buffer slot.
-
-    A slot is reused as soon as its message has been read, so the buffer stays as small as the number
-    of messages in flight, not the number of ops.
-    """
+def _wave_plan(schedule: str, p: int, m: int, v: int):
+    """Group the program's ops by level (every op of a wave is independent of the others) and give
+    every op a row of a ring buffer of end times, as long as the longest wait of a message in
+    program rows: a row is overwritten only after its message has been read."""
     prog = _program(schedule, p, m, v)
-    level = np.asarray(prog.level, dtype=np.int64)
-    stage = np.asarray(prog.stage, dtype=np.int64)
-    code = np.asarray(prog.code, dtype=np.int64)
-    dep = np.asarray(prog.dep, dtype=np.int64)
-    msg = np.asarray(prog.msg, dtype=np.int64)
-    n = len(stage)
-    order = np.lexsort((stage, level))
-    bounds = np.flatnonzero(np.diff(level[order])) + 1
-    has = dep >= 0
-    read_level = np.full(n, -1, dtype=np.int64)  # level at which a producer's message is read
-    read_level[dep[has]] = level[has]
-    link = np.zeros(n, dtype=np.int64)
-    link[dep[has]] = msg[has]
-    slot_of = np.full(n, -1, dtype=np.int64)
-    free: list[int] = []
-    release: dict[int, list[int]] = {}
-    n_slots = 0
+    level = prog.level
+    rows = np.arange(prog.n_ops)
+    has = prog.dep >= 0
+    ring = int((rows[has] - prog.dep[has]).max()) + 1 if has.any() else 1
+    bounds = [0] + (np.flatnonzero(np.diff(level)) + 1).tolist() + [prog.n_ops]
+    ring = max(ring, max(hi - lo for lo, hi in zip(bounds, bounds[1:])) if prog.n_ops else 1)
     waves = []
-    arange_p = np.arange(p)
-    for g in np.split(order, bounds):
-        lv = int(level[g[0]])
-        gs = stage[g]
-        rows_in = np.flatnonzero(dep[g] >= 0)
-        in_slots = slot_of[dep[g[rows_in]]]
-        free.extend(release.pop(lv, ()))  # read first, then written: reusable within the level
-        rows_out = np.flatnonzero(read_level[g] >= 0)
-        out_slots = np.empty(len(rows_out), dtype=np.int64)
-        for k, r in enumerate(rows_out.tolist()):
-            if free:
-                sl = free.pop()
-            else:
-                sl = n_slots
-                n_slots += 1
-            out_slots[k] = sl
-            op = int(g[r])
-            slot_of[op] = sl
-            release.setdefault(int(read_level[op]), []).append(sl)
-        waves.append(_Wave(gs, code[g], len(g) == p and bool(np.all(gs == arange_p)), _as_slice(rows_in),
-                           in_slots, len(rows_in), _as_slice(rows_out), out_slots, len(rows_out),
-                           link[g[rows_out]]))
-    return tuple(waves), n_slots
+    for lo, hi in zip(bounds, bounds[1:]):
+        st = prog.stage[lo:hi].astype(np.int64)
+        rows_in = np.flatnonzero(prog.dep[lo:hi] >= 0)
+        full = hi - lo == p and bool(np.all(st == np.arange(p)))
+        waves.append(_Wave(lo % ring, hi - lo, _as_slice(st), prog.code[lo:hi].astype(np.int64), full,
+                           _as_slice(rows_in), prog.dep[lo:hi][rows_in].astype(np.int64) % ring))
+    return (tuple(waves), ring), prog.n_ops
+
+
+_waves = _ShapeCache(_wave_plan, CACHE_OPS)
 
 
 def _as_slice(rows: np.ndarray):
@@ -971,64 +972,198 @@ def completion_time(schedule: str, p: int, m: int, forward, backward_input, back
 
     ``forward``, ``backward_input`` (dX), ``backward_weight`` (dW), ``transfer`` (both links) and
     ``update`` may be numbers or numpy arrays; they broadcast to one shape and each element is one
-    balanced pipeline (the same times on every layer group). The op order depends only on
-    ``(schedule, p, m, v)``, so the max-plus recurrence ``start = max(stage free, input arrival)``,
-    ``end = start + duration`` runs once over the ops with vector durations, level by level. Result:
-    an array of the broadcast shape, equal element-wise (bit for bit) to ``simulate(...).completion``.
+    balanced pipeline (the same times on every layer group). Fill-drain and 1F1B are evaluated in
+    closed form (:func:`completion_closed_form`, one critical path for every duration set); the other
+    schedules run the event model's max-plus recurrence ``start = max(stage free, input arrival)``,
+    ``end = start + duration`` once over the ops with vector durations, level by level (the op order
+    depends only on ``(schedule, p, m, v)``). Result: an array of the broadcast shape, equal
+    element-wise to ``simulate(...).completion`` -- bit for bit for the recurrence, and for the closed
+    forms whenever the sums are exact (whole-number durations); otherwise within rounding.
 
     When the backward is not split, pass ``backward_weight = 0`` and the whole backward as
     ``backward_input``: fused schedules run dX + dW as one op anyway, and split schedules (zb-*,
     dualpipe*) then keep zero-length dW ops (ZB-H1 times like 1F1B). ``block`` bounds memory: that
-    many duration sets are evaluated together.
+    many duration sets are evaluated together. Results of small calls are remembered per shape
+    (:data:`MEMO_ENTRIES`), so repeated evaluations of the same plans cost a lookup.
 
     ``per_group=True``: ``forward``, ``backward_input``, ``backward_weight`` and ``update`` carry a
     leading axis of length p, one duration per layer group (uneven stages: embedding on the first, LM
-    head on the last, unequal layer counts), like :func:`simulate`'s per-group lists.
+    head on the last, unequal layer counts), like :func:`simulate`'s per-group lists; an argument without
+    it (a number, or a first axis of another length) is the same on every group. ``transfer`` has no
+    group axis; the remaining axes broadcast and shape the result. Alike stages take the balanced path.
     """
-    prog = _get_program(schedule, p, m, v)
-    p, m, v = prog.p, prog.m, prog.v
+    p, m, v = _check_shape(schedule, p, m, v)
+    if per_group:
+        return _completion_per_group(schedule, p, m, v, forward, backward_input, backward_weight, transfer, update,
+                                     chunk_layers, block)
     arrays = [_as_array(x, w) for x, w in ((forward, "forward time"), (backward_input, "backward (dX) time"),
                                            (backward_weight, "backward weight (dW) time"),
                                            (transfer, "transfer time"), (update, "update time"))]
-    if per_group:  # group axis first on the durations: broadcast the rest, keep (p, ...) for those
-        grouped = (0, 1, 2, 4)
-        for i in grouped:
-            if arrays[i].ndim == 0 or arrays[i].shape[0] != p:
-                arrays[i] = arrays[i][None]  # the same duration on every group
-        try:
-            shape = np.broadcast_shapes(*(arrays[i].shape[1:] for i in grouped), arrays[3].shape)
-        except ValueError:
-            raise InputError("completion_time: the duration arrays do not broadcast to one shape") from None
-
-        def spread(a, i):
-            if i not in grouped:
-                return np.broadcast_to(a, shape).reshape(-1)
-            a = a.reshape((a.shape[0],) + (1,) * (len(shape) + 1 - a.ndim) + a.shape[1:])
-            return np.broadcast_to(a, (p,) + shape).reshape(p, -1)
-
-        flat = [spread(a, i) for i, a in enumerate(arrays)]
-    else:
-        try:
-            arrays = np.broadcast_arrays(*arrays)
-        except ValueError:
-            raise InputError("completion_time: the duration arrays do not broadcast to one shape") from None
-        shape = arrays[0].shape
-        flat = [a.reshape(-1) for a in arrays]
+    try:
+        arrays = np.broadcast_arrays(*arrays)
+    except ValueError:
+        raise InputError("completion_time: the duration arrays do not broadcast to one shape") from None
+    shape = arrays[0].shape
     frac = _chunk_fractions(schedule, p, v, chunk_layers)
-    waves, n_slots = _waves(schedule, p, m, v)
-    size = flat[3].size
-    out = np.empty(size)
-    step = max(1, int(block))
-    for lo in range(0, size, step):
-        hi = min(size, lo + step)
-        out[lo:hi] = _completion_block(p, v, waves, n_slots, frac,
-                                       *(a[..., lo:hi] for a in flat), per_group=per_group)
+    if schedule in CLOSED_FORM:
+        return np.asarray(completion_closed_form(schedule, p, m, *arrays), dtype=float).reshape(shape)
+    flat = [a.reshape(-1) for a in arrays]
+    key = (schedule, p, m, v, None if chunk_layers is None else tuple(int(x) for x in chunk_layers))
+    return _MEMO.evaluate(key, flat, lambda *d: _completion_recurrence(schedule, p, m, v, frac, d, block)
+                          ).reshape(shape)
+
+
+def _group_arrays(p: int, forward, backward_input, backward_weight, transfer, update):
+    """Per-group durations given with a leading group axis of length p (or without one: the same on
+    every group), returned with the group axis last, broadcast to (rest..., p); the transfer to (rest...)."""
+    named = ((forward, "forward time"), (backward_input, "backward (dX) time"),
+             (backward_weight, "backward weight (dW) time"), (update, "update time"))
+    groups = []
+    for x, w in named:
+        g = _as_array(x, w)
+        groups.append(np.moveaxis(g, 0, -1) if g.ndim and g.shape[0] == p else g[..., None])
+    tr = _as_array(transfer, "transfer time")
+    try:
+        lead = np.broadcast_shapes(*(g.shape[:-1] for g in groups), tr.shape)
+    except ValueError:
+        raise InputError("completion_time: the duration arrays do not broadcast to one shape") from None
+    groups = [np.broadcast_to(g, lead + (p,)) for g in groups]
+    return groups, np.broadcast_to(tr, lead), lead
+
+
+def _completion_per_group(schedule, p, m, v, forward, backward_input, backward_weight, transfer, update,
+                          chunk_layers, block) -> np.ndarray:
+    (f, x, w, u), tr, lead = _group_arrays(p, forward, backward_input, backward_weight, transfer, update)
+    if all(np.all(a == a[..., :1]) for a in (f, x, w, u)):  # balanced after all
+        return completion_time(schedule, p, m, f[..., 0], x[..., 0], w[..., 0], tr, u[..., 0], v=v,
+                               chunk_layers=chunk_layers, block=block)
+    frac = _chunk_fractions(schedule, p, v, chunk_layers)
+    flat = [a.reshape(-1, p) for a in (f, x, w)] + [tr.reshape(-1), u.reshape(-1, p)]
+    return _completion_recurrence(schedule, p, m, v, frac, flat, block).reshape(lead)
+
+
+def _completion_recurrence(schedule: str, p: int, m: int, v: int, frac, flat, block: int = 2048) -> np.ndarray:
+    """The event model's recurrence over flat duration arrays (forward, dX, dW, transfer, update);
+    forward, dX, dW and update are one value per set, or (sets, p) per layer group."""
+    waves, ring = _waves(schedule, p, m, v)
+    out = np.empty(flat[0].shape[0])
+    step = max(1, min(int(block), RECURRENCE_CELLS // ring))
+    for lo in range(0, out.size, step):
+        hi = min(out.size, lo + step)
+        out[lo:hi] = _completion_block(p, v, waves, ring, frac, *(a[lo:hi] for a in flat))
+    return out
+
+
+RECURRENCE_CELLS = 4_000_000
+"""Ring rows x duration sets the recurrence holds at once (8 bytes each)."""
+
+
+MEMO_ENTRIES = 250_000
+"""Completion times remembered across calls (duration sets, all shapes together); oldest shapes go first."""
+MEMO_CALL = 4096  # calls with more duration sets than this are computed without the memo
+
+
+class _CompletionMemo:
+    """Completion times by shape and exact duration tuple, for the small repeated calls of the
+    evaluator and the enumerator (the same plan's compute evaluated under many other choices)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.shapes: dict = {}
+        self.size = 0
+
+    def evaluate(self, key, flat, compute) -> np.ndarray:
+        n = flat[0].size
+        if n > MEMO_CALL:
+            return compute(*flat)
+        known = self.shapes.get(key)
+        if known is None:
+            known = self.shapes[key] = {}
+        else:  # most recently used last
+            self.shapes[key] = self.shapes.pop(key)
+        rows = list(zip(*(a.tolist() for a in flat)))
+        out = np.empty(n)
+        miss = []
+        for i, r in enumerate(rows):
+            val = known.get(r)
+            if val is None:
+                miss.append(i)
+            else:
+                out[i] = val
+        if miss:
+            idx = np.asarray(miss)
+            got = compute(*(a[idx] for a in flat))
+            out[idx] = got
+            for i, g in zip(miss, got.tolist()):
+                known[rows[i]] = g
+            self.size += len(miss)
+            while self.size > self.limit and len(self.shapes) > 1:
+                oldest = next(iter(self.shapes))
+                if oldest == key:
+                    break
+                self.size -= len(self.shapes.pop(oldest))
+        return out
+
+    def clear(self):
+        self.shapes.clear()
+        self.size = 0
+
+
+_MEMO = _CompletionMemo(MEMO_ENTRIES)
+
+
+def shape_ok(schedule: str, p, m) -> np.ndarray:
+    """Vectorised ``shape_error(...) is None``: False only for DeepSeek's DualPipe off its shapes."""
+    _check_schedule(schedule)
+    p, m = np.broadcast_arrays(_ints(p), _ints(m))
+    if schedule != "dualpipe-deepseek":
+        return np.ones(p.shape, dtype=bool)
+    return (p <= 1) | ((p % 2 == 0) & (m % 2 == 0) & (m >= 2 * p))
+
+
+def group_shapes(p, m):
+    """Group rows by shape: ``(shapes, order, cuts)`` with the distinct (p, m) pairs (sorted) and the
+    rows of shape k at ``order[cuts[k]:cuts[k + 1]]`` (one sort of a combined integer key)."""
+    p, m = _ints(p).reshape(-1), _ints(m).reshape(-1)
+    key = p * (int(m.max(initial=0)) + 1) + m
+    uniq, inv = np.unique(key, return_inverse=True)
+    order = np.argsort(inv.reshape(-1), kind="stable")
+    cuts = np.searchsorted(inv.reshape(-1)[order], np.arange(len(uniq) + 1))
+    first = order[cuts[:-1]]
+    return list(zip(p[first].tolist(), m[first].tolist())), order, cuts
+
+
+def completion_for_shapes(schedule: str, p, m, forward, backward_input, backward_weight, transfer, update=0.0,
+                          *, v: int = 2) -> np.ndarray:
+    """Exact completion times for arrays of shapes (p > 1 and m >= 1, whole numbers) and durations.
+
+    Everything broadcasts. Closed-form schedules are evaluated in one vectorised expression; the
+    others once per distinct shape with all of that shape's duration sets together. Shapes the
+    schedule cannot run give ``inf``.
+    """
+    _check_schedule(schedule)
+    p, m, tf, tx, tw, tr, up = np.broadcast_arrays(_ints(p), _ints(m), *(np.asarray(x, dtype=float) for x in (
+        forward, backward_input, backward_weight, transfer, update)))
+    shape = p.shape
+    p, m, tf, tx, tw, tr, up = (a.reshape(-1) for a in (p, m, tf, tx, tw, tr, up))
+    ok = shape_ok(schedule, p, m)
+    if schedule in CLOSED_FORM:
+        out = np.asarray(completion_closed_form(schedule, p, m, tf, tx, tw, tr, up), dtype=float)
+        return np.where(ok, out, np.inf).reshape(shape)
+    out = np.full(p.size, np.inf)
+    sel = np.flatnonzero(ok)
+    if sel.size:
+        shapes, order, bounds = group_shapes(p[sel], m[sel])
+        for k, (pv, mv) in enumerate(shapes):
+            rows = sel[order[bounds[k]:bounds[k + 1]]]
+            out[rows] = completion_time(schedule, pv, mv, tf[rows], tx[rows], tw[rows], tr[rows], up[rows], v=v)
     return out.reshape(shape)
 
 
-def _completion_block(p, v, waves, n_slots, frac, tf, bx, bw, tr, upd, per_group=False) -> np.ndarray:
-    k = tr.size
-    # distinct (duration kind, [group,] chunk share) rows; every code maps onto one of them
+def _completion_block(p, v, waves, ring, frac, tf, bx, bw, tr, upd) -> np.ndarray:
+    k = tf.shape[0]
+    grouped = tf.ndim == 2  # (sets, p): one duration per layer group
+    # distinct (duration kind, group if uneven, chunk share) rows; every code maps onto one of them
     rows_of_key: dict = {}
     row_of = np.zeros(4 * p * v, dtype=np.int64)
     bases = (tf, bx, bx + bw, bw)
@@ -1036,27 +1171,31 @@ def _completion_block(p, v, waves, n_slots, frac, tf, bx, bw, tr, upd, per_group
     for kind in range(4):
         for g in range(p):
             for c in range(v):
-                key = (kind, g, frac[g][c]) if per_group else (kind, frac[g][c])
+                key = (kind, g if grouped else -1, frac[g][c])
                 if key not in rows_of_key:
                     rows_of_key[key] = len(table)
-                    table.append((bases[kind][g] if per_group else bases[kind]) * frac[g][c])
+                    table.append((bases[kind][:, g] if grouped else bases[kind]) * frac[g][c])
                 row_of[(kind * p + g) * v + c] = rows_of_key[key]
     table = np.stack(table)
     # preallocated work arrays: fresh megabyte-sized temporaries per wave would dominate the time
+    ends = np.empty((ring, k))  # recent end times, by program row modulo the ring
     free = np.zeros((p, k))
     work = np.empty((p, k))
     tmp = np.empty((p, k))
-    slots = np.empty((max(n_slots, 1), k))
     for w in waves:
-        n = len(w.stage)
+        n = w.n
         start = work[:n]
         if w.full:
             np.copyto(start, free)
+        elif isinstance(w.stage, slice):
+            np.copyto(start, free[w.stage])
         else:
             np.take(free, w.stage, axis=0, out=start, mode="clip")
-        if w.n_in:
-            arr = tmp[:w.n_in]
-            np.take(slots, w.in_slots, axis=0, out=arr, mode="clip")
+        n_in = len(w.in_slots)
+        if n_in:  # arrival = the sender's end + transfer
+            arr = tmp[:n_in]
+            np.take(ends, w.in_slots, axis=0, out=arr, mode="clip")
+            np.add(arr, tr, out=arr)
             if isinstance(w.in_rows, slice):
                 sub = start[w.in_rows]
                 np.maximum(sub, arr, out=sub)
@@ -1070,21 +1209,20 @@ def _completion_block(p, v, waves, n_slots, frac, tf, bx, bw, tr, upd, per_group
             dur = tmp[:n]
             np.take(table, rows, axis=0, out=dur, mode="clip")
             np.add(start, dur, out=start)
-        end = start
         if w.full:
             free, work = work, free  # the wave covers every stage: swap instead of copying back
         else:
-            free[w.stage] = end
-        if w.n_out:
-            if isinstance(w.out_rows, slice):
-                arr = end[w.out_rows]
-                slots[w.out_slots] = np.add(arr, tr, out=tmp[:w.n_out])
-            else:
-                arr = tmp[:w.n_out]
-                np.take(end, w.out_rows, axis=0, out=arr, mode="clip")
-                np.add(arr, tr, out=arr)
-                slots[w.out_slots] = arr
-    return (free + upd).max(axis=0) if per_group else free.max(axis=0) + upd
+            free[w.stage] = start
+        a = w.at
+        if a + n <= ring:
+            ends[a:a + n] = start
+        else:
+            cut = ring - a
+            ends[a:] = start[:cut]
+            ends[:n - cut] = start[cut:]
+    if upd.ndim == 2:  # per-stage updates: completion = max over stages of (free + update)
+        return (free + upd.T).max(axis=0)
+    return free.max(axis=0) + upd
 
 
 # =============================================================================================
@@ -1143,3 +1281,269 @@ def buffer_counts(schedule: str, p: int) -> list[int]:
     if p == 1:
         return [0]
     return [4 if schedule.startswith("dualpipe") else 2] * p
+
+
+# =============================================================================================
+# closed forms and bounds for the solver (vectorised over shapes and durations)
+#
+# The solver needs a pipeline's completion time and activation peak for every (schedule, p, m) shape
+# of a design space and many duration sets per shape: far too many for the event model. Two facts
+# keep that cheap:
+#   * fill-drain and 1F1B with balanced stages have exact closed forms (one critical path for every
+#     duration set, derived below and checked against the event model);
+#   * every other schedule has closed-form *bounds* lo <= completion <= hi, each the length of a path
+#     the event model must traverse (lo) or of a valid timetable (hi), so a solver can prune with
+#     them and evaluate exactly only the few layouts it proposes.
+# In-flight peaks depend on the slot order alone and have exact closed forms, except the chapter's
+# list-scheduled DualPipe, which gets bounds (and the exact walk when asked for one shape).
+
+CLOSED_FORM = frozenset({"fill-drain", "1f1b"})
+"""Schedules whose balanced completion time :func:`completion_time` evaluates in closed form."""
+
+BOUND_SLACK = 1e-12
+"""Relative slack on the closed-form bounds of the other schedules: the bounds sum the same
+durations as the event model in another order, so they may differ from it in the last bits."""
+
+
+def _ints(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.int64)
+
+
+def transfers_1f1b(p, m):
+    """Transfers on the critical path of balanced 1F1B: ``2 (p - 1 + floor((m - 1)(p - 1) / p))``.
+
+    The fill and drain cross p - 1 links each way; in the steady state every further micro-batch
+    adds a round trip on (p - 1) / p of the links (stage s waits for the gradient of the micro-batch
+    its neighbour has just received). p = 4, m = 8 -> 16. Fill-drain crosses each link once per
+    direction: ``2 (p - 1)``.
+    """
+    p, m = _ints(p), _ints(m)
+    return 2 * (p - 1 + ((m - 1) * (p - 1)) // p)
+
+
+def completion_closed_form(schedule: str, p, m, forward, backward_input, backward_weight, transfer, update):
+    """Exact completion time [s] of fill-drain and 1F1B with balanced stages (both links ``transfer``).
+
+    ``T = (m + p - 1)(t_f + t_b) + n_x t_x + t_u`` with the whole backward ``t_b = dX + dW`` (both
+    schedules fuse it) and n_x transfers on the critical path: ``2 (p - 1)`` for fill-drain,
+    :func:`transfers_1f1b` for 1F1B. One path is critical for every duration set, so this equals the
+    event model in real arithmetic (bit for bit when the durations are whole numbers; otherwise the
+    two sum the same terms in a different order). p = 4, m = 8, 10 / 20 / 1 / 1 ms: fill-drain
+    337 ms, 1F1B 347 ms (training-systems chapter 10.3). Every argument broadcasts, p and m included.
+    """
+    _check_schedule(schedule)
+    if schedule not in CLOSED_FORM:
+        raise InputError(f"no closed form for {schedule!r} (use one of: {', '.join(sorted(CLOSED_FORM))})")
+    p, m = _ints(p), _ints(m)
+    n_x = 2 * (p - 1) if schedule == "fill-drain" else transfers_1f1b(p, m)
+    tb = np.add(backward_input, backward_weight)
+    return (m + p - 1) * (np.asarray(forward, dtype=float) + tb) + n_x * np.asarray(transfer, dtype=float) \
+        + np.asarray(update, dtype=float)
+
+
+def _interleaved_gmax(p, m):
+    """Largest micro-batch group of the interleaved order: p, or p + m mod p when m > p (the last
+    full group absorbs the remainder)."""
+    p, m = _ints(p), _ints(m)
+    return np.where((m > p) & (m % np.maximum(p, 1) != 0), p + m % np.maximum(p, 1), p)
+
+
+def completion_bounds(schedule: str, p, m, forward, backward_input, backward_weight, transfer, update, *,
+                      v: int = 2, per_group: bool = False, chunk_layers=None):
+    """Closed-form ``(lo, hi)`` with ``lo <= completion <= hi`` [s]; balanced stages, equal chunks.
+
+    Arguments as :func:`completion_time`; p and m broadcast too. For fill-drain and 1F1B both are the
+    exact :func:`completion_closed_form`. Otherwise (w = F + dX + dW per micro-batch, t the transfer,
+    U the update; ZB schedules with a = warm-up forwards of stage 0 and k = dW left on the last stage
+    after its last dX):
+
+    * lo is the longest of a few paths every run must take, each a sum of durations along
+      dependencies: the last stage waits (p - 1)(F + t) for its first input and then works m w
+      (``A``); the last stage's work up to its last dX, then that gradient back to stage 0, then
+      stage 0's remaining dW (``B``: ``(p-1)(F+t) + m(F+dX) + (m-k) dW + (p-1)(dX+t) + dW``); the
+      first micro-batch's round trip to stage 0's first dX, then all of stage 0's remaining work
+      (``D``). Interleaved uses the chunk-0 path (F/v, dX/v); DualPipe the start of the middle stage,
+      ``floor((p-1)/2)(F + t)``, before its m w of work, and the round trip of the last down
+      micro-batch. Without transfers, ZB-H1 and ZB-H2 with m >= 2p and dW <= min(F, dX), and
+      interleaved with m a multiple of p, meet lo exactly (the zero-bubble paper's and Megatron-LM's
+      bubbles);
+    * hi is a serial timetable: every operation of every stage one after the other, each message
+      adding t, then the update: ``p m w + 2 m (v p - 1) t + U``.
+
+    Both carry a relative slack of :data:`BOUND_SLACK` for rounding. ``per_group=True`` (a single
+    shape, durations with a leading group axis as in :func:`completion_time`) sums the same paths group
+    by group.
+    """
+    _check_schedule(schedule)
+    if per_group:
+        return _bounds_per_group(schedule, *_check_shape(schedule, p, m, v), forward, backward_input,
+                                 backward_weight, transfer, update, chunk_layers)
+    p, m = _ints(p), _ints(m)
+    F = np.asarray(forward, dtype=float)
+    X = np.asarray(backward_input, dtype=float)
+    W = np.asarray(backward_weight, dtype=float)
+    t = np.asarray(transfer, dtype=float)
+    U = np.asarray(update, dtype=float)
+    if schedule in CLOSED_FORM:
+        exact = completion_closed_form(schedule, p, m, F, X, W, t, U)
+        return exact, exact
+    w = F + X + W
+    if schedule in ("zb-h1", "zb-h2"):
+        a0 = (p - 1) if schedule == "zb-h1" else 2 * (p - 1)
+        k = np.minimum(p, m) if schedule == "zb-h1" else np.minimum(2 * p - 1, m)
+        fill = (p - 1) * (F + t)
+        lo_a = fill + m * w
+        lo_b = fill + m * (F + X) + (m - k) * W + (p - 1) * (X + t) + W
+        lo_d = fill + F + X + (p - 1) * (X + t) + (m - 1) * X + m * W + np.maximum(0, m - a0 - 1) * F
+        lo = np.maximum(np.maximum(lo_a, lo_b), lo_d)
+        hops = p - 1
+    elif schedule == "interleaved":
+        v = _whole(v, "chunks v", 1)
+        fill = (p - 1) * (F / v + t)
+        lo = fill + m * w + (p - 1) * ((X + W) / v + t)
+        hops = v * p - 1
+    else:  # both DualPipe orderings
+        start = np.where(m > 1, (p - 1) // 2, p - 1) * (F + t)
+        down = (m + 1) // 2
+        lo = np.maximum(start + m * w, (down - 1) * F + p * (F + X) + W + 2 * (p - 1) * t)
+        hops = p - 1
+    hi = p * m * w + 2 * m * hops * t + U
+    lo = np.where(p > 1, lo + U, m * w + U)
+    hi = np.where(p > 1, hi, m * w + U)
+    return lo * (1 - BOUND_SLACK), hi * (1 + BOUND_SLACK)
+
+
+def _bounds_per_group(schedule, p, m, v, forward, backward_input, backward_weight, transfer, update, chunk_layers):
+    """:func:`completion_bounds` for one shape with durations per layer group (arrays (..., p))."""
+    (F, X, W, U), t, lead = _group_arrays(p, forward, backward_input, backward_weight, transfer, update)
+    if p == 1:
+        exact = m * (F[..., 0] + X[..., 0] + W[..., 0]) + U[..., 0]
+        return exact, exact
+    fused = schedule not in SPLIT_BACKWARD
+    if fused:  # one backward op of dX + dW
+        X, W = X + W, 0.0 * W
+    w = F + X + W
+    stage = np.arange(p)
+    tt = t[..., None]
+
+    def pre(a):  # pre(a)[..., k] = sum over groups 0 .. k-1 (k = 0 .. p)
+        return np.concatenate([np.zeros(a.shape[:-1] + (1,)), np.cumsum(a, axis=-1)], axis=-1)
+
+    u_max = U.max(axis=-1)
+    if schedule.startswith("dualpipe"):
+        down, up = _halves(m)
+        fill = pre(F)[..., :p] + stage * tt
+        start = np.minimum(fill, fill[..., ::-1]) if up else fill
+        lo = (start + down * w + up * w[..., ::-1] + U).max(axis=-1)
+        lo = np.maximum(lo, (down - 1) * F[..., 0] + (F + X).sum(axis=-1) + W[..., 0] + 2 * (p - 1) * t + U[..., 0])
+        hops = p - 1
+    elif schedule == "interleaved":
+        frac = np.asarray(_chunk_fractions(schedule, p, v, chunk_layers))[:, 0]  # chunk 0 of every group
+        pf = pre(F * frac)
+        lo = pf[..., p - 1] + (p - 1) * t + m * w[..., p - 1] + pre(X * frac)[..., p - 1] + (p - 1) * t + U[..., 0]
+        lo = np.maximum(lo, (pf[..., :p] + stage * tt + m * w + U).max(axis=-1))
+        hops = v * p - 1
+    else:  # fill-drain, 1F1B, ZB-H1, ZB-H2: stage s holds group s
+        pf, px = pre(F), pre(X)
+        fill = pf[..., p - 1] + (p - 1) * t
+        lo = (pf[..., :p] + stage * tt + m * w + U).max(axis=-1)
+        k = {"zb-h1": min(p, m), "zb-h2": min(2 * p - 1, m)}.get(schedule, 0)
+        lo_b = fill + m * (F + X)[..., p - 1] + (m - k) * W[..., p - 1] + px[..., p - 1] + (p - 1) * t + W[..., 0]
+        lo = np.maximum(lo, lo_b + U[..., 0])
+        if not fused:
+            a0 = (p - 1) if schedule == "zb-h1" else 2 * (p - 1)
+            lo_d = fill + (F + X)[..., p - 1] + px[..., p - 1] + (p - 1) * t + (m - 1) * X[..., 0] \
+                + m * W[..., 0] + max(0, m - a0 - 1) * F[..., 0]
+            lo = np.maximum(lo, lo_d + U[..., 0])
+        hops = p - 1
+    hi = m * w.sum(axis=-1) + 2 * m * hops * t + u_max
+    return (lo * (1 - BOUND_SLACK)).reshape(lead), (hi * (1 + BOUND_SLACK)).reshape(lead)
+
+
+def peak_inflight_bounds(schedule: str, p, m, *, v: int = 2):
+    """``(lo, hi)`` of the busiest stage's peak live activation sets, in closed form (p, m broadcast).
+
+    Exact (lo = hi) for every schedule but the chapter's DualPipe (equal interleaved chunks):
+    fill-drain m; 1F1B and ZB-H1 min(p, m); ZB-H2 min(2p - 1, m); DeepSeek's DualPipe p + 1 (its
+    shapes: even p, even m >= 2p); interleaved ``min(2(p-1) + (v-1) g + 1, v m) / v`` on stage 0,
+    g the largest micro-batch group (its warm-up forwards plus the one forward before the first
+    backward, each 1/v of a set). The chapter's DualPipe: each direction at path position q holds at
+    most 2(p-1-q) + 1 sets (its lag to dW) and at least that many before its first dW, so
+    ``min(ceil(m/2), 2p - 1) <= peak <= min(m, 2p)``; :func:`peak_inflight` walks the exact order.
+    (Like the event model, p = 1 runs the schedule's order on one card: fill-drain then holds m sets.)
+    """
+    _check_schedule(schedule)
+    p, m = _ints(p), _ints(m)
+    mf = m.astype(float)
+    if schedule == "fill-drain":
+        lo = hi = mf
+    elif schedule in ("1f1b", "zb-h1"):
+        lo = hi = np.minimum(p, m).astype(float)
+    elif schedule == "zb-h2":
+        lo = hi = np.minimum(2 * p - 1, m).astype(float)
+    elif schedule == "interleaved":
+        v = _whole(v, "chunks v", 1)
+        lo = hi = np.minimum(2 * (p - 1) + (v - 1) * _interleaved_gmax(p, m) + 1, v * m) / v
+    elif schedule == "dualpipe-deepseek":
+        lo = hi = (p + 1).astype(float) * np.ones_like(mf)
+    else:
+        lo = np.minimum((m + 1) // 2, 2 * p - 1).astype(float)
+        hi = np.minimum(m, 2 * p).astype(float)
+    one = np.ones(np.broadcast(p, m).shape)
+    return lo * one, hi * one
+
+
+def peak_inflight_stage_bounds(schedule: str, p: int, m: int, *, v: int = 2, chunk_layers=None):
+    """``(lo, hi)``, lists of p: each stage's peak live activation sets, in closed form (one shape).
+
+    Exact per stage for fill-drain (m), 1F1B (min(p - s, m)), ZB-H1 (min(p, m)), ZB-H2
+    (min(2p - 1, m)) and interleaved with equal chunks (stage s's warm-up forwards plus one,
+    ``min(2(p-1-s) + (v-1) g + 1, v m)`` chunk sets of 1/v); uneven chunks weigh that count by the
+    stage's smallest and largest chunk share. The chapter's DualPipe: each direction at position q holds
+    at most 2(p-1-q) + 1 sets and reaches that many (or its micro-batches) before its first dW, so the
+    larger direction's count bounds the stage from below and their sum from above; DeepSeek's ordering:
+    between one set and its busiest stage's p + 1.
+    """
+    p, m, v = _check_shape(schedule, p, m, v)
+    stages = range(p)
+    if schedule == "fill-drain":
+        lo = [float(m)] * p
+    elif schedule == "1f1b":
+        lo = [float(min(p - s, m)) for s in stages]
+    elif schedule == "zb-h1":
+        lo = [float(min(p, m))] * p
+    elif schedule == "zb-h2":
+        lo = [float(min(2 * p - 1, m))] * p
+    elif schedule == "interleaved":
+        g = int(_interleaved_gmax(p, m))
+        count = [min(2 * (p - 1 - s) + (v - 1) * g + 1, v * m) for s in stages]
+        frac = _chunk_fractions(schedule, p, v, chunk_layers)
+        return [c * min(f) for c, f in zip(count, frac)], [c * max(f) for c, f in zip(count, frac)]
+    elif schedule == "dualpipe":
+        down, up = _halves(m)
+        per = [(min(down, 2 * (p - 1 - s) + 1), min(up, 2 * s + 1)) for s in stages]
+        return [float(max(a, b)) for a, b in per], [float(a + b) for a, b in per]
+    else:  # DeepSeek's DualPipe
+        return [1.0] * p, [float(min(m, p + 1))] * p
+    return lo, list(lo)
+
+
+def peak_inflight_max(schedule: str, p, m, *, v: int = 2) -> np.ndarray:
+    """The busiest stage's peak live activation sets (``max(peak_inflight(...))``) for arrays of shapes.
+
+    Closed form (:func:`peak_inflight_bounds`) where it is exact; the chapter's DualPipe walks its
+    slot order once per distinct shape (cached).
+    """
+    lo, hi = peak_inflight_bounds(schedule, p, m, v=v)
+    if schedule != "dualpipe":
+        return lo
+    out = np.array(hi, dtype=float)
+    pb, mb = np.broadcast_arrays(_ints(p), _ints(m))
+    todo = np.flatnonzero(lo != hi)
+    if todo.size:
+        shapes, order, cuts = group_shapes(pb.reshape(-1)[todo], mb.reshape(-1)[todo])
+        flat = out.reshape(-1)
+        for k, (pv, mv) in enumerate(shapes):
+            flat[todo[order[cuts[k]:cuts[k + 1]]]] = max(peak_inflight(schedule, pv, mv))
+        out = flat.reshape(out.shape)
+    return out

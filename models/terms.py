@@ -241,7 +241,7 @@ def _stored_kw(sc: Scenario) -> dict:
 
 
 def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, ep=1, expert_tp=0, capacity_factor=0.0,
-                cp=1):
+                cp=1, *, peak: str = "exact"):
     """Activations at the peak: in-flight micro-batches x one micro-batch's stored stage activations,
     plus the recompute workspace once (it is reused block after block and micro-batch after micro-batch).
 
@@ -251,18 +251,20 @@ def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, ep=1
     gathered module parameters and workspace for micro-batches of one sequence, 10.2.4) the term is
     the reserve times the micro-batch size (conservative: the whole reserve scales, not only its
     activation share; under context parallelism the reserve is kept whole, conservative too). A MoE model
-    adds its routed tokens (:func:`moe_activations`).
+    adds its routed tokens (:func:`moe_activations`). ``peak="lo"`` / ``"hi"`` bound the in-flight counts
+    in closed form instead (solver pruning; exact where
+    :func:`tpopt.models.pipeline.peak_inflight_stage_bounds` is).
     """
     mem = sc.memory
     if not modelled_activations(sc):
         shape = np.broadcast(_f(tp), _f(pp), _f(dp), _f(micro_batch), _f(ep), _f(expert_tp),
                              _f(capacity_factor), _f(cp)).shape
         return np.broadcast_to(_f(mem.activation_reserve) * _f(micro_batch), shape)
-    out = stored_activations(sc, schedule, recompute, tp, pp, dp, micro_batch, cp) \
+    out = stored_activations(sc, schedule, recompute, tp, pp, dp, micro_batch, cp, peak=peak) \
         + recompute_workspace(sc, recompute, tp, micro_batch, cp)
     if sc.model.moe:
         out = out + moe_activations(sc, schedule, recompute, tp, pp, dp, micro_batch, ep, expert_tp, capacity_factor,
-                                    cp)
+                                    cp, peak=peak)
     return out
 
 
@@ -273,7 +275,7 @@ def card_tokens(sc: Scenario, tp, micro_batch, cp=1):
 
 
 def moe_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, ep, expert_tp, capacity_factor,
-                    cp=1):
+                    cp=1, *, peak: str = "exact"):
     """Routed-token activations beyond the dense inventory (moe.routed_activation_extra per MoE block and
     micro-batch), for every MoE block whose activations are in flight at the busiest stage's peak: the
     flat model's in-flight micro-batches x MoE blocks of the stage; the per-operation model's in-flight
@@ -287,14 +289,11 @@ def moe_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, 
         return one * np.ones(np.broadcast(_f(pp), _f(dp)).shape)
     ga = grad_accum(sc, dp, micro_batch)
     if not per_op_model(sc):
-        return pipeline_inflight(schedule, pp, ga) * _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n) * one
-    first, last = sc.stage_layers
-    sets = _by_unique(lambda p, m: _peak_layer_sets(str(schedule), sc.model.layers, int(p), int(m), first, last),
-                      pp, np.ceil(ga - 1e-9))
-    return sets * one
+        return pipeline_inflight(schedule, pp, ga, peak=peak) * _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n) * one
+    return _layer_sets(sc, schedule, pp, ga, peak) * one
 
 
-def stored_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, cp=1):
+def stored_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, cp=1, *, peak: str = "exact"):
     """Activations kept until their backward, at the busiest stage's peak (see :func:`activations`);
     a card keeps its b s / cp tokens under context parallelism (:func:`cp_shape`)."""
     rc = effective_recompute(sc, recompute)
@@ -304,12 +303,19 @@ def stored_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batc
     if not per_op_model(sc):
         stage_layers = np.ceil(a.layers / _f(pp))
         per_mb = memory.activation_bytes_per_microbatch(a, s, mb, tp, stage_layers, rc, **kw)
-        return pipeline_inflight(schedule, pp, ga) * per_mb
+        return pipeline_inflight(schedule, pp, ga, peak=peak) * per_mb
     per_layer = memory.activation_bytes_per_microbatch(a, s, mb, tp, 1, rc, **kw)
+    return _layer_sets(sc, schedule, pp, ga, peak) * per_layer
+
+
+def _layer_sets(sc: Scenario, schedule, pp, ga, peak: str = "exact"):
+    """Per-operation model: the busiest stage's in-flight layer sets for every (pp, micro-batches), exact
+    (the slot-order walk) or bounded in closed form (``peak="lo"`` / ``"hi"``)."""
     first, last = sc.stage_layers
-    sets = _by_unique(lambda p, m: _peak_layer_sets(str(schedule), sc.model.layers, int(p), int(m), first, last),
-                      pp, np.ceil(ga - 1e-9))
-    return sets * per_layer
+    fn = _peak_layer_sets if peak == "exact" else \
+        (lambda *a: _peak_layer_set_bounds(*a)[0 if peak == "lo" else 1])
+    return _by_unique(lambda p, m: fn(str(schedule), sc.model.layers, int(p), int(m), first, last), pp,
+                      np.ceil(ga - 1e-9))
 
 
 @lru_cache(maxsize=4096)
@@ -324,6 +330,20 @@ def _peak_layer_sets(schedule: str, layers: int, p: int, m: int, first: int, las
         return np.inf
     peaks = pipeline.peak_inflight(base, p, m, v=v, chunk_layers=chunks)
     return max(k * n for k, n in zip(peaks, split))
+
+
+@lru_cache(maxsize=4096)
+def _peak_layer_set_bounds(schedule: str, layers: int, p: int, m: int, first: int, last: int) -> tuple:
+    """(lo, hi) of :func:`_peak_layer_sets` from the per-stage closed-form peak bounds (no simulation)."""
+    if p <= 1:
+        return float(layers), float(layers)
+    split = _split_cached(layers, p, first, last)
+    base, v = schedule_parts(schedule)
+    chunks = chunk_layers(split, v) if base == "interleaved" else None
+    if not split or (base == "interleaved" and chunks is None) or pipeline.shape_error(base, p, m, v):
+        return np.inf, np.inf
+    lo, hi = pipeline.peak_inflight_stage_bounds(base, p, m, v=v, chunk_layers=chunks)
+    return max(k * n for k, n in zip(lo, split)), max(k * n for k, n in zip(hi, split))
 
 
 def recompute_workspace(sc: Scenario, recompute, tp, micro_batch, cp=1):
@@ -584,16 +604,20 @@ def pipeline_transfer(sc: Scenario, acc: str, tp, pp, dp, micro_batch, nics, cp=
     return np.where(_f(pp) > 1, size / bw, 0.0)
 
 
-def pipeline_compute(schedule, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weight, t_transfer, groups=None):
+def pipeline_compute(schedule, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weight, t_transfer, groups=None, *,
+                     bounds: bool = False):
     """Per-step compute: the pipeline event model's completion time (m (t_f + t_b) when pp = 1).
 
     ``groups(p)``, when given, returns the per-stage layer split for p stages and the per-group
     durations are built from per-layer times plus first/last-stage extras (``t_fwd`` etc. are then
     (layer, first, last) triples); otherwise every stage takes the same (t_fwd, t_bwd_input, t_bwd_weight).
+    ``bounds=True`` returns ``(lo, hi)`` from the closed-form bounds instead (solver pruning; equal to
+    the exact value for pp = 1 and for balanced fill-drain and 1F1B).
     """
     base, v = schedule_parts(schedule)
     if groups is not None:
-        return _pipeline_groups(base, v, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weight, t_transfer, groups)
+        return _pipeline_groups(base, v, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weight, t_transfer, groups,
+                                bounds)
     pp, m, tf, tdx, tdw, tx = np.broadcast_arrays(
         np.asarray(pp), _f(micro_batches), _f(t_fwd), _f(t_bwd_input), _f(t_bwd_weight), _f(t_transfer))
     shape = pp.shape
@@ -601,15 +625,20 @@ def pipeline_compute(schedule, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weig
     out = m * (tf + tdx + tdw)
     multi = pp > 1
     if np.any(multi):
-        mm = np.ceil(m - 1e-9).astype(int)
-        for p_val, m_val in np.unique(np.stack([pp[multi], mm[multi]], axis=1), axis=0):
-            sel = multi & (pp == p_val) & (mm == m_val)
-            if pipeline.shape_error(base, int(p_val), int(m_val), v):
-                out[sel] = np.inf  # the schedule cannot run this shape (layout.schedule_shape)
-                continue
-            out[sel] = _unique_columns(lambda f, dx, dw, x: pipeline.completion_time(
-                base, int(p_val), int(m_val), f, dx, dw, x, 0.0, v=v), tf[sel], tdx[sel], tdw[sel], tx[sel],
-                key=(base, int(p_val), int(m_val), v, None))
+        # one vectorised call: closed forms, or one recurrence per distinct (pp, micro-batches) shape;
+        # shapes the schedule cannot run give inf (layout.schedule_shape)
+        mm = np.ceil(m[multi] - 1e-9).astype(int)
+        args = (base, pp[multi], mm, tf[multi], tdx[multi], tdw[multi], tx[multi], 0.0)
+        if bounds:
+            lo, hi = pipeline.completion_bounds(*args, v=v)
+            bad = ~pipeline.shape_ok(base, pp[multi], mm)
+            hi_out = out.copy()
+            out[multi] = np.where(bad, np.inf, lo)
+            hi_out[multi] = np.where(bad, np.inf, hi)
+            return out.reshape(shape), hi_out.reshape(shape)
+        out[multi] = pipeline.completion_for_shapes(*args, v=v)
+    if bounds:
+        return out.reshape(shape), out.reshape(shape)
     return out.reshape(shape)
 
 
@@ -640,52 +669,72 @@ def _unique_columns(fn, *arrays, key=None):
     return result[np.reshape(inverse, -1)]
 
 
-def _pipeline_groups(base, v, pp, micro_batches, layer_f, layer_dx, layer_dw, t_transfer, groups):
-    """Completion time with per-stage durations (uneven layer counts, embedding and head placement)."""
+def _pipeline_groups(base, v, pp, micro_batches, layer_f, layer_dx, layer_dw, t_transfer, groups, bounds=False):
+    """Completion time with per-stage durations (uneven layer counts, embedding and head placement);
+    with ``bounds``, (lo, hi) from the closed-form bounds summed group by group (no simulation)."""
     (lf, ef, hf), (ldx, edx, hdx), (ldw, edw, hdw) = layer_f, layer_dx, layer_dw
     arrs = np.broadcast_arrays(np.asarray(pp), _f(micro_batches), *(_f(x) for x in (lf, ldx, ldw, ef, edx, edw, hf,
                                                                                        hdx, hdw, t_transfer)))
     shape = arrs[0].shape
     pp_a, m, lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, tx = (x.reshape(-1) for x in arrs)
     out = np.empty(pp_a.shape)
+    hi_out = np.empty(pp_a.shape) if bounds else None
     mm = np.ceil(m - 1e-9).astype(int)
     single = pp_a <= 1
     n_all = float(sum(groups(1)))
     out[single] = m[single] * (n_all * (lf + ldx + ldw) + ef + edx + edw + hf + hdx + hdw)[single]
-    if np.any(~single):
-        for p_val, m_val in np.unique(np.stack([pp_a[~single], mm[~single]], axis=1), axis=0):
-            sel = (~single) & (pp_a == p_val) & (mm == m_val)
+    if bounds:
+        hi_out[single] = out[single]
+    multi = np.flatnonzero(~single)
+    if multi.size:
+        # every (pp, micro-batches) shape once, its rows selected once
+        shapes, order, cuts = pipeline.group_shapes(pp_a[multi], mm[multi])
+        for k, (p_val, m_val) in enumerate(shapes):
+            sel = multi[order[cuts[k]:cuts[k + 1]]]
             p, mv = int(p_val), int(m_val)
             split = groups(p)
             chunks = chunk_layers(split, v) if base == "interleaved" else None
             if not split or (base == "interleaved" and chunks is None) or pipeline.shape_error(base, p, mv, v):
                 out[sel] = np.inf  # layout.schedule_shape rules this plan out
+                if bounds:
+                    hi_out[sel] = np.inf
                 continue
-            per = [_group_times(split, g, (lf[sel], ldx[sel], ldw[sel]), (ef[sel], edx[sel], edw[sel]),
-                                (hf[sel], hdx[sel], hdw[sel]), 3) for g in range(p)]
-            fwd, dx, dw = (np.stack([np.broadcast_to(per[g][i], tx[sel].shape) for g in range(p)]) for i in range(3))
+            # per-group durations (p, rows): n_g x layer, + embedding on group 0, + head and loss on the last
+            # (the additions of _group_times, in its order)
+            n_g = np.asarray(split, dtype=float)[:, None]
+            fwd, dx, dw = (n_g * x[sel][None] for x in (lf, ldx, ldw))
+            for arr, e, h in ((fwd, ef, hf), (dx, edx, hdx), (dw, edw, hdw)):
+                arr[0] = arr[0] + e[sel]
+                arr[-1] = arr[-1] + h[sel]
+            if bounds:
+                out[sel], hi_out[sel] = pipeline.completion_bounds(base, p, mv, fwd, dx, dw, tx[sel], 0.0, v=v,
+                                                                    per_group=True, chunk_layers=chunks)
+                continue
             out[sel] = _unique_columns(lambda f, x_, w, t: pipeline.completion_time(
                 base, p, mv, f, x_, w, t, 0.0, v=v, chunk_layers=chunks, per_group=True), fwd, dx, dw, tx[sel],
                 key=(base, p, mv, v, tuple(chunks or ()), tuple(split)))
+    if bounds:
+        return out.reshape(shape), hi_out.reshape(shape)
     return out.reshape(shape)
 
 
-def pipeline_inflight(schedule, pp, micro_batches):
-    """Peak live micro-batch activation sets on the busiest stage (1 when pp = 1)."""
+def pipeline_inflight(schedule, pp, micro_batches, *, peak: str = "exact"):
+    """Peak live micro-batch activation sets on the busiest stage (1 when pp = 1).
+
+    Closed forms for every schedule but the chapter's DualPipe (:func:`tpopt.models.pipeline.peak_inflight_max`
+    walks its slot order once per shape); ``peak="lo"`` / ``"hi"``: closed-form bounds only.
+    """
     base, v = schedule_parts(schedule)
     pp, m = np.broadcast_arrays(np.asarray(pp), np.ceil(_f(micro_batches) - 1e-9).astype(int))
-    shape = pp.shape
-    pp, m = pp.reshape(-1), m.reshape(-1)
-    out = np.ones(pp.shape, dtype=float)
     multi = pp > 1
+    out = np.ones(pp.shape, dtype=float)
     if np.any(multi):
-        for p_val, m_val in np.unique(np.stack([pp[multi], m[multi]], axis=1), axis=0):
-            sel = multi & (pp == p_val) & (m == m_val)
-            if pipeline.shape_error(base, int(p_val), int(m_val), v):
-                out[sel] = np.inf
-                continue
-            out[sel] = max(pipeline.peak_inflight(base, int(p_val), int(m_val), v=v))
-    return out.reshape(shape)
+        if peak == "exact":
+            val = pipeline.peak_inflight_max(base, pp[multi], m[multi], v=v)
+        else:
+            val = pipeline.peak_inflight_bounds(base, pp[multi], m[multi], v=v)[0 if peak == "lo" else 1]
+        out[multi] = np.where(pipeline.shape_ok(base, pp[multi], m[multi]), val, np.inf)
+    return out
 
 
 def schedule_shape_ok(schedule, pp, dp, micro_batch, batch, sc: Scenario | None = None):
@@ -758,6 +807,19 @@ def compute_from(sc: Scenario, schedule, pp, inputs):
     finite = np.isfinite(completion)
     return (total, pure, np.where(finite, np.maximum(completion - pure, 0.0), np.inf),
             np.where(finite, total - np.where(finite, completion, 0.0), 0.0))
+
+
+def compute_bounds(sc: Scenario, schedule, pp, inputs):
+    """``(lo, hi)`` of :func:`compute_from`'s compute-with-stragglers from the pipeline's closed-form
+    bounds (solver pruning; exact where the pipeline term has a closed form)."""
+    lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, t_x, ga, cards = inputs
+    if per_op_model(sc):
+        lo, hi = pipeline_compute(schedule, pp, ga, (lf, ef, hf), (ldx, edx, hdx), (ldw, edw, hdw), t_x,
+                                  groups=lambda p: stage_split(sc, p), bounds=True)
+    else:
+        lo, hi = pipeline_compute(schedule, pp, ga, lf, ldx, ldw, t_x, bounds=True)
+    factor = straggler_factor(sc, cards)
+    return lo * factor, hi * factor
 
 
 def compute(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics, ep=1, capacity_factor=0.0,

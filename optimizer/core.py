@@ -33,7 +33,7 @@ def use_decomposition(space: Space, req: Request) -> bool:
         return req.method == "decomposed"
     if req.method != "auto":
         raise InputError(f"unknown solve method {req.method!r} (use auto, monolithic or decomposed)")
-    return max(t.values.size for t in space.tables.values()) > MONOLITHIC_LIMIT
+    return space.largest_table() > MONOLITHIC_LIMIT
 
 
 def evaluate_assignment(space: Space, idx: dict) -> Evaluation:
@@ -85,7 +85,7 @@ def solve(sc: Scenario, backend: str = "cpsat", req: Request | None = None, rest
             space = space or Space.from_scenario(sc, restrict)
             info.points = space.size()
             if backend != "enumerate":
-                space.tables  # noqa: B018 (build the lazily computed tables inside the limit)
+                space.build_tables()  # the tables the solve reads, inside the limit
         plans, status = _dispatch(space, backend, req, enforced, info)
     except TimeLimitReached:
         status = Status.UNKNOWN

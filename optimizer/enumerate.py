@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tpopt.models import terms as T
 from tpopt.models.evaluate import evaluate_arrays
 from tpopt.optimizer.result import Request
-from tpopt.optimizer.space import CATEGORICAL, FAMILIES, NUMERIC, VARIABLES, VARS, Space, cards_of
+from tpopt.optimizer.space import CATEGORICAL, FAMILIES, LAYOUT, NUMERIC, VARIABLES, VARS, Space, cards_of
 
 NUMERIC_AXES = NUMERIC  # ("tp", "cp", "pp", "dp", "mb", "zero", "nics", "tau", "ep", "etp", "cap"); tp is chunked
 CHUNK = 250_000  # points per evaluate_arrays call (bounds memory and the time between clock checks)
@@ -42,14 +43,15 @@ def _groups(space: Space):
                 yield dict(fixed, schedule=si), pp_many
 
 
-def chunks(space: Space):
-    """Yield (fixed categorical indices, numeric index lists, shape, evaluate_arrays result)."""
+def chunks(space: Space, groups=None):
+    """Yield (fixed categorical indices, numeric index lists, shape, evaluate_arrays result); ``groups``
+    restricts the walk to some of :func:`_groups` (a timed sample)."""
     sc = space.sc
     d = space.domains
     nic_ok = space.nic_allowed()
     field = {v.name: v.field for v in VARIABLES}
     typ = {v.name: v.type for v in VARIABLES}
-    for fixed, pp_idx in _groups(space):
+    for fixed, pp_idx in (_groups(space) if groups is None else groups):
         ai = fixed["acc"]
         acc = d["acc"][ai]
         k_idx = [j for j in range(len(d["nics"])) if nic_ok[ai, j]]
@@ -76,11 +78,12 @@ def _ok(r, family, shape):
     return np.broadcast_to(v <= lim, shape)
 
 
-def enumerate_best(space: Space, req: Request):
+def enumerate_best(space: Space, req: Request, groups=None):
     """Return (best assignments as index dicts, best-first; number of points evaluated; chunks).
 
     Stops between chunks when the request's clock (``req.clock``) runs out: the points kept are
     then the best of those evaluated, and ``evaluated < space.size()`` says the search is partial.
+    ``groups`` restricts the walk to some of :func:`_groups` (a timed sample).
     """
     clock = req.clock
     total = space.size()
@@ -89,7 +92,7 @@ def enumerate_best(space: Space, req: Request):
     keep_idx: list[dict] = []
     evaluated = n_chunks = order = 0
     K = max(1, req.top)
-    for fixed, idx_lists, shape, r in chunks(space):
+    for fixed, idx_lists, shape, r in chunks(space, groups):
         feas = np.ones(shape, dtype=bool)
         for f in enforced:
             feas &= _ok(r, f, shape)
@@ -192,3 +195,297 @@ class PointTable:
         k1, k2 = (self.cost, self.finish) if objective == "cost" else (self.finish, self.cost)
         order = sel[np.lexsort((sel, k2[sel], k1[sel]))][:top]
         return [{v: int(self.idx[v][i]) for v in VARS} for i in order]
+
+
+# ---------------------------------------------------------------------------------------------
+# one layout at a time, from the term tables (the decomposition's subproblem and the report's queries)
+
+HUB = LAYOUT  # (acc, tp, cp, pp, dp, mb)
+GRID = ("zero", "offload", "recompute", "sp", "schedule", "nics", "ep", "etp", "cap")
+SAVE = ("tau", "mode")
+EXTRAS = GRID + SAVE
+_GRID_TERMS = ("mem.states", "mem.copies", "mem.temporary", "time.exposed_dp", "time.tp_comm", "time.offload",
+               "time.ep_comm", "rate")
+# families decided by one table each (True = the rule holds), sliced at the layout
+_RULES = {"memory.host": "ok.memory.host", "layout.schedule_shape": "ok.layout.schedule_shape",
+          "layout.ep_divides_experts": "ok.layout.ep_divides_experts", "layout.ep_group": "ok.layout.ep_group",
+          "moe.capacity_drops": "ok.moe.capacity_drops", "batch.divisibility": "ok.batch.divisibility",
+          "layout.whole_hosts": "ok.layout.whole_hosts", "layout.tp_within_host": "ok.layout.tp_within_host",
+          "layout.heads_divisible": "ok.layout.heads_divisible",
+          "layout.pp_divides_layers": "ok.layout.pp_divides_layers"}
+
+
+class LayoutEvaluator:
+    """Every plan of one core layout (accelerator, tp, cp, pp, dp, micro-batch), evaluated at once.
+
+    The remaining choices span a small grid: ZeRO x offload x recompute x SP x schedule x NICs (x the MoE
+    choices), times the save interval and mode. Each term is tabulated over its own variables (sliced from the space's
+    tables at the layout; the exact pipeline terms of the schedules without a closed form are
+    simulated for the layout alone) and the terms are glued by broadcasting in the evaluator's order
+    of operations: memory = ((states + copies) + activations) + temporary, busy = ((compute +
+    exposed DP) + TP) + offload, finish = reserved + (iterations x (busy + wait)) x (1 + L),
+    cost = rate x finish.
+
+    The save interval and mode enter through L alone, and finish and cost grow with L, so the best
+    plan of a layout uses the least L its allowed (interval, mode) pairs offer (backlog permitting):
+    for one best plan the grid is reduced to that L first (40 times fewer points on a 20 x 2 save
+    grid); the K best plans (``top`` > 1) use the whole grid.
+
+    ``level="bound"`` glues the pipeline terms' lower bounds (upper bounds for the input-throughput
+    check): the result is a valid lower bound of the layout's best, which lets a search skip layouts
+    without simulating their pipelines.
+    """
+
+    def __init__(self, space: Space):
+        self.space = space
+        self.sc = space.sc
+        self.exact_terms: dict = {}  # layout -> exact pipeline terms (compute, activations) on the grid
+        self.glued: dict = {}  # (layout, level) -> glued arrays, most recent last
+        self.evaluated = 0
+        self.simulated = 0  # layouts whose exact pipeline terms were computed
+
+    # -- terms ----------------------------------------------------------------------------------
+    def _on_grid(self, name: str, table: np.ndarray, h: tuple, domains: dict | None = None) -> np.ndarray:
+        """A table sliced at layout ``h`` and laid out on the :data:`EXTRAS` grid (size-1 axes for the
+        variables it does not have)."""
+        domains = self.space.domains if domains is None else domains
+        vars = self.space.table_vars(name)
+        vals = table[tuple(h[HUB.index(v)] if v in HUB else slice(None) for v in vars)]
+        rest = [v for v in vars if v not in HUB]
+        vals = np.transpose(vals, [rest.index(v) for v in EXTRAS if v in rest])
+        return vals.reshape([len(domains[v]) if v in rest else 1 for v in EXTRAS])
+
+    def _term(self, name: str, h: tuple, side: str | None = None) -> np.ndarray:
+        """A term on the extras grid: exact (``side=None``) or its bound (``"lo"`` / ``"hi"``)."""
+        sp = self.space
+        if side is not None:
+            return self._on_grid(name, sp.bound_table(name, side).values, h)
+        if name in ("time.compute", "mem.activations") and not sp.exact_pipeline_tables():
+            return self.exact_terms[h][name]  # as far as _exact_pipeline has made it exact
+        return self._on_grid(name, sp.tables[name].values, h)
+
+    def _exact_pipeline(self, h: tuple, scheds=None) -> dict:
+        """Exact compute and activations of a layout, schedule by schedule as asked (``scheds``: schedule
+        indices; None = all): the bound tables' values where they are exact (one stage; the closed forms
+        of balanced fill-drain and 1F1B; the peaks with closed forms), the layout's own exact tables for
+        the others (one event-model call per schedule). ``entry["exact"]``: the schedules done."""
+        from tpopt.models import pipeline
+
+        sc, d = self.sc, self.space.domains
+        entry = self.exact_terms.get(h)
+        if entry is None:
+            per_op = T.per_op_model(sc)
+            bases = [T.schedule_parts(x)[0] for x in d["schedule"]]
+            one = d["pp"][h[HUB.index("pp")]] <= 1
+            exact_lo = {  # schedules whose lower bound is their exact value
+                "time.compute": {i for i, b in enumerate(bases) if one or (not per_op and b in pipeline.CLOSED_FORM)},
+                "mem.activations": {i for i, b in enumerate(bases) if one or b in ("fill-drain", "1f1b", "zb-h1", "zb-h2")
+                                    or (not per_op and b != "dualpipe")}}
+            entry = {t: self._term(t, h, "lo").astype(float) for t in exact_lo}
+            entry["done"] = exact_lo
+            entry["exact"] = exact_lo["time.compute"] & exact_lo["mem.activations"]
+            self.exact_terms[h] = entry
+            while len(self.exact_terms) > EXACT_CACHE:
+                self.exact_terms.pop(next(iter(self.exact_terms)))
+        want = set(range(len(d["schedule"]))) if scheds is None else set(scheds)
+        axis = EXTRAS.index("schedule")
+        for term in ("time.compute", "mem.activations"):
+            need = sorted(want - entry["done"][term])
+            if not need:
+                continue
+            dom = {k: ([v[h[HUB.index(k)]]] if k in HUB else list(v)) for k, v in d.items()}
+            dom["schedule"] = [d["schedule"][i] for i in need]
+            sub = Space(sc=sc, domains=dom)
+            vals = self._on_grid(term, sub.tables[term].values, (0,) * len(HUB), sub.domains)
+            for k, i in enumerate(need):
+                idx = [slice(None)] * len(EXTRAS)
+                idx[axis] = i
+                src = [slice(None)] * len(EXTRAS)
+                src[axis] = k
+                entry[term][tuple(idx)] = vals[tuple(src)]
+            entry["done"][term] = entry["done"][term] | set(need)
+            self.simulated += 1
+        entry["exact"] = entry["done"]["time.compute"] & entry["done"]["mem.activations"]
+        return entry
+
+    def exact_is_bound(self) -> bool:
+        """True when the space's bound tables are its exact tables (small spaces)."""
+        return self.space.exact_pipeline_tables()
+
+    def _glue(self, h: tuple, level: str, scheds=None) -> dict:
+        """The layout's terms glued on the extras grid: ``level="bound"`` with the pipeline terms' lower
+        bounds, ``"exact"`` with exact values for the schedules ``scheds`` (indices; None = all) -- the
+        others keep their bounds, and ``out["exact"]`` says which schedules are exact."""
+        exact = frozenset()
+        if level == "exact":
+            if self.space.exact_pipeline_tables():
+                exact = frozenset(range(len(self.space.domains["schedule"])))
+            else:
+                exact = frozenset(self._exact_pipeline(h, scheds)["exact"])
+        key = (h, level, exact)
+        got = self.glued.get(key)
+        if got is not None:
+            self.glued[key] = self.glued.pop(key)
+            return got
+        sc, sp = self.sc, self.space
+        d = sp.domains
+        side = "lo" if level == "bound" else None
+        g = {n: self._term(n, h) for n in _GRID_TERMS}
+        comp = self._term("time.compute", h, side)
+        act = self._term("mem.activations", h, side)
+        mem = ((g["mem.states"] + g["mem.copies"]) + act) + g["mem.temporary"]
+        busy = (((comp + g["time.exposed_dp"]) + g["time.tp_comm"]) + g["time.offload"]) + g["time.ep_comm"]
+        if level == "bound":  # the input check needs an upper bound of busy
+            busy_hi = (((self._term("time.compute", h, "hi") + g["time.exposed_dp"]) + g["time.tp_comm"])
+                       + g["time.offload"]) + g["time.ep_comm"]
+        else:
+            busy_hi = busy
+        acc = d["acc"][h[0]]
+        A = sc.system(acc).acc
+        pp = d["pp"][h[HUB.index("pp")]]
+        cards = cards_of(**{v: d[v][h[HUB.index(v)]] for v in HUB if v != "acc"})
+        shape = tuple(len(d[v]) for v in GRID) + (1, 1)
+        with np.errstate(divide="ignore"):
+            demand = sc.task.global_batch / busy_hi
+        supply = float(np.asarray(T.input_supply(sc, acc, np.asarray(float(cards)))))
+        valid = np.zeros(shape, dtype=bool)
+        pick = [slice(None)] * len(GRID) + [slice(None)] * 2
+        pick[GRID.index("schedule")] = slice(None, 1 if pp == 1 else None)
+        pick[GRID.index("nics")] = sp.nic_allowed()[h[0]]
+        valid[tuple(pick)] = True
+        ok = {"memory.per_card": np.broadcast_to(mem <= A.memory_usable, shape),
+              "input.throughput": np.broadcast_to(demand <= supply, shape)}
+        scalar_ok = {"cards.max": cards <= sc.search.max_cards}
+        for family, table in _RULES.items():
+            rule = self._term(table, h)
+            if rule.size == 1:
+                scalar_ok[family] = bool(rule.reshape(-1)[0])
+            else:
+                ok[family] = np.broadcast_to(rule, shape)
+        out = {"valid": valid, "ok": ok, "scalar_ok": scalar_ok, "cards": cards, "mem": mem, "demand": demand,
+               "supply": supply, "step": np.broadcast_to(busy + sc.input.wait_s, shape),
+               "rate": np.broadcast_to(g["rate"], shape),
+               "L": self._term("overhead", h), "backlog": self._term("ok.checkpoint.backlog", h) > 0.5,
+               "usable": A.memory_usable, "exact": exact}
+        if level == "exact":
+            self.evaluated += int(valid.sum()) * len(d["tau"]) * len(d["mode"])
+        self.glued[key] = out
+        while len(self.glued) > LAYOUT_CACHE:
+            self.glued.pop(next(iter(self.glued)))
+        return out
+
+    # -- queries --------------------------------------------------------------------------------
+    def _points(self, h: tuple, enforced, objective: str, restrict: dict | None, full: bool, level: str,
+                scheds=None):
+        """(k1, k2, mask, grid shape) of the question on layout ``h``; None if nothing is allowed. At the
+        exact level only the schedules made exact count (``scheds``; None = all)."""
+        sc, d = self.sc, self.space.domains
+        v = self._glue(h, level, scheds)
+        if not all(v["scalar_ok"][f] for f in enforced if f in v["scalar_ok"]):
+            return None
+        m = v["valid"].copy()
+        if level == "exact" and len(v["exact"]) < len(d["schedule"]):
+            keep = np.array([i in v["exact"] for i in range(len(d["schedule"]))])
+            shape = [1] * len(EXTRAS)
+            shape[EXTRAS.index("schedule")] = len(keep)
+            m &= keep.reshape(shape)
+        for f in enforced:
+            if f in v["ok"]:
+                m &= v["ok"][f]
+        save_ok = np.ones(v["L"].shape, dtype=bool)
+        if "checkpoint.backlog" in enforced:
+            save_ok &= v["backlog"]
+        for var, allowed in (restrict or {}).items():
+            if var in EXTRAS:
+                keep = np.array([x in set(allowed) for x in d[var]])
+                shape = [1] * len(EXTRAS)
+                shape[EXTRAS.index(var)] = len(d[var])
+                if var in SAVE:
+                    save_ok &= keep.reshape(shape)
+                else:
+                    m &= keep.reshape(shape)
+        if not m.any() or not save_ok.any():
+            return None
+        if full:  # every (interval, mode) pair
+            L = v["L"]
+            m = m & save_ok
+        else:  # the least L among the allowed pairs (first in grid order on ties)
+            Ls = np.where(save_ok, v["L"], np.inf).reshape(-1)
+            j = int(np.argmin(Ls))
+            L = Ls[j]
+            m = m[..., :1, :1]
+        finish = sc.task.reserved_s + (T.iteration_count(sc) * v["step"]) * (1.0 + L)
+        cost = v["rate"] * finish
+        if "deadline.finish" in enforced:
+            m = m & (finish <= sc.task.deadline_s)
+        if "budget.cost" in enforced and sc.cost.max_cost is not None:
+            m = m & (cost <= sc.cost.max_cost)
+        shape = m.shape
+        k1, k2 = (cost, finish) if objective == "cost" else (finish, cost)
+        out = (np.broadcast_to(k1, shape), np.broadcast_to(k2, shape), m, shape)
+        return out if full else out + (np.unravel_index(j, v["L"].shape[-2:]),)
+
+    def best(self, h: tuple, enforced, objective: str = "cost", top: int = 1, restrict: dict | None = None,
+             level: str = "exact", cutoff: float | None = None):
+        """The ``top`` best points of layout ``h`` (index tuple over :data:`HUB`) meeting ``enforced``
+        and the extras restrictions: list of (objective key, index dict), best first, ties broken by
+        grid order (deterministic). ``level="bound"``: lower bounds of the keys (indices unverified).
+        ``cutoff`` (exact level, one plan): only points that may reach a primary key <= cutoff matter,
+        so only the schedules whose bounded points can are simulated (the others are left out)."""
+        full = top > 1
+        scheds = None
+        if level == "exact" and cutoff is not None and not full and not self.space.exact_pipeline_tables():
+            low = self._points(h, enforced, objective, restrict, False, "bound")
+            if low is None:
+                return []
+            k1, _, m, _ = low[:4]
+            axis = EXTRAS.index("schedule")
+            reach = np.where(m, k1, np.inf) <= cutoff
+            other = tuple(i for i in range(len(EXTRAS)) if i != axis)
+            scheds = np.flatnonzero(reach.any(axis=other)).tolist()
+            if not scheds:
+                return []
+        got = self._points(h, enforced, objective, restrict, full, level, scheds)
+        if got is None:
+            return []
+        k1, k2, m, shape = got[:4]
+        sel = np.flatnonzero(m.reshape(-1))
+        if not sel.size:
+            return []
+        a, b = k1.reshape(-1)[sel], k2.reshape(-1)[sel]
+        order = np.lexsort((sel, b, a))[:max(1, top)]
+        out = []
+        for i in order:
+            coords = np.unravel_index(sel[i], shape)
+            idx = dict(zip(HUB, h))
+            idx.update({e: int(c) for e, c in zip(EXTRAS, coords)})
+            if not full:
+                idx["tau"], idx["mode"] = (int(c) for c in got[4])
+            out.append(((float(a[i]), float(b[i])), idx))
+        return out
+
+
+LAYOUT_CACHE = 256
+"""Glued layouts a :class:`LayoutEvaluator` keeps (each a few arrays over the extras grid)."""
+EXACT_CACHE = 4096
+"""Layouts whose exact pipeline terms a :class:`LayoutEvaluator` keeps."""
+
+
+def layout_evaluator(space: Space) -> LayoutEvaluator:
+    """The space's layout evaluator (one per space, shared by the solve and its report)."""
+    ev = space.__dict__.get("_layout_evaluator")
+    if ev is None:
+        ev = space.__dict__["_layout_evaluator"] = LayoutEvaluator(space)
+    return ev
+
+
+def layout_best(space: Space, h: tuple, req: Request, enforced=None):
+    """The decomposition's subproblem: the ``req.top`` best plans of layout ``h`` (index tuple over
+    :data:`HUB`) under ``enforced``, as index dicts into the space's domains; and the points evaluated."""
+    ev = layout_evaluator(space)
+    enforced = req.enforced(FAMILIES) if enforced is None else enforced
+    before = ev.evaluated
+    found = ev.best(h, [f for f in FAMILIES if f in enforced], req.objective, req.top)
+    if req.cards is not None:
+        found = [kv for kv in found if ev._glue(h, "exact")["cards"] in set(req.cards)]
+    return [idx for _, idx in found], ev.evaluated - before

@@ -7,13 +7,17 @@ layout at the same scale) is either feasible but no better (its objective is sho
 "ruled out by F" means the alternative becomes feasible when F alone is dropped, and the detail
 quotes F's value against its limit for the best such plan.
 
-Queries go through an oracle: exact enumeration of the whole space when it is small (a
-:class:`~tpopt.optimizer.enumerate.PointTable`, every question a mask), otherwise the chosen solver.
+Queries go through an oracle: exact enumeration of the whole space when it is small and its pipeline
+shapes are cheap (a :class:`~tpopt.optimizer.enumerate.PointTable`, every question a mask); otherwise
+the layout decomposition's own model, built once for every question (:class:`LayoutOracle`); the
+monolithic solver when asked for (``--method monolithic``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from tpopt.models.evaluate import SPEC, Evaluation, evaluate
 from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
@@ -66,6 +70,88 @@ class SolverOracle:
         return r.best
 
 
+class LayoutOracle:
+    """Answers every report question with the layout decomposition's own model, built once.
+
+    The solve's per-layout bounds (:class:`~tpopt.optimizer.decompose.LayoutBounds`: each term's
+    minimum over the remaining choices, on every core layout) and its exact per-layout evaluation
+    (:class:`~tpopt.optimizer.enumerate.LayoutEvaluator`, shared with the solve through the space)
+    are reused for each question: dropping a family or restricting a variable only changes which
+    layouts are allowed (a mask, like an assumption literal) and which points of a layout count.
+    Layouts are taken in increasing bound order, the best plan found so far is the incumbent (the
+    warm start of the next question: every question of one report shares the evaluated layouts), and
+    the walk stops when the next bound exceeds it. The answer is the exact optimum of the question.
+    """
+
+    name = "layout decomposition"
+
+    def __init__(self, space: Space, check=None):
+        from tpopt.optimizer.enumerate import layout_evaluator
+
+        self.space = space
+        self.layouts = layout_evaluator(space)
+        self._bounds = None
+        self.questions = 0
+        self.check = check  # called before each layout evaluation (a time limit can raise there)
+
+    @property
+    def bounds(self):
+        if self._bounds is None:
+            from tpopt.optimizer.decompose import LayoutBounds
+
+            self._bounds = LayoutBounds(self.space, "cost")
+        return self._bounds
+
+    def _allowed(self, enforced, restrict, cards) -> np.ndarray:
+        from tpopt.optimizer.enumerate import HUB
+
+        b, sc, d = self.bounds, self.space.sc, self.space.domains
+        ok = np.ones(b.n, dtype=bool)
+        for mask in b.allowed(set(enforced), sc.search.max_cards, sc.task.deadline_s, sc.cost.max_cost).values():
+            ok &= mask
+        for var, allowed in (restrict or {}).items():
+            if var in HUB:
+                keep = [i for i, x in enumerate(d[var]) if x in set(allowed)]
+                ok &= np.isin(b.coords[var], keep)
+        if cards is not None:
+            ok &= np.isin(b.cards, list(cards))
+        return ok
+
+    def _search(self, enforced, objective: str, restrict=None, cards=None):
+        """(best index dict or None) of the question, by the bound-ordered walk over layouts."""
+        from tpopt.optimizer.enumerate import HUB
+
+        self.questions += 1
+        b = self.bounds
+        key = b.cost_min if objective == "cost" else b.finish_min
+        # layouts with an infinite bound (a pipeline shape the schedule cannot run) come last: with
+        # the rule that excludes them dropped, their plans exist, at an infinite cost
+        cand = np.flatnonzero(self._allowed(enforced, restrict, cards))
+        cand = cand[np.argsort(key[cand], kind="stable")]
+        enforced = [f for f in FAMILIES if f in set(enforced)]
+        refine = not self.layouts.exact_is_bound()
+        best_key, best_idx = None, None
+        for h in cand.tolist():
+            if best_key is not None and key[h] > best_key[0]:
+                break
+            layout = tuple(int(b.coords[v][h]) for v in HUB)
+            if self.check is not None:
+                self.check()
+            if refine:  # the layout's own bound (pipeline terms bounded in closed form) before simulating
+                lb = self.layouts.best(layout, enforced, objective, 1, restrict, level="bound")
+                if not lb or (best_key is not None and lb[0][0][0] > best_key[0]):
+                    continue
+            found = self.layouts.best(layout, enforced, objective, 1, restrict,
+                                      cutoff=None if best_key is None else best_key[0])
+            if found and (best_key is None or found[0][0] < best_key):
+                best_key, best_idx = found[0]
+        return best_idx
+
+    def best(self, enforced, objective: str, restrict=None, cards=None) -> Evaluation | None:
+        idx = self._search(enforced, objective, restrict, cards)
+        return None if idx is None else evaluate(self.space.sc, self.space.plan(idx))
+
+
 def _merge(domains: dict, restrict: dict | None) -> dict:
     out = {k: list(v) for k, v in domains.items()}
     for k, v in (restrict or {}).items():
@@ -73,10 +159,14 @@ def _merge(domains: dict, restrict: dict | None) -> dict:
     return out
 
 
-def make_oracle(space: Space, backend: str, req: Request):
-    if space.size() <= TABLE_LIMIT:
+def make_oracle(space: Space, backend: str, req: Request, check=None):
+    """One exact enumeration for small spaces whose pipeline terms are cheap to simulate; the layout
+    decomposition's model otherwise (the monolithic solver on request: ``--method monolithic``)."""
+    if space.size() <= TABLE_LIMIT and space.cheap_pipeline():
         return TableOracle(space)
-    return SolverOracle(space, "cpsat" if backend == "enumerate" else backend, req)
+    if req.method == "monolithic":
+        return SolverOracle(space, "cpsat" if backend == "enumerate" else backend, req)
+    return LayoutOracle(space, check)
 
 
 def _better(a: Evaluation, b: Evaluation, objective: str) -> bool:
@@ -217,11 +307,16 @@ def robustness(sc, best: Evaluation) -> dict:
 def analysis(space: Space, best: Evaluation, backend: str, req: Request, enforced) -> dict:
     """Binding families and alternatives of an optimum (dicts ready for JSON)."""
     clock = clock_of(req)
+
+    def check():  # between the layouts a large space's questions evaluate
+        if clock.expired("analysing the optimum"):
+            raise Undecided("time limit reached")
+
     objective = req.objective
     undecided: list[str] = []
     try:
         with clock.interruptible("analysing the optimum"):
-            oracle = make_oracle(space, backend, req)
+            oracle = make_oracle(space, backend, req, check)
     except TimeLimitReached:  # not even the oracle: every question is left open, and said so
         return {"oracle": None, "binding": [], "alternatives": [], "robustness": robustness(space.sc, best),
                 "undecided": [f for f in RELAXABLE if f in enforced and f not in space.inert()

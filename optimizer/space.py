@@ -110,6 +110,14 @@ MEMORY_TERMS = ("mem.states", "mem.copies", "mem.activations", "mem.temporary")
 BUSY_TERMS = ("time.compute", "time.exposed_dp", "time.tp_comm", "time.offload", "time.ep_comm")
 # single-table conditions decided exactly when the tables are built (family -> "ok." table)
 EXACT = ("checkpoint.backlog", "memory.host", "moe.capacity_drops")
+# closed-form bounds of the pipeline terms (Space.bound_table)
+PIPELINE_TERMS = ("time.compute", "mem.activations")
+EXACT_PIPELINE_WORK = 5_000
+"""Pipeline operations (:meth:`Space.pipeline_work`) up to which bound tables are exact tables: beyond,
+the closed-form bounds prune as well (measured: the same solve rounds) at a fraction of the cost."""
+CHEAP_PIPELINE_WORK = 300_000
+"""Pipeline operations up to which enumerating a space is cheap (the report's exact table, the tiny-space
+enumeration of ``tpopt solve``)."""
 
 
 def reduce_to(domains: dict, vals: np.ndarray, vars, target_vars, fn=np.min) -> np.ndarray:
@@ -138,6 +146,46 @@ class Table:
 
     def flat(self) -> np.ndarray:
         return self.values.reshape(-1)
+
+
+def round_up32(x) -> np.ndarray:
+    """float32 values no smaller than ``x`` (an upper bound stored in half the memory)."""
+    x = np.asarray(x, dtype=float)
+    y = x.astype(np.float32)
+    return np.where(y < x, np.nextafter(y, np.float32(np.inf)), y)
+
+
+class Tables(dict):
+    """Term tables by name, each built on first access (see :meth:`Space.tables`). Iterating over them
+    (``values()``, ``items()``, ``keys()``) builds every exact table first; ``name in tables`` and
+    ``tables.get(name)`` look only at the tables built so far."""
+
+    def __init__(self, space: "Space"):
+        super().__init__()
+        self.space = space
+
+    def __missing__(self, name: str) -> "Table":
+        table = self[name] = self.space._build(name)
+        return table
+
+    def build_all(self) -> "Tables":
+        """Build every exact table (the monolithic encodings use them all)."""
+        for name in self.space._specs:
+            if not name.endswith((".lo", ".hi")):
+                self[name]
+        return self
+
+    def values(self):
+        return super(Tables, self.build_all()).values()
+
+    def items(self):
+        return super(Tables, self.build_all()).items()
+
+    def keys(self):
+        return super(Tables, self.build_all()).keys()
+
+    def __iter__(self):
+        return iter(self.keys())
 
 
 @dataclass
@@ -197,26 +245,6 @@ class Space:
                 n += ks * (len(self.domains["schedule"]) if p > 1 else 1)
         return n * other
 
-    def moe_rules(self) -> dict[str, Table]:
-        """The MoE families' conditions (1 = the rule holds), each over its own few variables."""
-        sc, a = self.sc, self.sc.model
-        return {
-            "ok.layout.ep_divides_experts": self.tabulate("ok.layout.ep_divides_experts", ("ep",),
-                                                          lambda ep: (np.mod(a.experts, ep) == 0) * 1.0),
-            "ok.layout.ep_group": self.tabulate("ok.layout.ep_group", ("acc", "tp", "cp", "dp", "ep", "etp"),
-                                                lambda acc, tp, cp, dp, ep, etp: T.ep_group_ok(sc, acc, tp, dp, ep,
-                                                                                               etp, cp) * 1.0),
-            "ok.moe.capacity_drops": self.tabulate(
-                "ok.moe.capacity_drops", ("tp", "cp", "mb", "cap"),
-                lambda tp, cp, mb, cap: (T.capacity_drops(sc, tp, mb, cap, cp) <= sc.moe.max_drop) * 1.0),
-        }
-
-    def inert(self) -> frozenset:
-        """MoE families no plan of this space can violate (all three for a dense model; capacity drops when
-        every capacity is dropless or drops little enough). Reports skip them: dropping one cannot admit a
-        better plan."""
-        return frozenset(k[3:] for k, t in self.moe_rules().items() if bool(np.all(t.values > 0.5)))
-
     # -- allowed pairs that are not constraints but domain facts --------------------------------
     def nic_allowed(self) -> np.ndarray:
         """(acc, nics) pairs a host can take."""
@@ -228,113 +256,233 @@ class Space:
         return out
 
     # -- tabulation -----------------------------------------------------------------------------
-    def tabulate(self, name: str, vars: tuple[str, ...], fn) -> Table:
+    def tabulate(self, name: str, vars: tuple[str, ...], fn, dtype=float) -> Table:
         """Evaluate ``fn(**{var: values})`` on the joint domain of ``vars``.
 
         Categorical variables are looped over (they are scalars in the term functions); numeric ones
         are passed as broadcastable open-grid arrays.
         """
         shape = tuple(len(self.domains[v]) for v in vars)
-        out = np.empty(shape, dtype=float)
+        out = np.empty(shape, dtype=dtype)
         cats = [v for v in vars if v in CATEGORICAL]
         nums = [v for v in vars if v not in CATEGORICAL]
+        grids = np.ix_(*[np.asarray(self.domains[v], dtype=float) for v in nums]) if nums else ()
+        sub_shape = tuple(len(self.domains[v]) for v in nums)
         for combo in itertools.product(*(range(len(self.domains[c])) for c in cats)):
             kw = {c: self.domains[c][i] for c, i in zip(cats, combo)}
-            grids = np.ix_(*[np.asarray(self.domains[v], dtype=float) for v in nums]) if nums else ()
             kw.update({v: g for v, g in zip(nums, grids)})
-            val = np.asarray(fn(**kw), dtype=float)
-            idx = []
-            for v in vars:
-                if v in CATEGORICAL:
-                    idx.append(combo[cats.index(v)])
-                else:
-                    idx.append(slice(None))
-            sub_shape = tuple(len(self.domains[v]) for v in nums)
-            out[tuple(idx)] = np.broadcast_to(val, sub_shape)
+            val = np.asarray(fn(**kw))
+            idx = tuple(combo[cats.index(v)] if v in CATEGORICAL else slice(None) for v in vars)
+            out[idx] = np.broadcast_to(val, sub_shape)
         return Table(name, vars, out)
 
     @cached_property
-    def tables(self) -> dict[str, Table]:
-        """Every term table (one per relation family of :mod:`tpopt.models.terms`)."""
+    def tables(self) -> "Tables":
+        """Every term table (one per relation family of :mod:`tpopt.models.terms`), each built on first
+        use: a solve that needs only some of them (the layout decomposition's bounds) builds only those;
+        iterating over them builds every exact table."""
+        return Tables(self)
+
+    @cached_property
+    def _specs(self) -> dict:
+        """Table name -> (variables, builder). MoE variables enter the tables of the terms they change
+        (dense models leave them out: their domains are single values anyway)."""
         sc = self.sc
-        tau_vals = self.domains["tau"]
-        t = {}
-
-        def add(name, vars, fn):
-            t[name] = self.tabulate(name, vars, fn)
-
-        # MoE variables enter the tables of the terms they change (dense models leave them out: their
-        # domains are single values anyway, and the tables keep their shapes)
         ep = ("ep", "etp") if sc.model.moe else ()
         cap = ("cap",) if sc.model.moe else ()
-        sp_sc = self.with_sp  # sequence parallelism: the scenario with it on or off
-        add("mem.states", ("zero", "offload", "tp", "cp", "pp", "dp") + ep,
-            lambda zero, offload, tp, cp, pp, dp, ep=1, etp=0:
-            T.states(sc, zero, offload == "cpu", tp, pp, dp, ep, etp, cp))
-        add("mem.copies", ("schedule", "tp", "pp") + ep,
-            lambda schedule, tp, pp, ep=1, etp=0: T.param_copies(sc, schedule, tp, pp, ep, etp))
-        add("mem.activations", ("schedule", "recompute", "sp", "tp", "cp", "pp", "dp", "mb") + ep + cap,
-            lambda schedule, recompute, sp, tp, cp, pp, dp, mb, ep=1, etp=0, cap=0.0:
-            T.activations(sp_sc(sp), schedule, recompute, tp, pp, dp, mb, ep, etp, cap, cp))
-        add("mem.temporary", ("zero", "tp", "cp", "pp", "mb") + ep + cap,
-            lambda zero, tp, cp, pp, mb, ep=1, etp=0, cap=0.0: T.temporary(sc, zero, tp, pp, mb, ep, etp, cap, cp))
-        add("mem.host", ("acc", "offload", "zero", "tp", "cp", "pp", "dp") + ep,
-            lambda acc, offload, zero, tp, cp, pp, dp, ep=1, etp=0:
-            T.host_memory(sc, acc, offload == "cpu", zero, tp, pp, dp, ep, etp, cp))
-        t["time.compute"] = self._compute_table()
-        add("time.exposed_dp", ("acc", "zero", "recompute", "sp", "tp", "cp", "pp", "dp", "mb", "nics") + ep + cap,
-            lambda acc, zero, recompute, sp, tp, cp, pp, dp, mb, nics, ep=1, etp=0, cap=0.0:
-            T.exposed_dp(sp_sc(sp), acc, zero, recompute, tp, pp, dp, mb, nics, ep, etp, cap, cp))
-        add("time.tp_comm", ("acc", "recompute", "tp", "cp", "pp", "dp", "mb"),
-            lambda acc, recompute, tp, cp, pp, dp, mb: T.tp_comm(sc, acc, recompute, tp, pp, dp, mb, cp))
-        add("time.offload", ("acc", "offload", "zero", "recompute", "sp", "tp", "cp", "pp", "dp", "mb") + ep + cap,
-            lambda acc, offload, zero, recompute, sp, tp, cp, pp, dp, mb, ep=1, etp=0, cap=0.0:
-            T.offload_wait(sp_sc(sp), acc, offload == "cpu", zero, recompute, tp, pp, dp, mb, ep, etp, cap, cp))
-        add("time.ep_comm", ("acc", "recompute", "schedule", "tp", "cp", "pp", "dp", "mb", "nics") + ep + cap,
-            lambda acc, recompute, schedule, tp, cp, pp, dp, mb, nics, ep=1, etp=0, cap=0.0:
-            T.ep_comm(sc, acc, recompute, schedule, tp, pp, dp, mb, nics, ep, etp, cap, cp))
-        cf = CARD_FACTORS
-        add("overhead", ("mode", "tau", *cf),
-            lambda mode, tau, **f: T.overhead(sc, mode, cards_of(**f), self.interval(tau, cards_of(**f), mode)))
-        add("interval", ("mode", "tau", *cf), lambda mode, tau, **f: self.interval(tau, cards_of(**f), mode))
-        add("input.min_busy", ("acc", *cf),
-            lambda acc, **f: sc.task.global_batch / T.input_supply(sc, acc, cards_of(**f)))
-        add("rate", ("acc", *cf, "nics"), lambda acc, nics, **f: T.rate_per_second(sc, acc, cards_of(**f), nics))
-        add("cards", cf, cards_of)
-        # structural facts (1 = the rule holds)
         a = sc.model
         B = sc.task.global_batch
-        add("ok.batch.divisibility", ("dp", "mb"), lambda dp, mb: (T.batch_remainder(sc, dp, mb) == 0) * 1.0)
-        add("ok.layout.whole_hosts", ("acc", *cf),
-            lambda acc, **f: (cards_of(**f) % sc.system(acc).acc.cards_per_host == 0) * 1.0)
-        add("ok.layout.tp_within_host", ("acc", "tp", "cp"),
-            lambda acc, tp, cp: context.placement_ok(tp, cp, sc.system(acc).acc.cards_per_host) * 1.0)
-        add("ok.layout.heads_divisible", ("tp", "cp"), lambda tp, cp: context.heads_ok(a, tp, cp, sc.cp_method) * 1.0)
+        sp_sc = self.with_sp  # sequence parallelism: the scenario with it on or off
+        cf = CARD_FACTORS
         per_op = T.per_op_model(sc)  # uneven stages are modelled, not ruled out
-        add("ok.layout.pp_divides_layers", ("pp",), lambda pp: ((a.layers % pp == 0) | per_op) * 1.0)
-        add("ok.layout.schedule_shape", ("schedule", "pp", "dp", "mb"),
-            lambda schedule, pp, dp, mb: T.schedule_shape_ok(schedule, pp, dp, mb, B, sc) * 1.0)
-        t.update(self.moe_rules())
-        # exact single-table conditions: backlog (write time <= interval), host memory <= capacity
-        write = T.checkpoint_write_time(sc)
-        t["ok.checkpoint.backlog"] = Table("ok.checkpoint.backlog", t["interval"].vars,
-                                           (write <= t["interval"].values) * 1.0)
-        host_cap = self.host_capacity()
-        h = t["mem.host"]
-        shape = [1] * h.values.ndim
-        shape[h.vars.index("acc")] = len(host_cap)
-        t["ok.memory.host"] = Table("ok.memory.host", h.vars, (h.values <= host_cap.reshape(shape)) * 1.0)
-        del tau_vals
+        compute = ("acc", "recompute", "sp", "schedule", "tp", "cp", "pp", "dp", "mb", "nics") + \
+            (("ep", "etp", "cap") if sc.model.moe else ())
+        acts = ("schedule", "recompute", "sp", "tp", "cp", "pp", "dp", "mb") + ep + cap
+
+        def act(peak):
+            return lambda schedule, recompute, sp, tp, cp, pp, dp, mb, ep=1, etp=0, cap=0.0: \
+                T.activations(sp_sc(sp), schedule, recompute, tp, pp, dp, mb, ep, etp, cap, cp, peak=peak)
+
+        def cards(**f):
+            return cards_of(**{k: f[k] for k in cf})
+
+        return {
+            "mem.states": (("zero", "offload", "tp", "cp", "pp", "dp") + ep,
+                           lambda zero, offload, tp, cp, pp, dp, ep=1, etp=0:
+                           T.states(sc, zero, offload == "cpu", tp, pp, dp, ep, etp, cp)),
+            "mem.copies": (("schedule", "tp", "pp") + ep,
+                           lambda schedule, tp, pp, ep=1, etp=0: T.param_copies(sc, schedule, tp, pp, ep, etp)),
+            "mem.activations": (acts, act("exact")),
+            "mem.activations.lo": (acts, act("lo")),
+            "mem.activations.hi": (acts, lambda **kw: round_up32(act("hi")(**kw))),
+            "mem.temporary": (("zero", "tp", "cp", "pp", "mb") + ep + cap,
+                              lambda zero, tp, cp, pp, mb, ep=1, etp=0, cap=0.0:
+                              T.temporary(sc, zero, tp, pp, mb, ep, etp, cap, cp)),
+            "mem.host": (("acc", "offload", "zero", "tp", "cp", "pp", "dp") + ep,
+                         lambda acc, offload, zero, tp, cp, pp, dp, ep=1, etp=0:
+                         T.host_memory(sc, acc, offload == "cpu", zero, tp, pp, dp, ep, etp, cp)),
+            "time.compute": (compute, None),
+            "time.compute.lo": (compute, None),
+            "time.compute.hi": (compute, None),
+            "time.exposed_dp": (("acc", "zero", "recompute", "sp", "tp", "cp", "pp", "dp", "mb", "nics") + ep + cap,
+                                lambda acc, zero, recompute, sp, tp, cp, pp, dp, mb, nics, ep=1, etp=0, cap=0.0:
+                                T.exposed_dp(sp_sc(sp), acc, zero, recompute, tp, pp, dp, mb, nics, ep, etp, cap, cp)),
+            "time.tp_comm": (("acc", "recompute", "tp", "cp", "pp", "dp", "mb"),
+                             lambda acc, recompute, tp, cp, pp, dp, mb: T.tp_comm(sc, acc, recompute, tp, pp, dp, mb,
+                                                                                  cp)),
+            "time.offload": (("acc", "offload", "zero", "recompute", "sp", "tp", "cp", "pp", "dp", "mb") + ep + cap,
+                             lambda acc, offload, zero, recompute, sp, tp, cp, pp, dp, mb, ep=1, etp=0, cap=0.0:
+                             T.offload_wait(sp_sc(sp), acc, offload == "cpu", zero, recompute, tp, pp, dp, mb, ep, etp,
+                                            cap, cp)),
+            "time.ep_comm": (("acc", "recompute", "schedule", "tp", "cp", "pp", "dp", "mb", "nics") + ep + cap,
+                             lambda acc, recompute, schedule, tp, cp, pp, dp, mb, nics, ep=1, etp=0, cap=0.0:
+                             T.ep_comm(sc, acc, recompute, schedule, tp, pp, dp, mb, nics, ep, etp, cap, cp)),
+            "overhead": (("mode", "tau", *cf),
+                         lambda mode, tau, **f: T.overhead(sc, mode, cards(**f), self.interval(tau, cards(**f), mode))),
+            "interval": (("mode", "tau", *cf), lambda mode, tau, **f: self.interval(tau, cards(**f), mode)),
+            "input.min_busy": (("acc", *cf), lambda acc, **f: B / T.input_supply(sc, acc, cards(**f))),
+            "rate": (("acc", *cf, "nics"), lambda acc, nics, **f: T.rate_per_second(sc, acc, cards(**f), nics)),
+            "cards": (cf, cards),
+            # structural facts (True = the rule holds)
+            "ok.batch.divisibility": (("dp", "mb"), lambda dp, mb: T.batch_remainder(sc, dp, mb) == 0),
+            "ok.layout.whole_hosts": (("acc", *cf),
+                                      lambda acc, **f: cards(**f) % sc.system(acc).acc.cards_per_host == 0),
+            "ok.layout.tp_within_host": (("acc", "tp", "cp"),
+                                         lambda acc, tp, cp: context.placement_ok(tp, cp,
+                                                                                  sc.system(acc).acc.cards_per_host)),
+            "ok.layout.heads_divisible": (("tp", "cp"), lambda tp, cp: context.heads_ok(a, tp, cp, sc.cp_method)),
+            "ok.layout.pp_divides_layers": (("pp",), lambda pp: (a.layers % pp == 0) | per_op),
+            "ok.layout.schedule_shape": (("schedule", "pp", "dp", "mb"),
+                                         lambda schedule, pp, dp, mb: T.schedule_shape_ok(schedule, pp, dp, mb, B, sc)),
+            "ok.layout.ep_divides_experts": (("ep",), lambda ep: np.mod(a.experts, ep) == 0),
+            "ok.layout.ep_group": (("acc", "tp", "cp", "dp", "ep", "etp"),
+                                   lambda acc, tp, cp, dp, ep, etp: T.ep_group_ok(sc, acc, tp, dp, ep, etp, cp)),
+            "ok.moe.capacity_drops": (("tp", "cp", "mb", "cap"),
+                                      lambda tp, cp, mb, cap: T.capacity_drops(sc, tp, mb, cap, cp) <= sc.moe.max_drop),
+            # exact single-table conditions: backlog (write time <= interval), host memory <= capacity
+            "ok.checkpoint.backlog": (("mode", "tau", *cf), None),
+            "ok.memory.host": (("acc", "offload", "zero", "tp", "cp", "pp", "dp") + ep, None),
+        }
+
+    def table_vars(self, name: str) -> tuple[str, ...]:
+        """The variables of a table, without building it."""
+        return self._specs[name][0]
+
+    def table_rows(self, name: str) -> int:
+        """Rows of a table (the joint domain of its variables), without building it."""
+        return int(np.prod([len(self.domains[v]) for v in self.table_vars(name)]))
+
+    def largest_table(self) -> int:
+        """Rows of the largest exact term table (how the monolithic encodings would grow)."""
+        return max(self.table_rows(n) for n in self._specs if not n.endswith((".lo", ".hi")))
+
+    def pipeline_work(self) -> int:
+        """Operations the event model would simulate to tabulate the pipeline terms exactly: the sum
+        over the distinct (schedule, pp, micro-batches) shapes without a closed form of their op count."""
+        from tpopt.models import pipeline
+
+        d = self.domains
+        pps = [p for p in d["pp"] if p > 1]
+        if not pps:
+            return 0
+        B = self.sc.task.global_batch
+        ms = {int(np.ceil(B / (dp * mb) - 1e-9)) for dp in d["dp"] for mb in d["mb"]}
+        per = sum(p * m for p in pps for m in ms)
+        work = 0
+        for s in d["schedule"]:
+            base, v = T.schedule_parts(s)
+            if base in pipeline.CLOSED_FORM and not T.per_op_model(self.sc):
+                continue
+            work += per * (3 if base in pipeline.SPLIT_BACKWARD else 2) * (v if base == "interleaved" else 1)
+        return work
+
+    def _work(self) -> int:
+        work = self.__dict__.get("_pipeline_work")
+        if work is None:
+            work = self.__dict__["_pipeline_work"] = self.pipeline_work()
+        return work
+
+    def exact_pipeline_tables(self) -> bool:
+        """Whether the pipeline terms are tabulated exactly (:meth:`pipeline_work` within
+        :data:`EXACT_PIPELINE_WORK`) or only bounded in closed form."""
+        return self._work() <= EXACT_PIPELINE_WORK
+
+    def cheap_pipeline(self) -> bool:
+        """Whether every pipeline shape of the space is cheap to simulate (:data:`CHEAP_PIPELINE_WORK`)."""
+        return self._work() <= CHEAP_PIPELINE_WORK
+
+    def bound_table(self, name: str, side: str) -> Table:
+        """A table of valid lower (``side="lo"``) or upper (``"hi"``) bounds of a term, for pruning.
+
+        The pipeline terms (``time.compute``, ``mem.activations``) come from closed-form bounds
+        (:func:`tpopt.models.pipeline.completion_bounds`, :func:`~tpopt.models.pipeline.peak_inflight_bounds`)
+        when simulating every shape exactly would cost more than :data:`EXACT_PIPELINE_WORK` operations;
+        every other table is exact, and so is its own bound.
+        """
+        if side not in ("lo", "hi"):
+            raise ValueError(side)
+        if name in PIPELINE_TERMS and not self.exact_pipeline_tables():
+            return self.tables[f"{name}.{side}"]
+        return self.tables[name]
+
+    def build_tables(self, check=None) -> "Tables":
+        """Build every table a solve reads, as one phase: the exact tables, except that the pipeline
+        terms of a space too large to simulate shape by shape come as closed-form bounds
+        (:meth:`bound_table`). ``check()``, if given, runs before each table (a time limit can raise
+        there; the tables built so far stay valid)."""
+        t = self.tables
+        for name in self._specs:
+            if name.endswith((".lo", ".hi")):
+                continue
+            if check is not None:
+                check()
+            if name in PIPELINE_TERMS:
+                self.bound_table(name, "lo")
+                self.bound_table(name, "hi")
+            else:
+                t[name]
         return t
 
-    def _compute_table(self) -> Table:
-        """The compute term, with every (accelerator, recompute) combination of a schedule stacked
-        into one array so that the pipeline simulator runs once per (schedule, pp, micro-batches).
-        For a MoE model the expert work depends on (ep, etp, cap) too: each distinct combination
-        (T.compute_key: the load factor alone in the flat model) is stacked like another accelerator."""
+    def _build(self, name: str) -> Table:
+        vars, fn = self._specs[name]
+        t = self.tables
+        if fn is not None:  # the smallest dtype that holds each table exactly
+            dtype = bool if name.startswith("ok.") else np.int64 if name == "cards" else \
+                np.float32 if name.endswith(".hi") else float
+            return self.tabulate(name, vars, fn, dtype)
+        if name.startswith("time.compute"):
+            return self._compute_table(name)
+        if name == "ok.checkpoint.backlog":
+            return Table(name, vars, T.checkpoint_write_time(self.sc) <= t["interval"].values)
+        if name == "ok.memory.host":
+            h = t["mem.host"]
+            cap = self.host_capacity()
+            shape = [1] * h.values.ndim
+            shape[h.vars.index("acc")] = len(cap)
+            return Table(name, vars, h.values <= cap.reshape(shape))
+        raise KeyError(name)
+
+    def moe_rules(self) -> dict[str, Table]:
+        """The MoE families' conditions (True = the rule holds), each over its own few variables."""
+        return {n: self.tables[n] for n in ("ok.layout.ep_divides_experts", "ok.layout.ep_group",
+                                            "ok.moe.capacity_drops")}
+
+    def inert(self) -> frozenset:
+        """MoE families no plan of this space can violate (all three for a dense model; capacity drops when
+        every capacity is dropless or drops little enough). Reports skip them: dropping one cannot admit a
+        better plan."""
+        return frozenset(k[3:] for k, t in self.moe_rules().items() if bool(np.all(t.values)))
+
+    def _compute_table(self, name: str = "time.compute") -> Table:
+        """The compute term (or its bounds, ``time.compute.lo`` / ``.hi``, both from one pass), with
+        every (accelerator, recompute) combination of a schedule stacked into one array so that the
+        pipeline model runs once per (schedule, pp, micro-batches) shape (closed forms: once per
+        schedule). For a MoE model the expert work depends on (ep, etp, cap) too: each distinct
+        combination (T.compute_key: the load factor alone in the flat model) is stacked like another
+        accelerator."""
         sc, d = self.sc, self.domains
         moe = ("ep", "etp", "cap") if sc.model.moe else ()
-        vars = ("acc", "recompute", "sp", "schedule", "tp", "cp", "pp", "dp", "mb", "nics") + moe
+        vars = self.table_vars(name)
         nums = ("tp", "cp", "pp", "dp", "mb", "nics")
         grids = dict(zip(nums, np.ix_(*[np.asarray(d[v], dtype=float) for v in nums])))
         sub = tuple(len(d[v]) for v in nums)
@@ -343,22 +491,32 @@ class Space:
         unique = list(dict.fromkeys(keys))
         which = np.array([unique.index(k) for k in keys])
         reps = [combos[keys.index(k)] for k in unique]
-        out = np.empty(tuple(len(d[v]) for v in vars))
+        exact = name == "time.compute"
+        full = tuple(len(d[v]) for v in vars)
+        outs = [np.empty(full)] if exact else [np.empty(full), np.empty(full)]  # both bounds in one pass
+
+        lead = (len(d["acc"]), len(d["recompute"]), len(d["sp"]))
+
+        def lay(total):
+            total = total.reshape(lead + (len(reps),) + sub)[:, :, :, which]
+            if moe:  # (acc, rec, sp, combo) + sub -> (acc, rec, sp) + sub + (ep, etp, cap)
+                return np.moveaxis(total, 3, -1).reshape(lead + sub + tuple(len(d[v]) for v in moe))
+            return total[:, :, :, 0]
+
         for si, sched in enumerate(d["schedule"]):
             parts = [T.compute_inputs(self.with_sp(sp), acc, rec, sched, grids["tp"], grids["pp"], grids["dp"],
                                       grids["mb"], grids["nics"], ep=e, expert_tp=t, capacity_factor=c, cp=grids["cp"])
                      for acc in d["acc"] for rec in d["recompute"] for sp in d["sp"] for e, t, c in reps]
             stacked = tuple(np.stack([np.broadcast_to(p[k], sub) for p in parts]) for k in range(len(parts[0])))
             pp = np.broadcast_to(grids["pp"], sub)[None].repeat(len(parts), axis=0)
-            total = T.compute_from(sc, sched, pp, stacked)[0]
-            lead = (len(d["acc"]), len(d["recompute"]), len(d["sp"]))
-            total = total.reshape(lead + (len(reps),) + sub)[:, :, :, which]
-            if moe:  # (acc, rec, sp, combo) + sub -> (acc, rec, sp) + sub + (ep, etp, cap)
-                total = np.moveaxis(total, 3, -1).reshape(lead + sub + tuple(len(d[v]) for v in moe))
-            else:
-                total = total[:, :, :, 0]
-            out[:, :, :, si] = total
-        return Table("time.compute", vars, out)
+            totals = [T.compute_from(sc, sched, pp, stacked)[0]] if exact else T.compute_bounds(sc, sched, pp, stacked)
+            for out, total in zip(outs, totals):
+                out[:, :, :, si] = lay(total)
+        if exact:
+            return Table(name, vars, outs[0])
+        self.tables["time.compute.lo"] = Table("time.compute.lo", vars, outs[0])  # exact where it can be: float64
+        self.tables["time.compute.hi"] = Table("time.compute.hi", vars, round_up32(outs[1]))
+        return self.tables[name]
 
     def with_sp(self, sp) -> Scenario:
         """The scenario with sequence parallelism on or off (the same object for the scenario's own

@@ -111,9 +111,9 @@ def wide(design_path):
 def test_enumeration_honours_the_time_limit(design_path):
     sc = wide(design_path)
     t0 = time.perf_counter()
-    r = solve(sc, "enumerate", Request(time_limit=0.5))
+    r = solve(sc, "enumerate", Request(time_limit=0.05))  # the whole space takes about a second
     wall = time.perf_counter() - t0
-    assert wall < 10  # the whole space takes 15-20 s; one chunk is the granularity
+    assert wall < 10  # one chunk is the granularity
     assert r.status in (Status.FEASIBLE, Status.UNKNOWN)
     assert r.solver.limit_reached and r.solver.limit_phase
     assert r.solver.evaluated < r.solver.points
@@ -121,7 +121,7 @@ def test_enumeration_honours_the_time_limit(design_path):
 
 
 def test_time_limit_during_table_building(design_path):
-    r = solve(wide(design_path), "cpsat", Request(time_limit=0.01))
+    r = solve(wide(design_path), "cpsat", Request(time_limit=0.001))  # the tables take milliseconds
     assert r.status == Status.UNKNOWN and not r.plans
     assert r.solver.limit_reached and "tables" in r.solver.limit_phase
 

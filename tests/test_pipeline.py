@@ -109,7 +109,15 @@ def test_completion_golden(schedule, m, ms):
     split = schedule in pl.SPLIT_BACKWARD
     c = pl.completion_time(schedule, P, m, F, B / 2 if split else B, B / 2 if split else 0.0, T, U,
                            chunk_layers=CHUNKS_36 if schedule == "interleaved" else None)
-    assert float(c) == r.completion
+    assert same(float(c), r.completion, schedule)
+
+
+def same(vec: float, ref: float, schedule: str) -> bool:
+    """The recurrence repeats the event model's additions (bit for bit); the closed forms of
+    fill-drain and 1F1B sum the same terms in another order (equal within rounding)."""
+    if schedule in pl.CLOSED_FORM:
+        return math.isclose(vec, ref, rel_tol=1e-12, abs_tol=1e-12)
+    return vec == ref
 
 
 def test_fill_drain_decomposition():
@@ -441,7 +449,7 @@ def test_vectorised_equals_simulate(c, k):
     assert vec.shape == (k,)
     for i in range(k):
         ref = pl.simulate(c["schedule"], c["p"], c["m"], forward[i], bx[i], bw[i], tr[i], upd[i], v=c["v"])
-        assert vec[i] == ref.completion  # bit for bit: the same additions and maxima
+        assert same(vec[i], ref.completion, c["schedule"])  # bit for bit: the same additions and maxima
 
 
 def test_vectorised_broadcasting_and_blocks():
@@ -451,7 +459,7 @@ def test_vectorised_broadcasting_and_blocks():
     assert out.shape == (2, 3)
     for i in range(2):
         for j in range(3):
-            assert out[i, j] == pl.simulate("1f1b", 4, 8, f[i, 0], B, 0.0, tr[j], U).completion
+            assert same(out[i, j], pl.simulate("1f1b", 4, 8, f[i, 0], B, 0.0, tr[j], U).completion, "1f1b")
     assert printed(out[0, 1] / MS, 347)
     assert np.ndim(pl.completion_time("zb-h1", 4, 8, F, B / 2, B / 2, T, U)) == 0
 

@@ -87,8 +87,16 @@ def test_json_is_deterministic_but_for_wall_time(design_path):
 
 @pytest.mark.parametrize("solver", ["cpsat", "highs", "enumerate"])
 def test_every_solver_prints_the_same_plan(design_path, solver):
-    d = json.loads(run("--scenario", str(design_path), "--solver", solver, "--json").stdout)
+    d = json.loads(run("--scenario", str(design_path), "--solver", solver, "--method", "monolithic", "--json").stdout)
     assert d["solver"]["name"] == solver and d["plan"]["cards"] == 48
+
+
+def test_tiny_spaces_are_proven_by_enumeration_and_say_so(design_path):
+    # issue 16, item 5: 16 plans are evaluated faster than a solver loads; the output names what ran
+    d = json.loads(run("--scenario", str(design_path), "--json").stdout)
+    assert d["status"] == "optimal" and d["plan"]["cards"] == 48
+    assert d["solver"]["name"] == "enumerate" and "every plan evaluated" in d["solver"]["method"]
+    assert d["solver"]["evaluated"] == d["solver"]["points"] == 16
 
 
 def test_objective_time_and_budget_cap(design_path, tmp_path):
@@ -123,3 +131,18 @@ def test_robustness_without_overlap(design_path, tmp_path):
     assert d1["plan"]["nics_per_host"] == 1 and d1["metrics"]["cost"] < d["metrics"]["cost"]
     rob1 = d1["robustness"]["without_overlap"]
     assert round(rob1["step_s"], 1) == 68.1 and not rob1["feasible"] and "deadline.finish" in rob1["violates"]
+
+
+def test_design_case_solve_loads_no_solver_library(design_path):
+    # cold start (issue 16, item 5): the design case never imports OR-Tools (which pulls in pandas and
+    # pyarrow) nor HiGHS; only what the command needs
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom tpopt.cli.main import main\nsys.argv = ['tpopt', 'solve', '--scenario', "
+            f"{str(design_path)!r}, '--deadline', '30d', '--hw', 'rtx4090']\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+            "bad = sorted(m for m in ('ortools', 'pandas', 'pyarrow', 'highspy', 'scipy') if m in sys.modules)\n"
+            "print('LOADED', bad)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "Status: optimal" in out and "LOADED []" in out
