@@ -161,12 +161,17 @@ def _parse_sigma(text: str, mu: float) -> float:
     """Absolute sigma (s) from a fraction of mu (``5%``, ``0.05``) or a duration (``2.61s``)."""
     t = text.strip()
     if t.endswith("%") or re.fullmatch(r"[+-]?[\d_.,]+([eE][+-]?\d+)?", t):
-        return parse_fraction(t, "--sigma", allow_zero=True, maximum=None) * mu
+        # at most 100 % of mu, as stragglers.sigma in a scenario: the normal jitter model would otherwise give
+        # a card negative compute time with a probability above 16 %
+        return parse_fraction(t, "--sigma", allow_zero=True, maximum=1.0) * mu
     try:
-        return parse_duration(t, "--sigma")
+        sigma = parse_duration(t, "--sigma")
     except InputError:
         raise InputError(f"--sigma: cannot read {text!r}: give a fraction of --mu such as 5% or 0.05, "
                          "or a duration such as 2.61s") from None
+    if sigma > mu:
+        raise InputError(f"--sigma: {text!r} is above --mu ({mu:g} s); the normal jitter model needs sigma <= mu")
+    return sigma
 
 
 def _parse_intervals(text: str) -> list[float]:

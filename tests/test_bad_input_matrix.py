@@ -272,6 +272,9 @@ CLI_ROWS = [
     ("stragglers-cards-zero", ["stragglers", "--cards", "0", "--sigma", "5%"], "at least 1"),
     ("stragglers-sigma-negative", ["stragglers", "--cards", "48", "--sigma", "-5%"], "sigma"),
     ("stragglers-sigma-word", ["stragglers", "--cards", "48", "--sigma", "some"], "cannot read"),
+    ("stragglers-sigma-above-mu", ["stragglers", "--cards", "48", "--sigma", "200%"], "above 1"),
+    ("stragglers-sigma-duration-above-mu", ["stragglers", "--cards", "48", "--mu", "10s", "--sigma", "20s"],
+     "above --mu"),
     # the command line itself
     ("catalog-unknown-kind", ["catalog", "widgets"], "widgets"),
     ("unknown-command", ["nosuchcmd"], "nosuchcmd"),
