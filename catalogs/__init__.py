@@ -49,7 +49,7 @@ def read_text_capped(path, what: str = "file", limit: int = MAX_INPUT_BYTES) -> 
     except OSError as exc:
         raise InputError(f"{what} {str(p)!r}: cannot read ({exc.strerror or exc})") from None
     if len(data) > limit:
-        raise InputError(f"{what} {str(p)!r} is larger than {limit // 2**20} MiB; not a tpopt input")
+        raise InputError(f"{what} {str(p)!r} is larger than the bound of {limit / 2**20:g} MiB; not a tpopt input")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from tpopt.catalogs import Catalog, build_model, load_catalog, model_from_hf_config
+from tpopt.catalogs import Catalog, build_model, load_catalog, model_from_hf_config, read_text_capped
 from tpopt.errors import InputError
 from tpopt.models import memory
 from tpopt.models.hardware import Accelerator
@@ -110,19 +110,10 @@ def read_scenario_file(path) -> dict:
                        if isinstance(raw.get("scenario"), Mapping) else "scenario")
         return raw
     p = Path(path)
+    text = read_text_capped(p, "scenario file", MAX_FILE_BYTES)
     try:
-        with p.open("rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
-        if len(data) > MAX_FILE_BYTES:
-            raise InputError(f"scenario {str(p)!r} is larger than the bound of {MAX_FILE_BYTES // 1024:,} KiB")
-        raw = tomllib.loads(data.decode("utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"scenario file {str(p)!r} not found") from None
-    except IsADirectoryError:
-        raise InputError(f"scenario {str(p)!r} is a directory, not a file") from None
-    except OSError as exc:
-        raise InputError(f"scenario {str(p)!r}: cannot read ({exc.strerror})") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{p}: malformed TOML ({exc})") from None
     raw["_base_dir"] = str(p.resolve().parent)
     raw["_path"] = str(p)

@@ -148,11 +148,11 @@ SCENARIO_ROWS = [
 
 # whole-file rows: (id, file bytes (None: the path is special), needle)
 FILE_ROWS = [
-    ("file-not-utf8", b"[model]\nname = \"qwen3-8b\"\n# \xff\xfe\n", "malformed TOML"),
+    ("file-not-utf8", b"[model]\nname = \"qwen3-8b\"\n# \xff\xfe\n", "is not UTF-8 text (byte 0xff at offset 28)"),
     ("file-malformed", b"[task\ntokens = 1", "malformed TOML"),
     ("file-empty", b"", "missing required table"),
-    ("file-binary", bytes(range(256)) * 4, "malformed TOML"),
-    ("file-too-large", b"# " + b"x" * (1024 * 1024 + 10) + b"\n", "larger than the bound of 1,024 KiB"),
+    ("file-binary", bytes(range(256)) * 4, "is not UTF-8 text (byte 0x80 at offset 128)"),
+    ("file-too-large", b"# " + b"x" * (1024 * 1024 + 10) + b"\n", "larger than the bound of 1 MiB"),
     ("file-task-not-table", b"task = 5\n", "must be a table"),
     ("file-missing-task", None, "missing required table [task]"),
 ]
