@@ -35,7 +35,7 @@ import copy
 import csv
 from pathlib import Path
 
-from tpopt.catalogs import Catalog, load_catalog
+from tpopt.catalogs import Catalog, load_catalog, read_text_capped
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.errors import InputError
 from tpopt.models.plan import Plan, schedule_name
@@ -55,10 +55,7 @@ def megatron_flops(hidden, layers, vocab, seq_len, batch) -> float:
 
 def read_rows(path) -> list[dict]:
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise InputError(f"{p}: cannot read ({exc.strerror})") from None
+    text = read_text_capped(p, "runs file")
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     if not lines:
         raise InputError(f"{p}: no rows")

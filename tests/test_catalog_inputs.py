@@ -66,7 +66,7 @@ def test_oversized_and_endless_inputs_are_capped(tmp_path, design_path):
     with big.open("wb") as fh:  # sparse: costs no disk
         fh.truncate(MAX_INPUT_BYTES + 1)
     r = run(["evaluate", "--scenario", scenario_with_config(tmp_path, design_path), "--cards", "48"])
-    assert_one_line_exit_2(r, "larger than 16 MiB")
+    assert_one_line_exit_2(r, "larger than the bound of 16 MiB")
     with pytest.raises(InputError, match="larger than"):
         read_text_capped("/dev/zero", "config file")
     (tmp_path / "adir").mkdir()
@@ -159,3 +159,17 @@ def test_catalog_cli_lists_cards_and_models_with_sources():
     assert "activated" in text and "671.03B" in text and "37.55B" in text
     src = run(["catalog", "accelerators", "--sources"]).stdout
     assert "gb200-nvl72:" in src and "peak_fp8:" in src
+
+
+def test_calibration_runs_file_not_utf8_or_endless_exit_2(tmp_path):
+    """`tpopt calibrate --runs` reads its CSV through the same capped UTF-8 reader as catalogs and configs
+    (a non-UTF-8 file raised a UnicodeDecodeError traceback; /dev/zero read without end)."""
+    bad = tmp_path / "runs.csv"
+    bad.write_bytes(b"run,step_s\n\xff\xfe,1\n")
+    out = tmp_path / "out"
+    r = run(["calibrate", "--runs", str(bad), "--out", str(out)])
+    assert_one_line_exit_2(r, "runs file")
+    assert "not UTF-8 text (byte 0xff at offset 11)" in r.stderr
+    r = run(["calibrate", "--runs", "/dev/zero", "--out", str(out)])
+    assert_one_line_exit_2(r, "larger than the bound of 16 MiB")
+    assert not out.exists()
