@@ -303,9 +303,6 @@ class Space:
             return lambda schedule, recompute, sp, tp, cp, pp, dp, mb, ep=1, etp=0, cap=0.0: \
                 T.activations(sp_sc(sp), schedule, recompute, tp, pp, dp, mb, ep, etp, cap, cp, peak=peak)
 
-        def cards(**f):
-            return cards_of(**{k: f[k] for k in cf})
-
         return {
             "mem.states": (("zero", "offload", "tp", "cp", "pp", "dp") + ep,
                            lambda zero, offload, tp, cp, pp, dp, ep=1, etp=0:
@@ -338,15 +335,16 @@ class Space:
                              lambda acc, recompute, schedule, tp, cp, pp, dp, mb, nics, ep=1, etp=0, cap=0.0:
                              T.ep_comm(sc, acc, recompute, schedule, tp, pp, dp, mb, nics, ep, etp, cap, cp)),
             "overhead": (("mode", "tau", *cf),
-                         lambda mode, tau, **f: T.overhead(sc, mode, cards(**f), self.interval(tau, cards(**f), mode))),
-            "interval": (("mode", "tau", *cf), lambda mode, tau, **f: self.interval(tau, cards(**f), mode)),
-            "input.min_busy": (("acc", *cf), lambda acc, **f: B / T.input_supply(sc, acc, cards(**f))),
-            "rate": (("acc", *cf, "nics"), lambda acc, nics, **f: T.rate_per_second(sc, acc, cards(**f), nics)),
-            "cards": (cf, cards),
+                         lambda mode, tau, **f: T.overhead(sc, mode, cards_of(**f),
+                                                           self.interval(tau, cards_of(**f), mode))),
+            "interval": (("mode", "tau", *cf), lambda mode, tau, **f: self.interval(tau, cards_of(**f), mode)),
+            "input.min_busy": (("acc", *cf), lambda acc, **f: B / T.input_supply(sc, acc, cards_of(**f))),
+            "rate": (("acc", *cf, "nics"), lambda acc, nics, **f: T.rate_per_second(sc, acc, cards_of(**f), nics)),
+            "cards": (cf, cards_of),
             # structural facts (True = the rule holds)
             "ok.batch.divisibility": (("dp", "mb"), lambda dp, mb: T.batch_remainder(sc, dp, mb) == 0),
             "ok.layout.whole_hosts": (("acc", *cf),
-                                      lambda acc, **f: cards(**f) % sc.system(acc).acc.cards_per_host == 0),
+                                      lambda acc, **f: cards_of(**f) % sc.system(acc).acc.cards_per_host == 0),
             "ok.layout.tp_within_host": (("acc", "tp", "cp"),
                                          lambda acc, tp, cp: context.placement_ok(tp, cp,
                                                                                   sc.system(acc).acc.cards_per_host)),
