@@ -277,7 +277,8 @@ def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, ep=1
     gathered module parameters and workspace for micro-batches of one sequence, 10.2.4) the term is
     the reserve times the micro-batch size (conservative: the whole reserve scales, not only its
     activation share; under context parallelism the reserve is kept whole, conservative too). A MoE model
-    adds its routed tokens (:func:`moe_activations`). ``peak="lo"`` / ``"hi"`` bound the in-flight counts
+    adds its routed tokens (:func:`moe_activations`); with dense-MLP blocks among its MoE blocks the
+    per-operation model takes the busiest stage of both together (:func:`_weighted_layer_sets`). ``peak="lo"`` / ``"hi"`` bound the in-flight counts
     in closed form instead (solver pruning; exact where
     :func:`tpopt.models.pipeline.peak_inflight_stage_bounds` is).
     """
@@ -312,8 +313,8 @@ def moe_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, 
     """Routed-token activations beyond the dense inventory (moe.routed_activation_extra per MoE block and
     micro-batch), for every MoE block whose activations are in flight at the busiest stage's peak: the
     flat model's in-flight micro-batches x MoE blocks of the stage; the per-operation model's in-flight
-    layer sets (every layer counted as a MoE block). With full recompute only the block being rebuilt
-    holds them (the workspace, once)."""
+    layer sets of MoE blocks (a stage's dense-MLP blocks hold none: :func:`dense_split`). With full
+    recompute only the block being rebuilt holds them (the workspace, once)."""
     rc = effective_recompute(sc, recompute)
     one = _routed_per_block(sc, tp, micro_batch, ep, expert_tp, capacity_factor, cp)
     if rc == "full":
