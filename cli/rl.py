@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import click
 
-from tpopt.cli.common import EXIT_INFEASIBLE, EXIT_UNKNOWN, dump_json, echo_builtin_note, handle_errors, \
+from tpopt.cli.common import EXIT_INFEASIBLE, EXIT_UNKNOWN, SolverName, dump_json, echo_builtin_note, handle_errors, \
     scenario_options
 
 
 @click.command()
 @scenario_options
-@click.option("--solver", type=click.Choice(["cpsat", "highs", "enumerate"]), default="cpsat", show_default=True,
-              help="Backend for the learner's layout when its space is too large to tabulate.")
+@click.option("--solver", type=SolverName(), default="cpsat", show_default=True,
+              help="Backend for the learner's layout when its space is too large to tabulate: CP-SAT, HiGHS MILP, "
+                   "enumeration, or pyomo:NAME (the MILP through Pyomo with solver NAME, where installed).")
 @click.option("--objective", type=click.Choice(["cost", "time"]), default="cost", show_default=True,
               help="Minimise cost (then finish time) or finish time (then cost).")
 @click.option("--max-cost", help="Budget cap (currency, or card-hours without prices).")
@@ -49,6 +50,10 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
 
     time_limit = time_limit_seconds(time_limit)
     check_run_options(time_limit)  # finite, positive, at most 7 days
+    if solver.startswith("pyomo:"):
+        from tpopt.optimizer.pyomo_model import PyomoSolver
+
+        PyomoSolver(solver, Request(time_limit=time_limit))  # a missing solver fails here, before any work
     if plot_path:
         from tpopt.cli.plots import check_plot_path
 

@@ -148,8 +148,8 @@ class RLProblem:
 
     def __init__(self, rsc, backend: str = "cpsat", req: Request | None = None, card_limit: int | None = None,
                  caches: dict | None = None):
-        if backend not in ("cpsat", "highs", "enumerate"):
-            raise InputError(f"unknown solver {backend!r} (use cpsat, highs or enumerate)")
+        if backend not in ("cpsat", "highs", "enumerate") and not str(backend).startswith("pyomo:"):
+            raise InputError(f"unknown solver {backend!r} (use cpsat, highs, enumerate or pyomo:NAME)")
         self.rsc = rsc
         self.sc = rsc.trainer
         self.task = rsc.task

@@ -163,3 +163,11 @@ def test_bad_time_limit_is_one_line(bad):
     code, out, err = run("--time-limit", bad)
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert code == 2 and len(lines) == 1 and "--time-limit" in lines[0] and out == "", (code, out, err)
+
+
+# --- every solver backend for the learner -----------------------------------------------------
+
+def test_missing_pyomo_solver_is_one_line():
+    code, out, err = run("--solver", "pyomo:nosuch")
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and "pyomo:nosuch" in lines[0] and out == "", (code, out, err)

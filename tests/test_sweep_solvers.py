@@ -78,6 +78,13 @@ def test_python_api_takes_the_same_names():
         [(r["status"], r["cards"], r["cost"]) for r in ref.rows]
     with pytest.raises(InputError, match="pyomo:nosuch"):
         sw.sweep(SWEEP_FILE, deadline="25d", solver="pyomo:nosuch")
+    import tpopt
+
+    table = tpopt.sweep(SWEEP_FILE, deadline="25d", solver="pyomo:highs", workers=1)
+    assert [(r["status"], r["cards"], r["cost"], r["solver"]) for r in table.rows] == \
+        [(r["status"], r["cards"], r["cost"], "pyomo:highs") for r in ref.rows]
+    with pytest.raises(InputError, match="pyomo:nosuch"):
+        tpopt.sweep(SWEEP_FILE, deadline="25d", solver="pyomo:nosuch")
     for bad in ("pyomo:", "gurobi", "pyomo:a b"):
         with pytest.raises(InputError, match="--solver"):
             sw.build_spec(SWEEP_FILE, {"solver": bad})
