@@ -278,7 +278,9 @@ def sweep(source: Source = None, /, *, hw=None, deadline=None, reserved=None, to
     Each swept input is one value, a list, or a range ``"start:end:step"`` (``deadline="20d:40d:1d"``);
     ``hw`` a list or comma string (each accelerator is its own series). ``out`` (.csv, .parquet, .json)
     is written and resumed as by the command; ``cluster`` runs it on Dask (``"local:2"``, ``"tcp://host:8786"``).
-    Other keywords change the scenario."""
+    ``solver``: ``auto`` (default), ``enumerate``, ``cpsat``, ``highs`` or ``pyomo:NAME`` (as :func:`solve`; one
+    that is not installed raises :class:`~tpopt.errors.InputError` before ``out`` is touched); ``time_limit``:
+    seconds per point. Other keywords change the scenario."""
     from tpopt.optimizer.sweep import sweep as run
 
     sc = _scenario_of(source, inputs)

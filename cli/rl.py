@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import click
 
-from tpopt.cli.common import EXIT_INFEASIBLE, EXIT_UNKNOWN, dump_json, echo_builtin_note, fail, handle_errors, \
+from tpopt.cli.common import EXIT_INFEASIBLE, EXIT_UNKNOWN, SolverName, dump_json, echo_builtin_note, handle_errors, \
     scenario_options
 
 
 @click.command()
 @scenario_options
-@click.option("--solver", type=click.Choice(["cpsat", "highs", "enumerate"]), default="cpsat", show_default=True,
-              help="Backend for the learner's layout when its space is too large to tabulate.")
+@click.option("--solver", type=SolverName(), default="cpsat", show_default=True,
+              help="Backend for the learner's layout when its space is too large to tabulate: CP-SAT, HiGHS MILP, "
+                   "enumeration, or pyomo:NAME (the MILP through Pyomo with solver NAME, where installed).")
 @click.option("--objective", type=click.Choice(["cost", "time"]), default="cost", show_default=True,
               help="Minimise cost (then finish time) or finish time (then cost).")
 @click.option("--max-cost", help="Budget cap (currency, or card-hours without prices).")
@@ -22,7 +23,9 @@ from tpopt.cli.common import EXIT_INFEASIBLE, EXIT_UNKNOWN, dump_json, echo_buil
                                           "written only when a plan is feasible).")
 @click.option("--timing", is_flag=True, help="Print the solve's wall time (the only non-deterministic output).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text (solver.wall_s is the wall time).")
-@click.option("--time-limit", type=float, default=60.0, show_default=True, help="Time limit per learner solve, s.")
+@click.option("--time-limit", default="60s", show_default=True,
+              help="One time limit for the whole command (search, learner solves, analysis): 60s, 5min, or seconds. "
+                   "At the limit the best plan found is returned, not proven optimal (exit 0); none found: exit 4.")
 @handle_errors
 def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, timing, as_json, time_limit, **kw):
     """Plan RL post-training: cards for rollout vs learning (or shared), rollout TP and batch, the
@@ -42,7 +45,15 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
         raise InputError("--tokens does not apply to tpopt rl (set [rl] samples or steps)")
     from tpopt.cli.common import check_run_options
 
+    from tpopt.cli.request import time_limit_seconds
+    from tpopt.optimizer.limits import Clock
+
+    time_limit = time_limit_seconds(time_limit)
     check_run_options(time_limit)  # finite, positive, at most 7 days
+    if solver.startswith("pyomo:"):
+        from tpopt.optimizer.pyomo_model import PyomoSolver
+
+        PyomoSolver(solver, Request(time_limit=time_limit))  # a missing solver fails here, before any work
     if plot_path:
         from tpopt.cli.plots import check_plot_path
 
@@ -53,12 +64,10 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
     ov.update({"cost.max_cost": max_cost, "rl.kept": kept, "rl.staleness": staleness})
     kw["_builtin"] = "rl"
     rsc = load_rl_scenario(kw["scenario_path"] or BUILTIN_RL_SCENARIO, ov, kw.get("catalog_dirs") or ())
-    pb = O.RLProblem(rsc, solver, Request(time_limit=time_limit))
-    try:
-        result = O.solve(pb, objective)
-        out = O.report(pb, result, analyse=not no_analysis, break_even=not no_analysis)
-    except O.LearnerTimeout as exc:
-        fail(str(exc), EXIT_UNKNOWN)
+    # one clock for the whole command: it starts here, so the scenario's loading is not charged to it
+    pb = O.RLProblem(rsc, solver, Request(time_limit=time_limit, clock=Clock(time_limit)))
+    result = O.solve(pb, objective)
+    out = O.report(pb, result, analyse=not no_analysis, break_even=not no_analysis)
     if plot_path and result.feasible:
         from tpopt.cli.rl_plot import plot_cycle
 
@@ -70,5 +79,7 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
         from tpopt.cli.rl_render import rl_text
 
         click.echo(rl_text(out, timing), nl=False)
+    if result.status == O.Status.UNKNOWN:
+        raise SystemExit(EXIT_UNKNOWN)
     if not result.feasible:
         raise SystemExit(EXIT_INFEASIBLE)

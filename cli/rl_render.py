@@ -89,7 +89,14 @@ def rl_text(out: dict, timing: bool = False) -> str:
     head = (f"Status: {out['status']} ({out['scenario']}; {st['points']:,} RL decisions, "
             f"{st['learner_keys_solved']} learner card counts examined"
             + (f", {st['wall_s']:.2f} s" if timing else "") + ")")
-    if out["status"] != "optimal":
+    if st.get("time_limit_reached"):
+        head += "\n" + _limit_line(out)
+    elif out.get("analysis") == "time limit reached":
+        head += "\nAnalysis: time limit reached before it finished; binding constraints, alternatives and the " \
+                "break-even are left out (raise --time-limit)"
+    if out["status"] == "unknown":
+        return _lines(head, *_assumption_lines(out))
+    if out["status"] != "optimal" and out["status"] != "feasible":
         return _lines(head, *_infeasible_lines(out), *_assumption_lines(out))
     p, f, m = out["plan"], out["finish"], out["memory"]
     lines = [head, f"Plan: {decision_line(p)}"]
@@ -116,7 +123,7 @@ def rl_text(out: dict, timing: bool = False) -> str:
             v = b["violates"]
             tail.append(f"  {b['name']}: without it, {_short(b['plan_without'])} ({b['saving'] * 100:.1f} % better); "
                         f"it has {_n(v.get('value'), 2)} {v.get('unit', '')} against {_n(v.get('limit'), 2)}")
-    elif "binding" in out:
+    elif out.get("binding") is not None:
         tail.append("Binding constraints: none (dropping any single family admits no better plan)")
     if out.get("alternatives"):
         tail.append("Alternatives:")
@@ -136,8 +143,22 @@ def _lines(*lines: str) -> str:
     return "".join(f"{x}\n" for x in lines)
 
 
+def _limit_line(out: dict) -> str:
+    """What a run stopped by its time limit returns (``tpopt solve``'s wording)."""
+    st = out["solver"]
+    where = f" while {st['limit_phase']}" if st.get("limit_phase") else ""
+    limit = f" ({st['time_limit_s']:g} s)" if st.get("time_limit_s") else ""
+    if out["status"] == "feasible":
+        return (f"Time limit reached{limit}{where}: best plan found, not proven optimal, gap unknown; no analysis "
+                f"(raise --time-limit)")
+    return f"Time limit reached{limit}{where}: no plan found and no proof that none exists (raise --time-limit)"
+
+
 def _infeasible_lines(out: dict) -> list[str]:
     n = len(out["conflict"])
+    if n == 0 and out.get("analysis") == "time limit reached":
+        return ["No plan meets every constraint (proven); the time limit was reached before the conflict was "
+                "analysed (raise --time-limit)"]
     lines = [f"Conflict: {'this constraint admits no plan' if n == 1 else f'these {n} constraints cannot hold together'}"
              f" (dropping {'it' if n == 1 else 'any one of them'} admits a plan):"]
     for c in out["conflict_detail"]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from tpopt.cli.common import dump_json, echo_builtin_note, fail, handle_errors, scenario_source
+from tpopt.cli.common import SolverName, dump_json, echo_builtin_note, fail, handle_errors, scenario_source
 from tpopt.cli.plots import FORMATS as PLOT_FORMATS
 
 RANGE = "One value, a comma list or a range start:end:step"
@@ -38,6 +38,15 @@ def sweep_input_options(fn):
     for opt in reversed(opts):
         fn = opt(fn)
     return fn
+
+
+class SweepSolverName(SolverName):
+    """``tpopt sweep --solver``: the names ``tpopt solve`` takes, and ``auto``."""
+
+    BUILTIN = ("auto", "enumerate", "cpsat", "highs")
+
+    def get_metavar(self, param, ctx=None):
+        return "[auto|enumerate|cpsat|highs|pyomo:NAME]"
 
 
 class _Bar:
@@ -206,9 +215,10 @@ def result_text(result, out) -> str:
 
 @click.command()
 @sweep_input_options
-@click.option("--solver", type=click.Choice(["auto", "enumerate", "cpsat", "highs"]),
+@click.option("--solver", type=SweepSolverName(),
               help="auto (default): one exact enumeration per group when the space has <= 300k plans, else "
-                   "CP-SAT per point.")
+                   "CP-SAT per point; enumerate, cpsat, highs or pyomo:NAME (the MILP through Pyomo with solver "
+                   "NAME: highs, scip, cbc, glpk, gurobi, ... where installed) for every point.")
 @click.option("--time-limit", type=float, help="Solver time limit per point, s (default 60).")
 @click.option("--workers", type=int, help="Local worker processes (default: the core count).")
 @click.option("--cluster", help="Run the points on Dask instead: local:N (a local cluster of N worker processes), "

@@ -26,9 +26,11 @@ exchange, as more entries of the same table. A mixture-of-experts block (:func:`
 the MLP with a router GEMM, permutation passes, the routed experts as grouped GEMMs whose rows carry
 the load factor (capacity padding, the busiest rank's surplus) and grow with EP (E / ep local experts
 share the rows of ep ranks' tokens), and the shared experts as a dense MLP; the all-to-all between the
-permutations is :func:`tpopt.models.terms.ep_link`'s. Every layer of a MoE model is timed as a MoE
-block (DeepSeek's first dense blocks cost about the same). Multi-head latent attention folds its latent
-projections into the QKV GEMM (same FLOPs).
+permutations is :func:`tpopt.models.terms.ep_link`'s. A MoE model's blocks without routed experts
+(DeepSeek's leading ``dense_layers``, Qwen-MoE's ``mlp_only_layers`` and ``moe_step``;
+:func:`tpopt.models.arch.is_moe_layer`) keep the dense MLP of width ``ffn`` (``layer_kernels(...,
+moe_block=False)``); the stage times add each block's own kernels. Multi-head latent attention folds its
+latent projections into the QKV GEMM (same FLOPs).
 """
 
 from __future__ import annotations
@@ -140,16 +142,19 @@ def residual_kernels(op: str, a: ModelArch, lay: Layout) -> list[Kernel]:
     return _elementwise(op, "", ts * h * (3.0 * e + drop), ts * h * (3.0 * e + drop * (e + 1.0)))
 
 
-def layer_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
+def layer_kernels(a: ModelArch, lay: Layout, moe_block: bool | None = None) -> list[Kernel]:
     """Every kernel of one transformer block for one micro-batch on one card (see the module docstring).
 
     Order: norm, QKV, (q/k norm, RoPE), attention core, output projection, residual, norm, MLP up
     (gate and up fused), activation, MLP down, residual. A parallel block (GPT-J, NeoX, Falcon) has
-    one norm feeding both branches and one residual add.
+    one norm feeding both branches and one residual add. ``moe_block``: the block's MLP is routed
+    experts (:func:`moe_kernels`) or dense (width ``ffn``); None = MoE for every block of a MoE model.
     """
+    moe_block = a.moe if moe_block is None else bool(moe_block) and a.moe
     t = _f(lay.tp)
     e, T = lay.act_bytes, lay.tokens
-    h, dq, dkv, f = a.hidden, a.d_attn, a.d_kv, mlp_activation_width(a)
+    h, dq, dkv = a.hidden, a.d_attn, a.d_kv
+    f = a.ffn if a.moe else mlp_activation_width(a)  # a MoE model's dense blocks: their own ffn
     dv = a.d_v
     out: list[Kernel] = []
     out += norm_kernels("norm.attn", a, lay)
@@ -165,7 +170,7 @@ def layer_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
     if not a.parallel_block:
         out += residual_kernels("residual.attn", a, lay)
         out += norm_kernels("norm.mlp", a, lay)
-    if a.moe:
+    if moe_block:
         out += moe_kernels(a, lay)
         out += residual_kernels("residual.mlp", a, lay)
         return out

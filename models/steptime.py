@@ -17,7 +17,8 @@ phase's weight GEMMs W (Megatron-Core / Transformer Engine overlap the gathers a
 GEMMs that produce or consume them):  exposed = (1 - o) C + o max(0, C - W).
 
 A stage of ``n`` layers runs n x (t_fwd, t_dX, t_dW); the first stage adds the embedding, the last the
-final norm, LM head and loss (:func:`stage_extras`).
+final norm, LM head and loss (:func:`stage_extras`). A MoE model's stage adds its own blocks' times:
+n_moe x (MoE block) + n_dense x (dense-MLP block) (``moe_block`` of :func:`layer_times`).
 """
 
 from __future__ import annotations
@@ -109,15 +110,17 @@ def tp_exposed(coll_bytes, calls, window, r: Rates, overlap: float):
     return (1.0 - overlap) * c + overlap * np.maximum(0.0, c - _f(window))
 
 
-def layer_times(a: ModelArch, lay: ops.Layout, r: Rates, recompute: str, tp_overlap=(0.0, 0.0)) -> PhaseTimes:
-    """(t_fwd, t_dX, t_dW, exposed TP) of one block for one micro-batch (module docstring).
+def layer_times(a: ModelArch, lay: ops.Layout, r: Rates, recompute: str, tp_overlap=(0.0, 0.0),
+                moe_block: bool | None = None) -> PhaseTimes:
+    """(t_fwd, t_dX, t_dW, exposed TP) of one block for one micro-batch (module docstring); ``moe_block``
+    as :func:`tpopt.models.ops.layer_kernels` (False: a MoE model's dense-MLP block).
 
     ``tp_overlap = (o_chunked, o_async)``: o_chunked hides the forward collectives behind the forward
     weight GEMMs and the backward output-gradient gathers behind the row-parallel dX GEMMs (GEMMs split
     into chunks that overlap their communication, as Transformer Engine does); o_async hides the
     column-parallel layers' backward collectives behind their own gradient GEMMs (Megatron-LM's
     asynchronous TP all-reduce / reduce-scatter)."""
-    ks = ops.layer_kernels(a, lay)
+    ks = ops.layer_kernels(a, lay, moe_block)
     e = lay.act_bytes
     o_chunk, o_async = tp_overlap
     fwd = _sum(ks, r, e, lambda k: k.phase == "fwd")
@@ -175,9 +178,9 @@ def optimizer_time(shard_params, bytes_per_param: float, r: Rates):
     return _sum(ops.optimizer_kernels(shard_params, bytes_per_param), r, 2.0, lambda k: True)
 
 
-def executed_flops(a: ModelArch, lay: ops.Layout, recompute: str) -> tuple:
+def executed_flops(a: ModelArch, lay: ops.Layout, recompute: str, moe_block: bool | None = None) -> tuple:
     """FLOPs one card executes per micro-batch of one block: (fwd, dX incl. recompute, dW)."""
-    ks = ops.layer_kernels(a, lay)
+    ks = ops.layer_kernels(a, lay, moe_block)
     keep = rebuilt(recompute, lay.flash_attention)
     redo = sum((_f(k.flops) for k in ks if keep(k)), 0.0)
     return ops.flops(ks, "fwd"), ops.flops(ks, "dx") + redo, ops.flops(ks, "dw")

@@ -29,7 +29,7 @@ from functools import lru_cache
 import numpy as np
 
 from tpopt.models import comm, context, memory, moe, ops, pipeline, reliability, steptime
-from tpopt.models.arch import attention_flops_per_token, flops_per_token, param_count
+from tpopt.models.arch import attention_flops_per_token, flops_per_token, is_moe_layer, param_count
 from tpopt.models.batch import iterations_with_ramp
 from tpopt.models.compute import iterations
 from tpopt.models.plan import Scenario, split_schedule
@@ -139,6 +139,32 @@ def _split_cached(layers: int, p: int, first: int, last: int) -> list[int]:
         return steptime.stage_layers(layers, p, first, last)
     except ValueError:
         return []  # no valid split: layout.schedule_shape rules the plan out
+
+
+def dense_split(sc: Scenario, pp: int):
+    """Per-operation model of a MoE model with dense-MLP blocks (arch.is_moe_layer false: DeepSeek's
+    leading ``dense_layers``, ``moe_step``, ``mlp_only_layers``): the dense blocks of each stage of
+    :func:`stage_split`, the rest of the stage's blocks being MoE blocks. None otherwise (every block of
+    the stage is timed alike)."""
+    a = sc.model
+    if not (a.moe and per_op_model(sc)):
+        return None
+    p = int(pp)
+    first, last = sc.stage_layers
+    return _dense_cached(a, p, first if p > 1 else 0, last if p > 1 else 0)
+
+
+@lru_cache(maxsize=4096)
+def _dense_cached(a, p: int, first: int, last: int):
+    kinds = [is_moe_layer(a, i) for i in range(a.layers)]
+    if all(kinds):
+        return None
+    split = _split_cached(a.layers, p, first, last) or [a.layers]
+    out, start = [], 0
+    for n in split:
+        out.append(sum(1 for k in kinds[start:start + n] if not k))
+        start += n
+    return tuple(out)
 
 
 def chunk_layers(split: list, v: int):
@@ -251,7 +277,8 @@ def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, ep=1
     gathered module parameters and workspace for micro-batches of one sequence, 10.2.4) the term is
     the reserve times the micro-batch size (conservative: the whole reserve scales, not only its
     activation share; under context parallelism the reserve is kept whole, conservative too). A MoE model
-    adds its routed tokens (:func:`moe_activations`). ``peak="lo"`` / ``"hi"`` bound the in-flight counts
+    adds its routed tokens (:func:`moe_activations`); with dense-MLP blocks among its MoE blocks the
+    per-operation model takes the busiest stage of both together (:func:`_weighted_layer_sets`). ``peak="lo"`` / ``"hi"`` bound the in-flight counts
     in closed form instead (solver pruning; exact where
     :func:`tpopt.models.pipeline.peak_inflight_stage_bounds` is).
     """
@@ -260,8 +287,15 @@ def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, ep=1
         shape = np.broadcast(_f(tp), _f(pp), _f(dp), _f(micro_batch), _f(ep), _f(expert_tp),
                              _f(capacity_factor), _f(cp)).shape
         return np.broadcast_to(_f(mem.activation_reserve) * _f(micro_batch), shape)
-    out = stored_activations(sc, schedule, recompute, tp, pp, dp, micro_batch, cp, peak=peak) \
-        + recompute_workspace(sc, recompute, tp, micro_batch, cp)
+    workspace = recompute_workspace(sc, recompute, tp, micro_batch, cp)
+    if dense_split(sc, 1) is not None and effective_recompute(sc, recompute) != "full":
+        # stages mix dense and MoE blocks: the busiest stage of (dense inventory of every block + routed
+        # tokens of its MoE blocks), max_g k_g (n_g A + m_g R), not the two maxima taken apart
+        per_layer, one = _stored_per_layer(sc, recompute, tp, micro_batch, cp), \
+            _routed_per_block(sc, tp, micro_batch, ep, expert_tp, capacity_factor, cp)
+        ga = grad_accum(sc, dp, micro_batch)
+        return _weighted_layer_sets(sc, schedule, pp, ga, peak, per_layer, one) + workspace
+    out = stored_activations(sc, schedule, recompute, tp, pp, dp, micro_batch, cp, peak=peak) + workspace
     if sc.model.moe:
         out = out + moe_activations(sc, schedule, recompute, tp, pp, dp, micro_batch, ep, expert_tp, capacity_factor,
                                     cp, peak=peak)
@@ -279,18 +313,32 @@ def moe_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, 
     """Routed-token activations beyond the dense inventory (moe.routed_activation_extra per MoE block and
     micro-batch), for every MoE block whose activations are in flight at the busiest stage's peak: the
     flat model's in-flight micro-batches x MoE blocks of the stage; the per-operation model's in-flight
-    layer sets (every layer counted as a MoE block). With full recompute only the block being rebuilt
-    holds them (the workspace, once)."""
+    layer sets of MoE blocks (a stage's dense-MLP blocks hold none: :func:`dense_split`). With full
+    recompute only the block being rebuilt holds them (the workspace, once)."""
     rc = effective_recompute(sc, recompute)
-    phi = load_factor(sc, ep, capacity_factor)
-    one = moe.routed_activation_extra(sc.model, card_tokens(sc, tp, micro_batch, cp), phi,
-                                      moe.expert_tp_size(expert_tp, tp), sc.memory.activation_bytes)
+    one = _routed_per_block(sc, tp, micro_batch, ep, expert_tp, capacity_factor, cp)
     if rc == "full":
         return one * np.ones(np.broadcast(_f(pp), _f(dp)).shape)
     ga = grad_accum(sc, dp, micro_batch)
     if not per_op_model(sc):
         return pipeline_inflight(schedule, pp, ga, peak=peak) * _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n) * one
+    if dense_split(sc, 1) is not None:  # only the MoE blocks of each stage hold routed tokens
+        return _weighted_layer_sets(sc, schedule, pp, ga, peak, 0.0, one)
     return _layer_sets(sc, schedule, pp, ga, peak) * one
+
+
+def _routed_per_block(sc: Scenario, tp, micro_batch, ep, expert_tp, capacity_factor, cp=1):
+    """Routed-token activations of one MoE block and micro-batch (moe.routed_activation_extra)."""
+    phi = load_factor(sc, ep, capacity_factor)
+    return moe.routed_activation_extra(sc.model, card_tokens(sc, tp, micro_batch, cp), phi,
+                                       moe.expert_tp_size(expert_tp, tp), sc.memory.activation_bytes)
+
+
+def _stored_per_layer(sc: Scenario, recompute, tp, micro_batch, cp=1):
+    """One block's stored activations per micro-batch in the per-operation model (memory module)."""
+    s, mb = cp_shape(sc, micro_batch, cp)
+    return memory.activation_bytes_per_microbatch(sc.model, s, mb, tp, 1, effective_recompute(sc, recompute),
+                                                  **_stored_kw(sc))
 
 
 def stored_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, cp=1, *, peak: str = "exact"):
@@ -306,6 +354,49 @@ def stored_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batc
         return pipeline_inflight(schedule, pp, ga, peak=peak) * per_mb
     per_layer = memory.activation_bytes_per_microbatch(a, s, mb, tp, 1, rc, **kw)
     return _layer_sets(sc, schedule, pp, ga, peak) * per_layer
+
+
+def _weighted_layer_sets(sc: Scenario, schedule, pp, ga, peak, per_layer, per_moe_block):
+    """Per-operation model of a MoE model with dense blocks: max over stages g of k_g (n_g x per_layer +
+    m_g x per_moe_block), k_g the stage's peak in-flight micro-batches (exact, or the ``peak="lo"`` /
+    ``"hi"`` closed-form bounds), n_g its blocks and m_g its MoE blocks (:func:`dense_split`)."""
+    first, last = sc.stage_layers
+    arrs = np.broadcast_arrays(np.asarray(pp, dtype=float), np.ceil(_f(ga) - 1e-9), _f(per_layer), _f(per_moe_block))
+    shape = arrs[0].shape
+    p_a, m_a, w_all, w_moe = (x.reshape(-1) for x in arrs)
+    out = np.empty(p_a.shape)
+    for p_val, m_val in np.unique(np.stack([p_a, m_a]), axis=1).T:
+        sel = (p_a == p_val) & (m_a == m_val)
+        p = int(p_val)
+        coeffs = _stage_peak_coeffs(str(schedule), sc.model, p, int(m_val), first if p > 1 else 0,
+                                    last if p > 1 else 0, peak)
+        best = np.full(int(sel.sum()), -np.inf)
+        if not np.isfinite(coeffs[0][0]):
+            out[sel] = np.inf
+            continue
+        for k_n, k_m in coeffs:
+            best = np.maximum(best, k_n * w_all[sel] + k_m * w_moe[sel])
+        out[sel] = best
+    return out.reshape(shape)
+
+
+@lru_cache(maxsize=4096)
+def _stage_peak_coeffs(schedule: str, a, p: int, m: int, first: int, last: int, peak: str) -> tuple:
+    """Per stage (k_g n_g, k_g m_g) for :func:`_weighted_layer_sets` ((inf, inf) for a shape the
+    schedule cannot run)."""
+    split = _split_cached(a.layers, p, first, last) if p > 1 else [a.layers]
+    dense = _dense_cached(a, p, first, last) or (0,) * len(split or [0])
+    if p <= 1:
+        return ((float(a.layers), float(a.layers - dense[0])),)
+    base, v = schedule_parts(schedule)
+    chunks = chunk_layers(split, v) if split and base == "interleaved" else None
+    if not split or (base == "interleaved" and chunks is None) or pipeline.shape_error(base, p, m, v):
+        return ((np.inf, np.inf),)
+    if peak == "exact":
+        ks = pipeline.peak_inflight(base, p, m, v=v, chunk_layers=chunks)
+    else:
+        ks = pipeline.peak_inflight_stage_bounds(base, p, m, v=v, chunk_layers=chunks)[0 if peak == "lo" else 1]
+    return tuple((float(k * n), float(k * (n - d))) for k, n, d in zip(ks, split, dense))
 
 
 def _layer_sets(sc: Scenario, schedule, pp, ga, peak: str = "exact"):
@@ -424,29 +515,30 @@ _OP_MEMO: list = []  # the last few op_times results (one evaluation calls it fr
 
 
 def op_times(sc: Scenario, acc: str, recompute, tp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0, cp=1,
-             nics=None):
+             nics=None, *, dense: bool = False):
     """Per-operation times of one micro-batch: (layer, first-stage extras, last-stage extras), each a
     steptime.PhaseTimes (fwd, dX incl. recompute, dW, exposed TP, exposed CP). A MoE layer's expert
-    kernels depend on EP, expert-TP and the load factor (ops.moe_kernels). The context-parallel exchange
+    kernels depend on EP, expert-TP and the load factor (ops.moe_kernels); ``dense=True`` gives a MoE
+    model's dense-MLP block as the layer instead (:func:`dense_split`). The context-parallel exchange
     is included when ``nics`` (its path's NICs per host) is given."""
     arrays = [np.asarray(x) for x in (tp, micro_batch, ep, capacity_factor, expert_tp, cp,
                                       -1 if nics is None else nics)]
-    key = (acc, str(recompute)) + tuple((x.shape, x.dtype.str, x.tobytes()) for x in arrays)
+    key = (acc, str(recompute), dense) + tuple((x.shape, x.dtype.str, x.tobytes()) for x in arrays)
     for entry_sc, entry_key, value in _OP_MEMO:
         if entry_sc is sc and entry_key == key:
             return value
-    value = _op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics)
+    value = _op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics, dense)
     _OP_MEMO.insert(0, (sc, key, value))
     del _OP_MEMO[8:]
     return value
 
 
 def _op_times(sc: Scenario, acc: str, recompute, tp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0, cp=1,
-              nics=None):
+              nics=None, dense=False):
     rc = effective_recompute(sc, recompute)
     r = rates(sc, acc)
     lay = layout(sc, tp, micro_batch, ep, capacity_factor, expert_tp, cp)
-    layer = steptime.layer_times(sc.model, lay, r, rc, sc.overlap_fractions()[0])
+    layer = steptime.layer_times(sc.model, lay, r, rc, sc.overlap_fractions()[0], False if dense else None)
     first, last = steptime.stage_extras(sc.model, lay, r)
     if nics is not None and np.any(_f(cp) > 1):
         a_f, a_dx = steptime.attention_times(sc.model, lay, r)
@@ -499,7 +591,8 @@ def microbatch_times(sc: Scenario, acc: str, recompute, schedule, tp, pp, micro_
     """
     if per_op_model(sc):
         layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics)
-        parts = _busiest_stage(sc, pp, layer, first, last)
+        parts = _busiest_stage(sc, pp, layer, first, last,
+                               _dense_layer(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics))
         return _fold(schedule, *parts)
     sysm = sc.system(acc)
     a, s = sc.model, sc.task.seq_len
@@ -526,18 +619,28 @@ def microbatch_times(sc: Scenario, acc: str, recompute, schedule, tp, pp, micro_
     return t_f, t_b - t_w, t_w
 
 
+def _dense_layer(sc: Scenario, acc: str, recompute, tp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0, cp=1,
+                 nics=None):
+    """A MoE model's dense-MLP block (op_times(dense=True)'s layer), or None when every block is a MoE
+    block or the model is dense (per-operation model)."""
+    if dense_split(sc, 1) is None:
+        return None
+    return op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics, dense=True)[0]
+
+
 def _fold(schedule, t_f, t_dx, t_dw):
     if _split_backward(schedule):
         return t_f, t_dx, t_dw
     return t_f, t_dx + t_dw, 0.0 * t_dw
 
 
-def _group_times(split: list, g: int, layer, first, last, k: int):
-    """(fwd, dX, dW) of layer group g: n_g x layer + embedding (g = 0) + head and loss (g = last)."""
+def _group_times(split: list, g: int, layer, first, last, k: int, dense=None, dsplit=None):
+    """(fwd, dX, dW) of layer group g: n_g x layer + embedding (g = 0) + head and loss (g = last); with a
+    MoE model's dense blocks, (n_g - d_g) x layer + d_g x dense (d_g of ``dsplit``)."""
     n = split[g]
     out = []
     for i in range(k):
-        x = n * _f(layer[i])
+        x = n * _f(layer[i]) if dsplit is None else (n - dsplit[g]) * _f(layer[i]) + dsplit[g] * _f(dense[i])
         if g == 0:
             x = x + first[i]
         if g == len(split) - 1:
@@ -546,46 +649,61 @@ def _group_times(split: list, g: int, layer, first, last, k: int):
     return out
 
 
-def _candidate_stages(sc: Scenario, pp) -> tuple[list, list[int]]:
-    """(layer split, the stages that can be the busiest): stage times grow with the layer count, so only
-    the first stage, the last stage and the middle stage with the most layers can take longest."""
+def _candidate_stages(sc: Scenario, pp) -> tuple[list, list[int], tuple | None]:
+    """(layer split, the stages that can be the busiest, dense blocks per stage or None): stage times
+    grow with the layer count, so only the first stage, the last stage and the middle stage with the most
+    layers can take longest; with a MoE model's dense blocks, every middle stage whose (MoE blocks,
+    dense blocks) no other middle stage has at least as many of both (either block can be the heavier)."""
     split = stage_split(sc, int(pp)) or [sc.model.layers]
+    dsplit = dense_split(sc, int(pp)) if len(split) == int(pp) else None
     groups = {0, len(split) - 1}
-    if len(split) > 2:
+    if len(split) > 2 and dsplit is None:
         groups.add(1 + int(np.argmax(split[1:-1])))
-    return split, sorted(groups)
+    elif len(split) > 2:
+        kinds = {g: (split[g] - dsplit[g], dsplit[g]) for g in range(1, len(split) - 1)}
+        seen = set()
+        for g, (m, d) in kinds.items():
+            if (m, d) not in seen and not any(o != (m, d) and o[0] >= m and o[1] >= d for o in kinds.values()):
+                groups.add(g)
+                seen.add((m, d))
+    return split, sorted(groups), dsplit
 
 
-def _busiest(sc: Scenario, pp, layer, first, last, k: int = 3):
-    """Elementwise (over the plan grid) the largest per-stage value of each of the first k phase times.
+def _busiest(sc: Scenario, pp, layer, first, last, k: int = 3, dense=None):
+    """Elementwise (over the plan grid) the largest per-stage value of each of the first k phase times
+    (``dense``: a MoE model's dense-block times, :func:`_group_times`).
 
     Stage times grow with the layer count, so only the first stage, the last stage and the middle stage
-    with the most layers can be the largest."""
-    shape = np.broadcast(np.asarray(pp), *(_f(x) for x in (*layer[:k], *first[:k], *last[:k]))).shape
+    with the most layers can be the largest (:func:`_candidate_stages`)."""
+    extra = () if dense is None else tuple(_f(x) for x in dense[:k])
+    shape = np.broadcast(np.asarray(pp), *(_f(x) for x in (*layer[:k], *first[:k], *last[:k])), *extra).shape
     pp_a = np.broadcast_to(np.asarray(pp), shape)
     out = [np.zeros(shape) for _ in range(k)]
     for p_val in np.unique(pp_a):
         sel = pp_a == p_val
-        split, groups = _candidate_stages(sc, p_val)
+        split, groups, dsplit = _candidate_stages(sc, p_val)
+        dsplit = dsplit if dense is not None else None
         for g in groups:
-            vals = _group_times(split, g, layer, first, last, k)
+            vals = _group_times(split, g, layer, first, last, k, dense, dsplit)
             for i in range(k):
                 out[i][sel] = np.maximum(out[i][sel], np.broadcast_to(vals[i], shape)[sel])
     return out
 
 
-def _busiest_stage(sc: Scenario, pp, layer, first, last):
+def _busiest_stage(sc: Scenario, pp, layer, first, last, dense=None):
     """Elementwise (over the plan grid) the (fwd, dX, dW) times of the stage with the largest sum
     (the candidate stages of :func:`_busiest`; the first of them on ties)."""
-    shape = np.broadcast(np.asarray(pp), *(_f(x) for x in (*layer[:3], *first[:3], *last[:3]))).shape
+    extra = () if dense is None else tuple(_f(x) for x in dense[:3])
+    shape = np.broadcast(np.asarray(pp), *(_f(x) for x in (*layer[:3], *first[:3], *last[:3])), *extra).shape
     pp_a = np.broadcast_to(np.asarray(pp), shape)
     out = [np.zeros(shape) for _ in range(3)]
     best = np.full(shape, -np.inf)
     for p_val in np.unique(pp_a):
         sel = pp_a == p_val
-        split, groups = _candidate_stages(sc, p_val)
+        split, groups, dsplit = _candidate_stages(sc, p_val)
+        dsplit = dsplit if dense is not None else None
         for g in groups:
-            vals = [np.broadcast_to(v, shape) for v in _group_times(split, g, layer, first, last, 3)]
+            vals = [np.broadcast_to(v, shape) for v in _group_times(split, g, layer, first, last, 3, dense, dsplit)]
             total = vals[0] + vals[1] + vals[2]
             take = sel & (total > best)
             best = np.where(take, total, best)
@@ -605,19 +723,23 @@ def pipeline_transfer(sc: Scenario, acc: str, tp, pp, dp, micro_batch, nics, cp=
 
 
 def pipeline_compute(schedule, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weight, t_transfer, groups=None, *,
-                     bounds: bool = False):
+                     bounds: bool = False, dense=None, dense_groups=None):
     """Per-step compute: the pipeline event model's completion time (m (t_f + t_b) when pp = 1).
 
     ``groups(p)``, when given, returns the per-stage layer split for p stages and the per-group
     durations are built from per-layer times plus first/last-stage extras (``t_fwd`` etc. are then
     (layer, first, last) triples); otherwise every stage takes the same (t_fwd, t_bwd_input, t_bwd_weight).
     ``bounds=True`` returns ``(lo, hi)`` from the closed-form bounds instead (solver pruning; equal to
-    the exact value for pp = 1 and for balanced fill-drain and 1F1B).
+    the exact value for pp = 1 and for balanced fill-drain and 1F1B). ``dense`` (fwd, dX, dW of a MoE
+    model's dense-MLP block) with ``dense_groups(p)`` (dense blocks per stage, :func:`dense_split`): a
+    group of n_g blocks, d_g of them dense, takes (n_g - d_g) x layer + d_g x dense. Interleaved chunks
+    share their stage's duration in proportion to their layer counts (the pipeline model's rule), so a
+    stage's dense blocks are spread over its chunks.
     """
     base, v = schedule_parts(schedule)
     if groups is not None:
         return _pipeline_groups(base, v, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weight, t_transfer, groups,
-                                bounds)
+                                bounds, dense, dense_groups)
     pp, m, tf, tdx, tdw, tx = np.broadcast_arrays(
         np.asarray(pp), _f(micro_batches), _f(t_fwd), _f(t_bwd_input), _f(t_bwd_weight), _f(t_transfer))
     shape = pp.shape
@@ -669,20 +791,30 @@ def _unique_columns(fn, *arrays, key=None):
     return result[np.reshape(inverse, -1)]
 
 
-def _pipeline_groups(base, v, pp, micro_batches, layer_f, layer_dx, layer_dw, t_transfer, groups, bounds=False):
-    """Completion time with per-stage durations (uneven layer counts, embedding and head placement);
-    with ``bounds``, (lo, hi) from the closed-form bounds summed group by group (no simulation)."""
+def _pipeline_groups(base, v, pp, micro_batches, layer_f, layer_dx, layer_dw, t_transfer, groups, bounds=False,
+                     dense=None, dense_groups=None):
+    """Completion time with per-stage durations (uneven layer counts, a MoE model's dense blocks,
+    embedding and head placement); with ``bounds``, (lo, hi) from the closed-form bounds summed group by
+    group (no simulation)."""
     (lf, ef, hf), (ldx, edx, hdx), (ldw, edw, hdw) = layer_f, layer_dx, layer_dw
+    mixed = dense is not None and dense_groups is not None and dense_groups(1) is not None
+    more = tuple(_f(x) for x in dense) if mixed else ()
     arrs = np.broadcast_arrays(np.asarray(pp), _f(micro_batches), *(_f(x) for x in (lf, ldx, ldw, ef, edx, edw, hf,
-                                                                                       hdx, hdw, t_transfer)))
+                                                                                       hdx, hdw, t_transfer)), *more)
     shape = arrs[0].shape
-    pp_a, m, lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, tx = (x.reshape(-1) for x in arrs)
+    pp_a, m, lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, tx = (x.reshape(-1) for x in arrs[:12])
+    df, ddx, ddw = (x.reshape(-1) for x in arrs[12:]) if mixed else (None, None, None)
     out = np.empty(pp_a.shape)
     hi_out = np.empty(pp_a.shape) if bounds else None
     mm = np.ceil(m - 1e-9).astype(int)
     single = pp_a <= 1
     n_all = float(sum(groups(1)))
-    out[single] = m[single] * (n_all * (lf + ldx + ldw) + ef + edx + edw + hf + hdx + hdw)[single]
+    if mixed:
+        d_all = float(sum(dense_groups(1)))
+        out[single] = m[single] * ((n_all - d_all) * (lf + ldx + ldw) + d_all * (df + ddx + ddw)
+                                   + ef + edx + edw + hf + hdx + hdw)[single]
+    else:
+        out[single] = m[single] * (n_all * (lf + ldx + ldw) + ef + edx + edw + hf + hdx + hdw)[single]
     if bounds:
         hi_out[single] = out[single]
     multi = np.flatnonzero(~single)
@@ -702,7 +834,12 @@ def _pipeline_groups(base, v, pp, micro_batches, layer_f, layer_dx, layer_dw, t_
             # per-group durations (p, rows): n_g x layer, + embedding on group 0, + head and loss on the last
             # (the additions of _group_times, in its order)
             n_g = np.asarray(split, dtype=float)[:, None]
-            fwd, dx, dw = (n_g * x[sel][None] for x in (lf, ldx, ldw))
+            if mixed:  # (n_g - d_g) MoE blocks + d_g dense blocks
+                d_g = np.asarray(dense_groups(p), dtype=float)[:, None]
+                fwd, dx, dw = ((n_g - d_g) * x[sel][None] + d_g * y[sel][None]
+                               for x, y in ((lf, df), (ldx, ddx), (ldw, ddw)))
+            else:
+                fwd, dx, dw = (n_g * x[sel][None] for x in (lf, ldx, ldw))
             for arr, e, h in ((fwd, ef, hf), (dx, edx, hdx), (dw, edw, hdw)):
                 arr[0] = arr[0] + e[sel]
                 arr[-1] = arr[-1] + h[sel]
@@ -712,7 +849,7 @@ def _pipeline_groups(base, v, pp, micro_batches, layer_f, layer_dx, layer_dw, t_
                 continue
             out[sel] = _unique_columns(lambda f, x_, w, t: pipeline.completion_time(
                 base, p, mv, f, x_, w, t, 0.0, v=v, chunk_layers=chunks, per_group=True), fwd, dx, dw, tx[sel],
-                key=(base, p, mv, v, tuple(chunks or ()), tuple(split)))
+                key=(base, p, mv, v, tuple(chunks or ()), tuple(split), mixed and tuple(dense_groups(p))))
     if bounds:
         return out.reshape(shape), hi_out.reshape(shape)
     return out.reshape(shape)
@@ -775,13 +912,16 @@ def compute_inputs(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micr
                    capacity_factor=0.0, expert_tp=0, cp=1):
     """Everything the compute term needs, as 12 arrays: (fwd, dX, dW) of a layer (per-operation model)
     or of a balanced stage (flat model), the first stage's and the last stage's extras (zero in the flat
-    model), the boundary transfer, micro-batches per step and cards."""
+    model), the boundary transfer, micro-batches per step and cards; for a MoE model with dense-MLP
+    blocks (per-operation model, :func:`dense_split`) three more: (fwd, dX, dW) of a dense block."""
     t_x = pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics, cp)
     ga, cards = grad_accum(sc, dp, micro_batch), _f(tp) * _f(cp) * _f(pp) * _f(dp)
     if per_op_model(sc):
         layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics)
         folded = [_fold(schedule, *x[:3]) for x in (layer, first, last)]
-        return (*folded[0], *folded[1], *folded[2], t_x, ga, cards)
+        dense = _dense_layer(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics)
+        more = () if dense is None else tuple(_fold(schedule, *dense[:3]))
+        return (*folded[0], *folded[1], *folded[2], t_x, ga, cards, *more)
     t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, schedule, tp, pp, micro_batch, ep, capacity_factor,
                                        cp=cp, nics=nics)
     z = 0.0 * _f(t_f)
@@ -794,11 +934,14 @@ def compute_from(sc: Scenario, schedule, pp, inputs):
     Returns (compute_with_stragglers, pure_compute, bubble, straggler); pure compute is the busiest
     stage's work, m (t_f + t_dX + t_dW).
     """
-    lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, t_x, ga, cards = inputs
+    lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, t_x, ga, cards = inputs[:12]
     if per_op_model(sc):
+        dense = inputs[12:15] or None
         completion = pipeline_compute(schedule, pp, ga, (lf, ef, hf), (ldx, edx, hdx), (ldw, edw, hdw), t_x,
-                                      groups=lambda p: stage_split(sc, p))
-        busy = _busiest(sc, pp, (lf + ldx + ldw,), (ef + edx + edw,), (hf + hdx + hdw,), 1)[0]
+                                      groups=lambda p: stage_split(sc, p), dense=dense,
+                                      dense_groups=lambda p: dense_split(sc, p))
+        busy = _busiest(sc, pp, (lf + ldx + ldw,), (ef + edx + edw,), (hf + hdx + hdw,), 1,
+                        None if dense is None else (dense[0] + dense[1] + dense[2],))[0]
         pure = ga * busy
     else:
         completion = pipeline_compute(schedule, pp, ga, lf, ldx, ldw, t_x)
@@ -812,10 +955,11 @@ def compute_from(sc: Scenario, schedule, pp, inputs):
 def compute_bounds(sc: Scenario, schedule, pp, inputs):
     """``(lo, hi)`` of :func:`compute_from`'s compute-with-stragglers from the pipeline's closed-form
     bounds (solver pruning; exact where the pipeline term has a closed form)."""
-    lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, t_x, ga, cards = inputs
+    lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, t_x, ga, cards = inputs[:12]
     if per_op_model(sc):
         lo, hi = pipeline_compute(schedule, pp, ga, (lf, ef, hf), (ldx, edx, hdx), (ldw, edw, hdw), t_x,
-                                  groups=lambda p: stage_split(sc, p), bounds=True)
+                                  groups=lambda p: stage_split(sc, p), bounds=True, dense=inputs[12:15] or None,
+                                  dense_groups=lambda p: dense_split(sc, p))
     else:
         lo, hi = pipeline_compute(schedule, pp, ga, lf, ldx, ldw, t_x, bounds=True)
     factor = straggler_factor(sc, cards)
@@ -837,7 +981,8 @@ def tp_exposed(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch, ep=1,
     """Per-operation model: exposed tensor-parallel time per step on the busiest stage (inside the
     compute term; reported separately)."""
     layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp)
-    tp_stage = _busiest(sc, pp, (layer.tp,), (first.tp,), (last.tp,), 1)[0]
+    dense = _dense_layer(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp)
+    tp_stage = _busiest(sc, pp, (layer.tp,), (first.tp,), (last.tp,), 1, None if dense is None else (dense.tp,))[0]
     return grad_accum(sc, dp, micro_batch) * tp_stage
 
 

@@ -42,6 +42,7 @@ from tpopt.models import terms as T
 from tpopt.models.arch import flops_per_token, gemm_params, param_count
 from tpopt.models.evaluate import Evaluation
 from tpopt.models.units import DAY, GIB
+from tpopt.optimizer.limits import TimeLimitReached, clock_of
 from tpopt.optimizer.result import Request, Status
 
 # family -> (unit, scale, what it says)
@@ -138,10 +139,6 @@ class RLResult:
         return self.best is not None
 
 
-class LearnerTimeout(RuntimeError):
-    """A learner solve hit its time limit before any answer (the CLI exits 4)."""
-
-
 def new_caches() -> dict:
     return {"learner": {}, "space": {}, "rollout": {}, "overhead": {}, "bound_ok": [True], "solves": [0]}
 
@@ -151,8 +148,8 @@ class RLProblem:
 
     def __init__(self, rsc, backend: str = "cpsat", req: Request | None = None, card_limit: int | None = None,
                  caches: dict | None = None):
-        if backend not in ("cpsat", "highs", "enumerate"):
-            raise InputError(f"unknown solver {backend!r} (use cpsat, highs or enumerate)")
+        if backend not in ("cpsat", "highs", "enumerate") and not str(backend).startswith("pyomo:"):
+            raise InputError(f"unknown solver {backend!r} (use cpsat, highs, enumerate or pyomo:NAME)")
         self.rsc = rsc
         self.sc = rsc.trainer
         self.task = rsc.task
@@ -182,6 +179,13 @@ class RLProblem:
 
     def with_card_limit(self, card_limit: int) -> "RLProblem":
         return RLProblem(self.rsc, self.backend, self.req, card_limit, self.caches)
+
+    def with_request(self, req: Request) -> "RLProblem":
+        return RLProblem(self.rsc, self.backend, req, self.card_limit, self.caches)
+
+    def clock(self):
+        """The run's clock (``req.clock``); without one, a fresh clock of ``req.time_limit``."""
+        return self.req.clock if getattr(self.req, "clock", None) is not None else clock_of(replace(self.req))
 
     # -- the grid of RL decisions --------------------------------------------------------------
     def accelerators(self) -> list[str]:
@@ -318,13 +322,17 @@ class RLProblem:
         if key not in cache:
             acc, cards, limit, shared = key
             out = None
+            clock = self.clock()
             if limit is None or limit > 0:
                 if self._space(acc, None).size() <= TABLE_LIMIT and not self.caches.get("force_solver"):
-                    out = self._learner_from_table(acc, cards, limit, shared)
+                    with clock.interruptible("tabulating the learner plans"):
+                        out = self._learner_from_table(acc, cards, limit, shared)
                 else:
                     out = self._learner_from_solver(acc, cards, limit, shared)
             if out is not None and out.step_s < self.learner_bound(acc, cards).step_s * (1 - 1e-9):
                 self.caches["bound_ok"][0] = False  # a learner model faster than the GEMM bound: stop pruning
+            if clock.reached:  # cut short by the time limit: not proven the fastest, not kept for later solves
+                return out
             cache[key] = out
         return cache[key]
 
@@ -355,16 +363,18 @@ class RLProblem:
         sp = self._space(acc, limit)
         enforce = TRAINER_STRUCTURAL | (TRAINER_MEMORY if limit is not None else frozenset())
         qs = self.task.kept_sync
+        clock = self.clock()  # the RL solve's one clock: each learner solve gets what is left of it
         K = 1
         while True:
             backend = self.backend if K <= MAX_TOP else "enumerate"
-            req = Request(objective="time", enforce=enforce, top=K, cards=(cards,), time_limit=self.req.time_limit,
-                          seed=self.req.seed, workers=self.req.workers)
+            clock.check("solving the learner plans")
+            req = Request(objective="time", enforce=enforce, top=K, cards=(cards,), time_limit=clock.remaining(0.01),
+                          seed=self.req.seed, workers=self.req.workers, clock=clock)
             res = solve_trainer(sp.sc, backend, req, space=sp)
             self.caches["solves"][0] += 1
-            if res.status == Status.UNKNOWN:
-                raise LearnerTimeout(f"the learner solve at {cards} {acc} cards found no answer within the time "
-                                     f"limit ({self.req.time_limit:g} s; raise --time-limit)")
+            if res.status == Status.UNKNOWN:  # no answer within what was left of the limit
+                clock.reached, clock.phase = True, clock.phase or "solving the learner plans"
+                raise TimeLimitReached(clock.phase)
             if not res.plans:
                 return None
             cands = [self._learner_from(ev, acc, cards, shared) for ev in res.plans]
@@ -538,45 +548,76 @@ class RLProblem:
 
 
 def solve(pb: RLProblem, objective: str = "cost", enforced=FAMILIES, restrict: dict | None = None) -> RLResult:
-    """The best RL plan (lexicographic (cost, finish) or (finish, cost)), proven optimal."""
+    """The best RL plan (lexicographic (cost, finish) or (finish, cost)), proven optimal.
+
+    One time limit for the whole RL solve: the request's clock (``pb.req.clock``, shared by every
+    solve of one ``tpopt rl`` run, its analysis included) or, without one, a clock of
+    ``pb.req.time_limit`` for this call. The search and every learner solve draw on what is left of
+    it. When it runs out, the best verified RL plan so far is returned with status ``feasible`` (not
+    proven optimal: a better plan may use a learner key not yet solved, or a learner plan the cut-short
+    solve did not find), or ``unknown`` when none was found; ``stats`` says where it stopped."""
     if objective not in OBJECTIVES + ("cards",):
         raise InputError(f"unknown objective {objective!r} (use cost or time)")
     enforced = tuple(f for f in FAMILIES if f in set(enforced))
+    if getattr(pb.req, "clock", None) is None:  # no shared clock: this solve's own limit
+        pb = pb.with_request(replace(pb.req))
+    clock = clock_of(pb.req)
     t0 = time.perf_counter()
     solves0 = pb.caches["solves"][0]
     while True:
         bound_ok = pb.caches["bound_ok"][0]
-        best, stats = _search(pb, objective, enforced, restrict)
-        if pb.caches["bound_ok"][0] == bound_ok:  # else a learner beat the bound: search again without it
+        best, stats, limited = _search(pb, objective, enforced, restrict, clock)
+        if limited or pb.caches["bound_ok"][0] == bound_ok:  # else a learner beat the bound: search again
             break
-    stats.update(wall_s=time.perf_counter() - t0, learner_solves=pb.caches["solves"][0] - solves0)
-    return RLResult(Status.OPTIMAL if best else Status.INFEASIBLE, objective, best, enforced, stats)
+    stats.update(wall_s=time.perf_counter() - t0, learner_solves=pb.caches["solves"][0] - solves0,
+                 time_limit_reached=limited, limit_phase=(clock.phase or None) if limited else None,
+                 time_limit_s=clock.seconds)
+    if limited:
+        status = Status.FEASIBLE if best else Status.UNKNOWN
+    else:
+        status = Status.OPTIMAL if best else Status.INFEASIBLE
+    return RLResult(status, objective, best, enforced, stats)
 
 
-def _search(pb: RLProblem, objective: str, enforced, restrict):
+def _search(pb: RLProblem, objective: str, enforced, restrict, clock):
+    """The bound-ordered search; returns (best, stats, limited): ``limited`` when the clock stopped it
+    before the optimum was proven (``best`` is then the best verified plan so far, or None)."""
     groups: dict = {}
     points = pb.grid(restrict)
+    stats = {"points": len(points), "learner_keys": 0, "learner_keys_solved": 0}
     for i, d in enumerate(points):
+        if i % 1024 == 0 and clock.expired("bounding the RL decisions"):
+            return None, stats, True
         lb = pb.evaluate(d, pb.learner_bound(d.accelerator, d.learner_cards), enforced)
         if lb.feasible(enforced):  # a relaxation: infeasible here is infeasible with any learner plan
             groups.setdefault(pb.learner_key(d, enforced), []).append((lb.key(objective), i, d))
+    stats["learner_keys"] = len(groups)
     ranked = sorted(groups, key=lambda k: min(groups[k])[:2])
     best = best_rank = None
-    solved = 0
+    limited = False
     for key in ranked:
         if best is not None and min(groups[key])[0][0] > best_rank[0][0]:
             break  # every remaining bound is worse than the best verified plan
-        learner = pb.learner(key)
-        solved += 1
-        if learner is None:
-            continue
-        for _, i, d in groups[key]:
-            ev = pb.evaluate(d, learner, enforced)
-            if ev.feasible(enforced):
-                rank = (ev.key(objective), i)
-                if best is None or rank < best_rank:
-                    best, best_rank = ev, rank
-    return best, {"points": len(points), "learner_keys": len(groups), "learner_keys_solved": solved}
+        if clock.expired("solving the learner plans"):
+            limited = True
+            break
+        try:
+            learner = pb.learner(key)
+        except TimeLimitReached:
+            limited = True
+            break
+        stats["learner_keys_solved"] += 1
+        if learner is not None:
+            for _, i, d in groups[key]:
+                ev = pb.evaluate(d, learner, enforced)
+                if ev.feasible(enforced):
+                    rank = (ev.key(objective), i)
+                    if best is None or rank < best_rank:
+                        best, best_rank = ev, rank
+        if clock.reached:  # the learner solve was cut short: its plan is feasible, not proven the fastest
+            limited = True
+            break
+    return best, stats, limited
 
 
 def trainer_points(pb: RLProblem, acc: str) -> dict:
@@ -898,13 +939,34 @@ def assumptions(pb: RLProblem, ev: RLEvaluation | None = None) -> list[str]:
 
 
 def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bool = True) -> dict:
-    """The full answer of ``tpopt rl`` as a JSON-ready dict."""
+    """The full answer of ``tpopt rl`` as a JSON-ready dict.
+
+    The analysis (binding families, alternatives, break-even; for an infeasible problem the conflict
+    and the relaxations) draws on the same clock as the solve when the request carries one: when that
+    clock has run out, before or during the analysis, the analysis is left out (``analysis`` says so)
+    rather than reported from solves that were cut short. A plan found at the time limit (``feasible``)
+    gets no analysis; without a plan (``unknown``) nothing is claimed infeasible."""
     out = {"scenario": pb.rsc.name, "status": result.status.value, "objective": result.objective,
            "solver": dict(result.stats, learner_backend=pb.backend)}
-    if not result.feasible:
-        out.update(explain_infeasible(pb, result.objective, result.enforced))
+    clock = getattr(pb.req, "clock", None)
+
+    def out_of_time() -> bool:
+        return clock is not None and (clock.reached or clock.expired("analysing the RL plan"))
+
+    if result.status == Status.UNKNOWN:
+        out.update(analysis="time limit reached", conflict=[], conflict_detail=[], relaxations=[])
         out["assumptions"] = assumptions(pb)
         return _finite(out)
+    if not result.feasible:
+        why = explain_infeasible(pb, result.objective, result.enforced) if not out_of_time() else None
+        if why is None or out_of_time():
+            why = {"conflict": [], "conflict_detail": [], "relaxations": [], "analysis": "time limit reached"}
+        out.update(why)
+        out["assumptions"] = assumptions(pb)
+        return _finite(out)
+    if result.status != Status.OPTIMAL or out_of_time():
+        analyse = break_even = False
+        out["analysis"] = "time limit reached"
     ev = result.best
     d, m, ro = ev.decision, ev.metrics, ev.metrics["rollout"]
     binds = binding(pb, ev, result.objective, result.enforced) if analyse else []
@@ -944,8 +1006,12 @@ def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bo
                      "handoff_naive_gib": None if m["handoff_naive"] is None else m["handoff_naive"] / GIB,
                      "handoff_staged_gib": None if m["handoff_staged"] is None else m["handoff_staged"] / GIB,
                      "handoff_switch_gib": None if m["handoff_switch"] is None else m["handoff_switch"] / GIB}
-    out["constraints"] = constraint_rows(ev, result.enforced, {b["name"] for b in binds})
-    out["binding"] = binds
     out["alternatives"] = alternatives(pb, ev, result.objective, result.enforced) if analyse else []
+    if (analyse or break_even) and out_of_time():  # cut short: its answers are not proven, leave them out
+        binds, out["alternatives"] = [], []
+        out["cycle"].pop("break_even_kept", None)
+        out["analysis"] = "time limit reached"
+    out["constraints"] = constraint_rows(ev, result.enforced, {b["name"] for b in binds})
+    out["binding"] = None if out.get("analysis") else binds
     out["assumptions"] = assumptions(pb, ev)
     return _finite(out)

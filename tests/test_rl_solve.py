@@ -105,6 +105,17 @@ def test_learner_from_the_solver_equals_the_table(raw):
     assert solver.learner.plan is not None and table.learner.plan is not None
 
 
+def test_learner_from_a_pyomo_solver_equals_the_table():
+    # every backend tpopt solve takes drives the learner: pyomo:highs as cpsat above
+    rsc = build_rl_scenario(small())
+    table = O.solve(O.RLProblem(rsc)).best
+    caches = O.new_caches()
+    caches["force_solver"] = True
+    res = O.solve(O.RLProblem(rsc, "pyomo:highs", caches=caches))
+    assert res.stats["learner_solves"] > 0 and res.status.value == "optimal"
+    assert res.best.key("cost")[0] == pytest.approx(table.key("cost")[0], rel=1e-9)
+
+
 def test_learner_bound_is_below_every_learner_plan():
     pb = O.RLProblem(build_rl_scenario(small()))
     for cards, rows in O.trainer_points(pb, "h100-sxm").items():

@@ -25,7 +25,7 @@ card_hour    --card-hour      price per card-hour for every accelerator (USD)   
 max_cost     --max-cost       budget cap (USD, or card-hours without prices)     ``"15000,20000"``
 global_batch --global-batch   global batch in sequences (a plan choice)          ``"256:4096:x2"``
 seq_len      --seq-len        tokens per sequence ([task] seq_len)               ``"4096,8192"``
-solver       --solver         auto (default), enumerate, cpsat or highs          ``"auto"``
+solver       --solver         auto (default), enumerate, cpsat, highs, pyomo:X   ``"pyomo:highs"``
 breakdown_cards --breakdown-cards  card counts for the finish-time breakdown plot  ``[32, 48]``
 ============ ================ ================================================= ==========================
 
@@ -40,7 +40,9 @@ table-changing inputs. With ``--solver auto`` a group whose design space has at 
 ``AUTO_TABLE_LIMIT`` (300,000) plans is enumerated exactly once (:class:`PointTable`) and every
 deadline/card-cap/budget point of the group is answered by a mask over that table; a larger group
 falls back to one CP-SAT solve per point (:func:`tpopt.optimizer.core.solve`). ``enumerate`` forces
-the table path (the whole table is held in memory), ``cpsat`` / ``highs`` force one solve per point.
+the table path (the whole table is held in memory), ``cpsat`` / ``highs`` / ``pyomo:NAME`` (the plan
+MILP through Pyomo with solver NAME: highs, scip, cbc, glpk, gurobi, ... where installed, as in
+``tpopt solve``) force one solve per point; a ``pyomo:NAME`` that is not installed is one error line (exit 2) before ``--out`` is touched.
 All paths are exact, so they agree on the optimal cost and finish time (ties between equally good
 plans may be broken differently). One exception makes the deadline a table input: a scenario with
 ``save_interval = "auto"`` and no failures uses the deadline as the save interval.

@@ -207,3 +207,6 @@ def _preload(kinds) -> None:
     for kind in kinds:
         if kind in ("cpsat", "highs"):
             importlib.import_module(f"tpopt.optimizer.{kind}")
+        elif kind.startswith("pyomo:"):
+            importlib.import_module("tpopt.optimizer.pyomo_model")
+            importlib.import_module("pyomo.environ")

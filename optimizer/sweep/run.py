@@ -15,7 +15,7 @@ from tpopt.errors import InputError
 from tpopt.optimizer.sweep.executor import describe, make_executor
 from tpopt.optimizer.sweep.front import front_plans, mark_pareto, summarize
 from tpopt.optimizer.sweep.rows import COLUMNS, INT_COLUMNS, make_row, sort_key
-from tpopt.optimizer.sweep.spec import SweepSpec, build_spec
+from tpopt.optimizer.sweep.spec import SweepSpec, build_spec, require_solver
 from tpopt.optimizer.sweep.store import Resume, SweepStore
 from tpopt.optimizer.sweep.tasks import _payload, plan_tasks
 
@@ -97,6 +97,7 @@ def run_sweep(spec: SweepSpec, *, out=None, force: bool = False, workers: int | 
     progress = progress or Progress()
     if workers is not None and workers < 1:
         raise InputError("--workers must be at least 1")
+    require_solver(spec.solver)  # a missing pyomo:NAME fails here, before --out is touched
     points = spec.points()
     store = SweepStore(out, spec.fingerprint, force) if out is not None else None
     lock = store.lock() if store is not None else None

@@ -19,7 +19,7 @@ from tpopt.optimizer.sweep.rows import FORMAT
 AUTO_TABLE_LIMIT = 300_000  # plans per group enumerated exactly with --solver auto
 MAX_VALUES = 100_000  # values one range may expand to
 MAX_POINTS = 2_000_000  # points in one sweep
-SOLVERS = ("auto", "enumerate", "cpsat", "highs")
+SOLVERS = ("auto", "enumerate", "cpsat", "highs")  # and "pyomo:NAME" (any solver Pyomo drives), as tpopt solve
 # constraint families whose limit is a sweep input (answered by masks on the table path)
 SWEPT_FAMILIES = ("deadline.finish", "cards.max", "budget.cost")
 
@@ -222,6 +222,32 @@ class SweepSpec:
         return (d[0] if len(d) == 1 else self.base.task.deadline_s) / DAY
 
 
+def check_solver(solver: str, what: str | None) -> str:
+    """A sweep solver name: one of :data:`SOLVERS` or ``pyomo:NAME`` (the name's syntax only; whether
+    the solver is installed is checked by the driver before anything is written, :func:`require_solver`)."""
+    if solver in SOLVERS:
+        return solver
+    if solver.startswith("pyomo:"):
+        from tpopt.optimizer.pyomo_model import solver_name
+
+        try:
+            solver_name(solver)
+        except InputError as exc:
+            raise InputError(f"{what or '--solver'}: {exc}") from None
+        return solver
+    raise InputError(f"{what or '--solver'}: unknown solver {solver!r} (use one of: {', '.join(SOLVERS)}, "
+                     f"or pyomo:NAME such as pyomo:highs)")
+
+
+def require_solver(solver: str) -> None:
+    """A ``pyomo:NAME`` solver must be installed here: one clear error (exit 2) otherwise."""
+    if solver.startswith("pyomo:"):
+        from tpopt.optimizer.pyomo_model import PyomoSolver
+        from tpopt.optimizer.result import Request
+
+        PyomoSolver(solver, Request())
+
+
 def _file_default_card_hour(raw: dict):
     v = raw.get("cost", {}).get("card_hour") if isinstance(raw.get("cost"), dict) else None
     return None if v is None else parse_number(v, "cost.card_hour")
@@ -289,9 +315,7 @@ def build_spec(scenario_path, cli: dict | None = None, catalog_dirs=(), fixed: d
         values[name] = parse_values(dim, value, what) if value is not None else defaults[name]
 
     solver_value, solver_what = source("solver")
-    solver = str(solver_value or "auto")
-    if solver not in SOLVERS:
-        raise InputError(f"{solver_what}: unknown solver {solver!r} (use one of: {', '.join(SOLVERS)})")
+    solver = check_solver(str(solver_value or "auto").strip(), solver_what)
     time_limit = float(cli.get("time_limit", 60.0))
     if not time_limit > 0:
         raise InputError("--time-limit must be positive")
