@@ -1,12 +1,16 @@
 """How long each step of an infeasibility explanation takes (conflict, then each relaxation).
 
     .venv/bin/python benchmarks/explain_timing.py [--case design|llama3-405b] [--scenario S] [--solver cpsat]
-                                                  [--set table.key=value ...]
+                                                  [--row N [--deadline 7d]] [--set table.key=value ...]
 
 ``design`` (default): the chapter's design case capped at 32 cards (the chapter, 10.6: infeasible for 30 days).
 ``llama3-405b``: Llama-3.1-405B on 2T tokens in 90 days on H100 / A100 / H200 / B200 with the search
 space open, 1,800 s synchronous checkpoints (issue 14's example): a conflict between the deadline and
-the 1,024-card cap. Prints one line per step: seconds, exact solves, and the answer.
+the 1,024-card cap. ``--row N``: space N (0-based) of benchmarks/solve_scaling.py with the deadline cut to
+``--deadline`` (default 7 d; infeasible). Prints one line per step: seconds (wall, and CPU for the solve and
+the conflict), exact solves, and the answer. The "cp-sat core" line times the monolithic CP-SAT model with
+assumption literals; the conflict step builds it only where the solves are monolithic (explain.monolithic_hint),
+so on the large rows that line is what the conflict step cost before.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from pathlib import Path
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
 from tpopt.optimizer.core import solve
-from tpopt.optimizer.explain import conflict, infeasibility
+from tpopt.optimizer.explain import conflict, infeasibility, monolithic_hint
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import Space
 
@@ -47,7 +51,18 @@ def main():
     ap.add_argument("--scenario", default=None)
     ap.add_argument("--solver", default="cpsat", choices=("cpsat", "highs", "enumerate"))
     ap.add_argument("--set", action="append", default=[], help="raw override table.key=value (repeatable)")
+    ap.add_argument("--row", type=int, default=None, help="a space of benchmarks/solve_scaling.py (0-based)")
+    ap.add_argument("--deadline", default="7d", help="the deadline that makes --row infeasible (default 7d)")
     args = ap.parse_args()
+    if args.row is not None:
+        from solve_scaling import SPACES, design_raw  # this directory (run as a script)
+
+        base = SPACES[args.row][1]
+        raw = with_overrides(design_raw(base), {"schedule.deadline": args.deadline})
+        raw = with_overrides(raw, {k: _value(v) for k, _, v in (item.partition("=") for item in args.set)})
+        cat = load_catalog()
+        explain(build_scenario(raw, cat), raw, cat, args.solver)
+        return
     if args.scenario:
         raw, ov = read_scenario_file(args.scenario), {}
     elif args.case == "llama3-405b":
@@ -59,26 +74,34 @@ def main():
         ov[k] = _value(v)
     raw = with_overrides(raw, ov)
     cat = load_catalog()
-    sc = build_scenario(raw, cat)
+    explain(build_scenario(raw, cat), raw, cat, args.solver)
+
+
+def explain(sc, raw, cat, solver):
+    """Time each step of the explanation of ``sc`` (wall seconds; CPU seconds where it matters)."""
     req = Request(workers=1, seed=0)
     space = Space.from_scenario(sc)
-    print(f"scenario {sc.name}: {space.size():,} plans in the space, solver {args.solver}")
+    print(f"scenario {sc.name}: {space.size():,} plans in the space (largest term table "
+          f"{space.largest_table():,} rows), solver {solver}")
 
-    t = time.perf_counter()
-    r = solve(sc, args.solver, req, space=space)
-    print(f"{'solve':<16} {time.perf_counter() - t:8.3f} s  status {r.status.value}")
+    t, c = time.perf_counter(), time.process_time()
+    r = solve(sc, solver, req, space=space)
+    print(f"{'solve':<16} {time.perf_counter() - t:8.3f} s  cpu {time.process_time() - c:7.3f} s  "
+          f"status {r.status.value}")
     if r.feasible:
         return
-    t = time.perf_counter()
+    used = monolithic_hint(space, req)
+    t, c = time.perf_counter(), time.process_time()
     raw_core = conflict(space, req)
-    print(f"{'cp-sat core':<16} {time.perf_counter() - t:8.3f} s  {raw_core}")
+    print(f"{'cp-sat core':<16} {time.perf_counter() - t:8.3f} s  cpu {time.process_time() - c:7.3f} s  "
+          f"{'used as the hint' if used else 'not built by explain (above the monolithic threshold)'}: {raw_core}")
     steps = []
     t0 = time.perf_counter()
-    out = infeasibility(sc, space, args.solver, req, r.enforced, raw=raw, catalog=cat,
-                        progress=lambda text: steps.append((text, time.perf_counter())))
+    out = infeasibility(sc, space, solver, req, r.enforced, raw=raw, catalog=cat,
+                        progress=lambda text: steps.append((text, time.perf_counter(), time.process_time())))
     end = time.perf_counter()
-    for (text, ts), nxt in zip(steps[:2], [s[1] for s in steps[1:3]]):
-        print(f"{text[:16]:<16} {nxt - ts:8.3f} s")
+    for (text, ts, cs), (_, nt, nc) in zip(steps[:2], steps[1:3]):
+        print(f"{text[:16]:<16} {nt - ts:8.3f} s  cpu {nc - cs:7.3f} s")
     print(f"{'conflict':<16} {out['conflict']}")
     for x in out["relaxations"]:
         ans = (f"{x['direction']} {x['required']} {x['unit']}" if x["helps"] else

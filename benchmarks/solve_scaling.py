@@ -72,17 +72,23 @@ QUICK = 3  # --quick: the first three spaces
 def design(overrides):
     """The design case with ``overrides`` (a dict; None deletes a key), or a scenario file (a path)."""
     from tpopt.catalogs import load_catalog
-    from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
+    from tpopt.catalogs.scenario import build_scenario
+
+    return build_scenario(design_raw(overrides), load_catalog())
+
+
+def design_raw(overrides) -> dict:
+    """The raw tables :func:`design` builds its scenario from."""
+    from tpopt.catalogs.scenario import read_scenario_file, with_overrides
 
     if isinstance(overrides, Path):
-        return build_scenario(read_scenario_file(overrides), load_catalog())
+        return read_scenario_file(overrides)
     raw = read_scenario_file(DESIGN)
     for key, value in overrides.items():
         if value is None:  # delete the key (e.g. the activation reserve: model activations instead)
             table, _, name = key.partition(".")
             raw.get(table, {}).pop(name, None)
-    raw = with_overrides(raw, {k: v for k, v in overrides.items() if v is not None})
-    return build_scenario(raw, load_catalog())
+    return with_overrides(raw, {k: v for k, v in overrides.items() if v is not None})
 
 
 # ---------------------------------------------------------------------------------------------

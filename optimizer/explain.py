@@ -195,6 +195,19 @@ def conflict(space: Space, req: Request, enforced=None) -> list[str] | None:
     return model.conflict(time_limit=clock.remaining(0.01))
 
 
+def monolithic_hint(space: Space, req: Request) -> bool:
+    """Whether :func:`minimal_conflict` asks the monolithic CP-SAT model for its core: only where the
+    solves themselves are monolithic (``use_decomposition``: largest term table of at most
+    ``MONOLITHIC_LIMIT`` rows under method ``auto``). Beyond, the model with assumption literals is
+    the costly part of the conflict (14 s on a 4.1-million-plan space whose exact solves take 0.3 s)
+    while the layout decomposition answers each question of the deletion filter in a fraction of a
+    second; the filter then starts from every enforced family. Exact either way: the filter alone
+    makes the conflict irreducible, and the same input always takes the same path (fixed order)."""
+    from tpopt.optimizer.core import use_decomposition
+
+    return not use_decomposition(space, req)
+
+
 class _SetOracle:
     """Does a set of families admit a plan? One enumeration table for small spaces (every question a
     mask), otherwise one exact solve per question."""
@@ -226,8 +239,9 @@ def minimal_conflict(space: Space, backend: str, req: Request, enforced=None, ct
     """An irreducible set of families that admits no plan (deletion filter on CP-SAT's core).
 
     Start from CP-SAT's sufficient assumptions (all enforced families if CP-SAT gives none: its
-    encoding is a relaxation, so it may find a candidate the exact check rejects), confirm the set
-    admits no plan, then drop families one at a time in ``DELETION_ORDER`` while the rest still
+    encoding is a relaxation, so it may find a candidate the exact check rejects; and on spaces
+    whose solves use the layout decomposition, where no monolithic model is built:
+    :func:`monolithic_hint`), confirm the set admits no plan, then drop families one at a time in ``DELETION_ORDER`` while the rest still
     admit none. Returns None when the enforced families admit a plan; [] when no plan of the
     requested card counts exists even with every family dropped.
     """
@@ -236,7 +250,7 @@ def minimal_conflict(space: Space, backend: str, req: Request, enforced=None, ct
     oracle = ctx.set_oracle(space)
     if oracle.admits(enforced):
         return None
-    core = set(conflict(space, req, enforced) or ()) & set(enforced)
+    core = set(conflict(space, req, enforced) or ()) & set(enforced) if monolithic_hint(space, req) else set()
     if not core or oracle.admits(core):
         core = set(enforced)
     return deletion_filter(oracle, core)
@@ -610,6 +624,35 @@ def relax_max_cards(ctx: Context, core=None) -> Relaxation:
                        apply=_apply_dict(ctx, p, n), method=method)
 
 
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
+HEAP_ARRAYS_MAX = 32 * 1024 * 1024  # glibc's largest mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX)
+HEAP_KEEP = 256 * 1024 * 1024  # freed heap kept mapped (an enumeration chunk's temporaries exceed 64 MiB)
+_heap_arrays = []  # set once per process
+
+
+def heap_for_large_arrays() -> None:
+    """Serve allocations of up to 32 MiB from the heap and keep up to 256 MiB of freed heap mapped
+    (glibc ``mallopt`` M_MMAP_THRESHOLD and M_TRIM_THRESHOLD), once per process.
+
+    The exhaustive enumerations below allocate and free the same large temporaries chunk after chunk;
+    with glibc's defaults in a fresh process each one is mapped or grown anew and its zeroed pages
+    faulted in every time. The monolithic conflict model (no longer built on large spaces) used to
+    leave the allocator in a better state by accident; without either, the usable-memory relaxation
+    of benchmarks/solve_scaling.py's 108-million-plan row took 32 CPU s instead of 16-17 (same answer,
+    and a lower peak resident memory than with the model). Only speed changes; a no-op off glibc."""
+    if _heap_arrays:
+        return
+    _heap_arrays.append(True)
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.mallopt(M_MMAP_THRESHOLD, HEAP_ARRAYS_MAX)
+        libc.mallopt(M_TRIM_THRESHOLD, HEAP_KEEP)
+    except (OSError, AttributeError):
+        pass
+
+
 def argmin_metric(ctx: Context, metric: str, families, sc: Scenario | None = None,
                   space: Space | None = None) -> tuple[float, Evaluation] | None:
     """min over plans meeting ``families`` (and the request's card counts) of an evaluator metric
@@ -617,6 +660,8 @@ def argmin_metric(ctx: Context, metric: str, families, sc: Scenario | None = Non
     exact evaluator; ties go to the first point in enumeration order. None if no such plan."""
     from tpopt.optimizer.enumerate import NUMERIC_AXES, chunks
     from tpopt.optimizer.limits import clock_of
+
+    heap_for_large_arrays()
 
     fams = list(families)
     if sc is None and space is None:
