@@ -54,6 +54,9 @@ def main():
     ap.add_argument("--row", type=int, default=None, help="a space of benchmarks/solve_scaling.py (0-based)")
     ap.add_argument("--deadline", default="7d", help="the deadline that makes --row infeasible (default 7d)")
     args = ap.parse_args()
+    from tpopt.cli.main import tune_allocator
+
+    tune_allocator()  # measured as the `tpopt` program runs (the library leaves the process's allocator alone)
     if args.row is not None:
         from solve_scaling import SPACES, design_raw  # this directory (run as a script)
 

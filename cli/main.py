@@ -68,10 +68,35 @@ def cli():
     """tpopt: the cheapest training plan that surely finishes before the deadline."""
 
 
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
+HEAP_ARRAYS_MAX = 32 * 1024 * 1024  # glibc's largest mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX)
+HEAP_KEEP = 256 * 1024 * 1024  # freed heap kept mapped (an enumeration chunk's temporaries exceed 64 MiB)
+
+
+def tune_allocator() -> None:
+    """For the ``tpopt`` program only (never on import, so a Python API user's process keeps its own
+    settings): serve allocations of up to 32 MiB from the heap and keep up to 256 MiB of freed heap
+    mapped (glibc ``mallopt`` M_MMAP_THRESHOLD and M_TRIM_THRESHOLD).
+
+    Enumerations allocate and free the same large temporaries chunk after chunk; with glibc's defaults
+    each is mapped anew and its zeroed pages faulted in every time. Measured on the usable-memory
+    relaxation of benchmarks/solve_scaling.py's 108-million-plan space: 32 CPU s with the defaults,
+    16-17 s with this (same answer, lower peak memory). Only speed changes; a no-op off glibc."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.mallopt(M_MMAP_THRESHOLD, HEAP_ARRAYS_MAX)
+        libc.mallopt(M_TRIM_THRESHOLD, HEAP_KEEP)
+    except (OSError, AttributeError):
+        pass
+
+
 def main():
     """Entry point: click's usage errors become one stderr line and exit 2, like every input error."""
     import sys
 
+    tune_allocator()
     try:
         rv = cli.main(prog_name="tpopt", standalone_mode=False)
     except click.exceptions.UsageError as exc:

@@ -624,35 +624,6 @@ def relax_max_cards(ctx: Context, core=None) -> Relaxation:
                        apply=_apply_dict(ctx, p, n), method=method)
 
 
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters
-HEAP_ARRAYS_MAX = 32 * 1024 * 1024  # glibc's largest mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX)
-HEAP_KEEP = 256 * 1024 * 1024  # freed heap kept mapped (an enumeration chunk's temporaries exceed 64 MiB)
-_heap_arrays = []  # set once per process
-
-
-def heap_for_large_arrays() -> None:
-    """Serve allocations of up to 32 MiB from the heap and keep up to 256 MiB of freed heap mapped
-    (glibc ``mallopt`` M_MMAP_THRESHOLD and M_TRIM_THRESHOLD), once per process.
-
-    The exhaustive enumerations below allocate and free the same large temporaries chunk after chunk;
-    with glibc's defaults in a fresh process each one is mapped or grown anew and its zeroed pages
-    faulted in every time. The monolithic conflict model (no longer built on large spaces) used to
-    leave the allocator in a better state by accident; without either, the usable-memory relaxation
-    of benchmarks/solve_scaling.py's 108-million-plan row took 32 CPU s instead of 16-17 (same answer,
-    and a lower peak resident memory than with the model). Only speed changes; a no-op off glibc."""
-    if _heap_arrays:
-        return
-    _heap_arrays.append(True)
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
-        libc.mallopt(M_MMAP_THRESHOLD, HEAP_ARRAYS_MAX)
-        libc.mallopt(M_TRIM_THRESHOLD, HEAP_KEEP)
-    except (OSError, AttributeError):
-        pass
-
-
 def argmin_metric(ctx: Context, metric: str, families, sc: Scenario | None = None,
                   space: Space | None = None) -> tuple[float, Evaluation] | None:
     """min over plans meeting ``families`` (and the request's card counts) of an evaluator metric
@@ -661,7 +632,6 @@ def argmin_metric(ctx: Context, metric: str, families, sc: Scenario | None = Non
     from tpopt.optimizer.enumerate import NUMERIC_AXES, chunks
     from tpopt.optimizer.limits import clock_of
 
-    heap_for_large_arrays()
 
     fams = list(families)
     if sc is None and space is None:
