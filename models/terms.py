@@ -24,6 +24,7 @@ dp x cp ranks, and the attention exchange (ring or all-to-all) is added to each 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from functools import lru_cache
 
 import numpy as np
@@ -511,7 +512,8 @@ def layout(sc: Scenario, tp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0
                       **moe_kw)
 
 
-_OP_MEMO: list = []  # the last few op_times results (one evaluation calls it from several terms)
+_OP_MEMO: OrderedDict = OrderedDict()  # recent op_times results, least recently used first
+OP_MEMO_SIZE = 1024  # a MoE space's layouts revisit (tp, micro-batch, EP, capacity) kernel sets round after round
 
 
 def op_times(sc: Scenario, acc: str, recompute, tp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0, cp=1,
@@ -523,13 +525,15 @@ def op_times(sc: Scenario, acc: str, recompute, tp, micro_batch, ep=1, capacity_
     is included when ``nics`` (its path's NICs per host) is given."""
     arrays = [np.asarray(x) for x in (tp, micro_batch, ep, capacity_factor, expert_tp, cp,
                                       -1 if nics is None else nics)]
-    key = (acc, str(recompute), dense) + tuple((x.shape, x.dtype.str, x.tobytes()) for x in arrays)
-    for entry_sc, entry_key, value in _OP_MEMO:
-        if entry_sc is sc and entry_key == key:
-            return value
+    key = (id(sc), acc, str(recompute), dense) + tuple((x.shape, x.dtype.str, x.tobytes()) for x in arrays)
+    hit = _OP_MEMO.get(key)
+    if hit is not None and hit[0] is sc:  # the scenario itself is kept, so its id is not reused while cached
+        _OP_MEMO.move_to_end(key)
+        return hit[1]
     value = _op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics, dense)
-    _OP_MEMO.insert(0, (sc, key, value))
-    del _OP_MEMO[8:]
+    _OP_MEMO[key] = (sc, value)
+    while len(_OP_MEMO) > OP_MEMO_SIZE:
+        _OP_MEMO.popitem(last=False)
     return value
 
 
