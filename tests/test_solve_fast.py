@@ -32,9 +32,12 @@ def bounds_only(monkeypatch):
     monkeypatch.setattr(space_mod, "EXACT_PIPELINE_WORK", -1)
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                        HealthCheck.function_scoped_fixture],
-          derandomize=True)
+# the property tests below: derandomised (same examples every run), slow examples and the fixture allowed
+DERANDOMIZED = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+@DERANDOMIZED
 @given(scenarios(pipeline=True))
 def test_decomposition_with_pipeline_bounds_agrees(bounds_only, case):
     sc, objective = case
@@ -42,9 +45,7 @@ def test_decomposition_with_pipeline_bounds_agrees(bounds_only, case):
     check_agreement(sc, objective)
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                        HealthCheck.function_scoped_fixture],
-          derandomize=True)
+@DERANDOMIZED
 @given(scenarios(pipeline=True))
 def test_layout_evaluator_equals_enumeration(bounds_only, case):
     sc, objective = case
@@ -78,9 +79,7 @@ def solve_key(sc, sp, idx, objective):
     return ev.metrics["cost"] if objective == "cost" else ev.metrics["finish_days"] * 86400.0
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                        HealthCheck.function_scoped_fixture],
-          derandomize=True)
+@DERANDOMIZED
 @given(scenarios(pipeline=True))
 def test_layout_oracle_answers_like_the_table(bounds_only, case):
     sc, objective = case
