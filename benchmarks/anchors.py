@@ -25,7 +25,7 @@ import argparse
 import itertools
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -206,7 +206,7 @@ def main(argv=None) -> int:
     for a in rows:
         print(f"  {a.name}: {a.source}.\n      {a.notes}.")
     if speeds:
-        print(f"\nspeed (tpopt / published), by anchor: " + ", ".join(f"{n} {s:.2f}" for n, s in speeds))
+        print("\nspeed (tpopt / published), by anchor: " + ", ".join(f"{n} {s:.2f}" for n, s in speeds))
     print(f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
     return 0
 

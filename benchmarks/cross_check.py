@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import math
 import multiprocessing as mp
-import os
 import sys
 import time
 import traceback

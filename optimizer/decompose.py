@@ -17,7 +17,6 @@ is the exact optimum, as the property tests check against plain enumeration.
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 

@@ -968,7 +968,7 @@ def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bo
         analyse = break_even = False
         out["analysis"] = "time limit reached"
     ev = result.best
-    d, m, ro = ev.decision, ev.metrics, ev.metrics["rollout"]
+    m, ro = ev.metrics, ev.metrics["rollout"]
     binds = binding(pb, ev, result.objective, result.enforced) if analyse else []
     lp = ev.learner.plan
     learner = None

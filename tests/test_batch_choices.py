@@ -30,7 +30,7 @@ from tpopt.models.plan import Plan
 from tpopt.optimizer import outer
 from tpopt.optimizer.core import solve
 from tpopt.optimizer.result import Request, Status
-from tpopt.optimizer.space import FAMILIES, Space
+from tpopt.optimizer.space import Space
 
 ROOT = Path(__file__).resolve().parents[1]
 DESIGN = str(ROOT / "examples" / "design-case.toml")

@@ -5,9 +5,6 @@ tolerance at their printed rounding) or derivations written out here; none comes
 code under test.
 """
 
-import math
-
-import numpy as np
 import pytest
 
 from tpopt.catalogs import load_catalog

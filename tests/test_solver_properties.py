@@ -8,7 +8,6 @@ returns satisfies every enforced constraint when re-evaluated with `tpopt evalua
 import math
 import os
 
-import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
