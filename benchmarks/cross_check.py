@@ -94,7 +94,16 @@ def random_raw(rng) -> tuple[dict, str]:
         raw["search"]["nics_per_host"] = _pick(rng, [1, 2, 8], hi=2)
     if rng.random() < 0.3:
         raw["cost"] = {"max_cost": round(_log_uniform(rng, 1e2, 1e9), 2)}
-    return raw, str(rng.choice(["cost", "time"]))
+    objective = str(rng.choice(["cost", "time"]))
+    # drawn last, so that the draws above (and the cases of earlier versions' seeds) stay as they were
+    if rng.random() < 0.2:  # a mixture-of-experts model: EP and the capacity factor are decisions
+        raw["model"]["name"] = str(rng.choice(["qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v2-lite"]))
+        raw["search"]["ep"] = _pick(rng, [1, 2, 4, 8], hi=3)
+        raw["search"]["capacity_factor"] = _pick(rng, ["none", 1.0, 1.25], hi=2)
+        raw["moe"] = {"imbalance": round(float(rng.uniform(1.0, 1.6)), 3), "max_drop": f"{rng.uniform(0, 20):.3g}%"}
+    if rng.random() < 0.15:  # the per-operation step-time model (no flat efficiency stated)
+        del raw["hardware"]["efficiency"]
+    return raw, objective
 
 
 def to_toml(raw: dict) -> str:

@@ -1126,9 +1126,12 @@ def group_shapes(p, m):
     rows of shape k at ``order[cuts[k]:cuts[k + 1]]`` (one sort of a combined integer key)."""
     p, m = _ints(p).reshape(-1), _ints(m).reshape(-1)
     key = p * (int(m.max(initial=0)) + 1) + m
-    uniq, inv = np.unique(key, return_inverse=True)
-    order = np.argsort(inv.reshape(-1), kind="stable")
-    cuts = np.searchsorted(inv.reshape(-1)[order], np.arange(len(uniq) + 1))
+    if key.size and 0 <= key.min() and key.max() < 2**16:  # numpy sorts 16-bit integers by radix: linear time
+        key = key.astype(np.uint16)
+    order = np.argsort(key, kind="stable")
+    ordered = key[order]
+    cuts = np.concatenate([[0], np.flatnonzero(ordered[1:] != ordered[:-1]) + 1, [len(key)]]) if key.size \
+        else np.zeros(1, dtype=np.intp)
     first = order[cuts[:-1]]
     return list(zip(p[first].tolist(), m[first].tolist())), order, cuts
 
@@ -1413,51 +1416,73 @@ def completion_bounds(schedule: str, p, m, forward, backward_input, backward_wei
     return lo * (1 - BOUND_SLACK), hi * (1 + BOUND_SLACK)
 
 
+def _groups_first(p: int, forward, backward_input, backward_weight, transfer, update):
+    """Per-group durations as :func:`_group_arrays` takes them, kept with the group axis first (p, rest...)
+    -- a group is then a contiguous block and sums, maxima and prefix sums over groups are elementwise
+    operations on whole blocks -- broadcast along the group axis only; the transfer as (rest...)."""
+    named = ((forward, "forward time"), (backward_input, "backward (dX) time"),
+             (backward_weight, "backward weight (dW) time"), (update, "update time"))
+    groups = [_as_array(x, w) for x, w in named]
+    groups = [g if g.ndim and g.shape[0] == p else g[None] for g in groups]
+    tr = _as_array(transfer, "transfer time")
+    try:
+        lead = np.broadcast_shapes(*(g.shape[1:] for g in groups), tr.shape)
+    except ValueError:
+        raise InputError("completion_time: the duration arrays do not broadcast to one shape") from None
+    groups = [np.broadcast_to(g.reshape(g.shape[:1] + (1,) * (len(lead) + 1 - g.ndim) + g.shape[1:]),
+                              (p,) + (1,) * (len(lead) + 1 - g.ndim) + g.shape[1:]) for g in groups]
+    return groups, tr, lead
+
+
 def _bounds_per_group(schedule, p, m, v, forward, backward_input, backward_weight, transfer, update, chunk_layers):
-    """:func:`completion_bounds` for one shape with durations per layer group (arrays (..., p))."""
-    (F, X, W, U), t, lead = _group_arrays(p, forward, backward_input, backward_weight, transfer, update)
+    """:func:`completion_bounds` for one shape with durations per layer group (arrays (p, ...))."""
+    (F, X, W, U), t, lead = _groups_first(p, forward, backward_input, backward_weight, transfer, update)
+
+    def out(x):
+        return np.broadcast_to(x, lead).reshape(lead)
+
     if p == 1:
-        exact = m * (F[..., 0] + X[..., 0] + W[..., 0]) + U[..., 0]
+        exact = out(m * (F[0] + X[0] + W[0]) + U[0])
         return exact, exact
     fused = schedule not in SPLIT_BACKWARD
     if fused:  # one backward op of dX + dW
         X, W = X + W, 0.0 * W
     w = F + X + W
-    stage = np.arange(p)
-    tt = t[..., None]
+    col = (p,) + (1,) * len(lead)
+    stage = np.arange(p, dtype=float).reshape(col)
 
-    def pre(a):  # pre(a)[..., k] = sum over groups 0 .. k-1 (k = 0 .. p)
-        return np.concatenate([np.zeros(a.shape[:-1] + (1,)), np.cumsum(a, axis=-1)], axis=-1)
+    def pre(a):  # pre(a)[k] = sum over groups 0 .. k-1 (k = 0 .. p)
+        return np.concatenate([np.zeros((1,) + a.shape[1:]), np.cumsum(a, axis=0)], axis=0)
 
-    u_max = U.max(axis=-1)
+    u_max = U.max(axis=0)
     if schedule.startswith("dualpipe"):
         down, up = _halves(m)
-        fill = pre(F)[..., :p] + stage * tt
-        start = np.minimum(fill, fill[..., ::-1]) if up else fill
-        lo = (start + down * w + up * w[..., ::-1] + U).max(axis=-1)
-        lo = np.maximum(lo, (down - 1) * F[..., 0] + (F + X).sum(axis=-1) + W[..., 0] + 2 * (p - 1) * t + U[..., 0])
+        fill = pre(F)[:p] + stage * t
+        start = np.minimum(fill, fill[::-1]) if up else fill
+        lo = (start + down * w + up * w[::-1] + U).max(axis=0)
+        lo = np.maximum(lo, (down - 1) * F[0] + (F + X).sum(axis=0) + W[0] + 2 * (p - 1) * t + U[0])
         hops = p - 1
     elif schedule == "interleaved":
-        frac = np.asarray(_chunk_fractions(schedule, p, v, chunk_layers))[:, 0]  # chunk 0 of every group
+        frac = np.asarray(_chunk_fractions(schedule, p, v, chunk_layers))[:, 0].reshape(col)  # chunk 0 of each group
         pf = pre(F * frac)
-        lo = pf[..., p - 1] + (p - 1) * t + m * w[..., p - 1] + pre(X * frac)[..., p - 1] + (p - 1) * t + U[..., 0]
-        lo = np.maximum(lo, (pf[..., :p] + stage * tt + m * w + U).max(axis=-1))
+        lo = pf[p - 1] + (p - 1) * t + m * w[p - 1] + pre(X * frac)[p - 1] + (p - 1) * t + U[0]
+        lo = np.maximum(lo, (pf[:p] + stage * t + m * w + U).max(axis=0))
         hops = v * p - 1
     else:  # fill-drain, 1F1B, ZB-H1, ZB-H2: stage s holds group s
         pf, px = pre(F), pre(X)
-        fill = pf[..., p - 1] + (p - 1) * t
-        lo = (pf[..., :p] + stage * tt + m * w + U).max(axis=-1)
+        fill = pf[p - 1] + (p - 1) * t
+        lo = (pf[:p] + stage * t + m * w + U).max(axis=0)
         k = {"zb-h1": min(p, m), "zb-h2": min(2 * p - 1, m)}.get(schedule, 0)
-        lo_b = fill + m * (F + X)[..., p - 1] + (m - k) * W[..., p - 1] + px[..., p - 1] + (p - 1) * t + W[..., 0]
-        lo = np.maximum(lo, lo_b + U[..., 0])
+        lo_b = fill + m * (F + X)[p - 1] + (m - k) * W[p - 1] + px[p - 1] + (p - 1) * t + W[0]
+        lo = np.maximum(lo, lo_b + U[0])
         if not fused:
             a0 = (p - 1) if schedule == "zb-h1" else 2 * (p - 1)
-            lo_d = fill + (F + X)[..., p - 1] + px[..., p - 1] + (p - 1) * t + (m - 1) * X[..., 0] \
-                + m * W[..., 0] + max(0, m - a0 - 1) * F[..., 0]
-            lo = np.maximum(lo, lo_d + U[..., 0])
+            lo_d = fill + (F + X)[p - 1] + px[p - 1] + (p - 1) * t + (m - 1) * X[0] \
+                + m * W[0] + max(0, m - a0 - 1) * F[0]
+            lo = np.maximum(lo, lo_d + U[0])
         hops = p - 1
-    hi = m * w.sum(axis=-1) + 2 * m * hops * t + u_max
-    return (lo * (1 - BOUND_SLACK)).reshape(lead), (hi * (1 + BOUND_SLACK)).reshape(lead)
+    hi = m * w.sum(axis=0) + 2 * m * hops * t + u_max
+    return out(lo * (1 - BOUND_SLACK)), out(hi * (1 + BOUND_SLACK))
 
 
 def peak_inflight_bounds(schedule: str, p, m, *, v: int = 2):

@@ -4,14 +4,19 @@ Master problem (CP-SAT or HiGHS): choose a layout h = (accelerator, tp, pp, dp, 
 carries every constraint family that depends on the layout alone, exactly (batch divisibility, whole
 hosts, TP inside a host, heads, layers, max cards), and valid relaxations of the others: for each
 layout, each term's minimum (or maximum) over the remaining choices bounds memory, busy time, finish
-time and cost, so the master's objective theta >= bound[h] never exceeds the true optimum of h.
+time and cost, so the master's objective theta >= bound[h] never exceeds the true optimum of h. The
+most coupled remaining choices (recompute, ZeRO, EP, capacity, ...) are kept jointly with the layout
+while the bounds are built, and the combinations no plan can make feasible are left out of a
+layout's bound (:class:`LayoutBounds`): a MoE layout whose cheapest expert choices drop too many
+tokens, or a layout that only fits with full recompute, is then ranked by what it can really run.
 
 Subproblem: the remaining choices of one layout (ZeRO stage, offload, recompute, schedule, NICs,
 save interval and mode) solved exactly with the evaluator, vectorised over that small space.
 
 Cuts: an evaluated layout is fully known, so it is removed from the master (a no-good). The loop
 stops when the master's bound exceeds the K-th best verified plan or no layout remains: the result
-is the exact optimum, as the property tests check against plain enumeration.
+is the exact optimum, as the property tests check against plain enumeration. A subproblem's plan is
+evaluated in full (:func:`tpopt.models.evaluate.evaluate`) only when it can enter the K best.
 """
 
 from __future__ import annotations
@@ -25,56 +30,137 @@ from tpopt.models.evaluate import evaluate
 from tpopt.optimizer.enumerate import layout_best
 from tpopt.optimizer.result import Request, Status, objective_key
 from tpopt.optimizer.space import BUSY_TERMS as BUSY
-from tpopt.optimizer.space import LAYOUT, Space, cards_of, reduce_to
+from tpopt.optimizer.space import LAYOUT, Space, cards_of, reduce_axes
 from tpopt.optimizer.space import MEMORY_TERMS as MEMORY
 
 HUB = LAYOUT
 HUB_RULES = ("batch.divisibility", "layout.whole_hosts", "layout.tp_within_host", "layout.heads_divisible",
              "layout.pp_divides_layers")
+KEY_RTOL = 1e-9
+"""A subproblem's plan is evaluated in full only when its key from the tables is within this relative
+margin of the K-th best verified plan (the tables and the evaluator agree to rounding, far inside it)."""
 SCALE_BITS = 2**52  # objective bounds are scaled to integers below this for CP-SAT
 
 
-def _reduce_to_hub(space: Space, name: str, fn, values=None) -> np.ndarray:
-    """A table reduced over its non-layout variables (ignoring non-finite entries), on the layout grid.
-    Minima come from lower-bound tables, maxima from upper-bound tables (:meth:`Space.bound_table`:
-    closed-form bounds of the pipeline terms on large spaces, the exact tables otherwise)."""
+def _reduced(space: Space, name: str, fn, values=None, target=HUB) -> np.ndarray:
+    """A table reduced over its variables outside ``target`` (ignoring non-finite entries), on the
+    joint grid of ``target``, with size-1 axes for the target variables it does not have (it
+    broadcasts). Minima come from lower-bound tables, maxima from upper-bound tables
+    (:meth:`Space.bound_table`: closed-form bounds of the pipeline terms on large spaces, the exact
+    tables otherwise)."""
     t = space.bound_table(name, "lo" if fn is np.min else "hi")
     vals = t.values if values is None else values
-    vals = np.where(np.isfinite(vals), vals, np.inf if fn is np.min else -np.inf)
-    return reduce_to(space.domains, vals, t.vars, HUB, fn).reshape(-1)
+    if vals.dtype != bool:
+        vals = np.where(np.isfinite(vals), vals, np.inf if fn is np.min else -np.inf)
+    drop = tuple(i for i, v in enumerate(t.vars) if v not in target)
+    red = reduce_axes(vals, drop, fn)
+    kept = [v for v in t.vars if v in target]
+    red = np.transpose(red, [kept.index(v) for v in target if v in kept])
+    return red.reshape([len(space.domains[v]) if v in kept else 1 for v in target])
+
+
+def _reduce_to_hub(space: Space, name: str, fn, values=None) -> np.ndarray:
+    """:func:`_reduced` on the layout grid, flattened (one entry per layout)."""
+    return np.broadcast_to(_reduced(space, name, fn, values), tuple(len(space.domains[v]) for v in HUB)).reshape(-1)
+
+
+COUPLING = ("recompute", "zero", "ep", "cap", "offload", "etp", "sp", "schedule", "nics")
+"""Extras kept jointly with the layout in the solve's bounds, most strongly coupled first: recompute,
+ZeRO, offload and the expert choices trade memory against time, the capacity factor decides drops."""
+COUPLING_CELLS = 200_000
+"""Largest layouts x coupled-choices grid the bounds are built on (each term reduced onto it once)."""
+
+
+def coupling_vars(space: Space, n_layouts: int) -> tuple[str, ...]:
+    """The extras the bounds keep jointly with the layout: those with a choice, in :data:`COUPLING`
+    order, while layouts x their combinations stay within :data:`COUPLING_CELLS`."""
+    out, cells = [], n_layouts
+    for v in COUPLING:
+        k = len(space.domains.get(v, ()))
+        if k > 1 and cells * k <= COUPLING_CELLS:
+            out.append(v)
+            cells *= k
+    return tuple(out)
 
 
 class LayoutBounds:
-    """Per-layout valid bounds of the extras-dependent quantities."""
+    """Per-layout valid bounds of the extras-dependent quantities.
 
-    def __init__(self, space: Space, objective: str):
+    Without ``enforced``, each quantity's bound is the sum of each term's extreme over the remaining
+    choices, valid whatever families a question enforces (the report's oracle drops some). With the
+    solve's ``enforced`` families, the bounds keep the most coupled choices c (:func:`coupling_vars`)
+    jointly with the layout h: memory, busy time, finish and cost are bounded on (h, c), the pairs
+    that no plan can make meet an enforced family (memory per card, the single-table rules, input,
+    deadline, budget) are dropped, and a layout's objective bound is the least over its remaining c
+    (infinite when none remains): min over feasible (c, x) of f >= min over feasible c of
+    sum of min over x. That is what makes a layout whose cheap choices do not fit in memory (or drop
+    too many tokens) rank by the choices that do.
+    """
+
+    def __init__(self, space: Space, objective: str, enforced=None):
         sc = space.sc
         dom = space.domains
         self.sizes = [len(dom[v]) for v in HUB]
         self.n = int(np.prod(self.sizes))
-        busy_min = sum(_reduce_to_hub(space, n, np.min) for n in BUSY)
-        self.busy_max = sum(_reduce_to_hub(space, n, np.max) for n in BUSY)
-        self.mem_min = sum(_reduce_to_hub(space, n, np.min) for n in MEMORY)
-        l_min = _reduce_to_hub(space, "overhead", np.min)
-        nic_ok = space.nic_allowed()  # (acc, nics)
-        rate = space.tables["rate"]  # (acc, card factors..., nics)
-        shape = [1] * rate.values.ndim
-        shape[rate.vars.index("acc")], shape[rate.vars.index("nics")] = nic_ok.shape
-        masked = np.where(nic_ok.reshape(shape), rate.values, np.inf)
-        rate_min = _reduce_to_hub(space, "rate", np.min, masked)
-        iters = T.iteration_count(sc)
-        wait = sc.input.wait_s
-        with np.errstate(over="ignore", invalid="ignore"):  # inf: every plan of the layout infinitely late
-            self.finish_min = sc.task.reserved_s + iters * (busy_min + wait) * (1.0 + l_min)
-            self.cost_min = rate_min * self.finish_min
-        self.objective_min = self.cost_min if objective == "cost" else self.finish_min
         grid = np.indices(self.sizes).reshape(len(HUB), -1)
         self.coords = {v: grid[i] for i, v in enumerate(HUB)}
         vals = {v: np.asarray(dom[v])[self.coords[v]] for v in HUB}
         self.cards = cards_of(**vals)
         self.usable = space.usable()[self.coords["acc"]]
-        need = _reduce_to_hub(space, "input.min_busy", np.max)
-        self.input_need = np.where(np.isfinite(need), need, 0.0)
+        self.coupled = () if enforced is None else coupling_vars(space, self.n)
+        target = HUB + self.coupled
+        c_axes = tuple(range(1, 1 + len(self.coupled)))
+
+        def red(name, fn, values=None):
+            return _reduced(space, name, fn, values, target)
+
+        busy_min = sum(red(n, np.min) for n in BUSY)
+        busy_max = sum(red(n, np.max) for n in BUSY)
+        mem_min = sum(red(n, np.min) for n in MEMORY)
+        l_min = red("overhead", np.min)
+        nic_ok = space.nic_allowed()  # (acc, nics)
+        rate = space.tables["rate"]  # (acc, card factors..., nics)
+        shape = [1] * rate.values.ndim
+        shape[rate.vars.index("acc")], shape[rate.vars.index("nics")] = nic_ok.shape
+        masked = np.where(nic_ok.reshape(shape), rate.values, np.inf)
+        rate_min = red("rate", np.min, masked)
+        iters = T.iteration_count(sc)
+        wait = sc.input.wait_s
+        with np.errstate(over="ignore", invalid="ignore"):  # inf: every plan of the layout infinitely late
+            finish_min = sc.task.reserved_s + iters * (busy_min + wait) * (1.0 + l_min)
+            cost_min = rate_min * finish_min
+        need = red("input.min_busy", np.max)
+        need = np.where(np.isfinite(need), need, 0.0)
+        full = tuple(len(dom[v]) for v in target)
+        on_grid = lambda x: np.broadcast_to(x, full).reshape((self.n,) + full[len(HUB):])  # noqa: E731
+        finish_min, cost_min, busy_max, need, mem_min = (on_grid(x) for x in (finish_min, cost_min, busy_max,
+                                                                              need, mem_min))
+        if self.coupled:
+            lim = (slice(None),) + (None,) * len(self.coupled)  # a per-layout array against (h, c)
+            ok = np.ones(cost_min.shape, dtype=bool)
+            enforced = set(enforced)
+            if "memory.per_card" in enforced:
+                ok &= mem_min <= self.usable[lim]
+            if "input.throughput" in enforced:
+                ok &= busy_max >= need
+            if "deadline.finish" in enforced:
+                ok &= finish_min <= sc.task.deadline_s
+            if "budget.cost" in enforced and sc.cost.max_cost is not None:
+                ok &= cost_min <= sc.cost.max_cost
+            for f in sorted(enforced):
+                if f not in HUB_RULES and "ok." + f in space._specs:
+                    ok &= on_grid(red("ok." + f, np.max))
+            if "nics" in self.coupled:
+                on = [1] * (1 + len(self.coupled))
+                on[0], on[1 + self.coupled.index("nics")] = self.n, len(dom["nics"])
+                ok &= nic_ok[self.coords["acc"]].reshape(on)
+            finish_min = np.where(ok, finish_min, np.inf).min(axis=c_axes)
+            cost_min = np.where(ok, cost_min, np.inf).min(axis=c_axes)
+            busy_max, need = busy_max.max(axis=c_axes), need.max(axis=c_axes)
+            mem_min = mem_min.min(axis=c_axes)
+        self.finish_min, self.cost_min, self.busy_max, self.input_need, self.mem_min = (
+            finish_min, cost_min, busy_max, need, mem_min)
+        self.objective_min = self.cost_min if objective == "cost" else self.finish_min
         # layout-only rules, decided exactly
         self.rules = {f: _reduce_to_hub(space, "ok." + f, np.max) > 0.5 for f in HUB_RULES}
 
@@ -223,7 +309,7 @@ def solve_decomposed(space: Space, backend: str, req: Request, enforced):
 
     sc = space.sc
     clock = clock_of(req)
-    bounds = LayoutBounds(space, req.objective)
+    bounds = LayoutBounds(space, req.objective, enforced)
     allowed = bounds.allowed(enforced, sc.search.max_cards, sc.task.deadline_s, sc.cost.max_cost)
     if req.cards is not None:
         allowed["cards"] = np.isin(bounds.cards, list(req.cards))
@@ -261,7 +347,9 @@ def solve_decomposed(space: Space, backend: str, req: Request, enforced):
         sub_req = Request(objective=req.objective, enforce=frozenset(enforced), top=K, cards=req.cards, clock=clock)
         found, n = layout_best(space, layout, sub_req)
         evaluated += n
-        for a in found:
+        for key, a in found:
+            if len(best) >= K and key[0] > best[K - 1][0][0] * (1 + KEY_RTOL):
+                break  # no better than the K-th best verified plan (found is best first): skip the evaluation
             ev = evaluate(sc, space.plan(a))
             best.append((objective_key(ev, req.objective), ev))
         best.sort(key=lambda kv: kv[0])

@@ -481,11 +481,12 @@ def layout_evaluator(space: Space) -> LayoutEvaluator:
 
 def layout_best(space: Space, h: tuple, req: Request, enforced=None):
     """The decomposition's subproblem: the ``req.top`` best plans of layout ``h`` (index tuple over
-    :data:`HUB`) under ``enforced``, as index dicts into the space's domains; and the points evaluated."""
+    :data:`HUB`) under ``enforced``, as (objective key from the tables, index dict into the space's
+    domains), best first; and the points evaluated."""
     ev = layout_evaluator(space)
     enforced = req.enforced(FAMILIES) if enforced is None else enforced
     before = ev.evaluated
     found = ev.best(h, [f for f in FAMILIES if f in enforced], req.objective, req.top)
     if req.cards is not None:
         found = [kv for kv in found if ev._glue(h, "exact")["cards"] in set(req.cards)]
-    return [idx for _, idx in found], ev.evaluated - before
+    return found, ev.evaluated - before

@@ -120,12 +120,43 @@ CHEAP_PIPELINE_WORK = 300_000
 enumeration of ``tpopt solve``)."""
 
 
+def reduce_axes(vals: np.ndarray, drop: tuple, fn=np.min) -> np.ndarray:
+    """``fn(vals, axis=drop)`` for np.min / np.max, without numpy's slow paths: adjacent axes merged
+    (a free reshape), and a short innermost axis reduced as an elementwise minimum (maximum) of its
+    slices instead of one tiny reduction per row (30 ms -> 4 ms on a MoE space's tables)."""
+    ufunc = {np.min: np.minimum, np.max: np.maximum}.get(fn)
+    if ufunc is None or not drop:
+        return fn(vals, axis=drop) if drop else np.asarray(vals)
+    vals = np.ascontiguousarray(vals)
+    shape, dropped = [], []
+    for i, n in enumerate(vals.shape):
+        d = i in drop
+        if dropped and dropped[-1] == d:
+            shape[-1] *= n
+        else:
+            shape.append(n)
+            dropped.append(d)
+    v = vals.reshape(shape)
+    for ax in range(len(shape) - 1, -1, -1):
+        if not dropped[ax]:
+            continue
+        k = v.shape[ax]
+        if ax == v.ndim - 1 and 1 < k <= 16 and v.size >= 64 * k:
+            out = v[..., 0].copy()
+            for i in range(1, k):
+                ufunc(out, v[..., i], out=out)
+            v = out
+        else:
+            v = fn(v, axis=ax)
+    return v.reshape(tuple(n for i, n in enumerate(vals.shape) if i not in drop))
+
+
 def reduce_to(domains: dict, vals: np.ndarray, vars, target_vars, fn=np.min) -> np.ndarray:
     """Reduce a table over ``vars`` with ``fn`` along the variables not in ``target_vars`` and lay it
     out on the joint grid of ``target_vars`` (broadcast along target variables it does not have)."""
     vars, target_vars = tuple(vars), tuple(target_vars)
     drop = tuple(i for i, v in enumerate(vars) if v not in target_vars)
-    red = fn(vals, axis=drop) if drop else np.asarray(vals)
+    red = reduce_axes(vals, drop, fn)
     kept = [v for v in vars if v in target_vars]
     red = np.transpose(red, [kept.index(v) for v in target_vars if v in kept])
     shape = [len(domains[v]) if v in kept else 1 for v in target_vars]
@@ -501,12 +532,19 @@ class Space:
                 return np.moveaxis(total, 3, -1).reshape(lead + sub + tuple(len(d[v]) for v in moe))
             return total[:, :, :, 0]
 
+        # the distinct expert combinations as one leading axis of every call (the kernels broadcast over
+        # it): one pass per (accelerator, recompute, SP) instead of one per combination
+        R = len(reps)
+        rsub = (R,) + sub
+        ex = [np.asarray([c[i] for c in reps], dtype=float).reshape((R,) + (1,) * len(sub)) for i in range(3)]
+        g = {k: v[None] for k, v in grids.items()}
         for si, sched in enumerate(d["schedule"]):
-            parts = [T.compute_inputs(self.with_sp(sp), acc, rec, sched, grids["tp"], grids["pp"], grids["dp"],
-                                      grids["mb"], grids["nics"], ep=e, expert_tp=t, capacity_factor=c, cp=grids["cp"])
-                     for acc in d["acc"] for rec in d["recompute"] for sp in d["sp"] for e, t, c in reps]
-            stacked = tuple(np.stack([np.broadcast_to(p[k], sub) for p in parts]) for k in range(len(parts[0])))
-            pp = np.broadcast_to(grids["pp"], sub)[None].repeat(len(parts), axis=0)
+            parts = [T.compute_inputs(self.with_sp(sp), acc, rec, sched, g["tp"], g["pp"], g["dp"], g["mb"], g["nics"],
+                                      ep=ex[0], expert_tp=ex[1], capacity_factor=ex[2], cp=g["cp"])
+                     for acc in d["acc"] for rec in d["recompute"] for sp in d["sp"]]
+            stacked = tuple(np.stack([np.broadcast_to(p[k], rsub) for p in parts]).reshape((-1,) + sub)
+                            for k in range(len(parts[0])))
+            pp = np.broadcast_to(grids["pp"], sub)[None].repeat(len(parts) * R, axis=0)
             totals = [T.compute_from(sc, sched, pp, stacked)[0]] if exact else T.compute_bounds(sc, sched, pp, stacked)
             for out, total in zip(outs, totals):
                 out[:, :, :, si] = lay(total)

@@ -160,6 +160,23 @@ def test_memo_returns_the_same_numbers_and_stays_bounded(monkeypatch):
     assert np.array_equal(pl.completion_time("zb-h1", 4, 8, *d), first)
 
 
+def test_per_group_bounds_with_shared_durations():
+    # per-group durations next to ones shared by every group (no group axis) and scalars, over a plan axis
+    for schedule in pl.SCHEDULES:
+        for p in (2, 3, 4):
+            for m in (2 * p, 2 * p + 3):
+                if pl.shape_error(schedule, p, m):
+                    continue
+                f = RNG.integers(1, 30, size=(p, 7)).astype(float)
+                x = RNG.integers(1, 30, size=7).astype(float)  # the same on every group
+                t = RNG.integers(0, 10, size=7).astype(float)
+                u = RNG.integers(0, 5, size=(p, 1)).astype(float)  # per group, the same for every plan
+                got = pl.completion_time(schedule, p, m, f, x, 3.0, t, u, per_group=True)
+                lo, hi = pl.completion_bounds(schedule, p, m, f, x, 3.0, t, u, per_group=True)
+                assert lo.shape == hi.shape == (7,)
+                assert np.all(lo <= got) and np.all(got <= hi), (schedule, p, m)
+
+
 def test_closed_form_rejects_other_schedules():
     with pytest.raises(InputError):
         pl.completion_closed_form("zb-h1", 4, 8, 1.0, 1.0, 1.0, 0.0, 0.0)
