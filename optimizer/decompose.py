@@ -115,7 +115,10 @@ class LayoutBounds:
             return _reduced(space, name, fn, values, target)
 
         busy_min = sum(red(n, np.min) for n in BUSY)
-        busy_max = sum(red(n, np.max) for n in BUSY)
+        need = red("input.min_busy", np.max)
+        need = np.where(np.isfinite(need), need, 0.0)
+        # the input check needs the upper bound of busy time only where input can stall a step
+        busy_max = sum(red(n, np.max) for n in BUSY) if np.any(need > 0) else np.full(need.shape, np.inf)
         mem_min = sum(red(n, np.min) for n in MEMORY)
         l_min = red("overhead", np.min)
         nic_ok = space.nic_allowed()  # (acc, nics)
@@ -129,8 +132,6 @@ class LayoutBounds:
         with np.errstate(over="ignore", invalid="ignore"):  # inf: every plan of the layout infinitely late
             finish_min = sc.task.reserved_s + iters * (busy_min + wait) * (1.0 + l_min)
             cost_min = rate_min * finish_min
-        need = red("input.min_busy", np.max)
-        need = np.where(np.isfinite(need), need, 0.0)
         full = tuple(len(dom[v]) for v in target)
         on_grid = lambda x: np.broadcast_to(x, full).reshape((self.n,) + full[len(HUB):])  # noqa: E731
         finish_min, cost_min, busy_max, need, mem_min = (on_grid(x) for x in (finish_min, cost_min, busy_max,
