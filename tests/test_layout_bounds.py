@@ -7,7 +7,9 @@
   dense spaces: the plain bound <= the coupled bound <= the layout's exact best plan (the layout
   evaluator at its exact level); a layout whose coupled bound is infinite has no feasible plan;
 * on a MoE space where memory forces recompute and drops rule out small capacities, the coupled
-  bound is strictly tighter on some layouts (what cuts the decomposition's rounds).
+  bound is strictly tighter on some layouts (what cuts the decomposition's rounds);
+* the decomposition's K best plans equal the enumeration's (a round's plan is evaluated in full only
+  when it can enter them).
 """
 
 import math
@@ -19,8 +21,10 @@ from test_moe_planner import CAT, moe_scenarios
 from test_solver_properties import scenarios
 
 from tpopt.catalogs.scenario import build_scenario
+from tpopt.optimizer.core import solve
 from tpopt.optimizer.decompose import LayoutBounds, coupling_vars
 from tpopt.optimizer.enumerate import HUB, layout_evaluator
+from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import FAMILIES, Space, reduce_axes
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
@@ -96,3 +100,18 @@ def test_coupled_bounds_tighter_where_memory_and_drops_bind():
     assert {"recompute", "zero", "ep", "cap"} <= set(coupled.coupled)
     assert tighter > 0
     assert coupling_vars(Space.from_scenario(sc), 10**9) == ()  # nothing is coupled beyond the cell budget
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@given(moe_scenarios())
+def test_decomposition_top_k_equals_enumeration(case):
+    # the K best plans: a round's plan is evaluated in full only when it can enter them
+    sc, objective = case
+    key = "cost" if objective == "cost" else "finish_days"
+    ref = solve(sc, "enumerate", Request(objective=objective, top=3))
+    for backend in ("cpsat", "highs"):
+        got = solve(sc, backend, Request(objective=objective, top=3, method="decomposed", seed=0, workers=1))
+        assert got.status == ref.status
+        assert len(got.plans) == len(ref.plans)
+        for a, b in zip(got.plans, ref.plans):
+            assert math.isclose(a.metrics[key], b.metrics[key], rel_tol=1e-9), (backend, a.plan, b.plan)
