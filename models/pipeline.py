@@ -1434,9 +1434,32 @@ def _groups_first(p: int, forward, backward_input, backward_weight, transfer, up
     return groups, tr, lead
 
 
+def completion_bounds_rows(schedule: str, p: int, m, forward, backward_input, backward_weight, transfer, update=0.0,
+                           *, v: int = 2, chunk_layers=None):
+    """:func:`completion_bounds` with durations per layer group (a leading group axis, as ``per_group``)
+    for one stage count ``p`` and a micro-batch count per row: ``m`` is an integer array that broadcasts
+    with the durations' rows, so every pipeline shape of one p is bounded in one vectorised pass (the
+    solver's tables). Rows whose shape the schedule cannot run (:func:`shape_error`) get inf."""
+    _check_schedule(schedule)
+    p = _whole(p, "stages p", 1)
+    v = _whole(v, "chunks v", 1) if schedule == "interleaved" else 1
+    m = _ints(m)
+    if np.any(m < 1):
+        raise InputError("micro-batches m must be whole numbers >= 1")
+    bad = np.zeros(m.shape, dtype=bool)
+    for mv in np.unique(m).tolist():
+        if shape_error(schedule, p, int(mv), v):
+            bad |= m == mv
+    lo, hi = _bounds_per_group(schedule, p, m, v, forward, backward_input, backward_weight, transfer, update,
+                               chunk_layers)
+    return np.where(bad, np.inf, lo), np.where(bad, np.inf, hi)
+
+
 def _bounds_per_group(schedule, p, m, v, forward, backward_input, backward_weight, transfer, update, chunk_layers):
-    """:func:`completion_bounds` for one shape with durations per layer group (arrays (p, ...))."""
+    """:func:`completion_bounds` for durations per layer group (arrays (p, ...)); ``m`` a whole number or
+    an integer array broadcasting with the rows."""
     (F, X, W, U), t, lead = _groups_first(p, forward, backward_input, backward_weight, transfer, update)
+    lead = np.broadcast_shapes(lead, np.shape(m))
 
     def out(x):
         return np.broadcast_to(x, lead).reshape(lead)
@@ -1451,14 +1474,19 @@ def _bounds_per_group(schedule, p, m, v, forward, backward_input, backward_weigh
     col = (p,) + (1,) * len(lead)
     stage = np.arange(p, dtype=float).reshape(col)
 
-    def pre(a):  # pre(a)[k] = sum over groups 0 .. k-1 (k = 0 .. p)
-        return np.concatenate([np.zeros((1,) + a.shape[1:]), np.cumsum(a, axis=0)], axis=0)
+    def pre(a):  # pre(a)[k] = sum over groups 0 .. k-1 (k = 0 .. p), group by group (whole contiguous rows;
+        # numpy's cumsum along the first axis strides through memory)
+        out = np.empty((p + 1,) + a.shape[1:])
+        out[0] = 0.0
+        for k in range(p):
+            out[k + 1] = out[k] + a[k]
+        return out
 
     u_max = U.max(axis=0)
     if schedule.startswith("dualpipe"):
         down, up = _halves(m)
         fill = pre(F)[:p] + stage * t
-        start = np.minimum(fill, fill[::-1]) if up else fill
+        start = np.where(np.asarray(up) > 0, np.minimum(fill, fill[::-1]), fill)
         lo = (start + down * w + up * w[::-1] + U).max(axis=0)
         lo = np.maximum(lo, (down - 1) * F[0] + (F + X).sum(axis=0) + W[0] + 2 * (p - 1) * t + U[0])
         hops = p - 1
@@ -1472,13 +1500,13 @@ def _bounds_per_group(schedule, p, m, v, forward, backward_input, backward_weigh
         pf, px = pre(F), pre(X)
         fill = pf[p - 1] + (p - 1) * t
         lo = (pf[:p] + stage * t + m * w + U).max(axis=0)
-        k = {"zb-h1": min(p, m), "zb-h2": min(2 * p - 1, m)}.get(schedule, 0)
+        k = {"zb-h1": np.minimum(p, m), "zb-h2": np.minimum(2 * p - 1, m)}.get(schedule, 0)
         lo_b = fill + m * (F + X)[p - 1] + (m - k) * W[p - 1] + px[p - 1] + (p - 1) * t + W[0]
         lo = np.maximum(lo, lo_b + U[0])
         if not fused:
             a0 = (p - 1) if schedule == "zb-h1" else 2 * (p - 1)
             lo_d = fill + (F + X)[p - 1] + px[p - 1] + (p - 1) * t + (m - 1) * X[0] \
-                + m * W[0] + max(0, m - a0 - 1) * F[0]
+                + m * W[0] + np.maximum(0, m - a0 - 1) * F[0]
             lo = np.maximum(lo, lo_d + U[0])
         hops = p - 1
     hi = m * w.sum(axis=0) + 2 * m * hops * t + u_max

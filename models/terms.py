@@ -822,7 +822,35 @@ def _pipeline_groups(base, v, pp, micro_batches, layer_f, layer_dx, layer_dw, t_
     if bounds:
         hi_out[single] = out[single]
     multi = np.flatnonzero(~single)
-    if multi.size:
+
+    def durations(sel, p, split):
+        """Per-group durations (p, rows): n_g x layer, + embedding on group 0, + head and loss on the
+        last (the additions of _group_times, in its order)."""
+        n_g = np.asarray(split, dtype=float)[:, None]
+        if mixed:  # (n_g - d_g) MoE blocks + d_g dense blocks
+            d_g = np.asarray(dense_groups(p), dtype=float)[:, None]
+            fwd, dx, dw = ((n_g - d_g) * x[sel][None] + d_g * y[sel][None]
+                           for x, y in ((lf, df), (ldx, ddx), (ldw, ddw)))
+        else:
+            fwd, dx, dw = (n_g * x[sel][None] for x in (lf, ldx, ldw))
+        for arr, e, h in ((fwd, ef, hf), (dx, edx, hdx), (dw, edw, hdw)):
+            arr[0] = arr[0] + e[sel]
+            arr[-1] = arr[-1] + h[sel]
+        return fwd, dx, dw
+
+    if multi.size and bounds:
+        # one vectorised pass per stage count, every micro-batch count at once
+        for p_val in np.unique(pp_a[multi]).tolist():
+            sel = multi[pp_a[multi] == p_val]
+            p = int(p_val)
+            split = groups(p)
+            chunks = chunk_layers(split, v) if base == "interleaved" else None
+            if not split or (base == "interleaved" and chunks is None):
+                out[sel] = hi_out[sel] = np.inf  # layout.schedule_shape rules these plans out
+                continue
+            out[sel], hi_out[sel] = pipeline.completion_bounds_rows(base, p, mm[sel], *durations(sel, p, split),
+                                                                    tx[sel], 0.0, v=v, chunk_layers=chunks)
+    elif multi.size:
         # every (pp, micro-batches) shape once, its rows selected once
         shapes, order, cuts = pipeline.group_shapes(pp_a[multi], mm[multi])
         for k, (p_val, m_val) in enumerate(shapes):
@@ -832,25 +860,8 @@ def _pipeline_groups(base, v, pp, micro_batches, layer_f, layer_dx, layer_dw, t_
             chunks = chunk_layers(split, v) if base == "interleaved" else None
             if not split or (base == "interleaved" and chunks is None) or pipeline.shape_error(base, p, mv, v):
                 out[sel] = np.inf  # layout.schedule_shape rules this plan out
-                if bounds:
-                    hi_out[sel] = np.inf
                 continue
-            # per-group durations (p, rows): n_g x layer, + embedding on group 0, + head and loss on the last
-            # (the additions of _group_times, in its order)
-            n_g = np.asarray(split, dtype=float)[:, None]
-            if mixed:  # (n_g - d_g) MoE blocks + d_g dense blocks
-                d_g = np.asarray(dense_groups(p), dtype=float)[:, None]
-                fwd, dx, dw = ((n_g - d_g) * x[sel][None] + d_g * y[sel][None]
-                               for x, y in ((lf, df), (ldx, ddx), (ldw, ddw)))
-            else:
-                fwd, dx, dw = (n_g * x[sel][None] for x in (lf, ldx, ldw))
-            for arr, e, h in ((fwd, ef, hf), (dx, edx, hdx), (dw, edw, hdw)):
-                arr[0] = arr[0] + e[sel]
-                arr[-1] = arr[-1] + h[sel]
-            if bounds:
-                out[sel], hi_out[sel] = pipeline.completion_bounds(base, p, mv, fwd, dx, dw, tx[sel], 0.0, v=v,
-                                                                    per_group=True, chunk_layers=chunks)
-                continue
+            fwd, dx, dw = durations(sel, p, split)
             out[sel] = _unique_columns(lambda f, x_, w, t: pipeline.completion_time(
                 base, p, mv, f, x_, w, t, 0.0, v=v, chunk_layers=chunks, per_group=True), fwd, dx, dw, tx[sel],
                 key=(base, p, mv, v, tuple(chunks or ()), tuple(split), mixed and tuple(dense_groups(p))))

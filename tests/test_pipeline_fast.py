@@ -177,6 +177,25 @@ def test_per_group_bounds_with_shared_durations():
                 assert np.all(lo <= got) and np.all(got <= hi), (schedule, p, m)
 
 
+def test_bounds_rows_equal_the_per_shape_bounds():
+    # one stage count, a micro-batch count per row: each row's bounds are those of its own shape, and a
+    # shape the schedule cannot run (DeepSeek's DualPipe: odd m or m < 2p) is inf
+    for schedule in pl.SCHEDULES:
+        for p in (2, 4):
+            m = np.array([1, 2, 3, 2 * p, 2 * p + 1, 4 * p])
+            f, x, w = (RNG.integers(1, 30, size=(p, len(m))).astype(float) for _ in range(3))
+            t = RNG.integers(0, 10, size=len(m)).astype(float)
+            lo, hi = pl.completion_bounds_rows(schedule, p, m, f, x, w, t, 0.0)
+            for i, mv in enumerate(m.tolist()):
+                if pl.shape_error(schedule, p, mv):
+                    assert lo[i] == hi[i] == np.inf
+                    continue
+                want = pl.completion_bounds(schedule, p, mv, f[:, i], x[:, i], w[:, i], t[i], 0.0, per_group=True)
+                assert (lo[i], hi[i]) == (float(want[0]), float(want[1])), (schedule, p, mv)
+    with pytest.raises(InputError):
+        pl.completion_bounds_rows("1f1b", 2, np.array([0, 2]), np.ones((2, 2)), 1.0, 1.0, 0.0)
+
+
 def test_closed_form_rejects_other_schedules():
     with pytest.raises(InputError):
         pl.completion_closed_form("zb-h1", 4, 8, 1.0, 1.0, 1.0, 0.0, 0.0)
