@@ -30,7 +30,7 @@ from tpopt.models.evaluate import evaluate
 from tpopt.optimizer.enumerate import layout_best
 from tpopt.optimizer.result import Request, Status, objective_key
 from tpopt.optimizer.space import BUSY_TERMS as BUSY
-from tpopt.optimizer.space import LAYOUT, Space, cards_of, reduce_axes
+from tpopt.optimizer.space import LAYOUT, Space, cards_of, reduce_to
 from tpopt.optimizer.space import MEMORY_TERMS as MEMORY
 
 HUB = LAYOUT
@@ -44,19 +44,15 @@ SCALE_BITS = 2**52  # objective bounds are scaled to integers below this for CP-
 
 def _reduced(space: Space, name: str, fn, values=None, target=HUB) -> np.ndarray:
     """A table reduced over its variables outside ``target`` (ignoring non-finite entries), on the
-    joint grid of ``target``, with size-1 axes for the target variables it does not have (it
-    broadcasts). Minima come from lower-bound tables, maxima from upper-bound tables
-    (:meth:`Space.bound_table`: closed-form bounds of the pipeline terms on large spaces, the exact
-    tables otherwise)."""
+    joint grid of ``target`` (:func:`~tpopt.optimizer.space.reduce_to`), with size-1 axes for the target
+    variables it does not have (it broadcasts). Minima come from lower-bound tables, maxima from upper-bound
+    tables (:meth:`Space.bound_table`: closed-form bounds of the pipeline terms on large spaces, the
+    exact tables otherwise)."""
     t = space.bound_table(name, "lo" if fn is np.min else "hi")
     vals = t.values if values is None else values
     if vals.dtype != bool:
         vals = np.where(np.isfinite(vals), vals, np.inf if fn is np.min else -np.inf)
-    drop = tuple(i for i, v in enumerate(t.vars) if v not in target)
-    red = reduce_axes(vals, drop, fn)
-    kept = [v for v in t.vars if v in target]
-    red = np.transpose(red, [kept.index(v) for v in target if v in kept])
-    return red.reshape([len(space.domains[v]) if v in kept else 1 for v in target])
+    return reduce_to(space.domains, vals, t.vars, target, fn, broadcast=False)
 
 
 def _reduce_to_hub(space: Space, name: str, fn, values=None) -> np.ndarray:

@@ -151,15 +151,18 @@ def reduce_axes(vals: np.ndarray, drop: tuple, fn=np.min) -> np.ndarray:
     return v.reshape(tuple(n for i, n in enumerate(vals.shape) if i not in drop))
 
 
-def reduce_to(domains: dict, vals: np.ndarray, vars, target_vars, fn=np.min) -> np.ndarray:
+def reduce_to(domains: dict, vals: np.ndarray, vars, target_vars, fn=np.min, broadcast: bool = True) -> np.ndarray:
     """Reduce a table over ``vars`` with ``fn`` along the variables not in ``target_vars`` and lay it
-    out on the joint grid of ``target_vars`` (broadcast along target variables it does not have)."""
+    out on the joint grid of ``target_vars`` (broadcast along target variables it does not have;
+    ``broadcast=False``: size-1 axes there instead, which sums of many such tables broadcast faster)."""
     vars, target_vars = tuple(vars), tuple(target_vars)
     drop = tuple(i for i, v in enumerate(vars) if v not in target_vars)
     red = reduce_axes(vals, drop, fn)
     kept = [v for v in vars if v in target_vars]
     red = np.transpose(red, [kept.index(v) for v in target_vars if v in kept])
     shape = [len(domains[v]) if v in kept else 1 for v in target_vars]
+    if not broadcast:
+        return red.reshape(shape)
     return np.broadcast_to(red.reshape(shape), tuple(len(domains[v]) for v in target_vars))
 
 
