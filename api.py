@@ -28,7 +28,6 @@ from tpopt.models.plan import Scenario
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas
-
     from tpopt.models.evaluate import Evaluation
     from tpopt.optimizer.result import SolveResult
 

@@ -162,7 +162,7 @@ def evaluate_anchor(anchor: Anchor):
     fits = []
     tried = 0
     for values in itertools.product(*(anchor.open[k] for k in keys)) if keys else [()]:
-        plan = Plan(**{**anchor.plan, **dict(zip(keys, values))})
+        plan = Plan(**{**anchor.plan, **dict(zip(keys, values, strict=False))})
         tried += 1
         e = evaluate(sc, plan)
         if any(SPEC[c.name].structural and not c.satisfied for c in e.constraints):

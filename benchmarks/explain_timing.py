@@ -103,7 +103,7 @@ def explain(sc, raw, cat, solver):
     out = infeasibility(sc, space, solver, req, r.enforced, raw=raw, catalog=cat,
                         progress=lambda text: steps.append((text, time.perf_counter(), time.process_time())))
     end = time.perf_counter()
-    for (text, ts, cs), (_, nt, nc) in zip(steps[:2], steps[1:3]):
+    for (text, ts, cs), (_, nt, nc) in zip(steps[:2], steps[1:3], strict=False):
         print(f"{text[:16]:<16} {nt - ts:8.3f} s  cpu {nc - cs:7.3f} s")
     print(f"{'conflict':<16} {out['conflict']}")
     for x in out["relaxations"]:

@@ -15,7 +15,6 @@ import argparse
 import time
 
 import numpy as np
-
 from tpopt.models import pipeline as pl
 
 

@@ -274,7 +274,7 @@ def main(argv=None):
         rows = [int(x) for x in args.rows.split(",")]
     backends = [b for b in args.backends.split(",") if b]
     cold = cli_cold_start()
-    walls, cpus = zip(*cold)
+    walls, cpus = zip(*cold, strict=False)
     print(f"tpopt solve --scenario examples/design-case.toml --deadline 30d --hw rtx4090, cold start: wall "
           f"{', '.join(f'{t:.2f}' for t in walls)} s (best {min(walls):.2f} s), CPU {min(cpus):.2f}-{max(cpus):.2f} s "
           f"(target < 0.5 s on a quiet 2-core machine)")

@@ -35,7 +35,7 @@ DATA = sorted((ROOT / "benchmarks" / "data").glob("*.csv"))
 from tpopt.catalogs import load_catalog  # noqa: E402
 from tpopt.errors import InputError  # noqa: E402
 from tpopt.optimizer import calibrate as C  # noqa: E402
-from tpopt.optimizer.runs import memory_figures, megatron_flops, runs_from_csv  # noqa: E402
+from tpopt.optimizer.runs import megatron_flops, memory_figures, runs_from_csv  # noqa: E402
 
 
 def spearman(x, y) -> float:

@@ -23,9 +23,9 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from tpopt.catalogs import ARCH_INT_MAX, arch_int, build_model, read_text_capped
 from tpopt.errors import InputError
@@ -70,7 +70,7 @@ class Family:
     model_types: tuple[str, ...]
     reads: frozenset
     ignores: frozenset
-    build: Callable[["Config"], dict]
+    build: Callable[[Config], dict]
 
 
 class Config:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import click
-
 from tpopt.cli.common import dump_json, handle_errors, load_scenario_from, plan_from, plan_options, scenario_options
 
 
@@ -37,9 +36,8 @@ def calibrate(measured_step, runs_csv, fit_names, out_dir, force, as_json, **kw)
     sc = load_scenario_from(kw)
     if runs_csv:
         from tpopt.catalogs import load_catalog
-        from tpopt.optimizer.runs import runs_from_csv
-
         from tpopt.cli.common import scenario_source
+        from tpopt.optimizer.runs import runs_from_csv
 
         raw = with_overrides(read_scenario_file(scenario_source(kw)), overrides_from(kw))
         runs = runs_from_csv(runs_csv, load_catalog(kw.get("catalog_dirs") or ()), base_raw=raw)
@@ -57,7 +55,7 @@ def calibrate(measured_step, runs_csv, fit_names, out_dir, force, as_json, **kw)
     cal = C.fit(runs, accs[0], free)
     path = C.write_override(cal, out_dir, force=force)
     rows = [{"run": r.name, "measured_s": r.measured_step_s, "predicted_s": p, "error": p / r.measured_step_s - 1}
-            for r, p in zip(cal.runs, cal.predicted_s)]
+            for r, p in zip(cal.runs, cal.predicted_s, strict=False)]
     params = {n: {"fitted": float(getattr(cal.perf, n)), "prior": float(getattr(cal.prior, n))} for n in cal.fitted}
     if as_json:
         click.echo(dump_json({"accelerator": cal.accelerator, "parameters": params, "runs": rows,

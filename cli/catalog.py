@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import click
-
 from tpopt.cli.common import dump_json, handle_errors
 
 KINDS = ("accelerators", "models", "links", "storage")
@@ -108,7 +107,6 @@ def catalog(kind, catalog_dirs, show_sources, as_json):
     means the precision is not supported or not given (see --sources).
     """
     from rich.table import Table
-
     from tpopt.catalogs import load_catalog
     from tpopt.cli.render import console_text
 

@@ -4,7 +4,6 @@ training stages, for `tpopt solve` and `tpopt evaluate`. Numbers come from optim
 from __future__ import annotations
 
 import click
-
 from tpopt.cli.common import EXIT_INFEASIBLE, EXIT_UNKNOWN, dump_json
 from tpopt.models.units import DAY
 
@@ -123,7 +122,7 @@ def staged_dict(ss, analysis_on: bool, backend: str, req) -> dict:
     else:
         out["fastest"] = [None if f is None else {"name": st.name, "finish_days": f.metrics["finish_days"],
                                                   "cost": f.metrics["cost"], "plan": f.plan_dict()}
-                          for st, f in zip(ss.stages, ss.fastest)]
+                          for st, f in zip(ss.stages, ss.fastest, strict=False)]
     return out
 
 
@@ -188,7 +187,7 @@ def infeasible_stage_text(d: dict, sc) -> str:
     fast = d["fastest"]
     lines = []
     if any(f is None for f in fast):
-        names = [st.name for st, f in zip(sc.stages, fast) if f is None]
+        names = [st.name for st, f in zip(sc.stages, fast, strict=False) if f is None]
         lines.append("No plan at all for stage(s) " + ", ".join(repr(n) for n in names)
                      + " (memory, layout or card cap, before any deadline); evaluate or solve that stage alone "
                        "to see why.")

@@ -7,7 +7,6 @@ import json
 import sys
 
 import click
-
 from tpopt.errors import InputError
 
 EXIT_OK = 0

@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import click
-
-from tpopt.cli.common import EXIT_INFEASIBLE, dump_json, echo_builtin_note, handle_errors, load_scenario_from, \
-    plan_from, plan_options, scenario_options
+from tpopt.cli.common import (
+    EXIT_INFEASIBLE,
+    dump_json,
+    echo_builtin_note,
+    handle_errors,
+    load_scenario_from,
+    plan_from,
+    plan_options,
+    scenario_options,
+)
 from tpopt.cli.render import evaluation_text
 
 

@@ -13,9 +13,17 @@ Exit codes: 0 feasible, 2 bad input, 3 infeasible (the request, or the given pla
 from __future__ import annotations
 
 import click
-
-from tpopt.cli.common import EXIT_INFEASIBLE, EXIT_UNKNOWN, dump_json, echo_builtin_note, handle_errors, \
-    load_scenario_from, plan_from, plan_options, scenario_options
+from tpopt.cli.common import (
+    EXIT_INFEASIBLE,
+    EXIT_UNKNOWN,
+    dump_json,
+    echo_builtin_note,
+    handle_errors,
+    load_scenario_from,
+    plan_from,
+    plan_options,
+    scenario_options,
+)
 from tpopt.cli.explain_text import infeasible_lines, plan_lines, request_lines, sensitivity_lines
 from tpopt.cli.request import raw_and_catalog, request_from, solve_options
 

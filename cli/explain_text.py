@@ -7,7 +7,6 @@ by ``tpopt solve`` (its infeasibility report and ``--sensitivity``).
 from __future__ import annotations
 
 import click
-
 from tpopt.cli.common import dump_json
 from tpopt.cli.render import change_text, moe_short
 from tpopt.cli.request import raw_and_catalog

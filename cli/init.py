@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-
 from tpopt.cli.common import handle_errors
 
 DESIGN_MODEL = "qwen3-8b"
@@ -135,11 +134,11 @@ def init(path, model, hw, force):
       tpopt init                                   the chapter's design case, search left open
       tpopt init llama.toml --model llama3-70b --hw h100-sxm,b200
     """
+    import tomllib
+
     from tpopt.catalogs import load_catalog
     from tpopt.catalogs.scenario import build_scenario
     from tpopt.errors import InputError
-
-    import tomllib
 
     cat = load_catalog()
     config = None

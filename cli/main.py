@@ -6,7 +6,6 @@ import importlib
 import importlib.util
 
 import click
-
 from tpopt import __version__
 
 # subcommand name -> "module:attribute"; modules are imported only when the command runs,

@@ -9,12 +9,10 @@ timeline plot (:mod:`tpopt.cli.pipeline_plot`). Example (training-systems chapte
 from __future__ import annotations
 
 import click
-
 from tpopt.cli.common import dump_json, handle_errors
 from tpopt.errors import InputError
 from tpopt.models import pipeline as pl
 from tpopt.models.units import MIB, fmt_duration, parse_bytes, parse_duration, parse_int
-
 
 MAX_STAGES = 4096  # -p
 MAX_MICROBATCHES = 65536  # -m
@@ -77,10 +75,10 @@ def run(*, schedule: str, p, m, forward, backward, backward_weight=None, split_b
         bw = _durations(backward_weight, "--backward-weight", p)
     else:
         bw = [0.0] * p
-    for b, w in zip(bwd, bw):
+    for b, w in zip(bwd, bw, strict=False):
         if w > b:
             raise InputError(f"--backward-weight ({fmt_duration(w)}) cannot exceed --backward ({fmt_duration(b)})")
-    bx = [b - w for b, w in zip(bwd, bw)]
+    bx = [b - w for b, w in zip(bwd, bw, strict=False)]
     tf = parse_duration(transfer, "--transfer")
     tb = None if transfer_backward is None else parse_duration(transfer_backward, "--transfer-backward")
     upd = _durations(update, "--update", p, default="0ms")

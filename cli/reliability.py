@@ -11,7 +11,6 @@ import math
 import re
 
 import click
-
 from tpopt.cli.common import dump_json, echo_builtin_note, handle_errors, scenario_options
 from tpopt.cli.plots import check_plot_path, pyplot, save_figure
 from tpopt.errors import InputError

@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
-
 from tpopt.models.units import fmt_count
 
 WIDTH = 100  # columns when stdout is not a terminal and COLUMNS is not set
@@ -314,7 +313,7 @@ def top_table(top: list[dict], unit: str) -> Table:
     if any(e["plan"].get("ep") is not None for e in top):  # MoE: EP and capacity after the layout
         cols = cols[:5] + ("EP/cap",) + cols[5:]
         rows = [r[:5] + (moe_short(e["plan"])[2:].replace(", ", "/").replace("capacity ", ""),) + r[5:]
-                for r, e in zip(rows, top)]
+                for r, e in zip(rows, top, strict=False)]
     # numbers never wrap or shrink below their widest cell or header; the text columns wrap in a
     # narrow terminal, never below their longest header word
     for j, col in enumerate(cols):

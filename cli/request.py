@@ -8,7 +8,6 @@ Both commands import from here; neither imports the other.
 from __future__ import annotations
 
 import click
-
 from tpopt.cli.common import SolverName, overrides_from, scenario_source
 
 

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import click
-
-from tpopt.cli.common import EXIT_INFEASIBLE, EXIT_UNKNOWN, SolverName, dump_json, echo_builtin_note, handle_errors, \
-    scenario_options
+from tpopt.cli.common import (
+    EXIT_INFEASIBLE,
+    EXIT_UNKNOWN,
+    SolverName,
+    dump_json,
+    echo_builtin_note,
+    handle_errors,
+    scenario_options,
+)
 
 
 @click.command()
@@ -44,7 +50,6 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
     if kw.get("tokens") is not None:
         raise InputError("--tokens does not apply to tpopt rl (set [rl] samples or steps)")
     from tpopt.cli.common import check_run_options
-
     from tpopt.cli.request import time_limit_seconds
     from tpopt.optimizer.limits import Clock
 

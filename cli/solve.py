@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import click
-
-from tpopt.cli.common import EXIT_INFEASIBLE, EXIT_UNKNOWN, dump_json, echo_builtin_note, handle_errors, \
-    load_scenario_from, scenario_options
+from tpopt.cli.common import (
+    EXIT_INFEASIBLE,
+    EXIT_UNKNOWN,
+    dump_json,
+    echo_builtin_note,
+    handle_errors,
+    load_scenario_from,
+    scenario_options,
+)
 from tpopt.cli.request import request_from, solve_options
-
 
 TINY_SPACE = 20_000
 """Plans up to which ``--method auto`` proves the optimum by evaluating every plan (vectorised): faster

@@ -7,7 +7,6 @@ The ``[sweep]`` keys and the resume rules are documented in :mod:`tpopt.optimize
 from __future__ import annotations
 
 import click
-
 from tpopt.cli.common import SolverName, dump_json, echo_builtin_note, fail, handle_errors, scenario_source
 from tpopt.cli.plots import FORMATS as PLOT_FORMATS
 
@@ -72,8 +71,14 @@ class _Bar:
     def start(self, total: int, done: int) -> None:
         if not self.enabled:
             return
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                   TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self.bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("points"),
                             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=self.console)
@@ -117,7 +122,6 @@ def _layout(e: dict) -> str:
 
 def front_table(front: list[dict], unit: str, show_case: bool, spec):
     from rich.table import Table
-
     from tpopt.optimizer.sweep import case_label
     from tpopt.optimizer.sweep.rows import case_of
 
@@ -142,7 +146,6 @@ def front_table(front: list[dict], unit: str, show_case: bool, spec):
 
 def summary_table(summary: list[dict], unit: str, show_case: bool, spec):
     from rich.table import Table
-
     from tpopt.optimizer.sweep import case_label
     from tpopt.optimizer.sweep.rows import case_of
 
@@ -243,7 +246,6 @@ def sweep(solver, time_limit, workers, cluster, out, force, plot, plot_breakdown
     """
     from tpopt.errors import InputError
     from tpopt.optimizer import sweep as sw
-
     from tpopt.optimizer.sweep.executor import parse_cluster, require_dask
 
     if workers is not None and workers < 1:

@@ -145,7 +145,7 @@ def plot_breakdown(bars: list[dict], path: str, deadline_days, title: str, unit:
         ax.barh(ys, [b[key] for b in bars], left=left, color=colour, height=0.6, label=name, gid=f"part-{key}")
     span = tuple(deadline_days) if isinstance(deadline_days, (tuple, list)) else None
     longest = max([b["finish_days"] for b in bars] + [(span[1] if span else deadline_days) or 0.0, 1.0])
-    for y, b in zip(ys, bars):
+    for y, b in zip(ys, bars, strict=False):
         text = f"{b['finish_days']:.1f} d, {_money(b['cost'], unit)}"
         if b.get("note"):
             text += f" ({b['note']})"

@@ -40,7 +40,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-
 from tpopt.errors import InputError
 
 #: Canonical MLP non-linearities (``activation``). "silu" with a gated MLP is SwiGLU, "gelu" or

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 # ---------------------------------------------------------------------------------------------
 # collective volumes (ring algorithms)
 

@@ -29,7 +29,6 @@ Sizes are bytes per card for one micro-batch of b sequences of s tokens in one l
 from __future__ import annotations
 
 import numpy as np
-
 from tpopt.models.arch import ModelArch
 
 METHODS = ("ring", "all-to-all")

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-
 from tpopt.errors import InputError
 from tpopt.models import context, memory, moe
 from tpopt.models import terms as T

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-
 from tpopt.errors import InputError
 from tpopt.models.arch import (
     ModelArch,
@@ -26,7 +25,6 @@ from tpopt.models.arch import (
     mtp_linear_params,
     mtp_params,
 )
-
 
 # ---------------------------------------------------------------------------------------------
 # precision recipes: bytes per parameter of each persistent training state

@@ -33,7 +33,6 @@ import math
 from functools import lru_cache
 
 import numpy as np
-
 from tpopt.models.arch import (
     ModelArch,
     _mlp_bias,
@@ -253,8 +252,8 @@ def stage_candidates(a: ModelArch, tp: float, pp: int, split: list | None = None
         def run(i):
             return cd[i + b] - cd[i], cxl[i + b] - cxl[i], cxb[i + b] - cxb[i], cm[i + b] - cm[i]
 
-        rows = [tuple(v + e for v, e in zip(run(0), (head_ne, 0.0, 0.0, 0.0))),
-                tuple(v + e for v, e in zip(run(a.layers - b), (tail_ne, mxl, mxb, mblocks)))]
+        rows = [tuple(v + e for v, e in zip(run(0), (head_ne, 0.0, 0.0, 0.0), strict=False)),
+                tuple(v + e for v, e in zip(run(a.layers - b), (tail_ne, mxl, mxb, mblocks), strict=False))]
         rows += [run(i) for i in range(1, a.layers - b)]
     arr = np.unique(np.array(rows, dtype=float), axis=0)
     keep = [i for i, r in enumerate(arr) if not any(np.all(o[:3] >= r[:3]) and np.any(o[:3] > r[:3]) for o in arr)]

@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-
 from tpopt.models.arch import ModelArch, attention_linear_params, mean_keys_per_query, mlp_activation_width
 
 PHASES = ("fwd", "dx", "dw")

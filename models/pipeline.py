@@ -43,12 +43,12 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
-
 from tpopt.errors import InputError
 
 SCHEDULES = ("fill-drain", "1f1b", "interleaved", "zb-h1", "zb-h2", "dualpipe", "dualpipe-deepseek")
@@ -278,9 +278,9 @@ def _order_interleaved(p, m, v):
     if m > p and m % p:
         starts.pop()  # the last full group absorbs the remainder
     bounds = starts[1:] + [m]
-    g_max = max([p] + [b - a for a, b in zip(starts, bounds)])
+    g_max = max([p] + [b - a for a, b in zip(starts, bounds, strict=False)])
     fwd, bwd = [], []
-    for a, b in zip(starts, bounds):
+    for a, b in zip(starts, bounds, strict=False):
         for c in range(v):
             fwd.extend((c, i) for i in range(a, b))
         for c in reversed(range(v)):
@@ -905,9 +905,9 @@ def simulate(schedule: str, p: int, m: int, forward, backward_input, backward_we
         schedule=schedule, p=p, m=m, v=v, completion=completion, busy=tuple(busy), idle=tuple(idle),
         bubble_fraction=bubble, forward_messages=fwd_msgs, messages=all_msgs,
         peak_inflight=tuple(units), peak_activation_bytes=tuple(act_peak), buffer_bytes=tuple(buf_bytes),
-        peak_bytes=tuple(a + b for a, b in zip(act_peak, buf_bytes)),
+        peak_bytes=tuple(a + b for a, b in zip(act_peak, buf_bytes, strict=False)),
         parameter_copies=parameter_copies(schedule),
-        _trace=(prog, start, end, tuple(zip(free, u_end))))
+        _trace=(prog, start, end, tuple(zip(free, u_end, strict=False))))
 
 
 # =============================================================================================
@@ -935,9 +935,9 @@ def _wave_plan(schedule: str, p: int, m: int, v: int):
     has = prog.dep >= 0
     ring = int((rows[has] - prog.dep[has]).max()) + 1 if has.any() else 1
     bounds = [0] + (np.flatnonzero(np.diff(level)) + 1).tolist() + [prog.n_ops]
-    ring = max(ring, max(hi - lo for lo, hi in zip(bounds, bounds[1:])) if prog.n_ops else 1)
+    ring = max(ring, max(hi - lo for lo, hi in zip(bounds, bounds[1:], strict=False)) if prog.n_ops else 1)
     waves = []
-    for lo, hi in zip(bounds, bounds[1:]):
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
         st = prog.stage[lo:hi].astype(np.int64)
         rows_in = np.flatnonzero(prog.dep[lo:hi] >= 0)
         full = hi - lo == p and bool(np.all(st == np.arange(p)))
@@ -1081,7 +1081,7 @@ class _CompletionMemo:
             known = self.shapes[key] = {}
         else:  # most recently used last
             self.shapes[key] = self.shapes.pop(key)
-        rows = list(zip(*(a.tolist() for a in flat)))
+        rows = list(zip(*(a.tolist() for a in flat), strict=False))
         out = np.empty(n)
         miss = []
         for i, r in enumerate(rows):
@@ -1094,7 +1094,7 @@ class _CompletionMemo:
             idx = np.asarray(miss)
             got = compute(*(a[idx] for a in flat))
             out[idx] = got
-            for i, g in zip(miss, got.tolist()):
+            for i, g in zip(miss, got.tolist(), strict=False):
                 known[rows[i]] = g
             self.size += len(miss)
             while self.size > self.limit and len(self.shapes) > 1:
@@ -1133,7 +1133,7 @@ def group_shapes(p, m):
     cuts = np.concatenate([[0], np.flatnonzero(ordered[1:] != ordered[:-1]) + 1, [len(key)]]) if key.size \
         else np.zeros(1, dtype=np.intp)
     first = order[cuts[:-1]]
-    return list(zip(p[first].tolist(), m[first].tolist())), order, cuts
+    return list(zip(p[first].tolist(), m[first].tolist(), strict=False)), order, cuts
 
 
 def completion_for_shapes(schedule: str, p, m, forward, backward_input, backward_weight, transfer, update=0.0,
@@ -1571,7 +1571,7 @@ def peak_inflight_stage_bounds(schedule: str, p: int, m: int, *, v: int = 2, chu
         g = int(_interleaved_gmax(p, m))
         count = [min(2 * (p - 1 - s) + (v - 1) * g + 1, v * m) for s in stages]
         frac = _chunk_fractions(schedule, p, v, chunk_layers)
-        return [c * min(f) for c, f in zip(count, frac)], [c * max(f) for c, f in zip(count, frac)]
+        return [c * min(f) for c, f in zip(count, frac, strict=False)], [c * max(f) for c, f in zip(count, frac, strict=False)]
     elif schedule == "dualpipe":
         down, up = _halves(m)
         per = [(min(down, 2 * (p - 1 - s) + 1), min(up, 2 * s + 1)) for s in stages]

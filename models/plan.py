@@ -86,7 +86,7 @@ class Task:
     def ref_batch(self) -> int:
         return self.reference_batch or self.global_batch
 
-    def at_batch(self, batch: int) -> "Task":
+    def at_batch(self, batch: int) -> Task:
         """The same task run at ``batch`` sequences per step: tokens E(B) from the critical-batch
         model (unchanged without a critical batch), the reference kept."""
         from dataclasses import replace

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-
 from tpopt.errors import InputError
 
 # --------------------------------------------------------------------------------------------
@@ -312,7 +311,7 @@ def async_upload_timeline(snapshot_times, copy_time, size, bandwidth) -> list[Sn
     and each commit falls further behind its capture.
     """
     times = [float(t) for t in snapshot_times]
-    if any(b < a for a, b in zip(times, times[1:])):
+    if any(b < a for a, b in zip(times, times[1:], strict=False)):
         raise InputError("snapshot times must be in increasing order")
     upload = size / bandwidth
     out: list[SnapshotUpload] = []

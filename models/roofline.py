@@ -58,7 +58,7 @@ class PerfParams:
               "attention_efficiency": (0.05, 1.0), "tp_efficiency": (0.05, 1.0), "dp_efficiency": (0.05, 1.0)}
     """Physical ranges of the fitted parameters (fractions of a datasheet figure, seconds)."""
 
-    def with_values(self, **kw) -> "PerfParams":
+    def with_values(self, **kw) -> PerfParams:
         from dataclasses import replace
 
         return replace(self, **kw)

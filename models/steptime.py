@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-
 from tpopt.models import ops, roofline
 from tpopt.models.arch import ModelArch
 from tpopt.models.roofline import PerfParams

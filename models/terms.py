@@ -28,7 +28,6 @@ from collections import OrderedDict
 from functools import lru_cache
 
 import numpy as np
-
 from tpopt.models import comm, context, memory, moe, ops, pipeline, reliability, steptime
 from tpopt.models.arch import attention_flops_per_token, flops_per_token, is_moe_layer, param_count
 from tpopt.models.batch import iterations_with_ramp
@@ -397,7 +396,7 @@ def _stage_peak_coeffs(schedule: str, a, p: int, m: int, first: int, last: int, 
         ks = pipeline.peak_inflight(base, p, m, v=v, chunk_layers=chunks)
     else:
         ks = pipeline.peak_inflight_stage_bounds(base, p, m, v=v, chunk_layers=chunks)[0 if peak == "lo" else 1]
-    return tuple((float(k * n), float(k * (n - d))) for k, n, d in zip(ks, split, dense))
+    return tuple((float(k * n), float(k * (n - d))) for k, n, d in zip(ks, split, dense, strict=False))
 
 
 def _layer_sets(sc: Scenario, schedule, pp, ga, peak: str = "exact"):
@@ -421,7 +420,7 @@ def _peak_layer_sets(schedule: str, layers: int, p: int, m: int, first: int, las
     if not split or (base == "interleaved" and chunks is None) or pipeline.shape_error(base, p, m, v):
         return np.inf
     peaks = pipeline.peak_inflight(base, p, m, v=v, chunk_layers=chunks)
-    return max(k * n for k, n in zip(peaks, split))
+    return max(k * n for k, n in zip(peaks, split, strict=False))
 
 
 @lru_cache(maxsize=4096)
@@ -435,7 +434,7 @@ def _peak_layer_set_bounds(schedule: str, layers: int, p: int, m: int, first: in
     if not split or (base == "interleaved" and chunks is None) or pipeline.shape_error(base, p, m, v):
         return np.inf, np.inf
     lo, hi = pipeline.peak_inflight_stage_bounds(base, p, m, v=v, chunk_layers=chunks)
-    return max(k * n for k, n in zip(lo, split)), max(k * n for k, n in zip(hi, split))
+    return max(k * n for k, n in zip(lo, split, strict=False)), max(k * n for k, n in zip(hi, split, strict=False))
 
 
 def recompute_workspace(sc: Scenario, recompute, tp, micro_batch, cp=1):

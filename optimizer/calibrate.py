@@ -23,7 +23,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-
 from tpopt.errors import InputError
 from tpopt.models.evaluate import evaluate_arrays, resolve_plan, with_plan_options
 from tpopt.models.plan import Plan, Scenario
@@ -114,7 +113,7 @@ class Calibration:
 
     def errors(self) -> list[float]:
         """Relative error per run, predicted / measured - 1."""
-        return [p / r.measured_step_s - 1.0 for p, r in zip(self.predicted_s, self.runs)]
+        return [p / r.measured_step_s - 1.0 for p, r in zip(self.predicted_s, self.runs, strict=False)]
 
 
 def default_free(n_runs: int) -> tuple[str, ...]:
@@ -159,7 +158,7 @@ def fit(runs: list[MeasuredRun], accelerator: str, free=None, *, prior: PerfPara
                 raise InputError(f"run {r.name!r}: no candidate plan fits the card's memory")
             pinned.append(replace(r, plans=(plan,)))
         x, best = _least_squares(pinned, base, free, x, x0, lo, hi, max_iter)
-        previous, current = current, base.with_values(**{n: float(v) for n, v in zip(free, np.exp(x))})
+        previous, current = current, base.with_values(**{n: float(v) for n, v in zip(free, np.exp(x), strict=False)})
         if all(len(r.plans) == 1 or chosen_plan(r, current) == chosen_plan(r, previous) for r in runs):
             break
     fitted = current.with_values(calibrated=tuple(dict.fromkeys(tuple(base.calibrated) + free)))

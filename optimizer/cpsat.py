@@ -29,12 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 from ortools.sat.python import cp_model
-
 from tpopt.models import terms as T
 from tpopt.optimizer.limits import EncodingError  # noqa: F401 (raised here; the backends' shared error)
 from tpopt.optimizer.result import Request
-from tpopt.optimizer.space import BUSY_TERMS, EXACT, FAMILIES, LAYOUT, MEMORY_TERMS, STRUCTURAL, VARS, Space, \
-    reduce_to
+from tpopt.optimizer.space import BUSY_TERMS, EXACT, FAMILIES, LAYOUT, MEMORY_TERMS, STRUCTURAL, VARS, Space, reduce_to
 
 US = 1e6  # finest time unit: microsecond (coarser when the ranges demand it, see Scales)
 HUB = LAYOUT  # the core layout the search branches on first
@@ -243,7 +241,7 @@ class CpSatModel:
             return target
         target = self.m.new_int_var_from_domain(cp_model.Domain.from_values([int(u) for u in uniq]), name)
         coords = np.indices(arr.shape).reshape(len(vars), -1).T
-        rows = [tuple(int(c) for c in co) + (int(v),) for co, v in zip(coords, flat)]
+        rows = [tuple(int(c) for c in co) + (int(v),) for co, v in zip(coords, flat, strict=False)]
         self.m.add_allowed_assignments([self.iv[v] for v in vars] + [target], rows)
         return target
 
@@ -262,7 +260,7 @@ class CpSatModel:
         else:
             code = self._element(f"{name}.code", vars, codes)
             self.m.add_map_domain(code, lits)
-        return [(int(u), lit) for u, lit in zip(uniq, lits)]
+        return [(int(u), lit) for u, lit in zip(uniq, lits, strict=False)]
 
     def _require(self, family: str, ok_table: str):
         """Family holds iff the tabulated 0/1 condition is 1 (decided exactly in floating point)."""
@@ -293,7 +291,7 @@ class CpSatModel:
         nic_ok = sp.nic_allowed()
         if not nic_ok.all():
             m.add_allowed_assignments([self.iv["acc"], self.iv["nics"]],
-                                      [(i, j) for i, j in zip(*np.nonzero(nic_ok))])
+                                      [(i, j) for i, j in zip(*np.nonzero(nic_ok), strict=False)])
         pp1 = [i for i, p in enumerate(dom["pp"]) if p == 1]
         if pp1 and len(dom["schedule"]) > 1:
             is_pp1 = m.new_bool_var("pp_is_1")
@@ -330,7 +328,7 @@ class CpSatModel:
         # memory per card <= usable (memory units, rounded down; usable rounded up)
         mem_parts = [self._table(n, "floor", 1.0 / mu, sc_.mem_cap) for n in MEMORY]
         mem_terms = [p[0] for p in mem_parts]
-        self._ints = {n: p[1] for n, p in zip(MEMORY, mem_parts)}
+        self._ints = {n: p[1] for n, p in zip(MEMORY, mem_parts, strict=False)}
         usable = self._element("usable", ("acc",), _ceil(np.minimum(sp.usable(), sc_.mem_cap) / mu))
         m.add(sum(mem_terms) <= usable).only_enforce_if(self.lit["memory.per_card"])
 
@@ -339,7 +337,7 @@ class CpSatModel:
         busy_parts = [self._table(n, "floor", ticks, sc_.step_cap_s) for n in names]
         busy_lb = sum(p[0] for p in busy_parts)
         busy_hi = sum(int(p[1].max()) for p in busy_parts)
-        self._ints.update({n: p[1] for n, p in zip(names, busy_parts)})
+        self._ints.update({n: p[1] for n, p in zip(names, busy_parts, strict=False)})
         wait_t = int(math.floor(sc.input.wait_s * ticks))
         mb_tab = sp.tables["input.min_busy"]
         if np.isfinite(mb_tab.values).all() and (mb_tab.values > 0).any():
@@ -436,10 +434,10 @@ class CpSatModel:
         rate_min = self._project("rate", rate_ints)
         step_min = busy_min + wait_t
         # exact integer arithmetic (Python ints): every bound is at most the model's own maximum
-        y_min = [int(a) * int(b) // self.scales.lscale for a, b in zip(step_min, ov_min)]
+        y_min = [int(a) * int(b) // self.scales.lscale for a, b in zip(step_min, ov_min, strict=False)]
         finish_min = np.array([reserved_t + iters * v for v in y_min], dtype=np.int64)
         fin_u_min = [int(v) // self.finish_unit for v in finish_min]
-        cost_min = np.array([int(r) * f for r, f in zip(rate_min, fin_u_min)], dtype=np.int64)
+        cost_min = np.array([int(r) * f for r, f in zip(rate_min, fin_u_min, strict=False)], dtype=np.int64)
         bmin = self._element_on("busy_min", hub, busy_min)
         m.add(busy_sum >= bmin)
         mmin = self._element_on("mem_min", hub, mem_min)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
 from tpopt.models import terms as T
 from tpopt.models.evaluate import evaluate
 from tpopt.optimizer.enumerate import layout_best
@@ -238,7 +237,6 @@ class HighsMaster:
 
     def __init__(self, space: Space, bounds: LayoutBounds, allowed: dict, req: Request):
         import highspy
-
         from tpopt.optimizer.highs import new_highs
 
         self.hp = highspy

@@ -14,7 +14,6 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
-
 from tpopt.models import terms as T
 from tpopt.models.evaluate import evaluate_arrays
 from tpopt.optimizer.result import Request
@@ -35,7 +34,7 @@ def _groups(space: Space):
     pp_one = [i for i, p in enumerate(d["pp"]) if p == 1]
     pp_many = [i for i, p in enumerate(d["pp"]) if p > 1]
     for combo in itertools.product(*(range(len(d[k])) for k in GROUPED)):
-        fixed = dict(zip(GROUPED, combo))
+        fixed = dict(zip(GROUPED, combo, strict=False))
         if pp_one:
             yield dict(fixed, schedule=0), pp_one
         if pp_many:
@@ -64,7 +63,7 @@ def chunks(space: Space, groups=None):
             sub = dict(axes, tp=axes["tp"][start:start + step])
             idx_lists = [sub[a] for a in NUMERIC_AXES]
             vals = [np.asarray([d[a][i] for i in sub[a]], dtype=float) for a in NUMERIC_AXES]
-            g = dict(zip(NUMERIC_AXES, np.ix_(*vals)))
+            g = dict(zip(NUMERIC_AXES, np.ix_(*vals), strict=False))
             cards = cards_of(**g)
             nums = {field[a]: g[a].astype(typ[a]) for a in NUMERIC_AXES if a != "tau"}
             r = evaluate_arrays(sc, acc, save_interval_s=space.interval(g["tau"], cards, cats["save_mode"]),
@@ -114,7 +113,7 @@ def enumerate_best(space: Space, req: Request, groups=None):
             for s in np.lexsort((ordr, k2, k1))[:K]:
                 coords = np.unravel_index(flat[s], shape)
                 idx = dict(fixed)
-                idx.update({a: idx_lists[j][c] for j, (a, c) in enumerate(zip(NUMERIC_AXES, coords))})
+                idx.update({a: idx_lists[j][c] for j, (a, c) in enumerate(zip(NUMERIC_AXES, coords, strict=False))})
                 keep_keys.append((float(k1[s]), float(k2[s]), int(ordr[s])))
                 keep_idx.append(idx)
             if len(keep_keys) > 4 * K:
@@ -143,7 +142,7 @@ class PointTable:
     ratio: dict  # family -> value / limit (float32; how far a point is from meeting the family)
 
     @classmethod
-    def build(cls, space: Space) -> "PointTable":
+    def build(cls, space: Space) -> PointTable:
         parts = {v: [] for v in VARS}
         cost, finish, cards = [], [], []
         ok = {f: [] for f in FAMILIES}
@@ -151,7 +150,7 @@ class PointTable:
         for fixed, idx_lists, shape, r in chunks(space):
             n = int(np.prod(shape))
             grids = np.meshgrid(*[np.asarray(x) for x in idx_lists], indexing="ij")
-            for a, gi in zip(NUMERIC_AXES, grids):
+            for a, gi in zip(NUMERIC_AXES, grids, strict=False):
                 parts[a].append(gi.reshape(-1))
             for a, i in fixed.items():
                 parts[a].append(np.full(n, i))
@@ -457,8 +456,8 @@ class LayoutEvaluator:
         out = []
         for i in order:
             coords = np.unravel_index(sel[i], shape)
-            idx = dict(zip(HUB, h))
-            idx.update({e: int(c) for e, c in zip(EXTRAS, coords)})
+            idx = dict(zip(HUB, h, strict=False))
+            idx.update({e: int(c) for e, c in zip(EXTRAS, coords, strict=False)})
             if not full:
                 idx["tau"], idx["mode"] = (int(c) for c in got[4])
             out.append(((float(a[i]), float(b[i])), idx))

@@ -24,12 +24,21 @@ import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-
 from tpopt.errors import InputError
 from tpopt.models.evaluate import SPEC, Evaluation, evaluate
 from tpopt.models.plan import Plan, Scenario, System
-from tpopt.models.units import DAY, GB, GIB, parse_bandwidth, parse_bytes, parse_count, parse_duration, \
-    parse_fraction, parse_int, parse_number
+from tpopt.models.units import (
+    DAY,
+    GB,
+    GIB,
+    parse_bandwidth,
+    parse_bytes,
+    parse_count,
+    parse_duration,
+    parse_fraction,
+    parse_int,
+    parse_number,
+)
 from tpopt.optimizer.limits import Undecided  # a solver hit the time limit: the question has no proven answer
 from tpopt.optimizer.result import Request, Status, objective_value, plan_summary
 from tpopt.optimizer.space import FAMILIES, STRUCTURAL, VARS, Space, card_counts
@@ -80,7 +89,7 @@ class Context:
     _memo: dict = field(default_factory=dict, repr=False)  # best plans of the unmodified scenario
 
     @classmethod
-    def of(cls, sc: Scenario, backend: str, req: Request, enforced=None, raw=None, catalog=None) -> "Context":
+    def of(cls, sc: Scenario, backend: str, req: Request, enforced=None, raw=None, catalog=None) -> Context:
         enf = req.enforced(FAMILIES) if enforced is None else frozenset(enforced)
         return cls(sc=sc, backend=backend, req=req, enforced=enf, raw=raw, catalog=catalog)
 
@@ -137,7 +146,7 @@ class Context:
     def feasible(self, sc: Scenario, drop=()) -> Evaluation | None:
         return self.best(sc, drop=drop)
 
-    def narrowed(self, sc: Scenario, families, variables=VARS) -> "Space | None":
+    def narrowed(self, sc: Scenario, families, variables=VARS) -> Space | None:
         """``sc``'s search space with each variable restricted to the values that some point of the
         base scenario meeting ``families`` takes (``EMPTY`` when no point does; None without a base
         table, i.e. for spaces too large to enumerate, or when ``families`` is empty).
@@ -165,7 +174,7 @@ class Context:
         except InputError:
             return EMPTY
 
-    def set_oracle(self, space: Space | None = None) -> "_SetOracle":
+    def set_oracle(self, space: Space | None = None) -> _SetOracle:
         """Which sets of families admit a plan of this context's scenario (built once, cached)."""
         if self._set_oracle is None:
             self._set_oracle = _SetOracle(space or Space.from_scenario(self.sc), self)
@@ -658,7 +667,7 @@ def argmin_metric(ctx: Context, metric: str, families, sc: Scenario | None = Non
         if best is None or vals[i] < best[0]:
             coords = np.unravel_index(i, shape)
             idx = dict(fixed)
-            idx.update({a: idx_lists[j][c] for j, (a, c) in enumerate(zip(NUMERIC_AXES, coords))})
+            idx.update({a: idx_lists[j][c] for j, (a, c) in enumerate(zip(NUMERIC_AXES, coords, strict=False))})
             best = (float(vals[i]), idx)
     if best is None:
         return None

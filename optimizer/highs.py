@@ -26,14 +26,23 @@ import os
 import sys
 
 import numpy as np
-
 from tpopt.models import terms as T
 from tpopt.models.units import DAY, GIB
 from tpopt.optimizer.cpsat import BUSY, MEMORY, CandidateResult, _lower, caps
 from tpopt.optimizer.limits import EncodingError
 from tpopt.optimizer.result import Request
-from tpopt.optimizer.space import BUSY_TERMS, CARD_FACTORS, EXACT, FAMILIES, LAYOUT, MEMORY_TERMS, STRUCTURAL, VARS, \
-    Space, reduce_to
+from tpopt.optimizer.space import (
+    BUSY_TERMS,
+    CARD_FACTORS,
+    EXACT,
+    FAMILIES,
+    LAYOUT,
+    MEMORY_TERMS,
+    STRUCTURAL,
+    VARS,
+    Space,
+    reduce_to,
+)
 
 INF = 1e30
 MAX_COEF = 1e13  # largest matrix coefficient or finite bound the encoding may use (HiGHS tolerances are
@@ -236,7 +245,7 @@ class HighsModel:
         for v in VARS:
             lp.row(self.x[v], 1.0, 1.0, 1.0)
         nic_ok = sp.nic_allowed()
-        for i, j in zip(*np.nonzero(~nic_ok)):
+        for i, j in zip(*np.nonzero(~nic_ok), strict=False):
             lp.row([self.x["acc"][i], self.x["nics"][j]], 1.0, -INF, 1.0)
         pp1 = [i for i, p in enumerate(dom["pp"]) if p == 1]
         if pp1 and len(dom["schedule"]) > 1:

@@ -31,7 +31,6 @@ import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-
 from tpopt.models import batch as B
 from tpopt.models import terms as T
 from tpopt.models.evaluate import Evaluation, evaluate
@@ -139,7 +138,6 @@ def solve_batches(sc: Scenario, backend: str = "cpsat", req: Request | None = No
                   restrict: dict | None = None) -> BatchSolve:
     """The best ``req.top`` plans over every batch choice (each batch's exact optimum, merged)."""
     from tpopt.optimizer.core import solve
-
     from tpopt.optimizer.limits import clock_of
 
     req = req or Request()
@@ -407,7 +405,6 @@ class StagedSolve:
 def solve_stages(sc: Scenario, backend: str = "cpsat", req: Request | None = None) -> StagedSolve:
     """The cheapest (or fastest) plan per stage such that all stages finish by the deadline."""
     from tpopt.optimizer.core import solve
-
     from tpopt.optimizer.limits import clock_of
 
     req = req or Request()
@@ -450,7 +447,7 @@ def solve_stages(sc: Scenario, backend: str = "cpsat", req: Request | None = Non
     fronts = None
     if req.objective == "cost":  # each stage's cheapest plan in its window; if they fit together: optimal
         firsts = [stage_front(st.sc, backend, req, enforced, w if math.isfinite(w) else 1e300, True)
-                  for st, w in zip(stages, windows)]
+                  for st, w in zip(stages, windows, strict=False)]
         proven &= all(p for _, p in firsts)
         picks = [fr[-1] if fr else None for fr, _ in firsts]  # fronts run fastest -> cheapest
         if all(picks) and sum(p.finish_s for p in picks) <= cap * (1 + REL) and \
@@ -458,7 +455,7 @@ def solve_stages(sc: Scenario, backend: str = "cpsat", req: Request | None = Non
             fronts = [[p] for p in picks]
     if fronts is None:
         fronts = []
-        for st, w in zip(stages, windows):
+        for st, w in zip(stages, windows, strict=False):
             fr, p = stage_front(st.sc, backend, req, enforced, w if math.isfinite(w) else 1e300)
             proven &= p
             fronts.append(fr)

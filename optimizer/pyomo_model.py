@@ -44,7 +44,6 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-
 from tpopt.errors import InputError
 from tpopt.optimizer.cpsat import CandidateResult
 from tpopt.optimizer.highs import INF, HighsModel
@@ -185,7 +184,8 @@ class PyomoSolver:
             raise InputError(f"solver {self.backend!r} failed: {_first_line(exc)}") from None
 
     def _solve_v2(self, model, time_limit, seed) -> str:
-        from pyomo.contrib.solver.common.results import SolutionStatus, TerminationCondition as TC
+        from pyomo.contrib.solver.common.results import SolutionStatus
+        from pyomo.contrib.solver.common.results import TerminationCondition as TC
 
         opts = V2_OPTIONS.get(self.pyomo_name, lambda s: {})(seed)
         res = self._call(self.opt.solve, model, load_solutions=False, raise_exception_on_nonoptimal_result=False,
@@ -202,7 +202,8 @@ class PyomoSolver:
         return "unknown"
 
     def _solve_legacy(self, model, time_limit, seed) -> str:
-        from pyomo.opt import SolutionStatus as SS, TerminationCondition as TC
+        from pyomo.opt import SolutionStatus as SS
+        from pyomo.opt import TerminationCondition as TC
 
         self.opt.options.update(LEGACY_OPTIONS.get(self.pyomo_name, lambda s: {})(seed))
         try:

@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
 from tpopt.models.evaluate import SPEC, Evaluation, evaluate
 from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
 from tpopt.optimizer.result import Request, Status, objective_key, objective_value, plan_summary

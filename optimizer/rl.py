@@ -165,7 +165,7 @@ class RLProblem:
         self.rm_params = float(param_count(rm)) if rm is not None else 0.0
 
     # -- variants sharing the caches -----------------------------------------------------------
-    def with_task(self, **changes) -> "RLProblem":
+    def with_task(self, **changes) -> RLProblem:
         """The same problem with loop fields changed that leave the learner's scenario as it is
         (kept fractions, staleness allowed, samples to train); the caches are shared."""
         allowed = {"kept", "kept_sync", "staleness", "samples"}
@@ -177,10 +177,10 @@ class RLProblem:
         return RLProblem(replace(self.rsc, task=replace(self.task, **changes)), self.backend, self.req,
                          self.card_limit, caches)
 
-    def with_card_limit(self, card_limit: int) -> "RLProblem":
+    def with_card_limit(self, card_limit: int) -> RLProblem:
         return RLProblem(self.rsc, self.backend, self.req, card_limit, self.caches)
 
-    def with_request(self, req: Request) -> "RLProblem":
+    def with_request(self, req: Request) -> RLProblem:
         return RLProblem(self.rsc, self.backend, req, self.card_limit, self.caches)
 
     def clock(self):
@@ -625,7 +625,6 @@ def trainer_points(pb: RLProblem, acc: str) -> dict:
     (step, states, peak memory, host-memory rule met, assignment) from the vectorised evaluator
     (:func:`tpopt.optimizer.enumerate.chunks`), for the plans that meet the layout rules."""
     import numpy as np
-
     from tpopt.optimizer.enumerate import NUMERIC_AXES, chunks
 
     cache = pb.caches["space"]
@@ -643,7 +642,7 @@ def trainer_points(pb: RLProblem, acc: str) -> dict:
                  ("mem", r["memory_per_card"]), ("host", host_v <= host_lim))}
         for j in np.flatnonzero(ok.reshape(-1)):
             coords = np.unravel_index(j, shape)
-            idx = dict(fixed, **{a: idx_lists[k][c] for k, (a, c) in enumerate(zip(NUMERIC_AXES, coords))})
+            idx = dict(fixed, **{a: idx_lists[k][c] for k, (a, c) in enumerate(zip(NUMERIC_AXES, coords, strict=False))})
             out.setdefault(int(flat["cards"][j]), []).append(
                 (float(flat["step"][j]), float(flat["states"][j]), float(flat["mem"][j]), bool(flat["host"][j]), idx))
     cache[(acc, "points")] = out

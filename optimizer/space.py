@@ -33,13 +33,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
-
 from tpopt.errors import InputError
 from tpopt.models import context
 from tpopt.models import terms as T
 from tpopt.models.evaluate import CONSTRAINT_NAMES
 from tpopt.models.plan import Plan, Scenario
-
 
 
 @dataclass(frozen=True)
@@ -194,15 +192,15 @@ class Tables(dict):
     (``values()``, ``items()``, ``keys()``) builds every exact table first; ``name in tables`` and
     ``tables.get(name)`` look only at the tables built so far."""
 
-    def __init__(self, space: "Space"):
+    def __init__(self, space: Space):
         super().__init__()
         self.space = space
 
-    def __missing__(self, name: str) -> "Table":
+    def __missing__(self, name: str) -> Table:
         table = self[name] = self.space._build(name)
         return table
 
-    def build_all(self) -> "Tables":
+    def build_all(self) -> Tables:
         """Build every exact table (the monolithic encodings use them all)."""
         for name in self.space._specs:
             if not name.endswith((".lo", ".hi")):
@@ -228,7 +226,7 @@ class Space:
     domains: dict = field(default_factory=dict)
 
     @classmethod
-    def from_scenario(cls, sc: Scenario, restrict: dict | None = None) -> "Space":
+    def from_scenario(cls, sc: Scenario, restrict: dict | None = None) -> Space:
         """Domains from the scenario's [search] table, optionally restricted further by ``restrict``
         (variable -> allowed values)."""
         s = sc.search
@@ -303,15 +301,15 @@ class Space:
         grids = np.ix_(*[np.asarray(self.domains[v], dtype=float) for v in nums]) if nums else ()
         sub_shape = tuple(len(self.domains[v]) for v in nums)
         for combo in itertools.product(*(range(len(self.domains[c])) for c in cats)):
-            kw = {c: self.domains[c][i] for c, i in zip(cats, combo)}
-            kw.update({v: g for v, g in zip(nums, grids)})
+            kw = {c: self.domains[c][i] for c, i in zip(cats, combo, strict=False)}
+            kw.update({v: g for v, g in zip(nums, grids, strict=False)})
             val = np.asarray(fn(**kw))
             idx = tuple(combo[cats.index(v)] if v in CATEGORICAL else slice(None) for v in vars)
             out[idx] = np.broadcast_to(val, sub_shape)
         return Table(name, vars, out)
 
     @cached_property
-    def tables(self) -> "Tables":
+    def tables(self) -> Tables:
         """Every term table (one per relation family of :mod:`tpopt.models.terms`), each built on first
         use: a solve that needs only some of them (the layout decomposition's bounds) builds only those;
         iterating over them builds every exact table."""
@@ -457,7 +455,7 @@ class Space:
             return self.tables[f"{name}.{side}"]
         return self.tables[name]
 
-    def build_tables(self, check=None) -> "Tables":
+    def build_tables(self, check=None) -> Tables:
         """Build every table a solve reads, as one phase: the exact tables, except that the pipeline
         terms of a space too large to simulate shape by shape come as closed-form bounds
         (:meth:`bound_table`). ``check()``, if given, runs before each table (a time limit can raise
@@ -516,7 +514,7 @@ class Space:
         moe = ("ep", "etp", "cap") if sc.model.moe else ()
         vars = self.table_vars(name)
         nums = ("tp", "cp", "pp", "dp", "mb", "nics")
-        grids = dict(zip(nums, np.ix_(*[np.asarray(d[v], dtype=float) for v in nums])))
+        grids = dict(zip(nums, np.ix_(*[np.asarray(d[v], dtype=float) for v in nums]), strict=False))
         sub = tuple(len(d[v]) for v in nums)
         combos = list(itertools.product(d["ep"], d["etp"], d["cap"])) if moe else [(1, 0, 0.0)]
         keys = [T.compute_key(sc, *c) for c in combos]
@@ -549,7 +547,7 @@ class Space:
                             for k in range(len(parts[0])))
             pp = np.broadcast_to(grids["pp"], sub)[None].repeat(len(parts) * R, axis=0)
             totals = [T.compute_from(sc, sched, pp, stacked)[0]] if exact else T.compute_bounds(sc, sched, pp, stacked)
-            for out, total in zip(outs, totals):
+            for out, total in zip(outs, totals, strict=False):
                 out[:, :, :, si] = lay(total)
         if exact:
             return Table(name, vars, outs[0])

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 import tpopt
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,16 +1,14 @@
 """Catalog data: every number has a source; user catalogs extend and override; HF configs load."""
 
 import json
+import tomllib
 
 import pytest
 from click.testing import CliRunner
-
 from tpopt.catalogs import BUILTIN_DIR, load_catalog, model_from_hf_config
 from tpopt.cli.main import cli
 from tpopt.errors import InputError
 from tpopt.models.arch import param_count
-
-import tomllib
 
 NUMERIC_ACC_FIELDS = ("peak_bf16", "peak_fp16", "peak_fp8", "peak_tf32", "memory", "usable_memory", "hbm_bandwidth",
                       "host_link", "p2p", "cards_per_host", "nic", "nics_per_host", "max_nics_per_host", "host_memory",

@@ -6,7 +6,6 @@ import tomllib
 from pathlib import Path
 
 import numpy as np
-
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario
 

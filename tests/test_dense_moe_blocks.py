@@ -11,10 +11,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import tpopt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import tpopt
 from test_solver_properties import check_agreement  # the backends-agree check, reused
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario
@@ -65,8 +64,8 @@ def stage_parts(sc, mb=1):
     a = sc.model
     blocks = [phases(ops.layer_kernels(a, lay, is_moe_layer(a, i))) for i in range(a.layers)]
     emb, head = phases(ops.embedding_kernels(a, lay)), phases(ops.head_kernels(a, lay))
-    s0 = [sum(x) for x in zip(emb, *blocks[:2])]
-    s1 = [sum(x) for x in zip(head, *blocks[2:])]
+    s0 = [sum(x) for x in zip(emb, *blocks[:2], strict=False)]
+    s1 = [sum(x) for x in zip(head, *blocks[2:], strict=False)]
     return s0, s1
 
 

@@ -9,7 +9,6 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
 from tpopt.cli.main import cli
 from tpopt.models.evaluate import evaluate
 from tpopt.models.plan import Plan
@@ -108,9 +107,10 @@ def test_shared_nic_and_no_prefetch(design_path):
 
 def test_pcie_halved(design_path):
     # REFERENCE 10.6: PCIe halved: per micro-batch 3.0 s, exposed 0.15 s, step 52.9 s
+    from dataclasses import replace
+
     from tpopt.catalogs import load_catalog
     from tpopt.catalogs.scenario import build_scenario, read_scenario_file
-    from dataclasses import replace
     sc = build_scenario(read_scenario_file(design_path), load_catalog())
     acc = sc.systems["rtx4090"].acc
     half = replace(sc, systems={"rtx4090": replace(sc.systems["rtx4090"], acc=replace(acc, host_link_bw=16e9))})

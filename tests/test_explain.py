@@ -7,11 +7,9 @@ here, never from the code under test. Tolerances are the printed rounding of the
 from __future__ import annotations
 
 import math
-
 from pathlib import Path
 
 import pytest
-
 from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
 from tpopt.models.plan import Plan
 from tpopt.models.units import GIB

@@ -6,11 +6,10 @@ code under test.
 """
 
 import pytest
-
 from tpopt.catalogs import load_catalog
 from tpopt.models import batch, comm, compute, memory
 from tpopt.models.arch import flops_per_token, gemm_params, param_count
-from tpopt.models.units import GB, GIB, MIB, DAY
+from tpopt.models.units import DAY, GB, GIB, MIB
 
 CAT = load_catalog()
 QWEN = CAT.model("qwen3-8b")
@@ -111,10 +110,10 @@ def test_10_1_critical_batch():
     assert round(float(s_min)) == 19_434
     assert rel(float(batch.min_examples(s_min, 2e6)) / 1e9, 38.9, 1)
     weak = [batch.weak_scaling_days(s_min, 2e6, b_tok * c / 48, 52.80) for c in (48, 96, 192, 384, 1536)]
-    for got, want in zip(weak, (19.4, 15.7, 13.8, 12.8, 12.1)):
+    for got, want in zip(weak, (19.4, 15.7, 13.8, 12.8, 12.1), strict=False):
         assert rel(float(got), want, 1)
     strong = [batch.strong_scaling_days(31_790, 52.224, 48, c, 0.576) for c in (48, 96, 192, 384, 1536)]
-    for got, want in zip(strong, (19.4, 9.8, 5.0, 2.6, 0.8)):
+    for got, want in zip(strong, (19.4, 9.8, 5.0, 2.6, 0.8), strict=False):
         assert rel(float(got), want, 1)
     assert rel(float(batch.weak_scaling_limit(b_tok, 2e6)), 1.64, 2)
     assert rel(float(batch.weak_scaling_limit(b_tok, 20e6)), 7.36, 2)
@@ -126,7 +125,7 @@ def test_10_2_zero_states():
     # REFERENCE 10.2: d = 8 -> 122.1 / 42.0 / 28.6 / 15.3 GiB
     r = memory.recipe("bf16-mixed")
     got = [memory.zero_state_bytes(N, 8, z, r) / GIB for z in range(4)]
-    for g, want in zip(got, (122.1, 42.0, 28.6, 15.3)):
+    for g, want in zip(got, (122.1, 42.0, 28.6, 15.3), strict=False):
         assert rel(float(g), want, 1)
     # and the formulas themselves: M1 = 4N + 12N/d, M2 = 2N + 14N/d, M3 = 16N/d
     for d in (2, 7, 48):

@@ -19,7 +19,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_moe_planner import CAT, moe_scenarios
 from test_solver_properties import scenarios
-
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.optimizer.core import solve
 from tpopt.optimizer.decompose import LayoutBounds, coupling_vars
@@ -113,5 +112,5 @@ def test_decomposition_top_k_equals_enumeration(case):
         got = solve(sc, backend, Request(objective=objective, top=3, method="decomposed", seed=0, workers=1))
         assert got.status == ref.status
         assert len(got.plans) == len(ref.plans)
-        for a, b in zip(got.plans, ref.plans):
+        for a, b in zip(got.plans, ref.plans, strict=False):
             assert math.isclose(a.metrics[key], b.metrics[key], rel_tol=1e-9), (backend, a.plan, b.plan)

@@ -13,14 +13,13 @@ import math
 import os
 import sys
 from dataclasses import replace
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
+import tpopt
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-
-import tpopt
 from tpopt.errors import InputError
 from tpopt.models import comm, memory
 from tpopt.models import terms as T
@@ -38,7 +37,7 @@ SETTINGS = dict(max_examples=EXAMPLES, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
-@lru_cache(maxsize=None)
+@cache
 def scenario(model, acc, flat=False, precision="bf16-mixed", seq=2048, batch=64):
     hw = {"accelerator": [acc]}
     if flat:
@@ -163,7 +162,7 @@ def test_higher_zero_stage_does_not_raise_state(case):
     2: + gradients, 3: + weights); none keeps more bytes per card than the stage below."""
     sc, plan = case
     states = [run(sc, replace(plan, zero_stage=z)).metrics["states_gib"] for z in range(4)]
-    assert all(b <= a * (1 + 1e-12) for a, b in zip(states, states[1:])), states
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(states, states[1:], strict=False)), states
 
 
 @settings(**SETTINGS)

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from tpopt.errors import InputError
 from tpopt.models import pipeline as pl
 
@@ -404,7 +403,7 @@ def test_event_invariants(c):
     for s in range(p):
         ev = r.stage_events(s)
         assert ev[-1].kind == "U"
-        for a, b in zip(ev, ev[1:]):
+        for a, b in zip(ev, ev[1:], strict=False):
             assert b.start >= a.end - eps
     # dependencies
     at = {(e.kind, e.microbatch, _path_position(e, p)): e for e in r.events if e.kind != "U"}

@@ -14,7 +14,6 @@ import math
 
 import numpy as np
 import pytest
-
 from tpopt.errors import InputError
 from tpopt.models import pipeline as pl
 
@@ -135,7 +134,7 @@ def test_shape_arrays():
     for schedule in pl.SCHEDULES:
         ok = pl.shape_ok(schedule, p, m)
         assert ok.tolist() == [pi == 1 or pl.shape_error(schedule, int(pi), int(mi)) is None
-                               for pi, mi in zip(p, m)]
+                               for pi, mi in zip(p, m, strict=False)]
         d = RNG.uniform(0.1, 2, size=(4, len(p)))
         got = pl.completion_for_shapes(schedule, np.maximum(p, 2), m, d[0], d[1], d[2], d[3])
         for i in range(len(p)):

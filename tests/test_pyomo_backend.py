@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from tpopt.cli.main import cli
 from tpopt.optimizer.core import solve
 from tpopt.optimizer.result import Request, Status
@@ -123,7 +122,6 @@ def test_missing_solver_executable_is_one_line_exit_2(tmp_path):
 
 def test_malformed_solver_names():
     import click
-
     from tpopt.cli.common import SolverName
 
     for bad in ("pyomo:", "pyomo", "scip", "pyomo:a b", "PYOMO:highs"):
@@ -151,7 +149,7 @@ def _read_with_highs(path):
     names = list(h.getLp().col_names_)
     x = h.getSolution().col_value
     chosen = {}
-    for n, v in zip(names, x):
+    for n, v in zip(names, x, strict=False):
         if n.startswith("choose_") and v > 0.5:
             var, val = n[len("choose_"):].split("(", 1)
             chosen[var] = val.rstrip(")")

@@ -4,7 +4,6 @@ import math
 from statistics import NormalDist
 
 import pytest
-
 from tpopt.catalogs import load_catalog
 from tpopt.errors import InputError
 from tpopt.models import generation as gen

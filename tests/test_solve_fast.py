@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from test_solver_properties import check_agreement, scenarios
-
-from tpopt.optimizer import report, space as space_mod
+from tpopt.optimizer import report
+from tpopt.optimizer import space as space_mod
 from tpopt.optimizer.core import solve
 from tpopt.optimizer.enumerate import HUB, enumerate_best, layout_evaluator
 from tpopt.optimizer.result import Request
@@ -62,7 +62,7 @@ def test_layout_evaluator_equals_enumeration(bounds_only, case):
         got = ev.best(h, enforced, objective, top=3)
         assert len(got) == len(want)
         ref = [solve_key(sc, sub, a, objective) for a in want]
-        for (key, idx), r in zip(got, ref):
+        for (key, idx), r in zip(got, ref, strict=False):
             assert math.isclose(key[0], r, rel_tol=1e-12), (h, key, r)
             assert math.isclose(solve_key(sc, sp, idx, objective), key[0], rel_tol=1e-12)
         one = ev.best(h, enforced, objective, top=1)  # the save grid reduced to its least overhead
@@ -99,9 +99,9 @@ def test_layout_oracle_answers_like_the_table(bounds_only, case):
                        sorted(x["name"] for x in a.get("ruled_out_by", []))) for a in alts])
     (b1, a1), (b2, a2) = got["table"], got["layouts"]
     assert [n for n, _ in b1] == [n for n, _ in b2]
-    assert all(math.isclose(x, y, rel_tol=1e-9) for (_, x), (_, y) in zip(b1, b2))
+    assert all(math.isclose(x, y, rel_tol=1e-9) for (_, x), (_, y) in zip(b1, b2, strict=False))
     assert len(a1) == len(a2)
-    for x, y in zip(a1, a2):
+    for x, y in zip(a1, a2, strict=False):
         assert x[:2] == y[:2] and x[3] == y[3], (x, y)
         if x[1]:
             assert math.isclose(x[2], y[2], rel_tol=1e-9)

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.errors import InputError
@@ -247,7 +246,6 @@ def test_published_memory(published):
 
 def test_calibrate_round_trip(tmp_path):
     from click.testing import CliRunner
-
     from tpopt.cli.main import cli
 
     scen = tmp_path / "s.toml"

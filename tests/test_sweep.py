@@ -10,7 +10,6 @@ import math
 from pathlib import Path
 
 import pytest
-
 from tpopt.errors import InputError
 from tpopt.models.units import DAY
 from tpopt.optimizer import sweep as sw
@@ -93,7 +92,7 @@ def test_design_case_with_input_scaled_per_host_switches_64_48_32(tmp_path):
     assert [e["cards"] for e in front] == [64, 48, 32]
     assert [(e["deadline_min_days"], e["deadline_max_days"]) for e in front] == [(20, 24), (25, 34), (35, 40)]
     costs = [rows[d]["cost"] for d in sorted(rows)]
-    assert all(a >= b for a, b in zip(costs, costs[1:]))  # a longer deadline never costs more
+    assert all(a >= b for a, b in zip(costs, costs[1:], strict=False))  # a longer deadline never costs more
 
 
 def test_design_case_as_published_is_input_bound_below_24_6_days(tmp_path):
@@ -152,7 +151,7 @@ def test_mask_path_equals_fresh_solves(tmp_path):
     payload = sw._payload(spec)
     statuses = set()
     for row, point in zip(sorted(table.rows, key=lambda r: r["point_key"]),
-                          sorted(spec.points(), key=lambda q: q.key())):
+                          sorted(spec.points(), key=lambda q: q.key()), strict=False):
         assert row["point_key"] == point.key()
         sc = sw.point_scenario(sw.group_scenario(payload, point), point)
         ref = solve(sc, "enumerate")
@@ -175,7 +174,7 @@ def test_highs_per_point_agrees_with_the_mask_path():
     spec.solver = "highs"
     highs = sw.run_sweep(spec, workers=2)
     assert table.paths == {"table": 6} and highs.paths == {"highs": 6}
-    for a, b in zip(table.rows, highs.rows):
+    for a, b in zip(table.rows, highs.rows, strict=False):
         assert (a["point_key"], a["status"], a["cards"]) == (b["point_key"], b["status"], b["cards"])
         if a["status"] == "optimal":
             assert b["cost"] == pytest.approx(a["cost"], rel=1e-9)
@@ -206,7 +205,7 @@ def test_deadline_is_a_table_input_with_auto_interval_and_no_failures(tmp_path):
     assert tab.tasks == 2  # one enumeration per deadline
     spec.solver = "highs"
     sol = sw.run_sweep(spec, workers=1)
-    for a, b in zip(tab.rows, sol.rows):
+    for a, b in zip(tab.rows, sol.rows, strict=False):
         assert a["cards"] == b["cards"] and a["cost"] == pytest.approx(b["cost"], rel=1e-9)
         assert a["save_interval_s"] == pytest.approx(a["deadline_days"] * DAY)  # interval = deadline
 

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from tpopt.cli.main import cli
 from tpopt.errors import InputError
 from tpopt.optimizer import sweep as sw
@@ -38,7 +37,7 @@ def test_pyomo_highs_sweep_gives_the_rows_of_highs(tmp_path):
     assert [r["cards"] for r in a] == ["", "48", "48"]
     assert [r["solver"] for r in a] == ["highs"] * 3 and [r["solver"] for r in b] == ["pyomo:highs"] * 3
     # every column the same except the solver and the row checksum (which covers the solver column)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         differ = {k for k in x if x[k] != y[k]}
         assert differ == {"solver", "checksum"}, differ
 

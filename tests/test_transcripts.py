@@ -7,7 +7,6 @@ transcript with ``python tests/transcripts.py NAME`` and review its diff in the 
 import difflib
 
 import pytest
-
 from transcripts import CASES, path, run_case
 
 

@@ -96,18 +96,51 @@ Modules: :mod:`.spec` (inputs, points, fingerprint), :mod:`.rows` (columns, chec
 
 from __future__ import annotations
 
-from tpopt.optimizer.sweep.front import (breakdown_bars, case_label, front_plans, mark_pareto, plot_series,
-                                         summarize)
-from tpopt.optimizer.sweep.rows import (COLUMN_NAMES, COLUMNS, FEASIBLE, FORMAT, INT_COLUMNS, NO_ANSWER, PLAN_COLUMNS,
-                                        PROVEN, STATUSES, case_of, checksum_ok, make_row, row_checksum, sort_key)
+from tpopt.optimizer.sweep.front import breakdown_bars, case_label, front_plans, mark_pareto, plot_series, summarize
+from tpopt.optimizer.sweep.rows import (
+                                         COLUMN_NAMES,
+                                         COLUMNS,
+                                         FEASIBLE,
+                                         FORMAT,
+                                         INT_COLUMNS,
+                                         NO_ANSWER,
+                                         PLAN_COLUMNS,
+                                         PROVEN,
+                                         STATUSES,
+                                         case_of,
+                                         checksum_ok,
+                                         make_row,
+                                         row_checksum,
+                                         sort_key,
+)
 from tpopt.optimizer.sweep.run import Progress, SweepResult, default_workers, run_sweep, sweep
-from tpopt.optimizer.sweep.spec import (AUTO_TABLE_LIMIT, DIMS, MAX_POINTS, MAX_VALUES, SOLVERS, SWEEP_KEYS,
-                                        SWEPT_FAMILIES, Dim, Point, SweepSpec, build_spec, fingerprint,
-                                        parse_values)
-from tpopt.optimizer.sweep.store import (HEADER, OUT_FORMATS, OutputLock, Resume, SweepStore, _parse_csv_line,
-                                         atomic_write, check_output_path, encode)
-from tpopt.optimizer.sweep.tasks import (Task, _payload, group_scenario, plan_tasks, point_scenario, run_task,
-                                         space_size)
+from tpopt.optimizer.sweep.spec import (
+                                         AUTO_TABLE_LIMIT,
+                                         DIMS,
+                                         MAX_POINTS,
+                                         MAX_VALUES,
+                                         SOLVERS,
+                                         SWEEP_KEYS,
+                                         SWEPT_FAMILIES,
+                                         Dim,
+                                         Point,
+                                         SweepSpec,
+                                         build_spec,
+                                         fingerprint,
+                                         parse_values,
+)
+from tpopt.optimizer.sweep.store import (
+                                         HEADER,
+                                         OUT_FORMATS,
+                                         OutputLock,
+                                         Resume,
+                                         SweepStore,
+                                         _parse_csv_line,
+                                         atomic_write,
+                                         check_output_path,
+                                         encode,
+)
+from tpopt.optimizer.sweep.tasks import Task, _payload, group_scenario, plan_tasks, point_scenario, run_task, space_size
 
 __all__ = [
     "AUTO_TABLE_LIMIT", "COLUMN_NAMES", "COLUMNS", "DIMS", "FEASIBLE", "FORMAT", "HEADER", "INT_COLUMNS",

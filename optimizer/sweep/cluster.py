@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
 from tpopt.errors import InputError
 from tpopt.optimizer.sweep.executor import Outcome
@@ -130,7 +130,7 @@ class DaskExecutor:
             keys.append(f"tpopt-sweep-{task.kind}-{self._token}-{tid}-{n}")
         futures = self.client.map(run_task, [t.kind for _, t in self._batch], [self._payload] * len(self._batch),
                                   [t.points for _, t in self._batch], key=keys, pure=False, retries=0)
-        for (tid, _), fut in zip(self._batch, futures):
+        for (tid, _), fut in zip(self._batch, futures, strict=False):
             self._tids[fut.key] = tid
         self._batch = []
         self._ac.update(futures)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import importlib
 import re
-from typing import Iterator, Protocol
+from collections.abc import Iterator
+from typing import Protocol
 
 from tpopt.errors import InputError
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import traceback
-from typing import Iterator
+from collections.abc import Iterator
 
 from tpopt.errors import InputError
 from tpopt.optimizer.sweep.executor import Outcome, TaskFailed, WorkerDied, describe

@@ -8,8 +8,9 @@ import hashlib
 import itertools
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from tpopt import __version__
 from tpopt.errors import InputError

@@ -15,8 +15,17 @@ from pathlib import Path
 
 from tpopt import __version__
 from tpopt.errors import InputError, require
-from tpopt.optimizer.sweep.rows import (COLUMN_NAMES, COLUMNS, FORMAT, PROVEN, STATUSES, _clean, cell, checksum_ok,
-                                        sort_key)
+from tpopt.optimizer.sweep.rows import (
+    COLUMN_NAMES,
+    COLUMNS,
+    FORMAT,
+    PROVEN,
+    STATUSES,
+    _clean,
+    cell,
+    checksum_ok,
+    sort_key,
+)
 
 OUT_FORMATS = (".csv", ".parquet", ".json")
 
@@ -39,7 +48,7 @@ def _parse_csv_line(line: str) -> dict | None:
         return None
     row = {}
     try:
-        for (name, typ), text in zip(COLUMNS.items(), cells):
+        for (name, typ), text in zip(COLUMNS.items(), cells, strict=False):
             if text == "":
                 row[name] = None
             elif typ is bool:
@@ -154,7 +163,7 @@ class OutputLock:
         self.target = path
         self.fd = None
 
-    def acquire(self) -> "OutputLock":
+    def acquire(self) -> OutputLock:
         try:
             import fcntl
         except ImportError:  # not POSIX: no lock

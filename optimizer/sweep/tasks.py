@@ -16,7 +16,6 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
-
 from tpopt import __version__
 from tpopt.errors import InputError
 from tpopt.models.units import DAY
