@@ -38,12 +38,21 @@ _LAZY = {
 
 __all__ = ["__version__", *_LAZY]
 
-if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
-    from tpopt.api import Explanation, LoadedScenario, SweepTable, evaluate, explain, scenario, solve, sweep
-    from tpopt.errors import InputError
-    from tpopt.models.evaluate import Evaluation
-    from tpopt.models.plan import Plan, Scenario
-    from tpopt.optimizer.result import SolveResult, Status
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs (``X as X``: an explicit re-export)
+    from tpopt.api import Explanation as Explanation
+    from tpopt.api import LoadedScenario as LoadedScenario
+    from tpopt.api import SweepTable as SweepTable
+    from tpopt.api import evaluate as evaluate
+    from tpopt.api import explain as explain
+    from tpopt.api import scenario as scenario
+    from tpopt.api import solve as solve
+    from tpopt.api import sweep as sweep
+    from tpopt.errors import InputError as InputError
+    from tpopt.models.evaluate import Evaluation as Evaluation
+    from tpopt.models.plan import Plan as Plan
+    from tpopt.models.plan import Scenario as Scenario
+    from tpopt.optimizer.result import SolveResult as SolveResult
+    from tpopt.optimizer.result import Status as Status
 
 
 def __getattr__(name: str):

@@ -42,7 +42,8 @@ def chapter_rows():
     base = load_scenario(ROOT / "examples" / "design-case.toml", {"task.critical_batch": "2M",
                                                                   "search.max_cards": 2048})
     print("Chapter 10.1.1 (design case, flat model, B_noise 2M tokens): base training days")
-    print(f"{'cards':>6} {'weak tpopt':>11} {'chapter':>8} {'error':>7}   {'strong tpopt':>12} {'CP':>3} {'chapter':>8} "
+    print(f"{'cards':>6} {'weak tpopt':>11} {'chapter':>8} {'error':>7}   "
+          f"{'strong tpopt':>12} {'CP':>3} {'chapter':>8} "
           f"{'error':>7}")
     for cards, weak in CHAPTER_WEAK.items():
         w = evaluate(base, Plan(accelerator="rtx4090", cards=cards, global_batch=8 * cards)).metrics["train_days"]

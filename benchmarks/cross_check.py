@@ -86,7 +86,8 @@ def random_raw(rng) -> tuple[dict, str]:
     if rng.random() < 0.3:
         raw["hardware"]["usable_memory"] = f"{_log_uniform(rng, 1, 16 * 1024):.4g}GiB"
     if rng.random() < 0.4:
-        raw["input"] = {"workers": int(rng.integers(1, 17)), "sequences_per_worker_s": round(float(rng.uniform(0.5, 4)), 3),
+        raw["input"] = {"workers": int(rng.integers(1, 17)),
+                        "sequences_per_worker_s": round(float(rng.uniform(0.5, 4)), 3),
                         "wait": f"{rng.uniform(0, 2):.3g}s"}
     if rng.random() < 0.3:
         raw["stragglers"] = {"sigma": round(float(rng.uniform(0, 0.1)), 4)}

@@ -136,7 +136,10 @@ def main(argv=None) -> int:
         same = ""
         if args.check:
             ref = solve(sc, "enumerate", Request())
-            key = (lambda r: None if r.best is None else r.best.metrics["cost"])
+
+            def key(r):
+                return None if r.best is None else r.best.metrics["cost"]
+
             same = "yes" if all(key(best[b]) is not None and math.isclose(key(best[b]), key(ref), rel_tol=1e-9)
                                 or key(best[b]) == key(ref) for b in best) else "NO"
         p = best["cpsat"].best.plan if best["cpsat"].best else None

@@ -55,7 +55,8 @@ def main(argv=None) -> None:
         t0 = time.perf_counter()
         r = pl.simulate(schedule, p, m, 10e-3, 10e-3, 10e-3, 1e-3, update)
         cold = time.perf_counter() - t0
-        warm = _best(lambda: pl.simulate(schedule, p, m, 10e-3, 10e-3, 10e-3, 1e-3, update), args.repeat)
+        warm = _best(lambda schedule=schedule: pl.simulate(schedule, p, m, 10e-3, 10e-3, 10e-3, 1e-3, update),
+                     args.repeat)
         t0 = time.perf_counter()
         n_events = len(r.events)
         t_events = time.perf_counter() - t0

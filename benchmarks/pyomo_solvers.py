@@ -7,7 +7,8 @@ highspy, no Pyomo), whether the optimum equals enumeration's (CP-SAT's where enu
 slow), and the time and size of ``--export`` as LP and MPS.
 Not a test: figures depend on the machine. Run:
 
-    .venv/bin/python benchmarks/pyomo_solvers.py [--all | --spaces 4,5] [--solvers highs,scip,cbc,glpk] [--time-limit 60]
+    .venv/bin/python benchmarks/pyomo_solvers.py [--all | --spaces 4,5] [--solvers highs,scip,cbc,glpk] \
+        [--time-limit 60]
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def main():
     spaces = SPACES if args.all else SPACES[:3]
     if args.spaces:
         spaces = [SPACES[int(i) - 1] for i in args.spaces.split(",")]
-    print(f"{'space':<72} {'plans':>11} {'backend':<12} {'monolithic':>11} {'auto':>8} {'auto / highs':>12} {'same':>5}")
+    print(f"{'space':<72} {'plans':>11} {'backend':<12} {'monolithic':>11} {'auto':>8} {'auto / highs':>12} "
+          f"{'same':>5}")
     for label, ov in spaces:
         sc = design(ov)
         space = Space.from_scenario(sc)
@@ -72,18 +74,21 @@ def main():
         for b in ["highs", *solvers]:
             mono, mono_s, same = None, "-", True
             if small:
-                r, mono = timed(lambda: solve(sc, b, Request(method="monolithic", time_limit=args.time_limit)))
+                mono_req = Request(method="monolithic", time_limit=args.time_limit)
+                r, mono = timed(lambda sc=sc, b=b, req=mono_req: solve(sc, b, req))
                 same = _same(r, ref)
                 mono_s = f"{mono:.2f} s" if r.status.value in ("optimal", "infeasible") else f"{r.status.value}"
-            r, auto = timed(lambda: solve(sc, b, Request(time_limit=args.time_limit)))
+            r, auto = timed(lambda sc=sc, b=b: solve(sc, b, Request(time_limit=args.time_limit)))
             same = same and _same(r, ref)
             base = base or auto
             ratio = auto / base
-            print(f"{label[:72]:<72} {n:>11,} {b:<12} {mono_s:>11} {auto:>6.2f} s {ratio:>11.1f}x {'yes' if same else 'NO':>5}")
+            print(f"{label[:72]:<72} {n:>11,} {b:<12} {mono_s:>11} {auto:>6.2f} s {ratio:>11.1f}x "
+                  f"{'yes' if same else 'NO':>5}")
         if small:
             with tempfile.TemporaryDirectory() as tmp:
                 for ext in (".lp", ".mps"):
-                    info, t = timed(lambda: export_model(space, Request(), Path(tmp) / f"plan{ext}"))
+                    target = Path(tmp) / f"plan{ext}"
+                    info, t = timed(lambda space=space, target=target: export_model(space, Request(), target))
                     size = (Path(tmp) / f"plan{ext}").stat().st_size
                     print(f"{'  export ' + ext:<72} {info['variables']:>11,} columns, {info['constraints']:,} rows: "
                           f"{t:.2f} s, {size / 1e6:.2f} MB")

@@ -65,8 +65,8 @@ def speed(quick: bool) -> None:
     print(f"{'RL space':<44}{'decisions':>10}{'keys':>6}{'solved':>7}{'solve':>9}{'brute':>9}{'ratio':>8}  same")
     for label, ov in cases:
         pb = O.RLProblem(load_rl_scenario(EXAMPLE, ov))
-        res, t_solve = timed(lambda: O.solve(pb))
-        bf, t_bf = timed(lambda: O.brute_force(O.RLProblem(pb.rsc)))
+        res, t_solve = timed(lambda pb=pb: O.solve(pb))
+        bf, t_bf = timed(lambda pb=pb: O.brute_force(O.RLProblem(pb.rsc)))
         same = abs(res.best.key("cost")[0] - bf.key("cost")[0]) <= 1e-9 * bf.key("cost")[0]
         st = res.stats
         print(f"{label:<44}{st['points']:>10,}{st['learner_keys']:>6}{st['learner_keys_solved']:>7}"

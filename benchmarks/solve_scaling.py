@@ -183,7 +183,7 @@ def enumeration_estimate(space, samples: int, seed: int = 0) -> tuple[float, int
     total = 0.0
     points = 0
     per = max(2, samples // max(len(families), 1))
-    for stratum, fams in sorted(families.items()):
+    for _stratum, fams in sorted(families.items()):
         keys = sorted(fams)
         pick = [keys[0]] + sorted(rng.sample(keys[1:], min(per, len(keys)) - 1))
         times = []
@@ -329,13 +329,15 @@ def report_row(row, label, res, en, backends):
         if "measured" in en:
             enum_t = en["measured"]
             print(f"    enumeration: measured {enum_t:.2f} s CPU ({en['measured_wall']:.2f} s wall; estimate from "
-                  f"{en['sampled']:,} sampled plans: {est:.2f} s CPU, estimate / measured {est / max(enum_t, 1e-9):.2f}); "
+                  f"{en['sampled']:,} sampled plans: {est:.2f} s CPU, "
+                  f"estimate / measured {est / max(enum_t, 1e-9):.2f}); "
                   f"optimum: {en['plan']}")
             if en.get("cost") is not None:
                 costs.append(en["cost"])
         else:
             enum_t = est
-            print(f"    enumeration: ~{est:,.0f} s CPU estimated (from {en['sampled']:,} sampled plans; over the budget)")
+            print(f"    enumeration: ~{est:,.0f} s CPU estimated "
+                  f"(from {en['sampled']:,} sampled plans; over the budget)")
     if enum_t is not None:
         for b in backends:
             r = res[b]

@@ -93,7 +93,8 @@ def main(argv=None) -> int:
         print(f"\n{acc}: fitted on {len(fit_runs)} runs in {time.perf_counter() - t0:.0f} s")
         for n in cal.fitted:
             unit, scale = ("us", 1e6) if n == "kernel_overhead" else ("", 1.0)
-            print(f"  {n:18s} {getattr(cal.perf, n) * scale:8.4g}{unit}   (catalog {getattr(prior, n) * scale:.4g}{unit})")
+            print(f"  {n:18s} {getattr(cal.perf, n) * scale:8.4g}{unit}   "
+                  f"(catalog {getattr(prior, n) * scale:.4g}{unit})")
         for r in mine:
             pred[r.name] = float(C.predict(r, cal.perf).step_s[0])
             chosen[r.name] = C.chosen_plan(r, cal.perf)
@@ -151,7 +152,8 @@ def main(argv=None) -> int:
                 share = f / (r.plans[0].cards * pred[r.name] * peak) * 100
                 widths.append(a.hidden)
                 preds.append(share)
-                print(f"    {r.name:22s} h = {a.hidden:6d}  {share:5.1f} % vs {float(r.extra['row']['measured_pct_of_peak']):5.1f} %")
+                measured = float(r.extra['row']['measured_pct_of_peak'])
+                print(f"    {r.name:22s} h = {a.hidden:6d}  {share:5.1f} % vs {measured:5.1f} %")
             rho = spearman(widths, preds)
             print(f"    rank correlation with width {rho:+.2f}; {preds[0]:.1f} % -> {preds[-1]:.1f} % from the "
                   f"narrowest to the widest")
