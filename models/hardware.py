@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
+
+from tpopt.models.network import Fabric, host_fabric, route
 
 
 @dataclass(frozen=True)
 class Accelerator:
     """One rentable accelerator type, in SI units (FLOP/s, bytes, bytes/s per direction, USD/h).
 
-    ``intra_host_bw`` is the per-direction bandwidth a card has towards the other cards of its
-    host: the card-to-card fabric (NVLink) when the card supports peer-to-peer, otherwise its host
-    link (PCIe), because without P2P every transfer crosses the card's own PCIe link through host
-    memory (chapter 10.3.3, RTX 4090).
+    Its network is :attr:`fabric` (tiers in :mod:`tpopt.models.network`): the scale-up domain of
+    ``scale_up_cards`` cards (0: one host) at the card-to-card fabric's bandwidth (NVLink) when the
+    card supports peer-to-peer, otherwise its host link (PCIe), because without P2P every transfer
+    crosses the card's own PCIe link through host memory (chapter 10.3.3, RTX 4090); then the hosts'
+    NICs.
     """
 
     name: str
@@ -38,11 +42,18 @@ class Accelerator:
     host_link: str = ""
     interconnect: str = "none"
     nic: str = ""
+    scale_up_cards: int = 0  # cards in one scale-up domain (0: one host)
     sources: dict = field(default_factory=dict, compare=False, hash=False)
 
-    @property
+    @cached_property
+    def fabric(self) -> Fabric:
+        """The card's network tiers: scale-up domain (NVLink with P2P, else the host link), then NICs."""
+        up = self.interconnect_bw if self.p2p and self.interconnect_bw > 0 else self.host_link_bw
+        return host_fabric(self.cards_per_host, up, self.nic_bw, host_link_bw=self.host_link_bw, p2p=self.p2p,
+                           scale_up_cards=self.scale_up_cards)
+
+    @cached_property
     def intra_host_bw(self) -> float:
-        """Per-direction card-to-card bandwidth inside a host (NVLink with P2P, else host link)."""
-        if self.p2p and self.interconnect_bw > 0:
-            return self.interconnect_bw
-        return self.host_link_bw
+        """Per-direction bandwidth of a group inside one host (network.route over the host's cards):
+        NVLink with P2P, else the host link."""
+        return float(route(self.fabric, self.cards_per_host).bandwidth)
