@@ -43,14 +43,17 @@ class Accelerator:
     interconnect: str = "none"
     nic: str = ""
     scale_up_cards: int = 0  # cards in one scale-up domain (0: one host)
+    pod_hosts: int = 0  # hosts in one scale-out pod (0: every host in one pod)
+    spine_oversubscription: float = 1.0  # taper of the spine between pods (2 = 2:1; 1 = none)
     sources: dict = field(default_factory=dict, compare=False, hash=False)
 
     @cached_property
     def fabric(self) -> Fabric:
-        """The card's network tiers: scale-up domain (NVLink with P2P, else the host link), then NICs."""
+        """The card's network tiers: scale-up domain (NVLink with P2P, else the host link), NICs, spine."""
         up = self.interconnect_bw if self.p2p and self.interconnect_bw > 0 else self.host_link_bw
         return host_fabric(self.cards_per_host, up, self.nic_bw, host_link_bw=self.host_link_bw, p2p=self.p2p,
-                           scale_up_cards=self.scale_up_cards)
+                           scale_up_cards=self.scale_up_cards, pod_hosts=self.pod_hosts,
+                           spine_oversubscription=self.spine_oversubscription)
 
     @cached_property
     def intra_host_bw(self) -> float:

@@ -7,7 +7,9 @@ files list their networks):
   card without peer-to-peer reaches the others of its host only through its own host link, PCIe),
   ``bandwidth`` per card and direction;
 * **scale-out**: the hosts' NICs, one rail per NIC (NIC i of every host on rail i); ``bandwidth`` per
-  NIC and direction, shared by the host's cards.
+  NIC and direction, shared by the host's cards; a pod of ``pod_hosts`` hosts (default: all of them);
+* **spine** (only with pods): between pods, each NIC's uplink tapered by the spine's
+  ``oversubscription`` (2 = 2:1: a ring or all-to-all that leaves a pod runs at half its NIC share).
 
 The rank order nests the parallel dimensions (tp innermost, then cp, dp, pp), so a group of ``size``
 ranks ``stride`` apart occupies a block of size x stride consecutive ranks, aligned to the tiers'
@@ -32,14 +34,16 @@ def _f(x):
 class Tier:
     """One level of the network.
 
-    name        "scale-up" or "scale-out"
-    cards       cards one domain of this tier holds (math.inf: every card of the cluster)
-    bandwidth   bytes/s per direction: per card on the scale-up tier, per NIC on the tiers beyond it
+    name               "scale-up", "scale-out" or "spine"
+    cards              cards one domain of this tier holds (math.inf: every card of the cluster)
+    bandwidth          bytes/s per direction: per card on the scale-up tier, per NIC on the tiers beyond it
+    oversubscription   what traffic on this tier's links is divided by (a spine's taper; 1 = none)
     """
 
     name: str
     cards: float
     bandwidth: float
+    oversubscription: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -69,14 +73,18 @@ class Fabric:
 
 
 def host_fabric(cards_per_host: int, scale_up_bw: float, nic_bw: float, *, host_link_bw: float | None = None,
-                p2p: bool = True, scale_up_cards: int = 0) -> Fabric:
+                p2p: bool = True, scale_up_cards: int = 0, pod_hosts: int = 0,
+                spine_oversubscription: float = 1.0) -> Fabric:
     """The fabric of hosts of ``cards_per_host`` cards: a scale-up domain of ``scale_up_cards`` cards
     (0: one host; at least one host) at ``scale_up_bw`` per card, NICs of ``nic_bw`` between domains
-    (bytes/s per direction). ``host_link_bw`` defaults to ``scale_up_bw`` (a card without P2P)."""
-    return Fabric(tiers=(Tier("scale-up", max(scale_up_cards, cards_per_host), scale_up_bw),
-                         Tier("scale-out", math.inf, nic_bw)),
-                  cards_per_host=cards_per_host, host_link_bw=scale_up_bw if host_link_bw is None else host_link_bw,
-                  p2p=p2p)
+    (bytes/s per direction) inside pods of ``pod_hosts`` hosts (0: one pod), and between pods a spine
+    tapered by ``spine_oversubscription``. ``host_link_bw`` defaults to ``scale_up_bw`` (no P2P)."""
+    pod = pod_hosts * cards_per_host if pod_hosts > 0 else math.inf
+    tiers = (Tier("scale-up", max(scale_up_cards, cards_per_host), scale_up_bw), Tier("scale-out", pod, nic_bw))
+    if pod_hosts > 0:
+        tiers += (Tier("spine", math.inf, nic_bw, spine_oversubscription),)
+    return Fabric(tiers=tiers, cards_per_host=cards_per_host,
+                  host_link_bw=scale_up_bw if host_link_bw is None else host_link_bw, p2p=p2p)
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,8 +108,8 @@ def route(fabric: Fabric, size, stride=1, sharing=1, nics=1, direct: bool = Fals
 
     The group has ``size`` members ``stride`` ranks apart (span = size x stride ranks); ``sharing``
     groups send through a host's ``nics`` NICs at the same time. Tier i beyond the scale-up domain
-    gives each card the share
-        s_i = nics x B_i / sharing
+    gives each card the share (o_i its oversubscription)
+        s_i = nics x B_i / sharing / o_i
     and the group crosses tier i when its span exceeds the domain of tier i - 1. Then
         B = B_up                                   inside one scale-up domain (level 0)
         B = min(B_first, s_1, ..., s_level)        otherwise,
@@ -109,12 +117,13 @@ def route(fabric: Fabric, size, stride=1, sharing=1, nics=1, direct: bool = Fals
     domain run there), the host link for a ``direct`` send (card -> PCIe -> NIC).
 
     RTX 4090 (no P2P, PCIe 4.0 x16 = 32 GB/s, 8-card hosts, 8 x 200 Gbit/s NICs), a DP ring of 48
-    members 1 apart: min(32, 8 x 25 / 1) = 32 GB/s; with one shared NIC: 25 GB/s.
+    members 1 apart: min(32, 8 x 25 / 1) = 32 GB/s; with one shared NIC: 25 GB/s. H100 hosts in pods
+    of 4 under a 2:1 spine, DP ring of 8 members 8 apart (8 hosts): min(450, 8 x 50 / 8 / 2) = 25 GB/s.
     """
     span = _f(size) * _f(stride)
     up = fabric.tiers[0]
     level = np.zeros(np.shape(span), dtype=int)
-    shares = [_f(nics) * t.bandwidth / _f(sharing) for t in fabric.tiers[1:]]
+    shares = [_f(nics) * t.bandwidth / _f(sharing) / t.oversubscription for t in fabric.tiers[1:]]
     off = shares[0]
     for i, (inner, share) in enumerate(zip(fabric.tiers[:-1], shares, strict=True), start=1):
         crosses = span > inner.cards

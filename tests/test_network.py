@@ -103,3 +103,26 @@ def test_scale_up_domain_of_several_hosts(tmp_path):
 def _h100_table() -> str:
     return ('peak_bf16 = "989TFLOP/s"\nmemory = "80GB"\nhost_link = "pcie5-x16"\np2p = true\n'
             'interconnect = "nvlink4"\ncards_per_host = 8\nnic = "400g"\nnics_per_host = 8\n')
+
+
+def test_spine_oversubscription_halves_cross_pod_rings(tmp_path):
+    # H100 hosts in pods of 4 under a 2:1 spine (catalog keys pod_hosts, spine_oversubscription)
+    (tmp_path / "accelerators.toml").write_text('[h100-sxm]\n' + _h100_table()
+                                                + 'pod_hosts = 4\nspine_oversubscription = 2\n')
+    a = load_catalog([tmp_path]).accelerator("h100-sxm")
+    assert [t.name for t in a.fabric.tiers] == ["scale-up", "scale-out", "spine"] and a.fabric.tiers[1].cards == 32
+    # tp 8 x dp 8 spans 8 hosts, two pods: 8 x 50 GB/s / 8 rings = 50 GB/s, halved by the spine
+    flat = float(comm.dp_ring_bandwidth(H100.fabric, 8, 8, 8))
+    assert flat == 50e9 and float(comm.dp_ring_bandwidth(a.fabric, 8, 8, 8)) == flat / 2
+    # tp 8 x dp 4 fills one pod: unchanged; inside a host: unchanged
+    assert float(comm.dp_ring_bandwidth(a.fabric, 8, 4, 8)) == float(comm.dp_ring_bandwidth(H100.fabric, 8, 4, 8))
+    assert float(comm.dp_ring_bandwidth(a.fabric, 1, 8, 8)) == 450e9
+    # an all-to-all leaving the pod too, and the levels say which tier each group crosses
+    assert float(context.cp_bandwidth(a.fabric, 8, 8, 8, "all-to-all")) == 25e9
+    assert route(a.fabric, np.array([8, 32, 64])).level.tolist() == [0, 1, 2]
+    # neutral defaults: no pods, or a 1:1 spine, change nothing
+    neutral = replace(H100, pod_hosts=4)
+    assert float(comm.dp_ring_bandwidth(neutral.fabric, 8, 8, 8)) == flat
+    (tmp_path / "accelerators.toml").write_text('[h100-sxm]\n' + _h100_table() + 'spine_oversubscription = 0.5\n')
+    with pytest.raises(InputError, match="at least 1"):
+        load_catalog([tmp_path])
