@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 
 from tpopt.models.network import Fabric, host_fabric, route
+
+#: Marks the fields that describe network tiers beyond the card's links (models/network.py).
+TIER = {"network": "tier"}
 
 
 @dataclass(frozen=True)
@@ -42,10 +45,17 @@ class Accelerator:
     host_link: str = ""
     interconnect: str = "none"
     nic: str = ""
-    scale_up_cards: int = 0  # cards in one scale-up domain (0: one host)
-    pod_hosts: int = 0  # hosts in one scale-out pod (0: every host in one pod)
-    spine_oversubscription: float = 1.0  # taper of the spine between pods (2 = 2:1; 1 = none)
+    scale_up_cards: int = field(default=0, metadata=TIER)  # cards in one scale-up domain (0: one host)
+    pod_hosts: int = field(default=0, metadata=TIER)  # hosts in one scale-out pod (0: every host in one pod)
+    spine_oversubscription: float = field(default=1.0, metadata=TIER)  # spine taper between pods (2 = 2:1)
     sources: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __repr__(self) -> str:
+        """The dataclass repr, with a network-tier field only where it differs from its neutral default
+        (a run's fingerprint on the shipped catalogs stays what it was before the tiers existed)."""
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
+                 if f.repr and not (f.metadata.get("network") and getattr(self, f.name) == f.default)]
+        return f"{type(self).__qualname__}({', '.join(shown)})"
 
     @cached_property
     def fabric(self) -> Fabric:

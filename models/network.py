@@ -121,15 +121,21 @@ def route(fabric: Fabric, size, stride=1, sharing=1, nics=1, direct: bool = Fals
     of 4 under a 2:1 spine, DP ring of 8 members 8 apart (8 hosts): min(450, 8 x 50 / 8 / 2) = 25 GB/s.
     """
     span = _f(size) * _f(stride)
-    up = fabric.tiers[0]
-    level = np.zeros(np.shape(span), dtype=int)
-    shares = [_f(nics) * t.bandwidth / _f(sharing) / t.oversubscription for t in fabric.tiers[1:]]
-    off = shares[0]
-    for i, (inner, share) in enumerate(zip(fabric.tiers[:-1], shares, strict=True), start=1):
-        crosses = span > inner.cards
-        level = level + crosses
-        if i > 1:
-            off = np.where(crosses, np.minimum(off, share), off)
+    up, out, *beyond = fabric.tiers
+    k, n = _f(nics), _f(sharing)
+    crosses = span > up.cards
+    level = crosses.astype(int)
+    off = _share(k, out, n)
+    for inner, tier in zip(fabric.tiers[1:], beyond, strict=False):
+        leaves = span > inner.cards
+        level = level + leaves
+        off = np.where(leaves, np.minimum(off, _share(k, tier, n)), off)
     first = fabric.host_link_bw if direct else up.bandwidth
-    bandwidth = np.where(level > 0, np.minimum(first, off), up.bandwidth)
+    bandwidth = np.where(crosses, np.minimum(first, off), up.bandwidth)
     return Route(level=level, bandwidth=bandwidth, scale_up=up.bandwidth, scale_out=off)
+
+
+def _share(nics, tier: Tier, sharing):
+    """A card's share of a tier reached through its host's NICs: nics x B / sharing / oversubscription."""
+    share = nics * tier.bandwidth / sharing
+    return share if tier.oversubscription == 1.0 else share / tier.oversubscription

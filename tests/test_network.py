@@ -126,3 +126,12 @@ def test_spine_oversubscription_halves_cross_pod_rings(tmp_path):
     (tmp_path / "accelerators.toml").write_text('[h100-sxm]\n' + _h100_table() + 'spine_oversubscription = 0.5\n')
     with pytest.raises(InputError, match="at least 1"):
         load_catalog([tmp_path])
+
+
+def test_neutral_tier_fields_stay_out_of_the_repr():
+    # sweep fingerprints hash repr(accelerator): the shipped catalogs' hashes stay as before the tiers
+    r = repr(RTX)
+    assert "scale_up_cards" not in r and "pod_hosts" not in r and "spine_oversubscription" not in r
+    assert r.startswith("Accelerator(name='rtx4090', peak_flops=") and "sources={" in r
+    assert "pod_hosts=4" in repr(replace(RTX, pod_hosts=4)) and "spine_oversubscription=2.0" in repr(
+        replace(RTX, spine_oversubscription=2.0))
