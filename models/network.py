@@ -126,7 +126,7 @@ def route(fabric: Fabric, size, stride=1, sharing=1, nics=1, direct: bool = Fals
     crosses = span > up.cards
     level = crosses.astype(int)
     off = _share(k, out, n)
-    for inner, tier in zip(fabric.tiers[1:], beyond, strict=False):
+    for inner, tier in zip(fabric.tiers[1:-1], beyond, strict=True):
         leaves = span > inner.cards
         level = level + leaves
         off = np.where(leaves, np.minimum(off, _share(k, tier, n)), off)
