@@ -207,7 +207,15 @@ def _build_nics(raw_links: dict) -> tuple[dict[str, float], dict[str, Nic]]:
 ACCELERATOR_KEYS = ("display", "peak_bf16", "peak_fp16", "peak_fp8", "peak_tf32", "memory", "usable_memory",
                     "hbm_bandwidth", "host_link", "p2p", "interconnect", "cards_per_host", "nic", "nics_per_host",
                     "max_nics_per_host", "host_memory", "host_memory_bandwidth", "price_card_hour", "price_date",
-                    "sources", "notes")
+                    "scale_up_cards", "pod_hosts", "spine_oversubscription", "sources", "notes")
+
+
+def _oversubscription(t: dict, where: str) -> float:
+    """The spine's taper, a number >= 1 (2 = 2:1); 1 = none."""
+    value = parse_number(t.get("spine_oversubscription", 1.0), f"{where} spine_oversubscription")
+    if value < 1.0:
+        raise InputError(f"{where}: spine_oversubscription must be at least 1 (1 = none, 2 = 2:1), got {value:g}")
+    return value
 
 
 def _build_accelerator(name: str, t: dict, links: dict[str, float], nics: dict[str, Nic]) -> Accelerator:
@@ -235,6 +243,10 @@ def _build_accelerator(name: str, t: dict, links: dict[str, float], nics: dict[s
         raise InputError(f"{where}: usable_memory exceeds memory")
     price = t.get("price_card_hour")
     nph = parse_int(t.get("nics_per_host", 1), f"{where} nics_per_host", minimum=0)
+    cards = parse_int(_need(t, "cards_per_host", where), f"{where} cards_per_host", minimum=1)
+    scale_up = parse_int(t.get("scale_up_cards", cards), f"{where} scale_up_cards", minimum=1)
+    if scale_up % cards:
+        raise InputError(f"{where}: scale_up_cards ({scale_up}) must be a whole number of hosts of {cards} cards")
 
     def peak(key):
         return parse_flops_rate(t[key], f"{where} {key}") if key in t else 0.0
@@ -251,7 +263,7 @@ def _build_accelerator(name: str, t: dict, links: dict[str, float], nics: dict[s
         p2p=_flag(t, "p2p", where),
         interconnect=inter,
         interconnect_bw=0.0 if inter == "none" else links[inter],
-        cards_per_host=parse_int(_need(t, "cards_per_host", where), f"{where} cards_per_host", minimum=1),
+        cards_per_host=cards,
         nic=nic_name,
         nic_bw=nic.bandwidth,
         nic_price_hour=nic.price_hour,
@@ -263,6 +275,9 @@ def _build_accelerator(name: str, t: dict, links: dict[str, float], nics: dict[s
         peak_fp16=peak("peak_fp16"),
         peak_fp8=peak("peak_fp8"),
         peak_tf32=peak("peak_tf32"),
+        scale_up_cards=scale_up if "scale_up_cards" in t else 0,
+        pod_hosts=parse_int(t.get("pod_hosts", 0), f"{where} pod_hosts", minimum=0),
+        spine_oversubscription=_oversubscription(t, where),
         sources=_sources(t, where),
     )
 

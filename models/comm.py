@@ -2,12 +2,14 @@
 overlap. Volumes are bytes sent (= received) per card per direction; bandwidths are per direction.
 
 Layout convention: TP ranks are the innermost (adjacent cards of one host), then DP, then PP, so a
-DP ring of d members with stride tp stays inside one host iff d x tp <= cards_per_host.
+DP ring of d members with stride tp stays inside one scale-up domain iff d x tp <= its cards; which
+tiers a group crosses is decided in one place, :func:`tpopt.models.network.route`.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from tpopt.models.network import Fabric, route
 
 # ---------------------------------------------------------------------------------------------
 # collective volumes (ring algorithms)
@@ -89,39 +91,35 @@ def pp_boundary_bytes(tokens_per_microbatch, hidden, tp, act_bytes=2.0):
 # bandwidth on the real path
 
 
-def dp_ring_bandwidth(intra_bw, nic_bw, nics_per_host, tp, dp, cards_per_host):
-    """Per-card bandwidth of a DP ring (bytes/s per direction).
+def dp_ring_bandwidth(fabric: Fabric, tp, dp, nics):
+    """Per-card bandwidth of a DP ring (bytes/s per direction): dp members tp apart, the tp rings of a
+    host sharing its ``nics`` NICs (network.route).
 
-    Inside one host the ring runs at the card's intra-host bandwidth (NVLink, or PCIe through host
-    memory when the card has no P2P). A ring that spans hosts crosses each host boundary once per
-    direction; with k NICs per host and tp rings leaving each host the boundary carries each
+    Inside one scale-up domain the ring runs at the card's scale-up bandwidth (NVLink, or PCIe
+    through host memory when the card has no P2P). A ring that spans hosts crosses each host boundary
+    once per direction; with k NICs per host and tp rings leaving each host the boundary carries each
     card's whole volume at k x B_nic / tp, so
 
-        B = intra_bw                              if dp x tp <= cards_per_host
-        B = min(intra_bw, k x B_nic / tp)         otherwise.
+        B = B_up                                  if dp x tp <= cards in the domain
+        B = min(B_up, k x B_nic / tp)             otherwise.
 
     RTX 4090 (PCIe 4.0 x16 = 32 GB/s, 8 x 200 Gbit/s NICs per host): 32 GB/s; with one shared
     200 Gbit/s NIC per host: 25 GB/s (chapter 10.6.2: 12.0 s -> 15.4 s).
     """
-    spans = np.asarray(dp) * np.asarray(tp) > np.asarray(cards_per_host)
-    k = np.asarray(nics_per_host, dtype=float)
-    across = np.minimum(intra_bw, k * nic_bw / np.asarray(tp, dtype=float))
-    return np.where(spans, across, intra_bw)
+    return route(fabric, dp, tp, tp, nics).bandwidth
 
 
-def pp_link_bandwidth(intra_bw, nic_bw, nics_per_host, cards, cards_per_host, host_link_bw):
-    """Per-card bandwidth of a pipeline boundary transfer (bytes/s per direction).
+def pp_link_bandwidth(fabric: Fabric, pp, stride, nics):
+    """Per-card bandwidth of a pipeline boundary transfer (bytes/s per direction): pp stages ``stride``
+    cards apart (tp cp dp), each a direct send through the host link (network.route).
 
-    A job inside one host sends boundary tensors card to card (intra-host bandwidth). A job that
-    spans hosts has at least one boundary that crosses hosts, where all cards of a host send at
-    once through its k NICs; the slowest boundary paces the pipeline (conservative):
-        B = intra_bw                                   if cards <= cards_per_host
+    A job inside one scale-up domain sends boundary tensors card to card. A job that spans hosts has
+    at least one boundary that crosses hosts, where all cards of a host send at once through its k
+    NICs; the slowest boundary paces the pipeline (conservative):
+        B = B_up                                       if cards <= cards in the domain
         B = min(host_link_bw, k x B_nic / cards_per_host)   otherwise.
     """
-    spans = np.asarray(cards) > np.asarray(cards_per_host)
-    k = np.asarray(nics_per_host, dtype=float)
-    across = np.minimum(host_link_bw, k * nic_bw / np.asarray(cards_per_host, dtype=float))
-    return np.where(spans, across, intra_bw)
+    return route(fabric, pp, stride, fabric.cards_per_host, nics, direct=True).bandwidth
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 from tpopt.models.arch import ModelArch
+from tpopt.models.network import Fabric, route
 
 METHODS = ("ring", "all-to-all")
 SPLITS = ("zigzag", "contiguous")
@@ -129,17 +130,13 @@ def placement_ok(tp, cp, cards_per_host):
     return (g % t == 0) & ((g % group == 0) | (group % g == 0))
 
 
-def cp_bandwidth(intra_bw, nic_bw, nics_per_host, tp, cp, cards_per_host, method: str = "ring"):
-    """Per-card bandwidth of the CP exchange (bytes/s per direction).
+def cp_bandwidth(fabric: Fabric, tp, cp, nics, method: str = "ring"):
+    """Per-card bandwidth of the CP exchange (bytes/s per direction): cp ranks tp apart (network.route).
 
-    The cp ranks are tp apart: the group stays inside a host iff tp x cp <= cards per host (the card's
-    intra-host link). Across hosts, a ring crosses each host boundary with the tp rings of the host
-    sharing its k NICs: min(intra, k B_nic / tp) (as a DP ring, comm.dp_ring_bandwidth); an all-to-all
-    sends most of its bytes off the host, every card of the host at once: min(intra, k B_nic / g).
+    The group stays inside the scale-up domain iff tp x cp <= its cards (the card's scale-up link).
+    Across hosts, a ring crosses each host boundary with the tp rings of the host sharing its k NICs:
+    min(B_up, k B_nic / tp) (as a DP ring, comm.dp_ring_bandwidth); an all-to-all sends most of its
+    bytes off the host, every card of the host at once: min(B_up, k B_nic / g).
     """
-    t, c = _f(tp), _f(cp)
-    g = float(cards_per_host)
-    spans = t * c > g
-    k = _f(nics_per_host)
-    share = np.minimum(intra_bw, k * nic_bw / (t if method == "ring" else g))
-    return np.where(spans, share, intra_bw)
+    sharing = tp if method == "ring" else fabric.cards_per_host
+    return route(fabric, cp, tp, sharing, nics).bandwidth

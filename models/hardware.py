@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from functools import cached_property
+
+from tpopt.models.network import Fabric, host_fabric, route
+
+#: Marks the fields that describe network tiers beyond the card's links (models/network.py).
+TIER = {"network": "tier"}
 
 
 @dataclass(frozen=True)
 class Accelerator:
     """One rentable accelerator type, in SI units (FLOP/s, bytes, bytes/s per direction, USD/h).
 
-    ``intra_host_bw`` is the per-direction bandwidth a card has towards the other cards of its
-    host: the card-to-card fabric (NVLink) when the card supports peer-to-peer, otherwise its host
-    link (PCIe), because without P2P every transfer crosses the card's own PCIe link through host
-    memory (chapter 10.3.3, RTX 4090).
+    Its network is :attr:`fabric` (tiers in :mod:`tpopt.models.network`): the scale-up domain of
+    ``scale_up_cards`` cards (0: one host) at the card-to-card fabric's bandwidth (NVLink) when the
+    card supports peer-to-peer, otherwise its host link (PCIe), because without P2P every transfer
+    crosses the card's own PCIe link through host memory (chapter 10.3.3, RTX 4090); then the hosts'
+    NICs.
     """
 
     name: str
@@ -38,11 +45,28 @@ class Accelerator:
     host_link: str = ""
     interconnect: str = "none"
     nic: str = ""
+    scale_up_cards: int = field(default=0, metadata=TIER)  # cards in one scale-up domain (0: one host)
+    pod_hosts: int = field(default=0, metadata=TIER)  # hosts in one scale-out pod (0: every host in one pod)
+    spine_oversubscription: float = field(default=1.0, metadata=TIER)  # spine taper between pods (2 = 2:1)
     sources: dict = field(default_factory=dict, compare=False, hash=False)
 
-    @property
+    def __repr__(self) -> str:
+        """The dataclass repr, with a network-tier field only where it differs from its neutral default
+        (a run's fingerprint on the shipped catalogs stays what it was before the tiers existed)."""
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
+                 if f.repr and not (f.metadata.get("network") and getattr(self, f.name) == f.default)]
+        return f"{type(self).__qualname__}({', '.join(shown)})"
+
+    @cached_property
+    def fabric(self) -> Fabric:
+        """The card's network tiers: scale-up domain (NVLink with P2P, else the host link), NICs, spine."""
+        up = self.interconnect_bw if self.p2p and self.interconnect_bw > 0 else self.host_link_bw
+        return host_fabric(self.cards_per_host, up, self.nic_bw, host_link_bw=self.host_link_bw, p2p=self.p2p,
+                           scale_up_cards=self.scale_up_cards, pod_hosts=self.pod_hosts,
+                           spine_oversubscription=self.spine_oversubscription)
+
+    @cached_property
     def intra_host_bw(self) -> float:
-        """Per-direction card-to-card bandwidth inside a host (NVLink with P2P, else host link)."""
-        if self.p2p and self.interconnect_bw > 0:
-            return self.interconnect_bw
-        return self.host_link_bw
+        """Per-direction bandwidth of a group inside one host (network.route over the host's cards):
+        NVLink with P2P, else the host link."""
+        return float(route(self.fabric, self.cards_per_host).bandwidth)

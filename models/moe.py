@@ -45,6 +45,7 @@ from tpopt.models.arch import (
     mtp_linear_params,
     mtp_params,
 )
+from tpopt.models.network import Route
 
 DISPATCHERS = ("direct", "per-host")
 A2A_OVERLAPS = ("auto", "none", "all")
@@ -356,23 +357,22 @@ def a2a_rows_per_token(top_k: int, ep, hosts, dispatcher: str = "direct", node_l
     return top_k * (m - 1.0) / ep, top_k * (ep - m) / ep
 
 
-def a2a_time(tokens, hidden: int, act_bytes: float, rows_intra, rows_inter, phi, intra_bw: float, nic_bw: float,
-             nics_per_host, cards_per_host: int, p2p: bool):
+def a2a_time(tokens, hidden: int, act_bytes: float, rows_intra, rows_inter, phi, path: Route, p2p: bool):
     """One all-to-all (dispatch or combine) of one MoE block for one card's ``tokens``, in seconds.
 
     Bytes = tokens x rows per token x phi x h x bytes, phi the load factor (the busiest receiver and
-    padded rows pace the exchange). Rows inside the host move at the card-to-card bandwidth; rows across
-    hosts leave through the host's k NICs shared by its cards (k x B_nic / cards per host each), at the
-    same time. A card without peer-to-peer sends both through its own host link:
-        t = max(intra / B_intra, inter / (k B_nic / g))            with peer-to-peer
-        t = max((intra + inter) / B_intra, inter / (k B_nic / g))  without
+    padded rows pace the exchange). Rows inside the scale-up domain move at the card's scale-up
+    bandwidth; rows across hosts leave through the host's k NICs shared by its cards at the same time
+    (``path``: network.route of the EP group with every card of a host sharing, k x B_nic / g each).
+    A card without peer-to-peer sends both through its own host link:
+        t = max(intra / B_up, inter / (k B_nic / g))            with peer-to-peer
+        t = max((intra + inter) / B_up, inter / (k B_nic / g))  without
     """
     per_row = _f(tokens) * _f(phi) * hidden * act_bytes
     intra, inter = per_row * _f(rows_intra), per_row * _f(rows_inter)
-    nic = _f(nics_per_host) * nic_bw / cards_per_host
-    t_nic = np.where(inter > 0, inter / nic, 0.0)
+    t_nic = np.where(inter > 0, inter / path.scale_out, 0.0)
     on_card = intra if p2p else intra + inter
-    return np.maximum(on_card / intra_bw, t_nic)
+    return np.maximum(on_card / path.scale_up, t_nic)
 
 
 def a2a_per_microbatch(one, moe_blocks, recompute_full: bool):

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 
 from tpopt.models.generation import Lengths
+from tpopt.models.network import Fabric, route
 
 
 def effective_sample_rate(generate: float, verify: float, learn: float, kept: float) -> float:
@@ -190,6 +191,12 @@ def sync_bytes_per_card(dense_bytes: float, expert_bytes: float, tp: int, ep: in
     if sharded:
         return dense_bytes / tp + expert_bytes / ep
     return dense_bytes + expert_bytes
+
+
+def host_nic_bandwidth(fabric: Fabric, cards, nics) -> float:
+    """One host's NIC bandwidth for weights sent between card groups of ``cards`` cards in all (bytes/s
+    per direction): network.route with the host's cards as one flow through its ``nics`` NICs, k x B_nic."""
+    return float(route(fabric, cards, 1, 1, nics).scale_out)
 
 
 def network_sync_time(per_card: float, receiver_cards: int, cards_per_host: int, host_ingress: float,

@@ -28,7 +28,7 @@ from collections import OrderedDict
 from functools import lru_cache
 
 import numpy as np
-from tpopt.models import comm, context, memory, moe, ops, pipeline, reliability, steptime
+from tpopt.models import comm, context, memory, moe, network, ops, pipeline, reliability, steptime
 from tpopt.models.arch import attention_flops_per_token, flops_per_token, is_moe_layer, param_count
 from tpopt.models.batch import iterations_with_ramp
 from tpopt.models.compute import iterations
@@ -561,7 +561,7 @@ def cp_exchange(sc: Scenario, acc: str, tp, cp, micro_batch, nics, attention_fwd
     catalog in the per-operation model); 0 when cp = 1."""
     A = sc.system(acc).acc
     a, e = sc.model, sc.memory.activation_bytes
-    bw = context.cp_bandwidth(A.intra_host_bw, A.nic_bw, nics, tp, cp, A.cards_per_host, sc.cp_method)
+    bw = context.cp_bandwidth(A.fabric, tp, cp, nics, sc.cp_method)
     if per_op_model(sc):
         bw = bw * sc.system(acc).perf.tp_efficiency
     if sc.cp_method == "ring":
@@ -718,8 +718,7 @@ def _busiest_stage(sc: Scenario, pp, layer, first, last, dense=None):
 def pipeline_transfer(sc: Scenario, acc: str, tp, pp, dp, micro_batch, nics, cp=1):
     """Boundary transfer per micro-batch and direction: s b h x bytes / (tp cp) over the stage link."""
     A = sc.system(acc).acc
-    cards = _f(tp) * _f(cp) * _f(pp) * _f(dp)
-    bw = comm.pp_link_bandwidth(A.intra_host_bw, A.nic_bw, nics, cards, A.cards_per_host, A.host_link_bw)
+    bw = comm.pp_link_bandwidth(A.fabric, pp, _f(tp) * _f(cp) * _f(dp), nics)
     size = comm.pp_boundary_bytes(_f(micro_batch) * sc.task.seq_len / _f(cp), sc.model.hidden, tp,
                                   sc.memory.activation_bytes)
     return np.where(_f(pp) > 1, size / bw, 0.0)
@@ -1018,7 +1017,7 @@ def cp_link(sc: Scenario, acc: str, tp, pp, dp, micro_batch, nics, cp=1):
     exchange's bytes (forward + backward) at context.cp_bandwidth (hidden or not)."""
     A = sc.system(acc).acc
     a, e, s = sc.model, sc.memory.activation_bytes, sc.task.seq_len
-    bw = context.cp_bandwidth(A.intra_host_bw, A.nic_bw, nics, tp, cp, A.cards_per_host, sc.cp_method)
+    bw = context.cp_bandwidth(A.fabric, tp, cp, nics, sc.cp_method)
     if sc.cp_method == "ring":
         per_layer = sum(context.ring_transfer_bytes(a, s, micro_batch, tp, cp, e))
     else:
@@ -1031,7 +1030,7 @@ def dp_bandwidth(sc: Scenario, acc: str, tp, dp, nics):
     """Per-card DP ring bandwidth (comm.dp_ring_bandwidth), x the collective efficiency in the
     per-operation model."""
     A = sc.system(acc).acc
-    bw = comm.dp_ring_bandwidth(A.intra_host_bw, A.nic_bw, nics, tp, dp, A.cards_per_host)
+    bw = comm.dp_ring_bandwidth(A.fabric, tp, dp, nics)
     if per_op_model(sc):
         bw = bw * sc.system(acc).perf.dp_efficiency
     return bw
@@ -1087,7 +1086,7 @@ def exposed_dp(sc: Scenario, acc: str, zero, recompute, tp, pp, dp, micro_batch,
     windows = np.where(_f(zero) >= 2, grad_accum(sc, dp, micro_batch), 1.0)
     if per_op_model(sc):
         A = sc.system(acc).acc
-        spans = ranks * _f(tp) > A.cards_per_host
+        spans = network.route(A.fabric, ranks, tp).level > 0
         ga = grad_accum(sc, dp, micro_batch)
         tp_busy = tp_exposed(sc, acc, recompute, tp, pp, dp, micro_batch, ep, capacity_factor, expert_tp, cp) / ga
         pp_busy = 2.0 * pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics, cp)
@@ -1149,12 +1148,13 @@ def ep_link(sc: Scenario, acc: str, recompute, tp, pp, micro_batch, nics, ep, ex
     rc = effective_recompute(sc, recompute)
     hosts = moe.ep_hosts(ep, moe.expert_tp_size(expert_tp, tp), A.cards_per_host)
     intra, inter = moe.a2a_rows_per_token(a.top_k, ep, hosts, o.dispatcher, o.node_limit)
-    intra_bw, nic_bw, latency = A.intra_host_bw, A.nic_bw, 0.0
+    fabric, latency = A.fabric, 0.0
     if per_op_model(sc):
         p = sc.system(acc).perf
-        intra_bw, nic_bw, latency = intra_bw * p.tp_efficiency, nic_bw * p.dp_efficiency, p.collective_latency
+        fabric, latency = fabric.derated(p.tp_efficiency, p.dp_efficiency), p.collective_latency
+    path = network.route(fabric, _f(ep) * moe.expert_tp_size(expert_tp, tp), 1, A.cards_per_host, nics)
     one = moe.a2a_time(card_tokens(sc, tp, micro_batch, cp), a.hidden, sc.memory.activation_bytes, intra, inter,
-                       load_factor(sc, ep, capacity_factor), intra_bw, nic_bw, nics, A.cards_per_host, A.p2p)
+                       load_factor(sc, ep, capacity_factor), path, A.p2p)
     one = np.where(_f(ep) > 1, one + latency, 0.0)
     blocks = _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n)
     return moe.a2a_per_microbatch(one, blocks, rc == "full")

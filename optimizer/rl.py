@@ -490,8 +490,8 @@ class RLProblem:
         if shared:
             sync_s, swap_s = R.local_sync_time(recv, A.intra_host_bw), learner.swap_s
         else:
-            sync_s = R.network_sync_time(recv, d.rollout_cards, g, nics * A.nic_bw,
-                                         d.learner_cards // g * nics * A.nic_bw)
+            host_bw = R.host_nic_bandwidth(A.fabric, d.cards, nics)
+            sync_s = R.network_sync_time(recv, d.rollout_cards, g, host_bw, d.learner_cards // g * host_bw)
             swap_s = 0.0
         cycle = R.cycle_time(ro["rollout_s"], q * learner.full_s, sync_s, d.staleness, swap_s)
         steps = R.steps_needed(task.samples, q, Rb)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from tpopt.catalogs import load_catalog
 from tpopt.models import context as C
+from tpopt.models.network import host_fabric
 
 CAT = load_catalog()
 LLAMA8 = CAT.model("llama3-8b")
@@ -68,10 +69,10 @@ def test_alltoall_volume_and_head_rule():
 
 def test_placement_bandwidth():
     # 8-card hosts, NVLink 450 GB/s, 8 x 50 GB/s NICs: tp 2 x cp 4 stays in the host
-    assert float(C.cp_bandwidth(450e9, 50e9, 8, 2, 4, 8)) == 450e9
+    assert float(C.cp_bandwidth(host_fabric(8, 450e9, 50e9), 2, 4, 8)) == 450e9
     # tp 8 x cp 16 spans 16 hosts: the 8 TP rings of a host share its 8 NICs: 50 GB/s per card
-    assert float(C.cp_bandwidth(450e9, 50e9, 8, 8, 16, 8)) == 50e9
-    assert float(C.cp_bandwidth(450e9, 50e9, 8, 2, 8, 8, "all-to-all")) == 50e9
+    assert float(C.cp_bandwidth(host_fabric(8, 450e9, 50e9), 8, 16, 8)) == 50e9
+    assert float(C.cp_bandwidth(host_fabric(8, 450e9, 50e9), 2, 8, 8, "all-to-all")) == 50e9
 
 
 def test_buffers():

@@ -9,6 +9,7 @@ import pytest
 from tpopt.catalogs import load_catalog
 from tpopt.models import batch, comm, compute, memory
 from tpopt.models.arch import flops_per_token, gemm_params, param_count
+from tpopt.models.network import host_fabric
 from tpopt.models.units import DAY, GB, GIB, MIB
 
 CAT = load_catalog()
@@ -201,7 +202,7 @@ def test_10_3_zero3_volume_and_link_time():
     v32 = float(comm.zero_dp_volume(3, N, 32, 12))
     assert v48 == pytest.approx(3 * 8 * 47 / 48 * 2 * N)
     assert round(v48 / GB) == 385 and round(v32 / GB) == 571
-    bw = float(comm.dp_ring_bandwidth(32e9, 25e9, 8, 1, 48, 8))
+    bw = float(comm.dp_ring_bandwidth(host_fabric(8, 32e9, 25e9), 1, 48, 8))
     assert bw == 32e9  # PCIe 4.0 x16 without P2P; 8 NICs of 200 Gbit/s are not the bottleneck
     assert rel(v48 / bw, 12.0, 1) and rel(v32 / bw, 17.9, 1)
     # per micro-batch 1.50 s vs 6.53 s of compute
@@ -222,7 +223,7 @@ def test_10_3_exposed_embedding_pair():
 def test_10_3_shared_nic():
     # REFERENCE 10.3: one 200G NIC per 8-card host: link 15.4 s > 14.5 s cap; per micro-batch 1.92 s;
     # if prefetch fails 68.1 s
-    bw = float(comm.dp_ring_bandwidth(32e9, 25e9, 1, 1, 48, 8))
+    bw = float(comm.dp_ring_bandwidth(host_fabric(8, 32e9, 25e9), 1, 48, 1))
     assert bw == 25e9
     v48 = float(comm.zero_dp_volume(3, N, 48, 8))
     assert rel(v48 / bw, 15.4, 1) and rel(v48 / bw / 8, 1.92, 2)

@@ -1,0 +1,141 @@
+"""The network as data: a list of fabric tiers, and the one function that maps a collective onto them.
+
+A :class:`Fabric` is the tiers a card's traffic can cross, innermost first (as Calculon's system
+files list their networks):
+
+* **scale-up**: the card-to-card fabric of one domain of ``cards`` cards (NVLink, Infinity Fabric; a
+  card without peer-to-peer reaches the others of its host only through its own host link, PCIe),
+  ``bandwidth`` per card and direction;
+* **scale-out**: the hosts' NICs, one rail per NIC (NIC i of every host on rail i); ``bandwidth`` per
+  NIC and direction, shared by the host's cards; a pod of ``pod_hosts`` hosts (default: all of them);
+* **spine** (only with pods): between pods, each NIC's uplink tapered by the spine's
+  ``oversubscription`` (2 = 2:1: a ring or all-to-all that leaves a pod runs at half its NIC share).
+
+The rank order nests the parallel dimensions (tp innermost, then cp, dp, pp), so a group of ``size``
+ranks ``stride`` apart occupies a block of size x stride consecutive ranks, aligned to the tiers'
+domains: it stays inside the innermost tier whose domain holds that span. :func:`route` is the only
+place that decides which tiers a collective crosses; the collectives' formulas (``comm``, ``context``,
+``moe``, ``rl``) only say how their group is laid out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+
+def _f(x):
+    return np.asarray(x, dtype=float)
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One level of the network.
+
+    name               "scale-up", "scale-out" or "spine"
+    cards              cards one domain of this tier holds (math.inf: every card of the cluster)
+    bandwidth          bytes/s per direction: per card on the scale-up tier, per NIC on the tiers beyond it
+    oversubscription   what traffic on this tier's links is divided by (a spine's taper; 1 = none)
+    """
+
+    name: str
+    cards: float
+    bandwidth: float
+    oversubscription: float = 1.0
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """The tiers of one accelerator's cluster, innermost first, and the host they hang off.
+
+    ``host_link_bw`` (bytes/s per direction) is a card's link to its host (PCIe): a direct send off the
+    host leaves through it. ``p2p`` says whether cards of a host reach each other's memory directly
+    (without it the scale-up tier's bandwidth is the host link, and every byte crosses it).
+    """
+
+    tiers: tuple[Tier, ...]
+    cards_per_host: int
+    host_link_bw: float
+    p2p: bool = True
+
+    @property
+    def scale_up(self) -> Tier:
+        return self.tiers[0]
+
+    def derated(self, scale_up: float, scale_out: float) -> Fabric:
+        """The same fabric with the scale-up tier's bandwidth x ``scale_up`` and every tier beyond it
+        x ``scale_out`` (the collective efficiencies of the per-operation model)."""
+        tiers = (replace(self.tiers[0], bandwidth=self.tiers[0].bandwidth * scale_up),
+                 *(replace(t, bandwidth=t.bandwidth * scale_out) for t in self.tiers[1:]))
+        return replace(self, tiers=tiers)
+
+
+def host_fabric(cards_per_host: int, scale_up_bw: float, nic_bw: float, *, host_link_bw: float | None = None,
+                p2p: bool = True, scale_up_cards: int = 0, pod_hosts: int = 0,
+                spine_oversubscription: float = 1.0) -> Fabric:
+    """The fabric of hosts of ``cards_per_host`` cards: a scale-up domain of ``scale_up_cards`` cards
+    (0: one host; at least one host) at ``scale_up_bw`` per card, NICs of ``nic_bw`` between domains
+    (bytes/s per direction) inside pods of ``pod_hosts`` hosts (0: one pod), and between pods a spine
+    tapered by ``spine_oversubscription``. ``host_link_bw`` defaults to ``scale_up_bw`` (no P2P)."""
+    pod = pod_hosts * cards_per_host if pod_hosts > 0 else math.inf
+    tiers = (Tier("scale-up", max(scale_up_cards, cards_per_host), scale_up_bw), Tier("scale-out", pod, nic_bw))
+    if pod_hosts > 0:
+        tiers += (Tier("spine", math.inf, nic_bw, spine_oversubscription),)
+    return Fabric(tiers=tiers, cards_per_host=cards_per_host,
+                  host_link_bw=scale_up_bw if host_link_bw is None else host_link_bw, p2p=p2p)
+
+
+@dataclass(frozen=True, eq=False)
+class Route:
+    """Where a collective runs (arrays broadcast over the group's shape).
+
+    level       index of the outermost tier the group crosses (0: inside one scale-up domain)
+    bandwidth   per card and direction on the path's slowest tier (bytes/s)
+    scale_up    per card on the group's hops inside a scale-up domain (bytes/s)
+    scale_out   per card: its share of the host's NICs (bytes/s), what rows that leave the domain get
+    """
+
+    level: np.ndarray
+    bandwidth: np.ndarray
+    scale_up: float
+    scale_out: np.ndarray
+
+
+def route(fabric: Fabric, size, stride=1, sharing=1, nics=1, direct: bool = False) -> Route:
+    """Map a collective over a group of ranks to the tiers it crosses and its per-card bandwidth.
+
+    The group has ``size`` members ``stride`` ranks apart (span = size x stride ranks); ``sharing``
+    groups send through a host's ``nics`` NICs at the same time. Tier i beyond the scale-up domain
+    gives each card the share (o_i its oversubscription)
+        s_i = nics x B_i / sharing / o_i
+    and the group crosses tier i when its span exceeds the domain of tier i - 1. Then
+        B = B_up                                   inside one scale-up domain (level 0)
+        B = min(B_first, s_1, ..., s_level)        otherwise,
+    B_first the card's first hop: the scale-up tier for a ring or all-to-all (its hops inside the
+    domain run there), the host link for a ``direct`` send (card -> PCIe -> NIC).
+
+    RTX 4090 (no P2P, PCIe 4.0 x16 = 32 GB/s, 8-card hosts, 8 x 200 Gbit/s NICs), a DP ring of 48
+    members 1 apart: min(32, 8 x 25 / 1) = 32 GB/s; with one shared NIC: 25 GB/s. H100 hosts in pods
+    of 4 under a 2:1 spine, DP ring of 8 members 8 apart (8 hosts): min(450, 8 x 50 / 8 / 2) = 25 GB/s.
+    """
+    span = _f(size) * _f(stride)
+    up, out, *beyond = fabric.tiers
+    k, n = _f(nics), _f(sharing)
+    crosses = span > up.cards
+    level = crosses.astype(int)
+    off = _share(k, out, n)
+    for inner, tier in zip(fabric.tiers[1:-1], beyond, strict=True):
+        leaves = span > inner.cards
+        level = level + leaves
+        off = np.where(leaves, np.minimum(off, _share(k, tier, n)), off)
+    first = fabric.host_link_bw if direct else up.bandwidth
+    bandwidth = np.where(crosses, np.minimum(first, off), up.bandwidth)
+    return Route(level=level, bandwidth=bandwidth, scale_up=up.bandwidth, scale_out=off)
+
+
+def _share(nics, tier: Tier, sharing):
+    """A card's share of a tier reached through its host's NICs: nics x B / sharing / oversubscription."""
+    share = nics * tier.bandwidth / sharing
+    return share if tier.oversubscription == 1.0 else share / tier.oversubscription
