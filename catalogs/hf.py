@@ -20,6 +20,7 @@ not counted; gpt-oss's clamped SwiGLU is counted as a SwiGLU.
 
 from __future__ import annotations
 
+import builtins
 import json
 import math
 import os
@@ -104,7 +105,7 @@ class Config:
             return default
         return arch_int(v, f"{self.where}: {key}", minimum, ARCH_INT_MAX)
 
-    def opt_int(self, *keys: str, minimum: int = 0) -> int | None:
+    def opt_int(self, *keys: str, minimum: builtins.int = 0) -> builtins.int | None:  # int, bool: methods here
         key, v = self.first(*keys)
         return None if v is None else arch_int(v, f"{self.where}: {key}", minimum, ARCH_INT_MAX)
 
@@ -138,7 +139,7 @@ class Config:
                              f"({', '.join(sorted(HF_ACTIVATIONS))})")
         return HF_ACTIVATIONS[v]
 
-    def window(self, t: dict, keys=("sliding_window",), every_layer: bool = True):
+    def window(self, t: dict, keys=("sliding_window",), every_layer: builtins.bool = True):
         """Set sliding_window (and sliding_layers from ``layer_types``) when the config uses one;
         without ``layer_types`` the window applies to every layer if ``every_layer``."""
         w = self.opt_int(*keys, minimum=0)
@@ -363,7 +364,8 @@ def build_opt(c: Config) -> dict:
     c.require("layer_norm_elementwise_affine", (True,), True, "LayerNorm without weights is not modelled")
     return {"layers": c.int("num_hidden_layers"), "hidden": hidden, "heads": c.int("num_attention_heads"),
             "vocab": c.int("vocab_size"), "ffn": c.int("ffn_dim"), "gated_mlp": False, "norm": "layernorm",
-            "linear_bias": c.bool("enable_bias", True), "activation": c.activation("activation_function", default="relu"),
+            "linear_bias": c.bool("enable_bias", True),
+            "activation": c.activation("activation_function", default="relu"),
             # OPT's learned position table has 2 extra rows (the position offset of fairseq)
             "positions": "learned", "learned_positions": c.int("max_position_embeddings", default=2048) + 2,
             "tied_embeddings": c.bool("tie_word_embeddings", True)}

@@ -53,7 +53,8 @@ def _lengths(value, what: str) -> Lengths:
         return Lengths(mean=parse_count(value, what, allow_zero=False))
     if "mean" not in value:
         raise InputError(f"{what}: give mean = <tokens> (and optionally one percentile like p99 and max)")
-    tails = [k for k in value if _PCT.match(k)]
+    matches = {k: m for k in value if (m := _PCT.match(k))}
+    tails = list(matches)
     bad = set(value) - {"mean", "max"} - set(tails)
     if bad:
         raise InputError(f"{what}: unknown key(s) {sorted(bad)} (use mean, one percentile such as p99, max)")
@@ -61,7 +62,7 @@ def _lengths(value, what: str) -> Lengths:
         raise InputError(f"{what}: give one tail percentile, not {len(tails)} ({', '.join(sorted(tails))})")
     tail = tail_p = None
     if tails:
-        digits = _PCT.match(tails[0]).group(1)
+        digits = matches[tails[0]].group(1)
         tail_p = 0.999 if digits == "999" else float(digits) / 100.0
         tail = parse_count(value[tails[0]], f"{what}.{tails[0]}", allow_zero=False)
     cap = parse_count(value["max"], f"{what}.max", allow_zero=False) if "max" in value else None
@@ -132,7 +133,8 @@ def rl_task(t: dict, cat, base: Path) -> tuple[RLTask, RLSearch]:
         samples = parse_int(t["steps"], "rl.steps", minimum=1) * prompts * per * kept_sync
     staleness = parse_int(t.get("staleness", 0), "rl.staleness", minimum=0)
     if staleness > 1:
-        raise InputError(f"rl.staleness: {t['staleness']!r} is not modelled (use 0 = synchronous or 1 = one-step async)")
+        raise InputError(f"rl.staleness: {t['staleness']!r} is not modelled "
+                         f"(use 0 = synchronous or 1 = one-step async)")
     pool = t.get("kv_pool")
     task = RLTask(
         prompts_per_step=prompts, samples_per_prompt=per,

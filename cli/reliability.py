@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import TYPE_CHECKING
 
 import click
 from tpopt.cli.common import dump_json, echo_builtin_note, handle_errors, scenario_options
@@ -25,6 +26,9 @@ from tpopt.models.units import (
     parse_int,
     parse_number,
 )
+
+if TYPE_CHECKING:
+    from tpopt.models.evaluate import Evaluation
 
 #: Meta research-cluster figure used by the chapter: a 1024-card job is interrupted once per 7.9 h,
 #: i.e. a per-card MTBF of 1024 x 7.9 h = 337.07 d (training-systems chapter 10.4).
@@ -354,6 +358,7 @@ def _scenario_and_plan(kw: dict, cards: int | None, need_plan: bool):
     sc = load_scenario_from(kw)
     if not need_plan:
         return sc, None, ""
+    ev: Evaluation | None
     if cards is not None:
         ev = evaluate(sc, plan_from(sc, {"cards": cards}))
         how = f"the scenario's plan on {cards} cards"

@@ -13,7 +13,7 @@ import sys
 import time
 from contextlib import contextmanager
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.measure import Measurement
 from rich.table import Table
 from tpopt.models.units import fmt_count
@@ -211,8 +211,9 @@ def _fmt_value(x, unit: str) -> str:
 
 def constraints_table(constraints: list[dict], title: str = "Constraints") -> Table:
     t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-    for col, just in (("constraint", "left"), ("value", "right"), ("limit", "right"), ("unit", "left"),
-                      ("slack", "right"), ("status", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (("constraint", "left"), ("value", "right"), ("limit", "right"),
+                                                      ("unit", "left"), ("slack", "right"), ("status", "left"))
+    for col, just in columns:
         t.add_column(col, justify=just)
     for c in constraints:
         if c["slack"] is not None and c["slack"] < 0:
@@ -300,9 +301,9 @@ def alternative_lines(alts: list[dict], objective: str, unit: str, batch: bool =
 
 def top_table(top: list[dict], unit: str) -> Table:
     t = Table(title="Best plans", title_justify="left", show_edge=False, pad_edge=False)
-    cols = ("#", "accelerator", "cards", "ZeRO", "TP/PP/DP", "mb x acc", "recompute", "save every", "step s",
-            "finish d", f"cost {unit}")
-    rows = []
+    cols: tuple[str, ...] = ("#", "accelerator", "cards", "ZeRO", "TP/PP/DP", "mb x acc", "recompute", "save every",
+                             "step s", "finish d", f"cost {unit}")
+    rows: list[tuple[str, ...]] = []
     for e in top:
         p, m = e["plan"], e["metrics"]
         rows.append((str(e["rank"]), p["accelerator"], str(p["cards"]), str(p["zero_stage"]),

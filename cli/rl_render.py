@@ -70,7 +70,8 @@ def _cycle_lines(out: dict) -> list[str]:
     else:
         swap = s["weight_sync"]["swap_s"]
         head = (f"Cycle: {_n(c['cycle_s'])} s synchronous = rollout {_n(s['rollout_s'])} s + learning "
-                f"{_n(s['learning']['time_s'])} s + sync {sync}" + (f" + state swap {fmt_duration(swap)}" if swap else "")
+                f"{_n(s['learning']['time_s'])} s + sync {sync}"
+                + (f" + state swap {fmt_duration(swap)}" if swap else "")
                 + (f"; one-step async would take {_n(c['async_s'])} s" if c.get("async_s") else ""))
     lines = [head]
     be = []
@@ -104,7 +105,8 @@ def rl_text(out: dict, timing: bool = False) -> str:
         lines.append(f"Learner: {plan_line(p['learner'])}")
     lines += _stage_lines(out) + _cycle_lines(out)
     lines.append(f"Finish: {_n(f['finish_days'], 2)} d = {_n(f['reserved_days'], 2)} d reserved + "
-                 f"{out['stages']['steps']:,} steps x {_n(out['cycle']['cycle_s'])} s x (1 + {f['overhead'] * 100:.2f} % "
+                 f"{out['stages']['steps']:,} steps x {_n(out['cycle']['cycle_s'])} s x "
+                 f"(1 + {f['overhead'] * 100:.2f} % "
                  f"overhead; saves every {p['save_interval_s']:,.0f} s, {p['save_mode']}) against "
                  f"{_n(f['deadline_days'], 2)} d; cost {_n(f['cost'], 0)} {f['cost_unit']}")
     mem = (f"Memory per card: rollout weights {_n(m['rollout_weights_gib'])} + KV pool {_n(m['kv_pool_gib'])} "
@@ -159,7 +161,8 @@ def _infeasible_lines(out: dict) -> list[str]:
     if n == 0 and out.get("analysis") == "time limit reached":
         return ["No plan meets every constraint (proven); the time limit was reached before the conflict was "
                 "analysed (raise --time-limit)"]
-    lines = [f"Conflict: {'this constraint admits no plan' if n == 1 else f'these {n} constraints cannot hold together'}"
+    what = "this constraint admits no plan" if n == 1 else f"these {n} constraints cannot hold together"
+    lines = [f"Conflict: {what}"
              f" (dropping {'it' if n == 1 else 'any one of them'} admits a plan):"]
     for c in out["conflict_detail"]:
         if "detail" in c:

@@ -19,10 +19,13 @@ Fitting is not a pure relation, so it lives here and calls :mod:`tpopt.models` (
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from tpopt.errors import InputError
 from tpopt.models.evaluate import evaluate_arrays, resolve_plan, with_plan_options
 from tpopt.models.plan import Plan, Scenario
@@ -41,10 +44,10 @@ class MeasuredRun:
 
     name: str
     scenario: Scenario
-    plans: tuple  # one Plan, or candidates (the fastest that fits memory is the prediction)
+    plans: tuple[Plan, ...]  # one Plan, or candidates (the fastest that fits memory is the prediction)
     measured_step_s: float
     table: str = ""
-    extra: dict = field(default_factory=dict)  # published figures to compare (memory, ...)
+    extra: dict[str, Any] = field(default_factory=dict)  # published figures to compare (memory, ...)
 
     @property
     def accelerator(self) -> str:
@@ -53,8 +56,8 @@ class MeasuredRun:
 
 @dataclass
 class Prediction:
-    step_s: np.ndarray  # (K,) predicted step for each parameter set
-    choice: np.ndarray  # (K,) index of the chosen candidate plan (-1: none fits)
+    step_s: NDArray[np.float64]  # (K,) predicted step for each parameter set
+    choice: NDArray[np.int_]  # (K,) index of the chosen candidate plan (-1: none fits)
 
 
 def with_perf(sc: Scenario, accelerator: str, perf: PerfParams) -> Scenario:
@@ -65,16 +68,16 @@ def with_perf(sc: Scenario, accelerator: str, perf: PerfParams) -> Scenario:
     return replace(sc, systems={**sc.systems, accelerator: replace(sysm, perf=perf)})
 
 
-def perf_sets(base: PerfParams, names, values) -> PerfParams:
+def perf_sets(base: PerfParams, names: Sequence[str], values: ArrayLike) -> PerfParams:
     """One PerfParams whose ``names`` fields are arrays (K parameter sets evaluated at once)."""
-    values = np.asarray(values, dtype=float)
-    return base.with_values(**{n: values[:, i] for i, n in enumerate(names)})
+    table = np.asarray(values, dtype=float)
+    return base.with_values(**{n: table[:, i] for i, n in enumerate(names)})
 
 
 def predict(run: MeasuredRun, perf: PerfParams) -> Prediction:
     """Predicted step time of a run for (possibly array-valued) performance parameters."""
-    best = None
-    choice = None
+    best: NDArray[np.float64] | None = None
+    choice: NDArray[np.int_] | None = None
     for i, plan in enumerate(run.plans):
         p = resolve_plan(run.scenario, plan)
         sc = with_plan_options(with_perf(run.scenario, p.accelerator, perf), p)
@@ -87,16 +90,17 @@ def predict(run: MeasuredRun, perf: PerfParams) -> Prediction:
             v, lim = r[("c", name)]
             ok &= np.asarray(v) <= np.asarray(lim)
         step = np.where(ok, step, np.inf)
-        if best is None:
+        if best is None or choice is None:
             best, choice = step.copy(), np.where(ok, i, -1)
         else:
             better = step < best
             best = np.where(better, step, best)
             choice = np.where(better, i, choice)
+    assert best is not None and choice is not None, "a measured run has at least one plan"
     return Prediction(np.atleast_1d(best), np.atleast_1d(choice))
 
 
-def residuals(runs, perf: PerfParams) -> np.ndarray:
+def residuals(runs: Sequence[MeasuredRun], perf: PerfParams) -> NDArray[np.float64]:
     """ln(t_pred / t_meas) per run (rows) and parameter set (columns)."""
     return np.stack([np.log(predict(r, perf).step_s / r.measured_step_s) for r in runs])
 
@@ -105,10 +109,10 @@ def residuals(runs, perf: PerfParams) -> np.ndarray:
 class Calibration:
     accelerator: str
     perf: PerfParams  # the fitted parameters (scalars)
-    fitted: tuple  # names of the fitted fields
+    fitted: tuple[str, ...]  # names of the fitted fields
     prior: PerfParams
-    runs: list
-    predicted_s: list  # per run
+    runs: list[MeasuredRun]
+    predicted_s: list[float]  # per run
     objective: float
 
     def errors(self) -> list[float]:
@@ -126,8 +130,8 @@ def _log_bounds(name: str) -> tuple[float, float]:
     return np.log(max(lo, 1e-9)), np.log(hi)
 
 
-def fit(runs: list[MeasuredRun], accelerator: str, free=None, *, prior: PerfParams | None = None,
-        max_iter: int = 40, rounds: int = 3) -> Calibration:
+def fit(runs: list[MeasuredRun], accelerator: str, free: Sequence[str] | None = None, *,
+        prior: PerfParams | None = None, max_iter: int = 40, rounds: int = 3) -> Calibration:
     """Fit ``free`` parameters of ``accelerator`` to the runs (module docstring).
 
     Runs with candidate plans are first pinned to the candidate the current parameters choose; after a
@@ -166,13 +170,15 @@ def fit(runs: list[MeasuredRun], accelerator: str, free=None, *, prior: PerfPara
     return Calibration(accelerator, fitted, free, base, runs, pred, best)
 
 
-def _least_squares(runs, base, free, x, x0, lo, hi, max_iter):
+def _least_squares(runs: list[MeasuredRun], base: PerfParams, free: tuple[str, ...], x: NDArray[np.float64],
+                   x0: NDArray[np.float64], lo: NDArray[np.float64], hi: NDArray[np.float64],
+                   max_iter: int) -> tuple[NDArray[np.float64], float]:
     """Damped Gauss-Newton (Levenberg-Marquardt) on the residuals [ln(t_pred/t_meas) / sqrt(n); sqrt(w) (x - x0)]
     in log-parameter space, projected onto the bounds. The Jacobian (forward differences) and the
     trial steps of five damping values are each one vectorised evaluation."""
     n_runs = len(runs)
 
-    def res(xs: np.ndarray) -> np.ndarray:  # (K, n_runs + n_params)
+    def res(xs: NDArray[np.float64]) -> NDArray[np.float64]:  # (K, n_runs + n_params)
         r = residuals(runs, perf_sets(base, free, np.exp(xs))).T
         r = np.where(np.isfinite(r), r, 1e3) / np.sqrt(n_runs)
         return np.hstack([r, np.sqrt(PRIOR_WEIGHT) * (xs - x0)])
@@ -186,11 +192,11 @@ def _least_squares(runs, base, free, x, x0, lo, hi, max_iter):
         jac = ((res(xs) - r0) / h).T  # (residuals, params)
         jtj, g = jac.T @ jac, jac.T @ r0
         damps = lam * np.array([0.01, 0.1, 1.0, 10.0, 100.0])
-        trials = []
+        steps = []
         for d in damps:
             a = jtj + d * np.diag(np.maximum(np.diag(jtj), 1e-12))
-            trials.append(np.clip(x - np.linalg.solve(a, g), lo, hi))
-        trials = np.array(trials)
+            steps.append(np.clip(x - np.linalg.solve(a, g), lo, hi))
+        trials = np.array(steps)
         rs = res(trials)
         vals = np.einsum("ij,ij->i", rs, rs)
         j = int(np.argmin(vals))
@@ -216,7 +222,7 @@ def chosen_plan(run: MeasuredRun, perf: PerfParams) -> Plan | None:
 # the catalog override a calibration writes
 
 
-def _toml_value(v) -> str:
+def _toml_value(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, np.integer)):
@@ -258,7 +264,7 @@ def override_text(cal: Calibration) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_override(cal: Calibration, directory, force: bool = False) -> Path:
+def write_override(cal: Calibration, directory: str | Path, force: bool = False) -> Path:
     """Write DIR/performance.toml; refuse to overwrite an existing file unless ``force``."""
     d = Path(directory)
     if d.exists() and not d.is_dir():

@@ -22,6 +22,15 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tpopt.optimizer.result import Request
+
+Progress = Callable[[str, int, "int | None"], None]
+"""A progress callback: (phase, done, total or None)."""
 
 MAX_TIME_LIMIT = 7 * 86400.0  # a week: longer limits are refused at the parsing edge
 
@@ -32,7 +41,7 @@ class TimeLimitReached(BaseException):
     A BaseException, like KeyboardInterrupt: raised from a timer at an arbitrary point, it must not be
     swallowed by an ``except Exception`` on the way to the phase's owner, which catches it."""
 
-    def __init__(self, phase: str):
+    def __init__(self, phase: str) -> None:
         super().__init__(f"time limit reached while {phase}")
         self.phase = phase
 
@@ -49,7 +58,7 @@ class Undecided(Exception):
 class Clock:
     """A deadline on the monotonic clock, shared by every phase of one run."""
 
-    def __init__(self, seconds: float | None):
+    def __init__(self, seconds: float | None) -> None:
         if seconds is not None and (not math.isfinite(seconds) or seconds <= 0):
             raise ValueError(f"time limit must be a positive finite number of seconds, got {seconds!r}")
         self.seconds = seconds
@@ -57,7 +66,7 @@ class Clock:
         self.end = math.inf if seconds is None else self.start + seconds
         self.reached = False  # set only when the clock ran out (checked or by the timer)
         self.phase = ""  # the phase in which it ran out
-        self.progress = None  # optional callable(phase: str, done: int, total: int | None)
+        self.progress: Progress | None = None  # shown by the CLI when it installs one
         self._armed = False  # an interruptible phase holds the timer
 
     def elapsed(self) -> float:
@@ -87,7 +96,7 @@ class Clock:
             self.progress(phase, done, total)
 
     @contextlib.contextmanager
-    def interruptible(self, phase: str):
+    def interruptible(self, phase: str) -> Iterator[None]:
         """Run a phase that cannot poll the clock; raise :class:`TimeLimitReached` when it expires.
 
         Uses ``SIGALRM`` (POSIX, main thread); elsewhere it only checks before and after the phase.
@@ -101,7 +110,7 @@ class Clock:
             self.check(phase)
             return
 
-        def on_alarm(signum, frame):
+        def on_alarm(signum: int, frame: FrameType | None) -> None:
             self.reached, self.phase = True, phase
             if _in_gc_callback(frame):  # the collector would swallow the exception: try again just after
                 signal.setitimer(signal.ITIMER_REAL, RETRY_S)
@@ -124,7 +133,7 @@ RETRY_S = 1e-3
 """Delay before the timer fires again when it expired inside a garbage-collector callback."""
 
 
-def _in_gc_callback(frame) -> bool:
+def _in_gc_callback(frame: FrameType | None) -> bool:
     """Whether ``frame`` runs inside a callback of :data:`gc.callbacks` (a profiler's, a test framework's):
     an exception raised there is reported as unraisable and dropped, so the phase would run on."""
     import gc
@@ -137,9 +146,9 @@ def _in_gc_callback(frame) -> bool:
     return False
 
 
-def clock_of(req) -> Clock:
+def clock_of(req: Request) -> Clock:
     """The request's shared clock; a request without one gets its own (``req.time_limit`` from now)."""
-    if getattr(req, "clock", None) is None:
+    if req.clock is None:
         t = req.time_limit
         if t is not None and not (t > 0):  # nan or not positive: bad input wherever it came from
             from tpopt.errors import InputError
@@ -149,13 +158,13 @@ def clock_of(req) -> Clock:
     return req.clock
 
 
-def stderr_progress(every: float = 2.0):
+def stderr_progress(every: float = 2.0) -> Progress:
     """A progress callback printing one line per phase to stderr at most every ``every`` seconds,
     only when stderr is a terminal (so files and tests stay byte-identical)."""
     started = time.monotonic()
     last = {"t": started}
 
-    def show(phase: str, done: int, total: int | None):
+    def show(phase: str, done: int, total: int | None) -> None:
         if not sys.stderr.isatty():
             return
         now = time.monotonic()

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING, Any
 
 from tpopt.models.evaluate import Evaluation
 from tpopt.models.units import DAY
+from tpopt.optimizer.limits import Clock
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
-class Status(str, Enum):
+class Status(str, Enum):  # noqa: UP042 - StrEnum would change str() of a member ("optimal", not "Status.OPTIMAL")
     OPTIMAL = "optimal"  # proven optimal (and re-evaluated exactly)
     FEASIBLE = "feasible"  # a feasible plan, optimality not proven (time limit)
     INFEASIBLE = "infeasible"  # proven: no plan satisfies the enforced constraints
@@ -29,7 +35,7 @@ class SolverInfo:
     limit_phase: str = ""  # the phase in which it ran out
     fallback: str = ""  # why another formulation answered (e.g. the integer ranges did not fit)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "method": self.note, "wall_s": round(self.wall_s, 4), "gap": self.gap,
                 "rounds": self.rounds, "points": self.points, "evaluated": self.evaluated,
                 "time_limit_reached": self.limit_reached, "limit_phase": self.limit_phase or None,
@@ -41,16 +47,16 @@ class Request:
     """What to optimise and which constraint families to enforce."""
 
     objective: str = "cost"  # "cost" (then finish time) or "time" (then cost)
-    enforce: frozenset | None = None  # families enforced; None = all
+    enforce: frozenset[str] | None = None  # families enforced; None = all
     top: int = 1  # how many best plans to return
     time_limit: float = 60.0
     seed: int = 0
     workers: int = 1
-    cards: tuple | None = None  # allowed card counts (None: any)
+    cards: tuple[int, ...] | None = None  # allowed card counts (None: any)
     method: str = "auto"  # solver backends: "monolithic", "decomposed", or "auto" (by table size)
-    clock: object | None = field(default=None, compare=False, repr=False)  # limits.Clock shared by every phase
+    clock: Clock | None = field(default=None, compare=False, repr=False)  # shared by every phase
 
-    def enforced(self, families) -> frozenset:
+    def enforced(self, families: Iterable[str]) -> frozenset[str]:
         return frozenset(families) if self.enforce is None else frozenset(self.enforce)
 
 
@@ -60,7 +66,7 @@ class SolveResult:
     objective: str
     plans: list[Evaluation] = field(default_factory=list)  # best first
     solver: SolverInfo = field(default_factory=lambda: SolverInfo("none"))
-    enforced: tuple = ()
+    enforced: tuple[str, ...] = ()
 
     @property
     def best(self) -> Evaluation | None:
@@ -70,13 +76,13 @@ class SolveResult:
     def feasible(self) -> bool:
         return self.status in (Status.OPTIMAL, Status.FEASIBLE) and bool(self.plans)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Status, objective, solver statistics and every plan returned (best first, with ``rank``)."""
         return {"status": self.status.value, "objective": self.objective, "solver": self.solver.as_dict(),
                 "enforced": list(self.enforced),
                 "plans": [dict(ev.as_dict(), rank=i + 1) for i, ev in enumerate(self.plans)]}
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
         """One row per plan returned (best first): ``rank``, the plan's fields, every metric and
         ``feasible``; integer columns (cards, tp, zero_stage, ...) stay integers. Empty when no plan."""
         from tpopt.frames import records_frame
@@ -84,7 +90,7 @@ class SolveResult:
         return records_frame([{"rank": i + 1, **ev.row()} for i, ev in enumerate(self.plans)])
 
 
-def objective_key(ev: Evaluation, objective: str) -> tuple:
+def objective_key(ev: Evaluation, objective: str) -> tuple[float, float]:
     """Lexicographic objective of an evaluated plan: (cost, finish) or (finish, cost).
 
     Units are the backends' own: cost in currency (card-hours without prices), finish in seconds.
@@ -96,10 +102,11 @@ def objective_key(ev: Evaluation, objective: str) -> tuple:
 
 def objective_value(ev: Evaluation, objective: str) -> float:
     """The objective in display units: cost in currency (card-hours without prices), finish in days."""
-    return ev.metrics["cost"] if objective == "cost" else ev.metrics["finish_days"]
+    value: float = ev.metrics["cost"] if objective == "cost" else ev.metrics["finish_days"]
+    return value
 
 
-def plan_summary(ev: Evaluation) -> dict:
+def plan_summary(ev: Evaluation) -> dict[str, Any]:
     """A plan's layout and headline figures, as reports quote it."""
     p = ev.plan
     return {"accelerator": p.accelerator, "cards": p.cards, "hosts": int(ev.metrics["hosts"]),

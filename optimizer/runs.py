@@ -33,12 +33,16 @@ from __future__ import annotations
 
 import copy
 import csv
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from tpopt.catalogs import Catalog, load_catalog, read_text_capped
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.errors import InputError
-from tpopt.models.plan import Plan, schedule_name
+from tpopt.models.arch import ModelArch
+from tpopt.models.plan import Plan, Scenario, schedule_name
 from tpopt.optimizer.calibrate import MeasuredRun
 
 DEFAULT_ACCELERATOR = "a100-80gb-sxm"
@@ -47,13 +51,13 @@ STACK = {"precision": "fp16-mixed-fp32-grad", "dropout": True, "flash_attention"
 MEMORY_COLUMNS = ("weights_optimizer_gib", "activations_gib_tp_no_recompute", "activations_gib_sp_selective")
 
 
-def megatron_flops(hidden, layers, vocab, seq_len, batch) -> float:
+def megatron_flops(hidden: float, layers: float, vocab: float, seq_len: float, batch: float) -> float:
     """FLOPs per iteration as Narayanan et al. 2021 count them (incl. the recompute forward):
     96 B s l h^2 (1 + s / (6 h) + V / (16 l h))."""
     return 96.0 * batch * seq_len * layers * hidden ** 2 * (1 + seq_len / (6 * hidden) + vocab / (16 * layers * hidden))
 
 
-def read_rows(path) -> list[dict]:
+def read_rows(path: str | Path) -> list[dict[str, str]]:
     p = Path(path)
     text = read_text_capped(p, "runs file")
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
@@ -66,7 +70,7 @@ def read_rows(path) -> list[dict]:
     return rows
 
 
-def _num(row: dict, key: str, where: str, kind=float, default=None):
+def _num(row: dict[str, str], key: str, where: str, kind: Callable[[str], Any] = float, default: Any = None) -> Any:
     v = row.get(key)
     if v is None or str(v).strip() == "":
         if default is None:
@@ -81,7 +85,7 @@ def _num(row: dict, key: str, where: str, kind=float, default=None):
     return x
 
 
-def _overlap_value(v):
+def _overlap_value(v: object) -> bool | float | str:
     """A CSV overlap cell as a scenario value: "async", true / false, or a number."""
     t = str(v).strip().lower()
     if t in ("true", "false"):
@@ -94,7 +98,7 @@ def _overlap_value(v):
         return t  # the scenario reader reports it
 
 
-def _flag(row: dict, key: str, default: bool, where: str) -> bool:
+def _flag(row: dict[str, str], key: str, default: bool, where: str) -> bool:
     v = row.get(key)
     if v is None or str(v).strip() == "":
         return default
@@ -106,7 +110,7 @@ def _flag(row: dict, key: str, default: bool, where: str) -> bool:
     raise InputError(f"{where}: {key} = {v!r} must be true or false")
 
 
-def _model_table(row: dict, where: str) -> dict | None:
+def _model_table(row: dict[str, str], where: str) -> dict[str, Any] | None:
     if row.get("model"):
         return {"name": row["model"].strip()}
     if not row.get("hidden"):
@@ -116,8 +120,8 @@ def _model_table(row: dict, where: str) -> dict | None:
     kv = _num(row, "kv_heads", where, int, heads)
     hd = _num(row, "head_dim", where, int, h // heads)
     arch = (row.get("arch") or "gpt").strip().lower()
-    t = {"layers": _num(row, "layers", where, int), "hidden": h, "heads": heads, "kv_heads": kv, "head_dim": hd,
-         "ffn": _num(row, "ffn", where, int), "vocab": _num(row, "vocab", where, int)}
+    t: dict[str, Any] = {"layers": _num(row, "layers", where, int), "hidden": h, "heads": heads, "kv_heads": kv,
+                         "head_dim": hd, "ffn": _num(row, "ffn", where, int), "vocab": _num(row, "vocab", where, int)}
     if arch == "gpt":
         t.update(norm="layernorm", gated_mlp=False, linear_bias=True, tied_embeddings=True, activation="gelu",
                  positions="learned", learned_positions=_num(row, "seq_len", where, int))
@@ -130,7 +134,7 @@ def _model_table(row: dict, where: str) -> dict | None:
     return {"_inline": t}
 
 
-def _accelerator(row: dict, cat: Catalog, base_raw: dict | None, where: str) -> str:
+def _accelerator(row: dict[str, str], cat: Catalog, base_raw: dict[str, Any] | None, where: str) -> str:
     if row.get("accelerator"):
         name = row["accelerator"].strip()
         cat.accelerator(name)
@@ -148,7 +152,7 @@ def _accelerator(row: dict, cat: Catalog, base_raw: dict | None, where: str) -> 
     return DEFAULT_ACCELERATOR
 
 
-def _stack_defaults(base_raw: dict | None) -> dict:
+def _stack_defaults(base_raw: dict[str, Any] | None) -> dict[str, Any]:
     """Software-stack defaults of a row: the published tables' Megatron-LM stack (STACK), or, when a
     scenario is given, that scenario's own settings (its defaults where it is silent)."""
     if base_raw is None:
@@ -162,7 +166,8 @@ def _stack_defaults(base_raw: dict | None) -> dict:
             "recompute": rec[0] if isinstance(rec, list) else rec}
 
 
-def _candidates(layers: int, pp: int, per_replica: int, mb, vs, schedule, choose: str) -> list[tuple[int, str]]:
+def _candidates(layers: int, pp: int, per_replica: int, mb: int, vs: int | None, schedule: str,
+                choose: str) -> list[tuple[int, str]]:
     """(micro-batch, schedule) candidates of a row. A missing schedule is Megatron-LM's default, plain
     1F1B (interleaving needs an explicit flag), or, with ``choose = "fastest"``, also interleaved with
     2-4 virtual stages where every stage's layers split evenly."""
@@ -179,11 +184,9 @@ def _candidates(layers: int, pp: int, per_replica: int, mb, vs, schedule, choose
     return [(b, s) for b in mbs for s in scheds]
 
 
-def runs_from_csv(path, catalog: Catalog | None = None, base_raw: dict | None = None,
+def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: dict[str, Any] | None = None,
                   accelerator: str | None = None, schedules: str = "default") -> list[MeasuredRun]:
     """Measured runs of a CSV file (module docstring); ``base_raw`` is a scenario's raw tables."""
-    from tpopt.models.arch import ModelArch
-
     cat = catalog or load_catalog()
     table = Path(path).stem
     out = []
@@ -237,10 +240,7 @@ def runs_from_csv(path, catalog: Catalog | None = None, base_raw: dict | None = 
         sp = _flag(row, "sequence_parallel", defaults["sequence_parallel"], where)
         rec = str(stack.get("recompute", defaults["recompute"]))
 
-        def plans(recompute, seq_par):
-            return tuple(Plan(acc, gpus, zero_stage=zero, tp=tp, pp=pp, micro_batch=b, recompute=recompute,
-                              schedule=s, sequence_parallel=seq_par, nics_per_host=0) for b, s in cands)
-
+        plans = partial(_row_plans, acc, gpus, zero, tp, pp, cands)  # (recompute, sequence_parallel) -> plans
         pairs = []
         if row.get("iteration_s_full_recompute") or row.get("iteration_s_sp_selective"):
             if row.get("iteration_s_full_recompute"):
@@ -266,7 +266,14 @@ def runs_from_csv(path, catalog: Catalog | None = None, base_raw: dict | None = 
     return out
 
 
-def _with_model(raw: dict, cat: Catalog, arch):
+def _row_plans(acc: str, gpus: int, zero: int, tp: int, pp: int, cands: list[tuple[int, str]], recompute: str,
+               seq_par: bool) -> tuple[Plan, ...]:
+    """A row's candidate plans, one per (micro-batch, schedule), with one recompute and sequence-parallel setting."""
+    return tuple(Plan(acc, gpus, zero_stage=zero, tp=tp, pp=pp, micro_batch=b, recompute=recompute,
+                      schedule=s, sequence_parallel=seq_par, nics_per_host=0) for b, s in cands)
+
+
+def _with_model(raw: dict[str, Any], cat: Catalog, arch: ModelArch) -> Scenario:
     """Build a scenario whose model is given inline (not a catalog name)."""
     cat2 = copy.copy(cat)
     cat2.models = dict(cat.models)
@@ -276,7 +283,7 @@ def _with_model(raw: dict, cat: Catalog, arch):
     return build_scenario(raw, cat2)
 
 
-def memory_figures(run: MeasuredRun) -> dict:
+def memory_figures(run: MeasuredRun) -> dict[str, tuple[float, float]]:
     """Published per-GPU memory of the run's row next to tpopt's: {column: (predicted GiB, published GiB)}.
 
     weights_optimizer_gib: persistent state of a card of a stage holding transformer layers only (the

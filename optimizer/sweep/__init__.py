@@ -42,7 +42,8 @@ deadline/card-cap/budget point of the group is answered by a mask over that tabl
 falls back to one CP-SAT solve per point (:func:`tpopt.optimizer.core.solve`). ``enumerate`` forces
 the table path (the whole table is held in memory), ``cpsat`` / ``highs`` / ``pyomo:NAME`` (the plan
 MILP through Pyomo with solver NAME: highs, scip, cbc, glpk, gurobi, ... where installed, as in
-``tpopt solve``) force one solve per point; a ``pyomo:NAME`` that is not installed is one error line (exit 2) before ``--out`` is touched.
+``tpopt solve``) force one solve per point; a ``pyomo:NAME`` that is not installed is one error line (exit 2)
+before ``--out`` is touched.
 All paths are exact, so they agree on the optimal cost and finish time (ties between equally good
 plans may be broken differently). One exception makes the deadline a table input: a scenario with
 ``save_interval = "auto"`` and no failures uses the deadline as the save interval.
@@ -58,7 +59,8 @@ Output and resuming
 -------------------
 ``--out`` (``.csv``, ``.parquet`` or ``.json``) gets one row per point: the inputs, the status, the plan
 (cards, hosts, zero, tp, pp, dp, micro_batch, grad_accum, recompute, offload, schedule, save interval
-and mode, NICs, global batch and the tokens it trains, ``train_tokens``), the metrics (cost, finish_days, train_days, overhead_days, step_s,
+and mode, NICs, global batch and the tokens it trains, ``train_tokens``), the metrics (cost, finish_days,
+train_days, overhead_days, step_s,
 memory_per_card_gib, overhead_fraction, card_hours), for infeasible points ``fastest_days`` (the
 earliest finish any plan reaches under the other constraints), the solver, a ``note`` (what happened
 when the answer is not proven), ``pareto`` (on the front), the scenario fingerprint and a ``checksum``

@@ -20,15 +20,21 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from tpopt.errors import InputError
 from tpopt.optimizer.sweep.executor import Outcome
 
+if TYPE_CHECKING:
+    from dask.typing import Key
+    from distributed import Client, Future, LocalCluster
+    from tpopt.optimizer.sweep.tasks import Task, _Payload
+
 CONNECT_TIMEOUT_S = 30
 
 
-def local_cluster(n: int):
+def local_cluster(n: int) -> LocalCluster:
     """A LocalCluster of ``n`` single-threaded worker processes that hold one task each (worker
     saturation 1: a worker that dies takes only its own task with it) and report a worker death at
     once (allowed failures 0: the driver retries)."""
@@ -36,11 +42,14 @@ def local_cluster(n: int):
     import distributed
 
     with dask.config.set({"distributed.scheduler.worker-saturation": 1.0}):
-        return distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                                        silence_logs=logging.CRITICAL, scheduler_kwargs={"allowed_failures": 0})
+        # the ignores here and below: distributed leaves LocalCluster, Client, Client.scatter and as_completed
+        # unannotated (unused-ignore: a release that annotates them needs none)
+        return distributed.LocalCluster(  # type: ignore[no-untyped-call, unused-ignore]
+            n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+            silence_logs=logging.CRITICAL, scheduler_kwargs={"allowed_failures": 0})
 
 
-def _worker_info() -> tuple:
+def _worker_info() -> tuple[str, int]:
     """Run on every worker: the tpopt it imports."""
     from tpopt import __version__
     from tpopt.optimizer.sweep.rows import FORMAT
@@ -51,18 +60,21 @@ def _worker_info() -> tuple:
 class DaskExecutor:
     name = "dask"
 
-    def __init__(self, kind: str, where):
-        self.kind, self.where = kind, where
-        self.workers = where if kind == "local" else 0
+    def __init__(self, kind: str, where: int | str) -> None:
+        self.kind, self.where = kind, where  # ("local", N), ("address", "tcp://...") or ("file", path)
+        self.workers = where if isinstance(where, int) else 0  # a running cluster's: counted at start
         self.description = f"Dask LocalCluster ({where} worker processes)" if kind == "local" else \
             f"Dask cluster {where}"
-        self.cluster = self.client = self._payload = self._ac = None
-        self._payload_data = None
-        self._tids: dict = {}
-        self._attempts: dict = {}
+        self.cluster: LocalCluster | None = None
+        self.client: Client | None = None
+        self._payload: Future[_Payload] | None = None  # the scattered payload
+        self._ac: Any = None  # distributed.as_completed (its methods are unannotated upstream)
+        self._payload_data: _Payload | None = None
+        self._tids: dict[Key, int] = {}  # future key -> task id
+        self._attempts: dict[int, int] = {}  # task id -> submissions so far
         self._token = uuid.uuid4().hex[:8]
-        self._levels: list = []
-        self._batch: list = []
+        self._levels: list[tuple[logging.Handler, int]] = []
+        self._batch: list[tuple[int, Task]] = []
 
     def _quiet(self) -> None:
         """distributed logs worker deaths and reconnects on stderr; the driver reports them itself."""
@@ -70,21 +82,23 @@ class DaskExecutor:
             self._levels.append((handler, handler.level))
             handler.setLevel(logging.CRITICAL)
 
-    def start(self, payload, kinds=()) -> None:
+    def start(self, payload: _Payload, kinds: Iterable[str] = ()) -> None:
         import distributed
 
         if self.kind == "file" and not os.path.isfile(self.where):
             raise InputError(f"--cluster: scheduler file {self.where!r} not found")
         self._quiet()
         try:
-            if self.kind == "local":
+            if isinstance(self.where, int):  # local:N
                 self.cluster = local_cluster(self.where)
-                self.client = distributed.Client(self.cluster, set_as_default=False)
+                self.client = distributed.Client(  # type: ignore[no-untyped-call, unused-ignore]
+                    self.cluster, set_as_default=False)
             elif self.kind == "file":
-                self.client = distributed.Client(scheduler_file=self.where, timeout=CONNECT_TIMEOUT_S,
-                                                 set_as_default=False)
+                self.client = distributed.Client(  # type: ignore[no-untyped-call, unused-ignore]
+                    scheduler_file=self.where, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
             else:
-                self.client = distributed.Client(self.where, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+                self.client = distributed.Client(  # type: ignore[no-untyped-call, unused-ignore]
+                    self.where, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
         except (OSError, TimeoutError, ValueError) as exc:
             self.close()
             text = " ".join(str(exc).split())[:200]
@@ -106,13 +120,16 @@ class DaskExecutor:
             self.description = f"Dask cluster {self.where} ({self.workers} worker{'s' if self.workers != 1 else ''})"
         self._payload_data = payload
         self._scatter()
-        self._ac = distributed.as_completed([], loop=self.client.loop, with_results=False)
+        self._ac = distributed.as_completed(  # type: ignore[no-untyped-call, unused-ignore]
+            [], loop=self.client.loop, with_results=False)
 
     def _scatter(self) -> None:
         # broadcast: every worker holds a copy, so one dying loses nothing; late joiners fetch it
-        self._payload = self.client.scatter(self._payload_data, broadcast=True, hash=False)
+        assert self.client is not None, "scatter before start"
+        self._payload = self.client.scatter(  # type: ignore[no-untyped-call, unused-ignore]
+            self._payload_data, broadcast=True, hash=False)
 
-    def submit(self, tid: int, task) -> None:
+    def submit(self, tid: int, task: Task) -> None:
         self._batch.append((tid, task))
 
     def _flush(self) -> None:
@@ -122,6 +139,7 @@ class DaskExecutor:
 
         if not self._batch:
             return
+        assert self.client is not None and self._payload is not None, "flush before start"
         if self._payload.status != "finished":  # every copy lost with the workers that held it
             self._scatter()
         keys = []

@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Iterator
-from typing import Protocol
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Protocol
 
 from tpopt.errors import InputError
 
-Outcome = tuple  # (task id, rows or None, exception or None)
+if TYPE_CHECKING:
+    from tpopt.optimizer.sweep.rows import Row
+    from tpopt.optimizer.sweep.tasks import Task, _Payload
+
+Outcome = tuple[int, "list[Row] | None", "BaseException | None"]  # (task id, rows or None, exception or None)
 
 
 class WorkerDied(Exception):
@@ -33,7 +37,7 @@ class WorkerDied(Exception):
 class TaskFailed(Exception):
     """A task raised in a worker: ``str()`` is one line (type: message); ``detail`` the traceback."""
 
-    def __init__(self, message: str, detail: str = ""):
+    def __init__(self, message: str, detail: str = "") -> None:
         super().__init__(message)
         self.detail = detail
 
@@ -43,11 +47,11 @@ class Executor(Protocol):
     description: str  # for reports: "2 local worker processes", "Dask cluster tcp://... (4 workers)"
     workers: int
 
-    def start(self, payload, kinds=()) -> None:
+    def start(self, payload: _Payload, kinds: Iterable[str] = ()) -> None:
         """Prepare the workers and ship the payload every task shares (once); ``kinds``: the task kinds
         to come (solver backends a pool may import before it forks)."""
 
-    def submit(self, tid: int, task) -> None:
+    def submit(self, tid: int, task: Task) -> None:
         """Queue a task (also while :meth:`results` is being iterated: retries)."""
 
     def results(self) -> Iterator[Outcome]:
@@ -77,19 +81,20 @@ class InlineExecutor:
     description = "1 worker (this process)"
     workers = 1
 
-    def __init__(self):
-        self._queue: list = []
-        self._payload = None
+    def __init__(self) -> None:
+        self._queue: list[tuple[int, Task]] = []
+        self._payload: _Payload | None = None
 
-    def start(self, payload, kinds=()) -> None:
+    def start(self, payload: _Payload, kinds: Iterable[str] = ()) -> None:
         self._payload = payload
 
-    def submit(self, tid: int, task) -> None:
+    def submit(self, tid: int, task: Task) -> None:
         self._queue.append((tid, task))
 
     def results(self) -> Iterator[Outcome]:
         from tpopt.optimizer.sweep.tasks import run_task
 
+        assert self._payload is not None, "results before start"
         while self._queue:
             tid, task = self._queue.pop(0)
             try:
@@ -108,7 +113,7 @@ class InlineExecutor:
 LOCAL_CLUSTER = re.compile(r"local:(\d+)$")
 
 
-def parse_cluster(text: str) -> tuple[str, object]:
+def parse_cluster(text: str) -> tuple[str, int | str]:
     """``--cluster`` as ("local", N), ("address", "tcp://...") or ("file", path). Bad text: InputError."""
     value = str(text).strip()
     m = LOCAL_CLUSTER.match(value)

@@ -19,10 +19,19 @@ from __future__ import annotations
 import os
 import signal
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from tpopt.errors import InputError
 from tpopt.optimizer.sweep.executor import Outcome, TaskFailed, WorkerDied, describe
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.context import DefaultContext, ForkContext
+
+    from tpopt.optimizer.sweep.tasks import Task, _Payload
+
+    _Context = ForkContext | DefaultContext
 
 PR_SET_PDEATHSIG = 1
 
@@ -43,7 +52,7 @@ def _die_with_parent(parent: int) -> None:
         import threading
         import time
 
-        def watch():
+        def watch() -> None:
             while os.getppid() == parent:
                 time.sleep(0.5)
             os._exit(1)
@@ -51,7 +60,7 @@ def _die_with_parent(parent: int) -> None:
         threading.Thread(target=watch, daemon=True).start()
 
 
-def _worker_main(conn, parent: int, payload) -> None:
+def _worker_main(conn: Connection, parent: int, payload: _Payload) -> None:
     """A worker: receive (tid, kind, points), send back (tid, rows, None) or (tid, None, failure)."""
     _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -87,26 +96,26 @@ def _signal_name(code: int | None) -> str:
 
 
 class _Worker:
-    def __init__(self, ctx, payload):
+    def __init__(self, ctx: _Context, payload: _Payload) -> None:
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker_main, args=(child, os.getpid(), payload), daemon=True)
         self.proc.start()
         child.close()
-        self.tid = None  # the task it holds
+        self.tid: int | None = None  # the task it holds
 
 
 class LocalExecutor:
     name = "local"
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int) -> None:
         self.workers = max(1, int(workers))
         self.description = f"{self.workers} local worker process{'es' if self.workers != 1 else ''}"
-        self._queue: list = []
+        self._queue: list[tuple[int, Task]] = []
         self._pool: list[_Worker] = []
-        self._ctx = None
-        self._payload = None
+        self._ctx: _Context | None = None
+        self._payload: _Payload | None = None
 
-    def start(self, payload, kinds=()) -> None:
+    def start(self, payload: _Payload, kinds: Iterable[str] = ()) -> None:
         import multiprocessing
 
         _preload(kinds)
@@ -115,11 +124,11 @@ class LocalExecutor:
         self._payload = payload
         self._pool = [_Worker(self._ctx, payload) for _ in range(self.workers)]
 
-    def submit(self, tid: int, task) -> None:
+    def submit(self, tid: int, task: Task) -> None:
         self._queue.append((tid, task))
 
     def _dispatch(self) -> None:
-        for i, w in enumerate(self._pool):
+        for w in self._pool:
             if not self._queue:
                 return
             if w.tid is not None:
@@ -136,6 +145,7 @@ class LocalExecutor:
             w.tid = tid
 
     def _replace(self, dead: _Worker) -> _Worker:
+        assert self._ctx is not None and self._payload is not None, "a worker replaced before start"
         dead.conn.close()
         dead.proc.join(timeout=5)
         if dead.proc.is_alive():
@@ -171,6 +181,7 @@ class LocalExecutor:
                 elif w.proc.sentinel not in ready:
                     continue
                 tid, w.tid = w.tid, None
+                assert tid is not None  # a busy worker holds a task
                 w.proc.join(timeout=5)
                 code = w.proc.exitcode
                 self._replace(w)
@@ -198,7 +209,7 @@ class LocalExecutor:
         self._queue.clear()
 
 
-def _preload(kinds) -> None:
+def _preload(kinds: Iterable[str]) -> None:
     """Import the solver backends once in the parent, so forked workers do not each pay for it."""
     import importlib
 

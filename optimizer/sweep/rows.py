@@ -16,23 +16,29 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tpopt.models.units import DAY
 
 if TYPE_CHECKING:
+    from tpopt.models.evaluate import Evaluation
     from tpopt.optimizer.sweep.spec import Point
 
-FORMAT = 4  # 2: note and checksum columns; 3: ep, expert_tp, capacity_factor; 4: global_batch, seq_len, train_tokens, cp
+# 2: note and checksum columns; 3: ep, expert_tp, capacity_factor; 4: global_batch, seq_len, train_tokens, cp
+FORMAT = 4
 
-COLUMNS = {  # name -> type (None allowed everywhere)
+Row = dict[str, Any]
+"""One sweep row: column name -> cell (a value of the column's type, or None)."""
+
+COLUMNS: dict[str, type] = {  # name -> type (None allowed everywhere)
     "point_key": str,
     "accelerator": str, "deadline_days": float, "reserved_days": float, "tokens": float, "efficiency": float,
     "max_cards": int, "card_hour": float, "max_cost": float, "global_batch": int, "seq_len": int,
     "status": str,
     "cards": int, "hosts": int, "zero": int, "tp": int, "cp": int, "pp": int, "dp": int, "micro_batch": int,
     "grad_accum": int, "recompute": str, "offload": str, "schedule": str, "save_interval_s": float,
-    "save_mode": str, "nics_per_host": int, "ep": int, "expert_tp": int, "capacity_factor": float, "train_tokens": float,
+    "save_mode": str, "nics_per_host": int, "ep": int, "expert_tp": int, "capacity_factor": float,
+    "train_tokens": float,
     "cost": float, "cost_unit": str, "finish_days": float, "train_days": float, "overhead_days": float,
     "step_s": float, "memory_per_card_gib": float, "overhead_fraction": float,
     "card_hours": float, "price_card_hour": float,
@@ -50,7 +56,7 @@ INT_COLUMNS = tuple(c for c, t in COLUMNS.items() if t is int)
 CHECKSUMMED = tuple(c for c in COLUMNS if c not in ("pareto", "checksum"))
 
 
-def _clean(v, typ):
+def _clean(v: Any, typ: type) -> Any:
     if v is None:
         return None
     if typ is bool:
@@ -64,7 +70,7 @@ def _clean(v, typ):
     return s or None
 
 
-def cell(v) -> str:
+def cell(v: object) -> str:
     """A value as written to CSV (and hashed): '' for None, true/false, floats by repr (round-trip exact)."""
     if v is None:
         return ""
@@ -75,25 +81,25 @@ def cell(v) -> str:
     return str(v)
 
 
-def row_checksum(row: dict) -> str:
+def row_checksum(row: Row) -> str:
     """SHA-256 (16 hex digits) of the row's cells except ``pareto`` and ``checksum``."""
     text = "\x1f".join(cell(row[c]) for c in CHECKSUMMED)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def checksum_ok(row: dict) -> bool:
+def checksum_ok(row: Row) -> bool:
     return row.get("checksum") == row_checksum(row)
 
 
-def seal(row: dict) -> dict:
+def seal(row: Row) -> Row:
     """Set the row's checksum (after its last change other than ``pareto``)."""
     row["checksum"] = row_checksum(row)
     return row
 
 
-def make_row(point: Point, status: str, fingerprint_: str, solver: str, ev=None, fastest_s=None,
-             price=None, note=None) -> dict:
-    row = dict.fromkeys(COLUMN_NAMES)
+def make_row(point: Point, status: str, fingerprint_: str, solver: str, ev: Evaluation | None = None,
+             fastest_s: float | None = None, price: float | None = None, note: str | None = None) -> Row:
+    row: Row = dict.fromkeys(COLUMN_NAMES)
     row.update(point_key=point.key(), accelerator=point.accelerator, deadline_days=point.deadline_s / DAY,
                reserved_days=point.reserved_s / DAY, tokens=point.tokens, efficiency=point.efficiency,
                max_cards=point.max_cards, card_hour=point.card_hour, max_cost=point.max_cost, status=status,
@@ -117,8 +123,8 @@ def make_row(point: Point, status: str, fingerprint_: str, solver: str, ev=None,
     return seal({k: _clean(row[k], COLUMNS[k]) for k in COLUMN_NAMES})
 
 
-def sort_key(row: dict) -> tuple:
-    def num(x, none):
+def sort_key(row: Row) -> tuple[Any, ...]:
+    def num(x: Any, none: Any) -> Any:
         return none if x is None else x
 
     return (row["tokens"], row["efficiency"], num(row["card_hour"], -1.0), row["reserved_days"],
@@ -126,7 +132,7 @@ def sort_key(row: dict) -> tuple:
             row["deadline_days"], num(row["global_batch"], 0), row["point_key"])
 
 
-def case_of(row: dict) -> tuple:
+def case_of(row: Row) -> tuple[Any, ...]:
     """Rows sharing a case compete on one front (everything but accelerator, constraint limits and
     the global batch, a plan choice whose token-efficiency cost is in the row's cost)."""
     return (row["tokens"], row["efficiency"], row["card_hour"], row["reserved_days"], row.get("seq_len"))

@@ -10,12 +10,16 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from tpopt import __version__
 from tpopt.errors import InputError
 from tpopt.models.units import DAY, parse_count, parse_duration, parse_fraction, parse_int, parse_number
 from tpopt.optimizer.sweep.rows import FORMAT
+
+if TYPE_CHECKING:
+    from tpopt.catalogs import Catalog
+    from tpopt.models.plan import Scenario
 
 AUTO_TABLE_LIMIT = 300_000  # plans per group enumerated exactly with --solver auto
 MAX_VALUES = 100_000  # values one range may expand to
@@ -183,11 +187,11 @@ class SweepSpec:
     solver: str
     time_limit: float
     breakdown_cards: tuple[int, ...] | None
-    base: object  # Scenario built with every swept accelerator (names, catalog data, defaults)
+    base: Scenario  # built with every swept accelerator (names, catalog data, defaults)
     fingerprint: str
     deadline_in_table: bool
     name: str = ""
-    catalog: object = None  # the Catalog loaded from catalog_dirs when the spec was built
+    catalog: Catalog | None = None  # the Catalog loaded from catalog_dirs when the spec was built
 
     def points(self) -> list[Point]:
         v = self.values

@@ -10,8 +10,10 @@ import csv
 import io
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 from tpopt import __version__
 from tpopt.errors import InputError, require
@@ -21,6 +23,7 @@ from tpopt.optimizer.sweep.rows import (
     FORMAT,
     PROVEN,
     STATUSES,
+    Row,
     _clean,
     cell,
     checksum_ok,
@@ -32,13 +35,13 @@ OUT_FORMATS = (".csv", ".parquet", ".json")
 HEADER = ",".join(COLUMN_NAMES)
 
 
-def _csv_line(row: dict) -> str:
+def _csv_line(row: Row) -> str:
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerow([cell(row[c]) for c in COLUMN_NAMES])
     return buf.getvalue()
 
 
-def _parse_csv_line(line: str) -> dict | None:
+def _parse_csv_line(line: str) -> Row | None:
     """A journal line as a row, or None if it is not one (torn, wrong cell count, wrong types)."""
     try:
         cells = next(csv.reader([line]))
@@ -46,7 +49,7 @@ def _parse_csv_line(line: str) -> dict | None:
         return None
     if len(cells) != len(COLUMN_NAMES):
         return None
-    row = {}
+    row: Row = {}
     try:
         for (name, typ), text in zip(COLUMNS.items(), cells, strict=False):
             if text == "":
@@ -95,7 +98,8 @@ def atomic_write(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
-def check_output_path(path, what: str = "--out", formats=OUT_FORMATS) -> Path:
+def check_output_path(path: str | os.PathLike[str], what: str = "--out",
+                      formats: tuple[str, ...] = OUT_FORMATS) -> Path:
     """The output must have a known extension, live in an existing writable directory and not be a
     directory itself (checked before any work, so a bad path costs nothing)."""
     p = Path(path)
@@ -135,7 +139,7 @@ class OldFormat(Exception):
 # the lock: one writer per output
 
 
-_LOCK_FDS: set = set()
+_LOCK_FDS: set[int] = set()
 
 
 def _close_locks_in_child() -> None:
@@ -161,7 +165,7 @@ class OutputLock:
     def __init__(self, path: Path):
         self.path = path.parent / f".{path.name}.lock"
         self.target = path
-        self.fd = None
+        self.fd: int | None = None
 
     def acquire(self) -> OutputLock:
         try:
@@ -214,12 +218,12 @@ class OutputLock:
 class Resume:
     """What an earlier run left in ``--out``, sorted out: the rows reused and what was not, and why."""
 
-    rows: dict = field(default_factory=dict)  # point key -> proven row of this sweep (reused)
+    rows: dict[str, Row] = field(default_factory=dict)  # point key -> proven row of this sweep (reused)
     torn: int = 0  # a torn last line of a killed run
     unreadable: int = 0  # lines that are not rows (cut, wrong cell count, wrong types)
     tampered: int = 0  # rows whose checksum does not match their content: solved again
     invalid: int = 0  # rows whose status is not a status: solved again
-    unproven: dict = field(default_factory=dict)  # status (feasible / unknown / error) -> rows solved again
+    unproven: dict[str, int] = field(default_factory=dict)  # status (feasible / unknown / error) -> rows solved again
     outside: int = 0  # rows of points outside this sweep: dropped
     duplicates: int = 0  # a point's row found more than once: the last one counts
 
@@ -227,7 +231,7 @@ class Resume:
     def discarded(self) -> int:
         return self.torn + self.unreadable
 
-    def notes(self, out, total: int | None = None) -> list[str]:
+    def notes(self, out: object, total: int | None = None) -> list[str]:
         """One line per thing that happened, in words (``total``: the sweep's points)."""
         where = f" in {out}" if out else ""
         n = []
@@ -263,20 +267,20 @@ class SweepStore:
     atomically from it; the journal is removed afterwards. Hold :meth:`lock` around everything.
     """
 
-    def __init__(self, path, fingerprint_: str, force: bool = False):
+    def __init__(self, path: str | os.PathLike[str], fingerprint_: str, force: bool = False):
         self.path = check_output_path(path)
         self.fmt = self.path.suffix.lower()
         self.journal = self.path if self.fmt == ".csv" else self.path.with_name(self.path.name + ".journal.csv")
         self.fingerprint = fingerprint_
         self.force = force
-        self._fh = None
+        self._fh: IO[str] | None = None
 
     def lock(self) -> OutputLock:
         """The exclusive lock on this output and its journal (acquired; release it when done)."""
         return OutputLock(self.path).acquire()
 
     # -- reading ------------------------------------------------------------------------------
-    def _read_csv(self, path: Path, res: Resume) -> list[dict]:
+    def _read_csv(self, path: Path, res: Resume) -> list[Row]:
         try:
             data = path.read_bytes()
         except OSError as exc:
@@ -302,7 +306,7 @@ class SweepStore:
         return rows
 
     @staticmethod
-    def _clean_rows(records, res: Resume) -> list[dict]:
+    def _clean_rows(records: Iterable[dict[str, Any]], res: Resume) -> list[Row]:
         rows = []
         for r in records:
             try:
@@ -311,7 +315,7 @@ class SweepStore:
                 res.unreadable += 1
         return rows
 
-    def _read_json(self, path: Path, res: Resume) -> list[dict]:
+    def _read_json(self, path: Path, res: Resume) -> list[Row]:
         try:
             d = json.loads(path.read_text(encoding="utf-8"))
         except OSError as exc:
@@ -327,7 +331,7 @@ class SweepStore:
         res.unreadable += len(d["rows"]) - len(records)
         return self._clean_rows(records, res)
 
-    def _read_parquet(self, path: Path, res: Resume) -> list[dict]:
+    def _read_parquet(self, path: Path, res: Resume) -> list[Row]:
         pq = require("pyarrow.parquet", "parquet", "reading a .parquet file")
 
         try:
@@ -349,24 +353,24 @@ class SweepStore:
             raise OldFormat(path)
         return self._clean_rows(t.to_pylist(), res)
 
-    def _read(self, path: Path, res: Resume) -> list[dict]:
+    def _read(self, path: Path, res: Resume) -> list[Row]:
         if path == self.journal or path.suffix.lower() == ".csv":
             return self._read_csv(path, res)
         return self._read_json(path, res) if self.fmt == ".json" else self._read_parquet(path, res)
 
-    def load(self, keys) -> Resume:
+    def load(self, keys: Iterable[str]) -> Resume:
         """Sort out what an earlier run left: proven rows of this sweep's points (``keys``) are reused;
         rows that fail their checksum, carry an invalid or unproven status, or belong to points outside
         this sweep are not (each counted). Refuses files that are not ours or of another scenario."""
         res = Resume()
         if self.force:
             return res
-        found: dict = {}
+        found: dict[str, Row] = {}
         paths = [self.path] if self.journal == self.path else [self.path, self.journal]
         for path in paths:
             if not path.exists():
                 continue
-            seen: set = set()
+            seen: set[str] = set()
             try:
                 rows = self._read(path, res)
             except NotOurs:
@@ -393,9 +397,9 @@ class SweepStore:
                 seen.add(key)
                 r["pareto"] = None
                 found[key] = r  # the journal (read last) wins over the final file
-        keys = set(keys)
+        wanted = set(keys)
         for key, r in found.items():
-            if key not in keys:
+            if key not in wanted:
                 res.outside += 1
             elif r["status"] not in STATUSES:
                 res.invalid += 1
@@ -406,15 +410,16 @@ class SweepStore:
         return res
 
     # -- writing ------------------------------------------------------------------------------
-    def begin(self, rows: list[dict]) -> None:
+    def begin(self, rows: list[Row]) -> None:
         """Start the journal with the rows kept from earlier runs (atomically, torn lines dropped)."""
         body = HEADER + "\n" + "".join(_csv_line(r) for r in sorted(rows, key=sort_key))
         atomic_write(self.journal, body.encode("utf-8"))
         self._fh = open(self.journal, "a", encoding="utf-8", newline="")
 
-    def append(self, rows: list[dict]) -> None:
+    def append(self, rows: list[Row]) -> None:
         if not rows:
             return
+        assert self._fh is not None, "append before begin"
         self._fh.write("".join(_csv_line(r) for r in rows))
         self._fh.flush()
         os.fsync(self._fh.fileno())
@@ -424,7 +429,7 @@ class SweepStore:
             self._fh.close()
             self._fh = None
 
-    def finalize(self, rows: list[dict]) -> None:
+    def finalize(self, rows: list[Row]) -> None:
         """Write the final file atomically (rows sorted) and drop a separate journal."""
         self.close()
         atomic_write(self.path, encode(rows, self.fmt, self.fingerprint))
@@ -436,7 +441,7 @@ class SweepStore:
             _fsync_dir(self.path.parent)
 
 
-def _pandas_meta() -> dict:
+def _pandas_meta() -> dict[str, Any]:
     """pandas' parquet metadata, so that ``pandas.read_parquet`` keeps integer columns integers (nullable
     ``Int64``: an infeasible point has no card count) and ``pareto`` boolean, instead of floats."""
     kinds = {str: ("unicode", "object"), float: ("float64", "float64"), int: ("int64", "Int64"),
@@ -447,7 +452,7 @@ def _pandas_meta() -> dict:
             "creator": {"library": "tpopt", "version": __version__}, "pandas_version": "2.1.0"}
 
 
-def encode(rows: list[dict], fmt: str, fingerprint_: str) -> bytes:
+def encode(rows: list[Row], fmt: str, fingerprint_: str) -> bytes:
     """The bytes of a final output file (rows in the given order; callers sort them)."""
     if fmt == ".csv":
         return (HEADER + "\n" + "".join(_csv_line(r) for r in rows)).encode("utf-8")
@@ -467,4 +472,5 @@ def encode(rows: list[dict], fmt: str, fingerprint_: str) -> bytes:
                                            "pandas": json.dumps(_pandas_meta(), separators=(",", ":"))})
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data

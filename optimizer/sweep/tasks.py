@@ -12,24 +12,30 @@ payload carries the catalog and the model themselves (not the driver's catalog d
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from tpopt import __version__
 from tpopt.errors import InputError
 from tpopt.models.units import DAY
-from tpopt.optimizer.sweep.rows import make_row
+from tpopt.optimizer.sweep.rows import Row, make_row
 from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, Point, SweepSpec
+
+if TYPE_CHECKING:
+    from tpopt.catalogs import Catalog
+    from tpopt.models.evaluate import Evaluation
+    from tpopt.models.plan import Scenario
 
 
 @dataclass(frozen=True)
 class _Payload:
     """What every task of a sweep shares (shipped once per worker, not per task)."""
 
-    raw: dict  # the scenario tables, [model] naming SHIPPED_MODEL
-    fixed: dict
-    catalog: object  # the loaded Catalog, with the scenario's model as SHIPPED_MODEL
+    raw: dict[str, Any]  # the scenario tables, [model] naming SHIPPED_MODEL
+    fixed: dict[str, Any]
+    catalog: Catalog  # the loaded Catalog, with the scenario's model as SHIPPED_MODEL
     fingerprint: str
     solver: str
     time_limit: float
@@ -42,17 +48,17 @@ class Task(NamedTuple):
     solver backend (one solve of one point)."""
 
     kind: str
-    points: tuple
+    points: tuple[Point, ...]
 
     def label(self) -> str:
         first = self.points[0].key()
         return first if len(self.points) == 1 else f"{len(self.points)} points from {first}"
 
 
-_CACHE: dict = {}
+_CACHE: dict[tuple[Any, ...], Scenario] = {}
 
 
-def group_scenario(payload: _Payload, point: Point, deadline_s: float | None = None):
+def group_scenario(payload: _Payload, point: Point, deadline_s: float | None = None) -> Scenario:
     """The scenario of a point's group: its accelerator and table-changing inputs (the deadline is
     the point's when it is a table input, else any valid value; card cap and budget are lifted)."""
     from tpopt.catalogs.scenario import build_scenario, with_overrides
@@ -83,14 +89,14 @@ def group_scenario(payload: _Payload, point: Point, deadline_s: float | None = N
     return replace(sc, task=replace(sc.task, deadline_s=d))
 
 
-def point_scenario(sc, point: Point):
+def point_scenario(sc: Scenario, point: Point) -> Scenario:
     """A group scenario with the point's deadline, card cap and budget."""
     return replace(sc, task=replace(sc.task, deadline_s=point.deadline_s),
                    search=replace(sc.search, max_cards=point.max_cards),
                    cost=replace(sc.cost, max_cost=point.max_cost))
 
 
-def _table_rows(payload: _Payload, points: list[Point]) -> list[dict]:
+def _table_rows(payload: _Payload, points: list[Point]) -> list[Row]:
     """One exact enumeration for a group; every point answered by a mask over it."""
     from tpopt.models.evaluate import evaluate
     from tpopt.optimizer.core import feasible_for
@@ -109,7 +115,7 @@ def _table_rows(payload: _Payload, points: list[Point]) -> list[dict]:
     by_finish = sel[np.lexsort((sel, table.cost[sel], table.finish[sel]))]
     c_cost, c_fin, c_cards = table.cost[by_cost], table.finish[by_cost], table.cards[by_cost]
     f_cost, f_fin, f_cards = table.cost[by_finish], table.finish[by_finish], table.cards[by_finish]
-    evals: dict = {}
+    evals: dict[int, Evaluation] = {}
     rows = []
     for p in points:
         cap = np.inf if p.max_cost is None else p.max_cost
@@ -130,7 +136,7 @@ def _table_rows(payload: _Payload, points: list[Point]) -> list[dict]:
     return rows
 
 
-def _solve_rows(payload: _Payload, point: Point, backend: str) -> list[dict]:
+def _solve_rows(payload: _Payload, point: Point, backend: str) -> list[Row]:
     """One exact solve for one point (for spaces too large to enumerate)."""
     from tpopt.optimizer.core import solve
     from tpopt.optimizer.result import Request
@@ -147,14 +153,14 @@ def _solve_rows(payload: _Payload, point: Point, backend: str) -> list[dict]:
     if res.status.value == "infeasible":
         enforce = frozenset(f for f in FAMILIES if f != "deadline.finish")
         fr = solve(sc, backend, Request(objective="time", enforce=enforce, time_limit=payload.time_limit, workers=1))
-        if fr.feasible and fr.status.value == "optimal":
+        if fr.feasible and fr.best is not None and fr.status.value == "optimal":
             fastest = fr.best.metrics["finish_days"] * DAY
     note = f"{limit}: no plan found and no proof that none exists" if res.status.value == "unknown" else None
     return [make_row(point, res.status.value, payload.fingerprint, backend, fastest_s=fastest, price=price,
                      note=note)]
 
 
-def run_task(kind: str, payload: _Payload, points) -> list[dict]:
+def run_task(kind: str, payload: _Payload, points: Sequence[Point]) -> list[Row]:
     """The entry point of a worker: the rows of one task ("table": a group's points; a backend: one point)."""
     if payload.version != __version__:
         raise InputError(f"a sweep worker runs tpopt {__version__} but the driver runs {payload.version}; "
@@ -190,7 +196,7 @@ def space_size(spec: SweepSpec, accelerator: str) -> int:
 def plan_tasks(spec: SweepSpec, points: list[Point]) -> list[Task]:
     """Table tasks (one per group) or solve tasks (one per point), per the solver choice."""
     sizes = {acc: space_size(spec, acc) for acc in spec.hw} if spec.solver == "auto" else {}
-    groups: dict = {}
+    groups: dict[tuple[Any, ...], list[Point]] = {}
     for p in points:
         groups.setdefault(p.group(spec.deadline_in_table), []).append(p)
     tasks = []
