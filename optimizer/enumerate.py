@@ -360,7 +360,7 @@ class LayoutEvaluator:
         out = {"valid": valid, "ok": ok, "scalar_ok": scalar_ok, "cards": cards, "mem": mem, "demand": demand,
                "supply": supply, "step": np.broadcast_to(busy + sc.input.wait_s, shape),
                "rate": np.broadcast_to(g["rate"], shape),
-               "L": self._term("overhead", h), "backlog": self._term("ok.checkpoint.backlog", h) > 0.5,
+               "L": self._term("overhead", h), "backlog": self._term("ok." + F.CHECKPOINT, h) > 0.5,
                "usable": A.memory_usable, "exact": exact}
         if level == "exact":
             self.evaluated += int(valid.sum()) * len(d["tau"]) * len(d["mode"])
