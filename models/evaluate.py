@@ -430,13 +430,9 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
     checks = []
     for spec in CONSTRAINTS:
         val, lim = (float(np.asarray(x)) for x in r[("c", spec.name)])
-        if spec.name == F.MEMORY_HOST and val == 0.0:
-            continue  # no offload: nothing on the host
-        if spec.name == F.BUDGET and lim == float("inf"):
-            continue
-        if spec.name == F.INPUT_THROUGHPUT and lim == float("inf"):
-            continue
-        if spec.name in MOE_FAMILIES and not sc.model.moe:
+        if (val == 0.0 and not spec.shown_at_zero) or (lim == float("inf") and not spec.shown_unbounded):
+            continue  # host memory without offload; no budget cap, no input limit
+        if spec.moe_only and not sc.model.moe:
             continue
         slack = lim - val
         scale = spec.scale

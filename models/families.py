@@ -88,6 +88,8 @@ class Family:
     model_only: bool = False  # depends on the model and the batch only, whatever the hardware
     hub_rule: bool = False  # decided by the hub layout of the decomposition (tp, cp, pp, dp, micro-batch)
     trainer_rule: bool = False  # a dense trainer's layout rule: what an RL learner or a measured run must meet
+    shown_unbounded: bool = True  # a plan's checks list it when its limit is infinite (no cap set)
+    shown_at_zero: bool = True  # a plan's checks list it when its value is 0 (nothing to hold)
 
     def statement(self, scope: str = PRETRAINING) -> str:
         """The one-line statement printed for the family in ``scope``."""
@@ -112,7 +114,7 @@ REGISTRY = (
            moved_by=("usable_memory",), deletion_rank=6,
            evidence=("memory_per_card", None, "the plan with the least memory per card")),
     Family(MEMORY_HOST, KIND_MEMORY, "GiB", GIB, "offloaded optimizer state per host <= host memory",
-           deletion_rank=3, exact_rank=2),
+           deletion_rank=3, exact_rank=2, shown_at_zero=False),
     Family(BATCH_DIVISIBILITY, KIND_RULE, "sequences", 1.0,
            "batch (and every ramp-up batch) mod (dp x micro_batch) = 0", True,
            model_only=True, hub_rule=True, trainer_rule=True),
@@ -137,7 +139,7 @@ REGISTRY = (
     Family(STEP_BUDGET, KIND_TIME, "s", 1.0, "t_step <= (T_deadline - T_reserved) / (iterations (1 + L))",
            form_of=DEADLINE),
     Family(INPUT_THROUGHPUT, KIND_INPUT, "seq/s", 1.0, "input demand <= workers x rate",
-           moved_by=("efficiency", "nic_bandwidth"), deletion_rank=4),
+           moved_by=("efficiency", "nic_bandwidth"), deletion_rank=4, shown_unbounded=False),
     Family(RL_LEARNER_LAYOUT, KIND_RULE, "", 1.0,
            "a learner layout exists at the card count (batch, host and head rules)", True, scopes=(RL,)),
     Family(RL_LEARNER_MEMORY, KIND_MEMORY, "GiB", GIB, "learner peak memory per card <= usable memory", scopes=(RL,)),
@@ -161,7 +163,7 @@ REGISTRY = (
            evidence=("cards", None, "the plan with the fewest cards"), swept=True),
     Family(BUDGET, KIND_BUDGET, "USD", 1.0, "cost <= budget cap", scopes=_BOTH,
            moved_by=("tokens", "efficiency", "nic_bandwidth", "reserved", "max_cost"), deletion_rank=1,
-           stage_shared=True, swept=True),
+           stage_shared=True, swept=True, shown_unbounded=False),
 )
 EVERY_FAMILY_INPUTS = ("accelerator",)
 """Explain's inputs that move every family (a different accelerator changes every table)."""
@@ -185,7 +187,7 @@ PRETRAINING_NAMES = _names(PRETRAINING)
 MOE_FAMILIES = _names(PRETRAINING, lambda f: f.moe_only)
 SOLVED = _names(PRETRAINING, lambda f: f.encoded)  # the families the solvers encode
 STRUCTURAL = _names(PRETRAINING, lambda f: f.structural)
-RELAXABLE = tuple(n for n in SOLVED if not BY_NAME[n].structural)
+RELAXABLE = tuple(n for n in SOLVED if BY_NAME[n].relaxable)
 EXACT = tuple(f.name for f in sorted((f for f in PRETRAINING_FAMILIES if f.exact_rank is not None),
                                      key=lambda f: f.exact_rank))
 DELETION_ORDER = STRUCTURAL + tuple(f.name for f in sorted((f for f in PRETRAINING_FAMILIES
@@ -206,7 +208,7 @@ RL_NAMES = _names(RL)
 RL_SOLVED = _names(RL, lambda f: f.encoded)
 RL_REPORTED = RL_SOLVED + _names(RL, lambda f: not f.encoded)  # report rows: the reported forms last
 RL_STRUCTURAL = _names(RL, lambda f: f.structural)
-RL_RELAXABLE = tuple(n for n in RL_SOLVED if not BY_NAME[n].structural)
+RL_RELAXABLE = tuple(n for n in RL_SOLVED if BY_NAME[n].relaxable)
 
 
 def affected_by(parameter: str) -> tuple:

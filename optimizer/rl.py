@@ -873,7 +873,7 @@ def constraint_rows(ev: RLEvaluation, enforced, binding_names=()) -> list[dict]:
             continue
         unit, scale, doc = SPEC[f]
         v, lim = ev.checks[f]
-        if f == F.BUDGET and math.isinf(lim):
+        if math.isinf(lim) and not F.BY_NAME[f].shown_unbounded:
             continue
         enf = f in enforced or F.encoded_as(f) in enforced
         rows.append({"name": f, "value": v / scale, "limit": None if math.isinf(lim) else lim / scale, "unit": unit,
