@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 from tpopt.cli.common import EXIT_INFEASIBLE, EXIT_UNKNOWN, dump_json
+from tpopt.models import families as F
 from tpopt.models.units import DAY
 
 
@@ -72,7 +73,7 @@ def batch_infeasible(bs, sc, kw, req, as_json: bool, out: dict):
 
     rows = []
     for c in bs.choices:
-        enforce = frozenset(f for f in req.enforced(FAMILIES) if f not in ("deadline.finish", "budget.cost"))
+        enforce = frozenset(f for f in req.enforced(FAMILIES) if f not in (F.DEADLINE, F.BUDGET))
         r = solve(c.sc, kw.get("solver", "cpsat"), Request(objective="time", enforce=enforce, time_limit=req.time_limit,
                                                            seed=req.seed, workers=req.workers), space=c.space)
         fin = r.best.metrics["finish_days"] if r.best is not None else None
@@ -107,7 +108,7 @@ def _stage_entry(ss, i: int, analysis_on: bool, backend: str, req) -> dict:
          "reserved_s": st.reserved_s, "save_s": st.save_s, "restore_s": st.restore_s}
     if analysis_on:  # what binds this stage at the deadline the other stages leave it
         sc_i = replace(pick.sc, task=replace(pick.sc.task, deadline_s=outer.allocated(ss, i)))
-        ana = analysis(Space.from_scenario(sc_i), ev, backend, req, set(ss.enforced) - {"budget.cost"})
+        ana = analysis(Space.from_scenario(sc_i), ev, backend, req, set(ss.enforced) - {F.BUDGET})
         e["binding"], e["alternatives"] = ana["binding"], ana["alternatives"]
     return e
 

@@ -15,6 +15,7 @@ import click
 from tpopt.cli.common import dump_json, echo_builtin_note, handle_errors, scenario_options
 from tpopt.cli.plots import check_plot_path, pyplot, save_figure
 from tpopt.errors import InputError
+from tpopt.models import families as F
 from tpopt.models import reliability as rel
 from tpopt.models.units import (
     DAY,
@@ -378,7 +379,7 @@ def _scenario_and_plan(kw: dict, cards: int | None, need_plan: bool):
 def _plan_note(ev, how: str, sc) -> str:
     from tpopt.cli.render import plan_line
 
-    bad = [c.name for c in ev.violated() if c.name != "step.budget"]
+    bad = [c.name for c in ev.violated() if c.name != F.STEP_BUDGET]
     text = f"plan        {how}: {plan_line(ev.plan_dict())} (scenario {sc.name})"
     if bad:
         text += f"\n            note: this plan violates {', '.join(bad)}; its figures are indicative"

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from rich.console import Console, JustifyMethod
 from rich.measure import Measurement
 from rich.table import Table
+from tpopt.models import families as F
 from tpopt.models.units import fmt_count
 
 WIDTH = 100  # columns when stdout is not a terminal and COLUMNS is not set
@@ -354,7 +355,7 @@ def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:
     rob = (d.get("robustness") or {}).get("without_overlap")
     if rob:
         verdict = "still meets every constraint" if rob["feasible"] else \
-            "fails " + ", ".join(n for n in rob["violates"] if n != "step.budget")
+            "fails " + ", ".join(n for n in rob["violates"] if n != F.STEP_BUDGET)
         parts += [f"Robustness: without communication overlap (prefetch failing) the step is {rob['step_s']:.1f} s "
                   f"and the plan finishes in {rob['finish_days']:.1f} d: it {verdict}."]
     alts = alternative_lines(d.get("alternatives") or [], d["objective"], unit, batch)

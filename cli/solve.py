@@ -13,6 +13,7 @@ from tpopt.cli.common import (
     scenario_options,
 )
 from tpopt.cli.request import request_from, solve_options
+from tpopt.models import families as F
 
 TINY_SPACE = 20_000
 """Plans up to which ``--method auto`` proves the optimum by evaluating every plan (vectorised): faster
@@ -102,7 +103,7 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, **kw):
         binding = {b["name"] for b in ana["binding"]} if ana else set()
         undecided = set(ana["undecided"]) if ana else set()
         for c in d["constraints"]:
-            name = "deadline.finish" if c["name"] == "step.budget" else c["name"]
+            name = F.DEADLINE if c["name"] == F.STEP_BUDGET else c["name"]
             # without the analysis, or where the time limit cut it short, nobody knows: None, not False
             c["binding"] = None if (ana is None or name in undecided) else name in binding
             if name in undecided:

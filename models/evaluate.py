@@ -18,48 +18,17 @@ from dataclasses import dataclass, field
 import numpy as np
 from tpopt.errors import InputError
 from tpopt.models import context, memory, moe
+from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.models.plan import OFFLOADS, SAVE_MODES, Plan, Scenario, schedule_name, split_schedule
 from tpopt.models.units import DAY, GIB, HOUR
 
+ConstraintSpec = F.Family  # a family's declaration: name, unit, scale, statement, structural flag
 
-@dataclass(frozen=True)
-class ConstraintSpec:
-    name: str
-    unit: str
-    scale: float  # divide SI values by this to print in ``unit``
-    doc: str
-    structural: bool = False  # divisibility/layout rules: satisfied or not, never "binding"
-
-
-# Every constraint family, in report order. value <= limit is feasible.
-MOE_FAMILIES = ("layout.ep_divides_experts", "layout.ep_group", "moe.capacity_drops")  # shown for MoE models only
-CONSTRAINTS = (
-    ConstraintSpec("memory.per_card", "GiB", GIB, "peak per-card memory <= usable memory"),
-    ConstraintSpec("memory.host", "GiB", GIB, "offloaded optimizer state per host <= host memory"),
-    ConstraintSpec("batch.divisibility", "sequences", 1.0,
-                   "batch (and every ramp-up batch) mod (dp x micro_batch) = 0", True),
-    ConstraintSpec("layout.whole_hosts", "cards", 1.0, "cards mod cards_per_host = 0", True),
-    ConstraintSpec("layout.tp_within_host", "cards", 1.0,
-                   "tp divides cards_per_host; a TP x CP group fills whole hosts or divides one", True),
-    ConstraintSpec("layout.heads_divisible", "heads", 1.0,
-                   "tp divides query and KV heads (all-to-all context parallelism: tp x cp divides the heads)", True),
-    ConstraintSpec("layout.pp_divides_layers", "layers", 1.0, "pp divides the layer count", True),
-    ConstraintSpec("layout.schedule_shape", "", 1.0, "the pipeline schedule supports pp and the micro-batch count",
-                   True),
-    ConstraintSpec("layout.ep_divides_experts", "experts", 1.0, "ep divides the routed experts", True),
-    ConstraintSpec("layout.ep_group", "cards", 1.0,
-                   "ep x expert-tp divides tp x dp (an explicit expert-tp divides the host and the expert width)",
-                   True),
-    ConstraintSpec("moe.capacity_drops", "%", 0.01, "dispatches a capacity factor drops <= the maximum drop rate"),
-    ConstraintSpec("step.budget", "s", 1.0, "t_step <= (T_deadline - T_reserved) / (iterations (1 + L))"),
-    ConstraintSpec("input.throughput", "seq/s", 1.0, "input demand <= workers x rate"),
-    ConstraintSpec("checkpoint.backlog", "s", 1.0, "checkpoint write time <= save interval"),
-    ConstraintSpec("deadline.finish", "d", DAY, "T_finish <= deadline"),
-    ConstraintSpec("cards.max", "cards", 1.0, "cards <= max_cards"),
-    ConstraintSpec("budget.cost", "USD", 1.0, "cost <= budget cap"),
-)
-CONSTRAINT_NAMES = tuple(c.name for c in CONSTRAINTS)
+# Every constraint family, in report order (declared in tpopt.models.families). value <= limit is feasible.
+MOE_FAMILIES = F.MOE_FAMILIES  # shown for MoE models only
+CONSTRAINTS = F.PRETRAINING_FAMILIES
+CONSTRAINT_NAMES = F.PRETRAINING_NAMES
 SPEC = {c.name: c for c in CONSTRAINTS}
 
 
@@ -461,13 +430,9 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
     checks = []
     for spec in CONSTRAINTS:
         val, lim = (float(np.asarray(x)) for x in r[("c", spec.name)])
-        if spec.name == "memory.host" and val == 0.0:
-            continue  # no offload: nothing on the host
-        if spec.name == "budget.cost" and lim == float("inf"):
-            continue
-        if spec.name == "input.throughput" and lim == float("inf"):
-            continue
-        if spec.name in MOE_FAMILIES and not sc.model.moe:
+        if (val == 0.0 and not spec.shown_at_zero) or (lim == float("inf") and not spec.shown_unbounded):
+            continue  # host memory without offload; no budget cap, no input limit
+        if spec.moe_only and not sc.model.moe:
             continue
         slack = lim - val
         scale = spec.scale

@@ -27,14 +27,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from tpopt.errors import InputError
+from tpopt.models import families as F
 from tpopt.models.evaluate import evaluate_arrays, resolve_plan, with_plan_options
 from tpopt.models.plan import Plan, Scenario
 from tpopt.models.roofline import PerfParams
 
 PRIOR_WEIGHT = 1e-4
-CHOICE_CONSTRAINTS = ("memory.per_card", "memory.host", "batch.divisibility", "layout.whole_hosts",
-                      "layout.tp_within_host", "layout.heads_divisible", "layout.pp_divides_layers",
-                      "layout.schedule_shape")
+CHOICE_CONSTRAINTS = F.CHOICE_FAMILIES
 """Constraints a candidate plan must meet to be chosen (what the run could physically do)."""
 
 

@@ -15,6 +15,7 @@ import math
 import time
 
 from tpopt.errors import InputError
+from tpopt.models import families as F
 from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.models.plan import Scenario
 from tpopt.optimizer.limits import EncodingError, TimeLimitReached, clock_of
@@ -43,7 +44,7 @@ def evaluate_assignment(space: Space, idx: dict) -> Evaluation:
 def feasible_for(ev: Evaluation, enforced) -> bool:
     """Feasible with respect to the enforced families (step.budget follows deadline.finish)."""
     for c in ev.constraints:
-        name = "deadline.finish" if c.name == "step.budget" else c.name
+        name = F.DEADLINE if c.name == F.STEP_BUDGET else c.name
         if name in enforced and not c.satisfied:
             return False
     return True

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from ortools.sat.python import cp_model
+from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.optimizer.limits import EncodingError  # noqa: F401 (raised here; the backends' shared error)
 from tpopt.optimizer.result import Request
@@ -304,7 +305,7 @@ class CpSatModel:
 
         # cards
         cards, _ = self._table("cards", "floor")
-        m.add(cards <= int(sc.search.max_cards)).only_enforce_if(self.lit["cards.max"])
+        m.add(cards <= int(sc.search.max_cards)).only_enforce_if(self.lit[F.CARDS])
         if self.req.cards is not None:
             m.add_linear_expression_in_domain(cards, cp_model.Domain.from_values([int(c) for c in self.req.cards]))
         self.cards = cards
@@ -312,7 +313,7 @@ class CpSatModel:
         # integer units from the actual ranges (every product below BUDGET; see Scales)
         # clamping at the deadline only ever lowers values, so it is a valid relaxation even when the
         # deadline family is dropped or an assumption; it is tried first only where it is enforced
-        deadline_on = "deadline.finish" in self.enforced and not self.assumption_mode
+        deadline_on = F.DEADLINE in self.enforced and not self.assumption_mode
         try:
             sc_ = choose_scales(sp, deadline_on)
         except EncodingError:
@@ -321,7 +322,7 @@ class CpSatModel:
             sc_ = choose_scales(sp, True)
         self.scales = sc_
         if sc_.all_late:  # decided exactly in floating point: the deadline family admits no plan
-            m.add_bool_or([self.lit["deadline.finish"].Not()])
+            m.add_bool_or([self.lit[F.DEADLINE].Not()])
         ticks, lscale, mu = sc_.ticks, sc_.lscale, sc_.mem_unit
         self.ticks = ticks
 
@@ -330,7 +331,7 @@ class CpSatModel:
         mem_terms = [p[0] for p in mem_parts]
         self._ints = {n: p[1] for n, p in zip(MEMORY, mem_parts, strict=False)}
         usable = self._element("usable", ("acc",), _ceil(np.minimum(sp.usable(), sc_.mem_cap) / mu))
-        m.add(sum(mem_terms) <= usable).only_enforce_if(self.lit["memory.per_card"])
+        m.add(sum(mem_terms) <= usable).only_enforce_if(self.lit[F.MEMORY_PER_CARD])
 
         # busy time (ticks): lower bound for the deadline and objective, upper bound for input throughput
         names = BUSY
@@ -346,7 +347,7 @@ class CpSatModel:
             # a need beyond every reachable busy time is clamped just above it (still excluded)
             need_cap = (busy_hi + len(names) + 1) / ticks
             need, _ = self._table("input.min_busy", "floor", ticks, need_cap)
-            m.add(busy_lb + len(names) >= need).only_enforce_if(self.lit["input.throughput"])
+            m.add(busy_lb + len(names) >= need).only_enforce_if(self.lit[F.INPUT_THROUGHPUT])
 
         # step x (1 + L), finish. (1 + L) takes few distinct values: one literal per value selects an
         # exact linear relation, so no integer product constraint is needed.
@@ -369,7 +370,7 @@ class CpSatModel:
         m.add(finish == reserved_t + iters * y)
         self.finish = finish
         m.add(finish <= _ceil_int(sc.task.deadline_s * ticks, finish_hi + 1)).only_enforce_if(
-            self.lit["deadline.finish"])
+            self.lit[F.DEADLINE])
 
         # cost = rate x finish, scaled to stay below BUDGET; rate again has few distinct values
         rate_tab = _finite(sp.tables["rate"].values)
@@ -391,7 +392,7 @@ class CpSatModel:
         self.cost_factor = self.finish_unit / ticks / self.rate_scale  # scaled units -> currency
         if sc.cost.max_cost is not None:
             m.add(cost <= _ceil_int(sc.cost.max_cost / self.cost_factor, cost_hi + 1)).only_enforce_if(
-                self.lit["budget.cost"])
+                self.lit[F.BUDGET])
 
         self.obj = cost if self.req.objective == "cost" else finish
         self.obj_factor = self.cost_factor if self.req.objective == "cost" else 1.0 / ticks
@@ -441,7 +442,7 @@ class CpSatModel:
         bmin = self._element_on("busy_min", hub, busy_min)
         m.add(busy_sum >= bmin)
         mmin = self._element_on("mem_min", hub, mem_min)
-        m.add(mmin <= usable).only_enforce_if(self.lit["memory.per_card"])
+        m.add(mmin <= usable).only_enforce_if(self.lit[F.MEMORY_PER_CARD])
         fmin = self._element_on("finish_min", hub, finish_min)
         m.add(finish >= fmin)
         cmin = self._element_on("cost_min", hub, cost_min)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.models.evaluate import evaluate
 from tpopt.optimizer.enumerate import layout_best
@@ -33,8 +34,7 @@ from tpopt.optimizer.space import LAYOUT, Space, cards_of, reduce_to
 from tpopt.optimizer.space import MEMORY_TERMS as MEMORY
 
 HUB = LAYOUT
-HUB_RULES = ("batch.divisibility", "layout.whole_hosts", "layout.tp_within_host", "layout.heads_divisible",
-             "layout.pp_divides_layers")
+HUB_RULES = F.HUB_RULES
 KEY_RTOL = 1e-9
 """A subproblem's plan is evaluated in full only when its key from the tables is within this relative
 margin of the K-th best verified plan (the tables and the evaluator agree to rounding, far inside it)."""
@@ -135,13 +135,13 @@ class LayoutBounds:
             lim = (slice(None),) + (None,) * len(self.coupled)  # a per-layout array against (h, c)
             ok = np.ones(cost_min.shape, dtype=bool)
             enforced = set(enforced)
-            if "memory.per_card" in enforced:
+            if F.MEMORY_PER_CARD in enforced:
                 ok &= mem_min <= self.usable[lim]
-            if "input.throughput" in enforced:
+            if F.INPUT_THROUGHPUT in enforced:
                 ok &= busy_max >= need
-            if "deadline.finish" in enforced:
+            if F.DEADLINE in enforced:
                 ok &= finish_min <= sc.task.deadline_s
-            if "budget.cost" in enforced and sc.cost.max_cost is not None:
+            if F.BUDGET in enforced and sc.cost.max_cost is not None:
                 ok &= cost_min <= sc.cost.max_cost
             for f in sorted(enforced):
                 if f not in HUB_RULES and "ok." + f in space._specs:
@@ -163,16 +163,16 @@ class LayoutBounds:
     def allowed(self, enforced, max_cards, deadline, max_cost) -> dict:
         """Per family, the layouts its (relaxed) condition allows."""
         ok = {f: self.rules[f] for f in HUB_RULES if f in enforced}
-        if "cards.max" in enforced:
-            ok["cards.max"] = self.cards <= max_cards
-        if "memory.per_card" in enforced:
-            ok["memory.per_card"] = self.mem_min <= self.usable
-        if "deadline.finish" in enforced:
-            ok["deadline.finish"] = self.finish_min <= deadline
-        if "input.throughput" in enforced:
-            ok["input.throughput"] = self.busy_max >= self.input_need
-        if "budget.cost" in enforced and max_cost is not None:
-            ok["budget.cost"] = self.cost_min <= max_cost
+        if F.CARDS in enforced:
+            ok[F.CARDS] = self.cards <= max_cards
+        if F.MEMORY_PER_CARD in enforced:
+            ok[F.MEMORY_PER_CARD] = self.mem_min <= self.usable
+        if F.DEADLINE in enforced:
+            ok[F.DEADLINE] = self.finish_min <= deadline
+        if F.INPUT_THROUGHPUT in enforced:
+            ok[F.INPUT_THROUGHPUT] = self.busy_max >= self.input_need
+        if F.BUDGET in enforced and max_cost is not None:
+            ok[F.BUDGET] = self.cost_min <= max_cost
         return ok
 
 

@@ -14,6 +14,7 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
+from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.models.evaluate import evaluate_arrays
 from tpopt.optimizer.result import Request
@@ -206,12 +207,7 @@ EXTRAS = GRID + SAVE
 _GRID_TERMS = ("mem.states", "mem.copies", "mem.temporary", "time.exposed_dp", "time.tp_comm", "time.offload",
                "time.ep_comm", "rate")
 # families decided by one table each (True = the rule holds), sliced at the layout
-_RULES = {"memory.host": "ok.memory.host", "layout.schedule_shape": "ok.layout.schedule_shape",
-          "layout.ep_divides_experts": "ok.layout.ep_divides_experts", "layout.ep_group": "ok.layout.ep_group",
-          "moe.capacity_drops": "ok.moe.capacity_drops", "batch.divisibility": "ok.batch.divisibility",
-          "layout.whole_hosts": "ok.layout.whole_hosts", "layout.tp_within_host": "ok.layout.tp_within_host",
-          "layout.heads_divisible": "ok.layout.heads_divisible",
-          "layout.pp_divides_layers": "ok.layout.pp_divides_layers"}
+_RULES = {f: "ok." + f for f in F.STRUCTURAL + F.EXACT if f != F.CHECKPOINT}  # the backlog: with the save grid
 
 
 class LayoutEvaluator:
@@ -352,9 +348,9 @@ class LayoutEvaluator:
         pick[GRID.index("schedule")] = slice(None, 1 if pp == 1 else None)
         pick[GRID.index("nics")] = sp.nic_allowed()[h[0]]
         valid[tuple(pick)] = True
-        ok = {"memory.per_card": np.broadcast_to(mem <= A.memory_usable, shape),
-              "input.throughput": np.broadcast_to(demand <= supply, shape)}
-        scalar_ok = {"cards.max": cards <= sc.search.max_cards}
+        ok = {F.MEMORY_PER_CARD: np.broadcast_to(mem <= A.memory_usable, shape),
+              F.INPUT_THROUGHPUT: np.broadcast_to(demand <= supply, shape)}
+        scalar_ok = {F.CARDS: cards <= sc.search.max_cards}
         for family, table in _RULES.items():
             rule = self._term(table, h)
             if rule.size == 1:
@@ -364,7 +360,7 @@ class LayoutEvaluator:
         out = {"valid": valid, "ok": ok, "scalar_ok": scalar_ok, "cards": cards, "mem": mem, "demand": demand,
                "supply": supply, "step": np.broadcast_to(busy + sc.input.wait_s, shape),
                "rate": np.broadcast_to(g["rate"], shape),
-               "L": self._term("overhead", h), "backlog": self._term("ok.checkpoint.backlog", h) > 0.5,
+               "L": self._term("overhead", h), "backlog": self._term("ok." + F.CHECKPOINT, h) > 0.5,
                "usable": A.memory_usable, "exact": exact}
         if level == "exact":
             self.evaluated += int(valid.sum()) * len(d["tau"]) * len(d["mode"])
@@ -392,7 +388,7 @@ class LayoutEvaluator:
             if f in v["ok"]:
                 m &= v["ok"][f]
         save_ok = np.ones(v["L"].shape, dtype=bool)
-        if "checkpoint.backlog" in enforced:
+        if F.CHECKPOINT in enforced:
             save_ok &= v["backlog"]
         for var, allowed in (restrict or {}).items():
             if var in EXTRAS:
@@ -415,9 +411,9 @@ class LayoutEvaluator:
             m = m[..., :1, :1]
         finish = sc.task.reserved_s + (T.iteration_count(sc) * v["step"]) * (1.0 + L)
         cost = v["rate"] * finish
-        if "deadline.finish" in enforced:
+        if F.DEADLINE in enforced:
             m = m & (finish <= sc.task.deadline_s)
-        if "budget.cost" in enforced and sc.cost.max_cost is not None:
+        if F.BUDGET in enforced and sc.cost.max_cost is not None:
             m = m & (cost <= sc.cost.max_cost)
         shape = m.shape
         k1, k2 = (cost, finish) if objective == "cost" else (finish, cost)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 from tpopt.errors import InputError
+from tpopt.models import families as F
 from tpopt.models.evaluate import SPEC, Evaluation, evaluate
 from tpopt.models.plan import Plan, Scenario, System
 from tpopt.models.units import (
@@ -45,8 +46,7 @@ from tpopt.optimizer.space import FAMILIES, STRUCTURAL, VARS, Space, card_counts
 
 # Deletion order of the filter: families tried first are dropped whenever the rest still conflict,
 # so the conflict is stated in the families a user can act on (deadline, memory, cards) when possible.
-DELETION_ORDER = STRUCTURAL + ("budget.cost", "checkpoint.backlog", "memory.host", "input.throughput",
-                               "deadline.finish", "memory.per_card", "cards.max")
+DELETION_ORDER = F.DELETION_ORDER  # STRUCTURAL, then each family's deletion_rank
 
 THROUGHPUT_SCALE_MAX = 3.0  # per-operation model: the largest throughput scale the relaxation searches
 EFFICIENCY_TOL = 1e-5  # relative tolerance on the efficiency threshold (0.0005 points at 47 %)
@@ -59,7 +59,7 @@ REL = 1e-9
 
 EMPTY = object()  # a narrowed search space without any point (see Context.narrowed)
 # families that depend on the model and the batch only, whatever the hardware
-MODEL_FAMILIES = ("batch.divisibility", "layout.heads_divisible", "layout.pp_divides_layers", "layout.schedule_shape")
+MODEL_FAMILIES = F.MODEL_FAMILIES
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,7 +110,7 @@ class Context:
         sc = sc or self.sc
         enforce = frozenset(f for f in self.enforced if f not in set(drop))
         if sc.cost.max_cost is None:
-            enforce -= {"budget.cost"}  # cost <= inf: dropping it changes nothing (one cache entry)
+            enforce -= {F.BUDGET}  # cost <= inf: dropping it changes nothing (one cache entry)
         key = (objective or self.req.objective, enforce) if (base and space is None and cards is None) else None
         if key is not None and key in self._memo:
             return self._memo[key]
@@ -287,9 +287,7 @@ def other_conflict(ctx: Context, affects) -> list[str]:
     return deletion_filter(oracle, fams)
 
 
-EVIDENCE = {"deadline.finish": ("finish_s", "time", "the fastest plan"),
-            "memory.per_card": ("memory_per_card", None, "the plan with the least memory per card"),
-            "cards.max": ("cards", None, "the plan with the fewest cards")}
+EVIDENCE = F.EVIDENCE  # family -> (metric, objective, words) of the plan quoted as closest
 
 
 def conflict_detail(ctx: Context, core: list[str]) -> list[dict]:
@@ -392,27 +390,26 @@ class Param:
     unit: str
     digits: int
     direction: str  # ">=" (raise it) or "<=" (lower it)
-    affects: tuple  # constraint families whose value or limit depends on the input
     override: str | None = None  # raw-table key that sets it ("table.key")
     per_unit: float = 1.0  # SI value of one display unit
 
+    @property
+    def affects(self) -> tuple:
+        """Constraint families whose value or limit depends on the input (declared by each family)."""
+        return F.affected_by(self.name)
+
 
 PARAMS = {
-    "deadline": Param("deadline", "deadline", "d", 2, ">=", ("deadline.finish", "checkpoint.backlog"),
-                      "schedule.deadline", DAY),
-    "max_cards": Param("max_cards", "max cards", "cards", 0, ">=", ("cards.max",), "search.max_cards", 1.0),
-    "tokens": Param("tokens", "tokens", "B tokens", 2, "<=", ("deadline.finish", "budget.cost"), "task.tokens", 1e9),
-    "efficiency": Param("efficiency", "efficiency (MFU)", "%", 2, ">=",
-                        ("deadline.finish", "budget.cost", "input.throughput"), "hardware.efficiency", 0.01),
-    "usable_memory": Param("usable_memory", "usable memory per card", "GiB", 2, ">=", ("memory.per_card",),
-                           "hardware.usable_memory", GIB),
-    "nic_bandwidth": Param("nic_bandwidth", "NIC bandwidth", "GB/s", 2, ">=",
-                           ("deadline.finish", "budget.cost", "input.throughput"), "hardware.nic", GB),
-    "reserved": Param("reserved", "reserved days", "d", 2, "<=", ("deadline.finish", "budget.cost"),
-                      "schedule.reserved", DAY),
-    "max_cost": Param("max_cost", "budget cap", "USD", 2, ">=", ("budget.cost",), "cost.max_cost", 1.0),
-    "max_drop": Param("max_drop", "maximum drop rate", "%", 2, ">=", ("moe.capacity_drops",), "moe.max_drop", 0.01),
-    "accelerator": Param("accelerator", "accelerator", "", 0, "=", tuple(FAMILIES), "hardware.accelerator"),
+    "deadline": Param("deadline", "deadline", "d", 2, ">=", "schedule.deadline", DAY),
+    "max_cards": Param("max_cards", "max cards", "cards", 0, ">=", "search.max_cards", 1.0),
+    "tokens": Param("tokens", "tokens", "B tokens", 2, "<=", "task.tokens", 1e9),
+    "efficiency": Param("efficiency", "efficiency (MFU)", "%", 2, ">=", "hardware.efficiency", 0.01),
+    "usable_memory": Param("usable_memory", "usable memory per card", "GiB", 2, ">=", "hardware.usable_memory", GIB),
+    "nic_bandwidth": Param("nic_bandwidth", "NIC bandwidth", "GB/s", 2, ">=", "hardware.nic", GB),
+    "reserved": Param("reserved", "reserved days", "d", 2, "<=", "schedule.reserved", DAY),
+    "max_cost": Param("max_cost", "budget cap", "USD", 2, ">=", "cost.max_cost", 1.0),
+    "max_drop": Param("max_drop", "maximum drop rate", "%", 2, ">=", "moe.max_drop", 0.01),
+    "accelerator": Param("accelerator", "accelerator", "", 0, "=", "hardware.accelerator"),
 }
 
 _SUFFIX = {"deadline": "d", "reserved": "d", "tokens": "B", "efficiency": "%", "usable_memory": "GiB",
@@ -574,7 +571,7 @@ def relax_deadline(ctx: Context, core=None) -> Relaxation:
     p = PARAMS["deadline"]
     cur = ctx.sc.task.deadline_s / DAY
     method = "min finish time with deadline.finish relaxed (objective time)"
-    fastest = _fastest(ctx, ["deadline.finish"])
+    fastest = _fastest(ctx, [F.DEADLINE])
     if fastest is None:
         return _cannot(p, cur, "no plan meets the other constraints at any deadline", method, core)
     t_star = fastest.metrics["finish_days"] * DAY
@@ -607,7 +604,7 @@ def relax_max_cards(ctx: Context, core=None) -> Relaxation:
     if Space.from_scenario(sc).size() <= TABLE_LIMIT:
         # small space: n* = min cards over plans meeting every other family (one enumeration)
         method = "fewest cards over plans meeting the other constraints (exhaustive)"
-        m = argmin_metric(ctx, "cards", [f for f in ctx.enforced if f != "cards.max"])
+        m = argmin_metric(ctx, "cards", [f for f in ctx.enforced if f != F.CARDS])
         if m is None:
             return _cannot(p, cur, f"no plan even with max_cards = {counts[-1]} (the largest count the search "
                                    "space forms)", method, core)
@@ -682,7 +679,7 @@ def relax_usable_memory(ctx: Context, core=None) -> Relaxation:
     sc = ctx.sc
     cur = min(s.acc.memory_usable for s in sc.systems.values()) / GIB
     method = "min peak memory per card over plans meeting the other constraints (exhaustive)"
-    m = argmin_metric(ctx, "memory_per_card", [f for f in ctx.enforced if f != "memory.per_card"])
+    m = argmin_metric(ctx, "memory_per_card", [f for f in ctx.enforced if f != F.MEMORY_PER_CARD])
     if m is None:
         return _cannot(p, cur, "no plan meets the other constraints with any amount of memory", method, core)
     need = m[0]
@@ -710,12 +707,12 @@ def relax_max_drop(ctx: Context, core=None) -> Relaxation | None:
     dispatches their capacity factor drops (moe.routing_drops): the rate enters moe.capacity_drops only,
     so that plan becomes feasible exactly when max_drop >= d* (exhaustive, exact). None for a dense model."""
     sc = ctx.sc
-    if not sc.model.moe or "moe.capacity_drops" not in ctx.enforced:
+    if not sc.model.moe or F.CAPACITY_DROPS not in ctx.enforced:
         return None
     p = PARAMS["max_drop"]
     cur = sc.moe.max_drop * 100
     method = "min dropped share over plans meeting the other constraints (exhaustive)"
-    m = argmin_metric(ctx, "dropped_fraction", [f for f in ctx.enforced if f != "moe.capacity_drops"])
+    m = argmin_metric(ctx, "dropped_fraction", [f for f in ctx.enforced if f != F.CAPACITY_DROPS])
     if m is None:
         return _cannot(p, cur, "no plan meets the other constraints at any drop rate", method, core)
     value, ev, apply = _settle(ctx, p, m[0] * 100, lambda s: with_max_drop(sc, s))
@@ -742,12 +739,12 @@ def _threshold(ctx: Context, make, lo: float, hi: float, tol: float):
     deadline = ctx.sc.task.deadline_s
 
     def t(x, drop=()):
-        ev = ctx.best(make(x), objective="time", drop=("deadline.finish",) + tuple(drop))
+        ev = ctx.best(make(x), objective="time", drop=(F.DEADLINE,) + tuple(drop))
         return (ev.metrics["finish_days"] * DAY if ev is not None else math.inf), ev
 
     t_hi, ev_hi = t(hi)
     if t_hi > deadline:
-        if "input.throughput" not in ctx.enforced or t(hi, ("input.throughput",))[0] > deadline:
+        if F.INPUT_THROUGHPUT not in ctx.enforced or t(hi, (F.INPUT_THROUGHPUT,))[0] > deadline:
             return None
         prev = lo
         for k in range(1, GRID):
@@ -849,7 +846,7 @@ def relax_nic_bandwidth(ctx: Context, core=None) -> Relaxation:
 def _time_candidates(ctx: Context):
     """The fastest plan with deadline.finish and budget.cost freed: its training time
     train (1 + L) = T* - T_reserved bounds every input that only scales the finish time."""
-    return _fastest(ctx, ["deadline.finish", "budget.cost"])
+    return _fastest(ctx, [F.DEADLINE, F.BUDGET])
 
 
 def relax_reserved(ctx: Context, core=None, fastest="unset") -> Relaxation:
@@ -934,11 +931,11 @@ def relax_tokens(ctx: Context, core=None, fastest="unset") -> Relaxation:
 def relax_max_cost(ctx: Context, core=None) -> Relaxation | None:
     """Required budget C* = min cost over plans meeting every other family (budget.cost freed)."""
     sc = ctx.sc
-    if sc.cost.max_cost is None or "budget.cost" not in ctx.enforced:
+    if sc.cost.max_cost is None or F.BUDGET not in ctx.enforced:
         return None
     p = PARAMS["max_cost"]
     method = "min cost with budget.cost relaxed"
-    cheapest = ctx.best(objective="cost", drop=["budget.cost"])
+    cheapest = ctx.best(objective="cost", drop=[F.BUDGET])
     if cheapest is None:
         return _cannot(p, sc.cost.max_cost, "no plan meets the other constraints at any cost", method, core)
     exact = cheapest.metrics["cost"]
@@ -1133,7 +1130,7 @@ def explain_request(sc: Scenario, backend: str = "cpsat", req: Request | None = 
         from tpopt.optimizer.report import RELAXABLE
 
         binds, undecided = [], [f for f in RELAXABLE if f in result.enforced and f not in space.inert()
-                                and not (f == "budget.cost" and sc.cost.max_cost is None)]
+                                and not (f == F.BUDGET and sc.cost.max_cost is None)]
     out.update({"plan": best.plan_dict(), "cost": best.metrics["cost"], "cost_unit": best.metrics["cost_unit"],
                 "finish_days": best.metrics["finish_days"],
                 "binding": [b.as_dict(best, req.objective) for b in binds], "binding_undecided": undecided})

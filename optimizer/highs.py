@@ -26,6 +26,7 @@ import os
 import sys
 
 import numpy as np
+from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.models.units import DAY, GIB
 from tpopt.optimizer.cpsat import BUSY, MEMORY, CandidateResult, _lower, caps
@@ -147,7 +148,7 @@ class HighsModel:
         self.enforced = req.enforced(FAMILIES)
         self.lp = _Lp()
         self._w_cache = {}
-        step_cap, ov_cap, mem_cap, _ = caps(space, "deadline.finish" in self.enforced)
+        step_cap, ov_cap, mem_cap, _ = caps(space, F.DEADLINE in self.enforced)
         self._cap = {n: step_cap for n in BUSY}
         self._cap.update({n: mem_cap for n in MEMORY})
         self._cap["overhead"] = ov_cap - 1.0
@@ -257,7 +258,7 @@ class HighsModel:
         w = self._weights(t.vars).reshape(-1)
         cards = t.values.reshape(-1)
         bad = np.zeros(cards.shape, dtype=bool)
-        if "cards.max" in self.enforced:
+        if F.CARDS in self.enforced:
             bad |= cards > sc.search.max_cards
         if self.req.cards is not None:
             bad |= ~np.isin(cards, list(self.req.cards))
@@ -265,7 +266,7 @@ class HighsModel:
             lp.hi[j] = 0.0
 
         # memory (GiB) <= usable
-        if "memory.per_card" in self.enforced:
+        if F.MEMORY_PER_CARD in self.enforced:
             idx, val = [], []
             for n in MEMORY_TERMS:
                 i, v = self._term(n, 1.0 / GIB)
@@ -286,7 +287,7 @@ class HighsModel:
             val.append(-v)
         lp.row(np.concatenate(idx), np.concatenate(val), 0.0, 0.0)
         mbt = sp.tables["input.min_busy"].values
-        if "input.throughput" in self.enforced and np.isfinite(mbt).all() and (mbt > 0).any():
+        if F.INPUT_THROUGHPUT in self.enforced and np.isfinite(mbt).all() and (mbt > 0).any():
             i, v = self._term("input.min_busy")
             lp.row(np.append(i, self.busy), np.append(-v, 1.0), 0.0, INF)
 
@@ -319,13 +320,13 @@ class HighsModel:
         self.finish = lp.cols(1, 0.0, INF)[0]  # days
         lp.row(np.concatenate([[self.finish], b, u]), np.concatenate([[1.0], -k / DAY, -k * wait / DAY]),
                reserved / DAY, reserved / DAY)
-        if "deadline.finish" in self.enforced and sc.task.deadline_s / DAY < INF:
+        if F.DEADLINE in self.enforced and sc.task.deadline_s / DAY < INF:
             lp.hi[self.finish] = sc.task.deadline_s / DAY
         r = rate.reshape(-1)
         self.cost = lp.cols(1, 0.0, INF)[0]
         lp.row(np.concatenate([[self.cost], b, u]), np.concatenate([[1.0], -r * k, -r * (reserved + k * wait)]),
                0.0, 0.0)
-        if sc.cost.max_cost is not None and "budget.cost" in self.enforced and sc.cost.max_cost < INF:
+        if sc.cost.max_cost is not None and F.BUDGET in self.enforced and sc.cost.max_cost < INF:
             lp.hi[self.cost] = sc.cost.max_cost
         self._hub_bounds(names, omega, shape, one_plus_l, rate, iters, wait, reserved)
         self.obj = self.cost if self.req.objective == "cost" else self.finish
@@ -346,7 +347,7 @@ class HighsModel:
 
         busy_min = sum(hub_min(n) for n in names)
         lp.row(np.append(h, self.busy), np.append(-busy_min, 1.0), 0.0, INF)
-        if "memory.per_card" in self.enforced:
+        if F.MEMORY_PER_CARD in self.enforced:
             mem_min = sum(hub_min(n) for n in MEMORY_TERMS)
             usable = reduce_to(self.space.domains, sp.usable(), ("acc",), HUB, np.min).reshape(-1)
             for j in h[mem_min > usable]:

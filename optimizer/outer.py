@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 from tpopt.models import batch as B
+from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.models.plan import Scenario
@@ -39,7 +40,7 @@ from tpopt.models.units import DAY
 from tpopt.optimizer.result import Request, SolveResult, SolverInfo, Status, objective_key
 from tpopt.optimizer.space import FAMILIES, Space
 
-LIMIT_FAMILIES = ("deadline.finish", "budget.cost")  # the families the stages share (checked on the sums)
+LIMIT_FAMILIES = F.STAGE_SHARED  # the families the stages share (checked on the sums)
 REL = 1e-9
 
 
@@ -343,7 +344,7 @@ def stage_front(st: Scenario, backend: str, req: Request, enforced, t_max: float
             if req.clock.expired("tracing a stage's Pareto front"):
                 proven = False
                 break
-            r = solve(_limits_free(sub, t), backend, Request(objective="cost", enforce=frozenset(own + ["deadline.finish"]),
+            r = solve(_limits_free(sub, t), backend, Request(objective="cost", enforce=frozenset(own + [F.DEADLINE]),
                                                              time_limit=req.time_limit, seed=req.seed,
                                                              workers=req.workers, clock=req.clock))
             if r.status not in (Status.OPTIMAL, Status.INFEASIBLE):
@@ -436,8 +437,8 @@ def solve_stages(sc: Scenario, backend: str = "cpsat", req: Request | None = Non
         info.wall_s = time.perf_counter() - t0
         return out
     mins = [f.metrics["finish_days"] * DAY for f in fastest]
-    use_deadline = "deadline.finish" in enforced
-    budget = sc.cost.max_cost if "budget.cost" in enforced else None
+    use_deadline = F.DEADLINE in enforced
+    budget = sc.cost.max_cost if F.BUDGET in enforced else None
     windows = [(deadline - (sum(mins) - m)) if use_deadline else math.inf for m in mins]
     if use_deadline and sum(mins) > deadline * (1 + REL):
         out.status = Status.INFEASIBLE if proven else Status.UNKNOWN

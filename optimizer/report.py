@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from tpopt.models import families as F
 from tpopt.models.evaluate import SPEC, Evaluation, evaluate
 from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
 from tpopt.optimizer.result import Request, Status, objective_key, objective_value, plan_summary
@@ -25,7 +26,7 @@ from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space, card_counts
 
 TABLE_LIMIT = 300_000  # spaces up to this many points are answered by one enumeration
 REL = 1e-9
-RELAXABLE = tuple(f for f in FAMILIES if f not in STRUCTURAL)
+RELAXABLE = F.RELAXABLE
 
 
 class TableOracle:
@@ -199,7 +200,7 @@ def binding_families(oracle, best: Evaluation, objective: str, enforced, undecid
     out = []
     inert = oracle.space.inert()
     for f in RELAXABLE:
-        if f not in enforced or f in inert or (f == "budget.cost" and oracle.space.sc.cost.max_cost is None):
+        if f not in enforced or f in inert or (f == F.BUDGET and oracle.space.sc.cost.max_cost is None):
             continue  # families no plan can violate, and cost <= infinity, bind nothing
         try:
             alt = oracle.best([g for g in enforced if g != f], objective)
@@ -319,7 +320,7 @@ def analysis(space: Space, best: Evaluation, backend: str, req: Request, enforce
     except TimeLimitReached:  # not even the oracle: every question is left open, and said so
         return {"oracle": None, "binding": [], "alternatives": [], "robustness": robustness(space.sc, best),
                 "undecided": [f for f in RELAXABLE if f in enforced and f not in space.inert()
-                              and not (f == "budget.cost" and space.sc.cost.max_cost is None)],
+                              and not (f == F.BUDGET and space.sc.cost.max_cost is None)],
                 "analysis": "time limit reached"}
     binds = binding_families(oracle, best, objective, enforced, undecided)
     alts = why_not_cheaper(oracle, space, best, objective, enforced, same_scale=isinstance(oracle, TableOracle))

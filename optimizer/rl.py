@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from tpopt.errors import InputError
+from tpopt.models import families as F
 from tpopt.models import generation as gen
 from tpopt.models import rl as R
 from tpopt.models import terms as T
@@ -45,29 +46,13 @@ from tpopt.models.units import DAY, GIB
 from tpopt.optimizer.limits import TimeLimitReached, clock_of
 from tpopt.optimizer.result import Request, Status
 
-# family -> (unit, scale, what it says)
-SPEC = {
-    "rl.learner_layout": ("", 1.0, "a learner layout exists at the card count (batch, host and head rules)"),
-    "rl.learner_memory": ("GiB", GIB, "learner peak memory per card <= usable memory"),
-    "rl.kv_capacity": ("GiB", GIB, "KV of the rollout batch (and of one longest sequence) <= KV pool"),
-    "rl.rollout_memory": ("GiB", GIB, "rollout card: weights + KV pool + common, and the sync buffer, <= usable"),
-    "rl.handoff_memory": ("GiB", GIB, "shared cards: staged hand-off peak (learner peak + received weights + "
-                                      "common) <= usable"),
-    "rl.staleness": ("steps", 1.0, "policy lag <= staleness allowed"),
-    "rl.stage_balance": ("samples/s", 1.0, "useful samples/s the deadline needs <= min(r_learn, q min(r_gen, "
-                                           "r_verify)) (per-stage form of deadline.finish)"),
-    "checkpoint.backlog": ("s", 1.0, "checkpoint write time <= save interval"),
-    "deadline.finish": ("d", DAY, "T_finish <= deadline"),
-    "cards.max": ("cards", 1.0, "learner + rollout cards <= max_cards"),
-    "budget.cost": ("USD", 1.0, "cost <= budget cap"),
-}
-FAMILIES = ("rl.learner_layout", "rl.learner_memory", "rl.kv_capacity", "rl.rollout_memory", "rl.handoff_memory",
-            "rl.staleness", "checkpoint.backlog", "deadline.finish", "cards.max", "budget.cost")
-STRUCTURAL = ("rl.learner_layout",)
-RELAXABLE = tuple(f for f in FAMILIES if f not in STRUCTURAL)
-TRAINER_STRUCTURAL = frozenset({"batch.divisibility", "layout.whole_hosts", "layout.tp_within_host",
-                                "layout.heads_divisible", "layout.pp_divides_layers", "layout.schedule_shape"})
-TRAINER_MEMORY = frozenset({"memory.per_card", "memory.host"})
+# family -> (unit, scale, what it says), in report order (declared in tpopt.models.families)
+SPEC = {f.name: (f.unit, f.scale, f.statement(F.RL)) for f in F.RL_FAMILIES}
+FAMILIES = F.RL_SOLVED
+STRUCTURAL = F.RL_STRUCTURAL
+RELAXABLE = F.RL_RELAXABLE
+TRAINER_STRUCTURAL = frozenset(F.TRAINER_RULES)
+TRAINER_MEMORY = frozenset(F.TRAINER_MEMORY)
 OBJECTIVES = ("cost", "time")
 MAX_TOP = 256  # shared cards: most learner plans fetched by step time before enumerating the rest
 TABLE_LIMIT = 300_000  # learner spaces up to this size are tabulated once (as tpopt solve reports do)
@@ -271,8 +256,8 @@ class RLProblem:
         Shared cards in staged order need learner peak + received weights (+ the reward model) +
         common <= usable, i.e. the learner planned against usable - received - common."""
         usable = self.sc.system(d.accelerator).acc.memory_usable
-        limit = usable if "rl.learner_memory" in enforced else None
-        if d.placement == "shared" and "rl.handoff_memory" in enforced:
+        limit = usable if F.RL_LEARNER_MEMORY in enforced else None
+        if d.placement == "shared" and F.RL_HANDOFF_MEMORY in enforced:
             recv = self.receive_bytes(d) + self.generation_weights(d.rollout_tp) - \
                 gen.weight_bytes_per_card(self.policy_params, d.rollout_tp, self.task.weight_bytes)
             limit = min(usable if limit is None else limit, usable - recv - self.task.common)
@@ -482,7 +467,7 @@ class RLProblem:
         A = s.acc
         g = A.cards_per_host
         Rb = task.batch
-        ro = self.rollout(d.accelerator, d.rollout_cards, d.rollout_tp, d.rollout_batch, "rl.kv_capacity" in enforced)
+        ro = self.rollout(d.accelerator, d.rollout_cards, d.rollout_tp, d.rollout_batch, F.RL_KV_CAPACITY in enforced)
         q = task.kept if d.staleness >= 1 else task.kept_sync
         recv = self.receive_bytes(d)
         nics = self.nics(d.accelerator)
@@ -496,7 +481,7 @@ class RLProblem:
         cycle = R.cycle_time(ro["rollout_s"], q * learner.full_s, sync_s, d.staleness, swap_s)
         steps = R.steps_needed(task.samples, q, Rb)
         cards = d.cards
-        ov = self.overhead(cards, "checkpoint.backlog" in enforced)
+        ov = self.overhead(cards, F.CHECKPOINT in enforced)
         L = ov["overhead"]
         finish = sc.task.reserved_s + steps * cycle * (1.0 + L)
         cost = self.rate(d.accelerator, cards) * finish
@@ -505,23 +490,23 @@ class RLProblem:
         needed = task.samples * (1.0 + L) / (sc.task.deadline_s - sc.task.reserved_s)
         stages = {"generation": q * ro["r_gen"], "verification": q * ro["r_verify"], "learning": r_learn}
         usable, common, pool, w_gen = A.memory_usable, task.common, ro["kv_pool"], ro["weights"]
-        checks = {"rl.learner_memory": (learner.memory, usable), "rl.kv_capacity": (ro["kv_need"], pool)}
+        checks = {F.RL_LEARNER_MEMORY: (learner.memory, usable), F.RL_KV_CAPACITY: (ro["kv_need"], pool)}
         naive = staged = switch = None
         if shared:
             received = recv + w_gen - ro["policy_weights"]
             naive, staged = R.handoff_peaks(learner.memory, w_gen, pool, common, receive=received)
             switch = learner.memory + received + common
-            checks["rl.handoff_memory"] = (staged, usable)
-            checks["rl.rollout_memory"] = (w_gen + pool + common, usable)
+            checks[F.RL_HANDOFF_MEMORY] = (staged, usable)
+            checks[F.RL_ROLLOUT_MEMORY] = (w_gen + pool + common, usable)
         else:
             sync_peak = w_gen + common + (recv if d.weight_sync == "broadcast" else 0.0)
-            checks["rl.rollout_memory"] = (max(w_gen + pool + common, sync_peak), usable)
-        checks["rl.staleness"] = (float(d.staleness), float(task.staleness))
-        checks["checkpoint.backlog"] = (ov["write_s"], ov["save_interval_s"])
-        checks["deadline.finish"] = (finish, sc.task.deadline_s)
-        checks["rl.stage_balance"] = (needed, bound)
-        checks["cards.max"] = (float(cards), float(sc.search.max_cards))
-        checks["budget.cost"] = (cost, math.inf if sc.cost.max_cost is None else sc.cost.max_cost)
+            checks[F.RL_ROLLOUT_MEMORY] = (max(w_gen + pool + common, sync_peak), usable)
+        checks[F.RL_STALENESS] = (float(d.staleness), float(task.staleness))
+        checks[F.CHECKPOINT] = (ov["write_s"], ov["save_interval_s"])
+        checks[F.DEADLINE] = (finish, sc.task.deadline_s)
+        checks[F.RL_STAGE_BALANCE] = (needed, bound)
+        checks[F.CARDS] = (float(cards), float(sc.search.max_cards))
+        checks[F.BUDGET] = (cost, math.inf if sc.cost.max_cost is None else sc.cost.max_cost)
         metrics = {
             "cards": cards, "hosts": cards // g, "kept": q, "samples_per_step": Rb, "steps": steps, "rollout": ro,
             "learn_full_s": learner.full_s, "learn_s": q * learner.full_s, "learner_step_s": learner.step_s,
@@ -636,7 +621,7 @@ def trainer_points(pb: RLProblem, acc: str) -> dict:
         for f in TRAINER_STRUCTURAL:
             v, lim = r[("c", f)]
             ok &= np.broadcast_to(v <= lim, shape)
-        host_v, host_lim = r[("c", "memory.host")]
+        host_v, host_lim = r[("c", F.MEMORY_HOST)]
         flat = {k: np.broadcast_to(x, shape).reshape(-1) for k, x in
                 (("cards", r["cards"]), ("step", r["step_s"]), ("states", r["states"]),
                  ("mem", r["memory_per_card"]), ("host", host_v <= host_lim))}
@@ -656,7 +641,7 @@ def brute_force(pb: RLProblem, objective: str = "cost", enforced=FAMILIES) -> RL
     best = best_rank = None
     for i, d in enumerate(pb.grid()):
         shared = d.placement == "shared"
-        memory_rules = "rl.learner_memory" in enforced or (shared and "rl.handoff_memory" in enforced)
+        memory_rules = F.RL_LEARNER_MEMORY in enforced or (shared and F.RL_HANDOFF_MEMORY in enforced)
         for step, states, mem, host_ok, _ in plans[d.accelerator].get(d.learner_cards, []):
             if memory_rules and not host_ok:
                 continue  # the learner's host-memory rule (offload) goes with its memory families
@@ -704,7 +689,7 @@ def violation(ev: RLEvaluation, family: str) -> dict:
 def _relaxed_problem(pb: RLProblem, family: str) -> RLProblem | None:
     """The problem a question without ``family`` needs: without cards.max, a card grid up to 8x (else
     4x, 2x) the cap, the largest whose RL decisions stay enumerable; None if none does."""
-    if family != "cards.max":
+    if family != F.CARDS:
         return pb
     cache = pb.caches.setdefault("relaxed", {})
     if pb.card_limit not in cache:
@@ -783,7 +768,7 @@ def async_break_even(pb: RLProblem, objective: str, enforced, tol: float = 1e-4)
     """The kept fraction above which the best one-step-async plan beats the best synchronous one,
     both re-optimised (staleness allowed or not). None when async never wins, 0 when sync is
     infeasible and async feasible at any kept fraction tried."""
-    enf = [f for f in enforced if f != "rl.staleness"]
+    enf = [f for f in enforced if f != F.RL_STALENESS]
     sync = solve(pb, objective, enf, {"staleness": [0]}).best
 
     def async_wins(q: float) -> bool:
@@ -804,8 +789,8 @@ def async_break_even(pb: RLProblem, objective: str, enforced, tol: float = 1e-4)
 
 def _best(pb: RLProblem, objective: str, families) -> RLEvaluation | None:
     """The best plan under ``families``; without cards.max, on the larger card grid."""
-    if "cards.max" not in families:
-        pb = _relaxed_problem(pb, "cards.max") or pb
+    if F.CARDS not in families:
+        pb = _relaxed_problem(pb, F.CARDS) or pb
     return solve(pb, objective, families).best
 
 
@@ -827,8 +812,8 @@ def explain_infeasible(pb: RLProblem, objective: str, enforced) -> dict:
     relax = [f for f in enforced if f in RELAXABLE]
     structural = [f for f in enforced if f in STRUCTURAL]
     if _best(pb, objective, structural) is None:
-        return {"conflict": ["rl.learner_layout"], "conflict_detail": [
-            {"name": "rl.learner_layout", "detail": "no learner layout exists at any card count up to "
+        return {"conflict": [F.RL_LEARNER_LAYOUT], "conflict_detail": [
+            {"name": F.RL_LEARNER_LAYOUT, "detail": "no learner layout exists at any card count up to "
                                                     f"{pb.card_limit} (batch, host and head rules)"}],
                 "relaxations": []}
     conflict = _conflict(pb, objective, structural, relax)
@@ -846,21 +831,21 @@ def explain_infeasible(pb: RLProblem, objective: str, enforced) -> dict:
         changes.append(entry)
 
     without = lambda f: [g for g in enforced if g != f]  # noqa: E731
-    if "deadline.finish" in conflict:
-        fast = _best(pb, "time", without("deadline.finish"))
-        change("deadline", "deadline.finish", "d", pb.sc.task.deadline_s / DAY,
+    if F.DEADLINE in conflict:
+        fast = _best(pb, "time", without(F.DEADLINE))
+        change("deadline", F.DEADLINE, "d", pb.sc.task.deadline_s / DAY,
                None if fast is None else math.ceil(fast.metrics["finish_s"] / DAY * 100) / 100, fast)
-    if "cards.max" in conflict:
-        few = _best(pb, "cards", without("cards.max"))
-        change("max_cards", "cards.max", "cards", pb.sc.search.max_cards, None if few is None else few.decision.cards,
+    if F.CARDS in conflict:
+        few = _best(pb, "cards", without(F.CARDS))
+        change("max_cards", F.CARDS, "cards", pb.sc.search.max_cards, None if few is None else few.decision.cards,
                few)
-    if "budget.cost" in conflict:
-        cheap = _best(pb, "cost", without("budget.cost"))
-        change("max_cost", "budget.cost", "USD", pb.sc.cost.max_cost,
+    if F.BUDGET in conflict:
+        cheap = _best(pb, "cost", without(F.BUDGET))
+        change("max_cost", F.BUDGET, "USD", pb.sc.cost.max_cost,
                None if cheap is None else math.ceil(cheap.metrics["cost"]), cheap)
-    if "rl.staleness" in conflict:
-        alt = _best(pb, objective, without("rl.staleness"))
-        change("staleness", "rl.staleness", "steps", pb.task.staleness, None if alt is None else alt.decision.staleness,
+    if F.RL_STALENESS in conflict:
+        alt = _best(pb, objective, without(F.RL_STALENESS))
+        change("staleness", F.RL_STALENESS, "steps", pb.task.staleness, None if alt is None else alt.decision.staleness,
                alt)
     return {"conflict": conflict, "conflict_detail": detail, "relaxations": changes}
 
@@ -883,17 +868,17 @@ def _finite(x):
 def constraint_rows(ev: RLEvaluation, enforced, binding_names=()) -> list[dict]:
     """Every family of a plan with value, limit, slack in its unit (stage balance after the deadline)."""
     rows = []
-    for f in list(FAMILIES) + ["rl.stage_balance"]:
+    for f in F.RL_REPORTED:
         if f not in ev.checks:
             continue
         unit, scale, doc = SPEC[f]
         v, lim = ev.checks[f]
-        if f == "budget.cost" and math.isinf(lim):
+        if math.isinf(lim) and not F.BY_NAME[f].shown_unbounded:
             continue
-        enf = f in enforced or (f == "rl.stage_balance" and "deadline.finish" in enforced)
+        enf = f in enforced or F.encoded_as(f) in enforced
         rows.append({"name": f, "value": v / scale, "limit": None if math.isinf(lim) else lim / scale, "unit": unit,
                      "slack": None if math.isinf(lim) else (lim - v) / scale,
-                     "binding": f in binding_names or (f == "rl.stage_balance" and "deadline.finish" in binding_names),
+                     "binding": f in binding_names or F.encoded_as(f) in binding_names,
                      "enforced": enf, "doc": doc})
     return rows
 

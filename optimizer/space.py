@@ -35,8 +35,8 @@ from functools import cached_property
 import numpy as np
 from tpopt.errors import InputError
 from tpopt.models import context
+from tpopt.models import families as F
 from tpopt.models import terms as T
-from tpopt.models.evaluate import CONSTRAINT_NAMES
 from tpopt.models.plan import Plan, Scenario
 
 
@@ -100,14 +100,13 @@ def card_counts(domains: dict) -> list[int]:
 
 # constraint families the solvers encode (step.budget is the per-step form of deadline.finish and is
 # reported, not encoded twice)
-FAMILIES = tuple(n for n in CONSTRAINT_NAMES if n != "step.budget")
-STRUCTURAL = ("batch.divisibility", "layout.whole_hosts", "layout.tp_within_host", "layout.heads_divisible",
-              "layout.pp_divides_layers", "layout.schedule_shape", "layout.ep_divides_experts", "layout.ep_group")
+FAMILIES = F.SOLVED
+STRUCTURAL = F.STRUCTURAL
 # the terms every backend sums: memory per card and busy time per step
 MEMORY_TERMS = ("mem.states", "mem.copies", "mem.activations", "mem.temporary")
 BUSY_TERMS = ("time.compute", "time.exposed_dp", "time.tp_comm", "time.offload", "time.ep_comm")
 # single-table conditions decided exactly when the tables are built (family -> "ok." table)
-EXACT = ("checkpoint.backlog", "memory.host", "moe.capacity_drops")
+EXACT = F.EXACT
 # closed-form bounds of the pipeline terms (Space.bound_table)
 PIPELINE_TERMS = ("time.compute", "mem.activations")
 EXACT_PIPELINE_WORK = 5_000
@@ -374,24 +373,24 @@ class Space:
             "rate": (("acc", *cf, "nics"), lambda acc, nics, **f: T.rate_per_second(sc, acc, cards_of(**f), nics)),
             "cards": (cf, cards_of),
             # structural facts (True = the rule holds)
-            "ok.batch.divisibility": (("dp", "mb"), lambda dp, mb: T.batch_remainder(sc, dp, mb) == 0),
-            "ok.layout.whole_hosts": (("acc", *cf),
+            "ok." + F.BATCH_DIVISIBILITY: (("dp", "mb"), lambda dp, mb: T.batch_remainder(sc, dp, mb) == 0),
+            "ok." + F.WHOLE_HOSTS: (("acc", *cf),
                                       lambda acc, **f: cards_of(**f) % sc.system(acc).acc.cards_per_host == 0),
-            "ok.layout.tp_within_host": (("acc", "tp", "cp"),
+            "ok." + F.TP_WITHIN_HOST: (("acc", "tp", "cp"),
                                          lambda acc, tp, cp: context.placement_ok(tp, cp,
                                                                                   sc.system(acc).acc.cards_per_host)),
-            "ok.layout.heads_divisible": (("tp", "cp"), lambda tp, cp: context.heads_ok(a, tp, cp, sc.cp_method)),
-            "ok.layout.pp_divides_layers": (("pp",), lambda pp: (a.layers % pp == 0) | per_op),
-            "ok.layout.schedule_shape": (("schedule", "pp", "dp", "mb"),
+            "ok." + F.HEADS_DIVISIBLE: (("tp", "cp"), lambda tp, cp: context.heads_ok(a, tp, cp, sc.cp_method)),
+            "ok." + F.PP_DIVIDES_LAYERS: (("pp",), lambda pp: (a.layers % pp == 0) | per_op),
+            "ok." + F.SCHEDULE_SHAPE: (("schedule", "pp", "dp", "mb"),
                                          lambda schedule, pp, dp, mb: T.schedule_shape_ok(schedule, pp, dp, mb, B, sc)),
-            "ok.layout.ep_divides_experts": (("ep",), lambda ep: np.mod(a.experts, ep) == 0),
-            "ok.layout.ep_group": (("acc", "tp", "cp", "dp", "ep", "etp"),
+            "ok." + F.EP_DIVIDES_EXPERTS: (("ep",), lambda ep: np.mod(a.experts, ep) == 0),
+            "ok." + F.EP_GROUP: (("acc", "tp", "cp", "dp", "ep", "etp"),
                                    lambda acc, tp, cp, dp, ep, etp: T.ep_group_ok(sc, acc, tp, dp, ep, etp, cp)),
-            "ok.moe.capacity_drops": (("tp", "cp", "mb", "cap"),
+            "ok." + F.CAPACITY_DROPS: (("tp", "cp", "mb", "cap"),
                                       lambda tp, cp, mb, cap: T.capacity_drops(sc, tp, mb, cap, cp) <= sc.moe.max_drop),
             # exact single-table conditions: backlog (write time <= interval), host memory <= capacity
-            "ok.checkpoint.backlog": (("mode", "tau", *cf), None),
-            "ok.memory.host": (("acc", "offload", "zero", "tp", "cp", "pp", "dp") + ep, None),
+            "ok." + F.CHECKPOINT: (("mode", "tau", *cf), None),
+            "ok." + F.MEMORY_HOST: (("acc", "offload", "zero", "tp", "cp", "pp", "dp") + ep, None),
         }
 
     def table_vars(self, name: str) -> tuple[str, ...]:
@@ -482,9 +481,9 @@ class Space:
             return self.tabulate(name, vars, fn, dtype)
         if name.startswith("time.compute"):
             return self._compute_table(name)
-        if name == "ok.checkpoint.backlog":
+        if name == "ok." + F.CHECKPOINT:
             return Table(name, vars, T.checkpoint_write_time(self.sc) <= t["interval"].values)
-        if name == "ok.memory.host":
+        if name == "ok." + F.MEMORY_HOST:
             h = t["mem.host"]
             cap = self.host_capacity()
             shape = [1] * h.values.ndim
@@ -494,8 +493,8 @@ class Space:
 
     def moe_rules(self) -> dict[str, Table]:
         """The MoE families' conditions (True = the rule holds), each over its own few variables."""
-        return {n: self.tables[n] for n in ("ok.layout.ep_divides_experts", "ok.layout.ep_group",
-                                            "ok.moe.capacity_drops")}
+        return {n: self.tables[n] for n in ("ok." + F.EP_DIVIDES_EXPERTS, "ok." + F.EP_GROUP,
+                                            "ok." + F.CAPACITY_DROPS)}
 
     def inert(self) -> frozenset:
         """MoE families no plan of this space can violate (all three for a dense model; capacity drops when

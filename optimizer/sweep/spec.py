@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from tpopt import __version__
 from tpopt.errors import InputError
+from tpopt.models import families as F
 from tpopt.models.units import DAY, parse_count, parse_duration, parse_fraction, parse_int, parse_number
 from tpopt.optimizer.sweep.rows import FORMAT
 
@@ -26,7 +27,7 @@ MAX_VALUES = 100_000  # values one range may expand to
 MAX_POINTS = 2_000_000  # points in one sweep
 SOLVERS = ("auto", "enumerate", "cpsat", "highs")  # and "pyomo:NAME" (any solver Pyomo drives), as tpopt solve
 # constraint families whose limit is a sweep input (answered by masks on the table path)
-SWEPT_FAMILIES = ("deadline.finish", "cards.max", "budget.cost")
+SWEPT_FAMILIES = F.SWEPT
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 from tpopt import __version__
 from tpopt.errors import InputError
+from tpopt.models import families as F
 from tpopt.models.units import DAY
 from tpopt.optimizer.sweep.rows import Row, make_row
 from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, Point, SweepSpec
@@ -151,7 +152,7 @@ def _solve_rows(payload: _Payload, point: Point, backend: str) -> list[Row]:
         return [make_row(point, res.status.value, payload.fingerprint, backend, ev=res.best, price=price, note=note)]
     fastest = None
     if res.status.value == "infeasible":
-        enforce = frozenset(f for f in FAMILIES if f != "deadline.finish")
+        enforce = frozenset(f for f in FAMILIES if f != F.DEADLINE)
         fr = solve(sc, backend, Request(objective="time", enforce=enforce, time_limit=payload.time_limit, workers=1))
         if fr.feasible and fr.best is not None and fr.status.value == "optimal":
             fastest = fr.best.metrics["finish_days"] * DAY

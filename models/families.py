@@ -1,0 +1,232 @@
+"""The registry of constraint families: one declaration per family, every list of families derived.
+
+A family is a named inequality ``value <= limit`` (SI units inside) that the evaluator checks for every
+plan, the solvers encode, the reports print and explain relaxes. Each is declared once in
+:data:`REGISTRY`, in declaration order; every ordered view below is a subsequence of it:
+
+- pre-training report order (:data:`PRETRAINING`) and RL report order (:data:`RL`) are the families of
+  each scope in declaration order;
+- the families a solver encodes (:data:`SOLVED`, :data:`RL_SOLVED`) leave out the reported forms
+  (``form_of``: ``step.budget`` is the per-step form of ``deadline.finish``, ``rl.stage_balance`` its
+  per-stage form);
+- explain's deletion order (:data:`DELETION_ORDER`) is the structural rules, then ``deletion_rank``.
+
+Code that must name one family uses its constant (``BUDGET``, ``DEADLINE``, ...) or an attribute of its
+:class:`Family`, never the quoted name. Adding a family: declare its constant and its :class:`Family`
+here, return its (value, limit) from the evaluator, encode it in the backends that enforce it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpopt.models.units import DAY, GIB
+
+# kinds: what a family bounds
+KIND_RULE = "rule"  # a divisibility or layout rule: met or not, never "binding"
+KIND_MEMORY = "memory"  # bytes per card or per host against a capacity
+KIND_QUALITY = "quality"  # a model-quality limit (dropped tokens, policy lag)
+KIND_TIME = "time"  # a duration against a duration (per step, per save interval)
+KIND_INPUT = "input"  # the input pipeline's rate against the demand
+KIND_DEADLINE = "deadline"  # the finish time against the deadline
+KIND_SIZE = "size"  # the card count against its cap
+KIND_BUDGET = "budget"  # the cost against the budget cap
+KINDS = (KIND_RULE, KIND_MEMORY, KIND_QUALITY, KIND_TIME, KIND_INPUT, KIND_DEADLINE, KIND_SIZE, KIND_BUDGET)
+
+# scopes: which solve reports a family
+PRETRAINING = "pre-training"
+RL = "rl"
+SCOPES = (PRETRAINING, RL)
+
+# the names, for code that must name one family
+MEMORY_PER_CARD = "memory.per_card"
+MEMORY_HOST = "memory.host"
+BATCH_DIVISIBILITY = "batch.divisibility"
+WHOLE_HOSTS = "layout.whole_hosts"
+TP_WITHIN_HOST = "layout.tp_within_host"
+HEADS_DIVISIBLE = "layout.heads_divisible"
+PP_DIVIDES_LAYERS = "layout.pp_divides_layers"
+SCHEDULE_SHAPE = "layout.schedule_shape"
+EP_DIVIDES_EXPERTS = "layout.ep_divides_experts"
+EP_GROUP = "layout.ep_group"
+CAPACITY_DROPS = "moe.capacity_drops"
+STEP_BUDGET = "step.budget"
+INPUT_THROUGHPUT = "input.throughput"
+RL_LEARNER_LAYOUT = "rl.learner_layout"
+RL_LEARNER_MEMORY = "rl.learner_memory"
+RL_KV_CAPACITY = "rl.kv_capacity"
+RL_ROLLOUT_MEMORY = "rl.rollout_memory"
+RL_HANDOFF_MEMORY = "rl.handoff_memory"
+RL_STALENESS = "rl.staleness"
+RL_STAGE_BALANCE = "rl.stage_balance"
+CHECKPOINT = "checkpoint.backlog"
+DEADLINE = "deadline.finish"
+CARDS = "cards.max"
+BUDGET = "budget.cost"
+
+
+@dataclass(frozen=True)
+class Family:
+    """One constraint family ``value <= limit``: how it prints, where it applies, how explain moves it."""
+
+    name: str
+    kind: str  # one of KINDS
+    unit: str  # the unit it prints in
+    scale: float  # divide SI values by this to print in ``unit``
+    doc: str  # the one-line statement the reports print (pre-training wording)
+    structural: bool = False  # divisibility/layout rules: satisfied or not, never "binding"
+    moe_only: bool = False  # shown for MoE models only
+    scopes: tuple = (PRETRAINING,)  # the solves that report it
+    rl_doc: str | None = None  # the RL statement where it differs from ``doc``
+    form_of: str | None = None  # reported only, as a form of that family (which the solvers encode)
+    moved_by: tuple = ()  # explain's inputs (optimizer.explain.PARAMS) that move its value or limit
+    deletion_rank: int | None = None  # explain's deletion filter drops relaxable families in this order
+    evidence: tuple | None = None  # explain: (metric, objective, words) of the plan quoted as closest
+    stage_shared: bool = False  # a limit the stages of an outer decomposition share (checked on the sums)
+    swept: bool = False  # its limit is a sweep dimension (deadline, cards, budget)
+    exact_rank: int | None = None  # decided exactly by one "ok." table when the tables are built (order encoded)
+    model_only: bool = False  # depends on the model and the batch only, whatever the hardware
+    hub_rule: bool = False  # decided by the hub layout of the decomposition (tp, cp, pp, dp, micro-batch)
+    trainer_rule: bool = False  # a dense trainer's layout rule: what an RL learner or a measured run must meet
+    shown_unbounded: bool = True  # a plan's checks list it when its limit is infinite (no cap set)
+    shown_at_zero: bool = True  # a plan's checks list it when its value is 0 (nothing to hold)
+
+    def statement(self, scope: str = PRETRAINING) -> str:
+        """The one-line statement printed for the family in ``scope``."""
+        return self.rl_doc if scope == RL and self.rl_doc is not None else self.doc
+
+    @property
+    def relaxable(self) -> bool:
+        """Not structural: a limit that can bind, and that explain can relax."""
+        return not self.structural
+
+    @property
+    def encoded(self) -> bool:
+        """Encoded by the solvers (a reported form such as step.budget is not encoded twice)."""
+        return self.form_of is None
+
+
+_BOTH = (PRETRAINING, RL)
+
+# Every family, in declaration order (pre-training and RL report orders are its subsequences).
+REGISTRY = (
+    Family(MEMORY_PER_CARD, KIND_MEMORY, "GiB", GIB, "peak per-card memory <= usable memory",
+           moved_by=("usable_memory",), deletion_rank=6,
+           evidence=("memory_per_card", None, "the plan with the least memory per card")),
+    Family(MEMORY_HOST, KIND_MEMORY, "GiB", GIB, "offloaded optimizer state per host <= host memory",
+           deletion_rank=3, exact_rank=2, shown_at_zero=False),
+    Family(BATCH_DIVISIBILITY, KIND_RULE, "sequences", 1.0,
+           "batch (and every ramp-up batch) mod (dp x micro_batch) = 0", True,
+           model_only=True, hub_rule=True, trainer_rule=True),
+    Family(WHOLE_HOSTS, KIND_RULE, "cards", 1.0, "cards mod cards_per_host = 0", True,
+           hub_rule=True, trainer_rule=True),
+    Family(TP_WITHIN_HOST, KIND_RULE, "cards", 1.0,
+           "tp divides cards_per_host; a TP x CP group fills whole hosts or divides one", True,
+           hub_rule=True, trainer_rule=True),
+    Family(HEADS_DIVISIBLE, KIND_RULE, "heads", 1.0,
+           "tp divides query and KV heads (all-to-all context parallelism: tp x cp divides the heads)", True,
+           model_only=True, hub_rule=True, trainer_rule=True),
+    Family(PP_DIVIDES_LAYERS, KIND_RULE, "layers", 1.0, "pp divides the layer count", True,
+           model_only=True, hub_rule=True, trainer_rule=True),
+    Family(SCHEDULE_SHAPE, KIND_RULE, "", 1.0, "the pipeline schedule supports pp and the micro-batch count", True,
+           model_only=True, trainer_rule=True),
+    Family(EP_DIVIDES_EXPERTS, KIND_RULE, "experts", 1.0, "ep divides the routed experts", True, moe_only=True),
+    Family(EP_GROUP, KIND_RULE, "cards", 1.0,
+           "ep x expert-tp divides tp x dp (an explicit expert-tp divides the host and the expert width)", True,
+           moe_only=True),
+    Family(CAPACITY_DROPS, KIND_QUALITY, "%", 0.01, "dispatches a capacity factor drops <= the maximum drop rate",
+           moe_only=True, moved_by=("max_drop",), exact_rank=3),
+    Family(STEP_BUDGET, KIND_TIME, "s", 1.0, "t_step <= (T_deadline - T_reserved) / (iterations (1 + L))",
+           form_of=DEADLINE),
+    Family(INPUT_THROUGHPUT, KIND_INPUT, "seq/s", 1.0, "input demand <= workers x rate",
+           moved_by=("efficiency", "nic_bandwidth"), deletion_rank=4, shown_unbounded=False),
+    Family(RL_LEARNER_LAYOUT, KIND_RULE, "", 1.0,
+           "a learner layout exists at the card count (batch, host and head rules)", True, scopes=(RL,)),
+    Family(RL_LEARNER_MEMORY, KIND_MEMORY, "GiB", GIB, "learner peak memory per card <= usable memory", scopes=(RL,)),
+    Family(RL_KV_CAPACITY, KIND_MEMORY, "GiB", GIB,
+           "KV of the rollout batch (and of one longest sequence) <= KV pool", scopes=(RL,)),
+    Family(RL_ROLLOUT_MEMORY, KIND_MEMORY, "GiB", GIB,
+           "rollout card: weights + KV pool + common, and the sync buffer, <= usable", scopes=(RL,)),
+    Family(RL_HANDOFF_MEMORY, KIND_MEMORY, "GiB", GIB,
+           "shared cards: staged hand-off peak (learner peak + received weights + common) <= usable", scopes=(RL,)),
+    Family(RL_STALENESS, KIND_QUALITY, "steps", 1.0, "policy lag <= staleness allowed", scopes=(RL,)),
+    Family(RL_STAGE_BALANCE, KIND_TIME, "samples/s", 1.0,
+           "useful samples/s the deadline needs <= min(r_learn, q min(r_gen, r_verify)) (per-stage form of "
+           "deadline.finish)", scopes=(RL,), form_of=DEADLINE),
+    Family(CHECKPOINT, KIND_TIME, "s", 1.0, "checkpoint write time <= save interval", scopes=_BOTH,
+           moved_by=("deadline",), deletion_rank=2, exact_rank=1),
+    Family(DEADLINE, KIND_DEADLINE, "d", DAY, "T_finish <= deadline", scopes=_BOTH,
+           moved_by=("deadline", "tokens", "efficiency", "nic_bandwidth", "reserved"), deletion_rank=5,
+           evidence=("finish_s", "time", "the fastest plan"), stage_shared=True, swept=True),
+    Family(CARDS, KIND_SIZE, "cards", 1.0, "cards <= max_cards", scopes=_BOTH,
+           rl_doc="learner + rollout cards <= max_cards", moved_by=("max_cards",), deletion_rank=7,
+           evidence=("cards", None, "the plan with the fewest cards"), swept=True),
+    Family(BUDGET, KIND_BUDGET, "USD", 1.0, "cost <= budget cap", scopes=_BOTH,
+           moved_by=("tokens", "efficiency", "nic_bandwidth", "reserved", "max_cost"), deletion_rank=1,
+           stage_shared=True, swept=True, shown_unbounded=False),
+)
+EVERY_FAMILY_INPUTS = ("accelerator",)
+"""Explain's inputs that move every family (a different accelerator changes every table)."""
+
+BY_NAME = {f.name: f for f in REGISTRY}
+
+
+def family(name: str) -> Family:
+    """The declaration of the family called ``name`` (KeyError if none)."""
+    return BY_NAME[name]
+
+
+def _names(scope: str, keep=lambda f: True) -> tuple:
+    """Names of the families of ``scope`` that ``keep`` accepts, in declaration order."""
+    return tuple(f.name for f in REGISTRY if scope in f.scopes and keep(f))
+
+
+# pre-training: every family the evaluator returns, in report order, and the views the solvers read
+PRETRAINING_FAMILIES = tuple(f for f in REGISTRY if PRETRAINING in f.scopes)
+PRETRAINING_NAMES = _names(PRETRAINING)
+MOE_FAMILIES = _names(PRETRAINING, lambda f: f.moe_only)
+SOLVED = _names(PRETRAINING, lambda f: f.encoded)  # the families the solvers encode
+STRUCTURAL = _names(PRETRAINING, lambda f: f.structural)
+RELAXABLE = tuple(n for n in SOLVED if BY_NAME[n].relaxable)
+EXACT = tuple(f.name for f in sorted((f for f in PRETRAINING_FAMILIES if f.exact_rank is not None),
+                                     key=lambda f: f.exact_rank))
+DELETION_ORDER = STRUCTURAL + tuple(f.name for f in sorted((f for f in PRETRAINING_FAMILIES
+                                                            if f.deletion_rank is not None),
+                                                           key=lambda f: f.deletion_rank))
+EVIDENCE = {f.name: f.evidence for f in PRETRAINING_FAMILIES if f.evidence is not None}
+MODEL_FAMILIES = _names(PRETRAINING, lambda f: f.model_only)
+HUB_RULES = _names(PRETRAINING, lambda f: f.hub_rule)
+TRAINER_RULES = _names(PRETRAINING, lambda f: f.trainer_rule)
+TRAINER_MEMORY = _names(PRETRAINING, lambda f: f.kind == KIND_MEMORY)
+CHOICE_FAMILIES = _names(PRETRAINING, lambda f: f.trainer_rule or f.kind == KIND_MEMORY)
+STAGE_SHARED = _names(PRETRAINING, lambda f: f.stage_shared)
+SWEPT = _names(PRETRAINING, lambda f: f.swept)
+
+# RL: every family the RL evaluator returns, in report order, and the ones its search encodes
+RL_FAMILIES = tuple(f for f in REGISTRY if RL in f.scopes)
+RL_NAMES = _names(RL)
+RL_SOLVED = _names(RL, lambda f: f.encoded)
+RL_REPORTED = RL_SOLVED + _names(RL, lambda f: not f.encoded)  # report rows: the reported forms last
+RL_STRUCTURAL = _names(RL, lambda f: f.structural)
+RL_RELAXABLE = tuple(n for n in RL_SOLVED if BY_NAME[n].relaxable)
+
+
+def affected_by(parameter: str) -> tuple:
+    """The solved pre-training families whose value or limit the explain input ``parameter`` moves."""
+    if parameter in EVERY_FAMILY_INPUTS:
+        return SOLVED
+    return tuple(n for n in SOLVED if parameter in BY_NAME[n].moved_by)
+
+
+def encoded_as(name: str) -> str:
+    """The family a solver encodes for ``name``: itself, or the family it is a reported form of."""
+    return BY_NAME[name].form_of or name
+
+
+__all__ = [
+    "Family", "REGISTRY", "BY_NAME", "family", "affected_by", "encoded_as", "KINDS", "SCOPES",
+    "PRETRAINING_FAMILIES", "PRETRAINING_NAMES", "MOE_FAMILIES", "SOLVED", "STRUCTURAL", "RELAXABLE", "EXACT",
+    "DELETION_ORDER", "EVIDENCE", "MODEL_FAMILIES", "HUB_RULES", "TRAINER_RULES", "TRAINER_MEMORY",
+    "CHOICE_FAMILIES", "STAGE_SHARED", "SWEPT", "EVERY_FAMILY_INPUTS",
+    "RL_FAMILIES", "RL_NAMES", "RL_SOLVED", "RL_REPORTED", "RL_STRUCTURAL", "RL_RELAXABLE",
+]
