@@ -7,6 +7,7 @@ import math
 from typing import TYPE_CHECKING
 
 from tpopt.models.units import DAY, fmt_count
+from tpopt.optimizer import backends
 from tpopt.optimizer.sweep.rows import FEASIBLE, NO_ANSWER, PLAN_COLUMNS, case_of, make_row
 from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, Point, SweepSpec
 from tpopt.optimizer.sweep.tasks import _payload, group_scenario, space_size
@@ -187,7 +188,7 @@ def breakdown_bars(result: SweepResult, cards=None) -> tuple[list[dict], list[st
                              note=f"optimal for deadlines {rng}"))
         return bars, []
     from tpopt.models.evaluate import evaluate
-    from tpopt.optimizer.core import solve
+    from tpopt.optimizer.outer import solve
     from tpopt.optimizer.result import Request
     from tpopt.optimizer.space import FAMILIES
 
@@ -204,14 +205,14 @@ def breakdown_bars(result: SweepResult, cards=None) -> tuple[list[dict], list[st
             sc = group_scenario(payload, p, deadline_s)
             small = space_size(spec, acc) <= AUTO_TABLE_LIMIT
             for n in cards:
-                res = solve(sc, "enumerate" if small else "cpsat",
+                res = solve(sc, backends.EXHAUSTIVE if small else backends.DEFAULT,
                             Request(objective="cost", enforce=enforce, cards=(n,), time_limit=spec.time_limit))
                 label = f"{acc} x {n}" + (f" ({clabel})" if clabel else "")
                 if not res.feasible:
                     missing[(acc, n)] = missing.get((acc, n), 0) + 1
                     continue
                 ev = evaluate(sc, res.best.plan)
-                row = make_row(p, "optimal", spec.fingerprint, "enumerate", ev=ev)
+                row = make_row(p, "optimal", spec.fingerprint, backends.EXHAUSTIVE, ev=ev)
                 bars.append(_bar(label, row))
     notes = [f"{acc} x {n}: no valid plan with exactly {n} cards" + (f" (in {k} cases)" if len(cases) > 1 else "")
              for (acc, n), k in missing.items()]

@@ -12,8 +12,11 @@ import time
 from dataclasses import dataclass, field
 
 from tpopt.errors import InputError
-from tpopt.optimizer.sweep.executor import describe, make_executor
+from tpopt.optimizer import backends
+from tpopt.optimizer.sweep.cluster import DaskExecutor
+from tpopt.optimizer.sweep.executor import Executor, InlineExecutor, describe, parse_cluster, require_dask
 from tpopt.optimizer.sweep.front import front_plans, mark_pareto, summarize
+from tpopt.optimizer.sweep.local import LocalExecutor
 from tpopt.optimizer.sweep.rows import COLUMNS, INT_COLUMNS, make_row, sort_key
 from tpopt.optimizer.sweep.spec import SweepSpec, build_spec, require_solver
 from tpopt.optimizer.sweep.store import Resume, SweepStore
@@ -36,6 +39,19 @@ class Progress:
 
     def stop(self) -> None:  # noqa: D102
         pass
+
+
+
+def make_executor(cluster: str | None, workers: int, inline: bool) -> Executor:
+    """The executor for a run: Dask when ``cluster`` is given, else the local pool, or inline for a
+    one-worker sweep of table tasks."""
+    if cluster:
+        kind, where = parse_cluster(cluster)
+        require_dask()
+        return DaskExecutor(kind, where)
+    if inline:
+        return InlineExecutor()
+    return LocalExecutor(workers)
 
 
 @dataclass
@@ -171,7 +187,7 @@ def _drive(executor, tasks, fingerprint_: str, take, progress: Progress, total: 
             continue
         progress.note(f"{task.label()}: failed again ({what}); recorded as status 'error'")
         note = f"failed {MAX_ATTEMPTS} times: {what}"
-        solver = "enumerate" if task.kind == "table" else task.kind
+        solver = backends.EXHAUSTIVE if task.kind == "table" else task.kind
         take("error", [make_row(p, "error", fingerprint_, solver, note=note) for p in task.points])
     return retried
 

@@ -19,6 +19,7 @@ import numpy as np
 from tpopt import __version__
 from tpopt.errors import InputError
 from tpopt.models.units import DAY
+from tpopt.optimizer import backends
 from tpopt.optimizer.sweep.rows import make_row
 from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, Point, SweepSpec
 
@@ -122,17 +123,18 @@ def _table_rows(payload: _Payload, points: list[Point]) -> list[dict]:
                 if not feasible_for(ev, static):  # the table and the evaluator are the same code
                     raise RuntimeError(f"sweep: enumerated plan {ev.plan} fails re-evaluation")
                 evals[i] = ev
-            rows.append(make_row(p, "optimal", payload.fingerprint, "enumerate", ev=ev, price=price))
+            rows.append(make_row(p, "optimal", payload.fingerprint, backends.EXHAUSTIVE, ev=ev, price=price))
         else:
             ok2 = (f_cards <= p.max_cards) & (f_cost <= cap)
             fastest = float(f_fin[int(np.argmax(ok2))]) if ok2.any() else None
-            rows.append(make_row(p, "infeasible", payload.fingerprint, "enumerate", fastest_s=fastest, price=price))
+            rows.append(make_row(p, "infeasible", payload.fingerprint, backends.EXHAUSTIVE, fastest_s=fastest,
+                                 price=price))
     return rows
 
 
 def _solve_rows(payload: _Payload, point: Point, backend: str) -> list[dict]:
     """One exact solve for one point (for spaces too large to enumerate)."""
-    from tpopt.optimizer.core import solve
+    from tpopt.optimizer.outer import solve
     from tpopt.optimizer.result import Request
     from tpopt.optimizer.space import FAMILIES
 
@@ -189,7 +191,7 @@ def space_size(spec: SweepSpec, accelerator: str) -> int:
 
 def plan_tasks(spec: SweepSpec, points: list[Point]) -> list[Task]:
     """Table tasks (one per group) or solve tasks (one per point), per the solver choice."""
-    sizes = {acc: space_size(spec, acc) for acc in spec.hw} if spec.solver == "auto" else {}
+    sizes = {acc: space_size(spec, acc) for acc in spec.hw} if spec.solver == backends.SWEEP_AUTO else {}
     groups: dict = {}
     for p in points:
         groups.setdefault(p.group(spec.deadline_in_table), []).append(p)
@@ -197,9 +199,10 @@ def plan_tasks(spec: SweepSpec, points: list[Point]) -> list[Task]:
     for g in sorted(groups, key=lambda g: tuple((x is None, x) for x in g)):
         members = sorted(groups[g], key=lambda p: p.key())
         acc = members[0].accelerator
-        if spec.solver == "enumerate" or (spec.solver == "auto" and sizes[acc] <= AUTO_TABLE_LIMIT):
+        auto = spec.solver == backends.SWEEP_AUTO
+        if (auto and sizes[acc] <= AUTO_TABLE_LIMIT) or (not auto and backends.capabilities(spec.solver).sweep_table):
             tasks.append(Task("table", tuple(members)))
         else:
-            backend = "cpsat" if spec.solver == "auto" else spec.solver
+            backend = backends.DEFAULT if auto else spec.solver
             tasks += [Task(backend, (p,)) for p in members]
     return tasks
