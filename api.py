@@ -25,6 +25,7 @@ from os import PathLike
 from typing import TYPE_CHECKING, Any, Union
 
 from tpopt.models.plan import Scenario
+from tpopt.optimizer import backends
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas
@@ -115,7 +116,7 @@ def _request(objective: str, top: int, time_limit: float, seed: int, workers: in
                    method=method)
 
 
-def solve(source: Source = None, /, *, solver: str = "cpsat", objective: str = "cost", top: int = 1,
+def solve(source: Source = None, /, *, solver: str = backends.DEFAULT, objective: str = "cost", top: int = 1,
           time_limit: float = 60.0, seed: int = 0, workers: int = 1, method: str = "auto", analysis: bool = True,
           sensitivity: bool = False, **inputs: Any) -> PlanReport:
     """The cost-minimal (``objective="time"``: fastest) plan, proven optimal, as ``tpopt solve`` finds it
@@ -128,7 +129,6 @@ def solve(source: Source = None, /, *, solver: str = "cpsat", objective: str = "
     ``scip``, ``cbc``, ``glpk``, ``gurobi``, ...), or any backend registered in
     :mod:`tpopt.optimizer.backends`; keyword ``inputs`` change the scenario (``deadline="20d"``).
     Deterministic with the default seed and one worker."""
-    from tpopt.optimizer import backends
     from tpopt.optimizer.plan import plan
 
     if not backends.is_known(solver):
@@ -220,8 +220,8 @@ class Explanation:
         return "\n".join(lines) + "\n"
 
 
-def explain(source: Source = None, /, *, cards: int | None = None, solver: str = "cpsat", objective: str = "cost",
-            time_limit: float = 60.0, seed: int = 0, workers: int = 1, method: str = "auto",
+def explain(source: Source = None, /, *, cards: int | None = None, solver: str = backends.DEFAULT,
+            objective: str = "cost", time_limit: float = 60.0, seed: int = 0, workers: int = 1, method: str = "auto",
             **inputs: Any) -> Explanation:
     """Why a request (no ``cards``) or a plan (``cards=...`` and other plan fields, as in
     :func:`evaluate`) is infeasible, or what limits it: a minimal conflict and the smallest single

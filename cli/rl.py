@@ -17,7 +17,7 @@ from tpopt.optimizer import backends
 
 @click.command()
 @scenario_options
-@click.option("--solver", type=SolverName(), default="cpsat", show_default=True,
+@click.option("--solver", type=SolverName(), default=backends.DEFAULT, show_default=True,
               help="Backend for the learner's layout when its space is too large to tabulate: CP-SAT, HiGHS MILP, "
                    "enumeration, or pyomo:NAME (the MILP through Pyomo with solver NAME, where installed).")
 @click.option("--objective", type=click.Choice(["cost", "time"]), default="cost", show_default=True,

@@ -44,7 +44,7 @@ def use_decomposition(space: Space, req: Request) -> bool:
     return space.largest_table() > MONOLITHIC_LIMIT
 
 
-def solve(sc: Scenario, backend: str = "cpsat", req: Request | None = None, restrict: dict | None = None,
+def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = None, restrict: dict | None = None,
           space: Space | None = None) -> SolveResult:
     """The best ``req.top`` plans of the scenario's design space under ``req``.
 

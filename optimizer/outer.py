@@ -37,7 +37,7 @@ from tpopt.models import terms as T
 from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.models.plan import CostOptions, Scenario
 from tpopt.models.units import DAY
-from tpopt.optimizer import core
+from tpopt.optimizer import backends, core
 from tpopt.optimizer import report as R
 from tpopt.optimizer.enumerate import PointTable
 from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
@@ -140,7 +140,7 @@ def merge_status(statuses) -> Status:
     return Status.UNKNOWN
 
 
-def solve(sc: Scenario, backend: str = "cpsat", req: Request | None = None, restrict: dict | None = None,
+def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = None, restrict: dict | None = None,
           space: Space | None = None) -> SolveResult:
     """The best ``req.top`` plans of any unstaged scenario: one exact solve per global batch when the
     batch is a choice (:func:`solve_batches`), else :func:`tpopt.optimizer.core.solve` of its one space."""
@@ -151,7 +151,7 @@ def solve(sc: Scenario, backend: str = "cpsat", req: Request | None = None, rest
     return core.solve(sc, backend, req, restrict, space)
 
 
-def solve_batches(sc: Scenario, backend: str = "cpsat", req: Request | None = None,
+def solve_batches(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = None,
                   restrict: dict | None = None) -> BatchSolve:
     """The best ``req.top`` plans over every batch choice (each batch's exact optimum, merged)."""
     req = req or Request()
@@ -407,7 +407,7 @@ class StagedSolve:
         return sum(p.cost for p in self.picks)
 
 
-def solve_stages(sc: Scenario, backend: str = "cpsat", req: Request | None = None) -> StagedSolve:
+def solve_stages(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = None) -> StagedSolve:
     """The cheapest (or fastest) plan per stage such that all stages finish by the deadline."""
     req = req or Request()
     clock = clock_of(req)  # one clock over every stage's solves

@@ -147,7 +147,7 @@ def new_caches() -> dict:
 class RLProblem:
     """One RL scenario's design space, relations and caches (learner solves, rollout stages)."""
 
-    def __init__(self, rsc, backend: str = "cpsat", req: Request | None = None, card_limit: int | None = None,
+    def __init__(self, rsc, backend: str = backends.DEFAULT, req: Request | None = None, card_limit: int | None = None,
                  caches: dict | None = None):
         if not backends.is_known(backend):
             raise backends.unknown_solver(backend)
