@@ -25,11 +25,12 @@ from os import PathLike
 from typing import TYPE_CHECKING, Any, Union
 
 from tpopt.models.plan import Scenario
+from tpopt.optimizer import backends
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas
     from tpopt.models.evaluate import Evaluation
-    from tpopt.optimizer.result import SolveResult
+    from tpopt.optimizer.plan import PlanReport
 
 Source = Union[str, "PathLike[str]", Mapping, Scenario, None]
 
@@ -115,27 +116,30 @@ def _request(objective: str, top: int, time_limit: float, seed: int, workers: in
                    method=method)
 
 
-def solve(source: Source = None, /, *, solver: str = "cpsat", objective: str = "cost", top: int = 1,
-          time_limit: float = 60.0, seed: int = 0, workers: int = 1, method: str = "auto",
-          **inputs: Any) -> SolveResult:
-    """The cost-minimal (``objective="time"``: fastest) plan, proven optimal: a
+def solve(source: Source = None, /, *, solver: str = backends.DEFAULT, objective: str = "cost", top: int = 1,
+          time_limit: float = 60.0, seed: int = 0, workers: int = 1, method: str = "auto", analysis: bool = True,
+          sensitivity: bool = False, **inputs: Any) -> PlanReport:
+    """The cost-minimal (``objective="time"``: fastest) plan, proven optimal, as ``tpopt solve`` finds it
+    (:func:`tpopt.optimizer.plan.plan`): a :class:`~tpopt.optimizer.plan.PlanReport`, a
     :class:`~tpopt.optimizer.result.SolveResult` (``.status``, ``.best``, ``.plans``, ``.to_frame()``,
-    ``.to_dict()``). ``solver``: ``cpsat``, ``highs``, ``enumerate`` or ``pyomo:NAME`` (the MILP through
-    Pyomo with solver NAME: ``highs``, ``scip``, ``cbc``, ``glpk``, ``gurobi``, ...); keyword ``inputs`` change the
-    scenario (``deadline="20d"``). Deterministic with the default seed and one worker."""
-    from tpopt.errors import InputError
-    from tpopt.optimizer.core import solve as run
-    from tpopt.optimizer.space import Space
+    ``.to_dict()``) with what the command prints besides: ``.binding``, ``.alternatives``,
+    ``.robustness``, ``.analysis`` and ``.report`` (the command's JSON; ``analysis=False`` skips the binding
+    analysis as ``--no-analysis`` does, ``sensitivity=True`` adds ``report["sensitivities"]``). ``solver``:
+    ``cpsat``, ``highs``, ``enumerate`` or ``pyomo:NAME`` (the MILP through Pyomo with solver NAME: ``highs``,
+    ``scip``, ``cbc``, ``glpk``, ``gurobi``, ...), or any backend registered in
+    :mod:`tpopt.optimizer.backends`; keyword ``inputs`` change the scenario (``deadline="20d"``).
+    Deterministic with the default seed and one worker."""
+    from tpopt.optimizer.plan import plan
 
-    if solver not in ("cpsat", "highs", "enumerate") and not str(solver).startswith("pyomo:"):
-        raise InputError(f"unknown solver {solver!r} (use cpsat, highs, enumerate or pyomo:NAME)")
+    if not backends.is_known(solver):
+        raise backends.unknown_solver(solver)
     sc = _scenario_of(source, inputs)
     req = _request(objective, top, time_limit, seed, workers, method)
-    return run(sc, solver, req, space=Space.from_scenario(sc))
+    return plan(sc, solver, req, analyse=analysis, sensitivity=sensitivity)
 
 
 def _plan(sc: Scenario, plan_kw: dict):
-    from tpopt.cli.common import plan_from
+    from tpopt.optimizer.plan_fields import plan_from
 
     kw = {"hw": plan_kw.pop("accelerator", None), "pipe_schedule": plan_kw.pop("schedule", None), **plan_kw}
     if kw.get("cards") is None:
@@ -216,8 +220,8 @@ class Explanation:
         return "\n".join(lines) + "\n"
 
 
-def explain(source: Source = None, /, *, cards: int | None = None, solver: str = "cpsat", objective: str = "cost",
-            time_limit: float = 60.0, seed: int = 0, workers: int = 1, method: str = "auto",
+def explain(source: Source = None, /, *, cards: int | None = None, solver: str = backends.DEFAULT,
+            objective: str = "cost", time_limit: float = 60.0, seed: int = 0, workers: int = 1, method: str = "auto",
             **inputs: Any) -> Explanation:
     """Why a request (no ``cards``) or a plan (``cards=...`` and other plan fields, as in
     :func:`evaluate`) is infeasible, or what limits it: a minimal conflict and the smallest single

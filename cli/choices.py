@@ -1,11 +1,11 @@
 """Presentation of task-level choices: the global batch (critical batch, token efficiency) and
-training stages, for `tpopt solve` and `tpopt evaluate`. Numbers come from optimizer/outer.py."""
+training stages, for `tpopt solve` and `tpopt evaluate`. Numbers come from optimizer/outer.py and
+optimizer/plan.py."""
 
 from __future__ import annotations
 
 import click
-from tpopt.cli.common import EXIT_INFEASIBLE, EXIT_UNKNOWN, dump_json
-from tpopt.models import families as F
+from tpopt.cli.common import EXIT_INFEASIBLE, dump_json
 from tpopt.models.units import DAY
 
 
@@ -63,68 +63,21 @@ def batch_lines(out: dict) -> list[str]:
     return lines
 
 
-def batch_infeasible(bs, sc, kw, req, as_json: bool, out: dict):
-    """No batch admits a plan: each batch's fastest plan with the deadline and budget dropped, then
-    the space the conflict is computed on (the task's batch, or the first choice; the relaxations
-    re-solve over every batch)."""
-    from tpopt.optimizer.core import solve
-    from tpopt.optimizer.result import Request
-    from tpopt.optimizer.space import FAMILIES
-
-    rows = []
-    for c in bs.choices:
-        enforce = frozenset(f for f in req.enforced(FAMILIES) if f not in (F.DEADLINE, F.BUDGET))
-        r = solve(c.sc, kw.get("solver", "cpsat"), Request(objective="time", enforce=enforce, time_limit=req.time_limit,
-                                                           seed=req.seed, workers=req.workers), space=c.space)
-        fin = r.best.metrics["finish_days"] if r.best is not None else None
-        rows.append({"global_batch": c.batch, "tokens": c.sc.task.tokens, "status": c.result.status.value,
-                     "fastest_finish_days": fin})
-    out["batch_choices"] = rows
-    pick = next((c for c in bs.choices if c.batch == sc.task.global_batch), bs.choices[0])
-    if not as_json:
-        click.echo(f"No global batch admits a plan (the conflict below is at {pick.batch:,} sequences; the changes "
-                   "re-solve over every batch). Fastest finish per batch, deadline and budget dropped:")
-        for r in rows:
-            fin = f"{r['fastest_finish_days']:.2f} d" if r["fastest_finish_days"] is not None else "no plan at all"
-            click.echo(f"  {r['global_batch']:>6,} sequences, {_tok(r['tokens'])} tokens: {fin}")
-    return pick.space
+def batch_infeasible(rows: list[dict], conflict_batch: int, as_json: bool) -> None:
+    """No batch admits a plan: each batch's fastest plan with the deadline and budget dropped
+    (:func:`tpopt.optimizer.plan.fastest_per_batch`), and the batch the conflict below is computed at
+    (the relaxations re-solve over every batch)."""
+    if as_json:
+        return
+    click.echo(f"No global batch admits a plan (the conflict below is at {conflict_batch:,} sequences; the changes "
+               "re-solve over every batch). Fastest finish per batch, deadline and budget dropped:")
+    for r in rows:
+        fin = f"{r['fastest_finish_days']:.2f} d" if r["fastest_finish_days"] is not None else "no plan at all"
+        click.echo(f"  {r['global_batch']:>6,} sequences, {_tok(r['tokens'])} tokens: {fin}")
 
 
 # ---------------------------------------------------------------------------------------------
 # training stages
-
-
-def _stage_entry(ss, i: int, analysis_on: bool, backend: str, req) -> dict:
-    from dataclasses import replace
-
-    from tpopt.optimizer import outer
-    from tpopt.optimizer.report import analysis
-    from tpopt.optimizer.space import Space
-
-    st, pick = ss.stages[i], ss.picks[i]
-    ev = pick.ev
-    d = ev.as_dict()
-    e = {"name": st.name, **d, "batch": outer.batch_figures(pick.sc, ev), "allocated_days": outer.allocated(ss, i) / DAY,
-         "reserved_s": st.reserved_s, "save_s": st.save_s, "restore_s": st.restore_s}
-    if analysis_on:  # what binds this stage at the deadline the other stages leave it
-        sc_i = replace(pick.sc, task=replace(pick.sc.task, deadline_s=outer.allocated(ss, i)))
-        ana = analysis(Space.from_scenario(sc_i), ev, backend, req, set(ss.enforced) - {F.BUDGET})
-        e["binding"], e["alternatives"] = ana["binding"], ana["alternatives"]
-    return e
-
-
-def staged_dict(ss, analysis_on: bool, backend: str, req) -> dict:
-    out = {"status": ss.status.value, "objective": ss.objective, "solver": ss.solver.as_dict(), "feasible": ss.feasible}
-    if ss.feasible:
-        out["stages"] = [_stage_entry(ss, i, analysis_on, backend, req) for i in range(len(ss.stages))]
-        out["total"] = {"finish_days": ss.finish_s / DAY, "cost": ss.cost,
-                        "cost_unit": ss.picks[0].ev.metrics["cost_unit"],
-                        "deadline_days": ss.stages[0].sc.task.deadline_s / DAY}
-    else:
-        out["fastest"] = [None if f is None else {"name": st.name, "finish_days": f.metrics["finish_days"],
-                                                  "cost": f.metrics["cost"], "plan": f.plan_dict()}
-                          for st, f in zip(ss.stages, ss.fastest, strict=False)]
-    return out
 
 
 def staged_text(d: dict, sc, timing: bool) -> str:
@@ -163,23 +116,6 @@ def staged_text(d: dict, sc, timing: bool) -> str:
     lines += ["", f"Total: finish {t['finish_days']:.2f} d against {t['deadline_days']:.2f} d, cost "
                   f"{_money(t['cost'], unit)}"]
     return console_text(*lines)
-
-
-def solve_staged(sc, kw: dict, req, no_analysis: bool, timing: bool, as_json: bool):
-    """`tpopt solve` on a staged scenario."""
-    from tpopt.optimizer.outer import solve_stages
-    from tpopt.optimizer.result import Status
-
-    ss = solve_stages(sc, kw["solver"], req)
-    d = staged_dict(ss, not no_analysis, kw["solver"], req)
-    if as_json:
-        click.echo(dump_json(d), nl=False)
-    else:
-        click.echo(staged_text(d, sc, timing), nl=False)
-        if not ss.feasible:
-            click.echo(infeasible_stage_text(d, sc))
-    if not ss.feasible:
-        raise SystemExit(EXIT_INFEASIBLE if ss.status == Status.INFEASIBLE else EXIT_UNKNOWN)
 
 
 def infeasible_stage_text(d: dict, sc) -> str:

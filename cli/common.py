@@ -8,6 +8,7 @@ import sys
 
 import click
 from tpopt.errors import InputError
+from tpopt.optimizer import backends
 
 EXIT_OK = 0
 EXIT_INPUT = 2  # bad input: unknown names, malformed files, bad units
@@ -204,101 +205,28 @@ def plan_options(fn=None, *, require_cards: bool = True):
     return fn
 
 
-def _moe_flags(space, kw: dict) -> dict:
-    """ep, expert_tp (0 = tp) and capacity_factor (0 = dropless) from the flags or a single-valued domain."""
-    from tpopt.models.units import parse_int, parse_number
-
-    etp = kw.get("expert_tp")
-    if etp is None:
-        etp_v = space.expert_tp[0] if len(space.expert_tp) == 1 else 0
-    elif str(etp).strip().lower() == "tp":
-        etp_v = 0
-    else:
-        etp_v = parse_int(etp, "--expert-tp", minimum=1)
-    cap = kw.get("capacity")
-    if cap is None:
-        cap_v = space.capacity_factor[0] if len(space.capacity_factor) == 1 else 0.0
-    elif str(cap).strip().lower() in ("none", "dropless"):
-        cap_v = 0.0
-    else:
-        cap_v = parse_number(cap, "--capacity", allow_zero=False)
-    ep = kw.get("ep")
-    return {"ep": ep if ep is not None else (space.ep[0] if len(space.ep) == 1 else 1), "expert_tp": etp_v,
-            "capacity_factor": float(cap_v)}
-
-
 def plan_from(sc, kw: dict):
-    """A :class:`Plan` from the plan flags; unspecified fields take the scenario's single-valued
-    [search] domain, or the first listed value."""
-    from tpopt.models.plan import Plan
-    from tpopt.models.units import parse_duration
+    """A :class:`Plan` from the plan flags (:func:`tpopt.optimizer.plan_fields.plan_from`)."""
+    from tpopt.optimizer.plan_fields import plan_from as make  # lazy: start-up time (numpy)
 
-    space = sc.search
-    hw = kw.get("hw")
-    acc = hw.split(",")[0].strip() if hw else (space.accelerators[0] if space.accelerators else next(iter(sc.systems)))
-    interval = kw.get("save_interval")
-    if interval is None:
-        interval_s = space.save_interval_s[0]
-    elif str(interval).strip().lower() == "auto":
-        interval_s = 0.0
-    else:
-        interval_s = parse_duration(interval, "--save-interval", allow_zero=False)
-
-    def pick(key, domain, default):
-        v = kw.get(key)
-        if v is not None:
-            return v
-        return domain[0] if domain else default
-
-    schedule = pick("pipe_schedule", space.schedule, "1f1b")
-    if kw.get("virtual_stages") is not None:
-        from tpopt.errors import InputError
-        from tpopt.models.plan import schedule_name, split_schedule
-
-        base, _ = split_schedule(schedule)
-        if kw.get("pipe_schedule") is not None and base != "interleaved":
-            raise InputError("--virtual-stages applies to the interleaved schedule only")
-        if kw["virtual_stages"] < 2:
-            raise InputError(f"--virtual-stages must be at least 2 (got {kw['virtual_stages']})")
-        schedule = schedule_name("interleaved", kw["virtual_stages"])
-    return Plan(
-        accelerator=acc,
-        cards=kw["cards"],
-        zero_stage=pick("zero_stage", space.zero_stage if len(space.zero_stage) == 1 else (), 3),
-        tp=pick("tp", space.tp if len(space.tp) == 1 else (), 1),
-        pp=pick("pp", space.pp if len(space.pp) == 1 else (), 1),
-        cp=pick("cp", space.cp if len(space.cp) == 1 else (), 1),
-        micro_batch=pick("micro_batch", space.micro_batch if len(space.micro_batch) == 1 else (), 1),
-        recompute=pick("recompute", space.recompute, "none"),
-        offload=pick("offload", space.offload, "none"),
-        schedule=schedule,
-        save_interval_s=interval_s,
-        save_mode=pick("save_mode", space.save_mode, "sync"),
-        nics_per_host=kw.get("nics_per_host") or 0,
-        sequence_parallel=kw.get("sequence_parallel"),
-        flash_attention=kw.get("flash_attention"),
-        first_stage_layers=kw.get("first_stage_layers") or 0,
-        last_stage_layers=kw.get("last_stage_layers") or 0,
-        **_moe_flags(space, kw),
-        global_batch=space.global_batch[0] if len(space.global_batch) == 1 else 0,
-    )
+    return make(sc, kw)
 
 
 class SolverName(click.ParamType):
-    """``--solver``: cpsat, highs, enumerate, or pyomo:NAME (any solver Pyomo drives: highs, scip,
-    cbc, glpk, gurobi, ...). Whether NAME is installed is checked when the command runs."""
+    """``--solver``: a registered backend (:mod:`tpopt.optimizer.backends`: cpsat, highs, enumerate, or
+    pyomo:NAME, any solver Pyomo drives). Whether NAME is installed is checked when the command runs."""
 
     name = "solver"
-    BUILTIN = ("cpsat", "highs", "enumerate")
+
+    def names(self) -> tuple[str, ...]:
+        """The plain names this option takes (families come from the registry too)."""
+        return backends.names()
 
     def convert(self, value, param, ctx):
-        import re
-
         v = str(value).strip()
-        if v in self.BUILTIN or re.fullmatch(r"pyomo:[A-Za-z0-9_.\-]+", v):
+        if v in self.names() or backends.accepts_syntax(v):
             return v
-        self.fail(f"{value!r} is not a solver (use cpsat, highs, enumerate, or pyomo:NAME such as pyomo:highs, "
-                  "pyomo:scip, pyomo:cbc, pyomo:glpk, pyomo:gurobi)", param, ctx)
+        self.fail(backends.not_a_solver(value), param, ctx)
 
     def get_metavar(self, param, ctx=None):
-        return "[cpsat|highs|enumerate|pyomo:NAME]"
+        return backends.metavar(self.names())

@@ -365,7 +365,7 @@ def _scenario_and_plan(kw: dict, cards: int | None, need_plan: bool):
         how = f"the scenario's plan on {cards} cards"
     else:
         from tpopt.cli.common import EXIT_INFEASIBLE, fail
-        from tpopt.optimizer.core import solve
+        from tpopt.optimizer.outer import solve
         from tpopt.optimizer.result import Request
 
         r = solve(sc, "cpsat", Request())

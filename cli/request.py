@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import click
 from tpopt.cli.common import SolverName, overrides_from, scenario_source
+from tpopt.optimizer import backends
 
 
 def solve_options(fn):
     opts = [
-        click.option("--solver", type=SolverName(), default="cpsat", show_default=True,
+        click.option("--solver", type=SolverName(), default=backends.DEFAULT, show_default=True,
                      help="Backend: CP-SAT, HiGHS MILP, brute-force enumeration, or pyomo:NAME (the MILP through "
                           "Pyomo with solver NAME: highs, scip, cbc, glpk, gurobi, ... where installed)."),
         click.option("--method", type=click.Choice(["auto", "monolithic", "decomposed"]), default="auto",

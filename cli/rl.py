@@ -12,11 +12,12 @@ from tpopt.cli.common import (
     handle_errors,
     scenario_options,
 )
+from tpopt.optimizer import backends
 
 
 @click.command()
 @scenario_options
-@click.option("--solver", type=SolverName(), default="cpsat", show_default=True,
+@click.option("--solver", type=SolverName(), default=backends.DEFAULT, show_default=True,
               help="Backend for the learner's layout when its space is too large to tabulate: CP-SAT, HiGHS MILP, "
                    "enumeration, or pyomo:NAME (the MILP through Pyomo with solver NAME, where installed).")
 @click.option("--objective", type=click.Choice(["cost", "time"]), default="cost", show_default=True,
@@ -55,10 +56,7 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
 
     time_limit = time_limit_seconds(time_limit)
     check_run_options(time_limit)  # finite, positive, at most 7 days
-    if solver.startswith("pyomo:"):
-        from tpopt.optimizer.pyomo_model import PyomoSolver
-
-        PyomoSolver(solver, Request(time_limit=time_limit))  # a missing solver fails here, before any work
+    backends.require(solver, Request(time_limit=time_limit))  # a missing solver fails here, before any work
     if plot_path:
         from tpopt.cli.plots import check_plot_path
 

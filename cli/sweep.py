@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 from tpopt.cli.common import SolverName, dump_json, echo_builtin_note, fail, handle_errors, scenario_source
 from tpopt.cli.plots import FORMATS as PLOT_FORMATS
+from tpopt.optimizer import backends
 
 RANGE = "One value, a comma list or a range start:end:step"
 
@@ -42,10 +43,8 @@ def sweep_input_options(fn):
 class SweepSolverName(SolverName):
     """``tpopt sweep --solver``: the names ``tpopt solve`` takes, and ``auto``."""
 
-    BUILTIN = ("auto", "enumerate", "cpsat", "highs")
-
-    def get_metavar(self, param, ctx=None):
-        return "[auto|enumerate|cpsat|highs|pyomo:NAME]"
+    def names(self) -> tuple[str, ...]:
+        return backends.sweep_names()
 
 
 class _Bar:

@@ -27,7 +27,9 @@ import numpy as np
 from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.models.evaluate import evaluate
+from tpopt.optimizer.backends.verify import SolverFailure, relative_gap, solver_stopped
 from tpopt.optimizer.enumerate import layout_best
+from tpopt.optimizer.limits import clock_of
 from tpopt.optimizer.result import Request, Status, objective_key
 from tpopt.optimizer.space import BUSY_TERMS as BUSY
 from tpopt.optimizer.space import LAYOUT, Space, cards_of, reduce_to
@@ -291,29 +293,23 @@ class HighsMaster:
         return "error", f"HiGHS status {self.h.modelStatusToString(st)}"
 
 
-def solve_decomposed(space: Space, backend: str, req: Request, enforced):
+def solve_decomposed(space: Space, master_of, backend: str, req: Request, enforced):
     """Benders loop; returns (evaluations best first, status, rounds, evaluated points, gap).
 
     Stops when the shared clock runs out (status feasible or unknown; the gap compares the K-th
     best verified plan with the master's last proven bound, the least bound of the layouts left).
-    Raises :class:`~tpopt.optimizer.core.SolverFailure` when the master fails for another reason.
+    Raises :class:`~tpopt.optimizer.backends.verify.SolverFailure` when the master fails for another reason.
+    ``master_of(name, space, bounds, allowed, req)`` is the backend's master problem
+    (:meth:`tpopt.optimizer.backends.Backend.master`).
     """
-    from tpopt.optimizer.core import SolverFailure, relative_gap, solver_stopped
-    from tpopt.optimizer.cpsat import CandidateResult
-    from tpopt.optimizer.limits import clock_of
-
     sc = space.sc
     clock = clock_of(req)
     bounds = LayoutBounds(space, req.objective, enforced)
     allowed = bounds.allowed(enforced, sc.search.max_cards, sc.task.deadline_s, sc.cost.max_cost)
     if req.cards is not None:
         allowed["cards"] = np.isin(bounds.cards, list(req.cards))
-    if backend.startswith("pyomo:"):
-        from tpopt.optimizer.pyomo_model import PyomoMaster
-
-        master = PyomoMaster(space, bounds, allowed, req, backend)
-    else:
-        master = (CpSatMaster if backend == "cpsat" else HighsMaster)(space, bounds, allowed, req)
+    master = master_of(backend, space, bounds, allowed, req)
+    from tpopt.optimizer.cpsat import CandidateResult  # lazy: start-up time (ortools)
     K = max(1, req.top)
     best: list[tuple[tuple, object]] = []
     rounds = evaluated = 0

@@ -40,6 +40,7 @@ from tpopt.models.units import (
     parse_int,
     parse_number,
 )
+from tpopt.optimizer.backends import with_model
 from tpopt.optimizer.limits import Undecided  # a solver hit the time limit: the question has no proven answer
 from tpopt.optimizer.result import Request, Status, objective_value, plan_summary
 from tpopt.optimizer.space import FAMILIES, STRUCTURAL, VARS, Space, card_counts
@@ -99,12 +100,12 @@ class Context:
 
         if space.size() <= TABLE_LIMIT:
             return "enumerate"
-        return "cpsat" if self.backend == "enumerate" else self.backend
+        return with_model(self.backend)
 
     def best(self, sc: Scenario | None = None, objective: str | None = None, drop=(), space: Space | None = None,
              cards=None) -> Evaluation | None:
         """The proven best plan of ``sc`` with the enforced families minus ``drop`` (None: no plan)."""
-        from tpopt.optimizer.core import solve
+        from tpopt.optimizer.outer import solve  # the batch may be a choice: one solve per batch
 
         base = sc is None or sc is self.sc
         sc = sc or self.sc

@@ -31,12 +31,18 @@ import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+from tpopt.errors import InputError
 from tpopt.models import batch as B
 from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.models.evaluate import Evaluation, evaluate
-from tpopt.models.plan import Scenario
+from tpopt.models.plan import CostOptions, Scenario
 from tpopt.models.units import DAY
+from tpopt.optimizer import backends, core
+from tpopt.optimizer import report as R
+from tpopt.optimizer.enumerate import PointTable
+from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
+from tpopt.optimizer.report import TABLE_LIMIT
 from tpopt.optimizer.result import Request, SolveResult, SolverInfo, Status, objective_key
 from tpopt.optimizer.space import FAMILIES, Space
 
@@ -135,12 +141,20 @@ def merge_status(statuses) -> Status:
     return Status.UNKNOWN
 
 
-def solve_batches(sc: Scenario, backend: str = "cpsat", req: Request | None = None,
+def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = None, restrict: dict | None = None,
+          space: Space | None = None) -> SolveResult:
+    """The best ``req.top`` plans of any unstaged scenario: one exact solve per global batch when the
+    batch is a choice (:func:`solve_batches`), else :func:`tpopt.optimizer.core.solve` of its one space."""
+    if space is None and sc.stages:
+        raise InputError(core.STAGED)
+    if space is None and has_task_choices(sc):
+        return solve_batches(sc, backend, req, restrict).result
+    return core.solve(sc, backend, req, restrict, space)
+
+
+def solve_batches(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = None,
                   restrict: dict | None = None) -> BatchSolve:
     """The best ``req.top`` plans over every batch choice (each batch's exact optimum, merged)."""
-    from tpopt.optimizer.core import solve
-    from tpopt.optimizer.limits import clock_of
-
     req = req or Request()
     clock = clock_of(req)  # one clock over every batch's solve
     t0 = time.perf_counter()
@@ -148,7 +162,7 @@ def solve_batches(sc: Scenario, backend: str = "cpsat", req: Request | None = No
     for b in batch_choices(sc):
         sub = at_batch(sc, b)
         space = Space.from_scenario(sub, restrict)
-        r = solve(sub, backend, req, space=space)
+        r = core.solve(sub, backend, req, space=space)
         choices.append(Choice(b, sub, space, r))
     K = max(1, req.top)
     plans = sorted((ev for c in choices for ev in c.result.plans), key=lambda ev: objective_key(ev, req.objective))
@@ -197,9 +211,6 @@ def batch_analysis(bs: BatchSolve, backend: str, req: Request, enforced) -> dict
     """Binding families over every batch, the usual alternatives at the chosen batch, and one
     alternative per other batch (feasible but worse, or ruled out by what); under the request's clock
     like :func:`tpopt.optimizer.report.analysis` (items it leaves open are marked so)."""
-    from tpopt.optimizer import report as R
-    from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
-
     best = bs.result.best
     chosen = bs.choice_of(best)
     objective = req.objective
@@ -308,8 +319,6 @@ def pareto(points: list[FrontPoint]) -> list[FrontPoint]:
 
 
 def _limits_free(sc: Scenario, deadline_s: float) -> Scenario:
-    from tpopt.models.plan import CostOptions
-
     return replace(sc, task=replace(sc.task, deadline_s=deadline_s), cost=CostOptions(None))
 
 
@@ -317,10 +326,6 @@ def stage_front(st: Scenario, backend: str, req: Request, enforced, t_max: float
                 ) -> tuple[list[FrontPoint], bool]:
     """The Pareto front of (finish, cost) of one stage (every batch choice) up to finish ``t_max``,
     every family but the shared limits enforced; (front, proven)."""
-    from tpopt.optimizer.core import solve
-    from tpopt.optimizer.enumerate import PointTable
-    from tpopt.optimizer.report import TABLE_LIMIT
-
     own = [f for f in enforced if f not in LIMIT_FAMILIES]
     points: list[FrontPoint] = []
     proven = True
@@ -344,9 +349,9 @@ def stage_front(st: Scenario, backend: str, req: Request, enforced, t_max: float
             if req.clock.expired("tracing a stage's Pareto front"):
                 proven = False
                 break
-            r = solve(_limits_free(sub, t), backend, Request(objective="cost", enforce=frozenset(own + [F.DEADLINE]),
-                                                             time_limit=req.time_limit, seed=req.seed,
-                                                             workers=req.workers, clock=req.clock))
+            r = core.solve(_limits_free(sub, t), backend,
+                           Request(objective="cost", enforce=frozenset(own + [F.DEADLINE]),
+                                   time_limit=req.time_limit, seed=req.seed, workers=req.workers, clock=req.clock))
             if r.status not in (Status.OPTIMAL, Status.INFEASIBLE):
                 proven = False
             if r.best is None:
@@ -403,11 +408,8 @@ class StagedSolve:
         return sum(p.cost for p in self.picks)
 
 
-def solve_stages(sc: Scenario, backend: str = "cpsat", req: Request | None = None) -> StagedSolve:
+def solve_stages(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = None) -> StagedSolve:
     """The cheapest (or fastest) plan per stage such that all stages finish by the deadline."""
-    from tpopt.optimizer.core import solve
-    from tpopt.optimizer.limits import clock_of
-
     req = req or Request()
     clock = clock_of(req)  # one clock over every stage's solves
     t0 = time.perf_counter()
@@ -424,7 +426,7 @@ def solve_stages(sc: Scenario, backend: str = "cpsat", req: Request | None = Non
     for st in stages:
         best = None
         for b in batch_choices(st.sc):
-            r = solve(_limits_free(at_batch(st.sc, b), deadline), backend,
+            r = core.solve(_limits_free(at_batch(st.sc, b), deadline), backend,
                       Request(objective="time", enforce=own, time_limit=req.time_limit, seed=req.seed,
                               workers=req.workers, clock=clock))
             proven &= r.status in (Status.OPTIMAL, Status.INFEASIBLE)

@@ -15,11 +15,14 @@ monolithic solver when asked for (``--method monolithic``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from tpopt.models import families as F
 from tpopt.models.evaluate import SPEC, Evaluation, evaluate
+from tpopt.optimizer import backends, core
+from tpopt.optimizer.decompose import LayoutBounds
+from tpopt.optimizer.enumerate import HUB, PointTable, layout_evaluator
 from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
 from tpopt.optimizer.result import Request, Status, objective_key, objective_value, plan_summary
 from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space, card_counts
@@ -31,8 +34,6 @@ RELAXABLE = F.RELAXABLE
 
 class TableOracle:
     def __init__(self, space: Space):
-        from tpopt.optimizer.enumerate import PointTable
-
         self.space = space
         self.table = PointTable.build(space)
         self.name = "enumeration"
@@ -55,8 +56,6 @@ class SolverOracle:
         self.name = backend
 
     def best(self, enforced, objective: str, restrict=None, cards=None) -> Evaluation | None:
-        from tpopt.optimizer.core import solve
-
         req = Request(objective=objective, enforce=frozenset(enforced), top=1, time_limit=self.req.time_limit,
                       seed=self.req.seed, workers=self.req.workers, cards=None if cards is None else tuple(cards),
                       clock=clock_of(self.req))
@@ -64,7 +63,7 @@ class SolverOracle:
             space = Space.from_scenario(self.space.sc, _merge(self.space.domains, restrict)) if restrict else self.space
         except Exception:
             return None
-        r = solve(self.space.sc, self.backend, req, space=space)
+        r = core.solve(self.space.sc, self.backend, req, space=space)
         if r.status not in (Status.OPTIMAL, Status.INFEASIBLE):  # a plan that is not proven best answers nothing
             raise Undecided("time limit reached")
         return r.best
@@ -86,8 +85,6 @@ class LayoutOracle:
     name = "layout decomposition"
 
     def __init__(self, space: Space, check=None):
-        from tpopt.optimizer.enumerate import layout_evaluator
-
         self.space = space
         self.layouts = layout_evaluator(space)
         self._bounds = None
@@ -97,14 +94,10 @@ class LayoutOracle:
     @property
     def bounds(self):
         if self._bounds is None:
-            from tpopt.optimizer.decompose import LayoutBounds
-
             self._bounds = LayoutBounds(self.space, "cost")
         return self._bounds
 
     def _allowed(self, enforced, restrict, cards) -> np.ndarray:
-        from tpopt.optimizer.enumerate import HUB
-
         b, sc, d = self.bounds, self.space.sc, self.space.domains
         ok = np.ones(b.n, dtype=bool)
         for mask in b.allowed(set(enforced), sc.search.max_cards, sc.task.deadline_s, sc.cost.max_cost).values():
@@ -119,8 +112,6 @@ class LayoutOracle:
 
     def _search(self, enforced, objective: str, restrict=None, cards=None):
         """(best index dict or None) of the question, by the bound-ordered walk over layouts."""
-        from tpopt.optimizer.enumerate import HUB
-
         self.questions += 1
         b = self.bounds
         key = b.cost_min if objective == "cost" else b.finish_min
@@ -165,7 +156,7 @@ def make_oracle(space: Space, backend: str, req: Request, check=None):
     if space.size() <= TABLE_LIMIT and space.cheap_pipeline():
         return TableOracle(space)
     if req.method == "monolithic":
-        return SolverOracle(space, "cpsat" if backend == "enumerate" else backend, req)
+        return SolverOracle(space, backends.with_model(backend), req)
     return LayoutOracle(space, check)
 
 
@@ -294,8 +285,6 @@ def why_not_cheaper(oracle, space: Space, best: Evaluation, objective: str, enfo
 def robustness(sc, best: Evaluation) -> dict:
     """The chosen plan re-evaluated with no communication overlap (prefetch failing): does it still
     meet every constraint? (Chapter 10.6.2: one shared NIC per host bets the deadline on overlap.)"""
-    from dataclasses import replace
-
     if not sc.overlap:
         return {}
     ev = evaluate(replace(sc, overlap=False), best.plan)

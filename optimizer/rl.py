@@ -43,6 +43,7 @@ from tpopt.models import terms as T
 from tpopt.models.arch import flops_per_token, gemm_params, param_count
 from tpopt.models.evaluate import Evaluation
 from tpopt.models.units import DAY, GIB
+from tpopt.optimizer import backends, core
 from tpopt.optimizer.limits import TimeLimitReached, clock_of
 from tpopt.optimizer.result import Request, Status
 
@@ -131,10 +132,10 @@ def new_caches() -> dict:
 class RLProblem:
     """One RL scenario's design space, relations and caches (learner solves, rollout stages)."""
 
-    def __init__(self, rsc, backend: str = "cpsat", req: Request | None = None, card_limit: int | None = None,
+    def __init__(self, rsc, backend: str = backends.DEFAULT, req: Request | None = None, card_limit: int | None = None,
                  caches: dict | None = None):
-        if backend not in ("cpsat", "highs", "enumerate") and not str(backend).startswith("pyomo:"):
-            raise InputError(f"unknown solver {backend!r} (use cpsat, highs, enumerate or pyomo:NAME)")
+        if not backends.is_known(backend):
+            raise backends.unknown_solver(backend)
         self.rsc = rsc
         self.sc = rsc.trainer
         self.task = rsc.task
@@ -343,19 +344,17 @@ class RLProblem:
         return replace(cands[i], plan=evaluate(sp.sc, sp.plan(rows[i][4])))
 
     def _learner_from_solver(self, acc: str, cards: int, limit, shared: bool) -> Learner | None:
-        from tpopt.optimizer.core import solve as solve_trainer
-
         sp = self._space(acc, limit)
         enforce = TRAINER_STRUCTURAL | (TRAINER_MEMORY if limit is not None else frozenset())
         qs = self.task.kept_sync
         clock = self.clock()  # the RL solve's one clock: each learner solve gets what is left of it
         K = 1
         while True:
-            backend = self.backend if K <= MAX_TOP else "enumerate"
+            backend = self.backend if K <= MAX_TOP else backends.EXHAUSTIVE
             clock.check("solving the learner plans")
             req = Request(objective="time", enforce=enforce, top=K, cards=(cards,), time_limit=clock.remaining(0.01),
                           seed=self.req.seed, workers=self.req.workers, clock=clock)
-            res = solve_trainer(sp.sc, backend, req, space=sp)
+            res = core.solve(sp.sc, backend, req, space=sp)
             self.caches["solves"][0] += 1
             if res.status == Status.UNKNOWN:  # no answer within what was left of the limit
                 clock.reached, clock.phase = True, clock.phase or "solving the learner plans"

@@ -74,6 +74,12 @@ def test_results_as_dicts_and_frames_keep_integers():
     d = r.to_dict()
     assert d["status"] == "optimal" and [p["rank"] for p in d["plans"]] == [1, 2]
     assert [p["plan"]["cards"] for p in d["plans"]] == [32, 48]  # REFERENCE 10.6: 32 cards meet 40 d, cheaper
+    # the binding analysis the command prints comes with the result (tpopt solve --json's report)
+    assert r.analysis == r.report["analysis"] == "done" and isinstance(r.binding, list)
+    marked = {c["name"] for c in r.report["constraints"] if c["binding"]} - {"step.budget"}
+    assert {b["name"] for b in r.binding} == marked
+    assert r.report["top"][1]["plan"]["cards"] == 48 and r.alternatives is not None
+    assert tpopt.solve(deadline="40d", analysis=False).report["analysis"] == "skipped"
     f = r.to_frame()
     for col in ("rank", "cards", "hosts", "zero_stage", "tp", "pp", "dp", "micro_batch", "grad_accum",
                 "nics_per_host", "iterations"):
@@ -100,3 +106,20 @@ def test_explain_a_plan_and_bad_input():
         tpopt.explain(zero_stage=3)  # a plan field without cards
     with pytest.raises(tpopt.InputError):
         tpopt.solve(objective="speed")
+
+
+def test_the_api_returns_what_the_command_prints():
+    """tpopt.solve and tpopt solve --json run the same plan(): the same report, key for key (the wall time
+    and the built-in note aside)."""
+    import json
+
+    from click.testing import CliRunner
+    from tpopt.cli.main import cli
+
+    out = CliRunner().invoke(cli, ["solve", "--deadline", "40d", "--top", "2", "--json"]).output
+    printed = json.loads(out)
+    report = json.loads(json.dumps(tpopt.solve(deadline="40d", top=2).report))
+    for d in (printed, report):
+        d["solver"].pop("wall_s")
+    printed.pop("scenario_source")
+    assert printed == report

@@ -27,7 +27,7 @@ from tpopt.models import batch as B
 from tpopt.models.evaluate import evaluate
 from tpopt.models.plan import Plan
 from tpopt.optimizer import outer
-from tpopt.optimizer.core import solve
+from tpopt.optimizer.outer import solve  # the global batch is a choice: one exact solve per batch
 from tpopt.optimizer.result import Request, Status
 from tpopt.optimizer.space import Space
 

@@ -121,7 +121,6 @@ from tpopt.optimizer.sweep.spec import (
                                          DIMS,
                                          MAX_POINTS,
                                          MAX_VALUES,
-                                         SOLVERS,
                                          SWEEP_KEYS,
                                          SWEPT_FAMILIES,
                                          Dim,
@@ -146,7 +145,7 @@ from tpopt.optimizer.sweep.tasks import Task, _payload, group_scenario, plan_tas
 
 __all__ = [
     "AUTO_TABLE_LIMIT", "COLUMN_NAMES", "COLUMNS", "DIMS", "FEASIBLE", "FORMAT", "HEADER", "INT_COLUMNS",
-    "MAX_POINTS", "MAX_VALUES", "NO_ANSWER", "OUT_FORMATS", "PLAN_COLUMNS", "PROVEN", "SOLVERS", "STATUSES",
+    "MAX_POINTS", "MAX_VALUES", "NO_ANSWER", "OUT_FORMATS", "PLAN_COLUMNS", "PROVEN", "STATUSES",
     "SWEEP_KEYS", "SWEPT_FAMILIES", "Dim", "OutputLock", "Point", "Progress", "Resume", "SweepResult", "SweepSpec",
     "SweepStore", "Task", "_parse_csv_line", "_payload", "atomic_write", "breakdown_bars", "build_spec",
     "case_label", "case_of", "check_output_path", "checksum_ok", "default_workers", "encode", "fingerprint",

@@ -11,7 +11,7 @@ the retries, the progress, the final file. Three executors:
   ``tls://...``), or a scheduler file written by ``dask scheduler --scheduler-file`` (``*.json``).
 
 Adding an executor is one module with a class implementing :class:`Executor` and one line in
-:func:`make_executor`.
+:func:`tpopt.optimizer.sweep.run.make_executor`.
 """
 
 from __future__ import annotations
@@ -139,19 +139,3 @@ def require_dask() -> None:
     except ImportError:
         raise InputError("--cluster needs Dask's distributed scheduler, an optional extra: "
                          "pip install 'tpopt[distributed]'") from None
-
-
-def make_executor(cluster: str | None, workers: int, inline: bool) -> Executor:
-    """The executor for a run: Dask when ``cluster`` is given, else the local pool, or inline for a
-    one-worker sweep of table tasks."""
-    if cluster:
-        kind, where = parse_cluster(cluster)
-        require_dask()
-        from tpopt.optimizer.sweep.cluster import DaskExecutor
-
-        return DaskExecutor(kind, where)
-    if inline:
-        return InlineExecutor()
-    from tpopt.optimizer.sweep.local import LocalExecutor
-
-    return LocalExecutor(workers)

@@ -4,11 +4,11 @@ the cost/finish plot and of the finish-time breakdown bars."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tpopt.models.units import DAY, fmt_count
-from tpopt.optimizer.sweep.rows import FEASIBLE, NO_ANSWER, PLAN_COLUMNS, Row, case_of, make_row
+from tpopt.optimizer import backends
+from tpopt.optimizer.sweep.rows import FEASIBLE, NO_ANSWER, PLAN_COLUMNS, case_of, make_row
 from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, Point, SweepSpec
 from tpopt.optimizer.sweep.tasks import _payload, group_scenario, space_size
 
@@ -16,17 +16,16 @@ if TYPE_CHECKING:
     from tpopt.optimizer.sweep.run import SweepResult
 
 
-def mark_pareto(rows: list[Row]) -> None:
+def mark_pareto(rows: list[dict]) -> None:
     """Set ``pareto`` on every row: True iff its (cost, finish) is not dominated within its case."""
-    by_case: dict[tuple[Any, ...], list[Row]] = {}
+    by_case: dict = {}
     for r in rows:
         r["pareto"] = False
         if r["status"] in FEASIBLE and r["cost"] is not None:
             by_case.setdefault(case_of(r), []).append(r)
     for members in by_case.values():
         pairs = sorted({(r["finish_days"], r["cost"]) for r in members})
-        front: set[tuple[float, float]] = set()
-        best = math.inf
+        front, best = set(), math.inf
         for fin, cost in pairs:
             if cost < best:
                 front.add((fin, cost))
@@ -35,15 +34,14 @@ def mark_pareto(rows: list[Row]) -> None:
             r["pareto"] = (r["finish_days"], r["cost"]) in front
 
 
-def _plan_id(row: Row) -> tuple[Any, ...]:
-    return ((case_of(row), row["accelerator"]) + tuple(row[c] for c in PLAN_COLUMNS)
-            + (row["cost"], row["finish_days"]))
+def _plan_id(row: dict) -> tuple:
+    return (case_of(row), row["accelerator"]) + tuple(row[c] for c in PLAN_COLUMNS) + (row["cost"], row["finish_days"])
 
 
-def front_plans(rows: list[Row]) -> list[dict[str, Any]]:
+def front_plans(rows: list[dict]) -> list[dict]:
     """The Pareto-optimal plans (one entry per distinct plan), fastest first, with the deadlines
     for which each one is the optimum."""
-    plans: dict[tuple[Any, ...], dict[str, Any]] = {}
+    plans: dict = {}
     for r in rows:
         if not r["pareto"]:
             continue
@@ -51,8 +49,8 @@ def front_plans(rows: list[Row]) -> list[dict[str, Any]]:
         e = plans.get(pid)
         if e is None:
             e = plans[pid] = {k: r[k] for k in ("accelerator", "tokens", "efficiency", "card_hour", "reserved_days",
-                                                "seq_len", *PLAN_COLUMNS, "cost", "cost_unit", "finish_days",
-                                                "train_days", "overhead_days", "step_s", "memory_per_card_gib",
+                                                "seq_len", *PLAN_COLUMNS, "cost", "cost_unit", "finish_days", "train_days",
+                                                "overhead_days", "step_s", "memory_per_card_gib",
                                                 "overhead_fraction")}
             e["deadlines"] = []
             e["points"] = 0
@@ -68,30 +66,28 @@ def front_plans(rows: list[Row]) -> list[dict[str, Any]]:
     return out
 
 
-def summarize(rows: list[Row], hw: Iterable[str] = ()) -> list[dict[str, Any]]:
+def summarize(rows: list[dict], hw=()) -> list[dict]:
     """Per accelerator (and case): points; feasible, infeasible (proven), unknown (time limit, no
     answer), error and unproven (time limit, plan not proven optimal) counts; earliest feasible
     deadline, cheapest and fastest plans, the distinct card counts chosen."""
     order = {a: i for i, a in enumerate(hw)}
-    groups: dict[tuple[tuple[Any, ...], str], list[Row]] = {}
+    groups: dict = {}
     for r in rows:
         groups.setdefault((case_of(r), r["accelerator"]), []).append(r)
     out = []
     for (case, acc), members in groups.items():
         feas = [r for r in members if r["status"] in FEASIBLE]
         inf = [r for r in members if r["status"] == "infeasible"]
-        e: dict[str, Any] = {
-            "accelerator": acc, "tokens": case[0], "efficiency": case[1], "card_hour": case[2],
-            "reserved_days": case[3], "seq_len": case[4], "points": len(members), "feasible": len(feas),
-            "infeasible": len(inf),
-            "unknown": sum(r["status"] == "unknown" for r in members),
-            "error": sum(r["status"] == "error" for r in members),
-            "unproven": sum(r["status"] == "feasible" for r in members),
-            "earliest_deadline_days": min((r["deadline_days"] for r in feas), default=None),
-            "cheapest": None, "fastest": None, "cards_chosen": sorted({r["cards"] for r in feas}),
-            "on_front": sum(1 for r in members if r["pareto"]),
-            "fastest_possible_days": min((r["fastest_days"] for r in inf if r["fastest_days"] is not None),
-                                         default=None)}
+        e = {"accelerator": acc, "tokens": case[0], "efficiency": case[1], "card_hour": case[2],
+             "reserved_days": case[3], "seq_len": case[4], "points": len(members), "feasible": len(feas), "infeasible": len(inf),
+             "unknown": sum(r["status"] == "unknown" for r in members),
+             "error": sum(r["status"] == "error" for r in members),
+             "unproven": sum(r["status"] == "feasible" for r in members),
+             "earliest_deadline_days": min((r["deadline_days"] for r in feas), default=None),
+             "cheapest": None, "fastest": None, "cards_chosen": sorted({r["cards"] for r in feas}),
+             "on_front": sum(1 for r in members if r["pareto"]),
+             "fastest_possible_days": min((r["fastest_days"] for r in inf if r["fastest_days"] is not None),
+                                          default=None)}
         if feas:
             c = min(feas, key=lambda r: (r["cost"], r["finish_days"]))
             f = min(feas, key=lambda r: (r["finish_days"], r["cost"]))
@@ -104,7 +100,7 @@ def summarize(rows: list[Row], hw: Iterable[str] = ()) -> list[dict[str, Any]]:
     return out
 
 
-def case_label(case: tuple[Any, ...], spec: SweepSpec) -> str:
+def case_label(case: tuple, spec: SweepSpec) -> str:
     """A short label of a case's swept table inputs ('' when only one case exists)."""
     tokens, eff, price, reserved, seq = case
     parts = []
@@ -121,23 +117,23 @@ def case_label(case: tuple[Any, ...], spec: SweepSpec) -> str:
     return ", ".join(parts)
 
 
-def _case_order(case: tuple[Any, ...]) -> tuple[tuple[bool, Any], ...]:
+def _case_order(case: tuple) -> tuple:
     return tuple((x is None, x) for x in case)
 
 
-def plot_series(result: SweepResult) -> dict[str, Any]:
+def plot_series(result: SweepResult) -> dict:
     """Data for the cost/finish plot: one series per accelerator (and case) with its distinct optimal
     plans, its proven-infeasible deadlines and, apart, the deadlines without an answer (time limit or
     error), and one Pareto front per case."""
     spec = result.spec
     series = []
-    by: dict[tuple[tuple[Any, ...], str], list[Row]] = {}
+    by: dict = {}
     for r in result.rows:
         by.setdefault((case_of(r), r["accelerator"]), []).append(r)
     order = {a: i for i, a in enumerate(spec.hw)}
     for (case, acc) in sorted(by, key=lambda k: (_case_order(k[0]), order.get(k[1], 99))):
         members = by[(case, acc)]
-        plans: dict[tuple[float, float], int] = {}
+        plans = {}
         for r in members:
             if r["status"] in FEASIBLE:
                 plans.setdefault((r["finish_days"], r["cost"]), r["cards"])
@@ -152,14 +148,13 @@ def plot_series(result: SweepResult) -> dict[str, Any]:
                                          + [r["fastest_days"] for r in members if r["fastest_days"] is not None],
                                          default=None),
         })
-    fronts: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    fronts: dict = {}
     for e in result.front():
         case = case_of(e)
         fronts.setdefault(case, []).append({"finish_days": e["finish_days"], "cost": e["cost"], "cards": e["cards"],
                                             "accelerator": e["accelerator"]})
-    front_list: list[dict[str, Any]] = [
-        {"label": case_label(c, spec), "points": sorted(pts, key=lambda p: (p["finish_days"], p["cost"]))}
-        for c, pts in sorted(fronts.items(), key=lambda kv: _case_order(kv[0]))]
+    front_list = [{"label": case_label(c, spec), "points": sorted(pts, key=lambda p: (p["finish_days"], p["cost"]))}
+                  for c, pts in sorted(fronts.items(), key=lambda kv: _case_order(kv[0]))]
     unit = next((r["cost_unit"] for r in result.rows if r["cost_unit"]), "USD")
     return {"series": series, "fronts": front_list, "cost_unit": unit,
             "title": f"{spec.name}: cost vs finish time ({', '.join(spec.swept()) or 'one point'} swept)",
@@ -167,15 +162,14 @@ def plot_series(result: SweepResult) -> dict[str, Any]:
             "unknown_points": sum(r["status"] in NO_ANSWER for r in result.rows)}
 
 
-def _bar(label: str, row_like: dict[str, Any], note: str = "") -> dict[str, Any]:
+def _bar(label: str, row_like: dict, note: str = "") -> dict:
     return {"label": label, "accelerator": row_like["accelerator"], "cards": row_like["cards"],
             "train_days": row_like["train_days"], "overhead_days": row_like["overhead_days"],
             "reserved_days": row_like["reserved_days"], "finish_days": row_like["finish_days"],
             "cost": row_like["cost"], "note": note}
 
 
-def breakdown_bars(result: SweepResult,
-                   cards: Sequence[int] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+def breakdown_bars(result: SweepResult, cards=None) -> tuple[list[dict], list[str]]:
     """Finish-time breakdown bars (base training, checkpoint/failure overhead, reserved days).
 
     Without ``cards``: the front plans. With ``cards``: for every swept accelerator (and case) the
@@ -184,8 +178,8 @@ def breakdown_bars(result: SweepResult,
     Returns (bars, notes about card counts with no valid plan).
     """
     spec = result.spec
-    bars: list[dict[str, Any]] = []
     if not cards:
+        bars = []
         for e in result.front():
             rng = (f"{e['deadline_min_days']:g} d" if e["deadline_min_days"] == e["deadline_max_days"]
                    else f"{e['deadline_min_days']:g}-{e['deadline_max_days']:g} d")
@@ -194,14 +188,14 @@ def breakdown_bars(result: SweepResult,
                              note=f"optimal for deadlines {rng}"))
         return bars, []
     from tpopt.models.evaluate import evaluate
-    from tpopt.optimizer.core import solve
+    from tpopt.optimizer.outer import solve
     from tpopt.optimizer.result import Request
     from tpopt.optimizer.space import FAMILIES
 
     payload = _payload(spec)
     enforce = frozenset(f for f in FAMILIES if f not in SWEPT_FAMILIES)
     cases = sorted({case_of(r) for r in result.rows}, key=lambda c: tuple((x is None, x) for x in c))
-    missing: dict[tuple[str, int], int] = {}
+    bars, missing = [], {}
     deadline_s = spec.plot_deadline_days * DAY
     for case in cases:
         tokens, eff, price, reserved, seq = case
@@ -211,15 +205,14 @@ def breakdown_bars(result: SweepResult,
             sc = group_scenario(payload, p, deadline_s)
             small = space_size(spec, acc) <= AUTO_TABLE_LIMIT
             for n in cards:
-                res = solve(sc, "enumerate" if small else "cpsat",
+                res = solve(sc, backends.EXHAUSTIVE if small else backends.DEFAULT,
                             Request(objective="cost", enforce=enforce, cards=(n,), time_limit=spec.time_limit))
                 label = f"{acc} x {n}" + (f" ({clabel})" if clabel else "")
-                best = res.best  # a plan whenever res.feasible
-                if not res.feasible or best is None:
+                if not res.feasible:
                     missing[(acc, n)] = missing.get((acc, n), 0) + 1
                     continue
-                ev = evaluate(sc, best.plan)
-                row = make_row(p, "optimal", spec.fingerprint, "enumerate", ev=ev)
+                ev = evaluate(sc, res.best.plan)
+                row = make_row(p, "optimal", spec.fingerprint, backends.EXHAUSTIVE, ev=ev)
                 bars.append(_bar(label, row))
     notes = [f"{acc} x {n}: no valid plan with exactly {n} cards" + (f" (in {k} cases)" if len(cases) > 1 else "")
              for (acc, n), k in missing.items()]

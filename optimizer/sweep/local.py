@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from tpopt.errors import InputError
+from tpopt.optimizer import backends
 from tpopt.optimizer.sweep.executor import Outcome, TaskFailed, WorkerDied, describe
 
 if TYPE_CHECKING:
@@ -216,8 +217,7 @@ def _preload(kinds: Iterable[str]) -> None:
     importlib.import_module("tpopt.optimizer.core")
     importlib.import_module("tpopt.optimizer.enumerate")
     for kind in kinds:
-        if kind in ("cpsat", "highs"):
-            importlib.import_module(f"tpopt.optimizer.{kind}")
-        elif kind.startswith("pyomo:"):
-            importlib.import_module("tpopt.optimizer.pyomo_model")
-            importlib.import_module("pyomo.environ")
+        if backends.is_known(kind):  # a solver backend (not "table"): its module, and what it loads on first use
+            backends.lookup(kind)
+            for lib in backends.entry(kind).preload:
+                importlib.import_module(lib)

@@ -9,21 +9,18 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from tpopt.errors import InputError
-from tpopt.optimizer.sweep.executor import Executor, describe, make_executor
+from tpopt.optimizer import backends
+from tpopt.optimizer.sweep.cluster import DaskExecutor
+from tpopt.optimizer.sweep.executor import Executor, InlineExecutor, describe, parse_cluster, require_dask
 from tpopt.optimizer.sweep.front import front_plans, mark_pareto, summarize
-from tpopt.optimizer.sweep.rows import COLUMNS, INT_COLUMNS, Row, make_row, sort_key
+from tpopt.optimizer.sweep.local import LocalExecutor
+from tpopt.optimizer.sweep.rows import COLUMNS, INT_COLUMNS, make_row, sort_key
 from tpopt.optimizer.sweep.spec import SweepSpec, build_spec, require_solver
 from tpopt.optimizer.sweep.store import Resume, SweepStore
-from tpopt.optimizer.sweep.tasks import Task, _payload, plan_tasks
-
-if TYPE_CHECKING:
-    import pandas as pd
+from tpopt.optimizer.sweep.tasks import _payload, plan_tasks
 
 MAX_ATTEMPTS = 2  # a task that fails this many times becomes error rows
 
@@ -44,10 +41,23 @@ class Progress:
         pass
 
 
+
+def make_executor(cluster: str | None, workers: int, inline: bool) -> Executor:
+    """The executor for a run: Dask when ``cluster`` is given, else the local pool, or inline for a
+    one-worker sweep of table tasks."""
+    if cluster:
+        kind, where = parse_cluster(cluster)
+        require_dask()
+        return DaskExecutor(kind, where)
+    if inline:
+        return InlineExecutor()
+    return LocalExecutor(workers)
+
+
 @dataclass
 class SweepResult:
     spec: SweepSpec
-    rows: list[Row]  # one per point, sorted by sort_key, ``pareto`` set
+    rows: list[dict]  # one per point, sorted by sort_key, ``pareto`` set
     computed: int = 0  # points solved in this run
     reused: int = 0  # points taken from an earlier run's --out
     wall_s: float = 0.0
@@ -56,7 +66,7 @@ class SweepResult:
     executor: str = "inline"  # "inline", "local" or "dask"
     where: str = "1 worker (this process)"  # the executor in words
     retried: int = 0  # task attempts that failed and were submitted again
-    paths: dict[str, int] = field(default_factory=dict)  # "table" / solver -> points solved that way
+    paths: dict = field(default_factory=dict)  # "table" / solver -> points solved that way
     resume: Resume = field(default_factory=Resume)  # what the earlier run's --out held
 
     @property
@@ -67,16 +77,16 @@ class SweepResult:
     def discarded(self) -> int:  # torn/unreadable journal lines dropped on resume
         return self.resume.discarded
 
-    def count(self, *statuses: str) -> int:
+    def count(self, *statuses) -> int:
         return sum(1 for r in self.rows if r["status"] in statuses)
 
-    def front(self) -> list[dict[str, Any]]:
+    def front(self) -> list[dict]:
         return front_plans(self.rows)
 
-    def summary(self) -> list[dict[str, Any]]:
+    def summary(self) -> list[dict]:
         return summarize(self.rows, self.spec.hw)
 
-    def to_frame(self) -> pd.DataFrame:
+    def to_frame(self):
         """The rows as a pandas DataFrame, integer columns as nullable integers (no float card counts)."""
         import pandas as pd
 
@@ -91,7 +101,7 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def run_sweep(spec: SweepSpec, *, out: str | Path | None = None, force: bool = False, workers: int | None = None,
+def run_sweep(spec: SweepSpec, *, out=None, force: bool = False, workers: int | None = None,
               cluster: str | None = None, progress: Progress | None = None) -> SweepResult:
     """Solve every point of ``spec`` (skipping those already proven in ``out``), write ``out`` and return
     the rows with the Pareto flags set.
@@ -116,10 +126,10 @@ def run_sweep(spec: SweepSpec, *, out: str | Path | None = None, force: bool = F
         # solver tasks always run in worker processes, even one (Ctrl-C and CP-SAT: see local.py)
         inline = n_workers <= 1 and all(t.kind == "table" for t in tasks)
         executor = make_executor(cluster, n_workers, inline)
-        new: dict[str, Row] = {}
-        paths: dict[str, int] = {}
+        new: dict = {}
+        paths: dict = {}
 
-        def take(kind: str, rows: list[Row]) -> None:
+        def take(kind, rows):
             if store is not None:
                 store.append(rows)
             for r in rows:
@@ -155,8 +165,7 @@ def run_sweep(spec: SweepSpec, *, out: str | Path | None = None, force: bool = F
                        where=executor.description, retried=retried, paths=paths, resume=resume)
 
 
-def _drive(executor: Executor, tasks: Sequence[Task], fingerprint_: str, take: Callable[[str, list[Row]], None],
-           progress: Progress, total: int, done: int) -> int:
+def _drive(executor, tasks, fingerprint_: str, take, progress: Progress, total: int, done: int) -> int:
     """Submit every task, take results as they complete; a failed task is submitted once more, and a
     task that fails :data:`MAX_ATTEMPTS` times becomes one error row per point. Returns the retries."""
     failures = [0] * len(tasks)
@@ -167,7 +176,6 @@ def _drive(executor: Executor, tasks: Sequence[Task], fingerprint_: str, take: C
     for tid, rows, exc in executor.results():
         task = tasks[tid]
         if exc is None:
-            assert rows is not None  # an outcome carries rows or an exception
             take(task.kind, rows)
             continue
         failures[tid] += 1
@@ -179,14 +187,13 @@ def _drive(executor: Executor, tasks: Sequence[Task], fingerprint_: str, take: C
             continue
         progress.note(f"{task.label()}: failed again ({what}); recorded as status 'error'")
         note = f"failed {MAX_ATTEMPTS} times: {what}"
-        solver = "enumerate" if task.kind == "table" else task.kind
+        solver = backends.EXHAUSTIVE if task.kind == "table" else task.kind
         take("error", [make_row(p, "error", fingerprint_, solver, note=note) for p in task.points])
     return retried
 
 
-def sweep(scenario: str | Path | dict[str, Any], *, out: str | Path | None = None, force: bool = False,
-          workers: int | None = None, cluster: str | None = None, catalog_dirs: Iterable[str | Path] = (),
-          fixed: dict[str, Any] | None = None, progress: Progress | None = None, **inputs: Any) -> SweepResult:
+def sweep(scenario, *, out=None, force: bool = False, workers: int | None = None, cluster: str | None = None,
+          catalog_dirs=(), fixed: dict | None = None, progress: Progress | None = None, **inputs) -> SweepResult:
     """One call: read ``scenario`` (a path, or a dict of scenario tables), apply the sweep ``inputs``
     (``hw``, ``deadline``, ``reserved``, ``tokens``, ``efficiency``, ``max_cards``, ``card_hour``,
     ``max_cost``, ``solver``, ``time_limit``, ``breakdown_cards``: a value, a comma list, a list or a

@@ -16,6 +16,8 @@ from tpopt import __version__
 from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models.units import DAY, parse_count, parse_duration, parse_fraction, parse_int, parse_number
+from tpopt.optimizer import backends
+from tpopt.optimizer.result import Request
 from tpopt.optimizer.sweep.rows import FORMAT
 
 if TYPE_CHECKING:
@@ -25,7 +27,6 @@ if TYPE_CHECKING:
 AUTO_TABLE_LIMIT = 300_000  # plans per group enumerated exactly with --solver auto
 MAX_VALUES = 100_000  # values one range may expand to
 MAX_POINTS = 2_000_000  # points in one sweep
-SOLVERS = ("auto", "enumerate", "cpsat", "highs")  # and "pyomo:NAME" (any solver Pyomo drives), as tpopt solve
 # constraint families whose limit is a sweep input (answered by masks on the table path)
 SWEPT_FAMILIES = F.SWEPT
 
@@ -229,29 +230,16 @@ class SweepSpec:
 
 
 def check_solver(solver: str, what: str | None) -> str:
-    """A sweep solver name: one of :data:`SOLVERS` or ``pyomo:NAME`` (the name's syntax only; whether
-    the solver is installed is checked by the driver before anything is written, :func:`require_solver`)."""
-    if solver in SOLVERS:
-        return solver
-    if solver.startswith("pyomo:"):
-        from tpopt.optimizer.pyomo_model import solver_name
-
-        try:
-            solver_name(solver)
-        except InputError as exc:
-            raise InputError(f"{what or '--solver'}: {exc}") from None
-        return solver
-    raise InputError(f"{what or '--solver'}: unknown solver {solver!r} (use one of: {', '.join(SOLVERS)}, "
-                     f"or pyomo:NAME such as pyomo:highs)")
+    """A sweep solver name: ``auto`` or a registered backend (:func:`tpopt.optimizer.backends.sweep_names`,
+    or ``pyomo:NAME``); the name's syntax only: whether the solver is installed is checked by the driver
+    before anything is written, :func:`require_solver`."""
+    return backends.check_sweep_solver(solver, what)
 
 
 def require_solver(solver: str) -> None:
-    """A ``pyomo:NAME`` solver must be installed here: one clear error (exit 2) otherwise."""
-    if solver.startswith("pyomo:"):
-        from tpopt.optimizer.pyomo_model import PyomoSolver
-        from tpopt.optimizer.result import Request
-
-        PyomoSolver(solver, Request())
+    """The solver must be able to run here (a ``pyomo:NAME`` installed): one clear error (exit 2) otherwise."""
+    if solver != backends.SWEEP_AUTO:
+        backends.require(solver, Request())
 
 
 def _file_default_card_hour(raw: dict):

@@ -12,31 +12,26 @@ payload carries the catalog and the model themselves (not the driver's catalog d
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 from tpopt import __version__
 from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models.units import DAY
-from tpopt.optimizer.sweep.rows import Row, make_row
+from tpopt.optimizer import backends
+from tpopt.optimizer.sweep.rows import make_row
 from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, Point, SweepSpec
-
-if TYPE_CHECKING:
-    from tpopt.catalogs import Catalog
-    from tpopt.models.evaluate import Evaluation
-    from tpopt.models.plan import Scenario
 
 
 @dataclass(frozen=True)
 class _Payload:
     """What every task of a sweep shares (shipped once per worker, not per task)."""
 
-    raw: dict[str, Any]  # the scenario tables, [model] naming SHIPPED_MODEL
-    fixed: dict[str, Any]
-    catalog: Catalog  # the loaded Catalog, with the scenario's model as SHIPPED_MODEL
+    raw: dict  # the scenario tables, [model] naming SHIPPED_MODEL
+    fixed: dict
+    catalog: object  # the loaded Catalog, with the scenario's model as SHIPPED_MODEL
     fingerprint: str
     solver: str
     time_limit: float
@@ -49,17 +44,17 @@ class Task(NamedTuple):
     solver backend (one solve of one point)."""
 
     kind: str
-    points: tuple[Point, ...]
+    points: tuple
 
     def label(self) -> str:
         first = self.points[0].key()
         return first if len(self.points) == 1 else f"{len(self.points)} points from {first}"
 
 
-_CACHE: dict[tuple[Any, ...], Scenario] = {}
+_CACHE: dict = {}
 
 
-def group_scenario(payload: _Payload, point: Point, deadline_s: float | None = None) -> Scenario:
+def group_scenario(payload: _Payload, point: Point, deadline_s: float | None = None):
     """The scenario of a point's group: its accelerator and table-changing inputs (the deadline is
     the point's when it is a table input, else any valid value; card cap and budget are lifted)."""
     from tpopt.catalogs.scenario import build_scenario, with_overrides
@@ -90,14 +85,14 @@ def group_scenario(payload: _Payload, point: Point, deadline_s: float | None = N
     return replace(sc, task=replace(sc.task, deadline_s=d))
 
 
-def point_scenario(sc: Scenario, point: Point) -> Scenario:
+def point_scenario(sc, point: Point):
     """A group scenario with the point's deadline, card cap and budget."""
     return replace(sc, task=replace(sc.task, deadline_s=point.deadline_s),
                    search=replace(sc.search, max_cards=point.max_cards),
                    cost=replace(sc.cost, max_cost=point.max_cost))
 
 
-def _table_rows(payload: _Payload, points: list[Point]) -> list[Row]:
+def _table_rows(payload: _Payload, points: list[Point]) -> list[dict]:
     """One exact enumeration for a group; every point answered by a mask over it."""
     from tpopt.models.evaluate import evaluate
     from tpopt.optimizer.core import feasible_for
@@ -116,7 +111,7 @@ def _table_rows(payload: _Payload, points: list[Point]) -> list[Row]:
     by_finish = sel[np.lexsort((sel, table.cost[sel], table.finish[sel]))]
     c_cost, c_fin, c_cards = table.cost[by_cost], table.finish[by_cost], table.cards[by_cost]
     f_cost, f_fin, f_cards = table.cost[by_finish], table.finish[by_finish], table.cards[by_finish]
-    evals: dict[int, Evaluation] = {}
+    evals: dict = {}
     rows = []
     for p in points:
         cap = np.inf if p.max_cost is None else p.max_cost
@@ -129,17 +124,18 @@ def _table_rows(payload: _Payload, points: list[Point]) -> list[Row]:
                 if not feasible_for(ev, static):  # the table and the evaluator are the same code
                     raise RuntimeError(f"sweep: enumerated plan {ev.plan} fails re-evaluation")
                 evals[i] = ev
-            rows.append(make_row(p, "optimal", payload.fingerprint, "enumerate", ev=ev, price=price))
+            rows.append(make_row(p, "optimal", payload.fingerprint, backends.EXHAUSTIVE, ev=ev, price=price))
         else:
             ok2 = (f_cards <= p.max_cards) & (f_cost <= cap)
             fastest = float(f_fin[int(np.argmax(ok2))]) if ok2.any() else None
-            rows.append(make_row(p, "infeasible", payload.fingerprint, "enumerate", fastest_s=fastest, price=price))
+            rows.append(make_row(p, "infeasible", payload.fingerprint, backends.EXHAUSTIVE, fastest_s=fastest,
+                                 price=price))
     return rows
 
 
-def _solve_rows(payload: _Payload, point: Point, backend: str) -> list[Row]:
+def _solve_rows(payload: _Payload, point: Point, backend: str) -> list[dict]:
     """One exact solve for one point (for spaces too large to enumerate)."""
-    from tpopt.optimizer.core import solve
+    from tpopt.optimizer.outer import solve
     from tpopt.optimizer.result import Request
     from tpopt.optimizer.space import FAMILIES
 
@@ -154,14 +150,14 @@ def _solve_rows(payload: _Payload, point: Point, backend: str) -> list[Row]:
     if res.status.value == "infeasible":
         enforce = frozenset(f for f in FAMILIES if f != F.DEADLINE)
         fr = solve(sc, backend, Request(objective="time", enforce=enforce, time_limit=payload.time_limit, workers=1))
-        if fr.feasible and fr.best is not None and fr.status.value == "optimal":
+        if fr.feasible and fr.status.value == "optimal":
             fastest = fr.best.metrics["finish_days"] * DAY
     note = f"{limit}: no plan found and no proof that none exists" if res.status.value == "unknown" else None
     return [make_row(point, res.status.value, payload.fingerprint, backend, fastest_s=fastest, price=price,
                      note=note)]
 
 
-def run_task(kind: str, payload: _Payload, points: Sequence[Point]) -> list[Row]:
+def run_task(kind: str, payload: _Payload, points) -> list[dict]:
     """The entry point of a worker: the rows of one task ("table": a group's points; a backend: one point)."""
     if payload.version != __version__:
         raise InputError(f"a sweep worker runs tpopt {__version__} but the driver runs {payload.version}; "
@@ -196,17 +192,18 @@ def space_size(spec: SweepSpec, accelerator: str) -> int:
 
 def plan_tasks(spec: SweepSpec, points: list[Point]) -> list[Task]:
     """Table tasks (one per group) or solve tasks (one per point), per the solver choice."""
-    sizes = {acc: space_size(spec, acc) for acc in spec.hw} if spec.solver == "auto" else {}
-    groups: dict[tuple[Any, ...], list[Point]] = {}
+    sizes = {acc: space_size(spec, acc) for acc in spec.hw} if spec.solver == backends.SWEEP_AUTO else {}
+    groups: dict = {}
     for p in points:
         groups.setdefault(p.group(spec.deadline_in_table), []).append(p)
     tasks = []
     for g in sorted(groups, key=lambda g: tuple((x is None, x) for x in g)):
         members = sorted(groups[g], key=lambda p: p.key())
         acc = members[0].accelerator
-        if spec.solver == "enumerate" or (spec.solver == "auto" and sizes[acc] <= AUTO_TABLE_LIMIT):
+        auto = spec.solver == backends.SWEEP_AUTO
+        if (auto and sizes[acc] <= AUTO_TABLE_LIMIT) or (not auto and backends.capabilities(spec.solver).sweep_table):
             tasks.append(Task("table", tuple(members)))
         else:
-            backend = "cpsat" if spec.solver == "auto" else spec.solver
+            backend = backends.DEFAULT if auto else spec.solver
             tasks += [Task(backend, (p,)) for p in members]
     return tasks

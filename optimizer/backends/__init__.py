@@ -1,0 +1,285 @@
+"""Solver backends behind one interface, selected by name in one place.
+
+A backend answers one design space (:class:`~tpopt.optimizer.space.Space`) under a
+:class:`~tpopt.optimizer.result.Request` through one of three doors, which its
+:class:`Capabilities` declare:
+
+- ``monolithic``: ``model(name, space, req)`` returns a model of the whole space with ``solve(bound,
+  time_limit)`` and ``exclude(assignment)``; :func:`tpopt.optimizer.backends.verify.verify_loop` verifies
+  its candidates exactly (CP-SAT, HiGHS, Pyomo);
+- ``decomposed``: ``master(name, space, bounds, allowed, req)`` returns the layout decomposition's master
+  problem (:func:`tpopt.optimizer.decompose.solve_decomposed`);
+- neither: ``solve_space(name, space, req, info)`` returns ``(plans, status)`` itself (the enumerator,
+  which evaluates every plan exactly).
+
+``require(name, req)`` raises :class:`~tpopt.errors.InputError` when the named solver cannot run here (a
+Pyomo solver that is not installed), before any work. A *family* backend is selected as
+``prefix:NAME`` (``pyomo:highs``, ``pyomo:scip``): one entry, any NAME its ``check_name`` accepts.
+
+The registry (:func:`register`, :func:`lookup`) is the one place names are known: the names ``--solver``
+takes, the sweep's check and every "unknown solver" message are derived from it. Heavy solver libraries
+stay unimported until used (start-up time): an entry names its backend's module as a string, and
+:func:`lookup` imports it on first use -- the package's one lazy-import boundary. The capability flags
+live in the entry, so asking what a backend can do loads nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tpopt.errors import InputError
+
+__all__ = ["Capabilities", "Backend", "Entry", "register", "unregister", "lookup", "entry", "capabilities",
+           "names", "is_known", "accepts_syntax", "not_a_solver", "check_solver", "unknown_solver", "listing",
+           "metavar", "EXHAUSTIVE", "DEFAULT", "with_model", "SWEEP_AUTO", "sweep_names", "check_sweep_solver",
+           "require"]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do (each flag a yes/no the callers branch on, never the backend's name)."""
+
+    exact_integer_scaling: bool = False
+    """Integer-scaled encoding, rounded towards feasibility (CP-SAT); floating-point MILPs are not."""
+    proves_optimality: bool = True
+    """A finished solve proves its plans optimal (status ``optimal``, gap 0)."""
+    time_limits: bool = True
+    """Stops at the request's clock and reports the best verified plans with their gap."""
+    model_export: bool = False
+    """Can write its model to a file for another solver (``--export``)."""
+    monolithic: bool = False
+    """Has a model of the whole space that the solve-verify loop drives (``model``)."""
+    decomposed: bool = False
+    """Has a master problem for the layout decomposition (``master``)."""
+    needs_tables: bool = True
+    """Reads the space's term tables (built inside the time limit before the solve)."""
+    tiny_by_enumeration: bool = False
+    """Under ``--method auto`` a tiny space is answered by the enumerator instead: loading this solver takes
+    longer than evaluating every plan."""
+    sweep_table: bool = False
+    """A sweep with this solver evaluates each group's whole table at once (no per-point solve)."""
+
+
+class Backend(Protocol):
+    """The interface a backend implements (the doors its :class:`Capabilities` open; see the module)."""
+
+    def require(self, name: str, req: Any) -> None: ...
+
+    def model(self, name: str, space: Any, req: Any) -> Any: ...
+
+    def master(self, name: str, space: Any, bounds: Any, allowed: dict, req: Any) -> Any: ...
+
+    def solve_space(self, name: str, space: Any, req: Any, info: Any) -> tuple[list, Any]: ...
+
+
+@dataclass
+class Entry:
+    """One registered backend: its name (the prefix of a family), its capabilities, and where it lives
+    (an object, or ``"module:attribute"`` imported on first :func:`lookup`)."""
+
+    name: str
+    capabilities: Capabilities
+    source: Any
+    family: bool = False
+    name_pattern: str = r"[A-Za-z0-9_.\-]+"
+    """A family member's NAME (after ``prefix:``) as the command line accepts it."""
+    check_name: Any = None
+    """Callable(full name) raising InputError when a family NAME is malformed (None: the pattern only)."""
+    examples: tuple = ()
+    """Family members worth naming in an error message (``highs``, ``scip``, ...)."""
+    checks_install: bool = False
+    """``require`` asks the backend whether its solver is installed here (True: loads its module then;
+    False: it ships with tpopt's dependencies, nothing to ask, nothing loaded)."""
+    preload: tuple = ()
+    """Libraries the backend imports only when it first solves: a process pool imports them before it forks."""
+
+    def load(self) -> Backend:
+        if isinstance(self.source, str):
+            module, _, attr = self.source.partition(":")
+            self.source = getattr(importlib.import_module(module), attr)  # lazy: start-up time
+        return self.source
+
+    def spelled(self, member: str = "NAME") -> str:
+        return f"{self.name}:{member}" if self.family else self.name
+
+
+_REGISTRY: dict[str, Entry] = {}
+
+
+def register(name: str, backend: Any, capabilities: Capabilities, *, family: bool = False,
+             check_name: Any = None, examples: tuple = (), preload: tuple = (), checks_install: bool = False
+             ) -> Entry:
+    """Register ``backend`` (an object, or ``"module:attribute"`` loaded on first use) under ``name``;
+    ``family=True``: selected as ``name:NAME``. A name registered again replaces the entry."""
+    if not re.fullmatch(r"[a-z][a-z0-9_\-]*", name) or name == SWEEP_AUTO:
+        raise ValueError(f"backend name {name!r} must be lower-case letters, digits, '_' or '-' (not 'auto')")
+    e = Entry(name, capabilities, backend, family, check_name=check_name, examples=tuple(examples),
+              preload=tuple(preload), checks_install=checks_install)
+    _REGISTRY[name] = e
+    return e
+
+
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+def _entry_of(solver: str) -> Entry | None:
+    s = str(solver)
+    if s in _REGISTRY and not _REGISTRY[s].family:
+        return _REGISTRY[s]
+    prefix, sep, _ = s.partition(":")
+    e = _REGISTRY.get(prefix)
+    return e if sep and e is not None and e.family else None
+
+
+def is_known(solver: str) -> bool:
+    """``solver`` names a registered backend (``cpsat``, or ``pyomo:`` followed by anything)."""
+    return _entry_of(solver) is not None
+
+
+def names() -> tuple[str, ...]:
+    """The plain backends' names in registration order (families excluded)."""
+    return tuple(e.name for e in _REGISTRY.values() if not e.family)
+
+
+def _families() -> tuple[Entry, ...]:
+    return tuple(e for e in _REGISTRY.values() if e.family)
+
+
+def listing(member: str = "NAME", sep: str = ", ", last: str | None = None, plain: tuple | None = None) -> str:
+    """The accepted names in words: ``cpsat, highs, enumerate, pyomo:NAME`` (``last``: the word before the
+    final item, ``"or"`` gives ``cpsat, highs, enumerate or pyomo:NAME``)."""
+    items = list(names() if plain is None else plain) + [e.spelled(member) for e in _families()]
+    if last and len(items) > 1:
+        return sep.join(items[:-1]) + f" {last} " + items[-1]
+    return sep.join(items)
+
+
+def metavar(plain: tuple | None = None) -> str:
+    """``[cpsat|highs|enumerate|pyomo:NAME]``: the accepted names as a click metavar."""
+    return "[" + listing(sep="|", plain=plain) + "]"
+
+
+def not_a_solver(value: Any) -> str:
+    """The command line's message for a name ``--solver`` does not take."""
+    fams = [f"{e.spelled()} such as {', '.join(e.name + ':' + x for x in e.examples)}" if e.examples else e.spelled()
+            for e in _families()]
+    return f"{value!r} is not a solver (use {', '.join(names())}, or {' or '.join(fams)})"
+
+
+def unknown_solver(solver: str) -> InputError:
+    """The error of a name no entry takes (the Python API's and the RL solve's wording)."""
+    return InputError(f"unknown solver {solver!r} (use {listing(last='or')})")
+
+
+def check_solver(solver: str) -> str:
+    """``solver`` if registered, else the solve entry point's one-line error."""
+    if not is_known(solver):
+        raise InputError(f"unknown solver {solver!r} (use one of: {listing(member='<solver>')})")
+    return solver
+
+
+def entry(solver: str) -> Entry:
+    e = _entry_of(solver)
+    if e is None:
+        raise unknown_solver(solver)
+    return e
+
+
+def capabilities(solver: str) -> Capabilities:
+    """What the backend ``solver`` names can do (loads nothing)."""
+    return entry(solver).capabilities
+
+
+def lookup(solver: str) -> Backend:
+    """The backend ``solver`` names, its module imported on first use."""
+    return entry(solver).load()
+
+
+EXHAUSTIVE = "enumerate"
+"""The backend that evaluates every plan exactly: the last fallback of every other, and RL's answer for many
+plans at once."""
+DEFAULT = "cpsat"
+"""The backend a question that needs a solver model falls to when the chosen one has none."""
+
+
+def with_model(solver: str) -> str:
+    """``solver`` if it has a model of the whole space (the analysis' monolithic oracle asks it), else
+    :data:`DEFAULT` (the enumerator has none)."""
+    return solver if capabilities(solver).monolithic else DEFAULT
+
+
+def require(solver: str, req: Any) -> None:
+    """Fail with one line, before any work, when ``solver`` cannot run here (a missing Pyomo solver)."""
+    if entry(solver).checks_install:
+        lookup(solver).require(solver, req)
+
+
+def accepts_syntax(solver: str) -> bool:
+    """The command line's check: a plain name, or ``prefix:NAME`` with NAME matching its family's pattern."""
+    s = str(solver)
+    e = _entry_of(s)
+    if e is None:
+        return False
+    return not e.family or re.fullmatch(re.escape(e.name) + ":" + e.name_pattern, s) is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# the sweep's names: "auto", the table path, then the per-point solvers
+
+SWEEP_AUTO = "auto"
+
+
+def sweep_names() -> tuple[str, ...]:
+    """``auto``, then the backends that evaluate whole tables, then the per-point solvers."""
+    plain = names()
+    table = tuple(n for n in plain if _REGISTRY[n].capabilities.sweep_table)
+    return (SWEEP_AUTO, *table, *(n for n in plain if n not in table))
+
+
+def check_sweep_solver(solver: str, what: str | None) -> str:
+    """A sweep solver name: ``auto``, a plain backend, or a family member whose NAME is well-formed (the
+    syntax only; whether it is installed is :func:`require`'s question)."""
+    if solver in sweep_names():
+        return solver
+    e = _entry_of(solver)
+    if e is not None and e.family:
+        try:
+            (e.check_name or _pattern_check(e))(solver)
+        except InputError as exc:
+            raise InputError(f"{what or '--solver'}: {exc}") from None
+        return solver
+    raise InputError(f"{what or '--solver'}: unknown solver {solver!r} (use one of: {', '.join(sweep_names())}, "
+                     f"or {', '.join(f.spelled() for f in _families())} such as "
+                     f"{', '.join(f.name + ':highs' for f in _families())})")
+
+
+def _pattern_check(e: Entry):
+    def check(solver: str) -> None:
+        if not accepts_syntax(solver):
+            raise InputError(f"solver {solver!r}: name the solver, e.g. {e.name}:NAME")
+    return check
+
+
+# ---------------------------------------------------------------------------------------------
+# the built-in backends (their modules import the solver libraries: loaded on first lookup)
+
+
+def _pyomo_name(solver: str) -> None:
+    """``pyomo:NAME``'s syntax, with the message of ``optimizer/pyomo_model.py`` (loads the module)."""
+    importlib.import_module("tpopt.optimizer.pyomo_model").solver_name(solver)  # lazy: start-up time
+
+
+register("cpsat", "tpopt.optimizer.backends.cpsat:CPSAT",
+         Capabilities(exact_integer_scaling=True, monolithic=True, decomposed=True, tiny_by_enumeration=True))
+register("highs", "tpopt.optimizer.backends.highs:HIGHS",
+         Capabilities(monolithic=True, decomposed=True, tiny_by_enumeration=True))
+register("enumerate", "tpopt.optimizer.backends.enumeration:ENUMERATE",
+         Capabilities(exact_integer_scaling=True, needs_tables=False, sweep_table=True))
+register("pyomo", "tpopt.optimizer.backends.pyomo:PYOMO",
+         Capabilities(monolithic=True, decomposed=True, model_export=True), family=True, check_name=_pyomo_name,
+         examples=("highs", "scip", "cbc", "glpk", "gurobi"), preload=("pyomo.environ",),
+         checks_install=True)

@@ -1,0 +1,26 @@
+"""OR-Tools CP-SAT as a backend: the integer-scaled encoding (``optimizer/cpsat.py``) and its
+decomposition master (``optimizer/decompose.py``). Importing this module loads ortools."""
+
+from __future__ import annotations
+
+from tpopt.optimizer.cpsat import CpSatModel
+from tpopt.optimizer.decompose import CpSatMaster
+
+
+class CpSat:
+    """A relaxed model for the solve-verify loop and a master for the layout decomposition."""
+
+    def require(self, name: str, req) -> None:
+        """Nothing to check: ortools is a dependency."""
+
+    def model(self, name: str, space, req) -> CpSatModel:
+        return CpSatModel(space, req)
+
+    def master(self, name: str, space, bounds, allowed: dict, req) -> CpSatMaster:
+        return CpSatMaster(space, bounds, allowed, req)
+
+    def solve_space(self, name: str, space, req, info):
+        raise NotImplementedError("CP-SAT answers through its model and the solve-verify loop")
+
+
+CPSAT = CpSat()

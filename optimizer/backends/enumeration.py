@@ -1,0 +1,35 @@
+"""The enumerator as a backend: every plan evaluated exactly, vectorised (``--solver enumerate``)."""
+
+from __future__ import annotations
+
+from tpopt.optimizer.backends.verify import evaluate_assignment
+from tpopt.optimizer.enumerate import enumerate_best
+from tpopt.optimizer.result import Status
+
+
+class Enumerate:
+    """Answers the space itself (:meth:`solve_space`); no solver model, no decomposition master."""
+
+    def require(self, name: str, req) -> None:
+        """Nothing to check: numpy only."""
+
+    def model(self, name: str, space, req):
+        raise NotImplementedError("the enumerator has no solver model")
+
+    def master(self, name: str, space, bounds, allowed: dict, req):
+        raise NotImplementedError("the enumerator has no decomposition master")
+
+    def solve_space(self, name: str, space, req, info):
+        """The K best plans; ``optimal``/``infeasible`` when every plan was evaluated, else ``feasible``/
+        ``unknown`` (a partial enumeration has no bound on the plans it did not reach)."""
+        assignments, evaluated, chunks = enumerate_best(space, req)
+        plans = [evaluate_assignment(space, a) for a in assignments]
+        info.evaluated, info.rounds = evaluated, chunks
+        if evaluated >= space.size():
+            info.gap = 0.0 if plans else None
+            return plans, (Status.OPTIMAL if plans else Status.INFEASIBLE)
+        info.gap = None
+        return plans, (Status.FEASIBLE if plans else Status.UNKNOWN)
+
+
+ENUMERATE = Enumerate()

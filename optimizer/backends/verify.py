@@ -1,0 +1,103 @@
+"""The solve-verify loop every relaxing backend runs, and what it shares with the decomposition.
+
+A backend's encoding is a *relaxation* (table values rounded towards feasibility and a lower objective),
+so every candidate it returns is re-evaluated with the exact evaluator; an infeasible one is cut with a
+no-good and the search continues until no unexamined assignment can beat the K-th best verified plan.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tpopt.models import families as F
+from tpopt.models.evaluate import Evaluation, evaluate
+from tpopt.optimizer.limits import clock_of
+from tpopt.optimizer.result import Request, Status, objective_key
+from tpopt.optimizer.space import Space
+
+SOLVER_SLACK_S = 0.5  # a solver stopping this close to the deadline stopped for the deadline
+
+
+class SolverFailure(Exception):
+    """A backend stopped without an answer for a reason other than the time limit."""
+
+
+def evaluate_assignment(space: Space, idx: dict) -> Evaluation:
+    """The exact evaluation of one assignment (domain indices) of ``space``."""
+    return evaluate(space.sc, space.plan(idx))
+
+
+def feasible_for(ev: Evaluation, enforced) -> bool:
+    """Feasible with respect to the enforced families (step.budget follows deadline.finish)."""
+    for c in ev.constraints:
+        name = F.encoded_as(c.name)
+        if name in enforced and not c.satisfied:
+            return False
+    return True
+
+
+def relative_gap(best: float | None, bound: float | None) -> float | None:
+    """(best - bound) / |best|, 0 when the bound meets the best; None when either is unknown."""
+    if best is None or bound is None or not math.isfinite(bound) or not math.isfinite(best):
+        return None
+    if best == 0:
+        return 0.0 if bound >= 0 else None
+    return max(0.0, (best - min(bound, best)) / abs(best))
+
+
+def solver_stopped(clock, res, phase: str) -> None:
+    """A solver said it hit its time limit: the status is "time limit" only if the shared clock
+    agrees (the solver was given what remained of it); otherwise the solver failed."""
+    if not clock.expired(phase) and clock.remaining() > SOLVER_SLACK_S:
+        raise SolverFailure(f"solver stopped with {clock.remaining():.2f} s of the time limit left "
+                            f"({res.detail or res.status})")
+    clock.reached, clock.phase = True, clock.phase or phase
+
+
+def verify_loop(model, space: Space, req: Request, enforced):
+    """Solve the relaxed encoding, verify candidates exactly, cut no-goods, until proven.
+
+    Invariant: every assignment not yet cut has a relaxed objective <= its exact objective. Stop when
+    the relaxed optimum of the remaining assignments exceeds the K-th best verified objective (or none
+    remains). Ties within rounding are all examined, so the K best are exact. When the clock runs out,
+    the gap is measured against the last proven lower bound of the unexamined assignments.
+    """
+    K = max(1, req.top)
+    clock = clock_of(req)
+    verified: list[tuple[tuple, Evaluation]] = []
+    rounds = 0
+    evaluated = 0
+    lower = None  # proven lower bound of the relaxed objective over the assignments not yet cut
+    phase = "solving and verifying candidates"
+    while True:
+        rounds += 1
+        bound = verified[K - 1][0][0] if len(verified) >= K else None
+        if clock.expired(phase):
+            break
+        res = model.solve(bound=bound, time_limit=clock.remaining(0.01))
+        clock.report(phase, rounds)
+        if res.status == "infeasible":
+            return [ev for _, ev in verified], (Status.OPTIMAL if verified else Status.INFEASIBLE), rounds, \
+                (0.0 if verified else None), evaluated
+        if res.status == "error":
+            raise SolverFailure(res.detail)
+        if res.status in ("limit", "unknown"):  # "unknown": a backend that cannot tell why it stopped
+            solver_stopped(clock, res, phase)
+            lower = res.bound if res.bound is not None else lower
+            break
+        lower = res.objective_lb if res.status == "candidate" else res.bound
+        ev = evaluate_assignment(space, res.assignment)
+        evaluated += 1
+        model.exclude(res.assignment)
+        if feasible_for(ev, enforced):
+            verified.append((objective_key(ev, req.objective), ev))
+            verified.sort(key=lambda kv: kv[0])
+            verified = verified[:K]
+        if res.status == "feasible":  # time limit inside the solver: no proof
+            solver_stopped(clock, res, phase)
+            break
+    plans = [ev for _, ev in verified]
+    if not plans:
+        return plans, Status.UNKNOWN, rounds, None, evaluated
+    kth = verified[-1][0][0] if len(verified) >= K else None
+    return plans, Status.FEASIBLE, rounds, relative_gap(kth, lower), evaluated

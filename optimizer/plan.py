@@ -1,0 +1,233 @@
+"""`plan`: one solve of a scenario as ``tpopt solve`` and :func:`tpopt.solve` both run it.
+
+The orchestration above the single-space solve (:func:`tpopt.optimizer.core.solve`): staged scenarios
+(:func:`tpopt.optimizer.outer.solve_stages`), a global batch that is a choice (one exact solve per
+batch, :func:`tpopt.optimizer.outer.solve_batches`), the enumerator for tiny spaces, then what the
+command reports about the optimum -- the binding families, the alternatives, robustness, the batch
+figures, sensitivities -- and the MILP export. :func:`plan` returns a :class:`PlanReport` (a solve
+result) whose ``report`` is the dict the command prints as JSON (the CLI only adds ``scenario_source``
+and renders).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from tpopt.errors import InputError
+from tpopt.models import families as F
+from tpopt.models.plan import Scenario
+from tpopt.models.units import DAY
+from tpopt.optimizer import backends, core, outer
+from tpopt.optimizer.explain import sensitivities
+from tpopt.optimizer.report import analysis
+from tpopt.optimizer.result import Request, SolveResult
+from tpopt.optimizer.space import FAMILIES, Space
+
+TINY_SPACE = 20_000
+"""Plans up to which ``--method auto`` proves the optimum by evaluating every plan (vectorised): faster
+than loading a solver, whose import alone takes longer than such a space's whole enumeration."""
+TINY_NOTE = "tiny space: every plan evaluated"
+
+
+def tiny_backend(space: Space, backend: str, method: str = "auto") -> str:
+    """The backend to run: the enumerator for tiny spaces under ``--method auto`` (when the chosen
+    backend declares ``tiny_by_enumeration``), else the one asked for."""
+    if backends.capabilities(backend).tiny_by_enumeration and method == "auto" and space.size() <= TINY_SPACE \
+            and space.cheap_pipeline():
+        return backends.EXHAUSTIVE
+    return backend
+
+
+@dataclass
+class PlanReport(SolveResult):
+    """A :class:`~tpopt.optimizer.result.SolveResult` (status, objective, plans, solver, enforced; for a
+    staged scenario the stage picks as plans) with everything the command reports: ``report`` (the
+    command's JSON: the best plan with each constraint's ``binding``, ``analysis``, ``binding``,
+    ``binding_undecided``, ``alternatives``, ``analysis_by``, ``robustness``, ``top``, the batch figures,
+    ``sensitivities``, ``export``), ``view`` (the scenario the plan is shown in: with batch choices, at the
+    chosen batch), ``space`` (where a conflict is computed when no plan is feasible), and the staged /
+    batch-choice solves' own records."""
+
+    report: dict = field(default_factory=dict)
+    view: Scenario | None = None
+    space: Space | None = None
+    batches: outer.BatchSolve | None = None
+    staged: outer.StagedSolve | None = None
+
+    @classmethod
+    def of(cls, result: SolveResult, report: dict, view: Scenario, space: Space | None = None,
+           batches: outer.BatchSolve | None = None, staged: outer.StagedSolve | None = None) -> PlanReport:
+        return cls(status=result.status, objective=result.objective, plans=result.plans, solver=result.solver,
+                   enforced=result.enforced, report=report, view=view, space=space, batches=batches, staged=staged)
+
+    @property
+    def binding(self) -> list[dict] | None:
+        """The families that bind the optimum (dropping one alone admits a better plan); None: not analysed."""
+        return self.report.get("binding")
+
+    @property
+    def alternatives(self) -> list[dict] | None:
+        """Why not cheaper: the next plans and what rules them out; None: not analysed."""
+        return self.report.get("alternatives")
+
+    @property
+    def robustness(self) -> dict | None:
+        return self.report.get("robustness")
+
+    @property
+    def analysis(self) -> str | None:
+        """``done``, ``time limit reached`` or ``skipped`` (None: no plan to analyse)."""
+        return self.report.get("analysis")
+
+
+def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = None, *, analyse: bool = True,
+         sensitivity: bool = False, export: str | None = None,
+         on_export: Callable[[dict], None] | None = None) -> PlanReport:
+    """Solve ``sc`` as ``tpopt solve`` does (see the module); ``export``: also write the plan MILP to this
+    .lp/.mps file (``on_export(figures)`` is told as soon as it is written, before the solve)."""
+    req = req or Request()
+    backends.check_solver(backend)
+    backends.require(backend, req)  # a missing solver fails here, before anything is written
+    if export and outer.has_task_choices(sc):
+        raise InputError("--export writes one plan MILP: give one global batch (--global-batch) and no stages")
+    if sc.stages:
+        return _staged(sc, backend, req, analyse)
+    bs = outer.solve_batches(sc, backend, req) if outer.has_task_choices(sc) else None
+    space = bs.choices[0].space if bs else Space.from_scenario(sc)
+    exported = None
+    if export:
+        exported = _export(space, req, export)
+        if on_export is not None:
+            on_export(exported)
+    if bs:
+        result = bs.result
+    else:
+        run = tiny_backend(space, backend, req.method)
+        result = core.solve(sc, run, req, space=space)
+        if run != backend:
+            result.solver.note = TINY_NOTE  # --method monolithic runs the solver asked for
+    out = {"status": result.status.value, "objective": result.objective, "solver": result.solver.as_dict()}
+    if exported:
+        out["export"] = exported
+    if not result.feasible:
+        if bs:  # conflict at the task's batch (or the first choice); relaxations over every batch
+            out["batch_choices"] = fastest_per_batch(bs, backend, req)
+            space = conflict_space(bs, sc)
+        return PlanReport.of(result, out, sc, space, bs)
+    view = sc  # the scenario the plan is shown in (with batch choices: at its batch)
+    best = result.best
+    if bs:  # the global batch is a choice: analysis over every batch, the chosen batch's scenario
+        view, space = bs.choice_of(best).sc, bs.choice_of(best).space
+        ana = outer.batch_analysis(bs, backend, req, set(result.enforced)) if analyse else None
+    else:
+        ana = analysis(space, best, backend, req, set(result.enforced)) if analyse else None
+    out.update(best_entries(result, ana))
+    if bs or sc.task.critical_batch is not None:
+        out["batch"] = outer.batch_figures(view, best)
+        out["batch_choices"] = outer.batch_rows(bs, req.objective) if bs else []
+    if sensitivity:
+        out["sensitivities"] = sensitivities(sc, backend, req, base=best)
+    return PlanReport.of(result, out, view, space, bs)
+
+
+def best_entries(result: SolveResult, ana: dict | None) -> dict:
+    """The best plan's dict with each constraint's ``binding`` (None where nobody knows: no analysis,
+    or the time limit cut it short), then the analysis entries and the top plans."""
+    d = result.best.as_dict()
+    binding = {b["name"] for b in ana["binding"]} if ana else set()
+    undecided = set(ana["undecided"]) if ana else set()
+    for c in d["constraints"]:
+        name = F.encoded_as(c["name"])
+        c["binding"] = None if (ana is None or name in undecided) else name in binding
+        if name in undecided:
+            c["undecided"] = True  # the analysis ran out of time on this family
+    d["analysis"] = "skipped" if ana is None else ana["analysis"]
+    d["binding"] = ana["binding"] if ana else None
+    d["binding_undecided"] = sorted(undecided, key=list(result.enforced).index) if ana else []
+    d["alternatives"] = ana["alternatives"] if ana else None
+    d["analysis_by"] = ana["oracle"] if ana else None
+    d["robustness"] = ana["robustness"] if ana else None
+    d["top"] = [dict(ev.as_dict(), rank=i + 1) for i, ev in enumerate(result.plans)]
+    return d
+
+
+def _export(space: Space, req: Request, path: str) -> dict:
+    """Write the plan MILP (Pyomo) for another solver; its figures (path, variables, constraints, objective)."""
+    from tpopt.optimizer.pyomo_model import export_model  # lazy: start-up time (Pyomo, ortools)
+
+    return export_model(space, req, path)
+
+
+def check_export(path: str) -> None:
+    """An export path must be writable and end in .lp or .mps (checked before any work)."""
+    from tpopt.optimizer.pyomo_model import check_export_path  # lazy: start-up time (Pyomo, ortools)
+
+    check_export_path(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# no batch admits a plan
+
+
+def fastest_per_batch(bs: outer.BatchSolve, backend: str, req: Request) -> list[dict]:
+    """Each batch's fastest plan with the deadline and budget dropped (None: no plan at all)."""
+    rows = []
+    for c in bs.choices:
+        enforce = frozenset(f for f in req.enforced(FAMILIES) if f not in (F.DEADLINE, F.BUDGET))
+        r = core.solve(c.sc, backend, Request(objective="time", enforce=enforce, time_limit=req.time_limit,
+                                              seed=req.seed, workers=req.workers), space=c.space)
+        fin = r.best.metrics["finish_days"] if r.best is not None else None
+        rows.append({"global_batch": c.batch, "tokens": c.sc.task.tokens, "status": c.result.status.value,
+                     "fastest_finish_days": fin})
+    return rows
+
+
+def conflict_choice(bs: outer.BatchSolve, sc: Scenario) -> outer.Choice:
+    """The batch a conflict is computed at: the task's own, else the first choice."""
+    return next((c for c in bs.choices if c.batch == sc.task.global_batch), bs.choices[0])
+
+
+def conflict_space(bs: outer.BatchSolve, sc: Scenario) -> Space:
+    return conflict_choice(bs, sc).space
+
+
+# ---------------------------------------------------------------------------------------------
+# training stages
+
+
+def _staged(sc: Scenario, backend: str, req: Request, analyse: bool) -> PlanReport:
+    ss = outer.solve_stages(sc, backend, req)
+    result = SolveResult(status=ss.status, objective=ss.objective, plans=[p.ev for p in ss.picks] if ss.feasible
+                         else [], solver=ss.solver, enforced=tuple(ss.enforced))
+    return PlanReport.of(result, staged_dict(ss, analyse, backend, req), sc, staged=ss)
+
+
+def _stage_entry(ss: outer.StagedSolve, i: int, analyse: bool, backend: str, req: Request) -> dict:
+    st, pick = ss.stages[i], ss.picks[i]
+    ev = pick.ev
+    d = ev.as_dict()
+    e = {"name": st.name, **d, "batch": outer.batch_figures(pick.sc, ev),
+         "allocated_days": outer.allocated(ss, i) / DAY, "reserved_s": st.reserved_s, "save_s": st.save_s,
+         "restore_s": st.restore_s}
+    if analyse:  # what binds this stage at the deadline the other stages leave it
+        sc_i = replace(pick.sc, task=replace(pick.sc.task, deadline_s=outer.allocated(ss, i)))
+        ana = analysis(Space.from_scenario(sc_i), ev, backend, req, set(ss.enforced) - {F.BUDGET})
+        e["binding"], e["alternatives"] = ana["binding"], ana["alternatives"]
+    return e
+
+
+def staged_dict(ss: outer.StagedSolve, analyse: bool, backend: str, req: Request) -> dict:
+    """The staged solve as the command's JSON: each stage's plan (and what binds it), the total; without
+    a combination, each stage's fastest plan."""
+    out = {"status": ss.status.value, "objective": ss.objective, "solver": ss.solver.as_dict(), "feasible": ss.feasible}
+    if ss.feasible:
+        out["stages"] = [_stage_entry(ss, i, analyse, backend, req) for i in range(len(ss.stages))]
+        out["total"] = {"finish_days": ss.finish_s / DAY, "cost": ss.cost,
+                        "cost_unit": ss.picks[0].ev.metrics["cost_unit"],
+                        "deadline_days": ss.stages[0].sc.task.deadline_s / DAY}
+    else:
+        out["fastest"] = [None if f is None else {"name": st.name, "finish_days": f.metrics["finish_days"],
+                                                  "cost": f.metrics["cost"], "plan": f.plan_dict()}
+                          for st, f in zip(ss.stages, ss.fastest, strict=False)]
+    return out

@@ -1,0 +1,81 @@
+"""A :class:`~tpopt.models.plan.Plan` from field values (the plan flags of ``tpopt evaluate`` / ``explain``,
+the keywords of :func:`tpopt.evaluate`): every field not given takes the scenario's single-valued
+``[search]`` domain, or its first listed value. Light (no numpy): the command line imports it at start."""
+
+from __future__ import annotations
+
+from tpopt.errors import InputError
+from tpopt.models.plan import Plan, schedule_name, split_schedule
+from tpopt.models.units import parse_duration, parse_int, parse_number
+
+
+def _moe_flags(space, kw: dict) -> dict:
+    """ep, expert_tp (0 = tp) and capacity_factor (0 = dropless) from the flags or a single-valued domain."""
+    etp = kw.get("expert_tp")
+    if etp is None:
+        etp_v = space.expert_tp[0] if len(space.expert_tp) == 1 else 0
+    elif str(etp).strip().lower() == "tp":
+        etp_v = 0
+    else:
+        etp_v = parse_int(etp, "--expert-tp", minimum=1)
+    cap = kw.get("capacity")
+    if cap is None:
+        cap_v = space.capacity_factor[0] if len(space.capacity_factor) == 1 else 0.0
+    elif str(cap).strip().lower() in ("none", "dropless"):
+        cap_v = 0.0
+    else:
+        cap_v = parse_number(cap, "--capacity", allow_zero=False)
+    ep = kw.get("ep")
+    return {"ep": ep if ep is not None else (space.ep[0] if len(space.ep) == 1 else 1), "expert_tp": etp_v,
+            "capacity_factor": float(cap_v)}
+
+
+def plan_from(sc, kw: dict):
+    """A :class:`Plan` from the plan flags; unspecified fields take the scenario's single-valued
+    [search] domain, or the first listed value."""
+    space = sc.search
+    hw = kw.get("hw")
+    acc = hw.split(",")[0].strip() if hw else (space.accelerators[0] if space.accelerators else next(iter(sc.systems)))
+    interval = kw.get("save_interval")
+    if interval is None:
+        interval_s = space.save_interval_s[0]
+    elif str(interval).strip().lower() == "auto":
+        interval_s = 0.0
+    else:
+        interval_s = parse_duration(interval, "--save-interval", allow_zero=False)
+
+    def pick(key, domain, default):
+        v = kw.get(key)
+        if v is not None:
+            return v
+        return domain[0] if domain else default
+
+    schedule = pick("pipe_schedule", space.schedule, "1f1b")
+    if kw.get("virtual_stages") is not None:
+        base, _ = split_schedule(schedule)
+        if kw.get("pipe_schedule") is not None and base != "interleaved":
+            raise InputError("--virtual-stages applies to the interleaved schedule only")
+        if kw["virtual_stages"] < 2:
+            raise InputError(f"--virtual-stages must be at least 2 (got {kw['virtual_stages']})")
+        schedule = schedule_name("interleaved", kw["virtual_stages"])
+    return Plan(
+        accelerator=acc,
+        cards=kw["cards"],
+        zero_stage=pick("zero_stage", space.zero_stage if len(space.zero_stage) == 1 else (), 3),
+        tp=pick("tp", space.tp if len(space.tp) == 1 else (), 1),
+        pp=pick("pp", space.pp if len(space.pp) == 1 else (), 1),
+        cp=pick("cp", space.cp if len(space.cp) == 1 else (), 1),
+        micro_batch=pick("micro_batch", space.micro_batch if len(space.micro_batch) == 1 else (), 1),
+        recompute=pick("recompute", space.recompute, "none"),
+        offload=pick("offload", space.offload, "none"),
+        schedule=schedule,
+        save_interval_s=interval_s,
+        save_mode=pick("save_mode", space.save_mode, "sync"),
+        nics_per_host=kw.get("nics_per_host") or 0,
+        sequence_parallel=kw.get("sequence_parallel"),
+        flash_attention=kw.get("flash_attention"),
+        first_stage_layers=kw.get("first_stage_layers") or 0,
+        last_stage_layers=kw.get("last_stage_layers") or 0,
+        **_moe_flags(space, kw),
+        global_batch=space.global_batch[0] if len(space.global_batch) == 1 else 0,
+    )
