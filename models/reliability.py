@@ -479,7 +479,8 @@ def redistribute_step(mu: Floats, sigma: Floats, n: ArrayLike, fixed: Floats = 0
     56.2 s (48). Needs n >= 2.
     """
     cards = np.asarray(n)
-    return mu * cards / (cards - 1) + expected_max_std_normal(cards - 1) * sigma + fixed
+    step: Floats = mu * cards / (cards - 1) + expected_max_std_normal(cards - 1) * sigma + fixed
+    return step
 
 
 def evict_cost(interval: Floats, restore: Floats) -> Floats:

@@ -77,7 +77,8 @@ def _f(x: ArrayLike) -> FloatArray:
 def tile_quantisation(m: ArrayLike, n: ArrayLike, perf: PerfParams) -> FloatArray:
     """Useful share of the output tiles: m n / (ceil(m/t_m) t_m ceil(n/t_n) t_n) (1 when tiles fit)."""
     rows, cols = _f(m), _f(n)
-    useful: FloatArray = (rows * cols) / (np.ceil(rows / perf.tile_m) * perf.tile_m * np.ceil(cols / perf.tile_n) * perf.tile_n)
+    padded = np.ceil(rows / perf.tile_m) * perf.tile_m * np.ceil(cols / perf.tile_n) * perf.tile_n
+    useful: FloatArray = (rows * cols) / padded
     return useful
 
 

@@ -41,7 +41,8 @@ MIB = 1024.0**2
 GIB = 1024.0**3
 TIB = 1024.0**4
 
-_DURATION = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": SECOND, "sec": SECOND, "min": MINUTE, "h": HOUR, "d": DAY, "w": WEEK}
+_DURATION = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": SECOND, "sec": SECOND, "min": MINUTE, "h": HOUR, "d": DAY,
+             "w": WEEK}
 _BYTES = {
     "B": 1.0,
     "kB": KB,
@@ -66,7 +67,8 @@ _FLOPS = {"FLOP/s": 1.0, "GFLOP/s": 1e9, "TFLOP/s": 1e12, "PFLOP/s": 1e15,
 # parse_* function has a generous default; callers pass tighter, meaningful ones (a deadline of a
 # century, 10^15 training tokens, 16 TiB per card) and the message states the bound.
 MAX_DURATION_S = 1000 * 365 * DAY  # any duration (MTBF, intervals, ...): 1,000 years
-MAX_DEADLINE_S = 1000 * 365 * DAY  # deadlines and reserved time: 1,000 years (validation runs use "no deadline" = 100,000 d)
+# deadlines and reserved time: 1,000 years (validation runs use "no deadline" = 100,000 d)
+MAX_DEADLINE_S = 1000 * 365 * DAY
 MAX_BYTES = 1e18  # any size: 1 EB
 MAX_CARD_BYTES = 16 * TIB  # memory per card (usable memory, activation reserve)
 MAX_BANDWIDTH = 1e15  # 1 PB/s
