@@ -38,8 +38,10 @@ over ep cards in :mod:`tpopt.models.moe`, which the planner uses for MoE models.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from tpopt.errors import InputError
 
 #: Canonical MLP non-linearities (``activation``). "silu" with a gated MLP is SwiGLU, "gelu" or
@@ -74,7 +76,7 @@ class ModelArch:
     positions: str = "rope"  # "rope", "learned" (a table of learned_positions rows), "alibi" or "none"
     sliding_window: int = 0  # attention window in tokens (0 = full causal attention)
     source: str = ""
-    extra: dict = field(default_factory=dict, compare=False, hash=False)
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     # -- further dense-block details (defaults: a Llama block) ------------------------------------
     layer_norms: int = 2  # hidden-width norms per block (Falcon-7B, Phi-2: 1; Gemma 2/3: 4)
     norm_bias: bool = True  # a LayerNorm has a bias (MPT: no); RMSNorm never has one
@@ -100,7 +102,7 @@ class ModelArch:
     router_bias: bool = False  # bias on the router (gpt-oss)
     dense_layers: int = 0  # leading blocks with a dense MLP (DeepSeek first_k_dense_replace)
     moe_step: int = 1  # after them, every moe_step-th block is MoE (Qwen2-MoE decoder_sparse_step)
-    mlp_only_layers: tuple = ()  # further block indices with a dense MLP (Qwen-MoE mlp_only_layers)
+    mlp_only_layers: tuple[int, ...] = ()  # further block indices with a dense MLP (Qwen-MoE mlp_only_layers)
     mtp_layers: int = 0  # multi-token-prediction depth (DeepSeek-V3 num_nextn_predict_layers)
 
     # -- derived widths ------------------------------------------------------------------------
@@ -371,7 +373,7 @@ def gemm_params(a: ModelArch) -> int:
     return n
 
 
-def mean_keys_per_query(seq_len, window: int = 0):
+def mean_keys_per_query(seq_len: ArrayLike, window: int = 0) -> NDArray[np.float64]:
     """Average keys a causal query sees: (s + 1) / 2, or with a window w < s:
     (w (w + 1) / 2 + (s - w) w) / s (queries past the window see w keys)."""
     s = np.asarray(seq_len, dtype=float)
@@ -383,7 +385,7 @@ def mean_keys_per_query(seq_len, window: int = 0):
     return np.where(s <= w, full, windowed)
 
 
-def attention_flops_per_token(a: ModelArch, seq_len):
+def attention_flops_per_token(a: ModelArch, seq_len: float | NDArray[np.float64]) -> float | NDArray[np.float64]:
     """Causal attention FLOPs per token, forward + backward: 12 * L * d_attn * (s + 1) / 2.
 
     Forward QK^T and PV each cost 2 * d_attn FLOPs per (query, key) pair; backward is twice the
@@ -401,7 +403,7 @@ def attention_flops_per_token(a: ModelArch, seq_len):
     return total
 
 
-def flops_per_token(a: ModelArch, seq_len):
+def flops_per_token(a: ModelArch, seq_len: float | NDArray[np.float64]) -> float | NDArray[np.float64]:
     """Training FLOPs per token: 6 * gemm_params + 12 * L * d_attn * (s + 1) / 2."""
     return 6.0 * gemm_params(a) + attention_flops_per_token(a, seq_len)
 

@@ -8,54 +8,58 @@ so at batch B (tokens per step): S = S_min (1 + B_noise / B) and E = E_min (1 + 
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 
-def min_steps(steps, batch_tokens, b_noise):
+def min_steps(steps: ArrayLike, batch_tokens: ArrayLike, b_noise: float) -> NDArray[np.float64]:
     """S_min from a reference run that reaches the target in ``steps`` at ``batch_tokens``:
     S_min = S / (1 + B_noise / B). 31,790 steps of 3,145,728 tokens, B_noise = 2M -> 19,434."""
     return np.asarray(steps, dtype=float) / (1.0 + b_noise / np.asarray(batch_tokens, dtype=float))
 
 
-def min_examples(s_min, b_noise):
+def min_examples(s_min: ArrayLike, b_noise: float) -> NDArray[np.float64]:
     """E_min = B_noise x S_min (tokens): 38.9B for the reference run."""
     return b_noise * np.asarray(s_min, dtype=float)
 
 
-def steps_at_batch(s_min, b_noise, batch_tokens):
+def steps_at_batch(s_min: ArrayLike, b_noise: float, batch_tokens: ArrayLike) -> NDArray[np.float64]:
     """Steps to the same loss at batch B: S = S_min (1 + B_noise / B)."""
     return np.asarray(s_min, dtype=float) * (1.0 + b_noise / np.asarray(batch_tokens, dtype=float))
 
 
-def weak_scaling_limit(batch_tokens, b_noise):
+def weak_scaling_limit(batch_tokens: ArrayLike, b_noise: float) -> NDArray[np.float64]:
     """Largest speed-up from growing the batch without bound: S / S_min = 1 + B_noise / B
     (1.64x for B_noise = 2M at 3.1M tokens per step; 7.36x for 20M)."""
     return 1.0 + b_noise / np.asarray(batch_tokens, dtype=float)
 
 
-def weak_scaling_days(s_min, b_noise, batch_tokens, step_s):
+def weak_scaling_days(s_min: ArrayLike, b_noise: float, batch_tokens: ArrayLike, step_s: float) -> NDArray[np.float64]:
     """Weak scaling: the batch grows with the cards, the step time stays; days = S(B) x t_step."""
     return steps_at_batch(s_min, b_noise, batch_tokens) * step_s / 86400.0
 
 
-def strong_scaling_days(steps, compute_s_ref, cards_ref, cards, fixed_s):
+def strong_scaling_days(steps: ArrayLike, compute_s_ref: ArrayLike, cards_ref: float, cards: ArrayLike,
+                        fixed_s: float) -> NDArray[np.float64]:
     """Strong scaling: fixed batch, compute divides by the cards, a fixed wait stays per step:
     days = S x (t_compute x p_ref / p + t_fixed) / 86400."""
     step = np.asarray(compute_s_ref, dtype=float) * cards_ref / np.asarray(cards, dtype=float) + fixed_s
-    return np.asarray(steps, dtype=float) * step / 86400.0
+    days: NDArray[np.float64] = np.asarray(steps, dtype=float) * step / 86400.0
+    return days
 
 
 # ---------------------------------------------------------------------------------------------
 # the batch as a plan choice: tokens (and steps) needed to reach the same loss at batch B
 
 
-def min_tokens(ref_tokens, ref_batch_tokens, b_noise):
+def min_tokens(ref_tokens: ArrayLike, ref_batch_tokens: ArrayLike, b_noise: float) -> NDArray[np.float64]:
     """E_min from a reference run that reaches the target with ``ref_tokens`` at ``ref_batch_tokens``
     per step: E = E_min (1 + B / B_noise) -> E_min = E / (1 + B / B_noise).
     100B tokens at 3,145,728 tokens per step, B_noise = 2M -> 38.9B."""
     return np.asarray(ref_tokens, dtype=float) / (1.0 + np.asarray(ref_batch_tokens, dtype=float) / b_noise)
 
 
-def tokens_at_batch(ref_tokens, ref_batch_tokens, b_noise, batch_tokens):
+def tokens_at_batch(ref_tokens: ArrayLike, ref_batch_tokens: ArrayLike, b_noise: float | None,
+                    batch_tokens: ArrayLike) -> NDArray[np.float64]:
     """Tokens needed at batch B for the loss the reference run reaches:
     E(B) = E_min (1 + B / B_noise) (McCandlish et al., "An Empirical Model of Large-Batch Training").
     ``b_noise`` None (no critical batch known): the tokens do not depend on the batch."""
@@ -65,7 +69,7 @@ def tokens_at_batch(ref_tokens, ref_batch_tokens, b_noise, batch_tokens):
     return e_min * (1.0 + np.asarray(batch_tokens, dtype=float) / b_noise)
 
 
-def noise_scale_fit(compute_flops):
+def noise_scale_fit(compute_flops: ArrayLike) -> NDArray[np.float64]:
     """B_noise (tokens) from a scaling fit when the scenario gives none: the optimal batch of
     "DeepSeek LLM: Scaling Open-Source Language Models with Longtermism" (Bi et al. 2024),
     B_opt = 0.2920 x C^0.3271 tokens for a compute budget of C FLOPs, taken as the critical batch
@@ -73,7 +77,7 @@ def noise_scale_fit(compute_flops):
     return 0.2920 * np.asarray(compute_flops, dtype=float) ** 0.3271
 
 
-def ramp_steps(start, increment, final, ramp_sequences):
+def ramp_steps(start: float, increment: float, final: float, ramp_sequences: float) -> tuple[int, float]:
     """Optimizer steps and sequences consumed during a linear batch ramp-up (GPT-3 style).
 
     Megatron-LM's rule (``--rampup-batch-size start increment samples``): the batch starts at
@@ -100,7 +104,8 @@ def ramp_steps(start, increment, final, ramp_sequences):
     return steps, consumed
 
 
-def iterations_with_ramp(tokens, batch, seq_len, ramp=None):
+def iterations_with_ramp(tokens: float, batch: float, seq_len: float,
+                         ramp: tuple[float, float, float] | None = None) -> float:
     """Optimizer steps for ``tokens`` at ``batch`` sequences of ``seq_len`` tokens: ceil(D / b), or
     with a ramp (start, increment, ramp tokens) the ramp's steps plus ceil((D - ramp tokens) / b)."""
     per_step = float(batch) * seq_len

@@ -8,9 +8,10 @@ All functions broadcast over numpy arrays of tp / pp / dp / zero stage / micro-b
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from tpopt.errors import InputError
 from tpopt.models.arch import (
     ModelArch,
@@ -25,6 +26,7 @@ from tpopt.models.arch import (
     mtp_linear_params,
     mtp_params,
 )
+from tpopt.models.numeric import FloatArray, Floats
 
 # ---------------------------------------------------------------------------------------------
 # precision recipes: bytes per parameter of each persistent training state
@@ -73,7 +75,7 @@ def recipe(name: str) -> StateRecipe:
         raise InputError(f"unknown precision {name!r} (known: {', '.join(RECIPES)})") from None
 
 
-def persistent_state_bytes(n_params, r: StateRecipe):
+def persistent_state_bytes(n_params: Floats, r: StateRecipe) -> Floats:
     """Unsharded persistent training state: N x (weights + grads + master + moments).
 
     Qwen3-8B, bf16-mixed: 16 N = 131.1 GB = 122.1 GiB.
@@ -85,7 +87,8 @@ def persistent_state_bytes(n_params, r: StateRecipe):
 # ZeRO sharding
 
 
-def zero_state_bytes(n_params, dp, zero_stage, r: StateRecipe, offload_optimizer=False):
+def zero_state_bytes(n_params: ArrayLike, dp: ArrayLike, zero_stage: ArrayLike, r: StateRecipe,
+                     offload_optimizer: ArrayLike = False) -> FloatArray:
     """Per-card persistent state under ZeRO stage 0-3 over a data-parallel group of size d.
 
     M0 = (w + g + o) N,  M1 = (w + g) N + o N/d,  M2 = w N + (g + o) N/d,  M3 = (w + g + o) N/d,
@@ -104,13 +107,13 @@ def zero_state_bytes(n_params, dp, zero_stage, r: StateRecipe, offload_optimizer
     return w + g + o
 
 
-def host_optimizer_bytes(n_params, dp, zero_stage, r: StateRecipe):
+def host_optimizer_bytes(n_params: ArrayLike, dp: ArrayLike, zero_stage: ArrayLike, r: StateRecipe) -> FloatArray:
     """Optimizer state a card offloads to host memory: o N / d (ZeRO >= 1) or o N (ZeRO-0)."""
     d = np.asarray(dp, dtype=float)
     return r.optimizer * np.asarray(n_params, dtype=float) / np.where(np.asarray(zero_stage) >= 1, d, 1.0)
 
 
-def _codes(x: np.ndarray):
+def _codes(x: NDArray[Any]) -> tuple[NDArray[Any], NDArray[np.signedinteger[Any]]]:
     """(distinct values, index of each element's value): O(n) for small whole numbers (tp, pp)."""
     if x.size and x.min() >= 0 and x.max() <= 65536 and np.all(x == np.floor(x)):
         ints = x.astype(np.int64)
@@ -118,11 +121,11 @@ def _codes(x: np.ndarray):
         lookup = np.zeros(values[-1] + 1, dtype=np.int64)
         lookup[values] = np.arange(len(values))
         return values.astype(float), lookup[ints]
-    values, inverse = np.unique(x, return_inverse=True)
-    return values, inverse.reshape(x.shape)
+    distinct, inverse = np.unique(x, return_inverse=True)
+    return distinct, inverse.reshape(x.shape)
 
 
-def stage_params(a: ModelArch, tp, pp):
+def stage_params(a: ModelArch, tp: ArrayLike, pp: ArrayLike) -> FloatArray:
     """Parameters held by one card of the heaviest pipeline stage, before ZeRO sharding.
 
     A stage holds ceil(L / pp) blocks; the first also holds the input embedding, the last the LM
@@ -138,7 +141,7 @@ def stage_params(a: ModelArch, tp, pp):
     linear = layer_linear_params(a)
     other = layer_params(a) - linear  # norms, biases, q/k norms: replicated under TP
 
-    def ends(tt):
+    def ends(tt: Floats) -> tuple[Floats, Floats]:
         return stage_end_params(a, tt)
 
     lin, oth = block_param_arrays(a)
@@ -163,10 +166,11 @@ def stage_params(a: ModelArch, tp, pp):
             b = min(-(-a.layers // int(stages)), a.layers)
             run = (cl[b:] - cl[:-b]) / tt + (co[b:] - co[:-b])  # every run of b consecutive blocks
             table[i, j] = max(run[0] + head_end, run[-1] + tail_end, run.max())
-    return table[ti, pi]
+    per_card: FloatArray = table[ti, pi]
+    return per_card
 
 
-def stage_end_params(a: ModelArch, tp, tied_copy: bool = False):
+def stage_end_params(a: ModelArch, tp: ArrayLike, tied_copy: bool = False) -> tuple[Floats, Floats]:
     """(first-stage extra, last-stage extra) parameters per card: the embedding (/ tp) with learned
     positions and an embedding norm; the final norm, the LM head (/ tp; when tied only as the copy
     Megatron-LM keeps on a separate last stage, ``tied_copy``), its bias and any MTP modules."""
@@ -178,7 +182,7 @@ def stage_end_params(a: ModelArch, tp, tied_copy: bool = False):
     return emb + pos, head + mtp_lin / np.asarray(tp, dtype=float) + tail_other
 
 
-def stage_param_counts(a: ModelArch, tp, layers: list[int]) -> list:
+def stage_param_counts(a: ModelArch, tp: ArrayLike, layers: list[int]) -> list[Floats]:
     """Parameters one card of each pipeline stage holds, for an explicit split of the layers into
     consecutive blocks (stage g holds blocks sum(layers[:g]) .. sum(layers[:g+1]) - 1).
 
@@ -190,7 +194,8 @@ def stage_param_counts(a: ModelArch, tp, layers: list[int]) -> list:
     lin, oth = block_param_arrays(a)
     cl, co = np.concatenate([[0.0], np.cumsum(lin)]), np.concatenate([[0.0], np.cumsum(oth)])
     head_end, tail_end = stage_end_params(a, t, tied_copy=len(layers) > 1)
-    out, start = [], 0
+    out: list[Floats] = []
+    start = 0
     for g, n in enumerate(layers):
         end = start + int(n)
         x = (cl[end] - cl[start]) / t + (co[end] - co[start])
@@ -203,7 +208,7 @@ def stage_param_counts(a: ModelArch, tp, layers: list[int]) -> list:
     return out
 
 
-def embedding_shard_params(a: ModelArch, tp):
+def embedding_shard_params(a: ModelArch, tp: ArrayLike) -> FloatArray:
     """Input-embedding parameters per card (vocab-parallel under TP): V h / tp."""
     return embedding_params(a) / np.asarray(tp, dtype=float)
 
@@ -215,7 +220,7 @@ def embedding_shard_params(a: ModelArch, tp):
 RECOMPUTE_GROUPS = ("norm", "mlp", "attn")
 
 
-def parse_recompute(value) -> str:
+def parse_recompute(value: object) -> str:
     """Canonical recompute name: "none", "full", or a '+'-joined subset of norm / mlp / attn."""
     if isinstance(value, (list, tuple, set, frozenset)):
         parts = set(value)
@@ -247,13 +252,13 @@ class SavedTensor(NamedTuple):
     name: str
     group: str  # "keep" (needed whatever is rebuilt) or the recompute group that rebuilds it
     region: str  # "tp": split by t under tensor parallelism; "seq": split by t only with sequence parallelism
-    bytes: object
+    bytes: Floats
     gemm_input: bool  # an input a matrix product needs for its backward
     unit: str  # tensors rebuilt together (the recompute workspace is the largest such unit)
 
 
-def saved_tensors(a: ModelArch, seq_len, micro_batch, act_bytes=2.0, flash_attention=True,
-                  dropout=False) -> list[SavedTensor]:
+def saved_tensors(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, act_bytes: float = 2.0,
+                  flash_attention: bool = True, dropout: bool = False) -> list[SavedTensor]:
     """Tensors one block saves for backward (bytes per micro-batch of ``micro_batch`` sequences, tp = 1).
 
     Per token, h = hidden, f = ffn, d_q = heads x head_dim, d_kv = kv_heads x head_dim, e = act_bytes:
@@ -295,14 +300,14 @@ def saved_tensors(a: ModelArch, seq_len, micro_batch, act_bytes=2.0, flash_atten
     return out
 
 
-def _split(t: SavedTensor, tp, sequence_parallel: bool):
+def _split(t: SavedTensor, tp: ArrayLike, sequence_parallel: bool) -> Floats:
     """Bytes of one saved tensor on one card: / t in the TP region, / t in the sequence region with SP."""
     tp = np.asarray(tp, dtype=float)
     return t.bytes / (tp if (t.region == "tp" or sequence_parallel) else 1.0)
 
 
-def layer_activation_groups(a: ModelArch, seq_len, micro_batch, act_bytes=2.0, flash_attention=True,
-                            dropout=False) -> dict:
+def layer_activation_groups(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, act_bytes: float = 2.0,
+                            flash_attention: bool = True, dropout: bool = False) -> dict[str, Floats]:
     """Bytes one block saves for backward by group (keep / norm / mlp / attn), tp = 1.
 
     The chapter's 10.2.2 example (Qwen3-8B, 128 tokens, FP32): the product (6 MiB) and the two norm
@@ -313,14 +318,16 @@ def layer_activation_groups(a: ModelArch, seq_len, micro_batch, act_bytes=2.0, f
     return {g: sum((t.bytes for t in tensors if t.group == g), zero) for g in ("keep",) + RECOMPUTE_GROUPS}
 
 
-def _rebuilt(recompute: str) -> set:
+def _rebuilt(recompute: str) -> set[str]:
     if recompute == "full":
         return {"keep", *RECOMPUTE_GROUPS}
     return set() if recompute == "none" else set(recompute.split("+"))
 
 
-def activation_bytes_per_microbatch(a: ModelArch, seq_len, micro_batch, tp, layers, recompute: str,
-                                    act_bytes=2.0, flash_attention=True, dropout=False, sequence_parallel=True):
+def activation_bytes_per_microbatch(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, tp: ArrayLike,
+                                    layers: ArrayLike, recompute: str, act_bytes: float = 2.0,
+                                    flash_attention: bool = True, dropout: bool = False,
+                                    sequence_parallel: bool = True) -> Floats:
     """Activation bytes one micro-batch keeps *until its backward* on one card of a stage of ``layers``
     blocks (the recompute workspace is separate: :func:`recompute_workspace_bytes`).
 
@@ -340,8 +347,9 @@ def activation_bytes_per_microbatch(a: ModelArch, seq_len, micro_batch, tp, laye
     return layers * sum((_split(t, tp, sequence_parallel) for t in tensors if t.group not in gone), zero)
 
 
-def recompute_workspace_bytes(a: ModelArch, seq_len, micro_batch, tp, recompute: str, act_bytes=2.0,
-                              flash_attention=True, dropout=False, sequence_parallel=True):
+def recompute_workspace_bytes(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, tp: ArrayLike, recompute: str,
+                              act_bytes: float = 2.0, flash_attention: bool = True, dropout: bool = False,
+                              sequence_parallel: bool = True) -> Floats:
     """Memory the rebuilt tensors occupy while the backward uses them: one block at a time, reused
     block after block and micro-batch after micro-batch, so it counts once per card (chapter 10.2.2:
     "the largest product workspace is 6 MiB; the next layer reuses it").
@@ -351,21 +359,22 @@ def recompute_workspace_bytes(a: ModelArch, seq_len, micro_batch, tp, recompute:
     full:      one whole block's saved tensors (its forward is rerun, then its backward consumes them)
     """
     tensors = saved_tensors(a, seq_len, micro_batch, act_bytes, flash_attention, dropout)
-    zero = 0.0 * np.asarray(tp, dtype=float) * np.asarray(micro_batch, dtype=float)
+    zero: FloatArray = 0.0 * np.asarray(tp, dtype=float) * np.asarray(micro_batch, dtype=float)
     if recompute == "none":
         return zero
     if recompute == "full":
         return sum((_split(t, tp, sequence_parallel) for t in tensors), zero)
     gone = _rebuilt(recompute)
-    units: dict = {}
+    units: dict[str, Floats] = {}
     for t in tensors:
         if t.group in gone:
             units[t.unit] = units.get(t.unit, zero) + _split(t, tp, sequence_parallel)
-    return np.maximum.reduce([zero] + list(units.values())) if units else zero
+    largest: FloatArray = np.maximum.reduce([zero] + list(units.values())) if units else zero
+    return largest
 
 
-def gemm_input_bytes(a: ModelArch, seq_len, micro_batch, recompute: str, act_bytes=2.0, flash_attention=True,
-                     dropout=False):
+def gemm_input_bytes(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, recompute: str, act_bytes: float = 2.0,
+                     flash_attention: bool = True, dropout: bool = False) -> Floats:
     """Saved inputs of the block's matrix products that stay until the backward (tp = 1): norm outputs,
     q / k / v, attention output, the MLP product (chapter 10.2.2: 15 MiB per block, 5 MiB once the
     norm outputs and the product are rebuilt)."""
@@ -374,7 +383,7 @@ def gemm_input_bytes(a: ModelArch, seq_len, micro_batch, recompute: str, act_byt
     return sum(t.bytes for t in tensors if t.gemm_input and t.group not in gone)
 
 
-def recompute_flops_per_token(a: ModelArch, seq_len, recompute: str):
+def recompute_flops_per_token(a: ModelArch, seq_len: Floats, recompute: str) -> Floats:
     """Extra forward FLOPs per token spent rebuilding saved tensors in backward.
 
     norm: 2 norms x ~4 FLOP per element x h; mlp: activation + product ~5 FLOP per element x f;
@@ -397,13 +406,15 @@ def recompute_flops_per_token(a: ModelArch, seq_len, recompute: str):
     return total
 
 
-def logits_bytes(a: ModelArch, seq_len, micro_batch, tp, loss_chunks=1):
+def logits_bytes(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, tp: ArrayLike,
+                 loss_chunks: float = 1) -> FloatArray:
     """Loss workspace on the last stage: FP32 logits s x b x V / tp, divided by loss chunks."""
-    return (np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float) * a.vocab * 4.0
-            / np.asarray(tp, dtype=float) / loss_chunks)
+    workspace: FloatArray = (np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float) * a.vocab
+                             * 4.0 / np.asarray(tp, dtype=float) / loss_chunks)
+    return workspace
 
 
-def zero3_gather_bytes(a: ModelArch, tp, r: StateRecipe, prefetch=1):
+def zero3_gather_bytes(a: ModelArch, tp: ArrayLike, r: StateRecipe, prefetch: float = 1) -> FloatArray:
     """ZeRO-3 temporary buffers: (1 + prefetch) gathered units plus one unit's unreduced gradient.
 
     The largest unit is a block or the embedding / LM head (V h); sizes divided by tp.
@@ -412,13 +423,15 @@ def zero3_gather_bytes(a: ModelArch, tp, r: StateRecipe, prefetch=1):
     return unit * ((1 + prefetch) * r.weights + r.grads)
 
 
-def pipeline_buffer_bytes(a: ModelArch, seq_len, micro_batch, tp, act_bytes=2.0):
+def pipeline_buffer_bytes(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, tp: ArrayLike,
+                          act_bytes: float = 2.0) -> FloatArray:
     """Send + receive buffers of one boundary activation per direction: 2 x 2 x s b h / tp."""
-    return 4.0 * np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float) * a.hidden \
+    buffers: FloatArray = 4.0 * np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float) * a.hidden \
         * act_bytes / np.asarray(tp, dtype=float)
+    return buffers
 
 
-def peak_with_reuse(persistent, *phases):
+def peak_with_reuse(persistent: Floats, *phases: ArrayLike) -> Floats:
     """Peak of a sequence of phases that reuse memory: persistent + max(phase totals).
 
     Chapter 10.1.2: 8 GiB of activations and a 4 GiB gather buffer live together need 12 GiB; if the

@@ -35,16 +35,19 @@ latent projections into the QKV GEMM (same FLOPs).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 from tpopt.models.arch import ModelArch, attention_linear_params, mean_keys_per_query, mlp_activation_width
+from tpopt.models.numeric import FloatArray, Floats
 
 PHASES = ("fwd", "dx", "dw")
 
 
-def _f(x):
+def _f(x: ArrayLike) -> FloatArray:
     return np.asarray(x, dtype=float)
 
 
@@ -52,28 +55,29 @@ def _f(x):
 class Layout:
     """How one micro-batch of one layer runs on one card (arrays broadcast over the layout grid)."""
 
-    tp: object  # tensor-parallel size t (array)
-    micro_batch: object  # sequences per micro-batch b (array)
+    tp: ArrayLike  # tensor-parallel size t (array)
+    micro_batch: ArrayLike  # sequences per micro-batch b (array)
     seq_len: int
     sequence_parallel: bool = True  # norms, dropout, residuals split by t under TP (Korthikanti et al.)
     flash_attention: bool = True
     dropout: bool = False  # dropout on attention probabilities and after each block output
     act_bytes: float = 2.0  # bytes per activation element (BF16/FP16)
-    ep: object = 1.0  # expert parallelism (MoE): E / ep experts per card
-    expert_tp: object = 0.0  # expert tensor parallelism (0: the same as tp)
-    load: object = 1.0  # load factor phi: rows of the busiest rank over a balanced router (models/moe.py)
-    attention_scale: object = 1.0  # the busiest card's attention work over the balanced share (context.imbalance)
+    ep: ArrayLike = 1.0  # expert parallelism (MoE): E / ep experts per card
+    expert_tp: ArrayLike = 0.0  # expert tensor parallelism (0: the same as tp)
+    load: ArrayLike = 1.0  # load factor phi: rows of the busiest rank over a balanced router (models/moe.py)
+    attention_scale: ArrayLike = 1.0  # the busiest card's attention work over the balanced share (context.imbalance)
 
     @property
-    def tokens(self):
+    def tokens(self) -> FloatArray:
         """T = b s: tokens of a micro-batch in the tensor-parallel region."""
         return _f(self.micro_batch) * self.seq_len
 
     @property
-    def seq_tokens(self):
+    def seq_tokens(self) -> FloatArray:
         """Tokens the sequence-region kernels (norms, residuals, dropout) see on a card: T / t with SP."""
         t = _f(self.tp)
-        return self.tokens / np.where(self.sequence_parallel, t, 1.0)
+        per_card: FloatArray = self.tokens / np.where(self.sequence_parallel, t, 1.0)
+        return per_card
 
 
 class Kernel(NamedTuple):
@@ -81,17 +85,19 @@ class Kernel(NamedTuple):
     phase: str  # "fwd", "dx" or "dw"
     kind: str  # "gemm", "attention" (fused flash kernel) or "memory"
     group: str  # recompute group of the op's forward: "norm", "attn", "mlp" or "" (kept)
-    flops: object
-    bytes: object
-    m: object = 0.0
-    n: object = 0.0
-    k: object = 0.0
-    batch: object = 1.0
-    count: float = 1.0  # kernel launches
+    flops: ArrayLike
+    bytes: ArrayLike
+    m: ArrayLike = 0.0
+    n: ArrayLike = 0.0
+    k: ArrayLike = 0.0
+    batch: ArrayLike = 1.0
+    # kernel launches; the field shadows tuple.count (never called on a Kernel), kept as the public name
+    count: float = 1.0  # type: ignore[assignment]
     linear: bool = False  # a weight GEMM (runs in FP8 under an FP8 recipe)
 
 
-def _linear(op, group, tokens, k_in, n_out, e, count_fwd=1.0) -> list[Kernel]:
+def _linear(op: str, group: str, tokens: Floats, k_in: Floats, n_out: Floats, e: float,
+            count_fwd: float = 1.0) -> list[Kernel]:
     """Y[T, n] = X[T, k] W[k, n]: forward, dX = dY W^T, dW = X^T dY (2 T k n FLOPs each)."""
     flops = 2.0 * tokens * k_in * n_out
     return [
@@ -104,7 +110,8 @@ def _linear(op, group, tokens, k_in, n_out, e, count_fwd=1.0) -> list[Kernel]:
     ]
 
 
-def _elementwise(op, group, fwd_bytes, bwd_bytes, fwd_count=1.0, bwd_count=1.0) -> list[Kernel]:
+def _elementwise(op: str, group: str, fwd_bytes: ArrayLike, bwd_bytes: ArrayLike, fwd_count: float = 1.0,
+                 bwd_count: float = 1.0) -> list[Kernel]:
     """A memory-bound pass forward (reads + writes) and its backward (all of it is dX work)."""
     z = 0.0 * _f(fwd_bytes)
     return [Kernel(op, "fwd", "memory", group, z, fwd_bytes, count=fwd_count),
@@ -125,7 +132,7 @@ def attention_keys(a: ModelArch, seq_len: int, flash: bool) -> float:
     return (w_layers * windowed + (a.layers - w_layers) * full) / a.layers
 
 
-def norm_kernels(op: str, a: ModelArch, lay: Layout, group="norm") -> list[Kernel]:
+def norm_kernels(op: str, a: ModelArch, lay: Layout, group: str = "norm") -> list[Kernel]:
     """LayerNorm / RMSNorm over h on the sequence region: forward reads x, writes y (2 Ts h e);
     backward reads x and dy, writes dx (3 Ts h e) and reduces the weight gradient."""
     e, ts, h = lay.act_bytes, lay.seq_tokens, a.hidden
@@ -184,11 +191,12 @@ def layer_kernels(a: ModelArch, lay: Layout, moe_block: bool | None = None) -> l
     return out
 
 
-def _mlp_kernels(prefix: str, a: ModelArch, rows, width, e, group="mlp", m_per=None, batch=1.0) -> list[Kernel]:
+def _mlp_kernels(prefix: str, a: ModelArch, rows: Floats, width: Floats, e: float, group: str = "mlp",
+                 m_per: Floats | None = None, batch: Floats = 1.0) -> list[Kernel]:
     """Up (gate and up fused), activation and down of an MLP of ``width`` per card on ``rows`` tokens;
     with ``batch`` > 1 a grouped GEMM of ``batch`` experts of ``m_per`` rows each."""
     up = (2.0 if a.gated_mlp else 1.0) * width
-    out = []
+    out: list[Kernel] = []
     for op, k_in, n_out in ((f"{prefix}.up", a.hidden, up), (f"{prefix}.down", width, a.hidden)):
         ks = _linear(op, "", rows, k_in, n_out, e)
         if m_per is not None:  # E / ep independent products of m_per rows each (one grouped launch)
@@ -313,7 +321,7 @@ def optimizer_bytes_per_param(weights: float, grads: float, master: float, momen
     return 2.0 * (master + moments) + 4.0 * grads + weights
 
 
-def optimizer_kernels(shard_params, bytes_per_param: float) -> list[Kernel]:
+def optimizer_kernels(shard_params: ArrayLike, bytes_per_param: float) -> list[Kernel]:
     """The optimizer step of one card's shard: one memory-bound pass (multi-tensor kernels)."""
     q = _f(shard_params) * bytes_per_param
     return [Kernel("optimizer", "fwd", "memory", "", 0.0 * q, q, count=8.0)]
@@ -336,12 +344,12 @@ class Collectives(NamedTuple):
     computes (Megatron-LM's asynchronous TP all-reduce); a parallel block shares one norm output.
     """
 
-    fwd: object
-    bwd_async: object
-    bwd_sync: object
-    fwd_calls: object
-    async_calls: object
-    sync_calls: object
+    fwd: FloatArray
+    bwd_async: FloatArray
+    bwd_sync: FloatArray
+    fwd_calls: FloatArray
+    async_calls: FloatArray
+    sync_calls: FloatArray
 
 
 def tp_collectives(a: ModelArch, lay: Layout) -> Collectives:
@@ -357,9 +365,9 @@ def tp_collectives(a: ModelArch, lay: Layout) -> Collectives:
                        2.0 * live)
 
 
-def flops(kernels, phase: str | None = None, kind: str | None = None):
+def flops(kernels: Iterable[Kernel], phase: str | None = None, kind: str | None = None) -> Floats:
     """Total FLOPs of the kernels of a phase / kind (None = all)."""
-    total = 0.0
+    total: Floats = 0.0
     for k in kernels:
         if (phase is None or k.phase == phase) and (kind is None or k.kind == kind):
             total = total + _f(k.flops)

@@ -43,13 +43,15 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import NamedTuple
+from typing import Any, Generic, NamedTuple, TypeAlias, TypeVar, overload
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from tpopt.errors import InputError
+from tpopt.models.numeric import FloatArray, Floats
 
 SCHEDULES = ("fill-drain", "1f1b", "interleaved", "zb-h1", "zb-h2", "dualpipe", "dualpipe-deepseek")
 """Schedule names accepted by :func:`simulate`, :func:`completion_time` and :func:`peak_inflight`."""
@@ -64,12 +66,23 @@ _KIND_NAME = ("F", "B", "W")
 _DF, _DBX, _DBF, _DW = 0, 1, 2, 3  # duration kinds: forward, dX only, fused dX + dW, dW
 _MSG_NONE, _MSG_FWD, _MSG_BWD = 0, 1, 2  # link an input arrives on
 
+Slot: TypeAlias = tuple[int, int, int, bool]
+"""One op of a slot order: (kind 0 F / 1 B / 2 W, micro-batch, path position, fused backward)."""
+
+PerGroup: TypeAlias = float | Iterable[float]
+"""A time or size given once for every layer group, or one value per group."""
+
+Index: TypeAlias = NDArray[np.integer[Any]]
+"""An array of whole numbers (rows, stages, shapes)."""
+
+_T = TypeVar("_T")
+
 
 # =============================================================================================
 # closed forms (chapter 10.3.2; balanced stages; zero transfer unless stated)
 
 
-def fill_drain_time(p: int, m: int, tf, tb):
+def fill_drain_time(p: int, m: int, tf: Floats, tb: Floats) -> Floats:
     """Fill-drain (GPipe) step time ``T = (m + p - 1)(t_f + t_b)`` [s].
 
     ``m`` slots of real work plus ``p - 1`` to fill and drain the pipeline; p = 4, m = 8,
@@ -93,16 +106,17 @@ def bubble_ratio_interleaved(p: int, m: int, v: int = 2) -> float:
     return (p - 1) / (v * m)
 
 
-def bubble_1f1b(p: int, tf, tb, tw=0.0):
+def bubble_1f1b(p: int, tf: Floats, tb: Floats, tw: Floats = 0.0) -> Floats:
     """Per-stage bubble of 1F1B and fill-drain ``(p - 1)(T_F + T_B + T_W)`` [s].
 
     ``T_B`` is dX and ``T_W`` dW (or the whole backward as ``tb`` and ``tw = 0``);
-    p = 4, 10 + 10 + 10 ms -> 90 ms. Exact in this model with zero transfer (for any m; a uniform update adds to busy and completion alike).
+    p = 4, 10 + 10 + 10 ms -> 90 ms. Exact in this model with zero transfer (for any m; a uniform update adds to
+    busy and completion alike).
     """
     return (p - 1) * (tf + tb + tw)
 
 
-def bubble_interleaved(p: int, tf, tb, tw=0.0, v: int = 2):
+def bubble_interleaved(p: int, tf: Floats, tb: Floats, tw: Floats = 0.0, v: int = 2) -> Floats:
     """Per-stage bubble of interleaved 1F1B ``(1/v)(p - 1)(T_F + T_B + T_W)`` [s] (equal chunks).
 
     Exact in this model for ``m`` a multiple of ``p`` with zero transfer.
@@ -110,7 +124,7 @@ def bubble_interleaved(p: int, tf, tb, tw=0.0, v: int = 2):
     return (p - 1) * (tf + tb + tw) / v
 
 
-def bubble_zb_h1(p: int, tf, tb, tw):
+def bubble_zb_h1(p: int, tf: Floats, tb: Floats, tw: Floats) -> Floats:
     """Per-stage bubble of ZB-H1 ``(p - 1)(T_F + T_B - T_W)`` [s] (zero-bubble paper, table 2).
 
     dW is postponed into the drain; p = 4, 10 + 10 - 10 ms -> 30 ms. Exact in this model (zero
@@ -119,7 +133,7 @@ def bubble_zb_h1(p: int, tf, tb, tw):
     return (p - 1) * (tf + tb - tw)
 
 
-def bubble_zb_h2(p: int, tf, tb, tw):
+def bubble_zb_h2(p: int, tf: Floats, tb: Floats, tw: Floats) -> Floats:
     """Per-stage bubble of ZB-H2 as the zero-bubble paper gives it ``(p - 1)(T_F + T_B - 2 T_W)`` [s].
 
     p = 4, 10 + 10 - 20 ms -> 0. The paper measures it on staggered steps whose optimizer
@@ -130,18 +144,20 @@ def bubble_zb_h2(p: int, tf, tb, tw):
     return (p - 1) * (tf + tb - 2 * tw)
 
 
-def bubble_zb_h2_synchronous(p: int, tf, tb, tw):
+def bubble_zb_h2_synchronous(p: int, tf: Floats, tb: Floats, tw: Floats) -> Floats:
     """Per-stage bubble of ZB-H2 in one synchronous step ``(p - 1) max(T_F, T_F + T_B - 2 T_W)`` [s].
 
     The larger of the paper's bound and the fill skew ``(p - 1) T_F``. Exact in this model (zero
     transfer, balanced stages) for ``m >= 2p`` while ``T_W <= T_F`` and ``T_W <= T_B``.
     """
-    if _scalar(tf, tb, tw):
+    # plain numbers (what _scalar tests), spelled out so that mypy narrows the three
+    if isinstance(tf, (int, float)) and isinstance(tb, (int, float)) and isinstance(tw, (int, float)):
         return (p - 1) * max(tf, tf + tb - 2 * tw)
-    return (p - 1) * np.maximum(tf, np.add(tf, tb) - 2 * np.asarray(tw))
+    bubble: FloatArray = (p - 1) * np.maximum(tf, np.add(tf, tb) - 2 * np.asarray(tw))
+    return bubble
 
 
-def bubble_dualpipe(p: int, f_and_b, b, w):
+def bubble_dualpipe(p: int, f_and_b: Floats, b: Floats, w: Floats) -> Floats:
     """Per-stage bubble of DualPipe, DeepSeek-V3 table 2: ``(PP/2 - 1)(F&B + B - 3W)`` [s].
 
     ``F&B`` is a forward and a backward executed overlapped, ``B`` the whole backward, ``W`` its dW
@@ -169,7 +185,7 @@ def split_layers(layers: int, chunks: int) -> list[int]:
     return [q + 1 if i < r else q for i in range(chunks)]
 
 
-def _scalar(*xs) -> bool:
+def _scalar(*xs: object) -> bool:
     return all(isinstance(x, (int, float)) for x in xs)
 
 
@@ -182,7 +198,7 @@ def _check_schedule(schedule: str) -> None:
         raise InputError(f"unknown pipeline schedule {schedule!r} (use one of: {', '.join(SCHEDULES)})")
 
 
-def _whole(x, name: str, lo: int) -> int:
+def _whole(x: object, name: str, lo: int) -> int:
     if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < lo:
         raise InputError(f"{name} must be a whole number >= {lo}, got {x!r}")
     return int(x)
@@ -201,7 +217,7 @@ def shape_error(schedule: str, p: int, m: int, v: int = 2) -> str | None:
     return None
 
 
-def _check_shape(schedule: str, p: int, m: int, v: int) -> tuple[int, int, int]:
+def _check_shape(schedule: str, p: object, m: object, v: object) -> tuple[int, int, int]:
     """Validate and normalise ``(p, m, v)``; ``v`` is 1 except for the interleaved schedule."""
     _check_schedule(schedule)
     p = _whole(p, "stages p", 1)
@@ -215,20 +231,26 @@ def _check_shape(schedule: str, p: int, m: int, v: int) -> tuple[int, int, int]:
     return p, m, v
 
 
-def _halves(m: int) -> tuple[int, int]:
+@overload
+def _halves(m: int) -> tuple[int, int]: ...
+@overload
+def _halves(m: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]: ...
+
+
+def _halves(m: int | NDArray[np.int64]) -> tuple[int | NDArray[np.int64], int | NDArray[np.int64]]:
     """DualPipe split of the micro-batches: the down direction gets ``ceil(m/2)`` (ids first), the up
     direction the rest (none when m = 1)."""
     return (m + 1) // 2, m // 2
 
 
-def _zb_family(a: int, c: int, mbs: Sequence[int], pos: int, split: bool) -> list[tuple]:
+def _zb_family(a: int, c: int, mbs: Sequence[int], pos: int, split: bool) -> list[Slot]:
     """Slot order ``(F_x, B_{x-a}, W_{x-c})`` for x = 0, 1, ...: ``a`` warm-up forwards, dW lagging.
 
     1F1B is ``a = p-1-s`` with the backward fused; ZB-H1 adds ``c = p-1`` (dW of micro-batch i right
     after dX of micro-batch i+s); ZB-H2 is ``a = 2(p-1-s)``, ``c = 2(p-1)``.
     """
     n = len(mbs)
-    ops = []
+    ops: list[Slot] = []
     last = n + (max(a, c) if split else a)
     for x in range(last):
         if x < n:
@@ -243,28 +265,28 @@ def _zb_family(a: int, c: int, mbs: Sequence[int], pos: int, split: bool) -> lis
     return ops
 
 
-def _order_fill_drain(p, m):
+def _order_fill_drain(p: int, m: int) -> list[list[Slot]]:
     """Fill-drain (GPipe): every forward, then every backward in reverse micro-batch order."""
     return [[(_F, i, s, False) for i in range(m)] + [(_B, i, s, True) for i in reversed(range(m))]
             for s in range(p)]
 
 
-def _order_1f1b(p, m):
+def _order_1f1b(p: int, m: int) -> list[list[Slot]]:
     """1F1B (PipeDream-flush): stage s runs min(p-1-s, m) warm-up forwards, then alternates F, B."""
     return [_zb_family(p - 1 - s, 0, range(m), s, split=False) for s in range(p)]
 
 
-def _order_zb_h1(p, m):
+def _order_zb_h1(p: int, m: int) -> list[list[Slot]]:
     """ZB-H1: the 1F1B slots with dX as B; stage s runs dW(i) right after dX(i+s), its last s dW at the end."""
     return [_zb_family(p - 1 - s, p - 1, range(m), s, split=True) for s in range(p)]
 
 
-def _order_zb_h2(p, m):
+def _order_zb_h2(p: int, m: int) -> list[list[Slot]]:
     """ZB-H2: stage s runs 2(p-1-s) warm-up forwards, then ``(F_x, dX_{x-2(p-1-s)}, dW_{x-2(p-1)})``."""
     return [_zb_family(2 * (p - 1 - s), 2 * (p - 1), range(m), s, split=True) for s in range(p)]
 
 
-def _order_interleaved(p, m, v):
+def _order_interleaved(p: int, m: int, v: int) -> list[list[Slot]]:
     """Interleaved 1F1B (Megatron-LM virtual pipeline); chunk c of stage s is path position ``c p + s``.
 
     Forwards go in groups of p micro-batches, chunks 0 .. v-1 within a group; backwards the same with
@@ -279,14 +301,15 @@ def _order_interleaved(p, m, v):
         starts.pop()  # the last full group absorbs the remainder
     bounds = starts[1:] + [m]
     g_max = max([p] + [b - a for a, b in zip(starts, bounds, strict=False)])
-    fwd, bwd = [], []
+    fwd: list[tuple[int, int]] = []
+    bwd: list[tuple[int, int]] = []
     for a, b in zip(starts, bounds, strict=False):
         for c in range(v):
             fwd.extend((c, i) for i in range(a, b))
         for c in reversed(range(v)):
             bwd.extend((c, i) for i in range(a, b))
     total = m * v
-    orders = []
+    orders: list[list[Slot]] = []
     for s in range(p):
         w = min(2 * (p - 1 - s) + (v - 1) * g_max, total)
         ops = [(_F, i, c * p + s, False) for c, i in fwd[:w]]
@@ -314,7 +337,7 @@ _REF_T = 1
 _PRIORITY = {_B: 0, _F: 1, _W: 2}
 
 
-def _order_dualpipe_chapter(p, m):
+def _order_dualpipe_chapter(p: int, m: int) -> list[list[Slot]]:
     """The chapter's DualPipe rule, :data:`DUALPIPE_RULE`.
 
     Down direction: micro-batches 0 .. ceil(m/2)-1 enter at stage 0 (position pos = s); up direction:
@@ -326,14 +349,14 @@ def _order_dualpipe_chapter(p, m):
     down, up = _halves(m)
     # every op of both directions, with integer ids: the op's producer, the link latency, and the stage
     # of the op's cross-stage consumer (to wake it up)
-    ops: list = []
-    seq_ids = []
+    ops: list[tuple[Slot, int]] = []
+    seq_ids: list[list[list[int]]] = []
     id_of = [-1] * (3 * m * p)  # (kind, micro-batch, position) -> op id
     for s in range(p):
-        pair = []
+        pair: list[list[int]] = []
         for n, first, pos in ((down, 0, s), (up, down, p - 1 - s)):
             a = p - 1 - pos
-            ids = []
+            ids: list[int] = []
             for op in _zb_family(a, 2 * a, range(first, first + n), pos, split=True):
                 id_of[(op[0] * m + op[1]) * p + op[2]] = len(ops)
                 ids.append(len(ops))
@@ -359,13 +382,13 @@ def _order_dualpipe_chapter(p, m):
     ptr1 = [0] * p
     free = [0] * p
     version = [0] * p
-    out: list[list] = [[] for _ in range(p)]
-    heap: list = []
+    out: list[list[Slot]] = [[] for _ in range(p)]
+    heap: list[tuple[int, int, int, int, int]] = []
     seq0 = [ids[0] + [-1] for ids in seq_ids]  # a sentinel ends each sequence
     seq1 = [ids[1] + [-1] for ids in seq_ids]
     heappush, heappop = heapq.heappush, heapq.heappop
 
-    def push(s):
+    def push(s: int) -> None:
         """Queue stage s's best head: (possible start, kind priority, direction, stage, version)."""
         version[s] += 1
         fs = free[s]
@@ -416,7 +439,7 @@ def _order_dualpipe_chapter(p, m):
     return out
 
 
-def _order_dualpipe_deepseek(p, m):
+def _order_dualpipe_deepseek(p: int, m: int) -> list[list[Slot]]:
     """DeepSeek-V3's published DualPipe ordering (``DualPipe.step`` in deepseek-ai/DualPipe), per rank.
 
     Phase 0 is the direction in which rank r sits in the first half (position h = min(r, p-1-r)),
@@ -425,73 +448,75 @@ def _order_dualpipe_deepseek(p, m):
     backwards half-way; (p/2-h-1) x [W, dX0]; (h+1) x W. A B without its own W is the whole backward;
     W runs the oldest pending dW. The overlapped F&B pairs run one after the other here (F, then B).
     """
+    return [_deepseek_rank_order(p, m, r) for r in range(p)]
+
+
+def _deepseek_rank_order(p: int, m: int, r: int) -> list[Slot]:
+    """Rank r's slots of DeepSeek's DualPipe ordering (:func:`_order_dualpipe_deepseek`)."""
     half = m // 2
     p2 = p // 2
-    orders = []
-    for r in range(p):
-        h = min(r, p - 1 - r)
-        phase_dir = (1, 0) if r >= p2 else (0, 1)
-        nf, nb = [0, 0], [0, 0]
-        pending: deque = deque()
-        ops: list = []
+    h = min(r, p - 1 - r)
+    phase_dir = (1, 0) if r >= p2 else (0, 1)
+    nf, nb = [0, 0], [0, 0]
+    pending: deque[tuple[int, int]] = deque()
+    ops: list[Slot] = []
 
-        def key(ph, k):
-            d = phase_dir[ph]
-            return k + (half if d == 1 else 0), (r if d == 0 else p - 1 - r)
+    def key(ph: int, k: int) -> tuple[int, int]:
+        d = phase_dir[ph]
+        return k + (half if d == 1 else 0), (r if d == 0 else p - 1 - r)
 
-        def fwd(ph):
-            mb, pos = key(ph, nf[ph])
-            nf[ph] += 1
-            ops.append((_F, mb, pos, False))
+    def fwd(ph: int) -> None:
+        mb, pos = key(ph, nf[ph])
+        nf[ph] += 1
+        ops.append((_F, mb, pos, False))
 
-        def bwd(ph, split):
-            mb, pos = key(ph, nb[ph])
-            nb[ph] += 1
-            ops.append((_B, mb, pos, not split))
-            if split:
-                pending.append((mb, pos))
+    def bwd(ph: int, split: bool) -> None:
+        mb, pos = key(ph, nb[ph])
+        nb[ph] += 1
+        ops.append((_B, mb, pos, not split))
+        if split:
+            pending.append((mb, pos))
 
-        def wgt():
-            mb, pos = pending.popleft()
-            ops.append((_W, mb, pos, False))
+    def wgt() -> None:
+        mb, pos = pending.popleft()
+        ops.append((_W, mb, pos, False))
 
-        for _ in range((p2 - h - 1) * 2):
-            fwd(0)
-        for _ in range(h + 1):
-            fwd(0)
-            fwd(1)
-        for _ in range(p2 - h - 1):
-            bwd(1, True)
-            wgt()
-            fwd(1)
-        for _ in range(half - p + h + 1):
-            fwd(0)
-            bwd(1, False)
-            fwd(1)
-            bwd(0, False)
-        for _ in range(p2 - h - 1):
-            bwd(1, False)
-            fwd(1)
-            bwd(0, False)
-        split = False
-        for i in range(h + 1):
-            if i == (h + 1) // 2 and h % 2 == 1:
-                split = True
-            bwd(1, split)
-            if i == (h + 1) // 2 and h % 2 == 0:
-                split = True
-            bwd(0, split)
-        for _ in range(p2 - h - 1):
-            wgt()
-            bwd(0, True)
-        for _ in range(h + 1):
-            wgt()
-        assert not pending and nf == [half, half] and nb == [half, half]
-        orders.append(ops)
-    return orders
+    for _ in range((p2 - h - 1) * 2):
+        fwd(0)
+    for _ in range(h + 1):
+        fwd(0)
+        fwd(1)
+    for _ in range(p2 - h - 1):
+        bwd(1, True)
+        wgt()
+        fwd(1)
+    for _ in range(half - p + h + 1):
+        fwd(0)
+        bwd(1, False)
+        fwd(1)
+        bwd(0, False)
+    for _ in range(p2 - h - 1):
+        bwd(1, False)
+        fwd(1)
+        bwd(0, False)
+    split = False
+    for i in range(h + 1):
+        if i == (h + 1) // 2 and h % 2 == 1:
+            split = True
+        bwd(1, split)
+        if i == (h + 1) // 2 and h % 2 == 0:
+            split = True
+        bwd(0, split)
+    for _ in range(p2 - h - 1):
+        wgt()
+        bwd(0, True)
+    for _ in range(h + 1):
+        wgt()
+    assert not pending and nf == [half, half] and nb == [half, half]
+    return ops
 
 
-def slot_orders(schedule: str, p: int, m: int, v: int = 2) -> list[list[tuple]]:
+def slot_orders(schedule: str, p: int, m: int, v: int = 2) -> list[list[Slot]]:
     """Per-stage slot order: lists of ``(kind, micro_batch, position, fused)``.
 
     ``kind`` is 0 F, 1 B, 2 W; ``position`` the place on the micro-batch's path (the stage index;
@@ -525,25 +550,29 @@ class _Program:
     m: int
     v: int
     # per op in a topological order: by longest-path level, then stage (ops of one level are independent)
-    stage: np.ndarray
-    code: np.ndarray  # duration code (kind * p + group) * v + chunk
-    dep: np.ndarray  # topological index of the producer on another stage, -1 if none
-    msg: np.ndarray  # link of that input: 1 forward, 2 backward, 0 none
-    level: np.ndarray  # longest-path depth
+    stage: NDArray[np.int32]
+    code: NDArray[np.int32]  # duration code (kind * p + group) * v + chunk
+    dep: NDArray[np.int32]  # topological index of the producer on another stage, -1 if none
+    msg: NDArray[np.int8]  # link of that input: 1 forward, 2 backward, 0 none
+    level: NDArray[np.int32]  # longest-path depth
     # per op in slot order, stage after stage ("gid")
-    offsets: tuple  # stage s holds gids offsets[s] .. offsets[s+1]-1
-    topo: np.ndarray  # gid -> topological index
-    kind_g: np.ndarray
-    mb_g: np.ndarray
-    pos_g: np.ndarray
-    fused_g: np.ndarray
+    offsets: tuple[int, ...]  # stage s holds gids offsets[s] .. offsets[s+1]-1
+    topo: NDArray[np.int32]  # gid -> topological index
+    kind_g: NDArray[np.int8]
+    mb_g: NDArray[np.int64]
+    pos_g: NDArray[np.int64]
+    fused_g: NDArray[np.bool_]
 
     @property
     def n_ops(self) -> int:
         return len(self.stage)
 
 
-def _producer(kind: int, mb: int, pos: int, last_pos: int):
+_Trace: TypeAlias = tuple[_Program, list[float], list[float], tuple[tuple[float, float], ...]]
+"""What a simulated step keeps to list its events: program, start and end per op, update span per stage."""
+
+
+def _producer(kind: int, mb: int, pos: int, last_pos: int) -> tuple[tuple[int, int, int] | None, int]:
     """The op whose end an op waits for, and the link it arrives on (before same-stage elision)."""
     if kind == _F:
         return ((_F, mb, pos - 1), _MSG_FWD) if pos > 0 else (None, _MSG_NONE)
@@ -552,17 +581,17 @@ def _producer(kind: int, mb: int, pos: int, last_pos: int):
     return (_B, mb, pos), _MSG_NONE
 
 
-class _ShapeCache:
+class _ShapeCache(Generic[_T]):
     """Per-shape results (compiled programs, wave plans) kept up to a total number of operations, least
     recently used first out: sized to the space's shapes, not to a count that a table walks in a cycle."""
 
-    def __init__(self, fn, budget: int):
+    def __init__(self, fn: Callable[..., tuple[_T, int]], budget: int):
         self.fn = fn
         self.budget = budget
-        self.items: dict = {}
+        self.items: dict[tuple[Hashable, ...], tuple[_T, int]] = {}
         self.ops = 0
 
-    def __call__(self, *key):
+    def __call__(self, *key: Hashable) -> _T:
         got = self.items.pop(key, None)
         if got is None:
             got = self.fn(*key)
@@ -572,7 +601,7 @@ class _ShapeCache:
         self.items[key] = got
         return got[0]
 
-    def cache_clear(self):
+    def cache_clear(self) -> None:
         self.items.clear()
         self.ops = 0
 
@@ -581,15 +610,15 @@ CACHE_OPS = 4_000_000
 """Operations (summed over shapes) whose compiled programs and wave plans are kept (~100 B each)."""
 
 
-def _compile(schedule: str, p: int, m: int, v: int):
+def _compile(schedule: str, p: int, m: int, v: int) -> tuple[_Program, int]:
     """Compile the slot orders into a topological order (cached; depends only on the shape)."""
     orders = slot_orders(schedule, p, m, v)
     inter = schedule == "interleaved"
     npos = v * p if inter else p
     lens = [len(ops) for ops in orders]
     offsets = [0]
-    for k in lens:
-        offsets.append(offsets[-1] + k)
+    for count in lens:
+        offsets.append(offsets[-1] + count)
     n = offsets[-1]
     flat = np.array([op for ops in orders for op in ops], dtype=np.int64).reshape(n, 4)
     kind, mb, pos, fused = flat[:, 0], flat[:, 1], flat[:, 2], flat[:, 3].astype(bool)
@@ -669,7 +698,7 @@ def _get_program(schedule: str, p: int, m: int, v: int) -> _Program:
 # inputs
 
 
-def _per_group(value, p: int, what: str) -> list[float]:
+def _per_group(value: PerGroup | None, p: int, what: str) -> list[float]:
     """A time or size given once for every layer group, or one value per group (length p)."""
     if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
         vals = [float(value)]
@@ -688,7 +717,7 @@ def _per_group(value, p: int, what: str) -> list[float]:
     return vals * p if len(vals) == 1 else vals
 
 
-def _chunk_fractions(schedule: str, p: int, v: int, chunk_layers) -> list[list[float]]:
+def _chunk_fractions(schedule: str, p: int, v: int, chunk_layers: Iterable[int] | None) -> list[list[float]]:
     """``frac[g][c]``: share of layer group g's time (and activations) taken by its chunk c.
 
     Interleaved: ``chunk_layers`` lists the layers of the ``v p`` chunks in path order (chunk c of
@@ -706,7 +735,7 @@ def _chunk_fractions(schedule: str, p: int, v: int, chunk_layers) -> list[list[f
         raise InputError(f"chunk layers: expected v x p = {v * p} chunk sizes, got {len(layers)}")
     if any(isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < 1 for x in layers):
         raise InputError(f"chunk layers must be whole numbers >= 1, got {layers}")
-    out = []
+    out: list[list[float]] = []
     for s in range(p):
         mine = [int(layers[c * p + s]) for c in range(v)]
         total = sum(mine)
@@ -714,7 +743,8 @@ def _chunk_fractions(schedule: str, p: int, v: int, chunk_layers) -> list[list[f
     return out
 
 
-def _duration_table(p: int, v: int, forward, bx, bw, frac) -> list[float]:
+def _duration_table(p: int, v: int, forward: Sequence[float], bx: Sequence[float], bw: Sequence[float],
+                    frac: Sequence[Sequence[float]]) -> list[float]:
     """Duration of every code ``(kind, group, chunk)``: base time of the group x chunk share.
 
     Fused backward = (dX + dW) x share; both :func:`simulate` and :func:`completion_time` evaluate
@@ -763,20 +793,20 @@ class PipelineResult:
     m: int
     v: int
     completion: float  # end of the last update
-    busy: tuple  # sum of the stage's operation times, update included
-    idle: tuple  # completion - busy
+    busy: tuple[float, ...]  # sum of the stage's operation times, update included
+    idle: tuple[float, ...]  # completion - busy
     bubble_fraction: float  # sum of idle / (p x completion)
     forward_messages: int  # activation transfers between stages
     messages: int  # activation + gradient transfers
-    peak_inflight: tuple  # peak live micro-batch activation sets (1 = one whole layer group)
-    peak_activation_bytes: tuple
-    buffer_bytes: tuple  # send/receive buffers held
-    peak_bytes: tuple  # peak activations + buffers
+    peak_inflight: tuple[float, ...]  # peak live micro-batch activation sets (1 = one whole layer group)
+    peak_activation_bytes: tuple[float, ...]
+    buffer_bytes: tuple[float, ...]  # send/receive buffers held
+    peak_bytes: tuple[float, ...]  # peak activations + buffers
     parameter_copies: int
-    _trace: tuple = field(default=(), repr=False, compare=False)  # (program, start, end, update spans)
+    _trace: _Trace | tuple[()] = field(default=(), repr=False, compare=False)  # (program, start, end, update spans)
 
     @cached_property
-    def events(self) -> tuple:
+    def events(self) -> tuple[Event, ...]:
         """Every operation as an :class:`Event`, stage after stage in slot order, each update last."""
         if not self._trace:
             return ()
@@ -790,7 +820,7 @@ class PipelineResult:
         mbs = prog.mb_g.tolist()
         pos = prog.pos_g.tolist()
         fused = prog.fused_g.tolist()
-        out = []
+        out: list[Event] = []
         for s in range(p):
             for g in range(prog.offsets[s], prog.offsets[s + 1]):
                 i = topo[g]
@@ -799,12 +829,12 @@ class PipelineResult:
             out.append(Event(s, "U", -1, u_span[s][0], u_span[s][1]))
         return tuple(out)
 
-    def stage_events(self, stage: int) -> list:
+    def stage_events(self, stage: int) -> list[Event]:
         return [e for e in self.events if e.stage == stage]
 
-    def as_dict(self, *, events: bool = False) -> dict:
+    def as_dict(self, *, events: bool = False) -> dict[str, Any]:
         """Plain data in a fixed key order (JSON-ready); times in seconds, sizes in bytes."""
-        d = {
+        d: dict[str, Any] = {
             "schedule": self.schedule,
             "stages": self.p,
             "microbatches": self.m,
@@ -834,9 +864,10 @@ class PipelineResult:
 # simulation
 
 
-def simulate(schedule: str, p: int, m: int, forward, backward_input, backward_weight=0.0,
-             transfer=0.0, update=0.0, *, v: int = 2, chunk_layers=None, transfer_backward=None,
-             activation=0.0, buffer=0.0) -> PipelineResult:
+def simulate(schedule: str, p: int, m: int, forward: PerGroup, backward_input: PerGroup,
+             backward_weight: PerGroup = 0.0, transfer: PerGroup = 0.0, update: PerGroup = 0.0, *, v: int = 2,
+             chunk_layers: Iterable[int] | None = None, transfer_backward: PerGroup | None = None,
+             activation: PerGroup = 0.0, buffer: PerGroup = 0.0) -> PipelineResult:
     """Simulate one step of ``schedule`` on ``p`` stages with ``m`` micro-batches (event model above).
 
     Times in seconds, per layer group (one number for all groups, or ``p`` numbers):
@@ -918,14 +949,14 @@ def simulate(schedule: str, p: int, m: int, forward, backward_input, backward_we
 class _Wave:
     at: int  # the wave's ops are rows at .. at+n-1 of the ring of recent end times (wrapping around)
     n: int
-    stage: object  # their stages (a slice when they are consecutive stages)
-    code: np.ndarray
+    stage: slice | Index  # their stages (a slice when they are consecutive stages)
+    code: Index
     full: bool  # every stage present: stage == arange(p)
-    in_rows: object  # rows of the wave that wait for a message (a slice when contiguous) ...
-    in_slots: np.ndarray  # ... and the ring rows holding the senders' end times
+    in_rows: slice | Index  # rows of the wave that wait for a message (a slice when contiguous) ...
+    in_slots: Index  # ... and the ring rows holding the senders' end times
 
 
-def _wave_plan(schedule: str, p: int, m: int, v: int):
+def _wave_plan(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[_Wave, ...], int], int]:
     """Group the program's ops by level (every op of a wave is independent of the others) and give
     every op a row of a ring buffer of end times, as long as the longest wait of a message in
     program rows: a row is overwritten only after its message has been read."""
@@ -936,7 +967,7 @@ def _wave_plan(schedule: str, p: int, m: int, v: int):
     ring = int((rows[has] - prog.dep[has]).max()) + 1 if has.any() else 1
     bounds = [0] + (np.flatnonzero(np.diff(level)) + 1).tolist() + [prog.n_ops]
     ring = max(ring, max(hi - lo for lo, hi in zip(bounds, bounds[1:], strict=False)) if prog.n_ops else 1)
-    waves = []
+    waves: list[_Wave] = []
     for lo, hi in zip(bounds, bounds[1:], strict=False):
         st = prog.stage[lo:hi].astype(np.int64)
         rows_in = np.flatnonzero(prog.dep[lo:hi] >= 0)
@@ -949,14 +980,14 @@ def _wave_plan(schedule: str, p: int, m: int, v: int):
 _waves = _ShapeCache(_wave_plan, CACHE_OPS)
 
 
-def _as_slice(rows: np.ndarray):
+def _as_slice(rows: Index) -> slice | Index:
     """A run of consecutive row numbers as a slice (numpy then works on views, without copies)."""
     if len(rows) and rows[-1] - rows[0] == len(rows) - 1:
         return slice(int(rows[0]), int(rows[-1]) + 1)
     return rows
 
 
-def _as_array(x, what: str) -> np.ndarray:
+def _as_array(x: ArrayLike, what: str) -> FloatArray:
     try:
         a = np.asarray(x, dtype=float)
     except (TypeError, ValueError):
@@ -966,8 +997,10 @@ def _as_array(x, what: str) -> np.ndarray:
     return a
 
 
-def completion_time(schedule: str, p: int, m: int, forward, backward_input, backward_weight, transfer,
-                    update, *, v: int = 2, chunk_layers=None, block: int = 2048, per_group: bool = False) -> np.ndarray:
+def completion_time(schedule: str, p: int, m: int, forward: ArrayLike, backward_input: ArrayLike,
+                    backward_weight: ArrayLike, transfer: ArrayLike, update: ArrayLike, *, v: int = 2,
+                    chunk_layers: Iterable[int] | None = None, block: int = 2048,
+                    per_group: bool = False) -> FloatArray:
     """Step completion time [s] for many duration sets at once, vectorised over the time arguments.
 
     ``forward``, ``backward_input`` (dX), ``backward_weight`` (dW), ``transfer`` (both links) and
@@ -996,9 +1029,9 @@ def completion_time(schedule: str, p: int, m: int, forward, backward_input, back
     if per_group:
         return _completion_per_group(schedule, p, m, v, forward, backward_input, backward_weight, transfer, update,
                                      chunk_layers, block)
-    arrays = [_as_array(x, w) for x, w in ((forward, "forward time"), (backward_input, "backward (dX) time"),
-                                           (backward_weight, "backward weight (dW) time"),
-                                           (transfer, "transfer time"), (update, "update time"))]
+    named = ((forward, "forward time"), (backward_input, "backward (dX) time"),
+             (backward_weight, "backward weight (dW) time"), (transfer, "transfer time"), (update, "update time"))
+    arrays: Sequence[FloatArray] = [_as_array(x, w) for x, w in named]
     try:
         arrays = np.broadcast_arrays(*arrays)
     except ValueError:
@@ -1013,7 +1046,8 @@ def completion_time(schedule: str, p: int, m: int, forward, backward_input, back
                           ).reshape(shape)
 
 
-def _group_arrays(p: int, forward, backward_input, backward_weight, transfer, update):
+def _group_arrays(p: int, forward: ArrayLike, backward_input: ArrayLike, backward_weight: ArrayLike,
+                  transfer: ArrayLike, update: ArrayLike) -> tuple[list[FloatArray], FloatArray, tuple[int, ...]]:
     """Per-group durations given with a leading group axis of length p (or without one: the same on
     every group), returned with the group axis last, broadcast to (rest..., p); the transfer to (rest...)."""
     named = ((forward, "forward time"), (backward_input, "backward (dX) time"),
@@ -1031,8 +1065,9 @@ def _group_arrays(p: int, forward, backward_input, backward_weight, transfer, up
     return groups, np.broadcast_to(tr, lead), lead
 
 
-def _completion_per_group(schedule, p, m, v, forward, backward_input, backward_weight, transfer, update,
-                          chunk_layers, block) -> np.ndarray:
+def _completion_per_group(schedule: str, p: int, m: int, v: int, forward: ArrayLike, backward_input: ArrayLike,
+                          backward_weight: ArrayLike, transfer: ArrayLike, update: ArrayLike,
+                          chunk_layers: Iterable[int] | None, block: int) -> FloatArray:
     (f, x, w, u), tr, lead = _group_arrays(p, forward, backward_input, backward_weight, transfer, update)
     if all(np.all(a == a[..., :1]) for a in (f, x, w, u)):  # balanced after all
         return completion_time(schedule, p, m, f[..., 0], x[..., 0], w[..., 0], tr, u[..., 0], v=v,
@@ -1042,7 +1077,8 @@ def _completion_per_group(schedule, p, m, v, forward, backward_input, backward_w
     return _completion_recurrence(schedule, p, m, v, frac, flat, block).reshape(lead)
 
 
-def _completion_recurrence(schedule: str, p: int, m: int, v: int, frac, flat, block: int = 2048) -> np.ndarray:
+def _completion_recurrence(schedule: str, p: int, m: int, v: int, frac: Sequence[Sequence[float]],
+                           flat: Sequence[FloatArray], block: int = 2048) -> FloatArray:
     """The event model's recurrence over flat duration arrays (forward, dX, dW, transfer, update);
     forward, dX, dW and update are one value per set, or (sets, p) per layer group."""
     waves, ring = _waves(schedule, p, m, v)
@@ -1069,10 +1105,10 @@ class _CompletionMemo:
 
     def __init__(self, limit: int):
         self.limit = limit
-        self.shapes: dict = {}
+        self.shapes: dict[Hashable, dict[tuple[float, ...], float]] = {}
         self.size = 0
 
-    def evaluate(self, key, flat, compute) -> np.ndarray:
+    def evaluate(self, key: Hashable, flat: Sequence[FloatArray], compute: Callable[..., FloatArray]) -> FloatArray:
         n = flat[0].size
         if n > MEMO_CALL:
             return compute(*flat)
@@ -1083,7 +1119,7 @@ class _CompletionMemo:
             self.shapes[key] = self.shapes.pop(key)
         rows = list(zip(*(a.tolist() for a in flat), strict=False))
         out = np.empty(n)
-        miss = []
+        miss: list[int] = []
         for i, r in enumerate(rows):
             val = known.get(r)
             if val is None:
@@ -1104,7 +1140,7 @@ class _CompletionMemo:
                 self.size -= len(self.shapes.pop(oldest))
         return out
 
-    def clear(self):
+    def clear(self) -> None:
         self.shapes.clear()
         self.size = 0
 
@@ -1112,16 +1148,17 @@ class _CompletionMemo:
 _MEMO = _CompletionMemo(MEMO_ENTRIES)
 
 
-def shape_ok(schedule: str, p, m) -> np.ndarray:
+def shape_ok(schedule: str, p: ArrayLike, m: ArrayLike) -> NDArray[np.bool_]:
     """Vectorised ``shape_error(...) is None``: False only for DeepSeek's DualPipe off its shapes."""
     _check_schedule(schedule)
     p, m = np.broadcast_arrays(_ints(p), _ints(m))
     if schedule != "dualpipe-deepseek":
         return np.ones(p.shape, dtype=bool)
-    return (p <= 1) | ((p % 2 == 0) & (m % 2 == 0) & (m >= 2 * p))
+    ok: NDArray[np.bool_] = (p <= 1) | ((p % 2 == 0) & (m % 2 == 0) & (m >= 2 * p))
+    return ok
 
 
-def group_shapes(p, m):
+def group_shapes(p: ArrayLike, m: ArrayLike) -> tuple[list[tuple[int, int]], Index, Index]:
     """Group rows by shape: ``(shapes, order, cuts)`` with the distinct (p, m) pairs (sorted) and the
     rows of shape k at ``order[cuts[k]:cuts[k + 1]]`` (one sort of a combined integer key)."""
     p, m = _ints(p).reshape(-1), _ints(m).reshape(-1)
@@ -1136,8 +1173,9 @@ def group_shapes(p, m):
     return list(zip(p[first].tolist(), m[first].tolist(), strict=False)), order, cuts
 
 
-def completion_for_shapes(schedule: str, p, m, forward, backward_input, backward_weight, transfer, update=0.0,
-                          *, v: int = 2) -> np.ndarray:
+def completion_for_shapes(schedule: str, p: ArrayLike, m: ArrayLike, forward: ArrayLike, backward_input: ArrayLike,
+                          backward_weight: ArrayLike, transfer: ArrayLike, update: ArrayLike = 0.0, *,
+                          v: int = 2) -> FloatArray:
     """Exact completion times for arrays of shapes (p > 1 and m >= 1, whole numbers) and durations.
 
     Everything broadcasts. Closed-form schedules are evaluated in one vectorised expression; the
@@ -1163,23 +1201,24 @@ def completion_for_shapes(schedule: str, p, m, forward, backward_input, backward
     return out.reshape(shape)
 
 
-def _completion_block(p, v, waves, ring, frac, tf, bx, bw, tr, upd) -> np.ndarray:
+def _completion_block(p: int, v: int, waves: Sequence[_Wave], ring: int, frac: Sequence[Sequence[float]],
+                      tf: FloatArray, bx: FloatArray, bw: FloatArray, tr: FloatArray, upd: FloatArray) -> FloatArray:
     k = tf.shape[0]
     grouped = tf.ndim == 2  # (sets, p): one duration per layer group
     # distinct (duration kind, group if uneven, chunk share) rows; every code maps onto one of them
-    rows_of_key: dict = {}
+    rows_of_key: dict[tuple[int, int, float], int] = {}
     row_of = np.zeros(4 * p * v, dtype=np.int64)
     bases = (tf, bx, bx + bw, bw)
-    table = []
+    columns: list[FloatArray] = []
     for kind in range(4):
         for g in range(p):
             for c in range(v):
                 key = (kind, g if grouped else -1, frac[g][c])
                 if key not in rows_of_key:
-                    rows_of_key[key] = len(table)
-                    table.append((bases[kind][:, g] if grouped else bases[kind]) * frac[g][c])
+                    rows_of_key[key] = len(columns)
+                    columns.append((bases[kind][:, g] if grouped else bases[kind]) * frac[g][c])
                 row_of[(kind * p + g) * v + c] = rows_of_key[key]
-    table = np.stack(table)
+    table = np.stack(columns)
     # preallocated work arrays: fresh megabyte-sized temporaries per wave would dominate the time
     ends = np.empty((ring, k))  # recent end times, by program row modulo the ring
     free = np.zeros((p, k))
@@ -1224,15 +1263,17 @@ def _completion_block(p, v, waves, ring, frac, tf, bx, bw, tr, upd) -> np.ndarra
             ends[a:] = start[:cut]
             ends[:n - cut] = start[cut:]
     if upd.ndim == 2:  # per-stage updates: completion = max over stages of (free + update)
-        return (free + upd.T).max(axis=0)
-    return free.max(axis=0) + upd
+        latest: FloatArray = (free + upd.T).max(axis=0)
+        return latest
+    completion: FloatArray = free.max(axis=0) + upd
+    return completion
 
 
 # =============================================================================================
 # activation memory
 
 
-def _set_sizes(prog: _Program, frac, per_group) -> np.ndarray:
+def _set_sizes(prog: _Program, frac: Sequence[Sequence[float]], per_group: Sequence[float]) -> FloatArray:
     """Size of the activation set of every path position: the group's value x the chunk's share."""
     p = prog.p
     if prog.schedule == "interleaved":
@@ -1240,7 +1281,7 @@ def _set_sizes(prog: _Program, frac, per_group) -> np.ndarray:
     return np.array([float(x) for x in per_group])
 
 
-def _walk_peaks(prog: _Program, size_of_pos: np.ndarray) -> list[float]:
+def _walk_peaks(prog: _Program, size_of_pos: FloatArray) -> list[float]:
     """Per stage, the peak sum of live activation sets along the slot order.
 
     A set is allocated by its F and released by its fused B or by its W; a stage runs one op at a
@@ -1249,14 +1290,15 @@ def _walk_peaks(prog: _Program, size_of_pos: np.ndarray) -> list[float]:
     size = size_of_pos[prog.pos_g]
     release = (prog.kind_g == _W) | ((prog.kind_g == _B) & prog.fused_g)
     delta = np.where(prog.kind_g == _F, size, np.where(release, -size, 0.0))
-    peaks = []
+    peaks: list[float] = []
     for s in range(prog.p):
         lo, hi = prog.offsets[s], prog.offsets[s + 1]
         peaks.append(max(0.0, float(np.cumsum(delta[lo:hi]).max())) if hi > lo else 0.0)
     return peaks
 
 
-def peak_inflight(schedule: str, p: int, m: int, *, v: int = 2, chunk_layers=None) -> list[float]:
+def peak_inflight(schedule: str, p: int, m: int, *, v: int = 2,
+                  chunk_layers: Iterable[int] | None = None) -> list[float]:
     """Per-stage peak number of live micro-batch activation sets (for the solver's memory constraint).
 
     Unit: one micro-batch's activations of one whole layer group. Interleaved chunks count by their
@@ -1308,11 +1350,11 @@ BOUND_SLACK = 1e-12
 durations as the event model in another order, so they may differ from it in the last bits."""
 
 
-def _ints(x) -> np.ndarray:
+def _ints(x: ArrayLike) -> NDArray[np.int64]:
     return np.asarray(x, dtype=np.int64)
 
 
-def transfers_1f1b(p, m):
+def transfers_1f1b(p: ArrayLike, m: ArrayLike) -> NDArray[np.int64]:
     """Transfers on the critical path of balanced 1F1B: ``2 (p - 1 + floor((m - 1)(p - 1) / p))``.
 
     The fill and drain cross p - 1 links each way; in the steady state every further micro-batch
@@ -1324,7 +1366,8 @@ def transfers_1f1b(p, m):
     return 2 * (p - 1 + ((m - 1) * (p - 1)) // p)
 
 
-def completion_closed_form(schedule: str, p, m, forward, backward_input, backward_weight, transfer, update):
+def completion_closed_form(schedule: str, p: ArrayLike, m: ArrayLike, forward: ArrayLike, backward_input: ArrayLike,
+                           backward_weight: ArrayLike, transfer: ArrayLike, update: ArrayLike) -> FloatArray:
     """Exact completion time [s] of fill-drain and 1F1B with balanced stages (both links ``transfer``).
 
     ``T = (m + p - 1)(t_f + t_b) + n_x t_x + t_u`` with the whole backward ``t_b = dX + dW`` (both
@@ -1340,19 +1383,22 @@ def completion_closed_form(schedule: str, p, m, forward, backward_input, backwar
     p, m = _ints(p), _ints(m)
     n_x = 2 * (p - 1) if schedule == "fill-drain" else transfers_1f1b(p, m)
     tb = np.add(backward_input, backward_weight)
-    return (m + p - 1) * (np.asarray(forward, dtype=float) + tb) + n_x * np.asarray(transfer, dtype=float) \
-        + np.asarray(update, dtype=float)
+    completion: FloatArray = (m + p - 1) * (np.asarray(forward, dtype=float) + tb) \
+        + n_x * np.asarray(transfer, dtype=float) + np.asarray(update, dtype=float)
+    return completion
 
 
-def _interleaved_gmax(p, m):
+def _interleaved_gmax(p: ArrayLike, m: ArrayLike) -> NDArray[np.int64]:
     """Largest micro-batch group of the interleaved order: p, or p + m mod p when m > p (the last
     full group absorbs the remainder)."""
     p, m = _ints(p), _ints(m)
     return np.where((m > p) & (m % np.maximum(p, 1) != 0), p + m % np.maximum(p, 1), p)
 
 
-def completion_bounds(schedule: str, p, m, forward, backward_input, backward_weight, transfer, update, *,
-                      v: int = 2, per_group: bool = False, chunk_layers=None):
+def completion_bounds(schedule: str, p: ArrayLike, m: ArrayLike, forward: ArrayLike, backward_input: ArrayLike,
+                      backward_weight: ArrayLike, transfer: ArrayLike, update: ArrayLike, *, v: int = 2,
+                      per_group: bool = False,
+                      chunk_layers: Iterable[int] | None = None) -> tuple[FloatArray, FloatArray]:
     """Closed-form ``(lo, hi)`` with ``lo <= completion <= hi`` [s]; balanced stages, equal chunks.
 
     Arguments as :func:`completion_time`; p and m broadcast too. For fill-drain and 1F1B both are the
@@ -1416,7 +1462,8 @@ def completion_bounds(schedule: str, p, m, forward, backward_input, backward_wei
     return lo * (1 - BOUND_SLACK), hi * (1 + BOUND_SLACK)
 
 
-def _groups_first(p: int, forward, backward_input, backward_weight, transfer, update):
+def _groups_first(p: int, forward: ArrayLike, backward_input: ArrayLike, backward_weight: ArrayLike,
+                  transfer: ArrayLike, update: ArrayLike) -> tuple[list[FloatArray], FloatArray, tuple[int, ...]]:
     """Per-group durations as :func:`_group_arrays` takes them, kept with the group axis first (p, rest...)
     -- a group is then a contiguous block and sums, maxima and prefix sums over groups are elementwise
     operations on whole blocks -- broadcast along the group axis only; the transfer as (rest...)."""
@@ -1434,8 +1481,9 @@ def _groups_first(p: int, forward, backward_input, backward_weight, transfer, up
     return groups, tr, lead
 
 
-def completion_bounds_rows(schedule: str, p: int, m, forward, backward_input, backward_weight, transfer, update=0.0,
-                           *, v: int = 2, chunk_layers=None):
+def completion_bounds_rows(schedule: str, p: int, m: ArrayLike, forward: ArrayLike, backward_input: ArrayLike,
+                           backward_weight: ArrayLike, transfer: ArrayLike, update: ArrayLike = 0.0, *, v: int = 2,
+                           chunk_layers: Iterable[int] | None = None) -> tuple[FloatArray, FloatArray]:
     """:func:`completion_bounds` with durations per layer group (a leading group axis, as ``per_group``)
     for one stage count ``p`` and a micro-batch count per row: ``m`` is an integer array that broadcasts
     with the durations' rows, so every pipeline shape of one p is bounded in one vectorised pass (the
@@ -1455,13 +1503,15 @@ def completion_bounds_rows(schedule: str, p: int, m, forward, backward_input, ba
     return np.where(bad, np.inf, lo), np.where(bad, np.inf, hi)
 
 
-def _bounds_per_group(schedule, p, m, v, forward, backward_input, backward_weight, transfer, update, chunk_layers):
+def _bounds_per_group(schedule: str, p: int, m: int | NDArray[np.int64], v: int, forward: ArrayLike,
+                      backward_input: ArrayLike, backward_weight: ArrayLike, transfer: ArrayLike, update: ArrayLike,
+                      chunk_layers: Iterable[int] | None) -> tuple[FloatArray, FloatArray]:
     """:func:`completion_bounds` for durations per layer group (arrays (p, ...)); ``m`` a whole number or
     an integer array broadcasting with the rows."""
     (F, X, W, U), t, lead = _groups_first(p, forward, backward_input, backward_weight, transfer, update)
     lead = np.broadcast_shapes(lead, np.shape(m))
 
-    def out(x):
+    def out(x: ArrayLike) -> FloatArray:
         return np.broadcast_to(x, lead).reshape(lead)
 
     if p == 1:
@@ -1474,7 +1524,8 @@ def _bounds_per_group(schedule, p, m, v, forward, backward_input, backward_weigh
     col = (p,) + (1,) * len(lead)
     stage = np.arange(p, dtype=float).reshape(col)
 
-    def pre(a):  # pre(a)[k] = sum over groups 0 .. k-1 (k = 0 .. p), group by group (whole contiguous rows;
+    def pre(a: FloatArray) -> FloatArray:
+        # pre(a)[k] = sum over groups 0 .. k-1 (k = 0 .. p), group by group (whole contiguous rows;
         # numpy's cumsum along the first axis strides through memory)
         out = np.empty((p + 1,) + a.shape[1:])
         out[0] = 0.0
@@ -1513,7 +1564,7 @@ def _bounds_per_group(schedule, p, m, v, forward, backward_input, backward_weigh
     return out(lo * (1 - BOUND_SLACK)), out(hi * (1 + BOUND_SLACK))
 
 
-def peak_inflight_bounds(schedule: str, p, m, *, v: int = 2):
+def peak_inflight_bounds(schedule: str, p: ArrayLike, m: ArrayLike, *, v: int = 2) -> tuple[FloatArray, FloatArray]:
     """``(lo, hi)`` of the busiest stage's peak live activation sets, in closed form (p, m broadcast).
 
     Exact (lo = hi) for every schedule but the chapter's DualPipe (equal interleaved chunks):
@@ -1546,7 +1597,8 @@ def peak_inflight_bounds(schedule: str, p, m, *, v: int = 2):
     return lo * one, hi * one
 
 
-def peak_inflight_stage_bounds(schedule: str, p: int, m: int, *, v: int = 2, chunk_layers=None):
+def peak_inflight_stage_bounds(schedule: str, p: int, m: int, *, v: int = 2,
+                               chunk_layers: Iterable[int] | None = None) -> tuple[list[float], list[float]]:
     """``(lo, hi)``, lists of p: each stage's peak live activation sets, in closed form (one shape).
 
     Exact per stage for fill-drain (m), 1F1B (min(p - s, m)), ZB-H1 (min(p, m)), ZB-H2
@@ -1571,7 +1623,8 @@ def peak_inflight_stage_bounds(schedule: str, p: int, m: int, *, v: int = 2, chu
         g = int(_interleaved_gmax(p, m))
         count = [min(2 * (p - 1 - s) + (v - 1) * g + 1, v * m) for s in stages]
         frac = _chunk_fractions(schedule, p, v, chunk_layers)
-        return [c * min(f) for c, f in zip(count, frac, strict=False)], [c * max(f) for c, f in zip(count, frac, strict=False)]
+        return ([c * min(f) for c, f in zip(count, frac, strict=False)],
+                [c * max(f) for c, f in zip(count, frac, strict=False)])
     elif schedule == "dualpipe":
         down, up = _halves(m)
         per = [(min(down, 2 * (p - 1 - s) + 1), min(up, 2 * s + 1)) for s in stages]
@@ -1581,7 +1634,7 @@ def peak_inflight_stage_bounds(schedule: str, p: int, m: int, *, v: int = 2, chu
     return lo, list(lo)
 
 
-def peak_inflight_max(schedule: str, p, m, *, v: int = 2) -> np.ndarray:
+def peak_inflight_max(schedule: str, p: ArrayLike, m: ArrayLike, *, v: int = 2) -> FloatArray:
     """The busiest stage's peak live activation sets (``max(peak_inflight(...))``) for arrays of shapes.
 
     Closed form (:func:`peak_inflight_bounds`) where it is exact; the chapter's DualPipe walks its

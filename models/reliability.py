@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from tpopt.errors import InputError
+from tpopt.models.numeric import FloatArray, Floats
 
 # --------------------------------------------------------------------------------------------
 # checkpoint size and write time
@@ -36,7 +39,7 @@ from tpopt.errors import InputError
 CHECKPOINT_BYTES_PER_PARAM = 14
 
 
-def checkpoint_bytes(n_params, bytes_per_param=CHECKPOINT_BYTES_PER_PARAM):
+def checkpoint_bytes(n_params: Floats, bytes_per_param: float = CHECKPOINT_BYTES_PER_PARAM) -> Floats:
     """Bytes of one resumable checkpoint.
 
     size = N x bytes_per_param, with bytes_per_param = 2 (weights) + 4 (master) + 8 (two moments) = 14.
@@ -45,7 +48,7 @@ def checkpoint_bytes(n_params, bytes_per_param=CHECKPOINT_BYTES_PER_PARAM):
     return n_params * bytes_per_param
 
 
-def write_time(size, bandwidth):
+def write_time(size: Floats, bandwidth: Floats) -> Floats:
     """Seconds to write ``size`` bytes at the aggregate ``bandwidth`` (bytes/s): t = size / B.
 
     114,670,295,040 bytes at 7 GB/s -> 16.381 s.
@@ -53,12 +56,12 @@ def write_time(size, bandwidth):
     return size / bandwidth
 
 
-def sync_pause(size, bandwidth):
+def sync_pause(size: Floats, bandwidth: Floats) -> Floats:
     """Training pause of a synchronous save: the whole write, c = size / B."""
     return write_time(size, bandwidth)
 
 
-def async_pause(copy_time):
+def async_pause(copy_time: Floats) -> Floats:
     """Training pause of an asynchronous save: only the snapshot copy into a side buffer, c = t_copy.
 
     The upload runs in the background; the snapshot is usable for recovery only once committed.
@@ -66,7 +69,7 @@ def async_pause(copy_time):
     return copy_time
 
 
-def commit_lag(size, bandwidth, copy_time):
+def commit_lag(size: Floats, bandwidth: Floats, copy_time: Floats) -> Floats:
     """Seconds from capture until an async snapshot is committed, without a queue: w = t_copy + size / B.
 
     112 GB at 7 GB/s with a 0.5 s copy -> 16.5 s; at 20 GB/s -> 6.1 s.
@@ -74,7 +77,7 @@ def commit_lag(size, bandwidth, copy_time):
     return copy_time + size / bandwidth
 
 
-def demanded_write_rate(size, interval):
+def demanded_write_rate(size: Floats, interval: Floats) -> Floats:
     """Average write rate the saves demand: size / interval (bytes/s).
 
     112 GB every 10 s -> 11.2 GB/s; every 20 s -> 5.6 GB/s.
@@ -82,7 +85,7 @@ def demanded_write_rate(size, interval):
     return size / interval
 
 
-def backlog_ok(interval, write_time):
+def backlog_ok(interval: ArrayLike, write_time: ArrayLike) -> NDArray[np.bool_]:
     """Backlog condition: saves do not pile up iff interval >= size / B (= the write time).
 
     Equivalently the demanded rate size / interval does not exceed the bandwidth. Broadcasts to a
@@ -95,12 +98,12 @@ def backlog_ok(interval, write_time):
 # failure and rollback rates
 
 
-def job_failure_rate(cards, card_mtbf):
+def job_failure_rate(cards: Floats, card_mtbf: Floats) -> Floats:
     """Job interruption rate when any card's failure stops the job: lam = cards / MTBF_card (1/s)."""
     return cards / card_mtbf
 
 
-def card_mtbf_from_job(job_mtbf, cards):
+def card_mtbf_from_job(job_mtbf: Floats, cards: Floats) -> Floats:
     """Per-card MTBF implied by a job-level figure, assuming the rate is proportional to cards.
 
     MTBF_card = cards x MTBF_job. 1024 cards, one interruption per 7.9 h -> 8,089.6 h = 337.07 d.
@@ -108,7 +111,7 @@ def card_mtbf_from_job(job_mtbf, cards):
     return cards * job_mtbf
 
 
-def event_rate(mean_interval):
+def event_rate(mean_interval: ArrayLike | None) -> Floats:
     """Rate of a job-wide event seen once per ``mean_interval`` on average: 1 / interval.
 
     ``None`` or an infinite interval means the event never happens (rate 0). Loss-spike rollbacks
@@ -119,10 +122,12 @@ def event_rate(mean_interval):
     m = np.asarray(mean_interval, dtype=float)
     with np.errstate(divide="ignore"):
         out = np.where(np.isinf(m), 0.0, 1.0 / m)
-    return out[()] if out.ndim == 0 else out
+    rate: Floats = out[()] if out.ndim == 0 else out
+    return rate
 
 
-def total_event_rate(cards, card_mtbf, *, spike_interval=None, planned_interval=None):
+def total_event_rate(cards: Floats, card_mtbf: Floats, *, spike_interval: ArrayLike | None = None,
+                     planned_interval: ArrayLike | None = None) -> Floats:
     """All rollback events of the job: lam = cards / MTBF_card + 1/T_spike + 1/T_planned.
 
     Hardware failures scale with cards; loss spikes and planned interruptions hit the whole job at
@@ -136,12 +141,12 @@ def total_event_rate(cards, card_mtbf, *, spike_interval=None, planned_interval=
 # overhead per unit of useful training time, first-order model
 
 
-def save_overhead(interval, pause):
+def save_overhead(interval: Floats, pause: Floats) -> Floats:
     """Save share: one pause per interval, c / tau."""
     return pause / interval
 
 
-def expected_lost_work(interval, lag=0.0):
+def expected_lost_work(interval: Floats, lag: Floats = 0.0) -> Floats:
     """Expected work redone after one event: tau / 2 + w.
 
     Sync saves (w = 0): the event lands uniformly in an interval, so on average half of it is lost.
@@ -157,17 +162,17 @@ def expected_lost_work(interval, lag=0.0):
     return interval / 2.0 + lag
 
 
-def redo_overhead(interval, rate, lag=0.0):
+def redo_overhead(interval: Floats, rate: Floats, lag: Floats = 0.0) -> Floats:
     """Redo share: events per unit useful time x expected lost work, lam (tau / 2 + w)."""
     return rate * expected_lost_work(interval, lag)
 
 
-def restart_overhead(rate, restore):
+def restart_overhead(rate: Floats, restore: Floats) -> Floats:
     """Restart share: events per unit useful time x restart time, lam r."""
     return rate * restore
 
 
-def overhead_first_order(interval, pause, rate, restore, lag=0.0):
+def overhead_first_order(interval: Floats, pause: Floats, rate: Floats, restore: Floats, lag: Floats = 0.0) -> Floats:
     """First-order overhead per unit useful time: L(tau) = c / tau + lam (tau / 2 + w + r).
 
     Valid while failures are rare (lam (tau + c) << 1). Sync: w = 0. chapter 10.4:
@@ -176,7 +181,7 @@ def overhead_first_order(interval, pause, rate, restore, lag=0.0):
     return save_overhead(interval, pause) + redo_overhead(interval, rate, lag) + restart_overhead(rate, restore)
 
 
-def optimal_interval_first_order(pause, rate, min_interval=0.0):
+def optimal_interval_first_order(pause: ArrayLike, rate: ArrayLike, min_interval: ArrayLike = 0.0) -> Floats:
     """Minimiser of L(tau): tau* = sqrt(2 c / lam), raised to ``min_interval`` if that is larger.
 
     dL/dtau = -c / tau^2 + lam / 2 = 0; L is convex on tau > 0, so with a lower bound (the backlog
@@ -188,14 +193,15 @@ def optimal_interval_first_order(pause, rate, min_interval=0.0):
     with np.errstate(divide="ignore"):
         tau = np.where(lam > 0, np.sqrt(2.0 * c / np.where(lam > 0, lam, 1.0)), np.inf)
     out = np.maximum(tau, min_interval)
-    return out[()] if out.ndim == 0 else out
+    best: Floats = out[()] if out.ndim == 0 else out
+    return best
 
 
 # --------------------------------------------------------------------------------------------
 # exact Poisson-retry model (sync saves)
 
 
-def expected_segment_time_poisson(interval, pause, rate, restore):
+def expected_segment_time_poisson(interval: ArrayLike, pause: Floats, rate: ArrayLike, restore: Floats) -> Floats:
     """Expected wall time to complete one segment of tau useful seconds plus its save pause c.
 
     Events form a Poisson process of rate lam during work and saves (not during restarts); an event
@@ -209,10 +215,11 @@ def expected_segment_time_poisson(interval, pause, rate, restore):
     safe = np.where(lam > 0, lam, 1.0)
     with np.errstate(over="ignore"):  # lam s > ~700: the segment practically never completes -> inf
         out = np.where(lam > 0, (1.0 / safe + restore) * np.expm1(safe * s), s)
-    return out[()] if out.ndim == 0 else out
+    segment: Floats = out[()] if out.ndim == 0 else out
+    return segment
 
 
-def overhead_poisson(interval, pause, rate, restore):
+def overhead_poisson(interval: Floats, pause: Floats, rate: Floats, restore: Floats) -> Floats:
     """Poisson-retry overhead per unit useful time: E[T] / tau - 1.
 
     Always >= the first-order L(tau) with w = 0, because exp(y) - 1 >= y + y^2/2:
@@ -221,7 +228,7 @@ def overhead_poisson(interval, pause, rate, restore):
     return expected_segment_time_poisson(interval, pause, rate, restore) / interval - 1.0
 
 
-def optimal_interval_poisson(pause, rate):
+def optimal_interval_poisson(pause: ArrayLike, rate: ArrayLike) -> Floats:
     """Minimiser of the Poisson-retry overhead: argmin over tau of (exp(lam (tau + c)) - 1) / tau.
 
     (E[T]/tau = (1/lam + r)(exp(lam (tau + c)) - 1)/tau, so r does not move the optimum.)
@@ -246,7 +253,8 @@ def optimal_interval_poisson(pause, rate):
         x = 0.5 * (lo + hi)
         tau = np.where(lam > 0, x / np.where(lam > 0, lam, 1.0), np.inf)
     tau = np.where(c > 0, tau, 0.0)
-    return tau[()] if tau.ndim == 0 else tau
+    optimum: Floats = tau[()] if tau.ndim == 0 else tau
+    return optimum
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,13 +272,14 @@ class IntervalRow:
     total: float
 
 
-def interval_table(intervals, pause, rate, restore, lag=0.0) -> list[IntervalRow]:
+def interval_table(intervals: Iterable[float], pause: Floats, rate: Floats, restore: Floats,
+                   lag: Floats = 0.0) -> list[IntervalRow]:
     """Save / redo / restart / total shares of L(tau) for each interval (first-order model).
 
     The total is summed from unrounded terms (as in the chapter's table). chapter 10.4:
     300/900/1800 s -> save 5.5/1.8/0.9 %, redo 0.5/1.6/3.2 %, restart 0.4 %, total 6.4/3.8/4.5 %.
     """
-    rows = []
+    rows: list[IntervalRow] = []
     for tau in intervals:
         s = float(save_overhead(tau, pause))
         d = float(redo_overhead(tau, rate, lag))
@@ -301,7 +310,8 @@ class Recovery(NamedTuple):
     redo: float
 
 
-def async_upload_timeline(snapshot_times, copy_time, size, bandwidth) -> list[SnapshotUpload]:
+def async_upload_timeline(snapshot_times: Iterable[float], copy_time: float, size: float,
+                          bandwidth: float) -> list[SnapshotUpload]:
     """Commit times of async snapshots uploaded one at a time (FIFO, side buffers assumed available).
 
     copied_k = t_k + t_copy;  upload_start_k = max(copied_k, committed_{k-1});
@@ -324,14 +334,14 @@ def async_upload_timeline(snapshot_times, copy_time, size, bandwidth) -> list[Sn
     return out
 
 
-def recovery_after_failure(timeline, failure_time, start=0.0) -> Recovery:
+def recovery_after_failure(timeline: Iterable[SnapshotUpload], failure_time: float, start: float = 0.0) -> Recovery:
     """Newest snapshot committed strictly before ``failure_time`` and the work to redo.
 
     A snapshot still uploading (or still copying) at the failure is unusable. Redo = failure time -
     capture time of that snapshot (or - ``start`` when none committed). chapter 10.4: failure at
     50 s, commits 36.5 / 56.5 s -> back to 20 s, redo 30 s; commits 26.1 / 46.1 s -> redo 10 s.
     """
-    best = None
+    best: float | None = None
     for snap in timeline:
         if snap.committed < failure_time and (best is None or snap.captured > best):
             best = snap.captured
@@ -345,7 +355,7 @@ _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(16)
 _X_LO, _X_HI, _PANELS = -13.0, 13.0, 416
 
 
-def _quadrature_grid():
+def _quadrature_grid() -> tuple[FloatArray, FloatArray]:
     edges = np.linspace(_X_LO, _X_HI, _PANELS + 1)
     half = 0.5 * np.diff(edges)
     mid = 0.5 * (edges[1:] + edges[:-1])
@@ -380,7 +390,7 @@ def _log_ndtr_scalar(x: float) -> float:
     return -0.5 * x2 - math.log(-x) - _LOG_SQRT_2PI + math.log(total)
 
 
-def log_ndtr(x):
+def log_ndtr(x: ArrayLike) -> Floats:
     """log Phi(x), the natural log of the standard normal CDF, accurate to rounding for every x.
 
     x > 0: log1p(-Q(x)) with Q = erfc(x / sqrt 2) / 2 (no loss for large x, where Phi rounds to 1);
@@ -397,7 +407,7 @@ def log_ndtr(x):
 
 
 @functools.lru_cache(maxsize=1)
-def _grid():
+def _grid() -> tuple[FloatArray, FloatArray, FloatArray, Floats]:
     """Nodes, weights, log phi and log Phi of the quadrature (built on first use)."""
     qx, qw = _quadrature_grid()
     return qx, qw, -0.5 * qx**2 - _LOG_SQRT_2PI, log_ndtr(qx)
@@ -412,7 +422,7 @@ def _expected_max_scalar(n: int) -> float:
     return float(np.sum(qw * qx * np.exp(log_density)))
 
 
-def expected_max_std_normal(n):
+def expected_max_std_normal(n: ArrayLike) -> Floats:
     """E[max of n iid standard normals], by the exact order-statistics integral.
 
     E[M_n] = n integral x phi(x) Phi(x)^(n-1) dx, evaluated with composite 16-point Gauss-Legendre
@@ -428,13 +438,13 @@ def expected_max_std_normal(n):
     return np.asarray(flat, dtype=float).reshape(arr.shape)
 
 
-def _as_count(v) -> int:
+def _as_count(v: float) -> int:
     if isinstance(v, bool) or not float(v).is_integer() or v < 1:
         raise InputError(f"number of cards must be a whole number >= 1, got {v!r}")
     return int(v)
 
 
-def straggler_step(mu, sigma, n, fixed=0.0):
+def straggler_step(mu: Floats, sigma: Floats, n: ArrayLike, fixed: Floats = 0.0) -> Floats:
     """Expected synchronous step with iid per-card compute times N(mu, sigma^2) on n cards.
 
     step = E[max of n] + fixed = mu + E[M_n] sigma + fixed (every card waits for the slowest).
@@ -443,7 +453,7 @@ def straggler_step(mu, sigma, n, fixed=0.0):
     return mu + expected_max_std_normal(n) * sigma + fixed
 
 
-def slow_card_wait(sigma, n, k):
+def slow_card_wait(sigma: Floats, n: ArrayLike, k: Floats) -> Floats:
     """Extra wait per step that one persistently slow card at mu + k sigma imposes on the others.
 
     extra = max(0, k sigma - E[M_(n-1)] sigma): the slow card's time against the expected maximum of
@@ -451,27 +461,29 @@ def slow_card_wait(sigma, n, k):
     sigma = 1.044 s, k = 3 -> 1.72 s (8 cards), 0.81 s (48), 0 (1024). Needs n >= 2.
     """
     others = expected_max_std_normal(np.asarray(n) - 1)
-    return np.maximum(0.0, k - others) * sigma
+    extra: Floats = np.maximum(0.0, k - others) * sigma
+    return extra
 
 
-def wait_step(mu, sigma, n, k, fixed=0.0):
+def wait_step(mu: Floats, sigma: Floats, n: ArrayLike, k: Floats, fixed: Floats = 0.0) -> Floats:
     """Expected step when the job waits for the slow card: mu + max(k, E[M_(n-1)]) sigma + fixed."""
     others = expected_max_std_normal(np.asarray(n) - 1)
     return mu + np.maximum(k, others) * sigma + fixed
 
 
-def redistribute_step(mu, sigma, n, fixed=0.0):
+def redistribute_step(mu: Floats, sigma: Floats, n: ArrayLike, fixed: Floats = 0.0) -> Floats:
     """Expected step when the slow card's work is spread evenly over the other n - 1 cards.
 
     step = mu n / (n - 1) + E[M_(n-1)] sigma + fixed: the mean grows by n/(n-1) while the jitter
     keeps its absolute size sigma (no migration cost). sigma 2 % of 52.2 s -> 61.6 s (8 cards),
     56.2 s (48). Needs n >= 2.
     """
-    n = np.asarray(n)
-    return mu * n / (n - 1) + expected_max_std_normal(n - 1) * sigma + fixed
+    cards = np.asarray(n)
+    step: Floats = mu * cards / (cards - 1) + expected_max_std_normal(cards - 1) * sigma + fixed
+    return step
 
 
-def evict_cost(interval, restore):
+def evict_cost(interval: Floats, restore: Floats) -> Floats:
     """One-off cost of evicting the slow card and restarting from the last checkpoint: tau / 2 + r.
 
     Assumes a spare takes its place, so the job continues with n healthy cards.
@@ -480,7 +492,7 @@ def evict_cost(interval, restore):
     return expected_lost_work(interval) + restore
 
 
-def evict_break_even_steps(interval, restore, wait_extra):
+def evict_break_even_steps(interval: Floats, restore: Floats, wait_extra: ArrayLike) -> Floats:
     """Steps the slow card must persist before evicting beats waiting: (tau/2 + r) / extra wait.
 
     inf when waiting costs nothing (the others are slower anyway). 48 cards: 420 / 0.81 ~ 520 steps.
@@ -488,4 +500,5 @@ def evict_break_even_steps(interval, restore, wait_extra):
     extra = np.asarray(wait_extra, dtype=float)
     with np.errstate(divide="ignore"):
         out = np.where(extra > 0, evict_cost(interval, restore) / np.where(extra > 0, extra, 1.0), np.inf)
-    return out[()] if out.ndim == 0 else out
+    steps: Floats = out[()] if out.ndim == 0 else out
+    return steps

@@ -23,9 +23,12 @@ functions broadcast over numpy arrays of the shape arguments, so the solver tabu
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, ClassVar
 
 import numpy as np
+from numpy.typing import ArrayLike
+from tpopt.models.numeric import FloatArray, Floats
 
 
 @dataclass(frozen=True)
@@ -48,19 +51,18 @@ class PerfParams:
     tp_efficiency: float = 0.8  # tensor-parallel collectives: fraction of the link bandwidth reached
     dp_efficiency: float = 0.9  # data-parallel collectives: fraction of the ring bandwidth reached
     collective_latency: float = 20e-6  # seconds per collective call
-    calibrated: tuple = ()  # names of the fields that were fitted (the rest are priors)
-    sources: dict = field(default_factory=dict, compare=False, hash=False)
+    calibrated: tuple[str, ...] = ()  # names of the fields that were fitted (the rest are priors)
+    sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
-    FREE = ("gemm_efficiency", "memory_efficiency", "kernel_overhead")
+    FREE: ClassVar[tuple[str, ...]] = ("gemm_efficiency", "memory_efficiency", "kernel_overhead")
     """Parameters a calibration may fit, in the order it frees them (one per measured run)."""
 
-    BOUNDS = {"gemm_efficiency": (0.05, 1.0), "memory_efficiency": (0.05, 1.0), "kernel_overhead": (0.0, 1e-3),
-              "attention_efficiency": (0.05, 1.0), "tp_efficiency": (0.05, 1.0), "dp_efficiency": (0.05, 1.0)}
+    BOUNDS: ClassVar[dict[str, tuple[float, float]]] = {
+        "gemm_efficiency": (0.05, 1.0), "memory_efficiency": (0.05, 1.0), "kernel_overhead": (0.0, 1e-3),
+        "attention_efficiency": (0.05, 1.0), "tp_efficiency": (0.05, 1.0), "dp_efficiency": (0.05, 1.0)}
     """Physical ranges of the fitted parameters (fractions of a datasheet figure, seconds)."""
 
-    def with_values(self, **kw) -> PerfParams:
-        from dataclasses import replace
-
+    def with_values(self, **kw: Any) -> PerfParams:
         return replace(self, **kw)
 
     @classmethod
@@ -68,47 +70,53 @@ class PerfParams:
         return tuple(f.name for f in fields(cls) if f.name not in ("name", "calibrated", "sources"))
 
 
-def _f(x):
+def _f(x: ArrayLike) -> FloatArray:
     return np.asarray(x, dtype=float)
 
 
-def tile_quantisation(m, n, perf: PerfParams):
+def tile_quantisation(m: ArrayLike, n: ArrayLike, perf: PerfParams) -> FloatArray:
     """Useful share of the output tiles: m n / (ceil(m/t_m) t_m ceil(n/t_n) t_n) (1 when tiles fit)."""
-    m, n = _f(m), _f(n)
-    return (m * n) / (np.ceil(m / perf.tile_m) * perf.tile_m * np.ceil(n / perf.tile_n) * perf.tile_n)
+    rows, cols = _f(m), _f(n)
+    padded = np.ceil(rows / perf.tile_m) * perf.tile_m * np.ceil(cols / perf.tile_n) * perf.tile_n
+    useful: FloatArray = (rows * cols) / padded
+    return useful
 
 
-def wave_quantisation(m, n, batch, perf: PerfParams):
+def wave_quantisation(m: ArrayLike, n: ArrayLike, batch: ArrayLike, perf: PerfParams) -> FloatArray:
     """Busy share of the SMs over the waves: tiles / (ceil(tiles / SMs) SMs)."""
-    tiles = np.ceil(_f(m) / perf.tile_m) * np.ceil(_f(n) / perf.tile_n) * _f(batch)
-    return tiles / (np.ceil(tiles / perf.sms) * perf.sms)
+    tiles: FloatArray = np.ceil(_f(m) / perf.tile_m) * np.ceil(_f(n) / perf.tile_n) * _f(batch)
+    busy: FloatArray = tiles / (np.ceil(tiles / perf.sms) * perf.sms)
+    return busy
 
 
-def gemm_efficiency(m, n, k, batch, perf: PerfParams):
+def gemm_efficiency(m: ArrayLike, n: ArrayLike, k: ArrayLike, batch: ArrayLike, perf: PerfParams) -> FloatArray:
     """eta_gemm = eta_max x q_tile x q_wave x k / (k + k_half) (module docstring)."""
     k = _f(k)
     return (perf.gemm_efficiency * tile_quantisation(m, n, perf) * wave_quantisation(m, n, batch, perf)
             * k / (k + perf.gemm_k_half))
 
 
-def gemm_time(flops, bytes_, m, n, k, batch, peak, hbm, perf: PerfParams, count=1.0):
+def gemm_time(flops: ArrayLike, bytes_: ArrayLike, m: ArrayLike, n: ArrayLike, k: ArrayLike, batch: ArrayLike,
+              peak: float, hbm: float, perf: PerfParams, count: Floats = 1.0) -> FloatArray:
     """GEMM kernel time: max(F / (P eta_gemm), Q / (B eta_mem)) + count x t_kernel."""
     eff = gemm_efficiency(m, n, k, batch, perf)
     return np.maximum(_f(flops) / (peak * eff), _f(bytes_) / (hbm * perf.memory_efficiency)) \
         + count * perf.kernel_overhead
 
 
-def memory_time(bytes_, hbm, perf: PerfParams, count=1.0):
+def memory_time(bytes_: ArrayLike, hbm: float, perf: PerfParams, count: Floats = 1.0) -> FloatArray:
     """Memory-bound kernel time: Q / (B_hbm eta_mem) + count x t_kernel."""
     return _f(bytes_) / (hbm * perf.memory_efficiency) + count * perf.kernel_overhead
 
 
-def attention_time(flops, bytes_, peak, hbm, perf: PerfParams, count=1.0):
+def attention_time(flops: ArrayLike, bytes_: ArrayLike, peak: float, hbm: float, perf: PerfParams,
+                   count: Floats = 1.0) -> FloatArray:
     """Fused (flash) attention kernel: max(F / (P eta_attn), Q / (B eta_mem)) + count x t_kernel."""
     return np.maximum(_f(flops) / (peak * perf.attention_efficiency), _f(bytes_) / (hbm * perf.memory_efficiency)) \
         + count * perf.kernel_overhead
 
 
-def collective_time(bytes_on_link, bandwidth, efficiency, latency, calls=1.0):
+def collective_time(bytes_on_link: ArrayLike, bandwidth: float, efficiency: float, latency: float,
+                    calls: ArrayLike = 1.0) -> FloatArray:
     """Collective time: bytes each rank sends over its link / (B x efficiency) + calls x latency."""
     return _f(bytes_on_link) / (bandwidth * efficiency) + _f(calls) * latency

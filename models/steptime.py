@@ -23,16 +23,19 @@ n_moe x (MoE block) + n_dense x (dense-MLP block) (``moe_block`` of :func:`layer
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 from tpopt.models import ops, roofline
 from tpopt.models.arch import ModelArch
+from tpopt.models.numeric import FloatArray, Floats
 from tpopt.models.roofline import PerfParams
 
 
-def _f(x):
+def _f(x: ArrayLike) -> FloatArray:
     return np.asarray(x, dtype=float)
 
 
@@ -52,14 +55,14 @@ class Rates:
 
 
 class PhaseTimes(NamedTuple):
-    fwd: object
-    dx: object
-    dw: object
-    tp: object = 0.0  # exposed tensor-parallel time inside fwd + dx (for reports)
-    cp: object = 0.0  # exposed context-parallel exchange inside fwd + dx (for reports)
+    fwd: Floats
+    dx: Floats
+    dw: Floats
+    tp: Floats = 0.0  # exposed tensor-parallel time inside fwd + dx (for reports)
+    cp: Floats = 0.0  # exposed context-parallel exchange inside fwd + dx (for reports)
 
 
-def kernel_time(k: ops.Kernel, r: Rates, act_bytes: float = 2.0):
+def kernel_time(k: ops.Kernel, r: Rates, act_bytes: float = 2.0) -> FloatArray:
     """Time of one kernel on one card (roofline.*_time), divided by the throughput scale.
 
     Under FP8, weight GEMMs run at the FP8 peak, read their two operands in FP8 (1 byte per element
@@ -82,15 +85,15 @@ def kernel_time(k: ops.Kernel, r: Rates, act_bytes: float = 2.0):
     return t / r.scale
 
 
-def _sum(kernels, r: Rates, e: float, keep) -> object:
-    total = 0.0
+def _sum(kernels: Iterable[ops.Kernel], r: Rates, e: float, keep: Callable[[ops.Kernel], bool]) -> Floats:
+    total: Floats = 0.0
     for k in kernels:
         if keep(k):
             total = total + kernel_time(k, r, e)
     return total
 
 
-def rebuilt(recompute: str, flash: bool):
+def rebuilt(recompute: str, flash: bool) -> Callable[[ops.Kernel], bool]:
     """Predicate: is this forward kernel rerun before the backward under ``recompute``?"""
     if recompute == "none":
         return lambda k: False
@@ -102,14 +105,14 @@ def rebuilt(recompute: str, flash: bool):
     return lambda k: k.phase == "fwd" and k.group in groups
 
 
-def tp_exposed(coll_bytes, calls, window, r: Rates, overlap: float):
+def tp_exposed(coll_bytes: ArrayLike, calls: ArrayLike, window: ArrayLike, r: Rates, overlap: float) -> FloatArray:
     """Exposed collective time: C = bytes / (B eff) + calls x latency; exposed = (1 - o) C + o max(0, C - W)."""
     p = r.perf
     c = roofline.collective_time(coll_bytes, r.tp_bandwidth, p.tp_efficiency, p.collective_latency, calls)
     return (1.0 - overlap) * c + overlap * np.maximum(0.0, c - _f(window))
 
 
-def layer_times(a: ModelArch, lay: ops.Layout, r: Rates, recompute: str, tp_overlap=(0.0, 0.0),
+def layer_times(a: ModelArch, lay: ops.Layout, r: Rates, recompute: str, tp_overlap: tuple[float, float] = (0.0, 0.0),
                 moe_block: bool | None = None) -> PhaseTimes:
     """(t_fwd, t_dX, t_dW, exposed TP) of one block for one micro-batch (module docstring); ``moe_block``
     as :func:`tpopt.models.ops.layer_kernels` (False: a MoE model's dense-MLP block).
@@ -164,7 +167,7 @@ def stage_extras(a: ModelArch, lay: ops.Layout, r: Rates) -> tuple[PhaseTimes, P
     return first, last
 
 
-def attention_times(a: ModelArch, lay: ops.Layout, r: Rates) -> tuple:
+def attention_times(a: ModelArch, lay: ops.Layout, r: Rates) -> tuple[Floats, Floats]:
     """(forward, dX) time of one block's attention core (the kernels ops.attention_kernels lists): the
     work a ring attention exchange can hide behind (models/context.py)."""
     ks = ops.attention_kernels(a, lay)
@@ -172,12 +175,13 @@ def attention_times(a: ModelArch, lay: ops.Layout, r: Rates) -> tuple:
     return _sum(ks, r, e, lambda k: k.phase == "fwd"), _sum(ks, r, e, lambda k: k.phase == "dx")
 
 
-def optimizer_time(shard_params, bytes_per_param: float, r: Rates):
+def optimizer_time(shard_params: ArrayLike, bytes_per_param: float, r: Rates) -> Floats:
     """Optimizer step of one card's shard (memory-bound): Q / (B_hbm eta_mem) + kernels."""
     return _sum(ops.optimizer_kernels(shard_params, bytes_per_param), r, 2.0, lambda k: True)
 
 
-def executed_flops(a: ModelArch, lay: ops.Layout, recompute: str, moe_block: bool | None = None) -> tuple:
+def executed_flops(a: ModelArch, lay: ops.Layout, recompute: str,
+                   moe_block: bool | None = None) -> tuple[Floats, Floats, Floats]:
     """FLOPs one card executes per micro-batch of one block: (fwd, dX incl. recompute, dW)."""
     ks = ops.layer_kernels(a, lay, moe_block)
     keep = rebuilt(recompute, lay.flash_attention)
@@ -196,7 +200,7 @@ def stage_layers(layers: int, pp: int, first: int = 0, last: int = 0) -> list[in
     """
     if pp <= 1:
         return [layers]
-    fixed = {}
+    fixed: dict[int, int] = {}
     if first:
         fixed[0] = first
     if last:

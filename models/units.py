@@ -41,7 +41,8 @@ MIB = 1024.0**2
 GIB = 1024.0**3
 TIB = 1024.0**4
 
-_DURATION = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": SECOND, "sec": SECOND, "min": MINUTE, "h": HOUR, "d": DAY, "w": WEEK}
+_DURATION = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": SECOND, "sec": SECOND, "min": MINUTE, "h": HOUR, "d": DAY,
+             "w": WEEK}
 _BYTES = {
     "B": 1.0,
     "kB": KB,
@@ -66,7 +67,8 @@ _FLOPS = {"FLOP/s": 1.0, "GFLOP/s": 1e9, "TFLOP/s": 1e12, "PFLOP/s": 1e15,
 # parse_* function has a generous default; callers pass tighter, meaningful ones (a deadline of a
 # century, 10^15 training tokens, 16 TiB per card) and the message states the bound.
 MAX_DURATION_S = 1000 * 365 * DAY  # any duration (MTBF, intervals, ...): 1,000 years
-MAX_DEADLINE_S = 1000 * 365 * DAY  # deadlines and reserved time: 1,000 years (validation runs use "no deadline" = 100,000 d)
+# deadlines and reserved time: 1,000 years (validation runs use "no deadline" = 100,000 d)
+MAX_DEADLINE_S = 1000 * 365 * DAY
 MAX_BYTES = 1e18  # any size: 1 EB
 MAX_CARD_BYTES = 16 * TIB  # memory per card (usable memory, activation reserve)
 MAX_BANDWIDTH = 1e15  # 1 PB/s
@@ -80,7 +82,7 @@ _NUM = r"([+-]?(?:\d[\d_,]*\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
 _RX = re.compile(r"^\s*" + _NUM + r"\s*([A-Za-z/%]*)\s*$")
 
 
-def _show(value) -> str:
+def _show(value: object) -> str:
     """A value for a message, shortened (a 300-digit number is not echoed whole)."""
     text = repr(value)
     return text if len(text) <= 40 else text[:20] + "..." + text[-8:] + f" ({len(text)} characters)"
@@ -96,14 +98,14 @@ def _split(text: str, what: str) -> tuple[float, str]:
     return number, m.group(2)
 
 
-def _float(value, what: str) -> float:
+def _float(value: float, what: str) -> float:
     try:
         return float(value)
     except OverflowError:  # an integer beyond float range (a 400-digit TOML integer)
         raise InputError(f"{what}: {_show(value)} is too large") from None
 
 
-def _parse(value, what: str, table: dict[str, float], example: str, *, allow_bare: bool = False,
+def _parse(value: object, what: str, table: dict[str, float], example: str, *, allow_bare: bool = False,
            allow_negative: bool = False, allow_zero: bool = True, maximum: float | None = None,
            bound: str = "") -> float:
     if isinstance(value, bool):
@@ -137,20 +139,20 @@ def _parse(value, what: str, table: dict[str, float], example: str, *, allow_bar
     return result
 
 
-def parse_duration(value, what: str = "duration", *, allow_zero: bool = True,
+def parse_duration(value: object, what: str = "duration", *, allow_zero: bool = True,
                    maximum: float = MAX_DURATION_S) -> float:
     """Seconds from ``"30d"``, ``"720h"``, ``"1800s"``, ``"10ms"``, ``"2w"`` (at most ``maximum``)."""
     return _parse(value, what, _DURATION, "30d or 1800s", allow_zero=allow_zero, maximum=maximum,
                   bound=f"{maximum / DAY:,.0f} d ({maximum / (365 * DAY):,.0f} years)")
 
 
-def parse_bytes(value, what: str = "size", *, allow_zero: bool = True, maximum: float = MAX_BYTES) -> float:
+def parse_bytes(value: object, what: str = "size", *, allow_zero: bool = True, maximum: float = MAX_BYTES) -> float:
     """Bytes from ``"22GiB"`` (binary) or ``"24GB"`` (decimal); the two are never conflated."""
     bound = f"{maximum / TIB:,.0f} TiB" if maximum < 1e15 else f"{maximum / 1e15:,.0f} PB"
     return _parse(value, what, _BYTES, "22GiB or 24GB", allow_zero=allow_zero, maximum=maximum, bound=bound)
 
 
-def parse_bandwidth(value, what: str = "bandwidth", *, allow_zero: bool = True) -> float:
+def parse_bandwidth(value: object, what: str = "bandwidth", *, allow_zero: bool = True) -> float:
     """Bytes per second from ``"7GB/s"``, ``"32 GB/s"``, ``"200Gbit/s"`` (= 25e9 B/s)."""
     table = {f"{k}/s": v for k, v in _BYTES.items()}
     table.update({k: v / 8.0 for k, v in _BITS_PER_S.items()})
@@ -158,7 +160,7 @@ def parse_bandwidth(value, what: str = "bandwidth", *, allow_zero: bool = True) 
                   bound="1 PB/s")
 
 
-def parse_count(value, what: str = "count", *, allow_zero: bool = True, maximum: float = MAX_COUNT) -> float:
+def parse_count(value: object, what: str = "count", *, allow_zero: bool = True, maximum: float = MAX_COUNT) -> float:
     """A count from ``"100B"`` (1e11), ``"1.5T"``, ``"8K"``, ``"384"`` or a TOML number.
 
     ``B`` here means billion (token counts), not bytes: a count has no byte unit.
@@ -169,7 +171,7 @@ def parse_count(value, what: str = "count", *, allow_zero: bool = True, maximum:
                   bound=bound)
 
 
-def parse_int(value, what: str = "integer", *, minimum: int | None = None, maximum: int = MAX_INT) -> int:
+def parse_int(value: object, what: str = "integer", *, minimum: int | None = None, maximum: int = MAX_INT) -> int:
     """A whole number (accepts ``"8K"``-style suffixes) between ``minimum`` and ``maximum``."""
     x = parse_count(value, what, maximum=maximum)
     if x != int(x):
@@ -179,12 +181,12 @@ def parse_int(value, what: str = "integer", *, minimum: int | None = None, maxim
     return int(x)
 
 
-def parse_flops_rate(value, what: str = "peak") -> float:
+def parse_flops_rate(value: object, what: str = "peak") -> float:
     """FLOP/s from ``"989TFLOP/s"`` or ``"165.2 TFLOPS"``."""
     return _parse(value, what, _FLOPS, "989TFLOP/s", allow_zero=False, maximum=MAX_FLOPS, bound="1e21 FLOP/s")
 
 
-def parse_fraction(value, what: str = "fraction", *, allow_zero: bool = False,
+def parse_fraction(value: object, what: str = "fraction", *, allow_zero: bool = False,
                    maximum: float | None = 1.0) -> float:
     """A fraction from ``"40%"`` or ``0.4``; must lie in (0, 1] unless told otherwise."""
     if isinstance(value, str) and value.strip().endswith("%"):
@@ -199,7 +201,7 @@ def parse_fraction(value, what: str = "fraction", *, allow_zero: bool = False,
     return x
 
 
-def parse_number(value, what: str = "number", *, allow_zero: bool = True,
+def parse_number(value: object, what: str = "number", *, allow_zero: bool = True,
                  allow_negative: bool = False, maximum: float = MAX_NUMBER) -> float:
     """A plain dimensionless number (prices, ratios), at most ``maximum`` in magnitude."""
     return _parse(value, what, {"": 1.0}, "2.0", allow_bare=True, allow_zero=allow_zero,
