@@ -964,7 +964,7 @@ def compute_inputs(sc: Scenario, *, acc: str, recompute, sp=None, schedule, tp, 
         more = () if dense is None else tuple(_fold(schedule, *dense[:3]))
         return (*folded[0], *folded[1], *folded[2], t_x, ga, cards, *more)
     t_f, t_dx, t_dw = microbatch_times(sc, acc=acc, recompute=recompute, schedule=schedule, tp=tp, cp=cp, pp=pp,
-                                       mb=mb, ep=ep, cap=cap, nics=nics)
+                                       mb=mb, ep=ep, etp=etp, cap=cap, nics=nics)
     z = 0.0 * _f(t_f)
     return t_f, t_dx, t_dw, z, z, z, z, z, z, t_x, ga, cards
 
@@ -1035,7 +1035,7 @@ def cp_exposed(sc: Scenario, *, acc: str, recompute, tp, cp=1, pp, dp, mb, nics,
         layer, first, last = op_times(sc, acc=acc, recompute=recompute, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap,
                                       nics=nics)
         return ga * _busiest(sc, pp, (_f(layer.cp),), (0.0,), (0.0,), 1)[0]
-    stage = dict(acc=acc, recompute=recompute, schedule="1f1b", tp=tp, cp=cp, pp=pp, mb=mb, ep=ep, cap=cap)
+    stage = dict(acc=acc, recompute=recompute, schedule="1f1b", tp=tp, cp=cp, pp=pp, mb=mb, ep=ep, etp=etp, cap=cap)
     with_x = microbatch_times(sc, **stage, nics=nics)
     without = microbatch_times(sc, **stage)
     return ga * (sum(with_x) - sum(without))
