@@ -113,7 +113,8 @@ def test_all_to_all_counts_moe_blocks_only():
     """EP 2: the exchange count per micro-batch follows the MoE blocks of the busiest stage: 3 of the 4
     blocks on one stage; on PP 2, stage 0 has 1 MoE block and stage 1 has 2."""
     sc = tiny(batch=2)
-    link = [float(T.ep_link(sc, acc=ACC, recompute="none", tp=1, pp=p, mb=1, nics=1, ep=2, etp=0, cap=0.0)) for p in (1, 2)]
+    link = [float(T.ep_link(sc, acc=ACC, recompute="none", tp=1, pp=p, mb=1, nics=1, ep=2, etp=0, cap=0.0))
+            for p in (1, 2)]
     assert link[0] > 0 and link[0] / link[1] == pytest.approx(3 / 2, rel=1e-12)
     all_moe = tiny(dense_layers=0, batch=2)
     assert float(T.ep_link(all_moe, acc=ACC, recompute="none", tp=1, pp=1, mb=1, nics=1, ep=2, etp=0,
