@@ -45,10 +45,7 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
     appear as ``("c", name) -> (value, limit)`` and ``"feasible"`` is their conjunction. Keywords are
     the :class:`Plan` fields; ``sequence_parallel`` None keeps the scenario's.
     """
-    if sequence_parallel is not None and bool(sequence_parallel) != sc.memory.sequence_parallel:
-        from dataclasses import replace
-
-        sc = replace(sc, memory=replace(sc.memory, sequence_parallel=bool(sequence_parallel)))
+    sc = T.with_sequence_parallel(sc, sequence_parallel)
     a, task = sc.model, sc.task
     sysm = sc.system(accelerator)
     acc = sysm.acc
@@ -56,40 +53,44 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
         raise InputError(f"unknown offload {offload!r} (use none or cpu)")
     if save_mode not in SAVE_MODES:
         raise InputError(f"unknown save mode {save_mode!r} (use sync or async)")
-    recompute = memory.parse_recompute(recompute)
-    tp, pp, dp, cp = np.asarray(tp), np.asarray(pp), np.asarray(dp), np.asarray(cp)
-    mb, z, nics = np.asarray(micro_batch), np.asarray(zero_stage), np.asarray(nics_per_host)
-    tau = _f(save_interval_s)
-    ep, etp, cap = np.asarray(ep), np.asarray(expert_tp), _f(capacity_factor)
-    cpu = offload == "cpu"
+    lay = T.Layout(acc=accelerator, tp=np.asarray(tp), cp=np.asarray(cp), pp=np.asarray(pp), dp=np.asarray(dp),
+                   mb=np.asarray(micro_batch), zero=np.asarray(zero_stage), offload=offload,
+                   recompute=memory.parse_recompute(recompute), schedule=schedule, nics=np.asarray(nics_per_host),
+                   tau=_f(save_interval_s), mode=save_mode, ep=np.asarray(ep), etp=np.asarray(expert_tp),
+                   cap=_f(capacity_factor), sp=sequence_parallel)
+
+    def term(fn, **options):
+        """A term of the plan (grid): ``fn`` with the variables it declares, from the layout record."""
+        return fn(sc, **lay.args(fn), **options)
+
+    tp, pp, dp, cp, mb, ep, etp, cap = lay.tp, lay.pp, lay.dp, lay.cp, lay.mb, lay.ep, lay.etp, lay.cap
+    tau = lay.tau
     g = acc.cards_per_host
     B = task.global_batch
-    cards = tp * cp * pp * dp
+    cards = lay.cards
     hosts = np.ceil(cards / g)
     ga = T.grad_accum(sc, dp, mb)
 
-    states = T.states(sc, z, cpu, tp, pp, dp, ep, etp, cp) + T.param_copies(sc, schedule, tp, pp, ep, etp)
-    acts = T.activations(sc, schedule, recompute, tp, pp, dp, mb, ep, etp, cap, cp)
-    temp = T.temporary(sc, z, tp, pp, mb, ep, etp, cap, cp)
+    states = term(T.states) + term(T.param_copies)
+    acts = term(T.activations)
+    temp = term(T.temporary)
     mem_total = states + acts + temp
-    host_opt = T.host_memory(sc, accelerator, cpu, z, tp, pp, dp, ep, etp, cp)
+    host_opt = term(T.host_memory)
 
-    compute_s, pure_s, bubble_s, straggler_s = T.compute(sc, accelerator, recompute, schedule, tp, pp, dp, mb, nics,
-                                                         ep, cap, etp, cp)
-    link_dp = T.dp_link(sc, accelerator, z, tp, pp, dp, mb, nics, ep, etp, cp)
-    exposed = T.exposed_dp(sc, accelerator, z, recompute, tp, pp, dp, mb, nics, ep, etp, cap, cp)
-    tp_s = T.tp_comm(sc, accelerator, recompute, tp, pp, dp, mb, cp)
-    offload_s = T.offload_wait(sc, accelerator, cpu, z, recompute, tp, pp, dp, mb, ep, etp, cap, cp)
-    link_ep = T.ep_link(sc, accelerator, recompute, tp, pp, mb, nics, ep, etp, cap, cp) * ga
-    exposed_ep = T.ep_comm(sc, accelerator, recompute, schedule, tp, pp, dp, mb, nics, ep, etp, cap, cp)
+    compute_s, pure_s, bubble_s, straggler_s = term(T.compute)
+    link_dp = term(T.dp_link)
+    exposed = term(T.exposed_dp)
+    tp_s = term(T.tp_comm)
+    offload_s = term(T.offload_wait)
+    link_ep = term(T.ep_link) * ga
+    exposed_ep = term(T.ep_comm)
     busy = compute_s + exposed + tp_s + offload_s + exposed_ep
     per_op = T.per_op_model(sc)
     # per-operation model: exposed TP time is inside the stage durations; split it out for reports;
     # the exposed context-parallel exchange is inside them in both models
-    tp_show = T.tp_exposed(sc, accelerator, recompute, tp, pp, dp, mb, ep, cap, etp, cp) if per_op else tp_s
-    cp_show = T.cp_exposed(sc, accelerator, recompute, tp, pp, dp, mb, nics, cp, ep, cap, etp) \
-        if np.any(cp > 1) else 0.0 * tp_s
-    cp_link = T.cp_link(sc, accelerator, tp, pp, dp, mb, nics, cp) if np.any(cp > 1) else 0.0 * tp_s
+    tp_show = term(T.tp_exposed) if per_op else tp_s
+    cp_show = term(T.cp_exposed) if np.any(cp > 1) else 0.0 * tp_s
+    cp_link = term(T.cp_link) if np.any(cp > 1) else 0.0 * tp_s
     inside = (tp_show if per_op else 0.0 * tp_s) + cp_show
     step_s = busy + sc.input.wait_s
     demand = B / busy
@@ -101,7 +102,7 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
     iters = T.iteration_count(sc)
     train_s = iters * step_s
     finish_s = task.reserved_s + train_s * (1.0 + L)
-    cost = T.rate_per_second(sc, accelerator, cards, nics) * finish_s
+    cost = T.rate_per_second(sc, accelerator, cards, lay.nics) * finish_s
     card_hours = cards * finish_s / HOUR
     step_limit = (task.deadline_s - task.reserved_s) / (iters * (1.0 + L))
 
@@ -117,32 +118,31 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
         "dp_link_s": link_dp * ones, "tp_comm_s": tp_show * ones, "ep_link_s": link_ep * ones,
         "ep_exposed_s": exposed_ep * ones, "cp_exposed_s": cp_show * ones, "cp_link_s": cp_link * ones,
         "offload_s": offload_s * ones, "input_wait_s": sc.input.wait_s * ones, "busy_s": busy * ones,
-        "stored_activations": (T.stored_activations(sc, schedule, recompute, tp, pp, dp, mb, cp)
-                               if T.modelled_activations(sc) else acts) * ones,
-        "recompute_workspace": T.recompute_workspace(sc, recompute, tp, mb, cp) * ones,
+        "stored_activations": (term(T.stored_activations) if T.modelled_activations(sc) else acts) * ones,
+        "recompute_workspace": term(T.recompute_workspace) * ones,
         "step_s": step_s * ones, "overhead_fraction": L * ones, "overhead_save": o_save * ones,
         "overhead_redo": o_redo * ones, "overhead_restart": o_restart * ones, "iterations": iters * ones,
         "train_s": train_s * ones, "finish_s": finish_s * ones, "card_hours": card_hours * ones,
         "cost": cost * ones, "checkpoint_bytes": write_s * sc.reliability.write_bandwidth * ones,
         "checkpoint_write_s": write_s * ones, "failure_rate": T.failure_rate(sc, cards) * ones,
         "input_demand": demand * ones, "input_supply": supply * ones,
-        "dropped_fraction": T.capacity_drops(sc, tp, mb, cap) * ones,
+        "dropped_fraction": T.capacity_drops(sc, tp=tp, mb=mb, cap=cap) * ones,  # one sequence's tokens (cp = 1)
     }
     heads_ok = context.heads_ok(a, tp, cp, sc.cp_method)
     cons = {
         "memory.per_card": (mem_total, acc.memory_usable),
         "memory.host": (host_opt, acc.host_memory if acc.host_memory > 0 else np.inf),
-        "batch.divisibility": (T.batch_remainder(sc, dp, mb), 0.0),
+        "batch.divisibility": (term(T.batch_remainder), 0.0),
         "layout.whole_hosts": (cards % g, 0.0),
         "layout.tp_within_host": (np.where(context.placement_ok(tp, cp, g), 0.0, tp * cp), 0.0),
         "layout.heads_divisible": (np.where(heads_ok, 0.0, tp * cp), 0.0),
         # the per-operation model runs uneven stages; the flat model balances L / pp layers per stage
         "layout.pp_divides_layers": (0.0 * pp if per_op else a.layers % pp, 0.0),
-        "layout.schedule_shape": (np.where(T.schedule_shape_ok(schedule, pp, dp, mb, B, sc), 0.0, 1.0), 0.0),
+        "layout.schedule_shape": (np.where(term(T.schedule_shape_ok), 0.0, 1.0), 0.0),
         "layout.ep_divides_experts": (np.mod(a.experts, ep), 0.0),
-        "layout.ep_group": (np.where(T.ep_group_ok(sc, accelerator, tp, dp, ep, etp, cp), 0.0,
+        "layout.ep_group": (np.where(term(T.ep_group_ok), 0.0,
                                      ep * moe.expert_tp_size(etp, tp)), 0.0),
-        "moe.capacity_drops": (T.capacity_drops(sc, tp, mb, cap, cp), sc.moe.max_drop),
+        "moe.capacity_drops": (term(T.capacity_drops), sc.moe.max_drop),
         "step.budget": (step_s, step_limit),
         "input.throughput": (demand, supply),
         "checkpoint.backlog": (write_s, tau),

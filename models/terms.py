@@ -2,13 +2,16 @@
 
 Every term broadcasts over numpy arrays of its variables. The evaluator adds them up; the solvers
 tabulate each one over the joint domain of its own variables (a far smaller table than the whole
-design space) and glue the tables with sums, products and maxima. The variables are:
+design space) and glue the tables with sums, products and maxima. A term takes the scenario and then,
+keyword-only, the variables it depends on, named as the solvers name them (the fields of
+:class:`tpopt.models.layout.Layout`; a table's variables are read from the signature,
+:func:`tpopt.models.layout.term_variables`):
 
-    acc (scalar per call)  tp  pp  dp  micro_batch  zero  offload  recompute  schedule  nics
-    save_interval  save_mode  ep  expert_tp  capacity_factor (MoE models; see models/moe.py)  cp
+    acc (scalar per call)  tp  cp  pp  dp  mb (micro-batch)  zero  offload ("none" / "cpu")  recompute
+    schedule  nics  sp (sequence parallelism; None: the scenario's)  ep  etp  cap (MoE; models/moe.py)
 
-with cards = tp cp pp dp and grad_accum = batch / (dp micro_batch). Categorical variables (acc,
-offload, recompute, schedule, save_mode) are scalars; the numeric ones may be arrays.
+with cards = tp cp pp dp and grad_accum = batch / (dp mb). Categorical variables (acc, offload,
+recompute, schedule, sp) are scalars; the numeric ones may be arrays.
 
 Context parallelism (cp, models/context.py) splits every sequence over cp cards: per-token work and
 memory of a card divide by cp (:func:`cp_shape`), ZeRO shards and gradient reductions span the
@@ -25,6 +28,7 @@ dp x cp ranks, and the attention exchange (ring or all-to-all) is added to each 
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
@@ -32,6 +36,7 @@ from tpopt.models import comm, context, memory, moe, network, ops, pipeline, rel
 from tpopt.models.arch import attention_flops_per_token, flops_per_token, is_moe_layer, param_count
 from tpopt.models.batch import iterations_with_ramp
 from tpopt.models.compute import iterations
+from tpopt.models.layout import Layout  # noqa: F401  (re-exported: the record whose fields the terms' keywords name)
 from tpopt.models.plan import Scenario, split_schedule
 from tpopt.models.units import HOUR
 
@@ -54,6 +59,26 @@ def effective_recompute(sc: Scenario, recompute: str) -> str:
     return memory.parse_recompute(recompute) if modelled_activations(sc) else "none"
 
 
+_SP_SCENARIOS: dict = {}  # (id(scenario), on) -> (scenario, the scenario with sequence parallelism on / off)
+
+
+def with_sequence_parallel(sc: Scenario, sp) -> Scenario:
+    """The scenario with sequence parallelism under TP on or off (``sp``; None: as it is). The same object
+    for the scenario's own value, and the same derived object on every call, so that the memos keyed on
+    the scenario (:func:`op_times`) keep hitting across a table's rows."""
+    if sp is None or bool(sp) == sc.memory.sequence_parallel:
+        return sc
+    key = (id(sc), bool(sp))
+    hit = _SP_SCENARIOS.get(key)
+    if hit is not None and hit[0] is sc:  # the scenario itself is kept, so its id is not reused while cached
+        return hit[1]
+    if len(_SP_SCENARIOS) >= 64:
+        _SP_SCENARIOS.clear()
+    out = replace(sc, memory=replace(sc.memory, sequence_parallel=bool(sp)))
+    _SP_SCENARIOS[key] = (sc, out)
+    return out
+
+
 def grad_accum(sc: Scenario, dp, micro_batch):
     """Micro-batches per step per card: batch / (dp x micro_batch) (fractional when it does not divide)."""
     return sc.task.global_batch / (_f(dp) * _f(micro_batch))
@@ -68,12 +93,12 @@ def iteration_count(sc: Scenario) -> float:
     return iterations_with_ramp(t.tokens, t.global_batch, t.seq_len, t.ramp)
 
 
-def batch_remainder(sc: Scenario, dp, micro_batch):
-    """Sequences left over when the batch is split into dp x micro_batch: B mod (dp x mb), and with a
+def batch_remainder(sc: Scenario, *, dp, mb):
+    """Sequences left over when the batch is split into dp x mb: B mod (dp x mb), and with a
     ramp-up also its start and increment mod (dp x mb) (Megatron-LM requires every ramp batch to split
     into whole micro-batches on every data-parallel rank)."""
     t = sc.task
-    unit = np.asarray(dp) * np.asarray(micro_batch)
+    unit = np.asarray(dp) * np.asarray(mb)
     rem = t.global_batch % unit
     if t.ramp is not None and t.ramp[0] < t.global_batch:
         rem = np.maximum(rem, np.maximum(int(t.ramp[0]) % unit, int(t.ramp[1]) % unit))
@@ -209,23 +234,24 @@ def card_params(sc: Scenario, tp, pp, ep=1, expert_tp=0):
     return _moe_stages(sc, tp, pp, lambda d, xl, xb, n: d + xl / (_f(ep) * etp) + xb / _f(ep))
 
 
-def _sharded(sc: Scenario, tp, pp, dp, ep, expert_tp, fn):
-    """max over the stages of fn(non-expert params, dp) + fn(expert params per card, edp): ZeRO shards the
-    non-expert state over dp and the expert state over the expert-data-parallel group edp = tp dp / (ep etp)."""
+def _sharded(sc: Scenario, fn, *, tp, pp, ranks, ep, etp):
+    """max over the stages of fn(non-expert params, ranks) + fn(expert params per card, edp): ZeRO shards the
+    non-expert state over its ``ranks`` (dp x cp, :func:`zero_ranks`) and the expert state over the
+    expert-data-parallel group edp = tp ranks / (ep etp)."""
     if not sc.model.moe:
-        return fn(heaviest_stage_params(sc, tp, pp), dp)
-    etp = moe.expert_tp_size(expert_tp, tp)
-    edp = moe.expert_dp_size(tp, dp, ep, expert_tp)
-    return _moe_stages(sc, tp, pp, lambda d, xl, xb, n: fn(d, dp) + fn(xl / (_f(ep) * etp) + xb / _f(ep), edp))
+        return fn(heaviest_stage_params(sc, tp, pp), ranks)
+    etp_size = moe.expert_tp_size(etp, tp)
+    edp = moe.expert_dp_size(tp, ranks, ep, etp)
+    return _moe_stages(sc, tp, pp, lambda d, xl, xb, n: fn(d, ranks) + fn(xl / (_f(ep) * etp_size) + xb / _f(ep), edp))
 
 
-def states(sc: Scenario, zero, offload_cpu, tp, pp, dp, ep=1, expert_tp=0, cp=1):
+def states(sc: Scenario, *, zero, offload, tp, cp=1, pp, dp, ep=1, etp=0):
     """Persistent training state of the heaviest stage's card under ZeRO (memory.zero_state_bytes), sharded
     over the dp x cp ranks; for a MoE model the expert weights and optimizer state are split by ep x
     expert-TP and ZeRO shards them over the expert-data-parallel group."""
     rec = memory.recipe(sc.task.precision)
-    return _sharded(sc, tp, pp, zero_ranks(dp, cp), ep, expert_tp,
-                    lambda n, d: memory.zero_state_bytes(n, d, zero, rec, offload_cpu))
+    return _sharded(sc, lambda n, d: memory.zero_state_bytes(n, d, zero, rec, offload == "cpu"),
+                    tp=tp, pp=pp, ranks=zero_ranks(dp, cp), ep=ep, etp=etp)
 
 
 def heaviest_stage_params(sc: Scenario, tp, pp):
@@ -253,11 +279,11 @@ def _by_unique(fn, *arrays):
     return vals[np.reshape(inverse, -1)].reshape(shape)
 
 
-def param_copies(sc: Scenario, schedule, tp, pp, ep=1, expert_tp=0):
+def param_copies(sc: Scenario, *, schedule, tp, pp, ep=1, etp=0):
     """Extra weight copies a pipeline schedule keeps (DualPipe: one more copy of the stage weights)."""
     rec = memory.recipe(sc.task.precision)
     extra = 1.0 if str(schedule).startswith("dualpipe") else 0.0
-    return np.where(_f(pp) > 1, extra * rec.weights * card_params(sc, tp, pp, ep, expert_tp), 0.0)
+    return np.where(_f(pp) > 1, extra * rec.weights * card_params(sc, tp, pp, ep, etp), 0.0)
 
 
 def _stored_kw(sc: Scenario) -> dict:
@@ -266,8 +292,8 @@ def _stored_kw(sc: Scenario) -> dict:
                 sequence_parallel=mem.sequence_parallel)
 
 
-def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, ep=1, expert_tp=0, capacity_factor=0.0,
-                cp=1, *, peak: str = "exact"):
+def activations(sc: Scenario, *, schedule, recompute, sp=None, tp, cp=1, pp, dp, mb, ep=1, etp=0, cap=0.0,
+                peak: str = "exact"):
     """Activations at the peak: in-flight micro-batches x one micro-batch's stored stage activations,
     plus the recompute workspace once (it is reused block after block and micro-batch after micro-batch).
 
@@ -278,27 +304,29 @@ def activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, ep=1
     the reserve times the micro-batch size (conservative: the whole reserve scales, not only its
     activation share; under context parallelism the reserve is kept whole, conservative too). A MoE model
     adds its routed tokens (:func:`moe_activations`); with dense-MLP blocks among its MoE blocks the
-    per-operation model takes the busiest stage of both together (:func:`_weighted_layer_sets`). ``peak="lo"`` / ``"hi"`` bound the in-flight counts
-    in closed form instead (solver pruning; exact where
+    per-operation model takes the busiest stage of both together (:func:`_weighted_layer_sets`).
+    ``peak="lo"`` / ``"hi"`` bound the in-flight counts in closed form instead (solver pruning; exact where
     :func:`tpopt.models.pipeline.peak_inflight_stage_bounds` is).
     """
+    sc = with_sequence_parallel(sc, sp)
     mem = sc.memory
     if not modelled_activations(sc):
-        shape = np.broadcast(_f(tp), _f(pp), _f(dp), _f(micro_batch), _f(ep), _f(expert_tp),
-                             _f(capacity_factor), _f(cp)).shape
-        return np.broadcast_to(_f(mem.activation_reserve) * _f(micro_batch), shape)
-    workspace = recompute_workspace(sc, recompute, tp, micro_batch, cp)
+        shape = np.broadcast(_f(tp), _f(pp), _f(dp), _f(mb), _f(ep), _f(etp),
+                             _f(cap), _f(cp)).shape
+        return np.broadcast_to(_f(mem.activation_reserve) * _f(mb), shape)
+    workspace = recompute_workspace(sc, recompute=recompute, tp=tp, cp=cp, mb=mb)
     if dense_split(sc, 1) is not None and effective_recompute(sc, recompute) != "full":
         # stages mix dense and MoE blocks: the busiest stage of (dense inventory of every block + routed
         # tokens of its MoE blocks), max_g k_g (n_g A + m_g R), not the two maxima taken apart
-        per_layer, one = _stored_per_layer(sc, recompute, tp, micro_batch, cp), \
-            _routed_per_block(sc, tp, micro_batch, ep, expert_tp, capacity_factor, cp)
-        ga = grad_accum(sc, dp, micro_batch)
+        per_layer = _stored_per_layer(sc, recompute=recompute, tp=tp, cp=cp, mb=mb)
+        one = _routed_per_block(sc, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap)
+        ga = grad_accum(sc, dp, mb)
         return _weighted_layer_sets(sc, schedule, pp, ga, peak, per_layer, one) + workspace
-    out = stored_activations(sc, schedule, recompute, tp, pp, dp, micro_batch, cp, peak=peak) + workspace
+    out = stored_activations(sc, schedule=schedule, recompute=recompute, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb,
+                             peak=peak) + workspace
     if sc.model.moe:
-        out = out + moe_activations(sc, schedule, recompute, tp, pp, dp, micro_batch, ep, expert_tp, capacity_factor,
-                                    cp, peak=peak)
+        out = out + moe_activations(sc, schedule=schedule, recompute=recompute, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb,
+                                    ep=ep, etp=etp, cap=cap, peak=peak)
     return out
 
 
@@ -308,18 +336,17 @@ def card_tokens(sc: Scenario, tp, micro_batch, cp=1):
     return _f(micro_batch) * sc.task.seq_len / (_f(tp) * _f(cp))
 
 
-def moe_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, ep, expert_tp, capacity_factor,
-                    cp=1, *, peak: str = "exact"):
+def moe_activations(sc: Scenario, *, schedule, recompute, tp, cp=1, pp, dp, mb, ep, etp, cap, peak: str = "exact"):
     """Routed-token activations beyond the dense inventory (moe.routed_activation_extra per MoE block and
     micro-batch), for every MoE block whose activations are in flight at the busiest stage's peak: the
     flat model's in-flight micro-batches x MoE blocks of the stage; the per-operation model's in-flight
     layer sets of MoE blocks (a stage's dense-MLP blocks hold none: :func:`dense_split`). With full
     recompute only the block being rebuilt holds them (the workspace, once)."""
     rc = effective_recompute(sc, recompute)
-    one = _routed_per_block(sc, tp, micro_batch, ep, expert_tp, capacity_factor, cp)
+    one = _routed_per_block(sc, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap)
     if rc == "full":
         return one * np.ones(np.broadcast(_f(pp), _f(dp)).shape)
-    ga = grad_accum(sc, dp, micro_batch)
+    ga = grad_accum(sc, dp, mb)
     if not per_op_model(sc):
         return pipeline_inflight(schedule, pp, ga, peak=peak) * _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n) * one
     if dense_split(sc, 1) is not None:  # only the MoE blocks of each stage hold routed tokens
@@ -327,32 +354,32 @@ def moe_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, 
     return _layer_sets(sc, schedule, pp, ga, peak) * one
 
 
-def _routed_per_block(sc: Scenario, tp, micro_batch, ep, expert_tp, capacity_factor, cp=1):
+def _routed_per_block(sc: Scenario, *, tp, cp=1, mb, ep, etp, cap):
     """Routed-token activations of one MoE block and micro-batch (moe.routed_activation_extra)."""
-    phi = load_factor(sc, ep, capacity_factor)
-    return moe.routed_activation_extra(sc.model, card_tokens(sc, tp, micro_batch, cp), phi,
-                                       moe.expert_tp_size(expert_tp, tp), sc.memory.activation_bytes)
+    phi = load_factor(sc, ep, cap)
+    return moe.routed_activation_extra(sc.model, card_tokens(sc, tp, mb, cp), phi,
+                                       moe.expert_tp_size(etp, tp), sc.memory.activation_bytes)
 
 
-def _stored_per_layer(sc: Scenario, recompute, tp, micro_batch, cp=1):
+def _stored_per_layer(sc: Scenario, *, recompute, tp, cp=1, mb):
     """One block's stored activations per micro-batch in the per-operation model (memory module)."""
-    s, mb = cp_shape(sc, micro_batch, cp)
-    return memory.activation_bytes_per_microbatch(sc.model, s, mb, tp, 1, effective_recompute(sc, recompute),
+    s, b = cp_shape(sc, mb, cp)
+    return memory.activation_bytes_per_microbatch(sc.model, s, b, tp, 1, effective_recompute(sc, recompute),
                                                   **_stored_kw(sc))
 
 
-def stored_activations(sc: Scenario, schedule, recompute, tp, pp, dp, micro_batch, cp=1, *, peak: str = "exact"):
+def stored_activations(sc: Scenario, *, schedule, recompute, tp, cp=1, pp, dp, mb, peak: str = "exact"):
     """Activations kept until their backward, at the busiest stage's peak (see :func:`activations`);
     a card keeps its b s / cp tokens under context parallelism (:func:`cp_shape`)."""
     rc = effective_recompute(sc, recompute)
     a, kw = sc.model, _stored_kw(sc)
-    s, mb = cp_shape(sc, micro_batch, cp)
-    ga = grad_accum(sc, dp, micro_batch)
+    s, b = cp_shape(sc, mb, cp)
+    ga = grad_accum(sc, dp, mb)
     if not per_op_model(sc):
         stage_layers = np.ceil(a.layers / _f(pp))
-        per_mb = memory.activation_bytes_per_microbatch(a, s, mb, tp, stage_layers, rc, **kw)
+        per_mb = memory.activation_bytes_per_microbatch(a, s, b, tp, stage_layers, rc, **kw)
         return pipeline_inflight(schedule, pp, ga, peak=peak) * per_mb
-    per_layer = memory.activation_bytes_per_microbatch(a, s, mb, tp, 1, rc, **kw)
+    per_layer = memory.activation_bytes_per_microbatch(a, s, b, tp, 1, rc, **kw)
     return _layer_sets(sc, schedule, pp, ga, peak) * per_layer
 
 
@@ -437,48 +464,48 @@ def _peak_layer_set_bounds(schedule: str, layers: int, p: int, m: int, first: in
     return max(k * n for k, n in zip(lo, split, strict=False)), max(k * n for k, n in zip(hi, split, strict=False))
 
 
-def recompute_workspace(sc: Scenario, recompute, tp, micro_batch, cp=1):
+def recompute_workspace(sc: Scenario, *, recompute, tp, cp=1, mb):
     """Rebuilt tensors while one block's backward uses them, counted once (memory.recompute_workspace_bytes)."""
     if not modelled_activations(sc):
-        return np.zeros(np.broadcast(_f(tp), _f(micro_batch), _f(cp)).shape)
+        return np.zeros(np.broadcast(_f(tp), _f(mb), _f(cp)).shape)
     rc = effective_recompute(sc, recompute)
-    s, mb = cp_shape(sc, micro_batch, cp)
-    return memory.recompute_workspace_bytes(sc.model, s, mb, tp, rc, **_stored_kw(sc))
+    s, b = cp_shape(sc, mb, cp)
+    return memory.recompute_workspace_bytes(sc.model, s, b, tp, rc, **_stored_kw(sc))
 
 
-def temporary(sc: Scenario, zero, tp, pp, micro_batch, ep=1, expert_tp=0, capacity_factor=0.0, cp=1):
+def temporary(sc: Scenario, *, zero, tp, cp=1, pp, mb, ep=1, etp=0, cap=0.0):
     """Buffers live with the activations: FP32 logits, ZeRO-3 gathered units, pipeline send/recv (all of a
     card's b s / cp tokens), a MoE block's all-to-all send buffer (moe.dispatch_buffer), and the
     context-parallel exchange buffers (context.buffer_bytes: the K, V blocks in flight of ring attention,
     or the head-split q, k, v, o of all-to-all)."""
     mem = sc.memory
     a = sc.model
-    cpb = context.buffer_bytes(a, sc.task.seq_len, micro_batch, tp, cp, sc.cp_method, mem.activation_bytes)
+    cpb = context.buffer_bytes(a, sc.task.seq_len, mb, tp, cp, sc.cp_method, mem.activation_bytes)
     if not modelled_activations(sc):
-        return np.zeros(np.broadcast(_f(zero), _f(tp), _f(pp), _f(micro_batch), _f(ep), _f(expert_tp),
-                                     _f(capacity_factor)).shape) + cpb
+        return np.zeros(np.broadcast(_f(zero), _f(tp), _f(pp), _f(mb), _f(ep), _f(etp),
+                                     _f(cap)).shape) + cpb
     s = sc.task.seq_len / _f(cp)
     rec = memory.recipe(sc.task.precision)
     if a.moe:
-        unit = moe.largest_unit_per_card(a, tp, ep, expert_tp)
+        unit = moe.largest_unit_per_card(a, tp, ep, etp)
         gather = unit * ((1 + mem.prefetch) * rec.weights + rec.grads)  # as memory.zero3_gather_bytes
-        send = moe.dispatch_buffer(a, card_tokens(sc, tp, micro_batch, cp), load_factor(sc, ep, capacity_factor),
+        send = moe.dispatch_buffer(a, card_tokens(sc, tp, mb, cp), load_factor(sc, ep, cap),
                                    mem.activation_bytes)
     else:
         gather, send = memory.zero3_gather_bytes(a, tp, rec, mem.prefetch), 0.0
-    return (memory.logits_bytes(a, s, micro_batch, tp, mem.loss_chunks) + send
+    return (memory.logits_bytes(a, s, mb, tp, mem.loss_chunks) + send
             + np.where(_f(zero) >= 3, gather, 0.0)
-            + np.where(_f(pp) > 1, memory.pipeline_buffer_bytes(a, s, micro_batch, tp, mem.activation_bytes), 0.0)
+            + np.where(_f(pp) > 1, memory.pipeline_buffer_bytes(a, s, mb, tp, mem.activation_bytes), 0.0)
             + cpb)
 
 
-def host_memory(sc: Scenario, acc: str, offload_cpu, zero, tp, pp, dp, ep=1, expert_tp=0, cp=1):
+def host_memory(sc: Scenario, *, acc: str, offload, zero, tp, cp=1, pp, dp, ep=1, etp=0):
     """Optimizer state offloaded to one host: cards_per_host x per-card optimizer shard (0 without offload)."""
     rec = memory.recipe(sc.task.precision)
     g = sc.system(acc).acc.cards_per_host
-    per_card = _sharded(sc, tp, pp, zero_ranks(dp, cp), ep, expert_tp,
-                        lambda n, d: memory.host_optimizer_bytes(n, d, zero, rec))
-    return np.where(offload_cpu, per_card * g, 0.0)
+    per_card = _sharded(sc, lambda n, d: memory.host_optimizer_bytes(n, d, zero, rec),
+                        tp=tp, pp=pp, ranks=zero_ranks(dp, cp), ep=ep, etp=etp)
+    return np.where(offload == "cpu", per_card * g, 0.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -497,15 +524,15 @@ def rates(sc: Scenario, acc: str) -> steptime.Rates:
                           tp_bandwidth=A.intra_host_bw, perf=sysm.perf, fp8=fp8, scale=sysm.efficiency)
 
 
-def layout(sc: Scenario, tp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0, cp=1) -> ops.Layout:
+def layout(sc: Scenario, *, tp, cp=1, mb, ep=1, etp=0, cap=0.0) -> ops.Layout:
     """One card's micro-batch for the kernel table. Under context parallelism the card runs b / cp
     sequences' worth of tokens through every token-wise kernel, and its queries attend over the whole
     sequence (the same work as b / cp whole sequences, with the causal imbalance of the split:
     :func:`cp_imbalance`)."""
     mem = sc.memory
-    moe_kw = ({"ep": ep, "expert_tp": expert_tp, "load": load_factor(sc, ep, capacity_factor)}
+    moe_kw = ({"ep": ep, "expert_tp": etp, "load": load_factor(sc, ep, cap)}
               if sc.model.moe else {})
-    return ops.Layout(tp=tp, micro_batch=_f(micro_batch) / _f(cp), seq_len=sc.task.seq_len,
+    return ops.Layout(tp=tp, micro_batch=_f(mb) / _f(cp), seq_len=sc.task.seq_len,
                       sequence_parallel=mem.sequence_parallel, flash_attention=mem.flash_attention,
                       dropout=mem.dropout, act_bytes=mem.activation_bytes, attention_scale=cp_imbalance(sc, cp),
                       **moe_kw)
@@ -515,43 +542,42 @@ _OP_MEMO: OrderedDict = OrderedDict()  # recent op_times results, least recently
 OP_MEMO_SIZE = 1024  # a MoE space's layouts revisit (tp, micro-batch, EP, capacity) kernel sets round after round
 
 
-def op_times(sc: Scenario, acc: str, recompute, tp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0, cp=1,
-             nics=None, *, dense: bool = False):
+def op_times(sc: Scenario, *, acc: str, recompute, tp, cp=1, mb, ep=1, etp=0, cap=0.0, nics=None, dense: bool = False):
     """Per-operation times of one micro-batch: (layer, first-stage extras, last-stage extras), each a
     steptime.PhaseTimes (fwd, dX incl. recompute, dW, exposed TP, exposed CP). A MoE layer's expert
     kernels depend on EP, expert-TP and the load factor (ops.moe_kernels); ``dense=True`` gives a MoE
     model's dense-MLP block as the layer instead (:func:`dense_split`). The context-parallel exchange
     is included when ``nics`` (its path's NICs per host) is given."""
-    arrays = [np.asarray(x) for x in (tp, micro_batch, ep, capacity_factor, expert_tp, cp,
+    arrays = [np.asarray(x) for x in (tp, mb, ep, cap, etp, cp,
                                       -1 if nics is None else nics)]
     key = (id(sc), acc, str(recompute), dense) + tuple((x.shape, x.dtype.str, x.tobytes()) for x in arrays)
     hit = _OP_MEMO.get(key)
     if hit is not None and hit[0] is sc:  # the scenario itself is kept, so its id is not reused while cached
         _OP_MEMO.move_to_end(key)
         return hit[1]
-    value = _op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics, dense)
+    value = _op_times(sc, acc=acc, recompute=recompute, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap, nics=nics,
+                      dense=dense)
     _OP_MEMO[key] = (sc, value)
     while len(_OP_MEMO) > OP_MEMO_SIZE:
         _OP_MEMO.popitem(last=False)
     return value
 
 
-def _op_times(sc: Scenario, acc: str, recompute, tp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0, cp=1,
-              nics=None, dense=False):
+def _op_times(sc: Scenario, *, acc: str, recompute, tp, cp=1, mb, ep=1, etp=0, cap=0.0, nics=None, dense: bool = False):
     rc = effective_recompute(sc, recompute)
     r = rates(sc, acc)
-    lay = layout(sc, tp, micro_batch, ep, capacity_factor, expert_tp, cp)
+    lay = layout(sc, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap)
     layer = steptime.layer_times(sc.model, lay, r, rc, sc.overlap_fractions()[0], False if dense else None)
     first, last = steptime.stage_extras(sc.model, lay, r)
     if nics is not None and np.any(_f(cp) > 1):
         a_f, a_dx = steptime.attention_times(sc.model, lay, r)
-        x_f, x_dx = cp_exchange(sc, acc, tp, cp, micro_batch, nics, a_f, a_dx)
+        x_f, x_dx = cp_exchange(sc, acc=acc, tp=tp, cp=cp, mb=mb, nics=nics, attention_fwd=a_f, attention_dx=a_dx)
         redo = x_f if rc == "full" else 0.0 * x_f  # a full recompute reruns the forward exchange
         layer = steptime.PhaseTimes(layer.fwd + x_f, layer.dx + x_dx + redo, layer.dw, layer.tp, x_f + x_dx + redo)
     return layer, first, last
 
 
-def cp_exchange(sc: Scenario, acc: str, tp, cp, micro_batch, nics, attention_fwd, attention_dx):
+def cp_exchange(sc: Scenario, *, acc: str, tp, cp, mb, nics, attention_fwd, attention_dx):
     """Exposed context-parallel exchange of one layer and micro-batch, (forward, backward).
 
     Ring (context.ring_exposed): each of the cp - 1 steps passes one K, V block (backward: K, V and
@@ -565,10 +591,10 @@ def cp_exchange(sc: Scenario, acc: str, tp, cp, micro_batch, nics, attention_fwd
     if per_op_model(sc):
         bw = bw * sc.system(acc).perf.tp_efficiency
     if sc.cp_method == "ring":
-        f_bytes, b_bytes = context.ring_transfer_bytes(a, sc.task.seq_len, micro_batch, tp, cp, e)
+        f_bytes, b_bytes = context.ring_transfer_bytes(a, sc.task.seq_len, mb, tp, cp, e)
         return (context.ring_exposed(f_bytes, bw, attention_fwd, cp),
                 context.ring_exposed(b_bytes, bw, attention_dx, cp))
-    t = np.where(_f(cp) > 1, context.alltoall_bytes(a, sc.task.seq_len, micro_batch, tp, cp, e) / bw, 0.0)
+    t = np.where(_f(cp) > 1, context.alltoall_bytes(a, sc.task.seq_len, mb, tp, cp, e) / bw, 0.0)
     return t, t
 
 
@@ -577,8 +603,7 @@ def _split_backward(schedule) -> bool:
     return base.startswith("zb") or base.startswith("dualpipe")
 
 
-def microbatch_times(sc: Scenario, acc: str, recompute, schedule, tp, pp, micro_batch, ep=1, capacity_factor=0.0,
-                     expert_tp=0, cp=1, nics=None):
+def microbatch_times(sc: Scenario, *, acc: str, recompute, schedule, tp, cp=1, pp, mb, ep=1, etp=0, cap=0.0, nics=None):
     """(t_forward, t_backward_input, t_backward_weight) of one micro-batch on the busiest stage's card.
 
     Flat model: work per token, forward 1/3 of the training FLOPs, backward 2/3 plus any recompute, at
@@ -593,9 +618,9 @@ def microbatch_times(sc: Scenario, acc: str, recompute, schedule, tp, pp, micro_
     separate; otherwise it is folded into the backward and t_backward_weight is 0.
     """
     if per_op_model(sc):
-        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics)
-        parts = _busiest_stage(sc, pp, layer, first, last,
-                               _dense_layer(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics))
+        kernels = dict(acc=acc, recompute=recompute, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap, nics=nics)
+        layer, first, last = op_times(sc, **kernels)
+        parts = _busiest_stage(sc, pp, layer, first, last, _dense_layer(sc, **kernels))
         return _fold(schedule, *parts)
     sysm = sc.system(acc)
     a, s = sc.model, sc.task.seq_len
@@ -604,17 +629,17 @@ def microbatch_times(sc: Scenario, acc: str, recompute, schedule, tp, pp, micro_
     fpt = flops_per_token(a, s) + (cp_imbalance(sc, cp) - 1.0) * attn
     rfpt = memory.recompute_flops_per_token(a, s, rc)
     if a.moe:
-        extra = moe.extra_flops_per_token(a, load_factor(sc, ep, capacity_factor))
+        extra = moe.extra_flops_per_token(a, load_factor(sc, ep, cap))
         fpt = fpt + extra
         rfpt = rfpt + (extra / 3.0 if rc == "full" else 0.0)
     rate = sysm.acc.peak_flops * sysm.efficiency
-    tokens = _f(micro_batch) * s / (_f(tp) * _f(cp) * _f(pp))
+    tokens = _f(mb) * s / (_f(tp) * _f(cp) * _f(pp))
     t_f = tokens * fpt / 3.0 / rate
     t_b = tokens * (2.0 * fpt / 3.0 + rfpt) / rate
     if nics is not None and np.any(_f(cp) > 1):  # the exchange of every layer of the stage
-        layer_attn = _f(micro_batch) * s / _f(cp) * cp_imbalance(sc, cp) * attn / a.layers / _f(tp)
-        x_f, x_dx = cp_exchange(sc, acc, tp, cp, micro_batch, nics, layer_attn / 3.0 / rate,
-                                2.0 * layer_attn / 3.0 / rate)
+        layer_attn = _f(mb) * s / _f(cp) * cp_imbalance(sc, cp) * attn / a.layers / _f(tp)
+        x_f, x_dx = cp_exchange(sc, acc=acc, tp=tp, cp=cp, mb=mb, nics=nics, attention_fwd=layer_attn / 3.0 / rate,
+                                attention_dx=2.0 * layer_attn / 3.0 / rate)
         stage = np.ceil(a.layers / _f(pp))
         t_f = t_f + stage * x_f
         t_b = t_b + stage * (x_dx + (x_f if rc == "full" else 0.0))
@@ -622,13 +647,13 @@ def microbatch_times(sc: Scenario, acc: str, recompute, schedule, tp, pp, micro_
     return t_f, t_b - t_w, t_w
 
 
-def _dense_layer(sc: Scenario, acc: str, recompute, tp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0, cp=1,
-                 nics=None):
+def _dense_layer(sc: Scenario, *, acc: str, recompute, tp, cp=1, mb, ep=1, etp=0, cap=0.0, nics=None):
     """A MoE model's dense-MLP block (op_times(dense=True)'s layer), or None when every block is a MoE
     block or the model is dense (per-operation model)."""
     if dense_split(sc, 1) is None:
         return None
-    return op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics, dense=True)[0]
+    return op_times(sc, acc=acc, recompute=recompute, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap, nics=nics,
+                    dense=True)[0]
 
 
 def _fold(schedule, t_f, t_dx, t_dw):
@@ -715,11 +740,11 @@ def _busiest_stage(sc: Scenario, pp, layer, first, last, dense=None):
     return out
 
 
-def pipeline_transfer(sc: Scenario, acc: str, tp, pp, dp, micro_batch, nics, cp=1):
+def pipeline_transfer(sc: Scenario, *, acc: str, tp, cp=1, pp, dp, mb, nics):
     """Boundary transfer per micro-batch and direction: s b h x bytes / (tp cp) over the stage link."""
     A = sc.system(acc).acc
     bw = comm.pp_link_bandwidth(A.fabric, pp, _f(tp) * _f(cp) * _f(dp), nics)
-    size = comm.pp_boundary_bytes(_f(micro_batch) * sc.task.seq_len / _f(cp), sc.model.hidden, tp,
+    size = comm.pp_boundary_bytes(_f(mb) * sc.task.seq_len / _f(cp), sc.model.hidden, tp,
                                   sc.memory.activation_bytes)
     return np.where(_f(pp) > 1, size / bw, 0.0)
 
@@ -887,18 +912,18 @@ def pipeline_inflight(schedule, pp, micro_batches, *, peak: str = "exact"):
     return out
 
 
-def schedule_shape_ok(schedule, pp, dp, micro_batch, batch, sc: Scenario | None = None):
-    """1 where the pipeline schedule can run pp stages with batch / (dp x micro_batch) micro-batches:
+def schedule_shape_ok(sc: Scenario, *, schedule, pp, dp, mb):
+    """1 where the pipeline schedule can run pp stages with batch / (dp x mb) micro-batches:
     always when pp = 1; DeepSeek's DualPipe ordering restricts shapes; interleaved needs at least v
     layers on every stage; explicit first / last stage layer counts must leave every stage a layer."""
     base, v = schedule_parts(schedule)
-    pp, m = np.broadcast_arrays(np.asarray(pp), np.ceil(batch / (_f(dp) * _f(micro_batch)) - 1e-9).astype(int))
+    pp, m = np.broadcast_arrays(np.asarray(pp), np.ceil(sc.task.global_batch / (_f(dp) * _f(mb)) - 1e-9).astype(int))
     out = np.ones(pp.shape, dtype=bool)
     for p_val, m_val in np.unique(np.stack([pp.reshape(-1), m.reshape(-1)], axis=1), axis=0):
         if p_val <= 1:
             continue
         bad = bool(pipeline.shape_error(base, int(p_val), int(m_val), v))
-        if sc is not None and not bad:
+        if not bad:
             split = stage_split(sc, int(p_val))
             bad = not split or (base == "interleaved" and min(split) < v)
         if bad:
@@ -921,22 +946,24 @@ def compute_key(sc: Scenario, ep, expert_tp, capacity_factor) -> tuple:
     return (ep, expert_tp, phi) if per_op_model(sc) and sc.model.moe else (phi,)
 
 
-def compute_inputs(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics, ep=1,
-                   capacity_factor=0.0, expert_tp=0, cp=1):
+def compute_inputs(sc: Scenario, *, acc: str, recompute, sp=None, schedule, tp, cp=1, pp, dp, mb, nics, ep=1, etp=0,
+                   cap=0.0):
     """Everything the compute term needs, as 12 arrays: (fwd, dX, dW) of a layer (per-operation model)
     or of a balanced stage (flat model), the first stage's and the last stage's extras (zero in the flat
     model), the boundary transfer, micro-batches per step and cards; for a MoE model with dense-MLP
     blocks (per-operation model, :func:`dense_split`) three more: (fwd, dX, dW) of a dense block."""
-    t_x = pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics, cp)
-    ga, cards = grad_accum(sc, dp, micro_batch), _f(tp) * _f(cp) * _f(pp) * _f(dp)
+    sc = with_sequence_parallel(sc, sp)
+    t_x = pipeline_transfer(sc, acc=acc, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, nics=nics)
+    ga, cards = grad_accum(sc, dp, mb), _f(tp) * _f(cp) * _f(pp) * _f(dp)
     if per_op_model(sc):
-        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics)
+        kernels = dict(acc=acc, recompute=recompute, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap, nics=nics)
+        layer, first, last = op_times(sc, **kernels)
         folded = [_fold(schedule, *x[:3]) for x in (layer, first, last)]
-        dense = _dense_layer(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics)
+        dense = _dense_layer(sc, **kernels)
         more = () if dense is None else tuple(_fold(schedule, *dense[:3]))
         return (*folded[0], *folded[1], *folded[2], t_x, ga, cards, *more)
-    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, schedule, tp, pp, micro_batch, ep, capacity_factor,
-                                       cp=cp, nics=nics)
+    t_f, t_dx, t_dw = microbatch_times(sc, acc=acc, recompute=recompute, schedule=schedule, tp=tp, cp=cp, pp=pp,
+                                       mb=mb, ep=ep, etp=etp, cap=cap, nics=nics)
     z = 0.0 * _f(t_f)
     return t_f, t_dx, t_dw, z, z, z, z, z, z, t_x, ga, cards
 
@@ -979,54 +1006,55 @@ def compute_bounds(sc: Scenario, schedule, pp, inputs):
     return lo * factor, hi * factor
 
 
-def compute(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics, ep=1, capacity_factor=0.0,
-            expert_tp=0, cp=1):
+def compute(sc: Scenario, *, acc: str, recompute, sp=None, schedule, tp, cp=1, pp, dp, mb, nics, ep=1, etp=0, cap=0.0):
     """Per-step compute incl. pipeline bubbles, times the straggler factor.
 
     Returns (compute_with_stragglers, pure_compute, bubble, straggler) so that reports can split it.
     """
-    return compute_from(sc, schedule, pp, compute_inputs(sc, acc, recompute, schedule, tp, pp, dp, micro_batch, nics,
-                                                         ep, capacity_factor, expert_tp, cp))
+    return compute_from(sc, schedule, pp, compute_inputs(sc, acc=acc, recompute=recompute, sp=sp, schedule=schedule,
+                                                         tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, nics=nics, ep=ep, etp=etp,
+                                                         cap=cap))
 
 
-def tp_exposed(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch, ep=1, capacity_factor=0.0, expert_tp=0,
-               cp=1):
+def tp_exposed(sc: Scenario, *, acc: str, recompute, tp, cp=1, pp, dp, mb, ep=1, etp=0, cap=0.0):
     """Per-operation model: exposed tensor-parallel time per step on the busiest stage (inside the
     compute term; reported separately)."""
-    layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp)
-    dense = _dense_layer(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp)
+    kernels = dict(acc=acc, recompute=recompute, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap)
+    layer, first, last = op_times(sc, **kernels)
+    dense = _dense_layer(sc, **kernels)
     tp_stage = _busiest(sc, pp, (layer.tp,), (first.tp,), (last.tp,), 1, None if dense is None else (dense.tp,))[0]
-    return grad_accum(sc, dp, micro_batch) * tp_stage
+    return grad_accum(sc, dp, mb) * tp_stage
 
 
-def cp_exposed(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch, nics, cp=1, ep=1, capacity_factor=0.0,
-               expert_tp=0):
+def cp_exposed(sc: Scenario, *, acc: str, recompute, tp, cp=1, pp, dp, mb, nics, ep=1, etp=0, cap=0.0):
     """Exposed context-parallel exchange per step on the busiest stage (inside the compute term;
     reported separately): micro-batches x the stage's layers x :func:`cp_exchange`."""
-    ga = grad_accum(sc, dp, micro_batch)
+    ga = grad_accum(sc, dp, mb)
     if per_op_model(sc):
-        layer, first, last = op_times(sc, acc, recompute, tp, micro_batch, ep, capacity_factor, expert_tp, cp, nics)
+        layer, first, last = op_times(sc, acc=acc, recompute=recompute, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap,
+                                      nics=nics)
         return ga * _busiest(sc, pp, (_f(layer.cp),), (0.0,), (0.0,), 1)[0]
-    with_x = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, ep, capacity_factor, cp=cp, nics=nics)
-    without = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, ep, capacity_factor, cp=cp)
+    stage = dict(acc=acc, recompute=recompute, schedule="1f1b", tp=tp, cp=cp, pp=pp, mb=mb, ep=ep, etp=etp, cap=cap)
+    with_x = microbatch_times(sc, **stage, nics=nics)
+    without = microbatch_times(sc, **stage)
     return ga * (sum(with_x) - sum(without))
 
 
-def cp_link(sc: Scenario, acc: str, tp, pp, dp, micro_batch, nics, cp=1):
+def cp_link(sc: Scenario, *, acc: str, tp, cp=1, pp, dp, mb, nics):
     """Context-parallel link time per step on a card: micro-batches x the stage's layers x the
     exchange's bytes (forward + backward) at context.cp_bandwidth (hidden or not)."""
     A = sc.system(acc).acc
     a, e, s = sc.model, sc.memory.activation_bytes, sc.task.seq_len
     bw = context.cp_bandwidth(A.fabric, tp, cp, nics, sc.cp_method)
     if sc.cp_method == "ring":
-        per_layer = sum(context.ring_transfer_bytes(a, s, micro_batch, tp, cp, e))
+        per_layer = sum(context.ring_transfer_bytes(a, s, mb, tp, cp, e))
     else:
-        per_layer = 2.0 * context.alltoall_bytes(a, s, micro_batch, tp, cp, e)
+        per_layer = 2.0 * context.alltoall_bytes(a, s, mb, tp, cp, e)
     layers = np.ceil(a.layers / _f(pp))  # the busiest stage's layers (whole layers)
-    return grad_accum(sc, dp, micro_batch) * layers * per_layer / bw
+    return grad_accum(sc, dp, mb) * layers * per_layer / bw
 
 
-def dp_bandwidth(sc: Scenario, acc: str, tp, dp, nics):
+def dp_bandwidth(sc: Scenario, *, acc: str, tp, dp, nics):
     """Per-card DP ring bandwidth (comm.dp_ring_bandwidth), x the collective efficiency in the
     per-operation model."""
     A = sc.system(acc).acc
@@ -1036,33 +1064,32 @@ def dp_bandwidth(sc: Scenario, acc: str, tp, dp, nics):
     return bw
 
 
-def dp_link(sc: Scenario, acc: str, zero, tp, pp, dp, micro_batch, nics, ep=1, expert_tp=0, cp=1):
+def dp_link(sc: Scenario, *, acc: str, zero, tp, cp=1, pp, dp, mb, nics, ep=1, etp=0):
     """Data-parallel (ZeRO) link time per step: V / B on the real path (comm.zero_dp_volume, dp_ring_bandwidth),
     over the dp x cp ranks (:func:`zero_ranks`).
 
     A MoE model's expert state is reduced over its expert-data-parallel group (edp members, one ring per
     card of an EP x expert-TP block): the two rings' times add up (they share the links)."""
     rec = memory.recipe(sc.task.precision)
-    ga = grad_accum(sc, dp, micro_batch)
+    ga = grad_accum(sc, dp, mb)
     ranks = zero_ranks(dp, cp)
-    bw = dp_bandwidth(sc, acc, tp, ranks, nics)
+    bw = dp_bandwidth(sc, acc=acc, tp=tp, dp=ranks, nics=nics)
     if not sc.model.moe:
         return comm.zero_dp_volume(zero, heaviest_stage_params(sc, tp, pp), ranks, ga, rec.weights, rec.grads) / bw
     g = sc.system(acc).acc.cards_per_host
-    etp = moe.expert_tp_size(expert_tp, tp)
-    edp = moe.expert_dp_size(tp, ranks, ep, expert_tp)
-    bw_e = dp_bandwidth(sc, acc, np.minimum(_f(ep) * etp, g), edp, nics)
+    etp_size = moe.expert_tp_size(etp, tp)
+    edp = moe.expert_dp_size(tp, ranks, ep, etp)
+    bw_e = dp_bandwidth(sc, acc=acc, tp=np.minimum(_f(ep) * etp_size, g), dp=edp, nics=nics)
 
     def t(d, xl, xb, n):
-        experts = xl / (_f(ep) * etp) + xb / _f(ep)
+        experts = xl / (_f(ep) * etp_size) + xb / _f(ep)
         return (comm.zero_dp_volume(zero, d, ranks, ga, rec.weights, rec.grads) / bw
                 + comm.zero_dp_volume(zero, experts, edp, ga, rec.weights, rec.grads) / bw_e)
 
     return _moe_stages(sc, tp, pp, t)
 
 
-def exposed_dp(sc: Scenario, acc: str, zero, recompute, tp, pp, dp, micro_batch, nics, ep=1, expert_tp=0,
-               capacity_factor=0.0, cp=1):
+def exposed_dp(sc: Scenario, *, acc: str, zero, recompute, sp=None, tp, cp=1, pp, dp, mb, nics, ep=1, etp=0, cap=0.0):
     """Exposed data-parallel communication (comm.exposed_time), with overlap share f (comm.dp_overlap):
     (1 - f) x every byte + f x (unhidable bytes + per-window excess over compute).
 
@@ -1074,22 +1101,24 @@ def exposed_dp(sc: Scenario, acc: str, zero, recompute, tp, pp, dp, micro_batch,
     traffic's share of a window (comm.shared_link_time: the other traffic holds the link only while
     the windows' compute runs).
     """
+    sc = with_sequence_parallel(sc, sp)
     rec = memory.recipe(sc.task.precision)
     ranks = zero_ranks(dp, cp)
-    bw = dp_bandwidth(sc, acc, tp, ranks, nics)
-    link = dp_link(sc, acc, zero, tp, pp, dp, micro_batch, nics, ep, expert_tp, cp)
+    bw = dp_bandwidth(sc, acc=acc, tp=tp, dp=ranks, nics=nics)
+    link = dp_link(sc, acc=acc, zero=zero, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, nics=nics, ep=ep, etp=etp)
     unhidden = comm.zero_dp_unhidden_bytes(zero, memory.embedding_shard_params(sc.model, tp), ranks, rec.weights,
                                            rec.grads) / bw
-    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, ep, capacity_factor,
-                                       expert_tp, cp)
+    t_f, t_dx, t_dw = microbatch_times(sc, acc=acc, recompute=recompute, schedule="1f1b", tp=tp, cp=cp, pp=pp,
+                                       mb=mb, ep=ep, etp=etp, cap=cap)
     window = t_f + t_dx + t_dw
-    windows = np.where(_f(zero) >= 2, grad_accum(sc, dp, micro_batch), 1.0)
+    windows = np.where(_f(zero) >= 2, grad_accum(sc, dp, mb), 1.0)
     if per_op_model(sc):
         A = sc.system(acc).acc
         spans = network.route(A.fabric, ranks, tp).level > 0
-        ga = grad_accum(sc, dp, micro_batch)
-        tp_busy = tp_exposed(sc, acc, recompute, tp, pp, dp, micro_batch, ep, capacity_factor, expert_tp, cp) / ga
-        pp_busy = 2.0 * pipeline_transfer(sc, acc, tp, pp, dp, micro_batch, nics, cp)
+        ga = grad_accum(sc, dp, mb)
+        tp_busy = tp_exposed(sc, acc=acc, recompute=recompute, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, ep=ep, etp=etp,
+                             cap=cap) / ga
+        pp_busy = 2.0 * pipeline_transfer(sc, acc=acc, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, nics=nics)
         other = np.where(spans, pp_busy, tp_busy)
         link = comm.shared_link_time(link, other * windows, window * windows)
     f = sc.overlap_fractions()[1]
@@ -1097,33 +1126,34 @@ def exposed_dp(sc: Scenario, acc: str, zero, recompute, tp, pp, dp, micro_batch,
     return f * hidden + (1.0 - f) * link
 
 
-def tp_comm(sc: Scenario, acc: str, recompute, tp, pp, dp, micro_batch, cp=1):
+def tp_comm(sc: Scenario, *, acc: str, recompute, tp, cp=1, pp, dp, mb):
     """Tensor-parallel communication outside the compute term. Flat model: all on the critical path,
     V_tp / intra-host bandwidth. Per-operation model: 0 here, because the exposed TP time is part of
     each stage's duration (:func:`tp_exposed` reports it)."""
     if per_op_model(sc):
-        return np.zeros(np.broadcast(_f(tp), _f(pp), _f(dp), _f(micro_batch), _f(cp)).shape)
+        return np.zeros(np.broadcast(_f(tp), _f(pp), _f(dp), _f(mb), _f(cp)).shape)
     A = sc.system(acc).acc
     rc = effective_recompute(sc, recompute)
-    v = comm.tp_volume(_f(micro_batch) * sc.task.seq_len / _f(cp), sc.model.hidden, tp,
+    v = comm.tp_volume(_f(mb) * sc.task.seq_len / _f(cp), sc.model.hidden, tp,
                        np.ceil(sc.model.layers / _f(pp)),
-                       grad_accum(sc, dp, micro_batch), sc.memory.activation_bytes, rc == "full")
+                       grad_accum(sc, dp, mb), sc.memory.activation_bytes, rc == "full")
     return v / A.intra_host_bw
 
 
-def offload_wait(sc: Scenario, acc: str, offload_cpu, zero, recompute, tp, pp, dp, micro_batch, ep=1, expert_tp=0,
-                 capacity_factor=0.0, cp=1):
+def offload_wait(sc: Scenario, *, acc: str, offload, zero, recompute, sp=None, tp, cp=1, pp, dp, mb, ep=1, etp=0,
+                 cap=0.0):
     """Optimizer-step time per step. With CPU offload: the gradient download beyond the last backward
     (T_wait = max(0, V/B - W)), the CPU Adam pass at the host's memory bandwidth shared by its cards,
     and the BF16 upload. Without offload: 0 in the flat model (the chapter leaves the GPU optimizer
     step out); the GPU Adam pass over the card's shard in the per-operation model
     (ops.optimizer_bytes_per_param)."""
+    sc = with_sequence_parallel(sc, sp)
     A = sc.system(acc).acc
     rec = memory.recipe(sc.task.precision)
-    shard = _sharded(sc, tp, pp, zero_ranks(dp, cp), ep, expert_tp,
-                     lambda n, d: n / np.where(_f(zero) >= 1, _f(d), 1.0))
-    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, "1f1b", tp, pp, micro_batch, ep, capacity_factor,
-                                       expert_tp, cp)
+    shard = _sharded(sc, lambda n, d: n / np.where(_f(zero) >= 1, _f(d), 1.0),
+                     tp=tp, pp=pp, ranks=zero_ranks(dp, cp), ep=ep, etp=etp)
+    t_f, t_dx, t_dw = microbatch_times(sc, acc=acc, recompute=recompute, schedule="1f1b", tp=tp, cp=cp, pp=pp,
+                                       mb=mb, ep=ep, etp=etp, cap=cap)
     cpu_bw = A.host_memory_bw / A.cards_per_host if A.host_memory_bw > 0 else np.inf
     down = comm.offload_wait(2.0 * shard, A.host_link_bw, 2.0 / 3.0 * (t_f + t_dx + t_dw))
     t = down + shard * CPU_ADAM_BYTES_PER_PARAM / cpu_bw + rec.weights * shard / A.host_link_bw
@@ -1131,10 +1161,10 @@ def offload_wait(sc: Scenario, acc: str, offload_cpu, zero, recompute, tp, pp, d
     if per_op_model(sc):
         per_param = ops.optimizer_bytes_per_param(rec.weights, rec.grads, rec.master, rec.moments)
         gpu = steptime.optimizer_time(shard, per_param, rates(sc, acc))
-    return np.where(offload_cpu, t, gpu)
+    return np.where(offload == "cpu", t, gpu)
 
 
-def ep_link(sc: Scenario, acc: str, recompute, tp, pp, micro_batch, nics, ep, expert_tp, capacity_factor, cp=1):
+def ep_link(sc: Scenario, *, acc: str, recompute, tp, cp=1, pp, mb, nics, ep=1, etp=0, cap=0.0):
     """All-to-all time of one micro-batch on the stage with the most MoE blocks (moe.a2a_per_microbatch):
     dispatch and combine of one card's tokens on the EP group's links (NVLink inside a host, the host's
     NICs across hosts), stretched by the load factor; the per-operation model derates the links by the
@@ -1142,51 +1172,50 @@ def ep_link(sc: Scenario, acc: str, recompute, tp, pp, micro_batch, nics, ep, ex
     exchange. 0 for a dense model or EP = 1."""
     a = sc.model
     if not a.moe:
-        return 0.0 * _f(tp) * _f(pp) * _f(micro_batch) * _f(nics) * _f(ep) * _f(expert_tp) * _f(capacity_factor)
+        return 0.0 * _f(tp) * _f(pp) * _f(mb) * _f(nics) * _f(ep) * _f(etp) * _f(cap)
     A = sc.system(acc).acc
     o = sc.moe
     rc = effective_recompute(sc, recompute)
-    hosts = moe.ep_hosts(ep, moe.expert_tp_size(expert_tp, tp), A.cards_per_host)
+    hosts = moe.ep_hosts(ep, moe.expert_tp_size(etp, tp), A.cards_per_host)
     intra, inter = moe.a2a_rows_per_token(a.top_k, ep, hosts, o.dispatcher, o.node_limit)
     fabric, latency = A.fabric, 0.0
     if per_op_model(sc):
         p = sc.system(acc).perf
         fabric, latency = fabric.derated(p.tp_efficiency, p.dp_efficiency), p.collective_latency
-    path = network.route(fabric, _f(ep) * moe.expert_tp_size(expert_tp, tp), 1, A.cards_per_host, nics)
-    one = moe.a2a_time(card_tokens(sc, tp, micro_batch, cp), a.hidden, sc.memory.activation_bytes, intra, inter,
-                       load_factor(sc, ep, capacity_factor), path, A.p2p)
+    path = network.route(fabric, _f(ep) * moe.expert_tp_size(etp, tp), 1, A.cards_per_host, nics)
+    one = moe.a2a_time(card_tokens(sc, tp, mb, cp), a.hidden, sc.memory.activation_bytes, intra, inter,
+                       load_factor(sc, ep, cap), path, A.p2p)
     one = np.where(_f(ep) > 1, one + latency, 0.0)
     blocks = _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n)
     return moe.a2a_per_microbatch(one, blocks, rc == "full")
 
 
-def ep_comm(sc: Scenario, acc: str, recompute, schedule, tp, pp, dp, micro_batch, nics, ep=1, expert_tp=0,
-            capacity_factor=0.0, cp=1):
+def ep_comm(sc: Scenario, *, acc: str, recompute, schedule, tp, cp=1, pp, dp, mb, nics, ep=1, etp=0, cap=0.0):
     """Exposed all-to-all per step (moe.a2a_exposed): every micro-batch's exchanges, or with overlap
     (``[moe] a2a_overlap``: auto = DualPipe schedules) only what exceeds one micro-batch's compute. The
     exchanges extend each micro-batch on the critical path; how they stretch pipeline bubbles is not
     modelled (as the flat model's tensor-parallel time)."""
-    per_mb = ep_link(sc, acc, recompute, tp, pp, micro_batch, nics, ep, expert_tp, capacity_factor, cp)
+    per_mb = ep_link(sc, acc=acc, recompute=recompute, tp=tp, cp=cp, pp=pp, mb=mb, nics=nics, ep=ep, etp=etp, cap=cap)
     if not sc.model.moe:
         return per_mb * _f(dp) * _f(cp)  # zeros of the right shape
-    t_f, t_dx, t_dw = microbatch_times(sc, acc, recompute, schedule, tp, pp, micro_batch, ep, capacity_factor,
-                                       expert_tp, cp)
-    return moe.a2a_exposed(per_mb, t_f + t_dx + t_dw, grad_accum(sc, dp, micro_batch),
+    t_f, t_dx, t_dw = microbatch_times(sc, acc=acc, recompute=recompute, schedule=schedule, tp=tp, cp=cp, pp=pp,
+                                       mb=mb, ep=ep, etp=etp, cap=cap)
+    return moe.a2a_exposed(per_mb, t_f + t_dx + t_dw, grad_accum(sc, dp, mb),
                            moe.a2a_overlapped(sc.moe.a2a_overlap, schedule))
 
 
-def capacity_drops(sc: Scenario, tp, micro_batch, capacity_factor, cp=1):
+def capacity_drops(sc: Scenario, *, tp, cp=1, mb, cap):
     """Share of dispatches a capacity factor drops for one card's micro-batch (moe.routing_drops)."""
     a, o = sc.model, sc.moe
     if not a.moe:
-        return 0.0 * _f(tp) * _f(micro_batch) * _f(capacity_factor) * _f(cp)
-    return moe.routing_drops(card_tokens(sc, tp, micro_batch, cp), a.top_k, a.experts, capacity_factor, o.imbalance,
+        return 0.0 * _f(tp) * _f(mb) * _f(cap) * _f(cp)
+    return moe.routing_drops(card_tokens(sc, tp, mb, cp), a.top_k, a.experts, cap, o.imbalance,
                              o.hot)[0]
 
 
-def ep_group_ok(sc: Scenario, acc: str, tp, dp, ep, expert_tp, cp=1):
+def ep_group_ok(sc: Scenario, *, acc: str, tp, cp=1, dp, ep, etp):
     """1 where EP x expert-TP fits the tp x dp (x cp) group (moe.ep_group_ok)."""
-    return moe.ep_group_ok(sc.model, tp, zero_ranks(dp, cp), ep, expert_tp, sc.system(acc).acc.cards_per_host)
+    return moe.ep_group_ok(sc.model, tp, zero_ranks(dp, cp), ep, etp, sc.system(acc).acc.cards_per_host)
 
 
 # ---------------------------------------------------------------------------------------------

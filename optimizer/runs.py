@@ -314,6 +314,7 @@ def memory_figures(run: MeasuredRun) -> dict[str, tuple[float, float]]:
                          ("activations_gib_sp_selective", True, "attn")):
         if col in row:
             s2 = replace(sc, memory=replace(sc.memory, sequence_parallel=sp))
-            acts = T.stored_activations(s2, plan.schedule, rec, plan.tp, plan.pp, plan.dp, plan.micro_batch)
+            acts = T.stored_activations(s2, schedule=plan.schedule, recompute=rec, tp=plan.tp, pp=plan.pp, dp=plan.dp,
+                                        mb=plan.micro_batch)
             out[col] = (float(acts) / GIB, row[col])
     return out

@@ -37,6 +37,7 @@ from tpopt.errors import InputError
 from tpopt.models import context
 from tpopt.models import families as F
 from tpopt.models import terms as T
+from tpopt.models.layout import term_variables
 from tpopt.models.plan import Plan, Scenario
 
 
@@ -314,57 +315,49 @@ class Space:
         iterating over them builds every exact table."""
         return Tables(self)
 
+    def _term(self, fn, then=None, **options) -> tuple:
+        """(variables, builder) of a table built from a term function: its variables are the ones the
+        term declares (:func:`tpopt.models.layout.term_variables`: MoE variables only for a MoE model);
+        ``then`` maps its values (a bound's rounding, a rule's condition); ``options`` are keywords that
+        are not variables (``peak=``)."""
+        sc = self.sc
+
+        def build(**kw):
+            value = fn(sc, **kw, **options)
+            return value if then is None else then(value)
+
+        return term_variables(fn, sc.model.moe), build
+
     @cached_property
     def _specs(self) -> dict:
-        """Table name -> (variables, builder). MoE variables enter the tables of the terms they change
-        (dense models leave them out: their domains are single values anyway)."""
+        """Table name -> (variables, builder). A term function's table has the variables the term
+        declares (:meth:`_term`); the few tables below that are not one term (the card count and what
+        is read from it, the layout rules of the context module) name their variables themselves;
+        ``None`` builders are built from other tables (:meth:`_build`)."""
         sc = self.sc
-        ep = ("ep", "etp") if sc.model.moe else ()
-        cap = ("cap",) if sc.model.moe else ()
         a = sc.model
         B = sc.task.global_batch
-        sp_sc = self.with_sp  # sequence parallelism: the scenario with it on or off
         cf = CARD_FACTORS
         per_op = T.per_op_model(sc)  # uneven stages are modelled, not ruled out
-        compute = ("acc", "recompute", "sp", "schedule", "tp", "cp", "pp", "dp", "mb", "nics") + \
-            (("ep", "etp", "cap") if sc.model.moe else ())
-        acts = ("schedule", "recompute", "sp", "tp", "cp", "pp", "dp", "mb") + ep + cap
-
-        def act(peak):
-            return lambda schedule, recompute, sp, tp, cp, pp, dp, mb, ep=1, etp=0, cap=0.0: \
-                T.activations(sp_sc(sp), schedule, recompute, tp, pp, dp, mb, ep, etp, cap, cp, peak=peak)
+        term = self._term
+        compute = term_variables(T.compute, a.moe)
 
         return {
-            "mem.states": (("zero", "offload", "tp", "cp", "pp", "dp") + ep,
-                           lambda zero, offload, tp, cp, pp, dp, ep=1, etp=0:
-                           T.states(sc, zero, offload == "cpu", tp, pp, dp, ep, etp, cp)),
-            "mem.copies": (("schedule", "tp", "pp") + ep,
-                           lambda schedule, tp, pp, ep=1, etp=0: T.param_copies(sc, schedule, tp, pp, ep, etp)),
-            "mem.activations": (acts, act("exact")),
-            "mem.activations.lo": (acts, act("lo")),
-            "mem.activations.hi": (acts, lambda **kw: round_up32(act("hi")(**kw))),
-            "mem.temporary": (("zero", "tp", "cp", "pp", "mb") + ep + cap,
-                              lambda zero, tp, cp, pp, mb, ep=1, etp=0, cap=0.0:
-                              T.temporary(sc, zero, tp, pp, mb, ep, etp, cap, cp)),
-            "mem.host": (("acc", "offload", "zero", "tp", "cp", "pp", "dp") + ep,
-                         lambda acc, offload, zero, tp, cp, pp, dp, ep=1, etp=0:
-                         T.host_memory(sc, acc, offload == "cpu", zero, tp, pp, dp, ep, etp, cp)),
+            "mem.states": term(T.states),
+            "mem.copies": term(T.param_copies),
+            "mem.activations": term(T.activations),
+            "mem.activations.lo": term(T.activations, peak="lo"),
+            "mem.activations.hi": term(T.activations, round_up32, peak="hi"),
+            "mem.temporary": term(T.temporary),
+            "mem.host": term(T.host_memory),
             "time.compute": (compute, None),
             "time.compute.lo": (compute, None),
             "time.compute.hi": (compute, None),
-            "time.exposed_dp": (("acc", "zero", "recompute", "sp", "tp", "cp", "pp", "dp", "mb", "nics") + ep + cap,
-                                lambda acc, zero, recompute, sp, tp, cp, pp, dp, mb, nics, ep=1, etp=0, cap=0.0:
-                                T.exposed_dp(sp_sc(sp), acc, zero, recompute, tp, pp, dp, mb, nics, ep, etp, cap, cp)),
-            "time.tp_comm": (("acc", "recompute", "tp", "cp", "pp", "dp", "mb"),
-                             lambda acc, recompute, tp, cp, pp, dp, mb: T.tp_comm(sc, acc, recompute, tp, pp, dp, mb,
-                                                                                  cp)),
-            "time.offload": (("acc", "offload", "zero", "recompute", "sp", "tp", "cp", "pp", "dp", "mb") + ep + cap,
-                             lambda acc, offload, zero, recompute, sp, tp, cp, pp, dp, mb, ep=1, etp=0, cap=0.0:
-                             T.offload_wait(sp_sc(sp), acc, offload == "cpu", zero, recompute, tp, pp, dp, mb, ep, etp,
-                                            cap, cp)),
-            "time.ep_comm": (("acc", "recompute", "schedule", "tp", "cp", "pp", "dp", "mb", "nics") + ep + cap,
-                             lambda acc, recompute, schedule, tp, cp, pp, dp, mb, nics, ep=1, etp=0, cap=0.0:
-                             T.ep_comm(sc, acc, recompute, schedule, tp, pp, dp, mb, nics, ep, etp, cap, cp)),
+            "time.exposed_dp": term(T.exposed_dp),
+            "time.tp_comm": term(T.tp_comm),
+            "time.offload": term(T.offload_wait),
+            "time.ep_comm": term(T.ep_comm),
+            # functions of the card count (tp x cp x pp x dp)
             "overhead": (("mode", "tau", *cf),
                          lambda mode, tau, **f: T.overhead(sc, mode, cards_of(**f),
                                                            self.interval(tau, cards_of(**f), mode))),
@@ -373,7 +366,7 @@ class Space:
             "rate": (("acc", *cf, "nics"), lambda acc, nics, **f: T.rate_per_second(sc, acc, cards_of(**f), nics)),
             "cards": (cf, cards_of),
             # structural facts (True = the rule holds)
-            "ok." + F.BATCH_DIVISIBILITY: (("dp", "mb"), lambda dp, mb: T.batch_remainder(sc, dp, mb) == 0),
+            "ok." + F.BATCH_DIVISIBILITY: term(T.batch_remainder, lambda r: r == 0),
             "ok." + F.WHOLE_HOSTS: (("acc", *cf),
                                       lambda acc, **f: cards_of(**f) % sc.system(acc).acc.cards_per_host == 0),
             "ok." + F.TP_WITHIN_HOST: (("acc", "tp", "cp"),
@@ -381,16 +374,13 @@ class Space:
                                                                                   sc.system(acc).acc.cards_per_host)),
             "ok." + F.HEADS_DIVISIBLE: (("tp", "cp"), lambda tp, cp: context.heads_ok(a, tp, cp, sc.cp_method)),
             "ok." + F.PP_DIVIDES_LAYERS: (("pp",), lambda pp: (a.layers % pp == 0) | per_op),
-            "ok." + F.SCHEDULE_SHAPE: (("schedule", "pp", "dp", "mb"),
-                                         lambda schedule, pp, dp, mb: T.schedule_shape_ok(schedule, pp, dp, mb, B, sc)),
+            "ok." + F.SCHEDULE_SHAPE: term(T.schedule_shape_ok),
             "ok." + F.EP_DIVIDES_EXPERTS: (("ep",), lambda ep: np.mod(a.experts, ep) == 0),
-            "ok." + F.EP_GROUP: (("acc", "tp", "cp", "dp", "ep", "etp"),
-                                   lambda acc, tp, cp, dp, ep, etp: T.ep_group_ok(sc, acc, tp, dp, ep, etp, cp)),
-            "ok." + F.CAPACITY_DROPS: (("tp", "cp", "mb", "cap"),
-                                      lambda tp, cp, mb, cap: T.capacity_drops(sc, tp, mb, cap, cp) <= sc.moe.max_drop),
+            "ok." + F.EP_GROUP: term(T.ep_group_ok),
+            "ok." + F.CAPACITY_DROPS: term(T.capacity_drops, lambda drops: drops <= sc.moe.max_drop),
             # exact single-table conditions: backlog (write time <= interval), host memory <= capacity
             "ok." + F.CHECKPOINT: (("mode", "tau", *cf), None),
-            "ok." + F.MEMORY_HOST: (("acc", "offload", "zero", "tp", "cp", "pp", "dp") + ep, None),
+            "ok." + F.MEMORY_HOST: (term_variables(T.host_memory, a.moe), None),
         }
 
     def table_vars(self, name: str) -> tuple[str, ...]:
@@ -539,8 +529,9 @@ class Space:
         ex = [np.asarray([c[i] for c in reps], dtype=float).reshape((R,) + (1,) * len(sub)) for i in range(3)]
         g = {k: v[None] for k, v in grids.items()}
         for si, sched in enumerate(d["schedule"]):
-            parts = [T.compute_inputs(self.with_sp(sp), acc, rec, sched, g["tp"], g["pp"], g["dp"], g["mb"], g["nics"],
-                                      ep=ex[0], expert_tp=ex[1], capacity_factor=ex[2], cp=g["cp"])
+            parts = [T.compute_inputs(sc, acc=acc, recompute=rec, sp=sp, schedule=sched, tp=g["tp"], cp=g["cp"],
+                                      pp=g["pp"], dp=g["dp"], mb=g["mb"], nics=g["nics"], ep=ex[0], etp=ex[1],
+                                      cap=ex[2])
                      for acc in d["acc"] for rec in d["recompute"] for sp in d["sp"]]
             stacked = tuple(np.stack([np.broadcast_to(p[k], rsub) for p in parts]).reshape((-1,) + sub)
                             for k in range(len(parts[0])))
@@ -555,16 +546,9 @@ class Space:
         return self.tables[name]
 
     def with_sp(self, sp) -> Scenario:
-        """The scenario with sequence parallelism on or off (the same object for the scenario's own
-        value, so the per-operation memo keeps hitting)."""
-        if bool(sp) == self.sc.memory.sequence_parallel:
-            return self.sc
-        cache = self.__dict__.setdefault("_sp_cache", {})
-        if sp not in cache:
-            from dataclasses import replace
-
-            cache[sp] = replace(self.sc, memory=replace(self.sc.memory, sequence_parallel=bool(sp)))
-        return cache[sp]
+        """The scenario with sequence parallelism on or off (:func:`tpopt.models.terms.with_sequence_parallel`:
+        the same object for the scenario's own value, so the per-operation memo keeps hitting)."""
+        return T.with_sequence_parallel(self.sc, sp)
 
     def interval(self, tau, cards, mode):
         """Save interval in seconds for a tau choice (0 = auto: the optimum for the card count)."""

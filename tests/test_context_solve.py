@@ -58,10 +58,11 @@ def test_cp_divides_memory_and_shards_zero_over_dp_cp():
                                                                       "global_batch": 8},
                              "schedule": {"deadline": "30d"}, "hardware": {"accelerator": "h100-sxm",
                                                                            "efficiency": 0.4}}, CAT)
-    one = float(T.stored_activations(raw_sc, "1f1b", "none", 1, 1, 1, 1, 1))
-    four = float(T.stored_activations(raw_sc, "1f1b", "none", 1, 1, 1, 1, 4))
+    one = float(T.stored_activations(raw_sc, schedule="1f1b", recompute="none", tp=1, pp=1, dp=1, mb=1, cp=1))
+    four = float(T.stored_activations(raw_sc, schedule="1f1b", recompute="none", tp=1, pp=1, dp=1, mb=1, cp=4))
     assert four == pytest.approx(one / 4)  # flash attention: every saved tensor is per token
-    assert float(T.states(raw_sc, 1, False, 1, 1, 1, cp=4)) == float(T.states(raw_sc, 1, False, 1, 1, 4))
+    assert float(T.states(raw_sc, zero=1, offload="none", tp=1, pp=1, dp=1, cp=4)) == \
+        float(T.states(raw_sc, zero=1, offload="none", tp=1, pp=1, dp=4))
 
 
 def test_contiguous_split_costs_the_causal_imbalance():
@@ -209,5 +210,5 @@ def test_backends_agree_with_cp_and_sp_decisions(case):
 def test_cp_terms_broadcast_over_the_grid():
     sc = build_scenario(LLAMA8_128K, CAT)
     tp, cp = np.array([1, 2, 4])[:, None], np.array([1, 4, 16])[None, :]
-    grid = T.temporary(sc, 3, tp, 1, 1, cp=cp)
+    grid = T.temporary(sc, zero=3, tp=tp, pp=1, mb=1, cp=cp)
     assert grid.shape == (3, 3) and np.all(np.diff(grid, axis=1) < 0)  # more CP, fewer tokens per card

@@ -38,13 +38,13 @@ def tiny(layers=4, dense_layers=1, hidden=1024, ffn=4096, experts=8, top_k=2, ex
 def block_time(sc, moe_block, tp=1, mb=1, ep=1):
     """One block's fwd + dX + dW for one micro-batch: every kernel of its ops.layer_kernels list, timed
     one by one (tp = 1: no tensor-parallel collectives; recompute none)."""
-    lay = T.layout(sc, tp, mb, ep)
+    lay = T.layout(sc, tp=tp, mb=mb, ep=ep)
     r = T.rates(sc, ACC)
     return sum(float(steptime.kernel_time(k, r, lay.act_bytes)) for k in ops.layer_kernels(sc.model, lay, moe_block))
 
 
 def extras_time(sc, mb=1):
-    lay = T.layout(sc, 1, mb)
+    lay = T.layout(sc, tp=1, mb=mb)
     r = T.rates(sc, ACC)
     emb = sum(float(steptime.kernel_time(k, r, lay.act_bytes)) for k in ops.embedding_kernels(sc.model, lay))
     head = sum(float(steptime.kernel_time(k, r, lay.act_bytes)) for k in ops.head_kernels(sc.model, lay))
@@ -53,7 +53,7 @@ def extras_time(sc, mb=1):
 
 def stage_parts(sc, mb=1):
     """(fwd, bwd) of each stage of a pp = 2 split of the 4-block tiny model, from the kernel lists."""
-    lay, r = T.layout(sc, 1, mb), T.rates(sc, ACC)
+    lay, r = T.layout(sc, tp=1, mb=mb), T.rates(sc, ACC)
     e = lay.act_bytes
 
     def phases(ks):
@@ -71,7 +71,7 @@ def stage_parts(sc, mb=1):
 
 def test_dense_block_kernels_are_a_dense_mlp():
     sc = tiny()
-    a, lay = sc.model, T.layout(sc, 1, 1)
+    a, lay = sc.model, T.layout(sc, tp=1, mb=1)
     dense_ops = {k.op for k in ops.layer_kernels(a, lay, False)}
     moe_ops = {k.op for k in ops.layer_kernels(a, lay, True)}
     assert "router" in moe_ops and "router" not in dense_ops and "mlp.up" in dense_ops
@@ -90,10 +90,10 @@ def test_first_stage_runs_its_dense_block():
     assert dense > moe_b  # the premise of this case
     emb, head = extras_time(sc)
     s0, s1 = emb + dense + moe_b, 2 * moe_b + head
-    got = sum(float(x) for x in T.microbatch_times(sc, ACC, "none", "1f1b", 1, 2, 1))
+    got = sum(float(x) for x in T.microbatch_times(sc, acc=ACC, recompute="none", schedule="1f1b", tp=1, pp=2, mb=1))
     assert got == pytest.approx(max(s0, s1), rel=1e-9)
     # pp = 1: every block, each of its own type
-    one = sum(float(x) for x in T.microbatch_times(sc, ACC, "none", "1f1b", 1, 1, 1))
+    one = sum(float(x) for x in T.microbatch_times(sc, acc=ACC, recompute="none", schedule="1f1b", tp=1, pp=1, mb=1))
     assert one == pytest.approx(emb + dense + 3 * moe_b + head, rel=1e-9)
 
 
@@ -102,8 +102,9 @@ def test_pipeline_durations_follow_block_types():
     transfer; pure compute is the busiest stage's F + B."""
     sc = tiny(ffn=16384, batch=1)
     (f0, b0), (f1, b1) = stage_parts(sc)
-    x = float(T.pipeline_transfer(sc, ACC, 1, 2, 1, 1, 1))
-    total, pure, bubble, _ = (float(v) for v in T.compute(sc, ACC, "none", "1f1b", 1, 2, 1, 1, 1))
+    x = float(T.pipeline_transfer(sc, acc=ACC, tp=1, pp=2, dp=1, mb=1, nics=1))
+    total, pure, bubble, _ = (float(v) for v in T.compute(sc, acc=ACC, recompute="none", schedule="1f1b", tp=1, pp=2,
+                                                                  dp=1, mb=1, nics=1))
     assert pure + bubble == pytest.approx(f0 + f1 + b1 + b0 + 2 * x, rel=1e-9)
     assert pure == pytest.approx(max(f0 + b0, f1 + b1), rel=1e-9)
 
@@ -112,10 +113,12 @@ def test_all_to_all_counts_moe_blocks_only():
     """EP 2: the exchange count per micro-batch follows the MoE blocks of the busiest stage: 3 of the 4
     blocks on one stage; on PP 2, stage 0 has 1 MoE block and stage 1 has 2."""
     sc = tiny(batch=2)
-    link = [float(T.ep_link(sc, ACC, "none", 1, p, 1, 1, 2, 0, 0.0)) for p in (1, 2)]
+    link = [float(T.ep_link(sc, acc=ACC, recompute="none", tp=1, pp=p, mb=1, nics=1, ep=2, etp=0, cap=0.0))
+            for p in (1, 2)]
     assert link[0] > 0 and link[0] / link[1] == pytest.approx(3 / 2, rel=1e-12)
     all_moe = tiny(dense_layers=0, batch=2)
-    assert float(T.ep_link(all_moe, ACC, "none", 1, 1, 1, 1, 2, 0, 0.0)) == pytest.approx(link[0] * 4 / 3, rel=1e-12)
+    assert float(T.ep_link(all_moe, acc=ACC, recompute="none", tp=1, pp=1, mb=1, nics=1, ep=2, etp=0,
+                           cap=0.0)) == pytest.approx(link[0] * 4 / 3, rel=1e-12)
 
 
 def test_inflight_activations_of_the_busiest_stage():
@@ -128,13 +131,14 @@ def test_inflight_activations_of_the_busiest_stage():
     R = float(moe.routed_activation_extra(a, 2048.0, float(T.load_factor(sc, 1, 0.0)), 1.0,
                                           sc.memory.activation_bytes))
     assert R > 0
-    got = float(T.activations(sc, "1f1b", "none", 1, 2, 1, 1))
+    got = float(T.activations(sc, schedule="1f1b", recompute="none", tp=1, pp=2, dp=1, mb=1))
     assert got == pytest.approx(4 * A + 2 * R, rel=1e-12)
     # the routed tokens alone: stage 0 holds 2 x 1 MoE block, stage 1 holds 1 x 2
-    assert float(T.moe_activations(sc, "1f1b", "none", 1, 2, 1, 1, 1, 0, 0.0)) == pytest.approx(2 * R, rel=1e-12)
+    assert float(T.moe_activations(sc, schedule="1f1b", recompute="none", tp=1, pp=2, dp=1, mb=1, ep=1, etp=0,
+                                             cap=0.0)) == pytest.approx(2 * R, rel=1e-12)
     # closed-form bounds bracket the exact value
-    lo = float(T.activations(sc, "1f1b", "none", 1, 2, 1, 1, peak="lo"))
-    hi = float(T.activations(sc, "1f1b", "none", 1, 2, 1, 1, peak="hi"))
+    lo = float(T.activations(sc, schedule="1f1b", recompute="none", tp=1, pp=2, dp=1, mb=1, peak="lo"))
+    hi = float(T.activations(sc, schedule="1f1b", recompute="none", tp=1, pp=2, dp=1, mb=1, peak="hi"))
     assert lo <= got * (1 + 1e-12) and got <= hi * (1 + 1e-12)
 
 
@@ -145,9 +149,9 @@ def test_interleaved_dense_blocks_spread_over_every_stage():
     assert T.dense_split(sc, 2) == (2, 2)
     dense, moe_b = block_time(sc, False), block_time(sc, True)
     emb, head = extras_time(sc)
-    one = sum(float(x) for x in T.microbatch_times(sc, ACC, "none", "1f1b", 1, 1, 1))
+    one = sum(float(x) for x in T.microbatch_times(sc, acc=ACC, recompute="none", schedule="1f1b", tp=1, pp=1, mb=1))
     assert one == pytest.approx(emb + 4 * dense + 4 * moe_b + head, rel=1e-9)
-    two = sum(float(x) for x in T.microbatch_times(sc, ACC, "none", "1f1b", 1, 2, 1))
+    two = sum(float(x) for x in T.microbatch_times(sc, acc=ACC, recompute="none", schedule="1f1b", tp=1, pp=2, mb=1))
     assert two == pytest.approx(2 * dense + 2 * moe_b + max(emb, head), rel=1e-9)
 
 
@@ -176,9 +180,11 @@ def test_dense_blocks_move_step_time_with_their_flops(layers, hidden, ratio, top
             return
     vals = []
     for sc in (base, mixed):
-        mbt = sum(float(x) for x in T.microbatch_times(sc, ACC, "none", "1f1b", 1, pp, mb))
-        comp = [float(x) for x in T.compute(sc, ACC, "none", "1f1b", 1, pp, 1, mb, 1)]
-        act = float(T.activations(sc, "1f1b", "none", 1, pp, 1, mb))
+        mbt = sum(float(x) for x in T.microbatch_times(sc, acc=ACC, recompute="none", schedule="1f1b", tp=1, pp=pp,
+                                                        mb=mb))
+        comp = [float(x) for x in T.compute(sc, acc=ACC, recompute="none", schedule="1f1b", tp=1, pp=pp, dp=1,
+                                               mb=mb, nics=1)]
+        act = float(T.activations(sc, schedule="1f1b", recompute="none", tp=1, pp=pp, dp=1, mb=mb))
         for v in (mbt, *comp, act):
             assert np.isfinite(v) and v >= 0.0
         vals.append((mbt, comp[1] + comp[2]))

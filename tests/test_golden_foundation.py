@@ -175,9 +175,10 @@ def test_10_2_recompute_example():
 
     sc = Scenario(model=QWEN, task=Task(tokens=1e9, seq_len=128, global_batch=8), systems={},
                   memory=MemoryOptions(activation_bytes=4.0))
-    kept = lambda rc: float(T.stored_activations(sc, "1f1b", rc, 1, 4, 1, 1))
+    kept = lambda rc: float(T.stored_activations(sc, schedule="1f1b", recompute=rc, tp=1, pp=4, dp=1, mb=1))
     assert kept("none") - kept("norm+mlp") == 360 * MIB and round((kept("none") - kept("norm+mlp")) / 1e6) == 377
-    assert float(T.activations(sc, "1f1b", "norm+mlp", 1, 4, 1, 1)) - kept("norm+mlp") == 6 * MIB
+    acts = float(T.activations(sc, schedule="1f1b", recompute="norm+mlp", tp=1, pp=4, dp=1, mb=1))
+    assert acts - kept("norm+mlp") == 6 * MIB
 
 
 def test_10_2_offload_and_casting():

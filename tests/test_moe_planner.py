@@ -370,7 +370,8 @@ def test_larger_expert_groups_run_larger_gemms():
     sc = build_scenario(tomllib.loads(text.replace("efficiency = 0.4\n", "")), CAT)
     from tpopt.models import terms as T
 
-    t1, t8 = (float(sum(T.microbatch_times(sc, "h100-sxm", "none", "1f1b", 1, 1, 1, ep, 0.0))) for ep in (1, 8))
+    t1, t8 = (float(sum(T.microbatch_times(sc, acc="h100-sxm", recompute="none", schedule="1f1b", tp=1, pp=1,
+                                                  mb=1, ep=ep, cap=0.0))) for ep in (1, 8))
     assert t1 > 1.1 * t8
 
 

@@ -292,11 +292,11 @@ def test_window_is_one_stage_not_a_sum_of_maxima():
     so full recompute made a DP-bound step shorter. The window is now the busiest stage's own sum."""
     sc = scenario("deepseek-v2-lite", "h100-sxm", seq=4096, batch=256)
     acc, rc, tp, pp, mb = "h100-sxm", "full", 2, 2, 1
-    layer, first, last = T.op_times(sc, acc, rc, tp, mb)
+    layer, first, last = T.op_times(sc, acc=acc, recompute=rc, tp=tp, mb=mb)
     split = T.stage_split(sc, pp)
     totals = [n * (layer.fwd + layer.dx + layer.dw) + (first.fwd + first.dx + first.dw if g == 0 else 0.0)
               + (last.fwd + last.dx + last.dw if g == pp - 1 else 0.0) for g, n in enumerate(split)]
-    window = sum(float(x) for x in T.microbatch_times(sc, acc, rc, "1f1b", tp, pp, mb))
+    window = sum(float(x) for x in T.microbatch_times(sc, acc=acc, recompute=rc, schedule="1f1b", tp=tp, pp=pp, mb=mb))
     assert window == pytest.approx(max(float(t) for t in totals), rel=1e-12)
     plan = Plan(acc, 32, zero_stage=3, tp=tp, pp=pp, schedule="interleaved")
     steps = [run(sc, replace(plan, recompute=r)).metrics["step_s"] for r in ("none", "full")]
@@ -331,7 +331,8 @@ def test_bubble_is_never_negative():
     sc = scenario("phi-2", "b200", precision="fp8-mixed", seq=4096, batch=256)
     m = run(sc, Plan("b200", 32, zero_stage=2, tp=8)).metrics
     assert m["bubble_s"] >= 0.0
-    arr = T.compute(sc, "b200", "none", "1f1b", np.array([8, 8]), np.array([1, 2]), np.array([4, 2]), 1, 8)
+    arr = T.compute(sc, acc="b200", recompute="none", schedule="1f1b", tp=np.array([8, 8]), pp=np.array([1, 2]),
+                    dp=np.array([4, 2]), mb=1, nics=8)
     assert np.all(arr[2] >= 0.0)
 
 
