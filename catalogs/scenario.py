@@ -23,6 +23,7 @@ from tpopt.catalogs.schema import (
     DEFAULT_SAVE_MODES,
     KEYS,
     STAGE_KEYS,
+    BatchKeys,
     BudgetKeys,
     CardKeys,
     CheckpointKeys,
@@ -44,8 +45,6 @@ from tpopt.catalogs.schema import (
     targets,
 )
 from tpopt.errors import InputError
-from tpopt.models.arch import flops_per_token
-from tpopt.models.batch import noise_scale_fit
 from tpopt.models.hardware import Accelerator
 from tpopt.models.plan import (
     CostOptions,
@@ -60,7 +59,6 @@ from tpopt.models.plan import (
     Task,
     schedule_name,
 )
-from tpopt.models.units import parse_count
 
 #: The built-in default scenario (the chapter's design case), used by every command without --scenario.
 BUILTIN_SCENARIO = Path(__file__).resolve().parent / "design-case.toml"
@@ -185,7 +183,7 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     model = _model(raw["model"], Path(raw.get("_base_dir", ".")), cat)
     stage_tables = _stage_tables(raw["task"])
     task = _task(raw, stage_tables, model)
-    systems = _systems(raw["hardware"], read_table(PriceKeys, raw.get("cost", {}), "cost."), cat)
+    systems = _systems(raw["hardware"], raw.get("cost", {}), cat)
     mem = MemoryOptions(**targets(read_table(MemoryKeys, raw.get("memory", {}), "memory.")))
     inp = InputPipeline(**targets(read_table(InputKeys, raw.get("input", {}), "input.")))
     ck = read_table(CheckpointKeys, raw.get("checkpoint", {}), "checkpoint.", cat)
@@ -227,16 +225,15 @@ def _task(raw: dict, stage_tables: list[dict], model) -> Task:
     sch = read_table(ScheduleKeys, raw["schedule"], "schedule.")
     task = Task(tokens=tk.tokens, seq_len=tk.seq_len, global_batch=tk.global_batch, precision=tk.precision,
                 deadline_s=sch.deadline, reserved_s=sch.reserved)
-    kw = {}
-    if "critical_batch" in t:
-        kw["critical_batch"], kw["critical_batch_source"] = parse_critical_batch(
-            tk.critical_batch, task.seq_len, model, task.tokens, "task.critical_batch")
-    if tk.batch_ramp is not None:
-        kw["ramp"] = tk.batch_ramp
+    b = read_table(BatchKeys, t, "task.", (model, task))
+    kw = {} if b.critical_batch is None else dict(zip(("critical_batch", "critical_batch_source"), b.critical_batch,
+                                                      strict=True))
+    if b.batch_ramp is not None:
+        kw["ramp"] = b.batch_ramp
     return replace(task, **kw) if kw else task
 
 
-def _systems(hw: dict, cost: PriceKeys, cat: Catalog) -> dict:
+def _systems(hw: dict, prices: dict, cat: Catalog) -> dict:
     """[hardware]: one System per candidate accelerator, in order. A stated efficiency selects the chapter's
     flat model (compute = FLOPs / (peak x efficiency)); without one every accelerator runs the per-operation
     model of its performance-catalog entry."""
@@ -248,6 +245,7 @@ def _systems(hw: dict, cost: PriceKeys, cat: Catalog) -> dict:
         o.update(hw.get(name, {}) if isinstance(hw.get(name), dict) else {})
         acc = cat.accelerator(name)
         acc = _card_overrides(acc, read_table(CardKeys, o, f"hardware ({name}) ", cat))
+        cost = read_table(PriceKeys, prices, "cost.")  # after the card's own values, as they override
         if not flat and acc.hbm_bandwidth <= 0:
             raise InputError(f"accelerator {name!r} has no hbm_bandwidth, which the per-operation step-time model "
                              "needs (add it to the catalog, or state hardware.efficiency for the flat model)")
@@ -290,10 +288,7 @@ def _search_space(se: dict, ck: dict, mem: MemoryOptions, systems: dict) -> Sear
                 "save_mode": ck.get("mode", list(DEFAULT_SAVE_MODES)),
                 "recompute": ["none", "full"] if mem.activation_reserve is None else ["none"],
                 "accelerator": list(systems)}
-    s = read_table(SearchKeys, dict(defaults, **se), "search.")
-    for x in s.accelerator:
-        if x not in systems:
-            raise InputError(f"search.accelerator {x!r} is not in hardware.accelerator")
+    s = read_table(SearchKeys, dict(defaults, **se), "search.", systems)
     kw = targets(s)
     kw["schedule"] = _schedules(s.schedule, kw.pop("virtual_stages", None))
     return SearchSpace(**kw)
@@ -324,42 +319,14 @@ def _moe_inputs(mt: dict, model, se: dict) -> tuple[MoeOptions, dict]:
             raise InputError(f"search.{given[0]} applies to mixture-of-experts models; {model.name} is dense")
         return MoeOptions(), {"ep": (1,), "expert_tp": (0,), "capacity_factor": (0.0,)}
     opts = MoeOptions(**targets(read_table(MoeKeys, mt, "moe.")))
-    d = read_table(MoeSearchKeys, se, "search.")
+    d = read_table(MoeSearchKeys, se, "search.", model)
     E = model.experts
-    if d.ep is None:
-        ep = tuple(e for e in (2 ** i for i in range(E.bit_length())) if E % e == 0)
-    else:
-        ep = d.ep
-        bad = [e for e in ep if E % e]
-        if bad:
-            raise InputError(f"search.ep: {bad[0]} does not divide the {E} routed experts of {model.name}")
+    ep = d.ep or tuple(e for e in (2 ** i for i in range(E.bit_length())) if E % e == 0)
     return opts, {"ep": ep, "expert_tp": d.expert_tp, "capacity_factor": d.capacity_factor}
 
 
 # ---------------------------------------------------------------------------------------------
 # the batch as a choice (critical batch, ramp-up) and training stages
-
-
-def parse_critical_batch(value, seq_len: int, model, tokens: float, what: str) -> tuple[float | None, str]:
-    """(B_noise in tokens per step, source) from ``"2M"`` (tokens), ``"256 sequences"``, ``"deepseek-llm"``
-    (the scaling fit of :func:`tpopt.models.batch.noise_scale_fit` on the run's compute) or ``"none"``
-    (tokens independent of the batch, stated on purpose)."""
-    text = str(value).strip()
-    low = text.lower()
-    if low in ("none", "inf", "infinite"):
-        return None, "none"
-    if low == "deepseek-llm":
-        c = (flops_per_token(model, seq_len) - 6.0 * model.vocab * model.hidden) * tokens
-        return float(noise_scale_fit(c)), "DeepSeek LLM fit 0.292 C^0.3271"
-    for suffix in ("sequences", "sequence", "seqs", "seq"):
-        if low.endswith(suffix):
-            n = parse_count(text[: -len(suffix)].strip(), what, allow_zero=False)
-            return n * seq_len, "given"
-    for suffix in ("tokens", "token", "tok"):
-        if low.endswith(suffix):
-            text = text[: -len(suffix)].strip()
-            break
-    return parse_count(text, what, allow_zero=False), "given"
 
 
 def _check_batch_choices(task: Task, space: SearchSpace, where: str) -> None:

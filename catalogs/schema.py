@@ -22,6 +22,8 @@ from typing import Any, ClassVar
 
 from tpopt.errors import InputError
 from tpopt.models import memory
+from tpopt.models.arch import flops_per_token
+from tpopt.models.batch import noise_scale_fit
 from tpopt.models.context import METHODS, SPLITS
 from tpopt.models.moe import A2A_OVERLAPS, DISPATCHERS
 from tpopt.models.plan import OFFLOADS, SAVE_MODES, split_schedule
@@ -59,15 +61,16 @@ DEFAULT_SAVE_MODES = ("sync", "async")
 
 @dataclass(frozen=True)
 class Kind:
-    """How one value is read: ``read(value, what, catalog)`` -> the value in SI units; ``unit`` says
-    what a user writes (for help texts and the generated key table)."""
+    """How one value is read: ``read(value, what, context)`` -> the value in SI units; ``unit`` says
+    what a user writes (for help texts). ``context`` is what :func:`read_table` was given for the values
+    that are looked up elsewhere (the catalog for NICs and storage tiers, the model for MoE domains)."""
 
     read: Callable[[Any, str, Any], Any]
     unit: str
 
 
 def _quantity(parser: Callable[..., Any], unit: str, **bounds: Any) -> Kind:
-    return Kind(lambda value, what, _catalog: parser(value, what, **bounds), unit)
+    return Kind(lambda value, what, _context: parser(value, what, **bounds), unit)
 
 
 def duration(**bounds: Any) -> Kind:
@@ -108,7 +111,7 @@ def number(**bounds: Any) -> Kind:
 def choice(options: tuple[str, ...], message: str = "{what} {value!r} unknown (use one of: {options})") -> Kind:
     """One of ``options`` (as text); anything else -> ``message``."""
 
-    def read(value: Any, what: str, _catalog: Any) -> str:
+    def read(value: Any, what: str, _context: Any) -> str:
         text = str(value)
         if text not in options:
             raise InputError(message.format(what=what, value=text, options=", ".join(options)))
@@ -117,20 +120,20 @@ def choice(options: tuple[str, ...], message: str = "{what} {value!r} unknown (u
     return Kind(read, " | ".join(options))
 
 
-def _flag(value: Any, what: str, _catalog: Any = None) -> bool:
+def _flag(value: Any, what: str, _context: Any = None) -> bool:
     if not isinstance(value, bool):
         raise InputError(f"{what} must be true or false")
     return value
 
 
-def _overlap(value: Any, what: str, _catalog: Any = None) -> float:
+def _overlap(value: Any, what: str, _context: Any = None) -> float:
     """An overlap share: true / false, or a fraction such as 0.5 or 50%."""
     if isinstance(value, bool):
         return 1.0 if value else 0.0
     return parse_fraction(value, what, allow_zero=True)
 
 
-def _tp_overlap(value: Any, what: str, _catalog: Any) -> tuple[float, float]:
+def _tp_overlap(value: Any, what: str, _context: Any) -> tuple[float, float]:
     """(chunked, async) shares: true / false / a fraction (chunked GEMM overlap of every TP collective),
     or "async" (only the column-parallel backward collectives, beside the other gradient GEMM)."""
     if isinstance(value, str) and value.strip().lower() == "async":
@@ -139,13 +142,13 @@ def _tp_overlap(value: Any, what: str, _catalog: Any) -> tuple[float, float]:
     return (f, f)
 
 
-def _precision(value: Any, _what: str, _catalog: Any) -> str:
+def _precision(value: Any, _what: str, _context: Any) -> str:
     text = str(value)
     memory.recipe(text)  # unknown -> one clear error
     return text
 
 
-def _batch_ramp(value: Any, what: str, _catalog: Any) -> tuple[int, int, float]:
+def _batch_ramp(value: Any, what: str, _context: Any) -> tuple[int, int, float]:
     """(start sequences, increment sequences, ramp tokens) from ``{ start, increment, tokens }``."""
     if not isinstance(value, dict) or set(value) != {"start", "increment", "tokens"}:
         raise InputError(f'{what} must be a table like {{ start = 32, increment = 32, tokens = "4B" }} '
@@ -155,14 +158,41 @@ def _batch_ramp(value: Any, what: str, _catalog: Any) -> tuple[int, int, float]:
             parse_count(value["tokens"], f"{what}.tokens", allow_zero=False))
 
 
-def _card_mtbf(value: Any, what: str, _catalog: Any) -> float | None:
+def parse_critical_batch(value: Any, seq_len: int, model: Any, tokens: float, what: str) -> tuple[float | None, str]:
+    """(B_noise in tokens per step, source) from ``"2M"`` (tokens), ``"256 sequences"``, ``"deepseek-llm"``
+    (the scaling fit of :func:`tpopt.models.batch.noise_scale_fit` on the run's compute) or ``"none"``
+    (tokens independent of the batch, stated on purpose)."""
+    text = str(value).strip()
+    low = text.lower()
+    if low in ("none", "inf", "infinite"):
+        return None, "none"
+    if low == "deepseek-llm":
+        c = (flops_per_token(model, seq_len) - 6.0 * model.vocab * model.hidden) * tokens
+        return float(noise_scale_fit(c)), "DeepSeek LLM fit 0.292 C^0.3271"
+    for suffix in ("sequences", "sequence", "seqs", "seq"):
+        if low.endswith(suffix):
+            n = parse_count(text[: -len(suffix)].strip(), what, allow_zero=False)
+            return n * seq_len, "given"
+    for suffix in ("tokens", "token", "tok"):
+        if low.endswith(suffix):
+            text = text[: -len(suffix)].strip()
+            break
+    return parse_count(text, what, allow_zero=False), "given"
+
+
+def _critical_batch(value: Any, what: str, context: Any) -> tuple[float | None, str]:
+    model, task = context
+    return parse_critical_batch(value, task.seq_len, model, task.tokens, what)
+
+
+def _card_mtbf(value: Any, what: str, _context: Any) -> float | None:
     """Seconds, or None (no hardware failures) for ``none`` / ``inf`` / ``never``."""
     if str(value).lower() in ("none", "inf", "never"):
         return None
     return parse_duration(value, what, allow_zero=False)
 
 
-def _job_mtbf(value: Any, what: str, _catalog: Any) -> float:
+def _job_mtbf(value: Any, what: str, _context: Any) -> float:
     """Per-card MTBF (s) = cards x interval, from ``{ cards = 1024, interval = "7.9h" }``."""
     if not isinstance(value, dict) or "cards" not in value or "interval" not in value:
         raise InputError(f'{what} must be a table like {{ cards = 1024, interval = "7.9h" }}')
@@ -171,7 +201,8 @@ def _job_mtbf(value: Any, what: str, _catalog: Any) -> float:
 
 
 def _nic(value: Any, what: str, catalog: Any) -> dict:
-    """The Accelerator fields a NIC sets: a catalog NIC (bandwidth, price per NIC-hour, name), or a bandwidth."""
+    """The Accelerator fields a NIC sets: a catalog NIC (bandwidth, price per NIC-hour, name), or a bandwidth
+    (context: the catalog)."""
     if value in catalog.nics:
         n = catalog.nics[value]
         return {"nic_bw": n.bandwidth, "nic_price_hour": n.price_hour, "nic": value}
@@ -179,28 +210,47 @@ def _nic(value: Any, what: str, catalog: Any) -> dict:
 
 
 def _storage(value: Any, _what: str, catalog: Any) -> float:
+    """Write bandwidth (B/s) of a catalog storage tier (context: the catalog)."""
     return catalog.storage_tier(str(value))
 
 
-def _save_interval(value: Any, what: str, _catalog: Any) -> float:
+def _save_interval(value: Any, what: str, _context: Any) -> float:
     """Seconds; 0.0 marks "auto" (the optimal interval for the card count)."""
     if isinstance(value, str) and value.strip().lower() == AUTO_INTERVAL:
         return 0.0
     return parse_duration(value, what, allow_zero=False)
 
 
-def _schedule(value: Any, _what: str, _catalog: Any) -> str:
+def _schedule(value: Any, _what: str, _context: Any) -> str:
     text = str(value)
     split_schedule(text)  # unknown names -> one clear error
     return text
 
 
-def _expert_tp(value: Any, what: str, _catalog: Any) -> int:
+def _expert_tp(value: Any, what: str, _context: Any) -> int:
     """0 for ``tp`` (the same as tp), else a whole number >= 1."""
     return 0 if str(value).strip().lower() == "tp" else parse_int(value, what, minimum=1, maximum=MAX_INT)
 
 
-def _capacity(value: Any, what: str, _catalog: Any) -> float:
+def _ep(value: Any, what: str, model: Any) -> tuple[int, ...]:
+    """Expert-parallel sizes, each dividing the routed experts (context: the model)."""
+    ep = INTS.read(value, what, model)
+    bad = [e for e in ep if model.experts % e]
+    if bad:
+        raise InputError(f"{what}: {bad[0]} does not divide the {model.experts} routed experts of {model.name}")
+    return ep
+
+
+def _searched_accelerators(value: Any, what: str, systems: Any) -> tuple[str, ...]:
+    """Names from hardware.accelerator (context: the systems built from it)."""
+    names = tuple(str(x) for x in as_list(value, what))
+    for x in names:
+        if x not in systems:
+            raise InputError(f"{what} {x!r} is not in hardware.accelerator")
+    return names
+
+
+def _capacity(value: Any, what: str, _context: Any) -> float:
     """0.0 for ``none`` / ``dropless``, else a positive capacity factor."""
     if str(value).strip().lower() in ("none", "dropless"):
         return 0.0
@@ -208,8 +258,8 @@ def _capacity(value: Any, what: str, _catalog: Any) -> float:
 
 
 FLAG = Kind(_flag, "true | false")
-TEXT = Kind(lambda value, _what, _catalog: str(value), "text")
-RAW = Kind(lambda value, _what, _catalog: value, "as documented")  # read by tpopt.catalogs.scenario
+TEXT = Kind(lambda value, _what, _context: str(value), "text")
+RAW = Kind(lambda value, _what, _context: value, "as documented")  # read by tpopt.catalogs.scenario
 
 
 def as_list(value: Any, what: str) -> list:
@@ -230,8 +280,8 @@ def domain(item: Kind, order: str = "sorted") -> Kind:
     """A list of ``item`` values (or one value): ``sorted`` unique, ``first`` (unique in the order given)
     or ``given`` (as given)."""
 
-    def read(value: Any, what: str, catalog: Any) -> tuple:
-        values = [item.read(v, what, catalog) for v in as_list(value, what)]
+    def read(value: Any, what: str, context: Any) -> tuple:
+        values = [item.read(v, what, context) for v in as_list(value, what)]
         if order == "sorted":
             return tuple(sorted(set(values)))
         return tuple(dict.fromkeys(values)) if order == "first" else tuple(values)
@@ -274,28 +324,34 @@ def spec(f: Any) -> Key:
     return f.metadata["key"]
 
 
-def read_table(cls: type, table: Mapping, prefix: str, catalog: Any = None) -> Any:
+def read_table(cls: type, table: Mapping, prefix: str, context: Any = None) -> Any:
     """The declared keys of ``cls`` read from ``table`` (given values, else the declared defaults), in
-    declaration order; errors name ``prefix + key`` (or the key's label). Keys declared ``EXCLUSIVE``
-    in pairs may not both be given; ``RULES`` (test, message) run on the result, the message formatted
-    with its values."""
-    for a, b in getattr(cls, "EXCLUSIVE", ()):
-        if a in table and b in table:
-            raise InputError(f"{prefix.rstrip('. ')}: give {a} or {b}, not both")
-    values = {}
+    declaration order; errors name ``prefix + key`` (or the key's label). Two keys of an ``EXCLUSIVE``
+    pair may not both be given; each of the ``RULES`` (after, test, message) tests the values read once
+    the key ``after`` is read, and its message is formatted with them."""
+    exclusive = getattr(cls, "EXCLUSIVE", ())
+    rules = getattr(cls, "RULES", ())
+    values: dict[str, Any] = {}
     for f in fields(cls):
-        k = spec(f)
-        given = f.name in table and not (k.optional and table[f.name] is None)
-        value = table[f.name] if given else k.default
-        read = k.kind.read(value, k.label or prefix + f.name, catalog) if given or value is not None else None
-        if k.check is not None and read is not None and k.check[0](read):
-            raise InputError(k.check[1])
-        values[f.name] = read
-    out = cls(**values)
-    for test, message in getattr(cls, "RULES", ()):
-        if test(out):
-            raise InputError(message.format(**values))
-    return out
+        for a, b in exclusive:
+            if f.name in (a, b) and a in table and b in table:
+                raise InputError(f"{prefix.rstrip('. ')}: give {a} or {b}, not both")
+        values[f.name] = _read_key(spec(f), f.name, table, prefix, context)
+        for after, test, message in rules:
+            if after == f.name and test(values):
+                raise InputError(message.format(**values))
+    return cls(**values)
+
+
+def _read_key(k: Key, name: str, table: Mapping, prefix: str, context: Any) -> Any:
+    """One key's value: given (a None given to an ``optional`` key counts as not given), else the default
+    (None: no value); then the key's own check."""
+    given = name in table and not (k.optional and table[name] is None)
+    value = table[name] if given else k.default
+    read = k.kind.read(value, k.label or prefix + name, context) if given or value is not None else None
+    if k.check is not None and read is not None and k.check[0](read):
+        raise InputError(k.check[1])
+    return read
 
 
 def targets(record: Any, *names: str) -> dict:
@@ -332,13 +388,19 @@ class TaskKeys:
                             help="sequences per optimizer step (with a critical batch: the batch at which "
                                  "tokens is stated)")
     precision: str = key(Kind(_precision, " | ".join(memory.RECIPES)), "bf16-mixed", help="training precision recipe")
-    critical_batch: Any = key(RAW, per_stage=True,
-                              help='B_noise: tokens ("2M"), sequences ("256 sequences"), "deepseek-llm" (scaling '
-                                   'fit) or "none"; makes the batch a plan choice (read with the model)')
-    batch_ramp: tuple | None = key(Kind(_batch_ramp, "{ start, increment, tokens }"), per_stage=True,
-                                   help='linear batch ramp-up { start = 32, increment = 32, tokens = "4B" }')
     stages: Any = key(RAW, help="[[task.stages]]: training stages, each with name, the per-stage task keys "
                                 "and a search table over [search]")
+
+
+@dataclass(frozen=True)
+class BatchKeys:
+    """[task] keys of the batch as a choice, read once the task and schedule are (context: (model, task))."""
+
+    critical_batch: tuple | None = key(Kind(_critical_batch, 'tokens ("2M"), "256 sequences", "deepseek-llm", "none"'),
+                                       per_stage=True,
+                                       help="B_noise, tokens per step (with its source); makes the batch a plan choice")
+    batch_ramp: tuple | None = key(Kind(_batch_ramp, "{ start, increment, tokens }"), per_stage=True,
+                                   help='linear batch ramp-up { start = 32, increment = 32, tokens = "4B" }')
 
 
 @dataclass(frozen=True)
@@ -358,7 +420,8 @@ class ScheduleKeys:
     reserved: float = key(duration(maximum=MAX_DEADLINE_S), "0d",
                           help="inside the deadline: start-up, evaluation, planned pauses")
 
-    RULES: ClassVar = ((lambda s: s.reserved >= s.deadline, "schedule.reserved must be shorter than the deadline"),)
+    RULES: ClassVar = (("reserved", lambda v: v["reserved"] >= v["deadline"],
+                        "schedule.reserved must be shorter than the deadline"),)
 
 
 @dataclass(frozen=True)
@@ -411,7 +474,8 @@ class InputKeys:
     wait: float = key(duration(), "0s", to="wait_s", help="input wait per step that prefetch does not hide")
     workers_per_host: float = key(number(), 0, help="workers that scale with hosts (instead of workers)")
 
-    RULES: ClassVar = ((lambda i: (i.workers > 0 or i.workers_per_host > 0) and i.sequences_per_worker_s <= 0,
+    RULES: ClassVar = (("workers_per_host",
+                        lambda v: (v["workers"] > 0 or v["workers_per_host"] > 0) and v["sequences_per_worker_s"] <= 0,
                         "input.sequences_per_worker_s must be positive when workers are given"),)
 
 
@@ -497,7 +561,8 @@ class SearchKeys:
                                        "none with memory.activation_reserve)")
     zero_stage: tuple = key(domain(integer(minimum=0)), [0, 1, 2, 3], help="ZeRO stages",
                             check=(lambda v: any(z > 3 for z in v), "search.zero_stage values must be 0, 1, 2 or 3"))
-    accelerator: tuple | None = key(domain(TEXT, "given"), to="accelerators",
+    accelerator: tuple | None = key(Kind(_searched_accelerators, "list of hardware.accelerator names"),
+                                    to="accelerators",
                                     help="accelerators searched (default: hardware.accelerator)")
     max_cards: int = key(integer(maximum=MAX_CARDS), 1024, help="most cards in a plan")
     tp: tuple = key(INTS, [1, 2, 4, 8], help="tensor-parallel sizes")
@@ -514,8 +579,8 @@ class SearchKeys:
 class MoeSearchKeys:
     """[search] domains of mixture-of-experts models only (read with the model's routed experts)."""
 
-    ep: tuple | None = key(INTS, help="expert-parallel sizes, dividing the routed experts (default: every power "
-                                      "of two that does)")
+    ep: tuple | None = key(Kind(_ep, "list of whole numbers dividing the routed experts"),
+                           help="expert-parallel sizes (default: every power of two dividing the routed experts)")
     expert_tp: tuple = key(domain(Kind(_expert_tp, "whole number or tp")), "tp",
                            help='expert tensor-parallel sizes ("tp" = the same as tp)')
     capacity_factor: tuple = key(domain(Kind(_capacity, "number or none")), "none",
@@ -534,19 +599,20 @@ class MoeKeys:
     node_limit: int = key(integer(minimum=0, maximum=MAX_INT), 0, help="hosts a token's experts may span (0: any)")
 
     RULES: ClassVar = (
-        (lambda m: m.imbalance < 1, "moe.imbalance is the busiest expert's load over the mean, at least 1 "
-                                    "(got {imbalance:g})"),
-        (lambda m: m.hot_experts * m.imbalance > 1 + 1e-12, "moe: {hot_experts:.0%} of the experts at {imbalance:g} "
-                                                            "x the mean would take more than every dispatch; lower "
-                                                            "imbalance or hot_experts"),
+        ("hot_experts", lambda v: v["imbalance"] < 1,
+         "moe.imbalance is the busiest expert's load over the mean, at least 1 (got {imbalance:g})"),
+        ("hot_experts", lambda v: v["hot_experts"] * v["imbalance"] > 1 + 1e-12,
+         "moe: {hot_experts:.0%} of the experts at {imbalance:g} x the mean would take more than every dispatch; "
+         "lower imbalance or hot_experts"),
     )
 
 
 #: table name -> the declarations of its keys; None: any key, read elsewhere ([sweep]: optimizer.sweep,
 #: [rl]: tpopt.catalogs.rl)
 TABLES: dict[str, tuple[type, ...] | None] = {
-    "model": (ModelKeys,), "task": (TaskKeys,), "schedule": (ScheduleKeys,), "hardware": (HardwareKeys, CardKeys),
-    "memory": (MemoryKeys,), "input": (InputKeys,), "checkpoint": (CheckpointKeys,), "stragglers": (StragglerKeys,),
+    "model": (ModelKeys,), "task": (TaskKeys, BatchKeys), "schedule": (ScheduleKeys,),
+    "hardware": (HardwareKeys, CardKeys), "memory": (MemoryKeys,), "input": (InputKeys,),
+    "checkpoint": (CheckpointKeys,), "stragglers": (StragglerKeys,),
     "comm": (CommKeys,), "cost": (PriceKeys, BudgetKeys), "search": (SearchKeys, MoeSearchKeys), "moe": (MoeKeys,),
     "sweep": None, "rl": None, "scenario": (ScenarioKeys,),
 }
@@ -610,4 +676,4 @@ def _check_table_keys(table: str, value: Mapping, allowed: set[str]) -> None:
 
 
 __all__ = ["Kind", "Key", "key", "read_table", "targets", "declared", "check_keys", "as_list", "domain", "TABLES",
-           "KEYS", "REQUIRED", "CARD_KEYS", "STAGE_KEYS"]
+           "KEYS", "REQUIRED", "parse_critical_batch", "CARD_KEYS", "STAGE_KEYS"]
