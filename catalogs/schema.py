@@ -26,7 +26,7 @@ from tpopt.models.arch import flops_per_token
 from tpopt.models.batch import noise_scale_fit
 from tpopt.models.context import METHODS, SPLITS
 from tpopt.models.moe import A2A_OVERLAPS, DISPATCHERS
-from tpopt.models.plan import OFFLOADS, SAVE_MODES, split_schedule
+from tpopt.models.plan import OFFLOADS, SAVE_MODES, MoeOptions, split_schedule
 from tpopt.models.units import (
     MAX_CARD_BYTES,
     MAX_DEADLINE_S,
@@ -67,10 +67,12 @@ class Kind:
 
     read: Callable[[Any, str, Any], Any]
     unit: str
+    parser: Callable[..., Any] | None = None  # the unit parser of a quantity
+    bounds: Mapping[str, Any] = field(default_factory=dict)  # its bounds (minimum, maximum, allow_zero)
 
 
 def _quantity(parser: Callable[..., Any], unit: str, **bounds: Any) -> Kind:
-    return Kind(lambda value, what, _context: parser(value, what, **bounds), unit)
+    return Kind(lambda value, what, _context: parser(value, what, **bounds), unit, parser, bounds)
 
 
 def duration(**bounds: Any) -> Kind:
@@ -286,7 +288,7 @@ def domain(item: Kind, order: str = "sorted") -> Kind:
             return tuple(sorted(set(values)))
         return tuple(dict.fromkeys(values)) if order == "first" else tuple(values)
 
-    return Kind(read, f"list of {item.unit}")
+    return Kind(read, f"list of {item.unit}", item.parser, item.bounds)
 
 
 INTS = domain(integer())
@@ -591,8 +593,9 @@ class MoeSearchKeys:
 class MoeKeys:
     """[moe]: routing assumptions of a mixture-of-experts model (MoeOptions)."""
 
-    imbalance: float = key(number(allow_zero=False), 1.25, help="a hot expert's dispatches over the mean")
-    hot_experts: float = key(fraction(), 0.5, to="hot", help="the share of experts that hot")
+    imbalance: float = key(number(allow_zero=False), MoeOptions.imbalance,
+                           help="a hot expert's dispatches over the mean")
+    hot_experts: float = key(fraction(), MoeOptions.hot, to="hot", help="the share of experts that hot")
     max_drop: float = key(fraction(allow_zero=True), 0, help="largest share of dispatches a capacity may drop")
     a2a_overlap: str = key(choice(A2A_OVERLAPS), "auto", help="all-to-all overlap: auto (DualPipe), none, all")
     dispatcher: str = key(choice(DISPATCHERS), "direct", help="direct or per-host (one copy per destination host)")
