@@ -238,25 +238,28 @@ def _systems(hw: dict, prices: dict, cat: Catalog) -> dict:
     flat model (compute = FLOPs / (peak x efficiency)); without one every accelerator runs the per-operation
     model of its performance-catalog entry."""
     h = read_table(HardwareKeys, hw, "hardware.")
-    flat = h.efficiency is not None
-    systems = {}
-    for name in h.accelerator:
-        o = {k: hw[k] for k in CARD_KEYS if k in hw}
-        o.update(hw.get(name, {}) if isinstance(hw.get(name), dict) else {})
-        acc = cat.accelerator(name)
-        acc = _card_overrides(acc, read_table(CardKeys, o, f"hardware ({name}) ", cat))
-        cost = read_table(PriceKeys, prices, "cost.")  # after the card's own values, as they override
-        if not flat and acc.hbm_bandwidth <= 0:
-            raise InputError(f"accelerator {name!r} has no hbm_bandwidth, which the per-operation step-time model "
-                             "needs (add it to the catalog, or state hardware.efficiency for the flat model)")
-        systems[name] = System(acc=acc, efficiency=h.efficiency if flat else 1.0,
-                               price_card_hour=acc.price_card_hour if cost.card_hour is None else cost.card_hour,
-                               nic_price_hour=acc.nic_price_hour if cost.nic_hour is None else cost.nic_hour,
-                               perf=None if flat else cat.perf(name))
+    systems = {name: _system(name, hw, prices, h.efficiency, cat) for name in h.accelerator}
     for key, value in hw.items():
         if isinstance(value, dict) and key not in systems:
             cat.accelerator(key)  # unknown name -> clear error; known but unused -> ignored
     return systems
+
+
+def _system(name: str, hw: dict, prices: dict, efficiency: float | None, cat: Catalog) -> System:
+    """One candidate: the catalog card with the [hardware] values (top level, then [hardware.<name>]) and
+    the [cost] prices (read after the card's own values, which they override)."""
+    card = {k: hw[k] for k in CARD_KEYS if k in hw}
+    card.update(hw.get(name, {}) if isinstance(hw.get(name), dict) else {})
+    acc = cat.accelerator(name)
+    acc = _card_overrides(acc, read_table(CardKeys, card, f"hardware ({name}) ", cat))
+    cost = read_table(PriceKeys, prices, "cost.")
+    if efficiency is None and acc.hbm_bandwidth <= 0:
+        raise InputError(f"accelerator {name!r} has no hbm_bandwidth, which the per-operation step-time model "
+                         "needs (add it to the catalog, or state hardware.efficiency for the flat model)")
+    return System(acc=acc, efficiency=1.0 if efficiency is None else efficiency,
+                  price_card_hour=acc.price_card_hour if cost.card_hour is None else cost.card_hour,
+                  nic_price_hour=acc.nic_price_hour if cost.nic_hour is None else cost.nic_hour,
+                  perf=None if efficiency is not None else cat.perf(name))
 
 
 def _card_overrides(acc: Accelerator, card: CardKeys) -> Accelerator:
