@@ -261,7 +261,11 @@ def _capacity(value: Any, what: str, _context: Any) -> float:
 
 FLAG = Kind(_flag, "true | false")
 TEXT = Kind(lambda value, _what, _context: str(value), "text")
-RAW = Kind(lambda value, _what, _context: value, "as documented")  # read by tpopt.catalogs.scenario
+
+
+def raw(unit: str) -> Kind:
+    """A value kept as given, read where its meaning is (``unit`` says what it is)."""
+    return Kind(lambda value, _what, _context: value, unit)
 
 
 def as_list(value: Any, what: str) -> list:
@@ -366,8 +370,8 @@ def targets(record: Any, *names: str) -> dict:
 class ScenarioKeys:
     """[scenario]: its name and description."""
 
-    name: Any = key(RAW, help="the scenario's name in reports (default: the file name)")
-    description: Any = key(RAW, help="free text")
+    name: Any = key(raw("text"), help="the scenario's name in reports (default: the file name)")
+    description: Any = key(raw("text"), help="free text")
 
 
 @dataclass(frozen=True)
@@ -376,7 +380,7 @@ class ModelKeys:
 
     name: str | None = key(TEXT, help="a catalog model (tpopt catalog models), or a Hugging Face id "
                                       "org/name[@revision] in the local Hugging Face cache")
-    config: Any = key(RAW, help="a Hugging Face config.json (path relative to the scenario)")
+    config: Any = key(raw("path to config.json"), help="a Hugging Face config.json (path relative to the scenario)")
 
 
 @dataclass(frozen=True)
@@ -390,8 +394,8 @@ class TaskKeys:
                             help="sequences per optimizer step (with a critical batch: the batch at which "
                                  "tokens is stated)")
     precision: str = key(Kind(_precision, " | ".join(memory.RECIPES)), "bf16-mixed", help="training precision recipe")
-    stages: Any = key(RAW, help="[[task.stages]]: training stages, each with name, the per-stage task keys "
-                                "and a search table over [search]")
+    stages: Any = key(raw("list of tables"), help="[[task.stages]]: training stages, each with name, the per-stage "
+                                                  "task keys and a search table over [search]")
 
 
 @dataclass(frozen=True)
@@ -409,8 +413,8 @@ class BatchKeys:
 class StageKeys:
     """A [[task.stages]] entry's own keys (beside the task keys declared ``per_stage``)."""
 
-    name: Any = key(RAW, help='the stage name (default "stage <n>")')
-    search: Any = key(RAW, help="[search] domains of this stage, over the scenario's [search]")
+    name: Any = key(raw("text"), help='the stage name (default "stage <n>")')
+    search: Any = key(raw("table"), help="[search] domains of this stage, over the scenario's [search]")
 
 
 @dataclass(frozen=True)
@@ -499,8 +503,8 @@ class CheckpointKeys:
     loss_spike_interval: float | None = key(duration(allow_zero=False), optional=True, to="event_interval_s",
                                             help="job-wide rollback interval (loss spikes, planned stops)")
     snapshot_copy: float = key(duration(), "0.5s", to="snapshot_copy_s", help="async save: foreground copy pause")
-    save_interval: Any = key(RAW, help="the default of search.save_interval")
-    mode: Any = key(RAW, help="the default of search.save_mode")
+    save_interval: Any = key(raw("as search.save_interval"), help="the default of search.save_interval")
+    mode: Any = key(raw("as search.save_mode"), help="the default of search.save_mode")
 
     EXCLUSIVE: ClassVar = (("write_bandwidth", "storage"), ("card_mtbf", "job_mtbf"))
 
@@ -641,6 +645,25 @@ def declared() -> list[tuple[str, str, Key]]:
     return [(t, f.name, spec(f)) for t, classes in TABLES.items() for cls in classes or () for f in fields(cls)]
 
 
+def _shown(default: Any) -> str:
+    """A default as a scenario file writes it."""
+    if isinstance(default, bool):
+        return "true" if default else "false"
+    if isinstance(default, list):
+        return "[" + ", ".join(_shown(x) for x in default) + "]"
+    return str(default)
+
+
+def key_table() -> str:
+    """Every declared key as a Markdown table (table.key | value | default | meaning), from the declarations
+    (the README's hand-written table groups keys and adds prose; this one is the complete list)."""
+    rows = ["| table.key | value | default | meaning |", "|---|---|---|---|"]
+    for table, name, k in declared():
+        default = "required" if k.required else "-" if k.default is None else f"`{_shown(k.default)}`"
+        rows.append(f"| `{table}.{name}` | {k.kind.unit.replace('|', chr(92) + '|')} | {default} | {k.help} |")
+    return "\n".join(rows) + "\n"
+
+
 def check_keys(raw: Mapping) -> None:
     """Unknown tables and keys, and missing required ones, as one-line errors."""
     for table, value in raw.items():
@@ -678,5 +701,5 @@ def _check_table_keys(table: str, value: Mapping, allowed: set[str]) -> None:
             raise InputError(f"scenario: unknown key {k!r} in [{table}] (known: {', '.join(sorted(allowed))})")
 
 
-__all__ = ["Kind", "Key", "key", "read_table", "targets", "declared", "check_keys", "as_list", "domain", "TABLES",
-           "KEYS", "REQUIRED", "parse_critical_batch", "CARD_KEYS", "STAGE_KEYS"]
+__all__ = ["Kind", "Key", "key", "read_table", "targets", "declared", "key_table", "check_keys", "as_list", "domain",
+           "TABLES", "KEYS", "REQUIRED", "parse_critical_batch", "CARD_KEYS", "STAGE_KEYS"]

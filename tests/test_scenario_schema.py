@@ -18,6 +18,7 @@ from tpopt.catalogs.schema import (
     TABLES,
     check_keys,
     declared,
+    key_table,
     read_table,
 )
 from tpopt.errors import InputError
@@ -162,6 +163,13 @@ def test_every_key_has_help_and_a_kind(dotted):
     t, k = dotted.split(".")
     (decl,) = [d for tt, kk, d in declared() if (tt, kk) == (t, k)]
     assert decl.help and decl.kind.unit
+
+
+def test_the_key_table_lists_every_declared_key_once():
+    rows = key_table().splitlines()[2:]
+    assert [r.split(" | ")[0] for r in rows] == [f"| `{t}.{k}`" for t, k, _ in declared()]
+    assert "| `task.tokens` | count (100B, 1.5T) | required |" in key_table()
+    assert "| `checkpoint.restore` | duration (30d, 720h, 1800s) | `120s` |" in key_table()
 
 
 def test_defaults_are_read_like_given_values():
