@@ -10,18 +10,43 @@ Command-line overrides are applied to the raw tables (:func:`with_overrides`) be
 from __future__ import annotations
 
 import copy
+import difflib
 import tomllib
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 from tpopt.catalogs import Catalog, build_model, load_catalog, model_from_hf_config, read_text_capped
+from tpopt.catalogs.schema import (
+    CARD_KEYS,
+    DEFAULT_SAVE_INTERVAL,
+    DEFAULT_SAVE_MODES,
+    KEYS,
+    STAGE_KEYS,
+    BatchKeys,
+    BudgetKeys,
+    CardKeys,
+    CheckpointKeys,
+    CommKeys,
+    HardwareKeys,
+    InputKeys,
+    MemoryKeys,
+    ModelKeys,
+    MoeKeys,
+    MoeSearchKeys,
+    PriceKeys,
+    ScenarioKeys,
+    ScheduleKeys,
+    SearchKeys,
+    StragglerKeys,
+    TaskKeys,
+    check_keys,
+    read_table,
+    targets,
+)
 from tpopt.errors import InputError
-from tpopt.models import memory
 from tpopt.models.hardware import Accelerator
 from tpopt.models.plan import (
-    OFFLOADS,
-    SAVE_MODES,
     CostOptions,
     InputPipeline,
     MemoryOptions,
@@ -29,23 +54,10 @@ from tpopt.models.plan import (
     Reliability,
     Scenario,
     SearchSpace,
+    Stage,
     System,
     Task,
     schedule_name,
-    split_schedule,
-)
-from tpopt.models.units import (
-    MAX_CARD_BYTES,
-    MAX_DEADLINE_S,
-    MAX_TOKENS,
-    parse_bandwidth,
-    parse_bytes,
-    parse_count,
-    parse_duration,
-    parse_flops_rate,
-    parse_fraction,
-    parse_int,
-    parse_number,
 )
 
 #: The built-in default scenario (the chapter's design case), used by every command without --scenario.
@@ -53,48 +65,8 @@ BUILTIN_SCENARIO = Path(__file__).resolve().parent / "design-case.toml"
 BUILTIN_NAME = "design-case"
 #: The built-in RL scenario (GRPO on a Qwen3-8B policy, chapter 10.5), used by `tpopt rl` without --scenario.
 BUILTIN_RL_SCENARIO = Path(__file__).resolve().parent / "rl-grpo-qwen3-8b.toml"
-
-# table -> allowed keys (None: any key, parsed elsewhere)
-KEYS = {
-    "model": {"name", "config"},
-    "task": {"tokens", "seq_len", "global_batch", "precision", "critical_batch", "batch_ramp", "stages"},
-    "schedule": {"deadline", "reserved"},
-    "hardware": {"accelerator", "usable_memory", "efficiency", "cards_per_host", "nics_per_host", "nic", "peak",
-                 "max_nics_per_host", "card_hour"},
-    "memory": {"activation_reserve", "flash_attention", "activation_bytes", "loss_chunks", "prefetch",
-               "sequence_parallel", "dropout"},
-    "input": {"workers", "sequences_per_worker_s", "wait", "workers_per_host"},
-    "checkpoint": {"write_bandwidth", "storage", "restore", "card_mtbf", "job_mtbf", "save_interval", "mode",
-                   "snapshot_copy", "bytes_per_param", "loss_spike_interval", "failure_model"},
-    "stragglers": {"sigma"},
-    "comm": {"overlap", "tp_overlap", "dp_overlap", "cp_method", "cp_split"},
-    "cost": {"card_hour", "nic_hour", "max_cost"},
-    "search": {"zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "schedule", "nics_per_host",
-               "save_interval", "save_mode", "max_cards", "accelerator", "dp", "virtual_stages", "ep", "expert_tp",
-               "capacity_factor", "global_batch", "cp", "sequence_parallel"},
-    "moe": {"imbalance", "hot_experts", "max_drop", "a2a_overlap", "dispatcher", "node_limit"},
-    "sweep": None,
-    "rl": None,  # RL post-training, parsed by tpopt.catalogs.rl
-    "scenario": {"name", "description"},
-}
-REQUIRED = {"model": (), "task": ("tokens", "seq_len", "global_batch"), "schedule": ("deadline",),
-            "hardware": ("accelerator",)}
-CARD_KEYS = ("usable_memory", "cards_per_host", "nics_per_host", "nic", "peak", "max_nics_per_host", "card_hour")
-STAGE_TASK_KEYS = ("tokens", "seq_len", "global_batch")
-STAGE_KEYS = {"name", "tokens", "seq_len", "global_batch", "critical_batch", "batch_ramp", "search"}
 DEFAULT_EFFICIENCY = 0.40  # what `tpopt explain` / sweeps start from when a flat efficiency is asked for
-AUTO_INTERVAL = "auto"
 MAX_FILE_BYTES = 1024 * 1024  # a scenario file larger than 1 MiB is refused (e.g. --scenario /dev/zero)
-MAX_LIST = 1024  # entries in one [search] list
-MAX_SEQ_LEN = 2**24  # tokens per sequence
-MAX_BATCH = 2**20  # sequences per step (dp ranges over its divisors)
-MAX_CARDS = 2**24  # cards in a plan (search.max_cards, job_mtbf.cards)
-MAX_DOMAIN_INT = 2**20  # tp, pp, dp, micro-batch, NIC counts in [search]
-MAX_HOST_INT = 1024  # cards or NICs per host
-# Checkpoint defaults do not bias a plan: unless the scenario states them, the save interval is the
-# optimum for each card count ("auto", tau* = sqrt(2c / lambda)) and both save modes are searched.
-DEFAULT_SAVE_INTERVAL = AUTO_INTERVAL
-DEFAULT_SAVE_MODES = ("sync", "async")
 
 
 def read_scenario_file(path) -> dict:
@@ -146,8 +118,6 @@ def natural_keys(name: str) -> tuple[str, ...]:
     tables = [t for t, keys in KEYS.items() if keys and name in keys]
     if len(tables) == 1:
         return (f"{tables[0]}.{name}",)
-    import difflib
-
     known = sorted(set(NATURAL) | {k for keys in KEYS.values() if keys for k in keys})
     close = difflib.get_close_matches(name, known, n=3)
     hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
@@ -205,438 +175,169 @@ def _retarget_card_overrides(hw: dict, new) -> None:
                 sub.setdefault(k, v)
 
 
-def _check_keys(raw: dict) -> None:
-    for table, value in raw.items():
-        if table.startswith("_"):
-            continue
-        if table not in KEYS:
-            raise InputError(f"scenario: unknown table [{table}] (known: {', '.join(sorted(KEYS))})")
-        if not isinstance(value, dict):
-            raise InputError(f"scenario: [{table}] must be a table")
-        allowed = KEYS[table]
-        if allowed is None:
-            continue
-        for key, v in value.items():
-            if table == "hardware" and isinstance(v, dict):
-                bad = set(v) - set(CARD_KEYS)
-                if bad:
-                    raise InputError(f"scenario: unknown key(s) {sorted(bad)} in [hardware.{key}]")
-                continue
-            if key not in allowed:
-                raise InputError(f"scenario: unknown key {key!r} in [{table}] (known: {', '.join(sorted(allowed))})")
-    if "rl" in raw and "tokens" not in raw.get("task", {}):
-        raise InputError("scenario: this is an RL scenario ([rl] table); plan it with tpopt rl")
-    for table, keys in REQUIRED.items():
-        if table not in raw:
-            raise InputError(f"scenario: missing required table [{table}]")
-        for key in keys:
-            if table == "task" and "stages" in raw[table] and key in STAGE_TASK_KEYS:
-                continue  # each stage gives (or inherits) its own
-            if key not in raw[table]:
-                raise InputError(f"scenario: missing required key {key!r} in [{table}]")
-    if "name" not in raw["model"] and "config" not in raw["model"]:
-        raise InputError("scenario: [model] needs name = \"...\" or config = \"path/to/config.json\"")
-
-
-def _as_list(value, what: str) -> list:
-    if isinstance(value, list):
-        if not value:
-            raise InputError(f"{what}: the list is empty")
-        if len(value) > MAX_LIST:
-            raise InputError(f"{what}: {len(value):,} entries, above the bound of {MAX_LIST:,}")
-        return value
-    if isinstance(value, str) and "," in value:
-        return [x.strip() for x in value.split(",") if x.strip()]
-    return [value]
-
-
-def _int_list(value, what: str, minimum: int = 1, maximum: int = MAX_DOMAIN_INT) -> tuple[int, ...]:
-    return tuple(sorted({parse_int(v, what, minimum=minimum, maximum=maximum) for v in _as_list(value, what)}))
-
-
-def _accelerator_with_overrides(acc: Accelerator, o: dict, cat: Catalog, where: str) -> Accelerator:
-    from dataclasses import replace
-
-    kw = {}
-    if "usable_memory" in o:
-        kw["memory_usable"] = parse_bytes(o["usable_memory"], f"{where} usable_memory", allow_zero=False,
-                                          maximum=MAX_CARD_BYTES)
-    if "cards_per_host" in o:
-        kw["cards_per_host"] = parse_int(o["cards_per_host"], f"{where} cards_per_host", minimum=1,
-                                         maximum=MAX_HOST_INT)
-    if "peak" in o:
-        kw["peak_flops"] = parse_flops_rate(o["peak"], f"{where} peak")
-    if "nic" in o:
-        name = o["nic"]
-        if name in cat.nics:
-            kw["nic_bw"] = cat.nics[name].bandwidth
-            kw["nic_price_hour"] = cat.nics[name].price_hour
-            kw["nic"] = name
-        else:
-            kw["nic_bw"] = parse_bandwidth(name, f"{where} nic")
-            kw["nic"] = str(name)
-    if "nics_per_host" in o:
-        kw["nics_per_host"] = parse_int(o["nics_per_host"], f"{where} nics_per_host", minimum=1,
-                                        maximum=MAX_HOST_INT)
-        kw["max_nics_per_host"] = max(acc.max_nics_per_host, kw["nics_per_host"])
-    if "max_nics_per_host" in o:
-        kw["max_nics_per_host"] = parse_int(o["max_nics_per_host"], f"{where} max_nics_per_host", minimum=1,
-                                            maximum=MAX_HOST_INT)
-    if "card_hour" in o:
-        kw["price_card_hour"] = parse_number(o["card_hour"], f"{where} card_hour")
-    return replace(acc, **kw)
-
-
 def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
-    """Validate the raw tables and convert every value to SI units exactly once."""
-    _check_keys(raw)
+    """Validate the raw tables against their declarations (:mod:`tpopt.catalogs.schema`) and convert every
+    value to SI units exactly once."""
+    check_keys(raw)
     cat = catalog or load_catalog()
-    base = Path(raw.get("_base_dir", "."))
-
-    # model
-    m = raw["model"]
-    if "config" in m:
-        cfg = Path(m["config"])
-        model = model_from_hf_config(cfg if cfg.is_absolute() else base / cfg)
-    else:
-        model = cat.model(str(m["name"]))
-
-    # task and schedule (a staged task: the first stage stands for the task; every stage is built below)
+    model = _model(raw["model"], Path(raw.get("_base_dir", ".")), cat)
     stage_tables = _stage_tables(raw["task"])
-    t = dict(stage_tables[0], **{k: v for k, v in raw["task"].items() if k not in stage_tables[0]}) \
-        if stage_tables else raw["task"]
-    tokens = parse_count(t["tokens"], "task.tokens", allow_zero=False, maximum=MAX_TOKENS)
-    seq = parse_int(t["seq_len"], "task.seq_len", minimum=1, maximum=MAX_SEQ_LEN)
-    batch = parse_int(t["global_batch"], "task.global_batch", minimum=1, maximum=MAX_BATCH)
-    precision = str(t.get("precision", "bf16-mixed"))
-    memory.recipe(precision)
-    sch = raw["schedule"]
-    deadline = parse_duration(sch["deadline"], "schedule.deadline", allow_zero=False, maximum=MAX_DEADLINE_S)
-    reserved = parse_duration(sch.get("reserved", "0d"), "schedule.reserved", maximum=MAX_DEADLINE_S)
-    if reserved >= deadline:
-        raise InputError("schedule.reserved must be shorter than the deadline")
-    task = Task(tokens=tokens, seq_len=seq, global_batch=batch, precision=precision, deadline_s=deadline,
-                reserved_s=reserved)
-    task = _batch_options(task, t, model, "task")
-
-    # hardware candidates
-    hw = raw["hardware"]
-    names = [str(x) for x in _as_list(hw["accelerator"], "hardware.accelerator")]
-    if len(set(names)) != len(names):
-        raise InputError("hardware.accelerator lists a name twice")
-    # a stated efficiency selects the chapter's flat model (compute = FLOPs / (peak x efficiency)); without
-    # one every accelerator runs the per-operation model of its performance-catalog entry
-    flat = "efficiency" in hw
-    eff = parse_fraction(hw["efficiency"], "hardware.efficiency") if flat else 1.0
-    cost = raw.get("cost", {})
-    card_hour = cost.get("card_hour")
-    nic_hour = cost.get("nic_hour")
-    systems = {}
-    for name in names:
-        acc = cat.accelerator(name)
-        o = {k: hw[k] for k in CARD_KEYS if k in hw}
-        o.update(hw.get(name, {}) if isinstance(hw.get(name), dict) else {})
-        acc = _accelerator_with_overrides(acc, o, cat, f"hardware ({name})")
-        price = acc.price_card_hour if card_hour is None else parse_number(card_hour, "cost.card_hour")
-        nic_price = acc.nic_price_hour if nic_hour is None else parse_number(nic_hour, "cost.nic_hour")
-        if not flat and acc.hbm_bandwidth <= 0:
-            raise InputError(f"accelerator {name!r} has no hbm_bandwidth, which the per-operation step-time model "
-                             "needs (add it to the catalog, or state hardware.efficiency for the flat model)")
-        systems[name] = System(acc=acc, efficiency=eff, price_card_hour=price, nic_price_hour=nic_price,
-                               perf=None if flat else cat.perf(name))
-    for key, value in hw.items():
-        if isinstance(value, dict) and key not in systems:
-            cat.accelerator(key)  # unknown name -> clear error; known but unused -> ignored
-
-    # memory
-    mt = raw.get("memory", {})
-    reserve = mt.get("activation_reserve")
-    mem = MemoryOptions(
-        activation_reserve=None if reserve is None else parse_bytes(reserve, "memory.activation_reserve",
-                                                                    maximum=MAX_CARD_BYTES),
-        flash_attention=_bool(mt.get("flash_attention", True), "memory.flash_attention"),
-        activation_bytes=parse_number(mt.get("activation_bytes", 2), "memory.activation_bytes", allow_zero=False),
-        loss_chunks=parse_int(mt.get("loss_chunks", 1), "memory.loss_chunks", minimum=1, maximum=MAX_DOMAIN_INT),
-        prefetch=parse_int(mt.get("prefetch", 1), "memory.prefetch", minimum=0, maximum=MAX_HOST_INT),
-        sequence_parallel=_bool(mt.get("sequence_parallel", True), "memory.sequence_parallel"),
-        dropout=_bool(mt.get("dropout", False), "memory.dropout"),
-    )
-
-    # input
-    it = raw.get("input", {})
-    inp = InputPipeline(
-        workers=parse_number(it.get("workers", 0), "input.workers"),
-        per_worker_rate=parse_number(it.get("sequences_per_worker_s", 0), "input.sequences_per_worker_s"),
-        wait_s=parse_duration(it.get("wait", "0s"), "input.wait"),
-        workers_per_host=parse_number(it.get("workers_per_host", 0), "input.workers_per_host"),
-    )
-    if (inp.workers > 0 or inp.workers_per_host > 0) and inp.per_worker_rate <= 0:
-        raise InputError("input.sequences_per_worker_s must be positive when workers are given")
-
-    # checkpoint / failures / stragglers
-    ck = raw.get("checkpoint", {})
-    if "write_bandwidth" in ck and "storage" in ck:
-        raise InputError("checkpoint: give write_bandwidth or storage, not both")
-    if "storage" in ck:
-        write_bw = cat.storage_tier(str(ck["storage"]))
-    else:
-        write_bw = parse_bandwidth(ck.get("write_bandwidth", "7GB/s"), "checkpoint.write_bandwidth", allow_zero=False)
-    if "card_mtbf" in ck and "job_mtbf" in ck:
-        raise InputError("checkpoint: give card_mtbf or job_mtbf, not both")
-    if "job_mtbf" in ck:
-        j = ck["job_mtbf"]
-        if not isinstance(j, dict) or "cards" not in j or "interval" not in j:
-            raise InputError('checkpoint.job_mtbf must be a table like { cards = 1024, interval = "7.9h" }')
-        mtbf = parse_int(j["cards"], "checkpoint.job_mtbf.cards", minimum=1, maximum=MAX_CARDS) * parse_duration(
-            j["interval"], "checkpoint.job_mtbf.interval", allow_zero=False)
-    elif str(ck.get("card_mtbf", "")).lower() in ("none", "inf", "never"):
-        mtbf = None
-    else:
-        mtbf = parse_duration(ck.get("card_mtbf", "337d"), "checkpoint.card_mtbf", allow_zero=False)
-    spike = ck.get("loss_spike_interval")
-    fm = str(ck.get("failure_model", "first-order"))
-    if fm not in ("first-order", "poisson"):
-        raise InputError("checkpoint.failure_model must be 'first-order' or 'poisson'")
-    st = raw.get("stragglers", {})
-    rel = Reliability(
-        bytes_per_param=parse_number(ck.get("bytes_per_param", 14), "checkpoint.bytes_per_param", allow_zero=False),
-        write_bandwidth=write_bw,
-        restore_s=parse_duration(ck.get("restore", "120s"), "checkpoint.restore"),
-        card_mtbf_s=mtbf,
-        event_interval_s=None if spike is None else parse_duration(spike, "checkpoint.loss_spike_interval",
-                                                                     allow_zero=False),
-        snapshot_copy_s=parse_duration(ck.get("snapshot_copy", "0.5s"), "checkpoint.snapshot_copy"),
-        failure_model=fm,
-        straggler_sigma=parse_fraction(st.get("sigma", 0), "stragglers.sigma", allow_zero=True),
-    )
-
-    # search space (file [search] first, then checkpoint defaults)
+    task = _task(raw, stage_tables, model)
+    systems = _systems(raw["hardware"], raw.get("cost", {}), cat)
+    mem = MemoryOptions(**targets(read_table(MemoryKeys, raw.get("memory", {}), "memory.")))
+    inp = InputPipeline(**targets(read_table(InputKeys, raw.get("input", {}), "input.")))
+    ck = read_table(CheckpointKeys, raw.get("checkpoint", {}), "checkpoint.", cat)
+    rel = _reliability(ck, read_table(StragglerKeys, raw.get("stragglers", {}), "stragglers."))
     se = raw.get("search", {})
-    intervals = se.get("save_interval", ck.get("save_interval", DEFAULT_SAVE_INTERVAL))
-    ivals = []
-    for v in _as_list(intervals, "save_interval"):
-        if isinstance(v, str) and v.strip().lower() == AUTO_INTERVAL:
-            ivals.append(0.0)  # 0.0 marks "the optimal interval for the card count"
-        else:
-            ivals.append(parse_duration(v, "save_interval", allow_zero=False))
-    modes = tuple(str(x) for x in _as_list(se.get("save_mode", ck.get("mode", list(DEFAULT_SAVE_MODES))),
-                                           "save_mode"))
-    for x in modes:
-        if x not in SAVE_MODES:
-            raise InputError(f"save mode {x!r} unknown (use sync or async)")
-    offl = tuple(str(x) for x in _as_list(se.get("offload", "none"), "search.offload"))
-    for x in offl:
-        if x not in OFFLOADS:
-            raise InputError(f"offload {x!r} unknown (use none or cpu)")
-    schedules = _schedules(se)
-    rec_default = ["none", "full"] if reserve is None else ["none"]
-    recs = tuple(dict.fromkeys(memory.parse_recompute(x) for x in _as_list(se.get("recompute", rec_default),
-                                                                           "search.recompute")))
-    zs = _int_list(se.get("zero_stage", [0, 1, 2, 3]), "search.zero_stage", minimum=0)
-    if any(z > 3 for z in zs):
-        raise InputError("search.zero_stage values must be 0, 1, 2 or 3")
-    accs = tuple(str(x) for x in _as_list(se.get("accelerator", names), "search.accelerator"))
-    for x in accs:
-        if x not in systems:
-            raise InputError(f"search.accelerator {x!r} is not in hardware.accelerator")
-    max_cards = parse_int(se.get("max_cards", 1024), "search.max_cards", minimum=1, maximum=MAX_CARDS)
-    space = SearchSpace(
-        accelerators=accs,
-        zero_stage=zs,
-        tp=_int_list(se.get("tp", [1, 2, 4, 8]), "search.tp"),
-        pp=_int_list(se.get("pp", [1, 2, 4, 8]), "search.pp"),
-        micro_batch=_int_list(se.get("micro_batch", [1, 2, 4, 8]), "search.micro_batch"),
-        recompute=recs,
-        offload=offl,
-        schedule=schedules,
-        save_interval_s=tuple(sorted(set(ivals))),
-        save_mode=modes,
-        nics_per_host=_int_list(se["nics_per_host"], "search.nics_per_host") if "nics_per_host" in se else (),
-        dp=_int_list(se["dp"], "search.dp") if "dp" in se else (),
-        max_cards=max_cards,
-        global_batch=_int_list(se["global_batch"], "search.global_batch") if "global_batch" in se else (),
-        cp=_int_list(se.get("cp", [1]), "search.cp"),
-        sequence_parallel=tuple(dict.fromkeys(_bool(x, "search.sequence_parallel") for x in
-                                              _as_list(se["sequence_parallel"], "search.sequence_parallel")))
-        if "sequence_parallel" in se else (),
-    )
-    moe_opts, ep_dom, etp_dom, cap_dom = _moe_inputs(raw, model, se)
-    space = replace(space, ep=ep_dom, expert_tp=etp_dom, capacity_factor=cap_dom)
+    space = _search_space(se, raw.get("checkpoint", {}), mem, systems)
+    moe_opts, moe_domains = _moe_inputs(raw.get("moe", {}), model, se)
+    space = replace(space, **moe_domains)
     stages = _stages(stage_tables, raw, cat) if stage_tables else ()
     if stages:
         task, space = stages[0].task, stages[0].search
     else:
         _check_batch_choices(task, space, "task")
-    max_cost = cost.get("max_cost")
-    ct = raw.get("comm", {})
-    overlap = _bool(ct.get("overlap", True), "comm.overlap")
-    tp_overlap = _tp_overlap(ct.get("tp_overlap", False))
-    dp_overlap = _overlap(ct.get("dp_overlap", True), "comm.dp_overlap")
-    name = raw.get("scenario", {}).get("name") or Path(raw.get("_path", "scenario")).stem
-    cp_method, cp_split = _context_options(ct)
+    comm = read_table(CommKeys, raw.get("comm", {}), "comm.")
+    sk = read_table(ScenarioKeys, raw.get("scenario", {}), "scenario.")
+    name = sk.name or Path(raw.get("_path", "scenario")).stem
+    budget = read_table(BudgetKeys, raw.get("cost", {}), "cost.")
     return Scenario(model=model, task=task, systems=systems, memory=mem, input=inp, reliability=rel, search=space,
-                    cost=CostOptions(None if max_cost is None else parse_number(max_cost, "cost.max_cost")),
-                    moe=moe_opts, overlap=overlap, name=str(name), tp_overlap=tp_overlap, dp_overlap=dp_overlap,
-                    stages=stages, cp_method=cp_method, cp_split=cp_split)
+                    cost=CostOptions(budget.max_cost), moe=moe_opts, overlap=comm.overlap, name=str(name),
+                    tp_overlap=comm.tp_overlap, dp_overlap=comm.dp_overlap, stages=stages, cp_method=comm.cp_method,
+                    cp_split=comm.cp_split)
 
 
-def _moe_inputs(raw: dict, model, se: dict):
+def _model(table: dict, base: Path, cat: Catalog):
+    """[model]: a Hugging Face config (relative to the scenario's folder) or a catalog model."""
+    m = read_table(ModelKeys, table, "model.")
+    if "config" in table:
+        cfg = Path(m.config)
+        return model_from_hf_config(cfg if cfg.is_absolute() else base / cfg)
+    return cat.model(m.name)
+
+
+def _task(raw: dict, stage_tables: list[dict], model) -> Task:
+    """[task] and [schedule] (a staged task: the first stage stands for the task; every stage is built
+    by :func:`_stages`)."""
+    t = dict(stage_tables[0], **{k: v for k, v in raw["task"].items() if k not in stage_tables[0]}) \
+        if stage_tables else raw["task"]
+    tk = read_table(TaskKeys, t, "task.")
+    sch = read_table(ScheduleKeys, raw["schedule"], "schedule.")
+    task = Task(tokens=tk.tokens, seq_len=tk.seq_len, global_batch=tk.global_batch, precision=tk.precision,
+                deadline_s=sch.deadline, reserved_s=sch.reserved)
+    b = read_table(BatchKeys, t, "task.", (model, task))
+    kw = {} if b.critical_batch is None else dict(zip(("critical_batch", "critical_batch_source"), b.critical_batch,
+                                                      strict=True))
+    if b.batch_ramp is not None:
+        kw["ramp"] = b.batch_ramp
+    return replace(task, **kw) if kw else task
+
+
+def _systems(hw: dict, prices: dict, cat: Catalog) -> dict:
+    """[hardware]: one System per candidate accelerator, in order. A stated efficiency selects the chapter's
+    flat model (compute = FLOPs / (peak x efficiency)); without one every accelerator runs the per-operation
+    model of its performance-catalog entry."""
+    h = read_table(HardwareKeys, hw, "hardware.")
+    systems = {name: _system(name, hw, prices, h.efficiency, cat) for name in h.accelerator}
+    for key, value in hw.items():
+        if isinstance(value, dict) and key not in systems:
+            cat.accelerator(key)  # unknown name -> clear error; known but unused -> ignored
+    return systems
+
+
+def _system(name: str, hw: dict, prices: dict, efficiency: float | None, cat: Catalog) -> System:
+    """One candidate: the catalog card with the [hardware] values (top level, then [hardware.<name>]) and
+    the [cost] prices (read after the card's own values, which they override)."""
+    card = {k: hw[k] for k in CARD_KEYS if k in hw}
+    card.update(hw.get(name, {}) if isinstance(hw.get(name), dict) else {})
+    acc = cat.accelerator(name)
+    acc = _card_overrides(acc, read_table(CardKeys, card, f"hardware ({name}) ", cat))
+    cost = read_table(PriceKeys, prices, "cost.")
+    if efficiency is None and acc.hbm_bandwidth <= 0:
+        raise InputError(f"accelerator {name!r} has no hbm_bandwidth, which the per-operation step-time model "
+                         "needs (add it to the catalog, or state hardware.efficiency for the flat model)")
+    return System(acc=acc, efficiency=1.0 if efficiency is None else efficiency,
+                  price_card_hour=acc.price_card_hour if cost.card_hour is None else cost.card_hour,
+                  nic_price_hour=acc.nic_price_hour if cost.nic_hour is None else cost.nic_hour,
+                  perf=None if efficiency is not None else cat.perf(name))
+
+
+def _card_overrides(acc: Accelerator, card: CardKeys) -> Accelerator:
+    """The catalog card with the scenario's per-card values; stating nics_per_host raises the NIC slots
+    to at least that many unless max_nics_per_host is stated too."""
+    kw = targets(card, "usable_memory", "cards_per_host", "peak", "nics_per_host", "card_hour")
+    kw.update(card.nic or {})
+    if card.nics_per_host is not None:
+        kw["max_nics_per_host"] = max(acc.max_nics_per_host, card.nics_per_host)
+    if card.max_nics_per_host is not None:
+        kw["max_nics_per_host"] = card.max_nics_per_host
+    return replace(acc, **kw)
+
+
+def _reliability(ck: CheckpointKeys, st: StragglerKeys) -> Reliability:
+    """[checkpoint] and [stragglers]: a storage tier stands for the write bandwidth, a job MTBF for the
+    per-card one."""
+    return Reliability(**targets(ck, "bytes_per_param", "restore", "loss_spike_interval", "snapshot_copy",
+                                 "failure_model"), **targets(st),
+                       write_bandwidth=ck.write_bandwidth if ck.storage is None else ck.storage,
+                       card_mtbf_s=ck.card_mtbf if ck.job_mtbf is None else ck.job_mtbf)
+
+
+def _search_space(se: dict, ck: dict, mem: MemoryOptions, systems: dict) -> SearchSpace:
+    """[search] domains. Defaults that follow other tables: save_interval and save_mode from [checkpoint]
+    (else every interval's optimum and both modes), recompute none and full (none alone with an activation
+    reserve, under which recompute changes nothing), the accelerators of [hardware]."""
+    defaults = {"save_interval": ck.get("save_interval", DEFAULT_SAVE_INTERVAL),
+                "save_mode": ck.get("mode", list(DEFAULT_SAVE_MODES)),
+                "recompute": ["none", "full"] if mem.activation_reserve is None else ["none"],
+                "accelerator": list(systems)}
+    s = read_table(SearchKeys, dict(defaults, **se), "search.", systems)
+    kw = targets(s)
+    kw["schedule"] = _schedules(s.schedule, kw.pop("virtual_stages", None))
+    return SearchSpace(**kw)
+
+
+def _schedules(names: tuple[str, ...], virtual_stages: tuple[int, ...] | None) -> tuple[str, ...]:
+    """[search] schedule values, with "interleaved" expanded over [search] virtual_stages."""
+    if virtual_stages is None:
+        return names
+    out = []
+    for x in names:
+        out += [schedule_name("interleaved", v) for v in virtual_stages] if x == "interleaved" else [x]
+    return tuple(dict.fromkeys(out))
+
+
+def _moe_inputs(mt: dict, model, se: dict) -> tuple[MoeOptions, dict]:
     """[moe] routing assumptions and the [search] domains of ep, expert_tp and capacity_factor.
 
     Defaults: ep = every power of two dividing the routed experts (1 for a dense model), expert_tp = 0
     (the same as tp), capacity_factor = none (dropless). EP values that do not divide the experts, and
     any of these on a dense model, are bad input.
     """
-    from tpopt.models.moe import A2A_OVERLAPS, DISPATCHERS
-
-    mt = raw.get("moe", {})
-    moe_given = [k for k in ("ep", "expert_tp", "capacity_factor") if k in se]
     if not model.moe:
         if mt:
             raise InputError(f"scenario: [moe] applies to mixture-of-experts models; {model.name} is dense")
-        if moe_given:
-            raise InputError(f"search.{moe_given[0]} applies to mixture-of-experts models; {model.name} is dense")
-        return MoeOptions(), (1,), (0,), (0.0,)
-    imbalance = parse_number(mt.get("imbalance", MoeOptions.imbalance), "moe.imbalance", allow_zero=False)
-    hot = parse_fraction(mt.get("hot_experts", MoeOptions.hot), "moe.hot_experts")
-    if imbalance < 1:
-        raise InputError(f"moe.imbalance is the busiest expert's load over the mean, at least 1 (got {imbalance:g})")
-    if hot * imbalance > 1 + 1e-12:
-        raise InputError(f"moe: {hot:.0%} of the experts at {imbalance:g} x the mean would take more than every "
-                         "dispatch; lower imbalance or hot_experts")
-    max_drop = parse_fraction(mt.get("max_drop", 0), "moe.max_drop", allow_zero=True)
-    overlap = str(mt.get("a2a_overlap", "auto"))
-    if overlap not in A2A_OVERLAPS:
-        raise InputError(f"moe.a2a_overlap {overlap!r} unknown (use one of: {', '.join(A2A_OVERLAPS)})")
-    dispatcher = str(mt.get("dispatcher", "direct"))
-    if dispatcher not in DISPATCHERS:
-        raise InputError(f"moe.dispatcher {dispatcher!r} unknown (use one of: {', '.join(DISPATCHERS)})")
-    node_limit = parse_int(mt.get("node_limit", 0), "moe.node_limit", minimum=0)
-    opts = MoeOptions(imbalance=imbalance, hot=hot, max_drop=max_drop, a2a_overlap=overlap, dispatcher=dispatcher,
-                      node_limit=node_limit)
+        given = [f.name for f in fields(MoeSearchKeys) if f.name in se]
+        if given:
+            raise InputError(f"search.{given[0]} applies to mixture-of-experts models; {model.name} is dense")
+        return MoeOptions(), {"ep": (1,), "expert_tp": (0,), "capacity_factor": (0.0,)}
+    opts = MoeOptions(**targets(read_table(MoeKeys, mt, "moe.")))
+    d = read_table(MoeSearchKeys, se, "search.", model)
     E = model.experts
-    if "ep" in se:
-        ep = _int_list(se["ep"], "search.ep")
-        bad = [e for e in ep if E % e]
-        if bad:
-            raise InputError(f"search.ep: {bad[0]} does not divide the {E} routed experts of {model.name}")
-    else:
-        ep = tuple(e for e in (2 ** i for i in range(E.bit_length())) if E % e == 0)
-    etp = tuple(sorted({0 if str(v).strip().lower() == "tp" else parse_int(v, "search.expert_tp", minimum=1)
-                        for v in _as_list(se.get("expert_tp", "tp"), "search.expert_tp")}))
-    caps = set()
-    for v in _as_list(se.get("capacity_factor", "none"), "search.capacity_factor"):
-        if str(v).strip().lower() in ("none", "dropless"):
-            caps.add(0.0)
-        else:
-            c = parse_number(v, "search.capacity_factor", allow_zero=False)
-            if c < 0:
-                raise InputError(f"search.capacity_factor must be positive or none (got {v})")
-            caps.add(float(c))
-    return opts, ep, etp, tuple(sorted(caps))
-
-
-def _overlap(value, what: str) -> float:
-    """An overlap share: true / false, or a fraction such as 0.5 or 50%."""
-    if isinstance(value, bool):
-        return 1.0 if value else 0.0
-    return parse_fraction(value, what, allow_zero=True)
-
-
-def _tp_overlap(value) -> tuple[float, float]:
-    """comm.tp_overlap: true / false / a fraction (chunked GEMM overlap of every TP collective), or
-    "async" (only the column-parallel backward collectives, beside the other gradient GEMM)."""
-    if isinstance(value, str) and value.strip().lower() == "async":
-        return (0.0, 1.0)
-    f = _overlap(value, "comm.tp_overlap (true, false, a fraction or \"async\")")
-    return (f, f)
-
-
-def _schedules(se: dict) -> tuple[str, ...]:
-    """[search] schedule values, with "interleaved" expanded over [search] virtual_stages."""
-    names = [str(x) for x in _as_list(se.get("schedule", "1f1b"), "search.schedule")]
-    for x in names:
-        split_schedule(x)  # unknown names -> one clear error
-    if "virtual_stages" not in se:
-        return tuple(names)
-    vs = _int_list(se["virtual_stages"], "search.virtual_stages", minimum=2)
-    out = []
-    for x in names:
-        if x == "interleaved":
-            out += [schedule_name("interleaved", v) for v in vs]
-        else:
-            out.append(x)
-    return tuple(dict.fromkeys(out))
-
-
-def _context_options(comm: dict) -> tuple[str, str]:
-    """[comm] cp_method (ring / all-to-all) and cp_split (zigzag / contiguous) of context parallelism."""
-    from tpopt.models.context import METHODS, SPLITS
-
-    method = str(comm.get("cp_method", "ring"))
-    split = str(comm.get("cp_split", "zigzag"))
-    if method not in METHODS:
-        raise InputError(f"comm.cp_method {method!r} unknown (use one of: {', '.join(METHODS)})")
-    if split not in SPLITS:
-        raise InputError(f"comm.cp_split {split!r} unknown (use one of: {', '.join(SPLITS)})")
-    return method, split
+    ep = d.ep or tuple(e for e in (2 ** i for i in range(E.bit_length())) if E % e == 0)
+    return opts, {"ep": ep, "expert_tp": d.expert_tp, "capacity_factor": d.capacity_factor}
 
 
 # ---------------------------------------------------------------------------------------------
 # the batch as a choice (critical batch, ramp-up) and training stages
 
 
-def parse_critical_batch(value, seq_len: int, model, tokens: float, what: str) -> tuple[float | None, str]:
-    """(B_noise in tokens per step, source) from ``"2M"`` (tokens), ``"256 sequences"``, ``"deepseek-llm"``
-    (the scaling fit of :func:`tpopt.models.batch.noise_scale_fit` on the run's compute) or ``"none"``
-    (tokens independent of the batch, stated on purpose)."""
-    from tpopt.models.arch import flops_per_token
-    from tpopt.models.batch import noise_scale_fit
-
-    text = str(value).strip()
-    low = text.lower()
-    if low in ("none", "inf", "infinite"):
-        return None, "none"
-    if low == "deepseek-llm":
-        c = (flops_per_token(model, seq_len) - 6.0 * model.vocab * model.hidden) * tokens
-        return float(noise_scale_fit(c)), "DeepSeek LLM fit 0.292 C^0.3271"
-    for suffix in ("sequences", "sequence", "seqs", "seq"):
-        if low.endswith(suffix):
-            n = parse_count(text[: -len(suffix)].strip(), what, allow_zero=False)
-            return n * seq_len, "given"
-    for suffix in ("tokens", "token", "tok"):
-        if low.endswith(suffix):
-            text = text[: -len(suffix)].strip()
-            break
-    return parse_count(text, what, allow_zero=False), "given"
-
-
-def _batch_options(task: Task, t: dict, model, where: str) -> Task:
-    """Critical batch and batch ramp-up of a task table ([task] or one stage)."""
-    from dataclasses import replace
-
-    kw = {}
-    if "critical_batch" in t:
-        kw["critical_batch"], kw["critical_batch_source"] = parse_critical_batch(
-            t["critical_batch"], task.seq_len, model, task.tokens, f"{where}.critical_batch")
-    if "batch_ramp" in t:
-        r = t["batch_ramp"]
-        if not isinstance(r, dict) or set(r) != {"start", "increment", "tokens"}:
-            raise InputError(f'{where}.batch_ramp must be a table like {{ start = 32, increment = 32, tokens = "4B" }} '
-                             "(sequences, sequences, tokens)")
-        start = parse_int(r["start"], f"{where}.batch_ramp.start", minimum=1)
-        inc = parse_int(r["increment"], f"{where}.batch_ramp.increment", minimum=1)
-        rt = parse_count(r["tokens"], f"{where}.batch_ramp.tokens", allow_zero=False)
-        kw["ramp"] = (start, inc, rt)
-    return replace(task, **kw) if kw else task
-
-
 def _check_batch_choices(task: Task, space: SearchSpace, where: str) -> None:
     choices = space.global_batch or (task.global_batch,)
     if len(set(choices)) > 1 and not task.critical_batch_source:
         raise InputError(f"search.global_batch offers several batches but {where}.critical_batch is not given: the "
-                         "tokens needed depend on the batch (give critical_batch, e.g. \"2M\" tokens or \"deepseek-llm\", "
-                         "or \"none\" to keep the tokens whatever the batch)")
+                         "tokens needed depend on the batch (give critical_batch, e.g. \"2M\" tokens or "
+                         "\"deepseek-llm\", or \"none\" to keep the tokens whatever the batch)")
     if task.ramp is not None:
         start, inc, _ = task.ramp
         for b in choices:
@@ -654,7 +355,8 @@ def _stage_tables(t: dict) -> list[dict]:
     for i, x in enumerate(st):
         bad = set(x) - STAGE_KEYS
         if bad:
-            raise InputError(f"task.stages[{i + 1}]: unknown key(s) {sorted(bad)} (known: {', '.join(sorted(STAGE_KEYS))})")
+            raise InputError(f"task.stages[{i + 1}]: unknown key(s) {sorted(bad)} "
+                             f"(known: {', '.join(sorted(STAGE_KEYS))})")
         if "tokens" not in x:
             raise InputError(f"task.stages[{i + 1}]: missing required key 'tokens'")
         for k in ("seq_len", "global_batch"):
@@ -666,10 +368,6 @@ def _stage_tables(t: dict) -> list[dict]:
 def _stages(tables: list[dict], raw: dict, cat) -> tuple:
     """Every stage's task and search domains, each built exactly as a one-stage scenario whose [task]
     is the stage's keys over [task] and whose [search] is the stage's ``search`` table over [search]."""
-    from dataclasses import replace
-
-    from tpopt.models.plan import Stage
-
     out = []
     names = set()
     task_t = {k: v for k, v in raw["task"].items() if k != "stages"}
@@ -690,12 +388,6 @@ def _stages(tables: list[dict], raw: dict, cat) -> tuple:
             raise InputError(f"{where} ({name}): {exc}") from None
         out.append(Stage(name=name, task=replace(one.task, stage=name), search=one.search))
     return tuple(out)
-
-
-def _bool(value, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise InputError(f"{what} must be true or false")
-    return value
 
 
 def load_scenario(path, overrides: dict | None = None, catalog_dirs=()) -> Scenario:
