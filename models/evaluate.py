@@ -71,10 +71,10 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp: ArrayLike, pp: ArrayL
     if save_mode not in SAVE_MODES:
         raise InputError(f"unknown save mode {save_mode!r} (use sync or async)")
     lay = Layout(acc=accelerator, tp=np.asarray(tp), cp=np.asarray(cp), pp=np.asarray(pp), dp=np.asarray(dp),
-                   mb=np.asarray(micro_batch), zero=np.asarray(zero_stage), offload=offload,
-                   recompute=memory.parse_recompute(recompute), schedule=schedule, nics=np.asarray(nics_per_host),
-                   tau=_f(save_interval_s), mode=save_mode, ep=np.asarray(ep), etp=np.asarray(expert_tp),
-                   cap=_f(capacity_factor), sp=sequence_parallel)
+                 mb=np.asarray(micro_batch), zero=np.asarray(zero_stage), offload=offload,
+                 recompute=memory.parse_recompute(recompute), schedule=schedule, nics=np.asarray(nics_per_host),
+                 tau=_f(save_interval_s), mode=save_mode, ep=np.asarray(ep), etp=np.asarray(expert_tp),
+                 cap=_f(capacity_factor), sp=sequence_parallel)
 
     def term(fn: Callable[..., Any], **options: Any) -> Any:
         """A term of the plan (grid): ``fn`` with the variables it declares, from the layout record."""
