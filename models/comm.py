@@ -9,24 +9,28 @@ tiers a group crosses is decided in one place, :func:`tpopt.models.network.route
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 from tpopt.models.network import Fabric, route
+from tpopt.models.numeric import FloatArray, Floats
 
 # ---------------------------------------------------------------------------------------------
 # collective volumes (ring algorithms)
 
 
-def allgather_bytes(size, n):
+def allgather_bytes(size: ArrayLike, n: ArrayLike) -> FloatArray:
     """Ring AllGather / ReduceScatter: each rank sends (n - 1)/n x size."""
     n = np.asarray(n, dtype=float)
-    return (n - 1.0) / n * np.asarray(size, dtype=float)
+    sent: FloatArray = (n - 1.0) / n * np.asarray(size, dtype=float)
+    return sent
 
 
-def allreduce_bytes(size, n):
+def allreduce_bytes(size: ArrayLike, n: ArrayLike) -> FloatArray:
     """Ring AllReduce = ReduceScatter + AllGather: each rank sends 2 (n - 1)/n x size."""
     return 2.0 * allgather_bytes(size, n)
 
 
-def ring_allreduce_time(size, n, bandwidth, latency=0.0, buckets=1):
+def ring_allreduce_time(size: ArrayLike, n: ArrayLike, bandwidth: Floats, latency: Floats = 0.0,
+                        buckets: Floats = 1) -> FloatArray:
     """Time of a ring AllReduce split into equal buckets: buckets x (2(n-1)/n x size/buckets / B + latency).
 
     Chapter 10.3.4: 72 MiB over 4 ranks at 25 GB/s with 0.02 ms per call: 4.55 ms in one bucket,
@@ -36,7 +40,8 @@ def ring_allreduce_time(size, n, bandwidth, latency=0.0, buckets=1):
     return buckets * per
 
 
-def zero_dp_volume(zero_stage, n_shard, dp, micro_batches, weight_bytes=2.0, grad_bytes=2.0):
+def zero_dp_volume(zero_stage: ArrayLike, n_shard: ArrayLike, dp: ArrayLike, micro_batches: ArrayLike,
+                   weight_bytes: float = 2.0, grad_bytes: float = 2.0) -> FloatArray:
     """Data-parallel bytes per card per step, by ZeRO stage, for a model shard of n_shard params.
 
     ZeRO-0: one AllReduce of the gradients per step            2 (d-1)/d g N
@@ -56,7 +61,8 @@ def zero_dp_volume(zero_stage, n_shard, dp, micro_batches, weight_bytes=2.0, gra
     return np.select([z == 0, z == 1, z == 2], [v0, v1, v2], v3)
 
 
-def zero_dp_unhidden_bytes(zero_stage, emb_shard, dp, weight_bytes=2.0, grad_bytes=2.0):
+def zero_dp_unhidden_bytes(zero_stage: ArrayLike, emb_shard: ArrayLike, dp: ArrayLike, weight_bytes: float = 2.0,
+                           grad_bytes: float = 2.0) -> FloatArray:
     """Bytes that no prefetch can hide: the first gather and the last reduction of a step.
 
     Both act on the input embedding, the first unit of the forward and the last gradient of the
@@ -70,7 +76,8 @@ def zero_dp_unhidden_bytes(zero_stage, emb_shard, dp, weight_bytes=2.0, grad_byt
     return np.where(z == 0, 2.0 * grad_bytes * base, (weight_bytes + grad_bytes) * base)
 
 
-def tp_volume(tokens_per_microbatch, hidden, tp, layers, micro_batches, act_bytes=2.0, recompute_full=False):
+def tp_volume(tokens_per_microbatch: ArrayLike, hidden: Floats, tp: ArrayLike, layers: Floats,
+              micro_batches: ArrayLike, act_bytes: float = 2.0, recompute_full: bool = False) -> FloatArray:
     """Tensor-parallel bytes per card per step (Megatron with sequence parallelism).
 
     Each block does two AllGather + ReduceScatter pairs forward and two backward on the
@@ -79,19 +86,23 @@ def tp_volume(tokens_per_microbatch, hidden, tp, layers, micro_batches, act_byte
     """
     pairs = 6.0 if recompute_full else 4.0
     size = np.asarray(tokens_per_microbatch, dtype=float) * hidden * act_bytes
-    return pairs * allreduce_bytes(size, tp) * layers * np.asarray(micro_batches, dtype=float)
+    volume: FloatArray = pairs * allreduce_bytes(size, tp) * layers * np.asarray(micro_batches, dtype=float)
+    return volume
 
 
-def pp_boundary_bytes(tokens_per_microbatch, hidden, tp, act_bytes=2.0):
+def pp_boundary_bytes(tokens_per_microbatch: ArrayLike, hidden: Floats, tp: ArrayLike,
+                      act_bytes: float = 2.0) -> FloatArray:
     """Activation (forward) or gradient (backward) crossing one stage boundary: s b h x bytes / tp."""
-    return np.asarray(tokens_per_microbatch, dtype=float) * hidden * act_bytes / np.asarray(tp, dtype=float)
+    boundary: FloatArray = (np.asarray(tokens_per_microbatch, dtype=float) * hidden * act_bytes
+                            / np.asarray(tp, dtype=float))
+    return boundary
 
 
 # ---------------------------------------------------------------------------------------------
 # bandwidth on the real path
 
 
-def dp_ring_bandwidth(fabric: Fabric, tp, dp, nics):
+def dp_ring_bandwidth(fabric: Fabric, tp: ArrayLike, dp: ArrayLike, nics: ArrayLike) -> FloatArray:
     """Per-card bandwidth of a DP ring (bytes/s per direction): dp members tp apart, the tp rings of a
     host sharing its ``nics`` NICs (network.route).
 
@@ -109,7 +120,7 @@ def dp_ring_bandwidth(fabric: Fabric, tp, dp, nics):
     return route(fabric, dp, tp, tp, nics).bandwidth
 
 
-def pp_link_bandwidth(fabric: Fabric, pp, stride, nics):
+def pp_link_bandwidth(fabric: Fabric, pp: ArrayLike, stride: ArrayLike, nics: ArrayLike) -> FloatArray:
     """Per-card bandwidth of a pipeline boundary transfer (bytes/s per direction): pp stages ``stride``
     cards apart (tp cp dp), each a direct send through the host link (network.route).
 
@@ -126,7 +137,8 @@ def pp_link_bandwidth(fabric: Fabric, pp, stride, nics):
 # exposure
 
 
-def exposed_time(unhidden, per_window_link, per_window_compute, windows, overlap=True):
+def exposed_time(unhidden: ArrayLike, per_window_link: Floats, per_window_compute: Floats, windows: ArrayLike,
+                 overlap: ArrayLike = True) -> FloatArray:
     """Communication time that extends the step.
 
     With overlap (prefetch and immediate reduction) only the unhidable bytes' time shows, plus,
@@ -141,7 +153,7 @@ def exposed_time(unhidden, per_window_link, per_window_compute, windows, overlap
     return np.where(overlap, hidden, w * per_window_link)
 
 
-def shared_link_time(link, other, span):
+def shared_link_time(link: ArrayLike, other: ArrayLike, span: ArrayLike) -> FloatArray:
     """Time a transfer of ``link`` seconds (alone on the link) takes when other traffic holds the link
     for ``other`` seconds spread evenly over a compute span of ``span`` seconds (share u = other / span)
     and nothing holds it afterwards:
@@ -159,10 +171,11 @@ def shared_link_time(link, other, span):
     u = o / np.maximum(np.asarray(span, dtype=float), 1e-300)
     with np.errstate(divide="ignore"):
         shared = np.where(u < 1.0, L / np.maximum(1.0 - u, 1e-300), np.inf)
-    return np.minimum(shared, L + o)
+    t: FloatArray = np.minimum(shared, L + o)
+    return t
 
 
-def link_busy_exposure(ready, duration, link_free, compute_end):
+def link_busy_exposure(ready: Floats, duration: Floats, link_free: Floats, compute_end: Floats) -> FloatArray:
     """Exposure of one transfer that must wait for its data and for a busy link.
 
     It starts at max(ready, link_free) and extends the step by whatever runs past compute_end.
@@ -172,12 +185,13 @@ def link_busy_exposure(ready, duration, link_free, compute_end):
     return np.maximum(0.0, np.maximum(ready, link_free) + duration - compute_end)
 
 
-def offload_wait(volume, bandwidth, window):
+def offload_wait(volume: ArrayLike, bandwidth: Floats, window: Floats) -> FloatArray:
     """Wait for an offload transfer: T_wait = max(0, V/B - W) (chapter 10.2.3)."""
     return np.maximum(0.0, np.asarray(volume, dtype=float) / bandwidth - window)
 
 
-def cast_path_times(grad_bytes_bf16, link_bw, cpu_bw, gpu_bw):
+def cast_path_times(grad_bytes_bf16: ArrayLike, link_bw: Floats, cpu_bw: Floats,
+                    gpu_bw: Floats) -> tuple[FloatArray, FloatArray]:
     """Moving a BF16 gradient G to a CPU optimizer as FP32 (chapter 10.2.3).
 
     CPU cast: T_c = G/B + 3G/C_cpu (send BF16, read G and write 2G on the CPU);
@@ -188,6 +202,6 @@ def cast_path_times(grad_bytes_bf16, link_bw, cpu_bw, gpu_bw):
     return g / link_bw + 3 * g / cpu_bw, 3 * g / gpu_bw + 2 * g / link_bw
 
 
-def cast_break_even_bandwidth(cpu_bw, gpu_bw):
+def cast_break_even_bandwidth(cpu_bw: Floats, gpu_bw: Floats) -> Floats:
     """Link bandwidth above which casting on the GPU wins: B* = 1 / (3 (1/C_cpu - 1/C_gpu)) (147 GB/s)."""
     return 1.0 / (3.0 * (1.0 / cpu_bw - 1.0 / gpu_bw))

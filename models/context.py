@@ -29,18 +29,21 @@ Sizes are bytes per card for one micro-batch of b sequences of s tokens in one l
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from tpopt.models.arch import ModelArch
 from tpopt.models.network import Fabric, route
+from tpopt.models.numeric import FloatArray, Floats
 
 METHODS = ("ring", "all-to-all")
 SPLITS = ("zigzag", "contiguous")
 
 
-def _f(x):
+def _f(x: ArrayLike) -> FloatArray:
+    """``x`` as an array of floats."""
     return np.asarray(x, dtype=float)
 
 
-def attention_share(cp, split: str = "zigzag"):
+def attention_share(cp: ArrayLike, split: str = "zigzag") -> FloatArray:
     """The busiest card's share of a causal attention's work: 1 / cp (zig-zag), (2 cp - 1) / cp^2
     (contiguous pieces): cp = 4 -> 0.25 vs 0.4375."""
     c = _f(cp)
@@ -49,18 +52,20 @@ def attention_share(cp, split: str = "zigzag"):
     return (2.0 * c - 1.0) / (c * c)
 
 
-def imbalance(cp, split: str = "zigzag"):
+def imbalance(cp: ArrayLike, split: str = "zigzag") -> FloatArray:
     """Busiest card's attention work over the balanced share: 1 (zig-zag), (2 cp - 1) / cp (contiguous)."""
     return attention_share(cp, split) * _f(cp)
 
 
-def kv_block_bytes(a: ModelArch, seq_len, micro_batch, tp, cp, act_bytes=2.0):
+def kv_block_bytes(a: ModelArch, seq_len: Floats, micro_batch: ArrayLike, tp: ArrayLike, cp: ArrayLike,
+                   act_bytes: float = 2.0) -> FloatArray:
     """K and V of one card's piece: 2 (b s / cp) (d_kv / tp) x bytes (the block a ring step passes on).
     Llama-3-8B (8 KV heads of 128), s = 128K, tp = 8, cp = 16, BF16: 2 x 8192 x 128 x 2 B = 4 MiB."""
     return 2.0 * _f(micro_batch) * seq_len / _f(cp) * a.d_kv / _f(tp) * act_bytes
 
 
-def ring_transfer_bytes(a: ModelArch, seq_len, micro_batch, tp, cp, act_bytes=2.0):
+def ring_transfer_bytes(a: ModelArch, seq_len: Floats, micro_batch: ArrayLike, tp: ArrayLike, cp: ArrayLike,
+                        act_bytes: float = 2.0) -> tuple[FloatArray, FloatArray]:
     """(forward, backward) bytes one card sends per layer and micro-batch in ring attention:
     (cp - 1) K, V blocks forward; (cp - 1) K, V blocks and as many dK, dV blocks backward."""
     blk = kv_block_bytes(a, seq_len, micro_batch, tp, cp, act_bytes)
@@ -68,7 +73,7 @@ def ring_transfer_bytes(a: ModelArch, seq_len, micro_batch, tp, cp, act_bytes=2.
     return steps * blk, 2.0 * steps * blk
 
 
-def ring_exposed(transfer_bytes, bandwidth, attention_s, cp):
+def ring_exposed(transfer_bytes: ArrayLike, bandwidth: Floats, attention_s: ArrayLike, cp: ArrayLike) -> FloatArray:
     """Ring attention's exposed transfer for one pass over the cp - 1 steps: each step's transfer
     (transfer_bytes / (cp - 1) at ``bandwidth``) runs beside that step's share of the attention
     (attention_s / cp): exposed = (cp - 1) max(0, t_step - attention_s / cp); 0 when cp = 1."""
@@ -78,13 +83,14 @@ def ring_exposed(transfer_bytes, bandwidth, attention_s, cp):
     return steps * np.maximum(0.0, per_step - _f(attention_s) / c)
 
 
-def kv_replication(a: ModelArch, tp, cp):
+def kv_replication(a: ModelArch, tp: ArrayLike, cp: ArrayLike) -> FloatArray:
     """All-to-all with fewer KV heads per TP rank than cp ranks: KV heads are replicated so every card
     gets one: factor max(1, cp / (kv_heads / tp))."""
     return np.maximum(1.0, _f(cp) / np.maximum(a.kv_heads / _f(tp), 1.0))
 
 
-def alltoall_bytes(a: ModelArch, seq_len, micro_batch, tp, cp, act_bytes=2.0):
+def alltoall_bytes(a: ModelArch, seq_len: Floats, micro_batch: ArrayLike, tp: ArrayLike, cp: ArrayLike,
+                   act_bytes: float = 2.0) -> FloatArray:
     """Bytes one card sends per layer and micro-batch in Ulysses attention, forward = backward:
     the all-to-all of q, k, v to head-split form and of the output back, each card keeping 1 / cp:
     (cp - 1) / cp x (b s / cp) x (2 d_attn + 2 d_kv r) / tp x bytes, r = :func:`kv_replication`."""
@@ -93,16 +99,17 @@ def alltoall_bytes(a: ModelArch, seq_len, micro_batch, tp, cp, act_bytes=2.0):
     return (c - 1.0) / c * _f(micro_batch) * seq_len / c * width * act_bytes
 
 
-def heads_ok(a: ModelArch, tp, cp, method: str = "ring"):
+def heads_ok(a: ModelArch, tp: ArrayLike, cp: ArrayLike, method: str = "ring") -> NDArray[np.bool_]:
     """The head rule: tp divides the query and KV heads; all-to-all also needs heads % (tp cp) = 0."""
     t, c = np.asarray(tp), np.asarray(cp)
-    ok = (a.heads % t == 0) & (a.kv_heads % t == 0)
+    ok: NDArray[np.bool_] = (a.heads % t == 0) & (a.kv_heads % t == 0)
     if method == "all-to-all":
         ok = ok & (a.heads % (t * c) == 0)
     return ok
 
 
-def buffer_bytes(a: ModelArch, seq_len, micro_batch, tp, cp, method: str = "ring", act_bytes=2.0):
+def buffer_bytes(a: ModelArch, seq_len: Floats, micro_batch: ArrayLike, tp: ArrayLike, cp: ArrayLike,
+                 method: str = "ring", act_bytes: float = 2.0) -> FloatArray:
     """Communication buffers live during a layer's attention (0 when cp = 1).
 
     Ring: the block being used, the one arriving, and in the backward the dK, dV being accumulated and
@@ -120,17 +127,18 @@ def buffer_bytes(a: ModelArch, seq_len, micro_batch, tp, cp, method: str = "ring
     return np.where(c > 1, out, 0.0)
 
 
-def placement_ok(tp, cp, cards_per_host):
+def placement_ok(tp: ArrayLike, cp: ArrayLike, cards_per_host: int) -> NDArray[np.bool_]:
     """The layout rule: TP stays inside a host (tp divides the host's cards) and a TP x CP group either
     divides a host or fills whole hosts, so that every CP group has the same links (8-card hosts:
     TP 2 x CP 4 or TP 8 x CP 16 are regular, TP 2 x CP 3 is not)."""
     t, c = np.asarray(tp), np.asarray(cp)
     g = int(cards_per_host)
     group = t * c
-    return (g % t == 0) & ((g % group == 0) | (group % g == 0))
+    ok: NDArray[np.bool_] = (g % t == 0) & ((g % group == 0) | (group % g == 0))
+    return ok
 
 
-def cp_bandwidth(fabric: Fabric, tp, cp, nics, method: str = "ring"):
+def cp_bandwidth(fabric: Fabric, tp: ArrayLike, cp: ArrayLike, nics: ArrayLike, method: str = "ring") -> FloatArray:
     """Per-card bandwidth of the CP exchange (bytes/s per direction): cp ranks tp apart (network.route).
 
     The group stays inside the scale-up domain iff tp x cp <= its cards (the card's scale-up link).

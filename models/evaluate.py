@@ -13,13 +13,19 @@ Finish time: T = T_reserved + ceil(D / b) x t_step x (1 + L(tau)) (chapter 10.6.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from tpopt.errors import InputError
+from tpopt.frames import records_frame
 from tpopt.models import context, memory, moe
 from tpopt.models import families as F
 from tpopt.models import terms as T
+from tpopt.models.layout import Layout
+from tpopt.models.numeric import FloatArray
 from tpopt.models.plan import OFFLOADS, SAVE_MODES, Plan, Scenario, schedule_name, split_schedule
 from tpopt.models.units import DAY, GIB, HOUR
 
@@ -31,14 +37,25 @@ CONSTRAINTS = F.PRETRAINING_FAMILIES
 CONSTRAINT_NAMES = F.PRETRAINING_NAMES
 SPEC = {c.name: c for c in CONSTRAINTS}
 
+if TYPE_CHECKING:
+    import pandas as pd
 
-def _f(x):
+Arrays: TypeAlias = dict[str | tuple[str, str], Any]
+"""What :func:`evaluate_arrays` returns: metric name -> array, ``("c", family)`` -> (value, limit) arrays,
+``"feasible"`` -> boolean array."""
+
+
+def _f(x: ArrayLike) -> FloatArray:
+    """``x`` as an array of floats."""
     return np.asarray(x, dtype=float)
 
 
-def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, zero_stage, nics_per_host,
-                    save_interval_s, recompute="none", offload="none", schedule="1f1b", save_mode="sync", ep=1,
-                    expert_tp=0, capacity_factor=0.0, cp=1, sequence_parallel=None) -> dict:
+def evaluate_arrays(sc: Scenario, accelerator: str, *, tp: ArrayLike, pp: ArrayLike, dp: ArrayLike,
+                    micro_batch: ArrayLike, zero_stage: ArrayLike, nics_per_host: ArrayLike,
+                    save_interval_s: ArrayLike, recompute: object = "none", offload: str = "none",
+                    schedule: str = "1f1b", save_mode: str = "sync", ep: ArrayLike = 1, expert_tp: ArrayLike = 0,
+                    capacity_factor: ArrayLike = 0.0, cp: ArrayLike = 1,
+                    sequence_parallel: bool | None = None) -> Arrays:
     """All metrics and constraint (value, limit) pairs for a broadcastable grid of plans.
 
     The sum of the terms of :mod:`tpopt.models.terms`. Returns a dict of arrays; constraint families
@@ -53,17 +70,19 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
         raise InputError(f"unknown offload {offload!r} (use none or cpu)")
     if save_mode not in SAVE_MODES:
         raise InputError(f"unknown save mode {save_mode!r} (use sync or async)")
-    lay = T.Layout(acc=accelerator, tp=np.asarray(tp), cp=np.asarray(cp), pp=np.asarray(pp), dp=np.asarray(dp),
-                   mb=np.asarray(micro_batch), zero=np.asarray(zero_stage), offload=offload,
-                   recompute=memory.parse_recompute(recompute), schedule=schedule, nics=np.asarray(nics_per_host),
-                   tau=_f(save_interval_s), mode=save_mode, ep=np.asarray(ep), etp=np.asarray(expert_tp),
-                   cap=_f(capacity_factor), sp=sequence_parallel)
+    lay = Layout(acc=accelerator, tp=np.asarray(tp), cp=np.asarray(cp), pp=np.asarray(pp), dp=np.asarray(dp),
+                 mb=np.asarray(micro_batch), zero=np.asarray(zero_stage), offload=offload,
+                 recompute=memory.parse_recompute(recompute), schedule=schedule, nics=np.asarray(nics_per_host),
+                 tau=_f(save_interval_s), mode=save_mode, ep=np.asarray(ep), etp=np.asarray(expert_tp),
+                 cap=_f(capacity_factor), sp=sequence_parallel)
 
-    def term(fn, **options):
+    def term(fn: Callable[..., Any], **options: Any) -> Any:
         """A term of the plan (grid): ``fn`` with the variables it declares, from the layout record."""
         return fn(sc, **lay.args(fn), **options)
 
-    tp, pp, dp, cp, mb, ep, etp, cap = lay.tp, lay.pp, lay.dp, lay.cp, lay.mb, lay.ep, lay.etp, lay.cap
+    grid: tuple[NDArray[Any], ...] = (lay.tp, lay.pp, lay.dp, lay.cp, lay.ep)  # the keywords as arrays
+    tp, pp, dp, cp, ep = grid
+    mb, etp, cap = lay.mb, lay.etp, lay.cap
     tau = lay.tau
     g = acc.cards_per_host
     B = task.global_batch
@@ -107,7 +126,7 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp, pp, dp, micro_batch, 
     step_limit = (task.deadline_s - task.reserved_s) / (iters * (1.0 + L))
 
     ones = np.ones(np.shape(finish_s))
-    out = {
+    out: Arrays = {
         "cards": cards * ones, "hosts": hosts * ones, "grad_accum": ga * ones,
         "memory_per_card": mem_total * ones, "states": states * ones, "activations": acts * ones,
         "temporary": temp * ones, "compute_s": (compute_s - straggler_s - inside) * ones,
@@ -178,12 +197,12 @@ class ConstraintCheck:
     def satisfied(self) -> bool:
         return self.slack >= 0
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "value": _clean(self.value), "limit": _clean(self.limit), "unit": self.unit,
                 "slack": _clean(self.slack), "binding": self.binding}
 
 
-def _clean(x: float):
+def _clean(x: float) -> float | None:
     x = float(x)
     if x == float("inf"):
         return None
@@ -193,7 +212,7 @@ def _clean(x: float):
 @dataclass
 class Evaluation:
     plan: Plan
-    metrics: dict
+    metrics: dict[str, Any]
     constraints: list[ConstraintCheck] = field(default_factory=list)
 
     @property
@@ -206,7 +225,7 @@ class Evaluation:
     def constraint(self, name: str) -> ConstraintCheck:
         return next(c for c in self.constraints if c.name == name)
 
-    def plan_dict(self) -> dict:
+    def plan_dict(self) -> dict[str, Any]:
         p = self.plan
         return {"accelerator": p.accelerator, "cards": p.cards, "hosts": int(self.metrics["hosts"]),
                 "zero_stage": p.zero_stage, "tp": p.tp, "cp": p.cp, "pp": p.pp, "dp": p.dp,
@@ -219,7 +238,7 @@ class Evaluation:
                 "stage_layers": self.metrics.get("stage_layers")
                 if p.pp > 1 and self.metrics.get("step_model") == "per-operation" else None, **self.moe_plan()}
 
-    def moe_plan(self) -> dict:
+    def moe_plan(self) -> dict[str, Any]:
         """EP, expert-TP, capacity and the EP group's placement (None for a dense model)."""
         p = self.plan
         if "ep_placement" not in self.metrics:
@@ -227,22 +246,20 @@ class Evaluation:
         return {"ep": p.ep, "expert_tp": p.expert_tp or p.tp, "capacity_factor": p.capacity_factor or None,
                 "ep_placement": self.metrics["ep_placement"]}
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"plan": self.plan_dict(), "metrics": {k: v for k, v in self.metrics.items()},
                 "constraints": [c.as_dict() for c in self.constraints], "feasible": self.feasible}
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Plan, metrics, constraint checks and verdict (the JSON of ``tpopt evaluate``)."""
         return self.as_dict()
 
-    def row(self) -> dict:
+    def row(self) -> dict[str, Any]:
         """One flat record: the plan's fields, every metric, and ``feasible``."""
         return {**self.plan_dict(), **self.metrics, "feasible": self.feasible}
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
         """A one-row pandas DataFrame of :meth:`row` (integer columns stay integers)."""
-        from tpopt.frames import records_frame
-
         return records_frame([self.row()])
 
 
@@ -282,11 +299,10 @@ def resolve_plan(sc: Scenario, plan: Plan) -> Plan:
         if getattr(plan, name) < 0:
             raise InputError(f"{name.replace('_', '-')} must be at least 0 (got {getattr(plan, name)})")
     mem = sc.memory
-    from dataclasses import replace
-
     return replace(plan, dp=dp, grad_accum=ga, nics_per_host=nics, save_interval_s=interval,
                    recompute=memory.parse_recompute(plan.recompute), schedule=schedule_name(base, v),
-                   sequence_parallel=mem.sequence_parallel if plan.sequence_parallel is None else plan.sequence_parallel,
+                   sequence_parallel=(mem.sequence_parallel if plan.sequence_parallel is None
+                                      else plan.sequence_parallel),
                    flash_attention=mem.flash_attention if plan.flash_attention is None else plan.flash_attention,
                    global_batch=B)
 
@@ -294,10 +310,8 @@ def resolve_plan(sc: Scenario, plan: Plan) -> Plan:
 def with_plan_options(sc: Scenario, plan: Plan) -> Scenario:
     """The scenario as a plan runs it: the plan's sequence parallelism, flash attention and stage layer
     counts (when it sets them) replace the scenario's."""
-    from dataclasses import replace
-
     mem = sc.memory
-    kw = {}
+    kw: dict[str, bool] = {}
     if plan.sequence_parallel is not None and plan.sequence_parallel != mem.sequence_parallel:
         kw["sequence_parallel"] = plan.sequence_parallel
     if plan.flash_attention is not None and plan.flash_attention != mem.flash_attention:
@@ -314,8 +328,6 @@ def at_plan_batch(sc: Scenario, plan: Plan) -> Scenario:
     unchanged when the plan keeps the task's batch."""
     if not plan.global_batch or plan.global_batch == sc.task.global_batch:
         return sc
-    from dataclasses import replace
-
     if plan.global_batch < 1:
         raise InputError(f"global batch must be at least 1 (got {plan.global_batch})")
     return replace(sc, task=sc.task.at_batch(plan.global_batch))
@@ -339,7 +351,7 @@ def check_moe_plan(sc: Scenario, plan: Plan) -> None:
         raise InputError(f"ep {plan.ep} does not divide the {a.experts} routed experts of {a.name}")
 
 
-def moe_metrics(sc: Scenario, plan: Plan, v: dict) -> dict:
+def moe_metrics(sc: Scenario, plan: Plan, v: dict[str, float]) -> dict[str, Any]:
     """What a MoE plan adds to the report: expert weights and state per card, the routing outcome of one
     card's micro-batch (dispatches, capacity rows, dropped and padded shares, load factor) and the
     all-to-all (link time, exposed time, where the EP group sits)."""

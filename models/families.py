@@ -18,6 +18,7 @@ here, return its (value, limit) from the evaluator, encode it in the backends th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tpopt.models.units import DAY, GIB
@@ -76,12 +77,12 @@ class Family:
     doc: str  # the one-line statement the reports print (pre-training wording)
     structural: bool = False  # divisibility/layout rules: satisfied or not, never "binding"
     moe_only: bool = False  # shown for MoE models only
-    scopes: tuple = (PRETRAINING,)  # the solves that report it
+    scopes: tuple[str, ...] = (PRETRAINING,)  # the solves that report it
     rl_doc: str | None = None  # the RL statement where it differs from ``doc``
     form_of: str | None = None  # reported only, as a form of that family (which the solvers encode)
-    moved_by: tuple = ()  # explain's inputs (optimizer.explain.PARAMS) that move its value or limit
+    moved_by: tuple[str, ...] = ()  # explain's inputs (optimizer.explain.PARAMS) that move its value or limit
     deletion_rank: int | None = None  # explain's deletion filter drops relaxable families in this order
-    evidence: tuple | None = None  # explain: (metric, objective, words) of the plan quoted as closest
+    evidence: tuple[str, str | None, str] | None = None  # explain: (metric, objective, words) of the closest plan
     stage_shared: bool = False  # a limit the stages of an outer decomposition share (checked on the sums)
     swept: bool = False  # its limit is a sweep dimension (deadline, cards, budget)
     exact_rank: int | None = None  # decided exactly by one "ok." table when the tables are built (order encoded)
@@ -176,7 +177,7 @@ def family(name: str) -> Family:
     return BY_NAME[name]
 
 
-def _names(scope: str, keep=lambda f: True) -> tuple:
+def _names(scope: str, keep: Callable[[Family], bool] = lambda f: True) -> tuple[str, ...]:
     """Names of the families of ``scope`` that ``keep`` accepts, in declaration order."""
     return tuple(f.name for f in REGISTRY if scope in f.scopes and keep(f))
 
@@ -188,11 +189,11 @@ MOE_FAMILIES = _names(PRETRAINING, lambda f: f.moe_only)
 SOLVED = _names(PRETRAINING, lambda f: f.encoded)  # the families the solvers encode
 STRUCTURAL = _names(PRETRAINING, lambda f: f.structural)
 RELAXABLE = tuple(n for n in SOLVED if BY_NAME[n].relaxable)
-EXACT = tuple(f.name for f in sorted((f for f in PRETRAINING_FAMILIES if f.exact_rank is not None),
-                                     key=lambda f: f.exact_rank))
-DELETION_ORDER = STRUCTURAL + tuple(f.name for f in sorted((f for f in PRETRAINING_FAMILIES
-                                                            if f.deletion_rank is not None),
-                                                           key=lambda f: f.deletion_rank))
+EXACT = tuple(name for _, name in sorted(((f.exact_rank, f.name) for f in PRETRAINING_FAMILIES
+                                          if f.exact_rank is not None), key=lambda ranked: ranked[0]))
+DELETION_ORDER = STRUCTURAL + tuple(name for _, name in sorted(((f.deletion_rank, f.name) for f in PRETRAINING_FAMILIES
+                                                                if f.deletion_rank is not None),
+                                                               key=lambda ranked: ranked[0]))
 EVIDENCE = {f.name: f.evidence for f in PRETRAINING_FAMILIES if f.evidence is not None}
 MODEL_FAMILIES = _names(PRETRAINING, lambda f: f.model_only)
 HUB_RULES = _names(PRETRAINING, lambda f: f.hub_rule)
@@ -211,7 +212,7 @@ RL_STRUCTURAL = _names(RL, lambda f: f.structural)
 RL_RELAXABLE = tuple(n for n in RL_SOLVED if BY_NAME[n].relaxable)
 
 
-def affected_by(parameter: str) -> tuple:
+def affected_by(parameter: str) -> tuple[str, ...]:
     """The solved pre-training families whose value or limit the explain input ``parameter`` moves."""
     if parameter in EVERY_FAMILY_INPUTS:
         return SOLVED

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import TypedDict, cast
 
 from tpopt.errors import InputError
 
@@ -39,7 +40,7 @@ class Lengths:
     tail_p: float | None = None
     cap: float | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.mean > 0:
             raise InputError(f"length mean must be positive (got {self.mean})")
         if self.tail is not None:
@@ -68,7 +69,8 @@ def lognormal_sigma(mean: float, tail: float, p: float) -> float:
 
 def length_sigma(d: Lengths) -> float:
     """The lognormal shape of a stated distribution (0 without a tail: every length equals the mean)."""
-    return 0.0 if d.tail is None else lognormal_sigma(d.mean, d.tail, d.tail_p)
+    # a tail comes with its percentile (Lengths.__post_init__ checks it)
+    return 0.0 if d.tail is None else lognormal_sigma(d.mean, d.tail, cast(float, d.tail_p))
 
 
 def longest_of(d: Lengths, n: float) -> float:
@@ -158,10 +160,21 @@ def decode_steps(longest: float, tokens: float, batch: int) -> float:
     return max(float(math.ceil(longest - 1e-9)), float(math.ceil(tokens / batch - 1e-9)))
 
 
+class DecodeTime(TypedDict):
+    """The decode phase of one engine: its memory, compute and TP-communication times (s), the phase's
+    time max(memory, compute) + TP (s), and which of memory or compute bounds it."""
+
+    memory_s: float
+    compute_s: float
+    tp_comm_s: float
+    time_s: float
+    bound: str
+
+
 def decode_time(steps: float, tokens: float, weights: float, kv_per_token: float, context: float,
                 gemm_params: float, layers: int, d_attn: int, hidden: int, tp: int, peak: float,
                 hbm_bw: float, hbm_efficiency: float, efficiency: float, intra_bw: float,
-                latency: float, act_bytes: float = 2.0) -> dict:
+                latency: float, act_bytes: float = 2.0) -> DecodeTime:
     """Decode phase of one engine (roofline on the phase totals, plus TP all-reduces).
 
     memory:  (steps x W + tokens x context x k) / (B_hbm eta_hbm)

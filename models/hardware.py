@@ -48,7 +48,7 @@ class Accelerator:
     scale_up_cards: int = field(default=0, metadata=TIER)  # cards in one scale-up domain (0: one host)
     pod_hosts: int = field(default=0, metadata=TIER)  # hosts in one scale-out pod (0: every host in one pod)
     spine_oversubscription: float = field(default=1.0, metadata=TIER)  # spine taper between pods (2 = 2:1)
-    sources: dict = field(default_factory=dict, compare=False, hash=False)
+    sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __repr__(self) -> str:
         """The dataclass repr, with a network-tier field only where it differs from its neutral default

@@ -30,9 +30,12 @@ and the routed activations.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from functools import lru_cache
+from typing import Any, TypeAlias, cast
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from tpopt.models.arch import (
     ModelArch,
     _mlp_bias,
@@ -46,12 +49,19 @@ from tpopt.models.arch import (
     mtp_params,
 )
 from tpopt.models.network import Route
+from tpopt.models.numeric import FloatArray
 
 DISPATCHERS = ("direct", "per-host")
 A2A_OVERLAPS = ("auto", "none", "all")
 
 
-def _f(x):
+Weigh: TypeAlias = Callable[[FloatArray, FloatArray, FloatArray, FloatArray], FloatArray]
+"""A stage's weight from its (non-expert params per card, routed-expert linear params, routed-expert biases,
+MoE blocks), arrays broadcasting with tp and pp (:func:`heaviest_stage`)."""
+
+
+def _f(x: ArrayLike) -> FloatArray:
+    """``x`` as an array of floats."""
     return np.asarray(x, dtype=float)
 
 
@@ -64,39 +74,40 @@ def expert_capacity(tokens: int, top_k: int, experts: int, capacity_factor: floa
     return math.floor(capacity_factor * tokens * top_k / experts + 1e-9)
 
 
-def dropped_and_padded(loads, capacity: int) -> tuple[int, int]:
+def dropped_and_padded(loads: ArrayLike, capacity: int) -> tuple[int, int]:
     """(dispatches dropped, rows padded) for per-expert loads at a capacity:
     dropped = sum max(0, load - cap), padded = sum max(0, cap - load)."""
     loads = np.asarray(loads)
     return int(np.maximum(0, loads - capacity).sum()), int(np.maximum(0, capacity - loads).sum())
 
 
-def drop_and_padding_fractions(loads, capacity: int) -> tuple[float, float]:
+def drop_and_padding_fractions(loads: ArrayLike, capacity: int) -> tuple[float, float]:
     """Dropped share of all dispatches and padded share of all executed rows (E x capacity)."""
     loads = np.asarray(loads)
     dropped, padded = dropped_and_padded(loads, capacity)
     return dropped / loads.sum(), padded / (len(loads) * capacity)
 
 
-def dispatches(tokens, top_k):
+def dispatches(tokens: ArrayLike, top_k: int) -> FloatArray:
     """Token-to-expert dispatches of one MoE block: tokens x k (8,192 tokens x k = 8 -> 65,536)."""
     return _f(tokens) * top_k
 
 
-def cold_load(imbalance, hot):
+def cold_load(imbalance: ArrayLike, hot: ArrayLike) -> FloatArray:
     """Load of a cold expert relative to the mean when a fraction ``hot`` of the experts takes
     ``imbalance`` x the mean: (1 - hot x imbalance) / (1 - hot) (1.5 x hot on half -> 0.5)."""
     imbalance, hot = _f(imbalance), _f(hot)
     return np.where(hot >= 1.0, imbalance, (1.0 - hot * imbalance) / np.where(hot >= 1.0, 1.0, 1.0 - hot))
 
 
-def capacity_rows(tokens, top_k: int, experts: int, capacity_factor):
+def capacity_rows(tokens: ArrayLike, top_k: int, experts: int, capacity_factor: ArrayLike) -> FloatArray:
     """Rows per expert per micro-batch of ``tokens`` (one card's): floor(c x tokens x k / E); 0 when dropless."""
     c = _f(capacity_factor)
     return np.where(c > 0, np.floor(c * _f(tokens) * top_k / max(experts, 1) + 1e-9), 0.0)
 
 
-def routing_drops(tokens, top_k: int, experts: int, capacity_factor, imbalance, hot):
+def routing_drops(tokens: ArrayLike, top_k: int, experts: int, capacity_factor: ArrayLike, imbalance: ArrayLike,
+                  hot: ArrayLike) -> tuple[FloatArray, FloatArray]:
     """(dropped share of dispatches, padded share of executed rows) under the routing shape.
 
     Mean rows per expert m = tokens x k / E; hot experts take imbalance x m, cold ones cold_load x m;
@@ -115,7 +126,7 @@ def routing_drops(tokens, top_k: int, experts: int, capacity_factor, imbalance, 
     return np.where(cap, dropped, 0.0), np.where(cap & (r > 0), padded, 0.0)
 
 
-def rank_imbalance(experts: int, ep, imbalance, hot):
+def rank_imbalance(experts: int, ep: ArrayLike, imbalance: ArrayLike, hot: ArrayLike) -> FloatArray:
     """Routed load of the busiest EP rank over the mean, worst placement: its n = E / ep experts include
     min(n, hot x E) hot ones: [min(n, hE) imb + max(0, n - hE) cold] / n. EP = 1 -> 1 (one card holds
     every expert and sees the whole routed load); n <= hot x E -> imbalance."""
@@ -124,7 +135,8 @@ def rank_imbalance(experts: int, ep, imbalance, hot):
     return (n_hot * _f(imbalance) + (n - n_hot) * cold_load(imbalance, hot)) / n
 
 
-def load_factor(experts: int, ep, capacity_factor, imbalance, hot):
+def load_factor(experts: int, ep: ArrayLike, capacity_factor: ArrayLike, imbalance: ArrayLike,
+                hot: ArrayLike) -> FloatArray:
     """Rows the busiest EP rank processes relative to a perfectly balanced router (phi):
     the capacity factor c when set (every expert runs c x the mean, padded or truncated), else the
     busiest rank's routed load (:func:`rank_imbalance`). Dense models: 1."""
@@ -138,33 +150,35 @@ def load_factor(experts: int, ep, capacity_factor, imbalance, hot):
 # layout
 
 
-def expert_tp_size(expert_tp, tp):
+def expert_tp_size(expert_tp: ArrayLike, tp: ArrayLike) -> FloatArray:
     """Expert tensor-parallel size: ``expert_tp``, or tp where it is 0 (the classic layout)."""
     e = _f(expert_tp)
     return np.where(e <= 0, _f(tp), e)
 
 
-def expert_dp_size(tp, dp, ep, expert_tp):
+def expert_dp_size(tp: ArrayLike, dp: ArrayLike, ep: ArrayLike, expert_tp: ArrayLike) -> FloatArray:
     """Expert-data-parallel size edp = tp x dp / (ep x etp): the group ZeRO shards expert state over."""
     return _f(tp) * _f(dp) / (_f(ep) * expert_tp_size(expert_tp, tp))
 
 
-def ep_group_ok(a: ModelArch, tp, dp, ep, expert_tp, cards_per_host):
+def ep_group_ok(a: ModelArch, tp: ArrayLike, dp: ArrayLike, ep: ArrayLike, expert_tp: ArrayLike,
+                cards_per_host: int) -> NDArray[np.bool_]:
     """EP x expert-TP divides tp x dp; an explicit expert-TP divides the host and the expert width."""
     etp = expert_tp_size(expert_tp, tp)
     group = _f(tp) * _f(dp)
     ok = np.mod(group, _f(ep) * etp) == 0
     explicit = _f(expert_tp) > 0
     width = a.expert_ffn if a.experts else 1
-    return ok & (~explicit | ((cards_per_host % etp == 0) & (np.mod(width, etp) == 0)))
+    rule: NDArray[np.bool_] = ok & (~explicit | ((cards_per_host % etp == 0) & (np.mod(width, etp) == 0)))
+    return rule
 
 
-def ep_hosts(ep, expert_tp_eff, cards_per_host):
+def ep_hosts(ep: ArrayLike, expert_tp_eff: ArrayLike, cards_per_host: int) -> FloatArray:
     """Hosts one EP group spans: ceil(ep x etp / cards per host)."""
     return np.ceil(_f(ep) * _f(expert_tp_eff) / cards_per_host)
 
 
-def ep_placement(ep, expert_tp_eff, cards_per_host) -> str:
+def ep_placement(ep: int, expert_tp_eff: ArrayLike, cards_per_host: int) -> str:
     """"in-host" or "across N hosts" for one plan (what decides the all-to-all's links)."""
     h = int(ep_hosts(ep, expert_tp_eff, cards_per_host))
     if ep <= 1:
@@ -177,7 +191,7 @@ def ep_placement(ep, expert_tp_eff, cards_per_host) -> str:
 
 
 @lru_cache(maxsize=256)
-def _split_block_arrays(a: ModelArch):
+def _split_block_arrays(a: ModelArch) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, NDArray[np.bool_]]:
     """Per block: (non-expert linear, non-expert other, routed-expert linear, routed-expert biases)."""
     lin, oth = block_param_arrays(a)
     moe = np.array([is_moe_layer(a, i) for i in range(a.layers)], dtype=bool)
@@ -189,7 +203,7 @@ def _split_block_arrays(a: ModelArch):
     return out
 
 
-def _mtp_split(a: ModelArch):
+def _mtp_split(a: ModelArch) -> tuple[float, float, float, float, int]:
     """MTP modules: (non-expert linear, non-expert other, expert linear, expert biases, MoE blocks)."""
     if a.mtp_layers <= 0:
         return 0.0, 0.0, 0.0, 0.0, 0
@@ -202,13 +216,13 @@ def _mtp_split(a: ModelArch):
 
 
 @lru_cache(maxsize=4096)
-def _stage_candidates(a: ModelArch, tp: float, pp: int, split: tuple | None) -> np.ndarray:
+def _stage_candidates(a: ModelArch, tp: float, pp: int, split: tuple[int, ...] | None) -> FloatArray:
     out = stage_candidates(a, tp, pp, None if split is None else list(split))
     out.flags.writeable = False
     return out
 
 
-def stage_candidates(a: ModelArch, tp: float, pp: int, split: list | None = None) -> np.ndarray:
+def stage_candidates(a: ModelArch, tp: float, pp: int, split: list[int] | None = None) -> FloatArray:
     """Stages that can be the heaviest, as rows (non-expert params per card, routed-expert linear
     params, routed-expert biases, MoE blocks): tp splits the non-expert linear layers; the expert
     columns are split later by ep x etp (weights) and ep (biases).
@@ -230,12 +244,12 @@ def stage_candidates(a: ModelArch, tp: float, pp: int, split: list | None = None
     tail_ne = head + ml / tp + mo + a.norm_params + (a.vocab if a.head_bias else 0)
     dense = dl / tp + do
 
-    def cum(x):
+    def cum(x: ArrayLike) -> FloatArray:
         return np.concatenate([[0.0], np.cumsum(x)])
 
     cd, cxl, cxb, cm = cum(dense), cum(xl), cum(xb), cum(moe.astype(float))
     if pp <= 1:
-        rows = [(cd[-1] + head_ne + tail_ne, cxl[-1] + mxl, cxb[-1] + mxb, cm[-1] + mblocks)]
+        rows: list[tuple[float, ...]] = [(cd[-1] + head_ne + tail_ne, cxl[-1] + mxl, cxb[-1] + mxb, cm[-1] + mblocks)]
     elif split:
         rows, start = [], 0
         for g, n in enumerate(split):
@@ -250,7 +264,7 @@ def stage_candidates(a: ModelArch, tp: float, pp: int, split: list | None = None
     else:
         b = min(-(-a.layers // int(pp)), a.layers)
 
-        def run(i):
+        def run(i: int) -> tuple[float, float, float, float]:
             return cd[i + b] - cd[i], cxl[i + b] - cxl[i], cxb[i + b] - cxb[i], cm[i + b] - cm[i]
 
         rows = [tuple(v + e for v, e in zip(run(0), (head_ne, 0.0, 0.0, 0.0), strict=False)),
@@ -261,12 +275,13 @@ def stage_candidates(a: ModelArch, tp: float, pp: int, split: list | None = None
     return arr[keep]
 
 
-def _codes(x: np.ndarray):
+def _codes(x: NDArray[Any]) -> tuple[NDArray[Any], NDArray[np.intp]]:
     values, inverse = np.unique(x, return_inverse=True)
     return values, inverse.reshape(x.shape)
 
 
-def heaviest_stage(a: ModelArch, tp, pp, weigh, split=None):
+def heaviest_stage(a: ModelArch, tp: ArrayLike, pp: ArrayLike, weigh: Weigh,
+                   split: Callable[[int], Sequence[int]] | None = None) -> FloatArray:
     """max over the stages that can be the heaviest of ``weigh(non_expert, expert_linear, expert_bias,
     moe_blocks)`` (arrays broadcasting with tp and pp; ``weigh`` broadcasts too). ``split(p)``, when
     given, returns the layers per stage for p stages (stage_candidates)."""
@@ -279,33 +294,34 @@ def heaviest_stage(a: ModelArch, tp, pp, weigh, split=None):
     for (i, j), c in cands.items():
         table[i, j] = np.concatenate([c, np.repeat(c[:1], width - len(c), axis=0)])
     g = table[ti, pi]  # shape t.shape + (width, 4)
-    best = None
+    best: FloatArray | None = None
     for w in range(width):
         v = weigh(g[..., w, 0], g[..., w, 1], g[..., w, 2], g[..., w, 3])
         best = v if best is None else np.maximum(best, v)
-    return best
+    return cast(FloatArray, best)  # width >= 1: every stage table has a row
 
 
-def card_params(a: ModelArch, tp, pp, ep=1, expert_tp=0):
+def card_params(a: ModelArch, tp: ArrayLike, pp: ArrayLike, ep: ArrayLike = 1, expert_tp: ArrayLike = 0) -> FloatArray:
     """Parameters one card of the heaviest stage holds: non-expert / tp (norms replicated) + expert
     weights / (ep x etp) + expert biases / ep. ep = 1, etp = tp: memory.stage_params."""
     etp = expert_tp_size(expert_tp, tp)
     return heaviest_stage(a, tp, pp, lambda d, xl, xb, n: d + xl / (_f(ep) * etp) + xb / _f(ep))
 
 
-def expert_card_params(a: ModelArch, tp, pp, ep=1, expert_tp=0):
+def expert_card_params(a: ModelArch, tp: ArrayLike, pp: ArrayLike, ep: ArrayLike = 1,
+                       expert_tp: ArrayLike = 0) -> FloatArray:
     """Routed-expert parameters one card holds on the stage with the most of them:
     expert weights / (ep x etp) + expert biases / ep."""
     etp = expert_tp_size(expert_tp, tp)
     return heaviest_stage(a, tp, pp, lambda d, xl, xb, n: xl / (_f(ep) * etp) + xb / _f(ep))
 
 
-def moe_blocks_per_stage(a: ModelArch, pp):
+def moe_blocks_per_stage(a: ModelArch, pp: ArrayLike) -> FloatArray:
     """MoE blocks (MTP modules included) on the stage with the most of them."""
     return heaviest_stage(a, 1.0, pp, lambda d, xl, xb, n: n)
 
 
-def largest_unit_per_card(a: ModelArch, tp, ep=1, expert_tp=0):
+def largest_unit_per_card(a: ModelArch, tp: ArrayLike, ep: ArrayLike = 1, expert_tp: ArrayLike = 0) -> FloatArray:
     """Largest unit ZeRO-3 gathers on one card: a block (non-expert / tp, experts / (ep x etp), expert
     biases / ep) or the embedding / LM head (V h / tp)."""
     dl, do, xl, xb, _ = _split_block_arrays(a)
@@ -325,7 +341,7 @@ def expert_gemm_params(a: ModelArch) -> int:
     return blocks * a.top_k * expert_linear_params(a)
 
 
-def extra_flops_per_token(a: ModelArch, phi):
+def extra_flops_per_token(a: ModelArch, phi: ArrayLike) -> FloatArray:
     """Expert FLOPs beyond a balanced router, per token: 6 x (phi - 1) x routed-expert GEMM params
     (padding and the busiest rank's surplus rows; phi = 1 adds nothing)."""
     return 6.0 * (_f(phi) - 1.0) * expert_gemm_params(a)
@@ -335,7 +351,8 @@ def extra_flops_per_token(a: ModelArch, phi):
 # all-to-all dispatch and combine
 
 
-def a2a_rows_per_token(top_k: int, ep, hosts, dispatcher: str = "direct", node_limit: int = 0):
+def a2a_rows_per_token(top_k: int, ep: ArrayLike, hosts: ArrayLike, dispatcher: str = "direct",
+                       node_limit: int = 0) -> tuple[FloatArray, FloatArray]:
     """Rows of width h one token puts on each link per all-to-all: (inside the host, across hosts).
 
     The EP group spans ``hosts`` hosts with m = ep / hosts members each; a token's k dispatches go to
@@ -357,7 +374,8 @@ def a2a_rows_per_token(top_k: int, ep, hosts, dispatcher: str = "direct", node_l
     return top_k * (m - 1.0) / ep, top_k * (ep - m) / ep
 
 
-def a2a_time(tokens, hidden: int, act_bytes: float, rows_intra, rows_inter, phi, path: Route, p2p: bool):
+def a2a_time(tokens: ArrayLike, hidden: int, act_bytes: float, rows_intra: ArrayLike, rows_inter: ArrayLike,
+             phi: ArrayLike, path: Route, p2p: bool) -> FloatArray:
     """One all-to-all (dispatch or combine) of one MoE block for one card's ``tokens``, in seconds.
 
     Bytes = tokens x rows per token x phi x h x bytes, phi the load factor (the busiest receiver and
@@ -375,13 +393,14 @@ def a2a_time(tokens, hidden: int, act_bytes: float, rows_intra, rows_inter, phi,
     return np.maximum(on_card / path.scale_up, t_nic)
 
 
-def a2a_per_microbatch(one, moe_blocks, recompute_full: bool):
+def a2a_per_microbatch(one: ArrayLike, moe_blocks: ArrayLike, recompute_full: bool) -> FloatArray:
     """All-to-all time of one micro-batch on one stage: MoE blocks x (dispatch + combine forward, their
     gradients backward: 4 exchanges; 6 when the block is recomputed in full)."""
     return (6.0 if recompute_full else 4.0) * _f(moe_blocks) * _f(one)
 
 
-def a2a_exposed(per_microbatch, compute_per_microbatch, micro_batches, overlapped):
+def a2a_exposed(per_microbatch: ArrayLike, compute_per_microbatch: ArrayLike, micro_batches: ArrayLike,
+                overlapped: ArrayLike) -> FloatArray:
     """Exposed all-to-all per step: m x t_a2a without overlap; with overlap (a paired micro-batch's
     compute hides the exchange: DualPipe, Megatron-LM's EP overlap) m x max(0, t_a2a - t_compute)."""
     m = _f(micro_batches)
@@ -403,7 +422,8 @@ def a2a_overlapped(setting: str, schedule: str) -> bool:
 # activation memory of routed tokens
 
 
-def routed_activation_extra(a: ModelArch, tokens, phi, expert_tp_eff, act_bytes=2.0):
+def routed_activation_extra(a: ModelArch, tokens: ArrayLike, phi: ArrayLike, expert_tp_eff: ArrayLike,
+                            act_bytes: float = 2.0) -> FloatArray:
     """Routed-token activation bytes of one MoE block beyond what the dense inventory counts.
 
     The dense inventory (memory.layer_activation_groups) keeps the expert MLP tensors of k x expert_ffn
@@ -422,7 +442,7 @@ def routed_activation_extra(a: ModelArch, tokens, phi, expert_tp_eff, act_bytes=
     return surplus + rows + t * a.experts * 4.0
 
 
-def dispatch_buffer(a: ModelArch, tokens, phi, act_bytes=2.0):
+def dispatch_buffer(a: ModelArch, tokens: ArrayLike, phi: ArrayLike, act_bytes: float = 2.0) -> FloatArray:
     """The send buffer of one all-to-all, live while a MoE block runs: tokens x k x phi x h x bytes."""
     if a.experts <= 0:
         return 0.0 * _f(tokens) * _f(phi)

@@ -24,9 +24,12 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
+from numpy.typing import ArrayLike
+from tpopt.models.numeric import FloatArray
 
 
-def _f(x):
+def _f(x: ArrayLike) -> FloatArray:
+    """``x`` as an array of floats."""
     return np.asarray(x, dtype=float)
 
 
@@ -80,7 +83,8 @@ def host_fabric(cards_per_host: int, scale_up_bw: float, nic_bw: float, *, host_
     (bytes/s per direction) inside pods of ``pod_hosts`` hosts (0: one pod), and between pods a spine
     tapered by ``spine_oversubscription``. ``host_link_bw`` defaults to ``scale_up_bw`` (no P2P)."""
     pod = pod_hosts * cards_per_host if pod_hosts > 0 else math.inf
-    tiers = (Tier("scale-up", max(scale_up_cards, cards_per_host), scale_up_bw), Tier("scale-out", pod, nic_bw))
+    tiers: tuple[Tier, ...] = (Tier("scale-up", max(scale_up_cards, cards_per_host), scale_up_bw),
+                               Tier("scale-out", pod, nic_bw))
     if pod_hosts > 0:
         tiers += (Tier("spine", math.inf, nic_bw, spine_oversubscription),)
     return Fabric(tiers=tiers, cards_per_host=cards_per_host,
@@ -103,7 +107,8 @@ class Route:
     scale_out: np.ndarray
 
 
-def route(fabric: Fabric, size, stride=1, sharing=1, nics=1, direct: bool = False) -> Route:
+def route(fabric: Fabric, size: ArrayLike, stride: ArrayLike = 1, sharing: ArrayLike = 1, nics: ArrayLike = 1,
+          direct: bool = False) -> Route:
     """Map a collective over a group of ranks to the tiers it crosses and its per-card bandwidth.
 
     The group has ``size`` members ``stride`` ranks apart (span = size x stride ranks); ``sharing``
@@ -135,7 +140,7 @@ def route(fabric: Fabric, size, stride=1, sharing=1, nics=1, direct: bool = Fals
     return Route(level=level, bandwidth=bandwidth, scale_up=up.bandwidth, scale_out=off)
 
 
-def _share(nics, tier: Tier, sharing):
+def _share(nics: FloatArray, tier: Tier, sharing: FloatArray) -> FloatArray:
     """A card's share of a tier reached through its host's NICs: nics x B / sharing / oversubscription."""
     share = nics * tier.bandwidth / sharing
     return share if tier.oversubscription == 1.0 else share / tier.oversubscription

@@ -8,9 +8,12 @@ TOML reader lives in :mod:`tpopt.catalogs.scenario`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, cast
 
+from tpopt.errors import InputError
 from tpopt.models.arch import ModelArch
+from tpopt.models.batch import tokens_at_batch
 from tpopt.models.hardware import Accelerator
 from tpopt.models.roofline import PerfParams
 
@@ -26,8 +29,6 @@ def split_schedule(name: str) -> tuple[str, int]:
     solver decision without a new variable: ``[search] virtual_stages = [2, 3, 4]`` expands
     "interleaved" into "interleaved:2", "interleaved:3", "interleaved:4".
     """
-    from tpopt.errors import InputError
-
     base, sep, v = str(name).partition(":")
     if base not in SCHEDULES:
         raise InputError(f"pipeline schedule {name!r} unknown (use one of: {', '.join(SCHEDULES)})")
@@ -69,7 +70,7 @@ class Task:
     reserved_s: float = 0.0  # start-up, evaluation and planned pauses inside the deadline
     critical_batch: float | None = None  # B_noise in tokens per step; None: tokens independent of the batch
     critical_batch_source: str = ""  # how B_noise was obtained ("given", a scaling fit), for reports
-    ramp: tuple | None = None  # (start sequences, increment sequences, ramp tokens)
+    ramp: tuple[float, float, float] | None = None  # (start sequences, increment sequences, ramp tokens)
     reference_tokens: float = 0.0  # the tokens the scenario states (0: ``tokens``)
     reference_batch: int = 0  # the batch at which it states them (0: ``global_batch``)
     stage: str = ""  # training stage name (staged scenarios)
@@ -89,10 +90,6 @@ class Task:
     def at_batch(self, batch: int) -> Task:
         """The same task run at ``batch`` sequences per step: tokens E(B) from the critical-batch
         model (unchanged without a critical batch), the reference kept."""
-        from dataclasses import replace
-
-        from tpopt.models.batch import tokens_at_batch
-
         tokens = float(tokens_at_batch(self.ref_tokens, self.ref_batch * self.seq_len, self.critical_batch,
                                        int(batch) * self.seq_len))
         return replace(self, tokens=tokens, global_batch=int(batch), reference_tokens=self.ref_tokens,
@@ -195,7 +192,7 @@ class Plan:
     global_batch: int = 0  # sequences per step; 0: the task's (a choice when the scenario gives a critical batch)
     cp: int = 1  # context-parallel size: each sequence split over cp cards (models/context.py)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -263,7 +260,7 @@ class Stage:
 class Scenario:
     model: ModelArch
     task: Task
-    systems: dict  # accelerator name -> System (candidates, in order)
+    systems: dict[str, System]  # accelerator name -> System (candidates, in order)
     memory: MemoryOptions = field(default_factory=MemoryOptions)
     input: InputPipeline = field(default_factory=InputPipeline)
     reliability: Reliability = field(default_factory=Reliability)
@@ -275,20 +272,19 @@ class Scenario:
     # tensor-parallel collectives that may hide behind GEMMs (per-operation model): (chunked, async) shares,
     # chunked = GEMMs split to overlap their own collectives (Transformer Engine), async = the column-parallel
     # backward collectives beside the other gradient GEMM (Megatron-LM's asynchronous TP all-reduce)
-    tp_overlap: tuple = (0.0, 0.0)
+    tp_overlap: tuple[float, float] = (0.0, 0.0)
     dp_overlap: float = 1.0  # share of data-parallel traffic that may hide behind compute
-    stage_layers: tuple = (0, 0)  # (first, last) stage layer counts, 0 = automatic
-    stages: tuple = ()  # training stages (Stage), in order; empty: one stage, the scenario's task
+    stage_layers: tuple[int, int] = (0, 0)  # (first, last) stage layer counts, 0 = automatic
+    stages: tuple[Stage, ...] = ()  # training stages (Stage), in order; empty: one stage, the scenario's task
     cp_method: str = "ring"  # context parallelism: "ring" (KV exchange beside blockwise attention) or "all-to-all"
     cp_split: str = "zigzag"  # causal load balance of the sequence pieces: "zigzag" or "contiguous"
 
     def overlap_fractions(self) -> tuple[tuple[float, float], float]:
         """((chunked, async) tensor-parallel, data-parallel) overlap; ``overlap = false`` turns all off."""
-        return (tuple(self.tp_overlap), self.dp_overlap) if self.overlap else ((0.0, 0.0), 0.0)
+        tp = cast(tuple[float, float], tuple(self.tp_overlap))  # a copy of the (chunked, async) pair
+        return (tp, self.dp_overlap) if self.overlap else ((0.0, 0.0), 0.0)
 
     def system(self, accelerator: str) -> System:
-        from tpopt.errors import InputError
-
         try:
             return self.systems[accelerator]
         except KeyError:

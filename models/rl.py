@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from numpy.typing import ArrayLike
 from tpopt.models.generation import Lengths
 from tpopt.models.network import Fabric, route
 
@@ -116,10 +117,10 @@ class RLTask:
 class RLSearch:
     """Domains of the RL-level decisions (the trainer's layout uses the scenario's [search])."""
 
-    placement: tuple = PLACEMENTS
-    rollout_tp: tuple = (1, 2, 4, 8)
-    rollout_batch: tuple = ()  # empty: the largest batch that fits (up to max_sequences)
-    weight_sync: tuple = SYNC_METHODS
+    placement: tuple[str, ...] = PLACEMENTS
+    rollout_tp: tuple[int, ...] = (1, 2, 4, 8)
+    rollout_batch: tuple[int, ...] = ()  # empty: the largest batch that fits (up to max_sequences)
+    weight_sync: tuple[str, ...] = SYNC_METHODS
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,7 @@ def sync_bytes_per_card(dense_bytes: float, expert_bytes: float, tp: int, ep: in
     return dense_bytes + expert_bytes
 
 
-def host_nic_bandwidth(fabric: Fabric, cards, nics) -> float:
+def host_nic_bandwidth(fabric: Fabric, cards: ArrayLike, nics: ArrayLike) -> float:
     """One host's NIC bandwidth for weights sent between card groups of ``cards`` cards in all (bytes/s
     per direction): network.route with the host's cards as one flow through its ``nics`` NICs, k x B_nic."""
     return float(route(fabric, cards, 1, 1, nics).scale_out)
