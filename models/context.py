@@ -120,7 +120,7 @@ def buffer_bytes(a: ModelArch, seq_len, micro_batch, tp, cp, method: str = "ring
     return np.where(c > 1, out, 0.0)
 
 
-def placement_ok(tp, cp, cards_per_host):
+def placement_ok(tp: np.typing.ArrayLike, cp: np.typing.ArrayLike, cards_per_host: int) -> np.typing.NDArray[np.bool_]:
     """The layout rule: TP stays inside a host (tp divides the host's cards) and a TP x CP group either
     divides a host or fills whole hosts, so that every CP group has the same links (8-card hosts:
     TP 2 x CP 4 or TP 8 x CP 16 are regular, TP 2 x CP 3 is not)."""
