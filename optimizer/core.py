@@ -12,8 +12,11 @@ the enumerator evaluates, which the property tests check.
 from __future__ import annotations
 
 import time
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
 
 from tpopt.errors import InputError
+from tpopt.models.evaluate import Evaluation
 from tpopt.models.plan import Scenario
 from tpopt.optimizer import backends
 from tpopt.optimizer.backends.verify import (  # noqa: F401 (re-exported: the loop's names as before)
@@ -44,8 +47,8 @@ def use_decomposition(space: Space, req: Request) -> bool:
     return space.largest_table() > MONOLITHIC_LIMIT
 
 
-def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = None, restrict: dict | None = None,
-          space: Space | None = None) -> SolveResult:
+def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = None,
+          restrict: Mapping[str, Iterable[Any]] | None = None, space: Space | None = None) -> SolveResult:
     """The best ``req.top`` plans of the scenario's design space under ``req``.
 
     Every phase (tables, solve, verification) draws on one clock (``req.clock``, made from
@@ -65,7 +68,8 @@ def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = N
     t0 = time.perf_counter()
     enforced = req.enforced(FAMILIES)
     info = SolverInfo(name=backend)
-    plans, status = [], Status.UNKNOWN
+    plans: list[Evaluation] = []
+    status = Status.UNKNOWN
     try:
         with clock.interruptible("building the term tables"):
             space = space or Space.from_scenario(sc, restrict)
@@ -83,7 +87,8 @@ def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = N
                        enforced=tuple(f for f in FAMILIES if f in enforced))
 
 
-def _dispatch(space: Space, backend: str, req: Request, enforced, info: SolverInfo):
+def _dispatch(space: Space, backend: str, req: Request, enforced: Collection[str], info: SolverInfo
+              ) -> tuple[list[Evaluation], Status]:
     """Run the requested formulation, falling back when it cannot answer (see :func:`solve`)."""
     caps, impl = backends.capabilities(backend), backends.lookup(backend)
     if not (caps.monolithic or caps.decomposed):  # the backend answers the space itself

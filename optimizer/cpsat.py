@@ -25,15 +25,30 @@ wanted (``sufficient_assumptions_for_infeasibility``).
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from ortools.sat.python import cp_model
 from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.optimizer.limits import EncodingError  # noqa: F401 (raised here; the backends' shared error)
 from tpopt.optimizer.result import Request
-from tpopt.optimizer.space import BUSY_TERMS, EXACT, FAMILIES, LAYOUT, MEMORY_TERMS, STRUCTURAL, VARS, Space, reduce_to
+from tpopt.optimizer.space import (
+    BUSY_TERMS,
+    EXACT,
+    FAMILIES,
+    LAYOUT,
+    MEMORY_TERMS,
+    STRUCTURAL,
+    VARS,
+    Reducer,
+    Space,
+    reduce_to,
+)
 
 US = 1e6  # finest time unit: microsecond (coarser when the ranges demand it, see Scales)
 HUB = LAYOUT  # the core layout the search branches on first
@@ -57,19 +72,20 @@ class CandidateResult:
     """
 
     status: str
-    assignment: dict | None = None
+    assignment: dict[str, int] | None = None
     objective_lb: float | None = None
     bound: float | None = None
     detail: str = ""
 
 
-def _finite(x):
+def _finite(x: ArrayLike) -> NDArray[np.float64]:
     """Table values with non-finite entries (plans a structural family excludes) set to 0."""
     x = np.asarray(x, dtype=float)
-    return np.where(np.isfinite(x), x, 0.0)
+    finite: NDArray[np.float64] = np.where(np.isfinite(x), x, 0.0)
+    return finite
 
 
-def _lower(x, cap: float) -> np.ndarray:
+def _lower(x: ArrayLike, cap: float) -> NDArray[np.float64]:
     """Values for a "<=" side or the objective, clamped to ``cap``: NaN -> 0, above cap (+inf
     included) -> cap. Never above the true value, so the encoding stays a relaxation; a plan whose
     value was clamped is excluded by the cap's own constraint or by the exact verification."""
@@ -77,7 +93,7 @@ def _lower(x, cap: float) -> np.ndarray:
     return np.minimum(np.where(np.isnan(x) | (x == -np.inf), 0.0, x), cap)
 
 
-def _max_finite(x, default: float = 0.0) -> float:
+def _max_finite(x: ArrayLike, default: float = 0.0) -> float:
     x = np.asarray(x, dtype=float)
     f = x[np.isfinite(x)]
     return float(f.max()) if f.size else default
@@ -151,16 +167,15 @@ def choose_scales(space: Space, deadline_enforced: bool) -> Scales:
     reserved = float(sc.task.reserved_s)
     step_cap, ov_cap, mem_cap, step_min = caps(space, deadline_enforced)
     S = max(sum(min(_max_finite(tabs[n].values), step_cap) for n in BUSY) + wait, 1e-9)
-    O = ov_cap
-    ticks = min(US, BUDGET / 4 / (iters * S * O + reserved + 1.0))
-    lscale = min(float(LSCALE), BUDGET / 4 / (ticks * S * O))
+    ticks = min(US, BUDGET / 4 / (iters * S * ov_cap + reserved + 1.0))
+    lscale = min(float(LSCALE), BUDGET / 4 / (ticks * S * ov_cap))
     if lscale < 1e4:  # give resolution back to the overhead at the cost of time ticks
-        ticks = min(ticks, BUDGET / 4 / (S * O * 1e4))
-        lscale = min(float(LSCALE), BUDGET / 4 / (ticks * S * O))
+        ticks = min(ticks, BUDGET / 4 / (S * ov_cap * 1e4))
+        lscale = min(float(LSCALE), BUDGET / 4 / (ticks * S * ov_cap))
     late = deadline_enforced and all_late(space)
     if not (math.isfinite(ticks) and math.isfinite(lscale)) or lscale < MIN_TICKS or \
             ticks * max(step_min, 1e-3) < MIN_TICKS or (ticks * step_cap < MIN_TICKS and not late):
-        raise EncodingError(f"step times up to {S:.3g} s x (1 + L) up to {O:.3g} x {iters:.3g} iterations "
+        raise EncodingError(f"step times up to {S:.3g} s x (1 + L) up to {ov_cap:.3g} x {iters:.3g} iterations "
                             "do not fit 64-bit integers at a useful resolution")
     mem_hi = mem_cap * len(MEMORY)
     mem_unit = 1.0 if mem_hi < BUDGET / 4 else 2.0 ** math.ceil(math.log2(mem_hi / (BUDGET / 4)))
@@ -168,7 +183,8 @@ def choose_scales(space: Space, deadline_enforced: bool) -> Scales:
                   mem_cap=mem_cap, all_late=late)
 
 
-def solve_confirmed(model, time_limit: float, workers: int = 1, seed: int = 0):
+def solve_confirmed(model: cp_model.CpModel, time_limit: float, workers: int = 1, seed: int = 0
+                    ) -> tuple[cp_model.CpSolver, int]:
     """Solve a CP-SAT model; an INFEASIBLE claim is confirmed by a second solve without presolve.
 
     An infeasibility claim ends a search (the optimum is proven, or nothing is feasible), and CP-SAT's
@@ -176,35 +192,35 @@ def solve_confirmed(model, time_limit: float, workers: int = 1, seed: int = 0):
     in 9.14 on a model found by ``benchmarks/cross_check.py`` (seed 2026, case 8136; presolve off
     solves it). Returns (solver, status) of the answering solve.
     """
-    import time as _time
-
-    t0 = _time.monotonic()
+    t0 = time.monotonic()
     st = None
     for presolve in (True, False):
         solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(0.01, float(time_limit) - (_time.monotonic() - t0))
+        solver.parameters.max_time_in_seconds = max(0.01, float(time_limit) - (time.monotonic() - t0))
         solver.parameters.num_workers = max(1, int(workers))
         solver.parameters.random_seed = int(seed)
         solver.parameters.catch_sigint_signal = False  # Ctrl-C stays a KeyboardInterrupt (exit 130)
         solver.parameters.cp_model_presolve = presolve
-        st = solver.solve(model)
+        # ortools annotates solve() with the status enum's wrapper class; the value is the enum's int
+        st = cast(int, solver.solve(model))
         if st != cp_model.INFEASIBLE:
             break
-    return solver, st
+    return solver, cast(int, st)
 
 
-def _int64(x) -> np.ndarray:
+def _int64(x: ArrayLike) -> NDArray[np.float64]:
     """Values safe to cast: NaN -> 0, beyond +/-BUDGET (infinities included) -> +/-BUDGET, which the
     range checks (``_fits``) then refuse rather than let a cast wrap around."""
     x = np.nan_to_num(np.asarray(x, dtype=float), nan=0.0, posinf=float(BUDGET), neginf=-float(BUDGET))
-    return np.clip(x, -float(BUDGET), float(BUDGET))
+    clipped: NDArray[np.float64] = np.clip(x, -float(BUDGET), float(BUDGET))
+    return clipped
 
 
-def _floor(x):
+def _floor(x: ArrayLike) -> NDArray[np.int64]:
     return np.floor(_int64(x)).astype(np.int64)
 
 
-def _ceil(x):
+def _ceil(x: ArrayLike) -> NDArray[np.int64]:
     return np.ceil(_int64(x)).astype(np.int64)
 
 
@@ -218,17 +234,17 @@ def _ceil_int(x: float, hi: int) -> int:
 class CpSatModel:
     """The CP-SAT encoding of one :class:`Space` under one :class:`Request`."""
 
-    def __init__(self, space: Space, req: Request, assumptions: bool = False):
+    def __init__(self, space: Space, req: Request, assumptions: bool = False) -> None:
         self.space = space
         self.req = req
         self.m = cp_model.CpModel()
         self.enforced = req.enforced(FAMILIES)
         self.assumption_mode = assumptions
-        self.lit = {}
+        self.lit: dict[str, cp_model.IntVar] = {}
         self._build()
 
     # -- helpers ------------------------------------------------------------------------------
-    def _element(self, name: str, vars, values) -> cp_model.IntVar:
+    def _element(self, name: str, vars: Sequence[str], values: ArrayLike) -> cp_model.IntVar:
         """target = values[assignment of vars] as a table constraint over (vars..., target).
 
         Table constraints are propagated through the SAT encoding of the index variables, far
@@ -246,13 +262,14 @@ class CpSatModel:
         self.m.add_allowed_assignments([self.iv[v] for v in vars] + [target], rows)
         return target
 
-    def _table(self, name: str, how: str, scale: float = 1.0, cap: float = math.inf):
+    def _table(self, name: str, how: str, scale: float = 1.0, cap: float = math.inf
+               ) -> tuple[cp_model.IntVar, NDArray[np.int64]]:
         t = self.space.tables[name]
         vals = _lower(t.values, cap) * scale if how == "floor" else _finite(t.values) * scale
         ints = _floor(vals) if how == "floor" else _ceil(vals)
         return self._element(f"{name}.{how}", t.vars, ints), ints
 
-    def _selectors(self, name: str, vars, ints):
+    def _selectors(self, name: str, vars: Sequence[str], ints: ArrayLike) -> list[tuple[int, cp_model.IntVar]]:
         """One literal per distinct table value, true iff the joint index selects that value."""
         uniq, codes = np.unique(np.asarray(ints).reshape(-1), return_inverse=True)
         lits = [self.m.new_bool_var(f"{name}=={int(u)}") for u in uniq]
@@ -263,7 +280,7 @@ class CpSatModel:
             self.m.add_map_domain(code, lits)
         return [(int(u), lit) for u, lit in zip(uniq, lits, strict=False)]
 
-    def _require(self, family: str, ok_table: str):
+    def _require(self, family: str, ok_table: str) -> None:
         """Family holds iff the tabulated 0/1 condition is 1 (decided exactly in floating point)."""
         t = self.space.tables[ok_table]
         flags = (t.values > 0.5).astype(np.int64)
@@ -276,7 +293,7 @@ class CpSatModel:
         self.m.add(ok == 1).only_enforce_if(self.lit[family])
 
     # -- model ----------------------------------------------------------------------------------
-    def _build(self):
+    def _build(self) -> None:
         sp, m = self.space, self.m
         dom = sp.domains
         sc = sp.sc
@@ -407,13 +424,15 @@ class CpSatModel:
         if magnitude >= BUDGET:
             raise EncodingError(f"{what} reaches {magnitude:.3g} integer units, beyond the 64-bit budget")
 
-    def _project(self, name: str, ints: np.ndarray, fn=np.min) -> np.ndarray:
+    def _project(self, name: str, ints: ArrayLike, fn: Reducer = np.min) -> NDArray[Any]:
         """A table's integer values reduced over its non-hub variables and laid out on the hub grid."""
         t = self.space.tables[name]
         return reduce_to(self.space.domains, np.asarray(ints).reshape(t.values.shape), t.vars, HUB, fn).reshape(-1)
 
-    def _hub(self, busy_names, mem_names, busy_sum, mem_sum, usable, ov_ints, rate_ints, wait_t, reserved_t,
-             iters, finish, cost):
+    def _hub(self, busy_names: Sequence[str], mem_names: Sequence[str], busy_sum: cp_model.LinearExprT,
+             mem_sum: cp_model.LinearExprT, usable: cp_model.IntVar, ov_ints: NDArray[np.int64],
+             rate_ints: NDArray[np.int64], wait_t: int, reserved_t: int, iters: int, finish: cp_model.IntVar,
+             cost: cp_model.IntVar) -> None:
         """Best-first branch and bound on the core layout hub = (acc, tp, pp, dp, mb).
 
         For every hub value c, each term's minimum over the remaining variables (with the model's
@@ -433,7 +452,7 @@ class CpSatModel:
         mem_min = sum(self._project(n, self._ints[n]) for n in mem_names)
         ov_min = self._project("overhead", ov_ints)
         rate_min = self._project("rate", rate_ints)
-        step_min = busy_min + wait_t
+        step_min = cast(NDArray[np.int64], busy_min + wait_t)  # a sum of hub arrays (never the empty 0)
         # exact integer arithmetic (Python ints): every bound is at most the model's own maximum
         y_min = [int(a) * int(b) // self.scales.lscale for a, b in zip(step_min, ov_min, strict=False)]
         finish_min = np.array([reserved_t + iters * v for v in y_min], dtype=np.int64)
@@ -451,21 +470,22 @@ class CpSatModel:
         order = np.lexsort((np.arange(n_hub), key))
         rank = m.new_int_var(0, n_hub - 1, "hub_rank")
         m.add_element(rank, [int(i) for i in order], hub)
-        m.add_decision_strategy([rank], cp_model.CHOOSE_FIRST, cp_model.SELECT_MIN_VALUE)
+        # ortools annotates the strategies with the enum wrapper classes, not their values
+        m.add_decision_strategy([rank], cp_model.CHOOSE_FIRST, cp_model.SELECT_MIN_VALUE)  # type: ignore[arg-type]
         self.hub = hub
 
-    def _element_on(self, name: str, index, values) -> cp_model.IntVar:
+    def _element_on(self, name: str, index: cp_model.IntVar, values: ArrayLike) -> cp_model.IntVar:
         vals = [int(v) for v in np.asarray(values).reshape(-1)]
         target = self.m.new_int_var(min(vals), max(vals), name)
         self.m.add_element(index, vals, target)
         return target
 
     # -- solving --------------------------------------------------------------------------------
-    def exclude(self, assignment: dict):
+    def exclude(self, assignment: Mapping[str, int]) -> None:
         """No-good cut: forbid exactly this assignment."""
         self.m.add_forbidden_assignments([self.iv[v] for v in VARS], [tuple(int(assignment[v]) for v in VARS)])
 
-    def solve(self, bound=None, time_limit: float = 60.0) -> CandidateResult:
+    def solve(self, bound: float | None = None, time_limit: float = 60.0) -> CandidateResult:
         if bound is not None:
             self.m.add(self.obj <= _ceil_int(bound / self.obj_factor, self.obj_hi))
         solver, st = solve_confirmed(self.m, time_limit, self.req.workers, self.req.seed)
@@ -493,7 +513,7 @@ class CpSatModel:
         solver.parameters.num_workers = 1
         solver.parameters.random_seed = int(self.req.seed)
         solver.parameters.catch_sigint_signal = False
-        st = solver.solve(self.m)
+        st = cast(int, solver.solve(self.m))  # the enum's int (see solve_confirmed)
         self.m.clear_assumptions()
         if st != cp_model.INFEASIBLE:
             return None

@@ -22,17 +22,20 @@ evaluated in full (:func:`tpopt.models.evaluate.evaluate`) only when it can ente
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, Protocol, TypeAlias, cast
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from tpopt.models import families as F
 from tpopt.models import terms as T
-from tpopt.models.evaluate import evaluate
+from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.optimizer.backends.verify import SolverFailure, relative_gap, solver_stopped
 from tpopt.optimizer.enumerate import layout_best
 from tpopt.optimizer.limits import clock_of
 from tpopt.optimizer.result import Request, Status, objective_key
 from tpopt.optimizer.space import BUSY_TERMS as BUSY
-from tpopt.optimizer.space import LAYOUT, Space, cards_of, reduce_to
+from tpopt.optimizer.space import LAYOUT, Reducer, Space, cards_of, reduce_to
 from tpopt.optimizer.space import MEMORY_TERMS as MEMORY
 
 HUB = LAYOUT
@@ -42,8 +45,27 @@ KEY_RTOL = 1e-9
 margin of the K-th best verified plan (the tables and the evaluator agree to rounding, far inside it)."""
 SCALE_BITS = 2**52  # objective bounds are scaled to integers below this for CP-SAT
 
+Allowed: TypeAlias = Mapping[str, NDArray[np.bool_]]
+"""Family -> the layouts (flat hub index) its relaxed condition allows (:meth:`LayoutBounds.allowed`)."""
+MasterAnswer: TypeAlias = tuple[str, int | str | None]
+"""A master's (status, layout index): "candidate" / "feasible" with the index, "infeasible" / "limit" with None,
+"error" with the message."""
 
-def _reduced(space: Space, name: str, fn, values=None, target=HUB) -> np.ndarray:
+
+class Master(Protocol):
+    """A decomposition master problem (:class:`CpSatMaster`, :class:`HighsMaster`, the Pyomo master)."""
+
+    def exclude(self, h: int) -> None: ...
+
+    def solve(self, bound: float | None, time_limit: float) -> MasterAnswer: ...
+
+
+MasterOf: TypeAlias = Callable[[str, Space, "LayoutBounds", Allowed, Request], Master]
+"""``master_of(name, space, bounds, allowed, req)``: a backend's master (:meth:`Backend.master`)."""
+
+
+def _reduced(space: Space, name: str, fn: Reducer, values: NDArray[Any] | None = None,
+             target: tuple[str, ...] = HUB) -> NDArray[Any]:
     """A table reduced over its variables outside ``target`` (ignoring non-finite entries), on the
     joint grid of ``target`` (:func:`~tpopt.optimizer.space.reduce_to`), with size-1 axes for the target
     variables it does not have (it broadcasts). Minima come from lower-bound tables, maxima from upper-bound
@@ -56,7 +78,7 @@ def _reduced(space: Space, name: str, fn, values=None, target=HUB) -> np.ndarray
     return reduce_to(space.domains, vals, t.vars, target, fn, broadcast=False)
 
 
-def _reduce_to_hub(space: Space, name: str, fn, values=None) -> np.ndarray:
+def _reduce_to_hub(space: Space, name: str, fn: Reducer, values: NDArray[Any] | None = None) -> NDArray[Any]:
     """:func:`_reduced` on the layout grid, flattened (one entry per layout)."""
     return np.broadcast_to(_reduced(space, name, fn, values), tuple(len(space.domains[v]) for v in HUB)).reshape(-1)
 
@@ -71,7 +93,8 @@ COUPLING_CELLS = 200_000
 def coupling_vars(space: Space, n_layouts: int) -> tuple[str, ...]:
     """The extras the bounds keep jointly with the layout: those with a choice, in :data:`COUPLING`
     order, while layouts x their combinations stay within :data:`COUPLING_CELLS`."""
-    out, cells = [], n_layouts
+    out: list[str] = []
+    cells = n_layouts
     for v in COUPLING:
         k = len(space.domains.get(v, ()))
         if k > 1 and cells * k <= COUPLING_CELLS:
@@ -94,7 +117,7 @@ class LayoutBounds:
     too many tokens) rank by the choices that do.
     """
 
-    def __init__(self, space: Space, objective: str, enforced=None):
+    def __init__(self, space: Space, objective: str, enforced: Collection[str] | None = None) -> None:
         sc = space.sc
         dom = space.domains
         self.sizes = [len(dom[v]) for v in HUB]
@@ -108,15 +131,17 @@ class LayoutBounds:
         target = HUB + self.coupled
         c_axes = tuple(range(1, 1 + len(self.coupled)))
 
-        def red(name, fn, values=None):
+        def red(name: str, fn: Reducer, values: NDArray[Any] | None = None) -> NDArray[Any]:
             return _reduced(space, name, fn, values, target)
 
-        busy_min = sum(red(n, np.min) for n in BUSY)
+        # sums of the (non-empty) term lists: arrays, never sum()'s start 0
+        busy_min = cast(NDArray[Any], sum(red(n, np.min) for n in BUSY))
         need = red("input.min_busy", np.max)
         need = np.where(np.isfinite(need), need, 0.0)
         # the input check needs the upper bound of busy time only where input can stall a step
-        busy_max = sum(red(n, np.max) for n in BUSY) if np.any(need > 0) else np.full(need.shape, np.inf)
-        mem_min = sum(red(n, np.min) for n in MEMORY)
+        busy_max = cast(NDArray[Any], sum(red(n, np.max) for n in BUSY)) if np.any(need > 0) else \
+            np.full(need.shape, np.inf)
+        mem_min = cast(NDArray[Any], sum(red(n, np.min) for n in MEMORY))
         l_min = red("overhead", np.min)
         nic_ok = space.nic_allowed()  # (acc, nics)
         rate = space.tables["rate"]  # (acc, card factors..., nics)
@@ -127,16 +152,19 @@ class LayoutBounds:
         iters = T.iteration_count(sc)
         wait = sc.input.wait_s
         with np.errstate(over="ignore", invalid="ignore"):  # inf: every plan of the layout infinitely late
-            finish_min = sc.task.reserved_s + iters * (busy_min + wait) * (1.0 + l_min)
-            cost_min = rate_min * finish_min
+            finish_min: NDArray[Any] = sc.task.reserved_s + iters * (busy_min + wait) * (1.0 + l_min)
+            cost_min: NDArray[Any] = rate_min * finish_min
         full = tuple(len(dom[v]) for v in target)
-        on_grid = lambda x: np.broadcast_to(x, full).reshape((self.n,) + full[len(HUB):])  # noqa: E731
+
+        def on_grid(x: ArrayLike) -> NDArray[Any]:
+            return np.broadcast_to(x, full).reshape((self.n,) + full[len(HUB):])
+
         finish_min, cost_min, busy_max, need, mem_min = (on_grid(x) for x in (finish_min, cost_min, busy_max,
                                                                               need, mem_min))
         if self.coupled:
             lim = (slice(None),) + (None,) * len(self.coupled)  # a per-layout array against (h, c)
             ok = np.ones(cost_min.shape, dtype=bool)
-            enforced = set(enforced)
+            enforced = set(cast(Collection[str], enforced))  # coupled choices only with enforced families
             if F.MEMORY_PER_CARD in enforced:
                 ok &= mem_min <= self.usable[lim]
             if F.INPUT_THROUGHPUT in enforced:
@@ -162,7 +190,8 @@ class LayoutBounds:
         # layout-only rules, decided exactly
         self.rules = {f: _reduce_to_hub(space, "ok." + f, np.max) > 0.5 for f in HUB_RULES}
 
-    def allowed(self, enforced, max_cards, deadline, max_cost) -> dict:
+    def allowed(self, enforced: Collection[str], max_cards: int, deadline: float, max_cost: float | None
+                ) -> dict[str, NDArray[np.bool_]]:
         """Per family, the layouts its (relaxed) condition allows."""
         ok = {f: self.rules[f] for f in HUB_RULES if f in enforced}
         if F.CARDS in enforced:
@@ -189,8 +218,8 @@ class CpSatMaster:
 
     name = "cpsat"
 
-    def __init__(self, space: Space, bounds: LayoutBounds, allowed: dict, req: Request):
-        from ortools.sat.python import cp_model
+    def __init__(self, space: Space, bounds: LayoutBounds, allowed: Allowed, req: Request) -> None:
+        from ortools.sat.python import cp_model  # lazy: start-up time
 
         self.cp = cp_model
         self.req = req
@@ -210,15 +239,15 @@ class CpSatMaster:
         m.add_element(self.hub, [int(x) for x in ints], self.theta)
         m.minimize(self.theta)
 
-    def exclude(self, h: int):
+    def exclude(self, h: int) -> None:
         self.m.add(self.hub != int(h))
 
-    def solve(self, bound, time_limit):
+    def solve(self, bound: float | None, time_limit: float) -> MasterAnswer:
         if self.empty:
             return "infeasible", None
         if bound is not None and bound * self.scale < 2**62:  # a bound beyond every theta cuts nothing
             self.m.add(self.theta <= int(math.ceil(bound * self.scale)))
-        from tpopt.optimizer.cpsat import solve_confirmed
+        from tpopt.optimizer.cpsat import solve_confirmed  # lazy: start-up time (imports ortools)
 
         s, st = solve_confirmed(self.m, time_limit, self.req.workers, self.req.seed)
         if st == self.cp.OPTIMAL:
@@ -237,9 +266,9 @@ class HighsMaster:
 
     name = "highs"
 
-    def __init__(self, space: Space, bounds: LayoutBounds, allowed: dict, req: Request):
-        import highspy
-        from tpopt.optimizer.highs import new_highs
+    def __init__(self, space: Space, bounds: LayoutBounds, allowed: Allowed, req: Request) -> None:
+        import highspy  # lazy: start-up time
+        from tpopt.optimizer.highs import new_highs  # lazy: start-up time (imports ortools through cpsat)
 
         self.hp = highspy
         ok = np.ones(bounds.n, dtype=bool)
@@ -261,15 +290,15 @@ class HighsMaster:
                                          np.array([highspy.HighsVarType.kInteger] * n))
             self.h.changeColsCost(n, np.arange(n, dtype=np.int32), self.obj)
             self.h.addRow(1.0, 1.0, n, np.arange(n, dtype=np.int32), np.ones(n))
-        self.bound_row = None
+        self.bound_row: int | None = None
 
-    def exclude(self, h: int):
+    def exclude(self, h: int) -> None:
         j = np.flatnonzero(self.cols == h)
         if j.size:
             self.h.changeColBounds(int(j[0]), 0.0, 0.0)
 
-    def solve(self, bound, time_limit):
-        from tpopt.optimizer.highs import run_highs
+    def solve(self, bound: float | None, time_limit: float) -> MasterAnswer:
+        from tpopt.optimizer.highs import run_highs  # lazy: start-up time
 
         if not len(self.cols):
             return "infeasible", None
@@ -293,7 +322,8 @@ class HighsMaster:
         return "error", f"HiGHS status {self.h.modelStatusToString(st)}"
 
 
-def solve_decomposed(space: Space, master_of, backend: str, req: Request, enforced):
+def solve_decomposed(space: Space, master_of: MasterOf, backend: str, req: Request, enforced: Collection[str]
+                     ) -> tuple[list[Evaluation], Status, int, int, float | None]:
     """Benders loop; returns (evaluations best first, status, rounds, evaluated points, gap).
 
     Stops when the shared clock runs out (status feasible or unknown; the gap compares the K-th
@@ -311,11 +341,11 @@ def solve_decomposed(space: Space, master_of, backend: str, req: Request, enforc
     master = master_of(backend, space, bounds, allowed, req)
     from tpopt.optimizer.cpsat import CandidateResult  # lazy: start-up time (ortools)
     K = max(1, req.top)
-    best: list[tuple[tuple, object]] = []
+    best: list[tuple[tuple[float, float], Evaluation]] = []
     rounds = evaluated = 0
-    lower = None  # least master bound over the layouts not yet evaluated
+    lower: float | None = None  # least master bound over the layouts not yet evaluated
     phase = "solving the layout decomposition"
-    status = None
+    status: Status | None = None
     while status is None:
         rounds += 1
         bound = best[K - 1][0][0] if len(best) >= K else None
@@ -331,6 +361,7 @@ def solve_decomposed(space: Space, master_of, backend: str, req: Request, enforc
         if st == "limit":
             solver_stopped(clock, CandidateResult("limit"), phase)
             break
+        h = cast(int, h)  # "candidate" or "feasible": a layout index
         if st == "candidate":
             lower = float(bounds.objective_min[h])
         master.exclude(h)

@@ -11,14 +11,18 @@ cards) become array masks instead of new solves.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 import numpy as np
+from numpy.typing import DTypeLike, NDArray
 from tpopt.models import families as F
+from tpopt.models import pipeline
 from tpopt.models import terms as T
 from tpopt.models.evaluate import evaluate_arrays
 from tpopt.optimizer.result import Request
-from tpopt.optimizer.space import CATEGORICAL, FAMILIES, LAYOUT, NUMERIC, VARIABLES, VARS, Space, cards_of
+from tpopt.optimizer.space import CATEGORICAL, FAMILIES, LAYOUT, NUMERIC, VARIABLES, VARS, Domains, Space, cards_of
 
 NUMERIC_AXES = NUMERIC  # ("tp", "cp", "pp", "dp", "mb", "zero", "nics", "tau", "ep", "etp", "cap"); tp is chunked
 CHUNK = 250_000  # points per evaluate_arrays call (bounds memory and the time between clock checks)
@@ -27,8 +31,19 @@ F32_MAX = float(np.finfo(np.float32).max)  # ratios beyond it are clipped (they 
 
 GROUPED = tuple(v for v in CATEGORICAL if v != "schedule")  # categorical variables looped over (acc first)
 
+Assignment: TypeAlias = dict[str, int]
+"""Variable -> index into its domain."""
+Group: TypeAlias = tuple[Assignment, list[int]]
+"""(categorical indices, pp indices) of one walk group (:func:`_groups`)."""
+Chunk: TypeAlias = tuple[Assignment, list[list[int]], tuple[int, ...], Mapping[Any, Any]]
+"""(fixed categorical indices, numeric index lists, shape, evaluate_arrays result) (:func:`chunks`)."""
+Layout: TypeAlias = tuple[int, ...]
+"""A core layout as indices over :data:`HUB`."""
+Key: TypeAlias = tuple[float, float]
+"""A lexicographic objective key (primary, secondary)."""
 
-def _groups(space: Space):
+
+def _groups(space: Space) -> Iterator[Group]:
     """(categorical indices, pp indices) groups: every combination of the categorical variables, the
     schedule varying only when pp > 1 (its first value stands for pp = 1)."""
     d = space.domains
@@ -43,7 +58,7 @@ def _groups(space: Space):
                 yield dict(fixed, schedule=si), pp_many
 
 
-def chunks(space: Space, groups=None):
+def chunks(space: Space, groups: Iterable[Group] | None = None) -> Iterator[Chunk]:
     """Yield (fixed categorical indices, numeric index lists, shape, evaluate_arrays result); ``groups``
     restricts the walk to some of :func:`_groups` (a timed sample)."""
     sc = space.sc
@@ -66,19 +81,20 @@ def chunks(space: Space, groups=None):
             vals = [np.asarray([d[a][i] for i in sub[a]], dtype=float) for a in NUMERIC_AXES]
             g = dict(zip(NUMERIC_AXES, np.ix_(*vals), strict=False))
             cards = cards_of(**g)
-            nums = {field[a]: g[a].astype(typ[a]) for a in NUMERIC_AXES if a != "tau"}
+            nums: dict[str, NDArray[Any]] = {field[a]: g[a].astype(typ[a]) for a in NUMERIC_AXES if a != "tau"}
             r = evaluate_arrays(sc, acc, save_interval_s=space.interval(g["tau"], cards, cats["save_mode"]),
                                 **nums, **cats)
             shape = tuple(len(x) for x in idx_lists)
             yield dict(fixed), idx_lists, shape, r
 
 
-def _ok(r, family, shape):
+def _ok(r: Mapping[Any, Any], family: str, shape: tuple[int, ...]) -> NDArray[np.bool_]:
     v, lim = r[("c", family)]
     return np.broadcast_to(v <= lim, shape)
 
 
-def enumerate_best(space: Space, req: Request, groups=None):
+def enumerate_best(space: Space, req: Request, groups: Iterable[Group] | None = None
+                   ) -> tuple[list[Assignment], int, int]:
     """Return (best assignments as index dicts, best-first; number of points evaluated; chunks).
 
     Stops between chunks when the request's clock (``req.clock``) runs out: the points kept are
@@ -88,8 +104,8 @@ def enumerate_best(space: Space, req: Request, groups=None):
     clock = req.clock
     total = space.size()
     enforced = [f for f in FAMILIES if f in req.enforced(FAMILIES)]
-    keep_keys: list[tuple] = []
-    keep_idx: list[dict] = []
+    keep_keys: list[tuple[float, float, int]] = []
+    keep_idx: list[Assignment] = []
     evaluated = n_chunks = order = 0
     K = max(1, req.top)
     for fixed, idx_lists, shape, r in chunks(space, groups):
@@ -135,19 +151,21 @@ class PointTable:
     """Every point of a space: assignment indices, cost, finish, cards and per-family satisfaction."""
 
     space: Space
-    idx: dict  # var -> int array (index into the domain)
-    cost: np.ndarray
-    finish: np.ndarray
-    cards: np.ndarray
-    ok: dict  # family -> bool array
-    ratio: dict  # family -> value / limit (float32; how far a point is from meeting the family)
+    idx: dict[str, NDArray[np.int32]]  # var -> int array (index into the domain)
+    cost: NDArray[np.float64]
+    finish: NDArray[np.float64]
+    cards: NDArray[np.float64]
+    ok: dict[str, NDArray[np.bool_]]  # family -> bool array
+    ratio: dict[str, NDArray[np.float32]]  # family -> value / limit (float32; how far a point is from meeting it)
 
     @classmethod
     def build(cls, space: Space) -> PointTable:
-        parts = {v: [] for v in VARS}
-        cost, finish, cards = [], [], []
-        ok = {f: [] for f in FAMILIES}
-        ratio = {f: [] for f in FAMILIES}
+        parts: dict[str, list[NDArray[Any]]] = {v: [] for v in VARS}
+        cost: list[NDArray[Any]] = []
+        finish: list[NDArray[Any]] = []
+        cards: list[NDArray[Any]] = []
+        ok: dict[str, list[NDArray[Any]]] = {f: [] for f in FAMILIES}
+        ratio: dict[str, list[NDArray[Any]]] = {f: [] for f in FAMILIES}
         for fixed, idx_lists, shape, r in chunks(space):
             n = int(np.prod(shape))
             grids = np.meshgrid(*[np.asarray(x) for x in idx_lists], indexing="ij")
@@ -164,12 +182,16 @@ class PointTable:
                 with np.errstate(divide="ignore", invalid="ignore"):
                     q = np.where(np.isinf(lim), 0.0, np.where(lim > 0, v / np.where(lim > 0, lim, 1.0), v))
                 ratio[f].append(np.clip(q, -F32_MAX, F32_MAX).astype(np.float32))
-        cat = lambda xs, dt=None: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dtype=dt)
+
+        def cat(xs: list[NDArray[Any]], dt: DTypeLike | None = None) -> NDArray[Any]:
+            return np.concatenate(xs).astype(dt) if xs else np.zeros(0, dtype=dt)
+
         return cls(space=space, idx={v: cat(parts[v], np.int32) for v in VARS}, cost=cat(cost, float),
                    finish=cat(finish, float), cards=cat(cards, float), ok={f: cat(ok[f], bool) for f in FAMILIES},
                    ratio={f: cat(ratio[f], np.float32) for f in FAMILIES})
 
-    def mask(self, enforced=FAMILIES, restrict: dict | None = None, cards=None) -> np.ndarray:
+    def mask(self, enforced: Iterable[str] = FAMILIES, restrict: Mapping[str, Iterable[Any]] | None = None,
+             cards: Iterable[int] | None = None) -> NDArray[np.bool_]:
         m = np.ones(self.cost.shape, dtype=bool)
         for f in enforced:
             m &= self.ok[f]
@@ -180,7 +202,7 @@ class PointTable:
             m &= np.isin(self.cards, list(cards))
         return m
 
-    def closest(self, mask: np.ndarray, family: str) -> dict | None:
+    def closest(self, mask: NDArray[np.bool_], family: str) -> Assignment | None:
         """The point within ``mask`` nearest to meeting ``family`` (least value / limit; first on ties)."""
         sel = np.flatnonzero(mask)
         if not sel.size:
@@ -188,7 +210,7 @@ class PointTable:
         i = sel[np.lexsort((sel, self.cost[sel], self.ratio[family][sel]))[0]]
         return {v: int(self.idx[v][i]) for v in VARS}
 
-    def best(self, mask: np.ndarray, objective: str = "cost", top: int = 1) -> list[dict]:
+    def best(self, mask: NDArray[np.bool_], objective: str = "cost", top: int = 1) -> list[Assignment]:
         sel = np.flatnonzero(mask)
         if not sel.size:
             return []
@@ -231,16 +253,18 @@ class LayoutEvaluator:
     without simulating their pipelines.
     """
 
-    def __init__(self, space: Space):
+    def __init__(self, space: Space) -> None:
         self.space = space
         self.sc = space.sc
-        self.exact_terms: dict = {}  # layout -> exact pipeline terms (compute, activations) on the grid
-        self.glued: dict = {}  # (layout, level) -> glued arrays, most recent last
+        # layout -> exact pipeline terms (compute, activations) on the grid
+        self.exact_terms: dict[Layout, dict[str, Any]] = {}
+        # (layout, level, exact schedules) -> glued arrays, most recent last
+        self.glued: dict[tuple[Layout, str, frozenset[int]], dict[str, Any]] = {}
         self.evaluated = 0
         self.simulated = 0  # layouts whose exact pipeline terms were computed
 
     # -- terms ----------------------------------------------------------------------------------
-    def _on_grid(self, name: str, table: np.ndarray, h: tuple, domains: dict | None = None) -> np.ndarray:
+    def _on_grid(self, name: str, table: NDArray[Any], h: Layout, domains: Domains | None = None) -> NDArray[Any]:
         """A table sliced at layout ``h`` and laid out on the :data:`EXTRAS` grid (size-1 axes for the
         variables it does not have)."""
         domains = self.space.domains if domains is None else domains
@@ -250,31 +274,31 @@ class LayoutEvaluator:
         vals = np.transpose(vals, [rest.index(v) for v in EXTRAS if v in rest])
         return vals.reshape([len(domains[v]) if v in rest else 1 for v in EXTRAS])
 
-    def _term(self, name: str, h: tuple, side: str | None = None) -> np.ndarray:
+    def _term(self, name: str, h: Layout, side: str | None = None) -> NDArray[Any]:
         """A term on the extras grid: exact (``side=None``) or its bound (``"lo"`` / ``"hi"``)."""
         sp = self.space
         if side is not None:
             return self._on_grid(name, sp.bound_table(name, side).values, h)
         if name in ("time.compute", "mem.activations") and not sp.exact_pipeline_tables():
-            return self.exact_terms[h][name]  # as far as _exact_pipeline has made it exact
+            exact: NDArray[Any] = self.exact_terms[h][name]  # as far as _exact_pipeline has made it exact
+            return exact
         return self._on_grid(name, sp.tables[name].values, h)
 
-    def _exact_pipeline(self, h: tuple, scheds=None) -> dict:
+    def _exact_pipeline(self, h: Layout, scheds: Iterable[int] | None = None) -> dict[str, Any]:
         """Exact compute and activations of a layout, schedule by schedule as asked (``scheds``: schedule
         indices; None = all): the bound tables' values where they are exact (one stage; the closed forms
         of balanced fill-drain and 1F1B; the peaks with closed forms), the layout's own exact tables for
         the others (one event-model call per schedule). ``entry["exact"]``: the schedules done."""
-        from tpopt.models import pipeline
-
         sc, d = self.sc, self.space.domains
-        entry = self.exact_terms.get(h)
+        entry: dict[str, Any] | None = self.exact_terms.get(h)
         if entry is None:
             per_op = T.per_op_model(sc)
             bases = [T.schedule_parts(x)[0] for x in d["schedule"]]
             one = d["pp"][h[HUB.index("pp")]] <= 1
             exact_lo = {  # schedules whose lower bound is their exact value
                 "time.compute": {i for i, b in enumerate(bases) if one or (not per_op and b in pipeline.CLOSED_FORM)},
-                "mem.activations": {i for i, b in enumerate(bases) if one or b in ("fill-drain", "1f1b", "zb-h1", "zb-h2")
+                "mem.activations": {i for i, b in enumerate(bases)
+                                    if one or b in ("fill-drain", "1f1b", "zb-h1", "zb-h2")
                                     or (not per_op and b != "dualpipe")}}
             entry = {t: self._term(t, h, "lo").astype(float) for t in exact_lo}
             entry["done"] = exact_lo
@@ -293,9 +317,9 @@ class LayoutEvaluator:
             sub = Space(sc=sc, domains=dom)
             vals = self._on_grid(term, sub.tables[term].values, (0,) * len(HUB), sub.domains)
             for k, i in enumerate(need):
-                idx = [slice(None)] * len(EXTRAS)
+                idx: list[int | slice] = [slice(None)] * len(EXTRAS)
                 idx[axis] = i
-                src = [slice(None)] * len(EXTRAS)
+                src: list[int | slice] = [slice(None)] * len(EXTRAS)
                 src[axis] = k
                 entry[term][tuple(idx)] = vals[tuple(src)]
             entry["done"][term] = entry["done"][term] | set(need)
@@ -307,11 +331,11 @@ class LayoutEvaluator:
         """True when the space's bound tables are its exact tables (small spaces)."""
         return self.space.exact_pipeline_tables()
 
-    def _glue(self, h: tuple, level: str, scheds=None) -> dict:
+    def _glue(self, h: Layout, level: str, scheds: Iterable[int] | None = None) -> dict[str, Any]:
         """The layout's terms glued on the extras grid: ``level="bound"`` with the pipeline terms' lower
         bounds, ``"exact"`` with exact values for the schedules ``scheds`` (indices; None = all) -- the
         others keep their bounds, and ``out["exact"]`` says which schedules are exact."""
-        exact = frozenset()
+        exact: frozenset[int] = frozenset()
         if level == "exact":
             if self.space.exact_pipeline_tables():
                 exact = frozenset(range(len(self.space.domains["schedule"])))
@@ -370,8 +394,9 @@ class LayoutEvaluator:
         return out
 
     # -- queries --------------------------------------------------------------------------------
-    def _points(self, h: tuple, enforced, objective: str, restrict: dict | None, full: bool, level: str,
-                scheds=None):
+    def _points(self, h: Layout, enforced: Collection[str], objective: str,
+                restrict: Mapping[str, Iterable[Any]] | None, full: bool, level: str,
+                scheds: Iterable[int] | None = None) -> tuple[Any, ...] | None:
         """(k1, k2, mask, grid shape) of the question on layout ``h``; None if nothing is allowed. At the
         exact level only the schedules made exact count (``scheds``; None = all)."""
         sc, d = self.sc, self.space.domains
@@ -420,8 +445,9 @@ class LayoutEvaluator:
         out = (np.broadcast_to(k1, shape), np.broadcast_to(k2, shape), m, shape)
         return out if full else out + (np.unravel_index(j, v["L"].shape[-2:]),)
 
-    def best(self, h: tuple, enforced, objective: str = "cost", top: int = 1, restrict: dict | None = None,
-             level: str = "exact", cutoff: float | None = None):
+    def best(self, h: Layout, enforced: Collection[str], objective: str = "cost", top: int = 1,
+             restrict: Mapping[str, Iterable[Any]] | None = None, level: str = "exact", cutoff: float | None = None
+             ) -> list[tuple[Key, Assignment]]:
         """The ``top`` best points of layout ``h`` (index tuple over :data:`HUB`) meeting ``enforced``
         and the extras restrictions: list of (objective key, index dict), best first, ties broken by
         grid order (deterministic). ``level="bound"``: lower bounds of the keys (indices unverified).
@@ -449,7 +475,7 @@ class LayoutEvaluator:
             return []
         a, b = k1.reshape(-1)[sel], k2.reshape(-1)[sel]
         order = np.lexsort((sel, b, a))[:max(1, top)]
-        out = []
+        out: list[tuple[Key, Assignment]] = []
         for i in order:
             coords = np.unravel_index(sel[i], shape)
             idx = dict(zip(HUB, h, strict=False))
@@ -474,7 +500,8 @@ def layout_evaluator(space: Space) -> LayoutEvaluator:
     return ev
 
 
-def layout_best(space: Space, h: tuple, req: Request, enforced=None):
+def layout_best(space: Space, h: Layout, req: Request, enforced: Collection[str] | None = None
+                ) -> tuple[list[tuple[Key, Assignment]], int]:
     """The decomposition's subproblem: the ``req.top`` best plans of layout ``h`` (index tuple over
     :data:`HUB`) under ``enforced``, as (objective key from the tables, index dict into the space's
     domains), best first; and the points evaluated."""

@@ -24,8 +24,11 @@ import contextlib
 import math
 import os
 import sys
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.models.units import DAY, GIB
@@ -45,6 +48,9 @@ from tpopt.optimizer.space import (
     reduce_to,
 )
 
+if TYPE_CHECKING:  # annotations only: highspy is imported where a model is built (start-up time)
+    import highspy
+
 INF = 1e30
 MAX_COEF = 1e13  # largest matrix coefficient or finite bound the encoding may use (HiGHS tolerances are
 # absolute, 1e-7 to 1e-9: beyond this range a verdict could rest on rounding)
@@ -54,7 +60,7 @@ HUB = LAYOUT + ("recompute",)  # the core layout every time and memory term shar
 
 
 @contextlib.contextmanager
-def _quiet_stdout():
+def _quiet_stdout() -> Iterator[None]:
     """HiGHS prints a banner from C++ on first use; keep stdout clean for JSON and tables."""
     try:
         fd = sys.stdout.fileno()
@@ -73,10 +79,10 @@ def _quiet_stdout():
             os.close(saved)
 
 
-def run_highs(h):
+def run_highs(h: highspy.Highs) -> highspy.HighsModelStatus:
     """Run HiGHS; if its presolve fails with a solve error (seen on small models after no-good rows
     and a tightened objective bound), solve again without presolve."""
-    import highspy
+    import highspy  # lazy: start-up time
 
     with _quiet_stdout():
         h.run()
@@ -89,12 +95,12 @@ def run_highs(h):
     return h.getModelStatus()
 
 
-def new_highs(req: Request):
+def new_highs(req: Request) -> highspy.Highs:
     """A silent, deterministic HiGHS instance solving MIPs to a zero gap."""
-    import highspy
+    import highspy  # lazy: start-up time
 
     with _quiet_stdout():
-        h = highspy.Highs()
+        h = highspy.Highs()  # type: ignore[no-untyped-call]  # highspy's stub leaves Highs() unannotated
         h.setOptionValue("output_flag", False)
     h.setOptionValue("random_seed", int(req.seed))
     h.setOptionValue("threads", max(1, int(req.workers)))
@@ -106,11 +112,18 @@ def new_highs(req: Request):
 class _Lp:
     """Column and row accumulator for one passModel call."""
 
-    def __init__(self):
-        self.lo, self.hi, self.cost, self.integer = [], [], [], []
-        self.r_lo, self.r_hi, self.r_start, self.r_idx, self.r_val = [], [], [0], [], []
+    def __init__(self) -> None:
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+        self.cost: list[float] = []
+        self.integer: list[bool] = []
+        self.r_lo: list[float] = []
+        self.r_hi: list[float] = []
+        self.r_start: list[int] = [0]
+        self.r_idx: list[int] = []
+        self.r_val: list[float] = []
 
-    def cols(self, n, lo=0.0, hi=1.0, integer=False) -> np.ndarray:
+    def cols(self, n: int, lo: ArrayLike = 0.0, hi: ArrayLike = 1.0, integer: bool = False) -> NDArray[np.int_]:
         start = len(self.lo)
         self.lo.extend(np.broadcast_to(lo, (n,)).tolist())
         self.hi.extend(np.broadcast_to(hi, (n,)).tolist())
@@ -118,36 +131,36 @@ class _Lp:
         self.integer.extend([integer] * n)
         return np.arange(start, start + n)
 
-    def row(self, idx, val, lo=-INF, hi=INF):
-        idx = np.asarray(idx, dtype=np.int64).reshape(-1)
-        val = np.broadcast_to(np.asarray(val, dtype=float), idx.shape).reshape(-1)
-        if np.unique(idx).size < idx.size:  # two terms over the same variables share weight columns: add them
-            idx, inverse = np.unique(idx, return_inverse=True)
-            val = np.bincount(inverse.reshape(-1), weights=val, minlength=idx.size)
-        keep = val != 0.0
-        self.r_idx.extend(idx[keep].tolist())
-        self.r_val.extend(val[keep].tolist())
+    def row(self, idx: ArrayLike, val: ArrayLike, lo: float = -INF, hi: float = INF) -> None:
+        cols = np.asarray(idx, dtype=np.int64).reshape(-1)
+        coefs = np.broadcast_to(np.asarray(val, dtype=float), cols.shape).reshape(-1)
+        if np.unique(cols).size < cols.size:  # two terms over the same variables share weight columns: add them
+            cols, inverse = np.unique(cols, return_inverse=True)
+            coefs = np.bincount(inverse.reshape(-1), weights=coefs, minlength=cols.size)
+        keep = coefs != 0.0
+        self.r_idx.extend(cols[keep].tolist())
+        self.r_val.extend(coefs[keep].tolist())
         self.r_start.append(len(self.r_idx))
         self.r_lo.append(lo)
         self.r_hi.append(hi)
 
 
 class HighsModel:
-    def __init__(self, space: Space, req: Request):
-        import highspy
+    def __init__(self, space: Space, req: Request) -> None:
+        import highspy  # lazy: start-up time
 
         self.hp = highspy
         self._formulate(space, req)
         self.h = new_highs(req)
         self._pass()
 
-    def _formulate(self, space: Space, req: Request):
+    def _formulate(self, space: Space, req: Request) -> None:
         """The MILP's columns and rows in ``self.lp`` (no solver yet; the Pyomo model reuses them)."""
         self.space = space
         self.req = req
         self.enforced = req.enforced(FAMILIES)
         self.lp = _Lp()
-        self._w_cache = {}
+        self._w_cache: dict[tuple[str, ...], NDArray[np.int_]] = {}
         step_cap, ov_cap, mem_cap, _ = caps(space, F.DEADLINE in self.enforced)
         self._cap = {n: step_cap for n in BUSY}
         self._cap.update({n: mem_cap for n in MEMORY})
@@ -156,7 +169,7 @@ class HighsModel:
         self._check_ranges()
 
     # -- building -------------------------------------------------------------------------------
-    def _weights(self, vars) -> np.ndarray:
+    def _weights(self, vars: Sequence[str]) -> NDArray[np.int_]:
         """Joint weights over ``vars`` (C order).
 
         Variables of the hub (the core layout) are tied to the hub's weights through their joint
@@ -190,7 +203,7 @@ class HighsModel:
         return w
 
     @staticmethod
-    def _marginal(w: np.ndarray, vars, keep) -> np.ndarray:
+    def _marginal(w: NDArray[np.int_], vars: Sequence[str], keep: Sequence[str]) -> NDArray[np.object_]:
         """An object array over the joint domain of ``keep``: column lists summing to each cell."""
         order = [vars.index(v) for v in keep] + [i for i, v in enumerate(vars) if v not in keep]
         moved = np.transpose(w, order)
@@ -201,21 +214,22 @@ class HighsModel:
             out[key] = flat[key]
         return out
 
-    def _values(self, name: str) -> np.ndarray:
+    def _values(self, name: str) -> NDArray[np.float64]:
         """A table's values as the encoding uses them: clamped (a relaxation, see cpsat._lower)."""
         t = self.space.tables[name]
         if name in self._cap:
             return _lower(t.values, self._cap[name])
-        return np.where(np.isfinite(t.values), t.values, 0.0)
+        finite: NDArray[np.float64] = np.where(np.isfinite(t.values), t.values, 0.0)
+        return finite
 
-    def _term(self, name: str, scale: float = 1.0):
+    def _term(self, name: str, scale: float = 1.0) -> tuple[NDArray[np.int_], NDArray[np.float64]]:
         """(column indices, coefficients) of a term table's value."""
         t = self.space.tables[name]
         w = self._weights(t.vars)
         vals = self._values(name) * scale
         return w.reshape(-1), vals.reshape(-1)
 
-    def _check_ranges(self):
+    def _check_ranges(self) -> None:
         """Range check before solving: every coefficient and finite bound within MAX_COEF."""
         lp = self.lp
         vals = np.abs(np.asarray(lp.r_val, dtype=float))
@@ -229,7 +243,7 @@ class HighsModel:
             raise EncodingError(f"the MILP's coefficients span {nz.min():.3g} to {nz.max():.3g}, a range beyond "
                                 "HiGHS's reliable one")
 
-    def _forbid(self, family: str, ok_table: str):
+    def _forbid(self, family: str, ok_table: str) -> None:
         if family not in self.enforced:
             return
         t = self.space.tables[ok_table]
@@ -238,7 +252,7 @@ class HighsModel:
         for j in w[bad]:
             self.lp.hi[j] = 0.0
 
-    def _build(self):
+    def _build(self) -> None:
         sp, lp = self.space, self.lp
         dom = sp.domains
         sc = sp.sc
@@ -267,11 +281,12 @@ class HighsModel:
 
         # memory (GiB) <= usable
         if F.MEMORY_PER_CARD in self.enforced:
-            idx, val = [], []
+            idx: list[NDArray[Any]] = []
+            val: list[NDArray[Any]] = []
             for n in MEMORY_TERMS:
-                i, v = self._term(n, 1.0 / GIB)
-                idx.append(i)
-                val.append(v)
+                cols, coefs = self._term(n, 1.0 / GIB)
+                idx.append(cols)
+                val.append(coefs)
             idx.append(self.x["acc"])
             val.append(-sp.usable() / GIB)
             lp.row(np.concatenate(idx), np.concatenate(val), -INF, 0.0)
@@ -282,14 +297,14 @@ class HighsModel:
         self.busy = lp.cols(1, 0.0, busy_hi)[0]
         idx, val = [np.array([self.busy])], [np.array([1.0])]
         for n in names:
-            i, v = self._term(n)
-            idx.append(i)
-            val.append(-v)
+            cols, coefs = self._term(n)
+            idx.append(cols)
+            val.append(-coefs)
         lp.row(np.concatenate(idx), np.concatenate(val), 0.0, 0.0)
         mbt = sp.tables["input.min_busy"].values
         if F.INPUT_THROUGHPUT in self.enforced and np.isfinite(mbt).all() and (mbt > 0).any():
-            i, v = self._term("input.min_busy")
-            lp.row(np.append(i, self.busy), np.append(-v, 1.0), 0.0, INF)
+            cols, coefs = self._term("input.min_busy")
+            lp.row(np.append(cols, self.busy), np.append(-coefs, 1.0), 0.0, INF)
 
         # omega disaggregation for finish and cost
         omega = ("acc", *CARD_FACTORS, "nics", "tau", "mode")
@@ -297,7 +312,7 @@ class HighsModel:
         one_plus_l = 1.0 + self._broadcast("overhead", omega, shape)
         rate = self._broadcast("rate", omega, shape)
         u = self._weights(omega).reshape(-1)
-        n = u.size
+        n_omega = u.size
         # per-omega bounds of busy (sum of each term's min / max over the variables omega leaves
         # free) make b[omega] in [lo u, hi u] the convex hull of "b = busy if omega is chosen"
         lo_b = np.zeros(shape)
@@ -308,11 +323,11 @@ class HighsModel:
             lo_b = lo_b + reduce_to(self.space.domains, vals, t.vars, omega, np.min)
             hi_b = hi_b + reduce_to(self.space.domains, vals, t.vars, omega, np.max)
         lo_b, hi_b = lo_b.reshape(-1) * (1 - 1e-9), hi_b.reshape(-1) * (1 + 1e-9) + 1e-9
-        b = lp.cols(n, 0.0, busy_hi)
-        for j in range(n):
+        b = lp.cols(n_omega, 0.0, busy_hi)
+        for j in range(n_omega):
             lp.row([b[j], u[j]], [1.0, -hi_b[j]], -INF, 0.0)
             lp.row([b[j], u[j]], [1.0, -lo_b[j]], 0.0, INF)
-        lp.row(np.append(b, self.busy), np.append(np.ones(n), -1.0), 0.0, 0.0)
+        lp.row(np.append(b, self.busy), np.append(np.ones(n_omega), -1.0), 0.0, 0.0)
         iters = T.iteration_count(sc)
         wait = sc.input.wait_s
         reserved = sc.task.reserved_s
@@ -333,14 +348,16 @@ class HighsModel:
         self.obj_factor = 1.0 if self.req.objective == "cost" else DAY  # LP units -> cost / seconds
         lp.cost[self.obj] = 1.0
 
-    def _hub_bounds(self, names, omega, shape, one_plus_l, rate, iters, wait, reserved):
+    def _hub_bounds(self, names: Sequence[str], omega: tuple[str, ...], shape: tuple[int, ...],
+                    one_plus_l: NDArray[np.float64], rate: NDArray[Any], iters: float, wait: float,
+                    reserved: float) -> None:
         """Valid inequalities on the hub weights: per hub value, each term's minimum over the other
         variables bounds busy time, memory, finish and cost from below (cuts off fractional LP
         points that mix cheap-but-infeasible layouts, without removing any integer plan)."""
         sp, lp = self.space, self.lp
         h = self._weights(HUB).reshape(-1)
 
-        def hub_min(name):
+        def hub_min(name: str) -> NDArray[Any]:
             t = sp.tables[name]
             vals = self._values(name)
             return reduce_to(self.space.domains, vals, t.vars, HUB, np.min).reshape(-1)
@@ -358,12 +375,12 @@ class HighsModel:
         lp.row(np.append(h, self.finish), np.append(-fin_min, 1.0), 0.0, INF)
         lp.row(np.append(h, self.cost), np.append(-rmin * fin_min * DAY, 1.0), 0.0, INF)
 
-    def _broadcast(self, name, target_vars, shape):
+    def _broadcast(self, name: str, target_vars: tuple[str, ...], shape: tuple[int, ...]) -> NDArray[Any]:
         """A table laid out on the joint grid of ``target_vars`` (a superset of its variables)."""
         t = self.space.tables[name]
         return reduce_to(self.space.domains, self._values(name), t.vars, target_vars)
 
-    def _pass(self):
+    def _pass(self) -> None:
         hp, lp = self.hp, self.lp
         model = hp.HighsLp()
         model.num_col_ = len(lp.lo)
@@ -381,11 +398,11 @@ class HighsModel:
         self.h.passModel(model)
 
     # -- solving --------------------------------------------------------------------------------
-    def exclude(self, assignment: dict):
+    def exclude(self, assignment: Mapping[str, int]) -> None:
         idx = [int(self.x[v][assignment[v]]) for v in VARS]
         self.h.addRow(-INF, len(idx) - 1.0, len(idx), np.array(idx, dtype=np.int32), np.ones(len(idx)))
 
-    def solve(self, bound=None, time_limit: float = 60.0, confirm: bool = True) -> CandidateResult:
+    def solve(self, bound: float | None = None, time_limit: float = 60.0, confirm: bool = True) -> CandidateResult:
         hp = self.hp
         if bound is not None:
             lim = bound / self.obj_factor

@@ -41,7 +41,10 @@ import os
 import re
 import subprocess
 import tempfile
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import numpy as np
 from tpopt.errors import InputError
@@ -49,6 +52,12 @@ from tpopt.optimizer.cpsat import CandidateResult
 from tpopt.optimizer.highs import INF, HighsModel
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import VARS, Space
+
+if TYPE_CHECKING:  # annotations only (the decomposition imports the backends, not the other way round)
+    from tpopt.optimizer.decompose import Allowed, LayoutBounds, MasterAnswer
+
+Options: TypeAlias = Callable[[int], dict[str, Any]]
+"""A solver's options for a random seed."""
 
 PREFIX = "pyomo:"
 EXPORT_FORMATS = (".lp", ".mps")
@@ -71,7 +80,7 @@ INTERFACES = {
 KNOWN = tuple(INTERFACES)
 
 # options that make each known solver prove optimality to a zero gap, deterministically
-LEGACY_OPTIONS = {
+LEGACY_OPTIONS: dict[str, Options] = {
     # CBC 2.10's preprocessing wrongly declares some of these models infeasible ("Cut generators found
     # to be infeasible", reproduced with Debian's 2.10.8 on a model HiGHS, SCIP and GLPK solve): off
     "cbc": lambda seed: {"ratioGap": 0.0, "allowableGap": 0.0, "randomSeed": seed + 1, "preprocess": "off"},
@@ -80,7 +89,7 @@ LEGACY_OPTIONS = {
                           "presolving/implics/maxrounds": 0},
     "gurobi": lambda seed: {"MIPGap": 0.0, "MIPGapAbs": 0.0, "Seed": seed, "Threads": 1},
 }
-V2_OPTIONS = {
+V2_OPTIONS: dict[str, Options] = {
     "highs": lambda seed: {"random_seed": seed},
     # SCIP 10's implication presolver (PySCIPOpt 6.3) wrongly proves some of these models infeasible
     # (a busy time bounded by u lo <= b <= u hi with lo and hi 1e-9 apart; HiGHS, CBC and GLPK solve them,
@@ -88,6 +97,12 @@ V2_OPTIONS = {
     "scip_persistent": lambda seed: {"randomization/randomseedshift": seed, "presolving/implics/maxrounds": 0},
     "gurobi_persistent": lambda seed: {"Seed": seed},
 }
+
+
+
+def _no_options(seed: int) -> dict[str, Any]:
+    """The options of a solver tpopt knows nothing about: none."""
+    return {}
 
 
 def is_pyomo(backend: str) -> bool:
@@ -104,7 +119,7 @@ def solver_name(backend: str) -> str:
 
 
 @contextlib.contextmanager
-def _quiet_pyomo():
+def _quiet_pyomo() -> Iterator[None]:
     """Pyomo logs solver failures (with tracebacks) before raising; tpopt reports one line instead."""
     log = logging.getLogger("pyomo")
     level = log.level
@@ -115,12 +130,13 @@ def _quiet_pyomo():
         log.setLevel(level)
 
 
-def _import_pyomo():
+def _import_pyomo() -> ModuleType:
     try:
-        import pyomo.environ as pyo
+        import pyomo.environ as pyo  # lazy: start-up time
     except ImportError as exc:  # pragma: no cover - pyomo is a declared dependency
         raise InputError(f"the Pyomo backend needs pyomo ({exc}); install it with: pip install pyomo") from None
-    return pyo
+    module: ModuleType = pyo
+    return module
 
 
 class PyomoSolver:
@@ -130,7 +146,7 @@ class PyomoSolver:
     "feasible" (a solution without proof, at the time limit), "infeasible" or "unknown".
     """
 
-    def __init__(self, backend: str, req: Request):
+    def __init__(self, backend: str, req: Request) -> None:
         self.backend = backend
         self.name = solver_name(backend)
         self.req = req
@@ -138,12 +154,12 @@ class PyomoSolver:
         with _quiet_pyomo():
             self.api, self.pyomo_name, self.opt = self._resolve()
 
-    def _resolve(self):
+    def _resolve(self) -> tuple[str, str, Any]:
         pyo = self.pyo
-        tried = []
+        tried: list[str] = []
         for api, pname in INTERFACES.get(self.name, (("legacy", self.name),)):
             if api == "v2":
-                from pyomo.contrib.solver.common.factory import SolverFactory as V2Factory
+                from pyomo.contrib.solver.common.factory import SolverFactory as V2Factory  # lazy: start-up time
 
                 try:
                     opt = V2Factory(pname)
@@ -167,14 +183,14 @@ class PyomoSolver:
         hint = HINTS.get(self.name, "install the solver so that Pyomo can find it")
         raise InputError(f"solver {self.backend!r} is not installed here ({'; '.join(tried)}); {hint}")
 
-    def solve(self, model, time_limit: float) -> str:
+    def solve(self, model: Any, time_limit: float) -> str:
         seed = int(self.req.seed)
         with _quiet_pyomo():
             if self.api == "v2":
                 return self._solve_v2(model, time_limit, seed)
             return self._solve_legacy(model, time_limit, seed)
 
-    def _call(self, fn, *args, **kw):
+    def _call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         """Run the solver; its own failures (licence, crash, unreadable output) become one line."""
         try:
             return fn(*args, **kw)
@@ -183,11 +199,11 @@ class PyomoSolver:
         except Exception as exc:
             raise InputError(f"solver {self.backend!r} failed: {_first_line(exc)}") from None
 
-    def _solve_v2(self, model, time_limit, seed) -> str:
-        from pyomo.contrib.solver.common.results import SolutionStatus
-        from pyomo.contrib.solver.common.results import TerminationCondition as TC
+    def _solve_v2(self, model: Any, time_limit: float, seed: int) -> str:
+        from pyomo.contrib.solver.common.results import SolutionStatus  # lazy: start-up time
+        from pyomo.contrib.solver.common.results import TerminationCondition as TC  # lazy: start-up time
 
-        opts = V2_OPTIONS.get(self.pyomo_name, lambda s: {})(seed)
+        opts = V2_OPTIONS.get(self.pyomo_name, _no_options)(seed)
         res = self._call(self.opt.solve, model, load_solutions=False, raise_exception_on_nonoptimal_result=False,
                          time_limit=max(0.01, float(time_limit)), threads=max(1, int(self.req.workers)),
                          rel_gap=0.0, abs_gap=0.0, solver_options=opts)
@@ -201,11 +217,11 @@ class PyomoSolver:
             raise InputError(f"solver {self.backend!r} failed ({tc.name})")
         return "unknown"
 
-    def _solve_legacy(self, model, time_limit, seed) -> str:
-        from pyomo.opt import SolutionStatus as SS
-        from pyomo.opt import TerminationCondition as TC
+    def _solve_legacy(self, model: Any, time_limit: float, seed: int) -> str:
+        from pyomo.opt import SolutionStatus as SS  # lazy: start-up time
+        from pyomo.opt import TerminationCondition as TC  # lazy: start-up time
 
-        self.opt.options.update(LEGACY_OPTIONS.get(self.pyomo_name, lambda s: {})(seed))
+        self.opt.options.update(LEGACY_OPTIONS.get(self.pyomo_name, _no_options)(seed))
         try:
             res = self._call(self.opt.solve, model, load_solutions=False, timelimit=max(1, math.ceil(time_limit)))
         except _Timeout:  # the executable ignored its own limit and Pyomo stopped it: no answer in time
@@ -249,7 +265,7 @@ class MilpFormulation(HighsModel):
     """The HiGHS MILP's columns and rows (:class:`~tpopt.optimizer.highs.HighsModel`), built by the
     same code, without creating a HiGHS instance."""
 
-    def __init__(self, space: Space, req: Request):  # not super().__init__: that would also start HiGHS
+    def __init__(self, space: Space, req: Request) -> None:  # not super().__init__: that would also start HiGHS
         self._formulate(space, req)
 
 
@@ -258,7 +274,7 @@ def estimated_columns(space: Space) -> int:
     return int(sum(t.values.size for t in space.tables.values()))
 
 
-def _label(value):
+def _label(value: object) -> int | float | str:
     """A domain value as an LP/MPS-safe index: 8, 600, 0.5, rtx4090, norm_mlp, fill_drain."""
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         return int(value)
@@ -288,19 +304,19 @@ def _columns(f: MilpFormulation) -> list[tuple[str, object]]:
         if names[j] is None:  # the disaggregated busy time per omega (the one unnamed block)
             names[j] = ("busy_split", k)
             k += 1
-    return names
+    return cast(list[tuple[str, object]], names)  # every column named by now
 
 
-def build_pyomo(f: MilpFormulation, name: str = "tpopt"):
+def build_pyomo(f: MilpFormulation, name: str = "tpopt") -> tuple[Any, list[Any]]:
     """A Pyomo ConcreteModel with exactly the columns, bounds, integrality, rows and objective of
     the formulation; returns (model, list of the Pyomo variable per column)."""
     pyo = _import_pyomo()
-    from pyomo.core.expr.numeric_expr import LinearExpression
+    from pyomo.core.expr.numeric_expr import LinearExpression  # lazy: start-up time
 
     lp = f.lp
     m = pyo.ConcreteModel(name=name)
     cols = _columns(f)
-    groups: dict[str, list] = {}
+    groups: dict[str, list[object]] = {}
     for comp, idx in cols:
         groups.setdefault(comp, []).append(idx)
     for comp, idx in groups.items():
@@ -308,7 +324,7 @@ def build_pyomo(f: MilpFormulation, name: str = "tpopt"):
             m.add_component(comp, pyo.Var(domain=pyo.Reals))
         else:
             m.add_component(comp, pyo.Var(idx, domain=pyo.Reals))
-    var = []
+    var: list[Any] = []
     for j, (comp, idx) in enumerate(cols):
         c = m.component(comp)
         v = c if idx is None else c[idx]
@@ -321,7 +337,7 @@ def build_pyomo(f: MilpFormulation, name: str = "tpopt"):
 
     starts = lp.r_start
 
-    def row(_, i):
+    def row(_: Any, i: int) -> Any:
         a, b = starts[i], starts[i + 1]
         vals = lp.r_val[a:b]
         top = max((abs(v) for v in vals), default=0.0)
@@ -344,7 +360,7 @@ class PyomoMilp:
     """The monolithic MILP in Pyomo, solved by a Pyomo solver inside the solve-verify loop
     (the same ``solve`` / ``exclude`` protocol as the CP-SAT and HiGHS models)."""
 
-    def __init__(self, space: Space, req: Request, backend: str):
+    def __init__(self, space: Space, req: Request, backend: str) -> None:
         self.solver = PyomoSolver(backend, req)  # first: a missing solver fails before any build
         self.space = space
         self.f = MilpFormulation(space, req)
@@ -353,11 +369,11 @@ class PyomoMilp:
         self.obj_ub = self.obj_var.ub
         self.choose = {v: [self.var[j] for j in self.f.x[v].tolist()] for v in VARS}
 
-    def exclude(self, assignment: dict):
+    def exclude(self, assignment: Mapping[str, int]) -> None:
         picked = [self.choose[v][assignment[v]] for v in VARS]
         self.m.nogood.add(sum(picked) <= len(picked) - 1)
 
-    def solve(self, bound=None, time_limit: float = 60.0) -> CandidateResult:
+    def solve(self, bound: float | None = None, time_limit: float = 60.0) -> CandidateResult:
         if bound is not None:
             lim = bound / self.f.obj_factor * (1 + 1e-9) + 1e-9
             self.obj_var.setub(lim if self.obj_ub is None else min(self.obj_ub, lim))
@@ -371,7 +387,7 @@ class PyomoMilp:
         return CandidateResult("candidate" if st == "optimal" else "feasible", a, obj)
 
 
-def model_class(backend: str):
+def model_class(backend: str) -> Callable[[Space, Request], PyomoMilp]:
     """``Model(space, req)`` for the solve-verify loop of :mod:`tpopt.optimizer.core`."""
     solver_name(backend)
 
@@ -381,7 +397,7 @@ def model_class(backend: str):
     return make
 
 
-def _value(v) -> float:
+def _value(v: Any) -> float:
     x = v.value
     return float("nan") if x is None else float(x)
 
@@ -396,7 +412,7 @@ class PyomoMaster:
 
     name = "pyomo"
 
-    def __init__(self, space: Space, bounds, allowed: dict, req: Request, backend: str):
+    def __init__(self, space: Space, bounds: LayoutBounds, allowed: Allowed, req: Request, backend: str) -> None:
         self.solver = PyomoSolver(backend, req)
         pyo = self.solver.pyo
         ok = np.ones(bounds.n, dtype=bool)
@@ -417,12 +433,12 @@ class PyomoMaster:
         m.bound = pyo.Constraint(expr=self.theta <= m.limit)
         self.left = len(self.cols)
 
-    def exclude(self, h: int):
+    def exclude(self, h: int) -> None:
         if h in self.m.layout and not self.m.layout[h].fixed:
             self.m.layout[h].fix(0)
             self.left -= 1
 
-    def solve(self, bound, time_limit):
+    def solve(self, bound: float | None, time_limit: float) -> MasterAnswer:
         if not self.cols or not self.left:  # nothing allowed, or every layout already evaluated
             return "infeasible", None
         if bound is not None:
@@ -438,7 +454,7 @@ class PyomoMaster:
 # export
 
 
-def check_export_path(path) -> Path:
+def check_export_path(path: str | os.PathLike[str]) -> Path:
     """The export target, validated before anything is solved or written."""
     p = Path(path)
     if p.suffix.lower() not in EXPORT_FORMATS:
@@ -450,7 +466,7 @@ def check_export_path(path) -> Path:
     return p
 
 
-def export_model(space: Space, req: Request, path) -> dict:
+def export_model(space: Space, req: Request, path: str | os.PathLike[str]) -> dict[str, Any]:
     """Write the monolithic MILP of ``space`` under ``req`` to ``path`` (.lp or .mps), atomically.
 
     The file is the model before any no-good cut: minimising it gives the optimal plan of the

@@ -29,16 +29,32 @@ Base variables and domains:
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from tpopt.errors import InputError
-from tpopt.models import context
+from tpopt.models import context, pipeline
 from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.models.layout import term_variables
+from tpopt.models.numeric import FloatArray
 from tpopt.models.plan import Plan, Scenario
+
+if TYPE_CHECKING:  # the views dict's methods return (typeshed names them in _collections_abc)
+    from _collections_abc import dict_items, dict_keys, dict_values
+
+Domains: TypeAlias = dict[str, list[Any]]
+"""Variable name -> its domain (values of the variable's Plan type: str, int, float or bool)."""
+Builder: TypeAlias = Callable[..., Any]
+"""A table builder: called with one keyword per table variable, returns its values (broadcast)."""
+Spec: TypeAlias = tuple[tuple[str, ...], Builder | None]
+"""(variables, builder) of a table; None: built from other tables."""
+Reducer: TypeAlias = Callable[..., Any]
+"""np.min or np.max (or another ``fn(vals, axis=...)``)."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +93,8 @@ VARIABLES = (
     Variable("ep", "ep", "ep"),
     Variable("etp", "expert_tp", "expert_tp"),
     Variable("cap", "capacity_factor", "capacity_factor", float),
-    Variable("sp", "sequence_parallel", None, bool, categorical=True),  # [search] sequence_parallel, else the scenario's
+    # [search] sequence_parallel, else the scenario's
+    Variable("sp", "sequence_parallel", None, bool, categorical=True),
 )
 VARS = tuple(v.name for v in VARIABLES)
 CATEGORICAL = tuple(v.name for v in VARIABLES if v.categorical)
@@ -87,7 +104,7 @@ CARD_FACTORS = tuple(v.name for v in VARIABLES if v.cards)  # cards = tp x cp x 
 MOE_VARS = tuple((v.name, v.field, v.type) for v in VARIABLES if v.name in ("ep", "etp", "cap"))
 
 
-def cards_of(**vals):
+def cards_of(**vals: Any) -> Any:
     """The card count of a layout: the product of the card factors (arrays broadcast)."""
     out = 1
     for v in CARD_FACTORS:
@@ -95,7 +112,7 @@ def cards_of(**vals):
     return out
 
 
-def card_counts(domains: dict) -> list[int]:
+def card_counts(domains: Domains) -> list[int]:
     """Every card count the domains can form (tp x cp x pp x dp), ascending."""
     return sorted({int(np.prod(c)) for c in itertools.product(*(domains[v] for v in CARD_FACTORS))})
 
@@ -118,7 +135,7 @@ CHEAP_PIPELINE_WORK = 300_000
 enumeration of ``tpopt solve``)."""
 
 
-def reduce_axes(vals: np.ndarray, drop: tuple, fn=np.min) -> np.ndarray:
+def reduce_axes(vals: NDArray[Any], drop: tuple[int, ...], fn: Reducer = np.min) -> NDArray[Any]:
     """``fn(vals, axis=drop)`` for np.min / np.max, without numpy's slow paths: adjacent axes merged
     (a free reshape), and a short innermost axis reduced as an elementwise minimum (maximum) of its
     slices instead of one tiny reduction per row (30 ms -> 4 ms on a MoE space's tables)."""
@@ -126,7 +143,8 @@ def reduce_axes(vals: np.ndarray, drop: tuple, fn=np.min) -> np.ndarray:
     if ufunc is None or not drop:
         return fn(vals, axis=drop) if drop else np.asarray(vals)
     vals = np.ascontiguousarray(vals)
-    shape, dropped = [], []
+    shape: list[int] = []
+    dropped: list[bool] = []
     for i, n in enumerate(vals.shape):
         d = i in drop
         if dropped and dropped[-1] == d:
@@ -146,10 +164,12 @@ def reduce_axes(vals: np.ndarray, drop: tuple, fn=np.min) -> np.ndarray:
             v = out
         else:
             v = fn(v, axis=ax)
-    return v.reshape(tuple(n for i, n in enumerate(vals.shape) if i not in drop))
+    reduced: NDArray[Any] = v.reshape(tuple(n for i, n in enumerate(vals.shape) if i not in drop))
+    return reduced
 
 
-def reduce_to(domains: dict, vals: np.ndarray, vars, target_vars, fn=np.min, broadcast: bool = True) -> np.ndarray:
+def reduce_to(domains: Domains, vals: NDArray[Any], vars: Iterable[str], target_vars: Iterable[str],
+              fn: Reducer = np.min, broadcast: bool = True) -> NDArray[Any]:
     """Reduce a table over ``vars`` with ``fn`` along the variables not in ``target_vars`` and lay it
     out on the joint grid of ``target_vars`` (broadcast along target variables it does not have;
     ``broadcast=False``: size-1 axes there instead, which sums of many such tables broadcast faster)."""
@@ -174,25 +194,26 @@ class Table:
 
     name: str
     vars: tuple[str, ...]
-    values: np.ndarray
+    values: NDArray[Any]
 
-    def flat(self) -> np.ndarray:
+    def flat(self) -> NDArray[Any]:
         return self.values.reshape(-1)
 
 
-def round_up32(x) -> np.ndarray:
+def round_up32(x: ArrayLike) -> NDArray[np.float32]:
     """float32 values no smaller than ``x`` (an upper bound stored in half the memory)."""
     x = np.asarray(x, dtype=float)
     y = x.astype(np.float32)
-    return np.where(y < x, np.nextafter(y, np.float32(np.inf)), y)
+    up: NDArray[np.float32] = np.where(y < x, np.nextafter(y, np.float32(np.inf)), y)
+    return up
 
 
-class Tables(dict):
+class Tables(dict[str, Table]):
     """Term tables by name, each built on first access (see :meth:`Space.tables`). Iterating over them
     (``values()``, ``items()``, ``keys()``) builds every exact table first; ``name in tables`` and
     ``tables.get(name)`` look only at the tables built so far."""
 
-    def __init__(self, space: Space):
+    def __init__(self, space: Space) -> None:
         super().__init__()
         self.space = space
 
@@ -207,26 +228,26 @@ class Tables(dict):
                 self[name]
         return self
 
-    def values(self):
+    def values(self) -> dict_values[str, Table]:
         return super(Tables, self.build_all()).values()
 
-    def items(self):
+    def items(self) -> dict_items[str, Table]:
         return super(Tables, self.build_all()).items()
 
-    def keys(self):
+    def keys(self) -> dict_keys[str, Table]:
         return super(Tables, self.build_all()).keys()
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self.keys())
 
 
 @dataclass
 class Space:
     sc: Scenario
-    domains: dict = field(default_factory=dict)
+    domains: Domains = field(default_factory=dict)
 
     @classmethod
-    def from_scenario(cls, sc: Scenario, restrict: dict | None = None) -> Space:
+    def from_scenario(cls, sc: Scenario, restrict: Mapping[str, Iterable[Any]] | None = None) -> Space:
         """Domains from the scenario's [search] table, optionally restricted further by ``restrict``
         (variable -> allowed values)."""
         s = sc.search
@@ -278,7 +299,7 @@ class Space:
         return n * other
 
     # -- allowed pairs that are not constraints but domain facts --------------------------------
-    def nic_allowed(self) -> np.ndarray:
+    def nic_allowed(self) -> NDArray[np.bool_]:
         """(acc, nics) pairs a host can take."""
         out = np.zeros((len(self.domains["acc"]), len(self.domains["nics"])), dtype=bool)
         for i, a in enumerate(self.domains["acc"]):
@@ -288,7 +309,7 @@ class Space:
         return out
 
     # -- tabulation -----------------------------------------------------------------------------
-    def tabulate(self, name: str, vars: tuple[str, ...], fn, dtype=float) -> Table:
+    def tabulate(self, name: str, vars: tuple[str, ...], fn: Builder, dtype: Any = float) -> Table:
         """Evaluate ``fn(**{var: values})`` on the joint domain of ``vars``.
 
         Categorical variables are looped over (they are scalars in the term functions); numeric ones
@@ -315,21 +336,21 @@ class Space:
         iterating over them builds every exact table."""
         return Tables(self)
 
-    def _term(self, fn, then=None, **options) -> tuple:
+    def _term(self, fn: Callable[..., Any], then: Callable[[Any], Any] | None = None, **options: Any) -> Spec:
         """(variables, builder) of a table built from a term function: its variables are the ones the
         term declares (:func:`tpopt.models.layout.term_variables`: MoE variables only for a MoE model);
         ``then`` maps its values (a bound's rounding, a rule's condition); ``options`` are keywords that
         are not variables (``peak=``)."""
         sc = self.sc
 
-        def build(**kw):
+        def build(**kw: Any) -> Any:
             value = fn(sc, **kw, **options)
             return value if then is None else then(value)
 
         return term_variables(fn, sc.model.moe), build
 
     @cached_property
-    def _specs(self) -> dict:
+    def _specs(self) -> dict[str, Spec]:
         """Table name -> (variables, builder). A term function's table has the variables the term
         declares (:meth:`_term`); the few tables below that are not one term (the card count and what
         is read from it, the layout rules of the context module) name their variables themselves;
@@ -398,8 +419,6 @@ class Space:
     def pipeline_work(self) -> int:
         """Operations the event model would simulate to tabulate the pipeline terms exactly: the sum
         over the distinct (schedule, pp, micro-batches) shapes without a closed form of their op count."""
-        from tpopt.models import pipeline
-
         d = self.domains
         pps = [p for p in d["pp"] if p > 1]
         if not pps:
@@ -444,7 +463,7 @@ class Space:
             return self.tables[f"{name}.{side}"]
         return self.tables[name]
 
-    def build_tables(self, check=None) -> Tables:
+    def build_tables(self, check: Callable[[], object] | None = None) -> Tables:
         """Build every table a solve reads, as one phase: the exact tables, except that the pipeline
         terms of a space too large to simulate shape by shape come as closed-form bounds
         (:meth:`bound_table`). ``check()``, if given, runs before each table (a time limit can raise
@@ -486,7 +505,7 @@ class Space:
         return {n: self.tables[n] for n in ("ok." + F.EP_DIVIDES_EXPERTS, "ok." + F.EP_GROUP,
                                             "ok." + F.CAPACITY_DROPS)}
 
-    def inert(self) -> frozenset:
+    def inert(self) -> frozenset[str]:
         """MoE families no plan of this space can violate (all three for a dense model; capacity drops when
         every capacity is dropless or drops little enough). Reports skip them: dropping one cannot admit a
         better plan."""
@@ -516,7 +535,7 @@ class Space:
 
         lead = (len(d["acc"]), len(d["recompute"]), len(d["sp"]))
 
-        def lay(total):
+        def lay(total: NDArray[np.float64]) -> NDArray[np.float64]:
             total = total.reshape(lead + (len(reps),) + sub)[:, :, :, which]
             if moe:  # (acc, rec, sp, combo) + sub -> (acc, rec, sp) + sub + (ep, etp, cap)
                 return np.moveaxis(total, 3, -1).reshape(lead + sub + tuple(len(d[v]) for v in moe))
@@ -545,25 +564,26 @@ class Space:
         self.tables["time.compute.hi"] = Table("time.compute.hi", vars, round_up32(outs[1]))
         return self.tables[name]
 
-    def with_sp(self, sp) -> Scenario:
+    def with_sp(self, sp: bool) -> Scenario:
         """The scenario with sequence parallelism on or off (:func:`tpopt.models.terms.with_sequence_parallel`:
         the same object for the scenario's own value, so the per-operation memo keeps hitting)."""
         return T.with_sequence_parallel(self.sc, sp)
 
-    def interval(self, tau, cards, mode):
+    def interval(self, tau: ArrayLike, cards: ArrayLike, mode: str) -> FloatArray:
         """Save interval in seconds for a tau choice (0 = auto: the optimum for the card count)."""
         tau = np.asarray(tau, dtype=float)
         auto = T.optimal_save_interval(self.sc, cards, mode)
-        return np.where(tau == 0.0, auto, tau)
+        chosen: FloatArray = np.where(tau == 0.0, auto, tau)
+        return chosen
 
-    def usable(self) -> np.ndarray:
+    def usable(self) -> FloatArray:
         return np.array([self.sc.system(a).acc.memory_usable for a in self.domains["acc"]])
 
-    def host_capacity(self) -> np.ndarray:
+    def host_capacity(self) -> FloatArray:
         return np.array([self.sc.system(a).acc.host_memory or np.inf for a in self.domains["acc"]])
 
     # -- plans ----------------------------------------------------------------------------------
-    def plan(self, idx: dict) -> Plan:
+    def plan(self, idx: Mapping[str, int]) -> Plan:
         """The :class:`Plan` of an assignment given as variable -> index into its domain."""
         d = {k: self.domains[k][i] for k, i in idx.items()}
         cards = cards_of(**d)
@@ -577,7 +597,7 @@ class Space:
                     save_interval_s=tau, save_mode=d["mode"], nics_per_host=int(d["nics"]), global_batch=B,
                     sequence_parallel=bool(d["sp"]), **{name: typ(d[v]) for v, name, typ in MOE_VARS if v in d})
 
-    def key(self, idx: dict) -> tuple:
+    def key(self, idx: Mapping[str, int]) -> tuple[int, ...]:
         """A canonical assignment key (schedule pinned when pp = 1)."""
         i = dict(idx)
         if self.domains["pp"][i["pp"]] == 1:

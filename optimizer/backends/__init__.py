@@ -27,10 +27,18 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tpopt.errors import InputError
+
+if TYPE_CHECKING:  # annotations only: the registry loads no backend (start-up time)
+    from tpopt.models.evaluate import Evaluation
+    from tpopt.optimizer.backends.verify import RelaxedModel
+    from tpopt.optimizer.decompose import Allowed, LayoutBounds, Master
+    from tpopt.optimizer.result import Request, SolverInfo, Status
+    from tpopt.optimizer.space import Space
 
 __all__ = ["Capabilities", "Backend", "Entry", "register", "unregister", "lookup", "entry", "capabilities",
            "names", "is_known", "accepts_syntax", "not_a_solver", "check_solver", "unknown_solver", "listing",
@@ -66,13 +74,14 @@ class Capabilities:
 class Backend(Protocol):
     """The interface a backend implements (the doors its :class:`Capabilities` open; see the module)."""
 
-    def require(self, name: str, req: Any) -> None: ...
+    def require(self, name: str, req: Request) -> None: ...
 
-    def model(self, name: str, space: Any, req: Any) -> Any: ...
+    def model(self, name: str, space: Space, req: Request) -> RelaxedModel: ...
 
-    def master(self, name: str, space: Any, bounds: Any, allowed: dict, req: Any) -> Any: ...
+    def master(self, name: str, space: Space, bounds: LayoutBounds, allowed: Allowed, req: Request) -> Master: ...
 
-    def solve_space(self, name: str, space: Any, req: Any, info: Any) -> tuple[list, Any]: ...
+    def solve_space(self, name: str, space: Space, req: Request, info: SolverInfo
+                    ) -> tuple[list[Evaluation], Status]: ...
 
 
 @dataclass
@@ -82,24 +91,26 @@ class Entry:
 
     name: str
     capabilities: Capabilities
-    source: Any
+    source: Backend | str
     family: bool = False
     name_pattern: str = r"[A-Za-z0-9_.\-]+"
     """A family member's NAME (after ``prefix:``) as the command line accepts it."""
-    check_name: Any = None
+    check_name: Callable[[str], None] | None = None
     """Callable(full name) raising InputError when a family NAME is malformed (None: the pattern only)."""
-    examples: tuple = ()
+    examples: tuple[str, ...] = ()
     """Family members worth naming in an error message (``highs``, ``scip``, ...)."""
     checks_install: bool = False
     """``require`` asks the backend whether its solver is installed here (True: loads its module then;
     False: it ships with tpopt's dependencies, nothing to ask, nothing loaded)."""
-    preload: tuple = ()
+    preload: tuple[str, ...] = ()
     """Libraries the backend imports only when it first solves: a process pool imports them before it forks."""
 
     def load(self) -> Backend:
         if isinstance(self.source, str):
             module, _, attr = self.source.partition(":")
-            self.source = getattr(importlib.import_module(module), attr)  # lazy: start-up time
+            backend: Backend = getattr(importlib.import_module(module), attr)  # lazy: start-up time
+            self.source = backend
+            return backend
         return self.source
 
     def spelled(self, member: str = "NAME") -> str:
@@ -109,9 +120,9 @@ class Entry:
 _REGISTRY: dict[str, Entry] = {}
 
 
-def register(name: str, backend: Any, capabilities: Capabilities, *, family: bool = False,
-             check_name: Any = None, examples: tuple = (), preload: tuple = (), checks_install: bool = False
-             ) -> Entry:
+def register(name: str, backend: Backend | str, capabilities: Capabilities, *, family: bool = False,
+             check_name: Callable[[str], None] | None = None, examples: Iterable[str] = (),
+             preload: Iterable[str] = (), checks_install: bool = False) -> Entry:
     """Register ``backend`` (an object, or ``"module:attribute"`` loaded on first use) under ``name``;
     ``family=True``: selected as ``name:NAME``. A name registered again replaces the entry."""
     if not re.fullmatch(r"[a-z][a-z0-9_\-]*", name) or name == SWEEP_AUTO:
@@ -149,7 +160,8 @@ def _families() -> tuple[Entry, ...]:
     return tuple(e for e in _REGISTRY.values() if e.family)
 
 
-def listing(member: str = "NAME", sep: str = ", ", last: str | None = None, plain: tuple | None = None) -> str:
+def listing(member: str = "NAME", sep: str = ", ", last: str | None = None, plain: tuple[str, ...] | None = None
+            ) -> str:
     """The accepted names in words: ``cpsat, highs, enumerate, pyomo:NAME`` (``last``: the word before the
     final item, ``"or"`` gives ``cpsat, highs, enumerate or pyomo:NAME``)."""
     items = list(names() if plain is None else plain) + [e.spelled(member) for e in _families()]
@@ -158,7 +170,7 @@ def listing(member: str = "NAME", sep: str = ", ", last: str | None = None, plai
     return sep.join(items)
 
 
-def metavar(plain: tuple | None = None) -> str:
+def metavar(plain: tuple[str, ...] | None = None) -> str:
     """``[cpsat|highs|enumerate|pyomo:NAME]``: the accepted names as a click metavar."""
     return "[" + listing(sep="|", plain=plain) + "]"
 
@@ -257,7 +269,7 @@ def check_sweep_solver(solver: str, what: str | None) -> str:
                      f"{', '.join(f.name + ':highs' for f in _families())})")
 
 
-def _pattern_check(e: Entry):
+def _pattern_check(e: Entry) -> Callable[[str], None]:
     def check(solver: str) -> None:
         if not accepts_syntax(solver):
             raise InputError(f"solver {solver!r}: name the solver, e.g. {e.name}:NAME")

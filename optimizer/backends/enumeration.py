@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
+from typing import NoReturn
+
+from tpopt.models.evaluate import Evaluation
 from tpopt.optimizer.backends.verify import evaluate_assignment
+from tpopt.optimizer.decompose import Allowed, LayoutBounds
 from tpopt.optimizer.enumerate import enumerate_best
-from tpopt.optimizer.result import Status
+from tpopt.optimizer.result import Request, SolverInfo, Status
+from tpopt.optimizer.space import Space
 
 
 class Enumerate:
     """Answers the space itself (:meth:`solve_space`); no solver model, no decomposition master."""
 
-    def require(self, name: str, req) -> None:
+    def require(self, name: str, req: Request) -> None:
         """Nothing to check: numpy only."""
 
-    def model(self, name: str, space, req):
+    def model(self, name: str, space: Space, req: Request) -> NoReturn:
         raise NotImplementedError("the enumerator has no solver model")
 
-    def master(self, name: str, space, bounds, allowed: dict, req):
+    def master(self, name: str, space: Space, bounds: LayoutBounds, allowed: Allowed, req: Request) -> NoReturn:
         raise NotImplementedError("the enumerator has no decomposition master")
 
-    def solve_space(self, name: str, space, req, info):
+    def solve_space(self, name: str, space: Space, req: Request, info: SolverInfo
+                    ) -> tuple[list[Evaluation], Status]:
         """The K best plans; ``optimal``/``infeasible`` when every plan was evaluated, else ``feasible``/
         ``unknown`` (a partial enumeration has no bound on the plans it did not reach)."""
         assignments, evaluated, chunks = enumerate_best(space, req)

@@ -3,23 +3,28 @@
 
 from __future__ import annotations
 
-from tpopt.optimizer.pyomo_model import PyomoMaster, PyomoSolver, model_class
+from typing import NoReturn
+
+from tpopt.optimizer.decompose import Allowed, LayoutBounds
+from tpopt.optimizer.pyomo_model import PyomoMaster, PyomoMilp, PyomoSolver, model_class
+from tpopt.optimizer.result import Request, SolverInfo
+from tpopt.optimizer.space import Space
 
 
 class Pyomo:
     """A family: one entry, any ``pyomo:NAME`` whose solver Pyomo can run here."""
 
-    def require(self, name: str, req) -> None:
+    def require(self, name: str, req: Request) -> None:
         """A missing solver fails here, before anything is written."""
         PyomoSolver(name, req)
 
-    def model(self, name: str, space, req):
+    def model(self, name: str, space: Space, req: Request) -> PyomoMilp:
         return model_class(name)(space, req)
 
-    def master(self, name: str, space, bounds, allowed: dict, req) -> PyomoMaster:
+    def master(self, name: str, space: Space, bounds: LayoutBounds, allowed: Allowed, req: Request) -> PyomoMaster:
         return PyomoMaster(space, bounds, allowed, req, name)
 
-    def solve_space(self, name: str, space, req, info):
+    def solve_space(self, name: str, space: Space, req: Request, info: SolverInfo) -> NoReturn:
         raise NotImplementedError("Pyomo answers through its model and the solve-verify loop")
 
 

@@ -8,12 +8,17 @@ no-good and the search continues until no unexamined assignment can beat the K-t
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Protocol, cast
 
 from tpopt.models import families as F
 from tpopt.models.evaluate import Evaluation, evaluate
-from tpopt.optimizer.limits import clock_of
+from tpopt.optimizer.limits import Clock, clock_of
 from tpopt.optimizer.result import Request, Status, objective_key
 from tpopt.optimizer.space import Space
+
+if TYPE_CHECKING:  # annotations only: the CP-SAT module imports ortools (start-up time)
+    from tpopt.optimizer.cpsat import CandidateResult
 
 SOLVER_SLACK_S = 0.5  # a solver stopping this close to the deadline stopped for the deadline
 
@@ -22,12 +27,20 @@ class SolverFailure(Exception):
     """A backend stopped without an answer for a reason other than the time limit."""
 
 
-def evaluate_assignment(space: Space, idx: dict) -> Evaluation:
+class RelaxedModel(Protocol):
+    """A backend's model of the whole space, as the solve-verify loop drives it (CP-SAT, HiGHS, Pyomo)."""
+
+    def solve(self, bound: float | None = None, time_limit: float = 60.0) -> CandidateResult: ...
+
+    def exclude(self, assignment: Mapping[str, int]) -> None: ...
+
+
+def evaluate_assignment(space: Space, idx: Mapping[str, int]) -> Evaluation:
     """The exact evaluation of one assignment (domain indices) of ``space``."""
     return evaluate(space.sc, space.plan(idx))
 
 
-def feasible_for(ev: Evaluation, enforced) -> bool:
+def feasible_for(ev: Evaluation, enforced: Collection[str]) -> bool:
     """Feasible with respect to the enforced families (step.budget follows deadline.finish)."""
     for c in ev.constraints:
         name = F.encoded_as(c.name)
@@ -45,7 +58,7 @@ def relative_gap(best: float | None, bound: float | None) -> float | None:
     return max(0.0, (best - min(bound, best)) / abs(best))
 
 
-def solver_stopped(clock, res, phase: str) -> None:
+def solver_stopped(clock: Clock, res: CandidateResult, phase: str) -> None:
     """A solver said it hit its time limit: the status is "time limit" only if the shared clock
     agrees (the solver was given what remained of it); otherwise the solver failed."""
     if not clock.expired(phase) and clock.remaining() > SOLVER_SLACK_S:
@@ -54,7 +67,8 @@ def solver_stopped(clock, res, phase: str) -> None:
     clock.reached, clock.phase = True, clock.phase or phase
 
 
-def verify_loop(model, space: Space, req: Request, enforced):
+def verify_loop(model: RelaxedModel, space: Space, req: Request, enforced: Collection[str]
+                ) -> tuple[list[Evaluation], Status, int, float | None, int]:
     """Solve the relaxed encoding, verify candidates exactly, cut no-goods, until proven.
 
     Invariant: every assignment not yet cut has a relaxed objective <= its exact objective. Stop when
@@ -64,10 +78,10 @@ def verify_loop(model, space: Space, req: Request, enforced):
     """
     K = max(1, req.top)
     clock = clock_of(req)
-    verified: list[tuple[tuple, Evaluation]] = []
+    verified: list[tuple[tuple[float, float], Evaluation]] = []
     rounds = 0
     evaluated = 0
-    lower = None  # proven lower bound of the relaxed objective over the assignments not yet cut
+    lower: float | None = None  # proven lower bound of the relaxed objective over the assignments not yet cut
     phase = "solving and verifying candidates"
     while True:
         rounds += 1
@@ -86,9 +100,10 @@ def verify_loop(model, space: Space, req: Request, enforced):
             lower = res.bound if res.bound is not None else lower
             break
         lower = res.objective_lb if res.status == "candidate" else res.bound
-        ev = evaluate_assignment(space, res.assignment)
+        assignment = cast(dict[str, int], res.assignment)  # "candidate" or "feasible": a point
+        ev = evaluate_assignment(space, assignment)
         evaluated += 1
-        model.exclude(res.assignment)
+        model.exclude(assignment)
         if feasible_for(ev, enforced):
             verified.append((objective_key(ev, req.objective), ev))
             verified.sort(key=lambda kv: kv[0])
