@@ -21,11 +21,14 @@ rules: ``ok.layout.ep_group``, ``ok.moe.capacity_drops``) has it in its table fo
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
+from tpopt.models.numeric import FloatArray
 
 MOE_VARIABLES = ("ep", "etp", "cap")
 """Mixture-of-experts variables: expert parallelism, expert tensor parallelism (0 = the same as tp)
@@ -74,15 +77,17 @@ class Layout:
     """sequence parallelism under TP (None: the scenario's)"""
 
     @property
-    def cards(self):
+    def cards(self) -> NDArray[Any]:
         """Cards of the layout: tp x cp x pp x dp (arrays broadcast)."""
-        return np.asarray(self.tp) * np.asarray(self.cp) * np.asarray(self.pp) * np.asarray(self.dp)
+        cards: NDArray[Any] = np.asarray(self.tp) * np.asarray(self.cp) * np.asarray(self.pp) * np.asarray(self.dp)
+        return cards
 
-    def grad_accum(self, global_batch: int):
+    def grad_accum(self, global_batch: int) -> FloatArray:
         """Micro-batches per step per card: batch / (dp x mb) (fractional when it does not divide)."""
-        return global_batch / (np.asarray(self.dp, dtype=float) * np.asarray(self.mb, dtype=float))
+        ga: FloatArray = global_batch / (np.asarray(self.dp, dtype=float) * np.asarray(self.mb, dtype=float))
+        return ga
 
-    def args(self, fn) -> dict:
+    def args(self, fn: Callable[..., object]) -> dict[str, Any]:
         """The keywords ``fn`` declares among the layout's variables, from this layout:
         ``fn(sc, **layout.args(fn))`` calls a term with exactly the variables it depends on."""
         return {name: getattr(self, name) for name in declared_variables(fn)}
@@ -93,7 +98,7 @@ VARIABLE_NAMES = tuple(f.name for f in fields(Layout))
 
 
 @lru_cache(maxsize=1024)
-def _signature(fn) -> tuple[tuple[str, bool], ...]:
+def _signature(fn: Callable[..., object]) -> tuple[tuple[str, bool], ...]:
     """(name, has a default) of ``fn``'s keyword-only parameters that are decision variables, in
     declaration order (read once per function)."""
     return tuple((p.name, p.default is not inspect.Parameter.empty)
@@ -101,13 +106,13 @@ def _signature(fn) -> tuple[tuple[str, bool], ...]:
                  if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name in VARIABLE_NAMES)
 
 
-def declared_variables(fn) -> tuple[str, ...]:
+def declared_variables(fn: Callable[..., object]) -> tuple[str, ...]:
     """The decision variables ``fn`` declares (its keyword-only parameters named after a
     :class:`Layout` field), in declaration order."""
     return tuple(name for name, _ in _signature(fn))
 
 
-def term_variables(fn, moe: bool) -> tuple[str, ...]:
+def term_variables(fn: Callable[..., object], moe: bool) -> tuple[str, ...]:
     """The variables a term's table has, in the term's declaration order: every variable it declares,
     except, for a dense model (``moe=False``), the MoE variables it declares with a default."""
     return tuple(name for name, default in _signature(fn)

@@ -28,24 +28,42 @@ dp x cp ranks, and the attention exchange (ring or all-to-all) is added to each 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import replace
 from functools import lru_cache
+from typing import Any, Literal, TypeAlias, cast, overload
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from tpopt.models import comm, context, memory, moe, network, ops, pipeline, reliability, steptime
-from tpopt.models.arch import attention_flops_per_token, flops_per_token, is_moe_layer, param_count
+from tpopt.models.arch import ModelArch, attention_flops_per_token, flops_per_token, is_moe_layer, param_count
 from tpopt.models.batch import iterations_with_ramp
 from tpopt.models.compute import iterations
 from tpopt.models.layout import Layout  # noqa: F401  (re-exported: the record whose fields the terms' keywords name)
+from tpopt.models.numeric import FloatArray, Floats
 from tpopt.models.plan import Scenario, split_schedule
+from tpopt.models.roofline import PerfParams
 from tpopt.models.units import HOUR
 
 CPU_ADAM_BYTES_PER_PARAM = 36.0
 """Bytes a CPU Adam step touches per parameter: cast BF16->FP32 (read 2, write 4), read grad, master,
 m, v (16), write master, m, v (12), write the BF16 copy (2)."""
 
+Weigh: TypeAlias = Callable[[FloatArray, FloatArray, FloatArray, FloatArray], Floats]
+"""What a stage weighs, from its (non-expert params per card, routed-expert linear params, routed-expert
+biases, MoE blocks) (moe.heaviest_stage)."""
 
-def _f(x):
+Groups: TypeAlias = Callable[[int], Sequence[float]]
+"""Layers per pipeline stage for p stages (:func:`stage_split`)."""
+
+DenseGroups: TypeAlias = Callable[[int], Sequence[int] | None]
+"""Dense-MLP blocks per pipeline stage for p stages, None without them (:func:`dense_split`)."""
+
+OpTimes: TypeAlias = tuple[steptime.PhaseTimes, steptime.PhaseTimes, steptime.PhaseTimes]
+"""(layer, first-stage extras, last-stage extras) of one micro-batch (:func:`op_times`)."""
+
+
+def _f(x: ArrayLike) -> FloatArray:
     return np.asarray(x, dtype=float)
 
 
@@ -59,10 +77,11 @@ def effective_recompute(sc: Scenario, recompute: str) -> str:
     return memory.parse_recompute(recompute) if modelled_activations(sc) else "none"
 
 
-_SP_SCENARIOS: dict = {}  # (id(scenario), on) -> (scenario, the scenario with sequence parallelism on / off)
+# (id(scenario), on) -> (scenario, the scenario with sequence parallelism on / off)
+_SP_SCENARIOS: dict[tuple[int, bool], tuple[Scenario, Scenario]] = {}
 
 
-def with_sequence_parallel(sc: Scenario, sp) -> Scenario:
+def with_sequence_parallel(sc: Scenario, sp: bool | None) -> Scenario:
     """The scenario with sequence parallelism under TP on or off (``sp``; None: as it is). The same object
     for the scenario's own value, and the same derived object on every call, so that the memos keyed on
     the scenario (:func:`op_times`) keep hitting across a table's rows."""
@@ -79,7 +98,7 @@ def with_sequence_parallel(sc: Scenario, sp) -> Scenario:
     return out
 
 
-def grad_accum(sc: Scenario, dp, micro_batch):
+def grad_accum(sc: Scenario, dp: ArrayLike, micro_batch: ArrayLike) -> FloatArray:
     """Micro-batches per step per card: batch / (dp x micro_batch) (fractional when it does not divide)."""
     return sc.task.global_batch / (_f(dp) * _f(micro_batch))
 
@@ -93,19 +112,19 @@ def iteration_count(sc: Scenario) -> float:
     return iterations_with_ramp(t.tokens, t.global_batch, t.seq_len, t.ramp)
 
 
-def batch_remainder(sc: Scenario, *, dp, mb):
+def batch_remainder(sc: Scenario, *, dp: ArrayLike, mb: ArrayLike) -> NDArray[Any]:
     """Sequences left over when the batch is split into dp x mb: B mod (dp x mb), and with a
     ramp-up also its start and increment mod (dp x mb) (Megatron-LM requires every ramp batch to split
     into whole micro-batches on every data-parallel rank)."""
     t = sc.task
     unit = np.asarray(dp) * np.asarray(mb)
-    rem = t.global_batch % unit
+    rem: NDArray[Any] = t.global_batch % unit
     if t.ramp is not None and t.ramp[0] < t.global_batch:
         rem = np.maximum(rem, np.maximum(int(t.ramp[0]) % unit, int(t.ramp[1]) % unit))
     return rem
 
 
-def cp_shape(sc: Scenario, micro_batch, cp):
+def cp_shape(sc: Scenario, micro_batch: ArrayLike, cp: ArrayLike) -> tuple[FloatArray, FloatArray]:
     """(sequence length, micro-batch) one card's activations see under context parallelism, the same
     b s / cp tokens either way: ring, (s / cp, b): a piece of every sequence, attention blockwise
     (one (s / cp)^2 score block at a time without flash attention); all-to-all, (s, b / cp): after the
@@ -116,16 +135,17 @@ def cp_shape(sc: Scenario, micro_batch, cp):
     return sc.task.seq_len * (0.0 * c + 1.0), _f(micro_batch) / c
 
 
-def cp_imbalance(sc: Scenario, cp):
+def cp_imbalance(sc: Scenario, cp: ArrayLike) -> FloatArray:
     """The busiest card's causal attention work over the balanced share: the sequence split's
     (context.imbalance; 1 for the zig-zag split) with ring attention; 1 with all-to-all, where every
     card attends whole sequences for its heads."""
     if sc.cp_method == "all-to-all":
         return 0.0 * _f(cp) + 1.0
-    return context.imbalance(cp, sc.cp_split)
+    ratio: FloatArray = context.imbalance(cp, sc.cp_split)
+    return ratio
 
 
-def zero_ranks(dp, cp):
+def zero_ranks(dp: ArrayLike, cp: ArrayLike) -> FloatArray:
     """Ranks a ZeRO shard and a gradient reduction span: dp x cp (context-parallel ranks hold the same
     weights and see other tokens, as Megatron-Core's data-parallel-with-context group)."""
     return _f(dp) * _f(cp)
@@ -142,12 +162,12 @@ def per_op_model(sc: Scenario) -> bool:
     return any(s.per_op for s in sc.systems.values())
 
 
-def schedule_parts(schedule) -> tuple[str, int]:
+def schedule_parts(schedule: str) -> tuple[str, int]:
     """(base schedule, virtual stages) of a schedule value such as "interleaved:3"."""
     return split_schedule(str(schedule))
 
 
-def stage_split(sc: Scenario, pp: int) -> list[int]:
+def stage_split(sc: Scenario, pp: int) -> Sequence[float]:
     """Layers per pipeline stage: the per-operation model splits whole layers (first / last stage
     counts from the plan, else steptime.stage_layers' automatic rule); the flat model balances
     fractional stages of L / pp layers (the chapter's accounting)."""
@@ -166,7 +186,7 @@ def _split_cached(layers: int, p: int, first: int, last: int) -> list[int]:
         return []  # no valid split: layout.schedule_shape rules the plan out
 
 
-def dense_split(sc: Scenario, pp: int):
+def dense_split(sc: Scenario, pp: int) -> tuple[int, ...] | None:
     """Per-operation model of a MoE model with dense-MLP blocks (arch.is_moe_layer false: DeepSeek's
     leading ``dense_layers``, ``moe_step``, ``mlp_only_layers``): the dense blocks of each stage of
     :func:`stage_split`, the rest of the stage's blocks being MoE blocks. None otherwise (every block of
@@ -180,19 +200,20 @@ def dense_split(sc: Scenario, pp: int):
 
 
 @lru_cache(maxsize=4096)
-def _dense_cached(a, p: int, first: int, last: int):
+def _dense_cached(a: ModelArch, p: int, first: int, last: int) -> tuple[int, ...] | None:
     kinds = [is_moe_layer(a, i) for i in range(a.layers)]
     if all(kinds):
         return None
     split = _split_cached(a.layers, p, first, last) or [a.layers]
-    out, start = [], 0
+    out: list[int] = []
+    start = 0
     for n in split:
         out.append(sum(1 for k in kinds[start:start + n] if not k))
         start += n
     return tuple(out)
 
 
-def chunk_layers(split: list, v: int):
+def chunk_layers(split: Sequence[float], v: int) -> list[int] | None:
     """Layers of each interleaved chunk in path order (chunk c of stage s is entry c p + s), whole
     layers spread as evenly as each stage allows; None when a stage has fewer than v layers."""
     p = len(split)
@@ -210,23 +231,29 @@ def chunk_layers(split: list, v: int):
 # memory terms (bytes per card)
 
 
-def load_factor(sc: Scenario, ep, capacity_factor):
+def load_factor(sc: Scenario, ep: ArrayLike, capacity_factor: ArrayLike) -> Floats:
     """Rows the busiest expert-parallel rank processes over a balanced router (moe.load_factor; 1 if dense)."""
     o = sc.moe
-    return moe.load_factor(sc.model.experts, ep, capacity_factor, o.imbalance, o.hot)
+    phi: Floats = moe.load_factor(sc.model.experts, ep, capacity_factor, o.imbalance, o.hot)
+    return phi
 
 
-def _moe_stages(sc: Scenario, tp, pp, weigh):
+def _moe_stages(sc: Scenario, tp: ArrayLike, pp: ArrayLike, weigh: Weigh) -> FloatArray:
     """moe.heaviest_stage over the stages the step-time model runs: runs of ceil(L / pp) blocks (flat, as
     memory.stage_params) or the real layer split (per-operation, as memory.stage_param_counts)."""
-    split = None
+    split: Callable[[int], list[int]] | None = None
     if per_op_model(sc):
         first, last = sc.stage_layers
-        split = lambda p: _split_cached(sc.model.layers, p, first if p > 1 else 0, last if p > 1 else 0)  # noqa: E731
-    return moe.heaviest_stage(sc.model, tp, pp, weigh, split)
+
+        def stage_layers(p: int) -> list[int]:
+            return _split_cached(sc.model.layers, p, first if p > 1 else 0, last if p > 1 else 0)
+
+        split = stage_layers
+    best: FloatArray = moe.heaviest_stage(sc.model, tp, pp, weigh, split)
+    return best
 
 
-def card_params(sc: Scenario, tp, pp, ep=1, expert_tp=0):
+def card_params(sc: Scenario, tp: ArrayLike, pp: ArrayLike, ep: ArrayLike = 1, expert_tp: ArrayLike = 0) -> FloatArray:
     """Parameters on one card of the heaviest stage (routed experts split by ep x expert-TP)."""
     if not sc.model.moe:
         return heaviest_stage_params(sc, tp, pp)
@@ -234,7 +261,8 @@ def card_params(sc: Scenario, tp, pp, ep=1, expert_tp=0):
     return _moe_stages(sc, tp, pp, lambda d, xl, xb, n: d + xl / (_f(ep) * etp) + xb / _f(ep))
 
 
-def _sharded(sc: Scenario, fn, *, tp, pp, ranks, ep, etp):
+def _sharded(sc: Scenario, fn: Callable[[FloatArray, FloatArray], FloatArray], *, tp: ArrayLike, pp: ArrayLike,
+             ranks: FloatArray, ep: ArrayLike, etp: ArrayLike) -> FloatArray:
     """max over the stages of fn(non-expert params, ranks) + fn(expert params per card, edp): ZeRO shards the
     non-expert state over its ``ranks`` (dp x cp, :func:`zero_ranks`) and the expert state over the
     expert-data-parallel group edp = tp ranks / (ep etp)."""
@@ -245,7 +273,8 @@ def _sharded(sc: Scenario, fn, *, tp, pp, ranks, ep, etp):
     return _moe_stages(sc, tp, pp, lambda d, xl, xb, n: fn(d, ranks) + fn(xl / (_f(ep) * etp_size) + xb / _f(ep), edp))
 
 
-def states(sc: Scenario, *, zero, offload, tp, cp=1, pp, dp, ep=1, etp=0):
+def states(sc: Scenario, *, zero: ArrayLike, offload: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike,
+           dp: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0) -> FloatArray:
     """Persistent training state of the heaviest stage's card under ZeRO (memory.zero_state_bytes), sharded
     over the dp x cp ranks; for a MoE model the expert weights and optimizer state are split by ep x
     expert-TP and ZeRO shards them over the expert-data-parallel group."""
@@ -254,7 +283,7 @@ def states(sc: Scenario, *, zero, offload, tp, cp=1, pp, dp, ep=1, etp=0):
                     tp=tp, pp=pp, ranks=zero_ranks(dp, cp), ep=ep, etp=etp)
 
 
-def heaviest_stage_params(sc: Scenario, tp, pp):
+def heaviest_stage_params(sc: Scenario, tp: ArrayLike, pp: ArrayLike) -> FloatArray:
     """Parameters of the heaviest stage's card: memory.stage_params (ceil(L/pp) blocks) in the flat
     model; the largest of memory.stage_param_counts over the real layer split in the per-operation one."""
     if not per_op_model(sc):
@@ -264,12 +293,12 @@ def heaviest_stage_params(sc: Scenario, tp, pp):
 
 
 @lru_cache(maxsize=4096)
-def _heaviest_cached(a, p: int, first: int, last: int, tp: float) -> float:
+def _heaviest_cached(a: ModelArch, p: int, first: int, last: int, tp: float) -> float:
     split = _split_cached(a.layers, p, first if p > 1 else 0, last if p > 1 else 0) or [a.layers]
     return float(max(memory.stage_param_counts(a, tp, split)))
 
 
-def _by_unique(fn, *arrays):
+def _by_unique(fn: Callable[..., float], *arrays: ArrayLike) -> FloatArray:
     """``fn(*scalars)`` once per distinct combination of the broadcast arrays' values, placed back."""
     arrs = np.broadcast_arrays(*(np.asarray(x) for x in arrays))
     shape = arrs[0].shape
@@ -279,21 +308,23 @@ def _by_unique(fn, *arrays):
     return vals[np.reshape(inverse, -1)].reshape(shape)
 
 
-def param_copies(sc: Scenario, *, schedule, tp, pp, ep=1, etp=0):
+def param_copies(sc: Scenario, *, schedule: str, tp: ArrayLike, pp: ArrayLike, ep: ArrayLike = 1,
+                 etp: ArrayLike = 0) -> FloatArray:
     """Extra weight copies a pipeline schedule keeps (DualPipe: one more copy of the stage weights)."""
     rec = memory.recipe(sc.task.precision)
     extra = 1.0 if str(schedule).startswith("dualpipe") else 0.0
     return np.where(_f(pp) > 1, extra * rec.weights * card_params(sc, tp, pp, ep, etp), 0.0)
 
 
-def _stored_kw(sc: Scenario) -> dict:
+def _stored_kw(sc: Scenario) -> dict[str, Any]:
     mem = sc.memory
     return dict(act_bytes=mem.activation_bytes, flash_attention=mem.flash_attention, dropout=mem.dropout,
                 sequence_parallel=mem.sequence_parallel)
 
 
-def activations(sc: Scenario, *, schedule, recompute, sp=None, tp, cp=1, pp, dp, mb, ep=1, etp=0, cap=0.0,
-                peak: str = "exact"):
+def activations(sc: Scenario, *, schedule: str, recompute: str, sp: bool | None = None, tp: ArrayLike,
+                cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike, mb: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0,
+                cap: ArrayLike = 0.0, peak: str = "exact") -> FloatArray:
     """Activations at the peak: in-flight micro-batches x one micro-batch's stored stage activations,
     plus the recompute workspace once (it is reused block after block and micro-batch after micro-batch).
 
@@ -313,7 +344,8 @@ def activations(sc: Scenario, *, schedule, recompute, sp=None, tp, cp=1, pp, dp,
     if not modelled_activations(sc):
         shape = np.broadcast(_f(tp), _f(pp), _f(dp), _f(mb), _f(ep), _f(etp),
                              _f(cap), _f(cp)).shape
-        return np.broadcast_to(_f(mem.activation_reserve) * _f(mb), shape)
+        reserve = cast(float, mem.activation_reserve)  # not None: activations are not modelled
+        return np.broadcast_to(_f(reserve) * _f(mb), shape)
     workspace = recompute_workspace(sc, recompute=recompute, tp=tp, cp=cp, mb=mb)
     if dense_split(sc, 1) is not None and effective_recompute(sc, recompute) != "full":
         # stages mix dense and MoE blocks: the busiest stage of (dense inventory of every block + routed
@@ -330,13 +362,15 @@ def activations(sc: Scenario, *, schedule, recompute, sp=None, tp, cp=1, pp, dp,
     return out
 
 
-def card_tokens(sc: Scenario, tp, micro_batch, cp=1):
+def card_tokens(sc: Scenario, tp: ArrayLike, micro_batch: ArrayLike, cp: ArrayLike = 1) -> FloatArray:
     """Tokens of one micro-batch on one card: micro-batch x s / (tp cp) (sequence parallelism under TP,
     context parallelism)."""
     return _f(micro_batch) * sc.task.seq_len / (_f(tp) * _f(cp))
 
 
-def moe_activations(sc: Scenario, *, schedule, recompute, tp, cp=1, pp, dp, mb, ep, etp, cap, peak: str = "exact"):
+def moe_activations(sc: Scenario, *, schedule: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike,
+                    dp: ArrayLike, mb: ArrayLike, ep: ArrayLike, etp: ArrayLike, cap: ArrayLike,
+                    peak: str = "exact") -> FloatArray:
     """Routed-token activations beyond the dense inventory (moe.routed_activation_extra per MoE block and
     micro-batch), for every MoE block whose activations are in flight at the busiest stage's peak: the
     flat model's in-flight micro-batches x MoE blocks of the stage; the per-operation model's in-flight
@@ -354,21 +388,24 @@ def moe_activations(sc: Scenario, *, schedule, recompute, tp, cp=1, pp, dp, mb, 
     return _layer_sets(sc, schedule, pp, ga, peak) * one
 
 
-def _routed_per_block(sc: Scenario, *, tp, cp=1, mb, ep, etp, cap):
+def _routed_per_block(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep: ArrayLike, etp: ArrayLike,
+                      cap: ArrayLike) -> FloatArray:
     """Routed-token activations of one MoE block and micro-batch (moe.routed_activation_extra)."""
     phi = load_factor(sc, ep, cap)
-    return moe.routed_activation_extra(sc.model, card_tokens(sc, tp, mb, cp), phi,
-                                       moe.expert_tp_size(etp, tp), sc.memory.activation_bytes)
+    extra: FloatArray = moe.routed_activation_extra(sc.model, card_tokens(sc, tp, mb, cp), phi,
+                                                    moe.expert_tp_size(etp, tp), sc.memory.activation_bytes)
+    return extra
 
 
-def _stored_per_layer(sc: Scenario, *, recompute, tp, cp=1, mb):
+def _stored_per_layer(sc: Scenario, *, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike) -> Floats:
     """One block's stored activations per micro-batch in the per-operation model (memory module)."""
     s, b = cp_shape(sc, mb, cp)
     return memory.activation_bytes_per_microbatch(sc.model, s, b, tp, 1, effective_recompute(sc, recompute),
                                                   **_stored_kw(sc))
 
 
-def stored_activations(sc: Scenario, *, schedule, recompute, tp, cp=1, pp, dp, mb, peak: str = "exact"):
+def stored_activations(sc: Scenario, *, schedule: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike,
+                       dp: ArrayLike, mb: ArrayLike, peak: str = "exact") -> FloatArray:
     """Activations kept until their backward, at the busiest stage's peak (see :func:`activations`);
     a card keeps its b s / cp tokens under context parallelism (:func:`cp_shape`)."""
     rc = effective_recompute(sc, recompute)
@@ -383,7 +420,8 @@ def stored_activations(sc: Scenario, *, schedule, recompute, tp, cp=1, pp, dp, m
     return _layer_sets(sc, schedule, pp, ga, peak) * per_layer
 
 
-def _weighted_layer_sets(sc: Scenario, schedule, pp, ga, peak, per_layer, per_moe_block):
+def _weighted_layer_sets(sc: Scenario, schedule: str, pp: ArrayLike, ga: ArrayLike, peak: str, per_layer: ArrayLike,
+                         per_moe_block: ArrayLike) -> FloatArray:
     """Per-operation model of a MoE model with dense blocks: max over stages g of k_g (n_g x per_layer +
     m_g x per_moe_block), k_g the stage's peak in-flight micro-batches (exact, or the ``peak="lo"`` /
     ``"hi"`` closed-form bounds), n_g its blocks and m_g its MoE blocks (:func:`dense_split`)."""
@@ -408,7 +446,8 @@ def _weighted_layer_sets(sc: Scenario, schedule, pp, ga, peak, per_layer, per_mo
 
 
 @lru_cache(maxsize=4096)
-def _stage_peak_coeffs(schedule: str, a, p: int, m: int, first: int, last: int, peak: str) -> tuple:
+def _stage_peak_coeffs(schedule: str, a: ModelArch, p: int, m: int, first: int, last: int,
+                       peak: str) -> tuple[tuple[float, float], ...]:
     """Per stage (k_g n_g, k_g m_g) for :func:`_weighted_layer_sets` ((inf, inf) for a shape the
     schedule cannot run)."""
     split = _split_cached(a.layers, p, first, last) if p > 1 else [a.layers]
@@ -426,7 +465,7 @@ def _stage_peak_coeffs(schedule: str, a, p: int, m: int, first: int, last: int, 
     return tuple((float(k * n), float(k * (n - d))) for k, n, d in zip(ks, split, dense, strict=False))
 
 
-def _layer_sets(sc: Scenario, schedule, pp, ga, peak: str = "exact"):
+def _layer_sets(sc: Scenario, schedule: str, pp: ArrayLike, ga: FloatArray, peak: str = "exact") -> FloatArray:
     """Per-operation model: the busiest stage's in-flight layer sets for every (pp, micro-batches), exact
     (the slot-order walk) or bounded in closed form (``peak="lo"`` / ``"hi"``)."""
     first, last = sc.stage_layers
@@ -451,7 +490,7 @@ def _peak_layer_sets(schedule: str, layers: int, p: int, m: int, first: int, las
 
 
 @lru_cache(maxsize=4096)
-def _peak_layer_set_bounds(schedule: str, layers: int, p: int, m: int, first: int, last: int) -> tuple:
+def _peak_layer_set_bounds(schedule: str, layers: int, p: int, m: int, first: int, last: int) -> tuple[float, float]:
     """(lo, hi) of :func:`_peak_layer_sets` from the per-stage closed-form peak bounds (no simulation)."""
     if p <= 1:
         return float(layers), float(layers)
@@ -464,23 +503,25 @@ def _peak_layer_set_bounds(schedule: str, layers: int, p: int, m: int, first: in
     return max(k * n for k, n in zip(lo, split, strict=False)), max(k * n for k, n in zip(hi, split, strict=False))
 
 
-def recompute_workspace(sc: Scenario, *, recompute, tp, cp=1, mb):
+def recompute_workspace(sc: Scenario, *, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike) -> Floats:
     """Rebuilt tensors while one block's backward uses them, counted once (memory.recompute_workspace_bytes)."""
     if not modelled_activations(sc):
         return np.zeros(np.broadcast(_f(tp), _f(mb), _f(cp)).shape)
     rc = effective_recompute(sc, recompute)
     s, b = cp_shape(sc, mb, cp)
-    return memory.recompute_workspace_bytes(sc.model, s, b, tp, rc, **_stored_kw(sc))
+    workspace: Floats = memory.recompute_workspace_bytes(sc.model, s, b, tp, rc, **_stored_kw(sc))
+    return workspace
 
 
-def temporary(sc: Scenario, *, zero, tp, cp=1, pp, mb, ep=1, etp=0, cap=0.0):
+def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike, mb: ArrayLike,
+              ep: ArrayLike = 1, etp: ArrayLike = 0, cap: ArrayLike = 0.0) -> Floats:
     """Buffers live with the activations: FP32 logits, ZeRO-3 gathered units, pipeline send/recv (all of a
     card's b s / cp tokens), a MoE block's all-to-all send buffer (moe.dispatch_buffer), and the
     context-parallel exchange buffers (context.buffer_bytes: the K, V blocks in flight of ring attention,
     or the head-split q, k, v, o of all-to-all)."""
     mem = sc.memory
     a = sc.model
-    cpb = context.buffer_bytes(a, sc.task.seq_len, mb, tp, cp, sc.cp_method, mem.activation_bytes)
+    cpb: Floats = context.buffer_bytes(a, sc.task.seq_len, mb, tp, cp, sc.cp_method, mem.activation_bytes)
     if not modelled_activations(sc):
         return np.zeros(np.broadcast(_f(zero), _f(tp), _f(pp), _f(mb), _f(ep), _f(etp),
                                      _f(cap)).shape) + cpb
@@ -493,13 +534,15 @@ def temporary(sc: Scenario, *, zero, tp, cp=1, pp, mb, ep=1, etp=0, cap=0.0):
                                    mem.activation_bytes)
     else:
         gather, send = memory.zero3_gather_bytes(a, tp, rec, mem.prefetch), 0.0
-    return (memory.logits_bytes(a, s, mb, tp, mem.loss_chunks) + send
-            + np.where(_f(zero) >= 3, gather, 0.0)
-            + np.where(_f(pp) > 1, memory.pipeline_buffer_bytes(a, s, mb, tp, mem.activation_bytes), 0.0)
-            + cpb)
+    buffers: Floats = (memory.logits_bytes(a, s, mb, tp, mem.loss_chunks) + send
+                       + np.where(_f(zero) >= 3, gather, 0.0)
+                       + np.where(_f(pp) > 1, memory.pipeline_buffer_bytes(a, s, mb, tp, mem.activation_bytes), 0.0)
+                       + cpb)
+    return buffers
 
 
-def host_memory(sc: Scenario, *, acc: str, offload, zero, tp, cp=1, pp, dp, ep=1, etp=0):
+def host_memory(sc: Scenario, *, acc: str, offload: str, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1,
+                pp: ArrayLike, dp: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0) -> FloatArray:
     """Optimizer state offloaded to one host: cards_per_host x per-card optimizer shard (0 without offload)."""
     rec = memory.recipe(sc.task.precision)
     g = sc.system(acc).acc.cards_per_host
@@ -520,11 +563,18 @@ def rates(sc: Scenario, acc: str) -> steptime.Rates:
     rec = memory.recipe(sc.task.precision)
     peak = A.peak_fp16 if rec.matrix == "fp16" and A.peak_fp16 > 0 else A.peak_flops
     fp8 = rec.matrix == "fp8" and A.peak_fp8 > 0
+    perf = cast(PerfParams, sysm.perf)  # the per-operation model's: its system has a performance catalog
     return steptime.Rates(peak=peak, linear_peak=A.peak_fp8 if fp8 else peak, hbm=A.hbm_bandwidth,
-                          tp_bandwidth=A.intra_host_bw, perf=sysm.perf, fp8=fp8, scale=sysm.efficiency)
+                          tp_bandwidth=A.intra_host_bw, perf=perf, fp8=fp8, scale=sysm.efficiency)
 
 
-def layout(sc: Scenario, *, tp, cp=1, mb, ep=1, etp=0, cap=0.0) -> ops.Layout:
+def _perf(sc: Scenario, acc: str) -> PerfParams:
+    """The accelerator's performance catalog (the per-operation model's; every system has one then)."""
+    return cast(PerfParams, sc.system(acc).perf)
+
+
+def layout(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0,
+           cap: ArrayLike = 0.0) -> ops.Layout:
     """One card's micro-batch for the kernel table. Under context parallelism the card runs b / cp
     sequences' worth of tokens through every token-wise kernel, and its queries attend over the whole
     sequence (the same work as b / cp whole sequences, with the causal imbalance of the split:
@@ -538,11 +588,14 @@ def layout(sc: Scenario, *, tp, cp=1, mb, ep=1, etp=0, cap=0.0) -> ops.Layout:
                       **moe_kw)
 
 
-_OP_MEMO: OrderedDict = OrderedDict()  # recent op_times results, least recently used first
+# recent op_times results, least recently used first
+_OP_MEMO: OrderedDict[tuple[Any, ...], tuple[Scenario, OpTimes]] = OrderedDict()
 OP_MEMO_SIZE = 1024  # a MoE space's layouts revisit (tp, micro-batch, EP, capacity) kernel sets round after round
 
 
-def op_times(sc: Scenario, *, acc: str, recompute, tp, cp=1, mb, ep=1, etp=0, cap=0.0, nics=None, dense: bool = False):
+def op_times(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike,
+             ep: ArrayLike = 1, etp: ArrayLike = 0, cap: ArrayLike = 0.0, nics: ArrayLike | None = None,
+             dense: bool = False) -> OpTimes:
     """Per-operation times of one micro-batch: (layer, first-stage extras, last-stage extras), each a
     steptime.PhaseTimes (fwd, dX incl. recompute, dW, exposed TP, exposed CP). A MoE layer's expert
     kernels depend on EP, expert-TP and the load factor (ops.moe_kernels); ``dense=True`` gives a MoE
@@ -563,7 +616,9 @@ def op_times(sc: Scenario, *, acc: str, recompute, tp, cp=1, mb, ep=1, etp=0, ca
     return value
 
 
-def _op_times(sc: Scenario, *, acc: str, recompute, tp, cp=1, mb, ep=1, etp=0, cap=0.0, nics=None, dense: bool = False):
+def _op_times(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike,
+              ep: ArrayLike = 1, etp: ArrayLike = 0, cap: ArrayLike = 0.0, nics: ArrayLike | None = None,
+              dense: bool = False) -> OpTimes:
     rc = effective_recompute(sc, recompute)
     r = rates(sc, acc)
     lay = layout(sc, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap)
@@ -577,7 +632,8 @@ def _op_times(sc: Scenario, *, acc: str, recompute, tp, cp=1, mb, ep=1, etp=0, c
     return layer, first, last
 
 
-def cp_exchange(sc: Scenario, *, acc: str, tp, cp, mb, nics, attention_fwd, attention_dx):
+def cp_exchange(sc: Scenario, *, acc: str, tp: ArrayLike, cp: ArrayLike, mb: ArrayLike, nics: ArrayLike,
+                attention_fwd: Floats, attention_dx: Floats) -> tuple[FloatArray, FloatArray]:
     """Exposed context-parallel exchange of one layer and micro-batch, (forward, backward).
 
     Ring (context.ring_exposed): each of the cp - 1 steps passes one K, V block (backward: K, V and
@@ -589,7 +645,7 @@ def cp_exchange(sc: Scenario, *, acc: str, tp, cp, mb, nics, attention_fwd, atte
     a, e = sc.model, sc.memory.activation_bytes
     bw = context.cp_bandwidth(A.fabric, tp, cp, nics, sc.cp_method)
     if per_op_model(sc):
-        bw = bw * sc.system(acc).perf.tp_efficiency
+        bw = bw * _perf(sc, acc).tp_efficiency
     if sc.cp_method == "ring":
         f_bytes, b_bytes = context.ring_transfer_bytes(a, sc.task.seq_len, mb, tp, cp, e)
         return (context.ring_exposed(f_bytes, bw, attention_fwd, cp),
@@ -598,12 +654,14 @@ def cp_exchange(sc: Scenario, *, acc: str, tp, cp, mb, nics, attention_fwd, atte
     return t, t
 
 
-def _split_backward(schedule) -> bool:
+def _split_backward(schedule: str) -> bool:
     base, _ = schedule_parts(schedule)
     return base.startswith("zb") or base.startswith("dualpipe")
 
 
-def microbatch_times(sc: Scenario, *, acc: str, recompute, schedule, tp, cp=1, pp, mb, ep=1, etp=0, cap=0.0, nics=None):
+def microbatch_times(sc: Scenario, *, acc: str, recompute: str, schedule: str, tp: ArrayLike, cp: ArrayLike = 1,
+                     pp: ArrayLike, mb: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0, cap: ArrayLike = 0.0,
+                     nics: ArrayLike | None = None) -> tuple[Floats, Floats, Floats]:
     """(t_forward, t_backward_input, t_backward_weight) of one micro-batch on the busiest stage's card.
 
     Flat model: work per token, forward 1/3 of the training FLOPs, backward 2/3 plus any recompute, at
@@ -618,7 +676,8 @@ def microbatch_times(sc: Scenario, *, acc: str, recompute, schedule, tp, cp=1, p
     separate; otherwise it is folded into the backward and t_backward_weight is 0.
     """
     if per_op_model(sc):
-        kernels = dict(acc=acc, recompute=recompute, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap, nics=nics)
+        kernels: dict[str, Any] = dict(acc=acc, recompute=recompute, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap,
+                                       nics=nics)
         layer, first, last = op_times(sc, **kernels)
         parts = _busiest_stage(sc, pp, layer, first, last, _dense_layer(sc, **kernels))
         return _fold(schedule, *parts)
@@ -647,7 +706,9 @@ def microbatch_times(sc: Scenario, *, acc: str, recompute, schedule, tp, cp=1, p
     return t_f, t_b - t_w, t_w
 
 
-def _dense_layer(sc: Scenario, *, acc: str, recompute, tp, cp=1, mb, ep=1, etp=0, cap=0.0, nics=None):
+def _dense_layer(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike,
+                 ep: ArrayLike = 1, etp: ArrayLike = 0, cap: ArrayLike = 0.0,
+                 nics: ArrayLike | None = None) -> steptime.PhaseTimes | None:
     """A MoE model's dense-MLP block (op_times(dense=True)'s layer), or None when every block is a MoE
     block or the model is dense (per-operation model)."""
     if dense_split(sc, 1) is None:
@@ -656,19 +717,24 @@ def _dense_layer(sc: Scenario, *, acc: str, recompute, tp, cp=1, mb, ep=1, etp=0
                     dense=True)[0]
 
 
-def _fold(schedule, t_f, t_dx, t_dw):
+def _fold(schedule: str, t_f: Floats, t_dx: Floats, t_dw: Floats) -> tuple[Floats, Floats, Floats]:
     if _split_backward(schedule):
         return t_f, t_dx, t_dw
     return t_f, t_dx + t_dw, 0.0 * t_dw
 
 
-def _group_times(split: list, g: int, layer, first, last, k: int, dense=None, dsplit=None):
+def _group_times(split: Sequence[float], g: int, layer: Sequence[Floats], first: Sequence[Floats],
+                 last: Sequence[Floats], k: int, dense: Sequence[Floats] | None = None,
+                 dsplit: Sequence[int] | None = None) -> list[FloatArray]:
     """(fwd, dX, dW) of layer group g: n_g x layer + embedding (g = 0) + head and loss (g = last); with a
     MoE model's dense blocks, (n_g - d_g) x layer + d_g x dense (d_g of ``dsplit``)."""
     n = split[g]
-    out = []
+    out: list[FloatArray] = []
     for i in range(k):
-        x = n * _f(layer[i]) if dsplit is None else (n - dsplit[g]) * _f(layer[i]) + dsplit[g] * _f(dense[i])
+        if dsplit is None:
+            x = n * _f(layer[i])
+        else:  # the callers pass dsplit with dense
+            x = (n - dsplit[g]) * _f(layer[i]) + dsplit[g] * _f(cast(Sequence[Floats], dense)[i])
         if g == 0:
             x = x + first[i]
         if g == len(split) - 1:
@@ -677,7 +743,7 @@ def _group_times(split: list, g: int, layer, first, last, k: int, dense=None, ds
     return out
 
 
-def _candidate_stages(sc: Scenario, pp) -> tuple[list, list[int], tuple | None]:
+def _candidate_stages(sc: Scenario, pp: int) -> tuple[Sequence[float], list[int], tuple[int, ...] | None]:
     """(layer split, the stages that can be the busiest, dense blocks per stage or None): stage times
     grow with the layer count, so only the first stage, the last stage and the middle stage with the most
     layers can take longest; with a MoE model's dense blocks, every middle stage whose (MoE blocks,
@@ -687,7 +753,7 @@ def _candidate_stages(sc: Scenario, pp) -> tuple[list, list[int], tuple | None]:
     groups = {0, len(split) - 1}
     if len(split) > 2 and dsplit is None:
         groups.add(1 + int(np.argmax(split[1:-1])))
-    elif len(split) > 2:
+    elif len(split) > 2 and dsplit is not None:
         kinds = {g: (split[g] - dsplit[g], dsplit[g]) for g in range(1, len(split) - 1)}
         seen = set()
         for g, (m, d) in kinds.items():
@@ -697,7 +763,8 @@ def _candidate_stages(sc: Scenario, pp) -> tuple[list, list[int], tuple | None]:
     return split, sorted(groups), dsplit
 
 
-def _busiest(sc: Scenario, pp, layer, first, last, k: int = 3, dense=None):
+def _busiest(sc: Scenario, pp: ArrayLike, layer: Sequence[Floats], first: Sequence[Floats], last: Sequence[Floats],
+             k: int = 3, dense: Sequence[Floats] | None = None) -> list[FloatArray]:
     """Elementwise (over the plan grid) the largest per-stage value of each of the first k phase times
     (``dense``: a MoE model's dense-block times, :func:`_group_times`).
 
@@ -718,7 +785,8 @@ def _busiest(sc: Scenario, pp, layer, first, last, k: int = 3, dense=None):
     return out
 
 
-def _busiest_stage(sc: Scenario, pp, layer, first, last, dense=None):
+def _busiest_stage(sc: Scenario, pp: ArrayLike, layer: Sequence[Floats], first: Sequence[Floats],
+                   last: Sequence[Floats], dense: Sequence[Floats] | None = None) -> list[FloatArray]:
     """Elementwise (over the plan grid) the (fwd, dX, dW) times of the stage with the largest sum
     (the candidate stages of :func:`_busiest`; the first of them on ties)."""
     extra = () if dense is None else tuple(_f(x) for x in dense[:3])
@@ -740,7 +808,8 @@ def _busiest_stage(sc: Scenario, pp, layer, first, last, dense=None):
     return out
 
 
-def pipeline_transfer(sc: Scenario, *, acc: str, tp, cp=1, pp, dp, mb, nics):
+def pipeline_transfer(sc: Scenario, *, acc: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike,
+                      mb: ArrayLike, nics: ArrayLike) -> FloatArray:
     """Boundary transfer per micro-batch and direction: s b h x bytes / (tp cp) over the stage link."""
     A = sc.system(acc).acc
     bw = comm.pp_link_bandwidth(A.fabric, pp, _f(tp) * _f(cp) * _f(dp), nics)
@@ -749,8 +818,24 @@ def pipeline_transfer(sc: Scenario, *, acc: str, tp, cp=1, pp, dp, mb, nics):
     return np.where(_f(pp) > 1, size / bw, 0.0)
 
 
-def pipeline_compute(schedule, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weight, t_transfer, groups=None, *,
-                     bounds: bool = False, dense=None, dense_groups=None):
+@overload
+def pipeline_compute(schedule: str, pp: ArrayLike, micro_batches: ArrayLike, t_fwd: ArrayLike, t_bwd_input: ArrayLike,
+                     t_bwd_weight: ArrayLike, t_transfer: ArrayLike, groups: Groups | None = None, *,
+                     bounds: Literal[False] = False, dense: Sequence[ArrayLike] | None = None,
+                     dense_groups: DenseGroups | None = None) -> FloatArray: ...
+
+
+@overload
+def pipeline_compute(schedule: str, pp: ArrayLike, micro_batches: ArrayLike, t_fwd: ArrayLike, t_bwd_input: ArrayLike,
+                     t_bwd_weight: ArrayLike, t_transfer: ArrayLike, groups: Groups | None = None, *,
+                     bounds: Literal[True], dense: Sequence[ArrayLike] | None = None,
+                     dense_groups: DenseGroups | None = None) -> tuple[FloatArray, FloatArray]: ...
+
+
+def pipeline_compute(schedule: str, pp: ArrayLike, micro_batches: ArrayLike, t_fwd: ArrayLike, t_bwd_input: ArrayLike,
+                     t_bwd_weight: ArrayLike, t_transfer: ArrayLike, groups: Groups | None = None, *,
+                     bounds: bool = False, dense: Sequence[ArrayLike] | None = None,
+                     dense_groups: DenseGroups | None = None) -> FloatArray | tuple[FloatArray, FloatArray]:
     """Per-step compute: the pipeline event model's completion time (m (t_f + t_b) when pp = 1).
 
     ``groups(p)``, when given, returns the per-stage layer split for p stages and the per-group
@@ -765,13 +850,15 @@ def pipeline_compute(schedule, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weig
     """
     base, v = schedule_parts(schedule)
     if groups is not None:
-        return _pipeline_groups(base, v, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weight, t_transfer, groups,
-                                bounds, dense, dense_groups)
+        # with groups, each time is a (layer, first stage, last stage) triple
+        f3, dx3, dw3 = cast(tuple[Sequence[ArrayLike], ...], (t_fwd, t_bwd_input, t_bwd_weight))
+        return _pipeline_groups(base, v, pp, micro_batches, f3, dx3, dw3, t_transfer, groups, bounds, dense,
+                                dense_groups)
     pp, m, tf, tdx, tdw, tx = np.broadcast_arrays(
         np.asarray(pp), _f(micro_batches), _f(t_fwd), _f(t_bwd_input), _f(t_bwd_weight), _f(t_transfer))
     shape = pp.shape
     pp, m, tf, tdx, tdw, tx = (x.reshape(-1) for x in (pp, m, tf, tdx, tdw, tx))
-    out = m * (tf + tdx + tdw)
+    out: FloatArray = m * (tf + tdx + tdw)
     multi = pp > 1
     if np.any(multi):
         # one vectorised call: closed forms, or one recurrence per distinct (pp, micro-batches) shape;
@@ -791,10 +878,10 @@ def pipeline_compute(schedule, pp, micro_batches, t_fwd, t_bwd_input, t_bwd_weig
     return out.reshape(shape)
 
 
-_COMPLETION_CACHE: dict = {}
+_COMPLETION_CACHE: dict[tuple[Any, ...], FloatArray] = {}
 
 
-def _unique_columns(fn, *arrays, key=None):
+def _unique_columns(fn: Callable[..., ArrayLike], *arrays: FloatArray, key: Hashable | None = None) -> FloatArray:
     """``fn`` on the distinct columns of the 1-D (or (groups, n)) duration arrays only, scattered back:
     a plan grid repeats each duration set for every ZeRO stage, offload, save interval and mode. With a
     ``key`` (the pipeline shape) results are remembered across calls (the enumerator evaluates the same
@@ -805,7 +892,8 @@ def _unique_columns(fn, *arrays, key=None):
     ck = None if key is None else (key, uniq.shape, uniq.tobytes())
     if ck is not None and ck in _COMPLETION_CACHE:
         return _COMPLETION_CACHE[ck][np.reshape(inverse, -1)]
-    parts, row = [], 0
+    parts: list[FloatArray] = []
+    row = 0
     for a in arrays:
         k = 1 if np.ndim(a) == 1 else a.shape[0]
         parts.append(uniq[row] if np.ndim(a) == 1 else uniq[row:row + k])
@@ -818,26 +906,30 @@ def _unique_columns(fn, *arrays, key=None):
     return result[np.reshape(inverse, -1)]
 
 
-def _pipeline_groups(base, v, pp, micro_batches, layer_f, layer_dx, layer_dw, t_transfer, groups, bounds=False,
-                     dense=None, dense_groups=None):
+def _pipeline_groups(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike, layer_f: Sequence[ArrayLike],
+                     layer_dx: Sequence[ArrayLike], layer_dw: Sequence[ArrayLike], t_transfer: ArrayLike,
+                     groups: Groups, bounds: bool = False, dense: Sequence[ArrayLike] | None = None,
+                     dense_groups: DenseGroups | None = None) -> FloatArray | tuple[FloatArray, FloatArray]:
     """Completion time with per-stage durations (uneven layer counts, a MoE model's dense blocks,
     embedding and head placement); with ``bounds``, (lo, hi) from the closed-form bounds summed group by
     group (no simulation)."""
     (lf, ef, hf), (ldx, edx, hdx), (ldw, edw, hdw) = layer_f, layer_dx, layer_dw
     mixed = dense is not None and dense_groups is not None and dense_groups(1) is not None
-    more = tuple(_f(x) for x in dense) if mixed else ()
+    more = tuple(_f(x) for x in cast(Sequence[ArrayLike], dense)) if mixed else ()
+    dense_of = cast(Callable[[int], Sequence[int]], dense_groups)  # called only when mixed
     arrs = np.broadcast_arrays(np.asarray(pp), _f(micro_batches), *(_f(x) for x in (lf, ldx, ldw, ef, edx, edw, hf,
                                                                                        hdx, hdw, t_transfer)), *more)
     shape = arrs[0].shape
     pp_a, m, lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, tx = (x.reshape(-1) for x in arrs[:12])
-    df, ddx, ddw = (x.reshape(-1) for x in arrs[12:]) if mixed else (None, None, None)
+    # the dense blocks' rows are read only when mixed, the upper bounds only with bounds
+    df, ddx, ddw = cast(Iterable[FloatArray], (x.reshape(-1) for x in arrs[12:]) if mixed else (None, None, None))
     out = np.empty(pp_a.shape)
-    hi_out = np.empty(pp_a.shape) if bounds else None
+    hi_out = cast(FloatArray, np.empty(pp_a.shape) if bounds else None)
     mm = np.ceil(m - 1e-9).astype(int)
     single = pp_a <= 1
     n_all = float(sum(groups(1)))
     if mixed:
-        d_all = float(sum(dense_groups(1)))
+        d_all = float(sum(dense_of(1)))
         out[single] = m[single] * ((n_all - d_all) * (lf + ldx + ldw) + d_all * (df + ddx + ddw)
                                    + ef + edx + edw + hf + hdx + hdw)[single]
     else:
@@ -846,12 +938,12 @@ def _pipeline_groups(base, v, pp, micro_batches, layer_f, layer_dx, layer_dw, t_
         hi_out[single] = out[single]
     multi = np.flatnonzero(~single)
 
-    def durations(sel, p, split):
+    def durations(sel: NDArray[np.intp], p: int, split: Sequence[float]) -> tuple[FloatArray, FloatArray, FloatArray]:
         """Per-group durations (p, rows): n_g x layer, + embedding on group 0, + head and loss on the
         last (the additions of _group_times, in its order)."""
         n_g = np.asarray(split, dtype=float)[:, None]
         if mixed:  # (n_g - d_g) MoE blocks + d_g dense blocks
-            d_g = np.asarray(dense_groups(p), dtype=float)[:, None]
+            d_g = np.asarray(dense_of(p), dtype=float)[:, None]
             fwd, dx, dw = ((n_g - d_g) * x[sel][None] + d_g * y[sel][None]
                            for x, y in ((lf, df), (ldx, ddx), (ldw, ddw)))
         else:
@@ -885,15 +977,15 @@ def _pipeline_groups(base, v, pp, micro_batches, layer_f, layer_dx, layer_dw, t_
                 out[sel] = np.inf  # layout.schedule_shape rules this plan out
                 continue
             fwd, dx, dw = durations(sel, p, split)
-            out[sel] = _unique_columns(lambda f, x_, w, t: pipeline.completion_time(
+            out[sel] = _unique_columns(lambda f, x_, w, t, p=p, mv=mv, chunks=chunks: pipeline.completion_time(
                 base, p, mv, f, x_, w, t, 0.0, v=v, chunk_layers=chunks, per_group=True), fwd, dx, dw, tx[sel],
-                key=(base, p, mv, v, tuple(chunks or ()), tuple(split), mixed and tuple(dense_groups(p))))
+                key=(base, p, mv, v, tuple(chunks or ()), tuple(split), mixed and tuple(dense_of(p))))
     if bounds:
         return out.reshape(shape), hi_out.reshape(shape)
     return out.reshape(shape)
 
 
-def pipeline_inflight(schedule, pp, micro_batches, *, peak: str = "exact"):
+def pipeline_inflight(schedule: str, pp: ArrayLike, micro_batches: ArrayLike, *, peak: str = "exact") -> FloatArray:
     """Peak live micro-batch activation sets on the busiest stage (1 when pp = 1).
 
     Closed forms for every schedule but the chapter's DualPipe (:func:`tpopt.models.pipeline.peak_inflight_max`
@@ -912,7 +1004,7 @@ def pipeline_inflight(schedule, pp, micro_batches, *, peak: str = "exact"):
     return out
 
 
-def schedule_shape_ok(sc: Scenario, *, schedule, pp, dp, mb):
+def schedule_shape_ok(sc: Scenario, *, schedule: str, pp: ArrayLike, dp: ArrayLike, mb: ArrayLike) -> NDArray[np.bool_]:
     """1 where the pipeline schedule can run pp stages with batch / (dp x mb) micro-batches:
     always when pp = 1; DeepSeek's DualPipe ordering restricts shapes; interleaved needs at least v
     layers on every stage; explicit first / last stage layer counts must leave every stage a layer."""
@@ -931,7 +1023,7 @@ def schedule_shape_ok(sc: Scenario, *, schedule, pp, dp, mb):
     return out
 
 
-def straggler_factor(sc: Scenario, cards):
+def straggler_factor(sc: Scenario, cards: ArrayLike) -> Floats:
     """Expected slowest-card factor on compute: 1 + sigma E[max of n standard normals] (chapter 10.4.5)."""
     sigma = sc.reliability.straggler_sigma
     if sigma <= 0:
@@ -939,15 +1031,16 @@ def straggler_factor(sc: Scenario, cards):
     return 1.0 + sigma * reliability.expected_max_std_normal(np.asarray(cards).astype(int))
 
 
-def compute_key(sc: Scenario, ep, expert_tp, capacity_factor) -> tuple:
+def compute_key(sc: Scenario, ep: ArrayLike, expert_tp: ArrayLike, capacity_factor: ArrayLike) -> tuple[Any, ...]:
     """What the compute term depends on among (ep, expert_tp, capacity_factor): the load factor in the
     flat model; also EP and expert-TP (grouped-GEMM shapes) in the per-operation model."""
     phi = float(load_factor(sc, ep, capacity_factor))
     return (ep, expert_tp, phi) if per_op_model(sc) and sc.model.moe else (phi,)
 
 
-def compute_inputs(sc: Scenario, *, acc: str, recompute, sp=None, schedule, tp, cp=1, pp, dp, mb, nics, ep=1, etp=0,
-                   cap=0.0):
+def compute_inputs(sc: Scenario, *, acc: str, recompute: str, sp: bool | None = None, schedule: str, tp: ArrayLike,
+                   cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike, mb: ArrayLike, nics: ArrayLike, ep: ArrayLike = 1,
+                   etp: ArrayLike = 0, cap: ArrayLike = 0.0) -> tuple[Floats, ...]:
     """Everything the compute term needs, as 12 arrays: (fwd, dX, dW) of a layer (per-operation model)
     or of a balanced stage (flat model), the first stage's and the last stage's extras (zero in the flat
     model), the boundary transfer, micro-batches per step and cards; for a MoE model with dense-MLP
@@ -956,7 +1049,8 @@ def compute_inputs(sc: Scenario, *, acc: str, recompute, sp=None, schedule, tp, 
     t_x = pipeline_transfer(sc, acc=acc, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, nics=nics)
     ga, cards = grad_accum(sc, dp, mb), _f(tp) * _f(cp) * _f(pp) * _f(dp)
     if per_op_model(sc):
-        kernels = dict(acc=acc, recompute=recompute, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap, nics=nics)
+        kernels: dict[str, Any] = dict(acc=acc, recompute=recompute, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap,
+                                       nics=nics)
         layer, first, last = op_times(sc, **kernels)
         folded = [_fold(schedule, *x[:3]) for x in (layer, first, last)]
         dense = _dense_layer(sc, **kernels)
@@ -968,7 +1062,8 @@ def compute_inputs(sc: Scenario, *, acc: str, recompute, sp=None, schedule, tp, 
     return t_f, t_dx, t_dw, z, z, z, z, z, z, t_x, ga, cards
 
 
-def compute_from(sc: Scenario, schedule, pp, inputs):
+def compute_from(sc: Scenario, schedule: str, pp: ArrayLike,
+                 inputs: Sequence[Any]) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Compute term from its inputs (arrays may stack many plans; one simulator call per shape).
 
     Returns (compute_with_stragglers, pure_compute, bubble, straggler); pure compute is the busiest
@@ -992,7 +1087,7 @@ def compute_from(sc: Scenario, schedule, pp, inputs):
             np.where(finite, total - np.where(finite, completion, 0.0), 0.0))
 
 
-def compute_bounds(sc: Scenario, schedule, pp, inputs):
+def compute_bounds(sc: Scenario, schedule: str, pp: ArrayLike, inputs: Sequence[Any]) -> tuple[FloatArray, FloatArray]:
     """``(lo, hi)`` of :func:`compute_from`'s compute-with-stragglers from the pipeline's closed-form
     bounds (solver pruning; exact where the pipeline term has a closed form)."""
     lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, t_x, ga, cards = inputs[:12]
@@ -1006,7 +1101,9 @@ def compute_bounds(sc: Scenario, schedule, pp, inputs):
     return lo * factor, hi * factor
 
 
-def compute(sc: Scenario, *, acc: str, recompute, sp=None, schedule, tp, cp=1, pp, dp, mb, nics, ep=1, etp=0, cap=0.0):
+def compute(sc: Scenario, *, acc: str, recompute: str, sp: bool | None = None, schedule: str, tp: ArrayLike,
+            cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike, mb: ArrayLike, nics: ArrayLike, ep: ArrayLike = 1,
+            etp: ArrayLike = 0, cap: ArrayLike = 0.0) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Per-step compute incl. pipeline bubbles, times the straggler factor.
 
     Returns (compute_with_stragglers, pure_compute, bubble, straggler) so that reports can split it.
@@ -1016,17 +1113,20 @@ def compute(sc: Scenario, *, acc: str, recompute, sp=None, schedule, tp, cp=1, p
                                                          cap=cap))
 
 
-def tp_exposed(sc: Scenario, *, acc: str, recompute, tp, cp=1, pp, dp, mb, ep=1, etp=0, cap=0.0):
+def tp_exposed(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike,
+               dp: ArrayLike, mb: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0, cap: ArrayLike = 0.0) -> FloatArray:
     """Per-operation model: exposed tensor-parallel time per step on the busiest stage (inside the
     compute term; reported separately)."""
-    kernels = dict(acc=acc, recompute=recompute, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap)
+    kernels: dict[str, Any] = dict(acc=acc, recompute=recompute, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap)
     layer, first, last = op_times(sc, **kernels)
     dense = _dense_layer(sc, **kernels)
     tp_stage = _busiest(sc, pp, (layer.tp,), (first.tp,), (last.tp,), 1, None if dense is None else (dense.tp,))[0]
     return grad_accum(sc, dp, mb) * tp_stage
 
 
-def cp_exposed(sc: Scenario, *, acc: str, recompute, tp, cp=1, pp, dp, mb, nics, ep=1, etp=0, cap=0.0):
+def cp_exposed(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike,
+               dp: ArrayLike, mb: ArrayLike, nics: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0,
+               cap: ArrayLike = 0.0) -> Floats:
     """Exposed context-parallel exchange per step on the busiest stage (inside the compute term;
     reported separately): micro-batches x the stage's layers x :func:`cp_exchange`."""
     ga = grad_accum(sc, dp, mb)
@@ -1034,13 +1134,15 @@ def cp_exposed(sc: Scenario, *, acc: str, recompute, tp, cp=1, pp, dp, mb, nics,
         layer, first, last = op_times(sc, acc=acc, recompute=recompute, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap,
                                       nics=nics)
         return ga * _busiest(sc, pp, (_f(layer.cp),), (0.0,), (0.0,), 1)[0]
-    stage = dict(acc=acc, recompute=recompute, schedule="1f1b", tp=tp, cp=cp, pp=pp, mb=mb, ep=ep, etp=etp, cap=cap)
+    stage: dict[str, Any] = dict(acc=acc, recompute=recompute, schedule="1f1b", tp=tp, cp=cp, pp=pp, mb=mb, ep=ep,
+                                 etp=etp, cap=cap)
     with_x = microbatch_times(sc, **stage, nics=nics)
     without = microbatch_times(sc, **stage)
     return ga * (sum(with_x) - sum(without))
 
 
-def cp_link(sc: Scenario, *, acc: str, tp, cp=1, pp, dp, mb, nics):
+def cp_link(sc: Scenario, *, acc: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike, mb: ArrayLike,
+            nics: ArrayLike) -> FloatArray:
     """Context-parallel link time per step on a card: micro-batches x the stage's layers x the
     exchange's bytes (forward + backward) at context.cp_bandwidth (hidden or not)."""
     A = sc.system(acc).acc
@@ -1051,20 +1153,22 @@ def cp_link(sc: Scenario, *, acc: str, tp, cp=1, pp, dp, mb, nics):
     else:
         per_layer = 2.0 * context.alltoall_bytes(a, s, mb, tp, cp, e)
     layers = np.ceil(a.layers / _f(pp))  # the busiest stage's layers (whole layers)
-    return grad_accum(sc, dp, mb) * layers * per_layer / bw
+    link: FloatArray = grad_accum(sc, dp, mb) * layers * per_layer / bw
+    return link
 
 
-def dp_bandwidth(sc: Scenario, *, acc: str, tp, dp, nics):
+def dp_bandwidth(sc: Scenario, *, acc: str, tp: ArrayLike, dp: ArrayLike, nics: ArrayLike) -> Floats:
     """Per-card DP ring bandwidth (comm.dp_ring_bandwidth), x the collective efficiency in the
     per-operation model."""
     A = sc.system(acc).acc
-    bw = comm.dp_ring_bandwidth(A.fabric, tp, dp, nics)
+    bw: Floats = comm.dp_ring_bandwidth(A.fabric, tp, dp, nics)
     if per_op_model(sc):
-        bw = bw * sc.system(acc).perf.dp_efficiency
+        bw = bw * _perf(sc, acc).dp_efficiency
     return bw
 
 
-def dp_link(sc: Scenario, *, acc: str, zero, tp, cp=1, pp, dp, mb, nics, ep=1, etp=0):
+def dp_link(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike,
+            mb: ArrayLike, nics: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0) -> FloatArray:
     """Data-parallel (ZeRO) link time per step: V / B on the real path (comm.zero_dp_volume, dp_ring_bandwidth),
     over the dp x cp ranks (:func:`zero_ranks`).
 
@@ -1075,21 +1179,26 @@ def dp_link(sc: Scenario, *, acc: str, zero, tp, cp=1, pp, dp, mb, nics, ep=1, e
     ranks = zero_ranks(dp, cp)
     bw = dp_bandwidth(sc, acc=acc, tp=tp, dp=ranks, nics=nics)
     if not sc.model.moe:
-        return comm.zero_dp_volume(zero, heaviest_stage_params(sc, tp, pp), ranks, ga, rec.weights, rec.grads) / bw
+        link: FloatArray = comm.zero_dp_volume(zero, heaviest_stage_params(sc, tp, pp), ranks, ga, rec.weights,
+                                               rec.grads) / bw
+        return link
     g = sc.system(acc).acc.cards_per_host
     etp_size = moe.expert_tp_size(etp, tp)
     edp = moe.expert_dp_size(tp, ranks, ep, etp)
     bw_e = dp_bandwidth(sc, acc=acc, tp=np.minimum(_f(ep) * etp_size, g), dp=edp, nics=nics)
 
-    def t(d, xl, xb, n):
+    def t(d: FloatArray, xl: FloatArray, xb: FloatArray, n: FloatArray) -> FloatArray:
         experts = xl / (_f(ep) * etp_size) + xb / _f(ep)
-        return (comm.zero_dp_volume(zero, d, ranks, ga, rec.weights, rec.grads) / bw
-                + comm.zero_dp_volume(zero, experts, edp, ga, rec.weights, rec.grads) / bw_e)
+        both: FloatArray = (comm.zero_dp_volume(zero, d, ranks, ga, rec.weights, rec.grads) / bw
+                            + comm.zero_dp_volume(zero, experts, edp, ga, rec.weights, rec.grads) / bw_e)
+        return both
 
     return _moe_stages(sc, tp, pp, t)
 
 
-def exposed_dp(sc: Scenario, *, acc: str, zero, recompute, sp=None, tp, cp=1, pp, dp, mb, nics, ep=1, etp=0, cap=0.0):
+def exposed_dp(sc: Scenario, *, acc: str, zero: ArrayLike, recompute: str, sp: bool | None = None, tp: ArrayLike,
+               cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike, mb: ArrayLike, nics: ArrayLike, ep: ArrayLike = 1,
+               etp: ArrayLike = 0, cap: ArrayLike = 0.0) -> FloatArray:
     """Exposed data-parallel communication (comm.exposed_time), with overlap share f (comm.dp_overlap):
     (1 - f) x every byte + f x (unhidable bytes + per-window excess over compute).
 
@@ -1123,10 +1232,12 @@ def exposed_dp(sc: Scenario, *, acc: str, zero, recompute, sp=None, tp, cp=1, pp
         link = comm.shared_link_time(link, other * windows, window * windows)
     f = sc.overlap_fractions()[1]
     hidden = comm.exposed_time(unhidden, link / windows, window, windows, True)
-    return f * hidden + (1.0 - f) * link
+    exposed: FloatArray = f * hidden + (1.0 - f) * link
+    return exposed
 
 
-def tp_comm(sc: Scenario, *, acc: str, recompute, tp, cp=1, pp, dp, mb):
+def tp_comm(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike,
+            mb: ArrayLike) -> FloatArray:
     """Tensor-parallel communication outside the compute term. Flat model: all on the critical path,
     V_tp / intra-host bandwidth. Per-operation model: 0 here, because the exposed TP time is part of
     each stage's duration (:func:`tp_exposed` reports it)."""
@@ -1137,11 +1248,13 @@ def tp_comm(sc: Scenario, *, acc: str, recompute, tp, cp=1, pp, dp, mb):
     v = comm.tp_volume(_f(mb) * sc.task.seq_len / _f(cp), sc.model.hidden, tp,
                        np.ceil(sc.model.layers / _f(pp)),
                        grad_accum(sc, dp, mb), sc.memory.activation_bytes, rc == "full")
-    return v / A.intra_host_bw
+    t: FloatArray = v / A.intra_host_bw
+    return t
 
 
-def offload_wait(sc: Scenario, *, acc: str, offload, zero, recompute, sp=None, tp, cp=1, pp, dp, mb, ep=1, etp=0,
-                 cap=0.0):
+def offload_wait(sc: Scenario, *, acc: str, offload: str, zero: ArrayLike, recompute: str, sp: bool | None = None,
+                 tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike, mb: ArrayLike, ep: ArrayLike = 1,
+                 etp: ArrayLike = 0, cap: ArrayLike = 0.0) -> FloatArray:
     """Optimizer-step time per step. With CPU offload: the gradient download beyond the last backward
     (T_wait = max(0, V/B - W)), the CPU Adam pass at the host's memory bandwidth shared by its cards,
     and the BF16 upload. Without offload: 0 in the flat model (the chapter leaves the GPU optimizer
@@ -1157,14 +1270,15 @@ def offload_wait(sc: Scenario, *, acc: str, offload, zero, recompute, sp=None, t
     cpu_bw = A.host_memory_bw / A.cards_per_host if A.host_memory_bw > 0 else np.inf
     down = comm.offload_wait(2.0 * shard, A.host_link_bw, 2.0 / 3.0 * (t_f + t_dx + t_dw))
     t = down + shard * CPU_ADAM_BYTES_PER_PARAM / cpu_bw + rec.weights * shard / A.host_link_bw
-    gpu = 0.0
+    gpu: Floats = 0.0
     if per_op_model(sc):
         per_param = ops.optimizer_bytes_per_param(rec.weights, rec.grads, rec.master, rec.moments)
         gpu = steptime.optimizer_time(shard, per_param, rates(sc, acc))
     return np.where(offload == "cpu", t, gpu)
 
 
-def ep_link(sc: Scenario, *, acc: str, recompute, tp, cp=1, pp, mb, nics, ep=1, etp=0, cap=0.0):
+def ep_link(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike, mb: ArrayLike,
+            nics: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0, cap: ArrayLike = 0.0) -> FloatArray:
     """All-to-all time of one micro-batch on the stage with the most MoE blocks (moe.a2a_per_microbatch):
     dispatch and combine of one card's tokens on the EP group's links (NVLink inside a host, the host's
     NICs across hosts), stretched by the load factor; the per-operation model derates the links by the
@@ -1180,17 +1294,20 @@ def ep_link(sc: Scenario, *, acc: str, recompute, tp, cp=1, pp, mb, nics, ep=1, 
     intra, inter = moe.a2a_rows_per_token(a.top_k, ep, hosts, o.dispatcher, o.node_limit)
     fabric, latency = A.fabric, 0.0
     if per_op_model(sc):
-        p = sc.system(acc).perf
+        p = _perf(sc, acc)
         fabric, latency = fabric.derated(p.tp_efficiency, p.dp_efficiency), p.collective_latency
     path = network.route(fabric, _f(ep) * moe.expert_tp_size(etp, tp), 1, A.cards_per_host, nics)
     one = moe.a2a_time(card_tokens(sc, tp, mb, cp), a.hidden, sc.memory.activation_bytes, intra, inter,
                        load_factor(sc, ep, cap), path, A.p2p)
     one = np.where(_f(ep) > 1, one + latency, 0.0)
     blocks = _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n)
-    return moe.a2a_per_microbatch(one, blocks, rc == "full")
+    per_mb: FloatArray = moe.a2a_per_microbatch(one, blocks, rc == "full")
+    return per_mb
 
 
-def ep_comm(sc: Scenario, *, acc: str, recompute, schedule, tp, cp=1, pp, dp, mb, nics, ep=1, etp=0, cap=0.0):
+def ep_comm(sc: Scenario, *, acc: str, recompute: str, schedule: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike,
+            dp: ArrayLike, mb: ArrayLike, nics: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0,
+            cap: ArrayLike = 0.0) -> FloatArray:
     """Exposed all-to-all per step (moe.a2a_exposed): every micro-batch's exchanges, or with overlap
     (``[moe] a2a_overlap``: auto = DualPipe schedules) only what exceeds one micro-batch's compute. The
     exchanges extend each micro-batch on the critical path; how they stretch pipeline bubbles is not
@@ -1200,22 +1317,26 @@ def ep_comm(sc: Scenario, *, acc: str, recompute, schedule, tp, cp=1, pp, dp, mb
         return per_mb * _f(dp) * _f(cp)  # zeros of the right shape
     t_f, t_dx, t_dw = microbatch_times(sc, acc=acc, recompute=recompute, schedule=schedule, tp=tp, cp=cp, pp=pp,
                                        mb=mb, ep=ep, etp=etp, cap=cap)
-    return moe.a2a_exposed(per_mb, t_f + t_dx + t_dw, grad_accum(sc, dp, mb),
-                           moe.a2a_overlapped(sc.moe.a2a_overlap, schedule))
+    exposed: FloatArray = moe.a2a_exposed(per_mb, t_f + t_dx + t_dw, grad_accum(sc, dp, mb),
+                                          moe.a2a_overlapped(sc.moe.a2a_overlap, schedule))
+    return exposed
 
 
-def capacity_drops(sc: Scenario, *, tp, cp=1, mb, cap):
+def capacity_drops(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, cap: ArrayLike) -> Floats:
     """Share of dispatches a capacity factor drops for one card's micro-batch (moe.routing_drops)."""
     a, o = sc.model, sc.moe
     if not a.moe:
         return 0.0 * _f(tp) * _f(mb) * _f(cap) * _f(cp)
-    return moe.routing_drops(card_tokens(sc, tp, mb, cp), a.top_k, a.experts, cap, o.imbalance,
-                             o.hot)[0]
+    drops: Floats = moe.routing_drops(card_tokens(sc, tp, mb, cp), a.top_k, a.experts, cap, o.imbalance, o.hot)[0]
+    return drops
 
 
-def ep_group_ok(sc: Scenario, *, acc: str, tp, cp=1, dp, ep, etp):
+def ep_group_ok(sc: Scenario, *, acc: str, tp: ArrayLike, cp: ArrayLike = 1, dp: ArrayLike, ep: ArrayLike,
+                etp: ArrayLike) -> NDArray[np.bool_]:
     """1 where EP x expert-TP fits the tp x dp (x cp) group (moe.ep_group_ok)."""
-    return moe.ep_group_ok(sc.model, tp, zero_ranks(dp, cp), ep, etp, sc.system(acc).acc.cards_per_host)
+    ok: NDArray[np.bool_] = moe.ep_group_ok(sc.model, tp, zero_ranks(dp, cp), ep, etp,
+                                            sc.system(acc).acc.cards_per_host)
+    return ok
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1227,7 +1348,7 @@ def checkpoint_write_time(sc: Scenario) -> float:
     return float(reliability.checkpoint_bytes(param_count(sc.model), rel.bytes_per_param) / rel.write_bandwidth)
 
 
-def failure_rate(sc: Scenario, cards):
+def failure_rate(sc: Scenario, cards: ArrayLike) -> Floats:
     """Job event rate: cards / card MTBF + job-wide events (loss spikes, planned stops)."""
     rel = sc.reliability
     lam = np.zeros(np.shape(cards)) if rel.card_mtbf_s is None else reliability.job_failure_rate(_f(cards),
@@ -1237,7 +1358,7 @@ def failure_rate(sc: Scenario, cards):
     return lam
 
 
-def overhead(sc: Scenario, save_mode, cards, save_interval):
+def overhead(sc: Scenario, save_mode: str, cards: ArrayLike, save_interval: ArrayLike) -> Floats:
     """Checkpoint + failure overhead per unit useful time, L(tau) (reliability.overhead_*).
 
     Sync saves pause for the write time c; async saves pause for the snapshot copy and redo the
@@ -1256,7 +1377,8 @@ def overhead(sc: Scenario, save_mode, cards, save_interval):
     return reliability.overhead_first_order(tau, pause, lam, rel.restore_s, lag)
 
 
-def overhead_parts(sc: Scenario, save_mode, cards, save_interval):
+def overhead_parts(sc: Scenario, save_mode: str, cards: ArrayLike,
+                   save_interval: ArrayLike) -> tuple[Floats, Floats, Floats]:
     """First-order split of the overhead: (save c/tau, redo lam (tau/2 + w), restart lam r)."""
     rel = sc.reliability
     write = checkpoint_write_time(sc)
@@ -1267,7 +1389,7 @@ def overhead_parts(sc: Scenario, save_mode, cards, save_interval):
             reliability.restart_overhead(lam, rel.restore_s))
 
 
-def optimal_save_interval(sc: Scenario, cards, save_mode="sync"):
+def optimal_save_interval(sc: Scenario, cards: ArrayLike, save_mode: str = "sync") -> FloatArray:
     """Interval minimising L for a card count, raised to the write time (no upload backlog)."""
     rel = sc.reliability
     write = checkpoint_write_time(sc)
@@ -1281,7 +1403,7 @@ def optimal_save_interval(sc: Scenario, cards, save_mode="sync"):
     return np.where(np.isfinite(tau), tau, sc.task.deadline_s)
 
 
-def input_supply(sc: Scenario, acc: str, cards):
+def input_supply(sc: Scenario, acc: str, cards: ArrayLike) -> Floats:
     """Sequences per second the CPU workers prepare (inf when the scenario gives no input pipeline)."""
     inp = sc.input
     if inp.workers <= 0 and inp.workers_per_host <= 0:
@@ -1292,7 +1414,7 @@ def input_supply(sc: Scenario, acc: str, cards):
     return np.full(np.shape(cards), inp.workers * inp.per_worker_rate)
 
 
-def rate_per_second(sc: Scenario, acc: str, cards, nics):
+def rate_per_second(sc: Scenario, acc: str, cards: ArrayLike, nics: ArrayLike) -> FloatArray:
     """Rental cost per wall-clock second: (cards x card price + hosts x NICs x NIC price) / 3600;
     card-hours per second (cards / 3600) when the accelerator has no price."""
     sysm = sc.system(acc)
