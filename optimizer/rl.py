@@ -31,9 +31,12 @@ is structural.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from tpopt.errors import InputError
 from tpopt.models import families as F
@@ -43,7 +46,7 @@ from tpopt.models import terms as T
 from tpopt.models.arch import flops_per_token, gemm_params, param_count
 from tpopt.models.evaluate import Evaluation
 from tpopt.models.units import DAY, GIB
-from tpopt.optimizer import backends, core
+from tpopt.optimizer import analysis, backends, core
 from tpopt.optimizer.limits import TimeLimitReached, clock_of
 from tpopt.optimizer.result import Request, Status
 
@@ -655,13 +658,14 @@ def brute_force(pb: RLProblem, objective: str = "cost", enforced=FAMILIES) -> RL
 
 
 # ---------------------------------------------------------------------------------------------
-# what limits the optimum, alternatives, infeasibility, the async break-even
+# what limits the optimum, alternatives, infeasibility, the async break-even (the questions are
+# tpopt.optimizer.analysis's, put to an RLOracle)
 
-REL = 1e-9
+REL = analysis.REL
 GRID_LIMIT = 200_000  # RL decisions a relaxation question may enumerate (cards.max dropped)
 
 
-def summary(ev: RLEvaluation) -> dict:
+def summary(ev: RLEvaluation) -> dict[str, Any]:
     """An RL plan's decisions and headline figures, as reports quote it."""
     d, m = ev.decision, ev.metrics
     return {"accelerator": d.accelerator, "placement": d.placement, "cards": d.cards,
@@ -673,10 +677,11 @@ def summary(ev: RLEvaluation) -> dict:
 
 def objective_value(ev: RLEvaluation, objective: str) -> float:
     """The objective in display units: cost, or finish time in days."""
-    return ev.metrics["cost"] if objective == "cost" else ev.metrics["finish_s"] / DAY
+    value: float = ev.metrics["cost"] if objective == "cost" else ev.metrics["finish_s"] / DAY
+    return value
 
 
-def violation(ev: RLEvaluation, family: str) -> dict:
+def violation(ev: RLEvaluation, family: str) -> dict[str, Any]:
     """A family's value against its limit for one plan, in the family's unit."""
     unit, scale, _ = SPEC[family]
     if family not in ev.checks:
@@ -685,11 +690,17 @@ def violation(ev: RLEvaluation, family: str) -> dict:
     return {"name": family, "value": v / scale, "limit": None if math.isinf(lim) else lim / scale, "unit": unit}
 
 
-def _relaxed_problem(pb: RLProblem, family: str) -> RLProblem | None:
-    """The problem a question without ``family`` needs: without cards.max, a card grid up to 8x (else
-    4x, 2x) the cap, the largest whose RL decisions stay enumerable; None if none does."""
-    if family != F.CARDS:
-        return pb
+QUOTE = analysis.Quote(objective_value, summary, violation)  # how the reports quote an RL plan
+
+
+def _better(a: RLEvaluation, b: RLEvaluation, objective: str) -> bool:
+    """``a`` strictly better than ``b``: key(a) < key(b) (1 - REL) on the objective's first key."""
+    return bool(a.key(objective)[0] < b.key(objective)[0] * (1 - REL))
+
+
+def _wider_problem(pb: RLProblem) -> RLProblem | None:
+    """The problem a question without cards.max needs: a card grid up to 8x (else 4x, 2x) the cap, the
+    largest whose RL decisions stay enumerable; None if none does."""
     cache = pb.caches.setdefault("relaxed", {})
     if pb.card_limit not in cache:
         cache[pb.card_limit] = None
@@ -698,41 +709,57 @@ def _relaxed_problem(pb: RLProblem, family: str) -> RLProblem | None:
             if len(p2.grid()) <= GRID_LIMIT:
                 cache[pb.card_limit] = p2.card_limit
                 break
-    limit = cache[pb.card_limit]
+    limit: int | None = cache[pb.card_limit]
     return None if limit is None else pb.with_card_limit(limit)
 
 
-def binding(pb: RLProblem, best: RLEvaluation, objective: str, enforced) -> list[dict]:
-    """Families that bind: dropping one alone admits a strictly better plan (which is quoted)."""
-    out = []
-    for f in RELAXABLE:
-        if f not in enforced:
-            continue
-        p2 = _relaxed_problem(pb, f)
-        alt = None if p2 is None else solve(p2, objective, [g for g in enforced if g != f]).best
-        if alt is not None and alt.key(objective)[0] < best.key(objective)[0] * (1 - REL):
-            out.append({"name": f, "objective_without": objective_value(alt, objective),
-                        "saving": 1 - objective_value(alt, objective) / objective_value(best, objective),
-                        "plan_without": summary(alt), "violates": violation(alt, f)})
-    return out
+class RLOracle:
+    """The :class:`tpopt.optimizer.analysis.Oracle` of the RL reports: the best RL plan under a set of
+    families, one exact :func:`solve` per question. ``widen``: a question without cards.max is solved on
+    the wider card grid of :func:`_wider_problem` (on the problem's own grid when none is enumerable);
+    otherwise every question is solved on the problem's own grid."""
+
+    name = "rl"
+
+    def __init__(self, pb: RLProblem, widen: bool = False):
+        self.pb = pb
+        self.widen = widen
+
+    def best(self, enforced: Collection[str], objective: str, restrict: dict[str, Any] | None = None,
+             cards: tuple[int, ...] | None = None) -> RLEvaluation | None:
+        pb = self.pb
+        if self.widen and F.CARDS not in enforced:
+            pb = _wider_problem(pb) or pb
+        if cards is not None:  # the card counts as a restriction of the decisions' ``cards``
+            restrict = {**(restrict or {}), "cards": set(cards)}
+        return solve(pb, objective, enforced, restrict).best
 
 
-def _ruled_out(pb: RLProblem, objective: str, enforced, restrict: dict) -> list[dict]:
-    reasons = []
-    for f in RELAXABLE:
-        if f in enforced:
-            alt = solve(pb, objective, [g for g in enforced if g != f], restrict).best
-            if alt is not None:
-                reasons.append(violation(alt, f))
-    return reasons or [{"name": "no single constraint family: several rule it out together"}]
+def binding(pb: RLProblem, best: RLEvaluation, objective: str, enforced: Collection[str]) -> list[dict[str, Any]]:
+    """Families that bind: dropping one alone admits a strictly better plan (which is quoted). Dropping
+    cards.max is asked on the wider card grid; when no wider grid is enumerable, cards.max is not asked."""
+    cards = F.CARDS in enforced
+    skip = (F.CARDS,) if cards and _wider_problem(pb) is None else ()
+    found = analysis.binding(RLOracle(pb, widen=cards), best, objective, enforced, RELAXABLE, _better, skip)
+    return [analysis.binding_entry(f, alt, best, objective, QUOTE) for f, alt in found]
 
 
-def alternatives(pb: RLProblem, best: RLEvaluation, objective: str, enforced) -> list[dict]:
+def _ruled_out(pb: RLProblem, objective: str, enforced: Collection[str], restrict: dict[str, Any]
+               ) -> list[dict[str, Any]]:
+    """Families that alone rule the restricted alternative out, with the best plan's value against the
+    limit once that family is dropped (on the problem's own card grid)."""
+    found = analysis.ruled_out(RLOracle(pb), objective, enforced, RELAXABLE, restrict)
+    return [violation(alt, f) for f, alt in found] or \
+        [{"name": "no single constraint family: several rule it out together"}]
+
+
+def alternatives(pb: RLProblem, best: RLEvaluation, objective: str, enforced: Collection[str]
+                 ) -> list[dict[str, Any]]:
     """What a user would ask next: the other placement, staleness, weight sync, one host fewer,
     other accelerators; each feasible-but-worse (with its objective) or ruled out (and by what)."""
     d = best.decision
     g = pb.sc.system(d.accelerator).acc.cards_per_host
-    asks = []
+    asks: list[tuple[str, dict[str, Any]]] = []
     for p in pb.rsc.search.placement:
         if p != d.placement:
             asks.append((f"{p} cards", {"placement": [p], "accelerator": [d.accelerator]}))
@@ -750,20 +777,13 @@ def alternatives(pb: RLProblem, best: RLEvaluation, objective: str, enforced) ->
     for a in pb.accelerators():
         if a != d.accelerator:
             asks.append((a, {"accelerator": [a]}))
-    out = []
-    for label, restrict in asks:
-        alt = solve(pb, objective, enforced, restrict).best
-        if alt is not None:
-            out.append({"alternative": label, "feasible": True, "plan": summary(alt),
-                        "objective": objective_value(alt, objective),
-                        "delta": objective_value(alt, objective) / objective_value(best, objective) - 1})
-        else:
-            out.append({"alternative": label, "feasible": False,
-                        "ruled_out_by": _ruled_out(pb, objective, enforced, restrict)})
-    return out
+    oracle = RLOracle(pb)
+    return [analysis.alternative(oracle, QUOTE, {"alternative": label}, best, objective, enforced, restrict, None,
+                                 functools.partial(_ruled_out, pb, objective, enforced, restrict))
+            for label, restrict in asks]
 
 
-def async_break_even(pb: RLProblem, objective: str, enforced, tol: float = 1e-4) -> dict:
+def async_break_even(pb: RLProblem, objective: str, enforced: Collection[str], tol: float = 1e-4) -> dict[str, Any]:
     """The kept fraction above which the best one-step-async plan beats the best synchronous one,
     both re-optimised (staleness allowed or not). None when async never wins, 0 when sync is
     infeasible and async feasible at any kept fraction tried."""
@@ -786,64 +806,55 @@ def async_break_even(pb: RLProblem, objective: str, enforced, tol: float = 1e-4)
     return {"kept": hi, "sync": None if sync is None else summary(sync)}
 
 
-def _best(pb: RLProblem, objective: str, families) -> RLEvaluation | None:
-    """The best plan under ``families``; without cards.max, on the larger card grid."""
-    if F.CARDS not in families:
-        pb = _relaxed_problem(pb, F.CARDS) or pb
-    return solve(pb, objective, families).best
-
-
-def _conflict(pb: RLProblem, objective: str, structural: list, families: list) -> list:
-    """A minimal subset of ``families`` that admits no plan (deletion filter); [] if they admit one."""
-    if _best(pb, objective, structural + list(families)) is not None:
-        return []
-    conflict = list(families)
-    for f in list(conflict):
-        rest = [g for g in conflict if g != f]
-        if _best(pb, objective, structural + rest) is None:
-            conflict = rest
-    return conflict
-
-
-def explain_infeasible(pb: RLProblem, objective: str, enforced) -> dict:
-    """Why no RL plan is feasible: a minimal conflicting set of families (deletion filter), the
-    plan that comes closest to each, and the smallest single changes that admit a plan."""
+def explain_infeasible(pb: RLProblem, objective: str, enforced: Collection[str]) -> dict[str, Any]:
+    """Why no RL plan is feasible: a minimal conflicting set of families (the deletion filter of
+    :func:`tpopt.optimizer.analysis.conflict`, every question without cards.max on the wider card grid),
+    the plan that comes closest to each, and the smallest single changes that admit a plan."""
     relax = [f for f in enforced if f in RELAXABLE]
     structural = [f for f in enforced if f in STRUCTURAL]
-    if _best(pb, objective, structural) is None:
+    oracle = RLOracle(pb, widen=True)
+
+    def admits(families: Collection[str]) -> bool:
+        """Some plan meets the structural rules and ``families``."""
+        return oracle.best(structural + list(families), objective) is not None
+
+    if oracle.best(structural, objective) is None:
         return {"conflict": [F.RL_LEARNER_LAYOUT], "conflict_detail": [
             {"name": F.RL_LEARNER_LAYOUT, "detail": "no learner layout exists at any card count up to "
                                                     f"{pb.card_limit} (batch, host and head rules)"}],
                 "relaxations": []}
-    conflict = _conflict(pb, objective, structural, relax)
+    conflict = analysis.conflict(admits, relax)
     detail = []
     for f in conflict:
-        alt = _best(pb, objective, structural + [g for g in conflict if g != f])
+        alt = oracle.best(structural + [g for g in conflict if g != f], objective)
         detail.append(dict(violation(alt, f), plan=summary(alt)) if alt is not None else {"name": f})
-    changes = []
+    changes: list[dict[str, Any]] = []
 
-    def change(parameter: str, family: str, unit: str, current, required, plan):
+    def change(parameter: str, family: str, unit: str, current: float | None, required: float | None,
+               plan: RLEvaluation | None) -> None:
         entry = {"parameter": parameter, "unit": unit, "current": current, "required": required,
                  "helps": plan is not None, "plan": None if plan is None else summary(plan)}
         if plan is None:  # what still conflicts once this input is freed
-            entry["still_conflicting"] = _conflict(pb, objective, structural, [g for g in relax if g != family])
+            entry["still_conflicting"] = analysis.conflict(admits, [g for g in relax if g != family])
         changes.append(entry)
 
-    without = lambda f: [g for g in enforced if g != f]  # noqa: E731
+    def without(family: str) -> list[str]:
+        return [g for g in enforced if g != family]
+
     if F.DEADLINE in conflict:
-        fast = _best(pb, "time", without(F.DEADLINE))
+        fast = oracle.best(without(F.DEADLINE), "time")
         change("deadline", F.DEADLINE, "d", pb.sc.task.deadline_s / DAY,
                None if fast is None else math.ceil(fast.metrics["finish_s"] / DAY * 100) / 100, fast)
     if F.CARDS in conflict:
-        few = _best(pb, "cards", without(F.CARDS))
+        few = oracle.best(without(F.CARDS), "cards")
         change("max_cards", F.CARDS, "cards", pb.sc.search.max_cards, None if few is None else few.decision.cards,
                few)
     if F.BUDGET in conflict:
-        cheap = _best(pb, "cost", without(F.BUDGET))
+        cheap = oracle.best(without(F.BUDGET), "cost")
         change("max_cost", F.BUDGET, "USD", pb.sc.cost.max_cost,
                None if cheap is None else math.ceil(cheap.metrics["cost"]), cheap)
     if F.RL_STALENESS in conflict:
-        alt = _best(pb, objective, without(F.RL_STALENESS))
+        alt = oracle.best(without(F.RL_STALENESS), objective)
         change("staleness", F.RL_STALENESS, "steps", pb.task.staleness, None if alt is None else alt.decision.staleness,
                alt)
     return {"conflict": conflict, "conflict_detail": detail, "relaxations": changes}
