@@ -34,21 +34,26 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
+import numpy as np
 from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models import generation as gen
 from tpopt.models import rl as R
 from tpopt.models import terms as T
-from tpopt.models.arch import flops_per_token, gemm_params, param_count
-from tpopt.models.evaluate import Evaluation
+from tpopt.models.arch import ModelArch, flops_per_token, gemm_params, param_count
+from tpopt.models.evaluate import Evaluation, evaluate
+from tpopt.models.plan import Scenario
+from tpopt.models.rl import RLScenario
 from tpopt.models.units import DAY, GIB
 from tpopt.optimizer import analysis, backends, core
-from tpopt.optimizer.limits import TimeLimitReached, clock_of
+from tpopt.optimizer.enumerate import NUMERIC_AXES, chunks
+from tpopt.optimizer.limits import Clock, TimeLimitReached, clock_of
 from tpopt.optimizer.result import Request, Status
+from tpopt.optimizer.space import Space
 
 # family -> (unit, scale, what it says), in report order (declared in tpopt.models.families)
 SPEC = {f.name: (f.unit, f.scale, f.statement(F.RL)) for f in F.RL_FAMILIES}
@@ -60,6 +65,12 @@ TRAINER_MEMORY = frozenset(F.TRAINER_MEMORY)
 OBJECTIVES = ("cost", "time")
 MAX_TOP = 256  # shared cards: most learner plans fetched by step time before enumerating the rest
 TABLE_LIMIT = 300_000  # learner spaces up to this size are tabulated once (as tpopt solve reports do)
+
+Restrict = dict[str, Any]  # RL decision field -> the values allowed
+Check = tuple[float, float]  # (value, limit) of a family, SI units
+LearnerKey = tuple[str, int, float | None, bool]  # (accelerator, cards, memory limit or None, shared)
+TrainerPoint = tuple[float, float, float, bool, dict[str, int]]  # (step, states, memory, host rule met, assignment)
+Rank = tuple[tuple[float, float], int]  # (objective key, grid index): the search's order of RL plans
 
 
 @dataclass(frozen=True)
@@ -96,8 +107,8 @@ class Learner:
 class RLEvaluation:
     decision: RLDecision
     learner: Learner
-    metrics: dict
-    checks: dict  # family -> (value, limit), SI units
+    metrics: dict[str, Any]
+    checks: dict[str, Check]  # family -> (value, limit), SI units
 
     def ok(self, family: str) -> bool:
         if family not in self.checks:
@@ -105,10 +116,10 @@ class RLEvaluation:
         v, lim = self.checks[family]
         return v <= lim * (1 + 1e-12)
 
-    def feasible(self, enforced) -> bool:
+    def feasible(self, enforced: Iterable[str]) -> bool:
         return all(self.ok(f) for f in enforced if f not in STRUCTURAL)
 
-    def key(self, objective: str) -> tuple:
+    def key(self, objective: str) -> tuple[float, float]:
         c, f = self.metrics["cost"], self.metrics["finish_s"]
         if objective == "cards":
             return (self.decision.cards, c)
@@ -120,27 +131,27 @@ class RLResult:
     status: Status
     objective: str
     best: RLEvaluation | None
-    enforced: tuple
-    stats: dict = field(default_factory=dict)
+    enforced: tuple[str, ...]
+    stats: dict[str, Any] = field(default_factory=dict)
 
     @property
     def feasible(self) -> bool:
         return self.best is not None
 
 
-def new_caches() -> dict:
+def new_caches() -> dict[str, Any]:
     return {"learner": {}, "space": {}, "rollout": {}, "overhead": {}, "bound_ok": [True], "solves": [0]}
 
 
 class RLProblem:
     """One RL scenario's design space, relations and caches (learner solves, rollout stages)."""
 
-    def __init__(self, rsc, backend: str = backends.DEFAULT, req: Request | None = None, card_limit: int | None = None,
-                 caches: dict | None = None):
+    def __init__(self, rsc: RLScenario, backend: str = backends.DEFAULT, req: Request | None = None,
+                 card_limit: int | None = None, caches: dict[str, Any] | None = None) -> None:
         if not backends.is_known(backend):
             raise backends.unknown_solver(backend)
         self.rsc = rsc
-        self.sc = rsc.trainer
+        self.sc = cast(Scenario, rsc.trainer)  # the learner's pre-training scenario (typed object in RLScenario)
         self.task = rsc.task
         self.backend = backend
         self.req = req or Request()
@@ -150,11 +161,11 @@ class RLProblem:
         self.gemm_params = float(gemm_params(self.sc.model))
         self.seq = self.sc.task.seq_len
         self.step_tokens = float(self.task.batch * self.seq)
-        rm = self.task.verifier.reward_model
+        rm = cast("ModelArch | None", self.task.verifier.reward_model)  # typed object in Verifier
         self.rm_params = float(param_count(rm)) if rm is not None else 0.0
 
     # -- variants sharing the caches -----------------------------------------------------------
-    def with_task(self, **changes) -> RLProblem:
+    def with_task(self, **changes: Any) -> RLProblem:
         """The same problem with loop fields changed that leave the learner's scenario as it is
         (kept fractions, staleness allowed, samples to train); the caches are shared."""
         allowed = {"kept", "kept_sync", "staleness", "samples"}
@@ -172,9 +183,10 @@ class RLProblem:
     def with_request(self, req: Request) -> RLProblem:
         return RLProblem(self.rsc, self.backend, req, self.card_limit, self.caches)
 
-    def clock(self):
+    def clock(self) -> Clock:
         """The run's clock (``req.clock``); without one, a fresh clock of ``req.time_limit``."""
-        return self.req.clock if getattr(self.req, "clock", None) is not None else clock_of(replace(self.req))
+        clock = self.req.clock
+        return clock if clock is not None else clock_of(replace(self.req))
 
     # -- the grid of RL decisions --------------------------------------------------------------
     def accelerators(self) -> list[str]:
@@ -184,7 +196,7 @@ class RLProblem:
         g = self.sc.system(acc).acc.cards_per_host
         return [t for t in self.rsc.search.rollout_tp if g % t == 0 and self.sc.model.heads % t == 0]
 
-    def grid(self, restrict: dict | None = None) -> list[RLDecision]:
+    def grid(self, restrict: Restrict | None = None) -> list[RLDecision]:
         """Every RL decision: whole hosts for each group, together within the card limit; rollout
         groups up to one prompt per engine (more engines than prompts would idle); staleness 0 and 1
         on separate cards (``rl.staleness`` limits it), 0 on shared cards. ``restrict`` maps decision
@@ -192,7 +204,7 @@ class RLProblem:
         r = restrict or {}
         s = self.rsc.search
         P = self.task.prompts_per_step
-        out = []
+        out: list[RLDecision] = []
         for acc in self.accelerators():
             g = self.sc.system(acc).acc.cards_per_host
             hosts = [h * g for h in range(1, self.card_limit // g + 1)]
@@ -213,7 +225,8 @@ class RLProblem:
 
     # -- learner -------------------------------------------------------------------------------
     def nics(self, acc: str) -> int:
-        return self.rsc.nics_per_host or self.sc.system(acc).acc.nics_per_host
+        nics: int = self.rsc.nics_per_host or self.sc.system(acc).acc.nics_per_host
+        return nics
 
     def extra_forward_s(self, acc: str, cards: int) -> float:
         """Extra forward passes (reference / old-policy log-probs) at the scenario's efficiency:
@@ -222,9 +235,11 @@ class RLProblem:
         if not self.task.extra_forwards:
             return 0.0
         s = self.sc.system(acc)
-        eta = s.efficiency * (s.perf.gemm_efficiency if s.per_op else 1.0)
-        fwd = flops_per_token(self.sc.model, self.seq) / 3.0 * self.step_tokens
-        return self.task.extra_forwards * fwd / (cards * s.acc.peak_flops * eta)
+        perf = s.perf
+        eta = s.efficiency * (perf.gemm_efficiency if s.per_op and perf is not None else 1.0)
+        fwd = float(flops_per_token(self.sc.model, self.seq)) / 3.0 * self.step_tokens
+        seconds: float = self.task.extra_forwards * fwd / (cards * s.acc.peak_flops * eta)
+        return seconds
 
     def learner_bound(self, acc: str, cards: int) -> Learner:
         """A lower bound of every learner plan at ``cards``: the GEMM work of a step at the card's
@@ -236,14 +251,16 @@ class RLProblem:
             peak = max(A.peak_flops, A.peak_fp8, A.peak_fp16, A.peak_tf32)
             lb = 6.0 * self.gemm_params * self.step_tokens / (cards * peak) if key[2] else 0.0
             cache[key] = Learner(plan=None, step_s=lb, full_s=lb + self.extra_forward_s(acc, cards))
-        return cache[key]
+        bound: Learner = cache[key]
+        return bound
 
     def rate(self, acc: str, cards: int) -> float:
         """Rental cost per second of the job's cards and their hosts' NICs (cached)."""
         cache = self.caches.setdefault("rate", {})
         if (acc, cards) not in cache:
             cache[(acc, cards)] = float(T.rate_per_second(self.sc, acc, cards, self.nics(acc)))
-        return cache[(acc, cards)]
+        rate: float = cache[(acc, cards)]
+        return rate
 
     def receive_bytes(self, d: RLDecision) -> float:
         """Policy weights a rollout card receives per update (its shard, or the whole policy)."""
@@ -254,7 +271,7 @@ class RLProblem:
         """Weights resident on a rollout card: the policy and, when scoring on cards, the reward model."""
         return gen.weight_bytes_per_card(self.policy_params + self.rm_params, t, self.task.weight_bytes)
 
-    def learner_key(self, d: RLDecision, enforced) -> tuple:
+    def learner_key(self, d: RLDecision, enforced: Collection[str]) -> LearnerKey:
         """(accelerator, cards, memory limit or None, shared) of the learner solve a decision needs.
 
         Shared cards in staged order need learner peak + received weights (+ the reward model) +
@@ -267,11 +284,9 @@ class RLProblem:
             limit = min(usable if limit is None else limit, usable - recv - self.task.common)
         return (d.accelerator, d.learner_cards, limit, d.placement == "shared")
 
-    def _space(self, acc: str, limit):
-        from tpopt.optimizer.space import Space
-
+    def _space(self, acc: str, limit: float | None) -> Space:
         key = (acc, limit)
-        sp = self.caches["space"].get(key)
+        sp: Space | None = self.caches["space"].get(key)
         if sp is None:
             sc = self.sc
             if limit is not None:
@@ -292,7 +307,8 @@ class RLProblem:
         the host's memory bandwidth shared by its cards allows."""
         A = self.sc.system(acc).acc
         host = A.host_memory_bw / A.cards_per_host if A.host_memory_bw > 0 else math.inf
-        return min(A.host_link_bw, host)
+        bw: float = min(A.host_link_bw, host)
+        return bw
 
     def _learner_from(self, ev: Evaluation, acc: str, cards: int, shared: bool) -> Learner:
         step = ev.metrics["step_s"]
@@ -301,7 +317,7 @@ class RLProblem:
         return Learner(plan=ev, step_s=step, full_s=step + self.extra_forward_s(acc, cards), states=states,
                        memory=ev.metrics["memory_per_card_gib"] * GIB, swap_s=swap)
 
-    def learner(self, key: tuple) -> Learner | None:
+    def learner(self, key: LearnerKey) -> Learner | None:
         """The learner plan RL decisions with this key use (cached); None if no plan exists.
 
         Learner spaces up to ``TABLE_LIMIT`` plans are evaluated once per accelerator by the
@@ -323,16 +339,17 @@ class RLProblem:
             if clock.reached:  # cut short by the time limit: not proven the fastest, not kept for later solves
                 return out
             cache[key] = out
-        return cache[key]
+        known: Learner | None = cache[key]
+        return known
 
-    def _choose(self, shared: bool, cands) -> int:
+    def _choose(self, shared: bool, cands: Sequence[Learner]) -> int:
         """Index of the learner that serves the RL level best: least step time on separate cards,
         least q_s t + swap on shared cards (first on ties)."""
         qs = self.task.kept_sync
         score = [(qs * c.full_s + c.swap_s) if shared else c.full_s for c in cands]
         return min(range(len(cands)), key=lambda i: (score[i], i))
 
-    def _learner_from_table(self, acc: str, cards: int, limit, shared: bool) -> Learner | None:
+    def _learner_from_table(self, acc: str, cards: int, limit: float | None, shared: bool) -> Learner | None:
         rows = [r for r in trainer_points(self, acc).get(cards, []) if limit is None or (r[3] and r[2] <= limit)]
         if not rows:
             return None
@@ -341,12 +358,10 @@ class RLProblem:
         cands = [Learner(None, r[0], r[0] + extra, r[1], r[2], R.state_swap_time(r[1], swap_bw) if shared else 0.0)
                  for r in rows]
         i = self._choose(shared, cands)
-        from tpopt.models.evaluate import evaluate
-
         sp = self._space(acc, None)
         return replace(cands[i], plan=evaluate(sp.sc, sp.plan(rows[i][4])))
 
-    def _learner_from_solver(self, acc: str, cards: int, limit, shared: bool) -> Learner | None:
+    def _learner_from_solver(self, acc: str, cards: int, limit: float | None, shared: bool) -> Learner | None:
         sp = self._space(acc, limit)
         enforce = TRAINER_STRUCTURAL | (TRAINER_MEMORY if limit is not None else frozenset())
         qs = self.task.kept_sync
@@ -372,14 +387,15 @@ class RLProblem:
             K = K * 4 if K * 4 <= MAX_TOP else 10**7
 
     # -- rollout stages ------------------------------------------------------------------------
-    def rollout(self, acc: str, cards: int, tp: int, batch: int, kv_enforced: bool = True) -> dict:
+    def rollout(self, acc: str, cards: int, tp: int, batch: int, kv_enforced: bool = True) -> dict[str, Any]:
         """Generation and verification of one step on ``cards`` rollout cards in engines of ``tp``
         cards (cached): the relations of :mod:`tpopt.models.generation` under the scenario's
         assumptions. Without ``rl.kv_capacity`` the batch is the engine limit."""
         key = (acc, cards, tp, batch, kv_enforced)
         cache = self.caches["rollout"]
         if key in cache:
-            return cache[key]
+            known: dict[str, Any] = cache[key]
+            return known
         task, a = self.task, self.sc.model
         A = self.sc.system(acc).acc
         P, G, Rb = task.prompts_per_step, task.samples_per_prompt, task.batch
@@ -402,7 +418,7 @@ class RLProblem:
             b = min(batch, n_e)
         else:
             b = min(b_fit, task.max_sequences, n_e) if kv_enforced else min(task.max_sequences, n_e)
-        out = {"engines": engines, "prompts_per_engine": prompts_e, "samples_per_engine": n_e,
+        out: dict[str, Any] = {"engines": engines, "prompts_per_engine": prompts_e, "samples_per_engine": n_e,
                "weights": w_all, "policy_weights": w_policy, "kv_per_token": kv_tok, "kv_pool": pool,
                "batch_fit": b_fit, "batch": b, "kv_need": max(b * c_mem, longest_prompt + longest) * kv_tok,
                "longest_response": longest, "longest_prompt": longest_prompt, "live_context": c_mem,
@@ -418,7 +434,7 @@ class RLProblem:
                                task.prompt.mean, a.hidden, a.layers, A.intra_host_bw, lat)
         tokens = n_e * task.response.mean
 
-        def decode(steps):
+        def decode(steps: float) -> dict[str, Any]:
             return gen.decode_time(steps, tokens, w_policy, kv_tok, c_read, ng, a.layers, a.d_attn, a.hidden, tp, peak,
                                    A.hbm_bandwidth, task.hbm_efficiency, eff, A.intra_host_bw, lat)
 
@@ -429,7 +445,7 @@ class RLProblem:
         if v.kind == "cpu":
             t_ver = R.cpu_verify_time(Rb, v.seconds_per_sample, v.workers)
         elif v.kind == "reward-model":
-            rm = v.reward_model
+            rm = cast(ModelArch, v.reward_model)  # a reward-model verifier has its model
             seq = task.prompt.mean + task.response.mean
             t_ver = gen.prefill_time(n_e, gen.prefill_flops(gemm_params(rm), rm.layers, rm.d_attn, seq), tp, peak, eff,
                                      seq, rm.hidden, rm.layers, A.intra_host_bw, lat)
@@ -443,7 +459,7 @@ class RLProblem:
         return out
 
     # -- long-run overhead ---------------------------------------------------------------------
-    def overhead(self, cards: int, backlog_enforced: bool = True) -> dict:
+    def overhead(self, cards: int, backlog_enforced: bool = True) -> dict[str, Any]:
         """The save interval and mode of the scenario's domain with the least overhead L for the
         whole job's cards (intervals shorter than the write time are avoided when enforced)."""
         key = (cards, backlog_enforced)
@@ -451,18 +467,20 @@ class RLProblem:
         if key not in cache:
             sc = self.sc
             write = T.checkpoint_write_time(sc)
-            best = None
+            best: tuple[bool, float, str, float] | None = None
             for mode in sc.search.save_mode:
                 for tau in sc.search.save_interval_s:
                     iv = float(T.optimal_save_interval(sc, cards, mode)) if tau == 0.0 else float(tau)
                     cand = (backlog_enforced and write > iv, float(T.overhead(sc, mode, cards, iv)), mode, iv)
                     if best is None or cand[:2] < best[:2]:
                         best = cand
+            assert best is not None  # the scenario's save modes and intervals are not empty
             cache[key] = {"overhead": best[1], "save_mode": best[2], "save_interval_s": best[3], "write_s": write}
-        return cache[key]
+        overhead: dict[str, Any] = cache[key]
+        return overhead
 
     # -- one RL plan -----------------------------------------------------------------------------
-    def evaluate(self, d: RLDecision, learner: Learner, enforced=FAMILIES) -> RLEvaluation:
+    def evaluate(self, d: RLDecision, learner: Learner, enforced: Collection[str] = FAMILIES) -> RLEvaluation:
         """Metrics and family checks of one RL decision with one learner plan (pure arithmetic)."""
         task, sc = self.task, self.sc
         s = sc.system(d.accelerator)
@@ -517,14 +535,15 @@ class RLProblem:
             "cycle_sync_s": R.cycle_time(ro["rollout_s"], task.kept_sync * learner.full_s, sync_s, 0, swap_s),
             "cycle_async_s": None if shared else R.cycle_time(ro["rollout_s"], task.kept * learner.full_s, sync_s, 1),
             "r_gen": ro["r_gen"], "r_verify": ro["r_verify"], "r_learn": r_learn, "stage_rates": stages,
-            "bottleneck": min(stages, key=stages.get), "pipeline_bound": bound, "effective_rate": q * Rb / cycle,
-            "needed_rate": needed,
+            "bottleneck": min(stages, key=stages.__getitem__), "pipeline_bound": bound,
+            "effective_rate": q * Rb / cycle, "needed_rate": needed,
             "break_even_kept": None if shared else R.break_even_kept(ro["rollout_s"], learner.full_s, sync_s,
                                                                      task.kept_sync),
             "overhead": L, "save_interval_s": ov["save_interval_s"], "save_mode": ov["save_mode"],
             "train_s": steps * cycle, "finish_s": finish, "cost": cost,
             "cost_unit": "USD" if s.price_card_hour is not None else "card-hours",
-            "handoff_naive": naive, "handoff_staged": staged, "handoff_switch": switch, "usable": usable, "common": common,
+            "handoff_naive": naive, "handoff_staged": staged, "handoff_switch": switch, "usable": usable,
+            "common": common,
             "learner_memory": learner.memory, "learner_states": learner.states,
         }
         return RLEvaluation(decision=d, learner=learner, metrics=metrics, checks=checks)
@@ -534,7 +553,8 @@ class RLProblem:
 # the exact search and the brute-force oracle
 
 
-def solve(pb: RLProblem, objective: str = "cost", enforced=FAMILIES, restrict: dict | None = None) -> RLResult:
+def solve(pb: RLProblem, objective: str = "cost", enforced: Collection[str] = FAMILIES,
+          restrict: Restrict | None = None) -> RLResult:
     """The best RL plan (lexicographic (cost, finish) or (finish, cost)), proven optimal.
 
     One time limit for the whole RL solve: the request's clock (``pb.req.clock``, shared by every
@@ -546,7 +566,7 @@ def solve(pb: RLProblem, objective: str = "cost", enforced=FAMILIES, restrict: d
     if objective not in OBJECTIVES + ("cards",):
         raise InputError(f"unknown objective {objective!r} (use cost or time)")
     enforced = tuple(f for f in FAMILIES if f in set(enforced))
-    if getattr(pb.req, "clock", None) is None:  # no shared clock: this solve's own limit
+    if pb.req.clock is None:  # no shared clock: this solve's own limit
         pb = pb.with_request(replace(pb.req))
     clock = clock_of(pb.req)
     t0 = time.perf_counter()
@@ -566,12 +586,13 @@ def solve(pb: RLProblem, objective: str = "cost", enforced=FAMILIES, restrict: d
     return RLResult(status, objective, best, enforced, stats)
 
 
-def _search(pb: RLProblem, objective: str, enforced, restrict, clock):
+def _search(pb: RLProblem, objective: str, enforced: tuple[str, ...], restrict: Restrict | None, clock: Clock
+            ) -> tuple[RLEvaluation | None, dict[str, Any], bool]:
     """The bound-ordered search; returns (best, stats, limited): ``limited`` when the clock stopped it
     before the optimum was proven (``best`` is then the best verified plan so far, or None)."""
-    groups: dict = {}
+    groups: dict[LearnerKey, list[tuple[tuple[float, float], int, RLDecision]]] = {}
     points = pb.grid(restrict)
-    stats = {"points": len(points), "learner_keys": 0, "learner_keys_solved": 0}
+    stats: dict[str, Any] = {"points": len(points), "learner_keys": 0, "learner_keys_solved": 0}
     for i, d in enumerate(points):
         if i % 1024 == 0 and clock.expired("bounding the RL decisions"):
             return None, stats, True
@@ -580,10 +601,11 @@ def _search(pb: RLProblem, objective: str, enforced, restrict, clock):
             groups.setdefault(pb.learner_key(d, enforced), []).append((lb.key(objective), i, d))
     stats["learner_keys"] = len(groups)
     ranked = sorted(groups, key=lambda k: min(groups[k])[:2])
-    best = best_rank = None
+    best: RLEvaluation | None = None
+    best_rank: Rank | None = None
     limited = False
     for key in ranked:
-        if best is not None and min(groups[key])[0][0] > best_rank[0][0]:
+        if best_rank is not None and min(groups[key])[0][0] > best_rank[0][0]:
             break  # every remaining bound is worse than the best verified plan
         if clock.expired("solving the learner plans"):
             limited = True
@@ -599,7 +621,7 @@ def _search(pb: RLProblem, objective: str, enforced, restrict, clock):
                 ev = pb.evaluate(d, learner, enforced)
                 if ev.feasible(enforced):
                     rank = (ev.key(objective), i)
-                    if best is None or rank < best_rank:
+                    if best_rank is None or rank < best_rank:
                         best, best_rank = ev, rank
         if clock.reached:  # the learner solve was cut short: its plan is feasible, not proven the fastest
             limited = True
@@ -607,17 +629,15 @@ def _search(pb: RLProblem, objective: str, enforced, restrict, clock):
     return best, stats, limited
 
 
-def trainer_points(pb: RLProblem, acc: str) -> dict:
+def trainer_points(pb: RLProblem, acc: str) -> dict[int, list[TrainerPoint]]:
     """Every learner plan of the scenario's trainer space on ``acc`` by card count (cached):
     (step, states, peak memory, host-memory rule met, assignment) from the vectorised evaluator
     (:func:`tpopt.optimizer.enumerate.chunks`), for the plans that meet the layout rules."""
-    import numpy as np
-    from tpopt.optimizer.enumerate import NUMERIC_AXES, chunks
-
     cache = pb.caches["space"]
     if (acc, "points") in cache:
-        return cache[(acc, "points")]
-    out: dict = {}
+        known: dict[int, list[TrainerPoint]] = cache[(acc, "points")]
+        return known
+    out: dict[int, list[TrainerPoint]] = {}
     for fixed, idx_lists, shape, r in chunks(pb._space(acc, None)):
         ok = np.ones(shape, dtype=bool)
         for f in TRAINER_STRUCTURAL:
@@ -629,18 +649,20 @@ def trainer_points(pb: RLProblem, acc: str) -> dict:
                  ("mem", r["memory_per_card"]), ("host", host_v <= host_lim))}
         for j in np.flatnonzero(ok.reshape(-1)):
             coords = np.unravel_index(j, shape)
-            idx = dict(fixed, **{a: idx_lists[k][c] for k, (a, c) in enumerate(zip(NUMERIC_AXES, coords, strict=False))})
+            idx = dict(fixed, **{a: idx_lists[k][c]
+                                 for k, (a, c) in enumerate(zip(NUMERIC_AXES, coords, strict=False))})
             out.setdefault(int(flat["cards"][j]), []).append(
                 (float(flat["step"][j]), float(flat["states"][j]), float(flat["mem"][j]), bool(flat["host"][j]), idx))
     cache[(acc, "points")] = out
     return out
 
 
-def brute_force(pb: RLProblem, objective: str = "cost", enforced=FAMILIES) -> RLEvaluation | None:
+def brute_force(pb: RLProblem, objective: str = "cost", enforced: Collection[str] = FAMILIES) -> RLEvaluation | None:
     """Every RL decision with every learner plan, no solver and no bound: the oracle."""
     enforced = tuple(f for f in FAMILIES if f in set(enforced))
+    best: RLEvaluation | None = None
+    best_rank: Rank | None = None
     plans = {acc: trainer_points(pb, acc) for acc in pb.accelerators()}
-    best = best_rank = None
     for i, d in enumerate(pb.grid()):
         shared = d.placement == "shared"
         memory_rules = F.RL_LEARNER_MEMORY in enforced or (shared and F.RL_HANDOFF_MEMORY in enforced)
@@ -652,7 +674,7 @@ def brute_force(pb: RLProblem, objective: str = "cost", enforced=FAMILIES) -> RL
             ev = pb.evaluate(d, ln, enforced)
             if ev.feasible(enforced):
                 rank = (ev.key(objective), i)
-                if best is None or rank < best_rank:
+                if best_rank is None or rank < best_rank:
                     best, best_rank = ev, rank
     return best
 
@@ -832,7 +854,7 @@ def explain_infeasible(pb: RLProblem, objective: str, enforced: Collection[str])
 
     def change(parameter: str, family: str, unit: str, current: float | None, required: float | None,
                plan: RLEvaluation | None) -> None:
-        entry = {"parameter": parameter, "unit": unit, "current": current, "required": required,
+        entry: dict[str, Any] = {"parameter": parameter, "unit": unit, "current": current, "required": required,
                  "helps": plan is not None, "plan": None if plan is None else summary(plan)}
         if plan is None:  # what still conflicts once this input is freed
             entry["still_conflicting"] = analysis.conflict(admits, [g for g in relax if g != family])
@@ -864,7 +886,7 @@ def explain_infeasible(pb: RLProblem, objective: str, enforced: Collection[str])
 # the report (dicts ready for JSON; the CLI renders them)
 
 
-def _finite(x):
+def _finite(x: Any) -> Any:
     """JSON-safe numbers: inf and nan become None, recursively."""
     if isinstance(x, dict):
         return {k: _finite(v) for k, v in x.items()}
@@ -875,7 +897,8 @@ def _finite(x):
     return x
 
 
-def constraint_rows(ev: RLEvaluation, enforced, binding_names=()) -> list[dict]:
+def constraint_rows(ev: RLEvaluation, enforced: Collection[str], binding_names: Collection[str] = ()
+                    ) -> list[dict[str, Any]]:
     """Every family of a plan with value, limit, slack in its unit (stage balance after the deadline)."""
     rows = []
     for f in F.RL_REPORTED:
@@ -899,7 +922,8 @@ def assumptions(pb: RLProblem, ev: RLEvaluation | None = None) -> list[str]:
     r = t.response
     tail = "every response the mean length (no tail given)"
     if r.tail is not None:
-        tail = (f"response lengths lognormal with mean {r.mean:,.0f} and p{r.tail_p * 100:g} {r.tail:,.0f} tokens; "
+        tail_p = cast(float, r.tail_p)  # given with every tail (the scenario's check)
+        tail = (f"response lengths lognormal with mean {r.mean:,.0f} and p{tail_p * 100:g} {r.tail:,.0f} tokens; "
                 f"the longest of the {t.batch:,} samples of a step is their {t.batch}/{t.batch + 1} quantile")
         if ev is not None:
             tail += f", {ev.metrics['rollout']['longest_response']:,.0f} tokens"
@@ -932,7 +956,7 @@ def assumptions(pb: RLProblem, ev: RLEvaluation | None = None) -> list[str]:
     return out
 
 
-def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bool = True) -> dict:
+def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bool = True) -> dict[str, Any]:
     """The full answer of ``tpopt rl`` as a JSON-ready dict.
 
     The analysis (binding families, alternatives, break-even; for an infeasible problem the conflict
@@ -940,9 +964,9 @@ def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bo
     clock has run out, before or during the analysis, the analysis is left out (``analysis`` says so)
     rather than reported from solves that were cut short. A plan found at the time limit (``feasible``)
     gets no analysis; without a plan (``unknown``) nothing is claimed infeasible."""
-    out = {"scenario": pb.rsc.name, "status": result.status.value, "objective": result.objective,
+    out: dict[str, Any] = {"scenario": pb.rsc.name, "status": result.status.value, "objective": result.objective,
            "solver": dict(result.stats, learner_backend=pb.backend)}
-    clock = getattr(pb.req, "clock", None)
+    clock = pb.req.clock
 
     def out_of_time() -> bool:
         return clock is not None and (clock.reached or clock.expired("analysing the RL plan"))
@@ -950,18 +974,21 @@ def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bo
     if result.status == Status.UNKNOWN:
         out.update(analysis="time limit reached", conflict=[], conflict_detail=[], relaxations=[])
         out["assumptions"] = assumptions(pb)
-        return _finite(out)
+        done: dict[str, Any] = _finite(out)
+        return done
     if not result.feasible:
         why = explain_infeasible(pb, result.objective, result.enforced) if not out_of_time() else None
         if why is None or out_of_time():
             why = {"conflict": [], "conflict_detail": [], "relaxations": [], "analysis": "time limit reached"}
         out.update(why)
         out["assumptions"] = assumptions(pb)
-        return _finite(out)
+        infeasible: dict[str, Any] = _finite(out)
+        return infeasible
     if result.status != Status.OPTIMAL or out_of_time():
         analyse = break_even = False
         out["analysis"] = "time limit reached"
     ev = result.best
+    assert ev is not None  # feasible: a best plan
     m, ro = ev.metrics, ev.metrics["rollout"]
     binds = binding(pb, ev, result.objective, result.enforced) if analyse else []
     lp = ev.learner.plan
@@ -1008,4 +1035,5 @@ def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bo
     out["constraints"] = constraint_rows(ev, result.enforced, {b["name"] for b in binds})
     out["binding"] = None if out.get("analysis") else binds
     out["assumptions"] = assumptions(pb, ev)
-    return _finite(out)
+    answer: dict[str, Any] = _finite(out)
+    return answer
