@@ -13,14 +13,13 @@ from tpopt.optimizer import backends
 from tpopt.optimizer.outer import solve
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import FAMILIES
-from tpopt.optimizer.sweep.rows import FEASIBLE, NO_ANSWER, PLAN_COLUMNS, case_of, make_row
+from tpopt.optimizer.sweep.rows import FEASIBLE, NO_ANSWER, PLAN_COLUMNS, Row, case_of, make_row
 from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, Point, SweepSpec
 from tpopt.optimizer.sweep.tasks import _payload, group_scenario, space_size
 
 if TYPE_CHECKING:
     from tpopt.optimizer.sweep.run import SweepResult
 
-Row = dict[str, Any]  # one sweep row (tpopt.optimizer.sweep.rows.make_row) or a dict built from rows
 Case = tuple[Any, ...]  # the table inputs of a case (tpopt.optimizer.sweep.rows.case_of)
 
 
