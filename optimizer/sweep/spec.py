@@ -271,7 +271,8 @@ def build_spec(scenario_path: str | Path | dict[str, Any], cli: dict[str, Any] |
     catalog = load_catalog(dirs)
 
     def source(key: str) -> tuple[Any, str | None]:
-        """(value, where it was given) of a [sweep] key: the command line first; (None, None) when unset."""
+        """(value, where it was given) of a [sweep] key: the command line first; (None, None) when unset
+        (so where a value is given, its place is a str: the casts below)."""
         if key in cli:
             return cli[key], f"--{key.replace('_', '-')}"
         if key in table:
