@@ -1,4 +1,6 @@
-"""`tpopt rl`: plan RL post-training (rollout / verification / learning split) as a solve."""
+"""`tpopt rl`: plan RL post-training (rollout / verification / learning split) as a solve.
+
+Parsing and rendering only: the solve and its report are :func:`tpopt.optimizer.plan.plan_rl`."""
 
 from __future__ import annotations
 
@@ -43,17 +45,16 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
     Example: tpopt rl --kept 90%
     """
     from tpopt.catalogs.rl import load_rl_scenario
-    from tpopt.cli.common import overrides_from
+    from tpopt.catalogs.scenario import BUILTIN_RL_SCENARIO
+    from tpopt.cli.common import check_run_options, overrides_from
+    from tpopt.cli.request import time_limit_seconds
     from tpopt.errors import InputError
-    from tpopt.optimizer import rl as O
-    from tpopt.optimizer.result import Request
+    from tpopt.optimizer import plan as P
+    from tpopt.optimizer.limits import Clock
+    from tpopt.optimizer.result import Request, Status
 
     if kw.get("tokens") is not None:
         raise InputError("--tokens does not apply to tpopt rl (set [rl] samples or steps)")
-    from tpopt.cli.common import check_run_options
-    from tpopt.cli.request import time_limit_seconds
-    from tpopt.optimizer.limits import Clock
-
     time_limit = time_limit_seconds(time_limit)
     check_run_options(time_limit)  # finite, positive, at most 7 days
     backends.require(solver, Request(time_limit=time_limit))  # a missing solver fails here, before any work
@@ -61,17 +62,15 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
         from tpopt.cli.plots import check_plot_path
 
         check_plot_path(plot_path)
-    from tpopt.catalogs.scenario import BUILTIN_RL_SCENARIO
-
     ov = overrides_from(kw)
     ov.update({"cost.max_cost": max_cost, "rl.kept": kept, "rl.staleness": staleness})
     kw["_builtin"] = "rl"
     rsc = load_rl_scenario(kw["scenario_path"] or BUILTIN_RL_SCENARIO, ov, kw.get("catalog_dirs") or ())
     # one clock for the whole command: it starts here, so the scenario's loading is not charged to it
-    pb = O.RLProblem(rsc, solver, Request(time_limit=time_limit, clock=Clock(time_limit)))
-    result = O.solve(pb, objective)
-    out = O.report(pb, result, analyse=not no_analysis, break_even=not no_analysis)
-    if plot_path and result.feasible:
+    req = Request(objective=objective, time_limit=time_limit, clock=Clock(time_limit))
+    pr = P.plan_rl(rsc, solver, req, analyse=not no_analysis)
+    out = pr.report
+    if plot_path and pr.feasible:
         from tpopt.cli.rl_plot import plot_cycle
 
         plot_cycle(out, plot_path)
@@ -82,7 +81,7 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
         from tpopt.cli.rl_render import rl_text
 
         click.echo(rl_text(out, timing), nl=False)
-    if result.status == O.Status.UNKNOWN:
+    if pr.status == Status.UNKNOWN:
         raise SystemExit(EXIT_UNKNOWN)
-    if not result.feasible:
+    if not pr.feasible:
         raise SystemExit(EXIT_INFEASIBLE)

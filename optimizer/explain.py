@@ -40,6 +40,7 @@ from tpopt.models.units import (
     parse_int,
     parse_number,
 )
+from tpopt.optimizer import analysis
 from tpopt.optimizer.backends import with_model
 from tpopt.optimizer.limits import Undecided  # a solver hit the time limit: the question has no proven answer
 from tpopt.optimizer.result import Request, Status, objective_value, plan_summary
@@ -269,13 +270,7 @@ def minimal_conflict(space: Space, backend: str, req: Request, enforced=None, ct
 def deletion_filter(oracle, core) -> list[str]:
     """Shrink a set of families that admits no plan to an irreducible one:
     for f in C (DELETION_ORDER): if C \\ {f} admits no plan, C := C \\ {f}."""
-    core = set(core)
-    order = [f for f in DELETION_ORDER if f in core] + [f for f in FAMILIES if f in core and f not in DELETION_ORDER]
-    for f in order:
-        trial = core - {f}
-        if not oracle.admits(trial):
-            core = trial
-    return [f for f in FAMILIES if f in core]
+    return analysis.deletion_filter(oracle.admits, core, DELETION_ORDER + FAMILIES, FAMILIES)
 
 
 def other_conflict(ctx: Context, affects) -> list[str]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from tpopt.models import families as F
 from tpopt.models.evaluate import SPEC, Evaluation, evaluate
+from tpopt.optimizer import analysis as shared  # the analysis shared with tpopt rl (analysis() is ours)
 from tpopt.optimizer import backends, core
 from tpopt.optimizer.decompose import LayoutBounds
 from tpopt.optimizer.enumerate import HUB, PointTable, layout_evaluator
@@ -173,52 +174,35 @@ def _violation(ev: Evaluation, family: str) -> dict:
     return {"name": family, "value": c.value, "limit": c.limit, "unit": c.unit}
 
 
+QUOTE = shared.Quote(objective_value, plan_summary, _violation)  # how the reports quote a pre-training plan
+
+
 @dataclass
 class Binding:
     name: str
     without: Evaluation  # the best plan when this family alone is dropped
 
     def as_dict(self, best: Evaluation, objective: str) -> dict:
-        return {"name": self.name, "objective_without": objective_value(self.without, objective),
-                "saving": 1 - objective_value(self.without, objective) / objective_value(best, objective),
-                "plan_without": plan_summary(self.without), "violates": _violation(self.without, self.name)}
+        return shared.binding_entry(self.name, self.without, best, objective, QUOTE)
 
 
 def binding_families(oracle, best: Evaluation, objective: str, enforced, undecided: list | None = None
                      ) -> list[Binding]:
     """Families that bind; those the time limit left open are appended to ``undecided`` (never
     reported as binding or as slack)."""
-    out = []
-    inert = oracle.space.inert()
-    for f in RELAXABLE:
-        if f not in enforced or f in inert or (f == F.BUDGET and oracle.space.sc.cost.max_cost is None):
-            continue  # families no plan can violate, and cost <= infinity, bind nothing
-        try:
-            alt = oracle.best([g for g in enforced if g != f], objective)
-        except Undecided:
-            if undecided is not None:
-                undecided.append(f)
-            continue
-        if alt is not None and _better(alt, best, objective):
-            out.append(Binding(f, alt))
-    return out
+    inert = oracle.space.inert()  # families no plan can violate, and cost <= infinity, bind nothing
+    skip = inert | ({F.BUDGET} if oracle.space.sc.cost.max_cost is None else set())
+    found = shared.binding(oracle, best, objective, enforced, RELAXABLE, _better, skip, undecided)
+    return [Binding(f, alt) for f, alt in found]
 
 
 def _ruled_out(oracle, objective: str, enforced, restrict=None, cards=None) -> list[dict]:
     """Families that alone rule the restricted alternative out, with their value against the limit
     for the plan that comes closest to meeting them (the best plan without them, for large spaces)."""
-    reasons = []
     inert = oracle.space.inert()
-    for f in RELAXABLE:
-        if f not in enforced or f in inert:
-            continue
-        others = [g for g in enforced if g != f]
-        if isinstance(oracle, TableOracle):  # quote the plan that comes closest to meeting f
-            alt = oracle.closest(f, others, restrict, cards)
-        else:  # solver oracle: the best plan with f dropped
-            alt = oracle.best(others, objective, restrict, cards)
-        if alt is not None:
-            reasons.append(_violation(alt, f))
+    closest = oracle.closest if isinstance(oracle, TableOracle) else None  # else the best plan with f dropped
+    found = shared.ruled_out(oracle, objective, enforced, RELAXABLE, restrict, cards, inert, closest)
+    reasons = [_violation(alt, f) for f, alt in found]
     if not reasons:
         # no single family suffices: the cheapest such plan with every relaxable family dropped
         structural = [g for g in enforced if g in STRUCTURAL]
@@ -246,13 +230,8 @@ def why_not_cheaper(oracle, space: Space, best: Evaluation, objective: str, enfo
             return {"alternative": label, "kind": kind, "feasible": None, "undecided": "time limit reached"}
 
     def _entry(label, kind, restrict=None, cards=None):
-        alt = oracle.best(enforced, objective, restrict, cards)
-        if alt is not None:
-            return {"alternative": label, "kind": kind, "feasible": True, "plan": plan_summary(alt),
-                    "objective": objective_value(alt, objective),
-                    "delta": objective_value(alt, objective) / objective_value(best, objective) - 1}
-        return {"alternative": label, "kind": kind, "feasible": False,
-                "ruled_out_by": _ruled_out(oracle, objective, enforced, restrict, cards)}
+        return shared.alternative(oracle, QUOTE, {"alternative": label, "kind": kind}, best, objective, enforced,
+                                  restrict, cards, lambda: _ruled_out(oracle, objective, enforced, restrict, cards))
 
     # fewer cards on the same accelerator (card counts the space can form)
     g = space.sc.system(p.accelerator).acc.cards_per_host

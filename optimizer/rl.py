@@ -31,21 +31,29 @@ is structural.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
+import numpy as np
 from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models import generation as gen
 from tpopt.models import rl as R
 from tpopt.models import terms as T
-from tpopt.models.arch import flops_per_token, gemm_params, param_count
-from tpopt.models.evaluate import Evaluation
+from tpopt.models.arch import ModelArch, flops_per_token, gemm_params, param_count
+from tpopt.models.evaluate import Evaluation, evaluate
+from tpopt.models.plan import Scenario
+from tpopt.models.rl import RLScenario
 from tpopt.models.units import DAY, GIB
-from tpopt.optimizer import backends, core
-from tpopt.optimizer.limits import TimeLimitReached, clock_of
+from tpopt.optimizer import analysis, backends, core
+from tpopt.optimizer.enumerate import NUMERIC_AXES, chunks
+from tpopt.optimizer.limits import Clock, TimeLimitReached, clock_of
 from tpopt.optimizer.result import Request, Status
+from tpopt.optimizer.space import Space
 
 # family -> (unit, scale, what it says), in report order (declared in tpopt.models.families)
 SPEC = {f.name: (f.unit, f.scale, f.statement(F.RL)) for f in F.RL_FAMILIES}
@@ -57,6 +65,12 @@ TRAINER_MEMORY = frozenset(F.TRAINER_MEMORY)
 OBJECTIVES = ("cost", "time")
 MAX_TOP = 256  # shared cards: most learner plans fetched by step time before enumerating the rest
 TABLE_LIMIT = 300_000  # learner spaces up to this size are tabulated once (as tpopt solve reports do)
+
+Restrict = dict[str, Any]  # RL decision field -> the values allowed
+Check = tuple[float, float]  # (value, limit) of a family, SI units
+LearnerKey = tuple[str, int, float | None, bool]  # (accelerator, cards, memory limit or None, shared)
+TrainerPoint = tuple[float, float, float, bool, dict[str, int]]  # (step, states, memory, host rule met, assignment)
+Rank = tuple[tuple[float, float], int]  # (objective key, grid index): the search's order of RL plans
 
 
 @dataclass(frozen=True)
@@ -93,8 +107,8 @@ class Learner:
 class RLEvaluation:
     decision: RLDecision
     learner: Learner
-    metrics: dict
-    checks: dict  # family -> (value, limit), SI units
+    metrics: dict[str, Any]
+    checks: dict[str, Check]  # family -> (value, limit), SI units
 
     def ok(self, family: str) -> bool:
         if family not in self.checks:
@@ -102,10 +116,10 @@ class RLEvaluation:
         v, lim = self.checks[family]
         return v <= lim * (1 + 1e-12)
 
-    def feasible(self, enforced) -> bool:
+    def feasible(self, enforced: Iterable[str]) -> bool:
         return all(self.ok(f) for f in enforced if f not in STRUCTURAL)
 
-    def key(self, objective: str) -> tuple:
+    def key(self, objective: str) -> tuple[float, float]:
         c, f = self.metrics["cost"], self.metrics["finish_s"]
         if objective == "cards":
             return (self.decision.cards, c)
@@ -117,27 +131,27 @@ class RLResult:
     status: Status
     objective: str
     best: RLEvaluation | None
-    enforced: tuple
-    stats: dict = field(default_factory=dict)
+    enforced: tuple[str, ...]
+    stats: dict[str, Any] = field(default_factory=dict)
 
     @property
     def feasible(self) -> bool:
         return self.best is not None
 
 
-def new_caches() -> dict:
+def new_caches() -> dict[str, Any]:
     return {"learner": {}, "space": {}, "rollout": {}, "overhead": {}, "bound_ok": [True], "solves": [0]}
 
 
 class RLProblem:
     """One RL scenario's design space, relations and caches (learner solves, rollout stages)."""
 
-    def __init__(self, rsc, backend: str = backends.DEFAULT, req: Request | None = None, card_limit: int | None = None,
-                 caches: dict | None = None):
+    def __init__(self, rsc: RLScenario, backend: str = backends.DEFAULT, req: Request | None = None,
+                 card_limit: int | None = None, caches: dict[str, Any] | None = None) -> None:
         if not backends.is_known(backend):
             raise backends.unknown_solver(backend)
         self.rsc = rsc
-        self.sc = rsc.trainer
+        self.sc = cast(Scenario, rsc.trainer)  # the learner's pre-training scenario (typed object in RLScenario)
         self.task = rsc.task
         self.backend = backend
         self.req = req or Request()
@@ -147,11 +161,11 @@ class RLProblem:
         self.gemm_params = float(gemm_params(self.sc.model))
         self.seq = self.sc.task.seq_len
         self.step_tokens = float(self.task.batch * self.seq)
-        rm = self.task.verifier.reward_model
+        rm = cast("ModelArch | None", self.task.verifier.reward_model)  # typed object in Verifier
         self.rm_params = float(param_count(rm)) if rm is not None else 0.0
 
     # -- variants sharing the caches -----------------------------------------------------------
-    def with_task(self, **changes) -> RLProblem:
+    def with_task(self, **changes: Any) -> RLProblem:
         """The same problem with loop fields changed that leave the learner's scenario as it is
         (kept fractions, staleness allowed, samples to train); the caches are shared."""
         allowed = {"kept", "kept_sync", "staleness", "samples"}
@@ -169,9 +183,10 @@ class RLProblem:
     def with_request(self, req: Request) -> RLProblem:
         return RLProblem(self.rsc, self.backend, req, self.card_limit, self.caches)
 
-    def clock(self):
+    def clock(self) -> Clock:
         """The run's clock (``req.clock``); without one, a fresh clock of ``req.time_limit``."""
-        return self.req.clock if getattr(self.req, "clock", None) is not None else clock_of(replace(self.req))
+        clock = self.req.clock
+        return clock if clock is not None else clock_of(replace(self.req))
 
     # -- the grid of RL decisions --------------------------------------------------------------
     def accelerators(self) -> list[str]:
@@ -181,7 +196,7 @@ class RLProblem:
         g = self.sc.system(acc).acc.cards_per_host
         return [t for t in self.rsc.search.rollout_tp if g % t == 0 and self.sc.model.heads % t == 0]
 
-    def grid(self, restrict: dict | None = None) -> list[RLDecision]:
+    def grid(self, restrict: Restrict | None = None) -> list[RLDecision]:
         """Every RL decision: whole hosts for each group, together within the card limit; rollout
         groups up to one prompt per engine (more engines than prompts would idle); staleness 0 and 1
         on separate cards (``rl.staleness`` limits it), 0 on shared cards. ``restrict`` maps decision
@@ -189,7 +204,7 @@ class RLProblem:
         r = restrict or {}
         s = self.rsc.search
         P = self.task.prompts_per_step
-        out = []
+        out: list[RLDecision] = []
         for acc in self.accelerators():
             g = self.sc.system(acc).acc.cards_per_host
             hosts = [h * g for h in range(1, self.card_limit // g + 1)]
@@ -210,7 +225,8 @@ class RLProblem:
 
     # -- learner -------------------------------------------------------------------------------
     def nics(self, acc: str) -> int:
-        return self.rsc.nics_per_host or self.sc.system(acc).acc.nics_per_host
+        nics: int = self.rsc.nics_per_host or self.sc.system(acc).acc.nics_per_host
+        return nics
 
     def extra_forward_s(self, acc: str, cards: int) -> float:
         """Extra forward passes (reference / old-policy log-probs) at the scenario's efficiency:
@@ -219,9 +235,11 @@ class RLProblem:
         if not self.task.extra_forwards:
             return 0.0
         s = self.sc.system(acc)
-        eta = s.efficiency * (s.perf.gemm_efficiency if s.per_op else 1.0)
-        fwd = flops_per_token(self.sc.model, self.seq) / 3.0 * self.step_tokens
-        return self.task.extra_forwards * fwd / (cards * s.acc.peak_flops * eta)
+        perf = s.perf
+        eta = s.efficiency * (perf.gemm_efficiency if s.per_op and perf is not None else 1.0)
+        fwd = float(flops_per_token(self.sc.model, self.seq)) / 3.0 * self.step_tokens
+        seconds: float = self.task.extra_forwards * fwd / (cards * s.acc.peak_flops * eta)
+        return seconds
 
     def learner_bound(self, acc: str, cards: int) -> Learner:
         """A lower bound of every learner plan at ``cards``: the GEMM work of a step at the card's
@@ -233,14 +251,16 @@ class RLProblem:
             peak = max(A.peak_flops, A.peak_fp8, A.peak_fp16, A.peak_tf32)
             lb = 6.0 * self.gemm_params * self.step_tokens / (cards * peak) if key[2] else 0.0
             cache[key] = Learner(plan=None, step_s=lb, full_s=lb + self.extra_forward_s(acc, cards))
-        return cache[key]
+        bound: Learner = cache[key]
+        return bound
 
     def rate(self, acc: str, cards: int) -> float:
         """Rental cost per second of the job's cards and their hosts' NICs (cached)."""
         cache = self.caches.setdefault("rate", {})
         if (acc, cards) not in cache:
             cache[(acc, cards)] = float(T.rate_per_second(self.sc, acc, cards, self.nics(acc)))
-        return cache[(acc, cards)]
+        rate: float = cache[(acc, cards)]
+        return rate
 
     def receive_bytes(self, d: RLDecision) -> float:
         """Policy weights a rollout card receives per update (its shard, or the whole policy)."""
@@ -251,7 +271,7 @@ class RLProblem:
         """Weights resident on a rollout card: the policy and, when scoring on cards, the reward model."""
         return gen.weight_bytes_per_card(self.policy_params + self.rm_params, t, self.task.weight_bytes)
 
-    def learner_key(self, d: RLDecision, enforced) -> tuple:
+    def learner_key(self, d: RLDecision, enforced: Collection[str]) -> LearnerKey:
         """(accelerator, cards, memory limit or None, shared) of the learner solve a decision needs.
 
         Shared cards in staged order need learner peak + received weights (+ the reward model) +
@@ -264,11 +284,9 @@ class RLProblem:
             limit = min(usable if limit is None else limit, usable - recv - self.task.common)
         return (d.accelerator, d.learner_cards, limit, d.placement == "shared")
 
-    def _space(self, acc: str, limit):
-        from tpopt.optimizer.space import Space
-
+    def _space(self, acc: str, limit: float | None) -> Space:
         key = (acc, limit)
-        sp = self.caches["space"].get(key)
+        sp: Space | None = self.caches["space"].get(key)
         if sp is None:
             sc = self.sc
             if limit is not None:
@@ -289,7 +307,8 @@ class RLProblem:
         the host's memory bandwidth shared by its cards allows."""
         A = self.sc.system(acc).acc
         host = A.host_memory_bw / A.cards_per_host if A.host_memory_bw > 0 else math.inf
-        return min(A.host_link_bw, host)
+        bw: float = min(A.host_link_bw, host)
+        return bw
 
     def _learner_from(self, ev: Evaluation, acc: str, cards: int, shared: bool) -> Learner:
         step = ev.metrics["step_s"]
@@ -298,7 +317,7 @@ class RLProblem:
         return Learner(plan=ev, step_s=step, full_s=step + self.extra_forward_s(acc, cards), states=states,
                        memory=ev.metrics["memory_per_card_gib"] * GIB, swap_s=swap)
 
-    def learner(self, key: tuple) -> Learner | None:
+    def learner(self, key: LearnerKey) -> Learner | None:
         """The learner plan RL decisions with this key use (cached); None if no plan exists.
 
         Learner spaces up to ``TABLE_LIMIT`` plans are evaluated once per accelerator by the
@@ -320,16 +339,17 @@ class RLProblem:
             if clock.reached:  # cut short by the time limit: not proven the fastest, not kept for later solves
                 return out
             cache[key] = out
-        return cache[key]
+        known: Learner | None = cache[key]
+        return known
 
-    def _choose(self, shared: bool, cands) -> int:
+    def _choose(self, shared: bool, cands: Sequence[Learner]) -> int:
         """Index of the learner that serves the RL level best: least step time on separate cards,
         least q_s t + swap on shared cards (first on ties)."""
         qs = self.task.kept_sync
         score = [(qs * c.full_s + c.swap_s) if shared else c.full_s for c in cands]
         return min(range(len(cands)), key=lambda i: (score[i], i))
 
-    def _learner_from_table(self, acc: str, cards: int, limit, shared: bool) -> Learner | None:
+    def _learner_from_table(self, acc: str, cards: int, limit: float | None, shared: bool) -> Learner | None:
         rows = [r for r in trainer_points(self, acc).get(cards, []) if limit is None or (r[3] and r[2] <= limit)]
         if not rows:
             return None
@@ -338,12 +358,10 @@ class RLProblem:
         cands = [Learner(None, r[0], r[0] + extra, r[1], r[2], R.state_swap_time(r[1], swap_bw) if shared else 0.0)
                  for r in rows]
         i = self._choose(shared, cands)
-        from tpopt.models.evaluate import evaluate
-
         sp = self._space(acc, None)
         return replace(cands[i], plan=evaluate(sp.sc, sp.plan(rows[i][4])))
 
-    def _learner_from_solver(self, acc: str, cards: int, limit, shared: bool) -> Learner | None:
+    def _learner_from_solver(self, acc: str, cards: int, limit: float | None, shared: bool) -> Learner | None:
         sp = self._space(acc, limit)
         enforce = TRAINER_STRUCTURAL | (TRAINER_MEMORY if limit is not None else frozenset())
         qs = self.task.kept_sync
@@ -369,14 +387,15 @@ class RLProblem:
             K = K * 4 if K * 4 <= MAX_TOP else 10**7
 
     # -- rollout stages ------------------------------------------------------------------------
-    def rollout(self, acc: str, cards: int, tp: int, batch: int, kv_enforced: bool = True) -> dict:
+    def rollout(self, acc: str, cards: int, tp: int, batch: int, kv_enforced: bool = True) -> dict[str, Any]:
         """Generation and verification of one step on ``cards`` rollout cards in engines of ``tp``
         cards (cached): the relations of :mod:`tpopt.models.generation` under the scenario's
         assumptions. Without ``rl.kv_capacity`` the batch is the engine limit."""
         key = (acc, cards, tp, batch, kv_enforced)
         cache = self.caches["rollout"]
         if key in cache:
-            return cache[key]
+            known: dict[str, Any] = cache[key]
+            return known
         task, a = self.task, self.sc.model
         A = self.sc.system(acc).acc
         P, G, Rb = task.prompts_per_step, task.samples_per_prompt, task.batch
@@ -399,7 +418,7 @@ class RLProblem:
             b = min(batch, n_e)
         else:
             b = min(b_fit, task.max_sequences, n_e) if kv_enforced else min(task.max_sequences, n_e)
-        out = {"engines": engines, "prompts_per_engine": prompts_e, "samples_per_engine": n_e,
+        out: dict[str, Any] = {"engines": engines, "prompts_per_engine": prompts_e, "samples_per_engine": n_e,
                "weights": w_all, "policy_weights": w_policy, "kv_per_token": kv_tok, "kv_pool": pool,
                "batch_fit": b_fit, "batch": b, "kv_need": max(b * c_mem, longest_prompt + longest) * kv_tok,
                "longest_response": longest, "longest_prompt": longest_prompt, "live_context": c_mem,
@@ -415,7 +434,7 @@ class RLProblem:
                                task.prompt.mean, a.hidden, a.layers, A.intra_host_bw, lat)
         tokens = n_e * task.response.mean
 
-        def decode(steps):
+        def decode(steps: float) -> dict[str, Any]:
             return gen.decode_time(steps, tokens, w_policy, kv_tok, c_read, ng, a.layers, a.d_attn, a.hidden, tp, peak,
                                    A.hbm_bandwidth, task.hbm_efficiency, eff, A.intra_host_bw, lat)
 
@@ -426,7 +445,7 @@ class RLProblem:
         if v.kind == "cpu":
             t_ver = R.cpu_verify_time(Rb, v.seconds_per_sample, v.workers)
         elif v.kind == "reward-model":
-            rm = v.reward_model
+            rm = cast(ModelArch, v.reward_model)  # a reward-model verifier has its model
             seq = task.prompt.mean + task.response.mean
             t_ver = gen.prefill_time(n_e, gen.prefill_flops(gemm_params(rm), rm.layers, rm.d_attn, seq), tp, peak, eff,
                                      seq, rm.hidden, rm.layers, A.intra_host_bw, lat)
@@ -440,7 +459,7 @@ class RLProblem:
         return out
 
     # -- long-run overhead ---------------------------------------------------------------------
-    def overhead(self, cards: int, backlog_enforced: bool = True) -> dict:
+    def overhead(self, cards: int, backlog_enforced: bool = True) -> dict[str, Any]:
         """The save interval and mode of the scenario's domain with the least overhead L for the
         whole job's cards (intervals shorter than the write time are avoided when enforced)."""
         key = (cards, backlog_enforced)
@@ -448,18 +467,20 @@ class RLProblem:
         if key not in cache:
             sc = self.sc
             write = T.checkpoint_write_time(sc)
-            best = None
+            best: tuple[bool, float, str, float] | None = None
             for mode in sc.search.save_mode:
                 for tau in sc.search.save_interval_s:
                     iv = float(T.optimal_save_interval(sc, cards, mode)) if tau == 0.0 else float(tau)
                     cand = (backlog_enforced and write > iv, float(T.overhead(sc, mode, cards, iv)), mode, iv)
                     if best is None or cand[:2] < best[:2]:
                         best = cand
+            assert best is not None  # the scenario's save modes and intervals are not empty
             cache[key] = {"overhead": best[1], "save_mode": best[2], "save_interval_s": best[3], "write_s": write}
-        return cache[key]
+        overhead: dict[str, Any] = cache[key]
+        return overhead
 
     # -- one RL plan -----------------------------------------------------------------------------
-    def evaluate(self, d: RLDecision, learner: Learner, enforced=FAMILIES) -> RLEvaluation:
+    def evaluate(self, d: RLDecision, learner: Learner, enforced: Collection[str] = FAMILIES) -> RLEvaluation:
         """Metrics and family checks of one RL decision with one learner plan (pure arithmetic)."""
         task, sc = self.task, self.sc
         s = sc.system(d.accelerator)
@@ -514,14 +535,15 @@ class RLProblem:
             "cycle_sync_s": R.cycle_time(ro["rollout_s"], task.kept_sync * learner.full_s, sync_s, 0, swap_s),
             "cycle_async_s": None if shared else R.cycle_time(ro["rollout_s"], task.kept * learner.full_s, sync_s, 1),
             "r_gen": ro["r_gen"], "r_verify": ro["r_verify"], "r_learn": r_learn, "stage_rates": stages,
-            "bottleneck": min(stages, key=stages.get), "pipeline_bound": bound, "effective_rate": q * Rb / cycle,
-            "needed_rate": needed,
+            "bottleneck": min(stages, key=stages.__getitem__), "pipeline_bound": bound,
+            "effective_rate": q * Rb / cycle, "needed_rate": needed,
             "break_even_kept": None if shared else R.break_even_kept(ro["rollout_s"], learner.full_s, sync_s,
                                                                      task.kept_sync),
             "overhead": L, "save_interval_s": ov["save_interval_s"], "save_mode": ov["save_mode"],
             "train_s": steps * cycle, "finish_s": finish, "cost": cost,
             "cost_unit": "USD" if s.price_card_hour is not None else "card-hours",
-            "handoff_naive": naive, "handoff_staged": staged, "handoff_switch": switch, "usable": usable, "common": common,
+            "handoff_naive": naive, "handoff_staged": staged, "handoff_switch": switch, "usable": usable,
+            "common": common,
             "learner_memory": learner.memory, "learner_states": learner.states,
         }
         return RLEvaluation(decision=d, learner=learner, metrics=metrics, checks=checks)
@@ -531,7 +553,8 @@ class RLProblem:
 # the exact search and the brute-force oracle
 
 
-def solve(pb: RLProblem, objective: str = "cost", enforced=FAMILIES, restrict: dict | None = None) -> RLResult:
+def solve(pb: RLProblem, objective: str = "cost", enforced: Collection[str] = FAMILIES,
+          restrict: Restrict | None = None) -> RLResult:
     """The best RL plan (lexicographic (cost, finish) or (finish, cost)), proven optimal.
 
     One time limit for the whole RL solve: the request's clock (``pb.req.clock``, shared by every
@@ -543,7 +566,7 @@ def solve(pb: RLProblem, objective: str = "cost", enforced=FAMILIES, restrict: d
     if objective not in OBJECTIVES + ("cards",):
         raise InputError(f"unknown objective {objective!r} (use cost or time)")
     enforced = tuple(f for f in FAMILIES if f in set(enforced))
-    if getattr(pb.req, "clock", None) is None:  # no shared clock: this solve's own limit
+    if pb.req.clock is None:  # no shared clock: this solve's own limit
         pb = pb.with_request(replace(pb.req))
     clock = clock_of(pb.req)
     t0 = time.perf_counter()
@@ -563,12 +586,13 @@ def solve(pb: RLProblem, objective: str = "cost", enforced=FAMILIES, restrict: d
     return RLResult(status, objective, best, enforced, stats)
 
 
-def _search(pb: RLProblem, objective: str, enforced, restrict, clock):
+def _search(pb: RLProblem, objective: str, enforced: tuple[str, ...], restrict: Restrict | None, clock: Clock
+            ) -> tuple[RLEvaluation | None, dict[str, Any], bool]:
     """The bound-ordered search; returns (best, stats, limited): ``limited`` when the clock stopped it
     before the optimum was proven (``best`` is then the best verified plan so far, or None)."""
-    groups: dict = {}
+    groups: dict[LearnerKey, list[tuple[tuple[float, float], int, RLDecision]]] = {}
     points = pb.grid(restrict)
-    stats = {"points": len(points), "learner_keys": 0, "learner_keys_solved": 0}
+    stats: dict[str, Any] = {"points": len(points), "learner_keys": 0, "learner_keys_solved": 0}
     for i, d in enumerate(points):
         if i % 1024 == 0 and clock.expired("bounding the RL decisions"):
             return None, stats, True
@@ -577,10 +601,11 @@ def _search(pb: RLProblem, objective: str, enforced, restrict, clock):
             groups.setdefault(pb.learner_key(d, enforced), []).append((lb.key(objective), i, d))
     stats["learner_keys"] = len(groups)
     ranked = sorted(groups, key=lambda k: min(groups[k])[:2])
-    best = best_rank = None
+    best: RLEvaluation | None = None
+    best_rank: Rank | None = None
     limited = False
     for key in ranked:
-        if best is not None and min(groups[key])[0][0] > best_rank[0][0]:
+        if best_rank is not None and min(groups[key])[0][0] > best_rank[0][0]:
             break  # every remaining bound is worse than the best verified plan
         if clock.expired("solving the learner plans"):
             limited = True
@@ -596,7 +621,7 @@ def _search(pb: RLProblem, objective: str, enforced, restrict, clock):
                 ev = pb.evaluate(d, learner, enforced)
                 if ev.feasible(enforced):
                     rank = (ev.key(objective), i)
-                    if best is None or rank < best_rank:
+                    if best_rank is None or rank < best_rank:
                         best, best_rank = ev, rank
         if clock.reached:  # the learner solve was cut short: its plan is feasible, not proven the fastest
             limited = True
@@ -604,17 +629,15 @@ def _search(pb: RLProblem, objective: str, enforced, restrict, clock):
     return best, stats, limited
 
 
-def trainer_points(pb: RLProblem, acc: str) -> dict:
+def trainer_points(pb: RLProblem, acc: str) -> dict[int, list[TrainerPoint]]:
     """Every learner plan of the scenario's trainer space on ``acc`` by card count (cached):
     (step, states, peak memory, host-memory rule met, assignment) from the vectorised evaluator
     (:func:`tpopt.optimizer.enumerate.chunks`), for the plans that meet the layout rules."""
-    import numpy as np
-    from tpopt.optimizer.enumerate import NUMERIC_AXES, chunks
-
     cache = pb.caches["space"]
     if (acc, "points") in cache:
-        return cache[(acc, "points")]
-    out: dict = {}
+        known: dict[int, list[TrainerPoint]] = cache[(acc, "points")]
+        return known
+    out: dict[int, list[TrainerPoint]] = {}
     for fixed, idx_lists, shape, r in chunks(pb._space(acc, None)):
         ok = np.ones(shape, dtype=bool)
         for f in TRAINER_STRUCTURAL:
@@ -626,18 +649,20 @@ def trainer_points(pb: RLProblem, acc: str) -> dict:
                  ("mem", r["memory_per_card"]), ("host", host_v <= host_lim))}
         for j in np.flatnonzero(ok.reshape(-1)):
             coords = np.unravel_index(j, shape)
-            idx = dict(fixed, **{a: idx_lists[k][c] for k, (a, c) in enumerate(zip(NUMERIC_AXES, coords, strict=False))})
+            idx = dict(fixed, **{a: idx_lists[k][c]
+                                 for k, (a, c) in enumerate(zip(NUMERIC_AXES, coords, strict=False))})
             out.setdefault(int(flat["cards"][j]), []).append(
                 (float(flat["step"][j]), float(flat["states"][j]), float(flat["mem"][j]), bool(flat["host"][j]), idx))
     cache[(acc, "points")] = out
     return out
 
 
-def brute_force(pb: RLProblem, objective: str = "cost", enforced=FAMILIES) -> RLEvaluation | None:
+def brute_force(pb: RLProblem, objective: str = "cost", enforced: Collection[str] = FAMILIES) -> RLEvaluation | None:
     """Every RL decision with every learner plan, no solver and no bound: the oracle."""
     enforced = tuple(f for f in FAMILIES if f in set(enforced))
+    best: RLEvaluation | None = None
+    best_rank: Rank | None = None
     plans = {acc: trainer_points(pb, acc) for acc in pb.accelerators()}
-    best = best_rank = None
     for i, d in enumerate(pb.grid()):
         shared = d.placement == "shared"
         memory_rules = F.RL_LEARNER_MEMORY in enforced or (shared and F.RL_HANDOFF_MEMORY in enforced)
@@ -649,19 +674,20 @@ def brute_force(pb: RLProblem, objective: str = "cost", enforced=FAMILIES) -> RL
             ev = pb.evaluate(d, ln, enforced)
             if ev.feasible(enforced):
                 rank = (ev.key(objective), i)
-                if best is None or rank < best_rank:
+                if best_rank is None or rank < best_rank:
                     best, best_rank = ev, rank
     return best
 
 
 # ---------------------------------------------------------------------------------------------
-# what limits the optimum, alternatives, infeasibility, the async break-even
+# what limits the optimum, alternatives, infeasibility, the async break-even (the questions are
+# tpopt.optimizer.analysis's, put to an RLOracle)
 
-REL = 1e-9
+REL = analysis.REL
 GRID_LIMIT = 200_000  # RL decisions a relaxation question may enumerate (cards.max dropped)
 
 
-def summary(ev: RLEvaluation) -> dict:
+def summary(ev: RLEvaluation) -> dict[str, Any]:
     """An RL plan's decisions and headline figures, as reports quote it."""
     d, m = ev.decision, ev.metrics
     return {"accelerator": d.accelerator, "placement": d.placement, "cards": d.cards,
@@ -673,10 +699,11 @@ def summary(ev: RLEvaluation) -> dict:
 
 def objective_value(ev: RLEvaluation, objective: str) -> float:
     """The objective in display units: cost, or finish time in days."""
-    return ev.metrics["cost"] if objective == "cost" else ev.metrics["finish_s"] / DAY
+    value: float = ev.metrics["cost"] if objective == "cost" else ev.metrics["finish_s"] / DAY
+    return value
 
 
-def violation(ev: RLEvaluation, family: str) -> dict:
+def violation(ev: RLEvaluation, family: str) -> dict[str, Any]:
     """A family's value against its limit for one plan, in the family's unit."""
     unit, scale, _ = SPEC[family]
     if family not in ev.checks:
@@ -685,11 +712,17 @@ def violation(ev: RLEvaluation, family: str) -> dict:
     return {"name": family, "value": v / scale, "limit": None if math.isinf(lim) else lim / scale, "unit": unit}
 
 
-def _relaxed_problem(pb: RLProblem, family: str) -> RLProblem | None:
-    """The problem a question without ``family`` needs: without cards.max, a card grid up to 8x (else
-    4x, 2x) the cap, the largest whose RL decisions stay enumerable; None if none does."""
-    if family != F.CARDS:
-        return pb
+QUOTE = analysis.Quote(objective_value, summary, violation)  # how the reports quote an RL plan
+
+
+def _better(a: RLEvaluation, b: RLEvaluation, objective: str) -> bool:
+    """``a`` strictly better than ``b``: key(a) < key(b) (1 - REL) on the objective's first key."""
+    return bool(a.key(objective)[0] < b.key(objective)[0] * (1 - REL))
+
+
+def _wider_problem(pb: RLProblem) -> RLProblem | None:
+    """The problem a question without cards.max needs: a card grid up to 8x (else 4x, 2x) the cap, the
+    largest whose RL decisions stay enumerable; None if none does."""
     cache = pb.caches.setdefault("relaxed", {})
     if pb.card_limit not in cache:
         cache[pb.card_limit] = None
@@ -698,41 +731,57 @@ def _relaxed_problem(pb: RLProblem, family: str) -> RLProblem | None:
             if len(p2.grid()) <= GRID_LIMIT:
                 cache[pb.card_limit] = p2.card_limit
                 break
-    limit = cache[pb.card_limit]
+    limit: int | None = cache[pb.card_limit]
     return None if limit is None else pb.with_card_limit(limit)
 
 
-def binding(pb: RLProblem, best: RLEvaluation, objective: str, enforced) -> list[dict]:
-    """Families that bind: dropping one alone admits a strictly better plan (which is quoted)."""
-    out = []
-    for f in RELAXABLE:
-        if f not in enforced:
-            continue
-        p2 = _relaxed_problem(pb, f)
-        alt = None if p2 is None else solve(p2, objective, [g for g in enforced if g != f]).best
-        if alt is not None and alt.key(objective)[0] < best.key(objective)[0] * (1 - REL):
-            out.append({"name": f, "objective_without": objective_value(alt, objective),
-                        "saving": 1 - objective_value(alt, objective) / objective_value(best, objective),
-                        "plan_without": summary(alt), "violates": violation(alt, f)})
-    return out
+class RLOracle:
+    """The :class:`tpopt.optimizer.analysis.Oracle` of the RL reports: the best RL plan under a set of
+    families, one exact :func:`solve` per question. ``widen``: a question without cards.max is solved on
+    the wider card grid of :func:`_wider_problem` (on the problem's own grid when none is enumerable);
+    otherwise every question is solved on the problem's own grid."""
+
+    name = "rl"
+
+    def __init__(self, pb: RLProblem, widen: bool = False):
+        self.pb = pb
+        self.widen = widen
+
+    def best(self, enforced: Collection[str], objective: str, restrict: dict[str, Any] | None = None,
+             cards: tuple[int, ...] | None = None) -> RLEvaluation | None:
+        pb = self.pb
+        if self.widen and F.CARDS not in enforced:
+            pb = _wider_problem(pb) or pb
+        if cards is not None:  # the card counts as a restriction of the decisions' ``cards``
+            restrict = {**(restrict or {}), "cards": set(cards)}
+        return solve(pb, objective, enforced, restrict).best
 
 
-def _ruled_out(pb: RLProblem, objective: str, enforced, restrict: dict) -> list[dict]:
-    reasons = []
-    for f in RELAXABLE:
-        if f in enforced:
-            alt = solve(pb, objective, [g for g in enforced if g != f], restrict).best
-            if alt is not None:
-                reasons.append(violation(alt, f))
-    return reasons or [{"name": "no single constraint family: several rule it out together"}]
+def binding(pb: RLProblem, best: RLEvaluation, objective: str, enforced: Collection[str]) -> list[dict[str, Any]]:
+    """Families that bind: dropping one alone admits a strictly better plan (which is quoted). Dropping
+    cards.max is asked on the wider card grid; when no wider grid is enumerable, cards.max is not asked."""
+    cards = F.CARDS in enforced
+    skip = (F.CARDS,) if cards and _wider_problem(pb) is None else ()
+    found = analysis.binding(RLOracle(pb, widen=cards), best, objective, enforced, RELAXABLE, _better, skip)
+    return [analysis.binding_entry(f, alt, best, objective, QUOTE) for f, alt in found]
 
 
-def alternatives(pb: RLProblem, best: RLEvaluation, objective: str, enforced) -> list[dict]:
+def _ruled_out(pb: RLProblem, objective: str, enforced: Collection[str], restrict: dict[str, Any]
+               ) -> list[dict[str, Any]]:
+    """Families that alone rule the restricted alternative out, with the best plan's value against the
+    limit once that family is dropped (on the problem's own card grid)."""
+    found = analysis.ruled_out(RLOracle(pb), objective, enforced, RELAXABLE, restrict)
+    return [violation(alt, f) for f, alt in found] or \
+        [{"name": "no single constraint family: several rule it out together"}]
+
+
+def alternatives(pb: RLProblem, best: RLEvaluation, objective: str, enforced: Collection[str]
+                 ) -> list[dict[str, Any]]:
     """What a user would ask next: the other placement, staleness, weight sync, one host fewer,
     other accelerators; each feasible-but-worse (with its objective) or ruled out (and by what)."""
     d = best.decision
     g = pb.sc.system(d.accelerator).acc.cards_per_host
-    asks = []
+    asks: list[tuple[str, dict[str, Any]]] = []
     for p in pb.rsc.search.placement:
         if p != d.placement:
             asks.append((f"{p} cards", {"placement": [p], "accelerator": [d.accelerator]}))
@@ -750,20 +799,13 @@ def alternatives(pb: RLProblem, best: RLEvaluation, objective: str, enforced) ->
     for a in pb.accelerators():
         if a != d.accelerator:
             asks.append((a, {"accelerator": [a]}))
-    out = []
-    for label, restrict in asks:
-        alt = solve(pb, objective, enforced, restrict).best
-        if alt is not None:
-            out.append({"alternative": label, "feasible": True, "plan": summary(alt),
-                        "objective": objective_value(alt, objective),
-                        "delta": objective_value(alt, objective) / objective_value(best, objective) - 1})
-        else:
-            out.append({"alternative": label, "feasible": False,
-                        "ruled_out_by": _ruled_out(pb, objective, enforced, restrict)})
-    return out
+    oracle = RLOracle(pb)
+    return [analysis.alternative(oracle, QUOTE, {"alternative": label}, best, objective, enforced, restrict, None,
+                                 functools.partial(_ruled_out, pb, objective, enforced, restrict))
+            for label, restrict in asks]
 
 
-def async_break_even(pb: RLProblem, objective: str, enforced, tol: float = 1e-4) -> dict:
+def async_break_even(pb: RLProblem, objective: str, enforced: Collection[str], tol: float = 1e-4) -> dict[str, Any]:
     """The kept fraction above which the best one-step-async plan beats the best synchronous one,
     both re-optimised (staleness allowed or not). None when async never wins, 0 when sync is
     infeasible and async feasible at any kept fraction tried."""
@@ -786,64 +828,55 @@ def async_break_even(pb: RLProblem, objective: str, enforced, tol: float = 1e-4)
     return {"kept": hi, "sync": None if sync is None else summary(sync)}
 
 
-def _best(pb: RLProblem, objective: str, families) -> RLEvaluation | None:
-    """The best plan under ``families``; without cards.max, on the larger card grid."""
-    if F.CARDS not in families:
-        pb = _relaxed_problem(pb, F.CARDS) or pb
-    return solve(pb, objective, families).best
-
-
-def _conflict(pb: RLProblem, objective: str, structural: list, families: list) -> list:
-    """A minimal subset of ``families`` that admits no plan (deletion filter); [] if they admit one."""
-    if _best(pb, objective, structural + list(families)) is not None:
-        return []
-    conflict = list(families)
-    for f in list(conflict):
-        rest = [g for g in conflict if g != f]
-        if _best(pb, objective, structural + rest) is None:
-            conflict = rest
-    return conflict
-
-
-def explain_infeasible(pb: RLProblem, objective: str, enforced) -> dict:
-    """Why no RL plan is feasible: a minimal conflicting set of families (deletion filter), the
-    plan that comes closest to each, and the smallest single changes that admit a plan."""
+def explain_infeasible(pb: RLProblem, objective: str, enforced: Collection[str]) -> dict[str, Any]:
+    """Why no RL plan is feasible: a minimal conflicting set of families (the deletion filter of
+    :func:`tpopt.optimizer.analysis.conflict`, every question without cards.max on the wider card grid),
+    the plan that comes closest to each, and the smallest single changes that admit a plan."""
     relax = [f for f in enforced if f in RELAXABLE]
     structural = [f for f in enforced if f in STRUCTURAL]
-    if _best(pb, objective, structural) is None:
+    oracle = RLOracle(pb, widen=True)
+
+    def admits(families: Collection[str]) -> bool:
+        """Some plan meets the structural rules and ``families``."""
+        return oracle.best(structural + list(families), objective) is not None
+
+    if oracle.best(structural, objective) is None:
         return {"conflict": [F.RL_LEARNER_LAYOUT], "conflict_detail": [
             {"name": F.RL_LEARNER_LAYOUT, "detail": "no learner layout exists at any card count up to "
                                                     f"{pb.card_limit} (batch, host and head rules)"}],
                 "relaxations": []}
-    conflict = _conflict(pb, objective, structural, relax)
+    conflict = analysis.conflict(admits, relax)
     detail = []
     for f in conflict:
-        alt = _best(pb, objective, structural + [g for g in conflict if g != f])
+        alt = oracle.best(structural + [g for g in conflict if g != f], objective)
         detail.append(dict(violation(alt, f), plan=summary(alt)) if alt is not None else {"name": f})
-    changes = []
+    changes: list[dict[str, Any]] = []
 
-    def change(parameter: str, family: str, unit: str, current, required, plan):
-        entry = {"parameter": parameter, "unit": unit, "current": current, "required": required,
+    def change(parameter: str, family: str, unit: str, current: float | None, required: float | None,
+               plan: RLEvaluation | None) -> None:
+        entry: dict[str, Any] = {"parameter": parameter, "unit": unit, "current": current, "required": required,
                  "helps": plan is not None, "plan": None if plan is None else summary(plan)}
         if plan is None:  # what still conflicts once this input is freed
-            entry["still_conflicting"] = _conflict(pb, objective, structural, [g for g in relax if g != family])
+            entry["still_conflicting"] = analysis.conflict(admits, [g for g in relax if g != family])
         changes.append(entry)
 
-    without = lambda f: [g for g in enforced if g != f]  # noqa: E731
+    def without(family: str) -> list[str]:
+        return [g for g in enforced if g != family]
+
     if F.DEADLINE in conflict:
-        fast = _best(pb, "time", without(F.DEADLINE))
+        fast = oracle.best(without(F.DEADLINE), "time")
         change("deadline", F.DEADLINE, "d", pb.sc.task.deadline_s / DAY,
                None if fast is None else math.ceil(fast.metrics["finish_s"] / DAY * 100) / 100, fast)
     if F.CARDS in conflict:
-        few = _best(pb, "cards", without(F.CARDS))
+        few = oracle.best(without(F.CARDS), "cards")
         change("max_cards", F.CARDS, "cards", pb.sc.search.max_cards, None if few is None else few.decision.cards,
                few)
     if F.BUDGET in conflict:
-        cheap = _best(pb, "cost", without(F.BUDGET))
+        cheap = oracle.best(without(F.BUDGET), "cost")
         change("max_cost", F.BUDGET, "USD", pb.sc.cost.max_cost,
                None if cheap is None else math.ceil(cheap.metrics["cost"]), cheap)
     if F.RL_STALENESS in conflict:
-        alt = _best(pb, objective, without(F.RL_STALENESS))
+        alt = oracle.best(without(F.RL_STALENESS), objective)
         change("staleness", F.RL_STALENESS, "steps", pb.task.staleness, None if alt is None else alt.decision.staleness,
                alt)
     return {"conflict": conflict, "conflict_detail": detail, "relaxations": changes}
@@ -853,7 +886,7 @@ def explain_infeasible(pb: RLProblem, objective: str, enforced) -> dict:
 # the report (dicts ready for JSON; the CLI renders them)
 
 
-def _finite(x):
+def _finite(x: Any) -> Any:
     """JSON-safe numbers: inf and nan become None, recursively."""
     if isinstance(x, dict):
         return {k: _finite(v) for k, v in x.items()}
@@ -864,7 +897,8 @@ def _finite(x):
     return x
 
 
-def constraint_rows(ev: RLEvaluation, enforced, binding_names=()) -> list[dict]:
+def constraint_rows(ev: RLEvaluation, enforced: Collection[str], binding_names: Collection[str] = ()
+                    ) -> list[dict[str, Any]]:
     """Every family of a plan with value, limit, slack in its unit (stage balance after the deadline)."""
     rows = []
     for f in F.RL_REPORTED:
@@ -888,7 +922,8 @@ def assumptions(pb: RLProblem, ev: RLEvaluation | None = None) -> list[str]:
     r = t.response
     tail = "every response the mean length (no tail given)"
     if r.tail is not None:
-        tail = (f"response lengths lognormal with mean {r.mean:,.0f} and p{r.tail_p * 100:g} {r.tail:,.0f} tokens; "
+        tail_p = cast(float, r.tail_p)  # given with every tail (the scenario's check)
+        tail = (f"response lengths lognormal with mean {r.mean:,.0f} and p{tail_p * 100:g} {r.tail:,.0f} tokens; "
                 f"the longest of the {t.batch:,} samples of a step is their {t.batch}/{t.batch + 1} quantile")
         if ev is not None:
             tail += f", {ev.metrics['rollout']['longest_response']:,.0f} tokens"
@@ -921,7 +956,7 @@ def assumptions(pb: RLProblem, ev: RLEvaluation | None = None) -> list[str]:
     return out
 
 
-def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bool = True) -> dict:
+def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bool = True) -> dict[str, Any]:
     """The full answer of ``tpopt rl`` as a JSON-ready dict.
 
     The analysis (binding families, alternatives, break-even; for an infeasible problem the conflict
@@ -929,9 +964,9 @@ def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bo
     clock has run out, before or during the analysis, the analysis is left out (``analysis`` says so)
     rather than reported from solves that were cut short. A plan found at the time limit (``feasible``)
     gets no analysis; without a plan (``unknown``) nothing is claimed infeasible."""
-    out = {"scenario": pb.rsc.name, "status": result.status.value, "objective": result.objective,
+    out: dict[str, Any] = {"scenario": pb.rsc.name, "status": result.status.value, "objective": result.objective,
            "solver": dict(result.stats, learner_backend=pb.backend)}
-    clock = getattr(pb.req, "clock", None)
+    clock = pb.req.clock
 
     def out_of_time() -> bool:
         return clock is not None and (clock.reached or clock.expired("analysing the RL plan"))
@@ -939,18 +974,21 @@ def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bo
     if result.status == Status.UNKNOWN:
         out.update(analysis="time limit reached", conflict=[], conflict_detail=[], relaxations=[])
         out["assumptions"] = assumptions(pb)
-        return _finite(out)
+        done: dict[str, Any] = _finite(out)
+        return done
     if not result.feasible:
         why = explain_infeasible(pb, result.objective, result.enforced) if not out_of_time() else None
         if why is None or out_of_time():
             why = {"conflict": [], "conflict_detail": [], "relaxations": [], "analysis": "time limit reached"}
         out.update(why)
         out["assumptions"] = assumptions(pb)
-        return _finite(out)
+        infeasible: dict[str, Any] = _finite(out)
+        return infeasible
     if result.status != Status.OPTIMAL or out_of_time():
         analyse = break_even = False
         out["analysis"] = "time limit reached"
     ev = result.best
+    assert ev is not None  # feasible: a best plan
     m, ro = ev.metrics, ev.metrics["rollout"]
     binds = binding(pb, ev, result.objective, result.enforced) if analyse else []
     lp = ev.learner.plan
@@ -997,4 +1035,5 @@ def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bo
     out["constraints"] = constraint_rows(ev, result.enforced, {b["name"] for b in binds})
     out["binding"] = None if out.get("analysis") else binds
     out["assumptions"] = assumptions(pb, ev)
-    return _finite(out)
+    answer: dict[str, Any] = _finite(out)
+    return answer

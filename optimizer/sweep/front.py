@@ -4,28 +4,36 @@ the cost/finish plot and of the finish-time breakdown bars."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
+from tpopt.models.evaluate import evaluate
 from tpopt.models.units import DAY, fmt_count
 from tpopt.optimizer import backends
-from tpopt.optimizer.sweep.rows import FEASIBLE, NO_ANSWER, PLAN_COLUMNS, case_of, make_row
+from tpopt.optimizer.outer import solve
+from tpopt.optimizer.result import Request
+from tpopt.optimizer.space import FAMILIES
+from tpopt.optimizer.sweep.rows import FEASIBLE, NO_ANSWER, PLAN_COLUMNS, Row, case_of, make_row
 from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, Point, SweepSpec
 from tpopt.optimizer.sweep.tasks import _payload, group_scenario, space_size
 
 if TYPE_CHECKING:
     from tpopt.optimizer.sweep.run import SweepResult
 
+Case = tuple[Any, ...]  # the table inputs of a case (tpopt.optimizer.sweep.rows.case_of)
 
-def mark_pareto(rows: list[dict]) -> None:
+
+def mark_pareto(rows: list[Row]) -> None:
     """Set ``pareto`` on every row: True iff its (cost, finish) is not dominated within its case."""
-    by_case: dict = {}
+    by_case: dict[Case, list[Row]] = {}
     for r in rows:
         r["pareto"] = False
         if r["status"] in FEASIBLE and r["cost"] is not None:
             by_case.setdefault(case_of(r), []).append(r)
     for members in by_case.values():
         pairs = sorted({(r["finish_days"], r["cost"]) for r in members})
-        front, best = set(), math.inf
+        front: set[tuple[float, float]] = set()
+        best = math.inf
         for fin, cost in pairs:
             if cost < best:
                 front.add((fin, cost))
@@ -34,14 +42,15 @@ def mark_pareto(rows: list[dict]) -> None:
             r["pareto"] = (r["finish_days"], r["cost"]) in front
 
 
-def _plan_id(row: dict) -> tuple:
-    return (case_of(row), row["accelerator"]) + tuple(row[c] for c in PLAN_COLUMNS) + (row["cost"], row["finish_days"])
+def _plan_id(row: Row) -> tuple[Any, ...]:
+    return (case_of(row), row["accelerator"]) + tuple(row[c] for c in PLAN_COLUMNS) + (row["cost"],
+                                                                                       row["finish_days"])
 
 
-def front_plans(rows: list[dict]) -> list[dict]:
+def front_plans(rows: list[Row]) -> list[Row]:
     """The Pareto-optimal plans (one entry per distinct plan), fastest first, with the deadlines
     for which each one is the optimum."""
-    plans: dict = {}
+    plans: dict[tuple[Any, ...], Row] = {}
     for r in rows:
         if not r["pareto"]:
             continue
@@ -49,8 +58,8 @@ def front_plans(rows: list[dict]) -> list[dict]:
         e = plans.get(pid)
         if e is None:
             e = plans[pid] = {k: r[k] for k in ("accelerator", "tokens", "efficiency", "card_hour", "reserved_days",
-                                                "seq_len", *PLAN_COLUMNS, "cost", "cost_unit", "finish_days", "train_days",
-                                                "overhead_days", "step_s", "memory_per_card_gib",
+                                                "seq_len", *PLAN_COLUMNS, "cost", "cost_unit", "finish_days",
+                                                "train_days", "overhead_days", "step_s", "memory_per_card_gib",
                                                 "overhead_fraction")}
             e["deadlines"] = []
             e["points"] = 0
@@ -66,12 +75,12 @@ def front_plans(rows: list[dict]) -> list[dict]:
     return out
 
 
-def summarize(rows: list[dict], hw=()) -> list[dict]:
+def summarize(rows: list[Row], hw: Iterable[str] = ()) -> list[Row]:
     """Per accelerator (and case): points; feasible, infeasible (proven), unknown (time limit, no
     answer), error and unproven (time limit, plan not proven optimal) counts; earliest feasible
     deadline, cheapest and fastest plans, the distinct card counts chosen."""
     order = {a: i for i, a in enumerate(hw)}
-    groups: dict = {}
+    groups: dict[tuple[Case, str], list[Row]] = {}
     for r in rows:
         groups.setdefault((case_of(r), r["accelerator"]), []).append(r)
     out = []
@@ -79,7 +88,8 @@ def summarize(rows: list[dict], hw=()) -> list[dict]:
         feas = [r for r in members if r["status"] in FEASIBLE]
         inf = [r for r in members if r["status"] == "infeasible"]
         e = {"accelerator": acc, "tokens": case[0], "efficiency": case[1], "card_hour": case[2],
-             "reserved_days": case[3], "seq_len": case[4], "points": len(members), "feasible": len(feas), "infeasible": len(inf),
+             "reserved_days": case[3], "seq_len": case[4], "points": len(members), "feasible": len(feas),
+             "infeasible": len(inf),
              "unknown": sum(r["status"] == "unknown" for r in members),
              "error": sum(r["status"] == "error" for r in members),
              "unproven": sum(r["status"] == "feasible" for r in members),
@@ -100,7 +110,7 @@ def summarize(rows: list[dict], hw=()) -> list[dict]:
     return out
 
 
-def case_label(case: tuple, spec: SweepSpec) -> str:
+def case_label(case: Case, spec: SweepSpec) -> str:
     """A short label of a case's swept table inputs ('' when only one case exists)."""
     tokens, eff, price, reserved, seq = case
     parts = []
@@ -117,23 +127,23 @@ def case_label(case: tuple, spec: SweepSpec) -> str:
     return ", ".join(parts)
 
 
-def _case_order(case: tuple) -> tuple:
+def _case_order(case: Case) -> tuple[tuple[bool, Any], ...]:
     return tuple((x is None, x) for x in case)
 
 
-def plot_series(result: SweepResult) -> dict:
+def plot_series(result: SweepResult) -> dict[str, Any]:
     """Data for the cost/finish plot: one series per accelerator (and case) with its distinct optimal
     plans, its proven-infeasible deadlines and, apart, the deadlines without an answer (time limit or
     error), and one Pareto front per case."""
     spec = result.spec
     series = []
-    by: dict = {}
+    by: dict[tuple[Case, str], list[Row]] = {}
     for r in result.rows:
         by.setdefault((case_of(r), r["accelerator"]), []).append(r)
     order = {a: i for i, a in enumerate(spec.hw)}
     for (case, acc) in sorted(by, key=lambda k: (_case_order(k[0]), order.get(k[1], 99))):
         members = by[(case, acc)]
-        plans = {}
+        plans: dict[tuple[float, float], int] = {}
         for r in members:
             if r["status"] in FEASIBLE:
                 plans.setdefault((r["finish_days"], r["cost"]), r["cards"])
@@ -148,13 +158,14 @@ def plot_series(result: SweepResult) -> dict:
                                          + [r["fastest_days"] for r in members if r["fastest_days"] is not None],
                                          default=None),
         })
-    fronts: dict = {}
+    fronts: dict[Case, list[Row]] = {}
     for e in result.front():
         case = case_of(e)
         fronts.setdefault(case, []).append({"finish_days": e["finish_days"], "cost": e["cost"], "cards": e["cards"],
                                             "accelerator": e["accelerator"]})
-    front_list = [{"label": case_label(c, spec), "points": sorted(pts, key=lambda p: (p["finish_days"], p["cost"]))}
-                  for c, pts in sorted(fronts.items(), key=lambda kv: _case_order(kv[0]))]
+    front_list: list[Row] = [
+        {"label": case_label(c, spec), "points": sorted(pts, key=lambda p: (p["finish_days"], p["cost"]))}
+        for c, pts in sorted(fronts.items(), key=lambda kv: _case_order(kv[0]))]
     unit = next((r["cost_unit"] for r in result.rows if r["cost_unit"]), "USD")
     return {"series": series, "fronts": front_list, "cost_unit": unit,
             "title": f"{spec.name}: cost vs finish time ({', '.join(spec.swept()) or 'one point'} swept)",
@@ -162,14 +173,14 @@ def plot_series(result: SweepResult) -> dict:
             "unknown_points": sum(r["status"] in NO_ANSWER for r in result.rows)}
 
 
-def _bar(label: str, row_like: dict, note: str = "") -> dict:
+def _bar(label: str, row_like: Row, note: str = "") -> Row:
     return {"label": label, "accelerator": row_like["accelerator"], "cards": row_like["cards"],
             "train_days": row_like["train_days"], "overhead_days": row_like["overhead_days"],
             "reserved_days": row_like["reserved_days"], "finish_days": row_like["finish_days"],
             "cost": row_like["cost"], "note": note}
 
 
-def breakdown_bars(result: SweepResult, cards=None) -> tuple[list[dict], list[str]]:
+def breakdown_bars(result: SweepResult, cards: Iterable[int] | None = None) -> tuple[list[Row], list[str]]:
     """Finish-time breakdown bars (base training, checkpoint/failure overhead, reserved days).
 
     Without ``cards``: the front plans. With ``cards``: for every swept accelerator (and case) the
@@ -178,8 +189,8 @@ def breakdown_bars(result: SweepResult, cards=None) -> tuple[list[dict], list[st
     Returns (bars, notes about card counts with no valid plan).
     """
     spec = result.spec
+    bars: list[Row] = []
     if not cards:
-        bars = []
         for e in result.front():
             rng = (f"{e['deadline_min_days']:g} d" if e["deadline_min_days"] == e["deadline_max_days"]
                    else f"{e['deadline_min_days']:g}-{e['deadline_max_days']:g} d")
@@ -187,15 +198,10 @@ def breakdown_bars(result: SweepResult, cards=None) -> tuple[list[dict], list[st
             bars.append(_bar(f"{e['accelerator']} x {e['cards']}" + (f" ({clabel})" if clabel else ""), e,
                              note=f"optimal for deadlines {rng}"))
         return bars, []
-    from tpopt.models.evaluate import evaluate
-    from tpopt.optimizer.outer import solve
-    from tpopt.optimizer.result import Request
-    from tpopt.optimizer.space import FAMILIES
-
     payload = _payload(spec)
     enforce = frozenset(f for f in FAMILIES if f not in SWEPT_FAMILIES)
     cases = sorted({case_of(r) for r in result.rows}, key=lambda c: tuple((x is None, x) for x in c))
-    bars, missing = [], {}
+    missing: dict[tuple[str, int], int] = {}
     deadline_s = spec.plot_deadline_days * DAY
     for case in cases:
         tokens, eff, price, reserved, seq = case
@@ -211,7 +217,9 @@ def breakdown_bars(result: SweepResult, cards=None) -> tuple[list[dict], list[st
                 if not res.feasible:
                     missing[(acc, n)] = missing.get((acc, n), 0) + 1
                     continue
-                ev = evaluate(sc, res.best.plan)
+                best = res.best
+                assert best is not None  # feasible: a best plan
+                ev = evaluate(sc, best.plan)
                 row = make_row(p, "optimal", spec.fingerprint, backends.EXHAUSTIVE, ev=ev)
                 bars.append(_bar(label, row))
     notes = [f"{acc} x {n}: no valid plan with exactly {n} cards" + (f" (in {k} cases)" if len(cases) > 1 else "")

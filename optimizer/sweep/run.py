@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tpopt.errors import InputError
 from tpopt.optimizer import backends
@@ -17,10 +20,13 @@ from tpopt.optimizer.sweep.cluster import DaskExecutor
 from tpopt.optimizer.sweep.executor import Executor, InlineExecutor, describe, parse_cluster, require_dask
 from tpopt.optimizer.sweep.front import front_plans, mark_pareto, summarize
 from tpopt.optimizer.sweep.local import LocalExecutor
-from tpopt.optimizer.sweep.rows import COLUMNS, INT_COLUMNS, make_row, sort_key
+from tpopt.optimizer.sweep.rows import COLUMNS, INT_COLUMNS, Row, make_row, sort_key
 from tpopt.optimizer.sweep.spec import SweepSpec, build_spec, require_solver
 from tpopt.optimizer.sweep.store import Resume, SweepStore
-from tpopt.optimizer.sweep.tasks import _payload, plan_tasks
+from tpopt.optimizer.sweep.tasks import Task, _payload, plan_tasks
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MAX_ATTEMPTS = 2  # a task that fails this many times becomes error rows
 
@@ -57,7 +63,7 @@ def make_executor(cluster: str | None, workers: int, inline: bool) -> Executor:
 @dataclass
 class SweepResult:
     spec: SweepSpec
-    rows: list[dict]  # one per point, sorted by sort_key, ``pareto`` set
+    rows: list[Row]  # one per point, sorted by sort_key, ``pareto`` set
     computed: int = 0  # points solved in this run
     reused: int = 0  # points taken from an earlier run's --out
     wall_s: float = 0.0
@@ -66,7 +72,7 @@ class SweepResult:
     executor: str = "inline"  # "inline", "local" or "dask"
     where: str = "1 worker (this process)"  # the executor in words
     retried: int = 0  # task attempts that failed and were submitted again
-    paths: dict = field(default_factory=dict)  # "table" / solver -> points solved that way
+    paths: dict[str, int] = field(default_factory=dict)  # "table" / solver -> points solved that way
     resume: Resume = field(default_factory=Resume)  # what the earlier run's --out held
 
     @property
@@ -77,21 +83,22 @@ class SweepResult:
     def discarded(self) -> int:  # torn/unreadable journal lines dropped on resume
         return self.resume.discarded
 
-    def count(self, *statuses) -> int:
+    def count(self, *statuses: str) -> int:
         return sum(1 for r in self.rows if r["status"] in statuses)
 
-    def front(self) -> list[dict]:
+    def front(self) -> list[Row]:
         return front_plans(self.rows)
 
-    def summary(self) -> list[dict]:
+    def summary(self) -> list[Row]:
         return summarize(self.rows, self.spec.hw)
 
-    def to_frame(self):
+    def to_frame(self) -> pd.DataFrame:
         """The rows as a pandas DataFrame, integer columns as nullable integers (no float card counts)."""
-        import pandas as pd
+        import pandas as pd  # lazy: start-up time
 
         df = pd.DataFrame(self.rows, columns=list(COLUMNS))
-        return df.astype({c: "Int64" for c in INT_COLUMNS} | {"pareto": "boolean"})
+        frame: pd.DataFrame = df.astype({c: "Int64" for c in INT_COLUMNS} | {"pareto": "boolean"})
+        return frame
 
 
 def default_workers() -> int:
@@ -101,7 +108,7 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def run_sweep(spec: SweepSpec, *, out=None, force: bool = False, workers: int | None = None,
+def run_sweep(spec: SweepSpec, *, out: str | Path | None = None, force: bool = False, workers: int | None = None,
               cluster: str | None = None, progress: Progress | None = None) -> SweepResult:
     """Solve every point of ``spec`` (skipping those already proven in ``out``), write ``out`` and return
     the rows with the Pareto flags set.
@@ -126,10 +133,10 @@ def run_sweep(spec: SweepSpec, *, out=None, force: bool = False, workers: int | 
         # solver tasks always run in worker processes, even one (Ctrl-C and CP-SAT: see local.py)
         inline = n_workers <= 1 and all(t.kind == "table" for t in tasks)
         executor = make_executor(cluster, n_workers, inline)
-        new: dict = {}
-        paths: dict = {}
+        new: dict[str, Row] = {}
+        paths: dict[str, int] = {}
 
-        def take(kind, rows):
+        def take(kind: str, rows: list[Row]) -> None:
             if store is not None:
                 store.append(rows)
             for r in rows:
@@ -165,7 +172,8 @@ def run_sweep(spec: SweepSpec, *, out=None, force: bool = False, workers: int | 
                        where=executor.description, retried=retried, paths=paths, resume=resume)
 
 
-def _drive(executor, tasks, fingerprint_: str, take, progress: Progress, total: int, done: int) -> int:
+def _drive(executor: Executor, tasks: list[Task], fingerprint_: str, take: Callable[[str, list[Row]], None],
+           progress: Progress, total: int, done: int) -> int:
     """Submit every task, take results as they complete; a failed task is submitted once more, and a
     task that fails :data:`MAX_ATTEMPTS` times becomes one error row per point. Returns the retries."""
     failures = [0] * len(tasks)
@@ -176,6 +184,7 @@ def _drive(executor, tasks, fingerprint_: str, take, progress: Progress, total: 
     for tid, rows, exc in executor.results():
         task = tasks[tid]
         if exc is None:
+            assert rows is not None  # a task without an exception returned its rows
             take(task.kind, rows)
             continue
         failures[tid] += 1
@@ -192,8 +201,9 @@ def _drive(executor, tasks, fingerprint_: str, take, progress: Progress, total: 
     return retried
 
 
-def sweep(scenario, *, out=None, force: bool = False, workers: int | None = None, cluster: str | None = None,
-          catalog_dirs=(), fixed: dict | None = None, progress: Progress | None = None, **inputs) -> SweepResult:
+def sweep(scenario: str | Path | dict[str, Any], *, out: str | Path | None = None, force: bool = False,
+          workers: int | None = None, cluster: str | None = None, catalog_dirs: Iterable[str | Path] = (),
+          fixed: dict[str, Any] | None = None, progress: Progress | None = None, **inputs: Any) -> SweepResult:
     """One call: read ``scenario`` (a path, or a dict of scenario tables), apply the sweep ``inputs``
     (``hw``, ``deadline``, ``reserved``, ``tokens``, ``efficiency``, ``max_cards``, ``card_hour``,
     ``max_cost``, ``solver``, ``time_limit``, ``breakdown_cards``: a value, a comma list, a list or a

@@ -8,21 +8,21 @@ import hashlib
 import itertools
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, NamedTuple
+from pathlib import Path
+from typing import Any, NamedTuple, cast
 
 from tpopt import __version__
+from tpopt.catalogs import Catalog, load_catalog
+from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
 from tpopt.errors import InputError
 from tpopt.models import families as F
+from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY, parse_count, parse_duration, parse_fraction, parse_int, parse_number
 from tpopt.optimizer import backends
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.sweep.rows import FORMAT
-
-if TYPE_CHECKING:
-    from tpopt.catalogs import Catalog
-    from tpopt.models.plan import Scenario
 
 AUTO_TABLE_LIMIT = 300_000  # plans per group enumerated exactly with --solver auto
 MAX_VALUES = 100_000  # values one range may expand to
@@ -43,8 +43,8 @@ class Dim:
     flag: str  # command-line flag
     raw_key: str  # scenario table.key it overrides
     kind: str  # "table" (changes term tables) or "constraint" (changes only a limit)
-    parse: Callable  # (value, what) -> SI number
-    step: Callable  # parser of a range step (zero allowed here, rejected with a clearer message)
+    parse: Callable[[Any, str], float]  # (value, what) -> SI number
+    step: Callable[[Any, str], float]  # parser of a range step (zero allowed here, rejected with a clearer message)
     integer: bool = False
 
 
@@ -83,7 +83,7 @@ def _g(x: float) -> str:
     return f"{x:.12g}"
 
 
-def _expand(dim: Dim, text: str, what: str) -> list:
+def _expand(dim: Dim, text: str, what: str) -> list[float]:
     parts = text.split(":")
     if len(parts) != 3 or not all(p.strip() for p in parts):
         raise InputError(f"{what}: {text!r} is not a range start:end:step (e.g. 20d:40d:1d, or 256:4096:x2)")
@@ -108,10 +108,10 @@ def _expand(dim: Dim, text: str, what: str) -> list:
     return [a + i * step for i in range(n)]
 
 
-def parse_values(dim: Dim, value, what: str) -> tuple:
+def parse_values(dim: Dim, value: Any, what: str) -> tuple[float, ...]:
     """Sorted distinct SI values of a sweep input given as one value, a comma list, a TOML list or a range."""
     items = value if isinstance(value, list) else [value]
-    out = []
+    out: list[float] = []
     for item in items:
         if isinstance(item, str):
             text = item.strip()
@@ -130,7 +130,7 @@ def parse_values(dim: Dim, value, what: str) -> tuple:
     return tuple(vals)
 
 
-def parse_names(value, what: str) -> tuple[str, ...]:
+def parse_names(value: Any, what: str) -> tuple[str, ...]:
     items = value if isinstance(value, list) else str(value).split(",")
     names = [str(x).strip() for x in items]
     if not names or any(not n for n in names):
@@ -138,7 +138,7 @@ def parse_names(value, what: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def parse_cards_list(value, what: str) -> tuple[int, ...]:
+def parse_cards_list(value: Any, what: str) -> tuple[int, ...]:
     items = value if isinstance(value, list) else str(value).split(",")
     return tuple(sorted({parse_int(str(x).strip() if isinstance(x, str) else x, what, minimum=1) for x in items}))
 
@@ -166,7 +166,7 @@ class Point(NamedTuple):
                 + ("" if self.global_batch is None else f"|global_batch={self.global_batch}")
                 + ("" if self.seq_len is None else f"|seq_len={self.seq_len}"))
 
-    def group(self, deadline_in_table: bool) -> tuple:
+    def group(self, deadline_in_table: bool) -> tuple[str | float | int | None, ...]:
         """The table-changing inputs: points sharing them share one enumeration."""
         g = (self.accelerator, self.tokens, self.efficiency, self.reserved_s, self.card_hour, self.global_batch,
              self.seq_len)
@@ -181,11 +181,11 @@ class Point(NamedTuple):
 class SweepSpec:
     """Everything a sweep needs, validated: the scenario tables, the swept values and the options."""
 
-    raw: dict  # scenario tables without [sweep] (command-line fixed overrides not yet applied)
-    fixed: dict  # fixed raw overrides ({"hardware.usable_memory": "20GiB"}), applied after the hardware
-    catalog_dirs: tuple
+    raw: dict[str, Any]  # scenario tables without [sweep] (command-line fixed overrides not yet applied)
+    fixed: dict[str, Any]  # fixed raw overrides ({"hardware.usable_memory": "20GiB"}), applied after the hardware
+    catalog_dirs: tuple[str, ...]
     hw: tuple[str, ...]
-    values: dict  # dim name -> tuple of SI values
+    values: dict[str, tuple[Any, ...]]  # dim name -> tuple of SI values (None: not set)
     solver: str
     time_limit: float
     breakdown_cards: tuple[int, ...] | None
@@ -197,7 +197,7 @@ class SweepSpec:
 
     def points(self) -> list[Point]:
         v = self.values
-        out = []
+        out: list[Point] = []
         for acc in self.hw:
             for d, r, t, e, mc, ch, mx, gb, sl in itertools.product(
                     v["deadline"], v["reserved"], v["tokens"], v["efficiency"], v["max_cards"], v["card_hour"],
@@ -242,18 +242,16 @@ def require_solver(solver: str) -> None:
         backends.require(solver, Request())
 
 
-def _file_default_card_hour(raw: dict):
+def _file_default_card_hour(raw: dict[str, Any]) -> float | None:
     v = raw.get("cost", {}).get("card_hour") if isinstance(raw.get("cost"), dict) else None
     return None if v is None else parse_number(v, "cost.card_hour")
 
 
-def build_spec(scenario_path, cli: dict | None = None, catalog_dirs=(), fixed: dict | None = None) -> SweepSpec:
+def build_spec(scenario_path: str | Path | dict[str, Any], cli: dict[str, Any] | None = None,
+               catalog_dirs: Iterable[str | Path] = (), fixed: dict[str, Any] | None = None) -> SweepSpec:
     """Read the scenario (a TOML path, or a dict of its tables) and its ``[sweep]`` table, apply the
     command-line values (``cli``: key of :data:`SWEEP_KEYS` -> text or None) and validate everything
     before any work is done."""
-    from tpopt.catalogs import load_catalog
-    from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
-
     cli = {k: v for k, v in (cli or {}).items() if v is not None}
     unknown = set(cli) - set(SWEEP_KEYS) - {"time_limit"}
     if unknown:
@@ -269,10 +267,12 @@ def build_spec(scenario_path, cli: dict | None = None, catalog_dirs=(), fixed: d
     if bad:
         raise InputError(f"scenario: unknown key(s) {bad} in [sweep] (known: {', '.join(SWEEP_KEYS)})")
     fixed = {k: v for k, v in (fixed or {}).items() if v is not None}
-    catalog_dirs = tuple(str(d) for d in catalog_dirs or ())
-    catalog = load_catalog(catalog_dirs)
+    dirs = tuple(str(d) for d in catalog_dirs or ())
+    catalog = load_catalog(dirs)
 
-    def source(key):
+    def source(key: str) -> tuple[Any, str | None]:
+        """(value, where it was given) of a [sweep] key: the command line first; (None, None) when unset
+        (so where a value is given, its place is a str: the casts below)."""
         if key in cli:
             return cli[key], f"--{key.replace('_', '-')}"
         if key in table:
@@ -282,7 +282,7 @@ def build_spec(scenario_path, cli: dict | None = None, catalog_dirs=(), fixed: d
     # the scenario as the file gives it (validates every table, the model and the hardware names)
     base0 = build_scenario(with_overrides(raw, fixed), catalog)
     hw_value, hw_what = source("hw")
-    hw = parse_names(hw_value, hw_what) if hw_value is not None else tuple(base0.search.accelerators)
+    hw = parse_names(hw_value, cast(str, hw_what)) if hw_value is not None else tuple(base0.search.accelerators)
     for name in hw:
         catalog.accelerator(name)  # unknown name -> one clear error
     base = build_scenario(with_overrides(with_overrides(raw, {"hardware.accelerator": list(hw),
@@ -303,10 +303,10 @@ def build_spec(scenario_path, cli: dict | None = None, catalog_dirs=(), fixed: d
         "global_batch": tuple(base.search.global_batch) if len(base.search.global_batch) > 1 else (None,),
         "seq_len": (base.task.seq_len,),
     }
-    values = {}
+    values: dict[str, tuple[Any, ...]] = {}
     for name, dim in DIMS.items():
         value, what = source(name)
-        values[name] = parse_values(dim, value, what) if value is not None else defaults[name]
+        values[name] = parse_values(dim, value, cast(str, what)) if value is not None else defaults[name]
 
     solver_value, solver_what = source("solver")
     solver = check_solver(str(solver_value or "auto").strip(), solver_what)
@@ -314,12 +314,12 @@ def build_spec(scenario_path, cli: dict | None = None, catalog_dirs=(), fixed: d
     if not time_limit > 0:
         raise InputError("--time-limit must be positive")
     bc_value, bc_what = source("breakdown_cards")
-    breakdown = parse_cards_list(bc_value, bc_what) if bc_value is not None else None
+    breakdown = parse_cards_list(bc_value, cast(str, bc_what)) if bc_value is not None else None
 
     rel = base.reliability
     deadline_in_table = any(t == 0.0 for t in base.search.save_interval_s) and rel.card_mtbf_s is None \
         and not rel.event_interval_s
-    spec = SweepSpec(raw=raw, fixed=fixed, catalog_dirs=catalog_dirs, hw=hw, values=values, solver=solver,
+    spec = SweepSpec(raw=raw, fixed=fixed, catalog_dirs=dirs, hw=hw, values=values, solver=solver,
                      time_limit=time_limit, breakdown_cards=breakdown, base=base, fingerprint="",
                      deadline_in_table=deadline_in_table, name=base.name, catalog=catalog)
     n = spec.size()

@@ -12,16 +12,26 @@ payload carries the catalog and the model themselves (not the driver's catalog d
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from tpopt import __version__
+from tpopt.catalogs import Catalog, load_catalog
+from tpopt.catalogs.scenario import build_scenario, with_overrides
 from tpopt.errors import InputError
 from tpopt.models import families as F
+from tpopt.models.evaluate import Evaluation, evaluate
+from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY
 from tpopt.optimizer import backends
-from tpopt.optimizer.sweep.rows import make_row
+from tpopt.optimizer.backends.verify import feasible_for
+from tpopt.optimizer.enumerate import PointTable
+from tpopt.optimizer.outer import at_batch, solve
+from tpopt.optimizer.result import Request
+from tpopt.optimizer.space import FAMILIES, VARS, Space
+from tpopt.optimizer.sweep.rows import Row, make_row
 from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, Point, SweepSpec
 
 
@@ -29,9 +39,9 @@ from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, Point, 
 class _Payload:
     """What every task of a sweep shares (shipped once per worker, not per task)."""
 
-    raw: dict  # the scenario tables, [model] naming SHIPPED_MODEL
-    fixed: dict
-    catalog: object  # the loaded Catalog, with the scenario's model as SHIPPED_MODEL
+    raw: dict[str, Any]  # the scenario tables, [model] naming SHIPPED_MODEL
+    fixed: dict[str, Any]
+    catalog: Catalog  # the loaded Catalog, with the scenario's model as SHIPPED_MODEL
     fingerprint: str
     solver: str
     time_limit: float
@@ -44,21 +54,19 @@ class Task(NamedTuple):
     solver backend (one solve of one point)."""
 
     kind: str
-    points: tuple
+    points: tuple[Point, ...]
 
     def label(self) -> str:
         first = self.points[0].key()
         return first if len(self.points) == 1 else f"{len(self.points)} points from {first}"
 
 
-_CACHE: dict = {}
+_CACHE: dict[tuple[Any, ...], Scenario] = {}
 
 
-def group_scenario(payload: _Payload, point: Point, deadline_s: float | None = None):
+def group_scenario(payload: _Payload, point: Point, deadline_s: float | None = None) -> Scenario:
     """The scenario of a point's group: its accelerator and table-changing inputs (the deadline is
     the point's when it is a table input, else any valid value; card cap and budget are lifted)."""
-    from tpopt.catalogs.scenario import build_scenario, with_overrides
-
     d = point.deadline_s if deadline_s is None else deadline_s
     key = ("group", payload.fingerprint, point.group(payload.deadline_in_table),
            d if payload.deadline_in_table else None)
@@ -75,8 +83,6 @@ def group_scenario(payload: _Payload, point: Point, deadline_s: float | None = N
             ov["search.global_batch"] = [point.global_batch]
         sc = build_scenario(with_overrides(raw, ov), payload.catalog)
         if point.global_batch is not None:  # the point's batch (tokens from the critical-batch model)
-            from tpopt.optimizer.outer import at_batch
-
             sc = at_batch(sc, point.global_batch)
         sc = replace(sc, search=replace(sc.search, max_cards=10**9), cost=replace(sc.cost, max_cost=None))
         if len(_CACHE) > 256:
@@ -85,20 +91,15 @@ def group_scenario(payload: _Payload, point: Point, deadline_s: float | None = N
     return replace(sc, task=replace(sc.task, deadline_s=d))
 
 
-def point_scenario(sc, point: Point):
+def point_scenario(sc: Scenario, point: Point) -> Scenario:
     """A group scenario with the point's deadline, card cap and budget."""
     return replace(sc, task=replace(sc.task, deadline_s=point.deadline_s),
                    search=replace(sc.search, max_cards=point.max_cards),
                    cost=replace(sc.cost, max_cost=point.max_cost))
 
 
-def _table_rows(payload: _Payload, points: list[Point]) -> list[dict]:
+def _table_rows(payload: _Payload, points: list[Point]) -> list[Row]:
     """One exact enumeration for a group; every point answered by a mask over it."""
-    from tpopt.models.evaluate import evaluate
-    from tpopt.optimizer.core import feasible_for
-    from tpopt.optimizer.enumerate import PointTable
-    from tpopt.optimizer.space import FAMILIES, VARS, Space
-
     first = points[0]
     sc = group_scenario(payload, first, None if payload.deadline_in_table else max(p.deadline_s for p in points))
     price = sc.system(first.accelerator).price_card_hour
@@ -111,8 +112,8 @@ def _table_rows(payload: _Payload, points: list[Point]) -> list[dict]:
     by_finish = sel[np.lexsort((sel, table.cost[sel], table.finish[sel]))]
     c_cost, c_fin, c_cards = table.cost[by_cost], table.finish[by_cost], table.cards[by_cost]
     f_cost, f_fin, f_cards = table.cost[by_finish], table.finish[by_finish], table.cards[by_finish]
-    evals: dict = {}
-    rows = []
+    evals: dict[int, Evaluation] = {}
+    rows: list[Row] = []
     for p in points:
         cap = np.inf if p.max_cost is None else p.max_cost
         ok = (c_fin <= p.deadline_s) & (c_cards <= p.max_cards) & (c_cost <= cap)
@@ -133,12 +134,8 @@ def _table_rows(payload: _Payload, points: list[Point]) -> list[dict]:
     return rows
 
 
-def _solve_rows(payload: _Payload, point: Point, backend: str) -> list[dict]:
+def _solve_rows(payload: _Payload, point: Point, backend: str) -> list[Row]:
     """One exact solve for one point (for spaces too large to enumerate)."""
-    from tpopt.optimizer.outer import solve
-    from tpopt.optimizer.result import Request
-    from tpopt.optimizer.space import FAMILIES
-
     sc = point_scenario(group_scenario(payload, point), point)
     price = sc.system(point.accelerator).price_card_hour
     res = solve(sc, backend, Request(objective="cost", time_limit=payload.time_limit, workers=1))
@@ -150,14 +147,15 @@ def _solve_rows(payload: _Payload, point: Point, backend: str) -> list[dict]:
     if res.status.value == "infeasible":
         enforce = frozenset(f for f in FAMILIES if f != F.DEADLINE)
         fr = solve(sc, backend, Request(objective="time", enforce=enforce, time_limit=payload.time_limit, workers=1))
-        if fr.feasible and fr.status.value == "optimal":
-            fastest = fr.best.metrics["finish_days"] * DAY
+        best = fr.best
+        if fr.feasible and fr.status.value == "optimal" and best is not None:  # feasible: a best plan
+            fastest = best.metrics["finish_days"] * DAY
     note = f"{limit}: no plan found and no proof that none exists" if res.status.value == "unknown" else None
     return [make_row(point, res.status.value, payload.fingerprint, backend, fastest_s=fastest, price=price,
                      note=note)]
 
 
-def run_task(kind: str, payload: _Payload, points) -> list[dict]:
+def run_task(kind: str, payload: _Payload, points: Sequence[Point]) -> list[Row]:
     """The entry point of a worker: the rows of one task ("table": a group's points; a backend: one point)."""
     if payload.version != __version__:
         raise InputError(f"a sweep worker runs tpopt {__version__} but the driver runs {payload.version}; "
@@ -173,8 +171,6 @@ SHIPPED_MODEL = "(the sweep's model)"  # catalog key of the model the driver bui
 def _payload(spec: SweepSpec) -> _Payload:
     """What every task needs, self-contained: the catalog data and the model as the driver built them
     (from the catalog, a ``config.json`` or any other source), not paths on the driver's machine."""
-    from tpopt.catalogs import load_catalog
-
     catalog = copy.copy(spec.catalog or load_catalog(spec.catalog_dirs))
     catalog.models = dict(catalog.models)
     catalog.models[SHIPPED_MODEL] = spec.base.model
@@ -185,18 +181,16 @@ def _payload(spec: SweepSpec) -> _Payload:
 
 
 def space_size(spec: SweepSpec, accelerator: str) -> int:
-    from tpopt.optimizer.space import Space
-
     return Space.from_scenario(spec.base, restrict={"acc": [accelerator]}).size()
 
 
 def plan_tasks(spec: SweepSpec, points: list[Point]) -> list[Task]:
     """Table tasks (one per group) or solve tasks (one per point), per the solver choice."""
     sizes = {acc: space_size(spec, acc) for acc in spec.hw} if spec.solver == backends.SWEEP_AUTO else {}
-    groups: dict = {}
+    groups: dict[tuple[str | float | int | None, ...], list[Point]] = {}
     for p in points:
         groups.setdefault(p.group(spec.deadline_in_table), []).append(p)
-    tasks = []
+    tasks: list[Task] = []
     for g in sorted(groups, key=lambda g: tuple((x is None, x) for x in g)):
         members = sorted(groups[g], key=lambda p: p.key())
         acc = members[0].accelerator
