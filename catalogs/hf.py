@@ -28,7 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpopt.catalogs import ARCH_INT_MAX, arch_int, build_model, read_text_capped
+from tpopt.catalogs.architectures import ARCH_INT_MAX, arch_int, build_model
+from tpopt.catalogs.tables import read_text_capped
 from tpopt.errors import InputError
 from tpopt.models.arch import ModelArch
 

@@ -136,8 +136,6 @@ def test_the_import_graph_is_acyclic():
     assert cycle is None, "import circle: " + " -> ".join(cycle)
 
 
-@pytest.mark.xfail(strict=True, reason="catalogs/__init__.py resolves hf: model names through catalogs/hf.py, "
-                                      "which imports build_model from the package: one circle left in catalogs/")
 def test_the_catalogs_import_graph_is_acyclic():
     cycle = find_cycle(graph())
     assert cycle is None, "import circle: " + " -> ".join(cycle)
