@@ -13,7 +13,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tpopt.catalogs.architectures import ARCH_INT_MAX, MODEL_KEYS, arch_int, build_model
-from tpopt.catalogs.hf import model_from_hf_cache, model_from_hf_config
 from tpopt.catalogs.tables import (
     MAX_INPUT_BYTES,
     check_keys,
@@ -268,6 +267,22 @@ def build_perf(name: str, t: dict, base: PerfParams | None = None) -> PerfParams
     sources = dict((base.sources if base else {}) or {})
     sources.update(t.get("sources", {}) or {})
     return replace(base or PerfParams(), name=name, sources=sources, **kw)
+
+
+def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelArch:
+    """A :class:`ModelArch` from a Hugging Face ``config.json`` (see :mod:`tpopt.catalogs.hf` for the
+    families understood and the keys each family reads or knows to be irrelevant)."""
+    from tpopt.catalogs.hf import model_from_hf_config as parse  # lazy: start-up time (the config reader)
+
+    return parse(path, name)
+
+
+def model_from_hf_cache(repo_id: str, cache_dir: str | None = None) -> ModelArch:
+    """The model a Hugging Face id names, from ``config.json`` in the local Hugging Face cache
+    (``huggingface_hub``'s layout; no network). ``org/name@revision`` picks a revision."""
+    from tpopt.catalogs.hf import model_from_hf_cache as resolve  # lazy: start-up time (the config reader)
+
+    return resolve(repo_id, cache_dir)
 
 
 def load_catalog(extra_dirs=()) -> Catalog:

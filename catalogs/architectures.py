@@ -4,6 +4,8 @@ configs (:mod:`tpopt.catalogs.hf` maps a config onto the same keys), checked and
 
 from __future__ import annotations
 
+from typing import Any
+
 from tpopt.catalogs.tables import check_keys, flag_field, need, text_field
 from tpopt.errors import InputError
 from tpopt.models.arch import ACTIVATIONS, NORMS, POSITIONS, ModelArch, moe_layer_count
@@ -51,7 +53,7 @@ def build_model(name: str, t: dict) -> ModelArch:
     check_keys(t, MODEL_KEYS, where)
     for k in _ARCH_REQUIRED:
         need(t, k, where)
-    kw = {k: arch_int(t[k], f"{where} {k}", lo) for k, lo in _ARCH_INT.items() if k in t}
+    kw: dict[str, Any] = {k: arch_int(t[k], f"{where} {k}", lo) for k, lo in _ARCH_INT.items() if k in t}
     for k in _ARCH_BOOL:
         if k in t:
             kw[k] = flag_field(t, k, where)

@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import click
+from tpopt.catalogs.rl import load_rl_scenario
+from tpopt.catalogs.scenario import BUILTIN_RL_SCENARIO
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,
     EXIT_UNKNOWN,
     SolverName,
+    check_run_options,
     dump_json,
     echo_builtin_note,
     handle_errors,
+    overrides_from,
     scenario_options,
 )
+from tpopt.cli.plots import check_plot_path
+from tpopt.cli.request import time_limit_seconds
+from tpopt.cli.rl_plot import plot_cycle
+from tpopt.cli.rl_render import rl_text
+from tpopt.errors import InputError
 from tpopt.optimizer import backends
+from tpopt.optimizer import rl as O
+from tpopt.optimizer.limits import Clock
+from tpopt.optimizer.result import Request
 
 
 @click.command()
@@ -42,26 +54,15 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
 
     Example: tpopt rl --kept 90%
     """
-    from tpopt.catalogs.rl import load_rl_scenario
-    from tpopt.cli.common import overrides_from
-    from tpopt.errors import InputError
-    from tpopt.optimizer import rl as O
-    from tpopt.optimizer.result import Request
 
     if kw.get("tokens") is not None:
         raise InputError("--tokens does not apply to tpopt rl (set [rl] samples or steps)")
-    from tpopt.cli.common import check_run_options
-    from tpopt.cli.request import time_limit_seconds
-    from tpopt.optimizer.limits import Clock
 
     time_limit = time_limit_seconds(time_limit)
     check_run_options(time_limit)  # finite, positive, at most 7 days
     backends.require(solver, Request(time_limit=time_limit))  # a missing solver fails here, before any work
     if plot_path:
-        from tpopt.cli.plots import check_plot_path
-
         check_plot_path(plot_path)
-    from tpopt.catalogs.scenario import BUILTIN_RL_SCENARIO
 
     ov = overrides_from(kw)
     ov.update({"cost.max_cost": max_cost, "rl.kept": kept, "rl.staleness": staleness})
@@ -72,15 +73,11 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
     result = O.solve(pb, objective)
     out = O.report(pb, result, analyse=not no_analysis, break_even=not no_analysis)
     if plot_path and result.feasible:
-        from tpopt.cli.rl_plot import plot_cycle
-
         plot_cycle(out, plot_path)
     echo_builtin_note(kw, as_json, out)
     if as_json:
         click.echo(dump_json(out), nl=False)
     else:
-        from tpopt.cli.rl_render import rl_text
-
         click.echo(rl_text(out, timing), nl=False)
     if result.status == O.Status.UNKNOWN:
         raise SystemExit(EXIT_UNKNOWN)
