@@ -15,8 +15,7 @@ from tpopt.catalogs.scenario import read_scenario_file, with_overrides
 from tpopt.cli.common import SolverName, check_run_options, overrides_from, scenario_source
 from tpopt.errors import InputError
 from tpopt.models.units import parse_duration
-from tpopt.optimizer import backends
-from tpopt.optimizer.limits import Clock, stderr_progress
+from tpopt.optimizer import backends, limits
 from tpopt.optimizer.result import Request
 
 
@@ -61,8 +60,8 @@ def request_from(kw: dict, top: int = 1):
 
     limit = time_limit_seconds(kw["time_limit"])
     check_run_options(limit, kw["seed"], kw["workers"], top)
-    clock = Clock(limit)
-    clock.progress = stderr_progress()
+    clock = limits.Clock(limit)
+    clock.progress = limits.stderr_progress()
     return Request(objective=kw["objective"], top=top, time_limit=limit, seed=kw["seed"],
                    workers=kw["workers"], method=kw.get("method", "auto"), clock=clock)
 

@@ -21,9 +21,8 @@ from tpopt.cli.request import time_limit_seconds
 from tpopt.cli.rl_plot import plot_cycle
 from tpopt.cli.rl_render import rl_text
 from tpopt.errors import InputError
-from tpopt.optimizer import backends
+from tpopt.optimizer import backends, limits
 from tpopt.optimizer import rl as O
-from tpopt.optimizer.limits import Clock
 from tpopt.optimizer.result import Request
 
 
@@ -69,7 +68,7 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
     kw["_builtin"] = "rl"
     rsc = load_rl_scenario(kw["scenario_path"] or BUILTIN_RL_SCENARIO, ov, kw.get("catalog_dirs") or ())
     # one clock for the whole command: it starts here, so the scenario's loading is not charged to it
-    pb = O.RLProblem(rsc, solver, Request(time_limit=time_limit, clock=Clock(time_limit)))
+    pb = O.RLProblem(rsc, solver, Request(time_limit=time_limit, clock=limits.Clock(time_limit)))
     result = O.solve(pb, objective)
     out = O.report(pb, result, analyse=not no_analysis, break_even=not no_analysis)
     if plot_path and result.feasible:
