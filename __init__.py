@@ -23,6 +23,7 @@ The repository root is the ``tpopt`` package. Subpackages:
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
@@ -59,7 +60,6 @@ def __getattr__(name: str):
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tpopt' has no attribute {name!r}")
-    import importlib
 
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value

@@ -24,13 +24,23 @@ from dataclasses import dataclass, field, fields
 from os import PathLike
 from typing import TYPE_CHECKING, Any, Union
 
+from tpopt.catalogs import load_catalog
+from tpopt.catalogs.scenario import BUILTIN_SCENARIO, build_scenario, read_scenario_file, with_overrides
+from tpopt.errors import InputError
+from tpopt.frames import records_frame
+from tpopt.models.evaluate import Evaluation
+from tpopt.models.evaluate import evaluate as evaluate_plan
 from tpopt.models.plan import Scenario
 from tpopt.optimizer import backends
+from tpopt.optimizer.explain import explain_plan, explain_request
+from tpopt.optimizer.plan import PlanReport, plan
+from tpopt.optimizer.plan_fields import plan_from
+from tpopt.optimizer.result import Request
+from tpopt.optimizer.sweep import sweep as run_sweep
+from tpopt.presentation import infeasible_lines, plan_lines, request_lines
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas
-    from tpopt.models.evaluate import Evaluation
-    from tpopt.optimizer.plan import PlanReport
 
 Source = Union[str, "PathLike[str]", Mapping, Scenario, None]
 
@@ -62,9 +72,6 @@ def scenario(source: Source = None, overrides: Mapping | None = None, /, *, cata
     A mapping whose values are not all tables is read as overrides of the built-in design case, so
     ``tpopt.scenario({"deadline": "30d"})`` works. ``catalog``: extra catalog directories.
     """
-    from tpopt.catalogs import load_catalog
-    from tpopt.catalogs.scenario import BUILTIN_SCENARIO, build_scenario, read_scenario_file, with_overrides
-
     ov = dict(overrides or {})
     ov.update(inputs)
     dirs = tuple(str(d) for d in ((catalog,) if isinstance(catalog, (str, PathLike)) else catalog))
@@ -73,8 +80,6 @@ def scenario(source: Source = None, overrides: Mapping | None = None, /, *, cata
         raw, dirs, builtin = source.raw, dirs or source.catalog_dirs, source.builtin
     elif isinstance(source, Scenario):
         if ov or dirs:
-            from tpopt.errors import InputError
-
             raise InputError("overrides need the scenario's inputs: build it with tpopt.scenario(...) first")
         return LoadedScenario(**{f.name: getattr(source, f.name) for f in fields(Scenario)})
     elif isinstance(source, Mapping) and not all(isinstance(v, Mapping) for v in source.values()):
@@ -103,9 +108,6 @@ def _scenario_of(source: Source, inputs: dict) -> LoadedScenario:
 
 
 def _request(objective: str, top: int, time_limit: float, seed: int, workers: int, method: str):
-    from tpopt.errors import InputError
-    from tpopt.optimizer.result import Request
-
     if objective not in ("cost", "time"):
         raise InputError(f"objective must be 'cost' or 'time' (got {objective!r})")
     if top < 1:
@@ -129,22 +131,17 @@ def solve(source: Source = None, /, *, solver: str = backends.DEFAULT, objective
     ``scip``, ``cbc``, ``glpk``, ``gurobi``, ...), or any backend registered in
     :mod:`tpopt.optimizer.backends`; keyword ``inputs`` change the scenario (``deadline="20d"``).
     Deterministic with the default seed and one worker."""
-    from tpopt.optimizer.plan import plan
-
     if not backends.is_known(solver):
         raise backends.unknown_solver(solver)
     sc = _scenario_of(source, inputs)
     req = _request(objective, top, time_limit, seed, workers, method)
-    return plan(sc, solver, req, analyse=analysis, sensitivity=sensitivity)
+    return plan(sc, solver, req, analyse=analysis, sensitivity=sensitivity,
+                inputs=lambda: (sc.raw or None, load_catalog(sc.catalog_dirs)))
 
 
 def _plan(sc: Scenario, plan_kw: dict):
-    from tpopt.optimizer.plan_fields import plan_from
-
     kw = {"hw": plan_kw.pop("accelerator", None), "pipe_schedule": plan_kw.pop("schedule", None), **plan_kw}
     if kw.get("cards") is None:
-        from tpopt.errors import InputError
-
         raise InputError("give the plan's cards (e.g. cards=48)")
     return plan_from(sc, kw)
 
@@ -159,11 +156,9 @@ def evaluate(source: Source = None, /, *, cards: int | None = None, **inputs: An
     MoE model ``ep``, ``expert_tp`` (a number or "tp"), ``capacity`` (a factor or "none")) fix
     the plan; fields left out take the scenario's single-valued ``[search]`` domain (or its first value);
     every other keyword changes the scenario."""
-    from tpopt.models.evaluate import evaluate as run
-
     plan_kw, rest = _split(dict(inputs), PLAN_FIELDS)
     sc = _scenario_of(source, rest)
-    return run(sc, _plan(sc, dict(plan_kw, cards=cards)))
+    return evaluate_plan(sc, _plan(sc, dict(plan_kw, cards=cards)))
 
 
 @dataclass
@@ -195,8 +190,6 @@ class Explanation:
     def to_frame(self) -> pandas.DataFrame:
         """Rows worth a table: the smallest single changes (a request without a plan), the binding
         families (a request with one), or the constraint checks that fail or are tightest (a plan)."""
-        from tpopt.frames import records_frame
-
         r = self.report
         if self.kind == "plan":
             rows = [dict(v, violated=True) for v in r["violated"]] or [dict(t, violated=False) for t in r["tightness"]]
@@ -209,8 +202,6 @@ class Explanation:
         return records_frame(rows)
 
     def __str__(self) -> str:
-        from tpopt.cli.explain_text import infeasible_lines, plan_lines, request_lines
-
         if self.kind == "plan":
             lines = plan_lines(self.report, self.scenario)
         elif self.feasible:
@@ -226,16 +217,11 @@ def explain(source: Source = None, /, *, cards: int | None = None, solver: str =
     """Why a request (no ``cards``) or a plan (``cards=...`` and other plan fields, as in
     :func:`evaluate`) is infeasible, or what limits it: a minimal conflict and the smallest single
     change of each input that fixes the request; the constraints a plan violates, or how tight each is."""
-    from tpopt.catalogs import load_catalog
-    from tpopt.optimizer.explain import explain_plan, explain_request
-
     plan_kw, rest = _split(dict(inputs), PLAN_FIELDS)
     sc = _scenario_of(source, rest)
     req = _request(objective, 1, time_limit, seed, workers, method)
     if cards is None:
         if plan_kw:
-            from tpopt.errors import InputError
-
             raise InputError(f"{sorted(plan_kw)[0]} describes a plan: give cards too (or drop it to explain the "
                              "request)")
         report = explain_request(sc, solver, req, raw=sc.raw or None, catalog=load_catalog(sc.catalog_dirs))
@@ -267,8 +253,6 @@ class SweepTable:
 
     def to_frame(self) -> pandas.DataFrame:
         """One row per point (integer columns such as cards, tp and zero stay integers)."""
-        from tpopt.frames import records_frame
-
         return records_frame(self.rows)
 
 
@@ -284,11 +268,9 @@ def sweep(source: Source = None, /, *, hw=None, deadline=None, reserved=None, to
     ``solver``: ``auto`` (default), ``enumerate``, ``cpsat``, ``highs`` or ``pyomo:NAME`` (as :func:`solve`; one
     that is not installed raises :class:`~tpopt.errors.InputError` before ``out`` is touched); ``time_limit``:
     seconds per point. Other keywords change the scenario."""
-    from tpopt.optimizer.sweep import sweep as run
-
     sc = _scenario_of(source, inputs)
     values = {"hw": list(hw) if isinstance(hw, tuple) else hw, "deadline": deadline, "reserved": reserved,
               "tokens": tokens, "efficiency": efficiency, "max_cards": max_cards, "card_hour": card_hour,
               "max_cost": max_cost, "solver": solver, "time_limit": time_limit}
-    return SweepTable(run(sc.raw, out=out, force=force, workers=workers, cluster=cluster,
+    return SweepTable(run_sweep(sc.raw, out=out, force=force, workers=workers, cluster=cluster,
                           catalog_dirs=sc.catalog_dirs, **{k: v for k, v in values.items() if v is not None}))

@@ -4,6 +4,8 @@
 bad units, unknown names, malformed files, impossible values. Anything else is a bug.
 """
 
+import importlib
+
 
 class InputError(ValueError):
     """User input that cannot be used as given (the message says what and how to fix it)."""
@@ -15,8 +17,6 @@ def require(module: str, extra: str, what: str):
     ``require("pyarrow.parquet", "parquet", "--out .parquet")`` -> the module, or the one-line error
     "--out .parquet needs pyarrow, which is not installed: pip install 'tpopt[parquet]'".
     """
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError:

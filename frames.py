@@ -24,7 +24,7 @@ def _kind(values: list) -> str | None:
 
 def records_frame(rows: list[dict], columns: list[str] | None = None):
     """A DataFrame with one row per dict (columns in first-seen order unless ``columns``)."""
-    import pandas as pd
+    import pandas as pd  # lazy: start-up time
 
     if columns is None:
         columns = list(dict.fromkeys(k for r in rows for k in r))

@@ -28,7 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tpopt.catalogs import ARCH_INT_MAX, arch_int, build_model, read_text_capped
+from tpopt.catalogs.architectures import ARCH_INT_MAX, arch_int, build_model
+from tpopt.catalogs.tables import read_text_capped
 from tpopt.errors import InputError
 from tpopt.models.arch import ModelArch
 
@@ -596,8 +597,8 @@ def model_from_hf_cache(repo_id: str, cache_dir=None) -> ModelArch:
     """
     repo, _, revision = repo_id.partition("@")
     try:
-        from huggingface_hub import try_to_load_from_cache
-        from huggingface_hub.errors import HFValidationError
+        from huggingface_hub import try_to_load_from_cache  # lazy: start-up time
+        from huggingface_hub.errors import HFValidationError  # lazy: start-up time
     except ImportError:
         raise InputError(f"model {repo_id!r} looks like a Hugging Face id; resolving it needs huggingface_hub "
                          f"(pip install 'tpopt[hf]'), or give the config.json path instead") from None

@@ -3,7 +3,22 @@
 from __future__ import annotations
 
 import click
-from tpopt.cli.common import dump_json, handle_errors, load_scenario_from, plan_from, plan_options, scenario_options
+from tpopt.catalogs import load_catalog
+from tpopt.catalogs.scenario import read_scenario_file, with_overrides
+from tpopt.cli.common import (
+    dump_json,
+    handle_errors,
+    load_scenario_from,
+    overrides_from,
+    plan_from,
+    plan_options,
+    scenario_options,
+    scenario_source,
+)
+from tpopt.errors import InputError
+from tpopt.models.units import parse_duration
+from tpopt.optimizer import calibrate as C
+from tpopt.optimizer.runs import runs_from_csv
 
 
 @click.command()
@@ -25,20 +40,11 @@ def calibrate(measured_step, runs_csv, fit_names, out_dir, force, as_json, **kw)
     Example: tpopt calibrate --scenario my.toml --cards 64 --tp 8 --measured-step 12.0s --out tuned/
     then:    tpopt solve --scenario my.toml --catalog tuned/
     """
-    from tpopt.catalogs.scenario import read_scenario_file, with_overrides
-    from tpopt.cli.common import overrides_from
-    from tpopt.errors import InputError
-    from tpopt.models.units import parse_duration
-    from tpopt.optimizer import calibrate as C
 
     if (measured_step is None) == (runs_csv is None):
         raise InputError("give --measured-step (with the plan flags) or --runs FILE, not both")
     sc = load_scenario_from(kw)
     if runs_csv:
-        from tpopt.catalogs import load_catalog
-        from tpopt.cli.common import scenario_source
-        from tpopt.optimizer.runs import runs_from_csv
-
         raw = with_overrides(read_scenario_file(scenario_source(kw)), overrides_from(kw))
         runs = runs_from_csv(runs_csv, load_catalog(kw.get("catalog_dirs") or ()), base_raw=raw)
     else:

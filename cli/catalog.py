@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import click
+from rich.table import Table
+from tpopt.catalogs import load_catalog
 from tpopt.cli.common import dump_json, handle_errors
+from tpopt.cli.render import console_text
+from tpopt.models.arch import activated_params, expert_params, param_count
 
 KINDS = ("accelerators", "models", "links", "storage")
-HEADERS = {"peak_bf16_tflops": "BF16 TFLOP/s", "peak_fp8_tflops": "FP8 TFLOP/s", "nics": "NICs/host", "usable_gib": "usable GiB",
+HEADERS = {"peak_bf16_tflops": "BF16 TFLOP/s", "peak_fp8_tflops": "FP8 TFLOP/s", "nics": "NICs/host",
+           "usable_gib": "usable GiB",
            "hbm_gb_s": "HBM GB/s", "host_link": "host link", "interconnect": "fabric", "memory_gb": "GB",
            "cards_per_host": "cards/host", "nics_per_host": "NICs", "price_card_hour": "USD/card-h",
            "price_date": "price date", "bandwidth_gb_s": "GB/s", "price_nic_hour": "USD/NIC-h",
@@ -28,8 +33,6 @@ def _tflops(x: float):
 
 
 def catalog_rows(cat, kind: str) -> list[dict]:
-    from tpopt.models.arch import activated_params, expert_params, param_count
-
     if kind == "accelerators":
         raw = cat.raw.get("accelerators", {})
         return [{"name": a.name, "display": a.display, "peak_bf16_tflops": a.peak_flops / 1e12,
@@ -106,9 +109,6 @@ def catalog(kind, catalog_dirs, show_sources, as_json):
     experts every card holds until expert parallelism is a plan decision). Peaks are dense; a "-"
     means the precision is not supported or not given (see --sources).
     """
-    from rich.table import Table
-    from tpopt.catalogs import load_catalog
-    from tpopt.cli.render import console_text
 
     rows = catalog_rows(load_catalog(catalog_dirs), kind)
     if as_json:

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import click
 from tpopt.cli.common import EXIT_INFEASIBLE, dump_json
+from tpopt.cli.render import binding_lines, console_text, evaluation_text, plan_line
+from tpopt.errors import InputError
+from tpopt.models.evaluate import evaluate
 from tpopt.models.units import DAY
+from tpopt.optimizer.outer import stage_scenarios
 
 
 def _tok(x: float) -> str:
@@ -37,7 +41,8 @@ def batch_lines(out: dict) -> list[str]:
         lines.append(f"  ramp-up from {r['start']:,} sequences by {r['increment']:,}: {r['steps']:,} steps over "
                      f"{_tok(r['tokens'])} tokens (each budgeted as a full-batch step)")
     if f.get("critical_batch_tokens") is not None:
-        lines.append(f"  critical batch B_noise {_tok(f['critical_batch_tokens'])} tokens ({f['critical_batch_source']}); "
+        lines.append(f"  critical batch B_noise {_tok(f['critical_batch_tokens'])} tokens "
+                     f"({f['critical_batch_source']}); "
                      f"reference {_tok(f['reference_tokens'])} tokens at {f['reference_batch']:,} sequences "
                      f"({f['reference_steps']:,.0f} steps, {f['reference_ratio']:.2f} x B_noise, weak-scaling limit "
                      f"{f['reference_weak_scaling_limit']:.2f}x) -> S_min {f['s_min']:,.0f} steps, "
@@ -58,7 +63,8 @@ def batch_lines(out: dict) -> list[str]:
             mark = "*" if r["global_batch"] == f["global_batch"] else " "
             best = (f"{r['cards']:,} cards, {r['finish_days']:.1f} d, {_money(r['cost'], r['cost_unit'])}"
                     if "cards" in r else r["status"])
-            lines.append(f"  {r['global_batch']:>6,}{mark}   {_tok(r['tokens_per_step']):>10}   {_tok(r['tokens']):>7}  "
+            lines.append(f"  {r['global_batch']:>6,}{mark}   {_tok(r['tokens_per_step']):>10}   "
+                         f"{_tok(r['tokens']):>7}  "
                          f"{r['iterations']:>8,.0f}   {best}")
     return lines
 
@@ -81,8 +87,6 @@ def batch_infeasible(rows: list[dict], conflict_batch: int, as_json: bool) -> No
 
 
 def staged_text(d: dict, sc, timing: bool) -> str:
-    from tpopt.cli.render import binding_lines, console_text, plan_line
-
     s = d["solver"]
     took = f", {s['wall_s']:.2f} s" if timing else ""
     lines = [f"tpopt solve: {sc.name}: {sc.model.name}, {len(sc.stages)} stages, deadline "
@@ -100,10 +104,12 @@ def staged_text(d: dict, sc, timing: bool) -> str:
             extra.append(f"restore {e['restore_s']:,.0f} s")
         if e["save_s"]:
             extra.append(f"checkpoint save {e['save_s']:,.0f} s")
-        lines += ["", f"Stage {i + 1} {e['name']!r}: {_tok(f['tokens'])} tokens at {f['seq_len']:,} tokens per sequence, "
+        lines += ["", f"Stage {i + 1} {e['name']!r}: {_tok(f['tokens'])} tokens at {f['seq_len']:,} tokens per "
+                      "sequence, "
                       f"batch {f['global_batch']:,} ({_tok(f['tokens_per_step'])} tokens per step)",
                   f"  Plan: {plan_line(e['plan'])}",
-                  f"  memory {m['memory_per_card_gib']:.1f} of {m['memory_limit_gib']:.1f} GiB, step {m['step_s']:.2f} s, "
+                  f"  memory {m['memory_per_card_gib']:.1f} of {m['memory_limit_gib']:.1f} GiB, "
+                  f"step {m['step_s']:.2f} s, "
                   f"{m['iterations']:,} steps, overhead {m['overhead_fraction'] * 100:.2f} %, "
                   f"finish {m['finish_days']:.2f} d" + (f" ({', '.join(extra)})" if extra else "")
                   + f", cost {_money(m['cost'], unit)}"]
@@ -140,10 +146,6 @@ def infeasible_stage_text(d: dict, sc) -> str:
 
 def evaluate_staged(sc, plan, stage: str | None, as_json: bool) -> int:
     """`tpopt evaluate` on a staged scenario: the plan on one stage (--stage) or on each stage."""
-    from tpopt.cli.render import evaluation_text
-    from tpopt.errors import InputError
-    from tpopt.models.evaluate import evaluate
-    from tpopt.optimizer.outer import stage_scenarios
 
     stages = stage_scenarios(sc)
     if stage is not None:

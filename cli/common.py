@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
+from pathlib import Path
 
 import click
+from tpopt.catalogs.scenario import BUILTIN_SCENARIO, load_scenario
 from tpopt.errors import InputError
 from tpopt.optimizer import backends
+from tpopt.optimizer.limits import MAX_TIME_LIMIT
+from tpopt.optimizer.plan_fields import plan_from as plan_of_fields
 
 EXIT_OK = 0
 EXIT_INPUT = 2  # bad input: unknown names, malformed files, bad units
@@ -45,9 +50,7 @@ MAX_WORKERS = 64  # solver threads / sweep processes
 
 def check_run_options(time_limit=None, seed=None, workers=None, top=None) -> None:
     """Bounds of the solver options (finite, in range, the bound in the message)."""
-    import math
 
-    from tpopt.optimizer.limits import MAX_TIME_LIMIT
 
     if time_limit is not None and not (math.isfinite(time_limit) and 0 < time_limit <= MAX_TIME_LIMIT):
         raise InputError(f"--time-limit: {time_limit!r} must be a positive number of seconds up to "
@@ -63,7 +66,6 @@ def check_run_options(time_limit=None, seed=None, workers=None, top=None) -> Non
 def check_output_path(path, what: str = "output") -> None:
     """An output file path must not be a directory and its folder must exist (checked before any work,
     so that nothing is computed for a file that cannot be written)."""
-    from pathlib import Path
 
     p = Path(path)
     if p.is_dir():
@@ -131,7 +133,6 @@ def overrides_from(kw: dict) -> dict:
 
 def scenario_source(kw: dict):
     """The scenario file the options name: --scenario, else the built-in design case."""
-    from tpopt.catalogs.scenario import BUILTIN_SCENARIO
 
     return kw.get("scenario_path") or BUILTIN_SCENARIO
 
@@ -160,7 +161,6 @@ def echo_builtin_note(kw: dict, as_json: bool = False, out: dict | None = None) 
 
 def load_scenario_from(kw: dict, extra: dict | None = None):
     """Build the scenario named by the shared options (plus command-specific raw overrides)."""
-    from tpopt.catalogs.scenario import load_scenario
 
     ov = overrides_from(kw)
     if extra:
@@ -207,9 +207,8 @@ def plan_options(fn=None, *, require_cards: bool = True):
 
 def plan_from(sc, kw: dict):
     """A :class:`Plan` from the plan flags (:func:`tpopt.optimizer.plan_fields.plan_from`)."""
-    from tpopt.optimizer.plan_fields import plan_from as make  # lazy: start-up time (numpy)
 
-    return make(sc, kw)
+    return plan_of_fields(sc, kw)
 
 
 class SolverName(click.ParamType):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+from tpopt.cli.choices import batch_lines, evaluate_staged
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,
     dump_json,
@@ -14,6 +15,9 @@ from tpopt.cli.common import (
     scenario_options,
 )
 from tpopt.cli.render import evaluation_text
+from tpopt.models.evaluate import at_plan_batch
+from tpopt.models.evaluate import evaluate as run
+from tpopt.optimizer.outer import batch_figures
 
 
 @click.command()
@@ -29,12 +33,9 @@ def evaluate(stage, as_json, **kw):
 
     Example: tpopt evaluate --cards 48   (the built-in design case)
     """
-    from tpopt.models.evaluate import evaluate as run
 
     sc = load_scenario_from(kw)
     if sc.stages:
-        from tpopt.cli.choices import evaluate_staged
-
         code = evaluate_staged(sc, plan_from(sc, kw), stage, as_json)
         if code:
             raise SystemExit(code)
@@ -43,10 +44,6 @@ def evaluate(stage, as_json, **kw):
     d = ev.as_dict()
     echo_builtin_note(kw, as_json, d)
     if sc.task.critical_batch is not None or sc.task.ramp is not None or ev.plan.global_batch != sc.task.global_batch:
-        from tpopt.cli.choices import batch_lines
-        from tpopt.models.evaluate import at_plan_batch
-        from tpopt.optimizer.outer import batch_figures
-
         d["batch"] = batch_figures(at_plan_batch(sc, ev.plan), ev)
         if not as_json:
             click.echo("\n".join(batch_lines(d)))

@@ -1,6 +1,6 @@
 """`tpopt explain`: why a plan or a request fails, what binds it, and the smallest change that fixes it.
 
-Thin: the numbers come from :mod:`tpopt.optimizer.explain`, the text from :mod:`tpopt.cli.explain_text`.
+Thin: the numbers come from :mod:`tpopt.optimizer.explain`, the text from :mod:`tpopt.presentation`.
 
     tpopt explain --scenario S [--max-cards 32 ...]          the request: optimum and what binds it,
                                                            or (no plan) the conflict and minimal relaxations
@@ -24,8 +24,11 @@ from tpopt.cli.common import (
     plan_options,
     scenario_options,
 )
-from tpopt.cli.explain_text import infeasible_lines, plan_lines, request_lines, sensitivity_lines
+from tpopt.cli.render import progress_status
 from tpopt.cli.request import raw_and_catalog, request_from, solve_options
+from tpopt.errors import InputError
+from tpopt.optimizer.explain import explain_plan, explain_request, sensitivities
+from tpopt.presentation import infeasible_lines, plan_lines, request_lines, sensitivity_lines
 
 PLAN_FLAGS = ("zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "pipe_schedule", "save_interval",
               "save_mode", "nics_per_host", "ep", "expert_tp", "capacity")
@@ -56,10 +59,6 @@ def explain(sensitivity, as_json, **kw):
       tpopt explain --cards 48 --sensitivity
       tpopt explain --scenario my.toml
     """
-    from tpopt.cli.render import progress_status
-    from tpopt.errors import InputError
-    from tpopt.optimizer.explain import explain_plan, explain_request, sensitivities
-
     kw["_command"] = "explain"
     sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
     req = request_from(kw)

@@ -9,10 +9,14 @@ existing file is never overwritten without ``--force``.
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import click
+from tpopt.catalogs import load_catalog
+from tpopt.catalogs.scenario import build_scenario
 from tpopt.cli.common import handle_errors
+from tpopt.errors import InputError
 
 DESIGN_MODEL = "qwen3-8b"
 DESIGN_HW = ("rtx4090",)
@@ -134,11 +138,7 @@ def init(path, model, hw, force):
       tpopt init                                   the chapter's design case, search left open
       tpopt init llama.toml --model llama3-70b --hw h100-sxm,b200
     """
-    import tomllib
 
-    from tpopt.catalogs import load_catalog
-    from tpopt.catalogs.scenario import build_scenario
-    from tpopt.errors import InputError
 
     cat = load_catalog()
     config = None

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import importlib.util
+import sys
 
 import click
 from tpopt import __version__
@@ -82,8 +84,6 @@ def tune_allocator() -> None:
     relaxation of benchmarks/solve_scaling.py's 108-million-plan space: 32 CPU s with the defaults,
     16-17 s with this (same answer, lower peak memory). Only speed changes; a no-op off glibc."""
     try:
-        import ctypes
-
         libc = ctypes.CDLL(None)
         libc.mallopt(M_MMAP_THRESHOLD, HEAP_ARRAYS_MAX)
         libc.mallopt(M_TRIM_THRESHOLD, HEAP_KEEP)
@@ -93,7 +93,6 @@ def tune_allocator() -> None:
 
 def main():
     """Entry point: click's usage errors become one stderr line and exit 2, like every input error."""
-    import sys
 
     tune_allocator()
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import click
 from tpopt.cli.common import dump_json, handle_errors
+from tpopt.cli.pipeline_plot import check_path, plot_timeline
 from tpopt.errors import InputError
 from tpopt.models import pipeline as pl
 from tpopt.models.units import MIB, fmt_duration, parse_bytes, parse_duration, parse_int
@@ -175,16 +176,12 @@ def pipeline(schedule, p, m, forward, backward, backward_weight, split_backward,
              update, chunks, layers, chunk_layers, activation, buffer, as_json, with_events, plot_path):
     """Simulate one pipeline-parallel step (event model of chapter 10.3.2)."""
     if plot_path is not None:
-        from tpopt.cli.pipeline_plot import check_path
-
         check_path(plot_path)
     inputs, result = run(schedule=schedule, p=p, m=m, forward=forward, backward=backward,
                          backward_weight=backward_weight, split_backward=split_backward, transfer=transfer,
                          transfer_backward=transfer_backward, update=update, chunks=chunks, layers=layers,
                          chunk_layers=chunk_layers, activation=activation, buffer=buffer)
     if plot_path is not None:
-        from tpopt.cli.pipeline_plot import plot_timeline
-
         plot_timeline(result, plot_path)
     if as_json:
         doc = {"inputs": inputs}

@@ -21,7 +21,7 @@ def plot_timeline(result, path: str) -> None:
     """Draw one row per stage (stage 0 on top), time in ms, and save to ``path`` (.pdf, .svg or .png)."""
     check_path(path)
     plt = pyplot()
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Patch  # lazy: start-up time
 
     p = result.p
     total = result.completion * 1e3

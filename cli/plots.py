@@ -33,7 +33,7 @@ def pyplot(salt: str = "tpopt"):
     """matplotlib.pyplot on the Agg backend, SVG ids salted with ``salt`` and text kept as text."""
     matplotlib = require("matplotlib", "plots", "plotting")
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: start-up time
 
     plt.rcParams["svg.hashsalt"] = salt
     plt.rcParams["svg.fonttype"] = "none"

@@ -9,14 +9,28 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import click
-from tpopt.cli.common import dump_json, echo_builtin_note, handle_errors, scenario_options
+import numpy as np
+from tpopt.catalogs import load_catalog
+from tpopt.cli.common import (
+    EXIT_INFEASIBLE,
+    dump_json,
+    echo_builtin_note,
+    fail,
+    handle_errors,
+    load_scenario_from,
+    plan_from,
+    scenario_options,
+)
 from tpopt.cli.plots import check_plot_path, pyplot, save_figure
+from tpopt.cli.render import plan_line
 from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models import reliability as rel
+from tpopt.models.arch import param_count
+from tpopt.models.evaluate import evaluate
 from tpopt.models.units import (
     DAY,
     GB,
@@ -27,13 +41,15 @@ from tpopt.models.units import (
     parse_int,
     parse_number,
 )
+from tpopt.optimizer.outer import solve
+from tpopt.optimizer.result import Request
 
 if TYPE_CHECKING:
     from tpopt.models.evaluate import Evaluation
 
 #: Meta research-cluster figure used by the chapter: a 1024-card job is interrupted once per 7.9 h,
 #: i.e. a per-card MTBF of 1024 x 7.9 h = 337.07 d (training-systems chapter 10.4).
-DEFAULT_CARD_MTBF = rel.card_mtbf_from_job(7.9 * HOUR, 1024)
+DEFAULT_CARD_MTBF = cast(float, rel.card_mtbf_from_job(7.9 * HOUR, 1024))  # scalars in, a float out
 DEFAULT_MODEL = "qwen3-8b"
 DEFAULT_INTERVALS = "300s,900s,1800s"
 
@@ -56,11 +72,12 @@ def checkpoint_report(*, cards: int, n_params: int, bytes_per_param: float = 14.
     if mode not in ("sync", "async"):
         raise InputError(f"--mode: expected 'sync' or 'async', got {mode!r}")
     size = rel.checkpoint_bytes(n_params, bytes_per_param)
-    upload = rel.write_time(size, write_bandwidth)
+    upload = cast(float, rel.write_time(size, write_bandwidth))  # scalars in, a float out
     if mode == "sync":
         pause, lag, min_interval = upload, 0.0, 0.0
     else:
-        pause, lag, min_interval = rel.async_pause(copy_time), rel.commit_lag(size, write_bandwidth, copy_time), upload
+        lag = cast(float, rel.commit_lag(size, write_bandwidth, copy_time))  # scalars in, a float out
+        pause, min_interval = cast(float, rel.async_pause(copy_time)), upload
     lam_hw = float(rel.job_failure_rate(cards, card_mtbf))
     lam_spike = float(rel.event_rate(spike_interval))
     lam_planned = float(rel.event_rate(planned_interval))
@@ -196,8 +213,6 @@ def _resolve_params(params: str | None, model: str | None) -> tuple[int, str]:
         raise InputError("give either --params or --model, not both")
     if params is not None:
         return parse_int(params, "--params", minimum=1), "given"
-    from tpopt.catalogs import load_catalog
-    from tpopt.models.arch import param_count
 
     name = model or DEFAULT_MODEL
     return param_count(load_catalog().model(name)), name
@@ -305,7 +320,6 @@ def _stragglers_text(rep: dict) -> str:
 
 def _plot_curves(rep: dict, path: str) -> None:
     """Save / redo / total cost against the interval (log x), first-order optimum marked."""
-    import numpy as np
 
     plt = pyplot()
 
@@ -353,8 +367,6 @@ def _scenario_and_plan(kw: dict, cards: int | None, need_plan: bool):
     ``need_plan``, the plan whose figures the command uses: the scenario's plan with ``cards`` cards
     (other choices from its [search] table, as ``tpopt evaluate`` takes them) or, without ``cards``,
     its optimum. Returns (scenario, evaluation or None, description of the plan)."""
-    from tpopt.cli.common import load_scenario_from, plan_from
-    from tpopt.models.evaluate import evaluate
 
     sc = load_scenario_from(kw)
     if not need_plan:
@@ -364,10 +376,6 @@ def _scenario_and_plan(kw: dict, cards: int | None, need_plan: bool):
         ev = evaluate(sc, plan_from(sc, {"cards": cards}))
         how = f"the scenario's plan on {cards} cards"
     else:
-        from tpopt.cli.common import EXIT_INFEASIBLE, fail
-        from tpopt.optimizer.outer import solve
-        from tpopt.optimizer.result import Request
-
         r = solve(sc, "cpsat", Request())
         if not r.feasible:
             fail(f"scenario {sc.name} has no feasible plan ({r.status.value}); give --cards for the figures of "
@@ -377,8 +385,6 @@ def _scenario_and_plan(kw: dict, cards: int | None, need_plan: bool):
 
 
 def _plan_note(ev, how: str, sc) -> str:
-    from tpopt.cli.render import plan_line
-
     bad = [c.name for c in ev.violated() if c.name != F.STEP_BUDGET]
     text = f"plan        {how}: {plan_line(ev.plan_dict())} (scenario {sc.name})"
     if bad:
@@ -388,7 +394,6 @@ def _plan_note(ev, how: str, sc) -> str:
 
 def _scenario_defaults(sc, ev) -> dict:
     """Checkpoint inputs from a scenario (SI units) and, when given, its plan's interval and mode."""
-    from tpopt.models.arch import param_count
 
     rel = sc.reliability
     tau = {t for t in sc.search.save_interval_s if t > 0}

@@ -11,13 +11,20 @@ import io
 import os
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 from rich.console import Console, JustifyMethod
 from rich.measure import Measurement
 from rich.table import Table
 from tpopt.models import families as F
 from tpopt.models.units import fmt_count
+from tpopt.presentation import (  # the plain-text pieces, shared with the API
+    change_text,
+    layout_text,
+    limit_line,
+    moe_short,
+    plan_line,
+)
 
 WIDTH = 100  # columns when stdout is not a terminal and COLUMNS is not set
 MIN_WIDTH = 60
@@ -55,8 +62,6 @@ def progress_status(title: str):
     Yields a callable ``tell(text)`` for the steps, or None-like silence when stderr is not a
     terminal (pipes, files, tests): the output on stdout never changes.
     """
-    from rich.console import Console
-
     con = Console(stderr=True)
     if not con.is_terminal:
         yield lambda text: None
@@ -66,69 +71,23 @@ def progress_status(title: str):
         yield lambda text: st.update(f"{title}: {text} [{time.perf_counter() - t0:.0f} s]")
 
 
-def change_text(fraction: float, *, signed: bool = False, better: str = "better", worse: str = "worse") -> str:
-    """A relative change at one decimal, honest at the ends: ``"tie"`` when there is none, ``"< 0.1 %"``
-    when it rounds to 0.0 (never "0.0 % better"). ``fraction`` > 0 means better (``signed``: an
-    increase, printed with its sign and no word)."""
-    if abs(fraction) < 1e-12:
-        return "tie"
-    pct = abs(fraction) * 100
-    size = "< 0.1" if pct < 0.05 else f"{pct:.1f}"
-    if signed:
-        return f"{'+' if fraction > 0 else '-'}{size.replace(' ', '')} %"
-    return f"{size} % {better if fraction > 0 else worse}"
+@contextmanager
+def progress_when_told(title: str):
+    """Like :func:`progress_status`, but the spinner starts with the first step told (a solve that
+    finds a plan tells none, so no spinner shows)."""
+    with ExitStack() as stack:
+        shown: list = []
+
+        def tell(text: str) -> None:
+            if not shown:
+                shown.append(stack.enter_context(progress_status(title)))
+            shown[0](text)
+
+        yield tell
 
 
 def _num(x: float, digits: int) -> str:
     return f"{x:,.{digits}f}"
-
-
-def accumulation_text(plan: dict) -> str:
-    """'micro-batch 1 x 8 accumulation', or what is wrong when the global batch does not divide."""
-    mb, ga = plan["micro_batch"], plan.get("grad_accum")
-    if ga:
-        return f"micro-batch {mb} x {ga} accumulation"
-    return f"micro-batch {mb}, no whole accumulation (DP {plan['dp']} x micro-batch {mb} does not divide the batch)"
-
-
-def layout_text(p: dict, sep: str = " / ") -> str:
-    """TP / CP / PP / DP of a plan dict (CP shown only when the plan splits sequences)."""
-    cp = [f"CP {p['cp']}"] if p.get("cp", 1) > 1 else []
-    return sep.join([f"TP {p['tp']}", *cp, f"PP {p['pp']}"] + ([f"DP {p['dp']}"] if sep == " / " else []))
-
-
-def plan_line(plan: dict) -> str:
-    parts = [
-        f"{plan['accelerator']} x {plan['cards']} ({plan['hosts']} host{'s' if plan['hosts'] != 1 else ''})",
-        f"ZeRO-{plan['zero_stage']}",
-        layout_text(plan),
-        accumulation_text(plan),
-        f"recompute {plan['recompute']}",
-    ]
-    if plan.get("offload") and plan["offload"] != "none":
-        parts.append(f"offload {plan['offload']}")
-    if plan["pp"] > 1 and plan.get("schedule"):
-        parts.append(f"schedule {plan['schedule']}")
-    if plan.get("ep") is not None:
-        parts.append(moe_plan_text(plan))
-    parts.append(f"save every {plan['save_interval_s']:,.0f} s ({plan['save_mode']})")
-    parts.append(f"{plan['nics_per_host']} NIC{'s' if plan['nics_per_host'] != 1 else ''}/host")
-    return " | ".join(parts)
-
-
-def moe_plan_text(plan: dict) -> str:
-    """"EP 8 in-host, expert-TP 1, dropless" / "EP 64 across 8 hosts, expert-TP 1, capacity 1.25"."""
-    where = "" if plan["ep"] <= 1 else f" {plan['ep_placement']}"
-    cap = "dropless" if not plan.get("capacity_factor") else f"capacity {plan['capacity_factor']:g}"
-    return f"EP {plan['ep']}{where}, expert-TP {plan['expert_tp']}, {cap}"
-
-
-def moe_short(p: dict) -> str:
-    """", EP 8, capacity 1.25" for a MoE plan summary ("" for a dense one)."""
-    if p.get("ep") is None:
-        return ""
-    cap = "dropless" if not p.get("capacity_factor") else f"capacity {p['capacity_factor']:g}"
-    return f", EP {p['ep']}, {cap}"
 
 
 def metrics_table(m: dict, title: str = "Plan evaluation") -> Table:
@@ -325,13 +284,6 @@ def top_table(top: list[dict], unit: str) -> Table:
     for r in rows:
         t.add_row(*r)
     return t
-
-
-def limit_line(s: dict) -> str:
-    """What a run stopped by its time limit returns (the phase it stopped in, the gap if known)."""
-    gap = "unknown" if s.get("gap") is None else f"{s['gap'] * 100:.2f} %"
-    where = f" while {s['limit_phase']}" if s.get("limit_phase") else ""
-    return f"Time limit reached{where}: best plan found, not proven optimal, gap {gap}"
 
 
 def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:

@@ -7,9 +7,16 @@ Both commands import from here; neither imports the other.
 
 from __future__ import annotations
 
+import math
+
 import click
-from tpopt.cli.common import SolverName, overrides_from, scenario_source
-from tpopt.optimizer import backends
+from tpopt.catalogs import load_catalog
+from tpopt.catalogs.scenario import read_scenario_file, with_overrides
+from tpopt.cli.common import SolverName, check_run_options, overrides_from, scenario_source
+from tpopt.errors import InputError
+from tpopt.models.units import parse_duration
+from tpopt.optimizer import backends, limits
+from tpopt.optimizer.result import Request
 
 
 def solve_options(fn):
@@ -36,10 +43,7 @@ def solve_options(fn):
 
 def time_limit_seconds(text) -> float:
     """``--time-limit``: a duration with its unit (``5s``, ``2min``) or a bare number of seconds."""
-    import math
 
-    from tpopt.errors import InputError
-    from tpopt.models.units import parse_duration
 
     try:
         x = float(text)
@@ -53,14 +57,11 @@ def time_limit_seconds(text) -> float:
 def request_from(kw: dict, top: int = 1):
     """The request of the solver options, with one clock for every phase of this command (the time
     limit bounds tables, solve, verification and analysis together; see optimizer/limits.py)."""
-    from tpopt.cli.common import check_run_options
-    from tpopt.optimizer.limits import Clock, stderr_progress
-    from tpopt.optimizer.result import Request
 
     limit = time_limit_seconds(kw["time_limit"])
     check_run_options(limit, kw["seed"], kw["workers"], top)
-    clock = Clock(limit)
-    clock.progress = stderr_progress()
+    clock = limits.Clock(limit)
+    clock.progress = limits.stderr_progress()
     return Request(objective=kw["objective"], top=top, time_limit=limit, seed=kw["seed"],
                    workers=kw["workers"], method=kw.get("method", "auto"), clock=clock)
 
@@ -68,8 +69,6 @@ def request_from(kw: dict, top: int = 1):
 def raw_and_catalog(kw: dict):
     """The scenario's raw tables with this command's overrides, and the catalog (for the
     accelerator relaxation)."""
-    from tpopt.catalogs import load_catalog
-    from tpopt.catalogs.scenario import read_scenario_file, with_overrides
 
     ov = overrides_from(kw)
     ov["cost.max_cost"] = kw.get("max_cost")

@@ -5,16 +5,27 @@ Parsing and rendering only: the solve and its report are :func:`tpopt.optimizer.
 from __future__ import annotations
 
 import click
+from tpopt.catalogs.rl import load_rl_scenario
+from tpopt.catalogs.scenario import BUILTIN_RL_SCENARIO
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,
     EXIT_UNKNOWN,
     SolverName,
+    check_run_options,
     dump_json,
     echo_builtin_note,
     handle_errors,
+    overrides_from,
     scenario_options,
 )
-from tpopt.optimizer import backends
+from tpopt.cli.plots import check_plot_path
+from tpopt.cli.request import time_limit_seconds
+from tpopt.cli.rl_plot import plot_cycle
+from tpopt.cli.rl_render import rl_text
+from tpopt.errors import InputError
+from tpopt.optimizer import backends, limits
+from tpopt.optimizer import plan as P
+from tpopt.optimizer.result import Request, Status
 
 
 @click.command()
@@ -44,42 +55,27 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
 
     Example: tpopt rl --kept 90%
     """
-    from tpopt.catalogs.rl import load_rl_scenario
-    from tpopt.catalogs.scenario import BUILTIN_RL_SCENARIO
-    from tpopt.cli.common import check_run_options, overrides_from
-    from tpopt.cli.request import time_limit_seconds
-    from tpopt.errors import InputError
-    from tpopt.optimizer import plan as P
-    from tpopt.optimizer.limits import Clock
-    from tpopt.optimizer.result import Request, Status
-
     if kw.get("tokens") is not None:
         raise InputError("--tokens does not apply to tpopt rl (set [rl] samples or steps)")
     time_limit = time_limit_seconds(time_limit)
     check_run_options(time_limit)  # finite, positive, at most 7 days
     backends.require(solver, Request(time_limit=time_limit))  # a missing solver fails here, before any work
     if plot_path:
-        from tpopt.cli.plots import check_plot_path
-
         check_plot_path(plot_path)
     ov = overrides_from(kw)
     ov.update({"cost.max_cost": max_cost, "rl.kept": kept, "rl.staleness": staleness})
     kw["_builtin"] = "rl"
     rsc = load_rl_scenario(kw["scenario_path"] or BUILTIN_RL_SCENARIO, ov, kw.get("catalog_dirs") or ())
     # one clock for the whole command: it starts here, so the scenario's loading is not charged to it
-    req = Request(objective=objective, time_limit=time_limit, clock=Clock(time_limit))
+    req = Request(objective=objective, time_limit=time_limit, clock=limits.Clock(time_limit))
     pr = P.plan_rl(rsc, solver, req, analyse=not no_analysis)
     out = pr.report
     if plot_path and pr.feasible:
-        from tpopt.cli.rl_plot import plot_cycle
-
         plot_cycle(out, plot_path)
     echo_builtin_note(kw, as_json, out)
     if as_json:
         click.echo(dump_json(out), nl=False)
     else:
-        from tpopt.cli.rl_render import rl_text
-
         click.echo(rl_text(out, timing), nl=False)
     if pr.status == Status.UNKNOWN:
         raise SystemExit(EXIT_UNKNOWN)

@@ -44,7 +44,7 @@ def cycle_blocks(out: dict) -> tuple[list[str], dict, float]:
 
 def plot_cycle(out: dict, path: str) -> None:
     """Draw one cycle of the chosen plan, each row labelled with its busy share, and save it."""
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Patch  # lazy: start-up time
 
     plt = pyplot()  # fixed element ids and no dates: the same plan gives the same bytes
     rows, blocks, total = cycle_blocks(out)

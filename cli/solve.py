@@ -5,6 +5,7 @@ Parsing and rendering only: the solve and its analysis are :func:`tpopt.optimize
 from __future__ import annotations
 
 import click
+from tpopt.cli.choices import batch_infeasible, batch_lines, infeasible_stage_text, staged_text
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,
     EXIT_UNKNOWN,
@@ -14,7 +15,12 @@ from tpopt.cli.common import (
     load_scenario_from,
     scenario_options,
 )
-from tpopt.cli.request import request_from, solve_options
+from tpopt.cli.render import progress_when_told, solve_text
+from tpopt.cli.request import raw_and_catalog, request_from, solve_options
+from tpopt.errors import InputError
+from tpopt.optimizer import plan as P
+from tpopt.optimizer.result import Status
+from tpopt.presentation import infeasible_lines, sensitivity_text
 
 
 @click.command()
@@ -34,19 +40,15 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, **kw):
 
     Example: tpopt solve --deadline 30d --hw rtx4090   (the built-in design case: 48 RTX 4090 cards)
     """
-    from tpopt.cli.render import solve_text
-    from tpopt.errors import InputError
-    from tpopt.optimizer import plan as P
-    from tpopt.optimizer.result import Status
-
     if top < 1:
         raise InputError("--top must be at least 1")
     if export:
         P.check_export(export)
     sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
     req = request_from(kw, top)
-    pr = P.plan(sc, kw["solver"], req, analyse=not no_analysis, sensitivity=sensitivity, export=export,
-                on_export=_tell_export)
+    with progress_when_told("tpopt solve: explaining why no plan is feasible") as tell:
+        pr = P.plan(sc, kw["solver"], req, analyse=not no_analysis, sensitivity=sensitivity, export=export,
+                    on_export=_tell_export, inputs=lambda: raw_and_catalog(kw), progress=tell)
     if pr.staged is not None:
         return _staged(pr, sc, timing, as_json)
     out = _with_source(pr.report, kw, as_json)
@@ -54,23 +56,15 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, **kw):
         if as_json:
             click.echo(dump_json(out), nl=False)
             return
-        from tpopt.cli.choices import batch_lines
-
         text = solve_text(out, pr.view, timing, batch_lines(out))
         if sensitivity:
-            from tpopt.cli.explain_text import sensitivity_text
-
             text += "\n" + sensitivity_text(out["sensitivities"])
         click.echo(text, nl=False)
         return
     # no feasible plan (or none found in time)
-    from tpopt.cli.explain_text import infeasible_report
-
     if pr.batches:  # conflict at the task's batch (or the first choice); relaxations over every batch
-        from tpopt.cli.choices import batch_infeasible
-
         batch_infeasible(out["batch_choices"], P.conflict_choice(pr.batches, sc).batch, as_json)
-    infeasible_report(sc, pr.space, pr, req, kw, as_json, out)
+    click.echo(dump_json(out) if as_json else "\n".join(infeasible_lines(out, sc, "solve")), nl=not as_json)
     raise SystemExit(EXIT_INFEASIBLE if pr.status == Status.INFEASIBLE else EXIT_UNKNOWN)
 
 
@@ -89,9 +83,6 @@ def _with_source(report: dict, kw: dict, as_json: bool) -> dict:
 
 def _staged(pr, sc, timing: bool, as_json: bool):
     """`tpopt solve` on a staged scenario."""
-    from tpopt.cli.choices import infeasible_stage_text, staged_text
-    from tpopt.optimizer.result import Status
-
     d = pr.report
     if as_json:
         click.echo(dump_json(d), nl=False)

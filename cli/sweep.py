@@ -7,9 +7,27 @@ The ``[sweep]`` keys and the resume rules are documented in :mod:`tpopt.optimize
 from __future__ import annotations
 
 import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
 from tpopt.cli.common import SolverName, dump_json, echo_builtin_note, fail, handle_errors, scenario_source
 from tpopt.cli.plots import FORMATS as PLOT_FORMATS
+from tpopt.cli.render import console_text as render
+from tpopt.cli.sweep_plots import plot_breakdown as draw
+from tpopt.cli.sweep_plots import plot_pareto
+from tpopt.errors import InputError
 from tpopt.optimizer import backends
+from tpopt.optimizer import sweep as sw
+from tpopt.optimizer.sweep import case_label
+from tpopt.optimizer.sweep.executor import parse_cluster, require_dask
+from tpopt.optimizer.sweep.rows import case_of
 
 RANGE = "One value, a comma list or a range start:end:step"
 
@@ -52,12 +70,10 @@ class _Bar:
     (a worker died, a task is retried) on stderr unless --quiet."""
 
     def __init__(self, quiet: bool):
-        from rich.console import Console
-
         self.console = Console(stderr=True)
         self.quiet = quiet
         self.enabled = not quiet and self.console.is_terminal
-        self.bar = None
+        self.bar: Progress | None = None
 
     def note(self, text: str) -> None:
         if self.quiet:
@@ -70,19 +86,11 @@ class _Bar:
     def start(self, total: int, done: int) -> None:
         if not self.enabled:
             return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("points"),
-                            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=self.console)
-        self.bar.start()
-        self.task = self.bar.add_task("sweep", total=total, completed=done)
+        bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("points"),
+                       TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=self.console)
+        self.bar = bar
+        bar.start()
+        self.task = bar.add_task("sweep", total=total, completed=done)
 
     def advance(self, n: int) -> None:
         if self.bar is not None:
@@ -120,10 +128,6 @@ def _layout(e: dict) -> str:
 
 
 def front_table(front: list[dict], unit: str, show_case: bool, spec):
-    from rich.table import Table
-    from tpopt.optimizer.sweep import case_label
-    from tpopt.optimizer.sweep.rows import case_of
-
     show_batch = len({e["global_batch"] for e in front}) > 1
     t = Table(title="Pareto front: cost vs finish time (layout = ZeRO, TP/PP/DP, micro-batch x accumulation)",
               title_justify="left", show_edge=False, pad_edge=False)
@@ -144,10 +148,6 @@ def front_table(front: list[dict], unit: str, show_case: bool, spec):
 
 
 def summary_table(summary: list[dict], unit: str, show_case: bool, spec):
-    from rich.table import Table
-    from tpopt.optimizer.sweep import case_label
-    from tpopt.optimizer.sweep.rows import case_of
-
     t = Table(title=f"Per accelerator (plans as cards / finish d / cost {unit})", title_justify="left",
               show_edge=False, pad_edge=False)
     no_answer = any(e["unknown"] or e["error"] for e in summary)
@@ -180,7 +180,6 @@ WIDTH = 120
 
 def console_text(*renderables) -> str:
     """The shared renderer, wider (the front table has many columns)."""
-    from tpopt.cli.render import console_text as render
 
     return render(*renderables, width=WIDTH)
 
@@ -189,7 +188,6 @@ def result_text(result, out) -> str:
     spec = result.spec
     sc = spec.base
     unit = next((r["cost_unit"] for r in result.rows if r["cost_unit"]), "USD")
-    from tpopt.optimizer.sweep.rows import case_of
 
     show_case = len({case_of(r) for r in result.rows}) > 1
     swept = ", ".join(f"{k} ({len(spec.hw) if k == 'hw' else len(spec.values[k])})" for k in spec.swept()) or "none"
@@ -243,9 +241,6 @@ def sweep(solver, time_limit, workers, cluster, out, force, plot, plot_breakdown
     Example: tpopt sweep --scenario examples/design-case-sweep.toml --hw rtx4090,h100-sxm,a100-80gb-sxm
     --deadline 10d:60d:1d --out results.csv --plot pareto.svg
     """
-    from tpopt.errors import InputError
-    from tpopt.optimizer import sweep as sw
-    from tpopt.optimizer.sweep.executor import parse_cluster, require_dask
 
     if workers is not None and workers < 1:
         raise InputError("--workers must be at least 1")
@@ -281,12 +276,8 @@ def sweep(solver, time_limit, workers, cluster, out, force, plot, plot_breakdown
              f"and re-run{' with the same --out' if out else ''} to solve them again")
     unit = next((r["cost_unit"] for r in result.rows if r["cost_unit"]), "USD")
     if plot:
-        from tpopt.cli.sweep_plots import plot_pareto
-
         plot_pareto(sw.plot_series(result), plot)
     if plot_breakdown:
-        from tpopt.cli.sweep_plots import plot_breakdown as draw
-
         bars, notes = sw.breakdown_bars(result, spec.breakdown_cards)
         for n in notes:
             note(n)

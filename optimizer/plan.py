@@ -22,6 +22,7 @@ from tpopt.models.rl import RLScenario
 from tpopt.models.units import DAY
 from tpopt.optimizer import backends, core, outer, rl
 from tpopt.optimizer.explain import sensitivities
+from tpopt.optimizer.infeasible import RelaxationInputs, infeasible_entries
 from tpopt.optimizer.limits import clock_of
 from tpopt.optimizer.report import analysis
 from tpopt.optimizer.result import Request, SolveResult, Status
@@ -86,9 +87,12 @@ class PlanReport(SolveResult):
 
 def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = None, *, analyse: bool = True,
          sensitivity: bool = False, export: str | None = None,
-         on_export: Callable[[dict], None] | None = None) -> PlanReport:
+         on_export: Callable[[dict], None] | None = None, inputs: RelaxationInputs | None = None,
+         progress: Callable[[str], None] | None = None) -> PlanReport:
     """Solve ``sc`` as ``tpopt solve`` does (see the module); ``export``: also write the plan MILP to this
-    .lp/.mps file (``on_export(figures)`` is told as soon as it is written, before the solve)."""
+    .lp/.mps file (``on_export(figures)`` is told as soon as it is written, before the solve). Without a
+    plan, the report has the conflict and the relaxations (:func:`~tpopt.optimizer.infeasible.infeasible_entries`;
+    ``inputs()``: the raw tables and catalog they rebuild the scenario from; ``progress(text)``: each step)."""
     req = req or Request()
     backends.check_solver(backend)
     backends.require(backend, req)  # a missing solver fails here, before anything is written
@@ -117,6 +121,7 @@ def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = No
         if bs:  # conflict at the task's batch (or the first choice); relaxations over every batch
             out["batch_choices"] = fastest_per_batch(bs, backend, req)
             space = conflict_space(bs, sc)
+        out.update(infeasible_entries(sc, space, backend, req, result, inputs, progress))
         return PlanReport.of(result, out, sc, space, bs)
     view = sc  # the scenario the plan is shown in (with batch choices: at its batch)
     best = result.best

@@ -123,3 +123,22 @@ def test_the_api_returns_what_the_command_prints():
         d["solver"].pop("wall_s")
     printed.pop("scenario_source")
     assert printed == report
+
+
+def test_an_infeasible_solve_returns_the_conflict_and_relaxations_the_command_prints():
+    """Without a plan, tpopt.solve's report holds the conflict and the relaxations, as tpopt solve --json prints
+    them (plan() computes them; the CLI only renders)."""
+    import json
+
+    from click.testing import CliRunner
+    from tpopt.cli.main import cli
+
+    out = CliRunner().invoke(cli, ["solve", "--max-cards", "32", "--json"]).output
+    printed = json.loads(out)
+    report = json.loads(json.dumps(tpopt.solve(max_cards=32).report))
+    for d in (printed, report):
+        d["solver"].pop("wall_s")
+        for r in d["relaxations"]:
+            r.pop("seconds")  # each relaxation's wall time
+    printed.pop("scenario_source")
+    assert printed == report and report["conflict"] and report["relaxations"]

@@ -143,7 +143,8 @@ DEEPSEEK_V3 = {"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCaus
                "rms_norm_eps": 1e-06, "rope_scaling": {"factor": 40, "type": "yarn"}, "rope_theta": 10000,
                "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "seq_aux": True, "tie_word_embeddings": False,
                "topk_group": 4, "topk_method": "noaux_tc", "v_head_dim": 128, "vocab_size": 129280, **COMMON}
-DEEPSEEK_V2_LITE = {**{k: v for k, v in DEEPSEEK_V3.items() if k not in ("num_nextn_predict_layers", "quantization_config")},
+DEEPSEEK_V2_LITE = {**{k: v for k, v in DEEPSEEK_V3.items()
+                       if k not in ("num_nextn_predict_layers", "quantization_config")},
                     "model_type": "deepseek_v2", "first_k_dense_replace": 1, "hidden_size": 2048,
                     "intermediate_size": 10944, "moe_intermediate_size": 1408, "n_routed_experts": 64,
                     "n_shared_experts": 2, "num_attention_heads": 16, "num_key_value_heads": 16,

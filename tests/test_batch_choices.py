@@ -276,7 +276,8 @@ def test_sweep_over_batches_front_includes_token_efficiency(tmp_path):
     assert sorted({x["global_batch"] for x in rows}) == [96, 192, 384, 768, 1536, 3072]
     sc = load_scenario(BATCH)
     for x in rows:  # every row trains E(B) tokens at its batch
-        assert x["train_tokens"] is None or x["train_tokens"] == pytest.approx(sc.task.at_batch(x["global_batch"]).tokens)
+        assert x["train_tokens"] is None or \
+            x["train_tokens"] == pytest.approx(sc.task.at_batch(x["global_batch"]).tokens)
     front = d["front"]
     assert len({e["global_batch"] for e in front}) >= 3  # batches compete on one front
     fins = [e["finish_days"] for e in front]

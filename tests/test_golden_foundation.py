@@ -139,7 +139,8 @@ def test_10_2_design_memory():
     # REFERENCE 10.2: 16N/d + 10 GiB on 22 GiB: d=8 25.3 (3.3 over); d=16 17.6; 32 cards 3.8 + 10 = 13.8
     # (8.2 margin); 48 cards 2.5 + 10 = 12.5 (9.5 margin)
     r = memory.recipe("bf16-mixed")
-    peak = lambda d: float(memory.zero_state_bytes(N, d, 3, r)) / GIB + 10
+    def peak(d):
+        return float(memory.zero_state_bytes(N, d, 3, r)) / GIB + 10
     assert rel(peak(8), 25.3, 1) and rel(peak(8) - 22, 3.3, 1)
     assert rel(peak(16), 17.6, 1)
     assert rel(peak(32), 13.8, 1) and rel(22 - peak(32), 8.2, 1)
@@ -161,10 +162,12 @@ def test_10_2_recompute_example():
     assert float(g["mlp"]) == 6 * MIB  # the product a (x) u
     assert float(g["norm"]) == 2 * 2 * MIB  # two normalised outputs
     assert float(g["norm"] + g["mlp"]) == 10 * MIB
-    stage = lambda rc: float(memory.activation_bytes_per_microbatch(QWEN, 128, 1, 1, 9, rc, **kw))
+    def stage(rc):
+        return float(memory.activation_bytes_per_microbatch(QWEN, 128, 1, 1, 9, rc, **kw))
     saved = stage("none") - stage("norm+mlp")
     assert saved == 90 * MIB and round(saved / 1e6) == 94
-    gemm_in = lambda rc: 9 * float(memory.gemm_input_bytes(QWEN, 128, 1, rc, **kw))
+    def gemm_in(rc):
+        return 9 * float(memory.gemm_input_bytes(QWEN, 128, 1, rc, **kw))
     assert gemm_in("none") == 135 * MIB and round(gemm_in("none") / 1e6) == 142
     assert gemm_in("norm+mlp") == 45 * MIB and round(gemm_in("norm+mlp") / 1e6) == 47
     assert float(memory.recompute_workspace_bytes(QWEN, 128, 1, 1, "norm+mlp", **kw)) == 6 * MIB
@@ -175,7 +178,8 @@ def test_10_2_recompute_example():
 
     sc = Scenario(model=QWEN, task=Task(tokens=1e9, seq_len=128, global_batch=8), systems={},
                   memory=MemoryOptions(activation_bytes=4.0))
-    kept = lambda rc: float(T.stored_activations(sc, schedule="1f1b", recompute=rc, tp=1, pp=4, dp=1, mb=1))
+    def kept(rc):
+        return float(T.stored_activations(sc, schedule="1f1b", recompute=rc, tp=1, pp=4, dp=1, mb=1))
     assert kept("none") - kept("norm+mlp") == 360 * MIB and round((kept("none") - kept("norm+mlp")) / 1e6) == 377
     acts = float(T.activations(sc, schedule="1f1b", recompute="norm+mlp", tp=1, pp=4, dp=1, mb=1))
     assert acts - kept("norm+mlp") == 6 * MIB
@@ -246,7 +250,8 @@ def test_10_3_link_busy_and_buckets():
 
 def test_10_3_causal_pairs():
     # REFERENCE 10.3: s(s+1)/2: 2 x 4096 -> 16,781,312; 7168 + 1024 -> 26,218,496 (+56 %)
-    pairs = lambda s: s * (s + 1) // 2
+    def pairs(s):
+        return s * (s + 1) // 2
     assert 2 * pairs(4096) == 16_781_312
     assert pairs(7168) + pairs(1024) == 26_218_496
     assert round((26_218_496 / 16_781_312 - 1) * 100) == 56
@@ -264,7 +269,8 @@ def test_10_6_amdahl_and_scale():
     # F = 6ND, D = 20T, 40 %: 1T on 16,384 cards: A100 679, H100 214, B200 94 days; B200 17,147 cards
     # for 90 days; 50 % -> 75 days; with D = 20N, F = 120 N^2
     F = float(compute.dense_training_flops(1e12, 20e12))
-    days = lambda peak, eta=0.4: F / (16384 * peak * eta) / DAY
+    def days(peak, eta=0.4):
+        return F / (16384 * peak * eta) / DAY
     assert round(days(312e12)) == 679 and round(days(989e12)) == 214 and round(days(2.25e15)) == 94
     assert compute.cards_for_deadline(F, 2.25e15, 0.4, 90 * DAY) == 17_147
     assert round(days(2.25e15, 0.5)) == 75

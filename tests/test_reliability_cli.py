@@ -47,7 +47,8 @@ def test_checkpoint_json_shape_and_values():
     assert [r["interval"] for r in d["intervals"]] == [300.0, 900.0, 1800.0]
     assert set(d["intervals"][0]) == {"interval", "save", "redo", "restart", "total", "poisson_total",
                                       "demanded_write_rate", "backlog_ok"}
-    assert [printed(r["total"] * 100, t, 1) for r, t in zip(d["intervals"], (6.4, 3.8, 4.5), strict=False)] == [True] * 3
+    assert [printed(r["total"] * 100, t, 1)
+            for r, t in zip(d["intervals"], (6.4, 3.8, 4.5), strict=False)] == [True] * 3
     assert printed(d["optimum"]["first_order"]["interval"], 965.29, 2)
     assert printed(d["optimum"]["poisson"]["interval"], 954.40, 2)
 

@@ -57,7 +57,8 @@ def rl_scenarios(draw):
         kept=draw(st.sampled_from([0.3, 0.9, 1.0, 1.0])),
         kept_sync=draw(st.sampled_from([0.7, 1.0])),
         staleness=draw(st.sampled_from([0, 1, 1])),
-        verifier=draw(st.sampled_from(["none", {"workers": 4, "per_sample": "1s"}, {"workers": 64, "per_sample": "0.1s"}])),
+        verifier=draw(st.sampled_from(["none", {"workers": 4, "per_sample": "1s"},
+                                       {"workers": 64, "per_sample": "0.1s"}])),
         weight_sync=draw(st.sampled_from([["sharded", "broadcast"], ["broadcast"]])),
         extra_forwards=draw(st.sampled_from([0, 1])),
         placement=draw(st.sampled_from([["separate", "shared"], ["separate"]])),
@@ -91,7 +92,8 @@ def test_solve_equals_brute_force(case):
         assert got.feasible(enforced)
 
 
-@pytest.mark.parametrize("raw", [small(), small(placement=["shared"], staleness=0), small(kept=0.5, prompts_per_step=16)])
+@pytest.mark.parametrize("raw", [small(), small(placement=["shared"], staleness=0),
+                                 small(kept=0.5, prompts_per_step=16)])
 def test_learner_from_the_solver_equals_the_table(raw):
     # the learner's optimum per card count comes from the existing solver for large spaces; on small ones
     # from one tabulation: both give the same RL optimum
@@ -208,7 +210,8 @@ def test_weight_sync_volumes_through_the_planner():
     pb = O.RLProblem(load_rl_scenario(EXAMPLE))
     lb = pb.learner_bound("h100-sxm", 8)
     n = param_count(pb.sc.model)
-    evs = {m: pb.evaluate(O.RLDecision("h100-sxm", "separate", 8, 16, 8, 0, 1, m), lb) for m in ("sharded", "broadcast")}
+    evs = {m: pb.evaluate(O.RLDecision("h100-sxm", "separate", 8, 16, 8, 0, 1, m), lb)
+           for m in ("sharded", "broadcast")}
     assert evs["sharded"].metrics["sync_bytes_total"] == pytest.approx(16 * 2 * n / 8)
     assert evs["broadcast"].metrics["sync_bytes_total"] == pytest.approx(16 * 2 * n)
     assert evs["broadcast"].metrics["sync_s"] > evs["sharded"].metrics["sync_s"]
@@ -239,4 +242,5 @@ def test_report_is_json_ready(example):
     assert out["stages"]["bottleneck"] == res.best.metrics["bottleneck"]
     assert not math.isinf(out["finish"]["finish_days"])
     assert any("lognormal" in a for a in out["assumptions"]) and any("HBM" in a for a in out["assumptions"])
-    assert gen.longest_of(pb.task.response, pb.task.batch) == pytest.approx(out["stages"]["generation"]["longest_response"])
+    assert gen.longest_of(pb.task.response, pb.task.batch) == \
+        pytest.approx(out["stages"]["generation"]["longest_response"])

@@ -114,7 +114,8 @@ def test_backends_agree_without_pipeline(case):
     check_agreement(sc, objective)
 
 
-@settings(max_examples=max(4, EXAMPLES * 2 // 5), deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@settings(max_examples=max(4, EXAMPLES * 2 // 5), deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          derandomize=True)
 @given(scenarios(pipeline=True))
 def test_backends_agree_with_pipeline(case):
     sc, objective = case

@@ -222,7 +222,8 @@ def test_full_over_selective_recompute_ratio(published):
 def test_percent_of_peak_rises_with_width(published):
     from tpopt.optimizer.runs import megatron_flops
 
-    rows = sorted((r for n, (r, _) in published.items() if n.startswith("narayanan")), key=lambda r: r.scenario.model.hidden)
+    rows = sorted((r for n, (r, _) in published.items() if n.startswith("narayanan")),
+                  key=lambda r: r.scenario.model.hidden)
     share = []
     for r in rows:
         a = r.scenario.model

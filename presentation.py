@@ -1,15 +1,88 @@
-"""Text of explanations: conflicts, minimal relaxations, one plan's verdict, sensitivities.
+"""Text of results shared by the API and the command line: plan lines, relative changes, and the text of
+explanations (conflicts, minimal relaxations, one plan's verdict, sensitivities).
 
-Presentation only (the numbers come from :mod:`tpopt.optimizer.explain`); used by ``tpopt explain`` and
-by ``tpopt solve`` (its infeasibility report and ``--sensitivity``).
+Presentation only, plain strings (no terminal, no click, no rich): the numbers come from
+:mod:`tpopt.optimizer.explain` and :mod:`tpopt.optimizer.plan`. ``str()`` of a
+:class:`tpopt.api.Explanation` and the ``tpopt`` commands (through :mod:`tpopt.cli.render` and
+``tpopt explain`` / ``tpopt solve``) print the same lines.
 """
 
 from __future__ import annotations
 
-import click
-from tpopt.cli.common import dump_json
-from tpopt.cli.render import change_text, moe_short
-from tpopt.cli.request import raw_and_catalog
+# ---------------------------------------------------------------------------------------------
+# plans and changes
+
+
+def change_text(fraction: float, *, signed: bool = False, better: str = "better", worse: str = "worse") -> str:
+    """A relative change at one decimal, honest at the ends: ``"tie"`` when there is none, ``"< 0.1 %"``
+    when it rounds to 0.0 (never "0.0 % better"). ``fraction`` > 0 means better (``signed``: an
+    increase, printed with its sign and no word)."""
+    if abs(fraction) < 1e-12:
+        return "tie"
+    pct = abs(fraction) * 100
+    size = "< 0.1" if pct < 0.05 else f"{pct:.1f}"
+    if signed:
+        return f"{'+' if fraction > 0 else '-'}{size.replace(' ', '')} %"
+    return f"{size} % {better if fraction > 0 else worse}"
+
+
+def accumulation_text(plan: dict) -> str:
+    """'micro-batch 1 x 8 accumulation', or what is wrong when the global batch does not divide."""
+    mb, ga = plan["micro_batch"], plan.get("grad_accum")
+    if ga:
+        return f"micro-batch {mb} x {ga} accumulation"
+    return f"micro-batch {mb}, no whole accumulation (DP {plan['dp']} x micro-batch {mb} does not divide the batch)"
+
+
+def layout_text(p: dict, sep: str = " / ") -> str:
+    """TP / CP / PP / DP of a plan dict (CP shown only when the plan splits sequences)."""
+    cp = [f"CP {p['cp']}"] if p.get("cp", 1) > 1 else []
+    return sep.join([f"TP {p['tp']}", *cp, f"PP {p['pp']}"] + ([f"DP {p['dp']}"] if sep == " / " else []))
+
+
+def plan_line(plan: dict) -> str:
+    parts = [
+        f"{plan['accelerator']} x {plan['cards']} ({plan['hosts']} host{'s' if plan['hosts'] != 1 else ''})",
+        f"ZeRO-{plan['zero_stage']}",
+        layout_text(plan),
+        accumulation_text(plan),
+        f"recompute {plan['recompute']}",
+    ]
+    if plan.get("offload") and plan["offload"] != "none":
+        parts.append(f"offload {plan['offload']}")
+    if plan["pp"] > 1 and plan.get("schedule"):
+        parts.append(f"schedule {plan['schedule']}")
+    if plan.get("ep") is not None:
+        parts.append(moe_plan_text(plan))
+    parts.append(f"save every {plan['save_interval_s']:,.0f} s ({plan['save_mode']})")
+    parts.append(f"{plan['nics_per_host']} NIC{'s' if plan['nics_per_host'] != 1 else ''}/host")
+    return " | ".join(parts)
+
+
+def moe_plan_text(plan: dict) -> str:
+    """"EP 8 in-host, expert-TP 1, dropless" / "EP 64 across 8 hosts, expert-TP 1, capacity 1.25"."""
+    where = "" if plan["ep"] <= 1 else f" {plan['ep_placement']}"
+    cap = "dropless" if not plan.get("capacity_factor") else f"capacity {plan['capacity_factor']:g}"
+    return f"EP {plan['ep']}{where}, expert-TP {plan['expert_tp']}, {cap}"
+
+
+def moe_short(p: dict) -> str:
+    """", EP 8, capacity 1.25" for a MoE plan summary ("" for a dense one)."""
+    if p.get("ep") is None:
+        return ""
+    cap = "dropless" if not p.get("capacity_factor") else f"capacity {p['capacity_factor']:g}"
+    return f", EP {p['ep']}, {cap}"
+
+
+def limit_line(s: dict) -> str:
+    """What a run stopped by its time limit returns (the phase it stopped in, the gap if known)."""
+    gap = "unknown" if s.get("gap") is None else f"{s['gap'] * 100:.2f} %"
+    where = f" while {s['limit_phase']}" if s.get("limit_phase") else ""
+    return f"Time limit reached{where}: best plan found, not proven optimal, gap {gap}"
+
+
+# ---------------------------------------------------------------------------------------------
+# explanations
 
 # command-line flag that sets each relaxable input (None: only the scenario file can)
 FLAGS = {"deadline": "--deadline", "reserved": "--reserved", "tokens": "--tokens", "efficiency": "--efficiency",
@@ -47,8 +120,6 @@ def _qty(x, unit: str, digits: int = 2) -> str:
 
 
 def _plan_short(p: dict) -> str:
-    from tpopt.cli.render import layout_text
-
     return (f"{p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, {layout_text(p, ', ')}{moe_short(p)}, "
             f"mb {p['micro_batch']})")
 
@@ -161,26 +232,6 @@ def relaxation_lines(rels: list[dict]) -> list[str]:
     return lines
 
 
-def infeasible_report(sc, space, result, req, kw, as_json, out: dict):
-    """Conflict and minimal relaxations of a request without a feasible plan (JSON or text); progress
-    on stderr while they are computed when stderr is a terminal."""
-    from tpopt.cli.render import progress_status
-    from tpopt.optimizer.explain import infeasibility
-
-    command = kw.get("_command", "solve")
-    proven = result.status.value == "infeasible"
-    out["conflict"], out["conflict_detail"], out["relaxations"] = [], [], []
-    if proven:
-        raw, catalog = raw_and_catalog(kw)
-        with progress_status(f"tpopt {command}: explaining why no plan is feasible") as tell:
-            out.update(infeasibility(sc, space, kw.get("solver", "cpsat"), req, result.enforced, raw=raw,
-                                     catalog=catalog, progress=tell))
-    if as_json:
-        click.echo(dump_json(out), nl=False)
-        return
-    click.echo("\n".join(infeasible_lines(out, sc, command)))
-
-
 def infeasible_lines(out: dict, sc, command: str) -> list[str]:
     """Text of a request without a plan: the conflict and the smallest single changes (proven
     infeasible), or what to do when the solver ran out of time."""
@@ -236,8 +287,6 @@ def _violation_line(v: dict, width: int) -> str:
 
 
 def plan_lines(d: dict, sc) -> list[str]:
-    from tpopt.cli.render import plan_line
-
     unit = d["cost_unit"]
     lines = [f"tpopt explain: {sc.name}: plan {plan_line(d['plan'])}",
              f"Cost {_money(d['cost'], unit)}, finish {d['finish_days']:.2f} d."]
@@ -292,8 +341,6 @@ def plan_lines(d: dict, sc) -> list[str]:
 
 
 def request_lines(d: dict, sc) -> list[str]:
-    from tpopt.cli.render import plan_line
-
     unit = d["cost_unit"]
     lines = [f"tpopt explain: {sc.name}: feasible; the optimum (minimising {d['objective']}, status {d['status']}):",
              f"Plan: {plan_line(d['plan'])}",
@@ -310,7 +357,5 @@ def request_lines(d: dict, sc) -> list[str]:
                          f"{_objective_text(b['objective_without'], d['objective'], unit)}{viol}")
     lines += [f"  {name}: not decided (time limit reached)" for name in d.get("binding_undecided", [])]
     if (d.get("solver") or {}).get("time_limit_reached"):
-        from tpopt.cli.render import limit_line
-
         lines.insert(1, limit_line(d["solver"]))
     return lines
