@@ -426,15 +426,16 @@ PARAMS = {
 
 _SUFFIX = {"deadline": "d", "reserved": "d", "tokens": "B", "efficiency": "%", "usable_memory": "GiB",
            "nic_bandwidth": "GB/s", "max_drop": "%"}
-_PARSE: dict[str, Callable[[str], float]] = {"deadline": lambda s: parse_duration(s, "deadline", allow_zero=False),
-          "reserved": lambda s: parse_duration(s, "reserved"),
-          "tokens": lambda s: parse_count(s, "tokens", allow_zero=False),
-          "efficiency": lambda s: parse_fraction(s, "efficiency"),
-          "usable_memory": lambda s: parse_bytes(s, "usable memory", allow_zero=False),
-          "nic_bandwidth": lambda s: parse_bandwidth(s, "NIC bandwidth", allow_zero=False),
-          "max_cards": lambda s: parse_int(s, "max cards", minimum=1),
-          "max_cost": lambda s: parse_number(s, "max cost"),
-          "max_drop": lambda s: parse_fraction(s, "max drop", allow_zero=True)}
+_PARSE: dict[str, Callable[[str], float]] = {
+    "deadline": lambda s: parse_duration(s, "deadline", allow_zero=False),
+    "reserved": lambda s: parse_duration(s, "reserved"),
+    "tokens": lambda s: parse_count(s, "tokens", allow_zero=False),
+    "efficiency": lambda s: parse_fraction(s, "efficiency"),
+    "usable_memory": lambda s: parse_bytes(s, "usable memory", allow_zero=False),
+    "nic_bandwidth": lambda s: parse_bandwidth(s, "NIC bandwidth", allow_zero=False),
+    "max_cards": lambda s: parse_int(s, "max cards", minimum=1),
+    "max_cost": lambda s: parse_number(s, "max cost"),
+    "max_drop": lambda s: parse_fraction(s, "max drop", allow_zero=True)}
 
 
 @dataclass
@@ -1165,9 +1166,9 @@ def explain_plan(sc: Scenario, plan: Plan, backend: str = "cpsat", req: Request 
     ev = evaluate(sc, plan)
     feasible = feasible_for(ev, ctx.enforced)
     out: dict[str, Any] = {"status": "feasible" if feasible else "infeasible", "objective": req.objective,
-           "plan": ev.plan_dict(), "cost": ev.metrics["cost"], "cost_unit": ev.metrics["cost_unit"],
-           "finish_days": ev.metrics["finish_days"],
-           "violated": [violation(c) for c in ev.violated()]}
+                           "plan": ev.plan_dict(), "cost": ev.metrics["cost"], "cost_unit": ev.metrics["cost_unit"],
+                           "finish_days": ev.metrics["finish_days"],
+                           "violated": [violation(c) for c in ev.violated()]}
     # how tight each non-structural constraint is (relative slack, smallest first)
     tight: list[dict[str, Any]] = []
     for c in ev.constraints:
@@ -1268,8 +1269,8 @@ def sensitivities(sc: Scenario, backend: str = "cpsat", req: Request | None = No
     ]
     out: list[dict[str, Any]] = []
     for change, param, frm, to, u, make in rows:
-        row: dict[str, Any] = {"change": change, "parameter": param, "from": frm, "to": to, "unit": u, "objective": obj,
-               "objective_unit": unit, "base": b0}
+        row: dict[str, Any] = {"change": change, "parameter": param, "from": frm, "to": to, "unit": u,
+                               "objective": obj, "objective_unit": unit, "base": b0}
         if make is None:
             row.update({"status": "not applicable", "value": None, "delta": None, "delta_fraction": None})
         else:
