@@ -21,12 +21,17 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any, Final, Literal
 
 import numpy as np
+from tpopt.catalogs import Catalog, load_catalog
+from tpopt.catalogs.scenario import build_scenario, with_overrides
 from tpopt.errors import InputError
 from tpopt.models import families as F
-from tpopt.models.evaluate import SPEC, Evaluation, evaluate
+from tpopt.models.evaluate import SPEC, ConstraintCheck, Evaluation, at_plan_batch, evaluate
 from tpopt.models.plan import Plan, Scenario, System
 from tpopt.models.units import (
     DAY,
@@ -40,9 +45,19 @@ from tpopt.models.units import (
     parse_int,
     parse_number,
 )
-from tpopt.optimizer import analysis
+from tpopt.optimizer import analysis, outer
 from tpopt.optimizer.backends import with_model
-from tpopt.optimizer.limits import Undecided  # a solver hit the time limit: the question has no proven answer
+from tpopt.optimizer.backends.verify import feasible_for
+from tpopt.optimizer.core import solve as solve_space
+from tpopt.optimizer.core import use_decomposition
+from tpopt.optimizer.enumerate import NUMERIC_AXES, PointTable, chunks
+from tpopt.optimizer.limits import (
+    EncodingError,
+    TimeLimitReached,
+    Undecided,  # a solver hit the time limit: the question has no proven answer
+    clock_of,
+)
+from tpopt.optimizer.report import RELAXABLE, TABLE_LIMIT, Binding, binding_families, make_oracle
 from tpopt.optimizer.result import Request, Status, objective_value, plan_summary
 from tpopt.optimizer.space import FAMILIES, STRUCTURAL, VARS, Space, card_counts
 
@@ -59,7 +74,13 @@ GRID = 8  # probes below the upper end when it is infeasible (feasibility may no
 REL = 1e-9
 
 
-EMPTY = object()  # a narrowed search space without any point (see Context.narrowed)
+class _Empty(Enum):
+    """The type of :data:`EMPTY`."""
+
+    EMPTY = "empty"
+
+
+EMPTY: Final = _Empty.EMPTY  # a narrowed search space without any point (see Context.narrowed)
 # families that depend on the model and the batch only, whatever the hardware
 MODEL_FAMILIES = F.MODEL_FAMILIES
 
@@ -79,35 +100,33 @@ class Context:
     sc: Scenario
     backend: str = "cpsat"
     req: Request = field(default_factory=Request)
-    enforced: frozenset = frozenset(FAMILIES)
-    raw: dict | None = None
-    catalog: object | None = None
+    enforced: frozenset[str] = frozenset(FAMILIES)
+    raw: dict[str, Any] | None = None
+    catalog: Catalog | None = None
     solves: int = 0
     # families the input being relaxed leaves unchanged (see :meth:`narrowed`); None: no narrowing
-    keep: frozenset | None = None
-    keep_vars: tuple = VARS  # the variables :meth:`narrowed` may restrict for the input being relaxed
-    progress: object | None = None  # callable(text) told what is being computed (None: silent)
-    _set_oracle: object | None = field(default=None, repr=False)
-    _memo: dict = field(default_factory=dict, repr=False)  # best plans of the unmodified scenario
+    keep: frozenset[str] | None = None
+    keep_vars: tuple[str, ...] = VARS  # the variables :meth:`narrowed` may restrict for the input being relaxed
+    progress: Callable[[str], None] | None = None  # told what is being computed (None: silent)
+    _set_oracle: _SetOracle | None = field(default=None, repr=False)
+    # best plans of the unmodified scenario: (objective, enforced families) -> plan
+    _memo: dict[tuple[str, frozenset[str]], Evaluation | None] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of(cls, sc: Scenario, backend: str, req: Request, enforced=None, raw=None, catalog=None) -> Context:
+    def of(cls, sc: Scenario, backend: str, req: Request, enforced: Iterable[str] | None = None,
+           raw: dict[str, Any] | None = None, catalog: Catalog | None = None) -> Context:
         enf = req.enforced(FAMILIES) if enforced is None else frozenset(enforced)
         return cls(sc=sc, backend=backend, req=req, enforced=enf, raw=raw, catalog=catalog)
 
     def backend_for(self, space: Space) -> str:
         """Enumeration for small spaces (exact and fastest there), else the chosen solver."""
-        from tpopt.optimizer.report import TABLE_LIMIT
-
         if space.size() <= TABLE_LIMIT:
             return "enumerate"
         return with_model(self.backend)
 
-    def best(self, sc: Scenario | None = None, objective: str | None = None, drop=(), space: Space | None = None,
-             cards=None) -> Evaluation | None:
+    def best(self, sc: Scenario | None = None, objective: str | None = None, drop: Iterable[str] = (),
+             space: Space | None = None, cards: Iterable[int] | None = None) -> Evaluation | None:
         """The proven best plan of ``sc`` with the enforced families minus ``drop`` (None: no plan)."""
-        from tpopt.optimizer.outer import solve  # the batch may be a choice: one solve per batch
-
         base = sc is None or sc is self.sc
         sc = sc or self.sc
         enforce = frozenset(f for f in self.enforced if f not in set(drop))
@@ -116,9 +135,7 @@ class Context:
         key = (objective or self.req.objective, enforce) if (base and space is None and cards is None) else None
         if key is not None and key in self._memo:
             return self._memo[key]
-        from tpopt.optimizer.outer import has_task_choices
-
-        choices = space is None and has_task_choices(sc)  # the batch is a choice: every batch, best of all
+        choices = space is None and outer.has_task_choices(sc)  # the batch is a choice: every batch, best of all
         table = self._set_oracle.table if self._set_oracle is not None and not choices else None
         if key is not None and table is not None:
             # the base scenario's table holds every point's families, cost and finish: the same
@@ -127,9 +144,10 @@ class Context:
             self._memo[key] = evaluate(sc, table.space.plan(found[0])) if found else None
             return self._memo[key]
         if space is None and not base and self.keep and not choices:
-            space = self.narrowed(sc, self.keep & enforce, self.keep_vars)
-            if space is EMPTY:
+            narrowed = self.narrowed(sc, self.keep & enforce, self.keep_vars)
+            if narrowed is EMPTY:
                 return None  # no plan meets the families this change leaves as they were
+            space = narrowed
         try:
             space = space or (None if choices else Space.from_scenario(sc))
         except InputError:
@@ -138,17 +156,19 @@ class Context:
                       time_limit=self.req.time_limit, seed=self.req.seed, workers=self.req.workers,
                       cards=self.req.cards if cards is None else tuple(cards), clock=self.req.clock)
         self.solves += 1
-        r = solve(sc, self.backend if choices else self.backend_for(space), req, space=space)
+        # the batch may be a choice (no space then): one solve per batch
+        r = outer.solve(sc, self.backend if space is None else self.backend_for(space), req, space=space)
         if r.status not in (Status.OPTIMAL, Status.INFEASIBLE):
             raise Undecided(f"time limit reached ({self.req.time_limit:g} s)")
         if key is not None:
             self._memo[key] = r.best
         return r.best
 
-    def feasible(self, sc: Scenario, drop=()) -> Evaluation | None:
+    def feasible(self, sc: Scenario, drop: Iterable[str] = ()) -> Evaluation | None:
         return self.best(sc, drop=drop)
 
-    def narrowed(self, sc: Scenario, families, variables=VARS) -> Space | None:
+    def narrowed(self, sc: Scenario, families: Collection[str], variables: Iterable[str] = VARS
+                 ) -> Space | Literal[_Empty.EMPTY] | None:
         """``sc``'s search space with each variable restricted to the values that some point of the
         base scenario meeting ``families`` takes (``EMPTY`` when no point does; None without a base
         table, i.e. for spaces too large to enumerate, or when ``families`` is empty).
@@ -187,11 +207,10 @@ class Context:
 # conflict
 
 
-def conflict(space: Space, req: Request, enforced=None) -> list[str] | None:
+def conflict(space: Space, req: Request, enforced: Iterable[str] | None = None) -> list[str] | None:
     """A set of enforced families that cannot hold together (CP-SAT sufficient assumptions), or None
     when the request is feasible (or the solver ran out of time)."""
-    from tpopt.optimizer.cpsat import CpSatModel
-    from tpopt.optimizer.limits import EncodingError, TimeLimitReached, clock_of
+    from tpopt.optimizer.cpsat import CpSatModel  # lazy: start-up time (ortools)
 
     enforced = frozenset(FAMILIES) if enforced is None else frozenset(enforced)
     clock = clock_of(req)
@@ -214,8 +233,6 @@ def monolithic_hint(space: Space, req: Request) -> bool:
     while the layout decomposition answers each question of the deletion filter in a fraction of a
     second; the filter then starts from every enforced family. Exact either way: the filter alone
     makes the conflict irreducible, and the same input always takes the same path (fixed order)."""
-    from tpopt.optimizer.core import use_decomposition
-
     return not use_decomposition(space, req)
 
 
@@ -224,37 +241,32 @@ class _SetOracle:
     mask), otherwise one exact solve per question."""
 
     def __init__(self, space: Space, ctx: Context):
-        from tpopt.optimizer.report import TABLE_LIMIT
-
         self.space, self.ctx = space, ctx
-        self.table = None
+        self.table: PointTable | None = None
         if space.size() <= TABLE_LIMIT:
-            from tpopt.optimizer.enumerate import PointTable
-            from tpopt.optimizer.limits import TimeLimitReached, clock_of
-
             try:
                 with clock_of(ctx.req).interruptible("tabulating the plans"):
                     self.table = PointTable.build(space)
             except TimeLimitReached:
                 raise Undecided("time limit reached") from None
 
-    def admits(self, families) -> bool:
+    def admits(self, families: Collection[str]) -> bool:
         if self.table is not None:
             return bool(self.table.mask(families, cards=self.ctx.req.cards).any())
         drop = [f for f in self.ctx.enforced if f not in set(families)]
         return self.ctx.best(self.space.sc, drop=drop, space=self.space) is not None
 
 
-def minimal_conflict(space: Space, backend: str, req: Request, enforced=None, ctx: Context | None = None
-                     ) -> list[str] | None:
+def minimal_conflict(space: Space, backend: str, req: Request, enforced: Iterable[str] | None = None,
+                     ctx: Context | None = None) -> list[str] | None:
     """An irreducible set of families that admits no plan (deletion filter on CP-SAT's core).
 
     Start from CP-SAT's sufficient assumptions (all enforced families if CP-SAT gives none: its
     encoding is a relaxation, so it may find a candidate the exact check rejects; and on spaces
     whose solves use the layout decomposition, where no monolithic model is built:
-    :func:`monolithic_hint`), confirm the set admits no plan, then drop families one at a time in ``DELETION_ORDER`` while the rest still
-    admit none. Returns None when the enforced families admit a plan; [] when no plan of the
-    requested card counts exists even with every family dropped.
+    :func:`monolithic_hint`), confirm the set admits no plan, then drop families one at a time in
+    ``DELETION_ORDER`` while the rest still admit none. Returns None when the enforced families admit a
+    plan; [] when no plan of the requested card counts exists even with every family dropped.
     """
     ctx = ctx or Context.of(space.sc, backend, req, enforced)
     enforced = ctx.enforced
@@ -267,13 +279,13 @@ def minimal_conflict(space: Space, backend: str, req: Request, enforced=None, ct
     return deletion_filter(oracle, core)
 
 
-def deletion_filter(oracle, core) -> list[str]:
+def deletion_filter(oracle: _SetOracle, core: Iterable[str]) -> list[str]:
     """Shrink a set of families that admits no plan to an irreducible one:
     for f in C (DELETION_ORDER): if C \\ {f} admits no plan, C := C \\ {f}."""
     return analysis.deletion_filter(oracle.admits, core, DELETION_ORDER + FAMILIES, FAMILIES)
 
 
-def other_conflict(ctx: Context, affects) -> list[str]:
+def other_conflict(ctx: Context, affects: Iterable[str]) -> list[str]:
     """An irreducible conflict among the enforced families an input does not enter ([] if those
     admit a plan): why freeing that input alone cannot help."""
     fams = {f for f in ctx.enforced if f not in set(affects)}
@@ -286,7 +298,7 @@ def other_conflict(ctx: Context, affects) -> list[str]:
 EVIDENCE = F.EVIDENCE  # family -> (metric, objective, words) of the plan quoted as closest
 
 
-def conflict_detail(ctx: Context, core: list[str]) -> list[dict]:
+def conflict_detail(ctx: Context, core: list[str]) -> list[dict[str, Any]]:
     """For each family f of an irreducible conflict C, the plan meeting every other enforced family
     (those of C and all the rest) that comes closest to f -- least finish time, memory or cards; the
     cheapest for other families, or when the space is too large to enumerate -- and how far it breaks f.
@@ -295,10 +307,8 @@ def conflict_detail(ctx: Context, core: list[str]) -> list[dict]:
     outside C (memory, say) would be no plan at all. When the other families admit no plan either
     (a second conflict that does not involve f), no plan is named.
     """
-    from tpopt.optimizer.report import TABLE_LIMIT
-
     small = Space.from_scenario(ctx.sc).size() <= TABLE_LIMIT
-    out = []
+    out: list[dict[str, Any]] = []
     for f in core:
         metric, objective, words = EVIDENCE.get(f, (None, "cost", "the cheapest plan"))
         others = [g for g in ctx.enforced if g != f]
@@ -309,7 +319,7 @@ def conflict_detail(ctx: Context, core: list[str]) -> list[dict]:
             objective = objective or "cost"
             words = words if objective == "time" else "the cheapest plan"
             ev = ctx.best(objective=objective, drop=[f])
-        d = {"name": f, "rule": SPEC[f].doc if f in SPEC else f, "closest": words}
+        d: dict[str, Any] = {"name": f, "rule": SPEC[f].doc if f in SPEC else f, "closest": words}
         if ev is not None:
             c = _check(ev, f)
             d["plan"] = plan_summary(ev)
@@ -322,7 +332,7 @@ def conflict_detail(ctx: Context, core: list[str]) -> list[dict]:
     return out
 
 
-def _check(ev: Evaluation, name: str):
+def _check(ev: Evaluation, name: str) -> ConstraintCheck | None:
     return next((c for c in ev.constraints if c.name == name), None)
 
 
@@ -390,7 +400,7 @@ class Param:
     per_unit: float = 1.0  # SI value of one display unit
 
     @property
-    def affects(self) -> tuple:
+    def affects(self) -> tuple[str, ...]:
         """Constraint families whose value or limit depends on the input (declared by each family)."""
         return F.affected_by(self.name)
 
@@ -410,15 +420,16 @@ PARAMS = {
 
 _SUFFIX = {"deadline": "d", "reserved": "d", "tokens": "B", "efficiency": "%", "usable_memory": "GiB",
            "nic_bandwidth": "GB/s", "max_drop": "%"}
-_PARSE = {"deadline": lambda s: parse_duration(s, "deadline", allow_zero=False),
-          "reserved": lambda s: parse_duration(s, "reserved"),
-          "tokens": lambda s: parse_count(s, "tokens", allow_zero=False),
-          "efficiency": lambda s: parse_fraction(s, "efficiency"),
-          "usable_memory": lambda s: parse_bytes(s, "usable memory", allow_zero=False),
-          "nic_bandwidth": lambda s: parse_bandwidth(s, "NIC bandwidth", allow_zero=False),
-          "max_cards": lambda s: parse_int(s, "max cards", minimum=1),
-          "max_cost": lambda s: parse_number(s, "max cost"),
-          "max_drop": lambda s: parse_fraction(s, "max drop", allow_zero=True)}
+_PARSE: dict[str, Callable[[str], float]] = {
+    "deadline": lambda s: parse_duration(s, "deadline", allow_zero=False),
+    "reserved": lambda s: parse_duration(s, "reserved"),
+    "tokens": lambda s: parse_count(s, "tokens", allow_zero=False),
+    "efficiency": lambda s: parse_fraction(s, "efficiency"),
+    "usable_memory": lambda s: parse_bytes(s, "usable memory", allow_zero=False),
+    "nic_bandwidth": lambda s: parse_bandwidth(s, "NIC bandwidth", allow_zero=False),
+    "max_cards": lambda s: parse_int(s, "max cards", minimum=1),
+    "max_cost": lambda s: parse_number(s, "max cost"),
+    "max_drop": lambda s: parse_fraction(s, "max drop", allow_zero=True)}
 
 
 @dataclass
@@ -433,11 +444,11 @@ class Relaxation:
     direction: str = ">="
     required_exact: float | None = None  # the threshold itself (a bound within the stated tolerance)
     plan: Evaluation | None = None  # cheapest plan of the scenario with ``required`` applied
-    apply: dict | None = None  # raw-table overrides ({"table.key": value}) that apply ``required``
+    apply: dict[str, Any] | None = None  # raw-table overrides ({"table.key": value}) that apply ``required``
     method: str = ""
     note: str = ""
-    blocked_by: list = field(default_factory=list)  # a conflict among families this input does not enter
-    options: list = field(default_factory=list)  # accelerator: every catalog accelerator tried
+    blocked_by: list[str] = field(default_factory=list)  # a conflict among families this input does not enter
+    options: list[dict[str, Any]] = field(default_factory=list)  # accelerator: every catalog accelerator tried
     seconds: float = 0.0
     solves: int = 0
 
@@ -445,10 +456,10 @@ class Relaxation:
     def label(self) -> str:
         return PARAMS[self.parameter].label
 
-    def as_dict(self) -> dict:
-        d = {"parameter": self.parameter, "current": self.current, "required": self.required, "unit": self.unit,
-             "direction": self.direction, "helps": self.helps, "required_exact": self.required_exact,
-             "method": self.method}
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"parameter": self.parameter, "current": self.current, "required": self.required,
+                             "unit": self.unit, "direction": self.direction, "helps": self.helps,
+                             "required_exact": self.required_exact, "method": self.method}
         if self.plan is not None:
             d["plan"] = self.plan.plan_dict()
             d["cost"] = self.plan.metrics["cost"]
@@ -486,13 +497,13 @@ def _fmt_value(x: float, digits: int) -> str:
 CARD_KEYS = {"usable_memory": "usable_memory", "nic_bandwidth": "nic"}  # per-card keys of [hardware]
 
 
-def _apply_dict(ctx: Context, p: Param, value) -> dict | None:
+def _apply_dict(ctx: Context, p: Param, value: object) -> dict[str, Any] | None:
     """Raw-table overrides that set ``value``. A per-card key ([hardware] usable_memory, nic) is also
     written into each candidate's own [hardware.<name>] table when that table sets it (the own
     table wins over the top-level key, so the top-level key alone would change nothing)."""
     if not p.override:
         return None
-    out = {p.override: value}
+    out: dict[str, Any] = {p.override: value}
     key = CARD_KEYS.get(p.name)
     hw = (ctx.raw or {}).get("hardware", {})
     if key:
@@ -503,13 +514,11 @@ def _apply_dict(ctx: Context, p: Param, value) -> dict | None:
     return out
 
 
-def _applies(ctx: Context, apply: dict) -> bool:
+def _applies(ctx: Context, apply: dict[str, Any]) -> bool:
     """Does the override dict, applied to the raw tables, give a feasible scenario? (True when the
     raw tables are unknown: the value itself was verified on the scenario.)"""
     if ctx.raw is None:
         return True
-    from tpopt.catalogs.scenario import build_scenario, with_overrides
-
     try:
         sc = build_scenario(with_overrides(ctx.raw, apply), ctx.catalog)
     except InputError:
@@ -517,7 +526,9 @@ def _applies(ctx: Context, apply: dict) -> bool:
     return ctx.feasible(sc) is not None
 
 
-def _settle(ctx: Context, p: Param, exact_units: float, modify, si_of_units=None):
+def _settle(ctx: Context, p: Param, exact_units: float, modify: Callable[[float], Scenario],
+            si_of_units: Callable[[float], float] | None = None
+            ) -> tuple[float | None, Evaluation | None, dict[str, Any] | None]:
     """Round ``exact_units`` the safe way, re-solve with the rounded value and step one unit of the
     last digit further (at most 3 times) if rounding or floating point made it infeasible. The
     override dict is re-checked through the raw tables (the path a user's edit takes).
@@ -526,6 +537,7 @@ def _settle(ctx: Context, p: Param, exact_units: float, modify, si_of_units=None
     """
     step = 10.0**-p.digits * (1 if p.direction == ">=" else -1)
     value = _round_safe(exact_units, p.digits, p.direction)
+    apply_value: int | str | None
     for _ in range(4):
         if p.name in _PARSE and si_of_units is None:
             text = _fmt_value(value, p.digits) + _SUFFIX.get(p.name, "")
@@ -535,7 +547,8 @@ def _settle(ctx: Context, p: Param, exact_units: float, modify, si_of_units=None
                 break  # e.g. above 100 % efficiency
             apply_value = int(round(value)) if p.digits == 0 else text
         else:
-            si = (si_of_units or (lambda u: u * p.per_unit))(value)
+            to_si: Callable[[float], float] = si_of_units or (lambda u: u * p.per_unit)
+            si = to_si(value)
             apply_value = None
         ev = ctx.feasible(modify(si))
         if ev is not None:
@@ -549,19 +562,20 @@ def _settle(ctx: Context, p: Param, exact_units: float, modify, si_of_units=None
     return None, None, None
 
 
-def _relaxation(p: Param, current, **kw) -> Relaxation:
+def _relaxation(p: Param, current: float | str | None, **kw: Any) -> Relaxation:
     return Relaxation(parameter=p.name, current=current, unit=p.unit, direction=p.direction, **kw)
 
 
-def _cannot(p: Param, current, note: str, method: str, core=None) -> Relaxation:
+def _cannot(p: Param, current: float | str | None, note: str, method: str, core: list[str] | None = None
+            ) -> Relaxation:
     return _relaxation(p, current, required=None, helps=False, note=note, method=method)
 
 
-def _fastest(ctx: Context, drop) -> Evaluation | None:
+def _fastest(ctx: Context, drop: Iterable[str]) -> Evaluation | None:
     return ctx.best(objective="time", drop=drop)
 
 
-def relax_deadline(ctx: Context, core=None) -> Relaxation:
+def relax_deadline(ctx: Context, core: list[str] | None = None) -> Relaxation:
     """Required deadline T* = min over plans meeting every other family of
     T_finish = T_reserved + ceil(D / b) x t_step x (1 + L)   (objective "time", deadline.finish freed)."""
     p = PARAMS["deadline"]
@@ -578,7 +592,7 @@ def relax_deadline(ctx: Context, core=None) -> Relaxation:
                        method=method)
 
 
-def relax_max_cards(ctx: Context, core=None) -> Relaxation:
+def relax_max_cards(ctx: Context, core: list[str] | None = None) -> Relaxation:
     """Required cards n* = min { n formable : a plan exists with max_cards = n } (cards.max freed one
     count at a time; "a plan with at most n cards" is monotone in n, so bisection over the sorted
     card counts tp x pp x dp of the search space is exact)."""
@@ -592,10 +606,8 @@ def relax_max_cards(ctx: Context, core=None) -> Relaxation:
     if not counts:
         return _cannot(p, cur, f"the search space forms no card count above {cur}", method, core)
 
-    def ok(n):
+    def ok(n: int) -> Evaluation | None:
         return ctx.feasible(with_max_cards(sc, n))
-
-    from tpopt.optimizer.report import TABLE_LIMIT
 
     if Space.from_scenario(sc).size() <= TABLE_LIMIT:
         # small space: n* = min cards over plans meeting every other family (one enumeration)
@@ -626,24 +638,21 @@ def relax_max_cards(ctx: Context, core=None) -> Relaxation:
                        apply=_apply_dict(ctx, p, n), method=method)
 
 
-def argmin_metric(ctx: Context, metric: str, families, sc: Scenario | None = None,
+def argmin_metric(ctx: Context, metric: str, families: Iterable[str], sc: Scenario | None = None,
                   space: Space | None = None) -> tuple[float, Evaluation] | None:
     """min over plans meeting ``families`` (and the request's card counts) of an evaluator metric
     (``memory_per_card``, ``finish_s``, ``cards``, ``cost``), by enumeration of the space with the
     exact evaluator; ties go to the first point in enumeration order. None if no such plan."""
-    from tpopt.optimizer.enumerate import NUMERIC_AXES, chunks
-    from tpopt.optimizer.limits import clock_of
-
-
     fams = list(families)
     if sc is None and space is None:
-        space = ctx.narrowed(ctx.sc, frozenset(fams))  # only points meeting ``families`` can answer
-        if space is EMPTY:
+        narrowed = ctx.narrowed(ctx.sc, frozenset(fams))  # only points meeting ``families`` can answer
+        if narrowed is EMPTY:
             return None
+        space = narrowed
     sc = sc or ctx.sc
     space = space or Space.from_scenario(sc)
     clock = clock_of(ctx.req)
-    best = None
+    best: tuple[float, dict[str, int]] | None = None
     for fixed, idx_lists, shape, r in chunks(space):
         if clock.expired("searching the plans"):  # a partial minimum is no answer
             raise Undecided("time limit reached")
@@ -667,7 +676,7 @@ def argmin_metric(ctx: Context, metric: str, families, sc: Scenario | None = Non
     return best[0], evaluate(sc, space.plan(best[1]))
 
 
-def relax_usable_memory(ctx: Context, core=None) -> Relaxation:
+def relax_usable_memory(ctx: Context, core: list[str] | None = None) -> Relaxation:
     """Required usable memory M* = min over plans meeting every other family of the peak per card
     (states + activations + temporary): usable memory enters memory.per_card only, so the plan with
     the least memory becomes feasible exactly when usable >= M* (exhaustive, exact)."""
@@ -682,10 +691,8 @@ def relax_usable_memory(ctx: Context, core=None) -> Relaxation:
     single = _single(sc) is not None
     value, ev, apply = _settle(ctx, p, need / GIB, lambda s: with_usable_memory(sc, s),
                                None if single else (lambda u: u * GIB))
-    if ev is None:
+    if ev is None or value is None:  # _settle gives both or neither
         return _cannot(p, cur, "could not be confirmed by re-solving", method, core)
-    from tpopt.catalogs import load_catalog
-
     cat = ctx.catalog or load_catalog()
     largest = max(cat.accelerators.values(), key=lambda a: a.memory_usable)
     note = ""
@@ -698,7 +705,7 @@ def relax_usable_memory(ctx: Context, core=None) -> Relaxation:
                        method=method, note=note)
 
 
-def relax_max_drop(ctx: Context, core=None) -> Relaxation | None:
+def relax_max_drop(ctx: Context, core: list[str] | None = None) -> Relaxation | None:
     """Required maximum drop rate d* = min over plans meeting every other family of the share of
     dispatches their capacity factor drops (moe.routing_drops): the rate enters moe.capacity_drops only,
     so that plan becomes feasible exactly when max_drop >= d* (exhaustive, exact). None for a dense model."""
@@ -718,7 +725,8 @@ def relax_max_drop(ctx: Context, core=None) -> Relaxation | None:
                        method=method)
 
 
-def _threshold(ctx: Context, make, lo: float, hi: float, tol: float):
+def _threshold(ctx: Context, make: Callable[[float], Scenario], lo: float, hi: float, tol: float
+               ) -> tuple[float, Evaluation | None] | None:
     """Smallest x in (lo, hi] at which the request admits a plan, to ``tol`` relative to x.
 
     feasible(x) <=> T*(x) <= T_deadline, where T*(x) is the least finish time over plans meeting
@@ -734,7 +742,7 @@ def _threshold(ctx: Context, make, lo: float, hi: float, tol: float):
     """
     deadline = ctx.sc.task.deadline_s
 
-    def t(x, drop=()):
+    def t(x: float, drop: Iterable[str] = ()) -> tuple[float, Evaluation | None]:
         ev = ctx.best(make(x), objective="time", drop=(F.DEADLINE,) + tuple(drop))
         return (ev.metrics["finish_days"] * DAY if ev is not None else math.inf), ev
 
@@ -783,7 +791,7 @@ def _threshold(ctx: Context, make, lo: float, hi: float, tol: float):
     return hi, ev_hi
 
 
-def relax_efficiency(ctx: Context, core=None) -> Relaxation:
+def relax_efficiency(ctx: Context, core: list[str] | None = None) -> Relaxation:
     """Required efficiency eta* = min { eta in (eta_0, 1] : T*(eta) <= T_deadline }. Efficiency divides
     the compute time (t = F / (p P eta)), so a higher eta never slows a plan (see ``_threshold``)."""
     p = PARAMS["efficiency"]
@@ -807,7 +815,7 @@ def relax_efficiency(ctx: Context, core=None) -> Relaxation:
                        method=method)
 
 
-def relax_nic_bandwidth(ctx: Context, core=None) -> Relaxation:
+def relax_nic_bandwidth(ctx: Context, core: list[str] | None = None) -> Relaxation:
     """Required NIC bandwidth B* = k* x B_nic with k* = min { k in (1, 1000] : T*(k) <= T_deadline }.
     NIC bandwidth only shortens communication (B = min(intra, k_nic B_nic / tp) across hosts; see
     ``_threshold``). With several candidate accelerators the factor k* is reported ("x current")."""
@@ -839,13 +847,14 @@ def relax_nic_bandwidth(ctx: Context, core=None) -> Relaxation:
     return r
 
 
-def _time_candidates(ctx: Context):
+def _time_candidates(ctx: Context) -> Evaluation | None:
     """The fastest plan with deadline.finish and budget.cost freed: its training time
     train (1 + L) = T* - T_reserved bounds every input that only scales the finish time."""
     return _fastest(ctx, [F.DEADLINE, F.BUDGET])
 
 
-def relax_reserved(ctx: Context, core=None, fastest="unset") -> Relaxation:
+def relax_reserved(ctx: Context, core: list[str] | None = None,
+                   fastest: Evaluation | None | Literal["unset"] = "unset") -> Relaxation:
     """Required reserved time R* = T_deadline - (T* - T_reserved): finish = reserved + train (1 + L),
     and reserved enters nothing else but the cost. With a budget cap the candidate is confirmed and,
     if the cap fails, replaced by bisection on [0, R*] (less reserved time never costs more)."""
@@ -880,7 +889,8 @@ def relax_reserved(ctx: Context, core=None, fastest="unset") -> Relaxation:
                        method=method)
 
 
-def relax_tokens(ctx: Context, core=None, fastest="unset") -> Relaxation:
+def relax_tokens(ctx: Context, core: list[str] | None = None,
+                 fastest: Evaluation | None | Literal["unset"] = "unset") -> Relaxation:
     """Largest token count D* = I* x b with I* = floor((T_deadline - T_reserved) / y_min), where
     y_min = min over plans of t_step (1 + L) = (T* - T_reserved) / ceil(D / b): tokens enter only
     through iterations = ceil(D / b). I* is confirmed by re-solving (I* feasible, I* + 1 not); with a
@@ -898,7 +908,7 @@ def relax_tokens(ctx: Context, core=None, fastest="unset") -> Relaxation:
     i_star = int(math.floor((sc.task.deadline_s - sc.task.reserved_s) / y))
     i_star = min(i_star, i0 - 1)
 
-    def ok(i):
+    def ok(i: int) -> Evaluation | None:
         return ctx.feasible(with_tokens(sc, i * tps)) if i >= 1 else None
 
     if i_star < 1:
@@ -924,7 +934,7 @@ def relax_tokens(ctx: Context, core=None, fastest="unset") -> Relaxation:
                        method=method, note=f"{i_star:,} optimizer steps of {tps:,} tokens")
 
 
-def relax_max_cost(ctx: Context, core=None) -> Relaxation | None:
+def relax_max_cost(ctx: Context, core: list[str] | None = None) -> Relaxation | None:
     """Required budget C* = min cost over plans meeting every other family (budget.cost freed)."""
     sc = ctx.sc
     if sc.cost.max_cost is None or F.BUDGET not in ctx.enforced:
@@ -948,8 +958,6 @@ def _scenario_for_accelerator(ctx: Context, name: str) -> Scenario:
     """The scenario with ``name`` as its only accelerator. From the raw tables when known (so the
     file's card overrides stay with the card they were written for), else from the catalog entry with
     the scenario's efficiency and the catalog price."""
-    from tpopt.catalogs.scenario import build_scenario, with_overrides
-
     if ctx.raw is not None:
         raw = with_overrides(ctx.raw, {"hardware.accelerator": [name], "search.accelerator": [name]})
         return build_scenario(raw, ctx.catalog)
@@ -957,6 +965,7 @@ def _scenario_for_accelerator(ctx: Context, name: str) -> Scenario:
     if name in sc.systems:
         sysm = sc.systems[name]
     else:
+        assert ctx.catalog is not None, "relax_accelerator loads the catalog"
         acc = ctx.catalog.accelerator(name)
         first = next(iter(sc.systems.values()))
         sysm = System(acc=acc, efficiency=first.efficiency, price_card_hour=acc.price_card_hour,
@@ -964,23 +973,21 @@ def _scenario_for_accelerator(ctx: Context, name: str) -> Scenario:
     return replace(sc, systems={name: sysm}, search=replace(sc.search, accelerators=(name,)))
 
 
-def relax_accelerator(ctx: Context, core=None) -> Relaxation:
+def relax_accelerator(ctx: Context, core: list[str] | None = None) -> Relaxation:
     """Each catalog accelerator alone in place of the scenario's hardware: its cheapest plan (cost
     objective, every family enforced). Required: the cheapest accelerator that admits a plan."""
-    from tpopt.catalogs import load_catalog
-
     p = PARAMS["accelerator"]
     if ctx.catalog is None:
         ctx.catalog = load_catalog()
     current = ", ".join(ctx.sc.search.accelerators or tuple(ctx.sc.systems))
     method = "cheapest plan with each catalog accelerator as the only hardware"
-    options = []
+    options: list[dict[str, Any]] = []
     # the layout rules that depend on the model and the batch alone hold on any card: each card's
     # search keeps only layouts that meet them (see Context.narrowed)
     ctx.keep = frozenset(MODEL_FAMILIES) & ctx.enforced
     ctx.keep_vars = tuple(v for v in VARS if v not in ("acc", "nics"))
     for name in ctx.catalog.accelerators:
-        entry = {"accelerator": name, "current": name in ctx.sc.systems}
+        entry: dict[str, Any] = {"accelerator": name, "current": name in ctx.sc.systems}
         try:
             sc = _scenario_for_accelerator(ctx, name)
             ev = ctx.best(sc, objective="cost")
@@ -1009,9 +1016,10 @@ RELAXATIONS = ("deadline", "max_cards", "tokens", "efficiency", "usable_memory",
                "accelerator", "max_cost", "max_drop")
 
 
-def relaxations(sc: Scenario, backend: str = "cpsat", req: Request | None = None, *, raw: dict | None = None,
-                catalog=None, core: list[str] | None = None, enforced=None, only=None, ctx: Context | None = None,
-                progress=None) -> list[Relaxation]:
+def relaxations(sc: Scenario, backend: str = "cpsat", req: Request | None = None, *,
+                raw: dict[str, Any] | None = None, catalog: Catalog | None = None, core: list[str] | None = None,
+                enforced: Iterable[str] | None = None, only: Collection[str] | None = None,
+                ctx: Context | None = None, progress: Callable[[str], None] | None = None) -> list[Relaxation]:
     """The smallest single change of each relaxable input that makes the request feasible.
 
     ``raw`` (the scenario's raw tables with the command-line overrides applied) and ``catalog`` are
@@ -1028,13 +1036,14 @@ def relaxations(sc: Scenario, backend: str = "cpsat", req: Request | None = None
     if ctx is None:
         ctx = Context.of(sc, backend, req, enforced, raw, catalog)
     names = [n for n in RELAXATIONS if only is None or n in only]
-    shared = {}
-    out = []
+    shared: dict[str, Evaluation | None] = {}
+    out: list[Relaxation] = []
     for k, name in enumerate(names):
         t0, s0 = time.perf_counter(), ctx.solves
         if progress is not None:
             progress(f"smallest change of the {PARAMS[name].label} ({k + 1}/{len(names)})")
         ctx.keep = frozenset(ctx.enforced) - set(PARAMS[name].affects)
+        r: Relaxation | None
         try:
             if name in ("tokens", "reserved"):
                 if "fastest" not in shared:
@@ -1063,19 +1072,18 @@ def relaxations(sc: Scenario, backend: str = "cpsat", req: Request | None = None
     return out
 
 
-def infeasibility(sc: Scenario, space: Space, backend: str, req: Request, enforced=None, *, raw: dict | None = None,
-                  catalog=None, progress=None) -> dict:
+def infeasibility(sc: Scenario, space: Space, backend: str, req: Request, enforced: Iterable[str] | None = None, *,
+                  raw: dict[str, Any] | None = None, catalog: Catalog | None = None,
+                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Everything said about a request proven to have no plan: an irreducible conflict, each of its
     families' closest plan meeting all the others, and the smallest single change of each input.
 
     ``progress(text)`` (optional) is told each step as it starts. Returns a JSON-ready dict with
     ``conflict`` (family names), ``conflict_detail`` and ``relaxations`` (:meth:`Relaxation.as_dict`).
     """
-    from tpopt.optimizer.limits import TimeLimitReached
-
-    tell = progress or (lambda text: None)
+    tell: Callable[[str], None] = progress or (lambda text: None)
     ctx = Context.of(sc, backend, req, enforced, raw, catalog)
-    out = {}
+    out: dict[str, Any] = {}
     try:
         tell("a minimal set of conflicting constraints")
         core = minimal_conflict(space, ctx.backend, req, ctx.enforced, ctx=ctx) or []
@@ -1090,41 +1098,37 @@ def infeasibility(sc: Scenario, space: Space, backend: str, req: Request, enforc
     return out
 
 
-def explain_request(sc: Scenario, backend: str = "cpsat", req: Request | None = None, *, raw: dict | None = None,
-                    catalog=None, progress=None) -> dict:
+def explain_request(sc: Scenario, backend: str = "cpsat", req: Request | None = None, *,
+                    raw: dict[str, Any] | None = None, catalog: Catalog | None = None,
+                    progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The request as a whole, as ``tpopt explain`` reports it (a JSON-ready dict).
 
     Solved first; with a plan: the optimum and the families that bind it (dropping one alone admits
     a better plan); without one: :func:`infeasibility` when infeasibility is proven (``status``
     ``infeasible``), empty conflict and relaxations when the solver ran out of time (``unknown``).
     """
-    from tpopt.optimizer.core import solve
-    from tpopt.optimizer.report import binding_families, make_oracle
-
     req = req or Request()
-    tell = progress or (lambda text: None)
+    tell: Callable[[str], None] = progress or (lambda text: None)
     space = Space.from_scenario(sc)
     tell("the optimum")
-    result = solve(sc, backend, req, space=space)
-    out = {"status": result.status.value, "objective": result.objective, "solver": result.solver.as_dict(),
-           "conflict": [], "conflict_detail": [], "relaxations": []}
+    result = solve_space(sc, backend, req, space=space)
+    out: dict[str, Any] = {"status": result.status.value, "objective": result.objective,
+                           "solver": result.solver.as_dict(), "conflict": [], "conflict_detail": [], "relaxations": []}
     if not result.feasible:
         if result.status == Status.INFEASIBLE:
             out.update(infeasibility(sc, space, backend, req, result.enforced, raw=raw, catalog=catalog,
                                      progress=progress))
         return out
     best = result.best
+    assert best is not None, "a feasible result has a best plan"
     tell("the constraints that bind the optimum")
-    from tpopt.optimizer.limits import TimeLimitReached, clock_of
-
     undecided: list[str] = []
+    binds: list[Binding]
     try:
         with clock_of(req).interruptible("analysing the optimum"):
             oracle = make_oracle(space, backend, req)
         binds = binding_families(oracle, best, req.objective, set(result.enforced), undecided)
     except TimeLimitReached:
-        from tpopt.optimizer.report import RELAXABLE
-
         binds, undecided = [], [f for f in RELAXABLE if f in result.enforced and f not in space.inert()
                                 and not (f == F.BUDGET and sc.cost.max_cost is None)]
     out.update({"plan": best.plan_dict(), "cost": best.metrics["cost"], "cost_unit": best.metrics["cost_unit"],
@@ -1137,7 +1141,7 @@ def explain_request(sc: Scenario, backend: str = "cpsat", req: Request | None = 
 # a given plan
 
 
-def violation(c) -> dict:
+def violation(c: ConstraintCheck) -> dict[str, Any]:
     """A violated check: excess = value - limit (in the family's unit) and excess / limit."""
     excess = c.value - c.limit
     return {"name": c.name, "value": c.value, "limit": c.limit, "unit": c.unit, "excess": excess,
@@ -1146,24 +1150,21 @@ def violation(c) -> dict:
 
 
 def explain_plan(sc: Scenario, plan: Plan, backend: str = "cpsat", req: Request | None = None,
-                 enforced=None) -> dict:
+                 enforced: Iterable[str] | None = None) -> dict[str, Any]:
     """Explain one plan: the constraints it violates and by how much; if feasible, how tight each
     constraint is, what one host fewer (same choices otherwise; further down while that is no valid
     layout) would violate -- the families it violates are this plan's binding ones -- and whether a
     cheaper plan exists (else which families bind the optimum)."""
-    from tpopt.optimizer.core import feasible_for
-    from tpopt.optimizer.report import binding_families, make_oracle
-
     req = req or Request()
     ctx = Context.of(sc, backend, req, enforced)
     ev = evaluate(sc, plan)
     feasible = feasible_for(ev, ctx.enforced)
-    out = {"status": "feasible" if feasible else "infeasible", "objective": req.objective,
-           "plan": ev.plan_dict(), "cost": ev.metrics["cost"], "cost_unit": ev.metrics["cost_unit"],
-           "finish_days": ev.metrics["finish_days"],
-           "violated": [violation(c) for c in ev.violated()]}
+    out: dict[str, Any] = {"status": "feasible" if feasible else "infeasible", "objective": req.objective,
+                           "plan": ev.plan_dict(), "cost": ev.metrics["cost"], "cost_unit": ev.metrics["cost_unit"],
+                           "finish_days": ev.metrics["finish_days"],
+                           "violated": [violation(c) for c in ev.violated()]}
     # how tight each non-structural constraint is (relative slack, smallest first)
-    tight = []
+    tight: list[dict[str, Any]] = []
     for c in ev.constraints:
         if c.name in STRUCTURAL or c.limit in (float("inf"),) or c.slack == float("inf"):
             continue
@@ -1183,14 +1184,12 @@ def explain_plan(sc: Scenario, plan: Plan, backend: str = "cpsat", req: Request 
     except Undecided as exc:
         out["optimum"] = {"exists": None, "undecided": str(exc)}
         return out
-    opt = {"exists": best is not None}
+    opt: dict[str, Any] = {"exists": best is not None}
     if best is not None:
         opt["plan"] = plan_summary(best)
         opt["objective_value"] = objective_value(best, req.objective)
         if feasible and objective_value(best, req.objective) >= objective_value(ev, req.objective) * (1 - REL):
             opt["this_plan_is_optimal"] = True
-            from tpopt.models.evaluate import at_plan_batch
-
             space = Space.from_scenario(at_plan_batch(sc, ev.plan))  # the plan's batch (a choice or the task's)
             oracle = make_oracle(space, backend, req)
             undecided: list[str] = []
@@ -1205,16 +1204,14 @@ def explain_plan(sc: Scenario, plan: Plan, backend: str = "cpsat", req: Request 
     return out
 
 
-def fewer_hosts(sc: Scenario, plan: Plan, ev: Evaluation, enforced) -> list[dict]:
+def fewer_hosts(sc: Scenario, plan: Plan, ev: Evaluation, enforced: Collection[str]) -> list[dict[str, Any]]:
     """The same plan on one host fewer, then two, ... until a count whose layout is valid (every
     structural family holds) or no host is left: what each would violate."""
-    from tpopt.optimizer.core import feasible_for
-
     g = sc.system(ev.plan.accelerator).acc.cards_per_host
-    out = []
+    out: list[dict[str, Any]] = []
     n = ev.plan.cards - g
     while n >= 1:
-        entry = {"cards": n, "hosts_fewer": (ev.plan.cards - n) // g}
+        entry: dict[str, Any] = {"cards": n, "hosts_fewer": (ev.plan.cards - n) // g}
         try:
             alt = evaluate(sc, replace(plan, cards=n, dp=0, grad_accum=0))
         except InputError as exc:
@@ -1238,7 +1235,7 @@ def fewer_hosts(sc: Scenario, plan: Plan, ev: Evaluation, enforced) -> list[dict
 
 
 def sensitivities(sc: Scenario, backend: str = "cpsat", req: Request | None = None, *,
-                  base: Evaluation | None = None) -> list[dict]:
+                  base: Evaluation | None = None) -> list[dict[str, Any]]:
     """Objective change at the optimum for one unit of each main input, by re-solving:
     deadline +1 d and -1 d, one host fewer (max_cards = cards* - cards_per_host), +1 GiB usable
     memory per card. delta = objective(changed) - objective(optimum); None when the changed request
@@ -1264,10 +1261,10 @@ def sensitivities(sc: Scenario, backend: str = "cpsat", req: Request | None = No
          lambda: replace(sc, systems={k: replace(s, acc=replace(s.acc, memory_usable=s.acc.memory_usable + GIB))
                                       for k, s in sc.systems.items()})),
     ]
-    out = []
+    out: list[dict[str, Any]] = []
     for change, param, frm, to, u, make in rows:
-        row = {"change": change, "parameter": param, "from": frm, "to": to, "unit": u, "objective": obj,
-               "objective_unit": unit, "base": b0}
+        row: dict[str, Any] = {"change": change, "parameter": param, "from": frm, "to": to, "unit": u,
+                               "objective": obj, "objective_unit": unit, "base": b0}
         if make is None:
             row.update({"status": "not applicable", "value": None, "delta": None, "delta_fraction": None})
         else:
@@ -1288,6 +1285,6 @@ def sensitivities(sc: Scenario, backend: str = "cpsat", req: Request | None = No
 
 
 __all__ = ["conflict", "minimal_conflict", "conflict_detail", "relaxations", "infeasibility", "explain_request",
-           "Relaxation", "RELAXATIONS", "explain_plan", "sensitivities", "Context", "Undecided", "DELETION_ORDER", "PARAMS",
-           "with_deadline", "with_reserved", "with_tokens", "with_max_cards", "with_max_cost", "with_efficiency",
-           "with_usable_memory", "with_nic_factor"]
+           "Relaxation", "RELAXATIONS", "explain_plan", "sensitivities", "Context", "Undecided", "DELETION_ORDER",
+           "PARAMS", "with_deadline", "with_reserved", "with_tokens", "with_max_cards", "with_max_cost",
+           "with_efficiency", "with_usable_memory", "with_nic_factor"]

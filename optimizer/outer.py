@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
 import numpy as np
 from tpopt.errors import InputError
@@ -43,7 +45,15 @@ from tpopt.optimizer import report as R
 from tpopt.optimizer.enumerate import PointTable
 from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
 from tpopt.optimizer.report import TABLE_LIMIT
-from tpopt.optimizer.result import Request, SolveResult, SolverInfo, Status, objective_key
+from tpopt.optimizer.result import (
+    Request,
+    SolveResult,
+    SolverInfo,
+    Status,
+    objective_key,
+    objective_value,
+    plan_summary,
+)
 from tpopt.optimizer.space import FAMILIES, Space
 
 LIMIT_FAMILIES = F.STAGE_SHARED  # the families the stages share (checked on the sums)
@@ -72,7 +82,7 @@ def at_batch(sc: Scenario, batch: int) -> Scenario:
     return replace(sc, task=sc.task.at_batch(batch), search=replace(sc.search, global_batch=(int(batch),)))
 
 
-def batch_figures(sc: Scenario, ev: Evaluation | None = None) -> dict:
+def batch_figures(sc: Scenario, ev: Evaluation | None = None) -> dict[str, Any]:
     """The critical-batch figures of a task at its batch (chapter 10.1.1), and with a plan the
     token-efficiency cost: tokens beyond E_min and what they cost.
 
@@ -82,10 +92,11 @@ def batch_figures(sc: Scenario, ev: Evaluation | None = None) -> dict:
     of the batch's gradient noise, in USD their share of the training cost (reserved time excluded).
     """
     t = sc.task
-    out = {"global_batch": t.global_batch, "seq_len": t.seq_len, "tokens_per_step": t.tokens_per_step,
-           "tokens": t.tokens, "reference_batch": t.ref_batch, "reference_tokens": t.ref_tokens,
-           "critical_batch_tokens": t.critical_batch, "critical_batch_source": t.critical_batch_source,
-           "iterations": T.iteration_count(sc), "ramp": None}
+    out: dict[str, Any] = {
+        "global_batch": t.global_batch, "seq_len": t.seq_len, "tokens_per_step": t.tokens_per_step,
+        "tokens": t.tokens, "reference_batch": t.ref_batch, "reference_tokens": t.ref_tokens,
+        "critical_batch_tokens": t.critical_batch, "critical_batch_source": t.critical_batch_source,
+        "iterations": T.iteration_count(sc), "ramp": None}
     if t.ramp is not None and t.ramp[0] < t.global_batch:
         steps, seqs = B.ramp_steps(t.ramp[0], t.ramp[1], t.global_batch, min(t.ramp[2], t.tokens) / t.seq_len)
         out["ramp"] = {"start": t.ramp[0], "increment": t.ramp[1], "tokens": seqs * t.seq_len, "steps": steps}
@@ -129,7 +140,7 @@ class BatchSolve:
         return next(c for c in self.choices if c.batch == ev.plan.global_batch)
 
 
-def merge_status(statuses) -> Status:
+def merge_status(statuses: Iterable[Status]) -> Status:
     """Proven optimal only when every sub-problem is proven (optimal or infeasible)."""
     statuses = list(statuses)
     if all(s == Status.INFEASIBLE for s in statuses):
@@ -141,8 +152,8 @@ def merge_status(statuses) -> Status:
     return Status.UNKNOWN
 
 
-def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = None, restrict: dict | None = None,
-          space: Space | None = None) -> SolveResult:
+def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = None,
+          restrict: R.Restrict | None = None, space: Space | None = None) -> SolveResult:
     """The best ``req.top`` plans of any unstaged scenario: one exact solve per global batch when the
     batch is a choice (:func:`solve_batches`), else :func:`tpopt.optimizer.core.solve` of its one space."""
     if space is None and sc.stages:
@@ -153,7 +164,7 @@ def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = N
 
 
 def solve_batches(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = None,
-                  restrict: dict | None = None) -> BatchSolve:
+                  restrict: R.Restrict | None = None) -> BatchSolve:
     """The best ``req.top`` plans over every batch choice (each batch's exact optimum, merged)."""
     req = req or Request()
     clock = clock_of(req)  # one clock over every batch's solve
@@ -190,35 +201,37 @@ class MultiOracle:
     may name ``global_batch`` to select some), so a family "binds" when dropping it admits a better
     plan at any batch."""
 
-    def __init__(self, oracles: dict, space: Space):
+    def __init__(self, oracles: dict[int, R.Oracle], space: Space):
         self.oracles = oracles  # batch -> oracle of that batch's space
         self.space = space  # the chosen batch's space (the families no plan can violate do not depend on the batch)
         self.name = "/".join(sorted({o.name for o in oracles.values()}))
 
-    def _pick(self, restrict):
+    def _pick(self, restrict: R.Restrict | None) -> tuple[list[tuple[int, R.Oracle]], R.Restrict | None]:
         restrict = dict(restrict or {})
         batches = restrict.pop("global_batch", None)
         items = [(b, o) for b, o in self.oracles.items() if batches is None or b in set(batches)]
         return items, restrict or None
 
-    def best(self, enforced, objective: str, restrict=None, cards=None):
+    def best(self, enforced: Collection[str], objective: str, restrict: R.Restrict | None = None,
+             cards: R.Cards = None) -> Evaluation | None:
         items, rest = self._pick(restrict)
         found = [ev for _, o in items for ev in [o.best(enforced, objective, rest, cards)] if ev is not None]
         return min(found, key=lambda ev: objective_key(ev, objective)) if found else None
 
 
-def batch_analysis(bs: BatchSolve, backend: str, req: Request, enforced) -> dict:
+def batch_analysis(bs: BatchSolve, backend: str, req: Request, enforced: Collection[str]) -> dict[str, Any]:
     """Binding families over every batch, the usual alternatives at the chosen batch, and one
     alternative per other batch (feasible but worse, or ruled out by what); under the request's clock
     like :func:`tpopt.optimizer.report.analysis` (items it leaves open are marked so)."""
     best = bs.result.best
+    assert best is not None, "analysed after a feasible solve"
     chosen = bs.choice_of(best)
     objective = req.objective
     clock = clock_of(req)
     undecided: list[str] = []
     try:
         with clock.interruptible("analysing the optimum"):
-            oracles = {c.batch: R.make_oracle(c.space, backend, req) for c in bs.choices}
+            oracles: dict[int, R.Oracle] = {c.batch: R.make_oracle(c.space, backend, req) for c in bs.choices}
     except TimeLimitReached:
         return {"oracle": None, "binding": [], "alternatives": [], "robustness": R.robustness(chosen.sc, best),
                 "undecided": [f for f in R.RELAXABLE if f in enforced], "analysis": "time limit reached"}
@@ -237,8 +250,8 @@ def batch_analysis(bs: BatchSolve, backend: str, req: Request, enforced) -> dict
         if c.result.best is not None:
             alt = c.result.best
             alts.append({"alternative": label, "kind": "batch", "feasible": True,
-                         "plan": R.plan_summary(alt), "objective": R.objective_value(alt, objective),
-                         "delta": R.objective_value(alt, objective) / R.objective_value(best, objective) - 1})
+                         "plan": plan_summary(alt), "objective": objective_value(alt, objective),
+                         "delta": objective_value(alt, objective) / objective_value(best, objective) - 1})
         elif c.result.status == Status.INFEASIBLE:
             try:
                 why = R._ruled_out(oracles[c.batch], objective, enforced)
@@ -252,9 +265,9 @@ def batch_analysis(bs: BatchSolve, backend: str, req: Request, enforced) -> dict
             "analysis": "done" if done else "time limit reached"}
 
 
-def batch_rows(bs: BatchSolve, objective: str) -> list[dict]:
+def batch_rows(bs: BatchSolve, objective: str) -> list[dict[str, Any]]:
     """One row per batch choice: tokens, steps, and its best plan (or its status)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for c in bs.choices:
         f = batch_figures(c.sc, c.result.best)
         row = {"global_batch": c.batch, "tokens_per_step": f["tokens_per_step"], "tokens": f["tokens"],
@@ -311,7 +324,7 @@ class FrontPoint:
 
 def pareto(points: list[FrontPoint]) -> list[FrontPoint]:
     """Points no other point beats on both finish and cost, by increasing finish (ties: cheaper first)."""
-    out = []
+    out: list[FrontPoint] = []
     for p in sorted(points, key=lambda p: (p.finish_s, p.cost)):
         if not out or p.cost < out[-1].cost * (1 - REL):
             out.append(p)
@@ -322,8 +335,8 @@ def _limits_free(sc: Scenario, deadline_s: float) -> Scenario:
     return replace(sc, task=replace(sc.task, deadline_s=deadline_s), cost=CostOptions(None))
 
 
-def stage_front(st: Scenario, backend: str, req: Request, enforced, t_max: float, cheapest_only: bool = False
-                ) -> tuple[list[FrontPoint], bool]:
+def stage_front(st: Scenario, backend: str, req: Request, enforced: Collection[str], t_max: float,
+                cheapest_only: bool = False) -> tuple[list[FrontPoint], bool]:
     """The Pareto front of (finish, cost) of one stage (every batch choice) up to finish ``t_max``,
     every family but the shared limits enforced; (front, proven)."""
     own = [f for f in enforced if f not in LIMIT_FAMILIES]
@@ -345,6 +358,7 @@ def stage_front(st: Scenario, backend: str, req: Request, enforced, t_max: float
                     points.append(FrontPoint(ev.metrics["finish_days"] * DAY, ev.metrics["cost"], ev, sub))
             continue
         t = t_max
+        assert req.clock is not None, "solve_stages starts the request's clock"
         while True:
             if req.clock.expired("tracing a stage's Pareto front"):
                 proven = False
@@ -365,10 +379,11 @@ def stage_front(st: Scenario, backend: str, req: Request, enforced, t_max: float
     return pareto(points), proven
 
 
-def combine_fronts(fronts: list[list[FrontPoint]], deadline_s: float, max_cost: float | None, objective: str):
+def combine_fronts(fronts: list[list[FrontPoint]], deadline_s: float, max_cost: float | None, objective: str
+                   ) -> tuple[FrontPoint, ...] | None:
     """The best combination (one point per stage) with finishes summing to <= deadline and costs to
     <= max_cost: pairwise merge of the fronts keeping only Pareto combinations (exact)."""
-    combos = [((0.0, 0.0), ())]
+    combos: list[tuple[tuple[float, float], tuple[FrontPoint, ...]]] = [((0.0, 0.0), ())]
     for fr in fronts:
         merged = [((f + p.finish_s, c + p.cost), picks + (p,)) for (f, c), picks in combos for p in fr]
         merged = [m for m in merged if m[0][0] <= deadline_s * (1 + REL)
@@ -392,8 +407,8 @@ class StagedSolve:
     picks: list[FrontPoint] = field(default_factory=list)  # one per stage (empty when infeasible)
     fronts: list[list[FrontPoint]] = field(default_factory=list)
     solver: SolverInfo = field(default_factory=lambda: SolverInfo("none"))
-    enforced: tuple = ()
-    fastest: list = field(default_factory=list)  # per stage: its fastest plan ignoring the shared limits
+    enforced: tuple[str, ...] = ()
+    fastest: list[Evaluation | None] = field(default_factory=list)  # per stage: its fastest plan, shared limits dropped
 
     @property
     def feasible(self) -> bool:
@@ -421,10 +436,10 @@ def solve_stages(sc: Scenario, backend: str = backends.DEFAULT, req: Request | N
                       enforced=tuple(f for f in FAMILIES if f in enforced))
     # each stage's fastest plan (every family of its own enforced): the window the others leave
     own = frozenset(f for f in enforced if f not in LIMIT_FAMILIES)
-    fastest = []
+    fastest: list[Evaluation | None] = []
     proven = True
     for st in stages:
-        best = None
+        best: Evaluation | None = None
         for b in batch_choices(st.sc):
             r = core.solve(_limits_free(at_batch(st.sc, b), deadline), backend,
                       Request(objective="time", enforce=own, time_limit=req.time_limit, seed=req.seed,
@@ -438,7 +453,7 @@ def solve_stages(sc: Scenario, backend: str = backends.DEFAULT, req: Request | N
         out.status = Status.INFEASIBLE if proven else Status.UNKNOWN
         info.wall_s = time.perf_counter() - t0
         return out
-    mins = [f.metrics["finish_days"] * DAY for f in fastest]
+    mins = [f.metrics["finish_days"] * DAY for f in cast(list[Evaluation], fastest)]  # none is None (above)
     use_deadline = F.DEADLINE in enforced
     budget = sc.cost.max_cost if F.BUDGET in enforced else None
     windows = [(deadline - (sum(mins) - m)) if use_deadline else math.inf for m in mins]
@@ -447,13 +462,13 @@ def solve_stages(sc: Scenario, backend: str = backends.DEFAULT, req: Request | N
         info.wall_s = time.perf_counter() - t0
         return out
     cap = deadline if use_deadline else math.inf
-    fronts = None
+    fronts: list[list[FrontPoint]] | None = None
     if req.objective == "cost":  # each stage's cheapest plan in its window; if they fit together: optimal
         firsts = [stage_front(st.sc, backend, req, enforced, w if math.isfinite(w) else 1e300, True)
                   for st, w in zip(stages, windows, strict=False)]
         proven &= all(p for _, p in firsts)
-        picks = [fr[-1] if fr else None for fr, _ in firsts]  # fronts run fastest -> cheapest
-        if all(picks) and sum(p.finish_s for p in picks) <= cap * (1 + REL) and \
+        picks = [fr[-1] for fr, _ in firsts if fr]  # fronts run fastest -> cheapest
+        if len(picks) == len(firsts) and sum(p.finish_s for p in picks) <= cap * (1 + REL) and \
                 (budget is None or sum(p.cost for p in picks) <= budget * (1 + REL)):
             fronts = [[p] for p in picks]
     if fronts is None:

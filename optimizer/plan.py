@@ -53,41 +53,45 @@ class PlanReport(SolveResult):
     chosen batch), ``space`` (where a conflict is computed when no plan is feasible), and the staged /
     batch-choice solves' own records."""
 
-    report: dict = field(default_factory=dict)
+    report: dict[str, Any] = field(default_factory=dict)
     view: Scenario | None = None
     space: Space | None = None
     batches: outer.BatchSolve | None = None
     staged: outer.StagedSolve | None = None
 
     @classmethod
-    def of(cls, result: SolveResult, report: dict, view: Scenario, space: Space | None = None,
+    def of(cls, result: SolveResult, report: dict[str, Any], view: Scenario, space: Space | None = None,
            batches: outer.BatchSolve | None = None, staged: outer.StagedSolve | None = None) -> PlanReport:
         return cls(status=result.status, objective=result.objective, plans=result.plans, solver=result.solver,
                    enforced=result.enforced, report=report, view=view, space=space, batches=batches, staged=staged)
 
     @property
-    def binding(self) -> list[dict] | None:
+    def binding(self) -> list[dict[str, Any]] | None:
         """The families that bind the optimum (dropping one alone admits a better plan); None: not analysed."""
-        return self.report.get("binding")
+        found: list[dict[str, Any]] | None = self.report.get("binding")
+        return found
 
     @property
-    def alternatives(self) -> list[dict] | None:
+    def alternatives(self) -> list[dict[str, Any]] | None:
         """Why not cheaper: the next plans and what rules them out; None: not analysed."""
-        return self.report.get("alternatives")
+        found: list[dict[str, Any]] | None = self.report.get("alternatives")
+        return found
 
     @property
-    def robustness(self) -> dict | None:
-        return self.report.get("robustness")
+    def robustness(self) -> dict[str, Any] | None:
+        found: dict[str, Any] | None = self.report.get("robustness")
+        return found
 
     @property
     def analysis(self) -> str | None:
         """``done``, ``time limit reached`` or ``skipped`` (None: no plan to analyse)."""
-        return self.report.get("analysis")
+        found: str | None = self.report.get("analysis")
+        return found
 
 
 def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = None, *, analyse: bool = True,
          sensitivity: bool = False, export: str | None = None,
-         on_export: Callable[[dict], None] | None = None, inputs: RelaxationInputs | None = None,
+         on_export: Callable[[dict[str, Any]], None] | None = None, inputs: RelaxationInputs | None = None,
          progress: Callable[[str], None] | None = None) -> PlanReport:
     """Solve ``sc`` as ``tpopt solve`` does (see the module); ``export``: also write the plan MILP to this
     .lp/.mps file (``on_export(figures)`` is told as soon as it is written, before the solve). Without a
@@ -114,7 +118,8 @@ def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = No
         result = core.solve(sc, run, req, space=space)
         if run != backend:
             result.solver.note = TINY_NOTE  # --method monolithic runs the solver asked for
-    out = {"status": result.status.value, "objective": result.objective, "solver": result.solver.as_dict()}
+    out: dict[str, Any] = {"status": result.status.value, "objective": result.objective,
+                           "solver": result.solver.as_dict()}
     if exported:
         out["export"] = exported
     if not result.feasible:
@@ -125,6 +130,7 @@ def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = No
         return PlanReport.of(result, out, sc, space, bs)
     view = sc  # the scenario the plan is shown in (with batch choices: at its batch)
     best = result.best
+    assert best is not None, "a feasible result has a best plan"
     if bs:  # the global batch is a choice: analysis over every batch, the chosen batch's scenario
         view, space = bs.choice_of(best).sc, bs.choice_of(best).space
         ana = outer.batch_analysis(bs, backend, req, set(result.enforced)) if analyse else None
@@ -139,9 +145,10 @@ def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = No
     return PlanReport.of(result, out, view, space, bs)
 
 
-def best_entries(result: SolveResult, ana: dict | None) -> dict:
+def best_entries(result: SolveResult, ana: dict[str, Any] | None) -> dict[str, Any]:
     """The best plan's dict with each constraint's ``binding`` (None where nobody knows: no analysis,
     or the time limit cut it short), then the analysis entries and the top plans."""
+    assert result.best is not None, "entries of a feasible result"
     d = result.best.as_dict()
     binding = {b["name"] for b in ana["binding"]} if ana else set()
     undecided = set(ana["undecided"]) if ana else set()
@@ -160,11 +167,12 @@ def best_entries(result: SolveResult, ana: dict | None) -> dict:
     return d
 
 
-def _export(space: Space, req: Request, path: str) -> dict:
+def _export(space: Space, req: Request, path: str) -> dict[str, Any]:
     """Write the plan MILP (Pyomo) for another solver; its figures (path, variables, constraints, objective)."""
     from tpopt.optimizer.pyomo_model import export_model  # lazy: start-up time (Pyomo, ortools)
 
-    return export_model(space, req, path)
+    figures: dict[str, Any] = export_model(space, req, path)
+    return figures
 
 
 def check_export(path: str) -> None:
@@ -178,9 +186,9 @@ def check_export(path: str) -> None:
 # no batch admits a plan
 
 
-def fastest_per_batch(bs: outer.BatchSolve, backend: str, req: Request) -> list[dict]:
+def fastest_per_batch(bs: outer.BatchSolve, backend: str, req: Request) -> list[dict[str, Any]]:
     """Each batch's fastest plan with the deadline and budget dropped (None: no plan at all)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for c in bs.choices:
         enforce = frozenset(f for f in req.enforced(FAMILIES) if f not in (F.DEADLINE, F.BUDGET))
         r = core.solve(c.sc, backend, Request(objective="time", enforce=enforce, time_limit=req.time_limit,
@@ -211,13 +219,13 @@ def _staged(sc: Scenario, backend: str, req: Request, analyse: bool) -> PlanRepo
     return PlanReport.of(result, staged_dict(ss, analyse, backend, req), sc, staged=ss)
 
 
-def _stage_entry(ss: outer.StagedSolve, i: int, analyse: bool, backend: str, req: Request) -> dict:
+def _stage_entry(ss: outer.StagedSolve, i: int, analyse: bool, backend: str, req: Request) -> dict[str, Any]:
     st, pick = ss.stages[i], ss.picks[i]
     ev = pick.ev
     d = ev.as_dict()
-    e = {"name": st.name, **d, "batch": outer.batch_figures(pick.sc, ev),
-         "allocated_days": outer.allocated(ss, i) / DAY, "reserved_s": st.reserved_s, "save_s": st.save_s,
-         "restore_s": st.restore_s}
+    e: dict[str, Any] = {"name": st.name, **d, "batch": outer.batch_figures(pick.sc, ev),
+                         "allocated_days": outer.allocated(ss, i) / DAY, "reserved_s": st.reserved_s,
+                         "save_s": st.save_s, "restore_s": st.restore_s}
     if analyse:  # what binds this stage at the deadline the other stages leave it
         sc_i = replace(pick.sc, task=replace(pick.sc.task, deadline_s=outer.allocated(ss, i)))
         ana = analysis(Space.from_scenario(sc_i), ev, backend, req, set(ss.enforced) - {F.BUDGET})
@@ -225,10 +233,11 @@ def _stage_entry(ss: outer.StagedSolve, i: int, analyse: bool, backend: str, req
     return e
 
 
-def staged_dict(ss: outer.StagedSolve, analyse: bool, backend: str, req: Request) -> dict:
+def staged_dict(ss: outer.StagedSolve, analyse: bool, backend: str, req: Request) -> dict[str, Any]:
     """The staged solve as the command's JSON: each stage's plan (and what binds it), the total; without
     a combination, each stage's fastest plan."""
-    out = {"status": ss.status.value, "objective": ss.objective, "solver": ss.solver.as_dict(), "feasible": ss.feasible}
+    out: dict[str, Any] = {"status": ss.status.value, "objective": ss.objective, "solver": ss.solver.as_dict(),
+                           "feasible": ss.feasible}
     if ss.feasible:
         out["stages"] = [_stage_entry(ss, i, analyse, backend, req) for i in range(len(ss.stages))]
         out["total"] = {"finish_days": ss.finish_s / DAY, "cost": ss.cost,

@@ -4,12 +4,15 @@ the keywords of :func:`tpopt.evaluate`): every field not given takes the scenari
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from tpopt.errors import InputError
-from tpopt.models.plan import Plan, schedule_name, split_schedule
+from tpopt.models.plan import Plan, Scenario, SearchSpace, schedule_name, split_schedule
 from tpopt.models.units import parse_duration, parse_int, parse_number
 
 
-def _moe_flags(space, kw: dict) -> dict:
+def _moe_flags(space: SearchSpace, kw: Mapping[str, Any]) -> dict[str, Any]:
     """ep, expert_tp (0 = tp) and capacity_factor (0 = dropless) from the flags or a single-valued domain."""
     etp = kw.get("expert_tp")
     if etp is None:
@@ -30,7 +33,7 @@ def _moe_flags(space, kw: dict) -> dict:
             "capacity_factor": float(cap_v)}
 
 
-def plan_from(sc, kw: dict):
+def plan_from(sc: Scenario, kw: Mapping[str, Any]) -> Plan:
     """A :class:`Plan` from the plan flags; unspecified fields take the scenario's single-valued
     [search] domain, or the first listed value."""
     space = sc.search
@@ -44,7 +47,7 @@ def plan_from(sc, kw: dict):
     else:
         interval_s = parse_duration(interval, "--save-interval", allow_zero=False)
 
-    def pick(key, domain, default):
+    def pick(key: str, domain: Sequence[object], default: object) -> Any:
         v = kw.get(key)
         if v is not None:
             return v

@@ -15,11 +15,15 @@ monolithic solver when asked for (``--method monolithic``).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any, Protocol, TypeAlias
 
 import numpy as np
+from numpy.typing import NDArray
 from tpopt.models import families as F
 from tpopt.models.evaluate import SPEC, Evaluation, evaluate
+from tpopt.models.plan import Scenario
 from tpopt.optimizer import analysis as shared  # the analysis shared with tpopt rl (analysis() is ours)
 from tpopt.optimizer import backends, core
 from tpopt.optimizer.decompose import LayoutBounds
@@ -32,6 +36,23 @@ TABLE_LIMIT = 300_000  # spaces up to this many points are answered by one enume
 REL = 1e-9
 RELAXABLE = F.RELAXABLE
 
+Restrict: TypeAlias = dict[str, Sequence[Any]]
+"""A question's restriction: variable name -> the values it may take."""
+Cards: TypeAlias = Iterable[int] | None
+"""The card counts a question allows (None: every count)."""
+Check: TypeAlias = Callable[[], None]
+"""Called between layout evaluations (a time limit raises there)."""
+
+
+class Oracle(Protocol):
+    """What the report questions need: the space asked about, a name, and the best plan of a question."""
+
+    space: Space
+    name: str
+
+    def best(self, enforced: Collection[str], objective: str, restrict: Restrict | None = None,
+             cards: Cards = None) -> Evaluation | None: ...
+
 
 class TableOracle:
     def __init__(self, space: Space):
@@ -39,11 +60,13 @@ class TableOracle:
         self.table = PointTable.build(space)
         self.name = "enumeration"
 
-    def best(self, enforced, objective: str, restrict=None, cards=None) -> Evaluation | None:
+    def best(self, enforced: Collection[str], objective: str, restrict: Restrict | None = None,
+             cards: Cards = None) -> Evaluation | None:
         a = self.table.best(self.table.mask(enforced, restrict, cards), objective)
         return evaluate(self.space.sc, self.space.plan(a[0])) if a else None
 
-    def closest(self, family: str, enforced, restrict=None, cards=None) -> Evaluation | None:
+    def closest(self, family: str, enforced: Collection[str], restrict: Restrict | None = None,
+                cards: Cards = None) -> Evaluation | None:
         """Among plans meeting ``enforced``, the one nearest to meeting ``family``."""
         a = self.table.closest(self.table.mask(enforced, restrict, cards), family)
         return evaluate(self.space.sc, self.space.plan(a)) if a else None
@@ -56,7 +79,8 @@ class SolverOracle:
         self.req = req
         self.name = backend
 
-    def best(self, enforced, objective: str, restrict=None, cards=None) -> Evaluation | None:
+    def best(self, enforced: Collection[str], objective: str, restrict: Restrict | None = None,
+             cards: Cards = None) -> Evaluation | None:
         req = Request(objective=objective, enforce=frozenset(enforced), top=1, time_limit=self.req.time_limit,
                       seed=self.req.seed, workers=self.req.workers, cards=None if cards is None else tuple(cards),
                       clock=clock_of(self.req))
@@ -85,20 +109,20 @@ class LayoutOracle:
 
     name = "layout decomposition"
 
-    def __init__(self, space: Space, check=None):
+    def __init__(self, space: Space, check: Check | None = None):
         self.space = space
         self.layouts = layout_evaluator(space)
-        self._bounds = None
+        self._bounds: LayoutBounds | None = None
         self.questions = 0
         self.check = check  # called before each layout evaluation (a time limit can raise there)
 
     @property
-    def bounds(self):
+    def bounds(self) -> LayoutBounds:
         if self._bounds is None:
             self._bounds = LayoutBounds(self.space, "cost")
         return self._bounds
 
-    def _allowed(self, enforced, restrict, cards) -> np.ndarray:
+    def _allowed(self, enforced: Collection[str], restrict: Restrict | None, cards: Cards) -> NDArray[np.bool_]:
         b, sc, d = self.bounds, self.space.sc, self.space.domains
         ok = np.ones(b.n, dtype=bool)
         for mask in b.allowed(set(enforced), sc.search.max_cards, sc.task.deadline_s, sc.cost.max_cost).values():
@@ -111,7 +135,8 @@ class LayoutOracle:
             ok &= np.isin(b.cards, list(cards))
         return ok
 
-    def _search(self, enforced, objective: str, restrict=None, cards=None):
+    def _search(self, enforced: Collection[str], objective: str, restrict: Restrict | None = None,
+                cards: Cards = None) -> dict[str, int] | None:
         """(best index dict or None) of the question, by the bound-ordered walk over layouts."""
         self.questions += 1
         b = self.bounds
@@ -122,7 +147,8 @@ class LayoutOracle:
         cand = cand[np.argsort(key[cand], kind="stable")]
         enforced = [f for f in FAMILIES if f in set(enforced)]
         refine = not self.layouts.exact_is_bound()
-        best_key, best_idx = None, None
+        best_key: tuple[float, float] | None = None
+        best_idx: dict[str, int] | None = None
         for h in cand.tolist():
             if best_key is not None and key[h] > best_key[0]:
                 break
@@ -139,19 +165,21 @@ class LayoutOracle:
                 best_key, best_idx = found[0]
         return best_idx
 
-    def best(self, enforced, objective: str, restrict=None, cards=None) -> Evaluation | None:
+    def best(self, enforced: Collection[str], objective: str, restrict: Restrict | None = None,
+             cards: Cards = None) -> Evaluation | None:
         idx = self._search(enforced, objective, restrict, cards)
         return None if idx is None else evaluate(self.space.sc, self.space.plan(idx))
 
 
-def _merge(domains: dict, restrict: dict | None) -> dict:
+def _merge(domains: dict[str, Sequence[Any]], restrict: Restrict | None) -> dict[str, list[Any]]:
     out = {k: list(v) for k, v in domains.items()}
     for k, v in (restrict or {}).items():
         out[k] = [x for x in out[k] if x in set(v)]
     return out
 
 
-def make_oracle(space: Space, backend: str, req: Request, check=None):
+def make_oracle(space: Space, backend: str, req: Request, check: Check | None = None
+                ) -> TableOracle | SolverOracle | LayoutOracle:
     """One exact enumeration for small spaces whose pipeline terms are cheap to simulate; the layout
     decomposition's model otherwise (the monolithic solver on request: ``--method monolithic``)."""
     if space.size() <= TABLE_LIMIT and space.cheap_pipeline():
@@ -166,7 +194,7 @@ def _better(a: Evaluation, b: Evaluation, objective: str) -> bool:
     return ka < kb * (1 - REL)
 
 
-def _violation(ev: Evaluation, family: str) -> dict:
+def _violation(ev: Evaluation, family: str) -> dict[str, Any]:
     name = family
     c = ev.constraint(name) if any(x.name == name for x in ev.constraints) else None
     if c is None:
@@ -182,12 +210,12 @@ class Binding:
     name: str
     without: Evaluation  # the best plan when this family alone is dropped
 
-    def as_dict(self, best: Evaluation, objective: str) -> dict:
+    def as_dict(self, best: Evaluation, objective: str) -> dict[str, Any]:
         return shared.binding_entry(self.name, self.without, best, objective, QUOTE)
 
 
-def binding_families(oracle, best: Evaluation, objective: str, enforced, undecided: list | None = None
-                     ) -> list[Binding]:
+def binding_families(oracle: Oracle, best: Evaluation, objective: str, enforced: Collection[str],
+                     undecided: list[str] | None = None) -> list[Binding]:
     """Families that bind; those the time limit left open are appended to ``undecided`` (never
     reported as binding or as slack)."""
     inert = oracle.space.inert()  # families no plan can violate, and cost <= infinity, bind nothing
@@ -196,7 +224,8 @@ def binding_families(oracle, best: Evaluation, objective: str, enforced, undecid
     return [Binding(f, alt) for f, alt in found]
 
 
-def _ruled_out(oracle, objective: str, enforced, restrict=None, cards=None) -> list[dict]:
+def _ruled_out(oracle: Oracle, objective: str, enforced: Collection[str], restrict: Restrict | None = None,
+               cards: Cards = None) -> list[dict[str, Any]]:
     """Families that alone rule the restricted alternative out, with their value against the limit
     for the plan that comes closest to meeting them (the best plan without them, for large spaces)."""
     inert = oracle.space.inert()
@@ -216,20 +245,25 @@ def _ruled_out(oracle, objective: str, enforced, restrict=None, cards=None) -> l
     return reasons
 
 
-def why_not_cheaper(oracle, space: Space, best: Evaluation, objective: str, enforced, fewer_cards: int = 3,
-                    same_scale: bool = True) -> list[dict]:
+def _as_is(value: object) -> object:
+    """A choice's value as its label shows it (every variable but expert TP and the capacity factor)."""
+    return value
+
+
+def why_not_cheaper(oracle: Oracle, space: Space, best: Evaluation, objective: str, enforced: Collection[str],
+                    fewer_cards: int = 3, same_scale: bool = True) -> list[dict[str, Any]]:
     """Alternatives a user would ask about, each feasible-but-worse or ruled out (and by what)."""
-    out = []
+    out: list[dict[str, Any]] = []
     p = best.plan
     d = space.domains
 
-    def entry(label, kind, restrict=None, cards=None):
+    def entry(label: str, kind: str, restrict: Restrict | None = None, cards: Cards = None) -> dict[str, Any]:
         try:
             return _entry(label, kind, restrict, cards)
         except Undecided:
             return {"alternative": label, "kind": kind, "feasible": None, "undecided": "time limit reached"}
 
-    def _entry(label, kind, restrict=None, cards=None):
+    def _entry(label: str, kind: str, restrict: Restrict | None = None, cards: Cards = None) -> dict[str, Any]:
         return shared.alternative(oracle, QUOTE, {"alternative": label, "kind": kind}, best, objective, enforced,
                                   restrict, cards, lambda: _ruled_out(oracle, objective, enforced, restrict, cards))
 
@@ -250,18 +284,19 @@ def why_not_cheaper(oracle, space: Space, best: Evaluation, objective: str, enfo
         labels = {"zero": "ZeRO-{}", "tp": "TP {}", "cp": "CP {}", "pp": "PP {}", "mb": "micro-batch {}",
                   "recompute": "recompute {}", "offload": "offload {}", "mode": "{} saves", "ep": "EP {}",
                   "etp": "expert-TP {}", "cap": "capacity {}"}
-        shown = {"etp": lambda v: "= TP" if not v else v, "cap": lambda v: "none (dropless)" if not v else f"{v:g}"}
+        shown: dict[str, Callable[[Any], object]] = {"etp": lambda v: "= TP" if not v else v,
+                                                     "cap": lambda v: "none (dropless)" if not v else f"{v:g}"}
         for var, val in chosen.items():
             for other in d[var]:
                 if other == val:
                     continue
-                text = labels[var].format(shown.get(var, lambda v: v)(other))
+                text = labels[var].format(shown.get(var, _as_is)(other))
                 out.append(entry(text + f" on {p.accelerator} x {p.cards}", "same scale",
                                  {"acc": [p.accelerator], var: [other]}, (p.cards,)))
     return out
 
 
-def robustness(sc, best: Evaluation) -> dict:
+def robustness(sc: Scenario, best: Evaluation) -> dict[str, Any]:
     """The chosen plan re-evaluated with no communication overlap (prefetch failing): does it still
     meet every constraint? (Chapter 10.6.2: one shared NIC per host bets the deadline on overlap.)"""
     if not sc.overlap:
@@ -272,11 +307,11 @@ def robustness(sc, best: Evaluation) -> dict:
                                 "violates": [c.name for c in ev.violated()]}}
 
 
-def analysis(space: Space, best: Evaluation, backend: str, req: Request, enforced) -> dict:
+def analysis(space: Space, best: Evaluation, backend: str, req: Request, enforced: Collection[str]) -> dict[str, Any]:
     """Binding families and alternatives of an optimum (dicts ready for JSON)."""
     clock = clock_of(req)
 
-    def check():  # between the layouts a large space's questions evaluate
+    def check() -> None:  # between the layouts a large space's questions evaluate
         if clock.expired("analysing the optimum"):
             raise Undecided("time limit reached")
 
