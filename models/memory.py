@@ -7,6 +7,7 @@ All functions broadcast over numpy arrays of tp / pp / dp / zero stage / micro-b
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -182,7 +183,7 @@ def stage_end_params(a: ModelArch, tp: ArrayLike, tied_copy: bool = False) -> tu
     return emb + pos, head + mtp_lin / np.asarray(tp, dtype=float) + tail_other
 
 
-def stage_param_counts(a: ModelArch, tp: ArrayLike, layers: list[int]) -> list[Floats]:
+def stage_param_counts(a: ModelArch, tp: ArrayLike, layers: Sequence[float]) -> list[Floats]:
     """Parameters one card of each pipeline stage holds, for an explicit split of the layers into
     consecutive blocks (stage g holds blocks sum(layers[:g]) .. sum(layers[:g+1]) - 1).
 

@@ -49,13 +49,13 @@ from tpopt.models.arch import (
     mtp_params,
 )
 from tpopt.models.network import Route
-from tpopt.models.numeric import FloatArray
+from tpopt.models.numeric import FloatArray, Floats
 
 DISPATCHERS = ("direct", "per-host")
 A2A_OVERLAPS = ("auto", "none", "all")
 
 
-Weigh: TypeAlias = Callable[[FloatArray, FloatArray, FloatArray, FloatArray], FloatArray]
+Weigh: TypeAlias = Callable[[FloatArray, FloatArray, FloatArray, FloatArray], Floats]
 """A stage's weight from its (non-expert params per card, routed-expert linear params, routed-expert biases,
 MoE blocks), arrays broadcasting with tp and pp (:func:`heaviest_stage`)."""
 
@@ -294,7 +294,7 @@ def heaviest_stage(a: ModelArch, tp: ArrayLike, pp: ArrayLike, weigh: Weigh,
     for (i, j), c in cands.items():
         table[i, j] = np.concatenate([c, np.repeat(c[:1], width - len(c), axis=0)])
     g = table[ti, pi]  # shape t.shape + (width, 4)
-    best: FloatArray | None = None
+    best: Floats | None = None
     for w in range(width):
         v = weigh(g[..., w, 0], g[..., w, 1], g[..., w, 2], g[..., w, 3])
         best = v if best is None else np.maximum(best, v)

@@ -527,6 +527,7 @@ def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1
                                      _f(cap)).shape) + cpb
     s = sc.task.seq_len / _f(cp)
     rec = memory.recipe(sc.task.precision)
+    send: Floats
     if a.moe:
         unit = moe.largest_unit_per_card(a, tp, ep, etp)
         gather = unit * ((1 + mem.prefetch) * rec.weights + rec.grads)  # as memory.zero3_gather_bytes

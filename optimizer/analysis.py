@@ -36,7 +36,7 @@ class Oracle(Protocol[PlanT_co]):
     :class:`~tpopt.optimizer.limits.Undecided` when a time limit leaves the question open."""
 
     def best(self, enforced: Collection[str], objective: str, restrict: dict[str, Any] | None = None,
-             cards: tuple[int, ...] | None = None) -> PlanT_co | None: ...
+             cards: Iterable[int] | None = None) -> PlanT_co | None: ...
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def binding_entry(name: str, without: PlanT, best: PlanT, objective: str, quote:
 
 
 def ruled_out(oracle: Oracle[PlanT], objective: str, enforced: Collection[str], relaxable: Iterable[str],
-              restrict: dict[str, Any] | None = None, cards: tuple[int, ...] | None = None,
+              restrict: dict[str, Any] | None = None, cards: Iterable[int] | None = None,
               skip: Collection[str] = (), closest: Callable[..., PlanT | None] | None = None
               ) -> list[tuple[str, PlanT]]:
     """(f, a plan of the restricted alternative without f) for each family f whose drop alone admits one:
@@ -103,7 +103,7 @@ def ruled_out(oracle: Oracle[PlanT], objective: str, enforced: Collection[str], 
 
 
 def alternative(oracle: Oracle[PlanT], quote: Quote[PlanT], head: dict[str, Any], best: PlanT, objective: str,
-                enforced: Collection[str], restrict: dict[str, Any] | None, cards: tuple[int, ...] | None,
+                enforced: Collection[str], restrict: dict[str, Any] | None, cards: Iterable[int] | None,
                 why: Callable[[], list[dict[str, Any]]]) -> dict[str, Any]:
     """One alternative a user would ask about (``head``: its label): feasible with its plan, objective and
     delta = objective(alternative) / objective(best) - 1, or infeasible and ``why()`` (what rules it out)."""

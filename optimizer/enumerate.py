@@ -74,14 +74,14 @@ def chunks(space: Space, groups: Iterable[Group] | None = None) -> Iterator[Chun
         axes.update(pp=pp_idx, nics=k_idx)
         per_tp = int(np.prod([len(axes[a]) for a in NUMERIC_AXES[1:]]))
         step = max(1, CHUNK // max(per_tp, 1))
-        cats = {field[v]: d[v][i] for v, i in fixed.items() if v != "acc"}
+        cats: dict[str, Any] = {field[v]: d[v][i] for v, i in fixed.items() if v != "acc"}
         for start in range(0, len(axes["tp"]), step):
             sub = dict(axes, tp=axes["tp"][start:start + step])
             idx_lists = [sub[a] for a in NUMERIC_AXES]
             vals = [np.asarray([d[a][i] for i in sub[a]], dtype=float) for a in NUMERIC_AXES]
             g = dict(zip(NUMERIC_AXES, np.ix_(*vals), strict=False))
             cards = cards_of(**g)
-            nums: dict[str, NDArray[Any]] = {field[a]: g[a].astype(typ[a]) for a in NUMERIC_AXES if a != "tau"}
+            nums: dict[str, Any] = {field[a]: g[a].astype(typ[a]) for a in NUMERIC_AXES if a != "tau"}
             r = evaluate_arrays(sc, acc, save_interval_s=space.interval(g["tau"], cards, cats["save_mode"]),
                                 **nums, **cats)
             shape = tuple(len(x) for x in idx_lists)

@@ -15,7 +15,7 @@ monolithic solver when asked for (``--method monolithic``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeAlias
 
@@ -171,7 +171,7 @@ class LayoutOracle:
         return None if idx is None else evaluate(self.space.sc, self.space.plan(idx))
 
 
-def _merge(domains: dict[str, Sequence[Any]], restrict: Restrict | None) -> dict[str, list[Any]]:
+def _merge(domains: Mapping[str, Sequence[Any]], restrict: Restrict | None) -> dict[str, list[Any]]:
     out = {k: list(v) for k, v in domains.items()}
     for k, v in (restrict or {}).items():
         out[k] = [x for x in out[k] if x in set(v)]

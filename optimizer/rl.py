@@ -434,7 +434,7 @@ class RLProblem:
                                task.prompt.mean, a.hidden, a.layers, A.intra_host_bw, lat)
         tokens = n_e * task.response.mean
 
-        def decode(steps: float) -> dict[str, Any]:
+        def decode(steps: float) -> gen.DecodeTime:
             return gen.decode_time(steps, tokens, w_policy, kv_tok, c_read, ng, a.layers, a.d_attn, a.hidden, tp, peak,
                                    A.hbm_bandwidth, task.hbm_efficiency, eff, A.intra_host_bw, lat)
 
@@ -748,7 +748,7 @@ class RLOracle:
         self.widen = widen
 
     def best(self, enforced: Collection[str], objective: str, restrict: dict[str, Any] | None = None,
-             cards: tuple[int, ...] | None = None) -> RLEvaluation | None:
+             cards: Iterable[int] | None = None) -> RLEvaluation | None:
         pb = self.pb
         if self.widen and F.CARDS not in enforced:
             pb = _wider_problem(pb) or pb

@@ -256,7 +256,7 @@ class Space:
         if reserve:
             rec = rec[:1]
         nics = sorted({k for a in s.accelerators for k in cls._nic_domain(sc, a)})
-        built = {
+        built: dict[str, list[Any]] = {
             "acc": list(s.accelerators or sc.systems),
             "dp": [d for d in divisors(sc.task.global_batch) if not s.dp or d in s.dp],
             "recompute": rec,
@@ -265,8 +265,9 @@ class Space:
             "sp": (list(s.sequence_parallel) or [sc.memory.sequence_parallel])[:1 if reserve and not
                                                                               T.per_op_model(sc) else None],
         }
-        dom = {v.name: built[v.name] if v.search is None or v.name in built else list(getattr(s, v.search))
-               for v in VARIABLES}
+        dom: dict[str, list[Any]] = {
+            v.name: built[v.name] if v.search is None or v.name in built else list(getattr(s, v.search))
+            for v in VARIABLES}
         for k, allowed in (restrict or {}).items():
             if k not in dom:
                 raise InputError(f"cannot restrict unknown variable {k!r}")
