@@ -17,6 +17,7 @@ itself (an expired check or the timer), never inferred from a solver's "unknown"
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import signal
 import sys
@@ -25,6 +26,8 @@ import time
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import TYPE_CHECKING
+
+from tpopt.errors import InputError
 
 if TYPE_CHECKING:
     from tpopt.optimizer.result import Request
@@ -136,7 +139,6 @@ RETRY_S = 1e-3
 def _in_gc_callback(frame: FrameType | None) -> bool:
     """Whether ``frame`` runs inside a callback of :data:`gc.callbacks` (a profiler's, a test framework's):
     an exception raised there is reported as unraisable and dropped, so the phase would run on."""
-    import gc
 
     codes = {getattr(cb, "__code__", None) for cb in gc.callbacks} - {None}
     while codes and frame is not None:
@@ -151,7 +153,6 @@ def clock_of(req: Request) -> Clock:
     if req.clock is None:
         t = req.time_limit
         if t is not None and not (t > 0):  # nan or not positive: bad input wherever it came from
-            from tpopt.errors import InputError
 
             raise InputError(f"--time-limit: {t!r} must be a positive number of seconds")
         req.clock = Clock(None if t is None or t == math.inf else t)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from tpopt.frames import records_frame
 from tpopt.models.evaluate import Evaluation
 from tpopt.models.units import DAY
 from tpopt.optimizer.limits import Clock
@@ -85,7 +86,6 @@ class SolveResult:
     def to_frame(self) -> pd.DataFrame:
         """One row per plan returned (best first): ``rank``, the plan's fields, every metric and
         ``feasible``; integer columns (cards, tp, zero_stage, ...) stay integers. Empty when no plan."""
-        from tpopt.frames import records_frame
 
         return records_frame([{"rank": i + 1, **ev.row()} for i, ev in enumerate(self.plans)])
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import copy
 import csv
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,12 @@ from typing import Any
 from tpopt.catalogs import Catalog, load_catalog, read_text_capped
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.errors import InputError
+from tpopt.models import memory
+from tpopt.models import terms as T
 from tpopt.models.arch import ModelArch
+from tpopt.models.evaluate import resolve_plan, with_plan_options
 from tpopt.models.plan import Plan, Scenario, schedule_name
+from tpopt.models.units import GIB
 from tpopt.optimizer.calibrate import MeasuredRun
 
 DEFAULT_ACCELERATOR = "a100-80gb-sxm"
@@ -293,12 +298,6 @@ def memory_figures(run: MeasuredRun) -> dict[str, tuple[float, float]]:
     sequence parallelism and the attention core recomputed. The recompute workspace is not part of the
     published figures and is left out.
     """
-    from dataclasses import replace
-
-    from tpopt.models import memory
-    from tpopt.models import terms as T
-    from tpopt.models.evaluate import resolve_plan, with_plan_options
-    from tpopt.models.units import GIB
 
     row = run.extra
     plan = resolve_plan(run.scenario, run.plans[0])

@@ -42,37 +42,6 @@ DYNAMIC_LOADERS = frozenset({"__init__.py", "cli/main.py", "optimizer/backends/_
                              "optimizer/sweep/local.py", "optimizer/sweep/executor.py"})
 """The modules that may load a module by name (``importlib.import_module``): see the module's rule."""
 
-UNMOVED_FUNCTION_IMPORTS = frozenset({
-    # Temporary: function-level imports in models/ and optimizer/ that other branches of issue 22 are moving
-    # to module level (or marking ``# lazy:``) while this test lands. Each entry is "file: imported module";
-    # empty this set once they are merged.
-    "models/evaluate.py: tpopt.frames", "models/evaluate.py: dataclasses", "models/plan.py: tpopt.errors",
-    "models/plan.py: dataclasses", "models/plan.py: tpopt.models.batch", "optimizer/cpsat.py: time",
-    "optimizer/decompose.py: tpopt.optimizer.cpsat", "optimizer/decompose.py: tpopt.optimizer.highs",
-    "optimizer/enumerate.py: tpopt.models", "optimizer/explain.py: tpopt.optimizer.report",
-    "optimizer/explain.py: tpopt.optimizer.outer", "optimizer/explain.py: tpopt.optimizer.cpsat",
-    "optimizer/explain.py: tpopt.optimizer.limits", "optimizer/explain.py: tpopt.optimizer.core",
-    "optimizer/explain.py: tpopt.optimizer.enumerate", "optimizer/explain.py: tpopt.catalogs.scenario",
-    "optimizer/explain.py: tpopt.catalogs", "optimizer/explain.py: tpopt.models.evaluate",
-    "optimizer/limits.py: gc", "optimizer/limits.py: tpopt.errors", "optimizer/result.py: tpopt.frames",
-    "optimizer/rl.py: tpopt.optimizer.space", "optimizer/rl.py: tpopt.models.evaluate", "optimizer/rl.py: numpy",
-    "optimizer/rl.py: tpopt.optimizer.enumerate", "optimizer/runs.py: dataclasses", "optimizer/runs.py: tpopt.models",
-    "optimizer/runs.py: tpopt.models.evaluate", "optimizer/runs.py: tpopt.models.units",
-    "optimizer/space.py: tpopt.models", "optimizer/sweep/cluster.py: tpopt",
-    "optimizer/sweep/cluster.py: tpopt.optimizer.sweep.rows", "optimizer/sweep/cluster.py: tpopt.optimizer.sweep.tasks",
-    "optimizer/sweep/executor.py: tpopt.optimizer.sweep.tasks", "optimizer/sweep/front.py: tpopt.models.evaluate",
-    "optimizer/sweep/front.py: tpopt.optimizer.outer", "optimizer/sweep/front.py: tpopt.optimizer.result",
-    "optimizer/sweep/front.py: tpopt.optimizer.space", "optimizer/sweep/local.py: ctypes",
-    "optimizer/sweep/local.py: threading", "optimizer/sweep/local.py: time",
-    "optimizer/sweep/local.py: tpopt.optimizer.sweep", "optimizer/sweep/local.py: multiprocessing",
-    "optimizer/sweep/local.py: multiprocessing.connection", "optimizer/sweep/local.py: importlib",
-    "optimizer/sweep/spec.py: tpopt.catalogs", "optimizer/sweep/spec.py: tpopt.catalogs.scenario",
-    "optimizer/sweep/store.py: fcntl", "optimizer/sweep/tasks.py: tpopt.catalogs.scenario",
-    "optimizer/sweep/tasks.py: tpopt.optimizer.outer", "optimizer/sweep/tasks.py: tpopt.models.evaluate",
-    "optimizer/sweep/tasks.py: tpopt.optimizer.core", "optimizer/sweep/tasks.py: tpopt.optimizer.enumerate",
-    "optimizer/sweep/tasks.py: tpopt.optimizer.space", "optimizer/sweep/tasks.py: tpopt.optimizer.result",
-    "optimizer/sweep/tasks.py: tpopt.catalogs",
-})
 
 
 def _python_files():
@@ -243,19 +212,13 @@ def _where(path: Path) -> str:
 
 def test_function_level_imports_are_lazy_by_rule():
     """Each import inside a function is of a library in LAZY_LIBRARIES or carries ``# lazy:`` (see the
-    module's rule); the temporary UNMOVED_FUNCTION_IMPORTS lists the ones other branches are moving."""
+    module's rule)."""
     bad = []
     for path in product_modules().values():
         for line, module, source in function_level_imports(path):
-            if module.split(".")[0] in LAZY_LIBRARIES or "# lazy:" in source:
-                continue
-            if f"{_where(path)}: {module}" not in UNMOVED_FUNCTION_IMPORTS:
+            if module.split(".")[0] not in LAZY_LIBRARIES and "# lazy:" not in source:
                 bad.append(f"{_where(path)}:{line}: {source.strip()}")
     assert bad == [], "imports inside functions, neither of a heavy library nor marked '# lazy:':\n" + "\n".join(bad)
-
-
-def test_the_temporary_allowlist_covers_models_and_optimizer_only():
-    assert all(e.startswith(("models/", "optimizer/")) for e in UNMOVED_FUNCTION_IMPORTS)
 
 
 def test_only_the_documented_loaders_load_modules_by_name():

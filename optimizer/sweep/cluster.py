@@ -23,8 +23,11 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from tpopt import __version__
 from tpopt.errors import InputError
 from tpopt.optimizer.sweep.executor import Outcome
+from tpopt.optimizer.sweep.rows import FORMAT
+from tpopt.optimizer.sweep.tasks import run_task
 
 if TYPE_CHECKING:
     from dask.typing import Key
@@ -51,8 +54,6 @@ def local_cluster(n: int) -> LocalCluster:
 
 def _worker_info() -> tuple[str, int]:
     """Run on every worker: the tpopt it imports."""
-    from tpopt import __version__
-    from tpopt.optimizer.sweep.rows import FORMAT
 
     return (__version__, FORMAT)
 
@@ -135,7 +136,6 @@ class DaskExecutor:
     def _flush(self) -> None:
         """Send the queued tasks in one message: the scheduler then sees the whole group at once and
         queues it (it hands a worker a new task only when it finishes one)."""
-        from tpopt.optimizer.sweep.tasks import run_task
 
         if not self._batch:
             return

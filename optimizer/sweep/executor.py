@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from tpopt.errors import InputError
+from tpopt.optimizer.sweep.tasks import run_task
 
 if TYPE_CHECKING:
     from tpopt.optimizer.sweep.rows import Row
@@ -92,8 +93,6 @@ class InlineExecutor:
         self._queue.append((tid, task))
 
     def results(self) -> Iterator[Outcome]:
-        from tpopt.optimizer.sweep.tasks import run_task
-
         assert self._payload is not None, "results before start"
         while self._queue:
             tid, task = self._queue.pop(0)

@@ -16,14 +16,21 @@ starts, before the progress display starts a thread; a replacement for a dead wo
 
 from __future__ import annotations
 
+import ctypes
+import importlib
+import multiprocessing
 import os
 import signal
+import threading
+import time
 import traceback
 from collections.abc import Iterable, Iterator
+from multiprocessing.connection import wait
 from typing import TYPE_CHECKING
 
 from tpopt.errors import InputError
 from tpopt.optimizer import backends
+from tpopt.optimizer.sweep import tasks
 from tpopt.optimizer.sweep.executor import Outcome, TaskFailed, WorkerDied, describe
 
 if TYPE_CHECKING:
@@ -41,8 +48,6 @@ def _die_with_parent(parent: int) -> None:
     """SIGKILL when the parent dies (Linux), else a thread that watches it."""
     armed = False
     try:
-        import ctypes
-
         libc = ctypes.CDLL(None, use_errno=True)
         armed = libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
     except (OSError, AttributeError):
@@ -50,9 +55,6 @@ def _die_with_parent(parent: int) -> None:
     if os.getppid() != parent:  # the parent died before the signal was armed
         os._exit(1)
     if not armed:
-        import threading
-        import time
-
         def watch() -> None:
             while os.getppid() == parent:
                 time.sleep(0.5)
@@ -67,7 +69,6 @@ def _worker_main(conn: Connection, parent: int, payload: _Payload) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    from tpopt.optimizer.sweep import tasks
 
     while True:
         try:
@@ -117,8 +118,6 @@ class LocalExecutor:
         self._payload: _Payload | None = None
 
     def start(self, payload: _Payload, kinds: Iterable[str] = ()) -> None:
-        import multiprocessing
-
         _preload(kinds)
         methods = multiprocessing.get_all_start_methods()
         self._ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
@@ -156,8 +155,6 @@ class LocalExecutor:
         return new
 
     def results(self) -> Iterator[Outcome]:
-        from multiprocessing.connection import wait
-
         while True:
             self._dispatch()
             busy = [w for w in self._pool if w.tid is not None]
@@ -212,7 +209,6 @@ class LocalExecutor:
 
 def _preload(kinds: Iterable[str]) -> None:
     """Import the solver backends once in the parent, so forked workers do not each pay for it."""
-    import importlib
 
     importlib.import_module("tpopt.optimizer.core")
     importlib.import_module("tpopt.optimizer.enumerate")

@@ -169,7 +169,7 @@ class OutputLock:
 
     def acquire(self) -> OutputLock:
         try:
-            import fcntl
+            import fcntl  # lazy: POSIX only (the ImportError below is the fallback)
         except ImportError:  # not POSIX: no lock
             return self
         while True:
