@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from tpopt.errors import InputError
 from tpopt.models import memory
@@ -301,6 +301,16 @@ INTS = domain(integer())
 # ---------------------------------------------------------------------------------------------
 # keys and tables
 
+T = TypeVar("T")
+
+
+def table(cls: type[T]) -> type[T]:
+    """A table's declaration as a record class: frozen, without the comparison and text methods a
+    declaration never uses (each generated method costs import time on every command's start)."""
+    return dataclass(frozen=True, eq=False, repr=False)(cls)
+
+
+
 
 @dataclass(frozen=True)
 class Key:
@@ -366,7 +376,7 @@ def targets(record: Any, *names: str) -> dict:
             if (not names or f.name in names) and getattr(record, f.name) is not None}
 
 
-@dataclass(frozen=True)
+@table
 class ScenarioKeys:
     """[scenario]: its name and description."""
 
@@ -374,7 +384,7 @@ class ScenarioKeys:
     description: Any = key(raw("text"), help="free text")
 
 
-@dataclass(frozen=True)
+@table
 class ModelKeys:
     """[model]: what is trained (one of the two keys)."""
 
@@ -383,7 +393,7 @@ class ModelKeys:
     config: Any = key(raw("path to config.json"), help="a Hugging Face config.json (path relative to the scenario)")
 
 
-@dataclass(frozen=True)
+@table
 class TaskKeys:
     """[task]: what must be done (tokens at a sequence length and batch)."""
 
@@ -398,7 +408,7 @@ class TaskKeys:
                                                   "task keys and a search table over [search]")
 
 
-@dataclass(frozen=True)
+@table
 class BatchKeys:
     """[task] keys of the batch as a choice, read once the task and schedule are (context: (model, task))."""
 
@@ -409,7 +419,7 @@ class BatchKeys:
                                    help='linear batch ramp-up { start = 32, increment = 32, tokens = "4B" }')
 
 
-@dataclass(frozen=True)
+@table
 class StageKeys:
     """A [[task.stages]] entry's own keys (beside the task keys declared ``per_stage``)."""
 
@@ -417,7 +427,7 @@ class StageKeys:
     search: Any = key(raw("table"), help="[search] domains of this stage, over the scenario's [search]")
 
 
-@dataclass(frozen=True)
+@table
 class ScheduleKeys:
     """[schedule]: by when."""
 
@@ -430,7 +440,7 @@ class ScheduleKeys:
                         "schedule.reserved must be shorter than the deadline"),)
 
 
-@dataclass(frozen=True)
+@table
 class HardwareKeys:
     """[hardware]: the accelerator candidates and the step-time model."""
 
@@ -440,7 +450,7 @@ class HardwareKeys:
                                                     "efficiency); without it the per-operation model")
 
 
-@dataclass(frozen=True)
+@table
 class CardKeys:
     """Per-card overrides of the catalog, in [hardware] (for the named cards) or [hardware.<name>]."""
 
@@ -455,7 +465,7 @@ class CardKeys:
     card_hour: float = key(number(), to="price_card_hour", help="USD per card-hour")
 
 
-@dataclass(frozen=True)
+@table
 class MemoryKeys:
     """[memory]: how activations and buffers are accounted (MemoryOptions)."""
 
@@ -470,7 +480,7 @@ class MemoryKeys:
     dropout: bool = key(FLAG, False, help="dropout layers (1-byte masks, extra passes)")
 
 
-@dataclass(frozen=True)
+@table
 class InputKeys:
     """[input]: CPU data preparation (InputPipeline)."""
 
@@ -485,7 +495,7 @@ class InputKeys:
                         "input.sequences_per_worker_s must be positive when workers are given"),)
 
 
-@dataclass(frozen=True)
+@table
 class CheckpointKeys:
     """[checkpoint]: checkpoints and failures (Reliability)."""
 
@@ -509,14 +519,14 @@ class CheckpointKeys:
     EXCLUSIVE: ClassVar = (("write_bandwidth", "storage"), ("card_mtbf", "job_mtbf"))
 
 
-@dataclass(frozen=True)
+@table
 class StragglerKeys:
     """[stragglers]: per-card compute jitter."""
 
     sigma: float = key(fraction(allow_zero=True), 0, to="straggler_sigma", help="jitter as a fraction of the mean")
 
 
-@dataclass(frozen=True)
+@table
 class CommKeys:
     """[comm]: communication overlap and context-parallel options."""
 
@@ -530,7 +540,7 @@ class CommKeys:
     cp_split: str = key(choice(SPLITS), "zigzag", help="causal split: zigzag or contiguous")
 
 
-@dataclass(frozen=True)
+@table
 class PriceKeys:
     """[cost] prices (read with the hardware)."""
 
@@ -540,14 +550,14 @@ class PriceKeys:
                                  help="USD per NIC-hour (default: the catalog's)")
 
 
-@dataclass(frozen=True)
+@table
 class BudgetKeys:
     """[cost] budget (read last, after the training stages)."""
 
     max_cost: float | None = key(number(), optional=True, help="budget cap (budget.cost)")
 
 
-@dataclass(frozen=True)
+@table
 class SearchKeys:
     """[search]: the domains of the decision variables (SearchSpace)."""
 
@@ -581,7 +591,7 @@ class SearchKeys:
     sequence_parallel: tuple | None = key(domain(FLAG, "first"), help="[true, false]: a decision")
 
 
-@dataclass(frozen=True)
+@table
 class MoeSearchKeys:
     """[search] domains of mixture-of-experts models only (read with the model's routed experts)."""
 
@@ -593,7 +603,7 @@ class MoeSearchKeys:
                                  help='capacity factors ("none" = dropless)')
 
 
-@dataclass(frozen=True)
+@table
 class MoeKeys:
     """[moe]: routing assumptions of a mixture-of-experts model (MoeOptions)."""
 

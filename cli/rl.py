@@ -1,6 +1,6 @@
 """`tpopt rl`: plan RL post-training (rollout / verification / learning split) as a solve.
 
-Parsing and rendering only: the solve and its report are :func:`tpopt.optimizer.plan.plan_rl`."""
+Parsing and rendering only: the solve and its report are :func:`tpopt.optimizer.plan_rl.plan_rl`."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from tpopt.cli.rl_plot import plot_cycle
 from tpopt.cli.rl_render import rl_text
 from tpopt.errors import InputError
 from tpopt.optimizer import backends, limits
-from tpopt.optimizer import plan as P
+from tpopt.optimizer.plan_rl import plan_rl
 from tpopt.optimizer.result import Request, Status
 
 
@@ -68,7 +68,7 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
     rsc = load_rl_scenario(kw["scenario_path"] or BUILTIN_RL_SCENARIO, ov, kw.get("catalog_dirs") or ())
     # one clock for the whole command: it starts here, so the scenario's loading is not charged to it
     req = Request(objective=objective, time_limit=time_limit, clock=limits.Clock(time_limit))
-    pr = P.plan_rl(rsc, solver, req, analyse=not no_analysis)
+    pr = plan_rl(rsc, solver, req, analyse=not no_analysis)
     out = pr.report
     if plot_path and pr.feasible:
         plot_cycle(out, plot_path)

@@ -28,7 +28,6 @@ from tpopt.optimizer.backends.verify import (  # noqa: F401 (re-exported: the lo
     solver_stopped,
     verify_loop,
 )
-from tpopt.optimizer.decompose import solve_decomposed
 from tpopt.optimizer.limits import EncodingError, TimeLimitReached, clock_of
 from tpopt.optimizer.result import Request, SolveResult, SolverInfo, Status
 from tpopt.optimizer.space import FAMILIES, Space
@@ -108,6 +107,8 @@ def _dispatch(space: Space, backend: str, req: Request, enforced: Collection[str
                 return backends.lookup(backends.EXHAUSTIVE).solve_space(backends.EXHAUSTIVE, space, req, info)
             info.fallback = f"monolithic {backend}: {exc}; answered by the layout decomposition"
     try:
+        from tpopt.optimizer.decompose import solve_decomposed  # lazy: start-up time (tiny spaces never decompose)
+
         plans, status, rounds, evaluated, gap = solve_decomposed(space, impl.master, backend, req, enforced)
     except SolverFailure as exc:
         info.fallback = (info.fallback + "; " if info.fallback else "") + \

@@ -13,20 +13,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models.plan import Scenario
-from tpopt.models.rl import RLScenario
 from tpopt.models.units import DAY
-from tpopt.optimizer import backends, core, outer, rl
-from tpopt.optimizer.explain import sensitivities
-from tpopt.optimizer.infeasible import RelaxationInputs, infeasible_entries
-from tpopt.optimizer.limits import clock_of
+from tpopt.optimizer import backends, core, outer
 from tpopt.optimizer.report import analysis
-from tpopt.optimizer.result import Request, SolveResult, Status
+from tpopt.optimizer.result import Request, SolveResult
 from tpopt.optimizer.space import FAMILIES, Space
+
+if TYPE_CHECKING:
+    from tpopt.optimizer.infeasible import RelaxationInputs
 
 TINY_SPACE = 20_000
 """Plans up to which ``--method auto`` proves the optimum by evaluating every plan (vectorised): faster
@@ -126,6 +125,8 @@ def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = No
         if bs:  # conflict at the task's batch (or the first choice); relaxations over every batch
             out["batch_choices"] = fastest_per_batch(bs, backend, req)
             space = conflict_space(bs, sc)
+        from tpopt.optimizer.infeasible import infeasible_entries  # lazy: start-up time (only without a plan)
+
         out.update(infeasible_entries(sc, space, backend, req, result, inputs, progress))
         return PlanReport.of(result, out, sc, space, bs)
     view = sc  # the scenario the plan is shown in (with batch choices: at its batch)
@@ -141,6 +142,8 @@ def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = No
         out["batch"] = outer.batch_figures(view, best)
         out["batch_choices"] = outer.batch_rows(bs, req.objective) if bs else []
     if sensitivity:
+        from tpopt.optimizer.explain import sensitivities  # lazy: start-up time (only with --sensitivity)
+
         out["sensitivities"] = sensitivities(sc, backend, req, base=best)
     return PlanReport.of(result, out, view, space, bs)
 
@@ -248,41 +251,3 @@ def staged_dict(ss: outer.StagedSolve, analyse: bool, backend: str, req: Request
                                                   "cost": f.metrics["cost"], "plan": f.plan_dict()}
                           for st, f in zip(ss.stages, ss.fastest, strict=False)]
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# RL post-training
-
-
-@dataclass
-class RLPlanReport:
-    """What ``tpopt rl`` reports: the RL solve (``result``: status, objective, best RL plan), the command's
-    JSON (``report``, :func:`tpopt.optimizer.rl.report`) and the problem both were computed on (``problem``:
-    its caches and clock)."""
-
-    result: rl.RLResult
-    report: dict[str, Any]
-    problem: rl.RLProblem
-
-    @property
-    def status(self) -> Status:
-        return self.result.status
-
-    @property
-    def feasible(self) -> bool:
-        return self.result.feasible
-
-
-def plan_rl(rsc: RLScenario, backend: str = backends.DEFAULT, req: Request | None = None, *,
-            analyse: bool = True) -> RLPlanReport:
-    """Solve an RL scenario as ``tpopt rl`` does: the exact RL search for ``req.objective``
-    (:func:`tpopt.optimizer.rl.solve`, the learner's layouts by ``backend``), then its report -- the binding
-    families, the alternatives and the async break-even unless ``analyse`` is off; for an infeasible scenario
-    the conflict and the relaxations. One clock for all of it: ``req.clock``, else one of ``req.time_limit``
-    started here."""
-    req = req or Request()
-    pb = rl.RLProblem(rsc, backend, req)  # an unknown backend fails here
-    backends.require(backend, req)  # a missing solver fails here, before any work
-    clock_of(req)  # the solve and its analysis share it
-    result = rl.solve(pb, req.objective)
-    return RLPlanReport(result, rl.report(pb, result, analyse=analyse, break_even=analyse), pb)
