@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from tpopt.errors import InputError
 from tpopt.models import memory
@@ -299,17 +299,8 @@ INTS = domain(integer())
 
 
 # ---------------------------------------------------------------------------------------------
-# keys and tables
-
-T = TypeVar("T")
-
-
-def table(cls: type[T]) -> type[T]:
-    """A table's declaration as a record class: frozen, without the comparison and text methods a
-    declaration never uses (each generated method costs import time on every command's start)."""
-    return dataclass(frozen=True, eq=False, repr=False)(cls)
-
-
+# keys and tables (a table's record class is a declaration: frozen, without comparison and text methods,
+# which would only cost import time on every command's start)
 
 
 @dataclass(frozen=True)
@@ -376,7 +367,7 @@ def targets(record: Any, *names: str) -> dict:
             if (not names or f.name in names) and getattr(record, f.name) is not None}
 
 
-@table
+@dataclass(frozen=True, eq=False, repr=False)
 class ScenarioKeys:
     """[scenario]: its name and description."""
 
@@ -384,7 +375,7 @@ class ScenarioKeys:
     description: Any = key(raw("text"), help="free text")
 
 
-@table
+@dataclass(frozen=True, eq=False, repr=False)
 class ModelKeys:
     """[model]: what is trained (one of the two keys)."""
 
@@ -393,7 +384,7 @@ class ModelKeys:
     config: Any = key(raw("path to config.json"), help="a Hugging Face config.json (path relative to the scenario)")
 
 
-@table
+@dataclass(frozen=True, eq=False, repr=False)
 class TaskKeys:
     """[task]: what must be done (tokens at a sequence length and batch)."""
 
@@ -408,7 +399,7 @@ class TaskKeys:
                                                   "task keys and a search table over [search]")
 
 
-@table
+@dataclass(frozen=True, eq=False, repr=False)
 class BatchKeys:
     """[task] keys of the batch as a choice, read once the task and schedule are (context: (model, task))."""
 
@@ -419,7 +410,7 @@ class BatchKeys:
                                    help='linear batch ramp-up { start = 32, increment = 32, tokens = "4B" }')
 
 
-@table
+@dataclass(frozen=True, eq=False, repr=False)
 class StageKeys:
     """A [[task.stages]] entry's own keys (beside the task keys declared ``per_stage``)."""
 
@@ -427,7 +418,7 @@ class StageKeys:
     search: Any = key(raw("table"), help="[search] domains of this stage, over the scenario's [search]")
 
 
-@table
+@dataclass(frozen=True, eq=False, repr=False)
 class ScheduleKeys:
     """[schedule]: by when."""
 
@@ -440,7 +431,7 @@ class ScheduleKeys:
                         "schedule.reserved must be shorter than the deadline"),)
 
 
-@table
+@dataclass(frozen=True, eq=False, repr=False)
 class HardwareKeys:
     """[hardware]: the accelerator candidates and the step-time model."""
 
@@ -450,7 +441,7 @@ class HardwareKeys:
                                                     "efficiency); without it the per-operation model")
 
 
-@table
+@dataclass(frozen=True, eq=False, repr=False)
 class CardKeys:
     """Per-card overrides of the catalog, in [hardware] (for the named cards) or [hardware.<name>]."""
 
@@ -465,7 +456,7 @@ class CardKeys:
     card_hour: float = key(number(), to="price_card_hour", help="USD per card-hour")
 
 
-@table
+@dataclass(frozen=True, eq=False, repr=False)
 class MemoryKeys:
     """[memory]: how activations and buffers are accounted (MemoryOptions)."""
 
@@ -480,7 +471,7 @@ class MemoryKeys:
     dropout: bool = key(FLAG, False, help="dropout layers (1-byte masks, extra passes)")
 
 
-@table
+@dataclass(frozen=True, eq=False, repr=False)
 class InputKeys:
     """[input]: CPU data preparation (InputPipeline)."""
 
@@ -495,7 +486,7 @@ class InputKeys:
                         "input.sequences_per_worker_s must be positive when workers are given"),)
 
 
-@table
+@dataclass(frozen=True, eq=False, repr=False)
 class CheckpointKeys:
     """[checkpoint]: checkpoints and failures (Reliability)."""
 
@@ -519,14 +510,14 @@ class CheckpointKeys:
     EXCLUSIVE: ClassVar = (("write_bandwidth", "storage"), ("card_mtbf", "job_mtbf"))
 
 
-@table
+@dataclass(frozen=True, eq=False, repr=False)
 class StragglerKeys:
     """[stragglers]: per-card compute jitter."""
 
     sigma: float = key(fraction(allow_zero=True), 0, to="straggler_sigma", help="jitter as a fraction of the mean")
 
 
-@table
+@dataclass(frozen=True, eq=False, repr=False)
 class CommKeys:
     """[comm]: communication overlap and context-parallel options."""
 
@@ -540,7 +531,7 @@ class CommKeys:
     cp_split: str = key(choice(SPLITS), "zigzag", help="causal split: zigzag or contiguous")
 
 
-@table
+@dataclass(frozen=True, eq=False, repr=False)
 class PriceKeys:
     """[cost] prices (read with the hardware)."""
 
@@ -550,14 +541,14 @@ class PriceKeys:
                                  help="USD per NIC-hour (default: the catalog's)")
 
 
-@table
+@dataclass(frozen=True, eq=False, repr=False)
 class BudgetKeys:
     """[cost] budget (read last, after the training stages)."""
 
     max_cost: float | None = key(number(), optional=True, help="budget cap (budget.cost)")
 
 
-@table
+@dataclass(frozen=True, eq=False, repr=False)
 class SearchKeys:
     """[search]: the domains of the decision variables (SearchSpace)."""
 
@@ -591,7 +582,7 @@ class SearchKeys:
     sequence_parallel: tuple | None = key(domain(FLAG, "first"), help="[true, false]: a decision")
 
 
-@table
+@dataclass(frozen=True, eq=False, repr=False)
 class MoeSearchKeys:
     """[search] domains of mixture-of-experts models only (read with the model's routed experts)."""
 
@@ -603,7 +594,7 @@ class MoeSearchKeys:
                                  help='capacity factors ("none" = dropless)')
 
 
-@table
+@dataclass(frozen=True, eq=False, repr=False)
 class MoeKeys:
     """[moe]: routing assumptions of a mixture-of-experts model (MoeOptions)."""
 
