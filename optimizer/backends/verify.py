@@ -8,7 +8,7 @@ no-good and the search continues until no unexamined assignment can beat the K-t
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Protocol, cast
 
 from tpopt.models import families as F
@@ -19,6 +19,8 @@ from tpopt.optimizer.space import Space
 
 if TYPE_CHECKING:  # annotations only: the CP-SAT module imports ortools (start-up time)
     from tpopt.optimizer.cpsat import CandidateResult
+    from tpopt.optimizer.decompose import Allowed, LayoutBounds, Master
+    from tpopt.optimizer.result import SolverInfo
 
 SOLVER_SLACK_S = 0.5  # a solver stopping this close to the deadline stopped for the deadline
 
@@ -33,6 +35,27 @@ class RelaxedModel(Protocol):
     def solve(self, bound: float | None = None, time_limit: float = 60.0) -> CandidateResult: ...
 
     def exclude(self, assignment: Mapping[str, int]) -> None: ...
+
+
+class RelaxedBackend:
+    """A backend that answers through a relaxed model of the whole space, which :func:`verify_loop` drives,
+    and a master problem for the layout decomposition (CP-SAT, HiGHS): the registry's adapter for both."""
+
+    def __init__(self, label: str, model: Callable[[Space, Request], RelaxedModel],
+                 master: Callable[[Space, LayoutBounds, Allowed, Request], Master]) -> None:
+        self.label, self._model, self._master = label, model, master
+
+    def require(self, name: str, req: Request) -> None:
+        """Nothing to check: the solver library is one of tpopt's dependencies."""
+
+    def model(self, name: str, space: Space, req: Request) -> RelaxedModel:
+        return self._model(space, req)
+
+    def master(self, name: str, space: Space, bounds: LayoutBounds, allowed: Allowed, req: Request) -> Master:
+        return self._master(space, bounds, allowed, req)
+
+    def solve_space(self, name: str, space: Space, req: Request, info: SolverInfo) -> None:
+        raise RuntimeError(f"{self.label} answers through its model and the solve-verify loop, not solve_space")
 
 
 def evaluate_assignment(space: Space, idx: Mapping[str, int]) -> Evaluation:
