@@ -40,10 +40,10 @@ class Exhaustive:
         """Nothing to install."""
 
     def model(self, name, space, req):
-        raise NotImplementedError
+        raise backends.CapabilityError("the toy backend", "solver model")
 
     def master(self, name, space, bounds, allowed, req):
-        raise NotImplementedError
+        raise backends.CapabilityError("the toy backend", "decomposition master")
 
     def solve_space(self, name, space, req, info):
         self.calls += 1

@@ -40,10 +40,10 @@ if TYPE_CHECKING:  # annotations only: the registry loads no backend (start-up t
     from tpopt.optimizer.result import Request, SolverInfo, Status
     from tpopt.optimizer.space import Space
 
-__all__ = ["Capabilities", "Backend", "Entry", "register", "unregister", "lookup", "entry", "capabilities",
-           "names", "is_known", "accepts_syntax", "not_a_solver", "check_solver", "unknown_solver", "listing",
-           "metavar", "EXHAUSTIVE", "DEFAULT", "with_model", "SWEEP_AUTO", "sweep_names", "check_sweep_solver",
-           "require"]
+__all__ = ["Capabilities", "CapabilityError", "Backend", "Entry", "register", "unregister", "lookup", "entry",
+           "capabilities", "names", "is_known", "accepts_syntax", "not_a_solver", "check_solver", "unknown_solver",
+           "listing", "metavar", "EXHAUSTIVE", "DEFAULT", "with_model", "SWEEP_AUTO", "sweep_names",
+           "check_sweep_solver", "require"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,14 @@ class Capabilities:
     longer than evaluating every plan."""
     sweep_table: bool = False
     """A sweep with this solver evaluates each group's whole table at once (no per-point solve)."""
+
+
+class CapabilityError(RuntimeError):
+    """A backend was asked for what its :class:`Capabilities` say it lacks (a model, a master, a whole-space
+    solve): a programming error, since every caller branches on the flags first."""
+
+    def __init__(self, backend: str, what: str) -> None:
+        super().__init__(f"{backend} has no {what} (its capabilities say so; the caller should have checked)")
 
 
 class Backend(Protocol):

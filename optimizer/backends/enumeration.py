@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import NoReturn
 
 from tpopt.models.evaluate import Evaluation
+from tpopt.optimizer.backends import CapabilityError
 from tpopt.optimizer.backends.verify import evaluate_assignment
 from tpopt.optimizer.decompose import Allowed, LayoutBounds
 from tpopt.optimizer.enumerate import enumerate_best
@@ -19,10 +20,10 @@ class Enumerate:
         """Nothing to check: numpy only."""
 
     def model(self, name: str, space: Space, req: Request) -> NoReturn:
-        raise NotImplementedError("the enumerator has no solver model")
+        raise CapabilityError("the enumerator", "solver model")
 
     def master(self, name: str, space: Space, bounds: LayoutBounds, allowed: Allowed, req: Request) -> NoReturn:
-        raise NotImplementedError("the enumerator has no decomposition master")
+        raise CapabilityError("the enumerator", "decomposition master")
 
     def solve_space(self, name: str, space: Space, req: Request, info: SolverInfo
                     ) -> tuple[list[Evaluation], Status]:

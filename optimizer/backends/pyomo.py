@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import NoReturn
 
+from tpopt.optimizer.backends import CapabilityError
 from tpopt.optimizer.decompose import Allowed, LayoutBounds
 from tpopt.optimizer.pyomo_model import PyomoMaster, PyomoMilp, PyomoSolver, model_class
 from tpopt.optimizer.result import Request, SolverInfo
@@ -25,7 +26,7 @@ class Pyomo:
         return PyomoMaster(space, bounds, allowed, req, name)
 
     def solve_space(self, name: str, space: Space, req: Request, info: SolverInfo) -> NoReturn:
-        raise NotImplementedError("Pyomo answers through its model and the solve-verify loop")
+        raise CapabilityError("Pyomo", "whole-space solve (it answers through its model and the solve-verify loop)")
 
 
 PYOMO = Pyomo()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 from tpopt.models import families as F
 from tpopt.models.evaluate import Evaluation, evaluate
+from tpopt.optimizer.backends import CapabilityError
 from tpopt.optimizer.limits import Clock, clock_of
 from tpopt.optimizer.result import Request, Status, objective_key
 from tpopt.optimizer.space import Space
@@ -55,7 +56,7 @@ class RelaxedBackend:
         return self._master(space, bounds, allowed, req)
 
     def solve_space(self, name: str, space: Space, req: Request, info: SolverInfo) -> None:
-        raise RuntimeError(f"{self.label} answers through its model and the solve-verify loop, not solve_space")
+        raise CapabilityError(self.label, "whole-space solve (it answers through its model and the solve-verify loop)")
 
 
 def evaluate_assignment(space: Space, idx: Mapping[str, int]) -> Evaluation:
