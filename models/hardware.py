@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 
-from tpopt.models.network import Fabric, host_fabric, route
+from tpopt.models.network import Fabric, host_fabric
 
 #: Marks the fields that describe network tiers beyond the card's links (models/network.py).
 TIER = {"network": "tier"}
@@ -65,8 +65,8 @@ class Accelerator:
                            scale_up_cards=self.scale_up_cards, pod_hosts=self.pod_hosts,
                            spine_oversubscription=self.spine_oversubscription)
 
-    @cached_property
+    @property
     def intra_host_bw(self) -> float:
-        """Per-direction bandwidth of a group inside one host (network.route over the host's cards):
-        NVLink with P2P, else the host link."""
-        return float(route(self.fabric, self.cards_per_host).bandwidth)
+        """Per-direction bandwidth of a group inside one host: the scale-up tier's (its domain holds at
+        least one host), NVLink with P2P, else the host link."""
+        return self.fabric.scale_up.bandwidth
