@@ -149,25 +149,25 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp: ArrayLike, pp: ArrayL
     }
     heads_ok = context.heads_ok(a, tp, cp, sc.cp_method)
     cons = {
-        "memory.per_card": (mem_total, acc.memory_usable),
-        "memory.host": (host_opt, acc.host_memory if acc.host_memory > 0 else np.inf),
-        "batch.divisibility": (term(T.batch_remainder), 0.0),
-        "layout.whole_hosts": (cards % g, 0.0),
-        "layout.tp_within_host": (np.where(context.placement_ok(tp, cp, g), 0.0, tp * cp), 0.0),
-        "layout.heads_divisible": (np.where(heads_ok, 0.0, tp * cp), 0.0),
+        F.MEMORY_PER_CARD: (mem_total, acc.memory_usable),
+        F.MEMORY_HOST: (host_opt, acc.host_memory if acc.host_memory > 0 else np.inf),
+        F.BATCH_DIVISIBILITY: (term(T.batch_remainder), 0.0),
+        F.WHOLE_HOSTS: (cards % g, 0.0),
+        F.TP_WITHIN_HOST: (np.where(context.placement_ok(tp, cp, g), 0.0, tp * cp), 0.0),
+        F.HEADS_DIVISIBLE: (np.where(heads_ok, 0.0, tp * cp), 0.0),
         # the per-operation model runs uneven stages; the flat model balances L / pp layers per stage
-        "layout.pp_divides_layers": (0.0 * pp if per_op else a.layers % pp, 0.0),
-        "layout.schedule_shape": (np.where(term(T.schedule_shape_ok), 0.0, 1.0), 0.0),
-        "layout.ep_divides_experts": (np.mod(a.experts, ep), 0.0),
-        "layout.ep_group": (np.where(term(T.ep_group_ok), 0.0,
+        F.PP_DIVIDES_LAYERS: (0.0 * pp if per_op else a.layers % pp, 0.0),
+        F.SCHEDULE_SHAPE: (np.where(term(T.schedule_shape_ok), 0.0, 1.0), 0.0),
+        F.EP_DIVIDES_EXPERTS: (np.mod(a.experts, ep), 0.0),
+        F.EP_GROUP: (np.where(term(T.ep_group_ok), 0.0,
                                      ep * moe.expert_tp_size(etp, tp)), 0.0),
-        "moe.capacity_drops": (term(T.capacity_drops), sc.moe.max_drop),
-        "step.budget": (step_s, step_limit),
-        "input.throughput": (demand, supply),
-        "checkpoint.backlog": (write_s, tau),
-        "deadline.finish": (finish_s, task.deadline_s),
-        "cards.max": (cards, sc.search.max_cards),
-        "budget.cost": (cost, np.inf if sc.cost.max_cost is None else sc.cost.max_cost),
+        F.CAPACITY_DROPS: (term(T.capacity_drops), sc.moe.max_drop),
+        F.STEP_BUDGET: (step_s, step_limit),
+        F.INPUT_THROUGHPUT: (demand, supply),
+        F.CHECKPOINT: (write_s, tau),
+        F.DEADLINE: (finish_s, task.deadline_s),
+        F.CARDS: (cards, sc.search.max_cards),
+        F.BUDGET: (cost, np.inf if sc.cost.max_cost is None else sc.cost.max_cost),
     }
     feasible = np.ones(np.shape(finish_s), dtype=bool)
     for name in CONSTRAINT_NAMES:

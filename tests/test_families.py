@@ -22,10 +22,6 @@ from tpopt.optimizer.sweep import spec as sweep_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("models", "optimizer", "catalogs", "cli", "benchmarks", "api.py", "errors.py", "frames.py", "__main__.py")
-ALLOWED = {
-    # the evaluator's (value, limit) per family: its body is being rewritten around layout records
-    ("models/evaluate.py", "evaluate_arrays"),
-}
 SCENARIO_KEYS = {("catalogs/rl.py", F.RL_STALENESS), ("cli/rl.py", F.RL_STALENESS)}  # the [rl] staleness input key
 
 
@@ -46,14 +42,10 @@ def _quoted_family_names(path: Path) -> list[tuple[int, str]]:
     rel = path.relative_to(ROOT).as_posix()
     tree = ast.parse(path.read_text(), rel)
     skip = _docstrings(tree)
-    allowed = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and (rel, node.name) in ALLOWED:
-            allowed |= {id(n) for n in ast.walk(node)}
     names = set(F.BY_NAME) | {"ok." + n for n in F.BY_NAME}
     return [(node.lineno, node.value) for node in ast.walk(tree)
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
-            and id(node) not in skip and id(node) not in allowed and (rel, node.value) not in SCENARIO_KEYS]
+            and id(node) not in skip and (rel, node.value) not in SCENARIO_KEYS]
 
 
 def test_the_registry_is_the_only_place_family_names_are_quoted():
