@@ -580,6 +580,8 @@ class SearchKeys:
     global_batch: tuple | None = key(INTS, help="batch choices, sequences (needs task.critical_batch)")
     cp: tuple = key(INTS, [1], help="context-parallel sizes")
     sequence_parallel: tuple | None = key(domain(FLAG, "first"), help="[true, false]: a decision")
+    memory_budget: float | None = key(size(allow_zero=False), help="memory a solve may plan to use, e.g. 8GiB "
+                                      "(default: half the machine's; a larger space is refused)")
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -128,6 +128,7 @@ def overrides_from(kw: dict) -> dict:
         if kw.get("global_batch") else None,
         "task.critical_batch": kw.get("critical_batch"),
         "task.seq_len": kw.get("seq_len"),
+        "search.memory_budget": kw.get("memory_budget"),  # the solver options' --memory-budget
     }
 
 

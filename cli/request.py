@@ -35,6 +35,9 @@ def solve_options(fn):
         click.option("--seed", type=int, default=0, show_default=True, help="Solver random seed."),
         click.option("--workers", type=int, default=1, show_default=True,
                      help="Solver threads (1 = deterministic)."),
+        click.option("--memory-budget", help="Memory the solve may plan to use, e.g. 8GiB (overrides [search] "
+                                             "memory_budget; default: half the machine's). A space whose tables "
+                                             "would need more is refused before anything is allocated."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)

@@ -29,6 +29,7 @@ from tpopt.optimizer.backends.verify import (  # noqa: F401 (re-exported: the lo
     verify_loop,
 )
 from tpopt.optimizer.limits import EncodingError, TimeLimitReached, clock_of
+from tpopt.optimizer.memory_plan import enforce as enforce_memory
 from tpopt.optimizer.result import Request, SolveResult, SolverInfo, Status
 from tpopt.optimizer.space import FAMILIES, Space
 
@@ -74,6 +75,7 @@ def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = N
             space = space or Space.from_scenario(sc, restrict)
             info.points = space.size()
             if backends.capabilities(backend).needs_tables:
+                enforce_memory(space)  # refused before any table is allocated when over the memory budget
                 space.build_tables()  # the tables the solve reads, inside the limit
         plans, status = _dispatch(space, backend, req, enforced, info)
     except TimeLimitReached:

@@ -20,6 +20,7 @@ from tpopt.models import families as F
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY
 from tpopt.optimizer import backends, core, outer
+from tpopt.optimizer.memory_plan import enforce as enforce_memory
 from tpopt.optimizer.report import analysis
 from tpopt.optimizer.result import Request, SolveResult
 from tpopt.optimizer.space import FAMILIES, Space
@@ -105,6 +106,8 @@ def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = No
         return _staged(sc, backend, req, analyse)
     bs = outer.solve_batches(sc, backend, req) if outer.has_task_choices(sc) else None
     space = bs.choices[0].space if bs else Space.from_scenario(sc)
+    if analyse or backends.capabilities(backend).needs_tables:  # the solve or its analysis builds the tables
+        enforce_memory(space)
     exported = None
     if export:
         exported = _export(space, req, export)

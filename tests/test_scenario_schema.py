@@ -119,6 +119,7 @@ SAMPLES = {
     "search.global_batch": ("[512, 256]", (256, 512)),
     "search.cp": ("[1, 2]", (1, 2)),
     "search.sequence_parallel": ("[true, false]", (True, False)),
+    "search.memory_budget": ('"8GiB"', 8 * 2**30),
     "search.ep": ("[16, 8]", (8, 16)),
     "search.expert_tp": ('["tp", 2]', (0, 2)),
     "search.capacity_factor": ('["none", 1.25]', (0.0, 1.25)),

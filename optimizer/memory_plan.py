@@ -1,0 +1,166 @@
+"""The memory plan of a design space: what its solve would allocate, estimated from the domains alone.
+
+Before any table is built, :func:`memory_plan` multiplies out the shape of every term table a solve
+reads (:meth:`tpopt.optimizer.space.Space.table_rows`, the dtype :meth:`Space._build` gives it) and of
+the per-layout arrays of the layout decomposition, and :func:`enforce` refuses a space whose estimate
+exceeds the memory budget with one line naming the axes to narrow (an :class:`InputError`: exit 2), so
+that a large ``[search]`` never ends in a MemoryError.
+
+The estimate (bytes)::
+
+    peak = BASE_BYTES + sum over tables (rows x itemsize) + TEMPORARY_FACTOR x 8 x rows(largest table)
+           + LAYOUT_ARRAYS x 8 x layouts
+
+Measured with ``resource.getrusage`` while building the tables and solving (benchmarks/memory_plan.py):
+GPT-3 widest example 102 MiB of tables, peak 236 MiB above the interpreter (estimate 282 MiB); a 6.9e9-plan
+space 406 MiB of tables, peak 899 MiB (estimate 1,114 MiB); a 1.5M-layout space 656 MiB, peak 2,652 MiB
+(estimate 3,360 MiB with the base). The estimate is an upper bound on every space measured.
+
+The budget (:func:`budget_of`): ``[search] memory_budget`` (``tpopt solve --memory-budget``), else
+:data:`DEFAULT_SHARE` of this machine's memory (physical memory, or the cgroup's limit when smaller).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tpopt.errors import InputError
+from tpopt.models.units import GIB
+from tpopt.optimizer.space import LAYOUT, PIPELINE_TERMS, VARIABLES, Space
+
+DEFAULT_SHARE = 0.5
+"""Share of the machine's memory a solve may plan to use when the scenario states no budget."""
+BASE_BYTES = 256 * 2**20
+"""The interpreter, numpy and a solver library loaded (measured: 250 MiB with CP-SAT imported)."""
+TEMPORARY_FACTOR = 6.0
+"""Temporaries while a table is built, in float64 copies of the largest table (measured 4.4-5.5)."""
+LAYOUT_ARRAYS = 24
+"""float64 arrays over the layouts the decomposition's bounds keep (memory, busy time, rate, cost, ...)."""
+AXES_NAMED = 3
+"""Axes a refusal names at least (the widest of the largest table), so that a user can choose."""
+SEARCH_KEY = {"acc": "accelerator", "tau": "save_interval", "mode": "save_mode", "nics": "nics_per_host",
+              "dp": "dp", "recompute": "recompute", "sp": "sequence_parallel", "cap": "capacity_factor",
+              "etp": "expert_tp", "mb": "micro_batch", "zero": "zero_stage"}
+"""A variable's key in ``[search]`` (where it differs from the variable's name)."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A memory budget in bytes and where it comes from (said in the refusal)."""
+
+    bytes: float
+    source: str
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """What a solve of a space would allocate: ``plans`` (points), ``tables_bytes`` (every term table a
+    solve reads), the ``largest`` table (name, rows, variables), ``layouts`` (core layouts the
+    decomposition bounds) and ``peak_bytes`` (the estimate of the module's formula)."""
+
+    plans: int
+    tables_bytes: float
+    largest: str
+    largest_rows: int
+    largest_vars: tuple[str, ...]
+    layouts: int
+    peak_bytes: float
+
+
+def _itemsize(name: str) -> int:
+    """Bytes per entry of a table as :meth:`Space._build` stores it (bool rules, int64 card count,
+    float32 upper bounds, float64 otherwise)."""
+    return 1 if name.startswith("ok.") else 4 if name.endswith(".hi") else 8
+
+
+def solve_tables(space: Space) -> list[str]:
+    """The tables :meth:`Space.build_tables` builds: the exact ones, except the pipeline terms of a
+    space too large to simulate shape by shape, which come as their ``.lo`` / ``.hi`` bounds."""
+    exact = space.exact_pipeline_tables()
+    out = []
+    for name in space._specs:
+        base, _, side = name.rpartition(".")
+        if side in ("lo", "hi"):
+            if not exact and base in PIPELINE_TERMS:
+                out.append(name)
+        elif exact or name not in PIPELINE_TERMS:
+            out.append(name)
+    return out
+
+
+def memory_plan(space: Space) -> MemoryPlan:
+    """The space's memory plan, from its domains alone (nothing is allocated)."""
+    names = solve_tables(space)
+    rows = {n: space.table_rows(n) for n in names}
+    largest = max(rows, key=lambda n: rows[n])
+    tables = float(sum(rows[n] * _itemsize(n) for n in names))
+    layouts = math.prod(len(space.domains[v]) for v in LAYOUT)
+    peak = BASE_BYTES + tables + TEMPORARY_FACTOR * 8.0 * rows[largest] + LAYOUT_ARRAYS * 8.0 * layouts
+    return MemoryPlan(plans=space.size(), tables_bytes=tables, largest=largest, largest_rows=rows[largest],
+                      largest_vars=space.table_vars(largest), layouts=layouts, peak_bytes=peak)
+
+
+def machine_memory() -> float:
+    """This machine's memory in bytes: physical memory (``os.sysconf``), or the cgroup's limit
+    (``/sys/fs/cgroup/memory.max``, v1 ``memory.limit_in_bytes``) when that is smaller."""
+    total = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    for f in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(f).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and 0 < int(text) < total:
+            total = float(text)
+    return total
+
+
+def budget_of(stated: float | None) -> Budget:
+    """The budget: the stated one (``[search] memory_budget`` / ``--memory-budget``), else
+    :data:`DEFAULT_SHARE` of :func:`machine_memory`."""
+    if stated is not None:
+        return Budget(float(stated), "[search] memory_budget / --memory-budget")
+    total = machine_memory()
+    return Budget(DEFAULT_SHARE * total, f"{DEFAULT_SHARE:.0%} of this machine's {total / GIB:,.1f} GiB; "
+                                         "set [search] memory_budget or --memory-budget")
+
+
+def _size(b: float) -> str:
+    return f"{b / GIB:,.1f} GiB" if b < 1024 * GIB else f"{b / (1024 * GIB):,.1f} TiB"
+
+
+def axes_to_narrow(space: Space, mp: MemoryPlan, factor: float) -> list[str]:
+    """The ``[search]`` keys of the largest table's widest axes, widest first, as many as it takes for
+    the product of their sizes to reach ``factor`` (at least :data:`AXES_NAMED` where it has them)."""
+    search = {v.name: v.search for v in VARIABLES}
+    sizes = sorted(((len(space.domains[v]), v) for v in mp.largest_vars if len(space.domains[v]) > 1),
+                   key=lambda x: (-x[0], x[1]))
+    out: list[str] = []
+    prod = 1.0
+    for n, v in sizes:
+        key = SEARCH_KEY.get(v, search.get(v) or v)
+        out.append(f"{key} ({n} values)" if v != "dp" else f"dp ({n} divisors of the batch)")
+        prod *= n
+        if prod >= factor and len(out) >= AXES_NAMED:
+            break
+    return out
+
+
+def enforce(space: Space) -> MemoryPlan:
+    """The space's memory plan, or :class:`InputError` when its estimate exceeds the budget
+    (:func:`budget_of` of the scenario's ``[search] memory_budget``): one line with the plans, the
+    estimate, the largest table, the budget and its source, and the axes to narrow."""
+    mp = memory_plan(space)
+    budget = budget_of(space.sc.search.memory_budget)
+    if mp.peak_bytes <= budget.bytes:
+        return mp
+    factor = float(np.ceil(mp.peak_bytes / budget.bytes))
+    axes = axes_to_narrow(space, mp, factor)
+    raise InputError(
+        f"the design space ({mp.plans:.3g} plans) would need about {_size(mp.peak_bytes)} of memory to solve "
+        f"(largest table {mp.largest}: {mp.largest_rows:.3g} rows), over the memory budget of "
+        f"{_size(budget.bytes)} ({budget.source}): narrow [search] {', '.join(axes)} "
+        f"(about {factor:,.0f}x fewer in all)")
