@@ -304,6 +304,9 @@ def load_catalog(extra_dirs=()) -> Catalog:
     default = build_perf("default", perf["default"]) if "default" in perf else PerfParams(name="default")
     cat.performance["default"] = default
     for name, t in perf.items():
+        if name != "default" and name not in cat.accelerators:  # a typo would leave the card on [default]
+            raise InputError(f"performance.toml [{name}]: unknown accelerator {name!r} (a table per accelerator "
+                             f"of accelerators.toml, or [default]; known: {', '.join(sorted(cat.accelerators))})")
         if name != "default":
             cat.performance[name] = build_perf(name, t, default)
     return cat

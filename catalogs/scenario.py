@@ -339,8 +339,14 @@ def _check_batch_choices(task: Task, space: SearchSpace, where: str) -> None:
                          "tokens needed depend on the batch (give critical_batch, e.g. \"2M\" tokens or "
                          "\"deepseek-llm\", or \"none\" to keep the tokens whatever the batch)")
     if task.ramp is not None:
-        start, inc, _ = task.ramp
+        start, inc, ramp_tokens = task.ramp
+        if ramp_tokens > task.tokens:
+            raise InputError(f"{where}.batch_ramp.tokens: the ramp ({ramp_tokens / 1e9:,.4g}B tokens) is longer than "
+                             f"the run ({where}.tokens = {task.tokens / 1e9:,.4g}B); give a ramp shorter than the run")
         for b in choices:
+            if start > b:
+                raise InputError(f"{where}.batch_ramp.start: the ramp starts at {start} sequences, above the batch {b} "
+                                 "it ramps up to; give a start no larger than the batch")
             if start < b and (b - start) % inc:
                 raise InputError(f"{where}.batch_ramp: the batch {b} is not start {start} plus a whole number of "
                                  f"increments of {inc}")
@@ -352,6 +358,9 @@ def _stage_tables(t: dict) -> list[dict]:
     st = t["stages"]
     if not isinstance(st, list) or not st or not all(isinstance(x, dict) for x in st):
         raise InputError("task.stages must be a list of tables ([[task.stages]] with tokens, seq_len, ...)")
+    if "tokens" in t:
+        raise InputError("task.tokens: a staged task's tokens are each stage's own ([[task.stages]] tokens); "
+                         "remove tokens from [task] (it would be ignored)")
     for i, x in enumerate(st):
         bad = set(x) - STAGE_KEYS
         if bad:

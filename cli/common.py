@@ -74,6 +74,24 @@ def check_output_path(path, what: str = "output") -> None:
         raise InputError(f"{what}: folder {str(p.parent)!r} does not exist")
 
 
+def check_new_file(path, what: str, force: bool = False) -> None:
+    """An output file the command will write: not a directory, in an existing folder this process can
+    write in (probed with a temporary file, removed at once), and not an existing file unless ``force``
+    (the no-overwrite rule of every output). Checked before any work."""
+    import tempfile
+
+    check_output_path(path, what)
+    p = Path(path)
+    if p.exists() and not force:
+        raise InputError(f"{what} {path}: the file exists; pass --force to overwrite it")
+    try:
+        with tempfile.NamedTemporaryFile(prefix=".tpopt-probe-", dir=str(p.parent)):
+            pass
+    except OSError as exc:
+        raise InputError(f"{what} {path}: cannot write in folder {str(p.parent)!r} "
+                         f"({exc.strerror or type(exc).__name__})") from None
+
+
 def dump_json(obj) -> str:
     """Deterministic JSON: sorted keys off (report order matters), fixed float repr, trailing newline."""
     return json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n"

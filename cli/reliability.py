@@ -497,7 +497,7 @@ def checkpoint(cards, params, model, bytes_per_param, write_bandwidth, restore, 
 @click.option("--mu", default=None, help="Mean per-card compute time per step [default: the plan's].")
 @click.option("--fixed", default=None,
               help="Fixed waits per step (exposed communication, input) [default: the plan's].")
-@click.option("--slow-k", default="3", show_default=True, help="The slow card runs at mu + k sigma.")
+@click.option("--slow-k", default="3", show_default=True, help="The slow card runs at mu + k sigma (k >= 0).")
 @click.option("--interval", default=None, help="Checkpoint interval (for eviction) [default: the plan's].")
 @click.option("--restore", default=None, help="Restart time (for eviction) [default: the scenario's].")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (seconds).")
@@ -512,7 +512,7 @@ def stragglers(cards, sigma, mu, fixed, slow_k, interval, restore, as_json, **kw
     Example: tpopt stragglers --sigma 5%
     """
     n_cards = parse_int(cards, "--cards", minimum=1) if cards is not None else None
-    k = parse_number(slow_k, "--slow-k", allow_negative=True)
+    k = parse_number(slow_k, "--slow-k")  # k >= 0: a slow card is not faster than the mean
     need_plan = n_cards is None or mu is None or fixed is None or interval is None
     sc, ev, how = _scenario_and_plan(kw, n_cards, need_plan=need_plan)
     m = ev.metrics if ev is not None else {}

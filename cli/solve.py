@@ -9,6 +9,7 @@ from tpopt.cli.choices import batch_infeasible, batch_lines, infeasible_stage_te
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,
     EXIT_UNKNOWN,
+    check_new_file,
     dump_json,
     echo_builtin_note,
     handle_errors,
@@ -34,8 +35,9 @@ from tpopt.presentation import infeasible_lines, sensitivity_text
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables (solver.wall_s is the wall time).")
 @click.option("--export", type=click.Path(dir_okay=False),
               help="Also write the MILP (Pyomo) to this .lp or .mps file for another solver.")
+@click.option("--force", is_flag=True, help="Overwrite the --export file if it exists.")
 @handle_errors
-def solve(top, no_analysis, sensitivity, timing, as_json, export, **kw):
+def solve(top, no_analysis, sensitivity, timing, as_json, export, force, **kw):
     """Find the cheapest plan that meets the deadline, prove it optimal, and say what limits it.
 
     Example: tpopt solve --deadline 30d --hw rtx4090   (the built-in design case: 48 RTX 4090 cards)
@@ -44,6 +46,7 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, **kw):
         raise InputError("--top must be at least 1")
     if export:
         P.check_export(export)
+        check_new_file(export, "--export", force)
     sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
     req = request_from(kw, top)
     with progress_when_told("tpopt solve: explaining why no plan is feasible") as tell:

@@ -481,9 +481,10 @@ def export_model(space: Space, req: Request, path: str | os.PathLike[str]) -> di
     f = MilpFormulation(space, req)
     name = re.sub(r"[^A-Za-z0-9_]", "_", f"tpopt_{space.sc.name or 'plan'}_{req.objective}")
     fmt = p.suffix.lower()[1:]
-    fd, tmp = tempfile.mkstemp(prefix="tpopt-export-", suffix=p.suffix, dir=str(p.parent))
-    os.close(fd)
+    tmp = ""
     try:
+        fd, tmp = tempfile.mkstemp(prefix="tpopt-export-", suffix=p.suffix, dir=str(p.parent))
+        os.close(fd)
         with _quiet_pyomo():  # Pyomo logs to stdout; keep tables and JSON clean
             m, _ = build_pyomo(f, name=name)
             m.del_component(m.nogood)
@@ -492,7 +493,7 @@ def export_model(space: Space, req: Request, path: str | os.PathLike[str]) -> di
     except OSError as exc:
         raise InputError(f"--export {path}: cannot write ({exc.strerror or exc})") from None
     finally:
-        if os.path.exists(tmp):
+        if tmp and os.path.exists(tmp):
             os.unlink(tmp)
     return {"path": str(p), "format": fmt, "variables": len(f.lp.lo), "constraints": len(f.lp.r_lo),
             "objective": "cost" if req.objective == "cost" else "finish_days"}

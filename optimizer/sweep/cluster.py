@@ -17,8 +17,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import uuid
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
     from tpopt.optimizer.sweep.tasks import Task, _Payload
 
 CONNECT_TIMEOUT_S = 30
+"""Seconds a scheduler may take to answer before ``--cluster`` is one line and exit 2."""
+MAX_SCHEDULER_FILE = 64 * 1024  # bytes of a scheduler file (Dask's are a few hundred)
 
 
 def local_cluster(n: int) -> LocalCluster:
@@ -50,6 +54,28 @@ def local_cluster(n: int) -> LocalCluster:
         return distributed.LocalCluster(  # type: ignore[no-untyped-call, unused-ignore]
             n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
             silence_logs=logging.CRITICAL, scheduler_kwargs={"allowed_failures": 0})
+
+
+def scheduler_address(path: str) -> str:
+    """The scheduler address a Dask scheduler file holds (JSON with ``"address": "tcp://host:8786"``, as
+    ``dask scheduler --scheduler-file`` and dask-jobqueue write it); anything else: :class:`InputError`."""
+    what = f"--cluster: {path!r} is not a Dask scheduler file"
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_SCHEDULER_FILE + 1)
+    except OSError as exc:
+        raise InputError(f"--cluster: cannot read the scheduler file {path!r} ({exc.strerror or exc})") from None
+    if len(data) > MAX_SCHEDULER_FILE:
+        raise InputError(f"{what} (larger than {MAX_SCHEDULER_FILE // 1024} KiB)")
+    try:
+        info = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise InputError(f"{what} (not JSON)") from None
+    address = info.get("address") if isinstance(info, dict) else None
+    if not isinstance(address, str) or not re.match(r"^[a-z][a-z0-9+.-]*://\S+$", address):
+        raise InputError(f'{what} (no "address" such as tcp://host:8786; write one with dask scheduler '
+                         "--scheduler-file)")
+    return address
 
 
 def _worker_info() -> tuple[str, int]:
@@ -88,18 +114,17 @@ class DaskExecutor:
 
         if self.kind == "file" and not os.path.isfile(self.where):
             raise InputError(f"--cluster: scheduler file {self.where!r} not found")
+        # the scheduler file read here: one that is not a scheduler file is bad input, not a minute of polling
+        address = scheduler_address(str(self.where)) if self.kind == "file" else self.where
         self._quiet()
         try:
             if isinstance(self.where, int):  # local:N
                 self.cluster = local_cluster(self.where)
                 self.client = distributed.Client(  # type: ignore[no-untyped-call, unused-ignore]
                     self.cluster, set_as_default=False)
-            elif self.kind == "file":
-                self.client = distributed.Client(  # type: ignore[no-untyped-call, unused-ignore]
-                    scheduler_file=self.where, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
             else:
                 self.client = distributed.Client(  # type: ignore[no-untyped-call, unused-ignore]
-                    self.where, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+                    address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
         except (OSError, TimeoutError, ValueError) as exc:
             self.close()
             text = " ".join(str(exc).split())[:200]
