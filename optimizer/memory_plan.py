@@ -129,6 +129,9 @@ def budget_of(stated: float | None) -> Budget:
 
 
 def _size(b: float) -> str:
+    """Bytes in binary units: MiB below a GiB, GiB below a TiB, TiB beyond."""
+    if b < GIB:
+        return f"{b / 2**20:,.1f} MiB"
     return f"{b / GIB:,.1f} GiB" if b < 1024 * GIB else f"{b / (1024 * GIB):,.1f} TiB"
 
 

@@ -141,6 +141,10 @@ SCENARIO_ROWS = [
     ("hardware-peak-zero", "+hardware", 'peak = "0TFLOP/s"', "greater than zero"),
     ("hardware-nic-word", "+hardware", 'nic = "fast"', "cannot read"),
     ("hardware-nics-per-host-zero", "+hardware", "nics_per_host = 0", "at least 1"),
+    ("batch-ramp-start-above-batch", "batch", 'global_batch = 384\nbatch_ramp = { start = 512, increment = 32, '
+     'tokens = "4B" }', "the ramp starts at 512 sequences, above the batch 384"),
+    ("batch-ramp-longer-than-run", "batch", 'global_batch = 384\nbatch_ramp = { start = 32, increment = 32, '
+     'tokens = "400B" }', "the ramp (400B tokens) is longer than the run (task.tokens = 100B)"),
     ("hardware-unknown-card-table", "+hardware", "[hardware.tpu-v9]\nusable_memory = \"1GiB\"", "tpu-v9"),
     ("unknown-table", "+scenario", "[weather]\nrain = 1", "unknown table [weather]"),
 ]
@@ -274,6 +278,11 @@ CLI_ROWS = [
     ("stragglers-sigma-above-mu", ["stragglers", "--cards", "48", "--sigma", "200%"], "above 1"),
     ("stragglers-sigma-duration-above-mu", ["stragglers", "--cards", "48", "--mu", "10s", "--sigma", "20s"],
      "above --mu"),
+    ("stragglers-slow-k-negative", ["stragglers", "--cards", "48", "--sigma", "5%", "--slow-k", "-3"],
+     "--slow-k: '-3' must not be negative"),
+    ("memory-budget-zero", BASE_SOLVE + ["--memory-budget", "0GiB"], "greater than zero"),
+    ("memory-budget-exceeded", BASE_SOLVE + ["--memory-budget", "1MiB"], "over the memory budget of 1.0 MiB"),
+    ("export-unwritable-folder", BASE_SOLVE + ["--export", "/proc/plan.lp"], "cannot write in folder '/proc'"),
     # the command line itself
     ("catalog-unknown-kind", ["catalog", "widgets"], "widgets"),
     ("unknown-command", ["nosuchcmd"], "nosuchcmd"),
@@ -343,5 +352,62 @@ def test_bad_command_line(tmp_path, design_path, capsys, monkeypatch, argv, need
     assert sorted(tmp_path.rglob("*")) == before  # nothing written, nothing overwritten
 
 
+# rows that prepare files of their own (issue 24): (id, setup(tmp_path, design_path) -> argv, needle)
+def _existing_export(tmp, design):
+    (tmp / "old.lp").write_text("a file someone wants to keep\n")
+    return ["solve", "--scenario", str(design), "--no-analysis", "--export", str(tmp / "old.lp")]
+
+
+def _staged_with_task_tokens(tmp, design):
+    text = (design.parent / "llama3-8b-long-context.toml").read_text()
+    old = 'precision = "bf16-mixed"\n'
+    assert old in text
+    (tmp / "s.toml").write_text(text.replace(old, old + 'tokens = "1T"\n', 1))
+    return ["solve", "--scenario", str(tmp / "s.toml"), "--no-analysis"]
+
+
+def _unknown_performance_table(tmp, design):
+    (tmp / "cat").mkdir()
+    (tmp / "cat" / "performance.toml").write_text("[h100-sxmm]\ngemm_efficiency = 0.7\n")
+    return ["solve", "--scenario", str(design), "--no-analysis", "--catalog", str(tmp / "cat")]
+
+
+def _sweep(tmp, design, cluster):
+    return ["sweep", "--scenario", str(design.parent / "design-case-sweep.toml"), "--cluster", cluster,
+            "--out", str(tmp / "sweep.csv")]
+
+
+def _not_a_scheduler_file(tmp, design):
+    (tmp / "scheduler.json").write_text('{"workers": 4}\n')
+    return _sweep(tmp, design, str(tmp / "scheduler.json"))
+
+
+def _silent_scheduler(tmp, design):
+    (tmp / "scheduler.json").write_text('{"address": "tcp://127.0.0.1:9"}\n')  # the discard port: nobody answers
+    return _sweep(tmp, design, str(tmp / "scheduler.json"))
+
+
+PREPARED_ROWS = [
+    ("export-over-existing-file", _existing_export, "the file exists; pass --force to overwrite it"),
+    ("task-tokens-beside-stages", _staged_with_task_tokens, "task.tokens: a staged task's tokens are each stage's"),
+    ("performance-table-unknown-accelerator", _unknown_performance_table,
+     "performance.toml [h100-sxmm]: unknown accelerator 'h100-sxmm'"),
+    ("cluster-json-not-a-scheduler-file", _not_a_scheduler_file, "is not a Dask scheduler file"),
+    ("cluster-address-silent", _silent_scheduler, "cannot reach the Dask scheduler"),
+]
+
+
+@pytest.mark.parametrize("setup,needle", [r[1:] for r in PREPARED_ROWS], ids=[r[0] for r in PREPARED_ROWS])
+def test_bad_prepared_input(tmp_path, design_path, capsys, monkeypatch, setup, needle):
+    if "cluster" in setup.__name__ or "scheduler" in setup.__name__:
+        pytest.importorskip("distributed")
+        from tpopt.optimizer.sweep import cluster
+        monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 2)  # a bounded wait, shortened for the test
+    argv = setup(tmp_path, design_path)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    _assert_clean(*_run(argv, capsys, monkeypatch), needle)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing (over)written
+
+
 def test_the_matrix_has_150_classes():
-    assert len(SCENARIO_ROWS) + len(FILE_ROWS) + len(CLI_ROWS) >= 150
+    assert len(SCENARIO_ROWS) + len(FILE_ROWS) + len(CLI_ROWS) + len(PREPARED_ROWS) >= 150

@@ -109,7 +109,7 @@ def test_a_stated_budget_refuses_the_design_case(tmp_path, design_path, capsys):
     text = design_path.read_text().replace("[search]", '[search]\nmemory_budget = "1MiB"', 1)
     p = tmp_path / "s.toml"
     p.write_text(text)
-    with pytest.raises(InputError, match=r"over the memory budget of 0.0 GiB \(\[search\] memory_budget"):
+    with pytest.raises(InputError, match=r"over the memory budget of 1.0 MiB \(\[search\] memory_budget"):
         tpopt.solve(str(p))
     # the command-line flag overrides the scenario key: the design case solves under 4 GiB
     from click.testing import CliRunner
