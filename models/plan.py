@@ -219,7 +219,9 @@ class SearchSpace:
     global_batch: tuple[int, ...] = ()  # batch choices (sequences); empty: the task's batch only
     cp: tuple[int, ...] = (1,)  # context-parallel sizes
     sequence_parallel: tuple[bool, ...] = ()  # on / off choices; empty: the scenario's memory.sequence_parallel
-    memory_budget: float | None = None  # bytes a solve may plan to use (None: a share of the machine's memory)
+    # bytes a solve may plan to use (None: a share of the machine's memory); it refuses a space, never moves a
+    # plan, so it is left out of the repr (sweep fingerprints) and comparisons
+    memory_budget: float | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
