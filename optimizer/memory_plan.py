@@ -160,7 +160,10 @@ def enforce(space: Space) -> MemoryPlan:
     budget = budget_of(space.sc.search.memory_budget)
     if mp.peak_bytes <= budget.bytes:
         return mp
-    factor = float(np.ceil(mp.peak_bytes / budget.bytes))
+    if budget.bytes <= BASE_BYTES:
+        raise InputError(f"the memory budget of {_size(budget.bytes)} ({budget.source}) is below the "
+                         f"{_size(BASE_BYTES)} a solve takes before any table (the interpreter, numpy, a solver)")
+    factor = float(np.ceil((mp.peak_bytes - BASE_BYTES) / (budget.bytes - BASE_BYTES)))
     axes = axes_to_narrow(space, mp, factor)
     raise InputError(
         f"the design space ({mp.plans:.3g} plans) would need about {_size(mp.peak_bytes)} of memory to solve "

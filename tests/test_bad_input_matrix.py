@@ -281,7 +281,8 @@ CLI_ROWS = [
     ("stragglers-slow-k-negative", ["stragglers", "--cards", "48", "--sigma", "5%", "--slow-k", "-3"],
      "--slow-k: '-3' must not be negative"),
     ("memory-budget-zero", BASE_SOLVE + ["--memory-budget", "0GiB"], "greater than zero"),
-    ("memory-budget-exceeded", BASE_SOLVE + ["--memory-budget", "1MiB"], "over the memory budget of 1.0 MiB"),
+    ("memory-budget-below-the-interpreter", BASE_SOLVE + ["--memory-budget", "1MiB"],
+     "the memory budget of 1.0 MiB ([search] memory_budget / --memory-budget) is below the 256.0 MiB"),
     ("export-unwritable-folder", BASE_SOLVE + ["--export", "/proc/plan.lp"], "cannot write in folder '/proc'"),
     # the command line itself
     ("catalog-unknown-kind", ["catalog", "widgets"], "widgets"),

@@ -109,8 +109,14 @@ def test_a_stated_budget_refuses_the_design_case(tmp_path, design_path, capsys):
     text = design_path.read_text().replace("[search]", '[search]\nmemory_budget = "1MiB"', 1)
     p = tmp_path / "s.toml"
     p.write_text(text)
-    with pytest.raises(InputError, match=r"over the memory budget of 1.0 MiB \(\[search\] memory_budget"):
+    with pytest.raises(InputError, match=r"the memory budget of 1.0 MiB \(\[search\] memory_budget / "
+                                         r"--memory-budget\) is below the 256.0 MiB"):
         tpopt.solve(str(p))
+    # GPT-3's widest example: an estimated 536 MiB, refused under 300 MiB before any table is built
+    with pytest.raises(InputError, match=r"\(1.15e\+09 plans\) would need about 536.4 MiB .* over the memory "
+                                         r"budget of 300.0 MiB .*: narrow \[search\] dp \(20 divisors of the "
+                                         r"batch\), pp \(12 values\)"):
+        tpopt.solve(str(EXAMPLES / "gpt3-175b-widest.toml"), memory_budget="300MiB")
     # the command-line flag overrides the scenario key: the design case solves under 4 GiB
     from click.testing import CliRunner
     from tpopt.cli.main import cli
