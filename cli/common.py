@@ -6,6 +6,7 @@ import functools
 import json
 import math
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -78,8 +79,6 @@ def check_new_file(path, what: str, force: bool = False) -> None:
     """An output file the command will write: not a directory, in an existing folder this process can
     write in (probed with a temporary file, removed at once), and not an existing file unless ``force``
     (the no-overwrite rule of every output). Checked before any work."""
-    import tempfile
-
     check_output_path(path, what)
     p = Path(path)
     if p.exists() and not force:
