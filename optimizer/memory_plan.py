@@ -11,10 +11,13 @@ The estimate (bytes)::
     peak = BASE_BYTES + sum over tables (rows x itemsize) + TEMPORARY_FACTOR x 8 x rows(largest table)
            + LAYOUT_ARRAYS x 8 x layouts
 
-Measured with ``resource.getrusage`` while building the tables and solving (benchmarks/memory_plan.py):
-GPT-3 widest example 102 MiB of tables, peak 236 MiB above the interpreter (estimate 282 MiB); a 6.9e9-plan
-space 406 MiB of tables, peak 899 MiB (estimate 1,114 MiB); a 1.5M-layout space 656 MiB, peak 2,652 MiB
-(estimate 3,360 MiB with the base). The estimate is an upper bound on every space measured.
+Measured with ``resource.getrusage`` around ``Space.build_tables`` and a CP-SAT solve (peak above the
+interpreter, against the estimate without :data:`BASE_BYTES`): GPT-3's widest example 102 MiB of tables,
+peak 236 MiB (estimate 282 MiB); a 6.9e9-plan GPT-3 space (TP, CP, PP, 16 micro-batches, 30 save intervals)
+406 MiB of tables, peak 899 MiB (estimate 1,114 MiB); a 1.5M-layout space (720,720-sequence batch, 128
+micro-batches) 656 MiB of tables, peak 2,652 MiB (estimate 3,104 MiB). ``benchmarks/memory_plan.py`` prints
+the estimate against the peak RSS of ``tpopt solve`` on the examples. The estimate is an upper bound on every
+space measured.
 
 The budget (:func:`budget_of`): ``[search] memory_budget`` (``tpopt solve --memory-budget``), else
 :data:`DEFAULT_SHARE` of this machine's memory (physical memory, or the cgroup's limit when smaller).
