@@ -224,8 +224,8 @@ def estimate(inp: EstimateInputs) -> dict[str, Any]:
     cat_perf = acc in load_catalog(inp.catalog_dirs).performance
     out: dict[str, Any] = {
         "model": model_figures(sc),
-        "accelerator": {"name": acc, "usable_memory_gib": card.memory_usable / GIB, "cards_per_host": card.cards_per_host,
-                        "peak_flops": card.peak_flops},
+        "accelerator": {"name": acc, "usable_memory_gib": card.memory_usable / GIB,
+                        "cards_per_host": card.cards_per_host, "peak_flops": card.peak_flops},
         "task": {"seq_len": sc.task.seq_len, "global_batch": sc.task.global_batch,
                  "tokens_per_step": sc.task.tokens_per_step, "precision": sc.task.precision,
                  "batch_source": "given" if inp.global_batch else f"default: {TOKENS_PER_STEP:,} tokens / seq_len"},
@@ -235,7 +235,8 @@ def estimate(inp: EstimateInputs) -> dict[str, Any]:
         ("per-operation (performance catalog entry)" if cat_perf else "per-operation (the catalog's default prior)"),
         "search": {k: tables["search"][k] for k in ("tp", "cp", "pp", "micro_batch", "schedule")},
         "fastest": None if best is None else step_figures(sc, best),
-        "memory_layout": {"tp": base.tp, "cp": base.cp, "pp": base.pp, "dp": base.cards // (base.tp * base.cp * base.pp),
+        "memory_layout": {"tp": base.tp, "cp": base.cp, "pp": base.pp,
+                          "dp": base.cards // (base.tp * base.cp * base.pp),
                           "micro_batch": base.micro_batch, "source": "the fastest plan" if best is not None
                           else "pure data parallelism (no layout fits)"},
         "memory_table": memory_table(sc, base),
