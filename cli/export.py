@@ -66,7 +66,11 @@ def export(fmt, plan_path, out, force, **kw):
         if kw.get("cards") is None:
             raise InputError("give --cards (and the other plan flags), or --plan FILE from tpopt solve --json")
         plan = plan_from(sc, kw)
-    text = export_text(fmt, sc, evaluate(sc, plan))
+    ev = evaluate(sc, plan)
+    text = export_text(fmt, sc, ev)
+    if not ev.feasible:
+        click.echo(f"tpopt: note: the plan violates {', '.join(c.name for c in ev.violated())} on this scenario "
+                   "(tpopt evaluate shows the figures)", err=True)
     if not out:
         click.echo(text, nl=False)
         return

@@ -174,7 +174,7 @@ def _typed(value: object, typ: str) -> bool:
     raise ValueError(f"schema type {typ!r} unknown")
 
 
-def validate(fmt: str, values: Mapping[str, object], context: Mapping[str, int] | None = None) -> None:
+def validate(fmt: str, values: Mapping[str, Any], context: Mapping[str, int] | None = None) -> None:
     """Every key is an argument of the framework, every value has its type and lies in its allowed values,
     and the framework's rules between arguments hold (``context``: quantities the text does not hold, such
     as the data-parallel size). Raises :class:`ExportError` naming the first violation."""
@@ -205,7 +205,8 @@ def validate(fmt: str, values: Mapping[str, object], context: Mapping[str, int] 
         if ok and "maximum" in rule:
             ok = got <= rule["maximum"]
         if ok and "product" in rule:
-            ok = got == math.prod(int(values[k]) if k in values else ctx[k] for k in rule["product"])
+            factors = [int(values[k]) if k in values else int(ctx[k]) for k in rule["product"]]
+            ok = got == math.prod(factors)
         if not ok:
             raise ExportError(f"{fmt}: {rule['source']}")
 
@@ -704,8 +705,8 @@ def _nest(values: Mapping[str, object]) -> dict[str, Any]:
     return out
 
 
-def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, object]:
-    out: dict[str, object] = {}
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for k, v in d.items():
         if isinstance(v, dict):
             out.update(_flatten(v, prefix + k + "."))
