@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 from tpopt.catalogs.tables import read_text_capped
 from tpopt.cli.common import (
+    builtin_note,
     check_output_path,
     handle_errors,
     load_scenario_from,
@@ -52,6 +53,9 @@ def export(fmt, plan_path, out, force, **kw):
         if Path(out).exists() and not force:
             raise InputError(f"--out: {out} exists; pass --force to overwrite it")
     sc = load_scenario_from(kw)
+    note = builtin_note(kw)
+    if note:  # on stderr: stdout is the launch configuration alone
+        click.echo(f"tpopt: {note}", err=True)
     if sc.stages:
         raise InputError("export takes one training stage: staged scenarios are not supported")
     if plan_path:

@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tpopt.catalogs import load_catalog
+from tpopt.catalogs import Catalog, load_catalog
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.errors import InputError
 from tpopt.models import arch as A
 from tpopt.models import families as F
-from tpopt.models.evaluate import Evaluation, evaluate
+from tpopt.models import memory
+from tpopt.models.evaluate import Evaluation, at_plan_batch, evaluate, evaluate_arrays, resolve_plan, with_plan_options
 from tpopt.models.plan import Plan, Scenario
 from tpopt.models.units import GIB
 from tpopt.optimizer.decompose import HUB, LayoutBounds
@@ -101,7 +102,7 @@ def model_table(model: str) -> dict[str, str]:
     return {"name": model}
 
 
-def scenario_of(inp: EstimateInputs) -> tuple[Scenario, dict[str, Any]]:
+def scenario_of(inp: EstimateInputs, catalog: Catalog | None = None) -> tuple[Scenario, dict[str, Any]]:
     """The estimate's scenario and the tables it was built from."""
     if inp.cards is not None and inp.cards < 1:
         raise InputError(f"--cards must be at least 1 (got {inp.cards})")
@@ -110,7 +111,7 @@ def scenario_of(inp: EstimateInputs) -> tuple[Scenario, dict[str, Any]]:
     if inp.global_batch is not None and inp.global_batch < 1:
         raise InputError(f"--batch must be at least 1 (got {inp.global_batch})")
     tables = estimate_tables(inp, model_table(inp.model))
-    return build_scenario(tables, load_catalog(inp.catalog_dirs)), tables
+    return build_scenario(tables, catalog or load_catalog(inp.catalog_dirs)), tables
 
 
 def enforced_families() -> frozenset[str]:
@@ -157,19 +158,32 @@ def table_plan(sc: Scenario, best: Evaluation | None, acc: str, cards: int) -> P
 
 
 def memory_table(sc: Scenario, base: Plan) -> list[dict[str, Any]]:
-    """Memory per card (GiB) of ``base`` under every ZeRO stage x offload x recompute: one
-    :func:`evaluate` each, with whether it fits the usable memory."""
-    rows = []
-    for z in ZERO_STAGES:
-        for off in OFFLOADS:
-            for rc in RECOMPUTES:
-                ev = evaluate(sc, replace(base, zero_stage=z, offload=off, recompute=rc, dp=0, grad_accum=0))
-                m = ev.metrics
-                rows.append({"zero_stage": z, "offload": off, "recompute": rc,
-                             "memory_per_card_gib": m["memory_per_card_gib"], "states_gib": m["states_gib"],
-                             "activations_gib": m["activations_gib"], "temporary_gib": m["temporary_gib"],
-                             "fits": m["memory_per_card_gib"] <= m["memory_limit_gib"], "step_s": m["step_s"]})
-    return rows
+    """Memory per card (GiB) of ``base`` under every ZeRO stage x offload x recompute, with whether it fits the
+    usable memory: :func:`tpopt.models.evaluate.evaluate`'s own steps (the plan resolved and its options applied
+    once, then :func:`evaluate_arrays` with the ZeRO stages as one array per offload and recompute choice)."""
+    sc = at_plan_batch(sc, base)
+    plan = resolve_plan(sc, replace(base, dp=0, grad_accum=0))
+    sc = with_plan_options(sc, plan)
+    usable = sc.system(plan.accelerator).acc.memory_usable
+    zs = np.asarray(ZERO_STAGES)
+    cells: dict[tuple[int, str, str], dict[str, Any]] = {}
+    for off in OFFLOADS:
+        for rc in RECOMPUTES:
+            r = evaluate_arrays(sc, plan.accelerator, tp=plan.tp, pp=plan.pp, dp=plan.dp, micro_batch=plan.micro_batch,
+                                zero_stage=zs, nics_per_host=plan.nics_per_host, save_interval_s=plan.save_interval_s,
+                                recompute=memory.parse_recompute(rc), offload=off, schedule=plan.schedule,
+                                save_mode=plan.save_mode, ep=plan.ep, expert_tp=plan.expert_tp,
+                                capacity_factor=plan.capacity_factor, cp=plan.cp)
+            col = {k: np.broadcast_to(np.asarray(r[k], dtype=float), zs.shape) for k in
+                   ("memory_per_card", "states", "activations", "temporary", "step_s")}
+            for i, z in enumerate(ZERO_STAGES):
+                mem = float(col["memory_per_card"][i])
+                cells[(z, off, rc)] = {"zero_stage": z, "offload": off, "recompute": rc,
+                                       "memory_per_card_gib": mem / GIB, "states_gib": float(col["states"][i]) / GIB,
+                                       "activations_gib": float(col["activations"][i]) / GIB,
+                                       "temporary_gib": float(col["temporary"][i]) / GIB, "fits": mem <= usable,
+                                       "step_s": float(col["step_s"][i])}
+    return [cells[(z, off, rc)] for z in ZERO_STAGES for off in OFFLOADS for rc in RECOMPUTES]
 
 
 def model_figures(sc: Scenario) -> dict[str, Any]:
@@ -205,7 +219,8 @@ def step_figures(sc: Scenario, ev: Evaluation) -> dict[str, Any]:
 
 def estimate(inp: EstimateInputs) -> dict[str, Any]:
     """The estimate as a report dict (``tpopt estimate --json``)."""
-    sc, tables = scenario_of(inp)
+    cat = load_catalog(inp.catalog_dirs)
+    sc, tables = scenario_of(inp, cat)
     acc = inp.accelerator
     space = Space.from_scenario(sc)
     space.build_tables()
@@ -221,7 +236,7 @@ def estimate(inp: EstimateInputs) -> dict[str, Any]:
             break
     base = table_plan(sc, best, acc, cards)
     card = sc.system(acc).acc
-    cat_perf = acc in load_catalog(inp.catalog_dirs).performance
+    cat_perf = acc in cat.performance
     out: dict[str, Any] = {
         "model": model_figures(sc),
         "accelerator": {"name": acc, "usable_memory_gib": card.memory_usable / GIB,

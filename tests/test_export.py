@@ -3,6 +3,7 @@ carries), over layouts from small solved spaces (hypothesis); every key and valu
 transcribed argument definitions; what a framework cannot express is an error naming it; output files follow
 the no-overwrite rule."""
 
+import inspect
 import json
 import tomllib
 from dataclasses import replace
@@ -22,7 +23,10 @@ from tpopt.optimizer.result import Request
 
 
 def run(*args):
-    return CliRunner().invoke(cli, list(args))
+    """The command through click; ``.stdout`` is stdout alone (notes go to stderr)."""
+    runner = CliRunner(mix_stderr=False) if "mix_stderr" in inspect.signature(CliRunner.__init__).parameters \
+        else CliRunner()
+    return runner.invoke(cli, list(args))
 
 
 def tables(model: str, precision: str = "bf16-mixed") -> dict:
@@ -268,11 +272,11 @@ def test_cli_export_of_a_solved_plan(tmp_path):
     r = run("solve", "--deadline", "30d", "--hw", "rtx4090", "--json", "--no-analysis")
     assert r.exit_code == 0, r.output
     f = tmp_path / "plan.json"
-    f.write_text(r.output)
-    plan = json.loads(r.output)["plan"]
+    f.write_text(r.stdout)
+    plan = json.loads(r.stdout)["plan"]
     r = run("export", "--format", "deepspeed", "--plan", str(f), "--hw", "rtx4090")
     assert r.exit_code == 0, r.output
-    d = json.loads(r.output)
+    d = json.loads(r.stdout)
     assert d["train_batch_size"] == plan["global_batch"]
     assert d["train_micro_batch_size_per_gpu"] == plan["micro_batch"]
     assert d["gradient_accumulation_steps"] == plan["grad_accum"]
