@@ -24,6 +24,8 @@ COMMANDS = {
     "calibrate": "tpopt.cli.calibrate:calibrate",
     "init": "tpopt.cli.init:init",
     "rl": "tpopt.cli.rl:rl",
+    "estimate": "tpopt.cli.estimate:estimate",
+    "export": "tpopt.cli.export:export",
 }
 
 HELP = {
@@ -38,6 +40,8 @@ HELP = {
     "calibrate": "Fit an accelerator's performance parameters to measured steps; write a catalog override.",
     "init": "Write a commented scenario file to start from.",
     "rl": "Plan RL post-training: rollout vs learner cards, shared or separate, sync or async.",
+    "estimate": "Quick estimate by model name: parameters, FLOPs/token, memory across ZeRO x offload x recompute.",
+    "export": "Write a plan as Megatron-LM, NeMo (Megatron-Bridge), torchtitan or DeepSpeed launch config.",
 }
 
 

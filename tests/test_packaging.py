@@ -54,10 +54,10 @@ def test_api_main_and_type_marker_are_in_the_wheel(wheel):
 
 def test_catalog_files_are_in_the_wheel(wheel):
     names = set(wheel.namelist())
-    tomls = list((ROOT / "catalogs").glob("*.toml"))
-    assert tomls
+    tomls = list((ROOT / "catalogs").glob("*.toml")) + list((ROOT / "catalogs").glob("frameworks/*.toml"))
+    assert tomls and any(t.parent.name == "frameworks" for t in tomls)
     for t in tomls:
-        assert f"tpopt/catalogs/{t.name}" in names
+        assert f"tpopt/{t.relative_to(ROOT).as_posix()}" in names
 
 
 def test_no_generic_top_level_packages(wheel):

@@ -1,0 +1,802 @@
+"""A plan as the launch configuration of a training framework, and back.
+
+:func:`launch_plan` reads what a launcher needs from an evaluated plan (:class:`LaunchPlan`: the parallel sizes,
+batch, ZeRO stage, offload, recompute, schedule, precision, checkpoint interval in steps). Each format maps it
+onto the framework's own names -- Megatron-LM command-line arguments, NeMo Megatron-Bridge recipe overrides, a
+torchtitan TOML job config, a DeepSpeed config JSON -- and every key and value written is checked against the
+framework's argument definitions, transcribed with their source file, version and line into
+``catalogs/frameworks/*.toml`` (no framework package installs without PyTorch). A plan feature the framework
+cannot express raises :class:`ExportError` naming it. Each format also has a parser (:func:`parse`) that reads
+the text back into a :class:`LaunchPlan`; the round-trip tests check that it returns what was exported, on the
+fields the format carries (:data:`CARRIES`).
+
+Mapping choices (each stated where it is made):
+
+* ZeRO: Megatron-LM 1 = distributed optimizer, 2 / 3 = Megatron-FSDP ``optim_grads`` / ``optim_grads_params``;
+  torchtitan 0 = DDP replicas, 2 / 3 = FSDP2 with ``reshard_after_forward`` never / always, 1 inexpressible;
+  DeepSpeed ``zero_optimization.stage``.
+* Recompute: full = whole layers (Megatron uniform, one layer per unit); groups = Megatron's selective modules
+  (attn = core_attn, mlp = mlp (and moe for MoE layers), norm = layernorm).
+* Checkpoint interval: seconds / step time, rounded, at least one step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from functools import cache
+from typing import Any
+
+from tpopt.catalogs import BUILTIN_DIR
+from tpopt.errors import InputError
+from tpopt.models.evaluate import Evaluation
+from tpopt.models.plan import Plan, Scenario, split_schedule
+
+FRAMEWORK_DIR = BUILTIN_DIR / "frameworks"
+SCHEMA_FILES = {"megatron": "megatron-lm.toml", "nemo": "megatron-bridge.toml", "torchtitan": "torchtitan.toml",
+                "deepspeed": "deepspeed.toml"}
+FORMATS = tuple(SCHEMA_FILES)
+"""The formats ``tpopt export --format`` takes."""
+
+
+class ExportError(InputError):
+    """A plan feature the target framework cannot express (or a schema violation)."""
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What a launch configuration carries of a plan. ``None``: not carried by the format it was read from."""
+
+    nodes: int | None = None  # hosts
+    cards_per_node: int | None = None  # processes per host
+    tp: int | None = None
+    pp: int | None = None
+    cp: int | None = None
+    dp: int | None = None
+    ep: int | None = None  # 1 for a dense model
+    expert_tp: int | None = None  # None for a dense model
+    capacity_factor: float | None = None  # None: dropless
+    micro_batch: int | None = None
+    global_batch: int | None = None
+    grad_accum: int | None = None
+    zero_stage: int | None = None
+    offload: str | None = None  # "none" or "cpu" (optimizer states)
+    recompute: str | None = None  # "none", "full", or groups joined by "+"
+    schedule: str | None = None  # "1f1b", "interleaved", "fill-drain" (None when pp = 1)
+    virtual_stages: int | None = None  # model chunks per card (1 unless interleaved)
+    sequence_parallel: bool | None = None  # False when tp = 1
+    flash_attention: bool | None = None
+    first_stage_layers: int | None = None  # 0: even split
+    last_stage_layers: int | None = None
+    seq_len: int | None = None
+    precision: str | None = None
+    train_iters: int | None = None
+    save_interval_steps: int | None = None
+    save_mode: str | None = None  # "sync" or "async"
+
+    def project(self, names: Sequence[str]) -> LaunchPlan:
+        """Only the fields ``names`` (the others None)."""
+        return LaunchPlan(**{n: getattr(self, n) for n in names})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+ALL_FIELDS = tuple(f.name for f in fields(LaunchPlan))
+CARRIES: dict[str, tuple[str, ...]] = {
+    "megatron": ALL_FIELDS,
+    "nemo": ALL_FIELDS,
+    "torchtitan": tuple(n for n in ALL_FIELDS if n not in ("nodes", "cards_per_node", "offload", "flash_attention",
+                                                           "capacity_factor", "first_stage_layers",
+                                                           "last_stage_layers")),
+    "deepspeed": ("tp", "pp", "dp", "micro_batch", "global_batch", "grad_accum", "zero_stage", "offload", "recompute",
+                  "precision"),
+}
+"""The fields each format carries (what its parser reads back). torchtitan: offload, stage split, attention
+kernel and capacity are rejected or fixed when exported; DeepSpeed's JSON holds batch, ZeRO, offload, TP, PP and
+recompute -- the rest is model code or the training loop."""
+
+
+def launch_plan(sc: Scenario, ev: Evaluation) -> LaunchPlan:
+    """The launch view of an evaluated plan (``ev.plan`` resolved by :func:`tpopt.models.evaluate.evaluate`)."""
+    p, m = ev.plan, ev.metrics
+    hosts = int(m["hosts"])
+    moe = sc.model.moe
+    base, v = split_schedule(p.schedule) if p.pp > 1 else ("", 1)
+    first = last = 0
+    if p.pp > 1:
+        stages = [int(x) if float(x).is_integer() else x for x in m["stage_layers"]]
+        if any(not isinstance(x, int) for x in stages):
+            raise ExportError(f"the plan's stages hold fractional layer counts ({stages})")
+        if len(set(stages)) > 1:
+            if len(set(stages[1:-1])) > 1:
+                raise ExportError(f"the plan's middle pipeline stages are uneven ({stages}); launchers split "
+                                  "the layers between the first and last stage evenly")
+            first, last = stages[0], stages[-1]
+    step = float(m["step_s"])
+    return LaunchPlan(
+        nodes=hosts, cards_per_node=p.cards // hosts, tp=p.tp, pp=p.pp, cp=p.cp, dp=p.dp,
+        ep=p.ep if moe else 1, expert_tp=(p.expert_tp or p.tp) if moe else None,
+        capacity_factor=(p.capacity_factor or None) if moe else None,
+        micro_batch=p.micro_batch, global_batch=p.global_batch, grad_accum=p.grad_accum, zero_stage=p.zero_stage,
+        offload=p.offload, recompute=p.recompute, schedule=base or None, virtual_stages=v,
+        sequence_parallel=bool(p.sequence_parallel) and p.tp > 1, flash_attention=bool(p.flash_attention),
+        first_stage_layers=first, last_stage_layers=last, seq_len=sc.task.seq_len, precision=sc.task.precision,
+        train_iters=int(m["iterations"]),
+        save_interval_steps=max(1, round(p.save_interval_s / step)) if step > 0 else 1, save_mode=p.save_mode)
+
+
+# ---------------------------------------------------------------------------------------------
+# schemas (catalogs/frameworks/*.toml)
+
+
+@dataclass(frozen=True)
+class Schema:
+    """A framework's argument definitions as transcribed: name -> {type, choices, file, line}, the rules
+    between arguments, and where they come from."""
+
+    format: str
+    framework: dict[str, Any]
+    args: dict[str, dict[str, Any]]
+    requires: tuple[dict[str, Any], ...]
+    launcher: dict[str, Any]
+
+    @property
+    def cite(self) -> str:
+        f = self.framework
+        return f"{f['name']} {f['version']} ({f['source']}, commit {f['commit'][:10]})"
+
+
+@cache
+def schema(fmt: str) -> Schema:
+    """The transcribed schema of a format."""
+    path = FRAMEWORK_DIR / SCHEMA_FILES[fmt]
+    raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    return Schema(fmt, raw["framework"], raw["args"], tuple(raw.get("requires", ())), raw.get("launcher", {}))
+
+
+def _typed(value: object, typ: str) -> bool:
+    if typ == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if typ == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
+    if typ in ("bool", "flag"):
+        return isinstance(value, bool)
+    if typ == "str":
+        return isinstance(value, str)
+    if typ == "list":
+        return isinstance(value, list) and all(isinstance(x, str) for x in value)
+    raise ValueError(f"schema type {typ!r} unknown")
+
+
+def validate(fmt: str, values: Mapping[str, Any], context: Mapping[str, int] | None = None) -> None:
+    """Every key is an argument of the framework, every value has its type and lies in its allowed values,
+    and the framework's rules between arguments hold (``context``: quantities the text does not hold, such
+    as the data-parallel size). Raises :class:`ExportError` naming the first violation."""
+    sch = schema(fmt)
+    for key, value in values.items():
+        spec = sch.args.get(key)
+        if spec is None:
+            raise ExportError(f"{fmt}: {key} is not an argument of {sch.cite}")
+        if not _typed(value, spec["type"]):
+            raise ExportError(f"{fmt}: {key} = {value!r} is not of type {spec['type']} ({sch.cite})")
+        choices = spec.get("choices")
+        if choices is not None:
+            items = value if isinstance(value, list) else [value]
+            bad = [x for x in items if x not in choices]
+            if bad:
+                raise ExportError(f"{fmt}: {key} = {bad[0]!r} is not one of {choices} ({sch.cite})")
+    ctx = dict(context or {})
+    for rule in sch.requires:
+        when = values.get(rule["when"])
+        if when is None or when is False or ("minimum_when" in rule and when < rule["minimum_when"]):
+            continue
+        got = values.get(rule["needs"])
+        ok = got is not None and got is not False
+        if ok and "equals" in rule:
+            ok = got == rule["equals"]
+        if ok and "minimum" in rule:
+            ok = got >= rule["minimum"]
+        if ok and "maximum" in rule:
+            ok = got <= rule["maximum"]
+        if ok and "product" in rule:
+            factors = [int(values[k]) if k in values else int(ctx[k]) for k in rule["product"]]
+            ok = got == math.prod(factors)
+        if not ok:
+            raise ExportError(f"{fmt}: {rule['source']}")
+
+
+# ---------------------------------------------------------------------------------------------
+# shared mapping pieces
+
+MEGATRON_MODULES = {"attn": "core_attn", "mlp": "mlp", "norm": "layernorm"}
+"""tpopt recompute groups -> Megatron-LM --recompute-modules (a MoE model's mlp group is "mlp" and "moe")."""
+MEGATRON_SCHEDULES = ("1f1b", "interleaved")
+"""Megatron-LM's pipeline schedules: 1F1B, and interleaved 1F1B with --num-virtual-stages-per-pipeline-rank."""
+
+
+def _unsupported(fmt: str, feature: str, why: str) -> ExportError:
+    return ExportError(f"{fmt}: the plan's {feature} cannot be expressed: {why}")
+
+
+def _megatron_like(fmt: str, lp: LaunchPlan, moe: bool) -> list[tuple[str, object]]:
+    """The Megatron-Core settings shared by Megatron-LM and Megatron-Bridge, as (generic name, value); the
+    generic names are the Megatron-LM argument names without their dashes, with underscores."""
+    out: list[tuple[str, object]] = [("tensor_model_parallel_size", lp.tp), ("pipeline_model_parallel_size", lp.pp),
+                                     ("context_parallel_size", lp.cp)]
+    if lp.pp and lp.pp > 1:
+        if lp.schedule not in MEGATRON_SCHEDULES:
+            raise _unsupported(fmt, f"pipeline schedule {lp.schedule}",
+                               "Megatron-LM runs 1F1B and interleaved 1F1B (arguments.py, core_v0.15.0)")
+        if lp.schedule == "interleaved":
+            out.append(("virtual_stages", lp.virtual_stages))
+        if lp.first_stage_layers:
+            out += [("first_stage_layers", lp.first_stage_layers), ("last_stage_layers", lp.last_stage_layers)]
+    if moe:
+        out += [("expert_model_parallel_size", lp.ep), ("expert_tensor_parallel_size", lp.expert_tp)]
+        if lp.capacity_factor:
+            out += [("moe_expert_capacity_factor", float(lp.capacity_factor)),
+                    ("moe_pad_expert_input_to_capacity", True)]
+    if lp.sequence_parallel:
+        out.append(("sequence_parallel", True))
+    out += [("micro_batch_size", lp.micro_batch), ("global_batch_size", lp.global_batch)]
+    if lp.recompute == "full":
+        out += [("recompute_granularity", "full"), ("recompute_method", "uniform"), ("recompute_num_layers", 1)]
+    elif lp.recompute and lp.recompute != "none":
+        mods = []
+        for g in str(lp.recompute).split("+"):
+            mods.append(MEGATRON_MODULES[g])
+            if g == "mlp" and moe:
+                mods.append("moe")
+        out += [("recompute_granularity", "selective"), ("recompute_modules", mods)]
+    z = lp.zero_stage
+    if z == 1:
+        out.append(("use_distributed_optimizer", True))
+    elif z in (2, 3):
+        out += [("use_megatron_fsdp", True),
+                ("data_parallel_sharding_strategy", "optim_grads" if z == 2 else "optim_grads_params"),
+                ("ckpt_format", "fsdp_dtensor")]
+    if lp.offload == "cpu":
+        if z != 1:
+            raise _unsupported(fmt, f"optimizer CPU offload at ZeRO-{z}",
+                               "Megatron-LM offloads the optimizer of its distributed optimizer (ZeRO-1): "
+                               "--optimizer-cpu-offload needs --use-precision-aware-optimizer, which needs "
+                               "--use-distributed-optimizer (arguments.py line 1155, optimizer_config.py)")
+        out += [("optimizer_cpu_offload", True), ("optimizer_offload_fraction", 1.0),
+                ("use_precision_aware_optimizer", True)]
+    out.append(("attention_backend", "flash" if lp.flash_attention else "unfused"))
+    out += [("seq_length", lp.seq_len), ("train_iters", lp.train_iters), ("save_interval", lp.save_interval_steps)]
+    if lp.save_mode == "async":
+        out.append(("async_save", True))
+    return out
+
+
+MEGATRON_PRECISION: dict[str, tuple[tuple[str, object], ...]] = {
+    "bf16-mixed": (("bf16", True), ("grad_reduce_in_bf16", True)),
+    "bf16-mixed-fp32-grad": (("bf16", True),),
+    "fp8-mixed": (("bf16", True), ("grad_reduce_in_bf16", True), ("fp8_format", "hybrid")),
+    "fp16-mixed-fp32-grad": (("fp16", True),),
+}
+"""tpopt precision recipes -> Megatron-LM flags: BF16 with gradients reduced in BF16 (2-byte gradients) or in
+FP32 (Megatron's default); FP8 = BF16 with the hybrid FP8 format (E4M3 forward, E5M2 backward)."""
+
+
+def _precision(fmt: str, lp: LaunchPlan, table: Mapping[str, Sequence[tuple[str, object]]]) -> list[tuple[str, object]]:
+    if lp.precision not in table:
+        raise _unsupported(fmt, f"precision {lp.precision}", f"mapped recipes are {', '.join(table)}")
+    return list(table[str(lp.precision)])
+
+
+# ---------------------------------------------------------------------------------------------
+# Megatron-LM: command-line arguments
+
+MEGATRON_NAMES = {"virtual_stages": "num_virtual_stages_per_pipeline_rank",
+                  "first_stage_layers": "decoder_first_pipeline_num_layers",
+                  "last_stage_layers": "decoder_last_pipeline_num_layers"}
+
+
+def megatron_values(lp: LaunchPlan, moe: bool) -> dict[str, object]:
+    """Megatron-LM argument -> value (True: a store_true flag)."""
+    pairs = _megatron_like("megatron", lp, moe) + _precision("megatron", lp, MEGATRON_PRECISION)
+    return {"--" + MEGATRON_NAMES.get(k, k).replace("_", "-"): v for k, v in pairs}
+
+
+def _header(fmt: str, title: str, summary: str, prefix: str = "# ") -> list[str]:
+    f = schema(fmt).framework
+    return [f"{prefix}{title}: {summary}",
+            f"{prefix}written by tpopt export; checked against {f['name']} {f['version']} (commit {f['commit'][:12]}),",
+            f"{prefix}as transcribed in catalogs/frameworks/{SCHEMA_FILES[fmt]}"]
+
+
+def megatron_text(lp: LaunchPlan, moe: bool, summary: str) -> str:
+    values = megatron_values(lp, moe)
+    validate("megatron", values)
+    la = schema("megatron").launcher
+    lines = _header("megatron", "Megatron-LM arguments", summary)
+    lines += ["# the model, data, optimizer and tokenizer arguments come from your own script:",
+              f"# launch: torchrun {la['nodes']} {lp.nodes} {la['per_node']} {lp.cards_per_node} pretrain_gpt.py "
+              '"${TPOPT_ARGS[@]}" ...', "TPOPT_ARGS=("]
+    for k, v in values.items():
+        if v is True:
+            lines.append(f"    {k}")
+        elif isinstance(v, list):
+            lines.append(f"    {k} {' '.join(v)}")
+        else:
+            lines.append(f"    {k} {_scalar(v)}")
+    return "\n".join(lines + [")"]) + "\n"
+
+
+def _scalar(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def _launch_line(text: str) -> tuple[int | None, int | None]:
+    """(nodes, cards per node) from the ``# launch: torchrun`` line."""
+    la = schema("megatron").launcher
+    m = re.search(rf"^# launch: torchrun {re.escape(la['nodes'])} (\d+) {re.escape(la['per_node'])} (\d+)", text,
+                  re.MULTILINE)
+    return (int(m.group(1)), int(m.group(2))) if m else (None, None)
+
+
+def parse_megatron(text: str, layers: int) -> LaunchPlan:
+    """A :class:`LaunchPlan` from :func:`megatron_text` output (the TPOPT_ARGS array and the launch line)."""
+    body = text.split("TPOPT_ARGS=(", 1)[1].rsplit(")", 1)[0]
+    tokens = shlex.split(body)
+    sch = schema("megatron")
+    values: dict[str, object] = {}
+    i = 0
+    while i < len(tokens):
+        key = tokens[i]
+        typ = sch.args[key]["type"]
+        if typ == "flag":
+            values[key], i = True, i + 1
+        elif typ == "list":
+            j = i + 1
+            while j < len(tokens) and not tokens[j].startswith("--"):
+                j += 1
+            values[key], i = tokens[i + 1:j], j
+        else:
+            values[key], i = (int if typ == "int" else float if typ == "float" else str)(tokens[i + 1]), i + 2
+    generic = {k[2:].replace("-", "_"): v for k, v in values.items()}
+    inverse = {v: k for k, v in MEGATRON_NAMES.items()}
+    generic = {inverse.get(k, k): v for k, v in generic.items()}
+    nodes, per = _launch_line(text)
+    return _from_megatron_like(generic, nodes, per, _megatron_precision(generic))
+
+
+def _megatron_precision(g: Mapping[str, object]) -> str:
+    flags = tuple(sorted(k for k in ("bf16", "fp16", "grad_reduce_in_bf16") if g.get(k)))
+    for name, pairs in MEGATRON_PRECISION.items():
+        want = dict(pairs)
+        if tuple(sorted(k for k in ("bf16", "fp16", "grad_reduce_in_bf16") if want.get(k))) == flags and \
+                want.get("fp8_format") == g.get("fp8_format"):
+            return name
+    raise ExportError(f"megatron: no tpopt precision has the flags {flags}")
+
+
+def _from_megatron_like(g: Mapping[str, Any], nodes: int | None, per: int | None, precision: str) -> LaunchPlan:
+    """The inverse of :func:`_megatron_like` (generic names)."""
+    tp, pp, cp = int(g.get("tensor_model_parallel_size", 1)), int(g.get("pipeline_model_parallel_size", 1)), \
+        int(g.get("context_parallel_size", 1))
+    cards = (nodes or 0) * (per or 0)
+    dp = cards // (tp * pp * cp) if cards else None
+    mb, gb = int(g["micro_batch_size"]), int(g["global_batch_size"])
+    if g.get("use_megatron_fsdp"):
+        zero = 2 if g.get("data_parallel_sharding_strategy") == "optim_grads" else 3
+    else:
+        zero = 1 if g.get("use_distributed_optimizer") else 0
+    gran = g.get("recompute_granularity")
+    if gran == "full":
+        recompute = "full"
+    elif gran == "selective":
+        inverse = {v: k for k, v in MEGATRON_MODULES.items()}
+        groups = {inverse[m] for m in g["recompute_modules"] if m in inverse}
+        recompute = "+".join(x for x in ("norm", "mlp", "attn") if x in groups)
+    else:
+        recompute = "none"
+    moe = "expert_model_parallel_size" in g
+    virtual = int(g.get("virtual_stages", 1) or 1)
+    return LaunchPlan(
+        nodes=nodes, cards_per_node=per, tp=tp, pp=pp, cp=cp, dp=dp,
+        ep=int(g["expert_model_parallel_size"]) if moe else 1,
+        expert_tp=int(g["expert_tensor_parallel_size"]) if moe else None,
+        capacity_factor=float(g["moe_expert_capacity_factor"]) if g.get("moe_expert_capacity_factor") else None,
+        micro_batch=mb, global_batch=gb, grad_accum=gb // (mb * dp) if dp else None, zero_stage=zero,
+        offload="cpu" if g.get("optimizer_cpu_offload") else "none", recompute=recompute,
+        schedule=("interleaved" if virtual > 1 else "1f1b") if pp > 1 else None, virtual_stages=virtual,
+        sequence_parallel=bool(g.get("sequence_parallel", False)),
+        flash_attention=g.get("attention_backend") == "flash",
+        first_stage_layers=int(g.get("first_stage_layers", 0)), last_stage_layers=int(g.get("last_stage_layers", 0)),
+        seq_len=int(g["seq_length"]), precision=precision, train_iters=int(g["train_iters"]),
+        save_interval_steps=int(g["save_interval"]), save_mode="async" if g.get("async_save") else "sync")
+
+
+# ---------------------------------------------------------------------------------------------
+# NeMo Megatron-Bridge: Hydra overrides of a recipe's ConfigContainer
+
+BRIDGE_FIELDS = {
+    "tensor_model_parallel_size": "model.tensor_model_parallel_size",
+    "pipeline_model_parallel_size": "model.pipeline_model_parallel_size",
+    "context_parallel_size": "model.context_parallel_size",
+    "virtual_stages": "model.virtual_pipeline_model_parallel_size",
+    "first_stage_layers": "model.num_layers_in_first_pipeline_stage",
+    "last_stage_layers": "model.num_layers_in_last_pipeline_stage",
+    "expert_model_parallel_size": "model.expert_model_parallel_size",
+    "expert_tensor_parallel_size": "model.expert_tensor_parallel_size",
+    "moe_expert_capacity_factor": "model.moe_expert_capacity_factor",
+    "moe_pad_expert_input_to_capacity": "model.moe_pad_expert_input_to_capacity",
+    "sequence_parallel": "model.sequence_parallel",
+    "recompute_granularity": "model.recompute_granularity",
+    "recompute_method": "model.recompute_method",
+    "recompute_num_layers": "model.recompute_num_layers",
+    "recompute_modules": "model.recompute_modules",
+    "attention_backend": "model.attention_backend",
+    "seq_length": "model.seq_length",
+    "micro_batch_size": "train.micro_batch_size",
+    "global_batch_size": "train.global_batch_size",
+    "train_iters": "train.train_iters",
+    "use_megatron_fsdp": "ddp.use_megatron_fsdp",
+    "data_parallel_sharding_strategy": "ddp.data_parallel_sharding_strategy",
+    "optimizer_cpu_offload": "optimizer.optimizer_cpu_offload",
+    "optimizer_offload_fraction": "optimizer.optimizer_offload_fraction",
+    "use_precision_aware_optimizer": "optimizer.use_precision_aware_optimizer",
+    "ckpt_format": "checkpoint.ckpt_format",
+    "save_interval": "checkpoint.save_interval",
+    "async_save": "checkpoint.async_save",
+}
+"""Megatron-Core setting -> ConfigContainer field. The distributed optimizer is set in both ddp and optimizer."""
+BRIDGE_PRECISION: dict[str, tuple[tuple[str, object], ...]] = {
+    "bf16-mixed": (("mixed_precision.bf16", True), ("mixed_precision.grad_reduce_in_fp32", False)),
+    "bf16-mixed-fp32-grad": (("mixed_precision.bf16", True), ("mixed_precision.grad_reduce_in_fp32", True)),
+    "fp8-mixed": (("mixed_precision.bf16", True), ("mixed_precision.grad_reduce_in_fp32", False),
+                  ("mixed_precision.fp8", "hybrid")),
+    "fp16-mixed-fp32-grad": (("mixed_precision.fp16", True), ("mixed_precision.grad_reduce_in_fp32", True)),
+}
+"""tpopt precision -> MixedPrecisionConfig fields (the recipe's mixed_precision must be a MixedPrecisionConfig,
+as the recipe functions build it, not a recipe name)."""
+
+
+def nemo_values(lp: LaunchPlan, moe: bool) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in _megatron_like("nemo", lp, moe):
+        if k == "use_distributed_optimizer":
+            out["ddp.use_distributed_optimizer"] = v
+            out["optimizer.use_distributed_optimizer"] = v
+        else:
+            out[BRIDGE_FIELDS[k]] = v
+    out.update(_precision("nemo", lp, BRIDGE_PRECISION))
+    return out
+
+
+def _hydra(v: object) -> str:
+    if isinstance(v, list):
+        return "[" + ",".join(v) + "]"
+    return _scalar(v)
+
+
+def nemo_text(lp: LaunchPlan, moe: bool, summary: str) -> str:
+    values = nemo_values(lp, moe)
+    validate("nemo", values)
+    la = schema("megatron").launcher
+    lines = _header("nemo", "NeMo Megatron-Bridge recipe overrides (Hydra syntax)", summary)
+    lines += ["# pass them after your recipe script; the recipe supplies the model, data and optimizer:",
+              f"# launch: torchrun {la['nodes']} {lp.nodes} {la['per_node']} {lp.cards_per_node} <recipe script> "
+              "<these overrides>"]
+    lines += [f"{k}={_hydra(v)}" for k, v in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _hydra_value(text: str, typ: str) -> object:
+    if typ == "list":
+        return [x for x in text.strip("[]").split(",") if x]
+    if typ == "bool":
+        return text == "true"
+    if typ == "int":
+        return int(text)
+    if typ == "float":
+        return float(text)
+    return text
+
+
+def parse_nemo(text: str, layers: int) -> LaunchPlan:
+    sch = schema("nemo")
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("#") or "=" not in line:
+            continue
+        k, v = line.split("=", 1)
+        values[k] = _hydra_value(v, sch.args[k]["type"])
+    inverse = {v: k for k, v in BRIDGE_FIELDS.items()}
+    g: dict[str, object] = {inverse[k]: v for k, v in values.items() if k in inverse}
+    if values.get("ddp.use_distributed_optimizer"):
+        g["use_distributed_optimizer"] = True
+    prec = {k: v for k, v in values.items() if k.startswith("mixed_precision.")}
+    name = next((n for n, pairs in BRIDGE_PRECISION.items() if dict(pairs) == prec), None)
+    if name is None:
+        raise ExportError(f"nemo: no tpopt precision has the settings {prec}")
+    nodes, per = _launch_line(text)
+    return _from_megatron_like(g, nodes, per, name)
+
+
+# ---------------------------------------------------------------------------------------------
+# torchtitan: a TOML job config
+
+TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "fill-drain": "GPipe"}
+"""tpopt schedule -> torchtitan pipeline_parallel_schedule (torch.distributed.pipelining schedules)."""
+TORCHTITAN_PRECISION = {"bf16-mixed-fp32-grad": "bfloat16"}
+"""tpopt precision -> training.mixed_precision_param. FSDP2 computes in BF16 and reduces gradients into the FP32
+sharded parameters' gradients (training.mixed_precision_reduce allows "float32" only, job_config.py line 290):
+tpopt's recipe with 4-byte gradients."""
+
+
+def torchtitan_values(lp: LaunchPlan, moe: bool, layers: int) -> dict[str, object]:
+    fmt = "torchtitan"
+    z = lp.zero_stage
+    if z == 1:
+        raise _unsupported(fmt, "ZeRO-1 (optimizer states sharded alone)",
+                           "torchtitan replicates (DDP, ZeRO-0) or shards with FSDP2 (ZeRO-2 / ZeRO-3)")
+    if lp.offload == "cpu":
+        raise _unsupported(fmt, "optimizer CPU offload", "torchtitan's training.enable_cpu_offload (FSDP2 "
+                           "CPUOffloadPolicy) offloads parameters and gradients too, not only the optimizer states")
+    if lp.tp and lp.tp > 1 and not lp.sequence_parallel:
+        raise _unsupported(fmt, "tensor parallelism without sequence parallelism",
+                           "torchtitan's TP plans shard norms over the sequence (SequenceParallel) always")
+    if not lp.flash_attention:
+        raise _unsupported(fmt, "attention without a fused (flash) kernel",
+                           "torchtitan runs scaled_dot_product_attention / FlexAttention")
+    if moe and lp.capacity_factor:
+        raise _unsupported(fmt, f"capacity factor {lp.capacity_factor}", "torchtitan's MoE is dropless")
+    if moe and lp.expert_tp not in (1, lp.tp):
+        raise _unsupported(fmt, f"expert TP {lp.expert_tp} with TP {lp.tp}",
+                           "torchtitan supports expert TP 1 or the same as TP (job_config.py line 464)")
+    if lp.recompute not in ("none", "full"):
+        raise _unsupported(fmt, f"recompute of the groups {lp.recompute}",
+                           "torchtitan's activation_checkpoint.mode is none, full, selective per layer or per op")
+    if lp.precision not in TORCHTITAN_PRECISION:
+        raise _unsupported(fmt, f"precision {lp.precision}", "torchtitan keeps FP32 gradients (FSDP2 reduces in "
+                           "float32, job_config.py line 290): plan with task.precision = bf16-mixed-fp32-grad")
+    dp = int(lp.dp or 1)
+    out: dict[str, object] = {
+        "training.local_batch_size": int(lp.micro_batch or 1) * (int(lp.grad_accum or 1) if (lp.pp or 1) > 1 else 1),
+        "training.global_batch_size": lp.global_batch, "training.seq_len": lp.seq_len, "training.steps": lp.train_iters,
+        "training.mixed_precision_param": TORCHTITAN_PRECISION[str(lp.precision)],
+        "parallelism.data_parallel_replicate_degree": dp if z == 0 else 1,
+        "parallelism.data_parallel_shard_degree": 1 if z == 0 else dp,
+    }
+    if z in (2, 3):
+        out["parallelism.fsdp_reshard_after_forward"] = "never" if z == 2 else "always"
+    out["parallelism.tensor_parallel_degree"] = lp.tp
+    out["parallelism.pipeline_parallel_degree"] = lp.pp
+    if lp.pp and lp.pp > 1:
+        if lp.schedule not in TORCHTITAN_SCHEDULES:
+            raise _unsupported(fmt, f"pipeline schedule {lp.schedule}",
+                               f"mapped schedules are {', '.join(TORCHTITAN_SCHEDULES)}")
+        per_stage = layers / (lp.pp * int(lp.virtual_stages or 1))
+        if lp.first_stage_layers or not float(per_stage).is_integer():
+            raise _unsupported(fmt, "uneven pipeline stages", "tpopt maps torchtitan's even split only "
+                               "(pipeline_parallel_layers_per_stage with no first/last stage reduction)")
+        out.update({"parallelism.pipeline_parallel_schedule": TORCHTITAN_SCHEDULES[str(lp.schedule)],
+                    "parallelism.pipeline_parallel_microbatch_size": lp.micro_batch,
+                    "parallelism.pipeline_parallel_layers_per_stage": int(per_stage),
+                    "parallelism.pipeline_parallel_first_stage_less_layers": 0,
+                    "parallelism.pipeline_parallel_last_stage_less_layers": 0})
+    out["parallelism.context_parallel_degree"] = lp.cp
+    if moe:
+        out["parallelism.expert_parallel_degree"] = lp.ep
+        out["parallelism.expert_tensor_parallel_degree"] = lp.expert_tp
+    out["activation_checkpoint.mode"] = str(lp.recompute)
+    out.update({"checkpoint.enable": True, "checkpoint.interval": lp.save_interval_steps,
+                "checkpoint.async_mode": "async" if lp.save_mode == "async" else "disabled"})
+    return out
+
+
+def _toml_value(v: object) -> str:
+    if isinstance(v, str):
+        return json.dumps(v)
+    return _scalar(v)
+
+
+def torchtitan_text(lp: LaunchPlan, moe: bool, summary: str, layers: int) -> str:
+    values = torchtitan_values(lp, moe, layers)
+    validate("torchtitan", values)
+    lines = _header("torchtitan", "torchtitan job config", summary)
+    lines += ["# merge into your train config ([job], [model], [optimizer] and the dataset stay yours);",
+              f"# world size {lp.nodes} x {lp.cards_per_node} = the product of the parallel degrees"]
+    section = ""
+    for k, v in values.items():
+        sec, key = k.split(".", 1)
+        if sec != section:
+            lines += ["", f"[{sec}]"]
+            section = sec
+        lines.append(f"{key} = {_toml_value(v)}")
+    return "\n".join(lines) + "\n"
+
+
+def parse_torchtitan(text: str, layers: int) -> LaunchPlan:
+    t = tomllib.loads(text)
+    tr, pa, ac, ck = t["training"], t["parallelism"], t["activation_checkpoint"], t["checkpoint"]
+    replicate, shard = pa["data_parallel_replicate_degree"], pa["data_parallel_shard_degree"]
+    zero = 0 if shard == 1 else (2 if pa.get("fsdp_reshard_after_forward") == "never" else 3)
+    tp, pp, cp = pa["tensor_parallel_degree"], pa["pipeline_parallel_degree"], pa["context_parallel_degree"]
+    dp = replicate * shard
+    inverse = {v: k for k, v in TORCHTITAN_SCHEDULES.items()}
+    schedule = inverse[pa["pipeline_parallel_schedule"]] if pp > 1 else None
+    mb = pa["pipeline_parallel_microbatch_size"] if pp > 1 else tr["local_batch_size"]
+    gb = tr["global_batch_size"]
+    virtual = layers // (pp * pa["pipeline_parallel_layers_per_stage"]) if pp > 1 else 1
+    moe = "expert_parallel_degree" in pa
+    prec = {v: k for k, v in TORCHTITAN_PRECISION.items()}[tr["mixed_precision_param"]]
+    return LaunchPlan(
+        nodes=None, cards_per_node=None, tp=tp, pp=pp, cp=cp, dp=dp, ep=pa["expert_parallel_degree"] if moe else 1,
+        expert_tp=pa["expert_tensor_parallel_degree"] if moe else None, micro_batch=mb, global_batch=gb,
+        grad_accum=gb // (mb * dp), zero_stage=zero, recompute=ac["mode"], schedule=schedule, virtual_stages=virtual,
+        sequence_parallel=tp > 1, seq_len=tr["seq_len"], precision=prec, train_iters=tr["steps"],
+        save_interval_steps=ck["interval"], save_mode="async" if ck["async_mode"] != "disabled" else "sync")
+
+
+# ---------------------------------------------------------------------------------------------
+# DeepSpeed: a config JSON
+
+DEEPSPEED_PRECISION = {"bf16-mixed": "bf16", "fp16-mixed": "fp16"}
+"""tpopt precision -> DeepSpeed's bf16 / fp16 section: gradients accumulate in the model dtype when
+data_types.grad_accum_dtype is unset (deepspeed/runtime/engine.py line 1451), i.e. 2-byte gradients."""
+
+
+def deepspeed_values(lp: LaunchPlan, moe: bool) -> dict[str, object]:
+    fmt = "deepspeed"
+    if lp.cp and lp.cp > 1:
+        raise _unsupported(fmt, f"context parallelism (cp {lp.cp})", "DeepSpeed's config has no context-parallel "
+                           "size (Ulysses sequence parallelism is set up in model code)")
+    if moe and lp.ep and lp.ep > 1:
+        raise _unsupported(fmt, f"expert parallelism (ep {lp.ep})", "DeepSpeed sets ep_size on each "
+                           "deepspeed.moe.layer.MoE in model code, not in the config")
+    if moe and lp.capacity_factor:
+        raise _unsupported(fmt, f"capacity factor {lp.capacity_factor}", "DeepSpeed sets it on each MoE layer in "
+                           "model code")
+    if lp.tp and lp.tp > 1 and lp.sequence_parallel:
+        raise _unsupported(fmt, "sequence parallelism under TP", "DeepSpeed's AutoTP training (tensor_parallel."
+                           "autotp_size) shards linear layers only (export the plan with --no-sequence-parallel)")
+    if lp.pp and lp.pp > 1 and lp.schedule != "1f1b":
+        raise _unsupported(fmt, f"pipeline schedule {lp.schedule}", "DeepSpeed's pipeline engine runs its own 1F1B "
+                           "TrainSchedule")
+    if lp.pp and lp.pp > 1 and lp.first_stage_layers:
+        raise _unsupported(fmt, "uneven pipeline stages", "DeepSpeed partitions layers in PipelineModule (code)")
+    if lp.recompute not in ("none", "full"):
+        raise _unsupported(fmt, f"recompute of the groups {lp.recompute}", "DeepSpeed checkpoints whole layers "
+                           "(deepspeed.checkpointing)")
+    if lp.precision not in DEEPSPEED_PRECISION:
+        raise _unsupported(fmt, f"precision {lp.precision}", f"mapped recipes are {', '.join(DEEPSPEED_PRECISION)}")
+    out: dict[str, object] = {"train_batch_size": lp.global_batch, "train_micro_batch_size_per_gpu": lp.micro_batch,
+                              "gradient_accumulation_steps": lp.grad_accum,
+                              f"{DEEPSPEED_PRECISION[str(lp.precision)]}.enabled": True,
+                              "zero_optimization.stage": lp.zero_stage}
+    if lp.offload == "cpu":
+        out["zero_optimization.offload_optimizer.device"] = "cpu"
+        out["zero_optimization.offload_optimizer.pin_memory"] = True
+    if lp.tp and lp.tp > 1:
+        out["tensor_parallel.autotp_size"] = lp.tp
+    if lp.pp and lp.pp > 1:
+        out["pipeline.stages"] = lp.pp
+        if lp.recompute == "full":
+            out["pipeline.activation_checkpoint_interval"] = 1
+    elif lp.recompute == "full":
+        out["activation_checkpointing.partition_activations"] = False
+        out["activation_checkpointing.cpu_checkpointing"] = False
+    return out
+
+
+def _nest(values: Mapping[str, object]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in values.items():
+        *path, last = k.split(".")
+        d = out
+        for p in path:
+            d = d.setdefault(p, {})
+        d[last] = v
+    return out
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, prefix + k + "."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def deepspeed_text(lp: LaunchPlan, moe: bool, summary: str) -> str:
+    values = deepspeed_values(lp, moe)
+    validate("deepspeed", values, {"data parallel size": int(lp.dp or 1)})
+    return json.dumps(_nest(values), indent=2) + "\n"
+
+
+def parse_deepspeed(text: str, layers: int) -> LaunchPlan:
+    v = _flatten(json.loads(text))
+    mb, ga, gb = int(v["train_micro_batch_size_per_gpu"]), int(v["gradient_accumulation_steps"]), \
+        int(v["train_batch_size"])
+    pp = int(v.get("pipeline.stages", 1))
+    full = "pipeline.activation_checkpoint_interval" in v or "activation_checkpointing.partition_activations" in v
+    prec = next(k for k, s in DEEPSPEED_PRECISION.items() if v.get(f"{s}.enabled"))
+    return LaunchPlan(tp=int(v.get("tensor_parallel.autotp_size", 1)), pp=pp, dp=gb // (mb * ga), micro_batch=mb,
+                      global_batch=gb, grad_accum=ga, zero_stage=int(v["zero_optimization.stage"]),
+                      offload="cpu" if v.get("zero_optimization.offload_optimizer.device") == "cpu" else "none",
+                      recompute="full" if full else "none", precision=prec)
+
+
+# ---------------------------------------------------------------------------------------------
+# entry points
+
+PARSERS: dict[str, Callable[[str, int], LaunchPlan]] = {"megatron": parse_megatron, "nemo": parse_nemo,
+                                                          "torchtitan": parse_torchtitan, "deepspeed": parse_deepspeed}
+
+
+def summary_of(sc: Scenario, lp: LaunchPlan, accelerator: str) -> str:
+    """One line naming the plan (written into the header of the text formats)."""
+    return (f"{sc.model.name} on {accelerator} x {int(lp.nodes or 0) * int(lp.cards_per_node or 0)} "
+            f"(TP {lp.tp} / CP {lp.cp} / PP {lp.pp} / DP {lp.dp}, ZeRO-{lp.zero_stage})")
+
+
+def export_text(fmt: str, sc: Scenario, ev: Evaluation) -> str:
+    """The plan as ``fmt``'s launch configuration (validated against the transcribed schema)."""
+    if fmt not in FORMATS:
+        raise InputError(f"export format {fmt!r} unknown (use one of: {', '.join(FORMATS)})")
+    lp = launch_plan(sc, ev)
+    moe = sc.model.moe
+    summary = summary_of(sc, lp, ev.plan.accelerator)
+    if fmt == "megatron":
+        return megatron_text(lp, moe, summary)
+    if fmt == "nemo":
+        return nemo_text(lp, moe, summary)
+    if fmt == "torchtitan":
+        return torchtitan_text(lp, moe, summary, sc.model.layers)
+    return deepspeed_text(lp, moe, summary)
+
+
+def parse(fmt: str, text: str, layers: int) -> LaunchPlan:
+    """The :class:`LaunchPlan` an exported text holds (``layers``: the model's transformer layers, which
+    torchtitan's layers-per-stage is counted against)."""
+    return PARSERS[fmt](text, layers)
+
+
+def exported(fmt: str, sc: Scenario, ev: Evaluation) -> LaunchPlan:
+    """What ``fmt`` carries of the plan (the round trip's expected value)."""
+    return launch_plan(sc, ev).project(CARRIES[fmt])
+
+
+__all__ = ["FORMATS", "LaunchPlan", "ExportError", "launch_plan", "export_text", "parse", "exported", "validate",
+           "schema", "CARRIES", "plan_from_report"]
+
+
+def plan_from_report(d: Mapping[str, Any]) -> Plan:
+    """The :class:`Plan` of a ``tpopt solve --json`` or ``tpopt evaluate --json`` report (its ``plan`` object)."""
+    p = d.get("plan") if isinstance(d, Mapping) else None
+    if not isinstance(p, Mapping):
+        raise InputError("--plan: the file holds no plan object (write it with tpopt solve --json or tpopt evaluate "
+                         "--json; an infeasible solve has none)")
+    try:
+        stages = p.get("stage_layers") or []
+        uneven = len(stages) > 1 and len(set(stages)) > 1
+        return Plan(accelerator=str(p["accelerator"]), cards=int(p["cards"]), zero_stage=int(p["zero_stage"]),
+                    tp=int(p["tp"]), cp=int(p.get("cp") or 1), pp=int(p["pp"]), micro_batch=int(p["micro_batch"]),
+                    recompute=str(p["recompute"]), offload=str(p["offload"]), schedule=str(p.get("schedule") or "1f1b"),
+                    save_interval_s=float(p["save_interval_s"]), save_mode=str(p["save_mode"]),
+                    nics_per_host=int(p.get("nics_per_host") or 0),
+                    sequence_parallel=p.get("sequence_parallel"), flash_attention=p.get("flash_attention"),
+                    first_stage_layers=int(stages[0]) if uneven else 0,
+                    last_stage_layers=int(stages[-1]) if uneven else 0,
+                    ep=int(p.get("ep") or 1), expert_tp=int(p.get("expert_tp") or 0),
+                    capacity_factor=float(p.get("capacity_factor") or 0.0),
+                    global_batch=int(p.get("global_batch") or 0))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"--plan: the plan object is incomplete or malformed ({exc})") from None

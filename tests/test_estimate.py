@@ -1,0 +1,161 @@
+"""`tpopt estimate`: parameters and FLOPs per token against a hand derivation, the memory table cell by cell
+against `tpopt evaluate` run through the tool on the same scenario, the fastest layout against a plain
+enumeration of the same card count, and bad input as one line with exit 2."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from tpopt.cli.main import cli
+from tpopt.models import families as F
+from tpopt.optimizer import core
+from tpopt.optimizer.estimate import EstimateInputs, enforced_families, estimate, scenario_of
+from tpopt.optimizer.result import Request
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(args))
+
+
+def toml_of(tables: dict) -> str:
+    """A scenario file from the estimate's tables (strings, numbers and lists of them only)."""
+
+    def val(v):
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, list):
+            return "[" + ", ".join(val(x) for x in v) + "]"
+        return repr(v)
+
+    return "\n".join(f"[{name}]\n" + "\n".join(f"{k} = {val(v)}" for k, v in t.items()) + "\n"
+                     for name, t in tables.items())
+
+
+@pytest.fixture(scope="module")
+def seventy():
+    r = run("estimate", "llama3-70b", "--hw", "h100-sxm", "--cards", "64", "--json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+def test_parameters_and_flops_per_token_match_a_hand_derivation(seventy):
+    # Llama 3 70B (catalogs/models.toml; meta-llama/Meta-Llama-3-70B config.json): 80 layers, h 8192, 64 heads,
+    # 8 KV heads of 128, FFN 28672 (SwiGLU: 3 matrices), vocabulary 128256, untied embeddings.
+    h, L, kv, ffn, V, s = 8192, 80, 8 * 128, 28672, 128256, 4096
+    per_layer = 2 * h * h + 2 * h * kv + 3 * h * ffn  # q, o; k, v; gate, up, down
+    norms = L * 2 * h + h
+    N = L * per_layer + 2 * V * h + norms
+    assert N == 70_553_706_496  # the config.json count the catalog cites
+    m = seventy["model"]
+    assert m["parameters"] == N and m["active_parameters"] == N and not m["moe"]
+    gemm = L * per_layer + V * h  # the input embedding is a lookup, the LM head a GEMM
+    attention = 12 * L * h * (s + 1) / 2  # causal: a query sees (s + 1) / 2 keys on average
+    assert m["flops_per_token"] == pytest.approx(6 * gemm + attention, rel=1e-12)
+    assert "6 x matrix-multiplied parameters" in m["flops_convention"]
+
+
+def test_memory_table_matches_evaluate_cell_by_cell(seventy, tmp_path):
+    """Every cell of the table is what `tpopt evaluate` reports for that plan on the scenario the estimate
+    states (scenario_tables), called through the command line."""
+    f = tmp_path / "estimate.toml"
+    f.write_text(toml_of(seventy["scenario_tables"]))
+    lay = seventy["memory_layout"]
+    assert len(seventy["memory_table"]) == 4 * 2 * 3
+    fits = 0
+    for cell in seventy["memory_table"]:
+        r = run("evaluate", "--scenario", str(f), "--cards", "64", "--tp", str(lay["tp"]), "--cp", str(lay["cp"]),
+                "--pp", str(lay["pp"]), "--micro-batch", str(lay["micro_batch"]), "--zero", str(cell["zero_stage"]),
+                "--offload", cell["offload"], "--recompute", cell["recompute"], "--schedule", "1f1b", "--json")
+        assert r.exit_code in (0, 3), r.output
+        ev = json.loads(r.output)
+        assert cell["memory_per_card_gib"] == ev["metrics"]["memory_per_card_gib"], cell
+        limit = ev["metrics"]["memory_limit_gib"]
+        assert cell["fits"] == (ev["metrics"]["memory_per_card_gib"] <= limit)
+        fits += cell["fits"]
+    assert 0 < fits < 24  # 70B on 64 H100: some stages fit, ZeRO-0 does not (1.1 TB of states alone)
+    zero0 = next(c for c in seventy["memory_table"] if (c["zero_stage"], c["offload"], c["recompute"]) == (0, "none",
+                                                                                                          "none"))
+    assert zero0["states_gib"] == pytest.approx(70_553_706_496 * 16 / 2**30 / (lay["tp"] * lay["pp"]), rel=0.01)
+
+
+def test_fastest_layout_and_its_step_match_evaluate(seventy, tmp_path):
+    f = tmp_path / "estimate.toml"
+    f.write_text(toml_of(seventy["scenario_tables"]))
+    p = seventy["fastest"]["plan"]
+    assert p["cards"] == 64 and p["tp"] * p["cp"] * p["pp"] * p["dp"] == 64
+    r = run("evaluate", "--scenario", str(f), "--cards", "64", "--tp", str(p["tp"]), "--cp", str(p["cp"]),
+            "--pp", str(p["pp"]), "--micro-batch", str(p["micro_batch"]), "--zero", str(p["zero_stage"]),
+            "--offload", p["offload"], "--recompute", p["recompute"], "--schedule", "1f1b", "--json")
+    ev = json.loads(r.output)
+    assert seventy["fastest"]["step_s"] == ev["metrics"]["step_s"]
+    assert seventy["fastest"]["memory_per_card_gib"] <= ev["metrics"]["memory_limit_gib"]
+    # implied MFU = 6N-style model FLOPs of the step / (cards x peak x step)
+    mfu = seventy["model"]["flops_per_token"] * seventy["task"]["tokens_per_step"] / (
+        64 * seventy["accelerator"]["peak_flops"] * seventy["fastest"]["step_s"])
+    assert seventy["fastest"]["implied_mfu"] == pytest.approx(mfu, rel=1e-12)
+
+
+def test_fastest_layout_equals_plain_enumeration_at_that_card_count():
+    """The sorted-bound search returns the enumeration's fastest plan on exactly that card count."""
+    inp = EstimateInputs("qwen3-1.7b", "h100-sxm", cards=16, seq_len=2048)
+    d = estimate(inp)
+    sc, _ = scenario_of(inp)
+    res = core.solve(sc, "enumerate", Request(objective="time", enforce=enforced_families(), cards=(16,)))
+    best = res.best
+    assert best is not None and d["fastest"] is not None
+    assert d["fastest"]["step_s"] == pytest.approx(best.metrics["step_s"], rel=1e-12)
+    assert F.DEADLINE not in enforced_families() and F.MEMORY_PER_CARD in enforced_families()
+
+
+def test_without_cards_the_fewest_hosts_that_fit():
+    d = estimate(EstimateInputs("llama3-70b", "h100-sxm"))
+    assert d["fastest"] is not None and d["cards_source"].startswith("fewest hosts")
+    smaller = d["cards"] // 2
+    if smaller >= 8:
+        assert estimate(EstimateInputs("llama3-70b", "h100-sxm", cards=smaller))["fastest"] is None
+
+
+def test_no_layout_fits_is_said_and_the_table_is_pure_data_parallel():
+    d = estimate(EstimateInputs("llama3-70b", "rtx4090", cards=8))
+    assert d["fastest"] is None
+    assert d["memory_layout"]["source"].startswith("pure data parallelism")
+    assert not any(c["fits"] for c in d["memory_table"])
+    r = run("estimate", "llama3-70b", "--hw", "rtx4090", "--cards", "8")
+    assert r.exit_code == 0 and "none fits" in r.output
+
+
+def test_text_fits_80_columns_and_names_its_assumptions():
+    r = run("estimate", "qwen3-8b", "--hw", "h100-sxm", "--cards", "8")
+    assert r.exit_code == 0, r.output
+    assert max(len(line) for line in r.output.splitlines()) <= 80
+    for needle in ("FLOPs per token", "implied MFU", "step-time model", "ZeRO-3 + CPU offload", "convention"):
+        assert needle in r.output
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["no-such-model", "--hw", "h100-sxm"], "unknown model"),
+    (["llama3-70b", "--hw", "no-such-card"], "no-such-card"),
+    (["llama3-70b", "--hw", "h100-sxm", "--cards", "0"], "--cards"),
+    (["llama3-70b", "--hw", "h100-sxm", "--seq-len", "0"], "--seq-len"),
+    (["llama3-70b", "--hw", "h100-sxm,b200"], "one accelerator"),
+    (["missing/config.json", "--hw", "h100-sxm"], "does not exist"),
+    (["llama3-70b", "--hw", "h100-sxm", "--efficiency", "140%"], "--efficiency"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, needle):
+    r = run("estimate", *args)
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.output
+
+
+def test_a_config_json_is_a_model(tmp_path):
+    cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "intermediate_size": 512, "vocab_size": 1000, "tie_word_embeddings": False,
+           "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "hidden_act": "silu"}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    d = estimate(EstimateInputs(str(p), "h100-sxm", cards=8, seq_len=1024))
+    h, kv = 256, 2 * 64
+    assert d["model"]["parameters"] == 2 * (2 * h * h + 2 * h * kv + 3 * h * 512 + 2 * h) + 2 * 1000 * h + h
