@@ -124,6 +124,10 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp: ArrayLike, pp: ArrayL
     cost = T.rate_per_second(sc, accelerator, cards, lay.nics) * finish_s
     card_hours = cards * finish_s / HOUR
     step_limit = (task.deadline_s - task.reserved_s) / (iters * (1.0 + L))
+    deadline_value = finish_s
+    if task.confidence is not None:  # the chance form: the q-quantile of the finish time, step <= step_max
+        step_limit = T.chance_step_max(sc, accelerator, save_mode, cards, tau)
+        deadline_value = T.finish_quantile(sc, accelerator, save_mode, cards, tau, step_s, task.confidence)
 
     ones = np.ones(np.shape(finish_s))
     out: Arrays = {
@@ -165,7 +169,7 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp: ArrayLike, pp: ArrayL
         F.STEP_BUDGET: (step_s, step_limit),
         F.INPUT_THROUGHPUT: (demand, supply),
         F.CHECKPOINT: (write_s, tau),
-        F.DEADLINE: (finish_s, task.deadline_s),
+        F.DEADLINE: (deadline_value, task.deadline_s),
         F.CARDS: (cards, sc.search.max_cards),
         F.BUDGET: (cost, np.inf if sc.cost.max_cost is None else sc.cost.max_cost),
     }

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import optimize, special, stats
 from tpopt.errors import InputError
 from tpopt.models.numeric import FloatArray
 from tpopt.models.units import DAY, HOUR
@@ -187,6 +186,8 @@ class Events:
         Fixed-delay sources (fail-slow) are Poisson in work time: rate x (work per second of progress,
         (exp(lam tau) - 1) / (lam tau)) x fixed^n.
         """
+        from scipy import special  # lazy: start-up time
+
         roll = (self.width > 0) & (self.rate > 0)
         out = np.zeros(3)
         growth = 1.0
@@ -233,6 +234,8 @@ def gamma_cdf(y: ArrayLike, k1: ArrayLike, k2: ArrayLike, k3: ArrayLike) -> Floa
     shape k = 4 k2^3 / k3^2, scale theta = k3 / (2 k2), shift x0 = k1 - k theta; S = x0 + theta Gamma(k).
     k2 = 0: the point mass at k1. k3 = 0 (no skew): the normal with mean k1, variance k2.
     """
+    from scipy import special  # lazy: start-up time
+
     y_, m, v, s = (np.asarray(t, dtype=float) for t in (y, k1, k2, k3))
     y_, m, v, s = np.broadcast_arrays(y_, m, v, s)
     point = v <= 0
@@ -262,6 +265,8 @@ def cdf(t: ArrayLike, reserved: ArrayLike, work: ArrayLike, saves: ArrayLike, si
     standard deviations of the event sum), so the integral is Phi(z_lo) + Gauss-Legendre (64 nodes) on
     [z_lo, z_hi], clipped to |z| <= 9. sigma = 0: G(t - R - W'; W kappa).
     """
+    from scipy import special  # lazy: start-up time
+
     x = np.asarray(t, dtype=float) - np.asarray(reserved, dtype=float)
     W = np.asarray(work, dtype=float)
     Wp = W * np.asarray(saves, dtype=float)
@@ -326,6 +331,8 @@ class Distribution:
             hi = self.reserved + 2.0 * (hi - self.reserved)
         if float(self.cdf(lo)) >= q:
             return lo
+        from scipy import optimize  # lazy: start-up time
+
         root: float = optimize.brentq(lambda t: float(self.cdf(t)) - q, lo, hi, xtol=1e-6, rtol=1e-12)
         return root
 
@@ -400,6 +407,31 @@ def max_work(q: float, deadline: float, reserved: float, saves: ArrayLike, sigma
     return x
 
 
+def quantiles(q: float, reserved: float, work: ArrayLike, saves: ArrayLike, sigma: ArrayLike,
+              kappa: tuple[ArrayLike, ArrayLike, ArrayLike]) -> FloatArray:
+    """The q-quantile of T element-wise: the root of P(T <= t) = q for every element at once
+    (scipy.optimize.elementwise.find_root on [R, R + upper], the upper end doubled until it brackets)."""
+    from scipy.optimize import elementwise  # lazy: start-up time
+
+    W, sv, sg, a, b, c = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (work, saves, sigma, *kappa)))
+
+    def f(t: FloatArray, W: FloatArray, sv: FloatArray, sg: FloatArray, a: FloatArray, b: FloatArray,
+          c: FloatArray) -> FloatArray:
+        return cdf(t, reserved, W, sv, sg, (a, b, c)) - q
+
+    span = (W * sv + W * a) * np.exp(4.0 * sg) + 10.0 * np.sqrt(np.maximum(W * b, 0.0)) + 1.0
+    for _ in range(60):
+        high = f(reserved + span, W, sv, sg, a, b, c) < 0
+        if not high.any():
+            break
+        span = np.where(high, 2.0 * span, span)
+    lo = np.full(W.shape, float(reserved))
+    res = elementwise.find_root(f, (lo, reserved + span), args=(W, sv, sg, a, b, c),
+                                tolerances={"xrtol": 1e-12, "xatol": 1e-6})
+    out: FloatArray = np.where(W <= 0, float(reserved), res.x)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # the measured error of the moment matching
 
@@ -446,6 +478,8 @@ def matching_error(events: Events, work: float, points: int = 1 << 20) -> tuple[
 
 def normal_quantile(q: float) -> float:
     """z with Phi(z) = q (scipy.stats.norm.ppf)."""
+    from scipy import stats  # lazy: start-up time
+
     return float(stats.norm.ppf(q))
 
 
@@ -453,5 +487,5 @@ __all__ = [
     "Risk", "Source", "SOURCES", "SOURCE_NAMES", "STEP_ERROR", "Exposure", "Events", "Distribution",
     "DEFAULT_STEP_SIGMA", "DEFAULT_STEP_SIGMA_SOURCE", "ANCHOR_SPEEDS", "SLOW_FACTOR", "SLOW_DURATION_S",
     "SLOW_RATE_PER_CARD_S", "parse_confidence", "uniform_moments", "gamma_cdf", "cdf", "plan_distribution",
-    "max_work", "lattice_cdf", "matching_error", "normal_quantile",
+    "max_work", "quantiles", "lattice_cdf", "matching_error", "normal_quantile",
 ]

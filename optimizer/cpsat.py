@@ -39,6 +39,7 @@ from tpopt.optimizer.limits import EncodingError  # noqa: F401 (raised here; the
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import (
     BUSY_TERMS,
+    CHANCE_TABLE,
     EXACT,
     FAMILIES,
     LAYOUT,
@@ -47,6 +48,7 @@ from tpopt.optimizer.space import (
     VARS,
     Reducer,
     Space,
+    chance_on,
     reduce_to,
 )
 
@@ -330,7 +332,7 @@ class CpSatModel:
         # integer units from the actual ranges (every product below BUDGET; see Scales)
         # clamping at the deadline only ever lowers values, so it is a valid relaxation even when the
         # deadline family is dropped or an assumption; it is tried first only where it is enforced
-        deadline_on = F.DEADLINE in self.enforced and not self.assumption_mode
+        deadline_on = F.DEADLINE in self.enforced and not self.assumption_mode and not chance_on(sc)
         try:
             sc_ = choose_scales(sp, deadline_on)
         except EncodingError:
@@ -386,8 +388,14 @@ class CpSatModel:
         finish = m.new_int_var(0, finish_hi, "finish_t")
         m.add(finish == reserved_t + iters * y)
         self.finish = finish
-        m.add(finish <= _ceil_int(sc.task.deadline_s * ticks, finish_hi + 1)).only_enforce_if(
-            self.lit[F.DEADLINE])
+        if chance_on(sc):  # the chance form: step <= the largest step meeting the deadline with probability q
+            smax = sp.tables[CHANCE_TABLE]
+            caps_t = np.minimum(np.ceil(smax.values * ticks), step_max + 1).astype(np.int64)
+            for value, lit in self._selectors("step_max", smax.vars, caps_t):
+                m.add(step <= value).only_enforce_if([lit, self.lit[F.DEADLINE]])
+        else:
+            m.add(finish <= _ceil_int(sc.task.deadline_s * ticks, finish_hi + 1)).only_enforce_if(
+                self.lit[F.DEADLINE])
 
         # cost = rate x finish, scaled to stay below BUDGET; rate again has few distinct values
         rate_tab = _finite(sp.tables["rate"].values)

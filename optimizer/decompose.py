@@ -35,7 +35,7 @@ from tpopt.optimizer.enumerate import layout_best
 from tpopt.optimizer.limits import clock_of
 from tpopt.optimizer.result import Request, Status, objective_key
 from tpopt.optimizer.space import BUSY_TERMS as BUSY
-from tpopt.optimizer.space import LAYOUT, Reducer, Space, cards_of, reduce_to
+from tpopt.optimizer.space import LAYOUT, Reducer, Space, cards_of, chance_on, reduce_to
 from tpopt.optimizer.space import MEMORY_TERMS as MEMORY
 
 HUB = LAYOUT
@@ -169,7 +169,7 @@ class LayoutBounds:
                 ok &= mem_min <= self.usable[lim]
             if F.INPUT_THROUGHPUT in enforced:
                 ok &= busy_max >= need
-            if F.DEADLINE in enforced:
+            if F.DEADLINE in enforced and not chance_on(sc):  # the chance form is left to the subproblems
                 ok &= finish_min <= sc.task.deadline_s
             if F.BUDGET in enforced and sc.cost.max_cost is not None:
                 ok &= cost_min <= sc.cost.max_cost
@@ -188,6 +188,7 @@ class LayoutBounds:
             finish_min, cost_min, busy_max, need, mem_min)
         self.objective_min = self.cost_min if objective == "cost" else self.finish_min
         # layout-only rules, decided exactly
+        self.chance = chance_on(sc)
         self.rules = {f: _reduce_to_hub(space, "ok." + f, np.max) > 0.5 for f in HUB_RULES}
 
     def allowed(self, enforced: Collection[str], max_cards: int, deadline: float, max_cost: float | None
@@ -198,7 +199,7 @@ class LayoutBounds:
             ok[F.CARDS] = self.cards <= max_cards
         if F.MEMORY_PER_CARD in enforced:
             ok[F.MEMORY_PER_CARD] = self.mem_min <= self.usable
-        if F.DEADLINE in enforced:
+        if F.DEADLINE in enforced and not self.chance:  # chance form: decided in the subproblems
             ok[F.DEADLINE] = self.finish_min <= deadline
         if F.INPUT_THROUGHPUT in enforced:
             ok[F.INPUT_THROUGHPUT] = self.busy_max >= self.input_need
