@@ -457,5 +457,6 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
         else:
             tight = slack <= binding_rel * max(abs(lim), 1.0) if lim != float("inf") else False
         checks.append(ConstraintCheck(spec.name, val / scale, lim / scale, spec.unit,
-                                      slack / scale if lim != float("inf") else float("inf"), tight, spec.doc))
+                                      slack / scale if lim != float("inf") else float("inf"), tight,
+                                      spec.statement(chance=sc.task.confidence is not None)))
     return Evaluation(plan=plan, metrics=metrics, constraints=checks)

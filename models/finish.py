@@ -461,11 +461,13 @@ def lattice_cdf(events: Events, work: float, h: float, n: int, up: bool = True) 
 
 
 def matching_error(events: Events, work: float, points: int = 1 << 20) -> tuple[float, float]:
-    """(largest CDF error of the translated gamma against the exact law of the event sum over useful
-    time ``work``, the lattice's own resolution). The exact CDF lies between the two lattice bounds of
+    """(largest CDF error of the translated gamma against the exact law of a compound Poisson event sum
+    over useful time ``work`` (the sources' rates and uniform costs, without the renewal terms, which
+    the lattice does not model), the lattice's own resolution). The exact CDF lies between the two lattice bounds of
     :func:`lattice_cdf`; the error counted is the gamma CDF's distance outside that bracket, the
     resolution the bracket's largest width (the error is exact to within it)."""
-    k = events.cumulants() * work
+    moments = uniform_moments(events.fixed, events.width)
+    k = np.array([float(np.sum(events.rate * mk)) for mk in moments]) * work  # the compound Poisson's
     if k[1] <= 0:
         return 0.0, 0.0
     span = k[0] + 40.0 * math.sqrt(k[1]) + float(np.max(events.fixed + events.width))

