@@ -525,7 +525,7 @@ class RiskKeys:
     """[risk]: the finish-time distribution's inputs beyond [checkpoint] (models/finish.py, Risk)."""
 
     step_sigma: float | None = key(number(), optional=True,
-                                   help="log-sd of measured / predicted step time (default: calibration, else 0.15)")
+                                   help="log-sd of measured / predicted step time (default: calibration, else 0.03)")
     slow_factor: float = key(number(allow_zero=False), SLOW_FACTOR, help="job slowdown while a fail-slow lasts")
     slow_duration: float = key(duration(), f"{SLOW_DURATION_S:g}s", to="slow_duration_s",
                                help="how long a fail-slow episode lasts")

@@ -24,6 +24,8 @@ COMMANDS = {
     "calibrate": "tpopt.cli.calibrate:calibrate",
     "init": "tpopt.cli.init:init",
     "rl": "tpopt.cli.rl:rl",
+    "simulate": "tpopt.cli.simulate:simulate",
+    "replan": "tpopt.cli.simulate:replan",
 }
 
 HELP = {
@@ -38,6 +40,8 @@ HELP = {
     "calibrate": "Fit an accelerator's performance parameters to measured steps; write a catalog override.",
     "init": "Write a commented scenario file to start from.",
     "rl": "Plan RL post-training: rollout vs learner cards, shared or separate, sync or async.",
+    "simulate": "Simulate the plan's whole run (seeded) against its analytic finish-time distribution.",
+    "replan": "Re-solve the rest of a run under way: stay, add or release cards.",
 }
 
 
