@@ -9,7 +9,7 @@ from tpopt.cli.request import request_from, solve_options
 from tpopt.errors import InputError
 from tpopt.models import terms as T
 from tpopt.models.simulate import simulate as run_simulation
-from tpopt.models.units import DAY, parse_duration, parse_fraction
+from tpopt.models.units import DAY, fmt_count, parse_duration, parse_fraction
 from tpopt.optimizer import confidence as C
 from tpopt.optimizer import core
 
@@ -92,7 +92,7 @@ def replan(done, elapsed, cards_held, as_json, **kw):
         click.echo(dump_json(out), nl=False)
         return
     lines = [f"tpopt replan: {sc.name}: {100 * frac:.1f} % done after {spent / DAY:.1f} d; "
-             f"{out['tokens_left']:.4g} tokens and {out['days_left']:.2f} d left "
+             f"{fmt_count(out['tokens_left'])} tokens and {out['days_left']:.2f} d left "
              f"(reserved {out['reserved_days_left']:.2f} d), confidence {100 * out['confidence']:.1f} %"]
     for key, name in (("best", "cheapest remainder"), ("stay", "on the cards held")):
         e = out.get(key)
