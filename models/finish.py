@@ -494,7 +494,8 @@ def normal_quantile(q: float) -> float:
 
 __all__ = [
     "Risk", "Source", "SOURCES", "SOURCE_NAMES", "STEP_ERROR", "Exposure", "Events", "Distribution",
-    "DEFAULT_STEP_SIGMA", "DEFAULT_STEP_SIGMA_SOURCE", "ANCHOR_SPEEDS", "VALIDATION_LOO_ERRORS", "SLOW_FACTOR", "SLOW_DURATION_S",
+    "DEFAULT_STEP_SIGMA", "DEFAULT_STEP_SIGMA_SOURCE", "ANCHOR_SPEEDS", "VALIDATION_LOO_ERRORS", "SLOW_FACTOR",
+    "SLOW_DURATION_S",
     "SLOW_RATE_PER_CARD_S", "parse_confidence", "uniform_moments", "gamma_cdf", "cdf", "plan_distribution",
     "max_work", "quantiles", "lattice_cdf", "matching_error", "normal_quantile",
 ]

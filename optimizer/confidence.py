@@ -199,3 +199,45 @@ def quantile_table(law: Fn.Distribution, levels: tuple[float, ...] = LEVELS) -> 
 
 __all__ = ["LEVELS", "STEP_UP", "law_of", "dominant", "progress_marks", "distribution_entry", "reachable",
            "remainder", "layout_change_s", "replan", "quantile_table", "reshard"]
+
+
+# ---------------------------------------------------------------------------------------------
+# cost against confidence
+
+
+def parse_levels(text: str) -> tuple[float, ...]:
+    """Confidence levels from ``50%:99%:5%`` (a range: start, end, step; the end is included when the
+    steps reach it), ``50%,90%,99%`` or one level; each strictly between 0 and 100 %."""
+    text = str(text).strip()
+    if ":" in text:
+        parts = [p.strip() for p in text.split(":")]
+        if len(parts) != 3 or not all(parts):
+            raise InputError(f"--confidence {text!r} is not a range start:end:step (e.g. 50%:99%:5%)")
+        a, b = Fn.parse_confidence(parts[0]), Fn.parse_confidence(parts[1])
+        step = Fn.parse_confidence(parts[2])
+        if b < a:
+            raise InputError(f"--confidence {text!r}: the end is below the start")
+        n = int(math.floor((b - a) / step + 1e-9)) + 1
+        levels = [round(a + i * step, 12) for i in range(n)]
+        if levels[-1] < b - 1e-12:
+            levels.append(b)
+        return tuple(levels)
+    return tuple(sorted({Fn.parse_confidence(p) for p in text.split(",") if p.strip()}))
+
+
+def cost_against_confidence(sc: Scenario, levels: tuple[float, ...], backend: str, req: Request
+                            ) -> list[dict[str, Any]]:
+    """One proven solve per confidence level: the optimum's cards, cost, finish quantile, P(by deadline)."""
+    rows: list[dict[str, Any]] = []
+    for q in levels:
+        at = replace(sc, task=replace(sc.task, confidence=q))
+        r = core.solve(at, backend, req)
+        row: dict[str, Any] = {"confidence": q, "status": r.status.value, "cards": None, "cost": None,
+                               "finish_q_days": None, "probability_by_deadline": None, "plan": None}
+        if r.best is not None:
+            law = law_of(at, r.best)
+            row.update(cards=r.best.plan.cards, cost=r.best.metrics["cost"], plan=r.best.plan_dict(),
+                       finish_q_days=law.quantile(q) / DAY, probability_by_deadline=float(law.cdf(at.task.deadline_s)),
+                       cost_unit=r.best.metrics["cost_unit"])
+        rows.append(row)
+    return rows

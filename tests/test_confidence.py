@@ -238,3 +238,116 @@ def test_backends_agree_with_enumeration_under_a_chance_constraint(case):
             assert evaluate(sc, r.best.plan).feasible
             assert math.isclose(r.best.metrics[key], ref.best.metrics[key], rel_tol=1e-9), (name, r.best.plan,
                                                                                              ref.best.plan)
+
+
+# --- reports, replanning, simulate and sweep through the tool --------------------------------------
+
+CONF = str(ROOT / "examples" / "llama3-8b-confidence.toml")
+
+
+def test_report_names_the_dominant_source_and_quantiles():
+    import json
+
+    r = run("solve", "--scenario", CONF, "--json")
+    assert r.exit_code == 0
+    d = json.loads(r.stdout)
+    e = d["finish_distribution"]
+    assert d["plan"]["cards"] == 1024
+    f = e["finish_days"]
+    assert f["p50"] < f["p90"] < f["p99"]
+    assert e["probability_by_deadline"] >= 0.95
+    assert e["dominant_source"] == Fn.STEP_ERROR  # sigma 0.15 against ~10 failures of ~5 min each
+    assert e["cost"]["p99"] / e["cost"]["p50"] == pytest.approx(f["p99"] / f["p50"])  # cost = rate x finish
+    text = run("solve", "--scenario", CONF).stdout
+    assert "P(finish <= deadline)" in text and "dominant: step-time model error" in text
+    assert "by day 1:" in text
+
+
+def test_simulate_command_agrees_with_the_law():
+    import json
+
+    d = json.loads(run("simulate", "--scenario", CONF, "--runs", "10000", "--json").stdout)
+    for row in d["quantiles"]:
+        a, s = row["analytic_days"], row["simulated_days"]
+        assert abs(s - a) <= max(0.01 * a, 0.5)
+    assert d["probability_by_deadline"]["simulated"] >= 0.95
+
+
+@pytest.mark.parametrize("args", [["--runs", "0"], ["--runs", "x"]])
+def test_simulate_bad_runs(args):
+    r = run("simulate", "--scenario", CONF, *args)
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_replan_adds_cards_when_the_run_fell_behind():
+    # 41 % done after 2.5 d where the plan's median pace is 2.5 / 4.12 = 61 %: the rest needs more cards
+    r = run("replan", "--scenario", CONF, "--done", "41%", "--elapsed", "2.5d", "--cards-held", "1024")
+    assert r.exit_code == 0
+    assert "Contingency: add 512 cards now" in r.stdout
+
+
+def test_replan_on_pace_needs_no_more_cards():
+    # on the median pace (61 % after 2.5 d) the 1,024 cards held still meet 95 %; the plan had slack
+    # (97.6 %), so the cheapest remainder releases cards
+    r = run("replan", "--scenario", CONF, "--done", "61%", "--elapsed", "2.5d", "--cards-held", "1024")
+    assert "on the cards held: h100-sxm x 1024" in r.stdout
+    assert "Contingency: release 256 cards" in r.stdout
+
+
+def test_replan_says_when_nothing_restores_the_confidence():
+    r = run("replan", "--scenario", CONF, "--done", "5%", "--elapsed", "4d", "--cards-held", "1024")
+    assert r.exit_code == 3
+    assert "nothing restores 95.0 %" in r.stdout and "highest reachable" in r.stdout
+
+
+@pytest.mark.parametrize("args", [["--done", "120%", "--elapsed", "1d"], ["--done", "20%", "--elapsed", "6d"],
+                                  ["--done", "100%", "--elapsed", "1d"], ["--done", "20%", "--elapsed", "-1d"],
+                                  ["--done", "nan", "--elapsed", "1d"]])
+def test_replan_bad_input_is_one_line_exit_2(args):
+    r = run("replan", "--scenario", CONF, *args)
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_sweep_gives_cost_against_confidence():
+    import json
+
+    d = json.loads(run("sweep", "--scenario", CONF, "--confidence", "50%,95%,99%", "--json").stdout)
+    costs = [row["cost"] for row in d["rows"]]
+    assert costs[0] < costs[1] < costs[2]  # 768, 1,024, 1,536 cards
+    assert [row["cards"] for row in d["rows"]] == [768, 1024, 1536]
+    assert all(row["probability_by_deadline"] >= row["confidence"] for row in d["rows"])
+
+
+def test_confidence_range_parsing():
+    from tpopt.optimizer.confidence import parse_levels
+
+    assert parse_levels("50%:99%:7%") == pytest.approx((0.5, 0.57, 0.64, 0.71, 0.78, 0.85, 0.92, 0.99))
+    with pytest.raises(InputError):
+        parse_levels("50%:150%:5%")
+
+
+def test_tp4_to_tp8_resharding_of_the_chapter():
+    from tpopt.models import reshard
+    from tpopt.models.units import MIB
+
+    # the chapter, 10.4.2: gate projection [12288, 4096] BF16
+    assert 12288 * 4096 * 2 / MIB == 96
+    assert reshard.shard_bytes(12288, 4096, 4) / MIB == 24 and reshard.shard_rows(12288, 4, 1) == (3072, 6144)
+    assert reshard.shard_bytes(12288, 4096, 8) / MIB == 12 and reshard.shard_rows(12288, 8, 1) == (1536, 3072)
+    reads = reshard.read_plan(12288, 4, 8)
+    assert len(reads) == 8  # each new shard reads one old shard
+    for rd in reads:
+        assert rd.old == rd.new // 2  # old shard floor(r / 2)
+        old_start, old_stop = reshard.shard_rows(12288, 4, rd.old)
+        half = (old_start + old_stop) // 2
+        assert (rd.start, rd.stop) == ((old_start, half) if rd.new % 2 == 0 else (half, old_stop))
+    assert reshard.state_bytes(12288 * 4096 * 2) / MIB == 96 * (1 + 2 + 2 + 2) == 672
+    assert reshard.read_bytes_per_card(12288, 4096, 4, 8) / MIB == 12 * 7
+
+
+def test_plans_without_confidence_are_unchanged():
+    sc = design()
+    assert sc.task.confidence is None
+    ev = evaluate(sc, solve(sc, "cpsat", Request(seed=0, workers=1)).best.plan)
+    finish = [c for c in ev.constraints if c.name == "deadline.finish"][0]
+    assert finish.value == pytest.approx(ev.metrics["finish_days"])  # the nominal finish, not a quantile
