@@ -193,38 +193,56 @@ class Events:
         Fixed-delay sources (fail-slow) are Poisson in work time: rate x (work per second of progress,
         (exp(lam tau) - 1) / (lam tau)) x fixed^n.
         """
-        from scipy import special  # lazy: start-up time
-
-        roll = (self.width > 0) & (self.rate > 0)
-        out = np.zeros(3)
-        growth = 1.0
-        if roll.any():
-            lam = float(np.sum(self.rate[roll]))
-            tau = float(np.max(self.width[roll]))
-            x = lam * tau
-            p = math.exp(-x)
-            q1 = -math.expm1(-x)
-            if x < 1e-8:
-                mx = [tau / 2, tau**2 / 3, tau**3 / 4]
-            else:
-                mx = [math.factorial(n) * float(special.gammainc(n + 1, x)) / (lam**n * q1) for n in (1, 2, 3)]
-            pi = self.rate[roll] / lam
-            f = self.fixed[roll]
-            mf = [float(np.sum(pi * f**n)) for n in (1, 2, 3)]
-            # raw moments of Y = X + F (independent)
-            y1 = mx[0] + mf[0]
-            y2 = mx[1] + 2 * mx[0] * mf[0] + mf[1]
-            y3 = mx[2] + 3 * mx[1] * mf[0] + 3 * mx[0] * mf[1] + mf[2]
-            var_y = y2 - y1**2
-            mu3_y = y3 - 3 * y1 * y2 + 2 * y1**3
-            ek, vk, k3k = q1 / p, q1 / p**2, q1 * (1.0 + q1) / p**3  # geometric failures before a success
-            seg = np.array([ek * y1, ek * var_y + vk * y1**2, ek * mu3_y + 3 * vk * y1 * var_y + k3k * y1**3])
-            out += seg / tau
-            growth = math.expm1(x) / x if x > 1e-12 else 1.0
-        fixed_only = (self.width <= 0) & (self.rate > 0)
-        for n in range(3):
-            out[n] += growth * float(np.sum(self.rate[fixed_only] * self.fixed[fixed_only] ** (n + 1)))
+        col = event_cumulants(self.rate[:, None], self.fixed[:, None], self.width[:, None])
+        out: FloatArray = col[:, 0]
         return out
+
+
+def event_cumulants(rate: ArrayLike, fixed: ArrayLike, width: ArrayLike) -> FloatArray:
+    """:meth:`Events.cumulants` for many plans at once: arrays of shape (sources, plans) -> (3, plans).
+    Every rollback source of one plan shares its width (the plan's save interval tau)."""
+    from scipy import special  # lazy: start-up time
+
+    r, f, w = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (rate, fixed, width)))
+    roll = (w > 0) & (r > 0)
+    lam = np.sum(np.where(roll, r, 0.0), axis=0)
+    tau = np.max(np.where(roll, w, 0.0), axis=0)
+    x = lam * tau
+    has = x > 0
+    xs = np.where(has, x, 1.0)
+    lam_s, tau_s = np.where(has, lam, 1.0), np.where(has, tau, 1.0)
+    p, q1 = np.exp(-xs), -np.expm1(-xs)
+    small = xs < 1e-8
+    mx = [np.where(small, tau_s**n / (n + 1), math.factorial(n) * special.gammainc(n + 1, xs) / (lam_s**n * q1))
+          for n in (1, 2, 3)]
+    pi = np.where(roll, r, 0.0) / lam_s
+    mf = [np.sum(pi * f**n, axis=0) for n in (1, 2, 3)]
+    # raw moments of Y = X + F (independent)
+    y1 = mx[0] + mf[0]
+    y2 = mx[1] + 2 * mx[0] * mf[0] + mf[1]
+    y3 = mx[2] + 3 * mx[1] * mf[0] + 3 * mx[0] * mf[1] + mf[2]
+    var_y = y2 - y1**2
+    mu3_y = y3 - 3 * y1 * y2 + 2 * y1**3
+    ek, vk, k3k = q1 / p, q1 / p**2, q1 * (1.0 + q1) / p**3  # geometric failures before a success
+    seg = np.stack([ek * y1, ek * var_y + vk * y1**2, ek * mu3_y + 3 * vk * y1 * var_y + k3k * y1**3]) / tau_s
+    seg = np.where(has, seg, 0.0)
+    growth = np.where(has & (xs > 1e-12), np.expm1(xs) / xs, 1.0)
+    only = (w <= 0) & (r > 0)
+    fixed_part = np.stack([growth * np.sum(np.where(only, r * f ** (n + 1), 0.0), axis=0) for n in range(3)])
+    out: FloatArray = seg + fixed_part
+    return out
+
+
+def events_over(x: Exposure) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(rate, fixed, width) of every source, shape (sources, plans), for an :class:`Exposure` whose cards,
+    tau and lag may be arrays (one entry per plan)."""
+    n = np.broadcast(np.asarray(x.cards, dtype=float), np.asarray(x.tau, dtype=float),
+                     np.asarray(x.lag, dtype=float)).shape
+
+    def rows(fn: Callable[[Source], Callable[[Exposure], float]]) -> FloatArray:
+        return np.stack([np.broadcast_to(np.asarray(fn(s)(x), dtype=float), n) for s in SOURCES])
+
+    return rows(lambda s: s.rate), rows(lambda s: s.fixed), rows(lambda s: s.width)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -497,5 +515,5 @@ __all__ = [
     "DEFAULT_STEP_SIGMA", "DEFAULT_STEP_SIGMA_SOURCE", "ANCHOR_SPEEDS", "VALIDATION_LOO_ERRORS", "SLOW_FACTOR",
     "SLOW_DURATION_S",
     "SLOW_RATE_PER_CARD_S", "parse_confidence", "uniform_moments", "gamma_cdf", "cdf", "plan_distribution",
-    "max_work", "quantiles", "lattice_cdf", "matching_error", "normal_quantile",
+    "max_work", "quantiles", "event_cumulants", "events_over", "lattice_cdf", "matching_error", "normal_quantile",
 ]

@@ -1467,24 +1467,48 @@ def finish_law(sc: Scenario, acc: str, save_mode: str, cards: float, save_interv
                                     sigma=sigma, sigma_source=source)
 
 
+_CHANCE_MEMO: dict[tuple[Any, ...], float] = {}
+_CHANCE_MEMO_SIZE = 200_000
+
+
+def _law_inputs(sc: Scenario, acc: str, save_mode: str, cards: FloatArray, tau: FloatArray
+                ) -> tuple[FloatArray, float, FloatArray]:
+    """(save factors 1 + c / tau, sigma, event cumulants (3, n)) of plans given by card and interval arrays."""
+    pause, lag = save_pause_lag(sc, save_mode)
+    sigma, _ = step_sigma(sc, acc)
+    rel = sc.reliability
+    x = finish.Exposure(cards=cards, tau=tau, lag=lag, restore=rel.restore_s, card_mtbf_s=rel.card_mtbf_s,
+                        spike_interval_s=rel.event_interval_s, risk=sc.risk)  # type: ignore[arg-type]
+    return 1.0 + pause / tau, sigma, finish.event_cumulants(*finish.events_over(x))
+
+
 def chance_step_max(sc: Scenario, acc: str, save_mode: str, cards: ArrayLike, save_interval: ArrayLike
                     ) -> FloatArray:
     """The largest step (s) whose finish meets the deadline with probability >= the confidence:
-    W_max / iterations (finish.max_work), element-wise over cards and save intervals (one root per
-    distinct pair). The chance constraint P(T <= deadline) >= q is exactly step <= this value."""
+    W_max / iterations (finish.max_work), element-wise over cards and save intervals: one root per
+    distinct (cards, interval) pair, all found at once, and remembered across calls (the tables, the
+    evaluator and every chunk of an enumeration ask for the same pairs)."""
     q = sc.task.confidence
     if q is None:
         raise ValueError("chance_step_max needs a confidence")
     c, t = np.broadcast_arrays(_f(cards), _f(save_interval))
+    rel = sc.reliability
+    pause, lag = save_pause_lag(sc, save_mode)
+    base = (q, sc.task.deadline_s, sc.task.reserved_s, pause, lag, rel.restore_s, rel.card_mtbf_s,
+            rel.event_interval_s, sc.risk, step_sigma(sc, acc)[0])
     pairs = np.unique(np.stack([c.reshape(-1), t.reshape(-1)], axis=1), axis=0)
-    pause, _ = save_pause_lag(sc, save_mode)
-    sigma, _ = step_sigma(sc, acc)
-    kap = np.array([finish.Events.of(exposure(sc, save_mode, n, tau)).cumulants() for n, tau in pairs])
-    work = finish.max_work(q, sc.task.deadline_s, sc.task.reserved_s, 1.0 + pause / pairs[:, 1], sigma,
-                           (kap[:, 0], kap[:, 1], kap[:, 2]))
-    lookup = {(float(n), float(tau)): float(w) for (n, tau), w in zip(pairs, work, strict=True)}
+    missing = np.array([(base, float(n), float(tau)) not in _CHANCE_MEMO for n, tau in pairs], dtype=bool)
+    if missing.any():
+        todo = pairs[missing]
+        saves, sigma, kap = _law_inputs(sc, acc, save_mode, todo[:, 0], todo[:, 1])
+        work = finish.max_work(q, sc.task.deadline_s, sc.task.reserved_s, saves, sigma, (kap[0], kap[1], kap[2]))
+        if len(_CHANCE_MEMO) > _CHANCE_MEMO_SIZE:
+            _CHANCE_MEMO.clear()
+        for (n, tau), w in zip(todo, work, strict=True):
+            _CHANCE_MEMO[(base, float(n), float(tau))] = float(w)
     iters = iteration_count(sc)
-    flat = np.array([lookup[(float(n), float(tau))] for n, tau in zip(c.reshape(-1), t.reshape(-1), strict=True)])
+    flat = np.array([_CHANCE_MEMO[(base, float(n), float(tau))] for n, tau in zip(c.reshape(-1), t.reshape(-1),
+                                                                                   strict=True)])
     out: FloatArray = (flat / iters).reshape(c.shape)
     return out
 
@@ -1495,10 +1519,8 @@ def finish_quantile(sc: Scenario, acc: str, save_mode: str, cards: ArrayLike, sa
     c, t, s = np.broadcast_arrays(_f(cards), _f(save_interval), _f(step_s))
     keys = np.stack([c.reshape(-1), t.reshape(-1), s.reshape(-1)], axis=1)
     uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    pause, _ = save_pause_lag(sc, save_mode)
-    sigma, _ = step_sigma(sc, acc)
-    kap = np.array([finish.Events.of(exposure(sc, save_mode, n, tau)).cumulants() for n, tau, _ in uniq])
-    out = finish.quantiles(q, sc.task.reserved_s, iteration_count(sc) * uniq[:, 2], 1.0 + pause / uniq[:, 1],
-                           sigma, (kap[:, 0], kap[:, 1], kap[:, 2]))
+    saves, sigma, kap = _law_inputs(sc, acc, save_mode, uniq[:, 0], uniq[:, 1])
+    out = finish.quantiles(q, sc.task.reserved_s, iteration_count(sc) * uniq[:, 2], saves, sigma,
+                           (kap[0], kap[1], kap[2]))
     res: FloatArray = out[inverse.reshape(-1)].reshape(c.shape)
     return res

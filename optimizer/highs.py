@@ -163,7 +163,7 @@ class HighsModel:
         self.enforced = req.enforced(FAMILIES)
         self.lp = _Lp()
         self._w_cache: dict[tuple[str, ...], NDArray[np.int_]] = {}
-        step_cap, ov_cap, mem_cap, _ = caps(space, F.DEADLINE in self.enforced and not chance_on(space.sc))
+        step_cap, ov_cap, mem_cap, _ = caps(space, F.DEADLINE in self.enforced)
         self._cap = {n: step_cap for n in BUSY}
         self._cap.update({n: mem_cap for n in MEMORY})
         self._cap["overhead"] = ov_cap - 1.0
