@@ -26,6 +26,7 @@ from tpopt.catalogs.scenario import build_scenario, load_scenario  # noqa: E402
 from tpopt.models import terms as T  # noqa: E402
 from tpopt.optimizer.core import solve  # noqa: E402
 from tpopt.optimizer.result import Request  # noqa: E402
+from tpopt.optimizer.space import Space  # noqa: E402
 
 
 def wide():
@@ -65,13 +66,15 @@ def main(argv: list[str]) -> int:
     warm = load_scenario(ROOT / "examples" / "design-case.toml")
     for b in args.solvers.split(","):  # imports and first calls, untimed
         solve(replace(warm, task=replace(warm.task, confidence=0.95)), b, Request(seed=0, workers=1))
-    print(f"{'space':<20} {'solver':<10} {'without s':>10} {'with 95 % s':>12} {'ratio':>6}  optimum without / with")
+    print(f"{'space':<20} {'plans':>7} {'solver':<10} {'without s':>10} {'with 95 % s':>12} {'ratio':>6}  "
+          "optimum without / with")
     for name, sc in spaces():
+        size = Space.from_scenario(sc).size()
         with_q = replace(sc, task=replace(sc.task, confidence=0.95))
         for b in args.solvers.split(","):
             t0, s0 = timed(sc, b, args.repeat)
             t1, s1 = timed(with_q, b, args.repeat)
-            print(f"{name:<20} {b:<10} {t0:>10.3f} {t1:>12.3f} {t1 / t0:>6.2f}  {s0} / {s1}", flush=True)
+            print(f"{name:<20} {size:>7,} {b:<10} {t0:>10.3f} {t1:>12.3f} {t1 / t0:>6.2f}  {s0} / {s1}", flush=True)
     return 0
 
 

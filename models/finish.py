@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from tpopt.errors import InputError
-from tpopt.models.numeric import FloatArray
+from tpopt.models.numeric import FloatArray, Floats
 from tpopt.models.units import DAY, HOUR
 
 # ---------------------------------------------------------------------------------------------
@@ -110,9 +110,9 @@ class Exposure:
     """What the sources read from one plan: cards, save interval tau, commit lag w, restart r (s), the
     per-card MTBF (s; None: no hardware failures), the job-wide rollback interval (s; None: none)."""
 
-    cards: float
-    tau: float
-    lag: float
+    cards: Floats  # a float, or an array of plans (events_over)
+    tau: Floats
+    lag: Floats
     restore: float
     card_mtbf_s: float | None
     spike_interval_s: float | None
@@ -126,9 +126,9 @@ class Source:
 
     name: str
     label: str
-    rate: Callable[[Exposure], float]
-    fixed: Callable[[Exposure], float]
-    width: Callable[[Exposure], float]
+    rate: Callable[[Exposure], Floats]
+    fixed: Callable[[Exposure], Floats]
+    width: Callable[[Exposure], Floats]
     basis: str  # the statement reports and docs print
 
 
@@ -239,7 +239,7 @@ def events_over(x: Exposure) -> tuple[FloatArray, FloatArray, FloatArray]:
     n = np.broadcast(np.asarray(x.cards, dtype=float), np.asarray(x.tau, dtype=float),
                      np.asarray(x.lag, dtype=float)).shape
 
-    def rows(fn: Callable[[Source], Callable[[Exposure], float]]) -> FloatArray:
+    def rows(fn: Callable[[Source], Callable[[Exposure], Floats]]) -> FloatArray:
         return np.stack([np.broadcast_to(np.asarray(fn(s)(x), dtype=float), n) for s in SOURCES])
 
     return rows(lambda s: s.rate), rows(lambda s: s.fixed), rows(lambda s: s.width)
@@ -395,7 +395,7 @@ def plan_distribution(*, reserved: float, work: float, pause: float, exposure: E
     exposure (cards, tau, lag, restart, MTBF, rollbacks, :class:`Risk`)."""
     if sigma < 0 or not math.isfinite(sigma):
         raise InputError(f"step-time sigma must be a finite number >= 0, got {sigma!r}")
-    return Distribution(reserved, work, 1.0 + pause / exposure.tau, sigma, Events.of(exposure), sigma_source)
+    return Distribution(reserved, work, 1.0 + pause / float(exposure.tau), sigma, Events.of(exposure), sigma_source)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -426,7 +426,15 @@ def max_work(q: float, deadline: float, reserved: float, saves: ArrayLike, sigma
     hi = np.full(sv.shape, room)
     flo = f(lo, sv, sg, a, b, c)
     fhi = f(hi, sv, sg, a, b, c)
-    res = elementwise.find_root(f, (lo, hi), args=(sv, sg, a, b, c),
+    # a tight bracket around the root without the event spread, W0 = room / ((1 + c/tau + k1) e^(sigma z_q)):
+    # the event sum only lowers the root, so [W0 / 2, W0] brackets it unless its spread is large; elements
+    # it does not bracket keep the wide one
+    from scipy.special import ndtri  # lazy: start-up time
+
+    w0 = np.minimum(room / ((sv + a) * np.exp(sg * ndtri(q))), room)
+    tlo, thi = np.maximum(0.5 * w0, lo), np.maximum(w0, lo)
+    ok = (f(tlo, sv, sg, a, b, c) >= 0) & (f(thi, sv, sg, a, b, c) <= 0)
+    res = elementwise.find_root(f, (np.where(ok, tlo, lo), np.where(ok, thi, hi)), args=(sv, sg, a, b, c),
                                 tolerances={"xrtol": 1e-10, "xatol": room * 1e-13})
     x: FloatArray = np.where(fhi >= 0, hi, np.where(flo < 0, 0.0, res.x))
     return x

@@ -1478,7 +1478,7 @@ def _law_inputs(sc: Scenario, acc: str, save_mode: str, cards: FloatArray, tau: 
     sigma, _ = step_sigma(sc, acc)
     rel = sc.reliability
     x = finish.Exposure(cards=cards, tau=tau, lag=lag, restore=rel.restore_s, card_mtbf_s=rel.card_mtbf_s,
-                        spike_interval_s=rel.event_interval_s, risk=sc.risk)  # type: ignore[arg-type]
+                        spike_interval_s=rel.event_interval_s, risk=sc.risk)
     return 1.0 + pause / tau, sigma, finish.event_cumulants(*finish.events_over(x))
 
 
@@ -1496,7 +1496,7 @@ def chance_step_max(sc: Scenario, acc: str, save_mode: str, cards: ArrayLike, sa
     pause, lag = save_pause_lag(sc, save_mode)
     base = (q, sc.task.deadline_s, sc.task.reserved_s, pause, lag, rel.restore_s, rel.card_mtbf_s,
             rel.event_interval_s, sc.risk, step_sigma(sc, acc)[0])
-    pairs = np.unique(np.stack([c.reshape(-1), t.reshape(-1)], axis=1), axis=0)
+    pairs, inverse = np.unique(np.stack([c.reshape(-1), t.reshape(-1)], axis=1), axis=0, return_inverse=True)
     missing = np.array([(base, float(n), float(tau)) not in _CHANCE_MEMO for n, tau in pairs], dtype=bool)
     if missing.any():
         todo = pairs[missing]
@@ -1507,9 +1507,8 @@ def chance_step_max(sc: Scenario, acc: str, save_mode: str, cards: ArrayLike, sa
         for (n, tau), w in zip(todo, work, strict=True):
             _CHANCE_MEMO[(base, float(n), float(tau))] = float(w)
     iters = iteration_count(sc)
-    flat = np.array([_CHANCE_MEMO[(base, float(n), float(tau))] for n, tau in zip(c.reshape(-1), t.reshape(-1),
-                                                                                   strict=True)])
-    out: FloatArray = (flat / iters).reshape(c.shape)
+    per_pair = np.array([_CHANCE_MEMO[(base, float(n), float(tau))] for n, tau in pairs])
+    out: FloatArray = (per_pair[inverse.reshape(-1)] / iters).reshape(c.shape)
     return out
 
 
