@@ -195,6 +195,9 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     space = _search_space(se, raw.get("checkpoint", {}), mem, systems)
     moe_opts, moe_domains = _moe_inputs(raw.get("moe", {}), model, se)
     space = replace(space, **moe_domains)
+    if stage_tables and task.confidence is not None:
+        raise InputError("schedule.confidence applies to one training stage: the finish-time distribution of "
+                         "[[task.stages]] (a sum over stages) is not modelled; drop one of the two")
     stages = _stages(stage_tables, raw, cat) if stage_tables else ()
     if stages:
         task, space = stages[0].task, stages[0].search

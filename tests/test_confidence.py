@@ -351,3 +351,10 @@ def test_plans_without_confidence_are_unchanged():
     ev = evaluate(sc, solve(sc, "cpsat", Request(seed=0, workers=1)).best.plan)
     finish = [c for c in ev.constraints if c.name == "deadline.finish"][0]
     assert finish.value == pytest.approx(ev.metrics["finish_days"])  # the nominal finish, not a quantile
+
+
+def test_confidence_is_refused_where_it_is_not_modelled():
+    long = str(ROOT / "examples" / "llama3-8b-long-context.toml")  # training stages
+    for args in (["solve", "--scenario", long, "--confidence", "95%"], ["rl", "--confidence", "95%"]):
+        r = run(*args)
+        assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, args
