@@ -228,8 +228,9 @@ def chance_scenarios(draw):
 def test_backends_agree_with_enumeration_under_a_chance_constraint(case):
     sc, objective = case
     req = dict(objective=objective, seed=0, workers=1, time_limit=120)
-    results = {b: solve(sc, b, Request(**req)) for b in ("enumerate", "cpsat", "highs")}
-    results["cpsat/decomposed"] = solve(sc, "cpsat", Request(method="decomposed", **req))
+    results = {b: solve(sc, b, Request(**req)) for b in ("enumerate", "cpsat", "highs", "pyomo:highs")}
+    for b in ("cpsat", "highs"):
+        results[b + "/decomposed"] = solve(sc, b, Request(method="decomposed", **req))
     ref = results["enumerate"]
     key = "cost" if objective == "cost" else "finish_days"
     for name, r in results.items():
