@@ -27,7 +27,7 @@ MAX_PASSES = 1_000_000
 
 @dataclass(frozen=True)
 class Simulation:
-    """Finish times (s) of the simulated runs and the share of wall time each part took (means)."""
+    """Finish times (s) of the simulated runs and the events each run saw."""
 
     finish: FloatArray
     events: FloatArray  # events per run

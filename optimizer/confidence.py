@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 from tpopt.errors import InputError
 from tpopt.models import finish as Fn
-from tpopt.models import reshard
 from tpopt.models import terms as T
 from tpopt.models.evaluate import Evaluation
 from tpopt.models.plan import Scenario
@@ -141,9 +140,9 @@ def remainder(sc: Scenario, done: float, elapsed_s: float) -> Scenario:
 
 
 def layout_change_s(sc: Scenario, held_tp: int | None, new_tp: int, cards_held: int | None, new_cards: int) -> float:
-    """Extra seconds of the restart into another layout: every card reads its new shards' ranges of the
-    checkpoint (reshard.read_plan), i.e. the whole checkpoint once more at the storage bandwidth (read
-    assumed as fast as write); 0 when the layout (tp and cards) is the one held."""
+    """Extra seconds of the restart into another layout: every card reads its new shards' row ranges of
+    the checkpoint (tpopt.models.reshard.read_plan), i.e. the whole checkpoint once more at the storage
+    bandwidth (read assumed as fast as write); 0 when the layout (tp and cards) is the one held."""
     if (held_tp is None or held_tp == new_tp) and (cards_held is None or cards_held == new_cards):
         return 0.0
     return T.checkpoint_write_time(sc)
@@ -198,7 +197,7 @@ def quantile_table(law: Fn.Distribution, levels: tuple[float, ...] = LEVELS) -> 
 
 
 __all__ = ["LEVELS", "STEP_UP", "law_of", "dominant", "progress_marks", "distribution_entry", "reachable",
-           "remainder", "layout_change_s", "replan", "quantile_table", "reshard"]
+           "remainder", "layout_change_s", "replan", "quantile_table", "parse_levels", "cost_against_confidence"]
 
 
 # ---------------------------------------------------------------------------------------------
