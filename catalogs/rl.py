@@ -195,6 +195,9 @@ def build_rl_scenario(raw: dict, catalog=None) -> RLScenario:
         raise InputError("scenario: no [rl] table (tpopt rl plans RL post-training; use tpopt solve for pre-training)")
     task, search = rl_task(raw["rl"], cat, Path(raw.get("_base_dir", ".")))
     trainer = build_scenario(trainer_tables(raw, task), cat)
+    if trainer.task.confidence is not None:
+        raise InputError("schedule.confidence applies to pre-training plans; tpopt rl models no finish-time "
+                         "distribution")
     nics = trainer.search.nics_per_host
     if len(nics) > 1:
         raise InputError("rl: give one [search] nics_per_host (NICs are not an RL decision)")

@@ -35,6 +35,7 @@ from tpopt.catalogs.schema import (
     MoeKeys,
     MoeSearchKeys,
     PriceKeys,
+    RiskKeys,
     ScenarioKeys,
     ScheduleKeys,
     SearchKeys,
@@ -45,6 +46,7 @@ from tpopt.catalogs.schema import (
     targets,
 )
 from tpopt.errors import InputError
+from tpopt.models.finish import Risk
 from tpopt.models.hardware import Accelerator
 from tpopt.models.plan import (
     CostOptions,
@@ -59,6 +61,7 @@ from tpopt.models.plan import (
     Task,
     schedule_name,
 )
+from tpopt.models.units import DAY
 
 #: The built-in default scenario (the chapter's design case), used by every command without --scenario.
 BUILTIN_SCENARIO = Path(__file__).resolve().parent / "design-case.toml"
@@ -192,6 +195,9 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     space = _search_space(se, raw.get("checkpoint", {}), mem, systems)
     moe_opts, moe_domains = _moe_inputs(raw.get("moe", {}), model, se)
     space = replace(space, **moe_domains)
+    if stage_tables and task.confidence is not None:
+        raise InputError("schedule.confidence applies to one training stage: the finish-time distribution of "
+                         "[[task.stages]] (a sum over stages) is not modelled; drop one of the two")
     stages = _stages(stage_tables, raw, cat) if stage_tables else ()
     if stages:
         task, space = stages[0].task, stages[0].search
@@ -202,6 +208,7 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     name = sk.name or Path(raw.get("_path", "scenario")).stem
     budget = read_table(BudgetKeys, raw.get("cost", {}), "cost.")
     return Scenario(model=model, task=task, systems=systems, memory=mem, input=inp, reliability=rel, search=space,
+                    risk=_risk(read_table(RiskKeys, raw.get("risk", {}), "risk.")),
                     cost=CostOptions(budget.max_cost), moe=moe_opts, overlap=comm.overlap, name=str(name),
                     tp_overlap=comm.tp_overlap, dp_overlap=comm.dp_overlap, stages=stages, cp_method=comm.cp_method,
                     cp_split=comm.cp_split)
@@ -224,7 +231,7 @@ def _task(raw: dict, stage_tables: list[dict], model) -> Task:
     tk = read_table(TaskKeys, t, "task.")
     sch = read_table(ScheduleKeys, raw["schedule"], "schedule.")
     task = Task(tokens=tk.tokens, seq_len=tk.seq_len, global_batch=tk.global_batch, precision=tk.precision,
-                deadline_s=sch.deadline, reserved_s=sch.reserved)
+                deadline_s=sch.deadline, reserved_s=sch.reserved, confidence=sch.confidence)
     b = read_table(BatchKeys, t, "task.", (model, task))
     kw = {} if b.critical_batch is None else dict(zip(("critical_batch", "critical_batch_source"), b.critical_batch,
                                                       strict=True))
@@ -272,6 +279,13 @@ def _card_overrides(acc: Accelerator, card: CardKeys) -> Accelerator:
     if card.max_nics_per_host is not None:
         kw["max_nics_per_host"] = card.max_nics_per_host
     return replace(acc, **kw)
+
+
+def _risk(rk: RiskKeys) -> Risk:
+    """[risk]: the distribution's inputs (rates per card-day -> per card-second)."""
+    return Risk(step_sigma=rk.step_sigma, slow_rate_per_card_s=rk.slow_per_card_day / DAY, slow_factor=rk.slow_factor,
+                slow_duration_s=rk.slow_duration, preempt_rate_per_card_s=rk.preempt_per_card_day / DAY,
+                reacquire_s=rk.reacquire)
 
 
 def _reliability(ck: CheckpointKeys, st: StragglerKeys) -> Reliability:

@@ -25,6 +25,7 @@ from tpopt.models import memory
 from tpopt.models.arch import flops_per_token
 from tpopt.models.batch import noise_scale_fit
 from tpopt.models.context import METHODS, SPLITS
+from tpopt.models.finish import SLOW_DURATION_S, SLOW_FACTOR, SLOW_RATE_PER_CARD_S, parse_confidence
 from tpopt.models.moe import A2A_OVERLAPS, DISPATCHERS
 from tpopt.models.plan import OFFLOADS, SAVE_MODES, MoeOptions, split_schedule
 from tpopt.models.units import (
@@ -426,6 +427,8 @@ class ScheduleKeys:
                           help="wall-clock deadline, e.g. 30d or 720h")
     reserved: float = key(duration(maximum=MAX_DEADLINE_S), "0d",
                           help="inside the deadline: start-up, evaluation, planned pauses")
+    confidence: float | None = key(Kind(lambda v, what, _c: parse_confidence(v), "fraction in (0, 1): 95%"),
+                                   optional=True, help="require P(finish <= deadline) >= this (chance constraint)")
 
     RULES: ClassVar = (("reserved", lambda v: v["reserved"] >= v["deadline"],
                         "schedule.reserved must be shorter than the deadline"),)
@@ -515,6 +518,21 @@ class StragglerKeys:
     """[stragglers]: per-card compute jitter."""
 
     sigma: float = key(fraction(allow_zero=True), 0, to="straggler_sigma", help="jitter as a fraction of the mean")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class RiskKeys:
+    """[risk]: the finish-time distribution's inputs beyond [checkpoint] (models/finish.py, Risk)."""
+
+    step_sigma: float | None = key(number(), optional=True,
+                                   help="log-sd of measured / predicted step time (default: calibration, else 0.03)")
+    slow_factor: float = key(number(allow_zero=False), SLOW_FACTOR, help="job slowdown while a fail-slow lasts")
+    slow_duration: float = key(duration(), f"{SLOW_DURATION_S:g}s", to="slow_duration_s",
+                               help="how long a fail-slow episode lasts")
+    slow_per_card_day: float = key(number(), SLOW_RATE_PER_CARD_S * 86400.0,
+                                   help="fail-slow episodes per card-day of training")
+    preempt_per_card_day: float = key(number(), 0, help="spot preemptions per card-day (0: none)")
+    reacquire: float = key(duration(), "0s", to="reacquire_s", help="time to get preempted capacity back")
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -622,7 +640,7 @@ class MoeKeys:
 TABLES: dict[str, tuple[type, ...] | None] = {
     "model": (ModelKeys,), "task": (TaskKeys, BatchKeys), "schedule": (ScheduleKeys,),
     "hardware": (HardwareKeys, CardKeys), "memory": (MemoryKeys,), "input": (InputKeys,),
-    "checkpoint": (CheckpointKeys,), "stragglers": (StragglerKeys,),
+    "checkpoint": (CheckpointKeys,), "stragglers": (StragglerKeys,), "risk": (RiskKeys,),
     "comm": (CommKeys,), "cost": (PriceKeys, BudgetKeys), "search": (SearchKeys, MoeSearchKeys), "moe": (MoeKeys,),
     "sweep": None, "rl": None, "scenario": (ScenarioKeys,),
 }

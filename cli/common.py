@@ -119,6 +119,8 @@ def scenario_options(fn):
         click.option("--critical-batch", help="Critical batch B_noise: tokens (2M), sequences (256seq), "
                                               "deepseek-llm (scaling fit) or none."),
         click.option("--seq-len", help="Tokens per sequence (overrides [task] seq_len)."),
+        click.option("--confidence", help="Require P(finish <= deadline) >= this, e.g. 95% ([schedule] confidence)."),
+        click.option("--step-sigma", help="Log-sd of the step-time model error ([risk] step_sigma), e.g. 0.1."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -126,7 +128,7 @@ def scenario_options(fn):
 
 
 SCENARIO_KEYS = ("scenario_path", "catalog_dirs", "deadline", "reserved", "tokens", "efficiency", "hw",
-                 "max_cards", "usable_memory", "global_batch", "critical_batch", "seq_len")
+                 "max_cards", "usable_memory", "global_batch", "critical_batch", "seq_len", "confidence", "step_sigma")
 
 
 def overrides_from(kw: dict) -> dict:
@@ -146,6 +148,8 @@ def overrides_from(kw: dict) -> dict:
         "task.critical_batch": kw.get("critical_batch"),
         "task.seq_len": kw.get("seq_len"),
         "search.memory_budget": kw.get("memory_budget"),  # the solver options' --memory-budget
+        "schedule.confidence": kw.get("confidence"),
+        "risk.step_sigma": kw.get("step_sigma"),
     }
 
 

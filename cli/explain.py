@@ -24,9 +24,11 @@ from tpopt.cli.common import (
     plan_options,
     scenario_options,
 )
+from tpopt.cli.confidence import reachable_line
 from tpopt.cli.render import progress_status
 from tpopt.cli.request import raw_and_catalog, request_from, solve_options
 from tpopt.errors import InputError
+from tpopt.optimizer.confidence import reachable
 from tpopt.optimizer.explain import explain_plan, explain_request, sensitivities
 from tpopt.presentation import infeasible_lines, plan_lines, request_lines, sensitivity_lines
 
@@ -73,8 +75,11 @@ def explain(sensitivity, as_json, **kw):
             out = explain_request(sc, backend, req, raw=raw, catalog=catalog, progress=tell)
         if out["status"] not in ("optimal", "feasible"):
             echo_builtin_note(kw, as_json, out)
-            click.echo(dump_json(out) if as_json else "\n".join(infeasible_lines(out, sc, "explain")) + "\n",
-                       nl=False)
+            text = infeasible_lines(out, sc, "explain")
+            if sc.task.confidence is not None and out["status"] == "infeasible":  # which confidence is reachable
+                out["reachable_confidence"] = reachable(sc, backend, req)
+                text.append(reachable_line(sc.task.confidence, out["reachable_confidence"]))
+            click.echo(dump_json(out) if as_json else "\n".join(text) + "\n", nl=False)
             raise SystemExit(EXIT_INFEASIBLE if out["status"] == "infeasible" else EXIT_UNKNOWN)
         if sensitivity:
             out["sensitivities"] = sensitivities(sc, backend, req)

@@ -26,6 +26,8 @@ COMMANDS = {
     "rl": "tpopt.cli.rl:rl",
     "estimate": "tpopt.cli.estimate:estimate",
     "export": "tpopt.cli.export:export",
+    "simulate": "tpopt.cli.simulate:simulate",
+    "replan": "tpopt.cli.simulate:replan",
 }
 
 HELP = {
@@ -42,6 +44,8 @@ HELP = {
     "rl": "Plan RL post-training: rollout vs learner cards, shared or separate, sync or async.",
     "estimate": "Quick estimate by model name: parameters, FLOPs/token, memory across ZeRO x offload x recompute.",
     "export": "Write a plan as Megatron-LM, NeMo (Megatron-Bridge), torchtitan or DeepSpeed launch config.",
+    "simulate": "Simulate the plan's whole run (seeded) against its analytic finish-time distribution.",
+    "replan": "Re-solve the rest of a run under way: stay, add or release cards.",
 }
 
 

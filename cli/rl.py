@@ -57,6 +57,9 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
     """
     if kw.get("tokens") is not None:
         raise InputError("--tokens does not apply to tpopt rl (set [rl] samples or steps)")
+    if kw.get("confidence") is not None or kw.get("step_sigma") is not None:
+        raise InputError("--confidence and --step-sigma apply to pre-training plans; tpopt rl models no finish-time "
+                         "distribution")
     time_limit = time_limit_seconds(time_limit)
     check_run_options(time_limit)  # finite, positive, at most 7 days
     backends.require(solver, Request(time_limit=time_limit))  # a missing solver fails here, before any work

@@ -16,10 +16,12 @@ from tpopt.cli.common import (
     load_scenario_from,
     scenario_options,
 )
+from tpopt.cli.confidence import distribution_lines, reachable_line
 from tpopt.cli.render import progress_when_told, solve_text
 from tpopt.cli.request import raw_and_catalog, request_from, solve_options
 from tpopt.errors import InputError
 from tpopt.optimizer import plan as P
+from tpopt.optimizer.confidence import reachable
 from tpopt.optimizer.result import Status
 from tpopt.presentation import infeasible_lines, sensitivity_text
 
@@ -60,6 +62,9 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, force, **kw):
             click.echo(dump_json(out), nl=False)
             return
         text = solve_text(out, pr.view, timing, batch_lines(out))
+        if "finish_distribution" in out:
+            text += "\n".join(distribution_lines(out["finish_distribution"], out["metrics"].get("cost_unit", "USD")))
+            text += "\n"
         if sensitivity:
             text += "\n" + sensitivity_text(out["sensitivities"])
         click.echo(text, nl=False)
@@ -67,7 +72,12 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, force, **kw):
     # no feasible plan (or none found in time)
     if pr.batches:  # conflict at the task's batch (or the first choice); relaxations over every batch
         batch_infeasible(out["batch_choices"], P.conflict_choice(pr.batches, sc).batch, as_json)
-    click.echo(dump_json(out) if as_json else "\n".join(infeasible_lines(out, sc, "solve")), nl=not as_json)
+    if sc.task.confidence is not None and pr.status == Status.INFEASIBLE:
+        out["reachable_confidence"] = reachable(sc, kw["solver"], req)
+    lines = infeasible_lines(out, sc, "solve")
+    if "reachable_confidence" in out:
+        lines.append(reachable_line(sc.task.confidence, out["reachable_confidence"]))
+    click.echo(dump_json(out) if as_json else "\n".join(lines), nl=not as_json)
     raise SystemExit(EXIT_INFEASIBLE if pr.status == Status.INFEASIBLE else EXIT_UNKNOWN)
 
 

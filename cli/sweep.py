@@ -17,7 +17,15 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
-from tpopt.cli.common import SolverName, dump_json, echo_builtin_note, fail, handle_errors, scenario_source
+from tpopt.cli.common import (
+    SolverName,
+    dump_json,
+    echo_builtin_note,
+    fail,
+    handle_errors,
+    load_scenario_from,
+    scenario_source,
+)
 from tpopt.cli.plots import FORMATS as PLOT_FORMATS
 from tpopt.cli.render import console_text as render
 from tpopt.cli.sweep_plots import plot_breakdown as draw
@@ -25,6 +33,7 @@ from tpopt.cli.sweep_plots import plot_pareto
 from tpopt.errors import InputError
 from tpopt.optimizer import backends
 from tpopt.optimizer import sweep as sw
+from tpopt.optimizer.result import Request
 from tpopt.optimizer.sweep import case_label
 from tpopt.optimizer.sweep.executor import parse_cluster, require_dask
 from tpopt.optimizer.sweep.rows import case_of
@@ -52,6 +61,8 @@ def sweep_input_options(fn):
                                             f"e.g. 256:4096:x2."),
         click.option("--seq-len", help=f"Tokens per sequence (a case of its own). {RANGE}, e.g. 4096,8192."),
         click.option("--usable-memory", help="Usable memory per card (fixed for the sweep), e.g. 22GiB."),
+        click.option("--confidence", help="Confidence levels, e.g. 50%:99%:5% or 50%,95%,99%: cost against "
+                                          "confidence (one proven solve per level; the other inputs single values)."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
@@ -252,6 +263,8 @@ def sweep(solver, time_limit, workers, cluster, out, force, plot, plot_breakdown
         require_dask()
     if breakdown_cards and not plot_breakdown:
         raise InputError("--breakdown-cards needs --plot-breakdown")
+    if kw.get("confidence"):
+        return _confidence_sweep(solver, time_limit, as_json, kw)
     cli = {k: kw.get(k) for k in ("hw", "deadline", "reserved", "tokens", "efficiency", "max_cards", "card_hour",
                                   "max_cost", "global_batch", "seq_len")}
     cli.update(solver=solver, breakdown_cards=breakdown_cards, time_limit=time_limit)
@@ -301,3 +314,29 @@ def sweep(solver, time_limit, workers, cluster, out, force, plot, plot_breakdown
         fail(f"{errors:,} point(s) failed twice (a worker died or raised; status 'error'"
              f"{', the reason in the note column' if out else ''}); re-run{' with the same --out' if out else ''} "
              f"to solve them again", 1)
+
+
+def _confidence_sweep(solver, time_limit, as_json, kw) -> None:
+    """`tpopt sweep --confidence 50%:99%:5%`: the optimum's cost at each confidence level."""
+    from tpopt.optimizer import confidence as C  # lazy: start-up time (SciPy)
+
+    levels = C.parse_levels(kw["confidence"])
+    sc = load_scenario_from(dict(kw, confidence=None), {"cost.card_hour": kw.get("card_hour"),
+                                                        "cost.max_cost": kw.get("max_cost")})
+    req = Request(time_limit=60.0 if time_limit is None else float(time_limit))
+    backend = backends.DEFAULT if solver in (None, "auto") else solver
+    rows = C.cost_against_confidence(sc, levels, backend, req)
+    if as_json:
+        echo_builtin_note(kw, True, {})
+        click.echo(dump_json({"scenario": sc.name, "rows": rows}), nl=False)
+        return
+    echo_builtin_note(kw)
+    lines = [f"tpopt sweep: {sc.name}: cost against confidence, deadline {sc.task.deadline_s / 86400:g} d",
+             "confidence   status        cards        cost   finish at level   P(by deadline)"]
+    for r in rows:
+        if r["cost"] is None:
+            lines.append(f"{100 * r['confidence']:>9.1f} %   {r['status']:<12}")
+            continue
+        lines.append(f"{100 * r['confidence']:>9.1f} %   {r['status']:<12} {r['cards']:>6,} {r['cost']:>11,.0f} "
+                     f"{r['finish_q_days']:>15.2f} d {100 * r['probability_by_deadline']:>14.1f} %")
+    click.echo("\n".join(lines))

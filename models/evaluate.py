@@ -55,12 +55,15 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp: ArrayLike, pp: ArrayL
                     save_interval_s: ArrayLike, recompute: object = "none", offload: str = "none",
                     schedule: str = "1f1b", save_mode: str = "sync", ep: ArrayLike = 1, expert_tp: ArrayLike = 0,
                     capacity_factor: ArrayLike = 0.0, cp: ArrayLike = 1,
-                    sequence_parallel: bool | None = None) -> Arrays:
+                    sequence_parallel: bool | None = None, quantiles: bool = False) -> Arrays:
     """All metrics and constraint (value, limit) pairs for a broadcastable grid of plans.
 
     The sum of the terms of :mod:`tpopt.models.terms`. Returns a dict of arrays; constraint families
     appear as ``("c", name) -> (value, limit)`` and ``"feasible"`` is their conjunction. Keywords are
-    the :class:`Plan` fields; ``sequence_parallel`` None keeps the scenario's.
+    the :class:`Plan` fields; ``sequence_parallel`` None keeps the scenario's. Under a confidence the
+    deadline family is checked in its chance form: step <= the largest step meeting the deadline with that
+    probability; its value is the finish's q-quantile with ``quantiles`` (one plan's report), else the
+    chance-equivalent finish R + (D - R) step / step_max (the same verdict, far cheaper over a grid).
     """
     sc = T.with_sequence_parallel(sc, sequence_parallel)
     a, task = sc.model, sc.task
@@ -124,6 +127,11 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp: ArrayLike, pp: ArrayL
     cost = T.rate_per_second(sc, accelerator, cards, lay.nics) * finish_s
     card_hours = cards * finish_s / HOUR
     step_limit = (task.deadline_s - task.reserved_s) / (iters * (1.0 + L))
+    deadline_value = finish_s
+    if task.confidence is not None:  # the chance form: the q-quantile of the finish time, step <= step_max
+        step_limit = T.chance_step_max(sc, accelerator, save_mode, cards, tau)
+        deadline_value = T.finish_quantile(sc, accelerator, save_mode, cards, tau, step_s, task.confidence) \
+            if quantiles else task.reserved_s + (task.deadline_s - task.reserved_s) * step_s / step_limit
 
     ones = np.ones(np.shape(finish_s))
     out: Arrays = {
@@ -165,7 +173,7 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp: ArrayLike, pp: ArrayL
         F.STEP_BUDGET: (step_s, step_limit),
         F.INPUT_THROUGHPUT: (demand, supply),
         F.CHECKPOINT: (write_s, tau),
-        F.DEADLINE: (finish_s, task.deadline_s),
+        F.DEADLINE: (deadline_value, task.deadline_s),
         F.CARDS: (cards, sc.search.max_cards),
         F.BUDGET: (cost, np.inf if sc.cost.max_cost is None else sc.cost.max_cost),
     }
@@ -396,7 +404,7 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
                         zero_stage=plan.zero_stage, nics_per_host=plan.nics_per_host,
                         save_interval_s=plan.save_interval_s, recompute=plan.recompute, offload=plan.offload,
                         schedule=plan.schedule, save_mode=plan.save_mode, ep=plan.ep, expert_tp=plan.expert_tp,
-                        capacity_factor=plan.capacity_factor, cp=plan.cp)
+                        capacity_factor=plan.capacity_factor, cp=plan.cp, quantiles=True)
     v = {k: float(np.asarray(x)) for k, x in r.items() if isinstance(k, str) and k != "feasible"}
     metrics = {
         "hosts": int(v["hosts"]),
@@ -453,5 +461,6 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
         else:
             tight = slack <= binding_rel * max(abs(lim), 1.0) if lim != float("inf") else False
         checks.append(ConstraintCheck(spec.name, val / scale, lim / scale, spec.unit,
-                                      slack / scale if lim != float("inf") else float("inf"), tight, spec.doc))
+                                      slack / scale if lim != float("inf") else float("inf"), tight,
+                                      spec.statement(chance=sc.task.confidence is not None)))
     return Evaluation(plan=plan, metrics=metrics, constraints=checks)

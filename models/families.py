@@ -91,9 +91,12 @@ class Family:
     trainer_rule: bool = False  # a dense trainer's layout rule: what an RL learner or a measured run must meet
     shown_unbounded: bool = True  # a plan's checks list it when its limit is infinite (no cap set)
     shown_at_zero: bool = True  # a plan's checks list it when its value is 0 (nothing to hold)
+    chance_doc: str | None = None  # its chance form under a confidence (value: the finish's q-quantile)
 
-    def statement(self, scope: str = PRETRAINING) -> str:
-        """The one-line statement printed for the family in ``scope``."""
+    def statement(self, scope: str = PRETRAINING, chance: bool = False) -> str:
+        """The one-line statement printed for the family in ``scope`` (``chance``: under a confidence)."""
+        if chance and self.chance_doc is not None:
+            return self.chance_doc
         return self.rl_doc if scope == RL and self.rl_doc is not None else self.doc
 
     @property
@@ -158,7 +161,9 @@ REGISTRY = (
            moved_by=("deadline",), deletion_rank=2, exact_rank=1),
     Family(DEADLINE, KIND_DEADLINE, "d", DAY, "T_finish <= deadline", scopes=_BOTH,
            moved_by=("deadline", "tokens", "efficiency", "nic_bandwidth", "reserved"), deletion_rank=5,
-           evidence=("finish_s", "time", "the fastest plan"), stage_shared=True, swept=True),
+           evidence=("finish_s", "time", "the fastest plan"), stage_shared=True, swept=True,
+           chance_doc="P(T_finish <= deadline) >= confidence: the q-quantile of T_finish <= deadline "
+                      "(encoded: step <= the largest step meeting it)"),
     Family(CARDS, KIND_SIZE, "cards", 1.0, "cards <= max_cards", scopes=_BOTH,
            rl_doc="learner + rollout cards <= max_cards", moved_by=("max_cards",), deletion_rank=7,
            evidence=("cards", None, "the plan with the fewest cards"), swept=True),

@@ -14,6 +14,7 @@ from typing import Any, cast
 from tpopt.errors import InputError
 from tpopt.models.arch import ModelArch
 from tpopt.models.batch import tokens_at_batch
+from tpopt.models.finish import Risk
 from tpopt.models.hardware import Accelerator
 from tpopt.models.roofline import PerfParams
 
@@ -74,6 +75,7 @@ class Task:
     reference_tokens: float = 0.0  # the tokens the scenario states (0: ``tokens``)
     reference_batch: int = 0  # the batch at which it states them (0: ``global_batch``)
     stage: str = ""  # training stage name (staged scenarios)
+    confidence: float | None = None  # chance constraint: P(finish <= deadline) >= confidence; None: nominal
 
     @property
     def tokens_per_step(self) -> int:
@@ -281,6 +283,7 @@ class Scenario:
     stages: tuple[Stage, ...] = ()  # training stages (Stage), in order; empty: one stage, the scenario's task
     cp_method: str = "ring"  # context parallelism: "ring" (KV exchange beside blockwise attention) or "all-to-all"
     cp_split: str = "zigzag"  # causal load balance of the sequence pieces: "zigzag" or "contiguous"
+    risk: Risk = field(default_factory=Risk)  # inputs of the finish-time distribution (models/finish.py)
 
     def overlap_fractions(self) -> tuple[tuple[float, float], float]:
         """((chunked, async) tensor-parallel, data-parallel) overlap; ``overlap = false`` turns all off."""

@@ -35,7 +35,7 @@ from typing import Any, Literal, TypeAlias, cast, overload
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from tpopt.models import comm, context, memory, moe, network, ops, pipeline, reliability, steptime
+from tpopt.models import comm, context, finish, memory, moe, network, ops, pipeline, reliability, steptime
 from tpopt.models.arch import ModelArch, attention_flops_per_token, flops_per_token, is_moe_layer, param_count
 from tpopt.models.batch import iterations_with_ramp
 from tpopt.models.compute import iterations
@@ -1423,3 +1423,103 @@ def rate_per_second(sc: Scenario, acc: str, cards: ArrayLike, nics: ArrayLike) -
     if sysm.price_card_hour is None:
         return _f(cards) / HOUR
     return (_f(cards) * sysm.price_card_hour + hosts * _f(nics) * sysm.nic_price_hour) / HOUR
+
+
+# ---------------------------------------------------------------------------------------------
+# the finish-time distribution (models/finish.py) and the chance form of the deadline
+
+
+def step_sigma(sc: Scenario, acc: str) -> tuple[float, str]:
+    """Log-sd of measured / predicted step time and where it comes from: the scenario's ``risk.step_sigma``,
+    else the accelerator's calibrated ``residual_sigma`` (performance.toml), else the anchors' default."""
+    if sc.risk.step_sigma is not None:
+        return sc.risk.step_sigma, "given (risk.step_sigma)"
+    perf = _perf(sc, acc)
+    calibrated = getattr(perf, "residual_sigma", None)
+    if calibrated is not None:
+        source = getattr(perf, "residual_sigma_source", "") or "calibration residual (performance.toml)"
+        return float(calibrated), str(source)
+    return finish.DEFAULT_STEP_SIGMA, finish.DEFAULT_STEP_SIGMA_SOURCE
+
+
+def save_pause_lag(sc: Scenario, save_mode: str) -> tuple[float, float]:
+    """(pause c, commit lag w) of one save: sync (write time, 0); async (snapshot copy, copy + write)."""
+    write = checkpoint_write_time(sc)
+    rel = sc.reliability
+    return (write, 0.0) if save_mode == "sync" else (rel.snapshot_copy_s, rel.snapshot_copy_s + write)
+
+
+def exposure(sc: Scenario, save_mode: str, cards: float, save_interval: float) -> finish.Exposure:
+    """What the distribution's sources read from one plan (models/finish.py)."""
+    rel = sc.reliability
+    _, lag = save_pause_lag(sc, save_mode)
+    return finish.Exposure(cards=float(cards), tau=float(save_interval), lag=lag, restore=rel.restore_s,
+                           card_mtbf_s=rel.card_mtbf_s, spike_interval_s=rel.event_interval_s, risk=sc.risk)
+
+
+def finish_law(sc: Scenario, acc: str, save_mode: str, cards: float, save_interval: float,
+               step_s: float) -> finish.Distribution:
+    """The finish-time distribution of one plan: W = iterations x step, its saves, sources and sigma."""
+    pause, _ = save_pause_lag(sc, save_mode)
+    sigma, source = step_sigma(sc, acc)
+    return finish.plan_distribution(reserved=sc.task.reserved_s, work=iteration_count(sc) * float(step_s),
+                                    pause=pause, exposure=exposure(sc, save_mode, cards, save_interval),
+                                    sigma=sigma, sigma_source=source)
+
+
+_CHANCE_MEMO: dict[tuple[Any, ...], float] = {}
+_CHANCE_MEMO_SIZE = 200_000
+
+
+def _law_inputs(sc: Scenario, acc: str, save_mode: str, cards: FloatArray, tau: FloatArray
+                ) -> tuple[FloatArray, float, FloatArray]:
+    """(save factors 1 + c / tau, sigma, event cumulants (3, n)) of plans given by card and interval arrays."""
+    pause, lag = save_pause_lag(sc, save_mode)
+    sigma, _ = step_sigma(sc, acc)
+    rel = sc.reliability
+    x = finish.Exposure(cards=cards, tau=tau, lag=lag, restore=rel.restore_s, card_mtbf_s=rel.card_mtbf_s,
+                        spike_interval_s=rel.event_interval_s, risk=sc.risk)
+    return 1.0 + pause / tau, sigma, finish.event_cumulants(*finish.events_over(x))
+
+
+def chance_step_max(sc: Scenario, acc: str, save_mode: str, cards: ArrayLike, save_interval: ArrayLike
+                    ) -> FloatArray:
+    """The largest step (s) whose finish meets the deadline with probability >= the confidence:
+    W_max / iterations (finish.max_work), element-wise over cards and save intervals: one root per
+    distinct (cards, interval) pair, all found at once, and remembered across calls (the tables, the
+    evaluator and every chunk of an enumeration ask for the same pairs)."""
+    q = sc.task.confidence
+    if q is None:
+        raise ValueError("chance_step_max needs a confidence")
+    c, t = np.broadcast_arrays(_f(cards), _f(save_interval))
+    rel = sc.reliability
+    pause, lag = save_pause_lag(sc, save_mode)
+    base = (q, sc.task.deadline_s, sc.task.reserved_s, pause, lag, rel.restore_s, rel.card_mtbf_s,
+            rel.event_interval_s, sc.risk, step_sigma(sc, acc)[0])
+    pairs, inverse = np.unique(np.stack([c.reshape(-1), t.reshape(-1)], axis=1), axis=0, return_inverse=True)
+    missing = np.array([(base, float(n), float(tau)) not in _CHANCE_MEMO for n, tau in pairs], dtype=bool)
+    if missing.any():
+        todo = pairs[missing]
+        saves, sigma, kap = _law_inputs(sc, acc, save_mode, todo[:, 0], todo[:, 1])
+        work = finish.max_work(q, sc.task.deadline_s, sc.task.reserved_s, saves, sigma, (kap[0], kap[1], kap[2]))
+        if len(_CHANCE_MEMO) > _CHANCE_MEMO_SIZE:
+            _CHANCE_MEMO.clear()
+        for (n, tau), w in zip(todo, work, strict=True):
+            _CHANCE_MEMO[(base, float(n), float(tau))] = float(w)
+    iters = iteration_count(sc)
+    per_pair = np.array([_CHANCE_MEMO[(base, float(n), float(tau))] for n, tau in pairs])
+    out: FloatArray = (per_pair[inverse.reshape(-1)] / iters).reshape(c.shape)
+    return out
+
+
+def finish_quantile(sc: Scenario, acc: str, save_mode: str, cards: ArrayLike, save_interval: ArrayLike,
+                    step_s: ArrayLike, q: float) -> FloatArray:
+    """The q-quantile of the finish time (s) element-wise (finish.quantiles; one root per distinct plan)."""
+    c, t, s = np.broadcast_arrays(_f(cards), _f(save_interval), _f(step_s))
+    keys = np.stack([c.reshape(-1), t.reshape(-1), s.reshape(-1)], axis=1)
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    saves, sigma, kap = _law_inputs(sc, acc, save_mode, uniq[:, 0], uniq[:, 1])
+    out = finish.quantiles(q, sc.task.reserved_s, iteration_count(sc) * uniq[:, 2], saves, sigma,
+                           (kap[0], kap[1], kap[2]))
+    res: FloatArray = out[inverse.reshape(-1)].reshape(c.shape)
+    return res

@@ -39,6 +39,7 @@ from tpopt.optimizer.limits import EncodingError  # noqa: F401 (raised here; the
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import (
     BUSY_TERMS,
+    CHANCE_TABLE,
     EXACT,
     FAMILIES,
     LAYOUT,
@@ -47,6 +48,7 @@ from tpopt.optimizer.space import (
     VARS,
     Reducer,
     Space,
+    chance_on,
     reduce_to,
 )
 
@@ -127,6 +129,8 @@ def all_late(space: Space) -> bool:
     step_min = sum(float(np.min(_lower(tabs[n].values, np.inf))) for n in BUSY) + float(sc.input.wait_s)
     ov = np.asarray(tabs["overhead"].values, dtype=float) + 1.0
     ov_min = max(float(np.min(np.where(np.isnan(ov), 1.0, ov))), 1.0)
+    if chance_on(sc):  # the chance form: even the least step exceeds every step the confidence allows
+        return step_min > float(np.max(tabs[CHANCE_TABLE].values)) * (1 + 1e-9)
     least = sc.task.reserved_s + float(T.iteration_count(sc)) * step_min * ov_min
     return least > sc.task.deadline_s * (1 + 1e-9)
 
@@ -149,7 +153,9 @@ def caps(space: Space, deadline_enforced: bool) -> tuple[float, float, float, fl
     step_min = max(busy_min + wait, 0.0)
     step_cap = sum(_max_finite(tabs[n].values) for n in BUSY) + 1e-6
     ov_cap = max(_max_finite(ov, 1.0), 1.0)
-    if deadline_enforced:
+    if deadline_enforced and chance_on(sc):  # chance form: a step beyond every allowed step is infeasible
+        step_cap = min(step_cap, 1.01 * float(np.max(tabs[CHANCE_TABLE].values)) + 1e-6)
+    elif deadline_enforced:
         room = max(sc.task.deadline_s - sc.task.reserved_s, 0.0)
         step_cap = min(step_cap, 1.01 * room / (iters * ov_min) + 1e-6)
         if step_min > 0:
@@ -386,8 +392,13 @@ class CpSatModel:
         finish = m.new_int_var(0, finish_hi, "finish_t")
         m.add(finish == reserved_t + iters * y)
         self.finish = finish
-        m.add(finish <= _ceil_int(sc.task.deadline_s * ticks, finish_hi + 1)).only_enforce_if(
-            self.lit[F.DEADLINE])
+        if chance_on(sc):  # the chance form: step <= the largest step meeting the deadline with probability q
+            smax = sp.tables[CHANCE_TABLE]
+            caps_t = np.minimum(np.ceil(smax.values * ticks), step_max + 1).astype(np.int64)
+            m.add(step <= self._element("step_max_t", smax.vars, caps_t)).only_enforce_if(self.lit[F.DEADLINE])
+        else:
+            m.add(finish <= _ceil_int(sc.task.deadline_s * ticks, finish_hi + 1)).only_enforce_if(
+                self.lit[F.DEADLINE])
 
         # cost = rate x finish, scaled to stay below BUDGET; rate again has few distinct values
         rate_tab = _finite(sp.tables["rate"].values)

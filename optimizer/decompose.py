@@ -35,7 +35,7 @@ from tpopt.optimizer.enumerate import layout_best
 from tpopt.optimizer.limits import clock_of
 from tpopt.optimizer.result import Request, Status, objective_key
 from tpopt.optimizer.space import BUSY_TERMS as BUSY
-from tpopt.optimizer.space import LAYOUT, Reducer, Space, cards_of, reduce_to
+from tpopt.optimizer.space import CHANCE_TABLE, LAYOUT, Reducer, Space, cards_of, chance_on, reduce_to
 from tpopt.optimizer.space import MEMORY_TERMS as MEMORY
 
 HUB = LAYOUT
@@ -154,11 +154,20 @@ class LayoutBounds:
         with np.errstate(over="ignore", invalid="ignore"):  # inf: every plan of the layout infinitely late
             finish_min: NDArray[Any] = sc.task.reserved_s + iters * (busy_min + wait) * (1.0 + l_min)
             cost_min: NDArray[Any] = rate_min * finish_min
+        if chance_on(sc):  # the chance form: the least step against the largest step the confidence allows
+            step_max = red(CHANCE_TABLE, np.max)
+            with np.errstate(divide="ignore", invalid="ignore"):  # a chance-equivalent finish, R + (D - R) s / s_max
+                chance_finish = sc.task.reserved_s + (sc.task.deadline_s - sc.task.reserved_s) * (busy_min + wait) \
+                    / np.where(step_max > 0, step_max, np.nan)
+            due_min: NDArray[Any] = np.where(np.isfinite(chance_finish), chance_finish, np.inf)
+        else:
+            due_min = finish_min
         full = tuple(len(dom[v]) for v in target)
 
         def on_grid(x: ArrayLike) -> NDArray[Any]:
             return np.broadcast_to(x, full).reshape((self.n,) + full[len(HUB):])
 
+        due_min = on_grid(due_min)  # what the deadline family compares with the deadline (chance form: see above)
         finish_min, cost_min, busy_max, need, mem_min = (on_grid(x) for x in (finish_min, cost_min, busy_max,
                                                                               need, mem_min))
         if self.coupled:
@@ -170,7 +179,7 @@ class LayoutBounds:
             if F.INPUT_THROUGHPUT in enforced:
                 ok &= busy_max >= need
             if F.DEADLINE in enforced:
-                ok &= finish_min <= sc.task.deadline_s
+                ok &= due_min <= sc.task.deadline_s
             if F.BUDGET in enforced and sc.cost.max_cost is not None:
                 ok &= cost_min <= sc.cost.max_cost
             for f in sorted(enforced):
@@ -181,6 +190,7 @@ class LayoutBounds:
                 on[0], on[1 + self.coupled.index("nics")] = self.n, len(dom["nics"])
                 ok &= nic_ok[self.coords["acc"]].reshape(on)
             finish_min = np.where(ok, finish_min, np.inf).min(axis=c_axes)
+            due_min = np.where(ok, due_min, np.inf).min(axis=c_axes)
             cost_min = np.where(ok, cost_min, np.inf).min(axis=c_axes)
             busy_max, need = busy_max.max(axis=c_axes), need.max(axis=c_axes)
             mem_min = mem_min.min(axis=c_axes)
@@ -188,6 +198,8 @@ class LayoutBounds:
             finish_min, cost_min, busy_max, need, mem_min)
         self.objective_min = self.cost_min if objective == "cost" else self.finish_min
         # layout-only rules, decided exactly
+        self.chance = chance_on(sc)
+        self.due_min, self.deadline = due_min, sc.task.deadline_s
         self.rules = {f: _reduce_to_hub(space, "ok." + f, np.max) > 0.5 for f in HUB_RULES}
 
     def allowed(self, enforced: Collection[str], max_cards: int, deadline: float, max_cost: float | None
@@ -198,8 +210,10 @@ class LayoutBounds:
             ok[F.CARDS] = self.cards <= max_cards
         if F.MEMORY_PER_CARD in enforced:
             ok[F.MEMORY_PER_CARD] = self.mem_min <= self.usable
-        if F.DEADLINE in enforced:
+        if F.DEADLINE in enforced and not self.chance:
             ok[F.DEADLINE] = self.finish_min <= deadline
+        elif F.DEADLINE in enforced and deadline == self.deadline:  # the chance form at the scenario's deadline
+            ok[F.DEADLINE] = self.due_min <= deadline
         if F.INPUT_THROUGHPUT in enforced:
             ok[F.INPUT_THROUGHPUT] = self.busy_max >= self.input_need
         if F.BUDGET in enforced and max_cost is not None:

@@ -22,7 +22,19 @@ from tpopt.models import pipeline
 from tpopt.models import terms as T
 from tpopt.models.evaluate import evaluate_arrays
 from tpopt.optimizer.result import Request
-from tpopt.optimizer.space import CATEGORICAL, FAMILIES, LAYOUT, NUMERIC, VARIABLES, VARS, Domains, Space, cards_of
+from tpopt.optimizer.space import (
+    CATEGORICAL,
+    CHANCE_TABLE,
+    FAMILIES,
+    LAYOUT,
+    NUMERIC,
+    VARIABLES,
+    VARS,
+    Domains,
+    Space,
+    cards_of,
+    chance_on,
+)
 
 NUMERIC_AXES = NUMERIC  # ("tp", "cp", "pp", "dp", "mb", "zero", "nics", "tau", "ep", "etp", "cap"); tp is chunked
 CHUNK = 250_000  # points per evaluate_arrays call (bounds memory and the time between clock checks)
@@ -385,6 +397,7 @@ class LayoutEvaluator:
                "supply": supply, "step": np.broadcast_to(busy + sc.input.wait_s, shape),
                "rate": np.broadcast_to(g["rate"], shape),
                "L": self._term("overhead", h), "backlog": self._term("ok." + F.CHECKPOINT, h) > 0.5,
+               "step_max": self._term(CHANCE_TABLE, h) if chance_on(sc) else None,
                "usable": A.memory_usable, "exact": exact}
         if level == "exact":
             self.evaluated += int(valid.sum()) * len(d["tau"]) * len(d["mode"])
@@ -436,7 +449,9 @@ class LayoutEvaluator:
             m = m[..., :1, :1]
         finish = sc.task.reserved_s + (T.iteration_count(sc) * v["step"]) * (1.0 + L)
         cost = v["rate"] * finish
-        if F.DEADLINE in enforced:
+        if F.DEADLINE in enforced and v["step_max"] is not None:  # the chance form (full grids only)
+            m = m & (v["step"] <= v["step_max"])
+        elif F.DEADLINE in enforced:
             m = m & (finish <= sc.task.deadline_s)
         if F.BUDGET in enforced and sc.cost.max_cost is not None:
             m = m & (cost <= sc.cost.max_cost)
@@ -453,7 +468,7 @@ class LayoutEvaluator:
         grid order (deterministic). ``level="bound"``: lower bounds of the keys (indices unverified).
         ``cutoff`` (exact level, one plan): only points that may reach a primary key <= cutoff matter,
         so only the schedules whose bounded points can are simulated (the others are left out)."""
-        full = top > 1
+        full = top > 1 or chance_on(self.sc)  # the chance form picks (interval, mode) per point
         scheds = None
         if level == "exact" and cutoff is not None and not full and not self.space.exact_pipeline_tables():
             low = self._points(h, enforced, objective, restrict, False, "bound")

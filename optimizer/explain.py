@@ -585,6 +585,9 @@ def relax_deadline(ctx: Context, core: list[str] | None = None) -> Relaxation:
     if fastest is None:
         return _cannot(p, cur, "no plan meets the other constraints at any deadline", method, core)
     t_star = fastest.metrics["finish_days"] * DAY
+    if ctx.sc.task.confidence is not None:  # the chance form: the fastest plan's q-quantile (an upper bound)
+        t_star = next(c.value for c in fastest.constraints if c.name == F.DEADLINE) * DAY
+        method = "the fastest plan's finish quantile at the confidence (deadline.finish relaxed, objective time)"
     value, ev, apply = _settle(ctx, p, t_star / DAY, lambda s: with_deadline(ctx.sc, s))
     if ev is None:
         return _cannot(p, cur, "the fastest plan could not be confirmed at its own finish time", method, core)

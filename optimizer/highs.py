@@ -38,6 +38,7 @@ from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import (
     BUSY_TERMS,
     CARD_FACTORS,
+    CHANCE_TABLE,
     EXACT,
     FAMILIES,
     LAYOUT,
@@ -45,6 +46,7 @@ from tpopt.optimizer.space import (
     STRUCTURAL,
     VARS,
     Space,
+    chance_on,
     reduce_to,
 )
 
@@ -335,7 +337,11 @@ class HighsModel:
         self.finish = lp.cols(1, 0.0, INF)[0]  # days
         lp.row(np.concatenate([[self.finish], b, u]), np.concatenate([[1.0], -k / DAY, -k * wait / DAY]),
                reserved / DAY, reserved / DAY)
-        if F.DEADLINE in self.enforced and sc.task.deadline_s / DAY < INF:
+        if F.DEADLINE in self.enforced and chance_on(sc):  # chance form: b + wait u <= step_max u per omega
+            smax = self._broadcast(CHANCE_TABLE, omega, shape).reshape(-1)
+            for j in range(n_omega):
+                lp.row([b[j], u[j]], [1.0, wait - smax[j]], -INF, 0.0)
+        elif F.DEADLINE in self.enforced and sc.task.deadline_s / DAY < INF:
             lp.hi[self.finish] = sc.task.deadline_s / DAY
         r = rate.reshape(-1)
         self.cost = lp.cols(1, 0.0, INF)[0]

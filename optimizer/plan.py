@@ -141,6 +141,10 @@ def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = No
     else:
         ana = analysis(space, best, backend, req, set(result.enforced)) if analyse else None
     out.update(best_entries(result, ana))
+    if view.task.confidence is not None:  # the finish-time distribution (added only with a confidence)
+        from tpopt.optimizer.confidence import distribution_entry  # lazy: start-up time (SciPy)
+
+        out["finish_distribution"] = distribution_entry(view, best, backend, req, step_up=analyse)
     if bs or sc.task.critical_batch is not None:
         out["batch"] = outer.batch_figures(view, best)
         out["batch_choices"] = outer.batch_rows(bs, req.objective) if bs else []

@@ -104,6 +104,17 @@ CARD_FACTORS = tuple(v.name for v in VARIABLES if v.cards)  # cards = tp x cp x 
 MOE_VARS = tuple((v.name, v.field, v.type) for v in VARIABLES if v.name in ("ep", "etp", "cap"))
 
 
+CHANCE_TABLE = "deadline.step_max"
+"""With a confidence: the largest step whose finish meets the deadline with that probability, over
+(acc, mode, tau, card factors) (:func:`tpopt.models.terms.chance_step_max`); the encoded form of the
+deadline family is then step <= this table instead of the nominal finish <= deadline."""
+
+
+def chance_on(sc: Scenario) -> bool:
+    """Whether the scenario asks for a confidence (the deadline family in its chance form)."""
+    return sc.task.confidence is not None
+
+
 def cards_of(**vals: Any) -> Any:
     """The card count of a layout: the product of the card factors (arrays broadcast)."""
     out = 1
@@ -364,7 +375,9 @@ class Space:
         term = self._term
         compute = term_variables(T.compute, a.moe)
 
-        return {
+        chance = {CHANCE_TABLE: (("acc", "mode", "tau", *cf), lambda acc, mode, tau, **f: T.chance_step_max(
+            sc, acc, mode, cards_of(**f), self.interval(tau, cards_of(**f), mode)))} if chance_on(sc) else {}
+        return chance | {
             "mem.states": term(T.states),
             "mem.copies": term(T.param_copies),
             "mem.activations": term(T.activations),

@@ -25,6 +25,7 @@ DATA = ROOT / "tests" / "data" / "transcripts"
 DC, BATCH, SWEEP = "examples/design-case.toml", "examples/design-case-batch.toml", "examples/design-case-sweep.toml"
 DSV3, GPT3, LONG = "examples/deepseek-v3.toml", "examples/gpt3-175b-widest.toml", "examples/llama3-8b-long-context.toml"
 QWEN, RL = "examples/qwen3-30b-a3b.toml", "examples/rl-grpo-qwen3-8b.toml"
+CONF = "examples/llama3-8b-confidence.toml"
 
 # name -> argument list (after ``tpopt``); ``{out}`` is a fresh directory whose files join the transcript
 CASES: dict[str, list[str]] = {
@@ -64,6 +65,12 @@ CASES: dict[str, list[str]] = {
     "rl-bad-deadline": ["rl", "--scenario", RL, "--deadline", "1h"],
     "bad-hw": ["solve", "--scenario", DC, "--hw", "nosuchcard"],
     "bad-deadline": ["solve", "--scenario", DC, "--deadline", "30x"],
+    "confidence-solve": ["solve", "--scenario", CONF],
+    "confidence-simulate": ["simulate", "--scenario", CONF, "--runs", "10000"],
+    "confidence-replan": ["replan", "--scenario", CONF, "--done", "41%", "--elapsed", "2.5d", "--cards-held", "1024"],
+    "design-solve-confidence": ["solve", "--scenario", DC, "--confidence", "95%"],
+    "design-solve-confidence-infeasible": ["solve", "--scenario", DC, "--confidence", "95%", "--step-sigma", "0.15"],
+    "bad-confidence": ["solve", "--scenario", DC, "--confidence", "150%"],
 }
 
 _TIMING = (re.compile(r'("(?:wall_s|[a-z_]*_wall_s)": )-?[0-9.e+-]+'),  # JSON timings

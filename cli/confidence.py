@@ -1,0 +1,46 @@
+"""Text of the finish-time distribution (``tpopt solve --confidence``), ``tpopt simulate`` and ``tpopt replan``."""
+
+from __future__ import annotations
+
+from tpopt.models import finish as Fn
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def distribution_lines(e: dict, unit: str = "USD") -> list[str]:
+    """The report's ``finish_distribution`` entry as text lines."""
+    f, c = e["finish_days"], e["cost"]
+    asked = "" if e["confidence"] is None else f" (asked: {_pct(e['confidence'])})"
+    labels = {s["name"]: s["label"] for s in e["sources"]}
+    labels[Fn.STEP_ERROR] = "step-time model error"
+    shares = ", ".join(f"{labels[k]} {_pct(v)}" for k, v in e["risk_shares"].items() if v > 0) or "none"
+    lines = ["", "Finish-time distribution (models: lognormal step-time error, Poisson events; see README):",
+             f"  P(finish <= deadline) = {_pct(e['probability_by_deadline'])}{asked}",
+             f"  finish P50 / P90 / P99: {f['p50']:.2f} / {f['p90']:.2f} / {f['p99']:.2f} d "
+             f"(mean {e['mean_finish_days']:.2f} d)",
+             f"  cost   P50 / P90 / P99: {c['p50']:,.0f} / {c['p90']:,.0f} / {c['p99']:,.0f} {unit}",
+             f"  risk at P{100 * e['risk_level']:g} by source: {shares}; dominant: {labels[e['dominant_source']]}",
+             f"  step-time sigma {e['step_sigma']:.3f} ({e['step_sigma_source']})"]
+    ev = ", ".join(f"{s['label']} {s['events']:.1f}" for s in e["sources"] if s["events"] > 0)
+    if ev:
+        lines.append(f"  expected events: {ev}")
+    marks = "; ".join(f"by day {m['day']:.0f}: {_pct(m['done'])} (replan below {_pct(m['replan_below'])})"
+                      for m in e["progress"])
+    lines.append(f"  progress checkpoints: {marks}")
+    up = e.get("step_up")
+    if up:
+        if up["plan"] is not None:
+            lines.append(f"  +5 points (P >= {_pct(up['target'])}): {up['cards']} cards, "
+                         f"{up['extra_cost']:+,.0f} {unit} ({up['extra_cards']:+d} cards)")
+        elif up["status"] != "already":
+            lines.append(f"  +5 points (P >= {_pct(up['target'])}): no plan; reachable {_pct(up['reachable'])}")
+    return lines
+
+
+def reachable_line(q: float, reachable: float) -> str:
+    """What the infeasible report adds under a confidence."""
+    if reachable <= 0:
+        return f"Confidence: no plan reaches even 1 % (asked {_pct(q)})."
+    return f"Confidence: {_pct(q)} is not reachable; the highest reachable is {_pct(reachable)}."

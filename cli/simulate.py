@@ -1,0 +1,113 @@
+"""`tpopt simulate` and `tpopt replan`: the whole-run simulator against the analytic finish-time law, and
+re-planning a run that is under way. Parsing and rendering only (models/simulate.py, optimizer/confidence.py)."""
+
+from __future__ import annotations
+
+import click
+from tpopt.cli.common import EXIT_INFEASIBLE, dump_json, handle_errors, load_scenario_from, scenario_options
+from tpopt.cli.request import request_from, solve_options
+from tpopt.errors import InputError
+from tpopt.models import terms as T
+from tpopt.models.simulate import simulate as run_simulation
+from tpopt.models.units import DAY, fmt_count, parse_duration, parse_fraction
+from tpopt.optimizer import confidence as C
+from tpopt.optimizer import core
+
+MAX_RUNS = 1_000_000
+
+
+@click.command()
+@scenario_options
+@solve_options
+@click.option("--runs", default="10000", show_default=True, help="Simulated whole runs (1 to 1,000,000).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@handle_errors
+def simulate(runs, as_json, **kw):
+    """Simulate the optimal plan's whole run (seeded: --seed) and compare its quantiles with the analytic law.
+
+    Example: tpopt simulate --confidence 95% --runs 10000
+    """
+    try:
+        n = int(runs)
+    except ValueError:
+        raise InputError(f"--runs {runs!r} is not a whole number") from None
+    if not 1 <= n <= MAX_RUNS:
+        raise InputError(f"--runs must lie in 1..{MAX_RUNS:,}, got {n}")
+    sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
+    req = request_from(kw)
+    r = core.solve(sc, kw["solver"], req)
+    if r.best is None:
+        click.echo(f"tpopt simulate: {sc.name}: no feasible plan ({r.status.value}); nothing to simulate")
+        raise SystemExit(EXIT_INFEASIBLE)
+    ev = r.best
+    law = C.law_of(sc, ev)
+    _, lag = T.save_pause_lag(sc, ev.plan.save_mode)
+    sim = run_simulation(law, lag=lag, runs=n, seed=kw["seed"])
+    rows = [{"level": q, "analytic_days": law.quantile(q) / DAY, "simulated_days": sim.quantile(q) / DAY}
+            for q in C.LEVELS]
+    out = {"plan": ev.plan_dict(), "runs": n, "seed": kw["seed"], "quantiles": rows,
+           "probability_by_deadline": {"analytic": float(law.cdf(sc.task.deadline_s)),
+                                       "simulated": sim.probability(sc.task.deadline_s)},
+           "events_per_run": float(sim.events.mean())}
+    if as_json:
+        click.echo(dump_json(out), nl=False)
+        return
+    lines = [f"tpopt simulate: {sc.name}: {ev.plan.accelerator} x {ev.plan.cards}, {n:,} runs, seed {kw['seed']}",
+             "level   analytic d   simulated d   difference"]
+    for row in rows:
+        a, s = row["analytic_days"], row["simulated_days"]
+        lines.append(f"P{100 * row['level']:<5g} {a:>10.3f} {s:>13.3f} {100 * (s / a - 1):>+11.2f} %")
+    p = out["probability_by_deadline"]
+    lines.append(f"P(finish <= deadline): analytic {100 * p['analytic']:.2f} %, simulated {100 * p['simulated']:.2f} %")
+    lines.append(f"events per run (failures, rollbacks, fail-slow, preemptions): {out['events_per_run']:.1f}")
+    click.echo("\n".join(lines))
+
+
+@click.command()
+@scenario_options
+@solve_options
+@click.option("--done", required=True, help="Share of the tokens trained so far, e.g. 41%.")
+@click.option("--elapsed", required=True, help="Wall time since the start, e.g. 12d.")
+@click.option("--cards-held", default=None, help="Cards the run holds now (default: none held).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@handle_errors
+def replan(done, elapsed, cards_held, as_json, **kw):
+    """Re-solve the rest of a run under way; say whether to stay, add or release cards.
+
+    Example: tpopt replan --confidence 95% --done 41% --elapsed 12d --cards-held 48
+    """
+    frac = parse_fraction(done, "--done", allow_zero=True, maximum=1.0)
+    spent = parse_duration(elapsed, "--elapsed")
+    held = None
+    if cards_held is not None:
+        try:
+            held = int(cards_held)
+        except ValueError:
+            raise InputError(f"--cards-held {cards_held!r} is not a whole number") from None
+        if held < 1:
+            raise InputError("--cards-held must be at least 1")
+    sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
+    out = C.replan(sc, frac, spent, held, kw["solver"], request_from(kw))
+    if as_json:
+        click.echo(dump_json(out), nl=False)
+        return
+    lines = [f"tpopt replan: {sc.name}: {100 * frac:.1f} % done after {spent / DAY:.1f} d; "
+             f"{fmt_count(out['tokens_left'])} tokens and {out['days_left']:.2f} d left "
+             f"(reserved {out['reserved_days_left']:.2f} d), confidence {100 * out['confidence']:.1f} %"]
+    for key, name in (("best", "cheapest remainder"), ("stay", "on the cards held")):
+        e = out.get(key)
+        if e is not None:
+            lines.append(f"  {name}: {e['plan']['accelerator']} x {e['cards']}, finish {e['finish_days']:.2f} d, "
+                         f"{e['cost']:,.0f} {e['cost_unit']}")
+        elif key == "stay" and held is not None:
+            lines.append(f"  on the cards held: no plan meets the rest at {100 * out['confidence']:.1f} %")
+    if out.get("layout_change_s"):
+        lines.append(f"  restart into the new layout: +{out['layout_change_s']:.0f} s (the checkpoint read again)")
+    if out["decision"] == "none":
+        lines.append(f"Contingency: nothing restores {100 * out['confidence']:.1f} %; "
+                     f"the highest reachable is {100 * out['reachable']:.1f} %")
+    else:
+        lines.append(f"Contingency: {out['decision']}")
+    click.echo("\n".join(lines))
+    if out["decision"] == "none":
+        raise SystemExit(EXIT_INFEASIBLE)

@@ -1,0 +1,527 @@
+"""The finish-time distribution of a plan: its sources of variation, the analytic law, quantiles.
+
+A plan's nominal finish is ``R + W (1 + L)`` (R reserved, W = iterations x step the useful training time,
+L the checkpoint and failure overhead). Its finish *time* is random:
+
+    T = R + W' E + S_E,   W' = W (1 + c / tau)
+
+- ``E`` the step-time model error, lognormal with median 1 and log-sd sigma (measured / predicted step);
+  it scales the whole run, saves included (``c`` the save pause, ``tau`` the save interval).
+- ``S_E`` the delays of random events, a compound Poisson sum: each source ``s`` (:data:`SOURCES`) fires at
+  ``rate_s`` events per second of useful training, so ``N_s ~ Poisson(rate_s W E)`` (a slower run is
+  exposed longer), and each event costs ``a_s + b_s U`` seconds, ``U ~ Uniform(0, 1)``: a restart ``r``
+  plus the work since the last committed save (``b = tau``, plus the commit lag ``w`` of async saves),
+  or a fixed delay (a fail-slow episode).
+
+Exact parts: the lognormal (integrated by Gauss-Legendre quadrature over its normal score on the window
+where the event part's CDF moves, :func:`cdf`), the cumulants of the compound Poisson sum
+(kappa_n = sum_s rate_s W E E[X_s^n], exact). Moment matching, stated: given E, the event sum is the
+translated gamma with those three cumulants (Seal's approximation); :func:`matching_error` measures its
+largest CDF error against the exact lattice law (FFT of the compound Poisson), and the tests bound it.
+No Monte Carlo here: :mod:`tpopt.models.simulate` is the oracle that checks this module.
+
+Adding a source (spot preemptions, later): one :class:`Source` in :data:`SOURCES` with its rate and its
+per-event cost as functions of :class:`Exposure`, and its inputs in :class:`Risk`.
+
+Units: seconds, events per second, fractions. Quantiles are found with SciPy's root finders.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from tpopt.errors import InputError
+from tpopt.models.numeric import FloatArray, Floats
+from tpopt.models.units import DAY, HOUR
+
+# ---------------------------------------------------------------------------------------------
+# inputs
+
+VALIDATION_LOO_ERRORS = (-5.5, -1.6, 4.2, 1.9, -0.3, -3.1, -0.1, -2.4, -2.1, -4.6,
+                         3.4, 1.3, 2.3, 0.7, -0.6, -2.7, 4.4, 4.6)
+"""Leave-one-out step-time errors (%) of the calibration on the validation tables (README: Narayanan et al.
+2021 table 1, ten runs; Korthikanti et al. 2022, four models x full / selective recompute)."""
+
+DEFAULT_STEP_SIGMA = 0.03
+"""Log-sd of measured / predicted step time without a calibration of one's own: the root mean square of
+ln(1 + error) over :data:`VALIDATION_LOO_ERRORS` (0.0301). A calibration's residual spread (performance.toml
+``residual_sigma``) replaces it per accelerator. It holds for the stack the tables measured; the public
+anchors (:data:`ANCHOR_SPEEDS`) show 7-28 % optimism on other stacks, whose RMS log error is 0.154: give
+``[risk] step_sigma = 0.15`` (or calibrate) for a stack the model was not fitted on."""
+DEFAULT_STEP_SIGMA_SOURCE = "default: RMS leave-one-out error of the validation tables (README), 0.030"
+
+ANCHOR_SPEEDS = (1.09, 1.07, 1.18, 1.23, 1.09, 1.28, 1.13)
+"""tpopt's speed over the published one on the seven public anchors (README, "Public anchors": Llama 3 405B
+x2, BLOOM-176B, OPT-175B, MegaScale 175B, Megatron-LM on MegaScale's run, DeepSeek-V3)."""
+
+SLOW_FACTOR = 1.34
+"""Slowdown of the job while a fail-slow episode lasts: 1.34x (Greyhound: Hunting Fail-Slows in
+Hybrid-Parallel Training at Scale, USENIX ATC 2025, measured on a 10,000-GPU cluster)."""
+SLOW_DURATION_S = 2 * HOUR
+"""How long an episode lasts until it is found and mitigated (assumed: 2 h)."""
+SLOW_RATE_PER_CARD_S = 1.0 / (10_000 * DAY)
+"""Episodes per card-second of training (assumed: one episode a day at 10,000 cards)."""
+
+
+@dataclass(frozen=True)
+class Risk:
+    """Inputs of the distribution beyond the checkpoint and failure ones (``[risk]``); each a stated default.
+
+    ``step_sigma`` None: the accelerator's ``residual_sigma`` from performance.toml when a calibration
+    wrote one, else :data:`DEFAULT_STEP_SIGMA`. ``preempt_*``: spot preemptions (0: none; the market
+    issue sets them)."""
+
+    step_sigma: float | None = None
+    slow_rate_per_card_s: float = SLOW_RATE_PER_CARD_S
+    slow_factor: float = SLOW_FACTOR
+    slow_duration_s: float = SLOW_DURATION_S
+    preempt_rate_per_card_s: float = 0.0
+    reacquire_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("slow_rate_per_card_s", "slow_duration_s", "preempt_rate_per_card_s", "reacquire_s"):
+            v = getattr(self, name)
+            if not math.isfinite(v) or v < 0:
+                raise InputError(f"risk.{name} must be a finite number >= 0, got {v!r}")
+        if self.step_sigma is not None and (not math.isfinite(self.step_sigma) or self.step_sigma < 0):
+            raise InputError(f"risk.step_sigma must be a finite number >= 0, got {self.step_sigma!r}")
+        if not math.isfinite(self.slow_factor) or self.slow_factor < 1:
+            raise InputError(f"risk.slow_factor must be >= 1, got {self.slow_factor!r}")
+
+
+def parse_confidence(text: object) -> float:
+    """A confidence level from ``95%`` or ``0.95``, strictly between 0 and 1 (else InputError)."""
+    raw = str(text).strip()
+    try:
+        q = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise InputError(f"confidence {raw!r} is not a number (use e.g. 95% or 0.95)") from None
+    if not math.isfinite(q) or not 0.0 < q < 1.0:
+        raise InputError(f"confidence {raw!r} must lie strictly between 0% and 100%")
+    return q
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """What the sources read from one plan: cards, save interval tau, commit lag w, restart r (s), the
+    per-card MTBF (s; None: no hardware failures), the job-wide rollback interval (s; None: none)."""
+
+    cards: Floats  # a float, or an array of plans (events_over)
+    tau: Floats
+    lag: Floats
+    restore: float
+    card_mtbf_s: float | None
+    spike_interval_s: float | None
+    risk: Risk
+
+
+@dataclass(frozen=True)
+class Source:
+    """One source of random delay: events per second of useful training, and the cost of one event,
+    ``fixed + width U`` seconds with U uniform on [0, 1)."""
+
+    name: str
+    label: str
+    rate: Callable[[Exposure], Floats]
+    fixed: Callable[[Exposure], Floats]
+    width: Callable[[Exposure], Floats]
+    basis: str  # the statement reports and docs print
+
+
+SOURCES = (
+    Source("failures", "hardware failures",
+           lambda x: 0.0 if x.card_mtbf_s is None else x.cards / x.card_mtbf_s,
+           lambda x: x.restore + x.lag, lambda x: x.tau,
+           "Poisson, cards / card MTBF; each: restart + work since the last committed save"),
+    Source("rollbacks", "loss-spike rollbacks",
+           lambda x: 0.0 if not x.spike_interval_s else 1.0 / x.spike_interval_s,
+           lambda x: x.restore + x.lag, lambda x: x.tau,
+           "Poisson, one per checkpoint.loss_spike_interval; each: restart + work since the last save"),
+    Source("fail-slow", "stragglers / fail-slow episodes",
+           lambda x: x.cards * x.risk.slow_rate_per_card_s,
+           lambda x: x.risk.slow_duration_s * (x.risk.slow_factor - 1.0), lambda x: 0.0,
+           "Poisson in cards x time; each: duration x (slowdown - 1) (Greyhound, ATC'25: 1.34x)"),
+    Source("preemptions", "spot preemptions",
+           lambda x: x.cards * x.risk.preempt_rate_per_card_s,
+           lambda x: x.risk.reacquire_s + x.restore + x.lag, lambda x: x.tau,
+           "Poisson in cards x time; each: reacquire + restart + work since the last save"),
+)
+STEP_ERROR = "step-time model"
+SOURCE_NAMES = (STEP_ERROR,) + tuple(s.name for s in SOURCES)
+
+
+def uniform_moments(a: ArrayLike, b: ArrayLike) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """E[X], E[X^2], E[X^3] of X = a + b U, U ~ Uniform(0, 1): E[U^k] = 1 / (k + 1).
+
+    a + b/2;  a^2 + a b + b^2/3;  a^3 + 3 a^2 b / 2 + a b^2 + b^3 / 4.
+    """
+    a_, b_ = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return (a_ + b_ / 2, a_**2 + a_ * b_ + b_**2 / 3, a_**3 + 1.5 * a_**2 * b_ + a_ * b_**2 + b_**3 / 4)
+
+
+@dataclass(frozen=True)
+class Events:
+    """The event sources of one plan: per source (rate /s of useful time, fixed s, width s)."""
+
+    names: tuple[str, ...]
+    rate: FloatArray
+    fixed: FloatArray
+    width: FloatArray
+
+    @classmethod
+    def of(cls, x: Exposure) -> Events:
+        return cls(tuple(s.name for s in SOURCES), np.array([s.rate(x) for s in SOURCES], dtype=float),
+                   np.array([s.fixed(x) for s in SOURCES], dtype=float),
+                   np.array([s.width(x) for s in SOURCES], dtype=float))
+
+    def cumulants(self) -> FloatArray:
+        """kappa_1..3 of the event delay per second of useful progress (exact for this renewal model).
+
+        Rollback sources (width tau > 0) together fire at lam = sum of their rates per second of work.
+        A segment of tau seconds of progress is attempted until one attempt sees no event: the failed
+        attempts K are geometric, P(K = k) = (1 - p)^k p with p = exp(-lam tau) (mean (1 - p)/p, variance
+        (1 - p)/p^2, third cumulant (1 - p)(2 - p)/p^3), each losing Y = X + F: X the work done, an
+        exponential of rate lam truncated to [0, tau) (E[X^n] = n! P(n + 1, lam tau) / (lam^n (1 - p)),
+        P the regularised incomplete gamma; lam -> 0: tau^n / (n + 1)), F the fixed part of a source drawn
+        with probability rate / lam. The segment's delay is compound geometric:
+        k1 = E[K] m1,  k2 = E[K] Var Y + Var K m1^2,  k3 = E[K] mu3(Y) + 3 Var K m1 Var Y + k3(K) m1^3,
+        and the job's is the sum over W E / tau independent segments: per second of progress, k_n / tau.
+        Fixed-delay sources (fail-slow) are Poisson in work time: rate x (work per second of progress,
+        (exp(lam tau) - 1) / (lam tau)) x fixed^n.
+        """
+        col = event_cumulants(self.rate[:, None], self.fixed[:, None], self.width[:, None])
+        out: FloatArray = col[:, 0]
+        return out
+
+
+def event_cumulants(rate: ArrayLike, fixed: ArrayLike, width: ArrayLike) -> FloatArray:
+    """:meth:`Events.cumulants` for many plans at once: arrays of shape (sources, plans) -> (3, plans).
+    Every rollback source of one plan shares its width (the plan's save interval tau)."""
+    from scipy import special  # lazy: start-up time
+
+    r, f, w = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (rate, fixed, width)))
+    roll = (w > 0) & (r > 0)
+    lam = np.sum(np.where(roll, r, 0.0), axis=0)
+    tau = np.max(np.where(roll, w, 0.0), axis=0)
+    x = lam * tau
+    has = x > 0
+    xs = np.where(has, x, 1.0)
+    lam_s, tau_s = np.where(has, lam, 1.0), np.where(has, tau, 1.0)
+    p, q1 = np.exp(-xs), -np.expm1(-xs)
+    small = xs < 1e-8
+    mx = [np.where(small, tau_s**n / (n + 1), math.factorial(n) * special.gammainc(n + 1, xs) / (lam_s**n * q1))
+          for n in (1, 2, 3)]
+    pi = np.where(roll, r, 0.0) / lam_s
+    mf = [np.sum(pi * f**n, axis=0) for n in (1, 2, 3)]
+    # raw moments of Y = X + F (independent)
+    y1 = mx[0] + mf[0]
+    y2 = mx[1] + 2 * mx[0] * mf[0] + mf[1]
+    y3 = mx[2] + 3 * mx[1] * mf[0] + 3 * mx[0] * mf[1] + mf[2]
+    var_y = y2 - y1**2
+    mu3_y = y3 - 3 * y1 * y2 + 2 * y1**3
+    ek, vk, k3k = q1 / p, q1 / p**2, q1 * (1.0 + q1) / p**3  # geometric failures before a success
+    seg = np.stack([ek * y1, ek * var_y + vk * y1**2, ek * mu3_y + 3 * vk * y1 * var_y + k3k * y1**3]) / tau_s
+    seg = np.where(has, seg, 0.0)
+    growth = np.where(has & (xs > 1e-12), np.expm1(xs) / xs, 1.0)
+    only = (w <= 0) & (r > 0)
+    fixed_part = np.stack([growth * np.sum(np.where(only, r * f ** (n + 1), 0.0), axis=0) for n in range(3)])
+    out: FloatArray = seg + fixed_part
+    return out
+
+
+def events_over(x: Exposure) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(rate, fixed, width) of every source, shape (sources, plans), for an :class:`Exposure` whose cards,
+    tau and lag may be arrays (one entry per plan)."""
+    n = np.broadcast(np.asarray(x.cards, dtype=float), np.asarray(x.tau, dtype=float),
+                     np.asarray(x.lag, dtype=float)).shape
+
+    def rows(fn: Callable[[Source], Callable[[Exposure], Floats]]) -> FloatArray:
+        return np.stack([np.broadcast_to(np.asarray(fn(s)(x), dtype=float), n) for s in SOURCES])
+
+    return rows(lambda s: s.rate), rows(lambda s: s.fixed), rows(lambda s: s.width)
+
+
+# ---------------------------------------------------------------------------------------------
+# the law
+
+_GL_X, _GL_W = np.polynomial.legendre.leggauss(64)
+_Z_MAX = 9.0  # Phi(-9) ~ 1e-19: the lognormal beyond is empty to double precision
+_WINDOW = 16.0  # half-width of the integration window, in standard deviations of the event sum
+
+
+def gamma_cdf(y: ArrayLike, k1: ArrayLike, k2: ArrayLike, k3: ArrayLike) -> FloatArray:
+    """P(S <= y) for the translated gamma with cumulants k1, k2, k3 (Seal 1977).
+
+    shape k = 4 k2^3 / k3^2, scale theta = k3 / (2 k2), shift x0 = k1 - k theta; S = x0 + theta Gamma(k).
+    k2 = 0: the point mass at k1. k3 = 0 (no skew): the normal with mean k1, variance k2.
+    """
+    from scipy import special  # lazy: start-up time
+
+    y_, m, v, s = (np.asarray(t, dtype=float) for t in (y, k1, k2, k3))
+    y_, m, v, s = np.broadcast_arrays(y_, m, v, s)
+    point = v <= 0
+    skew = s > 0
+    vs, ss = np.where(point, 1.0, v), np.where(skew, s, 1.0)
+    shape = 4.0 * vs**3 / ss**2
+    theta = ss / (2.0 * vs)
+    x0 = m - shape * theta
+    with np.errstate(invalid="ignore", over="ignore"):
+        g = special.gammainc(shape, np.maximum(y_ - x0, 0.0) / theta)
+        nrm = special.ndtr((y_ - m) / np.sqrt(vs))
+    out: FloatArray = np.where(point, (y_ >= m).astype(float), np.where(skew, g, nrm))
+    return out
+
+
+def cdf(t: ArrayLike, reserved: ArrayLike, work: ArrayLike, saves: ArrayLike, sigma: ArrayLike,
+        kappa: tuple[ArrayLike, ArrayLike, ArrayLike]) -> FloatArray:
+    """P(T <= t) for T = R + W' E + S_E (module docstring), broadcast over every argument.
+
+    ``work`` W (useful training, s), ``saves`` the factor 1 + c / tau, ``kappa`` the event cumulants per
+    second of useful time (:meth:`Events.cumulants`). With z the normal score of E = exp(sigma z):
+
+        P(T <= t) = integral phi(z) G(t - R - W' e^(sigma z); e^(sigma z) W kappa) dz
+
+    G the translated gamma (:func:`gamma_cdf`). G moves from 1 to 0 on a window around z*, where the
+    mean W' e + W kappa_1 e reaches t - R; outside it G is 1 (below) or 0 (above) to within 1e-12 (16
+    standard deviations of the event sum), so the integral is Phi(z_lo) + Gauss-Legendre (64 nodes) on
+    [z_lo, z_hi], clipped to |z| <= 9. sigma = 0: G(t - R - W'; W kappa).
+    """
+    from scipy import special  # lazy: start-up time
+
+    x = np.asarray(t, dtype=float) - np.asarray(reserved, dtype=float)
+    W = np.asarray(work, dtype=float)
+    Wp = W * np.asarray(saves, dtype=float)
+    sg = np.asarray(sigma, dtype=float)
+    k1, k2, k3 = (np.asarray(k, dtype=float) * W for k in kappa)
+    x, Wp, sg, k1, k2, k3 = np.broadcast_arrays(x, Wp, sg, k1, k2, k3)
+    rate = Wp + k1  # mean of T - R at e = 1
+    pos = (x > 0) & (rate > 0)
+    e_star = np.where(pos, x / np.where(rate > 0, rate, 1.0), 1.0)
+    s_pos = np.where(sg > 0, sg, 1.0)
+    z_star = np.log(e_star) / s_pos
+    # width of the window in z: sd of the event sum over the slope of the mean, d mean / dz = rate e sigma
+    dz = np.sqrt(np.maximum(k2 * e_star, 0.0)) / np.maximum(rate * e_star * s_pos, 1e-300)
+    half = _WINDOW * dz + 1e-9
+    lo = np.clip(z_star - half, -_Z_MAX, _Z_MAX)
+    hi = np.clip(z_star + half, -_Z_MAX, _Z_MAX)
+    mid, rad = 0.5 * (lo + hi), 0.5 * (hi - lo)
+    z = mid[..., None] + rad[..., None] * _GL_X
+    e = np.exp(sg[..., None] * z)
+    g = gamma_cdf(x[..., None] - Wp[..., None] * e, k1[..., None] * e, k2[..., None] * e, k3[..., None] * e)
+    dens = np.exp(-0.5 * z**2) / math.sqrt(2.0 * math.pi)
+    lognormal = special.ndtr(lo) + rad * np.sum(_GL_W * dens * g, axis=-1)
+    fixed = gamma_cdf(x - Wp, k1, k2, k3)
+    out: FloatArray = np.clip(np.where(sg > 0, lognormal, fixed), 0.0, 1.0)
+    out = np.where(x <= 0, 0.0, out)
+    return out
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """The finish-time law of one plan (seconds): reserved R, useful training W, save factor 1 + c / tau,
+    step-model sigma, and its event sources."""
+
+    reserved: float
+    work: float
+    saves: float
+    sigma: float
+    events: Events
+    sigma_source: str = DEFAULT_STEP_SIGMA_SOURCE
+    kappa: FloatArray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kappa", self.events.cumulants())
+
+    def cdf(self, t: ArrayLike) -> FloatArray:
+        """P(T <= t) (:func:`cdf`)."""
+        k = self.kappa
+        return cdf(t, self.reserved, self.work, self.saves, self.sigma, (k[0], k[1], k[2]))
+
+    def mean(self) -> float:
+        """E[T] = R + W' exp(sigma^2 / 2) + W kappa_1 exp(sigma^2 / 2) (E[S_E | E] = W kappa_1 E)."""
+        m = math.exp(self.sigma**2 / 2)
+        return self.reserved + (self.work * self.saves + self.work * float(self.kappa[0])) * m
+
+    def quantile(self, q: float) -> float:
+        """The q-quantile: the root of P(T <= t) = q (scipy.optimize.brentq, to 1e-9 relative)."""
+        if not 0.0 < q < 1.0:
+            raise InputError(f"quantile level must lie strictly between 0 and 1, got {q!r}")
+        lo = self.reserved
+        hi = self.reserved + (self.work * self.saves + self.work * float(self.kappa[0])) * 2.0 + 1.0
+        while float(self.cdf(hi)) < q:
+            hi = self.reserved + 2.0 * (hi - self.reserved)
+        if float(self.cdf(lo)) >= q:
+            return lo
+        from scipy import optimize  # lazy: start-up time
+
+        root: float = optimize.brentq(lambda t: float(self.cdf(t)) - q, lo, hi, xtol=1e-6, rtol=1e-12)
+        return root
+
+    def without(self, source: str) -> Distribution:
+        """The same plan with one source of variation removed (``STEP_ERROR`` or a :data:`SOURCES` name)."""
+        if source == STEP_ERROR:
+            return Distribution(self.reserved, self.work, self.saves, 0.0, self.events, self.sigma_source)
+        ev = self.events
+        rate = np.where(np.array(ev.names) == source, 0.0, ev.rate)
+        return Distribution(self.reserved, self.work, self.saves, self.sigma,
+                            Events(ev.names, rate, ev.fixed, ev.width), self.sigma_source)
+
+    def risk_shares(self, q: float) -> dict[str, float]:
+        """Each source's share of the risk at level q: the q-quantile's excess over the deterministic
+        finish R + W' that the source's removal takes away, normalised to sum 1 (0 where nothing is
+        random). A source that can add nothing gets 0."""
+        base = self.reserved + self.work * self.saves
+        full = self.quantile(q) - base
+        drops = {}
+        for name in SOURCE_NAMES:
+            if name == STEP_ERROR and self.sigma == 0:
+                drops[name] = 0.0
+                continue
+            if name != STEP_ERROR and float(self.events.rate[list(self.events.names).index(name)]) == 0:
+                drops[name] = 0.0
+                continue
+            drops[name] = max(full - (self.without(name).quantile(q) - base), 0.0)
+        total = sum(drops.values())
+        return {k: (v / total if total > 0 else 0.0) for k, v in drops.items()}
+
+
+def plan_distribution(*, reserved: float, work: float, pause: float, exposure: Exposure,
+                      sigma: float, sigma_source: str = DEFAULT_STEP_SIGMA_SOURCE) -> Distribution:
+    """The law of a plan from its figures: W = iterations x step (s), the save pause c (s), and the
+    exposure (cards, tau, lag, restart, MTBF, rollbacks, :class:`Risk`)."""
+    if sigma < 0 or not math.isfinite(sigma):
+        raise InputError(f"step-time sigma must be a finite number >= 0, got {sigma!r}")
+    return Distribution(reserved, work, 1.0 + pause / float(exposure.tau), sigma, Events.of(exposure), sigma_source)
+
+
+# ---------------------------------------------------------------------------------------------
+# the chance constraint as a table
+
+
+def max_work(q: float, deadline: float, reserved: float, saves: ArrayLike, sigma: ArrayLike,
+             kappa: tuple[ArrayLike, ArrayLike, ArrayLike]) -> FloatArray:
+    """The largest useful training time W with P(T <= deadline) >= q, element-wise.
+
+    P(T <= D) falls strictly as W grows (every part of T - R grows with W), so the chance constraint
+    P(T <= D) >= q is exactly W <= W_max: the root of P(T <= D | W) = q, found for every element at once
+    by scipy.optimize.elementwise.find_root (Chandrupatla) on (0, D - R], to 1e-10 relative. 0 when even
+    W -> 0 cannot (D <= R).
+    """
+    from scipy.optimize import elementwise  # lazy: start-up time
+
+    room = deadline - reserved
+    sv, sg, a, b, c = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (saves, sigma, *kappa)))
+    if room <= 0:
+        return np.zeros(sv.shape)
+
+    def f(w: NDArray[np.float64], sv: FloatArray, sg: FloatArray, a: FloatArray, b: FloatArray,
+          c: FloatArray) -> FloatArray:
+        return cdf(deadline, reserved, w, sv, sg, (a, b, c)) - q
+
+    lo = np.full(sv.shape, room * 1e-9)
+    hi = np.full(sv.shape, room)
+    flo = f(lo, sv, sg, a, b, c)
+    fhi = f(hi, sv, sg, a, b, c)
+    # a tight bracket around the root without the event spread, W0 = room / ((1 + c/tau + k1) e^(sigma z_q)):
+    # the event sum only lowers the root, so [W0 / 2, W0] brackets it unless its spread is large; elements
+    # it does not bracket keep the wide one
+    from scipy.special import ndtri  # lazy: start-up time
+
+    w0 = np.minimum(room / ((sv + a) * np.exp(sg * ndtri(q))), room)
+    tlo, thi = np.maximum(0.5 * w0, lo), np.maximum(w0, lo)
+    ok = (f(tlo, sv, sg, a, b, c) >= 0) & (f(thi, sv, sg, a, b, c) <= 0)
+    res = elementwise.find_root(f, (np.where(ok, tlo, lo), np.where(ok, thi, hi)), args=(sv, sg, a, b, c),
+                                tolerances={"xrtol": 1e-10, "xatol": room * 1e-13})
+    x: FloatArray = np.where(fhi >= 0, hi, np.where(flo < 0, 0.0, res.x))
+    return x
+
+
+def quantiles(q: float, reserved: float, work: ArrayLike, saves: ArrayLike, sigma: ArrayLike,
+              kappa: tuple[ArrayLike, ArrayLike, ArrayLike]) -> FloatArray:
+    """The q-quantile of T element-wise: the root of P(T <= t) = q for every element at once
+    (scipy.optimize.elementwise.find_root on [R, R + upper], the upper end doubled until it brackets)."""
+    from scipy.optimize import elementwise  # lazy: start-up time
+
+    W, sv, sg, a, b, c = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (work, saves, sigma, *kappa)))
+
+    def f(t: FloatArray, W: FloatArray, sv: FloatArray, sg: FloatArray, a: FloatArray, b: FloatArray,
+          c: FloatArray) -> FloatArray:
+        return cdf(t, reserved, W, sv, sg, (a, b, c)) - q
+
+    span = (W * sv + W * a) * np.exp(4.0 * sg) + 10.0 * np.sqrt(np.maximum(W * b, 0.0)) + 1.0
+    for _ in range(60):
+        high = f(reserved + span, W, sv, sg, a, b, c) < 0
+        if not high.any():
+            break
+        span = np.where(high, 2.0 * span, span)
+    lo = np.full(W.shape, float(reserved))
+    res = elementwise.find_root(f, (lo, reserved + span), args=(W, sv, sg, a, b, c),
+                                tolerances={"xrtol": 1e-12, "xatol": 1e-6})
+    out: FloatArray = np.where(W <= 0, float(reserved), res.x)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the measured error of the moment matching
+
+
+def lattice_cdf(events: Events, work: float, h: float, n: int, up: bool = True) -> FloatArray:
+    """The exact law of the event sum S (no step error) on a lattice of step h, by FFT of the compound
+    Poisson: pmf = IFFT(exp(W sum_s rate_s (phi_s - 1))), each event cost rounded up (``up``) or down to
+    the lattice. Rounding up gives a CDF below the true one at every x = j h, rounding down one above it,
+    and both converge as h -> 0. Returns the CDF at x = 0, h, ... (n - 1) h; n h must exceed the support
+    of S with its tail (no wrap-around)."""
+    costs = np.zeros(n)
+    j = np.arange(n)
+    for lam, a, b in zip(events.rate, events.fixed, events.width, strict=True):
+        if lam <= 0:
+            continue
+        if b > 0:
+            # up: (j - 1) h < a + b U <= j h;  down: j h <= a + b U < (j + 1) h
+            lo_edge, hi_edge = ((j - 1) * h, j * h) if up else (j * h, (j + 1) * h)
+            costs += lam * (np.clip((hi_edge - a) / b, 0.0, 1.0) - np.clip((lo_edge - a) / b, 0.0, 1.0))
+        else:
+            costs[min(int(math.ceil(a / h - 1e-12) if up else math.floor(a / h + 1e-12)), n - 1)] += lam
+    total = float(costs.sum())
+    f = np.fft.rfft(costs / total if total > 0 else costs)
+    pmf = np.fft.irfft(np.exp(work * total * (f - 1.0)), n)
+    out: FloatArray = np.minimum(np.cumsum(np.maximum(pmf, 0.0)), 1.0)
+    return out
+
+
+def matching_error(events: Events, work: float, points: int = 1 << 20) -> tuple[float, float]:
+    """(largest CDF error of the translated gamma against the exact law of a compound Poisson event sum
+    over useful time ``work`` (the sources' rates and uniform costs, without the renewal terms, which
+    the lattice does not model), the lattice's own resolution). The exact CDF lies between the two lattice bounds of
+    :func:`lattice_cdf`; the error counted is the gamma CDF's distance outside that bracket, the
+    resolution the bracket's largest width (the error is exact to within it)."""
+    moments = uniform_moments(events.fixed, events.width)
+    k = np.array([float(np.sum(events.rate * mk)) for mk in moments]) * work  # the compound Poisson's
+    if k[1] <= 0:
+        return 0.0, 0.0
+    span = k[0] + 40.0 * math.sqrt(k[1]) + float(np.max(events.fixed + events.width))
+    h = span / points
+    low, high = lattice_cdf(events, work, h, points, True), lattice_cdf(events, work, h, points, False)
+    approx = gamma_cdf(h * np.arange(points), k[0], k[1], k[2])
+    err = float(np.max(np.maximum(approx - high, low - approx).clip(min=0.0)))
+    return err, float(np.max(high - low))
+
+
+def normal_quantile(q: float) -> float:
+    """z with Phi(z) = q (scipy.stats.norm.ppf)."""
+    from scipy import stats  # lazy: start-up time
+
+    return float(stats.norm.ppf(q))
+
+
+__all__ = [
+    "Risk", "Source", "SOURCES", "SOURCE_NAMES", "STEP_ERROR", "Exposure", "Events", "Distribution",
+    "DEFAULT_STEP_SIGMA", "DEFAULT_STEP_SIGMA_SOURCE", "ANCHOR_SPEEDS", "VALIDATION_LOO_ERRORS", "SLOW_FACTOR",
+    "SLOW_DURATION_S",
+    "SLOW_RATE_PER_CARD_S", "parse_confidence", "uniform_moments", "gamma_cdf", "cdf", "plan_distribution",
+    "max_work", "quantiles", "event_cumulants", "events_over", "lattice_cdf", "matching_error", "normal_quantile",
+]

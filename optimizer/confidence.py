@@ -1,0 +1,242 @@
+"""What a plan's finish-time distribution says in a report (``tpopt solve --confidence``), and replanning.
+
+:func:`distribution_entry` is the ``finish_distribution`` entry of a solve report: P50 / P90 / P99 finish
+and cost, P(finish <= deadline), each source's share of the risk, the step-time sigma and its source,
+progress checkpoints at which to replan, and the cheapest change that buys 5 points of confidence (the
+optimum re-solved at the higher level). :func:`reachable` is the highest confidence any plan of a space
+reaches (explain and the infeasible report say it when the asked one is not). :func:`replan` re-solves
+the remainder of a run that is under way (``tpopt replan``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from tpopt.errors import InputError
+from tpopt.models import finish as Fn
+from tpopt.models import terms as T
+from tpopt.models.evaluate import Evaluation
+from tpopt.models.plan import Scenario
+from tpopt.models.units import DAY
+from tpopt.optimizer import core
+from tpopt.optimizer.result import Request, Status
+
+LEVELS = (0.5, 0.9, 0.99)
+"""The quantiles every report prints."""
+STEP_UP = 0.05
+"""The confidence the "cheapest change" buys: 5 points."""
+PROGRESS_MARKS = (0.25, 0.5, 0.75)
+"""Shares of the P50 finish at which the report gives a progress checkpoint."""
+
+
+def law_of(sc: Scenario, ev: Evaluation) -> Fn.Distribution:
+    """The finish-time distribution of an evaluated plan."""
+    p = ev.plan
+    return T.finish_law(sc, p.accelerator, p.save_mode, p.cards, p.save_interval_s, ev.metrics["step_s"])
+
+
+def dominant(shares: dict[str, float]) -> str:
+    """The source with the largest share (the first in :data:`tpopt.models.finish.SOURCE_NAMES` on ties)."""
+    return max(Fn.SOURCE_NAMES, key=lambda n: (shares.get(n, 0.0), -Fn.SOURCE_NAMES.index(n)))
+
+
+def progress_marks(law: Fn.Distribution, q: float) -> list[dict[str, float]]:
+    """Checkpoints of progress: at day d the plan is on its median pace with d / T_P50 of the tokens done
+    (reserved time spread evenly over the run, stated); below d / T_q it has fallen behind the pace that
+    still finishes by the q-quantile, and a replan should be asked for."""
+    p50, pq = law.quantile(0.5), law.quantile(q)
+    out = []
+    for share in PROGRESS_MARKS:
+        day = max(1, round(share * p50 / DAY))
+        out.append({"day": float(day), "done": min(day * DAY / p50, 1.0), "replan_below": min(day * DAY / pq, 1.0)})
+    return out
+
+
+def distribution_entry(sc: Scenario, ev: Evaluation, backend: str, req: Request,
+                       step_up: bool = True) -> dict[str, Any]:
+    """The ``finish_distribution`` entry of a solve report for the plan ``ev`` (see the module)."""
+    law = law_of(sc, ev)
+    q = sc.task.confidence if sc.task.confidence is not None else 0.95
+    rate = ev.metrics["cost"] / ev.metrics["finish_days"] / DAY  # cost per second of wall time
+    quant = {f"p{round(level * 100)}": law.quantile(level) for level in LEVELS}
+    shares = law.risk_shares(q)
+    p_deadline = float(law.cdf(sc.task.deadline_s))
+    entry: dict[str, Any] = {
+        "confidence": sc.task.confidence,
+        "probability_by_deadline": p_deadline,
+        "finish_days": {k: v / DAY for k, v in quant.items()},
+        "cost": {k: v * rate for k, v in quant.items()},
+        "mean_finish_days": law.mean() / DAY,
+        "risk_level": q,
+        "risk_shares": shares,
+        "dominant_source": dominant(shares),
+        "step_sigma": law.sigma,
+        "step_sigma_source": law.sigma_source,
+        "sources": [{"name": s.name, "label": s.label, "events": float(law.events.rate[i] * law.work),
+                     "basis": s.basis} for i, s in enumerate(Fn.SOURCES)],
+        "progress": progress_marks(law, q),
+    }
+    if step_up:
+        entry["step_up"] = _step_up(sc, ev, p_deadline, backend, req)
+    return entry
+
+
+def _step_up(sc: Scenario, ev: Evaluation, p_now: float, backend: str, req: Request) -> dict[str, Any]:
+    """The cheapest plan whose confidence is 5 points higher than this plan's P(finish <= deadline)."""
+    target = min(max(p_now, sc.task.confidence or 0.0) + STEP_UP, 0.999)
+    if target <= p_now:
+        return {"target": target, "status": "already", "plan": None}
+    r = core.solve(replace(sc, task=replace(sc.task, confidence=target)), backend,
+                   Request(objective=req.objective, time_limit=req.time_limit, seed=req.seed, workers=req.workers))
+    if not r.feasible or r.best is None:
+        return {"target": target, "status": r.status.value, "plan": None, "reachable": reachable(sc, backend, req)}
+    b = r.best
+    return {"target": target, "status": r.status.value, "plan": b.plan_dict(), "cards": b.plan.cards,
+            "cost": b.metrics["cost"], "extra_cost": b.metrics["cost"] - ev.metrics["cost"],
+            "extra_cards": b.plan.cards - ev.plan.cards}
+
+
+def reachable(sc: Scenario, backend: str, req: Request, tol: float = 1e-3) -> float:
+    """The highest confidence some plan of the scenario reaches (to ``tol``): bisection on the level, each a
+    proven solve (feasibility is monotone: a plan meeting level q meets every lower one). 0 when even
+    the 1 % level is out of reach."""
+    def ok(q: float) -> bool:
+        r = core.solve(replace(sc, task=replace(sc.task, confidence=q)), backend,
+                       Request(objective="time", time_limit=req.time_limit, seed=req.seed, workers=req.workers))
+        return r.status == Status.OPTIMAL
+
+    lo, hi = 0.01, 0.999
+    if not ok(lo):
+        return 0.0
+    if ok(hi):
+        return hi
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
+# ---------------------------------------------------------------------------------------------
+# replanning
+
+
+def remainder(sc: Scenario, done: float, elapsed_s: float) -> Scenario:
+    """The rest of a run: tokens x (1 - done), deadline - elapsed, the reserved time not yet used (spread
+    evenly over the deadline, stated), the same confidence (default 95 %)."""
+    if not math.isfinite(done) or not 0.0 <= done < 1.0:
+        raise InputError(f"--done must lie in [0%, 100%), got {done:.4g}")
+    if not math.isfinite(elapsed_s) or elapsed_s < 0:
+        raise InputError("--elapsed must be a duration >= 0")
+    if elapsed_s >= sc.task.deadline_s:
+        raise InputError(f"--elapsed {elapsed_s / DAY:g} d is not before the deadline ({sc.task.deadline_s / DAY:g} d)")
+    left = sc.task.deadline_s - elapsed_s
+    reserved = sc.task.reserved_s * left / sc.task.deadline_s
+    task = replace(sc.task, tokens=sc.task.tokens * (1.0 - done), deadline_s=left, reserved_s=reserved,
+                   confidence=sc.task.confidence if sc.task.confidence is not None else 0.95, ramp=None)
+    return replace(sc, task=task)
+
+
+def layout_change_s(sc: Scenario, held_tp: int | None, new_tp: int, cards_held: int | None, new_cards: int) -> float:
+    """Extra seconds of the restart into another layout: every card reads its new shards' row ranges of
+    the checkpoint (tpopt.models.reshard.read_plan), i.e. the whole checkpoint once more at the storage
+    bandwidth (read assumed as fast as write); 0 when the layout (tp and cards) is the one held."""
+    if (held_tp is None or held_tp == new_tp) and (cards_held is None or cards_held == new_cards):
+        return 0.0
+    return T.checkpoint_write_time(sc)
+
+
+def replan(sc: Scenario, done: float, elapsed_s: float, cards_held: int | None, backend: str, req: Request,
+           held_tp: int | None = None) -> dict[str, Any]:
+    """Re-solve the remainder (:func:`remainder`): the cheapest plan that meets the remaining deadline at the
+    confidence, its restart into a new layout included; "stay" is the best plan on the cards held. Returns
+    the decision ("stay", "add N cards now", "release N cards", or "none": nothing restores the confidence,
+    with the confidence that is reachable)."""
+    rest = remainder(sc, done, elapsed_s)
+    out: dict[str, Any] = {"tokens_left": rest.task.tokens, "days_left": rest.task.deadline_s / DAY,
+                           "reserved_days_left": rest.task.reserved_s / DAY, "confidence": rest.task.confidence,
+                           "cards_held": cards_held}
+    best = core.solve(rest, backend, req)
+    stay = None
+    if cards_held is not None:
+        stay = core.solve(rest, backend, replace(req, cards=(int(cards_held),)))
+    if best.best is not None:
+        change = layout_change_s(rest, held_tp, best.best.plan.tp, cards_held, best.best.plan.cards)
+        if change > 0:  # the restart into the new layout comes out of the remaining time: solve again with it
+            moved = replace(rest, task=replace(rest.task, reserved_s=rest.task.reserved_s + change))
+            best = core.solve(moved, backend, req)
+        out["layout_change_s"] = change
+    out["best"] = None if best.best is None else _plan_entry(best.best)
+    out["stay"] = None if stay is None or stay.best is None else _plan_entry(stay.best)
+    if best.best is None:
+        out["decision"] = "none"
+        out["reachable"] = reachable(rest, backend, req)
+    elif cards_held is None:
+        out["decision"] = f"run {best.best.plan.cards} cards"
+    elif stay is not None and stay.best is not None and stay.best.metrics["cost"] <= best.best.metrics["cost"]:
+        out["decision"] = "stay"
+    elif best.best.plan.cards > cards_held:
+        out["decision"] = f"add {best.best.plan.cards - cards_held} cards now"
+    elif best.best.plan.cards < cards_held:
+        out["decision"] = f"release {cards_held - best.best.plan.cards} cards"
+    else:
+        out["decision"] = "stay"
+    return out
+
+
+def _plan_entry(ev: Evaluation) -> dict[str, Any]:
+    return {"plan": ev.plan_dict(), "cards": ev.plan.cards, "finish_days": ev.metrics["finish_days"],
+            "cost": ev.metrics["cost"], "cost_unit": ev.metrics["cost_unit"]}
+
+
+def quantile_table(law: Fn.Distribution, levels: tuple[float, ...] = LEVELS) -> np.ndarray:
+    """The finish quantiles (s) of a law at ``levels``."""
+    return np.array([law.quantile(q) for q in levels])
+
+
+__all__ = ["LEVELS", "STEP_UP", "law_of", "dominant", "progress_marks", "distribution_entry", "reachable",
+           "remainder", "layout_change_s", "replan", "quantile_table", "parse_levels", "cost_against_confidence"]
+
+
+# ---------------------------------------------------------------------------------------------
+# cost against confidence
+
+
+def parse_levels(text: str) -> tuple[float, ...]:
+    """Confidence levels from ``50%:99%:5%`` (a range: start, end, step; the end is included when the
+    steps reach it), ``50%,90%,99%`` or one level; each strictly between 0 and 100 %."""
+    text = str(text).strip()
+    if ":" in text:
+        parts = [p.strip() for p in text.split(":")]
+        if len(parts) != 3 or not all(parts):
+            raise InputError(f"--confidence {text!r} is not a range start:end:step (e.g. 50%:99%:5%)")
+        a, b = Fn.parse_confidence(parts[0]), Fn.parse_confidence(parts[1])
+        step = Fn.parse_confidence(parts[2])
+        if b < a:
+            raise InputError(f"--confidence {text!r}: the end is below the start")
+        n = int(math.floor((b - a) / step + 1e-9)) + 1
+        levels = [round(a + i * step, 12) for i in range(n)]
+        if levels[-1] < b - 1e-12:
+            levels.append(b)
+        return tuple(levels)
+    return tuple(sorted({Fn.parse_confidence(p) for p in text.split(",") if p.strip()}))
+
+
+def cost_against_confidence(sc: Scenario, levels: tuple[float, ...], backend: str, req: Request
+                            ) -> list[dict[str, Any]]:
+    """One proven solve per confidence level: the optimum's cards, cost, finish quantile, P(by deadline)."""
+    rows: list[dict[str, Any]] = []
+    for q in levels:
+        at = replace(sc, task=replace(sc.task, confidence=q))
+        r = core.solve(at, backend, req)
+        row: dict[str, Any] = {"confidence": q, "status": r.status.value, "cards": None, "cost": None,
+                               "finish_q_days": None, "probability_by_deadline": None, "plan": None}
+        if r.best is not None:
+            law = law_of(at, r.best)
+            row.update(cards=r.best.plan.cards, cost=r.best.metrics["cost"], plan=r.best.plan_dict(),
+                       finish_q_days=law.quantile(q) / DAY, probability_by_deadline=float(law.cdf(at.task.deadline_s)),
+                       cost_unit=r.best.metrics["cost_unit"])
+        rows.append(row)
+    return rows
