@@ -106,7 +106,8 @@ def _chunk_cost(space: Space, sub: Mapping[str, list[int]], factor: int) -> floa
     """The work of evaluating the sub-grid ``sub`` as a share of one chunk (<= 1 fits): its points over
     :data:`CHUNK`, or, where the schedule is simulated, its pipeline shapes' operations (stages x
     micro-batches summed over its distinct shapes) over :data:`PIPELINE_WORK_PER_CHUNK`, whichever
-    is larger (a single shape is never cut for its pipeline work: it is simulated once either way). Work, not seconds: the chunks (and the ``rounds`` a report shows) do not depend on load."""
+    is larger (a single shape is never cut for its pipeline work: it is simulated once either way).
+    Work, not seconds: the chunks (and the ``rounds`` a report shows) do not depend on load."""
     points = int(np.prod([len(sub[a]) for a in NUMERIC_AXES]))
     share = points / CHUNK
     if factor:

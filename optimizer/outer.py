@@ -416,7 +416,7 @@ class StagedSolve:
     solver: SolverInfo = field(default_factory=lambda: SolverInfo("none"))
     enforced: tuple[str, ...] = ()
     fastest: list[Evaluation | None] = field(default_factory=list)  # per stage: its fastest plan, shared limits dropped
-    decided: list[bool] = field(default_factory=list)  # per stage: whether its fastest plan (or that none exists) is proven
+    decided: list[bool] = field(default_factory=list)  # per stage: its fastest plan (or that none exists) proven
 
     @property
     def feasible(self) -> bool:
