@@ -80,7 +80,7 @@ def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = N
         status = Status.UNKNOWN
     if clock.reached:
         info.limit_reached, info.limit_phase = True, clock.phase
-        info.gap = info.gap if status == Status.FEASIBLE else None
+        info.gap = 0.0 if status == Status.OPTIMAL else info.gap if status == Status.FEASIBLE else None
     info.wall_s = time.perf_counter() - t0
     return SolveResult(status=status, objective=req.objective, plans=plans, solver=info,
                        enforced=tuple(f for f in FAMILIES if f in enforced))
