@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -145,22 +144,19 @@ def active_clock() -> Clock | None:
     return None if active is None else active[0]
 
 
-def process_start() -> float:
-    """When this process started, on the ``time.monotonic`` scale: a command's limit counts from there,
-    its start-up (interpreter, imports) included. Linux: the process start time of ``/proc/self/stat``
-    (clock ticks since boot) against ``CLOCK_BOOTTIME``; elsewhere, when this module was imported."""
-    try:
-        with open("/proc/self/stat", encoding="ascii") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 of stat(5), counted after the name
-        since = time.clock_gettime(time.CLOCK_BOOTTIME) - started
-    except (OSError, ValueError, IndexError, AttributeError):
-        return _IMPORTED
-    now = time.monotonic()
-    return now - since if 0.0 <= since <= now else _IMPORTED  # a start before the clock's origin is not believed
+_COMMAND_START: list[float] = []  # when the command line's entry point started (empty: not run as a command)
 
 
-_IMPORTED = time.monotonic()
+def mark_command_start() -> None:
+    """Called first by the command line's entry point (:func:`tpopt.cli.main.main`): a command's limit
+    counts from there, loading its subcommand, the scenario and the solver libraries included."""
+    _COMMAND_START[:] = [time.monotonic()]
+
+
+def command_start() -> float | None:
+    """When the running command started (:func:`mark_command_start`), None outside a command (the API, a
+    test invoking the click group): a clock then starts when it is made."""
+    return _COMMAND_START[0] if _COMMAND_START else None
 
 
 def clock_of(req: Request) -> Clock:

@@ -121,9 +121,13 @@ def test_nothing_is_raised_between_checkpoints():
     assert done and c.reached and c.phase == "busy"
 
 
-def test_process_start_is_before_now_and_after_boot():
-    start = limits.process_start()
-    assert 0.0 <= start <= time.monotonic()
+def test_a_command_clock_counts_from_the_command_start(monkeypatch):
+    monkeypatch.setattr(limits, "_COMMAND_START", [])
+    assert limits.command_start() is None  # the API and in-process tests: the clock starts when it is made
+    before = time.monotonic()
+    limits.mark_command_start()
+    assert before <= limits.command_start() <= time.monotonic()
+    assert Clock(5.0, start=limits.command_start()).start == limits.command_start()
 
 
 # ---------------------------------------------------------------------------------------------
