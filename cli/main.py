@@ -95,7 +95,11 @@ def tune_allocator() -> None:
 def main():
     """Entry point: click's usage errors become one stderr line and exit 2, like every input error."""
 
-    limits.mark_command_start()  # --time-limit counts from here (loading the subcommand and the scenario included)
+    with limits.command_started():  # --time-limit counts from here (loading the subcommand and scenario included)
+        _main()
+
+
+def _main():
     tune_allocator()
     try:
         rv = cli.main(prog_name="tpopt", standalone_mode=False)

@@ -147,14 +147,20 @@ def active_clock() -> Clock | None:
 _COMMAND_START: list[float] = []  # when the command line's entry point started (empty: not run as a command)
 
 
-def mark_command_start() -> None:
-    """Called first by the command line's entry point (:func:`tpopt.cli.main.main`): a command's limit
-    counts from there, loading its subcommand, the scenario and the solver libraries included."""
+@contextlib.contextmanager
+def command_started() -> Iterator[None]:
+    """The command line's entry point (:func:`tpopt.cli.main.main`) runs inside: a command's limit counts
+    from its entry, loading its subcommand, the scenario and the solver libraries included. On the way out
+    the mark is cleared, so a later command in the same process (a test) starts its own."""
     _COMMAND_START[:] = [time.monotonic()]
+    try:
+        yield
+    finally:
+        _COMMAND_START.clear()
 
 
 def command_start() -> float | None:
-    """When the running command started (:func:`mark_command_start`), None outside a command (the API, a
+    """When the running command started (:func:`command_started`), None outside a command (the API, a
     test invoking the click group): a clock then starts when it is made."""
     return _COMMAND_START[0] if _COMMAND_START else None
 

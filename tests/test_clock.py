@@ -17,6 +17,7 @@ import itertools
 import json
 import math
 import signal
+import sys
 import time
 from dataclasses import replace
 
@@ -24,7 +25,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from tpopt.catalogs.scenario import load_scenario
-from tpopt.cli.main import cli
+from tpopt.cli.main import cli, main
 from tpopt.models.evaluate import evaluate
 from tpopt.optimizer import enumerate as E
 from tpopt.optimizer import limits
@@ -121,13 +122,25 @@ def test_nothing_is_raised_between_checkpoints():
     assert done and c.reached and c.phase == "busy"
 
 
-def test_a_command_clock_counts_from_the_command_start(monkeypatch):
-    monkeypatch.setattr(limits, "_COMMAND_START", [])
+def test_a_command_clock_counts_from_the_command_start():
     assert limits.command_start() is None  # the API and in-process tests: the clock starts when it is made
     before = time.monotonic()
-    limits.mark_command_start()
-    assert before <= limits.command_start() <= time.monotonic()
-    assert Clock(5.0, start=limits.command_start()).start == limits.command_start()
+    with limits.command_started():
+        start = limits.command_start()
+        assert before <= start <= time.monotonic()
+        assert Clock(5.0, start=start).start == start
+    assert limits.command_start() is None  # cleared: a later command in this process starts its own
+
+
+def test_a_command_run_in_process_leaves_no_stale_start(monkeypatch, capsys):
+    # main() run in a test process, then a click invocation: the second must not inherit the first's start
+    monkeypatch.setattr(sys, "argv", ["tpopt", "solve", "--json", "--time-limit", "30s"])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    assert exc.value.code == 0 and limits.command_start() is None
+    capsys.readouterr()
+    rc, out = run("solve", "--json", "--time-limit", "30s")
+    assert rc == 0 and json.loads(out)["status"] == "optimal"
 
 
 # ---------------------------------------------------------------------------------------------
