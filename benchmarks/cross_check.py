@@ -12,6 +12,16 @@ infeasible), a different optimal objective (relative 1e-9), a status other than 
 infeasible without the time limit having been reached, or a returned plan that fails the exact
 evaluation; a *traceback* is any exception. Each is printed and written to ``--out`` as a
 reproducer scenario file (``case-<i>.toml``) with a note of what differed.
+
+Under a time limit (``--limited K``): each case that has a verdict is solved K more times, by every
+backend and method of :data:`LIMITED_RUNS` in turn, each with a limit drawn log-uniformly from 1 ms to
+1 s; ``--sweeps S`` runs S sweeps (the sweep workers, two processes each) of a few points under such a
+limit. A limited answer must be the proven optimum (the reference's verdict and objective), a feasible
+plan that passes the exact evaluation with the limit said (objective no better than the optimum, a gap
+that is unknown or bounds it), or "unknown" (exit 4) with the limit said and no plan -- never a
+traceback, never a wrong status. The counts are printed::
+
+    python benchmarks/cross_check.py --n 2000 --limited 6 --sweeps 20 --jobs 2   # >= 10,000 limited solves
 """
 
 from __future__ import annotations
@@ -29,6 +39,11 @@ import numpy as np
 RUNS = (("enumerate", "auto"), ("cpsat", "auto"), ("cpsat", "monolithic"), ("cpsat", "decomposed"),
         ("highs", "monolithic"), ("highs", "decomposed"))
 MAX_POINTS = 3_000  # keeps the monolithic encodings quick; the decomposition is checked on the same spaces
+LIMITED_RUNS = (("enumerate", "auto"), ("cpsat", "auto"), ("cpsat", "monolithic"), ("cpsat", "decomposed"),
+                ("highs", "monolithic"), ("highs", "decomposed"), ("pyomo:highs", "monolithic"),
+                ("pyomo:highs", "decomposed"))
+LIMIT_RANGE = (1e-3, 1.0)  # limited solves: limits drawn log-uniformly between these (s)
+LIMITED_STATUSES = ("optimal", "feasible", "unknown", "infeasible")
 
 
 def _pick(rng, values, lo=1, hi=None):
@@ -131,7 +146,7 @@ def to_toml(raw: dict) -> str:
     return "\n".join(out)
 
 
-def check_case(i: int, seed: int, time_limit: float) -> dict:
+def check_case(i: int, seed: int, time_limit: float, limited: int = 0) -> dict:
     """Solve case ``i`` with every backend and method; return what disagreed (empty: all agree)."""
     from tpopt.catalogs import load_catalog
     from tpopt.catalogs.scenario import build_scenario
@@ -186,12 +201,108 @@ def check_case(i: int, seed: int, time_limit: float) -> dict:
             rec["problems"].append((name, "verdict", f"{r.status.value} vs {ref[0]} {ref[1]}"))
         elif val is not None and not math.isclose(val, ref[2], rel_tol=1e-9):
             rec["problems"].append((name, "objective", f"{val!r} vs {ref[0]} {ref[2]!r}"))
+    rec["limited"] = {k: 0 for k in LIMITED_STATUSES}
+    if limited and ref is not None and not rec["problems"]:
+        lrng = np.random.default_rng([seed, i, 1])  # its own stream: the cases above stay as they were
+        for j in range(limited):
+            backend, method = LIMITED_RUNS[(i + j) % len(LIMITED_RUNS)]
+            t = _log_uniform(lrng, *LIMIT_RANGE)
+            name = f"{backend}/{method} at {t * 1e3:.3g} ms"
+            problem = check_limited(sc, space, backend, method, objective, t, ref[1], ref[2], rec["limited"])
+            if problem:
+                rec["problems"].append((name, *problem))
+    return rec
+
+
+def check_limited(sc, space, backend: str, method: str, objective: str, t: float, verdict: str,
+                  optimum: float | None, counts: dict) -> tuple[str, str] | None:
+    """One solve under a limit of ``t`` s against the reference ``verdict`` / ``optimum``: (kind, detail)
+    of what is wrong, None when the answer is honest (``counts[status]`` counts it)."""
+    from tpopt.models.evaluate import evaluate
+    from tpopt.optimizer.core import solve
+    from tpopt.optimizer.result import Request, Status
+
+    req = Request(objective=objective, time_limit=t, seed=0, workers=1, method=method)
+    try:
+        r = solve(sc, backend, req, space=_fresh_space(space))
+    except BaseException:  # noqa: BLE001 - a traceback (or an escaped TimeLimitReached) is a finding
+        return "traceback", traceback.format_exc()
+    key = "cost" if objective == "cost" else "finish_days"
+    s = r.solver
+    counts[r.status.value] = counts.get(r.status.value, 0) + 1
+    if r.status == Status.OPTIMAL:
+        if verdict != "optimal" or not math.isclose(r.best.metrics[key], optimum, rel_tol=1e-9):
+            return "limited status", f"optimal {r.best.metrics[key]!r} vs reference {verdict} {optimum!r}"
+        if s.gap != 0.0:
+            return "limited status", f"optimal with gap {s.gap!r}"
+    elif r.status == Status.INFEASIBLE:
+        if verdict != "infeasible":
+            return "limited status", f"infeasible vs reference {verdict}"
+    elif not s.limit_reached or not s.limit_phase:
+        return "limited status", f"{r.status.value} without the time limit said"
+    elif r.status == Status.FEASIBLE:
+        val = r.best.metrics[key]
+        if verdict != "optimal" or val < optimum * (1 - 1e-9):
+            return "limited status", f"feasible {val!r} vs reference {verdict} {optimum!r}"
+        if not evaluate(sc, r.best.plan).feasible:
+            return "limited status", "feasible plan that fails the exact evaluation"
+        if s.gap is not None and (s.gap < 0 or val * (1 - s.gap) > optimum * (1 + 1e-6)):
+            return "limited status", f"gap {s.gap!r} excludes the optimum {optimum!r} (plan {val!r})"
+    elif r.status == Status.UNKNOWN:
+        if r.plans or s.gap is not None:
+            return "limited status", f"unknown with {len(r.plans)} plan(s), gap {s.gap!r}"
+    else:
+        return "limited status", f"status {r.status.value}"
+    return None
+
+
+def _fresh_space(space):
+    """A fresh space over the same domains (each limited solve builds its own tables: the limit covers them)."""
+    from tpopt.optimizer.space import Space
+
+    return Space(space.sc, dict(space.domains))
+
+
+def check_sweep(k: int, seed: int) -> dict:
+    """Sweep ``k``: the design case over a few deadlines on two worker processes under a drawn limit; every
+    row must be a status of :data:`LIMITED_STATUSES` (never ``error``), an optimal row the unlimited optimum."""
+    import tempfile
+
+    from tpopt import api
+
+    rng = np.random.default_rng([seed, 10**6 + k])
+    t = _log_uniform(rng, *LIMIT_RANGE)
+    solver = str(rng.choice(["highs", "cpsat", "enumerate", "auto"]))
+    deadline = f"{int(rng.integers(15, 30))}d:{int(rng.integers(31, 45))}d:5d"
+    rec = {"k": k, "problems": [], "limited": {s: 0 for s in LIMITED_STATUSES}, "what": f"{solver} {t * 1e3:.3g} ms"}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = api.sweep(deadline=deadline, solver=solver, time_limit=t, out=f"{tmp}/s.csv", workers=2).rows
+            ref = {r["point_key"]: r for r in api.sweep(deadline=deadline, solver="enumerate", out=f"{tmp}/r.csv",
+                                                          workers=1).rows}
+    except BaseException:  # noqa: BLE001
+        rec["problems"].append(("sweep", "traceback", traceback.format_exc()))
+        return rec
+    for row in rows:
+        st = row["status"]
+        want = ref[row["point_key"]]
+        rec["limited"][st] = rec["limited"].get(st, 0) + 1
+        if st not in LIMITED_STATUSES:
+            rec["problems"].append(("sweep", "limited status", f"row status {st!r}: {row.get('note')}"))
+        elif st in ("optimal", "infeasible") and want["status"] != st:
+            rec["problems"].append(("sweep", "limited status", f"{st} vs reference {want['status']}"))
+        elif st == "optimal" and not math.isclose(row["cost"], want["cost"], rel_tol=1e-9):
+            rec["problems"].append(("sweep", "limited status", f"cost {row['cost']!r} vs {want['cost']!r}"))
+        elif st == "feasible" and not row["cost"] >= want["cost"] * (1 - 1e-9):
+            rec["problems"].append(("sweep", "limited status", f"feasible {row['cost']!r} below {want['cost']!r}"))
     return rec
 
 
 def _worker(args):
-    i, seed, time_limit = args
-    return check_case(i, seed, time_limit)
+    i, seed, time_limit, limited = args
+    if i < 0:  # a sweep (its own worker processes)
+        return check_sweep(-i - 1, seed)
+    return check_case(i, seed, time_limit, limited)
 
 
 def main(argv=None) -> int:
@@ -202,15 +313,31 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="cross-check", help="directory for reproducer files")
     ap.add_argument("--time-limit", type=float, default=120.0, help="per solve, s (a limit hit is not a verdict)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes")
+    ap.add_argument("--limited", type=int, default=0, help="limited solves per case (limits from 1 ms to 1 s)")
+    ap.add_argument("--sweeps", type=int, default=0, help="sweeps under a drawn limit (two workers each)")
     a = ap.parse_args(argv)
     out = Path(a.out)
     t0 = time.perf_counter()
     counts = {"checked": 0, "skipped": 0, "disagreements": 0, "tracebacks": 0, "limit": 0}
-    jobs = [(i, a.seed, a.time_limit) for i in range(a.start, a.start + a.n)]
+    limited = {s: 0 for s in LIMITED_STATUSES}
+    wrong = {"tracebacks": 0, "wrong statuses": 0}
+    jobs = [(i, a.seed, a.time_limit, a.limited) for i in range(a.start, a.start + a.n)]
+    sweeps = [(-k - 1, a.seed, a.time_limit, 0) for k in range(a.sweeps)]
     pool = mp.get_context("fork").Pool(a.jobs) if a.jobs > 1 else None
     results = pool.imap(_worker, jobs, chunksize=4) if pool else map(_worker, jobs)
     try:
+        for rec in (map(_worker, sweeps)):  # sweeps first, one at a time (each starts its own workers)
+            for st, n in rec["limited"].items():
+                limited[st] = limited.get(st, 0) + n
+            for _, kind, detail in rec["problems"]:
+                wrong["tracebacks" if kind == "traceback" else "wrong statuses"] += 1
+                print(f"sweep {rec['k']} ({rec['what']}): {kind}: {detail.strip().splitlines()[-1]}", flush=True)
         for done, rec in enumerate(results, 1):
+            for st, n in rec.get("limited", {}).items():
+                limited[st] = limited.get(st, 0) + n
+            for name, kind, _ in rec["problems"]:
+                if kind == "limited status" or " ms" in name:
+                    wrong["tracebacks" if kind == "traceback" else "wrong statuses"] += 1
             if rec["skipped"]:
                 counts["skipped"] += 1
             else:
@@ -241,6 +368,12 @@ def main(argv=None) -> int:
           f"{len(RUNS)} backend/method runs each, {counts['skipped']:,} skipped (space above {MAX_POINTS:,} "
           f"points or input refused), {counts['limit']:,} with a run stopped by its time limit; "
           f"{counts['disagreements']} disagreements, {counts['tracebacks']} tracebacks; {wall:,.0f} s")
+    if a.limited or a.sweeps:
+        total = sum(limited.values())
+        print(f"cross_check under time limits ({LIMIT_RANGE[0] * 1e3:g} ms to {LIMIT_RANGE[1]:g} s, log-uniform; "
+              f"{len(LIMITED_RUNS)} backend/method runs in turn, {a.sweeps} sweeps): {total:,} limited answers: "
+              + ", ".join(f"{n:,} {st}" for st, n in limited.items())
+              + f"; {wrong['tracebacks']} tracebacks, {wrong['wrong statuses']} wrong statuses")
     return 1 if counts["disagreements"] or counts["tracebacks"] else 0
 
 

@@ -78,7 +78,8 @@ def batch_infeasible(rows: list[dict], conflict_batch: int, as_json: bool) -> No
     click.echo(f"No global batch admits a plan (the conflict below is at {conflict_batch:,} sequences; the changes "
                "re-solve over every batch). Fastest finish per batch, deadline and budget dropped:")
     for r in rows:
-        fin = f"{r['fastest_finish_days']:.2f} d" if r["fastest_finish_days"] is not None else "no plan at all"
+        fin = f"{r['fastest_finish_days']:.2f} d" if r["fastest_finish_days"] is not None else \
+            "not decided (time limit reached)" if r.get("fastest_status") == "unknown" else "no plan at all"
         click.echo(f"  {r['global_batch']:>6,} sequences, {_tok(r['tokens'])} tokens: {fin}")
 
 
@@ -114,7 +115,7 @@ def staged_text(d: dict, sc, timing: bool) -> str:
                   f"finish {m['finish_days']:.2f} d" + (f" ({', '.join(extra)})" if extra else "")
                   + f", cost {_money(m['cost'], unit)}"]
         if "binding" in e:
-            bl = binding_lines(e["binding"], d["objective"], unit)
+            bl = binding_lines(e["binding"], d["objective"], unit, e.get("binding_undecided") or ())
             bl[0] = bl[0].replace("Binding constraints", f"Binding at the {e['allocated_days']:.2f} d the other "
                                                          "stages leave", 1)
             lines += ["  " + x for x in bl]
@@ -128,12 +129,22 @@ def infeasible_stage_text(d: dict, sc) -> str:
     """Why no combination of stage plans fits: a stage without any plan, or the fastest plans'
     total against the deadline."""
     fast = d["fastest"]
+    open_ = set(d.get("stages_undecided") or ())
     lines = []
-    if any(f is None for f in fast):
-        names = [st.name for st, f in zip(sc.stages, fast, strict=False) if f is None]
+    if open_:  # cut short by the time limit: no plan found yet, and no proof that none exists
+        lines.append("Not decided within the time limit for stage(s) "
+                     + ", ".join(repr(st.name) for st in sc.stages if st.name in open_)
+                     + ": no plan found yet and no proof that none exists; give a longer --time-limit.")
+    if any(f is None and st.name not in open_ for st, f in zip(sc.stages, fast, strict=False)):
+        names = [st.name for st, f in zip(sc.stages, fast, strict=False) if f is None and st.name not in open_]
         lines.append("No plan at all for stage(s) " + ", ".join(repr(n) for n in names)
                      + " (memory, layout or card cap, before any deadline); evaluate or solve that stage alone "
                        "to see why.")
+    elif open_:
+        pass  # said above
+    elif d["status"] == "unknown":  # every stage has a plan; the combination search was cut short
+        lines.append("No combination of stage plans found within the time limit, and no proof that none exists; "
+                     "give a longer --time-limit.")
     else:
         total = sum(f["finish_days"] for f in fast)
         lines.append(f"The stages' fastest plans need {total:.2f} d together against a deadline of "

@@ -9,6 +9,7 @@ import sys
 
 import click
 from tpopt import __version__
+from tpopt.optimizer import limits
 
 # subcommand name -> "module:attribute"; modules are imported only when the command runs,
 # so `tpopt --help` and each command start fast.
@@ -102,6 +103,11 @@ def tune_allocator() -> None:
 def main():
     """Entry point: click's usage errors become one stderr line and exit 2, like every input error."""
 
+    with limits.command_started():  # --time-limit counts from here (loading the subcommand and scenario included)
+        _main()
+
+
+def _main():
     tune_allocator()
     try:
         rv = cli.main(prog_name="tpopt", standalone_mode=False)

@@ -63,7 +63,7 @@ def request_from(kw: dict, top: int = 1):
 
     limit = time_limit_seconds(kw["time_limit"])
     check_run_options(limit, kw["seed"], kw["workers"], top)
-    clock = limits.Clock(limit)
+    clock = limits.Clock(limit, start=limits.command_start())  # the limit counts from the command's start
     clock.progress = limits.stderr_progress()
     return Request(objective=kw["objective"], top=top, time_limit=limit, seed=kw["seed"],
                    workers=kw["workers"], method=kw.get("method", "auto"), clock=clock)

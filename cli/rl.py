@@ -69,8 +69,9 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
     ov.update({"cost.max_cost": max_cost, "rl.kept": kept, "rl.staleness": staleness})
     kw["_builtin"] = "rl"
     rsc = load_rl_scenario(kw["scenario_path"] or BUILTIN_RL_SCENARIO, ov, kw.get("catalog_dirs") or ())
-    # one clock for the whole command: it starts here, so the scenario's loading is not charged to it
-    req = Request(objective=objective, time_limit=time_limit, clock=limits.Clock(time_limit))
+    # one clock for the whole command, counted from its start (loading included)
+    clock = limits.Clock(time_limit, start=limits.command_start())
+    req = Request(objective=objective, time_limit=time_limit, clock=clock)
     pr = plan_rl(rsc, solver, req, analyse=not no_analysis)
     out = pr.report
     if plot_path and pr.feasible:

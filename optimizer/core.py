@@ -71,7 +71,7 @@ def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = N
     plans: list[Evaluation] = []
     status = Status.UNKNOWN
     try:
-        with clock.interruptible("building the term tables"):
+        with clock.stoppable("building the term tables"):
             space = space or Space.from_scenario(sc, restrict)
             info.points = space.size()
             if backends.capabilities(backend).needs_tables:
@@ -82,7 +82,7 @@ def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = N
         status = Status.UNKNOWN
     if clock.reached:
         info.limit_reached, info.limit_phase = True, clock.phase
-        info.gap = info.gap if status == Status.FEASIBLE else None
+        info.gap = 0.0 if status == Status.OPTIMAL else info.gap if status == Status.FEASIBLE else None
     info.wall_s = time.perf_counter() - t0
     return SolveResult(status=status, objective=req.objective, plans=plans, solver=info,
                        enforced=tuple(f for f in FAMILIES if f in enforced))
@@ -97,7 +97,7 @@ def _dispatch(space: Space, backend: str, req: Request, enforced: Collection[str
     decomposed = caps.decomposed and (use_decomposition(space, req) or not caps.monolithic)
     if not decomposed:
         try:
-            with clock_of(req).interruptible("building the solver model"):
+            with clock_of(req).stoppable("building the solver model"):
                 model = impl.model(backend, space, req)
             plans, status, rounds, gap, evaluated = verify_loop(model, space, req, enforced)
             info.rounds, info.gap, info.evaluated = rounds, gap, evaluated

@@ -348,11 +348,12 @@ def solve_decomposed(space: Space, master_of: MasterOf, backend: str, req: Reque
     """
     sc = space.sc
     clock = clock_of(req)
-    bounds = LayoutBounds(space, req.objective, enforced)
-    allowed = bounds.allowed(enforced, sc.search.max_cards, sc.task.deadline_s, sc.cost.max_cost)
-    if req.cards is not None:
-        allowed["cards"] = np.isin(bounds.cards, list(req.cards))
-    master = master_of(backend, space, bounds, allowed, req)
+    with clock.stoppable("building the layout decomposition"):  # nothing to return yet: stops at a checkpoint
+        bounds = LayoutBounds(space, req.objective, enforced)
+        allowed = bounds.allowed(enforced, sc.search.max_cards, sc.task.deadline_s, sc.cost.max_cost)
+        if req.cards is not None:
+            allowed["cards"] = np.isin(bounds.cards, list(req.cards))
+        master = master_of(backend, space, bounds, allowed, req)
     from tpopt.optimizer.cpsat import CandidateResult  # lazy: start-up time (ortools)
     K = max(1, req.top)
     best: list[tuple[tuple[float, float], Evaluation]] = []

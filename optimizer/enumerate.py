@@ -11,7 +11,7 @@ cards) become array masks instead of new solves.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -21,6 +21,7 @@ from tpopt.models import families as F
 from tpopt.models import pipeline
 from tpopt.models import terms as T
 from tpopt.models.evaluate import evaluate_arrays
+from tpopt.optimizer.limits import checkpoint
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import (
     CATEGORICAL,
@@ -37,7 +38,8 @@ from tpopt.optimizer.space import (
 )
 
 NUMERIC_AXES = NUMERIC  # ("tp", "cp", "pp", "dp", "mb", "zero", "nics", "tau", "ep", "etp", "cap"); tp is chunked
-CHUNK = 250_000  # points per evaluate_arrays call (bounds memory and the time between clock checks)
+CHUNK = 250_000  # points per evaluate_arrays call at most (bounds memory and the time between clock checks)
+PIPELINE_WORK_PER_CHUNK = 2_000  # simulated pipeline operations per call at most (see _chunk_cost)
 F32_MAX = float(np.finfo(np.float32).max)  # ratios beyond it are clipped (they only rank closeness)
 
 
@@ -84,11 +86,14 @@ def chunks(space: Space, groups: Iterable[Group] | None = None) -> Iterator[Chun
         k_idx = [j for j in range(len(d["nics"])) if nic_ok[ai, j]]
         axes = {a: list(range(len(d[a]))) for a in NUMERIC_AXES}
         axes.update(pp=pp_idx, nics=k_idx)
-        per_tp = int(np.prod([len(axes[a]) for a in NUMERIC_AXES[1:]]))
-        step = max(1, CHUNK // max(per_tp, 1))
         cats: dict[str, Any] = {field[v]: d[v][i] for v, i in fixed.items() if v != "acc"}
-        for start in range(0, len(axes["tp"]), step):
-            sub = dict(axes, tp=axes["tp"][start:start + step])
+        factor = _pipeline_factor(space, d["schedule"][fixed["schedule"]]) if pp_idx else 0
+
+        def cost(sub: Mapping[str, list[int]], factor: int = factor) -> float:
+            return _chunk_cost(space, sub, factor)
+
+        for sub in _slices(axes, cost):
+            checkpoint()  # a time limit stops a stoppable phase here, between two complete chunks
             idx_lists = [sub[a] for a in NUMERIC_AXES]
             vals = [np.asarray([d[a][i] for i in sub[a]], dtype=float) for a in NUMERIC_AXES]
             g = dict(zip(NUMERIC_AXES, np.ix_(*vals), strict=False))
@@ -98,6 +103,56 @@ def chunks(space: Space, groups: Iterable[Group] | None = None) -> Iterator[Chun
                                 **nums, **cats)
             shape = tuple(len(x) for x in idx_lists)
             yield dict(fixed), idx_lists, shape, r
+
+
+def _pipeline_factor(space: Space, schedule: str) -> int:
+    """Event-model operations per (stage x micro-batch) of a schedule: 0 when it has a closed form
+    (no simulation), else 2 (forward, backward) or 3 (split backward), times the virtual stages."""
+    base, v = T.schedule_parts(schedule)
+    if base in pipeline.CLOSED_FORM and not T.per_op_model(space.sc):
+        return 0
+    return (3 if base in pipeline.SPLIT_BACKWARD else 2) * (v if base == "interleaved" else 1)
+
+
+def _chunk_cost(space: Space, sub: Mapping[str, list[int]], factor: int) -> float:
+    """The work of evaluating the sub-grid ``sub`` as a share of one chunk (<= 1 fits): its points over
+    :data:`CHUNK`, or, where the schedule is simulated, its pipeline shapes' operations (stages x
+    micro-batches summed over its distinct shapes) over :data:`PIPELINE_WORK_PER_CHUNK`, whichever
+    is larger (a single shape is never cut for its pipeline work: it is simulated once either way).
+    Work, not seconds: the chunks (and the ``rounds`` a report shows) do not depend on load."""
+    points = int(np.prod([len(sub[a]) for a in NUMERIC_AXES]))
+    share = points / CHUNK
+    if factor:
+        d = space.domains
+        pps = [d["pp"][i] for i in sub["pp"] if d["pp"][i] > 1]
+        if pps:
+            B = space.sc.task.global_batch
+            ms = {int(np.ceil(B / (d["dp"][i] * d["mb"][j]) - 1e-9)) for i in sub["dp"] for j in sub["mb"]}
+            if len(pps) * len(ms) > 1:  # one shape is simulated once, however it is cut
+                share = max(share, factor * sum(pps) * sum(ms) / PIPELINE_WORK_PER_CHUNK)
+    return share
+
+
+def _slices(axes: Mapping[str, list[int]], cost: Callable[[Mapping[str, list[int]]], float],
+            level: int = 0, fixed: Mapping[str, list[int]] | None = None) -> Iterator[dict[str, list[int]]]:
+    """The numeric grid ``axes`` (axis -> domain indices) cut into sub-grids of ``cost`` <= 1, in C
+    order over :data:`NUMERIC_AXES` (so the walk order, the tie-break, is the same at any chunk size):
+    along the axis of ``level``, blocks of 1, 2, 4, ... indices with every later axis whole while they
+    fit; an index that does not fit alone is cut along the next axis (the last axis: one index)."""
+    name = NUMERIC_AXES[level]
+    idx = axes[name]
+    base = dict(axes, **(fixed or {}))
+    i = 0
+    while i < len(idx):
+        if level < len(NUMERIC_AXES) - 1 and cost(dict(base, **{name: idx[i:i + 1]})) > 1:
+            yield from _slices(axes, cost, level + 1, dict(fixed or {}, **{name: idx[i:i + 1]}))
+            i += 1
+            continue
+        step = 1
+        while i + step < len(idx) and cost(dict(base, **{name: idx[i:i + 2 * step]})) <= 1:
+            step *= 2
+        yield dict(base, **{name: idx[i:i + step]})
+        i += step
 
 
 def _ok(r: Mapping[Any, Any], family: str, shape: tuple[int, ...]) -> NDArray[np.bool_]:

@@ -217,7 +217,7 @@ def conflict(space: Space, req: Request, enforced: Iterable[str] | None = None) 
     if clock.expired("finding the conflict"):
         return None
     try:  # a hint only: the deletion filter starts from every enforced family without it
-        with clock.interruptible("finding the conflict"):
+        with clock.stoppable("finding the conflict"):
             model = CpSatModel(space, Request(objective=req.objective, enforce=enforced, seed=req.seed,
                                               cards=req.cards), assumptions=True)
     except (EncodingError, TimeLimitReached):
@@ -245,7 +245,7 @@ class _SetOracle:
         self.table: PointTable | None = None
         if space.size() <= TABLE_LIMIT:
             try:
-                with clock_of(ctx.req).interruptible("tabulating the plans"):
+                with clock_of(ctx.req).stoppable("tabulating the plans"):
                     self.table = PointTable.build(space)
             except TimeLimitReached:
                 raise Undecided("time limit reached") from None
@@ -1128,7 +1128,7 @@ def explain_request(sc: Scenario, backend: str = "cpsat", req: Request | None = 
     undecided: list[str] = []
     binds: list[Binding]
     try:
-        with clock_of(req).interruptible("analysing the optimum"):
+        with clock_of(req).stoppable("analysing the optimum"):
             oracle = make_oracle(space, backend, req)
         binds = binding_families(oracle, best, req.objective, set(result.enforced), undecided)
     except TimeLimitReached:

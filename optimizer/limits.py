@@ -1,30 +1,34 @@
 """One wall-clock budget for a whole run: table building, solve, verification and analysis.
 
 ``--time-limit T`` creates one :class:`Clock` when the command starts; every phase draws on what is
-left of it instead of starting a fresh T of its own. Phases stop in one of two ways:
+left of it instead of starting a fresh T of its own. The clock is *cooperative*: nothing is ever
+raised asynchronously (no signal, no timer thread), so an import, a numpy call or a solver's own
+bookkeeping is never cut in the middle. Phases stop at their own safe points, in one of two ways:
 
-* cooperatively: loops (the solve-verify loop, the decomposition, enumeration chunks, analysis
-  questions) call :meth:`Clock.expired` between steps and return the best verified result so far;
-  solver calls get :meth:`Clock.remaining` as their own limit;
-* by interruption: a phase of pure Python/numpy work that has no loop of ours to poll (building the
-  term tables) runs inside :meth:`Clock.interruptible`, which arms a timer (``SIGALRM``, main thread
-  only) and turns its expiry into :class:`TimeLimitReached`.
+* by returning: loops (the solve-verify loop, the decomposition rounds, enumeration chunks, analysis
+  questions, stage fronts) call :meth:`Clock.expired` between steps and return the best verified
+  result so far; solver calls get :meth:`Clock.remaining` as their own limit (CP-SAT
+  ``max_time_in_seconds``, HiGHS ``time_limit``, the Pyomo solvers' limits);
+* by raising at a checkpoint: a phase with nothing to return yet (building the term tables, a point
+  table, a solver model) runs inside :meth:`Clock.stoppable`; the code it runs calls
+  :func:`checkpoint` between units of work (one table slice, one enumeration chunk, one pipeline
+  shape), which raises :class:`TimeLimitReached` there -- a line of our own, between two complete
+  steps -- once the clock has run out. Outside a stoppable phase :func:`checkpoint` does nothing.
 
-A status says "time limit" only when the clock said so: :attr:`Clock.reached` is set by the clock
-itself (an expired check or the timer), never inferred from a solver's "unknown" status.
+What a limit guarantees: the run returns within the limit plus the longest unit of work between two
+checkpoints (each bounded: :data:`tpopt.optimizer.enumerate.CHUNK` points, one table slice) plus the
+solver's own overshoot past its limit; the status says "time limit" only when the clock said so
+(:attr:`Clock.reached` is set by the clock itself, never inferred from a solver's "unknown" status).
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
+import contextvars
 import math
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from tpopt.errors import InputError
@@ -35,14 +39,18 @@ if TYPE_CHECKING:
 Progress = Callable[[str, int, "int | None"], None]
 """A progress callback: (phase, done, total or None)."""
 
+Now = Callable[[], float]
+"""A monotonic time source in seconds (``time.monotonic``; tests inject a fake one)."""
+
 MAX_TIME_LIMIT = 7 * 86400.0  # a week: longer limits are refused at the parsing edge
 
 
 class TimeLimitReached(BaseException):
     """The run's time limit expired during ``phase`` (a phase with nothing to return yet).
 
-    A BaseException, like KeyboardInterrupt: raised from a timer at an arbitrary point, it must not be
-    swallowed by an ``except Exception`` on the way to the phase's owner, which catches it."""
+    Raised only synchronously, at a :func:`checkpoint` or :meth:`Clock.check`. A BaseException, like
+    KeyboardInterrupt, so that an ``except Exception`` between the checkpoint and the phase's owner
+    (which catches it) cannot turn a time limit into a wrong answer."""
 
     def __init__(self, phase: str) -> None:
         super().__init__(f"time limit reached while {phase}")
@@ -59,32 +67,36 @@ class Undecided(Exception):
 
 
 class Clock:
-    """A deadline on the monotonic clock, shared by every phase of one run."""
+    """A deadline on a monotonic clock, shared by every phase of one run.
 
-    def __init__(self, seconds: float | None) -> None:
+    ``now`` is the time source (``time.monotonic``); it is read only by :meth:`elapsed`,
+    :meth:`remaining` and :meth:`expired`, so a test can make the clock run out at its k-th reading."""
+
+    def __init__(self, seconds: float | None, now: Now = time.monotonic, start: float | None = None) -> None:
         if seconds is not None and (not math.isfinite(seconds) or seconds <= 0):
             raise ValueError(f"time limit must be a positive finite number of seconds, got {seconds!r}")
         self.seconds = seconds
-        self.start = time.monotonic()
+        self.now = now
+        self.start = now() if start is None else start  # the command line passes process_start()
         self.end = math.inf if seconds is None else self.start + seconds
-        self.reached = False  # set only when the clock ran out (checked or by the timer)
+        self.reached = False  # set only when the clock ran out (at a check)
         self.phase = ""  # the phase in which it ran out
         self.progress: Progress | None = None  # shown by the CLI when it installs one
-        self._armed = False  # an interruptible phase holds the timer
 
     def elapsed(self) -> float:
-        return time.monotonic() - self.start
+        return self.now() - self.start
 
     def remaining(self, floor: float = 0.0) -> float:
         """Seconds left (at least ``floor``; never infinite for a solver: capped at a week)."""
-        left = self.end - time.monotonic()
+        left = self.end - self.now()
         return max(floor, min(left, MAX_TIME_LIMIT))
 
     def expired(self, phase: str = "") -> bool:
         """True once the deadline has passed (records the phase where it was first seen)."""
-        if time.monotonic() >= self.end:
-            if not self.reached:
-                self.reached, self.phase = True, phase
+        if self.reached:  # once run out, it stays run out (a fake or adjusted clock cannot undo it)
+            return True
+        if self.now() >= self.end:
+            self.reached, self.phase = True, phase
             return True
         return False
 
@@ -99,53 +111,58 @@ class Clock:
             self.progress(phase, done, total)
 
     @contextlib.contextmanager
-    def interruptible(self, phase: str) -> Iterator[None]:
-        """Run a phase that cannot poll the clock; raise :class:`TimeLimitReached` when it expires.
-
-        Uses ``SIGALRM`` (POSIX, main thread); elsewhere it only checks before and after the phase.
-        """
+    def stoppable(self, phase: str) -> Iterator[None]:
+        """Run a phase with nothing to return until it completes: every :func:`checkpoint` reached
+        inside it (in this thread) raises :class:`TimeLimitReached` once the clock has run out; so do
+        the checks on entry and on exit. A nested stoppable phase names its own phase."""
         self.check(phase)
         self.report(phase, 0)
-        usable = (math.isfinite(self.end) and hasattr(signal, "setitimer")
-                  and threading.current_thread() is threading.main_thread())
-        if not usable or self._armed:  # nested: the outer phase's timer already covers it
-            yield
-            self.check(phase)
-            return
-
-        def on_alarm(signum: int, frame: FrameType | None) -> None:
-            self.reached, self.phase = True, phase
-            if _in_gc_callback(frame):  # the collector would swallow the exception: try again just after
-                signal.setitimer(signal.ITIMER_REAL, RETRY_S)
-                return
-            raise TimeLimitReached(phase)
-
-        previous = signal.signal(signal.SIGALRM, on_alarm)
-        self._armed = True
+        token = _ACTIVE.set((self, phase))
         try:
-            signal.setitimer(signal.ITIMER_REAL, max(1e-3, self.end - time.monotonic()))
             yield
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
-            self._armed = False
+            _ACTIVE.reset(token)
         self.check(phase)
 
 
-RETRY_S = 1e-3
-"""Delay before the timer fires again when it expired inside a garbage-collector callback."""
+_ACTIVE: contextvars.ContextVar[tuple[Clock, str] | None] = contextvars.ContextVar("tpopt_clock", default=None)
+"""The clock and phase of the innermost :meth:`Clock.stoppable` phase of this thread (None: none)."""
 
 
-def _in_gc_callback(frame: FrameType | None) -> bool:
-    """Whether ``frame`` runs inside a callback of :data:`gc.callbacks` (a profiler's, a test framework's):
-    an exception raised there is reported as unraisable and dropped, so the phase would run on."""
+def checkpoint() -> None:
+    """A safe point of a long unit of work (between two table slices, enumeration chunks, pipeline
+    shapes): raises :class:`TimeLimitReached` when the enclosing :meth:`Clock.stoppable` phase's clock
+    has run out; does nothing outside one (a table built lazily by a loop that polls the clock itself)."""
+    active = _ACTIVE.get()
+    if active is not None:
+        active[0].check(active[1])
 
-    codes = {getattr(cb, "__code__", None) for cb in gc.callbacks} - {None}
-    while codes and frame is not None:
-        if frame.f_code in codes:
-            return True
-        frame = frame.f_back
-    return False
+
+def active_clock() -> Clock | None:
+    """The clock of the enclosing stoppable phase, if any."""
+    active = _ACTIVE.get()
+    return None if active is None else active[0]
+
+
+_COMMAND_START: list[float] = []  # when the command line's entry point started (empty: not run as a command)
+
+
+@contextlib.contextmanager
+def command_started() -> Iterator[None]:
+    """The command line's entry point (:func:`tpopt.cli.main.main`) runs inside: a command's limit counts
+    from its entry, loading its subcommand, the scenario and the solver libraries included. On the way out
+    the mark is cleared, so a later command in the same process (a test) starts its own."""
+    _COMMAND_START[:] = [time.monotonic()]
+    try:
+        yield
+    finally:
+        _COMMAND_START.clear()
+
+
+def command_start() -> float | None:
+    """When the running command started (:func:`command_started`), None outside a command (the API, a
+    test invoking the click group): a clock then starts when it is made."""
+    return _COMMAND_START[0] if _COMMAND_START else None
 
 
 def clock_of(req: Request) -> Clock:

@@ -43,7 +43,7 @@ from tpopt.models.units import DAY
 from tpopt.optimizer import backends, core
 from tpopt.optimizer import report as R
 from tpopt.optimizer.enumerate import PointTable
-from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
+from tpopt.optimizer.limits import Clock, TimeLimitReached, Undecided, clock_of
 from tpopt.optimizer.report import TABLE_LIMIT
 from tpopt.optimizer.result import (
     Request,
@@ -230,7 +230,7 @@ def batch_analysis(bs: BatchSolve, backend: str, req: Request, enforced: Collect
     clock = clock_of(req)
     undecided: list[str] = []
     try:
-        with clock.interruptible("analysing the optimum"):
+        with clock.stoppable("analysing the optimum"):
             oracles: dict[int, R.Oracle] = {c.batch: R.make_oracle(c.space, backend, req) for c in bs.choices}
     except TimeLimitReached:
         return {"oracle": None, "binding": [], "alternatives": [], "robustness": R.robustness(chosen.sc, best),
@@ -342,11 +342,18 @@ def stage_front(st: Scenario, backend: str, req: Request, enforced: Collection[s
     own = [f for f in enforced if f not in LIMIT_FAMILIES]
     points: list[FrontPoint] = []
     proven = True
+    clock = clock_of(req)
     for b in batch_choices(st):
+        if clock.expired("tracing a stage's Pareto front"):
+            return pareto(points), False
         sub = _limits_free(at_batch(st, b), t_max)
         space = Space.from_scenario(sub)
         if space.size() <= TABLE_LIMIT:
-            tab = PointTable.build(space)
+            try:
+                with clock.stoppable("tracing a stage's Pareto front"):
+                    tab = PointTable.build(space)
+            except TimeLimitReached:
+                return pareto(points), False
             sel = np.flatnonzero(tab.mask(own) & (tab.finish <= t_max * (1 + REL)))
             sel = sel[np.lexsort((sel, tab.cost[sel], tab.finish[sel]))]
             best_cost = math.inf
@@ -409,6 +416,7 @@ class StagedSolve:
     solver: SolverInfo = field(default_factory=lambda: SolverInfo("none"))
     enforced: tuple[str, ...] = ()
     fastest: list[Evaluation | None] = field(default_factory=list)  # per stage: its fastest plan, shared limits dropped
+    decided: list[bool] = field(default_factory=list)  # per stage: its fastest plan (or that none exists) proven
 
     @property
     def feasible(self) -> bool:
@@ -440,27 +448,28 @@ def solve_stages(sc: Scenario, backend: str = backends.DEFAULT, req: Request | N
     proven = True
     for st in stages:
         best: Evaluation | None = None
+        decided = True
         for b in batch_choices(st.sc):
             r = core.solve(_limits_free(at_batch(st.sc, b), deadline), backend,
                       Request(objective="time", enforce=own, time_limit=req.time_limit, seed=req.seed,
                               workers=req.workers, clock=clock))
-            proven &= r.status in (Status.OPTIMAL, Status.INFEASIBLE)
+            decided &= r.status in (Status.OPTIMAL, Status.INFEASIBLE)
             if r.best is not None and (best is None or objective_key(r.best, "time") < objective_key(best, "time")):
                 best = r.best
         fastest.append(best)
+        out.decided.append(decided)
+        proven &= decided
     out.fastest = fastest
-    if any(f is None for f in fastest):
+    if any(f is None for f in fastest):  # a stage without a plan: none exists (proven) or none found in time
         out.status = Status.INFEASIBLE if proven else Status.UNKNOWN
-        info.wall_s = time.perf_counter() - t0
-        return out
+        return _finish_stages(out, clock, t0)
     mins = [f.metrics["finish_days"] * DAY for f in cast(list[Evaluation], fastest)]  # none is None (above)
     use_deadline = F.DEADLINE in enforced
     budget = sc.cost.max_cost if F.BUDGET in enforced else None
     windows = [(deadline - (sum(mins) - m)) if use_deadline else math.inf for m in mins]
     if use_deadline and sum(mins) > deadline * (1 + REL):
         out.status = Status.INFEASIBLE if proven else Status.UNKNOWN
-        info.wall_s = time.perf_counter() - t0
-        return out
+        return _finish_stages(out, clock, t0)
     cap = deadline if use_deadline else math.inf
     fronts: list[list[FrontPoint]] | None = None
     if req.objective == "cost":  # each stage's cheapest plan in its window; if they fit together: optimal
@@ -484,8 +493,15 @@ def solve_stages(sc: Scenario, backend: str = backends.DEFAULT, req: Request | N
         out.status = Status.OPTIMAL if proven else Status.FEASIBLE
     else:
         out.status = Status.INFEASIBLE if proven else Status.UNKNOWN
+    return _finish_stages(out, clock, t0)
+
+
+def _finish_stages(out: StagedSolve, clock: Clock, t0: float) -> StagedSolve:
+    """The staged solve's solver figures, on every return: a gap only for a proven answer (0 when optimal,
+    none known otherwise), the time limit as the clock saw it (a stage cut short is not decided)."""
+    info = out.solver
     info.gap = 0.0 if out.status == Status.OPTIMAL else None
-    info.limit_reached, info.limit_phase = clock.reached, clock.phase
+    info.limit_reached, info.limit_phase = clock.reached, clock.phase if clock.reached else ""
     info.wall_s = time.perf_counter() - t0
     return out
 

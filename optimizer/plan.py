@@ -197,15 +197,16 @@ def check_export(path: str) -> None:
 
 
 def fastest_per_batch(bs: outer.BatchSolve, backend: str, req: Request) -> list[dict[str, Any]]:
-    """Each batch's fastest plan with the deadline and budget dropped (None: no plan at all)."""
+    """Each batch's fastest plan with the deadline and budget dropped (None: no plan at all, or none found
+    within the time limit: ``fastest_status`` says which, ``infeasible`` or ``unknown``); on the run's clock."""
     rows: list[dict[str, Any]] = []
     for c in bs.choices:
         enforce = frozenset(f for f in req.enforced(FAMILIES) if f not in (F.DEADLINE, F.BUDGET))
         r = core.solve(c.sc, backend, Request(objective="time", enforce=enforce, time_limit=req.time_limit,
-                                              seed=req.seed, workers=req.workers), space=c.space)
+                                              seed=req.seed, workers=req.workers, clock=req.clock), space=c.space)
         fin = r.best.metrics["finish_days"] if r.best is not None else None
         rows.append({"global_batch": c.batch, "tokens": c.sc.task.tokens, "status": c.result.status.value,
-                     "fastest_finish_days": fin})
+                     "fastest_finish_days": fin, "fastest_status": r.status.value})
     return rows
 
 
@@ -240,6 +241,7 @@ def _stage_entry(ss: outer.StagedSolve, i: int, analyse: bool, backend: str, req
         sc_i = replace(pick.sc, task=replace(pick.sc.task, deadline_s=outer.allocated(ss, i)))
         ana = analysis(Space.from_scenario(sc_i), ev, backend, req, set(ss.enforced) - {F.BUDGET})
         e["binding"], e["alternatives"] = ana["binding"], ana["alternatives"]
+        e["binding_undecided"] = list(ana["undecided"])  # cut short by the time limit: said so, never "none"
     return e
 
 
@@ -257,4 +259,6 @@ def staged_dict(ss: outer.StagedSolve, analyse: bool, backend: str, req: Request
         out["fastest"] = [None if f is None else {"name": st.name, "finish_days": f.metrics["finish_days"],
                                                   "cost": f.metrics["cost"], "plan": f.plan_dict()}
                           for st, f in zip(ss.stages, ss.fastest, strict=False)]
+        # stages whose fastest plan was cut short by the time limit: not decided (None above is no plan found)
+        out["stages_undecided"] = [st.name for st, ok in zip(ss.stages, ss.decided, strict=False) if not ok]
     return out

@@ -318,7 +318,7 @@ def analysis(space: Space, best: Evaluation, backend: str, req: Request, enforce
     objective = req.objective
     undecided: list[str] = []
     try:
-        with clock.interruptible("analysing the optimum"):
+        with clock.stoppable("analysing the optimum"):
             oracle = make_oracle(space, backend, req, check)
     except TimeLimitReached:  # not even the oracle: every question is left open, and said so
         return {"oracle": None, "binding": [], "alternatives": [], "robustness": robustness(space.sc, best),

@@ -330,7 +330,7 @@ class RLProblem:
             clock = self.clock()
             if limit is None or limit > 0:
                 if self._space(acc, None).size() <= TABLE_LIMIT and not self.caches.get("force_solver"):
-                    with clock.interruptible("tabulating the learner plans"):
+                    with clock.stoppable("tabulating the learner plans"):
                         out = self._learner_from_table(acc, cards, limit, shared)
                 else:
                     out = self._learner_from_solver(acc, cards, limit, shared)

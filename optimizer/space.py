@@ -43,6 +43,7 @@ from tpopt.models import terms as T
 from tpopt.models.layout import term_variables
 from tpopt.models.numeric import FloatArray
 from tpopt.models.plan import Plan, Scenario
+from tpopt.optimizer.limits import checkpoint
 
 if TYPE_CHECKING:  # the views dict's methods return (typeshed names them in _collections_abc)
     from _collections_abc import dict_items, dict_keys, dict_values
@@ -334,6 +335,7 @@ class Space:
         grids = np.ix_(*[np.asarray(self.domains[v], dtype=float) for v in nums]) if nums else ()
         sub_shape = tuple(len(self.domains[v]) for v in nums)
         for combo in itertools.product(*(range(len(self.domains[c])) for c in cats)):
+            checkpoint()  # a time limit stops table building here, between two complete slices
             kw = {c: self.domains[c][i] for c, i in zip(cats, combo, strict=False)}
             kw.update({v: g for v, g in zip(nums, grids, strict=False)})
             val = np.asarray(fn(**kw))
@@ -562,6 +564,7 @@ class Space:
         ex = [np.asarray([c[i] for c in reps], dtype=float).reshape((R,) + (1,) * len(sub)) for i in range(3)]
         g = {k: v[None] for k, v in grids.items()}
         for si, sched in enumerate(d["schedule"]):
+            checkpoint()
             parts = [T.compute_inputs(sc, acc=acc, recompute=rec, sp=sp, schedule=sched, tp=g["tp"], cp=g["cp"],
                                       pp=g["pp"], dp=g["dp"], mb=g["mb"], nics=g["nics"], ep=ex[0], etp=ex[1],
                                       cap=ex[2])

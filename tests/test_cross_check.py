@@ -30,3 +30,46 @@ def test_a_small_run_agrees(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "0 disagreements, 0 tracebacks" in out
     assert not (tmp_path / "cc").exists()  # nothing to reproduce
+
+
+def test_a_small_limited_run_is_honest(tmp_path, capsys):
+    # limits from 1 ms to 1 s on every backend and method in turn: no traceback, no wrong status
+    assert cc.main(["--n", "3", "--seed", "3", "--limited", "8", "--out", str(tmp_path / "cc")]) == 0
+    out = capsys.readouterr().out
+    assert "0 tracebacks, 0 wrong statuses" in out and "24 limited answers" in out
+
+
+def test_the_limited_check_catches_a_wrong_answer(monkeypatch, design_path):
+    # the checker itself can fail: a solve claiming a wrong optimum, an unknown with a plan, a feasible
+    # plan better than the optimum, a status without the limit said are each reported
+    from tpopt.catalogs.scenario import load_scenario
+    from tpopt.optimizer import core
+    from tpopt.optimizer.result import Request, Status
+    from tpopt.optimizer.space import Space
+
+    design = load_scenario(design_path, {"search.tp": [1, 2, 4, 8], "search.zero_stage": [0, 1, 2, 3],
+                                         "search.max_cards": 1024})
+    space = Space.from_scenario(design)
+    real = core.solve
+    right = real(design, "enumerate", Request())
+    opt = right.best.metrics["cost"]
+    counts = {}
+
+    def answer(status, plans, limit, gap):
+        def fake(*a, **k):
+            r = real(design, "enumerate", Request())
+            r.status, r.plans = status, plans
+            r.solver.limit_reached, r.solver.limit_phase, r.solver.gap = limit, "x" if limit else "", gap
+            return r
+        return fake
+
+    worse = real(design, "enumerate", Request(objective="time")).best  # the fastest plan: feasible, dearer
+    assert worse.metrics["cost"] > opt * 1.001
+    cases = [(Status.OPTIMAL, [worse], False, 0.0, opt), (Status.UNKNOWN, right.plans, True, None, opt),
+             (Status.FEASIBLE, right.plans, False, None, opt), (Status.INFEASIBLE, [], False, None, opt),
+             (Status.FEASIBLE, [worse], True, 0.0, opt)]
+    for status, plans, limit, gap, optimum in cases:
+        monkeypatch.setattr(core, "solve", answer(status, plans, limit, gap))
+        assert cc.check_limited(design, space, "cpsat", "auto", "cost", 0.01, "optimal", optimum, counts) is not None
+    monkeypatch.setattr(core, "solve", answer(Status.FEASIBLE, [worse], True, None))
+    assert cc.check_limited(design, space, "cpsat", "auto", "cost", 0.01, "optimal", opt, counts) is None

@@ -31,8 +31,8 @@ def run(*args):
 class ExpiredClock(limits.Clock):
     """A clock whose limit has already passed when the command creates it."""
 
-    def __init__(self, seconds):
-        super().__init__(seconds)
+    def __init__(self, seconds, **kw):
+        super().__init__(seconds, **kw)
         self.end = self.start
 
 

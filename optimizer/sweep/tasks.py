@@ -28,6 +28,7 @@ from tpopt.models.units import DAY
 from tpopt.optimizer import backends
 from tpopt.optimizer.backends.verify import feasible_for
 from tpopt.optimizer.enumerate import PointTable
+from tpopt.optimizer.limits import Clock
 from tpopt.optimizer.outer import at_batch, solve
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import FAMILIES, VARS, Space
@@ -138,7 +139,8 @@ def _solve_rows(payload: _Payload, point: Point, backend: str) -> list[Row]:
     """One exact solve for one point (for spaces too large to enumerate)."""
     sc = point_scenario(group_scenario(payload, point), point)
     price = sc.system(point.accelerator).price_card_hour
-    res = solve(sc, backend, Request(objective="cost", time_limit=payload.time_limit, workers=1))
+    clock = Clock(payload.time_limit)  # one limit per point: both solves below draw on it
+    res = solve(sc, backend, Request(objective="cost", time_limit=payload.time_limit, workers=1, clock=clock))
     limit = f"time limit {payload.time_limit:g} s reached"
     if res.feasible:
         note = None if res.status.value == "optimal" else f"{limit}: best plan found, not proven optimal"
@@ -146,7 +148,8 @@ def _solve_rows(payload: _Payload, point: Point, backend: str) -> list[Row]:
     fastest = None
     if res.status.value == "infeasible":
         enforce = frozenset(f for f in FAMILIES if f != F.DEADLINE)
-        fr = solve(sc, backend, Request(objective="time", enforce=enforce, time_limit=payload.time_limit, workers=1))
+        fr = solve(sc, backend, Request(objective="time", enforce=enforce, time_limit=payload.time_limit, workers=1,
+                                        clock=clock))
         best = fr.best
         if fr.feasible and fr.status.value == "optimal" and best is not None:  # feasible: a best plan
             fastest = best.metrics["finish_days"] * DAY
