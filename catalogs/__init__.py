@@ -232,7 +232,8 @@ def _build_accelerator(name: str, t: dict, links: dict[str, float], nics: dict[s
 
 _PERF_FRACTIONS = ("gemm_efficiency", "memory_efficiency", "attention_efficiency", "tp_efficiency", "dp_efficiency")
 _PERF_KEYS = set(_PERF_FRACTIONS) | {"gemm_k_half", "tile", "sms", "kernel_overhead", "collective_latency",
-                                     "calibrated", "sources", "calibration"}
+                                     "calibrated", "sources", "calibration", "residual_sigma",
+                                     "residual_sigma_source"}
 
 
 def build_perf(name: str, t: dict, base: PerfParams | None = None) -> PerfParams:
@@ -264,6 +265,15 @@ def build_perf(name: str, t: dict, base: PerfParams | None = None) -> PerfParams
         if not isinstance(cal, list) or any(c not in PerfParams.field_names() for c in cal):
             raise InputError(f"{where}: calibrated must list parameter names")
         kw["calibrated"] = tuple(cal)
+    if "residual_sigma" in t:
+        kw["residual_sigma"] = parse_number(t["residual_sigma"], f"{where} residual_sigma")
+        if not 0.0 <= kw["residual_sigma"] < 5.0:
+            raise InputError(f"{where}: residual_sigma must be a lognormal sigma between 0 and 5")
+        if not isinstance(t.get("residual_sigma_source"), str) or not t["residual_sigma_source"].strip():
+            raise InputError(f"{where}: residual_sigma needs residual_sigma_source (how it was obtained)")
+        kw["residual_sigma_source"] = t["residual_sigma_source"]
+    elif "residual_sigma_source" in t:
+        raise InputError(f"{where}: residual_sigma_source without residual_sigma")
     sources = dict((base.sources if base else {}) or {})
     sources.update(t.get("sources", {}) or {})
     return replace(base or PerfParams(), name=name, sources=sources, **kw)

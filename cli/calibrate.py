@@ -27,8 +27,8 @@ from tpopt.optimizer.runs import runs_from_csv
 @click.option("--measured-step", help="Measured time of one optimizer step of the plan, e.g. 12.0s.")
 @click.option("--runs", "runs_csv", type=click.Path(dir_okay=False),
               help="CSV of measured runs (plan columns and iteration_s; see tpopt/optimizer/runs.py).")
-@click.option("--fit", "fit_names", help="Parameters to fit, comma-separated (default: one per run, in the order "
-                                         "gemm_efficiency, memory_efficiency, kernel_overhead).")
+@click.option("--fit", "fit_names", help="Parameters to fit, comma-separated (default: every one the runs exercise "
+                                         "of " + ", ".join(p.name for p in C.PARAMS) + ").")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Directory for the calibrated performance.toml (use it with --catalog DIR).")
 @click.option("--force", is_flag=True, help="Overwrite an existing performance.toml in --out.")
@@ -43,6 +43,7 @@ def calibrate(measured_step, runs_csv, fit_names, out_dir, force, as_json, **kw)
 
     if (measured_step is None) == (runs_csv is None):
         raise InputError("give --measured-step (with the plan flags) or --runs FILE, not both")
+    C.target(out_dir, force)
     sc = load_scenario_from(kw)
     if runs_csv:
         raw = with_overrides(read_scenario_file(scenario_source(kw)), overrides_from(kw))
@@ -55,28 +56,52 @@ def calibrate(measured_step, runs_csv, fit_names, out_dir, force, as_json, **kw)
         name = f"{plan.accelerator} x {plan.cards} (tp {plan.tp}, pp {plan.pp}, mb {plan.micro_batch})"
         runs = [C.MeasuredRun(name, sc, (plan,), t)]
     accs = list(dict.fromkeys(r.accelerator for r in runs))
+    if not accs:
+        raise InputError("no measured run to calibrate")
     if len(accs) != 1:
         raise InputError(f"the runs use several accelerators ({', '.join(accs)}); calibrate one at a time")
     free = tuple(x.strip() for x in fit_names.split(",") if x.strip()) if fit_names else None
     cal = C.fit(runs, accs[0], free)
     path = C.write_override(cal, out_dir, force=force)
+    emit(cal, path, out_dir, as_json)
+
+
+def emit(cal: C.Calibration, path, out_dir, as_json: bool) -> None:
+    """Print a calibration (text or JSON, from the same figures)."""
     rows = [{"run": r.name, "measured_s": r.measured_step_s, "predicted_s": p, "error": p / r.measured_step_s - 1}
             for r, p in zip(cal.runs, cal.predicted_s, strict=False)]
-    params = {n: {"fitted": float(getattr(cal.perf, n)), "prior": float(getattr(cal.prior, n))} for n in cal.fitted}
+    params = [e.as_dict() for e in cal.estimates]
+    spread = {"residual_sigma": cal.residual_sigma, "residual_sigma_source": cal.residual_sigma_source,
+              "degrees_of_freedom": cal.dof}
+    prior = {"prior_sigma": {p.name: p.prior_sigma for p in C.PARAMS if p.name in cal.fitted},
+             "noise_sigma": C.NOISE_SIGMA}
     if as_json:
-        click.echo(dump_json({"accelerator": cal.accelerator, "parameters": params, "runs": rows,
-                              "written": str(path)}), nl=False)
+        click.echo(dump_json({"accelerator": cal.accelerator, "parameters": params, "runs": rows, **spread,
+                              "prior": prior, "written": str(path)}), nl=False)
         return
-    lines = [f"Calibrated {cal.accelerator} on {len(rows)} measured run(s):"]
-    for n, v in params.items():
-        unit, scale = ("us", 1e6) if n == "kernel_overhead" else ("", 1.0)
-        lines.append(f"  {n:18s} {v['fitted'] * scale:9.4g}{unit}  (was {v['prior'] * scale:.4g}{unit})")
+    click.echo("\n".join(text_lines(cal, rows) + [f"Wrote {path}; use it with --catalog {out_dir}"]))
+
+
+def text_lines(cal: C.Calibration, rows: list[dict]) -> list[str]:
+    lines = [f"Calibrated {cal.accelerator} on {len(rows)} measured run(s) (least squares on ln step time, "
+             f"lognormal prior around the catalog's values; +- is one posterior sigma):"]
+    for e in cal.estimates:
+        spec = C.BY_NAME[e.name]
+        if not e.exercised:
+            lines.append(f"  {e.name:20s} {spec.show(e.value):>9s}  {e.status}")
+            continue
+        pm = f"+- {spec.show(e.value * e.sigma)}"
+        note = "" if e.identified else f"  {e.status}"
+        bound = f"  (stopped at its {e.at_bound} bound)" if e.at_bound else ""
+        lines.append(f"  {e.name:20s} {spec.show(e.value):>9s} {pm:12s} (prior {spec.show(e.prior)} "
+                     f"+-{spec.prior_sigma * 100:.0f} %){note}{bound}")
     lines.append(f"  {'run':24s} {'measured':>10s} {'predicted':>10s} {'residual':>9s}")
     for r in rows:
-        lines.append(f"  {r['run']:24s} {r['measured_s']:9.3f}s {r['predicted_s']:9.3f}s {r['error'] * 100:+8.2f}%")
-    worst = max(abs(r["error"]) for r in rows)
-    if worst > 0.01:
-        lines.append(f"Note: a residual of {worst * 100:.1f} % remains: the fitted parameters reached their bounds "
-                     "or the runs disagree (fit more parameters with --fit, or check the plan flags).")
-    lines.append(f"Wrote {path}; use it with --catalog {out_dir}")
-    click.echo("\n".join(lines))
+        lines.append(f"  {r['run']:24s} {r['measured_s']:9.4g}s {r['predicted_s']:9.4g}s {r['error'] * 100:+8.2f}%")
+    if cal.dof >= 1:
+        lines.append(f"Residual spread: lognormal sigma of measured/predicted {cal.residual_sigma:.3f} "
+                     f"({cal.dof} degree(s) of freedom)")
+    else:
+        lines.append(f"Residual spread: not estimable from {len(rows)} run(s) for {len(cal.identified)} identified "
+                     f"parameter(s); {cal.residual_sigma:g} assumed (more runs than parameters estimate it)")
+    return lines

@@ -52,6 +52,8 @@ class PerfParams:
     dp_efficiency: float = 0.9  # data-parallel collectives: fraction of the ring bandwidth reached
     collective_latency: float = 20e-6  # seconds per collective call
     calibrated: tuple[str, ...] = ()  # names of the fields that were fitted (the rest are priors)
+    residual_sigma: float = 0.0  # lognormal sigma of measured / predicted step time (tpopt calibrate; 0: none)
+    residual_sigma_source: str = ""  # how residual_sigma was obtained
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     FREE: ClassVar[tuple[str, ...]] = ("gemm_efficiency", "memory_efficiency", "kernel_overhead")
@@ -67,7 +69,8 @@ class PerfParams:
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls) if f.name not in ("name", "calibrated", "sources"))
+        return tuple(f.name for f in fields(cls) if f.name not in ("name", "calibrated", "sources",
+                                                                 "residual_sigma", "residual_sigma_source"))
 
 
 def _f(x: ArrayLike) -> FloatArray:
