@@ -257,7 +257,8 @@ class _Problem:
         steps = np.where(x + h > self.hi, -h, h)
         xs = np.vstack([x[None], x[None] + np.diag(steps)])
         r = self.log_ratio(xs)
-        return ((r[1:] - r[0]) / steps[:, None]).T
+        jac: NDArray[np.float64] = ((r[1:] - r[0]) / steps[:, None]).T
+        return jac
 
     def jac(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
         return np.vstack([self.data_jacobian(x) / NOISE_SIGMA, np.diag(1.0 / self.sigma_p)])

@@ -32,8 +32,8 @@ Columns (others are ignored; ``#`` starts a comment line):
 from __future__ import annotations
 
 import copy
-import math
 import csv
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
