@@ -18,6 +18,7 @@ from tpopt.cli.common import (
 from tpopt.errors import InputError
 from tpopt.models.units import parse_duration
 from tpopt.optimizer import calibrate as C
+from tpopt.optimizer import device
 from tpopt.optimizer.runs import runs_from_csv
 
 
@@ -29,21 +30,28 @@ from tpopt.optimizer.runs import runs_from_csv
               help="CSV of measured runs (plan columns and iteration_s; see tpopt/optimizer/runs.py).")
 @click.option("--fit", "fit_names", help="Parameters to fit, comma-separated (default: every one the runs exercise "
                                          "of " + ", ".join(p.name for p in C.PARAMS) + ").")
+@click.option("--measure", is_flag=True, help="Time GEMMs, HBM copies, a transformer block and (several GPUs) "
+                                            "all-reduces on this machine's CUDA GPU and fit the scenario's "
+                                            "accelerator to them (needs pip install 'tpopt[measure]').")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Directory for the calibrated performance.toml (use it with --catalog DIR).")
 @click.option("--force", is_flag=True, help="Overwrite an existing performance.toml in --out.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @handle_errors
-def calibrate(measured_step, runs_csv, fit_names, out_dir, force, as_json, **kw):
+def calibrate(measured_step, runs_csv, fit_names, measure, out_dir, force, as_json, **kw):
     """Fit the accelerator's free performance parameters to measured steps and write a catalog override.
 
     Example: tpopt calibrate --scenario my.toml --cards 64 --tp 8 --measured-step 12.0s --out tuned/
     then:    tpopt solve --scenario my.toml --catalog tuned/
     """
 
-    if (measured_step is None) == (runs_csv is None):
-        raise InputError("give --measured-step (with the plan flags) or --runs FILE, not both")
+    if sum(x for x in (measured_step is not None, runs_csv is not None, measure)) != 1:
+        raise InputError("give one of --measured-step (with the plan flags), --runs FILE or --measure")
     C.target(out_dir, force)
+    free = tuple(x.strip() for x in fit_names.split(",") if x.strip()) if fit_names else None
+    if measure:
+        measure_and_fit(kw, free, out_dir, force, as_json)
+        return
     sc = load_scenario_from(kw)
     if runs_csv:
         raw = with_overrides(read_scenario_file(scenario_source(kw)), overrides_from(kw))
@@ -60,13 +68,24 @@ def calibrate(measured_step, runs_csv, fit_names, out_dir, force, as_json, **kw)
         raise InputError("no measured run to calibrate")
     if len(accs) != 1:
         raise InputError(f"the runs use several accelerators ({', '.join(accs)}); calibrate one at a time")
-    free = tuple(x.strip() for x in fit_names.split(",") if x.strip()) if fit_names else None
     cal = C.fit(runs, accs[0], free)
     path = C.write_override(cal, out_dir, force=force)
     emit(cal, path, out_dir, as_json)
 
 
-def emit(cal: C.Calibration, path, out_dir, as_json: bool) -> None:
+def measure_and_fit(kw: dict, free, out_dir, force: bool, as_json: bool) -> None:
+    """--measure: open the GPU (one line, exit 2 without PyTorch or CUDA), time, fit, write, print."""
+    dev = device.open_device()
+    sc = load_scenario_from(kw)
+    acc = next(iter(sc.systems))
+    base = load_catalog(kw.get("catalog_dirs") or ()).perf(acc)
+    cal = device.measure(dev, sc, acc, base, free)
+    path = C.write_override(cal, out_dir, force=force, how=f"tpopt calibrate --measure on {dev.name}",
+                            label="measured")
+    emit(cal, path, out_dir, as_json, f"{acc} from kernels timed on {dev.name} ({dev.count} GPU(s))")
+
+
+def emit(cal: C.Calibration, path, out_dir, as_json: bool, what: str = "") -> None:
     """Print a calibration (text or JSON, from the same figures)."""
     rows = [{"run": r.name, "measured_s": r.measured_step_s, "predicted_s": p, "error": p / r.measured_step_s - 1}
             for r, p in zip(cal.runs, cal.predicted_s, strict=False)]
@@ -79,12 +98,13 @@ def emit(cal: C.Calibration, path, out_dir, as_json: bool) -> None:
         click.echo(dump_json({"accelerator": cal.accelerator, "parameters": params, "runs": rows, **spread,
                               "prior": prior, "written": str(path)}), nl=False)
         return
-    click.echo("\n".join(text_lines(cal, rows) + [f"Wrote {path}; use it with --catalog {out_dir}"]))
+    click.echo("\n".join(text_lines(cal, rows, what) + [f"Wrote {path}; use it with --catalog {out_dir}"]))
 
 
-def text_lines(cal: C.Calibration, rows: list[dict]) -> list[str]:
-    lines = [f"Calibrated {cal.accelerator} on {len(rows)} measured run(s) (least squares on ln step time, "
-             f"lognormal prior around the catalog's values; +- is one posterior sigma):"]
+def text_lines(cal: C.Calibration, rows: list[dict], what: str = "") -> list[str]:
+    what = what or f"{cal.accelerator} on {len(rows)} measured run(s)"
+    lines = [f"Calibrated {what} (least squares on ln time, lognormal prior around the catalog's values; "
+             "+- is one posterior sigma):"]
     for e in cal.estimates:
         spec = C.BY_NAME[e.name]
         if not e.exercised:

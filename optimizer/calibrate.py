@@ -31,7 +31,7 @@ Fitting is not a pure relation, so it lives here and calls :mod:`tpopt.models` (
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -67,9 +67,14 @@ class Param:
     prior_sigma: float  # lognormal sigma of the prior around the catalog value
     unit: str = ""
     scale: float = 1.0  # multiply SI values by this to print in ``unit``
+    bounds: tuple[float, float] | None = None  # physical range (default: PerfParams.BOUNDS)
 
     def show(self, value: float) -> str:
         return f"{value * self.scale:.4g}{self.unit}"
+
+    @property
+    def range(self) -> tuple[float, float]:
+        return self.bounds or PerfParams.BOUNDS[self.name]
 
 
 PARAMS: tuple[Param, ...] = (
@@ -81,8 +86,13 @@ PARAMS: tuple[Param, ...] = (
     Param("kernel_overhead", "fixed time per kernel (launch, ramp-up, tail)", 0.7, "us", 1e6),
 )
 """Parameters :func:`fit` frees by default (every one the runs exercise), with their prior widths."""
-BY_NAME = {p.name: p for p in PARAMS}
-FRACTIONS = tuple(n for n in BY_NAME if PerfParams.BOUNDS[n][1] == 1.0)
+KERNEL_PARAMS: tuple[Param, ...] = (
+    Param("gemm_k_half", "GEMM k at which it reaches half of its large-GEMM efficiency", 0.7, bounds=(1.0, 4096.0)),
+    Param("collective_latency", "fixed time per collective call", 0.7, "us", 1e6, bounds=(1e-7, 1e-3)),
+)
+"""Further parameters kernel micro-benchmarks (``tpopt calibrate --measure``) identify."""
+BY_NAME = {p.name: p for p in PARAMS + KERNEL_PARAMS}
+FRACTIONS = tuple(n for n, p in BY_NAME.items() if p.range[1] == 1.0)
 """Parameters whose upper bound is physical (a fraction of a datasheet figure cannot exceed 1)."""
 
 
@@ -224,29 +234,47 @@ class Calibration:
 
 
 def _bounds(name: str) -> tuple[float, float]:
-    lo, hi = PerfParams.BOUNDS[name]
+    lo, hi = BY_NAME[name].range
     return float(np.log(max(lo, 1e-9))), float(np.log(hi))
 
 
-def _free_names(free: Sequence[str] | None) -> tuple[str, ...]:
-    names = tuple(free) if free else tuple(p.name for p in PARAMS)
+def _free_names(free: Sequence[str] | None, default: Sequence[Param] = PARAMS) -> tuple[str, ...]:
+    names = tuple(free) if free else tuple(p.name for p in default)
     for n in names:
-        if n not in BY_NAME or n not in PerfParams.BOUNDS:
+        if n not in BY_NAME:
             raise InputError(f"cannot fit {n!r} (fittable: {', '.join(BY_NAME)})")
     return tuple(dict.fromkeys(names))
+
+
+@dataclass
+class Observation:
+    """One measured time and the model's prediction of it for (array-valued) performance parameters."""
+
+    name: str
+    measured_step_s: float  # the measured time [s] (a training step, or one timed kernel)
+    predict: Callable[[PerfParams], NDArray[np.float64]]  # (K,) predicted seconds
+    kind: str = ""  # what was timed (step, gemm, copy, block, all-reduce)
+
+
+def _observation(run: MeasuredRun) -> Observation:
+    return Observation(run.name, run.measured_step_s, lambda perf: predict(run, perf).step_s, "step")
 
 
 class _Problem:
     """The weighted residual vector of the fit and its Jacobian, both vectorised over parameter sets."""
 
-    def __init__(self, runs: list[MeasuredRun], base: PerfParams, names: tuple[str, ...], x0: NDArray[np.float64],
-                 hi: NDArray[np.float64]):
-        self.runs, self.base, self.names, self.x0, self.hi = runs, base, names, x0, hi
+    def __init__(self, obs: Sequence[Observation], base: PerfParams, names: tuple[str, ...],
+                 x0: NDArray[np.float64], hi: NDArray[np.float64]):
+        self.obs, self.base, self.names, self.x0, self.hi = obs, base, names, x0, hi
         self.sigma_p = np.array([BY_NAME[n].prior_sigma for n in names])
+        self.measured = np.array([o.measured_step_s for o in obs])
 
     def log_ratio(self, xs: NDArray[np.float64]) -> NDArray[np.float64]:
-        """(K, runs) ln(t_pred / t_meas) at K log-parameter vectors (infinite: a large finite value)."""
-        r = residuals(self.runs, perf_sets(self.base, self.names, np.exp(xs))).T
+        """(K, observations) ln(t_pred / t_meas) at K log-parameter vectors (infinite: a large finite value)."""
+        perf = perf_sets(self.base, self.names, np.exp(xs))
+        pred = np.stack([np.broadcast_to(np.asarray(o.predict(perf), dtype=float), (len(xs),)) for o in self.obs])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.log(pred / self.measured[:, None]).T
         return np.where(np.isfinite(r), r, 50.0)
 
     def fun(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -286,28 +314,48 @@ def fit(runs: list[MeasuredRun], accelerator: str, free: Sequence[str] | None = 
         for r in runs:
             check_memory(r, base)
     pinned = _pin(runs, base)
+    current, x, exercised, cost = base, np.zeros(0), names, 0.0
+    for _ in range(max(1, rounds)):
+        obs = [_observation(r) for r in pinned]
+        current, x, exercised, cost = _solve(obs, base, names)
+        repinned = _pin(runs, current)
+        if all(a.plans == b.plans for a, b in zip(repinned, pinned, strict=True)):
+            break
+        pinned = repinned
+    return _summarise(accelerator, runs, [_observation(r) for r in pinned], base, current, names, exercised, x, cost)
+
+
+def fit_observations(obs: Sequence[Observation], accelerator: str, base: PerfParams,
+                     free: Sequence[str] | None = None) -> Calibration:
+    """Fit ``free`` parameters (default: every one of :data:`BY_NAME` the observations exercise) to
+    timed observations of any kind (the posterior of the module docstring)."""
+    for o in obs:
+        if not (np.isfinite(o.measured_step_s) and o.measured_step_s > 0):
+            raise InputError(f"{o.name}: the measured time must be a positive time")
+    names = _free_names(free, tuple(BY_NAME.values()))
+    current, x, exercised, cost = _solve(obs, base, names)
+    return _summarise(accelerator, list(obs), obs, base, current, names, exercised, x, cost)
+
+
+def _solve(obs: Sequence[Observation], base: PerfParams,
+           names: tuple[str, ...]) -> tuple[PerfParams, NDArray[np.float64], tuple[str, ...], float]:
+    """The posterior mode over the parameters the observations exercise: (parameters, x, exercised, cost)."""
     x_all = np.log(np.array([max(float(getattr(base, n)), 1e-9) for n in names]))
     bounds = np.array([_bounds(n) for n in names])
     x_all = np.clip(x_all, bounds[:, 0], bounds[:, 1])
-    sens = np.max(np.abs(_Problem(pinned, base, names, x_all, bounds[:, 1]).data_jacobian(x_all)), axis=0)
-    exercised = tuple(n for n, s in zip(names, sens, strict=True) if s > SENSITIVITY_FLOOR)
+    sens = np.max(np.abs(_Problem(obs, base, names, x_all, bounds[:, 1]).data_jacobian(x_all)), axis=0)
+    exercised = tuple(n for n, v in zip(names, sens, strict=True) if v > SENSITIVITY_FLOOR)
     if not exercised:
         raise InputError("the runs exercise none of the parameters asked for ("
                          + ", ".join(names) + "): no step time changes with them")
     idx = [names.index(n) for n in exercised]
     x0, lo, hi = x_all[idx], bounds[idx, 0], bounds[idx, 1]
-    x, current, cost = x0.copy(), base, 0.0
-    for _ in range(max(1, rounds)):
-        prob = _Problem(pinned, base, exercised, x0, hi)
-        sol = least_squares(prob.fun, np.clip(x, lo, hi), jac=prob.jac, bounds=(lo, hi), method="trf",
-                            x_scale=prob.sigma_p, xtol=1e-10, ftol=1e-12, gtol=1e-10, max_nfev=200)
-        x, cost = sol.x, float(2.0 * sol.cost)
-        previous, current = current, base.with_values(**dict(zip(exercised, map(float, np.exp(x)), strict=True)))
-        repinned = _pin(runs, current)
-        if all(a.plans == b.plans for a, b in zip(repinned, pinned, strict=True)) or previous is current:
-            break
-        pinned = repinned
-    return _summarise(runs, pinned, base, current, names, exercised, x, lo, hi, cost)
+    prob = _Problem(obs, base, exercised, x0, hi)
+    sol = least_squares(prob.fun, x0, jac=prob.jac, bounds=(lo, hi), method="trf", x_scale=prob.sigma_p,
+                        xtol=1e-10, ftol=1e-12, gtol=1e-10, max_nfev=200)
+    x = np.asarray(sol.x, dtype=float)
+    return (base.with_values(**dict(zip(exercised, map(float, np.exp(x)), strict=True))), x, exercised,
+            float(2.0 * sol.cost))
 
 
 def _pin(runs: list[MeasuredRun], perf: PerfParams) -> list[MeasuredRun]:
@@ -320,14 +368,16 @@ def _pin(runs: list[MeasuredRun], perf: PerfParams) -> list[MeasuredRun]:
     return out
 
 
-def _summarise(runs: list[MeasuredRun], pinned: list[MeasuredRun], base: PerfParams, perf: PerfParams,
-               names: tuple[str, ...], exercised: tuple[str, ...], x: NDArray[np.float64], lo: NDArray[np.float64],
-               hi: NDArray[np.float64], cost: float) -> Calibration:
+def _summarise(accelerator: str, runs: Sequence[Any], obs: Sequence[Observation], base: PerfParams,
+               perf: PerfParams, names: tuple[str, ...], exercised: tuple[str, ...], x: NDArray[np.float64],
+               cost: float) -> Calibration:
     """Uncertainties (Laplace approximation), identification, bounds reached and the residual spread."""
-    prob = _Problem(pinned, base, exercised, x, hi)
+    bounds = np.array([_bounds(n) for n in exercised])
+    lo, hi = bounds[:, 0], bounds[:, 1]
+    prob = _Problem(obs, base, exercised, x, hi)
     r = prob.log_ratio(x[None])[0]
     jd = prob.data_jacobian(x)
-    n = len(runs)
+    n = len(obs)
     spread = float(np.sqrt(np.mean(r ** 2)))
     scale = max(NOISE_SIGMA, spread)
     cov = np.linalg.inv(jd.T @ jd / scale ** 2 + np.diag(1.0 / prob.sigma_p ** 2))
@@ -345,25 +395,25 @@ def _summarise(runs: list[MeasuredRun], pinned: list[MeasuredRun], base: PerfPar
     for e in estimates:
         if e.at_bound == "upper" and e.name in FRACTIONS:
             raise InputError(f"the fit reaches {e.name} = {e.value:.3g}, its physical ceiling: the measured "
-                             f"step(s) are faster than {runs[0].accelerator} can run the plan(s) "
-                             f"({', '.join(f'{q.name} {q.measured_step_s:.4g} s' for q in runs[:3])}); "
+                             f"time(s) are faster than {accelerator} can run them "
+                             f"({', '.join(f'{q.name} {q.measured_step_s:.4g} s' for q in obs[:3])}); "
                              "check the measured times and the plan columns")
     p = int(np.sum(ident))
     dof = n - p
-    names_runs = ", ".join(q.name for q in runs)
+    names_runs = ", ".join(q.name for q in obs) if n <= 12 else f"{n} observations"
     if dof >= 1:
         sigma = float(np.sqrt(np.sum(r ** 2) / dof))
-        source = (f"tpopt calibrate: lognormal sigma of measured/predicted step time over {n} run(s) "
+        source = (f"tpopt calibrate: lognormal sigma of measured/predicted time over {n} measurement(s) "
                   f"({dof} degree(s) of freedom after {p} identified parameter(s)): {names_runs}")
     else:
         sigma = NOISE_SIGMA
-        source = (f"assumed: {n} run(s) for {p} identified parameter(s) leave no degree of freedom to estimate "
-                  f"the spread; tpopt calibrate's assumed scatter of one measured step ({NOISE_SIGMA:g})")
+        source = (f"assumed: {n} measurement(s) for {p} identified parameter(s) leave no degree of freedom to "
+                  f"estimate the spread; tpopt calibrate's assumed scatter of one measured time ({NOISE_SIGMA:g})")
     calibrated = tuple(e.name for e in estimates if e.exercised)
     fitted = perf.with_values(calibrated=tuple(dict.fromkeys(tuple(base.calibrated) + calibrated)),
                               residual_sigma=sigma, residual_sigma_source=source)
-    pred = [float(predict(q, fitted).step_s[0]) for q in runs]
-    return Calibration(runs[0].accelerator, fitted, calibrated, base, runs, pred, cost, estimates, sigma, source, dof)
+    pred = [float(np.asarray(o.predict(fitted)).reshape(-1)[0]) for o in obs]
+    return Calibration(accelerator, fitted, calibrated, base, list(runs), pred, cost, estimates, sigma, source, dof)
 
 
 def chosen_plan(run: MeasuredRun, perf: PerfParams) -> Plan | None:
@@ -390,15 +440,16 @@ def _toml_value(v: object) -> str:
     return f'"{text}"'
 
 
-def source_of(cal: Calibration, e: Estimate, how: str = "tpopt calibrate") -> str:
-    """The performance.toml source of a fitted parameter: how, on which runs, and its uncertainty."""
-    runs = ", ".join(r.name for r in cal.runs)
+def source_of(cal: Calibration, e: Estimate, how: str = "tpopt calibrate", label: str = "calibrated") -> str:
+    """The performance.toml source of a fitted parameter: ``label`` (calibrated: fitted to training runs;
+    measured: fitted to kernels timed on a machine), how, on what, and its uncertainty."""
+    on = ", ".join(r.name for r in cal.runs) if len(cal.runs) <= 12 else f"{len(cal.runs)} timed kernels"
     if not e.identified:
-        return f"calibrated (prior-dominated: the runs do not identify it, +-{e.sigma * 100:.0f} %): {how} on {runs}"
-    return f"calibrated: {how} on {runs} (+-{e.sigma * 100:.1f} %)"
+        return f"{label} (prior-dominated: the data do not identify it, +-{e.sigma * 100:.0f} %): {how} on {on}"
+    return f"{label}: {how} on {on} (+-{e.sigma * 100:.1f} %)"
 
 
-def override_text(cal: Calibration, how: str = "tpopt calibrate") -> str:
+def override_text(cal: Calibration, how: str = "tpopt calibrate", label: str = "calibrated") -> str:
     """performance.toml text holding the calibrated entry (readable by ``--catalog DIR``)."""
     p = cal.perf
     name = cal.accelerator
@@ -423,7 +474,7 @@ def override_text(cal: Calibration, how: str = "tpopt calibrate") -> str:
             lines.append(f"{k} = {_toml_value(v)}")
     for e in cal.estimates:
         if e.exercised:
-            lines.append(f"{e.name} = {_toml_value(source_of(cal, e, how))}")
+            lines.append(f"{e.name} = {_toml_value(source_of(cal, e, how, label))}")
     lines.append(f"[{name}.calibration]")
     lines.append(f"runs = {_toml_value([r.name for r in cal.runs])}")
     lines.append(f"measured_s = {_toml_value([r.measured_step_s for r in cal.runs])}")
@@ -448,13 +499,14 @@ def target(directory: str | Path, force: bool = False) -> Path:
     return path
 
 
-def write_override(cal: Calibration, directory: str | Path, force: bool = False, how: str = "tpopt calibrate") -> Path:
+def write_override(cal: Calibration, directory: str | Path, force: bool = False, how: str = "tpopt calibrate",
+                   label: str = "calibrated") -> Path:
     """Write DIR/performance.toml; refuse to overwrite an existing file unless ``force``."""
     d = Path(directory)
     path = target(d, force)
     try:
         d.mkdir(parents=True, exist_ok=True)
-        path.write_text(override_text(cal, how))
+        path.write_text(override_text(cal, how, label))
     except OSError as exc:
         raise InputError(f"cannot write {path} ({exc.strerror})") from None
     return path

@@ -126,6 +126,7 @@ def footing(sc: Scenario, plan: dict[str, Any], step_s: float) -> dict[str, Any]
     sysm = sc.system(plan["accelerator"])
     per_op = sysm.per_op
     _, peak_name = matrix_peak(sc, plan["accelerator"])
+    model: dict[str, Any]
     if per_op:
         model = {"step_time_model": "per-operation", "efficiency": None,
                  "switch": "no hardware.efficiency in the scenario; stating one selects the flat model"}

@@ -296,6 +296,13 @@ CALIBRATE_ROWS = [
 ]
 
 
+def test_calibrate_measure_without_torch_or_gpu(tmp_path, capsys, monkeypatch):
+    # the suite never has PyTorch with a GPU: --measure is one line naming what it needs, exit 2
+    _assert_clean(*_run(["calibrate", "--measure", "--out", str(tmp_path / "out")], capsys, monkeypatch),
+                  "tpopt calibrate --measure needs")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("text,needle", [r[1:] for r in CALIBRATE_ROWS], ids=[r[0] for r in CALIBRATE_ROWS])
 def test_bad_calibrate_runs(tmp_path, capsys, monkeypatch, text, needle):
     (tmp_path / "runs.csv").write_text(text)
