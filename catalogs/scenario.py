@@ -46,7 +46,7 @@ from tpopt.catalogs.schema import (
 )
 from tpopt.catalogs.stacks import stack_profile
 from tpopt.errors import InputError
-from tpopt.models.hardware import Accelerator
+from tpopt.models.hardware import Accelerator, StackProfile
 from tpopt.models.plan import (
     CostOptions,
     InputPipeline,
@@ -184,7 +184,8 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     model = _model(raw["model"], Path(raw.get("_base_dir", ".")), cat)
     stage_tables = _stage_tables(raw["task"])
     task = _task(raw, stage_tables, model)
-    systems = _systems(raw["hardware"], raw.get("cost", {}), cat)
+    stack = stack_profile(read_table(HardwareKeys, raw["hardware"], "hardware.").stack)
+    systems = _systems(raw["hardware"], raw.get("cost", {}), cat, stack)
     mem = MemoryOptions(**targets(read_table(MemoryKeys, raw.get("memory", {}), "memory.")))
     inp = InputPipeline(**targets(read_table(InputKeys, raw.get("input", {}), "input.")))
     ck = read_table(CheckpointKeys, raw.get("checkpoint", {}), "checkpoint.", cat)
@@ -205,8 +206,7 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     return Scenario(model=model, task=task, systems=systems, memory=mem, input=inp, reliability=rel, search=space,
                     cost=CostOptions(budget.max_cost), moe=moe_opts, overlap=comm.overlap, name=str(name),
                     tp_overlap=comm.tp_overlap, dp_overlap=comm.dp_overlap, stages=stages, cp_method=comm.cp_method,
-                    cp_split=comm.cp_split, stack=stack_profile(read_table(HardwareKeys, raw["hardware"],
-                                                                           "hardware.").stack))
+                    cp_split=comm.cp_split, stack=stack)
 
 
 def _model(table: dict, base: Path, cat: Catalog):
@@ -235,12 +235,20 @@ def _task(raw: dict, stage_tables: list[dict], model) -> Task:
     return replace(task, **kw) if kw else task
 
 
-def _systems(hw: dict, prices: dict, cat: Catalog) -> dict:
+def _systems(hw: dict, prices: dict, cat: Catalog, stack: StackProfile | None = None) -> dict:
     """[hardware]: one System per candidate accelerator, in order. A stated efficiency selects the chapter's
     flat model (compute = FLOPs / (peak x efficiency)); without one every accelerator runs the per-operation
-    model of its performance-catalog entry."""
+    model of its performance-catalog entry, and a catalog card's usable memory is what the stack's allocator
+    can fill: (usable - communicator buffers) / (1 + allocator reserve) (StackProfile.usable; a usable_memory
+    the scenario states is taken as it is)."""
     h = read_table(HardwareKeys, hw, "hardware.")
     systems = {name: _system(name, hw, prices, h.efficiency, cat) for name in h.accelerator}
+    if h.efficiency is None and stack is not None:
+        for name, sysm in systems.items():
+            card = dict(hw.get(name, {})) if isinstance(hw.get(name), dict) else {}
+            if "usable_memory" not in hw and "usable_memory" not in card:
+                acc = replace(sysm.acc, memory_usable=stack.usable(sysm.acc.memory_usable))
+                systems[name] = replace(sysm, acc=acc)
     for key, value in hw.items():
         if isinstance(value, dict) and key not in systems:
             cat.accelerator(key)  # unknown name -> clear error; known but unused -> ignored

@@ -40,6 +40,7 @@ class Accelerator:
     price_card_hour: float | None = None
     peak_fp16: float = 0.0  # dense FP16 matrix peak (0 = not given in the catalog)
     peak_fp8: float = 0.0  # dense FP8 matrix peak (0 = not supported / not given)
+    peak_fp4: float = 0.0  # dense FP4 (NVFP4 / MXFP4) matrix peak (0 = not supported / not given)
     peak_tf32: float = 0.0  # dense TF32 matrix peak (0 = not given)
     display: str = ""
     host_link: str = ""

@@ -563,10 +563,19 @@ def rates(sc: Scenario, acc: str) -> steptime.Rates:
     A = sysm.acc
     rec = memory.recipe(sc.task.precision)
     peak = A.peak_fp16 if rec.matrix == "fp16" and A.peak_fp16 > 0 else A.peak_flops
-    fp8 = rec.matrix == "fp8" and A.peak_fp8 > 0
     perf = cast(PerfParams, sysm.perf)  # the per-operation model's: its system has a performance catalog
-    return steptime.Rates(peak=peak, linear_peak=A.peak_fp8 if fp8 else peak, hbm=A.hbm_bandwidth,
-                          tp_bandwidth=A.intra_host_bw, perf=perf, fp8=fp8, scale=sysm.efficiency)
+    low = {"fp8": (A.peak_fp8, perf.fp8_gemm_ratio, sc.stack.fp8_recipe if sc.stack.fp8_recipe in
+                   ("current", "delayed") else "current"),
+           "mxfp8": (A.peak_fp8, perf.fp8_gemm_ratio, "mxfp8"),
+           "nvfp4": (A.peak_fp4, perf.fp4_gemm_ratio, "nvfp4")}.get(rec.matrix)
+    if low is None or low[0] <= 0:  # BF16 / FP16, or a card without the precision's matrix units
+        return steptime.Rates(peak=peak, linear_peak=peak, hbm=A.hbm_bandwidth, tp_bandwidth=A.intra_host_bw,
+                              perf=perf, fp8=False, scale=sysm.efficiency)
+    e = sc.memory.activation_bytes
+    return steptime.Rates(peak=peak, linear_peak=low[0], hbm=A.hbm_bandwidth, tp_bandwidth=A.intra_host_bw,
+                          perf=perf, fp8=True, scale=sysm.efficiency,
+                          operand_bytes=steptime.OPERAND_BYTES["fp8" if rec.matrix == "fp8" else rec.matrix],
+                          cast_bytes=steptime.QUANTISATION_BYTES[low[2]](e) * 2.0 / e, linear_ratio=low[1])
 
 
 def _perf(sc: Scenario, acc: str) -> PerfParams:
@@ -1078,7 +1087,9 @@ def compute_from(sc: Scenario, schedule: str, pp: ArrayLike,
                                       dense_groups=lambda p: dense_split(sc, p))
         busy = _busiest(sc, pp, (lf + ldx + ldw,), (ef + edx + edw,), (hf + hdx + hdw,), 1,
                         None if dense is None else (dense[0] + dense[1] + dense[2],))[0]
-        pure = ga * busy
+        host = stack_overhead(sc, pp=pp, ga=ga)
+        completion = completion + host
+        pure = ga * busy + host
     else:
         completion = pipeline_compute(schedule, pp, ga, lf, ldx, ldw, t_x)
         pure = ga * (lf + ldx + ldw)
@@ -1086,6 +1097,16 @@ def compute_from(sc: Scenario, schedule: str, pp: ArrayLike,
     finite = np.isfinite(completion)
     return (total, pure, np.where(finite, np.maximum(completion - pure, 0.0), np.inf),
             np.where(finite, total - np.where(finite, completion, 0.0), 0.0))
+
+
+def stack_overhead(sc: Scenario, *, pp: ArrayLike, ga: ArrayLike) -> FloatArray:
+    """Host-side time per step that no compute hides (per-operation model; the stack's profile,
+    catalogs/stacks.toml): t_step + (m + pp - 1) t_micro, the optimizer step's launch, gradient-norm and
+    loss reductions once per step, and the schedule's bookkeeping once per micro-batch slot of the
+    pipeline's critical path (m micro-batches plus the pp - 1 of the fill)."""
+    st = sc.stack
+    out: FloatArray = st.step_overhead + (_f(ga) + _f(pp) - 1.0) * st.microbatch_overhead
+    return out
 
 
 def compute_bounds(sc: Scenario, schedule: str, pp: ArrayLike, inputs: Sequence[Any]) -> tuple[FloatArray, FloatArray]:
@@ -1096,6 +1117,8 @@ def compute_bounds(sc: Scenario, schedule: str, pp: ArrayLike, inputs: Sequence[
         lo, hi = pipeline_compute(schedule, pp, ga, (lf, ef, hf), (ldx, edx, hdx), (ldw, edw, hdw), t_x,
                                   groups=lambda p: stage_split(sc, p), bounds=True, dense=inputs[12:15] or None,
                                   dense_groups=lambda p: dense_split(sc, p))
+        host = stack_overhead(sc, pp=pp, ga=ga)
+        lo, hi = lo + host, hi + host
     else:
         lo, hi = pipeline_compute(schedule, pp, ga, lf, ldx, ldw, t_x, bounds=True)
     factor = straggler_factor(sc, cards)
@@ -1233,6 +1256,8 @@ def exposed_dp(sc: Scenario, *, acc: str, zero: ArrayLike, recompute: str, sp: b
         link = comm.shared_link_time(link, other * windows, window * windows)
     f = sc.overlap_fractions()[1]
     hidden = comm.exposed_time(unhidden, link / windows, window, windows, True)
+    if per_op_model(sc):  # the hidden share still costs the compute kappa of its time (overlap_contention)
+        hidden = hidden + _perf(sc, acc).overlap_contention * np.maximum(_f(link) - hidden, 0.0)
     exposed: FloatArray = f * hidden + (1.0 - f) * link
     return exposed
 
