@@ -76,18 +76,33 @@ def memory_peak(run, perf) -> tuple[float, float] | None:
     return float(np.max(v)) / GIB, float(np.max(lim)) / GIB
 
 
-def fit_all(runs, fit_tables, cat, loo: bool, log: bool):
-    """One calibration per accelerator on the runs of ``fit_tables``: (predictions, chosen plans, fitted
-    parameters, leave-one-out predictions); an accelerator without such a run keeps the catalog's."""
+OVERLAPPED_FREE = ("gemm_efficiency",)
+"""What a calibration frees on runs whose stack overlaps communication with compute (Megatron-Core): the
+sustained GEMM share and what hidden communication costs the compute; the other parameters stay at their
+published measurements. Runs without overlap (Megatron-LM 2021-22) free calibrate's defaults."""
+
+
+def fit_parameters(runs) -> tuple[str, ...] | None:
+    """The free parameters of a fit on ``runs`` (at most one per run; None: calibrate's defaults)."""
+    if runs and any(r.scenario.dp_overlap > 0 or max(r.scenario.tp_overlap) > 0 for r in runs):
+        return OVERLAPPED_FREE[:len(runs)]
+    return None
+
+
+def fit_all(runs, fit_tables, cat, loo: bool, log: bool, dense_only: bool = False):
+    """One calibration per accelerator on the runs of ``fit_tables`` (only the dense ones with
+    ``dense_only``): (predictions, chosen plans, fitted parameters, leave-one-out predictions); an
+    accelerator without such a run keeps the catalog's."""
     pred, chosen, cals, loo_pred = {}, {}, {}, {}
     for acc in dict.fromkeys(r.accelerator for r in runs):
         mine = [r for r in runs if r.accelerator == acc]
-        fit_runs = [r for r in mine if r.table in fit_tables]
+        fit_runs = [r for r in mine if r.table in fit_tables and not (dense_only and r.scenario.model.moe)]
         prior = cat.perf(acc)
         perf = prior
+        free = fit_parameters(fit_runs)
         if fit_runs:
             t0 = time.perf_counter()
-            cal = C.fit(fit_runs, acc, prior=prior)
+            cal = C.fit(fit_runs, acc, free, prior=prior)
             cals[acc] = (cal, len(fit_runs), time.perf_counter() - t0)
             perf = cal.perf
         elif log:
@@ -97,7 +112,8 @@ def fit_all(runs, fit_tables, cat, loo: bool, log: bool):
             chosen[r.name] = (C.chosen_plan(r, perf), perf)
         if loo and len(fit_runs) > 1:
             for i, r in enumerate(fit_runs):
-                c = C.fit(fit_runs[:i] + fit_runs[i + 1:], acc, prior=prior)
+                rest = fit_runs[:i] + fit_runs[i + 1:]
+                c = C.fit(rest, acc, fit_parameters(rest), prior=prior)
                 loo_pred[r.name] = float(C.predict(r, c.perf).step_s[0])
                 print(f"\r  leave-one-out {acc} {i + 1}/{len(fit_runs)}", end="", flush=True, file=sys.stderr)
             print(file=sys.stderr)
@@ -108,6 +124,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", nargs="+", default=[str(p) for p in DATA], help="CSV files of measured runs")
     ap.add_argument("--fit-on", default="all", help="tables (file stems, comma-separated) to fit on, 'all' or 'none'")
+    ap.add_argument("--fit-dense-only", action="store_true",
+                    help="fit on the dense runs only (every run is still predicted and printed)")
     ap.add_argument("--no-loo", action="store_true", help="skip the leave-one-out fits")
     ap.add_argument("--no-loso", action="store_true", help="skip the leave-one-source-out fits")
     ap.add_argument("--schedules", choices=["default", "fastest"], default="default",
@@ -131,20 +149,19 @@ def main(argv=None) -> int:
     for t in tables:
         print(f"  {t}: stack {stacks.get(t, '?')} ({stack_profile(stacks.get(t, DEFAULT_STACK)).display})")
 
-    pred, chosen, cals, loo = fit_all(runs, fit_tables, cat, not args.no_loo, True)
+    pred, chosen, cals, loo = fit_all(runs, fit_tables, cat, not args.no_loo, True, args.fit_dense_only)
     for acc, (cal, n, dt) in cals.items():
         prior = cat.perf(acc)
         print(f"\n{acc}: fitted on {n} runs in {dt:.0f} s")
         for name in cal.fitted:
-            unit, scale = ("us", 1e6) if name == "kernel_overhead" else ("", 1.0)
+            unit, scale = ("us", 1e6) if name in ("kernel_overhead", "collective_latency") else ("", 1.0)
             print(f"  {name:18s} {getattr(cal.perf, name) * scale:8.4g}{unit}   "
                   f"(catalog {getattr(prior, name) * scale:.4g}{unit})")
     shipped = {r.name: float(C.predict(r, cat.perf(r.accelerator)).step_s[0]) for r in runs}
     loso: dict = {}
     if not args.no_loso and len(tables) > 1:
         for t in tables:
-            p, _, _, _ = fit_all(runs, [x for x in fit_tables if x != t], cat,
-                                 False, False)
+            p, _, _, _ = fit_all(runs, [x for x in fit_tables if x != t], cat, False, False, args.fit_dense_only)
             loso.update({r.name: p[r.name] for r in runs if r.table == t})
 
     ok = True

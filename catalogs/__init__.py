@@ -235,7 +235,8 @@ def _build_accelerator(name: str, t: dict, links: dict[str, float], nics: dict[s
 _PERF_FRACTIONS = ("gemm_efficiency", "memory_efficiency", "attention_efficiency", "tp_efficiency", "dp_efficiency",
                    "fp8_gemm_ratio", "fp4_gemm_ratio", "attention_bwd_ratio")
 _PERF_KEYS = set(_PERF_FRACTIONS) | {"overlap_contention", "gemm_k_half", "tile", "sms", "kernel_overhead",
-                                     "collective_latency", "calibrated", "sources", "calibration"}
+                                     "collective_latency", "up_step_latency", "out_step_latency", "calibrated",
+                                     "sources", "calibration"}
 
 
 def build_perf(name: str, t: dict, base: PerfParams | None = None) -> PerfParams:
@@ -262,7 +263,7 @@ def build_perf(name: str, t: dict, base: PerfParams | None = None) -> PerfParams
         if not (isinstance(tile, list) and len(tile) == 2):
             raise InputError(f"{where}: tile must be [rows, columns]")
         kw["tile_m"], kw["tile_n"] = (parse_int(x, f"{where} tile", minimum=1) for x in tile)
-    for k in ("kernel_overhead", "collective_latency"):
+    for k in ("kernel_overhead", "collective_latency", "up_step_latency", "out_step_latency"):
         if k in t:
             kw[k] = parse_duration(t[k], f"{where} {k}")
     if "calibrated" in t:

@@ -55,6 +55,8 @@ class PerfParams:
     fp4_gemm_ratio: float = 1.0  # FP4 GEMMs: their fraction of the FP4 peak / gemm_efficiency
     attention_bwd_ratio: float = 1.0  # flash-attention backward: its fraction of the peak / attention_efficiency
     overlap_contention: float = 0.0  # share of a hidden collective's time the compute it hides behind still loses
+    up_step_latency: float = 0.0  # seconds per ring step inside a scale-up domain (NVLink, Infinity Fabric)
+    out_step_latency: float = 0.0  # seconds per ring step once a ring crosses the NICs
     calibrated: tuple[str, ...] = ()  # names of the fields that were fitted (the rest are priors)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 

@@ -1203,9 +1203,9 @@ def dp_link(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, cp: Array
     ranks = zero_ranks(dp, cp)
     bw = dp_bandwidth(sc, acc=acc, tp=tp, dp=ranks, nics=nics)
     if not sc.model.moe:
-        link: FloatArray = comm.zero_dp_volume(zero, heaviest_stage_params(sc, tp, pp), ranks, ga, rec.weights,
-                                               rec.grads) / bw
-        return link
+        n = heaviest_stage_params(sc, tp, pp)
+        link: FloatArray = comm.zero_dp_volume(zero, n, ranks, ga, rec.weights, rec.grads) / bw
+        return link + dp_latency(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, ga=ga, n=n)
     g = sc.system(acc).acc.cards_per_host
     etp_size = moe.expert_tp_size(etp, tp)
     edp = moe.expert_dp_size(tp, ranks, ep, etp)
@@ -1218,6 +1218,24 @@ def dp_link(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, cp: Array
         return both
 
     return _moe_stages(sc, tp, pp, t)
+
+
+def dp_latency(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, pp: ArrayLike, ranks: ArrayLike,
+               ga: ArrayLike, n: ArrayLike) -> FloatArray:
+    """Per-operation model: the latency of a step's data-parallel collectives, calls x (t_call + ring
+    latency): comm.dp_collective_calls (per-layer ZeRO-3 / FSDP gathers and reductions, the stack's
+    gradient buckets otherwise) and network.ring_latency over the dp x cp ranks tp apart (each step
+    paced by the tier the ring crosses: up_step_latency inside the scale-up domain, out_step_latency
+    across the NICs). 0 in the flat model."""
+    if not per_op_model(sc):
+        return 0.0 * _f(ranks)
+    p = _perf(sc, acc)
+    rec = memory.recipe(sc.task.precision)
+    layers = np.ceil(sc.model.layers / _f(pp))
+    calls = comm.dp_collective_calls(zero, n, layers, ga, sc.stack.dp_bucket, rec.weights, rec.grads)
+    ring = network.ring_latency(sc.system(acc).acc.fabric, ranks, tp, p.up_step_latency, p.out_step_latency)
+    out: FloatArray = np.where(_f(ranks) > 1, calls * (p.collective_latency + ring), 0.0)
+    return out
 
 
 def exposed_dp(sc: Scenario, *, acc: str, zero: ArrayLike, recompute: str, sp: bool | None = None, tp: ArrayLike,
