@@ -1281,45 +1281,68 @@ def offload_wait(sc: Scenario, *, acc: str, offload: str, zero: ArrayLike, recom
 def ep_link(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike, mb: ArrayLike,
             nics: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0, cap: ArrayLike = 0.0) -> FloatArray:
     """All-to-all time of one micro-batch on the stage with the most MoE blocks (moe.a2a_per_microbatch):
-    dispatch and combine of one card's tokens on the EP group's links (NVLink inside a host, the host's
-    NICs across hosts), stretched by the load factor; the per-operation model derates the links by the
-    collective efficiencies (tp_efficiency inside a host, dp_efficiency across) and adds a latency per
-    exchange. 0 for a dense model or EP = 1."""
+    dispatch and combine of one card's tokens on the EP group's links, stretched by the load factor.
+    Which tiers the rows cross is network.route's decision for the group (ep members etp apart): inside
+    one scale-up domain (a host, or a rack-scale NVLink domain) they stay on NVLink, otherwise the share
+    bound for other domains leaves through the host's NICs (``[moe] dispatcher``: direct, per-host or
+    all-gather, moe.a2a_rows_per_token). The per-operation model derates the links by the collective
+    efficiencies (tp_efficiency on the scale-up tier, dp_efficiency beyond) and adds each exchange's
+    fixed cost, the call latency and one per message (moe.a2a_latency). 0 for a dense model or EP = 1."""
     a = sc.model
     if not a.moe:
         return 0.0 * _f(tp) * _f(pp) * _f(mb) * _f(nics) * _f(ep) * _f(etp) * _f(cap)
     A = sc.system(acc).acc
     o = sc.moe
     rc = effective_recompute(sc, recompute)
-    hosts = moe.ep_hosts(ep, moe.expert_tp_size(etp, tp), A.cards_per_host)
-    intra, inter = moe.a2a_rows_per_token(a.top_k, ep, hosts, o.dispatcher, o.node_limit)
-    fabric, latency = A.fabric, 0.0
+    etp_size = moe.expert_tp_size(etp, tp)
+    fabric = A.fabric
     if per_op_model(sc):
         p = _perf(sc, acc)
-        fabric, latency = fabric.derated(p.tp_efficiency, p.dp_efficiency), p.collective_latency
-    path = network.route(fabric, _f(ep) * moe.expert_tp_size(etp, tp), 1, A.cards_per_host, nics)
-    one = moe.a2a_time(card_tokens(sc, tp, mb, cp), a.hidden, sc.memory.activation_bytes, intra, inter,
-                       load_factor(sc, ep, cap), path, A.p2p)
-    one = np.where(_f(ep) > 1, one + latency, 0.0)
+        fabric = fabric.derated(p.tp_efficiency, p.dp_efficiency)
+    domains = moe.ep_domains(ep, etp_size, fabric.scale_up.cards)
+    intra, inter = moe.a2a_rows_per_token(a.top_k, ep, domains, o.dispatcher, o.node_limit)
+    tokens, e = card_tokens(sc, tp, mb, cp), sc.memory.activation_bytes
+    if o.dispatcher == "all-gather":  # a ring of ep members etp apart, the etp rings of a host sharing its NICs
+        ring = network.route(fabric, ep, etp_size, etp_size, nics)
+        one = moe.allgather_dispatch_time(tokens, a.hidden, e, intra + inter, ring.bandwidth)
+    else:
+        path = network.route(fabric, ep, etp_size, A.cards_per_host, nics)
+        one = moe.a2a_time(tokens, a.hidden, e, intra, inter, load_factor(sc, ep, cap), path, A.p2p)
+    if per_op_model(sc):
+        one = one + moe.a2a_latency(ep, domains, o.dispatcher, _perf(sc, acc).collective_latency)
+    one = np.where(_f(ep) > 1, one, 0.0)
     blocks = _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n)
     per_mb: FloatArray = moe.a2a_per_microbatch(one, blocks, rc == "full")
     return per_mb
+
+
+def comm_sm_share(sc: Scenario, acc: str) -> float:
+    """Share of a card's SMs an overlapped exchange takes from the compute beside it: moe.COMM_SMS over
+    the performance catalog's SMs (the per-operation model), over the H800's 132 in the flat model."""
+    sms = _perf(sc, acc).sms if per_op_model(sc) else 132
+    return min(1.0, moe.COMM_SMS / sms)
 
 
 def ep_comm(sc: Scenario, *, acc: str, recompute: str, schedule: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike,
             dp: ArrayLike, mb: ArrayLike, nics: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0,
             cap: ArrayLike = 0.0) -> FloatArray:
     """Exposed all-to-all per step (moe.a2a_exposed): every micro-batch's exchanges, or with overlap
-    (``[moe] a2a_overlap``: auto = DualPipe schedules) only what exceeds one micro-batch's compute. The
-    exchanges extend each micro-batch on the critical path; how they stretch pipeline bubbles is not
-    modelled (as the flat model's tensor-parallel time)."""
+    (``[moe] a2a_overlap``: all = Megatron-Core's EP overlap on any schedule, auto = DualPipe schedules)
+    the unpaired warm-up and cool-down chunks whole (moe.a2a_unpaired_share), and of each paired chunk
+    what exceeds one micro-batch's compute plus the compute slowed by the SMs the exchange holds
+    (:func:`comm_sm_share`). The exchanges extend each micro-batch on the critical path; how they
+    stretch pipeline bubbles is not modelled (as the flat model's tensor-parallel time)."""
     per_mb = ep_link(sc, acc=acc, recompute=recompute, tp=tp, cp=cp, pp=pp, mb=mb, nics=nics, ep=ep, etp=etp, cap=cap)
     if not sc.model.moe:
         return per_mb * _f(dp) * _f(cp)  # zeros of the right shape
     t_f, t_dx, t_dw = microbatch_times(sc, acc=acc, recompute=recompute, schedule=schedule, tp=tp, cp=cp, pp=pp,
                                        mb=mb, ep=ep, etp=etp, cap=cap)
-    exposed: FloatArray = moe.a2a_exposed(per_mb, t_f + t_dx + t_dw, grad_accum(sc, dp, mb),
-                                          moe.a2a_overlapped(sc.moe.a2a_overlap, schedule))
+    ga = grad_accum(sc, dp, mb)
+    base, v = schedule_parts(schedule)
+    unpaired = moe.a2a_unpaired_share(base, v, pp, np.ceil(ga - 1e-9))
+    exposed: FloatArray = moe.a2a_exposed(per_mb, t_f + t_dx + t_dw, ga,
+                                          moe.a2a_overlapped(sc.moe.a2a_overlap, schedule), unpaired,
+                                          comm_sm_share(sc, acc))
     return exposed
 
 
