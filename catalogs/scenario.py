@@ -44,6 +44,7 @@ from tpopt.catalogs.schema import (
     read_table,
     targets,
 )
+from tpopt.catalogs.stacks import stack_profile
 from tpopt.errors import InputError
 from tpopt.models.hardware import Accelerator
 from tpopt.models.plan import (
@@ -204,7 +205,8 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     return Scenario(model=model, task=task, systems=systems, memory=mem, input=inp, reliability=rel, search=space,
                     cost=CostOptions(budget.max_cost), moe=moe_opts, overlap=comm.overlap, name=str(name),
                     tp_overlap=comm.tp_overlap, dp_overlap=comm.dp_overlap, stages=stages, cp_method=comm.cp_method,
-                    cp_split=comm.cp_split)
+                    cp_split=comm.cp_split, stack=stack_profile(read_table(HardwareKeys, raw["hardware"],
+                                                                           "hardware.").stack))
 
 
 def _model(table: dict, base: Path, cat: Catalog):

@@ -64,6 +64,7 @@ SAMPLES = {
     "schedule.reserved": ('"12h"', 12 * HOUR),
     "hardware.accelerator": ('["rtx4090", "h100-sxm"]', ("rtx4090", "h100-sxm")),
     "hardware.efficiency": ('"40%"', 0.4),
+    "hardware.stack": ('"torchtitan"', "torchtitan"),
     "hardware.usable_memory": ('"22GiB"', 22 * GIB),
     "hardware.cards_per_host": ("8", 8),
     "hardware.peak": ('"989TFLOP/s"', 989e12),
@@ -247,6 +248,8 @@ def test_every_bound_is_enforced_with_its_message(dotted, decl):
     ("moe.imbalance", "imbalance = 3", "moe: 50% of the experts at 3 x the mean would take more than every dispatch; "
                                        "lower imbalance or hot_experts"),
     ("search.zero_stage", "zero_stage = [4]", "search.zero_stage values must be 0, 1, 2 or 3"),
+    ("hardware.stack", 'stack = "nemo-9"', "unknown stack 'nemo-9' (known: megatron-core, megatron-lm-2021, torchtitan, "
+     "deepspeed, maxtext)"),
     ("hardware.accelerator", 'accelerator = ["rtx4090", "rtx4090"]', "hardware.accelerator lists a name twice"),
     ("checkpoint.storage", 'storage = "superpod-good"\nwrite_bandwidth = "7GB/s"',
      "checkpoint: give write_bandwidth or storage, not both"),
