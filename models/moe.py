@@ -54,6 +54,12 @@ from tpopt.models.numeric import FloatArray, Floats
 DISPATCHERS = ("direct", "per-host", "all-gather")
 A2A_OVERLAPS = ("auto", "none", "all")
 
+STACK_DISPATCHERS = {"alltoall": "direct", "flex": "per-host", "deepep": "per-host", "hybridep": "per-host",
+                     "allgather": "all-gather", "none": "direct"}
+"""A software stack's name for its token dispatcher (catalogs/stacks.toml ``moe_dispatcher``) -> tpopt's:
+Megatron-Core's ``alltoall`` sends every dispatch as its own row, ``flex`` (DeepEP, HybridEP) one copy
+per destination domain, ``allgather`` gathers every token of the EP group."""
+
 
 Weigh: TypeAlias = Callable[[FloatArray, FloatArray, FloatArray, FloatArray], Floats]
 """A stage's weight from its (non-expert params per card, routed-expert linear params, routed-expert biases,
@@ -184,6 +190,21 @@ def ep_domains(ep: ArrayLike, expert_tp_eff: ArrayLike, domain_cards: float) -> 
     GB200 NVL72's 72 cards; network.route decides the tiers the same way). What the all-to-all's rows
     cross: inside a domain they stay on NVLink."""
     return np.ceil(_f(ep) * _f(expert_tp_eff) / domain_cards)
+
+
+def routed_domain_limit(a: ModelArch, ep: ArrayLike, expert_tp_eff: ArrayLike, domain_cards: float) -> FloatArray:
+    """Scale-up domains one token's experts can sit on under the model's group-limited routing (0: no limit).
+
+    The router picks the token's experts from ``router_group_topk`` of ``router_groups`` groups of
+    E / G consecutive experts. EP places experts in order, so a group spans (ep / G) x etp consecutive
+    cards when ep >= G (inside one card otherwise) and a token reaches at most
+        topk_groups x max(1, ceil((ep / G) x etp / cards per domain)) domains.
+    DeepSeek-V3 (G = 8, 4 groups per token) at EP 64 over 8-card hosts: 4 hosts (the technical report's
+    node-limited routing, M = 4); at EP 64 inside one NVL72 domain: no effect (1 domain)."""
+    if a.router_groups <= 0 or a.router_group_topk <= 0:
+        return 0.0 * _f(ep)
+    span = np.maximum(_f(ep) / a.router_groups, 1.0) * _f(expert_tp_eff)
+    return a.router_group_topk * np.maximum(1.0, np.ceil(span / domain_cards))
 
 
 def ep_placement(ep: int, expert_tp_eff: ArrayLike, cards_per_host: int, domain_cards: float = 0) -> str:
@@ -380,7 +401,7 @@ Overlapped compute runs on the rest (:func:`a2a_exposed`)."""
 
 
 def a2a_rows_per_token(top_k: int, ep: ArrayLike, hosts: ArrayLike, dispatcher: str = "direct",
-                       node_limit: int = 0) -> tuple[FloatArray, FloatArray]:
+                       node_limit: ArrayLike = 0) -> tuple[FloatArray, FloatArray]:
     """Rows of width h one token puts on each link per all-to-all: (inside the domain, across domains).
 
     The EP group spans ``hosts`` scale-up domains (:func:`ep_domains`: hosts, or NVLink domains of
@@ -389,8 +410,9 @@ def a2a_rows_per_token(top_k: int, ep: ArrayLike, hosts: ArrayLike, dispatcher: 
     its own row, k (m - 1) / ep inside the domain and k (ep - m) / ep across.
     ``per-host`` (DeepSeek-V3's dispatch, DeepEP / HybridEP): one copy per destination domain crosses the
     NICs, the expected number of distinct other domains a token's k experts sit on,
-    (H - 1)/H x H (1 - (1 - 1/H)^k), capped by ``node_limit`` domains per token when given (node-limited
-    routing), then NVLink forwards k (m - 1)/m rows.
+    (H - 1)/H x H (1 - (1 - 1/H)^k), capped by ``node_limit`` domains per token where > 0 (node-limited
+    routing: the scenario's ``[moe] node_limit`` or the model's group-limited routing, routed_domain_limit),
+    then NVLink forwards k (m - 1)/m rows.
     ``all-gather`` (Megatron-LM's all-gather dispatcher): every rank gathers every token of the group
     and keeps the rows of its own experts; a ring of ep members sends ep - 1 rows per token whatever
     k, all of them on the ring's slowest tier (returned as the second value when the ring crosses
@@ -403,8 +425,8 @@ def a2a_rows_per_token(top_k: int, ep: ArrayLike, hosts: ArrayLike, dispatcher: 
         return np.where(H > 1, 0.0, rows), np.where(H > 1, rows, 0.0)
     if dispatcher == "per-host":
         distinct = H * (1.0 - (1.0 - 1.0 / H) ** top_k)
-        if node_limit > 0:
-            distinct = np.minimum(distinct, float(node_limit))
+        limit = _f(node_limit)
+        distinct = np.where(limit > 0, np.minimum(distinct, limit), distinct)
         inter = distinct * (H - 1.0) / H
         intra = top_k * (m - 1.0) / np.maximum(m, 1.0)
         return np.where(ep > 1, intra, 0.0), np.where(ep > 1, inter, 0.0)
@@ -509,6 +531,14 @@ def a2a_exposed(per_microbatch: ArrayLike, compute_per_microbatch: ArrayLike, mi
     paired = np.maximum(0.0, a - c) + s * np.minimum(a, c)
     hidden = m * (u * a + (1.0 - u) * paired)
     return np.where(overlapped, hidden, m * a)
+
+
+def stack_defaults(dispatcher: str, a2a_overlap: str) -> dict[str, str]:
+    """``[moe] dispatcher`` and ``a2a_overlap`` a stack implies where the scenario states neither: its
+    dispatcher (STACK_DISPATCHERS; unknown names keep ``direct``), and ``all`` when the stack overlaps
+    the exchanges by default, else ``auto`` (a DualPipe schedule pairs its chunks whatever the stack)."""
+    overlap = "all" if str(a2a_overlap).lower() in ("all", "true", "on") else "auto"
+    return {"dispatcher": STACK_DISPATCHERS.get(str(dispatcher).lower(), "direct"), "a2a_overlap": overlap}
 
 
 def a2a_overlapped(setting: str, schedule: str) -> bool:

@@ -1300,7 +1300,8 @@ def ep_link(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayL
         p = _perf(sc, acc)
         fabric = fabric.derated(p.tp_efficiency, p.dp_efficiency)
     domains = moe.ep_domains(ep, etp_size, fabric.scale_up.cards)
-    intra, inter = moe.a2a_rows_per_token(a.top_k, ep, domains, o.dispatcher, o.node_limit)
+    intra, inter = moe.a2a_rows_per_token(a.top_k, ep, domains, o.dispatcher,
+                                          node_limit(sc, ep, etp_size, fabric.scale_up.cards))
     tokens, e = card_tokens(sc, tp, mb, cp), sc.memory.activation_bytes
     if o.dispatcher == "all-gather":  # a ring of ep members etp apart, the etp rings of a host sharing its NICs
         ring = network.route(fabric, ep, etp_size, etp_size, nics)
@@ -1314,6 +1315,15 @@ def ep_link(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayL
     blocks = _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n)
     per_mb: FloatArray = moe.a2a_per_microbatch(one, blocks, rc == "full")
     return per_mb
+
+
+def node_limit(sc: Scenario, ep: ArrayLike, etp_size: ArrayLike, domain_cards: float) -> FloatArray:
+    """Domains one token's experts may span (0: any): the smaller of ``[moe] node_limit`` and the model's
+    group-limited routing (moe.routed_domain_limit), where either is set."""
+    model = moe.routed_domain_limit(sc.model, ep, etp_size, domain_cards)
+    stated = float(sc.moe.node_limit)
+    both = np.where(model > 0, np.minimum(model, stated), stated)
+    return np.where(stated > 0, both, model)
 
 
 def comm_sm_share(sc: Scenario, acc: str) -> float:
