@@ -25,7 +25,8 @@ _ARCH_BOOL = ("tied_embeddings", "qk_norm", "gated_mlp", "qkv_bias", "linear_bia
               "o_bias", "mlp_bias", "head_bias", "embedding_norm", "attn_sinks", "shared_expert_gate", "router_bias")
 _ARCH_ENUM = {"norm": NORMS, "activation": ACTIVATIONS, "positions": POSITIONS}
 MODEL_KEYS = tuple(_ARCH_INT) + _ARCH_BOOL + tuple(_ARCH_ENUM) + ("mlp_only_layers", "source", "notes")
-_MOE_ONLY = ("top_k", "expert_ffn", "shared_experts", "shared_ffn", "dense_layers", "router_groups", "router_group_topk")
+_MOE_ONLY = ("top_k", "expert_ffn", "shared_experts", "shared_ffn", "dense_layers", "router_groups",
+             "router_group_topk")
 _MLA_ONLY = ("q_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_head_dim")
 
 
