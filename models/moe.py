@@ -553,6 +553,30 @@ def a2a_overlapped(setting: str, schedule: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
+# ZeRO over the expert weights
+
+
+def ring_latency(members: ArrayLike, domains: ArrayLike) -> FloatArray:
+    """Fixed cost of one ring all-gather or reduce-scatter over ``members`` ranks spread over ``domains``
+    scale-up domains, seconds: its n - 1 sequential steps, of which the domains - 1 that enter another
+    domain take a network hop and the rest an NVLink hop (RING_HOP_LATENCY; NCCL's latency model counts
+    ring steps the same way). 640 ranks over 160 hosts: 480 x 3.4 us + 159 x 9.6 us = 3.16 ms."""
+    n = np.maximum(_f(members), 1.0)
+    inter = np.clip(_f(domains), 1.0, n) - 1.0
+    return (n - 1.0 - inter) * RING_HOP_LATENCY["scale-up"] + inter * RING_HOP_LATENCY["scale-out"]
+
+
+def expert_zero_calls(zero_stage: ArrayLike, moe_blocks: ArrayLike, micro_batches: ArrayLike) -> FloatArray:
+    """Collective calls on the expert-data-parallel group per step, one unit per MoE block (its local
+    experts, as FSDP wraps them: a per-block expert module): ZeRO-3 gathers each block's experts before its
+    forward and again before its backward and reduce-scatters their gradients, every micro-batch
+    (3 m B); ZeRO-2 reduce-scatters every micro-batch and gathers once (m B + B); ZeRO-0/1 reduce and
+    gather once per step (2 B)."""
+    z, b, m = _f(zero_stage), _f(moe_blocks), _f(micro_batches)
+    return np.select([z >= 3, z >= 2], [3.0 * m * b, (m + 1.0) * b], 2.0 * b)
+
+
+# ---------------------------------------------------------------------------------------------
 # activation memory of routed tokens
 
 

@@ -1187,6 +1187,7 @@ def dp_link(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, cp: Array
     etp_size = moe.expert_tp_size(etp, tp)
     edp = moe.expert_dp_size(tp, ranks, ep, etp)
     bw_e = dp_bandwidth(sc, acc=acc, tp=np.minimum(_f(ep) * etp_size, g), dp=edp, nics=nics)
+    lat = expert_zero_latency(sc, acc=acc, zero=zero, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, ep=ep, etp=etp)
 
     def t(d: FloatArray, xl: FloatArray, xb: FloatArray, n: FloatArray) -> FloatArray:
         experts = xl / (_f(ep) * etp_size) + xb / _f(ep)
@@ -1194,7 +1195,25 @@ def dp_link(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, cp: Array
                             + comm.zero_dp_volume(zero, experts, edp, ga, rec.weights, rec.grads) / bw_e)
         return both
 
-    return _moe_stages(sc, tp, pp, t)
+    return _moe_stages(sc, tp, pp, t) + lat
+
+
+def expert_zero_latency(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike,
+                        dp: ArrayLike, mb: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0) -> FloatArray:
+    """Per-operation model: the fixed cost of the collectives over the expert-data-parallel group per step,
+    calls (moe.expert_zero_calls: ZeRO-3 gathers whole expert sets per block and micro-batch) x (call latency
+    + the ring's sequential steps, moe.ring_latency over the edp members ep x etp apart). What makes ZeRO-3
+    over experts at DP in the hundreds costly beyond its bytes; 0 in the flat model (the chapter's accounting)."""
+    if not (sc.model.moe and per_op_model(sc)):
+        return np.zeros(np.broadcast(_f(zero), _f(tp), _f(cp), _f(pp), _f(dp), _f(mb), _f(ep), _f(etp)).shape)
+    fabric = sc.system(acc).acc.fabric
+    stride = _f(ep) * moe.expert_tp_size(etp, tp)
+    edp = moe.expert_dp_size(tp, zero_ranks(dp, cp), ep, etp)
+    domains = np.minimum(np.ceil(edp * stride / fabric.scale_up.cards), edp)
+    one = _perf(sc, acc).collective_latency + moe.ring_latency(edp, domains)
+    blocks = _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n)
+    lat: FloatArray = np.where(edp > 1, moe.expert_zero_calls(zero, blocks, grad_accum(sc, dp, mb)) * one, 0.0)
+    return lat
 
 
 def exposed_dp(sc: Scenario, *, acc: str, zero: ArrayLike, recompute: str, sp: bool | None = None, tp: ArrayLike,
@@ -1234,7 +1253,29 @@ def exposed_dp(sc: Scenario, *, acc: str, zero: ArrayLike, recompute: str, sp: b
     f = sc.overlap_fractions()[1]
     hidden = comm.exposed_time(unhidden, link / windows, window, windows, True)
     exposed: FloatArray = f * hidden + (1.0 - f) * link
+    if sc.model.moe and per_op_model(sc):
+        exposed = exposed + f * expert_zero_contention(sc, acc=acc, zero=zero, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb,
+                                                       nics=nics, ep=ep, etp=etp, compute=window * windows)
     return exposed
+
+
+def expert_zero_contention(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1,
+                           pp: ArrayLike, dp: ArrayLike, mb: ArrayLike, nics: ArrayLike, ep: ArrayLike = 1,
+                           etp: ArrayLike = 0, compute: ArrayLike) -> FloatArray:
+    """Compute the hidden expert-weight traffic slows: while the expert gathers and reductions run behind
+    compute they hold SMs (comm_sm_share), so the compute beside them runs on the rest:
+    s x min(expert link time, compute). The expert link time is dp_link's expert ring (bytes over the
+    expert-data-parallel ring's bandwidth), without its fixed costs."""
+    rec = memory.recipe(sc.task.precision)
+    g = sc.system(acc).acc.cards_per_host
+    etp_size = moe.expert_tp_size(etp, tp)
+    edp = moe.expert_dp_size(tp, zero_ranks(dp, cp), ep, etp)
+    bw_e = dp_bandwidth(sc, acc=acc, tp=np.minimum(_f(ep) * etp_size, g), dp=edp, nics=nics)
+    ga = grad_accum(sc, dp, mb)
+    link = _moe_stages(sc, tp, pp, lambda d, xl, xb, n: comm.zero_dp_volume(
+        zero, xl / (_f(ep) * etp_size) + xb / _f(ep), edp, ga, rec.weights, rec.grads) / bw_e)
+    slowed: FloatArray = comm_sm_share(sc, acc) * np.minimum(link, _f(compute))
+    return slowed
 
 
 def tp_comm(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike,
