@@ -71,7 +71,8 @@ def memory_peak(run, perf) -> tuple[float, float] | None:
     r = evaluate_arrays(sc, p.accelerator, tp=p.tp, pp=p.pp, dp=p.dp, micro_batch=p.micro_batch,
                         zero_stage=p.zero_stage, nics_per_host=p.nics_per_host, save_interval_s=p.save_interval_s,
                         recompute=p.recompute, offload=p.offload, schedule=p.schedule, save_mode=p.save_mode,
-                        cp=p.cp, ep=p.ep, expert_tp=p.expert_tp, capacity_factor=p.capacity_factor)
+                        ep=p.ep, expert_tp=p.expert_tp, capacity_factor=p.capacity_factor, cp=p.cp,
+                        sequence_parallel=p.sequence_parallel)
     v, lim = r[("c", F.MEMORY_PER_CARD)]
     return float(np.max(v)) / GIB, float(np.max(lim)) / GIB
 

@@ -47,6 +47,7 @@ from tpopt.catalogs.schema import (
 from tpopt.catalogs.stacks import stack_profile
 from tpopt.errors import InputError
 from tpopt.models.hardware import Accelerator, StackProfile
+from tpopt.models.moe import stack_defaults as moe_stack_defaults
 from tpopt.models.plan import (
     CostOptions,
     InputPipeline,
@@ -192,7 +193,7 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     rel = _reliability(ck, read_table(StragglerKeys, raw.get("stragglers", {}), "stragglers."))
     se = raw.get("search", {})
     space = _search_space(se, raw.get("checkpoint", {}), mem, systems)
-    moe_opts, moe_domains = _moe_inputs(raw.get("moe", {}), model, se)
+    moe_opts, moe_domains = _moe_inputs(raw.get("moe", {}), model, se, stack)
     space = replace(space, **moe_domains)
     stages = _stages(stage_tables, raw, cat) if stage_tables else ()
     if stages:
@@ -317,8 +318,9 @@ def _schedules(names: tuple[str, ...], virtual_stages: tuple[int, ...] | None) -
     return tuple(dict.fromkeys(out))
 
 
-def _moe_inputs(mt: dict, model, se: dict) -> tuple[MoeOptions, dict]:
-    """[moe] routing assumptions and the [search] domains of ep, expert_tp and capacity_factor.
+def _moe_inputs(mt: dict, model, se: dict, stack=None) -> tuple[MoeOptions, dict]:
+    """[moe] routing assumptions and the [search] domains of ep, expert_tp and capacity_factor; the
+    dispatcher and the all-to-all overlap the scenario does not state are the stack's (moe.stack_defaults).
 
     Defaults: ep = every power of two dividing the routed experts (1 for a dense model), expert_tp = 0
     (the same as tp), capacity_factor = none (dropless). EP values that do not divide the experts, and
@@ -331,7 +333,8 @@ def _moe_inputs(mt: dict, model, se: dict) -> tuple[MoeOptions, dict]:
         if given:
             raise InputError(f"search.{given[0]} applies to mixture-of-experts models; {model.name} is dense")
         return MoeOptions(), {"ep": (1,), "expert_tp": (0,), "capacity_factor": (0.0,)}
-    opts = MoeOptions(**targets(read_table(MoeKeys, mt, "moe.")))
+    implied = moe_stack_defaults(stack.moe_dispatcher, stack.moe_a2a_overlap) if stack is not None else {}
+    opts = MoeOptions(**targets(read_table(MoeKeys, {**implied, **mt}, "moe.")))
     d = read_table(MoeSearchKeys, se, "search.", model)
     E = model.experts
     ep = d.ep or tuple(e for e in (2 ** i for i in range(E.bit_length())) if E % e == 0)

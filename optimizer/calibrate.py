@@ -83,7 +83,8 @@ def predict(run: MeasuredRun, perf: PerfParams) -> Prediction:
         r = evaluate_arrays(sc, p.accelerator, tp=p.tp, pp=p.pp, dp=p.dp, micro_batch=p.micro_batch,
                             zero_stage=p.zero_stage, nics_per_host=p.nics_per_host, save_interval_s=p.save_interval_s,
                             recompute=p.recompute, offload=p.offload, schedule=p.schedule, save_mode=p.save_mode,
-                            cp=p.cp, ep=p.ep, expert_tp=p.expert_tp, capacity_factor=p.capacity_factor)
+                            ep=p.ep, expert_tp=p.expert_tp, capacity_factor=p.capacity_factor, cp=p.cp,
+                            sequence_parallel=p.sequence_parallel)
         step = np.asarray(r["step_s"], dtype=float)
         ok = np.ones(step.shape, dtype=bool)
         for name in CHOICE_CONSTRAINTS if len(run.plans) > 1 else ():  # a plan that ran needs no check

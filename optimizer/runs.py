@@ -75,6 +75,22 @@ def table_stack(path: str | Path) -> str:
     return DEFAULT_TABLE_STACK
 
 
+def table_moe(path: str | Path) -> dict[str, float]:
+    """Routing a table states for its MoE runs in ``# moe.KEY = NUMBER`` comment lines (e.g. ``# moe.imbalance =
+    1``: force-balanced tokens), as [moe] keys of the rows' scenarios."""
+    out: dict[str, float] = {}
+    for ln in read_text_capped(Path(path), "runs file").splitlines():
+        t = ln.strip()
+        if t.startswith("#") and t[1:].strip().startswith("moe."):
+            key, _, value = t[1:].strip()[4:].partition("=")
+            try:
+                out[key.strip()] = float(value)
+            except ValueError:
+                raise InputError(f"{Path(path).name}: '# moe.{key.strip()} = {value.strip()}' is not a number"
+                                 ) from None
+    return out
+
+
 def stack_defaults(name: str) -> dict[str, Any]:
     """A measured table's stack defaults (catalogs/stacks.toml): overlap, attention, sequence parallel,
     dropout and recompute as the stack runs them when the table does not say."""
@@ -227,6 +243,7 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
     cat = catalog or load_catalog()
     table = Path(path).stem
     stack = table_stack(path)
+    routing = table_moe(path)
     out = []
     for i, row in enumerate(read_rows(path)):
         name = (row.get("run") or f"{table}-{i + 1}").strip()
@@ -273,6 +290,9 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         raw.pop("search", None)
         raw.pop("sweep", None)
         sc = build_scenario(raw, cat) if arch is None else _with_model(raw, cat, arch)
+        if sc.model.moe and routing and "moe" not in raw:  # the table's routing statement, for its MoE rows
+            raw["moe"] = dict(routing)
+            sc = build_scenario(raw, cat) if arch is None else _with_model(raw, cat, arch)
         dp = gpus // (tp * cp * pp)
         if dp * tp * cp * pp != gpus or batch % dp:
             raise InputError(f"{where}: gpus ({gpus}) must be tp x cp x pp x dp with dp dividing the global batch")
