@@ -44,8 +44,10 @@ from tpopt.catalogs.schema import (
     read_table,
     targets,
 )
+from tpopt.catalogs.stacks import stack_profile
 from tpopt.errors import InputError
-from tpopt.models.hardware import Accelerator
+from tpopt.models.hardware import Accelerator, StackProfile
+from tpopt.models.moe import stack_defaults as moe_stack_defaults
 from tpopt.models.plan import (
     CostOptions,
     InputPipeline,
@@ -183,14 +185,15 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     model = _model(raw["model"], Path(raw.get("_base_dir", ".")), cat)
     stage_tables = _stage_tables(raw["task"])
     task = _task(raw, stage_tables, model)
-    systems = _systems(raw["hardware"], raw.get("cost", {}), cat)
+    stack = stack_profile(read_table(HardwareKeys, raw["hardware"], "hardware.").stack)
+    systems = _systems(raw["hardware"], raw.get("cost", {}), cat, stack)
     mem = MemoryOptions(**targets(read_table(MemoryKeys, raw.get("memory", {}), "memory.")))
     inp = InputPipeline(**targets(read_table(InputKeys, raw.get("input", {}), "input.")))
     ck = read_table(CheckpointKeys, raw.get("checkpoint", {}), "checkpoint.", cat)
     rel = _reliability(ck, read_table(StragglerKeys, raw.get("stragglers", {}), "stragglers."))
     se = raw.get("search", {})
     space = _search_space(se, raw.get("checkpoint", {}), mem, systems)
-    moe_opts, moe_domains = _moe_inputs(raw.get("moe", {}), model, se)
+    moe_opts, moe_domains = _moe_inputs(raw.get("moe", {}), model, se, stack)
     space = replace(space, **moe_domains)
     stages = _stages(stage_tables, raw, cat) if stage_tables else ()
     if stages:
@@ -204,7 +207,7 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     return Scenario(model=model, task=task, systems=systems, memory=mem, input=inp, reliability=rel, search=space,
                     cost=CostOptions(budget.max_cost), moe=moe_opts, overlap=comm.overlap, name=str(name),
                     tp_overlap=comm.tp_overlap, dp_overlap=comm.dp_overlap, stages=stages, cp_method=comm.cp_method,
-                    cp_split=comm.cp_split)
+                    cp_split=comm.cp_split, stack=stack)
 
 
 def _model(table: dict, base: Path, cat: Catalog):
@@ -233,12 +236,20 @@ def _task(raw: dict, stage_tables: list[dict], model) -> Task:
     return replace(task, **kw) if kw else task
 
 
-def _systems(hw: dict, prices: dict, cat: Catalog) -> dict:
+def _systems(hw: dict, prices: dict, cat: Catalog, stack: StackProfile | None = None) -> dict:
     """[hardware]: one System per candidate accelerator, in order. A stated efficiency selects the chapter's
     flat model (compute = FLOPs / (peak x efficiency)); without one every accelerator runs the per-operation
-    model of its performance-catalog entry."""
+    model of its performance-catalog entry, and a catalog card's usable memory is what the stack's allocator
+    can fill: (usable - communicator buffers) / (1 + allocator reserve) (StackProfile.usable; a usable_memory
+    the scenario states is taken as it is)."""
     h = read_table(HardwareKeys, hw, "hardware.")
     systems = {name: _system(name, hw, prices, h.efficiency, cat) for name in h.accelerator}
+    if h.efficiency is None and stack is not None:
+        for name, sysm in systems.items():
+            card = dict(hw.get(name, {})) if isinstance(hw.get(name), dict) else {}
+            if "usable_memory" not in hw and "usable_memory" not in card:
+                acc = replace(sysm.acc, memory_usable=stack.usable(sysm.acc.memory_usable))
+                systems[name] = replace(sysm, acc=acc)
     for key, value in hw.items():
         if isinstance(value, dict) and key not in systems:
             cat.accelerator(key)  # unknown name -> clear error; known but unused -> ignored
@@ -319,8 +330,9 @@ def _schedules(names: tuple[str, ...], virtual_stages: tuple[int, ...] | None) -
     return tuple(dict.fromkeys(out))
 
 
-def _moe_inputs(mt: dict, model, se: dict) -> tuple[MoeOptions, dict]:
-    """[moe] routing assumptions and the [search] domains of ep, expert_tp and capacity_factor.
+def _moe_inputs(mt: dict, model, se: dict, stack=None) -> tuple[MoeOptions, dict]:
+    """[moe] routing assumptions and the [search] domains of ep, expert_tp and capacity_factor; the
+    dispatcher and the all-to-all overlap the scenario does not state are the stack's (moe.stack_defaults).
 
     Defaults: ep = every power of two dividing the routed experts (1 for a dense model), expert_tp = 0
     (the same as tp), capacity_factor = none (dropless). EP values that do not divide the experts, and
@@ -333,7 +345,8 @@ def _moe_inputs(mt: dict, model, se: dict) -> tuple[MoeOptions, dict]:
         if given:
             raise InputError(f"search.{given[0]} applies to mixture-of-experts models; {model.name} is dense")
         return MoeOptions(), {"ep": (1,), "expert_tp": (0,), "capacity_factor": (0.0,)}
-    opts = MoeOptions(**targets(read_table(MoeKeys, mt, "moe.")))
+    implied = moe_stack_defaults(stack.moe_dispatcher, stack.moe_a2a_overlap) if stack is not None else {}
+    opts = MoeOptions(**targets(read_table(MoeKeys, {**implied, **mt}, "moe.")))
     d = read_table(MoeSearchKeys, se, "search.", model)
     E = model.experts
     ep = d.ep or tuple(e for e in (2 ** i for i in range(E.bit_length())) if E % e == 0)

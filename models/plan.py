@@ -14,7 +14,7 @@ from typing import Any, cast
 from tpopt.errors import InputError
 from tpopt.models.arch import ModelArch
 from tpopt.models.batch import tokens_at_batch
-from tpopt.models.hardware import Accelerator
+from tpopt.models.hardware import Accelerator, StackProfile
 from tpopt.models.roofline import PerfParams
 
 SAVE_MODES = ("sync", "async")
@@ -279,6 +279,7 @@ class Scenario:
     stages: tuple[Stage, ...] = ()  # training stages (Stage), in order; empty: one stage, the scenario's task
     cp_method: str = "ring"  # context parallelism: "ring" (KV exchange beside blockwise attention) or "all-to-all"
     cp_split: str = "zigzag"  # causal load balance of the sequence pieces: "zigzag" or "contiguous"
+    stack: StackProfile = field(default_factory=StackProfile)  # the software stack ([hardware] stack)
 
     def overlap_fractions(self) -> tuple[tuple[float, float], float]:
         """((chunked, async) tensor-parallel, data-parallel) overlap; ``overlap = false`` turns all off."""

@@ -137,7 +137,9 @@ def _evaluate(run: MeasuredRun, plan: Plan, perf: PerfParams) -> dict[Any, Any]:
     sc = with_plan_options(with_perf(run.scenario, p.accelerator, perf), p)
     return evaluate_arrays(sc, p.accelerator, tp=p.tp, pp=p.pp, dp=p.dp, micro_batch=p.micro_batch,
                            zero_stage=p.zero_stage, nics_per_host=p.nics_per_host, save_interval_s=p.save_interval_s,
-                           recompute=p.recompute, offload=p.offload, schedule=p.schedule, save_mode=p.save_mode)
+                           recompute=p.recompute, offload=p.offload, schedule=p.schedule, save_mode=p.save_mode,
+                           ep=p.ep, expert_tp=p.expert_tp, capacity_factor=p.capacity_factor, cp=p.cp,
+                           sequence_parallel=p.sequence_parallel)
 
 
 def predict(run: MeasuredRun, perf: PerfParams) -> Prediction:
