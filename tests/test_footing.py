@@ -54,8 +54,8 @@ def test_deleting_the_efficiency_line_switches_the_model_and_the_footing_says_so
     assert "Footing: per-operation step time (no hardware.efficiency stated)" in text
     # every parameter that moves an 8-card, one-host plan: the compute ones and the scale-up tier
     names = [q["name"] for q in f["parameters"]]
-    assert names == ["gemm_efficiency", "attention_efficiency", "memory_efficiency", "kernel_overhead",
-                     "tp_efficiency"]
+    assert names == ["gemm_efficiency", "attention_efficiency", "attention_bwd_ratio", "memory_efficiency",
+                     "kernel_overhead", "tp_efficiency"]
     assert all(q["provenance"] in ("measured", "prior", "calibrated") for q in f["parameters"])
     # the text is the JSON's footing rendered (same source): MFU printed to 0.1 %
     assert f"implied MFU {f['mfu'] * 100:.1f} %" in text
