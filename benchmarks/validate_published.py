@@ -63,9 +63,9 @@ def summary(errors) -> str:
             f"{np.median(s) * 100:+5.1f} %" if len(e) else "-")
 
 
-def memory_peak(run, perf) -> tuple[float, float] | None:
-    """(predicted per-card memory peak, usable memory) of a run's plan in GiB: the memory family's
-    (value, limit) pair, the stack's communicator buffers and allocator reserve included."""
+def memory_peak(run, perf) -> tuple[float, float, float]:
+    """(allocated peak, reserved peak, usable memory) per card of a run's plan in GiB, from the memory
+    family's (value, limit) pair and the stack's allocator reserve and communicator buffers."""
     plan = C.chosen_plan(run, perf) or run.plans[0]
     p = resolve_plan(run.scenario, plan)
     sc = with_plan_options(C.with_perf(run.scenario, p.accelerator, perf), p)
@@ -75,7 +75,12 @@ def memory_peak(run, perf) -> tuple[float, float] | None:
                         ep=p.ep, expert_tp=p.expert_tp, capacity_factor=p.capacity_factor, cp=p.cp,
                         sequence_parallel=p.sequence_parallel)
     v, lim = r[("c", F.MEMORY_PER_CARD)]
-    return float(np.max(v)) / GIB, float(np.max(lim)) / GIB
+    st = run.scenario.stack
+    alloc, fill = float(np.max(v)), float(np.max(lim))
+    # the allocator's view: reserved = allocated x (1 + reserve) + communicator buffers, against the card's
+    # usable memory (the limit is usable memory net of the stack's overheads; StackProfile.usable)
+    return (alloc / GIB, (alloc * (1.0 + st.allocator_reserve) + st.communicator_buffers) / GIB,
+            (fill * (1.0 + st.allocator_reserve) + st.communicator_buffers) / GIB)
 
 
 OVERLAPPED_FREE = ("gemm_efficiency",)
@@ -192,9 +197,10 @@ def main(argv=None) -> int:
     ok = True
     for table in tables:
         rows = [r for r in runs if r.table == table]
-        print(f"\n== {table}: iteration time per run (s); memory per GPU (GiB, allocated peak x allocator reserve)")
+        print(f"\n== {table}: iteration time per run (s); memory per GPU (GiB): allocated peak > reserved peak "
+              f"(x allocator reserve + communicator buffers) / usable")
         print(f"{'run':34s} {'plan':>20s} {'published':>9s} {'predicted':>9s} {'error':>7s} {'LOO':>7s} "
-              f"{'LOSO':>7s} {'catalog':>7s} {'memory':>14s}")
+              f"{'LOSO':>7s} {'catalog':>7s} {'alloc>reserved/usable':>21s}")
         errs, loos, losos, cats = [], [], [], []
         for r in rows:
             p, perf = chosen[r.name]
@@ -210,10 +216,10 @@ def main(argv=None) -> int:
             if ls is not None:
                 losos.append(ls)
             m = memory_peak(r, perf)
-            mem = f"{m[0]:6.1f}/{m[1]:5.1f}{'' if m[0] <= m[1] else '!'}" if m else "-"
+            mem = f"{m[0]:5.1f}>{m[1]:5.1f}/{m[2]:5.1f}{'' if m[1] <= m[2] * (1 + 1e-9) else '!'}"
             print(f"{r.name:34s} {plan:>20s} {r.measured_step_s:9.2f} {pred[r.name]:9.2f} {pct(e):>7s} "
                   f"{pct(lo) if lo is not None else '-':>7s} {pct(ls) if ls is not None else '-':>7s} "
-                  f"{pct(c):>7s} {mem:>14s}")
+                  f"{pct(c):>7s} {mem:>21s}")
         print(f"  calibrated:    {summary(errs)}")
         if loos:
             print(f"  leave-one-out: {summary(loos)}")
