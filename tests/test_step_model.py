@@ -1,7 +1,6 @@
 """The per-operation step-time model (issue 10): kernel FLOPs against closed forms, the roofline, uneven
 and interleaved pipelines, plan options, flat-mode compatibility, and the published runs it predicts."""
 
-import math
 from pathlib import Path
 
 import numpy as np
