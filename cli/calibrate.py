@@ -103,8 +103,8 @@ def emit(cal: C.Calibration, path, out_dir, as_json: bool, what: str = "") -> No
 
 def text_lines(cal: C.Calibration, rows: list[dict], what: str = "") -> list[str]:
     what = what or f"{cal.accelerator} on {len(rows)} measured run(s)"
-    lines = [f"Calibrated {what} (least squares on ln time, lognormal prior around the catalog's values; "
-             "+- is one posterior sigma):"]
+    lines = [f"Calibrated {what}:",
+             "  (least squares on ln time, lognormal prior around the catalog's values; +- one posterior sigma)"]
     for e in cal.estimates:
         spec = C.BY_NAME[e.name]
         if not e.exercised:
