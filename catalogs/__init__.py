@@ -152,8 +152,9 @@ def _build_nics(raw_links: dict) -> tuple[dict[str, float], dict[str, Nic]]:
     return links, nics
 
 
-ACCELERATOR_KEYS = ("display", "peak_bf16", "peak_fp16", "peak_fp8", "peak_tf32", "memory", "usable_memory",
-                    "hbm_bandwidth", "host_link", "p2p", "interconnect", "cards_per_host", "nic", "nics_per_host",
+ACCELERATOR_KEYS = ("display", "peak_bf16", "peak_fp16", "peak_fp8", "peak_fp4", "peak_tf32", "memory",
+                    "usable_memory", "hbm_bandwidth", "host_link", "p2p", "interconnect", "cards_per_host", "nic",
+                    "nics_per_host",
                     "max_nics_per_host", "host_memory", "host_memory_bandwidth", "price_card_hour", "price_date",
                     "scale_up_cards", "pod_hosts", "spine_oversubscription", "sources", "notes")
 
@@ -222,6 +223,7 @@ def _build_accelerator(name: str, t: dict, links: dict[str, float], nics: dict[s
         price_card_hour=None if price is None else parse_number(price, f"{where} price_card_hour"),
         peak_fp16=peak("peak_fp16"),
         peak_fp8=peak("peak_fp8"),
+        peak_fp4=peak("peak_fp4"),
         peak_tf32=peak("peak_tf32"),
         scale_up_cards=scale_up if "scale_up_cards" in t else 0,
         pod_hosts=parse_int(t.get("pod_hosts", 0), f"{where} pod_hosts", minimum=0),
@@ -230,9 +232,11 @@ def _build_accelerator(name: str, t: dict, links: dict[str, float], nics: dict[s
     )
 
 
-_PERF_FRACTIONS = ("gemm_efficiency", "memory_efficiency", "attention_efficiency", "tp_efficiency", "dp_efficiency")
-_PERF_KEYS = set(_PERF_FRACTIONS) | {"gemm_k_half", "tile", "sms", "kernel_overhead", "collective_latency",
-                                     "calibrated", "sources", "calibration"}
+_PERF_FRACTIONS = ("gemm_efficiency", "memory_efficiency", "attention_efficiency", "tp_efficiency", "dp_efficiency",
+                   "fp8_gemm_ratio", "fp4_gemm_ratio", "attention_bwd_ratio")
+_PERF_KEYS = set(_PERF_FRACTIONS) | {"overlap_contention", "gemm_k_half", "tile", "sms", "kernel_overhead",
+                                     "collective_latency", "up_step_latency", "out_step_latency", "calibrated",
+                                     "sources", "calibration", "residual_sigma", "residual_sigma_source"}
 
 
 def build_perf(name: str, t: dict, base: PerfParams | None = None) -> PerfParams:
@@ -247,6 +251,9 @@ def build_perf(name: str, t: dict, base: PerfParams | None = None) -> PerfParams
     for k in _PERF_FRACTIONS:
         if k in t:
             kw[k] = parse_fraction(t[k], f"{where} {k}")
+    if "overlap_contention" in t:
+        kw["overlap_contention"] = parse_fraction(t["overlap_contention"], f"{where} overlap_contention",
+                                                  allow_zero=True)
     if "gemm_k_half" in t:
         kw["gemm_k_half"] = parse_number(t["gemm_k_half"], f"{where} gemm_k_half")
     if "sms" in t:
@@ -256,7 +263,7 @@ def build_perf(name: str, t: dict, base: PerfParams | None = None) -> PerfParams
         if not (isinstance(tile, list) and len(tile) == 2):
             raise InputError(f"{where}: tile must be [rows, columns]")
         kw["tile_m"], kw["tile_n"] = (parse_int(x, f"{where} tile", minimum=1) for x in tile)
-    for k in ("kernel_overhead", "collective_latency"):
+    for k in ("kernel_overhead", "collective_latency", "up_step_latency", "out_step_latency"):
         if k in t:
             kw[k] = parse_duration(t[k], f"{where} {k}")
     if "calibrated" in t:
@@ -264,6 +271,15 @@ def build_perf(name: str, t: dict, base: PerfParams | None = None) -> PerfParams
         if not isinstance(cal, list) or any(c not in PerfParams.field_names() for c in cal):
             raise InputError(f"{where}: calibrated must list parameter names")
         kw["calibrated"] = tuple(cal)
+    if "residual_sigma" in t:
+        kw["residual_sigma"] = parse_number(t["residual_sigma"], f"{where} residual_sigma")
+        if not 0.0 <= kw["residual_sigma"] < 5.0:
+            raise InputError(f"{where}: residual_sigma must be a lognormal sigma between 0 and 5")
+        if not isinstance(t.get("residual_sigma_source"), str) or not t["residual_sigma_source"].strip():
+            raise InputError(f"{where}: residual_sigma needs residual_sigma_source (how it was obtained)")
+        kw["residual_sigma_source"] = t["residual_sigma_source"]
+    elif "residual_sigma_source" in t:
+        raise InputError(f"{where}: residual_sigma_source without residual_sigma")
     sources = dict((base.sources if base else {}) or {})
     sources.update(t.get("sources", {}) or {})
     return replace(base or PerfParams(), name=name, sources=sources, **kw)

@@ -19,13 +19,14 @@ _ARCH_INT = {  # key -> minimum (maximum ARCH_INT_MAX)
     "learned_positions": 0, "sliding_window": 0, "sliding_layers": 0, "layer_norms": 0,
     "q_lora_rank": 0, "kv_lora_rank": 0, "qk_rope_dim": 0, "qk_nope_dim": 0, "v_head_dim": 0,
     "experts": 0, "top_k": 0, "expert_ffn": 0, "shared_experts": 0, "shared_ffn": 0, "dense_layers": 0,
-    "moe_step": 1, "mtp_layers": 0,
+    "moe_step": 1, "mtp_layers": 0, "router_groups": 0, "router_group_topk": 0,
 }
 _ARCH_BOOL = ("tied_embeddings", "qk_norm", "gated_mlp", "qkv_bias", "linear_bias", "parallel_block", "norm_bias",
               "o_bias", "mlp_bias", "head_bias", "embedding_norm", "attn_sinks", "shared_expert_gate", "router_bias")
 _ARCH_ENUM = {"norm": NORMS, "activation": ACTIVATIONS, "positions": POSITIONS}
 MODEL_KEYS = tuple(_ARCH_INT) + _ARCH_BOOL + tuple(_ARCH_ENUM) + ("mlp_only_layers", "source", "notes")
-_MOE_ONLY = ("top_k", "expert_ffn", "shared_experts", "shared_ffn", "dense_layers")
+_MOE_ONLY = ("top_k", "expert_ffn", "shared_experts", "shared_ffn", "dense_layers", "router_groups",
+             "router_group_topk")
 _MLA_ONLY = ("q_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_head_dim")
 
 
@@ -119,6 +120,10 @@ def build_model(name: str, t: dict) -> ModelArch:
             raise InputError(f"{where}: a mixture-of-experts model needs expert_ffn >= 1 (one expert's width)")
         if kw.get("shared_experts", 0) and kw.get("shared_ffn", 0) < 1:
             raise InputError(f"{where}: shared_experts needs shared_ffn >= 1 (one shared expert's width)")
+        groups, topk_groups = kw.get("router_groups", 0), kw.get("router_group_topk", 0)
+        if bool(groups) != bool(topk_groups) or (groups and (experts % groups or topk_groups > groups)):
+            raise InputError(f"{where}: group-limited routing needs router_groups dividing experts ({experts}) and "
+                             f"1 <= router_group_topk <= router_groups (got {groups}, {topk_groups})")
         if kw.get("dense_layers", 0) >= layers:
             raise InputError(f"{where}: dense_layers ({kw['dense_layers']}) leaves no MoE block in {layers} layers")
     else:

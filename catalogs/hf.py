@@ -434,6 +434,9 @@ def build_deepseek(c: Config) -> dict:
                  dense_layers=c.int("first_k_dense_replace", default=0, minimum=0))
         if shared:
             t.update(shared_experts=shared, shared_ffn=t["expert_ffn"])
+        groups = c.int("n_group", default=0, minimum=0)
+        if groups > 1:  # group-limited (node-limited) routing: topk_group of n_group groups per token
+            t.update(router_groups=groups, router_group_topk=c.int("topk_group", default=groups, minimum=1))
     mtp = c.int("num_nextn_predict_layers", default=0, minimum=0)
     if mtp:
         t["mtp_layers"] = mtp
@@ -516,8 +519,8 @@ FAMILIES = (
            moe_intermediate_size decoder_sparse_step mlp_only_layers"""), MOE_IGNORES, build_qwen3_moe),
     Family("DeepSeek-V2/V3", ("deepseek_v2", "deepseek_v3"), LLAMA_READS | _keys("""kv_lora_rank q_lora_rank
            qk_rope_head_dim qk_nope_head_dim v_head_dim n_routed_experts n_shared_experts num_experts_per_tok
-           moe_intermediate_size first_k_dense_replace moe_layer_freq num_nextn_predict_layers"""),
-           MOE_IGNORES | _keys("""n_group topk_group topk_method scoring_func routed_scaling_factor aux_loss_alpha
+           moe_intermediate_size first_k_dense_replace moe_layer_freq num_nextn_predict_layers n_group topk_group"""),
+           MOE_IGNORES | _keys("""topk_method scoring_func routed_scaling_factor aux_loss_alpha
            seq_aux ep_size rope_interleave"""), build_deepseek),
     Family("gpt-oss", ("gpt_oss",), LLAMA_READS | _keys("""num_local_experts num_experts_per_tok experts_per_token
            sliding_window layer_types"""),

@@ -45,9 +45,11 @@ from tpopt.catalogs.schema import (
     read_table,
     targets,
 )
+from tpopt.catalogs.stacks import stack_profile
 from tpopt.errors import InputError
 from tpopt.models.finish import Risk
-from tpopt.models.hardware import Accelerator
+from tpopt.models.hardware import Accelerator, StackProfile
+from tpopt.models.moe import stack_defaults as moe_stack_defaults
 from tpopt.models.plan import (
     CostOptions,
     InputPipeline,
@@ -186,14 +188,15 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     model = _model(raw["model"], Path(raw.get("_base_dir", ".")), cat)
     stage_tables = _stage_tables(raw["task"])
     task = _task(raw, stage_tables, model)
-    systems = _systems(raw["hardware"], raw.get("cost", {}), cat)
+    stack = stack_profile(read_table(HardwareKeys, raw["hardware"], "hardware.").stack)
+    systems = _systems(raw["hardware"], raw.get("cost", {}), cat, stack)
     mem = MemoryOptions(**targets(read_table(MemoryKeys, raw.get("memory", {}), "memory.")))
     inp = InputPipeline(**targets(read_table(InputKeys, raw.get("input", {}), "input.")))
     ck = read_table(CheckpointKeys, raw.get("checkpoint", {}), "checkpoint.", cat)
     rel = _reliability(ck, read_table(StragglerKeys, raw.get("stragglers", {}), "stragglers."))
     se = raw.get("search", {})
     space = _search_space(se, raw.get("checkpoint", {}), mem, systems)
-    moe_opts, moe_domains = _moe_inputs(raw.get("moe", {}), model, se)
+    moe_opts, moe_domains = _moe_inputs(raw.get("moe", {}), model, se, stack)
     space = replace(space, **moe_domains)
     if stage_tables and task.confidence is not None:
         raise InputError("schedule.confidence applies to one training stage: the finish-time distribution of "
@@ -211,7 +214,7 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
                     risk=_risk(read_table(RiskKeys, raw.get("risk", {}), "risk.")),
                     cost=CostOptions(budget.max_cost), moe=moe_opts, overlap=comm.overlap, name=str(name),
                     tp_overlap=comm.tp_overlap, dp_overlap=comm.dp_overlap, stages=stages, cp_method=comm.cp_method,
-                    cp_split=comm.cp_split)
+                    cp_split=comm.cp_split, stack=stack)
 
 
 def _model(table: dict, base: Path, cat: Catalog):
@@ -240,12 +243,20 @@ def _task(raw: dict, stage_tables: list[dict], model) -> Task:
     return replace(task, **kw) if kw else task
 
 
-def _systems(hw: dict, prices: dict, cat: Catalog) -> dict:
+def _systems(hw: dict, prices: dict, cat: Catalog, stack: StackProfile | None = None) -> dict:
     """[hardware]: one System per candidate accelerator, in order. A stated efficiency selects the chapter's
     flat model (compute = FLOPs / (peak x efficiency)); without one every accelerator runs the per-operation
-    model of its performance-catalog entry."""
+    model of its performance-catalog entry, and a catalog card's usable memory is what the stack's allocator
+    can fill: (usable - communicator buffers) / (1 + allocator reserve) (StackProfile.usable; a usable_memory
+    the scenario states is taken as it is)."""
     h = read_table(HardwareKeys, hw, "hardware.")
     systems = {name: _system(name, hw, prices, h.efficiency, cat) for name in h.accelerator}
+    if h.efficiency is None and stack is not None:
+        for name, sysm in systems.items():
+            card = dict(hw.get(name, {})) if isinstance(hw.get(name), dict) else {}
+            if "usable_memory" not in hw and "usable_memory" not in card:
+                acc = replace(sysm.acc, memory_usable=stack.usable(sysm.acc.memory_usable))
+                systems[name] = replace(sysm, acc=acc)
     for key, value in hw.items():
         if isinstance(value, dict) and key not in systems:
             cat.accelerator(key)  # unknown name -> clear error; known but unused -> ignored
@@ -266,7 +277,19 @@ def _system(name: str, hw: dict, prices: dict, efficiency: float | None, cat: Ca
     return System(acc=acc, efficiency=1.0 if efficiency is None else efficiency,
                   price_card_hour=acc.price_card_hour if cost.card_hour is None else cost.card_hour,
                   nic_price_hour=acc.nic_price_hour if cost.nic_hour is None else cost.nic_hour,
-                  perf=None if efficiency is not None else cat.perf(name))
+                  perf=None if efficiency is not None else cat.perf(name),
+                  price_source=_price_source(name, card, cost, acc, cat))
+
+
+def _price_source(name: str, card: dict, cost: PriceKeys, acc: Accelerator, cat: Catalog) -> str:
+    """Where the card-hour price comes from: the scenario ([cost] or [hardware] card_hour) or the catalog
+    (its source and price date)."""
+    if cost.card_hour is not None:
+        return "scenario: [cost] card_hour"
+    if "card_hour" in card:
+        return "scenario: [hardware] card_hour"
+    date = cat.raw.get("accelerators", {}).get(name, {}).get("price_date")
+    return f"catalog {date or 'undated'}: {acc.sources.get('price_card_hour', 'no source')}"
 
 
 def _card_overrides(acc: Accelerator, card: CardKeys) -> Accelerator:
@@ -321,8 +344,9 @@ def _schedules(names: tuple[str, ...], virtual_stages: tuple[int, ...] | None) -
     return tuple(dict.fromkeys(out))
 
 
-def _moe_inputs(mt: dict, model, se: dict) -> tuple[MoeOptions, dict]:
-    """[moe] routing assumptions and the [search] domains of ep, expert_tp and capacity_factor.
+def _moe_inputs(mt: dict, model, se: dict, stack=None) -> tuple[MoeOptions, dict]:
+    """[moe] routing assumptions and the [search] domains of ep, expert_tp and capacity_factor; the
+    dispatcher and the all-to-all overlap the scenario does not state are the stack's (moe.stack_defaults).
 
     Defaults: ep = every power of two dividing the routed experts (1 for a dense model), expert_tp = 0
     (the same as tp), capacity_factor = none (dropless). EP values that do not divide the experts, and
@@ -335,7 +359,8 @@ def _moe_inputs(mt: dict, model, se: dict) -> tuple[MoeOptions, dict]:
         if given:
             raise InputError(f"search.{given[0]} applies to mixture-of-experts models; {model.name} is dense")
         return MoeOptions(), {"ep": (1,), "expert_tp": (0,), "capacity_factor": (0.0,)}
-    opts = MoeOptions(**targets(read_table(MoeKeys, mt, "moe.")))
+    implied = moe_stack_defaults(stack.moe_dispatcher, stack.moe_a2a_overlap) if stack is not None else {}
+    opts = MoeOptions(**targets(read_table(MoeKeys, {**implied, **mt}, "moe.")))
     d = read_table(MoeSearchKeys, se, "search.", model)
     E = model.experts
     ep = d.ep or tuple(e for e in (2 ** i for i in range(E.bit_length())) if E % e == 0)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
+from tpopt.catalogs.stacks import DEFAULT_STACK, stack_names, stack_profile
 from tpopt.errors import InputError
 from tpopt.models import memory
 from tpopt.models.arch import flops_per_token
@@ -121,6 +122,14 @@ def choice(options: tuple[str, ...], message: str = "{what} {value!r} unknown (u
         return text
 
     return Kind(read, " | ".join(options))
+
+
+def _stack(value: Any, what: str, _context: Any) -> str:
+    """A stack of catalogs/stacks.toml (its profile is checked and loaded by catalogs.stacks)."""
+    if not isinstance(value, str):
+        raise InputError(f"{what} must be a stack name (known: {', '.join(stack_names())})")
+    stack_profile(value)
+    return value
 
 
 def _flag(value: Any, what: str, _context: Any = None) -> bool:
@@ -442,6 +451,9 @@ class HardwareKeys:
                              check=(lambda v: len(set(v)) != len(v), "hardware.accelerator lists a name twice"))
     efficiency: float | None = key(fraction(), help="stating it selects the flat model: compute = FLOPs / (peak x "
                                                     "efficiency); without it the per-operation model")
+    stack: str = key(Kind(_stack, "catalogs/stacks.toml name"), DEFAULT_STACK,
+                     help="software stack (catalogs/stacks.toml): per-step and per-micro-batch overheads, "
+                          "communicator buffers and allocator reserve of the per-operation model")
 
 
 @dataclass(frozen=True, eq=False, repr=False)

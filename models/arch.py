@@ -100,6 +100,8 @@ class ModelArch:
     shared_ffn: int = 0  # width of one shared expert
     shared_expert_gate: bool = False  # sigmoid gate h x 1 on the shared expert output (Qwen2-MoE)
     router_bias: bool = False  # bias on the router (gpt-oss)
+    router_groups: int = 0  # group-limited routing: experts in this many groups (DeepSeek-V3 n_group; 0 = none)
+    router_group_topk: int = 0  # a token's experts come from at most this many groups (DeepSeek-V3 topk_group)
     dense_layers: int = 0  # leading blocks with a dense MLP (DeepSeek first_k_dense_replace)
     moe_step: int = 1  # after them, every moe_step-th block is MoE (Qwen2-MoE decoder_sparse_step)
     mlp_only_layers: tuple[int, ...] = ()  # further block indices with a dense MLP (Qwen-MoE mlp_only_layers)

@@ -205,3 +205,24 @@ def cast_path_times(grad_bytes_bf16: ArrayLike, link_bw: Floats, cpu_bw: Floats,
 def cast_break_even_bandwidth(cpu_bw: Floats, gpu_bw: Floats) -> Floats:
     """Link bandwidth above which casting on the GPU wins: B* = 1 / (3 (1/C_cpu - 1/C_gpu)) (147 GB/s)."""
     return 1.0 / (3.0 * (1.0 / cpu_bw - 1.0 / gpu_bw))
+
+
+def dp_collective_calls(zero_stage: ArrayLike, n_shard: ArrayLike, layers: ArrayLike, micro_batches: ArrayLike,
+                        bucket_bytes: float, weight_bytes: float = 2.0, grad_bytes: float = 2.0) -> FloatArray:
+    """Data-parallel collective calls per card per step, each paying a ring's latency.
+
+    ZeRO-3 / FSDP gathers every layer's weights before its forward and again before its backward and
+    reduce-scatters its gradients after: 3 L calls per micro-batch. ZeRO-0/1/2 reduce gradients in
+    buckets of ``bucket_bytes`` (Megatron-Core's DDP buckets; one call per sharded unit when 0), once per
+    step (ZeRO-2: every micro-batch), and ZeRO-1/2 gather the updated weights once per step:
+        calls = ceil(N g / bucket) (x m for ZeRO-2) [+ ceil(N w / bucket) for ZeRO >= 1].
+    """
+    z = np.asarray(zero_stage)
+    n = np.asarray(n_shard, dtype=float)
+    m = np.asarray(micro_batches, dtype=float)
+    unit = np.asarray(layers, dtype=float)
+    grads = np.ceil(n * grad_bytes / bucket_bytes) if bucket_bytes > 0 else unit
+    gathers = np.ceil(n * weight_bytes / bucket_bytes) if bucket_bytes > 0 else unit
+    calls: FloatArray = np.select([z == 0, z == 1, z == 2], [grads, grads + gathers, m * grads + gathers],
+                                  3.0 * m * unit)
+    return calls

@@ -153,7 +153,7 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp: ArrayLike, pp: ArrayL
         "cost": cost * ones, "checkpoint_bytes": write_s * sc.reliability.write_bandwidth * ones,
         "checkpoint_write_s": write_s * ones, "failure_rate": T.failure_rate(sc, cards) * ones,
         "input_demand": demand * ones, "input_supply": supply * ones,
-        "dropped_fraction": T.capacity_drops(sc, tp=tp, mb=mb, cap=cap) * ones,  # one sequence's tokens (cp = 1)
+        "dropped_fraction": T.capacity_drops(sc, tp=tp, cp=cp, mb=mb, cap=cap) * ones,
     }
     heads_ok = context.heads_ok(a, tp, cp, sc.cp_method)
     cons = {
@@ -388,7 +388,7 @@ def moe_metrics(sc: Scenario, plan: Plan, v: dict[str, float]) -> dict[str, Any]
         "ep_link_s": v["ep_link_s"],
         "ep_exposed_s": v["ep_exposed_s"],
         "ep_hosts": int(moe.ep_hosts(plan.ep, etp, g)),
-        "ep_placement": moe.ep_placement(plan.ep, etp, g),
+        "ep_placement": moe.ep_placement(plan.ep, etp, g, sc.system(plan.accelerator).acc.fabric.scale_up.cards),
         "moe_assumptions": {"imbalance": o.imbalance, "hot_experts": o.hot, "max_drop": o.max_drop,
                             "a2a_overlap": o.a2a_overlap, "dispatcher": o.dispatcher, "node_limit": o.node_limit},
     }

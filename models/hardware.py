@@ -40,6 +40,7 @@ class Accelerator:
     price_card_hour: float | None = None
     peak_fp16: float = 0.0  # dense FP16 matrix peak (0 = not given in the catalog)
     peak_fp8: float = 0.0  # dense FP8 matrix peak (0 = not supported / not given)
+    peak_fp4: float = 0.0  # dense FP4 (NVFP4 / MXFP4) matrix peak (0 = not supported / not given)
     peak_tf32: float = 0.0  # dense TF32 matrix peak (0 = not given)
     display: str = ""
     host_link: str = ""
@@ -70,3 +71,41 @@ class Accelerator:
         """Per-direction bandwidth of a group inside one host: the scale-up tier's (its domain holds at
         least one host), NVLink with P2P, else the host link."""
         return self.fabric.scale_up.bandwidth
+
+
+@dataclass(frozen=True)
+class StackProfile:
+    """What a training framework does by default (catalogs/stacks.toml), SI units.
+
+    The step-time model adds ``step_overhead`` once per optimizer step and ``microbatch_overhead`` per
+    micro-batch and pipeline stage; the memory model adds ``communicator_buffers`` to every rank and
+    divides the usable memory by ``1 + allocator_reserve`` (the caching allocator's reserved / allocated
+    ratio at the peak). The overlap, attention, sequence-parallel, dropout and recompute entries are the
+    defaults a scenario that states nothing gets.
+    """
+
+    name: str = "megatron-core"
+    display: str = ""
+    tp_overlap: bool | str = True  # True (chunked), "async", False
+    dp_overlap: float = 1.0
+    fsdp_prefetch: int = 1
+    dp_bucket: float = 40e6  # bytes per DP / FSDP bucket (0: one collective per sharded unit)
+    moe_dispatcher: str = "alltoall"
+    moe_a2a_overlap: str = "none"
+    flash_attention: bool = True
+    sequence_parallel: bool = True
+    dropout: bool = False
+    recompute: str = "none"
+    recompute_modules: tuple[str, ...] = ()
+    activation_offload: bool = False
+    fp8_recipe: str = "current"
+    step_overhead: float = 0.0  # s per optimizer step
+    microbatch_overhead: float = 0.0  # s per micro-batch per pipeline stage
+    cuda_context: float = 0.0  # bytes (inside the accelerator's usable memory; for reference)
+    communicator_buffers: float = 0.0  # bytes per rank
+    allocator_reserve: float = 0.0  # reserved / allocated - 1 at the peak
+    sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    def usable(self, memory_usable: float) -> float:
+        """Memory the allocated peak may reach: (usable - communicator buffers) / (1 + allocator reserve)."""
+        return (memory_usable - self.communicator_buffers) / (1.0 + self.allocator_reserve)

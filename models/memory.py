@@ -62,6 +62,10 @@ RECIPES = {
     # FP8 (E4M3) operand copy with one FP32 scale per 128x128 block replaces the BF16 copy:
     # 1 + 4/16384 B/param; grads, master and moments unchanged (chapter 10.1.2, exercise 10-3)
     "fp8-mixed": StateRecipe("fp8-mixed", 1.0 + 4.0 / 16384.0, 2.0, 4.0, 8.0, "fp8"),
+    # MXFP8 (OCP microscaling: E4M3 with one E8M0 scale byte per 32 elements): 1 + 1/32 B/param (Blackwell)
+    "mxfp8-mixed": StateRecipe("mxfp8-mixed", 1.0 + 1.0 / 32.0, 2.0, 4.0, 8.0, "mxfp8"),
+    # NVFP4 (E2M1 with one E4M3 scale per 16 elements and a per-tensor FP32 scale): 0.5 + 1/16 B/param
+    "nvfp4-mixed": StateRecipe("nvfp4-mixed", 0.5 + 1.0 / 16.0, 2.0, 4.0, 8.0, "nvfp4"),
     # FP16 with loss scaling (Megatron-LM's published runs): the same bytes, the FP16 matrix peak
     "fp16-mixed": StateRecipe("fp16-mixed", 2.0, 2.0, 4.0, 8.0, "fp16"),
     # ... with FP32 gradient accumulation buffers (Megatron-LM: 18 B/param, Korthikanti et al. 2022)

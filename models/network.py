@@ -144,3 +144,12 @@ def _share(nics: FloatArray, tier: Tier, sharing: FloatArray) -> FloatArray:
     """A card's share of a tier reached through its host's NICs: nics x B / sharing / oversubscription."""
     share = nics * tier.bandwidth / sharing
     return share if tier.oversubscription == 1.0 else share / tier.oversubscription
+
+
+def ring_latency(fabric: Fabric, size: ArrayLike, stride: ArrayLike, up_step: float, out_step: float) -> FloatArray:
+    """Latency of one ring collective over ``size`` ranks ``stride`` apart: its size - 1 steps, each
+    ``up_step`` inside one scale-up domain and ``out_step`` once the ring leaves it (the slowest hop
+    paces every step):  (size - 1) x (up_step | out_step)."""
+    level = route(fabric, size, stride).level
+    steps: FloatArray = np.maximum(_f(size) - 1.0, 0.0) * np.where(level > 0, out_step, up_step)
+    return steps

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -199,10 +199,11 @@ def _mlp_kernels(prefix: str, a: ModelArch, rows: Floats, width: Floats, e: floa
     out: list[Kernel] = []
     for op, k_in, n_out in ((f"{prefix}.up", a.hidden, up), (f"{prefix}.down", width, a.hidden)):
         ks = _linear(op, "", rows, k_in, n_out, e)
-        if m_per is not None:  # E / ep independent products of m_per rows each (one grouped launch)
+        if m_per is not None:  # E / ep independent products of m_per rows each, one GEMM launch per expert
             moved = e * (rows * (k_in + n_out) + batch * k_in * n_out)  # every local expert's weights
-            ks = [k._replace(m=m_per, batch=batch, bytes=moved) if k.phase != "dw"
-                  else k._replace(k=m_per, batch=batch, bytes=moved) for k in ks]
+            launches = cast(float, batch)  # one launch per local expert (an array over the layout grid)
+            ks = [k._replace(m=m_per, batch=batch, bytes=moved, count=launches) if k.phase != "dw"
+                  else k._replace(k=m_per, batch=batch, bytes=moved, count=launches) for k in ks]
         out += ks
         if op.endswith(".up"):
             act = ((3.0, 5.0) if a.gated_mlp else (2.0, 3.0))
@@ -218,7 +219,11 @@ def moe_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
     probabilities): memory passes over the R = etp x (T / t) x k x phi rows the card's experts run
     (phi the load factor; expert-TP ranks hold the rows of their group). Routed experts: one grouped GEMM
     per projection over E / ep experts of R ep / E rows each, widths f_e / etp (the same FLOPs per card
-    whatever etp, 2 R h x width; more rows per expert as EP grows, which the GEMM efficiency sees).
+    whatever etp, 2 R h x width; more rows per expert as EP grows, which the GEMM efficiency sees: the
+    rows of each expert fill whole tiles, the tiles of all local experts share the waves, and the dW
+    product's k loop runs over the expert's rows). Transformer Engine's grouped linear layer (Megatron-Core's
+    grouped-GEMM experts on Hopper) runs one GEMM per local expert, so each phase of each projection
+    pays E / ep kernel overheads: what makes few rows per expert costly.
     Shared experts: a dense MLP of shared x f_s / t on the T tokens of the tensor-parallel region.
     """
     t = _f(lay.tp)

@@ -15,7 +15,7 @@ from tpopt.errors import InputError
 from tpopt.models.arch import ModelArch
 from tpopt.models.batch import tokens_at_batch
 from tpopt.models.finish import Risk
-from tpopt.models.hardware import Accelerator
+from tpopt.models.hardware import Accelerator, StackProfile
 from tpopt.models.roofline import PerfParams
 
 SAVE_MODES = ("sync", "async")
@@ -113,6 +113,7 @@ class System:
     price_card_hour: float | None  # USD; None -> costs are reported in card-hours
     nic_price_hour: float = 0.0
     perf: PerfParams | None = None  # accelerator performance parameters (per-operation model)
+    price_source: str = field(default="", compare=False, repr=False)  # where price_card_hour comes from
 
     @property
     def name(self) -> str:
@@ -284,6 +285,7 @@ class Scenario:
     cp_method: str = "ring"  # context parallelism: "ring" (KV exchange beside blockwise attention) or "all-to-all"
     cp_split: str = "zigzag"  # causal load balance of the sequence pieces: "zigzag" or "contiguous"
     risk: Risk = field(default_factory=Risk)  # inputs of the finish-time distribution (models/finish.py)
+    stack: StackProfile = field(default_factory=StackProfile)  # the software stack ([hardware] stack)
 
     def overlap_fractions(self) -> tuple[tuple[float, float], float]:
         """((chunked, async) tensor-parallel, data-parallel) overlap; ``overlap = false`` turns all off."""

@@ -51,7 +51,15 @@ class PerfParams:
     tp_efficiency: float = 0.8  # tensor-parallel collectives: fraction of the link bandwidth reached
     dp_efficiency: float = 0.9  # data-parallel collectives: fraction of the ring bandwidth reached
     collective_latency: float = 20e-6  # seconds per collective call
+    fp8_gemm_ratio: float = 1.0  # FP8 (and block-scaled) GEMMs: their fraction of the FP8 peak / gemm_efficiency
+    fp4_gemm_ratio: float = 1.0  # FP4 GEMMs: their fraction of the FP4 peak / gemm_efficiency
+    attention_bwd_ratio: float = 1.0  # flash-attention backward: its fraction of the peak / attention_efficiency
+    overlap_contention: float = 0.0  # share of a hidden collective's time the compute it hides behind still loses
+    up_step_latency: float = 0.0  # seconds per ring step inside a scale-up domain (NVLink, Infinity Fabric)
+    out_step_latency: float = 0.0  # seconds per ring step once a ring crosses the NICs
     calibrated: tuple[str, ...] = ()  # names of the fields that were fitted (the rest are priors)
+    residual_sigma: float = 0.0  # lognormal sigma of measured / predicted step time (tpopt calibrate; 0: none)
+    residual_sigma_source: str = ""  # how residual_sigma was obtained
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     FREE: ClassVar[tuple[str, ...]] = ("gemm_efficiency", "memory_efficiency", "kernel_overhead")
@@ -59,7 +67,8 @@ class PerfParams:
 
     BOUNDS: ClassVar[dict[str, tuple[float, float]]] = {
         "gemm_efficiency": (0.05, 1.0), "memory_efficiency": (0.05, 1.0), "kernel_overhead": (0.0, 1e-3),
-        "attention_efficiency": (0.05, 1.0), "tp_efficiency": (0.05, 1.0), "dp_efficiency": (0.05, 1.0)}
+        "attention_efficiency": (0.05, 1.0), "tp_efficiency": (0.05, 1.0), "dp_efficiency": (0.05, 1.0),
+        "overlap_contention": (0.0, 1.0)}
     """Physical ranges of the fitted parameters (fractions of a datasheet figure, seconds)."""
 
     def with_values(self, **kw: Any) -> PerfParams:
@@ -67,7 +76,8 @@ class PerfParams:
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls) if f.name not in ("name", "calibrated", "sources"))
+        return tuple(f.name for f in fields(cls) if f.name not in ("name", "calibrated", "sources",
+                                                                 "residual_sigma", "residual_sigma_source"))
 
 
 def _f(x: ArrayLike) -> FloatArray:
@@ -89,17 +99,19 @@ def wave_quantisation(m: ArrayLike, n: ArrayLike, batch: ArrayLike, perf: PerfPa
     return busy
 
 
-def gemm_efficiency(m: ArrayLike, n: ArrayLike, k: ArrayLike, batch: ArrayLike, perf: PerfParams) -> FloatArray:
-    """eta_gemm = eta_max x q_tile x q_wave x k / (k + k_half) (module docstring)."""
+def gemm_efficiency(m: ArrayLike, n: ArrayLike, k: ArrayLike, batch: ArrayLike, perf: PerfParams,
+                    ratio: Floats = 1.0) -> FloatArray:
+    """eta_gemm = eta_max x ratio x q_tile x q_wave x k / (k + k_half) (module docstring); ``ratio`` is the
+    precision's share relative to BF16 (fp8_gemm_ratio, fp4_gemm_ratio)."""
     k = _f(k)
-    return (perf.gemm_efficiency * tile_quantisation(m, n, perf) * wave_quantisation(m, n, batch, perf)
+    return (perf.gemm_efficiency * ratio * tile_quantisation(m, n, perf) * wave_quantisation(m, n, batch, perf)
             * k / (k + perf.gemm_k_half))
 
 
 def gemm_time(flops: ArrayLike, bytes_: ArrayLike, m: ArrayLike, n: ArrayLike, k: ArrayLike, batch: ArrayLike,
-              peak: float, hbm: float, perf: PerfParams, count: Floats = 1.0) -> FloatArray:
+              peak: float, hbm: float, perf: PerfParams, count: Floats = 1.0, ratio: Floats = 1.0) -> FloatArray:
     """GEMM kernel time: max(F / (P eta_gemm), Q / (B eta_mem)) + count x t_kernel."""
-    eff = gemm_efficiency(m, n, k, batch, perf)
+    eff = gemm_efficiency(m, n, k, batch, perf, ratio)
     return np.maximum(_f(flops) / (peak * eff), _f(bytes_) / (hbm * perf.memory_efficiency)) \
         + count * perf.kernel_overhead
 
@@ -110,9 +122,11 @@ def memory_time(bytes_: ArrayLike, hbm: float, perf: PerfParams, count: Floats =
 
 
 def attention_time(flops: ArrayLike, bytes_: ArrayLike, peak: float, hbm: float, perf: PerfParams,
-                   count: Floats = 1.0) -> FloatArray:
-    """Fused (flash) attention kernel: max(F / (P eta_attn), Q / (B eta_mem)) + count x t_kernel."""
-    return np.maximum(_f(flops) / (peak * perf.attention_efficiency), _f(bytes_) / (hbm * perf.memory_efficiency)) \
+                   count: Floats = 1.0, backward: bool = False) -> FloatArray:
+    """Fused (flash) attention kernel: max(F / (P eta_attn), Q / (B eta_mem)) + count x t_kernel, with
+    eta_attn x attention_bwd_ratio for the backward kernels (they reach a lower share of the peak)."""
+    eta = perf.attention_efficiency * (perf.attention_bwd_ratio if backward else 1.0)
+    return np.maximum(_f(flops) / (peak * eta), _f(bytes_) / (hbm * perf.memory_efficiency)) \
         + count * perf.kernel_overhead
 
 

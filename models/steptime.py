@@ -14,7 +14,8 @@ already recomputes the scores and is counted in its 2.5 x).
 
 Tensor-parallel overlap (fraction o, ``comm.tp_overlap``): a phase's collectives C can hide behind the
 phase's weight GEMMs W (Megatron-Core / Transformer Engine overlap the gathers and reductions with the
-GEMMs that produce or consume them):  exposed = (1 - o) C + o max(0, C - W).
+GEMMs that produce or consume them):  exposed = (1 - o) C + o (max(0, C - W) + kappa min(C, W)), where
+kappa (PerfParams.overlap_contention) is what the hidden part still costs the GEMMs it hides behind.
 
 A stage of ``n`` layers runs n x (t_fwd, t_dX, t_dW); the first stage adds the embedding, the last the
 final norm, LM head and loss (:func:`stage_extras`). A MoE model's stage adds its own blocks' times:
@@ -50,8 +51,24 @@ class Rates:
     hbm: float  # bytes/s
     tp_bandwidth: float  # bytes/s per direction on the tensor-parallel link
     perf: PerfParams
-    fp8: bool = False
+    fp8: bool = False  # weight GEMMs in a low precision (FP8, MXFP8 or NVFP4: ``linear_peak``)
     scale: float = 1.0
+    operand_bytes: float = 1.0  # bytes per operand element of a low-precision GEMM (scales included)
+    cast_bytes: float = 3.0  # bytes moved per element to quantise a GEMM input (QUANTISATION_BYTES)
+    linear_ratio: float = 1.0  # the low precision's GEMM efficiency relative to BF16 (fp8_gemm_ratio, ...)
+
+
+#: Bytes one element of a BF16 (e = 2) GEMM input costs to quantise, per scaling recipe:
+#: delayed (per-tensor, amax history: one fused cast reads e, writes 1), current (per-tensor current
+#: scaling: an amax pass reads e, then the cast reads e and writes 1), mxfp8 (per-32-element E8M0 scales:
+#: one pass reads e and writes row- and column-wise copies, 2 (1 + 1/32), the backward needing the
+#: transposed one), nvfp4 (per-16-element E4M3 scales: an amax pass, then row- and column-wise copies
+#: 2 (0.5 + 1/16), plus a random Hadamard transform of the weight-gradient inputs, read and write e).
+QUANTISATION_BYTES = {"delayed": lambda e: e + 1.0, "current": lambda e: 2.0 * e + 1.0,
+                      "mxfp8": lambda e: e + 2.0 * (1.0 + 1.0 / 32.0),
+                      "nvfp4": lambda e: 2.0 * e + 2.0 * (0.5 + 1.0 / 16.0) + 2.0 * e}
+#: Bytes per operand element of a low-precision GEMM (its block scales included).
+OPERAND_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32.0, "nvfp4": 0.5 + 1.0 / 16.0}
 
 
 class PhaseTimes(NamedTuple):
@@ -65,21 +82,26 @@ class PhaseTimes(NamedTuple):
 def kernel_time(k: ops.Kernel, r: Rates, act_bytes: float = 2.0) -> FloatArray:
     """Time of one kernel on one card (roofline.*_time), divided by the throughput scale.
 
-    Under FP8, weight GEMMs run at the FP8 peak, read their two operands in FP8 (1 byte per element
-    of the batch x (m k + k n) operand elements; the output stays in e bytes) and first cast their
-    activation input (read e bytes, write 1 byte per element of the m x k operand)."""
+    Under a low-precision recipe (FP8, MXFP8, NVFP4), weight GEMMs run at that precision's peak x
+    ``linear_ratio``, read their two operands in ``operand_bytes`` per element of the batch x (m k + k n)
+    operand elements (the output stays in e bytes) and first quantise their activation input (the m x k
+    operand, ``cast_bytes`` per element: :data:`QUANTISATION_BYTES` of the stack's scaling recipe); the
+    dW GEMM reuses the quantised copies. Flash-attention backward kernels run at the attention
+    efficiency x attention_bwd_ratio."""
     p = r.perf
     if k.kind == "gemm":
         fp8 = r.fp8 and k.linear
         peak = r.linear_peak if k.linear else r.peak
         moved = k.bytes
         if fp8:
-            moved = _f(k.bytes) - (act_bytes - 1.0) * _f(k.batch) * (_f(k.m) * _f(k.k) + _f(k.k) * _f(k.n))
-        t = roofline.gemm_time(k.flops, moved, k.m, k.n, k.k, k.batch, peak, r.hbm, p, k.count)
+            moved = _f(k.bytes) - (act_bytes - r.operand_bytes) * _f(k.batch) * (_f(k.m) * _f(k.k)
+                                                                                 + _f(k.k) * _f(k.n))
+        t = roofline.gemm_time(k.flops, moved, k.m, k.n, k.k, k.batch, peak, r.hbm, p, k.count,
+                               r.linear_ratio if fp8 else 1.0)
         if fp8 and k.phase != "dw":
-            t = t + roofline.memory_time(_f(k.m) * _f(k.k) * (act_bytes + 1.0), r.hbm, p)
+            t = t + roofline.memory_time(_f(k.m) * _f(k.k) * r.cast_bytes * act_bytes / 2.0, r.hbm, p)
     elif k.kind == "attention":
-        t = roofline.attention_time(k.flops, k.bytes, r.peak, r.hbm, p, k.count)
+        t = roofline.attention_time(k.flops, k.bytes, r.peak, r.hbm, p, k.count, backward=k.phase != "fwd")
     else:
         t = roofline.memory_time(k.bytes, r.hbm, p, k.count)
     return t / r.scale
@@ -106,10 +128,13 @@ def rebuilt(recompute: str, flash: bool) -> Callable[[ops.Kernel], bool]:
 
 
 def tp_exposed(coll_bytes: ArrayLike, calls: ArrayLike, window: ArrayLike, r: Rates, overlap: float) -> FloatArray:
-    """Exposed collective time: C = bytes / (B eff) + calls x latency; exposed = (1 - o) C + o max(0, C - W)."""
+    """Exposed collective time: C = bytes / (B eff) + calls x latency;
+    exposed = (1 - o) C + o (max(0, C - W) + kappa min(C, W)), kappa = overlap_contention (the share of
+    the hidden time the GEMMs lose to the SMs and HBM traffic of the communication kernels)."""
     p = r.perf
     c = roofline.collective_time(coll_bytes, r.tp_bandwidth, p.tp_efficiency, p.collective_latency, calls)
-    return (1.0 - overlap) * c + overlap * np.maximum(0.0, c - _f(window))
+    w = _f(window)
+    return (1.0 - overlap) * c + overlap * (np.maximum(0.0, c - w) + p.overlap_contention * np.minimum(c, w))
 
 
 def layer_times(a: ModelArch, lay: ops.Layout, r: Rates, recompute: str, tp_overlap: tuple[float, float] = (0.0, 0.0),

@@ -563,10 +563,19 @@ def rates(sc: Scenario, acc: str) -> steptime.Rates:
     A = sysm.acc
     rec = memory.recipe(sc.task.precision)
     peak = A.peak_fp16 if rec.matrix == "fp16" and A.peak_fp16 > 0 else A.peak_flops
-    fp8 = rec.matrix == "fp8" and A.peak_fp8 > 0
     perf = cast(PerfParams, sysm.perf)  # the per-operation model's: its system has a performance catalog
-    return steptime.Rates(peak=peak, linear_peak=A.peak_fp8 if fp8 else peak, hbm=A.hbm_bandwidth,
-                          tp_bandwidth=A.intra_host_bw, perf=perf, fp8=fp8, scale=sysm.efficiency)
+    low = {"fp8": (A.peak_fp8, perf.fp8_gemm_ratio, sc.stack.fp8_recipe if sc.stack.fp8_recipe in
+                   ("current", "delayed") else "current"),
+           "mxfp8": (A.peak_fp8, perf.fp8_gemm_ratio, "mxfp8"),
+           "nvfp4": (A.peak_fp4, perf.fp4_gemm_ratio, "nvfp4")}.get(rec.matrix)
+    if low is None or low[0] <= 0:  # BF16 / FP16, or a card without the precision's matrix units
+        return steptime.Rates(peak=peak, linear_peak=peak, hbm=A.hbm_bandwidth, tp_bandwidth=A.intra_host_bw,
+                              perf=perf, fp8=False, scale=sysm.efficiency)
+    e = sc.memory.activation_bytes
+    return steptime.Rates(peak=peak, linear_peak=low[0], hbm=A.hbm_bandwidth, tp_bandwidth=A.intra_host_bw,
+                          perf=perf, fp8=True, scale=sysm.efficiency,
+                          operand_bytes=steptime.OPERAND_BYTES["fp8" if rec.matrix == "fp8" else rec.matrix],
+                          cast_bytes=steptime.QUANTISATION_BYTES[low[2]](e) * 2.0 / e, linear_ratio=low[1])
 
 
 def _perf(sc: Scenario, acc: str) -> PerfParams:
@@ -1078,7 +1087,9 @@ def compute_from(sc: Scenario, schedule: str, pp: ArrayLike,
                                       dense_groups=lambda p: dense_split(sc, p))
         busy = _busiest(sc, pp, (lf + ldx + ldw,), (ef + edx + edw,), (hf + hdx + hdw,), 1,
                         None if dense is None else (dense[0] + dense[1] + dense[2],))[0]
-        pure = ga * busy
+        host = stack_overhead(sc, pp=pp, ga=ga)
+        completion = completion + host
+        pure = ga * busy + host
     else:
         completion = pipeline_compute(schedule, pp, ga, lf, ldx, ldw, t_x)
         pure = ga * (lf + ldx + ldw)
@@ -1086,6 +1097,16 @@ def compute_from(sc: Scenario, schedule: str, pp: ArrayLike,
     finite = np.isfinite(completion)
     return (total, pure, np.where(finite, np.maximum(completion - pure, 0.0), np.inf),
             np.where(finite, total - np.where(finite, completion, 0.0), 0.0))
+
+
+def stack_overhead(sc: Scenario, *, pp: ArrayLike, ga: ArrayLike) -> FloatArray:
+    """Host-side time per step that no compute hides (per-operation model; the stack's profile,
+    catalogs/stacks.toml): t_step + (m + pp - 1) t_micro, the optimizer step's launch, gradient-norm and
+    loss reductions once per step, and the schedule's bookkeeping once per micro-batch slot of the
+    pipeline's critical path (m micro-batches plus the pp - 1 of the fill)."""
+    st = sc.stack
+    out: FloatArray = st.step_overhead + (_f(ga) + _f(pp) - 1.0) * st.microbatch_overhead
+    return out
 
 
 def compute_bounds(sc: Scenario, schedule: str, pp: ArrayLike, inputs: Sequence[Any]) -> tuple[FloatArray, FloatArray]:
@@ -1096,6 +1117,8 @@ def compute_bounds(sc: Scenario, schedule: str, pp: ArrayLike, inputs: Sequence[
         lo, hi = pipeline_compute(schedule, pp, ga, (lf, ef, hf), (ldx, edx, hdx), (ldw, edw, hdw), t_x,
                                   groups=lambda p: stage_split(sc, p), bounds=True, dense=inputs[12:15] or None,
                                   dense_groups=lambda p: dense_split(sc, p))
+        host = stack_overhead(sc, pp=pp, ga=ga)
+        lo, hi = lo + host, hi + host
     else:
         lo, hi = pipeline_compute(schedule, pp, ga, lf, ldx, ldw, t_x, bounds=True)
     factor = straggler_factor(sc, cards)
@@ -1180,13 +1203,14 @@ def dp_link(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, cp: Array
     ranks = zero_ranks(dp, cp)
     bw = dp_bandwidth(sc, acc=acc, tp=tp, dp=ranks, nics=nics)
     if not sc.model.moe:
-        link: FloatArray = comm.zero_dp_volume(zero, heaviest_stage_params(sc, tp, pp), ranks, ga, rec.weights,
-                                               rec.grads) / bw
-        return link
+        n = heaviest_stage_params(sc, tp, pp)
+        link: FloatArray = comm.zero_dp_volume(zero, n, ranks, ga, rec.weights, rec.grads) / bw
+        return link + dp_latency(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, ga=ga, n=n)
     g = sc.system(acc).acc.cards_per_host
     etp_size = moe.expert_tp_size(etp, tp)
     edp = moe.expert_dp_size(tp, ranks, ep, etp)
     bw_e = dp_bandwidth(sc, acc=acc, tp=np.minimum(_f(ep) * etp_size, g), dp=edp, nics=nics)
+    lat = expert_zero_latency(sc, acc=acc, zero=zero, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, ep=ep, etp=etp)
 
     def t(d: FloatArray, xl: FloatArray, xb: FloatArray, n: FloatArray) -> FloatArray:
         experts = xl / (_f(ep) * etp_size) + xb / _f(ep)
@@ -1194,7 +1218,43 @@ def dp_link(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, cp: Array
                             + comm.zero_dp_volume(zero, experts, edp, ga, rec.weights, rec.grads) / bw_e)
         return both
 
-    return _moe_stages(sc, tp, pp, t)
+    return _moe_stages(sc, tp, pp, t) + lat
+
+
+def expert_zero_latency(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike,
+                        dp: ArrayLike, mb: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0) -> FloatArray:
+    """Per-operation model: the fixed cost of the collectives over the expert-data-parallel group per step,
+    calls (moe.expert_zero_calls: ZeRO-3 gathers whole expert sets per block and micro-batch) x (call latency
+    + the ring's sequential steps, moe.ring_latency over the edp members ep x etp apart). What makes ZeRO-3
+    over experts at DP in the hundreds costly beyond its bytes; 0 in the flat model (the chapter's accounting)."""
+    if not (sc.model.moe and per_op_model(sc)):
+        return np.zeros(np.broadcast(_f(zero), _f(tp), _f(cp), _f(pp), _f(dp), _f(mb), _f(ep), _f(etp)).shape)
+    fabric = sc.system(acc).acc.fabric
+    stride = _f(ep) * moe.expert_tp_size(etp, tp)
+    edp = moe.expert_dp_size(tp, zero_ranks(dp, cp), ep, etp)
+    domains = np.minimum(np.ceil(edp * stride / fabric.scale_up.cards), edp)
+    one = _perf(sc, acc).collective_latency + moe.ring_latency(edp, domains)
+    blocks = _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n)
+    lat: FloatArray = np.where(edp > 1, moe.expert_zero_calls(zero, blocks, grad_accum(sc, dp, mb)) * one, 0.0)
+    return lat
+
+
+def dp_latency(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, pp: ArrayLike, ranks: ArrayLike,
+               ga: ArrayLike, n: ArrayLike) -> FloatArray:
+    """Per-operation model: the latency of a step's data-parallel collectives, calls x (t_call + ring
+    latency): comm.dp_collective_calls (per-layer ZeRO-3 / FSDP gathers and reductions, the stack's
+    gradient buckets otherwise) and network.ring_latency over the dp x cp ranks tp apart (each step
+    paced by the tier the ring crosses: up_step_latency inside the scale-up domain, out_step_latency
+    across the NICs). 0 in the flat model."""
+    if not per_op_model(sc):
+        return 0.0 * _f(ranks)
+    p = _perf(sc, acc)
+    rec = memory.recipe(sc.task.precision)
+    layers = np.ceil(sc.model.layers / _f(pp))
+    calls = comm.dp_collective_calls(zero, n, layers, ga, sc.stack.dp_bucket, rec.weights, rec.grads)
+    ring = network.ring_latency(sc.system(acc).acc.fabric, ranks, tp, p.up_step_latency, p.out_step_latency)
+    out: FloatArray = np.where(_f(ranks) > 1, calls * (p.collective_latency + ring), 0.0)
+    return out
 
 
 def exposed_dp(sc: Scenario, *, acc: str, zero: ArrayLike, recompute: str, sp: bool | None = None, tp: ArrayLike,
@@ -1233,8 +1293,32 @@ def exposed_dp(sc: Scenario, *, acc: str, zero: ArrayLike, recompute: str, sp: b
         link = comm.shared_link_time(link, other * windows, window * windows)
     f = sc.overlap_fractions()[1]
     hidden = comm.exposed_time(unhidden, link / windows, window, windows, True)
+    if per_op_model(sc):  # the hidden share still costs the compute kappa of its time (overlap_contention)
+        hidden = hidden + _perf(sc, acc).overlap_contention * np.maximum(_f(link) - hidden, 0.0)
     exposed: FloatArray = f * hidden + (1.0 - f) * link
+    if sc.model.moe and per_op_model(sc):
+        exposed = exposed + f * expert_zero_contention(sc, acc=acc, zero=zero, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb,
+                                                       nics=nics, ep=ep, etp=etp, compute=window * windows)
     return exposed
+
+
+def expert_zero_contention(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1,
+                           pp: ArrayLike, dp: ArrayLike, mb: ArrayLike, nics: ArrayLike, ep: ArrayLike = 1,
+                           etp: ArrayLike = 0, compute: ArrayLike) -> FloatArray:
+    """Compute the hidden expert-weight traffic slows: while the expert gathers and reductions run behind
+    compute they hold SMs (comm_sm_share), so the compute beside them runs on the rest:
+    s x min(expert link time, compute). The expert link time is dp_link's expert ring (bytes over the
+    expert-data-parallel ring's bandwidth), without its fixed costs."""
+    rec = memory.recipe(sc.task.precision)
+    g = sc.system(acc).acc.cards_per_host
+    etp_size = moe.expert_tp_size(etp, tp)
+    edp = moe.expert_dp_size(tp, zero_ranks(dp, cp), ep, etp)
+    bw_e = dp_bandwidth(sc, acc=acc, tp=np.minimum(_f(ep) * etp_size, g), dp=edp, nics=nics)
+    ga = grad_accum(sc, dp, mb)
+    link = _moe_stages(sc, tp, pp, lambda d, xl, xb, n: comm.zero_dp_volume(
+        zero, xl / (_f(ep) * etp_size) + xb / _f(ep), edp, ga, rec.weights, rec.grads) / bw_e)
+    slowed: FloatArray = comm_sm_share(sc, acc) * np.minimum(link, _f(compute))
+    return slowed
 
 
 def tp_comm(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike,
@@ -1281,45 +1365,78 @@ def offload_wait(sc: Scenario, *, acc: str, offload: str, zero: ArrayLike, recom
 def ep_link(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike, mb: ArrayLike,
             nics: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0, cap: ArrayLike = 0.0) -> FloatArray:
     """All-to-all time of one micro-batch on the stage with the most MoE blocks (moe.a2a_per_microbatch):
-    dispatch and combine of one card's tokens on the EP group's links (NVLink inside a host, the host's
-    NICs across hosts), stretched by the load factor; the per-operation model derates the links by the
-    collective efficiencies (tp_efficiency inside a host, dp_efficiency across) and adds a latency per
-    exchange. 0 for a dense model or EP = 1."""
+    dispatch and combine of one card's tokens on the EP group's links, stretched by the load factor.
+    Which tiers the rows cross is network.route's decision for the group (ep members etp apart): inside
+    one scale-up domain (a host, or a rack-scale NVLink domain) they stay on NVLink, otherwise the share
+    bound for other domains leaves through the host's NICs (``[moe] dispatcher``: direct, per-host or
+    all-gather, moe.a2a_rows_per_token). The per-operation model derates the links by the collective
+    efficiencies (tp_efficiency on the scale-up tier, dp_efficiency beyond) and adds each exchange's
+    fixed cost, the call latency and one per message (moe.a2a_latency). 0 for a dense model or EP = 1."""
     a = sc.model
     if not a.moe:
         return 0.0 * _f(tp) * _f(pp) * _f(mb) * _f(nics) * _f(ep) * _f(etp) * _f(cap)
     A = sc.system(acc).acc
     o = sc.moe
     rc = effective_recompute(sc, recompute)
-    hosts = moe.ep_hosts(ep, moe.expert_tp_size(etp, tp), A.cards_per_host)
-    intra, inter = moe.a2a_rows_per_token(a.top_k, ep, hosts, o.dispatcher, o.node_limit)
-    fabric, latency = A.fabric, 0.0
+    etp_size = moe.expert_tp_size(etp, tp)
+    fabric = A.fabric
     if per_op_model(sc):
         p = _perf(sc, acc)
-        fabric, latency = fabric.derated(p.tp_efficiency, p.dp_efficiency), p.collective_latency
-    path = network.route(fabric, _f(ep) * moe.expert_tp_size(etp, tp), 1, A.cards_per_host, nics)
-    one = moe.a2a_time(card_tokens(sc, tp, mb, cp), a.hidden, sc.memory.activation_bytes, intra, inter,
-                       load_factor(sc, ep, cap), path, A.p2p)
-    one = np.where(_f(ep) > 1, one + latency, 0.0)
+        fabric = fabric.derated(p.tp_efficiency, p.dp_efficiency)
+    domains = moe.ep_domains(ep, etp_size, fabric.scale_up.cards)
+    intra, inter = moe.a2a_rows_per_token(a.top_k, ep, domains, o.dispatcher,
+                                          node_limit(sc, ep, etp_size, fabric.scale_up.cards))
+    tokens, e = card_tokens(sc, tp, mb, cp), sc.memory.activation_bytes
+    if o.dispatcher == "all-gather":  # a ring of ep members etp apart, the etp rings of a host sharing its NICs
+        ring = network.route(fabric, ep, etp_size, etp_size, nics)
+        one = moe.allgather_dispatch_time(tokens, a.hidden, e, intra + inter, ring.bandwidth)
+    else:
+        path = network.route(fabric, ep, etp_size, A.cards_per_host, nics)
+        one = moe.a2a_time(tokens, a.hidden, e, intra, inter, load_factor(sc, ep, cap), path, A.p2p)
+    if per_op_model(sc):
+        one = one + moe.a2a_latency(ep, domains, o.dispatcher, _perf(sc, acc).collective_latency)
+    one = np.where(_f(ep) > 1, one, 0.0)
     blocks = _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n)
     per_mb: FloatArray = moe.a2a_per_microbatch(one, blocks, rc == "full")
     return per_mb
+
+
+def node_limit(sc: Scenario, ep: ArrayLike, etp_size: ArrayLike, domain_cards: float) -> FloatArray:
+    """Domains one token's experts may span (0: any): the smaller of ``[moe] node_limit`` and the model's
+    group-limited routing (moe.routed_domain_limit), where either is set."""
+    model = moe.routed_domain_limit(sc.model, ep, etp_size, domain_cards)
+    stated = float(sc.moe.node_limit)
+    both = np.where(model > 0, np.minimum(model, stated), stated)
+    return np.where(stated > 0, both, model)
+
+
+def comm_sm_share(sc: Scenario, acc: str) -> float:
+    """Share of a card's SMs an overlapped exchange takes from the compute beside it: moe.COMM_SMS over
+    the performance catalog's SMs (the per-operation model), over the H800's 132 in the flat model."""
+    sms = _perf(sc, acc).sms if per_op_model(sc) else 132
+    return min(1.0, moe.COMM_SMS / sms)
 
 
 def ep_comm(sc: Scenario, *, acc: str, recompute: str, schedule: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike,
             dp: ArrayLike, mb: ArrayLike, nics: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0,
             cap: ArrayLike = 0.0) -> FloatArray:
     """Exposed all-to-all per step (moe.a2a_exposed): every micro-batch's exchanges, or with overlap
-    (``[moe] a2a_overlap``: auto = DualPipe schedules) only what exceeds one micro-batch's compute. The
-    exchanges extend each micro-batch on the critical path; how they stretch pipeline bubbles is not
-    modelled (as the flat model's tensor-parallel time)."""
+    (``[moe] a2a_overlap``: all = Megatron-Core's EP overlap on any schedule, auto = DualPipe schedules)
+    the unpaired warm-up and cool-down chunks whole (moe.a2a_unpaired_share), and of each paired chunk
+    what exceeds one micro-batch's compute plus the compute slowed by the SMs the exchange holds
+    (:func:`comm_sm_share`). The exchanges extend each micro-batch on the critical path; how they
+    stretch pipeline bubbles is not modelled (as the flat model's tensor-parallel time)."""
     per_mb = ep_link(sc, acc=acc, recompute=recompute, tp=tp, cp=cp, pp=pp, mb=mb, nics=nics, ep=ep, etp=etp, cap=cap)
     if not sc.model.moe:
         return per_mb * _f(dp) * _f(cp)  # zeros of the right shape
     t_f, t_dx, t_dw = microbatch_times(sc, acc=acc, recompute=recompute, schedule=schedule, tp=tp, cp=cp, pp=pp,
                                        mb=mb, ep=ep, etp=etp, cap=cap)
-    exposed: FloatArray = moe.a2a_exposed(per_mb, t_f + t_dx + t_dw, grad_accum(sc, dp, mb),
-                                          moe.a2a_overlapped(sc.moe.a2a_overlap, schedule))
+    ga = grad_accum(sc, dp, mb)
+    base, v = schedule_parts(schedule)
+    unpaired = moe.a2a_unpaired_share(base, v, pp, np.ceil(ga - 1e-9))
+    exposed: FloatArray = moe.a2a_exposed(per_mb, t_f + t_dx + t_dw, ga,
+                                          moe.a2a_overlapped(sc.moe.a2a_overlap, schedule), unpaired,
+                                          comm_sm_share(sc, acc))
     return exposed
 
 

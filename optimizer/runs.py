@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -41,6 +42,7 @@ from typing import Any
 
 from tpopt.catalogs import Catalog, load_catalog, read_text_capped
 from tpopt.catalogs.scenario import build_scenario
+from tpopt.catalogs.stacks import stack_profile
 from tpopt.errors import InputError
 from tpopt.models import memory
 from tpopt.models import terms as T
@@ -51,8 +53,54 @@ from tpopt.models.units import GIB
 from tpopt.optimizer.calibrate import MeasuredRun
 
 DEFAULT_ACCELERATOR = "a100-80gb-sxm"
+DEFAULT_TABLE_STACK = "megatron-lm-2021"  # a table without a ``# stack = NAME`` line
 STACK = {"precision": "fp16-mixed-fp32-grad", "dropout": True, "flash_attention": False, "sequence_parallel": False,
          "tp_overlap": 0.0, "dp_overlap": 0.0, "recompute": "full"}
+#: Precision cells of published tables -> tpopt's recipes (FP8 with per-tensor scaling keeps BF16 masters).
+PRECISIONS = {"fp8 (current scaling)": "fp8-mixed", "fp8 (delayed scaling)": "fp8-mixed", "fp8": "fp8-mixed",
+              "bf16": "bf16-mixed", "fp16": "fp16-mixed"}
+#: optimizer_sharding cells -> ZeRO stage.
+SHARDING = {"distributed optimizer (zero-1)": 1, "distributed optimizer": 1, "fsdp (zero-3)": 3, "fsdp": 3,
+            "none": 0}
+UNSTATED = ("", "not stated")
+
+
+def table_stack(path: str | Path) -> str:
+    """The software stack a table names in a ``# stack = NAME`` comment line (else Megatron-LM 2021-22)."""
+    for ln in read_text_capped(Path(path), "runs file").splitlines():
+        t = ln.strip()
+        if t.startswith("#") and t[1:].strip().startswith("stack"):
+            key, _, value = t[1:].partition("=")
+            if key.strip() == "stack" and value.strip():
+                return value.strip()
+    return DEFAULT_TABLE_STACK
+
+
+def table_moe(path: str | Path) -> dict[str, float]:
+    """Routing a table states for its MoE runs in ``# moe.KEY = NUMBER`` comment lines (e.g. ``# moe.imbalance =
+    1``: force-balanced tokens), as [moe] keys of the rows' scenarios."""
+    out: dict[str, float] = {}
+    for ln in read_text_capped(Path(path), "runs file").splitlines():
+        t = ln.strip()
+        if t.startswith("#") and t[1:].strip().startswith("moe."):
+            key, _, value = t[1:].strip()[4:].partition("=")
+            try:
+                out[key.strip()] = float(value)
+            except ValueError:
+                raise InputError(f"{Path(path).name}: '# moe.{key.strip()} = {value.strip()}' is not a number"
+                                 ) from None
+    return out
+
+
+def stack_defaults(name: str) -> dict[str, Any]:
+    """A measured table's stack defaults (catalogs/stacks.toml): overlap, attention, sequence parallel,
+    dropout and recompute as the stack runs them when the table does not say."""
+    p = stack_profile(name)
+    if name == DEFAULT_TABLE_STACK:
+        return dict(STACK, stack=name)
+    return {"precision": "bf16-mixed", "dropout": p.dropout, "flash_attention": p.flash_attention,
+            "sequence_parallel": p.sequence_parallel, "tp_overlap": p.tp_overlap, "dp_overlap": p.dp_overlap,
+            "recompute": p.recompute, "stack": name}
 MEMORY_COLUMNS = ("weights_optimizer_gib", "activations_gib_tp_no_recompute", "activations_gib_sp_selective")
 
 
@@ -62,6 +110,10 @@ def megatron_flops(hidden: float, layers: float, vocab: float, seq_len: float, b
     return 96.0 * batch * seq_len * layers * hidden ** 2 * (1 + seq_len / (6 * hidden) + vocab / (16 * layers * hidden))
 
 
+CARD_KEYS = ("usable_memory", "cards_per_host", "peak", "nics_per_host", "card_hour")
+"""Scenario [hardware] keys that describe its card: not carried to a row on another accelerator."""
+
+
 def read_rows(path: str | Path) -> list[dict[str, str]]:
     p = Path(path)
     text = read_text_capped(p, "runs file")
@@ -69,13 +121,17 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
     if not lines:
         raise InputError(f"{p}: no rows")
     rows = list(csv.DictReader(lines))
+    if not rows:
+        raise InputError(f"{p}: a header and no runs (one row per measured run after the header)")
     for r in rows:
         if None in r:
             raise InputError(f"{p}: a row has more fields than the header")
     return rows
 
 
-def _num(row: dict[str, str], key: str, where: str, kind: Callable[[str], Any] = float, default: Any = None) -> Any:
+def _num(row: dict[str, str], key: str, where: str, kind: Callable[[str], Any] = float, default: Any = None,
+         minimum: int = 1) -> Any:
+    """A number cell: a positive finite float, or an integer of at least ``minimum`` (counts, sizes)."""
     v = row.get(key)
     if v is None or str(v).strip() == "":
         if default is None:
@@ -85,8 +141,10 @@ def _num(row: dict[str, str], key: str, where: str, kind: Callable[[str], Any] =
         x = kind(str(v).strip())
     except ValueError:
         raise InputError(f"{where}: {key} = {v!r} is not a number") from None
-    if kind is float and not x > 0:
-        raise InputError(f"{where}: {key} must be positive")
+    if kind is float and not (x > 0 and math.isfinite(x)):
+        raise InputError(f"{where}: {key} = {v!r} must be a positive finite number")
+    if kind is int and x < minimum:
+        raise InputError(f"{where}: {key} = {v!r} must be at least {minimum}")
     return x
 
 
@@ -157,18 +215,19 @@ def _accelerator(row: dict[str, str], cat: Catalog, base_raw: dict[str, Any] | N
     return DEFAULT_ACCELERATOR
 
 
-def _stack_defaults(base_raw: dict[str, Any] | None) -> dict[str, Any]:
-    """Software-stack defaults of a row: the published tables' Megatron-LM stack (STACK), or, when a
-    scenario is given, that scenario's own settings (its defaults where it is silent)."""
+def _stack_defaults(base_raw: dict[str, Any] | None, stack: str = DEFAULT_TABLE_STACK) -> dict[str, Any]:
+    """Software-stack defaults of a row: the table's stack (``# stack = NAME``; else the published tables'
+    Megatron-LM stack, STACK), or, when a scenario is given, that scenario's own settings."""
     if base_raw is None:
-        return STACK
+        return stack_defaults(stack)
     task, mem, comm = (base_raw.get(t, {}) for t in ("task", "memory", "comm"))
     rec = base_raw.get("search", {}).get("recompute", "none")
     return {"precision": task.get("precision", "bf16-mixed"), "dropout": mem.get("dropout", False),
             "flash_attention": mem.get("flash_attention", True),
             "sequence_parallel": mem.get("sequence_parallel", True),
             "tp_overlap": comm.get("tp_overlap", False), "dp_overlap": comm.get("dp_overlap", True),
-            "recompute": rec[0] if isinstance(rec, list) else rec}
+            "recompute": rec[0] if isinstance(rec, list) else rec,
+            "stack": base_raw.get("hardware", {}).get("stack", stack)}
 
 
 def _candidates(layers: int, pp: int, per_replica: int, mb: int, vs: int | None, schedule: str,
@@ -194,6 +253,8 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
     """Measured runs of a CSV file (module docstring); ``base_raw`` is a scenario's raw tables."""
     cat = catalog or load_catalog()
     table = Path(path).stem
+    stack = table_stack(path)
+    routing = table_moe(path)
     out = []
     for i, row in enumerate(read_rows(path)):
         name = (row.get("run") or f"{table}-{i + 1}").strip()
@@ -209,43 +270,59 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         elif model:
             raw["model"] = model
         acc = accelerator or _accelerator(row, cat, base_raw, where)
-        defaults = _stack_defaults(base_raw)
-        stack = {k: row.get(k) for k in STACK if row.get(k) not in (None, "")}
+        defaults = _stack_defaults(base_raw, stack)
+        stated = {k: str(row.get(k)).strip().lower() for k in STACK if str(row.get(k) or "").strip().lower()
+                  not in UNSTATED}
+        if "precision" in stated:
+            stated["precision"] = PRECISIONS.get(stated["precision"], stated["precision"])
         seq = _num(row, "seq_len", where, int, raw.get("task", {}).get("seq_len") or None)
         batch = _num(row, "global_batch", where, int, raw.get("task", {}).get("global_batch") or None)
         tp, pp = _num(row, "tp", where, int, 1), _num(row, "pp", where, int, 1)
+        cp, ep = _num(row, "cp", where, int, 1), _num(row, "ep", where, int, 1)
+        etp = _num(row, "expert_tp", where, int, 0, minimum=0) if row.get("expert_tp") else 0
         count = "gpus" if row.get("gpus") else "cards" if row.get("cards") else None
-        gpus = _num(row, count, where, int) if count else tp * pp * _num(row, "dp", where, int)
+        gpus = _num(row, count, where, int) if count else tp * cp * pp * _num(row, "dp", where, int)
         raw["task"] = {"tokens": "1B", "seq_len": seq, "global_batch": batch,
-                       "precision": str(stack.get("precision", defaults["precision"]))}
+                       "precision": str(stated.get("precision", defaults["precision"]))}
         raw["schedule"] = {"deadline": "100000d"}
         hw = {k: v for k, v in raw.get("hardware", {}).items() if k != "efficiency"}
+        if hw.get("accelerator", acc) != acc:  # another card than the scenario's: none of its card figures
+            hw = {k: v for k, v in hw.items() if k not in CARD_KEYS}
         hw["accelerator"] = acc
+        hw["stack"] = defaults["stack"]
         raw["hardware"] = hw
         mem = dict(raw.get("memory", {}))
         mem.pop("activation_reserve", None)
         mem["dropout"] = _flag(row, "dropout", defaults["dropout"], where)
         mem["flash_attention"] = _flag(row, "flash_attention", defaults["flash_attention"], where)
         raw["memory"] = mem
-        raw["comm"] = {"tp_overlap": _overlap_value(row.get("tp_overlap") or defaults["tp_overlap"]),
-                       "dp_overlap": _overlap_value(row.get("dp_overlap") or defaults["dp_overlap"])}
+        raw["comm"] = {"tp_overlap": _overlap_value(stated.get("tp_overlap", defaults["tp_overlap"])),
+                       "dp_overlap": _overlap_value(stated.get("dp_overlap", defaults["dp_overlap"]))}
         raw["checkpoint"] = {"card_mtbf": "none"}
         raw.pop("input", None)
         raw.pop("search", None)
         raw.pop("sweep", None)
         sc = build_scenario(raw, cat) if arch is None else _with_model(raw, cat, arch)
-        dp = gpus // (tp * pp)
-        if dp * tp * pp != gpus or batch % dp:
-            raise InputError(f"{where}: gpus ({gpus}) must be tp x pp x dp with dp dividing the global batch")
+        if sc.model.moe and routing and "moe" not in raw:  # the table's routing statement, for its MoE rows
+            raw["moe"] = dict(routing)
+            sc = build_scenario(raw, cat) if arch is None else _with_model(raw, cat, arch)
+        dp = gpus // (tp * cp * pp)
+        if dp * tp * cp * pp != gpus or batch % dp:
+            raise InputError(f"{where}: gpus ({gpus}) must be tp x cp x pp x dp with dp dividing the global batch")
         mb = _num(row, "micro_batch", where, int, 0) if row.get("micro_batch") else 0
         vs = _num(row, "virtual_stages", where, int, 0) if row.get("virtual_stages") else None
-        zero = _num(row, "zero_stage", where, int, 0) if row.get("zero_stage") else 0
+        zero = _num(row, "zero_stage", where, int, 0, minimum=0) if row.get("zero_stage") else 0
+        sharding = str(row.get("optimizer_sharding") or "").strip().lower()
+        if sharding and not row.get("zero_stage"):
+            if sharding not in SHARDING:
+                raise InputError(f"{where}: optimizer_sharding {sharding!r} unknown ({', '.join(SHARDING)})")
+            zero = SHARDING[sharding]
         cands = _candidates(sc.model.layers, pp, batch // dp, mb, vs, (row.get("schedule") or "").strip(), schedules)
         memory = {k: float(row[k]) for k in MEMORY_COLUMNS if row.get(k)}
         sp = _flag(row, "sequence_parallel", defaults["sequence_parallel"], where)
-        rec = str(stack.get("recompute", defaults["recompute"]))
+        rec = str(stated.get("recompute", defaults["recompute"]))
 
-        plans = partial(_row_plans, acc, gpus, zero, tp, pp, cands)  # (recompute, sequence_parallel) -> plans
+        plans = partial(_row_plans, acc, gpus, zero, tp, pp, cands, cp, ep, etp)  # (recompute, seq. par.) -> plans
         pairs = []
         if row.get("iteration_s_full_recompute") or row.get("iteration_s_sp_selective"):
             if row.get("iteration_s_full_recompute"):
@@ -271,11 +348,12 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
     return out
 
 
-def _row_plans(acc: str, gpus: int, zero: int, tp: int, pp: int, cands: list[tuple[int, str]], recompute: str,
-               seq_par: bool) -> tuple[Plan, ...]:
+def _row_plans(acc: str, gpus: int, zero: int, tp: int, pp: int, cands: list[tuple[int, str]], cp: int, ep: int,
+               etp: int, recompute: str, seq_par: bool) -> tuple[Plan, ...]:
     """A row's candidate plans, one per (micro-batch, schedule), with one recompute and sequence-parallel setting."""
-    return tuple(Plan(acc, gpus, zero_stage=zero, tp=tp, pp=pp, micro_batch=b, recompute=recompute,
-                      schedule=s, sequence_parallel=seq_par, nics_per_host=0) for b, s in cands)
+    return tuple(Plan(acc, gpus, zero_stage=zero, tp=tp, pp=pp, cp=cp, ep=ep, expert_tp=etp, micro_batch=b,
+                      recompute=recompute, schedule=s, sequence_parallel=seq_par, nics_per_host=0)
+                 for b, s in cands)
 
 
 def _with_model(raw: dict[str, Any], cat: Catalog, arch: ModelArch) -> Scenario:

@@ -128,7 +128,7 @@ def test_all_to_all_volume_on_nvlink_and_nics(tmp_path):
     # one card's 4,096 tokens, k = 8, h = 2048, BF16, dropless with the default routing shape (half the experts
     # at 1.25 x): the busiest EP rank's load factor is 1.25. 48 MoE blocks, 4 exchanges each per micro-batch,
     # 16 micro-batches per step on 16 cards (256 / 16).
-    p = write(tmp_path, Q30)
+    p = write(tmp_path, Q30 + "[moe]\ndispatcher = 'direct'\n")  # Megatron-Core's alltoall: a row per dispatch
     rows = 4096 * 1.25 * 2048 * 2  # bytes per row-per-token
     # EP 8 inside one host: k x 7/8 rows per token over NVLink (450 GB/s per direction)
     m = evaluate_json(p, "--cards", 16, "--zero", 1, "--ep", 8)["metrics"]
@@ -144,6 +144,16 @@ def test_all_to_all_volume_on_nvlink_and_nics(tmp_path):
     assert m["ep_placement"] == "across 2 hosts" and m["ep_hosts"] == 2
     # EP 1: no all-to-all
     assert evaluate_json(p, "--cards", 16, "--zero", 1, "--ep", 1)["metrics"]["ep_link_s"] == 0
+    # the default stack (Megatron-Core's flex dispatcher, DeepEP / HybridEP): one copy per destination host.
+    # EP 16 over H = 2 hosts: a token's 8 experts sit on H (1 - (1 - 1/H)^8) = 1.9921875 distinct hosts on
+    # average, the other one of them (x (H - 1)/H) gets a copy over the NICs: 0.99609375 rows; NVLink then
+    # forwards k (m - 1)/m = 8 x 7/8 = 7 rows. In-host (EP 8) both dispatchers move the same rows.
+    d = evaluate_json(write(tmp_path, Q30, "d.toml"), "--cards", 16, "--zero", 1, "--ep", 16)["metrics"]
+    one = max(rows * 7 / 450e9, rows * 0.99609375 / 50e9)
+    assert d["moe_assumptions"]["dispatcher"] == "per-host"
+    assert d["ep_link_s"] == pytest.approx(4 * 48 * one * 16, rel=1e-12)
+    d8 = evaluate_json(write(tmp_path, Q30, "d.toml"), "--cards", 16, "--zero", 1, "--ep", 8)["metrics"]
+    assert d8["ep_link_s"] == pytest.approx(4 * 48 * rows * 8 * 7 / 8 / 450e9 * 16, rel=1e-12)
 
 
 def test_load_factor_stretches_expert_compute(tmp_path):

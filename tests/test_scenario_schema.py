@@ -64,6 +64,7 @@ SAMPLES = {
     "schedule.reserved": ('"12h"', 12 * HOUR),
     "hardware.accelerator": ('["rtx4090", "h100-sxm"]', ("rtx4090", "h100-sxm")),
     "hardware.efficiency": ('"40%"', 0.4),
+    "hardware.stack": ('"torchtitan"', "torchtitan"),
     "hardware.usable_memory": ('"22GiB"', 22 * GIB),
     "hardware.cards_per_host": ("8", 8),
     "hardware.peak": ('"989TFLOP/s"', 989e12),
@@ -248,6 +249,8 @@ def test_every_bound_is_enforced_with_its_message(dotted, decl):
     ("moe.imbalance", "imbalance = 3", "moe: 50% of the experts at 3 x the mean would take more than every dispatch; "
                                        "lower imbalance or hot_experts"),
     ("search.zero_stage", "zero_stage = [4]", "search.zero_stage values must be 0, 1, 2 or 3"),
+    ("hardware.stack", 'stack = "nemo-9"',
+     "unknown stack 'nemo-9' (known: megatron-core, megatron-lm-2021, torchtitan, deepspeed, maxtext)"),
     ("hardware.accelerator", 'accelerator = ["rtx4090", "rtx4090"]', "hardware.accelerator lists a name twice"),
     ("checkpoint.storage", 'storage = "superpod-good"\nwrite_bandwidth = "7GB/s"',
      "checkpoint: give write_bandwidth or storage, not both"),
@@ -263,7 +266,7 @@ def test_every_bound_is_enforced_with_its_message(dotted, decl):
                                            'tokens = "4B" } (sequences, sequences, tokens)'),
     ("task.critical_batch", 'critical_batch = "0 sequences"', "task.critical_batch: '0' must be greater than zero"),
     ("task.precision", 'precision = "fp4"', "unknown precision 'fp4' (known: bf16-mixed, bf16-mixed-fp32-grad, "
-                                            "fp8-mixed, fp16-mixed, fp16-mixed-fp32-grad)"),
+                                            "fp8-mixed, mxfp8-mixed, nvfp4-mixed, fp16-mixed, fp16-mixed-fp32-grad)"),
     ("search.save_mode", 'save_mode = ["sync", "lazy"]', "save mode 'lazy' unknown (use sync or async)"),
     ("search.offload", 'offload = "disk"', "offload 'disk' unknown (use none or cpu)"),
     ("search.save_interval", 'save_interval = "often"', "save_interval: cannot read 'often' as a number with a unit"),

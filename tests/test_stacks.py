@@ -1,0 +1,39 @@
+"""Software-stack profiles (catalogs/stacks.toml) and the [hardware] stack key."""
+
+import pytest
+from tpopt.catalogs.stacks import DEFAULT_STACK, build_stack, stack_names, stack_profile
+from tpopt.errors import InputError
+from tpopt.models.units import GIB
+
+
+def test_default_stack_is_megatron_core_and_every_profile_is_sourced():
+    assert DEFAULT_STACK == "megatron-core"
+    assert {"megatron-core", "torchtitan", "deepspeed", "maxtext"} <= set(stack_names())
+    for name in stack_names():
+        p = stack_profile(name)
+        assert p.name == name and p.display
+        assert all(p.sources.get(k) for k in ("step_overhead", "communicator_buffers", "allocator_reserve"))
+
+
+def test_megatron_recompute_vocabulary_names_its_selective_modules():
+    mods = stack_profile("megatron-core").recompute_modules
+    assert {"core_attn", "mlp", "moe_act", "layernorm", "shared_experts"} <= set(mods)
+
+
+def test_usable_memory_subtracts_buffers_then_divides_by_the_reserve():
+    p = stack_profile("megatron-core")
+    # (74 GiB - buffers) / (1 + reserve), written out from the profile's own two numbers
+    assert p.usable(74 * GIB) == pytest.approx((74 * GIB - p.communicator_buffers) / (1 + p.allocator_reserve))
+    assert p.usable(74 * GIB) < 74 * GIB
+
+
+def test_unknown_stack_and_unsourced_value_are_one_line_errors():
+    with pytest.raises(InputError, match="unknown stack 'nemo'"):
+        stack_profile("nemo")
+    t = {"display": "x", "tp_overlap": True, "dp_overlap": True, "fsdp_prefetch": 1, "dp_bucket": "40MB",
+         "moe_dispatcher": "alltoall", "moe_a2a_overlap": "none", "flash_attention": True, "sequence_parallel": True,
+         "dropout": False, "recompute": "none", "recompute_modules": [], "activation_offload": False,
+         "fp8_recipe": "current", "step_overhead": "1ms", "microbatch_overhead": "0s", "cuda_context": "0GiB",
+         "communicator_buffers": "0GiB", "allocator_reserve": 0.0, "sources": {}}
+    with pytest.raises(InputError, match="no source for tp_overlap"):
+        build_stack("x", t)
