@@ -9,6 +9,9 @@ Presentation only, plain strings (no terminal, no click, no rich): the numbers c
 
 from __future__ import annotations
 
+import textwrap
+from typing import Any
+
 # ---------------------------------------------------------------------------------------------
 # plans and changes
 
@@ -289,7 +292,8 @@ def _violation_line(v: dict, width: int) -> str:
 def plan_lines(d: dict, sc) -> list[str]:
     unit = d["cost_unit"]
     lines = [f"tpopt explain: {sc.name}: plan {plan_line(d['plan'])}",
-             f"Cost {_money(d['cost'], unit)}, finish {d['finish_days']:.2f} d."]
+             f"Cost {_money(d['cost'], unit)}, finish {d['finish_days']:.2f} d.",
+             *(footing_lines(d["footing"]) if d.get("footing") else [])]
     if d["violated"]:
         w = max(len(v["name"]) for v in d["violated"])
         lines += ["", f"Status: infeasible: violates {len(d['violated'])} constraint"
@@ -344,7 +348,8 @@ def request_lines(d: dict, sc) -> list[str]:
     unit = d["cost_unit"]
     lines = [f"tpopt explain: {sc.name}: feasible; the optimum (minimising {d['objective']}, status {d['status']}):",
              f"Plan: {plan_line(d['plan'])}",
-             f"Cost {_money(d['cost'], unit)}, finish {d['finish_days']:.2f} d.", ""]
+             f"Cost {_money(d['cost'], unit)}, finish {d['finish_days']:.2f} d.",
+             *(footing_lines(d["footing"]) if d.get("footing") else []), ""]
     if not d["binding"]:
         lines.append("Binding constraints: none (no single constraint holds the optimum where it is).")
     else:
@@ -359,3 +364,77 @@ def request_lines(d: dict, sc) -> list[str]:
     if (d.get("solver") or {}).get("time_limit_reached"):
         lines.insert(1, limit_line(d["solver"]))
     return lines
+
+
+# ---------------------------------------------------------------- the footing (tpopt.optimizer.footing)
+
+def _short(source: str, limit: int = 72) -> str:
+    s = " ".join(source.split())
+    return s if len(s) <= limit else s[:limit - 3].rstrip() + "..."
+
+
+SHORT = {"gemm_efficiency": "GEMM", "attention_efficiency": "attention", "memory_efficiency": "memory",
+         "kernel_overhead": "kernel", "tp_efficiency": "scale-up", "dp_efficiency": "scale-out"}
+"""Text labels of the parameters (the JSON names them as performance.toml does)."""
+
+
+def _price_text(pr: dict[str, Any]) -> str:
+    if pr["card_hour"] is None:
+        return "price: none (costs in card-hours)"
+    if pr["provenance"] == "scenario":
+        return f"price: {pr['card_hour']:g} USD/card-h, the scenario's own ({pr['source'].split(': ')[-1]})"
+    return f"price: {pr['card_hour']:g} USD/card-h, catalog {pr['date']}, {pr['kind']} (check your provider)"
+
+
+def footing_lines(f: dict[str, Any], width: int = 100) -> list[str]:
+    """The footing as 2-4 text lines (from the dict :func:`footing` returns, the JSON's figures): the
+    model, stack and MFU; the parameters by provenance; the price; each wrapped to ``width``."""
+    mfu_text = f"{f['mfu'] * 100:.1f} %" if f.get("mfu") is not None else "-"
+    peak = "FP16" if "FP16" in f["mfu_convention"] else "BF16"
+    if f["step_time_model"] == "flat":
+        model = f"flat step time (hardware.efficiency = {f['efficiency']:g} stated; without it, per-operation)"
+    else:
+        model = "per-operation step time (no hardware.efficiency stated)"
+        if f.get("throughput_scale") is not None:
+            model += f", throughput x {f['throughput_scale']:g}"
+    of = f" ({f['of']})" if f.get("of") else ""
+    lines = [f"Footing{of}: {model}",
+             f"stack {f['stack']}; implied MFU {mfu_text} (model FLOPs 6N + attention, dense {peak} peak)"]
+    groups: dict[str, list[str]] = {}
+    for p in f["parameters"]:
+        shown = f"{p['value'] * 1e6:.3g} us" if p["name"] == "kernel_overhead" else f"{p['value']:.3g}"
+        label = p["provenance"]
+        if label == "calibrated":
+            on = p["source"].split(" on ", 1)[1] if " on " in p["source"] else p["source"]
+            label = f"calibrated on {_short(on.split(' (')[0], 40)}"
+        groups.setdefault(label, []).append(f"{SHORT.get(p['name'], p['name'])} {shown}")
+    if groups:
+        order = sorted(groups, key=lambda g: (not g.startswith("calibrated"), g != "measured", g))
+        lines.append("parameters: " + "; ".join(f"{g} {', '.join(groups[g])}" for g in order))
+    lines.append(_price_text(f["price"]))
+    out: list[str] = []
+    for i, line in enumerate(lines):
+        out += textwrap.wrap(line if i == 0 else "  " + line, width, subsequent_indent="    ",
+                             break_on_hyphens=False)
+    return out
+
+
+def sweep_footing_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One footing line per accelerator of a sweep, from its rows' footing cells (the CSV/JSON columns)."""
+    out = []
+    for acc in dict.fromkeys(r["accelerator"] for r in rows if r.get("step_model")):
+        mine = [r for r in rows if r["accelerator"] == acc and r.get("step_model")]
+        mfus = sorted(r["mfu"] for r in mine if r.get("mfu") is not None)
+        span = "-" if not mfus else f"{mfus[0] * 100:.1f} %" if mfus[0] == mfus[-1] else \
+            f"{mfus[0] * 100:.1f}-{mfus[-1] * 100:.1f} %"
+        line = (f"Footing ({acc}): {mine[0]['step_model']} step time; stack {mine[0]['stack']}; implied MFU "
+                f"{span}; price {mine[0]['price_provenance']}")
+        cells = mine[0].get("parameter_provenance")
+        if cells:
+            groups: dict[str, list[str]] = {}
+            for item in cells.split():
+                name, _, how = item.partition(":")
+                groups.setdefault(how, []).append(SHORT.get(name, name))
+            line += "; parameters " + "; ".join(f"{g} {', '.join(v)}" for g, v in groups.items())
+        out += textwrap.wrap(line, 118, subsequent_indent="    ", break_on_hyphens=False)
+    return out

@@ -236,7 +236,7 @@ _PERF_FRACTIONS = ("gemm_efficiency", "memory_efficiency", "attention_efficiency
                    "fp8_gemm_ratio", "fp4_gemm_ratio", "attention_bwd_ratio")
 _PERF_KEYS = set(_PERF_FRACTIONS) | {"overlap_contention", "gemm_k_half", "tile", "sms", "kernel_overhead",
                                      "collective_latency", "up_step_latency", "out_step_latency", "calibrated",
-                                     "sources", "calibration"}
+                                     "sources", "calibration", "residual_sigma", "residual_sigma_source"}
 
 
 def build_perf(name: str, t: dict, base: PerfParams | None = None) -> PerfParams:
@@ -271,6 +271,15 @@ def build_perf(name: str, t: dict, base: PerfParams | None = None) -> PerfParams
         if not isinstance(cal, list) or any(c not in PerfParams.field_names() for c in cal):
             raise InputError(f"{where}: calibrated must list parameter names")
         kw["calibrated"] = tuple(cal)
+    if "residual_sigma" in t:
+        kw["residual_sigma"] = parse_number(t["residual_sigma"], f"{where} residual_sigma")
+        if not 0.0 <= kw["residual_sigma"] < 5.0:
+            raise InputError(f"{where}: residual_sigma must be a lognormal sigma between 0 and 5")
+        if not isinstance(t.get("residual_sigma_source"), str) or not t["residual_sigma_source"].strip():
+            raise InputError(f"{where}: residual_sigma needs residual_sigma_source (how it was obtained)")
+        kw["residual_sigma_source"] = t["residual_sigma_source"]
+    elif "residual_sigma_source" in t:
+        raise InputError(f"{where}: residual_sigma_source without residual_sigma")
     sources = dict((base.sources if base else {}) or {})
     sources.update(t.get("sources", {}) or {})
     return replace(base or PerfParams(), name=name, sources=sources, **kw)

@@ -270,7 +270,19 @@ def _system(name: str, hw: dict, prices: dict, efficiency: float | None, cat: Ca
     return System(acc=acc, efficiency=1.0 if efficiency is None else efficiency,
                   price_card_hour=acc.price_card_hour if cost.card_hour is None else cost.card_hour,
                   nic_price_hour=acc.nic_price_hour if cost.nic_hour is None else cost.nic_hour,
-                  perf=None if efficiency is not None else cat.perf(name))
+                  perf=None if efficiency is not None else cat.perf(name),
+                  price_source=_price_source(name, card, cost, acc, cat))
+
+
+def _price_source(name: str, card: dict, cost: PriceKeys, acc: Accelerator, cat: Catalog) -> str:
+    """Where the card-hour price comes from: the scenario ([cost] or [hardware] card_hour) or the catalog
+    (its source and price date)."""
+    if cost.card_hour is not None:
+        return "scenario: [cost] card_hour"
+    if "card_hour" in card:
+        return "scenario: [hardware] card_hour"
+    date = cat.raw.get("accelerators", {}).get(name, {}).get("price_date")
+    return f"catalog {date or 'undated'}: {acc.sources.get('price_card_hour', 'no source')}"
 
 
 def _card_overrides(acc: Accelerator, card: CardKeys) -> Accelerator:

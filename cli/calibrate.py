@@ -18,6 +18,7 @@ from tpopt.cli.common import (
 from tpopt.errors import InputError
 from tpopt.models.units import parse_duration
 from tpopt.optimizer import calibrate as C
+from tpopt.optimizer import device
 from tpopt.optimizer.runs import runs_from_csv
 
 
@@ -27,22 +28,30 @@ from tpopt.optimizer.runs import runs_from_csv
 @click.option("--measured-step", help="Measured time of one optimizer step of the plan, e.g. 12.0s.")
 @click.option("--runs", "runs_csv", type=click.Path(dir_okay=False),
               help="CSV of measured runs (plan columns and iteration_s; see tpopt/optimizer/runs.py).")
-@click.option("--fit", "fit_names", help="Parameters to fit, comma-separated (default: one per run, in the order "
-                                         "gemm_efficiency, memory_efficiency, kernel_overhead).")
+@click.option("--fit", "fit_names", help="Parameters to fit, comma-separated (default: every one the runs exercise "
+                                         "of " + ", ".join(p.name for p in C.PARAMS) + ").")
+@click.option("--measure", is_flag=True, help="Time GEMMs, HBM copies, a transformer block and (several GPUs) "
+                                            "all-reduces on this machine's CUDA GPU and fit the scenario's "
+                                            "accelerator to them (needs pip install 'tpopt[measure]').")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Directory for the calibrated performance.toml (use it with --catalog DIR).")
 @click.option("--force", is_flag=True, help="Overwrite an existing performance.toml in --out.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @handle_errors
-def calibrate(measured_step, runs_csv, fit_names, out_dir, force, as_json, **kw):
+def calibrate(measured_step, runs_csv, fit_names, measure, out_dir, force, as_json, **kw):
     """Fit the accelerator's free performance parameters to measured steps and write a catalog override.
 
     Example: tpopt calibrate --scenario my.toml --cards 64 --tp 8 --measured-step 12.0s --out tuned/
     then:    tpopt solve --scenario my.toml --catalog tuned/
     """
 
-    if (measured_step is None) == (runs_csv is None):
-        raise InputError("give --measured-step (with the plan flags) or --runs FILE, not both")
+    if sum(x for x in (measured_step is not None, runs_csv is not None, measure)) != 1:
+        raise InputError("give one of --measured-step (with the plan flags), --runs FILE or --measure")
+    C.target(out_dir, force)
+    free = tuple(x.strip() for x in fit_names.split(",") if x.strip()) if fit_names else None
+    if measure:
+        measure_and_fit(kw, free, out_dir, force, as_json)
+        return
     sc = load_scenario_from(kw)
     if runs_csv:
         raw = with_overrides(read_scenario_file(scenario_source(kw)), overrides_from(kw))
@@ -55,28 +64,64 @@ def calibrate(measured_step, runs_csv, fit_names, out_dir, force, as_json, **kw)
         name = f"{plan.accelerator} x {plan.cards} (tp {plan.tp}, pp {plan.pp}, mb {plan.micro_batch})"
         runs = [C.MeasuredRun(name, sc, (plan,), t)]
     accs = list(dict.fromkeys(r.accelerator for r in runs))
+    if not accs:
+        raise InputError("no measured run to calibrate")
     if len(accs) != 1:
         raise InputError(f"the runs use several accelerators ({', '.join(accs)}); calibrate one at a time")
-    free = tuple(x.strip() for x in fit_names.split(",") if x.strip()) if fit_names else None
     cal = C.fit(runs, accs[0], free)
     path = C.write_override(cal, out_dir, force=force)
+    emit(cal, path, out_dir, as_json)
+
+
+def measure_and_fit(kw: dict, free, out_dir, force: bool, as_json: bool) -> None:
+    """--measure: open the GPU (one line, exit 2 without PyTorch or CUDA), time, fit, write, print."""
+    dev = device.open_device()
+    sc = load_scenario_from(kw)
+    acc = next(iter(sc.systems))
+    base = load_catalog(kw.get("catalog_dirs") or ()).perf(acc)
+    cal = device.measure(dev, sc, acc, base, free)
+    path = C.write_override(cal, out_dir, force=force, how=f"tpopt calibrate --measure on {dev.name}",
+                            label="measured")
+    emit(cal, path, out_dir, as_json, f"{acc} from kernels timed on {dev.name} ({dev.count} GPU(s))")
+
+
+def emit(cal: C.Calibration, path, out_dir, as_json: bool, what: str = "") -> None:
+    """Print a calibration (text or JSON, from the same figures)."""
     rows = [{"run": r.name, "measured_s": r.measured_step_s, "predicted_s": p, "error": p / r.measured_step_s - 1}
             for r, p in zip(cal.runs, cal.predicted_s, strict=False)]
-    params = {n: {"fitted": float(getattr(cal.perf, n)), "prior": float(getattr(cal.prior, n))} for n in cal.fitted}
+    params = [e.as_dict() for e in cal.estimates]
+    spread = {"residual_sigma": cal.residual_sigma, "residual_sigma_source": cal.residual_sigma_source,
+              "degrees_of_freedom": cal.dof}
+    prior = {"prior_sigma": {p.name: p.prior_sigma for p in C.PARAMS if p.name in cal.fitted},
+             "noise_sigma": C.NOISE_SIGMA}
     if as_json:
-        click.echo(dump_json({"accelerator": cal.accelerator, "parameters": params, "runs": rows,
-                              "written": str(path)}), nl=False)
+        click.echo(dump_json({"accelerator": cal.accelerator, "parameters": params, "runs": rows, **spread,
+                              "prior": prior, "written": str(path)}), nl=False)
         return
-    lines = [f"Calibrated {cal.accelerator} on {len(rows)} measured run(s):"]
-    for n, v in params.items():
-        unit, scale = ("us", 1e6) if n == "kernel_overhead" else ("", 1.0)
-        lines.append(f"  {n:18s} {v['fitted'] * scale:9.4g}{unit}  (was {v['prior'] * scale:.4g}{unit})")
+    click.echo("\n".join(text_lines(cal, rows, what) + [f"Wrote {path}; use it with --catalog {out_dir}"]))
+
+
+def text_lines(cal: C.Calibration, rows: list[dict], what: str = "") -> list[str]:
+    what = what or f"{cal.accelerator} on {len(rows)} measured run(s)"
+    lines = [f"Calibrated {what} (least squares on ln time, lognormal prior around the catalog's values; "
+             "+- is one posterior sigma):"]
+    for e in cal.estimates:
+        spec = C.BY_NAME[e.name]
+        if not e.exercised:
+            lines.append(f"  {e.name:20s} {spec.show(e.value):>9s}  {e.status}")
+            continue
+        pm = f"+- {spec.show(e.value * e.sigma)}"
+        note = "" if e.identified else f"  {e.status}"
+        bound = f"  (stopped at its {e.at_bound} bound)" if e.at_bound else ""
+        lines.append(f"  {e.name:20s} {spec.show(e.value):>9s} {pm:12s} (prior {spec.show(e.prior)} "
+                     f"+-{spec.prior_sigma * 100:.0f} %){note}{bound}")
     lines.append(f"  {'run':24s} {'measured':>10s} {'predicted':>10s} {'residual':>9s}")
     for r in rows:
-        lines.append(f"  {r['run']:24s} {r['measured_s']:9.3f}s {r['predicted_s']:9.3f}s {r['error'] * 100:+8.2f}%")
-    worst = max(abs(r["error"]) for r in rows)
-    if worst > 0.01:
-        lines.append(f"Note: a residual of {worst * 100:.1f} % remains: the fitted parameters reached their bounds "
-                     "or the runs disagree (fit more parameters with --fit, or check the plan flags).")
-    lines.append(f"Wrote {path}; use it with --catalog {out_dir}")
-    click.echo("\n".join(lines))
+        lines.append(f"  {r['run']:24s} {r['measured_s']:9.4g}s {r['predicted_s']:9.4g}s {r['error'] * 100:+8.2f}%")
+    if cal.dof >= 1:
+        lines.append(f"Residual spread: lognormal sigma of measured/predicted {cal.residual_sigma:.3f} "
+                     f"({cal.dof} degree(s) of freedom)")
+    else:
+        lines.append(f"Residual spread: not estimable from {len(rows)} run(s) for {len(cal.identified)} identified "
+                     f"parameter(s); {cal.residual_sigma:g} assumed (more runs than parameters estimate it)")
+    return lines

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import click
 from tpopt.cli.common import EXIT_INFEASIBLE, dump_json
-from tpopt.cli.render import binding_lines, console_text, evaluation_text, plan_line
+from tpopt.cli.render import binding_lines, console_text, evaluation_text, footing_text, plan_line
 from tpopt.errors import InputError
 from tpopt.models.evaluate import evaluate
 from tpopt.models.units import DAY
+from tpopt.optimizer import footing
 from tpopt.optimizer.outer import stage_scenarios
 
 
@@ -113,6 +114,7 @@ def staged_text(d: dict, sc, timing: bool) -> str:
                   f"{m['iterations']:,} steps, overhead {m['overhead_fraction'] * 100:.2f} %, "
                   f"finish {m['finish_days']:.2f} d" + (f" ({', '.join(extra)})" if extra else "")
                   + f", cost {_money(m['cost'], unit)}"]
+        lines += footing_text(e, indent=2)
         if "binding" in e:
             bl = binding_lines(e["binding"], d["objective"], unit)
             bl[0] = bl[0].replace("Binding constraints", f"Binding at the {e['allocated_days']:.2f} d the other "
@@ -154,12 +156,14 @@ def evaluate_staged(sc, plan, stage: str | None, as_json: bool) -> int:
             raise InputError(f"no stage {stage!r} (stages: {', '.join(s.name for s in stages)})")
         stages = pick
     evs = [(s, evaluate(s.sc, plan)) for s in stages]
+    dicts = [dict(ev.as_dict(), name=s.name) for s, ev in evs]
+    for (s, _), d in zip(evs, dicts, strict=True):
+        d["footing"] = footing.of_evaluation(s.sc, d)
     if as_json:
-        click.echo(dump_json({"stages": [dict(ev.as_dict(), name=s.name) for s, ev in evs],
-                              "feasible": all(ev.feasible for _, ev in evs)}), nl=False)
+        click.echo(dump_json({"stages": dicts, "feasible": all(ev.feasible for _, ev in evs)}), nl=False)
     else:
-        for s, ev in evs:
+        for (s, _), d in zip(evs, dicts, strict=True):
             click.echo(f"Stage {s.name!r}:")
-            click.echo(evaluation_text(ev.as_dict()), nl=False)
+            click.echo(evaluation_text(d), nl=False)
             click.echo("")
     return 0 if all(ev.feasible for _, ev in evs) else EXIT_INFEASIBLE

@@ -17,6 +17,7 @@ from tpopt.cli.common import (
 from tpopt.cli.render import evaluation_text
 from tpopt.models.evaluate import at_plan_batch
 from tpopt.models.evaluate import evaluate as run
+from tpopt.optimizer import footing
 from tpopt.optimizer.outer import batch_figures
 
 
@@ -42,6 +43,7 @@ def evaluate(stage, as_json, **kw):
         return
     ev = run(sc, plan_from(sc, kw))
     d = ev.as_dict()
+    d["footing"] = footing.of_evaluation(sc, d)
     echo_builtin_note(kw, as_json, d)
     if sc.task.critical_batch is not None or sc.task.ramp is not None or ev.plan.global_batch != sc.task.global_batch:
         d["batch"] = batch_figures(at_plan_batch(sc, ev.plan), ev)

@@ -20,6 +20,7 @@ from tpopt.models import families as F
 from tpopt.models.units import fmt_count
 from tpopt.presentation import (  # the plain-text pieces, shared with the API
     change_text,
+    footing_lines,
     layout_text,
     limit_line,
     moe_short,
@@ -189,9 +190,16 @@ def constraints_table(constraints: list[dict], title: str = "Constraints") -> Ta
     return t
 
 
+def footing_text(d: dict, indent: int = 0) -> list[str]:
+    """The report's footing lines (its ``footing`` entry; none when absent), ``indent`` spaces in."""
+    if not d.get("footing"):
+        return []
+    return [" " * indent + ln for ln in footing_lines(d["footing"], max(60, output_width() - indent))]
+
+
 def evaluation_text(d: dict) -> str:
     """The evaluate report: plan line, metrics table (chapter 10.6.1 layout), constraints."""
-    head = f"Plan: {plan_line(d['plan'])}"
+    head = "\n".join([f"Plan: {plan_line(d['plan'])}", *footing_text(d)])
     verdict = "feasible" if d["feasible"] else "INFEASIBLE"
     return console_text(head, "", metrics_table(d["metrics"]), "",
                         constraints_table(d["constraints"]), "", f"Verdict: {verdict}")
@@ -300,7 +308,7 @@ def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:
         status += f"\nNote: {s['fallback']}"
     if d.get("analysis") == "time limit reached":
         status += "\nAnalysis: time limit reached; the items it could not answer are marked 'not decided'"
-    parts = [head, status, "", f"Plan: {plan_line(d['plan'])}", *after_plan, "",
+    parts = [head, status, "", f"Plan: {plan_line(d['plan'])}", *footing_text(d), *after_plan, "",
              metrics_table(d["metrics"], title="Best plan"), "", constraints_table(d["constraints"]), ""]
     batch = len(d.get("batch_choices") or []) > 1  # name each plan's batch when the batch is a choice
     parts += binding_lines(d.get("binding"), d["objective"], unit, d.get("binding_undecided") or (), batch)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from tpopt.cli.render import console_text, constraints_table, plan_line
+from tpopt.cli.render import console_text, constraints_table, output_width, plan_line
 from tpopt.models.units import fmt_duration
+from tpopt.presentation import footing_lines
 
 
 def _n(x, digits: int = 1) -> str:
@@ -103,6 +104,8 @@ def rl_text(out: dict, timing: bool = False) -> str:
     lines = [head, f"Plan: {decision_line(p)}"]
     if p.get("learner"):
         lines.append(f"Learner: {plan_line(p['learner'])}")
+    if out.get("footing"):
+        lines += footing_lines(out["footing"], max(60, output_width()))
     lines += _stage_lines(out) + _cycle_lines(out)
     lines.append(f"Finish: {_n(f['finish_days'], 2)} d = {_n(f['reserved_days'], 2)} d reserved + "
                  f"{out['stages']['steps']:,} steps x {_n(out['cycle']['cycle_s'])} s x "

@@ -28,6 +28,7 @@ from tpopt.optimizer import sweep as sw
 from tpopt.optimizer.sweep import case_label
 from tpopt.optimizer.sweep.executor import parse_cluster, require_dask
 from tpopt.optimizer.sweep.rows import case_of
+from tpopt.presentation import sweep_footing_lines
 
 RANGE = "One value, a comma list or a range start:end:step"
 
@@ -210,6 +211,8 @@ def result_text(result, out) -> str:
     else:
         parts += ["No feasible plan at any point (proven).", ""]
     parts.append(summary_table(result.summary(), unit, show_case, spec))
+    foot = sweep_footing_lines(result.rows)
+    parts += ["", *foot] if foot else []
     return console_text(*parts)
 
 

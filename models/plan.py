@@ -111,6 +111,7 @@ class System:
     price_card_hour: float | None  # USD; None -> costs are reported in card-hours
     nic_price_hour: float = 0.0
     perf: PerfParams | None = None  # accelerator performance parameters (per-operation model)
+    price_source: str = field(default="", compare=False, repr=False)  # where price_card_hour comes from
 
     @property
     def name(self) -> str:

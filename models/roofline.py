@@ -58,6 +58,8 @@ class PerfParams:
     up_step_latency: float = 0.0  # seconds per ring step inside a scale-up domain (NVLink, Infinity Fabric)
     out_step_latency: float = 0.0  # seconds per ring step once a ring crosses the NICs
     calibrated: tuple[str, ...] = ()  # names of the fields that were fitted (the rest are priors)
+    residual_sigma: float = 0.0  # lognormal sigma of measured / predicted step time (tpopt calibrate; 0: none)
+    residual_sigma_source: str = ""  # how residual_sigma was obtained
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     FREE: ClassVar[tuple[str, ...]] = ("gemm_efficiency", "memory_efficiency", "kernel_overhead")
@@ -74,7 +76,8 @@ class PerfParams:
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls) if f.name not in ("name", "calibrated", "sources"))
+        return tuple(f.name for f in fields(cls) if f.name not in ("name", "calibrated", "sources",
+                                                                 "residual_sigma", "residual_sigma_source"))
 
 
 def _f(x: ArrayLike) -> FloatArray:

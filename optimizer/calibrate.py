@@ -1,40 +1,99 @@
-"""Calibration: fit an accelerator's free performance parameters to measured step times.
+"""Calibration: fit several of an accelerator's performance parameters at once to measured step times.
 
 A :class:`MeasuredRun` is a scenario, the plan that ran (or candidate plans, when a publication does
 not say which micro-batch or schedule it used: the fastest one that fits memory is predicted, as
-tpopt itself would choose) and the measured step time. :func:`fit` minimises
+tpopt itself would choose) and the measured step time. :func:`fit` finds the posterior mode of a
+lognormal model: with x = ln(theta) the log of the free parameters of
+:class:`tpopt.models.roofline.PerfParams`,
 
-    J(theta) = mean over runs of ln(t_pred / t_meas)^2 + w x sum over fitted params of ln(theta / theta_0)^2
+    minimise  sum over runs  (ln(t_pred(x) / t_meas) / sigma_n)^2  +  sum over parameters  ((x - x0) / sigma_p)^2
 
-over the free parameters theta of :class:`tpopt.models.roofline.PerfParams` (by default the first
-min(runs, 3) of gemm_efficiency, memory_efficiency, kernel_overhead), inside their physical bounds,
-starting from the catalog's values theta_0 (the weak prior term, w = 1e-4, keeps a parameter the runs
-cannot tell apart where its datasheet prior put it). The fitter is a damped Gauss-Newton
-(Levenberg-Marquardt) iteration in log-parameter space, projected onto the bounds: the step-time model
-is vectorised over parameter sets, so the finite-difference Jacobian and the trial steps of five
-damping values are one evaluation each; a fit takes a few dozen evaluations of every run.
+with ``scipy.optimize.least_squares`` inside the physical bounds, where x0 is the catalog's value (the
+prior), sigma_p the prior's lognormal width per parameter (:data:`PARAMS`: 0.25 for an efficiency, a
+factor of about 1.28 either way) and sigma_n = :data:`NOISE_SIGMA` the assumed scatter of one measured
+step time about the model. The prior term is the regularisation: a parameter the runs cannot tell
+apart from another stays where its catalog value put it.
+
+Uncertainty: the Laplace approximation at the optimum, covariance = (J^T J / s^2 + diag(1 / sigma_p^2))^-1
+with J = d ln t_pred / dx (finite differences, one vectorised evaluation) and s = max(sigma_n, the
+residual spread). A parameter is *identified* by the runs when its posterior sigma is under half its
+prior sigma (the runs, not the prior, fixed it); a parameter no run is sensitive to is not fitted.
+
+Residual spread: residual_sigma = sqrt(sum ln(t_meas / t_pred)^2 / (n - p)) over the n runs with p
+identified parameters (the lognormal sigma of measured / predicted); with n <= p it cannot be estimated
+and sigma_n is written, marked as assumed. The Confidence model reads it (``residual_sigma``).
+
+A fit that reaches a physical ceiling (an efficiency of 1.0: the measured step is faster than the card
+can run the plan) is an error naming the parameter; one that reaches a lower bound is reported.
 
 Fitting is not a pure relation, so it lives here and calls :mod:`tpopt.models` (never the other way).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from scipy.optimize import least_squares
 from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models.evaluate import evaluate_arrays, resolve_plan, with_plan_options
 from tpopt.models.plan import Plan, Scenario
 from tpopt.models.roofline import PerfParams
 
-PRIOR_WEIGHT = 1e-4
 CHOICE_CONSTRAINTS = F.CHOICE_FAMILIES
 """Constraints a candidate plan must meet to be chosen (what the run could physically do)."""
+MEMORY_CONSTRAINTS = F.TRAINER_MEMORY
+"""Constraints a plan that ran must meet: it fitted in memory, or the model of the run is wrong."""
+NOISE_SIGMA = 0.03
+"""Assumed lognormal scatter of a measured step time about the model (run-to-run variation and what the
+model leaves out): the data term's unit, and the floor of the uncertainty's residual scale."""
+IDENTIFIED_RATIO = 0.5
+"""A parameter is identified when its posterior sigma is below this share of its prior sigma."""
+SENSITIVITY_FLOOR = 1e-4
+"""d ln t / d ln theta below this on every run: the runs do not exercise the parameter (not fitted)."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """A fittable performance parameter: its name in PerfParams, words, prior width, print unit."""
+
+    name: str
+    what: str
+    prior_sigma: float  # lognormal sigma of the prior around the catalog value
+    unit: str = ""
+    scale: float = 1.0  # multiply SI values by this to print in ``unit``
+    bounds: tuple[float, float] | None = None  # physical range (default: PerfParams.BOUNDS)
+
+    def show(self, value: float) -> str:
+        return f"{value * self.scale:.4g}{self.unit}"
+
+    @property
+    def range(self) -> tuple[float, float]:
+        return self.bounds or PerfParams.BOUNDS[self.name]
+
+
+PARAMS: tuple[Param, ...] = (
+    Param("gemm_efficiency", "GEMM: large-GEMM fraction of the matrix peak", 0.25),
+    Param("attention_efficiency", "attention: fused-attention fraction of the matrix peak", 0.35),
+    Param("memory_efficiency", "memory-bound kernels: fraction of the HBM bandwidth", 0.25),
+    Param("tp_efficiency", "scale-up fabric tier: collective fraction of the link bandwidth", 0.25),
+    Param("dp_efficiency", "scale-out fabric tier: collective fraction of the ring bandwidth", 0.25),
+    Param("kernel_overhead", "fixed time per kernel (launch, ramp-up, tail)", 0.7, "us", 1e6),
+)
+"""Parameters :func:`fit` frees by default (every one the runs exercise), with their prior widths."""
+KERNEL_PARAMS: tuple[Param, ...] = (
+    Param("gemm_k_half", "GEMM k at which it reaches half of its large-GEMM efficiency", 0.7, bounds=(1.0, 4096.0)),
+    Param("collective_latency", "fixed time per collective call", 0.7, "us", 1e6, bounds=(1e-7, 1e-3)),
+)
+"""Further parameters kernel micro-benchmarks (``tpopt calibrate --measure``) identify."""
+BY_NAME = {p.name: p for p in PARAMS + KERNEL_PARAMS}
+FRACTIONS = tuple(n for n, p in BY_NAME.items() if p.range[1] == 1.0)
+"""Parameters whose upper bound is physical (a fraction of a datasheet figure cannot exceed 1)."""
 
 
 @dataclass
@@ -73,21 +132,25 @@ def perf_sets(base: PerfParams, names: Sequence[str], values: ArrayLike) -> Perf
     return base.with_values(**{n: table[:, i] for i, n in enumerate(names)})
 
 
+def _evaluate(run: MeasuredRun, plan: Plan, perf: PerfParams) -> dict[Any, Any]:
+    p = resolve_plan(run.scenario, plan)
+    sc = with_plan_options(with_perf(run.scenario, p.accelerator, perf), p)
+    return evaluate_arrays(sc, p.accelerator, tp=p.tp, pp=p.pp, dp=p.dp, micro_batch=p.micro_batch,
+                           zero_stage=p.zero_stage, nics_per_host=p.nics_per_host, save_interval_s=p.save_interval_s,
+                           recompute=p.recompute, offload=p.offload, schedule=p.schedule, save_mode=p.save_mode,
+                           ep=p.ep, expert_tp=p.expert_tp, capacity_factor=p.capacity_factor, cp=p.cp,
+                           sequence_parallel=p.sequence_parallel)
+
+
 def predict(run: MeasuredRun, perf: PerfParams) -> Prediction:
     """Predicted step time of a run for (possibly array-valued) performance parameters."""
     best: NDArray[np.float64] | None = None
     choice: NDArray[np.int_] | None = None
     for i, plan in enumerate(run.plans):
-        p = resolve_plan(run.scenario, plan)
-        sc = with_plan_options(with_perf(run.scenario, p.accelerator, perf), p)
-        r = evaluate_arrays(sc, p.accelerator, tp=p.tp, pp=p.pp, dp=p.dp, micro_batch=p.micro_batch,
-                            zero_stage=p.zero_stage, nics_per_host=p.nics_per_host, save_interval_s=p.save_interval_s,
-                            recompute=p.recompute, offload=p.offload, schedule=p.schedule, save_mode=p.save_mode,
-                            ep=p.ep, expert_tp=p.expert_tp, capacity_factor=p.capacity_factor, cp=p.cp,
-                            sequence_parallel=p.sequence_parallel)
+        r = _evaluate(run, plan, perf)
         step = np.asarray(r["step_s"], dtype=float)
         ok = np.ones(step.shape, dtype=bool)
-        for name in CHOICE_CONSTRAINTS if len(run.plans) > 1 else ():  # a plan that ran needs no check
+        for name in CHOICE_CONSTRAINTS if len(run.plans) > 1 else ():  # a plan that ran: check_memory
             v, lim = r[("c", name)]
             ok &= np.asarray(v) <= np.asarray(lim)
         step = np.where(ok, step, np.inf)
@@ -101,42 +164,144 @@ def predict(run: MeasuredRun, perf: PerfParams) -> Prediction:
     return Prediction(np.atleast_1d(best), np.atleast_1d(choice))
 
 
+def check_memory(run: MeasuredRun, perf: PerfParams) -> None:
+    """Refuse a run whose one plan does not fit in memory in tpopt's model (it ran, so the model of
+    the run, its plan or its stack settings, is wrong, and a step time fitted to it would be too)."""
+    if len(run.plans) != 1:
+        return  # candidates: the chosen one fits by construction (or fit() refuses the run)
+    r = _evaluate(run, run.plans[0], perf)
+    for name in MEMORY_CONSTRAINTS:
+        v, lim = (float(np.max(x)) for x in r[("c", name)])
+        if v > lim * (1 + 1e-9):
+            fam = F.family(name)
+            raise InputError(f"run {run.name!r}: its plan does not fit in memory ({fam.doc}: "
+                             f"{v / fam.scale:.1f} {fam.unit} against {lim / fam.scale:.1f} {fam.unit}); "
+                             "check the run's layout, recompute and precision columns")
+
+
 def residuals(runs: Sequence[MeasuredRun], perf: PerfParams) -> NDArray[np.float64]:
     """ln(t_pred / t_meas) per run (rows) and parameter set (columns)."""
     return np.stack([np.log(predict(r, perf).step_s / r.measured_step_s) for r in runs])
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One parameter of a calibration: prior, estimate and its uncertainty (lognormal sigma)."""
+
+    name: str
+    prior: float
+    value: float
+    sigma: float  # posterior lognormal sigma (relative uncertainty); nan when not fitted
+    exercised: bool  # some run is sensitive to it (else it was not fitted and keeps its prior)
+    identified: bool  # the runs, not the prior, fixed it (sigma < IDENTIFIED_RATIO x prior sigma)
+    at_bound: str = ""  # "lower" or "upper" when the fit stopped at a physical bound
+
+    @property
+    def status(self) -> str:
+        if not self.exercised:
+            return "not identified by these runs (no run is sensitive to it; prior kept)"
+        if not self.identified:
+            return "not identified by these runs (the prior dominates)"
+        return "calibrated"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "prior": self.prior, "value": self.value,
+                "sigma": self.sigma if np.isfinite(self.sigma) else None,
+                "plus_minus": self.value * self.sigma if np.isfinite(self.sigma) else None,
+                "exercised": self.exercised, "identified": self.identified, "status": self.status,
+                "at_bound": self.at_bound or None}
 
 
 @dataclass
 class Calibration:
     accelerator: str
     perf: PerfParams  # the fitted parameters (scalars)
-    fitted: tuple[str, ...]  # names of the fitted fields
+    fitted: tuple[str, ...]  # names of the fitted fields (the ones the runs exercise)
     prior: PerfParams
     runs: list[MeasuredRun]
     predicted_s: list[float]  # per run
-    objective: float
+    objective: float  # the minimised sum of squares (data and prior terms)
+    estimates: list[Estimate] = field(default_factory=list)
+    residual_sigma: float = NOISE_SIGMA
+    residual_sigma_source: str = ""
+    dof: int = 0  # runs - identified parameters
 
     def errors(self) -> list[float]:
         """Relative error per run, predicted / measured - 1."""
         return [p / r.measured_step_s - 1.0 for p, r in zip(self.predicted_s, self.runs, strict=False)]
 
+    @property
+    def identified(self) -> tuple[str, ...]:
+        return tuple(e.name for e in self.estimates if e.identified)
 
-def default_free(n_runs: int) -> tuple[str, ...]:
-    """The parameters a calibration frees by default: one per run, in PerfParams.FREE order, at most 3."""
-    return PerfParams.FREE[:max(1, min(n_runs, len(PerfParams.FREE)))]
+
+def _bounds(name: str) -> tuple[float, float]:
+    lo, hi = BY_NAME[name].range
+    return float(np.log(max(lo, 1e-9))), float(np.log(hi))
 
 
-def _log_bounds(name: str) -> tuple[float, float]:
-    lo, hi = PerfParams.BOUNDS.get(name, (1e-9, 1e9))
-    return np.log(max(lo, 1e-9)), np.log(hi)
+def _free_names(free: Sequence[str] | None, default: Sequence[Param] = PARAMS) -> tuple[str, ...]:
+    names = tuple(free) if free else tuple(p.name for p in default)
+    for n in names:
+        if n not in BY_NAME:
+            raise InputError(f"cannot fit {n!r} (fittable: {', '.join(BY_NAME)})")
+    return tuple(dict.fromkeys(names))
+
+
+@dataclass
+class Observation:
+    """One measured time and the model's prediction of it for (array-valued) performance parameters."""
+
+    name: str
+    measured_step_s: float  # the measured time [s] (a training step, or one timed kernel)
+    predict: Callable[[PerfParams], NDArray[np.float64]]  # (K,) predicted seconds
+    kind: str = ""  # what was timed (step, gemm, copy, block, all-reduce)
+
+
+def _observation(run: MeasuredRun) -> Observation:
+    return Observation(run.name, run.measured_step_s, lambda perf: predict(run, perf).step_s, "step")
+
+
+class _Problem:
+    """The weighted residual vector of the fit and its Jacobian, both vectorised over parameter sets."""
+
+    def __init__(self, obs: Sequence[Observation], base: PerfParams, names: tuple[str, ...],
+                 x0: NDArray[np.float64], hi: NDArray[np.float64]):
+        self.obs, self.base, self.names, self.x0, self.hi = obs, base, names, x0, hi
+        self.sigma_p = np.array([BY_NAME[n].prior_sigma for n in names])
+        self.measured = np.array([o.measured_step_s for o in obs])
+
+    def log_ratio(self, xs: NDArray[np.float64]) -> NDArray[np.float64]:
+        """(K, observations) ln(t_pred / t_meas) at K log-parameter vectors (infinite: a large finite value)."""
+        perf = perf_sets(self.base, self.names, np.exp(xs))
+        pred = np.stack([np.broadcast_to(np.asarray(o.predict(perf), dtype=float), (len(xs),)) for o in self.obs])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.log(pred / self.measured[:, None]).T
+        return np.where(np.isfinite(r), r, 50.0)
+
+    def fun(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
+        return np.concatenate([self.log_ratio(x[None])[0] / NOISE_SIGMA, (x - self.x0) / self.sigma_p])
+
+    def data_jacobian(self, x: NDArray[np.float64], h: float = 1e-5) -> NDArray[np.float64]:
+        """d ln t_pred / dx, (runs, params): forward differences (backward at an upper bound), one evaluation."""
+        steps = np.where(x + h > self.hi, -h, h)
+        xs = np.vstack([x[None], x[None] + np.diag(steps)])
+        r = self.log_ratio(xs)
+        jac: NDArray[np.float64] = ((r[1:] - r[0]) / steps[:, None]).T
+        return jac
+
+    def jac(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
+        return np.vstack([self.data_jacobian(x) / NOISE_SIGMA, np.diag(1.0 / self.sigma_p)])
 
 
 def fit(runs: list[MeasuredRun], accelerator: str, free: Sequence[str] | None = None, *,
-        prior: PerfParams | None = None, max_iter: int = 40, rounds: int = 3) -> Calibration:
-    """Fit ``free`` parameters of ``accelerator`` to the runs (module docstring).
+        prior: PerfParams | None = None, rounds: int = 3, memory_check: bool = True) -> Calibration:
+    """Fit ``free`` parameters (default: every one of :data:`PARAMS` the runs exercise) of ``accelerator``
+    to the runs (module docstring).
 
     Runs with candidate plans are first pinned to the candidate the current parameters choose; after a
-    fit the choice is made again with the fitted parameters and the fit repeated if it changed."""
+    fit the choice is made again with the fitted parameters and the fit repeated if it changed. A run
+    whose one plan does not fit in memory is refused (``memory_check``)."""
     runs = [r for r in runs if r.accelerator == accelerator]
     if not runs:
         raise InputError(f"no measured run on {accelerator!r} to calibrate")
@@ -146,77 +311,118 @@ def fit(runs: list[MeasuredRun], accelerator: str, free: Sequence[str] | None = 
     base = prior or runs[0].scenario.system(accelerator).perf
     if base is None:
         raise InputError("calibration needs the per-operation model: remove hardware.efficiency from the scenario")
-    free = tuple(free or default_free(len(runs)))
-    for n in free:
-        if n not in PerfParams.BOUNDS:
-            raise InputError(f"cannot fit {n!r} (fittable: {', '.join(PerfParams.BOUNDS)})")
-    x0 = np.log(np.array([max(float(getattr(base, n)), 1e-6) for n in free]))
-    lo = np.array([_log_bounds(n)[0] for n in free])
-    hi = np.array([_log_bounds(n)[1] for n in free])
-    x = np.clip(x0, lo, hi)
-    current = base
-    for _ in range(max(1, rounds)):
-        pinned = []
+    names = _free_names(free)
+    if memory_check:
         for r in runs:
-            plan = chosen_plan(r, current) if len(r.plans) > 1 else r.plans[0]
-            if plan is None:
-                raise InputError(f"run {r.name!r}: no candidate plan fits the card's memory")
-            pinned.append(replace(r, plans=(plan,)))
-        x, best = _least_squares(pinned, base, free, x, x0, lo, hi, max_iter)
-        previous, current = current, base.with_values(**{n: float(v) for n, v in zip(free, np.exp(x), strict=False)})
-        if all(len(r.plans) == 1 or chosen_plan(r, current) == chosen_plan(r, previous) for r in runs):
+            check_memory(r, base)
+    pinned = _pin(runs, base)
+    current, x, exercised, cost = base, np.zeros(0), names, 0.0
+    for _ in range(max(1, rounds)):
+        obs = [_observation(r) for r in pinned]
+        current, x, exercised, cost = _solve(obs, base, names)
+        repinned = _pin(runs, current)
+        if all(a.plans == b.plans for a, b in zip(repinned, pinned, strict=True)):
             break
-    fitted = current.with_values(calibrated=tuple(dict.fromkeys(tuple(base.calibrated) + free)))
-    pred = [float(predict(r, fitted).step_s[0]) for r in runs]
-    return Calibration(accelerator, fitted, free, base, runs, pred, best)
+        pinned = repinned
+    return _summarise(accelerator, runs, [_observation(r) for r in pinned], base, current, names, exercised, x, cost)
 
 
-def _least_squares(runs: list[MeasuredRun], base: PerfParams, free: tuple[str, ...], x: NDArray[np.float64],
-                   x0: NDArray[np.float64], lo: NDArray[np.float64], hi: NDArray[np.float64],
-                   max_iter: int) -> tuple[NDArray[np.float64], float]:
-    """Damped Gauss-Newton (Levenberg-Marquardt) on the residuals [ln(t_pred/t_meas) / sqrt(n); sqrt(w) (x - x0)]
-    in log-parameter space, projected onto the bounds. The Jacobian (forward differences) and the
-    trial steps of five damping values are each one vectorised evaluation."""
-    n_runs = len(runs)
+def fit_observations(obs: Sequence[Observation], accelerator: str, base: PerfParams,
+                     free: Sequence[str] | None = None) -> Calibration:
+    """Fit ``free`` parameters (default: every one of :data:`BY_NAME` the observations exercise) to
+    timed observations of any kind (the posterior of the module docstring)."""
+    for o in obs:
+        if not (np.isfinite(o.measured_step_s) and o.measured_step_s > 0):
+            raise InputError(f"{o.name}: the measured time must be a positive time")
+    names = _free_names(free, tuple(BY_NAME.values()))
+    current, x, exercised, cost = _solve(obs, base, names)
+    return _summarise(accelerator, list(obs), obs, base, current, names, exercised, x, cost)
 
-    def res(xs: NDArray[np.float64]) -> NDArray[np.float64]:  # (K, n_runs + n_params)
-        r = residuals(runs, perf_sets(base, free, np.exp(xs))).T
-        r = np.where(np.isfinite(r), r, 1e3) / np.sqrt(n_runs)
-        return np.hstack([r, np.sqrt(PRIOR_WEIGHT) * (xs - x0)])
 
-    r0 = res(x[None])[0]
-    best = float(r0 @ r0)
-    lam = 1e-2
-    h = 1e-4
-    for _ in range(max_iter):
-        xs = x[None] + h * np.eye(len(x))
-        jac = ((res(xs) - r0) / h).T  # (residuals, params)
-        jtj, g = jac.T @ jac, jac.T @ r0
-        damps = lam * np.array([0.01, 0.1, 1.0, 10.0, 100.0])
-        steps = []
-        for d in damps:
-            a = jtj + d * np.diag(np.maximum(np.diag(jtj), 1e-12))
-            steps.append(np.clip(x - np.linalg.solve(a, g), lo, hi))
-        trials = np.array(steps)
-        rs = res(trials)
-        vals = np.einsum("ij,ij->i", rs, rs)
-        j = int(np.argmin(vals))
-        if vals[j] < best - 1e-15:
-            gain, moved = best - vals[j], float(np.max(np.abs(trials[j] - x)))
-            x, r0, best, lam = trials[j], rs[j], float(vals[j]), max(damps[j], 1e-6)
-            if gain < 1e-10 * best or moved < 1e-7:
-                break
-        else:
-            lam = damps[-1] * 10.0
-            if lam > 1e8:
-                break
-    return x, best
+def _solve(obs: Sequence[Observation], base: PerfParams,
+           names: tuple[str, ...]) -> tuple[PerfParams, NDArray[np.float64], tuple[str, ...], float]:
+    """The posterior mode over the parameters the observations exercise: (parameters, x, exercised, cost)."""
+    x_all = np.log(np.array([max(float(getattr(base, n)), 1e-9) for n in names]))
+    bounds = np.array([_bounds(n) for n in names])
+    x_all = np.clip(x_all, bounds[:, 0], bounds[:, 1])
+    sens = np.max(np.abs(_Problem(obs, base, names, x_all, bounds[:, 1]).data_jacobian(x_all)), axis=0)
+    exercised = tuple(n for n, v in zip(names, sens, strict=True) if v > SENSITIVITY_FLOOR)
+    if not exercised:
+        raise InputError("the runs exercise none of the parameters asked for ("
+                         + ", ".join(names) + "): no step time changes with them")
+    idx = [names.index(n) for n in exercised]
+    x0, lo, hi = x_all[idx], bounds[idx, 0], bounds[idx, 1]
+    prob = _Problem(obs, base, exercised, x0, hi)
+    sol = least_squares(prob.fun, x0, jac=prob.jac, bounds=(lo, hi), method="trf", x_scale=prob.sigma_p,
+                        xtol=1e-10, ftol=1e-12, gtol=1e-10, max_nfev=200)
+    x = np.asarray(sol.x, dtype=float)
+    return (base.with_values(**dict(zip(exercised, map(float, np.exp(x)), strict=True))), x, exercised,
+            float(2.0 * sol.cost))
+
+
+def _pin(runs: list[MeasuredRun], perf: PerfParams) -> list[MeasuredRun]:
+    out = []
+    for r in runs:
+        plan = chosen_plan(r, perf) if len(r.plans) > 1 else r.plans[0]
+        if plan is None:
+            raise InputError(f"run {r.name!r}: no candidate plan fits the card's memory")
+        out.append(replace(r, plans=(plan,)))
+    return out
+
+
+def _summarise(accelerator: str, runs: Sequence[Any], obs: Sequence[Observation], base: PerfParams,
+               perf: PerfParams, names: tuple[str, ...], exercised: tuple[str, ...], x: NDArray[np.float64],
+               cost: float) -> Calibration:
+    """Uncertainties (Laplace approximation), identification, bounds reached and the residual spread."""
+    bounds = np.array([_bounds(n) for n in exercised])
+    lo, hi = bounds[:, 0], bounds[:, 1]
+    prob = _Problem(obs, base, exercised, x, hi)
+    r = prob.log_ratio(x[None])[0]
+    jd = prob.data_jacobian(x)
+    n = len(obs)
+    spread = float(np.sqrt(np.mean(r ** 2)))
+    scale = max(NOISE_SIGMA, spread)
+    cov = np.linalg.inv(jd.T @ jd / scale ** 2 + np.diag(1.0 / prob.sigma_p ** 2))
+    sig = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    ident = sig < IDENTIFIED_RATIO * prob.sigma_p
+    estimates = []
+    for name in names:
+        prior_v = float(getattr(base, name))
+        if name not in exercised:
+            estimates.append(Estimate(name, prior_v, prior_v, float("nan"), False, False))
+            continue
+        i = exercised.index(name)
+        edge = "upper" if x[i] >= hi[i] - 1e-6 else "lower" if x[i] <= lo[i] + 1e-6 else ""
+        estimates.append(Estimate(name, prior_v, float(np.exp(x[i])), float(sig[i]), True, bool(ident[i]), edge))
+    for e in estimates:
+        if e.at_bound == "upper" and e.name in FRACTIONS:
+            raise InputError(f"the fit reaches {e.name} = {e.value:.3g}, its physical ceiling: the measured "
+                             f"time(s) are faster than {accelerator} can run them "
+                             f"({', '.join(f'{q.name} {q.measured_step_s:.4g} s' for q in obs[:3])}); "
+                             "check the measured times and the plan columns")
+    p = int(np.sum(ident))
+    dof = n - p
+    names_runs = ", ".join(q.name for q in obs) if n <= 12 else f"{n} observations"
+    if dof >= 1:
+        sigma = float(np.sqrt(np.sum(r ** 2) / dof))
+        source = (f"tpopt calibrate: lognormal sigma of measured/predicted time over {n} measurement(s) "
+                  f"({dof} degree(s) of freedom after {p} identified parameter(s)): {names_runs}")
+    else:
+        sigma = NOISE_SIGMA
+        source = (f"assumed: {n} measurement(s) for {p} identified parameter(s) leave no degree of freedom to "
+                  f"estimate the spread; tpopt calibrate's assumed scatter of one measured time ({NOISE_SIGMA:g})")
+    calibrated = tuple(e.name for e in estimates if e.exercised)
+    fitted = perf.with_values(calibrated=tuple(dict.fromkeys(tuple(base.calibrated) + calibrated)),
+                              residual_sigma=sigma, residual_sigma_source=source)
+    pred = [float(np.asarray(o.predict(fitted)).reshape(-1)[0]) for o in obs]
+    return Calibration(accelerator, fitted, calibrated, base, list(runs), pred, cost, estimates, sigma, source, dof)
 
 
 def chosen_plan(run: MeasuredRun, perf: PerfParams) -> Plan | None:
     """The candidate plan the prediction uses (the fastest that fits memory), or None."""
     i = int(predict(run, perf).choice[0])
     return run.plans[i] if i >= 0 else None
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,13 +442,21 @@ def _toml_value(v: object) -> str:
     return f'"{text}"'
 
 
-def override_text(cal: Calibration) -> str:
+def source_of(cal: Calibration, e: Estimate, how: str = "tpopt calibrate", label: str = "calibrated") -> str:
+    """The performance.toml source of a fitted parameter: ``label`` (calibrated: fitted to training runs;
+    measured: fitted to kernels timed on a machine), how, on what, and its uncertainty."""
+    on = ", ".join(r.name for r in cal.runs) if len(cal.runs) <= 12 else f"{len(cal.runs)} timed kernels"
+    if not e.identified:
+        return f"{label} (prior-dominated: the data do not identify it, +-{e.sigma * 100:.0f} %): {how} on {on}"
+    return f"{label}: {how} on {on} (+-{e.sigma * 100:.1f} %)"
+
+
+def override_text(cal: Calibration, how: str = "tpopt calibrate", label: str = "calibrated") -> str:
     """performance.toml text holding the calibrated entry (readable by ``--catalog DIR``)."""
     p = cal.perf
     name = cal.accelerator
-    runs = ", ".join(r.name for r in cal.runs)
     lines = [
-        f"# Written by tpopt calibrate: {name} fitted to {len(cal.runs)} measured run(s).",
+        f"# Written by {how}: {name} fitted to {len(cal.runs)} measured run(s).",
         "# Use it with --catalog DIR; fields here replace the built-in performance catalog's field by field.",
         "",
         f"[{name}]",
@@ -254,28 +468,47 @@ def override_text(cal: Calibration) -> str:
     lines.append(f'kernel_overhead = "{p.kernel_overhead * 1e6:.6g}us"')
     lines.append(f'collective_latency = "{p.collective_latency * 1e6:.6g}us"')
     lines.append(f"calibrated = {_toml_value(list(p.calibrated))}")
+    lines.append(f"residual_sigma = {_toml_value(round(cal.residual_sigma, 6))}")
+    lines.append(f"residual_sigma_source = {_toml_value(cal.residual_sigma_source)}")
     lines.append(f"[{name}.sources]")
-    for f in cal.fitted:
-        lines.append(f"{f} = {_toml_value(f'calibrated: tpopt calibrate on {runs}')}")
+    for k, v in sorted(p.sources.items()):
+        if k not in cal.fitted:
+            lines.append(f"{k} = {_toml_value(v)}")
+    for e in cal.estimates:
+        if e.exercised:
+            lines.append(f"{e.name} = {_toml_value(source_of(cal, e, how, label))}")
     lines.append(f"[{name}.calibration]")
     lines.append(f"runs = {_toml_value([r.name for r in cal.runs])}")
     lines.append(f"measured_s = {_toml_value([r.measured_step_s for r in cal.runs])}")
     lines.append(f"predicted_s = {_toml_value(cal.predicted_s)}")
+    lines.append(f"fitted = {_toml_value(list(cal.fitted))}")
+    lines.append(f"identified = {_toml_value(list(cal.identified))}")
     lines.append(f"prior = {_toml_value([float(getattr(cal.prior, f)) for f in cal.fitted])}")
+    lines.append(f"sigma = {_toml_value([round(e.sigma, 6) for e in cal.estimates if e.exercised])}")
+    lines.append(f"prior_sigma = {_toml_value([BY_NAME[f].prior_sigma for f in cal.fitted])}")
+    lines.append(f"noise_sigma = {_toml_value(NOISE_SIGMA)}")
     return "\n".join(lines) + "\n"
 
 
-def write_override(cal: Calibration, directory: str | Path, force: bool = False) -> Path:
-    """Write DIR/performance.toml; refuse to overwrite an existing file unless ``force``."""
+def target(directory: str | Path, force: bool = False) -> Path:
+    """DIR/performance.toml, checked before any work: DIR is a directory (or absent), the file absent or ``force``."""
     d = Path(directory)
     if d.exists() and not d.is_dir():
         raise InputError(f"{str(d)!r} exists and is not a directory")
     path = d / "performance.toml"
     if path.exists() and not force:
         raise InputError(f"{path} exists; pass --force to overwrite it")
+    return path
+
+
+def write_override(cal: Calibration, directory: str | Path, force: bool = False, how: str = "tpopt calibrate",
+                   label: str = "calibrated") -> Path:
+    """Write DIR/performance.toml; refuse to overwrite an existing file unless ``force``."""
+    d = Path(directory)
+    path = target(d, force)
     try:
         d.mkdir(parents=True, exist_ok=True)
-        path.write_text(override_text(cal))
+        path.write_text(override_text(cal, how, label))
     except OSError as exc:
         raise InputError(f"cannot write {path} ({exc.strerror})") from None
     return path

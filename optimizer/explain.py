@@ -45,7 +45,7 @@ from tpopt.models.units import (
     parse_int,
     parse_number,
 )
-from tpopt.optimizer import analysis, outer
+from tpopt.optimizer import analysis, footing, outer
 from tpopt.optimizer.backends import with_model
 from tpopt.optimizer.backends.verify import feasible_for
 from tpopt.optimizer.core import solve as solve_space
@@ -1133,6 +1133,7 @@ def explain_request(sc: Scenario, backend: str = "cpsat", req: Request | None = 
                                 and not (f == F.BUDGET and sc.cost.max_cost is None)]
     out.update({"plan": best.plan_dict(), "cost": best.metrics["cost"], "cost_unit": best.metrics["cost_unit"],
                 "finish_days": best.metrics["finish_days"],
+                "footing": footing.footing(sc, best.plan_dict(), best.metrics["step_s"]),
                 "binding": [b.as_dict(best, req.objective) for b in binds], "binding_undecided": undecided})
     return out
 
@@ -1162,6 +1163,7 @@ def explain_plan(sc: Scenario, plan: Plan, backend: str = "cpsat", req: Request 
     out: dict[str, Any] = {"status": "feasible" if feasible else "infeasible", "objective": req.objective,
                            "plan": ev.plan_dict(), "cost": ev.metrics["cost"], "cost_unit": ev.metrics["cost_unit"],
                            "finish_days": ev.metrics["finish_days"],
+                           "footing": footing.footing(sc, ev.plan_dict(), ev.metrics["step_s"]),
                            "violated": [violation(c) for c in ev.violated()]}
     # how tight each non-structural constraint is (relative slack, smallest first)
     tight: list[dict[str, Any]] = []

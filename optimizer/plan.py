@@ -19,7 +19,7 @@ from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY
-from tpopt.optimizer import backends, core, outer
+from tpopt.optimizer import backends, core, footing, outer
 from tpopt.optimizer.report import analysis
 from tpopt.optimizer.result import Request, SolveResult
 from tpopt.optimizer.space import FAMILIES, Space
@@ -138,6 +138,7 @@ def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = No
     else:
         ana = analysis(space, best, backend, req, set(result.enforced)) if analyse else None
     out.update(best_entries(result, ana))
+    out["footing"] = footing.of_evaluation(view, out)
     if bs or sc.task.critical_batch is not None:
         out["batch"] = outer.batch_figures(view, best)
         out["batch_choices"] = outer.batch_rows(bs, req.objective) if bs else []
@@ -229,6 +230,7 @@ def _stage_entry(ss: outer.StagedSolve, i: int, analyse: bool, backend: str, req
     e: dict[str, Any] = {"name": st.name, **d, "batch": outer.batch_figures(pick.sc, ev),
                          "allocated_days": outer.allocated(ss, i) / DAY, "reserved_s": st.reserved_s,
                          "save_s": st.save_s, "restore_s": st.restore_s}
+    e["footing"] = footing.of_evaluation(pick.sc, e)
     if analyse:  # what binds this stage at the deadline the other stages leave it
         sc_i = replace(pick.sc, task=replace(pick.sc.task, deadline_s=outer.allocated(ss, i)))
         ana = analysis(Space.from_scenario(sc_i), ev, backend, req, set(ss.enforced) - {F.BUDGET})

@@ -49,7 +49,7 @@ from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.models.plan import Scenario
 from tpopt.models.rl import RLScenario
 from tpopt.models.units import DAY, GIB
-from tpopt.optimizer import analysis, backends, core
+from tpopt.optimizer import analysis, backends, core, footing
 from tpopt.optimizer.enumerate import NUMERIC_AXES, chunks
 from tpopt.optimizer.limits import Clock, TimeLimitReached, clock_of
 from tpopt.optimizer.result import Request, Status
@@ -997,6 +997,8 @@ def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bo
         learner = {k: v for k, v in lp.plan_dict().items() if k not in ("save_interval_s", "save_mode")}
         learner.update(save_interval_s=m["save_interval_s"], save_mode=m["save_mode"])
     out["plan"] = dict(summary(ev), learner=learner, save_interval_s=m["save_interval_s"], save_mode=m["save_mode"])
+    if lp is not None:  # what the learner's figures stand on (the rollout's decode model is in "assumptions")
+        out["footing"] = dict(footing.footing(pb.sc, lp.plan_dict(), lp.metrics["step_s"]), of="learner")
     out["stages"] = {
         "samples_per_step": m["samples_per_step"], "kept": m["kept"], "steps": m["steps"],
         "generation": {"time_s": ro["generate_s"], "prefill_s": ro["prefill_s"],

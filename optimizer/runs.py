@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -109,6 +110,10 @@ def megatron_flops(hidden: float, layers: float, vocab: float, seq_len: float, b
     return 96.0 * batch * seq_len * layers * hidden ** 2 * (1 + seq_len / (6 * hidden) + vocab / (16 * layers * hidden))
 
 
+CARD_KEYS = ("usable_memory", "cards_per_host", "peak", "nics_per_host", "card_hour")
+"""Scenario [hardware] keys that describe its card: not carried to a row on another accelerator."""
+
+
 def read_rows(path: str | Path) -> list[dict[str, str]]:
     p = Path(path)
     text = read_text_capped(p, "runs file")
@@ -116,13 +121,17 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
     if not lines:
         raise InputError(f"{p}: no rows")
     rows = list(csv.DictReader(lines))
+    if not rows:
+        raise InputError(f"{p}: a header and no runs (one row per measured run after the header)")
     for r in rows:
         if None in r:
             raise InputError(f"{p}: a row has more fields than the header")
     return rows
 
 
-def _num(row: dict[str, str], key: str, where: str, kind: Callable[[str], Any] = float, default: Any = None) -> Any:
+def _num(row: dict[str, str], key: str, where: str, kind: Callable[[str], Any] = float, default: Any = None,
+         minimum: int = 1) -> Any:
+    """A number cell: a positive finite float, or an integer of at least ``minimum`` (counts, sizes)."""
     v = row.get(key)
     if v is None or str(v).strip() == "":
         if default is None:
@@ -132,8 +141,10 @@ def _num(row: dict[str, str], key: str, where: str, kind: Callable[[str], Any] =
         x = kind(str(v).strip())
     except ValueError:
         raise InputError(f"{where}: {key} = {v!r} is not a number") from None
-    if kind is float and not x > 0:
-        raise InputError(f"{where}: {key} must be positive")
+    if kind is float and not (x > 0 and math.isfinite(x)):
+        raise InputError(f"{where}: {key} = {v!r} must be a positive finite number")
+    if kind is int and x < minimum:
+        raise InputError(f"{where}: {key} = {v!r} must be at least {minimum}")
     return x
 
 
@@ -275,6 +286,8 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
                        "precision": str(stated.get("precision", defaults["precision"]))}
         raw["schedule"] = {"deadline": "100000d"}
         hw = {k: v for k, v in raw.get("hardware", {}).items() if k != "efficiency"}
+        if hw.get("accelerator", acc) != acc:  # another card than the scenario's: none of its card figures
+            hw = {k: v for k, v in hw.items() if k not in CARD_KEYS}
         hw["accelerator"] = acc
         hw["stack"] = defaults["stack"]
         raw["hardware"] = hw
@@ -298,7 +311,7 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
             raise InputError(f"{where}: gpus ({gpus}) must be tp x cp x pp x dp with dp dividing the global batch")
         mb = _num(row, "micro_batch", where, int, 0) if row.get("micro_batch") else 0
         vs = _num(row, "virtual_stages", where, int, 0) if row.get("virtual_stages") else None
-        zero = _num(row, "zero_stage", where, int, 0) if row.get("zero_stage") else 0
+        zero = _num(row, "zero_stage", where, int, 0, minimum=0) if row.get("zero_stage") else 0
         sharding = str(row.get("optimizer_sharding") or "").strip().lower()
         if sharding and not row.get("zero_stage"):
             if sharding not in SHARDING:

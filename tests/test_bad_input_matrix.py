@@ -281,6 +281,37 @@ CLI_ROWS = [
 ]
 
 
+RUNS_HEADER = "run,model,accelerator,seq_len,global_batch,tp,pp,cards,micro_batch,recompute,zero_stage,iteration_s\n"
+RUNS_ROW = "r1,qwen3-8b,h100-sxm,4096,64,1,1,8,1,full,1,9.0\n"
+# (id, runs CSV text, needle): `tpopt calibrate --runs FILE --out DIR` (issues 23 and 24)
+CALIBRATE_ROWS = [
+    ("calibrate-cards-zero", RUNS_HEADER + RUNS_ROW.replace(",8,1,full,", ",0,1,full,"),
+     "cards = '0' must be at least 1"),
+    ("calibrate-header-only", RUNS_HEADER, "a header and no runs"),
+    ("calibrate-1ns-step", RUNS_HEADER + RUNS_ROW.replace(",9.0", ",1e-9"),
+     "gemm_efficiency = 1, its physical ceiling"),
+    ("calibrate-plan-does-not-fit", RUNS_HEADER + RUNS_ROW.replace(",1,full,1,", ",4,none,1,"),
+     "does not fit in memory (peak per-card memory <= usable memory: 126.7 GiB against 74.0 GiB)"),
+    ("calibrate-step-inf", RUNS_HEADER + RUNS_ROW.replace(",9.0", ",inf"), "positive finite"),
+]
+
+
+def test_calibrate_measure_without_torch_or_gpu(tmp_path, capsys, monkeypatch):
+    # the suite never has PyTorch with a GPU: --measure is one line naming what it needs, exit 2
+    _assert_clean(*_run(["calibrate", "--measure", "--out", str(tmp_path / "out")], capsys, monkeypatch),
+                  "tpopt calibrate --measure needs")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("text,needle", [r[1:] for r in CALIBRATE_ROWS], ids=[r[0] for r in CALIBRATE_ROWS])
+def test_bad_calibrate_runs(tmp_path, capsys, monkeypatch, text, needle):
+    (tmp_path / "runs.csv").write_text(text)
+    before = sorted(tmp_path.rglob("*"))
+    _assert_clean(*_run(["calibrate", "--runs", str(tmp_path / "runs.csv"), "--out", str(tmp_path / "out")],
+                        capsys, monkeypatch), needle)
+    assert sorted(tmp_path.rglob("*")) == before  # nothing written
+
+
 def _run(argv, capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["tpopt", *argv])
     with pytest.raises(SystemExit) as exc:
@@ -344,4 +375,4 @@ def test_bad_command_line(tmp_path, design_path, capsys, monkeypatch, argv, need
 
 
 def test_the_matrix_has_150_classes():
-    assert len(SCENARIO_ROWS) + len(FILE_ROWS) + len(CLI_ROWS) >= 150
+    assert len(SCENARIO_ROWS) + len(FILE_ROWS) + len(CLI_ROWS) + len(CALIBRATE_ROWS) >= 150

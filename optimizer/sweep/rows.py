@@ -19,13 +19,16 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from tpopt.models.units import DAY
+from tpopt.optimizer import footing
 
 if TYPE_CHECKING:
     from tpopt.models.evaluate import Evaluation
+    from tpopt.models.plan import Scenario
     from tpopt.optimizer.sweep.spec import Point
 
-# 2: note and checksum columns; 3: ep, expert_tp, capacity_factor; 4: global_batch, seq_len, train_tokens, cp
-FORMAT = 4
+# 2: note and checksum columns; 3: ep, expert_tp, capacity_factor; 4: global_batch, seq_len, train_tokens, cp;
+# 5: the footing (step_model, mfu, stack, parameter_provenance, price_provenance)
+FORMAT = 5
 
 Row = dict[str, Any]
 """One sweep row: column name -> cell (a value of the column's type, or None)."""
@@ -42,6 +45,7 @@ COLUMNS: dict[str, type] = {  # name -> type (None allowed everywhere)
     "cost": float, "cost_unit": str, "finish_days": float, "train_days": float, "overhead_days": float,
     "step_s": float, "memory_per_card_gib": float, "overhead_fraction": float,
     "card_hours": float, "price_card_hour": float,
+    "step_model": str, "mfu": float, "stack": str, "parameter_provenance": str, "price_provenance": str,
     "fastest_days": float, "solver": str, "note": str, "pareto": bool, "fingerprint": str, "checksum": str,
 }
 COLUMN_NAMES = tuple(COLUMNS)
@@ -98,7 +102,9 @@ def seal(row: Row) -> Row:
 
 
 def make_row(point: Point, status: str, fingerprint_: str, solver: str, ev: Evaluation | None = None,
-             fastest_s: float | None = None, price: float | None = None, note: str | None = None) -> Row:
+             fastest_s: float | None = None, price: float | None = None, note: str | None = None,
+             sc: Scenario | None = None) -> Row:
+    """A sweep row; with ``ev`` the plan's columns, and with ``sc`` (the point's scenario) its footing."""
     row: Row = dict.fromkeys(COLUMN_NAMES)
     row.update(point_key=point.key(), accelerator=point.accelerator, deadline_days=point.deadline_s / DAY,
                reserved_days=point.reserved_s / DAY, tokens=point.tokens, efficiency=point.efficiency,
@@ -118,6 +124,8 @@ def make_row(point: Point, status: str, fingerprint_: str, solver: str, ev: Eval
                    overhead_days=m["train_days"] * m["overhead_fraction"], step_s=m["step_s"],
                    memory_per_card_gib=m["memory_per_card_gib"],
                    overhead_fraction=m["overhead_fraction"], card_hours=m["card_hours"])
+        if sc is not None:
+            row.update(footing.row_cells(footing.footing(sc, p, m["step_s"])))
     if fastest_s is not None:
         row["fastest_days"] = fastest_s / DAY
     return seal({k: _clean(row[k], COLUMNS[k]) for k in COLUMN_NAMES})

@@ -125,7 +125,7 @@ def _table_rows(payload: _Payload, points: list[Point]) -> list[Row]:
                 if not feasible_for(ev, static):  # the table and the evaluator are the same code
                     raise RuntimeError(f"sweep: enumerated plan {ev.plan} fails re-evaluation")
                 evals[i] = ev
-            rows.append(make_row(p, "optimal", payload.fingerprint, backends.EXHAUSTIVE, ev=ev, price=price))
+            rows.append(make_row(p, "optimal", payload.fingerprint, backends.EXHAUSTIVE, ev=ev, price=price, sc=sc))
         else:
             ok2 = (f_cards <= p.max_cards) & (f_cost <= cap)
             fastest = float(f_fin[int(np.argmax(ok2))]) if ok2.any() else None
@@ -142,7 +142,8 @@ def _solve_rows(payload: _Payload, point: Point, backend: str) -> list[Row]:
     limit = f"time limit {payload.time_limit:g} s reached"
     if res.feasible:
         note = None if res.status.value == "optimal" else f"{limit}: best plan found, not proven optimal"
-        return [make_row(point, res.status.value, payload.fingerprint, backend, ev=res.best, price=price, note=note)]
+        return [make_row(point, res.status.value, payload.fingerprint, backend, ev=res.best, price=price, note=note,
+                         sc=sc)]
     fastest = None
     if res.status.value == "infeasible":
         enforce = frozenset(f for f in FAMILIES if f != F.DEADLINE)

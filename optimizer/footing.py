@@ -1,0 +1,160 @@
+"""The footing of a report: what a plan's figures stand on (issue 23 item 7, issue 25 item 1).
+
+Every report (solve, evaluate, explain, sweep rows, rl) carries, in its JSON and its text from the same dict:
+
+* the step-time model that ran: ``per-operation`` (no ``hardware.efficiency`` in the scenario: kernels
+  from the performance catalog, :mod:`tpopt.models.steptime`) or ``flat`` (``hardware.efficiency``
+  stated: compute = FLOPs / (peak x efficiency), the chapter's model) and what switches it;
+* the MFU the plan implies: MFU = F_model x tokens per step / (cards x P x t_step), F_model the model
+  FLOPs per token as :func:`tpopt.models.arch.flops_per_token` counts them (6 x the parameters a token
+  multiplies, activated experts only, + causal attention 12 L d_attn (s + 1) / 2; no recompute, no
+  padding, no MoE imbalance), P the card's dense matrix peak of the precision (FP16 for fp16 recipes,
+  else BF16; FP8 runs are quoted against the BF16 peak) and t_step the modelled step (input wait included);
+* the software stack the figures assume (``[hardware] stack``; ``megatron-core`` by default);
+* for each performance parameter that moves the plan's step time, where its value comes from
+  (performance.toml ``sources``): ``calibrated`` (on which runs), ``measured`` (by ``tpopt calibrate
+  --measure`` on a machine, or a published measurement cited in the catalog) or ``prior`` (an
+  assumption; a value carried over from another card);
+* the price's provenance: the scenario's own ``[cost]``/``[hardware] card_hour``, or the catalog's list
+  price with its source and date; an illustrative price (not a market quote) is flagged.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tpopt.models.arch import flops_per_token
+from tpopt.models.memory import recipe
+from tpopt.models.plan import Scenario
+from tpopt.models.roofline import PerfParams
+
+DEFAULT_STACK = "megatron-core"
+COMPUTE_PARAMS = ("gemm_efficiency", "attention_efficiency", "memory_efficiency", "kernel_overhead")
+"""Performance parameters every per-operation step time depends on."""
+SCALE_UP_PARAM, SCALE_OUT_PARAM = "tp_efficiency", "dp_efficiency"
+MFU_CONVENTION = ("model FLOPs per token 6 N_active + causal attention 12 L d_attn (s+1)/2 (no recompute), "
+                  "x tokens per step / (cards x dense {peak} peak x step time)")
+
+
+def stack_of(sc: Scenario) -> str:
+    """The software stack the scenario names (``[hardware] stack``), else the default."""
+    name = getattr(sc, "stack", None)
+    name = getattr(name, "name", name)
+    return name if isinstance(name, str) and name else DEFAULT_STACK
+
+
+def provenance(source: str | None) -> str:
+    """``calibrated``, ``measured`` or ``prior`` from a catalog source text (none: a prior)."""
+    text = (source or "").strip().lower()
+    if text.startswith("calibrated"):
+        return "calibrated"
+    if not text or text.startswith("assumption") or "assumed" in text or "carried over" in text:
+        return "prior"
+    return "measured"
+
+
+def moving_params(sc: Scenario, plan: dict[str, Any]) -> tuple[str, ...]:
+    """The performance parameters the plan's step time depends on: the compute ones always, the
+    scale-up tier's collectives when a group spans several cards, the scale-out tier's when the plan
+    spans several hosts."""
+    acc = sc.system(plan["accelerator"]).acc
+    group = int(plan.get("tp") or 1) * int(plan.get("cp") or 1) * int(plan.get("ep") or 1)
+    names = list(COMPUTE_PARAMS)
+    if group > 1 or int(plan.get("dp") or 1) > 1:
+        names.append(SCALE_UP_PARAM)
+    if int(plan["cards"]) > acc.cards_per_host:
+        names.append(SCALE_OUT_PARAM)
+    return tuple(names)
+
+
+def parameters(sc: Scenario, plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each parameter that moves the plan: value, provenance, source (per-operation model)."""
+    perf: PerfParams | None = sc.system(plan["accelerator"]).perf
+    if perf is None:
+        return []
+    out = []
+    for name in moving_params(sc, plan):
+        src = perf.sources.get(name, "")
+        out.append({"name": name, "value": float(getattr(perf, name)), "provenance": provenance(src),
+                    "source": src or "no source in the performance catalog"})
+    return out
+
+
+def matrix_peak(sc: Scenario, accelerator: str) -> tuple[float, str]:
+    """The dense matrix peak MFU is quoted against, and its name."""
+    acc = sc.system(accelerator).acc
+    if recipe(sc.task.precision).matrix == "fp16" and acc.peak_fp16 > 0:
+        return acc.peak_fp16, "FP16"
+    return acc.peak_flops, "BF16"
+
+
+def mfu(sc: Scenario, plan: dict[str, Any], step_s: float) -> float | None:
+    """Implied MFU (module docstring); None when the step is not a positive finite time."""
+    if not (step_s > 0 and step_s < float("inf")):
+        return None
+    peak, _ = matrix_peak(sc, plan["accelerator"])
+    seq = sc.task.seq_len
+    batch = int(plan.get("global_batch") or sc.task.global_batch)
+    model = float(flops_per_token(sc.model, seq)) * batch * seq
+    return model / (int(plan["cards"]) * peak * step_s)
+
+
+def price(sc: Scenario, accelerator: str) -> dict[str, Any]:
+    """The card-hour price and where it comes from."""
+    sysm = sc.system(accelerator)
+    src = getattr(sysm, "price_source", "") or ""
+    acc_src = sysm.acc.sources.get("price_card_hour", "")
+    if sysm.price_card_hour is None:
+        return {"card_hour": None, "unit": "card-hours", "provenance": "none", "date": None,
+                "source": "no price: costs are card-hours", "illustrative": False, "kind": "none"}
+    if not src:  # a System built without provenance: the catalog's price when it matches
+        src = f"catalog undated: {acc_src}" if sysm.price_card_hour == sysm.acc.price_card_hour and acc_src \
+            else "scenario"
+    m = re.match(r"catalog (\S+): (.*)", src, re.S)
+    kind, date, text = ("catalog", m.group(1), m.group(2)) if m else ("scenario", None, src)
+    lowered = text.lower()
+    illustrative = kind == "catalog" and ("illustrative" in lowered or "assumption" in lowered)
+    words = ("the scenario's own" if kind == "scenario" else "ILLUSTRATIVE, not a market quote" if illustrative
+             else "indicative list price" if "indicative" in lowered else "list price")
+    return {"card_hour": sysm.price_card_hour, "unit": "USD/card-h", "provenance": kind, "date": date,
+            "source": text, "illustrative": illustrative, "kind": words}
+
+
+def footing(sc: Scenario, plan: dict[str, Any], step_s: float) -> dict[str, Any]:
+    """The footing of one plan (module docstring) as a JSON-ready dict."""
+    sysm = sc.system(plan["accelerator"])
+    per_op = sysm.per_op
+    _, peak_name = matrix_peak(sc, plan["accelerator"])
+    model: dict[str, Any]
+    if per_op:
+        model = {"step_time_model": "per-operation", "efficiency": None,
+                 "switch": "no hardware.efficiency in the scenario; stating one selects the flat model"}
+        if sysm.efficiency != 1.0:
+            model["throughput_scale"] = sysm.efficiency
+    else:
+        model = {"step_time_model": "flat", "efficiency": sysm.efficiency,
+                 "switch": f"hardware.efficiency = {sysm.efficiency:g} stated; without it the per-operation "
+                           "model runs"}
+    value = mfu(sc, plan, step_s)
+    return {**model, "mfu": value, "mfu_convention": MFU_CONVENTION.format(peak=peak_name),
+            "stack": stack_of(sc), "parameters": parameters(sc, plan), "price": price(sc, plan["accelerator"])}
+
+
+def of_evaluation(sc: Scenario, d: dict[str, Any]) -> dict[str, Any]:
+    """The footing of an evaluation dict (``plan`` and ``metrics``, as ``Evaluation.as_dict`` writes it)."""
+    return footing(sc, d["plan"], float(d["metrics"]["step_s"]))
+
+
+def row_cells(f: dict[str, Any]) -> dict[str, Any]:
+    """The footing as sweep-row cells: step_model, mfu, stack, parameter_provenance, price_provenance."""
+    params = " ".join(f"{p['name']}:{p['provenance']}" for p in f["parameters"]) or None
+    pr = f["price"]
+    if pr["card_hour"] is None:
+        price_text = "none"
+    elif pr["provenance"] == "catalog":
+        price_text = f"catalog {pr['date']} ({pr['kind']})"
+    else:
+        price_text = pr["source"]
+    return {"step_model": f["step_time_model"], "mfu": f["mfu"], "stack": f["stack"],
+            "parameter_provenance": params, "price_provenance": price_text}
