@@ -544,22 +544,26 @@ def a2a_overlapped(setting: str, schedule: str) -> bool:
 
 
 def routed_activation_extra(a: ModelArch, tokens: ArrayLike, phi: ArrayLike, expert_tp_eff: ArrayLike,
-                            act_bytes: float = 2.0) -> FloatArray:
+                            act_bytes: float = 2.0, gemm_input_bytes: float | None = None) -> FloatArray:
     """Routed-token activation bytes of one MoE block beyond what the dense inventory counts.
 
     The dense inventory (memory.layer_activation_groups) keeps the expert MLP tensors of k x expert_ffn
     per token at a balanced load. On the busiest card a MoE block also keeps: the surplus rows,
-    (phi - 1) x tokens x k x (3 f_e, or 2 f_e without a gate); the dispatched input rows and the expert
-    outputs the combine needs for its backward, 2 x etp x tokens x k x phi x h (expert-TP ranks hold the
-    rows of their whole group); the router probabilities, tokens x E x 4 bytes (FP32). ``tokens`` are
-    one card's (micro-batch x s / tp).
+    (phi - 1) x tokens x k x (3 f_e, or 2 f_e without a gate); the dispatched input rows the first
+    expert GEMM saves for its weight gradient, etp x tokens x k x phi x h x b_in (expert-TP ranks hold
+    the rows of their whole group; b_in = ``gemm_input_bytes``: the quantised copy under an FP8 recipe,
+    1 byte, as Transformer Engine saves its FP8 GEMM inputs; the activation bytes otherwise); the expert
+    outputs the combine keeps for the router probabilities' gradient, etp x tokens x k x phi x h x e;
+    the router probabilities, tokens x E x 4 bytes (FP32). ``tokens`` are one card's (micro-batch x s / tp).
+    DeepSeek-V3, 4,096 tokens, BF16, phi = 1, etp = 1: 2 x 4,096 x 8 x 7,168 x 2 + 4,096 x 256 x 4 = 900 MiB.
     """
     if a.experts <= 0:
         return 0.0 * _f(tokens) * _f(phi)
     t, phi = _f(tokens), _f(phi)
+    b_in = act_bytes if gemm_input_bytes is None else gemm_input_bytes
     width = (3 if a.gated_mlp else 2) * a.expert_ffn
     surplus = (phi - 1.0) * t * a.top_k * width * act_bytes
-    rows = 2.0 * _f(expert_tp_eff) * t * a.top_k * phi * a.hidden * act_bytes
+    rows = _f(expert_tp_eff) * t * a.top_k * phi * a.hidden * (b_in + act_bytes)
     return surplus + rows + t * a.experts * 4.0
 
 

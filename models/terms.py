@@ -390,10 +390,14 @@ def moe_activations(sc: Scenario, *, schedule: str, recompute: str, tp: ArrayLik
 
 def _routed_per_block(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep: ArrayLike, etp: ArrayLike,
                       cap: ArrayLike) -> FloatArray:
-    """Routed-token activations of one MoE block and micro-batch (moe.routed_activation_extra)."""
+    """Routed-token activations of one MoE block and micro-batch (moe.routed_activation_extra); under an FP8
+    recipe the expert GEMM's saved input rows are its FP8 copy (1 byte, + one 8-bit scale per 32 elements
+    for MXFP8)."""
     phi = load_factor(sc, ep, cap)
+    matrix = memory.recipe(sc.task.precision).matrix
+    b_in = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32.0}.get(matrix)
     extra: FloatArray = moe.routed_activation_extra(sc.model, card_tokens(sc, tp, mb, cp), phi,
-                                                    moe.expert_tp_size(etp, tp), sc.memory.activation_bytes)
+                                                    moe.expert_tp_size(etp, tp), sc.memory.activation_bytes, b_in)
     return extra
 
 
