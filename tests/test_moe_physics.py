@@ -144,12 +144,15 @@ def test_overlap_all_is_not_free_in_the_per_operation_model():
 
 
 def test_grouped_gemm_launches_one_gemm_per_local_expert():
+    # Transformer Engine's grouped linear: one GEMM per local expert over 4 streams, so 1 + (E / ep - 1) / 4 kernel
+    # overheads per projection and phase: 128 experts at EP 1 -> 32.75, EP 8 -> 4.75, EP 128 -> 1
     sc = scenario("qwen3-30b-a3b")  # 128 experts
-    for ep in (1, 8, 64):
+    assert ops.GROUPED_GEMM_STREAMS == 4
+    for ep, launches in ((1, 32.75), (8, 4.75), (128, 1.0)):
         lay = T.layout(sc, tp=1, mb=1, ep=ep, etp=1)
         experts = [k for k in ops.moe_kernels(sc.model, lay) if k.op.startswith("expert.") and k.kind == "gemm"]
         assert len(experts) == 6  # up and down, fwd / dX / dW
-        assert all(float(np.asarray(k.count)) == 128 / ep for k in experts)
+        assert all(float(np.asarray(k.count)) == launches for k in experts)
         assert all(float(np.asarray(k.batch)) == 128 / ep for k in experts)
 
 
@@ -217,3 +220,23 @@ def test_flat_model_keeps_the_chapters_accounting():
     one = 4096 * 1.25 * 2048 * 2 * 8 * 7 / 8 / 450e9  # EP 8 in-host, the chapter's bandwidth, no fixed cost
     got = float(T.ep_link(sc, acc="h100-sxm", recompute="none", tp=1, pp=1, mb=1, nics=8, ep=8, etp=1))
     assert got == pytest.approx(4 * 48 * one, rel=1e-12)
+
+
+def test_megatron_recompute_modules_and_mla_up_projections():
+    from tpopt.models import memory
+    # Megatron-Core's module names: layernorm = norm, core_attn = attn, moe_act = mlp, mla_up_proj = mla_up
+    assert memory.parse_recompute("mla_up_proj+moe_act+layernorm") == "norm+mlp+mla_up"
+    a = scenario().model
+    # DeepSeek-V3's q, k, v (d_q + 2 d_kv = 3 x 128 x 192 per token, BF16) are rebuilt from the latents under
+    # mla_up: 4,096 tokens x 73,728 x 2 bytes = 576 MiB less per block and micro-batch (TP 1)
+    keep = memory.activation_bytes_per_microbatch(a, 4096, 1, 1, 1, "none")
+    rebuilt = memory.activation_bytes_per_microbatch(a, 4096, 1, 1, 1, "mla_up")
+    assert float(keep - rebuilt) == pytest.approx(4096 * 3 * 128 * 192 * 2)
+    # the up-projection GEMMs rerun: q 1,536 x 128 x 192 + kv 512 x 128 x (128 + 128) weights, 2 FLOPs each
+    assert memory.mla_up_params(a) == 1536 * 128 * 192 + 512 * 128 * 256
+    assert float(memory.recompute_flops_per_token(a, 4096, "mla_up")) == pytest.approx(
+        61 * 2 * (1536 * 128 * 192 + 512 * 128 * 256))
+    # a model without MLA keeps its q, k, v
+    q = scenario("qwen3-235b-a22b").model
+    assert float(memory.activation_bytes_per_microbatch(q, 4096, 1, 1, 1, "mla_up")) == pytest.approx(
+        float(memory.activation_bytes_per_microbatch(q, 4096, 1, 1, 1, "none")))
