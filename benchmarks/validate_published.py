@@ -8,7 +8,8 @@ memory_efficiency and kernel_overhead fitted on the rows named by ``--fit-on``, 
 an accelerator without a run to fit keeps the catalog's parameters from public measurements), and
 prints per run the predicted against the published iteration time with the error, the leave-one-out
 error (the run predicted by a calibration fitted without it), the leave-one-source-out error (fitted
-on the other tables only: an accelerator no other table has keeps the catalog's parameters) and the
+on the other tables only: an accelerator no other table has keeps the public measurements its catalog
+entry was calibrated from, ``[acc.calibration] prior``) and the
 error of the shipped performance catalog; the predicted per-GPU memory peak (allocated, as the stack's
 allocator reserves it) against the usable memory; then per table the median, maximum and signed median
 of the errors, the full / selective recompute ratio (Korthikanti), the predicted percent of peak
@@ -62,9 +63,9 @@ def summary(errors) -> str:
             f"{np.median(s) * 100:+5.1f} %" if len(e) else "-")
 
 
-def memory_peak(run, perf) -> tuple[float, float] | None:
-    """(predicted per-card memory peak, usable memory) of a run's plan in GiB: the memory family's
-    (value, limit) pair, the stack's communicator buffers and allocator reserve included."""
+def memory_peak(run, perf) -> tuple[float, float, float]:
+    """(allocated peak, reserved peak, usable memory) per card of a run's plan in GiB, from the memory
+    family's (value, limit) pair and the stack's allocator reserve and communicator buffers."""
     plan = C.chosen_plan(run, perf) or run.plans[0]
     p = resolve_plan(run.scenario, plan)
     sc = with_plan_options(C.with_perf(run.scenario, p.accelerator, perf), p)
@@ -74,23 +75,42 @@ def memory_peak(run, perf) -> tuple[float, float] | None:
                         ep=p.ep, expert_tp=p.expert_tp, capacity_factor=p.capacity_factor, cp=p.cp,
                         sequence_parallel=p.sequence_parallel)
     v, lim = r[("c", F.MEMORY_PER_CARD)]
-    return float(np.max(v)) / GIB, float(np.max(lim)) / GIB
+    st = run.scenario.stack
+    alloc, fill = float(np.max(v)), float(np.max(lim))
+    # the allocator's view: reserved = allocated x (1 + reserve) + communicator buffers, against the card's
+    # usable memory (the limit is usable memory net of the stack's overheads; StackProfile.usable)
+    return (alloc / GIB, (alloc * (1.0 + st.allocator_reserve) + st.communicator_buffers) / GIB,
+            (fill * (1.0 + st.allocator_reserve) + st.communicator_buffers) / GIB)
 
 
 OVERLAPPED_FREE = ("gemm_efficiency",)
 """What a calibration frees on runs whose stack overlaps communication with compute (Megatron-Core): the
-sustained GEMM share and what hidden communication costs the compute; the other parameters stay at their
-published measurements. Runs without overlap (Megatron-LM 2021-22) free calibrate's defaults."""
+sustained GEMM share; the other parameters stay at their published measurements (a fit that also frees
+the overlap contention or attention drives them to their bounds on these few runs)."""
 
 
-def fit_parameters(runs) -> tuple[str, ...] | None:
-    """The free parameters of a fit on ``runs`` (at most one per run; None: calibrate's defaults)."""
+SERIAL_FREE = ("gemm_efficiency", "memory_efficiency", "kernel_overhead")
+"""What a calibration frees on runs without overlap (the A100 tables): the shipped A100 calibration's three."""
+
+
+def fit_parameters(runs) -> tuple[str, ...]:
+    """The free parameters of a fit on ``runs`` (at most one per run)."""
     if runs and any(r.scenario.dp_overlap > 0 or max(r.scenario.tp_overlap) > 0 for r in runs):
         return OVERLAPPED_FREE[:len(runs)]
-    return None
+    return SERIAL_FREE[:len(runs)]
 
 
-def fit_all(runs, fit_tables, cat, loo: bool, log: bool, dense_only: bool = False):
+def measured_prior(cat, acc: str):
+    """The accelerator's parameters before any calibration: the catalog entry with each calibrated field
+    back at the prior its ``[acc.calibration] prior`` records (the public measurement it started from)."""
+    perf = cat.perf(acc)
+    table = cat.raw.get("performance", {}).get(acc, {}).get("calibration", {})
+    prior = table.get("prior", [])
+    names = list(perf.calibrated)[-len(prior):] if prior else []
+    return perf.with_values(**dict(zip(names, (float(v) for v in prior), strict=True))) if names else perf
+
+
+def fit_all(runs, fit_tables, cat, loo: bool, log: bool, dense_only: bool = False, priors: bool = False):
     """One calibration per accelerator on the runs of ``fit_tables`` (only the dense ones with
     ``dense_only``): (predictions, chosen plans, fitted parameters, leave-one-out predictions); an
     accelerator without such a run keeps the catalog's."""
@@ -98,7 +118,15 @@ def fit_all(runs, fit_tables, cat, loo: bool, log: bool, dense_only: bool = Fals
     for acc in dict.fromkeys(r.accelerator for r in runs):
         mine = [r for r in runs if r.accelerator == acc]
         fit_runs = [r for r in mine if r.table in fit_tables and not (dense_only and r.scenario.model.moe)]
-        prior = cat.perf(acc)
+        prior0 = cat.perf(acc)
+        for r in list(fit_runs):  # a run whose plan does not fit the memory model cannot calibrate it
+            try:
+                C.check_memory(r, prior0)
+            except InputError as exc:
+                fit_runs.remove(r)
+                if log:
+                    print(f"{acc}: not fitted on {r.name}: {exc}")
+        prior = measured_prior(cat, acc) if priors else cat.perf(acc)
         perf = prior
         free = fit_parameters(fit_runs)
         if fit_runs:
@@ -162,15 +190,17 @@ def main(argv=None) -> int:
     loso: dict = {}
     if not args.no_loso and len(tables) > 1:
         for t in tables:
-            p, _, _, _ = fit_all(runs, [x for x in fit_tables if x != t], cat, False, False, args.fit_dense_only)
+            p, _, _, _ = fit_all(runs, [x for x in fit_tables if x != t], cat, False, False, args.fit_dense_only,
+                                 priors=True)
             loso.update({r.name: p[r.name] for r in runs if r.table == t})
 
     ok = True
     for table in tables:
         rows = [r for r in runs if r.table == table]
-        print(f"\n== {table}: iteration time per run (s); memory per GPU (GiB, allocated peak x allocator reserve)")
+        print(f"\n== {table}: iteration time per run (s); memory per GPU (GiB): allocated peak > reserved peak "
+              f"(x allocator reserve + communicator buffers) / usable")
         print(f"{'run':34s} {'plan':>20s} {'published':>9s} {'predicted':>9s} {'error':>7s} {'LOO':>7s} "
-              f"{'LOSO':>7s} {'catalog':>7s} {'memory':>14s}")
+              f"{'LOSO':>7s} {'catalog':>7s} {'alloc>reserved/usable':>21s}")
         errs, loos, losos, cats = [], [], [], []
         for r in rows:
             p, perf = chosen[r.name]
@@ -186,10 +216,10 @@ def main(argv=None) -> int:
             if ls is not None:
                 losos.append(ls)
             m = memory_peak(r, perf)
-            mem = f"{m[0]:6.1f}/{m[1]:5.1f}{'' if m[0] <= m[1] else '!'}" if m else "-"
+            mem = f"{m[0]:5.1f}>{m[1]:5.1f}/{m[2]:5.1f}{'' if m[1] <= m[2] * (1 + 1e-9) else '!'}"
             print(f"{r.name:34s} {plan:>20s} {r.measured_step_s:9.2f} {pred[r.name]:9.2f} {pct(e):>7s} "
                   f"{pct(lo) if lo is not None else '-':>7s} {pct(ls) if ls is not None else '-':>7s} "
-                  f"{pct(c):>7s} {mem:>14s}")
+                  f"{pct(c):>7s} {mem:>21s}")
         print(f"  calibrated:    {summary(errs)}")
         if loos:
             print(f"  leave-one-out: {summary(loos)}")

@@ -105,7 +105,9 @@ def test_noise_free_runs_recover_two_parameters():
     cal = C.fit(synthetic(truth, [0.0] * 6), ACC, ("gemm_efficiency", "memory_efficiency"))
     assert cal.perf.gemm_efficiency == pytest.approx(0.6, rel=0.01)
     assert 0.5 <= cal.perf.memory_efficiency <= 0.5 * 1.03  # pulled toward the prior 0.7, not past the truth
-    assert max(abs(e) for e in cal.errors()) < 0.01
+    # the memory prior's pull (up to the 3 % allowed above) shows in the memory-heavy run's time through its
+    # sensitivity s = 0.46: at most 0.03 x 0.46 = 1.4 %
+    assert max(abs(e) for e in cal.errors()) < 0.03 * 0.46 + 1e-3
     with pytest.raises(InputError, match="cannot fit 'sms'"):
         C.fit(synthetic(truth, [0.0] * 6), ACC, ("sms",))
 
