@@ -634,9 +634,12 @@ class MoeKeys:
                            help="a hot expert's dispatches over the mean")
     hot_experts: float = key(fraction(), MoeOptions.hot, to="hot", help="the share of experts that hot")
     max_drop: float = key(fraction(allow_zero=True), 0, help="largest share of dispatches a capacity may drop")
-    a2a_overlap: str = key(choice(A2A_OVERLAPS), "auto", help="all-to-all overlap: auto (DualPipe), none, all")
-    dispatcher: str = key(choice(DISPATCHERS), "direct", help="direct or per-host (one copy per destination host)")
-    node_limit: int = key(integer(minimum=0, maximum=MAX_INT), 0, help="hosts a token's experts may span (0: any)")
+    a2a_overlap: str = key(choice(A2A_OVERLAPS), "auto",
+                           help="all-to-all overlap: auto (DualPipe), none, all (default: the stack's)")
+    dispatcher: str = key(choice(DISPATCHERS), "direct",
+                          help="direct, per-host (a copy per destination domain), all-gather (default: the stack's)")
+    node_limit: int = key(integer(minimum=0, maximum=MAX_INT), 0,
+                          help="domains a token's experts may span (0: the model's router groups, else any)")
 
     RULES: ClassVar = (
         ("hot_experts", lambda v: v["imbalance"] < 1,

@@ -222,11 +222,18 @@ def embedding_shard_params(a: ModelArch, tp: ArrayLike) -> FloatArray:
 # activations: per-layer inventory of saved tensors by recompute group (Korthikanti et al. 2022,
 # generalised to RMSNorm / SwiGLU / GQA / q-k norm / flash attention / optional dropout)
 
-RECOMPUTE_GROUPS = ("norm", "mlp", "attn")
+RECOMPUTE_GROUPS = ("norm", "mlp", "attn", "mla_up")
+
+MEGATRON_MODULES = {"layernorm": "norm", "core_attn": "attn", "moe_act": "mlp", "mla_up_proj": "mla_up"}
+"""Megatron-Core's selective-recompute module names (TransformerConfig.recompute_modules) that are tpopt
+groups: layernorm = norm, core_attn = attn, moe_act = mlp (the experts' activation rebuilt from the saved
+fc1 output, as the dense MLP's), mla_up_proj = mla_up (multi-head latent attention's up-projected q, k, v
+rebuilt from the saved latents)."""
 
 
 def parse_recompute(value: object) -> str:
-    """Canonical recompute name: "none", "full", or a '+'-joined subset of norm / mlp / attn."""
+    """Canonical recompute name: "none", "full", or a '+'-joined subset of norm / mlp / attn / mla_up
+    (Megatron-Core's module names accepted too: MEGATRON_MODULES)."""
     if isinstance(value, (list, tuple, set, frozenset)):
         parts = set(value)
     else:
@@ -239,13 +246,15 @@ def parse_recompute(value: object) -> str:
             return "attn"
         parts = {x.strip() for x in text.split("+")}
     parts.discard("none")
+    parts = {MEGATRON_MODULES.get(p, p) for p in parts}
     if "full" in parts:
         if len(parts) > 1:
             raise InputError("recompute 'full' rebuilds whole layers; do not combine it with groups")
         return "full"
     bad = parts - set(RECOMPUTE_GROUPS)
     if bad:
-        raise InputError(f"unknown recompute group(s) {sorted(bad)} (use none, full, or norm/mlp/attn joined by '+')")
+        raise InputError(f"unknown recompute group(s) {sorted(bad)} (use none, full, or norm/mlp/attn/mla_up joined "
+                         "by '+')")
     if not parts:
         return "none"
     return "+".join(g for g in RECOMPUTE_GROUPS if g in parts)
@@ -285,7 +294,11 @@ def saved_tensors(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, act_
     out = [SavedTensor("norm inputs", "keep", "seq", tokens * norms * h * e, False, "")]
     if a.qk_norm:
         out.append(SavedTensor("q/k-norm inputs", "keep", "tp", tokens * (dq + dkv) * e, False, ""))
-    out.append(SavedTensor("q, k, v", "keep", "tp", tokens * (dq + 2 * dkv) * e, True, ""))
+    # multi-head latent attention: q, k, v are the up-projections' outputs, rebuilt from the saved latents
+    # (small, not counted) under mla_up (Megatron-Core's mla_up_proj)
+    mla = a.kv_lora_rank > 0
+    out.append(SavedTensor("q, k, v", "mla_up" if mla else "keep", "tp", tokens * (dq + 2 * dkv) * e, True,
+                           "mla_up" if mla else ""))
     out.append(SavedTensor("attention output", "keep", "tp", tokens * a.d_v * e, True, ""))
     if flash_attention:
         out.append(SavedTensor("log-sum-exp", "keep", "tp", tokens * a.heads * 4.0, False, ""))
@@ -408,7 +421,16 @@ def recompute_flops_per_token(a: ModelArch, seq_len: Floats, recompute: str) -> 
         total = total + a.layers * 5.0 * mlp_activation_width(a)
     if "attn" in parts:
         total = total + a.layers * 2.0 * a.d_attn * keys
+    if "mla_up" in parts and a.kv_lora_rank > 0:  # the q and kv up-projection GEMMs again
+        total = total + a.layers * 2.0 * mla_up_params(a)
     return total
+
+
+def mla_up_params(a: ModelArch) -> int:
+    """Weights of multi-head latent attention's up-projections in one block: q (q_lora_rank x heads x
+    (nope + rope), or 0 without a q latent) and kv (kv_lora_rank x heads x (nope + v))."""
+    q = a.q_lora_rank * a.heads * (a.qk_nope_dim + a.qk_rope_dim) if a.q_lora_rank > 0 else 0
+    return q + a.kv_lora_rank * a.heads * (a.qk_nope_dim + a.v_head_dim)
 
 
 def logits_bytes(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, tp: ArrayLike,

@@ -389,17 +389,6 @@ A2A_PEER_LATENCY = 0.5e-6
 concurrently): DeepEP's README, low-latency dispatch of 128 tokens (h = 7,168, top-8) on H800 grows from
 77 us at EP 8 to 194 us at EP 256, about 0.5 us per added peer."""
 
-RING_HOP_LATENCY = {"scale-up": 3.4e-6, "scale-out": 9.6e-6}
-"""Seconds per step of a ring collective (its n - 1 steps are sequential), by the outermost tier the ring
-crosses: NCCL's latency model (src/graph/tuning.cc, ring algorithm, Simple protocol: 3.4 us per NVLink
-hop, 9.6 us per network hop)."""
-
-COMM_SMS = 20.0
-"""Streaming multiprocessors an exchange occupies while it runs beside compute: DeepSeek-V3 technical
-report (2024), section 3.2.2: 20 of the H800's 132 SMs drive its all-to-all over NVLink and InfiniBand.
-Overlapped compute runs on the rest (:func:`a2a_exposed`)."""
-
-
 def a2a_rows_per_token(top_k: int, ep: ArrayLike, hosts: ArrayLike, dispatcher: str = "direct",
                        node_limit: ArrayLike = 0) -> tuple[FloatArray, FloatArray]:
     """Rows of width h one token puts on each link per all-to-all: (inside the domain, across domains).
@@ -443,19 +432,16 @@ def a2a_messages(ep: ArrayLike, hosts: ArrayLike, dispatcher: str = "direct") ->
     return np.maximum(ep - 1.0, 0.0)
 
 
-def a2a_latency(ep: ArrayLike, hosts: ArrayLike, dispatcher: str, base: float) -> FloatArray:
+def a2a_latency(ep: ArrayLike, hosts: ArrayLike, dispatcher: str, base: float,
+                ring_step: ArrayLike = 0.0) -> FloatArray:
     """Fixed cost of one exchange in seconds: the call's ``base`` latency plus, for the all-to-all
     dispatchers, A2A_PEER_LATENCY per message (peers served concurrently); for the all-gather ring,
-    RING_HOP_LATENCY per sequential step on the tier it crosses. 0 when EP = 1.
-    EP 64 over 8 hosts, direct: 20 + 63 x 0.5 = 51.5 us; per-host: 20 + (7 + 7) x 0.5 = 27 us."""
+    ``ring_step`` per sequential step (the performance catalog's step latency of the tier it crosses).
+    0 when EP = 1. EP 64 over 8 hosts, direct: 20 + 63 x 0.5 = 51.5 us; per-host: 20 + (7 + 7) x 0.5 = 27 us."""
     ep, H = _f(ep), _f(hosts)
     n = a2a_messages(ep, H, dispatcher)
-    if dispatcher == "all-gather":
-        hop = np.where(H > 1, RING_HOP_LATENCY["scale-out"], RING_HOP_LATENCY["scale-up"])
-        t = base + n * hop
-    else:
-        t = base + n * A2A_PEER_LATENCY
-    return np.where(ep > 1, t, 0.0)
+    per = _f(ring_step) if dispatcher == "all-gather" else A2A_PEER_LATENCY
+    return np.where(ep > 1, base + n * per, 0.0)
 
 
 def a2a_time(tokens: ArrayLike, hidden: int, act_bytes: float, rows_intra: ArrayLike, rows_inter: ArrayLike,
@@ -521,8 +507,9 @@ def a2a_exposed(per_microbatch: ArrayLike, compute_per_microbatch: ArrayLike, mi
     Without overlap every exchange is on the critical path: m A. With overlap (a paired micro-batch's
     compute hides the exchange: DualPipe, Megatron-Core's EP overlap) the unpaired share u of the
     chunks (:func:`a2a_unpaired_share`) still shows whole; a paired chunk shows what its exchange
-    exceeds of the partner's compute, and the compute it hides behind runs on the SMs the exchange
-    leaves free (share s = COMM_SMS / SMs taken while both run, min(A, C) long):
+    exceeds of the partner's compute, and the compute it hides behind loses a share s of the time they
+    run together, min(A, C), to the SMs and HBM the exchange holds (the performance catalog's
+    overlap_contention; DeepSeek-V3's report dedicates 20 of the H800's 132 SMs to its all-to-all):
         exposed = m [u A + (1 - u) (max(0, A - C) + s min(A, C))]
     A = 1 s, C = 3 s, u = 0.1, s = 0.15, m = 10: 10 x (0.1 + 0.9 x 0.15) = 2.35 s (10 s without overlap).
     """
@@ -553,50 +540,30 @@ def a2a_overlapped(setting: str, schedule: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# ZeRO over the expert weights
-
-
-def ring_latency(members: ArrayLike, domains: ArrayLike) -> FloatArray:
-    """Fixed cost of one ring all-gather or reduce-scatter over ``members`` ranks spread over ``domains``
-    scale-up domains, seconds: its n - 1 sequential steps, of which the domains - 1 that enter another
-    domain take a network hop and the rest an NVLink hop (RING_HOP_LATENCY; NCCL's latency model counts
-    ring steps the same way). 640 ranks over 160 hosts: 480 x 3.4 us + 159 x 9.6 us = 3.16 ms."""
-    n = np.maximum(_f(members), 1.0)
-    inter = np.clip(_f(domains), 1.0, n) - 1.0
-    return (n - 1.0 - inter) * RING_HOP_LATENCY["scale-up"] + inter * RING_HOP_LATENCY["scale-out"]
-
-
-def expert_zero_calls(zero_stage: ArrayLike, moe_blocks: ArrayLike, micro_batches: ArrayLike) -> FloatArray:
-    """Collective calls on the expert-data-parallel group per step, one unit per MoE block (its local
-    experts, as FSDP wraps them: a per-block expert module): ZeRO-3 gathers each block's experts before its
-    forward and again before its backward and reduce-scatters their gradients, every micro-batch
-    (3 m B); ZeRO-2 reduce-scatters every micro-batch and gathers once (m B + B); ZeRO-0/1 reduce and
-    gather once per step (2 B)."""
-    z, b, m = _f(zero_stage), _f(moe_blocks), _f(micro_batches)
-    return np.select([z >= 3, z >= 2], [3.0 * m * b, (m + 1.0) * b], 2.0 * b)
-
-
-# ---------------------------------------------------------------------------------------------
 # activation memory of routed tokens
 
 
 def routed_activation_extra(a: ModelArch, tokens: ArrayLike, phi: ArrayLike, expert_tp_eff: ArrayLike,
-                            act_bytes: float = 2.0) -> FloatArray:
+                            act_bytes: float = 2.0, gemm_input_bytes: float | None = None) -> FloatArray:
     """Routed-token activation bytes of one MoE block beyond what the dense inventory counts.
 
     The dense inventory (memory.layer_activation_groups) keeps the expert MLP tensors of k x expert_ffn
     per token at a balanced load. On the busiest card a MoE block also keeps: the surplus rows,
-    (phi - 1) x tokens x k x (3 f_e, or 2 f_e without a gate); the dispatched input rows and the expert
-    outputs the combine needs for its backward, 2 x etp x tokens x k x phi x h (expert-TP ranks hold the
-    rows of their whole group); the router probabilities, tokens x E x 4 bytes (FP32). ``tokens`` are
-    one card's (micro-batch x s / tp).
+    (phi - 1) x tokens x k x (3 f_e, or 2 f_e without a gate); the dispatched input rows the first
+    expert GEMM saves for its weight gradient, etp x tokens x k x phi x h x b_in (expert-TP ranks hold
+    the rows of their whole group; b_in = ``gemm_input_bytes``: the quantised copy under an FP8 recipe,
+    1 byte, as Transformer Engine saves its FP8 GEMM inputs; the activation bytes otherwise); the expert
+    outputs the combine keeps for the router probabilities' gradient, etp x tokens x k x phi x h x e;
+    the router probabilities, tokens x E x 4 bytes (FP32). ``tokens`` are one card's (micro-batch x s / tp).
+    DeepSeek-V3, 4,096 tokens, BF16, phi = 1, etp = 1: 2 x 4,096 x 8 x 7,168 x 2 + 4,096 x 256 x 4 = 900 MiB.
     """
     if a.experts <= 0:
         return 0.0 * _f(tokens) * _f(phi)
     t, phi = _f(tokens), _f(phi)
+    b_in = act_bytes if gemm_input_bytes is None else gemm_input_bytes
     width = (3 if a.gated_mlp else 2) * a.expert_ffn
     surplus = (phi - 1.0) * t * a.top_k * width * act_bytes
-    rows = 2.0 * _f(expert_tp_eff) * t * a.top_k * phi * a.hidden * act_bytes
+    rows = _f(expert_tp_eff) * t * a.top_k * phi * a.hidden * (b_in + act_bytes)
     return surplus + rows + t * a.experts * 4.0
 
 

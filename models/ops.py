@@ -46,6 +46,11 @@ from tpopt.models.numeric import FloatArray, Floats
 
 PHASES = ("fwd", "dx", "dw")
 
+GROUPED_GEMM_STREAMS = 4
+"""CUDA streams Transformer Engine's grouped linear layer spreads its per-expert GEMMs over (its multi-stream
+cuBLAS path, 4 compute streams): the per-kernel overhead of E / ep expert GEMMs is paid 1 + (E / ep - 1) / 4
+times per projection and phase."""
+
 
 def _f(x: ArrayLike) -> FloatArray:
     return np.asarray(x, dtype=float)
@@ -166,7 +171,10 @@ def layer_kernels(a: ModelArch, lay: Layout, moe_block: bool | None = None) -> l
     out += norm_kernels("norm.attn", a, lay)
     # q, k, v projections as one GEMM of the width that carries their weights (MLA: the latent
     # down / up projections folded in, the same FLOPs); the output projection reads d_v
-    out += _linear("qkv", "", T, h, (attention_linear_params(a) - dv * h) / h / t, e)
+    # MLA: the up-projections are rebuilt under mla_up recompute (the folded GEMM reruns whole: its
+    # down-projection share, about a fifth for DeepSeek-V3, is counted again)
+    qkv_group = "mla_up" if a.kv_lora_rank > 0 else ""
+    out += _linear("qkv", qkv_group, T, h, (attention_linear_params(a) - dv * h) / h / t, e)
     if a.qk_norm:
         out += _elementwise("qk_norm", "", 2.0 * T * (dq + dkv) / t * e, 3.0 * T * (dq + dkv) / t * e)
     if a.positions == "rope":
@@ -201,7 +209,8 @@ def _mlp_kernels(prefix: str, a: ModelArch, rows: Floats, width: Floats, e: floa
         ks = _linear(op, "", rows, k_in, n_out, e)
         if m_per is not None:  # E / ep independent products of m_per rows each, one GEMM launch per expert
             moved = e * (rows * (k_in + n_out) + batch * k_in * n_out)  # every local expert's weights
-            launches = cast(float, batch)  # one launch per local expert (an array over the layout grid)
+            # one GEMM per local expert, GROUPED_GEMM_STREAMS at a time: 1 + (E / ep - 1) / streams overheads
+            launches = cast(float, 1.0 + (_f(batch) - 1.0) / GROUPED_GEMM_STREAMS)
             ks = [k._replace(m=m_per, batch=batch, bytes=moved, count=launches) if k.phase != "dw"
                   else k._replace(k=m_per, batch=batch, bytes=moved, count=launches) for k in ks]
         out += ks
@@ -222,8 +231,9 @@ def moe_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
     whatever etp, 2 R h x width; more rows per expert as EP grows, which the GEMM efficiency sees: the
     rows of each expert fill whole tiles, the tiles of all local experts share the waves, and the dW
     product's k loop runs over the expert's rows). Transformer Engine's grouped linear layer (Megatron-Core's
-    grouped-GEMM experts on Hopper) runs one GEMM per local expert, so each phase of each projection
-    pays E / ep kernel overheads: what makes few rows per expert costly.
+    grouped-GEMM experts on Hopper) runs one GEMM per local expert, GROUPED_GEMM_STREAMS of them at a
+    time, so each phase of each projection pays 1 + (E / ep - 1) / 4 kernel overheads: what makes many
+    local experts of few rows each costly.
     Shared experts: a dense MLP of shared x f_s / t on the T tokens of the tensor-parallel region.
     """
     t = _f(lay.tp)

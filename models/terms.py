@@ -390,10 +390,14 @@ def moe_activations(sc: Scenario, *, schedule: str, recompute: str, tp: ArrayLik
 
 def _routed_per_block(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep: ArrayLike, etp: ArrayLike,
                       cap: ArrayLike) -> FloatArray:
-    """Routed-token activations of one MoE block and micro-batch (moe.routed_activation_extra)."""
+    """Routed-token activations of one MoE block and micro-batch (moe.routed_activation_extra); under an FP8
+    recipe the expert GEMM's saved input rows are its FP8 copy (1 byte, + one 8-bit scale per 32 elements
+    for MXFP8)."""
     phi = load_factor(sc, ep, cap)
+    matrix = memory.recipe(sc.task.precision).matrix
+    b_in = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32.0}.get(matrix)
     extra: FloatArray = moe.routed_activation_extra(sc.model, card_tokens(sc, tp, mb, cp), phi,
-                                                    moe.expert_tp_size(etp, tp), sc.memory.activation_bytes)
+                                                    moe.expert_tp_size(etp, tp), sc.memory.activation_bytes, b_in)
     return extra
 
 
@@ -1210,47 +1214,35 @@ def dp_link(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, cp: Array
     etp_size = moe.expert_tp_size(etp, tp)
     edp = moe.expert_dp_size(tp, ranks, ep, etp)
     bw_e = dp_bandwidth(sc, acc=acc, tp=np.minimum(_f(ep) * etp_size, g), dp=edp, nics=nics)
-    lat = expert_zero_latency(sc, acc=acc, zero=zero, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, ep=ep, etp=etp)
+    stride = _f(ep) * etp_size
 
     def t(d: FloatArray, xl: FloatArray, xb: FloatArray, n: FloatArray) -> FloatArray:
         experts = xl / (_f(ep) * etp_size) + xb / _f(ep)
         both: FloatArray = (comm.zero_dp_volume(zero, d, ranks, ga, rec.weights, rec.grads) / bw
-                            + comm.zero_dp_volume(zero, experts, edp, ga, rec.weights, rec.grads) / bw_e)
+                            + comm.zero_dp_volume(zero, experts, edp, ga, rec.weights, rec.grads) / bw_e
+                            + dp_latency(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, ga=ga, n=d)
+                            + dp_latency(sc, acc=acc, zero=zero, tp=stride, pp=pp, ranks=edp, ga=ga, n=experts,
+                                         units=n))
         return both
 
-    return _moe_stages(sc, tp, pp, t) + lat
-
-
-def expert_zero_latency(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike,
-                        dp: ArrayLike, mb: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0) -> FloatArray:
-    """Per-operation model: the fixed cost of the collectives over the expert-data-parallel group per step,
-    calls (moe.expert_zero_calls: ZeRO-3 gathers whole expert sets per block and micro-batch) x (call latency
-    + the ring's sequential steps, moe.ring_latency over the edp members ep x etp apart). What makes ZeRO-3
-    over experts at DP in the hundreds costly beyond its bytes; 0 in the flat model (the chapter's accounting)."""
-    if not (sc.model.moe and per_op_model(sc)):
-        return np.zeros(np.broadcast(_f(zero), _f(tp), _f(cp), _f(pp), _f(dp), _f(mb), _f(ep), _f(etp)).shape)
-    fabric = sc.system(acc).acc.fabric
-    stride = _f(ep) * moe.expert_tp_size(etp, tp)
-    edp = moe.expert_dp_size(tp, zero_ranks(dp, cp), ep, etp)
-    domains = np.minimum(np.ceil(edp * stride / fabric.scale_up.cards), edp)
-    one = _perf(sc, acc).collective_latency + moe.ring_latency(edp, domains)
-    blocks = _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n)
-    lat: FloatArray = np.where(edp > 1, moe.expert_zero_calls(zero, blocks, grad_accum(sc, dp, mb)) * one, 0.0)
-    return lat
+    return _moe_stages(sc, tp, pp, t)
 
 
 def dp_latency(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, pp: ArrayLike, ranks: ArrayLike,
-               ga: ArrayLike, n: ArrayLike) -> FloatArray:
+               ga: ArrayLike, n: ArrayLike, units: ArrayLike | None = None) -> FloatArray:
     """Per-operation model: the latency of a step's data-parallel collectives, calls x (t_call + ring
     latency): comm.dp_collective_calls (per-layer ZeRO-3 / FSDP gathers and reductions, the stack's
     gradient buckets otherwise) and network.ring_latency over the dp x cp ranks tp apart (each step
     paced by the tier the ring crosses: up_step_latency inside the scale-up domain, out_step_latency
-    across the NICs). 0 in the flat model."""
+    across the NICs). 0 in the flat model. ``units``: the sharded units per stage when they are not its
+    layers (a MoE model's expert state: one unit per MoE block, its local experts, reduced and gathered
+    over the expert-data-parallel ring, ``ranks`` = edp members ``tp`` = ep x etp apart: ZeRO-3 gathers
+    whole expert sets per block and micro-batch, so at edp in the hundreds each call pays hundreds of steps)."""
     if not per_op_model(sc):
         return 0.0 * _f(ranks)
     p = _perf(sc, acc)
     rec = memory.recipe(sc.task.precision)
-    layers = np.ceil(sc.model.layers / _f(pp))
+    layers = np.ceil(sc.model.layers / _f(pp)) if units is None else _f(units)
     calls = comm.dp_collective_calls(zero, n, layers, ga, sc.stack.dp_bucket, rec.weights, rec.grads)
     ring = network.ring_latency(sc.system(acc).acc.fabric, ranks, tp, p.up_step_latency, p.out_step_latency)
     out: FloatArray = np.where(_f(ranks) > 1, calls * (p.collective_latency + ring), 0.0)
@@ -1296,29 +1288,7 @@ def exposed_dp(sc: Scenario, *, acc: str, zero: ArrayLike, recompute: str, sp: b
     if per_op_model(sc):  # the hidden share still costs the compute kappa of its time (overlap_contention)
         hidden = hidden + _perf(sc, acc).overlap_contention * np.maximum(_f(link) - hidden, 0.0)
     exposed: FloatArray = f * hidden + (1.0 - f) * link
-    if sc.model.moe and per_op_model(sc):
-        exposed = exposed + f * expert_zero_contention(sc, acc=acc, zero=zero, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb,
-                                                       nics=nics, ep=ep, etp=etp, compute=window * windows)
     return exposed
-
-
-def expert_zero_contention(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1,
-                           pp: ArrayLike, dp: ArrayLike, mb: ArrayLike, nics: ArrayLike, ep: ArrayLike = 1,
-                           etp: ArrayLike = 0, compute: ArrayLike) -> FloatArray:
-    """Compute the hidden expert-weight traffic slows: while the expert gathers and reductions run behind
-    compute they hold SMs (comm_sm_share), so the compute beside them runs on the rest:
-    s x min(expert link time, compute). The expert link time is dp_link's expert ring (bytes over the
-    expert-data-parallel ring's bandwidth), without its fixed costs."""
-    rec = memory.recipe(sc.task.precision)
-    g = sc.system(acc).acc.cards_per_host
-    etp_size = moe.expert_tp_size(etp, tp)
-    edp = moe.expert_dp_size(tp, zero_ranks(dp, cp), ep, etp)
-    bw_e = dp_bandwidth(sc, acc=acc, tp=np.minimum(_f(ep) * etp_size, g), dp=edp, nics=nics)
-    ga = grad_accum(sc, dp, mb)
-    link = _moe_stages(sc, tp, pp, lambda d, xl, xb, n: comm.zero_dp_volume(
-        zero, xl / (_f(ep) * etp_size) + xb / _f(ep), edp, ga, rec.weights, rec.grads) / bw_e)
-    slowed: FloatArray = comm_sm_share(sc, acc) * np.minimum(link, _f(compute))
-    return slowed
 
 
 def tp_comm(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike,
@@ -1394,7 +1364,9 @@ def ep_link(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayL
         path = network.route(fabric, ep, etp_size, A.cards_per_host, nics)
         one = moe.a2a_time(tokens, a.hidden, e, intra, inter, load_factor(sc, ep, cap), path, A.p2p)
     if per_op_model(sc):
-        one = one + moe.a2a_latency(ep, domains, o.dispatcher, _perf(sc, acc).collective_latency)
+        p = _perf(sc, acc)
+        step = np.where(domains > 1, p.out_step_latency, p.up_step_latency)
+        one = one + moe.a2a_latency(ep, domains, o.dispatcher, p.collective_latency, step)
     one = np.where(_f(ep) > 1, one, 0.0)
     blocks = _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n)
     per_mb: FloatArray = moe.a2a_per_microbatch(one, blocks, rc == "full")
@@ -1411,10 +1383,10 @@ def node_limit(sc: Scenario, ep: ArrayLike, etp_size: ArrayLike, domain_cards: f
 
 
 def comm_sm_share(sc: Scenario, acc: str) -> float:
-    """Share of a card's SMs an overlapped exchange takes from the compute beside it: moe.COMM_SMS over
-    the performance catalog's SMs (the per-operation model), over the H800's 132 in the flat model."""
-    sms = _perf(sc, acc).sms if per_op_model(sc) else 132
-    return min(1.0, moe.COMM_SMS / sms)
+    """Share of an overlapped exchange's time the compute beside it still loses (the SMs and HBM the
+    communication kernels hold): the performance catalog's overlap_contention in the per-operation
+    model; 0 in the flat model (the chapter's accounting hides an overlapped exchange completely)."""
+    return _perf(sc, acc).overlap_contention if per_op_model(sc) else 0.0
 
 
 def ep_comm(sc: Scenario, *, acc: str, recompute: str, schedule: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike,
@@ -1423,7 +1395,7 @@ def ep_comm(sc: Scenario, *, acc: str, recompute: str, schedule: str, tp: ArrayL
     """Exposed all-to-all per step (moe.a2a_exposed): every micro-batch's exchanges, or with overlap
     (``[moe] a2a_overlap``: all = Megatron-Core's EP overlap on any schedule, auto = DualPipe schedules)
     the unpaired warm-up and cool-down chunks whole (moe.a2a_unpaired_share), and of each paired chunk
-    what exceeds one micro-batch's compute plus the compute slowed by the SMs the exchange holds
+    what exceeds one micro-batch's compute plus the compute slowed by the SMs and HBM the exchange holds
     (:func:`comm_sm_share`). The exchanges extend each micro-batch on the critical path; how they
     stretch pipeline bubbles is not modelled (as the flat model's tensor-parallel time)."""
     per_mb = ep_link(sc, acc=acc, recompute=recompute, tp=tp, cp=cp, pp=pp, mb=mb, nics=nics, ep=ep, etp=etp, cap=cap)

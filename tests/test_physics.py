@@ -293,9 +293,12 @@ def test_window_is_one_stage_not_a_sum_of_maxima():
     sc = scenario("deepseek-v2-lite", "h100-sxm", seq=4096, batch=256)
     acc, rc, tp, pp, mb = "h100-sxm", "full", 2, 2, 1
     layer, first, last = T.op_times(sc, acc=acc, recompute=rc, tp=tp, mb=mb)
-    split = T.stage_split(sc, pp)
-    totals = [n * (layer.fwd + layer.dx + layer.dw) + (first.fwd + first.dx + first.dw if g == 0 else 0.0)
-              + (last.fwd + last.dx + last.dw if g == pp - 1 else 0.0) for g, n in enumerate(split)]
+    dense = T.op_times(sc, acc=acc, recompute=rc, tp=tp, mb=mb, dense=True)[0]  # its leading dense-MLP block
+    split, dsplit = T.stage_split(sc, pp), T.dense_split(sc, pp)
+    totals = [(n - d) * (layer.fwd + layer.dx + layer.dw) + d * (dense.fwd + dense.dx + dense.dw)
+              + (first.fwd + first.dx + first.dw if g == 0 else 0.0)
+              + (last.fwd + last.dx + last.dw if g == pp - 1 else 0.0)
+              for g, (n, d) in enumerate(zip(split, dsplit, strict=True))]
     window = sum(float(x) for x in T.microbatch_times(sc, acc=acc, recompute=rc, schedule="1f1b", tp=tp, pp=pp, mb=mb))
     assert window == pytest.approx(max(float(t) for t in totals), rel=1e-12)
     plan = Plan(acc, 32, zero_stage=3, tp=tp, pp=pp, schedule="interleaved")

@@ -282,7 +282,8 @@ def test_every_bound_is_enforced_with_its_message(dotted, decl):
     ("comm.tp_overlap", 'tp_overlap = "2"', "comm.tp_overlap (true, false, a fraction or \"async\"): '2' is above 1 "
                                            "(100%)"),
     ("moe.a2a_overlap", 'a2a_overlap = "some"', "moe.a2a_overlap 'some' unknown (use one of: auto, none, all)"),
-    ("moe.dispatcher", 'dispatcher = "tree"', "moe.dispatcher 'tree' unknown (use one of: direct, per-host)"),
+    ("moe.dispatcher", 'dispatcher = "tree"',
+     "moe.dispatcher 'tree' unknown (use one of: direct, per-host, all-gather)"),
     ("hardware.nic", 'nic = "fast"', "hardware.nic: cannot read 'fast' as a number with a unit"),
 ])
 def test_rules_choices_and_shapes_have_their_messages(dotted, body, expected):

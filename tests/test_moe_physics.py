@@ -1,0 +1,242 @@
+"""MoE physics of the per-operation model: the dispatcher's rows and messages per tier, node-limited routing,
+what hides behind what under each schedule, grouped-GEMM launches, ZeRO over the expert weights, routed-token
+memory under FP8, and the dropped share under context parallelism. Every expected number is derived in the
+test from the formula it checks (the module docstrings cite the sources)."""
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import tpopt
+from tpopt.models import moe, ops
+from tpopt.models import terms as T
+from tpopt.models.evaluate import evaluate_arrays
+from tpopt.models.network import host_fabric
+
+
+def scenario(model="deepseek-v3", acc="h100-sxm", seq=4096, batch=1024, precision="bf16-mixed", moe_keys=None):
+    raw = {"model": {"name": model}, "task": {"tokens": "1B", "seq_len": seq, "global_batch": batch,
+                                               "precision": precision},
+           "schedule": {"deadline": "365d"}, "hardware": {"accelerator": [acc]}}
+    if moe_keys:
+        raw["moe"] = moe_keys
+    return tpopt.scenario(raw)
+
+
+# ---------------------------------------------------------------------------------------------
+# dispatcher: rows per tier and messages
+
+
+def test_rows_per_token_by_dispatcher():
+    # EP 64 over H = 8 hosts (m = 8 members each), k = 8.
+    # direct: every dispatch to another rank is a row: k (m - 1)/ep = 8 x 7/64 inside, k (ep - m)/ep = 7 across
+    intra, inter = moe.a2a_rows_per_token(8, 64, 8, "direct")
+    assert float(intra) == pytest.approx(8 * 7 / 64) and float(inter) == pytest.approx(8 * 56 / 64)
+    # per-host: distinct hosts of k uniform experts H (1 - (1 - 1/H)^k), the other ones' share (H - 1)/H crosses;
+    # NVLink forwards k (m - 1)/m
+    intra, inter = moe.a2a_rows_per_token(8, 64, 8, "per-host")
+    assert float(inter) == pytest.approx(8 * (1 - (7 / 8) ** 8) * 7 / 8)
+    assert float(intra) == pytest.approx(8 * 7 / 8)
+    # node-limited to 4 hosts: 4 x 7/8 = 3.5 copies cross
+    assert float(moe.a2a_rows_per_token(8, 64, 8, "per-host", 4)[1]) == pytest.approx(3.5)
+    # all-gather: a ring of 64 sends ep - 1 = 63 rows per token whatever k, on the tier the ring crosses
+    assert [float(x) for x in moe.a2a_rows_per_token(8, 64, 8, "all-gather")] == [0.0, 63.0]
+    assert [float(x) for x in moe.a2a_rows_per_token(8, 8, 1, "all-gather")] == [7.0, 0.0]
+
+
+def test_messages_and_latency_per_exchange():
+    # direct: one message per peer, 63; per-host: 7 NVLink peers + 7 other hosts = 14
+    assert float(moe.a2a_messages(64, 8, "direct")) == 63 and float(moe.a2a_messages(64, 8, "per-host")) == 14
+    # fixed cost = call latency + messages x 0.5 us (DeepEP's per-peer growth): 20 + 63 x 0.5 = 51.5 us
+    assert float(moe.a2a_latency(64, 8, "direct", 20e-6)) == pytest.approx(51.5e-6)
+    assert float(moe.a2a_latency(64, 8, "per-host", 20e-6)) == pytest.approx(27e-6)
+    # the all-gather ring's 63 sequential steps at the step latency given: 20 + 63 x 6 = 398 us
+    assert float(moe.a2a_latency(64, 8, "all-gather", 20e-6, 6e-6)) == pytest.approx(398e-6)
+    assert float(moe.a2a_latency(1, 1, "direct", 20e-6)) == 0.0
+
+
+def test_ep_group_tier_is_the_scale_up_domain():
+    # 4-card hosts in a 72-card NVLink domain (GB200 NVL72): EP 64 stays in one domain, EP 128 spans two
+    assert float(moe.ep_domains(64, 1, 72)) == 1 and float(moe.ep_domains(128, 1, 72)) == 2
+    assert moe.ep_placement(64, 1, 4, 72) == "in one scale-up domain"
+    assert moe.ep_placement(128, 1, 4, 72) == "across 2 scale-up domains"
+    assert moe.ep_placement(16, 1, 8, 8) == "across 2 hosts" and moe.ep_placement(8, 1, 8, 8) == "in-host"
+    # the all-to-all's NIC rows vanish inside the domain: direct EP 64 over one domain puts all 63/64 of k on NVLink
+    assert float(moe.a2a_rows_per_token(8, 64, moe.ep_domains(64, 1, 72), "direct")[1]) == 0.0
+    # the same tiers network.route decides for the group
+    fabric = host_fabric(4, 900e9, 50e9, scale_up_cards=72)
+    assert int(np.asarray(T.network.route(fabric, 64, 1).level)) == 0
+    assert int(np.asarray(T.network.route(fabric, 128, 1).level)) == 1
+
+
+def test_node_limit_from_the_models_router_groups():
+    a = scenario().model  # DeepSeek-V3: 256 experts in 8 groups, a token's experts from 4 of them
+    assert (a.router_groups, a.router_group_topk) == (8, 4)
+    # EP 64, etp 1, 8-card hosts: a group is 64 / 8 = 8 cards = 1 host, so a token reaches at most 4 x 1 hosts
+    assert float(moe.routed_domain_limit(a, 64, 1, 8)) == 4
+    # EP 256: a group spans 32 cards = 4 hosts: 4 x 4 = 16
+    assert float(moe.routed_domain_limit(a, 256, 1, 8)) == 16
+    # EP 4 (< 8 groups): each card holds two groups; the 4 groups sit on at most 4 cards, 4 domains
+    assert float(moe.routed_domain_limit(a, 4, 1, 8)) == 4
+    assert float(moe.routed_domain_limit(scenario("qwen3-235b-a22b").model, 64, 1, 8)) == 0  # no groups
+
+
+def test_h100_deepseek_all_to_all_per_host_and_node_limited():
+    # DeepSeek-V3 on H100, TP 2 (sequence parallel: 2,048 tokens per card), EP 64 across 8 hosts, force-balanced,
+    # per-host dispatch: 4 hosts per token (router groups), 3.5 copies over the NICs, 7 rows over NVLink.
+    sc = scenario(moe_keys={"imbalance": 1.0})
+    assert sc.moe.dispatcher == "per-host"  # the default stack's flex dispatcher (DeepEP / HybridEP)
+    p = sc.system("h100-sxm").perf
+    row = 2048 * 7168 * 2  # bytes of one row per token of the card
+    nvlink = 7 * row / (450e9 * p.tp_efficiency)
+    nic = 3.5 * row / (50e9 * p.dp_efficiency)  # 8 x 400 Gbit/s NICs shared by 8 cards: 50 GB/s each
+    fixed = p.collective_latency + 14 * moe.A2A_PEER_LATENCY
+    one = max(nvlink, nic) + fixed
+    blocks = 8  # PP 8 of 61 blocks (3 dense first): the heaviest stage holds 8 MoE blocks
+    got = float(T.ep_link(sc, acc="h100-sxm", recompute="none", tp=2, pp=8, mb=1, nics=8, ep=64, etp=1))
+    assert got == pytest.approx(4 * blocks * one, rel=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------
+# what hides behind what
+
+
+def test_unpaired_share_by_schedule():
+    # 1F1B, p = 8, m = 128: the first stage's 7 warm-up forwards and 7 cool-down backwards are unpaired: 7/128
+    assert float(moe.a2a_unpaired_share("1f1b", 1, 8, 128)) == pytest.approx(7 / 128)
+    # interleaved, p = 8, v = 4: 2 (p - 1) + (v - 1) p = 38 warm-up chunks of 512
+    assert float(moe.a2a_unpaired_share("interleaved", 4, 8, 128)) == pytest.approx(38 / 512)
+    # p = 1: the first forward and the last backward: 1 of 10; fewer micro-batches than warm-up: all unpaired
+    assert float(moe.a2a_unpaired_share("1f1b", 1, 1, 10)) == pytest.approx(0.1)
+    assert float(moe.a2a_unpaired_share("1f1b", 1, 16, 8)) == 1.0
+
+
+def test_exposed_all_to_all_under_overlap():
+    # A = 1 s per micro-batch, C = 3 s, u = 0.1, s = 0.15, m = 10: 10 (0.1 x 1 + 0.9 x (0 + 0.15 x 1)) = 2.35 s
+    assert float(moe.a2a_exposed(1.0, 3.0, 10, True, 0.1, 0.15)) == pytest.approx(2.35)
+    # without overlap: every exchange, 10 s
+    assert float(moe.a2a_exposed(1.0, 3.0, 10, False, 0.1, 0.15)) == pytest.approx(10.0)
+    # an exchange longer than its partner's compute: A = 4, C = 3, all paired: (4 - 3) + 0.2 x 3 = 1.6 s
+    assert float(moe.a2a_exposed(4.0, 3.0, 1, True, 0.0, 0.2)) == pytest.approx(1.6)
+
+
+def test_overlap_all_is_not_free_in_the_per_operation_model():
+    # EP overlap on (a2a_overlap = all) keeps the unpaired chunks and the contention: between none and zero
+    kw = dict(acc="h100-sxm", recompute="none", schedule="1f1b", tp=2, pp=8, dp=64, mb=1, nics=8, ep=64, etp=1)
+    none = float(T.ep_comm(scenario(moe_keys={"imbalance": 1.0, "a2a_overlap": "none"}), **kw))
+    sc_all = scenario(moe_keys={"imbalance": 1.0, "a2a_overlap": "all"})
+    both = float(T.ep_comm(sc_all, **kw))
+    link = float(T.ep_link(sc_all, acc="h100-sxm", recompute="none", tp=2, pp=8, mb=1, nics=8, ep=64, etp=1))
+    t_f, t_dx, t_dw = T.microbatch_times(sc_all, acc="h100-sxm", recompute="none", schedule="1f1b", tp=2, pp=8, mb=1,
+                                         ep=64, etp=1)
+    c = float(t_f + t_dx + t_dw)
+    m = 1024 / 64
+    u = 7 / m  # 1F1B, p = 8
+    kappa = sc_all.system("h100-sxm").perf.overlap_contention
+    want = m * (u * link + (1 - u) * (max(0.0, link - c) + kappa * min(link, c)))
+    assert both == pytest.approx(want, rel=1e-9)
+    assert none == pytest.approx(m * link, rel=1e-9) and 0 < both < none
+
+
+# ---------------------------------------------------------------------------------------------
+# grouped GEMM, ZeRO over experts, memory, drops
+
+
+def test_grouped_gemm_launches_one_gemm_per_local_expert():
+    # Transformer Engine's grouped linear: one GEMM per local expert over 4 streams, so 1 + (E / ep - 1) / 4 kernel
+    # overheads per projection and phase: 128 experts at EP 1 -> 32.75, EP 8 -> 4.75, EP 128 -> 1
+    sc = scenario("qwen3-30b-a3b")  # 128 experts
+    assert ops.GROUPED_GEMM_STREAMS == 4
+    for ep, launches in ((1, 32.75), (8, 4.75), (128, 1.0)):
+        lay = T.layout(sc, tp=1, mb=1, ep=ep, etp=1)
+        experts = [k for k in ops.moe_kernels(sc.model, lay) if k.op.startswith("expert.") and k.kind == "gemm"]
+        assert len(experts) == 6  # up and down, fwd / dX / dW
+        assert all(float(np.asarray(k.count)) == launches for k in experts)
+        assert all(float(np.asarray(k.batch)) == 128 / ep for k in experts)
+
+
+def test_expert_zero3_pays_ring_steps_per_block_and_micro_batch():
+    # ZeRO-3 over the expert-data-parallel group: 3 calls (gather forward, gather backward, reduce-scatter) per
+    # MoE block and micro-batch, each the call latency + (edp - 1) ring steps (the ring leaves the host: out_step)
+    sc = scenario()
+    p = sc.system("h100-sxm").perf
+    blocks, m, edp = 58.0, 4.0, 640
+    got = float(T.dp_latency(sc, acc="h100-sxm", zero=3, tp=2, pp=1, ranks=edp, ga=m, n=1e9, units=blocks))
+    want = 3 * m * blocks * (p.collective_latency + (edp - 1) * p.out_step_latency)
+    assert got == pytest.approx(want, rel=1e-12)
+    # ZeRO-1 reduces and gathers the 1e9 expert parameters (BF16) once per step in the stack's 40 MB buckets:
+    # 2 x ceil(2e9 / 40e6) = 100 calls, whatever the micro-batches
+    assert sc.stack.dp_bucket == 40e6
+    z1 = float(T.dp_latency(sc, acc="h100-sxm", zero=1, tp=2, pp=1, ranks=edp, ga=m, n=1e9, units=blocks))
+    assert z1 == pytest.approx(100 * (p.collective_latency + (edp - 1) * p.out_step_latency), rel=1e-12)
+
+
+def test_routed_rows_saved_in_fp8_under_an_fp8_recipe():
+    # DeepSeek-V3, one card's 4,096 tokens (TP 1), phi = 1: the fc1 input rows 4,096 x 8 x 7,168 x (1 byte under FP8,
+    # 2 in BF16), the expert outputs the combine keeps at 2 bytes, the FP32 router probabilities 4,096 x 256 x 4
+    a = scenario().model
+    rows = 4096 * 8 * 7168
+    assert float(moe.routed_activation_extra(a, 4096, 1.0, 1, 2.0)) == pytest.approx(rows * 4 + 4096 * 256 * 4)
+    assert float(moe.routed_activation_extra(a, 4096, 1.0, 1, 2.0, 1.0)) == pytest.approx(rows * 3 + 4096 * 256 * 4)
+    bf16 = float(T._routed_per_block(scenario(moe_keys={"imbalance": 1.0}), tp=1, mb=1, ep=64, etp=1, cap=0.0))
+    fp8 = float(T._routed_per_block(scenario(precision="fp8-mixed", moe_keys={"imbalance": 1.0}), tp=1, mb=1, ep=64,
+                                    etp=1, cap=0.0))
+    assert bf16 - fp8 == pytest.approx(rows * 1.0)
+
+
+def test_dropped_fraction_metric_sees_context_parallelism():
+    # Qwen3-235B-A22B (E = 128, k = 8), half the experts at 1.5 x, capacity 1.25. 200-token sequences split over
+    # cp = 2: 100 tokens per card, mean m = 100 x 8 / 128 = 6.25 rows, capacity floor(1.25 m) = 7; a hot expert gets
+    # 1.5 m = 9.375: dropped = 0.5 x (9.375 - 7) / 6.25 = 0.19 (the whole 200 tokens would give 0.15)
+    sc = scenario("qwen3-235b-a22b", seq=200, batch=64, moe_keys={"imbalance": 1.5, "hot_experts": "50%"})
+    acc = next(iter(sc.systems))
+    r = evaluate_arrays(sc, acc, tp=1, pp=1, dp=32, micro_batch=1, zero_stage=1, nics_per_host=8,
+                        save_interval_s=3600, ep=8, capacity_factor=1.25, cp=2)
+    assert float(np.asarray(r["dropped_fraction"]).reshape(-1)[0]) == pytest.approx(0.5 * (9.375 - 7) / 6.25)
+    assert not math.isclose(0.19, 0.5 * (18.75 - 15) / 12.5)
+
+
+def test_deepseek_v3_default_search_uses_expert_parallelism():
+    # DeepSeek-V3, 14.8T tokens in 75 days on H100 with the default search (examples/deepseek-v3.toml without its
+    # [search] domains): gathering whole expert sets every micro-batch over hundreds of ranks is modelled, so the
+    # planner no longer prefers EP 1 + ZeRO-3 (every published DeepSeek-V3 run uses EP >= 8)
+    raw = {"model": {"name": "deepseek-v3"},
+           "task": {"tokens": "14.8T", "seq_len": 4096, "global_batch": 15360, "precision": "fp8-mixed"},
+           "schedule": {"deadline": "75d", "reserved": "2d"}, "hardware": {"accelerator": "h100-sxm"},
+           "checkpoint": {"storage": "superpod-best", "save_interval": "auto", "mode": "async"},
+           "moe": {"imbalance": 1.1, "hot_experts": "50%"}, "search": {"max_cards": 4096}}
+    report = tpopt.solve(raw)
+    assert report.best is not None and report.best.plan.ep >= 8
+
+
+def test_flat_model_keeps_the_chapters_accounting():
+    # the flat model (hardware.efficiency) adds no message latency and no overlap contention
+    sc = tpopt.scenario({"model": {"name": "qwen3-30b-a3b"}, "task": {"tokens": "1B", "seq_len": 4096,
+                                                                     "global_batch": 256},
+                         "schedule": {"deadline": "30d"}, "hardware": {"accelerator": "h100-sxm", "efficiency": 0.4}})
+    assert T.comm_sm_share(sc, "h100-sxm") == 0.0
+    sc = replace(sc, moe=replace(sc.moe, dispatcher="direct"))
+    one = 4096 * 1.25 * 2048 * 2 * 8 * 7 / 8 / 450e9  # EP 8 in-host, the chapter's bandwidth, no fixed cost
+    got = float(T.ep_link(sc, acc="h100-sxm", recompute="none", tp=1, pp=1, mb=1, nics=8, ep=8, etp=1))
+    assert got == pytest.approx(4 * 48 * one, rel=1e-12)
+
+
+def test_megatron_recompute_modules_and_mla_up_projections():
+    from tpopt.models import memory
+    # Megatron-Core's module names: layernorm = norm, core_attn = attn, moe_act = mlp, mla_up_proj = mla_up
+    assert memory.parse_recompute("mla_up_proj+moe_act+layernorm") == "norm+mlp+mla_up"
+    a = scenario().model
+    # DeepSeek-V3's q, k, v (d_q + 2 d_kv = 3 x 128 x 192 per token, BF16) are rebuilt from the latents under
+    # mla_up: 4,096 tokens x 73,728 x 2 bytes = 576 MiB less per block and micro-batch (TP 1)
+    keep = memory.activation_bytes_per_microbatch(a, 4096, 1, 1, 1, "none")
+    rebuilt = memory.activation_bytes_per_microbatch(a, 4096, 1, 1, 1, "mla_up")
+    assert float(keep - rebuilt) == pytest.approx(4096 * 3 * 128 * 192 * 2)
+    # the up-projection GEMMs rerun: q 1,536 x 128 x 192 + kv 512 x 128 x (128 + 128) weights, 2 FLOPs each
+    assert memory.mla_up_params(a) == 1536 * 128 * 192 + 512 * 128 * 256
+    assert float(memory.recompute_flops_per_token(a, 4096, "mla_up")) == pytest.approx(
+        61 * 2 * (1536 * 128 * 192 + 512 * 128 * 256))
+    # a model without MLA keeps its q, k, v
+    q = scenario("qwen3-235b-a22b").model
+    assert float(memory.activation_bytes_per_microbatch(q, 4096, 1, 1, 1, "mla_up")) == pytest.approx(
+        float(memory.activation_bytes_per_microbatch(q, 4096, 1, 1, 1, "none")))
