@@ -22,14 +22,15 @@ from tpopt.cli.plots import check_plot_path
 from tpopt.cli.request import time_limit_seconds
 from tpopt.cli.rl_plot import plot_cycle
 from tpopt.cli.rl_render import rl_text
-from tpopt.errors import InputError
 from tpopt.optimizer import backends, limits
 from tpopt.optimizer.plan_rl import plan_rl
 from tpopt.optimizer.result import Request, Status
 
+RL_DERIVED = ("tokens", "global-batch", "critical-batch", "seq-len")  # from [rl]: samples, group size, lengths
+
 
 @click.command()
-@scenario_options
+@scenario_options(without=RL_DERIVED, default_help="the built-in RL example")
 @click.option("--solver", type=SolverName(), default=backends.DEFAULT, show_default=True,
               help="Backend for the learner's layout when its space is too large to tabulate: CP-SAT, HiGHS MILP, "
                    "enumeration, or pyomo:NAME (the MILP through Pyomo with solver NAME, where installed).")
@@ -55,8 +56,6 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
 
     Example: tpopt rl --kept 90%
     """
-    if kw.get("tokens") is not None:
-        raise InputError("--tokens does not apply to tpopt rl (set [rl] samples or steps)")
     time_limit = time_limit_seconds(time_limit)
     check_run_options(time_limit)  # finite, positive, at most 7 days
     backends.require(solver, Request(time_limit=time_limit))  # a missing solver fails here, before any work

@@ -17,9 +17,18 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
-from tpopt.cli.common import SolverName, dump_json, echo_builtin_note, fail, handle_errors, scenario_source
+from tpopt.cli.common import (
+    SolverName,
+    check_run_options,
+    dump_json,
+    echo_builtin_note,
+    fail,
+    handle_errors,
+    scenario_source,
+)
 from tpopt.cli.plots import FORMATS as PLOT_FORMATS
 from tpopt.cli.render import console_text as render
+from tpopt.cli.request import time_limit_seconds
 from tpopt.cli.sweep_plots import plot_breakdown as draw
 from tpopt.cli.sweep_plots import plot_pareto
 from tpopt.errors import InputError
@@ -219,7 +228,7 @@ def result_text(result, out) -> str:
               help="auto (default): one exact enumeration per group when the space has <= 300k plans, else "
                    "CP-SAT per point; enumerate, cpsat, highs or pyomo:NAME (the MILP through Pyomo with solver "
                    "NAME: highs, scip, cbc, glpk, gurobi, ... where installed) for every point.")
-@click.option("--time-limit", type=float, help="Solver time limit per point, s (default 60).")
+@click.option("--time-limit", help="Solver time limit per point: 60s, 2min, or seconds (default 60s).")
 @click.option("--workers", type=int, help="Local worker processes (default: the core count).")
 @click.option("--cluster", help="Run the points on Dask instead: local:N (a local cluster of N worker processes), "
                                 "a scheduler address tcp://host:8786, or a scheduler file (.json). Needs "
@@ -250,6 +259,9 @@ def sweep(solver, time_limit, workers, cluster, out, force, plot, plot_breakdown
                              "points (local:N for N local ones)")
         parse_cluster(cluster)
         require_dask()
+    if time_limit is not None:
+        time_limit = time_limit_seconds(time_limit)
+        check_run_options(time_limit)  # finite, positive, at most 7 days (as every --time-limit)
     if breakdown_cards and not plot_breakdown:
         raise InputError("--breakdown-cards needs --plot-breakdown")
     cli = {k: kw.get(k) for k in ("hw", "deadline", "reserved", "tokens", "efficiency", "max_cards", "card_hour",
@@ -283,6 +295,9 @@ def sweep(solver, time_limit, workers, cluster, out, force, plot, plot_breakdown
             note(n)
         if not bars:
             note("--plot-breakdown: no plan to draw (no feasible front plan or card count)")
+        elif not spec.breakdown_cards:
+            note(f"--plot-breakdown: drawing the {len(bars)} Pareto-front plan(s) (the default; "
+                 f"--breakdown-cards 32,48 draws chosen card counts instead)")
         lo, hi = spec.deadline_range_days
         draw(bars, plot_breakdown, spec.plot_deadline_days if lo == hi else (lo, hi),
              f"{spec.name}: finish-time breakdown", unit)

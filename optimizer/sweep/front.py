@@ -194,7 +194,7 @@ def breakdown_bars(result: SweepResult, cards: Iterable[int] | None = None) -> t
         for e in result.front():
             rng = (f"{e['deadline_min_days']:g} d" if e["deadline_min_days"] == e["deadline_max_days"]
                    else f"{e['deadline_min_days']:g}-{e['deadline_max_days']:g} d")
-            clabel = case_label((e["tokens"], e["efficiency"], e["card_hour"], e["reserved_days"]), spec)
+            clabel = case_label(case_of(e), spec)
             bars.append(_bar(f"{e['accelerator']} x {e['cards']}" + (f" ({clabel})" if clabel else ""), e,
                              note=f"optimal for deadlines {rng}"))
         return bars, []
