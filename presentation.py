@@ -40,6 +40,24 @@ def layout_text(p: dict, sep: str = " / ") -> str:
     return sep.join([f"TP {p['tp']}", *cp, f"PP {p['pp']}"] + ([f"DP {p['dp']}"] if sep == " / " else []))
 
 
+def model_text(scenario: dict) -> str:
+    """'Model: NAME, N 8.19B parameters, training FLOPs per token 52.7 GFLOP at 8,192 tokens' from a report's
+    ``scenario`` entry (:func:`tpopt.optimizer.report.scenario_entry`); MoE: the activated parameters too."""
+    m = scenario["model"]
+    n, act = m["params"], m["activated_params"]
+    params = f"N {_count(n)} parameters" + (f" ({_count(act)} activated per token)" if act != n else "")
+    flops = "; ".join(f"{f['flops'] / 1e9:,.1f} GFLOP at {f['seq_len']:,} tokens" + (f" ({f['stage']})" if f["stage"] else "")
+                      for f in m["flops_per_token"])
+    return f"Model: {m['name']}, {params}, training FLOPs per token {flops}"
+
+
+def _count(x: float) -> str:
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if x >= scale:
+            return f"{x / scale:.3g}{suffix}"
+    return f"{x:,.0f}"
+
+
 def plan_line(plan: dict) -> str:
     parts = [
         f"{plan['accelerator']} x {plan['cards']} ({plan['hosts']} host{'s' if plan['hosts'] != 1 else ''})",

@@ -18,6 +18,7 @@ from tpopt.cli.render import evaluation_text
 from tpopt.models.evaluate import at_plan_batch
 from tpopt.models.evaluate import evaluate as run
 from tpopt.optimizer.outer import batch_figures
+from tpopt.optimizer.report import scenario_entry
 
 
 @click.command()
@@ -41,7 +42,7 @@ def evaluate(stage, as_json, **kw):
             raise SystemExit(code)
         return
     ev = run(sc, plan_from(sc, kw))
-    d = ev.as_dict()
+    d = {"scenario": scenario_entry(sc), **ev.as_dict()}
     echo_builtin_note(kw, as_json, d)
     if sc.task.critical_batch is not None or sc.task.ramp is not None or ev.plan.global_batch != sc.task.global_batch:
         d["batch"] = batch_figures(at_plan_batch(sc, ev.plan), ev)

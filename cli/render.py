@@ -22,6 +22,7 @@ from tpopt.presentation import (  # the plain-text pieces, shared with the API
     change_text,
     layout_text,
     limit_line,
+    model_text,
     moe_short,
     plan_line,
 )
@@ -192,6 +193,8 @@ def constraints_table(constraints: list[dict], title: str = "Constraints") -> Ta
 def evaluation_text(d: dict) -> str:
     """The evaluate report: plan line, metrics table (chapter 10.6.1 layout), constraints."""
     head = f"Plan: {plan_line(d['plan'])}"
+    if "scenario" in d:
+        head = f"{model_text(d['scenario'])}\n{head}"
     verdict = "feasible" if d["feasible"] else "INFEASIBLE"
     return console_text(head, "", metrics_table(d["metrics"]), "",
                         constraints_table(d["constraints"]), "", f"Verdict: {verdict}")
@@ -300,7 +303,8 @@ def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:
         status += f"\nNote: {s['fallback']}"
     if d.get("analysis") == "time limit reached":
         status += "\nAnalysis: time limit reached; the items it could not answer are marked 'not decided'"
-    parts = [head, status, "", f"Plan: {plan_line(d['plan'])}", *after_plan, "",
+    parts = [head, *([model_text(d["scenario"])] if "scenario" in d else []), status, "",
+             f"Plan: {plan_line(d['plan'])}", *after_plan, "",
              metrics_table(d["metrics"], title="Best plan"), "", constraints_table(d["constraints"]), ""]
     batch = len(d.get("batch_choices") or []) > 1  # name each plan's batch when the batch is a choice
     parts += binding_lines(d.get("binding"), d["objective"], unit, d.get("binding_undecided") or (), batch)

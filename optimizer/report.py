@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeAlias
 import numpy as np
 from numpy.typing import NDArray
 from tpopt.models import families as F
+from tpopt.models.arch import activated_params, flops_per_token, param_count
 from tpopt.models.evaluate import SPEC, Evaluation, evaluate
 from tpopt.models.plan import Scenario
 from tpopt.optimizer import analysis as shared  # the analysis shared with tpopt rl (analysis() is ours)
@@ -332,3 +333,16 @@ def analysis(space: Space, best: Evaluation, backend: str, req: Request, enforce
             "robustness": robustness(space.sc, best), "undecided": undecided,
             "analysis": "done" if done else "time limit reached"}
 
+
+
+def scenario_entry(sc: Scenario) -> dict[str, Any]:
+    """What is planned, for every report: the scenario's name and the model's name, parameters N (total;
+    activated: the top-k experts a token uses, = N for a dense model) and training FLOPs per token,
+    6 N_gemm + 12 L d_attn (s + 1) / 2 at the task's sequence length (each stage's for a staged task)."""
+    m = sc.model
+    lengths = [(st.name, st.task.seq_len) for st in sc.stages] if sc.stages else [(None, sc.task.seq_len)]
+    model: dict[str, Any] = {"name": m.name, "params": param_count(m), "activated_params": activated_params(m),
+                             "flops_per_token": [{"stage": name, "seq_len": int(s),
+                                                  "flops": float(flops_per_token(m, float(s)))}
+                                                 for name, s in lengths]}
+    return {"name": sc.name, "model": model}

@@ -99,3 +99,54 @@ def test_init_writes_a_cp_line(tmp_path):
     path = tmp_path / "s.toml"
     assert run("init", path)[0] == 0
     assert any(ln.lstrip("# ").startswith("cp = ") for ln in path.read_text().splitlines())
+
+
+# --- 5. what is planned: the model's name, N and FLOPs per token -------------------------------------------
+
+LLAMA_TINY = {"model_type": "llama", "hidden_act": "silu", "hidden_size": 256, "intermediate_size": 512,
+              "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2, "vocab_size": 1000,
+              "tie_word_embeddings": False, "rms_norm_eps": 1e-5}
+# 2 layers x (q, o: 256 x 256; k, v: 256 x 128 (2 KV heads of 64); gate, up, down: 256 x 512; 2 norms)
+# + embeddings and head (2 x 1000 x 256) + final norm
+N_TINY = 2 * (2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 512 + 2 * 256) + 2 * 1000 * 256 + 256
+
+
+def _scenario_with_config(tmp_path, folder: str) -> Path:
+    cfg = tmp_path / folder / "config.json"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text(json.dumps(LLAMA_TINY))
+    text = Path(DC).read_text().replace('name = "qwen3-8b"', f'config = "{cfg}"')
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    return path
+
+
+def test_config_in_a_generic_folder_is_named_from_its_fields(tmp_path):
+    from tpopt.catalogs.scenario import load_scenario
+
+    sc = load_scenario(_scenario_with_config(tmp_path, "hf"))
+    assert sc.model.name != "hf"
+    assert N_TINY == 1_692_928
+    assert sc.model.name == "llama-1.69M"  # model_type and N (derived above)
+    sc = load_scenario(_scenario_with_config(tmp_path / "b", "my-tiny-llama"))
+    assert sc.model.name == "my-tiny-llama"  # a folder that names the model names it
+
+
+def test_solve_json_and_text_carry_scenario_model_n_and_flops():
+    code, out, err = run("solve", "--scenario", DC, "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    # Qwen3-8B: 36 layers, d 4096, 32 heads of 128, 8 KV heads, SwiGLU 12288, vocab 151,936 untied, q/k norms
+    L, d_model, h, kv, hd, f, V = 36, 4096, 32, 8, 128, 12288, 151936
+    attn, mlp = d_model * h * hd + 2 * d_model * kv * hd + h * hd * d_model, 3 * d_model * f
+    n = 2 * V * d_model + L * (attn + mlp + 2 * d_model + 2 * hd) + d_model
+    flops = 6 * (L * (attn + mlp) + V * d_model) + 12 * L * h * hd * (8192 + 1) / 2  # 6 N_gemm + attention
+    assert d["scenario"]["name"] == "design-case" and d["scenario"]["model"]["name"] == "qwen3-8b"
+    assert d["scenario"]["model"]["params"] == n == 8_190_735_360
+    assert d["scenario"]["model"]["flops_per_token"][0]["flops"] == pytest.approx(flops, rel=1e-12)
+    code, out, _ = run("solve", "--scenario", DC)
+    assert "Model: qwen3-8b, N 8.19B parameters" in out and f"{flops / 1e9:,.1f} GFLOP at 8,192 tokens" in out
+    code, out, _ = run("evaluate", "--scenario", DC, "--cards", "48")
+    assert "Model: qwen3-8b, N 8.19B parameters" in out
+    d = json.loads(run("evaluate", "--scenario", DC, "--cards", "48", "--json")[1])
+    assert d["scenario"]["model"]["params"] == n
