@@ -46,9 +46,25 @@ def model_text(scenario: dict) -> str:
     m = scenario["model"]
     n, act = m["params"], m["activated_params"]
     params = f"N {_count(n)} parameters" + (f" ({_count(act)} activated per token)" if act != n else "")
-    flops = "; ".join(f"{f['flops'] / 1e9:,.1f} GFLOP at {f['seq_len']:,} tokens" + (f" ({f['stage']})" if f["stage"] else "")
-                      for f in m["flops_per_token"])
+    flops = "; ".join(f"{f['flops'] / 1e9:,.1f} GFLOP at {f['seq_len']:,} tokens"
+                      + (f" ({f['stage']})" if f["stage"] else "") for f in m["flops_per_token"])
     return f"Model: {m['name']}, {params}, training FLOPs per token {flops}"
+
+
+def cp_note_text(e: dict) -> str:
+    """The long-context note of a report's ``context_parallel`` entry
+    (:func:`tpopt.optimizer.report.cp_not_searched`): what leaving CP out of the search costs, or a hint."""
+    head = f"Context parallelism: not searched (search.cp = [1]) with {e['seq_len']:,} tokens per sequence; "
+    b = e.get("best_with_cp")
+    if e["checked"] and b is not None and e["saving"]:
+        better = "cheaper" if e.get("objective", "cost") == "cost" else "faster"
+        return (head + f"{e['flag']} finds {b['accelerator']} x {b['cards']} ({layout_text(b)}), "
+                f"{b['cost']:,.0f} {b['cost_unit']} in {b['finish_days']:.1f} d: "
+                f"{change_text(e['saving'], better=better)} than this plan")
+    if e["checked"]:
+        return head + f"searching it ({e['flag']}) finds nothing better."
+    why = f" ({e['reason']})" if e.get("reason") else ""
+    return head + f"search it with {e['flag']} or search.cp = {e['suggested']}{why}."
 
 
 def _count(x: float) -> str:

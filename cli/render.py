@@ -20,6 +20,7 @@ from tpopt.models import families as F
 from tpopt.models.units import fmt_count
 from tpopt.presentation import (  # the plain-text pieces, shared with the API
     change_text,
+    cp_note_text,
     layout_text,
     limit_line,
     model_text,
@@ -304,7 +305,8 @@ def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:
     if d.get("analysis") == "time limit reached":
         status += "\nAnalysis: time limit reached; the items it could not answer are marked 'not decided'"
     parts = [head, *([model_text(d["scenario"])] if "scenario" in d else []), status, "",
-             f"Plan: {plan_line(d['plan'])}", *after_plan, "",
+             f"Plan: {plan_line(d['plan'])}", *after_plan,
+             *([cp_note_text(d["context_parallel"])] if d.get("context_parallel") else []), "",
              metrics_table(d["metrics"], title="Best plan"), "", constraints_table(d["constraints"]), ""]
     batch = len(d.get("batch_choices") or []) > 1  # name each plan's batch when the batch is a choice
     parts += binding_lines(d.get("binding"), d["objective"], unit, d.get("binding_undecided") or (), batch)

@@ -16,7 +16,7 @@ from tpopt.cli.common import (
     scenario_options,
 )
 from tpopt.cli.render import progress_when_told, solve_text
-from tpopt.cli.request import raw_and_catalog, request_from, solve_options
+from tpopt.cli.request import raw_and_catalog, request_from, search_list, solve_options
 from tpopt.errors import InputError
 from tpopt.optimizer import plan as P
 from tpopt.optimizer.result import Status
@@ -26,6 +26,8 @@ from tpopt.presentation import infeasible_lines, sensitivity_text
 @click.command()
 @scenario_options
 @solve_options
+@click.option("--cp", "cp_sizes", help="Context-parallel sizes to search, comma-separated, e.g. 1,2,4,8,16 "
+                                       "(overrides [search] cp; default 1: sequences are not split).")
 @click.option("--top", type=int, default=1, show_default=True, help="List the K best plans.")
 @click.option("--no-analysis", is_flag=True, help="Skip the binding-constraint and alternatives report.")
 @click.option("--sensitivity", is_flag=True,
@@ -44,7 +46,7 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, **kw):
         raise InputError("--top must be at least 1")
     if export:
         P.check_export(export)
-    sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
+    sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost"), "search.cp": search_list(kw.get("cp_sizes"))})
     req = request_from(kw, top)
     with progress_when_told("tpopt solve: explaining why no plan is feasible") as tell:
         pr = P.plan(sc, kw["solver"], req, analyse=not no_analysis, sensitivity=sensitivity, export=export,

@@ -1288,3 +1288,4 @@ __all__ = ["conflict", "minimal_conflict", "conflict_detail", "relaxations", "in
            "Relaxation", "RELAXATIONS", "explain_plan", "sensitivities", "Context", "Undecided", "DELETION_ORDER",
            "PARAMS", "with_deadline", "with_reserved", "with_tokens", "with_max_cards", "with_max_cost",
            "with_efficiency", "with_usable_memory", "with_nic_factor"]
+

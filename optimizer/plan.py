@@ -20,7 +20,7 @@ from tpopt.models import families as F
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY
 from tpopt.optimizer import backends, core, outer
-from tpopt.optimizer.report import analysis, scenario_entry
+from tpopt.optimizer.report import analysis, cp_not_searched, scenario_entry
 from tpopt.optimizer.result import Request, SolveResult
 from tpopt.optimizer.space import FAMILIES, Space
 
@@ -138,6 +138,10 @@ def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = No
     else:
         ana = analysis(space, best, backend, req, set(result.enforced)) if analyse else None
     out.update(best_entries(result, ana))
+    if analyse:
+        cp = cp_not_searched(view, backend, req, best)
+        if cp is not None:
+            out["context_parallel"] = cp
     if bs or sc.task.critical_batch is not None:
         out["batch"] = outer.batch_figures(view, best)
         out["batch_choices"] = outer.batch_rows(bs, req.objective) if bs else []

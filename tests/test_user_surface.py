@@ -150,3 +150,56 @@ def test_solve_json_and_text_carry_scenario_model_n_and_flops():
     assert "Model: qwen3-8b, N 8.19B parameters" in out
     d = json.loads(run("evaluate", "--scenario", DC, "--cards", "48", "--json")[1])
     assert d["scenario"]["model"]["params"] == n
+
+
+# --- 4. long context: cp not searched is said, with its cost; solve --cp ------------------------------------
+
+LLAMA8_128K = """
+[scenario]
+name = "llama3-8b-128k"
+[model]
+name = "llama3-8b"
+[task]
+tokens = "20B"
+seq_len = 131072
+global_batch = 32
+[schedule]
+deadline = "14d"
+reserved = "1d"
+[hardware]
+accelerator = "h100-sxm"
+[search]
+max_cards = 256
+"""
+
+
+def test_long_context_without_cp_says_what_it_costs(tmp_path):
+    path = tmp_path / "lc.toml"
+    path.write_text(LLAMA8_128K)
+    code, out, err = run("solve", "--scenario", path, "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    note = d["context_parallel"]
+    assert note["seq_len"] == 131072 and note["checked"] and note["flag"] == "--cp 1,2,4,8,16"
+    with_cp = note["best_with_cp"]
+    assert with_cp["cp"] > 1 and with_cp["cost"] < d["metrics"]["cost"]
+    assert note["saving"] == pytest.approx(1 - with_cp["cost"] / d["metrics"]["cost"])
+    # solve --cp gives that plan
+    code, out2, err = run("solve", "--scenario", path, "--cp", "1,2,4,8,16", "--json")
+    assert code == 0, err
+    d2 = json.loads(out2)
+    assert d2["plan"]["cp"] == with_cp["cp"] and d2["metrics"]["cost"] == pytest.approx(with_cp["cost"])
+    assert "context_parallel" not in d2  # searched: nothing to say
+    text = " ".join(run("solve", "--scenario", path)[1].split())  # the terminal's wrapping undone
+    assert "Context parallelism: not searched" in text and "--cp 1,2,4,8,16 finds" in text and "cheaper" in text
+
+
+def test_short_sequences_say_nothing_about_cp():
+    d = json.loads(run("solve", "--scenario", DC, "--json")[1])
+    assert "context_parallel" not in d
+
+
+@pytest.mark.parametrize("value", ["0", "x", ","])
+def test_solve_cp_bad_values_are_one_line(value):
+    code, out, err = run("solve", "--scenario", DC, "--cp", value)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "cp" in err
