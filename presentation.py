@@ -183,6 +183,8 @@ def _apply_flag(r: dict) -> str:
     flag = FLAGS.get(r["parameter"])
     if r["parameter"] == "accelerator":
         return f"{flag} {r['required']}"
+    if r["parameter"] == "card_price":  # the price of the plan's card: that card alone, at that price
+        return f"--hw {apply['hardware.accelerator'][0]} and scenario: [cost] card_hour = {apply['cost.card_hour']}"
     if flag and len(apply) == 1:
         return f"{flag} {next(iter(apply.values()))}"
     edits = []
@@ -246,6 +248,8 @@ def relaxation_lines(rels: list[dict]) -> list[str]:
     width = max(len(r["parameter"]) for r in rels)
     for r in rels:
         now = _qty(r["current"], r["unit"]) if r["parameter"] != "accelerator" else r["current"]
+        if r.get("current_by_card"):  # several candidate cards: each one's value, not the first's
+            now = ", ".join(f"{k} {_num(v)}" for k, v in r["current_by_card"].items()) + f" {r['unit']}"
         lines.append(f"  {r['parameter']:<{width}}  now {now}: {_needed(r)}")
         if r.get("helps") and r.get("plan"):
             flag = _apply_flag(r)

@@ -203,3 +203,69 @@ def test_short_sequences_say_nothing_about_cp():
 def test_solve_cp_bad_values_are_one_line(value):
     code, out, err = run("solve", "--scenario", DC, "--cp", value)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "cp" in err
+
+
+# --- 3. budget explain: what a user can act on first, impossible changes skipped, a price per card-hour -------
+
+
+def _explain(*args):
+    code, out, err = run("explain", "--scenario", DC, *args, "--json")
+    assert code == 3, err
+    return {r["parameter"]: r for r in json.loads(out)["relaxations"]}, [r["parameter"] for r in
+                                                                       json.loads(out)["relaxations"]]
+
+
+def test_budget_explain_orders_by_what_a_user_can_act_on():
+    rels, order = _explain("--max-cost", "15000")
+    assert order[:3] == ["max_cost", "card_price", "accelerator"]  # money first
+    assert order.index("deadline") < order.index("usable_memory") < order.index("efficiency")
+    assert order[-1] == "efficiency"  # what a run can hardly change comes last (a time limit cuts it first)
+
+
+def test_budget_explain_offers_the_price_per_card_hour():
+    rels, _ = _explain("--max-cost", "15000")
+    r = rels["card_price"]
+    # 10.6: the 48-card plan (24.6 d) is the only one meeting the deadline on 8-card RTX 4090 hosts at 0.59 USD
+    # per card-hour plus NICs; it fits 15,000 USD when card-hours x p + NIC-dollars = 15,000
+    ev = json.loads(run("evaluate", "--scenario", DC, "--cards", "48", "--json")[1])["metrics"]
+    nic = ev["cost"] - ev["card_hours"] * 0.59
+    p_star = (15000 - nic) / ev["card_hours"]
+    assert r["helps"] and r["required_exact"] == pytest.approx(p_star, rel=1e-9)
+    assert r["required"] == int(p_star * 100) / 100 and r["current"] == 0.59  # rounded down to the cent
+    assert r["cost"] <= 15000 and r["plan"]["cards"] == 48
+    assert r["apply"] == {"hardware.accelerator": ["rtx4090"], "search.accelerator": ["rtx4090"],
+                          "cost.card_hour": r["required"]}
+    text = " ".join(run("explain", "--scenario", DC, "--max-cost", "15000")[1].split())
+    assert "card_price now 0.59 USD/card-hour: <= 0.48 USD/card-hour" in text
+
+
+def test_impossible_efficiency_is_skipped_and_says_why():
+    rels, _ = _explain("--max-cost", "5000")
+    r = rels["efficiency"]
+    assert r["helps"] is False and "skipped" in r["note"] and "eta_max" in r["note"]
+    assert r["solves"] <= 2  # one check at the ceiling, not a search up to 300 %
+    assert rels["card_price"]["helps"]  # the price that would fit is still offered
+
+
+def test_cost_floor_is_below_every_cheapest_plan():
+    from tpopt.catalogs.scenario import load_scenario
+    from tpopt.optimizer.core import solve
+    from tpopt.optimizer.explain import cost_floor
+    from tpopt.optimizer.result import Request
+
+    for per_op in (False, True):
+        for hw in ("rtx4090", "h100-sxm"):
+            sc = load_scenario(DC, {"hardware.accelerator": [hw], "search.accelerator": [hw],
+                                    "hardware.efficiency": None if per_op else 0.4, "hardware.usable_memory": None,
+                                    "search.max_cards": 256})
+            best = solve(sc, "enumerate", Request()).best
+            assert best is not None
+            assert 0 < cost_floor(sc, hw) <= best.metrics["cost"]
+
+
+def test_explain_lists_usable_memory_of_every_candidate_card():
+    code, out, err = run("explain", "--scenario", DC, "--hw", "rtx4090,h100-sxm", "--max-cost", "1000", "--json")
+    r = {x["parameter"]: x for x in json.loads(out)["relaxations"]}["usable_memory"]
+    assert set(r["current_by_card"]) == {"rtx4090", "h100-sxm"}
+    text = " ".join(run("explain", "--scenario", DC, "--hw", "rtx4090,h100-sxm", "--max-cost", "1000")[1].split())
+    assert "usable_memory now rtx4090 22.00, h100-sxm" in text
