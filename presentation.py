@@ -219,6 +219,8 @@ def conflict_lines(detail: list[dict]) -> list[str]:
                          f"{_qty(d['value'], d['unit'])} against a limit of {_qty(d['limit'], d['unit'])}")
         elif d.get("note"):
             lines.append(f"  {'':<{width}}  {d['note']}")
+        if d.get("reason"):  # why the rule cannot hold here, and the way out
+            lines.append(f"  {'':<{width}}  why: {d['reason']}")
     return lines
 
 

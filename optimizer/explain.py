@@ -329,8 +329,44 @@ def conflict_detail(ctx: Context, core: list[str]) -> list[dict[str, Any]]:
                 d.update({"value": c.value, "limit": c.limit, "unit": c.unit})
         else:
             d["note"] = "no plan meets all the other constraints either (a second conflict does not involve it)"
+        if f == F.WHOLE_HOSTS:
+            reason = whole_hosts_reason(ctx.sc)
+            if reason:
+                d["reason"] = reason
         out.append(d)
     return out
+
+
+def whole_hosts_reason(sc: Scenario) -> str | None:
+    """Why no layout fills whole hosts, and the way out, when the host size has a factor that no
+    TP x CP x PP of the search holds: cards = TP x CP x PP x DP is a multiple of the host's G cards only
+    if DP is a multiple of g = G / gcd(G, TP x CP x PP), and DP x micro-batch divides the batch B
+    (batch.divisibility), so no plan exists when g divides no batch choice (or no DP of the search).
+    The way out: a batch that g divides (the nearest multiples of g x 2^k below and above B, 2^k the
+    largest power of two dividing B with g x 2^k <= B / 4), or parallel sizes with the missing factor.
+    None when some batch leaves room (the conflict is elsewhere)."""
+    batches = sc.search.global_batch or (sc.task.global_batch,)
+    shapes = sorted({tp * cp * pp for tp in sc.search.tp for cp in sc.search.cp for pp in sc.search.pp})
+    for name, s in sc.systems.items():
+        hosts = s.acc.cards_per_host
+        need = min(hosts // math.gcd(hosts, t) for t in shapes)
+        if need == 1:
+            continue
+        sizes = sc.search.dp or batches  # DP divides the batch: a batch g divides is needed either way
+        if any(x % need == 0 for x in sizes):
+            continue
+        b = batches[0]
+        step = need  # a multiple of g keeping B's powers of two (up to B / 4): DP and micro-batches still split it
+        while b % (2 * (step // need)) == 0 and 2 * step <= b // 4:
+            step *= 2
+        lo, hi = (b // step) * step, -(-b // step) * step
+        batch = f"--global-batch {hi}" if lo < step else f"--global-batch {lo} or {hi}"
+        return (f"{name} is rented in whole {hosts}-card hosts; with TP x CP x PP in {{{', '.join(map(str, shapes))}}}"
+                f" a plan fills whole hosts only if DP is a multiple of {need}, and DP divides the batch "
+                f"({b:,} sequences, batch.divisibility): {need} does not divide it, so no plan exists. Ways out: "
+                f"a batch that {need} divides ({batch}), TP / PP sizes with the factor {need} where the model "
+                f"allows them, or a card with power-of-two hosts")
+    return None
 
 
 def _check(ev: Evaluation, name: str) -> ConstraintCheck | None:

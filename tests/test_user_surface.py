@@ -269,3 +269,42 @@ def test_explain_lists_usable_memory_of_every_candidate_card():
     assert set(r["current_by_card"]) == {"rtx4090", "h100-sxm"}
     text = " ".join(run("explain", "--scenario", DC, "--hw", "rtx4090,h100-sxm", "--max-cost", "1000")[1].split())
     assert "usable_memory now rtx4090 22.00, h100-sxm" in text
+
+
+# --- 6. GB200 NVL72: why a power-of-two batch has no plan, and the way out -----------------------------------
+
+NVL72 = """
+[scenario]
+name = "gb200"
+[model]
+name = "llama3-70b"
+[task]
+tokens = "1T"
+seq_len = 8192
+global_batch = 1024
+[schedule]
+deadline = "30d"
+[hardware]
+accelerator = "gb200-nvl72"
+efficiency = 0.4
+[search]
+max_cards = 4096
+"""
+
+
+def test_nvl72_power_of_two_batch_says_why_and_the_way_out(tmp_path):
+    path = tmp_path / "gb.toml"
+    path.write_text(NVL72)
+    code, out, err = run("solve", "--scenario", path, "--json")
+    assert code == 3
+    detail = {d["name"]: d for d in json.loads(out)["conflict_detail"]}["layout.whole_hosts"]
+    # 72 = 2^3 x 3^2: with power-of-two TP x CP x PP, whole 72-card hosts need DP a multiple of 9, and DP divides
+    # the batch; 1,024 = 2^10 has no factor 3. Multiples of 9 x 16 = 144 around it: 1,008 = 7 x 144, 1,152 = 8 x 144
+    reason = detail["reason"]
+    assert "72-card hosts" in reason and "multiple of 9" in reason and "--global-batch 1008 or 1152" in reason
+    text = " ".join(run("solve", "--scenario", path)[1].split())
+    assert "why: gb200-nvl72 is rented in whole 72-card hosts" in text
+    for batch in ("1008", "1152"):  # the way out works
+        code, out, err = run("solve", "--scenario", path, "--global-batch", batch, "--no-analysis", "--json")
+        assert code == 0, err
+        assert json.loads(out)["plan"]["cards"] % 72 == 0
