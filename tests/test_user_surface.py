@@ -308,3 +308,39 @@ def test_nvl72_power_of_two_batch_says_why_and_the_way_out(tmp_path):
         code, out, err = run("solve", "--scenario", path, "--global-batch", batch, "--no-analysis", "--json")
         assert code == 0, err
         assert json.loads(out)["plan"]["cards"] % 72 == 0
+
+
+# --- 8. secondary figures ------------------------------------------------------------------------------------
+
+
+def test_evaluate_of_a_solved_layout_gives_the_solved_figures(tmp_path):
+    path = tmp_path / "lc.toml"
+    path.write_text(LLAMA8_128K)  # save modes and intervals searched (both modes, auto interval)
+    solved = json.loads(run("solve", "--scenario", path, "--json", "--no-analysis")[1])
+    p = solved["plan"]
+    assert p["save_mode"] == "async"  # what makes the old default (the first listed mode, sync) differ
+    code, out, err = run("evaluate", "--scenario", path, "--cards", p["cards"], "--zero", p["zero_stage"],
+                         "--tp", p["tp"], "--pp", p["pp"], "--cp", p["cp"], "--micro-batch", p["micro_batch"],
+                         "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["plan"]["save_mode"] == "async" and d["defaults_chosen"]["save_mode"] == "async"
+    assert d["metrics"]["cost"] == pytest.approx(solved["metrics"]["cost"], rel=1e-12)
+    # a flag fixes it, and then nothing is chosen
+    d = json.loads(run("evaluate", "--scenario", path, "--cards", p["cards"], "--zero", p["zero_stage"],
+                       "--tp", p["tp"], "--micro-batch", 1, "--save-mode", "sync", "--recompute", "full",
+                       "--json")[1])
+    assert d["plan"]["save_mode"] == "sync" and "defaults_chosen" not in d
+
+
+def test_sweep_rows_of_dense_per_op_models_carry_no_fake_figures(tmp_path):
+    path = tmp_path / "lc.toml"
+    path.write_text(LLAMA8_128K)  # per-operation model (no hardware.efficiency), dense model
+    code, out, err = run("sweep", "--scenario", path, "--deadline", "14d", "-q", "--json", "--out",
+                         tmp_path / "r.json")
+    assert code == 0, err
+    front = json.loads(out)["front"]
+    assert front and all(e["efficiency"] is None for e in front)  # not 0.0
+    assert all(e["ep"] is None and e["expert_tp"] is None for e in front)  # not ep=1, expert_tp=TP
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    assert all(r["efficiency"] is None and r["ep"] is None for r in rows)
