@@ -279,6 +279,10 @@ def top_table(top: list[dict], unit: str) -> Table:
         cols = cols[:5] + ("EP/cap",) + cols[5:]
         rows = [r[:5] + (moe_short(e["plan"])[2:].replace(", ", "/").replace("capacity ", ""),) + r[5:]
                 for r, e in zip(rows, top, strict=False)]
+    rows = merge_zero_stages(rows, [(e["metrics"]["cost"], e["metrics"]["finish_days"]) for e in top])
+    if len(rows) < len(top):
+        t.title = (f"Best plans ({len(top)} plans in {len(rows)} rows: ZeRO stages at the same cost and finish share "
+                   "a row)")
     # numbers never wrap or shrink below their widest cell or header; the text columns wrap in a
     # narrow terminal, never below their longest header word
     for j, col in enumerate(cols):
@@ -288,6 +292,24 @@ def top_table(top: list[dict], unit: str) -> Table:
     for r in rows:
         t.add_row(*r)
     return t
+
+
+def merge_zero_stages(rows: list[tuple[str, ...]], figures: list[tuple[float, float]]) -> list[tuple[str, ...]]:
+    """Top-plan rows (rank, accelerator, cards, ZeRO, ...) that differ only in the ZeRO stage at exactly the same
+    cost and finish are one row, its ZeRO cell listing the stages ("2, 3"), numbered by the first one's rank:
+    the stages then differ only in memory per card (which the table does not show), not in what is chosen by."""
+    merged: dict[tuple[object, ...], list[str]] = {}
+    first: dict[tuple[object, ...], tuple[str, ...]] = {}
+    for r, (cost, finish) in zip(rows, figures, strict=True):
+        key = (*r[1:3], *r[4:], cost, finish)
+        if key not in merged:
+            merged[key], first[key] = [], r
+        merged[key].append(r[3])
+    out = []
+    for i, (key, zeros) in enumerate(merged.items()):
+        r = first[key]
+        out.append((str(i + 1), *r[1:3], ", ".join(zeros), *r[4:]))
+    return out
 
 
 def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:

@@ -344,3 +344,20 @@ def test_sweep_rows_of_dense_per_op_models_carry_no_fake_figures(tmp_path):
     assert all(e["ep"] is None and e["expert_tp"] is None for e in front)  # not ep=1, expert_tp=TP
     rows = json.loads((tmp_path / "r.json").read_text())["rows"]
     assert all(r["efficiency"] is None and r["ep"] is None for r in rows)
+
+
+def test_top_merges_plans_that_differ_only_in_the_zero_stage(tmp_path):
+    path = tmp_path / "lc.toml"
+    path.write_text(LLAMA8_128K)
+    d = json.loads(run("solve", "--scenario", path, "--top", "8", "--json", "--no-analysis")[1])
+    top = d["top"]
+    assert len(top) == 8  # the JSON keeps every plan
+    key = [(e["plan"]["cards"], e["plan"]["tp"], e["plan"]["pp"], e["plan"]["micro_batch"], e["plan"]["save_mode"],
+            e["metrics"]["cost"], e["metrics"]["finish_days"]) for e in top]
+    distinct = len(dict.fromkeys(key))
+    assert distinct < 8  # the case: ZeRO 2 and 3 at the same cost and finish
+    text = run("solve", "--scenario", path, "--top", "8", "--no-analysis")[1]
+    table = text[text.index("Best plans"):].splitlines()
+    rows = [ln for ln in table if "│" in ln]
+    assert len(rows) == distinct and f"8 plans in {distinct} rows" in table[0]
+    assert any("2, 3" in ln for ln in rows)
