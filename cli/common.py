@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 from tpopt.catalogs.scenario import BUILTIN_SCENARIO, load_scenario
+from tpopt.cli.render import fit_lines
 from tpopt.errors import InputError
 from tpopt.optimizer import backends
 from tpopt.optimizer.limits import MAX_TIME_LIMIT
@@ -167,7 +168,7 @@ def echo_builtin_note(kw: dict, as_json: bool = False, out: dict | None = None) 
         if out is not None:
             out["scenario_source"] = "built-in RL example" if kw.get("_builtin") == "rl" else "built-in design case"
         return
-    click.echo(note)
+    click.echo(fit_lines(note))
 
 
 def load_scenario_from(kw: dict, extra: dict | None = None):

@@ -17,7 +17,7 @@ from tpopt.cli.common import (
     plan_options,
     scenario_options,
 )
-from tpopt.cli.render import evaluation_text
+from tpopt.cli.render import evaluation_text, fit_lines
 from tpopt.models.evaluate import at_plan_batch
 from tpopt.models.evaluate import evaluate as run
 from tpopt.optimizer.outer import batch_figures
@@ -50,7 +50,7 @@ def evaluate(stage, as_json, **kw):
         d["defaults_chosen"] = chosen
     echo_builtin_note(kw, as_json, d)
     if chosen and not as_json:
-        click.echo(chosen_text(chosen))
+        click.echo(fit_lines(chosen_text(chosen)))
     if sc.task.critical_batch is not None or sc.task.ramp is not None or ev.plan.global_batch != sc.task.global_batch:
         d["batch"] = batch_figures(at_plan_batch(sc, ev.plan), ev)
         if not as_json:

@@ -24,7 +24,7 @@ from tpopt.cli.common import (
     plan_options,
     scenario_options,
 )
-from tpopt.cli.render import progress_status
+from tpopt.cli.render import fit_lines, progress_status
 from tpopt.cli.request import raw_and_catalog, request_from, solve_options
 from tpopt.errors import InputError
 from tpopt.optimizer.explain import explain_plan, explain_request, sensitivities
@@ -73,7 +73,7 @@ def explain(sensitivity, as_json, **kw):
             out = explain_request(sc, backend, req, raw=raw, catalog=catalog, progress=tell)
         if out["status"] not in ("optimal", "feasible"):
             echo_builtin_note(kw, as_json, out)
-            click.echo(dump_json(out) if as_json else "\n".join(infeasible_lines(out, sc, "explain")) + "\n",
+            click.echo(dump_json(out) if as_json else fit_lines("\n".join(infeasible_lines(out, sc, "explain"))) + "\n",
                        nl=False)
             raise SystemExit(EXIT_INFEASIBLE if out["status"] == "infeasible" else EXIT_UNKNOWN)
         if sensitivity:
@@ -91,6 +91,6 @@ def explain(sensitivity, as_json, **kw):
         sl = sensitivity_lines(out["sensitivities"])
         lines += [""] + (sl or ["Sensitivities: the request has no feasible plan."])
     echo_builtin_note(kw, as_json, out)
-    click.echo(dump_json(out) if as_json else "\n".join(lines) + "\n", nl=False)
+    click.echo(dump_json(out) if as_json else fit_lines("\n".join(lines)) + "\n", nl=False)
     if code:
         raise SystemExit(code)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import sys
+import textwrap
 import time
 from contextlib import ExitStack, contextmanager
 
@@ -40,6 +42,30 @@ def output_width() -> int:
     if sys.stdout.isatty():
         return max(Console(file=sys.stdout).width, MIN_WIDTH)
     return WIDTH
+
+
+_TABLE_CHARS = frozenset("│┃━╇─┼")
+_LABEL = re.compile(r"^(\s*\S+(?: \S+)?\s{2,})\S")  # "  max_cost       now ...": continue under "now"
+
+
+def fit_lines(text: str, width: int | None = None) -> str:
+    """Plain report text fitted to ``width`` columns (default :func:`output_width`: COLUMNS, the terminal's
+    width, or 100 when stdout is not a terminal): a longer line is wrapped at spaces, its continuation lines
+    indented under the text after its label (or two columns deeper than the line). Words are never broken,
+    so a number or a flag stays whole (a single word wider than the width keeps its line); table rows (box
+    characters) are left as rich laid them out. JSON never comes through here."""
+    width = width or output_width()
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= width or _TABLE_CHARS.intersection(line):
+            out.append(line)
+            continue
+        lead = len(line) - len(line.lstrip(" "))
+        m = _LABEL.match(line)
+        hang = len(m.group(1)) if m and len(m.group(1)) <= width // 2 else lead + 2
+        out += textwrap.wrap(line, width, subsequent_indent=" " * hang, break_long_words=False,
+                             break_on_hyphens=False, drop_whitespace=True) or [line]
+    return "\n".join(out)
 
 
 def console_text(*renderables, width: int | None = None) -> str:

@@ -19,6 +19,7 @@ from tpopt.cli.common import (
     scenario_options,
 )
 from tpopt.cli.plots import check_plot_path
+from tpopt.cli.render import fit_lines
 from tpopt.cli.request import time_limit_seconds
 from tpopt.cli.rl_plot import plot_cycle
 from tpopt.cli.rl_render import rl_text
@@ -75,7 +76,7 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
     if as_json:
         click.echo(dump_json(out), nl=False)
     else:
-        click.echo(rl_text(out, timing), nl=False)
+        click.echo(fit_lines(rl_text(out, timing)), nl=False)
     if pr.status == Status.UNKNOWN:
         raise SystemExit(EXIT_UNKNOWN)
     if not pr.feasible:

@@ -15,7 +15,7 @@ from tpopt.cli.common import (
     load_scenario_from,
     scenario_options,
 )
-from tpopt.cli.render import progress_when_told, solve_text
+from tpopt.cli.render import fit_lines, progress_when_told, solve_text
 from tpopt.cli.request import raw_and_catalog, request_from, search_list, solve_options
 from tpopt.errors import InputError
 from tpopt.optimizer import plan as P
@@ -66,7 +66,7 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, **kw):
     # no feasible plan (or none found in time)
     if pr.batches:  # conflict at the task's batch (or the first choice); relaxations over every batch
         batch_infeasible(out["batch_choices"], P.conflict_choice(pr.batches, sc).batch, as_json)
-    click.echo(dump_json(out) if as_json else "\n".join(infeasible_lines(out, sc, "solve")), nl=not as_json)
+    click.echo(dump_json(out) if as_json else fit_lines("\n".join(infeasible_lines(out, sc, "solve"))), nl=not as_json)
     raise SystemExit(EXIT_INFEASIBLE if pr.status == Status.INFEASIBLE else EXIT_UNKNOWN)
 
 
@@ -91,6 +91,6 @@ def _staged(pr, sc, timing: bool, as_json: bool):
     else:
         click.echo(staged_text(d, sc, timing), nl=False)
         if not pr.staged.feasible:
-            click.echo(infeasible_stage_text(d, sc))
+            click.echo(fit_lines(infeasible_stage_text(d, sc)))
     if not pr.staged.feasible:
         raise SystemExit(EXIT_INFEASIBLE if pr.staged.status == Status.INFEASIBLE else EXIT_UNKNOWN)

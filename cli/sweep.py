@@ -28,6 +28,7 @@ from tpopt.cli.common import (
 )
 from tpopt.cli.plots import FORMATS as PLOT_FORMATS
 from tpopt.cli.render import console_text as render
+from tpopt.cli.render import fit_lines
 from tpopt.cli.request import time_limit_seconds
 from tpopt.cli.sweep_plots import plot_breakdown as draw
 from tpopt.cli.sweep_plots import plot_pareto
@@ -184,13 +185,11 @@ def summary_table(summary: list[dict], unit: str, show_case: bool, spec):
     return t
 
 
-WIDTH = 120
-
-
 def console_text(*renderables) -> str:
-    """The shared renderer, wider (the front table has many columns)."""
+    """The shared renderer at the output's width (COLUMNS, the terminal's, or 100 when not a terminal); the
+    text columns (layout, plans, deadlines) wrap, the numbers never."""
 
-    return render(*renderables, width=WIDTH)
+    return render(*renderables)
 
 
 def result_text(result, out) -> str:
@@ -310,7 +309,7 @@ def sweep(solver, time_limit, workers, cluster, out, force, plot, plot_breakdown
         click.echo(dump_json(d), nl=False)
     else:
         echo_builtin_note(kw)
-        click.echo(result_text(result, out), nl=False)
+        click.echo(fit_lines(result_text(result, out)), nl=False)
     errors = result.count("error")
     if errors:
         fail(f"{errors:,} point(s) failed twice (a worker died or raised; status 'error'"

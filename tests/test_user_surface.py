@@ -361,3 +361,31 @@ def test_top_merges_plans_that_differ_only_in_the_zero_stage(tmp_path):
     rows = [ln for ln in table if "│" in ln]
     assert len(rows) == distinct and f"8 plans in {distinct} rows" in table[0]
     assert any("2, 3" in ln for ln in rows)
+
+
+# --- 7. text fits the terminal --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [
+    ("explain", "--scenario", DC, "--max-cost", "15000"),
+    ("explain", "--scenario", DC, "--max-cards", "32"),
+    ("explain", "--scenario", DC, "--cards", "48", "--sensitivity"),
+    ("solve", "--scenario", DC, "--max-cards", "32"),
+    ("solve", "--scenario", DC, "--top", "3"),
+    ("evaluate", "--cards", "48"),
+    ("rl",),
+    ("sweep", "--hw", "rtx4090,h100-sxm", "--deadline", "20d:40d:5d"),
+    ("catalog",), ("catalog", "models"), ("catalog", "links"), ("catalog", "accelerators", "--sources"),
+])
+@pytest.mark.parametrize("columns", [80, 100])
+def test_text_fits_the_terminal_width(args, columns):
+    code, out, err = run(*args, env={"COLUMNS": str(columns)})
+    assert code in (0, 3), err
+    long = [ln for ln in out.splitlines() if len(ln) > columns]
+    assert not long, long[:3]
+
+
+def test_json_is_not_wrapped():
+    code, out, _ = run("explain", "--scenario", DC, "--max-cost", "15000", "--json", env={"COLUMNS": "60"})
+    d = json.loads(out)
+    assert any(len(r.get("method", "")) > 60 for r in d["relaxations"])  # long strings stay whole
