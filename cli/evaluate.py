@@ -61,10 +61,10 @@ def evaluate(stage, as_json, **kw):
 
 
 # plan fields a user rarely fixes whose [search] domain may list several values: flag -> (Plan field, domain)
+# (the checkpoint schedule only: it moves the overhead, never the step's physics, so a layout stays the layout
+# the flags describe; recompute and offload take the first listed value, as the README says)
 CHOSEN = {"save_mode": ("save_mode", lambda sp: sp.save_mode),
-          "save_interval": ("save_interval_s", lambda sp: sp.save_interval_s),
-          "recompute": ("recompute", lambda sp: sp.recompute),
-          "offload": ("offload", lambda sp: sp.offload)}
+          "save_interval": ("save_interval_s", lambda sp: sp.save_interval_s)}
 
 
 def as_solve_would(sc, plan, kw: dict):

@@ -45,6 +45,7 @@ def output_width() -> int:
 
 
 _TABLE_CHARS = frozenset("│┃━╇─┼")
+_FLAG = re.compile(r"\[--[^\]]{0,40}\]")  # a flag to copy: "[--hw h100-sxm]"
 _LABEL = re.compile(r"^(\s*\S+(?: \S+)?\s{2,})\S")  # "  max_cost       now ...": continue under "now"
 
 
@@ -63,8 +64,10 @@ def fit_lines(text: str, width: int | None = None) -> str:
         lead = len(line) - len(line.lstrip(" "))
         m = _LABEL.match(line)
         hang = len(m.group(1)) if m and len(m.group(1)) <= width // 2 else lead + 2
-        out += textwrap.wrap(line, width, subsequent_indent=" " * hang, break_long_words=False,
-                             break_on_hyphens=False, drop_whitespace=True) or [line]
+        kept = _FLAG.sub(lambda f: f.group(0).replace(" ", "\x00"), line)  # "[--deadline 34.34d]" stays whole
+        out += [w.replace("\x00", " ") for w in textwrap.wrap(kept, width, subsequent_indent=" " * hang,
+                                                              break_long_words=False, break_on_hyphens=False)
+                ] or [line]
     return "\n".join(out)
 
 

@@ -321,7 +321,7 @@ def test_evaluate_of_a_solved_layout_gives_the_solved_figures(tmp_path):
     assert p["save_mode"] == "async"  # what makes the old default (the first listed mode, sync) differ
     code, out, err = run("evaluate", "--scenario", path, "--cards", p["cards"], "--zero", p["zero_stage"],
                          "--tp", p["tp"], "--pp", p["pp"], "--cp", p["cp"], "--micro-batch", p["micro_batch"],
-                         "--json")
+                         "--recompute", p["recompute"], "--json")
     assert code == 0, err
     d = json.loads(out)
     assert d["plan"]["save_mode"] == "async" and d["defaults_chosen"]["save_mode"] == "async"
