@@ -46,6 +46,8 @@ def output_width() -> int:
 
 _TABLE_CHARS = frozenset("│┃━╇─┼")
 _FLAG = re.compile(r"\[--[^\]]{0,40}\]")  # a flag to copy: "[--hw h100-sxm]"
+_QTY = re.compile(r"(\d) (s|ms|d|h|%|GiB|GB|TB|GB/s|USD|cards|tokens|steps)(?=[\s,;.)]|$)")
+_WALL = re.compile(r", [0-9.]+ s on [0-9]+ workers?")  # the sweep's timing, normalised by the transcripts
 _LABEL = re.compile(r"^(\s*\S+(?: \S+)?\s{2,})\S")  # "  max_cost       now ...": continue under "now"
 
 
@@ -65,6 +67,8 @@ def fit_lines(text: str, width: int | None = None) -> str:
         m = _LABEL.match(line)
         hang = len(m.group(1)) if m and len(m.group(1)) <= width // 2 else lead + 2
         kept = _FLAG.sub(lambda f: f.group(0).replace(" ", "\x00"), line)  # "[--deadline 34.34d]" stays whole
+        kept = _WALL.sub(lambda f: f.group(0).replace(" ", "\x00"), kept)  # ", 0.09 s on 2 workers" (timings)
+        kept = _QTY.sub("\\1\x00\\2", kept)  # and "1,101 s": a number keeps its unit
         out += [w.replace("\x00", " ") for w in textwrap.wrap(kept, width, subsequent_indent=" " * hang,
                                                               break_long_words=False, break_on_hyphens=False)
                 ] or [line]

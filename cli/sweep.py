@@ -205,7 +205,7 @@ def result_text(result, out) -> str:
             f"{', '.join(spec.hw)}")
     status = (f"{result.computed:,} solved ({how}), {result.reused:,} reused"
               f"{' from ' + str(out) if out else ''}, {result.wall_s:.2f} s on {result.where}")
-    parts = [head, status, ""]
+    parts = [fit_lines(head), fit_lines(status), ""]  # wrapped here: a timing keeps its line
     front = result.front()
     unknown, errors, infeasible = result.count("unknown"), result.count("error"), result.count("infeasible")
     if front:

@@ -1067,6 +1067,7 @@ def relax_card_price(ctx: Context, core: list[str] | None = None) -> Relaxation 
             break  # no plan is cheaper than the budget at f: the largest such f
     acc = cheapest.plan.accelerator
     now = sc.systems[acc].price_card_hour
+    assert now is not None, "every candidate has a price (checked above)"
     exact = now * f
     value = math.floor(exact * 100) / 100
     pinned = replace(sc, systems={acc: replace(sc.systems[acc], price_card_hour=value)},
