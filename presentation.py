@@ -43,6 +43,40 @@ def layout_text(p: dict, sep: str = " / ") -> str:
     return sep.join([f"TP {p['tp']}", *cp, f"PP {p['pp']}"] + ([f"DP {p['dp']}"] if sep == " / " else []))
 
 
+def model_text(scenario: dict) -> str:
+    """'Model: NAME, N 8.19B parameters, training FLOPs per token 52.7 GFLOP at 8,192 tokens' from a report's
+    ``scenario`` entry (:func:`tpopt.optimizer.report.scenario_entry`); MoE: the activated parameters too."""
+    m = scenario["model"]
+    n, act = m["params"], m["activated_params"]
+    params = f"N {_count(n)} parameters" + (f" ({_count(act)} activated per token)" if act != n else "")
+    flops = "; ".join(f"{f['flops'] / 1e9:,.1f} GFLOP at {f['seq_len']:,} tokens"
+                      + (f" ({f['stage']})" if f["stage"] else "") for f in m["flops_per_token"])
+    return f"Model: {m['name']}, {params}, training FLOPs per token {flops}"
+
+
+def cp_note_text(e: dict) -> str:
+    """The long-context note of a report's ``context_parallel`` entry
+    (:func:`tpopt.optimizer.report.cp_not_searched`): what leaving CP out of the search costs, or a hint."""
+    head = f"Context parallelism: not searched (search.cp = [1]) with {e['seq_len']:,} tokens per sequence; "
+    b = e.get("best_with_cp")
+    if e["checked"] and b is not None and e["saving"]:
+        better = "cheaper" if e.get("objective", "cost") == "cost" else "faster"
+        return (head + f"{e['flag']} finds {b['accelerator']} x {b['cards']} ({layout_text(b)}), "
+                f"{b['cost']:,.0f} {b['cost_unit']} in {b['finish_days']:.1f} d: "
+                f"{change_text(e['saving'], better=better)} than this plan")
+    if e["checked"]:
+        return head + f"searching it ({e['flag']}) finds nothing better."
+    why = f" ({e['reason']})" if e.get("reason") else ""
+    return head + f"search it with {e['flag']} or search.cp = {e['suggested']}{why}."
+
+
+def _count(x: float) -> str:
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if x >= scale:
+            return f"{x / scale:.3g}{suffix}"
+    return f"{x:,.0f}"
+
+
 def plan_line(plan: dict) -> str:
     parts = [
         f"{plan['accelerator']} x {plan['cards']} ({plan['hosts']} host{'s' if plan['hosts'] != 1 else ''})",
@@ -152,6 +186,8 @@ def _apply_flag(r: dict) -> str:
     flag = FLAGS.get(r["parameter"])
     if r["parameter"] == "accelerator":
         return f"{flag} {r['required']}"
+    if r["parameter"] == "card_price":  # the price of the plan's card: that card alone, at that price
+        return f"--hw {apply['hardware.accelerator'][0]} and scenario: [cost] card_hour = {apply['cost.card_hour']}"
     if flag and len(apply) == 1:
         return f"{flag} {next(iter(apply.values()))}"
     edits = []
@@ -186,6 +222,8 @@ def conflict_lines(detail: list[dict]) -> list[str]:
                          f"{_qty(d['value'], d['unit'])} against a limit of {_qty(d['limit'], d['unit'])}")
         elif d.get("note"):
             lines.append(f"  {'':<{width}}  {d['note']}")
+        if d.get("reason"):  # why the rule cannot hold here, and the way out
+            lines.append(f"  {'':<{width}}  why: {d['reason']}")
     return lines
 
 
@@ -215,6 +253,8 @@ def relaxation_lines(rels: list[dict]) -> list[str]:
     width = max(len(r["parameter"]) for r in rels)
     for r in rels:
         now = _qty(r["current"], r["unit"]) if r["parameter"] != "accelerator" else r["current"]
+        if r.get("current_by_card"):  # several candidate cards: each one's value, not the first's
+            now = ", ".join(f"{k} {_num(v)}" for k, v in r["current_by_card"].items()) + f" {r['unit']}"
         lines.append(f"  {r['parameter']:<{width}}  now {now}: {_needed(r)}")
         if r.get("helps") and r.get("plan"):
             flag = _apply_flag(r)

@@ -25,13 +25,14 @@ import json
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tpopt.catalogs.architectures import ARCH_INT_MAX, arch_int, build_model
 from tpopt.catalogs.tables import read_text_capped
 from tpopt.errors import InputError
-from tpopt.models.arch import ModelArch
+from tpopt.models.arch import ModelArch, param_count
+from tpopt.models.units import fmt_count
 
 #: HF activation names -> the canonical ``ModelArch.activation``.
 HF_ACTIVATIONS = {
@@ -577,8 +578,27 @@ def model_from_hf_config(path, name: str | None = None) -> ModelArch:
         raise InputError(f"{p}: JSON nested too deeply") from None
     if name is None:
         given = cfg.get("_name_or_path") if isinstance(cfg, dict) else None
-        name = given if isinstance(given, str) and given else (p.parent.name or p.stem)
+        name = given if isinstance(given, str) and given else _name_from_path(p)
+    if name is None:  # nothing in the path names it: the config's own fields do (model type, parameters)
+        arch = arch_from_hf_dict(cfg, str(p), "unnamed")
+        return replace(arch, name=f"{cfg.get('model_type', 'model')}-{fmt_count(param_count(arch), 3)}")
     return arch_from_hf_dict(cfg, str(p), name)
+
+
+GENERIC_FOLDERS = frozenset({"", ".", "..", "hf", "config", "configs", "model", "models", "tmp", "temp", "data",
+                             "snapshots", "checkpoint", "checkpoints"})
+
+
+def _name_from_path(p: Path) -> str | None:
+    """A model name from the config's path: the file's stem unless it is ``config``, else its folder
+    unless the folder's name says nothing (``hf``, ``models``, ... or a Hugging Face snapshot's commit
+    hash); None when neither names the model."""
+    if p.stem.lower() != "config":
+        return p.stem
+    folder = p.resolve().parent.name
+    if folder.lower() in GENERIC_FOLDERS or (len(folder) == 40 and all(ch in "0123456789abcdef" for ch in folder)):
+        return None
+    return folder
 
 
 def hf_cache_dir() -> str | None:

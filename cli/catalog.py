@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
+
 import click
+from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from tpopt.catalogs import load_catalog
 from tpopt.cli.common import dump_json, handle_errors
-from tpopt.cli.render import console_text
+from tpopt.cli.render import console_text, fit_lines, output_width
 from tpopt.models.arch import activated_params, expert_params, param_count
 
 KINDS = ("accelerators", "models", "links", "storage")
@@ -115,14 +119,40 @@ def catalog(kind, catalog_dirs, show_sources, as_json):
         click.echo(dump_json(rows), nl=False)
         return
     if show_sources:
-        click.echo("\n".join(source_lines(rows)))
+        click.echo(fit_lines("\n".join(source_lines(rows))))
         return
-    t = Table(title=f"{kind} ({len(rows)})", title_justify="left", show_edge=False, pad_edge=False)
     cols = [c for c in rows[0] if c not in HIDDEN] if rows else []
     cells = [[_cell(r, c) for c in cols] for r in rows]
+    tables = []
+    for part, idx in enumerate(column_groups(cols, cells, output_width())):
+        title = f"{kind} ({len(rows)})" if part == 0 else f"{kind}, continued"
+        tables += ([""] if part else []) + [_table(title, [cols[i] for i in idx], [[r[i] for i in idx] for r in cells])]
+    click.echo(console_text(*tables), nl=False)
+    click.echo(fit_lines(f"Every number has a source: tpopt catalog {kind} --sources (or --json)."))
+
+
+def _table(title: str, cols: list[str], cells: list[list[str]]) -> Table:
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     for i, c in enumerate(cols):
-        t.add_column(HEADERS.get(c, c), no_wrap=True, min_width=max(len(row[i]) for row in cells))
+        head = HEADERS.get(c, c)
+        t.add_column(head, min_width=max([len(row[i]) for row in cells] + [max(len(w) for w in head.split())]))
     for row in cells:
         t.add_row(*row)
-    click.echo(console_text(t, width=160), nl=False)
-    click.echo(f"Every number has a source: tpopt catalog {kind} --sources (or --json).")
+    return t
+
+
+def column_groups(cols: list[str], cells: list[list[str]], width: int) -> list[list[int]]:
+    """The columns in groups that each fit ``width`` (every group starts with the name column; headers may
+    wrap, cells never do): one group when the whole table fits, as before on a wide terminal."""
+    probe = Console(file=io.StringIO(), width=10_000)
+
+    def need(idx: list[int]) -> int:
+        t = _table("", [cols[i] for i in idx], [[r[i] for i in idx] for r in cells])
+        return Measurement.get(probe, probe.options, t).minimum
+
+    groups: list[list[int]] = [[0]]
+    for i in range(1, len(cols)):
+        if len(groups[-1]) > 1 and need(groups[-1] + [i]) > width:
+            groups.append([0])
+        groups[-1].append(i)
+    return groups

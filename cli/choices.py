@@ -12,6 +12,7 @@ from tpopt.models.evaluate import evaluate
 from tpopt.models.units import DAY
 from tpopt.optimizer import footing
 from tpopt.optimizer.outer import stage_scenarios
+from tpopt.presentation import model_text
 
 
 def _tok(x: float) -> str:
@@ -93,6 +94,7 @@ def staged_text(d: dict, sc, timing: bool) -> str:
     took = f", {s['wall_s']:.2f} s" if timing else ""
     lines = [f"tpopt solve: {sc.name}: {sc.model.name}, {len(sc.stages)} stages, deadline "
              f"{sc.task.deadline_s / DAY:.1f} d (reserved {sc.task.reserved_s / DAY:.1f} d)",
+             *([model_text(d["scenario"])] if "scenario" in d else []),
              f"Status: {d['status']} (solver {s['name']}, {s['method']}{took}, minimising {d['objective']})"]
     if not d["feasible"]:
         return console_text(*lines)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 from tpopt.catalogs.scenario import BUILTIN_SCENARIO, load_scenario
+from tpopt.cli.render import fit_lines
 from tpopt.errors import InputError
 from tpopt.optimizer import backends
 from tpopt.optimizer.limits import MAX_TIME_LIMIT
@@ -100,30 +101,41 @@ def dump_json(obj) -> str:
 # options shared by the commands that read a scenario
 
 
-def scenario_options(fn):
-    """--scenario plus the inputs a user most often changes from the command line."""
+def _o(*decls, **attrs):
+    """A click option's declarations and attributes, applied later (so a command can leave it out)."""
+    return decls, attrs
+
+
+def scenario_options(fn=None, *, without: tuple[str, ...] = (), default_help: str | None = None):
+    """--scenario plus the inputs a user most often changes from the command line. ``without`` leaves out
+    options a command has no use for (``tpopt rl`` derives tokens, batch and sequence length from [rl]), so
+    its --help lists only what it takes; ``default_help`` names the command's own built-in scenario."""
+    if fn is None:
+        return lambda f: scenario_options(f, without=without, default_help=default_help)
     opts = [
-        click.option("--scenario", "scenario_path", default=None, type=click.Path(dir_okay=False),
-                     help="Scenario TOML file [default: the built-in design case; 'tpopt init' writes one]."),
-        click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(file_okay=False),
+        _o("--scenario", "scenario_path", default=None, type=click.Path(dir_okay=False),
+                     help=f"Scenario TOML file [default: {default_help or 'the built-in design case'}; "
+                          f"'tpopt init' writes one]."),
+        _o("--catalog", "catalog_dirs", multiple=True, type=click.Path(file_okay=False),
                      help="Extra catalog directory (repeatable); its entries override built-ins."),
-        click.option("--deadline", help="Deadline, e.g. 30d or 720h (overrides [schedule] deadline)."),
-        click.option("--reserved", help="Reserved days inside the deadline, e.g. 5d."),
-        click.option("--tokens", help="Training tokens, e.g. 100B or 1.5T."),
-        click.option("--efficiency", help="Compute efficiency, e.g. 40% or 0.4."),
-        click.option("--hw", help="Accelerator(s), comma-separated, e.g. rtx4090,h100-sxm."),
-        click.option("--max-cards", help="Largest card count the plan may use."),
-        click.option("--usable-memory", help="Usable memory per card, e.g. 22GiB."),
-        click.option("--global-batch", help="Global batch(es) in sequences, comma-separated: the plan's batch "
+        _o("--deadline", help="Deadline, e.g. 30d or 720h (overrides [schedule] deadline)."),
+        _o("--reserved", help="Reserved days inside the deadline, e.g. 5d."),
+        _o("--tokens", help="Training tokens, e.g. 100B or 1.5T."),
+        _o("--efficiency", help="Compute efficiency, e.g. 40% or 0.4."),
+        _o("--hw", help="Accelerator(s), comma-separated, e.g. rtx4090,h100-sxm."),
+        _o("--max-cards", help="Largest card count the plan may use."),
+        _o("--usable-memory", help="Usable memory per card, e.g. 22GiB."),
+        _o("--global-batch", help="Global batch(es) in sequences, comma-separated: the plan's batch "
                                             "(evaluate) or the choices (solve); see --critical-batch."),
-        click.option("--critical-batch", help="Critical batch B_noise: tokens (2M), sequences (256seq), "
+        _o("--critical-batch", help="Critical batch B_noise: tokens (2M), sequences (256seq), "
                                               "deepseek-llm (scaling fit) or none."),
-        click.option("--seq-len", help="Tokens per sequence (overrides [task] seq_len)."),
-        click.option("--confidence", help="Require P(finish <= deadline) >= this, e.g. 95% ([schedule] confidence)."),
-        click.option("--step-sigma", help="Log-sd of the step-time model error ([risk] step_sigma), e.g. 0.1."),
+        _o("--seq-len", help="Tokens per sequence (overrides [task] seq_len)."),
+        _o("--confidence", help="Require P(finish <= deadline) >= this, e.g. 95% ([schedule] confidence)."),
+        _o("--step-sigma", help="Log-sd of the step-time model error ([risk] step_sigma), e.g. 0.1."),
     ]
-    for opt in reversed(opts):
-        fn = opt(fn)
+    for decls, attrs in reversed(opts):
+        if decls[0].removeprefix("--") not in without:
+            fn = click.option(*decls, **attrs)(fn)
     return fn
 
 
@@ -178,7 +190,7 @@ def echo_builtin_note(kw: dict, as_json: bool = False, out: dict | None = None) 
         if out is not None:
             out["scenario_source"] = "built-in RL example" if kw.get("_builtin") == "rl" else "built-in design case"
         return
-    click.echo(note)
+    click.echo(fit_lines(note))
 
 
 def load_scenario_from(kw: dict, extra: dict | None = None):

@@ -25,7 +25,7 @@ from tpopt.cli.common import (
     scenario_options,
 )
 from tpopt.cli.confidence import reachable_line
-from tpopt.cli.render import progress_status
+from tpopt.cli.render import fit_lines, progress_status
 from tpopt.cli.request import raw_and_catalog, request_from, solve_options
 from tpopt.errors import InputError
 from tpopt.optimizer.confidence import reachable
@@ -79,7 +79,7 @@ def explain(sensitivity, as_json, **kw):
             if sc.task.confidence is not None and out["status"] == "infeasible":  # which confidence is reachable
                 out["reachable_confidence"] = reachable(sc, backend, req)
                 text.append(reachable_line(sc.task.confidence, out["reachable_confidence"]))
-            click.echo(dump_json(out) if as_json else "\n".join(text) + "\n", nl=False)
+            click.echo(dump_json(out) if as_json else fit_lines("\n".join(text)) + "\n", nl=False)
             raise SystemExit(EXIT_INFEASIBLE if out["status"] == "infeasible" else EXIT_UNKNOWN)
         if sensitivity:
             out["sensitivities"] = sensitivities(sc, backend, req)
@@ -96,6 +96,6 @@ def explain(sensitivity, as_json, **kw):
         sl = sensitivity_lines(out["sensitivities"])
         lines += [""] + (sl or ["Sensitivities: the request has no feasible plan."])
     echo_builtin_note(kw, as_json, out)
-    click.echo(dump_json(out) if as_json else "\n".join(lines) + "\n", nl=False)
+    click.echo(dump_json(out) if as_json else fit_lines("\n".join(lines)) + "\n", nl=False)
     if code:
         raise SystemExit(code)

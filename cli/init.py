@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 from tpopt.catalogs import load_catalog
+from tpopt.catalogs.rl import build_rl_scenario
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.cli.common import handle_errors
 from tpopt.errors import InputError
@@ -116,10 +117,67 @@ max_cards = 1024
 # zero_stage = [0, 1, 2, 3]
 # tp = [1, 2, 4, 8]
 # pp = [1, 2, 4, 8]
+# cp = [1, 2, 4, 8]        # context parallelism (each sequence split over cp cards): search it from 32K tokens
+#                          # per sequence on; left out, cp = 1 and tpopt solve says what that may cost
 # micro_batch = [1, 2, 4, 8]
 # recompute = ["none", "full"]
 # offload = ["none", "cpu"]
 # schedule = ["1f1b", "zb-h1"]
+'''
+
+
+def rl_scenario_text(model: str = DESIGN_MODEL, hw: tuple[str, ...] = ("h100-sxm",), *, config: str | None = None,
+                     name: str = "my-rl-run") -> str:
+    """The commented RL post-training scenario (``tpopt rl``) for the policy ``model`` on ``hw``: the shipped
+    GRPO example's loop (examples/rl-grpo-qwen3-8b.toml) with the policy and the cards replaced."""
+    model_line = f"config = {_toml_str(config)}" if config else f"name = {_toml_str(model)}"
+    acc = _toml_str(hw[0]) if len(hw) == 1 else "[" + ", ".join(_toml_str(h) for h in hw) + "]"
+    origin = f"{config or model} on {', '.join(hw)}"
+    return f'''# tpopt RL scenario, written by `tpopt init --rl` as a starting point ({origin}).
+# Edit the values, then:   tpopt rl --scenario THIS_FILE
+# The learner is planned as pre-training ([hardware], [memory], [checkpoint] and [search] apply to it);
+# [rl] says what the loop must do and which RL-level choices the solver may make. Tokens, sequence length and
+# batch are derived from [rl] (prompts x samples per step, prompt and response lengths, steps).
+
+[scenario]
+name = {_toml_str(name)}
+description = "what policy is trained, on what, by when"
+
+[model]
+{model_line}                # the policy (a catalog model, or config = "path/config.json")
+
+[schedule]
+deadline = "3.5d"          # wall clock from start to finish
+reserved = "0.25d"         # inside the deadline: start-up, evaluation runs
+
+[hardware]
+accelerator = {acc}
+efficiency = 0.40          # learner: MFU of the matrix work; delete for the per-operation model
+
+[checkpoint]
+save_interval = "auto"     # the optimal interval for the job's card count
+
+[search]                   # the learner's layouts
+max_cards = 64             # learner + rollout cards
+zero_stage = [1, 2, 3]
+tp = [1, 2, 4, 8]
+pp = [1, 2]
+micro_batch = [1, 2, 4]
+recompute = ["none", "full"]
+
+[rl]
+prompts_per_step = 512
+samples_per_prompt = 8                                  # GRPO group size
+prompt_length = {{ mean = 512, p99 = 1536 }}              # tokens
+response_length = {{ mean = 2048, p99 = 8192, max = 16384 }}
+steps = 1500                                            # full batches of useful samples
+verifier = {{ workers = 64, per_sample = "0.5s" }}        # rule-based checks on CPU workers
+kept = 0.90                # samples one policy step old that still reach the update (one-step async)
+kept_sync = 1.0            # on-policy samples all reach it
+staleness = 1              # one-step async allowed; 0 = synchronous only
+placement = ["separate", "shared"]                      # rollout on its own cards, or sharing the learner's
+rollout_tp = [1, 2, 4, 8]
+weight_sync = ["sharded", "broadcast"]
 '''
 
 
@@ -128,15 +186,18 @@ max_cards = 1024
 @click.option("--model", default=None,
               help=f"Catalog model, or a Hugging Face config.json path [default {DESIGN_MODEL}].")
 @click.option("--hw", default=None, help=f"Accelerator(s), comma-separated [default {','.join(DESIGN_HW)}].")
+@click.option("--rl", "rl", is_flag=True,
+              help="An RL post-training scenario for tpopt rl (GRPO loop; default hardware h100-sxm).")
 @click.option("--force", is_flag=True, help="Overwrite PATH if it exists.")
 @handle_errors
-def init(path, model, hw, force):
+def init(path, model, hw, rl, force):
     """Write a commented scenario file to start from (default: scenario.toml).
 
     \b
     Examples:
       tpopt init                                   the chapter's design case, search left open
       tpopt init llama.toml --model llama3-70b --hw h100-sxm,b200
+      tpopt init rl.toml --rl                      an RL post-training run for tpopt rl
     """
 
 
@@ -148,7 +209,7 @@ def init(path, model, hw, force):
         config = str(Path(model).resolve())
     elif model is not None:
         cat.model(model)  # unknown name -> one clear line
-    names = tuple(h.strip() for h in (hw or ",".join(DESIGN_HW)).split(",") if h.strip())
+    names = tuple(h.strip() for h in (hw or ("h100-sxm" if rl else ",".join(DESIGN_HW))).split(",") if h.strip())
     if not names:
         raise InputError("--hw: give at least one accelerator")
     for h in names:
@@ -160,12 +221,18 @@ def init(path, model, hw, force):
         raise InputError(f"{path} is a directory")
     if not target.parent.is_dir():
         raise InputError(f"directory {str(target.parent)!r} does not exist")
-    text = scenario_text(model or DESIGN_MODEL, names, config=config, name=target.stem)
+    if rl:
+        text = rl_scenario_text(model or DESIGN_MODEL, names, config=config, name=target.stem)
+    else:
+        text = scenario_text(model or DESIGN_MODEL, names, config=config, name=target.stem)
     raw = tomllib.loads(text)  # the template must build: validate before anything is written
     raw["_base_dir"], raw["_path"] = str(target.resolve().parent), str(target)
-    build_scenario(raw, cat)
+    if rl:
+        build_rl_scenario(raw, cat)
+    else:
+        build_scenario(raw, cat)
     try:
         target.write_text(text)
     except OSError as exc:
         raise InputError(f"cannot write {path} ({exc.strerror})") from None
-    click.echo(f"wrote {path}: edit it, then run: tpopt solve --scenario {path}")
+    click.echo(f"wrote {path}: edit it, then run: tpopt {'rl' if rl else 'solve'} --scenario {path}")

@@ -251,7 +251,7 @@ def _checkpoint_text(rep: dict, source: str) -> str:
         lines.append(f"pause       {rep['pause']:.3f} s per save (async: snapshot copy); "
                      f"commit lag {rep['commit_lag']:.3f} s (copy + upload)")
     r = rep["rates"]
-    lines.append(f"failures    {inp['cards']} cards, card MTBF {inp['card_mtbf'] / DAY:.2f} d -> "
+    lines.append(f"failures    {inp['cards']:,} cards, card MTBF {inp['card_mtbf'] / DAY:.2f} d -> "
                  f"{r['hardware'] * HOUR:.4f} /h")
     if r["spike"]:
         lines.append(f"spikes      one rollback per {_dur(inp['spike_interval'])} -> {r['spike'] * HOUR:.4f} /h")

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import sys
+import textwrap
 import time
 from contextlib import ExitStack, contextmanager
 
@@ -20,9 +22,11 @@ from tpopt.models import families as F
 from tpopt.models.units import fmt_count
 from tpopt.presentation import (  # the plain-text pieces, shared with the API
     change_text,
+    cp_note_text,
     footing_lines,
     layout_text,
     limit_line,
+    model_text,
     moe_short,
     plan_line,
 )
@@ -39,6 +43,37 @@ def output_width() -> int:
     if sys.stdout.isatty():
         return max(Console(file=sys.stdout).width, MIN_WIDTH)
     return WIDTH
+
+
+_TABLE_CHARS = frozenset("│┃━╇─┼")
+_FLAG = re.compile(r"\[--[^\]]{0,40}\]")  # a flag to copy: "[--hw h100-sxm]"
+_QTY = re.compile(r"(\d) (s|ms|d|h|%|GiB|GB|TB|GB/s|USD|cards|tokens|steps)(?=[\s,;.)]|$)")
+_WALL = re.compile(r", [0-9.]+ s on [0-9]+ workers?")  # the sweep's timing, normalised by the transcripts
+_LABEL = re.compile(r"^(\s*\S+(?: \S+)?\s{2,})\S")  # "  max_cost       now ...": continue under "now"
+
+
+def fit_lines(text: str, width: int | None = None) -> str:
+    """Plain report text fitted to ``width`` columns (default :func:`output_width`: COLUMNS, the terminal's
+    width, or 100 when stdout is not a terminal): a longer line is wrapped at spaces, its continuation lines
+    indented under the text after its label (or two columns deeper than the line). Words are never broken,
+    so a number or a flag stays whole (a single word wider than the width keeps its line); table rows (box
+    characters) are left as rich laid them out. JSON never comes through here."""
+    width = width or output_width()
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= width or _TABLE_CHARS.intersection(line):
+            out.append(line)
+            continue
+        lead = len(line) - len(line.lstrip(" "))
+        m = _LABEL.match(line)
+        hang = len(m.group(1)) if m and len(m.group(1)) <= width // 2 else lead + 2
+        kept = _FLAG.sub(lambda f: f.group(0).replace(" ", "\x00"), line)  # "[--deadline 34.34d]" stays whole
+        kept = _WALL.sub(lambda f: f.group(0).replace(" ", "\x00"), kept)  # ", 0.09 s on 2 workers" (timings)
+        kept = _QTY.sub("\\1\x00\\2", kept)  # and "1,101 s": a number keeps its unit
+        out += [w.replace("\x00", " ") for w in textwrap.wrap(kept, width, subsequent_indent=" " * hang,
+                                                              break_long_words=False, break_on_hyphens=False)
+                ] or [line]
+    return "\n".join(out)
 
 
 def console_text(*renderables, width: int | None = None) -> str:
@@ -200,6 +235,8 @@ def footing_text(d: dict, indent: int = 0) -> list[str]:
 def evaluation_text(d: dict) -> str:
     """The evaluate report: plan line, metrics table (chapter 10.6.1 layout), constraints."""
     head = "\n".join([f"Plan: {plan_line(d['plan'])}", *([""] + footing_text(d) if d.get("footing") else [])])
+    if "scenario" in d:
+        head = f"{model_text(d['scenario'])}\n{head}"
     verdict = "feasible" if d["feasible"] else "INFEASIBLE"
     return console_text(head, "", metrics_table(d["metrics"]), "",
                         constraints_table(d["constraints"]), "", f"Verdict: {verdict}")
@@ -283,6 +320,10 @@ def top_table(top: list[dict], unit: str) -> Table:
         cols = cols[:5] + ("EP/cap",) + cols[5:]
         rows = [r[:5] + (moe_short(e["plan"])[2:].replace(", ", "/").replace("capacity ", ""),) + r[5:]
                 for r, e in zip(rows, top, strict=False)]
+    rows = merge_zero_stages(rows, [(e["metrics"]["cost"], e["metrics"]["finish_days"]) for e in top])
+    if len(rows) < len(top):
+        t.title = (f"Best plans ({len(top)} plans in {len(rows)} rows: ZeRO stages at the same cost and finish share "
+                   "a row)")
     # numbers never wrap or shrink below their widest cell or header; the text columns wrap in a
     # narrow terminal, never below their longest header word
     for j, col in enumerate(cols):
@@ -292,6 +333,24 @@ def top_table(top: list[dict], unit: str) -> Table:
     for r in rows:
         t.add_row(*r)
     return t
+
+
+def merge_zero_stages(rows: list[tuple[str, ...]], figures: list[tuple[float, float]]) -> list[tuple[str, ...]]:
+    """Top-plan rows (rank, accelerator, cards, ZeRO, ...) that differ only in the ZeRO stage at exactly the same
+    cost and finish are one row, its ZeRO cell listing the stages ("2, 3"), numbered by the first one's rank:
+    the stages then differ only in memory per card (which the table does not show), not in what is chosen by."""
+    merged: dict[tuple[object, ...], list[str]] = {}
+    first: dict[tuple[object, ...], tuple[str, ...]] = {}
+    for r, (cost, finish) in zip(rows, figures, strict=True):
+        key = (*r[1:3], *r[4:], cost, finish)
+        if key not in merged:
+            merged[key], first[key] = [], r
+        merged[key].append(r[3])
+    out = []
+    for i, (key, zeros) in enumerate(merged.items()):
+        r = first[key]
+        out.append((str(i + 1), *r[1:3], ", ".join(zeros), *r[4:]))
+    return out
 
 
 def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:
@@ -309,7 +368,9 @@ def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:
     if d.get("analysis") == "time limit reached":
         status += "\nAnalysis: time limit reached; the items it could not answer are marked 'not decided'"
     foot = [""] + footing_text(d) if d.get("footing") else []
-    parts = [head, status, "", f"Plan: {plan_line(d['plan'])}", *after_plan, *foot, "",
+    parts = [head, *([model_text(d["scenario"])] if "scenario" in d else []), status, "",
+             f"Plan: {plan_line(d['plan'])}", *after_plan,
+             *([cp_note_text(d["context_parallel"])] if d.get("context_parallel") else []), *foot, "",
              metrics_table(d["metrics"], title="Best plan"), "", constraints_table(d["constraints"]), ""]
     batch = len(d.get("batch_choices") or []) > 1  # name each plan's batch when the batch is a choice
     parts += binding_lines(d.get("binding"), d["objective"], unit, d.get("binding_undecided") or (), batch)

@@ -75,5 +75,16 @@ def raw_and_catalog(kw: dict):
 
     ov = overrides_from(kw)
     ov["cost.max_cost"] = kw.get("max_cost")
+    ov["search.cp"] = search_list(kw.get("cp_sizes"))
     raw = with_overrides(read_scenario_file(scenario_source(kw)), ov)
     return raw, load_catalog(kw.get("catalog_dirs") or ())
+
+
+def search_list(text: str | None, flag: str = "--cp") -> list[str] | None:
+    """A comma-separated search domain from the command line (``--cp 1,2,4``), as the scenario reads a list."""
+    if text is None:
+        return None
+    values = [v.strip() for v in str(text).split(",") if v.strip()]
+    if not values:
+        raise InputError(f"{flag}: expected a comma-separated list of sizes, got {text!r}")
+    return values

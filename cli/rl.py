@@ -19,17 +19,20 @@ from tpopt.cli.common import (
     scenario_options,
 )
 from tpopt.cli.plots import check_plot_path
+from tpopt.cli.render import fit_lines
 from tpopt.cli.request import time_limit_seconds
 from tpopt.cli.rl_plot import plot_cycle
 from tpopt.cli.rl_render import rl_text
-from tpopt.errors import InputError
 from tpopt.optimizer import backends, limits
 from tpopt.optimizer.plan_rl import plan_rl
 from tpopt.optimizer.result import Request, Status
 
+RL_DERIVED = ("tokens", "global-batch", "critical-batch", "seq-len",  # from [rl]: samples, group size, lengths
+              "confidence", "step-sigma")  # no finish-time distribution for RL plans
+
 
 @click.command()
-@scenario_options
+@scenario_options(without=RL_DERIVED, default_help="the built-in RL example")
 @click.option("--solver", type=SolverName(), default=backends.DEFAULT, show_default=True,
               help="Backend for the learner's layout when its space is too large to tabulate: CP-SAT, HiGHS MILP, "
                    "enumeration, or pyomo:NAME (the MILP through Pyomo with solver NAME, where installed).")
@@ -55,11 +58,6 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
 
     Example: tpopt rl --kept 90%
     """
-    if kw.get("tokens") is not None:
-        raise InputError("--tokens does not apply to tpopt rl (set [rl] samples or steps)")
-    if kw.get("confidence") is not None or kw.get("step_sigma") is not None:
-        raise InputError("--confidence and --step-sigma apply to pre-training plans; tpopt rl models no finish-time "
-                         "distribution")
     time_limit = time_limit_seconds(time_limit)
     check_run_options(time_limit)  # finite, positive, at most 7 days
     backends.require(solver, Request(time_limit=time_limit))  # a missing solver fails here, before any work
@@ -80,7 +78,7 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
     if as_json:
         click.echo(dump_json(out), nl=False)
     else:
-        click.echo(rl_text(out, timing), nl=False)
+        click.echo(fit_lines(rl_text(out, timing)), nl=False)
     if pr.status == Status.UNKNOWN:
         raise SystemExit(EXIT_UNKNOWN)
     if not pr.feasible:

@@ -17,8 +17,8 @@ from tpopt.cli.common import (
     scenario_options,
 )
 from tpopt.cli.confidence import distribution_lines, reachable_line
-from tpopt.cli.render import progress_when_told, solve_text
-from tpopt.cli.request import raw_and_catalog, request_from, solve_options
+from tpopt.cli.render import fit_lines, progress_when_told, solve_text
+from tpopt.cli.request import raw_and_catalog, request_from, search_list, solve_options
 from tpopt.errors import InputError
 from tpopt.optimizer import plan as P
 from tpopt.optimizer.confidence import reachable
@@ -29,6 +29,8 @@ from tpopt.presentation import infeasible_lines, sensitivity_text
 @click.command()
 @scenario_options
 @solve_options
+@click.option("--cp", "cp_sizes", help="Context-parallel sizes to search, comma-separated, e.g. 1,2,4,8,16 "
+                                       "(overrides [search] cp; default 1: sequences are not split).")
 @click.option("--top", type=int, default=1, show_default=True, help="List the K best plans.")
 @click.option("--no-analysis", is_flag=True, help="Skip the binding-constraint and alternatives report.")
 @click.option("--sensitivity", is_flag=True,
@@ -49,7 +51,7 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, force, **kw):
     if export:
         P.check_export(export)
         check_new_file(export, "--export", force)
-    sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
+    sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost"), "search.cp": search_list(kw.get("cp_sizes"))})
     req = request_from(kw, top)
     with progress_when_told("tpopt solve: explaining why no plan is feasible") as tell:
         pr = P.plan(sc, kw["solver"], req, analyse=not no_analysis, sensitivity=sensitivity, export=export,
@@ -77,7 +79,7 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, force, **kw):
     lines = infeasible_lines(out, sc, "solve")
     if "reachable_confidence" in out:
         lines.append(reachable_line(sc.task.confidence, out["reachable_confidence"]))
-    click.echo(dump_json(out) if as_json else "\n".join(lines), nl=not as_json)
+    click.echo(dump_json(out) if as_json else fit_lines("\n".join(lines)), nl=not as_json)
     raise SystemExit(EXIT_INFEASIBLE if pr.status == Status.INFEASIBLE else EXIT_UNKNOWN)
 
 
@@ -102,6 +104,6 @@ def _staged(pr, sc, timing: bool, as_json: bool):
     else:
         click.echo(staged_text(d, sc, timing), nl=False)
         if not pr.staged.feasible:
-            click.echo(infeasible_stage_text(d, sc))
+            click.echo(fit_lines(infeasible_stage_text(d, sc)))
     if not pr.staged.feasible:
         raise SystemExit(EXIT_INFEASIBLE if pr.staged.status == Status.INFEASIBLE else EXIT_UNKNOWN)

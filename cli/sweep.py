@@ -19,6 +19,7 @@ from rich.progress import (
 from rich.table import Table
 from tpopt.cli.common import (
     SolverName,
+    check_run_options,
     dump_json,
     echo_builtin_note,
     fail,
@@ -28,6 +29,8 @@ from tpopt.cli.common import (
 )
 from tpopt.cli.plots import FORMATS as PLOT_FORMATS
 from tpopt.cli.render import console_text as render
+from tpopt.cli.render import fit_lines
+from tpopt.cli.request import time_limit_seconds
 from tpopt.cli.sweep_plots import plot_breakdown as draw
 from tpopt.cli.sweep_plots import plot_pareto
 from tpopt.errors import InputError
@@ -187,13 +190,11 @@ def summary_table(summary: list[dict], unit: str, show_case: bool, spec):
     return t
 
 
-WIDTH = 120
-
-
 def console_text(*renderables) -> str:
-    """The shared renderer, wider (the front table has many columns)."""
+    """The shared renderer at the output's width (COLUMNS, the terminal's, or 100 when not a terminal); the
+    text columns (layout, plans, deadlines) wrap, the numbers never."""
 
-    return render(*renderables, width=WIDTH)
+    return render(*renderables)
 
 
 def result_text(result, out) -> str:
@@ -209,7 +210,7 @@ def result_text(result, out) -> str:
             f"{', '.join(spec.hw)}")
     status = (f"{result.computed:,} solved ({how}), {result.reused:,} reused"
               f"{' from ' + str(out) if out else ''}, {result.wall_s:.2f} s on {result.where}")
-    parts = [head, status, ""]
+    parts = [fit_lines(head), fit_lines(status), ""]  # wrapped here: a timing keeps its line
     front = result.front()
     unknown, errors, infeasible = result.count("unknown"), result.count("error"), result.count("infeasible")
     if front:
@@ -233,7 +234,7 @@ def result_text(result, out) -> str:
               help="auto (default): one exact enumeration per group when the space has <= 300k plans, else "
                    "CP-SAT per point; enumerate, cpsat, highs or pyomo:NAME (the MILP through Pyomo with solver "
                    "NAME: highs, scip, cbc, glpk, gurobi, ... where installed) for every point.")
-@click.option("--time-limit", type=float, help="Solver time limit per point, s (default 60).")
+@click.option("--time-limit", help="Solver time limit per point: 60s, 2min, or seconds (default 60s).")
 @click.option("--workers", type=int, help="Local worker processes (default: the core count).")
 @click.option("--cluster", help="Run the points on Dask instead: local:N (a local cluster of N worker processes), "
                                 "a scheduler address tcp://host:8786, or a scheduler file (.json). Needs "
@@ -264,6 +265,9 @@ def sweep(solver, time_limit, workers, cluster, out, force, plot, plot_breakdown
                              "points (local:N for N local ones)")
         parse_cluster(cluster)
         require_dask()
+    if time_limit is not None:
+        time_limit = time_limit_seconds(time_limit)
+        check_run_options(time_limit)  # finite, positive, at most 7 days (as every --time-limit)
     if breakdown_cards and not plot_breakdown:
         raise InputError("--breakdown-cards needs --plot-breakdown")
     if kw.get("confidence"):
@@ -299,6 +303,9 @@ def sweep(solver, time_limit, workers, cluster, out, force, plot, plot_breakdown
             note(n)
         if not bars:
             note("--plot-breakdown: no plan to draw (no feasible front plan or card count)")
+        elif not spec.breakdown_cards:
+            note(f"--plot-breakdown: drawing the {len(bars)} Pareto-front plan(s) (the default; "
+                 f"--breakdown-cards 32,48 draws chosen card counts instead)")
         lo, hi = spec.deadline_range_days
         draw(bars, plot_breakdown, spec.plot_deadline_days if lo == hi else (lo, hi),
              f"{spec.name}: finish-time breakdown", unit)
@@ -311,7 +318,7 @@ def sweep(solver, time_limit, workers, cluster, out, force, plot, plot_breakdown
         click.echo(dump_json(d), nl=False)
     else:
         echo_builtin_note(kw)
-        click.echo(result_text(result, out), nl=False)
+        click.echo(fit_lines(result_text(result, out)), nl=False)
     errors = result.count("error")
     if errors:
         fail(f"{errors:,} point(s) failed twice (a worker died or raised; status 'error'"

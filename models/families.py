@@ -168,7 +168,7 @@ REGISTRY = (
            rl_doc="learner + rollout cards <= max_cards", moved_by=("max_cards",), deletion_rank=7,
            evidence=("cards", None, "the plan with the fewest cards"), swept=True),
     Family(BUDGET, KIND_BUDGET, "USD", 1.0, "cost <= budget cap", scopes=_BOTH,
-           moved_by=("tokens", "efficiency", "nic_bandwidth", "reserved", "max_cost"), deletion_rank=1,
+           moved_by=("tokens", "efficiency", "nic_bandwidth", "reserved", "max_cost", "card_price"), deletion_rank=1,
            stage_shared=True, swept=True, shown_unbounded=False),
 )
 EVERY_FAMILY_INPUTS = ("accelerator",)

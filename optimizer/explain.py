@@ -31,6 +31,7 @@ from tpopt.catalogs import Catalog, load_catalog
 from tpopt.catalogs.scenario import build_scenario, with_overrides
 from tpopt.errors import InputError
 from tpopt.models import families as F
+from tpopt.models.arch import gemm_params
 from tpopt.models.evaluate import SPEC, ConstraintCheck, Evaluation, at_plan_batch, evaluate
 from tpopt.models.plan import Plan, Scenario, System
 from tpopt.models.units import (
@@ -328,8 +329,44 @@ def conflict_detail(ctx: Context, core: list[str]) -> list[dict[str, Any]]:
                 d.update({"value": c.value, "limit": c.limit, "unit": c.unit})
         else:
             d["note"] = "no plan meets all the other constraints either (a second conflict does not involve it)"
+        if f == F.WHOLE_HOSTS:
+            reason = whole_hosts_reason(ctx.sc)
+            if reason:
+                d["reason"] = reason
         out.append(d)
     return out
+
+
+def whole_hosts_reason(sc: Scenario) -> str | None:
+    """Why no layout fills whole hosts, and the way out, when the host size has a factor that no
+    TP x CP x PP of the search holds: cards = TP x CP x PP x DP is a multiple of the host's G cards only
+    if DP is a multiple of g = G / gcd(G, TP x CP x PP), and DP x micro-batch divides the batch B
+    (batch.divisibility), so no plan exists when g divides no batch choice (or no DP of the search).
+    The way out: a batch that g divides (the nearest multiples of g x 2^k below and above B, 2^k the
+    largest power of two dividing B with g x 2^k <= B / 4), or parallel sizes with the missing factor.
+    None when some batch leaves room (the conflict is elsewhere)."""
+    batches = sc.search.global_batch or (sc.task.global_batch,)
+    shapes = sorted({tp * cp * pp for tp in sc.search.tp for cp in sc.search.cp for pp in sc.search.pp})
+    for name, s in sc.systems.items():
+        hosts = s.acc.cards_per_host
+        need = min(hosts // math.gcd(hosts, t) for t in shapes)
+        if need == 1:
+            continue
+        sizes = sc.search.dp or batches  # DP divides the batch: a batch g divides is needed either way
+        if any(x % need == 0 for x in sizes):
+            continue
+        b = batches[0]
+        step = need  # a multiple of g keeping B's powers of two (up to B / 4): DP and micro-batches still split it
+        while b % (2 * (step // need)) == 0 and 2 * step <= b // 4:
+            step *= 2
+        lo, hi = (b // step) * step, -(-b // step) * step
+        batch = f"--global-batch {hi}" if lo < step else f"--global-batch {lo} or {hi}"
+        return (f"{name} is rented in whole {hosts}-card hosts; with TP x CP x PP in {{{', '.join(map(str, shapes))}}}"
+                f" a plan fills whole hosts only if DP is a multiple of {need}, and DP divides the batch "
+                f"({b:,} sequences, batch.divisibility): {need} does not divide it, so no plan exists. Ways out: "
+                f"a batch that {need} divides ({batch}), TP / PP sizes with the factor {need} where the model "
+                f"allows them, or a card with power-of-two hosts")
+    return None
 
 
 def _check(ev: Evaluation, name: str) -> ConstraintCheck | None:
@@ -416,6 +453,7 @@ PARAMS = {
     "max_cost": Param("max_cost", "budget cap", "USD", 2, ">=", "cost.max_cost", 1.0),
     "max_drop": Param("max_drop", "maximum drop rate", "%", 2, ">=", "moe.max_drop", 0.01),
     "accelerator": Param("accelerator", "accelerator", "", 0, "=", "hardware.accelerator"),
+    "card_price": Param("card_price", "price per card-hour", "USD", 2, "<=", "cost.card_hour", 1.0),
 }
 
 _SUFFIX = {"deadline": "d", "reserved": "d", "tokens": "B", "efficiency": "%", "usable_memory": "GiB",
@@ -449,6 +487,7 @@ class Relaxation:
     note: str = ""
     blocked_by: list[str] = field(default_factory=list)  # a conflict among families this input does not enter
     options: list[dict[str, Any]] = field(default_factory=list)  # accelerator: every catalog accelerator tried
+    current_by_card: dict[str, float] | None = None  # a per-card input with several candidates: each card's value
     seconds: float = 0.0
     solves: int = 0
 
@@ -472,6 +511,8 @@ class Relaxation:
             d["blocked_by"] = list(self.blocked_by)
         if self.options:
             d["options"] = self.options
+        if self.current_by_card:
+            d["current_by_card"] = self.current_by_card
         d["seconds"] = round(self.seconds, 4)
         d["solves"] = self.solves
         return d
@@ -686,10 +727,13 @@ def relax_usable_memory(ctx: Context, core: list[str] | None = None) -> Relaxati
     p = PARAMS["usable_memory"]
     sc = ctx.sc
     cur = min(s.acc.memory_usable for s in sc.systems.values()) / GIB
+    by_card = {k: s.acc.memory_usable / GIB for k, s in sc.systems.items()} if len(sc.systems) > 1 else None
     method = "min peak memory per card over plans meeting the other constraints (exhaustive)"
     m = argmin_metric(ctx, "memory_per_card", [f for f in ctx.enforced if f != F.MEMORY_PER_CARD])
     if m is None:
-        return _cannot(p, cur, "no plan meets the other constraints with any amount of memory", method, core)
+        r = _cannot(p, cur, "no plan meets the other constraints with any amount of memory", method, core)
+        r.current_by_card = by_card
+        return r
     need = m[0]
     single = _single(sc) is not None
     value, ev, apply = _settle(ctx, p, need / GIB, lambda s: with_usable_memory(sc, s),
@@ -704,8 +748,10 @@ def relax_usable_memory(ctx: Context, core: list[str] | None = None) -> Relaxati
                 f"{largest.memory_usable / GIB:.1f} GiB usable)")
     elif not single:
         note = "raises every candidate accelerator to at least this much"
-    return _relaxation(p, cur, required=value, required_exact=need / GIB, helps=True, plan=ev, apply=apply,
-                       method=method, note=note)
+    r = _relaxation(p, cur, required=value, required_exact=need / GIB, helps=True, plan=ev, apply=apply,
+                    method=method, note=note)
+    r.current_by_card = by_card
+    return r
 
 
 def relax_max_drop(ctx: Context, core: list[str] | None = None) -> Relaxation | None:
@@ -794,6 +840,22 @@ def _threshold(ctx: Context, make: Callable[[float], Scenario], lo: float, hi: f
     return hi, ev_hi
 
 
+def efficiency_ceiling(ctx: Context) -> tuple[float, str]:
+    """The highest efficiency the relaxation considers, and why: the flat model's MFU cannot exceed the
+    fraction of the matrix peak a large GEMM reaches on the card (its ``gemm_efficiency`` eta_max in
+    catalogs/performance.toml; the largest among the candidates), nor 100 %; the per-operation model's
+    scale cannot exceed 100 % of the modelled throughput (the model already runs every GEMM at its
+    measured efficiency: more would be faster than the card was measured to be)."""
+    sc = ctx.sc
+    if any(s.per_op for s in sc.systems.values()):
+        return 1.0, "100 % of the modelled throughput: every operation at the card's measured efficiency"
+    cat = ctx.catalog or load_catalog()
+    peaks = {name: (s.perf or cat.perf(name)).gemm_efficiency for name, s in sc.systems.items()}
+    name = max(peaks, key=lambda k: peaks[k])
+    return min(1.0, peaks[name]), (f"{name}'s measured large-GEMM efficiency eta_max {peaks[name] * 100:.4g} %, "
+                                   "catalogs/performance.toml")
+
+
 def relax_efficiency(ctx: Context, core: list[str] | None = None) -> Relaxation:
     """Required efficiency eta* = min { eta in (eta_0, 1] : T*(eta) <= T_deadline }. Efficiency divides
     the compute time (t = F / (p P eta)), so a higher eta never slows a plan (see ``_threshold``)."""
@@ -802,14 +864,17 @@ def relax_efficiency(ctx: Context, core: list[str] | None = None) -> Relaxation:
     eta0 = min(s.efficiency for s in sc.systems.values())
     # per-operation model: the efficiency is a scale on the modelled throughput (100 % = as calibrated)
     per_op = any(s.per_op for s in sc.systems.values())
-    hi = THROUGHPUT_SCALE_MAX if per_op else 1.0
+    hi, why = efficiency_ceiling(ctx)
     method = (f"min finish time as a function of efficiency in ({eta0:g}, {hi:g}] crossing the deadline (secant on "
               f"1/eta, bracketed), relative tolerance {EFFICIENCY_TOL:g}"
               + ("; per-operation model: percent of the modelled throughput" if per_op else ""))
+    if eta0 >= hi:
+        return _cannot(p, eta0 * 100, f"skipped: already at the ceiling ({why})", method, core)
     found = _threshold(ctx, lambda e: with_efficiency(sc, e), eta0, hi, EFFICIENCY_TOL)
     if found is None:
-        return _cannot(p, eta0 * 100, f"no plan even at {hi * 100:g} % "
-                       + ("of the modelled throughput" if per_op else "efficiency"), method, core)
+        return _cannot(p, eta0 * 100, f"skipped: no plan even at {hi * 100:.4g} % "
+                       + ("of the modelled throughput" if per_op else "efficiency") + f", the most any run reaches "
+                       f"({why}); a change nobody can make", method, core)
     eta, _ = found
     value, ev, apply = _settle(ctx, p, min(eta * 100, 100.0 * hi), lambda s: with_efficiency(sc, s))
     if ev is None or per_op:  # rounding up crossed 100 %; per-operation: no flat efficiency to write back
@@ -957,6 +1022,71 @@ def relax_max_cost(ctx: Context, core: list[str] | None = None) -> Relaxation | 
     return r
 
 
+def with_card_price_scale(sc: Scenario, f: float) -> Scenario:
+    """Every candidate card's price per card-hour times ``f`` (NIC prices unchanged)."""
+    return replace(sc, systems={k: replace(s, price_card_hour=s.price_card_hour * f)
+                                for k, s in sc.systems.items() if s.price_card_hour is not None})
+
+
+PRICE_ROUNDS = 32  # Dinkelbach rounds at most (each one is a cheapest-plan solve; 2-4 are typical)
+
+
+def relax_card_price(ctx: Context, core: list[str] | None = None) -> Relaxation | None:
+    """The price per card-hour at which the request fits its budget B. Each plan costs
+    C(f) = f x card-dollars + NIC-dollars when every card's price is scaled by f; min over plans of C(f)
+    grows with f, so the largest f with min C(f) <= B is found by Dinkelbach's iteration: f_{k+1} = f_k +
+    (B - C_k(f_k)) / card-dollars_k / f_k, with C_k the cheapest plan at f_k (budget.cost freed), until the
+    cheapest plan costs B (exact, a few solves). Reported as the price of the plan's own card, f x its
+    catalog (or scenario) price, rounded down to the cent and re-solved at that price on that card alone.
+    None when there is no budget or the costs are card-hours (no prices)."""
+    sc = ctx.sc
+    if sc.cost.max_cost is None or F.BUDGET not in ctx.enforced:
+        return None
+    if any(s.price_card_hour is None or s.price_card_hour <= 0 for s in sc.systems.values()):
+        return None
+    p = PARAMS["card_price"]
+    budget = sc.cost.max_cost
+    method = "largest scale f of the card prices with min cost(f) <= budget (Dinkelbach's iteration, exact)"
+    cheapest = ctx.best(objective="cost", drop=[F.BUDGET])
+    first = next(iter(sc.systems))
+    if cheapest is None:
+        return _cannot(p, sc.systems[first].price_card_hour, "no plan meets the other constraints at any price",
+                       method, core)
+    if cheapest.metrics["cost"] <= budget:
+        return None  # the budget does not hold the request back at today's prices
+    f = 1.0
+    for _ in range(PRICE_ROUNDS):
+        acc = cheapest.plan.accelerator
+        card = cheapest.metrics["card_hours"] * sc.systems[acc].price_card_hour * f
+        nic = cheapest.metrics["cost"] - card
+        if card <= 0 or nic >= budget:
+            return _cannot(p, sc.systems[acc].price_card_hour, "the NICs alone cost more than the budget", method,
+                           core)
+        f *= (budget - nic) / card  # the price at which this plan costs the budget exactly
+        nxt = ctx.best(with_card_price_scale(sc, f), objective="cost", drop=[F.BUDGET])
+        assert nxt is not None, "a plan at every price: the same plans"
+        cheapest = nxt
+        if cheapest.metrics["cost"] >= budget * (1 - 1e-9):
+            break  # no plan is cheaper than the budget at f: the largest such f
+    acc = cheapest.plan.accelerator
+    now = sc.systems[acc].price_card_hour
+    assert now is not None, "every candidate has a price (checked above)"
+    exact = now * f
+    value = math.floor(exact * 100) / 100
+    pinned = replace(sc, systems={acc: replace(sc.systems[acc], price_card_hour=value)},
+                     search=replace(sc.search, accelerators=(acc,)))
+    ev = ctx.feasible(pinned) if value > 0 else None
+    if ev is None:
+        return _cannot(p, now, f"could not be confirmed by re-solving at {value:.2f} per card-hour", method, core)
+    apply: dict[str, Any] | None = {"hardware.accelerator": [acc], "search.accelerator": [acc], "cost.card_hour": value}
+    if apply is not None and not _applies(ctx, apply):
+        apply = None
+    r = _relaxation(p, now, required=value, required_exact=exact, helps=True, plan=ev, apply=apply,
+                    method=method + f"; {acc}: {now:g} now")
+    r.unit = f"{cheapest.metrics['cost_unit']}/card-hour"
+    return r
+
+
 def _scenario_for_accelerator(ctx: Context, name: str) -> Scenario:
     """The scenario with ``name`` as its only accelerator. From the raw tables when known (so the
     file's card overrides stay with the card they were written for), else from the catalog entry with
@@ -976,6 +1106,23 @@ def _scenario_for_accelerator(ctx: Context, name: str) -> Scenario:
     return replace(sc, systems={name: sysm}, search=replace(sc.search, accelerators=(name,)))
 
 
+def cost_floor(sc: Scenario, name: str) -> float | None:
+    """A lower bound on the cost of any plan of ``sc`` on accelerator ``name``: the weight GEMMs alone,
+    6 N_gemm D FLOPs, at the card's fastest matrix peak P times the highest efficiency its step model can
+    reach (flat: the stated efficiency; per-operation: eta_max x the throughput scale, since every GEMM runs at
+    most at eta_max of its peak), priced per card-hour: C >= 6 N_gemm D / (P eta) / 3600 x price (bubbles,
+    communication, overheads, reserved days and NICs only add). None without a price."""
+    s = sc.systems[name]
+    if s.price_card_hour is None:
+        return None
+    acc = s.acc
+    peak = max(acc.peak_flops, acc.peak_fp16, acc.peak_fp8)
+    eta = s.perf.gemm_efficiency * s.efficiency if s.perf is not None else s.efficiency
+    if not (peak > 0 and eta > 0):
+        return None
+    return 6.0 * gemm_params(sc.model) * sc.task.tokens / (peak * eta) / 3600.0 * s.price_card_hour
+
+
 def relax_accelerator(ctx: Context, core: list[str] | None = None) -> Relaxation:
     """Each catalog accelerator alone in place of the scenario's hardware: its cheapest plan (cost
     objective, every family enforced). Required: the cheapest accelerator that admits a plan."""
@@ -993,7 +1140,12 @@ def relax_accelerator(ctx: Context, core: list[str] | None = None) -> Relaxation
         entry: dict[str, Any] = {"accelerator": name, "current": name in ctx.sc.systems}
         try:
             sc = _scenario_for_accelerator(ctx, name)
-            ev = ctx.best(sc, objective="cost")
+            floor = cost_floor(sc, name) if F.BUDGET in ctx.enforced and sc.cost.max_cost is not None else None
+            if floor is not None and floor > sc.cost.max_cost:  # type: ignore[operator]
+                ev, entry["note"] = None, (f"over the budget without a solve: the weight GEMMs alone at the card's "
+                                           f"peak cost at least {floor:,.0f}")
+            else:
+                ev = ctx.best(sc, objective="cost")
         except InputError as exc:
             ev, entry["note"] = None, str(exc)
         entry["feasible"] = ev is not None
@@ -1015,8 +1167,11 @@ def relax_accelerator(ctx: Context, core: list[str] | None = None) -> Relaxation
                        method=method, options=options)
 
 
-RELAXATIONS = ("deadline", "max_cards", "tokens", "efficiency", "usable_memory", "nic_bandwidth", "reserved",
-               "accelerator", "max_cost", "max_drop")
+# In the order a user can act on them: money (a larger budget, a lower price, another card), then the request
+# (deadline, cards, tokens, reserved time), then the machine (NICs, memory) and last what a run can hardly change
+# (the MoE drop rate, the efficiency): a time limit cuts the least useful answers.
+RELAXATIONS = ("max_cost", "card_price", "accelerator", "deadline", "max_cards", "tokens", "reserved",
+               "nic_bandwidth", "usable_memory", "max_drop", "efficiency")
 
 
 def relaxations(sc: Scenario, backend: str = "cpsat", req: Request | None = None, *,
@@ -1056,7 +1211,7 @@ def relaxations(sc: Scenario, backend: str = "cpsat", req: Request | None = None
                 fn = {"deadline": relax_deadline, "max_cards": relax_max_cards, "efficiency": relax_efficiency,
                       "usable_memory": relax_usable_memory, "nic_bandwidth": relax_nic_bandwidth,
                       "accelerator": relax_accelerator, "max_cost": relax_max_cost,
-                      "max_drop": relax_max_drop}[name]
+                      "card_price": relax_card_price, "max_drop": relax_max_drop}[name]
                 r = fn(ctx, core)
         except Undecided as exc:
             p = PARAMS[name]
@@ -1293,3 +1448,4 @@ __all__ = ["conflict", "minimal_conflict", "conflict_detail", "relaxations", "in
            "Relaxation", "RELAXATIONS", "explain_plan", "sensitivities", "Context", "Undecided", "DELETION_ORDER",
            "PARAMS", "with_deadline", "with_reserved", "with_tokens", "with_max_cards", "with_max_cost",
            "with_efficiency", "with_usable_memory", "with_nic_factor"]
+

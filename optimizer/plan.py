@@ -21,7 +21,7 @@ from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY
 from tpopt.optimizer import backends, core, footing, outer
 from tpopt.optimizer.memory_plan import enforce as enforce_memory
-from tpopt.optimizer.report import analysis
+from tpopt.optimizer.report import analysis, cp_not_searched, scenario_entry
 from tpopt.optimizer.result import Request, SolveResult
 from tpopt.optimizer.space import FAMILIES, Space
 
@@ -121,7 +121,7 @@ def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = No
         if run != backend:
             result.solver.note = TINY_NOTE  # --method monolithic runs the solver asked for
     out: dict[str, Any] = {"status": result.status.value, "objective": result.objective,
-                           "solver": result.solver.as_dict()}
+                           "solver": result.solver.as_dict(), "scenario": scenario_entry(sc)}
     if exported:
         out["export"] = exported
     if not result.feasible:
@@ -146,6 +146,10 @@ def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = No
 
         out["finish_distribution"] = distribution_entry(view, best, backend, req, step_up=analyse)
     out["footing"] = footing.of_evaluation(view, out)
+    if analyse:
+        cp = cp_not_searched(view, backend, req, best)
+        if cp is not None:
+            out["context_parallel"] = cp
     if bs or sc.task.critical_batch is not None:
         out["batch"] = outer.batch_figures(view, best)
         out["batch_choices"] = outer.batch_rows(bs, req.objective) if bs else []
@@ -228,7 +232,9 @@ def _staged(sc: Scenario, backend: str, req: Request, analyse: bool) -> PlanRepo
     ss = outer.solve_stages(sc, backend, req)
     result = SolveResult(status=ss.status, objective=ss.objective, plans=[p.ev for p in ss.picks] if ss.feasible
                          else [], solver=ss.solver, enforced=tuple(ss.enforced))
-    return PlanReport.of(result, staged_dict(ss, analyse, backend, req), sc, staged=ss)
+    d = staged_dict(ss, analyse, backend, req)
+    d = {**{k: d[k] for k in ("status", "objective", "solver")}, "scenario": scenario_entry(sc), **d}
+    return PlanReport.of(result, d, sc, staged=ss)
 
 
 def _stage_entry(ss: outer.StagedSolve, i: int, analyse: bool, backend: str, req: Request) -> dict[str, Any]:

@@ -466,6 +466,13 @@ def check_export_path(path: str | os.PathLike[str]) -> Path:
     return p
 
 
+def _umask() -> int:
+    """The process's file-creation mask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def export_model(space: Space, req: Request, path: str | os.PathLike[str]) -> dict[str, Any]:
     """Write the monolithic MILP of ``space`` under ``req`` to ``path`` (.lp or .mps), atomically.
 
@@ -489,6 +496,7 @@ def export_model(space: Space, req: Request, path: str | os.PathLike[str]) -> di
             m, _ = build_pyomo(f, name=name)
             m.del_component(m.nogood)
             m.write(tmp, io_options={"symbolic_solver_labels": True})  # format from the suffix
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; the file gets what open() would give it
         os.replace(tmp, p)
     except OSError as exc:
         raise InputError(f"--export {path}: cannot write ({exc.strerror or exc})") from None

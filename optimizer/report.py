@@ -17,11 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Final, Protocol, TypeAlias
 
 import numpy as np
 from numpy.typing import NDArray
+from tpopt.errors import InputError
 from tpopt.models import families as F
+from tpopt.models.arch import activated_params, flops_per_token, param_count
 from tpopt.models.evaluate import SPEC, Evaluation, evaluate
 from tpopt.models.plan import Scenario
 from tpopt.optimizer import analysis as shared  # the analysis shared with tpopt rl (analysis() is ours)
@@ -332,3 +334,63 @@ def analysis(space: Space, best: Evaluation, backend: str, req: Request, enforce
             "robustness": robustness(space.sc, best), "undecided": undecided,
             "analysis": "done" if done else "time limit reached"}
 
+
+
+def scenario_entry(sc: Scenario) -> dict[str, Any]:
+    """What is planned, for every report: the scenario's name and the model's name, parameters N (total;
+    activated: the top-k experts a token uses, = N for a dense model) and training FLOPs per token,
+    6 N_gemm + 12 L d_attn (s + 1) / 2 at the task's sequence length (each stage's for a staged task)."""
+    m = sc.model
+    lengths = [(st.name, st.task.seq_len) for st in sc.stages] if sc.stages else [(None, sc.task.seq_len)]
+    model: dict[str, Any] = {"name": m.name, "params": param_count(m), "activated_params": activated_params(m),
+                             "flops_per_token": [{"stage": name, "seq_len": int(s),
+                                                  "flops": float(flops_per_token(m, float(s)))}
+                                                 for name, s in lengths]}
+    return {"name": sc.name, "model": model}
+
+
+# ---------------------------------------------------------------------------------------------
+# long context with context parallelism left out of the search
+
+LONG_CONTEXT_TOKENS: Final = 32_768  # from here on a plan without CP usually pays for it (README: long context)
+CP_CHOICES: Final = (1, 2, 4, 8, 16)  # what --cp 1,2,4,8,16 searches
+CP_CHECK_MAX_PLANS: Final = 5_000_000  # re-solve with CP open only up to this space size (else: a hint)
+
+
+def cp_not_searched(sc: Scenario, backend: str, req: Request, best: Evaluation | None) -> dict[str, Any] | None:
+    """What leaving context parallelism out of ``[search]`` costs a long-context task, or None when it
+    does not apply (sequences shorter than LONG_CONTEXT_TOKENS, or CP searched).
+
+    When the space with ``cp = CP_CHOICES`` has at most CP_CHECK_MAX_PLANS plans it is solved (same
+    backend, same clock): ``checked`` True with ``best_with_cp`` (its plan and figures) and ``saving``
+    (the fraction of the objective searching CP saves; 0 when it does not help), else ``checked`` False
+    and only the hint. ``flag`` is the command-line way to search it."""
+    if sc.stages or sc.task.seq_len < LONG_CONTEXT_TOKENS or tuple(sc.search.cp) != (1,):
+        return None
+    out: dict[str, Any] = {"seq_len": sc.task.seq_len, "objective": req.objective, "searched": [1],
+                           "suggested": list(CP_CHOICES),
+                           "flag": "--cp " + ",".join(map(str, CP_CHOICES)), "checked": False,
+                           "best_with_cp": None, "saving": None}
+    opened = replace(sc, search=replace(sc.search, cp=CP_CHOICES))
+    try:
+        space = Space.from_scenario(opened)
+    except InputError:
+        return out
+    if space.size() > CP_CHECK_MAX_PLANS:
+        out["reason"] = f"{space.size():,} plans with CP open: not re-solved"
+        return out
+    run = backends.EXHAUSTIVE if space.size() <= TABLE_LIMIT else backends.with_model(backend)
+    r = core.solve(opened, run, Request(objective=req.objective, time_limit=req.time_limit, seed=req.seed,
+                                         workers=req.workers, clock=req.clock), space=space)
+    if r.status != Status.OPTIMAL:
+        out["reason"] = "the re-solve with CP open was not proven in time"
+        return out
+    out["checked"] = True
+    if r.best is None:
+        out["saving"] = 0.0
+        return out
+    with_cp = objective_value(r.best, req.objective)
+    base = objective_value(best, req.objective) if best is not None else None
+    out["best_with_cp"] = plan_summary(r.best)
+    out["saving"] = None if base is None else max(0.0, (base - with_cp) / base) if base > 0 else 0.0
+    return out

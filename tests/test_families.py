@@ -129,7 +129,8 @@ OLD_AFFECTS = {"deadline": {"deadline.finish", "checkpoint.backlog"}, "max_cards
                "usable_memory": {"memory.per_card"},
                "nic_bandwidth": {"deadline.finish", "budget.cost", "input.throughput"},
                "reserved": {"deadline.finish", "budget.cost"}, "max_cost": {"budget.cost"},
-               "max_drop": {"moe.capacity_drops"}, "accelerator": set(OLD_CONSTRAINTS) - {"step.budget"}}
+               "max_drop": {"moe.capacity_drops"}, "accelerator": set(OLD_CONSTRAINTS) - {"step.budget"},
+               "card_price": {"budget.cost"}}  # added with issue 25: the price per card-hour that fits the budget
 
 
 def test_derived_views_equal_the_old_lists():

@@ -37,7 +37,8 @@ def test_text_names_split_bottleneck_and_finish(text):
     assert "Bottleneck: " in text and "Cycle: " in text and "Finish: " in text
     assert "One-step async pays off" in text
     assert "Binding constraints" in text and "deadline.finish" in text
-    assert "Assumptions:" in text and "HBM bandwidth" in text and "lognormal" in text
+    flat = " ".join(text.split())  # the text is wrapped to the terminal's width (issue 25)
+    assert "Assumptions:" in flat and "HBM bandwidth" in flat and "lognormal" in flat
 
 
 def test_text_is_deterministic(text):
@@ -122,7 +123,8 @@ def test_bad_rl_input_one_line_exit_2(tmp_path, name):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (("--tokens", "1B"), "--tokens does not apply"),
+    # --tokens, --seq-len, --global-batch, --critical-batch: not options of tpopt rl (issue 25: they are derived
+    # from [rl]; tests/test_user_surface.py)
     (("--kept", "1.5"), "kept"),
     (("--plot", "cycle.txt"), ".pdf, .svg or .png"),
     (("--deadline", "30x"), "unknown unit"),

@@ -276,9 +276,10 @@ def test_a_sweep_whose_points_all_hit_the_limit_does_not_say_infeasible(tmp_path
             "--plot", str(plot)]
     code, stdout, err = run(args)
     assert code == 0, err
-    assert "No feasible plan" not in stdout
+    flat = " ".join(stdout.split())  # the text is wrapped to the terminal's width (issue 25)
+    assert "No feasible plan" not in flat
     assert "No plan found: 3 reached the time limit without an answer (unknown); infeasibility is not proven at " \
-           "every point." in stdout
+           "every point." in flat
     assert "no answer" in stdout  # the summary's column
     assert "3 point(s) reached the time limit (5 s): 3 without an answer (status unknown)" in err
     rows = [sw._parse_csv_line(ln) for ln in out.read_text().split("\n")[1:] if ln]
@@ -318,6 +319,9 @@ def test_integer_columns_stay_integers_in_every_format(tmp_path, small):
     row = next(ln for ln in first if ",optimal," in ln)
     cells = dict(zip(header, next(csv.reader([row])), strict=False))
     for c in sw.INT_COLUMNS:
+        if c in ("ep", "expert_tp"):  # MoE fields: empty for a dense model (issue 25)
+            assert cells[c] == "", (c, cells[c])
+            continue
         assert cells[c].isdigit(), (c, cells[c])  # "48", never "48.0"
     js = tmp_path / "r.json"
     sw.run_sweep(res.spec, out=js, workers=1)

@@ -61,6 +61,7 @@ def front_plans(rows: list[Row]) -> list[Row]:
                                                 "seq_len", *PLAN_COLUMNS, "cost", "cost_unit", "finish_days",
                                                 "train_days", "overhead_days", "step_s", "memory_per_card_gib",
                                                 "overhead_fraction")}
+            e["efficiency"] = e["efficiency"] or None  # 0 in rows of files written before: the per-op model
             e["deadlines"] = []
             e["points"] = 0
         e["deadlines"].append(r["deadline_days"])
@@ -70,7 +71,7 @@ def front_plans(rows: list[Row]) -> list[Row]:
         ds = sorted(set(e.pop("deadlines")))
         e["deadline_min_days"], e["deadline_max_days"] = ds[0], ds[-1]
         out.append(e)
-    out.sort(key=lambda e: (e["tokens"], e["efficiency"], -1 if e["card_hour"] is None else e["card_hour"],
+    out.sort(key=lambda e: (e["tokens"], e["efficiency"] or 0.0, -1 if e["card_hour"] is None else e["card_hour"],
                             e["reserved_days"], e["finish_days"], e["cost"], e["accelerator"]))
     return out
 
@@ -105,7 +106,7 @@ def summarize(rows: list[Row], hw: Iterable[str] = ()) -> list[Row]:
             e["fastest"] = {k: f[k] for k in ("cards", "cost", "finish_days", "deadline_days")}
             e["fastest_possible_days"] = f["finish_days"]
         out.append(e)
-    out.sort(key=lambda e: (e["tokens"], e["efficiency"], -1 if e["card_hour"] is None else e["card_hour"],
+    out.sort(key=lambda e: (e["tokens"], e["efficiency"] or 0.0, -1 if e["card_hour"] is None else e["card_hour"],
                             e["reserved_days"], order.get(e["accelerator"], len(order)), e["accelerator"]))
     return out
 
@@ -117,7 +118,7 @@ def case_label(case: Case, spec: SweepSpec) -> str:
     if len(spec.values["tokens"]) > 1:
         parts.append(f"{fmt_count(tokens)} tok")
     if len(spec.values["efficiency"]) > 1:
-        parts.append(f"MFU {eff * 100:g}%")
+        parts.append(f"MFU {eff * 100:g}%" if eff else "per-op model")
     if len(spec.values["card_hour"]) > 1:
         parts.append("catalog $" if price is None else f"${price:g}/h")
     if len(spec.values["reserved"]) > 1:
@@ -194,7 +195,7 @@ def breakdown_bars(result: SweepResult, cards: Iterable[int] | None = None) -> t
         for e in result.front():
             rng = (f"{e['deadline_min_days']:g} d" if e["deadline_min_days"] == e["deadline_max_days"]
                    else f"{e['deadline_min_days']:g}-{e['deadline_max_days']:g} d")
-            clabel = case_label((e["tokens"], e["efficiency"], e["card_hour"], e["reserved_days"]), spec)
+            clabel = case_label(case_of(e), spec)
             bars.append(_bar(f"{e['accelerator']} x {e['cards']}" + (f" ({clabel})" if clabel else ""), e,
                              note=f"optimal for deadlines {rng}"))
         return bars, []

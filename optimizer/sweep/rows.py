@@ -107,7 +107,8 @@ def make_row(point: Point, status: str, fingerprint_: str, solver: str, ev: Eval
     """A sweep row; with ``ev`` the plan's columns, and with ``sc`` (the point's scenario) its footing."""
     row: Row = dict.fromkeys(COLUMN_NAMES)
     row.update(point_key=point.key(), accelerator=point.accelerator, deadline_days=point.deadline_s / DAY,
-               reserved_days=point.reserved_s / DAY, tokens=point.tokens, efficiency=point.efficiency,
+               reserved_days=point.reserved_s / DAY, tokens=point.tokens,
+               efficiency=point.efficiency or None,  # None: the per-operation model (no flat efficiency)
                max_cards=point.max_cards, card_hour=point.card_hour, max_cost=point.max_cost, status=status,
                solver=solver, fingerprint=fingerprint_, price_card_hour=price, note=note,
                global_batch=point.global_batch, seq_len=point.seq_len)
@@ -117,8 +118,8 @@ def make_row(point: Point, status: str, fingerprint_: str, solver: str, ev: Eval
                    dp=p["dp"],
                    micro_batch=p["micro_batch"], grad_accum=p["grad_accum"], recompute=p["recompute"],
                    offload=p["offload"], schedule=p["schedule"], save_interval_s=p["save_interval_s"],
-                   save_mode=p["save_mode"], nics_per_host=p["nics_per_host"], ep=p.get("ep") or 1,
-                   expert_tp=p.get("expert_tp") or p["tp"], capacity_factor=p.get("capacity_factor"),
+                   save_mode=p["save_mode"], nics_per_host=p["nics_per_host"], ep=p.get("ep"),  # None: dense
+                   expert_tp=p.get("expert_tp"), capacity_factor=p.get("capacity_factor"),
                    global_batch=p["global_batch"], train_tokens=m["tokens"], cost=m["cost"],
                    cost_unit=m["cost_unit"], finish_days=m["finish_days"], train_days=m["train_days"],
                    overhead_days=m["train_days"] * m["overhead_fraction"], step_s=m["step_s"],
@@ -135,7 +136,7 @@ def sort_key(row: Row) -> tuple[Any, ...]:
     def num(x: Any, none: Any) -> Any:
         return none if x is None else x
 
-    return (row["tokens"], row["efficiency"], num(row["card_hour"], -1.0), row["reserved_days"],
+    return (row["tokens"], row["efficiency"] or 0.0, num(row["card_hour"], -1.0), row["reserved_days"],
             num(row["seq_len"], 0), row["accelerator"], num(row["max_cost"], math.inf), row["max_cards"],
             row["deadline_days"], num(row["global_batch"], 0), row["point_key"])
 
@@ -143,4 +144,4 @@ def sort_key(row: Row) -> tuple[Any, ...]:
 def case_of(row: Row) -> tuple[Any, ...]:
     """Rows sharing a case compete on one front (everything but accelerator, constraint limits and
     the global batch, a plan choice whose token-efficiency cost is in the row's cost)."""
-    return (row["tokens"], row["efficiency"], row["card_hour"], row["reserved_days"], row.get("seq_len"))
+    return (row["tokens"], row["efficiency"] or None, row["card_hour"], row["reserved_days"], row.get("seq_len"))
