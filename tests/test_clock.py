@@ -209,8 +209,9 @@ def test_a_limit_at_any_reading_gives_an_honest_status(name, backend, req):
 
 def small_staged():
     """The long-context example over fewer layouts (the same two stages; seconds instead of a minute)."""
-    return load_scenario(EX / "llama3-8b-long-context.toml", {"search.tp": [1, 2], "search.pp": [1],
-                                                              "search.zero_stage": [1], "search.recompute": ["none"]})
+    # full recompute: at 128K tokens a sequence's activations need it under the allocator-level memory model
+    return load_scenario(EX / "llama3-8b-long-context.toml", {"search.tp": [1, 2, 4], "search.pp": [1],
+                                                              "search.zero_stage": [1], "search.recompute": ["full"]})
 
 
 def test_a_staged_solve_cut_short_is_not_decided_never_no_plan():
