@@ -1,0 +1,112 @@
+"""Market offers: where a card is rented, on what terms, and what a run on it is billed.
+
+An :class:`Offer` is one (provider, region, accelerator, market) row of the market catalog
+(``catalogs/offers.toml``): a price per card-hour, how it is billed, how many cards are available, when
+the price was read and from where. Its bill for a run of ``n`` cards finishing in ``f`` seconds is a closed
+form that grows with ``f`` (:func:`billed_cost`):
+
+- on-demand and spot: ``n x p x max(m, g ceil(f / g)) / 3600`` (``g`` billing granularity in s, ``m``
+  minimum commitment in s);
+- reserved for a term ``T``: ``n x p x T ceil(f / T) / 3600`` (the term is paid whole, used or not).
+
+A spot offer is preempted at ``rho`` per card-hour; each preemption costs the redo since the last
+checkpoint and a reacquisition delay ``d`` on top of the restore (:func:`preemption_rate`,
+:mod:`tpopt.models.terms` folds both into the long-run overhead).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tpopt.models.units import HOUR
+
+ON_DEMAND = "on-demand"
+SPOT = "spot"
+RESERVED = "reserved"
+MARKETS = (ON_DEMAND, SPOT, RESERVED)
+STALE_MONTHS = 6
+"""A price read more than this many months before the market's date is flagged as old in every report."""
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One market offer; prices in USD per card-hour, durations in seconds."""
+
+    provider: str
+    region: str
+    accelerator: str
+    market: str  # one of MARKETS
+    price_card_hour: float
+    available: int  # cards that can be rented under this offer
+    date: str  # YYYY-MM or YYYY-MM-DD: when the price was read
+    source: str
+    cards_per_host: int = 8
+    term_s: float = 0.0  # reserved: the term paid whole
+    billing_s: float = 1.0  # billing granularity
+    min_commit_s: float = 0.0  # the shortest time billed
+    illustrative: bool = False  # "assumption: illustrative": no published price behind it
+    preempt_per_card_hour: float = 0.0  # spot: preemptions per card-hour
+    preempt_source: str = ""
+    reacquire_s: float = 0.0  # spot: time to get the cards back after a preemption
+
+    @property
+    def id(self) -> str:
+        """``provider/region/accelerator/market`` (reserved: ``reserved-<months>m``)."""
+        m = f"{RESERVED}-{round(self.term_s / (30.4375 * 86400))}m" if self.market == RESERVED else self.market
+        return f"{self.provider}/{self.region}/{self.accelerator}/{m}"
+
+    @property
+    def linear(self) -> bool:
+        """Billed exactly as price x cards x seconds (per-second billing, no commitment, no term)."""
+        return self.market != RESERVED and self.billing_s <= 1.0 and self.min_commit_s <= 0.0
+
+
+def billed_seconds(offer: Offer, finish_s: float) -> float:
+    """Seconds billed per card for a run of ``finish_s``: reserved ``T ceil(f / T)``; otherwise
+    ``max(m, g ceil(f / g))``."""
+    if offer.market == RESERVED:
+        return offer.term_s * max(1, math.ceil(finish_s / offer.term_s - 1e-12))
+    g = max(offer.billing_s, 1e-9)
+    return max(offer.min_commit_s, g * math.ceil(finish_s / g - 1e-12))
+
+
+def billed_cost(offer: Offer, cards: int, finish_s: float) -> float:
+    """USD billed: cards x price per card-hour x billed seconds / 3600 (the offer prices the host's NICs)."""
+    return cards * offer.price_card_hour * billed_seconds(offer, finish_s) / HOUR
+
+
+def least_billed_cost(offer: Offer, cards: int) -> float:
+    """The smallest bill ``cards`` can run up under the offer, whatever the finish (a lower bound)."""
+    least = offer.term_s if offer.market == RESERVED else max(offer.min_commit_s, min(offer.billing_s, 1.0))
+    return cards * offer.price_card_hour * least / HOUR
+
+
+def preemption_rate(offer: Offer) -> float:
+    """Preemptions per card-second (0 unless spot)."""
+    return offer.preempt_per_card_hour / HOUR if offer.market == SPOT else 0.0
+
+
+def months_between(earlier: str, later: str) -> int:
+    """Whole calendar months from ``earlier`` to ``later`` (YYYY-MM[-DD]); days count when both give them."""
+    y0, m0, *d0 = (int(x) for x in earlier.split("-"))
+    y1, m1, *d1 = (int(x) for x in later.split("-"))
+    months = (y1 - y0) * 12 + (m1 - m0)
+    if d0 and d1 and d1[0] < d0[0]:
+        months -= 1
+    return months
+
+
+def price_notes(offer: Offer, as_of: str) -> list[str]:
+    """What a report must say about the offer's price: illustrative, and/or older than 6 months."""
+    notes = []
+    if offer.illustrative:
+        notes.append("assumption: illustrative price")
+    age = months_between(offer.date, as_of)
+    if age > STALE_MONTHS:
+        notes.append(f"price older than {STALE_MONTHS} months ({age} months at {as_of})")
+    return notes
+
+
+__all__ = ["Offer", "MARKETS", "ON_DEMAND", "SPOT", "RESERVED", "STALE_MONTHS", "billed_seconds", "billed_cost",
+           "least_billed_cost", "preemption_rate", "months_between", "price_notes"]
