@@ -91,8 +91,8 @@ def build_offer(name: str, t: dict, market: Market, accelerators: set[str] | Non
                  min_commit_s=parse_duration(t.get("min_commitment", "0s"), f"{where} min_commitment"),
                  illustrative=bool(t.get("illustrative", False)), preempt_per_card_hour=rho,
                  preempt_source=str(t.get("preempt_source", market.preempt_source)) if spot else "",
-                 reacquire_s=parse_duration(t.get("reacquire", market.reacquire_s), f"{where} reacquire")
-                 if spot else 0.0)
+                 reacquire_s=(parse_duration(t["reacquire"], f"{where} reacquire") if "reacquire" in t
+                              else market.reacquire_s) if spot else 0.0)
 
 
 def _read(path: Path) -> dict:
