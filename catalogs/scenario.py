@@ -37,15 +37,19 @@ from tpopt.catalogs.schema import (
     PriceKeys,
     ScenarioKeys,
     ScheduleKeys,
+    MarketKeys,
     SearchKeys,
     StragglerKeys,
     TaskKeys,
+    as_list,
     check_keys,
     read_table,
     targets,
 )
+from tpopt.catalogs.market import check_date
 from tpopt.errors import InputError
 from tpopt.models.hardware import Accelerator
+from tpopt.models.market import MarketOptions
 from tpopt.models.plan import (
     CostOptions,
     InputPipeline,
@@ -180,6 +184,7 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     value to SI units exactly once."""
     check_keys(raw)
     cat = catalog or load_catalog()
+    raw = market_hardware(raw, cat)
     model = _model(raw["model"], Path(raw.get("_base_dir", ".")), cat)
     stage_tables = _stage_tables(raw["task"])
     task = _task(raw, stage_tables, model)
@@ -204,7 +209,41 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     return Scenario(model=model, task=task, systems=systems, memory=mem, input=inp, reliability=rel, search=space,
                     cost=CostOptions(budget.max_cost), moe=moe_opts, overlap=comm.overlap, name=str(name),
                     tp_overlap=comm.tp_overlap, dp_overlap=comm.dp_overlap, stages=stages, cp_method=comm.cp_method,
-                    cp_split=comm.cp_split)
+                    cp_split=comm.cp_split, market=market_options(raw.get("market"), cat, tuple(systems)))
+
+
+def market_hardware(raw: dict, cat: Catalog) -> dict:
+    """``hardware.accelerator = "all"`` (``--hw all``): every accelerator that has an offer, chosen by market."""
+    acc = raw["hardware"].get("accelerator")
+    if acc not in ("all", ["all"]):
+        return raw
+    names = list(dict.fromkeys(o.accelerator for o in cat.market.offers.values()))
+    search = {k: v for k, v in raw.get("search", {}).items() if k != "accelerator"}
+    return {**raw, "hardware": {**raw["hardware"], "accelerator": names}, "search": search,
+            "market": {"offers": "all", **raw.get("market", {})}}
+
+
+def market_options(table: dict | None, cat: Catalog, accelerators: tuple[str, ...]) -> MarketOptions:
+    """[market]: the offers to choose from (by name, or "all" of the scenario's accelerators), kept to
+    ``regions``; prices judged at ``as_of`` (default: the market catalog's date)."""
+    if not table:
+        return MarketOptions()
+    m = read_table(MarketKeys, table, "market.")
+    names = m.offers if m.offers is not None else "all"
+    if names == "all":
+        chosen = [o for o in cat.market.offers.values() if o.accelerator in accelerators]
+    else:
+        unknown = [n for n in as_list(names, "market.offers") if n not in cat.market.offers]
+        if unknown:
+            raise InputError(f"market.offers: unknown offer(s) {', '.join(map(str, unknown))} (tpopt catalog offers)")
+        chosen = [cat.market.offers[n] for n in as_list(names, "market.offers")]
+    if m.regions is not None:
+        keep = {str(r) for r in as_list(m.regions, "market.regions")}
+        chosen = [o for o in chosen if o.region in keep or f"{o.provider}/{o.region}" in keep]
+    if not chosen:
+        raise InputError("market: no offer of the scenario's accelerators (tpopt catalog offers)")
+    as_of = check_date(m.as_of, "market.as_of") if m.as_of is not None else cat.market.as_of
+    return MarketOptions(offers=tuple(chosen), as_of=as_of)
 
 
 def _model(table: dict, base: Path, cat: Catalog):

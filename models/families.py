@@ -37,7 +37,8 @@ KINDS = (KIND_RULE, KIND_MEMORY, KIND_QUALITY, KIND_TIME, KIND_INPUT, KIND_DEADL
 # scopes: which solve reports a family
 PRETRAINING = "pre-training"
 RL = "rl"
-SCOPES = (PRETRAINING, RL)
+MARKET = "market"  # the market solve (optimizer/market.py): checks on the offer a plan rents
+SCOPES = (PRETRAINING, RL, MARKET)
 
 # the names, for code that must name one family
 MEMORY_PER_CARD = "memory.per_card"
@@ -64,6 +65,7 @@ CHECKPOINT = "checkpoint.backlog"
 DEADLINE = "deadline.finish"
 CARDS = "cards.max"
 BUDGET = "budget.cost"
+MARKET_AVAILABLE = "market.available"
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,8 @@ REGISTRY = (
     Family(BUDGET, KIND_BUDGET, "USD", 1.0, "cost <= budget cap", scopes=_BOTH,
            moved_by=("tokens", "efficiency", "nic_bandwidth", "reserved", "max_cost"), deletion_rank=1,
            stage_shared=True, swept=True, shown_unbounded=False),
+    Family(MARKET_AVAILABLE, KIND_SIZE, "cards", 1.0, "cards <= cards available under the offer", scopes=(MARKET,),
+           form_of=CARDS),
 )
 EVERY_FAMILY_INPUTS = ("accelerator",)
 """Explain's inputs that move every family (a different accelerator changes every table)."""
@@ -229,5 +233,5 @@ __all__ = [
     "PRETRAINING_FAMILIES", "PRETRAINING_NAMES", "MOE_FAMILIES", "SOLVED", "STRUCTURAL", "RELAXABLE", "EXACT",
     "DELETION_ORDER", "EVIDENCE", "MODEL_FAMILIES", "HUB_RULES", "TRAINER_RULES", "TRAINER_MEMORY",
     "CHOICE_FAMILIES", "STAGE_SHARED", "SWEPT", "EVERY_FAMILY_INPUTS",
-    "RL_FAMILIES", "RL_NAMES", "RL_SOLVED", "RL_REPORTED", "RL_STRUCTURAL", "RL_RELAXABLE",
+    "MARKET", "MARKET_AVAILABLE", "RL_FAMILIES", "RL_NAMES", "RL_SOLVED", "RL_REPORTED", "RL_STRUCTURAL", "RL_RELAXABLE",
 ]

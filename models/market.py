@@ -52,14 +52,30 @@ class Offer:
 
     @property
     def id(self) -> str:
-        """``provider/region/accelerator/market`` (reserved: ``reserved-<months>m``)."""
-        m = f"{RESERVED}-{round(self.term_s / (30.4375 * 86400))}m" if self.market == RESERVED else self.market
-        return f"{self.provider}/{self.region}/{self.accelerator}/{m}"
+        """``provider/region/accelerator/market`` (reserved: ``reserved-<term>``, in months from 28 days)."""
+        return f"{self.provider}/{self.region}/{self.accelerator}/{self.market_name}"
+
+    @property
+    def market_name(self) -> str:
+        """``on-demand``, ``spot`` or ``reserved-12m`` / ``reserved-14d``."""
+        if self.market != RESERVED:
+            return self.market
+        days = self.term_s / 86400
+        return f"{RESERVED}-{round(days / 30.4375)}m" if days >= 28 else f"{RESERVED}-{days:g}d"
 
     @property
     def linear(self) -> bool:
         """Billed exactly as price x cards x seconds (per-second billing, no commitment, no term)."""
         return self.market != RESERVED and self.billing_s <= 1.0 and self.min_commit_s <= 0.0
+
+
+@dataclass(frozen=True)
+class MarketOptions:
+    """The offers a scenario chooses from (empty: no market, the accelerators' own prices) and the date
+    their prices are judged against (``as_of``, YYYY-MM[-DD])."""
+
+    offers: tuple[Offer, ...] = ()
+    as_of: str = ""
 
 
 def billed_seconds(offer: Offer, finish_s: float) -> float:
@@ -108,5 +124,5 @@ def price_notes(offer: Offer, as_of: str) -> list[str]:
     return notes
 
 
-__all__ = ["Offer", "MARKETS", "ON_DEMAND", "SPOT", "RESERVED", "STALE_MONTHS", "billed_seconds", "billed_cost",
+__all__ = ["Offer", "MarketOptions", "MARKETS", "ON_DEMAND", "SPOT", "RESERVED", "STALE_MONTHS", "billed_seconds", "billed_cost",
            "least_billed_cost", "preemption_rate", "months_between", "price_notes"]

@@ -15,6 +15,7 @@ from tpopt.errors import InputError
 from tpopt.models.arch import ModelArch
 from tpopt.models.batch import tokens_at_batch
 from tpopt.models.hardware import Accelerator
+from tpopt.models.market import MarketOptions
 from tpopt.models.roofline import PerfParams
 
 SAVE_MODES = ("sync", "async")
@@ -280,6 +281,7 @@ class Scenario:
     stages: tuple[Stage, ...] = ()  # training stages (Stage), in order; empty: one stage, the scenario's task
     cp_method: str = "ring"  # context parallelism: "ring" (KV exchange beside blockwise attention) or "all-to-all"
     cp_split: str = "zigzag"  # causal load balance of the sequence pieces: "zigzag" or "contiguous"
+    market: MarketOptions = field(default_factory=MarketOptions)  # offers to choose from (none: the [cost] prices)
 
     def overlap_fractions(self) -> tuple[tuple[float, float], float]:
         """((chunked, async) tensor-parallel, data-parallel) overlap; ``overlap = false`` turns all off."""
