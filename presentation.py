@@ -359,3 +359,47 @@ def request_lines(d: dict, sc) -> list[str]:
     if (d.get("solver") or {}).get("time_limit_reached"):
         lines.insert(1, limit_line(d["solver"]))
     return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# market offers
+
+
+def _offer_terms(o: dict) -> str:
+    if o["term_days"] is not None:
+        terms = f"term {o['term_days']:g} d paid whole"
+    else:
+        terms = "per-second billing" if o["billing_s"] <= 1 else f"billed per {o['billing_s']:g} s"
+        if o["min_commitment_h"] > 0:
+            terms += f", at least {o['min_commitment_h']:g} h"
+    return terms
+
+
+def market_lines(out: dict) -> list[str]:
+    """The market block under the plan line: the offer used (price, terms, date, source, notes), the spot
+    figures, then each offer's best plan."""
+    m = out.get("market")
+    if not m or not m.get("offer"):
+        return []
+    o = m["offer"]
+    lines = [f"Offer: {o['id']}, {o['price_card_hour']:g} USD per card-hour ({_offer_terms(o)}), "
+             f"{o['available']:,} cards available; price dated {o['date']} ({o['source']})"]
+    lines += [f"  note: {n}" for n in o["notes"]]
+    p = m.get("preemption")
+    if p:
+        lines.append(f"Spot share {m['spot_share']:.0%}: {p['expected_preemptions']:.2f} preemptions expected "
+                     f"({p['rate_per_card_hour']:g} per card-hour: {p['rate_source']}), each losing "
+                     f"{p['seconds_lost_per_preemption']:,.0f} s (redo since the checkpoint, restore, "
+                     f"{p['reacquire_s']:,.0f} s to reacquire); they cost {p['time_cost_days']:.3f} d and "
+                     f"{p['cost']:,.0f} USD; save interval {p['save_interval_s']:,.0f} s (optimum for the combined "
+                     f"failure rate {p['optimal_interval_s']:,.0f} s, without preemptions "
+                     f"{p['optimal_interval_without_s']:,.0f} s)")
+    lines.append(f"Offers compared (as of {m['as_of']}; one exact sub-problem each):")
+    width = max(len(r["offer"]) for r in m["offers"])
+    for r in m["offers"]:
+        mark = "*" if r["offer"] == o["id"] else " "
+        what = (f"{r['cards']:>6,} cards {r['finish_days']:8.2f} d {r['cost']:>14,.0f} USD" if "cards" in r
+                else f"{r['status']}")
+        note = f"  ({'; '.join(r['notes'])})" if r["notes"] else ""
+        lines.append(f" {mark} {r['offer']:<{width}} {what}{note}")
+    return lines

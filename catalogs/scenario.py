@@ -233,10 +233,11 @@ def market_options(table: dict | None, cat: Catalog, accelerators: tuple[str, ..
     if names == "all":
         chosen = [o for o in cat.market.offers.values() if o.accelerator in accelerators]
     else:
-        unknown = [n for n in as_list(names, "market.offers") if n not in cat.market.offers]
+        by = {**{o.id: o for o in cat.market.offers.values()}, **cat.market.offers}  # by id or by name
+        unknown = [n for n in as_list(names, "market.offers") if n not in by]
         if unknown:
             raise InputError(f"market.offers: unknown offer(s) {', '.join(map(str, unknown))} (tpopt catalog offers)")
-        chosen = [cat.market.offers[n] for n in as_list(names, "market.offers")]
+        chosen = list(dict.fromkeys(by[n] for n in as_list(names, "market.offers")))
     if m.regions is not None:
         keep = {str(r) for r in as_list(m.regions, "market.regions")}
         chosen = [o for o in chosen if o.region in keep or f"{o.provider}/{o.region}" in keep]

@@ -20,7 +20,7 @@ from tpopt.cli.request import raw_and_catalog, request_from, solve_options
 from tpopt.errors import InputError
 from tpopt.optimizer import plan as P
 from tpopt.optimizer.result import Status
-from tpopt.presentation import infeasible_lines, sensitivity_text
+from tpopt.presentation import infeasible_lines, market_lines, sensitivity_text
 
 
 @click.command()
@@ -56,7 +56,7 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, **kw):
         if as_json:
             click.echo(dump_json(out), nl=False)
             return
-        text = solve_text(out, pr.view, timing, batch_lines(out))
+        text = solve_text(out, pr.view, timing, batch_lines(out) + market_lines(out))
         if sensitivity:
             text += "\n" + sensitivity_text(out["sensitivities"])
         click.echo(text, nl=False)

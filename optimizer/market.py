@@ -91,6 +91,7 @@ class OfferSolve:
     best: Evaluation | None
     solves: int
     method: str  # "one solve" (per-second bill) or "card-count scan"
+    points: int = 0  # plans in the offer's design space
 
 
 def _better(a: Evaluation, b: Evaluation | None, objective: str) -> bool:
@@ -109,7 +110,7 @@ def solve_offer(sc: Scenario, offer: M.Offer, backend: str, req: Request,
     if offer.linear:
         r = core.solve(sub, run, replace(req, top=1), space=space)
         best = billed(sc, offer, r.best) if r.best is not None else None
-        return OfferSolve(offer, sub, r.status, best, 1, "one solve")
+        return OfferSolve(offer, sub, r.status, best, 1, "one solve", space.size())
     enforced = req.enforced(FAMILIES)
     inner = frozenset(f for f in enforced if f != F.BUDGET)
     cap = sc.cost.max_cost if F.BUDGET in enforced else None
@@ -133,7 +134,7 @@ def solve_offer(sc: Scenario, offer: M.Offer, backend: str, req: Request,
             best = ev
     status = (Status.OPTIMAL if best is not None else Status.INFEASIBLE) if proven else \
         (Status.FEASIBLE if best is not None else Status.UNKNOWN)
-    return OfferSolve(offer, sub, status, best, solves, "card-count scan")
+    return OfferSolve(offer, sub, status, best, solves, "card-count scan", space.size())
 
 
 @dataclass
@@ -165,6 +166,7 @@ def solve_market(sc: Scenario, backend: str, req: Request, choose: Callable[[Spa
     info = SolverInfo(name=backend, note=f"one exact sub-problem per offer ({len(rows)} offers, "
                       f"{sum(r.solves for r in rows)} solves)")
     info.gap = 0.0 if status == Status.OPTIMAL else None
+    info.points = sum(r.points for r in rows)
     info.wall_s = time.perf_counter() - t0
     plans = [pick.best] if pick and pick.best else []
     enforced = req.enforced(FAMILIES)
