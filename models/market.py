@@ -6,7 +6,7 @@ the price was read and from where. Its bill for a run of ``n`` cards finishing i
 form that grows with ``f`` (:func:`billed_cost`):
 
 - on-demand and spot: ``n x p x max(m, g ceil(f / g)) / 3600`` (``g`` billing granularity in s, ``m``
-  minimum commitment in s);
+  minimum commitment in s; per-second billing, ``g <= 1 s``, bills ``f`` itself);
 - reserved for a term ``T``: ``n x p x T ceil(f / T) / 3600`` (the term is paid whole, used or not).
 
 A spot offer is preempted at ``rho`` per card-hour; each preemption costs the redo since the last
@@ -83,7 +83,9 @@ def billed_seconds(offer: Offer, finish_s: float) -> float:
     ``max(m, g ceil(f / g))``."""
     if offer.market == RESERVED:
         return offer.term_s * max(1, math.ceil(finish_s / offer.term_s - 1e-12))
-    g = max(offer.billing_s, 1e-9)
+    if offer.billing_s <= 1.0:  # per-second billing: the run's own seconds (the last second's fraction is < 1 ppm)
+        return max(offer.min_commit_s, finish_s)
+    g = offer.billing_s
     return max(offer.min_commit_s, g * math.ceil(finish_s / g - 1e-12))
 
 
