@@ -400,6 +400,8 @@ def market_lines(out: dict) -> list[str]:
         mark = "*" if r["offer"] == o["id"] else " "
         what = (f"{r['cards']:>6,} cards {r['finish_days']:8.2f} d {r['cost']:>14,.0f} USD" if "cards" in r
                 else f"{r['status']}")
-        note = f"  ({'; '.join(r['notes'])})" if r["notes"] else ""
-        lines.append(f" {mark} {r['offer']:<{width}} {what}{note}")
+        flags = ["illustrative" if n.startswith("assumption") else "old price" for n in r["notes"]]
+        lines.append(f" {mark} {r['offer']:<{width}} {what}" + (f"  ({', '.join(flags)})" if flags else ""))
+    lines.append("Binding constraints: not analysed across offers (each offer's plan above is proven optimal on "
+                 "that offer; the chosen plan's checks show which limits it meets with no slack).")
     return lines

@@ -17,6 +17,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 from tpopt.catalogs import Catalog, build_model, load_catalog, model_from_hf_config, read_text_capped
+from tpopt.catalogs.market import check_date
 from tpopt.catalogs.schema import (
     CARD_KEYS,
     DEFAULT_SAVE_INTERVAL,
@@ -30,6 +31,7 @@ from tpopt.catalogs.schema import (
     CommKeys,
     HardwareKeys,
     InputKeys,
+    MarketKeys,
     MemoryKeys,
     ModelKeys,
     MoeKeys,
@@ -37,7 +39,6 @@ from tpopt.catalogs.schema import (
     PriceKeys,
     ScenarioKeys,
     ScheduleKeys,
-    MarketKeys,
     SearchKeys,
     StragglerKeys,
     TaskKeys,
@@ -46,7 +47,6 @@ from tpopt.catalogs.schema import (
     read_table,
     targets,
 )
-from tpopt.catalogs.market import check_date
 from tpopt.errors import InputError
 from tpopt.models.hardware import Accelerator
 from tpopt.models.market import MarketOptions

@@ -303,7 +303,8 @@ def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:
     parts = [head, status, "", f"Plan: {plan_line(d['plan'])}", *after_plan, "",
              metrics_table(d["metrics"], title="Best plan"), "", constraints_table(d["constraints"]), ""]
     batch = len(d.get("batch_choices") or []) > 1  # name each plan's batch when the batch is a choice
-    parts += binding_lines(d.get("binding"), d["objective"], unit, d.get("binding_undecided") or (), batch)
+    if not d.get("market"):  # a market solve says what it analysed in its own block (presentation.market_lines)
+        parts += binding_lines(d.get("binding"), d["objective"], unit, d.get("binding_undecided") or (), batch)
     rob = (d.get("robustness") or {}).get("without_overlap")
     if rob:
         verdict = "still meets every constraint" if rob["feasible"] else \

@@ -71,11 +71,15 @@ class Offer:
 
 @dataclass(frozen=True)
 class MarketOptions:
-    """The offers a scenario chooses from (empty: no market, the accelerators' own prices) and the date
-    their prices are judged against (``as_of``, YYYY-MM[-DD])."""
+    """The offers a scenario chooses from (empty: no market, the accelerators' own prices), the date
+    their prices are judged against (``as_of``, YYYY-MM[-DD]), and the spot terms of the offer a plan runs
+    on (what :mod:`tpopt.models.terms` reads)."""
 
     offers: tuple[Offer, ...] = ()
     as_of: str = ""
+    # the offer a plan runs on (set per offer by the market solve; 0 off the spot market):
+    preempt_per_card_s: float = 0.0  # spot preemptions per card-second
+    reacquire_s: float = 0.0  # after a preemption: time to get the cards back, on top of the restore
 
 
 def billed_seconds(offer: Offer, finish_s: float) -> float:
@@ -126,5 +130,5 @@ def price_notes(offer: Offer, as_of: str) -> list[str]:
     return notes
 
 
-__all__ = ["Offer", "MarketOptions", "MARKETS", "ON_DEMAND", "SPOT", "RESERVED", "STALE_MONTHS", "billed_seconds", "billed_cost",
-           "least_billed_cost", "preemption_rate", "months_between", "price_notes"]
+__all__ = ["Offer", "MarketOptions", "MARKETS", "ON_DEMAND", "SPOT", "RESERVED", "STALE_MONTHS", "billed_seconds",
+           "billed_cost", "least_billed_cost", "preemption_rate", "months_between", "price_notes"]

@@ -163,8 +163,6 @@ class Reliability:
     snapshot_copy_s: float = 0.5  # async save: foreground copy to a host buffer
     failure_model: str = "first-order"  # or "poisson"
     straggler_sigma: float = 0.0  # per-card compute jitter, fraction of the mean
-    preempt_per_card_s: float = 0.0  # spot preemptions per card-second (models/market.py; 0: not spot)
-    reacquire_s: float = 0.0  # after a preemption: time to get the cards back, on top of restore_s
 
 
 @dataclass(frozen=True)

@@ -53,11 +53,11 @@ def offer_scenario(sc: Scenario, offer: M.Offer) -> Scenario:
     """The scenario on ``offer`` alone: its accelerator at its price (NICs included: NIC price 0), at most
     the cards it has available, its preemptions in the failure rate; no market left to choose."""
     system = replace(sc.system(offer.accelerator), price_card_hour=offer.price_card_hour, nic_price_hour=0.0)
-    rel = replace(sc.reliability, preempt_per_card_s=M.preemption_rate(offer), reacquire_s=offer.reacquire_s)
     search = replace(sc.search, accelerators=(offer.accelerator,),
                      max_cards=min(sc.search.max_cards, offer.available))
-    return replace(sc, systems={offer.accelerator: system}, reliability=rel, search=search,
-                   market=M.MarketOptions())
+    terms = M.MarketOptions(as_of=sc.market.as_of, preempt_per_card_s=M.preemption_rate(offer),
+                            reacquire_s=offer.reacquire_s)
+    return replace(sc, systems={offer.accelerator: system}, search=search, market=terms)
 
 
 def billed(sc: Scenario, offer: M.Offer, ev: Evaluation) -> Evaluation:
@@ -109,8 +109,8 @@ def solve_offer(sc: Scenario, offer: M.Offer, backend: str, req: Request,
     run = choose(space, backend, req.method)
     if offer.linear:
         r = core.solve(sub, run, replace(req, top=1), space=space)
-        best = billed(sc, offer, r.best) if r.best is not None else None
-        return OfferSolve(offer, sub, r.status, best, 1, "one solve", space.size())
+        one = billed(sc, offer, r.best) if r.best is not None else None
+        return OfferSolve(offer, sub, r.status, one, 1, "one solve", space.size())
     enforced = req.enforced(FAMILIES)
     inner = frozenset(f for f in enforced if f != F.BUDGET)
     cap = sc.cost.max_cost if F.BUDGET in enforced else None
@@ -188,7 +188,7 @@ def preemption_source(sc: Scenario, ev: Evaluation) -> tuple[float, float]:
     if lam == 0.0:
         return 0.0, 0.0
     lag = 0.0 if ev.plan.save_mode == "sync" else rel.snapshot_copy_s + T.checkpoint_write_time(sc)
-    return lam, ev.plan.save_interval_s / 2 + lag + rel.restore_s + rel.reacquire_s
+    return lam, ev.plan.save_interval_s / 2 + lag + rel.restore_s + sc.market.reacquire_s
 
 
 def preemption_figures(sub: Scenario, offer: M.Offer, ev: Evaluation) -> dict[str, Any]:
@@ -196,7 +196,7 @@ def preemption_figures(sub: Scenario, offer: M.Offer, ev: Evaluation) -> dict[st
     billed without them at the same save interval, subtracted), and the save interval that is optimal
     with and without them."""
     lam, per_event = preemption_source(sub, ev)
-    calm = replace(sub, reliability=replace(sub.reliability, preempt_per_card_s=0.0, reacquire_s=0.0))
+    calm = replace(sub, market=replace(sub.market, preempt_per_card_s=0.0, reacquire_s=0.0))
     without = evaluate(calm, ev.plan)
     n, mode = ev.plan.cards, ev.plan.save_mode
     f, f0 = ev.metrics["finish_days"] * DAY, without.metrics["finish_days"] * DAY
@@ -213,7 +213,8 @@ def preemption_figures(sub: Scenario, offer: M.Offer, ev: Evaluation) -> dict[st
 def offer_dict(offer: M.Offer, as_of: str) -> dict[str, Any]:
     """The offer as reports print it: who, where, what, on what terms, when, from where, and the notes."""
     return {"id": offer.id, "provider": offer.provider, "region": offer.region, "accelerator": offer.accelerator,
-            "market": offer.market_name, "price_card_hour": offer.price_card_hour, "cards_per_host": offer.cards_per_host,
+            "market": offer.market_name, "price_card_hour": offer.price_card_hour,
+            "cards_per_host": offer.cards_per_host,
             "term_days": offer.term_s / DAY if offer.market == M.RESERVED else None,
             "billing_s": offer.billing_s, "min_commitment_h": offer.min_commit_s / HOUR,
             "available": offer.available, "date": offer.date, "source": offer.source,

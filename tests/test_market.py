@@ -85,9 +85,9 @@ def bill(o: Offer, cards: int, finish_s: float) -> float:
 def on_offer(sc, o: Offer):
     """The scenario as the offer defines it, written out here."""
     system = replace(sc.system(o.accelerator), price_card_hour=o.price_card_hour, nic_price_hour=0.0)
-    rel = replace(sc.reliability, preempt_per_card_s=o.preempt_per_card_hour / HOUR if o.market == "spot" else 0.0,
-                  reacquire_s=o.reacquire_s if o.market == "spot" else 0.0)
-    return replace(sc, systems={o.accelerator: system}, reliability=rel, market=MarketOptions(),
+    spot = MarketOptions(preempt_per_card_s=o.preempt_per_card_hour / HOUR if o.market == "spot" else 0.0,
+                         reacquire_s=o.reacquire_s if o.market == "spot" else 0.0)
+    return replace(sc, systems={o.accelerator: system}, market=spot,
                    search=replace(sc.search, accelerators=(o.accelerator,)))
 
 
@@ -264,7 +264,7 @@ def test_scenarios_without_market_are_unchanged(tmp_path):
     raw = raw_scenario()
     del raw["market"]
     sc = build_scenario(raw, load_catalog())
-    assert sc.market == MarketOptions() and sc.reliability.preempt_per_card_s == 0.0
+    assert sc.market == MarketOptions()
     assert "market" not in P.plan(sc, "enumerate").report
 
 
@@ -284,7 +284,8 @@ def markets(draw):
         if k == "reserved":
             extra = f'term = "{draw(st.sampled_from(["7d", "30d", "365d"]))}"'
         elif k == "spot":
-            extra = f'preempt_per_card_hour = {draw(st.floats(0.0, 0.05))!r}\nreacquire = "{draw(st.integers(0, 7200))}s"'
+            rho, wait = draw(st.floats(0.0, 0.05)), draw(st.integers(0, 7200))
+            extra = f'preempt_per_card_hour = {rho!r}\nreacquire = "{wait}s"'
         text += offer_table(f"o{i}", "cloud-a", "east", acc, k, price, available=draw(st.sampled_from([8, 16, 64])),
                             extra=extra)
         names.append(f"o{i}")
@@ -293,8 +294,8 @@ def markets(draw):
     return text, names, deadline, max_cost
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-          derandomize=True)
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(markets())
 def test_backends_agree_with_enumeration_on_market_spaces(tmp_path, case):
     text, names, deadline, max_cost = case

@@ -130,6 +130,9 @@ SAMPLES = {
     "moe.node_limit": ("4", 4),
     "scenario.name": ('"my-run"', "my-run"),
     "scenario.description": ('"what is trained"', "what is trained"),
+    "market.offers": ('"all"', "all"),
+    "market.regions": ('["us-east-1"]', ["us-east-1"]),
+    "market.as_of": ('"2026-12-01"', "2026-12-01"),
 }
 
 
