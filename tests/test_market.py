@@ -334,3 +334,75 @@ def test_skypilot_csv_gives_the_native_offers(tmp_path):
     got = from_skypilot(csv, "aws", "2026-11-01", {"H100": "h100-sxm", "H200": "h200"}, m, 256,
                         set(cat.accelerators))
     assert {k: replace(o, source="") for k, o in got.items()} == want
+
+
+# ---------------------------------------------------------------------------------------------
+# commands
+
+
+def _cli(argv, capsys, monkeypatch):
+    import sys
+
+    from tpopt.cli.main import main
+    monkeypatch.setattr(sys, "argv", ["tpopt", *argv])
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    return code, *capsys.readouterr()
+
+
+def test_catalog_offers_filters(capsys, monkeypatch):
+    code, out, _ = _cli(["catalog", "offers", "--hw", "h200", "--json"], capsys, monkeypatch)
+    import json
+    rows = json.loads(out)
+    assert code == 0 and rows and {r["accelerator"] for r in rows} == {"h200"}
+    code, out, _ = _cli(["catalog", "offers", "--region", "us-east-2"], capsys, monkeypatch)
+    assert code == 0 and "aws/us-east-2/h100-sxm/reserved-14d" in out and "us-east-1/" not in out
+    assert "old price" in out or "older than 6 months" in out
+
+
+def test_import_command_round_trips_through_a_catalog_dir(tmp_path, capsys, monkeypatch):
+    csv = tmp_path / "vms.csv"
+    csv.write_text("InstanceType,AcceleratorName,AcceleratorCount,Region,AvailabilityZone,Price,SpotPrice\n"
+                   "p5.48xlarge,H100,8,us-west-2,us-west-2a,40.0,20.0\n")
+    code, out, err = _cli(["catalog", "import", "--skypilot", str(csv), "--provider", "aws", "--date", "2026-11-01",
+                           "--map", "H100=h100-sxm", "--available", "128"], capsys, monkeypatch)
+    assert code == 0, err
+    d = tmp_path / "imported"
+    d.mkdir()
+    (d / "offers.toml").write_text(out)
+    m = load_catalog([d]).market
+    ids = {o.id: o for o in m.offers.values()}
+    assert ids["aws/us-west-2/h100-sxm/on-demand"].price_card_hour == 5.0
+    assert ids["aws/us-west-2/h100-sxm/spot"].price_card_hour == 2.5
+    assert ids["aws/us-west-2/h100-sxm/spot"].available == 128
+
+
+def test_solve_hw_all_searches_every_accelerator_with_an_offer(tmp_path, capsys, monkeypatch):
+    import tomllib
+    raw = raw_scenario()
+    del raw["market"]
+    raw["hardware"]["accelerator"] = "h100-sxm"
+    p = tmp_path / "s.toml"
+    lines = []
+    for table, body in raw.items():
+        lines.append(f"[{table}]")
+        lines += [f"{k} = {json_value(v)}" for k, v in body.items()]
+    p.write_text("\n".join(lines) + "\n")
+    tomllib.loads(p.read_text())
+    cat = catalog_with(tmp_path, SIX)
+    code, out, err = _cli(["solve", "--scenario", str(p), "--hw", "all", "--catalog", str(tmp_path / "cat"),
+                           "--json"], capsys, monkeypatch)
+    assert code == 0, err
+    import json
+    d = json.loads(out)
+    accs = {row["offer"].split("/")[2] for row in d["market"]["offers"]}
+    assert accs == {o.accelerator for o in cat.market.offers.values()}
+    assert d["market"]["offer"]["id"] == "cloud-a/east/h100-sxm/spot"
+
+
+def json_value(v):
+    import json
+    return json.dumps(v)
