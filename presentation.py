@@ -375,6 +375,16 @@ def _offer_terms(o: dict) -> str:
     return terms
 
 
+def market_infeasible_lines(out: dict) -> list[str]:
+    """No offer admits a plan: each offer's status (the relaxations of one space do not span offers)."""
+    m = out["market"]
+    lines = [f"No plan on any offer (status {out['status']}; as of {m['as_of']}):"]
+    lines += [f"  {r['offer']}: {r['status']}" for r in m["offers"]]
+    lines.append("Each offer is at most its available cards (market.available) and under the site power cap "
+                 "(power.site); relax the deadline, the budget or the caps, or add offers (tpopt catalog offers).")
+    return lines
+
+
 def market_lines(out: dict) -> list[str]:
     """The market block under the plan line: the offer used (price, terms, date, source, notes), the spot
     figures, then each offer's best plan."""
@@ -394,6 +404,15 @@ def market_lines(out: dict) -> list[str]:
                      f"{p['cost']:,.0f} USD; save interval {p['save_interval_s']:,.0f} s (optimum for the combined "
                      f"failure rate {p['optimal_interval_s']:,.0f} s, without preemptions "
                      f"{p['optimal_interval_without_s']:,.0f} s)")
+    w = m.get("power")
+    if w:
+        cap = ""
+        if w["cap_mw"] is not None:
+            verdict = "binds: without it a better plan exists" if w["binding"] else "does not bind"
+            cap = f"; site cap {w['cap_mw']:,.1f} MW ({w['cap_cards']:,} cards), {verdict}"
+        lines.append(f"Power: {w['site_mw']:,.2f} MW at the site ({w['it_mw']:,.2f} MW IT x PUE {w['pue']:g}; "
+                     f"{w['card_w']:g} W per card, {w['host_overhead_w']:g} W per host); energy "
+                     f"{w['energy_mwh']:,.1f} MWh over the run{cap}")
     lines.append(f"Offers compared (as of {m['as_of']}; one exact sub-problem each):")
     width = max(len(r["offer"]) for r in m["offers"])
     for r in m["offers"]:

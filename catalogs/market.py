@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tpopt.catalogs.tables import check_keys, need, read_text_capped
 from tpopt.errors import InputError
-from tpopt.models.market import MARKETS, RESERVED, SPOT, Offer
+from tpopt.models.market import MARKETS, RESERVED, SPOT, Offer, Power
 from tpopt.models.units import HOUR, parse_duration, parse_int, parse_number
 
 BUILTIN = Path(__file__).resolve().parent / "offers.toml"
@@ -28,8 +28,9 @@ FILE = "offers.toml"
 OFFER_KEYS = ("provider", "region", "accelerator", "cards_per_host", "market", "term", "price_card_hour", "billing",
               "min_commitment", "available", "date", "source", "illustrative", "preempt_per_card_hour",
               "preempt_source", "reacquire", "notes")
-DEFAULT_KEYS = ("preempt_per_card_hour", "preempt_source", "reacquire", "reacquire_source")
-REGION_KEYS = ("source", "notes")
+DEFAULT_KEYS = ("preempt_per_card_hour", "preempt_source", "reacquire", "reacquire_source", "pue", "pue_source")
+REGION_KEYS = ("source", "notes", "pue", "pue_source")
+POWER_KEYS = ("board_w", "training_w", "host_overhead_w", "source", "notes")
 _DATE = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?$")
 SKYPILOT_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "Region", "Price", "SpotPrice")
 
@@ -40,11 +41,14 @@ class Market:
 
     offers: dict[str, Offer] = field(default_factory=dict)
     regions: dict[str, str] = field(default_factory=dict)  # "provider/region" -> source
+    pue: dict[str, tuple[float, str]] = field(default_factory=dict)  # "provider/region" -> (PUE, source)
+    power: dict[str, Power] = field(default_factory=dict)  # accelerator -> power
     as_of: str = ""
     preempt_per_card_hour: float = 0.0
     preempt_source: str = ""
     reacquire_s: float = 0.0
     reacquire_source: str = ""
+    default_pue: tuple[float, str] = (1.2, "")
 
     def select(self, hw: str | None = None, region: str | None = None) -> list[Offer]:
         """Offers of accelerator ``hw`` and/or region ``region`` (``region`` or ``provider/region``)."""
@@ -81,6 +85,7 @@ def build_offer(name: str, t: dict, market: Market, accelerators: set[str] | Non
     elif "term" in t:
         raise InputError(f"{where}: term applies to the reserved market only")
     spot = kind == SPOT
+    pue, pue_source = market.pue.get(f"{provider}/{region}", market.default_pue)
     rho = parse_number(t.get("preempt_per_card_hour", market.preempt_per_card_hour),
                        f"{where} preempt_per_card_hour") if spot else 0.0
     return Offer(provider=provider, region=region, accelerator=acc, market=kind, price_card_hour=price,
@@ -90,9 +95,30 @@ def build_offer(name: str, t: dict, market: Market, accelerators: set[str] | Non
                  term_s=term, billing_s=parse_duration(t.get("billing", "1s"), f"{where} billing", allow_zero=False),
                  min_commit_s=parse_duration(t.get("min_commitment", "0s"), f"{where} min_commitment"),
                  illustrative=bool(t.get("illustrative", False)), preempt_per_card_hour=rho,
+                 pue=pue, pue_source=pue_source, power=market.power.get(acc),
                  preempt_source=str(t.get("preempt_source", market.preempt_source)) if spot else "",
                  reacquire_s=(parse_duration(t["reacquire"], f"{where} reacquire") if "reacquire" in t
                               else market.reacquire_s) if spot else 0.0)
+
+
+_POWER = re.compile(r"^\s*([0-9.eE+-]+)\s*(W|kW|MW|GW)\s*$")
+_WATTS = {"W": 1.0, "kW": 1e3, "MW": 1e6, "GW": 1e9}
+
+
+def parse_power(value: object, where: str) -> float:
+    """Watts from ``"150MW"``, ``"500kW"``, ``"2GW"`` (a unit is required; greater than zero)."""
+    m = _POWER.match(value) if isinstance(value, str) else None
+    if m is None:
+        raise InputError(f"{where}: {value!r} is not a power with a unit (e.g. \"150MW\", \"500kW\")")
+    watts = parse_number(m.group(1), where, allow_zero=False) * _WATTS[m.group(2)]
+    return watts
+
+
+def _pue(value: object, where: str) -> float:
+    pue = parse_number(value, where)
+    if pue < 1.0:
+        raise InputError(f"{where}: a PUE is facility over IT power, at least 1 (got {pue:g})")
+    return pue
 
 
 def _read(path: Path) -> dict:
@@ -107,13 +133,15 @@ def load_market(extra_dirs=(), accelerators: set[str] | None = None) -> Market:
     regions: dict[str, dict] = {}
     offers: dict[str, dict] = {}
     defaults: dict = {}
+    power: dict[str, dict] = {}
     as_of = ""
     for p in [BUILTIN] + [Path(d) / FILE for d in extra_dirs]:
         if not p.exists():
             continue
         data = _read(p)
-        check_keys(data, ("as_of", "defaults", "region", "offer"), str(p))
+        check_keys(data, ("as_of", "defaults", "region", "offer", "power"), str(p))
         as_of = data.get("as_of", as_of)
+        power.update(data.get("power", {}))
         defaults.update(data.get("defaults", {}))
         regions.update(data.get("region", {}))
         offers.update(data.get("offer", {}))
@@ -124,9 +152,21 @@ def load_market(extra_dirs=(), accelerators: set[str] | None = None) -> Market:
                preempt_source=str(defaults.get("preempt_source", "")),
                reacquire_s=parse_duration(defaults.get("reacquire", "0s"), "market defaults reacquire"),
                reacquire_source=str(defaults.get("reacquire_source", "")))
+    m.default_pue = (_pue(defaults.get("pue", 1.2), "market defaults pue"), str(defaults.get("pue_source", "")))
     for name, t in regions.items():
         check_keys(t, REGION_KEYS, f"region {name}")
         m.regions[name] = str(t.get("source", ""))
+        if "pue" in t:
+            m.pue[name] = (_pue(t["pue"], f"region {name} pue"), str(t.get("pue_source", "")))
+    for acc, t in power.items():
+        where = f"power {acc}"
+        check_keys(t, POWER_KEYS, where)
+        if accelerators is not None and acc not in accelerators:
+            raise InputError(f"{where}: unknown accelerator {acc!r} (tpopt catalog accelerators)")
+        watts = [parse_number(need(t, k, where), f"{where} {k}", allow_zero=k == "host_overhead_w")
+                 for k in ("board_w", "training_w", "host_overhead_w")]
+        m.power[acc] = Power(board_w=watts[0], training_w=watts[1], host_overhead_w=watts[2],
+                             source=str(need(t, "source", where)))
     for name, t in offers.items():
         m.offers[name] = build_offer(name, t, m, accelerators)
     return m
@@ -192,5 +232,5 @@ def with_regions(market: Market, offers: dict[str, Offer]) -> Market:
     return replace(market, offers={**market.offers, **offers})
 
 
-__all__ = ["Market", "load_market", "build_offer", "from_skypilot", "offer_toml", "check_date", "with_regions",
-           "SKYPILOT_COLUMNS"]
+__all__ = ["Market", "load_market", "parse_power", "build_offer", "from_skypilot", "offer_toml", "check_date",
+           "with_regions", "SKYPILOT_COLUMNS"]

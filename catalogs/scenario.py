@@ -17,7 +17,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 from tpopt.catalogs import Catalog, build_model, load_catalog, model_from_hf_config, read_text_capped
-from tpopt.catalogs.market import check_date
+from tpopt.catalogs.market import check_date, parse_power
 from tpopt.catalogs.schema import (
     CARD_KEYS,
     DEFAULT_SAVE_INTERVAL,
@@ -244,7 +244,13 @@ def market_options(table: dict | None, cat: Catalog, accelerators: tuple[str, ..
     if not chosen:
         raise InputError("market: no offer of the scenario's accelerators (tpopt catalog offers)")
     as_of = check_date(m.as_of, "market.as_of") if m.as_of is not None else cat.market.as_of
-    return MarketOptions(offers=tuple(chosen), as_of=as_of)
+    cap = parse_power(m.site_power, "market.site_power") if m.site_power is not None else None
+    if cap is not None:
+        unknown = sorted({o.accelerator for o in chosen if o.power is None})
+        if unknown:
+            raise InputError(f"market.site_power: no power figures for {', '.join(unknown)} (add [power.NAME] to a "
+                             "catalog offers.toml)")
+    return MarketOptions(offers=tuple(chosen), as_of=as_of, site_power_w=cap)
 
 
 def _model(table: dict, base: Path, cat: Catalog):

@@ -623,6 +623,7 @@ class MarketKeys:
                       help="offers to choose from (\"all\": every offer of the scenario's accelerators)")
     regions: Any = key(raw("list of regions"), help="keep the offers of these regions (region or provider/region)")
     as_of: Any = key(raw("YYYY-MM[-DD]"), help="the date offer prices are judged against (default: the catalog's)")
+    site_power: Any = key(raw('power ("150MW", "500kW")'), help="the site's power cap (power.site); default: none")
 
 
 #: table name -> the declarations of its keys; None: any key, read elsewhere ([sweep]: optimizer.sweep,

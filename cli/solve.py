@@ -20,7 +20,7 @@ from tpopt.cli.request import raw_and_catalog, request_from, solve_options
 from tpopt.errors import InputError
 from tpopt.optimizer import plan as P
 from tpopt.optimizer.result import Status
-from tpopt.presentation import infeasible_lines, market_lines, sensitivity_text
+from tpopt.presentation import infeasible_lines, market_infeasible_lines, market_lines, sensitivity_text
 
 
 @click.command()
@@ -62,6 +62,9 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, **kw):
         click.echo(text, nl=False)
         return
     # no feasible plan (or none found in time)
+    if "market" in out and not as_json:
+        click.echo("\n".join(market_infeasible_lines(out)))
+        raise SystemExit(EXIT_INFEASIBLE if pr.status == Status.INFEASIBLE else EXIT_UNKNOWN)
     if pr.batches:  # conflict at the task's batch (or the first choice); relaxations over every batch
         batch_infeasible(out["batch_choices"], P.conflict_choice(pr.batches, sc).batch, as_json)
     click.echo(dump_json(out) if as_json else "\n".join(infeasible_lines(out, sc, "solve")), nl=not as_json)

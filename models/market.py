@@ -30,6 +30,16 @@ STALE_MONTHS = 6
 
 
 @dataclass(frozen=True)
+class Power:
+    """Power of a card type in watts: board power, the average drawn in training, the host's overhead."""
+
+    board_w: float
+    training_w: float
+    host_overhead_w: float
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class Offer:
     """One market offer; prices in USD per card-hour, durations in seconds."""
 
@@ -46,6 +56,9 @@ class Offer:
     billing_s: float = 1.0  # billing granularity
     min_commit_s: float = 0.0  # the shortest time billed
     illustrative: bool = False  # "assumption: illustrative": no published price behind it
+    pue: float = 1.2  # the site's power usage effectiveness (the region's, else the catalog default)
+    pue_source: str = ""
+    power: Power | None = None  # the card's power (the market catalog's [power] table; None: not known)
     preempt_per_card_hour: float = 0.0  # spot: preemptions per card-hour
     preempt_source: str = ""
     reacquire_s: float = 0.0  # spot: time to get the cards back after a preemption
@@ -80,6 +93,27 @@ class MarketOptions:
     # the offer a plan runs on (set per offer by the market solve; 0 off the spot market):
     preempt_per_card_s: float = 0.0  # spot preemptions per card-second
     reacquire_s: float = 0.0  # after a preemption: time to get the cards back, on top of the restore
+    site_power_w: float | None = None  # the site power cap (power.site, W); None: no cap
+
+
+def site_power_w(power: Power, pue: float, cards: int, cards_per_host: int) -> float:
+    """Site power in W: PUE x (cards x training power + hosts x host overhead), hosts = ceil(cards / host)."""
+    return pue * (cards * power.training_w + math.ceil(cards / cards_per_host) * power.host_overhead_w)
+
+
+def cards_under_power(power: Power, pue: float, cap_w: float, cards_per_host: int) -> int:
+    """The most cards whose site power fits ``cap_w`` (site power grows with the cards)."""
+    per_host = pue * (cards_per_host * power.training_w + power.host_overhead_w)
+    hosts = int(cap_w // per_host)
+    n = hosts * cards_per_host
+    while site_power_w(power, pue, n + 1, cards_per_host) <= cap_w:  # a partial host's cards
+        n += 1
+    return n
+
+
+def energy_mwh(power: Power, pue: float, cards: int, cards_per_host: int, seconds: float) -> float:
+    """Energy in MWh at the site: site power x time / 3.6e9 (J per MWh)."""
+    return site_power_w(power, pue, cards, cards_per_host) * seconds / 3.6e9
 
 
 def billed_seconds(offer: Offer, finish_s: float) -> float:
@@ -130,5 +164,6 @@ def price_notes(offer: Offer, as_of: str) -> list[str]:
     return notes
 
 
-__all__ = ["Offer", "MarketOptions", "MARKETS", "ON_DEMAND", "SPOT", "RESERVED", "STALE_MONTHS", "billed_seconds",
-           "billed_cost", "least_billed_cost", "preemption_rate", "months_between", "price_notes"]
+__all__ = ["Offer", "MarketOptions", "Power", "site_power_w", "cards_under_power", "energy_mwh", "MARKETS",
+           "ON_DEMAND", "SPOT", "RESERVED", "STALE_MONTHS", "billed_seconds", "billed_cost", "least_billed_cost",
+           "preemption_rate", "months_between", "price_notes"]

@@ -54,10 +54,18 @@ def offer_scenario(sc: Scenario, offer: M.Offer) -> Scenario:
     the cards it has available, its preemptions in the failure rate; no market left to choose."""
     system = replace(sc.system(offer.accelerator), price_card_hour=offer.price_card_hour, nic_price_hour=0.0)
     search = replace(sc.search, accelerators=(offer.accelerator,),
-                     max_cards=min(sc.search.max_cards, offer.available))
+                     max_cards=min(sc.search.max_cards, offer.available, power_cards(sc, offer)))
     terms = M.MarketOptions(as_of=sc.market.as_of, preempt_per_card_s=M.preemption_rate(offer),
                             reacquire_s=offer.reacquire_s)
     return replace(sc, systems={offer.accelerator: system}, search=search, market=terms)
+
+
+def power_cards(sc: Scenario, offer: M.Offer) -> int:
+    """The most cards of the offer the site power cap admits (``power.site``; no cap: the scenario's max)."""
+    cap = sc.market.site_power_w
+    if cap is None or offer.power is None:
+        return sc.search.max_cards
+    return max(0, M.cards_under_power(offer.power, offer.pue, cap, offer.cards_per_host))
 
 
 def billed(sc: Scenario, offer: M.Offer, ev: Evaluation) -> Evaluation:
@@ -78,6 +86,12 @@ def billed(sc: Scenario, offer: M.Offer, ev: Evaluation) -> Evaluation:
     n = float(ev.plan.cards)
     checks.append(ConstraintCheck(fam.name, n, float(offer.available), fam.unit, offer.available - n,
                                   n >= offer.available, fam.doc))
+    cap = sc.market.site_power_w
+    if cap is not None and offer.power is not None:
+        fam = F.family(F.POWER_SITE)
+        watts = M.site_power_w(offer.power, offer.pue, ev.plan.cards, offer.cards_per_host)
+        checks.append(ConstraintCheck(fam.name, watts / fam.scale, cap / fam.scale, fam.unit, (cap - watts) / fam.scale,
+                                      ev.plan.cards >= power_cards(sc, offer), fam.doc))
     return Evaluation(plan=ev.plan, metrics=metrics, constraints=checks)
 
 
@@ -144,6 +158,7 @@ class MarketSolve:
     offers: list[OfferSolve]
     pick: OfferSolve | None
     result: SolveResult
+    power_binding: bool | None = None  # with a site power cap: does dropping it admit a better plan?
 
 
 def solve_market(sc: Scenario, backend: str, req: Request, choose: Callable[[Space, str, str], str]) -> MarketSolve:
@@ -170,8 +185,21 @@ def solve_market(sc: Scenario, backend: str, req: Request, choose: Callable[[Spa
     info.wall_s = time.perf_counter() - t0
     plans = [pick.best] if pick and pick.best else []
     enforced = req.enforced(FAMILIES)
-    return MarketSolve(rows, pick, SolveResult(status=status, objective=req.objective, plans=plans, solver=info,
-                                               enforced=tuple(f for f in FAMILIES if f in enforced)))
+    out = MarketSolve(rows, pick, SolveResult(status=status, objective=req.objective, plans=plans, solver=info,
+                                              enforced=tuple(f for f in FAMILIES if f in enforced)))
+    if sc.market.site_power_w is not None and pick is not None and pick.best is not None:
+        free = solve_market(replace(sc, market=replace(sc.market, site_power_w=None)), backend, req, choose)
+        out.power_binding = free.pick is not None and free.pick.best is not None and \
+            _better(free.pick.best, pick.best, req.objective)
+        out.result.plans = [mark_power(pick.best, out.power_binding)]
+        pick.best = out.result.plans[0]
+    return out
+
+
+def mark_power(ev: Evaluation, binding: bool) -> Evaluation:
+    """``ev`` with its power.site check marked binding exactly when dropping the cap admits a better plan."""
+    checks = [replace(c, binding=binding) if c.name == F.POWER_SITE else c for c in ev.constraints]
+    return Evaluation(plan=ev.plan, metrics=ev.metrics, constraints=checks)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,8 +267,26 @@ def market_entries(ms: MarketSolve, sc: Scenario) -> dict[str, Any]:
         out["spot_share"] = 1.0 if ms.pick.offer.market == M.SPOT else 0.0
         out["preemption"] = preemption_figures(ms.pick.sc, ms.pick.offer, ms.pick.best) \
             if ms.pick.offer.market == M.SPOT else None
+        out["power"] = power_figures(sc, ms.pick.offer, ms.pick.best, ms.power_binding)
     return out
 
 
-__all__ = ["offer_scenario", "billed", "solve_offer", "solve_market", "MarketSolve", "OfferSolve",
+def power_figures(sc: Scenario, offer: M.Offer, ev: Evaluation, binding: bool | None) -> dict[str, Any] | None:
+    """Site power (MW), IT power, PUE, energy over the run (MWh, at training power for the whole finish
+    time: an upper bound), the cap and whether it binds; None when the card's power is not in the catalog."""
+    p = offer.power
+    if p is None:
+        return None
+    n, cph = ev.plan.cards, offer.cards_per_host
+    site = M.site_power_w(p, offer.pue, n, cph)
+    cap = sc.market.site_power_w
+    return {"site_mw": site / 1e6, "it_mw": site / offer.pue / 1e6, "pue": offer.pue, "pue_source": offer.pue_source,
+            "card_w": p.training_w, "board_w": p.board_w, "host_overhead_w": p.host_overhead_w, "source": p.source,
+            "energy_mwh": M.energy_mwh(p, offer.pue, n, cph, ev.metrics["finish_days"] * DAY),
+            "cap_mw": None if cap is None else cap / 1e6,
+            "cap_cards": None if cap is None else power_cards(sc, offer), "binding": binding}
+
+
+__all__ = ["offer_scenario", "billed", "power_cards", "power_figures", "mark_power", "solve_offer", "solve_market",
+           "MarketSolve", "OfferSolve",
            "preemption_source", "preemption_figures", "offer_dict", "market_entries"]

@@ -406,3 +406,53 @@ def test_solve_hw_all_searches_every_accelerator_with_an_offer(tmp_path, capsys,
 def json_value(v):
     import json
     return json.dumps(v)
+
+
+# ---------------------------------------------------------------------------------------------
+# power: a site cap on a 100,000-card Llama-3-405B run
+
+
+POWER_SITE = """[region."cloud-a/east"]
+source = "test"
+pue = 1.2
+[power.h100-sxm]
+board_w = 700
+training_w = 700
+host_overhead_w = 4600
+source = "test: DGX H100 10.2 kW for 8 cards"
+""" + offer_table("big", "cloud-a", "east", "h100-sxm", "on-demand", 3.0, available=200000)
+
+
+def site_mw(cards):
+    """PUE 1.2 x (cards x 700 W + ceil(cards / 8) x 4,600 W), in MW (derivation of the test)."""
+    return 1.2 * (cards * 700 + math.ceil(cards / 8) * 4600) / 1e6
+
+
+def power_scenario(tmp_path, cap):
+    raw = {"model": {"name": "llama3-405b"}, "task": {"tokens": "15T", "seq_len": 8192, "global_batch": 12544},
+           "schedule": {"deadline": "365d"}, "hardware": {"accelerator": "h100-sxm", "efficiency": 0.4},
+           "checkpoint": {"save_interval": "auto", "mode": "sync"},
+           "search": {"zero_stage": [1], "tp": [8], "pp": [14], "micro_batch": [1], "max_cards": 150000},
+           "market": {"offers": ["big"], "site_power": cap}}
+    return build_scenario(raw, catalog_with(tmp_path, POWER_SITE))
+
+
+def test_site_power_cap_binds_exactly_when_it_limits_the_plan(tmp_path):
+    """Cards are 112 x dp with dp dividing 12,544 sequences (126 layers: pp 14; a 100M-token step gives
+    every pipeline at least 14 micro-batches): the fastest plan takes 100,352 cards (896 x 112: 153.5 MW at
+    PUE 1.2). A 150 MW cap excludes it: the plan drops to the next count, 87,808 (784 x 112: 134.3 MW), and
+    power.site binds; under 160 MW the 100,352-card plan stands and the cap does not bind."""
+    assert 150 < site_mw(100352) < 160 and site_mw(87808) < 150
+    req = Request(objective="time", method="monolithic")
+    loose = P.plan(power_scenario(tmp_path, "160MW"), "cpsat", req)
+    c = next(c for c in loose.best.constraints if c.name == F.POWER_SITE)
+    assert loose.best.plan.cards == 100352 and not c.binding and loose.report["market"]["power"]["binding"] is False
+    assert math.isclose(c.value, site_mw(100352), rel_tol=1e-12) and c.limit == 160
+    w = loose.report["market"]["power"]
+    assert math.isclose(w["site_mw"], site_mw(100352), rel_tol=1e-12)
+    # energy = site power x finish time (MWh)
+    assert math.isclose(w["energy_mwh"], site_mw(100352) * loose.best.metrics["finish_days"] * 24, rel_tol=1e-9)
+    capped = P.plan(power_scenario(tmp_path, "150MW"), "cpsat", req)
+    c = next(c for c in capped.best.constraints if c.name == F.POWER_SITE)
+    assert capped.best.plan.cards == 87808 and c.binding and capped.report["market"]["power"]["binding"] is True
+    assert capped.best.metrics["finish_days"] > loose.best.metrics["finish_days"]

@@ -133,6 +133,7 @@ SAMPLES = {
     "market.offers": ('"all"', "all"),
     "market.regions": ('["us-east-1"]', ["us-east-1"]),
     "market.as_of": ('"2026-12-01"', "2026-12-01"),
+    "market.site_power": ('"150MW"', "150MW"),
 }
 
 
