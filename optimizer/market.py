@@ -73,7 +73,8 @@ def billed(sc: Scenario, offer: M.Offer, ev: Evaluation) -> Evaluation:
     the bill, ``cards.max`` at the scenario's own cap, and the ``market.available`` check added."""
     cost = M.billed_cost(offer, ev.plan.cards, ev.metrics["finish_days"] * DAY)
     metrics = dict(ev.metrics, cost=cost, cost_unit="USD", billed_hours=M.billed_seconds(
-        offer, ev.metrics["finish_days"] * DAY) / HOUR)
+        offer, ev.metrics["finish_days"] * DAY) / HOUR,
+        preemptions_per_hour=ev.plan.cards * offer.preempt_per_card_hour if offer.market == M.SPOT else 0.0)
     checks = []
     for c in ev.constraints:
         if c.name == F.BUDGET:

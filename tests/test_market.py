@@ -166,6 +166,7 @@ def test_three_offers_two_accelerators_two_regions_cheapest_proven(tmp_path, bac
         assert math.isclose(p["expected_preemptions"], plan.cards * offer.preempt_per_card_hour
                             * pr.best.metrics["train_days"] * 24, rel_tol=1e-9)
         assert p["cost"] > 0
+        assert math.isclose(pr.best.metrics["preemptions_per_hour"], plan.cards * offer.preempt_per_card_hour)
     # every offer's row is its own brute-force optimum
     for row in m["offers"]:
         o = next(x for x in sc.market.offers if x.id == row["offer"])
@@ -456,3 +457,15 @@ def test_site_power_cap_binds_exactly_when_it_limits_the_plan(tmp_path):
     c = next(c for c in capped.best.constraints if c.name == F.POWER_SITE)
     assert capped.best.plan.cards == 87808 and c.binding and capped.report["market"]["power"]["binding"] is True
     assert capped.best.metrics["finish_days"] > loose.best.metrics["finish_days"]
+
+
+def test_site_power_needs_a_unit_and_power_figures(tmp_path):
+    from tpopt.errors import InputError
+    with pytest.raises(InputError, match="not a power with a unit"):
+        power_scenario(tmp_path, "150")
+    cat = catalog_with(tmp_path, REGIONS + offer_table("b", "cloud-a", "east", "b200", "on-demand", 6.0))
+    raw = raw_scenario(["b"])  # the built-in market has no [power.b200]
+    raw["hardware"]["accelerator"] = ["b200"]
+    raw["market"]["site_power"] = "1MW"
+    with pytest.raises(InputError, match="no power figures for b200"):
+        build_scenario(raw, cat)
