@@ -366,6 +366,8 @@ def request_lines(d: dict, sc) -> list[str]:
 
 
 def _offer_terms(o: dict) -> str:
+    if o.get("parts"):
+        return "a mix: " + " + ".join(f"{p['share']:.0%} {p['offer']}" for p in o["parts"])
     if o["term_days"] is not None:
         terms = f"term {o['term_days']:g} d paid whole"
     else:

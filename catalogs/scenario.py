@@ -49,7 +49,7 @@ from tpopt.catalogs.schema import (
 )
 from tpopt.errors import InputError
 from tpopt.models.hardware import Accelerator
-from tpopt.models.market import MarketOptions
+from tpopt.models.market import SPOT, MarketOptions, mix
 from tpopt.models.plan import (
     CostOptions,
     InputPipeline,
@@ -63,6 +63,7 @@ from tpopt.models.plan import (
     Task,
     schedule_name,
 )
+from tpopt.models.units import parse_fraction
 
 #: The built-in default scenario (the chapter's design case), used by every command without --scenario.
 BUILTIN_SCENARIO = Path(__file__).resolve().parent / "design-case.toml"
@@ -243,6 +244,14 @@ def market_options(table: dict | None, cat: Catalog, accelerators: tuple[str, ..
         chosen = [o for o in chosen if o.region in keep or f"{o.provider}/{o.region}" in keep]
     if not chosen:
         raise InputError("market: no offer of the scenario's accelerators (tpopt catalog offers)")
+    if m.spot_shares is not None:
+        shares = [parse_fraction(x, "market.spot_shares") for x in as_list(m.spot_shares, "market.spot_shares")]
+        if any(not 0 < x < 1 for x in shares):
+            raise InputError("market.spot_shares: each share is strictly between 0 and 1 (0: the base offer alone, "
+                             "1: the spot offer alone, both already chosen)")
+        site = lambda o: (o.provider, o.region, o.accelerator)  # noqa: E731
+        chosen += [mix(b, s, x) for x in shares for s in chosen if s.market == SPOT for b in chosen
+                   if b.market != SPOT and not b.parts and site(b) == site(s)]
     as_of = check_date(m.as_of, "market.as_of") if m.as_of is not None else cat.market.as_of
     cap = parse_power(m.site_power, "market.site_power") if m.site_power is not None else None
     if cap is not None:

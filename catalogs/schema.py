@@ -624,6 +624,8 @@ class MarketKeys:
     regions: Any = key(raw("list of regions"), help="keep the offers of these regions (region or provider/region)")
     as_of: Any = key(raw("YYYY-MM[-DD]"), help="the date offer prices are judged against (default: the catalog's)")
     site_power: Any = key(raw('power ("150MW", "500kW")'), help="the site's power cap (power.site); default: none")
+    spot_shares: Any = key(raw("list of fractions"), help="also mix each on-demand/reserved offer with a spot offer of "
+                           "the same card and site at these shares of the cards (default: none)")
 
 
 #: table name -> the declarations of its keys; None: any key, read elsewhere ([sweep]: optimizer.sweep,

@@ -17,7 +17,7 @@ checkpoint and a reacquisition delay ``d`` on top of the restore (:func:`preempt
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tpopt.models.units import HOUR
 
@@ -59,6 +59,7 @@ class Offer:
     pue: float = 1.2  # the site's power usage effectiveness (the region's, else the catalog default)
     pue_source: str = ""
     power: Power | None = None  # the card's power (the market catalog's [power] table; None: not known)
+    parts: tuple[tuple[Offer, float], ...] = ()  # a mix: (offer, share of the cards) of one card type and site
     preempt_per_card_hour: float = 0.0  # spot: preemptions per card-hour
     preempt_source: str = ""
     reacquire_s: float = 0.0  # spot: time to get the cards back after a preemption
@@ -70,7 +71,9 @@ class Offer:
 
     @property
     def market_name(self) -> str:
-        """``on-demand``, ``spot`` or ``reserved-12m`` / ``reserved-14d``."""
+        """``on-demand``, ``spot`` or ``reserved-12m`` / ``reserved-14d``; a mix ``on-demand+25%spot``."""
+        if self.parts:
+            return "+".join(f"{share:.0%}{o.market_name}" for o, share in self.parts)
         if self.market != RESERVED:
             return self.market
         days = self.term_s / 86400
@@ -79,7 +82,21 @@ class Offer:
     @property
     def linear(self) -> bool:
         """Billed exactly as price x cards x seconds (per-second billing, no commitment, no term)."""
+        if self.parts:
+            return all(o.linear for o, _ in self.parts)
         return self.market != RESERVED and self.billing_s <= 1.0 and self.min_commit_s <= 0.0
+
+    @property
+    def spot_share(self) -> float:
+        """The share of the plan's cards rented on the spot market."""
+        if self.parts:
+            return sum(share for o, share in self.parts if o.market == SPOT)
+        return 1.0 if self.market == SPOT else 0.0
+
+    def cards_fit(self, cards: int) -> bool:
+        """A mix splits the cards into whole hosts of each part (a single offer: always)."""
+        return all(float(share * cards).is_integer() and int(share * cards) % o.cards_per_host == 0
+                   for o, share in self.parts)
 
 
 @dataclass(frozen=True)
@@ -128,19 +145,40 @@ def billed_seconds(offer: Offer, finish_s: float) -> float:
 
 
 def billed_cost(offer: Offer, cards: int, finish_s: float) -> float:
-    """USD billed: cards x price per card-hour x billed seconds / 3600 (the offer prices the host's NICs)."""
+    """USD billed: cards x price per card-hour x billed seconds / 3600 (the offer prices the host's NICs);
+    a mix: the sum of its parts' bills for their shares of the cards."""
+    if offer.parts:
+        return sum(billed_cost(o, round(share * cards), finish_s) for o, share in offer.parts)
     return cards * offer.price_card_hour * billed_seconds(offer, finish_s) / HOUR
 
 
-def least_billed_cost(offer: Offer, cards: int) -> float:
+def least_billed_cost(offer: Offer, cards: float) -> float:
     """The smallest bill ``cards`` can run up under the offer, whatever the finish (a lower bound)."""
+    if offer.parts:
+        return sum(least_billed_cost(o, share * cards) for o, share in offer.parts)
     least = offer.term_s if offer.market == RESERVED else max(offer.min_commit_s, min(offer.billing_s, 1.0))
     return cards * offer.price_card_hour * least / HOUR
 
 
 def preemption_rate(offer: Offer) -> float:
-    """Preemptions per card-second (0 unless spot)."""
+    """Preemptions per card-second of the plan (0 unless spot; a mix: the spot share x its rate)."""
+    if offer.parts:
+        return sum(share * preemption_rate(o) for o, share in offer.parts)
     return offer.preempt_per_card_hour / HOUR if offer.market == SPOT else 0.0
+
+
+def mix(base: Offer, spot: Offer, share: float) -> Offer:
+    """A base of ``base`` cards with ``share`` of the cards on ``spot`` (same card type and site): its
+    price per card-hour is the blend, its preemption rate per card the share's, its cards at most what
+    both parts have (available = min(base / (1 - share), spot / share))."""
+    assert (base.provider, base.region, base.accelerator) == (spot.provider, spot.region, spot.accelerator)
+    assert spot.market == SPOT and base.market != SPOT and 0 < share < 1
+    avail = min(int(base.available / (1 - share) + 1e-9), int(spot.available / share + 1e-9))
+    notes_date = min(base.date, spot.date)
+    return replace(spot, price_card_hour=(1 - share) * base.price_card_hour + share * spot.price_card_hour,
+                   available=avail, date=notes_date, illustrative=base.illustrative or spot.illustrative,
+                   source=f"{base.source}; {spot.source}", preempt_per_card_hour=share * spot.preempt_per_card_hour,
+                   parts=((base, 1 - share), (spot, share)))
 
 
 def months_between(earlier: str, later: str) -> int:
@@ -166,4 +204,4 @@ def price_notes(offer: Offer, as_of: str) -> list[str]:
 
 __all__ = ["Offer", "MarketOptions", "Power", "site_power_w", "cards_under_power", "energy_mwh", "MARKETS",
            "ON_DEMAND", "SPOT", "RESERVED", "STALE_MONTHS", "billed_seconds", "billed_cost", "least_billed_cost",
-           "preemption_rate", "months_between", "price_notes"]
+           "preemption_rate", "months_between", "price_notes", "mix"]

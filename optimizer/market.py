@@ -122,8 +122,10 @@ def solve_offer(sc: Scenario, offer: M.Offer, backend: str, req: Request,
     sub = offer_scenario(sc, offer)
     space = Space.from_scenario(sub)
     run = choose(space, backend, req.method)
+    counts = [n for n in card_counts(space.domains) if n <= sub.search.max_cards and offer.cards_fit(n)
+              and (req.cards is None or n in req.cards)]
     if offer.linear:
-        r = core.solve(sub, run, replace(req, top=1), space=space)
+        r = core.solve(sub, run, replace(req, top=1, cards=tuple(counts) if offer.parts else req.cards), space=space)
         one = billed(sc, offer, r.best) if r.best is not None else None
         return OfferSolve(offer, sub, r.status, one, 1, "one solve", space.size())
     enforced = req.enforced(FAMILIES)
@@ -131,9 +133,7 @@ def solve_offer(sc: Scenario, offer: M.Offer, backend: str, req: Request,
     cap = sc.cost.max_cost if F.BUDGET in enforced else None
     best: Evaluation | None = None
     proven, solves = True, 0
-    for n in card_counts(space.domains):
-        if n > sub.search.max_cards:
-            break
+    for n in counts:
         if req.objective == "cost" and best is not None and \
                 M.least_billed_cost(offer, n) > best.metrics["cost"] * (1 + REL):
             break  # no plan of n or more cards bills less
@@ -247,7 +247,8 @@ def offer_dict(offer: M.Offer, as_of: str) -> dict[str, Any]:
             "term_days": offer.term_s / DAY if offer.market == M.RESERVED else None,
             "billing_s": offer.billing_s, "min_commitment_h": offer.min_commit_s / HOUR,
             "available": offer.available, "date": offer.date, "source": offer.source,
-            "illustrative": offer.illustrative, "notes": M.price_notes(offer, as_of)}
+            "illustrative": offer.illustrative, "notes": M.price_notes(offer, as_of),
+            "parts": [{"offer": o.id, "share": share} for o, share in offer.parts]}
 
 
 def market_entries(ms: MarketSolve, sc: Scenario) -> dict[str, Any]:
@@ -265,7 +266,7 @@ def market_entries(ms: MarketSolve, sc: Scenario) -> dict[str, Any]:
     out: dict[str, Any] = {"as_of": as_of, "offers": rows, "offer": None}
     if ms.pick is not None and ms.pick.best is not None:
         out["offer"] = offer_dict(ms.pick.offer, as_of)
-        out["spot_share"] = 1.0 if ms.pick.offer.market == M.SPOT else 0.0
+        out["spot_share"] = ms.pick.offer.spot_share
         out["preemption"] = preemption_figures(ms.pick.sc, ms.pick.offer, ms.pick.best) \
             if ms.pick.offer.market == M.SPOT else None
         out["power"] = power_figures(sc, ms.pick.offer, ms.pick.best, ms.power_binding)

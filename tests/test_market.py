@@ -75,7 +75,10 @@ def catalog_with(tmp_path, text):
 
 
 def bill(o: Offer, cards: int, finish_s: float) -> float:
-    """Reserved: the whole term (ceil of the finish over the term); otherwise per second (billing 1 s)."""
+    """Reserved: the whole term (ceil of the finish over the term); otherwise per second (billing 1 s); a mix:
+    each part's bill for its share of the cards."""
+    if o.parts:
+        return sum(bill(part, round(share * cards), finish_s) for part, share in o.parts)
     if o.market == "reserved":
         return cards * o.price_card_hour * o.term_s * math.ceil(finish_s / o.term_s) / HOUR
     assert o.billing_s <= 1 and o.min_commit_s == 0
@@ -85,7 +88,9 @@ def bill(o: Offer, cards: int, finish_s: float) -> float:
 def on_offer(sc, o: Offer):
     """The scenario as the offer defines it, written out here."""
     system = replace(sc.system(o.accelerator), price_card_hour=o.price_card_hour, nic_price_hour=0.0)
-    spot = MarketOptions(preempt_per_card_s=o.preempt_per_card_hour / HOUR if o.market == "spot" else 0.0,
+    rho = sum(share * p.preempt_per_card_hour for p, share in o.parts if p.market == "spot") if o.parts else \
+        o.preempt_per_card_hour if o.market == "spot" else 0.0
+    spot = MarketOptions(preempt_per_card_s=rho / HOUR,
                          reacquire_s=o.reacquire_s if o.market == "spot" else 0.0)
     return replace(sc, systems={o.accelerator: system}, market=spot,
                    search=replace(sc.search, accelerators=(o.accelerator,)))
@@ -103,6 +108,8 @@ def brute(sc, o: Offer):
         if not all(c.satisfied for c in ev.constraints if c.name != F.BUDGET):
             continue
         if plan.cards > min(sc.search.max_cards, o.available):
+            continue
+        if any((share * plan.cards) % 8 for _, share in o.parts):  # each part rents whole 8-card hosts
             continue
         f = ev.metrics["finish_days"] * DAY
         cost = bill(o, plan.cards, f)
@@ -292,15 +299,19 @@ def markets(draw):
         names.append(f"o{i}")
     deadline = draw(st.sampled_from(["5d", "20d", "60d"]))
     max_cost = draw(st.one_of(st.none(), st.floats(1e3, 1e5)))
-    return text, names, deadline, max_cost
+    shares = draw(st.one_of(st.none(), st.just([0.5]), st.just([0.25, 0.75])))
+    return text, names, deadline, max_cost, shares
 
 
 @settings(max_examples=12, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(markets())
 def test_backends_agree_with_enumeration_on_market_spaces(tmp_path, case):
-    text, names, deadline, max_cost = case
-    sc = build_scenario(raw_scenario(names, deadline, max_cost), catalog_with(tmp_path, text))
+    text, names, deadline, max_cost, shares = case
+    raw = raw_scenario(names, deadline, max_cost)
+    if shares:
+        raw["market"]["spot_shares"] = shares
+    sc = build_scenario(raw, catalog_with(tmp_path, text))
     ref = brute_market(sc)
     for backend, method in (("enumerate", "auto"), ("cpsat", "monolithic"), ("highs", "monolithic"),
                             ("cpsat", "decomposed")):
@@ -469,3 +480,28 @@ def test_site_power_needs_a_unit_and_power_figures(tmp_path):
     raw["market"]["site_power"] = "1MW"
     with pytest.raises(InputError, match="no power figures for b200"):
         build_scenario(raw, cat)
+
+
+def test_a_base_with_a_spot_share_is_a_choice(tmp_path):
+    """Spot at 1.6 has 16 cards, on-demand at 3.0 has 64: a 2-hour deadline needs more than 16 cards (the
+    brute force below finds none with 16), so pure spot is out, and a half-spot mix of 32 cards (16 + 16)
+    bills 32 x (0.5 x 3.0 + 0.5 x 1.6) per hour, less than 32 on-demand cards."""
+    text = REGIONS + offer_table("od", "cloud-a", "east", "h100-sxm", "on-demand", 3.0, available=64) + offer_table(
+        "spot", "cloud-a", "east", "h100-sxm", "spot", 1.6, available=16,
+        extra='preempt_per_card_hour = 0.002\nreacquire = "1h"')
+    raw = raw_scenario(["od", "spot"], deadline="2h")
+    raw["task"]["tokens"] = "10B"
+    raw["market"]["spot_shares"] = [0.25, 0.5, 0.75]
+    sc = build_scenario(raw, catalog_with(tmp_path, text))
+    assert [o.market_name for o in sc.market.offers][2:] == ["75%on-demand+25%spot", "50%on-demand+50%spot",
+                                                             "25%on-demand+75%spot"]
+    assert brute(sc, sc.market.offers[1]) is None  # 16 spot cards cannot make the deadline
+    (cost, _, plan), offer = brute_market(sc)
+    assert offer.parts and offer.spot_share == 0.5 and plan.cards == 32
+    for backend, method in (("enumerate", "auto"), ("cpsat", "monolithic"), ("highs", "monolithic")):
+        pr = P.plan(sc, backend, Request(method=method))
+        m = pr.report["market"]
+        assert m["offer"]["id"] == offer.id and m["spot_share"] == 0.5 and pr.best.plan.cards == 32
+        assert math.isclose(pr.best.metrics["cost"], cost, rel_tol=1e-9)
+        assert math.isclose(m["preemption"]["expected_preemptions"],
+                            16 * 0.002 * pr.best.metrics["train_days"] * 24, rel_tol=1e-9)

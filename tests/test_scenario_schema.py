@@ -134,6 +134,7 @@ SAMPLES = {
     "market.regions": ('["us-east-1"]', ["us-east-1"]),
     "market.as_of": ('"2026-12-01"', "2026-12-01"),
     "market.site_power": ('"150MW"', "150MW"),
+    "market.spot_shares": ("[0.5]", [0.5]),
 }
 
 
