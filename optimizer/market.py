@@ -179,8 +179,9 @@ def solve_market(sc: Scenario, backend: str, req: Request, choose: Callable[[Spa
     proven = all(r.status in PROVEN for r in rows)
     status = (Status.OPTIMAL if pick else Status.INFEASIBLE) if proven else (Status.FEASIBLE if pick else
                                                                             Status.UNKNOWN)
-    info = SolverInfo(name=backend, note=f"one exact sub-problem per offer ({len(rows)} offers, "
-                      f"{sum(r.solves for r in rows)} solves)")
+    solves = sum(r.solves for r in rows)
+    info = SolverInfo(name=backend, note=f"one exact sub-problem per offer ({len(rows)} offer{'s' * (len(rows) != 1)}"
+                      f", {solves} solve{'s' * (solves != 1)})")
     info.gap = 0.0 if status == Status.OPTIMAL else None
     info.points = sum(r.points for r in rows)
     info.wall_s = time.perf_counter() - t0
@@ -211,7 +212,8 @@ def preemption_source(sc: Scenario, ev: Evaluation) -> tuple[float, float]:
     """(preemptions per second, mean seconds lost per preemption) of a plan on its offer's scenario ``sc``:
     ``lam_p = n rho``; each loses the redo since the last checkpoint (tau / 2, plus the commit lag of an
     async save), the restore and the reacquisition delay. The hook a finish-time distribution adds to its
-    failure sources; (0, 0) off the spot market."""
+    failure sources; (0, 0) off the spot market. After ``plan()`` of a market scenario, ``PlanReport.view`` is
+    that offer's scenario: ``preemption_source(report.view, report.best)``."""
     rel = sc.reliability
     lam = float(T.preemption_rate(sc, ev.plan.cards))
     if lam == 0.0:
