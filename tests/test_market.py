@@ -505,3 +505,15 @@ def test_a_base_with_a_spot_share_is_a_choice(tmp_path):
         assert math.isclose(pr.best.metrics["cost"], cost, rel_tol=1e-9)
         assert math.isclose(m["preemption"]["expected_preemptions"],
                             16 * 0.002 * pr.best.metrics["train_days"] * 24, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("command", [["evaluate", "--cards", "8"], ["explain"], ["sweep", "--deadline", "10d:20d:5d"]])
+def test_commands_that_do_not_choose_offers_say_so(tmp_path, capsys, monkeypatch, command):
+    raw = raw_scenario(["h100-od"])
+    p = tmp_path / "s.toml"
+    p.write_text("\n".join(f"[{t}]\n" + "\n".join(f"{k} = {json_value(v)}" for k, v in body.items())
+                           for t, body in raw.items()) + "\n")
+    catalog_with(tmp_path, SIX)
+    code, out, err = _cli([command[0], "--scenario", str(p), "--catalog", str(tmp_path / "cat"), *command[1:]],
+                          capsys, monkeypatch)
+    assert code == 2 and "[market]" in err and "Traceback" not in err, err
