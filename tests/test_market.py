@@ -517,3 +517,19 @@ def test_commands_that_do_not_choose_offers_say_so(tmp_path, capsys, monkeypatch
     code, out, err = _cli([command[0], "--scenario", str(p), "--catalog", str(tmp_path / "cat"), *command[1:]],
                           capsys, monkeypatch)
     assert code == 2 and "[market]" in err and "Traceback" not in err, err
+
+
+def test_preemptions_add_their_first_order_overhead(tmp_path):
+    """First order (chapter 10.4): each event costs the redo tau / 2 plus the restore r; a preemption also
+    waits d. At a fixed sync save interval, rho adds n rho (tau / 2 + r + d) to the overhead fraction."""
+    sc = _two(tmp_path, 1.6, 0.01)
+    spot = sc.market.offers[1]
+    sub = on_offer(sc, spot)
+    calm = replace(sub, market=MarketOptions())
+    from tpopt.models.plan import Plan
+    plan = Plan("h100-sxm", 16, zero_stage=1, tp=1, pp=1, dp=16, micro_batch=1, save_interval_s=1800.0,
+                save_mode="sync", global_batch=64)
+    lam = 16 * 0.01 / HOUR
+    want = lam * (1800 / 2 + sc.reliability.restore_s + 3600)
+    got = evaluate(sub, plan).metrics["overhead_fraction"] - evaluate(calm, plan).metrics["overhead_fraction"]
+    assert math.isclose(got, want, rel_tol=1e-9)
