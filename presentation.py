@@ -479,3 +479,68 @@ def sweep_footing_lines(rows: list[dict[str, Any]]) -> list[str]:
             line += "; parameters " + "; ".join(f"{g} {', '.join(v)}" for g, v in groups.items())
         out += textwrap.wrap(line, 118, subsequent_indent="    ", break_on_hyphens=False)
     return out
+# ---------------------------------------------------------------------------------------------
+# market offers
+
+
+def _offer_terms(o: dict) -> str:
+    if o.get("parts"):
+        return "a mix: " + " + ".join(f"{p['share']:.0%} {p['offer']}" for p in o["parts"])
+    if o["term_days"] is not None:
+        terms = f"term {o['term_days']:g} d paid whole"
+    else:
+        terms = "per-second billing" if o["billing_s"] <= 1 else f"billed per {o['billing_s']:g} s"
+        if o["min_commitment_h"] > 0:
+            terms += f", at least {o['min_commitment_h']:g} h"
+    return terms
+
+
+def market_infeasible_lines(out: dict) -> list[str]:
+    """No offer admits a plan: each offer's status (the relaxations of one space do not span offers)."""
+    m = out["market"]
+    lines = [f"No plan on any offer (status {out['status']}; as of {m['as_of']}):"]
+    lines += [f"  {r['offer']}: {r['status']}" for r in m["offers"]]
+    lines.append("Each offer is at most its available cards (market.available) and under the site power cap "
+                 "(power.site); relax the deadline, the budget or the caps, or add offers (tpopt catalog offers).")
+    return lines
+
+
+def market_lines(out: dict) -> list[str]:
+    """The market block under the plan line: the offer used (price, terms, date, source, notes), the spot
+    figures, then each offer's best plan."""
+    m = out.get("market")
+    if not m or not m.get("offer"):
+        return []
+    o = m["offer"]
+    lines = [f"Offer: {o['id']}, {o['price_card_hour']:g} USD per card-hour ({_offer_terms(o)}), "
+             f"{o['available']:,} cards available; price dated {o['date']} ({o['source']})"]
+    lines += [f"  note: {n}" for n in o["notes"]]
+    p = m.get("preemption")
+    if p:
+        lines.append(f"Spot share {m['spot_share']:.0%}: {p['expected_preemptions']:.2f} preemptions expected "
+                     f"({p['rate_per_card_hour']:g} per card-hour: {p['rate_source']}), each losing "
+                     f"{p['seconds_lost_per_preemption']:,.0f} s (redo since the checkpoint, restore, "
+                     f"{p['reacquire_s']:,.0f} s to reacquire); they cost {p['time_cost_days']:.3f} d and "
+                     f"{p['cost']:,.0f} USD; save interval {p['save_interval_s']:,.0f} s (optimum for the combined "
+                     f"failure rate {p['optimal_interval_s']:,.0f} s, without preemptions "
+                     f"{p['optimal_interval_without_s']:,.0f} s)")
+    w = m.get("power")
+    if w:
+        cap = ""
+        if w["cap_mw"] is not None:
+            verdict = "binds: without it a better plan exists" if w["binding"] else "does not bind"
+            cap = f"; site cap {w['cap_mw']:,.1f} MW ({w['cap_cards']:,} cards), {verdict}"
+        lines.append(f"Power: {w['site_mw']:,.2f} MW at the site ({w['it_mw']:,.2f} MW IT x PUE {w['pue']:g}; "
+                     f"{w['card_w']:g} W per card, {w['host_overhead_w']:g} W per host); energy "
+                     f"{w['energy_mwh']:,.1f} MWh over the run{cap}")
+    lines.append(f"Offers compared (as of {m['as_of']}; one exact sub-problem each):")
+    width = max(len(r["offer"]) for r in m["offers"])
+    for r in m["offers"]:
+        mark = "*" if r["offer"] == o["id"] else " "
+        what = (f"{r['cards']:>6,} cards {r['finish_days']:8.2f} d {r['cost']:>14,.0f} USD" if "cards" in r
+                else f"{r['status']}")
+        flags = ["illustrative" if n.startswith("assumption") else "old price" for n in r["notes"]]
+        lines.append(f" {mark} {r['offer']:<{width}} {what}" + (f"  ({', '.join(flags)})" if flags else ""))
+    lines.append("Binding constraints: not analysed across offers (each offer's plan above is proven optimal on "
+                 "that offer; the chosen plan's checks show which limits it meets with no slack).")
+    return lines

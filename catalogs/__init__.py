@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tpopt.catalogs.architectures import ARCH_INT_MAX, MODEL_KEYS, arch_int, build_model
+from tpopt.catalogs.market import Market, load_market
 from tpopt.catalogs.tables import (
     MAX_INPUT_BYTES,
     check_keys,
@@ -59,6 +60,7 @@ class Catalog:
     storage: dict[str, float] = field(default_factory=dict)  # tier -> write bytes/s
     performance: dict[str, PerfParams] = field(default_factory=dict)  # accelerator -> step-time parameters
     raw: dict[str, dict] = field(default_factory=dict)  # file stem -> merged raw tables
+    market: Market = field(default_factory=Market)  # offers.toml (tpopt.catalogs.market)
 
     def accelerator(self, name: str) -> Accelerator:
         try:
@@ -316,6 +318,7 @@ def load_catalog(extra_dirs=()) -> Catalog:
         cat.accelerators[name] = _build_accelerator(name, t, links, nics)
     for name, t in raw["models"].items():
         cat.models[name] = build_model(name, t)
+    cat.market = load_market(extra_dirs, set(cat.accelerators))
     perf = raw["performance"]
     default = build_perf("default", perf["default"]) if "default" in perf else PerfParams(name="default")
     cat.performance["default"] = default

@@ -17,6 +17,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 from tpopt.catalogs import Catalog, build_model, load_catalog, model_from_hf_config, read_text_capped
+from tpopt.catalogs.market import check_date, parse_power
 from tpopt.catalogs.schema import (
     CARD_KEYS,
     DEFAULT_SAVE_INTERVAL,
@@ -30,6 +31,7 @@ from tpopt.catalogs.schema import (
     CommKeys,
     HardwareKeys,
     InputKeys,
+    MarketKeys,
     MemoryKeys,
     ModelKeys,
     MoeKeys,
@@ -41,6 +43,7 @@ from tpopt.catalogs.schema import (
     SearchKeys,
     StragglerKeys,
     TaskKeys,
+    as_list,
     check_keys,
     read_table,
     targets,
@@ -49,6 +52,7 @@ from tpopt.catalogs.stacks import stack_profile
 from tpopt.errors import InputError
 from tpopt.models.finish import Risk
 from tpopt.models.hardware import Accelerator, StackProfile
+from tpopt.models.market import SPOT, MarketOptions, mix
 from tpopt.models.moe import stack_defaults as moe_stack_defaults
 from tpopt.models.plan import (
     CostOptions,
@@ -63,7 +67,7 @@ from tpopt.models.plan import (
     Task,
     schedule_name,
 )
-from tpopt.models.units import DAY
+from tpopt.models.units import DAY, parse_fraction
 
 #: The built-in default scenario (the chapter's design case), used by every command without --scenario.
 BUILTIN_SCENARIO = Path(__file__).resolve().parent / "design-case.toml"
@@ -185,6 +189,7 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     value to SI units exactly once."""
     check_keys(raw)
     cat = catalog or load_catalog()
+    raw = market_hardware(raw, cat)
     model = _model(raw["model"], Path(raw.get("_base_dir", ".")), cat)
     stage_tables = _stage_tables(raw["task"])
     task = _task(raw, stage_tables, model)
@@ -214,7 +219,57 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
                     risk=_risk(read_table(RiskKeys, raw.get("risk", {}), "risk.")),
                     cost=CostOptions(budget.max_cost), moe=moe_opts, overlap=comm.overlap, name=str(name),
                     tp_overlap=comm.tp_overlap, dp_overlap=comm.dp_overlap, stages=stages, cp_method=comm.cp_method,
-                    cp_split=comm.cp_split, stack=stack)
+                    cp_split=comm.cp_split, stack=stack,
+                    market=market_options(raw.get("market"), cat, tuple(systems)))
+
+
+def market_hardware(raw: dict, cat: Catalog) -> dict:
+    """``hardware.accelerator = "all"`` (``--hw all``): every accelerator that has an offer, chosen by market."""
+    acc = raw["hardware"].get("accelerator")
+    if acc not in ("all", ["all"]):
+        return raw
+    names = list(dict.fromkeys(o.accelerator for o in cat.market.offers.values()))
+    search = {k: v for k, v in raw.get("search", {}).items() if k != "accelerator"}
+    return {**raw, "hardware": {**raw["hardware"], "accelerator": names}, "search": search,
+            "market": {"offers": "all", **raw.get("market", {})}}
+
+
+def market_options(table: dict | None, cat: Catalog, accelerators: tuple[str, ...]) -> MarketOptions:
+    """[market]: the offers to choose from (by name, or "all" of the scenario's accelerators), kept to
+    ``regions``; prices judged at ``as_of`` (default: the market catalog's date)."""
+    if not table:
+        return MarketOptions()
+    m = read_table(MarketKeys, table, "market.")
+    names = m.offers if m.offers is not None else "all"
+    if names == "all":
+        chosen = [o for o in cat.market.offers.values() if o.accelerator in accelerators]
+    else:
+        by = {**{o.id: o for o in cat.market.offers.values()}, **cat.market.offers}  # by id or by name
+        unknown = [n for n in as_list(names, "market.offers") if n not in by]
+        if unknown:
+            raise InputError(f"market.offers: unknown offer(s) {', '.join(map(str, unknown))} (tpopt catalog offers)")
+        chosen = list(dict.fromkeys(by[n] for n in as_list(names, "market.offers")))
+    if m.regions is not None:
+        keep = {str(r) for r in as_list(m.regions, "market.regions")}
+        chosen = [o for o in chosen if o.region in keep or f"{o.provider}/{o.region}" in keep]
+    if not chosen:
+        raise InputError("market: no offer of the scenario's accelerators (tpopt catalog offers)")
+    if m.spot_shares is not None:
+        shares = [parse_fraction(x, "market.spot_shares") for x in as_list(m.spot_shares, "market.spot_shares")]
+        if any(not 0 < x < 1 for x in shares):
+            raise InputError("market.spot_shares: each share is strictly between 0 and 1 (0: the base offer alone, "
+                             "1: the spot offer alone, both already chosen)")
+        site = lambda o: (o.provider, o.region, o.accelerator)  # noqa: E731
+        chosen += [mix(b, s, x) for x in shares for s in chosen if s.market == SPOT for b in chosen
+                   if b.market != SPOT and not b.parts and site(b) == site(s)]
+    as_of = check_date(m.as_of, "market.as_of") if m.as_of is not None else cat.market.as_of
+    cap = parse_power(m.site_power, "market.site_power") if m.site_power is not None else None
+    if cap is not None:
+        unknown = sorted({o.accelerator for o in chosen if o.power is None})
+        if unknown:
+            raise InputError(f"market.site_power: no power figures for {', '.join(unknown)} (add [power.NAME] to a "
+                             "catalog offers.toml)")
+    return MarketOptions(offers=tuple(chosen), as_of=as_of, site_power_w=cap)
 
 
 def _model(table: dict, base: Path, cat: Catalog):

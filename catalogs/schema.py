@@ -650,6 +650,19 @@ class MoeKeys:
     )
 
 
+@dataclass(frozen=True)
+class MarketKeys:
+    """[market]: the offers (catalogs/offers.toml, tpopt catalog offers) the plan chooses among."""
+
+    offers: Any = key(raw('"all" or a list of offer names'),
+                      help="offers to choose from (\"all\": every offer of the scenario's accelerators)")
+    regions: Any = key(raw("list of regions"), help="keep the offers of these regions (region or provider/region)")
+    as_of: Any = key(raw("YYYY-MM[-DD]"), help="the date offer prices are judged against (default: the catalog's)")
+    site_power: Any = key(raw('power ("150MW", "500kW")'), help="the site's power cap (power.site); default: none")
+    spot_shares: Any = key(raw("list of fractions"), help="also mix each on-demand/reserved offer with a spot offer of "
+                           "the same card and site at these shares of the cards (default: none)")
+
+
 #: table name -> the declarations of its keys; None: any key, read elsewhere ([sweep]: optimizer.sweep,
 #: [rl]: tpopt.catalogs.rl)
 TABLES: dict[str, tuple[type, ...] | None] = {
@@ -657,7 +670,7 @@ TABLES: dict[str, tuple[type, ...] | None] = {
     "hardware": (HardwareKeys, CardKeys), "memory": (MemoryKeys,), "input": (InputKeys,),
     "checkpoint": (CheckpointKeys,), "stragglers": (StragglerKeys,), "risk": (RiskKeys,),
     "comm": (CommKeys,), "cost": (PriceKeys, BudgetKeys), "search": (SearchKeys, MoeSearchKeys), "moe": (MoeKeys,),
-    "sweep": None, "rl": None, "scenario": (ScenarioKeys,),
+    "sweep": None, "rl": None, "scenario": (ScenarioKeys,), "market": (MarketKeys,),
 }
 REQUIRED_TABLES = ("model", "task", "schedule", "hardware")
 

@@ -10,10 +10,12 @@ from rich.measure import Measurement
 from rich.table import Table
 from tpopt.catalogs import load_catalog
 from tpopt.cli.common import dump_json, handle_errors
+from tpopt.cli.market import import_skypilot, list_offers
 from tpopt.cli.render import console_text, fit_lines, output_width
+from tpopt.errors import InputError
 from tpopt.models.arch import activated_params, expert_params, param_count
 
-KINDS = ("accelerators", "models", "links", "storage")
+KINDS = ("accelerators", "models", "links", "storage", "offers", "import")
 HEADERS = {"peak_bf16_tflops": "BF16 TFLOP/s", "peak_fp8_tflops": "FP8 TFLOP/s", "nics": "NICs/host",
            "usable_gib": "usable GiB",
            "hbm_gb_s": "HBM GB/s", "host_link": "host link", "interconnect": "fabric", "memory_gb": "GB",
@@ -105,15 +107,30 @@ def source_lines(rows: list[dict]) -> list[str]:
               help="Extra catalog directory (repeatable).")
 @click.option("--sources", "show_sources", is_flag=True, help="Print the source of every number instead of the table.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (sources included).")
+@click.option("--hw", help="offers: of this accelerator only.")
+@click.option("--region", help="offers: in this region only (region or provider/region).")
+@click.option("--skypilot", type=click.Path(dir_okay=False), help="import: a SkyPilot catalog vms.csv.")
+@click.option("--provider", default="skypilot", show_default=True, help="import: the provider the CSV lists.")
+@click.option("--date", help="import: when the CSV's prices were read (YYYY-MM[-DD]).")
+@click.option("--available", type=int, default=1024, show_default=True,
+              help="import: cards available per offer (SkyPilot's catalog has no availability).")
+@click.option("--map", "names", multiple=True, help="import: SKYPILOT_NAME=catalog-accelerator (repeatable).")
 @handle_errors
-def catalog(kind, catalog_dirs, show_sources, as_json):
-    """List catalog entries: accelerators (default), models, links, storage.
+def catalog(kind, catalog_dirs, show_sources, as_json, hw, region, skypilot, provider, date, available, names):
+    """List catalog entries: accelerators (default), models, links, storage, offers (the market: --hw, --region);
+    import: print the offers.toml of a SkyPilot vms.csv (--skypilot, --date; redirect it into a --catalog DIR).
 
     Models show total and activated parameters (they differ for mixture-of-experts models, whose
     experts every card holds until expert parallelism is a plan decision). Peaks are dense; a "-"
     means the precision is not supported or not given (see --sources).
     """
 
+    if kind == "offers":
+        return list_offers(catalog_dirs, hw, region, show_sources, as_json)
+    if kind == "import":
+        if not skypilot or not date:
+            raise InputError("catalog import needs --skypilot vms.csv and --date YYYY-MM[-DD]")
+        return import_skypilot(catalog_dirs, skypilot, provider, date, available, names)
     rows = catalog_rows(load_catalog(catalog_dirs), kind)
     if as_json:
         click.echo(dump_json(rows), nl=False)

@@ -18,6 +18,7 @@ from tpopt.cli.common import (
     scenario_options,
 )
 from tpopt.cli.render import evaluation_text, fit_lines
+from tpopt.errors import InputError
 from tpopt.models.evaluate import at_plan_batch
 from tpopt.models.evaluate import evaluate as run
 from tpopt.optimizer import footing
@@ -40,6 +41,9 @@ def evaluate(stage, as_json, **kw):
     """
 
     sc = load_scenario_from(kw)
+    if sc.market.offers:
+        raise InputError("tpopt evaluate prices a plan at the [hardware] / [cost] price, not at an offer: evaluate the "
+                         "scenario without the [market] table, or solve it with tpopt solve")
     if sc.stages:
         code = evaluate_staged(sc, plan_from(sc, kw), stage, as_json)
         if code:

@@ -63,6 +63,9 @@ def explain(sensitivity, as_json, **kw):
     """
     kw["_command"] = "explain"
     sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
+    if sc.market.offers:
+        raise InputError("tpopt explain does not choose among [market] offers yet: tpopt solve lists every offer's "
+                         "best plan; explain the scenario without the [market] table")
     req = request_from(kw)
     backend = kw["solver"]
     if kw.get("cards") is None:

@@ -373,7 +373,8 @@ def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:
              *([cp_note_text(d["context_parallel"])] if d.get("context_parallel") else []), *foot, "",
              metrics_table(d["metrics"], title="Best plan"), "", constraints_table(d["constraints"]), ""]
     batch = len(d.get("batch_choices") or []) > 1  # name each plan's batch when the batch is a choice
-    parts += binding_lines(d.get("binding"), d["objective"], unit, d.get("binding_undecided") or (), batch)
+    if not d.get("market"):  # a market solve says what it analysed in its own block (presentation.market_lines)
+        parts += binding_lines(d.get("binding"), d["objective"], unit, d.get("binding_undecided") or (), batch)
     rob = (d.get("robustness") or {}).get("without_overlap")
     if rob:
         verdict = "still meets every constraint" if rob["feasible"] else \

@@ -23,7 +23,7 @@ from tpopt.errors import InputError
 from tpopt.optimizer import plan as P
 from tpopt.optimizer.confidence import reachable
 from tpopt.optimizer.result import Status
-from tpopt.presentation import infeasible_lines, sensitivity_text
+from tpopt.presentation import infeasible_lines, market_infeasible_lines, market_lines, sensitivity_text
 
 
 @click.command()
@@ -63,7 +63,7 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, force, **kw):
         if as_json:
             click.echo(dump_json(out), nl=False)
             return
-        text = solve_text(out, pr.view, timing, batch_lines(out))
+        text = solve_text(out, pr.view, timing, batch_lines(out) + market_lines(out))
         if "finish_distribution" in out:
             text += "\n".join(distribution_lines(out["finish_distribution"], out["metrics"].get("cost_unit", "USD")))
             text += "\n"
@@ -72,6 +72,9 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, force, **kw):
         click.echo(text, nl=False)
         return
     # no feasible plan (or none found in time)
+    if "market" in out and not as_json:
+        click.echo("\n".join(market_infeasible_lines(out)))
+        raise SystemExit(EXIT_INFEASIBLE if pr.status == Status.INFEASIBLE else EXIT_UNKNOWN)
     if pr.batches:  # conflict at the task's batch (or the first choice); relaxations over every batch
         batch_infeasible(out["batch_choices"], P.conflict_choice(pr.batches, sc).batch, as_json)
     if sc.task.confidence is not None and pr.status == Status.INFEASIBLE:

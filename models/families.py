@@ -32,12 +32,15 @@ KIND_INPUT = "input"  # the input pipeline's rate against the demand
 KIND_DEADLINE = "deadline"  # the finish time against the deadline
 KIND_SIZE = "size"  # the card count against its cap
 KIND_BUDGET = "budget"  # the cost against the budget cap
-KINDS = (KIND_RULE, KIND_MEMORY, KIND_QUALITY, KIND_TIME, KIND_INPUT, KIND_DEADLINE, KIND_SIZE, KIND_BUDGET)
+KIND_POWER = "power"  # a site's electrical power against its cap
+KINDS = (KIND_RULE, KIND_MEMORY, KIND_QUALITY, KIND_TIME, KIND_INPUT, KIND_DEADLINE, KIND_SIZE, KIND_BUDGET,
+         KIND_POWER)
 
 # scopes: which solve reports a family
 PRETRAINING = "pre-training"
 RL = "rl"
-SCOPES = (PRETRAINING, RL)
+MARKET = "market"  # the market solve (optimizer/market.py): checks on the offer a plan rents
+SCOPES = (PRETRAINING, RL, MARKET)
 
 # the names, for code that must name one family
 MEMORY_PER_CARD = "memory.per_card"
@@ -64,6 +67,8 @@ CHECKPOINT = "checkpoint.backlog"
 DEADLINE = "deadline.finish"
 CARDS = "cards.max"
 BUDGET = "budget.cost"
+MARKET_AVAILABLE = "market.available"
+POWER_SITE = "power.site"
 
 
 @dataclass(frozen=True)
@@ -170,6 +175,10 @@ REGISTRY = (
     Family(BUDGET, KIND_BUDGET, "USD", 1.0, "cost <= budget cap", scopes=_BOTH,
            moved_by=("tokens", "efficiency", "nic_bandwidth", "reserved", "max_cost", "card_price"), deletion_rank=1,
            stage_shared=True, swept=True, shown_unbounded=False),
+    Family(MARKET_AVAILABLE, KIND_SIZE, "cards", 1.0, "cards <= cards available under the offer", scopes=(MARKET,),
+           form_of=CARDS),
+    Family(POWER_SITE, KIND_POWER, "MW", 1e6, "PUE x (cards x card power + hosts x host overhead) <= site power cap",
+           scopes=(MARKET,), form_of=CARDS),
 )
 EVERY_FAMILY_INPUTS = ("accelerator",)
 """Explain's inputs that move every family (a different accelerator changes every table)."""
@@ -234,5 +243,6 @@ __all__ = [
     "PRETRAINING_FAMILIES", "PRETRAINING_NAMES", "MOE_FAMILIES", "SOLVED", "STRUCTURAL", "RELAXABLE", "EXACT",
     "DELETION_ORDER", "EVIDENCE", "MODEL_FAMILIES", "HUB_RULES", "TRAINER_RULES", "TRAINER_MEMORY",
     "CHOICE_FAMILIES", "STAGE_SHARED", "SWEPT", "EVERY_FAMILY_INPUTS",
+    "MARKET", "MARKET_AVAILABLE", "POWER_SITE", "KIND_POWER",
     "RL_FAMILIES", "RL_NAMES", "RL_SOLVED", "RL_REPORTED", "RL_STRUCTURAL", "RL_RELAXABLE",
 ]

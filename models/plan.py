@@ -16,6 +16,7 @@ from tpopt.models.arch import ModelArch
 from tpopt.models.batch import tokens_at_batch
 from tpopt.models.finish import Risk
 from tpopt.models.hardware import Accelerator, StackProfile
+from tpopt.models.market import MarketOptions
 from tpopt.models.roofline import PerfParams
 
 SAVE_MODES = ("sync", "async")
@@ -286,6 +287,7 @@ class Scenario:
     cp_split: str = "zigzag"  # causal load balance of the sequence pieces: "zigzag" or "contiguous"
     risk: Risk = field(default_factory=Risk)  # inputs of the finish-time distribution (models/finish.py)
     stack: StackProfile = field(default_factory=StackProfile)  # the software stack ([hardware] stack)
+    market: MarketOptions = field(default_factory=MarketOptions)  # offers to choose from (none: the [cost] prices)
 
     def overlap_fractions(self) -> tuple[tuple[float, float], float]:
         """((chunked, async) tensor-parallel, data-parallel) overlap; ``overlap = false`` turns all off."""

@@ -1445,7 +1445,20 @@ def failure_rate(sc: Scenario, cards: ArrayLike) -> Floats:
                                                                                                 rel.card_mtbf_s)
     if rel.event_interval_s:
         lam = lam + 1.0 / rel.event_interval_s
+    if sc.market.preempt_per_card_s:
+        lam = lam + preemption_rate(sc, cards)
     return lam
+
+
+def preemption_rate(sc: Scenario, cards: ArrayLike) -> Floats:
+    """Spot preemptions per second of the job: cards x rho (rho per card-second; 0 off the spot market)."""
+    return _f(cards) * sc.market.preempt_per_card_s
+
+
+def reacquire_overhead(sc: Scenario, cards: ArrayLike) -> Floats:
+    """Reacquisition delay per unit useful time: lam_preempt x d (each preemption waits d for the cards
+    on top of the redo and the restore that :func:`failure_rate` already charges)."""
+    return preemption_rate(sc, cards) * sc.market.reacquire_s
 
 
 def overhead(sc: Scenario, save_mode: str, cards: ArrayLike, save_interval: ArrayLike) -> Floats:
@@ -1462,9 +1475,10 @@ def overhead(sc: Scenario, save_mode: str, cards: ArrayLike, save_interval: Arra
     else:
         pause, lag = rel.snapshot_copy_s, rel.snapshot_copy_s + write
     tau = _f(save_interval)
+    wait = reacquire_overhead(sc, cards) if sc.market.preempt_per_card_s else 0.0
     if rel.failure_model == "poisson":
-        return reliability.overhead_poisson(tau, pause, lam, rel.restore_s) + lam * lag
-    return reliability.overhead_first_order(tau, pause, lam, rel.restore_s, lag)
+        return reliability.overhead_poisson(tau, pause, lam, rel.restore_s) + lam * lag + wait
+    return reliability.overhead_first_order(tau, pause, lam, rel.restore_s, lag) + wait
 
 
 def overhead_parts(sc: Scenario, save_mode: str, cards: ArrayLike,
@@ -1476,7 +1490,8 @@ def overhead_parts(sc: Scenario, save_mode: str, cards: ArrayLike,
     pause, lag = (write, 0.0) if save_mode == "sync" else (rel.snapshot_copy_s, rel.snapshot_copy_s + write)
     tau = _f(save_interval)
     return (reliability.save_overhead(tau, pause), reliability.redo_overhead(tau, lam, lag),
-            reliability.restart_overhead(lam, rel.restore_s))
+            reliability.restart_overhead(lam, rel.restore_s)
+            + (reacquire_overhead(sc, cards) if sc.market.preempt_per_card_s else 0.0))
 
 
 def optimal_save_interval(sc: Scenario, cards: ArrayLike, save_mode: str = "sync") -> FloatArray:

@@ -19,7 +19,7 @@ from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY
-from tpopt.optimizer import backends, core, footing, outer
+from tpopt.optimizer import backends, core, footing, market, outer
 from tpopt.optimizer.memory_plan import enforce as enforce_memory
 from tpopt.optimizer.report import analysis, cp_not_searched, scenario_entry
 from tpopt.optimizer.result import Request, SolveResult
@@ -102,6 +102,8 @@ def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = No
     backends.require(backend, req)  # a missing solver fails here, before anything is written
     if export and outer.has_task_choices(sc):
         raise InputError("--export writes one plan MILP: give one global batch (--global-batch) and no stages")
+    if sc.market.offers:  # the offer is a choice: one exact sub-problem per offer
+        return _market(sc, backend, req)
     if sc.stages:
         return _staged(sc, backend, req, analyse)
     bs = outer.solve_batches(sc, backend, req) if outer.has_task_choices(sc) else None
@@ -222,6 +224,22 @@ def conflict_choice(bs: outer.BatchSolve, sc: Scenario) -> outer.Choice:
 
 def conflict_space(bs: outer.BatchSolve, sc: Scenario) -> Space:
     return conflict_choice(bs, sc).space
+
+
+# ---------------------------------------------------------------------------------------------
+# market offers
+
+
+def _market(sc: Scenario, backend: str, req: Request) -> PlanReport:
+    """The best plan over the scenario's offers (:mod:`tpopt.optimizer.market`), its offer and spot figures."""
+    ms = market.solve_market(sc, backend, req, tiny_backend)
+    out: dict[str, Any] = {"status": ms.result.status.value, "objective": ms.result.objective,
+                           "solver": ms.result.solver.as_dict()}
+    view = ms.pick.sc if ms.pick else sc
+    if ms.result.best is not None:
+        out.update(best_entries(ms.result, None))
+    out["market"] = market.market_entries(ms, sc)
+    return PlanReport.of(ms.result, out, view)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -442,5 +442,52 @@ def test_bad_prepared_input(tmp_path, design_path, capsys, monkeypatch, setup, n
 
 
 def test_the_matrix_has_150_classes():
-    assert len(SCENARIO_ROWS) + len(FILE_ROWS) + len(CLI_ROWS) + len(PREPARED_ROWS) >= 150
-    assert len(SCENARIO_ROWS) + len(FILE_ROWS) + len(CLI_ROWS) + len(CALIBRATE_ROWS) >= 150
+    assert len(SCENARIO_ROWS) + len(FILE_ROWS) + len(CLI_ROWS) + len(PREPARED_ROWS) + len(CALIBRATE_ROWS) >= 150
+
+
+# market offers (issue 26): a --catalog DIR whose offers.toml has one bad line; every command reading the
+# catalog stops on it (catalog offers here)
+OFFER_BASE = """[region."cloud-a/east"]
+source = "test"
+
+[offer.bad]
+provider = "cloud-a"
+region = "east"
+accelerator = "h100-sxm"
+market = "on-demand"
+price_card_hour = 3.0
+available = 64
+date = "2026-10"
+source = "test"
+"""
+OFFER_ROWS = [
+    ("offer-negative-price", "price_card_hour = 3.0", "price_card_hour = -1.0", "must not be negative"),
+    ("offer-unknown-region", 'region = "east"', 'region = "mars-1"', "unknown region cloud-a/mars-1"),
+    ("offer-unknown-accelerator", 'accelerator = "h100-sxm"', 'accelerator = "tpu-v9"', "unknown accelerator"),
+    ("offer-missing-date", 'date = "2026-10"', "", "missing required key 'date'"),
+    ("offer-bad-date", 'date = "2026-10"', 'date = "October"', "YYYY-MM"),
+    ("offer-availability-zero", "available = 64", "available = 0", "at least 1 card"),
+    ("offer-unknown-market", 'market = "on-demand"', 'market = "auction"', "market 'auction' unknown"),
+    ("offer-reserved-without-term", 'market = "on-demand"', 'market = "reserved"', "missing required key 'term'"),
+]
+
+
+@pytest.mark.parametrize("old,new,needle", [r[1:] for r in OFFER_ROWS], ids=[r[0] for r in OFFER_ROWS])
+def test_bad_offer(tmp_path, capsys, monkeypatch, old, new, needle):
+    d = tmp_path / "cat"
+    d.mkdir()
+    assert old in OFFER_BASE
+    (d / "offers.toml").write_text(OFFER_BASE.replace(old, new, 1))
+    before = sorted(tmp_path.rglob("*"))
+    _assert_clean(*_run(["catalog", "offers", "--catalog", str(d)], capsys, monkeypatch), needle)
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["catalog", "offers", "--hw", "tpu-v9"], "no offer of tpu-v9"),
+    (["catalog", "import", "--date", "2026-11"], "needs --skypilot"),
+    (["catalog", "import", "--skypilot", "{T}/none.csv", "--date", "2026-11"], "none.csv"),
+], ids=["offers-no-match", "import-without-csv", "import-missing-csv"])
+def test_bad_market_command(tmp_path, capsys, monkeypatch, argv, needle):
+    args = [a.replace("{T}", str(tmp_path)) for a in argv]
+    _assert_clean(*_run(args, capsys, monkeypatch), needle)

@@ -132,6 +132,11 @@ SAMPLES = {
     "moe.node_limit": ("4", 4),
     "scenario.name": ('"my-run"', "my-run"),
     "scenario.description": ('"what is trained"', "what is trained"),
+    "market.offers": ('"all"', "all"),
+    "market.regions": ('["us-east-1"]', ["us-east-1"]),
+    "market.as_of": ('"2026-12-01"', "2026-12-01"),
+    "market.site_power": ('"150MW"', "150MW"),
+    "market.spot_shares": ("[0.5]", [0.5]),
 }
 
 

@@ -281,6 +281,9 @@ def build_spec(scenario_path: str | Path | dict[str, Any], cli: dict[str, Any] |
 
     # the scenario as the file gives it (validates every table, the model and the hardware names)
     base0 = build_scenario(with_overrides(raw, fixed), catalog)
+    if base0.market.offers:
+        raise InputError("tpopt sweep does not choose among [market] offers yet: solve the scenario with tpopt solve, "
+                         "or sweep without the [market] table")
     hw_value, hw_what = source("hw")
     hw = parse_names(hw_value, cast(str, hw_what)) if hw_value is not None else tuple(base0.search.accelerators)
     for name in hw:

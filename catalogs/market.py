@@ -1,0 +1,236 @@
+"""The market catalog (``offers.toml``): regions and offers, read and validated once; SkyPilot import.
+
+``load_market(dirs)`` reads the built-in ``offers.toml`` and then each ``--catalog DIR``'s, whose regions
+and offers replace built-in entries of the same name. Every bad offer is one :class:`InputError` line
+(negative price, unknown region or accelerator, missing date, no cards available).
+
+``from_skypilot(path, ...)`` reads a SkyPilot catalog ``vms.csv`` (schema: InstanceType, AcceleratorName,
+AcceleratorCount, Region, AvailabilityZone, Price, SpotPrice; prices per instance-hour) into the same
+offers: one on-demand offer per (instance, region) and one spot offer where SpotPrice is given (the zone's
+lowest, as SkyPilot's own ``get_hourly_cost`` takes it), priced per card-hour = price / AcceleratorCount.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from tpopt.catalogs.tables import check_keys, need, read_text_capped
+from tpopt.errors import InputError
+from tpopt.models.market import MARKETS, RESERVED, SPOT, Offer, Power
+from tpopt.models.units import HOUR, parse_duration, parse_int, parse_number
+
+BUILTIN = Path(__file__).resolve().parent / "offers.toml"
+FILE = "offers.toml"
+OFFER_KEYS = ("provider", "region", "accelerator", "cards_per_host", "market", "term", "price_card_hour", "billing",
+              "min_commitment", "available", "date", "source", "illustrative", "preempt_per_card_hour",
+              "preempt_source", "reacquire", "notes")
+DEFAULT_KEYS = ("preempt_per_card_hour", "preempt_source", "reacquire", "reacquire_source", "pue", "pue_source")
+REGION_KEYS = ("source", "notes", "pue", "pue_source")
+POWER_KEYS = ("board_w", "training_w", "host_overhead_w", "source", "notes")
+_DATE = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?$")
+SKYPILOT_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "Region", "Price", "SpotPrice")
+
+
+@dataclass
+class Market:
+    """Offers by id (catalog order), the regions they may name, the market's date, the spot defaults."""
+
+    offers: dict[str, Offer] = field(default_factory=dict)
+    regions: dict[str, str] = field(default_factory=dict)  # "provider/region" -> source
+    pue: dict[str, tuple[float, str]] = field(default_factory=dict)  # "provider/region" -> (PUE, source)
+    power: dict[str, Power] = field(default_factory=dict)  # accelerator -> power
+    as_of: str = ""
+    preempt_per_card_hour: float = 0.0
+    preempt_source: str = ""
+    reacquire_s: float = 0.0
+    reacquire_source: str = ""
+    default_pue: tuple[float, str] = (1.2, "")
+
+    def select(self, hw: str | None = None, region: str | None = None) -> list[Offer]:
+        """Offers of accelerator ``hw`` and/or region ``region`` (``region`` or ``provider/region``)."""
+        return [o for o in self.offers.values() if (hw is None or o.accelerator == hw)
+                and (region is None or region in (o.region, f"{o.provider}/{o.region}"))]
+
+
+def check_date(value: object, where: str) -> str:
+    if not isinstance(value, str) or not _DATE.match(value):
+        raise InputError(f"{where}: date must be YYYY-MM or YYYY-MM-DD, got {value!r}")
+    return value
+
+
+def build_offer(name: str, t: dict, market: Market, accelerators: set[str] | None) -> Offer:
+    """One ``[offer.NAME]`` table as an :class:`Offer` (validated; spot defaults from ``market``)."""
+    where = f"offer {name}"
+    check_keys(t, OFFER_KEYS, where)
+    provider, region = str(need(t, "provider", where)), str(need(t, "region", where))
+    if f"{provider}/{region}" not in market.regions:
+        raise InputError(f"{where}: unknown region {provider}/{region} (known: {', '.join(sorted(market.regions))})")
+    acc = str(need(t, "accelerator", where))
+    if accelerators is not None and acc not in accelerators:
+        raise InputError(f"{where}: unknown accelerator {acc!r} (tpopt catalog accelerators)")
+    kind = need(t, "market", where)
+    if kind not in MARKETS:
+        raise InputError(f"{where}: market {kind!r} unknown (use one of: {', '.join(MARKETS)})")
+    price = parse_number(need(t, "price_card_hour", where), f"{where} price_card_hour")
+    available = parse_int(need(t, "available", where), f"{where} available", minimum=0)
+    if available <= 0:
+        raise InputError(f"{where}: available must be at least 1 card, got {available}")
+    term = 0.0
+    if kind == RESERVED:
+        term = parse_duration(need(t, "term", where), f"{where} term", allow_zero=False)
+    elif "term" in t:
+        raise InputError(f"{where}: term applies to the reserved market only")
+    spot = kind == SPOT
+    pue, pue_source = market.pue.get(f"{provider}/{region}", market.default_pue)
+    rho = parse_number(t.get("preempt_per_card_hour", market.preempt_per_card_hour),
+                       f"{where} preempt_per_card_hour") if spot else 0.0
+    return Offer(provider=provider, region=region, accelerator=acc, market=kind, price_card_hour=price,
+                 available=available, date=check_date(need(t, "date", where), where),
+                 source=str(need(t, "source", where)),
+                 cards_per_host=parse_int(t.get("cards_per_host", 8), f"{where} cards_per_host", minimum=1),
+                 term_s=term, billing_s=parse_duration(t.get("billing", "1s"), f"{where} billing", allow_zero=False),
+                 min_commit_s=parse_duration(t.get("min_commitment", "0s"), f"{where} min_commitment"),
+                 illustrative=bool(t.get("illustrative", False)), preempt_per_card_hour=rho,
+                 pue=pue, pue_source=pue_source, power=market.power.get(acc),
+                 preempt_source=str(t.get("preempt_source", market.preempt_source)) if spot else "",
+                 reacquire_s=(parse_duration(t["reacquire"], f"{where} reacquire") if "reacquire" in t
+                              else market.reacquire_s) if spot else 0.0)
+
+
+_POWER = re.compile(r"^\s*([0-9.eE+-]+)\s*(W|kW|MW|GW)\s*$")
+_WATTS = {"W": 1.0, "kW": 1e3, "MW": 1e6, "GW": 1e9}
+
+
+def parse_power(value: object, where: str) -> float:
+    """Watts from ``"150MW"``, ``"500kW"``, ``"2GW"`` (a unit is required; greater than zero)."""
+    m = _POWER.match(value) if isinstance(value, str) else None
+    if m is None:
+        raise InputError(f"{where}: {value!r} is not a power with a unit (e.g. \"150MW\", \"500kW\")")
+    watts = parse_number(m.group(1), where, allow_zero=False) * _WATTS[m.group(2)]
+    return watts
+
+
+def _pue(value: object, where: str) -> float:
+    pue = parse_number(value, where)
+    if pue < 1.0:
+        raise InputError(f"{where}: a PUE is facility over IT power, at least 1 (got {pue:g})")
+    return pue
+
+
+def _read(path: Path) -> dict:
+    try:
+        return tomllib.loads(read_text_capped(path, "catalog file"))
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{path}: malformed TOML ({exc})") from None
+
+
+def load_market(extra_dirs=(), accelerators: set[str] | None = None) -> Market:
+    """The built-in market, extended/overridden by each directory's ``offers.toml`` in order."""
+    regions: dict[str, dict] = {}
+    offers: dict[str, dict] = {}
+    defaults: dict = {}
+    power: dict[str, dict] = {}
+    as_of = ""
+    for p in [BUILTIN] + [Path(d) / FILE for d in extra_dirs]:
+        if not p.exists():
+            continue
+        data = _read(p)
+        check_keys(data, ("as_of", "defaults", "region", "offer", "power"), str(p))
+        as_of = data.get("as_of", as_of)
+        power.update(data.get("power", {}))
+        defaults.update(data.get("defaults", {}))
+        regions.update(data.get("region", {}))
+        offers.update(data.get("offer", {}))
+    check_keys(defaults, DEFAULT_KEYS, "market defaults")
+    m = Market(as_of=check_date(as_of, "market as_of"),
+               preempt_per_card_hour=parse_number(defaults.get("preempt_per_card_hour", 0.0),
+                                                  "market defaults preempt_per_card_hour"),
+               preempt_source=str(defaults.get("preempt_source", "")),
+               reacquire_s=parse_duration(defaults.get("reacquire", "0s"), "market defaults reacquire"),
+               reacquire_source=str(defaults.get("reacquire_source", "")))
+    m.default_pue = (_pue(defaults.get("pue", 1.2), "market defaults pue"), str(defaults.get("pue_source", "")))
+    for name, t in regions.items():
+        check_keys(t, REGION_KEYS, f"region {name}")
+        m.regions[name] = str(t.get("source", ""))
+        if "pue" in t:
+            m.pue[name] = (_pue(t["pue"], f"region {name} pue"), str(t.get("pue_source", "")))
+    for acc, t in power.items():
+        where = f"power {acc}"
+        check_keys(t, POWER_KEYS, where)
+        if accelerators is not None and acc not in accelerators:
+            raise InputError(f"{where}: unknown accelerator {acc!r} (tpopt catalog accelerators)")
+        watts = [parse_number(need(t, k, where), f"{where} {k}", allow_zero=k == "host_overhead_w")
+                 for k in ("board_w", "training_w", "host_overhead_w")]
+        m.power[acc] = Power(board_w=watts[0], training_w=watts[1], host_overhead_w=watts[2],
+                             source=str(need(t, "source", where)))
+    for name, t in offers.items():
+        m.offers[name] = build_offer(name, t, m, accelerators)
+    return m
+
+
+# ---------------------------------------------------------------------------------------------
+# SkyPilot catalog (vms.csv)
+
+
+def from_skypilot(path: str | Path, provider: str, date: str, names: dict[str, str], market: Market,
+                  available: int, accelerators: set[str] | None = None) -> dict[str, Offer]:
+    """Offers of a SkyPilot ``vms.csv``: ``names`` maps AcceleratorName to catalog accelerators (rows of
+    other accelerators are skipped); every region met is added to ``market.regions``."""
+    text = read_text_capped(path, "SkyPilot catalog")
+    rows = list(csv.DictReader(text.splitlines()))
+    if not rows or any(c not in rows[0] for c in SKYPILOT_COLUMNS):
+        raise InputError(f"{path}: a SkyPilot vms.csv needs the columns {', '.join(SKYPILOT_COLUMNS)}")
+    check_date(date, "--date")
+    best: dict[tuple[str, str, str], float] = {}
+    count: dict[tuple[str, str, str], int] = {}
+    for i, r in enumerate(rows, start=2):
+        acc = names.get(r["AcceleratorName"], r["AcceleratorName"].lower())
+        if accelerators is not None and acc not in accelerators:
+            continue
+        where = f"{path}:{i}"
+        n = parse_int(float(r["AcceleratorCount"] or 0), f"{where} AcceleratorCount", minimum=1)
+        for kind, col in (("on-demand", "Price"), (SPOT, "SpotPrice")):
+            if not r[col]:
+                continue
+            price = parse_number(r[col], f"{where} {col}") / n
+            k = (r["Region"], acc, kind)
+            if k not in best or price < best[k]:
+                best[k], count[k] = price, n
+    out: dict[str, Offer] = {}
+    for (region, acc, kind), price in sorted(best.items()):
+        market.regions.setdefault(f"{provider}/{region}", f"SkyPilot catalog {Path(path).name}")
+        t = {"provider": provider, "region": region, "accelerator": acc, "cards_per_host": count[(region, acc, kind)],
+             "market": kind, "price_card_hour": price, "available": available, "date": date,
+             "source": f"SkyPilot catalog {Path(path).name} ({provider}, price per instance-hour / cards)"}
+        o = build_offer(f"{provider}-{region}-{acc}-{kind}", t, market, accelerators)
+        out[o.id] = o
+    return out
+
+
+def offer_toml(name: str, o: Offer) -> str:
+    """One offer as the ``[offer.NAME]`` table ``load_market`` reads back."""
+    lines = [f'[offer."{name}"]', f'provider = "{o.provider}"', f'region = "{o.region}"',
+             f'accelerator = "{o.accelerator}"', f"cards_per_host = {o.cards_per_host}", f'market = "{o.market}"',
+             f"price_card_hour = {o.price_card_hour!r}", f"available = {o.available}", f'date = "{o.date}"',
+             f"source = {_q(o.source)}"]
+    if o.market == RESERVED:
+        lines.append(f'term = "{o.term_s / HOUR:g}h"')
+    if o.illustrative:
+        lines.append("illustrative = true")
+    return "\n".join(lines) + "\n"
+
+
+def _q(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def with_regions(market: Market, offers: dict[str, Offer]) -> Market:
+    return replace(market, offers={**market.offers, **offers})
+
+
+__all__ = ["Market", "load_market", "parse_power", "build_offer", "from_skypilot", "offer_toml", "check_date",
+           "with_regions", "SKYPILOT_COLUMNS"]

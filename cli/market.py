@@ -1,0 +1,73 @@
+"""`tpopt catalog offers` (the market catalog as a table) and `tpopt catalog import --skypilot vms.csv`."""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+from tpopt.catalogs import load_catalog
+from tpopt.catalogs.market import Market, from_skypilot, offer_toml
+from tpopt.cli.common import dump_json
+from tpopt.cli.render import console_text
+from tpopt.errors import InputError
+from tpopt.models.market import price_notes
+from tpopt.optimizer.market import offer_dict
+
+COLUMNS = (("name", "name"), ("id", "offer"), ("price_card_hour", "USD/card-h"), ("cards_per_host", "cards/host"),
+           ("available", "available"), ("date", "date"))
+
+
+def offer_rows(market: Market, hw: str | None, region: str | None) -> list[dict]:
+    rows = [dict(offer_dict(o, market.as_of), name=name) for name, o in market.offers.items()
+            if o in market.select(hw, region)]
+    if not rows:
+        raise InputError(f"no offer{' of ' + hw if hw else ''}{' in ' + region if region else ''} "
+                         "(tpopt catalog offers lists them)")
+    return rows
+
+
+def list_offers(catalog_dirs, hw: str | None, region: str | None, show_sources: bool, as_json: bool) -> None:
+    market = load_catalog(catalog_dirs).market
+    rows = offer_rows(market, hw, region)
+    if as_json:
+        click.echo(dump_json(rows), nl=False)
+        return
+    if show_sources:
+        for r in rows:
+            click.echo(f"{r['name']} ({r['id']}, {r['date']}): {r['source']}")
+        return
+    t = Table(title=f"offers ({len(rows)}, prices judged at {market.as_of})", title_justify="left", show_edge=False,
+              pad_edge=False)
+    for _, head in COLUMNS:
+        t.add_column(head, no_wrap=True)
+    t.add_column("terms", no_wrap=True)
+    t.add_column("notes")
+    for r in rows:
+        terms = f"term {r['term_days']:g} d" if r["term_days"] is not None else f"billed per {r['billing_s']:g} s"
+        t.add_row(*(f"{r[k]:g}" if isinstance(r[k], float) else str(r[k]) for k, _ in COLUMNS), terms,
+                  "; ".join(r["notes"]) or "-")
+    click.echo(console_text(t, width=200), nl=False)
+    click.echo("[market] offers takes a name or an offer; every price has a date and a source: tpopt catalog offers "
+               "--sources (or --json).")
+
+
+def import_skypilot(catalog_dirs, path: str, provider: str, date: str, available: int, names: tuple[str, ...]) -> None:
+    """Print the offers.toml of a SkyPilot vms.csv (regions and offers) to stdout."""
+    cat = load_catalog(catalog_dirs)
+    mapping = {}
+    for m in names:
+        if "=" not in m:
+            raise InputError(f"--map {m!r}: write SKYPILOT_NAME=catalog-accelerator (e.g. H100=h100-sxm)")
+        k, v = m.split("=", 1)
+        mapping[k] = v
+    market = Market(regions=dict(cat.market.regions), as_of=cat.market.as_of)
+    offers = from_skypilot(path, provider, date, mapping, market, available, set(cat.accelerators))
+    if not offers:
+        raise InputError(f"{path}: no row of a catalog accelerator (map SkyPilot names with --map NAME=accelerator)")
+    regions = sorted({f"{o.provider}/{o.region}" for o in offers.values()})
+    out = [f"# imported from the SkyPilot catalog {path} ({provider}, prices dated {date})", ""]
+    out += [f'[region."{r}"]\nsource = "SkyPilot catalog {path}"\n' for r in regions]
+    out += [offer_toml(i.replace("/", "-"), o) for i, o in offers.items()]
+    click.echo("\n".join(out), nl=False)
+    for o in offers.values():
+        for n in price_notes(o, cat.market.as_of):
+            click.echo(f"tpopt: {o.id}: {n}", err=True)

@@ -1,0 +1,207 @@
+"""Market offers: where a card is rented, on what terms, and what a run on it is billed.
+
+An :class:`Offer` is one (provider, region, accelerator, market) row of the market catalog
+(``catalogs/offers.toml``): a price per card-hour, how it is billed, how many cards are available, when
+the price was read and from where. Its bill for a run of ``n`` cards finishing in ``f`` seconds is a closed
+form that grows with ``f`` (:func:`billed_cost`):
+
+- on-demand and spot: ``n x p x max(m, g ceil(f / g)) / 3600`` (``g`` billing granularity in s, ``m``
+  minimum commitment in s; per-second billing, ``g <= 1 s``, bills ``f`` itself);
+- reserved for a term ``T``: ``n x p x T ceil(f / T) / 3600`` (the term is paid whole, used or not).
+
+A spot offer is preempted at ``rho`` per card-hour; each preemption costs the redo since the last
+checkpoint and a reacquisition delay ``d`` on top of the restore (:func:`preemption_rate`,
+:mod:`tpopt.models.terms` folds both into the long-run overhead).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from tpopt.models.units import HOUR
+
+ON_DEMAND = "on-demand"
+SPOT = "spot"
+RESERVED = "reserved"
+MARKETS = (ON_DEMAND, SPOT, RESERVED)
+STALE_MONTHS = 6
+"""A price read more than this many months before the market's date is flagged as old in every report."""
+
+
+@dataclass(frozen=True)
+class Power:
+    """Power of a card type in watts: board power, the average drawn in training, the host's overhead."""
+
+    board_w: float
+    training_w: float
+    host_overhead_w: float
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One market offer; prices in USD per card-hour, durations in seconds."""
+
+    provider: str
+    region: str
+    accelerator: str
+    market: str  # one of MARKETS
+    price_card_hour: float
+    available: int  # cards that can be rented under this offer
+    date: str  # YYYY-MM or YYYY-MM-DD: when the price was read
+    source: str
+    cards_per_host: int = 8
+    term_s: float = 0.0  # reserved: the term paid whole
+    billing_s: float = 1.0  # billing granularity
+    min_commit_s: float = 0.0  # the shortest time billed
+    illustrative: bool = False  # "assumption: illustrative": no published price behind it
+    pue: float = 1.2  # the site's power usage effectiveness (the region's, else the catalog default)
+    pue_source: str = ""
+    power: Power | None = None  # the card's power (the market catalog's [power] table; None: not known)
+    parts: tuple[tuple[Offer, float], ...] = ()  # a mix: (offer, share of the cards) of one card type and site
+    preempt_per_card_hour: float = 0.0  # spot: preemptions per card-hour
+    preempt_source: str = ""
+    reacquire_s: float = 0.0  # spot: time to get the cards back after a preemption
+
+    @property
+    def id(self) -> str:
+        """``provider/region/accelerator/market`` (reserved: ``reserved-<term>``, in months from 28 days)."""
+        return f"{self.provider}/{self.region}/{self.accelerator}/{self.market_name}"
+
+    @property
+    def market_name(self) -> str:
+        """``on-demand``, ``spot`` or ``reserved-12m`` / ``reserved-14d``; a mix ``on-demand+25%spot``."""
+        if self.parts:
+            return "+".join(f"{share:.0%}{o.market_name}" for o, share in self.parts)
+        if self.market != RESERVED:
+            return self.market
+        days = self.term_s / 86400
+        return f"{RESERVED}-{round(days / 30.4375)}m" if days >= 28 else f"{RESERVED}-{days:g}d"
+
+    @property
+    def linear(self) -> bool:
+        """Billed exactly as price x cards x seconds (per-second billing, no commitment, no term)."""
+        if self.parts:
+            return all(o.linear for o, _ in self.parts)
+        return self.market != RESERVED and self.billing_s <= 1.0 and self.min_commit_s <= 0.0
+
+    @property
+    def spot_share(self) -> float:
+        """The share of the plan's cards rented on the spot market."""
+        if self.parts:
+            return sum(share for o, share in self.parts if o.market == SPOT)
+        return 1.0 if self.market == SPOT else 0.0
+
+    def cards_fit(self, cards: int) -> bool:
+        """A mix splits the cards into whole hosts of each part (a single offer: always)."""
+        return all(float(share * cards).is_integer() and int(share * cards) % o.cards_per_host == 0
+                   for o, share in self.parts)
+
+
+@dataclass(frozen=True)
+class MarketOptions:
+    """The offers a scenario chooses from (empty: no market, the accelerators' own prices), the date
+    their prices are judged against (``as_of``, YYYY-MM[-DD]), and the spot terms of the offer a plan runs
+    on (what :mod:`tpopt.models.terms` reads)."""
+
+    offers: tuple[Offer, ...] = ()
+    as_of: str = ""
+    # the offer a plan runs on (set per offer by the market solve; 0 off the spot market):
+    preempt_per_card_s: float = 0.0  # spot preemptions per card-second
+    reacquire_s: float = 0.0  # after a preemption: time to get the cards back, on top of the restore
+    site_power_w: float | None = None  # the site power cap (power.site, W); None: no cap
+
+
+def site_power_w(power: Power, pue: float, cards: int, cards_per_host: int) -> float:
+    """Site power in W: PUE x (cards x training power + hosts x host overhead), hosts = ceil(cards / host)."""
+    return pue * (cards * power.training_w + math.ceil(cards / cards_per_host) * power.host_overhead_w)
+
+
+def cards_under_power(power: Power, pue: float, cap_w: float, cards_per_host: int) -> int:
+    """The most cards whose site power fits ``cap_w`` (site power grows with the cards)."""
+    per_host = pue * (cards_per_host * power.training_w + power.host_overhead_w)
+    hosts = int(cap_w // per_host)
+    n = hosts * cards_per_host
+    while site_power_w(power, pue, n + 1, cards_per_host) <= cap_w:  # a partial host's cards
+        n += 1
+    return n
+
+
+def energy_mwh(power: Power, pue: float, cards: int, cards_per_host: int, seconds: float) -> float:
+    """Energy in MWh at the site: site power x time / 3.6e9 (J per MWh)."""
+    return site_power_w(power, pue, cards, cards_per_host) * seconds / 3.6e9
+
+
+def billed_seconds(offer: Offer, finish_s: float) -> float:
+    """Seconds billed per card for a run of ``finish_s``: reserved ``T ceil(f / T)``; otherwise
+    ``max(m, g ceil(f / g))``."""
+    if offer.market == RESERVED:
+        return offer.term_s * max(1, math.ceil(finish_s / offer.term_s - 1e-12))
+    if offer.billing_s <= 1.0:  # per-second billing: the run's own seconds (the last second's fraction is < 1 ppm)
+        return max(offer.min_commit_s, finish_s)
+    g = offer.billing_s
+    return max(offer.min_commit_s, g * math.ceil(finish_s / g - 1e-12))
+
+
+def billed_cost(offer: Offer, cards: int, finish_s: float) -> float:
+    """USD billed: cards x price per card-hour x billed seconds / 3600 (the offer prices the host's NICs);
+    a mix: the sum of its parts' bills for their shares of the cards."""
+    if offer.parts:
+        return sum(billed_cost(o, round(share * cards), finish_s) for o, share in offer.parts)
+    return cards * offer.price_card_hour * billed_seconds(offer, finish_s) / HOUR
+
+
+def least_billed_cost(offer: Offer, cards: float) -> float:
+    """The smallest bill ``cards`` can run up under the offer, whatever the finish (a lower bound)."""
+    if offer.parts:
+        return sum(least_billed_cost(o, share * cards) for o, share in offer.parts)
+    least = offer.term_s if offer.market == RESERVED else max(offer.min_commit_s, min(offer.billing_s, 1.0))
+    return cards * offer.price_card_hour * least / HOUR
+
+
+def preemption_rate(offer: Offer) -> float:
+    """Preemptions per card-second of the plan (0 unless spot; a mix: the spot share x its rate)."""
+    if offer.parts:
+        return sum(share * preemption_rate(o) for o, share in offer.parts)
+    return offer.preempt_per_card_hour / HOUR if offer.market == SPOT else 0.0
+
+
+def mix(base: Offer, spot: Offer, share: float) -> Offer:
+    """A base of ``base`` cards with ``share`` of the cards on ``spot`` (same card type and site): its
+    price per card-hour is the blend, its preemption rate per card the share's, its cards at most what
+    both parts have (available = min(base / (1 - share), spot / share))."""
+    assert (base.provider, base.region, base.accelerator) == (spot.provider, spot.region, spot.accelerator)
+    assert spot.market == SPOT and base.market != SPOT and 0 < share < 1
+    avail = min(int(base.available / (1 - share) + 1e-9), int(spot.available / share + 1e-9))
+    notes_date = min(base.date, spot.date)
+    return replace(spot, price_card_hour=(1 - share) * base.price_card_hour + share * spot.price_card_hour,
+                   available=avail, date=notes_date, illustrative=base.illustrative or spot.illustrative,
+                   source=f"{base.source}; {spot.source}", preempt_per_card_hour=share * spot.preempt_per_card_hour,
+                   parts=((base, 1 - share), (spot, share)))
+
+
+def months_between(earlier: str, later: str) -> int:
+    """Whole calendar months from ``earlier`` to ``later`` (YYYY-MM[-DD]); days count when both give them."""
+    y0, m0, *d0 = (int(x) for x in earlier.split("-"))
+    y1, m1, *d1 = (int(x) for x in later.split("-"))
+    months = (y1 - y0) * 12 + (m1 - m0)
+    if d0 and d1 and d1[0] < d0[0]:
+        months -= 1
+    return months
+
+
+def price_notes(offer: Offer, as_of: str) -> list[str]:
+    """What a report must say about the offer's price: illustrative, and/or older than 6 months."""
+    notes = []
+    if offer.illustrative:
+        notes.append("assumption: illustrative price")
+    age = months_between(offer.date, as_of)
+    if age > STALE_MONTHS:
+        notes.append(f"price older than {STALE_MONTHS} months ({age} months at {as_of})")
+    return notes
+
+
+__all__ = ["Offer", "MarketOptions", "Power", "site_power_w", "cards_under_power", "energy_mwh", "MARKETS",
+           "ON_DEMAND", "SPOT", "RESERVED", "STALE_MONTHS", "billed_seconds", "billed_cost", "least_billed_cost",
+           "preemption_rate", "months_between", "price_notes", "mix"]

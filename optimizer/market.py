@@ -1,0 +1,296 @@
+"""The offer as a decision: the cheapest (or fastest) plan over the market's offers, exactly.
+
+**Decomposition.** An offer fixes the accelerator, the price model, the availability cap and (spot) the
+preemption rate; every other term of the plan model is the offer's accelerator's. So each offer is an exact
+sub-problem: the scenario restricted to that accelerator, with the offer's price per card-hour (the host's
+NICs included), ``max_cards = min(max_cards, available)`` and the preemptions added to the failure rate. The
+optimum over offers is the best of the sub-problems' proven optima (an outer choice, like the batch choices
+of :mod:`tpopt.optimizer.outer`); the performance tables are never multiplied by the offers.
+
+**Bills in closed form.** An offer's bill is ``cards x price x h(finish)`` with ``h`` non-decreasing
+(:func:`tpopt.models.market.billed_seconds`: per-second billing ``h(f) = f``; granular billing, minimum
+commitments and reserved terms paid whole otherwise). A per-second offer is the plan model's own cost
+(``rate x finish``): one solve. For any other offer the bill at a fixed card count ``n`` is smallest for
+the fastest plan of ``n`` cards, so the sub-problem is solved exactly as: for each card count ``n`` in
+ascending order, the fastest plan of ``n`` cards (every family but ``budget.cost`` enforced), billed in
+closed form, kept when the bill meets the budget; the scan stops once the least bill ``n`` cards can run
+up (:func:`tpopt.models.market.least_billed_cost`) exceeds the best bill found. ``budget.cost`` is checked
+on the bill (a reserved term counts whole, not only the hours used).
+
+**Spot.** A spot offer's preemptions (``rho`` per card-hour) join the failure rate ``lam = n / MTBF + n rho``;
+each costs the redo since the last checkpoint, the restore and the reacquisition delay
+(:func:`tpopt.models.terms.overhead`), and the "auto" save interval is the optimum for the combined rate.
+:func:`preemption_figures` reports the expected preemptions and what they cost (the plan billed without
+them, at the same save interval, subtracted).
+
+**Confidence hook.** :func:`preemption_source` is the per-plan preemption process (rate per second and the
+mean time lost per event) that a finish-time distribution adds to its failure sources.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tpopt.errors import InputError
+from tpopt.models import families as F
+from tpopt.models import market as M
+from tpopt.models import terms as T
+from tpopt.models.evaluate import ConstraintCheck, Evaluation, evaluate
+from tpopt.models.plan import Scenario
+from tpopt.models.units import DAY, HOUR
+from tpopt.optimizer import core
+from tpopt.optimizer.result import Request, SolveResult, SolverInfo, Status, objective_key
+from tpopt.optimizer.space import FAMILIES, Space, card_counts
+
+REL = 1e-9
+PROVEN = (Status.OPTIMAL, Status.INFEASIBLE)
+
+
+def offer_scenario(sc: Scenario, offer: M.Offer) -> Scenario:
+    """The scenario on ``offer`` alone: its accelerator at its price (NICs included: NIC price 0), at most
+    the cards it has available, its preemptions in the failure rate; no market left to choose."""
+    system = replace(sc.system(offer.accelerator), price_card_hour=offer.price_card_hour, nic_price_hour=0.0)
+    search = replace(sc.search, accelerators=(offer.accelerator,),
+                     max_cards=min(sc.search.max_cards, offer.available, power_cards(sc, offer)))
+    terms = M.MarketOptions(as_of=sc.market.as_of, preempt_per_card_s=M.preemption_rate(offer),
+                            reacquire_s=offer.reacquire_s)
+    return replace(sc, systems={offer.accelerator: system}, search=search, market=terms)
+
+
+def power_cards(sc: Scenario, offer: M.Offer) -> int:
+    """The most cards of the offer the site power cap admits (``power.site``; no cap: the scenario's max)."""
+    cap = sc.market.site_power_w
+    if cap is None or offer.power is None:
+        return sc.search.max_cards
+    return max(0, M.cards_under_power(offer.power, offer.pue, cap, offer.cards_per_host))
+
+
+def billed(sc: Scenario, offer: M.Offer, ev: Evaluation) -> Evaluation:
+    """``ev`` (evaluated on the offer's scenario) with its cost the offer's bill, ``budget.cost`` checked on
+    the bill, ``cards.max`` at the scenario's own cap, and the ``market.available`` check added."""
+    cost = M.billed_cost(offer, ev.plan.cards, ev.metrics["finish_days"] * DAY)
+    metrics = dict(ev.metrics, cost=cost, cost_unit="USD", billed_hours=M.billed_seconds(
+        offer, ev.metrics["finish_days"] * DAY) / HOUR,
+        preemptions_per_hour=ev.plan.cards * offer.preempt_per_card_hour if offer.market == M.SPOT else 0.0)
+    checks = []
+    for c in ev.constraints:
+        if c.name == F.BUDGET:
+            c = replace(c, value=cost, slack=c.limit - cost, binding=abs(c.limit - cost) <= REL * max(c.limit, 1.0))
+        elif c.name == F.CARDS:
+            c = replace(c, limit=float(sc.search.max_cards), slack=sc.search.max_cards - c.value,
+                        binding=c.value >= sc.search.max_cards)
+        checks.append(c)
+    fam = F.family(F.MARKET_AVAILABLE)
+    n = float(ev.plan.cards)
+    checks.append(ConstraintCheck(fam.name, n, float(offer.available), fam.unit, offer.available - n,
+                                  n >= offer.available, fam.doc))
+    cap = sc.market.site_power_w
+    if cap is not None and offer.power is not None:
+        fam = F.family(F.POWER_SITE)
+        watts = M.site_power_w(offer.power, offer.pue, ev.plan.cards, offer.cards_per_host)
+        checks.append(ConstraintCheck(fam.name, watts / fam.scale, cap / fam.scale, fam.unit, (cap - watts) / fam.scale,
+                                      ev.plan.cards >= power_cards(sc, offer), fam.doc))
+    return Evaluation(plan=ev.plan, metrics=metrics, constraints=checks)
+
+
+@dataclass
+class OfferSolve:
+    """One offer's sub-problem: its best plan (billed), status, and the solves it took."""
+
+    offer: M.Offer
+    sc: Scenario
+    status: Status
+    best: Evaluation | None
+    solves: int
+    method: str  # "one solve" (per-second bill) or "card-count scan"
+    points: int = 0  # plans in the offer's design space
+
+
+def _better(a: Evaluation, b: Evaluation | None, objective: str) -> bool:
+    if b is None:
+        return True
+    ka, kb = objective_key(a, objective), objective_key(b, objective)
+    return ka[0] < kb[0] * (1 - REL) or (ka[0] <= kb[0] * (1 + REL) and ka[1] < kb[1] * (1 - REL))
+
+
+def solve_offer(sc: Scenario, offer: M.Offer, backend: str, req: Request,
+                choose: Callable[[Space, str, str], str]) -> OfferSolve:
+    """The best plan on ``offer`` (see the module): one solve for a per-second bill, else the card scan."""
+    sub = offer_scenario(sc, offer)
+    space = Space.from_scenario(sub)
+    run = choose(space, backend, req.method)
+    counts = [n for n in card_counts(space.domains) if n <= sub.search.max_cards and offer.cards_fit(n)
+              and (req.cards is None or n in req.cards)]
+    if offer.linear:
+        r = core.solve(sub, run, replace(req, top=1, cards=tuple(counts) if offer.parts else req.cards), space=space)
+        one = billed(sc, offer, r.best) if r.best is not None else None
+        return OfferSolve(offer, sub, r.status, one, 1, "one solve", space.size())
+    enforced = req.enforced(FAMILIES)
+    inner = frozenset(f for f in enforced if f != F.BUDGET)
+    cap = sc.cost.max_cost if F.BUDGET in enforced else None
+    best: Evaluation | None = None
+    proven, solves = True, 0
+    for n in counts:
+        if req.objective == "cost" and best is not None and \
+                M.least_billed_cost(offer, n) > best.metrics["cost"] * (1 + REL):
+            break  # no plan of n or more cards bills less
+        r = core.solve(sub, run, replace(req, objective="time", enforce=inner, cards=(n,), top=1), space=space)
+        solves += 1
+        proven &= r.status in PROVEN
+        if r.best is None:
+            continue
+        ev = billed(sc, offer, r.best)
+        if cap is not None and ev.metrics["cost"] > cap * (1 + REL):
+            continue  # the fastest plan of n cards bills least: none of n cards meets the budget
+        if _better(ev, best, req.objective):
+            best = ev
+    status = (Status.OPTIMAL if best is not None else Status.INFEASIBLE) if proven else \
+        (Status.FEASIBLE if best is not None else Status.UNKNOWN)
+    return OfferSolve(offer, sub, status, best, solves, "card-count scan", space.size())
+
+
+@dataclass
+class MarketSolve:
+    """Every offer's sub-problem and the best over them."""
+
+    offers: list[OfferSolve]
+    pick: OfferSolve | None
+    result: SolveResult
+    power_binding: bool | None = None  # with a site power cap: does dropping it admit a better plan?
+
+
+def solve_market(sc: Scenario, backend: str, req: Request, choose: Callable[[Space, str, str], str]) -> MarketSolve:
+    """The best plan over the scenario's offers (ties: the first offer in catalog order)."""
+    if sc.stages or tuple(sc.search.global_batch or (sc.task.global_batch,)) != (sc.task.global_batch,):
+        raise InputError("[market] offers with training stages or a global-batch choice are not supported; "
+                         "give one stage and one global batch")
+    t0 = time.perf_counter()
+    unknown = sorted({o.accelerator for o in sc.market.offers} - set(sc.systems))
+    if unknown:
+        raise InputError(f"market: offers of {', '.join(unknown)}, which the scenario's hardware does not list")
+    rows = [solve_offer(sc, o, backend, req, choose) for o in sc.market.offers]
+    pick: OfferSolve | None = None
+    for row in rows:
+        if row.best is not None and (pick is None or _better(row.best, pick.best, req.objective)):
+            pick = row
+    proven = all(r.status in PROVEN for r in rows)
+    status = (Status.OPTIMAL if pick else Status.INFEASIBLE) if proven else (Status.FEASIBLE if pick else
+                                                                            Status.UNKNOWN)
+    solves = sum(r.solves for r in rows)
+    info = SolverInfo(name=backend, note=f"one exact sub-problem per offer ({len(rows)} offer{'s' * (len(rows) != 1)}"
+                      f", {solves} solve{'s' * (solves != 1)})")
+    info.gap = 0.0 if status == Status.OPTIMAL else None
+    info.points = sum(r.points for r in rows)
+    info.wall_s = time.perf_counter() - t0
+    plans = [pick.best] if pick and pick.best else []
+    enforced = req.enforced(FAMILIES)
+    out = MarketSolve(rows, pick, SolveResult(status=status, objective=req.objective, plans=plans, solver=info,
+                                              enforced=tuple(f for f in FAMILIES if f in enforced)))
+    if sc.market.site_power_w is not None and pick is not None and pick.best is not None:
+        free = solve_market(replace(sc, market=replace(sc.market, site_power_w=None)), backend, req, choose)
+        out.power_binding = free.pick is not None and free.pick.best is not None and \
+            _better(free.pick.best, pick.best, req.objective)
+        out.result.plans = [mark_power(pick.best, out.power_binding)]
+        pick.best = out.result.plans[0]
+    return out
+
+
+def mark_power(ev: Evaluation, binding: bool) -> Evaluation:
+    """``ev`` with its power.site check marked binding exactly when dropping the cap admits a better plan."""
+    checks = [replace(c, binding=binding) if c.name == F.POWER_SITE else c for c in ev.constraints]
+    return Evaluation(plan=ev.plan, metrics=ev.metrics, constraints=checks)
+
+
+# ---------------------------------------------------------------------------------------------
+# preemption figures and the Confidence hook
+
+
+def preemption_source(sc: Scenario, ev: Evaluation) -> tuple[float, float]:
+    """(preemptions per second, mean seconds lost per preemption) of a plan on its offer's scenario ``sc``:
+    ``lam_p = n rho``; each loses the redo since the last checkpoint (tau / 2, plus the commit lag of an
+    async save), the restore and the reacquisition delay. The hook a finish-time distribution adds to its
+    failure sources; (0, 0) off the spot market. After ``plan()`` of a market scenario, ``PlanReport.view`` is
+    that offer's scenario: ``preemption_source(report.view, report.best)``."""
+    rel = sc.reliability
+    lam = float(T.preemption_rate(sc, ev.plan.cards))
+    if lam == 0.0:
+        return 0.0, 0.0
+    lag = 0.0 if ev.plan.save_mode == "sync" else rel.snapshot_copy_s + T.checkpoint_write_time(sc)
+    return lam, ev.plan.save_interval_s / 2 + lag + rel.restore_s + sc.market.reacquire_s
+
+
+def preemption_figures(sub: Scenario, offer: M.Offer, ev: Evaluation) -> dict[str, Any]:
+    """Expected preemptions over the run (``lam_p x T_train``), the time and money they cost (the plan
+    billed without them at the same save interval, subtracted), and the save interval that is optimal
+    with and without them."""
+    lam, per_event = preemption_source(sub, ev)
+    calm = replace(sub, market=replace(sub.market, preempt_per_card_s=0.0, reacquire_s=0.0))
+    without = evaluate(calm, ev.plan)
+    n, mode = ev.plan.cards, ev.plan.save_mode
+    f, f0 = ev.metrics["finish_days"] * DAY, without.metrics["finish_days"] * DAY
+    return {"preemptions_per_hour": lam * HOUR, "rate_per_card_hour": offer.preempt_per_card_hour,
+            "rate_source": offer.preempt_source, "reacquire_s": offer.reacquire_s,
+            "expected_preemptions": lam * ev.metrics["train_days"] * DAY, "seconds_lost_per_preemption": per_event,
+            "time_cost_days": (f - f0) / DAY,
+            "cost": M.billed_cost(offer, n, f) - M.billed_cost(offer, n, f0),
+            "save_interval_s": ev.plan.save_interval_s,
+            "optimal_interval_s": float(T.optimal_save_interval(sub, n, mode)),
+            "optimal_interval_without_s": float(T.optimal_save_interval(calm, n, mode))}
+
+
+def offer_dict(offer: M.Offer, as_of: str) -> dict[str, Any]:
+    """The offer as reports print it: who, where, what, on what terms, when, from where, and the notes."""
+    return {"id": offer.id, "provider": offer.provider, "region": offer.region, "accelerator": offer.accelerator,
+            "market": offer.market_name, "price_card_hour": offer.price_card_hour,
+            "cards_per_host": offer.cards_per_host,
+            "term_days": offer.term_s / DAY if offer.market == M.RESERVED else None,
+            "billing_s": offer.billing_s, "min_commitment_h": offer.min_commit_s / HOUR,
+            "available": offer.available, "date": offer.date, "source": offer.source,
+            "illustrative": offer.illustrative, "notes": M.price_notes(offer, as_of),
+            "parts": [{"offer": o.id, "share": share} for o, share in offer.parts]}
+
+
+def market_entries(ms: MarketSolve, sc: Scenario) -> dict[str, Any]:
+    """The report's ``market`` entry: the offer used (with its date and notes), the spot figures, and one
+    row per offer (its best plan's cost and finish, or its status)."""
+    as_of = sc.market.as_of
+    rows = []
+    for r in ms.offers:
+        row: dict[str, Any] = {"offer": r.offer.id, "status": r.status.value, "method": r.method,
+                               "solves": r.solves, "notes": M.price_notes(r.offer, as_of)}
+        if r.best is not None:
+            row.update({"cards": r.best.plan.cards, "finish_days": r.best.metrics["finish_days"],
+                        "cost": r.best.metrics["cost"]})
+        rows.append(row)
+    out: dict[str, Any] = {"as_of": as_of, "offers": rows, "offer": None}
+    if ms.pick is not None and ms.pick.best is not None:
+        out["offer"] = offer_dict(ms.pick.offer, as_of)
+        out["spot_share"] = ms.pick.offer.spot_share
+        out["preemption"] = preemption_figures(ms.pick.sc, ms.pick.offer, ms.pick.best) \
+            if ms.pick.offer.market == M.SPOT else None
+        out["power"] = power_figures(sc, ms.pick.offer, ms.pick.best, ms.power_binding)
+    return out
+
+
+def power_figures(sc: Scenario, offer: M.Offer, ev: Evaluation, binding: bool | None) -> dict[str, Any] | None:
+    """Site power (MW), IT power, PUE, energy over the run (MWh, at training power for the whole finish
+    time: an upper bound), the cap and whether it binds; None when the card's power is not in the catalog."""
+    p = offer.power
+    if p is None:
+        return None
+    n, cph = ev.plan.cards, offer.cards_per_host
+    site = M.site_power_w(p, offer.pue, n, cph)
+    cap = sc.market.site_power_w
+    return {"site_mw": site / 1e6, "it_mw": site / offer.pue / 1e6, "pue": offer.pue, "pue_source": offer.pue_source,
+            "card_w": p.training_w, "board_w": p.board_w, "host_overhead_w": p.host_overhead_w, "source": p.source,
+            "energy_mwh": M.energy_mwh(p, offer.pue, n, cph, ev.metrics["finish_days"] * DAY),
+            "cap_mw": None if cap is None else cap / 1e6,
+            "cap_cards": None if cap is None else power_cards(sc, offer), "binding": binding}
+
+
+__all__ = ["offer_scenario", "billed", "power_cards", "power_figures", "mark_power", "solve_offer", "solve_market",
+           "MarketSolve", "OfferSolve",
+           "preemption_source", "preemption_figures", "offer_dict", "market_entries"]

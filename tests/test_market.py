@@ -1,0 +1,535 @@
+"""Market offers (issue 26): the offer is a decision, proven cheapest against a brute force written here.
+
+The reference of every test is an enumeration written in this file: every plan of an offer's design space
+evaluated with ``tpopt evaluate``'s evaluator on the scenario as the offer defines it (its accelerator, its
+price, at most its available cards, its preemptions in the failure rate), billed by the formulas below.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tpopt.catalogs import load_catalog
+from tpopt.catalogs.market import from_skypilot, load_market
+from tpopt.catalogs.scenario import build_scenario
+from tpopt.models import families as F
+from tpopt.models.evaluate import evaluate
+from tpopt.models.market import MarketOptions, Offer
+from tpopt.optimizer import plan as P
+from tpopt.optimizer.result import Request, Status
+from tpopt.optimizer.space import Space
+
+HOUR, DAY = 3600.0, 86400.0
+REGIONS = """
+[region."cloud-a/east"]
+source = "test"
+[region."cloud-b/west"]
+source = "test"
+"""
+
+
+def offer_table(name, provider, region, acc, market, price, available=64, date="2026-10", extra=""):
+    return (f'[offer.{name}]\nprovider = "{provider}"\nregion = "{region}"\naccelerator = "{acc}"\n'
+            f'cards_per_host = 8\nmarket = "{market}"\nprice_card_hour = {price}\navailable = {available}\n'
+            f'date = "{date}"\nsource = "test offer"\n{extra}\n')
+
+
+# three offers (on-demand, 1-year reserved, spot) of two accelerators in two regions
+SIX = REGIONS + "".join([
+    offer_table("h100-od", "cloud-a", "east", "h100-sxm", "on-demand", 3.0),
+    offer_table("h100-1y", "cloud-b", "west", "h100-sxm", "reserved", 0.30, extra='term = "365d"'),
+    offer_table("h100-spot", "cloud-a", "east", "h100-sxm", "spot", 1.6,
+                extra='preempt_per_card_hour = 0.002\nreacquire = "1h"'),
+    offer_table("h200-od", "cloud-b", "west", "h200", "on-demand", 3.6),
+    offer_table("h200-1y", "cloud-a", "east", "h200", "reserved", 0.35, extra='term = "365d"'),
+    offer_table("h200-spot", "cloud-b", "west", "h200", "spot", 2.1,
+                extra='preempt_per_card_hour = 0.002\nreacquire = "1h"'),
+])
+
+
+def raw_scenario(offers="all", deadline="20d", max_cost=None):
+    raw = {"model": {"name": "qwen3-0.6b"}, "task": {"tokens": "20B", "seq_len": 4096, "global_batch": 64},
+           "schedule": {"deadline": deadline}, "hardware": {"accelerator": ["h100-sxm", "h200"], "efficiency": 0.4},
+           "checkpoint": {"save_interval": "auto", "mode": "sync"},
+           "search": {"zero_stage": [1], "tp": [1, 2], "pp": [1], "micro_batch": [1, 2], "max_cards": 64},
+           "market": {"offers": offers}}
+    if max_cost is not None:
+        raw["cost"] = {"max_cost": max_cost}
+    return raw
+
+
+def catalog_with(tmp_path, text):
+    d = tmp_path / "cat"
+    d.mkdir(exist_ok=True)
+    (d / "offers.toml").write_text(text)
+    return load_catalog([d])
+
+
+# ---------------------------------------------------------------------------------------------
+# the reference: every plan of the offer's space, billed here
+
+
+def bill(o: Offer, cards: int, finish_s: float) -> float:
+    """Reserved: the whole term (ceil of the finish over the term); otherwise per second (billing 1 s); a mix:
+    each part's bill for its share of the cards."""
+    if o.parts:
+        return sum(bill(part, round(share * cards), finish_s) for part, share in o.parts)
+    if o.market == "reserved":
+        return cards * o.price_card_hour * o.term_s * math.ceil(finish_s / o.term_s) / HOUR
+    assert o.billing_s <= 1 and o.min_commit_s == 0
+    return cards * o.price_card_hour * finish_s / HOUR
+
+
+def on_offer(sc, o: Offer):
+    """The scenario as the offer defines it, written out here."""
+    system = replace(sc.system(o.accelerator), price_card_hour=o.price_card_hour, nic_price_hour=0.0)
+    rho = sum(share * p.preempt_per_card_hour for p, share in o.parts if p.market == "spot") if o.parts else \
+        o.preempt_per_card_hour if o.market == "spot" else 0.0
+    spot = MarketOptions(preempt_per_card_s=rho / HOUR,
+                         reacquire_s=o.reacquire_s if o.market == "spot" else 0.0)
+    return replace(sc, systems={o.accelerator: system}, market=spot,
+                   search=replace(sc.search, accelerators=(o.accelerator,)))
+
+
+def brute(sc, o: Offer):
+    """(bill, finish s, plan) of the cheapest feasible plan on ``o`` (every family; the budget on the bill;
+    at most min(max_cards, available) cards); None when none."""
+    sub = on_offer(sc, o)
+    space = Space.from_scenario(sub)
+    best = None
+    for combo in itertools.product(*(range(len(v)) for v in space.domains.values())):
+        plan = space.plan(dict(zip(space.domains, combo, strict=True)))
+        ev = evaluate(sub, plan)
+        if not all(c.satisfied for c in ev.constraints if c.name != F.BUDGET):
+            continue
+        if plan.cards > min(sc.search.max_cards, o.available):
+            continue
+        if any((share * plan.cards) % 8 for _, share in o.parts):  # each part rents whole 8-card hosts
+            continue
+        f = ev.metrics["finish_days"] * DAY
+        cost = bill(o, plan.cards, f)
+        if sc.cost.max_cost is not None and cost > sc.cost.max_cost * (1 + 1e-9):
+            continue
+        if best is None or (cost, f) < (best[0] * (1 - 1e-9), best[1]):
+            best = (cost, f, plan)
+    return best
+
+
+def brute_market(sc):
+    found = [(b, o) for o in sc.market.offers for b in [brute(sc, o)] if b is not None]
+    return min(found, key=lambda x: (x[0][0], x[0][1])) if found else None
+
+
+# ---------------------------------------------------------------------------------------------
+# the catalog
+
+
+def test_builtin_offers_carry_dates_sources_and_notes():
+    cat = load_catalog()
+    m = cat.market
+    assert m.as_of == "2026-12-01" and len(m.offers) >= 8
+    for name, o in m.offers.items():
+        assert o.date and o.source and o.available > 0 and o.price_card_hour > 0, name
+        assert f"{o.provider}/{o.region}" in m.regions and o.accelerator in cat.accelerators
+        if o.market == "spot":
+            assert o.preempt_per_card_hour > 0 and o.preempt_source
+    # the capacity-block prices were read in 2024-12: 24 months before the market's date, flagged
+    assert any("older than 6 months (24 months" in n for o in m.offers.values()
+               for n in __import__("tpopt.models.market", fromlist=["x"]).price_notes(o, m.as_of))
+
+
+def test_catalog_dir_extends_and_overrides(tmp_path):
+    cat = catalog_with(tmp_path, SIX)
+    assert {"h100-od", "h200-spot", "aws-use1-h100-od"} <= set(cat.market.offers)
+    over = catalog_with(tmp_path, REGIONS + offer_table("aws-use1-h100-od", "cloud-a", "east", "h100-sxm",
+                                                          "on-demand", 1.0))
+    assert over.market.offers["aws-use1-h100-od"].price_card_hour == 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# the offer is a decision
+
+
+@pytest.mark.parametrize("backend", ["enumerate", "cpsat", "highs"])
+def test_three_offers_two_accelerators_two_regions_cheapest_proven(tmp_path, backend):
+    cat = catalog_with(tmp_path, SIX)
+    sc = build_scenario(raw_scenario(["h100-od", "h100-1y", "h100-spot", "h200-od", "h200-1y", "h200-spot"]), cat)
+    (cost, finish, plan), offer = brute_market(sc)
+    pr = P.plan(sc, backend, Request(time_limit=60, method="monolithic" if backend != "enumerate" else "auto"))
+    assert pr.status == Status.OPTIMAL
+    m = pr.report["market"]
+    assert m["offer"]["id"] == offer.id and m["offer"]["provider"] and m["offer"]["region"] and m["offer"]["market"]
+    assert math.isclose(pr.best.metrics["cost"], cost, rel_tol=1e-9) and pr.best.plan.cards == plan.cards
+    assert m["offer"]["date"] == "2026-10" and m["offer"]["notes"] == []  # 2 months old: no note
+    # the report's spot figures: share, expected preemptions = n rho T_train, their cost
+    if offer.market == "spot":
+        p = m["preemption"]
+        assert m["spot_share"] == 1.0
+        assert math.isclose(p["expected_preemptions"], plan.cards * offer.preempt_per_card_hour
+                            * pr.best.metrics["train_days"] * 24, rel_tol=1e-9)
+        assert p["cost"] > 0
+        assert math.isclose(pr.best.metrics["preemptions_per_hour"], plan.cards * offer.preempt_per_card_hour)
+    # every offer's row is its own brute-force optimum
+    for row in m["offers"]:
+        o = next(x for x in sc.market.offers if x.id == row["offer"])
+        b = brute(sc, o)
+        assert math.isclose(row["cost"], b[0], rel_tol=1e-9), row
+
+
+def test_spot_is_chosen_in_this_market(tmp_path):
+    """The six-offer market's answer, stated: spot H100 (the arithmetic: 1.6 USD against 3.0 on demand and a
+    reserved year of 0.30 x 8,760 h = 2,628 USD per card, far beyond a 20-day run)."""
+    cat = catalog_with(tmp_path, SIX)
+    pr = P.plan(build_scenario(raw_scenario(), cat), "enumerate")
+    m = pr.report["market"]
+    assert m["offer"]["id"] == "cloud-a/east/h100-sxm/spot" and m["preemption"]["expected_preemptions"] > 0
+
+
+def _two(tmp_path, spot_price, rho, od_price=3.0):
+    text = REGIONS + offer_table("od", "cloud-a", "east", "h100-sxm", "on-demand", od_price) + offer_table(
+        "spot", "cloud-a", "east", "h100-sxm", "spot", spot_price,
+        extra=f'preempt_per_card_hour = {rho!r}\nreacquire = "1h"')
+    return build_scenario(raw_scenario(["od", "spot"]), catalog_with(tmp_path, text))
+
+
+def test_spot_price_flips_the_choice_at_its_break_even(tmp_path):
+    """Break-even spot price p* = C_on-demand / H_spot: the cheapest spot plan's card-hours do not depend on
+    the spot price (the bill is p x card-hours), so spot wins below p* and loses above."""
+    sc = _two(tmp_path, 1.0, 0.002)
+    od, spot = sc.market.offers
+    c_od = brute(sc, od)[0]
+    h_spot = brute(sc, spot)[0] / spot.price_card_hour  # card-hours of the cheapest spot plan
+    p_star = c_od / h_spot
+    for factor, want in ((0.99, "spot"), (1.01, "on-demand")):
+        sc2 = _two(tmp_path, p_star * factor, 0.002)
+        pr = P.plan(sc2, "cpsat", Request(method="monolithic"))
+        assert pr.report["market"]["offer"]["market"] == want, (factor, p_star)
+
+
+def test_preemption_rate_flips_the_choice_at_its_break_even(tmp_path):
+    """Break-even rate rho*: the spot bill grows with rho (more redo, restores, reacquisitions); rho* is
+    found here by bisection on the brute-force spot bill against the on-demand bill."""
+    spot_price = 2.7
+    sc = _two(tmp_path, spot_price, 0.0)
+    c_od = brute(sc, sc.market.offers[0])[0]
+
+    def spot_bill(rho):
+        s = _two(tmp_path, spot_price, rho)
+        return brute(s, s.market.offers[1])[0]
+
+    lo, hi = 0.0, 1.0
+    assert spot_bill(lo) < c_od < spot_bill(hi)
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if spot_bill(mid) < c_od else (lo, mid)
+    rho_star = (lo + hi) / 2
+    for factor, want in ((0.9, "spot"), (1.1, "on-demand")):
+        pr = P.plan(_two(tmp_path, spot_price, rho_star * factor), "highs", Request(method="monolithic"))
+        assert pr.report["market"]["offer"]["market"] == want, (factor, rho_star)
+
+
+def test_reserved_term_is_charged_whole_in_the_budget(tmp_path):
+    text = REGIONS + offer_table("1y", "cloud-b", "west", "h100-sxm", "reserved", 0.30, extra='term = "365d"')
+    cat = catalog_with(tmp_path, text)
+    sc = build_scenario(raw_scenario(["1y"]), cat)
+    cost, finish, plan = brute(sc, sc.market.offers[0])
+    assert math.isclose(cost, plan.cards * 0.30 * 8760, rel_tol=1e-12)  # the year, not the hours used
+    used = plan.cards * 0.30 * finish / HOUR
+    assert used < cost / 10
+    # a budget between the hours used and the commitment admits no plan
+    pr = P.plan(build_scenario(raw_scenario(["1y"], max_cost=(used + cost) / 2), cat), "enumerate")
+    assert pr.status == Status.INFEASIBLE
+    pr = P.plan(build_scenario(raw_scenario(["1y"], max_cost=cost * 1.001), cat), "cpsat", Request(method="monolithic"))
+    budget = next(c for c in pr.best.constraints if c.name == F.BUDGET)
+    assert math.isclose(budget.value, cost, rel_tol=1e-9) and pr.best.plan.cards == plan.cards
+
+
+def test_availability_caps_the_plan(tmp_path):
+    """20B tokens of Qwen3-0.6B take about 8.8 h on 8 H100 (brute force below): a 4-hour deadline needs more
+    cards than an 8-card offer has; 64 available cards make it."""
+    text = REGIONS + offer_table("od", "cloud-a", "east", "h100-sxm", "on-demand", 3.0, available=8)
+    cat = catalog_with(tmp_path, text)
+    sc = build_scenario(raw_scenario(["od"], deadline="10h"), cat)
+    pr = P.plan(sc, "enumerate")
+    avail = next(c for c in pr.best.constraints if c.name == F.MARKET_AVAILABLE)
+    assert pr.best.plan.cards == 8 and avail.limit == 8 and avail.binding
+    tight = build_scenario(raw_scenario(["od"], deadline="4h"), cat)
+    assert brute(tight, tight.market.offers[0]) is None
+    assert P.plan(tight, "enumerate").status == Status.INFEASIBLE
+    wide = replace(tight.market.offers[0], available=64)
+    ref = brute(tight, wide)
+    pr = P.plan(replace(tight, market=MarketOptions(offers=(wide,), as_of="2026-12-01")), "cpsat",
+                Request(method="monolithic"))
+    assert ref is not None and ref[2].cards > 8 and math.isclose(pr.best.metrics["cost"], ref[0], rel_tol=1e-9)
+
+
+def test_scenarios_without_market_are_unchanged(tmp_path):
+    raw = raw_scenario()
+    del raw["market"]
+    sc = build_scenario(raw, load_catalog())
+    assert sc.market == MarketOptions()
+    assert "market" not in P.plan(sc, "enumerate").report
+
+
+# ---------------------------------------------------------------------------------------------
+# backends agree with the brute force on small market spaces
+
+
+@st.composite
+def markets(draw):
+    kinds = draw(st.lists(st.sampled_from(["on-demand", "spot", "reserved"]), min_size=1, max_size=3))
+    text = REGIONS
+    names = []
+    for i, k in enumerate(kinds):
+        acc = draw(st.sampled_from(["h100-sxm", "h200"]))
+        price = draw(st.floats(0.2, 6.0))
+        extra = ""
+        if k == "reserved":
+            extra = f'term = "{draw(st.sampled_from(["7d", "30d", "365d"]))}"'
+        elif k == "spot":
+            rho, wait = draw(st.floats(0.0, 0.05)), draw(st.integers(0, 7200))
+            extra = f'preempt_per_card_hour = {rho!r}\nreacquire = "{wait}s"'
+        text += offer_table(f"o{i}", "cloud-a", "east", acc, k, price, available=draw(st.sampled_from([8, 16, 64])),
+                            extra=extra)
+        names.append(f"o{i}")
+    deadline = draw(st.sampled_from(["5d", "20d", "60d"]))
+    max_cost = draw(st.one_of(st.none(), st.floats(1e3, 1e5)))
+    shares = draw(st.one_of(st.none(), st.just([0.5]), st.just([0.25, 0.75])))
+    return text, names, deadline, max_cost, shares
+
+
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(markets())
+def test_backends_agree_with_enumeration_on_market_spaces(tmp_path, case):
+    text, names, deadline, max_cost, shares = case
+    raw = raw_scenario(names, deadline, max_cost)
+    if shares:
+        raw["market"]["spot_shares"] = shares
+    sc = build_scenario(raw, catalog_with(tmp_path, text))
+    ref = brute_market(sc)
+    for backend, method in (("enumerate", "auto"), ("cpsat", "monolithic"), ("highs", "monolithic"),
+                            ("cpsat", "decomposed")):
+        pr = P.plan(sc, backend, Request(method=method, time_limit=60))
+        assert pr.status == (Status.OPTIMAL if ref else Status.INFEASIBLE), (backend, method)
+        if ref:
+            assert math.isclose(pr.best.metrics["cost"], ref[0][0], rel_tol=1e-9), (backend, method, ref)
+
+
+# ---------------------------------------------------------------------------------------------
+# SkyPilot import
+
+
+def test_skypilot_csv_gives_the_native_offers(tmp_path):
+    csv = tmp_path / "vms.csv"
+    csv.write_text(
+        "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Region,AvailabilityZone,Price,SpotPrice\n"
+        "p5.48xlarge,H100,8.0,192.0,2048.0,H100,us-east-1,us-east-1a,31.2,18.4\n"
+        "p5.48xlarge,H100,8.0,192.0,2048.0,H100,us-east-1,us-east-1b,31.2,18.0\n"
+        "p5e.48xlarge,H200,8.0,192.0,2048.0,H200,us-east-2,us-east-2a,107.0,\n"
+        "m5.large,,,2.0,8.0,,us-east-1,us-east-1a,0.096,0.04\n")
+    native = tmp_path / "native"
+    native.mkdir()
+    (native / "offers.toml").write_text(
+        '[region."aws/us-east-1"]\nsource = "x"\n[region."aws/us-east-2"]\nsource = "x"\n'
+        + offer_table("a", "aws", "us-east-1", "h100-sxm", "on-demand", 31.2 / 8, available=256, date="2026-11-01")
+        + offer_table("b", "aws", "us-east-1", "h100-sxm", "spot", 18.0 / 8, available=256, date="2026-11-01")
+        + offer_table("c", "aws", "us-east-2", "h200", "on-demand", 107.0 / 8, available=256, date="2026-11-01"))
+    cat = load_catalog()
+    m = load_market([native], set(cat.accelerators))
+    want = {o.id: replace(o, source="") for name, o in m.offers.items() if name in "abc"}
+    got = from_skypilot(csv, "aws", "2026-11-01", {"H100": "h100-sxm", "H200": "h200"}, m, 256,
+                        set(cat.accelerators))
+    assert {k: replace(o, source="") for k, o in got.items()} == want
+
+
+# ---------------------------------------------------------------------------------------------
+# commands
+
+
+def _cli(argv, capsys, monkeypatch):
+    import sys
+
+    from tpopt.cli.main import main
+    monkeypatch.setattr(sys, "argv", ["tpopt", *argv])
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    return code, *capsys.readouterr()
+
+
+def test_catalog_offers_filters(capsys, monkeypatch):
+    code, out, _ = _cli(["catalog", "offers", "--hw", "h200", "--json"], capsys, monkeypatch)
+    import json
+    rows = json.loads(out)
+    assert code == 0 and rows and {r["accelerator"] for r in rows} == {"h200"}
+    code, out, _ = _cli(["catalog", "offers", "--region", "us-east-2"], capsys, monkeypatch)
+    assert code == 0 and "aws/us-east-2/h100-sxm/reserved-14d" in out and "us-east-1/" not in out
+    assert "old price" in out or "older than 6 months" in out
+
+
+def test_import_command_round_trips_through_a_catalog_dir(tmp_path, capsys, monkeypatch):
+    csv = tmp_path / "vms.csv"
+    csv.write_text("InstanceType,AcceleratorName,AcceleratorCount,Region,AvailabilityZone,Price,SpotPrice\n"
+                   "p5.48xlarge,H100,8,us-west-2,us-west-2a,40.0,20.0\n")
+    code, out, err = _cli(["catalog", "import", "--skypilot", str(csv), "--provider", "aws", "--date", "2026-11-01",
+                           "--map", "H100=h100-sxm", "--available", "128"], capsys, monkeypatch)
+    assert code == 0, err
+    d = tmp_path / "imported"
+    d.mkdir()
+    (d / "offers.toml").write_text(out)
+    m = load_catalog([d]).market
+    ids = {o.id: o for o in m.offers.values()}
+    assert ids["aws/us-west-2/h100-sxm/on-demand"].price_card_hour == 5.0
+    assert ids["aws/us-west-2/h100-sxm/spot"].price_card_hour == 2.5
+    assert ids["aws/us-west-2/h100-sxm/spot"].available == 128
+
+
+def test_solve_hw_all_searches_every_accelerator_with_an_offer(tmp_path, capsys, monkeypatch):
+    import tomllib
+    raw = raw_scenario()
+    del raw["market"]
+    raw["hardware"]["accelerator"] = "h100-sxm"
+    p = tmp_path / "s.toml"
+    lines = []
+    for table, body in raw.items():
+        lines.append(f"[{table}]")
+        lines += [f"{k} = {json_value(v)}" for k, v in body.items()]
+    p.write_text("\n".join(lines) + "\n")
+    tomllib.loads(p.read_text())
+    cat = catalog_with(tmp_path, SIX)
+    code, out, err = _cli(["solve", "--scenario", str(p), "--hw", "all", "--catalog", str(tmp_path / "cat"),
+                           "--json"], capsys, monkeypatch)
+    assert code == 0, err
+    import json
+    d = json.loads(out)
+    accs = {row["offer"].split("/")[2] for row in d["market"]["offers"]}
+    assert accs == {o.accelerator for o in cat.market.offers.values()}
+    assert d["market"]["offer"]["id"] == "cloud-a/east/h100-sxm/spot"
+
+
+def json_value(v):
+    import json
+    return json.dumps(v)
+
+
+# ---------------------------------------------------------------------------------------------
+# power: a site cap on a 100,000-card Llama-3-405B run
+
+
+POWER_SITE = """[region."cloud-a/east"]
+source = "test"
+pue = 1.2
+[power.h100-sxm]
+board_w = 700
+training_w = 700
+host_overhead_w = 4600
+source = "test: DGX H100 10.2 kW for 8 cards"
+""" + offer_table("big", "cloud-a", "east", "h100-sxm", "on-demand", 3.0, available=200000)
+
+
+def site_mw(cards):
+    """PUE 1.2 x (cards x 700 W + ceil(cards / 8) x 4,600 W), in MW (derivation of the test)."""
+    return 1.2 * (cards * 700 + math.ceil(cards / 8) * 4600) / 1e6
+
+
+def power_scenario(tmp_path, cap):
+    raw = {"model": {"name": "llama3-405b"}, "task": {"tokens": "15T", "seq_len": 8192, "global_batch": 12544},
+           "schedule": {"deadline": "365d"}, "hardware": {"accelerator": "h100-sxm", "efficiency": 0.4},
+           "checkpoint": {"save_interval": "auto", "mode": "sync"},
+           "search": {"zero_stage": [1], "tp": [8], "pp": [14], "micro_batch": [1], "max_cards": 150000},
+           "market": {"offers": ["big"], "site_power": cap}}
+    return build_scenario(raw, catalog_with(tmp_path, POWER_SITE))
+
+
+def test_site_power_cap_binds_exactly_when_it_limits_the_plan(tmp_path):
+    """Cards are 112 x dp with dp dividing 12,544 sequences (126 layers: pp 14; a 100M-token step gives
+    every pipeline at least 14 micro-batches): the fastest plan takes 100,352 cards (896 x 112: 153.5 MW at
+    PUE 1.2). A 150 MW cap excludes it: the plan drops to the next count, 87,808 (784 x 112: 134.3 MW), and
+    power.site binds; under 160 MW the 100,352-card plan stands and the cap does not bind."""
+    assert 150 < site_mw(100352) < 160 and site_mw(87808) < 150
+    req = Request(objective="time", method="monolithic")
+    loose = P.plan(power_scenario(tmp_path, "160MW"), "cpsat", req)
+    c = next(c for c in loose.best.constraints if c.name == F.POWER_SITE)
+    assert loose.best.plan.cards == 100352 and not c.binding and loose.report["market"]["power"]["binding"] is False
+    assert math.isclose(c.value, site_mw(100352), rel_tol=1e-12) and c.limit == 160
+    w = loose.report["market"]["power"]
+    assert math.isclose(w["site_mw"], site_mw(100352), rel_tol=1e-12)
+    # energy = site power x finish time (MWh)
+    assert math.isclose(w["energy_mwh"], site_mw(100352) * loose.best.metrics["finish_days"] * 24, rel_tol=1e-9)
+    capped = P.plan(power_scenario(tmp_path, "150MW"), "cpsat", req)
+    c = next(c for c in capped.best.constraints if c.name == F.POWER_SITE)
+    assert capped.best.plan.cards == 87808 and c.binding and capped.report["market"]["power"]["binding"] is True
+    assert capped.best.metrics["finish_days"] > loose.best.metrics["finish_days"]
+
+
+def test_site_power_needs_a_unit_and_power_figures(tmp_path):
+    from tpopt.errors import InputError
+    with pytest.raises(InputError, match="not a power with a unit"):
+        power_scenario(tmp_path, "150")
+    cat = catalog_with(tmp_path, REGIONS + offer_table("b", "cloud-a", "east", "b200", "on-demand", 6.0))
+    raw = raw_scenario(["b"])  # the built-in market has no [power.b200]
+    raw["hardware"]["accelerator"] = ["b200"]
+    raw["market"]["site_power"] = "1MW"
+    with pytest.raises(InputError, match="no power figures for b200"):
+        build_scenario(raw, cat)
+
+
+def test_a_base_with_a_spot_share_is_a_choice(tmp_path):
+    """Spot at 1.6 has 16 cards, on-demand at 3.0 has 64: a 2-hour deadline needs more than 16 cards (the
+    brute force below finds none with 16), so pure spot is out, and a half-spot mix of 32 cards (16 + 16)
+    bills 32 x (0.5 x 3.0 + 0.5 x 1.6) per hour, less than 32 on-demand cards."""
+    text = REGIONS + offer_table("od", "cloud-a", "east", "h100-sxm", "on-demand", 3.0, available=64) + offer_table(
+        "spot", "cloud-a", "east", "h100-sxm", "spot", 1.6, available=16,
+        extra='preempt_per_card_hour = 0.002\nreacquire = "1h"')
+    raw = raw_scenario(["od", "spot"], deadline="2h")
+    raw["task"]["tokens"] = "10B"
+    raw["market"]["spot_shares"] = [0.25, 0.5, 0.75]
+    sc = build_scenario(raw, catalog_with(tmp_path, text))
+    assert [o.market_name for o in sc.market.offers][2:] == ["75%on-demand+25%spot", "50%on-demand+50%spot",
+                                                             "25%on-demand+75%spot"]
+    assert brute(sc, sc.market.offers[1]) is None  # 16 spot cards cannot make the deadline
+    (cost, _, plan), offer = brute_market(sc)
+    assert offer.parts and offer.spot_share == 0.5 and plan.cards == 32
+    for backend, method in (("enumerate", "auto"), ("cpsat", "monolithic"), ("highs", "monolithic")):
+        pr = P.plan(sc, backend, Request(method=method))
+        m = pr.report["market"]
+        assert m["offer"]["id"] == offer.id and m["spot_share"] == 0.5 and pr.best.plan.cards == 32
+        assert math.isclose(pr.best.metrics["cost"], cost, rel_tol=1e-9)
+        assert math.isclose(m["preemption"]["expected_preemptions"],
+                            16 * 0.002 * pr.best.metrics["train_days"] * 24, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("command", [["evaluate", "--cards", "8"], ["explain"], ["sweep", "--deadline", "10d:20d:5d"]])
+def test_commands_that_do_not_choose_offers_say_so(tmp_path, capsys, monkeypatch, command):
+    raw = raw_scenario(["h100-od"])
+    p = tmp_path / "s.toml"
+    p.write_text("\n".join(f"[{t}]\n" + "\n".join(f"{k} = {json_value(v)}" for k, v in body.items())
+                           for t, body in raw.items()) + "\n")
+    catalog_with(tmp_path, SIX)
+    code, out, err = _cli([command[0], "--scenario", str(p), "--catalog", str(tmp_path / "cat"), *command[1:]],
+                          capsys, monkeypatch)
+    assert code == 2 and "[market]" in err and "Traceback" not in err, err
+
+
+def test_preemptions_add_their_first_order_overhead(tmp_path):
+    """First order (chapter 10.4): each event costs the redo tau / 2 plus the restore r; a preemption also
+    waits d. At a fixed sync save interval, rho adds n rho (tau / 2 + r + d) to the overhead fraction."""
+    sc = _two(tmp_path, 1.6, 0.01)
+    spot = sc.market.offers[1]
+    sub = on_offer(sc, spot)
+    calm = replace(sub, market=MarketOptions())
+    from tpopt.models.plan import Plan
+    plan = Plan("h100-sxm", 16, zero_stage=1, tp=1, pp=1, dp=16, micro_batch=1, save_interval_s=1800.0,
+                save_mode="sync", global_batch=64)
+    lam = 16 * 0.01 / HOUR
+    want = lam * (1800 / 2 + sc.reliability.restore_s + 3600)
+    got = evaluate(sub, plan).metrics["overhead_fraction"] - evaluate(calm, plan).metrics["overhead_fraction"]
+    assert math.isclose(got, want, rel_tol=1e-9)
