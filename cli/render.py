@@ -322,8 +322,8 @@ def top_table(top: list[dict], unit: str) -> Table:
                 for r, e in zip(rows, top, strict=False)]
     rows = merge_zero_stages(rows, [(e["metrics"]["cost"], e["metrics"]["finish_days"]) for e in top])
     if len(rows) < len(top):
-        t.title = (f"Best plans ({len(top)} plans in {len(rows)} rows: ZeRO stages at the same cost and finish share "
-                   "a row)")
+        t.title = (f"Best plans ({len(top)} plans in {len(rows)} rows: ZeRO stages within {NEAR_DUPLICATE:.1%} in "
+                   "cost and finish share a row)")
     # numbers never wrap or shrink below their widest cell or header; the text columns wrap in a
     # narrow terminal, never below their longest header word
     for j, col in enumerate(cols):
@@ -335,22 +335,25 @@ def top_table(top: list[dict], unit: str) -> Table:
     return t
 
 
-def merge_zero_stages(rows: list[tuple[str, ...]], figures: list[tuple[float, float]]) -> list[tuple[str, ...]]:
-    """Top-plan rows (rank, accelerator, cards, ZeRO, ...) that differ only in the ZeRO stage at exactly the same
-    cost and finish are one row, its ZeRO cell listing the stages ("2, 3"), numbered by the first one's rank:
-    the stages then differ only in memory per card (which the table does not show), not in what is chosen by."""
-    merged: dict[tuple[object, ...], list[str]] = {}
-    first: dict[tuple[object, ...], tuple[str, ...]] = {}
+NEAR_DUPLICATE = 1e-3  # top plans whose cost and finish differ by at most 0.1 % are near-duplicates
+
+
+def merge_zero_stages(rows: list[tuple[str, ...]], figures: list[tuple[float, float]],
+                      rel: float = NEAR_DUPLICATE) -> list[tuple[str, ...]]:
+    """Top-plan rows (rank, accelerator, cards, ZeRO, layout, ..., step, finish, cost) that differ only in the
+    ZeRO stage, with cost and finish within ``rel`` of the group's first (best) plan, are one row: its figures,
+    its ZeRO cell listing the stages ("2, 3"), numbered in order. The stages then differ in memory per card
+    (which the table does not show) and in a few collective latencies, not in what the plan is chosen by."""
+    groups: list[tuple[tuple[str, ...], tuple[str, ...], tuple[float, float], list[str]]] = []
     for r, (cost, finish) in zip(rows, figures, strict=True):
-        key = (*r[1:3], *r[4:], cost, finish)
-        if key not in merged:
-            merged[key], first[key] = [], r
-        merged[key].append(r[3])
-    out = []
-    for i, (key, zeros) in enumerate(merged.items()):
-        r = first[key]
-        out.append((str(i + 1), *r[1:3], ", ".join(zeros), *r[4:]))
-    return out
+        key = (*r[1:3], *r[4:-3])  # every cell but the rank, the ZeRO stage and the three figures
+        for gkey, _, (c0, f0), zeros in groups:
+            if gkey == key and abs(cost - c0) <= rel * abs(c0) and abs(finish - f0) <= rel * abs(f0):
+                zeros.append(r[3])
+                break
+        else:
+            groups.append((key, r, (cost, finish), [r[3]]))
+    return [(str(i + 1), *r[1:3], ", ".join(zeros), *r[4:]) for i, (_, r, _, zeros) in enumerate(groups)]
 
 
 def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:

@@ -352,10 +352,16 @@ def test_top_merges_plans_that_differ_only_in_the_zero_stage(tmp_path):
     d = json.loads(run("solve", "--scenario", path, "--top", "8", "--json", "--no-analysis")[1])
     top = d["top"]
     assert len(top) == 8  # the JSON keeps every plan
-    key = [(e["plan"]["cards"], e["plan"]["tp"], e["plan"]["pp"], e["plan"]["micro_batch"], e["plan"]["save_mode"],
-            e["metrics"]["cost"], e["metrics"]["finish_days"]) for e in top]
-    distinct = len(dict.fromkeys(key))
-    assert distinct < 8  # the case: ZeRO 2 and 3 at the same cost and finish
+    # near-duplicates: the same layout but for the ZeRO stage, cost and finish within 0.1 % of the group's first
+    groups: list[tuple[tuple, float, float]] = []
+    for e in top:
+        p, m = e["plan"], e["metrics"]
+        lay = (p["cards"], p["tp"], p["pp"], p["micro_batch"], p["recompute"], p["save_mode"], p["save_interval_s"])
+        if not any(g[0] == lay and abs(m["cost"] - g[1]) <= 1e-3 * g[1]
+                   and abs(m["finish_days"] - g[2]) <= 1e-3 * g[2] for g in groups):
+            groups.append((lay, m["cost"], m["finish_days"]))
+    distinct = len(groups)
+    assert distinct < 8  # the case: ZeRO stages a few dollars apart on a 7,800 USD plan
     text = run("solve", "--scenario", path, "--top", "8", "--no-analysis")[1]
     table = text[text.index("Best plans"):].splitlines()
     rows = [ln for ln in table if "│" in ln]
