@@ -199,7 +199,7 @@ def footing_text(d: dict, indent: int = 0) -> list[str]:
 
 def evaluation_text(d: dict) -> str:
     """The evaluate report: plan line, metrics table (chapter 10.6.1 layout), constraints."""
-    head = "\n".join([f"Plan: {plan_line(d['plan'])}", *footing_text(d)])
+    head = "\n".join([f"Plan: {plan_line(d['plan'])}", *([""] + footing_text(d) if d.get("footing") else [])])
     verdict = "feasible" if d["feasible"] else "INFEASIBLE"
     return console_text(head, "", metrics_table(d["metrics"]), "",
                         constraints_table(d["constraints"]), "", f"Verdict: {verdict}")
@@ -308,7 +308,8 @@ def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:
         status += f"\nNote: {s['fallback']}"
     if d.get("analysis") == "time limit reached":
         status += "\nAnalysis: time limit reached; the items it could not answer are marked 'not decided'"
-    parts = [head, status, "", f"Plan: {plan_line(d['plan'])}", *footing_text(d), *after_plan, "",
+    foot = [""] + footing_text(d) if d.get("footing") else []
+    parts = [head, status, "", f"Plan: {plan_line(d['plan'])}", *after_plan, *foot, "",
              metrics_table(d["metrics"], title="Best plan"), "", constraints_table(d["constraints"]), ""]
     batch = len(d.get("batch_choices") or []) > 1  # name each plan's batch when the batch is a choice
     parts += binding_lines(d.get("binding"), d["objective"], unit, d.get("binding_undecided") or (), batch)

@@ -30,8 +30,11 @@ from tpopt.models.plan import Scenario
 from tpopt.models.roofline import PerfParams
 
 DEFAULT_STACK = "megatron-core"
-COMPUTE_PARAMS = ("gemm_efficiency", "attention_efficiency", "memory_efficiency", "kernel_overhead")
+COMPUTE_PARAMS = ("gemm_efficiency", "attention_efficiency", "attention_bwd_ratio", "memory_efficiency",
+                  "kernel_overhead")
 """Performance parameters every per-operation step time depends on."""
+LOW_PRECISION_PARAMS = {"fp8": "fp8_gemm_ratio", "fp4": "fp4_gemm_ratio"}
+"""The GEMM ratio a precision's matrix units add (by the recipe's ``matrix``)."""
 SCALE_UP_PARAM, SCALE_OUT_PARAM = "tp_efficiency", "dp_efficiency"
 MFU_CONVENTION = ("model FLOPs per token 6 N_active + causal attention 12 L d_attn (s+1)/2 (no recompute), "
                   "x tokens per step / (cards x dense {peak} peak x step time)")
@@ -61,11 +64,13 @@ def moving_params(sc: Scenario, plan: dict[str, Any]) -> tuple[str, ...]:
     acc = sc.system(plan["accelerator"]).acc
     group = int(plan.get("tp") or 1) * int(plan.get("cp") or 1) * int(plan.get("ep") or 1)
     names = list(COMPUTE_PARAMS)
+    matrix = recipe(sc.task.precision).matrix
+    names += [p for key, p in LOW_PRECISION_PARAMS.items() if key in matrix]
     if group > 1 or int(plan.get("dp") or 1) > 1:
         names.append(SCALE_UP_PARAM)
     if int(plan["cards"]) > acc.cards_per_host:
         names.append(SCALE_OUT_PARAM)
-    return tuple(names)
+    return tuple(n for n in names if n in PerfParams.__dataclass_fields__)
 
 
 def parameters(sc: Scenario, plan: dict[str, Any]) -> list[dict[str, Any]]:

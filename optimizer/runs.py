@@ -279,7 +279,7 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         batch = _num(row, "global_batch", where, int, raw.get("task", {}).get("global_batch") or None)
         tp, pp = _num(row, "tp", where, int, 1), _num(row, "pp", where, int, 1)
         cp, ep = _num(row, "cp", where, int, 1), _num(row, "ep", where, int, 1)
-        etp = _num(row, "expert_tp", where, int, 0) if row.get("expert_tp") else 0
+        etp = _num(row, "expert_tp", where, int, 0, minimum=0) if row.get("expert_tp") else 0
         count = "gpus" if row.get("gpus") else "cards" if row.get("cards") else None
         gpus = _num(row, count, where, int) if count else tp * cp * pp * _num(row, "dp", where, int)
         raw["task"] = {"tokens": "1B", "seq_len": seq, "global_batch": batch,

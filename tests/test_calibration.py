@@ -32,6 +32,9 @@ from test_step_model import raw_scenario  # noqa: E402
 CAT = load_catalog()
 ACC = "h100-sxm"
 EPS = [0.01, -0.012, 0.008, -0.005, 0.011, -0.009]
+# the prior every fit here starts from (stated, so that the derivations below hold whatever the catalog says)
+PRIOR = CAT.perf(ACC).with_values(gemm_efficiency=0.75, attention_efficiency=0.45, memory_efficiency=0.70,
+                                  tp_efficiency=0.80, dp_efficiency=0.90, kernel_overhead=12e-6)
 TRUTH = dict(gemm_efficiency=0.62, attention_efficiency=0.40, memory_efficiency=0.55, tp_efficiency=0.70,
              kernel_overhead=15e-6)
 
@@ -57,8 +60,8 @@ def synthetic(truth, eps):
 
 @pytest.fixture(scope="module")
 def fitted():
-    truth = CAT.perf(ACC).with_values(**TRUTH)
-    return truth, C.fit(synthetic(truth, EPS), ACC)
+    truth = PRIOR.with_values(**TRUTH)
+    return truth, C.fit(synthetic(truth, EPS), ACC, prior=PRIOR)
 
 
 def test_identified_parameters_recovered_within_their_uncertainty(fitted):
@@ -81,7 +84,7 @@ def test_what_the_runs_cannot_tell_stays_a_prior(fitted):
     # the DP all-reduce hides behind the backward pass: the runs barely see it, its posterior is its prior
     assert not dp.identified and "not identified by these runs" in dp.status
     assert dp.sigma == pytest.approx(C.BY_NAME["dp_efficiency"].prior_sigma, rel=0.05)
-    assert dp.value == pytest.approx(0.9, rel=0.02)
+    assert dp.value == pytest.approx(PRIOR.dp_efficiency, rel=0.02)
 
 
 def test_residual_spread_follows_its_definition(fitted):
@@ -101,23 +104,22 @@ def test_noise_free_runs_recover_two_parameters():
     # in log space. memory: x0 - x_true = ln(0.7 / 0.5) = 0.34, s = 0.46 on one run and about 0.1 on five,
     # sigma_n = 0.03, sigma_p = 0.25: 0.34 x 16 / (290 + 16) = 1.8 % (3 % allowed); GEMM, seen by every run
     # with s = 0.36-0.74: ln(0.75 / 0.6) x 16 / (2,500 + 16) = 0.14 % (1 % allowed).
-    truth = CAT.perf(ACC).with_values(gemm_efficiency=0.6, memory_efficiency=0.5)
-    cal = C.fit(synthetic(truth, [0.0] * 6), ACC, ("gemm_efficiency", "memory_efficiency"))
+    truth = PRIOR.with_values(gemm_efficiency=0.6, memory_efficiency=0.5)
+    cal = C.fit(synthetic(truth, [0.0] * 6), ACC, ("gemm_efficiency", "memory_efficiency"), prior=PRIOR)
     assert cal.perf.gemm_efficiency == pytest.approx(0.6, rel=0.01)
     assert 0.5 <= cal.perf.memory_efficiency <= 0.5 * 1.03  # pulled toward the prior 0.7, not past the truth
     # the memory prior's pull (up to the 3 % allowed above) shows in the memory-heavy run's time through its
     # sensitivity s = 0.46: at most 0.03 x 0.46 = 1.4 %
     assert max(abs(e) for e in cal.errors()) < 0.03 * 0.46 + 1e-3
     with pytest.raises(InputError, match="cannot fit 'sms'"):
-        C.fit(synthetic(truth, [0.0] * 6), ACC, ("sms",))
+        C.fit(synthetic(truth, [0.0] * 6), ACC, ("sms",), prior=PRIOR)
 
 
 def test_a_fit_at_the_physical_ceiling_is_an_error():
-    truth = CAT.perf(ACC)
-    runs = synthetic(truth, [0.0] * 6)
+    runs = synthetic(PRIOR, [0.0] * 6)
     runs[0].measured_step_s = 1e-9  # 1 ns: faster than any card
     with pytest.raises(InputError, match="physical ceiling"):
-        C.fit(runs[:1], ACC)
+        C.fit(runs[:1], ACC, prior=PRIOR)
 
 
 def test_a_plan_that_does_not_fit_is_refused():
@@ -131,7 +133,7 @@ def test_cli_round_trip_writes_residual_sigma(tmp_path):
     from click.testing import CliRunner
     from tpopt.cli.main import cli
 
-    truth = CAT.perf(ACC).with_values(**TRUTH)
+    truth = CAT.perf(ACC).with_values(**TRUTH)  # the CLI's prior is the catalog's
     runs = synthetic(truth, EPS)
     cols = "run,model,accelerator,seq_len,global_batch,tp,pp,cards,micro_batch,recompute,zero_stage,flash_attention"
     lines = [cols + ",iteration_s"]

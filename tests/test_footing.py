@@ -1,0 +1,112 @@
+"""The footing of every report (issue 23 item 7, issue 25 item 1): which step-time model ran and what
+switches it, the implied MFU by its stated convention, the stack, where each performance parameter and the
+price come from; in the JSON and in the text, from the same dict."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from tpopt.cli.main import cli
+from tpopt.presentation import footing_lines
+
+ROOT = Path(__file__).resolve().parents[1]
+DC = ROOT / "examples" / "design-case.toml"
+EFF_LINE = "efficiency = 0.40        # compute efficiency (Llama 3 reports 38-43 % BF16 MFU)"
+
+
+def run(*args):
+    r = CliRunner().invoke(cli, list(map(str, args)))
+    assert r.exit_code in (0, 3), r.output
+    return r.output
+
+
+def per_op_case(tmp_path):
+    text = DC.read_text()
+    assert EFF_LINE in text
+    p = tmp_path / "per-op.toml"
+    p.write_text(text.replace(EFF_LINE, "").replace('accelerator = "rtx4090"', 'accelerator = "h100-sxm"')
+                 .replace('usable_memory = "22GiB"  # 24 GB = 22.35 GiB, less runtime reserve', ""))
+    return p
+
+
+def test_flat_mfu_is_the_stated_efficiency_times_the_compute_share():
+    # flat model, no recompute, dense model: compute = model FLOPs / (cards x peak x efficiency), so
+    # MFU = F / (cards x peak x step) = efficiency x compute_s / step_s (the rest of the step is exposed
+    # communication and input wait); the design case: 0.40 x 52.22 / 52.80 = 39.6 %
+    d = json.loads(run("evaluate", "--scenario", DC, "--cards", "48", "--json"))
+    f, m = d["footing"], d["metrics"]
+    assert f["step_time_model"] == "flat" and f["efficiency"] == 0.4
+    assert f["mfu"] == pytest.approx(0.4 * m["compute_s"] / m["step_s"], rel=1e-9)
+    assert "6 N_active" in f["mfu_convention"] and "BF16" in f["mfu_convention"]
+    assert f["stack"] == "megatron-core"
+    assert f["parameters"] == []  # the flat model has no performance parameters
+
+
+def test_deleting_the_efficiency_line_switches_the_model_and_the_footing_says_so(tmp_path):
+    flat = run("evaluate", "--scenario", DC, "--cards", "48")
+    assert "Footing: flat step time (hardware.efficiency = 0.4 stated; without it, per-operation)" in flat
+    p = per_op_case(tmp_path)
+    text = run("evaluate", "--scenario", p, "--cards", "8")
+    d = json.loads(run("evaluate", "--scenario", p, "--cards", "8", "--json"))
+    f = d["footing"]
+    assert f["step_time_model"] == "per-operation" and f["efficiency"] is None
+    assert "Footing: per-operation step time (no hardware.efficiency stated)" in text
+    # every parameter that moves an 8-card, one-host plan: the compute ones and the scale-up tier
+    names = [q["name"] for q in f["parameters"]]
+    assert names == ["gemm_efficiency", "attention_efficiency", "attention_bwd_ratio", "memory_efficiency",
+                     "kernel_overhead", "tp_efficiency"]
+    assert all(q["provenance"] in ("measured", "prior", "calibrated") for q in f["parameters"])
+    # the text is the JSON's footing rendered (same source): MFU printed to 0.1 %
+    assert f"implied MFU {f['mfu'] * 100:.1f} %" in text
+    for line in footing_lines(f, 100):
+        assert line in text
+
+
+def test_provenance_follows_the_performance_toml(tmp_path):
+    cat = tmp_path / "cat"
+    cat.mkdir()
+    (cat / "performance.toml").write_text(
+        '[h100-sxm]\ngemm_efficiency = 0.6\nresidual_sigma = 0.04\nresidual_sigma_source = "test"\n'
+        '[h100-sxm.sources]\ngemm_efficiency = "calibrated: tpopt calibrate on my-run-1 (+-2.0 %)"\n'
+        'memory_efficiency = "measured: tpopt calibrate --measure on fake device (+-1.0 %)"\n'
+        'kernel_overhead = "assumption: my guess"\n')
+    p = per_op_case(tmp_path)
+    d = json.loads(run("evaluate", "--scenario", p, "--cards", "8", "--catalog", cat, "--json"))
+    prov = {q["name"]: q["provenance"] for q in d["footing"]["parameters"]}
+    assert prov["gemm_efficiency"] == "calibrated" and prov["memory_efficiency"] == "measured"
+    assert prov["kernel_overhead"] == "prior"
+    text = run("evaluate", "--scenario", p, "--cards", "8", "--catalog", cat)
+    assert "calibrated on my-run-1 GEMM 0.6" in text
+
+
+def test_price_provenance(tmp_path):
+    f = json.loads(run("evaluate", "--scenario", DC, "--cards", "48", "--json"))["footing"]["price"]
+    assert f["provenance"] == "catalog" and f["date"] == "2025-06" and not f["illustrative"]
+    own = tmp_path / "own.toml"
+    own.write_text(DC.read_text() + '\n[cost]\ncard_hour = 0.45\n')
+    f = json.loads(run("evaluate", "--scenario", own, "--cards", "48", "--json"))["footing"]["price"]
+    assert f["provenance"] == "scenario" and f["card_hour"] == 0.45
+    # the H20's catalog price is "assumption: illustrative": flagged in the JSON and the text
+    out = run("evaluate", "--scenario", DC, "--hw", "h20", "--cards", "48")
+    d = json.loads(run("evaluate", "--scenario", DC, "--hw", "h20", "--cards", "48", "--json"))
+    assert d["footing"]["price"]["illustrative"] and "ILLUSTRATIVE, not a market quote" in out
+
+
+def test_solve_explain_and_rl_carry_the_footing():
+    solve = json.loads(run("solve", "--scenario", DC, "--json"))
+    assert solve["footing"]["step_time_model"] == "flat"
+    explain = json.loads(run("explain", "--scenario", DC, "--cards", "48", "--json"))
+    assert explain["footing"] == json.loads(run("evaluate", "--scenario", DC, "--cards", "48", "--json"))["footing"]
+    rl = json.loads(run("rl", "--scenario", ROOT / "examples" / "rl-grpo-qwen3-8b.toml", "--json"))
+    assert rl["footing"]["of"] == "learner" and 0 < rl["footing"]["mfu"] < 1
+
+
+def test_sweep_rows_carry_the_footing(tmp_path):
+    out = tmp_path / "s.json"
+    run("sweep", "--scenario", ROOT / "examples" / "design-case-sweep.toml", "--deadline", "30d", "--out", out)
+    rows = json.loads(out.read_text())
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    ok = [r for r in rows if r["status"] == "optimal"]
+    assert ok and all(r["step_model"] == "flat" and r["stack"] == "megatron-core" and 0 < r["mfu"] < 0.4
+                      and r["price_provenance"].startswith("catalog 2025-06") for r in ok)
