@@ -1080,7 +1080,8 @@ def compute_from(sc: Scenario, schedule: str, pp: ArrayLike,
                  inputs: Sequence[Any]) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Compute term from its inputs (arrays may stack many plans; one simulator call per shape).
 
-    Returns (compute_with_stragglers, pure_compute, bubble, straggler); pure compute is the busiest
+    Returns (compute_with_stragglers, pure_compute, bubble, straggler); the first includes the stack's host
+    time per step (:func:`stack_overhead`, per-operation model), outside the other three; pure compute is the busiest
     stage's work, m (t_f + t_dX + t_dW).
     """
     lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, t_x, ga, cards = inputs[:12]
@@ -1091,15 +1092,15 @@ def compute_from(sc: Scenario, schedule: str, pp: ArrayLike,
                                       dense_groups=lambda p: dense_split(sc, p))
         busy = _busiest(sc, pp, (lf + ldx + ldw,), (ef + edx + edw,), (hf + hdx + hdw,), 1,
                         None if dense is None else (dense[0] + dense[1] + dense[2],))[0]
-        host = stack_overhead(sc, pp=pp, ga=ga)
-        completion = completion + host
-        pure = ga * busy + host
+        pure = ga * busy
     else:
         completion = pipeline_compute(schedule, pp, ga, lf, ldx, ldw, t_x)
         pure = ga * (lf + ldx + ldw)
+    # the stack's host time (per-operation model) adds to the step outside the pipeline: not bubble, not straggler
+    host = stack_overhead(sc, pp=pp, ga=ga) if per_op_model(sc) else 0.0
     total = completion * straggler_factor(sc, cards)
     finite = np.isfinite(completion)
-    return (total, pure, np.where(finite, np.maximum(completion - pure, 0.0), np.inf),
+    return (total + host, pure, np.where(finite, np.maximum(completion - pure, 0.0), np.inf),
             np.where(finite, total - np.where(finite, completion, 0.0), 0.0))
 
 
