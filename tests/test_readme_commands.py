@@ -40,6 +40,7 @@ SKIPPED = {
     "benchmarks": "benchmarks print timings of the machine and take minutes; they are not tests",
 }
 
+EXIT = re.compile(r"exit (\d+)")  # the comment of a command block line whose exit code is the point
 MARK = re.compile(r"<!--\s*readme-test:\s*(skip|output of):\s*(.*?)\s*-->")
 
 
@@ -188,14 +189,18 @@ def test_readme_block(block: Block, scratch: Path):
     for cmd, comment in cmds:
         p = run(cmd, scratch)
         assert "Traceback" not in p.stderr, f"{cmd}: {p.stderr[-2000:]}"
-        if block.lang == "bash":
+        refusal = EXIT.fullmatch(comment)  # "$ tpopt ... # exit 2": a documented refusal, its line on stderr
+        if refusal:
+            assert p.returncode == int(refusal.group(1)), f"README line {block.line}: {cmd!r} exits {p.returncode}"
+        elif block.lang == "bash":
             assert p.returncode == 0, f"README line {block.line}: {cmd!r} exits {p.returncode}: {p.stderr[-500:]}"
         else:
             assert p.returncode in (0, 3), f"README line {block.line}: {cmd!r} exits {p.returncode}: {p.stderr}"
-        if comment:
+        if comment and not refusal:
             miss = missing_numbers(comment, p.stdout + p.stderr)
             assert not miss, f"README line {block.line}: {cmd!r} # {comment}: not in its output: {miss}"
     if block.lang == "text":
         last = max(i for i, ln in enumerate(block.body) if ln.startswith("$ tpopt "))
-        miss = missing_lines(block.body[last + 1:], run(cmds[-1][0], scratch).stdout)
+        shown = run(cmds[-1][0], scratch)
+        miss = missing_lines(block.body[last + 1:], shown.stdout + (shown.stderr if EXIT.fullmatch(cmds[-1][1]) else ""))
         assert not miss, f"README line {block.line}: not in the output of {cmds[-1][0]!r}: {miss}"
