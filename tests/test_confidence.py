@@ -358,5 +358,5 @@ def test_confidence_is_refused_where_it_is_not_modelled():
     long = str(ROOT / "examples" / "llama3-8b-long-context.toml")  # training stages
     r = run("solve", "--scenario", long, "--confidence", "95%")
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
-    assert "--confidence" not in run("rl", "--help").output  # tpopt rl does not offer it (its --help lists what it takes)
+    assert "--confidence" not in run("rl", "--help").output  # tpopt rl does not offer it (--help lists what it takes)
     assert run("rl", "--confidence", "95%").exit_code == 2

@@ -202,5 +202,6 @@ def test_readme_block(block: Block, scratch: Path):
     if block.lang == "text":
         last = max(i for i, ln in enumerate(block.body) if ln.startswith("$ tpopt "))
         shown = run(cmds[-1][0], scratch)
-        miss = missing_lines(block.body[last + 1:], shown.stdout + (shown.stderr if EXIT.fullmatch(cmds[-1][1]) else ""))
+        text = shown.stdout + (shown.stderr if EXIT.fullmatch(cmds[-1][1]) else "")
+        miss = missing_lines(block.body[last + 1:], text)
         assert not miss, f"README line {block.line}: not in the output of {cmds[-1][0]!r}: {miss}"
