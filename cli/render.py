@@ -86,8 +86,8 @@ def console_text(*renderables, width: int | None = None) -> str:
     need = [m.maximum for m in sizes if m.minimum > width]
     con = Console(file=buf, width=max([width] + need),
                   color_system="standard" if sys.stdout.isatty() else None, highlight=False, emoji=False)
-    for r in renderables:
-        con.print(r)
+    for r in renderables:  # text lines wrap as fit_lines does (continuations indented), never by rich
+        con.print(fit_lines(r, width) if isinstance(r, str) else r, soft_wrap=isinstance(r, str))
     return buf.getvalue()
 
 
