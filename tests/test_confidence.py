@@ -29,6 +29,8 @@ from tpopt.models.units import DAY
 from tpopt.optimizer.core import solve
 from tpopt.optimizer.result import Request, Status
 
+from tests.oracle import assert_agree_with_enumeration, solve_every_backend
+
 ROOT = Path(__file__).resolve().parents[1]
 DESIGN = str(ROOT / "examples" / "design-case.toml")
 CAT = load_catalog()
@@ -227,18 +229,8 @@ def chance_scenarios(draw):
 @given(chance_scenarios())
 def test_backends_agree_with_enumeration_under_a_chance_constraint(case):
     sc, objective = case
-    req = dict(objective=objective, seed=0, workers=1, time_limit=120)
-    results = {b: solve(sc, b, Request(**req)) for b in ("enumerate", "cpsat", "highs", "pyomo:highs")}
-    for b in ("cpsat", "highs"):
-        results[b + "/decomposed"] = solve(sc, b, Request(method="decomposed", **req))
-    ref = results["enumerate"]
-    key = "cost" if objective == "cost" else "finish_days"
-    for name, r in results.items():
-        assert r.status == ref.status, (name, r.status, ref.status)
-        if r.feasible:
-            assert evaluate(sc, r.best.plan).feasible
-            assert math.isclose(r.best.metrics[key], ref.best.metrics[key], rel_tol=1e-9), (name, r.best.plan,
-                                                                                             ref.best.plan)
+    results = solve_every_backend(sc, objective)
+    assert_agree_with_enumeration(sc, objective, results)
 
 
 # --- reports, replanning, simulate and sweep through the tool --------------------------------------

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,6 +26,8 @@ from tpopt.models.evaluate import evaluate
 from tpopt.models.plan import Plan
 from tpopt.optimizer.core import solve
 from tpopt.optimizer.result import Request, Status
+
+from tests.oracle import assert_agree_with_enumeration, solve_every_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 DESIGN = str(ROOT / "examples" / "design-case.toml")
@@ -193,20 +194,10 @@ def cp_scenarios(draw):
 @given(cp_scenarios())
 def test_backends_agree_with_cp_and_sp_decisions(case):
     sc, objective = case
-    req = dict(objective=objective, seed=0, workers=1, time_limit=120)
-    results = {b: solve(sc, b, Request(**req)) for b in ("enumerate", "cpsat", "highs", "pyomo:highs")}
-    for b in ("cpsat", "highs"):
-        results[b + "/decomposed"] = solve(sc, b, Request(method="decomposed", **req))
+    results = solve_every_backend(sc, objective)
     ref = results["enumerate"]
     event(f"status={ref.status.value}, cp={ref.best.plan.cp if ref.best else '-'}, moe={sc.model.moe}")
-    key = "cost" if objective == "cost" else "finish_days"
-    for name, r in results.items():
-        assert r.status in (Status.OPTIMAL, Status.INFEASIBLE), (name, r.status)
-        assert r.status == ref.status, (name, r.status, ref.status)
-        if r.feasible:
-            assert evaluate(sc, r.best.plan).feasible
-            assert math.isclose(r.best.metrics[key], ref.best.metrics[key], rel_tol=1e-9), (name, r.best.plan,
-                                                                                             ref.best.plan)
+    assert_agree_with_enumeration(sc, objective, results, proven=True)
 
 
 def test_cp_terms_broadcast_over_the_grid():
