@@ -424,7 +424,8 @@ def _price_text(pr: dict[str, Any]) -> str:
         return "price: none (costs in card-hours)"
     if pr["provenance"] == "scenario":
         return f"price: {pr['card_hour']:g} USD/card-h, the scenario's own ({pr['source'].split(': ')[-1]})"
-    return f"price: {pr['card_hour']:g} USD/card-h, catalog {pr['date']}, {pr['kind']} (check your provider)"
+    old = f", older than 6 months ({pr['age_months']} months at {pr['as_of']})" if pr.get("stale") else ""
+    return f"price: {pr['card_hour']:g} USD/card-h, catalog {pr['date']}, {pr['kind']}{old} (check your provider)"
 
 
 def footing_lines(f: dict[str, Any], width: int = 100) -> list[str]:

@@ -237,8 +237,8 @@ def market_hardware(raw: dict, cat: Catalog) -> dict:
 def market_options(table: dict | None, cat: Catalog, accelerators: tuple[str, ...]) -> MarketOptions:
     """[market]: the offers to choose from (by name, or "all" of the scenario's accelerators), kept to
     ``regions``; prices judged at ``as_of`` (default: the market catalog's date)."""
-    if not table:
-        return MarketOptions()
+    if not table:  # no offers to choose; the catalog prices are still judged at the market's date
+        return MarketOptions(as_of=cat.market.as_of)
     m = read_table(MarketKeys, table, "market.")
     names = m.offers if m.offers is not None else "all"
     if names == "all":

@@ -533,3 +533,30 @@ def test_preemptions_add_their_first_order_overhead(tmp_path):
     want = lam * (1800 / 2 + sc.reliability.restore_s + 3600)
     got = evaluate(sub, plan).metrics["overhead_fraction"] - evaluate(calm, plan).metrics["overhead_fraction"]
     assert math.isclose(got, want, rel_tol=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------
+# ordinary reports: the accelerator catalog's price judged at the market catalog's date
+
+
+def test_footing_flags_an_old_or_illustrative_catalog_price(tmp_path, capsys, monkeypatch):
+    """design-case's rtx4090 price is dated 2025-06; the market catalog's date 2026-12-01 is
+    (2026 - 2025) x 12 + (12 - 6) = 18 months later: older than 6 months, in the JSON and the text. A
+    catalog dir moving the date to 2025-10-01 (4 months) drops the flag: the clock plays no part."""
+    import json
+    from pathlib import Path
+    dc = Path(__file__).resolve().parents[1] / "examples" / "design-case.toml"
+    code, out, _ = _cli(["evaluate", "--scenario", str(dc), "--cards", "48", "--json"], capsys, monkeypatch)
+    pr = json.loads(out)["footing"]["price"]
+    assert (pr["date"], pr["as_of"], pr["age_months"], pr["stale"]) == ("2025-06", "2026-12-01", 18, True)
+    code, out, _ = _cli(["evaluate", "--scenario", str(dc), "--cards", "48"], capsys, monkeypatch)
+    assert "older than 6 months (18 months at 2026-12-01)" in " ".join(out.split())
+    d = tmp_path / "cat"
+    d.mkdir()
+    (d / "offers.toml").write_text('as_of = "2025-10-01"\n')
+    code, out, _ = _cli(["evaluate", "--scenario", str(dc), "--cards", "48", "--catalog", str(d), "--json"],
+                        capsys, monkeypatch)
+    pr = json.loads(out)["footing"]["price"]
+    assert (pr["age_months"], pr["stale"]) == (4, False)
+    code, out, _ = _cli(["evaluate", "--scenario", str(dc), "--hw", "h20", "--cards", "48"], capsys, monkeypatch)
+    assert "ILLUSTRATIVE, not a market quote, older than 6 months" in " ".join(out.split())
