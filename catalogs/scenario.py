@@ -67,7 +67,7 @@ from tpopt.models.plan import (
     Task,
     schedule_name,
 )
-from tpopt.models.units import DAY, parse_fraction
+from tpopt.models.units import DAY, parse_fraction, parse_int
 
 #: The built-in default scenario (the chapter's design case), used by every command without --scenario.
 BUILTIN_SCENARIO = Path(__file__).resolve().parent / "design-case.toml"
@@ -269,7 +269,12 @@ def market_options(table: dict | None, cat: Catalog, accelerators: tuple[str, ..
         if unknown:
             raise InputError(f"market.site_power: no power figures for {', '.join(unknown)} (add [power.NAME] to a "
                              "catalog offers.toml)")
-    return MarketOptions(offers=tuple(chosen), as_of=as_of, site_power_w=cap)
+    copies = parse_int(m.checkpoint_copies, "market.checkpoint_copies", minimum=1) \
+        if m.checkpoint_copies is not None else MarketOptions.checkpoint_copies
+    egress = parse_int(m.checkpoint_egress, "market.checkpoint_egress", minimum=0) \
+        if m.checkpoint_egress is not None else MarketOptions.checkpoint_egress
+    return MarketOptions(offers=tuple(chosen), as_of=as_of, site_power_w=cap, checkpoint_copies=copies,
+                         checkpoint_egress=egress)
 
 
 def _model(table: dict, base: Path, cat: Catalog):

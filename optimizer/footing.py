@@ -127,8 +127,8 @@ def price(sc: Scenario, accelerator: str) -> dict[str, Any]:
     words = ("the scenario's own" if kind == "scenario" else "ILLUSTRATIVE, not a market quote" if illustrative
              else "indicative list price" if "indicative" in lowered else "list price")
     as_of = sc.market.as_of
-    age = months_between(date, as_of) if kind == "catalog" and re.match(r"\d{4}-\d{2}(-\d{2})?$", date or "") \
-        and as_of else None
+    dated = date if kind == "catalog" and date and re.match(r"\d{4}-\d{2}(-\d{2})?$", date) else None
+    age = months_between(dated, as_of) if dated and as_of else None
     return {"card_hour": sysm.price_card_hour, "unit": "USD/card-h", "provenance": kind, "date": date,
             "source": text, "illustrative": illustrative, "kind": words, "as_of": as_of or None,
             "age_months": age, "stale": age is not None and age > STALE_MONTHS}
