@@ -166,7 +166,7 @@ def row_cells(f: dict[str, Any]) -> dict[str, Any]:
     if pr["card_hour"] is None:
         price_text = "none"
     elif pr["provenance"] == "catalog":
-        old = f", older than {STALE_MONTHS} months at {pr['as_of']}" if pr.get("stale") else ""
+        old = f", > {STALE_MONTHS} months old" if pr.get("stale") else ""
         price_text = f"catalog {pr['date']} ({pr['kind']}{old})"
     else:
         price_text = pr["source"]

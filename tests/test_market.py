@@ -641,3 +641,42 @@ def test_bad_storage_prices_are_one_line(tmp_path, line, says):
                            '[region."cloud-b/west"]\nsource = "test"\n' + line)
     with pytest.raises(InputError, match=says):
         catalog_with(tmp_path, text)
+
+
+# ---------------------------------------------------------------------------------------------
+# tpopt sweep --pareto energy
+
+
+def test_sweep_energy_cost_front_matches_a_brute_force(tmp_path, capsys, monkeypatch):
+    """Energy per plan = PUE x (cards x training W + hosts x host W) x finish / 3.6e9 MWh with the figures
+    written here (rtx4090 given a low draw in a catalog dir so that it trades energy against cost with the
+    H100); the front is every plan that no other plan beats or ties on both energy and cost."""
+    import json
+    from pathlib import Path
+    d = tmp_path / "cat"
+    d.mkdir()
+    (d / "offers.toml").write_text('[power.rtx4090]\nboard_w = 450\ntraining_w = 100\nhost_overhead_w = 300\n'
+                                   'source = "test"\n')
+    watts = {"h100-sxm": (700, 4600), "rtx4090": (100, 300)}
+    sweep = Path(__file__).resolve().parents[1] / "examples" / "design-case-sweep.toml"
+    argv = ["sweep", "--scenario", str(sweep), "--hw", "h100-sxm,rtx4090,a100-80gb-sxm", "--deadline", "20d:40d:5d",
+            "--catalog", str(d), "--pareto", "energy", "-q"]
+    code, out, err = _cli([*argv, "--json"], capsys, monkeypatch)
+    assert code == 0, err
+    e = json.loads(out)["energy"]
+    assert e["pue"] == 1.2 and "a100-80gb-sxm" in e["no_power_figures"]
+    plans = [p for p in e["plans"] if p["accelerator"] in watts]
+    for p in plans:
+        card_w, host_w = watts[p["accelerator"]]
+        assert math.isclose(p["energy_mwh"], 1.2 * (p["cards"] * card_w + p["hosts"] * host_w) * p["finish_days"]
+                            * 24 / 1e6, rel_tol=1e-12)
+    front = {i for i, p in enumerate(plans)
+             if not any(q["energy_mwh"] <= p["energy_mwh"] and q["cost"] <= p["cost"]
+                        and (q["energy_mwh"], q["cost"]) != (p["energy_mwh"], p["cost"]) for q in plans)}
+    assert {i for i, p in enumerate(plans) if p["front"]} == front
+    assert 2 <= len(front) < len(plans)  # a trade-off, and dominated plans
+    assert {p["accelerator"] for i, p in enumerate(plans) if i in front} == {"h100-sxm", "rtx4090"}
+    assert all(not p["front"] and p["energy_mwh"] is None for p in e["plans"] if p["accelerator"] == "a100-80gb-sxm")
+    code, out, _ = _cli(argv, capsys, monkeypatch)
+    assert "Energy vs cost" in out and "no power figures for a100-80gb-sxm" in " ".join(out.split())
+    assert sum(line.lstrip().startswith("*") for line in out.splitlines()) == len(front)
