@@ -496,14 +496,18 @@ def _offer_terms(o: dict) -> str:
     return terms
 
 
+def _usd(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:,.2f}"
+
+
 def checkpoint_cost_lines(c: dict) -> list[str]:
     """The bill as cost lines: compute, checkpoint storage, checkpoint egress (prices, date, source)."""
     size = f"{c['copies']} x {c['checkpoint_gb']:,.1f} GB checkpoints"
     if not c["priced"]:
         return [f"Cost lines: compute {c['compute_cost']:,.0f} USD; checkpoint storage and egress not priced "
                 f"for {c['region']} ({size}: add storage_gb_month to its [region] in offers.toml)"]
-    out = [f"Cost lines: compute {c['compute_cost']:,.0f} USD; checkpoint storage {c['storage_cost']:,.0f} USD "
-           f"({size} at {c['storage_gb_month']:g} USD per GB-month over the run); egress {c['egress_cost']:,.0f} "
+    out = [f"Cost lines: compute {_usd(c['compute_cost'])} USD; checkpoint storage {_usd(c['storage_cost'])} USD "
+           f"({size} at {c['storage_gb_month']:g} USD per GB-month over the run); egress {_usd(c['egress_cost'])} "
            f"USD ({c['egress_copies']} cop{'y' if c['egress_copies'] == 1 else 'ies'} out of {c['region']} at "
            f"{c['egress_gb']:g} USD per GB); storage prices dated {c['date']} ({c['source']})"]
     return out + [f"  note: {n}" for n in c["notes"]]

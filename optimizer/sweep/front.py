@@ -238,7 +238,7 @@ def plan_energy_mwh(row: Row, power: Power, pue: float) -> float:
     """Energy of a row's plan at the site, MWh: PUE x (cards x training W + hosts x host overhead W) x finish
     s / 3.6e9, at training power for the whole finish time (an upper bound, as the market reports it)."""
     watts = pue * (row["cards"] * power.training_w + row["hosts"] * power.host_overhead_w)
-    return watts * row["finish_days"] * DAY / 3.6e9
+    return float(watts * row["finish_days"] * DAY / 3.6e9)
 
 
 def energy_front(rows: list[Row], power: dict[str, Power], pue: float) -> tuple[list[Row], list[str]]:
