@@ -424,7 +424,8 @@ def _price_text(pr: dict[str, Any]) -> str:
         return "price: none (costs in card-hours)"
     if pr["provenance"] == "scenario":
         return f"price: {pr['card_hour']:g} USD/card-h, the scenario's own ({pr['source'].split(': ')[-1]})"
-    return f"price: {pr['card_hour']:g} USD/card-h, catalog {pr['date']}, {pr['kind']} (check your provider)"
+    old = f", older than 6 months ({pr['age_months']} months at {pr['as_of']})" if pr.get("stale") else ""
+    return f"price: {pr['card_hour']:g} USD/card-h, catalog {pr['date']}, {pr['kind']}{old} (check your provider)"
 
 
 def footing_lines(f: dict[str, Any], width: int = 100) -> list[str]:
@@ -495,6 +496,23 @@ def _offer_terms(o: dict) -> str:
     return terms
 
 
+def _usd(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:,.2f}"
+
+
+def checkpoint_cost_lines(c: dict) -> list[str]:
+    """The bill as cost lines: compute, checkpoint storage, checkpoint egress (prices, date, source)."""
+    size = f"{c['copies']} x {c['checkpoint_gb']:,.1f} GB checkpoints"
+    if not c["priced"]:
+        return [f"Cost lines: compute {c['compute_cost']:,.0f} USD; checkpoint storage and egress not priced "
+                f"for {c['region']} ({size}: add storage_gb_month to its [region] in offers.toml)"]
+    out = [f"Cost lines: compute {_usd(c['compute_cost'])} USD; checkpoint storage {_usd(c['storage_cost'])} USD "
+           f"({size} at {c['storage_gb_month']:g} USD per GB-month over the run); egress {_usd(c['egress_cost'])} "
+           f"USD ({c['egress_copies']} cop{'y' if c['egress_copies'] == 1 else 'ies'} out of {c['region']} at "
+           f"{c['egress_gb']:g} USD per GB); storage prices dated {c['date']} ({c['source']})"]
+    return out + [f"  note: {n}" for n in c["notes"]]
+
+
 def market_infeasible_lines(out: dict) -> list[str]:
     """No offer admits a plan: each offer's status (the relaxations of one space do not span offers)."""
     m = out["market"]
@@ -533,6 +551,9 @@ def market_lines(out: dict) -> list[str]:
         lines.append(f"Power: {w['site_mw']:,.2f} MW at the site ({w['it_mw']:,.2f} MW IT x PUE {w['pue']:g}; "
                      f"{w['card_w']:g} W per card, {w['host_overhead_w']:g} W per host); energy "
                      f"{w['energy_mwh']:,.1f} MWh over the run{cap}")
+    c = m.get("checkpoints")
+    if c:
+        lines += checkpoint_cost_lines(c)
     lines.append(f"Offers compared (as of {m['as_of']}; one exact sub-problem each):")
     width = max(len(r["offer"]) for r in m["offers"])
     for r in m["offers"]:

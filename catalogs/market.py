@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tpopt.catalogs.tables import check_keys, need, read_text_capped
 from tpopt.errors import InputError
-from tpopt.models.market import MARKETS, RESERVED, SPOT, Offer, Power
+from tpopt.models.market import MARKETS, RESERVED, SPOT, Offer, Power, Storage
 from tpopt.models.units import HOUR, parse_duration, parse_int, parse_number
 
 BUILTIN = Path(__file__).resolve().parent / "offers.toml"
@@ -29,7 +29,9 @@ OFFER_KEYS = ("provider", "region", "accelerator", "cards_per_host", "market", "
               "min_commitment", "available", "date", "source", "illustrative", "preempt_per_card_hour",
               "preempt_source", "reacquire", "notes")
 DEFAULT_KEYS = ("preempt_per_card_hour", "preempt_source", "reacquire", "reacquire_source", "pue", "pue_source")
-REGION_KEYS = ("source", "notes", "pue", "pue_source")
+REGION_KEYS = ("source", "notes", "pue", "pue_source", "storage_gb_month", "egress_gb", "storage_date",
+               "storage_source")
+STORAGE_KEYS = ("storage_gb_month", "egress_gb", "storage_date", "storage_source")
 POWER_KEYS = ("board_w", "training_w", "host_overhead_w", "source", "notes")
 _DATE = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?$")
 SKYPILOT_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "Region", "Price", "SpotPrice")
@@ -43,6 +45,7 @@ class Market:
     regions: dict[str, str] = field(default_factory=dict)  # "provider/region" -> source
     pue: dict[str, tuple[float, str]] = field(default_factory=dict)  # "provider/region" -> (PUE, source)
     power: dict[str, Power] = field(default_factory=dict)  # accelerator -> power
+    storage: dict[str, Storage] = field(default_factory=dict)  # "provider/region" -> checkpoint storage, egress
     as_of: str = ""
     preempt_per_card_hour: float = 0.0
     preempt_source: str = ""
@@ -96,9 +99,21 @@ def build_offer(name: str, t: dict, market: Market, accelerators: set[str] | Non
                  min_commit_s=parse_duration(t.get("min_commitment", "0s"), f"{where} min_commitment"),
                  illustrative=bool(t.get("illustrative", False)), preempt_per_card_hour=rho,
                  pue=pue, pue_source=pue_source, power=market.power.get(acc),
+                 storage=market.storage.get(f"{provider}/{region}"),
                  preempt_source=str(t.get("preempt_source", market.preempt_source)) if spot else "",
                  reacquire_s=(parse_duration(t["reacquire"], f"{where} reacquire") if "reacquire" in t
                               else market.reacquire_s) if spot else 0.0)
+
+
+def build_storage(t: dict, where: str) -> Storage:
+    """A region's checkpoint storage price (USD per GB-month), egress price (USD per GB), date and source:
+    all four, or none."""
+    missing = [k for k in STORAGE_KEYS if k not in t]
+    if missing:
+        raise InputError(f"{where}: storage prices need {', '.join(STORAGE_KEYS)} (missing {', '.join(missing)})")
+    return Storage(gb_month=parse_number(t["storage_gb_month"], f"{where} storage_gb_month"),
+                   egress_gb=parse_number(t["egress_gb"], f"{where} egress_gb"),
+                   date=check_date(t["storage_date"], f"{where} storage"), source=str(t["storage_source"]))
 
 
 _POWER = re.compile(r"^\s*([0-9.eE+-]+)\s*(W|kW|MW|GW)\s*$")
@@ -158,6 +173,8 @@ def load_market(extra_dirs=(), accelerators: set[str] | None = None) -> Market:
         m.regions[name] = str(t.get("source", ""))
         if "pue" in t:
             m.pue[name] = (_pue(t["pue"], f"region {name} pue"), str(t.get("pue_source", "")))
+        if any(k in t for k in STORAGE_KEYS):
+            m.storage[name] = build_storage(t, f"region {name}")
     for acc, t in power.items():
         where = f"power {acc}"
         check_keys(t, POWER_KEYS, where)

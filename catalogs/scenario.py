@@ -67,7 +67,7 @@ from tpopt.models.plan import (
     Task,
     schedule_name,
 )
-from tpopt.models.units import DAY, parse_fraction
+from tpopt.models.units import DAY, parse_fraction, parse_int
 
 #: The built-in default scenario (the chapter's design case), used by every command without --scenario.
 BUILTIN_SCENARIO = Path(__file__).resolve().parent / "design-case.toml"
@@ -237,8 +237,8 @@ def market_hardware(raw: dict, cat: Catalog) -> dict:
 def market_options(table: dict | None, cat: Catalog, accelerators: tuple[str, ...]) -> MarketOptions:
     """[market]: the offers to choose from (by name, or "all" of the scenario's accelerators), kept to
     ``regions``; prices judged at ``as_of`` (default: the market catalog's date)."""
-    if not table:
-        return MarketOptions()
+    if not table:  # no offers to choose; the catalog prices are still judged at the market's date
+        return MarketOptions(as_of=cat.market.as_of)
     m = read_table(MarketKeys, table, "market.")
     names = m.offers if m.offers is not None else "all"
     if names == "all":
@@ -269,7 +269,12 @@ def market_options(table: dict | None, cat: Catalog, accelerators: tuple[str, ..
         if unknown:
             raise InputError(f"market.site_power: no power figures for {', '.join(unknown)} (add [power.NAME] to a "
                              "catalog offers.toml)")
-    return MarketOptions(offers=tuple(chosen), as_of=as_of, site_power_w=cap)
+    copies = parse_int(m.checkpoint_copies, "market.checkpoint_copies", minimum=1) \
+        if m.checkpoint_copies is not None else MarketOptions.checkpoint_copies
+    egress = parse_int(m.checkpoint_egress, "market.checkpoint_egress", minimum=0) \
+        if m.checkpoint_egress is not None else MarketOptions.checkpoint_egress
+    return MarketOptions(offers=tuple(chosen), as_of=as_of, site_power_w=cap, checkpoint_copies=copies,
+                         checkpoint_egress=egress)
 
 
 def _model(table: dict, base: Path, cat: Catalog):

@@ -661,6 +661,10 @@ class MarketKeys:
     site_power: Any = key(raw('power ("150MW", "500kW")'), help="the site's power cap (power.site); default: none")
     spot_shares: Any = key(raw("list of fractions"), help="also mix each on-demand/reserved offer with a spot offer of "
                            "the same card and site at these shares of the cards (default: none)")
+    checkpoint_copies: Any = key(raw("integer >= 1"), help="checkpoints kept in the offer region's storage, billed "
+                                 "per GB-month over the run (default 2: the latest and the one before it)")
+    checkpoint_egress: Any = key(raw("integer >= 0"), help="checkpoints copied out of the offer's region over the "
+                                 "run, billed per GB of egress (default 0: they stay in the region)")
 
 
 #: table name -> the declarations of its keys; None: any key, read elsewhere ([sweep]: optimizer.sweep,

@@ -162,6 +162,23 @@ def front_table(front: list[dict], unit: str, show_case: bool, spec):
     return t
 
 
+def energy_table(plans: list[dict], unit: str, show_case: bool, spec, pue: tuple[float, str]):
+    """Energy against cost per distinct plan of the swept points; ``*`` marks the energy/cost front."""
+    t = Table(title=f"Energy vs cost (* on the front: no plan of its case uses less energy and costs less; energy "
+                    f"at the site = PUE {pue[0]:g} x (cards x training W + hosts x host W) x finish)",
+              title_justify="left", show_edge=False, pad_edge=False)
+    cols = ["", *(["case"] if show_case else []), "accelerator", "cards", "TP/PP/DP", "finish d", f"cost {unit}",
+            "energy MWh", "optimal for deadlines"]
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("", "case", "accelerator") or c.startswith("optimal") else "right")
+    for e in plans:
+        energy = "-" if e["energy_mwh"] is None else f"{e['energy_mwh']:,.1f}"
+        t.add_row("*" if e["front"] else "", *([case_label(tuple(e["case"]), spec)] if show_case else []),
+                  e["accelerator"], str(e["cards"]), f"{e['tp']}/{e['pp']}/{e['dp']}", f"{e['finish_days']:.1f}",
+                  f"{e['cost']:,.0f}", energy, _range(e["deadline_min_days"], e["deadline_max_days"]))
+    return t
+
+
 def summary_table(summary: list[dict], unit: str, show_case: bool, spec):
     t = Table(title=f"Per accelerator (plans as cards / finish d / cost {unit})", title_justify="left",
               show_edge=False, pad_edge=False)
@@ -197,7 +214,7 @@ def console_text(*renderables) -> str:
     return render(*renderables)
 
 
-def result_text(result, out) -> str:
+def result_text(result, out, energy=None) -> str:
     spec = result.spec
     sc = spec.base
     unit = next((r["cost_unit"] for r in result.rows if r["cost_unit"]), "USD")
@@ -222,6 +239,14 @@ def result_text(result, out) -> str:
         parts += [f"No plan found: {why}; infeasibility is not proven at every point.", ""]
     else:
         parts += ["No feasible plan at any point (proven).", ""]
+    if energy is not None:
+        plans, missing, pue = energy
+        if plans:
+            parts += [energy_table(plans, unit, show_case, spec, pue), ""]
+        if missing:
+            parts += [f"Energy: no power figures for {', '.join(missing)} (add \\[power.NAME] to a catalog "
+                      "offers.toml)", ""]
+        parts += [f"PUE {pue[0]:g}: {pue[1]}", ""] if plans else []
     parts.append(summary_table(result.summary(), unit, show_case, spec))
     foot = sweep_footing_lines(result.rows)
     parts += ["", *foot] if foot else []
@@ -246,11 +271,14 @@ def result_text(result, out) -> str:
 @click.option("--plot-breakdown", "plot_breakdown", type=click.Path(),
               help="Finish-time breakdown bars (.pdf, .svg or .png) of the front plans or of --breakdown-cards.")
 @click.option("--breakdown-cards", help="Card counts for --plot-breakdown, e.g. 32,48 (default: the front).")
+@click.option("--pareto", "pareto", type=click.Choice(["energy"]),
+              help="energy: also print each swept plan's energy (MWh, from the market catalog's [power] figures and "
+                   "its default PUE) against its cost, the energy/cost front marked.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or notes on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the front and summary as JSON.")
 @handle_errors
-def sweep(solver, time_limit, workers, cluster, out, force, plot, plot_breakdown, breakdown_cards, quiet, as_json,
-          **kw):
+def sweep(solver, time_limit, workers, cluster, out, force, plot, plot_breakdown, breakdown_cards, pareto, quiet,
+          as_json, **kw):
     """Sweep deadlines, hardware and other inputs; report the cost vs finish-time Pareto front.
 
     Example: tpopt sweep --scenario examples/design-case-sweep.toml --hw rtx4090,h100-sxm,a100-80gb-sxm
@@ -309,16 +337,24 @@ def sweep(solver, time_limit, workers, cluster, out, force, plot, plot_breakdown
         lo, hi = spec.deadline_range_days
         draw(bars, plot_breakdown, spec.plot_deadline_days if lo == hi else (lo, hi),
              f"{spec.name}: finish-time breakdown", unit)
+    energy = None
+    if pareto == "energy":
+        market = spec.catalog.market if spec.catalog is not None else None
+        pue = market.default_pue if market is not None else (1.2, "")
+        energy = (*sw.energy_front(result.rows, market.power if market is not None else {}, pue[0]), pue)
     if as_json:
         d = {"scenario": spec.name, "fingerprint": spec.fingerprint, "points": len(result.rows),
              "computed": result.computed, "reused": result.reused, "out": out,
              "statuses": {k: result.count(k) for k in sw.STATUSES},
              "front": result.front(), "summary": result.summary()}
+        if energy is not None:
+            d["energy"] = {"plans": energy[0], "no_power_figures": energy[1], "pue": energy[2][0],
+                           "pue_source": energy[2][1]}
         echo_builtin_note(kw, True, d)
         click.echo(dump_json(d), nl=False)
     else:
         echo_builtin_note(kw)
-        click.echo(fit_lines(result_text(result, out)), nl=False)
+        click.echo(fit_lines(result_text(result, out, energy)), nl=False)
     errors = result.count("error")
     if errors:
         fail(f"{errors:,} point(s) failed twice (a worker died or raised; status 'error'"

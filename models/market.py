@@ -9,6 +9,11 @@ form that grows with ``f`` (:func:`billed_cost`):
   minimum commitment in s; per-second billing, ``g <= 1 s``, bills ``f`` itself);
 - reserved for a term ``T``: ``n x p x T ceil(f / T) / 3600`` (the term is paid whole, used or not).
 
+Checkpoints are stored in the offer's region and may leave it (:func:`checkpoint_cost`): ``K`` kept copies
+of ``G`` GB for the run's ``f`` seconds at ``s`` USD per GB-month, ``K G s f / month`` (month = 365.25 / 12
+days, billed pro rata), plus ``E`` copies sent out of the region at ``e`` USD per GB, ``E G e``. Both are
+part of ``budget.cost`` and grow with ``f`` at a fixed card count.
+
 A spot offer is preempted at ``rho`` per card-hour; each preemption costs the redo since the last
 checkpoint and a reacquisition delay ``d`` on top of the restore (:func:`preemption_rate`,
 :mod:`tpopt.models.terms` folds both into the long-run overhead).
@@ -19,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from tpopt.models.units import HOUR
+from tpopt.models.units import DAY, HOUR
 
 ON_DEMAND = "on-demand"
 SPOT = "spot"
@@ -27,6 +32,20 @@ RESERVED = "reserved"
 MARKETS = (ON_DEMAND, SPOT, RESERVED)
 STALE_MONTHS = 6
 """A price read more than this many months before the market's date is flagged as old in every report."""
+MONTH_S = 365.25 / 12 * DAY
+"""The storage month, s (30.4375 d): GB-month prices are billed pro rata over it."""
+GB = 1e9
+"""Bytes per GB of the storage and egress prices (decimal; a provider billing per 2^30 bytes bills 7 % less)."""
+
+
+@dataclass(frozen=True)
+class Storage:
+    """A region's object storage: USD per GB-month kept, USD per GB leaving the region, when and where read."""
+
+    gb_month: float
+    egress_gb: float
+    date: str
+    source: str
 
 
 @dataclass(frozen=True)
@@ -59,6 +78,7 @@ class Offer:
     pue: float = 1.2  # the site's power usage effectiveness (the region's, else the catalog default)
     pue_source: str = ""
     power: Power | None = None  # the card's power (the market catalog's [power] table; None: not known)
+    storage: Storage | None = None  # the region's checkpoint storage and egress prices (None: not priced)
     parts: tuple[tuple[Offer, float], ...] = ()  # a mix: (offer, share of the cards) of one card type and site
     preempt_per_card_hour: float = 0.0  # spot: preemptions per card-hour
     preempt_source: str = ""
@@ -111,6 +131,17 @@ class MarketOptions:
     preempt_per_card_s: float = 0.0  # spot preemptions per card-second
     reacquire_s: float = 0.0  # after a preemption: time to get the cards back, on top of the restore
     site_power_w: float | None = None  # the site power cap (power.site, W); None: no cap
+    checkpoint_copies: int = 2  # checkpoints kept in the region's storage (the latest and the one before it)
+    checkpoint_egress: int = 0  # checkpoints copied out of the region over the run (0: they stay)
+
+
+def checkpoint_cost(storage: Storage | None, gb: float, copies: int, egress: int,
+                    finish_s: float) -> tuple[float, float]:
+    """(storage USD, egress USD) of a run's checkpoints: ``copies x gb x gb_month x finish / MONTH_S`` and
+    ``egress x gb x egress_gb``; (0, 0) when the region's storage is not priced."""
+    if storage is None:
+        return 0.0, 0.0
+    return copies * gb * storage.gb_month * finish_s / MONTH_S, egress * gb * storage.egress_gb
 
 
 def site_power_w(power: Power, pue: float, cards: int, cards_per_host: int) -> float:
@@ -202,6 +233,7 @@ def price_notes(offer: Offer, as_of: str) -> list[str]:
     return notes
 
 
-__all__ = ["Offer", "MarketOptions", "Power", "site_power_w", "cards_under_power", "energy_mwh", "MARKETS",
+__all__ = ["Offer", "MarketOptions", "Power", "Storage", "checkpoint_cost", "MONTH_S", "GB",
+            "site_power_w", "cards_under_power", "energy_mwh", "MARKETS",
            "ON_DEMAND", "SPOT", "RESERVED", "STALE_MONTHS", "billed_seconds", "billed_cost", "least_billed_cost",
            "preemption_rate", "months_between", "price_notes", "mix"]

@@ -16,7 +16,10 @@ Every report (solve, evaluate, explain, sweep rows, rl) carries, in its JSON and
   --measure`` on a machine, or a published measurement cited in the catalog) or ``prior`` (an
   assumption; a value carried over from another card);
 * the price's provenance: the scenario's own ``[cost]``/``[hardware] card_hour``, or the catalog's list
-  price with its source and date; an illustrative price (not a market quote) is flagged.
+  price with its source and date; an illustrative price (not a market quote) is flagged, and so is a catalog
+  price read more than 6 months (:data:`tpopt.models.market.STALE_MONTHS`) before the market catalog's date
+  (``as_of`` of offers.toml, or ``[market] as_of``: a fixed date, never the clock, so reports stay
+  reproducible).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import re
 from typing import Any
 
 from tpopt.models.arch import flops_per_token
+from tpopt.models.market import STALE_MONTHS, months_between
 from tpopt.models.memory import recipe
 from tpopt.models.plan import Scenario
 from tpopt.models.roofline import PerfParams
@@ -122,8 +126,12 @@ def price(sc: Scenario, accelerator: str) -> dict[str, Any]:
     illustrative = kind == "catalog" and ("illustrative" in lowered or "assumption" in lowered)
     words = ("the scenario's own" if kind == "scenario" else "ILLUSTRATIVE, not a market quote" if illustrative
              else "indicative list price" if "indicative" in lowered else "list price")
+    as_of = sc.market.as_of
+    dated = date if kind == "catalog" and date and re.match(r"\d{4}-\d{2}(-\d{2})?$", date) else None
+    age = months_between(dated, as_of) if dated and as_of else None
     return {"card_hour": sysm.price_card_hour, "unit": "USD/card-h", "provenance": kind, "date": date,
-            "source": text, "illustrative": illustrative, "kind": words}
+            "source": text, "illustrative": illustrative, "kind": words, "as_of": as_of or None,
+            "age_months": age, "stale": age is not None and age > STALE_MONTHS}
 
 
 def footing(sc: Scenario, plan: dict[str, Any], step_s: float) -> dict[str, Any]:
@@ -158,7 +166,8 @@ def row_cells(f: dict[str, Any]) -> dict[str, Any]:
     if pr["card_hour"] is None:
         price_text = "none"
     elif pr["provenance"] == "catalog":
-        price_text = f"catalog {pr['date']} ({pr['kind']})"
+        old = f", > {STALE_MONTHS} months old" if pr.get("stale") else ""
+        price_text = f"catalog {pr['date']} ({pr['kind']}{old})"
     else:
         price_text = pr["source"]
     return {"step_model": f["step_time_model"], "mfu": f["mfu"], "stack": f["stack"],

@@ -17,6 +17,13 @@ closed form, kept when the bill meets the budget; the scan stops once the least 
 up (:func:`tpopt.models.market.least_billed_cost`) exceeds the best bill found. ``budget.cost`` is checked
 on the bill (a reserved term counts whole, not only the hours used).
 
+**Checkpoints.** The bill adds the checkpoints' storage in the offer's region and their egress
+(:func:`tpopt.models.market.checkpoint_cost`: kept copies x GB x USD per GB-month x finish / month, plus
+copies leaving the region x GB x USD per GB), the checkpoint's GB from the plan's model (parameters x
+``checkpoint.bytes_per_param`` / 1e9). At a fixed card count it grows with the finish too, so an offer whose
+region prices storage is solved by the card-count scan (the plan model's own cost ``rate x finish`` is not
+the bill once a term independent of the cards is added).
+
 **Spot.** A spot offer's preemptions (``rho`` per card-hour) join the failure rate ``lam = n / MTBF + n rho``;
 each costs the redo since the last checkpoint, the restore and the reacquisition delay
 (:func:`tpopt.models.terms.overhead`), and the "auto" save interval is the optimum for the combined rate.
@@ -37,7 +44,9 @@ from typing import Any
 from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models import market as M
+from tpopt.models import reliability
 from tpopt.models import terms as T
+from tpopt.models.arch import param_count
 from tpopt.models.evaluate import ConstraintCheck, Evaluation, evaluate
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY, HOUR
@@ -56,7 +65,8 @@ def offer_scenario(sc: Scenario, offer: M.Offer) -> Scenario:
     search = replace(sc.search, accelerators=(offer.accelerator,),
                      max_cards=min(sc.search.max_cards, offer.available, power_cards(sc, offer)))
     terms = M.MarketOptions(as_of=sc.market.as_of, preempt_per_card_s=M.preemption_rate(offer),
-                            reacquire_s=offer.reacquire_s)
+                            reacquire_s=offer.reacquire_s, checkpoint_copies=sc.market.checkpoint_copies,
+                            checkpoint_egress=sc.market.checkpoint_egress)
     return replace(sc, systems={offer.accelerator: system}, search=search, market=terms)
 
 
@@ -68,11 +78,33 @@ def power_cards(sc: Scenario, offer: M.Offer) -> int:
     return max(0, M.cards_under_power(offer.power, offer.pue, cap, offer.cards_per_host))
 
 
+def checkpoint_gb(sc: Scenario) -> float:
+    """GB (1e9 bytes) of one resumable checkpoint: parameters x ``checkpoint.bytes_per_param``."""
+    return float(reliability.checkpoint_bytes(param_count(sc.model), sc.reliability.bytes_per_param)) / M.GB
+
+
+def checkpoint_costs(sc: Scenario, offer: M.Offer, finish_s: float) -> tuple[float, float]:
+    """(storage USD, egress USD) of the plan's checkpoints on ``offer`` (the scenario's copies and egress)."""
+    m = sc.market
+    return M.checkpoint_cost(offer.storage, checkpoint_gb(sc), m.checkpoint_copies, m.checkpoint_egress, finish_s)
+
+
+def charges_checkpoints(sc: Scenario, offer: M.Offer) -> bool:
+    """Does the offer's region bill the checkpoints (storage or egress price above 0)?"""
+    st = offer.storage
+    return st is not None and (st.gb_month > 0 or (st.egress_gb > 0 and sc.market.checkpoint_egress > 0))
+
+
 def billed(sc: Scenario, offer: M.Offer, ev: Evaluation) -> Evaluation:
-    """``ev`` (evaluated on the offer's scenario) with its cost the offer's bill, ``budget.cost`` checked on
-    the bill, ``cards.max`` at the scenario's own cap, and the ``market.available`` check added."""
-    cost = M.billed_cost(offer, ev.plan.cards, ev.metrics["finish_days"] * DAY)
-    metrics = dict(ev.metrics, cost=cost, cost_unit="USD", billed_hours=M.billed_seconds(
+    """``ev`` (evaluated on the offer's scenario) with its cost the offer's bill plus the checkpoints' storage
+    and egress, ``budget.cost`` checked on that, ``cards.max`` at the scenario's own cap, and the
+    ``market.available`` check added."""
+    finish = ev.metrics["finish_days"] * DAY
+    compute = M.billed_cost(offer, ev.plan.cards, finish)
+    storage, egress = checkpoint_costs(sc, offer, finish)
+    cost = compute + storage + egress
+    metrics = dict(ev.metrics, cost=cost, cost_unit="USD", compute_cost=compute, checkpoint_storage_cost=storage,
+                   checkpoint_egress_cost=egress, billed_hours=M.billed_seconds(
         offer, ev.metrics["finish_days"] * DAY) / HOUR,
         preemptions_per_hour=ev.plan.cards * offer.preempt_per_card_hour if offer.market == M.SPOT else 0.0)
     checks = []
@@ -124,7 +156,7 @@ def solve_offer(sc: Scenario, offer: M.Offer, backend: str, req: Request,
     run = choose(space, backend, req.method)
     counts = [n for n in card_counts(space.domains) if n <= sub.search.max_cards and offer.cards_fit(n)
               and (req.cards is None or n in req.cards)]
-    if offer.linear:
+    if offer.linear and not charges_checkpoints(sc, offer):
         r = core.solve(sub, run, replace(req, top=1, cards=tuple(counts) if offer.parts else req.cards), space=space)
         one = billed(sc, offer, r.best) if r.best is not None else None
         return OfferSolve(offer, sub, r.status, one, 1, "one solve", space.size())
@@ -133,9 +165,10 @@ def solve_offer(sc: Scenario, offer: M.Offer, backend: str, req: Request,
     cap = sc.cost.max_cost if F.BUDGET in enforced else None
     best: Evaluation | None = None
     proven, solves = True, 0
+    fixed = sum(checkpoint_costs(sc, offer, 0.0))  # the checkpoints' least charge (egress; storage from 0 s)
     for n in counts:
         if req.objective == "cost" and best is not None and \
-                M.least_billed_cost(offer, n) > best.metrics["cost"] * (1 + REL):
+                M.least_billed_cost(offer, n) + fixed > best.metrics["cost"] * (1 + REL):
             break  # no plan of n or more cards bills less
         r = core.solve(sub, run, replace(req, objective="time", enforce=inner, cards=(n,), top=1), space=space)
         solves += 1
@@ -235,7 +268,8 @@ def preemption_figures(sub: Scenario, offer: M.Offer, ev: Evaluation) -> dict[st
             "rate_source": offer.preempt_source, "reacquire_s": offer.reacquire_s,
             "expected_preemptions": lam * ev.metrics["train_days"] * DAY, "seconds_lost_per_preemption": per_event,
             "time_cost_days": (f - f0) / DAY,
-            "cost": M.billed_cost(offer, n, f) - M.billed_cost(offer, n, f0),
+            "cost": M.billed_cost(offer, n, f) + checkpoint_costs(sub, offer, f)[0]
+            - M.billed_cost(offer, n, f0) - checkpoint_costs(sub, offer, f0)[0],
             "save_interval_s": ev.plan.save_interval_s,
             "optimal_interval_s": float(T.optimal_save_interval(sub, n, mode)),
             "optimal_interval_without_s": float(T.optimal_save_interval(calm, n, mode))}
@@ -272,7 +306,24 @@ def market_entries(ms: MarketSolve, sc: Scenario) -> dict[str, Any]:
         out["preemption"] = preemption_figures(ms.pick.sc, ms.pick.offer, ms.pick.best) \
             if ms.pick.offer.market == M.SPOT else None
         out["power"] = power_figures(sc, ms.pick.offer, ms.pick.best, ms.power_binding)
+        out["checkpoints"] = checkpoint_figures(sc, ms.pick.offer, ms.pick.best)
     return out
+
+
+def checkpoint_figures(sc: Scenario, offer: M.Offer, ev: Evaluation) -> dict[str, Any]:
+    """The bill's cost lines: compute (the offer), checkpoint storage and egress, with the checkpoint's size,
+    the copies kept and sent out, the region's prices, their date and source, and the price notes."""
+    st, m = offer.storage, sc.market
+    d: dict[str, Any] = {"compute_cost": ev.metrics["compute_cost"], "storage_cost": ev.metrics[
+        "checkpoint_storage_cost"], "egress_cost": ev.metrics["checkpoint_egress_cost"],
+        "checkpoint_gb": checkpoint_gb(sc), "copies": m.checkpoint_copies, "egress_copies": m.checkpoint_egress,
+        "region": f"{offer.provider}/{offer.region}", "priced": st is not None}
+    if st is not None:
+        age = M.months_between(st.date, m.as_of) if m.as_of else 0
+        d.update({"storage_gb_month": st.gb_month, "egress_gb": st.egress_gb, "date": st.date, "source": st.source,
+                  "notes": [f"storage price older than {M.STALE_MONTHS} months ({age} months at {m.as_of})"]
+                  if age > M.STALE_MONTHS else []})
+    return d
 
 
 def power_figures(sc: Scenario, offer: M.Offer, ev: Evaluation, binding: bool | None) -> dict[str, Any] | None:
@@ -292,5 +343,6 @@ def power_figures(sc: Scenario, offer: M.Offer, ev: Evaluation, binding: bool | 
 
 
 __all__ = ["offer_scenario", "billed", "power_cards", "power_figures", "mark_power", "solve_offer", "solve_market",
-           "MarketSolve", "OfferSolve",
+           "MarketSolve", "OfferSolve", "checkpoint_gb", "checkpoint_costs", "checkpoint_figures",
+           "charges_checkpoints",
            "preemption_source", "preemption_figures", "offer_dict", "market_entries"]

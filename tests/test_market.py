@@ -18,6 +18,7 @@ from tpopt.catalogs import load_catalog
 from tpopt.catalogs.market import from_skypilot, load_market
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.models import families as F
+from tpopt.models.arch import param_count
 from tpopt.models.evaluate import evaluate
 from tpopt.models.market import MarketOptions, Offer
 from tpopt.optimizer import plan as P
@@ -74,9 +75,25 @@ def catalog_with(tmp_path, text):
 # the reference: every plan of the offer's space, billed here
 
 
-def bill(o: Offer, cards: int, finish_s: float) -> float:
+MONTH = 365.25 / 12 * DAY  # the storage month: GB-month prices pro rata
+
+
+def checkpoints(sc, o: Offer, finish_s: float) -> float:
+    """Storage: copies x GB (params x bytes per param / 1e9) x USD/GB-month x finish / month; egress: copies
+    out x GB x USD/GB; nothing when the offer's region prices no storage."""
+    if o.storage is None:
+        return 0.0
+    gb = param_count(sc.model) * sc.reliability.bytes_per_param / 1e9
+    m = sc.market
+    return m.checkpoint_copies * gb * o.storage.gb_month * finish_s / MONTH + m.checkpoint_egress * gb * \
+        o.storage.egress_gb
+
+
+def bill(o: Offer, cards: int, finish_s: float, sc=None) -> float:
     """Reserved: the whole term (ceil of the finish over the term); otherwise per second (billing 1 s); a mix:
-    each part's bill for its share of the cards."""
+    each part's bill for its share of the cards; with ``sc``, the checkpoints' storage and egress on top."""
+    if sc is not None:
+        return bill(o, cards, finish_s) + checkpoints(sc, o, finish_s)
     if o.parts:
         return sum(bill(part, round(share * cards), finish_s) for part, share in o.parts)
     if o.market == "reserved":
@@ -112,7 +129,7 @@ def brute(sc, o: Offer):
         if any((share * plan.cards) % 8 for _, share in o.parts):  # each part rents whole 8-card hosts
             continue
         f = ev.metrics["finish_days"] * DAY
-        cost = bill(o, plan.cards, f)
+        cost = bill(o, plan.cards, f, sc)
         if sc.cost.max_cost is not None and cost > sc.cost.max_cost * (1 + 1e-9):
             continue
         if best is None or (cost, f) < (best[0] * (1 - 1e-9), best[1]):
@@ -272,7 +289,7 @@ def test_scenarios_without_market_are_unchanged(tmp_path):
     raw = raw_scenario()
     del raw["market"]
     sc = build_scenario(raw, load_catalog())
-    assert sc.market == MarketOptions()
+    assert sc.market == MarketOptions(as_of="2026-12-01")  # no offers; the date the footing judges prices at
     assert "market" not in P.plan(sc, "enumerate").report
 
 
@@ -284,6 +301,10 @@ def test_scenarios_without_market_are_unchanged(tmp_path):
 def markets(draw):
     kinds = draw(st.lists(st.sampled_from(["on-demand", "spot", "reserved"]), min_size=1, max_size=3))
     text = REGIONS
+    if draw(st.booleans()):  # the offers' region prices checkpoint storage and egress
+        text = text.replace('[region."cloud-a/east"]\nsource = "test"\n', '[region."cloud-a/east"]\nsource = "test"\n'
+                            f'storage_gb_month = {draw(st.floats(0.0, 50.0))!r}\negress_gb = '
+                            f'{draw(st.floats(0.0, 5.0))!r}\nstorage_date = "2026-10"\nstorage_source = "test"\n')
     names = []
     for i, k in enumerate(kinds):
         acc = draw(st.sampled_from(["h100-sxm", "h200"]))
@@ -300,15 +321,17 @@ def markets(draw):
     deadline = draw(st.sampled_from(["5d", "20d", "60d"]))
     max_cost = draw(st.one_of(st.none(), st.floats(1e3, 1e5)))
     shares = draw(st.one_of(st.none(), st.just([0.5]), st.just([0.25, 0.75])))
-    return text, names, deadline, max_cost, shares
+    keep = {"checkpoint_copies": draw(st.integers(1, 4)), "checkpoint_egress": draw(st.integers(0, 3))}
+    return text, names, deadline, max_cost, shares, keep
 
 
 @settings(max_examples=12, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(markets())
 def test_backends_agree_with_enumeration_on_market_spaces(tmp_path, case):
-    text, names, deadline, max_cost, shares = case
+    text, names, deadline, max_cost, shares, keep = case
     raw = raw_scenario(names, deadline, max_cost)
+    raw["market"].update(keep)
     if shares:
         raw["market"]["spot_shares"] = shares
     sc = build_scenario(raw, catalog_with(tmp_path, text))
@@ -533,3 +556,128 @@ def test_preemptions_add_their_first_order_overhead(tmp_path):
     want = lam * (1800 / 2 + sc.reliability.restore_s + 3600)
     got = evaluate(sub, plan).metrics["overhead_fraction"] - evaluate(calm, plan).metrics["overhead_fraction"]
     assert math.isclose(got, want, rel_tol=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------
+# ordinary reports: the accelerator catalog's price judged at the market catalog's date
+
+
+def test_footing_flags_an_old_or_illustrative_catalog_price(tmp_path, capsys, monkeypatch):
+    """design-case's rtx4090 price is dated 2025-06; the market catalog's date 2026-12-01 is
+    (2026 - 2025) x 12 + (12 - 6) = 18 months later: older than 6 months, in the JSON and the text. A
+    catalog dir moving the date to 2025-10-01 (4 months) drops the flag: the clock plays no part."""
+    import json
+    from pathlib import Path
+    dc = Path(__file__).resolve().parents[1] / "examples" / "design-case.toml"
+    code, out, _ = _cli(["evaluate", "--scenario", str(dc), "--cards", "48", "--json"], capsys, monkeypatch)
+    pr = json.loads(out)["footing"]["price"]
+    assert (pr["date"], pr["as_of"], pr["age_months"], pr["stale"]) == ("2025-06", "2026-12-01", 18, True)
+    code, out, _ = _cli(["evaluate", "--scenario", str(dc), "--cards", "48"], capsys, monkeypatch)
+    assert "older than 6 months (18 months at 2026-12-01)" in " ".join(out.split())
+    d = tmp_path / "cat"
+    d.mkdir()
+    (d / "offers.toml").write_text('as_of = "2025-10-01"\n')
+    code, out, _ = _cli(["evaluate", "--scenario", str(dc), "--cards", "48", "--catalog", str(d), "--json"],
+                        capsys, monkeypatch)
+    pr = json.loads(out)["footing"]["price"]
+    assert (pr["age_months"], pr["stale"]) == (4, False)
+    code, out, _ = _cli(["evaluate", "--scenario", str(dc), "--hw", "h20", "--cards", "48"], capsys, monkeypatch)
+    assert "ILLUSTRATIVE, not a market quote, older than 6 months" in " ".join(out.split())
+
+
+# ---------------------------------------------------------------------------------------------
+# checkpoints: storage in the offer's region, egress out of it
+
+
+def test_checkpoint_storage_and_egress_are_cost_lines_in_the_budget(tmp_path, capsys, monkeypatch):
+    """On the shipped aws/us-east-1 on-demand H100 offer (S3 Standard 0.023 USD per GB-month, egress 0.09
+    USD per GB): qwen3-0.6b's checkpoint is params x 14 B; 3 copies kept for the run, 2 sent out."""
+    import json
+    raw = raw_scenario(["aws-use1-h100-od"])
+    raw["market"].update(checkpoint_copies=3, checkpoint_egress=2)
+    sc = build_scenario(raw, load_catalog())
+    pr = P.plan(sc, "enumerate")
+    gb = param_count(sc.model) * 14 / 1e9
+    f = pr.best.metrics["finish_days"] * DAY
+    o = sc.market.offers[0]
+    storage, egress = 3 * gb * 0.023 * f / MONTH, 2 * gb * 0.09
+    compute = pr.best.plan.cards * o.price_card_hour * f / HOUR
+    m = pr.best.metrics
+    assert math.isclose(m["checkpoint_storage_cost"], storage, rel_tol=1e-9)
+    assert math.isclose(m["checkpoint_egress_cost"], egress, rel_tol=1e-9)
+    assert math.isclose(m["cost"], compute + storage + egress, rel_tol=1e-9)
+    ref = brute_market(sc)
+    assert math.isclose(m["cost"], ref[0][0], rel_tol=1e-9)
+    c = pr.report["market"]["checkpoints"]
+    assert (c["copies"], c["egress_copies"], c["date"]) == (3, 2, "2025-06") and "S3" in c["source"]
+    assert c["notes"] == ["storage price older than 6 months (18 months at 2026-12-01)"]  # 12 + (12 - 6)
+    # the budget counts them: a cap between the compute bill and the whole bill refuses this plan
+    raw["cost"] = {"max_cost": (compute + m["cost"]) / 2}
+    capped = P.plan(build_scenario(raw, load_catalog()), "enumerate")
+    assert capped.best is None or capped.best.metrics["cost"] <= raw["cost"]["max_cost"] * (1 + 1e-9)
+    # the text prints the cost lines
+    p = tmp_path / "s.toml"
+    p.write_text('[model]\nname = "qwen3-0.6b"\n[task]\ntokens = "20B"\nseq_len = 4096\nglobal_batch = 64\n'
+                 '[schedule]\ndeadline = "20d"\n[hardware]\naccelerator = ["h100-sxm", "h200"]\nefficiency = 0.4\n'
+                 '[checkpoint]\nsave_interval = "auto"\nmode = "sync"\n[search]\nzero_stage = [1]\ntp = [1, 2]\n'
+                 'pp = [1]\nmicro_batch = [1, 2]\nmax_cards = 64\n[market]\noffers = ["aws-use1-h100-od"]\n'
+                 'checkpoint_copies = 3\ncheckpoint_egress = 2\n')
+    code, out, err = _cli(["solve", "--scenario", str(p)], capsys, monkeypatch)
+    text = " ".join(out.split())
+    assert code == 0, err
+    usd = lambda x: f"{x:,.0f}" if x >= 100 else f"{x:,.2f}"  # noqa: E731
+    assert f"checkpoint storage {usd(storage)} USD (3 x {gb:,.1f} GB checkpoints at 0.023 USD per GB-month" in text
+    assert f"egress {usd(egress)} USD (2 copies out of aws/us-east-1 at 0.09 USD per GB)" in text
+    assert json.loads(_cli(["solve", "--scenario", str(p), "--json"], capsys, monkeypatch)[1])["market"][
+        "checkpoints"]["priced"]
+
+
+@pytest.mark.parametrize("line,says", [("storage_gb_month = -1\negress_gb = 0\nstorage_date = \"2026-10\"\n"
+                                        "storage_source = \"t\"\n", "negative"),
+                                       ("storage_gb_month = 0.02\negress_gb = 0.1\nstorage_source = \"t\"\n",
+                                        "missing storage_date")])
+def test_bad_storage_prices_are_one_line(tmp_path, line, says):
+    from tpopt.errors import InputError
+    text = REGIONS.replace('[region."cloud-b/west"]\nsource = "test"\n',
+                           '[region."cloud-b/west"]\nsource = "test"\n' + line)
+    with pytest.raises(InputError, match=says):
+        catalog_with(tmp_path, text)
+
+
+# ---------------------------------------------------------------------------------------------
+# tpopt sweep --pareto energy
+
+
+def test_sweep_energy_cost_front_matches_a_brute_force(tmp_path, capsys, monkeypatch):
+    """Energy per plan = PUE x (cards x training W + hosts x host W) x finish / 3.6e9 MWh with the figures
+    written here (rtx4090 given a low draw in a catalog dir so that it trades energy against cost with the
+    H100); the front is every plan that no other plan beats or ties on both energy and cost."""
+    import json
+    from pathlib import Path
+    d = tmp_path / "cat"
+    d.mkdir()
+    (d / "offers.toml").write_text('[power.rtx4090]\nboard_w = 450\ntraining_w = 100\nhost_overhead_w = 300\n'
+                                   'source = "test"\n')
+    watts = {"h100-sxm": (700, 4600), "rtx4090": (100, 300)}
+    sweep = Path(__file__).resolve().parents[1] / "examples" / "design-case-sweep.toml"
+    argv = ["sweep", "--scenario", str(sweep), "--hw", "h100-sxm,rtx4090,a100-80gb-sxm", "--deadline", "20d:40d:5d",
+            "--catalog", str(d), "--pareto", "energy", "-q"]
+    code, out, err = _cli([*argv, "--json"], capsys, monkeypatch)
+    assert code == 0, err
+    e = json.loads(out)["energy"]
+    assert e["pue"] == 1.2 and "a100-80gb-sxm" in e["no_power_figures"]
+    plans = [p for p in e["plans"] if p["accelerator"] in watts]
+    for p in plans:
+        card_w, host_w = watts[p["accelerator"]]
+        assert math.isclose(p["energy_mwh"], 1.2 * (p["cards"] * card_w + p["hosts"] * host_w) * p["finish_days"]
+                            * 24 / 1e6, rel_tol=1e-12)
+    front = {i for i, p in enumerate(plans)
+             if not any(q["energy_mwh"] <= p["energy_mwh"] and q["cost"] <= p["cost"]
+                        and (q["energy_mwh"], q["cost"]) != (p["energy_mwh"], p["cost"]) for q in plans)}
+    assert {i for i, p in enumerate(plans) if p["front"]} == front
+    assert 2 <= len(front) < len(plans)  # a trade-off, and dominated plans
+    assert {p["accelerator"] for i, p in enumerate(plans) if i in front} == {"h100-sxm", "rtx4090"}
+    assert all(not p["front"] and p["energy_mwh"] is None for p in e["plans"] if p["accelerator"] == "a100-80gb-sxm")
+    code, out, _ = _cli(argv, capsys, monkeypatch)
+    assert "Energy vs cost" in out and "no power figures for a100-80gb-sxm" in " ".join(out.split())
+    assert sum(line.lstrip().startswith("*") for line in out.splitlines()) == len(front)

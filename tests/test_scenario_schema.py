@@ -144,6 +144,8 @@ SAMPLES = {
     "market.as_of": ('"2026-12-01"', "2026-12-01"),
     "market.site_power": ('"150MW"', "150MW"),
     "market.spot_shares": ("[0.5]", [0.5]),
+    "market.checkpoint_copies": ("3", 3),
+    "market.checkpoint_egress": ("1", 1),
 }
 
 

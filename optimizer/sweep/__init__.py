@@ -98,7 +98,15 @@ Modules: :mod:`.spec` (inputs, points, fingerprint), :mod:`.rows` (columns, chec
 
 from __future__ import annotations
 
-from tpopt.optimizer.sweep.front import breakdown_bars, case_label, front_plans, mark_pareto, plot_series, summarize
+from tpopt.optimizer.sweep.front import (
+    breakdown_bars,
+    case_label,
+    energy_front,
+    front_plans,
+    mark_pareto,
+    plot_series,
+    summarize,
+)
 from tpopt.optimizer.sweep.rows import (
                                          COLUMN_NAMES,
                                          COLUMNS,
@@ -148,7 +156,8 @@ __all__ = [
     "MAX_POINTS", "MAX_VALUES", "NO_ANSWER", "OUT_FORMATS", "PLAN_COLUMNS", "PROVEN", "STATUSES",
     "SWEEP_KEYS", "SWEPT_FAMILIES", "Dim", "OutputLock", "Point", "Progress", "Resume", "SweepResult", "SweepSpec",
     "SweepStore", "Task", "_parse_csv_line", "_payload", "atomic_write", "breakdown_bars", "build_spec",
-    "case_label", "case_of", "check_output_path", "checksum_ok", "default_workers", "encode", "fingerprint",
+    "case_label", "case_of", "check_output_path", "energy_front", "checksum_ok", "default_workers", "encode",
+    "fingerprint",
     "front_plans", "group_scenario", "make_row", "mark_pareto", "parse_values", "plan_tasks", "plot_series",
     "point_scenario", "row_checksum", "run_sweep", "run_task", "sort_key", "space_size", "summarize", "sweep",
 ]

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from tpopt.models.evaluate import evaluate
+from tpopt.models.market import Power
 from tpopt.models.units import DAY, fmt_count
 from tpopt.optimizer import backends
 from tpopt.optimizer.outer import solve
@@ -227,3 +228,57 @@ def breakdown_bars(result: SweepResult, cards: Iterable[int] | None = None) -> t
              for (acc, n), k in missing.items()]
     return bars, notes
 
+
+
+# ---------------------------------------------------------------------------------------------
+# energy against cost (tpopt sweep --pareto energy)
+
+
+def plan_energy_mwh(row: Row, power: Power, pue: float) -> float:
+    """Energy of a row's plan at the site, MWh: PUE x (cards x training W + hosts x host overhead W) x finish
+    s / 3.6e9, at training power for the whole finish time (an upper bound, as the market reports it)."""
+    watts = pue * (row["cards"] * power.training_w + row["hosts"] * power.host_overhead_w)
+    return float(watts * row["finish_days"] * DAY / 3.6e9)
+
+
+def energy_front(rows: list[Row], power: dict[str, Power], pue: float) -> tuple[list[Row], list[str]]:
+    """The swept points' distinct plans with energy (MWh) and cost, and ``front`` True iff no other plan of
+    the case has energy <= and cost <= (one strictly less): exact over the swept points, per case. Returns
+    (plans, accelerators without power figures, whose plans carry energy None and stay off the front)."""
+    plans: dict[tuple[Any, ...], Row] = {}
+    unknown: list[str] = []
+    for r in rows:
+        if r["status"] not in FEASIBLE or r["cost"] is None:
+            continue
+        pid = _plan_id(r)
+        e = plans.get(pid)
+        if e is None:
+            p = power.get(r["accelerator"])
+            if p is None and r["accelerator"] not in unknown:
+                unknown.append(r["accelerator"])
+            e = plans[pid] = {"case": case_of(r), "accelerator": r["accelerator"],
+                              **{k: r[k] for k in ("cards", "hosts", "tp", "pp", "dp", "cost", "cost_unit",
+                                                   "finish_days")},
+                              "energy_mwh": None if p is None else plan_energy_mwh(r, p, pue), "deadlines": []}
+        e["deadlines"].append(r["deadline_days"])
+    by_case: dict[Case, list[Row]] = {}
+    for e in plans.values():
+        ds = sorted(set(e.pop("deadlines")))
+        e["deadline_min_days"], e["deadline_max_days"] = ds[0], ds[-1]
+        e["front"] = False
+        if e["energy_mwh"] is not None:
+            by_case.setdefault(e["case"], []).append(e)
+    for members in by_case.values():
+        best = math.inf
+        front: set[tuple[float, float]] = set()
+        for energy, cost in sorted({(e["energy_mwh"], e["cost"]) for e in members}):
+            if cost < best:
+                front.add((energy, cost))
+                best = cost
+        for e in members:
+            e["front"] = (e["energy_mwh"], e["cost"]) in front
+    out = sorted(plans.values(), key=lambda e: (_case_order(e["case"]), e["energy_mwh"] is None,
+                                                e["energy_mwh"] or 0.0, e["cost"], e["accelerator"], e["cards"]))
+    for e in out:
+        e["case"] = list(e["case"])
+    return out, unknown
