@@ -32,8 +32,9 @@ def distribution_lines(e: dict, unit: str = "USD") -> list[str]:
     up = e.get("step_up")
     if up:
         if up["plan"] is not None:
+            cut = "" if up.get("decided", True) else " (time limit reached: not proven the cheapest)"
             lines.append(f"  +5 points (P >= {_pct(up['target'])}): {up['cards']} cards, "
-                         f"{up['extra_cost']:+,.0f} {unit} ({up['extra_cards']:+d} cards)")
+                         f"{up['extra_cost']:+,.0f} {unit} ({up['extra_cards']:+d} cards){cut}")
         elif up["status"] == "infeasible":
             lines.append(f"  +5 points (P >= {_pct(up['target'])}): no plan; reachable {_reach(up['reachable'])}")
         elif up["status"] != "already":
