@@ -32,15 +32,24 @@ def distribution_lines(e: dict, unit: str = "USD") -> list[str]:
     up = e.get("step_up")
     if up:
         if up["plan"] is not None:
+            cut = "" if up.get("decided", True) else " (time limit reached: not proven the cheapest)"
             lines.append(f"  +5 points (P >= {_pct(up['target'])}): {up['cards']} cards, "
-                         f"{up['extra_cost']:+,.0f} {unit} ({up['extra_cards']:+d} cards)")
+                         f"{up['extra_cost']:+,.0f} {unit} ({up['extra_cards']:+d} cards){cut}")
+        elif up["status"] == "infeasible":
+            lines.append(f"  +5 points (P >= {_pct(up['target'])}): no plan; reachable {_reach(up['reachable'])}")
         elif up["status"] != "already":
-            lines.append(f"  +5 points (P >= {_pct(up['target'])}): no plan; reachable {_pct(up['reachable'])}")
+            lines.append(f"  +5 points (P >= {_pct(up['target'])}): not decided within the time limit")
     return lines
 
 
-def reachable_line(q: float, reachable: float) -> str:
-    """What the infeasible report adds under a confidence."""
+def _reach(reachable: float | None) -> str:
+    return "not decided within the time limit" if reachable is None else _pct(reachable)
+
+
+def reachable_line(q: float, reachable: float | None) -> str:
+    """What the infeasible report adds under a confidence (None: the time limit left it undecided)."""
+    if reachable is None:
+        return f"Confidence: {_pct(q)} is not reachable; the highest reachable was not decided within the time limit."
     if reachable <= 0:
         return f"Confidence: no plan reaches even 1 % (asked {_pct(q)})."
     return f"Confidence: {_pct(q)} is not reachable; the highest reachable is {_pct(reachable)}."

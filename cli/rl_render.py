@@ -88,7 +88,8 @@ def _cycle_lines(out: dict) -> list[str]:
 
 def rl_text(out: dict, timing: bool = False) -> str:
     st = out["solver"]
-    head = (f"Status: {out['status']} ({out['scenario']}; {st['points']:,} RL decisions, "
+    listed = "RL decisions not all listed" if st["points"] is None else f"{st['points']:,} RL decisions"
+    head = (f"Status: {out['status']} ({out['scenario']}; {listed}, "
             f"{st['learner_keys_solved']} learner card counts examined"
             + (f", {st['wall_s']:.2f} s" if timing else "") + ")")
     if st.get("time_limit_reached"):

@@ -4,7 +4,14 @@ re-planning a run that is under way. Parsing and rendering only (models/simulate
 from __future__ import annotations
 
 import click
-from tpopt.cli.common import EXIT_INFEASIBLE, dump_json, handle_errors, load_scenario_from, scenario_options
+from tpopt.cli.common import (
+    EXIT_INFEASIBLE,
+    EXIT_UNKNOWN,
+    dump_json,
+    handle_errors,
+    load_scenario_from,
+    scenario_options,
+)
 from tpopt.cli.request import request_from, solve_options
 from tpopt.errors import InputError
 from tpopt.models import terms as T
@@ -103,11 +110,16 @@ def replan(done, elapsed, cards_held, as_json, **kw):
             lines.append(f"  on the cards held: no plan meets the rest at {100 * out['confidence']:.1f} %")
     if out.get("layout_change_s"):
         lines.append(f"  restart into the new layout: +{out['layout_change_s']:.0f} s (the checkpoint read again)")
-    if out["decision"] == "none":
-        lines.append(f"Contingency: nothing restores {100 * out['confidence']:.1f} %; "
-                     f"the highest reachable is {100 * out['reachable']:.1f} %")
+    if out["decision"] == "not decided":
+        lines.append("Contingency: not decided within the time limit (no plan found, none ruled out)")
+    elif out["decision"] == "none":
+        reach = ("was not decided within the time limit" if out["reachable"] is None
+                 else f"is {100 * out['reachable']:.1f} %")
+        lines.append(f"Contingency: nothing restores {100 * out['confidence']:.1f} %; the highest reachable {reach}")
     else:
         lines.append(f"Contingency: {out['decision']}")
     click.echo("\n".join(lines))
     if out["decision"] == "none":
         raise SystemExit(EXIT_INFEASIBLE)
+    if out["decision"] == "not decided":
+        raise SystemExit(EXIT_UNKNOWN)

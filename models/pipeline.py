@@ -40,10 +40,12 @@ recurrence once for many duration sets (numpy, vectorised over the duration arra
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Generic, NamedTuple, TypeAlias, TypeVar, overload
@@ -572,6 +574,34 @@ _Trace: TypeAlias = tuple[_Program, list[float], list[float], tuple[tuple[float,
 """What a simulated step keeps to list its events: program, start and end per op, update span per stage."""
 
 
+_TICK: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar("tpopt_pipeline_tick", default=None)
+"""The caller's safe-point hook while :func:`ticking` (None: none)."""
+
+TICK_EVERY = 64
+"""Waves (or compile rounds, or blocks) between two calls of the hook: each is at most a few thousand array
+operations, so the hook is called every few milliseconds of a long simulation."""
+
+
+@contextlib.contextmanager
+def ticking(tick: Callable[[], None]) -> Iterator[None]:
+    """Call ``tick()`` at safe points of every long simulation run inside (in this thread): between compile
+    rounds of a shape's program, between waves of its recurrence, between blocks of duration sets. The
+    hook may raise (a caller's time limit) -- it is called only between complete steps, and nothing is
+    cached from a simulation it stopped, so the next call starts afresh. This module knows nothing of
+    the caller: the optimizer passes its clock's checkpoint (:mod:`tpopt.optimizer.limits`)."""
+    token = _TICK.set(tick)
+    try:
+        yield
+    finally:
+        _TICK.reset(token)
+
+
+def _tick() -> None:
+    tick = _TICK.get()
+    if tick is not None:
+        tick()
+
+
 def _producer(kind: int, mb: int, pos: int, last_pos: int) -> tuple[tuple[int, int, int] | None, int]:
     """The op whose end an op waits for, and the link it arrives on (before same-stage elision)."""
     if kind == _F:
@@ -649,7 +679,11 @@ def _compile(schedule: str, p: int, m: int, v: int) -> tuple[_Program, int]:
     ptr = offsets[:-1]
     next_level = [0] * p
     placed = 0
+    rounds = 0
     while placed < n:
+        rounds += 1
+        if rounds % TICK_EVERY == 0:
+            _tick()
         progressed = False
         for s in range(p):
             j, hi, lv0 = ptr[s], offsets[s + 1], next_level[s]
@@ -968,7 +1002,9 @@ def _wave_plan(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[_Wave
     bounds = [0] + (np.flatnonzero(np.diff(level)) + 1).tolist() + [prog.n_ops]
     ring = max(ring, max(hi - lo for lo, hi in zip(bounds, bounds[1:], strict=False)) if prog.n_ops else 1)
     waves: list[_Wave] = []
-    for lo, hi in zip(bounds, bounds[1:], strict=False):
+    for i, (lo, hi) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        if i % TICK_EVERY == TICK_EVERY - 1:
+            _tick()
         st = prog.stage[lo:hi].astype(np.int64)
         rows_in = np.flatnonzero(prog.dep[lo:hi] >= 0)
         full = hi - lo == p and bool(np.all(st == np.arange(p)))
@@ -1085,6 +1121,7 @@ def _completion_recurrence(schedule: str, p: int, m: int, v: int, frac: Sequence
     out = np.empty(flat[0].shape[0])
     step = max(1, min(int(block), RECURRENCE_CELLS // ring))
     for lo in range(0, out.size, step):
+        _tick()
         hi = min(out.size, lo + step)
         out[lo:hi] = _completion_block(p, v, waves, ring, frac, *(a[lo:hi] for a in flat))
     return out
@@ -1224,7 +1261,9 @@ def _completion_block(p: int, v: int, waves: Sequence[_Wave], ring: int, frac: S
     free = np.zeros((p, k))
     work = np.empty((p, k))
     tmp = np.empty((p, k))
-    for w in waves:
+    for i, w in enumerate(waves):
+        if i % TICK_EVERY == TICK_EVERY - 1:
+            _tick()
         n = w.n
         start = work[:n]
         if w.full:

@@ -22,6 +22,7 @@ from tpopt.models.evaluate import Evaluation
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY
 from tpopt.optimizer import core
+from tpopt.optimizer.limits import Undecided, clock_of
 from tpopt.optimizer.result import Request, Status
 
 LEVELS = (0.5, 0.9, 0.99)
@@ -84,38 +85,64 @@ def distribution_entry(sc: Scenario, ev: Evaluation, backend: str, req: Request,
     return entry
 
 
+def _on_clock(req: Request, objective: str) -> Request:
+    """A re-solve's request on the run's one clock (``req.clock``): it gets what is left of the limit,
+    never a fresh one."""
+    return Request(objective=objective, time_limit=req.time_limit, seed=req.seed, workers=req.workers,
+                   clock=clock_of(req))
+
+
 def _step_up(sc: Scenario, ev: Evaluation, p_now: float, backend: str, req: Request) -> dict[str, Any]:
-    """The cheapest plan whose confidence is 5 points higher than this plan's P(finish <= deadline)."""
+    """The cheapest plan whose confidence is 5 points higher than this plan's P(finish <= deadline): one
+    re-solve on the run's clock. Cut short by the time limit it is not decided (``decided`` false, status
+    ``unknown`` without a plan, ``feasible`` with one not proven the cheapest)."""
     target = min(max(p_now, sc.task.confidence or 0.0) + STEP_UP, 0.999)
     if target <= p_now:
         return {"target": target, "status": "already", "plan": None}
-    r = core.solve(replace(sc, task=replace(sc.task, confidence=target)), backend,
-                   Request(objective=req.objective, time_limit=req.time_limit, seed=req.seed, workers=req.workers))
+    sub = _on_clock(req, req.objective)
+    r = core.solve(replace(sc, task=replace(sc.task, confidence=target)), backend, sub)
+    limited = r.solver.limit_reached
     if not r.feasible or r.best is None:
-        return {"target": target, "status": r.status.value, "plan": None, "reachable": reachable(sc, backend, req)}
+        if r.status != Status.INFEASIBLE:  # no answer within the limit: neither a plan nor a proof of none
+            return {"target": target, "status": r.status.value, "plan": None, "decided": False,
+                    "time_limit_reached": limited}
+        return {"target": target, "status": r.status.value, "plan": None, "decided": True,
+                "reachable": reachable(sc, backend, req)}
     b = r.best
     return {"target": target, "status": r.status.value, "plan": b.plan_dict(), "cards": b.plan.cards,
             "cost": b.metrics["cost"], "extra_cost": b.metrics["cost"] - ev.metrics["cost"],
-            "extra_cards": b.plan.cards - ev.plan.cards}
+            "extra_cards": b.plan.cards - ev.plan.cards, "decided": r.status == Status.OPTIMAL,
+            "time_limit_reached": limited}
 
 
-def reachable(sc: Scenario, backend: str, req: Request, tol: float = 1e-3) -> float:
+def reachable(sc: Scenario, backend: str, req: Request, tol: float = 1e-3) -> float | None:
     """The highest confidence some plan of the scenario reaches (to ``tol``): bisection on the level, each a
-    proven solve (feasibility is monotone: a plan meeting level q meets every lower one). 0 when even
-    the 1 % level is out of reach."""
-    def ok(q: float) -> bool:
-        r = core.solve(replace(sc, task=replace(sc.task, confidence=q)), backend,
-                       Request(objective="time", time_limit=req.time_limit, seed=req.seed, workers=req.workers))
-        return r.status == Status.OPTIMAL
+    solve on the run's clock (feasibility is monotone: a plan meeting level q meets every lower one). 0
+    when even the 1 % level is out of reach; None when the time limit left a level undecided (neither a
+    plan nor a proof of none): not decided, never a guess."""
+    sub = _on_clock(req, "time")
 
-    lo, hi = 0.01, 0.999
-    if not ok(lo):
-        return 0.0
-    if ok(hi):
-        return hi
-    while hi - lo > tol:
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    def ok(q: float) -> bool:
+        if sub.clock is not None and sub.clock.expired("bisecting the reachable confidence"):
+            raise Undecided(f"confidence {q:.4g}")
+        r = core.solve(replace(sc, task=replace(sc.task, confidence=q)), backend, sub)
+        if r.status == Status.INFEASIBLE:
+            return False
+        if r.best is None:  # unknown: cut short by the limit
+            raise Undecided(f"confidence {q:.4g}")
+        return True  # a plan meets level q (optimal, or feasible when the limit cut the solve short)
+
+    try:
+        lo, hi = 0.01, 0.999
+        if not ok(lo):
+            return 0.0
+        if ok(hi):
+            return hi
+        while hi - lo > tol:
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    except Undecided:
+        return None
     return lo
 
 
@@ -170,7 +197,9 @@ def replan(sc: Scenario, done: float, elapsed_s: float, cards_held: int | None, 
         out["layout_change_s"] = change
     out["best"] = None if best.best is None else _plan_entry(best.best)
     out["stay"] = None if stay is None or stay.best is None else _plan_entry(stay.best)
-    if best.best is None:
+    if best.best is None and best.status != Status.INFEASIBLE:  # cut short by the time limit: no verdict
+        out["decision"] = "not decided"
+    elif best.best is None:
         out["decision"] = "none"
         out["reachable"] = reachable(rest, backend, req)
     elif cards_held is None:

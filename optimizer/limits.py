@@ -12,11 +12,14 @@ bookkeeping is never cut in the middle. Phases stop at their own safe points, in
 * by raising at a checkpoint: a phase with nothing to return yet (building the term tables, a point
   table, a solver model) runs inside :meth:`Clock.stoppable`; the code it runs calls
   :func:`checkpoint` between units of work (one table slice, one enumeration chunk, one pipeline
-  shape), which raises :class:`TimeLimitReached` there -- a line of our own, between two complete
-  steps -- once the clock has run out. Outside a stoppable phase :func:`checkpoint` does nothing.
+  shape; inside a pipeline simulation, every few waves through :func:`tpopt.models.pipeline.ticking`,
+  since the models never import the optimizer), which raises :class:`TimeLimitReached` there -- a
+  line of our own, between two complete steps -- once the clock has run out. Outside a stoppable phase
+  :func:`checkpoint` does nothing.
 
 What a limit guarantees: the run returns within the limit plus the longest unit of work between two
-checkpoints (each bounded: :data:`tpopt.optimizer.enumerate.CHUNK` points, one table slice) plus the
+checkpoints (each bounded: :data:`tpopt.optimizer.enumerate.CHUNK` points, one table slice,
+:data:`tpopt.models.pipeline.TICK_EVERY` waves of a simulation) plus the
 solver's own overshoot past its limit; the status says "time limit" only when the clock said so
 (:attr:`Clock.reached` is set by the clock itself, never inferred from a solver's "unknown" status).
 """
@@ -32,6 +35,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from tpopt.errors import InputError
+from tpopt.models import pipeline
 
 if TYPE_CHECKING:
     from tpopt.optimizer.result import Request
@@ -119,7 +123,8 @@ class Clock:
         self.report(phase, 0)
         token = _ACTIVE.set((self, phase))
         try:
-            yield
+            with pipeline.ticking(checkpoint):  # a long pipeline simulation stops between two of its waves
+                yield
         finally:
             _ACTIVE.reset(token)
         self.check(phase)

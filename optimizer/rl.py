@@ -196,11 +196,14 @@ class RLProblem:
         g = self.sc.system(acc).acc.cards_per_host
         return [t for t in self.rsc.search.rollout_tp if g % t == 0 and self.sc.model.heads % t == 0]
 
-    def grid(self, restrict: Restrict | None = None) -> list[RLDecision]:
+    def grid(self, restrict: Restrict | None = None, clock: Clock | None = None,
+             stop_after: int | None = None) -> list[RLDecision]:
         """Every RL decision: whole hosts for each group, together within the card limit; rollout
         groups up to one prompt per engine (more engines than prompts would idle); staleness 0 and 1
         on separate cards (``rl.staleness`` limits it), 0 on shared cards. ``restrict`` maps decision
-        fields to allowed values."""
+        fields to allowed values. ``clock``: checked once per learner card count (raises
+        :class:`TimeLimitReached` there once it has run out); ``stop_after``: stop as soon as the grid
+        holds that many decisions (a size test needs no more)."""
         r = restrict or {}
         s = self.rsc.search
         P = self.task.prompts_per_step
@@ -212,6 +215,10 @@ class RLProblem:
                 for t in self.rollout_tps(acc):
                     top = max(g, math.ceil(P * t / g) * g)
                     for cl in hosts:
+                        if clock is not None:
+                            clock.check("building the RL decisions")
+                        if stop_after is not None and len(out) >= stop_after:
+                            return out
                         rollouts = [cl] if placement == "shared" else [c for c in hosts
                                                                        if c <= top and cl + c <= self.card_limit]
                         for cr in rollouts:
@@ -591,8 +598,12 @@ def _search(pb: RLProblem, objective: str, enforced: tuple[str, ...], restrict: 
     """The bound-ordered search; returns (best, stats, limited): ``limited`` when the clock stopped it
     before the optimum was proven (``best`` is then the best verified plan so far, or None)."""
     groups: dict[LearnerKey, list[tuple[tuple[float, float], int, RLDecision]]] = {}
-    points = pb.grid(restrict)
-    stats: dict[str, Any] = {"points": len(points), "learner_keys": 0, "learner_keys_solved": 0}
+    stats: dict[str, Any] = {"points": None, "learner_keys": 0, "learner_keys_solved": 0}
+    try:
+        points = pb.grid(restrict, clock)
+    except TimeLimitReached:  # cut short while listing the decisions: nothing verified yet
+        return None, stats, True
+    stats["points"] = len(points)
     for i, d in enumerate(points):
         if i % 1024 == 0 and clock.expired("bounding the RL decisions"):
             return None, stats, True
@@ -722,15 +733,21 @@ def _better(a: RLEvaluation, b: RLEvaluation, objective: str) -> bool:
 
 def _wider_problem(pb: RLProblem) -> RLProblem | None:
     """The problem a question without cards.max needs: a card grid up to 8x (else 4x, 2x) the cap, the
-    largest whose RL decisions stay enumerable; None if none does."""
+    largest whose RL decisions stay enumerable; None if none does, or if the run's clock ran out while
+    the grids were counted (nothing cached then: the question is solved on the problem's own grid, whose
+    solve sees the clock has run out and says so)."""
     cache = pb.caches.setdefault("relaxed", {})
     if pb.card_limit not in cache:
-        cache[pb.card_limit] = None
-        for factor in (8, 4, 2):
-            p2 = pb.with_card_limit(factor * pb.sc.search.max_cards)
-            if len(p2.grid()) <= GRID_LIMIT:
-                cache[pb.card_limit] = p2.card_limit
-                break
+        found = None
+        try:
+            for factor in (8, 4, 2):
+                p2 = pb.with_card_limit(factor * pb.sc.search.max_cards)
+                if len(p2.grid(clock=pb.req.clock, stop_after=GRID_LIMIT + 1)) <= GRID_LIMIT:
+                    found = p2.card_limit
+                    break
+        except TimeLimitReached:
+            return None
+        cache[pb.card_limit] = found
     limit: int | None = cache[pb.card_limit]
     return None if limit is None else pb.with_card_limit(limit)
 

@@ -24,14 +24,19 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from tpopt.catalogs.rl import load_rl_scenario
 from tpopt.catalogs.scenario import load_scenario
+from tpopt.cli.confidence import reachable_line
 from tpopt.cli.main import cli, main
+from tpopt.models import pipeline
 from tpopt.models.evaluate import evaluate
+from tpopt.optimizer import confidence as C
 from tpopt.optimizer import enumerate as E
-from tpopt.optimizer import limits
+from tpopt.optimizer import limits, rl
 from tpopt.optimizer.core import solve
 from tpopt.optimizer.limits import Clock, TimeLimitReached, checkpoint
 from tpopt.optimizer.plan import plan
+from tpopt.optimizer.plan_rl import plan_rl
 from tpopt.optimizer.result import Request, Status
 from tpopt.optimizer.space import Space
 
@@ -327,3 +332,121 @@ def test_enumeration_under_a_limit_is_partial_and_says_so():
     r = solve(sc, "enumerate", Request(time_limit=600.0, clock=clock))
     assert r.solver.limit_reached and r.solver.evaluated < r.solver.points
     assert r.status in (Status.FEASIBLE, Status.UNKNOWN) and r.solver.gap is None
+
+
+# ---------------------------------------------------------------------------------------------
+# the confidence additions, the pipeline simulation and the RL grid on the same clock
+
+
+def test_the_confidence_additions_share_the_clock_and_say_what_they_did_not_decide():
+    # the "+5 points" re-solve used to get a fresh time limit of its own (1.96 s at --time-limit 1s); now it
+    # draws on the run's clock: wherever the clock runs out, the plan's status is honest and the step-up is
+    # the unlimited run's answer, a plan not proven the cheapest, or not decided -- never a wrong answer
+    sc = load_scenario(EX / "llama3-8b-confidence.toml")
+    ref = _reference(sc, "enumerate")
+    want = ref.report["finish_distribution"]["step_up"]
+    assert want["status"] == "optimal" and want["decided"]
+    n = _readings(sc, "enumerate")
+    seen = set()
+    for k in range(0, n + 2):
+        clock = Clock(600.0, now=Readings(k))
+        r = plan(sc, "enumerate", Request(time_limit=600.0, clock=clock))
+        _assert_honest(r, ref, sc, clock)
+        if not r.plans:
+            continue
+        up = r.report["finish_distribution"]["step_up"]
+        if up["status"] == "optimal":
+            assert up["decided"] and up["cost"] == pytest.approx(want["cost"], rel=1e-9)
+        else:
+            assert clock.reached and up["time_limit_reached"] and not up["decided"]
+            assert up["status"] in ("feasible", "unknown") and (up["plan"] is None) == (up["status"] == "unknown")
+            assert "reachable" not in up  # no "no plan" claim from a solve cut short
+        seen.add((r.status, up["status"]))
+    assert (Status.OPTIMAL, "unknown") in seen  # the plan proven, its step-up cut short: said so
+    assert (Status.OPTIMAL, "optimal") in seen
+
+
+def test_reachable_confidence_is_the_unlimited_answer_or_not_decided():
+    sc = load_scenario(EX / "llama3-8b-confidence.toml", {"schedule.deadline": "4d"})
+    want = C.reachable(sc, "enumerate", Request(time_limit=600.0))
+    assert 0.9 < want < 0.999  # a bisection, not an end point
+    counter = Readings()
+    C.reachable(sc, "enumerate", Request(time_limit=600.0, clock=Clock(600.0, now=counter)))
+    got = {C.reachable(sc, "enumerate", Request(time_limit=600.0, clock=Clock(600.0, now=Readings(k))))
+           for k in range(0, counter.n + 2, 3)}
+    assert got == {None, want}
+    assert reachable_line(0.95, None).endswith("was not decided within the time limit.")
+
+
+def test_a_pipeline_simulation_ticks_between_waves_and_keeps_nothing_from_a_stopped_run():
+    pipeline._program.cache_clear()
+    pipeline._waves.cache_clear()
+    pipeline._MEMO.clear()
+    shape = ("interleaved", 8, 96)  # ~6,000 ops: hundreds of waves
+    ticks = []
+    with pipeline.ticking(lambda: ticks.append(1)):
+        full = pipeline.completion_time(*shape, 1.0, 2.0, 0.0, 0.1, 0.0, v=2)
+    assert len(ticks) >= 3
+
+    def stop():
+        raise TimeLimitReached("simulating")
+
+    pipeline._program.cache_clear()
+    pipeline._waves.cache_clear()
+    pipeline._MEMO.clear()
+    with pytest.raises(TimeLimitReached):
+        with pipeline.ticking(stop):
+            pipeline.completion_time(*shape, 1.0, 2.0, 0.0, 0.1, 0.0, v=2)
+    assert not pipeline._program.items and not pipeline._waves.items  # nothing half-built was kept
+    assert pipeline.completion_time(*shape, 1.0, 2.0, 0.0, 0.1, 0.0, v=2) == full  # afterwards: as before
+
+
+def test_a_stoppable_phase_stops_a_long_simulation_at_its_next_tick():
+    pipeline._program.cache_clear()
+    pipeline._waves.cache_clear()
+    clock = Clock(600.0, now=Readings(1))  # the entry check passes; the first tick finds it run out
+    with pytest.raises(TimeLimitReached) as exc:
+        with clock.stoppable("enumerating plans"):
+            pipeline.completion_time("interleaved", 8, 96, 1.0, 2.0, 0.0, 0.1, 0.0, v=2)
+    assert exc.value.phase == "enumerating plans" and clock.reached
+    pipeline.completion_time("interleaved", 8, 96, 1.0, 2.0, 0.0, 0.1, 0.0, v=2)  # outside: no hook, no stop
+
+
+def test_the_rl_grid_checks_the_clock_and_the_wider_grid_caches_nothing_cut_short():
+    rsc = load_rl_scenario(EX / "rl-grpo-qwen3-8b.toml")
+    pb = rl.RLProblem(rsc, "cpsat", Request(time_limit=600.0, clock=Clock(600.0, now=Readings(0))))
+    with pytest.raises(TimeLimitReached):
+        pb.grid(clock=pb.req.clock)
+    assert rl._wider_problem(pb) is None and pb.card_limit not in pb.caches.get("relaxed", {})
+    fresh = rl.RLProblem(rsc, "cpsat", Request(time_limit=600.0))
+    full, head = fresh.grid(), fresh.grid(stop_after=10)
+    assert 10 <= len(head) < len(full) and head == full[:len(head)]  # a prefix: enough for a size test
+    wide = rl._wider_problem(fresh)  # the largest widening whose whole grid stays enumerable, as before
+    sizes = {f: len(fresh.with_card_limit(f * fresh.sc.search.max_cards).grid()) for f in (8, 4, 2)}
+    want = next(f for f in (8, 4, 2) if sizes[f] <= rl.GRID_LIMIT)
+    assert wide is not None and wide.card_limit == want * fresh.sc.search.max_cards
+
+
+def test_the_rl_plan_at_any_reading_is_honest():
+    rsc = load_rl_scenario(EX / "rl-grpo-qwen3-8b.toml")
+    ref = plan_rl(rsc, "cpsat", Request(time_limit=600.0))
+    assert ref.status == Status.OPTIMAL
+    counter = Readings()
+    plan_rl(rsc, "cpsat", Request(time_limit=600.0, clock=Clock(600.0, now=counter)))
+    n = counter.n
+    seen = set()
+    for k in sorted({0, 1, 2, 5, 20, n // 2, n - 40, n - 10, n - 2, n + 1} | set(range(0, n, max(1, n // 8)))):
+        clock = Clock(600.0, now=Readings(k))
+        r = plan_rl(rsc, "cpsat", Request(time_limit=600.0, clock=clock))
+        d = r.report
+        assert r.status != Status.INFEASIBLE
+        if r.status == Status.OPTIMAL:
+            assert d["plan"]["cost"] == pytest.approx(ref.report["plan"]["cost"], rel=1e-9)
+        else:
+            assert d["solver"]["time_limit_reached"] and clock.reached
+        if d.get("analysis") != "time limit reached" and r.status == Status.OPTIMAL:
+            assert d["binding"] == ref.report["binding"]  # an analysis reported is the unlimited one
+        else:
+            assert d.get("binding") is None
+        seen.add(r.status)
+    assert {Status.OPTIMAL, Status.UNKNOWN} <= seen

@@ -32,3 +32,26 @@ def test_enumeration_on_the_widest_space_keeps_a_limit():
     assert r["honest"] and r["reached"], r
     assert r["status"] in ("feasible", "unknown")
     assert r["wall_s"] < GENEROUS_S, r
+
+
+def test_the_confidence_step_up_never_gets_a_fresh_limit():
+    # issue 24: the "+5 points" re-solve started a fresh limit of its own (1.96 s at --time-limit 1s, the
+    # clock never reached): it now draws on the run's clock, so once the plan's solve has seen the clock run
+    # out, the step-up cannot have been decided, and says so
+    import json
+    import subprocess
+
+    p = subprocess.run(tl.command(ROOT / "examples" / "llama3-8b-confidence.toml", 1.0, "enumerate"),
+                       capture_output=True, text=True, timeout=GENEROUS_S * 4)
+    assert p.returncode in (0, 4) and "Traceback" not in p.stderr
+    d = json.loads(p.stdout)
+    s = d["solver"]
+    if d["status"] == "unknown":  # the clock ran out before any plan (the imports of a loaded machine)
+        assert s["time_limit_reached"] and "finish_distribution" not in d
+        return
+    up = d["finish_distribution"]["step_up"]
+    if s["time_limit_reached"]:
+        assert up["status"] == "unknown" and not up["decided"] and up["time_limit_reached"], up
+    else:
+        assert d["status"] == "optimal" and up["status"] in ("optimal", "unknown", "feasible")
+        assert up["decided"] == (up["status"] == "optimal")
