@@ -496,7 +496,7 @@ def quantiles(q: float, reserved: float, work: ArrayLike, saves: ArrayLike, sigm
     tight = (ends[0] <= 0) & (ends[1] >= 0)
     span = np.where(tight, t0 * (1 + d), (W * sv + W * a) * np.exp(4.0 * sg) + 10.0 * np.sqrt(np.maximum(W * b, 0.0))
                     + 1.0)
-    for _ in range(60):
+    for _ in range(0 if tight.all() else 60):
         high = ~tight & (f(reserved + span, W, sv, sg, a, b, c) < 0)
         if not high.any():
             break

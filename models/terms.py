@@ -1572,7 +1572,8 @@ def finish_law(sc: Scenario, acc: str, save_mode: str, cards: float, save_interv
                                     sigma=sigma, sigma_source=source)
 
 
-_CHANCE_MEMO: dict[tuple[Any, ...], float] = {}
+_CHANCE_MEMO: dict[tuple[Any, ...], dict[tuple[float, float], float]] = {}
+"""Chance roots W_max (s) by what they depend on (:func:`_chance_key`), then by (cards, interval)."""
 _CHANCE_MEMO_SIZE = 200_000
 
 
@@ -1603,24 +1604,28 @@ def chance_fill(sc: Scenario, acc: str, asks: list[tuple[str, ArrayLike, ArrayLi
     q = sc.task.confidence
     if q is None:
         raise ValueError("chance_fill needs a confidence")
-    keys: list[tuple[Any, ...]] = []
+    found: list[tuple[dict[tuple[float, float], float], NDArray[np.float64]]] = []
     parts = []
     for mode, cards, interval in asks:
         c, t = np.broadcast_arrays(_f(cards), _f(interval))
-        base = _chance_key(sc, acc, mode)
+        memo = _CHANCE_MEMO.setdefault(_chance_key(sc, acc, mode), {})  # the key hashed once per ask
         pairs = np.unique(np.stack([c.reshape(-1), t.reshape(-1)], axis=1), axis=0)
-        todo = pairs[[(base, float(n), float(tau)) not in _CHANCE_MEMO for n, tau in pairs]]
+        todo = pairs[[(n, tau) not in memo for n, tau in pairs.tolist()]]
         if len(todo):
-            keys.extend((base, float(n), float(tau)) for n, tau in todo)
+            found.append((memo, todo))
             parts.append(_law_inputs(sc, acc, mode, todo[:, 0], todo[:, 1]))
-    if not keys:
+    if not found:
         return
     saves = np.concatenate([p[0] for p in parts])
     kap = np.concatenate([p[2] for p in parts], axis=1)
     work = finish.max_work(q, sc.task.deadline_s, sc.task.reserved_s, saves, parts[0][1], (kap[0], kap[1], kap[2]))
-    if len(_CHANCE_MEMO) + len(keys) > _CHANCE_MEMO_SIZE:
-        _CHANCE_MEMO.clear()
-    _CHANCE_MEMO.update(zip(keys, (float(w) for w in work), strict=True))
+    if sum(len(m) for m in _CHANCE_MEMO.values()) + len(work) > _CHANCE_MEMO_SIZE:
+        for m in _CHANCE_MEMO.values():
+            m.clear()
+    start = 0
+    for memo, todo in found:
+        memo.update(zip(map(tuple, todo.tolist()), work[start:start + len(todo)].tolist(), strict=True))
+        start += len(todo)
 
 
 def chance_step_max(sc: Scenario, acc: str, save_mode: str, cards: ArrayLike, save_interval: ArrayLike
@@ -1633,9 +1638,9 @@ def chance_step_max(sc: Scenario, acc: str, save_mode: str, cards: ArrayLike, sa
         raise ValueError("chance_step_max needs a confidence")
     c, t = np.broadcast_arrays(_f(cards), _f(save_interval))
     chance_fill(sc, acc, [(save_mode, c, t)])
-    base = _chance_key(sc, acc, save_mode)
+    memo = _CHANCE_MEMO[_chance_key(sc, acc, save_mode)]
     pairs, inverse = np.unique(np.stack([c.reshape(-1), t.reshape(-1)], axis=1), axis=0, return_inverse=True)
-    per_pair = np.array([_CHANCE_MEMO[(base, float(n), float(tau))] for n, tau in pairs])
+    per_pair = np.array([memo[(n, tau)] for n, tau in pairs.tolist()])
     out: FloatArray = (per_pair[inverse.reshape(-1)] / iteration_count(sc)).reshape(c.shape)
     return out
 
