@@ -443,8 +443,10 @@ def max_work(q: float, deadline: float, reserved: float, saves: ArrayLike, sigma
 
     room = deadline - reserved
     sv, sg, a, b, c = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (saves, sigma, *kappa)))
+    shape = sv.shape
     if room <= 0:
-        return np.zeros(sv.shape)
+        return np.zeros(shape)
+    sv, sg, a, b, c = (v.reshape(-1) for v in (sv, sg, a, b, c))
 
     def f(w: NDArray[np.float64], sv: FloatArray, sg: FloatArray, a: FloatArray, b: FloatArray,
           c: FloatArray) -> FloatArray:
@@ -457,20 +459,26 @@ def max_work(q: float, deadline: float, reserved: float, saves: ArrayLike, sigma
     # brackets around the root without the event spread, W0 = room / ((1 + c/tau + k1) e^(sigma z_q)): the
     # spread moves the root by a few of its standard deviations, sd(S) / mean(T - R) ~ sqrt(k2 W0) / room
     # relative, so [W0 (1 - d), W0 (1 + d)] with d = 8 of them (+1e-6) brackets it, else [W0 / 2, 2 W0],
-    # else the wide (0, room]; every end is checked (one CDF evaluation for all of them, stacked)
+    # else the wide (0, room]; each checked (one CDF evaluation per kind of end, on the elements that need it)
     w0 = np.minimum(room / ((sv + a) * np.exp(sg * ndtri(q))), room)
     d = np.minimum(8.0 * np.sqrt(np.maximum(b * w0, 0.0)) / room + 1e-6, 0.5)
-    ends = [lo, hi, w0 * (1 - d), np.minimum(w0 * (1 + d), room), 0.5 * w0, np.minimum(2.0 * w0, room)]
-    ends = [np.maximum(e, lo) for e in ends]
-    fe = f(np.stack(ends), sv, sg, a, b, c)
-    flo, fhi = fe[0], fe[1]
-    tight = (fe[2] >= 0) & (fe[3] <= 0)
-    half = (fe[4] >= 0) & (fe[5] <= 0)
-    blo = np.where(tight, ends[2], np.where(half, ends[4], lo))
-    bhi = np.where(tight, ends[3], np.where(half, ends[5], hi))
+    t_lo, t_hi = np.maximum(w0 * (1 - d), lo), np.maximum(np.minimum(w0 * (1 + d), room), lo)
+    ft = f(np.stack([t_lo, t_hi]), sv, sg, a, b, c)
+    tight = (ft[0] >= 0) & (ft[1] <= 0)  # then f(lo) >= 0 >= f(hi) too: f falls as W grows
+    blo, bhi = t_lo.copy(), t_hi.copy()
+    flo, fhi = np.ones(sv.shape), -np.ones(sv.shape)
+    if not tight.all():  # the other ends, only where the tight bracket misses
+        m = ~tight
+        ends = np.stack([lo[m], hi[m], np.maximum(0.5 * w0[m], lo[m]),
+                         np.maximum(np.minimum(2.0 * w0[m], room), lo[m])])
+        fe = f(ends, sv[m], sg[m], a[m], b[m], c[m])
+        flo[m], fhi[m] = fe[0], fe[1]
+        half = (fe[2] >= 0) & (fe[3] <= 0)
+        blo[m] = np.where(half, ends[2], ends[0])
+        bhi[m] = np.where(half, ends[3], ends[1])
     res = elementwise.find_root(f, (blo, bhi), args=(sv, sg, a, b, c),
                                 tolerances={"xrtol": 1e-10, "xatol": room * 1e-13})
-    x: FloatArray = np.where(fhi >= 0, hi, np.where(flo < 0, 0.0, res.x))
+    x: FloatArray = np.where(fhi >= 0, hi, np.where(flo < 0, 0.0, res.x)).reshape(shape)
     return x
 
 
