@@ -41,6 +41,7 @@ from tpopt.catalogs.stacks import DEFAULT_STACK, stack_profile  # noqa: E402
 from tpopt.errors import InputError  # noqa: E402
 from tpopt.models import families as F  # noqa: E402
 from tpopt.models.evaluate import evaluate_arrays, resolve_plan, with_plan_options  # noqa: E402
+from tpopt.models.finish import SIGMA_MIN_RUNS, residual_sigma  # noqa: E402
 from tpopt.models.units import GIB  # noqa: E402
 from tpopt.optimizer import calibrate as C  # noqa: E402
 from tpopt.optimizer.runs import megatron_flops, memory_figures, runs_from_csv, table_stack  # noqa: E402
@@ -147,6 +148,31 @@ def fit_all(runs, fit_tables, cat, loo: bool, log: bool, dense_only: bool = Fals
                 print(f"\r  leave-one-out {acc} {i + 1}/{len(fit_runs)}", end="", flush=True, file=sys.stderr)
             print(file=sys.stderr)
     return pred, chosen, cals, loo_pred
+
+
+def print_residual_sigma(runs, loo: dict, loso: dict) -> None:
+    """The step-time sigma the Confidence model uses (models/finish.py): the RMS of ln(predicted / published)
+    (finish.residual_sigma). Cards no table covers: the largest per-table RMS of the leave-one-source-out
+    predictions (a table predicted from the others: how far the model is off on a stack and cards it was
+    not fitted on), DEFAULT_STEP_SIGMA. A covered card: its leave-one-out RMS when at least
+    finish.SIGMA_MIN_RUNS runs estimate it, else the larger of that and the default; catalogs/performance.toml
+    ``residual_sigma``."""
+    print("\nstep-time residual sigma (RMS of ln(predicted / published), models/finish.py):")
+    default = 0.0
+    for t in dict.fromkeys(r.table for r in runs):
+        ratios = [loso[r.name] / r.measured_step_s for r in runs if r.table == t and r.name in loso]
+        if ratios:
+            default = max(default, residual_sigma(ratios))
+            print(f"  leave-one-source-out {t:24s} {residual_sigma(ratios):.3f}  ({len(ratios)} runs)")
+    if default > 0:
+        print(f"  cards and stacks no table covers: DEFAULT_STEP_SIGMA = {default:.3f} (the largest of these)")
+    for acc in dict.fromkeys(r.accelerator for r in runs):
+        ratios = [loo[r.name] / r.measured_step_s for r in runs if r.accelerator == acc and r.name in loo]
+        if ratios:
+            own = residual_sigma(ratios)
+            value = own if len(ratios) >= SIGMA_MIN_RUNS else max(own, default)
+            print(f"  [{acc}] residual_sigma = {value:.3f}  (leave-one-out RMS {own:.3f} over {len(ratios)} runs"
+                  f"{'' if len(ratios) >= SIGMA_MIN_RUNS else f'; under {SIGMA_MIN_RUNS} runs: the default'})")
 
 
 def main(argv=None) -> int:
@@ -268,6 +294,7 @@ def main(argv=None) -> int:
             for col, e in by_col.items():
                 print(f"    {col}: {summary(e)}")
                 ok &= float(np.median(np.abs(e))) <= 0.05
+    print_residual_sigma(runs, loo, loso)
     print("\nissue 23 targets (per table: median <= 5 %, max <= 12 %, signed median within 2 %, leave-one-source-out "
           "median <= 8 %; ratio within 3 %, memory median <= 5 %, percent of peak rising with width): "
           f"{'met' if ok else 'NOT met'}")

@@ -121,6 +121,8 @@ def _merge(dirs: list[Path]) -> dict[str, dict]:
                         raw[stem].setdefault(key, {}).update(value)
                     elif stem == "performance" and isinstance(value, dict):
                         entry = raw[stem].setdefault(key, {})  # field by field over the built-in
+                        if "residual_sigma" in value and "residual_sigma_source" not in value:
+                            entry.pop("residual_sigma_source", None)  # a new sigma states its own source
                         for k2, v2 in value.items():
                             both = isinstance(v2, dict) and isinstance(entry.get(k2), dict)
                             entry[k2] = {**entry[k2], **v2} if both else v2

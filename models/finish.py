@@ -43,16 +43,26 @@ from tpopt.models.units import DAY, HOUR
 
 VALIDATION_LOO_ERRORS = (-5.5, -1.6, 4.2, 1.9, -0.3, -3.1, -0.1, -2.4, -2.1, -4.6,
                          3.4, 1.3, 2.3, 0.7, -0.6, -2.7, 4.4, 4.6)
-"""Leave-one-out step-time errors (%) of the calibration on the validation tables (README: Narayanan et al.
-2021 table 1, ten runs; Korthikanti et al. 2022, four models x full / selective recompute)."""
+"""Leave-one-out step-time errors (%) of the calibration on the A100 validation tables (README: Narayanan et
+al. 2021 table 1, ten runs; Korthikanti et al. 2022, four models x full / selective recompute): their RMS
+log error, 0.030, is the A100-80GB-SXM's ``residual_sigma`` in catalogs/performance.toml."""
 
-DEFAULT_STEP_SIGMA = 0.03
-"""Log-sd of measured / predicted step time without a calibration of one's own: the root mean square of
-ln(1 + error) over :data:`VALIDATION_LOO_ERRORS` (0.0301). A calibration's residual spread (performance.toml
-``residual_sigma``) replaces it per accelerator. It holds for the stack the tables measured; the public
-anchors (:data:`ANCHOR_SPEEDS`) show 7-28 % optimism on other stacks, whose RMS log error is 0.154: give
-``[risk] step_sigma = 0.15`` (or calibrate) for a stack the model was not fitted on."""
-DEFAULT_STEP_SIGMA_SOURCE = "default: RMS leave-one-out error of the validation tables (README), 0.030"
+VALIDATION_LOSO_ERRORS = (-7.7, 2.2, -9.1, -11.4, -9.9, -12.2, -4.3, -7.7, 2.6)
+"""Leave-one-source-out step-time errors (%) on the modern table (README: NVIDIA Megatron-Bridge's H100 /
+B200 / GB200 runs predicted by calibrations fitted on the other tables only, or the catalog's public
+measurements where no other table has the card): the table the others predict worst."""
+
+DEFAULT_STEP_SIGMA = 0.087
+"""Log-sd of measured / predicted step time on a card or stack no validation table covers (no
+``residual_sigma`` in performance.toml, no calibration of one's own): the largest per-table RMS of ln(1 +
+error) over the leave-one-source-out predictions, the modern table's (:data:`VALIDATION_LOSO_ERRORS`:
+0.087; the A100 tables' are 0.035). benchmarks/validate_published.py prints it. Covered cards ship their
+own leave-one-out RMS (``residual_sigma``: A100 0.030, H100 0.072; B200 and GB200, two runs each, this
+default); ``tpopt calibrate`` replaces it with a calibration's residual spread. The public anchors
+(:data:`ANCHOR_SPEEDS`) show 7-28 % optimism on stacks the model was not fitted on, an RMS log error of
+0.154: give ``[risk] step_sigma = 0.15`` (or calibrate) there."""
+DEFAULT_STEP_SIGMA_SOURCE = ("default for a card or stack no validation table covers: the largest "
+                             "leave-one-source-out RMS log error of benchmarks/validate_published.py, 0.087")
 
 ANCHOR_SPEEDS = (1.09, 1.07, 1.18, 1.23, 1.09, 1.28, 1.13)
 """tpopt's speed over the published one on the seven public anchors (README, "Public anchors": Llama 3 405B
@@ -91,6 +101,21 @@ class Risk:
             raise InputError(f"risk.step_sigma must be a finite number >= 0, got {self.step_sigma!r}")
         if not math.isfinite(self.slow_factor) or self.slow_factor < 1:
             raise InputError(f"risk.slow_factor must be >= 1, got {self.slow_factor!r}")
+
+
+SIGMA_MIN_RUNS = 4
+"""Fewest leave-one-out predictions whose RMS a card's ``residual_sigma`` is taken from alone; with fewer
+(two runs estimate no spread) the card gets the larger of theirs and :data:`DEFAULT_STEP_SIGMA`."""
+
+
+def residual_sigma(ratios: ArrayLike) -> float:
+    """The lognormal sigma of predicted / measured step-time ratios: sqrt(mean(ln(ratio)^2)) (the RMS log
+    error; a median-1 lognormal's log-sd). benchmarks/validate_published.py prints it over its leave-one-out
+    and leave-one-source-out predictions: the catalog's ``residual_sigma`` and :data:`DEFAULT_STEP_SIGMA`."""
+    r = np.asarray(ratios, dtype=float)
+    if r.size == 0 or not np.all(np.isfinite(r)) or np.any(r <= 0):
+        raise InputError("residual_sigma needs positive, finite step-time ratios")
+    return float(np.sqrt(np.mean(np.log(r) ** 2)))
 
 
 def parse_confidence(text: object) -> float:
@@ -271,7 +296,8 @@ def gamma_cdf(y: ArrayLike, k1: ArrayLike, k2: ArrayLike, k3: ArrayLike) -> Floa
     x0 = m - shape * theta
     with np.errstate(invalid="ignore", over="ignore"):
         g = special.gammainc(shape, np.maximum(y_ - x0, 0.0) / theta)
-        nrm = special.ndtr((y_ - m) / np.sqrt(vs))
+        # the normal only where there is no skew (evaluated only when some element needs it)
+        nrm = g if np.all(skew | point) else special.ndtr((y_ - m) / np.sqrt(vs))
     out: FloatArray = np.where(point, (y_ >= m).astype(float), np.where(skew, g, nrm))
     return out
 
@@ -314,8 +340,10 @@ def cdf(t: ArrayLike, reserved: ArrayLike, work: ArrayLike, saves: ArrayLike, si
     g = gamma_cdf(x[..., None] - Wp[..., None] * e, k1[..., None] * e, k2[..., None] * e, k3[..., None] * e)
     dens = np.exp(-0.5 * z**2) / math.sqrt(2.0 * math.pi)
     lognormal = special.ndtr(lo) + rad * np.sum(_GL_W * dens * g, axis=-1)
-    fixed = gamma_cdf(x - Wp, k1, k2, k3)
-    out: FloatArray = np.clip(np.where(sg > 0, lognormal, fixed), 0.0, 1.0)
+    if np.all(sg > 0):  # every element has a step error: no fixed-step branch to evaluate
+        out: FloatArray = np.clip(lognormal, 0.0, 1.0)
+    else:
+        out = np.clip(np.where(sg > 0, lognormal, gamma_cdf(x - Wp, k1, k2, k3)), 0.0, 1.0)
     out = np.where(x <= 0, 0.0, out)
     return out
 
@@ -415,28 +443,42 @@ def max_work(q: float, deadline: float, reserved: float, saves: ArrayLike, sigma
 
     room = deadline - reserved
     sv, sg, a, b, c = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (saves, sigma, *kappa)))
+    shape = sv.shape
     if room <= 0:
-        return np.zeros(sv.shape)
+        return np.zeros(shape)
+    sv, sg, a, b, c = (v.reshape(-1) for v in (sv, sg, a, b, c))
 
     def f(w: NDArray[np.float64], sv: FloatArray, sg: FloatArray, a: FloatArray, b: FloatArray,
           c: FloatArray) -> FloatArray:
         return cdf(deadline, reserved, w, sv, sg, (a, b, c)) - q
 
-    lo = np.full(sv.shape, room * 1e-9)
-    hi = np.full(sv.shape, room)
-    flo = f(lo, sv, sg, a, b, c)
-    fhi = f(hi, sv, sg, a, b, c)
-    # a tight bracket around the root without the event spread, W0 = room / ((1 + c/tau + k1) e^(sigma z_q)):
-    # the event sum only lowers the root, so [W0 / 2, W0] brackets it unless its spread is large; elements
-    # it does not bracket keep the wide one
     from scipy.special import ndtri  # lazy: start-up time
 
+    lo = np.full(sv.shape, room * 1e-9)
+    hi = np.full(sv.shape, room)
+    # brackets around the root without the event spread, W0 = room / ((1 + c/tau + k1) e^(sigma z_q)): the
+    # spread moves the root by a few of its standard deviations, sd(S) / mean(T - R) ~ sqrt(k2 W0) / room
+    # relative, so [W0 (1 - d), W0 (1 + d)] with d = 8 of them (+1e-6) brackets it, else [W0 / 2, 2 W0],
+    # else the wide (0, room]; each checked (one CDF evaluation per kind of end, on the elements that need it)
     w0 = np.minimum(room / ((sv + a) * np.exp(sg * ndtri(q))), room)
-    tlo, thi = np.maximum(0.5 * w0, lo), np.maximum(w0, lo)
-    ok = (f(tlo, sv, sg, a, b, c) >= 0) & (f(thi, sv, sg, a, b, c) <= 0)
-    res = elementwise.find_root(f, (np.where(ok, tlo, lo), np.where(ok, thi, hi)), args=(sv, sg, a, b, c),
+    d = np.minimum(8.0 * np.sqrt(np.maximum(b * w0, 0.0)) / room + 1e-6, 0.5)
+    t_lo, t_hi = np.maximum(w0 * (1 - d), lo), np.maximum(np.minimum(w0 * (1 + d), room), lo)
+    ft = f(np.stack([t_lo, t_hi]), sv, sg, a, b, c)
+    tight = (ft[0] >= 0) & (ft[1] <= 0)  # then f(lo) >= 0 >= f(hi) too: f falls as W grows
+    blo, bhi = t_lo.copy(), t_hi.copy()
+    flo, fhi = np.ones(sv.shape), -np.ones(sv.shape)
+    if not tight.all():  # the other ends, only where the tight bracket misses
+        m = ~tight
+        ends = np.stack([lo[m], hi[m], np.maximum(0.5 * w0[m], lo[m]),
+                         np.maximum(np.minimum(2.0 * w0[m], room), lo[m])])
+        fe = f(ends, sv[m], sg[m], a[m], b[m], c[m])
+        flo[m], fhi[m] = fe[0], fe[1]
+        half = (fe[2] >= 0) & (fe[3] <= 0)
+        blo[m] = np.where(half, ends[2], ends[0])
+        bhi[m] = np.where(half, ends[3], ends[1])
+    res = elementwise.find_root(f, (blo, bhi), args=(sv, sg, a, b, c),
                                 tolerances={"xrtol": 1e-10, "xatol": room * 1e-13})
-    x: FloatArray = np.where(fhi >= 0, hi, np.where(flo < 0, 0.0, res.x))
+    x: FloatArray = np.where(fhi >= 0, hi, np.where(flo < 0, 0.0, res.x)).reshape(shape)
     return x
 
 
@@ -452,13 +494,22 @@ def quantiles(q: float, reserved: float, work: ArrayLike, saves: ArrayLike, sigm
           c: FloatArray) -> FloatArray:
         return cdf(t, reserved, W, sv, sg, (a, b, c)) - q
 
-    span = (W * sv + W * a) * np.exp(4.0 * sg) + 10.0 * np.sqrt(np.maximum(W * b, 0.0)) + 1.0
-    for _ in range(60):
-        high = f(reserved + span, W, sv, sg, a, b, c) < 0
+    from scipy.special import ndtri  # lazy: start-up time
+
+    # a tight bracket first: the quantile without the event spread, t0 - R = W (1 + c/tau + k1) e^(sigma z_q),
+    # +- d (t0 - R) with d = 8 sd(S) / (t0 - R) + 1e-6 (the spread moves it by a few sd); checked at once
+    t0 = W * (sv + a) * np.exp(sg * ndtri(q))
+    d = np.minimum(8.0 * np.sqrt(np.maximum(W * b, 0.0)) / np.maximum(t0, 1e-300) + 1e-6, 0.5)
+    ends = f(reserved + np.stack([t0 * (1 - d), t0 * (1 + d)]), W, sv, sg, a, b, c)
+    tight = (ends[0] <= 0) & (ends[1] >= 0)
+    span = np.where(tight, t0 * (1 + d), (W * sv + W * a) * np.exp(4.0 * sg) + 10.0 * np.sqrt(np.maximum(W * b, 0.0))
+                    + 1.0)
+    for _ in range(0 if tight.all() else 60):
+        high = ~tight & (f(reserved + span, W, sv, sg, a, b, c) < 0)
         if not high.any():
             break
         span = np.where(high, 2.0 * span, span)
-    lo = np.full(W.shape, float(reserved))
+    lo = np.where(tight, reserved + t0 * (1 - d), float(reserved))
     res = elementwise.find_root(f, (lo, reserved + span), args=(W, sv, sg, a, b, c),
                                 tolerances={"xrtol": 1e-12, "xatol": 1e-6})
     out: FloatArray = np.where(W <= 0, float(reserved), res.x)
@@ -520,8 +571,8 @@ def normal_quantile(q: float) -> float:
 
 __all__ = [
     "Risk", "Source", "SOURCES", "SOURCE_NAMES", "STEP_ERROR", "Exposure", "Events", "Distribution",
-    "DEFAULT_STEP_SIGMA", "DEFAULT_STEP_SIGMA_SOURCE", "ANCHOR_SPEEDS", "VALIDATION_LOO_ERRORS", "SLOW_FACTOR",
-    "SLOW_DURATION_S",
-    "SLOW_RATE_PER_CARD_S", "parse_confidence", "uniform_moments", "gamma_cdf", "cdf", "plan_distribution",
+    "DEFAULT_STEP_SIGMA", "DEFAULT_STEP_SIGMA_SOURCE", "ANCHOR_SPEEDS", "VALIDATION_LOO_ERRORS",
+    "VALIDATION_LOSO_ERRORS", "SLOW_FACTOR", "SLOW_DURATION_S", "SLOW_RATE_PER_CARD_S", "SIGMA_MIN_RUNS",
+    "residual_sigma", "parse_confidence", "uniform_moments", "gamma_cdf", "cdf", "plan_distribution",
     "max_work", "quantiles", "event_cumulants", "events_over", "lattice_cdf", "matching_error", "normal_quantile",
 ]

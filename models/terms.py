@@ -1536,14 +1536,14 @@ def rate_per_second(sc: Scenario, acc: str, cards: ArrayLike, nics: ArrayLike) -
 
 def step_sigma(sc: Scenario, acc: str) -> tuple[float, str]:
     """Log-sd of measured / predicted step time and where it comes from: the scenario's ``risk.step_sigma``,
-    else the accelerator's calibrated ``residual_sigma`` (performance.toml), else the anchors' default."""
+    else the accelerator's ``residual_sigma`` (performance.toml, with its source: the validation tables'
+    leave-one-out spread, or a calibration's), else finish.DEFAULT_STEP_SIGMA (cards no table covers)."""
     if sc.risk.step_sigma is not None:
         return sc.risk.step_sigma, "given (risk.step_sigma)"
     perf = _perf(sc, acc)
-    calibrated = getattr(perf, "residual_sigma", None)
-    if calibrated is not None:
-        source = getattr(perf, "residual_sigma_source", "") or "calibration residual (performance.toml)"
-        return float(calibrated), str(source)
+    source = getattr(perf, "residual_sigma_source", "")  # the catalog refuses a residual_sigma without one
+    if source:
+        return float(perf.residual_sigma), str(source)
     return finish.DEFAULT_STEP_SIGMA, finish.DEFAULT_STEP_SIGMA_SOURCE
 
 
@@ -1572,7 +1572,8 @@ def finish_law(sc: Scenario, acc: str, save_mode: str, cards: float, save_interv
                                     sigma=sigma, sigma_source=source)
 
 
-_CHANCE_MEMO: dict[tuple[Any, ...], float] = {}
+_CHANCE_MEMO: dict[tuple[Any, ...], dict[tuple[float, float], float]] = {}
+"""Chance roots W_max (s) by what they depend on (:func:`_chance_key`), then by (cards, interval)."""
 _CHANCE_MEMO_SIZE = 200_000
 
 
@@ -1587,33 +1588,60 @@ def _law_inputs(sc: Scenario, acc: str, save_mode: str, cards: FloatArray, tau: 
     return 1.0 + pause / tau, sigma, finish.event_cumulants(*finish.events_over(x))
 
 
+def _chance_key(sc: Scenario, acc: str, save_mode: str) -> tuple[Any, ...]:
+    """What a chance root depends on besides (cards, interval): level, deadline, margins, save mode's pause and
+    lag, restart, failure and rollback rates, the risk inputs and the step sigma."""
+    rel = sc.reliability
+    pause, lag = save_pause_lag(sc, save_mode)
+    return (sc.task.confidence, sc.task.deadline_s, sc.task.reserved_s, pause, lag, rel.restore_s, rel.card_mtbf_s,
+            rel.event_interval_s, sc.risk, step_sigma(sc, acc)[0])
+
+
+def chance_fill(sc: Scenario, acc: str, asks: list[tuple[str, ArrayLike, ArrayLike]]) -> None:
+    """Find the chance roots (finish.max_work) of every (save mode, cards, interval) asked that is not
+    remembered yet, all in ONE vectorised root finding: one row per distinct (mode, cards, interval)
+    tuple, whatever the number of asks (the enumerator asks for its whole space before it starts)."""
+    q = sc.task.confidence
+    if q is None:
+        raise ValueError("chance_fill needs a confidence")
+    found: list[tuple[dict[tuple[float, float], float], NDArray[np.float64]]] = []
+    parts = []
+    for mode, cards, interval in asks:
+        c, t = np.broadcast_arrays(_f(cards), _f(interval))
+        memo = _CHANCE_MEMO.setdefault(_chance_key(sc, acc, mode), {})  # the key hashed once per ask
+        pairs = np.unique(np.stack([c.reshape(-1), t.reshape(-1)], axis=1), axis=0)
+        todo = pairs[[(n, tau) not in memo for n, tau in pairs.tolist()]]
+        if len(todo):
+            found.append((memo, todo))
+            parts.append(_law_inputs(sc, acc, mode, todo[:, 0], todo[:, 1]))
+    if not found:
+        return
+    saves = np.concatenate([p[0] for p in parts])
+    kap = np.concatenate([p[2] for p in parts], axis=1)
+    work = finish.max_work(q, sc.task.deadline_s, sc.task.reserved_s, saves, parts[0][1], (kap[0], kap[1], kap[2]))
+    if sum(len(m) for m in _CHANCE_MEMO.values()) + len(work) > _CHANCE_MEMO_SIZE:
+        for m in _CHANCE_MEMO.values():
+            m.clear()
+    start = 0
+    for memo, todo in found:
+        memo.update(zip(map(tuple, todo.tolist()), work[start:start + len(todo)].tolist(), strict=True))
+        start += len(todo)
+
+
 def chance_step_max(sc: Scenario, acc: str, save_mode: str, cards: ArrayLike, save_interval: ArrayLike
                     ) -> FloatArray:
     """The largest step (s) whose finish meets the deadline with probability >= the confidence:
     W_max / iterations (finish.max_work), element-wise over cards and save intervals: one root per
-    distinct (cards, interval) pair, all found at once, and remembered across calls (the tables, the
-    evaluator and every chunk of an enumeration ask for the same pairs)."""
-    q = sc.task.confidence
-    if q is None:
+    distinct (cards, interval) pair, all found at once (:func:`chance_fill`), and remembered across calls
+    (the tables, the evaluator and every chunk of an enumeration ask for the same pairs)."""
+    if sc.task.confidence is None:
         raise ValueError("chance_step_max needs a confidence")
     c, t = np.broadcast_arrays(_f(cards), _f(save_interval))
-    rel = sc.reliability
-    pause, lag = save_pause_lag(sc, save_mode)
-    base = (q, sc.task.deadline_s, sc.task.reserved_s, pause, lag, rel.restore_s, rel.card_mtbf_s,
-            rel.event_interval_s, sc.risk, step_sigma(sc, acc)[0])
+    chance_fill(sc, acc, [(save_mode, c, t)])
+    memo = _CHANCE_MEMO[_chance_key(sc, acc, save_mode)]
     pairs, inverse = np.unique(np.stack([c.reshape(-1), t.reshape(-1)], axis=1), axis=0, return_inverse=True)
-    missing = np.array([(base, float(n), float(tau)) not in _CHANCE_MEMO for n, tau in pairs], dtype=bool)
-    if missing.any():
-        todo = pairs[missing]
-        saves, sigma, kap = _law_inputs(sc, acc, save_mode, todo[:, 0], todo[:, 1])
-        work = finish.max_work(q, sc.task.deadline_s, sc.task.reserved_s, saves, sigma, (kap[0], kap[1], kap[2]))
-        if len(_CHANCE_MEMO) > _CHANCE_MEMO_SIZE:
-            _CHANCE_MEMO.clear()
-        for (n, tau), w in zip(todo, work, strict=True):
-            _CHANCE_MEMO[(base, float(n), float(tau))] = float(w)
-    iters = iteration_count(sc)
-    per_pair = np.array([_CHANCE_MEMO[(base, float(n), float(tau))] for n, tau in pairs])
-    out: FloatArray = (per_pair[inverse.reshape(-1)] / iters).reshape(c.shape)
+    per_pair = np.array([memo[(n, tau)] for n, tau in pairs.tolist()])
+    out: FloatArray = (per_pair[inverse.reshape(-1)] / iteration_count(sc)).reshape(c.shape)
     return out
 
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import NoReturn
 
+import numpy as np
+from tpopt.models import terms as T
 from tpopt.models.evaluate import Evaluation
 from tpopt.optimizer.backends import CapabilityError
 from tpopt.optimizer.backends.verify import evaluate_assignment
 from tpopt.optimizer.decompose import Allowed, LayoutBounds
 from tpopt.optimizer.enumerate import enumerate_best
 from tpopt.optimizer.result import Request, SolverInfo, Status
-from tpopt.optimizer.space import Space
+from tpopt.optimizer.space import Space, card_counts, chance_on
 
 
 class Enumerate:
@@ -29,6 +31,12 @@ class Enumerate:
                     ) -> tuple[list[Evaluation], Status]:
         """The K best plans; ``optimal``/``infeasible`` when every plan was evaluated, else ``feasible``/
         ``unknown`` (a partial enumeration has no bound on the plans it did not reach)."""
+        if chance_on(space.sc):  # every chance root of the space in one root finding, before the chunks ask
+            d = space.domains
+            cards = np.asarray(card_counts(d), dtype=float)
+            for acc in d["acc"]:
+                T.chance_fill(space.sc, acc, [(m, cards, space.interval(tau, cards, m)) for m in d["mode"]
+                                              for tau in d["tau"]])
         assignments, evaluated, chunks = enumerate_best(space, req)
         plans = [evaluate_assignment(space, a) for a in assignments]
         info.evaluated, info.rounds = evaluated, chunks
