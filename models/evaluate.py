@@ -394,6 +394,23 @@ def moe_metrics(sc: Scenario, plan: Plan, v: dict[str, float]) -> dict[str, Any]
     }
 
 
+def stage_memory_metrics(sc: Scenario, plan: Plan) -> dict[str, Any]:
+    """The per-rank memory report (per-operation model): each pipeline stage's allocated and reserved
+    peak in GiB (T.memory_by_stage) and the stage whose rank peaks; nothing in the flat model."""
+    stages = T.memory_by_stage(sc, schedule=plan.schedule, recompute=plan.recompute, zero=plan.zero_stage,
+                               offload=plan.offload, tp=plan.tp, cp=plan.cp, pp=plan.pp, dp=plan.dp,
+                               mb=plan.micro_batch, ep=plan.ep, etp=plan.expert_tp, cap=plan.capacity_factor)
+    if not stages:
+        return {}
+    peak = max(stages, key=lambda m: m.allocated)
+    return {"memory_by_stage": [{"stage": m.stage, "layers": m.layers, "states_gib": m.states / GIB,
+                                 "activations_gib": m.activations / GIB, "temporary_gib": m.temporary / GIB,
+                                 "allocated_gib": m.allocated / GIB, "reserved_gib": m.reserved / GIB}
+                                for m in stages],
+            "peak_stage": peak.stage, "peak_rank_allocated_gib": peak.allocated / GIB,
+            "peak_rank_reserved_gib": peak.reserved / GIB}
+
+
 def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluation:
     """Metrics and constraint checks of one plan (chapter 10.6.1 table and more), at the plan's
     global batch when it sets one."""
@@ -444,6 +461,7 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
         "input_demand_seq_s": v["input_demand"],
         "input_supply_seq_s": _clean(v["input_supply"]),
         "step_model": "per-operation" if T.per_op_model(sc) else "flat",
+        **stage_memory_metrics(sc, plan),
         "stage_layers": [int(x) if float(x).is_integer() else float(x) for x in T.stage_split(sc, plan.pp)],
         **moe_metrics(sc, plan, v),
     }

@@ -99,6 +99,7 @@ class StackProfile:
     recompute_modules: tuple[str, ...] = ()
     activation_offload: bool = False
     fp8_recipe: str = "current"
+    moe_probs_in_activation: bool = False  # router probabilities applied in the experts' activation (before fc2)
     step_overhead: float = 0.0  # s per optimizer step
     microbatch_overhead: float = 0.0  # s per micro-batch per pipeline stage
     cuda_context: float = 0.0  # bytes (inside the accelerator's usable memory; for reference)

@@ -256,7 +256,8 @@ def _stage_candidates(a: ModelArch, tp: float, pp: int, split: tuple[int, ...] |
     return out
 
 
-def stage_candidates(a: ModelArch, tp: float, pp: int, split: list[int] | None = None) -> FloatArray:
+def stage_candidates(a: ModelArch, tp: float, pp: int, split: list[int] | None = None,
+                     keep_all: bool = False) -> FloatArray:
     """Stages that can be the heaviest, as rows (non-expert params per card, routed-expert linear
     params, routed-expert biases, MoE blocks): tp splits the non-expert linear layers; the expert
     columns are split later by ep x etp (weights) and ep (biases).
@@ -266,7 +267,8 @@ def stage_candidates(a: ModelArch, tp: float, pp: int, split: list[int] | None =
     and MTP modules, and every run of ceil(L / pp) consecutive blocks (dominated rows removed); at
     ep x etp = tp the heaviest row's total is exactly stage_params. With ``split`` (layers per stage,
     the per-operation model's uneven stages) every real stage, as memory.stage_param_counts (a tied
-    embedding keeps its own copy on a separate last stage).
+    embedding keeps its own copy on a separate last stage). ``keep_all`` (with ``split``): one row per
+    stage, in stage order, none removed.
     """
     dl, do, xl, xb, moe = _split_block_arrays(a)
     emb = embedding_params(a)
@@ -295,6 +297,8 @@ def stage_candidates(a: ModelArch, tp: float, pp: int, split: list[int] | None =
                 row = [row[0] + tail_ne, row[1] + mxl, row[2] + mxb, row[3] + mblocks]
             rows.append(tuple(row))
             start = end
+        if keep_all:
+            return np.array(rows, dtype=float)
     else:
         b = min(-(-a.layers // int(pp)), a.layers)
 
@@ -544,7 +548,8 @@ def a2a_overlapped(setting: str, schedule: str) -> bool:
 
 
 def routed_activation_extra(a: ModelArch, tokens: ArrayLike, phi: ArrayLike, expert_tp_eff: ArrayLike,
-                            act_bytes: float = 2.0, gemm_input_bytes: float | None = None) -> FloatArray:
+                            act_bytes: float = 2.0, gemm_input_bytes: float | None = None,
+                            combine_keeps_outputs: bool = True) -> FloatArray:
     """Routed-token activation bytes of one MoE block beyond what the dense inventory counts.
 
     The dense inventory (memory.layer_activation_groups) keeps the expert MLP tensors of k x expert_ffn
@@ -556,6 +561,9 @@ def routed_activation_extra(a: ModelArch, tokens: ArrayLike, phi: ArrayLike, exp
     outputs the combine keeps for the router probabilities' gradient, etp x tokens x k x phi x h x e;
     the router probabilities, tokens x E x 4 bytes (FP32). ``tokens`` are one card's (micro-batch x s / tp).
     DeepSeek-V3, 4,096 tokens, BF16, phi = 1, etp = 1: 2 x 4,096 x 8 x 7,168 x 2 + 4,096 x 256 x 4 = 900 MiB.
+    Without ``combine_keeps_outputs`` (a stack that applies the probabilities in the experts' activation,
+    before fc2, as Megatron-Core does: their gradient comes from the saved fc1 output) the expert outputs
+    are not kept: 4,096 x 8 x 7,168 x 2 + 4,096 x 256 x 4 = 452 MiB.
     """
     if a.experts <= 0:
         return 0.0 * _f(tokens) * _f(phi)
@@ -563,7 +571,7 @@ def routed_activation_extra(a: ModelArch, tokens: ArrayLike, phi: ArrayLike, exp
     b_in = act_bytes if gemm_input_bytes is None else gemm_input_bytes
     width = (3 if a.gated_mlp else 2) * a.expert_ffn
     surplus = (phi - 1.0) * t * a.top_k * width * act_bytes
-    rows = _f(expert_tp_eff) * t * a.top_k * phi * a.hidden * (b_in + act_bytes)
+    rows = _f(expert_tp_eff) * t * a.top_k * phi * a.hidden * (b_in + (act_bytes if combine_keeps_outputs else 0.0))
     return surplus + rows + t * a.experts * 4.0
 
 

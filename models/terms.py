@@ -31,7 +31,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import replace
 from functools import lru_cache
-from typing import Any, Literal, TypeAlias, cast, overload
+from typing import Any, Literal, NamedTuple, TypeAlias, cast, overload
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -392,12 +392,14 @@ def _routed_per_block(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: Arr
                       cap: ArrayLike) -> FloatArray:
     """Routed-token activations of one MoE block and micro-batch (moe.routed_activation_extra); under an FP8
     recipe the expert GEMM's saved input rows are its FP8 copy (1 byte, + one 8-bit scale per 32 elements
-    for MXFP8)."""
+    for MXFP8); a stack that applies the router probabilities in the experts' activation keeps no expert
+    output rows for the combine (StackProfile.moe_probs_in_activation)."""
     phi = load_factor(sc, ep, cap)
     matrix = memory.recipe(sc.task.precision).matrix
     b_in = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32.0}.get(matrix)
     extra: FloatArray = moe.routed_activation_extra(sc.model, card_tokens(sc, tp, mb, cp), phi,
-                                                    moe.expert_tp_size(etp, tp), sc.memory.activation_bytes, b_in)
+                                                    moe.expert_tp_size(etp, tp), sc.memory.activation_bytes, b_in,
+                                                    not sc.stack.moe_probs_in_activation)
     return extra
 
 
@@ -544,6 +546,78 @@ def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1
                        + np.where(_f(pp) > 1, memory.pipeline_buffer_bytes(a, s, mb, tp, mem.activation_bytes), 0.0)
                        + cpb)
     return buffers
+
+
+class StageMemory(NamedTuple):
+    """One pipeline stage's rank at its memory peak (bytes): what the allocator holds there."""
+
+    stage: int
+    layers: int
+    states: float
+    activations: float
+    temporary: float
+    allocated: float  # states + activations + temporary (torch.cuda.max_memory_allocated)
+    reserved: float  # allocated x (1 + allocator reserve) + communicator buffers (max_memory_reserved)
+
+
+def memory_by_stage(sc: Scenario, *, schedule: str, recompute: str, zero: int, offload: str, tp: int, cp: int = 1,
+                    pp: int, dp: int, mb: int, ep: int = 1, etp: int = 0, cap: float = 0.0) -> list[StageMemory]:
+    """Per-rank memory of one plan in the per-operation model, stage by stage (empty in the flat model or
+    with a fixed activation reserve). Stage g holds its own blocks' states (the embedding on the first,
+    the final norm, LM head and MTP modules on the last: moe.stage_candidates / memory.stage_param_counts
+    over the real split), k_g in-flight micro-batches of its blocks' activations (pipeline.peak_inflight:
+    under 1F1B k_0 = min(m, p) on the first stage down to 1 on the last; interleaved holds more on the
+    first), the recompute workspace once, and the buffers: FP32 logits on the last stage only. The
+    memory family bounds the plan by the sum of the three maxima (:func:`states` + :func:`activations` +
+    :func:`temporary`, each the heaviest stage's), which is never below max_g of these sums.
+    """
+    a = sc.model
+    if not (per_op_model(sc) and modelled_activations(sc)):
+        return []
+    p = int(pp)
+    split = [int(x) for x in stage_split(sc, p)] if p > 1 else [a.layers]
+    if not split:
+        return []
+    rec = memory.recipe(sc.task.precision)
+    ranks = zero_ranks(dp, cp)
+    if a.moe:
+        rows = moe.stage_candidates(a, float(tp), p, split if p > 1 else None, keep_all=True)
+        etp_size = moe.expert_tp_size(etp, tp)
+        edp = moe.expert_dp_size(tp, ranks, ep, etp)
+        params = [(float(r[0]), float(r[1] / (ep * etp_size) + r[2] / ep)) for r in rows]
+        moe_blocks = [min(float(r[3]), float(n)) for r, n in zip(rows, split, strict=True)]  # MTP: not timed
+    else:
+        params = [(float(n), 0.0) for n in memory.stage_param_counts(a, tp, split)]
+        edp, moe_blocks = ranks, [0.0] * len(split)
+    copies = rec.weights if (p > 1 and str(schedule).startswith("dualpipe")) else 0.0
+    rc = effective_recompute(sc, recompute)
+    ga = float(grad_accum(sc, dp, mb))
+    if p > 1:
+        base, v = schedule_parts(schedule)
+        chunks = chunk_layers(split, v) if base == "interleaved" else None
+        ks = list(pipeline.peak_inflight(base, p, int(np.ceil(ga - 1e-9)), v=v, chunk_layers=chunks))
+    else:
+        ks = [1.0]  # one stage: a micro-batch's backward frees its activations before the next forward
+    per_layer = float(_stored_per_layer(sc, recompute=recompute, tp=tp, cp=cp, mb=mb))
+    one = float(_routed_per_block(sc, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap)) if a.moe else 0.0
+    workspace = float(recompute_workspace(sc, recompute=recompute, tp=tp, cp=cp, mb=mb))
+    temp_all = float(temporary(sc, zero=zero, tp=tp, cp=cp, pp=pp, mb=mb, ep=ep, etp=etp, cap=cap))
+    logits = float(memory.logits_bytes(a, sc.task.seq_len / cp, mb, tp, sc.memory.loss_chunks))
+    st = sc.stack
+    out: list[StageMemory] = []
+    for g, n in enumerate(split):
+        dense_n, expert_n = params[g]
+        states_g = float(memory.zero_state_bytes(dense_n, ranks, zero, rec, offload == "cpu")
+                         + memory.zero_state_bytes(expert_n, edp, zero, rec, offload == "cpu")) \
+            + copies * (dense_n + expert_n)
+        k = float(ks[g]) if p > 1 else float(n > 0)
+        routed = (one if rc == "full" else k * moe_blocks[g] * one) if moe_blocks[g] else 0.0
+        acts_g = (k * n * per_layer if p > 1 else n * per_layer) + routed + workspace
+        temp_g = temp_all - (logits if g != len(split) - 1 else 0.0)
+        alloc = states_g + acts_g + temp_g
+        out.append(StageMemory(g, int(n), states_g, acts_g, temp_g, alloc,
+                               alloc * (1.0 + st.allocator_reserve) + st.communicator_buffers))
+    return out
 
 
 def host_memory(sc: Scenario, *, acc: str, offload: str, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1,

@@ -169,3 +169,15 @@ def test_catalog_refuses_residual_sigma_without_its_source(tmp_path):
     (tmp_path / "performance.toml").write_text("[h100-sxm]\nresidual_sigma = 0.05\n")
     with pytest.raises(InputError, match="residual_sigma_source"):
         load_catalog((str(tmp_path),)).perf(ACC)
+
+
+def test_every_shared_modern_run_fits_the_memory_model():
+    """Issue 23: every published Megatron-Bridge run fits under the settings it ran with (it ran). DeepSeek-V3 BF16
+    on 256 GB200 (TP 1 PP 4 VP 4 EP 64, recompute mla_up_proj) needed the stack's MoE memory: Megatron-Core
+    applies the router probabilities in the experts' activation, so no expert-output rows are kept for the
+    combine (4,096 x 8 x 7,168 x 2 B = 448 MiB per MoE block and micro-batch fewer)."""
+    from tpopt.optimizer.runs import runs_from_csv
+    runs = runs_from_csv(Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "megatron-bridge-modern.csv")
+    assert any("deepseek-v3" in r.name and r.accelerator == "gb200-nvl72" for r in runs)
+    for r in runs:
+        C.check_memory(r, CAT.perf(r.accelerator))  # raises InputError when a plan does not fit

@@ -129,7 +129,8 @@ def test_inflight_activations_of_the_busiest_stage():
     a = sc.model
     A = float(memory.activation_bytes_per_microbatch(a, 2048, 1.0, 1.0, 1, "none", **T._stored_kw(sc)))
     R = float(moe.routed_activation_extra(a, 2048.0, float(T.load_factor(sc, 1, 0.0)), 1.0,
-                                          sc.memory.activation_bytes))
+                                          sc.memory.activation_bytes,
+                                          combine_keeps_outputs=not sc.stack.moe_probs_in_activation))
     assert R > 0
     got = float(T.activations(sc, schedule="1f1b", recompute="none", tp=1, pp=2, dp=1, mb=1))
     assert got == pytest.approx(4 * A + 2 * R, rel=1e-12)

@@ -179,7 +179,14 @@ def test_routed_rows_saved_in_fp8_under_an_fp8_recipe():
     rows = 4096 * 8 * 7168
     assert float(moe.routed_activation_extra(a, 4096, 1.0, 1, 2.0)) == pytest.approx(rows * 4 + 4096 * 256 * 4)
     assert float(moe.routed_activation_extra(a, 4096, 1.0, 1, 2.0, 1.0)) == pytest.approx(rows * 3 + 4096 * 256 * 4)
-    bf16 = float(T._routed_per_block(scenario(moe_keys={"imbalance": 1.0}), tp=1, mb=1, ep=64, etp=1, cap=0.0))
+    # Megatron-Core applies the probabilities in the experts' activation (before fc2): the combine keeps no
+    # expert output, rows x 2 bytes fewer (its fc1 input rows and the router probabilities stay)
+    assert float(moe.routed_activation_extra(a, 4096, 1.0, 1, 2.0, combine_keeps_outputs=False)) == \
+        pytest.approx(rows * 2 + 4096 * 256 * 4)
+    sc = scenario(moe_keys={"imbalance": 1.0})
+    assert sc.stack.name == "megatron-core" and sc.stack.moe_probs_in_activation
+    bf16 = float(T._routed_per_block(sc, tp=1, mb=1, ep=64, etp=1, cap=0.0))
+    assert bf16 == pytest.approx(rows * 2 + 4096 * 256 * 4)
     fp8 = float(T._routed_per_block(scenario(precision="fp8-mixed", moe_keys={"imbalance": 1.0}), tp=1, mb=1, ep=64,
                                     etp=1, cap=0.0))
     assert bf16 - fp8 == pytest.approx(rows * 1.0)

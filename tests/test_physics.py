@@ -358,3 +358,40 @@ def test_public_anchors_stay_within_a_factor_of_two():
         sc, plan, m, slow, tried, n = mod.evaluate_anchor(a)
         assert plan is not None, a.name
         assert 0.5 <= mod.speed(a, mod.metric(a, sc, plan, m)) <= 2.0, a.name
+
+
+def test_memory_by_stage_first_middle_last_rank():
+    """Per-rank memory (per-operation model), Llama 3 8B on 8 H100, TP 1 PP 2 DP 4, 1F1B, m = 4 micro-batches
+    (batch 16 / (dp 4 x mb 1)), ZeRO-1 over dp = 4, BF16. Derivation, stage by stage:
+    - states: stage g's params N_g (its blocks; the embedding V h on the first, the final norm and the untied
+      LM head V h on the last) x (w + g + o / d) = N_g x (2 + 2 + 12 / 4) bytes;
+    - activations: 1F1B keeps min(m, p - g) micro-batches in flight on stage g, k = (2, 1), each with n_g blocks
+      of A bytes (one block's stored activations);
+    - temporary: both ranks hold the p2p send / receive buffers 4 s b h x 2 / tp; the FP32 logits s b V x 4 / tp
+      are the last stage's only;
+    - reserved = allocated x (1 + 0.06) + 1.5 GiB (the megatron-core profile's allocator reserve and
+      communicator buffers).
+    The memory family's sum of the three heaviest-stage terms is never below the peak rank's allocation."""
+    from tpopt.models.arch import layer_params
+    sc = tpopt.scenario({"model": {"name": "llama3-8b"}, "task": {"tokens": "1B", "seq_len": 4096, "global_batch": 16},
+                         "schedule": {"deadline": "365d"}, "hardware": {"accelerator": ["h100-sxm"]}})
+    a = sc.model
+    plan = Plan("h100-sxm", 8, zero_stage=1, tp=1, pp=2, dp=4)
+    ev = evaluate(sc, plan)
+    stages = ev.metrics["memory_by_stage"]
+    n0, n1 = ev.metrics["stage_layers"]
+    assert n0 + n1 == 32 and [s["layers"] for s in stages] == [n0, n1]
+    v, h, s = a.vocab, a.hidden, 4096
+    params = [n0 * layer_params(a) + v * h, n1 * layer_params(a) + a.norm_params + v * h]
+    per_param = 2 + 2 + 12 / 4
+    A = float(memory.activation_bytes_per_microbatch(a, s, 1, 1, 1, "none", **T._stored_kw(sc)))
+    p2p, logits = 4 * s * h * 2, s * v * 4
+    want = [params[0] * per_param + 2 * n0 * A + p2p, params[1] * per_param + 1 * n1 * A + p2p + logits]
+    gib = 2 ** 30
+    for got, w in zip(stages, want, strict=True):
+        assert got["allocated_gib"] * gib == pytest.approx(w, rel=1e-9)
+        assert got["reserved_gib"] * gib == pytest.approx(w * 1.06 + 1.5 * gib, rel=1e-9)
+    peak = int(np.argmax(want))
+    assert ev.metrics["peak_stage"] == peak
+    assert ev.metrics["peak_rank_allocated_gib"] * gib == pytest.approx(want[peak], rel=1e-9)
+    assert ev.metrics["memory_per_card_gib"] * gib >= max(want) * (1 - 1e-12)
