@@ -281,7 +281,8 @@ def test_every_performance_number_has_a_source():
     assert {"default", "a100-80gb-sxm", "h100-sxm", "rtx4090", "h200", "b200"} <= set(raw)
     for name, t in raw.items():
         for key in t:
-            if key not in ("sources", "calibrated", "calibration"):
-                assert t["sources"].get(key), (name, key)
+            if key in ("sources", "calibrated", "calibration") or key.endswith("_source"):
+                continue
+            assert t["sources"].get(key) or t.get(f"{key}_source"), (name, key)  # residual_sigma: its own line
         for key in t.get("calibrated", []):
             assert t["sources"][key].startswith("calibrated"), (name, key)
