@@ -13,7 +13,7 @@ import click
 from tpopt.catalogs.tables import read_text_capped
 from tpopt.cli.common import (
     builtin_note,
-    check_output_path,
+    check_new_file,
     handle_errors,
     load_scenario_from,
     plan_from,
@@ -49,9 +49,7 @@ def export(fmt, plan_path, out, force, **kw):
     Example: tpopt export --format megatron --hw h100-sxm --cards 64 --tp 8
     """
     if out:
-        check_output_path(out, "--out")
-        if Path(out).exists() and not force:
-            raise InputError(f"--out: {out} exists; pass --force to overwrite it")
+        check_new_file(out, "--out", force)  # the no-overwrite rule of every output
     sc = load_scenario_from(kw)
     note = builtin_note(kw)
     if note:  # on stderr: stdout is the launch configuration alone
