@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -48,6 +48,43 @@ Arrays: TypeAlias = dict[str | tuple[str, str], Any]
 def _f(x: ArrayLike) -> FloatArray:
     """``x`` as an array of floats."""
     return np.asarray(x, dtype=float)
+
+
+class ClassMemory(NamedTuple):
+    """The memory family's terms on one stage class, each the heaviest stage of the class (arrays)."""
+
+    stage: str  # tpopt.models.terms.STAGE_CLASSES, or PEAK (the flat model's one class)
+    states: Any
+    copies: Any  # weight copies a schedule keeps (DualPipe)
+    activations: Any
+    temporary: Any
+    total: Any  # ((states + copies) + activations) + temporary
+
+
+def memory_by_class(sc: Scenario, term: Callable[..., Any]) -> list[ClassMemory]:
+    """The memory family's terms per stage class k (tpopt.models.terms.stage_classes: first, middle and
+    last in the per-operation model, the one class "peak" in the flat model), each term the heaviest
+    stage of its class, and their sum in the evaluator's order. The family's value is the rank's peak:
+
+        memory_per_card = max_k (states_k + copies_k + activations_k + temporary_k) <= usable memory
+
+    ``term(fn, **options)`` evaluates a term of the plan (grid), here with ``stage=k`` among its options."""
+    out: list[ClassMemory] = []
+    for k in T.stage_classes(sc):
+        opt = {} if k == T.PEAK else {"stage": k}
+        states, copies = term(T.states, **opt), term(T.param_copies, **opt)
+        acts, temp = term(T.activations, **opt), term(T.temporary, **opt)
+        out.append(ClassMemory(k, states, copies, acts, temp, ((states + copies) + acts) + temp))
+    return out
+
+
+def _heaviest(values: list[Any]) -> Any:
+    """Elementwise maximum of the classes' values of one term: the heaviest stage's (the classes cover
+    every stage)."""
+    best = values[0]
+    for v in values[1:]:
+        best = np.maximum(best, v)
+    return best
 
 
 def evaluate_arrays(sc: Scenario, accelerator: str, *, tp: ArrayLike, pp: ArrayLike, dp: ArrayLike,
@@ -93,10 +130,14 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp: ArrayLike, pp: ArrayL
     hosts = np.ceil(cards / g)
     ga = T.grad_accum(sc, dp, mb)
 
-    states = term(T.states) + term(T.param_copies)
-    acts = term(T.activations)
-    temp = term(T.temporary)
-    mem_total = states + acts + temp
+    # memory: the per-rank peak over the stage classes; each term's own heaviest stage for the report
+    by_class = memory_by_class(sc, term)
+    states = _heaviest([c.states for c in by_class]) + _heaviest([c.copies for c in by_class])
+    acts = _heaviest([c.activations for c in by_class])
+    temp = _heaviest([c.temporary for c in by_class])
+    mem_total = _heaviest([c.total for c in by_class])
+    mem_class = np.argmax(np.stack(np.broadcast_arrays(*(c.total for c in by_class))), axis=0) \
+        if len(by_class) > 1 else np.zeros((), dtype=int)
     host_opt = term(T.host_memory)
 
     compute_s, pure_s, bubble_s, straggler_s = term(T.compute)
@@ -136,7 +177,8 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp: ArrayLike, pp: ArrayL
     ones = np.ones(np.shape(finish_s))
     out: Arrays = {
         "cards": cards * ones, "hosts": hosts * ones, "grad_accum": ga * ones,
-        "memory_per_card": mem_total * ones, "states": states * ones, "activations": acts * ones,
+        "memory_per_card": mem_total * ones, "memory_class": mem_class * ones.astype(int),
+        "states": states * ones, "activations": acts * ones,
         "temporary": temp * ones, "compute_s": (compute_s - straggler_s - inside) * ones,
         "pure_compute_s": (pure_s - inside) * ones,
         "bubble_s": bubble_s * ones, "straggler_s": straggler_s * ones,
@@ -177,6 +219,8 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp: ArrayLike, pp: ArrayL
         F.CARDS: (cards, sc.search.max_cards),
         F.BUDGET: (cost, np.inf if sc.cost.max_cost is None else sc.cost.max_cost),
     }
+    for c in by_class:  # the family's terms per stage class (one plan's report reads them)
+        out[("memory", c.stage)] = c
     feasible = np.ones(np.shape(finish_s), dtype=bool)
     for name in CONSTRAINT_NAMES:
         v, lim = cons[name]
@@ -394,6 +438,20 @@ def moe_metrics(sc: Scenario, plan: Plan, v: dict[str, float]) -> dict[str, Any]
     }
 
 
+def class_memory_metrics(r: Arrays) -> dict[str, Any]:
+    """The memory family per stage class of one plan (per-operation model; nothing in the flat model's one
+    class): each class's states (with weight copies), activations, temporary buffers and their sum in
+    GiB, and the class whose sum is the family's value (the rank that peaks)."""
+    classes = [r[k] for k in r if isinstance(k, tuple) and k[0] == "memory"]
+    if len(classes) < 2:
+        return {}
+    rows = [{"stage": c.stage, "states_gib": float(np.asarray(c.states + c.copies)) / GIB,
+             "activations_gib": float(np.asarray(c.activations)) / GIB,
+             "temporary_gib": float(np.asarray(c.temporary)) / GIB, "total_gib": float(np.asarray(c.total)) / GIB}
+            for c in classes]
+    return {"memory_by_class": rows, "memory_peak_class": rows[int(np.asarray(r["memory_class"]))]["stage"]}
+
+
 def stage_memory_metrics(sc: Scenario, plan: Plan) -> dict[str, Any]:
     """The per-rank memory report (per-operation model): each pipeline stage's allocated and reserved
     peak in GiB (T.memory_by_stage) and the stage whose rank peaks; nothing in the flat model."""
@@ -461,6 +519,7 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
         "input_demand_seq_s": v["input_demand"],
         "input_supply_seq_s": _clean(v["input_supply"]),
         "step_model": "per-operation" if T.per_op_model(sc) else "flat",
+        **class_memory_metrics(r),
         **stage_memory_metrics(sc, plan),
         "stage_layers": [int(x) if float(x).is_integer() else float(x) for x in T.stage_split(sc, plan.pp)],
         **moe_metrics(sc, plan, v),

@@ -250,14 +250,15 @@ def _mtp_split(a: ModelArch) -> tuple[float, float, float, float, int]:
 
 
 @lru_cache(maxsize=4096)
-def _stage_candidates(a: ModelArch, tp: float, pp: int, split: tuple[int, ...] | None) -> FloatArray:
-    out = stage_candidates(a, tp, pp, None if split is None else list(split))
+def _stage_candidates(a: ModelArch, tp: float, pp: int, split: tuple[int, ...] | None,
+                      pick: tuple[int, ...] | None = None) -> FloatArray:
+    out = stage_candidates(a, tp, pp, None if split is None else list(split), pick=pick)
     out.flags.writeable = False
     return out
 
 
 def stage_candidates(a: ModelArch, tp: float, pp: int, split: list[int] | None = None,
-                     keep_all: bool = False) -> FloatArray:
+                     keep_all: bool = False, pick: Sequence[int] | None = None) -> FloatArray:
     """Stages that can be the heaviest, as rows (non-expert params per card, routed-expert linear
     params, routed-expert biases, MoE blocks): tp splits the non-expert linear layers; the expert
     columns are split later by ep x etp (weights) and ep (biases).
@@ -268,7 +269,8 @@ def stage_candidates(a: ModelArch, tp: float, pp: int, split: list[int] | None =
     ep x etp = tp the heaviest row's total is exactly stage_params. With ``split`` (layers per stage,
     the per-operation model's uneven stages) every real stage, as memory.stage_param_counts (a tied
     embedding keeps its own copy on a separate last stage). ``keep_all`` (with ``split``): one row per
-    stage, in stage order, none removed.
+    stage, in stage order, none removed. ``pick`` (with ``split``): the candidates among those stages only
+    (a stage class: tpopt.models.terms.class_stages).
     """
     dl, do, xl, xb, moe = _split_block_arrays(a)
     emb = embedding_params(a)
@@ -299,6 +301,8 @@ def stage_candidates(a: ModelArch, tp: float, pp: int, split: list[int] | None =
             start = end
         if keep_all:
             return np.array(rows, dtype=float)
+        if pick is not None:
+            rows = [rows[g] for g in pick]
     else:
         b = min(-(-a.layers // int(pp)), a.layers)
 
@@ -319,13 +323,16 @@ def _codes(x: NDArray[Any]) -> tuple[NDArray[Any], NDArray[np.intp]]:
 
 
 def heaviest_stage(a: ModelArch, tp: ArrayLike, pp: ArrayLike, weigh: Weigh,
-                   split: Callable[[int], Sequence[int]] | None = None) -> FloatArray:
+                   split: Callable[[int], Sequence[int]] | None = None,
+                   pick: Callable[[int], Sequence[int]] | None = None) -> FloatArray:
     """max over the stages that can be the heaviest of ``weigh(non_expert, expert_linear, expert_bias,
     moe_blocks)`` (arrays broadcasting with tp and pp; ``weigh`` broadcasts too). ``split(p)``, when
-    given, returns the layers per stage for p stages (stage_candidates)."""
+    given, returns the layers per stage for p stages (stage_candidates); ``pick(p)`` (with ``split``) the
+    stages to take the heaviest of (every stage without it)."""
     t, p = np.broadcast_arrays(_f(tp), _f(pp))
     (tu, ti), (pu, pi) = _codes(t), _codes(p)
-    cands = {(i, j): _stage_candidates(a, float(tt), int(pp_), tuple(split(int(pp_))) if split else None)
+    cands = {(i, j): _stage_candidates(a, float(tt), int(pp_), tuple(split(int(pp_))) if split else None,
+                                       tuple(pick(int(pp_))) if split and pick and int(pp_) > 1 else None)
              for i, tt in enumerate(tu) for j, pp_ in enumerate(pu)}
     width = max(len(c) for c in cands.values())
     table = np.empty((len(tu), len(pu), width, 4))

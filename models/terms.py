@@ -18,7 +18,8 @@ memory of a card divide by cp (:func:`cp_shape`), ZeRO shards and gradient reduc
 dp x cp ranks, and the attention exchange (ring or all-to-all) is added to each layer's time
 (:func:`cp_exchange`).
 
-    memory  = states + param_copies + activations + temporary                 <= usable
+    memory  = max over stage classes k of
+              states_k + param_copies_k + activations_k + temporary_k          <= usable
     busy    = compute (incl. bubbles, stragglers) + exposed_dp + tp_comm + offload_wait + ep_comm
     step    = busy + input_wait
     finish  = reserved + iterations x step x (1 + overhead)                   <= deadline
@@ -61,6 +62,38 @@ DenseGroups: TypeAlias = Callable[[int], Sequence[int] | None]
 
 OpTimes: TypeAlias = tuple[steptime.PhaseTimes, steptime.PhaseTimes, steptime.PhaseTimes]
 """(layer, first-stage extras, last-stage extras) of one micro-batch (:func:`op_times`)."""
+
+
+PEAK = "peak"
+"""The stage selector of a memory term that takes every pipeline stage: the heaviest stage's value."""
+STAGE_CLASSES = ("first", "middle", "last")
+"""The pipeline-stage classes a rank's memory peak is bounded on in the per-operation model
+(:func:`class_stages`): the first stage holds the embedding and the most in-flight micro-batches, the
+last the LM head and the FP32 logits, the middle stages neither."""
+
+
+def class_stages(stage: str, p: int) -> range:
+    """The stages (indices among ``p``) a memory term's ``stage`` selector takes the heaviest of:
+    ``"first"`` stage 0, ``"last"`` stage p - 1, ``"middle"`` stages 1 .. p - 2 (with no stage of its
+    own, p <= 2, the first stage again: a repeated class bounds nothing new), :data:`PEAK` every stage.
+    One stage (p = 1) is every class."""
+    if stage == PEAK or p <= 1:
+        return range(p if stage == PEAK else 1)
+    if stage == "first":
+        return range(1)
+    if stage == "last":
+        return range(p - 1, p)
+    if stage == "middle":
+        return range(1, p - 1) if p > 2 else range(1)
+    raise ValueError(f"unknown stage class {stage!r}")
+
+
+def stage_classes(sc: Scenario) -> tuple[str, ...]:
+    """The stage classes the memory family sums its terms on: :data:`STAGE_CLASSES` in the
+    per-operation model (uneven stages: the embedding on the first, the head and logits on the last,
+    in-flight micro-batches falling from first to last), the single class :data:`PEAK` in the flat
+    model (the chapter's accounting: balanced stages, each term at the heaviest stage)."""
+    return STAGE_CLASSES if per_op_model(sc) else (PEAK,)
 
 
 def _f(x: ArrayLike) -> FloatArray:
@@ -238,10 +271,12 @@ def load_factor(sc: Scenario, ep: ArrayLike, capacity_factor: ArrayLike) -> Floa
     return phi
 
 
-def _moe_stages(sc: Scenario, tp: ArrayLike, pp: ArrayLike, weigh: Weigh) -> FloatArray:
+def _moe_stages(sc: Scenario, tp: ArrayLike, pp: ArrayLike, weigh: Weigh, stage: str = PEAK) -> FloatArray:
     """moe.heaviest_stage over the stages the step-time model runs: runs of ceil(L / pp) blocks (flat, as
-    memory.stage_params) or the real layer split (per-operation, as memory.stage_param_counts)."""
+    memory.stage_params) or the real layer split (per-operation, as memory.stage_param_counts), there the
+    stages of the class ``stage`` only (:func:`class_stages`)."""
     split: Callable[[int], list[int]] | None = None
+    pick: Callable[[int], Sequence[int]] | None = None
     if per_op_model(sc):
         first, last = sc.stage_layers
 
@@ -249,53 +284,64 @@ def _moe_stages(sc: Scenario, tp: ArrayLike, pp: ArrayLike, weigh: Weigh) -> Flo
             return _split_cached(sc.model.layers, p, first if p > 1 else 0, last if p > 1 else 0)
 
         split = stage_layers
-    best: FloatArray = moe.heaviest_stage(sc.model, tp, pp, weigh, split)
+        if stage != PEAK:
+            def picked(p: int) -> Sequence[int]:
+                return class_stages(stage, p)
+
+            pick = picked
+    best: FloatArray = moe.heaviest_stage(sc.model, tp, pp, weigh, split, pick)
     return best
 
 
-def card_params(sc: Scenario, tp: ArrayLike, pp: ArrayLike, ep: ArrayLike = 1, expert_tp: ArrayLike = 0) -> FloatArray:
-    """Parameters on one card of the heaviest stage (routed experts split by ep x expert-TP)."""
+def card_params(sc: Scenario, tp: ArrayLike, pp: ArrayLike, ep: ArrayLike = 1, expert_tp: ArrayLike = 0,
+                stage: str = PEAK) -> FloatArray:
+    """Parameters on one card of the heaviest stage (of the class ``stage``; routed experts split by ep x
+    expert-TP)."""
     if not sc.model.moe:
-        return heaviest_stage_params(sc, tp, pp)
+        return heaviest_stage_params(sc, tp, pp, stage)
     etp = moe.expert_tp_size(expert_tp, tp)
-    return _moe_stages(sc, tp, pp, lambda d, xl, xb, n: d + xl / (_f(ep) * etp) + xb / _f(ep))
+    return _moe_stages(sc, tp, pp, lambda d, xl, xb, n: d + xl / (_f(ep) * etp) + xb / _f(ep), stage)
 
 
 def _sharded(sc: Scenario, fn: Callable[[FloatArray, FloatArray], FloatArray], *, tp: ArrayLike, pp: ArrayLike,
-             ranks: FloatArray, ep: ArrayLike, etp: ArrayLike) -> FloatArray:
-    """max over the stages of fn(non-expert params, ranks) + fn(expert params per card, edp): ZeRO shards the
-    non-expert state over its ``ranks`` (dp x cp, :func:`zero_ranks`) and the expert state over the
-    expert-data-parallel group edp = tp ranks / (ep etp)."""
+             ranks: FloatArray, ep: ArrayLike, etp: ArrayLike, stage: str = PEAK) -> FloatArray:
+    """max over the stages (of the class ``stage``) of fn(non-expert params, ranks) + fn(expert params per
+    card, edp): ZeRO shards the non-expert state over its ``ranks`` (dp x cp, :func:`zero_ranks`) and the
+    expert state over the expert-data-parallel group edp = tp ranks / (ep etp)."""
     if not sc.model.moe:
-        return fn(heaviest_stage_params(sc, tp, pp), ranks)
+        return fn(heaviest_stage_params(sc, tp, pp, stage), ranks)
     etp_size = moe.expert_tp_size(etp, tp)
     edp = moe.expert_dp_size(tp, ranks, ep, etp)
-    return _moe_stages(sc, tp, pp, lambda d, xl, xb, n: fn(d, ranks) + fn(xl / (_f(ep) * etp_size) + xb / _f(ep), edp))
+    return _moe_stages(sc, tp, pp, lambda d, xl, xb, n: fn(d, ranks) + fn(xl / (_f(ep) * etp_size) + xb / _f(ep), edp),
+                       stage)
 
 
 def states(sc: Scenario, *, zero: ArrayLike, offload: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike,
-           dp: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0) -> FloatArray:
+           dp: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0, stage: str = PEAK) -> FloatArray:
     """Persistent training state of the heaviest stage's card under ZeRO (memory.zero_state_bytes), sharded
     over the dp x cp ranks; for a MoE model the expert weights and optimizer state are split by ep x
-    expert-TP and ZeRO shards them over the expert-data-parallel group."""
+    expert-TP and ZeRO shards them over the expert-data-parallel group. ``stage``: the heaviest of one
+    stage class only (:func:`class_stages`; per-operation model)."""
     rec = memory.recipe(sc.task.precision)
     return _sharded(sc, lambda n, d: memory.zero_state_bytes(n, d, zero, rec, offload == "cpu"),
-                    tp=tp, pp=pp, ranks=zero_ranks(dp, cp), ep=ep, etp=etp)
+                    tp=tp, pp=pp, ranks=zero_ranks(dp, cp), ep=ep, etp=etp, stage=stage)
 
 
-def heaviest_stage_params(sc: Scenario, tp: ArrayLike, pp: ArrayLike) -> FloatArray:
+def heaviest_stage_params(sc: Scenario, tp: ArrayLike, pp: ArrayLike, stage: str = PEAK) -> FloatArray:
     """Parameters of the heaviest stage's card: memory.stage_params (ceil(L/pp) blocks) in the flat
-    model; the largest of memory.stage_param_counts over the real layer split in the per-operation one."""
+    model; the largest of memory.stage_param_counts over the real layer split in the per-operation one
+    (over the stages of the class ``stage``: :func:`class_stages`)."""
     if not per_op_model(sc):
         return memory.stage_params(sc.model, tp, pp)
     first, last = sc.stage_layers
-    return _by_unique(lambda p, t: _heaviest_cached(sc.model, int(p), first, last, t), pp, tp)
+    return _by_unique(lambda p, t: _heaviest_cached(sc.model, int(p), first, last, t, stage), pp, tp)
 
 
 @lru_cache(maxsize=4096)
-def _heaviest_cached(a: ModelArch, p: int, first: int, last: int, tp: float) -> float:
+def _heaviest_cached(a: ModelArch, p: int, first: int, last: int, tp: float, stage: str = PEAK) -> float:
     split = _split_cached(a.layers, p, first if p > 1 else 0, last if p > 1 else 0) or [a.layers]
-    return float(max(memory.stage_param_counts(a, tp, split)))
+    counts = memory.stage_param_counts(a, tp, split)
+    return float(max(counts[g] for g in class_stages(stage, len(split))))
 
 
 def _by_unique(fn: Callable[..., float], *arrays: ArrayLike) -> FloatArray:
@@ -309,11 +355,14 @@ def _by_unique(fn: Callable[..., float], *arrays: ArrayLike) -> FloatArray:
 
 
 def param_copies(sc: Scenario, *, schedule: str, tp: ArrayLike, pp: ArrayLike, ep: ArrayLike = 1,
-                 etp: ArrayLike = 0) -> FloatArray:
-    """Extra weight copies a pipeline schedule keeps (DualPipe: one more copy of the stage weights)."""
+                 etp: ArrayLike = 0, stage: str = PEAK) -> FloatArray:
+    """Extra weight copies a pipeline schedule keeps (DualPipe: one more copy of the stage weights; of the
+    heaviest stage of the class ``stage``)."""
     rec = memory.recipe(sc.task.precision)
     extra = 1.0 if str(schedule).startswith("dualpipe") else 0.0
-    return np.where(_f(pp) > 1, extra * rec.weights * card_params(sc, tp, pp, ep, etp), 0.0)
+    if not extra:
+        return np.zeros(np.broadcast(_f(tp), _f(pp), _f(ep), _f(etp)).shape)
+    return np.where(_f(pp) > 1, extra * rec.weights * card_params(sc, tp, pp, ep, etp, stage), 0.0)
 
 
 def _stored_kw(sc: Scenario) -> dict[str, Any]:
@@ -324,7 +373,7 @@ def _stored_kw(sc: Scenario) -> dict[str, Any]:
 
 def activations(sc: Scenario, *, schedule: str, recompute: str, sp: bool | None = None, tp: ArrayLike,
                 cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike, mb: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0,
-                cap: ArrayLike = 0.0, peak: str = "exact") -> FloatArray:
+                cap: ArrayLike = 0.0, peak: str = "exact", stage: str = PEAK) -> FloatArray:
     """Activations at the peak: in-flight micro-batches x one micro-batch's stored stage activations,
     plus the recompute workspace once (it is reused block after block and micro-batch after micro-batch).
 
@@ -337,7 +386,8 @@ def activations(sc: Scenario, *, schedule: str, recompute: str, sp: bool | None 
     adds its routed tokens (:func:`moe_activations`); with dense-MLP blocks among its MoE blocks the
     per-operation model takes the busiest stage of both together (:func:`_weighted_layer_sets`).
     ``peak="lo"`` / ``"hi"`` bound the in-flight counts in closed form instead (solver pruning; exact where
-    :func:`tpopt.models.pipeline.peak_inflight_stage_bounds` is).
+    :func:`tpopt.models.pipeline.peak_inflight_stage_bounds` is). ``stage``: the busiest stage of one
+    stage class only (:func:`class_stages`; per-operation model, where the workspace is every stage's).
     """
     sc = with_sequence_parallel(sc, sp)
     mem = sc.memory
@@ -353,12 +403,12 @@ def activations(sc: Scenario, *, schedule: str, recompute: str, sp: bool | None 
         per_layer = _stored_per_layer(sc, recompute=recompute, tp=tp, cp=cp, mb=mb)
         one = _routed_per_block(sc, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap)
         ga = grad_accum(sc, dp, mb)
-        return _weighted_layer_sets(sc, schedule, pp, ga, peak, per_layer, one) + workspace
+        return _weighted_layer_sets(sc, schedule, pp, ga, peak, per_layer, one, stage) + workspace
     out = stored_activations(sc, schedule=schedule, recompute=recompute, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb,
-                             peak=peak) + workspace
+                             peak=peak, stage=stage) + workspace
     if sc.model.moe:
         out = out + moe_activations(sc, schedule=schedule, recompute=recompute, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb,
-                                    ep=ep, etp=etp, cap=cap, peak=peak)
+                                    ep=ep, etp=etp, cap=cap, peak=peak, stage=stage)
     return out
 
 
@@ -370,7 +420,7 @@ def card_tokens(sc: Scenario, tp: ArrayLike, micro_batch: ArrayLike, cp: ArrayLi
 
 def moe_activations(sc: Scenario, *, schedule: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike,
                     dp: ArrayLike, mb: ArrayLike, ep: ArrayLike, etp: ArrayLike, cap: ArrayLike,
-                    peak: str = "exact") -> FloatArray:
+                    peak: str = "exact", stage: str = PEAK) -> FloatArray:
     """Routed-token activations beyond the dense inventory (moe.routed_activation_extra per MoE block and
     micro-batch), for every MoE block whose activations are in flight at the busiest stage's peak: the
     flat model's in-flight micro-batches x MoE blocks of the stage; the per-operation model's in-flight
@@ -384,8 +434,8 @@ def moe_activations(sc: Scenario, *, schedule: str, recompute: str, tp: ArrayLik
     if not per_op_model(sc):
         return pipeline_inflight(schedule, pp, ga, peak=peak) * _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n) * one
     if dense_split(sc, 1) is not None:  # only the MoE blocks of each stage hold routed tokens
-        return _weighted_layer_sets(sc, schedule, pp, ga, peak, 0.0, one)
-    return _layer_sets(sc, schedule, pp, ga, peak) * one
+        return _weighted_layer_sets(sc, schedule, pp, ga, peak, 0.0, one, stage)
+    return _layer_sets(sc, schedule, pp, ga, peak, stage) * one
 
 
 def _routed_per_block(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep: ArrayLike, etp: ArrayLike,
@@ -411,9 +461,10 @@ def _stored_per_layer(sc: Scenario, *, recompute: str, tp: ArrayLike, cp: ArrayL
 
 
 def stored_activations(sc: Scenario, *, schedule: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike,
-                       dp: ArrayLike, mb: ArrayLike, peak: str = "exact") -> FloatArray:
-    """Activations kept until their backward, at the busiest stage's peak (see :func:`activations`);
-    a card keeps its b s / cp tokens under context parallelism (:func:`cp_shape`)."""
+                       dp: ArrayLike, mb: ArrayLike, peak: str = "exact", stage: str = PEAK) -> FloatArray:
+    """Activations kept until their backward, at the busiest stage's peak (of the class ``stage`` in the
+    per-operation model; see :func:`activations`); a card keeps its b s / cp tokens under context
+    parallelism (:func:`cp_shape`)."""
     rc = effective_recompute(sc, recompute)
     a, kw = sc.model, _stored_kw(sc)
     s, b = cp_shape(sc, mb, cp)
@@ -423,14 +474,15 @@ def stored_activations(sc: Scenario, *, schedule: str, recompute: str, tp: Array
         per_mb = memory.activation_bytes_per_microbatch(a, s, b, tp, stage_layers, rc, **kw)
         return pipeline_inflight(schedule, pp, ga, peak=peak) * per_mb
     per_layer = memory.activation_bytes_per_microbatch(a, s, b, tp, 1, rc, **kw)
-    return _layer_sets(sc, schedule, pp, ga, peak) * per_layer
+    return _layer_sets(sc, schedule, pp, ga, peak, stage) * per_layer
 
 
 def _weighted_layer_sets(sc: Scenario, schedule: str, pp: ArrayLike, ga: ArrayLike, peak: str, per_layer: ArrayLike,
-                         per_moe_block: ArrayLike) -> FloatArray:
-    """Per-operation model of a MoE model with dense blocks: max over stages g of k_g (n_g x per_layer +
-    m_g x per_moe_block), k_g the stage's peak in-flight micro-batches (exact, or the ``peak="lo"`` /
-    ``"hi"`` closed-form bounds), n_g its blocks and m_g its MoE blocks (:func:`dense_split`)."""
+                         per_moe_block: ArrayLike, stage: str = PEAK) -> FloatArray:
+    """Per-operation model of a MoE model with dense blocks: max over stages g (of the class ``stage``) of
+    k_g (n_g x per_layer + m_g x per_moe_block), k_g the stage's peak in-flight micro-batches (exact, or
+    the ``peak="lo"`` / ``"hi"`` closed-form bounds), n_g its blocks and m_g its MoE blocks
+    (:func:`dense_split`)."""
     first, last = sc.stage_layers
     arrs = np.broadcast_arrays(np.asarray(pp, dtype=float), np.ceil(_f(ga) - 1e-9), _f(per_layer), _f(per_moe_block))
     shape = arrs[0].shape
@@ -445,7 +497,7 @@ def _weighted_layer_sets(sc: Scenario, schedule: str, pp: ArrayLike, ga: ArrayLi
         if not np.isfinite(coeffs[0][0]):
             out[sel] = np.inf
             continue
-        for k_n, k_m in coeffs:
+        for k_n, k_m in (coeffs[g] for g in class_stages(stage, len(coeffs))):
             best = np.maximum(best, k_n * w_all[sel] + k_m * w_moe[sel])
         out[sel] = best
     return out.reshape(shape)
@@ -471,19 +523,21 @@ def _stage_peak_coeffs(schedule: str, a: ModelArch, p: int, m: int, first: int, 
     return tuple((float(k * n), float(k * (n - d))) for k, n, d in zip(ks, split, dense, strict=False))
 
 
-def _layer_sets(sc: Scenario, schedule: str, pp: ArrayLike, ga: FloatArray, peak: str = "exact") -> FloatArray:
-    """Per-operation model: the busiest stage's in-flight layer sets for every (pp, micro-batches), exact
-    (the slot-order walk) or bounded in closed form (``peak="lo"`` / ``"hi"``)."""
+def _layer_sets(sc: Scenario, schedule: str, pp: ArrayLike, ga: FloatArray, peak: str = "exact",
+                stage: str = PEAK) -> FloatArray:
+    """Per-operation model: the busiest stage's (of the class ``stage``) in-flight layer sets for every
+    (pp, micro-batches), exact (the slot-order walk) or bounded in closed form (``peak="lo"`` / ``"hi"``)."""
     first, last = sc.stage_layers
     fn = _peak_layer_sets if peak == "exact" else \
         (lambda *a: _peak_layer_set_bounds(*a)[0 if peak == "lo" else 1])
-    return _by_unique(lambda p, m: fn(str(schedule), sc.model.layers, int(p), int(m), first, last), pp,
+    return _by_unique(lambda p, m: fn(str(schedule), sc.model.layers, int(p), int(m), first, last, stage), pp,
                       np.ceil(ga - 1e-9))
 
 
 @lru_cache(maxsize=4096)
-def _peak_layer_sets(schedule: str, layers: int, p: int, m: int, first: int, last: int) -> float:
-    """Max over stages of in-flight layer sets: (peak in-flight micro-batches of stage g) x (its layers)."""
+def _peak_layer_sets(schedule: str, layers: int, p: int, m: int, first: int, last: int, stage: str = PEAK) -> float:
+    """Max over stages (of the class ``stage``) of in-flight layer sets: (peak in-flight micro-batches of
+    stage g) x (its layers)."""
     if p <= 1:
         return float(layers)
     split = _split_cached(layers, p, first, last)
@@ -492,11 +546,12 @@ def _peak_layer_sets(schedule: str, layers: int, p: int, m: int, first: int, las
     if not split or (base == "interleaved" and chunks is None) or pipeline.shape_error(base, p, m, v):
         return np.inf
     peaks = pipeline.peak_inflight(base, p, m, v=v, chunk_layers=chunks)
-    return max(k * n for k, n in zip(peaks, split, strict=False))
+    return max(peaks[g] * split[g] for g in class_stages(stage, p))
 
 
 @lru_cache(maxsize=4096)
-def _peak_layer_set_bounds(schedule: str, layers: int, p: int, m: int, first: int, last: int) -> tuple[float, float]:
+def _peak_layer_set_bounds(schedule: str, layers: int, p: int, m: int, first: int, last: int,
+                           stage: str = PEAK) -> tuple[float, float]:
     """(lo, hi) of :func:`_peak_layer_sets` from the per-stage closed-form peak bounds (no simulation)."""
     if p <= 1:
         return float(layers), float(layers)
@@ -506,7 +561,8 @@ def _peak_layer_set_bounds(schedule: str, layers: int, p: int, m: int, first: in
     if not split or (base == "interleaved" and chunks is None) or pipeline.shape_error(base, p, m, v):
         return np.inf, np.inf
     lo, hi = pipeline.peak_inflight_stage_bounds(base, p, m, v=v, chunk_layers=chunks)
-    return max(k * n for k, n in zip(lo, split, strict=False)), max(k * n for k, n in zip(hi, split, strict=False))
+    gs = class_stages(stage, p)
+    return max(lo[g] * split[g] for g in gs), max(hi[g] * split[g] for g in gs)
 
 
 def recompute_workspace(sc: Scenario, *, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike) -> Floats:
@@ -520,11 +576,13 @@ def recompute_workspace(sc: Scenario, *, recompute: str, tp: ArrayLike, cp: Arra
 
 
 def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike, mb: ArrayLike,
-              ep: ArrayLike = 1, etp: ArrayLike = 0, cap: ArrayLike = 0.0) -> Floats:
+              ep: ArrayLike = 1, etp: ArrayLike = 0, cap: ArrayLike = 0.0, stage: str = PEAK) -> Floats:
     """Buffers live with the activations: FP32 logits, ZeRO-3 gathered units, pipeline send/recv (all of a
     card's b s / cp tokens), a MoE block's all-to-all send buffer (moe.dispatch_buffer), and the
     context-parallel exchange buffers (context.buffer_bytes: the K, V blocks in flight of ring attention,
-    or the head-split q, k, v, o of all-to-all)."""
+    or the head-split q, k, v, o of all-to-all). ``stage``: on the stages of one class only, in the
+    per-operation model the logits belong to the last stage alone (the first and middle classes of
+    pp > 1 hold none)."""
     mem = sc.memory
     a = sc.model
     cpb: Floats = context.buffer_bytes(a, sc.task.seq_len, mb, tp, cp, sc.cp_method, mem.activation_bytes)
@@ -541,7 +599,10 @@ def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1
                                    mem.activation_bytes)
     else:
         gather, send = memory.zero3_gather_bytes(a, tp, rec, mem.prefetch), 0.0
-    buffers: Floats = (memory.logits_bytes(a, s, mb, tp, mem.loss_chunks) + send
+    logits: Floats = memory.logits_bytes(a, s, mb, tp, mem.loss_chunks)
+    if stage in ("first", "middle") and per_op_model(sc):  # class_stages: none of them is the last of pp > 1
+        logits = np.where(_f(pp) > 1, 0.0, logits)
+    buffers: Floats = (logits + send
                        + np.where(_f(zero) >= 3, gather, 0.0)
                        + np.where(_f(pp) > 1, memory.pipeline_buffer_bytes(a, s, mb, tp, mem.activation_bytes), 0.0)
                        + cpb)
@@ -568,8 +629,10 @@ def memory_by_stage(sc: Scenario, *, schedule: str, recompute: str, zero: int, o
     over the real split), k_g in-flight micro-batches of its blocks' activations (pipeline.peak_inflight:
     under 1F1B k_0 = min(m, p) on the first stage down to 1 on the last; interleaved holds more on the
     first), the recompute workspace once, and the buffers: FP32 logits on the last stage only. The
-    memory family bounds the plan by the sum of the three maxima (:func:`states` + :func:`activations` +
-    :func:`temporary`, each the heaviest stage's), which is never below max_g of these sums.
+    memory family bounds the plan per stage class (:func:`memory_by_class`): its value is max over the
+    classes k of states_k + copies_k + activations_k + temporary_k, each term the heaviest stage of its
+    class; the first and last classes are one stage each, so the value is max_g of these allocated sums
+    whenever the middle stages' terms peak on one stage (equal middle stages), and above it otherwise.
     """
     a = sc.model
     if not (per_op_model(sc) and modelled_activations(sc)):
@@ -601,8 +664,8 @@ def memory_by_stage(sc: Scenario, *, schedule: str, recompute: str, zero: int, o
     per_layer = float(_stored_per_layer(sc, recompute=recompute, tp=tp, cp=cp, mb=mb))
     one = float(_routed_per_block(sc, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap)) if a.moe else 0.0
     workspace = float(recompute_workspace(sc, recompute=recompute, tp=tp, cp=cp, mb=mb))
-    temp_all = float(temporary(sc, zero=zero, tp=tp, cp=cp, pp=pp, mb=mb, ep=ep, etp=etp, cap=cap))
-    logits = float(memory.logits_bytes(a, sc.task.seq_len / cp, mb, tp, sc.memory.loss_chunks))
+    temp_last = float(temporary(sc, zero=zero, tp=tp, cp=cp, pp=pp, mb=mb, ep=ep, etp=etp, cap=cap, stage="last"))
+    temp_other = float(temporary(sc, zero=zero, tp=tp, cp=cp, pp=pp, mb=mb, ep=ep, etp=etp, cap=cap, stage="first"))
     st = sc.stack
     out: list[StageMemory] = []
     for g, n in enumerate(split):
@@ -613,7 +676,7 @@ def memory_by_stage(sc: Scenario, *, schedule: str, recompute: str, zero: int, o
         k = float(ks[g]) if p > 1 else float(n > 0)
         routed = (one if rc == "full" else k * moe_blocks[g] * one) if moe_blocks[g] else 0.0
         acts_g = (k * n * per_layer if p > 1 else n * per_layer) + routed + workspace
-        temp_g = temp_all - (logits if g != len(split) - 1 else 0.0)
+        temp_g = temp_last if g == len(split) - 1 else temp_other
         alloc = states_g + acts_g + temp_g
         out.append(StageMemory(g, int(n), states_g, acts_g, temp_g, alloc,
                                alloc * (1.0 + st.allocator_reserve) + st.communicator_buffers))

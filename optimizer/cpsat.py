@@ -55,7 +55,7 @@ from tpopt.optimizer.space import (
 US = 1e6  # finest time unit: microsecond (coarser when the ranges demand it, see Scales)
 HUB = LAYOUT  # the core layout the search branches on first
 BUSY = BUSY_TERMS  # the busy-time terms (their sum is the step before the input wait)
-MEMORY = MEMORY_TERMS  # the per-card memory terms
+MEMORY = MEMORY_TERMS  # the per-card memory terms (of one stage class: Space.memory_classes)
 LSCALE = 10_000_000  # finest overhead unit: 1e-7
 BUDGET = 2**60  # no linear expression of the model may reach this magnitude (CP-SAT works in int64)
 INT_MAX = BUDGET
@@ -247,6 +247,7 @@ class CpSatModel:
         self.enforced = req.enforced(FAMILIES)
         self.assumption_mode = assumptions
         self.lit: dict[str, cp_model.IntVar] = {}
+        self._shared: dict[tuple[Any, ...], cp_model.IntVar] = {}
         self._build()
 
     # -- helpers ------------------------------------------------------------------------------
@@ -270,10 +271,16 @@ class CpSatModel:
 
     def _table(self, name: str, how: str, scale: float = 1.0, cap: float = math.inf
                ) -> tuple[cp_model.IntVar, NDArray[np.int64]]:
+        """A table's value as an integer variable (rounded ``how``); tables with the same variables and
+        integer values (a term alike on two stage classes) share one."""
         t = self.space.tables[name]
         vals = _lower(t.values, cap) * scale if how == "floor" else _finite(t.values) * scale
         ints = _floor(vals) if how == "floor" else _ceil(vals)
-        return self._element(f"{name}.{how}", t.vars, ints), ints
+        key = (t.vars, ints.shape, ints.tobytes())
+        var = self._shared.get(key)
+        if var is None:
+            var = self._shared[key] = self._element(f"{name}.{how}", t.vars, ints)
+        return var, ints
 
     def _selectors(self, name: str, vars: Sequence[str], ints: ArrayLike) -> list[tuple[int, cp_model.IntVar]]:
         """One literal per distinct table value, true iff the joint index selects that value."""
@@ -349,12 +356,14 @@ class CpSatModel:
         ticks, lscale, mu = sc_.ticks, sc_.lscale, sc_.mem_unit
         self.ticks = ticks
 
-        # memory per card <= usable (memory units, rounded down; usable rounded up)
-        mem_parts = [self._table(n, "floor", 1.0 / mu, sc_.mem_cap) for n in MEMORY]
-        mem_terms = [p[0] for p in mem_parts]
-        self._ints = {n: p[1] for n, p in zip(MEMORY, mem_parts, strict=False)}
+        # memory per card <= usable on every stage class (memory units, rounded down; usable rounded up)
         usable = self._element("usable", ("acc",), _ceil(np.minimum(sp.usable(), sc_.mem_cap) / mu))
-        m.add(sum(mem_terms) <= usable).only_enforce_if(self.lit[F.MEMORY_PER_CARD])
+        self._ints = {}
+        mem_groups = [names for _, names in sp.memory_classes()]
+        for names in mem_groups:
+            mem_parts = [self._table(n, "floor", 1.0 / mu, sc_.mem_cap) for n in names]
+            self._ints.update({n: p[1] for n, p in zip(names, mem_parts, strict=True)})
+            m.add(sum(p[0] for p in mem_parts) <= usable).only_enforce_if(self.lit[F.MEMORY_PER_CARD])
 
         # busy time (ticks): lower bound for the deadline and objective, upper bound for input throughput
         names = BUSY
@@ -426,8 +435,7 @@ class CpSatModel:
         self.obj_factor = self.cost_factor if self.req.objective == "cost" else 1.0 / ticks
         self.obj_hi = cost_hi if self.req.objective == "cost" else finish_hi
         m.minimize(self.obj)
-        self._hub(names, MEMORY, busy_lb, sum(mem_terms), usable, ov_ints, rate_ints, wait_t, reserved_t,
-                  iters, finish, cost)
+        self._hub(names, mem_groups, busy_lb, usable, ov_ints, rate_ints, wait_t, reserved_t, iters, finish, cost)
 
     @staticmethod
     def _fits(what: str, magnitude: int) -> None:
@@ -440,14 +448,15 @@ class CpSatModel:
         t = self.space.tables[name]
         return reduce_to(self.space.domains, np.asarray(ints).reshape(t.values.shape), t.vars, HUB, fn).reshape(-1)
 
-    def _hub(self, busy_names: Sequence[str], mem_names: Sequence[str], busy_sum: cp_model.LinearExprT,
-             mem_sum: cp_model.LinearExprT, usable: cp_model.IntVar, ov_ints: NDArray[np.int64],
+    def _hub(self, busy_names: Sequence[str], mem_groups: Sequence[Sequence[str]], busy_sum: cp_model.LinearExprT,
+             usable: cp_model.IntVar, ov_ints: NDArray[np.int64],
              rate_ints: NDArray[np.int64], wait_t: int, reserved_t: int, iters: int, finish: cp_model.IntVar,
              cost: cp_model.IntVar) -> None:
         """Best-first branch and bound on the core layout hub = (acc, tp, pp, dp, mb).
 
         For every hub value c, each term's minimum over the remaining variables (with the model's
-        own rounding) gives valid lower bounds of memory, busy time, finish and cost. They enter as
+        own rounding) gives valid lower bounds of memory (the largest over the stage classes of each class's
+        sum), busy time, finish and cost. They enter as
         redundant constraints on a hub index (linked to the base variables by a table constraint),
         and the search takes hub values in increasing bound order: once a plan is found, every hub
         value whose bound exceeds it is pruned at once.
@@ -460,7 +469,8 @@ class CpSatModel:
         rows = [tuple(int(x) for x in np.unravel_index(i, sizes)) + (i,) for i in range(n_hub)]
         m.add_allowed_assignments([self.iv[v] for v in HUB] + [hub], rows)
         busy_min = sum(self._project(n, self._ints[n]) for n in busy_names)
-        mem_min = sum(self._project(n, self._ints[n]) for n in mem_names)
+        mem_min = np.max([cast(NDArray[np.int64], sum(self._project(n, self._ints[n]) for n in names))
+                          for names in mem_groups], axis=0)
         ov_min = self._project("overhead", ov_ints)
         rate_min = self._project("rate", rate_ints)
         step_min = cast(NDArray[np.int64], busy_min + wait_t)  # a sum of hub arrays (never the empty 0)

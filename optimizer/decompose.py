@@ -36,7 +36,6 @@ from tpopt.optimizer.limits import clock_of
 from tpopt.optimizer.result import Request, Status, objective_key
 from tpopt.optimizer.space import BUSY_TERMS as BUSY
 from tpopt.optimizer.space import CHANCE_TABLE, LAYOUT, Reducer, Space, cards_of, chance_on, reduce_to
-from tpopt.optimizer.space import MEMORY_TERMS as MEMORY
 
 HUB = LAYOUT
 HUB_RULES = F.HUB_RULES
@@ -81,6 +80,14 @@ def _reduced(space: Space, name: str, fn: Reducer, values: NDArray[Any] | None =
 def _reduce_to_hub(space: Space, name: str, fn: Reducer, values: NDArray[Any] | None = None) -> NDArray[Any]:
     """:func:`_reduced` on the layout grid, flattened (one entry per layout)."""
     return np.broadcast_to(_reduced(space, name, fn, values), tuple(len(space.domains[v]) for v in HUB)).reshape(-1)
+
+
+def _largest(values: list[NDArray[Any]]) -> NDArray[Any]:
+    """Elementwise maximum of arrays that broadcast together (size-1 axes kept where all have them)."""
+    best = values[0]
+    for v in values[1:]:
+        best = np.maximum(best, v)
+    return best
 
 
 COUPLING = ("recompute", "zero", "ep", "cap", "offload", "etp", "sp", "schedule", "nics")
@@ -141,7 +148,9 @@ class LayoutBounds:
         # the input check needs the upper bound of busy time only where input can stall a step
         busy_max = cast(NDArray[Any], sum(red(n, np.max) for n in BUSY)) if np.any(need > 0) else \
             np.full(need.shape, np.inf)
-        mem_min = cast(NDArray[Any], sum(red(n, np.min) for n in MEMORY))
+        # memory: per stage class the sum of each term's minimum, the largest class bounding the rank's peak
+        mem_min = _largest([cast(NDArray[Any], sum(red(n, np.min) for n in names))
+                            for _, names in space.memory_classes()])
         l_min = red("overhead", np.min)
         nic_ok = space.nic_allowed()  # (acc, nics)
         rate = space.tables["rate"]  # (acc, card factors..., nics)

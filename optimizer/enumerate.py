@@ -29,6 +29,7 @@ from tpopt.optimizer.space import (
     FAMILIES,
     LAYOUT,
     NUMERIC,
+    PIPELINE_TERMS,
     VARIABLES,
     VARS,
     Domains,
@@ -293,8 +294,7 @@ HUB = LAYOUT  # (acc, tp, cp, pp, dp, mb)
 GRID = ("zero", "offload", "recompute", "sp", "schedule", "nics", "ep", "etp", "cap")
 SAVE = ("tau", "mode")
 EXTRAS = GRID + SAVE
-_GRID_TERMS = ("mem.states", "mem.copies", "mem.temporary", "time.exposed_dp", "time.tp_comm", "time.offload",
-               "time.ep_comm", "rate")
+_GRID_TERMS = ("time.exposed_dp", "time.tp_comm", "time.offload", "time.ep_comm", "rate")  # and the memory tables
 # families decided by one table each (True = the rule holds), sliced at the layout
 _RULES = {f: "ok." + f for f in F.STRUCTURAL + F.EXACT if f != F.CHECKPOINT}  # the backlog: with the save grid
 
@@ -306,7 +306,8 @@ class LayoutEvaluator:
     choices), times the save interval and mode. Each term is tabulated over its own variables (sliced from the space's
     tables at the layout; the exact pipeline terms of the schedules without a closed form are
     simulated for the layout alone) and the terms are glued by broadcasting in the evaluator's order
-    of operations: memory = ((states + copies) + activations) + temporary, busy = ((compute +
+    of operations: memory = max over the stage classes of ((states + copies) + activations) + temporary
+    (:meth:`Space.memory_classes`), busy = ((compute +
     exposed DP) + TP) + offload, finish = reserved + (iterations x (busy + wait)) x (1 + L),
     cost = rate x finish.
 
@@ -346,7 +347,7 @@ class LayoutEvaluator:
         sp = self.space
         if side is not None:
             return self._on_grid(name, sp.bound_table(name, side).values, h)
-        if name in ("time.compute", "mem.activations") and not sp.exact_pipeline_tables():
+        if name in PIPELINE_TERMS and not sp.exact_pipeline_tables():
             exact: NDArray[Any] = self.exact_terms[h][name]  # as far as _exact_pipeline has made it exact
             return exact
         return self._on_grid(name, sp.tables[name].values, h)
@@ -362,20 +363,20 @@ class LayoutEvaluator:
             per_op = T.per_op_model(sc)
             bases = [T.schedule_parts(x)[0] for x in d["schedule"]]
             one = d["pp"][h[HUB.index("pp")]] <= 1
+            acts = {i for i, b in enumerate(bases) if one or b in ("fill-drain", "1f1b", "zb-h1", "zb-h2")
+                    or (not per_op and b != "dualpipe")}
             exact_lo = {  # schedules whose lower bound is their exact value
                 "time.compute": {i for i, b in enumerate(bases) if one or (not per_op and b in pipeline.CLOSED_FORM)},
-                "mem.activations": {i for i, b in enumerate(bases)
-                                    if one or b in ("fill-drain", "1f1b", "zb-h1", "zb-h2")
-                                    or (not per_op and b != "dualpipe")}}
+                **{names[2]: set(acts) for _, names in self.space.memory_classes()}}
             entry = {t: self._term(t, h, "lo").astype(float) for t in exact_lo}
             entry["done"] = exact_lo
-            entry["exact"] = exact_lo["time.compute"] & exact_lo["mem.activations"]
+            entry["exact"] = set.intersection(*exact_lo.values())
             self.exact_terms[h] = entry
             while len(self.exact_terms) > EXACT_CACHE:
                 self.exact_terms.pop(next(iter(self.exact_terms)))
         want = set(range(len(d["schedule"]))) if scheds is None else set(scheds)
         axis = EXTRAS.index("schedule")
-        for term in ("time.compute", "mem.activations"):
+        for term in list(entry["done"]):
             need = sorted(want - entry["done"][term])
             if not need:
                 continue
@@ -391,7 +392,7 @@ class LayoutEvaluator:
                 entry[term][tuple(idx)] = vals[tuple(src)]
             entry["done"][term] = entry["done"][term] | set(need)
             self.simulated += 1
-        entry["exact"] = entry["done"]["time.compute"] & entry["done"]["mem.activations"]
+        entry["exact"] = set.intersection(*entry["done"].values())
         return entry
 
     def exact_is_bound(self) -> bool:
@@ -418,8 +419,11 @@ class LayoutEvaluator:
         side = "lo" if level == "bound" else None
         g = {n: self._term(n, h) for n in _GRID_TERMS}
         comp = self._term("time.compute", h, side)
-        act = self._term("mem.activations", h, side)
-        mem = ((g["mem.states"] + g["mem.copies"]) + act) + g["mem.temporary"]
+        per_class = [((self._term(states, h) + self._term(copies, h)) + self._term(acts, h, side)) + self._term(temp, h)
+                     for _, (states, copies, acts, temp) in sp.memory_classes()]  # the evaluator's order
+        mem = per_class[0]
+        for one in per_class[1:]:
+            mem = np.maximum(mem, one)
         busy = (((comp + g["time.exposed_dp"]) + g["time.tp_comm"]) + g["time.offload"]) + g["time.ep_comm"]
         if level == "bound":  # the input check needs an upper bound of busy
             busy_hi = (((self._term("time.compute", h, "hi") + g["time.exposed_dp"]) + g["time.tp_comm"])

@@ -25,14 +25,14 @@ import math
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.models.units import DAY, GIB
-from tpopt.optimizer.cpsat import BUSY, MEMORY, CandidateResult, _lower, caps
+from tpopt.optimizer.cpsat import BUSY, CandidateResult, _lower, caps
 from tpopt.optimizer.limits import EncodingError
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import (
@@ -42,7 +42,6 @@ from tpopt.optimizer.space import (
     EXACT,
     FAMILIES,
     LAYOUT,
-    MEMORY_TERMS,
     STRUCTURAL,
     VARS,
     Space,
@@ -165,7 +164,7 @@ class HighsModel:
         self._w_cache: dict[tuple[str, ...], NDArray[np.int_]] = {}
         step_cap, ov_cap, mem_cap, _ = caps(space, F.DEADLINE in self.enforced)
         self._cap = {n: step_cap for n in BUSY}
-        self._cap.update({n: mem_cap for n in MEMORY})
+        self._cap.update({n: mem_cap for n in space.memory_names()})
         self._cap["overhead"] = ov_cap - 1.0
         self._build()
         self._check_ranges()
@@ -281,17 +280,18 @@ class HighsModel:
         for j in w[bad]:
             lp.hi[j] = 0.0
 
-        # memory (GiB) <= usable
+        # memory (GiB) <= usable, one row per stage class (tables over the same variables share weights)
         if F.MEMORY_PER_CARD in self.enforced:
-            idx: list[NDArray[Any]] = []
-            val: list[NDArray[Any]] = []
-            for n in MEMORY_TERMS:
-                cols, coefs = self._term(n, 1.0 / GIB)
-                idx.append(cols)
-                val.append(coefs)
-            idx.append(self.x["acc"])
-            val.append(-sp.usable() / GIB)
-            lp.row(np.concatenate(idx), np.concatenate(val), -INF, 0.0)
+            for _, names in sp.memory_classes():
+                idx: list[NDArray[Any]] = []
+                val: list[NDArray[Any]] = []
+                for n in names:
+                    cols, coefs = self._term(n, 1.0 / GIB)
+                    idx.append(cols)
+                    val.append(coefs)
+                idx.append(self.x["acc"])
+                val.append(-sp.usable() / GIB)
+                lp.row(np.concatenate(idx), np.concatenate(val), -INF, 0.0)
 
         # busy time (s)
         names = BUSY_TERMS
@@ -371,7 +371,8 @@ class HighsModel:
         busy_min = sum(hub_min(n) for n in names)
         lp.row(np.append(h, self.busy), np.append(-busy_min, 1.0), 0.0, INF)
         if F.MEMORY_PER_CARD in self.enforced:
-            mem_min = sum(hub_min(n) for n in MEMORY_TERMS)
+            mem_min = np.max([cast(NDArray[Any], sum(hub_min(n) for n in names)) for _, names in sp.memory_classes()],
+                             axis=0)
             usable = reduce_to(self.space.domains, sp.usable(), ("acc",), HUB, np.min).reshape(-1)
             for j in h[mem_min > usable]:
                 lp.hi[j] = 0.0

@@ -132,13 +132,26 @@ def card_counts(domains: Domains) -> list[int]:
 # reported, not encoded twice)
 FAMILIES = F.SOLVED
 STRUCTURAL = F.STRUCTURAL
-# the terms every backend sums: memory per card and busy time per step
+# the terms every backend sums: memory per card (per stage class, see memory_tables) and busy time per step
 MEMORY_TERMS = ("mem.states", "mem.copies", "mem.activations", "mem.temporary")
 BUSY_TERMS = ("time.compute", "time.exposed_dp", "time.tp_comm", "time.offload", "time.ep_comm")
 # single-table conditions decided exactly when the tables are built (family -> "ok." table)
 EXACT = F.EXACT
+
+
+def memory_tables(stage: str) -> tuple[str, ...]:
+    """The memory family's tables of one stage class (tpopt.models.terms.stage_classes), in
+    :data:`MEMORY_TERMS` order: the base names for the flat model's one class (``T.PEAK``),
+    ``"<term>.<class>"`` for the per-operation model's first, middle and last. Every backend encodes, per
+    class k of the space (:meth:`Space.memory_classes`), sum over these tables <= usable memory."""
+    return MEMORY_TERMS if stage == T.PEAK else tuple(f"{n}.{stage}" for n in MEMORY_TERMS)
+
+
+ACTIVATION_TABLES = tuple(memory_tables(k)[2] for k in (T.PEAK, *T.STAGE_CLASSES))
+"""The activation tables of every stage class (the pipeline's in-flight micro-batches: bounded in closed form
+on large spaces)."""
 # closed-form bounds of the pipeline terms (Space.bound_table)
-PIPELINE_TERMS = ("time.compute", "mem.activations")
+PIPELINE_TERMS = ("time.compute", *ACTIVATION_TABLES)
 EXACT_PIPELINE_WORK = 5_000
 """Pipeline operations (:meth:`Space.pipeline_work`) up to which bound tables are exact tables: beyond,
 the closed-form bounds prune as well (measured: the same solve rounds) at a fraction of the cost."""
@@ -379,13 +392,13 @@ class Space:
 
         chance = {CHANCE_TABLE: (("acc", "mode", "tau", *cf), lambda acc, mode, tau, **f: T.chance_step_max(
             sc, acc, mode, cards_of(**f), self.interval(tau, cards_of(**f), mode)))} if chance_on(sc) else {}
-        return chance | {
-            "mem.states": term(T.states),
-            "mem.copies": term(T.param_copies),
-            "mem.activations": term(T.activations),
-            "mem.activations.lo": term(T.activations, peak="lo"),
-            "mem.activations.hi": term(T.activations, round_up32, peak="hi"),
-            "mem.temporary": term(T.temporary),
+        mem: dict[str, Spec] = {}
+        for k, (states, copies, acts, temp) in self.memory_classes():  # the memory family per stage class
+            opt: dict[str, Any] = {} if k == T.PEAK else {"stage": k}
+            mem |= {states: term(T.states, **opt), copies: term(T.param_copies, **opt),
+                    acts: term(T.activations, **opt), f"{acts}.lo": term(T.activations, peak="lo", **opt),
+                    f"{acts}.hi": term(T.activations, round_up32, peak="hi", **opt), temp: term(T.temporary, **opt)}
+        return chance | mem | {
             "mem.host": term(T.host_memory),
             "time.compute": (compute, None),
             "time.compute.lo": (compute, None),
@@ -419,6 +432,16 @@ class Space:
             "ok." + F.CHECKPOINT: (("mode", "tau", *cf), None),
             "ok." + F.MEMORY_HOST: (term_variables(T.host_memory, a.moe), None),
         }
+
+    def memory_classes(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """(stage class, its memory tables) for each class the memory family is encoded on: one inequality
+        sum over the tables <= usable memory per class (:func:`memory_tables`; the flat model's one class
+        has the base tables)."""
+        return tuple((k, memory_tables(k)) for k in T.stage_classes(self.sc))
+
+    def memory_names(self) -> tuple[str, ...]:
+        """Every exact memory-family table of the space (all classes)."""
+        return tuple(n for _, names in self.memory_classes() for n in names)
 
     def table_vars(self, name: str) -> tuple[str, ...]:
         """The variables of a table, without building it."""
