@@ -131,9 +131,13 @@ def metrics_table(m: dict, title: str = "Plan evaluation") -> Table:
     t.add_column("quantity")
     t.add_column("value", justify="right")
     t.add_column("unit")
+    # per-operation model: the breakdown of the stage class whose rank peaks (the memory family's value)
+    peak = next((r for r in m.get("memory_by_class", ()) if r["stage"] == m.get("memory_peak_class")), None)
+    part = peak or m
+    where = f"; peak on the {peak['stage']} stage" if peak else ""
     rows = [
-        ("memory per card", _num(m["memory_per_card_gib"], 1), f"GiB (usable {m['memory_limit_gib']:.1f})"),
-        ("  persistent states", _num(m["states_gib"], 1), "GiB"),
+        ("memory per card", _num(m["memory_per_card_gib"], 1), f"GiB (usable {m['memory_limit_gib']:.1f}{where})"),
+        ("  persistent states", _num(part["states_gib"], 1), "GiB"),
     ]
     if "expert_weights_gib" in m:
         rows.append(("    of which expert state", _num(m["expert_states_gib"], 1),
@@ -141,8 +145,8 @@ def metrics_table(m: dict, title: str = "Plan evaluation") -> Table:
         rows.append(("    expert weights per EP rank", _num(m["expert_weights_gib"], 1),
                      f"GiB ({m['expert_params_per_card'] / 1e9:,.2f}B params)"))
     rows += [
-        ("  activations", _num(m["activations_gib"], 1), "GiB"),
-        ("  temporary buffers", _num(m["temporary_gib"], 1), "GiB"),
+        ("  activations", _num(part["activations_gib"], 1), "GiB"),
+        ("  temporary buffers", _num(part["temporary_gib"], 1), "GiB"),
         ("compute per step", _num(m["compute_s"], 1), "s"),
     ]
     if m.get("bubble_s", 0) > 0:
