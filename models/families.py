@@ -11,6 +11,16 @@ plan, the solvers encode, the reports print and explain relaxes. Each is declare
   per-stage form);
 - explain's deletion order (:data:`DELETION_ORDER`) is the structural rules, then ``deletion_rank``.
 
+The memory family (``memory.per_card``) is the per-rank peak. For each pipeline-stage class k the layout
+has (tpopt.models.terms.stage_classes: first, middle and last in the per-operation model, the middle
+class only where pp > 2; the flat model's balanced stages are one class), each term the heaviest stage
+of its class::
+
+    states_k + weight copies_k + activations_k + temporary_k <= usable memory      for every class k
+
+and its value is the largest class sum (tpopt.models.evaluate.memory_by_class); every backend encodes one
+inequality per class (tpopt.optimizer.space.Space.memory_classes), and reports name the class that peaks.
+
 Code that must name one family uses its constant (``BUDGET``, ``DEADLINE``, ...) or an attribute of its
 :class:`Family`, never the quoted name. Adding a family: declare its constant and its :class:`Family`
 here, return its (value, limit) from the evaluator, encode it in the backends that enforce it.
