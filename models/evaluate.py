@@ -438,18 +438,22 @@ def moe_metrics(sc: Scenario, plan: Plan, v: dict[str, float]) -> dict[str, Any]
     }
 
 
-def class_memory_metrics(r: Arrays) -> dict[str, Any]:
-    """The memory family per stage class of one plan (per-operation model; nothing in the flat model's one
-    class): each class's states (with weight copies), activations, temporary buffers and their sum in
-    GiB, and the class whose sum is the family's value (the rank that peaks)."""
-    classes = [r[k] for k in r if isinstance(k, tuple) and k[0] == "memory"]
-    if len(classes) < 2:
+def class_memory_metrics(r: Arrays, pp: int) -> dict[str, Any]:
+    """The memory family per stage class of one plan (per-operation model with pp > 1; nothing in the flat
+    model's one class nor for one stage): for each class the layout has (first and last; middle with pp > 2)
+    its states (with weight copies), activations, temporary buffers and their sum in GiB, and the class
+    whose sum is the family's value (the rank that peaks)."""
+    classes = [r[k] for k in r if isinstance(k, tuple) and k[0] == "memory"
+               and (k[1] != "middle" or pp > 2)]
+    if len(classes) < 2 or pp < 2:
         return {}
     rows = [{"stage": c.stage, "states_gib": float(np.asarray(c.states + c.copies)) / GIB,
              "activations_gib": float(np.asarray(c.activations)) / GIB,
              "temporary_gib": float(np.asarray(c.temporary)) / GIB, "total_gib": float(np.asarray(c.total)) / GIB}
             for c in classes]
-    return {"memory_by_class": rows, "memory_peak_class": rows[int(np.asarray(r["memory_class"]))]["stage"]}
+    every = [k[1] for k in r if isinstance(k, tuple) and k[0] == "memory"]  # the order of r["memory_class"]
+    peak = every[int(np.asarray(r["memory_class"]))]  # the first class of the largest sum (pp = 2: never "middle")
+    return {"memory_by_class": rows, "memory_peak_class": peak}
 
 
 def stage_memory_metrics(sc: Scenario, plan: Plan) -> dict[str, Any]:
@@ -519,7 +523,7 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
         "input_demand_seq_s": v["input_demand"],
         "input_supply_seq_s": _clean(v["input_supply"]),
         "step_model": "per-operation" if T.per_op_model(sc) else "flat",
-        **class_memory_metrics(r),
+        **class_memory_metrics(r, plan.pp),
         **stage_memory_metrics(sc, plan),
         "stage_layers": [int(x) if float(x).is_integer() else float(x) for x in T.stage_split(sc, plan.pp)],
         **moe_metrics(sc, plan, v),

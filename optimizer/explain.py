@@ -722,8 +722,9 @@ def argmin_metric(ctx: Context, metric: str, families: Iterable[str], sc: Scenar
 
 def relax_usable_memory(ctx: Context, core: list[str] | None = None) -> Relaxation:
     """Required usable memory M* = min over plans meeting every other family of the peak per card
-    (states + activations + temporary): usable memory enters memory.per_card only, so the plan with
-    the least memory becomes feasible exactly when usable >= M* (exhaustive, exact)."""
+    (the memory family's value: the largest stage-class sum of states + activations + temporary): usable
+    memory enters memory.per_card only, so the plan with the least memory becomes feasible exactly when
+    usable >= M* (exhaustive, exact)."""
     p = PARAMS["usable_memory"]
     sc = ctx.sc
     cur = min(s.acc.memory_usable for s in sc.systems.values()) / GIB
