@@ -534,35 +534,50 @@ def _layer_sets(sc: Scenario, schedule: str, pp: ArrayLike, ga: FloatArray, peak
                       np.ceil(ga - 1e-9))
 
 
-@lru_cache(maxsize=4096)
 def _peak_layer_sets(schedule: str, layers: int, p: int, m: int, first: int, last: int, stage: str = PEAK) -> float:
     """Max over stages (of the class ``stage``) of in-flight layer sets: (peak in-flight micro-batches of
     stage g) x (its layers)."""
-    if p <= 1:
-        return float(layers)
-    split = _split_cached(layers, p, first, last)
-    base, v = schedule_parts(schedule)
-    chunks = chunk_layers(split, v) if base == "interleaved" else None
-    if not split or (base == "interleaved" and chunks is None) or pipeline.shape_error(base, p, m, v):
-        return np.inf
-    peaks = pipeline.peak_inflight(base, p, m, v=v, chunk_layers=chunks)
-    return max(peaks[g] * split[g] for g in class_stages(stage, p))
+    sets = _stage_layer_sets(schedule, layers, p, m, first, last)
+    return max(sets[g] for g in class_stages(stage, len(sets)))
 
 
 @lru_cache(maxsize=4096)
-def _peak_layer_set_bounds(schedule: str, layers: int, p: int, m: int, first: int, last: int,
-                           stage: str = PEAK) -> tuple[float, float]:
-    """(lo, hi) of :func:`_peak_layer_sets` from the per-stage closed-form peak bounds (no simulation)."""
+def _stage_layer_sets(schedule: str, layers: int, p: int, m: int, first: int, last: int) -> tuple[float, ...]:
+    """Per stage g: (peak in-flight micro-batches of stage g) x (its layers) ((inf,) for a shape the
+    schedule cannot run; one stage: its layers)."""
     if p <= 1:
-        return float(layers), float(layers)
+        return (float(layers),)
     split = _split_cached(layers, p, first, last)
     base, v = schedule_parts(schedule)
     chunks = chunk_layers(split, v) if base == "interleaved" else None
     if not split or (base == "interleaved" and chunks is None) or pipeline.shape_error(base, p, m, v):
-        return np.inf, np.inf
+        return (np.inf,)
+    peaks = pipeline.peak_inflight(base, p, m, v=v, chunk_layers=chunks)
+    return tuple(k * n for k, n in zip(peaks, split, strict=False))
+
+
+def _peak_layer_set_bounds(schedule: str, layers: int, p: int, m: int, first: int, last: int,
+                           stage: str = PEAK) -> tuple[float, float]:
+    """(lo, hi) of :func:`_peak_layer_sets` from the per-stage closed-form peak bounds (no simulation)."""
+    lo, hi = _stage_layer_set_bounds(schedule, layers, p, m, first, last)
+    gs = class_stages(stage, len(lo))
+    return max(lo[g] for g in gs), max(hi[g] for g in gs)
+
+
+@lru_cache(maxsize=4096)
+def _stage_layer_set_bounds(schedule: str, layers: int, p: int, m: int, first: int,
+                            last: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per stage, (lo, hi) bounds of :func:`_stage_layer_sets` in closed form."""
+    if p <= 1:
+        return (float(layers),), (float(layers),)
+    split = _split_cached(layers, p, first, last)
+    base, v = schedule_parts(schedule)
+    chunks = chunk_layers(split, v) if base == "interleaved" else None
+    if not split or (base == "interleaved" and chunks is None) or pipeline.shape_error(base, p, m, v):
+        return (np.inf,), (np.inf,)
     lo, hi = pipeline.peak_inflight_stage_bounds(base, p, m, v=v, chunk_layers=chunks)
-    gs = class_stages(stage, p)
-    return max(lo[g] * split[g] for g in gs), max(hi[g] * split[g] for g in gs)
+    return (tuple(k * n for k, n in zip(lo, split, strict=False)),
+            tuple(k * n for k, n in zip(hi, split, strict=False)))
 
 
 def recompute_workspace(sc: Scenario, *, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike) -> Floats:
