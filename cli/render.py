@@ -271,8 +271,8 @@ def binding_lines(binding: list[dict] | None, objective: str, unit: str, undecid
     for b in binding:
         p = b["plan_without"]
         v = b["violates"]
-        viol = f"; it would have {v['name']} = {v['value']:,.2f} {v['unit']} against {v['limit']:,.2f}" \
-            if "value" in v else ""
+        viol = f"; it would have {v['name']} = {v['value']:,.2f} {v['unit']}{_on_stage(v)} against " \
+            f"{v['limit']:,.2f}" if "value" in v else ""
         lines.append(f"  {b['name']}: without it, {p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, "
                      f"{layout_text(p, ', ')}{moe_short(p)}{_batch(p, batch)}) would reach "
                      f"{_objective_text(b['objective_without'], objective, unit)} "
@@ -280,9 +280,14 @@ def binding_lines(binding: list[dict] | None, objective: str, unit: str, undecid
     return lines
 
 
+def _on_stage(r: dict) -> str:
+    """Where a memory figure peaks (per-operation model: the stage class of the rank), else nothing."""
+    return f" on the {r['stage']} stage" if r.get("stage") else ""
+
+
 def _reason(r: dict) -> str:
     if "value" in r:
-        return f"{r['name']} ({r['value']:,.2f} {r['unit']} > {r['limit']:,.2f})"
+        return f"{r['name']} ({r['value']:,.2f} {r['unit']}{_on_stage(r)} > {r['limit']:,.2f})"
     if "detail" in r:
         return f"{r['name']} ({r['detail']})"
     return r["name"]

@@ -201,7 +201,10 @@ def _violation(ev: Evaluation, family: str) -> dict[str, Any]:
     c = ev.constraint(name) if any(x.name == name for x in ev.constraints) else None
     if c is None:
         return {"name": family}
-    return {"name": family, "value": c.value, "limit": c.limit, "unit": c.unit}
+    out: dict[str, Any] = {"name": family, "value": c.value, "limit": c.limit, "unit": c.unit}
+    if family == F.MEMORY_PER_CARD and "memory_peak_class" in ev.metrics:  # the stage class whose rank peaks
+        out["stage"] = ev.metrics["memory_peak_class"]
+    return out
 
 
 QUOTE = shared.Quote(objective_value, plan_summary, _violation)  # how the reports quote a pre-training plan
