@@ -140,7 +140,8 @@ class RLResult:
 
 
 def new_caches() -> dict[str, Any]:
-    return {"learner": {}, "space": {}, "rollout": {}, "overhead": {}, "bound_ok": [True], "solves": [0]}
+    return {"learner": {}, "space": {}, "rollout": {}, "overhead": {}, "bound_ok": [True], "solves": [0], "grid": {},
+            "plans": {}}
 
 
 class RLProblem:
@@ -210,8 +211,9 @@ class RLProblem:
                     for cl in hosts:
                         if clock is not None:
                             clock.check("building the RL decisions")
-                        rollouts = [cl] if placement == "shared" else [c for c in hosts
-                                                                       if c <= top and cl + c <= self.card_limit]
+                        # separate: the hosts' card counts c <= top with cl + c <= the limit (a prefix)
+                        room = min(top, self.card_limit - cl)
+                        rollouts = [cl] if placement == "shared" else hosts[:max(0, room // g)]
                         yield acc, placement, t, cl, rollouts
 
     def _inner(self, placement: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[str, ...]]:
@@ -387,16 +389,21 @@ class RLProblem:
         return min(range(len(cands)), key=lambda i: (score[i], i))
 
     def _learner_from_table(self, acc: str, cards: int, limit: float | None, shared: bool) -> Learner | None:
-        rows = [r for r in trainer_points(self, acc).get(cards, []) if limit is None or (r[3] and r[2] <= limit)]
-        if not rows:
+        every = trainer_points(self, acc).get(cards, [])
+        at = [j for j, r in enumerate(every) if limit is None or (r[3] and r[2] <= limit)]
+        if not at:
             return None
+        rows = [every[j] for j in at]
         swap_bw = self.swap_bandwidth(acc)
         extra = self.extra_forward_s(acc, cards)
         cands = [Learner(None, r[0], r[0] + extra, r[1], r[2], R.state_swap_time(r[1], swap_bw) if shared else 0.0)
                  for r in rows]
         i = self._choose(shared, cands)
-        sp = self._space(acc, None)
-        return replace(cands[i], plan=evaluate(sp.sc, sp.plan(rows[i][4])))
+        plans = self.caches.setdefault("plans", {})  # the full evaluation of a tabulated plan, once
+        if (acc, cards, at[i]) not in plans:
+            sp = self._space(acc, None)
+            plans[(acc, cards, at[i])] = evaluate(sp.sc, sp.plan(rows[i][4]))
+        return replace(cands[i], plan=plans[(acc, cards, at[i])])
 
     def _learner_from_solver(self, acc: str, cards: int, limit: float | None, shared: bool) -> Learner | None:
         sp = self._space(acc, limit)
@@ -604,32 +611,39 @@ class DecisionGrid:
         self.cards = np.where(self.shared, self.cl, self.cl + self.cr)
         self.size = int(self.acc.size)
         self._static: dict[tuple[bool, bool], dict[str, np.ndarray]] = {}
+        self._keys: dict[tuple[bool, bool], dict[int, LearnerKey]] = {}  # learner key per decision code
 
     @classmethod
     def build(cls, pb: RLProblem, clock: Clock | None = None) -> DecisionGrid:
+        """The columns of :meth:`RLProblem.grid`: per block (accelerator, placement, TP, learner cards) its
+        rollout card counts (the learner's on shared cards, else the first k hosts' g, 2g, ... kg) x
+        batches x staleness values x sync methods, innermost last."""
         accs = pb.accelerators()
         placements = list(pb.rsc.search.placement)
         methods = list(pb.rsc.search.weight_sync)
-        parts: dict[str, list[np.ndarray]] = {k: [] for k in ("acc", "pl", "cl", "cr", "tp", "b", "st", "ws")}
-        blocks = 0
-        for acc, placement, t, cl, rollouts in pb._blocks(clock):
-            blocks += 1
-            batches, stales, ms = pb._inner(placement)
-            nb, ns, nm = len(batches), len(stales), len(ms)
-            n = len(rollouts) * nb * ns * nm
-            if n == 0:
-                continue
-            parts["acc"].append(np.full(n, accs.index(acc), dtype=np.int64))
-            parts["pl"].append(np.full(n, placements.index(placement), dtype=np.int64))
-            parts["tp"].append(np.full(n, t, dtype=np.int64))
-            parts["cl"].append(np.full(n, cl, dtype=np.int64))
-            parts["cr"].append(np.repeat(np.asarray(rollouts, dtype=np.int64), nb * ns * nm))
-            parts["b"].append(np.tile(np.repeat(np.asarray(batches, dtype=np.int64), ns * nm), len(rollouts)))
-            parts["st"].append(np.tile(np.repeat(np.asarray(stales, dtype=np.int64), nm), len(rollouts) * nb))
-            parts["ws"].append(np.tile(np.asarray([methods.index(m) for m in ms], dtype=np.int64),
-                                       len(rollouts) * nb * ns))
-        cols = {k: np.concatenate(v) if v else np.zeros(0, dtype=np.int64) for k, v in parts.items()}
-        return cls(accs, placements, methods, cols, blocks)
+        rows: list[tuple[int, int, int, int, int, int, int, int, int]] = []
+        batches = pb._inner(placements[0])[0] if placements else (0,)
+        for acc, placement, tp, learner, rollouts in pb._blocks(clock):
+            _, st_values, ms = pb._inner(placement)
+            rows.append((accs.index(acc), placements.index(placement), tp, learner, len(rollouts), len(st_values),
+                         len(ms), pb.sc.system(acc).acc.cards_per_host, int(placement == "shared")))
+        blk = np.array(rows, dtype=np.int64).reshape(-1, 9)
+        a, pl, t, cl, k, ns, nm, g, sh = blk.T
+        nb = len(batches)
+        inner = nb * ns * nm
+        n = k * inner
+        total = int(n.sum())
+        pos = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+        inner_p, ns_p, nm_p = np.repeat(inner, n), np.repeat(ns, n), np.repeat(nm, n)
+        r, q = pos // inner_p, pos % inner_p
+        cl_p = np.repeat(cl, n)
+        st_q = (q // nm_p) % ns_p
+        stales = np.array([0, 1], dtype=np.int64)
+        cols = {"acc": np.repeat(a, n), "pl": np.repeat(pl, n), "tp": np.repeat(t, n), "cl": cl_p,
+                "cr": np.where(np.repeat(sh, n) == 1, cl_p, np.repeat(g, n) * (r + 1)),
+                "b": np.asarray(batches, dtype=np.int64)[q // (ns_p * nm_p)], "st": stales[st_q],
+                "ws": q % nm_p}
+        return cls(accs, placements, methods, cols, len(rows))
 
     def decision(self, j: int) -> RLDecision:
         return RLDecision(self.accs[self.acc[j]], self.placements[self.pl[j]], int(self.cl[j]), int(self.cr[j]),
@@ -715,12 +729,15 @@ class DecisionGrid:
         keys: list[LearnerKey] = []
         ids: dict[LearnerKey, int] = {}
         of_code = np.empty(uniq.size, dtype=np.int64)
-        for u, j in enumerate(first):
-            k = pb.learner_key(self.decision(int(idx[j])), enforced)
+        known = self._keys.setdefault((F.RL_LEARNER_MEMORY in enforced, F.RL_HANDOFF_MEMORY in enforced), {})
+        for pos, (u, j) in enumerate(zip(uniq.tolist(), first.tolist(), strict=True)):
+            k = known.get(u)
+            if k is None:
+                k = known[u] = pb.learner_key(self.decision(int(idx[j])), enforced)
             if k not in ids:
                 ids[k] = len(keys)
                 keys.append(k)
-            of_code[u] = ids[k]
+            of_code[pos] = ids[k]
         return of_code[inv], keys
 
 
@@ -732,9 +749,10 @@ def vector_checks(pb: RLProblem, grid: DecisionGrid, idx: np.ndarray, full_s: np
     relations of :meth:`RLProblem.evaluate`, term for term in the same order, over arrays."""
     task, sc = pb.task, pb.sc
     S = grid.static(pb, F.RL_KV_CAPACITY in enforced, F.CHECKPOINT in enforced)
-    c = {k: v[idx] for k, v in S.items()}
-    st, shared = grid.st[idx], grid.shared[idx]
-    cards = grid.cards[idx]
+    whole = idx.size == grid.size  # the whole grid (idx is then 0 .. size - 1): no copies
+    c = S if whole else {k: v[idx] for k, v in S.items()}
+    st, shared = (grid.st, grid.shared) if whole else (grid.st[idx], grid.shared[idx])
+    cards = grid.cards if whole else grid.cards[idx]
     stale = st >= 1
     Rb = task.batch
     q = np.where(stale, task.kept, task.kept_sync)
@@ -846,16 +864,16 @@ def _search(pb: RLProblem, objective: str, enforced: tuple[str, ...], restrict: 
     gid, keys = grid.learner_keys(pb, fsel, enforced)
     stats["learner_keys"] = len(keys)
     order = np.lexsort((fsel, k2, k1))  # by (bound key, grid index)
-    seen = np.unique(gid[order], return_index=True)[1]
-    ranked = gid[order][np.sort(seen)]  # keys by their best bound
-    group_min = {int(g): float(k1[order][i]) for g, i in zip(gid[order][seen], seen, strict=True)}
+    gsorted, ksorted = gid[order], k1[order]
+    seen = np.sort(np.unique(gsorted, return_index=True)[1])
+    ranked = gsorted[seen].tolist()  # keys by their best bound
+    group_min = dict(zip(ranked, ksorted[seen].tolist(), strict=True))
     members = np.argsort(gid, kind="stable")
     starts = np.searchsorted(gid[members], np.arange(len(keys) + 1))
     best: RLEvaluation | None = None
     best_rank: Rank | None = None
     limited = False
     for g in ranked:
-        g = int(g)
         if best_rank is not None and group_min[g] > best_rank[0][0]:
             break  # every remaining bound is worse than the best verified plan
         if clock.expired("solving the learner plans"):
