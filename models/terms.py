@@ -678,6 +678,7 @@ def layout(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep:
 
 # recent op_times results, least recently used first
 _OP_MEMO: OrderedDict[tuple[Any, ...], tuple[Scenario, OpTimes]] = OrderedDict()
+BOUND_SLICE = 1 << 18  # group durations (stages x rows) per slice of a pipeline bound pass
 OP_MEMO_SIZE = 1024  # a MoE space's layouts revisit (tp, micro-batch, EP, capacity) kernel sets round after round
 
 
@@ -1051,8 +1052,13 @@ def _pipeline_groups(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike,
             if not split or (base == "interleaved" and chunks is None):
                 out[sel] = hi_out[sel] = np.inf  # layout.schedule_shape rules these plans out
                 continue
-            out[sel], hi_out[sel] = pipeline.completion_bounds_rows(base, p, mm[sel], *durations(sel, p, split),
-                                                                    tx[sel], 0.0, v=v, chunk_layers=chunks)
+            # rows in slices of at most BOUND_SLICE group-durations: the (p, rows) temporaries stay small
+            # (every row is bounded on its own, so the slices give the same numbers as one pass)
+            step = max(1, BOUND_SLICE // p)
+            for lo_row in range(0, sel.size, step):
+                part = sel[lo_row:lo_row + step]
+                out[part], hi_out[part] = pipeline.completion_bounds_rows(
+                    base, p, mm[part], *durations(part, p, split), tx[part], 0.0, v=v, chunk_layers=chunks)
     elif multi.size:
         # every (pp, micro-batches) shape once, its rows selected once
         shapes, order, cuts = pipeline.group_shapes(pp_a[multi], mm[multi])
