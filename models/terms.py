@@ -1064,11 +1064,7 @@ def _pipeline_groups(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike,
     if multi.size and bounds:
         # one vectorised pass per stage count, every micro-batch count at once; the group durations of each
         # distinct duration set once (a plan grid repeats them for every DP degree, NIC count and stage count)
-        sets = _duration_sets([x[multi] for x in (lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw)]
-                              + ([x[multi] for x in (df, ddx, ddw)] if mixed else []))
-        set_of = np.empty(pp_a.shape, dtype=np.intp)
-        if sets is not None:
-            set_of[multi] = sets[0]
+        sets = _duration_sets([lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw] + ([df, ddx, ddw] if mixed else []))
         for p_val in np.unique(pp_a[multi]).tolist():
             sel = multi[pp_a[multi] == p_val]
             p = int(p_val)
@@ -1080,12 +1076,12 @@ def _pipeline_groups(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike,
             # rows in slices of at most BOUND_SLICE group durations: the (p, rows) temporaries stay small
             # (every row is bounded on its own, so the slices give the same numbers as one pass)
             step = max(1, BOUND_SLICE // p)
-            per_set = None if sets is None else durations(multi[sets[1]], p, split)  # one row of each set
+            per_set = None if sets is None else durations(sets[1], p, split)  # one row of each set
             for lo_row in range(0, sel.size, step):
                 part = sel[lo_row:lo_row + step]
                 if per_set is not None:
                     out[part], hi_out[part] = pipeline.completion_bounds_rows(
-                        base, p, mm[part], *per_set, tx[part], 0.0, v=v, chunk_layers=chunks, columns=set_of[part])
+                        base, p, mm[part], *per_set, tx[part], 0.0, v=v, chunk_layers=chunks, columns=sets[0][part])
                 else:
                     out[part], hi_out[part] = pipeline.completion_bounds_rows(
                         base, p, mm[part], *durations(part, p, split), tx[part], 0.0, v=v, chunk_layers=chunks)
