@@ -1076,12 +1076,12 @@ def _pipeline_groups(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike,
             # rows in slices of at most BOUND_SLICE group durations: the (p, rows) temporaries stay small
             # (every row is bounded on its own, so the slices give the same numbers as one pass)
             step = max(1, BOUND_SLICE // p)
-            per_set = None if sets is None else durations(sets[1], p, split)  # one row of each set
+            set_of, per_set = (None, None) if sets is None else (sets[0], durations(sets[1], p, split))
             for lo_row in range(0, sel.size, step):
                 part = sel[lo_row:lo_row + step]
-                if per_set is not None:
+                if set_of is not None and per_set is not None:  # per_set: one row of each duration set
                     out[part], hi_out[part] = pipeline.completion_bounds_rows(
-                        base, p, mm[part], *per_set, tx[part], 0.0, v=v, chunk_layers=chunks, columns=sets[0][part])
+                        base, p, mm[part], *per_set, tx[part], 0.0, v=v, chunk_layers=chunks, columns=set_of[part])
                 else:
                     out[part], hi_out[part] = pipeline.completion_bounds_rows(
                         base, p, mm[part], *durations(part, p, split), tx[part], 0.0, v=v, chunk_layers=chunks)
