@@ -6,8 +6,10 @@ flight, predicted by tpopt.models.generation.decode_time with the [rl] defaults 
 bandwidth, 50 % of dense peak), against the figures the cited benchmark pages print.
 
 Speed rows: the example scenario and a larger one (up to 256 cards): RL decisions, learner card
-counts examined, solve time, brute-force time (every RL decision x every learner plan) and the ratio.
-Not a test: figures depend on the machine. Run:
+counts examined, solve time, brute-force time (every RL decision x every learner plan) and the ratio;
+then the whole `tpopt rl` command on the 256-card scenario in a fresh process (CPU seconds, wall
+seconds, peak RSS; benchmarks/end_to_end.py; target <= 1 s). Not a test: figures depend on the
+machine. Run:
 
     .venv/bin/python benchmarks/rl_solve.py [--quick]
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,6 +29,9 @@ from tpopt.catalogs.rl import load_rl_scenario  # noqa: E402
 from tpopt.models import generation as gen  # noqa: E402
 from tpopt.models.arch import gemm_params, param_count  # noqa: E402
 from tpopt.optimizer import rl as O  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import end_to_end  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "rl-grpo-qwen3-8b.toml"
 
@@ -71,6 +77,12 @@ def speed(quick: bool) -> None:
         st = res.stats
         print(f"{label:<44}{st['points']:>10,}{st['learner_keys']:>6}{st['learner_keys_solved']:>7}"
               f"{t_solve:>8.2f}s{t_bf:>8.2f}s{t_bf / t_solve:>7.1f}x  {'yes' if same else 'NO'}")
+    if not quick:
+        with tempfile.TemporaryDirectory() as tmp:
+            label, cmd, target, _ = end_to_end.scenarios(Path(tmp))[0]
+            cpu, wall, mb, rc = end_to_end.fresh(cmd)
+        print(f"\n{label}, end to end in a fresh process: {cpu:.2f} CPU s ({wall:.2f} s wall), peak RSS {mb:.0f} MB"
+              f" (target <= {target:g} s){'' if rc == 0 else f'; exit {rc}'}")
 
 
 def main(argv=None) -> int:

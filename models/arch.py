@@ -37,6 +37,8 @@ over ep cards in :mod:`tpopt.models.moe`, which the planner uses for MoE models.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -305,6 +307,22 @@ def mtp_linear_params(a: ModelArch) -> int:
     return a.mtp_layers * (_block(a, _mtp_is_moe(a))[0] + 2 * a.hidden * a.hidden)
 
 
+def _per_model(fn: Callable[[ModelArch], int]) -> Callable[[ModelArch], int]:
+    """Memoised per (frozen, hashable) architecture: the counts are pure functions of it and the solvers
+    ask for them once per card count or rollout shape. An unhashable stand-in is counted afresh."""
+    cached = functools.lru_cache(maxsize=1024)(fn)
+
+    @functools.wraps(fn)
+    def count(a: ModelArch) -> int:
+        try:
+            return cached(a)
+        except TypeError:
+            return fn(a)
+
+    return count
+
+
+@_per_model
 def param_count(a: ModelArch) -> int:
     """Exact trainable parameter count N (every expert counted).
 
@@ -361,6 +379,7 @@ def block_gemm_params(a: ModelArch) -> int:
     return sum(table[m] for m in _kinds(a))
 
 
+@_per_model
 def gemm_params(a: ModelArch) -> int:
     """Parameters a token multiplies in matrix units: all linear layers incl. the LM head (for a MoE
     model the activated ones: top-k routed experts, shared experts, router).

@@ -1522,11 +1522,16 @@ def _groups_first(p: int, forward: ArrayLike, backward_input: ArrayLike, backwar
 
 def completion_bounds_rows(schedule: str, p: int, m: ArrayLike, forward: ArrayLike, backward_input: ArrayLike,
                            backward_weight: ArrayLike, transfer: ArrayLike, update: ArrayLike = 0.0, *, v: int = 2,
-                           chunk_layers: Iterable[int] | None = None) -> tuple[FloatArray, FloatArray]:
+                           chunk_layers: Iterable[int] | None = None,
+                           columns: NDArray[np.intp] | None = None) -> tuple[FloatArray, FloatArray]:
     """:func:`completion_bounds` with durations per layer group (a leading group axis, as ``per_group``)
     for one stage count ``p`` and a micro-batch count per row: ``m`` is an integer array that broadcasts
     with the durations' rows, so every pipeline shape of one p is bounded in one vectorised pass (the
-    solver's tables). Rows whose shape the schedule cannot run (:func:`shape_error`) get inf."""
+    solver's tables). Rows whose shape the schedule cannot run (:func:`shape_error`) get inf.
+
+    ``columns`` (one index per row): the durations (p, u) and the update are given once per distinct
+    duration set, row r taking set ``columns[r]`` (with its own ``m`` and ``transfer``); every sum over
+    the groups is formed on the u sets, and the same numbers result as from the rows' durations."""
     _check_schedule(schedule)
     p = _whole(p, "stages p", 1)
     v = _whole(v, "chunks v", 1) if schedule == "interleaved" else 1
@@ -1538,23 +1543,37 @@ def completion_bounds_rows(schedule: str, p: int, m: ArrayLike, forward: ArrayLi
         if shape_error(schedule, p, int(mv), v):
             bad |= m == mv
     lo, hi = _bounds_per_group(schedule, p, m, v, forward, backward_input, backward_weight, transfer, update,
-                               chunk_layers)
+                               chunk_layers, columns)
     return np.where(bad, np.inf, lo), np.where(bad, np.inf, hi)
 
 
 def _bounds_per_group(schedule: str, p: int, m: int | NDArray[np.int64], v: int, forward: ArrayLike,
                       backward_input: ArrayLike, backward_weight: ArrayLike, transfer: ArrayLike, update: ArrayLike,
-                      chunk_layers: Iterable[int] | None) -> tuple[FloatArray, FloatArray]:
+                      chunk_layers: Iterable[int] | None,
+                      columns: NDArray[np.intp] | None = None) -> tuple[FloatArray, FloatArray]:
     """:func:`completion_bounds` for durations per layer group (arrays (p, ...)); ``m`` a whole number or
-    an integer array broadcasting with the rows."""
-    (F, X, W, U), t, lead = _groups_first(p, forward, backward_input, backward_weight, transfer, update)
-    lead = np.broadcast_shapes(lead, np.shape(m))
+    an integer array broadcasting with the rows; ``columns``: see :func:`completion_bounds_rows`."""
+    if columns is None:
+        (F, X, W, U), t, lead = _groups_first(p, forward, backward_input, backward_weight, transfer, update)
+        lead = np.broadcast_shapes(lead, np.shape(m))
+
+        def G(a: Any) -> Any:
+            return a
+    else:  # durations per distinct set (p, u); m, transfer and columns per row
+        (F, X, W, U), _, _ = _groups_first(p, forward, backward_input, backward_weight, 0.0, update)
+        t = _as_array(transfer, "transfer time")
+        lead = np.broadcast_shapes(t.shape, np.shape(m), columns.shape)
+        cols = columns
+
+        def G(a: Any) -> Any:
+            """A per-set array read per row (an axis of one set broadcasts as it is)."""
+            return a if np.shape(a)[-1:] == (1,) else a[..., cols]
 
     def out(x: ArrayLike) -> FloatArray:
         return np.broadcast_to(x, lead).reshape(lead)
 
     if p == 1:
-        exact = out(m * (F[0] + X[0] + W[0]) + U[0])
+        exact = out(m * G(F[0] + X[0] + W[0]) + G(U[0]))
         return exact, exact
     fused = schedule not in SPLIT_BACKWARD
     if fused:  # one backward op of dX + dW
@@ -1575,31 +1594,31 @@ def _bounds_per_group(schedule: str, p: int, m: int | NDArray[np.int64], v: int,
     u_max = U.max(axis=0)
     if schedule.startswith("dualpipe"):
         down, up = _halves(m)
-        fill = pre(F)[:p] + stage * t
+        fill = G(pre(F)[:p]) + stage * t
         start = np.where(np.asarray(up) > 0, np.minimum(fill, fill[::-1]), fill)
-        lo = (start + down * w + up * w[::-1] + U).max(axis=0)
-        lo = np.maximum(lo, (down - 1) * F[0] + (F + X).sum(axis=0) + W[0] + 2 * (p - 1) * t + U[0])
+        lo = (start + down * G(w) + up * G(w[::-1]) + G(U)).max(axis=0)
+        lo = np.maximum(lo, (down - 1) * G(F[0]) + G((F + X).sum(axis=0)) + G(W[0]) + 2 * (p - 1) * t + G(U[0]))
         hops = p - 1
     elif schedule == "interleaved":
         frac = np.asarray(_chunk_fractions(schedule, p, v, chunk_layers))[:, 0].reshape(col)  # chunk 0 of each group
         pf = pre(F * frac)
-        lo = pf[p - 1] + (p - 1) * t + m * w[p - 1] + pre(X * frac)[p - 1] + (p - 1) * t + U[0]
-        lo = np.maximum(lo, (pf[:p] + stage * t + m * w + U).max(axis=0))
+        lo = G(pf[p - 1]) + (p - 1) * t + m * G(w[p - 1]) + G(pre(X * frac)[p - 1]) + (p - 1) * t + G(U[0])
+        lo = np.maximum(lo, (G(pf[:p]) + stage * t + m * G(w) + G(U)).max(axis=0))
         hops = v * p - 1
     else:  # fill-drain, 1F1B, ZB-H1, ZB-H2: stage s holds group s
         pf, px = pre(F), pre(X)
-        fill = pf[p - 1] + (p - 1) * t
-        lo = (pf[:p] + stage * t + m * w + U).max(axis=0)
+        fill = G(pf[p - 1]) + (p - 1) * t
+        lo = (G(pf[:p]) + stage * t + m * G(w) + G(U)).max(axis=0)
         k = {"zb-h1": np.minimum(p, m), "zb-h2": np.minimum(2 * p - 1, m)}.get(schedule, 0)
-        lo_b = fill + m * (F + X)[p - 1] + (m - k) * W[p - 1] + px[p - 1] + (p - 1) * t + W[0]
-        lo = np.maximum(lo, lo_b + U[0])
+        lo_b = fill + m * G((F + X)[p - 1]) + (m - k) * G(W[p - 1]) + G(px[p - 1]) + (p - 1) * t + G(W[0])
+        lo = np.maximum(lo, lo_b + G(U[0]))
         if not fused:
             a0 = (p - 1) if schedule == "zb-h1" else 2 * (p - 1)
-            lo_d = fill + (F + X)[p - 1] + px[p - 1] + (p - 1) * t + (m - 1) * X[0] \
-                + m * W[0] + np.maximum(0, m - a0 - 1) * F[0]
-            lo = np.maximum(lo, lo_d + U[0])
+            lo_d = fill + G((F + X)[p - 1]) + G(px[p - 1]) + (p - 1) * t + (m - 1) * G(X[0]) \
+                + m * G(W[0]) + np.maximum(0, m - a0 - 1) * G(F[0])
+            lo = np.maximum(lo, lo_d + G(U[0]))
         hops = p - 1
-    hi = m * w.sum(axis=0) + 2 * m * hops * t + u_max
+    hi = m * G(w.sum(axis=0)) + 2 * m * hops * t + G(u_max)
     return out(lo * (1 - BOUND_SLACK)), out(hi * (1 + BOUND_SLACK))
 
 

@@ -756,6 +756,7 @@ def layout(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep:
 
 # recent op_times results, least recently used first
 _OP_MEMO: OrderedDict[tuple[Any, ...], tuple[Scenario, OpTimes]] = OrderedDict()
+BOUND_SLICE = 1 << 18  # group durations (stages x rows) per slice of a pipeline bound pass
 OP_MEMO_SIZE = 1024  # a MoE space's layouts revisit (tp, micro-batch, EP, capacity) kernel sets round after round
 
 
@@ -1072,6 +1073,25 @@ def _unique_columns(fn: Callable[..., ArrayLike], *arrays: FloatArray, key: Hash
     return result[np.reshape(inverse, -1)]
 
 
+def _duration_sets(arrays: Sequence[FloatArray]) -> tuple[NDArray[np.intp], NDArray[np.intp]] | None:
+    """(set of each row, first row of each set) of the distinct rows of equal-length 1-D arrays, equal
+    meaning the same bits in every array; None when the rows are mostly distinct (no saving). The rows
+    are hashed (their bit patterns mixed) and every row is checked against its set's first row, so a hash
+    collision gives None, never a wrong set."""
+    n = arrays[0].size
+    h = np.zeros(n, dtype=np.uint64)
+    bits = [np.ascontiguousarray(a, dtype=np.float64).view(np.uint64) for a in arrays]
+    for b in bits:
+        h = h * np.uint64(0x9E3779B97F4A7C15) + (b ^ (b >> np.uint64(29)))
+    _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
+    if first.size * 4 > n:
+        return None
+    inverse = inverse.reshape(-1)
+    if not all(np.array_equal(b[first][inverse], b) for b in bits):
+        return None
+    return inverse.astype(np.intp), first.astype(np.intp)
+
+
 def _pipeline_groups(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike, layer_f: Sequence[ArrayLike],
                      layer_dx: Sequence[ArrayLike], layer_dw: Sequence[ArrayLike], t_transfer: ArrayLike,
                      groups: Groups, bounds: bool = False, dense: Sequence[ArrayLike] | None = None,
@@ -1120,7 +1140,9 @@ def _pipeline_groups(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike,
         return fwd, dx, dw
 
     if multi.size and bounds:
-        # one vectorised pass per stage count, every micro-batch count at once
+        # one vectorised pass per stage count, every micro-batch count at once; the group durations of each
+        # distinct duration set once (a plan grid repeats them for every DP degree, NIC count and stage count)
+        sets = _duration_sets([lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw] + ([df, ddx, ddw] if mixed else []))
         for p_val in np.unique(pp_a[multi]).tolist():
             sel = multi[pp_a[multi] == p_val]
             p = int(p_val)
@@ -1129,8 +1151,18 @@ def _pipeline_groups(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike,
             if not split or (base == "interleaved" and chunks is None):
                 out[sel] = hi_out[sel] = np.inf  # layout.schedule_shape rules these plans out
                 continue
-            out[sel], hi_out[sel] = pipeline.completion_bounds_rows(base, p, mm[sel], *durations(sel, p, split),
-                                                                    tx[sel], 0.0, v=v, chunk_layers=chunks)
+            # rows in slices of at most BOUND_SLICE group durations: the (p, rows) temporaries stay small
+            # (every row is bounded on its own, so the slices give the same numbers as one pass)
+            step = max(1, BOUND_SLICE // p)
+            set_of, per_set = (None, None) if sets is None else (sets[0], durations(sets[1], p, split))
+            for lo_row in range(0, sel.size, step):
+                part = sel[lo_row:lo_row + step]
+                if set_of is not None and per_set is not None:  # per_set: one row of each duration set
+                    out[part], hi_out[part] = pipeline.completion_bounds_rows(
+                        base, p, mm[part], *per_set, tx[part], 0.0, v=v, chunk_layers=chunks, columns=set_of[part])
+                else:
+                    out[part], hi_out[part] = pipeline.completion_bounds_rows(
+                        base, p, mm[part], *durations(part, p, split), tx[part], 0.0, v=v, chunk_layers=chunks)
     elif multi.size:
         # every (pp, micro-batches) shape once, its rows selected once
         shapes, order, cuts = pipeline.group_shapes(pp_a[multi], mm[multi])

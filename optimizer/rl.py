@@ -140,7 +140,8 @@ class RLResult:
 
 
 def new_caches() -> dict[str, Any]:
-    return {"learner": {}, "space": {}, "rollout": {}, "overhead": {}, "bound_ok": [True], "solves": [0]}
+    return {"learner": {}, "space": {}, "rollout": {}, "overhead": {}, "bound_ok": [True], "solves": [0], "grid": {},
+            "plans": {}}
 
 
 class RLProblem:
@@ -196,18 +197,11 @@ class RLProblem:
         g = self.sc.system(acc).acc.cards_per_host
         return [t for t in self.rsc.search.rollout_tp if g % t == 0 and self.sc.model.heads % t == 0]
 
-    def grid(self, restrict: Restrict | None = None, clock: Clock | None = None,
-             stop_after: int | None = None) -> list[RLDecision]:
-        """Every RL decision: whole hosts for each group, together within the card limit; rollout
-        groups up to one prompt per engine (more engines than prompts would idle); staleness 0 and 1
-        on separate cards (``rl.staleness`` limits it), 0 on shared cards. ``restrict`` maps decision
-        fields to allowed values. ``clock``: checked once per learner card count (raises
-        :class:`TimeLimitReached` there once it has run out); ``stop_after``: stop as soon as the grid
-        holds that many decisions (a size test needs no more)."""
-        r = restrict or {}
+    def _blocks(self, clock: Clock | None = None) -> Iterable[tuple[str, str, int, int, list[int]]]:
+        """The grid's blocks in its order: (accelerator, placement, rollout TP, learner cards, the rollout
+        card counts that go with them); ``clock`` is checked once per learner card count."""
         s = self.rsc.search
         P = self.task.prompts_per_step
-        out: list[RLDecision] = []
         for acc in self.accelerators():
             g = self.sc.system(acc).acc.cards_per_host
             hosts = [h * g for h in range(1, self.card_limit // g + 1)]
@@ -217,18 +211,56 @@ class RLProblem:
                     for cl in hosts:
                         if clock is not None:
                             clock.check("building the RL decisions")
-                        if stop_after is not None and len(out) >= stop_after:
-                            return out
-                        rollouts = [cl] if placement == "shared" else [c for c in hosts
-                                                                       if c <= top and cl + c <= self.card_limit]
-                        for cr in rollouts:
-                            for b in s.rollout_batch or (0,):
-                                for st in ((0,) if placement == "shared" else (0, 1)):
-                                    for m in s.weight_sync:
-                                        d = RLDecision(acc, placement, cl, cr, t, b, st, m)
-                                        if all(getattr(d, k) in v for k, v in r.items()):
-                                            out.append(d)
+                        # separate: the hosts' card counts c <= top with cl + c <= the limit (a prefix)
+                        room = min(top, self.card_limit - cl)
+                        rollouts = [cl] if placement == "shared" else hosts[:max(0, room // g)]
+                        yield acc, placement, t, cl, rollouts
+
+    def _inner(self, placement: str) -> tuple[tuple[int, ...], tuple[int, ...], tuple[str, ...]]:
+        """(rollout batches, staleness values, weight-sync methods) of one block, in the grid's order."""
+        s = self.rsc.search
+        return tuple(s.rollout_batch or (0,)), ((0,) if placement == "shared" else (0, 1)), tuple(s.weight_sync)
+
+    def grid(self, restrict: Restrict | None = None, clock: Clock | None = None,
+             stop_after: int | None = None) -> list[RLDecision]:
+        """Every RL decision: whole hosts for each group, together within the card limit; rollout
+        groups up to one prompt per engine (more engines than prompts would idle); staleness 0 and 1
+        on separate cards (``rl.staleness`` limits it), 0 on shared cards. ``restrict`` maps decision
+        fields to allowed values. ``clock``: checked once per learner card count (raises
+        :class:`TimeLimitReached` there once it has run out); ``stop_after``: stop as soon as the grid
+        holds that many decisions (a size test needs no more)."""
+        r = restrict or {}
+        out: list[RLDecision] = []
+        for acc, placement, t, cl, rollouts in self._blocks(clock):
+            if stop_after is not None and len(out) >= stop_after:
+                return out
+            batches, stales, methods = self._inner(placement)
+            for cr in rollouts:
+                for b in batches:
+                    for st in stales:
+                        for m in methods:
+                            d = RLDecision(acc, placement, cl, cr, t, b, st, m)
+                            if all(getattr(d, k) in v for k, v in r.items()):
+                                out.append(d)
         return out
+
+    def grid_size(self, clock: Clock | None = None) -> int:
+        """How many RL decisions :meth:`grid` lists without a restriction (counted, not listed)."""
+        n = 0
+        for _, placement, _, _, rollouts in self._blocks(clock):
+            batches, stales, methods = self._inner(placement)
+            n += len(rollouts) * len(batches) * len(stales) * len(methods)
+        return n
+
+    def decisions(self, clock: Clock | None = None) -> DecisionGrid:
+        """The unrestricted grid as columns (cached per card limit, shared by every solve of the problem
+        and its variants): the order of :meth:`grid`, without an object per decision."""
+        cache = self.caches.setdefault("grid", {})
+        known: DecisionGrid | None = cache.get(self.card_limit)
+        if known is None:
+            known = DecisionGrid.build(self, clock)
+            cache[self.card_limit] = known
+        return known
 
     # -- learner -------------------------------------------------------------------------------
     def nics(self, acc: str) -> int:
@@ -357,16 +389,21 @@ class RLProblem:
         return min(range(len(cands)), key=lambda i: (score[i], i))
 
     def _learner_from_table(self, acc: str, cards: int, limit: float | None, shared: bool) -> Learner | None:
-        rows = [r for r in trainer_points(self, acc).get(cards, []) if limit is None or (r[3] and r[2] <= limit)]
-        if not rows:
+        every = trainer_points(self, acc).get(cards, [])
+        at = [j for j, r in enumerate(every) if limit is None or (r[3] and r[2] <= limit)]
+        if not at:
             return None
+        rows = [every[j] for j in at]
         swap_bw = self.swap_bandwidth(acc)
         extra = self.extra_forward_s(acc, cards)
         cands = [Learner(None, r[0], r[0] + extra, r[1], r[2], R.state_swap_time(r[1], swap_bw) if shared else 0.0)
                  for r in rows]
         i = self._choose(shared, cands)
-        sp = self._space(acc, None)
-        return replace(cands[i], plan=evaluate(sp.sc, sp.plan(rows[i][4])))
+        plans = self.caches.setdefault("plans", {})  # the full evaluation of a tabulated plan, once
+        if (acc, cards, at[i]) not in plans:
+            sp = self._space(acc, None)
+            plans[(acc, cards, at[i])] = evaluate(sp.sc, sp.plan(rows[i][4]))
+        return replace(cands[i], plan=plans[(acc, cards, at[i])])
 
     def _learner_from_solver(self, acc: str, cards: int, limit: float | None, shared: bool) -> Learner | None:
         sp = self._space(acc, limit)
@@ -556,6 +593,212 @@ class RLProblem:
         return RLEvaluation(decision=d, learner=learner, metrics=metrics, checks=checks)
 
 
+class DecisionGrid:
+    """The RL decisions of a problem's card limit as columns (one entry per decision, in the order of
+    :meth:`RLProblem.grid`), with the decision-only figures of :meth:`RLProblem.evaluate` tabulated once
+    per distinct (accelerator, cards, TP, batch) and per enforcement of ``rl.kv_capacity`` and
+    ``checkpoint.backlog``. :func:`vector_checks` evaluates a whole selection against one learner bound
+    or plan with the same arithmetic as the scalar evaluation, so both give the same bits."""
+
+    def __init__(self, accs: list[str], placements: list[str], methods: list[str],
+                 cols: dict[str, np.ndarray], blocks: int) -> None:
+        self.blocks = blocks  # (accelerator, placement, TP, learner cards) blocks listed
+        self.accs, self.placements, self.methods = accs, placements, methods
+        self.acc, self.pl, self.cl, self.cr = cols["acc"], cols["pl"], cols["cl"], cols["cr"]
+        self.tp, self.b, self.st, self.ws = cols["tp"], cols["b"], cols["st"], cols["ws"]
+        self.shared = np.array([p == "shared" for p in placements], dtype=bool)[self.pl] if placements \
+            else np.zeros(0, dtype=bool)
+        self.cards = np.where(self.shared, self.cl, self.cl + self.cr)
+        self.size = int(self.acc.size)
+        self._static: dict[tuple[bool, bool], dict[str, np.ndarray]] = {}
+        self._keys: dict[tuple[bool, bool], dict[int, LearnerKey]] = {}  # learner key per decision code
+
+    @classmethod
+    def build(cls, pb: RLProblem, clock: Clock | None = None) -> DecisionGrid:
+        """The columns of :meth:`RLProblem.grid`: per block (accelerator, placement, TP, learner cards) its
+        rollout card counts (the learner's on shared cards, else the first k hosts' g, 2g, ... kg) x
+        batches x staleness values x sync methods, innermost last."""
+        accs = pb.accelerators()
+        placements = list(pb.rsc.search.placement)
+        methods = list(pb.rsc.search.weight_sync)
+        rows: list[tuple[int, int, int, int, int, int, int, int, int]] = []
+        batches = pb._inner(placements[0])[0] if placements else (0,)
+        for acc, placement, tp, learner, rollouts in pb._blocks(clock):
+            _, st_values, ms = pb._inner(placement)
+            rows.append((accs.index(acc), placements.index(placement), tp, learner, len(rollouts), len(st_values),
+                         len(ms), pb.sc.system(acc).acc.cards_per_host, int(placement == "shared")))
+        blk = np.array(rows, dtype=np.int64).reshape(-1, 9)
+        a, pl, t, cl, k, ns, nm, g, sh = blk.T
+        nb = len(batches)
+        inner = nb * ns * nm
+        n = k * inner
+        total = int(n.sum())
+        pos = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+        inner_p, ns_p, nm_p = np.repeat(inner, n), np.repeat(ns, n), np.repeat(nm, n)
+        r, q = pos // inner_p, pos % inner_p
+        cl_p = np.repeat(cl, n)
+        st_q = (q // nm_p) % ns_p
+        stales = np.array([0, 1], dtype=np.int64)
+        cols = {"acc": np.repeat(a, n), "pl": np.repeat(pl, n), "tp": np.repeat(t, n), "cl": cl_p,
+                "cr": np.where(np.repeat(sh, n) == 1, cl_p, np.repeat(g, n) * (r + 1)),
+                "b": np.asarray(batches, dtype=np.int64)[q // (ns_p * nm_p)], "st": stales[st_q],
+                "ws": q % nm_p}
+        return cls(accs, placements, methods, cols, len(rows))
+
+    def decision(self, j: int) -> RLDecision:
+        return RLDecision(self.accs[self.acc[j]], self.placements[self.pl[j]], int(self.cl[j]), int(self.cr[j]),
+                          int(self.tp[j]), int(self.b[j]), int(self.st[j]), self.methods[self.ws[j]])
+
+    def select(self, restrict: Restrict | None) -> np.ndarray:
+        """Indices of the decisions whose fields lie in ``restrict`` (field -> allowed values), in order."""
+        keep = np.ones(self.size, dtype=bool)
+        named = {"accelerator": (self.acc, self.accs), "placement": (self.pl, self.placements),
+                 "weight_sync": (self.ws, self.methods)}
+        numeric = {"learner_cards": self.cl, "rollout_cards": self.cr, "rollout_tp": self.tp,
+                   "rollout_batch": self.b, "staleness": self.st, "cards": self.cards}
+        for k, allowed in (restrict or {}).items():
+            if k in named:
+                codes, names = named[k]
+                keep &= np.array([n in allowed for n in names] + [False], dtype=bool)[codes]
+            else:
+                col = numeric[k]
+                values = np.unique(col)
+                ok = np.array([int(v) in allowed for v in values], dtype=bool)
+                keep &= ok[np.searchsorted(values, col)] if values.size else keep
+        return np.flatnonzero(keep)
+
+    def static(self, pb: RLProblem, kv_enforced: bool, backlog_enforced: bool) -> dict[str, np.ndarray]:
+        """Per decision, what :meth:`RLProblem.evaluate` takes from the decision alone (cached)."""
+        key = (kv_enforced, backlog_enforced)
+        if key in self._static:
+            return self._static[key]
+        n = self.size
+        out: dict[str, np.ndarray] = {}
+        # rollout stages per distinct (accelerator, rollout cards, TP, batch)
+        rkey = ((self.acc * (self.cr.max(initial=0) + 1) + self.cr) * (self.tp.max(initial=0) + 1) + self.tp) \
+            * (self.b.max(initial=0) + 1) + self.b
+        uniq, first, inv = np.unique(rkey, return_index=True, return_inverse=True)
+        names = ("rollout_s", "r_gen", "r_verify", "kv_need", "kv_pool", "weights", "policy_weights")
+        table = np.empty((len(names), uniq.size))
+        for u, j in enumerate(first):
+            ro = pb.rollout(self.accs[self.acc[j]], int(self.cr[j]), int(self.tp[j]), int(self.b[j]), kv_enforced)
+            table[:, u] = [float(ro[k]) for k in names]
+        for r, k in enumerate(names):
+            out[k] = table[r][inv]
+        # per accelerator
+        A = [pb.sc.system(a).acc for a in self.accs]
+        g = np.array([a.cards_per_host for a in A], dtype=np.int64)[self.acc]
+        out["usable"] = np.array([a.memory_usable for a in A], dtype=float)[self.acc]
+        intra = np.array([a.intra_host_bw for a in A], dtype=float)[self.acc]
+        # weights received per rollout card (per TP and method)
+        dense = pb.task.weight_bytes * pb.policy_params
+        recv = np.empty(n)
+        for t in np.unique(self.tp):
+            for w, m in enumerate(self.methods):
+                sel = (self.tp == t) & (self.ws == w)
+                recv[sel] = R.sync_bytes_per_card(dense, 0.0, int(t), 1, m == "sharded")
+        out["recv"] = recv
+        # weight sync: local on shared cards, over the NICs between separate groups
+        ckey = self.acc * (self.cards.max(initial=0) + 1) + self.cards
+        cu, cfirst, cinv = np.unique(ckey, return_index=True, return_inverse=True)
+        host_bw = np.empty(cu.size)
+        rate = np.empty(cu.size)
+        ov = np.empty((3, cu.size))
+        for u, j in enumerate(cfirst):
+            acc, cards = self.accs[self.acc[j]], int(self.cards[j])
+            host_bw[u] = R.host_nic_bandwidth(A[self.acc[j]].fabric, cards, pb.nics(acc))
+            rate[u] = pb.rate(acc, cards)
+            o = pb.overhead(cards, backlog_enforced)
+            ov[:, u] = (o["overhead"], o["save_interval_s"], o["write_s"])
+        hb = host_bw[cinv]
+        crf = self.cr.astype(float)
+        network = np.maximum(crf * recv / ((self.cl // g) * hb), np.minimum(g, self.cr) * recv / hb)
+        out["sync_s"] = np.where(self.shared, recv / intra, network)
+        out["rate"] = rate[cinv]
+        out["overhead"], out["save_interval_s"], out["write_s"] = ov[0][cinv], ov[1][cinv], ov[2][cinv]
+        self._static[key] = out
+        return out
+
+    def learner_keys(self, pb: RLProblem, idx: np.ndarray, enforced: Collection[str]
+                     ) -> tuple[np.ndarray, list[LearnerKey]]:
+        """The learner key of each decision ``idx`` (:meth:`RLProblem.learner_key`) as an id into the list
+        of distinct keys returned with it."""
+        code = ((((self.acc[idx] * (self.cl.max(initial=0) + 1) + self.cl[idx]) * (self.tp.max(initial=0) + 1)
+                  + self.tp[idx]) * max(len(self.methods), 1) + self.ws[idx]) * 2 + self.shared[idx])
+        uniq, first, inv = np.unique(code, return_index=True, return_inverse=True)
+        keys: list[LearnerKey] = []
+        ids: dict[LearnerKey, int] = {}
+        of_code = np.empty(uniq.size, dtype=np.int64)
+        known = self._keys.setdefault((F.RL_LEARNER_MEMORY in enforced, F.RL_HANDOFF_MEMORY in enforced), {})
+        for pos, (u, j) in enumerate(zip(uniq.tolist(), first.tolist(), strict=True)):
+            k = known.get(u)
+            if k is None:
+                k = known[u] = pb.learner_key(self.decision(int(idx[j])), enforced)
+            if k not in ids:
+                ids[k] = len(keys)
+                keys.append(k)
+            of_code[pos] = ids[k]
+        return of_code[inv], keys
+
+
+def vector_checks(pb: RLProblem, grid: DecisionGrid, idx: np.ndarray, full_s: np.ndarray | float,
+                  swap_s: np.ndarray | float, memory: np.ndarray | float, enforced: Collection[str],
+                  objective: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(feasible, first key, second key) of the decisions ``idx`` with learners of full-batch time
+    ``full_s``, state swap ``swap_s`` and peak memory ``memory`` (scalars or one per decision): the
+    relations of :meth:`RLProblem.evaluate`, term for term in the same order, over arrays."""
+    task, sc = pb.task, pb.sc
+    S = grid.static(pb, F.RL_KV_CAPACITY in enforced, F.CHECKPOINT in enforced)
+    whole = idx.size == grid.size  # the whole grid (idx is then 0 .. size - 1): no copies
+    c = S if whole else {k: v[idx] for k, v in S.items()}
+    st, shared = (grid.st, grid.shared) if whole else (grid.st[idx], grid.shared[idx])
+    cards = grid.cards if whole else grid.cards[idx]
+    stale = st >= 1
+    Rb = task.batch
+    q = np.where(stale, task.kept, task.kept_sync)
+    full = np.broadcast_to(np.asarray(full_s, dtype=float), idx.shape)
+    learn = q * full
+    swap = np.where(shared, np.broadcast_to(np.asarray(swap_s, dtype=float), idx.shape), 0.0)
+    cycle = np.where(stale, np.maximum(c["rollout_s"], learn) + c["sync_s"],
+                     c["rollout_s"] + learn + c["sync_s"] + swap)
+    steps = np.where(stale, float(R.steps_needed(task.samples, task.kept, Rb)),
+                     float(R.steps_needed(task.samples, task.kept_sync, Rb)))
+    L = c["overhead"]
+    finish = sc.task.reserved_s + steps * cycle * (1.0 + L)
+    cost = c["rate"] * finish
+    positive = full > 0
+    r_learn = np.where(positive, Rb / np.where(positive, full, 1.0), math.inf)
+    bound = np.minimum(r_learn, q * np.minimum(c["r_gen"], c["r_verify"]))
+    needed = task.samples * (1.0 + L) / (sc.task.deadline_s - sc.task.reserved_s)
+    common, pool, w_gen, recv = task.common, c["kv_pool"], c["weights"], c["recv"]
+    mem = np.broadcast_to(np.asarray(memory, dtype=float), idx.shape)
+    received = recv + w_gen - c["policy_weights"]
+    staged = np.maximum(np.maximum(mem + common, mem + received + common),
+                        np.maximum(w_gen + common, w_gen + pool + common))
+    broadcast = np.array([m == "broadcast" for m in grid.methods] + [False], dtype=bool)[grid.ws[idx]]
+    sync_peak = w_gen + common + np.where(broadcast, recv, 0.0)
+    rollout_mem = np.where(shared, w_gen + pool + common, np.maximum(w_gen + pool + common, sync_peak))
+    checks: dict[str, tuple[Any, Any]] = {
+        F.RL_LEARNER_MEMORY: (mem, c["usable"]), F.RL_KV_CAPACITY: (c["kv_need"], pool),
+        F.RL_ROLLOUT_MEMORY: (rollout_mem, c["usable"]),
+        F.RL_STALENESS: (st.astype(float), float(task.staleness)),
+        F.CHECKPOINT: (c["write_s"], c["save_interval_s"]), F.DEADLINE: (finish, sc.task.deadline_s),
+        F.RL_STAGE_BALANCE: (needed, bound), F.CARDS: (cards.astype(float), float(sc.search.max_cards)),
+        F.BUDGET: (cost, math.inf if sc.cost.max_cost is None else sc.cost.max_cost)}
+    ok = np.ones(idx.shape, dtype=bool)
+    for f in enforced:
+        if f in STRUCTURAL:
+            continue
+        if f == F.RL_HANDOFF_MEMORY:
+            ok &= ~shared | (staged <= c["usable"] * (1 + 1e-12))
+        elif f in checks:
+            v, lim = checks[f]
+            ok &= v <= lim * (1 + 1e-12)
+    if objective == "cards":
+        return ok, cards.astype(float), cost
+    return (ok, cost, finish) if objective == "cost" else (ok, finish, cost)
+
+
 # ---------------------------------------------------------------------------------------------
 # the exact search and the brute-force oracle
 
@@ -596,42 +839,61 @@ def solve(pb: RLProblem, objective: str = "cost", enforced: Collection[str] = FA
 def _search(pb: RLProblem, objective: str, enforced: tuple[str, ...], restrict: Restrict | None, clock: Clock
             ) -> tuple[RLEvaluation | None, dict[str, Any], bool]:
     """The bound-ordered search; returns (best, stats, limited): ``limited`` when the clock stopped it
-    before the optimum was proven (``best`` is then the best verified plan so far, or None)."""
-    groups: dict[LearnerKey, list[tuple[tuple[float, float], int, RLDecision]]] = {}
+    before the optimum was proven (``best`` is then the best verified plan so far, or None).
+
+    Vectorised over the decision grid (:class:`DecisionGrid`, :func:`vector_checks`): every decision is
+    bounded at once, and each solved learner key's decisions are checked at once; only the best of a
+    key is evaluated in full (:meth:`RLProblem.evaluate`). Ties go to the earlier decision of the grid."""
     stats: dict[str, Any] = {"points": None, "learner_keys": 0, "learner_keys_solved": 0}
     try:
-        points = pb.grid(restrict, clock)
+        grid = pb.decisions(clock)
+        if grid.blocks:  # as listing the decisions checks the clock once per learner card count
+            clock.check("building the RL decisions")
     except TimeLimitReached:  # cut short while listing the decisions: nothing verified yet
         return None, stats, True
-    stats["points"] = len(points)
-    for i, d in enumerate(points):
-        if i % 1024 == 0 and clock.expired("bounding the RL decisions"):
-            return None, stats, True
-        lb = pb.evaluate(d, pb.learner_bound(d.accelerator, d.learner_cards), enforced)
-        if lb.feasible(enforced):  # a relaxation: infeasible here is infeasible with any learner plan
-            groups.setdefault(pb.learner_key(d, enforced), []).append((lb.key(objective), i, d))
-    stats["learner_keys"] = len(groups)
-    ranked = sorted(groups, key=lambda k: min(groups[k])[:2])
+    sel = grid.select(restrict)
+    stats["points"] = int(sel.size)
+    if sel.size and clock.expired("bounding the RL decisions"):
+        return None, stats, True
+    # the learner bound per (accelerator, learner cards)
+    bkey = grid.acc[sel] * (grid.cl.max(initial=0) + 1) + grid.cl[sel]
+    bu, bfirst, binv = np.unique(bkey, return_index=True, return_inverse=True)
+    lb = np.array([pb.learner_bound(grid.accs[grid.acc[sel[j]]], int(grid.cl[sel[j]])).full_s for j in bfirst])
+    ok, k1, k2 = vector_checks(pb, grid, sel, lb[binv], 0.0, 0.0, enforced, objective)
+    fsel, k1, k2 = sel[ok], k1[ok], k2[ok]  # a relaxation: infeasible here is infeasible with any learner plan
+    gid, keys = grid.learner_keys(pb, fsel, enforced)
+    stats["learner_keys"] = len(keys)
+    order = np.lexsort((fsel, k2, k1))  # by (bound key, grid index)
+    gsorted, ksorted = gid[order], k1[order]
+    seen = np.sort(np.unique(gsorted, return_index=True)[1])
+    ranked = gsorted[seen].tolist()  # keys by their best bound
+    group_min = dict(zip(ranked, ksorted[seen].tolist(), strict=True))
+    members = np.argsort(gid, kind="stable")
+    starts = np.searchsorted(gid[members], np.arange(len(keys) + 1))
     best: RLEvaluation | None = None
     best_rank: Rank | None = None
     limited = False
-    for key in ranked:
-        if best_rank is not None and min(groups[key])[0][0] > best_rank[0][0]:
+    for g in ranked:
+        if best_rank is not None and group_min[g] > best_rank[0][0]:
             break  # every remaining bound is worse than the best verified plan
         if clock.expired("solving the learner plans"):
             limited = True
             break
         try:
-            learner = pb.learner(key)
+            learner = pb.learner(keys[g])
         except TimeLimitReached:
             limited = True
             break
         stats["learner_keys_solved"] += 1
         if learner is not None:
-            for _, i, d in groups[key]:
-                ev = pb.evaluate(d, learner, enforced)
+            idx = fsel[members[starts[g]:starts[g + 1]]]
+            ok, a, b = vector_checks(pb, grid, idx, learner.full_s, learner.swap_s, learner.memory, enforced,
+                                     objective)
+            if ok.any():
+                cand = idx[ok][np.lexsort((idx[ok], b[ok], a[ok]))[0]]
+                ev = pb.evaluate(grid.decision(int(cand)), learner, enforced)
                 if ev.feasible(enforced):
-                    rank = (ev.key(objective), i)
+                    rank = (ev.key(objective), int(cand))
                     if best_rank is None or rank < best_rank:
                         best, best_rank = ev, rank
         if clock.reached:  # the learner solve was cut short: its plan is feasible, not proven the fastest
@@ -742,7 +1004,7 @@ def _wider_problem(pb: RLProblem) -> RLProblem | None:
         try:
             for factor in (8, 4, 2):
                 p2 = pb.with_card_limit(factor * pb.sc.search.max_cards)
-                if len(p2.grid(clock=pb.req.clock, stop_after=GRID_LIMIT + 1)) <= GRID_LIMIT:
+                if p2.grid_size(clock=pb.req.clock) <= GRID_LIMIT:
                     found = p2.card_limit
                     break
         except TimeLimitReached:
