@@ -6,7 +6,9 @@
 ``design`` (default): the chapter's design case capped at 32 cards (the chapter, 10.6: infeasible for 30 days).
 ``llama3-405b``: Llama-3.1-405B on 2T tokens in 90 days on H100 / A100 / H200 / B200 with the search
 space open, 1,800 s synchronous checkpoints (issue 14's example): a conflict between the deadline and
-the 1,024-card cap. ``--row N``: space N (0-based) of benchmarks/solve_scaling.py with the deadline cut to
+the 1,024-card cap. ``llama3-70b-budget``: the README's Llama-3-70B budget case (space 4 of
+benchmarks/solve_scaling.py, 2T tokens, 60 days, five accelerators, per-operation model, budget cap
+800,000 USD). ``--row N``: space N (0-based) of benchmarks/solve_scaling.py with the deadline cut to
 ``--deadline`` (default 7 d; infeasible). Prints one line per step: seconds (wall, and CPU for the solve and
 the conflict), exact solves, and the answer. The "cp-sat core" line times the monolithic CP-SAT model with
 assumption literals; the conflict step builds it only where the solves are monolithic (explain.monolithic_hint),
@@ -47,7 +49,7 @@ def _value(text: str):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", choices=("design", "llama3-405b"), default="design")
+    ap.add_argument("--case", choices=("design", "llama3-405b", "llama3-70b-budget"), default="design")
     ap.add_argument("--scenario", default=None)
     ap.add_argument("--solver", default="cpsat", choices=("cpsat", "highs", "enumerate"))
     ap.add_argument("--set", action="append", default=[], help="raw override table.key=value (repeatable)")
@@ -57,6 +59,13 @@ def main():
     from tpopt.cli.main import tune_allocator
 
     tune_allocator()  # measured as the `tpopt` program runs (the library leaves the process's allocator alone)
+    if args.case == "llama3-70b-budget" and args.row is None:
+        from solve_scaling import LLAMA, design_raw  # this directory (run as a script)
+
+        raw = design_raw(dict(LLAMA, **{"hardware.efficiency": None, "cost.max_cost": 800000}))
+        cat = load_catalog()
+        explain(build_scenario(raw, cat), raw, cat, args.solver)
+        return
     if args.row is not None:
         from solve_scaling import SPACES, design_raw  # this directory (run as a script)
 

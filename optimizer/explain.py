@@ -27,10 +27,12 @@ from enum import Enum
 from typing import Any, Final, Literal
 
 import numpy as np
+from numpy.typing import NDArray
 from tpopt.catalogs import Catalog, load_catalog
 from tpopt.catalogs.scenario import build_scenario, with_overrides
 from tpopt.errors import InputError
 from tpopt.models import families as F
+from tpopt.models import terms as T
 from tpopt.models.arch import gemm_params
 from tpopt.models.evaluate import SPEC, ConstraintCheck, Evaluation, at_plan_batch, evaluate
 from tpopt.models.plan import Plan, Scenario, System
@@ -51,7 +53,8 @@ from tpopt.optimizer.backends import with_model
 from tpopt.optimizer.backends.verify import feasible_for
 from tpopt.optimizer.core import solve as solve_space
 from tpopt.optimizer.core import use_decomposition
-from tpopt.optimizer.enumerate import NUMERIC_AXES, PointTable, chunks
+from tpopt.optimizer.decompose import HUB, KEY_RTOL, LayoutBounds
+from tpopt.optimizer.enumerate import EXTRAS, NUMERIC_AXES, PointTable, chunks, layout_best, layout_evaluator
 from tpopt.optimizer.limits import (
     EncodingError,
     TimeLimitReached,
@@ -59,8 +62,17 @@ from tpopt.optimizer.limits import (
     clock_of,
 )
 from tpopt.optimizer.report import RELAXABLE, TABLE_LIMIT, Binding, binding_families, make_oracle
-from tpopt.optimizer.result import Request, Status, objective_value, plan_summary
-from tpopt.optimizer.space import FAMILIES, STRUCTURAL, VARS, Space, card_counts
+from tpopt.optimizer.result import Request, Status, objective_key, objective_value, plan_summary
+from tpopt.optimizer.space import (
+    FAMILIES,
+    PRICE_TABLES,
+    STRUCTURAL,
+    TASK_TABLES,
+    VARS,
+    Space,
+    card_counts,
+    chance_on,
+)
 
 # Deletion order of the filter: families tried first are dropped whenever the rest still conflict,
 # so the conflict is stated in the families a user can act on (deadline, memory, cards) when possible.
@@ -112,6 +124,7 @@ class Context:
     _set_oracle: _SetOracle | None = field(default=None, repr=False)
     # best plans of the unmodified scenario: (objective, enforced families) -> plan
     _memo: dict[tuple[str, frozenset[str]], Evaluation | None] = field(default_factory=dict, repr=False)
+    _shared: dict[int, Space] = field(default_factory=dict, repr=False)  # id(scenario) -> its sharing space
 
     @classmethod
     def of(cls, sc: Scenario, backend: str, req: Request, enforced: Iterable[str] | None = None,
@@ -149,6 +162,8 @@ class Context:
             if narrowed is EMPTY:
                 return None  # no plan meets the families this change leaves as they were
             space = narrowed
+        if space is None and not choices and table is None:
+            space = self.shared_space(sc)  # the base space's tables, where the change leaves them as they are
         try:
             space = space or (None if choices else Space.from_scenario(sc))
         except InputError:
@@ -157,6 +172,11 @@ class Context:
                       time_limit=self.req.time_limit, seed=self.req.seed, workers=self.req.workers,
                       cards=self.req.cards if cards is None else tuple(cards), clock=self.req.clock)
         self.solves += 1
+        if space is not None and scanned(space, req):
+            found = scan_best(space, req)
+            if key is not None:
+                self._memo[key] = found
+            return found
         # the batch may be a choice (no space then): one solve per batch
         r = outer.solve(sc, self.backend if space is None else self.backend_for(space), req, space=space)
         if r.status not in (Status.OPTIMAL, Status.INFEASIBLE):
@@ -197,11 +217,126 @@ class Context:
         except InputError:
             return EMPTY
 
+    def shared_space(self, sc: Scenario) -> Space | None:
+        """A space of ``sc`` that reuses the base space's tables (:meth:`Space.sharing`) when ``sc``
+        differs from the base scenario only in the task's tokens, deadline or reserved time, the card or
+        budget caps, or the prices (:func:`rebuilt_tables`); None otherwise, or before the base space is known."""
+        base = self._set_oracle.space if self._set_oracle is not None else None
+        if base is None:
+            return None
+        if sc is base.sc:
+            return base
+        rebuild = rebuilt_tables(base.sc, sc)
+        if rebuild is None:
+            return None
+        got = self._shared.get(id(sc))
+        if got is not None and got.sc is sc:
+            return got
+        out = base.sharing(sc, rebuild)
+        share_pipeline(base, out)
+        if len(self._shared) > 64:
+            self._shared.clear()
+        self._shared[id(sc)] = out
+        return out
+
     def set_oracle(self, space: Space | None = None) -> _SetOracle:
         """Which sets of families admit a plan of this context's scenario (built once, cached)."""
         if self._set_oracle is None:
             self._set_oracle = _SetOracle(space or Space.from_scenario(self.sc), self)
         return self._set_oracle
+
+
+def rebuilt_tables(base: Scenario, sc: Scenario) -> tuple[str, ...] | None:
+    """The tables a space of ``sc`` cannot take from a space of ``base``: none when they differ only in
+    the card or budget caps (no table reads them), :data:`TASK_TABLES` when also in the task's tokens,
+    deadline or reserved time, :data:`PRICE_TABLES` when in the prices; None when anything else
+    differs (every table is rebuilt)."""
+    if set(sc.systems) != set(base.systems):
+        return None
+    task = replace(sc.task, tokens=base.task.tokens, deadline_s=base.task.deadline_s,
+                   reserved_s=base.task.reserved_s)
+    systems = {k: replace(s, price_card_hour=base.systems[k].price_card_hour,
+                          nic_price_hour=base.systems[k].nic_price_hour) for k, s in sc.systems.items()}
+    probe = replace(sc, task=task, systems=systems, cost=replace(sc.cost, max_cost=base.cost.max_cost),
+                    search=replace(sc.search, max_cards=base.search.max_cards))
+    if probe != base:
+        return None
+    rebuild: tuple[str, ...] = ()
+    if sc.task != base.task:
+        rebuild += TASK_TABLES
+    if sc.systems != base.systems:
+        rebuild += PRICE_TABLES
+    return rebuild
+
+
+def share_pipeline(base: Space, out: Space) -> None:
+    """``out`` takes ``base``'s exactly simulated pipeline terms per layout (they read the step model
+    alone, never the task's totals or the prices): one simulation per layout for every question."""
+    if "time.compute" in dict.keys(out.tables) and "mem.activations" in dict.keys(out.tables):
+        layout_evaluator(out).exact_terms = layout_evaluator(base).exact_terms
+
+
+def scanned(space: Space, req: Request) -> bool:
+    """Whether a question on ``space`` is answered by :func:`scan_best`: spaces too large to tabulate
+    whose solves use the layout decomposition (:func:`~tpopt.optimizer.core.use_decomposition`)."""
+    return space.size() > TABLE_LIMIT and use_decomposition(space, req)
+
+
+def layout_bounds(space: Space, objective: str, enforce: frozenset[str]) -> LayoutBounds:
+    """The decomposition's per-layout bounds for (objective, enforced families), built once per space
+    (the reductions of the tables behind them are kept on the space: ``_reduced``)."""
+    cache: dict[tuple[str, frozenset[str]], LayoutBounds] = space.__dict__.setdefault("_explain_bounds", {})
+    space.__dict__.setdefault("_reduced", {})
+    got = cache.get((objective, enforce))
+    if got is None:
+        got = cache[(objective, enforce)] = LayoutBounds(space, objective, enforce)
+    return got
+
+
+def allowed_layouts(space: Space, bounds: LayoutBounds, enforce: Collection[str], cards: Iterable[int] | None
+                    ) -> NDArray[np.bool_]:
+    """The layouts every enforced family's relaxed condition allows (:meth:`LayoutBounds.allowed`), with
+    a finite objective bound and, when given, one of the card counts ``cards``."""
+    sc = space.sc
+    ok = np.isfinite(bounds.objective_min)
+    for family_ok in bounds.allowed(enforce, sc.search.max_cards, sc.task.deadline_s, sc.cost.max_cost).values():
+        ok &= family_ok
+    if cards is not None:
+        ok &= np.isin(bounds.cards, list(cards))
+    return ok
+
+
+def scan_best(space: Space, req: Request) -> Evaluation | None:
+    """The proven best plan of a large space under ``req`` (objective, enforced families, card counts),
+    by the solve's own layout decomposition with its master problem replaced by a scan: the layouts
+    every family allows, in order of their bound b(h) (:class:`~tpopt.optimizer.decompose.LayoutBounds`,
+    ties by layout index), each solved exactly (:func:`~tpopt.optimizer.enumerate.layout_best`), until
+    b(h) exceeds the best verified objective. Exact: b(h) never exceeds the best plan of h, so no layout
+    left can beat the plan found. The master of a solve finds the least bound among the layouts left one
+    round at a time; with only domain restrictions and a per-layout bound that is the sorted order."""
+    clock = clock_of(req)
+    enforce = req.enforced(FAMILIES)
+    bounds = layout_bounds(space, req.objective, enforce)
+    ok = allowed_layouts(space, bounds, enforce, req.cards)
+    cand = np.flatnonzero(ok)
+    obj = bounds.objective_min[cand]
+    order = cand[np.argsort(obj, kind="stable")]
+    sub = Request(objective=req.objective, enforce=enforce, top=1, cards=req.cards, clock=clock)
+    best: tuple[tuple[float, float], Evaluation] | None = None
+    for h in order:
+        if best is not None and bounds.objective_min[h] > best[0][0]:
+            break
+        if clock.expired("searching the layouts"):
+            raise Undecided(f"time limit reached ({req.time_limit:g} s)")
+        layout = tuple(int(bounds.coords[v][h]) for v in HUB)
+        for k, a in layout_best(space, layout, sub)[0]:
+            if best is not None and k[0] > best[0][0] * (1 + KEY_RTOL):
+                continue
+            ev = evaluate(space.sc, space.plan(a))
+            key = objective_key(ev, req.objective)
+            if best is None or key < best[0]:
+                best = (key, ev)
+    return best[1] if best is not None else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -694,7 +829,9 @@ def argmin_metric(ctx: Context, metric: str, families: Iterable[str], sc: Scenar
             return None
         space = narrowed
     sc = sc or ctx.sc
-    space = space or Space.from_scenario(sc)
+    space = space or ctx.shared_space(sc) or Space.from_scenario(sc)
+    if metric in SCANNED_METRICS and scanned(space, ctx.req):
+        return scan_min_metric(space, metric, fams, ctx.req)
     clock = clock_of(ctx.req)
     best: tuple[float, dict[str, int]] | None = None
     for fixed, idx_lists, shape, r in chunks(space):
@@ -718,6 +855,56 @@ def argmin_metric(ctx: Context, metric: str, families: Iterable[str], sc: Scenar
     if best is None:
         return None
     return best[0], evaluate(sc, space.plan(best[1]))
+
+
+SCANNED_METRICS = ("memory_per_card", "cards", "cost", "finish_s")
+"""The metrics :func:`scan_min_metric` minimises layout by layout (the others are enumerated)."""
+
+
+def scan_min_metric(space: Space, metric: str, families: Collection[str], req: Request
+                    ) -> tuple[float, Evaluation] | None:
+    """min over plans of a large space meeting ``families`` (and the request's card counts) of
+    ``metric`` (:data:`SCANNED_METRICS`), by the layout decomposition: each layout's lower bound of the
+    metric (:class:`~tpopt.optimizer.decompose.LayoutBounds`: the least memory, finish or cost over its
+    remaining choices; its cards exactly), the layouts the families allow scanned in increasing bound, each
+    evaluated exactly on its whole grid of remaining choices, until the bound exceeds the least value found.
+    Exact, like the enumeration it replaces (ties: the first layout scanned, then grid order); the value
+    comes from the tables the enumeration's arrays share."""
+    clock = clock_of(req)
+    fams = frozenset(families)
+    enforce = [f for f in FAMILIES if f in fams]
+    bounds = layout_bounds(space, req.objective, fams)
+    lower = {"memory_per_card": bounds.mem_min, "cards": bounds.cards.astype(float), "cost": bounds.cost_min,
+             "finish_s": bounds.finish_min}[metric]
+    cand = np.flatnonzero(allowed_layouts(space, bounds, fams, req.cards))
+    order = cand[np.argsort(lower[cand], kind="stable")]
+    ev = layout_evaluator(space)
+    best: tuple[float, dict[str, int]] | None = None
+    for h in order:
+        if best is not None and lower[h] > best[0]:
+            break
+        if clock.expired("searching the layouts"):
+            raise Undecided(f"time limit reached ({req.time_limit:g} s)")
+        layout = tuple(int(bounds.coords[v][h]) for v in HUB)
+        got = ev._points(layout, enforce, "cost", None, True, "exact")
+        if got is None:
+            continue
+        cost, finish, m, shape = got[:4]
+        if metric == "memory_per_card":
+            vals = np.broadcast_to(ev._glue(layout, "exact")["mem"], shape)
+        elif metric == "cards":
+            vals = np.broadcast_to(float(bounds.cards[h]), shape)
+        else:
+            vals = cost if metric == "cost" else finish
+        flat = np.where(m, vals, np.inf).reshape(-1)
+        i = int(np.argmin(flat))
+        if np.isfinite(flat[i]) and (best is None or flat[i] < best[0]):
+            idx = dict(zip(HUB, layout, strict=True))
+            idx.update({e: int(c) for e, c in zip(EXTRAS, np.unravel_index(i, shape), strict=True)})
+            best = (float(flat[i]), idx)
+    if best is None:
+        return None
+    return best[0], evaluate(space.sc, space.plan(best[1]))
 
 
 def relax_usable_memory(ctx: Context, core: list[str] | None = None) -> Relaxation:
@@ -957,6 +1144,65 @@ def relax_reserved(ctx: Context, core: list[str] | None = None,
                        method=method)
 
 
+def _most_iterations(finish: NDArray[Any], cost: NDArray[Any], sc: Scenario, budget: bool) -> NDArray[Any]:
+    """Per plan, the most iterations I that keep it within the deadline and (``budget``) the budget cap:
+    finish(I) = R + I y and cost(I) = rate x finish(I), with y = (finish - R) / I_0 and rate = cost / finish
+    read at today's I_0 iterations, so I <= (T_deadline - R) / y and I <= (C_max / rate - R) / y."""
+    r, i0 = sc.task.reserved_s, T.iteration_count(sc)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = (finish - r) / i0
+        most = (sc.task.deadline_s - r) / y
+        if budget and sc.cost.max_cost is not None:
+            most = np.minimum(most, (sc.cost.max_cost / (cost / finish) - r) / y)
+    return np.where(np.isfinite(most), most, -np.inf)
+
+
+def most_iterations(ctx: Context) -> int | None:
+    """I* = max over plans meeting every family but deadline.finish and budget.cost of the most iterations
+    each can run within the deadline and the budget (:func:`_most_iterations`): tokens enter nothing else,
+    so the request is feasible with I iterations exactly when I <= I*. From the base table on small spaces;
+    on large ones by a scan of the layouts in decreasing order of the bound I_0 min((T_deadline - R) /
+    (finish_min - R), C_max / cost_min) (finish and cost grow with I: a layout's least finish and cost at
+    I_0 bound both rates). None where the relation does not hold (a batch ramp, the chance form of the
+    deadline, the batch a choice): the caller searches by re-solving."""
+    sc = ctx.sc
+    if sc.task.ramp is not None or chance_on(sc) or outer.has_task_choices(sc):
+        return None
+    fams = frozenset(ctx.enforced) - {F.DEADLINE, F.BUDGET}
+    budget = F.BUDGET in ctx.enforced
+    oracle = ctx.set_oracle()
+    if oracle.table is not None:
+        t = oracle.table
+        m = t.mask([f for f in FAMILIES if f in fams], cards=ctx.req.cards)
+        if not m.any():
+            return 0
+        return int(math.floor(float(_most_iterations(t.finish[m], t.cost[m], sc, budget).max())))
+    space = oracle.space
+    if not scanned(space, ctx.req):
+        return None
+    clock = clock_of(ctx.req)
+    enforce = [f for f in FAMILIES if f in fams]
+    bounds = layout_bounds(space, ctx.req.objective, fams)
+    cand = np.flatnonzero(allowed_layouts(space, bounds, fams, ctx.req.cards))
+    upper = _most_iterations(bounds.finish_min[cand], bounds.cost_min[cand], sc, budget)
+    order = np.argsort(-upper, kind="stable")
+    ev = layout_evaluator(space)
+    best = 0
+    for k in order:
+        if upper[k] * (1 + 1e-9) < best:
+            break
+        if clock.expired("searching the layouts"):
+            raise Undecided(f"time limit reached ({ctx.req.time_limit:g} s)")
+        layout = tuple(int(bounds.coords[v][cand[k]]) for v in HUB)
+        got = ev._points(layout, enforce, "cost", None, False, "exact")
+        if got is None:
+            continue
+        cost, finish, m = got[0], got[1], got[2]
+        if m.any():
+            best = max(best, int(math.floor(float(_most_iterations(finish[m], cost[m], sc, budget).max()))))
+    return best
+
+
 def relax_tokens(ctx: Context, core: list[str] | None = None,
                  fastest: Evaluation | None | Literal["unset"] = "unset") -> Relaxation:
     """Largest token count D* = I* x b with I* = floor((T_deadline - T_reserved) / y_min), where
@@ -974,6 +1220,12 @@ def relax_tokens(ctx: Context, core: list[str] | None = None,
         return _cannot(p, d0 / 1e9, "no plan meets the other constraints with any token count", method, core)
     y = (fastest.metrics["finish_days"] * DAY - sc.task.reserved_s) / i0
     i_star = int(math.floor((sc.task.deadline_s - sc.task.reserved_s) / y))
+    closed = most_iterations(ctx)
+    if closed is not None:
+        i_star = closed
+        method = ("I* = max over plans of the most iterations within the deadline and the budget, "
+                  "min((deadline - reserved) / y, (budget / rate - reserved) / y), y = step x (1 + L); "
+                  "tokens = I* x tokens per step")
     i_star = min(i_star, i0 - 1)
 
     def ok(i: int) -> Evaluation | None:
@@ -981,7 +1233,10 @@ def relax_tokens(ctx: Context, core: list[str] | None = None,
 
     if i_star < 1:
         return _cannot(p, d0 / 1e9, "not even one optimizer step fits", method, core)
-    if ok(i_star) is None:  # floating point, or a budget cap: bisection for the largest feasible
+    at_star = ok(i_star)
+    if at_star is None and closed is not None and ok(i_star - 1) is not None:  # floating point at the boundary
+        i_star -= 1
+    elif at_star is None:  # floating point, or a budget cap: bisection for the largest feasible
         if ok(1) is None:
             return _cannot(p, d0 / 1e9, "not even one optimizer step fits", method, core)
         lo, hi = 1, i_star  # lo feasible, hi infeasible

@@ -220,6 +220,14 @@ def round_up32(x: ArrayLike) -> NDArray[np.float32]:
     return up
 
 
+TASK_TABLES = ("interval", "overhead", "ok." + F.CHECKPOINT, CHANCE_TABLE)
+"""The tables that read the task's tokens, deadline, reserved time or confidence (the automatic save
+interval falls back to the deadline where no failure is modelled; the chance table reads all four).
+Every other table is the same for any value of them, or of the card and budget caps."""
+PRICE_TABLES = ("rate",)
+"""The tables that read the prices per card-hour and per NIC-hour."""
+
+
 class Tables(dict[str, Table]):
     """Term tables by name, each built on first access (see :meth:`Space.tables`). Iterating over them
     (``values()``, ``items()``, ``keys()``) builds every exact table first; ``name in tables`` and
@@ -580,6 +588,21 @@ class Space:
         self.tables["time.compute.lo"] = Table("time.compute.lo", vars, outs[0])  # exact where it can be: float64
         self.tables["time.compute.hi"] = Table("time.compute.hi", vars, round_up32(outs[1]))
         return self.tables[name]
+
+    def sharing(self, sc: Scenario, rebuild: Iterable[str]) -> Space:
+        """A space of ``sc`` on the same domains that reuses every table built here except ``rebuild``
+        (and the reductions cached on them, ``_reduced``), for a scenario that differs from this one only
+        in inputs those tables alone read (:data:`TASK_TABLES`, :data:`PRICE_TABLES`)."""
+        drop = set(rebuild)
+        out = Space(sc=sc, domains=self.domains)
+        built = {n: t for n, t in dict.items(self.tables) if n not in drop}
+        dict.update(out.tables, built)
+        if "_pipeline_work" in self.__dict__:
+            out.__dict__["_pipeline_work"] = self.__dict__["_pipeline_work"]
+        cache = self.__dict__.get("_reduced")
+        if cache is not None:
+            out.__dict__["_reduced"] = {k: v for k, v in cache.items() if k[0] not in drop}
+        return out
 
     def with_sp(self, sp: bool) -> Scenario:
         """The scenario with sequence parallelism on or off (:func:`tpopt.models.terms.with_sequence_parallel`:
