@@ -53,7 +53,7 @@ from tpopt.optimizer.backends import with_model
 from tpopt.optimizer.backends.verify import feasible_for
 from tpopt.optimizer.core import solve as solve_space
 from tpopt.optimizer.core import use_decomposition
-from tpopt.optimizer.decompose import HUB, KEY_RTOL, LayoutBounds
+from tpopt.optimizer.decompose import HUB, HUB_RULES, KEY_RTOL, LayoutBounds, _reduced
 from tpopt.optimizer.enumerate import EXTRAS, NUMERIC_AXES, PointTable, chunks, layout_best, layout_evaluator
 from tpopt.optimizer.limits import (
     EncodingError,
@@ -71,6 +71,7 @@ from tpopt.optimizer.space import (
     VARS,
     Space,
     card_counts,
+    cards_of,
     chance_on,
 )
 
@@ -85,6 +86,9 @@ NIC_REL_TOL = 1e-6  # relative tolerance on the NIC bandwidth threshold
 RESERVED_TOL_S = 1.0  # bisection tolerance on reserved time (only with a budget cap)
 GRID = 8  # probes below the upper end when it is infeasible (feasibility may not be monotone)
 REL = 1e-9
+
+
+OWN_SPACES = 2  # changed scenarios whose own tables a context keeps (each as large as a solve's)
 
 
 class _Empty(Enum):
@@ -125,6 +129,7 @@ class Context:
     # best plans of the unmodified scenario: (objective, enforced families) -> plan
     _memo: dict[tuple[str, frozenset[str]], Evaluation | None] = field(default_factory=dict, repr=False)
     _shared: dict[int, Space] = field(default_factory=dict, repr=False)  # id(scenario) -> its sharing space
+    _own: dict[int, Space] = field(default_factory=dict, repr=False)  # id(scenario) -> its own space (newest last)
 
     @classmethod
     def of(cls, sc: Scenario, backend: str, req: Request, enforced: Iterable[str] | None = None,
@@ -162,9 +167,9 @@ class Context:
             if narrowed is EMPTY:
                 return None  # no plan meets the families this change leaves as they were
             space = narrowed
-        if space is None and not choices and table is None:
-            space = self.shared_space(sc)  # the base space's tables, where the change leaves them as they are
         try:
+            if space is None and not choices and table is None:
+                space = self.space_for(sc)  # the base space's tables where the change leaves them as they are
             space = space or (None if choices else Space.from_scenario(sc))
         except InputError:
             return None  # e.g. no NIC count the accelerator can take: no plan
@@ -238,6 +243,20 @@ class Context:
             self._shared.clear()
         self._shared[id(sc)] = out
         return out
+
+    def space_for(self, sc: Scenario) -> Space:
+        """The space of ``sc`` for a question: :meth:`shared_space`, else its own (the last few kept, so
+        that several questions on one changed scenario build its tables once)."""
+        shared = self.shared_space(sc)
+        if shared is not None:
+            return shared
+        got = self._own.get(id(sc))
+        if got is None or got.sc is not sc:
+            got = Space.from_scenario(sc)
+            while len(self._own) >= OWN_SPACES:
+                self._own.pop(next(iter(self._own)))
+            self._own[id(sc)] = got
+        return got
 
     def set_oracle(self, space: Space | None = None) -> _SetOracle:
         """Which sets of families admit a plan of this context's scenario (built once, cached)."""
@@ -978,8 +997,13 @@ def _threshold(ctx: Context, make: Callable[[float], Scenario], lo: float, hi: f
     """
     deadline = ctx.sc.task.deadline_s
 
+    made: dict[float, Scenario] = {}  # one scenario per value: its tables are built once (Context.space_for)
+
     def t(x: float, drop: Iterable[str] = ()) -> tuple[float, Evaluation | None]:
-        ev = ctx.best(make(x), objective="time", drop=(F.DEADLINE,) + tuple(drop))
+        sc = made.get(x)
+        if sc is None:
+            sc = made[x] = make(x)
+        ev = ctx.best(sc, objective="time", drop=(F.DEADLINE,) + tuple(drop))
         return (ev.metrics["finish_days"] * DAY if ev is not None else math.inf), ev
 
     t_hi, ev_hi = t(hi)
@@ -1378,6 +1402,34 @@ def cost_floor(sc: Scenario, name: str) -> float | None:
     return 6.0 * gemm_params(sc.model) * sc.task.tokens / (peak * eta) / 3600.0 * s.price_card_hour
 
 
+def compute_cost_floor(space: Space) -> float:
+    """A lower bound on the cost of any plan of ``space`` that meets the layout rules and the card cap,
+    from its compute table alone: min over those layouts h of rate_min(h) x (R + I x (compute_min(h) +
+    wait) x (1 + L_min(h))), each term's least value over the layout's other choices (NICs the host takes
+    for the rate). Every other busy term (exposed communication, offload) only adds to the step, so the
+    bound holds without building their tables."""
+    sc, dom = space.sc, space.domains
+    n = [len(dom[v]) for v in HUB]
+
+    def hub(name: str, values: NDArray[Any] | None = None) -> NDArray[Any]:
+        return np.broadcast_to(_reduced(space, name, np.min, values), n).reshape(-1)
+
+    nic_ok = space.nic_allowed()
+    rate = space.tables["rate"]
+    shape = [1] * rate.values.ndim
+    shape[rate.vars.index("acc")], shape[rate.vars.index("nics")] = nic_ok.shape
+    rate_min = hub("rate", np.where(nic_ok.reshape(shape), rate.values, np.inf))
+    with np.errstate(over="ignore", invalid="ignore"):
+        cost = rate_min * (sc.task.reserved_s + T.iteration_count(sc) * (hub("time.compute") + sc.input.wait_s)
+                           * (1.0 + hub("overhead")))
+    grid = np.indices(n).reshape(len(HUB), -1)
+    ok = cards_of(**{v: np.asarray(dom[v])[grid[i]] for i, v in enumerate(HUB)}) <= sc.search.max_cards
+    for f in HUB_RULES:
+        ok &= np.broadcast_to(_reduced(space, "ok." + f, np.max), n).reshape(-1) > 0.5
+    cost = np.where(ok & np.isfinite(cost), cost, np.inf)
+    return float(cost.min()) if cost.size else math.inf
+
+
 def relax_accelerator(ctx: Context, core: list[str] | None = None) -> Relaxation:
     """Each catalog accelerator alone in place of the scenario's hardware: its cheapest plan (cost
     objective, every family enforced). Required: the cheapest accelerator that admits a plan."""
@@ -1399,6 +1451,13 @@ def relax_accelerator(ctx: Context, core: list[str] | None = None) -> Relaxation
             if floor is not None and floor > sc.cost.max_cost:  # type: ignore[operator]
                 ev, entry["note"] = None, (f"over the budget without a solve: the weight GEMMs alone at the card's "
                                            f"peak cost at least {floor:,.0f}")
+            elif floor is not None and (space := Space.from_scenario(sc)).size() > TABLE_LIMIT:
+                least = compute_cost_floor(space)
+                if least > sc.cost.max_cost:  # type: ignore[operator]
+                    ev, entry["note"] = None, (f"over the budget without a full solve: the least compute time of "
+                                               f"any layout alone costs at least {least:,.0f}")
+                else:
+                    ev = ctx.best(sc, objective="cost", space=space)
             else:
                 ev = ctx.best(sc, objective="cost")
         except InputError as exc:
