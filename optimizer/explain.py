@@ -65,14 +65,13 @@ from tpopt.optimizer.report import RELAXABLE, TABLE_LIMIT, Binding, binding_fami
 from tpopt.optimizer.result import Request, Status, objective_key, objective_value, plan_summary
 from tpopt.optimizer.space import (
     FAMILIES,
-    PRICE_TABLES,
     STRUCTURAL,
-    TASK_TABLES,
     VARS,
     Space,
     card_counts,
     cards_of,
     chance_on,
+    rebuilt_tables,
 )
 
 # Deletion order of the filter: families tried first are dropped whenever the rest still conflict,
@@ -263,29 +262,6 @@ class Context:
         if self._set_oracle is None:
             self._set_oracle = _SetOracle(space or Space.from_scenario(self.sc), self)
         return self._set_oracle
-
-
-def rebuilt_tables(base: Scenario, sc: Scenario) -> tuple[str, ...] | None:
-    """The tables a space of ``sc`` cannot take from a space of ``base``: none when they differ only in
-    the card or budget caps (no table reads them), :data:`TASK_TABLES` when also in the task's tokens,
-    deadline or reserved time, :data:`PRICE_TABLES` when in the prices; None when anything else
-    differs (every table is rebuilt)."""
-    if set(sc.systems) != set(base.systems):
-        return None
-    task = replace(sc.task, tokens=base.task.tokens, deadline_s=base.task.deadline_s,
-                   reserved_s=base.task.reserved_s)
-    systems = {k: replace(s, price_card_hour=base.systems[k].price_card_hour,
-                          nic_price_hour=base.systems[k].nic_price_hour) for k, s in sc.systems.items()}
-    probe = replace(sc, task=task, systems=systems, cost=replace(sc.cost, max_cost=base.cost.max_cost),
-                    search=replace(sc.search, max_cards=base.search.max_cards))
-    if probe != base:
-        return None
-    rebuild: tuple[str, ...] = ()
-    if sc.task != base.task:
-        rebuild += TASK_TABLES
-    if sc.systems != base.systems:
-        rebuild += PRICE_TABLES
-    return rebuild
 
 
 def share_pipeline(base: Space, out: Space) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -226,6 +226,29 @@ interval falls back to the deadline where no failure is modelled; the chance tab
 Every other table is the same for any value of them, or of the card and budget caps."""
 PRICE_TABLES = ("rate",)
 """The tables that read the prices per card-hour and per NIC-hour."""
+
+
+def rebuilt_tables(base: Scenario, sc: Scenario) -> tuple[str, ...] | None:
+    """The tables a space of ``sc`` cannot take from a space of ``base``: none when they differ only in
+    the card or budget caps (no table reads them), :data:`TASK_TABLES` when also in the task's tokens,
+    deadline or reserved time, :data:`PRICE_TABLES` when in the prices; None when anything else
+    differs (every table is rebuilt)."""
+    if set(sc.systems) != set(base.systems):
+        return None
+    task = replace(sc.task, tokens=base.task.tokens, deadline_s=base.task.deadline_s,
+                   reserved_s=base.task.reserved_s)
+    systems = {k: replace(s, price_card_hour=base.systems[k].price_card_hour,
+                          nic_price_hour=base.systems[k].nic_price_hour) for k, s in sc.systems.items()}
+    probe = replace(sc, task=task, systems=systems, cost=replace(sc.cost, max_cost=base.cost.max_cost),
+                    search=replace(sc.search, max_cards=base.search.max_cards))
+    if probe != base:
+        return None
+    rebuild: tuple[str, ...] = ()
+    if sc.task != base.task:
+        rebuild += TASK_TABLES
+    if sc.systems != base.systems:
+        rebuild += PRICE_TABLES
+    return rebuild
 
 
 class Tables(dict[str, Table]):
