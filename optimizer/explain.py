@@ -1125,7 +1125,14 @@ def relax_reserved(ctx: Context, core: list[str] | None = None,
     if cand < 0:
         return _cannot(p, r0 / DAY, f"even with no reserved time the fastest plan needs {run / DAY:.2f} d "
                                     f"> {dl / DAY:.2f} d", method, core)
-    if ctx.feasible(with_reserved(sc, cand)) is None:  # the budget cap still binds: bisection
+    closed = most_reserved(ctx) if _budget(ctx) < math.inf else None
+    if closed is not None:  # the budget cap may bind: the largest reserved time over plans, in closed form
+        method = ("R* = max over plans of min(deadline, budget / rate) - (finish - reserved), rate = cost / "
+                  "finish (deadline.finish and budget.cost relaxed)")
+        if closed < 0:
+            return _cannot(p, r0 / DAY, "no plan even with no reserved time", method, core)
+        cand = min(cand, closed)
+    elif ctx.feasible(with_reserved(sc, cand)) is None:  # the budget cap still binds: bisection
         method = "bisection on feasibility over reserved time in [0, R*] (budget cap), tolerance 1 s"
         if ctx.feasible(with_reserved(sc, 0.0)) is None:
             return _cannot(p, r0 / DAY, "no plan even with no reserved time", method, core)
@@ -1144,63 +1151,107 @@ def relax_reserved(ctx: Context, core: list[str] | None = None,
                        method=method)
 
 
-def _most_iterations(finish: NDArray[Any], cost: NDArray[Any], sc: Scenario, budget: bool) -> NDArray[Any]:
-    """Per plan, the most iterations I that keep it within the deadline and (``budget``) the budget cap:
-    finish(I) = R + I y and cost(I) = rate x finish(I), with y = (finish - R) / I_0 and rate = cost / finish
-    read at today's I_0 iterations, so I <= (T_deadline - R) / y and I <= (C_max / rate - R) / y."""
-    r, i0 = sc.task.reserved_s, T.iteration_count(sc)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        y = (finish - r) / i0
-        most = (sc.task.deadline_s - r) / y
-        if budget and sc.cost.max_cost is not None:
-            most = np.minimum(most, (sc.cost.max_cost / (cost / finish) - r) / y)
-    return np.where(np.isfinite(most), most, -np.inf)
+Figure = Callable[[NDArray[Any], NDArray[Any]], NDArray[Any]]
+"""Per plan (or per layout, from its bounds): a figure of the finish and cost arrays at today's inputs."""
 
 
-def most_iterations(ctx: Context) -> int | None:
-    """I* = max over plans meeting every family but deadline.finish and budget.cost of the most iterations
-    each can run within the deadline and the budget (:func:`_most_iterations`): tokens enter nothing else,
-    so the request is feasible with I iterations exactly when I <= I*. From the base table on small spaces;
-    on large ones by a scan of the layouts in decreasing order of the bound I_0 min((T_deadline - R) /
-    (finish_min - R), C_max / cost_min) (finish and cost grow with I: a layout's least finish and cost at
-    I_0 bound both rates). None where the relation does not hold (a batch ramp, the chance form of the
-    deadline, the batch a choice): the caller searches by re-solving."""
+def _budget(ctx: Context) -> float:
+    """The budget cap a relaxation keeps (inf without one, or when budget.cost is not enforced)."""
+    cap = ctx.sc.cost.max_cost
+    return cap if cap is not None and F.BUDGET in ctx.enforced else math.inf
+
+
+def largest_over_plans(ctx: Context, figure: Figure, bound: Figure) -> float | None:
+    """max over plans meeting every enforced family but deadline.finish and budget.cost of
+    ``figure(finish, cost)`` (-inf when no plan does): from the base table on small spaces, else by a scan
+    of the layouts in decreasing ``bound(finish_min, cost_min)``, an upper bound of the figure over each
+    layout's plans (:class:`~tpopt.optimizer.decompose.LayoutBounds`), each layout evaluated exactly until
+    the bound falls below the largest figure found. None where a finish is not reserved time plus a
+    training time proportional to the iterations (a batch ramp, the chance form of the deadline, the batch
+    a choice): the caller searches by re-solving."""
     sc = ctx.sc
     if sc.task.ramp is not None or chance_on(sc) or outer.has_task_choices(sc):
         return None
     fams = frozenset(ctx.enforced) - {F.DEADLINE, F.BUDGET}
-    budget = F.BUDGET in ctx.enforced
+    enforce = [f for f in FAMILIES if f in fams]
     oracle = ctx.set_oracle()
     if oracle.table is not None:
         t = oracle.table
-        m = t.mask([f for f in FAMILIES if f in fams], cards=ctx.req.cards)
-        if not m.any():
-            return 0
-        return int(math.floor(float(_most_iterations(t.finish[m], t.cost[m], sc, budget).max())))
+        m = t.mask(enforce, cards=ctx.req.cards)
+        return float(figure(t.finish[m], t.cost[m]).max()) if m.any() else -math.inf
     space = oracle.space
     if not scanned(space, ctx.req):
         return None
     clock = clock_of(ctx.req)
-    enforce = [f for f in FAMILIES if f in fams]
     bounds = layout_bounds(space, ctx.req.objective, fams)
     cand = np.flatnonzero(allowed_layouts(space, bounds, fams, ctx.req.cards))
-    upper = _most_iterations(bounds.finish_min[cand], bounds.cost_min[cand], sc, budget)
-    order = np.argsort(-upper, kind="stable")
+    upper = bound(bounds.finish_min[cand], bounds.cost_min[cand])
     ev = layout_evaluator(space)
-    best = 0
-    for k in order:
-        if upper[k] * (1 + 1e-9) < best:
+    best = -math.inf
+    for k in np.argsort(-upper, kind="stable"):
+        if upper[k] < best:
             break
         if clock.expired("searching the layouts"):
             raise Undecided(f"time limit reached ({ctx.req.time_limit:g} s)")
-        layout = tuple(int(bounds.coords[v][cand[k]]) for v in HUB)
-        got = ev._points(layout, enforce, "cost", None, False, "exact")
-        if got is None:
-            continue
-        cost, finish, m = got[0], got[1], got[2]
-        if m.any():
-            best = max(best, int(math.floor(float(_most_iterations(finish[m], cost[m], sc, budget).max()))))
+        got = ev._points(tuple(int(bounds.coords[v][cand[k]]) for v in HUB), enforce, "cost", None, False, "exact")
+        if got is not None and got[2].any():
+            m = got[2]
+            best = max(best, float(figure(np.broadcast_to(got[1], m.shape)[m],
+                                          np.broadcast_to(got[0], m.shape)[m]).max()))
     return best
+
+
+def most_iterations(ctx: Context) -> int | None:
+    """I* = max over plans meeting every family but deadline.finish and budget.cost of the most iterations
+    each can run within the deadline D and the budget C: with finish(I) = R + I y and cost(I) = rate x
+    finish(I), y = (finish - R) / I_0 and rate = cost / finish read at today's I_0 iterations,
+    I <= (D - R) / y and I <= (C / rate - R) / y. Tokens enter nothing else, so the request is feasible with
+    I iterations exactly when I <= I* (:func:`largest_over_plans`). A layout's bound: every plan of it
+    finishes no sooner than finish_min and costs at least cost_min at I_0, and finish and cost grow with I
+    (cost(I) >= (I / I_0) cost(I_0) for I <= I_0), so I <= I_0 min((D - R) / (finish_min - R), C / cost_min)."""
+    sc = ctx.sc
+    r, i0, d, cap = sc.task.reserved_s, T.iteration_count(sc), sc.task.deadline_s, _budget(ctx)
+
+    def figure(finish: NDArray[Any], cost: NDArray[Any]) -> NDArray[Any]:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = (finish - r) / i0
+            most = np.minimum((d - r) / y, (cap / (cost / finish) - r) / y)
+        return np.where(np.isnan(most), -np.inf, most)
+
+    def bound(finish: NDArray[Any], cost: NDArray[Any]) -> NDArray[Any]:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            most = i0 * np.minimum((d - r) / (finish - r), cap / cost)
+        return np.where(np.isnan(most), np.inf, most)
+
+    got = largest_over_plans(ctx, figure, bound)
+    if got is None or got == math.inf:
+        return None
+    return max(0, int(math.floor(got))) if math.isfinite(got) else 0
+
+
+def most_reserved(ctx: Context) -> float | None:
+    """R* = max over plans meeting every family but deadline.finish and budget.cost of the most reserved
+    time each leaves within the deadline D and the budget C: finish(R) = R + t and cost(R) = rate (R + t),
+    t = finish - R_0 and rate = cost / finish at today's R_0, so R <= D - t and R <= C / rate - t
+    (:func:`largest_over_plans`). A layout's bound: t >= t_min = finish_min - R_0, and for R <= R_0 with
+    cost(R_0) >= cost_min, C / rate - t <= C R_0 / cost_min + t (C / cost_min - 1), at most
+    C R_0 / cost_min + t_min (C / cost_min - 1) when C < cost_min (no bound from the budget otherwise)."""
+    sc = ctx.sc
+    r0, d, cap = sc.task.reserved_s, sc.task.deadline_s, _budget(ctx)
+
+    def figure(finish: NDArray[Any], cost: NDArray[Any]) -> NDArray[Any]:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            most = np.minimum(d, cap / (cost / finish)) - (finish - r0)
+        return np.where(np.isnan(most), -np.inf, most)
+
+    def bound(finish: NDArray[Any], cost: NDArray[Any]) -> NDArray[Any]:
+        t = finish - r0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            by_budget = np.where(cap < cost, cap * r0 / cost + t * (cap / cost - 1.0), np.inf)
+            most = np.minimum(d - t, by_budget)
+        return np.where(np.isnan(most), np.inf, most)
+
+    return largest_over_plans(ctx, figure, bound)
 
 
 def relax_tokens(ctx: Context, core: list[str] | None = None,

@@ -1,0 +1,93 @@
+"""Explain on spaces too large to tabulate answers each question by the solve's layout decomposition
+(shared tables, a scan of the layout bounds, the tokens threshold in closed form, least memory layout
+by layout). The same questions on small spaces are answered by one enumeration table: forcing the
+large-space path there must give every relaxation the same answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tpopt.catalogs import load_catalog
+from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
+from tpopt.models import families as F
+from tpopt.optimizer import explain as E
+from tpopt.optimizer.core import solve
+from tpopt.optimizer.result import Request
+from tpopt.optimizer.space import FAMILIES, Space, rebuilt_tables
+
+DESIGN = Path(__file__).resolve().parents[1] / "examples" / "design-case.toml"
+REQ = Request(workers=1, seed=0)
+FREE = {"search.zero_stage": [0, 1, 2, 3], "search.tp": [1, 2, 4, 8], "search.micro_batch": [1, 2, 4],
+        "hardware.accelerator": ["rtx4090"], "search.accelerator": ["rtx4090"]}
+CASES = {
+    "cards": dict(FREE, **{"search.max_cards": 32, "schedule.deadline": "30d"}),  # deadline x card cap
+    "budget": dict(FREE, **{"cost.max_cost": 15000}),  # deadline x budget
+}
+
+
+def _relax(raw, large: bool, monkeypatch):
+    if large:  # every space "too large to tabulate", every solve decomposed: the large-space path
+        monkeypatch.setattr(E, "TABLE_LIMIT", 0)
+        monkeypatch.setattr(E, "use_decomposition", lambda space, req: True)
+    sc = build_scenario(raw, load_catalog())
+    out = {r.parameter: r for r in E.relaxations(sc, "cpsat", REQ, raw=raw, catalog=load_catalog(),
+                                                 only=("deadline", "max_cards", "tokens", "reserved",
+                                                       "max_cost", "usable_memory"))}
+    monkeypatch.undo()
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_large_space_path_gives_the_table_answers(case, monkeypatch):
+    raw = with_overrides(read_scenario_file(DESIGN), CASES[case])
+    small = _relax(raw, False, monkeypatch)
+    large = _relax(raw, True, monkeypatch)
+    assert set(small) == set(large)
+    assert any(r.helps for r in small.values()) and set(small) >= {"deadline", "tokens", "usable_memory"}
+    for name, a in small.items():
+        b = large[name]
+        assert (a.helps, a.required) == (b.helps, b.required), name
+        if a.required_exact is not None:
+            assert b.required_exact == pytest.approx(a.required_exact, rel=1e-9), name
+        if a.plan is not None:
+            assert b.plan is not None
+            assert b.plan.metrics["cost"] == pytest.approx(a.plan.metrics["cost"], rel=1e-12), name
+            assert b.plan.metrics["finish_days"] == pytest.approx(a.plan.metrics["finish_days"], rel=1e-12), name
+
+
+def test_scan_best_equals_a_solve_for_every_family_set():
+    """The scan (layout bounds in order, each layout solved exactly) against CP-SAT's decomposed solve and
+    the enumeration, with each family dropped in turn and both objectives."""
+    sc = build_scenario(with_overrides(read_scenario_file(DESIGN), CASES["budget"]), load_catalog())
+    space = Space.from_scenario(sc)
+    for objective in ("cost", "time"):
+        for drop in (None, F.DEADLINE, F.BUDGET, F.MEMORY_PER_CARD, F.INPUT_THROUGHPUT):
+            enforce = frozenset(f for f in FAMILIES if f != drop)
+            req = Request(objective=objective, enforce=enforce, workers=1, seed=0)
+            got = E.scan_best(space, req)
+            ref = solve(sc, "enumerate", req)
+            assert (got is None) == (ref.best is None), (objective, drop)
+            if got is not None:
+                assert got.metrics["cost"] == pytest.approx(ref.best.metrics["cost"], rel=1e-12)
+                assert got.metrics["finish_days"] == pytest.approx(ref.best.metrics["finish_days"], rel=1e-12)
+
+
+def test_least_memory_scan_equals_the_enumeration():
+    sc = build_scenario(with_overrides(read_scenario_file(DESIGN), FREE), load_catalog())
+    ctx = E.Context.of(sc, "cpsat", REQ)
+    space = Space.from_scenario(sc)
+    for fams in ([f for f in FAMILIES if f != F.MEMORY_PER_CARD], [F.BATCH_DIVISIBILITY, F.WHOLE_HOSTS]):
+        ref = E.argmin_metric(ctx, "memory_per_card", fams, sc=sc, space=space)  # exhaustive (small space)
+        got = E.scan_min_metric(space, "memory_per_card", fams, REQ)
+        assert ref is not None and got is not None
+        assert got[0] == pytest.approx(ref[0], rel=1e-12)
+
+
+def test_only_the_task_and_price_tables_are_rebuilt():
+    sc = build_scenario(with_overrides(read_scenario_file(DESIGN), FREE), load_catalog())
+    assert rebuilt_tables(sc, E.with_max_cost(E.with_max_cards(sc, 16), 1.0)) == ()
+    assert set(rebuilt_tables(sc, E.with_tokens(sc, 5e10))) == {"interval", "overhead", "ok." + F.CHECKPOINT,
+                                                               "deadline.step_max"}
+    assert rebuilt_tables(sc, E.with_card_price_scale(sc, 0.5)) == ("rate",)
+    assert rebuilt_tables(sc, E.with_efficiency(sc, 0.5)) is None  # the step model: every table
