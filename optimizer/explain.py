@@ -54,7 +54,7 @@ from tpopt.optimizer.backends.verify import feasible_for
 from tpopt.optimizer.core import solve as solve_space
 from tpopt.optimizer.core import use_decomposition
 from tpopt.optimizer.decompose import HUB, HUB_RULES, KEY_RTOL, LayoutBounds, _reduced
-from tpopt.optimizer.enumerate import EXTRAS, NUMERIC_AXES, PointTable, chunks, layout_best, layout_evaluator
+from tpopt.optimizer.enumerate import EXTRAS, NUMERIC_AXES, PointTable, chunks, layout_evaluator
 from tpopt.optimizer.limits import (
     EncodingError,
     TimeLimitReached,
@@ -68,6 +68,7 @@ from tpopt.optimizer.space import (
     STRUCTURAL,
     VARS,
     Space,
+    Table,
     card_counts,
     cards_of,
     chance_on,
@@ -244,24 +245,67 @@ class Context:
         return out
 
     def space_for(self, sc: Scenario) -> Space:
-        """The space of ``sc`` for a question: :meth:`shared_space`, else its own (the last few kept, so
-        that several questions on one changed scenario build its tables once)."""
+        """The space of ``sc`` for a question: :meth:`shared_space`, else one sharing the tables of a changed
+        scenario asked about before (the last few are kept), else its own: several questions on one changed
+        scenario build its tables once."""
         shared = self.shared_space(sc)
         if shared is not None:
             return shared
         got = self._own.get(id(sc))
-        if got is None or got.sc is not sc:
+        if got is not None and got.sc is sc:
+            return got
+        for own in list(self._own.values()):  # a changed scenario's tables serve its own price or task changes
+            rebuild = rebuilt_tables(own.sc, sc)
+            if rebuild is not None:
+                got = own.sharing(sc, rebuild)
+                share_pipeline(own, got)
+                break
+        else:
             got = Space.from_scenario(sc)
-            while len(self._own) >= OWN_SPACES:
-                self._own.pop(next(iter(self._own)))
-            self._own[id(sc)] = got
+        while len(self._own) >= OWN_SPACES:
+            self._own.pop(next(iter(self._own)))
+        self._own[id(sc)] = got
         return got
+
+    def card_space(self, sc: Scenario, name: str) -> Space:
+        """The space of ``sc``, the base scenario with accelerator ``name`` alone: the base space's tables
+        sliced at that card (and its NIC counts) when the base space searches it with the same system and
+        the same other domains (:func:`card_slice`), else its own."""
+        base = self._set_oracle.space if self._set_oracle is not None else None
+        return (card_slice(base, sc, name) if base is not None else None) or Space.from_scenario(sc)
 
     def set_oracle(self, space: Space | None = None) -> _SetOracle:
         """Which sets of families admit a plan of this context's scenario (built once, cached)."""
         if self._set_oracle is None:
             self._set_oracle = _SetOracle(space or Space.from_scenario(self.sc), self)
         return self._set_oracle
+
+
+def card_slice(base: Space, sc: Scenario, name: str) -> Space | None:
+    """A space of ``sc`` (``base``'s scenario with ``name`` its only accelerator) made of ``base``'s built
+    tables sliced at ``name`` and at the NIC counts its hosts take; None when ``sc`` differs from the base
+    scenario in anything else or a domain other than the accelerator's and the NICs' differs. Every table
+    is tabulated per accelerator from that accelerator's system alone, so the slice is the table the new
+    space would build."""
+    if name not in base.domains["acc"] or set(sc.systems) != {name} or sc.systems[name] != base.sc.systems.get(name):
+        return None
+    if replace(base.sc, systems=sc.systems, search=replace(base.sc.search, accelerators=sc.search.accelerators)) != sc:
+        return None
+    out = Space.from_scenario(sc)  # its domains (no table is built yet)
+    if any(out.domains[v] != base.domains[v] for v in base.domains if v not in ("acc", "nics")) or \
+            not set(out.domains["nics"]) <= set(base.domains["nics"]):
+        return None
+    at = {"acc": [base.domains["acc"].index(name)],
+          "nics": [base.domains["nics"].index(k) for k in out.domains["nics"]]}
+    for key, t in dict.items(base.tables):
+        values = t.values
+        for axis, v in enumerate(t.vars):
+            if v in at:
+                values = np.take(values, at[v], axis=axis)
+        dict.__setitem__(out.tables, key, Table(t.name, t.vars, values))
+    if "_pipeline_work" in base.__dict__:
+        out.__dict__["_pipeline_work"] = base.__dict__["_pipeline_work"]
+    return out
 
 
 def share_pipeline(base: Space, out: Space) -> None:
@@ -305,7 +349,7 @@ def scan_best(space: Space, req: Request) -> Evaluation | None:
     """The proven best plan of a large space under ``req`` (objective, enforced families, card counts),
     by the solve's own layout decomposition with its master problem replaced by a scan: the layouts
     every family allows, in order of their bound b(h) (:class:`~tpopt.optimizer.decompose.LayoutBounds`,
-    ties by layout index), each solved exactly (:func:`~tpopt.optimizer.enumerate.layout_best`), until
+    ties by layout index), each solved exactly (:meth:`~tpopt.optimizer.enumerate.LayoutEvaluator.best`), until
     b(h) exceeds the best verified objective. Exact: b(h) never exceeds the best plan of h, so no layout
     left can beat the plan found. The master of a solve finds the least bound among the layouts left one
     round at a time; with only domain restrictions and a per-layout bound that is the sorted order."""
@@ -316,7 +360,7 @@ def scan_best(space: Space, req: Request) -> Evaluation | None:
     cand = np.flatnonzero(ok)
     obj = bounds.objective_min[cand]
     order = cand[np.argsort(obj, kind="stable")]
-    sub = Request(objective=req.objective, enforce=enforce, top=1, cards=req.cards, clock=clock)
+    fams = [f for f in FAMILIES if f in enforce]
     best: tuple[tuple[float, float], Evaluation] | None = None
     for h in order:
         if best is not None and bounds.objective_min[h] > best[0][0]:
@@ -324,7 +368,12 @@ def scan_best(space: Space, req: Request) -> Evaluation | None:
         if clock.expired("searching the layouts"):
             raise Undecided(f"time limit reached ({req.time_limit:g} s)")
         layout = tuple(int(bounds.coords[v][h]) for v in HUB)
-        for k, a in layout_best(space, layout, sub)[0]:
+        # with a plan in hand only the schedules whose bounded plans may reach its objective are simulated
+        cutoff = None if best is None else best[0][0] * (1 + KEY_RTOL)
+        found = layout_evaluator(space).best(layout, fams, req.objective, 1, cutoff=cutoff)
+        if req.cards is not None:
+            found = [kv for kv in found if int(bounds.cards[h]) in set(req.cards)]
+        for k, a in found:
             if best is not None and k[0] > best[0][0] * (1 + KEY_RTOL):
                 continue
             ev = evaluate(space.sc, space.plan(a))
@@ -881,6 +930,13 @@ def scan_min_metric(space: Space, metric: str, families: Collection[str], req: R
         if clock.expired("searching the layouts"):
             raise Undecided(f"time limit reached ({req.time_limit:g} s)")
         layout = tuple(int(bounds.coords[v][h]) for v in HUB)
+        if best is not None and metric == "memory_per_card":  # the layout's own bound first (no simulation)
+            low = ev._points(layout, enforce, "cost", None, True, "bound")
+            if low is None or not low[2].any():
+                continue
+            mem = np.broadcast_to(ev._glue(layout, "bound")["mem"], low[3])
+            if float(np.where(low[2], mem, np.inf).min()) > best[0]:
+                continue
         got = ev._points(layout, enforce, "cost", None, True, "exact")
         if got is None:
             continue
@@ -1193,7 +1249,17 @@ def largest_over_plans(ctx: Context, figure: Figure, bound: Figure) -> float | N
             break
         if clock.expired("searching the layouts"):
             raise Undecided(f"time limit reached ({ctx.req.time_limit:g} s)")
-        got = ev._points(tuple(int(bounds.coords[v][cand[k]]) for v in HUB), enforce, "cost", None, False, "exact")
+        layout = tuple(int(bounds.coords[v][cand[k]]) for v in HUB)
+        # the layout's own bound first, from its terms' lower bounds (no pipeline simulated): the bound of a
+        # plan holds for any finish and cost at least as large, so only a layout that may beat ``best`` is
+        # evaluated exactly
+        low = ev._points(layout, enforce, "cost", None, False, "bound")
+        if low is None or not low[2].any():
+            continue
+        m = low[2]
+        if float(bound(np.broadcast_to(low[1], m.shape)[m], np.broadcast_to(low[0], m.shape)[m]).max()) < best:
+            continue
+        got = ev._points(layout, enforce, "cost", None, False, "exact")
         if got is not None and got[2].any():
             m = got[2]
             best = max(best, float(figure(np.broadcast_to(got[1], m.shape)[m],
@@ -1478,7 +1544,7 @@ def relax_accelerator(ctx: Context, core: list[str] | None = None) -> Relaxation
             if floor is not None and floor > sc.cost.max_cost:  # type: ignore[operator]
                 ev, entry["note"] = None, (f"over the budget without a solve: the weight GEMMs alone at the card's "
                                            f"peak cost at least {floor:,.0f}")
-            elif floor is not None and (space := Space.from_scenario(sc)).size() > TABLE_LIMIT:
+            elif floor is not None and (space := ctx.card_space(sc, name)).size() > TABLE_LIMIT:
                 least = compute_cost_floor(space)
                 if least > sc.cost.max_cost:  # type: ignore[operator]
                     ev, entry["note"] = None, (f"over the budget without a full solve: the least compute time of "

@@ -91,3 +91,29 @@ def test_only_the_task_and_price_tables_are_rebuilt():
                                                                "deadline.step_max"}
     assert rebuilt_tables(sc, E.with_card_price_scale(sc, 0.5)) == ("rate",)
     assert rebuilt_tables(sc, E.with_efficiency(sc, 0.5)) is None  # the step model: every table
+
+
+def test_a_card_slice_of_the_base_tables_is_the_card_s_own_tables():
+    """The accelerator relaxation's spaces for the scenario's own cards are the base space's tables sliced
+    at the card: equal, table by table, to the tables a fresh space of that card builds."""
+    import numpy as np
+
+    three = ["rtx4090", "h100-sxm", "a100-80gb-sxm"]
+    raw = with_overrides(read_scenario_file(DESIGN), dict(FREE, **{"hardware.accelerator": three,
+                                                                  "search.accelerator": three,
+                                                                  "search.nics_per_host": [1, 2, 8]}))
+    cat = load_catalog()
+    sc = build_scenario(raw, cat)
+    base = Space.from_scenario(sc)
+    base.build_tables()
+    ctx = E.Context.of(sc, "cpsat", REQ, None, raw, cat)
+    for name in three:
+        one = E._scenario_for_accelerator(ctx, name)
+        sliced = E.card_slice(base, one, name)
+        assert sliced is not None, name
+        fresh = Space.from_scenario(one)
+        assert sliced.domains == fresh.domains
+        for key in dict.keys(sliced.tables):
+            assert np.array_equal(sliced.tables[key].values, fresh.tables[key].values, equal_nan=True), (name, key)
+    other = E.with_efficiency(E._scenario_for_accelerator(ctx, "h100-sxm"), 0.5)
+    assert E.card_slice(base, other, "h100-sxm") is None  # another step model: its own tables
