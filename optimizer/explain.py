@@ -51,8 +51,8 @@ from tpopt.models.units import (
 from tpopt.optimizer import analysis, footing, outer
 from tpopt.optimizer.backends import with_model
 from tpopt.optimizer.backends.verify import feasible_for
+from tpopt.optimizer.core import TINY_NOTE, tiny_backend, use_decomposition
 from tpopt.optimizer.core import solve as solve_space
-from tpopt.optimizer.core import use_decomposition
 from tpopt.optimizer.decompose import HUB, HUB_RULES, KEY_RTOL, LayoutBounds, _reduced
 from tpopt.optimizer.enumerate import EXTRAS, NUMERIC_AXES, PointTable, chunks, layout_evaluator
 from tpopt.optimizer.limits import (
@@ -412,8 +412,13 @@ def monolithic_hint(space: Space, req: Request) -> bool:
     the costly part of the conflict (14 s on a 4.1-million-plan space whose exact solves take 0.3 s)
     while the layout decomposition answers each question of the deletion filter in a fraction of a
     second; the filter then starts from every enforced family. Exact either way: the filter alone
-    makes the conflict irreducible, and the same input always takes the same path (fixed order)."""
-    return not use_decomposition(space, req)
+    makes the conflict irreducible, and the same input always takes the same path (fixed order). Nor on
+    spaces small enough to tabulate (``report.TABLE_LIMIT``) unless the monolithic method is asked for: the
+    filter's questions are masks over one plan table there, and building the model (importing CP-SAT
+    first) would cost more than the whole filter."""
+    if use_decomposition(space, req):
+        return False
+    return req.method == "monolithic" or space.size() > TABLE_LIMIT
 
 
 class _SetOracle:
@@ -1676,7 +1681,10 @@ def explain_request(sc: Scenario, backend: str = "cpsat", req: Request | None = 
     tell: Callable[[str], None] = progress or (lambda text: None)
     space = Space.from_scenario(sc)
     tell("the optimum")
-    result = solve_space(sc, backend, req, space=space)
+    run = tiny_backend(space, backend, req.method)  # as tpopt solve: a tiny space's plans all evaluated
+    result = solve_space(sc, run, req, space=space)
+    if run != backend:
+        result.solver.note = TINY_NOTE
     out: dict[str, Any] = {"status": result.status.value, "objective": result.objective,
                            "solver": result.solver.as_dict(), "conflict": [], "conflict_detail": [], "relaxations": []}
     if not result.feasible:
