@@ -1,7 +1,11 @@
 """Why a request is infeasible, the smallest single change that makes it feasible, what limits a plan.
 
-Every answer is computed by optimisation on the exact model (the enumerator for spaces of up to
-``report.TABLE_LIMIT`` points, otherwise the chosen solver with its solve-verify loop), never guessed.
+Every answer is computed by optimisation on the exact model, never guessed: from one table of every
+plan for spaces of up to ``report.TABLE_LIMIT`` points that are cheap to simulate (:func:`tabulated`),
+otherwise by the solve's own layout decomposition, each question asked of the solve's tables (shared by
+every re-solve whose change leaves them as they are: :meth:`Space.sharing`) and its layout bounds
+(:func:`scan_best`), monotone thresholds (tokens, reserved time) in closed form over the plans
+(:func:`largest_over_plans`), or the chosen solver with its solve-verify loop where neither applies.
 
 1. Conflict. CP-SAT's sufficient assumptions (:func:`conflict`) name constraint families that cannot
    hold together, but not necessarily a minimal set. :func:`minimal_conflict` shrinks it with a
@@ -139,7 +143,7 @@ class Context:
 
     def backend_for(self, space: Space) -> str:
         """Enumeration for small spaces (exact and fastest there), else the chosen solver."""
-        if space.size() <= TABLE_LIMIT:
+        if tabulated(space):
             return "enumerate"
         return with_model(self.backend)
 
@@ -315,10 +319,19 @@ def share_pipeline(base: Space, out: Space) -> None:
         layout_evaluator(out).exact_terms = layout_evaluator(base).exact_terms
 
 
+def tabulated(space: Space) -> bool:
+    """Whether explain answers a space's questions from one table of all its plans: at most
+    ``report.TABLE_LIMIT`` plans under the flat step model whose pipelines are cheap to simulate
+    (:meth:`Space.cheap_pipeline`). Not under the per-operation model, whose enumeration evaluates each
+    plan's operations (about 1 ms a plan: Llama-3.1-405B's 24,576 plans took 25 s to tabulate against
+    0.4 s for the decomposed solve); its questions go to the layout decomposition."""
+    return space.size() <= TABLE_LIMIT and not T.per_op_model(space.sc) and space.cheap_pipeline()
+
+
 def scanned(space: Space, req: Request) -> bool:
-    """Whether a question on ``space`` is answered by :func:`scan_best`: spaces too large to tabulate
-    whose solves use the layout decomposition (:func:`~tpopt.optimizer.core.use_decomposition`)."""
-    return space.size() > TABLE_LIMIT and use_decomposition(space, req)
+    """Whether a question on ``space`` is answered by :func:`scan_best`: spaces not tabulated
+    (:func:`tabulated`) whose solves use the layout decomposition (:func:`~tpopt.optimizer.core.use_decomposition`)."""
+    return not tabulated(space) and use_decomposition(space, req)
 
 
 def layout_bounds(space: Space, objective: str, enforce: frozenset[str]) -> LayoutBounds:
@@ -418,7 +431,7 @@ def monolithic_hint(space: Space, req: Request) -> bool:
     first) would cost more than the whole filter."""
     if use_decomposition(space, req):
         return False
-    return req.method == "monolithic" or space.size() > TABLE_LIMIT
+    return req.method == "monolithic" or not tabulated(space)
 
 
 class _SetOracle:
@@ -428,7 +441,7 @@ class _SetOracle:
     def __init__(self, space: Space, ctx: Context):
         self.space, self.ctx = space, ctx
         self.table: PointTable | None = None
-        if space.size() <= TABLE_LIMIT:
+        if tabulated(space):
             try:
                 with clock_of(ctx.req).stoppable("tabulating the plans"):
                     self.table = PointTable.build(space)
@@ -492,7 +505,7 @@ def conflict_detail(ctx: Context, core: list[str]) -> list[dict[str, Any]]:
     outside C (memory, say) would be no plan at all. When the other families admit no plan either
     (a second conflict that does not involve f), no plan is named.
     """
-    small = Space.from_scenario(ctx.sc).size() <= TABLE_LIMIT
+    small = tabulated(Space.from_scenario(ctx.sc))
     out: list[dict[str, Any]] = []
     for f in core:
         metric, objective, words = EVIDENCE.get(f, (None, "cost", "the cheapest plan"))
@@ -837,7 +850,7 @@ def relax_max_cards(ctx: Context, core: list[str] | None = None) -> Relaxation:
     def ok(n: int) -> Evaluation | None:
         return ctx.feasible(with_max_cards(sc, n))
 
-    if Space.from_scenario(sc).size() <= TABLE_LIMIT:
+    if tabulated(Space.from_scenario(sc)):
         # small space: n* = min cards over plans meeting every other family (one enumeration)
         method = "fewest cards over plans meeting the other constraints (exhaustive)"
         m = argmin_metric(ctx, "cards", [f for f in ctx.enforced if f != F.CARDS])
@@ -1549,7 +1562,7 @@ def relax_accelerator(ctx: Context, core: list[str] | None = None) -> Relaxation
             if floor is not None and floor > sc.cost.max_cost:  # type: ignore[operator]
                 ev, entry["note"] = None, (f"over the budget without a solve: the weight GEMMs alone at the card's "
                                            f"peak cost at least {floor:,.0f}")
-            elif floor is not None and (space := ctx.card_space(sc, name)).size() > TABLE_LIMIT:
+            elif floor is not None and not tabulated(space := ctx.card_space(sc, name)):
                 least = compute_cost_floor(space)
                 if least > sc.cost.max_cost:  # type: ignore[operator]
                     ev, entry["note"] = None, (f"over the budget without a full solve: the least compute time of "
