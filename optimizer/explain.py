@@ -243,6 +243,8 @@ class Context:
             return got
         out = base.sharing(sc, rebuild)
         share_pipeline(base, out)
+        if not rebuild:  # the same tables, iterations and reserved time: the same cap-free layout bounds
+            out.__dict__["_explain_bounds"] = base.__dict__.setdefault("_explain_bounds", {})
         if len(self._shared) > 64:
             self._shared.clear()
         self._shared[id(sc)] = out
@@ -335,13 +337,17 @@ def scanned(space: Space, req: Request) -> bool:
 
 
 def layout_bounds(space: Space, objective: str, enforce: frozenset[str]) -> LayoutBounds:
-    """The decomposition's per-layout bounds for (objective, enforced families), built once per space
-    (the reductions of the tables behind them are kept on the space: ``_reduced``)."""
+    """The decomposition's per-layout bounds for the objective and the enforced families other than the
+    caps (deadline, cards, budget: F.SWEPT), built once per space and shared by the spaces that differ from
+    it only in those caps (:meth:`Context.shared_space`); the caps are applied per question, layout by
+    layout (:func:`allowed_layouts`). Valid at any cap, so one build serves every re-solve of a deadline,
+    card-cap or budget relaxation. The reductions of the tables behind them are kept on the space."""
     cache: dict[tuple[str, frozenset[str]], LayoutBounds] = space.__dict__.setdefault("_explain_bounds", {})
     space.__dict__.setdefault("_reduced", {})
-    got = cache.get((objective, enforce))
+    key = (objective, frozenset(enforce) - set(F.SWEPT))
+    got = cache.get(key)
     if got is None:
-        got = cache[(objective, enforce)] = LayoutBounds(space, objective, enforce)
+        got = cache[key] = LayoutBounds(space, objective, key[1])
     return got
 
 

@@ -230,9 +230,10 @@ PRICE_TABLES = ("rate",)
 
 def rebuilt_tables(base: Scenario, sc: Scenario) -> tuple[str, ...] | None:
     """The tables a space of ``sc`` cannot take from a space of ``base``: none when they differ only in
-    the card or budget caps (no table reads them), :data:`TASK_TABLES` when also in the task's tokens,
-    deadline or reserved time, :data:`PRICE_TABLES` when in the prices; None when anything else
-    differs (every table is rebuilt)."""
+    the card or budget caps or the deadline (no table reads them, but for the automatic save interval and
+    the chance form), :data:`TASK_TABLES` when in the task's tokens or reserved time (or a deadline those
+    read), :data:`PRICE_TABLES` when in the prices; None when anything else differs (every table is
+    rebuilt)."""
     if set(sc.systems) != set(base.systems):
         return None
     task = replace(sc.task, tokens=base.task.tokens, deadline_s=base.task.deadline_s,
@@ -244,8 +245,10 @@ def rebuilt_tables(base: Scenario, sc: Scenario) -> tuple[str, ...] | None:
     if probe != base:
         return None
     rebuild: tuple[str, ...] = ()
-    if sc.task != base.task:
-        rebuild += TASK_TABLES
+    deadline_only = replace(sc.task, deadline_s=base.task.deadline_s) == base.task
+    if sc.task != base.task and not (deadline_only and sc.task.confidence is None
+                                     and 0.0 not in sc.search.save_interval_s):
+        rebuild += TASK_TABLES  # (a deadline alone is read only by the automatic interval and the chance table)
     if sc.systems != base.systems:
         rebuild += PRICE_TABLES
     return rebuild

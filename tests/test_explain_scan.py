@@ -89,6 +89,10 @@ def test_only_the_task_and_price_tables_are_rebuilt():
     assert rebuilt_tables(sc, E.with_max_cost(E.with_max_cards(sc, 16), 1.0)) == ()
     assert set(rebuilt_tables(sc, E.with_tokens(sc, 5e10))) == {"interval", "overhead", "ok." + F.CHECKPOINT,
                                                                "deadline.step_max"}
+    assert rebuilt_tables(sc, E.with_deadline(sc, 40 * 86400.0)) == ()  # fixed save intervals: no table reads it
+    auto = build_scenario(with_overrides(read_scenario_file(DESIGN), dict(FREE, **{"search.save_interval": ["auto"]})),
+                          load_catalog())
+    assert "interval" in rebuilt_tables(auto, E.with_deadline(auto, 40 * 86400.0))  # the optimum may be the deadline
     assert rebuilt_tables(sc, E.with_card_price_scale(sc, 0.5)) == ("rate",)
     assert rebuilt_tables(sc, E.with_efficiency(sc, 0.5)) is None  # the step model: every table
 
