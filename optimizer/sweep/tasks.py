@@ -187,17 +187,24 @@ def group_space(payload: _Payload, sc: Scenario) -> Space:
 
 def _layout_rows(payload: _Payload, points: list[Point]) -> list[Row]:
     """A large group's points from one space and its layout fronts (:mod:`.layouts`), each point's scan
-    starting from its neighbour's optimum (points sorted by budget, card cap and deadline)."""
+    starting from its neighbour's optimum (points sorted by budget, card cap and deadline). The points'
+    time limits are pooled over the task; points left when the pool runs out are ``unknown`` rows."""
     first = points[0]
     sc = group_scenario(payload, first, max(p.deadline_s for p in points))
     price = sc.system(first.accelerator).price_card_hour
     space = group_space(payload, sc)
     if not supported(space):
         return [r for p in points for r in _solve_rows(payload, p, backends.DEFAULT)]
+    clock = Clock(payload.time_limit * len(points))  # the points' limits pooled: most take milliseconds
     oracle = GroupOracle(space)
     rows: list[Row] = []
     hint: Answer | None = None
     for p in sorted(points, key=lambda q: (q.max_cost is None, q.max_cost or 0.0, q.max_cards, q.deadline_s)):
+        if clock.expired():
+            rows.append(make_row(p, "unknown", payload.fingerprint, LAYOUTS, price=price,
+                                 note=f"time limit {payload.time_limit:g} s per point reached (pooled over "
+                                      f"{len(points)} points): no plan found and no proof that none exists"))
+            continue
         got = oracle.cheapest(p.deadline_s, p.max_cards, p.max_cost, hint)
         if got is not None:
             hint = got
