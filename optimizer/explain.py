@@ -182,10 +182,10 @@ class Context:
                       cards=self.req.cards if cards is None else tuple(cards), clock=self.req.clock)
         self.solves += 1
         if space is not None and scanned(space, req):
-            found = scan_best(space, req)
+            scan = scan_best(space, req)
             if key is not None:
-                self._memo[key] = found
-            return found
+                self._memo[key] = scan
+            return scan
         # the batch may be a choice (no space then): one solve per batch
         r = outer.solve(sc, self.backend if space is None else self.backend_for(space), req, space=space)
         if r.status not in (Status.OPTIMAL, Status.INFEASIBLE):
@@ -356,7 +356,7 @@ def allowed_layouts(space: Space, bounds: LayoutBounds, enforce: Collection[str]
     """The layouts every enforced family's relaxed condition allows (:meth:`LayoutBounds.allowed`), with
     a finite objective bound and, when given, one of the card counts ``cards``."""
     sc = space.sc
-    ok = np.isfinite(bounds.objective_min)
+    ok: NDArray[np.bool_] = np.isfinite(bounds.objective_min)
     for family_ok in bounds.allowed(enforce, sc.search.max_cards, sc.task.deadline_s, sc.cost.max_cost).values():
         ok &= family_ok
     if cards is not None:
