@@ -93,6 +93,7 @@ REL = 1e-9
 
 
 OWN_SPACES = 2  # changed scenarios whose own tables a context keeps (each as large as a solve's)
+SHARED_SPACES = 8  # spaces sharing the base tables a context keeps (each with its own layout evaluations)
 
 
 class _Empty(Enum):
@@ -245,7 +246,7 @@ class Context:
         share_pipeline(base, out)
         if not rebuild:  # the same tables, iterations and reserved time: the same cap-free layout bounds
             out.__dict__["_explain_bounds"] = base.__dict__.setdefault("_explain_bounds", {})
-        if len(self._shared) > 64:
+        if len(self._shared) >= SHARED_SPACES:
             self._shared.clear()
         self._shared[id(sc)] = out
         return out

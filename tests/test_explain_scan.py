@@ -121,3 +121,26 @@ def test_a_card_slice_of_the_base_tables_is_the_card_s_own_tables():
             assert np.array_equal(sliced.tables[key].values, fresh.tables[key].values, equal_nan=True), (name, key)
     other = E.with_efficiency(E._scenario_for_accelerator(ctx, "h100-sxm"), 0.5)
     assert E.card_slice(base, other, "h100-sxm") is None  # another step model: its own tables
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_closed_form_thresholds_equal_the_bisection_by_re_solves(case, monkeypatch):
+    """The tokens and reserved-time thresholds in closed form against the search they replace (bisection by
+    exact re-solves, kept where the closed form does not apply): the same rounded values; the tokens'
+    exact threshold equal (whole iterations); the reserved time's within the bisection's 1 s tolerance."""
+    raw = with_overrides(read_scenario_file(DESIGN), CASES[case])
+    sc = build_scenario(raw, load_catalog())
+    only = ("tokens", "reserved")
+    closed = {r.parameter: r for r in E.relaxations(sc, "cpsat", REQ, raw=raw, only=only)}
+    monkeypatch.setattr(E, "most_iterations", lambda ctx: None)
+    monkeypatch.setattr(E, "most_reserved", lambda ctx: None)
+    searched = {r.parameter: r for r in E.relaxations(sc, "cpsat", REQ, raw=raw, only=only)}
+    for name in only:
+        a, b = closed[name], searched[name]
+        assert (a.helps, a.required) == (b.helps, b.required), name
+    assert closed["tokens"].required_exact == searched["tokens"].required_exact
+    tol = E.RESERVED_TOL_S / 86400.0
+    assert searched["reserved"].required_exact - tol <= closed["reserved"].required_exact
+    assert closed["reserved"].required_exact <= searched["reserved"].required_exact + tol
+    if case == "budget":  # the budget binds: the bisection took ~20 re-solves, the closed form 2
+        assert closed["reserved"].solves < searched["reserved"].solves
