@@ -6,7 +6,9 @@
 ``design`` (default): the chapter's design case capped at 32 cards (the chapter, 10.6: infeasible for 30 days).
 ``llama3-405b``: Llama-3.1-405B on 2T tokens in 90 days on H100 / A100 / H200 / B200 with the search
 space open, 1,800 s synchronous checkpoints (issue 14's example): a conflict between the deadline and
-the 1,024-card cap. ``--row N``: space N (0-based) of benchmarks/solve_scaling.py with the deadline cut to
+the 1,024-card cap. ``llama3-70b-budget``: the README's Llama-3-70B budget case (space 4 of
+benchmarks/solve_scaling.py, 2T tokens, 60 days, five accelerators, per-operation model, budget cap
+800,000 USD). ``--row N``: space N (0-based) of benchmarks/solve_scaling.py with the deadline cut to
 ``--deadline`` (default 7 d; infeasible). Prints one line per step: seconds (wall, and CPU for the solve and
 the conflict), exact solves, and the answer. The "cp-sat core" line times the monolithic CP-SAT model with
 assumption literals; the conflict step builds it only where the solves are monolithic (explain.monolithic_hint),
@@ -22,7 +24,7 @@ from pathlib import Path
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
 from tpopt.optimizer.core import solve
-from tpopt.optimizer.explain import conflict, infeasibility, monolithic_hint
+from tpopt.optimizer.explain import PARAMS, RELAXATIONS, conflict, infeasibility, monolithic_hint
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import Space
 
@@ -47,9 +49,10 @@ def _value(text: str):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", choices=("design", "llama3-405b"), default="design")
+    ap.add_argument("--case", choices=("design", "llama3-405b", "llama3-70b-budget"), default="design")
     ap.add_argument("--scenario", default=None)
     ap.add_argument("--solver", default="cpsat", choices=("cpsat", "highs", "enumerate"))
+    ap.add_argument("--skip-core", action="store_true", help="skip timing the monolithic CP-SAT core")
     ap.add_argument("--set", action="append", default=[], help="raw override table.key=value (repeatable)")
     ap.add_argument("--row", type=int, default=None, help="a space of benchmarks/solve_scaling.py (0-based)")
     ap.add_argument("--deadline", default="7d", help="the deadline that makes --row infeasible (default 7d)")
@@ -57,6 +60,13 @@ def main():
     from tpopt.cli.main import tune_allocator
 
     tune_allocator()  # measured as the `tpopt` program runs (the library leaves the process's allocator alone)
+    if args.case == "llama3-70b-budget" and args.row is None:
+        from solve_scaling import LLAMA, design_raw  # this directory (run as a script)
+
+        raw = design_raw(dict(LLAMA, **{"hardware.efficiency": None, "cost.max_cost": 800000}))
+        cat = load_catalog()
+        explain(build_scenario(raw, cat), raw, cat, args.solver, args.skip_core)
+        return
     if args.row is not None:
         from solve_scaling import SPACES, design_raw  # this directory (run as a script)
 
@@ -64,7 +74,7 @@ def main():
         raw = with_overrides(design_raw(base), {"schedule.deadline": args.deadline})
         raw = with_overrides(raw, {k: _value(v) for k, _, v in (item.partition("=") for item in args.set)})
         cat = load_catalog()
-        explain(build_scenario(raw, cat), raw, cat, args.solver)
+        explain(build_scenario(raw, cat), raw, cat, args.solver, args.skip_core)
         return
     if args.scenario:
         raw, ov = read_scenario_file(args.scenario), {}
@@ -77,10 +87,10 @@ def main():
         ov[k] = _value(v)
     raw = with_overrides(raw, ov)
     cat = load_catalog()
-    explain(build_scenario(raw, cat), raw, cat, args.solver)
+    explain(build_scenario(raw, cat), raw, cat, args.solver, args.skip_core)
 
 
-def explain(sc, raw, cat, solver):
+def explain(sc, raw, cat, solver, skip_core=False):
     """Time each step of the explanation of ``sc`` (wall seconds; CPU seconds where it matters)."""
     req = Request(workers=1, seed=0)
     space = Space.from_scenario(sc)
@@ -93,24 +103,31 @@ def explain(sc, raw, cat, solver):
           f"status {r.status.value}")
     if r.feasible:
         return
-    used = monolithic_hint(space, req)
-    t, c = time.perf_counter(), time.process_time()
-    raw_core = conflict(space, req)
-    print(f"{'cp-sat core':<16} {time.perf_counter() - t:8.3f} s  cpu {time.process_time() - c:7.3f} s  "
-          f"{'used as the hint' if used else 'not built by explain (above the monolithic threshold)'}: {raw_core}")
+    if not skip_core:
+        used = monolithic_hint(space, req)
+        t, c = time.perf_counter(), time.process_time()
+        raw_core = conflict(space, req)
+        print(f"{'cp-sat core':<16} {time.perf_counter() - t:8.3f} s  cpu {time.process_time() - c:7.3f} s  "
+              f"{'used as the hint' if used else 'not built by explain (above the monolithic threshold)'}: {raw_core}")
     steps = []
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     out = infeasibility(sc, space, solver, req, r.enforced, raw=raw, catalog=cat,
                         progress=lambda text: steps.append((text, time.perf_counter(), time.process_time())))
-    end = time.perf_counter()
+    end, cend = time.perf_counter(), time.process_time()
+    steps.append(("", end, cend))
     for (text, ts, cs), (_, nt, nc) in zip(steps[:2], steps[1:3], strict=False):
         print(f"{text[:16]:<16} {nt - ts:8.3f} s  cpu {nc - cs:7.3f} s")
     print(f"{'conflict':<16} {out['conflict']}")
+    # one progress line per relaxation tried, in RELAXATIONS order (those that do not apply return nothing)
+    cpu = {}
+    for (text, _, cs), (_, _, nc) in zip(steps[2:], steps[3:], strict=False):
+        cpu[next((n for n in RELAXATIONS if PARAMS[n].label in text), text)] = nc - cs
     for x in out["relaxations"]:
         ans = (f"{x['direction']} {x['required']} {x['unit']}" if x["helps"] else
                ("cannot help" if x["helps"] is False else "undecided"))
-        print(f"{x['parameter']:<16} {x['seconds']:8.3f} s  {x['solves']:3d} solves  {ans}")
-    print(f"{'whole explanation':<16} {end - t0:8.3f} s (after the solve)")
+        print(f"{x['parameter']:<16} {x['seconds']:8.3f} s  cpu {cpu.get(x['parameter'], 0.0):7.3f} s  "
+              f"{x['solves']:3d} solves  {ans}")
+    print(f"{'whole explanation':<16} {end - t0:8.3f} s  cpu {cend - c0:7.3f} s (after the solve)")
 
 
 if __name__ == "__main__":

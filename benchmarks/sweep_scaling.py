@@ -12,8 +12,12 @@
   spaces where a study needs a cluster), local pool vs ``local:2``, fed into the same extrapolation.
 * ``decomposition``: whether one large solve would gain from sending the layout decomposition's exact
   sub-evaluations to a cluster: their share of the solve, and a Dask round trip.
+* ``reuse``: 1,000 points (5 accelerators x 200 deadlines, 20 d to 59.8 d) over the 108-million-plan Llama-3-70B
+  space (space 4 of benchmarks/solve_scaling.py) on one worker, through the layouts path (each group's tables
+  and layout fronts built once, every point a scan from its neighbour's optimum), wall and CPU seconds; and a
+  sample of the same points solved one CP-SAT solve each, compared row by row. Target: <= 2 s.
 
-    .venv/bin/python benchmarks/sweep_scaling.py [--workers N] [--cpsat-sample 4] [--only executors,large]
+    .venv/bin/python benchmarks/sweep_scaling.py [--workers N] [--cpsat-sample 4] [--only executors,large,reuse]
 """
 
 from __future__ import annotations
@@ -274,13 +278,53 @@ def decomposition_section() -> None:
           f"space's tables on the worker ({size / 1e6:.1f} MB pickled, or rebuilt there)")
 
 
+def reuse_section(sample: int) -> None:
+    import resource
+
+    from tpopt.optimizer import sweep as sw
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from solve_scaling import SPACES, design_raw
+
+    raw = design_raw(SPACES[4][1])
+    raw.pop("sweep", None)
+    hw = "rtx4090,h100-sxm,a100-80gb-sxm,h200,b200"
+    print(f"\n== reuse: {SPACES[4][0]}, 5 accelerators x 200 deadlines on one worker")
+    t0, c0 = time.perf_counter(), time.process_time()
+    spec = sw.build_spec(raw, {"hw": hw, "deadline": "20d:59.8d:0.2d"})
+    plans = sum(sw.space_size(spec, a) for a in spec.hw)
+    res = sw.run_sweep(spec, workers=1)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    n = len(res.rows)
+    print(f"{n:,} points over {plans:,} plans: {wall:.2f} s wall, {cpu:.2f} s CPU ({n / wall:,.0f} points/s), "
+          f"{res.tasks} tasks, paths {res.paths}, {res.count('optimal')} optimal, "
+          f"{res.count('infeasible')} infeasible, "
+          f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")
+    if sample <= 0:
+        return
+    step = max(1, 200 // sample)
+    days = ",".join(f"{20 + 0.2 * i:g}d" for i in range(0, 200, step))
+    spec_s = sw.build_spec(raw, {"hw": hw, "deadline": days, "solver": "cpsat"})
+    t0 = time.perf_counter()
+    ref = sw.run_sweep(spec_s, workers=1)
+    wall_s = time.perf_counter() - t0
+    mine = {r["point_key"]: r for r in res.rows}
+    cols = ("status", "cards", "tp", "pp", "dp", "micro_batch", "zero", "cost", "finish_days", "fastest_days")
+    differ = [r["point_key"] for r in ref.rows if any(r[c] != mine[r["point_key"]][c] for c in cols)]
+    print(f"CP-SAT per point on {len(ref.rows)} of those points: {wall_s:.2f} s "
+          f"({len(ref.rows) / wall_s:.1f} points/s, "
+          f"~{wall_s / len(ref.rows) * n:,.0f} s for {n:,}); rows that differ from the layouts path: {len(differ)}"
+          + (f" ({', '.join(differ[:3])} ...)" if differ else ""))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=0, help="worker processes for the table section (0: the core "
                                                            "count)")
     ap.add_argument("--cpsat-sample", type=int, default=4,
                     help="deadlines per accelerator solved with CP-SAT one point at a time (0: skip)")
-    ap.add_argument("--only", default="table,executors,large,decomposition", help="sections to run, comma-separated")
+    ap.add_argument("--only", default="table,executors,large,decomposition,reuse",
+                    help="sections to run, comma-separated")
     args = ap.parse_args()
     from tpopt.optimizer.sweep import default_workers
 
@@ -289,7 +333,7 @@ def main() -> None:
         import distributed  # noqa: F401
     except ImportError:
         print("Dask is not installed (pip install 'tpopt[distributed]'): executors, large and decomposition skipped")
-        only &= {"table"}
+        only &= {"table", "reuse"}
     workers = args.workers or default_workers()
     print(f"tpopt sweep scaling on {os.cpu_count()} cores (figures from a shared machine are noisy)")
     if "table" in only:
@@ -306,6 +350,8 @@ def main() -> None:
             extrapolate(per_point, journal_rate(tmp))
     if "decomposition" in only:
         decomposition_section()
+    if "reuse" in only:
+        reuse_section(args.cpsat_sample)
 
 
 if __name__ == "__main__":

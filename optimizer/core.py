@@ -38,6 +38,21 @@ MONOLITHIC_LIMIT = 2_000  # largest term table (rows) for which "auto" uses the 
 # far faster beyond; the monolithic model stays for tiny spaces and for conflict cores)
 
 
+TINY_SPACE = 20_000
+"""Plans up to which ``--method auto`` proves the optimum by evaluating every plan (vectorised): faster
+than loading a solver, whose import alone takes longer than such a space's whole enumeration."""
+TINY_NOTE = "tiny space: every plan evaluated"
+
+
+def tiny_backend(space: Space, backend: str, method: str = "auto") -> str:
+    """The backend to run: the enumerator for tiny spaces under ``--method auto`` (when the chosen
+    backend declares ``tiny_by_enumeration``), else the one asked for."""
+    if backends.capabilities(backend).tiny_by_enumeration and method == "auto" and space.size() <= TINY_SPACE \
+            and space.cheap_pipeline():
+        return backends.EXHAUSTIVE
+    return backend
+
+
 def use_decomposition(space: Space, req: Request) -> bool:
     """Monolithic encoding for small term tables, layout decomposition beyond (or as requested)."""
     if req.method in ("monolithic", "decomposed"):

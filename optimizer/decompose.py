@@ -70,11 +70,21 @@ def _reduced(space: Space, name: str, fn: Reducer, values: NDArray[Any] | None =
     variables it does not have (it broadcasts). Minima come from lower-bound tables, maxima from upper-bound
     tables (:meth:`Space.bound_table`: closed-form bounds of the pipeline terms on large spaces, the
     exact tables otherwise)."""
+    # kept only where a caller asked for it (explain sets ``space.__dict__["_reduced"] = {}``: many questions
+    # on one space); the table name first, so that Space.sharing keeps the entries of the tables it keeps
+    cache: dict[tuple[Any, ...], NDArray[Any]] | None = space.__dict__.get("_reduced")
+    key = (name, fn.__name__, target)
+    if cache is not None and values is None and key in cache:
+        return cache[key]
     t = space.bound_table(name, "lo" if fn is np.min else "hi")
     vals = t.values if values is None else values
     if vals.dtype != bool:
         vals = np.where(np.isfinite(vals), vals, np.inf if fn is np.min else -np.inf)
-    return reduce_to(space.domains, vals, t.vars, target, fn, broadcast=False)
+    out = reduce_to(space.domains, vals, t.vars, target, fn, broadcast=False)
+    if cache is not None and values is None:
+        out.flags.writeable = False  # shared by every question asked of the space
+        cache[key] = out
+    return out
 
 
 def _reduce_to_hub(space: Space, name: str, fn: Reducer, values: NDArray[Any] | None = None) -> NDArray[Any]:

@@ -1,7 +1,11 @@
 """Why a request is infeasible, the smallest single change that makes it feasible, what limits a plan.
 
-Every answer is computed by optimisation on the exact model (the enumerator for spaces of up to
-``report.TABLE_LIMIT`` points, otherwise the chosen solver with its solve-verify loop), never guessed.
+Every answer is computed by optimisation on the exact model, never guessed: from one table of every
+plan for spaces of up to ``report.TABLE_LIMIT`` points that are cheap to simulate (:func:`tabulated`),
+otherwise by the solve's own layout decomposition, each question asked of the solve's tables (shared by
+every re-solve whose change leaves them as they are: :meth:`Space.sharing`) and its layout bounds
+(:func:`scan_best`), monotone thresholds (tokens, reserved time) in closed form over the plans
+(:func:`largest_over_plans`), or the chosen solver with its solve-verify loop where neither applies.
 
 1. Conflict. CP-SAT's sufficient assumptions (:func:`conflict`) name constraint families that cannot
    hold together, but not necessarily a minimal set. :func:`minimal_conflict` shrinks it with a
@@ -27,10 +31,12 @@ from enum import Enum
 from typing import Any, Final, Literal
 
 import numpy as np
+from numpy.typing import NDArray
 from tpopt.catalogs import Catalog, load_catalog
 from tpopt.catalogs.scenario import build_scenario, with_overrides
 from tpopt.errors import InputError
 from tpopt.models import families as F
+from tpopt.models import terms as T
 from tpopt.models.arch import gemm_params
 from tpopt.models.evaluate import SPEC, ConstraintCheck, Evaluation, at_plan_batch, evaluate
 from tpopt.models.plan import Plan, Scenario, System
@@ -49,9 +55,10 @@ from tpopt.models.units import (
 from tpopt.optimizer import analysis, footing, outer
 from tpopt.optimizer.backends import with_model
 from tpopt.optimizer.backends.verify import feasible_for
+from tpopt.optimizer.core import TINY_NOTE, tiny_backend, use_decomposition
 from tpopt.optimizer.core import solve as solve_space
-from tpopt.optimizer.core import use_decomposition
-from tpopt.optimizer.enumerate import NUMERIC_AXES, PointTable, chunks
+from tpopt.optimizer.decompose import HUB, HUB_RULES, KEY_RTOL, LayoutBounds, _reduced
+from tpopt.optimizer.enumerate import EXTRAS, NUMERIC_AXES, PointTable, chunks, layout_evaluator
 from tpopt.optimizer.limits import (
     EncodingError,
     TimeLimitReached,
@@ -59,8 +66,18 @@ from tpopt.optimizer.limits import (
     clock_of,
 )
 from tpopt.optimizer.report import RELAXABLE, TABLE_LIMIT, Binding, binding_families, make_oracle
-from tpopt.optimizer.result import Request, Status, objective_value, plan_summary
-from tpopt.optimizer.space import FAMILIES, STRUCTURAL, VARS, Space, card_counts
+from tpopt.optimizer.result import Request, Status, objective_key, objective_value, plan_summary
+from tpopt.optimizer.space import (
+    FAMILIES,
+    STRUCTURAL,
+    VARS,
+    Space,
+    Table,
+    card_counts,
+    cards_of,
+    chance_on,
+    rebuilt_tables,
+)
 
 # Deletion order of the filter: families tried first are dropped whenever the rest still conflict,
 # so the conflict is stated in the families a user can act on (deadline, memory, cards) when possible.
@@ -73,6 +90,10 @@ NIC_REL_TOL = 1e-6  # relative tolerance on the NIC bandwidth threshold
 RESERVED_TOL_S = 1.0  # bisection tolerance on reserved time (only with a budget cap)
 GRID = 8  # probes below the upper end when it is infeasible (feasibility may not be monotone)
 REL = 1e-9
+
+
+OWN_SPACES = 2  # changed scenarios whose own tables a context keeps (each as large as a solve's)
+SHARED_SPACES = 8  # spaces sharing the base tables a context keeps (each with its own layout evaluations)
 
 
 class _Empty(Enum):
@@ -112,6 +133,8 @@ class Context:
     _set_oracle: _SetOracle | None = field(default=None, repr=False)
     # best plans of the unmodified scenario: (objective, enforced families) -> plan
     _memo: dict[tuple[str, frozenset[str]], Evaluation | None] = field(default_factory=dict, repr=False)
+    _shared: dict[int, Space] = field(default_factory=dict, repr=False)  # id(scenario) -> its sharing space
+    _own: dict[int, Space] = field(default_factory=dict, repr=False)  # id(scenario) -> its own space (newest last)
 
     @classmethod
     def of(cls, sc: Scenario, backend: str, req: Request, enforced: Iterable[str] | None = None,
@@ -121,7 +144,7 @@ class Context:
 
     def backend_for(self, space: Space) -> str:
         """Enumeration for small spaces (exact and fastest there), else the chosen solver."""
-        if space.size() <= TABLE_LIMIT:
+        if tabulated(space):
             return "enumerate"
         return with_model(self.backend)
 
@@ -150,6 +173,8 @@ class Context:
                 return None  # no plan meets the families this change leaves as they were
             space = narrowed
         try:
+            if space is None and not choices and table is None:
+                space = self.space_for(sc)  # the base space's tables where the change leaves them as they are
             space = space or (None if choices else Space.from_scenario(sc))
         except InputError:
             return None  # e.g. no NIC count the accelerator can take: no plan
@@ -157,6 +182,11 @@ class Context:
                       time_limit=self.req.time_limit, seed=self.req.seed, workers=self.req.workers,
                       cards=self.req.cards if cards is None else tuple(cards), clock=self.req.clock)
         self.solves += 1
+        if space is not None and scanned(space, req):
+            scan = scan_best(space, req)
+            if key is not None:
+                self._memo[key] = scan
+            return scan
         # the batch may be a choice (no space then): one solve per batch
         r = outer.solve(sc, self.backend if space is None else self.backend_for(space), req, space=space)
         if r.status not in (Status.OPTIMAL, Status.INFEASIBLE):
@@ -197,11 +227,180 @@ class Context:
         except InputError:
             return EMPTY
 
+    def shared_space(self, sc: Scenario) -> Space | None:
+        """A space of ``sc`` that reuses the base space's tables (:meth:`Space.sharing`) when ``sc``
+        differs from the base scenario only in the task's tokens, deadline or reserved time, the card or
+        budget caps, or the prices (:func:`rebuilt_tables`); None otherwise, or before the base space is known."""
+        base = self._set_oracle.space if self._set_oracle is not None else None
+        if base is None:
+            return None
+        if sc is base.sc:
+            return base
+        rebuild = rebuilt_tables(base.sc, sc)
+        if rebuild is None:
+            return None
+        got = self._shared.get(id(sc))
+        if got is not None and got.sc is sc:
+            return got
+        out = base.sharing(sc, rebuild)
+        share_pipeline(base, out)
+        if not rebuild:  # the same tables, iterations and reserved time: the same cap-free layout bounds
+            out.__dict__["_explain_bounds"] = base.__dict__.setdefault("_explain_bounds", {})
+        if len(self._shared) >= SHARED_SPACES:
+            self._shared.clear()
+        self._shared[id(sc)] = out
+        return out
+
+    def space_for(self, sc: Scenario) -> Space:
+        """The space of ``sc`` for a question: :meth:`shared_space`, else one sharing the tables of a changed
+        scenario asked about before (the last few are kept), else its own: several questions on one changed
+        scenario build its tables once."""
+        shared = self.shared_space(sc)
+        if shared is not None:
+            return shared
+        got = self._own.get(id(sc))
+        if got is not None and got.sc is sc:
+            return got
+        for own in list(self._own.values()):  # a changed scenario's tables serve its own price or task changes
+            rebuild = rebuilt_tables(own.sc, sc)
+            if rebuild is not None:
+                got = own.sharing(sc, rebuild)
+                share_pipeline(own, got)
+                break
+        else:
+            got = Space.from_scenario(sc)
+        while len(self._own) >= OWN_SPACES:
+            self._own.pop(next(iter(self._own)))
+        self._own[id(sc)] = got
+        return got
+
+    def card_space(self, sc: Scenario, name: str) -> Space:
+        """The space of ``sc``, the base scenario with accelerator ``name`` alone: the base space's tables
+        sliced at that card (and its NIC counts) when the base space searches it with the same system and
+        the same other domains (:func:`card_slice`), else its own."""
+        base = self._set_oracle.space if self._set_oracle is not None else None
+        return (card_slice(base, sc, name) if base is not None else None) or Space.from_scenario(sc)
+
     def set_oracle(self, space: Space | None = None) -> _SetOracle:
         """Which sets of families admit a plan of this context's scenario (built once, cached)."""
         if self._set_oracle is None:
             self._set_oracle = _SetOracle(space or Space.from_scenario(self.sc), self)
         return self._set_oracle
+
+
+def card_slice(base: Space, sc: Scenario, name: str) -> Space | None:
+    """A space of ``sc`` (``base``'s scenario with ``name`` its only accelerator) made of ``base``'s built
+    tables sliced at ``name`` and at the NIC counts its hosts take; None when ``sc`` differs from the base
+    scenario in anything else or a domain other than the accelerator's and the NICs' differs. Every table
+    is tabulated per accelerator from that accelerator's system alone, so the slice is the table the new
+    space would build."""
+    if name not in base.domains["acc"] or set(sc.systems) != {name} or sc.systems[name] != base.sc.systems.get(name):
+        return None
+    if replace(base.sc, systems=sc.systems, search=replace(base.sc.search, accelerators=sc.search.accelerators)) != sc:
+        return None
+    out = Space.from_scenario(sc)  # its domains (no table is built yet)
+    if any(out.domains[v] != base.domains[v] for v in base.domains if v not in ("acc", "nics")) or \
+            not set(out.domains["nics"]) <= set(base.domains["nics"]):
+        return None
+    at = {"acc": [base.domains["acc"].index(name)],
+          "nics": [base.domains["nics"].index(k) for k in out.domains["nics"]]}
+    for key, t in dict.items(base.tables):
+        values = t.values
+        for axis, v in enumerate(t.vars):
+            if v in at:
+                values = np.take(values, at[v], axis=axis)
+        dict.__setitem__(out.tables, key, Table(t.name, t.vars, values))
+    if "_pipeline_work" in base.__dict__:
+        out.__dict__["_pipeline_work"] = base.__dict__["_pipeline_work"]
+    return out
+
+
+def share_pipeline(base: Space, out: Space) -> None:
+    """``out`` takes ``base``'s exactly simulated pipeline terms per layout (they read the step model
+    alone, never the task's totals or the prices): one simulation per layout for every question."""
+    if "time.compute" in dict.keys(out.tables) and "mem.activations" in dict.keys(out.tables):
+        layout_evaluator(out).exact_terms = layout_evaluator(base).exact_terms
+
+
+def tabulated(space: Space) -> bool:
+    """Whether explain answers a space's questions from one table of all its plans: at most
+    ``report.TABLE_LIMIT`` plans under the flat step model whose pipelines are cheap to simulate
+    (:meth:`Space.cheap_pipeline`). Not under the per-operation model, whose enumeration evaluates each
+    plan's operations (about 1 ms a plan: Llama-3.1-405B's 24,576 plans took 25 s to tabulate against
+    0.4 s for the decomposed solve); its questions go to the layout decomposition."""
+    return space.size() <= TABLE_LIMIT and not T.per_op_model(space.sc) and space.cheap_pipeline()
+
+
+def scanned(space: Space, req: Request) -> bool:
+    """Whether a question on ``space`` is answered by :func:`scan_best`: spaces not tabulated
+    (:func:`tabulated`) whose solves use the layout decomposition (:func:`~tpopt.optimizer.core.use_decomposition`)."""
+    return not tabulated(space) and use_decomposition(space, req)
+
+
+def layout_bounds(space: Space, objective: str, enforce: frozenset[str]) -> LayoutBounds:
+    """The decomposition's per-layout bounds for the objective and the enforced families other than the
+    caps (deadline, cards, budget: F.SWEPT), built once per space and shared by the spaces that differ from
+    it only in those caps (:meth:`Context.shared_space`); the caps are applied per question, layout by
+    layout (:func:`allowed_layouts`). Valid at any cap, so one build serves every re-solve of a deadline,
+    card-cap or budget relaxation. The reductions of the tables behind them are kept on the space."""
+    cache: dict[tuple[str, frozenset[str]], LayoutBounds] = space.__dict__.setdefault("_explain_bounds", {})
+    space.__dict__.setdefault("_reduced", {})
+    key = (objective, frozenset(enforce) - set(F.SWEPT))
+    got = cache.get(key)
+    if got is None:
+        got = cache[key] = LayoutBounds(space, objective, key[1])
+    return got
+
+
+def allowed_layouts(space: Space, bounds: LayoutBounds, enforce: Collection[str], cards: Iterable[int] | None
+                    ) -> NDArray[np.bool_]:
+    """The layouts every enforced family's relaxed condition allows (:meth:`LayoutBounds.allowed`), with
+    a finite objective bound and, when given, one of the card counts ``cards``."""
+    sc = space.sc
+    ok: NDArray[np.bool_] = np.isfinite(bounds.objective_min)
+    for family_ok in bounds.allowed(enforce, sc.search.max_cards, sc.task.deadline_s, sc.cost.max_cost).values():
+        ok &= family_ok
+    if cards is not None:
+        ok &= np.isin(bounds.cards, list(cards))
+    return ok
+
+
+def scan_best(space: Space, req: Request) -> Evaluation | None:
+    """The proven best plan of a large space under ``req`` (objective, enforced families, card counts),
+    by the solve's own layout decomposition with its master problem replaced by a scan: the layouts
+    every family allows, in order of their bound b(h) (:class:`~tpopt.optimizer.decompose.LayoutBounds`,
+    ties by layout index), each solved exactly (:meth:`~tpopt.optimizer.enumerate.LayoutEvaluator.best`), until
+    b(h) exceeds the best verified objective. Exact: b(h) never exceeds the best plan of h, so no layout
+    left can beat the plan found. The master of a solve finds the least bound among the layouts left one
+    round at a time; with only domain restrictions and a per-layout bound that is the sorted order."""
+    clock = clock_of(req)
+    enforce = req.enforced(FAMILIES)
+    bounds = layout_bounds(space, req.objective, enforce)
+    ok = allowed_layouts(space, bounds, enforce, req.cards)
+    cand = np.flatnonzero(ok)
+    obj = bounds.objective_min[cand]
+    order = cand[np.argsort(obj, kind="stable")]
+    fams = [f for f in FAMILIES if f in enforce]
+    best: tuple[tuple[float, float], Evaluation] | None = None
+    for h in order:
+        if best is not None and bounds.objective_min[h] > best[0][0]:
+            break
+        if clock.expired("searching the layouts"):
+            raise Undecided(f"time limit reached ({req.time_limit:g} s)")
+        layout = tuple(int(bounds.coords[v][h]) for v in HUB)
+        # with a plan in hand only the schedules whose bounded plans may reach its objective are simulated
+        cutoff = None if best is None else best[0][0] * (1 + KEY_RTOL)
+        found = layout_evaluator(space).best(layout, fams, req.objective, 1, cutoff=cutoff)
+        if req.cards is not None:
+            found = [kv for kv in found if int(bounds.cards[h]) in set(req.cards)]
+        for k, a in found:
+            if best is not None and k[0] > best[0][0] * (1 + KEY_RTOL):
+                continue
+            ev = evaluate(space.sc, space.plan(a))
+            key = objective_key(ev, req.objective)
+            if best is None or key < best[0]:
+                best = (key, ev)
+    return best[1] if best is not None else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,8 +432,13 @@ def monolithic_hint(space: Space, req: Request) -> bool:
     the costly part of the conflict (14 s on a 4.1-million-plan space whose exact solves take 0.3 s)
     while the layout decomposition answers each question of the deletion filter in a fraction of a
     second; the filter then starts from every enforced family. Exact either way: the filter alone
-    makes the conflict irreducible, and the same input always takes the same path (fixed order)."""
-    return not use_decomposition(space, req)
+    makes the conflict irreducible, and the same input always takes the same path (fixed order). Nor on
+    spaces small enough to tabulate (``report.TABLE_LIMIT``) unless the monolithic method is asked for: the
+    filter's questions are masks over one plan table there, and building the model (importing CP-SAT
+    first) would cost more than the whole filter."""
+    if use_decomposition(space, req):
+        return False
+    return req.method == "monolithic" or not tabulated(space)
 
 
 class _SetOracle:
@@ -244,7 +448,7 @@ class _SetOracle:
     def __init__(self, space: Space, ctx: Context):
         self.space, self.ctx = space, ctx
         self.table: PointTable | None = None
-        if space.size() <= TABLE_LIMIT:
+        if tabulated(space):
             try:
                 with clock_of(ctx.req).stoppable("tabulating the plans"):
                     self.table = PointTable.build(space)
@@ -308,7 +512,7 @@ def conflict_detail(ctx: Context, core: list[str]) -> list[dict[str, Any]]:
     outside C (memory, say) would be no plan at all. When the other families admit no plan either
     (a second conflict that does not involve f), no plan is named.
     """
-    small = Space.from_scenario(ctx.sc).size() <= TABLE_LIMIT
+    small = tabulated(Space.from_scenario(ctx.sc))
     out: list[dict[str, Any]] = []
     for f in core:
         metric, objective, words = EVIDENCE.get(f, (None, "cost", "the cheapest plan"))
@@ -653,7 +857,7 @@ def relax_max_cards(ctx: Context, core: list[str] | None = None) -> Relaxation:
     def ok(n: int) -> Evaluation | None:
         return ctx.feasible(with_max_cards(sc, n))
 
-    if Space.from_scenario(sc).size() <= TABLE_LIMIT:
+    if tabulated(Space.from_scenario(sc)):
         # small space: n* = min cards over plans meeting every other family (one enumeration)
         method = "fewest cards over plans meeting the other constraints (exhaustive)"
         m = argmin_metric(ctx, "cards", [f for f in ctx.enforced if f != F.CARDS])
@@ -694,7 +898,9 @@ def argmin_metric(ctx: Context, metric: str, families: Iterable[str], sc: Scenar
             return None
         space = narrowed
     sc = sc or ctx.sc
-    space = space or Space.from_scenario(sc)
+    space = space or ctx.shared_space(sc) or Space.from_scenario(sc)
+    if metric in SCANNED_METRICS and scanned(space, ctx.req):
+        return scan_min_metric(space, metric, fams, ctx.req)
     clock = clock_of(ctx.req)
     best: tuple[float, dict[str, int]] | None = None
     for fixed, idx_lists, shape, r in chunks(space):
@@ -718,6 +924,63 @@ def argmin_metric(ctx: Context, metric: str, families: Iterable[str], sc: Scenar
     if best is None:
         return None
     return best[0], evaluate(sc, space.plan(best[1]))
+
+
+SCANNED_METRICS = ("memory_per_card", "cards", "cost", "finish_s")
+"""The metrics :func:`scan_min_metric` minimises layout by layout (the others are enumerated)."""
+
+
+def scan_min_metric(space: Space, metric: str, families: Collection[str], req: Request
+                    ) -> tuple[float, Evaluation] | None:
+    """min over plans of a large space meeting ``families`` (and the request's card counts) of
+    ``metric`` (:data:`SCANNED_METRICS`), by the layout decomposition: each layout's lower bound of the
+    metric (:class:`~tpopt.optimizer.decompose.LayoutBounds`: the least memory, finish or cost over its
+    remaining choices; its cards exactly), the layouts the families allow scanned in increasing bound, each
+    evaluated exactly on its whole grid of remaining choices, until the bound exceeds the least value found.
+    Exact, like the enumeration it replaces (ties: the first layout scanned, then grid order); the value
+    comes from the tables the enumeration's arrays share."""
+    clock = clock_of(req)
+    fams = frozenset(families)
+    enforce = [f for f in FAMILIES if f in fams]
+    bounds = layout_bounds(space, req.objective, fams)
+    lower = {"memory_per_card": bounds.mem_min, "cards": bounds.cards.astype(float), "cost": bounds.cost_min,
+             "finish_s": bounds.finish_min}[metric]
+    cand = np.flatnonzero(allowed_layouts(space, bounds, fams, req.cards))
+    order = cand[np.argsort(lower[cand], kind="stable")]
+    ev = layout_evaluator(space)
+    best: tuple[float, dict[str, int]] | None = None
+    for h in order:
+        if best is not None and lower[h] > best[0]:
+            break
+        if clock.expired("searching the layouts"):
+            raise Undecided(f"time limit reached ({req.time_limit:g} s)")
+        layout = tuple(int(bounds.coords[v][h]) for v in HUB)
+        if best is not None and metric == "memory_per_card":  # the layout's own bound first (no simulation)
+            low = ev._points(layout, enforce, "cost", None, True, "bound")
+            if low is None or not low[2].any():
+                continue
+            mem = np.broadcast_to(ev._glue(layout, "bound")["mem"], low[3])
+            if float(np.where(low[2], mem, np.inf).min()) > best[0]:
+                continue
+        got = ev._points(layout, enforce, "cost", None, True, "exact")
+        if got is None:
+            continue
+        cost, finish, m, shape = got[:4]
+        if metric == "memory_per_card":
+            vals = np.broadcast_to(ev._glue(layout, "exact")["mem"], shape)
+        elif metric == "cards":
+            vals = np.broadcast_to(float(bounds.cards[h]), shape)
+        else:
+            vals = cost if metric == "cost" else finish
+        flat = np.where(m, vals, np.inf).reshape(-1)
+        i = int(np.argmin(flat))
+        if np.isfinite(flat[i]) and (best is None or flat[i] < best[0]):
+            idx = dict(zip(HUB, layout, strict=True))
+            idx.update({e: int(c) for e, c in zip(EXTRAS, np.unravel_index(i, shape), strict=True)})
+            best = (float(flat[i]), idx)
+    if best is None:
+        return None
+    return best[0], evaluate(space.sc, space.plan(best[1]))
 
 
 def relax_usable_memory(ctx: Context, core: list[str] | None = None) -> Relaxation:
@@ -792,8 +1055,13 @@ def _threshold(ctx: Context, make: Callable[[float], Scenario], lo: float, hi: f
     """
     deadline = ctx.sc.task.deadline_s
 
+    made: dict[float, Scenario] = {}  # one scenario per value: its tables are built once (Context.space_for)
+
     def t(x: float, drop: Iterable[str] = ()) -> tuple[float, Evaluation | None]:
-        ev = ctx.best(make(x), objective="time", drop=(F.DEADLINE,) + tuple(drop))
+        sc = made.get(x)
+        if sc is None:
+            sc = made[x] = make(x)
+        ev = ctx.best(sc, objective="time", drop=(F.DEADLINE,) + tuple(drop))
         return (ev.metrics["finish_days"] * DAY if ev is not None else math.inf), ev
 
     t_hi, ev_hi = t(hi)
@@ -939,7 +1207,14 @@ def relax_reserved(ctx: Context, core: list[str] | None = None,
     if cand < 0:
         return _cannot(p, r0 / DAY, f"even with no reserved time the fastest plan needs {run / DAY:.2f} d "
                                     f"> {dl / DAY:.2f} d", method, core)
-    if ctx.feasible(with_reserved(sc, cand)) is None:  # the budget cap still binds: bisection
+    closed = most_reserved(ctx) if _budget(ctx) < math.inf else None
+    if closed is not None:  # the budget cap may bind: the largest reserved time over plans, in closed form
+        method = ("R* = max over plans of min(deadline, budget / rate) - (finish - reserved), rate = cost / "
+                  "finish (deadline.finish and budget.cost relaxed)")
+        if closed < 0:
+            return _cannot(p, r0 / DAY, "no plan even with no reserved time", method, core)
+        cand = min(cand, closed)
+    elif ctx.feasible(with_reserved(sc, cand)) is None:  # the budget cap still binds: bisection
         method = "bisection on feasibility over reserved time in [0, R*] (budget cap), tolerance 1 s"
         if ctx.feasible(with_reserved(sc, 0.0)) is None:
             return _cannot(p, r0 / DAY, "no plan even with no reserved time", method, core)
@@ -956,6 +1231,119 @@ def relax_reserved(ctx: Context, core: list[str] | None = None,
         return _cannot(p, r0 / DAY, "could not be confirmed by re-solving", method, core)
     return _relaxation(p, r0 / DAY, required=value, required_exact=cand / DAY, helps=True, plan=ev, apply=apply,
                        method=method)
+
+
+Figure = Callable[[NDArray[Any], NDArray[Any]], NDArray[Any]]
+"""Per plan (or per layout, from its bounds): a figure of the finish and cost arrays at today's inputs."""
+
+
+def _budget(ctx: Context) -> float:
+    """The budget cap a relaxation keeps (inf without one, or when budget.cost is not enforced)."""
+    cap = ctx.sc.cost.max_cost
+    return cap if cap is not None and F.BUDGET in ctx.enforced else math.inf
+
+
+def largest_over_plans(ctx: Context, figure: Figure, bound: Figure) -> float | None:
+    """max over plans meeting every enforced family but deadline.finish and budget.cost of
+    ``figure(finish, cost)`` (-inf when no plan does): from the base table on small spaces, else by a scan
+    of the layouts in decreasing ``bound(finish_min, cost_min)``, an upper bound of the figure over each
+    layout's plans (:class:`~tpopt.optimizer.decompose.LayoutBounds`), each layout evaluated exactly until
+    the bound falls below the largest figure found. None where a finish is not reserved time plus a
+    training time proportional to the iterations (a batch ramp, the chance form of the deadline, the batch
+    a choice): the caller searches by re-solving."""
+    sc = ctx.sc
+    if sc.task.ramp is not None or chance_on(sc) or outer.has_task_choices(sc):
+        return None
+    fams = frozenset(ctx.enforced) - {F.DEADLINE, F.BUDGET}
+    enforce = [f for f in FAMILIES if f in fams]
+    oracle = ctx.set_oracle()
+    if oracle.table is not None:
+        t = oracle.table
+        m = t.mask(enforce, cards=ctx.req.cards)
+        return float(figure(t.finish[m], t.cost[m]).max()) if m.any() else -math.inf
+    space = oracle.space
+    if not scanned(space, ctx.req):
+        return None
+    clock = clock_of(ctx.req)
+    bounds = layout_bounds(space, ctx.req.objective, fams)
+    cand = np.flatnonzero(allowed_layouts(space, bounds, fams, ctx.req.cards))
+    upper = bound(bounds.finish_min[cand], bounds.cost_min[cand])
+    ev = layout_evaluator(space)
+    best = -math.inf
+    for k in np.argsort(-upper, kind="stable"):
+        if upper[k] < best:
+            break
+        if clock.expired("searching the layouts"):
+            raise Undecided(f"time limit reached ({ctx.req.time_limit:g} s)")
+        layout = tuple(int(bounds.coords[v][cand[k]]) for v in HUB)
+        # the layout's own bound first, from its terms' lower bounds (no pipeline simulated): the bound of a
+        # plan holds for any finish and cost at least as large, so only a layout that may beat ``best`` is
+        # evaluated exactly
+        low = ev._points(layout, enforce, "cost", None, False, "bound")
+        if low is None or not low[2].any():
+            continue
+        m = low[2]
+        if float(bound(np.broadcast_to(low[1], m.shape)[m], np.broadcast_to(low[0], m.shape)[m]).max()) < best:
+            continue
+        got = ev._points(layout, enforce, "cost", None, False, "exact")
+        if got is not None and got[2].any():
+            m = got[2]
+            best = max(best, float(figure(np.broadcast_to(got[1], m.shape)[m],
+                                          np.broadcast_to(got[0], m.shape)[m]).max()))
+    return best
+
+
+def most_iterations(ctx: Context) -> int | None:
+    """I* = max over plans meeting every family but deadline.finish and budget.cost of the most iterations
+    each can run within the deadline D and the budget C: with finish(I) = R + I y and cost(I) = rate x
+    finish(I), y = (finish - R) / I_0 and rate = cost / finish read at today's I_0 iterations,
+    I <= (D - R) / y and I <= (C / rate - R) / y. Tokens enter nothing else, so the request is feasible with
+    I iterations exactly when I <= I* (:func:`largest_over_plans`). A layout's bound: every plan of it
+    finishes no sooner than finish_min and costs at least cost_min at I_0, and finish and cost grow with I
+    (cost(I) >= (I / I_0) cost(I_0) for I <= I_0), so I <= I_0 min((D - R) / (finish_min - R), C / cost_min)."""
+    sc = ctx.sc
+    r, i0, d, cap = sc.task.reserved_s, T.iteration_count(sc), sc.task.deadline_s, _budget(ctx)
+
+    def figure(finish: NDArray[Any], cost: NDArray[Any]) -> NDArray[Any]:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = (finish - r) / i0
+            most = np.minimum((d - r) / y, (cap / (cost / finish) - r) / y)
+        return np.where(np.isnan(most), -np.inf, most)
+
+    def bound(finish: NDArray[Any], cost: NDArray[Any]) -> NDArray[Any]:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            most = i0 * np.minimum((d - r) / (finish - r), cap / cost)
+        return np.where(np.isnan(most), np.inf, most)
+
+    got = largest_over_plans(ctx, figure, bound)
+    if got is None or got == math.inf:
+        return None
+    return max(0, int(math.floor(got))) if math.isfinite(got) else 0
+
+
+def most_reserved(ctx: Context) -> float | None:
+    """R* = max over plans meeting every family but deadline.finish and budget.cost of the most reserved
+    time each leaves within the deadline D and the budget C: finish(R) = R + t and cost(R) = rate (R + t),
+    t = finish - R_0 and rate = cost / finish at today's R_0, so R <= D - t and R <= C / rate - t
+    (:func:`largest_over_plans`). A layout's bound: t >= t_min = finish_min - R_0, and for R <= R_0 with
+    cost(R_0) >= cost_min, C / rate - t <= C R_0 / cost_min + t (C / cost_min - 1), at most
+    C R_0 / cost_min + t_min (C / cost_min - 1) when C < cost_min (no bound from the budget otherwise)."""
+    sc = ctx.sc
+    r0, d, cap = sc.task.reserved_s, sc.task.deadline_s, _budget(ctx)
+
+    def figure(finish: NDArray[Any], cost: NDArray[Any]) -> NDArray[Any]:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            most = np.minimum(d, cap / (cost / finish)) - (finish - r0)
+        return np.where(np.isnan(most), -np.inf, most)
+
+    def bound(finish: NDArray[Any], cost: NDArray[Any]) -> NDArray[Any]:
+        t = finish - r0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            by_budget = np.where(cap < cost, cap * r0 / cost + t * (cap / cost - 1.0), np.inf)
+            most = np.minimum(d - t, by_budget)
+        return np.where(np.isnan(most), np.inf, most)
+
+    return largest_over_plans(ctx, figure, bound)
 
 
 def relax_tokens(ctx: Context, core: list[str] | None = None,
@@ -975,6 +1363,12 @@ def relax_tokens(ctx: Context, core: list[str] | None = None,
         return _cannot(p, d0 / 1e9, "no plan meets the other constraints with any token count", method, core)
     y = (fastest.metrics["finish_days"] * DAY - sc.task.reserved_s) / i0
     i_star = int(math.floor((sc.task.deadline_s - sc.task.reserved_s) / y))
+    closed = most_iterations(ctx)
+    if closed is not None:
+        i_star = closed
+        method = ("I* = max over plans of the most iterations within the deadline and the budget, "
+                  "min((deadline - reserved) / y, (budget / rate - reserved) / y), y = step x (1 + L); "
+                  "tokens = I* x tokens per step")
     i_star = min(i_star, i0 - 1)
 
     def ok(i: int) -> Evaluation | None:
@@ -982,7 +1376,10 @@ def relax_tokens(ctx: Context, core: list[str] | None = None,
 
     if i_star < 1:
         return _cannot(p, d0 / 1e9, "not even one optimizer step fits", method, core)
-    if ok(i_star) is None:  # floating point, or a budget cap: bisection for the largest feasible
+    at_star = ok(i_star)
+    if at_star is None and closed is not None and ok(i_star - 1) is not None:  # floating point at the boundary
+        i_star -= 1
+    elif at_star is None:  # floating point, or a budget cap: bisection for the largest feasible
         if ok(1) is None:
             return _cannot(p, d0 / 1e9, "not even one optimizer step fits", method, core)
         lo, hi = 1, i_star  # lo feasible, hi infeasible
@@ -1124,6 +1521,34 @@ def cost_floor(sc: Scenario, name: str) -> float | None:
     return 6.0 * gemm_params(sc.model) * sc.task.tokens / (peak * eta) / 3600.0 * s.price_card_hour
 
 
+def compute_cost_floor(space: Space) -> float:
+    """A lower bound on the cost of any plan of ``space`` that meets the layout rules and the card cap,
+    from its compute table alone: min over those layouts h of rate_min(h) x (R + I x (compute_min(h) +
+    wait) x (1 + L_min(h))), each term's least value over the layout's other choices (NICs the host takes
+    for the rate). Every other busy term (exposed communication, offload) only adds to the step, so the
+    bound holds without building their tables."""
+    sc, dom = space.sc, space.domains
+    n = [len(dom[v]) for v in HUB]
+
+    def hub(name: str, values: NDArray[Any] | None = None) -> NDArray[Any]:
+        return np.broadcast_to(_reduced(space, name, np.min, values), n).reshape(-1)
+
+    nic_ok = space.nic_allowed()
+    rate = space.tables["rate"]
+    shape = [1] * rate.values.ndim
+    shape[rate.vars.index("acc")], shape[rate.vars.index("nics")] = nic_ok.shape
+    rate_min = hub("rate", np.where(nic_ok.reshape(shape), rate.values, np.inf))
+    with np.errstate(over="ignore", invalid="ignore"):
+        cost = rate_min * (sc.task.reserved_s + T.iteration_count(sc) * (hub("time.compute") + sc.input.wait_s)
+                           * (1.0 + hub("overhead")))
+    grid = np.indices(n).reshape(len(HUB), -1)
+    ok = cards_of(**{v: np.asarray(dom[v])[grid[i]] for i, v in enumerate(HUB)}) <= sc.search.max_cards
+    for f in HUB_RULES:
+        ok &= np.broadcast_to(_reduced(space, "ok." + f, np.max), n).reshape(-1) > 0.5
+    cost = np.where(ok & np.isfinite(cost), cost, np.inf)
+    return float(cost.min()) if cost.size else math.inf
+
+
 def relax_accelerator(ctx: Context, core: list[str] | None = None) -> Relaxation:
     """Each catalog accelerator alone in place of the scenario's hardware: its cheapest plan (cost
     objective, every family enforced). Required: the cheapest accelerator that admits a plan."""
@@ -1145,6 +1570,13 @@ def relax_accelerator(ctx: Context, core: list[str] | None = None) -> Relaxation
             if floor is not None and floor > sc.cost.max_cost:  # type: ignore[operator]
                 ev, entry["note"] = None, (f"over the budget without a solve: the weight GEMMs alone at the card's "
                                            f"peak cost at least {floor:,.0f}")
+            elif floor is not None and not tabulated(space := ctx.card_space(sc, name)):
+                least = compute_cost_floor(space)
+                if least > sc.cost.max_cost:  # type: ignore[operator]
+                    ev, entry["note"] = None, (f"over the budget without a full solve: the least compute time of "
+                                               f"any layout alone costs at least {least:,.0f}")
+                else:
+                    ev = ctx.best(sc, objective="cost", space=space)
             else:
                 ev = ctx.best(sc, objective="cost")
         except InputError as exc:
@@ -1270,7 +1702,10 @@ def explain_request(sc: Scenario, backend: str = "cpsat", req: Request | None = 
     tell: Callable[[str], None] = progress or (lambda text: None)
     space = Space.from_scenario(sc)
     tell("the optimum")
-    result = solve_space(sc, backend, req, space=space)
+    run = tiny_backend(space, backend, req.method)  # as tpopt solve: a tiny space's plans all evaluated
+    result = solve_space(sc, run, req, space=space)
+    if run != backend:
+        result.solver.note = TINY_NOTE
     out: dict[str, Any] = {"status": result.status.value, "objective": result.objective,
                            "solver": result.solver.as_dict(), "conflict": [], "conflict_detail": [], "relaxations": []}
     if not result.feasible:

@@ -20,6 +20,7 @@ from tpopt.models import families as F
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY
 from tpopt.optimizer import backends, core, footing, market, outer
+from tpopt.optimizer.core import TINY_NOTE, TINY_SPACE, tiny_backend  # noqa: F401 (TINY_SPACE: re-exported)
 from tpopt.optimizer.memory_plan import enforce as enforce_memory
 from tpopt.optimizer.report import analysis, cp_not_searched, scenario_entry
 from tpopt.optimizer.result import Request, SolveResult
@@ -27,21 +28,6 @@ from tpopt.optimizer.space import FAMILIES, Space
 
 if TYPE_CHECKING:
     from tpopt.optimizer.infeasible import RelaxationInputs
-
-TINY_SPACE = 20_000
-"""Plans up to which ``--method auto`` proves the optimum by evaluating every plan (vectorised): faster
-than loading a solver, whose import alone takes longer than such a space's whole enumeration."""
-TINY_NOTE = "tiny space: every plan evaluated"
-
-
-def tiny_backend(space: Space, backend: str, method: str = "auto") -> str:
-    """The backend to run: the enumerator for tiny spaces under ``--method auto`` (when the chosen
-    backend declares ``tiny_by_enumeration``), else the one asked for."""
-    if backends.capabilities(backend).tiny_by_enumeration and method == "auto" and space.size() <= TINY_SPACE \
-            and space.cheap_pipeline():
-        return backends.EXHAUSTIVE
-    return backend
-
 
 @dataclass
 class PlanReport(SolveResult):

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -231,6 +231,40 @@ def round_up32(x: ArrayLike) -> NDArray[np.float32]:
     y = x.astype(np.float32)
     up: NDArray[np.float32] = np.where(y < x, np.nextafter(y, np.float32(np.inf)), y)
     return up
+
+
+TASK_TABLES = ("interval", "overhead", "ok." + F.CHECKPOINT, CHANCE_TABLE)
+"""The tables that read the task's tokens, deadline, reserved time or confidence (the automatic save
+interval falls back to the deadline where no failure is modelled; the chance table reads all four).
+Every other table is the same for any value of them, or of the card and budget caps."""
+PRICE_TABLES = ("rate",)
+"""The tables that read the prices per card-hour and per NIC-hour."""
+
+
+def rebuilt_tables(base: Scenario, sc: Scenario) -> tuple[str, ...] | None:
+    """The tables a space of ``sc`` cannot take from a space of ``base``: none when they differ only in
+    the card or budget caps or the deadline (no table reads them, but for the automatic save interval and
+    the chance form), :data:`TASK_TABLES` when in the task's tokens or reserved time (or a deadline those
+    read), :data:`PRICE_TABLES` when in the prices; None when anything else differs (every table is
+    rebuilt)."""
+    if set(sc.systems) != set(base.systems):
+        return None
+    task = replace(sc.task, tokens=base.task.tokens, deadline_s=base.task.deadline_s,
+                   reserved_s=base.task.reserved_s)
+    systems = {k: replace(s, price_card_hour=base.systems[k].price_card_hour,
+                          nic_price_hour=base.systems[k].nic_price_hour) for k, s in sc.systems.items()}
+    probe = replace(sc, task=task, systems=systems, cost=replace(sc.cost, max_cost=base.cost.max_cost),
+                    search=replace(sc.search, max_cards=base.search.max_cards))
+    if probe != base:
+        return None
+    rebuild: tuple[str, ...] = ()
+    deadline_only = replace(sc.task, deadline_s=base.task.deadline_s) == base.task
+    if sc.task != base.task and not (deadline_only and sc.task.confidence is None
+                                     and 0.0 not in sc.search.save_interval_s):
+        rebuild += TASK_TABLES  # (a deadline alone is read only by the automatic interval and the chance table)
+    if sc.systems != base.systems:
+        rebuild += PRICE_TABLES
+    return rebuild
 
 
 class Tables(dict[str, Table]):
@@ -603,6 +637,21 @@ class Space:
         self.tables["time.compute.lo"] = Table("time.compute.lo", vars, outs[0])  # exact where it can be: float64
         self.tables["time.compute.hi"] = Table("time.compute.hi", vars, round_up32(outs[1]))
         return self.tables[name]
+
+    def sharing(self, sc: Scenario, rebuild: Iterable[str]) -> Space:
+        """A space of ``sc`` on the same domains that reuses every table built here except ``rebuild``
+        (and the reductions cached on them, ``_reduced``), for a scenario that differs from this one only
+        in inputs those tables alone read (:data:`TASK_TABLES`, :data:`PRICE_TABLES`)."""
+        drop = set(rebuild)
+        out = Space(sc=sc, domains=self.domains)
+        built = {n: t for n, t in dict.items(self.tables) if n not in drop}
+        dict.update(out.tables, built)
+        if "_pipeline_work" in self.__dict__:
+            out.__dict__["_pipeline_work"] = self.__dict__["_pipeline_work"]
+        cache = self.__dict__.get("_reduced")
+        if cache is not None:
+            out.__dict__["_reduced"] = {k: v for k, v in cache.items() if k[0] not in drop}
+        return out
 
     def with_sp(self, sp: bool) -> Scenario:
         """The scenario with sequence parallelism on or off (:func:`tpopt.models.terms.with_sequence_parallel`:

@@ -91,15 +91,22 @@ def test_above_threshold_no_monolithic_model_and_the_hinted_conflict(design_path
     assert_irreducible(sc, unhinted, "enumerate")
 
 
-def test_below_threshold_the_hint_still_runs_and_the_threshold_decides(design_path, monkeypatch):
+def test_below_threshold_the_hint_runs_when_asked_and_the_threshold_decides(design_path, monkeypatch):
     # the chapter's design case capped at 32 cards (10.6): 32 cards finish in 34.3 d > 30 d and 40 do
     # not divide the batch, so {deadline, max cards} conflict
     sc = build_scenario(with_overrides(read_scenario_file(design_path), INFEASIBLE_32))
     space = Space.from_scenario(sc)
-    assert space.largest_table() <= MONOLITHIC_LIMIT and monolithic_hint(space, REQ)
+    # 16 plans: tabulated, so under auto the filter asks masks and no model is built
+    assert space.largest_table() <= MONOLITHIC_LIMIT and space.size() <= TABLE_LIMIT
+    assert not monolithic_hint(space, REQ)
+    monolithic = Request(workers=1, seed=0, method="monolithic")
+    assert monolithic_hint(space, monolithic)
+    with monkeypatch.context() as m:
+        m.setattr(cpsat_mod, "CpSatModel", lambda *a, **k: pytest.fail("monolithic CP-SAT model built"))
+        masks = minimal_conflict(space, "cpsat", REQ)
     built = built_models(monkeypatch)
-    hinted = minimal_conflict(space, "cpsat", REQ)
-    assert built
+    hinted = minimal_conflict(Space.from_scenario(sc), "cpsat", monolithic)
+    assert built and masks == hinted
     monkeypatch.setattr(core_mod, "MONOLITHIC_LIMIT", 0)  # every space above the threshold now
     monkeypatch.setattr(cpsat_mod, "CpSatModel", lambda *a, **k: pytest.fail("monolithic CP-SAT model built"))
     assert minimal_conflict(Space.from_scenario(sc), "cpsat", REQ) == hinted == ["deadline.finish", "cards.max"]

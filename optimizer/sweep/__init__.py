@@ -38,8 +38,12 @@ Deadline, card cap and budget only change *constraints*; the other inputs (accel
 efficiency, reserved days, price) change the *term tables*. Points are grouped by their
 table-changing inputs. With ``--solver auto`` a group whose design space has at most
 ``AUTO_TABLE_LIMIT`` (300,000) plans is enumerated exactly once (:class:`PointTable`) and every
-deadline/card-cap/budget point of the group is answered by a mask over that table; a larger group
-falls back to one CP-SAT solve per point (:func:`tpopt.optimizer.core.solve`). ``enumerate`` forces
+deadline/card-cap/budget point of the group is answered by a mask over that table; a larger group is
+answered from its tables built once (:mod:`.layouts`: the layout decomposition's bounds and each layout's
+exact cost-finish front, every point a scan from its neighbour's optimum; groups that differ only in
+tokens, reserved days or price share tables), or by one CP-SAT solve per point
+(:func:`tpopt.optimizer.core.solve`) under the chance form of the deadline or when the deadline enters
+the tables. ``enumerate`` forces
 the table path (the whole table is held in memory), ``cpsat`` / ``highs`` / ``pyomo:NAME`` (the plan
 MILP through Pyomo with solver NAME: highs, scip, cbc, glpk, gurobi, ... where installed, as in
 ``tpopt solve``) force one solve per point; a ``pyomo:NAME`` that is not installed is one error line (exit 2)
@@ -92,6 +96,7 @@ scheduler.json``). The driver (:mod:`.run`) streams results into the journal as 
 whose worker died or raised is submitted once more, and a second failure makes error rows.
 
 Modules: :mod:`.spec` (inputs, points, fingerprint), :mod:`.rows` (columns, checksum), :mod:`.tasks`,
+:mod:`.layouts` (a large group's points from shared tables),
 :mod:`.store` (journal, final file, lock, resume), :mod:`.executor` / :mod:`.local` / :mod:`.cluster`,
 :mod:`.run` (the driver, :func:`sweep`), :mod:`.front` (Pareto front, summaries, plot data).
 """

@@ -23,7 +23,7 @@ from tpopt.optimizer.sweep.local import LocalExecutor
 from tpopt.optimizer.sweep.rows import COLUMNS, INT_COLUMNS, Row, make_row, sort_key
 from tpopt.optimizer.sweep.spec import SweepSpec, build_spec, require_solver
 from tpopt.optimizer.sweep.store import Resume, SweepStore
-from tpopt.optimizer.sweep.tasks import Task, _payload, plan_tasks
+from tpopt.optimizer.sweep.tasks import LAYOUTS, Task, _payload, plan_tasks
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -130,8 +130,9 @@ def run_sweep(spec: SweepSpec, *, out: str | Path | None = None, force: bool = F
         todo = [p for p in points if p.key() not in done]
         tasks = plan_tasks(spec, todo)
         n_workers = max(1, min(workers or default_workers(), len(tasks)))
-        # solver tasks always run in worker processes, even one (Ctrl-C and CP-SAT: see local.py)
-        inline = n_workers <= 1 and all(t.kind == "table" for t in tasks)
+        # solver tasks always run in worker processes, even one (Ctrl-C and CP-SAT: see local.py); table and
+        # layouts tasks (numpy only) run in this process on one worker
+        inline = n_workers <= 1 and all(t.kind in ("table", LAYOUTS) for t in tasks)
         executor = make_executor(cluster, n_workers, inline)
         new: dict[str, Row] = {}
         paths: dict[str, int] = {}

@@ -27,11 +27,12 @@ from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY
 from tpopt.optimizer import backends
 from tpopt.optimizer.backends.verify import feasible_for
-from tpopt.optimizer.enumerate import PointTable
+from tpopt.optimizer.enumerate import PointTable, layout_evaluator
 from tpopt.optimizer.limits import Clock
 from tpopt.optimizer.outer import at_batch, solve
 from tpopt.optimizer.result import Request
-from tpopt.optimizer.space import FAMILIES, VARS, Space
+from tpopt.optimizer.space import FAMILIES, VARS, Space, rebuilt_tables
+from tpopt.optimizer.sweep.layouts import Answer, GroupOracle, supported
 from tpopt.optimizer.sweep.rows import Row, make_row
 from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, Point, SweepSpec
 
@@ -159,6 +160,62 @@ def _solve_rows(payload: _Payload, point: Point, backend: str) -> list[Row]:
                      note=note)]
 
 
+LAYOUTS = "layouts"
+"""The task kind (and rows' solver) of a large group answered from its shared tables
+(:class:`~tpopt.optimizer.sweep.layouts.GroupOracle`)."""
+_SPACES: dict[tuple[Any, ...], Space] = {}  # the last group's space per worker (its tables, for the next group)
+
+
+def group_space(payload: _Payload, sc: Scenario) -> Space:
+    """The space of a group's scenario, reusing the previous group's tables where only the tokens,
+    reserved time or prices differ (:meth:`Space.sharing`): one table build per accelerator, efficiency
+    and batch, whatever the tokens, reserved days and prices swept."""
+    key = (payload.fingerprint, tuple(sc.systems))
+    prev = _SPACES.get(key)
+    if prev is not None:
+        rebuild = rebuilt_tables(prev.sc, sc)
+        if rebuild is not None:
+            out = prev.sharing(sc, rebuild)
+            if "time.compute" in dict.keys(out.tables) and "mem.activations" in dict.keys(out.tables):
+                layout_evaluator(out).exact_terms = layout_evaluator(prev).exact_terms  # the step model's
+            _SPACES[key] = out
+            return out
+    _SPACES.clear()
+    out = _SPACES[key] = Space.from_scenario(sc)
+    return out
+
+
+def _layout_rows(payload: _Payload, points: list[Point]) -> list[Row]:
+    """A large group's points from one space and its layout fronts (:mod:`.layouts`), each point's scan
+    starting from its neighbour's optimum (points sorted by budget, card cap and deadline). The points'
+    time limits are pooled over the task; points left when the pool runs out are ``unknown`` rows."""
+    first = points[0]
+    sc = group_scenario(payload, first, max(p.deadline_s for p in points))
+    price = sc.system(first.accelerator).price_card_hour
+    space = group_space(payload, sc)
+    if not supported(space):
+        return [r for p in points for r in _solve_rows(payload, p, backends.DEFAULT)]
+    clock = Clock(payload.time_limit * len(points))  # the points' limits pooled: most take milliseconds
+    oracle = GroupOracle(space)
+    rows: list[Row] = []
+    hint: Answer | None = None
+    for p in sorted(points, key=lambda q: (q.max_cost is None, q.max_cost or 0.0, q.max_cards, q.deadline_s)):
+        if clock.expired():
+            rows.append(make_row(p, "unknown", payload.fingerprint, LAYOUTS, price=price,
+                                 note=f"time limit {payload.time_limit:g} s per point reached (pooled over "
+                                      f"{len(points)} points): no plan found and no proof that none exists"))
+            continue
+        got = oracle.cheapest(p.deadline_s, p.max_cards, p.max_cost, hint)
+        if got is not None:
+            hint = got
+            rows.append(make_row(p, "optimal", payload.fingerprint, LAYOUTS, ev=oracle.evaluation(got), price=price,
+                                 sc=sc))
+        else:
+            rows.append(make_row(p, "infeasible", payload.fingerprint, LAYOUTS,
+                                 fastest_s=oracle.fastest(p.max_cards, p.max_cost), price=price))
+    return rows
+
+
 def run_task(kind: str, payload: _Payload, points: Sequence[Point]) -> list[Row]:
     """The entry point of a worker: the rows of one task ("table": a group's points; a backend: one point)."""
     if payload.version != __version__:
@@ -166,6 +223,8 @@ def run_task(kind: str, payload: _Payload, points: Sequence[Point]) -> list[Row]
                          f"install the same tpopt on the driver and every worker")
     if kind == "table":
         return _table_rows(payload, list(points))
+    if kind == LAYOUTS:
+        return _layout_rows(payload, list(points))
     return _solve_rows(payload, points[0], kind)
 
 
@@ -188,8 +247,14 @@ def space_size(spec: SweepSpec, accelerator: str) -> int:
     return Space.from_scenario(spec.base, restrict={"acc": [accelerator]}).size()
 
 
+LAYOUT_POINTS = 1_000
+"""Points of one large group per layouts task (a group's tables are built once per task)."""
+
+
 def plan_tasks(spec: SweepSpec, points: list[Point]) -> list[Task]:
-    """Table tasks (one per group) or solve tasks (one per point), per the solver choice."""
+    """Table tasks (one per group), layouts tasks (a large group's points, up to :data:`LAYOUT_POINTS` per
+    task, with ``--solver auto``) or solve tasks (one per point: a solver chosen by name, the chance form
+    of the deadline, or a deadline that enters the tables), per the solver choice."""
     sizes = {acc: space_size(spec, acc) for acc in spec.hw} if spec.solver == backends.SWEEP_AUTO else {}
     groups: dict[tuple[str | float | int | None, ...], list[Point]] = {}
     for p in points:
@@ -201,6 +266,8 @@ def plan_tasks(spec: SweepSpec, points: list[Point]) -> list[Task]:
         auto = spec.solver == backends.SWEEP_AUTO
         if (auto and sizes[acc] <= AUTO_TABLE_LIMIT) or (not auto and backends.capabilities(spec.solver).sweep_table):
             tasks.append(Task("table", tuple(members)))
+        elif auto and not spec.deadline_in_table and spec.base.task.confidence is None:
+            tasks += [Task(LAYOUTS, tuple(members[i:i + LAYOUT_POINTS])) for i in range(0, len(members), LAYOUT_POINTS)]
         else:
             backend = backends.DEFAULT if auto else spec.solver
             tasks += [Task(backend, (p,)) for p in members]
