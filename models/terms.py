@@ -1609,16 +1609,27 @@ def rate_per_second(sc: Scenario, acc: str, cards: ArrayLike, nics: ArrayLike) -
 
 
 def step_sigma(sc: Scenario, acc: str) -> tuple[float, str]:
-    """Log-sd of measured / predicted step time and where it comes from: the scenario's ``risk.step_sigma``,
-    else the accelerator's ``residual_sigma`` (performance.toml, with its source: the validation tables'
-    leave-one-out spread, or a calibration's), else finish.DEFAULT_STEP_SIGMA (cards no table covers)."""
+    """Log-sd of measured / predicted step time and where it comes from, per accelerator and stack: the
+    scenario's ``risk.step_sigma``; else the card's ``residual_sigma`` (performance.toml) when it was
+    measured on the scenario's stack (its ``residual_sigma_stacks``) or is a calibration's (no stacks: one's
+    own runs); else the larger of the card's (finish.DEFAULT_STEP_SIGMA for a card no table covers) and
+    the stack's ``residual_sigma`` (stacks.toml: its runs' spread, or the public anchors' for a stack no
+    table ran). The source says which was used and why."""
     if sc.risk.step_sigma is not None:
         return sc.risk.step_sigma, "given (risk.step_sigma)"
     perf = _perf(sc, acc)
-    source = getattr(perf, "residual_sigma_source", "")  # the catalog refuses a residual_sigma without one
-    if source:
-        return float(perf.residual_sigma), str(source)
-    return finish.DEFAULT_STEP_SIGMA, finish.DEFAULT_STEP_SIGMA_SOURCE
+    source = str(getattr(perf, "residual_sigma_source", ""))  # the catalog refuses a residual_sigma without one
+    on = tuple(getattr(perf, "residual_sigma_stacks", ()))
+    stack = sc.stack
+    if source and (not on or stack.name in on):
+        return float(perf.residual_sigma), source
+    card, card_source = (float(perf.residual_sigma), source) if source else \
+        (finish.DEFAULT_STEP_SIGMA, finish.DEFAULT_STEP_SIGMA_SOURCE)
+    where = f"measured on {', '.join(on)}" if on else "no table covers the card"
+    if stack.residual_sigma > card:
+        return stack.residual_sigma, (f"stack {stack.name}: {stack.sources.get('residual_sigma', 'stated')}; "
+                                      f"the card's {card:.3f} ({where}) is smaller")
+    return card, f"{card_source}; stack {stack.name}: {stack.residual_sigma:.3f}, smaller"
 
 
 def save_pause_lag(sc: Scenario, save_mode: str) -> tuple[float, float]:
