@@ -177,7 +177,7 @@ def print_residual_sigma(runs, loo: dict, loso: dict) -> None:
             default = max(default, residual_sigma(ratios))
             print(f"  leave-one-source-out {t:24s} {residual_sigma(ratios):.3f}  ({len(ratios)} runs)")
     if default > 0:
-        print(f"  cards and stacks no table covers: DEFAULT_STEP_SIGMA = {default:.3f} (the largest of these)")
+        print(f"  cards no table covers: DEFAULT_STEP_SIGMA = {default:.3f} (the largest of these)")
     for acc in dict.fromkeys(r.accelerator for r in runs):
         ratios = [loo[r.name] / r.measured_step_s for r in runs if r.accelerator == acc and r.name in loo]
         if ratios:
