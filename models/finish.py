@@ -23,7 +23,9 @@ No Monte Carlo here: :mod:`tpopt.models.simulate` is the oracle that checks this
 Adding a source (spot preemptions, later): one :class:`Source` in :data:`SOURCES` with its rate and its
 per-event cost as functions of :class:`Exposure`, and its inputs in :class:`Risk`.
 
-Units: seconds, events per second, fractions. Quantiles are found with SciPy's root finders.
+Units: seconds, events per second, fractions. One quantile: SciPy's brentq (:meth:`Distribution.quantile`);
+many at once and the chance roots: verified Newton rounds in probit-log coordinates (:func:`max_work`),
+SciPy's bracketing root finder for what they leave.
 """
 
 from __future__ import annotations
