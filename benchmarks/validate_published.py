@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -38,11 +39,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = sorted((ROOT / "benchmarks" / "data").glob("*.csv"))
 
 from tpopt.catalogs import load_catalog  # noqa: E402
-from tpopt.catalogs.stacks import DEFAULT_STACK, stack_profile  # noqa: E402
+from tpopt.catalogs.stacks import DEFAULT_STACK, stack_names, stack_profile  # noqa: E402
 from tpopt.errors import InputError  # noqa: E402
 from tpopt.models import families as F  # noqa: E402
 from tpopt.models.evaluate import evaluate, evaluate_arrays, resolve_plan, with_plan_options  # noqa: E402
-from tpopt.models.finish import SIGMA_MIN_RUNS, residual_sigma  # noqa: E402
+from tpopt.models.finish import ANCHOR_SPEEDS, SIGMA_MIN_RUNS, residual_sigma  # noqa: E402
 from tpopt.models.units import GIB  # noqa: E402
 from tpopt.optimizer import calibrate as C  # noqa: E402
 from tpopt.optimizer.runs import megatron_flops, memory_figures, runs_from_csv, table_stack  # noqa: E402
@@ -176,7 +177,7 @@ def print_residual_sigma(runs, loo: dict, loso: dict) -> None:
             default = max(default, residual_sigma(ratios))
             print(f"  leave-one-source-out {t:24s} {residual_sigma(ratios):.3f}  ({len(ratios)} runs)")
     if default > 0:
-        print(f"  cards and stacks no table covers: DEFAULT_STEP_SIGMA = {default:.3f} (the largest of these)")
+        print(f"  cards no table covers: DEFAULT_STEP_SIGMA = {default:.3f} (the largest of these)")
     for acc in dict.fromkeys(r.accelerator for r in runs):
         ratios = [loo[r.name] / r.measured_step_s for r in runs if r.accelerator == acc and r.name in loo]
         if ratios:
@@ -184,6 +185,21 @@ def print_residual_sigma(runs, loo: dict, loso: dict) -> None:
             value = own if len(ratios) >= SIGMA_MIN_RUNS else max(own, default)
             print(f"  [{acc}] residual_sigma = {value:.3f}  (leave-one-out RMS {own:.3f} over {len(ratios)} runs"
                   f"{'' if len(ratios) >= SIGMA_MIN_RUNS else f'; under {SIGMA_MIN_RUNS} runs: the default'})")
+    print("  per stack (catalogs/stacks.toml residual_sigma; a card's own applies on the stacks it was measured on,"
+          " elsewhere the larger of the two):")
+    fitted = []
+    for stack in dict.fromkeys(r.scenario.stack.name for r in runs):
+        ratios = [loo[r.name] / r.measured_step_s for r in runs if r.scenario.stack.name == stack and r.name in loo]
+        if ratios:
+            fitted.append(stack)
+            mine = Counter(r.accelerator for r in runs if r.scenario.stack.name == stack and r.name in loo)
+            cards = ", ".join(f"{n} {a}" for a, n in mine.items())
+            print(f"  [{stack}] residual_sigma = {residual_sigma(ratios):.3f}  (leave-one-out RMS over {len(ratios)} "
+                  f"runs: {cards})")
+    rest = [s for s in stack_names() if s not in fitted]
+    if rest:
+        print(f"  [{', '.join(rest)}] no fitted runs: residual_sigma = {residual_sigma(ANCHOR_SPEEDS):.3f}, the public "
+              f"anchors' RMS log error (stacks the model was not fitted on)")
 
 
 def main(argv=None) -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tpopt.catalogs.architectures import ARCH_INT_MAX, MODEL_KEYS, arch_int, build_model
 from tpopt.catalogs.market import Market, load_market
+from tpopt.catalogs.stacks import stack_names
 from tpopt.catalogs.tables import (
     MAX_INPUT_BYTES,
     check_keys,
@@ -123,6 +124,8 @@ def _merge(dirs: list[Path]) -> dict[str, dict]:
                         entry = raw[stem].setdefault(key, {})  # field by field over the built-in
                         if "residual_sigma" in value and "residual_sigma_source" not in value:
                             entry.pop("residual_sigma_source", None)  # a new sigma states its own source
+                        if "residual_sigma" in value and "residual_sigma_stacks" not in value:
+                            entry.pop("residual_sigma_stacks", None)  # and its stacks (none: one's own runs)
                         for k2, v2 in value.items():
                             both = isinstance(v2, dict) and isinstance(entry.get(k2), dict)
                             entry[k2] = {**entry[k2], **v2} if both else v2
@@ -240,7 +243,8 @@ _PERF_FRACTIONS = ("gemm_efficiency", "memory_efficiency", "attention_efficiency
                    "fp8_gemm_ratio", "fp4_gemm_ratio", "attention_bwd_ratio")
 _PERF_KEYS = set(_PERF_FRACTIONS) | {"overlap_contention", "gemm_k_half", "tile", "sms", "kernel_overhead",
                                      "collective_latency", "up_step_latency", "out_step_latency", "calibrated",
-                                     "sources", "calibration", "residual_sigma", "residual_sigma_source"}
+                                     "sources", "calibration", "residual_sigma", "residual_sigma_source",
+                                     "residual_sigma_stacks"}
 
 
 def build_perf(name: str, t: dict, base: PerfParams | None = None) -> PerfParams:
@@ -284,6 +288,16 @@ def build_perf(name: str, t: dict, base: PerfParams | None = None) -> PerfParams
         kw["residual_sigma_source"] = t["residual_sigma_source"]
     elif "residual_sigma_source" in t:
         raise InputError(f"{where}: residual_sigma_source without residual_sigma")
+    if "residual_sigma_stacks" in t:
+        on = t["residual_sigma_stacks"]
+        if "residual_sigma" not in t or not isinstance(on, list) or not all(isinstance(x, str) for x in on):
+            raise InputError(f"{where}: residual_sigma_stacks must list the stacks residual_sigma was measured on")
+        known = stack_names()
+        unknown = [x for x in on if x not in known]
+        if unknown:
+            raise InputError(f"{where}: residual_sigma_stacks: unknown stack(s) {', '.join(unknown)} "
+                             f"(known: {', '.join(known)})")
+        kw["residual_sigma_stacks"] = tuple(on)
     sources = dict((base.sources if base else {}) or {})
     sources.update(t.get("sources", {}) or {})
     return replace(base or PerfParams(), name=name, sources=sources, **kw)

@@ -21,7 +21,9 @@ FP8_RECIPES = ("current", "delayed", "mxfp8", "none")
 KEYS = ("display", "tp_overlap", "dp_overlap", "fsdp_prefetch", "dp_bucket", "moe_dispatcher", "moe_a2a_overlap",
         "flash_attention", "sequence_parallel", "dropout", "recompute", "recompute_modules", "activation_offload",
         "fp8_recipe", "moe_probs_in_activation", "step_overhead", "microbatch_overhead", "cuda_context",
-        "communicator_buffers", "allocator_reserve", "sources")
+        "communicator_buffers", "allocator_reserve", "residual_sigma", "sources")
+OPTIONAL = ("residual_sigma",)
+"""Keys a profile may leave out: residual_sigma (none: a card's own sigma applies on the stack alone)."""
 
 
 def _bool(t: dict, key: str, where: str) -> bool:
@@ -39,14 +41,15 @@ def _text(t: dict, key: str, where: str) -> str:
 
 
 def build_stack(name: str, t: Any) -> StackProfile:
-    """One profile from its TOML table; every key is required and every value needs a source."""
+    """One profile from its TOML table; every key but :data:`OPTIONAL` is required and every value needs a
+    source."""
     where = f"stacks.toml [{name}]"
     check_keys(t, KEYS, where)
-    missing = [k for k in KEYS if k not in t]
+    missing = [k for k in KEYS if k not in t and k not in OPTIONAL]
     if missing:
         raise InputError(f"{where}: missing key(s) {', '.join(missing)}")
     src = sources_field(t, where)
-    unsourced = [k for k in KEYS if k not in ("display", "sources") and k not in src]
+    unsourced = [k for k in KEYS if k not in ("display", "sources") and k not in src and k in t]
     if unsourced:
         raise InputError(f"{where}: no source for {', '.join(unsourced)}")
     tp = t["tp_overlap"]
@@ -75,7 +78,14 @@ def build_stack(name: str, t: Any) -> StackProfile:
         cuda_context=parse_bytes(t["cuda_context"], f"{where} cuda_context"),
         communicator_buffers=parse_bytes(t["communicator_buffers"], f"{where} communicator_buffers"),
         allocator_reserve=parse_fraction(t["allocator_reserve"], f"{where} allocator_reserve", allow_zero=True),
-        sources=src)
+        residual_sigma=_sigma(t.get("residual_sigma", 0.0), where), sources=src)
+
+
+def _sigma(v: Any, where: str) -> float:
+    """A lognormal sigma in [0, 5) (the stack's step-time residual spread)."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= float(v) < 5.0:
+        raise InputError(f"{where}: residual_sigma must be a lognormal sigma between 0 and 5, got {v!r}")
+    return float(v)
 
 
 @cache

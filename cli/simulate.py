@@ -97,6 +97,7 @@ def replan(done, elapsed, cards_held, as_json, **kw):
     out = C.replan(sc, frac, spent, held, kw["solver"], request_from(kw))
     if as_json:
         click.echo(dump_json(out), nl=False)
+        _replan_exit(out["decision"])
         return
     lines = [f"tpopt replan: {sc.name}: {100 * frac:.1f} % done after {spent / DAY:.1f} d; "
              f"{fmt_count(out['tokens_left'])} tokens and {out['days_left']:.2f} d left "
@@ -113,13 +114,19 @@ def replan(done, elapsed, cards_held, as_json, **kw):
     if out["decision"] == "not decided":
         lines.append("Contingency: not decided within the time limit (no plan found, none ruled out)")
     elif out["decision"] == "none":
-        reach = ("was not decided within the time limit" if out["reachable"] is None
-                 else f"is {100 * out['reachable']:.1f} %")
-        lines.append(f"Contingency: nothing restores {100 * out['confidence']:.1f} %; the highest reachable {reach}")
+        reach = ("the highest reachable was not decided within the time limit" if out["reachable"] is None
+                 else "no plan reaches even 1 %" if out["reachable"] <= 0
+                 else f"the highest reachable is {100 * out['reachable']:.1f} %")
+        lines.append(f"Contingency: nothing restores {100 * out['confidence']:.1f} %; {reach}")
     else:
         lines.append(f"Contingency: {out['decision']}")
     click.echo("\n".join(lines))
-    if out["decision"] == "none":
+    _replan_exit(out["decision"])
+
+
+def _replan_exit(decision: str) -> None:
+    """Exit 3 when nothing restores the confidence, 4 when the time limit left it undecided (text and JSON)."""
+    if decision == "none":
         raise SystemExit(EXIT_INFEASIBLE)
-    if out["decision"] == "not decided":
+    if decision == "not decided":
         raise SystemExit(EXIT_UNKNOWN)

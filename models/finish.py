@@ -23,7 +23,9 @@ No Monte Carlo here: :mod:`tpopt.models.simulate` is the oracle that checks this
 Adding a source (spot preemptions, later): one :class:`Source` in :data:`SOURCES` with its rate and its
 per-event cost as functions of :class:`Exposure`, and its inputs in :class:`Risk`.
 
-Units: seconds, events per second, fractions. Quantiles are found with SciPy's root finders.
+Units: seconds, events per second, fractions. One quantile: SciPy's brentq (:meth:`Distribution.quantile`);
+many at once and the chance roots: verified Newton rounds in probit-log coordinates (:func:`max_work`),
+SciPy's bracketing root finder for what they leave.
 """
 
 from __future__ import annotations
@@ -53,15 +55,17 @@ B200 / GB200 runs predicted by calibrations fitted on the other tables only, or 
 measurements where no other table has the card): the table the others predict worst."""
 
 DEFAULT_STEP_SIGMA = 0.087
-"""Log-sd of measured / predicted step time on a card or stack no validation table covers (no
-``residual_sigma`` in performance.toml, no calibration of one's own): the largest per-table RMS of ln(1 +
-error) over the leave-one-source-out predictions, the modern table's (:data:`VALIDATION_LOSO_ERRORS`:
-0.087; the A100 tables' are 0.035). benchmarks/validate_published.py prints it. Covered cards ship their
-own leave-one-out RMS (``residual_sigma``: A100 0.030, H100 0.072; B200 and GB200, two runs each, this
-default); ``tpopt calibrate`` replaces it with a calibration's residual spread. The public anchors
-(:data:`ANCHOR_SPEEDS`) show 7-28 % optimism on stacks the model was not fitted on, an RMS log error of
-0.154: give ``[risk] step_sigma = 0.15`` (or calibrate) there."""
-DEFAULT_STEP_SIGMA_SOURCE = ("default for a card or stack no validation table covers: the largest "
+"""Log-sd of measured / predicted step time on a card no validation table covers (no ``residual_sigma`` in
+performance.toml, no calibration of one's own): the largest per-table RMS of ln(1 + error) over the
+leave-one-source-out predictions, the modern table's (:data:`VALIDATION_LOSO_ERRORS`: 0.087; the A100
+tables' are 0.035). benchmarks/validate_published.py prints it. Covered cards ship their own leave-one-out
+RMS (``residual_sigma``: A100 0.030, H100 0.072; B200 and GB200, under 4 runs each, this default), with
+the stacks it was measured on (``residual_sigma_stacks``); ``tpopt calibrate`` replaces it with a
+calibration's residual spread. Stacks carry their own (catalogs/stacks.toml ``residual_sigma``: their
+runs' leave-one-out RMS, Megatron-LM 2021 0.030, Megatron-Core 0.055; a stack no table ran, the public
+anchors' RMS log error 0.154, :data:`ANCHOR_SPEEDS`: 7-28 % optimism on stacks the model was not fitted
+on); off the stacks a card was measured on, the larger of the two applies (tpopt.models.terms.step_sigma)."""
+DEFAULT_STEP_SIGMA_SOURCE = ("default for a card no validation table covers: the largest "
                              "leave-one-source-out RMS log error of benchmarks/validate_published.py, 0.087")
 
 ANCHOR_SPEEDS = (1.09, 1.07, 1.18, 1.23, 1.09, 1.28, 1.13)
@@ -430,16 +434,105 @@ def plan_distribution(*, reserved: float, work: float, pause: float, exposure: E
 # the chance constraint as a table
 
 
+_P_EDGE = (1e-300, float(np.nextafter(1.0, 0.0)))
+"""Where the probit of a probability is clipped (ndtri is finite inside): the roots below solve
+probit(P) = probit(q), and P = 0 or 1 far from the root must not give them infinities."""
+ROOT_RTOL = 1e-9
+"""Half-width of the verified bracket a chance root ends in, in ln W or ln(t - R): relative 1e-9. The root
+returned is the bracket's safe end, so the chance table is never looser than the exact root of the
+computed law and tighter by at most 2e-9 relative (tests/test_confidence_roots.py checks both against
+brentq to 1e-14)."""
+NEWTON_ROUNDS = 6
+"""Verified Newton rounds (:func:`_verified_root`) before an element falls back to SciPy's bracketing
+root finder; on the grid of tests/test_confidence_roots.py every plan with a step error and an event
+spread below 5 % of the room closes within them."""
+
+
+def _probit(p: ArrayLike) -> FloatArray:
+    """Phi^-1(p), clipped to :data:`_P_EDGE` (scipy.special.ndtri)."""
+    from scipy.special import ndtri  # lazy: start-up time
+
+    out: FloatArray = ndtri(np.clip(p, *_P_EDGE))
+    return out
+
+
+Falling = Callable[..., FloatArray]
+
+
+def _verified_root(f: Falling, guess: FloatArray, lo: FloatArray, hi: FloatArray,
+                   args: tuple[FloatArray, ...]) -> tuple[FloatArray, FloatArray]:
+    """The root of a falling f on [lo, hi], element-wise, as a verified pair (x_safe, x_over): f(x_safe)
+    >= 0 > f(x_over), x_over - x_safe <= 2 :data:`ROOT_RTOL` (x_safe = hi where f(hi) >= 0, x_over = lo
+    where f(lo) < 0: no root inside). Each round evaluates f at x -+ ROOT_RTOL for every element still
+    open (one call): the pair either straddles the root (done) or gives f and its slope there, and the
+    next x is the Newton step, clipped into the bracket the pairs have proved (bisection where the slope
+    is not negative). From ``guess`` (the closed-form inverse below) f is nearly a line, so one to three
+    rounds close nearly every element; the few left after :data:`NEWTON_ROUNDS` go to
+    scipy.optimize.elementwise.find_root (Chandrupatla) on their proved bracket."""
+    from scipy.optimize import elementwise  # lazy: start-up time
+
+    eps = ROOT_RTOL
+    xl, xh = lo.copy(), hi.copy()
+    x = np.clip(guess, lo + eps, hi - eps)
+    safe, over = np.full(x.shape, np.nan), np.full(x.shape, np.nan)
+    open_ = np.ones(x.shape, dtype=bool)
+    for _ in range(NEWTON_ROUNDS):
+        i = np.flatnonzero(open_)
+        if i.size == 0:
+            break
+        pts = np.stack([x[i] - eps, x[i] + eps])
+        fa, fb = f(pts, *(a[i] for a in args))
+        xl[i] = np.where(fb >= 0, pts[1], np.where(fa >= 0, pts[0], xl[i]))
+        xh[i] = np.where(fa < 0, pts[0], np.where(fb < 0, pts[1], xh[i]))
+        straddle = (fa >= 0) & (fb < 0)
+        top = (fb >= 0) & (x[i] >= hi[i] - 1.5 * eps)  # safe up to the upper end: no root inside
+        bottom = (fa < 0) & (x[i] <= lo[i] + 1.5 * eps)  # unsafe down to the lower end
+        safe[i] = np.where(straddle, pts[0], np.where(top, hi[i], safe[i]))
+        over[i] = np.where(straddle, pts[1], np.where(bottom, lo[i], over[i]))
+        slope = (fb - fa) / (2 * eps)
+        newton = x[i] - 0.5 * (fa + fb) / np.where(slope < 0, slope, -1.0)
+        x[i] = np.clip(np.where(slope < 0, newton, 0.5 * (xl[i] + xh[i])), xl[i] + eps, xh[i] - eps)
+        open_[i] = ~(straddle | top | bottom)
+    if open_.any():  # the rest: SciPy's bracketing root finder on the proved bracket
+        i = np.flatnonzero(open_)
+        sub = tuple(a[i] for a in args)
+        fl, fh = f(np.stack([xl[i], xh[i]]), *sub)
+        res = elementwise.find_root(f, (xl[i], xh[i]), args=sub, tolerances={"xatol": eps, "xrtol": 0.0})
+        xs = np.stack([res.x, res.bracket[0], res.bracket[1]])
+        fs = np.stack([res.f_x, res.f_bracket[0], res.f_bracket[1]])
+        s_in = np.max(np.where(fs >= 0, xs, -np.inf), axis=0)
+        o_in = np.min(np.where(fs < 0, xs, np.inf), axis=0)
+        safe[i] = np.where(fh >= 0, xh[i], np.where(fl < 0, -np.inf, s_in))
+        over[i] = np.where(fl < 0, xl[i], np.where(fh >= 0, np.inf, o_in))
+    return safe, over
+
+
+def _spread_sigma(sigma: FloatArray, k2: FloatArray, mean_rate: FloatArray, work: FloatArray) -> FloatArray:
+    """The log-sd of the finish with the event spread folded into the lognormal, the closed-form start of
+    the roots: sqrt(sigma^2 + k2 / (W (1 + c/tau + k1)^2)) (the event sum's variance W k2 over the square of
+    the mean W (1 + c/tau + k1), added to the step error's)."""
+    out: FloatArray = np.sqrt(sigma**2 + np.maximum(k2, 0.0) / np.maximum(work * mean_rate**2, 1e-300))
+    return out
+
+
 def max_work(q: float, deadline: float, reserved: float, saves: ArrayLike, sigma: ArrayLike,
              kappa: tuple[ArrayLike, ArrayLike, ArrayLike]) -> FloatArray:
     """The largest useful training time W with P(T <= deadline) >= q, element-wise.
 
     P(T <= D) falls strictly as W grows (every part of T - R grows with W), so the chance constraint
-    P(T <= D) >= q is exactly W <= W_max: the root of P(T <= D | W) = q, found for every element at once
-    by scipy.optimize.elementwise.find_root (Chandrupatla) on (0, D - R], to 1e-10 relative. 0 when even
-    W -> 0 cannot (D <= R).
+    P(T <= D) >= q is exactly W <= W_max, the root of
+
+        g(x) = Phi^-1(P(T <= D | W = e^x)) - Phi^-1(q)
+
+    in x = ln W, where g is a line of slope -1/sigma when the events add no spread (then W_max = (D - R) /
+    ((1 + c/tau + k1) e^(sigma z_q)) in closed form). The closed form with the event spread folded into
+    sigma (:func:`_spread_sigma`) starts :func:`_verified_root`, which closes in one to three Newton
+    rounds. Rounded to the safe side: the W returned is one at which P(T <= D) >= q was evaluated, and
+    the root lies within 2e-9 relative above it (:data:`ROOT_RTOL`): the chance table is never looser than
+    the exact constraint, and tighter by at most that. 0 when even W -> 0 cannot (D <= R, or below
+    1e-9 (D - R)); D - R when even W = D - R meets q.
     """
-    from scipy.optimize import elementwise  # lazy: start-up time
+    from scipy.special import ndtri  # lazy: start-up time
 
     room = deadline - reserved
     sv, sg, a, b, c = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (saves, sigma, *kappa)))
@@ -447,72 +540,54 @@ def max_work(q: float, deadline: float, reserved: float, saves: ArrayLike, sigma
     if room <= 0:
         return np.zeros(shape)
     sv, sg, a, b, c = (v.reshape(-1) for v in (sv, sg, a, b, c))
+    zq = float(ndtri(q))
 
-    def f(w: NDArray[np.float64], sv: FloatArray, sg: FloatArray, a: FloatArray, b: FloatArray,
+    def g(x: NDArray[np.float64], sv: FloatArray, sg: FloatArray, a: FloatArray, b: FloatArray,
           c: FloatArray) -> FloatArray:
-        return cdf(deadline, reserved, w, sv, sg, (a, b, c)) - q
+        return _probit(cdf(deadline, reserved, np.exp(x), sv, sg, (a, b, c))) - zq
 
-    from scipy.special import ndtri  # lazy: start-up time
-
-    lo = np.full(sv.shape, room * 1e-9)
-    hi = np.full(sv.shape, room)
-    # brackets around the root without the event spread, W0 = room / ((1 + c/tau + k1) e^(sigma z_q)): the
-    # spread moves the root by a few of its standard deviations, sd(S) / mean(T - R) ~ sqrt(k2 W0) / room
-    # relative, so [W0 (1 - d), W0 (1 + d)] with d = 8 of them (+1e-6) brackets it, else [W0 / 2, 2 W0],
-    # else the wide (0, room]; each checked (one CDF evaluation per kind of end, on the elements that need it)
-    w0 = np.minimum(room / ((sv + a) * np.exp(sg * ndtri(q))), room)
-    d = np.minimum(8.0 * np.sqrt(np.maximum(b * w0, 0.0)) / room + 1e-6, 0.5)
-    t_lo, t_hi = np.maximum(w0 * (1 - d), lo), np.maximum(np.minimum(w0 * (1 + d), room), lo)
-    ft = f(np.stack([t_lo, t_hi]), sv, sg, a, b, c)
-    tight = (ft[0] >= 0) & (ft[1] <= 0)  # then f(lo) >= 0 >= f(hi) too: f falls as W grows
-    blo, bhi = t_lo.copy(), t_hi.copy()
-    flo, fhi = np.ones(sv.shape), -np.ones(sv.shape)
-    if not tight.all():  # the other ends, only where the tight bracket misses
-        m = ~tight
-        ends = np.stack([lo[m], hi[m], np.maximum(0.5 * w0[m], lo[m]),
-                         np.maximum(np.minimum(2.0 * w0[m], room), lo[m])])
-        fe = f(ends, sv[m], sg[m], a[m], b[m], c[m])
-        flo[m], fhi[m] = fe[0], fe[1]
-        half = (fe[2] >= 0) & (fe[3] <= 0)
-        blo[m] = np.where(half, ends[2], ends[0])
-        bhi[m] = np.where(half, ends[3], ends[1])
-    res = elementwise.find_root(f, (blo, bhi), args=(sv, sg, a, b, c),
-                                tolerances={"xrtol": 1e-10, "xatol": room * 1e-13})
-    x: FloatArray = np.where(fhi >= 0, hi, np.where(flo < 0, 0.0, res.x)).reshape(shape)
-    return x
+    w0 = np.minimum(room / ((sv + a) * np.exp(sg * zq)), room)
+    guess = np.log(room / (sv + a)) - _spread_sigma(sg, b, sv + a, w0) * zq
+    lo, hi = np.full(sv.shape, math.log(room * 1e-9)), np.full(sv.shape, math.log(room))
+    safe, _ = _verified_root(g, guess, lo, hi, (sv, sg, a, b, c))
+    out: FloatArray = np.where(safe >= hi, room, np.exp(safe)).reshape(shape)
+    return out
 
 
 def quantiles(q: float, reserved: float, work: ArrayLike, saves: ArrayLike, sigma: ArrayLike,
               kappa: tuple[ArrayLike, ArrayLike, ArrayLike]) -> FloatArray:
-    """The q-quantile of T element-wise: the root of P(T <= t) = q for every element at once
-    (scipy.optimize.elementwise.find_root on [R, R + upper], the upper end doubled until it brackets)."""
-    from scipy.optimize import elementwise  # lazy: start-up time
-
-    W, sv, sg, a, b, c = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (work, saves, sigma, *kappa)))
-
-    def f(t: FloatArray, W: FloatArray, sv: FloatArray, sg: FloatArray, a: FloatArray, b: FloatArray,
-          c: FloatArray) -> FloatArray:
-        return cdf(t, reserved, W, sv, sg, (a, b, c)) - q
-
+    """The q-quantile of T element-wise: the root of P(T <= t) = q in x = ln(t - R), where
+    Phi^-1(P(T <= R + e^x)) is nearly a line (exactly one without event spread: t - R = W (1 + c/tau + k1)
+    e^(sigma z_q)), by :func:`_verified_root` from that closed form with the event spread folded in.
+    Rounded up: the t returned is one at which P(T <= t) > q was evaluated, within 2e-9 relative (of
+    t - R) above the root. The bracket is e^(-+50) around the closed form; where the root lies beyond an
+    end, that end moves out (x 1e3) and the element goes again."""
     from scipy.special import ndtri  # lazy: start-up time
 
-    # a tight bracket first: the quantile without the event spread, t0 - R = W (1 + c/tau + k1) e^(sigma z_q),
-    # +- d (t0 - R) with d = 8 sd(S) / (t0 - R) + 1e-6 (the spread moves it by a few sd); checked at once
-    t0 = W * (sv + a) * np.exp(sg * ndtri(q))
-    d = np.minimum(8.0 * np.sqrt(np.maximum(W * b, 0.0)) / np.maximum(t0, 1e-300) + 1e-6, 0.5)
-    ends = f(reserved + np.stack([t0 * (1 - d), t0 * (1 + d)]), W, sv, sg, a, b, c)
-    tight = (ends[0] <= 0) & (ends[1] >= 0)
-    span = np.where(tight, t0 * (1 + d), (W * sv + W * a) * np.exp(4.0 * sg) + 10.0 * np.sqrt(np.maximum(W * b, 0.0))
-                    + 1.0)
-    for _ in range(0 if tight.all() else 60):
-        high = ~tight & (f(reserved + span, W, sv, sg, a, b, c) < 0)
-        if not high.any():
+    W, sv, sg, a, b, c = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (work, saves, sigma, *kappa)))
+    shape = W.shape
+    W, sv, sg, a, b, c = (v.reshape(-1) for v in (W, sv, sg, a, b, c))
+    zq = float(ndtri(q))
+    pos = W > 0
+    Ws = np.where(pos, W, 1.0)
+
+    def f(x: FloatArray, W: FloatArray, sv: FloatArray, sg: FloatArray, a: FloatArray, b: FloatArray,
+          c: FloatArray) -> FloatArray:  # falling in x: -(probit P(T <= R + e^x) - z_q)
+        return zq - _probit(cdf(reserved + np.exp(x), reserved, W, sv, sg, (a, b, c)))
+
+    centre = np.log(Ws * (sv + a))
+    guess = centre + _spread_sigma(sg, b, sv + a, Ws) * zq
+    lo, hi = centre - 50.0, centre + 50.0
+    args = (Ws, sv, sg, a, b, c)
+    safe, over = _verified_root(f, guess, lo, hi, args)
+    for _ in range(20):  # a bracket that missed (the root beyond an end) moves that end out and goes again
+        miss = (over <= lo) | (safe >= hi)
+        if not miss.any():
             break
-        span = np.where(high, 2.0 * span, span)
-    lo = np.where(tight, reserved + t0 * (1 - d), float(reserved))
-    res = elementwise.find_root(f, (lo, reserved + span), args=(W, sv, sg, a, b, c),
-                                tolerances={"xrtol": 1e-12, "xatol": 1e-6})
-    out: FloatArray = np.where(W <= 0, float(reserved), res.x)
+        lo, hi = np.where(over <= lo, lo - math.log(1e3), lo), np.where(safe >= hi, hi + math.log(1e3), hi)
+        i = np.flatnonzero(miss)
+        safe[i], over[i] = _verified_root(f, guess[i], lo[i], hi[i], tuple(v[i] for v in args))
+    out: FloatArray = np.where(pos, reserved + np.exp(over), float(reserved)).reshape(shape)
     return out
 
 

@@ -81,7 +81,8 @@ class StackProfile:
     micro-batch and pipeline stage; the memory model adds ``communicator_buffers`` to every rank and
     divides the usable memory by ``1 + allocator_reserve`` (the caching allocator's reserved / allocated
     ratio at the peak). The overlap, attention, sequence-parallel, dropout and recompute entries are the
-    defaults a scenario that states nothing gets.
+    defaults a scenario that states nothing gets. ``residual_sigma``: the step-time model's spread on the
+    stack's runs (the finish-time distribution's step error where a card's own was not measured on it).
     """
 
     name: str = "megatron-core"
@@ -105,6 +106,7 @@ class StackProfile:
     cuda_context: float = 0.0  # bytes (inside the accelerator's usable memory; for reference)
     communicator_buffers: float = 0.0  # bytes per rank
     allocator_reserve: float = 0.0  # reserved / allocated - 1 at the peak
+    residual_sigma: float = 0.0  # log-sd of measured / predicted step time on this stack (0: none stated)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def usable(self, memory_usable: float) -> float:

@@ -60,6 +60,7 @@ class PerfParams:
     calibrated: tuple[str, ...] = ()  # names of the fields that were fitted (the rest are priors)
     residual_sigma: float = 0.0  # lognormal sigma of measured / predicted step time (tpopt calibrate; 0: none)
     residual_sigma_source: str = ""  # how residual_sigma was obtained
+    residual_sigma_stacks: tuple[str, ...] = ()  # the stacks its runs ran (empty: a calibration's, one's own stack)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     FREE: ClassVar[tuple[str, ...]] = ("gemm_efficiency", "memory_efficiency", "kernel_overhead")
@@ -77,7 +78,8 @@ class PerfParams:
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls) if f.name not in ("name", "calibrated", "sources",
-                                                                 "residual_sigma", "residual_sigma_source"))
+                                                                 "residual_sigma", "residual_sigma_source",
+                                                                 "residual_sigma_stacks"))
 
 
 def _f(x: ArrayLike) -> FloatArray:

@@ -1719,16 +1719,27 @@ def rate_per_second(sc: Scenario, acc: str, cards: ArrayLike, nics: ArrayLike) -
 
 
 def step_sigma(sc: Scenario, acc: str) -> tuple[float, str]:
-    """Log-sd of measured / predicted step time and where it comes from: the scenario's ``risk.step_sigma``,
-    else the accelerator's ``residual_sigma`` (performance.toml, with its source: the validation tables'
-    leave-one-out spread, or a calibration's), else finish.DEFAULT_STEP_SIGMA (cards no table covers)."""
+    """Log-sd of measured / predicted step time and where it comes from, per accelerator and stack: the
+    scenario's ``risk.step_sigma``; else the card's ``residual_sigma`` (performance.toml) when it was
+    measured on the scenario's stack (its ``residual_sigma_stacks``) or is a calibration's (no stacks: one's
+    own runs); else the larger of the card's (finish.DEFAULT_STEP_SIGMA for a card no table covers) and
+    the stack's ``residual_sigma`` (stacks.toml: its runs' spread, or the public anchors' for a stack no
+    table ran). The source says which was used and why."""
     if sc.risk.step_sigma is not None:
         return sc.risk.step_sigma, "given (risk.step_sigma)"
     perf = _perf(sc, acc)
-    source = getattr(perf, "residual_sigma_source", "")  # the catalog refuses a residual_sigma without one
-    if source:
-        return float(perf.residual_sigma), str(source)
-    return finish.DEFAULT_STEP_SIGMA, finish.DEFAULT_STEP_SIGMA_SOURCE
+    source = str(getattr(perf, "residual_sigma_source", ""))  # the catalog refuses a residual_sigma without one
+    on = tuple(getattr(perf, "residual_sigma_stacks", ()))
+    stack = sc.stack
+    if source and (not on or stack.name in on):
+        return float(perf.residual_sigma), source
+    card, card_source = (float(perf.residual_sigma), source) if source else \
+        (finish.DEFAULT_STEP_SIGMA, finish.DEFAULT_STEP_SIGMA_SOURCE)
+    where = f"measured on {', '.join(on)}" if on else "no table covers the card"
+    if stack.residual_sigma > card:
+        return stack.residual_sigma, (f"stack {stack.name}: {stack.sources.get('residual_sigma', 'stated')}; "
+                                      f"the card's {card:.3f} ({where}) is smaller")
+    return card, f"{card_source}; stack {stack.name}: {stack.residual_sigma:.3f}, smaller"
 
 
 def save_pause_lag(sc: Scenario, save_mode: str) -> tuple[float, float]:
@@ -1756,8 +1767,8 @@ def finish_law(sc: Scenario, acc: str, save_mode: str, cards: float, save_interv
                                     sigma=sigma, sigma_source=source)
 
 
-_CHANCE_MEMO: dict[tuple[Any, ...], dict[tuple[float, float], float]] = {}
-"""Chance roots W_max (s) by what they depend on (:func:`_chance_key`), then by (cards, interval)."""
+_CHANCE_MEMO: dict[tuple[Any, ...], dict[complex, float]] = {}
+"""Chance roots W_max (s) by what they depend on (:func:`_chance_key`), then by cards + i interval."""
 _CHANCE_MEMO_SIZE = 200_000
 
 
@@ -1781,6 +1792,14 @@ def _chance_key(sc: Scenario, acc: str, save_mode: str) -> tuple[Any, ...]:
             rel.event_interval_s, sc.risk, step_sigma(sc, acc)[0])
 
 
+def _pairs(cards: ArrayLike, interval: ArrayLike) -> tuple[NDArray[np.complex128], NDArray[np.intp], tuple[int, ...]]:
+    """The distinct (cards, interval) pairs of two broadcast arrays, as complex numbers cards + i interval
+    (np.unique sorts them by cards, then interval), with the inverse index and the broadcast shape."""
+    c, t = np.broadcast_arrays(_f(cards), _f(interval))
+    uniq, inverse = np.unique(c.reshape(-1) + 1j * t.reshape(-1), return_inverse=True)
+    return uniq, inverse.reshape(-1), tuple(c.shape)
+
+
 def chance_fill(sc: Scenario, acc: str, asks: list[tuple[str, ArrayLike, ArrayLike]]) -> None:
     """Find the chance roots (finish.max_work) of every (save mode, cards, interval) asked that is not
     remembered yet, all in ONE vectorised root finding: one row per distinct (mode, cards, interval)
@@ -1788,16 +1807,15 @@ def chance_fill(sc: Scenario, acc: str, asks: list[tuple[str, ArrayLike, ArrayLi
     q = sc.task.confidence
     if q is None:
         raise ValueError("chance_fill needs a confidence")
-    found: list[tuple[dict[tuple[float, float], float], NDArray[np.float64]]] = []
+    found: list[tuple[dict[complex, float], NDArray[np.complex128]]] = []
     parts = []
     for mode, cards, interval in asks:
-        c, t = np.broadcast_arrays(_f(cards), _f(interval))
         memo = _CHANCE_MEMO.setdefault(_chance_key(sc, acc, mode), {})  # the key hashed once per ask
-        pairs = np.unique(np.stack([c.reshape(-1), t.reshape(-1)], axis=1), axis=0)
-        todo = pairs[[(n, tau) not in memo for n, tau in pairs.tolist()]]
+        pairs = _pairs(cards, interval)[0]
+        todo = pairs[[p not in memo for p in pairs.tolist()]]
         if len(todo):
             found.append((memo, todo))
-            parts.append(_law_inputs(sc, acc, mode, todo[:, 0], todo[:, 1]))
+            parts.append(_law_inputs(sc, acc, mode, todo.real, todo.imag))
     if not found:
         return
     saves = np.concatenate([p[0] for p in parts])
@@ -1808,7 +1826,7 @@ def chance_fill(sc: Scenario, acc: str, asks: list[tuple[str, ArrayLike, ArrayLi
             m.clear()
     start = 0
     for memo, todo in found:
-        memo.update(zip(map(tuple, todo.tolist()), work[start:start + len(todo)].tolist(), strict=True))
+        memo.update(zip(todo.tolist(), work[start:start + len(todo)].tolist(), strict=True))
         start += len(todo)
 
 
@@ -1820,12 +1838,14 @@ def chance_step_max(sc: Scenario, acc: str, save_mode: str, cards: ArrayLike, sa
     (the tables, the evaluator and every chunk of an enumeration ask for the same pairs)."""
     if sc.task.confidence is None:
         raise ValueError("chance_step_max needs a confidence")
-    c, t = np.broadcast_arrays(_f(cards), _f(save_interval))
-    chance_fill(sc, acc, [(save_mode, c, t)])
-    memo = _CHANCE_MEMO[_chance_key(sc, acc, save_mode)]
-    pairs, inverse = np.unique(np.stack([c.reshape(-1), t.reshape(-1)], axis=1), axis=0, return_inverse=True)
-    per_pair = np.array([memo[(n, tau)] for n, tau in pairs.tolist()])
-    out: FloatArray = (per_pair[inverse.reshape(-1)] / iteration_count(sc)).reshape(c.shape)
+    pairs, inverse, shape = _pairs(cards, save_interval)
+    memo = _CHANCE_MEMO.get(_chance_key(sc, acc, save_mode), {})
+    keys = pairs.tolist()
+    if not all(k in memo for k in keys):
+        chance_fill(sc, acc, [(save_mode, pairs.real, pairs.imag)])
+        memo = _CHANCE_MEMO[_chance_key(sc, acc, save_mode)]
+    per_pair = np.array([memo[k] for k in keys])
+    out: FloatArray = (per_pair[inverse] / iteration_count(sc)).reshape(shape)
     return out
 
 
