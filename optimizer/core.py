@@ -40,10 +40,10 @@ MONOLITHIC_LIMIT = 2_000  # largest term table (rows) for which "auto" uses the 
 
 def use_decomposition(space: Space, req: Request) -> bool:
     """Monolithic encoding for small term tables, layout decomposition beyond (or as requested)."""
-    if req.method in ("monolithic", "decomposed"):
-        return req.method == "decomposed"
+    if req.method in ("monolithic", "decomposed", "on-demand"):
+        return req.method != "monolithic"
     if req.method != "auto":
-        raise InputError(f"unknown solve method {req.method!r} (use auto, monolithic or decomposed)")
+        raise InputError(f"unknown solve method {req.method!r} (use auto, monolithic, decomposed or on-demand)")
     return space.largest_table() > MONOLITHIC_LIMIT
 
 
@@ -74,10 +74,18 @@ def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = N
         with clock.stoppable("building the term tables"):
             space = space or Space.from_scenario(sc, restrict)
             info.points = space.size()
-            if backends.capabilities(backend).needs_tables:
-                enforce_memory(space)  # refused before any table is allocated when over the memory budget
-                space.build_tables()  # the tables the solve reads, inside the limit
-        plans, status = _dispatch(space, backend, req, enforced, info)
+            caps = backends.capabilities(backend)
+            on_demand = False
+            if caps.needs_tables:
+                mp = enforce_memory(space)  # refused before any table is allocated when over the memory budget
+                use_decomposition(space, req)  # an unknown method is refused here
+                # one layout group's tables at a time when every table at once would not fit (or as requested)
+                on_demand = caps.decomposed and (req.method == "on-demand" or
+                                                 (req.method == "auto" and mp.method == "on-demand"))
+                if not on_demand:
+                    space.build_tables()  # the tables the solve reads, inside the limit
+        plans, status = _on_demand(space, req, enforced, info) if on_demand else \
+            _dispatch(space, backend, req, enforced, info)
     except TimeLimitReached:
         status = Status.UNKNOWN
     if clock.reached:
@@ -86,6 +94,17 @@ def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = N
     info.wall_s = time.perf_counter() - t0
     return SolveResult(status=status, objective=req.objective, plans=plans, solver=info,
                        enforced=tuple(f for f in FAMILIES if f in enforced))
+
+
+def _on_demand(space: Space, req: Request, enforced: Collection[str], info: SolverInfo
+               ) -> tuple[list[Evaluation], Status]:
+    """The layout decomposition with tables per layout group, built on demand (:mod:`tpopt.optimizer.ondemand`)."""
+    from tpopt.optimizer.ondemand import solve_on_demand  # lazy: start-up time (large spaces only)
+
+    plans, status, groups, evaluated, gap, certificate = solve_on_demand(space, req, enforced)
+    info.rounds, info.evaluated, info.gap, info.certificate = groups, evaluated, gap, certificate
+    info.note = "layout decomposition on demand"
+    return plans, status
 
 
 def _dispatch(space: Space, backend: str, req: Request, enforced: Collection[str], info: SolverInfo
@@ -111,12 +130,14 @@ def _dispatch(space: Space, backend: str, req: Request, enforced: Collection[str
     try:
         from tpopt.optimizer.decompose import solve_decomposed  # lazy: start-up time (tiny spaces never decompose)
 
-        plans, status, rounds, evaluated, gap = solve_decomposed(space, impl.master, backend, req, enforced)
+        proof: dict[str, float] = {}
+        plans, status, rounds, evaluated, gap = solve_decomposed(space, impl.master, backend, req, enforced, proof)
     except SolverFailure as exc:
         info.fallback = (info.fallback + "; " if info.fallback else "") + \
             f"decomposition: {exc}; answered by enumeration"
         return backends.lookup(backends.EXHAUSTIVE).solve_space(backends.EXHAUSTIVE, space, req, info)
     info.rounds, info.evaluated, info.gap = rounds, evaluated, gap
+    info.certificate = proof.get("certificate")
     info.note = "layout decomposition"
     return plans, status
 
