@@ -56,9 +56,11 @@ def group_rows(space: Space, fixed: Collection[str]) -> int:
                for n in space._specs if not n.endswith((".lo", ".hi")))
 
 
-def group_vars(space: Space, rows: int = GROUP_ROWS) -> tuple[str, ...]:
+def group_vars(space: Space, rows: int | None = None) -> tuple[str, ...]:
     """The hub variables a group fixes: :data:`GROUP_ORDER` up to the first prefix whose groups' largest table has
-    at most ``rows`` rows (the accelerator at least: each accelerator's tables are built apart)."""
+    at most ``rows`` rows (default :data:`GROUP_ROWS`; the accelerator at least: each accelerator's tables are
+    built apart)."""
+    rows = GROUP_ROWS if rows is None else rows
     out: list[str] = []
     for v in GROUP_ORDER:
         out.append(v)
@@ -85,6 +87,15 @@ class FloorSpace(Space):
         if floor is None:
             floor = self.__dict__["_floor"] = self.compute_floor()
         return cast(Table, floor)
+
+
+def group_space(space: Space, fixed: tuple[str, ...], idx: tuple[int, ...], cls: type[Space] = Space) -> Space:
+    """One group's space: the fixed variables at their values ``idx``, every other domain whole; it tabulates the
+    pipeline terms as the whole space would (exactly, or as closed-form bounds with each layout simulated when
+    solved: the same decision, :meth:`Space.exact_pipeline_tables`, for every group)."""
+    sub = cls(sc=space.sc, domains=group_domains(space, fixed, idx))
+    sub.__dict__["_pipeline_work"] = space._work()
+    return sub
 
 
 def group_domains(space: Space, fixed: tuple[str, ...], idx: tuple[int, ...]) -> dict[str, list[Any]]:
@@ -120,7 +131,7 @@ def solve_on_demand(space: Space, req: Request, enforced: Collection[str]
     with clock.stoppable("bounding the layout groups"):
         for idx in np.ndindex(*shape):
             checkpoint()
-            sub = FloorSpace(sc=sc, domains=group_domains(space, fixed, idx))
+            sub = group_space(space, fixed, idx, FloorSpace)
             keys = _layout_keys(sub, LayoutBounds(sub, req.objective, enforced), req, enforced)
             low = float(keys.min()) if keys.size else math.inf
             if math.isfinite(low):
@@ -142,12 +153,12 @@ def solve_on_demand(space: Space, req: Request, enforced: Collection[str]
             break
         _, idx = heapq.heappop(heap)
         tabulated += 1
-        sub = Space(sc=sc, domains=group_domains(space, fixed, idx))
+        sub = group_space(space, fixed, idx)
         bounds = LayoutBounds(sub, req.objective, enforced)
         keys = _layout_keys(sub, bounds, req, enforced)
         order = np.argsort(keys, kind="stable")
         for j, h in enumerate(order.tolist()):
-            if keys[h] > kth() * (1 + KEY_RTOL) or clock.expired(phase):
+            if not keys[h] < math.inf or keys[h] > kth() * (1 + KEY_RTOL) or clock.expired(phase):
                 rest = keys[order[j:]]
                 left = min(left, float(rest.min()) if rest.size else math.inf)
                 stopped = stopped or (clock.reached and keys[h] <= kth() * (1 + KEY_RTOL))
