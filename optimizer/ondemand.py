@@ -45,6 +45,12 @@ GROUP_ROWS = 400_000
 """Largest table (rows) of one layout group: the on-demand path's peak memory is about one group's tables."""
 UNBOUNDED = 1e300
 """The upper bound a group bound gives the pipeline terms (finite: the bounds treat non-finite entries as absent)."""
+LEFT_OUT = ("time.exposed_dp", "time.tp_comm", "time.offload", "time.ep_comm")
+"""Busy-time terms the group bound leaves out (bounded below by zero): their tables carry the ZeRO stage,
+offload, NICs and expert choices on top of the layout, the largest tables a group bound would otherwise build."""
+WEAK_ROWS = 4_000_000
+"""Largest compute-floor table (rows) of one group of the group-bound pass (coarser groups than
+:data:`GROUP_ROWS`: the floor has no schedule axis and the left-out terms no table)."""
 GROUP_ORDER = ("acc", "pp", "tp", "cp", "dp", "mb")
 """Hub variables fixed per group, in this order, as many as it takes to reach :data:`GROUP_ROWS`."""
 
@@ -76,11 +82,12 @@ class FloorSpace(Space):
     allows every layout."""
 
     def bound_table(self, name: str, side: str) -> Table:
+        if name in LEFT_OUT:  # a time, never negative: bounded below by 0, above by UNBOUNDED
+            return Table(name, (), np.asarray(0.0 if side == "lo" else UNBOUNDED))
         if name not in ("time.compute", "mem.activations"):
             return super().bound_table(name, side)
-        shape = tuple(len(self.domains[v]) for v in self.table_vars(name))
         if side == "hi":
-            return Table(name, self.table_vars(name), np.broadcast_to(UNBOUNDED, shape))
+            return Table(name, (), np.asarray(UNBOUNDED))
         if name == "mem.activations":
             return self.tables["mem.activations.lo"]
         floor = self.__dict__.get("_floor")
@@ -118,6 +125,46 @@ def _layout_keys(space: Space, bounds: LayoutBounds, req: Request, enforced: Col
     return np.where(ok, bounds.objective_min, np.inf)
 
 
+def weak_group_vars(space: Space, fixed: tuple[str, ...]) -> tuple[str, ...]:
+    """The hub variables a group of the group-bound pass fixes: a prefix of ``fixed`` (the solve's groups), the
+    shortest whose largest compute-floor or activation-bound table has at most :data:`WEAK_ROWS` rows."""
+    d = space.domains
+    floor = tuple(v for v in space.table_vars("time.compute") if v != "schedule")
+    for n in range(1, len(fixed) + 1):
+        pre = fixed[:n]
+        rows = max(math.prod(1 if v in pre else len(d[v]) for v in vs)
+                   for vs in (floor, space.table_vars("mem.activations")))
+        if rows <= WEAK_ROWS:
+            return pre
+    return fixed
+
+
+def group_bounds(space: Space, req: Request, enforced: Collection[str], fixed: tuple[str, ...]
+                 ) -> list[tuple[float, tuple[int, ...]]]:
+    """A heap of (group bound, group index over ``fixed``) for every group with a layout some plan may run:
+    :class:`FloorSpace` bounds, computed over the coarser groups of :func:`weak_group_vars` and taken apart
+    into the solve's groups (each layout's bound, the least per group)."""
+    clock = clock_of(req)
+    weak = weak_group_vars(space, fixed)
+    rest = fixed[len(weak):]
+    heap: list[tuple[float, tuple[int, ...]]] = []
+    with clock.stoppable("bounding the layout groups"):
+        for idx in np.ndindex(*(len(space.domains[v]) for v in weak)):
+            checkpoint()
+            sub = group_space(space, weak, idx, FloorSpace)
+            bounds = LayoutBounds(sub, req.objective, enforced)
+            keys = _layout_keys(sub, bounds, req, enforced)
+            low = np.full(tuple(len(space.domains[v]) for v in rest), np.inf)
+            if rest:
+                np.minimum.at(low, tuple(bounds.coords[v] for v in rest), keys)
+            elif keys.size:
+                low = np.asarray(keys.min())
+            for j in zip(*np.nonzero(np.isfinite(low)), strict=True):
+                heap.append((float(low[j]), tuple(int(i) for i in idx) + tuple(int(i) for i in j)))
+    heapq.heapify(heap)
+    return heap
+
+
 def solve_on_demand(space: Space, req: Request, enforced: Collection[str]
                     ) -> tuple[list[Evaluation], Status, int, int, float | None, float | None]:
     """The on-demand decomposition; returns (evaluations best first, status, groups tabulated, points evaluated,
@@ -126,17 +173,7 @@ def solve_on_demand(space: Space, req: Request, enforced: Collection[str]
     clock = clock_of(req)
     K = max(1, req.top)
     fixed = group_vars(space)
-    shape = tuple(len(space.domains[v]) for v in fixed)
-    heap: list[tuple[float, tuple[int, ...]]] = []
-    with clock.stoppable("bounding the layout groups"):
-        for idx in np.ndindex(*shape):
-            checkpoint()
-            sub = group_space(space, fixed, idx, FloorSpace)
-            keys = _layout_keys(sub, LayoutBounds(sub, req.objective, enforced), req, enforced)
-            low = float(keys.min()) if keys.size else math.inf
-            if math.isfinite(low):
-                heap.append((low, tuple(int(i) for i in idx)))
-    heapq.heapify(heap)
+    heap = group_bounds(space, req, enforced, fixed)
     best: list[tuple[tuple[float, float], Evaluation]] = []
     evaluated = tabulated = 0
     left = math.inf  # least bound of the layouts skipped inside tabulated groups

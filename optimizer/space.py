@@ -548,9 +548,14 @@ class Space:
         return frozenset(k[3:] for k, t in self.moe_rules().items() if bool(np.all(t.values)))
 
     def compute_floor(self) -> Table:
-        """A lower bound of the compute term that simulates no pipeline (:func:`compute_floor`), over the
-        compute table's variables: the on-demand decomposition's group bound (not kept in :attr:`tables`)."""
-        return self._compute_table("time.compute", floor=True)
+        """A lower bound of the compute term that simulates no pipeline (:func:`compute_floor`), over the compute
+        table's variables but the schedule: the busiest stage's work t_f + t_dX + t_dW does not depend on it (a
+        schedule only decides whether dW is split from dX, :func:`tpopt.models.terms._fold`), so it is computed for
+        the first schedule. The on-demand decomposition's group bound (not kept in :attr:`tables`)."""
+        one = Space(sc=self.sc, domains=dict(self.domains, schedule=self.domains["schedule"][:1]))
+        t = one._compute_table("time.compute", floor=True)
+        axis = t.vars.index("schedule")
+        return Table("time.compute.floor", tuple(v for v in t.vars if v != "schedule"), t.values.take(0, axis=axis))
 
     def _compute_table(self, name: str = "time.compute", floor: bool = False) -> Table:
         """The compute term (or its bounds, ``time.compute.lo`` / ``.hi``, both from one pass), with
