@@ -154,13 +154,10 @@ def group_bounds(space: Space, req: Request, enforced: Collection[str], fixed: t
             sub = group_space(space, weak, idx, FloorSpace)
             bounds = LayoutBounds(sub, req.objective, enforced)
             keys = _layout_keys(sub, bounds, req, enforced)
-            low = np.full(tuple(len(space.domains[v]) for v in rest), np.inf)
-            if rest:
-                np.minimum.at(low, tuple(bounds.coords[v] for v in rest), keys)
-            elif keys.size:
-                low = np.asarray(keys.min())
+            low = np.full(tuple(len(space.domains[v]) for v in rest) or (1,), np.inf)
+            np.minimum.at(low, tuple(bounds.coords[v] for v in rest) or (np.zeros(keys.size, dtype=np.int64),), keys)
             for j in zip(*np.nonzero(np.isfinite(low)), strict=True):
-                heap.append((float(low[j]), tuple(int(i) for i in idx) + tuple(int(i) for i in j)))
+                heap.append((float(low[j]), tuple(int(i) for i in idx) + tuple(int(i) for i in j)[:len(rest)]))
     heapq.heapify(heap)
     return heap
 
