@@ -38,6 +38,21 @@ MONOLITHIC_LIMIT = 2_000  # largest term table (rows) for which "auto" uses the 
 # far faster beyond; the monolithic model stays for tiny spaces and for conflict cores)
 
 
+ON_DEMAND_ROWS = 1_000_000
+"""Largest term table (rows) beyond which "auto" builds the tables one layout group at a time
+(:mod:`tpopt.optimizer.ondemand`) even when every table would fit the memory budget. Measured
+(benchmarks/solve_scaling.py, Llama-3-70B ladder, CPU s): 2.2e7 plans (largest table 0.11 M rows) 0.15 full vs
+0.13 on demand; 2.2e8 plans (1.08 M rows) 0.60 vs 0.25; 1.1e9 plans (3.8 M rows) 2.67 vs 0.87."""
+
+
+def use_on_demand(space: Space, req: Request, method: str) -> bool:
+    """Tables per layout group, on demand: as requested, or under "auto" when the memory plan chose it
+    (``method``: :attr:`MemoryPlan.method`) or the largest table exceeds :data:`ON_DEMAND_ROWS`."""
+    if req.method == "on-demand":
+        return True
+    return req.method == "auto" and (method == "on-demand" or space.largest_table() > ON_DEMAND_ROWS)
+
+
 def use_decomposition(space: Space, req: Request) -> bool:
     """Monolithic encoding for small term tables, layout decomposition beyond (or as requested)."""
     if req.method in ("monolithic", "decomposed", "on-demand"):
@@ -80,8 +95,7 @@ def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = N
                 mp = enforce_memory(space)  # refused before any table is allocated when over the memory budget
                 use_decomposition(space, req)  # an unknown method is refused here
                 # one layout group's tables at a time when every table at once would not fit (or as requested)
-                on_demand = caps.decomposed and (req.method == "on-demand" or
-                                                 (req.method == "auto" and mp.method == "on-demand"))
+                on_demand = caps.decomposed and use_on_demand(space, req, mp.method)
                 if not on_demand:
                     space.build_tables()  # the tables the solve reads, inside the limit
         plans, status = _on_demand(space, req, enforced, info) if on_demand else \

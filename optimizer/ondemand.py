@@ -75,7 +75,27 @@ def group_vars(space: Space, rows: int | None = None) -> tuple[str, ...]:
     return tuple(out)
 
 
-class FloorSpace(Space):
+SHARED_ROWS = 2_000_000
+"""Tables of the whole space up to this many rows are built once and sliced for every group (a view): the
+activations, states, rate, overhead and rule tables do not depend on every fixed variable, and a group would
+otherwise rebuild them."""
+
+
+class GroupSpace(Space):
+    """A layout group's space (:func:`group_space`): a table of the whole space with at most :data:`SHARED_ROWS`
+    rows is built once there and sliced at the group's values; the others are built for the group alone."""
+
+    def _build(self, name: str) -> Table:
+        parent, fixed, idx = self.__dict__["_group_of"]
+        if name.startswith("time.compute") or parent.table_rows(name) > SHARED_ROWS:
+            return super()._build(name)
+        whole = parent.tables[name]
+        at = dict(zip(fixed, idx, strict=True))
+        cut = tuple(slice(at[v], at[v] + 1) if v in at else slice(None) for v in whole.vars)
+        return Table(name, whole.vars, whole.values[cut])
+
+
+class FloorSpace(GroupSpace):
     """A group's space whose pipeline terms are bounded without simulating a pipeline: the compute term by
     :meth:`Space.compute_floor`, the activations by their closed-form lower bound; their upper bounds are
     unbounded (:data:`UNBOUNDED`), so the input-throughput family, which needs an upper bound of busy time,
@@ -96,12 +116,14 @@ class FloorSpace(Space):
         return cast(Table, floor)
 
 
-def group_space(space: Space, fixed: tuple[str, ...], idx: tuple[int, ...], cls: type[Space] = Space) -> Space:
+def group_space(space: Space, fixed: tuple[str, ...], idx: tuple[int, ...], cls: type[GroupSpace] = GroupSpace
+                ) -> GroupSpace:
     """One group's space: the fixed variables at their values ``idx``, every other domain whole; it tabulates the
     pipeline terms as the whole space would (exactly, or as closed-form bounds with each layout simulated when
     solved: the same decision, :meth:`Space.exact_pipeline_tables`, for every group)."""
     sub = cls(sc=space.sc, domains=group_domains(space, fixed, idx))
     sub.__dict__["_pipeline_work"] = space._work()
+    sub.__dict__["_group_of"] = (space, fixed, idx)
     return sub
 
 
