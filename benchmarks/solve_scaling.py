@@ -208,15 +208,17 @@ def fit_exponent(xs: list[float], ys: list[float]) -> float | None:
 
 
 def ladder(families: list[str], max_exp: int, quick: bool) -> None:
-    print("Ladder: CP-SAT, method auto, each rung in a fresh process; times in seconds (wall / CPU), peak RSS in MB")
-    print("(the process's high-water mark after each phase: it includes the interpreter and the solver library).")
+    print("Ladder: CP-SAT, method auto, each rung in a fresh process; times in seconds (wall, CPU in parentheses),")
+    print("peak RSS in MB (the process's high-water mark: the interpreter and OR-Tools included); tables: every table")
+    print("at once or per layout group on demand; rounds: master rounds (full) or layout groups tabulated (on demand);")
+    print("the certificate is the least bound left unexamined (>= the optimum's cost: proven).")
     for family in families:
         moe, per_op = FAMILIES[family]
         rungs = ladder_rungs(moe, min(max_exp, 8) if quick else max_exp)
         print(f"\n{family} ({'DeepSeek-V3' if moe else 'Llama-3-70B'}, "
               f"{'per-operation' if per_op else 'flat 40 % MFU'} step-time model)")
-        print(f"{'rung':>5} {'plans':>10} {'tables':>10} {'space s':>8} {'plan s':>7} {'solve s (CPU)':>14} "
-              f"{'total CPU':>9} {'peak MB':>8} {'groups':>6}  status, certificate, optimum")
+        print(f"{'rung':>5} {'plans':>10} {'tables':>9} {'space s':>7} {'plan s':>6} {'solve s (CPU)':>14} "
+              f"{'CPU s':>6} {'peak MB':>7} {'rounds':>6}  status, certificate, optimum")
         xs, ts, ms = [], [], []
         for k, n, plans in rungs:
             r = run_child(["rung", family, str(n)])
@@ -228,8 +230,9 @@ def ladder(families: list[str], max_exp: int, quick: bool) -> None:
             cpu = c["space"] + c["memory plan"] + c["solve"]
             peak = max(m.values())
             cert = "-" if r["certificate"] is None else f"{r['certificate']:,.0f}"
-            print(f"  1e{k:<2} {r['points']:>10.2e} {r['memory']:>10} {t['space']:>8.2f} {t['memory plan']:>7.2f} "
-                  f"{t['solve']:>6.2f} ({c['solve']:>5.2f}) {cpu:>9.2f} {peak:>8.0f} {r['rounds']:>6}  "
+            tables = "on demand" if r["method"].endswith("on demand") else "full"
+            print(f"  1e{k:<2} {r['points']:>10.2e} {tables:>9} {t['space']:>7.2f} {t['memory plan']:>6.2f} "
+                  f"{t['solve']:>6.2f} ({c['solve']:>5.2f}) {cpu:>6.2f} {peak:>7.0f} {r['rounds']:>6}  "
                   f"{r['status']}, {cert}, {r['plan']}")
             sys.stdout.flush()
             if plans >= 1e8:
