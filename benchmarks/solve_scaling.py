@@ -108,8 +108,8 @@ DENSE_MOVES = [
     ("save_interval", _intervals(60)), ("cp", [1, 2]), ("sequence_parallel", [False, True]),
     ("accelerator", ACCS[:12]), ("nics_per_host", [1, 2, 4, 6, 8]), ("save_interval", _intervals(144)),
     ("accelerator", ACCS), ("cp", [1, 2, 4]), ("micro_batch", [1, 2, 3, 4, 6, 8, 12, 16]),
-    ("nics_per_host", [1, 2, 3, 4, 5, 6, 7, 8]), ("dp", [8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1536]),
-    ("save_interval", _intervals(288))]
+    ("nics_per_host", [1, 2, 3, 4, 5, 6, 7, 8]),
+    ("dp", [8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1536]), ("save_interval", _intervals(288))]
 """The dense ladder's moves, in order: each sets one [search] axis (cumulatively)."""
 DENSE_BASE = {"accelerator": ["h100-sxm"], "tp": [1], "pp": [1], "dp": [16], "micro_batch": [1], "zero_stage": [1],
               "recompute": ["none"], "schedule": ["1f1b"], "offload": ["none"], "save_interval": ["auto"],
