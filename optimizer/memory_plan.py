@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 from tpopt.errors import InputError
 from tpopt.models.units import GIB
+from tpopt.optimizer.enumerate import GRID, LAYOUT_CACHE
 from tpopt.optimizer.space import LAYOUT, PIPELINE_TERMS, VARIABLES, Space
 
 DEFAULT_SHARE = 0.5
@@ -112,6 +113,8 @@ def memory_plan(space: Space) -> MemoryPlan:
                       largest_vars=space.table_vars(largest), layouts=layouts, peak_bytes=peak)
 
 
+EVALUATOR_ARRAYS = 8
+"""float64 arrays over a layout's grid of remaining choices that the per-layout evaluator keeps per glued layout."""
 GROUP_BYTES = 4096.0
 """Bytes the on-demand path keeps per layout group between groups (its bound in the heap, the group's key)."""
 
@@ -119,26 +122,38 @@ GROUP_BYTES = 4096.0
 def on_demand_bytes(space: Space) -> float:
     """The on-demand path's peak (:mod:`tpopt.optimizer.ondemand`), from the space's shape alone::
 
-        peak = BASE_BYTES + sum over tables (rows of one group x itemsize) + rows of the group's compute floor x 8
+        peak = BASE_BYTES + sum over tables (rows x itemsize) + (1 + TEMPORARY_FACTOR) x 8 x rows(compute floor)
                + TEMPORARY_FACTOR x 8 x rows(largest table of a group) + LAYOUT_ARRAYS x 8 x layouts of a group
-               + GROUP_BYTES x groups
+               + GROUP_BYTES x groups + EVALUATOR_ARRAYS x 8 x cells of a layout's grid x min(LAYOUT_CACHE, layouts)
 
-    where a group fixes the hub variables of :func:`tpopt.optimizer.ondemand.group_vars`."""
-    from tpopt.optimizer.ondemand import group_vars  # lazy: the on-demand module imports the decomposition
+    (the last: the per-layout evaluator's glued layouts, :class:`~tpopt.optimizer.enumerate.LayoutEvaluator`), where
+    a group fixes the hub variables of :func:`tpopt.optimizer.ondemand.group_vars`, a table's rows are
+    those of one group's slice (the whole table's for the tables of at most :data:`~tpopt.optimizer.ondemand.
+    SHARED_ROWS` rows, built once and kept), and the compute floor is that of one group of the group-bound pass
+    (:func:`~tpopt.optimizer.ondemand.weak_group_vars`)."""
+    from tpopt.optimizer import ondemand  # lazy: the on-demand module imports the decomposition
 
-    fixed = group_vars(space)
+    fixed = ondemand.group_vars(space)
+    weak = ondemand.weak_group_vars(space, fixed)
     d = space.domains
 
-    def rows(name: str) -> int:
-        return math.prod(1 if v in fixed else len(d[v]) for v in space.table_vars(name))
+    def rows(name: str, at: tuple[str, ...] = fixed) -> int:
+        return math.prod(1 if v in at else len(d[v]) for v in space.table_vars(name))
+
+    def kept(name: str) -> int:
+        shared = not name.startswith("time.compute") and space.table_rows(name) <= ondemand.SHARED_ROWS
+        return space.table_rows(name) if shared else rows(name)
 
     names = solve_tables(space)
-    tables = float(sum(rows(n) * _itemsize(n) for n in names)) + 8.0 * rows("time.compute")
+    floor = rows("time.compute", weak) / len(d["schedule"])
+    tables = float(sum(kept(n) * _itemsize(n) for n in names)) + (1 + TEMPORARY_FACTOR) * 8.0 * floor
     largest = max(rows(n) for n in names)
     groups = math.prod(len(d[v]) for v in fixed)
     layouts = math.prod(len(d[v]) for v in LAYOUT) / groups
+    grid = math.prod(len(d[v]) for v in GRID)
+    glued = EVALUATOR_ARRAYS * 8.0 * grid * min(float(LAYOUT_CACHE), layouts)
     return BASE_BYTES + tables + TEMPORARY_FACTOR * 8.0 * largest + LAYOUT_ARRAYS * 8.0 * layouts \
-        + GROUP_BYTES * groups
+        + GROUP_BYTES * groups + glued
 
 
 def machine_memory() -> float:

@@ -61,8 +61,9 @@ def test_the_compute_floor_is_below_the_pipeline_bound(name):
     assert f.vars == tuple(v for v in lo_t.vars if v != "schedule")  # the floor has no schedule axis
     lo = lo_t.values
     floor = np.broadcast_to(np.expand_dims(f.values, lo_t.vars.index("schedule")), lo.shape)
-    if space.table_rows("time.compute") <= 100_000:  # small spaces: against the exact term (DeepSeek-V3: per-operation, DualPipe,
-        # whose closed-form lower bound is below the floor on some entries)
+    # small spaces: against the exact term (DeepSeek-V3: per-operation, DualPipe, whose closed-form lower bound is
+    # below the floor on some entries)
+    if space.table_rows("time.compute") <= 100_000:
         lo = space.tables["time.compute"].values
     fin = np.isfinite(lo)
     assert fin.any()
@@ -74,16 +75,16 @@ def test_the_compute_floor_is_below_the_pipeline_bound(name):
 
 
 def test_the_memory_plan_chooses_the_on_demand_path_instead_of_refusing():
-    """GPT-3's widest example needs about 536 MiB with every table at once: under a 300 MiB budget its tables
-    are built one layout group at a time, the same optimum comes back with a certificate >= its cost; under
-    260 MiB (nearly the interpreter alone) it is refused, the on-demand estimate named."""
+    """GPT-3's widest example needs about 536 MiB with every table at once and 382 MiB one layout group at a time:
+    under a 450 MiB budget its tables are built per group, the same optimum comes back with a certificate >= its
+    cost; under 300 MiB it is refused, the on-demand estimate named."""
     sc = load_scenario(ROOT / "examples" / "gpt3-175b-widest.toml")
     space = Space.from_scenario(sc)
     full = M.memory_plan(space)
     lean = M.on_demand_bytes(space)
-    assert lean < 300 * 2**20 < full.peak_bytes
+    assert lean < 450 * 2**20 < full.peak_bytes
     from dataclasses import replace
-    tight = replace(sc, search=replace(sc.search, memory_budget=300 * 2**20))
+    tight = replace(sc, search=replace(sc.search, memory_budget=450 * 2**20))
     assert M.enforce(Space.from_scenario(tight)).method == "on-demand"
     r = solve(tight, "cpsat", Request(seed=0, workers=1, time_limit=300))
     ref = solve(sc, "cpsat", Request(seed=0, workers=1, time_limit=300, method="decomposed"))  # every table
@@ -94,5 +95,6 @@ def test_the_memory_plan_chooses_the_on_demand_path_instead_of_refusing():
     assert ref.solver.certificate >= ref.best.metrics["cost"] * (1 - 1e-9)
     assert r.solver.as_dict()["certificate"] == r.solver.certificate
     from tpopt.errors import InputError
-    with pytest.raises(InputError, match=r"one layout group at a time\), over the memory budget of 260.0 MiB"):
-        M.enforce(Space.from_scenario(replace(sc, search=replace(sc.search, memory_budget=260 * 2**20))))
+    with pytest.raises(InputError, match=r"382.2 MiB one layout group at a time\), over the memory budget of "
+                                         r"300.0 MiB"):
+        M.enforce(Space.from_scenario(replace(sc, search=replace(sc.search, memory_budget=300 * 2**20))))
