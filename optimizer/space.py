@@ -603,14 +603,14 @@ class Space:
                             for k in range(len(parts[0])))
             pp = np.broadcast_to(grids["pp"], sub)[None].repeat(len(parts) * R, axis=0)
             if floor:  # one pipeline depth at a time: the busiest stage is found per depth (a slice, not a mask)
-                total = np.empty(pp.shape)
+                floor_all: FloatArray = np.empty(pp.shape)
                 for k in range(sub[nums.index("pp")]):
                     at = (slice(None),) * (1 + nums.index("pp")) + (slice(k, k + 1),)
-                    total[at] = compute_floor(sc, sched, pp[at], tuple(x[at] for x in stacked))
-                totals = [total]
+                    floor_all[at] = compute_floor(sc, sched, pp[at], tuple(x[at] for x in stacked))
+                totals: list[FloatArray] = [floor_all]
             else:
                 totals = [T.compute_from(sc, sched, pp, stacked)[0]] if exact else \
-                    T.compute_bounds(sc, sched, pp, stacked)
+                    list(T.compute_bounds(sc, sched, pp, stacked))
             for out, total in zip(outs, totals, strict=False):
                 out[:, :, :, si] = lay(total)
         if exact:
