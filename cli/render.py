@@ -365,6 +365,14 @@ def merge_zero_stages(rows: list[tuple[str, ...]], figures: list[tuple[float, fl
     return [(str(i + 1), *r[1:3], ", ".join(zeros), *r[4:]) for i, (_, r, _, zeros) in enumerate(groups)]
 
 
+def certificate_line(s: dict, objective: str, unit: str) -> str:
+    """The on-demand decomposition's proof: the groups it tabulated and the least bound left unexamined."""
+    c = s["certificate"]
+    bound = "none left" if c is None else f"{c:,.0f} {unit}" if objective == "cost" else f"{c / 86400:,.2f} d"
+    return (f"Proof: {s['rounds']:,} layout groups tabulated, {s['evaluated']:,} plans evaluated; lower bound of "
+            f"every plan not evaluated: {bound}")
+
+
 def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:
     s = d["solver"]
     unit = d["metrics"].get("cost_unit", "USD")
@@ -375,6 +383,8 @@ def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:
               f"minimising {d['objective']})")
     if s.get("time_limit_reached"):
         status += "\n" + limit_line(s)
+    if s.get("method") == "layout decomposition on demand" and "certificate" in s:
+        status += "\n" + certificate_line(s, d["objective"], unit)
     if s.get("fallback"):
         status += f"\nNote: {s['fallback']}"
     if d.get("analysis") == "time limit reached":

@@ -24,9 +24,10 @@ def solve_options(fn):
         click.option("--solver", type=SolverName(), default=backends.DEFAULT, show_default=True,
                      help="Backend: CP-SAT, HiGHS MILP, brute-force enumeration, or pyomo:NAME (the MILP through "
                           "Pyomo with solver NAME: highs, scip, cbc, glpk, gurobi, ... where installed)."),
-        click.option("--method", type=click.Choice(["auto", "monolithic", "decomposed"]), default="auto",
-                     show_default=True,
-                     help="cpsat/highs formulation: one model, or the layout decomposition (auto: by size)."),
+        click.option("--method", type=click.Choice(["auto", "monolithic", "decomposed", "on-demand"]),
+                     default="auto", show_default=True,
+                     help="cpsat/highs formulation: one model, the layout decomposition, or the decomposition with "
+                          "tables per layout group built on demand (auto: by size and the memory budget)."),
         click.option("--objective", type=click.Choice(["cost", "time"]), default="cost", show_default=True,
                      help="Minimise cost (then finish time) or finish time (then cost)."),
         click.option("--max-cost", help="Budget cap (currency, or card-hours without prices)."),

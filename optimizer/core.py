@@ -53,12 +53,27 @@ def tiny_backend(space: Space, backend: str, method: str = "auto") -> str:
     return backend
 
 
+ON_DEMAND_ROWS = 1_000_000
+"""Largest term table (rows) beyond which "auto" builds the tables one layout group at a time
+(:mod:`tpopt.optimizer.ondemand`) even when every table would fit the memory budget. Measured
+(benchmarks/solve_scaling.py, Llama-3-70B ladder, CPU s): 2.2e7 plans (largest table 0.11 M rows) 0.15 full vs
+0.13 on demand; 2.2e8 plans (1.08 M rows) 0.60 vs 0.25; 1.1e9 plans (3.8 M rows) 2.67 vs 0.87."""
+
+
+def use_on_demand(space: Space, req: Request, method: str) -> bool:
+    """Tables per layout group, on demand: as requested, or under "auto" when the memory plan chose it
+    (``method``: :attr:`MemoryPlan.method`) or the largest table exceeds :data:`ON_DEMAND_ROWS`."""
+    if req.method == "on-demand":
+        return True
+    return req.method == "auto" and (method == "on-demand" or space.largest_table() > ON_DEMAND_ROWS)
+
+
 def use_decomposition(space: Space, req: Request) -> bool:
     """Monolithic encoding for small term tables, layout decomposition beyond (or as requested)."""
-    if req.method in ("monolithic", "decomposed"):
-        return req.method == "decomposed"
+    if req.method in ("monolithic", "decomposed", "on-demand"):
+        return req.method != "monolithic"
     if req.method != "auto":
-        raise InputError(f"unknown solve method {req.method!r} (use auto, monolithic or decomposed)")
+        raise InputError(f"unknown solve method {req.method!r} (use auto, monolithic, decomposed or on-demand)")
     return space.largest_table() > MONOLITHIC_LIMIT
 
 
@@ -89,10 +104,17 @@ def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = N
         with clock.stoppable("building the term tables"):
             space = space or Space.from_scenario(sc, restrict)
             info.points = space.size()
-            if backends.capabilities(backend).needs_tables:
-                enforce_memory(space)  # refused before any table is allocated when over the memory budget
-                space.build_tables()  # the tables the solve reads, inside the limit
-        plans, status = _dispatch(space, backend, req, enforced, info)
+            caps = backends.capabilities(backend)
+            on_demand = False
+            if caps.needs_tables:
+                mp = enforce_memory(space)  # refused before any table is allocated when over the memory budget
+                use_decomposition(space, req)  # an unknown method is refused here
+                # one layout group's tables at a time when every table at once would not fit (or as requested)
+                on_demand = caps.decomposed and use_on_demand(space, req, mp.method)
+                if not on_demand:
+                    space.build_tables()  # the tables the solve reads, inside the limit
+        plans, status = _on_demand(space, req, enforced, info) if on_demand else \
+            _dispatch(space, backend, req, enforced, info)
     except TimeLimitReached:
         status = Status.UNKNOWN
     if clock.reached:
@@ -101,6 +123,17 @@ def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = N
     info.wall_s = time.perf_counter() - t0
     return SolveResult(status=status, objective=req.objective, plans=plans, solver=info,
                        enforced=tuple(f for f in FAMILIES if f in enforced))
+
+
+def _on_demand(space: Space, req: Request, enforced: Collection[str], info: SolverInfo
+               ) -> tuple[list[Evaluation], Status]:
+    """The layout decomposition with tables per layout group, built on demand (:mod:`tpopt.optimizer.ondemand`)."""
+    from tpopt.optimizer.ondemand import solve_on_demand  # lazy: start-up time (large spaces only)
+
+    plans, status, groups, evaluated, gap, certificate = solve_on_demand(space, req, enforced)
+    info.rounds, info.evaluated, info.gap, info.certificate = groups, evaluated, gap, certificate
+    info.note = "layout decomposition on demand"
+    return plans, status
 
 
 def _dispatch(space: Space, backend: str, req: Request, enforced: Collection[str], info: SolverInfo
@@ -126,12 +159,14 @@ def _dispatch(space: Space, backend: str, req: Request, enforced: Collection[str
     try:
         from tpopt.optimizer.decompose import solve_decomposed  # lazy: start-up time (tiny spaces never decompose)
 
-        plans, status, rounds, evaluated, gap = solve_decomposed(space, impl.master, backend, req, enforced)
+        proof: dict[str, float] = {}
+        plans, status, rounds, evaluated, gap = solve_decomposed(space, impl.master, backend, req, enforced, proof)
     except SolverFailure as exc:
         info.fallback = (info.fallback + "; " if info.fallback else "") + \
             f"decomposition: {exc}; answered by enumeration"
         return backends.lookup(backends.EXHAUSTIVE).solve_space(backends.EXHAUSTIVE, space, req, info)
     info.rounds, info.evaluated, info.gap = rounds, evaluated, gap
+    info.certificate = proof.get("certificate")
     info.note = "layout decomposition"
     return plans, status
 

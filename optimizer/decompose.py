@@ -355,15 +355,16 @@ class HighsMaster:
         return "error", f"HiGHS status {self.h.modelStatusToString(st)}"
 
 
-def solve_decomposed(space: Space, master_of: MasterOf, backend: str, req: Request, enforced: Collection[str]
-                     ) -> tuple[list[Evaluation], Status, int, int, float | None]:
+def solve_decomposed(space: Space, master_of: MasterOf, backend: str, req: Request, enforced: Collection[str],
+                     proof: dict[str, float] | None = None) -> tuple[list[Evaluation], Status, int, int, float | None]:
     """Benders loop; returns (evaluations best first, status, rounds, evaluated points, gap).
 
     Stops when the shared clock runs out (status feasible or unknown; the gap compares the K-th
     best verified plan with the master's last proven bound, the least bound of the layouts left).
     Raises :class:`~tpopt.optimizer.backends.verify.SolverFailure` when the master fails for another reason.
     ``master_of(name, space, bounds, allowed, req)`` is the backend's master problem
-    (:meth:`tpopt.optimizer.backends.Backend.master`).
+    (:meth:`tpopt.optimizer.backends.Backend.master`). ``proof``, if given, gets the ``certificate``: the least
+    bound of the allowed layouts never evaluated (inf when none is left), the bound that closed the gap.
     """
     sc = space.sc
     clock = clock_of(req)
@@ -377,6 +378,7 @@ def solve_decomposed(space: Space, master_of: MasterOf, backend: str, req: Reque
     K = max(1, req.top)
     best: list[tuple[tuple[float, float], Evaluation]] = []
     rounds = evaluated = 0
+    done: list[int] = []  # layouts evaluated (excluded from the master)
     lower: float | None = None  # least master bound over the layouts not yet evaluated
     phase = "solving the layout decomposition"
     status: Status | None = None
@@ -399,6 +401,7 @@ def solve_decomposed(space: Space, master_of: MasterOf, backend: str, req: Reque
         if st == "candidate":
             lower = float(bounds.objective_min[h])
         master.exclude(h)
+        done.append(h)
         layout = tuple(int(bounds.coords[v][h]) for v in HUB)
         sub_req = Request(objective=req.objective, enforce=frozenset(enforced), top=K, cards=req.cards, clock=clock)
         found, n = layout_best(space, layout, sub_req)
@@ -414,6 +417,12 @@ def solve_decomposed(space: Space, master_of: MasterOf, backend: str, req: Reque
             solver_stopped(clock, CandidateResult("limit"), phase)
             break
     plans = [ev for _, ev in best]
+    if proof is not None:
+        ok = np.isfinite(bounds.objective_min)
+        for family_ok in allowed.values():
+            ok &= family_ok
+        ok[np.asarray(done, dtype=np.int64)] = False
+        proof["certificate"] = float(bounds.objective_min[ok].min()) if ok.any() else math.inf
     if status is not None:
         return plans, status, rounds, evaluated, (0.0 if plans else None)
     kth = best[K - 1][0][0] if len(best) >= K else None

@@ -2,9 +2,10 @@
 
 Before any table is built, :func:`memory_plan` multiplies out the shape of every term table a solve
 reads (:meth:`tpopt.optimizer.space.Space.table_rows`, the dtype :meth:`Space._build` gives it) and of
-the per-layout arrays of the layout decomposition, and :func:`enforce` refuses a space whose estimate
-exceeds the memory budget with one line naming the axes to narrow (an :class:`InputError`: exit 2), so
-that a large ``[search]`` never ends in a MemoryError.
+the per-layout arrays of the layout decomposition. When that exceeds the memory budget, :func:`enforce` chooses
+the on-demand path (one layout group's tables at a time, :func:`on_demand_bytes`, :mod:`tpopt.optimizer.ondemand`)
+if its estimate fits, and otherwise refuses the space with one line naming the axes to narrow (an
+:class:`InputError`: exit 2), so that a large ``[search]`` never ends in a MemoryError.
 
 The estimate (bytes)::
 
@@ -27,12 +28,13 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 from tpopt.errors import InputError
 from tpopt.models.units import GIB
+from tpopt.optimizer.enumerate import GRID, LAYOUT_CACHE
 from tpopt.optimizer.space import LAYOUT, PIPELINE_TERMS, VARIABLES, Space
 
 DEFAULT_SHARE = 0.5
@@ -72,6 +74,10 @@ class MemoryPlan:
     largest_vars: tuple[str, ...]
     layouts: int
     peak_bytes: float
+    on_demand_bytes: float = 0.0
+    method: str = "full"
+    """How the tables are built: "full" (every table of the space at once) or "on-demand" (one layout group's
+    tables at a time, :mod:`tpopt.optimizer.ondemand`), chosen by :func:`enforce`."""
 
 
 def _itemsize(name: str) -> int:
@@ -105,6 +111,49 @@ def memory_plan(space: Space) -> MemoryPlan:
     peak = BASE_BYTES + tables + TEMPORARY_FACTOR * 8.0 * rows[largest] + LAYOUT_ARRAYS * 8.0 * layouts
     return MemoryPlan(plans=space.size(), tables_bytes=tables, largest=largest, largest_rows=rows[largest],
                       largest_vars=space.table_vars(largest), layouts=layouts, peak_bytes=peak)
+
+
+EVALUATOR_ARRAYS = 8
+"""float64 arrays over a layout's grid of remaining choices that the per-layout evaluator keeps per glued layout."""
+GROUP_BYTES = 4096.0
+"""Bytes the on-demand path keeps per layout group between groups (its bound in the heap, the group's key)."""
+
+
+def on_demand_bytes(space: Space) -> float:
+    """The on-demand path's peak (:mod:`tpopt.optimizer.ondemand`), from the space's shape alone::
+
+        peak = BASE_BYTES + sum over tables (rows x itemsize) + (1 + TEMPORARY_FACTOR) x 8 x rows(compute floor)
+               + TEMPORARY_FACTOR x 8 x rows(largest table of a group) + LAYOUT_ARRAYS x 8 x layouts of a group
+               + GROUP_BYTES x groups + EVALUATOR_ARRAYS x 8 x cells of a layout's grid x min(LAYOUT_CACHE, layouts)
+
+    (the last: the per-layout evaluator's glued layouts, :class:`~tpopt.optimizer.enumerate.LayoutEvaluator`), where
+    a group fixes the hub variables of :func:`tpopt.optimizer.ondemand.group_vars`, a table's rows are
+    those of one group's slice (the whole table's for the tables of at most :data:`~tpopt.optimizer.ondemand.
+    SHARED_ROWS` rows, built once and kept), and the compute floor is that of one group of the group-bound pass
+    (:func:`~tpopt.optimizer.ondemand.weak_group_vars`)."""
+    from tpopt.optimizer import ondemand  # lazy: the on-demand module imports the decomposition
+
+    fixed = ondemand.group_vars(space)
+    weak = ondemand.weak_group_vars(space, fixed)
+    d = space.domains
+
+    def rows(name: str, at: tuple[str, ...] = fixed) -> int:
+        return math.prod(1 if v in at else len(d[v]) for v in space.table_vars(name))
+
+    def kept(name: str) -> int:
+        shared = not name.startswith("time.compute") and space.table_rows(name) <= ondemand.SHARED_ROWS
+        return space.table_rows(name) if shared else rows(name)
+
+    names = solve_tables(space)
+    floor = rows("time.compute", weak) / len(d["schedule"])
+    tables = float(sum(kept(n) * _itemsize(n) for n in names)) + (1 + TEMPORARY_FACTOR) * 8.0 * floor
+    largest = max(rows(n) for n in names)
+    groups = math.prod(len(d[v]) for v in fixed)
+    layouts = math.prod(len(d[v]) for v in LAYOUT) / groups
+    grid = math.prod(len(d[v]) for v in GRID)
+    glued = EVALUATOR_ARRAYS * 8.0 * grid * min(float(LAYOUT_CACHE), layouts)
+    return BASE_BYTES + tables + TEMPORARY_FACTOR * 8.0 * largest + LAYOUT_ARRAYS * 8.0 * layouts \
+        + GROUP_BYTES * groups + glued
 
 
 def machine_memory() -> float:
@@ -156,13 +205,17 @@ def axes_to_narrow(space: Space, mp: MemoryPlan, factor: float) -> list[str]:
 
 
 def enforce(space: Space) -> MemoryPlan:
-    """The space's memory plan, or :class:`InputError` when its estimate exceeds the budget
-    (:func:`budget_of` of the scenario's ``[search] memory_budget``): one line with the plans, the
-    estimate, the largest table, the budget and its source, and the axes to narrow."""
+    """The space's memory plan: every table at once when that fits the budget (:func:`budget_of` of the
+    scenario's ``[search] memory_budget``), else one layout group at a time (``method="on-demand"``) when that
+    fits, else :class:`InputError`: one line with the plans, the estimate, the largest table, the budget and its
+    source, and the axes to narrow."""
     mp = memory_plan(space)
     budget = budget_of(space.sc.search.memory_budget)
     if mp.peak_bytes <= budget.bytes:
         return mp
+    lean = on_demand_bytes(space)
+    if lean <= budget.bytes:
+        return replace(mp, on_demand_bytes=lean, method="on-demand")
     if budget.bytes <= BASE_BYTES:
         raise InputError(f"the memory budget of {_size(budget.bytes)} ({budget.source}) is below the "
                          f"{_size(BASE_BYTES)} a solve takes before any table (the interpreter, numpy, a solver)")
@@ -170,6 +223,7 @@ def enforce(space: Space) -> MemoryPlan:
     axes = axes_to_narrow(space, mp, factor)
     raise InputError(
         f"the design space ({mp.plans:.3g} plans) would need about {_size(mp.peak_bytes)} of memory to solve "
-        f"(largest table {mp.largest}: {mp.largest_rows:.3g} rows), over the memory budget of "
+        f"(largest table {mp.largest}: {mp.largest_rows:.3g} rows; {_size(lean)} one layout group at a time), "
+        f"over the memory budget of "
         f"{_size(budget.bytes)} ({budget.source}): narrow [search] {', '.join(axes)} "
         f"(about {factor:,.0f}x fewer in all)")

@@ -95,7 +95,8 @@ def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = No
     bs = outer.solve_batches(sc, backend, req) if outer.has_task_choices(sc) else None
     space = bs.choices[0].space if bs else Space.from_scenario(sc)
     if analyse or backends.capabilities(backend).needs_tables:  # the solve or its analysis builds the tables
-        enforce_memory(space)
+        if enforce_memory(space).method == "on-demand":
+            analyse = False  # the analysis reads every table at once; the solve builds one layout group at a time
     exported = None
     if export:
         exported = _export(space, req, export)

@@ -35,12 +35,18 @@ class SolverInfo:
     limit_reached: bool = False  # the shared clock ran out (the only case a status is "time limit")
     limit_phase: str = ""  # the phase in which it ran out
     fallback: str = ""  # why another formulation answered (e.g. the integer ranges did not fit)
+    # the layout decomposition's proof: the least bound of the layouts it left unexamined (objective units;
+    # inf: none left), at least the best plan's objective when the optimum is proven
+    certificate: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "method": self.note, "wall_s": round(self.wall_s, 4), "gap": self.gap,
-                "rounds": self.rounds, "points": self.points, "evaluated": self.evaluated,
-                "time_limit_reached": self.limit_reached, "limit_phase": self.limit_phase or None,
-                "fallback": self.fallback or None}
+        out = {"name": self.name, "method": self.note, "wall_s": round(self.wall_s, 4), "gap": self.gap,
+               "rounds": self.rounds, "points": self.points, "evaluated": self.evaluated,
+               "time_limit_reached": self.limit_reached, "limit_phase": self.limit_phase or None,
+               "fallback": self.fallback or None}
+        if self.certificate is not None:  # JSON has no infinity: null then means nothing was left to bound
+            out["certificate"] = self.certificate if self.certificate < float("inf") else None
+        return out
 
 
 @dataclass
@@ -54,7 +60,7 @@ class Request:
     seed: int = 0
     workers: int = 1
     cards: tuple[int, ...] | None = None  # allowed card counts (None: any)
-    method: str = "auto"  # solver backends: "monolithic", "decomposed", or "auto" (by table size)
+    method: str = "auto"  # solver backends: "monolithic", "decomposed", "on-demand", or "auto" (by table size)
     clock: Clock | None = field(default=None, compare=False, repr=False)  # shared by every phase
 
     def enforced(self, families: Iterable[str]) -> frozenset[str]:

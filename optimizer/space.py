@@ -209,6 +209,26 @@ def reduce_to(domains: Domains, vals: NDArray[Any], vars: Iterable[str], target_
     return np.broadcast_to(red.reshape(shape), tuple(len(domains[v]) for v in target_vars))
 
 
+def compute_floor(sc: Scenario, schedule: str, pp: ArrayLike, inputs: tuple[Any, ...]) -> FloatArray:
+    """A lower bound of :func:`tpopt.models.terms.compute_from`'s compute with stragglers, without the
+    pipeline model: a stage runs its own operations one after another, so no schedule completes a step
+    before its busiest stage's work, m (t_f + t_dX + t_dW) (the flat model's balanced stage; the
+    per-operation model's busiest stage, :func:`~tpopt.models.terms._busiest`); times the straggler
+    factor, plus the stack's host time per step (per-operation model). Bubbles are left out, so it is
+    exact for one stage and below the pipeline's completion otherwise (tests/test_on_demand.py checks
+    it against the closed-form lower bound on every entry)."""
+    lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, _t_x, ga, cards = inputs[:12]
+    if T.per_op_model(sc):
+        dense = inputs[12:15] or None
+        busy = T._busiest(sc, pp, (lf + ldx + ldw,), (ef + edx + edw,), (hf + hdx + hdw,), 1,
+                          None if dense is None else (dense[0] + dense[1] + dense[2],))[0]
+        host: Any = T.stack_overhead(sc, pp=pp, ga=ga)
+    else:
+        busy, host = lf + ldx + ldw, 0.0
+    out: FloatArray = np.asarray(ga * busy * T.straggler_factor(sc, cards) + host, dtype=float)
+    return out
+
+
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -584,7 +604,17 @@ class Space:
         better plan."""
         return frozenset(k[3:] for k, t in self.moe_rules().items() if bool(np.all(t.values)))
 
-    def _compute_table(self, name: str = "time.compute") -> Table:
+    def compute_floor(self) -> Table:
+        """A lower bound of the compute term that simulates no pipeline (:func:`compute_floor`), over the compute
+        table's variables but the schedule: the busiest stage's work t_f + t_dX + t_dW does not depend on it (a
+        schedule only decides whether dW is split from dX, :func:`tpopt.models.terms._fold`), so it is computed for
+        the first schedule. The on-demand decomposition's group bound (not kept in :attr:`tables`)."""
+        one = Space(sc=self.sc, domains=dict(self.domains, schedule=self.domains["schedule"][:1]))
+        t = one._compute_table("time.compute", floor=True)
+        axis = t.vars.index("schedule")
+        return Table("time.compute.floor", tuple(v for v in t.vars if v != "schedule"), t.values.take(0, axis=axis))
+
+    def _compute_table(self, name: str = "time.compute", floor: bool = False) -> Table:
         """The compute term (or its bounds, ``time.compute.lo`` / ``.hi``, both from one pass), with
         every (accelerator, recompute) combination of a schedule stacked into one array so that the
         pipeline model runs once per (schedule, pp, micro-batches) shape (closed forms: once per
@@ -602,7 +632,7 @@ class Space:
         unique = list(dict.fromkeys(keys))
         which = np.array([unique.index(k) for k in keys])
         reps = [combos[keys.index(k)] for k in unique]
-        exact = name == "time.compute"
+        exact = name == "time.compute" or floor
         full = tuple(len(d[v]) for v in vars)
         outs = [np.empty(full)] if exact else [np.empty(full), np.empty(full)]  # both bounds in one pass
 
@@ -629,7 +659,15 @@ class Space:
             stacked = tuple(np.stack([np.broadcast_to(p[k], rsub) for p in parts]).reshape((-1,) + sub)
                             for k in range(len(parts[0])))
             pp = np.broadcast_to(grids["pp"], sub)[None].repeat(len(parts) * R, axis=0)
-            totals = [T.compute_from(sc, sched, pp, stacked)[0]] if exact else T.compute_bounds(sc, sched, pp, stacked)
+            if floor:  # one pipeline depth at a time: the busiest stage is found per depth (a slice, not a mask)
+                floor_all: FloatArray = np.empty(pp.shape)
+                for k in range(sub[nums.index("pp")]):
+                    at = (slice(None),) * (1 + nums.index("pp")) + (slice(k, k + 1),)
+                    floor_all[at] = compute_floor(sc, sched, pp[at], tuple(x[at] for x in stacked))
+                totals: list[FloatArray] = [floor_all]
+            else:
+                totals = [T.compute_from(sc, sched, pp, stacked)[0]] if exact else \
+                    list(T.compute_bounds(sc, sched, pp, stacked))
             for out, total in zip(outs, totals, strict=False):
                 out[:, :, :, si] = lay(total)
         if exact:

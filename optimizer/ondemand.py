@@ -1,0 +1,245 @@
+"""The layout decomposition on demand: term tables per layout group, built when the group is reached and dropped.
+
+The layout hub (accelerator, tp, cp, pp, dp, micro-batch) is cut into groups by fixing its leading variables
+(:func:`group_vars`: the accelerator, then pp, tp, cp, ... until a group's largest table has at most
+:data:`GROUP_ROWS` rows). Each group is a :class:`~tpopt.optimizer.space.Space` of its own (the same scenario, the
+group's values of the fixed variables, every other domain whole), so its tables are a slice of the full tables
+and memory is bounded by one group's slice instead of the product of every axis.
+
+Two bounds per layout, both valid lower bounds of its best plan's objective under the enforced families:
+
+- the *group bound* (before the group's tables exist): :class:`~tpopt.optimizer.decompose.LayoutBounds` of the
+  group with the compute term replaced by :meth:`Space.compute_floor` (the busiest stage's work, no pipeline
+  simulated), the activations by their closed-form lower bound and the input-throughput check left out (a
+  relaxation: fewer families, smaller terms);
+- the *layout bound*: the decomposition's own :class:`LayoutBounds` from the group's tables.
+
+The loop takes groups in increasing group bound; a group whose bound exceeds the K-th best verified plan is
+never tabulated, and since groups are taken in order every later group is pruned with it. Inside a group the
+layouts are taken in increasing layout bound and solved exactly (:func:`tpopt.optimizer.enumerate.layout_best`,
+the decomposition's subproblem), again stopping at the K-th best. The save interval and mode are never multiplied
+into a table: the subproblem chooses them per layout from the (mode, interval, card count) overhead table.
+
+Certificate: the least bound of everything left unexamined (groups not tabulated, layouts not solved) when the
+loop stops; it is at least the K-th best plan's objective, which proves the optimum (gap 0), and it is reported
+(``solver.certificate`` in ``tpopt solve --json``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Collection
+from typing import Any, cast
+
+import numpy as np
+from tpopt.models.evaluate import Evaluation, evaluate
+from tpopt.optimizer.backends.verify import relative_gap
+from tpopt.optimizer.decompose import HUB, KEY_RTOL, LayoutBounds
+from tpopt.optimizer.enumerate import layout_best
+from tpopt.optimizer.limits import checkpoint, clock_of
+from tpopt.optimizer.result import Request, Status, objective_key
+from tpopt.optimizer.space import Space, Table
+
+GROUP_ROWS = 400_000
+"""Largest table (rows) of one layout group: the on-demand path's peak memory is about one group's tables."""
+UNBOUNDED = 1e300
+"""The upper bound a group bound gives the pipeline terms (finite: the bounds treat non-finite entries as absent)."""
+LEFT_OUT = ("time.exposed_dp", "time.tp_comm", "time.offload", "time.ep_comm")
+"""Busy-time terms the group bound leaves out (bounded below by zero): their tables carry the ZeRO stage,
+offload, NICs and expert choices on top of the layout, the largest tables a group bound would otherwise build."""
+WEAK_ROWS = 4_000_000
+"""Largest compute-floor table (rows) of one group of the group-bound pass (coarser groups than
+:data:`GROUP_ROWS`: the floor has no schedule axis and the left-out terms no table)."""
+GROUP_ORDER = ("acc", "pp", "tp", "cp", "dp", "mb")
+"""Hub variables fixed per group, in this order, as many as it takes to reach :data:`GROUP_ROWS`."""
+
+
+def group_rows(space: Space, fixed: Collection[str]) -> int:
+    """Rows of the largest exact table of one group that fixes the variables ``fixed``."""
+    d = space.domains
+    return max(int(np.prod([1 if v in fixed else len(d[v]) for v in space.table_vars(n)]))
+               for n in space._specs if not n.endswith((".lo", ".hi")))
+
+
+def group_vars(space: Space, rows: int | None = None) -> tuple[str, ...]:
+    """The hub variables a group fixes: :data:`GROUP_ORDER` up to the first prefix whose groups' largest table has
+    at most ``rows`` rows (default :data:`GROUP_ROWS`; the accelerator at least: each accelerator's tables are
+    built apart)."""
+    rows = GROUP_ROWS if rows is None else rows
+    out: list[str] = []
+    for v in GROUP_ORDER:
+        out.append(v)
+        if group_rows(space, out) <= rows:
+            break
+    return tuple(out)
+
+
+SHARED_ROWS = 2_000_000
+"""Tables of the whole space up to this many rows are built once and sliced for every group (a view): the
+activations, states, rate, overhead and rule tables do not depend on every fixed variable, and a group would
+otherwise rebuild them."""
+
+
+class GroupSpace(Space):
+    """A layout group's space (:func:`group_space`): a table of the whole space with at most :data:`SHARED_ROWS`
+    rows is built once there and sliced at the group's values; the others are built for the group alone."""
+
+    def _build(self, name: str) -> Table:
+        parent, fixed, idx = self.__dict__["_group_of"]
+        if name.startswith("time.compute") or parent.table_rows(name) > SHARED_ROWS:
+            return super()._build(name)
+        whole = parent.tables[name]
+        at = dict(zip(fixed, idx, strict=True))
+        cut = tuple(slice(at[v], at[v] + 1) if v in at else slice(None) for v in whole.vars)
+        return Table(name, whole.vars, whole.values[cut])
+
+
+class FloorSpace(GroupSpace):
+    """A group's space whose pipeline terms are bounded without simulating a pipeline: the compute term by
+    :meth:`Space.compute_floor`, the activations by their closed-form lower bound; their upper bounds are
+    unbounded (:data:`UNBOUNDED`), so the input-throughput family, which needs an upper bound of busy time,
+    allows every layout."""
+
+    def bound_table(self, name: str, side: str) -> Table:
+        if name in LEFT_OUT:  # a time, never negative: bounded below by 0, above by UNBOUNDED
+            return Table(name, (), np.asarray(0.0 if side == "lo" else UNBOUNDED))
+        if name not in ("time.compute", "mem.activations"):
+            return super().bound_table(name, side)
+        if side == "hi":
+            return Table(name, (), np.asarray(UNBOUNDED))
+        if name == "mem.activations":
+            return self.tables["mem.activations.lo"]
+        floor = self.__dict__.get("_floor")
+        if floor is None:
+            floor = self.__dict__["_floor"] = self.compute_floor()
+        return cast(Table, floor)
+
+
+def group_space(space: Space, fixed: tuple[str, ...], idx: tuple[int, ...], cls: type[GroupSpace] = GroupSpace
+                ) -> GroupSpace:
+    """One group's space: the fixed variables at their values ``idx``, every other domain whole; it tabulates the
+    pipeline terms as the whole space would (exactly, or as closed-form bounds with each layout simulated when
+    solved: the same decision, :meth:`Space.exact_pipeline_tables`, for every group)."""
+    sub = cls(sc=space.sc, domains=group_domains(space, fixed, idx))
+    sub.__dict__["_pipeline_work"] = space._work()
+    sub.__dict__["_group_of"] = (space, fixed, idx)
+    return sub
+
+
+def group_domains(space: Space, fixed: tuple[str, ...], idx: tuple[int, ...]) -> dict[str, list[Any]]:
+    """The domains of one group: the fixed variables at their values ``idx``, every other domain whole."""
+    dom = {k: list(v) for k, v in space.domains.items()}
+    for v, i in zip(fixed, idx, strict=True):
+        dom[v] = [space.domains[v][i]]
+    return dom
+
+
+def _layout_keys(space: Space, bounds: LayoutBounds, req: Request, enforced: Collection[str]
+                 ) -> np.ndarray[Any, Any]:
+    """Each layout's bound of the objective, infinite where an enforced family rules it out."""
+    sc = space.sc
+    ok = np.isfinite(bounds.objective_min)
+    for mask in bounds.allowed(enforced, sc.search.max_cards, sc.task.deadline_s, sc.cost.max_cost).values():
+        ok &= mask
+    if req.cards is not None:
+        ok &= np.isin(bounds.cards, list(req.cards))
+    return np.where(ok, bounds.objective_min, np.inf)
+
+
+def weak_group_vars(space: Space, fixed: tuple[str, ...]) -> tuple[str, ...]:
+    """The hub variables a group of the group-bound pass fixes: a prefix of ``fixed`` (the solve's groups), the
+    shortest whose largest compute-floor or activation-bound table has at most :data:`WEAK_ROWS` rows."""
+    d = space.domains
+    floor = tuple(v for v in space.table_vars("time.compute") if v != "schedule")
+    for n in range(1, len(fixed) + 1):
+        pre = fixed[:n]
+        rows = max(math.prod(1 if v in pre else len(d[v]) for v in vs)
+                   for vs in (floor, space.table_vars("mem.activations")))
+        if rows <= WEAK_ROWS:
+            return pre
+    return fixed
+
+
+def group_bounds(space: Space, req: Request, enforced: Collection[str], fixed: tuple[str, ...]
+                 ) -> list[tuple[float, tuple[int, ...]]]:
+    """A heap of (group bound, group index over ``fixed``) for every group with a layout some plan may run:
+    :class:`FloorSpace` bounds, computed over the coarser groups of :func:`weak_group_vars` and taken apart
+    into the solve's groups (each layout's bound, the least per group)."""
+    clock = clock_of(req)
+    weak = weak_group_vars(space, fixed)
+    rest = fixed[len(weak):]
+    heap: list[tuple[float, tuple[int, ...]]] = []
+    with clock.stoppable("bounding the layout groups"):
+        for idx in np.ndindex(*(len(space.domains[v]) for v in weak)):
+            checkpoint()
+            sub = group_space(space, weak, idx, FloorSpace)
+            bounds = LayoutBounds(sub, req.objective, enforced)
+            keys = _layout_keys(sub, bounds, req, enforced)
+            low = np.full(tuple(len(space.domains[v]) for v in rest) or (1,), np.inf)
+            np.minimum.at(low, tuple(bounds.coords[v] for v in rest) or (np.zeros(keys.size, dtype=np.int64),), keys)
+            for j in zip(*np.nonzero(np.isfinite(low)), strict=True):
+                heap.append((float(low[j]), tuple(int(i) for i in idx) + tuple(int(i) for i in j)[:len(rest)]))
+    heapq.heapify(heap)
+    return heap
+
+
+def solve_on_demand(space: Space, req: Request, enforced: Collection[str]
+                    ) -> tuple[list[Evaluation], Status, int, int, float | None, float | None]:
+    """The on-demand decomposition; returns (evaluations best first, status, groups tabulated, points evaluated,
+    gap, certificate: the least bound left unexamined, ``inf`` when nothing was left)."""
+    sc = space.sc
+    clock = clock_of(req)
+    K = max(1, req.top)
+    fixed = group_vars(space)
+    heap = group_bounds(space, req, enforced, fixed)
+    best: list[tuple[tuple[float, float], Evaluation]] = []
+    evaluated = tabulated = 0
+    left = math.inf  # least bound of the layouts skipped inside tabulated groups
+    phase = "solving the layout groups"
+    stopped = False
+    sub_req = Request(objective=req.objective, enforce=frozenset(enforced), top=K, cards=req.cards, clock=clock)
+
+    def kth() -> float:
+        return best[K - 1][0][0] if len(best) >= K else math.inf
+
+    while heap:
+        if heap[0][0] > kth() * (1 + KEY_RTOL) or clock.expired(phase):
+            stopped = heap[0][0] <= kth() * (1 + KEY_RTOL)
+            break
+        _, idx = heapq.heappop(heap)
+        tabulated += 1
+        sub = group_space(space, fixed, idx)
+        bounds = LayoutBounds(sub, req.objective, enforced)
+        keys = _layout_keys(sub, bounds, req, enforced)
+        order = np.argsort(keys, kind="stable")
+        for j, h in enumerate(order.tolist()):
+            if not keys[h] < math.inf or keys[h] > kth() * (1 + KEY_RTOL) or clock.expired(phase):
+                rest = keys[order[j:]]
+                left = min(left, float(rest.min()) if rest.size else math.inf)
+                stopped = stopped or (clock.reached and keys[h] <= kth() * (1 + KEY_RTOL))
+                break
+            layout = tuple(int(bounds.coords[v][h]) for v in HUB)
+            found, n = layout_best(sub, layout, sub_req)
+            evaluated += n
+            for key, a in found:
+                if len(best) >= K and key[0] > kth() * (1 + KEY_RTOL):
+                    break
+                ev = evaluate(sc, sub.plan(a))
+                best.append((objective_key(ev, req.objective), ev))
+            best.sort(key=lambda kv: kv[0])
+            best = best[:K]
+        clock.report(phase, tabulated)
+        if clock.reached:
+            stopped = True
+            break
+    certificate = min(left, heap[0][0] if heap else math.inf)
+    plans = [ev for _, ev in best]
+    if not stopped:
+        return plans, (Status.OPTIMAL if plans else Status.INFEASIBLE), tabulated, evaluated, \
+            (0.0 if plans else None), certificate
+    clock.reached, clock.phase = True, clock.phase or phase
+    lower = min(certificate, min((k for k, _ in heap), default=math.inf))
+    k = kth() if len(best) >= K else None
+    return plans, (Status.FEASIBLE if plans else Status.UNKNOWN), tabulated, evaluated, \
+        relative_gap(k, lower if math.isfinite(lower) else None), lower
