@@ -39,7 +39,7 @@ from tpopt.optimizer.decompose import HUB, KEY_RTOL, LayoutBounds
 from tpopt.optimizer.enumerate import layout_best
 from tpopt.optimizer.limits import checkpoint, clock_of
 from tpopt.optimizer.result import Request, Status, objective_key
-from tpopt.optimizer.space import Space, Table
+from tpopt.optimizer.space import ACTIVATION_TABLES, Space, Table
 
 GROUP_ROWS = 400_000
 """Largest table (rows) of one layout group: the on-demand path's peak memory is about one group's tables."""
@@ -104,12 +104,12 @@ class FloorSpace(GroupSpace):
     def bound_table(self, name: str, side: str) -> Table:
         if name in LEFT_OUT:  # a time, never negative: bounded below by 0, above by UNBOUNDED
             return Table(name, (), np.asarray(0.0 if side == "lo" else UNBOUNDED))
-        if name not in ("time.compute", "mem.activations"):
+        if name not in ("time.compute", *ACTIVATION_TABLES):
             return super().bound_table(name, side)
         if side == "hi":
             return Table(name, (), np.asarray(UNBOUNDED))
-        if name == "mem.activations":
-            return self.tables["mem.activations.lo"]
+        if name in ACTIVATION_TABLES:  # every stage class's activations: their closed-form lower bound
+            return self.tables[f"{name}.lo"]
         floor = self.__dict__.get("_floor")
         if floor is None:
             floor = self.__dict__["_floor"] = self.compute_floor()
@@ -155,7 +155,7 @@ def weak_group_vars(space: Space, fixed: tuple[str, ...]) -> tuple[str, ...]:
     for n in range(1, len(fixed) + 1):
         pre = fixed[:n]
         rows = max(math.prod(1 if v in pre else len(d[v]) for v in vs)
-                   for vs in (floor, space.table_vars("mem.activations")))
+                   for vs in (floor, *(space.table_vars(names[2]) for _, names in space.memory_classes())))
         if rows <= WEAK_ROWS:
             return pre
     return fixed
