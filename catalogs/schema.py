@@ -482,6 +482,9 @@ class MemoryKeys:
     activation_bytes: float = key(number(allow_zero=False), 2, help="bytes per activation value")
     loss_chunks: int = key(integer(), 1, help="chunked cross-entropy divides the FP32 logits buffer")
     prefetch: int = key(integer(minimum=0, maximum=MAX_HOST_INT), 1, help="ZeRO-3 units gathered ahead of use")
+    fp8_param_gather: bool | None = key(FLAG, optional=True,
+                                        help="FP8-family recipes keep and gather the weights in FP8 (Megatron's "
+                                             "--fp8-param-gather); omit for the stack's default (BF16 weights)")
     sequence_parallel: bool = key(FLAG, True, help="sequence parallelism under TP")
     dropout: bool = key(FLAG, False, help="dropout layers (1-byte masks, extra passes)")
 

@@ -278,7 +278,7 @@ def states(sc: Scenario, *, zero: ArrayLike, offload: str, tp: ArrayLike, cp: Ar
     """Persistent training state of the heaviest stage's card under ZeRO (memory.zero_state_bytes), sharded
     over the dp x cp ranks; for a MoE model the expert weights and optimizer state are split by ep x
     expert-TP and ZeRO shards them over the expert-data-parallel group."""
-    rec = memory.recipe(sc.task.precision)
+    rec = sc.state_recipe()
     return _sharded(sc, lambda n, d: memory.zero_state_bytes(n, d, zero, rec, offload == "cpu"),
                     tp=tp, pp=pp, ranks=zero_ranks(dp, cp), ep=ep, etp=etp)
 
@@ -311,7 +311,7 @@ def _by_unique(fn: Callable[..., float], *arrays: ArrayLike) -> FloatArray:
 def param_copies(sc: Scenario, *, schedule: str, tp: ArrayLike, pp: ArrayLike, ep: ArrayLike = 1,
                  etp: ArrayLike = 0) -> FloatArray:
     """Extra weight copies a pipeline schedule keeps (DualPipe: one more copy of the stage weights)."""
-    rec = memory.recipe(sc.task.precision)
+    rec = sc.state_recipe()
     extra = 1.0 if str(schedule).startswith("dualpipe") else 0.0
     return np.where(_f(pp) > 1, extra * rec.weights * card_params(sc, tp, pp, ep, etp), 0.0)
 
@@ -532,7 +532,7 @@ def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1
         return np.zeros(np.broadcast(_f(zero), _f(tp), _f(pp), _f(mb), _f(ep), _f(etp),
                                      _f(cap)).shape) + cpb
     s = sc.task.seq_len / _f(cp)
-    rec = memory.recipe(sc.task.precision)
+    rec = sc.state_recipe()
     send: Floats
     if a.moe:
         unit = moe.largest_unit_per_card(a, tp, ep, etp)
@@ -578,7 +578,7 @@ def memory_by_stage(sc: Scenario, *, schedule: str, recompute: str, zero: int, o
     split = [int(x) for x in stage_split(sc, p)] if p > 1 else [a.layers]
     if not split:
         return []
-    rec = memory.recipe(sc.task.precision)
+    rec = sc.state_recipe()
     ranks = zero_ranks(dp, cp)
     if a.moe:
         rows = moe.stage_candidates(a, float(tp), p, split if p > 1 else None, keep_all=True)
@@ -623,7 +623,7 @@ def memory_by_stage(sc: Scenario, *, schedule: str, recompute: str, zero: int, o
 def host_memory(sc: Scenario, *, acc: str, offload: str, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1,
                 pp: ArrayLike, dp: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0) -> FloatArray:
     """Optimizer state offloaded to one host: cards_per_host x per-card optimizer shard (0 without offload)."""
-    rec = memory.recipe(sc.task.precision)
+    rec = sc.state_recipe()
     g = sc.system(acc).acc.cards_per_host
     per_card = _sharded(sc, lambda n, d: memory.host_optimizer_bytes(n, d, zero, rec),
                         tp=tp, pp=pp, ranks=zero_ranks(dp, cp), ep=ep, etp=etp)
@@ -1277,7 +1277,7 @@ def dp_link(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, cp: Array
 
     A MoE model's expert state is reduced over its expert-data-parallel group (edp members, one ring per
     card of an EP x expert-TP block): the two rings' times add up (they share the links)."""
-    rec = memory.recipe(sc.task.precision)
+    rec = sc.state_recipe()
     ga = grad_accum(sc, dp, mb)
     ranks = zero_ranks(dp, cp)
     bw = dp_bandwidth(sc, acc=acc, tp=tp, dp=ranks, nics=nics)
@@ -1316,11 +1316,26 @@ def dp_latency(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, pp: Ar
     if not per_op_model(sc):
         return 0.0 * _f(ranks)
     p = _perf(sc, acc)
-    rec = memory.recipe(sc.task.precision)
+    rec = sc.state_recipe()
     layers = np.ceil(sc.model.layers / _f(pp)) if units is None else _f(units)
     calls = comm.dp_collective_calls(zero, n, layers, ga, sc.stack.dp_bucket, rec.weights, rec.grads)
     ring = network.ring_latency(sc.system(acc).acc.fabric, ranks, tp, p.up_step_latency, p.out_step_latency)
     out: FloatArray = np.where(_f(ranks) > 1, calls * (p.collective_latency + ring), 0.0)
+    return out
+
+
+def dp_tail(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, pp: ArrayLike, ranks: ArrayLike,
+            bw: ArrayLike) -> FloatArray:
+    """Per-operation model: the time of a step's first gather and last reduction of the sharded units
+    (comm.dp_tail_bytes: one layer under ZeRO-3 / FSDP, one of the stack's buckets otherwise), which no
+    compute can hide: bytes / B + calls x (t_call + ring latency) over the dp x cp ranks ``tp`` apart."""
+    p = _perf(sc, acc)
+    rec = sc.state_recipe()
+    n = heaviest_stage_params(sc, tp, pp)
+    size, calls = comm.dp_tail_bytes(zero, n, np.ceil(sc.model.layers / _f(pp)), ranks, sc.stack.dp_bucket,
+                                     rec.weights, rec.grads)
+    ring = network.ring_latency(sc.system(acc).acc.fabric, ranks, tp, p.up_step_latency, p.out_step_latency)
+    out: FloatArray = np.where(_f(ranks) > 1, size / _f(bw) + calls * (p.collective_latency + ring), 0.0)
     return out
 
 
@@ -1339,7 +1354,7 @@ def exposed_dp(sc: Scenario, *, acc: str, zero: ArrayLike, recompute: str, sp: b
     the windows' compute runs).
     """
     sc = with_sequence_parallel(sc, sp)
-    rec = memory.recipe(sc.task.precision)
+    rec = sc.state_recipe()
     ranks = zero_ranks(dp, cp)
     bw = dp_bandwidth(sc, acc=acc, tp=tp, dp=ranks, nics=nics)
     link = dp_link(sc, acc=acc, zero=zero, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, nics=nics, ep=ep, etp=etp)
@@ -1350,6 +1365,7 @@ def exposed_dp(sc: Scenario, *, acc: str, zero: ArrayLike, recompute: str, sp: b
     window = t_f + t_dx + t_dw
     windows = np.where(_f(zero) >= 2, grad_accum(sc, dp, mb), 1.0)
     if per_op_model(sc):
+        unhidden = unhidden + dp_tail(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, bw=bw)
         A = sc.system(acc).acc
         spans = network.route(A.fabric, ranks, tp).level > 0
         ga = grad_accum(sc, dp, mb)
@@ -1392,7 +1408,7 @@ def offload_wait(sc: Scenario, *, acc: str, offload: str, zero: ArrayLike, recom
     (ops.optimizer_bytes_per_param)."""
     sc = with_sequence_parallel(sc, sp)
     A = sc.system(acc).acc
-    rec = memory.recipe(sc.task.precision)
+    rec = sc.state_recipe()
     shard = _sharded(sc, lambda n, d: n / np.where(_f(zero) >= 1, _f(d), 1.0),
                      tp=tp, pp=pp, ranks=zero_ranks(dp, cp), ep=ep, etp=etp)
     t_f, t_dx, t_dw = microbatch_times(sc, acc=acc, recompute=recompute, schedule="1f1b", tp=tp, cp=cp, pp=pp,

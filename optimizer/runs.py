@@ -385,7 +385,7 @@ def memory_figures(run: MeasuredRun) -> dict[str, tuple[float, float]]:
         split = T.stage_split(sc, plan.pp)
         counts = memory.stage_param_counts(sc.model, plan.tp, split)
         n = counts[1] if plan.pp > 2 else counts[0]
-        state = memory.zero_state_bytes(n, plan.dp, plan.zero_stage, memory.recipe(sc.task.precision))
+        state = memory.zero_state_bytes(n, plan.dp, plan.zero_stage, sc.state_recipe())
         out["weights_optimizer_gib"] = (float(state) / GIB, row["weights_optimizer_gib"])
     for col, sp, rec in (("activations_gib_tp_no_recompute", False, "none"),
                          ("activations_gib_sp_selective", True, "attn")):
