@@ -1343,7 +1343,8 @@ def exposed_dp(sc: Scenario, *, acc: str, zero: ArrayLike, recompute: str, sp: b
                cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike, mb: ArrayLike, nics: ArrayLike, ep: ArrayLike = 1,
                etp: ArrayLike = 0, cap: ArrayLike = 0.0) -> FloatArray:
     """Exposed data-parallel communication (comm.exposed_time), with overlap share f (comm.dp_overlap):
-    (1 - f) x every byte + f x (unhidable bytes + per-window excess over compute).
+    (1 - f) x every byte + f x (unhidable bytes + per-window excess over compute + the gathers that wait
+    for their layer without prefetch, :func:`serial_gathers`).
 
     Windows: one per micro-batch for ZeRO-2/3 (their collectives run every micro-batch), one per
     step for ZeRO-0/1; each window's compute is one micro-batch's forward + backward on the busiest
@@ -1374,12 +1375,31 @@ def exposed_dp(sc: Scenario, *, acc: str, zero: ArrayLike, recompute: str, sp: b
         pp_busy = 2.0 * pipeline_transfer(sc, acc=acc, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, nics=nics)
         other = np.where(spans, pp_busy, tp_busy)
         link = comm.shared_link_time(link, other * windows, window * windows)
+    serial = serial_gathers(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, ga=grad_accum(sc, dp, mb), link=link)
+    rest = link - serial  # what prefetch and immediate reduction may hide
     f = sc.overlap_fractions()[1]
-    hidden = comm.exposed_time(unhidden, link / windows, window, windows, True)
+    hidden = comm.exposed_time(unhidden, rest / windows, window, windows, True)
     if per_op_model(sc):  # the hidden share still costs the compute kappa of its time (overlap_contention)
-        hidden = hidden + _perf(sc, acc).overlap_contention * np.maximum(_f(link) - hidden, 0.0)
-    exposed: FloatArray = f * hidden + (1.0 - f) * link
+        hidden = hidden + _perf(sc, acc).overlap_contention * np.maximum(_f(rest) - hidden, 0.0)
+    exposed: FloatArray = f * (hidden + serial) + (1.0 - f) * link
     return exposed
+
+
+def serial_gathers(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, pp: ArrayLike, ranks: ArrayLike,
+                   ga: ArrayLike, link: ArrayLike) -> FloatArray:
+    """ZeRO-3 / FSDP without prefetch (``[memory] prefetch = 0``): each layer's weight gather waits for the
+    layer before it has finished, so the gathers (2 of the 3 collectives per layer and micro-batch, 2w of
+    their 2w + g bytes per parameter) sit on the critical path and only the reductions may hide:
+        serial = 2w / (2w + g) x (link - latency) + 2/3 x latency     (0 with prefetch >= 1).
+    A MoE model's expert rings take the same shares."""
+    if sc.memory.prefetch >= 1:
+        return 0.0 * _f(link)
+    rec = sc.state_recipe()
+    lat = dp_latency(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, ga=ga, n=heaviest_stage_params(sc, tp, pp))
+    lat = np.minimum(lat, _f(link))
+    share = 2.0 * rec.weights / (2.0 * rec.weights + rec.grads)
+    out: FloatArray = np.where(_f(zero) >= 3, share * (_f(link) - lat) + 2.0 / 3.0 * lat, 0.0)
+    return out
 
 
 def tp_comm(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike,

@@ -295,6 +295,7 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         mem.pop("activation_reserve", None)
         mem["dropout"] = _flag(row, "dropout", defaults["dropout"], where)
         mem["flash_attention"] = _flag(row, "flash_attention", defaults["flash_attention"], where)
+        mem.setdefault("prefetch", stack_profile(defaults["stack"]).fsdp_prefetch)  # ZeRO-3 units gathered ahead
         raw["memory"] = mem
         raw["comm"] = {"tp_overlap": _overlap_value(stated.get("tp_overlap", defaults["tp_overlap"])),
                        "dp_overlap": _overlap_value(stated.get("dp_overlap", defaults["dp_overlap"]))}

@@ -114,3 +114,15 @@ def test_fp8_weights_are_bf16_unless_the_stack_or_scenario_gathers_them_in_fp8()
     lat = float(T.dp_latency(plain, acc="h100-sxm", zero=3, tp=1, pp=1, ranks=8, ga=1, n=N))
     assert (link[1] - lat) / (link[0] - lat) == pytest.approx((2 * (1 + 4 / 16384) + 2) / 6)
     assert scenario(precision="bf16-mixed", memory_keys={"fp8_param_gather": True}).state_recipe().weights == 2.0
+
+
+def test_without_prefetch_the_gathers_wait_for_their_layer():
+    """ZeRO-3 on 128 DGX H100 cards, ``[memory] prefetch = 0``: the two gathers per layer (2/3 of the BF16
+    bytes and of the calls) no longer hide, the reduction still does: the step grows by 2/3 x L x (1 - kappa),
+    L the link time of exposed_fsdp (what hid of the gathers only cost its contention share kappa)."""
+    base = scenario(batch=128)
+    serial = scenario(batch=128, memory_keys={"prefetch": 0})
+    r1, r0 = run(base, 128), run(serial, 128)
+    _, link = exposed_fsdp(128, float(r1["pure_compute_s"]), 8, 50e9)
+    kappa = CAT.perf("h100-sxm").overlap_contention
+    assert float(r0["step_s"]) - float(r1["step_s"]) == pytest.approx(2 / 3 * link * (1 - kappa), rel=1e-6)
