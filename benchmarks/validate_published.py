@@ -188,7 +188,11 @@ def print_residual_sigma(runs, loo: dict, loso: dict) -> None:
 
 
 FSDP_CARDS = (8, 16, 32, 64, 128)
-FSDP_FABRICS = (("DGX H100, 8 x 400 Gb/s per host", "400g", 8), ("4 x 200 Gb/s per host (A3 High-like)", "200g", 4))
+FSDP_FABRICS = (("DGX H100, 8 x 400 Gb/s per host", "400g", 8, {}),
+                ("4 x 200 Gb/s per host (A3 High-like)", "200g", 4, {}),
+                ("  hybrid, FSDP in host, FP32 gradients", "200g", 4, {"zero_group": 8}))
+"""(label, NIC, NICs per host, [memory] keys); the hybrid row is MaxText's A3 layout (ici_fsdp_parallelism = 8,
+dcn_data_parallelism = hosts) with FP32 gradients (bf16-mixed-fp32-grad)."""
 
 
 def print_fsdp_scaling(cat) -> None:
@@ -198,10 +202,13 @@ def print_fsdp_scaling(cat) -> None:
     print("\nFSDP (ZeRO-3) scaling, Llama 3 8B BF16, 8192 tokens per card, H100 (catalog parameters): "
           "step / 8-card step")
     print(f"  {'host fabric':38s} " + " ".join(f"{c:>6d}" for c in FSDP_CARDS) + "   8-card step")
-    for label, nic, nics in FSDP_FABRICS:
+    for label, nic, nics, mem in FSDP_FABRICS:
         steps = []
         for cards in FSDP_CARDS:
-            raw = {"model": {"name": "llama3-8b"}, "task": {"tokens": "1B", "seq_len": 8192, "global_batch": cards},
+            task = {"tokens": "1B", "seq_len": 8192, "global_batch": cards}
+            if mem:
+                task["precision"] = "bf16-mixed-fp32-grad"
+            raw = {"model": {"name": "llama3-8b"}, "task": task, "memory": mem,
                    "schedule": {"deadline": "1000d"}, "hardware": {"accelerator": "h100-sxm", "nic": nic,
                                                                    "nics_per_host": nics}}
             r = evaluate_arrays(build_scenario(raw, cat), "h100-sxm", tp=1, pp=1, dp=cards, micro_batch=1,

@@ -151,6 +151,50 @@ def zero_ranks(dp: ArrayLike, cp: ArrayLike) -> FloatArray:
     return _f(dp) * _f(cp)
 
 
+def shard_ranks(sc: Scenario, dp: ArrayLike, cp: ArrayLike, zero: ArrayLike) -> FloatArray:
+    """Ranks one ZeRO shard spans: dp x cp, or under hybrid sharding (``[memory] zero_group`` = G > 0, ZeRO
+    >= 1) min(G, dp x cp): FSDP / the distributed optimizer inside groups of G consecutive data-parallel
+    ranks, replicas of the group across them (torchtitan's data_parallel_shard_degree, MaxText's
+    ici_fsdp_parallelism, Megatron's distributed-optimizer instances)."""
+    full = zero_ranks(dp, cp)
+    g = sc.memory.zero_group
+    if g <= 0:
+        return full
+    out: FloatArray = np.where(_f(zero) >= 1, np.minimum(full, float(g)), full)
+    return out
+
+
+def replica_link(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, pp: ArrayLike, dp: ArrayLike,
+                 cp: ArrayLike, nics: ArrayLike, n: ArrayLike) -> FloatArray:
+    """Hybrid sharding: the per-step all-reduce of each card's gradient shard over the r = dp x cp / s
+    replicas of its shard group (s ranks, :func:`shard_ranks`), once a step after the last micro-batch:
+        t = 2 (r-1)/r x g N / s / B_r + calls x (t_call + ring latency),
+    the ring's members tp x s ranks apart, so with s x tp >= a host every card of a host is in its own ring
+    and they share the host's NICs: B_r = nics x B_nic / min(tp s, cards per host) (network.route), x the
+    collective efficiency. MaxText's Llama 2 7B on A3 High (8-way FSDP per host, 16 hosts, FP32 gradients,
+    4 x 200 Gb/s NICs: 12.5 GB/s a card): 2 x 15/16 x 4 x 6.7e9 / 8 B / 12.5 GB/s = 0.5 s a step."""
+    full = zero_ranks(dp, cp)
+    s = shard_ranks(sc, dp, cp, zero)
+    r = full / s
+    if not np.any(r > 1):
+        return 0.0 * r
+    rec = sc.state_recipe()
+    A = sc.system(acc).acc
+    stride = _f(tp) * s
+    bw: Floats = network.route(A.fabric, r, stride, np.minimum(stride, A.cards_per_host), nics).bandwidth
+    lat: Floats = 0.0
+    if per_op_model(sc):
+        p = _perf(sc, acc)
+        bw = bw * p.dp_efficiency
+        calls = comm.dp_collective_calls(0, _f(n) / s, np.ceil(sc.model.layers / _f(pp)), 1, sc.stack.dp_bucket,
+                                         rec.weights, rec.grads)
+        lat = calls * (p.collective_latency + network.ring_latency(A.fabric, r, stride, p.up_step_latency,
+                                                                   p.out_step_latency))
+    t = comm.allreduce_bytes(rec.grads * _f(n) / s, r) / bw + lat
+    out: FloatArray = np.where(r > 1, t, 0.0)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # step-time model and pipeline shape
 
@@ -280,7 +324,7 @@ def states(sc: Scenario, *, zero: ArrayLike, offload: str, tp: ArrayLike, cp: Ar
     expert-TP and ZeRO shards them over the expert-data-parallel group."""
     rec = sc.state_recipe()
     return _sharded(sc, lambda n, d: memory.zero_state_bytes(n, d, zero, rec, offload == "cpu"),
-                    tp=tp, pp=pp, ranks=zero_ranks(dp, cp), ep=ep, etp=etp)
+                    tp=tp, pp=pp, ranks=shard_ranks(sc, dp, cp, zero), ep=ep, etp=etp)
 
 
 def heaviest_stage_params(sc: Scenario, tp: ArrayLike, pp: ArrayLike) -> FloatArray:
@@ -579,7 +623,7 @@ def memory_by_stage(sc: Scenario, *, schedule: str, recompute: str, zero: int, o
     if not split:
         return []
     rec = sc.state_recipe()
-    ranks = zero_ranks(dp, cp)
+    ranks = shard_ranks(sc, dp, cp, zero)
     if a.moe:
         rows = moe.stage_candidates(a, float(tp), p, split if p > 1 else None, keep_all=True)
         etp_size = moe.expert_tp_size(etp, tp)
@@ -626,7 +670,7 @@ def host_memory(sc: Scenario, *, acc: str, offload: str, zero: ArrayLike, tp: Ar
     rec = sc.state_recipe()
     g = sc.system(acc).acc.cards_per_host
     per_card = _sharded(sc, lambda n, d: memory.host_optimizer_bytes(n, d, zero, rec),
-                        tp=tp, pp=pp, ranks=zero_ranks(dp, cp), ep=ep, etp=etp)
+                        tp=tp, pp=pp, ranks=shard_ranks(sc, dp, cp, zero), ep=ep, etp=etp)
     return np.where(offload == "cpu", per_card * g, 0.0)
 
 
@@ -1279,12 +1323,13 @@ def dp_link(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, cp: Array
     card of an EP x expert-TP block): the two rings' times add up (they share the links)."""
     rec = sc.state_recipe()
     ga = grad_accum(sc, dp, mb)
-    ranks = zero_ranks(dp, cp)
+    ranks = shard_ranks(sc, dp, cp, zero)
     bw = dp_bandwidth(sc, acc=acc, tp=tp, dp=ranks, nics=nics)
     if not sc.model.moe:
         n = heaviest_stage_params(sc, tp, pp)
         link: FloatArray = comm.zero_dp_volume(zero, n, ranks, ga, rec.weights, rec.grads) / bw
-        return link + dp_latency(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, ga=ga, n=n)
+        return (link + dp_latency(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, ga=ga, n=n)
+                + replica_link(sc, acc=acc, zero=zero, tp=tp, pp=pp, dp=dp, cp=cp, nics=nics, n=n))
     g = sc.system(acc).acc.cards_per_host
     etp_size = moe.expert_tp_size(etp, tp)
     edp = moe.expert_dp_size(tp, ranks, ep, etp)
@@ -1356,7 +1401,7 @@ def exposed_dp(sc: Scenario, *, acc: str, zero: ArrayLike, recompute: str, sp: b
     """
     sc = with_sequence_parallel(sc, sp)
     rec = sc.state_recipe()
-    ranks = zero_ranks(dp, cp)
+    ranks = shard_ranks(sc, dp, cp, zero)
     bw = dp_bandwidth(sc, acc=acc, tp=tp, dp=ranks, nics=nics)
     link = dp_link(sc, acc=acc, zero=zero, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, nics=nics, ep=ep, etp=etp)
     unhidden = comm.zero_dp_unhidden_bytes(zero, memory.embedding_shard_params(sc.model, tp), ranks, rec.weights,
@@ -1430,7 +1475,7 @@ def offload_wait(sc: Scenario, *, acc: str, offload: str, zero: ArrayLike, recom
     A = sc.system(acc).acc
     rec = sc.state_recipe()
     shard = _sharded(sc, lambda n, d: n / np.where(_f(zero) >= 1, _f(d), 1.0),
-                     tp=tp, pp=pp, ranks=zero_ranks(dp, cp), ep=ep, etp=etp)
+                     tp=tp, pp=pp, ranks=shard_ranks(sc, dp, cp, zero), ep=ep, etp=etp)
     t_f, t_dx, t_dw = microbatch_times(sc, acc=acc, recompute=recompute, schedule="1f1b", tp=tp, cp=cp, pp=pp,
                                        mb=mb, ep=ep, etp=etp, cap=cap)
     cpu_bw = A.host_memory_bw / A.cards_per_host if A.host_memory_bw > 0 else np.inf
