@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = sorted((ROOT / "benchmarks" / "data").glob("*.csv"))
 
 from tpopt.catalogs import load_catalog  # noqa: E402
+from tpopt.catalogs.scenario import build_scenario  # noqa: E402
 from tpopt.catalogs.stacks import DEFAULT_STACK, stack_names, stack_profile  # noqa: E402
 from tpopt.errors import InputError  # noqa: E402
 from tpopt.models import families as F  # noqa: E402
@@ -202,6 +203,36 @@ def print_residual_sigma(runs, loo: dict, loso: dict) -> None:
               f"anchors' RMS log error (stacks the model was not fitted on)")
 
 
+FSDP_CARDS = (8, 16, 32, 64, 128)
+FSDP_FABRICS = (("DGX H100, 8 x 400 Gb/s per host", "400g", 8, {}),
+                ("4 x 200 Gb/s per host (A3 High-like)", "200g", 4, {}),
+                ("  hybrid, FSDP in host, FP32 gradients", "200g", 4, {"zero_group": 8}))
+"""(label, NIC, NICs per host, [memory] keys); the hybrid row is MaxText's A3 layout (ici_fsdp_parallelism = 8,
+dcn_data_parallelism = hosts) with FP32 gradients (bf16-mixed-fp32-grad)."""
+
+
+def print_fsdp_scaling(cat) -> None:
+    """ZeRO-3 / FSDP from one host to 16 (issue 23 item 4): Llama 3 8B, BF16, 8192 tokens per card (one
+    sequence a card, tokens per card fixed), H100 with the catalog's parameters, the step at each card count
+    over the 8-card step, on two host fabrics (tests/test_fsdp_scale.py derives the bands)."""
+    print("\nFSDP (ZeRO-3) scaling, Llama 3 8B BF16, 8192 tokens per card, H100 (catalog parameters): "
+          "step / 8-card step")
+    print(f"  {'host fabric':38s} " + " ".join(f"{c:>6d}" for c in FSDP_CARDS) + "   8-card step")
+    for label, nic, nics, mem in FSDP_FABRICS:
+        steps = []
+        for cards in FSDP_CARDS:
+            task = {"tokens": "1B", "seq_len": 8192, "global_batch": cards}
+            if mem:
+                task["precision"] = "bf16-mixed-fp32-grad"
+            raw = {"model": {"name": "llama3-8b"}, "task": task, "memory": mem,
+                   "schedule": {"deadline": "1000d"}, "hardware": {"accelerator": "h100-sxm", "nic": nic,
+                                                                   "nics_per_host": nics}}
+            r = evaluate_arrays(build_scenario(raw, cat), "h100-sxm", tp=1, pp=1, dp=cards, micro_batch=1,
+                                zero_stage=3, nics_per_host=nics, save_interval_s=1800.0, recompute="none")
+            steps.append(float(r["step_s"]))
+        print(f"  {label:38s} " + " ".join(f"{x / steps[0]:6.3f}" for x in steps) + f"   {steps[0]:.3f} s")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", nargs="+", default=[str(p) for p in DATA], help="CSV files of measured runs")
@@ -322,6 +353,7 @@ def main(argv=None) -> int:
                 print(f"    {col}: {summary(e)}")
                 ok &= float(np.median(np.abs(e))) <= 0.05
     print_residual_sigma(runs, loo, loso)
+    print_fsdp_scaling(cat)
     print("\nissue 23 targets (per table: median <= 5 %, max <= 12 %, signed median within 2 %, leave-one-source-out "
           "median <= 8 %; ratio within 3 %, memory median <= 5 %, percent of peak rising with width): "
           f"{'met' if ok else 'NOT met'}")

@@ -196,6 +196,9 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
     stack = stack_profile(read_table(HardwareKeys, raw["hardware"], "hardware.").stack)
     systems = _systems(raw["hardware"], raw.get("cost", {}), cat, stack)
     mem = MemoryOptions(**targets(read_table(MemoryKeys, raw.get("memory", {}), "memory.")))
+    if mem.zero_group and model.moe:
+        raise InputError("memory.zero_group: hybrid sharding is modelled for dense models only (a MoE model's "
+                         "expert state shards over its expert-data-parallel group); drop the key")
     inp = InputPipeline(**targets(read_table(InputKeys, raw.get("input", {}), "input.")))
     ck = read_table(CheckpointKeys, raw.get("checkpoint", {}), "checkpoint.", cat)
     rel = _reliability(ck, read_table(StragglerKeys, raw.get("stragglers", {}), "stragglers."))

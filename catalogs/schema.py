@@ -482,6 +482,12 @@ class MemoryKeys:
     activation_bytes: float = key(number(allow_zero=False), 2, help="bytes per activation value")
     loss_chunks: int = key(integer(), 1, help="chunked cross-entropy divides the FP32 logits buffer")
     prefetch: int = key(integer(minimum=0, maximum=MAX_HOST_INT), 1, help="ZeRO-3 units gathered ahead of use")
+    fp8_param_gather: bool | None = key(FLAG, optional=True,
+                                        help="FP8-family recipes keep and gather the weights in FP8 (Megatron's "
+                                             "--fp8-param-gather); omit for the stack's default (BF16 weights)")
+    zero_group: int = key(integer(minimum=0, maximum=MAX_DOMAIN_INT), 0,
+                          help="hybrid sharding: data-parallel ranks one ZeRO (>= 1) shard group spans, replicas "
+                               "across groups all-reduce their gradient shards once a step; 0: all ranks")
     sequence_parallel: bool = key(FLAG, True, help="sequence parallelism under TP")
     dropout: bool = key(FLAG, False, help="dropout layers (1-byte masks, extra passes)")
 

@@ -20,8 +20,8 @@ TP_OVERLAPS = (True, False, "async")
 FP8_RECIPES = ("current", "delayed", "mxfp8", "none")
 KEYS = ("display", "tp_overlap", "dp_overlap", "fsdp_prefetch", "dp_bucket", "moe_dispatcher", "moe_a2a_overlap",
         "flash_attention", "sequence_parallel", "dropout", "recompute", "recompute_modules", "activation_offload",
-        "fp8_recipe", "moe_probs_in_activation", "step_overhead", "microbatch_overhead", "cuda_context",
-        "communicator_buffers", "allocator_reserve", "residual_sigma", "sources")
+        "fp8_recipe", "fp8_param_gather", "moe_probs_in_activation", "step_overhead", "microbatch_overhead",
+        "cuda_context", "communicator_buffers", "allocator_reserve", "residual_sigma", "sources")
 OPTIONAL = ("residual_sigma",)
 """Keys a profile may leave out: residual_sigma (none: a card's own sigma applies on the stack alone)."""
 
@@ -72,6 +72,7 @@ def build_stack(name: str, t: Any) -> StackProfile:
         flash_attention=_bool(t, "flash_attention", where), sequence_parallel=_bool(t, "sequence_parallel", where),
         dropout=_bool(t, "dropout", where), recompute=_text(t, "recompute", where), recompute_modules=tuple(mods),
         activation_offload=_bool(t, "activation_offload", where), fp8_recipe=fp8,
+        fp8_param_gather=_bool(t, "fp8_param_gather", where),
         moe_probs_in_activation=_bool(t, "moe_probs_in_activation", where),
         step_overhead=parse_duration(t["step_overhead"], f"{where} step_overhead"),
         microbatch_overhead=parse_duration(t["microbatch_overhead"], f"{where} microbatch_overhead"),

@@ -410,7 +410,7 @@ def moe_metrics(sc: Scenario, plan: Plan, v: dict[str, float]) -> dict[str, Any]
     a, o = sc.model, sc.moe
     if not a.moe:
         return {}
-    rec = memory.recipe(sc.task.precision)
+    rec = sc.state_recipe()
     tokens = float(T.card_tokens(sc, plan.tp, plan.micro_batch, plan.cp))
     etp = float(moe.expert_tp_size(plan.expert_tp, plan.tp))
     c = plan.capacity_factor

@@ -100,6 +100,7 @@ class StackProfile:
     recompute_modules: tuple[str, ...] = ()
     activation_offload: bool = False
     fp8_recipe: str = "current"
+    fp8_param_gather: bool = False  # FP8 / MXFP8 / NVFP4 recipes keep the weights in that format (else BF16)
     moe_probs_in_activation: bool = False  # router probabilities applied in the experts' activation (before fc2)
     step_overhead: float = 0.0  # s per optimizer step
     microbatch_overhead: float = 0.0  # s per micro-batch per pipeline stage

@@ -8,7 +8,7 @@ All functions broadcast over numpy arrays of tp / pp / dp / zero stage / micro-b
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -78,6 +78,22 @@ def recipe(name: str) -> StateRecipe:
         return RECIPES[name]
     except KeyError:
         raise InputError(f"unknown precision {name!r} (known: {', '.join(RECIPES)})") from None
+
+
+LOW_PRECISION_MATRIX = ("fp8", "mxfp8", "nvfp4")
+"""Matrix precisions whose operand copy a stack may keep in place of the BF16 weights (fp8_param_gather)."""
+
+
+def stored_recipe(name: str, low_precision_params: bool) -> StateRecipe:
+    """The recipe as a stack stores it: under an FP8 / MXFP8 / NVFP4 recipe without ``low_precision_params``
+    (Megatron-Core's default, ``--fp8-param-gather`` off) the weights stay BF16, w = 2 B/param, and each GEMM
+    casts them (the cast is workspace, not state); with it the low-precision copy replaces them (w = 1 + 4/16384
+    for FP8, chapter 10.1.2) and ZeRO gathers that copy. Other recipes are unchanged.
+    fp8-mixed: (w, g, master, moments) = (2, 2, 4, 8) = 16 B/param stored, (1.0002, 2, 4, 8) with the flag."""
+    r = recipe(name)
+    if r.matrix in LOW_PRECISION_MATRIX and not low_precision_params:
+        return replace(r, weights=2.0)
+    return r
 
 
 def persistent_state_bytes(n_params: Floats, r: StateRecipe) -> Floats:

@@ -17,6 +17,7 @@ from tpopt.models.batch import tokens_at_batch
 from tpopt.models.finish import Risk
 from tpopt.models.hardware import Accelerator, StackProfile
 from tpopt.models.market import MarketOptions
+from tpopt.models.memory import StateRecipe, stored_recipe
 from tpopt.models.roofline import PerfParams
 
 SAVE_MODES = ("sync", "async")
@@ -142,6 +143,8 @@ class MemoryOptions:
     activation_bytes: float = 2.0  # BF16 activations
     loss_chunks: int = 1  # chunked cross-entropy divides the FP32 logits buffer
     prefetch: int = 1  # ZeRO-3 units gathered ahead of use
+    fp8_param_gather: bool | None = None  # FP8-family weights kept (and gathered) in FP8; None: the stack's default
+    zero_group: int = 0  # data-parallel ranks one ZeRO shard spans (hybrid sharding); 0: all of them
 
 
 @dataclass(frozen=True)
@@ -293,6 +296,16 @@ class Scenario:
         """((chunked, async) tensor-parallel, data-parallel) overlap; ``overlap = false`` turns all off."""
         tp = cast(tuple[float, float], tuple(self.tp_overlap))  # a copy of the (chunked, async) pair
         return (tp, self.dp_overlap) if self.overlap else ((0.0, 0.0), 0.0)
+
+    def fp8_params(self) -> bool:
+        """Whether an FP8 / MXFP8 / NVFP4 recipe keeps its weights in that format: ``[memory] fp8_param_gather``,
+        else the stack's ``fp8_param_gather`` (Megatron-Core: false, BF16 weights)."""
+        own = self.memory.fp8_param_gather
+        return self.stack.fp8_param_gather if own is None else own
+
+    def state_recipe(self) -> StateRecipe:
+        """Bytes per parameter of each persistent state as the stack stores them (memory.stored_recipe)."""
+        return stored_recipe(self.task.precision, self.fp8_params())
 
     def system(self, accelerator: str) -> System:
         try:

@@ -184,6 +184,50 @@ def zero_ranks(dp: ArrayLike, cp: ArrayLike) -> FloatArray:
     return _f(dp) * _f(cp)
 
 
+def shard_ranks(sc: Scenario, dp: ArrayLike, cp: ArrayLike, zero: ArrayLike) -> FloatArray:
+    """Ranks one ZeRO shard spans: dp x cp, or under hybrid sharding (``[memory] zero_group`` = G > 0, ZeRO
+    >= 1) min(G, dp x cp): FSDP / the distributed optimizer inside groups of G consecutive data-parallel
+    ranks, replicas of the group across them (torchtitan's data_parallel_shard_degree, MaxText's
+    ici_fsdp_parallelism, Megatron's distributed-optimizer instances)."""
+    full = zero_ranks(dp, cp)
+    g = sc.memory.zero_group
+    if g <= 0:
+        return full
+    out: FloatArray = np.where(_f(zero) >= 1, np.minimum(full, float(g)), full)
+    return out
+
+
+def replica_link(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, pp: ArrayLike, dp: ArrayLike,
+                 cp: ArrayLike, nics: ArrayLike, n: ArrayLike) -> FloatArray:
+    """Hybrid sharding: the per-step all-reduce of each card's gradient shard over the r = dp x cp / s
+    replicas of its shard group (s ranks, :func:`shard_ranks`), once a step after the last micro-batch:
+        t = 2 (r-1)/r x g N / s / B_r + calls x (t_call + ring latency),
+    the ring's members tp x s ranks apart, so with s x tp >= a host every card of a host is in its own ring
+    and they share the host's NICs: B_r = nics x B_nic / min(tp s, cards per host) (network.route), x the
+    collective efficiency. MaxText's Llama 2 7B on A3 High (8-way FSDP per host, 16 hosts, FP32 gradients,
+    4 x 200 Gb/s NICs: 12.5 GB/s a card): 2 x 15/16 x 4 x 6.7e9 / 8 B / 12.5 GB/s = 0.5 s a step."""
+    full = zero_ranks(dp, cp)
+    s = shard_ranks(sc, dp, cp, zero)
+    r = full / s
+    if not np.any(r > 1):
+        return 0.0 * r
+    rec = sc.state_recipe()
+    A = sc.system(acc).acc
+    stride = _f(tp) * s
+    bw: Floats = network.route(A.fabric, r, stride, np.minimum(stride, A.cards_per_host), nics).bandwidth
+    lat: Floats = 0.0
+    if per_op_model(sc):
+        p = _perf(sc, acc)
+        bw = bw * p.dp_efficiency
+        calls = comm.dp_collective_calls(0, _f(n) / s, np.ceil(sc.model.layers / _f(pp)), 1, sc.stack.dp_bucket,
+                                         rec.weights, rec.grads)
+        lat = calls * (p.collective_latency + network.ring_latency(A.fabric, r, stride, p.up_step_latency,
+                                                                   p.out_step_latency))
+    t = comm.allreduce_bytes(rec.grads * _f(n) / s, r) / bw + lat
+    out: FloatArray = np.where(r > 1, t, 0.0)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # step-time model and pipeline shape
 
@@ -322,9 +366,9 @@ def states(sc: Scenario, *, zero: ArrayLike, offload: str, tp: ArrayLike, cp: Ar
     over the dp x cp ranks; for a MoE model the expert weights and optimizer state are split by ep x
     expert-TP and ZeRO shards them over the expert-data-parallel group. ``stage``: the heaviest of one
     stage class only (:func:`class_stages`; per-operation model)."""
-    rec = memory.recipe(sc.task.precision)
+    rec = sc.state_recipe()
     return _sharded(sc, lambda n, d: memory.zero_state_bytes(n, d, zero, rec, offload == "cpu"),
-                    tp=tp, pp=pp, ranks=zero_ranks(dp, cp), ep=ep, etp=etp, stage=stage)
+                    tp=tp, pp=pp, ranks=shard_ranks(sc, dp, cp, zero), ep=ep, etp=etp, stage=stage)
 
 
 def heaviest_stage_params(sc: Scenario, tp: ArrayLike, pp: ArrayLike, stage: str = PEAK) -> FloatArray:
@@ -358,7 +402,7 @@ def param_copies(sc: Scenario, *, schedule: str, tp: ArrayLike, pp: ArrayLike, e
                  etp: ArrayLike = 0, stage: str = PEAK) -> FloatArray:
     """Extra weight copies a pipeline schedule keeps (DualPipe: one more copy of the stage weights; of the
     heaviest stage of the class ``stage``)."""
-    rec = memory.recipe(sc.task.precision)
+    rec = sc.state_recipe()
     extra = 1.0 if str(schedule).startswith("dualpipe") else 0.0
     if not extra:
         return np.zeros(np.broadcast(_f(tp), _f(pp), _f(ep), _f(etp)).shape)
@@ -605,7 +649,7 @@ def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1
         return np.zeros(np.broadcast(_f(zero), _f(tp), _f(pp), _f(mb), _f(ep), _f(etp),
                                      _f(cap)).shape) + cpb
     s = sc.task.seq_len / _f(cp)
-    rec = memory.recipe(sc.task.precision)
+    rec = sc.state_recipe()
     send: Floats
     if a.moe:
         unit = moe.largest_unit_per_card(a, tp, ep, etp)
@@ -656,8 +700,8 @@ def memory_by_stage(sc: Scenario, *, schedule: str, recompute: str, zero: int, o
     split = [int(x) for x in stage_split(sc, p)] if p > 1 else [a.layers]
     if not split:
         return []
-    rec = memory.recipe(sc.task.precision)
-    ranks = zero_ranks(dp, cp)
+    rec = sc.state_recipe()
+    ranks = shard_ranks(sc, dp, cp, zero)
     if a.moe:
         rows = moe.stage_candidates(a, float(tp), p, split if p > 1 else None, keep_all=True)
         etp_size = moe.expert_tp_size(etp, tp)
@@ -701,10 +745,10 @@ def memory_by_stage(sc: Scenario, *, schedule: str, recompute: str, zero: int, o
 def host_memory(sc: Scenario, *, acc: str, offload: str, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1,
                 pp: ArrayLike, dp: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0) -> FloatArray:
     """Optimizer state offloaded to one host: cards_per_host x per-card optimizer shard (0 without offload)."""
-    rec = memory.recipe(sc.task.precision)
+    rec = sc.state_recipe()
     g = sc.system(acc).acc.cards_per_host
     per_card = _sharded(sc, lambda n, d: memory.host_optimizer_bytes(n, d, zero, rec),
-                        tp=tp, pp=pp, ranks=zero_ranks(dp, cp), ep=ep, etp=etp)
+                        tp=tp, pp=pp, ranks=shard_ranks(sc, dp, cp, zero), ep=ep, etp=etp)
     return np.where(offload == "cpu", per_card * g, 0.0)
 
 
@@ -1387,14 +1431,15 @@ def dp_link(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, cp: Array
 
     A MoE model's expert state is reduced over its expert-data-parallel group (edp members, one ring per
     card of an EP x expert-TP block): the two rings' times add up (they share the links)."""
-    rec = memory.recipe(sc.task.precision)
+    rec = sc.state_recipe()
     ga = grad_accum(sc, dp, mb)
-    ranks = zero_ranks(dp, cp)
+    ranks = shard_ranks(sc, dp, cp, zero)
     bw = dp_bandwidth(sc, acc=acc, tp=tp, dp=ranks, nics=nics)
     if not sc.model.moe:
         n = heaviest_stage_params(sc, tp, pp)
         link: FloatArray = comm.zero_dp_volume(zero, n, ranks, ga, rec.weights, rec.grads) / bw
-        return link + dp_latency(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, ga=ga, n=n)
+        return (link + dp_latency(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, ga=ga, n=n)
+                + replica_link(sc, acc=acc, zero=zero, tp=tp, pp=pp, dp=dp, cp=cp, nics=nics, n=n))
     g = sc.system(acc).acc.cards_per_host
     etp_size = moe.expert_tp_size(etp, tp)
     edp = moe.expert_dp_size(tp, ranks, ep, etp)
@@ -1426,7 +1471,7 @@ def dp_latency(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, pp: Ar
     if not per_op_model(sc):
         return 0.0 * _f(ranks)
     p = _perf(sc, acc)
-    rec = memory.recipe(sc.task.precision)
+    rec = sc.state_recipe()
     layers = np.ceil(sc.model.layers / _f(pp)) if units is None else _f(units)
     calls = comm.dp_collective_calls(zero, n, layers, ga, sc.stack.dp_bucket, rec.weights, rec.grads)
     ring = network.ring_latency(sc.system(acc).acc.fabric, ranks, tp, p.up_step_latency, p.out_step_latency)
@@ -1434,11 +1479,27 @@ def dp_latency(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, pp: Ar
     return out
 
 
+def dp_tail(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, pp: ArrayLike, ranks: ArrayLike,
+            bw: ArrayLike) -> FloatArray:
+    """Per-operation model: the time of a step's first gather and last reduction of the sharded units
+    (comm.dp_tail_bytes: one layer under ZeRO-3 / FSDP, one of the stack's buckets otherwise), which no
+    compute can hide: bytes / B + calls x (t_call + ring latency) over the dp x cp ranks ``tp`` apart."""
+    p = _perf(sc, acc)
+    rec = sc.state_recipe()
+    n = heaviest_stage_params(sc, tp, pp)
+    size, calls = comm.dp_tail_bytes(zero, n, np.ceil(sc.model.layers / _f(pp)), ranks, sc.stack.dp_bucket,
+                                     rec.weights, rec.grads)
+    ring = network.ring_latency(sc.system(acc).acc.fabric, ranks, tp, p.up_step_latency, p.out_step_latency)
+    out: FloatArray = np.where(_f(ranks) > 1, size / _f(bw) + calls * (p.collective_latency + ring), 0.0)
+    return out
+
+
 def exposed_dp(sc: Scenario, *, acc: str, zero: ArrayLike, recompute: str, sp: bool | None = None, tp: ArrayLike,
                cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike, mb: ArrayLike, nics: ArrayLike, ep: ArrayLike = 1,
                etp: ArrayLike = 0, cap: ArrayLike = 0.0) -> FloatArray:
     """Exposed data-parallel communication (comm.exposed_time), with overlap share f (comm.dp_overlap):
-    (1 - f) x every byte + f x (unhidable bytes + per-window excess over compute).
+    (1 - f) x every byte + f x (unhidable bytes + per-window excess over compute + the gathers that wait
+    for their layer without prefetch, :func:`serial_gathers`).
 
     Windows: one per micro-batch for ZeRO-2/3 (their collectives run every micro-batch), one per
     step for ZeRO-0/1; each window's compute is one micro-batch's forward + backward on the busiest
@@ -1449,8 +1510,8 @@ def exposed_dp(sc: Scenario, *, acc: str, zero: ArrayLike, recompute: str, sp: b
     the windows' compute runs).
     """
     sc = with_sequence_parallel(sc, sp)
-    rec = memory.recipe(sc.task.precision)
-    ranks = zero_ranks(dp, cp)
+    rec = sc.state_recipe()
+    ranks = shard_ranks(sc, dp, cp, zero)
     bw = dp_bandwidth(sc, acc=acc, tp=tp, dp=ranks, nics=nics)
     link = dp_link(sc, acc=acc, zero=zero, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, nics=nics, ep=ep, etp=etp)
     unhidden = comm.zero_dp_unhidden_bytes(zero, memory.embedding_shard_params(sc.model, tp), ranks, rec.weights,
@@ -1460,6 +1521,7 @@ def exposed_dp(sc: Scenario, *, acc: str, zero: ArrayLike, recompute: str, sp: b
     window = t_f + t_dx + t_dw
     windows = np.where(_f(zero) >= 2, grad_accum(sc, dp, mb), 1.0)
     if per_op_model(sc):
+        unhidden = unhidden + dp_tail(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, bw=bw)
         A = sc.system(acc).acc
         spans = network.route(A.fabric, ranks, tp).level > 0
         ga = grad_accum(sc, dp, mb)
@@ -1468,12 +1530,31 @@ def exposed_dp(sc: Scenario, *, acc: str, zero: ArrayLike, recompute: str, sp: b
         pp_busy = 2.0 * pipeline_transfer(sc, acc=acc, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, nics=nics)
         other = np.where(spans, pp_busy, tp_busy)
         link = comm.shared_link_time(link, other * windows, window * windows)
+    serial = serial_gathers(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, ga=grad_accum(sc, dp, mb), link=link)
+    rest = link - serial  # what prefetch and immediate reduction may hide
     f = sc.overlap_fractions()[1]
-    hidden = comm.exposed_time(unhidden, link / windows, window, windows, True)
+    hidden = comm.exposed_time(unhidden, rest / windows, window, windows, True)
     if per_op_model(sc):  # the hidden share still costs the compute kappa of its time (overlap_contention)
-        hidden = hidden + _perf(sc, acc).overlap_contention * np.maximum(_f(link) - hidden, 0.0)
-    exposed: FloatArray = f * hidden + (1.0 - f) * link
+        hidden = hidden + _perf(sc, acc).overlap_contention * np.maximum(_f(rest) - hidden, 0.0)
+    exposed: FloatArray = f * (hidden + serial) + (1.0 - f) * link
     return exposed
+
+
+def serial_gathers(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, pp: ArrayLike, ranks: ArrayLike,
+                   ga: ArrayLike, link: ArrayLike) -> FloatArray:
+    """ZeRO-3 / FSDP without prefetch (``[memory] prefetch = 0``): each layer's weight gather waits for the
+    layer before it has finished, so the gathers (2 of the 3 collectives per layer and micro-batch, 2w of
+    their 2w + g bytes per parameter) sit on the critical path and only the reductions may hide:
+        serial = 2w / (2w + g) x (link - latency) + 2/3 x latency     (0 with prefetch >= 1).
+    A MoE model's expert rings take the same shares."""
+    if sc.memory.prefetch >= 1:
+        return 0.0 * _f(link)
+    rec = sc.state_recipe()
+    lat = dp_latency(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, ga=ga, n=heaviest_stage_params(sc, tp, pp))
+    lat = np.minimum(lat, _f(link))
+    share = 2.0 * rec.weights / (2.0 * rec.weights + rec.grads)
+    out: FloatArray = np.where(_f(zero) >= 3, share * (_f(link) - lat) + 2.0 / 3.0 * lat, 0.0)
+    return out
 
 
 def tp_comm(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike,
@@ -1502,9 +1583,9 @@ def offload_wait(sc: Scenario, *, acc: str, offload: str, zero: ArrayLike, recom
     (ops.optimizer_bytes_per_param)."""
     sc = with_sequence_parallel(sc, sp)
     A = sc.system(acc).acc
-    rec = memory.recipe(sc.task.precision)
+    rec = sc.state_recipe()
     shard = _sharded(sc, lambda n, d: n / np.where(_f(zero) >= 1, _f(d), 1.0),
-                     tp=tp, pp=pp, ranks=zero_ranks(dp, cp), ep=ep, etp=etp)
+                     tp=tp, pp=pp, ranks=shard_ranks(sc, dp, cp, zero), ep=ep, etp=etp)
     t_f, t_dx, t_dw = microbatch_times(sc, acc=acc, recompute=recompute, schedule="1f1b", tp=tp, cp=cp, pp=pp,
                                        mb=mb, ep=ep, etp=etp, cap=cap)
     cpu_bw = A.host_memory_bw / A.cards_per_host if A.host_memory_bw > 0 else np.inf

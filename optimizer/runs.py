@@ -295,6 +295,7 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         mem.pop("activation_reserve", None)
         mem["dropout"] = _flag(row, "dropout", defaults["dropout"], where)
         mem["flash_attention"] = _flag(row, "flash_attention", defaults["flash_attention"], where)
+        mem.setdefault("prefetch", stack_profile(defaults["stack"]).fsdp_prefetch)  # ZeRO-3 units gathered ahead
         raw["memory"] = mem
         raw["comm"] = {"tp_overlap": _overlap_value(stated.get("tp_overlap", defaults["tp_overlap"])),
                        "dp_overlap": _overlap_value(stated.get("dp_overlap", defaults["dp_overlap"]))}
@@ -385,7 +386,7 @@ def memory_figures(run: MeasuredRun) -> dict[str, tuple[float, float]]:
         split = T.stage_split(sc, plan.pp)
         counts = memory.stage_param_counts(sc.model, plan.tp, split)
         n = counts[1] if plan.pp > 2 else counts[0]
-        state = memory.zero_state_bytes(n, plan.dp, plan.zero_stage, memory.recipe(sc.task.precision))
+        state = memory.zero_state_bytes(n, plan.dp, plan.zero_stage, sc.state_recipe())
         out["weights_optimizer_gib"] = (float(state) / GIB, row["weights_optimizer_gib"])
     for col, sp, rec in (("activations_gib_tp_no_recompute", False, "none"),
                          ("activations_gib_sp_selective", True, "attn")):

@@ -84,6 +84,8 @@ SAMPLES = {
     "memory.activation_bytes": ("4", 4.0),
     "memory.loss_chunks": ("8", 8),
     "memory.prefetch": ("0", 0),
+    "memory.fp8_param_gather": ("true", True),
+    "memory.zero_group": ("8", 8),
     "memory.sequence_parallel": ("false", False),
     "memory.dropout": ("true", True),
     "input.workers": ("4", 4.0),
@@ -308,7 +310,8 @@ def test_unknown_tables_and_keys_are_reported_with_the_known_ones():
     with pytest.raises(InputError) as exc:
         check_keys({"memory": {"flash": True}})
     assert str(exc.value) == ("scenario: unknown key 'flash' in [memory] (known: activation_bytes, activation_reserve, "
-                              "dropout, flash_attention, loss_chunks, prefetch, sequence_parallel)")
+                              "dropout, flash_attention, fp8_param_gather, loss_chunks, prefetch, sequence_parallel, "
+                              "zero_group)")
     with pytest.raises(InputError) as exc:
         check_keys({"weather": {}})
     assert str(exc.value).startswith("scenario: unknown table [weather] (known: checkpoint, comm, cost, hardware, ")

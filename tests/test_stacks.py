@@ -33,7 +33,8 @@ def test_unknown_stack_and_unsourced_value_are_one_line_errors():
     t = {"display": "x", "tp_overlap": True, "dp_overlap": True, "fsdp_prefetch": 1, "dp_bucket": "40MB",
          "moe_dispatcher": "alltoall", "moe_a2a_overlap": "none", "flash_attention": True, "sequence_parallel": True,
          "dropout": False, "recompute": "none", "recompute_modules": [], "activation_offload": False,
-         "fp8_recipe": "current", "moe_probs_in_activation": False, "step_overhead": "1ms", "microbatch_overhead": "0s",
+         "fp8_recipe": "current", "fp8_param_gather": False, "moe_probs_in_activation": False, "step_overhead": "1ms",
+         "microbatch_overhead": "0s",
          "cuda_context": "0GiB",
          "communicator_buffers": "0GiB", "allocator_reserve": 0.0, "sources": {}}
     with pytest.raises(InputError, match="no source for tp_overlap"):
