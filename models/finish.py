@@ -43,30 +43,30 @@ from tpopt.models.units import DAY, HOUR
 # ---------------------------------------------------------------------------------------------
 # inputs
 
-VALIDATION_LOO_ERRORS = (-5.5, -1.6, 4.2, 1.9, -0.3, -3.1, -0.1, -2.4, -2.1, -4.6,
+VALIDATION_LOO_ERRORS = (-5.4, -1.5, 4.2, 1.9, -0.3, -3.1, -0.1, -2.4, -2.1, -4.6,
                          3.4, 1.3, 2.3, 0.7, -0.6, -2.7, 4.4, 4.6)
 """Leave-one-out step-time errors (%) of the calibration on the A100 validation tables (README: Narayanan et
 al. 2021 table 1, ten runs; Korthikanti et al. 2022, four models x full / selective recompute): their RMS
 log error, 0.030, is the A100-80GB-SXM's ``residual_sigma`` in catalogs/performance.toml."""
 
-VALIDATION_LOSO_ERRORS = (-7.7, 2.2, -9.1, -11.4, -9.9, -12.2, -4.3, -7.7, 2.6)
+VALIDATION_LOSO_ERRORS = (-6.6, 3.4, -9.1, -9.4, -9.8, -12.2, -4.3, -7.5, 2.6)
 """Leave-one-source-out step-time errors (%) on the modern table (README: NVIDIA Megatron-Bridge's H100 /
 B200 / GB200 runs predicted by calibrations fitted on the other tables only, or the catalog's public
 measurements where no other table has the card): the table the others predict worst."""
 
-DEFAULT_STEP_SIGMA = 0.087
+DEFAULT_STEP_SIGMA = 0.082
 """Log-sd of measured / predicted step time on a card no validation table covers (no ``residual_sigma`` in
 performance.toml, no calibration of one's own): the largest per-table RMS of ln(1 + error) over the
-leave-one-source-out predictions, the modern table's (:data:`VALIDATION_LOSO_ERRORS`: 0.087; the A100
+leave-one-source-out predictions, the modern table's (:data:`VALIDATION_LOSO_ERRORS`: 0.082; the A100
 tables' are 0.035). benchmarks/validate_published.py prints it. Covered cards ship their own leave-one-out
-RMS (``residual_sigma``: A100 0.030, H100 0.072; B200 and GB200, under 4 runs each, this default), with
+RMS (``residual_sigma``: A100 0.030, H100 0.070; B200 and GB200, under 4 runs each, this default), with
 the stacks it was measured on (``residual_sigma_stacks``); ``tpopt calibrate`` replaces it with a
 calibration's residual spread. Stacks carry their own (catalogs/stacks.toml ``residual_sigma``: their
-runs' leave-one-out RMS, Megatron-LM 2021 0.030, Megatron-Core 0.055; a stack no table ran, the public
+runs' leave-one-out RMS, Megatron-LM 2021 0.030, Megatron-Core 0.054; a stack no table ran, the public
 anchors' RMS log error 0.154, :data:`ANCHOR_SPEEDS`: 7-28 % optimism on stacks the model was not fitted
 on); off the stacks a card was measured on, the larger of the two applies (tpopt.models.terms.step_sigma)."""
 DEFAULT_STEP_SIGMA_SOURCE = ("default for a card no validation table covers: the largest "
-                             "leave-one-source-out RMS log error of benchmarks/validate_published.py, 0.087")
+                             "leave-one-source-out RMS log error of benchmarks/validate_published.py, 0.082")
 
 ANCHOR_SPEEDS = (1.09, 1.07, 1.18, 1.23, 1.09, 1.28, 1.13)
 """tpopt's speed over the published one on the seven public anchors (README, "Public anchors": Llama 3 405B
