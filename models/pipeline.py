@@ -1664,8 +1664,11 @@ def peak_inflight_stage_bounds(schedule: str, p: int, m: int, *, v: int = 2,
     ``min(2(p-1-s) + (v-1) g + 1, v m)`` chunk sets of 1/v); uneven chunks weigh that count by the
     stage's smallest and largest chunk share. The chapter's DualPipe: each direction at position q holds
     at most 2(p-1-q) + 1 sets and reaches that many (or its micro-batches) before its first dW, so the
-    larger direction's count bounds the stage from below and their sum from above; DeepSeek's ordering:
-    between one set and its busiest stage's p + 1.
+    larger direction's count bounds the stage from below and their sum from above. DeepSeek's ordering
+    (its shapes: even p, even m >= 2p) holds exactly p + 1 on every stage: rank r's first two phases run
+    2(p/2 - h - 1) + 2(h + 1) = p forwards before any backward (h = min(r, p - 1 - r)), the third trades a
+    set for a set ([dX1, W, F1]), and the fourth, run m/2 - p + h + 1 >= 1 times, starts with a forward
+    (p + 1) and alternates forward and fused backward from there, so it never holds more.
     """
     p, m, v = _check_shape(schedule, p, m, v)
     stages = range(p)
@@ -1687,8 +1690,8 @@ def peak_inflight_stage_bounds(schedule: str, p: int, m: int, *, v: int = 2,
         down, up = _halves(m)
         per = [(min(down, 2 * (p - 1 - s) + 1), min(up, 2 * s + 1)) for s in stages]
         return [float(max(a, b)) for a, b in per], [float(a + b) for a, b in per]
-    else:  # DeepSeek's DualPipe
-        return [1.0] * p, [float(min(m, p + 1))] * p
+    else:  # DeepSeek's DualPipe: p + 1 on every stage, exactly (see the docstring)
+        return [float(p + 1)] * p, [float(p + 1)] * p
     return lo, list(lo)
 
 

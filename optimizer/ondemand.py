@@ -88,7 +88,11 @@ class GroupSpace(Space):
     def _build(self, name: str) -> Table:
         parent, fixed, idx = self.__dict__["_group_of"]
         if name.startswith("time.compute") or parent.table_rows(name) > SHARED_ROWS:
-            return super()._build(name)
+            table = super()._build(name)
+            if name in COMPUTE_BOUNDS:  # both bounds come from one pass: kept as the whole space's slice
+                parent.__dict__.setdefault("_group_compute", {}).setdefault(fixed, {})[idx] = \
+                    tuple(dict.__getitem__(self.tables, n) for n in COMPUTE_BOUNDS)
+            return table
         whole = parent.tables[name]
         at = dict(zip(fixed, idx, strict=True))
         cut = tuple(slice(at[v], at[v] + 1) if v in at else slice(None) for v in whole.vars)
@@ -114,6 +118,42 @@ class FloorSpace(GroupSpace):
         if floor is None:
             floor = self.__dict__["_floor"] = self.compute_floor()
         return cast(Table, floor)
+
+
+COMPUTE_BOUNDS = ("time.compute.lo", "time.compute.hi")
+"""The compute term's closed-form bound tables (built together, :meth:`Space._compute_table`)."""
+
+
+def whole_compute_bounds(space: Space) -> None:
+    """Put the whole space's compute bound tables (:data:`COMPUTE_BOUNDS`) together from the slices its layout
+    groups built (the on-demand solve's groups, kept by :meth:`GroupSpace._build`), building only the groups
+    no solve reached; the same values as building them whole (the compute term of a plan depends on its own
+    variables only: tests/test_on_demand.py). Nothing is done when the tables exist, when the pipeline terms
+    are tabulated exactly (the bounds are the exact tables then), or when no group was built."""
+    groups: dict[tuple[str, ...], dict[tuple[int, ...], tuple[Table, Table]]] = \
+        space.__dict__.get("_group_compute") or {}
+    if not groups or space.exact_pipeline_tables() or any(n in space.tables for n in COMPUTE_BOUNDS):
+        return
+    fixed, parts = max(groups.items(), key=lambda kv: len(kv[1]))  # the grouping with the most slices built
+    d = space.domains
+    vars = space.table_vars("time.compute")
+    full = tuple(len(d[v]) for v in vars)
+    out: list[np.ndarray[Any, Any]] = []
+    for idx in np.ndindex(*(len(d[v]) for v in fixed)):
+        got = parts.get(idx)
+        if got is None:  # a group no solve reached: built alone (it registers itself)
+            sub = group_space(space, fixed, idx)
+            sub.bound_table("time.compute", "lo")
+            got = parts[idx]
+        if not out:
+            out = [np.empty(full, dtype=t.values.dtype) for t in got]
+        at = dict(zip(fixed, idx, strict=True))
+        cut = tuple(slice(at[v], at[v] + 1) if v in at else slice(None) for v in vars)
+        for whole, t in zip(out, got, strict=True):
+            whole[cut] = t.values
+    del space.__dict__["_group_compute"]  # the whole tables hold the values now
+    for name, values in zip(COMPUTE_BOUNDS, out, strict=True):
+        space.tables[name] = Table(name, vars, values)
 
 
 def group_space(space: Space, fixed: tuple[str, ...], idx: tuple[int, ...], cls: type[GroupSpace] = GroupSpace

@@ -31,6 +31,7 @@ from tpopt.optimizer import backends, core
 from tpopt.optimizer.decompose import LayoutBounds
 from tpopt.optimizer.enumerate import HUB, PointTable, layout_evaluator
 from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
+from tpopt.optimizer.ondemand import whole_compute_bounds
 from tpopt.optimizer.result import Request, Status, objective_key, objective_value, plan_summary
 from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space, card_counts
 
@@ -121,6 +122,7 @@ class LayoutOracle:
     @property
     def bounds(self) -> LayoutBounds:
         if self._bounds is None:
+            whole_compute_bounds(self.space)  # from the on-demand solve's group slices, where it built them
             self._bounds = LayoutBounds(self.space, "cost")
         return self._bounds
 
