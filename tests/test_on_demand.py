@@ -98,3 +98,25 @@ def test_the_memory_plan_chooses_the_on_demand_path_instead_of_refusing():
     with pytest.raises(InputError, match=r"382.2 MiB one layout group at a time\), over the memory budget of "
                                          r"300.0 MiB"):
         M.enforce(Space.from_scenario(replace(sc, search=replace(sc.search, memory_budget=300 * 2**20))))
+
+
+def test_the_whole_compute_bounds_from_group_slices_equal_the_whole_build():
+    """The analysis's whole-space compute bound tables put together from the layout groups an on-demand solve built
+    (and the groups it did not reach, built alone) are the tables built whole, value for value: a plan's compute
+    term reads its own variables only. Without group slices nothing is done."""
+    sc = load_scenario(ROOT / "examples" / "gpt3-175b-widest.toml")
+    keep = {"pp": [1, 2, 4, 8], "dp": [16, 32, 64, 128], "mb": [1, 2], "recompute": ["none", "full"]}
+    space = Space.from_scenario(sc, keep)
+    assert not space.exact_pipeline_tables()  # the pipeline terms are closed-form bounds here
+    ondemand.whole_compute_bounds(space)
+    assert not any(n in space.tables for n in ondemand.COMPUTE_BOUNDS)  # no slices: left to the ordinary build
+    fixed = ("acc", "pp")
+    for idx in [(0, 1), (0, 3)]:  # two groups "solved"
+        ondemand.group_space(space, fixed, idx).bound_table("time.compute", "lo")
+    ondemand.whole_compute_bounds(space)
+    assert "_group_compute" not in space.__dict__
+    whole = Space(sc=sc, domains=space.domains)
+    for name in ondemand.COMPUTE_BOUNDS:
+        got, want = space.tables[name], whole.tables[name]
+        assert got.vars == want.vars and got.values.dtype == want.values.dtype
+        np.testing.assert_array_equal(got.values, want.values)

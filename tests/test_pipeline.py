@@ -508,3 +508,28 @@ def test_large_pipeline_is_fast():
     r = pl.simulate("1f1b", 64, 512, 1.0, 2.0)
     assert time.perf_counter() - t0 < 1.0
     assert r.completion == (512 + 64 - 1) * 3.0  # fill-drain formula, no transfer or update
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(h=st.integers(1, 12), extra=st.integers(0, 24))
+def test_deepseek_dualpipe_holds_p_plus_one_sets_on_every_stage(h, extra):
+    # DeepSeek's ordering on its shapes (even p, even m >= 2p): rank r runs 2(p/2 - h - 1) + 2(h + 1) = p
+    # forwards before its first backward, trades a set for a set in [dX1, W, F1], and its F0 of the fourth
+    # phase (run m/2 - p + h + 1 >= 1 times) makes p + 1 before alternating forward and fused backward; the
+    # per-stage closed-form bounds are that count on both sides (the solver prunes on them)
+    p = 2 * h
+    m = 2 * p + 2 * extra
+    want = [float(p + 1)] * p
+    assert pl.peak_inflight("dualpipe-deepseek", p, m) == want
+    lo, hi = pl.peak_inflight_stage_bounds("dualpipe-deepseek", p, m)
+    assert lo == hi == want
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(schedule=st.sampled_from(pl.SCHEDULES), p=st.integers(2, 10), m=st.integers(1, 30))
+def test_stage_peak_bounds_hold_every_stage_exact_peak(schedule, p, m):
+    if pl.shape_error(schedule, p, m, 2) is not None:
+        return
+    exact = pl.peak_inflight(schedule, p, m)
+    lo, hi = pl.peak_inflight_stage_bounds(schedule, p, m)
+    assert all(a <= e * (1 + 1e-12) and e <= b * (1 + 1e-12) for a, e, b in zip(lo, exact, hi, strict=True))
