@@ -124,36 +124,85 @@ COMPUTE_BOUNDS = ("time.compute.lo", "time.compute.hi")
 """The compute term's closed-form bound tables (built together, :meth:`Space._compute_table`)."""
 
 
-def whole_compute_bounds(space: Space) -> None:
-    """Put the whole space's compute bound tables (:data:`COMPUTE_BOUNDS`) together from the slices its layout
-    groups built (the on-demand solve's groups, kept by :meth:`GroupSpace._build`), building only the groups
-    no solve reached; the same values as building them whole (the compute term of a plan depends on its own
-    variables only: tests/test_on_demand.py). Nothing is done when the tables exist, when the pipeline terms
-    are tabulated exactly (the bounds are the exact tables then), or when no group was built."""
-    groups: dict[tuple[str, ...], dict[tuple[int, ...], tuple[Table, Table]]] = \
-        space.__dict__.get("_group_compute") or {}
-    if not groups or space.exact_pipeline_tables() or any(n in space.tables for n in COMPUTE_BOUNDS):
-        return
-    fixed, parts = max(groups.items(), key=lambda kv: len(kv[1]))  # the grouping with the most slices built
-    d = space.domains
-    vars = space.table_vars("time.compute")
-    full = tuple(len(d[v]) for v in vars)
-    out: list[np.ndarray[Any, Any]] = []
-    for idx in np.ndindex(*(len(d[v]) for v in fixed)):
-        got = parts.get(idx)
-        if got is None:  # a group no solve reached: built alone (it registers itself)
-            sub = group_space(space, fixed, idx)
-            sub.bound_table("time.compute", "lo")
-            got = parts[idx]
-        if not out:
-            out = [np.empty(full, dtype=t.values.dtype) for t in got]
-        at = dict(zip(fixed, idx, strict=True))
-        cut = tuple(slice(at[v], at[v] + 1) if v in at else slice(None) for v in vars)
-        for whole, t in zip(out, got, strict=True):
-            whole[cut] = t.values
-    del space.__dict__["_group_compute"]  # the whole tables hold the values now
-    for name, values in zip(COMPUTE_BOUNDS, out, strict=True):
-        space.tables[name] = Table(name, vars, values)
+BOUNDS_OF_COMPUTE = ("finish_min", "due_min", "cost_min", "busy_max")
+"""The per-layout bounds of :class:`LayoutBounds` that read the compute term (:meth:`PendingGroups.build`)."""
+
+
+class PendingGroups:
+    """The whole space's compute bound tables (:data:`COMPUTE_BOUNDS`) for the questions a report asks after an
+    on-demand solve, built group by group as the questions reach them.
+
+    The layout groups the solve tabulated left their slices (:meth:`GroupSpace._build`); every other group starts
+    with valid relaxations instead, as in the group-bound pass: the compute floor (:meth:`Space.compute_floor`,
+    no pipeline simulated) from below, the largest finite value from above. :meth:`build` tabulates a group when
+    a question reaches one of its layouts, writes its slices into the whole tables (the values a whole build
+    gives: the compute term of a plan reads its own variables only; tests/test_on_demand.py) and re-derives the
+    per-layout bounds of its layouts (:data:`BOUNDS_OF_COMPUTE`) from the group's own :class:`LayoutBounds`."""
+
+    def __init__(self, space: Space, fixed: tuple[str, ...], pending: set[tuple[int, ...]]) -> None:
+        self.space, self.fixed, self.pending = space, fixed, pending
+
+    @classmethod
+    def of(cls, space: Space) -> PendingGroups | None:
+        """The whole tables from the solve's group slices (None, and nothing done, when no group was built, the
+        pipeline terms are tabulated exactly, the tables exist, or reductions of them are cached)."""
+        groups: dict[tuple[str, ...], dict[tuple[int, ...], tuple[Table, ...]]] = \
+            space.__dict__.get("_group_compute") or {}
+        if (not groups or space.exact_pipeline_tables() or any(n in space.tables for n in COMPUTE_BOUNDS)
+                or "_reduced" in space.__dict__):
+            return None
+        fixed, parts = max(groups.items(), key=lambda kv: len(kv[1]))  # the grouping with the most slices built
+        d = space.domains
+        vars = space.table_vars("time.compute")
+        full = tuple(len(d[v]) for v in vars)
+        floor = space.compute_floor()  # its variables: the compute term's but the schedule, in their order
+        lo = np.array(np.broadcast_to(np.expand_dims(floor.values, vars.index("schedule")), full), dtype=float)
+        hi_type = next(iter(parts.values()))[1].values.dtype
+        hi = np.full(full, np.finfo(hi_type).max, dtype=hi_type)
+        pending: set[tuple[int, ...]] = set()
+        out = cls(space, fixed, pending)
+        for idx in np.ndindex(*(len(d[v]) for v in fixed)):
+            got = parts.get(idx)
+            if got is None:
+                pending.add(idx)
+            else:
+                lo[out._cut(idx)], hi[out._cut(idx)] = got[0].values, got[1].values
+        del space.__dict__["_group_compute"]  # the whole tables hold the values now
+        for name, values in zip(COMPUTE_BOUNDS, (lo, hi), strict=True):
+            space.tables[name] = Table(name, vars, values)
+        return out
+
+    def _cut(self, idx: tuple[int, ...]) -> tuple[slice, ...]:
+        at = dict(zip(self.fixed, idx, strict=True))
+        return tuple(slice(at[v], at[v] + 1) if v in at else slice(None) for v in self.space.table_vars("time.compute"))
+
+    def adopt(self, bounds: LayoutBounds) -> None:
+        """Make the whole space's per-layout bounds writable (:meth:`build` updates them in place)."""
+        by_cost = bounds.objective_min is bounds.cost_min
+        for name in BOUNDS_OF_COMPUTE:
+            setattr(bounds, name, np.array(getattr(bounds, name)))
+        bounds.objective_min = bounds.cost_min if by_cost else bounds.finish_min
+
+    def group_of(self, bounds: LayoutBounds, h: int) -> tuple[int, ...]:
+        """The group (index over the fixed variables) of layout ``h`` (flat hub index)."""
+        return tuple(int(bounds.coords[v][h]) for v in self.fixed)
+
+    def build(self, idx: tuple[int, ...], bounds: LayoutBounds) -> np.ndarray[Any, Any]:
+        """Tabulate group ``idx``, write it into the whole tables and its layouts' bounds into ``bounds`` (the whole
+        space's, :meth:`adopt`-ed); returns those layouts' flat hub indices."""
+        sub = group_space(self.space, self.fixed, idx)
+        sub.bound_table("time.compute", "lo")
+        got = self.space.__dict__.pop("_group_compute")[self.fixed][idx]  # the slices the group just left
+        for name, t in zip(COMPUTE_BOUNDS, got, strict=True):
+            self.space.tables[name].values[self._cut(idx)] = t.values
+        own = LayoutBounds(sub, "cost")
+        at = dict(zip(self.fixed, idx, strict=True))
+        flat = np.ravel_multi_index(tuple(np.full(own.n, at[v]) if v in at else own.coords[v] for v in HUB),
+                                    bounds.sizes)
+        for name in BOUNDS_OF_COMPUTE:
+            getattr(bounds, name)[flat] = getattr(own, name)
+        self.pending.discard(idx)
+        return flat
 
 
 def group_space(space: Space, fixed: tuple[str, ...], idx: tuple[int, ...], cls: type[GroupSpace] = GroupSpace

@@ -15,7 +15,9 @@ monolithic solver when asked for (``--method monolithic``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+import heapq
+import math
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, Protocol, TypeAlias
 
@@ -31,7 +33,7 @@ from tpopt.optimizer import backends, core
 from tpopt.optimizer.decompose import LayoutBounds
 from tpopt.optimizer.enumerate import HUB, PointTable, layout_evaluator
 from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
-from tpopt.optimizer.ondemand import whole_compute_bounds
+from tpopt.optimizer.ondemand import PendingGroups
 from tpopt.optimizer.result import Request, Status, objective_key, objective_value, plan_summary
 from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space, card_counts
 
@@ -116,14 +118,18 @@ class LayoutOracle:
         self.space = space
         self.layouts = layout_evaluator(space)
         self._bounds: LayoutBounds | None = None
+        self.pending: PendingGroups | None = None  # layout groups whose compute bounds are still relaxed
         self.questions = 0
         self.check = check  # called before each layout evaluation (a time limit can raise there)
 
     @property
     def bounds(self) -> LayoutBounds:
         if self._bounds is None:
-            whole_compute_bounds(self.space)  # from the on-demand solve's group slices, where it built them
+            # after an on-demand solve: its groups' compute bounds, the others built when a question reaches them
+            self.pending = PendingGroups.of(self.space)
             self._bounds = LayoutBounds(self.space, "cost")
+            if self.pending is not None:
+                self.pending.adopt(self._bounds)
         return self._bounds
 
     def _allowed(self, enforced: Collection[str], restrict: Restrict | None, cards: Cards) -> NDArray[np.bool_]:
@@ -147,13 +153,14 @@ class LayoutOracle:
         key = b.cost_min if objective == "cost" else b.finish_min
         # layouts with an infinite bound (a pipeline shape the schedule cannot run) come last: with
         # the rule that excludes them dropped, their plans exist, at an infinite cost
+        asked = enforced
         cand = np.flatnonzero(self._allowed(enforced, restrict, cards))
-        cand = cand[np.argsort(key[cand], kind="stable")]
         enforced = [f for f in FAMILIES if f in set(enforced)]
         refine = not self.layouts.exact_is_bound()
         best_key: tuple[float, float] | None = None
         best_idx: dict[str, int] | None = None
-        for h in cand.tolist():
+        incumbent = [math.inf]  # the walk builds no layout group bounded above it
+        for h in self._walk(cand, key, lambda: self._allowed(asked, restrict, cards), lambda: incumbent[0]):
             if best_key is not None and key[h] > best_key[0]:
                 break
             layout = tuple(int(b.coords[v][h]) for v in HUB)
@@ -167,7 +174,34 @@ class LayoutOracle:
                                       cutoff=None if best_key is None else best_key[0])
             if found and (best_key is None or found[0][0] < best_key):
                 best_key, best_idx = found[0]
+                incumbent[0] = best_key[0]
         return best_idx
+
+    def _walk(self, cand: NDArray[np.intp], key: NDArray[np.float64], allowed: Callable[[], NDArray[np.bool_]],
+              limit: Callable[[], float]) -> Iterator[int]:
+        """The allowed layouts ``cand`` in increasing ``key`` (ties: by index). A layout of a group whose compute
+        bounds are still relaxed (:class:`~tpopt.optimizer.ondemand.PendingGroups`) has its group built when it
+        comes up with a key within ``limit()`` (the incumbent's); the group's layouts then come back with their
+        own bounds (those still allowed), in order, and stop the walk where their relaxed keys would."""
+        if self.pending is None or not self.pending.pending:
+            yield from cand[np.argsort(key[cand], kind="stable")].tolist()
+            return
+        pending, b = self.pending, self.bounds
+        heap = [(float(key[h]), h, False) for h in cand.tolist()]  # (key, layout, pushed after its group's build)
+        heapq.heapify(heap)
+        built: set[tuple[int, ...]] = set()  # groups built during this walk: their earlier entries are stale
+        while heap:
+            k, h, fresh = heapq.heappop(heap)
+            group = pending.group_of(b, h)
+            if group in pending.pending:
+                if k > limit():  # every layout left is bounded above the incumbent: nothing to build
+                    return
+                flat = pending.build(group, b)
+                built.add(group)
+                for j in flat[allowed()[flat]].tolist():
+                    heapq.heappush(heap, (float(key[j]), j, True))
+            elif fresh or group not in built:
+                yield h
 
     def best(self, enforced: Collection[str], objective: str, restrict: Restrict | None = None,
              cards: Cards = None) -> Evaluation | None:

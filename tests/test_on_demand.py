@@ -100,23 +100,66 @@ def test_the_memory_plan_chooses_the_on_demand_path_instead_of_refusing():
         M.enforce(Space.from_scenario(replace(sc, search=replace(sc.search, memory_budget=300 * 2**20))))
 
 
-def test_the_whole_compute_bounds_from_group_slices_equal_the_whole_build():
-    """The analysis's whole-space compute bound tables put together from the layout groups an on-demand solve built
-    (and the groups it did not reach, built alone) are the tables built whole, value for value: a plan's compute
-    term reads its own variables only. Without group slices nothing is done."""
+def test_pending_groups_give_the_whole_builds_tables_and_layout_bounds():
+    """The report's compute bound tables after an on-demand solve (:class:`ondemand.PendingGroups`): the slices of the
+    groups the solve built, relaxed bounds elsewhere (the floor from below: valid, at most the exact term), and
+    once every group is built, the tables and the per-layout bounds of a whole build, value for value (a plan's
+    compute term reads its own variables only). Without group slices nothing is done."""
+    from tpopt.optimizer.decompose import LayoutBounds
+
     sc = load_scenario(ROOT / "examples" / "gpt3-175b-widest.toml")
     keep = {"pp": [1, 2, 4, 8], "dp": [16, 32, 64, 128], "mb": [1, 2], "recompute": ["none", "full"]}
     space = Space.from_scenario(sc, keep)
     assert not space.exact_pipeline_tables()  # the pipeline terms are closed-form bounds here
-    ondemand.whole_compute_bounds(space)
+    assert ondemand.PendingGroups.of(space) is None
     assert not any(n in space.tables for n in ondemand.COMPUTE_BOUNDS)  # no slices: left to the ordinary build
     fixed = ("acc", "pp")
     for idx in [(0, 1), (0, 3)]:  # two groups "solved"
         ondemand.group_space(space, fixed, idx).bound_table("time.compute", "lo")
-    ondemand.whole_compute_bounds(space)
+    pending = ondemand.PendingGroups.of(space)
+    assert pending is not None and pending.fixed == fixed and pending.pending == {(0, 0), (0, 2)}
     assert "_group_compute" not in space.__dict__
     whole = Space(sc=sc, domains=space.domains)
+    want = LayoutBounds(whole, "cost")
+    lo, exact = space.tables["time.compute.lo"].values, whole.tables["time.compute"].values
+    fin = np.isfinite(exact)
+    assert np.all(lo[fin] <= exact[fin] * (1 + 1e-12))  # relaxed where pending, the group's own bound elsewhere
+    bounds = LayoutBounds(space, "cost")
+    pending.adopt(bounds)
+    built = pending.build((0, 2), bounds)
+    assert sorted(set(np.asarray(space.domains["pp"])[bounds.coords["pp"][built]])) == [4]
+    pending.build((0, 0), bounds)
+    assert not pending.pending
     for name in ondemand.COMPUTE_BOUNDS:
-        got, want = space.tables[name], whole.tables[name]
-        assert got.vars == want.vars and got.values.dtype == want.values.dtype
-        np.testing.assert_array_equal(got.values, want.values)
+        got, ref = space.tables[name], whole.tables[name]
+        assert got.vars == ref.vars and got.values.dtype == ref.values.dtype
+        np.testing.assert_array_equal(got.values, ref.values)
+    for name in ondemand.BOUNDS_OF_COMPUTE + ("mem_min", "input_need"):
+        np.testing.assert_array_equal(getattr(bounds, name), getattr(want, name))
+    assert bounds.objective_min is bounds.cost_min
+
+
+def test_the_report_after_an_on_demand_solve_answers_like_the_whole_tables():
+    """The analysis after an on-demand solve builds the compute bounds of only the layout groups its questions reach
+    (:class:`ondemand.PendingGroups`); its binding families and alternatives are those of the same questions on the
+    whole space's tables, plan for plan."""
+    from tpopt.optimizer import report
+
+    sc = load_scenario(ROOT / "examples" / "gpt3-175b-widest.toml")
+    keep = {"pp": [1, 2, 4, 16, 48, 96], "dp": [16, 32, 64, 128, 256], "mb": [1, 2], "recompute": ["none", "full"]}
+    space = Space.from_scenario(sc, keep)
+    assert not space.exact_pipeline_tables()
+    with mock.patch.object(ondemand, "GROUP_ROWS", 20_000):  # several groups, not all of them solved
+        r = solve(sc, "cpsat", Request(seed=0, workers=1, method="on-demand"), space=space)
+    assert r.status == Status.OPTIMAL and "_group_compute" in space.__dict__
+    enforced = set(r.enforced)
+    lazy, whole = report.LayoutOracle(space), report.LayoutOracle(Space(sc=sc, domains=space.domains))
+    assert lazy.bounds is not None and lazy.pending is not None and lazy.pending.pending  # groups left to build
+    got = {}
+    for name, oracle in (("lazy", lazy), ("whole", whole)):
+        binds = report.binding_families(oracle, r.best, "cost", enforced)
+        alts = report.why_not_cheaper(oracle, oracle.space, r.best, "cost", enforced, same_scale=False)  # as reported
+        got[name] = ([(b.name, b.without.plan) for b in binds], alts)
+    assert lazy.pending is not None and whole.pending is None
+    assert got["lazy"] == got["whole"]
+    assert got["lazy"][1]  # questions were asked
