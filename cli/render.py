@@ -255,8 +255,10 @@ def _batch(p: dict, show: bool) -> str:
     return f", batch {p['global_batch']:,}" if show and p.get("global_batch") else ""
 
 
-def binding_lines(binding: list[dict] | None, objective: str, unit: str, undecided=(), batch: bool = False
-                  ) -> list[str]:
+def binding_lines(binding: list[dict] | None, objective: str, unit: str, undecided=(), batch: bool = False,
+                  skipped: str | None = None) -> list[str]:
+    if binding is None and skipped:
+        return [f"Binding constraints: not analysed: {skipped}."]
     if binding is None:
         return ["Binding constraints: not analysed (--no-analysis); run without it to see what binds and why "
                 "nothing cheaper is feasible."]
@@ -396,7 +398,8 @@ def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:
              metrics_table(d["metrics"], title="Best plan"), "", constraints_table(d["constraints"]), ""]
     batch = len(d.get("batch_choices") or []) > 1  # name each plan's batch when the batch is a choice
     if not d.get("market"):  # a market solve says what it analysed in its own block (presentation.market_lines)
-        parts += binding_lines(d.get("binding"), d["objective"], unit, d.get("binding_undecided") or (), batch)
+        parts += binding_lines(d.get("binding"), d["objective"], unit, d.get("binding_undecided") or (), batch,
+                               d.get("analysis_skipped"))
     rob = (d.get("robustness") or {}).get("without_overlap")
     if rob:
         verdict = "still meets every constraint" if rob["feasible"] else \

@@ -330,12 +330,33 @@ class LayoutEvaluator:
         self.glued: dict[tuple[Layout, str, frozenset[int]], dict[str, Any]] = {}
         self.evaluated = 0
         self.simulated = 0  # layouts whose exact pipeline terms were computed
+        # (table name, id of its values) -> (the values, a view of them with the layout's axes first, then
+        # EXTRAS, and the HUB positions of the layout axes); the values are held, so their id stays theirs
+        self.views: dict[tuple[str, int], tuple[NDArray[Any], NDArray[Any], tuple[int, ...]]] = {}
 
     # -- terms ----------------------------------------------------------------------------------
+    def _view(self, name: str, table: NDArray[Any]) -> tuple[NDArray[Any], tuple[int, ...]]:
+        """A view of a table of the space with its layout variables first and the others in :data:`EXTRAS`
+        order, size-1 axes for the extras it does not have (indexing it at a layout is :meth:`_on_grid`; a
+        view, so values written into the table later show through)."""
+        got = self.views.get((name, id(table)))
+        if got is None:
+            vars = self.space.table_vars(name)
+            hub = [v for v in vars if v in HUB]
+            rest = [v for v in EXTRAS if v in vars]
+            view = np.transpose(table, [vars.index(v) for v in hub + rest])
+            for i, v in enumerate(EXTRAS):
+                if v not in vars:
+                    view = np.expand_dims(view, len(hub) + i)
+            got = self.views[name, id(table)] = (table, view, tuple(HUB.index(v) for v in hub))
+        return got[1], got[2]
+
     def _on_grid(self, name: str, table: NDArray[Any], h: Layout, domains: Domains | None = None) -> NDArray[Any]:
         """A table sliced at layout ``h`` and laid out on the :data:`EXTRAS` grid (size-1 axes for the
         variables it does not have)."""
-        domains = self.space.domains if domains is None else domains
+        if domains is None:  # a table of the space: its view, indexed at the layout
+            view, at = self._view(name, table)
+            return view[tuple(h[i] for i in at)]
         vars = self.space.table_vars(name)
         vals = table[tuple(h[HUB.index(v)] if v in HUB else slice(None) for v in vars)]
         rest = [v for v in vars if v not in HUB]

@@ -172,9 +172,11 @@ class PendingGroups:
             space.tables[name] = Table(name, vars, values)
         return out
 
-    def _cut(self, idx: tuple[int, ...]) -> tuple[slice, ...]:
+    def _cut(self, idx: tuple[int, ...], vars: tuple[str, ...] | None = None) -> tuple[slice, ...]:
+        """Group ``idx``'s slice of a whole table over ``vars`` (default: the compute term's)."""
         at = dict(zip(self.fixed, idx, strict=True))
-        return tuple(slice(at[v], at[v] + 1) if v in at else slice(None) for v in self.space.table_vars("time.compute"))
+        vars = self.space.table_vars("time.compute") if vars is None else vars
+        return tuple(slice(at[v], at[v] + 1) if v in at else slice(None) for v in vars)
 
     def adopt(self, bounds: LayoutBounds) -> None:
         """Make the whole space's per-layout bounds writable (:meth:`build` updates them in place)."""
@@ -191,6 +193,9 @@ class PendingGroups:
         """Tabulate group ``idx``, write it into the whole tables and its layouts' bounds into ``bounds`` (the whole
         space's, :meth:`adopt`-ed); returns those layouts' flat hub indices."""
         sub = group_space(self.space, self.fixed, idx)
+        for name, t in dict.items(self.space.tables):  # every table the whole space has: the group's is a slice
+            if name not in COMPUTE_BOUNDS:
+                dict.__setitem__(sub.tables, name, Table(name, t.vars, t.values[self._cut(idx, t.vars)]))
         sub.bound_table("time.compute", "lo")
         got = self.space.__dict__.pop("_group_compute")[self.fixed][idx]  # the slices the group just left
         for name, t in zip(COMPUTE_BOUNDS, got, strict=True):

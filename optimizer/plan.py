@@ -94,9 +94,15 @@ def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = No
         return _staged(sc, backend, req, analyse)
     bs = outer.solve_batches(sc, backend, req) if outer.has_task_choices(sc) else None
     space = bs.choices[0].space if bs else Space.from_scenario(sc)
+    skipped = None  # why the analysis is left out when it was asked for
     if analyse or backends.capabilities(backend).needs_tables:  # the solve or its analysis builds the tables
-        if enforce_memory(space).method == "on-demand":
-            analyse = False  # the analysis reads every table at once; the solve builds one layout group at a time
+        mp = enforce_memory(space)
+        if mp.method == "on-demand":
+            if analyse:  # the analysis reads every table at once; the solve builds one layout group at a time
+                skipped = (f"the memory plan builds the tables one layout group at a time (about "
+                           f"{mp.on_demand_bytes / 2**20:,.1f} MiB; every table at once, which the analysis reads, "
+                           f"about {mp.peak_bytes / 2**20:,.1f} MiB, is over the memory budget)")
+            analyse = False
     exported = None
     if export:
         exported = _export(space, req, export)
@@ -129,7 +135,7 @@ def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = No
         ana = outer.batch_analysis(bs, backend, req, set(result.enforced)) if analyse else None
     else:
         ana = analysis(space, best, backend, req, set(result.enforced)) if analyse else None
-    out.update(best_entries(result, ana))
+    out.update(best_entries(result, ana, skipped))
     if view.task.confidence is not None:  # the finish-time distribution (added only with a confidence)
         from tpopt.optimizer.confidence import distribution_entry  # lazy: start-up time (SciPy)
 
@@ -149,9 +155,10 @@ def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = No
     return PlanReport.of(result, out, view, space, bs)
 
 
-def best_entries(result: SolveResult, ana: dict[str, Any] | None) -> dict[str, Any]:
+def best_entries(result: SolveResult, ana: dict[str, Any] | None, skipped: str | None = None) -> dict[str, Any]:
     """The best plan's dict with each constraint's ``binding`` (None where nobody knows: no analysis,
-    or the time limit cut it short), then the analysis entries and the top plans."""
+    or the time limit cut it short), then the analysis entries and the top plans; ``skipped``: why an
+    analysis asked for was left out (``analysis_skipped``, only then)."""
     assert result.best is not None, "entries of a feasible result"
     d = result.best.as_dict()
     binding = {b["name"] for b in ana["binding"]} if ana else set()
@@ -162,6 +169,8 @@ def best_entries(result: SolveResult, ana: dict[str, Any] | None) -> dict[str, A
         if name in undecided:
             c["undecided"] = True  # the analysis ran out of time on this family
     d["analysis"] = "skipped" if ana is None else ana["analysis"]
+    if ana is None and skipped:
+        d["analysis_skipped"] = skipped
     d["binding"] = ana["binding"] if ana else None
     d["binding_undecided"] = sorted(undecided, key=list(result.enforced).index) if ana else []
     d["alternatives"] = ana["alternatives"] if ana else None

@@ -163,3 +163,22 @@ def test_the_report_after_an_on_demand_solve_answers_like_the_whole_tables():
     assert lazy.pending is not None and whole.pending is None
     assert got["lazy"] == got["whole"]
     assert got["lazy"][1]  # questions were asked
+
+
+def test_a_report_on_the_memory_plans_on_demand_path_says_why_it_is_not_analysed():
+    """When the memory plan builds the tables one layout group at a time, the report's analysis (which reads every
+    table of the space) is left out, and the JSON and the text say so with both estimates, not as --no-analysis."""
+    from dataclasses import replace
+
+    from tpopt.cli import render
+    from tpopt.optimizer.plan import plan
+
+    sc = load_scenario(ROOT / "examples" / "gpt3-175b-widest.toml")  # 382 MiB on demand, 536 MiB every table
+    sc = replace(sc, search=replace(sc.search, memory_budget=450 * 2**20))
+    r = plan(sc, "cpsat", Request(seed=0, workers=1, time_limit=300))
+    d = r.report
+    assert d["analysis"] == "skipped" and d["binding"] is None and d["alternatives"] is None
+    assert "one layout group at a time" in d["analysis_skipped"] and "over the memory budget" in d["analysis_skipped"]
+    lines = render.binding_lines(d["binding"], "cost", "USD", skipped=d["analysis_skipped"])
+    assert lines[0].startswith("Binding constraints: not analysed: the memory plan") and "--no-analysis" not in lines[0]
+    assert render.binding_lines(None, "cost", "USD")[0].startswith("Binding constraints: not analysed (--no-analysis)")

@@ -84,3 +84,30 @@ def test_duration_sets_group_equal_rows_only():
     assert len(first) == 4  # (1, 5), (2, 5), (1, 6), (3, 5)
     assert T._duration_sets([np.arange(32.0)]) is None  # all distinct: no saving
     assert T._duration_sets([np.array([0.0, -0.0] * 16)])[1].size == 2  # same value, other bits: kept apart
+
+
+def test_layout_views_of_the_tables_give_the_sliced_layout_terms():
+    """optimizer/enumerate.py: LayoutEvaluator._on_grid on a table of the space indexes a view of it laid out once
+    (layout axes first, then the extras), instead of slicing and transposing the table per layout: the same values,
+    shape and dtype as the slicing path (taken with the domains passed explicitly), on every table it reads."""
+    from tpopt.catalogs.scenario import load_scenario
+    from tpopt.optimizer.enumerate import HUB, LayoutEvaluator
+    from tpopt.optimizer.space import Space
+
+    sc = load_scenario(ROOT / "examples" / "gpt3-175b-widest.toml")
+    sp = Space.from_scenario(sc, {"pp": [1, 2, 4], "dp": [32, 64, 128], "mb": [1, 2]})
+    ev = LayoutEvaluator(sp)
+    sizes = [len(sp.domains[v]) for v in HUB]
+    layouts = [tuple(int(i) for i in np.unravel_index(k, sizes)) for k in range(0, int(np.prod(sizes)), 7)]
+    names = [n for n in sp._specs if not n.endswith((".lo", ".hi"))]
+    assert len(layouts) > 3 and "time.exposed_dp" in names
+    for name in names:
+        table = sp.bound_table(name, "lo").values if name in ("time.compute",) else sp.tables[name].values
+        for h in layouts:
+            fast, slow = ev._on_grid(name, table, h), ev._on_grid(name, table, h, sp.domains)
+            assert fast.shape == slow.shape and fast.dtype == slow.dtype
+            np.testing.assert_array_equal(fast, slow)
+    table = sp.tables["time.exposed_dp"].values
+    before = ev._on_grid("time.exposed_dp", table, layouts[1]).copy()
+    table[...] += 1.0  # written into the table later: the view shows it
+    np.testing.assert_array_equal(ev._on_grid("time.exposed_dp", table, layouts[1]), before + 1.0)
