@@ -356,7 +356,8 @@ class LayoutEvaluator:
         variables it does not have)."""
         if domains is None:  # a table of the space: its view, indexed at the layout
             view, at = self._view(name, table)
-            return view[tuple(h[i] for i in at)]
+            out: NDArray[Any] = view[tuple(h[i] for i in at)]
+            return out
         vars = self.space.table_vars(name)
         vals = table[tuple(h[HUB.index(v)] if v in HUB else slice(None) for v in vars)]
         rest = [v for v in vars if v not in HUB]
