@@ -140,7 +140,7 @@ class PendingGroups:
     per-layout bounds of its layouts (:data:`BOUNDS_OF_COMPUTE`) from the group's own :class:`LayoutBounds`."""
 
     def __init__(self, space: Space, fixed: tuple[str, ...], pending: set[tuple[int, ...]]) -> None:
-        self.space, self.fixed, self.pending = space, fixed, pending
+        self.space, self.fixed, self.pending = space, fixed, pending  # fixed: the variables a pending unit fixes
 
     @classmethod
     def of(cls, space: Space) -> PendingGroups | None:
@@ -159,22 +159,28 @@ class PendingGroups:
         lo = np.array(np.broadcast_to(np.expand_dims(floor.values, vars.index("schedule")), full), dtype=float)
         hi_type = next(iter(parts.values()))[1].values.dtype
         hi = np.full(full, np.finfo(hi_type).max, dtype=hi_type)
+        # a group no solve built is left as units one hub variable finer (a question often reaches a few
+        # layouts of a group only: the pipeline depths beyond the solve's are reached at one or two widths)
+        unit = fixed + tuple(v for v in GROUP_ORDER if v not in fixed)[:1]
         pending: set[tuple[int, ...]] = set()
-        out = cls(space, fixed, pending)
+        out = cls(space, unit, pending)
         for idx in np.ndindex(*(len(d[v]) for v in fixed)):
             got = parts.get(idx)
             if got is None:
-                pending.add(idx)
+                pending.update(idx + j for j in np.ndindex(*(len(d[v]) for v in unit[len(fixed):])))
             else:
-                lo[out._cut(idx)], hi[out._cut(idx)] = got[0].values, got[1].values
+                cut = out._cut(idx, fixed=fixed)
+                lo[cut], hi[cut] = got[0].values, got[1].values
         del space.__dict__["_group_compute"]  # the whole tables hold the values now
         for name, values in zip(COMPUTE_BOUNDS, (lo, hi), strict=True):
             space.tables[name] = Table(name, vars, values)
         return out
 
-    def _cut(self, idx: tuple[int, ...], vars: tuple[str, ...] | None = None) -> tuple[slice, ...]:
-        """Group ``idx``'s slice of a whole table over ``vars`` (default: the compute term's)."""
-        at = dict(zip(self.fixed, idx, strict=True))
+    def _cut(self, idx: tuple[int, ...], vars: tuple[str, ...] | None = None, fixed: tuple[str, ...] | None = None
+             ) -> tuple[slice, ...]:
+        """Unit ``idx``'s slice (over ``fixed``, default the units' variables) of a whole table over ``vars``
+        (default: the compute term's)."""
+        at = dict(zip(self.fixed if fixed is None else fixed, idx, strict=True))
         vars = self.space.table_vars("time.compute") if vars is None else vars
         return tuple(slice(at[v], at[v] + 1) if v in at else slice(None) for v in vars)
 
@@ -186,11 +192,11 @@ class PendingGroups:
         bounds.objective_min = bounds.cost_min if by_cost else bounds.finish_min
 
     def group_of(self, bounds: LayoutBounds, h: int) -> tuple[int, ...]:
-        """The group (index over the fixed variables) of layout ``h`` (flat hub index)."""
+        """The unit (index over the variables it fixes) of layout ``h`` (flat hub index)."""
         return tuple(int(bounds.coords[v][h]) for v in self.fixed)
 
     def build(self, idx: tuple[int, ...], bounds: LayoutBounds) -> np.ndarray[Any, Any]:
-        """Tabulate group ``idx``, write it into the whole tables and its layouts' bounds into ``bounds`` (the whole
+        """Tabulate unit ``idx``, write it into the whole tables and its layouts' bounds into ``bounds`` (the whole
         space's, :meth:`adopt`-ed); returns those layouts' flat hub indices."""
         sub = group_space(self.space, self.fixed, idx)
         for name, t in dict.items(self.space.tables):  # every table the whole space has: the group's is a slice

@@ -117,7 +117,9 @@ def test_pending_groups_give_the_whole_builds_tables_and_layout_bounds():
     for idx in [(0, 1), (0, 3)]:  # two groups "solved"
         ondemand.group_space(space, fixed, idx).bound_table("time.compute", "lo")
     pending = ondemand.PendingGroups.of(space)
-    assert pending is not None and pending.fixed == fixed and pending.pending == {(0, 0), (0, 2)}
+    tps = range(len(space.domains["tp"]))  # a group no solve built is left as units of one TP width each
+    assert pending is not None and pending.fixed == fixed + ("tp",)
+    assert pending.pending == {(0, p, t) for p in (0, 2) for t in tps}
     assert "_group_compute" not in space.__dict__
     whole = Space(sc=sc, domains=space.domains)
     want = LayoutBounds(whole, "cost")
@@ -126,9 +128,11 @@ def test_pending_groups_give_the_whole_builds_tables_and_layout_bounds():
     assert np.all(lo[fin] <= exact[fin] * (1 + 1e-12))  # relaxed where pending, the group's own bound elsewhere
     bounds = LayoutBounds(space, "cost")
     pending.adopt(bounds)
-    built = pending.build((0, 2), bounds)
-    assert sorted(set(np.asarray(space.domains["pp"])[bounds.coords["pp"][built]])) == [4]
-    pending.build((0, 0), bounds)
+    built = pending.build((0, 2, 1), bounds)
+    assert set(np.asarray(space.domains["pp"])[bounds.coords["pp"][built]]) == {4}
+    assert set(np.asarray(space.domains["tp"])[bounds.coords["tp"][built]]) == {space.domains["tp"][1]}
+    for unit in sorted(pending.pending):
+        pending.build(unit, bounds)
     assert not pending.pending
     for name in ondemand.COMPUTE_BOUNDS:
         got, ref = space.tables[name], whole.tables[name]
