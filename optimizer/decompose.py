@@ -21,6 +21,7 @@ evaluated in full (:func:`tpopt.models.evaluate.evaluate`) only when it can ente
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Protocol, TypeAlias, cast
@@ -134,8 +135,10 @@ class LayoutBounds:
     too many tokens) rank by the choices that do.
     """
 
-    def __init__(self, space: Space, objective: str, enforced: Collection[str] | None = None) -> None:
-        sc = space.sc
+    def __init__(self, space: Space, objective: str, enforced: Collection[str] | None = None,
+                 coupled: tuple[str, ...] | None = None) -> None:
+        """``coupled``: the extras kept with the layout (default :func:`coupling_vars`; only with ``enforced``)."""
+        sc = self.sc = space.sc
         dom = space.domains
         self.sizes = [len(dom[v]) for v in HUB]
         self.n = int(np.prod(self.sizes))
@@ -144,9 +147,8 @@ class LayoutBounds:
         vals = {v: np.asarray(dom[v])[self.coords[v]] for v in HUB}
         self.cards = cards_of(**vals)
         self.usable = space.usable()[self.coords["acc"]]
-        self.coupled = () if enforced is None else coupling_vars(space, self.n)
+        self.coupled = () if enforced is None else coupling_vars(space, self.n) if coupled is None else coupled
         target = HUB + self.coupled
-        c_axes = tuple(range(1, 1 + len(self.coupled)))
 
         def red(name: str, fn: Reducer, values: NDArray[Any] | None = None) -> NDArray[Any]:
             return _reduced(space, name, fn, values, target)
@@ -189,30 +191,21 @@ class LayoutBounds:
         due_min = on_grid(due_min)  # what the deadline family compares with the deadline (chance form: see above)
         finish_min, cost_min, busy_max, need, mem_min = (on_grid(x) for x in (finish_min, cost_min, busy_max,
                                                                               need, mem_min))
+        self.grids: dict[str, NDArray[Any]] = {}
+        self.enforced = frozenset(enforced or ())
         if self.coupled:
-            lim = (slice(None),) + (None,) * len(self.coupled)  # a per-layout array against (h, c)
-            ok = np.ones(cost_min.shape, dtype=bool)
             enforced = set(cast(Collection[str], enforced))  # coupled choices only with enforced families
-            if F.MEMORY_PER_CARD in enforced:
-                ok &= mem_min <= self.usable[lim]
-            if F.INPUT_THROUGHPUT in enforced:
-                ok &= busy_max >= need
-            if F.DEADLINE in enforced:
-                ok &= due_min <= sc.task.deadline_s
-            if F.BUDGET in enforced and sc.cost.max_cost is not None:
-                ok &= cost_min <= sc.cost.max_cost
-            for f in sorted(enforced):
-                if f not in HUB_RULES and "ok." + f in space._specs:
-                    ok &= on_grid(red("ok." + f, np.max))
+            # the (h, c) bounds and the single-table rules on the (h, c) grid, kept: :meth:`under` reduces them
+            # for another set of enforced families
+            self.grids = {"finish": finish_min, "due": due_min, "cost": cost_min, "busy_max": busy_max,
+                          "need": need, "mem": mem_min}
+            self.grids |= {"ok." + f: on_grid(red("ok." + f, np.max)) for f in sorted(enforced)
+                           if f not in HUB_RULES and "ok." + f in space._specs}
             if "nics" in self.coupled:
                 on = [1] * (1 + len(self.coupled))
                 on[0], on[1 + self.coupled.index("nics")] = self.n, len(dom["nics"])
-                ok &= nic_ok[self.coords["acc"]].reshape(on)
-            finish_min = np.where(ok, finish_min, np.inf).min(axis=c_axes)
-            due_min = np.where(ok, due_min, np.inf).min(axis=c_axes)
-            cost_min = np.where(ok, cost_min, np.inf).min(axis=c_axes)
-            busy_max, need = busy_max.max(axis=c_axes), need.max(axis=c_axes)
-            mem_min = mem_min.min(axis=c_axes)
+                self.grids["nics"] = nic_ok[self.coords["acc"]].reshape(on)
+            finish_min, due_min, cost_min, busy_max, need, mem_min = self._reduce(enforced)
         self.finish_min, self.cost_min, self.busy_max, self.input_need, self.mem_min = (
             finish_min, cost_min, busy_max, need, mem_min)
         self.objective_min = self.cost_min if objective == "cost" else self.finish_min
@@ -220,6 +213,43 @@ class LayoutBounds:
         self.chance = chance_on(sc)
         self.due_min, self.deadline = due_min, sc.task.deadline_s
         self.rules = {f: _reduce_to_hub(space, "ok." + f, np.max) > 0.5 for f in HUB_RULES}
+
+    def _reduce(self, enforced: Collection[str], rows: NDArray[np.intp] | None = None) -> tuple[NDArray[Any], ...]:
+        """(finish, due, cost, busy max, input need, memory) per layout (those of ``rows``, default all) from the
+        (h, c) grids: the pairs no plan can make meet an ``enforced`` family dropped, the least over the rest."""
+        g, sc = self.grids, self.sc
+        at = (slice(None),) if rows is None else (rows,)
+        grid = {k: v[at] for k, v in g.items()}
+        lim = (slice(None),) + (None,) * len(self.coupled)  # a per-layout array against (h, c)
+        ok = np.ones(grid["cost"].shape, dtype=bool)
+        if F.MEMORY_PER_CARD in enforced:
+            ok &= grid["mem"] <= self.usable[at][lim]
+        if F.INPUT_THROUGHPUT in enforced:
+            ok &= grid["busy_max"] >= grid["need"]
+        if F.DEADLINE in enforced:
+            ok &= grid["due"] <= sc.task.deadline_s
+        if F.BUDGET in enforced and sc.cost.max_cost is not None:
+            ok &= grid["cost"] <= sc.cost.max_cost
+        for f in sorted(enforced):
+            if "ok." + f in grid:
+                ok &= grid["ok." + f]
+        if "nics" in grid:
+            ok &= grid["nics"]
+        c_axes = tuple(range(1, 1 + len(self.coupled)))
+        least = [np.where(ok, grid[k], np.inf).min(axis=c_axes) for k in ("finish", "due", "cost")]
+        return (*least, grid["busy_max"].max(axis=c_axes), grid["need"].max(axis=c_axes), grid["mem"].min(axis=c_axes))
+
+    def under(self, enforced: Collection[str]) -> LayoutBounds:
+        """The bounds of a question that enforces only ``enforced`` (a subset of the families these bounds were
+        built with): the coupled grids reduced again, the same object's other fields (shared); without coupled
+        choices the bounds themselves (they hold whatever is enforced)."""
+        if not self.coupled:
+            return self
+        out = copy.copy(self)
+        out.finish_min, out.due_min, out.cost_min, out.busy_max, out.input_need, out.mem_min = \
+            self._reduce(set(enforced))
+        out.objective_min = out.cost_min if self.objective_min is self.cost_min else out.finish_min
+        return out
 
     def allowed(self, enforced: Collection[str], max_cards: int, deadline: float, max_cost: float | None
                 ) -> dict[str, NDArray[np.bool_]]:

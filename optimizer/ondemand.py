@@ -126,6 +126,8 @@ COMPUTE_BOUNDS = ("time.compute.lo", "time.compute.hi")
 
 BOUNDS_OF_COMPUTE = ("finish_min", "due_min", "cost_min", "busy_max")
 """The per-layout bounds of :class:`LayoutBounds` that read the compute term (:meth:`PendingGroups.build`)."""
+GRIDS_OF_COMPUTE = ("finish", "due", "cost", "busy_max")
+"""The same bounds on the (layout, coupled choices) grids (:attr:`LayoutBounds.grids`)."""
 
 
 class PendingGroups:
@@ -189,6 +191,9 @@ class PendingGroups:
         by_cost = bounds.objective_min is bounds.cost_min
         for name in BOUNDS_OF_COMPUTE:
             setattr(bounds, name, np.array(getattr(bounds, name)))
+        for name in GRIDS_OF_COMPUTE:
+            if name in bounds.grids:
+                bounds.grids[name] = np.array(bounds.grids[name])
         bounds.objective_min = bounds.cost_min if by_cost else bounds.finish_min
 
     def group_of(self, bounds: LayoutBounds, h: int) -> tuple[int, ...]:
@@ -206,12 +211,16 @@ class PendingGroups:
         got = self.space.__dict__.pop("_group_compute")[self.fixed][idx]  # the slices the group just left
         for name, t in zip(COMPUTE_BOUNDS, got, strict=True):
             self.space.tables[name].values[self._cut(idx)] = t.values
-        own = LayoutBounds(sub, "cost")
+        own = LayoutBounds(sub, "cost", bounds.enforced, bounds.coupled) if bounds.coupled else \
+            LayoutBounds(sub, "cost")
         at = dict(zip(self.fixed, idx, strict=True))
         flat = np.ravel_multi_index(tuple(np.full(own.n, at[v]) if v in at else own.coords[v] for v in HUB),
                                     bounds.sizes)
         for name in BOUNDS_OF_COMPUTE:
             getattr(bounds, name)[flat] = getattr(own, name)
+        for name in GRIDS_OF_COMPUTE:
+            if name in bounds.grids:
+                bounds.grids[name][flat] = own.grids[name]
         self.pending.discard(idx)
         return flat
 

@@ -118,6 +118,7 @@ class LayoutOracle:
         self.space = space
         self.layouts = layout_evaluator(space)
         self._bounds: LayoutBounds | None = None
+        self._questions: dict[frozenset[str], LayoutBounds] = {}  # enforced families -> a question's bounds
         self.pending: PendingGroups | None = None  # layout groups whose compute bounds are still relaxed
         self.questions = 0
         self.check = check  # called before each layout evaluation (a time limit can raise there)
@@ -127,13 +128,33 @@ class LayoutOracle:
         if self._bounds is None:
             # after an on-demand solve: its groups' compute bounds, the others built when a question reaches them
             self.pending = PendingGroups.of(self.space)
-            self._bounds = LayoutBounds(self.space, "cost")
+            # every family enforced: the coupled choices' grids are kept, each question reduces them (:meth:`_under`)
+            self._bounds = LayoutBounds(self.space, "cost", FAMILIES)
             if self.pending is not None:
                 self.pending.adopt(self._bounds)
         return self._bounds
 
+    def _under(self, enforced: Collection[str]) -> LayoutBounds:
+        """The bounds of a question enforcing ``enforced`` (the coupled choices no plan can make meet an enforced
+        family left out of each layout's bound; one per set of families, kept for the report's questions)."""
+        key = frozenset(enforced)
+        got = self._questions.get(key)
+        if got is None:
+            got = self._questions[key] = self.bounds.under(key)
+        return got
+
+    def _built(self, rows: NDArray[np.intp]) -> None:
+        """Layouts ``rows`` got their own compute bounds (:class:`~tpopt.optimizer.ondemand.PendingGroups`): every
+        question's bounds of them again."""
+        for key, b in self._questions.items():
+            if b is self.bounds:  # no coupled choices: built in place
+                continue
+            for name, vals in zip(("finish_min", "due_min", "cost_min", "busy_max", "input_need", "mem_min"),
+                                  self.bounds._reduce(key, rows), strict=True):
+                getattr(b, name)[rows] = vals
+
     def _allowed(self, enforced: Collection[str], restrict: Restrict | None, cards: Cards) -> NDArray[np.bool_]:
-        b, sc, d = self.bounds, self.space.sc, self.space.domains
+        b, sc, d = self._under(enforced), self.space.sc, self.space.domains
         ok = np.ones(b.n, dtype=bool)
         for mask in b.allowed(set(enforced), sc.search.max_cards, sc.task.deadline_s, sc.cost.max_cost).values():
             ok &= mask
@@ -149,7 +170,7 @@ class LayoutOracle:
                 cards: Cards = None) -> dict[str, int] | None:
         """(best index dict or None) of the question, by the bound-ordered walk over layouts."""
         self.questions += 1
-        b = self.bounds
+        b = self._under(enforced)
         key = b.cost_min if objective == "cost" else b.finish_min
         # layouts with an infinite bound (a pipeline shape the schedule cannot run) come last: with
         # the rule that excludes them dropped, their plans exist, at an infinite cost
@@ -197,6 +218,7 @@ class LayoutOracle:
                 if k > limit():  # every layout left is bounded above the incumbent: nothing to build
                     return
                 flat = pending.build(group, b)
+                self._built(flat)
                 built.add(group)
                 for j in flat[allowed()[flat]].tolist():
                     heapq.heappush(heap, (float(key[j]), j, True))

@@ -19,11 +19,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tpopt.catalogs.scenario import load_scenario
+from tpopt.models import families as F
 from tpopt.optimizer import memory_plan as M
 from tpopt.optimizer import ondemand
 from tpopt.optimizer.core import solve
 from tpopt.optimizer.result import Request, Status
-from tpopt.optimizer.space import Space
+from tpopt.optimizer.space import FAMILIES, Space
 
 from tests.test_solver_properties import check_agreement, scenarios
 
@@ -123,16 +124,23 @@ def test_pending_groups_give_the_whole_builds_tables_and_layout_bounds():
     assert "_group_compute" not in space.__dict__
     whole = Space(sc=sc, domains=space.domains)
     want = LayoutBounds(whole, "cost")
+    want_coupled = LayoutBounds(whole, "cost", FAMILIES)  # the report's: coupled choices' grids kept
+    assert want_coupled.coupled and want_coupled.grids
     lo, exact = space.tables["time.compute.lo"].values, whole.tables["time.compute"].values
     fin = np.isfinite(exact)
     assert np.all(lo[fin] <= exact[fin] * (1 + 1e-12))  # relaxed where pending, the group's own bound elsewhere
-    bounds = LayoutBounds(space, "cost")
+    bounds, coupled = LayoutBounds(space, "cost"), LayoutBounds(space, "cost", FAMILIES)
     pending.adopt(bounds)
+    pending.adopt(coupled)
     built = pending.build((0, 2, 1), bounds)
     assert set(np.asarray(space.domains["pp"])[bounds.coords["pp"][built]]) == {4}
     assert set(np.asarray(space.domains["tp"])[bounds.coords["tp"][built]]) == {space.domains["tp"][1]}
-    for unit in sorted(pending.pending):
+    units = sorted(pending.pending)
+    for unit in units:
         pending.build(unit, bounds)
+    for unit in [(0, 2, 1)] + units:  # the same units again, into the coupled bounds
+        pending.pending.add(unit)
+        pending.build(unit, coupled)
     assert not pending.pending
     for name in ondemand.COMPUTE_BOUNDS:
         got, ref = space.tables[name], whole.tables[name]
@@ -140,7 +148,16 @@ def test_pending_groups_give_the_whole_builds_tables_and_layout_bounds():
         np.testing.assert_array_equal(got.values, ref.values)
     for name in ondemand.BOUNDS_OF_COMPUTE + ("mem_min", "input_need"):
         np.testing.assert_array_equal(getattr(bounds, name), getattr(want, name))
-    assert bounds.objective_min is bounds.cost_min
+        np.testing.assert_array_equal(getattr(coupled, name), getattr(want_coupled, name))
+    assert set(coupled.grids) == set(want_coupled.grids)
+    for name, grid in want_coupled.grids.items():
+        np.testing.assert_array_equal(np.broadcast_to(coupled.grids[name], grid.shape), grid)
+    for drop in (F.DEADLINE, F.MEMORY_PER_CARD):  # a question's bounds: the grids reduced under its families
+        asked = [f for f in FAMILIES if f != drop]
+        ref = LayoutBounds(whole, "cost", asked, want_coupled.coupled)
+        for name in ondemand.BOUNDS_OF_COMPUTE + ("mem_min", "input_need"):
+            np.testing.assert_array_equal(getattr(coupled.under(asked), name), getattr(ref, name))
+    assert bounds.objective_min is bounds.cost_min and coupled.objective_min is coupled.cost_min
 
 
 def test_the_report_after_an_on_demand_solve_answers_like_the_whole_tables():
