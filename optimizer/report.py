@@ -33,7 +33,7 @@ from tpopt.optimizer import backends, core
 from tpopt.optimizer.decompose import LayoutBounds
 from tpopt.optimizer.enumerate import HUB, PointTable, layout_evaluator
 from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
-from tpopt.optimizer.ondemand import PendingGroups
+from tpopt.optimizer.ondemand import COMPUTE_BOUNDS, PendingGroups
 from tpopt.optimizer.result import Request, Status, objective_key, objective_value, plan_summary
 from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space, card_counts
 
@@ -133,6 +133,14 @@ class LayoutOracle:
             if self.pending is not None:
                 self.pending.adopt(self._bounds)
         return self._bounds
+
+    def release(self) -> None:
+        """Drop the space's compute bound tables while layout groups are still pending (their relaxed entries are
+        the oracle's alone: anything asked of the space later builds the tables it reads)."""
+        if self.pending is not None and self.pending.pending:
+            for name in COMPUTE_BOUNDS:
+                dict.pop(self.space.tables, name, None)
+            self.space.__dict__.pop("_layout_evaluator", None)
 
     def _under(self, enforced: Collection[str]) -> LayoutBounds:
         """The bounds of a question enforcing ``enforced`` (the coupled choices no plan can make meet an enforced
@@ -388,8 +396,12 @@ def analysis(space: Space, best: Evaluation, backend: str, req: Request, enforce
                 "undecided": [f for f in RELAXABLE if f in enforced and f not in space.inert()
                               and not (f == F.BUDGET and space.sc.cost.max_cost is None)],
                 "analysis": "time limit reached"}
-    binds = binding_families(oracle, best, objective, enforced, undecided)
-    alts = why_not_cheaper(oracle, space, best, objective, enforced, same_scale=isinstance(oracle, TableOracle))
+    try:
+        binds = binding_families(oracle, best, objective, enforced, undecided)
+        alts = why_not_cheaper(oracle, space, best, objective, enforced, same_scale=isinstance(oracle, TableOracle))
+    finally:
+        if isinstance(oracle, LayoutOracle):
+            oracle.release()
     done = not undecided and all(a["feasible"] is not None for a in alts)
     return {"oracle": oracle.name, "binding": [b.as_dict(best, objective) for b in binds], "alternatives": alts,
             "robustness": robustness(space.sc, best), "undecided": undecided,

@@ -183,6 +183,9 @@ def test_the_report_after_an_on_demand_solve_answers_like_the_whole_tables():
         got[name] = ([(b.name, b.without.plan) for b in binds], alts)
     assert lazy.pending is not None and whole.pending is None
     assert got["lazy"] == got["whole"]
+    lazy.pending.pending.add(next(iter(np.ndindex(*(len(space.domains[v]) for v in lazy.pending.fixed)))))
+    lazy.release()  # a unit still relaxed: the space keeps no compute bound table the oracle relaxed
+    assert not any(n in space.tables for n in ondemand.COMPUTE_BOUNDS) and "_layout_evaluator" not in space.__dict__
     assert got["lazy"][1]  # questions were asked
 
 
