@@ -1295,6 +1295,12 @@ def compute_key(sc: Scenario, ep: ArrayLike, expert_tp: ArrayLike, capacity_fact
     return (ep, expert_tp, phi) if per_op_model(sc) and sc.model.moe else (phi,)
 
 
+def inputs_schedule_key(schedule: str) -> bool:
+    """What :func:`compute_inputs` reads of the schedule: whether dW runs apart from dX (:func:`_fold`); two
+    schedules with the same key give the same inputs, bit for bit."""
+    return _split_backward(schedule)
+
+
 def compute_inputs(sc: Scenario, *, acc: str, recompute: str, sp: bool | None = None, schedule: str, tp: ArrayLike,
                    cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike, mb: ArrayLike, nics: ArrayLike, ep: ArrayLike = 1,
                    etp: ArrayLike = 0, cap: ArrayLike = 0.0) -> tuple[Floats, ...]:

@@ -650,15 +650,25 @@ class Space:
         rsub = (R,) + sub
         ex = [np.asarray([c[i] for c in reps], dtype=float).reshape((R,) + (1,) * len(sub)) for i in range(3)]
         g = {k: v[None] for k, v in grids.items()}
-        for si, sched in enumerate(d["schedule"]):
+        n_parts = len(d["acc"]) * len(d["recompute"]) * len(d["sp"])
+        pp = np.broadcast_to(grids["pp"], sub)[None].repeat(n_parts * R, axis=0)
+        # the inputs read only whether a schedule splits dW from dX (T.inputs_schedule_key): they are built once
+        # per key, the schedules taken key by key so that one key's stacked inputs are alive at a time
+        keys_of = [T.inputs_schedule_key(s) for s in d["schedule"]]
+        inputs_of: tuple[bool | None, tuple[NDArray[np.float64], ...]] = (None, ())  # (key, its stacked inputs)
+        for si in sorted(range(len(d["schedule"])), key=lambda i: keys_of.index(keys_of[i])):
+            sched = d["schedule"][si]
             checkpoint()
-            parts = [T.compute_inputs(sc, acc=acc, recompute=rec, sp=sp, schedule=sched, tp=g["tp"], cp=g["cp"],
-                                      pp=g["pp"], dp=g["dp"], mb=g["mb"], nics=g["nics"], ep=ex[0], etp=ex[1],
-                                      cap=ex[2])
-                     for acc in d["acc"] for rec in d["recompute"] for sp in d["sp"]]
-            stacked = tuple(np.stack([np.broadcast_to(p[k], rsub) for p in parts]).reshape((-1,) + sub)
-                            for k in range(len(parts[0])))
-            pp = np.broadcast_to(grids["pp"], sub)[None].repeat(len(parts) * R, axis=0)
+            if inputs_of[0] is None or inputs_of[0] != keys_of[si]:
+                inputs_of = (None, ())  # the previous key's inputs go before the next key's are built
+                parts = [T.compute_inputs(sc, acc=acc, recompute=rec, sp=sp, schedule=sched, tp=g["tp"], cp=g["cp"],
+                                          pp=g["pp"], dp=g["dp"], mb=g["mb"], nics=g["nics"], ep=ex[0], etp=ex[1],
+                                          cap=ex[2])
+                         for acc in d["acc"] for rec in d["recompute"] for sp in d["sp"]]
+                inputs_of = (keys_of[si], tuple(np.stack([np.broadcast_to(p[k], rsub) for p in parts])
+                                                .reshape((-1,) + sub) for k in range(len(parts[0]))))
+                del parts
+            stacked = inputs_of[1]
             if floor:  # one pipeline depth at a time: the busiest stage is found per depth (a slice, not a mask)
                 floor_all: FloatArray = np.empty(pp.shape)
                 for k in range(sub[nums.index("pp")]):
