@@ -816,6 +816,7 @@ def layout(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep:
 # recent op_times results, least recently used first
 _OP_MEMO: OrderedDict[tuple[Any, ...], tuple[Scenario, OpTimes]] = OrderedDict()
 BOUND_SLICE = 1 << 18  # group durations (stages x rows) per slice of a pipeline bound pass
+GRID_STAGE_COUNTS = 256  # stage counts along the plan grid's pp axis up to which the bounds run on the grid
 OP_MEMO_SIZE = 1024  # a MoE space's layouts revisit (tp, micro-batch, EP, capacity) kernel sets round after round
 
 
@@ -1151,6 +1152,97 @@ def _duration_sets(arrays: Sequence[FloatArray]) -> tuple[NDArray[np.intp], NDAr
     return inverse.astype(np.intp), first.astype(np.intp)
 
 
+def _bounds_on_grid(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike, durations: Sequence[ArrayLike],
+                    t_transfer: ArrayLike, groups: Groups, dense_of: Callable[[int], Sequence[int]] | None
+                    ) -> tuple[FloatArray, FloatArray] | None:
+    """The closed-form ``(lo, hi)`` of :func:`_pipeline_groups` (its ``bounds=True``) on the plan grid, when the
+    stage count varies along one axis of the grid at most (an axis of at most GRID_STAGE_COUNTS entries: the pp
+    axis of a table, not flattened rows); None otherwise. ``durations``: (fwd, dX, dW) of a layer, of the first
+    stage's extras and of the last stage's, then those of a dense block (``dense_of``: dense blocks per stage).
+
+    The inputs are kept at their own shapes and broadcast, not flattened into rows: the per-group durations vary
+    along the few axes they depend on (recompute, TP, micro-batch: one set per cell), m along (DP, micro-batch),
+    the transfer along (TP, DP, micro-batch, NICs), so every sum over a stage's durations is formed once per
+    duration set and only the terms with m or the transfer are formed per plan. Each plan's bound is the same
+    elementwise arithmetic as the row pass (bit for bit: tests/test_vectorised_paths.py); slabs of at most
+    BOUND_SLICE group durations keep the (p, plans) temporaries small."""
+    shape = np.broadcast_shapes(*(np.shape(x) for x in (pp, micro_batches, t_transfer, *durations)))
+    nd = len(shape)
+
+    def pad(x: ArrayLike) -> NDArray[Any]:
+        a = np.asarray(x)
+        return a.reshape((1,) * (nd - a.ndim) + a.shape)
+
+    p_of = pad(pp)
+    along = [i for i, n in enumerate(p_of.shape) if n > 1]
+    if len(along) > 1 or p_of.size > GRID_STAGE_COUNTS:
+        return None
+    ax = along[0] if along else -1
+    m_float = pad(_f(micro_batches))
+    m_all, t_all = pad(np.ceil(m_float - 1e-9).astype(int)), pad(_f(t_transfer))
+    d_all = [pad(_f(x)) for x in durations]
+    lo_grid, hi_grid = np.empty(shape), np.empty(shape)
+    for j in range(p_of.shape[ax] if along else 1):
+        p = int(p_of.reshape(-1)[j])
+
+        def at_p(a: NDArray[Any], j: int = j) -> NDArray[Any]:
+            return a[(slice(None),) * ax + (slice(j, j + 1),)] if along and a.shape[ax] > 1 else a
+
+        m_p, t_p, d_p = at_p(m_all), at_p(t_all), [at_p(x) for x in d_all]
+        dst: list[slice] = [slice(None)] * nd
+        if along:
+            dst[ax] = slice(j, j + 1)
+        if p <= 1:  # one stage: m x (every layer + embedding + head), as the row pass forms it
+            lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, *more = d_p
+            n_all = float(sum(groups(1)))
+            if dense_of is not None:
+                d_one = float(sum(dense_of(1)))
+                one = at_p(m_float) * ((n_all - d_one) * (lf + ldx + ldw) + d_one * (more[0] + more[1] + more[2])
+                                       + ef + edx + edw + hf + hdx + hdw)
+            else:
+                one = at_p(m_float) * (n_all * (lf + ldx + ldw) + ef + edx + edw + hf + hdx + hdw)
+            lo_grid[tuple(dst)] = hi_grid[tuple(dst)] = one
+            continue
+        lead = np.broadcast_shapes(m_p.shape, t_p.shape, *(x.shape for x in d_p))
+        split = groups(p)
+        chunks = chunk_layers(split, v) if base == "interleaved" else None
+        if not split or (base == "interleaved" and chunks is None):
+            lo_grid[tuple(dst)] = hi_grid[tuple(dst)] = np.inf  # layout.schedule_shape rules these plans out
+            continue
+        n_g = np.asarray(split, dtype=float).reshape((-1,) + (1,) * nd)
+        d_g = None if dense_of is None else np.asarray(dense_of(p), dtype=float).reshape((-1,) + (1,) * nd)
+        k = 0  # slabs: p x (plans of a slab) <= BOUND_SLICE, ranges along axis k - 1, single entries before it
+        while k < nd and p * math.prod(lead[k:]) > BOUND_SLICE:
+            k += 1
+        step = max(1, BOUND_SLICE // (p * math.prod(lead[k:])))
+        heads = [()] if k == 0 else [(*h, slice(i, i + step)) for h in np.ndindex(*lead[:k - 1])
+                                     for i in range(0, lead[k - 1], step)]
+        for head in heads:
+            cut = tuple(h if isinstance(h, slice) else slice(h, h + 1) for h in head)
+
+            def part(a: NDArray[Any], cut: tuple[slice, ...] = cut) -> NDArray[Any]:
+                return a[tuple(c if a.shape[i] > 1 else slice(None) for i, c in enumerate(cut))]
+
+            lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, *more = (part(x) for x in d_p)
+            dshape = np.broadcast_shapes(*(x.shape for x in (lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, *more)))
+            grid = [np.broadcast_to(x, dshape)[None] for x in (lf, ldx, ldw, *more)]
+            if d_g is not None:  # (n_g - d_g) MoE blocks + d_g dense blocks
+                per = [(n_g - d_g) * x + d_g * y for x, y in zip(grid[:3], grid[3:], strict=True)]
+            else:
+                per = [n_g * x for x in grid[:3]]
+            for arr, e, h in zip(per, (ef, edx, edw), (hf, hdx, hdw), strict=True):
+                arr[0] = arr[0] + np.broadcast_to(e, dshape)
+                arr[-1] = arr[-1] + np.broadcast_to(h, dshape)
+            fwd, dx, dw = per
+            lo, hi = pipeline.completion_bounds_rows(base, p, part(m_p), fwd, dx, dw, part(t_p), 0.0, v=v,
+                                                     chunk_layers=chunks)
+            for i, c in enumerate(cut):
+                if not (along and i == ax):
+                    dst[i] = c
+            lo_grid[tuple(dst)], hi_grid[tuple(dst)] = lo, hi
+    return lo_grid, hi_grid
+
+
 def _pipeline_groups(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike, layer_f: Sequence[ArrayLike],
                      layer_dx: Sequence[ArrayLike], layer_dw: Sequence[ArrayLike], t_transfer: ArrayLike,
                      groups: Groups, bounds: bool = False, dense: Sequence[ArrayLike] | None = None,
@@ -1162,6 +1254,11 @@ def _pipeline_groups(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike,
     mixed = dense is not None and dense_groups is not None and dense_groups(1) is not None
     more = tuple(_f(x) for x in cast(Sequence[ArrayLike], dense)) if mixed else ()
     dense_of = cast(Callable[[int], Sequence[int]], dense_groups)  # called only when mixed
+    if bounds:  # on the plan grid where the stage count has an axis of its own
+        grid = _bounds_on_grid(base, v, pp, micro_batches, (lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, *more),
+                               t_transfer, groups, dense_of if mixed else None)
+        if grid is not None:
+            return grid
     arrs = np.broadcast_arrays(np.asarray(pp), _f(micro_batches), *(_f(x) for x in (lf, ldx, ldw, ef, edx, edw, hf,
                                                                                        hdx, hdw, t_transfer)), *more)
     shape = arrs[0].shape

@@ -229,6 +229,16 @@ def compute_floor(sc: Scenario, schedule: str, pp: ArrayLike, inputs: tuple[Any,
     return out
 
 
+def _stacked(parts: list[Any], grid: tuple[int, ...]) -> NDArray[np.float64]:
+    """The arrays ``parts`` (each broadcasting to ``grid``) stacked along the first axis of ``grid``, kept at their
+    common broadcast shape (an axis none of them varies along stays of length 1): the compute term's inputs vary
+    along a few of the layout axes only, and the pipeline bounds run on that grid, broadcast
+    (:func:`tpopt.models.terms._bounds_on_grid`)."""
+    shape = np.broadcast_shapes((grid[0],) + (1,) * (len(grid) - 1), *(np.shape(p) for p in parts))
+    out: NDArray[np.float64] = np.stack([np.broadcast_to(p, shape) for p in parts])
+    return out.reshape((len(parts) * shape[0],) + shape[1:])
+
+
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -651,7 +661,9 @@ class Space:
         ex = [np.asarray([c[i] for c in reps], dtype=float).reshape((R,) + (1,) * len(sub)) for i in range(3)]
         g = {k: v[None] for k, v in grids.items()}
         n_parts = len(d["acc"]) * len(d["recompute"]) * len(d["sp"])
-        pp = np.broadcast_to(grids["pp"], sub)[None].repeat(n_parts * R, axis=0)
+        # the stage count on its own axis (the pipeline bounds run on the plan grid, terms._bounds_on_grid)
+        pp = grids["pp"][None]
+        pp_rows = np.broadcast_to(grids["pp"], sub)[None].repeat(n_parts * R, axis=0)
         # the inputs read only whether a schedule splits dW from dX (T.inputs_schedule_key): they are built once
         # per key, the schedules taken key by key so that one key's stacked inputs are alive at a time
         keys_of = [T.inputs_schedule_key(s) for s in d["schedule"]]
@@ -665,18 +677,18 @@ class Space:
                                           pp=g["pp"], dp=g["dp"], mb=g["mb"], nics=g["nics"], ep=ex[0], etp=ex[1],
                                           cap=ex[2])
                          for acc in d["acc"] for rec in d["recompute"] for sp in d["sp"]]
-                inputs_of = (keys_of[si], tuple(np.stack([np.broadcast_to(p[k], rsub) for p in parts])
-                                                .reshape((-1,) + sub) for k in range(len(parts[0]))))
+                inputs_of = (keys_of[si], tuple(_stacked([p[k] for p in parts], rsub) for k in range(len(parts[0]))))
                 del parts
             stacked = inputs_of[1]
             if floor:  # one pipeline depth at a time: the busiest stage is found per depth (a slice, not a mask)
-                floor_all: FloatArray = np.empty(pp.shape)
+                floor_all: FloatArray = np.empty(pp_rows.shape)
+                whole = tuple(np.broadcast_to(x, pp_rows.shape) for x in stacked)
                 for k in range(sub[nums.index("pp")]):
                     at = (slice(None),) * (1 + nums.index("pp")) + (slice(k, k + 1),)
-                    floor_all[at] = compute_floor(sc, sched, pp[at], tuple(x[at] for x in stacked))
+                    floor_all[at] = compute_floor(sc, sched, pp_rows[at], tuple(x[at] for x in whole))
                 totals: list[FloatArray] = [floor_all]
             else:
-                totals = [T.compute_from(sc, sched, pp, stacked)[0]] if exact else \
+                totals = [T.compute_from(sc, sched, pp_rows, stacked)[0]] if exact else \
                     list(T.compute_bounds(sc, sched, pp, stacked))
             for out, total in zip(outs, totals, strict=False):
                 out[:, :, :, si] = lay(total)
