@@ -1115,7 +1115,7 @@ def _unique_columns(fn: Callable[..., ArrayLike], *arrays: FloatArray, key: Hash
     durations once per offload and save mode)."""
     n = arrays[0].shape[-1]
     stacked = np.vstack([np.reshape(a, (-1, n)) for a in arrays])
-    uniq, inverse = np.unique(stacked, axis=1, return_inverse=True)
+    uniq, inverse = _distinct_columns(stacked)
     ck = None if key is None else (key, uniq.shape, uniq.tobytes())
     if ck is not None and ck in _COMPLETION_CACHE:
         return _COMPLETION_CACHE[ck][np.reshape(inverse, -1)]
@@ -1131,6 +1131,24 @@ def _unique_columns(fn: Callable[..., ArrayLike], *arrays: FloatArray, key: Hash
             _COMPLETION_CACHE.clear()
         _COMPLETION_CACHE[ck] = result
     return result[np.reshape(inverse, -1)]
+
+
+def _distinct_columns(stacked: FloatArray) -> tuple[FloatArray, NDArray[np.intp]]:
+    """``np.unique(stacked, axis=1, return_inverse=True)`` of a 2-D float array without NaN: the distinct columns
+    in lexicographic order (first row first) and each column's index among them, from one lexsort of the
+    columns (np.unique over an axis sorts them as structured records, several times slower on small tables).
+    Columns equal as numbers are one column (the first of them in ``stacked`` is kept)."""
+    if stacked.shape[1] == 0 or np.isnan(stacked).any():
+        uniq, back = np.unique(stacked, axis=1, return_inverse=True)
+        return uniq, np.reshape(back, -1).astype(np.intp)
+    order = np.lexsort(stacked[::-1])
+    cols = stacked[:, order]
+    new = np.empty(cols.shape[1], dtype=bool)
+    new[0] = True
+    new[1:] = np.any(cols[:, 1:] != cols[:, :-1], axis=0)
+    inverse = np.empty(cols.shape[1], dtype=np.intp)
+    inverse[order] = np.cumsum(new) - 1
+    return cols[:, new], inverse
 
 
 def _duration_sets(arrays: Sequence[FloatArray]) -> tuple[NDArray[np.intp], NDArray[np.intp]] | None:
@@ -1431,16 +1449,13 @@ def compute_from(sc: Scenario, schedule: str, pp: ArrayLike,
     stage's work, m (t_f + t_dX + t_dW).
     """
     lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, t_x, ga, cards = inputs[:12]
+    completion = _completion(sc, schedule, pp, inputs)
     if per_op_model(sc):
         dense = inputs[12:15] or None
-        completion = pipeline_compute(schedule, pp, ga, (lf, ef, hf), (ldx, edx, hdx), (ldw, edw, hdw), t_x,
-                                      groups=lambda p: stage_split(sc, p), dense=dense,
-                                      dense_groups=lambda p: dense_split(sc, p))
         busy = _busiest(sc, pp, (lf + ldx + ldw,), (ef + edx + edw,), (hf + hdx + hdw,), 1,
                         None if dense is None else (dense[0] + dense[1] + dense[2],))[0]
         pure = ga * busy
     else:
-        completion = pipeline_compute(schedule, pp, ga, lf, ldx, ldw, t_x)
         pure = ga * (lf + ldx + ldw)
     # the stack's host time (per-operation model) adds to the step outside the pipeline: not bubble, not straggler
     host = stack_overhead(sc, pp=pp, ga=ga) if per_op_model(sc) else 0.0
@@ -1448,6 +1463,25 @@ def compute_from(sc: Scenario, schedule: str, pp: ArrayLike,
     finite = np.isfinite(completion)
     return (total + host, pure, np.where(finite, np.maximum(completion - pure, 0.0), np.inf),
             np.where(finite, total - np.where(finite, completion, 0.0), 0.0))
+
+
+def _completion(sc: Scenario, schedule: str, pp: ArrayLike, inputs: Sequence[Any]) -> FloatArray:
+    """The pipeline's completion time per step from :func:`compute_inputs` (no stragglers, no host time)."""
+    lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, t_x, ga, _cards = inputs[:12]
+    if per_op_model(sc):
+        return pipeline_compute(schedule, pp, ga, (lf, ef, hf), (ldx, edx, hdx), (ldw, edw, hdw), t_x,
+                                groups=lambda p: stage_split(sc, p), dense=inputs[12:15] or None,
+                                dense_groups=lambda p: dense_split(sc, p))
+    return pipeline_compute(schedule, pp, ga, lf, ldx, ldw, t_x)
+
+
+def compute_total(sc: Scenario, schedule: str, pp: ArrayLike, inputs: Sequence[Any]) -> FloatArray:
+    """:func:`compute_from`'s first value alone (the compute term's table): the completion time times the
+    straggler factor, plus the stack's host time per step (per-operation model), without the busiest stage's
+    pure compute the split needs."""
+    host = stack_overhead(sc, pp=pp, ga=inputs[10]) if per_op_model(sc) else 0.0
+    total: FloatArray = _completion(sc, schedule, pp, inputs) * straggler_factor(sc, inputs[11]) + host
+    return total
 
 
 def stack_overhead(sc: Scenario, *, pp: ArrayLike, ga: ArrayLike) -> FloatArray:

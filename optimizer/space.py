@@ -688,7 +688,7 @@ class Space:
                     floor_all[at] = compute_floor(sc, sched, pp_rows[at], tuple(x[at] for x in whole))
                 totals: list[FloatArray] = [floor_all]
             else:
-                totals = [T.compute_from(sc, sched, pp_rows, stacked)[0]] if exact else \
+                totals = [T.compute_total(sc, sched, pp_rows, stacked)] if exact else \
                     list(T.compute_bounds(sc, sched, pp, stacked))
             for out, total in zip(outs, totals, strict=False):
                 out[:, :, :, si] = lay(total)

@@ -150,3 +150,28 @@ def test_compute_bounds_on_the_plan_grid_equal_the_row_pass(tmp_path, name, monk
             at = {"acc": 0, "recompute": r, "sp": 0, "schedule": s, "ep": 0, "etp": 0, "cap": 0}
             got = exact.values[tuple(at.get(v, slice(None)) for v in exact.vars)]
             assert np.array_equal(got, np.broadcast_to(one, got.shape)), (rec, sched)
+
+
+def test_distinct_columns_equal_numpy_unique_over_columns():
+    rng = np.random.default_rng(3)
+    for trial in range(200):
+        k, n = rng.integers(1, 12), rng.integers(1, 120)
+        base = rng.uniform(0, 3, (k, rng.integers(1, 20)))
+        a = base[:, rng.integers(0, base.shape[1], n)]
+        if trial % 3 == 0:  # ties in the first rows: the later rows order the columns
+            a[: k // 2 + 1] = np.round(a[: k // 2 + 1])
+        uniq, inverse = np.unique(a, axis=1, return_inverse=True)
+        got, back = T._distinct_columns(a)
+        assert got.tobytes() == uniq.tobytes() and np.array_equal(back, np.reshape(inverse, -1)), trial
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "interleaved", "zb-h2", "dualpipe"])
+def test_compute_total_is_compute_from_first_value(tmp_path, schedule):
+    sc = _per_op(tmp_path, "gpt3-175b-widest.toml")
+    g = dict(zip(("tp", "pp", "dp", "mb", "nics"), np.ix_(*(np.asarray(x, dtype=float) for x in
+                                                            ([1, 2, 8], [1, 4, 8], [16, 32], [1, 2], [1, 8]))),
+                 strict=True))
+    inputs = T.compute_inputs(sc, acc="a100-80gb-sxm", recompute="full", schedule=schedule, **g)
+    total = T.compute_total(sc, schedule, g["pp"], inputs)
+    assert np.isfinite(total).any()
+    assert np.array_equal(total, T.compute_from(sc, schedule, g["pp"], inputs)[0])
