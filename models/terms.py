@@ -589,8 +589,25 @@ def _layer_sets(sc: Scenario, schedule: str, pp: ArrayLike, ga: FloatArray, peak
     first, last = sc.stage_layers
     fn = _peak_layer_sets if peak == "exact" else \
         (lambda *a: _peak_layer_set_bounds(*a)[0 if peak == "lo" else 1])
-    return _by_unique(lambda p, m: fn(str(schedule), sc.model.layers, int(p), int(m), first, last, stage), pp,
-                      np.ceil(ga - 1e-9))
+    m = np.ceil(ga - 1e-9)
+    p_a, m_a = np.asarray(pp, dtype=float), np.asarray(m, dtype=float)
+    if p_a.size + m_a.size > LAYER_SETS_GRID:  # rows, not an open grid: computed as they come
+        return _by_unique(lambda p, m: fn(str(schedule), sc.model.layers, int(p), int(m), first, last, stage), pp, m)
+    key = (str(schedule), sc.model.layers, first, last, peak, stage, p_a.shape, p_a.tobytes(), m_a.shape, m_a.tobytes())
+    got = _LAYER_SETS.get(key)
+    if got is None:  # (the same for every recompute set and accelerator of a table: remembered)
+        got = _by_unique(lambda p, m: fn(str(schedule), sc.model.layers, int(p), int(m), first, last, stage), pp, m)
+        if len(_LAYER_SETS) >= LAYER_SETS_ENTRIES:
+            _LAYER_SETS.pop(next(iter(_LAYER_SETS)))
+        _LAYER_SETS[key] = got
+    return got.copy()
+
+
+_LAYER_SETS: dict[tuple[Any, ...], FloatArray] = {}
+LAYER_SETS_ENTRIES = 256
+LAYER_SETS_GRID = 4096  # pp and micro-batch entries (together) up to which a call's answer is remembered
+"""(schedule, stage class, peak, pp, micro-batches) grids whose in-flight layer sets :func:`_layer_sets` keeps (oldest
+first out): a table's slices repeat them for every recompute set and accelerator."""
 
 
 def _peak_layer_sets(schedule: str, layers: int, p: int, m: int, first: int, last: int, stage: str = PEAK) -> float:
