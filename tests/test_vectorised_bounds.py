@@ -133,3 +133,20 @@ def test_block_kinds_are_the_model_constant():
     a = sc.model
     assert A._kinds(a) == tuple(A.is_moe_layer(a, i) for i in range(a.layers))
     assert any(A._kinds(a)) and not all(A._kinds(a))  # DeepSeek-V3: dense blocks first, then MoE blocks
+
+
+def test_remembered_saved_tensors_equal_a_fresh_inventory():
+    """memory.saved_tensors remembers small token grids: the same tensors as computed afresh, shared read-only."""
+    from tpopt.models import memory as M
+
+    sc = load_scenario(ROOT / "examples" / "deepseek-v3.toml")
+    b = np.asarray([1.0, 2.0, 4.0]).reshape(3, 1)
+    for flash in (True, False):
+        got = M.saved_tensors(sc.model, 4096.0, b, 2.0, flash, True)
+        fresh = M._saved_tensors(sc.model, 4096.0, b, 2.0, flash, True)
+        assert [t.name for t in got] == [t.name for t in fresh]
+        for t, u in zip(got, fresh, strict=True):
+            np.testing.assert_array_equal(t.bytes, u.bytes)
+        with pytest.raises(ValueError):
+            got[0].bytes[...] = 0.0
+        assert M.saved_tensors(sc.model, 4096.0, b, 2.0, flash, True) is not got  # a new list each time
