@@ -648,8 +648,11 @@ class Space:
 
         lead = (len(d["acc"]), len(d["recompute"]), len(d["sp"]))
 
+        identity = bool(np.array_equal(which, np.arange(len(reps))))  # every combination its own (no copy)
+
         def lay(total: NDArray[np.float64]) -> NDArray[np.float64]:
-            total = total.reshape(lead + (len(reps),) + sub)[:, :, :, which]
+            total = total.reshape(lead + (len(reps),) + sub)
+            total = total if identity else total[:, :, :, which]
             if moe:  # (acc, rec, sp, combo) + sub -> (acc, rec, sp) + sub + (ep, etp, cap)
                 return np.moveaxis(total, 3, -1).reshape(lead + sub + tuple(len(d[v]) for v in moe))
             return total[:, :, :, 0]
