@@ -253,8 +253,10 @@ def _block(a: ModelArch, moe: bool) -> tuple[int, int, int]:
     return lin, attn_other + norms + _mlp_bias(a, a.ffn), lin
 
 
-def _kinds(a: ModelArch) -> list[bool]:
-    return [is_moe_layer(a, i) for i in range(a.layers)]
+@functools.lru_cache(maxsize=64)
+def _kinds(a: ModelArch) -> tuple[bool, ...]:
+    """Whether each block is a MoE block (a model's constant: remembered, the memory terms ask per table slice)."""
+    return tuple(is_moe_layer(a, i) for i in range(a.layers))
 
 
 def _mtp_is_moe(a: ModelArch) -> bool:
@@ -429,6 +431,7 @@ def flops_per_token(a: ModelArch, seq_len: float | NDArray[np.float64]) -> float
     return 6.0 * gemm_params(a) + attention_flops_per_token(a, seq_len)
 
 
+@functools.lru_cache(maxsize=64)
 def mlp_activation_width(a: ModelArch) -> int:
     """Widest MLP width one token activates in a block: ffn for a dense block,
     top_k x expert_ffn + shared experts x shared_ffn for a MoE block (what its activations scale with)."""

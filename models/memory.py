@@ -287,8 +287,33 @@ class SavedTensor(NamedTuple):
     unit: str  # tensors rebuilt together (the recompute workspace is the largest such unit)
 
 
+_SAVED: dict[tuple[Any, ...], list[SavedTensor]] = {}
+SAVED_ENTRIES = 512  # (model, tokens, flags) whose saved tensors are kept, oldest first out
+SAVED_GRID = 4096  # sequence-length and micro-batch entries (together) up to which a call's answer is kept
+
+
 def saved_tensors(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, act_bytes: float = 2.0,
                   flash_attention: bool = True, dropout: bool = False) -> list[SavedTensor]:
+    """:func:`_saved_tensors`, remembered for small grids (every table slice of the memory terms asks again for
+    the same tokens: once per recompute set, schedule and stage class)."""
+    s, b = np.asarray(seq_len, dtype=float), np.asarray(micro_batch, dtype=float)
+    if s.size + b.size > SAVED_GRID:
+        return _saved_tensors(a, s, b, act_bytes, flash_attention, dropout)
+    key = (a, s.shape, s.tobytes(), b.shape, b.tobytes(), float(act_bytes), bool(flash_attention), bool(dropout))
+    got = _SAVED.get(key)
+    if got is None:
+        got = _saved_tensors(a, s, b, act_bytes, flash_attention, dropout)
+        for t in got:  # shared between callers: read-only
+            if isinstance(t.bytes, np.ndarray):
+                t.bytes.flags.writeable = False
+        if len(_SAVED) >= SAVED_ENTRIES:
+            _SAVED.pop(next(iter(_SAVED)))
+        _SAVED[key] = got
+    return list(got)
+
+
+def _saved_tensors(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, act_bytes: float = 2.0,
+                   flash_attention: bool = True, dropout: bool = False) -> list[SavedTensor]:
     """Tensors one block saves for backward (bytes per micro-batch of ``micro_batch`` sequences, tp = 1).
 
     Per token, h = hidden, f = ffn, d_q = heads x head_dim, d_kv = kv_heads x head_dim, e = act_bytes:

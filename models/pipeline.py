@@ -1597,7 +1597,7 @@ def _bounds_per_group(schedule: str, p: int, m: int | NDArray[np.int64], v: int,
         fill = G(pre(F)[:p]) + stage * t
         start = np.where(np.asarray(up) > 0, np.minimum(fill, fill[::-1]), fill)
         lo = (start + down * G(w) + up * G(w[::-1]) + G(U)).max(axis=0)
-        lo = np.maximum(lo, (down - 1) * G(F[0]) + G((F + X).sum(axis=0)) + G(W[0]) + 2 * (p - 1) * t + G(U[0]))
+        lo = np.maximum(lo, (down - 1) * G(F[0]) + G(_stage_sum(F + X)) + G(W[0]) + 2 * (p - 1) * t + G(U[0]))
         hops = p - 1
     elif schedule == "interleaved":
         frac = np.asarray(_chunk_fractions(schedule, p, v, chunk_layers))[:, 0].reshape(col)  # chunk 0 of each group
@@ -1618,8 +1618,17 @@ def _bounds_per_group(schedule: str, p: int, m: int | NDArray[np.int64], v: int,
                 + m * G(W[0]) + np.maximum(0, m - a0 - 1) * G(F[0])
             lo = np.maximum(lo, lo_d + G(U[0]))
         hops = p - 1
-    hi = m * G(w.sum(axis=0)) + 2 * m * hops * t + G(u_max)
+    hi = m * G(_stage_sum(w)) + 2 * m * hops * t + G(u_max)
     return out(lo * (1 - BOUND_SLACK)), out(hi * (1 + BOUND_SLACK))
+
+
+def _stage_sum(a: FloatArray) -> FloatArray:
+    """``a.sum(axis=0)`` added group after group, whatever the other axes' lengths (numpy sums a lone column of
+    8 or more pairwise instead): the same bits for durations given per row, per set or on the plan grid."""
+    out = np.array(a[0], dtype=float)
+    for k in range(1, a.shape[0]):
+        out = out + a[k]
+    return out
 
 
 def peak_inflight_bounds(schedule: str, p: ArrayLike, m: ArrayLike, *, v: int = 2) -> tuple[FloatArray, FloatArray]:

@@ -589,8 +589,25 @@ def _layer_sets(sc: Scenario, schedule: str, pp: ArrayLike, ga: FloatArray, peak
     first, last = sc.stage_layers
     fn = _peak_layer_sets if peak == "exact" else \
         (lambda *a: _peak_layer_set_bounds(*a)[0 if peak == "lo" else 1])
-    return _by_unique(lambda p, m: fn(str(schedule), sc.model.layers, int(p), int(m), first, last, stage), pp,
-                      np.ceil(ga - 1e-9))
+    m = np.ceil(ga - 1e-9)
+    p_a, m_a = np.asarray(pp, dtype=float), np.asarray(m, dtype=float)
+    if p_a.size + m_a.size > LAYER_SETS_GRID:  # rows, not an open grid: computed as they come
+        return _by_unique(lambda p, m: fn(str(schedule), sc.model.layers, int(p), int(m), first, last, stage), pp, m)
+    key = (str(schedule), sc.model.layers, first, last, peak, stage, p_a.shape, p_a.tobytes(), m_a.shape, m_a.tobytes())
+    got = _LAYER_SETS.get(key)
+    if got is None:  # (the same for every recompute set and accelerator of a table: remembered)
+        got = _by_unique(lambda p, m: fn(str(schedule), sc.model.layers, int(p), int(m), first, last, stage), pp, m)
+        if len(_LAYER_SETS) >= LAYER_SETS_ENTRIES:
+            _LAYER_SETS.pop(next(iter(_LAYER_SETS)))
+        _LAYER_SETS[key] = got
+    return got.copy()
+
+
+_LAYER_SETS: dict[tuple[Any, ...], FloatArray] = {}
+LAYER_SETS_ENTRIES = 256
+LAYER_SETS_GRID = 4096  # pp and micro-batch entries (together) up to which a call's answer is remembered
+"""(schedule, stage class, peak, pp, micro-batches) grids whose in-flight layer sets :func:`_layer_sets` keeps (oldest
+first out): a table's slices repeat them for every recompute set and accelerator."""
 
 
 def _peak_layer_sets(schedule: str, layers: int, p: int, m: int, first: int, last: int, stage: str = PEAK) -> float:
@@ -816,6 +833,7 @@ def layout(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep:
 # recent op_times results, least recently used first
 _OP_MEMO: OrderedDict[tuple[Any, ...], tuple[Scenario, OpTimes]] = OrderedDict()
 BOUND_SLICE = 1 << 18  # group durations (stages x rows) per slice of a pipeline bound pass
+GRID_STAGE_COUNTS = 256  # stage counts along the plan grid's pp axis up to which the bounds run on the grid
 OP_MEMO_SIZE = 1024  # a MoE space's layouts revisit (tp, micro-batch, EP, capacity) kernel sets round after round
 
 
@@ -1114,7 +1132,7 @@ def _unique_columns(fn: Callable[..., ArrayLike], *arrays: FloatArray, key: Hash
     durations once per offload and save mode)."""
     n = arrays[0].shape[-1]
     stacked = np.vstack([np.reshape(a, (-1, n)) for a in arrays])
-    uniq, inverse = np.unique(stacked, axis=1, return_inverse=True)
+    uniq, inverse = _distinct_columns(stacked)
     ck = None if key is None else (key, uniq.shape, uniq.tobytes())
     if ck is not None and ck in _COMPLETION_CACHE:
         return _COMPLETION_CACHE[ck][np.reshape(inverse, -1)]
@@ -1130,6 +1148,24 @@ def _unique_columns(fn: Callable[..., ArrayLike], *arrays: FloatArray, key: Hash
             _COMPLETION_CACHE.clear()
         _COMPLETION_CACHE[ck] = result
     return result[np.reshape(inverse, -1)]
+
+
+def _distinct_columns(stacked: FloatArray) -> tuple[FloatArray, NDArray[np.intp]]:
+    """``np.unique(stacked, axis=1, return_inverse=True)`` of a 2-D float array without NaN: the distinct columns
+    in lexicographic order (first row first) and each column's index among them, from one lexsort of the
+    columns (np.unique over an axis sorts them as structured records, several times slower on small tables).
+    Columns equal as numbers are one column (the first of them in ``stacked`` is kept)."""
+    if stacked.shape[1] == 0 or np.isnan(stacked).any():
+        uniq, back = np.unique(stacked, axis=1, return_inverse=True)
+        return uniq, np.reshape(back, -1).astype(np.intp)
+    order = np.lexsort(stacked[::-1])
+    cols = stacked[:, order]
+    new = np.empty(cols.shape[1], dtype=bool)
+    new[0] = True
+    new[1:] = np.any(cols[:, 1:] != cols[:, :-1], axis=0)
+    inverse = np.empty(cols.shape[1], dtype=np.intp)
+    inverse[order] = np.cumsum(new) - 1
+    return cols[:, new], inverse
 
 
 def _duration_sets(arrays: Sequence[FloatArray]) -> tuple[NDArray[np.intp], NDArray[np.intp]] | None:
@@ -1151,6 +1187,97 @@ def _duration_sets(arrays: Sequence[FloatArray]) -> tuple[NDArray[np.intp], NDAr
     return inverse.astype(np.intp), first.astype(np.intp)
 
 
+def _bounds_on_grid(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike, durations: Sequence[ArrayLike],
+                    t_transfer: ArrayLike, groups: Groups, dense_of: Callable[[int], Sequence[int]] | None
+                    ) -> tuple[FloatArray, FloatArray] | None:
+    """The closed-form ``(lo, hi)`` of :func:`_pipeline_groups` (its ``bounds=True``) on the plan grid, when the
+    stage count varies along one axis of the grid at most (an axis of at most GRID_STAGE_COUNTS entries: the pp
+    axis of a table, not flattened rows); None otherwise. ``durations``: (fwd, dX, dW) of a layer, of the first
+    stage's extras and of the last stage's, then those of a dense block (``dense_of``: dense blocks per stage).
+
+    The inputs are kept at their own shapes and broadcast, not flattened into rows: the per-group durations vary
+    along the few axes they depend on (recompute, TP, micro-batch: one set per cell), m along (DP, micro-batch),
+    the transfer along (TP, DP, micro-batch, NICs), so every sum over a stage's durations is formed once per
+    duration set and only the terms with m or the transfer are formed per plan. Each plan's bound is the same
+    elementwise arithmetic as the row pass (bit for bit: tests/test_vectorised_paths.py); slabs of at most
+    BOUND_SLICE group durations keep the (p, plans) temporaries small."""
+    shape = np.broadcast_shapes(*(np.shape(x) for x in (pp, micro_batches, t_transfer, *durations)))
+    nd = len(shape)
+
+    def pad(x: ArrayLike) -> NDArray[Any]:
+        a = np.asarray(x)
+        return a.reshape((1,) * (nd - a.ndim) + a.shape)
+
+    p_of = pad(pp)
+    along = [i for i, n in enumerate(p_of.shape) if n > 1]
+    if len(along) > 1 or p_of.size > GRID_STAGE_COUNTS:
+        return None
+    ax = along[0] if along else -1
+    m_float = pad(_f(micro_batches))
+    m_all, t_all = pad(np.ceil(m_float - 1e-9).astype(int)), pad(_f(t_transfer))
+    d_all = [pad(_f(x)) for x in durations]
+    lo_grid, hi_grid = np.empty(shape), np.empty(shape)
+    for j in range(p_of.shape[ax] if along else 1):
+        p = int(p_of.reshape(-1)[j])
+
+        def at_p(a: NDArray[Any], j: int = j) -> NDArray[Any]:
+            return a[(slice(None),) * ax + (slice(j, j + 1),)] if along and a.shape[ax] > 1 else a
+
+        m_p, t_p, d_p = at_p(m_all), at_p(t_all), [at_p(x) for x in d_all]
+        dst: list[slice] = [slice(None)] * nd
+        if along:
+            dst[ax] = slice(j, j + 1)
+        if p <= 1:  # one stage: m x (every layer + embedding + head), as the row pass forms it
+            lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, *more = d_p
+            n_all = float(sum(groups(1)))
+            if dense_of is not None:
+                d_one = float(sum(dense_of(1)))
+                one = at_p(m_float) * ((n_all - d_one) * (lf + ldx + ldw) + d_one * (more[0] + more[1] + more[2])
+                                       + ef + edx + edw + hf + hdx + hdw)
+            else:
+                one = at_p(m_float) * (n_all * (lf + ldx + ldw) + ef + edx + edw + hf + hdx + hdw)
+            lo_grid[tuple(dst)] = hi_grid[tuple(dst)] = one
+            continue
+        lead = np.broadcast_shapes(m_p.shape, t_p.shape, *(x.shape for x in d_p))
+        split = groups(p)
+        chunks = chunk_layers(split, v) if base == "interleaved" else None
+        if not split or (base == "interleaved" and chunks is None):
+            lo_grid[tuple(dst)] = hi_grid[tuple(dst)] = np.inf  # layout.schedule_shape rules these plans out
+            continue
+        n_g = np.asarray(split, dtype=float).reshape((-1,) + (1,) * nd)
+        d_g = None if dense_of is None else np.asarray(dense_of(p), dtype=float).reshape((-1,) + (1,) * nd)
+        k = 0  # slabs: p x (plans of a slab) <= BOUND_SLICE, ranges along axis k - 1, single entries before it
+        while k < nd and p * math.prod(lead[k:]) > BOUND_SLICE:
+            k += 1
+        step = max(1, BOUND_SLICE // (p * math.prod(lead[k:])))
+        heads = [()] if k == 0 else [(*h, slice(i, i + step)) for h in np.ndindex(*lead[:k - 1])
+                                     for i in range(0, lead[k - 1], step)]
+        for head in heads:
+            cut = tuple(h if isinstance(h, slice) else slice(h, h + 1) for h in head)
+
+            def part(a: NDArray[Any], cut: tuple[slice, ...] = cut) -> NDArray[Any]:
+                return a[tuple(c if a.shape[i] > 1 else slice(None) for i, c in enumerate(cut))]
+
+            lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, *more = (part(x) for x in d_p)
+            dshape = np.broadcast_shapes(*(x.shape for x in (lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, *more)))
+            grid = [np.broadcast_to(x, dshape)[None] for x in (lf, ldx, ldw, *more)]
+            if d_g is not None:  # (n_g - d_g) MoE blocks + d_g dense blocks
+                per = [(n_g - d_g) * x + d_g * y for x, y in zip(grid[:3], grid[3:], strict=True)]
+            else:
+                per = [n_g * x for x in grid[:3]]
+            for arr, e, h in zip(per, (ef, edx, edw), (hf, hdx, hdw), strict=True):
+                arr[0] = arr[0] + np.broadcast_to(e, dshape)
+                arr[-1] = arr[-1] + np.broadcast_to(h, dshape)
+            fwd, dx, dw = per
+            lo, hi = pipeline.completion_bounds_rows(base, p, part(m_p), fwd, dx, dw, part(t_p), 0.0, v=v,
+                                                     chunk_layers=chunks)
+            for i, c in enumerate(cut):
+                if not (along and i == ax):
+                    dst[i] = c
+            lo_grid[tuple(dst)], hi_grid[tuple(dst)] = lo, hi
+    return lo_grid, hi_grid
+
+
 def _pipeline_groups(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike, layer_f: Sequence[ArrayLike],
                      layer_dx: Sequence[ArrayLike], layer_dw: Sequence[ArrayLike], t_transfer: ArrayLike,
                      groups: Groups, bounds: bool = False, dense: Sequence[ArrayLike] | None = None,
@@ -1162,6 +1289,11 @@ def _pipeline_groups(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike,
     mixed = dense is not None and dense_groups is not None and dense_groups(1) is not None
     more = tuple(_f(x) for x in cast(Sequence[ArrayLike], dense)) if mixed else ()
     dense_of = cast(Callable[[int], Sequence[int]], dense_groups)  # called only when mixed
+    if bounds:  # on the plan grid where the stage count has an axis of its own
+        grid = _bounds_on_grid(base, v, pp, micro_batches, (lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, *more),
+                               t_transfer, groups, dense_of if mixed else None)
+        if grid is not None:
+            return grid
     arrs = np.broadcast_arrays(np.asarray(pp), _f(micro_batches), *(_f(x) for x in (lf, ldx, ldw, ef, edx, edw, hf,
                                                                                        hdx, hdw, t_transfer)), *more)
     shape = arrs[0].shape
@@ -1295,6 +1427,12 @@ def compute_key(sc: Scenario, ep: ArrayLike, expert_tp: ArrayLike, capacity_fact
     return (ep, expert_tp, phi) if per_op_model(sc) and sc.model.moe else (phi,)
 
 
+def inputs_schedule_key(schedule: str) -> bool:
+    """What :func:`compute_inputs` reads of the schedule: whether dW runs apart from dX (:func:`_fold`); two
+    schedules with the same key give the same inputs, bit for bit."""
+    return _split_backward(schedule)
+
+
 def compute_inputs(sc: Scenario, *, acc: str, recompute: str, sp: bool | None = None, schedule: str, tp: ArrayLike,
                    cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike, mb: ArrayLike, nics: ArrayLike, ep: ArrayLike = 1,
                    etp: ArrayLike = 0, cap: ArrayLike = 0.0) -> tuple[Floats, ...]:
@@ -1328,16 +1466,13 @@ def compute_from(sc: Scenario, schedule: str, pp: ArrayLike,
     stage's work, m (t_f + t_dX + t_dW).
     """
     lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, t_x, ga, cards = inputs[:12]
+    completion = _completion(sc, schedule, pp, inputs)
     if per_op_model(sc):
         dense = inputs[12:15] or None
-        completion = pipeline_compute(schedule, pp, ga, (lf, ef, hf), (ldx, edx, hdx), (ldw, edw, hdw), t_x,
-                                      groups=lambda p: stage_split(sc, p), dense=dense,
-                                      dense_groups=lambda p: dense_split(sc, p))
         busy = _busiest(sc, pp, (lf + ldx + ldw,), (ef + edx + edw,), (hf + hdx + hdw,), 1,
                         None if dense is None else (dense[0] + dense[1] + dense[2],))[0]
         pure = ga * busy
     else:
-        completion = pipeline_compute(schedule, pp, ga, lf, ldx, ldw, t_x)
         pure = ga * (lf + ldx + ldw)
     # the stack's host time (per-operation model) adds to the step outside the pipeline: not bubble, not straggler
     host = stack_overhead(sc, pp=pp, ga=ga) if per_op_model(sc) else 0.0
@@ -1345,6 +1480,25 @@ def compute_from(sc: Scenario, schedule: str, pp: ArrayLike,
     finite = np.isfinite(completion)
     return (total + host, pure, np.where(finite, np.maximum(completion - pure, 0.0), np.inf),
             np.where(finite, total - np.where(finite, completion, 0.0), 0.0))
+
+
+def _completion(sc: Scenario, schedule: str, pp: ArrayLike, inputs: Sequence[Any]) -> FloatArray:
+    """The pipeline's completion time per step from :func:`compute_inputs` (no stragglers, no host time)."""
+    lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, t_x, ga, _cards = inputs[:12]
+    if per_op_model(sc):
+        return pipeline_compute(schedule, pp, ga, (lf, ef, hf), (ldx, edx, hdx), (ldw, edw, hdw), t_x,
+                                groups=lambda p: stage_split(sc, p), dense=inputs[12:15] or None,
+                                dense_groups=lambda p: dense_split(sc, p))
+    return pipeline_compute(schedule, pp, ga, lf, ldx, ldw, t_x)
+
+
+def compute_total(sc: Scenario, schedule: str, pp: ArrayLike, inputs: Sequence[Any]) -> FloatArray:
+    """:func:`compute_from`'s first value alone (the compute term's table): the completion time times the
+    straggler factor, plus the stack's host time per step (per-operation model), without the busiest stage's
+    pure compute the split needs."""
+    host = stack_overhead(sc, pp=pp, ga=inputs[10]) if per_op_model(sc) else 0.0
+    total: FloatArray = _completion(sc, schedule, pp, inputs) * straggler_factor(sc, inputs[11]) + host
+    return total
 
 
 def stack_overhead(sc: Scenario, *, pp: ArrayLike, ga: ArrayLike) -> FloatArray:

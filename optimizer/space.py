@@ -229,6 +229,16 @@ def compute_floor(sc: Scenario, schedule: str, pp: ArrayLike, inputs: tuple[Any,
     return out
 
 
+def _stacked(parts: list[Any], grid: tuple[int, ...]) -> NDArray[np.float64]:
+    """The arrays ``parts`` (each broadcasting to ``grid``) stacked along the first axis of ``grid``, kept at their
+    common broadcast shape (an axis none of them varies along stays of length 1): the compute term's inputs vary
+    along a few of the layout axes only, and the pipeline bounds run on that grid, broadcast
+    (:func:`tpopt.models.terms._bounds_on_grid`)."""
+    shape = np.broadcast_shapes((grid[0],) + (1,) * (len(grid) - 1), *(np.shape(p) for p in parts))
+    out: NDArray[np.float64] = np.stack([np.broadcast_to(p, shape) for p in parts])
+    return out.reshape((len(parts) * shape[0],) + shape[1:])
+
+
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -638,8 +648,11 @@ class Space:
 
         lead = (len(d["acc"]), len(d["recompute"]), len(d["sp"]))
 
+        identity = bool(np.array_equal(which, np.arange(len(reps))))  # every combination its own (no copy)
+
         def lay(total: NDArray[np.float64]) -> NDArray[np.float64]:
-            total = total.reshape(lead + (len(reps),) + sub)[:, :, :, which]
+            total = total.reshape(lead + (len(reps),) + sub)
+            total = total if identity else total[:, :, :, which]
             if moe:  # (acc, rec, sp, combo) + sub -> (acc, rec, sp) + sub + (ep, etp, cap)
                 return np.moveaxis(total, 3, -1).reshape(lead + sub + tuple(len(d[v]) for v in moe))
             return total[:, :, :, 0]
@@ -650,23 +663,35 @@ class Space:
         rsub = (R,) + sub
         ex = [np.asarray([c[i] for c in reps], dtype=float).reshape((R,) + (1,) * len(sub)) for i in range(3)]
         g = {k: v[None] for k, v in grids.items()}
-        for si, sched in enumerate(d["schedule"]):
+        n_parts = len(d["acc"]) * len(d["recompute"]) * len(d["sp"])
+        # the stage count on its own axis (the pipeline bounds run on the plan grid, terms._bounds_on_grid)
+        pp = grids["pp"][None]
+        pp_rows = np.broadcast_to(grids["pp"], sub)[None].repeat(n_parts * R, axis=0)
+        # the inputs read only whether a schedule splits dW from dX (T.inputs_schedule_key): they are built once
+        # per key, the schedules taken key by key so that one key's stacked inputs are alive at a time
+        keys_of = [T.inputs_schedule_key(s) for s in d["schedule"]]
+        inputs_of: tuple[bool | None, tuple[NDArray[np.float64], ...]] = (None, ())  # (key, its stacked inputs)
+        for si in sorted(range(len(d["schedule"])), key=lambda i: keys_of.index(keys_of[i])):
+            sched = d["schedule"][si]
             checkpoint()
-            parts = [T.compute_inputs(sc, acc=acc, recompute=rec, sp=sp, schedule=sched, tp=g["tp"], cp=g["cp"],
-                                      pp=g["pp"], dp=g["dp"], mb=g["mb"], nics=g["nics"], ep=ex[0], etp=ex[1],
-                                      cap=ex[2])
-                     for acc in d["acc"] for rec in d["recompute"] for sp in d["sp"]]
-            stacked = tuple(np.stack([np.broadcast_to(p[k], rsub) for p in parts]).reshape((-1,) + sub)
-                            for k in range(len(parts[0])))
-            pp = np.broadcast_to(grids["pp"], sub)[None].repeat(len(parts) * R, axis=0)
+            if inputs_of[0] is None or inputs_of[0] != keys_of[si]:
+                inputs_of = (None, ())  # the previous key's inputs go before the next key's are built
+                parts = [T.compute_inputs(sc, acc=acc, recompute=rec, sp=sp, schedule=sched, tp=g["tp"], cp=g["cp"],
+                                          pp=g["pp"], dp=g["dp"], mb=g["mb"], nics=g["nics"], ep=ex[0], etp=ex[1],
+                                          cap=ex[2])
+                         for acc in d["acc"] for rec in d["recompute"] for sp in d["sp"]]
+                inputs_of = (keys_of[si], tuple(_stacked([p[k] for p in parts], rsub) for k in range(len(parts[0]))))
+                del parts
+            stacked = inputs_of[1]
             if floor:  # one pipeline depth at a time: the busiest stage is found per depth (a slice, not a mask)
-                floor_all: FloatArray = np.empty(pp.shape)
+                floor_all: FloatArray = np.empty(pp_rows.shape)
+                whole = tuple(np.broadcast_to(x, pp_rows.shape) for x in stacked)
                 for k in range(sub[nums.index("pp")]):
                     at = (slice(None),) * (1 + nums.index("pp")) + (slice(k, k + 1),)
-                    floor_all[at] = compute_floor(sc, sched, pp[at], tuple(x[at] for x in stacked))
+                    floor_all[at] = compute_floor(sc, sched, pp_rows[at], tuple(x[at] for x in whole))
                 totals: list[FloatArray] = [floor_all]
             else:
-                totals = [T.compute_from(sc, sched, pp, stacked)[0]] if exact else \
+                totals = [T.compute_total(sc, sched, pp_rows, stacked)] if exact else \
                     list(T.compute_bounds(sc, sched, pp, stacked))
             for out, total in zip(outs, totals, strict=False):
                 out[:, :, :, si] = lay(total)
