@@ -45,7 +45,7 @@ GROUP_ROWS = 400_000
 """Largest table (rows) of one layout group: the on-demand path's peak memory is about one group's tables."""
 UNBOUNDED = 1e300
 """The upper bound a group bound gives the pipeline terms (finite: the bounds treat non-finite entries as absent)."""
-LEFT_OUT = ("time.exposed_dp", "time.tp_comm", "time.offload", "time.ep_comm")
+LEFT_OUT = ("time.exposed_dp", "time.offload", "time.ep_comm")
 """Busy-time terms the group bound leaves out (bounded below by zero): their tables carry the ZeRO stage,
 offload, NICs and expert choices on top of the layout, the largest tables a group bound would otherwise build."""
 WEAK_ROWS = 4_000_000
@@ -220,7 +220,7 @@ def solve_on_demand(space: Space, req: Request, enforced: Collection[str]
                 stopped = stopped or (clock.reached and keys[h] <= kth() * (1 + KEY_RTOL))
                 break
             layout = tuple(int(bounds.coords[v][h]) for v in HUB)
-            found, n = layout_best(sub, layout, sub_req)
+            found, n = layout_best(sub, layout, sub_req, cutoff=kth() * (1 + KEY_RTOL) if len(best) >= K else None)
             evaluated += n
             for key, a in found:
                 if len(best) >= K and key[0] > kth() * (1 + KEY_RTOL):

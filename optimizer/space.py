@@ -608,13 +608,47 @@ class Space:
         """A lower bound of the compute term that simulates no pipeline (:func:`compute_floor`), over the compute
         table's variables but the schedule: the busiest stage's work t_f + t_dX + t_dW does not depend on it (a
         schedule only decides whether dW is split from dX, :func:`tpopt.models.terms._fold`), so it is computed for
-        the first schedule. The on-demand decomposition's group bound (not kept in :attr:`tables`)."""
-        one = Space(sc=self.sc, domains=dict(self.domains, schedule=self.domains["schedule"][:1]))
-        t = one._compute_table("time.compute", floor=True)
-        axis = t.vars.index("schedule")
-        return Table("time.compute.floor", tuple(v for v in t.vars if v != "schedule"), t.values.take(0, axis=axis))
+        the first schedule. The on-demand decomposition's group bound (not kept in :attr:`tables`).
 
-    def _compute_table(self, name: str = "time.compute", floor: bool = False) -> Table:
+        Computed per (accelerator, recompute, SP) and pipeline depth on the inputs as :func:`T.compute_inputs`
+        returns them (each array only as large as the variables it depends on), so only the floor itself is
+        laid out on the full grid; for a MoE model, once per distinct expert combination
+        (:func:`T.compute_key`), laid out over (ep, etp, cap) like the compute table."""
+        sc, d = self.sc, self.domains
+        moe = ("ep", "etp", "cap") if sc.model.moe else ()
+        vars = tuple(v for v in self.table_vars("time.compute") if v != "schedule")
+        nums = ("tp", "cp", "pp", "dp", "mb", "nics")
+        sub = tuple(len(d[v]) for v in nums)
+        combos = list(itertools.product(d["ep"], d["etp"], d["cap"])) if moe else [(1, 0, 0.0)]
+        keys = [T.compute_key(sc, *c) for c in combos]
+        unique = list(dict.fromkeys(keys))
+        which = np.array([unique.index(k) for k in keys])
+        reps = [combos[keys.index(k)] for k in unique]
+        R = len(reps)
+        # the expert combinations as the leading axis, then one axis per number of the layout
+        ex = [np.asarray([c[i] for c in reps], dtype=float).reshape((R,) + (1,) * len(sub)) for i in range(3)]
+        g = dict(zip(nums, (x[None] for x in np.ix_(*[np.asarray(d[v], dtype=float) for v in nums])), strict=True))
+        ax = 1 + nums.index("pp")  # the pipeline depth's axis on the (combination,) + layout grid
+        out = np.empty((len(d["acc"]), len(d["recompute"]), len(d["sp"])) + sub + tuple(len(d[v]) for v in moe))
+        sched = d["schedule"][0]
+        for a, acc in enumerate(d["acc"]):
+            for r, rec in enumerate(d["recompute"]):
+                for s, sp in enumerate(d["sp"]):
+                    checkpoint()
+                    inputs = [np.asarray(x, dtype=float) for x in T.compute_inputs(
+                        sc, acc=acc, recompute=rec, sp=sp, schedule=sched, tp=g["tp"], cp=g["cp"], pp=g["pp"],
+                        dp=g["dp"], mb=g["mb"], nics=g["nics"], ep=ex[0], etp=ex[1], cap=ex[2])]
+                    total = np.empty((R,) + sub)
+                    for k in range(sub[ax - 1]):  # one depth at a time: the busiest stage is found per depth
+                        at = (slice(None),) * ax + (slice(k, k + 1),)
+                        part = tuple(x[at] if x.ndim > ax and x.shape[ax] > 1 else x for x in inputs)
+                        total[at] = compute_floor(sc, sched, g["pp"][at], part)
+                    laid = total[which]  # (combinations,) + layout
+                    out[a, r, s] = np.moveaxis(laid, 0, -1).reshape(sub + tuple(len(d[v]) for v in moe)) if moe \
+                        else laid[0]
+        return Table("time.compute.floor", vars, out)
+
+    def _compute_table(self, name: str = "time.compute") -> Table:
         """The compute term (or its bounds, ``time.compute.lo`` / ``.hi``, both from one pass), with
         every (accelerator, recompute) combination of a schedule stacked into one array so that the
         pipeline model runs once per (schedule, pp, micro-batches) shape (closed forms: once per
@@ -632,7 +666,7 @@ class Space:
         unique = list(dict.fromkeys(keys))
         which = np.array([unique.index(k) for k in keys])
         reps = [combos[keys.index(k)] for k in unique]
-        exact = name == "time.compute" or floor
+        exact = name == "time.compute"
         full = tuple(len(d[v]) for v in vars)
         outs = [np.empty(full)] if exact else [np.empty(full), np.empty(full)]  # both bounds in one pass
 
@@ -659,15 +693,8 @@ class Space:
             stacked = tuple(np.stack([np.broadcast_to(p[k], rsub) for p in parts]).reshape((-1,) + sub)
                             for k in range(len(parts[0])))
             pp = np.broadcast_to(grids["pp"], sub)[None].repeat(len(parts) * R, axis=0)
-            if floor:  # one pipeline depth at a time: the busiest stage is found per depth (a slice, not a mask)
-                floor_all: FloatArray = np.empty(pp.shape)
-                for k in range(sub[nums.index("pp")]):
-                    at = (slice(None),) * (1 + nums.index("pp")) + (slice(k, k + 1),)
-                    floor_all[at] = compute_floor(sc, sched, pp[at], tuple(x[at] for x in stacked))
-                totals: list[FloatArray] = [floor_all]
-            else:
-                totals = [T.compute_from(sc, sched, pp, stacked)[0]] if exact else \
-                    list(T.compute_bounds(sc, sched, pp, stacked))
+            totals = [T.compute_from(sc, sched, pp, stacked)[0]] if exact else \
+                list(T.compute_bounds(sc, sched, pp, stacked))
             for out, total in zip(outs, totals, strict=False):
                 out[:, :, :, si] = lay(total)
         if exact:
