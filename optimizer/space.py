@@ -610,10 +610,10 @@ class Space:
         schedule only decides whether dW is split from dX, :func:`tpopt.models.terms._fold`), so it is computed for
         the first schedule. The on-demand decomposition's group bound (not kept in :attr:`tables`).
 
-        Computed per (accelerator, recompute, SP) and pipeline depth on the inputs as :func:`T.compute_inputs`
-        returns them (each array only as large as the variables it depends on), so only the floor itself is
-        laid out on the full grid; for a MoE model, once per distinct expert combination
-        (:func:`T.compute_key`), laid out over (ep, etp, cap) like the compute table."""
+        Computed per (accelerator, recompute, SP) on the inputs as :func:`T.compute_inputs` returns them (each
+        array only as large as the variables it depends on), so only the floor itself is laid out on the full
+        grid; for a MoE model, once per distinct expert combination (:func:`T.compute_key`), laid out over
+        (ep, etp, cap) like the compute table."""
         sc, d = self.sc, self.domains
         moe = ("ep", "etp", "cap") if sc.model.moe else ()
         vars = tuple(v for v in self.table_vars("time.compute") if v != "schedule")
@@ -628,7 +628,6 @@ class Space:
         # the expert combinations as the leading axis, then one axis per number of the layout
         ex = [np.asarray([c[i] for c in reps], dtype=float).reshape((R,) + (1,) * len(sub)) for i in range(3)]
         g = dict(zip(nums, (x[None] for x in np.ix_(*[np.asarray(d[v], dtype=float) for v in nums])), strict=True))
-        ax = 1 + nums.index("pp")  # the pipeline depth's axis on the (combination,) + layout grid
         out = np.empty((len(d["acc"]), len(d["recompute"]), len(d["sp"])) + sub + tuple(len(d[v]) for v in moe))
         sched = d["schedule"][0]
         for a, acc in enumerate(d["acc"]):
@@ -638,11 +637,7 @@ class Space:
                     inputs = [np.asarray(x, dtype=float) for x in T.compute_inputs(
                         sc, acc=acc, recompute=rec, sp=sp, schedule=sched, tp=g["tp"], cp=g["cp"], pp=g["pp"],
                         dp=g["dp"], mb=g["mb"], nics=g["nics"], ep=ex[0], etp=ex[1], cap=ex[2])]
-                    total = np.empty((R,) + sub)
-                    for k in range(sub[ax - 1]):  # one depth at a time: the busiest stage is found per depth
-                        at = (slice(None),) * ax + (slice(k, k + 1),)
-                        part = tuple(x[at] if x.ndim > ax and x.shape[ax] > 1 else x for x in inputs)
-                        total[at] = compute_floor(sc, sched, g["pp"][at], part)
+                    total = np.broadcast_to(compute_floor(sc, sched, g["pp"], tuple(inputs)), (R,) + sub)
                     laid = total[which]  # (combinations,) + layout
                     out[a, r, s] = np.moveaxis(laid, 0, -1).reshape(sub + tuple(len(d[v]) for v in moe)) if moe \
                         else laid[0]

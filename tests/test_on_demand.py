@@ -19,8 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tpopt.catalogs.scenario import load_scenario
+from tpopt.models import terms as T
 from tpopt.optimizer import memory_plan as M
 from tpopt.optimizer import ondemand
+from tpopt.optimizer import space as space_mod
 from tpopt.optimizer.core import solve
 from tpopt.optimizer.result import Request, Status
 from tpopt.optimizer.space import Space
@@ -72,6 +74,28 @@ def test_the_compute_floor_is_below_the_pipeline_bound(name):
     shape[lo_t.vars.index("pp")] = -1
     one = np.broadcast_to(np.asarray(space.domains["pp"]).reshape(shape) == 1, lo.shape)
     np.testing.assert_allclose(floor[one & fin], lo[one & fin], rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["gpt3-175b-widest.toml", "design-case.toml", "deepseek-v3.toml"])
+def test_the_compute_floor_table_holds_each_plans_floor(name):
+    """The floor table (built per accelerator, recompute and SP on broadcast inputs, the expert combinations
+    laid out) holds at each entry the floor of that one plan: :func:`space.compute_floor` of
+    :func:`terms.compute_inputs` at the entry's scalar values (per-operation dense, flat dense, per-operation MoE)."""
+    space = Space.from_scenario(load_scenario(ROOT / "examples" / name))
+    d, sc = space.domains, space.sc
+    f = space.compute_floor()
+    assert f.values.shape == tuple(len(d[v]) for v in f.vars)
+    sched = d["schedule"][0]
+    rng = np.random.default_rng(27)
+    for _ in range(60):
+        idx = tuple(int(rng.integers(n)) for n in f.values.shape)
+        at = {v: d[v][i] for v, i in zip(f.vars, idx, strict=True)}
+        at = {v: at.get(v, d[v][0]) for v in ("acc", "recompute", "sp", "tp", "cp", "pp", "dp", "mb", "nics", "ep",
+                                              "etp", "cap")}
+        nums = {v: float(at[v]) for v in ("tp", "cp", "pp", "dp", "mb", "nics", "ep", "etp", "cap")}
+        inputs = T.compute_inputs(sc, acc=at["acc"], recompute=at["recompute"], sp=at["sp"], schedule=sched, **nums)
+        want = float(np.asarray(space_mod.compute_floor(sc, sched, nums["pp"], inputs)))
+        assert math.isclose(float(f.values[idx]), want, rel_tol=1e-12), (at, float(f.values[idx]), want)
 
 
 def test_the_memory_plan_chooses_the_on_demand_path_instead_of_refusing():
