@@ -33,7 +33,9 @@ from collections.abc import Collection
 from typing import Any, cast
 
 import numpy as np
+from tpopt.models import terms as T
 from tpopt.models.evaluate import Evaluation, evaluate
+from tpopt.models.pipeline import CLOSED_FORM
 from tpopt.optimizer.backends.verify import relative_gap
 from tpopt.optimizer.decompose import HUB, KEY_RTOL, LayoutBounds
 from tpopt.optimizer.enumerate import layout_best
@@ -51,6 +53,9 @@ offload, NICs and expert choices on top of the layout, the largest tables a grou
 WEAK_ROWS = 4_000_000
 """Largest compute-floor table (rows) of one group of the group-bound pass (coarser groups than
 :data:`GROUP_ROWS`: the floor has no schedule axis and the left-out terms no table)."""
+FLOOR_SLACK = 1e-12
+"""Relative margin the compute floor is lowered by where it tightens a closed-form bound (rounding: the floor and
+the pipeline's completion are computed in different orders)."""
 GROUP_ORDER = ("acc", "pp", "tp", "cp", "dp", "mb")
 """Hub variables fixed per group, in this order, as many as it takes to reach :data:`GROUP_ROWS`."""
 
@@ -83,7 +88,46 @@ otherwise rebuild them."""
 
 class GroupSpace(Space):
     """A layout group's space (:func:`group_space`): a table of the whole space with at most :data:`SHARED_ROWS`
-    rows is built once there and sliced at the group's values; the others are built for the group alone."""
+    rows is built once there and sliced at the group's values; the others are built for the group alone.
+
+    Its compute term's lower bound is the larger of the closed-form bound and the compute floor
+    (:meth:`compute_lo`): the closed forms of DualPipe and of the per-operation model's uneven stages fall below
+    the busiest stage's work on some entries."""
+
+    def bound_table(self, name: str, side: str) -> Table:
+        if name == "time.compute" and side == "lo" and not self.exact_pipeline_tables():
+            return self.compute_lo()
+        return super().bound_table(name, side)
+
+    def compute_lo(self) -> Table:
+        """max(closed-form lower bound, compute floor x (1 - 1e-12)) entry by entry (DualPipe: the paired floor,
+        :meth:`Space.compute_floors`), where the closed form is not
+        exact (pp > 1 and, in the flat model, schedules outside :data:`~tpopt.models.pipeline.CLOSED_FORM`): both
+        are lower bounds of the compute term (the floor: tests/test_on_demand.py), so their maximum is one; the
+        exact entries are left as they are (the layout subproblem takes them as the exact values)."""
+        got = self.__dict__.get("_compute_lo")
+        if got is not None:
+            return cast(Table, got)
+        lo = super().bound_table("time.compute", "lo")
+        d, vars = self.domains, lo.vars
+        axis = vars.index("schedule")
+        dual = [str(s).startswith("dualpipe") for s in d["schedule"]]
+        kinds = tuple(dict.fromkeys(dual))
+        floors = dict(zip(kinds, self.compute_floors(kinds), strict=True))
+        shape = [1] * len(vars)
+        shape[vars.index("pp")] = len(d["pp"])
+        deep = np.asarray(d["pp"]).reshape(shape) > 1
+        per_op = T.per_op_model(self.sc)
+        values = lo.values.copy()
+        for i, s in enumerate(d["schedule"]):
+            if not per_op and T.schedule_parts(s)[0] in CLOSED_FORM:
+                continue  # the closed form is exact
+            at = (slice(None),) * axis + (i,)
+            floor = floors[dual[i]].values * (1 - FLOOR_SLACK)
+            values[at] = np.where(deep.take(0, axis=axis), np.maximum(values[at], floor), values[at])
+        out = Table(lo.name, vars, values)
+        self.__dict__["_compute_lo"] = out
+        return out
 
     def _build(self, name: str) -> Table:
         parent, fixed, idx = self.__dict__["_group_of"]

@@ -209,23 +209,50 @@ def reduce_to(domains: Domains, vals: NDArray[Any], vars: Iterable[str], target_
     return np.broadcast_to(red.reshape(shape), tuple(len(domains[v]) for v in target_vars))
 
 
-def compute_floor(sc: Scenario, schedule: str, pp: ArrayLike, inputs: tuple[Any, ...]) -> FloatArray:
+def compute_floor(sc: Scenario, schedule: str, pp: ArrayLike, inputs: tuple[Any, ...], paired: bool = False
+                  ) -> FloatArray:
     """A lower bound of :func:`tpopt.models.terms.compute_from`'s compute with stragglers, without the
     pipeline model: a stage runs its own operations one after another, so no schedule completes a step
     before its busiest stage's work, m (t_f + t_dX + t_dW) (the flat model's balanced stage; the
     per-operation model's busiest stage, :func:`~tpopt.models.terms._busiest`); times the straggler
     factor, plus the stack's host time per step (per-operation model). Bubbles are left out, so it is
     exact for one stage and below the pipeline's completion otherwise (tests/test_on_demand.py checks
-    it against the closed-form lower bound on every entry)."""
+    it against the closed-form lower bound on every entry).
+
+    ``paired``: the DualPipe schedules' floor. There stage s runs layer group s for the down direction's
+    ceil(m/2) micro-batches and group p-1-s for the up direction's floor(m/2) (:mod:`tpopt.models.pipeline`),
+    so stages s and p-1-s do m (w_s + w_{p-1-s}) between them and the busier of the two at least half of it:
+    m max_s (w_s + w_{p-1-s}) / 2, which is below the busiest group's m max_s w_s when the groups are uneven
+    (the per-operation model's embedding and head, uneven layer splits); equal in the flat model."""
     lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, _t_x, ga, cards = inputs[:12]
     if T.per_op_model(sc):
         dense = inputs[12:15] or None
-        busy = T._busiest(sc, pp, (lf + ldx + ldw,), (ef + edx + edw,), (hf + hdx + hdw,), 1,
-                          None if dense is None else (dense[0] + dense[1] + dense[2],))[0]
+        work = ((lf + ldx + ldw,), (ef + edx + edw,), (hf + hdx + hdw,),
+                None if dense is None else (dense[0] + dense[1] + dense[2],))
+        busy = _paired_busiest(sc, pp, *work) if paired else T._busiest(sc, pp, *work[:3], 1, work[3])[0]
         host: Any = T.stack_overhead(sc, pp=pp, ga=ga)
     else:
         busy, host = lf + ldx + ldw, 0.0
     out: FloatArray = np.asarray(ga * busy * T.straggler_factor(sc, cards) + host, dtype=float)
+    return out
+
+
+def _paired_busiest(sc: Scenario, pp: ArrayLike, layer: tuple[Any, ...], first: tuple[Any, ...],
+                    last: tuple[Any, ...], dense: tuple[Any, ...] | None) -> FloatArray:
+    """Elementwise max over s of (w_s + w_{p-1-s}) / 2, w_g a layer group's per-micro-batch work
+    (:func:`tpopt.models.terms._group_times`, every group: the pairs, not only the candidate stages)."""
+    shape = np.broadcast(np.asarray(pp), *(np.asarray(x) for x in (*layer, *first, *last, *(dense or ())))).shape
+    pp_a = np.broadcast_to(np.asarray(pp), shape)
+    out = np.zeros(shape)
+    for p_val in np.unique(pp_a):
+        sel = pp_a == p_val
+        split = T.stage_split(sc, int(p_val)) or [sc.model.layers]
+        dsplit = T.dense_split(sc, int(p_val)) if dense is not None and len(split) == int(p_val) else None
+        n = len(split)
+        for g in range((n + 1) // 2):
+            a, b = (T._group_times(split, k, layer, first, last, 1, dense if dsplit is not None else None,
+                                   dsplit)[0] for k in (g, n - 1 - g))
+            out[sel] = np.maximum(out[sel], np.broadcast_to((a + b) / 2, shape)[sel])
     return out
 
 
@@ -606,15 +633,25 @@ class Space:
 
     def compute_floor(self) -> Table:
         """A lower bound of the compute term that simulates no pipeline (:func:`compute_floor`), over the compute
-        table's variables but the schedule: the busiest stage's work t_f + t_dX + t_dW does not depend on it (a
-        schedule only decides whether dW is split from dX, :func:`tpopt.models.terms._fold`), so it is computed for
-        the first schedule. The on-demand decomposition's group bound (not kept in :attr:`tables`).
+        table's variables but the schedule, valid for every schedule of the space: the busiest stage's work, or
+        where the space has a DualPipe schedule the paired stages' (below it). The on-demand decomposition's
+        group bound (not kept in :attr:`tables`)."""
+        dual = any(str(s).startswith("dualpipe") for s in self.domains["schedule"])
+        return self.compute_floors((dual,))[0]
+
+    def compute_floors(self, kinds: tuple[bool, ...] = (False, True)) -> list[Table]:
+        """Lower bounds of the compute term, one per kind: the busiest stage's work (False) or DualPipe's
+        paired stages' (True; :func:`compute_floor`, ``paired``), over the compute table's variables but the
+        schedule: the work t_f + t_dX + t_dW does not depend on it (a schedule only decides whether dW is split
+        from dX, :func:`tpopt.models.terms._fold`), so it is computed for the first schedule. In the flat model,
+        whose stages are balanced, the two are one array.
 
         Computed per (accelerator, recompute, SP) on the inputs as :func:`T.compute_inputs` returns them (each
         array only as large as the variables it depends on), so only the floor itself is laid out on the full
         grid; for a MoE model, once per distinct expert combination (:func:`T.compute_key`), laid out over
         (ep, etp, cap) like the compute table."""
         sc, d = self.sc, self.domains
+        asked = kinds
         moe = ("ep", "etp", "cap") if sc.model.moe else ()
         vars = tuple(v for v in self.table_vars("time.compute") if v != "schedule")
         nums = ("tp", "cp", "pp", "dp", "mb", "nics")
@@ -628,7 +665,9 @@ class Space:
         # the expert combinations as the leading axis, then one axis per number of the layout
         ex = [np.asarray([c[i] for c in reps], dtype=float).reshape((R,) + (1,) * len(sub)) for i in range(3)]
         g = dict(zip(nums, (x[None] for x in np.ix_(*[np.asarray(d[v], dtype=float) for v in nums])), strict=True))
-        out = np.empty((len(d["acc"]), len(d["recompute"]), len(d["sp"])) + sub + tuple(len(d[v]) for v in moe))
+        kinds = tuple(dict.fromkeys(kinds if T.per_op_model(sc) else (False,)))
+        outs = [np.empty((len(d["acc"]), len(d["recompute"]), len(d["sp"])) + sub + tuple(len(d[v]) for v in moe))
+                for _ in kinds]
         sched = d["schedule"][0]
         for a, acc in enumerate(d["acc"]):
             for r, rec in enumerate(d["recompute"]):
@@ -637,11 +676,12 @@ class Space:
                     inputs = [np.asarray(x, dtype=float) for x in T.compute_inputs(
                         sc, acc=acc, recompute=rec, sp=sp, schedule=sched, tp=g["tp"], cp=g["cp"], pp=g["pp"],
                         dp=g["dp"], mb=g["mb"], nics=g["nics"], ep=ex[0], etp=ex[1], cap=ex[2])]
-                    total = np.broadcast_to(compute_floor(sc, sched, g["pp"], tuple(inputs)), (R,) + sub)
-                    laid = total[which]  # (combinations,) + layout
-                    out[a, r, s] = np.moveaxis(laid, 0, -1).reshape(sub + tuple(len(d[v]) for v in moe)) if moe \
-                        else laid[0]
-        return Table("time.compute.floor", vars, out)
+                    for out, paired in zip(outs, kinds, strict=True):
+                        total = np.broadcast_to(compute_floor(sc, sched, g["pp"], tuple(inputs), paired), (R,) + sub)
+                        laid = total[which]  # (combinations,) + layout
+                        out[a, r, s] = np.moveaxis(laid, 0, -1).reshape(sub + tuple(len(d[v]) for v in moe)) \
+                            if moe else laid[0]
+        return [Table("time.compute.floor", vars, outs[kinds.index(k) if k in kinds else 0]) for k in asked]
 
     def _compute_table(self, name: str = "time.compute") -> Table:
         """The compute term (or its bounds, ``time.compute.lo`` / ``.hi``, both from one pass), with
