@@ -9,15 +9,17 @@ and memory is bounded by one group's slice instead of the product of every axis.
 Two bounds per layout, both valid lower bounds of its best plan's objective under the enforced families:
 
 - the *group bound* (before the group's tables exist): :class:`~tpopt.optimizer.decompose.LayoutBounds` of the
-  group with the compute term replaced by :meth:`Space.compute_floor` (the busiest stage's work, no pipeline
-  simulated), the activations by their closed-form lower bound and the input-throughput check left out (a
-  relaxation: fewer families, smaller terms);
+  group with the compute term replaced by :meth:`Space.compute_floor` (the busiest stage's work, DualPipe's
+  paired stages' where the space searches it; no pipeline simulated), the activations by their closed-form lower
+  bound, the terms of :data:`LEFT_OUT` by zero and the input-throughput check left out (a relaxation: fewer
+  families, smaller terms);
 - the *layout bound*: the decomposition's own :class:`LayoutBounds` from the group's tables.
 
 The loop takes groups in increasing group bound; a group whose bound exceeds the K-th best verified plan is
 never tabulated, and since groups are taken in order every later group is pruned with it. Inside a group the
 layouts are taken in increasing layout bound and solved exactly (:func:`tpopt.optimizer.enumerate.layout_best`,
-the decomposition's subproblem), again stopping at the K-th best. The save interval and mode are never multiplied
+the decomposition's subproblem; once K plans are known, only the schedules whose bounded plans can reach the K-th
+best are simulated), again stopping at the K-th best. The save interval and mode are never multiplied
 into a table: the subproblem chooses them per layout from the (mode, interval, card count) overhead table.
 
 Certificate: the least bound of everything left unexamined (groups not tabulated, layouts not solved) when the
@@ -33,9 +35,7 @@ from collections.abc import Collection
 from typing import Any, cast
 
 import numpy as np
-from tpopt.models import terms as T
 from tpopt.models.evaluate import Evaluation, evaluate
-from tpopt.models.pipeline import CLOSED_FORM
 from tpopt.optimizer.backends.verify import relative_gap
 from tpopt.optimizer.decompose import HUB, KEY_RTOL, LayoutBounds
 from tpopt.optimizer.enumerate import layout_best
@@ -49,13 +49,12 @@ UNBOUNDED = 1e300
 """The upper bound a group bound gives the pipeline terms (finite: the bounds treat non-finite entries as absent)."""
 LEFT_OUT = ("time.exposed_dp", "time.offload", "time.ep_comm")
 """Busy-time terms the group bound leaves out (bounded below by zero): their tables carry the ZeRO stage,
-offload, NICs and expert choices on top of the layout, the largest tables a group bound would otherwise build."""
+offload, NICs and expert choices on top of the layout, the largest tables a group bound would otherwise build.
+The tensor-parallel time is kept (exact: its table has the layout and recompute only, and without it every TP
+degree's groups looked as cheap as TP 1's: the 1e12-plan dense ladder rung tabulated 32 groups instead of 8)."""
 WEAK_ROWS = 4_000_000
 """Largest compute-floor table (rows) of one group of the group-bound pass (coarser groups than
 :data:`GROUP_ROWS`: the floor has no schedule axis and the left-out terms no table)."""
-FLOOR_SLACK = 1e-12
-"""Relative margin the compute floor is lowered by where it tightens a closed-form bound (rounding: the floor and
-the pipeline's completion are computed in different orders)."""
 GROUP_ORDER = ("acc", "pp", "tp", "cp", "dp", "mb")
 """Hub variables fixed per group, in this order, as many as it takes to reach :data:`GROUP_ROWS`."""
 
@@ -88,46 +87,7 @@ otherwise rebuild them."""
 
 class GroupSpace(Space):
     """A layout group's space (:func:`group_space`): a table of the whole space with at most :data:`SHARED_ROWS`
-    rows is built once there and sliced at the group's values; the others are built for the group alone.
-
-    Its compute term's lower bound is the larger of the closed-form bound and the compute floor
-    (:meth:`compute_lo`): the closed forms of DualPipe and of the per-operation model's uneven stages fall below
-    the busiest stage's work on some entries."""
-
-    def bound_table(self, name: str, side: str) -> Table:
-        if name == "time.compute" and side == "lo" and not self.exact_pipeline_tables():
-            return self.compute_lo()
-        return super().bound_table(name, side)
-
-    def compute_lo(self) -> Table:
-        """max(closed-form lower bound, compute floor x (1 - 1e-12)) entry by entry (DualPipe: the paired floor,
-        :meth:`Space.compute_floors`), where the closed form is not
-        exact (pp > 1 and, in the flat model, schedules outside :data:`~tpopt.models.pipeline.CLOSED_FORM`): both
-        are lower bounds of the compute term (the floor: tests/test_on_demand.py), so their maximum is one; the
-        exact entries are left as they are (the layout subproblem takes them as the exact values)."""
-        got = self.__dict__.get("_compute_lo")
-        if got is not None:
-            return cast(Table, got)
-        lo = super().bound_table("time.compute", "lo")
-        d, vars = self.domains, lo.vars
-        axis = vars.index("schedule")
-        dual = [str(s).startswith("dualpipe") for s in d["schedule"]]
-        kinds = tuple(dict.fromkeys(dual))
-        floors = dict(zip(kinds, self.compute_floors(kinds), strict=True))
-        shape = [1] * len(vars)
-        shape[vars.index("pp")] = len(d["pp"])
-        deep = np.asarray(d["pp"]).reshape(shape) > 1
-        per_op = T.per_op_model(self.sc)
-        values = lo.values.copy()
-        for i, s in enumerate(d["schedule"]):
-            if not per_op and T.schedule_parts(s)[0] in CLOSED_FORM:
-                continue  # the closed form is exact
-            at = (slice(None),) * axis + (i,)
-            floor = floors[dual[i]].values * (1 - FLOOR_SLACK)
-            values[at] = np.where(deep.take(0, axis=axis), np.maximum(values[at], floor), values[at])
-        out = Table(lo.name, vars, values)
-        self.__dict__["_compute_lo"] = out
-        return out
+    rows is built once there and sliced at the group's values; the others are built for the group alone."""
 
     def _build(self, name: str) -> Table:
         parent, fixed, idx = self.__dict__["_group_of"]
