@@ -604,6 +604,8 @@ class Space:
     def _build(self, name: str) -> Table:
         vars, fn = self._specs[name]
         t = self.tables
+        if name == "time.ep_comm" and not self.sc.model.moe:  # a dense model exchanges no tokens (T.ep_comm: zeros)
+            return Table(name, vars, np.broadcast_to(np.zeros(()), tuple(len(self.domains[v]) for v in vars)))
         if fn is not None:  # the smallest dtype that holds each table exactly
             dtype = bool if name.startswith("ok.") else np.int64 if name == "cards" else \
                 np.float32 if name.endswith(".hi") else float

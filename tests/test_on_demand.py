@@ -164,3 +164,15 @@ def test_the_memory_plan_chooses_the_on_demand_path_instead_of_refusing():
     with pytest.raises(InputError, match=r"382.2 MiB one layout group at a time\), over the memory budget of "
                                          r"300.0 MiB"):
         M.enforce(Space.from_scenario(replace(sc, search=replace(sc.search, memory_budget=300 * 2**20))))
+
+
+@pytest.mark.parametrize("name", ["gpt3-175b-widest.toml", "design-case.toml"])
+def test_a_dense_models_all_to_all_table_is_zeros_without_tabulating(name):
+    """A dense model's ``time.ep_comm`` is a read-only view of one zero (no memory, nothing evaluated): the same
+    values as the term tabulated on its grid."""
+    space = Space.from_scenario(load_scenario(ROOT / "examples" / name))
+    t = space.tables["time.ep_comm"]
+    vars, fn = space._specs["time.ep_comm"]
+    assert t.vars == vars and t.values.shape == tuple(len(space.domains[v]) for v in vars)
+    assert not t.values.flags.writeable and t.values.strides == (0,) * len(vars)
+    np.testing.assert_array_equal(space.tabulate("time.ep_comm", vars, fn).values, t.values)
