@@ -596,15 +596,16 @@ def layout_evaluator(space: Space) -> LayoutEvaluator:
     return ev
 
 
-def layout_best(space: Space, h: Layout, req: Request, enforced: Collection[str] | None = None
-                ) -> tuple[list[tuple[Key, Assignment]], int]:
+def layout_best(space: Space, h: Layout, req: Request, enforced: Collection[str] | None = None,
+                cutoff: float | None = None) -> tuple[list[tuple[Key, Assignment]], int]:
     """The decomposition's subproblem: the ``req.top`` best plans of layout ``h`` (index tuple over
     :data:`HUB`) under ``enforced``, as (objective key from the tables, index dict into the space's
-    domains), best first; and the points evaluated."""
+    domains), best first; and the points evaluated. ``cutoff``: only plans with a primary key up to it
+    matter (:meth:`LayoutEvaluator.best`: the schedules none of whose plans can reach it are not simulated)."""
     ev = layout_evaluator(space)
     enforced = req.enforced(FAMILIES) if enforced is None else enforced
     before = ev.evaluated
-    found = ev.best(h, [f for f in FAMILIES if f in enforced], req.objective, req.top)
+    found = ev.best(h, [f for f in FAMILIES if f in enforced], req.objective, req.top, cutoff=cutoff)
     if req.cards is not None:
         found = [kv for kv in found if ev._glue(h, "exact")["cards"] in set(req.cards)]
     return found, ev.evaluated - before

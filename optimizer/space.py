@@ -209,19 +209,27 @@ def reduce_to(domains: Domains, vals: NDArray[Any], vars: Iterable[str], target_
     return np.broadcast_to(red.reshape(shape), tuple(len(domains[v]) for v in target_vars))
 
 
-def compute_floor(sc: Scenario, schedule: str, pp: ArrayLike, inputs: tuple[Any, ...]) -> FloatArray:
+def compute_floor(sc: Scenario, schedule: str, pp: ArrayLike, inputs: tuple[Any, ...], paired: bool = False
+                  ) -> FloatArray:
     """A lower bound of :func:`tpopt.models.terms.compute_from`'s compute with stragglers, without the
     pipeline model: a stage runs its own operations one after another, so no schedule completes a step
     before its busiest stage's work, m (t_f + t_dX + t_dW) (the flat model's balanced stage; the
     per-operation model's busiest stage, :func:`~tpopt.models.terms._busiest`); times the straggler
     factor, plus the stack's host time per step (per-operation model). Bubbles are left out, so it is
     exact for one stage and below the pipeline's completion otherwise (tests/test_on_demand.py checks
-    it against the closed-form lower bound on every entry)."""
+    it against the closed-form lower bound on every entry).
+
+    ``paired``: the DualPipe schedules' floor. There stage s runs layer group s for the down direction's
+    ceil(m/2) micro-batches and group p-1-s for the up direction's floor(m/2) (:mod:`tpopt.models.pipeline`),
+    so stages s and p-1-s do m (w_s + w_{p-1-s}) between them and the busier of the two at least half of it:
+    m max_s (w_s + w_{p-1-s}) / 2, which is below the busiest group's m max_s w_s when the groups are uneven
+    (the per-operation model's embedding and head, uneven layer splits); equal in the flat model."""
     lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, _t_x, ga, cards = inputs[:12]
     if T.per_op_model(sc):
         dense = inputs[12:15] or None
-        busy = T._busiest(sc, pp, (lf + ldx + ldw,), (ef + edx + edw,), (hf + hdx + hdw,), 1,
-                          None if dense is None else (dense[0] + dense[1] + dense[2],))[0]
+        work = ((lf + ldx + ldw,), (ef + edx + edw,), (hf + hdx + hdw,),
+                None if dense is None else (dense[0] + dense[1] + dense[2],))
+        busy = _paired_busiest(sc, pp, *work) if paired else T._busiest(sc, pp, *work[:3], 1, work[3])[0]
         host: Any = T.stack_overhead(sc, pp=pp, ga=ga)
     else:
         busy, host = lf + ldx + ldw, 0.0
@@ -237,6 +245,23 @@ def _stacked(parts: list[Any], grid: tuple[int, ...]) -> NDArray[np.float64]:
     shape = np.broadcast_shapes((grid[0],) + (1,) * (len(grid) - 1), *(np.shape(p) for p in parts))
     out: NDArray[np.float64] = np.stack([np.broadcast_to(p, shape) for p in parts])
     return out.reshape((len(parts) * shape[0],) + shape[1:])
+def _paired_busiest(sc: Scenario, pp: ArrayLike, layer: tuple[Any, ...], first: tuple[Any, ...],
+                    last: tuple[Any, ...], dense: tuple[Any, ...] | None) -> FloatArray:
+    """Elementwise max over s of (w_s + w_{p-1-s}) / 2, w_g a layer group's per-micro-batch work
+    (:func:`tpopt.models.terms._group_times`, every group: the pairs, not only the candidate stages)."""
+    shape = np.broadcast(np.asarray(pp), *(np.asarray(x) for x in (*layer, *first, *last, *(dense or ())))).shape
+    pp_a = np.broadcast_to(np.asarray(pp), shape)
+    out = np.zeros(shape)
+    for p_val in np.unique(pp_a):
+        sel = pp_a == p_val
+        split = T.stage_split(sc, int(p_val)) or [sc.model.layers]
+        dsplit = T.dense_split(sc, int(p_val)) if dense is not None and len(split) == int(p_val) else None
+        n = len(split)
+        for g in range((n + 1) // 2):
+            a, b = (T._group_times(split, k, layer, first, last, 1, dense if dsplit is not None else None,
+                                   dsplit)[0] for k in (g, n - 1 - g))
+            out[sel] = np.maximum(out[sel], np.broadcast_to((a + b) / 2, shape)[sel])
+    return out
 
 
 def divisors(n: int) -> list[int]:
@@ -587,6 +612,8 @@ class Space:
     def _build(self, name: str) -> Table:
         vars, fn = self._specs[name]
         t = self.tables
+        if name == "time.ep_comm" and not self.sc.model.moe:  # a dense model exchanges no tokens (T.ep_comm: zeros)
+            return Table(name, vars, np.broadcast_to(np.zeros(()), tuple(len(self.domains[v]) for v in vars)))
         if fn is not None:  # the smallest dtype that holds each table exactly
             dtype = bool if name.startswith("ok.") else np.int64 if name == "cards" else \
                 np.float32 if name.endswith(".hi") else float
@@ -616,15 +643,57 @@ class Space:
 
     def compute_floor(self) -> Table:
         """A lower bound of the compute term that simulates no pipeline (:func:`compute_floor`), over the compute
-        table's variables but the schedule: the busiest stage's work t_f + t_dX + t_dW does not depend on it (a
-        schedule only decides whether dW is split from dX, :func:`tpopt.models.terms._fold`), so it is computed for
-        the first schedule. The on-demand decomposition's group bound (not kept in :attr:`tables`)."""
-        one = Space(sc=self.sc, domains=dict(self.domains, schedule=self.domains["schedule"][:1]))
-        t = one._compute_table("time.compute", floor=True)
-        axis = t.vars.index("schedule")
-        return Table("time.compute.floor", tuple(v for v in t.vars if v != "schedule"), t.values.take(0, axis=axis))
+        table's variables but the schedule, valid for every schedule of the space: the busiest stage's work, or
+        where the space has a DualPipe schedule the paired stages' (below it). The on-demand decomposition's
+        group bound (not kept in :attr:`tables`)."""
+        dual = any(str(s).startswith("dualpipe") for s in self.domains["schedule"])
+        return self.compute_floors((dual,))[0]
 
-    def _compute_table(self, name: str = "time.compute", floor: bool = False) -> Table:
+    def compute_floors(self, kinds: tuple[bool, ...] = (False, True)) -> list[Table]:
+        """Lower bounds of the compute term, one per kind: the busiest stage's work (False) or DualPipe's
+        paired stages' (True; :func:`compute_floor`, ``paired``), over the compute table's variables but the
+        schedule: the work t_f + t_dX + t_dW does not depend on it (a schedule only decides whether dW is split
+        from dX, :func:`tpopt.models.terms._fold`), so it is computed for the first schedule. In the flat model,
+        whose stages are balanced, the two are one array.
+
+        Computed per (accelerator, recompute, SP) on the inputs as :func:`T.compute_inputs` returns them (each
+        array only as large as the variables it depends on), so only the floor itself is laid out on the full
+        grid; for a MoE model, once per distinct expert combination (:func:`T.compute_key`), laid out over
+        (ep, etp, cap) like the compute table."""
+        sc, d = self.sc, self.domains
+        asked = kinds
+        moe = ("ep", "etp", "cap") if sc.model.moe else ()
+        vars = tuple(v for v in self.table_vars("time.compute") if v != "schedule")
+        nums = ("tp", "cp", "pp", "dp", "mb", "nics")
+        sub = tuple(len(d[v]) for v in nums)
+        combos = list(itertools.product(d["ep"], d["etp"], d["cap"])) if moe else [(1, 0, 0.0)]
+        keys = [T.compute_key(sc, *c) for c in combos]
+        unique = list(dict.fromkeys(keys))
+        which = np.array([unique.index(k) for k in keys])
+        reps = [combos[keys.index(k)] for k in unique]
+        R = len(reps)
+        # the expert combinations as the leading axis, then one axis per number of the layout
+        ex = [np.asarray([c[i] for c in reps], dtype=float).reshape((R,) + (1,) * len(sub)) for i in range(3)]
+        g = dict(zip(nums, (x[None] for x in np.ix_(*[np.asarray(d[v], dtype=float) for v in nums])), strict=True))
+        kinds = tuple(dict.fromkeys(kinds if T.per_op_model(sc) else (False,)))
+        outs = [np.empty((len(d["acc"]), len(d["recompute"]), len(d["sp"])) + sub + tuple(len(d[v]) for v in moe))
+                for _ in kinds]
+        sched = d["schedule"][0]
+        for a, acc in enumerate(d["acc"]):
+            for r, rec in enumerate(d["recompute"]):
+                for s, sp in enumerate(d["sp"]):
+                    checkpoint()
+                    inputs = [np.asarray(x, dtype=float) for x in T.compute_inputs(
+                        sc, acc=acc, recompute=rec, sp=sp, schedule=sched, tp=g["tp"], cp=g["cp"], pp=g["pp"],
+                        dp=g["dp"], mb=g["mb"], nics=g["nics"], ep=ex[0], etp=ex[1], cap=ex[2])]
+                    for out, paired in zip(outs, kinds, strict=True):
+                        total = np.broadcast_to(compute_floor(sc, sched, g["pp"], tuple(inputs), paired), (R,) + sub)
+                        laid = total[which]  # (combinations,) + layout
+                        out[a, r, s] = np.moveaxis(laid, 0, -1).reshape(sub + tuple(len(d[v]) for v in moe)) \
+                            if moe else laid[0]
+        return [Table("time.compute.floor", vars, outs[kinds.index(k) if k in kinds else 0]) for k in asked]
+
+    def _compute_table(self, name: str = "time.compute") -> Table:
         """The compute term (or its bounds, ``time.compute.lo`` / ``.hi``, both from one pass), with
         every (accelerator, recompute) combination of a schedule stacked into one array so that the
         pipeline model runs once per (schedule, pp, micro-batches) shape (closed forms: once per
@@ -642,7 +711,7 @@ class Space:
         unique = list(dict.fromkeys(keys))
         which = np.array([unique.index(k) for k in keys])
         reps = [combos[keys.index(k)] for k in unique]
-        exact = name == "time.compute" or floor
+        exact = name == "time.compute"
         full = tuple(len(d[v]) for v in vars)
         outs = [np.empty(full)] if exact else [np.empty(full), np.empty(full)]  # both bounds in one pass
 
@@ -683,16 +752,8 @@ class Space:
                 inputs_of = (keys_of[si], tuple(_stacked([p[k] for p in parts], rsub) for k in range(len(parts[0]))))
                 del parts
             stacked = inputs_of[1]
-            if floor:  # one pipeline depth at a time: the busiest stage is found per depth (a slice, not a mask)
-                floor_all: FloatArray = np.empty(pp_rows.shape)
-                whole = tuple(np.broadcast_to(x, pp_rows.shape) for x in stacked)
-                for k in range(sub[nums.index("pp")]):
-                    at = (slice(None),) * (1 + nums.index("pp")) + (slice(k, k + 1),)
-                    floor_all[at] = compute_floor(sc, sched, pp_rows[at], tuple(x[at] for x in whole))
-                totals: list[FloatArray] = [floor_all]
-            else:
-                totals = [T.compute_total(sc, sched, pp_rows, stacked)] if exact else \
-                    list(T.compute_bounds(sc, sched, pp, stacked))
+            totals = [T.compute_total(sc, sched, pp_rows, stacked)] if exact else \
+                list(T.compute_bounds(sc, sched, pp, stacked))
             for out, total in zip(outs, totals, strict=False):
                 out[:, :, :, si] = lay(total)
         if exact:

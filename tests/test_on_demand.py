@@ -20,8 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tpopt.catalogs.scenario import load_scenario
 from tpopt.models import families as F
+from tpopt.models import terms as T
 from tpopt.optimizer import memory_plan as M
 from tpopt.optimizer import ondemand
+from tpopt.optimizer import space as space_mod
 from tpopt.optimizer.core import solve
 from tpopt.optimizer.result import Request, Status
 from tpopt.optimizer.space import FAMILIES, Space
@@ -73,6 +75,70 @@ def test_the_compute_floor_is_below_the_pipeline_bound(name):
     shape[lo_t.vars.index("pp")] = -1
     one = np.broadcast_to(np.asarray(space.domains["pp"]).reshape(shape) == 1, lo.shape)
     np.testing.assert_allclose(floor[one & fin], lo[one & fin], rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["gpt3-175b-widest.toml", "design-case.toml", "deepseek-v3.toml"])
+def test_the_compute_floor_table_holds_each_plans_floor(name):
+    """The floor tables (built per accelerator, recompute and SP on broadcast inputs, the expert combinations
+    laid out; the busiest stage's and DualPipe's paired) hold at each entry the floor of that one plan:
+    :func:`space.compute_floor` of :func:`terms.compute_inputs` at the entry's scalar values (per-operation dense,
+    flat dense, per-operation MoE)."""
+    space = Space.from_scenario(load_scenario(ROOT / "examples" / name))
+    d, sc = space.domains, space.sc
+    floors = space.compute_floors()
+    f = floors[0]
+    assert f.values.shape == tuple(len(d[v]) for v in f.vars)
+    sched = d["schedule"][0]
+    rng = np.random.default_rng(27)
+    for _ in range(60):
+        idx = tuple(int(rng.integers(n)) for n in f.values.shape)
+        at = {v: d[v][i] for v, i in zip(f.vars, idx, strict=True)}
+        at = {v: at.get(v, d[v][0]) for v in ("acc", "recompute", "sp", "tp", "cp", "pp", "dp", "mb", "nics", "ep",
+                                              "etp", "cap")}
+        nums = {v: float(at[v]) for v in ("tp", "cp", "pp", "dp", "mb", "nics", "ep", "etp", "cap")}
+        inputs = T.compute_inputs(sc, acc=at["acc"], recompute=at["recompute"], sp=at["sp"], schedule=sched, **nums)
+        for paired, table in zip((False, True), floors, strict=True):
+            want = float(np.asarray(space_mod.compute_floor(sc, sched, nums["pp"], inputs, paired)))
+            assert math.isclose(float(table.values[idx]), want, rel_tol=1e-12), (at, paired, want)
+
+
+def test_dualpipe_has_its_own_floor_below_its_exact_compute():
+    """DualPipe runs layer groups s and p-1-s on stage s (half the micro-batches each), so with uneven groups (the
+    per-operation model's embedding and head) its step can be shorter than the busiest group's work: measured,
+    DeepSeek's ordering 4 % below it for Llama-3-70B on Gaudi 3 at 8 stages. The paired floor m max_s (w_s +
+    w_{p-1-s}) / 2 stays below the exact compute on every DualPipe entry, the busiest-stage floor below every
+    other schedule's, the space's floor (the paired one when DualPipe is searched) below all; and the on-demand
+    path's group bound, built on that floor, proves the enumeration's optimum."""
+    from tpopt.catalogs import load_catalog
+    from tpopt.catalogs.scenario import build_scenario
+
+    raw = {"model": {"name": "llama3-70b"}, "task": {"tokens": "2T", "seq_len": 8192, "global_batch": 1536},
+           "schedule": {"deadline": "120d"}, "hardware": {"accelerator": ["gaudi3"]},
+           "checkpoint": {"storage": "superpod-good"},
+           "search": {"accelerator": ["gaudi3"], "tp": [1], "pp": [1, 2, 4, 8], "dp": [32, 64], "micro_batch": [1],
+                      "recompute": ["none", "norm+mlp", "full"], "nics_per_host": [8], "zero_stage": [1, 2, 3],
+                      "offload": ["none", "cpu"], "max_cards": 16384,
+                      "schedule": ["1f1b", "zb-h1", "interleaved", "dualpipe", "dualpipe-deepseek"]}}
+    sc = build_scenario(raw, load_catalog())
+    space = Space.from_scenario(sc)
+    exact = space.tables["time.compute"]
+    stage, paired = space.compute_floors()
+    whole = space.compute_floor()
+    axis = exact.vars.index("schedule")
+    over = []
+    for i, name in enumerate(space.domains["schedule"]):
+        e = exact.values.take(i, axis=axis)
+        fin = np.isfinite(e)
+        assert fin.any()
+        own = paired if name.startswith("dualpipe") else stage
+        assert np.all(own.values[fin] <= e[fin] * (1 + 1e-12)), name
+        assert np.all(whole.values[fin] <= e[fin] * (1 + 1e-12)), name
+        over.append(float(np.max(stage.values[fin] / e[fin])))
+    assert over[-1] > 1.02  # the busiest-stage floor is no bound of DeepSeek's DualPipe here
+    ref = solve(sc, "enumerate", Request(seed=0, workers=1, time_limit=300))
+    got = solve(sc, "cpsat", Request(seed=0, workers=1, time_limit=300, method="on-demand"))
+    assert ref.status == got.status == Status.OPTIMAL
+    assert math.isclose(got.best.metrics["cost"], ref.best.metrics["cost"], rel_tol=1e-9)
 
 
 def test_the_memory_plan_chooses_the_on_demand_path_instead_of_refusing():
@@ -206,3 +272,13 @@ def test_a_report_on_the_memory_plans_on_demand_path_says_why_it_is_not_analysed
     lines = render.binding_lines(d["binding"], "cost", "USD", skipped=d["analysis_skipped"])
     assert lines[0].startswith("Binding constraints: not analysed: the memory plan") and "--no-analysis" not in lines[0]
     assert render.binding_lines(None, "cost", "USD")[0].startswith("Binding constraints: not analysed (--no-analysis)")
+@pytest.mark.parametrize("name", ["gpt3-175b-widest.toml", "design-case.toml"])
+def test_a_dense_models_all_to_all_table_is_zeros_without_tabulating(name):
+    """A dense model's ``time.ep_comm`` is a read-only view of one zero (no memory, nothing evaluated): the same
+    values as the term tabulated on its grid."""
+    space = Space.from_scenario(load_scenario(ROOT / "examples" / name))
+    t = space.tables["time.ep_comm"]
+    vars, fn = space._specs["time.ep_comm"]
+    assert t.vars == vars and t.values.shape == tuple(len(space.domains[v]) for v in vars)
+    assert not t.values.flags.writeable and t.values.strides == (0,) * len(vars)
+    np.testing.assert_array_equal(space.tabulate("time.ep_comm", vars, fn).values, t.values)
