@@ -65,6 +65,7 @@ from tpopt.optimizer.limits import (
     Undecided,  # a solver hit the time limit: the question has no proven answer
     clock_of,
 )
+from tpopt.optimizer.memory_plan import enforce as enforce_memory
 from tpopt.optimizer.report import RELAXABLE, TABLE_LIMIT, Binding, binding_families, make_oracle
 from tpopt.optimizer.result import Request, Status, objective_key, objective_value, plan_summary
 from tpopt.optimizer.space import (
@@ -181,7 +182,8 @@ class Context:
             return None  # e.g. no NIC count the accelerator can take: no plan
         req = Request(objective=objective or self.req.objective, enforce=enforce, top=1,
                       time_limit=self.req.time_limit, seed=self.req.seed, workers=self.req.workers,
-                      cards=self.req.cards if cards is None else tuple(cards), clock=self.req.clock)
+                      cards=self.req.cards if cards is None else tuple(cards), clock=self.req.clock,
+                      method="on-demand" if self.req.method == "on-demand" else "auto")
         self.solves += 1
         if space is not None and scanned(space, req):
             scan = scan_best(space, req)
@@ -388,8 +390,39 @@ def tabulated(space: Space) -> bool:
 
 def scanned(space: Space, req: Request) -> bool:
     """Whether a question on ``space`` is answered by :func:`scan_best`: spaces not tabulated
-    (:func:`tabulated`) whose solves use the layout decomposition (:func:`~tpopt.optimizer.core.use_decomposition`)."""
-    return not tabulated(space) and use_decomposition(space, req)
+    (:func:`tabulated`) whose solves use the layout decomposition (:func:`~tpopt.optimizer.core.use_decomposition`)
+    with every table at once (not :func:`on_demand`)."""
+    return not tabulated(space) and use_decomposition(space, req) and not on_demand(space, req)
+
+
+ON_DEMAND_NOTE = ("not answered on the on-demand path (the tables are built one layout group at a time, the memory "
+                  "plan's choice or --method on-demand): the least {what} over every plan reads every table at once")
+
+
+class NotOnDemand(Undecided):
+    """A question that needs every table of a space at once, asked where the solve builds them one layout
+    group at a time (:func:`on_demand`): no answer, and the relaxation says why in one line."""
+
+
+def on_demand(space: Space, req: Request) -> bool:
+    """Whether questions on ``space`` are solved with tables per layout group (:mod:`tpopt.optimizer.ondemand`),
+    as its solve is: on request (``--method on-demand``), or under ``auto`` when the memory plan chose it (every
+    table at once would exceed the memory budget). Each question is then an on-demand solve (its layout oracle
+    and group bounds); the closed forms over every plan (:func:`largest_over_plans`, :func:`compute_cost_floor`)
+    step aside for re-solves, and the least memory or drop rate over every plan is not answered
+    (:class:`NotOnDemand`). Where auto chose on demand for speed alone, every table fits and the questions
+    read them all (the scan of the layout bounds)."""
+    got = space.__dict__.get("_explain_on_demand")
+    if got is None:
+        if req.method not in ("auto", "on-demand") or tabulated(space):
+            got = False
+        else:
+            try:
+                got = req.method == "on-demand" or enforce_memory(space).method == "on-demand"
+            except InputError:  # over the budget either way: the solve refuses it, on its own path
+                got = True
+        space.__dict__["_explain_on_demand"] = got
+    return bool(got)
 
 
 def layout_bounds(space: Space, objective: str, enforce: frozenset[str]) -> LayoutBounds:
@@ -957,6 +990,9 @@ def argmin_metric(ctx: Context, metric: str, families: Iterable[str], sc: Scenar
         space = narrowed
     sc = sc or ctx.sc
     space = space or ctx.shared_space(sc) or Space.from_scenario(sc)
+    if on_demand(space, ctx.req):
+        what = {"memory_per_card": "peak memory per card", "dropped_fraction": "dropped share"}.get(metric, metric)
+        raise NotOnDemand(ON_DEMAND_NOTE.format(what=what))
     if metric in SCANNED_METRICS and scanned(space, ctx.req):
         return scan_min_metric(space, metric, fams, ctx.req)
     clock = clock_of(ctx.req)
@@ -1635,7 +1671,7 @@ def over_budget_at(ctx: Context, sc: Scenario) -> bool:
         space = borrowed(base, sc) or Space.from_scenario(sc)
     except InputError:
         return False
-    if tabulated(space):
+    if tabulated(space) or on_demand(space, ctx.req):
         return False
     return compute_cost_floor(space, floor=True) > ctx.sc.cost.max_cost  # type: ignore[operator]
 
@@ -1661,7 +1697,8 @@ def relax_accelerator(ctx: Context, core: list[str] | None = None) -> Relaxation
             if floor is not None and floor > sc.cost.max_cost:  # type: ignore[operator]
                 ev, entry["note"] = None, (f"over the budget without a solve: the weight GEMMs alone at the card's "
                                            f"peak cost at least {floor:,.0f}")
-            elif floor is not None and floor_enforced(ctx) and not tabulated(space := ctx.card_space(sc, name)):
+            elif floor is not None and floor_enforced(ctx) and not tabulated(space := ctx.card_space(sc, name)) \
+                    and not on_demand(space, ctx.req):
                 # the compute floor first where the compute table is still to build (a card the base space
                 # does not search); the pipeline's lower bound only where the floor leaves the card in: its
                 # table serves the card's solve
@@ -1745,7 +1782,8 @@ def relaxations(sc: Scenario, backend: str = "cpsat", req: Request | None = None
                 r = fn(ctx, core)
         except Undecided as exc:
             p = PARAMS[name]
-            r = _relaxation(p, None, required=None, helps=None, note=str(exc), method="undecided")
+            r = _relaxation(p, None, required=None, helps=None, note=str(exc),
+                            method="not on the on-demand path" if isinstance(exc, NotOnDemand) else "undecided")
         finally:
             ctx.keep, ctx.keep_vars = None, VARS
         if r is None:
