@@ -1824,6 +1824,12 @@ def infeasibility(sc: Scenario, space: Space, backend: str, req: Request, enforc
     return out
 
 
+ANALYSIS_SKIPPED = ("the memory plan builds the tables one layout group at a time, and which constraints bind "
+                    "reads every table at once")
+"""Why ``explain`` of a feasible request leaves the binding constraints out (``binding_skipped``), as ``tpopt solve``
+skips its analysis there."""
+
+
 def explain_request(sc: Scenario, backend: str = "cpsat", req: Request | None = None, *,
                     raw: dict[str, Any] | None = None, catalog: Catalog | None = None,
                     progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -1852,14 +1858,17 @@ def explain_request(sc: Scenario, backend: str = "cpsat", req: Request | None = 
     assert best is not None, "a feasible result has a best plan"
     tell("the constraints that bind the optimum")
     undecided: list[str] = []
-    binds: list[Binding]
-    try:
-        with clock_of(req).stoppable("analysing the optimum"):
-            oracle = make_oracle(space, backend, req)
-        binds = binding_families(oracle, best, req.objective, set(result.enforced), undecided)
-    except TimeLimitReached:
-        binds, undecided = [], [f for f in RELAXABLE if f in result.enforced and f not in space.inert()
-                                and not (f == F.BUDGET and sc.cost.max_cost is None)]
+    binds: list[Binding] = []
+    if enforce_memory(space).method == "on-demand":  # as tpopt solve: the analysis reads every table at once
+        out["binding_skipped"] = ANALYSIS_SKIPPED
+    else:
+        try:
+            with clock_of(req).stoppable("analysing the optimum"):
+                oracle = make_oracle(space, backend, req)
+            binds = binding_families(oracle, best, req.objective, set(result.enforced), undecided)
+        except TimeLimitReached:
+            binds, undecided = [], [f for f in RELAXABLE if f in result.enforced and f not in space.inert()
+                                    and not (f == F.BUDGET and sc.cost.max_cost is None)]
     out.update({"plan": best.plan_dict(), "cost": best.metrics["cost"], "cost_unit": best.metrics["cost_unit"],
                 "finish_days": best.metrics["finish_days"],
                 "footing": footing.footing(sc, best.plan_dict(), best.metrics["step_s"]),

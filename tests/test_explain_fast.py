@@ -206,3 +206,28 @@ def test_on_demand_follows_the_memory_plan(monkeypatch):
     space = Space.from_scenario(sc)
     assert memory_plan.enforce(space).method == "on-demand"
     assert E.on_demand(space, REQ) and not E.scanned(space, REQ)
+
+
+def test_explain_of_a_feasible_request_skips_the_analysis_where_the_memory_plan_goes_on_demand(monkeypatch):
+    """A feasible request whose every table would exceed the memory budget: the optimum (solved on demand) is the
+    one the full tables give, and the binding constraints, which read every table, are left out in one line."""
+    from tpopt import presentation
+    from tpopt.optimizer import memory_plan
+
+    raw = design_raw(dict(OPEN, **{"search.max_cards": 256}), True)
+    sc = build_scenario(raw, load_catalog())
+    full = E.explain_request(sc, "cpsat", REQ, raw=raw)
+    assert full["status"] == "optimal" and "binding_skipped" not in full
+    tight = memory_plan.memory_plan(Space.from_scenario(sc)).peak_bytes - 1.0
+    monkeypatch.setattr(memory_plan, "budget_of", lambda stated: memory_plan.Budget(tight, "test"))
+
+    def every_table_at_once(*args, **kw):
+        raise AssertionError("the analysis on the on-demand path")
+
+    monkeypatch.setattr(E, "make_oracle", every_table_at_once)
+    lean = E.explain_request(sc, "cpsat", REQ, raw=raw)
+    assert lean["solver"]["method"] == "layout decomposition on demand"
+    assert (lean["status"], lean["plan"], lean["cost"]) == (full["status"], full["plan"], full["cost"])
+    assert lean["binding"] == [] and lean["binding_skipped"] == E.ANALYSIS_SKIPPED
+    lines = presentation.request_lines(lean, sc)
+    assert f"Binding constraints: not analysed ({E.ANALYSIS_SKIPPED})." in lines
