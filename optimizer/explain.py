@@ -355,11 +355,12 @@ def borrowed(base: Space, sc: Scenario) -> Space | None:
     """A space of ``sc`` holding ``base``'s built tables over none of the variables :func:`moved_variables`
     names (and their reductions onto the layouts, kept on the space: ``_reduced``), the others built when first
     read; None when ``sc`` differs from the base scenario in more than its systems, or a domain of another
-    variable differs. The accelerator relaxation's other cards take the memory tables, the layout rules and the
-    checkpoint tables (no card enters them), the NIC relaxation every table but the compute and communication
-    terms."""
+    variable differs (or the step model: :func:`~tpopt.models.terms.per_op_model` is scenario-wide, and a flat
+    and a per-operation scenario tabulate other terms). The accelerator relaxation's other cards take the memory
+    tables, the layout rules and the checkpoint tables (no card enters them), the NIC relaxation every table but
+    the compute and communication terms."""
     moved = moved_variables(base.sc, sc)
-    if moved is None:
+    if moved is None or T.per_op_model(sc) != T.per_op_model(base.sc):  # the step model is scenario-wide
         return None
     out = Space.from_scenario(sc)
     if any(out.domains[v] != base.domains[v] for v in base.domains if v not in moved):

@@ -231,3 +231,17 @@ def test_explain_of_a_feasible_request_skips_the_analysis_where_the_memory_plan_
     assert lean["binding"] == [] and lean["binding_skipped"] == E.ANALYSIS_SKIPPED
     lines = presentation.request_lines(lean, sc)
     assert f"Binding constraints: not analysed ({E.ANALYSIS_SKIPPED})." in lines
+
+
+def test_no_tables_borrowed_across_step_models():
+    """A flat-model card in a per-operation scenario's place (or the reverse) tabulates other memory terms: nothing
+    is borrowed."""
+    from dataclasses import replace
+
+    per_op = build_scenario(design_raw(OPEN, True), load_catalog())
+    flat = replace(per_op, systems={k: replace(s, perf=None, efficiency=0.4) for k, s in per_op.systems.items()})
+    base = Space.from_scenario(per_op)
+    base.tables["mem.states.first"]
+    assert E.moved_variables(per_op, flat) == {"acc", "nics"}  # the systems alone differ
+    assert E.borrowed(base, flat) is None
+    assert E.borrowed(base, E.with_efficiency(per_op, 0.9)) is not None  # the throughput scale: the same model
