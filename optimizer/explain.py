@@ -65,6 +65,7 @@ from tpopt.optimizer.limits import (
     Undecided,  # a solver hit the time limit: the question has no proven answer
     clock_of,
 )
+from tpopt.optimizer.memory_plan import enforce as enforce_memory
 from tpopt.optimizer.report import RELAXABLE, TABLE_LIMIT, Binding, binding_families, make_oracle
 from tpopt.optimizer.result import Request, Status, objective_key, objective_value, plan_summary
 from tpopt.optimizer.space import (
@@ -77,6 +78,7 @@ from tpopt.optimizer.space import (
     cards_of,
     chance_on,
     rebuilt_tables,
+    reduce_to,
 )
 
 # Deletion order of the filter: families tried first are dropped whenever the rest still conflict,
@@ -180,7 +182,8 @@ class Context:
             return None  # e.g. no NIC count the accelerator can take: no plan
         req = Request(objective=objective or self.req.objective, enforce=enforce, top=1,
                       time_limit=self.req.time_limit, seed=self.req.seed, workers=self.req.workers,
-                      cards=self.req.cards if cards is None else tuple(cards), clock=self.req.clock)
+                      cards=self.req.cards if cards is None else tuple(cards), clock=self.req.clock,
+                      method="on-demand" if self.req.method == "on-demand" else "auto")
         self.solves += 1
         if space is not None and scanned(space, req):
             scan = scan_best(space, req)
@@ -268,18 +271,33 @@ class Context:
                 share_pipeline(own, got)
                 break
         else:
-            got = Space.from_scenario(sc)
+            got = self.derived(sc) or Space.from_scenario(sc)
         while len(self._own) >= OWN_SPACES:
             self._own.pop(next(iter(self._own)))
         self._own[id(sc)] = got
         return got
 
     def card_space(self, sc: Scenario, name: str) -> Space:
-        """The space of ``sc``, the base scenario with accelerator ``name`` alone: the base space's tables
-        sliced at that card (and its NIC counts) when the base space searches it with the same system and
-        the same other domains (:func:`card_slice`), else its own."""
+        """The space of ``sc``, the base scenario with accelerator ``name`` alone (:meth:`derived`, else its own)."""
+        return self.derived(sc) or Space.from_scenario(sc)
+
+    def derived(self, sc: Scenario) -> Space | None:
+        """A space of ``sc`` made of the base space's tables: sliced at the card when ``sc`` is the base
+        scenario with one of its cards alone, at that card's prices or others (:func:`card_slice`, the price
+        table rebuilt), else borrowing the tables the change leaves as they are (:func:`borrowed`); None when
+        neither applies or before the base space is known."""
         base = self._set_oracle.space if self._set_oracle is not None else None
-        return (card_slice(base, sc, name) if base is not None else None) or Space.from_scenario(sc)
+        if base is None:
+            return None
+        if len(sc.systems) == 1 and (name := next(iter(sc.systems))) in base.sc.systems:
+            own, was = sc.systems[name], base.sc.systems[name]
+            at_base = replace(sc, systems={name: replace(own, price_card_hour=was.price_card_hour,
+                                                         nic_price_hour=was.nic_price_hour)})
+            sliced = card_slice(base, at_base, name)
+            if sliced is not None:
+                rebuild = rebuilt_tables(at_base, sc)
+                return sliced if not rebuild else sliced.sharing(sc, rebuild)
+        return borrowed(base, sc)
 
     def set_oracle(self, space: Space | None = None) -> _SetOracle:
         """Which sets of families admit a plan of this context's scenario (built once, cached)."""
@@ -315,6 +333,46 @@ def card_slice(base: Space, sc: Scenario, name: str) -> Space | None:
     return out
 
 
+def moved_variables(base: Scenario, sc: Scenario) -> frozenset[str] | None:
+    """The variables whose tables a space of ``sc`` cannot take from a space of ``base``: ``{"nics"}`` when the
+    two differ only in the cards' NIC bandwidth, ``{"acc", "nics"}`` when only in the candidate systems (the
+    cards, their prices, efficiency or step model) and the accelerators searched; None when in anything else.
+
+    A term reads an accelerator's system only for its ``acc`` variable, and the NIC bandwidth only with a NIC
+    count, its ``nics`` variable (B = nics x B_nic over the path's cards, :func:`tpopt.models.network.route`):
+    a table over neither variable is the same for any card, and one without ``nics`` for any NIC bandwidth
+    (tests/test_explain_scan.py builds both and compares them)."""
+    if replace(sc, systems=base.systems, search=replace(sc.search, accelerators=base.search.accelerators)) != base:
+        return None
+    if set(sc.systems) == set(base.systems) and sc.search.accelerators == base.search.accelerators and all(
+            replace(s, acc=replace(s.acc, nic_bw=base.systems[k].acc.nic_bw)) == base.systems[k]
+            for k, s in sc.systems.items()):
+        return frozenset({"nics"})
+    return frozenset({"acc", "nics"})
+
+
+def borrowed(base: Space, sc: Scenario) -> Space | None:
+    """A space of ``sc`` holding ``base``'s built tables over none of the variables :func:`moved_variables`
+    names (and their reductions onto the layouts, kept on the space: ``_reduced``), the others built when first
+    read; None when ``sc`` differs from the base scenario in more than its systems, or a domain of another
+    variable differs (or the step model: :func:`~tpopt.models.terms.per_op_model` is scenario-wide, and a flat
+    and a per-operation scenario tabulate other terms). The accelerator relaxation's other cards take the memory
+    tables, the layout rules and the checkpoint tables (no card enters them), the NIC relaxation every table but
+    the compute and communication terms."""
+    moved = moved_variables(base.sc, sc)
+    if moved is None or T.per_op_model(sc) != T.per_op_model(base.sc):  # the step model is scenario-wide
+        return None
+    out = Space.from_scenario(sc)
+    if any(out.domains[v] != base.domains[v] for v in base.domains if v not in moved):
+        return None
+    keep = {n: t for n, t in dict.items(base.tables) if not moved & set(t.vars)}
+    dict.update(out.tables, keep)
+    cache = base.__dict__.get("_reduced")
+    if cache is not None:
+        out.__dict__["_reduced"] = {k: v for k, v in cache.items() if k[0] in keep}
+    return out
+
+
 def share_pipeline(base: Space, out: Space) -> None:
     """``out`` takes ``base``'s exactly simulated pipeline terms per layout (they read the step model
     alone, never the task's totals or the prices): one simulation per layout for every question."""
@@ -333,19 +391,53 @@ def tabulated(space: Space) -> bool:
 
 def scanned(space: Space, req: Request) -> bool:
     """Whether a question on ``space`` is answered by :func:`scan_best`: spaces not tabulated
-    (:func:`tabulated`) whose solves use the layout decomposition (:func:`~tpopt.optimizer.core.use_decomposition`)."""
-    return not tabulated(space) and use_decomposition(space, req)
+    (:func:`tabulated`) whose solves use the layout decomposition (:func:`~tpopt.optimizer.core.use_decomposition`)
+    with every table at once (not :func:`on_demand`)."""
+    return not tabulated(space) and use_decomposition(space, req) and not on_demand(space, req)
+
+
+ON_DEMAND_NOTE = ("not answered on the on-demand path (the tables are built one layout group at a time, the memory "
+                  "plan's choice or --method on-demand): the least {what} over every plan reads every table at once")
+
+
+class NotOnDemand(Undecided):
+    """A question that needs every table of a space at once, asked where the solve builds them one layout
+    group at a time (:func:`on_demand`): no answer, and the relaxation says why in one line."""
+
+
+def on_demand(space: Space, req: Request) -> bool:
+    """Whether questions on ``space`` are solved with tables per layout group (:mod:`tpopt.optimizer.ondemand`),
+    as its solve is: on request (``--method on-demand``), or under ``auto`` when the memory plan chose it (every
+    table at once would exceed the memory budget). Each question is then an on-demand solve (its layout oracle
+    and group bounds); the closed forms over every plan (:func:`largest_over_plans`, :func:`compute_cost_floor`)
+    step aside for re-solves, and the least memory or drop rate over every plan is not answered
+    (:class:`NotOnDemand`). Where auto chose on demand for speed alone, every table fits and the questions
+    read them all (the scan of the layout bounds)."""
+    got = space.__dict__.get("_explain_on_demand")
+    if got is None:
+        if req.method not in ("auto", "on-demand") or tabulated(space):
+            got = False
+        else:
+            try:
+                got = req.method == "on-demand" or enforce_memory(space).method == "on-demand"
+            except InputError:  # over the budget either way: the solve refuses it, on its own path
+                got = True
+        space.__dict__["_explain_on_demand"] = got
+    return bool(got)
 
 
 def layout_bounds(space: Space, objective: str, enforce: frozenset[str]) -> LayoutBounds:
     """The decomposition's per-layout bounds for the objective and the enforced families other than the
-    caps (deadline, cards, budget: F.SWEPT), built once per space and shared by the spaces that differ from
-    it only in those caps (:meth:`Context.shared_space`); the caps are applied per question, layout by
-    layout (:func:`allowed_layouts`). Valid at any cap, so one build serves every re-solve of a deadline,
-    card-cap or budget relaxation. The reductions of the tables behind them are kept on the space."""
+    caps (deadline, cards, budget: F.SWEPT) and the layout rules, built once per space and shared by the
+    spaces that differ from it only in those caps (:meth:`Context.shared_space`); the caps and the layout
+    rules are applied per question, layout by layout (:func:`allowed_layouts`). Valid at any cap, so one
+    build serves every re-solve of a deadline, card-cap or budget relaxation. The reductions of the tables
+    behind them are kept on the space."""
     cache: dict[tuple[str, frozenset[str]], LayoutBounds] = space.__dict__.setdefault("_explain_bounds", {})
     space.__dict__.setdefault("_reduced", {})
-    key = (objective, frozenset(enforce) - set(F.SWEPT))
+    # the layout rules (HUB_RULES) are decided per layout whatever the families (LayoutBounds.rules): bounds
+    # built with or without them are the same arrays, so questions that differ in them share one build
+    key = (objective, frozenset(enforce) - set(F.SWEPT) - set(HUB_RULES))
     got = cache.get(key)
     if got is None:
         got = cache[key] = LayoutBounds(space, objective, key[1])
@@ -899,6 +991,9 @@ def argmin_metric(ctx: Context, metric: str, families: Iterable[str], sc: Scenar
         space = narrowed
     sc = sc or ctx.sc
     space = space or ctx.shared_space(sc) or Space.from_scenario(sc)
+    if on_demand(space, ctx.req):
+        what = {"memory_per_card": "peak memory per card", "dropped_fraction": "dropped share"}.get(metric, metric)
+        raise NotOnDemand(ON_DEMAND_NOTE.format(what=what))
     if metric in SCANNED_METRICS and scanned(space, ctx.req):
         return scan_min_metric(space, metric, fams, ctx.req)
     clock = clock_of(ctx.req)
@@ -1163,7 +1258,8 @@ def relax_nic_bandwidth(ctx: Context, core: list[str] | None = None) -> Relaxati
               f"the deadline (secant on 1/B, bracketed), relative tolerance {NIC_REL_TOL:g}")
     cur = single.acc.nic_bw / GB if single else 1.0
     unit = "GB/s" if single else "x current"
-    found = _threshold(ctx, lambda k: with_nic_factor(sc, k), 1.0, NIC_FACTOR_MAX, NIC_REL_TOL)
+    found = None if over_budget_at(ctx, with_nic_factor(sc, NIC_FACTOR_MAX)) else \
+        _threshold(ctx, lambda k: with_nic_factor(sc, k), 1.0, NIC_FACTOR_MAX, NIC_REL_TOL)
     if found is None:
         r = _cannot(p, cur, f"no plan even with {NIC_FACTOR_MAX:g}x the NIC bandwidth: compute or the card's own "
                             "link limits the step", method, core)
@@ -1521,17 +1617,26 @@ def cost_floor(sc: Scenario, name: str) -> float | None:
     return 6.0 * gemm_params(sc.model) * sc.task.tokens / (peak * eta) / 3600.0 * s.price_card_hour
 
 
-def compute_cost_floor(space: Space) -> float:
+def compute_cost_floor(space: Space, floor: bool = False) -> float:
     """A lower bound on the cost of any plan of ``space`` that meets the layout rules and the card cap,
     from its compute table alone: min over those layouts h of rate_min(h) x (R + I x (compute_min(h) +
     wait) x (1 + L_min(h))), each term's least value over the layout's other choices (NICs the host takes
     for the rate). Every other busy term (exposed communication, offload) only adds to the step, so the
-    bound holds without building their tables."""
+    bound holds without building their tables. ``floor``: compute_min(h) from the compute floor instead
+    (:meth:`Space.compute_floor`: the busiest stage's work, no pipeline simulated and no transfer, at most the
+    compute table's lower bound; one tenth of its time to build, and kept off the space's tables)."""
     sc, dom = space.sc, space.domains
     n = [len(dom[v]) for v in HUB]
 
     def hub(name: str, values: NDArray[Any] | None = None) -> NDArray[Any]:
         return np.broadcast_to(_reduced(space, name, np.min, values), n).reshape(-1)
+
+    def least_compute() -> NDArray[Any]:
+        if not floor:
+            return hub("time.compute")
+        t = space.compute_floor()
+        vals = np.where(np.isfinite(t.values), t.values, np.inf)
+        return np.broadcast_to(reduce_to(dom, vals, t.vars, HUB, np.min, broadcast=False), n).reshape(-1)
 
     nic_ok = space.nic_allowed()
     rate = space.tables["rate"]
@@ -1539,7 +1644,7 @@ def compute_cost_floor(space: Space) -> float:
     shape[rate.vars.index("acc")], shape[rate.vars.index("nics")] = nic_ok.shape
     rate_min = hub("rate", np.where(nic_ok.reshape(shape), rate.values, np.inf))
     with np.errstate(over="ignore", invalid="ignore"):
-        cost = rate_min * (sc.task.reserved_s + T.iteration_count(sc) * (hub("time.compute") + sc.input.wait_s)
+        cost = rate_min * (sc.task.reserved_s + T.iteration_count(sc) * (least_compute() + sc.input.wait_s)
                            * (1.0 + hub("overhead")))
     grid = np.indices(n).reshape(len(HUB), -1)
     ok = cards_of(**{v: np.asarray(dom[v])[grid[i]] for i, v in enumerate(HUB)}) <= sc.search.max_cards
@@ -1547,6 +1652,29 @@ def compute_cost_floor(space: Space) -> float:
         ok &= np.broadcast_to(_reduced(space, "ok." + f, np.max), n).reshape(-1) > 0.5
     cost = np.where(ok & np.isfinite(cost), cost, np.inf)
     return float(cost.min()) if cost.size else math.inf
+
+
+def floor_enforced(ctx: Context) -> bool:
+    """Whether :func:`compute_cost_floor` bounds the plans a question of ``ctx`` admits: the budget, the card
+    cap and the layout rules it applies are all enforced."""
+    return ctx.sc.cost.max_cost is not None and {F.BUDGET, F.CARDS, *HUB_RULES} <= set(ctx.enforced)
+
+
+def over_budget_at(ctx: Context, sc: Scenario) -> bool:
+    """Whether no plan of ``sc`` (a change of the request that keeps its budget) fits the budget, proven by
+    the compute floor's cost bound (:func:`compute_cost_floor` with ``floor``) on a space borrowing the base
+    tables (:func:`borrowed`), before any other table of ``sc`` is built. False when the bound does not prove
+    it (the question is then solved), or when the budget, card cap or layout rules are not all enforced."""
+    if not floor_enforced(ctx):
+        return False
+    base = ctx.set_oracle().space
+    try:
+        space = borrowed(base, sc) or Space.from_scenario(sc)
+    except InputError:
+        return False
+    if tabulated(space) or on_demand(space, ctx.req):
+        return False
+    return compute_cost_floor(space, floor=True) > ctx.sc.cost.max_cost  # type: ignore[operator]
 
 
 def relax_accelerator(ctx: Context, core: list[str] | None = None) -> Relaxation:
@@ -1570,8 +1698,15 @@ def relax_accelerator(ctx: Context, core: list[str] | None = None) -> Relaxation
             if floor is not None and floor > sc.cost.max_cost:  # type: ignore[operator]
                 ev, entry["note"] = None, (f"over the budget without a solve: the weight GEMMs alone at the card's "
                                            f"peak cost at least {floor:,.0f}")
-            elif floor is not None and not tabulated(space := ctx.card_space(sc, name)):
-                least = compute_cost_floor(space)
+            elif floor is not None and floor_enforced(ctx) and not tabulated(space := ctx.card_space(sc, name)) \
+                    and not on_demand(space, ctx.req):
+                # the compute floor first where the compute table is still to build (a card the base space
+                # does not search); the pipeline's lower bound only where the floor leaves the card in: its
+                # table serves the card's solve
+                cheap = not any(k in dict.keys(space.tables) for k in ("time.compute", "time.compute.lo"))
+                least = compute_cost_floor(space, floor=True) if cheap else -math.inf
+                if least <= sc.cost.max_cost:  # type: ignore[operator]
+                    least = compute_cost_floor(space)
                 if least > sc.cost.max_cost:  # type: ignore[operator]
                     ev, entry["note"] = None, (f"over the budget without a full solve: the least compute time of "
                                                f"any layout alone costs at least {least:,.0f}")
@@ -1648,7 +1783,8 @@ def relaxations(sc: Scenario, backend: str = "cpsat", req: Request | None = None
                 r = fn(ctx, core)
         except Undecided as exc:
             p = PARAMS[name]
-            r = _relaxation(p, None, required=None, helps=None, note=str(exc), method="undecided")
+            r = _relaxation(p, None, required=None, helps=None, note=str(exc),
+                            method="not on the on-demand path" if isinstance(exc, NotOnDemand) else "undecided")
         finally:
             ctx.keep, ctx.keep_vars = None, VARS
         if r is None:
@@ -1689,6 +1825,12 @@ def infeasibility(sc: Scenario, space: Space, backend: str, req: Request, enforc
     return out
 
 
+ANALYSIS_SKIPPED = ("the memory plan builds the tables one layout group at a time, and which constraints bind "
+                    "reads every table at once")
+"""Why ``explain`` of a feasible request leaves the binding constraints out (``binding_skipped``), as ``tpopt solve``
+skips its analysis there."""
+
+
 def explain_request(sc: Scenario, backend: str = "cpsat", req: Request | None = None, *,
                     raw: dict[str, Any] | None = None, catalog: Catalog | None = None,
                     progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -1717,14 +1859,17 @@ def explain_request(sc: Scenario, backend: str = "cpsat", req: Request | None = 
     assert best is not None, "a feasible result has a best plan"
     tell("the constraints that bind the optimum")
     undecided: list[str] = []
-    binds: list[Binding]
-    try:
-        with clock_of(req).stoppable("analysing the optimum"):
-            oracle = make_oracle(space, backend, req)
-        binds = binding_families(oracle, best, req.objective, set(result.enforced), undecided)
-    except TimeLimitReached:
-        binds, undecided = [], [f for f in RELAXABLE if f in result.enforced and f not in space.inert()
-                                and not (f == F.BUDGET and sc.cost.max_cost is None)]
+    binds: list[Binding] = []
+    if enforce_memory(space).method == "on-demand":  # as tpopt solve: the analysis reads every table at once
+        out["binding_skipped"] = ANALYSIS_SKIPPED
+    else:
+        try:
+            with clock_of(req).stoppable("analysing the optimum"):
+                oracle = make_oracle(space, backend, req)
+            binds = binding_families(oracle, best, req.objective, set(result.enforced), undecided)
+        except TimeLimitReached:
+            binds, undecided = [], [f for f in RELAXABLE if f in result.enforced and f not in space.inert()
+                                    and not (f == F.BUDGET and sc.cost.max_cost is None)]
     out.update({"plan": best.plan_dict(), "cost": best.metrics["cost"], "cost_unit": best.metrics["cost_unit"],
                 "finish_days": best.metrics["finish_days"],
                 "footing": footing.footing(sc, best.plan_dict(), best.metrics["step_s"]),
