@@ -85,13 +85,28 @@ activations, states, rate, overhead and rule tables do not depend on every fixed
 otherwise rebuild them."""
 
 
+WHOLE_TABLES = "_whole_tables"
+"""The key (in a space's ``__dict__``) of :func:`slice_whole_tables`."""
+
+
+def slice_whole_tables(space: Space) -> None:
+    """Mark ``space`` as one whose tables but the compute term's will be built whole anyway (a report analyses it:
+    its layout oracle's :class:`LayoutBounds` read every other table of the whole space): its layout groups then
+    slice those tables, whatever their rows, instead of building their own slices first (the widest GPT-3
+    per-operation space's ``time.exposed_dp``, 2.2 M rows: built once instead of once per tabulated group and
+    again for the analysis)."""
+    space.__dict__[WHOLE_TABLES] = True
+
+
 class GroupSpace(Space):
     """A layout group's space (:func:`group_space`): a table of the whole space with at most :data:`SHARED_ROWS`
-    rows is built once there and sliced at the group's values; the others are built for the group alone."""
+    rows (any table but the compute term's, where the whole space is marked by :func:`slice_whole_tables`) is
+    built once there and sliced at the group's values; the others are built for the group alone."""
 
     def _build(self, name: str) -> Table:
         parent, fixed, idx = self.__dict__["_group_of"]
-        if name.startswith("time.compute") or parent.table_rows(name) > SHARED_ROWS:
+        if name.startswith("time.compute") or (parent.table_rows(name) > SHARED_ROWS
+                                               and not parent.__dict__.get(WHOLE_TABLES)):
             table = super()._build(name)
             if name in COMPUTE_BOUNDS:  # both bounds come from one pass: kept as the whole space's slice
                 parent.__dict__.setdefault("_group_compute", {}).setdefault(fixed, {})[idx] = \

@@ -22,6 +22,7 @@ from tpopt.models.units import DAY
 from tpopt.optimizer import backends, core, footing, market, outer
 from tpopt.optimizer.core import TINY_NOTE, TINY_SPACE, tiny_backend  # noqa: F401 (TINY_SPACE: re-exported)
 from tpopt.optimizer.memory_plan import enforce as enforce_memory
+from tpopt.optimizer.ondemand import slice_whole_tables
 from tpopt.optimizer.report import analysis, cp_not_searched, scenario_entry
 from tpopt.optimizer.result import Request, SolveResult
 from tpopt.optimizer.space import FAMILIES, Space
@@ -112,6 +113,8 @@ def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = No
         result = bs.result
     else:
         run = tiny_backend(space, backend, req.method)
+        if analyse:  # the analysis reads the whole tables: an on-demand solve's layout groups slice them
+            slice_whole_tables(space)
         result = core.solve(sc, run, req, space=space)
         if run != backend:
             result.solver.note = TINY_NOTE  # --method monolithic runs the solver asked for
