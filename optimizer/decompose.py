@@ -36,7 +36,7 @@ from tpopt.optimizer.enumerate import layout_best
 from tpopt.optimizer.limits import clock_of
 from tpopt.optimizer.result import Request, Status, objective_key
 from tpopt.optimizer.space import BUSY_TERMS as BUSY
-from tpopt.optimizer.space import CHANCE_TABLE, LAYOUT, Reducer, Space, cards_of, chance_on, reduce_to
+from tpopt.optimizer.space import CHANCE_TABLE, LAYOUT, Domains, Reducer, Space, cards_of, chance_on, reduce_to
 
 HUB = LAYOUT
 HUB_RULES = F.HUB_RULES
@@ -79,13 +79,28 @@ def _reduced(space: Space, name: str, fn: Reducer, values: NDArray[Any] | None =
         return cache[key]
     t = space.bound_table(name, "lo" if fn is np.min else "hi")
     vals = t.values if values is None else values
+    vals, domains = _unbroadcast(vals, t.vars, space.domains)
     if vals.dtype != bool:
         vals = np.where(np.isfinite(vals), vals, np.inf if fn is np.min else -np.inf)
-    out = reduce_to(space.domains, vals, t.vars, target, fn, broadcast=False)
+    out = reduce_to(domains, vals, t.vars, target, fn, broadcast=False)
+    if domains is not space.domains:  # the axes the table was broadcast along, broadcast again (a read-only view)
+        out = np.broadcast_to(out, [len(space.domains[v]) if v in t.vars else 1 for v in target])
     if cache is not None and values is None:
         out.flags.writeable = False  # shared by every question asked of the space
         cache[key] = out
     return out
+
+
+def _unbroadcast(vals: NDArray[Any], vars: tuple[str, ...], domains: Domains) -> tuple[NDArray[Any], Domains]:
+    """A table's values without the axes it is broadcast along (stride 0: every entry along one equal, as a dense
+    model's ``time.ep_comm``, one zero laid out on its grid), each kept as one entry, and the domains with those
+    variables cut to their first value: a minimum or maximum over such an axis is that entry, so reducing these
+    gives the same values as reducing the whole table (then broadcast back), without laying it out first."""
+    flat = [i for i, (n, st) in enumerate(zip(vals.shape, vals.strides, strict=True)) if n > 1 and st == 0]
+    if not flat:
+        return vals, domains
+    vals = vals[tuple(slice(0, 1) if i in flat else slice(None) for i in range(vals.ndim))]
+    return vals, {**domains, **{vars[i]: domains[vars[i]][:1] for i in flat}}
 
 
 def _reduce_to_hub(space: Space, name: str, fn: Reducer, values: NDArray[Any] | None = None) -> NDArray[Any]:
