@@ -80,15 +80,26 @@ def _reduced(space: Space, name: str, fn: Reducer, values: NDArray[Any] | None =
     t = space.bound_table(name, "lo" if fn is np.min else "hi")
     vals = t.values if values is None else values
     vals, domains = _unbroadcast(vals, t.vars, space.domains)
-    if vals.dtype != bool:
-        vals = np.where(np.isfinite(vals), vals, np.inf if fn is np.min else -np.inf)
     out = reduce_to(domains, vals, t.vars, target, fn, broadcast=False)
+    if vals.dtype != bool and not _unaffected(out, fn):  # a non-finite entry to leave out: reduced again without
+        vals = np.where(np.isfinite(vals), vals, np.inf if fn is np.min else -np.inf)
+        out = reduce_to(domains, vals, t.vars, target, fn, broadcast=False)
     if domains is not space.domains:  # the axes the table was broadcast along, broadcast again (a read-only view)
         out = np.broadcast_to(out, [len(space.domains[v]) if v in t.vars else 1 for v in target])
     if cache is not None and values is None:
         out.flags.writeable = False  # shared by every question asked of the space
         cache[key] = out
     return out
+
+
+def _unaffected(reduced: NDArray[Any], fn: Reducer) -> bool:
+    """Whether a table's plain minimum (``fn`` np.min) or maximum (np.max) ``reduced`` equals the one that leaves
+    its non-finite entries out (:func:`_reduced`): a minimum propagates NaN and -inf and stays +inf only where every
+    entry is +inf (left out: +inf too), so one without NaN or -inf is the same; a maximum likewise without NaN or
+    +inf. A table with such entries (a pipeline shape a schedule cannot run: +inf) is reduced again."""
+    if fn is np.min:
+        return not bool(np.any(np.isnan(reduced) | np.isneginf(reduced)))
+    return not bool(np.any(np.isnan(reduced) | np.isposinf(reduced)))
 
 
 def _unbroadcast(vals: NDArray[Any], vars: tuple[str, ...], domains: Domains) -> tuple[NDArray[Any], Domains]:
