@@ -1,0 +1,118 @@
+"""The layout bounds' fast table paths give the numbers of the paths they replace, bit for bit (issue 27): a table's
+reduction onto the layout grid without first copying it with its non-finite entries replaced
+(decompose._reduced: reduced as it is, again only where NaN or an infinity shows, decompose._unaffected), a
+broadcast table reduced over its own entries (decompose._unbroadcast), and a layout group's tables sliced from the
+whole space's tables where a report analyses the space (ondemand.slice_whole_tables) instead of built for the group.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tpopt.catalogs.scenario import load_scenario
+from tpopt.optimizer import decompose as D
+from tpopt.optimizer import ondemand
+from tpopt.optimizer.ondemand import solve_on_demand
+from tpopt.optimizer.result import Request
+from tpopt.optimizer.space import FAMILIES, Space, reduce_to
+
+ROOT = Path(__file__).resolve().parents[1]
+KEEP = {"tp": [1, 2, 8], "pp": [1, 3, 8], "dp": [16, 48, 96], "mb": [1, 2], "recompute": ["none", "full", "mlp"],
+        "nics": [1, 4]}
+
+
+def _space(tmp_path) -> Space:
+    """The widest GPT-3 example under the per-operation model (its ``efficiency`` line dropped), cut small."""
+    text = (ROOT / "examples" / "gpt3-175b-widest.toml").read_text(encoding="utf-8")
+    path = tmp_path / "gpt3-per-op.toml"
+    path.write_text("\n".join(line for line in text.splitlines() if not line.startswith("efficiency")) + "\n",
+                    encoding="utf-8")
+    return Space.from_scenario(load_scenario(path), KEEP)
+
+
+def _where_pass(space: Space, vars: tuple[str, ...], vals: np.ndarray, fn, target: tuple[str, ...]) -> np.ndarray:
+    """The reduction the fast path replaces: the whole table copied with its non-finite entries left out."""
+    if vals.dtype != bool:
+        vals = np.where(np.isfinite(vals), vals, np.inf if fn is np.min else -np.inf)
+    return reduce_to(space.domains, vals, vars, target, fn, broadcast=False)
+
+
+def test_reductions_equal_the_where_pass(tmp_path):
+    """Every table a bound reads, reduced onto the layout grid (and onto the layout x coupled-choices grid) for its
+    minimum and maximum: the same values, dtype and shape as the where() pass; so are tables with NaN, -inf and
+    +inf entries scattered through them, and the broadcast zeros of a dense model's all-to-all table."""
+    space = _space(tmp_path)
+    n = int(np.prod([len(space.domains[v]) for v in D.HUB]))
+    targets = (D.HUB, D.HUB + D.coupling_vars(space, n))
+    rng = np.random.default_rng(27)
+    names = [name for name in space._specs if not name.endswith((".lo", ".hi"))]
+    broadcast = 0
+    for name in names:
+        for fn, side in ((np.min, "lo"), (np.max, "hi")):
+            t = space.bound_table(name, side)
+            broadcast += int(any(s == 0 and k > 1 for s, k in zip(t.values.strides, t.values.shape, strict=True)))
+            for target in targets:
+                got = D._reduced(space, name, fn, None, target)
+                want = _where_pass(space, t.vars, t.values, fn, target)
+                assert got.dtype == want.dtype and got.shape == want.shape, (name, fn.__name__)
+                assert np.array_equal(got, want, equal_nan=True), (name, fn.__name__)
+                if t.values.dtype.kind != "f" or t.values.size < 8:
+                    continue
+                for bad in (np.nan, -np.inf, np.inf, None):  # non-finite entries left out (None: all three)
+                    vals = np.array(t.values, dtype=t.values.dtype)
+                    flat = vals.reshape(-1)
+                    at = rng.choice(flat.size, size=max(1, flat.size // 7), replace=False)
+                    flat[at] = bad if bad is not None else rng.choice([np.nan, -np.inf, np.inf], size=at.size)
+                    got = D._reduced(space, name, fn, vals, target)
+                    want = _where_pass(space, t.vars, vals, fn, target)
+                    assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True), (name, bad)
+    assert broadcast  # time.ep_comm of the dense model: one zero laid out on its grid
+    for fn in (np.min, np.max):
+        assert D._unaffected(np.array([1.0, np.inf if fn is np.min else -np.inf]), fn)
+        assert not D._unaffected(np.array([1.0, np.nan]), fn)
+        assert not D._unaffected(np.array([1.0, -np.inf if fn is np.min else np.inf]), fn)
+
+
+def test_group_slices_of_the_whole_tables_equal_the_groups_own_build(tmp_path, monkeypatch):
+    """A space marked by ondemand.slice_whole_tables: its layout groups' tables (every one but the compute term's)
+    are views of the whole space's tables, and equal, value for value, the tables a group builds for itself (every
+    table its own: SHARED_ROWS 0); the on-demand solve of the marked space proves the same plans and certificate."""
+    marked, plain = _space(tmp_path), _space(tmp_path)
+    ondemand.slice_whole_tables(marked)
+    fixed = ondemand.group_vars(marked)
+    names = [n for n in marked._specs if not n.startswith("time.compute")]
+    with monkeypatch.context() as m:
+        m.setattr(ondemand, "SHARED_ROWS", 0)
+        for idx in np.ndindex(*(len(marked.domains[v]) for v in fixed)):
+            a, b = ondemand.group_space(marked, fixed, idx), ondemand.group_space(plain, fixed, idx)
+            for name in names:
+                got, want = a.tables[name], b.tables[name]
+                assert np.shares_memory(got.values, marked.tables[name].values) or got.values.size <= 1, name
+                assert got.vars == want.vars and got.values.shape == want.values.shape, name
+                assert np.array_equal(got.values, want.values, equal_nan=True), (name, idx)
+    enforced = Request().enforced(FAMILIES)
+    again, fresh = _space(tmp_path), _space(tmp_path)
+    ondemand.slice_whole_tables(again)
+    got, want = solve_on_demand(again, Request(top=3), enforced), solve_on_demand(fresh, Request(top=3), enforced)
+    assert [ev.plan for ev in got[0]] == [ev.plan for ev in want[0]] and got[1:] == want[1:]
+    assert len(got[0]) == 3 and got[2] >= 1
+
+
+@pytest.mark.parametrize("fn", [np.min, np.max])
+def test_a_broadcast_table_reduces_over_its_own_entries(tmp_path, fn):
+    """A table broadcast along some axes (stride 0) and varying along others: reduced over its one entry per
+    broadcast axis, then broadcast again, it gives the values of the table laid out whole."""
+    space = _space(tmp_path)
+    vars = space.table_vars("time.exposed_dp")
+    d = space.domains
+    shape = tuple(len(d[v]) for v in vars)
+    keep = [i for i, v in enumerate(vars) if v in ("tp", "dp", "zero")]
+    small = np.random.default_rng(5).uniform(0.0, 1.0, [shape[i] if i in keep else 1 for i in range(len(vars))])
+    view = np.broadcast_to(small, shape)
+    laid = np.array(view)
+    for target in (D.HUB, D.HUB + ("zero",)):
+        got = D._reduced(space, "time.exposed_dp", fn, view, target)
+        want = D._reduced(space, "time.exposed_dp", fn, laid, target)
+        assert got.shape == want.shape and np.array_equal(got, want)
