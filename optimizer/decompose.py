@@ -81,8 +81,9 @@ def _reduced(space: Space, name: str, fn: Reducer, values: NDArray[Any] | None =
     vals = t.values if values is None else values
     vals, domains = _unbroadcast(vals, t.vars, space.domains)
     # floats reduced as they are, again only where a non-finite entry shows (to leave out); integers become floats
-    out = reduce_to(domains, vals, t.vars, target, fn, broadcast=False) if vals.dtype.kind in "bf" else None
-    if vals.dtype != bool and (out is None or not _unaffected(out, fn)):
+    plain = vals.dtype.kind in "bf"
+    out = reduce_to(domains, vals, t.vars, target, fn, broadcast=False) if plain else vals
+    if vals.dtype != bool and (not plain or not _unaffected(out, fn)):
         vals = np.where(np.isfinite(vals), vals, np.inf if fn is np.min else -np.inf)
         out = reduce_to(domains, vals, t.vars, target, fn, broadcast=False)
     if domains is not space.domains:  # the axes the table was broadcast along, broadcast again (a read-only view)
