@@ -1547,6 +1547,16 @@ def completion_bounds_rows(schedule: str, p: int, m: ArrayLike, forward: ArrayLi
     return np.where(bad, np.inf, lo), np.where(bad, np.inf, hi)
 
 
+def group_bound_form(schedule: str) -> str:
+    """The closed form :func:`_bounds_per_group` bounds a (base) schedule with; schedules of one form get the same
+    ``(lo, hi)`` from the same durations, bit for bit, but on the shapes :func:`shape_ok` rules out (inf there):
+    ``"fused"`` for fill-drain and 1F1B (one fused backward, the same paths), ``"dualpipe"`` for both DualPipe
+    orderings, the schedule itself otherwise (interleaved, ZB-H1, ZB-H2)."""
+    if schedule.startswith("dualpipe"):
+        return "dualpipe"
+    return "fused" if schedule not in SPLIT_BACKWARD and schedule != "interleaved" else schedule
+
+
 def _bounds_per_group(schedule: str, p: int, m: int | NDArray[np.int64], v: int, forward: ArrayLike,
                       backward_input: ArrayLike, backward_weight: ArrayLike, transfer: ArrayLike, update: ArrayLike,
                       chunk_layers: Iterable[int] | None,
@@ -1575,6 +1585,7 @@ def _bounds_per_group(schedule: str, p: int, m: int | NDArray[np.int64], v: int,
     if p == 1:
         exact = out(m * G(F[0] + X[0] + W[0]) + G(U[0]))
         return exact, exact
+    form = group_bound_form(schedule)  # the schedule is read through its form alone (and whether it fuses dX, dW)
     fused = schedule not in SPLIT_BACKWARD
     if fused:  # one backward op of dX + dW
         X, W = X + W, 0.0 * W
@@ -1592,14 +1603,14 @@ def _bounds_per_group(schedule: str, p: int, m: int | NDArray[np.int64], v: int,
         return out
 
     u_max = U.max(axis=0)
-    if schedule.startswith("dualpipe"):
+    if form == "dualpipe":
         down, up = _halves(m)
         fill = G(pre(F)[:p]) + stage * t
         start = np.where(np.asarray(up) > 0, np.minimum(fill, fill[::-1]), fill)
         lo = (start + down * G(w) + up * G(w[::-1]) + G(U)).max(axis=0)
         lo = np.maximum(lo, (down - 1) * G(F[0]) + G(_stage_sum(F + X)) + G(W[0]) + 2 * (p - 1) * t + G(U[0]))
         hops = p - 1
-    elif schedule == "interleaved":
+    elif form == "interleaved":
         frac = np.asarray(_chunk_fractions(schedule, p, v, chunk_layers))[:, 0].reshape(col)  # chunk 0 of each group
         pf = pre(F * frac)
         lo = G(pf[p - 1]) + (p - 1) * t + m * G(w[p - 1]) + G(pre(X * frac)[p - 1]) + (p - 1) * t + G(U[0])
@@ -1609,11 +1620,11 @@ def _bounds_per_group(schedule: str, p: int, m: int | NDArray[np.int64], v: int,
         pf, px = pre(F), pre(X)
         fill = G(pf[p - 1]) + (p - 1) * t
         lo = (G(pf[:p]) + stage * t + m * G(w) + G(U)).max(axis=0)
-        k = {"zb-h1": np.minimum(p, m), "zb-h2": np.minimum(2 * p - 1, m)}.get(schedule, 0)
+        k = {"zb-h1": np.minimum(p, m), "zb-h2": np.minimum(2 * p - 1, m)}.get(form, 0)
         lo_b = fill + m * G((F + X)[p - 1]) + (m - k) * G(W[p - 1]) + G(px[p - 1]) + (p - 1) * t + G(W[0])
         lo = np.maximum(lo, lo_b + G(U[0]))
         if not fused:
-            a0 = (p - 1) if schedule == "zb-h1" else 2 * (p - 1)
+            a0 = (p - 1) if form == "zb-h1" else 2 * (p - 1)
             lo_d = fill + G((F + X)[p - 1]) + G(px[p - 1]) + (p - 1) * t + (m - 1) * G(X[0]) \
                 + m * G(W[0]) + np.maximum(0, m - a0 - 1) * G(F[0])
             lo = np.maximum(lo, lo_d + G(U[0]))

@@ -237,6 +237,19 @@ def compute_floor(sc: Scenario, schedule: str, pp: ArrayLike, inputs: tuple[Any,
     return out
 
 
+def compute_bounds_of_twin(schedule: str, pp: ArrayLike, ga: ArrayLike, twin: list[NDArray[np.float64]]
+                           ) -> list[NDArray[np.float64]]:
+    """The per-operation compute bounds (:func:`tpopt.models.terms.compute_bounds`) of ``schedule`` from those
+    ``twin`` of a schedule of the same closed form (:func:`tpopt.models.pipeline.group_bound_form`) on the same
+    inputs (``ga``: their micro-batches per step): equal, bit for bit, but inf on the shapes ``schedule`` cannot
+    run (:func:`tpopt.models.pipeline.shape_ok`, as :func:`~tpopt.models.pipeline.completion_bounds_rows` marks
+    them; inf stays inf through the host time and the straggler factor)."""
+    base = T.schedule_parts(schedule)[0]
+    m = np.ceil(np.asarray(ga, dtype=float) - 1e-9).astype(int)
+    bad = ~pipeline.shape_ok(base, pp, m)
+    return [t if not bad.any() else np.where(bad, np.inf, t) for t in twin]
+
+
 def _stacked(parts: list[Any], grid: tuple[int, ...]) -> NDArray[np.float64]:
     """The arrays ``parts`` (each broadcasting to ``grid``) stacked along the first axis of ``grid``, kept at their
     common broadcast shape (an axis none of them varies along stays of length 1): the compute term's inputs vary
@@ -739,12 +752,18 @@ class Space:
         # the inputs read only whether a schedule splits dW from dX (T.inputs_schedule_key): they are built once
         # per key, the schedules taken key by key so that one key's stacked inputs are alive at a time
         keys_of = [T.inputs_schedule_key(s) for s in d["schedule"]]
+        # the per-operation bounds of schedules of one closed form (pipeline.group_bound_form) on the same inputs are
+        # one pass's, inf on the shapes a schedule cannot run (compute_bounds_of_twin)
+        forms = [(keys_of[i], pipeline.group_bound_form(T.schedule_parts(s)[0]), T.schedule_parts(s)[1])
+                 for i, s in enumerate(d["schedule"])] if not exact and T.per_op_model(sc) else None
+        twins: dict[tuple[Any, ...], list[NDArray[np.float64]]] = {}  # form -> its bounds (of the key's inputs)
         inputs_of: tuple[bool | None, tuple[NDArray[np.float64], ...]] = (None, ())  # (key, its stacked inputs)
         for si in sorted(range(len(d["schedule"])), key=lambda i: keys_of.index(keys_of[i])):
             sched = d["schedule"][si]
             checkpoint()
             if inputs_of[0] is None or inputs_of[0] != keys_of[si]:
                 inputs_of = (None, ())  # the previous key's inputs go before the next key's are built
+                twins.clear()
                 parts = [T.compute_inputs(sc, acc=acc, recompute=rec, sp=sp, schedule=sched, tp=g["tp"], cp=g["cp"],
                                           pp=g["pp"], dp=g["dp"], mb=g["mb"], nics=g["nics"], ep=ex[0], etp=ex[1],
                                           cap=ex[2])
@@ -752,8 +771,15 @@ class Space:
                 inputs_of = (keys_of[si], tuple(_stacked([p[k] for p in parts], rsub) for k in range(len(parts[0]))))
                 del parts
             stacked = inputs_of[1]
-            totals = [T.compute_total(sc, sched, pp_rows, stacked)] if exact else \
-                list(T.compute_bounds(sc, sched, pp, stacked))
+            twin = twins.get(forms[si]) if forms is not None else None
+            if exact:
+                totals = [T.compute_total(sc, sched, pp_rows, stacked)]
+            elif twin is not None:
+                totals = compute_bounds_of_twin(sched, pp, stacked[10], twin)
+            else:
+                totals = list(T.compute_bounds(sc, sched, pp, stacked))
+                if forms is not None:
+                    twins[forms[si]] = totals
             for out, total in zip(outs, totals, strict=False):
                 out[:, :, :, si] = lay(total)
         if exact:

@@ -2,7 +2,9 @@
 reduction onto the layout grid without first copying it with its non-finite entries replaced
 (decompose._reduced: reduced as it is, again only where NaN or an infinity shows, decompose._unaffected), a
 broadcast table reduced over its own entries (decompose._unbroadcast), and a layout group's tables sliced from the
-whole space's tables where a report analyses the space (ondemand.slice_whole_tables) instead of built for the group.
+whole space's tables where a report analyses the space (ondemand.slice_whole_tables) instead of built for the group,
+and the compute bounds of a schedule taken from a schedule of the same closed form (pipeline.group_bound_form,
+space.compute_bounds_of_twin) instead of computed again.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tpopt.catalogs.scenario import load_scenario
+from tpopt.models import pipeline as P
 from tpopt.optimizer import decompose as D
 from tpopt.optimizer import ondemand
 from tpopt.optimizer.ondemand import solve_on_demand
@@ -116,3 +119,39 @@ def test_a_broadcast_table_reduces_over_its_own_entries(tmp_path, fn):
         got = D._reduced(space, "time.exposed_dp", fn, view, target)
         want = D._reduced(space, "time.exposed_dp", fn, laid, target)
         assert got.shape == want.shape and np.array_equal(got, want)
+
+
+EVERY_SCHEDULE = 'schedule = ["fill-drain", "1f1b", "interleaved", "zb-h1", "zb-h2", "dualpipe", "dualpipe-deepseek"]'
+
+
+def _per_op_example(tmp_path, name: str, keep=None) -> Space:
+    """An example under the per-operation model searching every schedule, cut to ``keep``."""
+    text = (ROOT / "examples" / name).read_text(encoding="utf-8")
+    lines = [EVERY_SCHEDULE if line.startswith("schedule = [") else line for line in text.splitlines()
+             if not line.startswith("efficiency")]
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return Space.from_scenario(load_scenario(path), keep)
+
+
+@pytest.mark.parametrize("name,keep", [("gpt3-175b-widest.toml", {**KEEP, "pp": [1, 2, 3, 4, 8], "dp": [8, 16, 48]}),
+                                       ("deepseek-v3.toml", {"pp": [1, 2, 8, 16], "mb": [1, 2]})])
+def test_compute_bounds_of_a_twin_schedule_equal_its_own(tmp_path, name, keep):
+    """The compute bound tables (both sides) with the bounds of 1F1B taken from fill-drain's and DeepSeek's DualPipe
+    from the chapter's (one closed form each, pipeline.group_bound_form; inf where DeepSeek's ordering cannot run
+    the shape) equal, schedule by schedule, the tables of a space with that schedule alone (bounded on its own), bit
+    for bit; the space has both pairs and shapes DeepSeek's ordering rules out."""
+    fast = _per_op_example(tmp_path, name, keep)
+    schedules = fast.domains["schedule"]
+    assert {"fill-drain", "1f1b", "dualpipe", "dualpipe-deepseek"} <= set(schedules)
+    assert P.group_bound_form("fill-drain") == P.group_bound_form("1f1b")
+    assert P.group_bound_form("dualpipe") == P.group_bound_form("dualpipe-deepseek")
+    assert len({P.group_bound_form(s) for s in ("zb-h1", "zb-h2", "interleaved", "1f1b", "dualpipe")}) == 5
+    ax = fast.table_vars("time.compute").index("schedule")
+    for i, schedule in enumerate(schedules):
+        alone = _per_op_example(tmp_path, name, {**keep, "schedule": [schedule]})
+        for n in ondemand.COMPUTE_BOUNDS:
+            got, want = np.take(fast.tables[n].values, [i], axis=ax), alone.tables[n].values
+            assert got.dtype == want.dtype and np.array_equal(got, want), (schedule, n)
+        if schedule == "dualpipe-deepseek":  # shapes it cannot run, and shapes it can
+            assert np.isinf(want).any() and np.isfinite(want).any()
