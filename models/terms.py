@@ -1679,24 +1679,16 @@ def exposed_dp(sc: Scenario, *, acc: str, zero: ArrayLike, recompute: str, sp: b
     the windows' compute runs).
     """
     sc = with_sequence_parallel(sc, sp)
-    rec = sc.state_recipe()
-    ranks = shard_ranks(sc, dp, cp, zero)
-    bw = dp_bandwidth(sc, acc=acc, tp=tp, dp=ranks, nics=nics)
-    link = dp_link(sc, acc=acc, zero=zero, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, nics=nics, ep=ep, etp=etp)
-    unhidden = comm.zero_dp_unhidden_bytes(zero, memory.embedding_shard_params(sc.model, tp), ranks, rec.weights,
-                                           rec.grads) / bw
+    ranks, link, unhidden, spans, pp_busy = _dp_window_free(sc, acc=acc, zero=zero, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb,
+                                                            nics=nics, ep=ep, etp=etp)
     t_f, t_dx, t_dw = microbatch_times(sc, acc=acc, recompute=recompute, schedule="1f1b", tp=tp, cp=cp, pp=pp,
                                        mb=mb, ep=ep, etp=etp, cap=cap)
     window = t_f + t_dx + t_dw
     windows = np.where(_f(zero) >= 2, grad_accum(sc, dp, mb), 1.0)
     if per_op_model(sc):
-        unhidden = unhidden + dp_tail(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, bw=bw)
-        A = sc.system(acc).acc
-        spans = network.route(A.fabric, ranks, tp).level > 0
         ga = grad_accum(sc, dp, mb)
         tp_busy = tp_exposed(sc, acc=acc, recompute=recompute, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, ep=ep, etp=etp,
                              cap=cap) / ga
-        pp_busy = 2.0 * pipeline_transfer(sc, acc=acc, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, nics=nics)
         other = np.where(spans, pp_busy, tp_busy)
         link = comm.shared_link_time(link, other * windows, window * windows)
     serial = serial_gathers(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, ga=grad_accum(sc, dp, mb), link=link)
@@ -1707,6 +1699,44 @@ def exposed_dp(sc: Scenario, *, acc: str, zero: ArrayLike, recompute: str, sp: b
         hidden = hidden + _perf(sc, acc).overlap_contention * np.maximum(_f(rest) - hidden, 0.0)
     exposed: FloatArray = f * (hidden + serial) + (1.0 - f) * link
     return exposed
+
+
+_DP_MEMO: dict[tuple[Any, ...], tuple[Scenario, tuple[Any, ...]]] = {}
+DP_MEMO_CELLS = 1 << 12  # input entries (all arrays together) up to which _dp_window_free keeps its last answer
+
+
+def _dp_window_free(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike, pp: ArrayLike,
+                    dp: ArrayLike, mb: ArrayLike, nics: ArrayLike, ep: ArrayLike, etp: ArrayLike) -> tuple[Any, ...]:
+    """The parts of :func:`exposed_dp` that read no recompute set (nor the capacity): the ZeRO ranks, the DP link
+    time :func:`dp_link`, the unhidable share (bytes / B, plus :func:`dp_tail` in the per-operation model), and in
+    the per-operation model whether the ring spans hosts and the pipeline transfers' busy time. The last answer is
+    kept for open grids (a table's recompute slices ask for the same; read-only arrays, the scenario held so that
+    its id is not reused)."""
+    arrays = [np.asarray(x) for x in (zero, tp, cp, pp, dp, mb, nics, ep, etp)]
+    small = sum(x.size for x in arrays) <= DP_MEMO_CELLS
+    key = (id(sc), acc) + tuple((x.shape, x.dtype.str, x.tobytes()) for x in arrays) if small else None
+    hit = _DP_MEMO.get(key) if key is not None else None
+    if hit is not None and hit[0] is sc:
+        return hit[1]
+    rec = sc.state_recipe()
+    ranks = shard_ranks(sc, dp, cp, zero)
+    bw = dp_bandwidth(sc, acc=acc, tp=tp, dp=ranks, nics=nics)
+    link = dp_link(sc, acc=acc, zero=zero, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, nics=nics, ep=ep, etp=etp)
+    unhidden = comm.zero_dp_unhidden_bytes(zero, memory.embedding_shard_params(sc.model, tp), ranks, rec.weights,
+                                           rec.grads) / bw
+    spans = pp_busy = None
+    if per_op_model(sc):
+        unhidden = unhidden + dp_tail(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, bw=bw)
+        spans = network.route(sc.system(acc).acc.fabric, ranks, tp).level > 0
+        pp_busy = 2.0 * pipeline_transfer(sc, acc=acc, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, nics=nics)
+    out = (ranks, link, unhidden, spans, pp_busy)
+    if key is not None:
+        for x in out:
+            if isinstance(x, np.ndarray) and x.flags.owndata and not any(x is a for a in arrays):
+                x.flags.writeable = False  # shared by the slices that ask next (never a caller's own array)
+        _DP_MEMO.clear()
+        _DP_MEMO[key] = (sc, out)
+    return out
 
 
 def serial_gathers(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, pp: ArrayLike, ranks: ArrayLike,
