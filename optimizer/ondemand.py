@@ -176,7 +176,10 @@ class PendingGroups:
         d = space.domains
         vars = space.table_vars("time.compute")
         full = tuple(len(d[v]) for v in vars)
-        floor = space.compute_floor()  # its variables: the compute term's but the schedule, in their order
+        # its variables: the compute term's but the schedule, in their order (the group-bound pass's where it was the
+        # whole space's: group_bounds)
+        kept = space.__dict__.pop("_floor", None)
+        floor = space.compute_floor() if kept is None else kept
         lo = np.array(np.broadcast_to(np.expand_dims(floor.values, vars.index("schedule")), full), dtype=float)
         hi_type = next(iter(parts.values()))[1].values.dtype
         hi = np.full(full, np.finfo(hi_type).max, dtype=hi_type)
@@ -303,6 +306,8 @@ def group_bounds(space: Space, req: Request, enforced: Collection[str], fixed: t
             checkpoint()
             sub = group_space(space, weak, idx, FloorSpace)
             bounds = LayoutBounds(sub, req.objective, enforced)
+            if space.__dict__.get(WHOLE_TABLES) and "_floor" in sub.__dict__ and sub.domains == space.domains:
+                space.__dict__.setdefault("_floor", sub.__dict__["_floor"])  # the whole space's: for its analysis
             keys = _layout_keys(sub, bounds, req, enforced)
             low = np.full(tuple(len(space.domains[v]) for v in rest) or (1,), np.inf)
             np.minimum.at(low, tuple(bounds.coords[v] for v in rest) or (np.zeros(keys.size, dtype=np.int64),), keys)

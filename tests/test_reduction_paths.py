@@ -101,6 +101,12 @@ def test_group_slices_of_the_whole_tables_equal_the_groups_own_build(tmp_path, m
     got, want = solve_on_demand(again, Request(top=3), enforced), solve_on_demand(fresh, Request(top=3), enforced)
     assert [ev.plan for ev in got[0]] == [ev.plan for ev in want[0]] and got[1:] == want[1:]
     assert len(got[0]) == 3 and got[2] >= 1
+    # the group-bound pass's floor of the whole space, kept for the analysis (only where the space is marked)
+    assert "_floor" not in fresh.__dict__
+    kept = again.__dict__["_floor"]
+    ref = _space(tmp_path).compute_floor()
+    assert kept.vars == ref.vars and np.array_equal(kept.values, ref.values)
+    assert ondemand.PendingGroups.of(again) is not None and "_floor" not in again.__dict__  # taken by the analysis
 
 
 @pytest.mark.parametrize("fn", [np.min, np.max])
