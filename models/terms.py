@@ -29,6 +29,7 @@ dp x cp ranks, and the attention exchange (ring or all-to-all) is added to each 
 from __future__ import annotations
 
 import math
+import operator
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import replace
@@ -587,8 +588,9 @@ def _layer_sets(sc: Scenario, schedule: str, pp: ArrayLike, ga: FloatArray, peak
     """Per-operation model: the busiest stage's (of the class ``stage``) in-flight layer sets for every
     (pp, micro-batches), exact (the slot-order walk) or bounded in closed form (``peak="lo"`` / ``"hi"``)."""
     first, last = sc.stage_layers
+    side = 0 if peak == "lo" else 1
     fn = _peak_layer_sets if peak == "exact" else \
-        (lambda *a: _peak_layer_set_bounds(*a)[0 if peak == "lo" else 1])
+        (lambda *a: _peak_layer_set_bound(side, *a))
     m = np.ceil(ga - 1e-9)
     p_a, m_a = np.asarray(pp, dtype=float), np.asarray(m, dtype=float)
     if p_a.size + m_a.size > LAYER_SETS_GRID:  # rows, not an open grid: computed as they come
@@ -635,9 +637,17 @@ def _stage_layer_sets(schedule: str, layers: int, p: int, m: int, first: int, la
 def _peak_layer_set_bounds(schedule: str, layers: int, p: int, m: int, first: int, last: int,
                            stage: str = PEAK) -> tuple[float, float]:
     """(lo, hi) of :func:`_peak_layer_sets` from the per-stage closed-form peak bounds (no simulation)."""
-    lo, hi = _stage_layer_set_bounds(schedule, layers, p, m, first, last)
-    gs = class_stages(stage, len(lo))
-    return max(lo[g] for g in gs), max(hi[g] for g in gs)
+    return _peak_layer_set_bound(0, schedule, layers, p, m, first, last, stage), \
+        _peak_layer_set_bound(1, schedule, layers, p, m, first, last, stage)
+
+
+def _peak_layer_set_bound(side: int, schedule: str, layers: int, p: int, m: int, first: int, last: int,
+                          stage: str = PEAK) -> float:
+    """One side (0: lo, 1: hi) of :func:`_peak_layer_set_bounds`: the largest per-stage bound over the class's
+    stages (a contiguous run of stages, :func:`class_stages`)."""
+    per_stage = _stage_layer_set_bounds(schedule, layers, p, m, first, last)[side]
+    gs = class_stages(stage, len(per_stage))
+    return max(per_stage[gs.start:gs.stop])
 
 
 @lru_cache(maxsize=4096)
@@ -652,8 +662,7 @@ def _stage_layer_set_bounds(schedule: str, layers: int, p: int, m: int, first: i
     if not split or (base == "interleaved" and chunks is None) or pipeline.shape_error(base, p, m, v):
         return (np.inf,), (np.inf,)
     lo, hi = pipeline.peak_inflight_stage_bounds(base, p, m, v=v, chunk_layers=chunks)
-    return (tuple(k * n for k, n in zip(lo, split, strict=False)),
-            tuple(k * n for k, n in zip(hi, split, strict=False)))
+    return tuple(map(operator.mul, lo, split)), tuple(map(operator.mul, hi, split))  # k x n, stage by stage
 
 
 def recompute_workspace(sc: Scenario, *, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike) -> Floats:

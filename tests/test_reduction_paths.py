@@ -181,3 +181,34 @@ def test_exposed_dp_with_its_remembered_parts_equals_a_fresh_call(tmp_path, monk
     fresh = space.tabulate("time.exposed_dp", vars, fn)
     assert not T._DP_MEMO
     assert np.array_equal(t.values, fresh.values)
+
+
+def test_a_classes_layer_set_bound_is_its_largest_stage_bound():
+    """terms._peak_layer_set_bound (one side, the class's stages as one slice) equals the largest of the stage's own
+    closed-form in-flight bound times its layers (pipeline.peak_inflight_stage_bounds, the stage split), taken stage
+    by stage over the class's stages (terms.class_stages), for every schedule, stage class and side."""
+    from tpopt.models import terms as T
+
+    sc = load_scenario(ROOT / "examples" / "deepseek-v3.toml")
+    first, last = sc.stage_layers
+    layers = sc.model.layers
+    seen = 0
+    for schedule in ("fill-drain", "1f1b", "interleaved", "zb-h1", "zb-h2", "dualpipe", "dualpipe-deepseek"):
+        base, v = T.schedule_parts(schedule)
+        for p in (1, 2, 3, 4, 8, 16):
+            split = T._split_cached(layers, p, first, last) if p > 1 else [layers]
+            for m in (1, 2, 5, 8, 32, 64):
+                chunks = T.chunk_layers(split, v) if base == "interleaved" and p > 1 else None
+                if p > 1 and (not split or (base == "interleaved" and chunks is None) or P.shape_error(base, p, m, v)):
+                    continue
+                per = P.peak_inflight_stage_bounds(base, p, m, v=v, chunk_layers=chunks) if p > 1 else \
+                    ([1.0], [1.0])
+                for side in (0, 1):
+                    stage_bounds = [k * n for k, n in zip(per[side], split, strict=False)] if p > 1 else [float(layers)]
+                    for stage in (T.PEAK, *T.STAGE_CLASSES):
+                        want = max(stage_bounds[g] for g in T.class_stages(stage, len(stage_bounds)))
+                        got = T._peak_layer_set_bound(side, schedule, layers, p, m, first, last, stage)
+                        assert got == want, (schedule, p, m, side, stage)
+                        assert T._peak_layer_set_bounds(schedule, layers, p, m, first, last, stage)[side] == want
+                        seen += 1
+    assert seen > 500
