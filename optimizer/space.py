@@ -167,8 +167,8 @@ def reduce_axes(vals: NDArray[Any], drop: tuple[int, ...], fn: Reducer = np.min)
     ufunc = {np.min: np.minimum, np.max: np.maximum}.get(fn)
     if ufunc is None or not drop:
         return fn(vals, axis=drop) if drop else np.asarray(vals)
-    vals = np.ascontiguousarray(vals)
-    shape: list[int] = []
+    vals = np.asarray(vals)  # the merge below is a reshape: a view where the merged axes allow (a slice at a
+    shape: list[int] = []  # layout group's values, its axes of one entry aside, mostly does), a copy otherwise
     dropped: list[bool] = []
     for i, n in enumerate(vals.shape):
         d = i in drop

@@ -212,3 +212,22 @@ def test_a_classes_layer_set_bound_is_its_largest_stage_bound():
                         assert T._peak_layer_set_bounds(schedule, layers, p, m, first, last, stage)[side] == want
                         seen += 1
     assert seen > 500
+
+
+def test_reduce_axes_of_views_equal_numpy():
+    """space.reduce_axes on views it is not given contiguous (a layout group's slice of a whole table at one or two
+    of its axes, a transposed table, a strided one): numpy's own minimum and maximum, and the table left unchanged."""
+    from tpopt.optimizer.space import reduce_axes
+
+    whole = np.random.default_rng(9).random((3, 4, 5, 6, 7))
+    whole[whole < 0.05] = np.inf
+    keep = whole.copy()
+    views = [whole[:, 1:2], whole[:, :, 2:3, :, :], whole[1:2, :, :, 3:4], whole.transpose(2, 0, 4, 1, 3),
+             whole[:, ::2, :, ::3]]
+    for v in views:
+        assert not v.flags.c_contiguous or v.shape[1] == 1
+        for drop in ((1,), (2, 3), (0, 4), (4,), (0, 1, 2, 3, 4), (1, 3)):
+            for fn in (np.min, np.max):
+                got = reduce_axes(v, drop, fn)
+                assert got.shape == fn(v, axis=drop).shape and np.array_equal(got, fn(v, axis=drop))
+    assert np.array_equal(whole, keep)
