@@ -662,6 +662,17 @@ class Space:
         dual = any(str(s).startswith("dualpipe") for s in self.domains["schedule"])
         return self.compute_floors((dual,))[0]
 
+    def _expert_combinations(self) -> tuple[NDArray[np.int64], list[tuple[Any, ...]]]:
+        """(index of each (ep, etp, cap) combination's distinct compute key, one combination per key): the
+        compute term reads the expert choices only through :func:`T.compute_key`, so the compute tables and
+        floors evaluate one representative per key and lay it out over every combination of that key (a dense
+        model: the one combination (1, 0, 0))."""
+        d = self.domains
+        combos = list(itertools.product(d["ep"], d["etp"], d["cap"])) if self.sc.model.moe else [(1, 0, 0.0)]
+        keys = [T.compute_key(self.sc, *c) for c in combos]
+        unique = list(dict.fromkeys(keys))
+        return np.array([unique.index(k) for k in keys]), [combos[keys.index(k)] for k in unique]
+
     def compute_floors(self, kinds: tuple[bool, ...] = (False, True)) -> list[Table]:
         """Lower bounds of the compute term, one per kind: the busiest stage's work (False) or DualPipe's
         paired stages' (True; :func:`compute_floor`, ``paired``), over the compute table's variables but the
@@ -679,11 +690,7 @@ class Space:
         vars = tuple(v for v in self.table_vars("time.compute") if v != "schedule")
         nums = ("tp", "cp", "pp", "dp", "mb", "nics")
         sub = tuple(len(d[v]) for v in nums)
-        combos = list(itertools.product(d["ep"], d["etp"], d["cap"])) if moe else [(1, 0, 0.0)]
-        keys = [T.compute_key(sc, *c) for c in combos]
-        unique = list(dict.fromkeys(keys))
-        which = np.array([unique.index(k) for k in keys])
-        reps = [combos[keys.index(k)] for k in unique]
+        which, reps = self._expert_combinations()
         R = len(reps)
         # the expert combinations as the leading axis, then one axis per number of the layout
         ex = [np.asarray([c[i] for c in reps], dtype=float).reshape((R,) + (1,) * len(sub)) for i in range(3)]
@@ -719,11 +726,7 @@ class Space:
         nums = ("tp", "cp", "pp", "dp", "mb", "nics")
         grids = dict(zip(nums, np.ix_(*[np.asarray(d[v], dtype=float) for v in nums]), strict=False))
         sub = tuple(len(d[v]) for v in nums)
-        combos = list(itertools.product(d["ep"], d["etp"], d["cap"])) if moe else [(1, 0, 0.0)]
-        keys = [T.compute_key(sc, *c) for c in combos]
-        unique = list(dict.fromkeys(keys))
-        which = np.array([unique.index(k) for k in keys])
-        reps = [combos[keys.index(k)] for k in unique]
+        which, reps = self._expert_combinations()
         exact = name == "time.compute"
         full = tuple(len(d[v]) for v in vars)
         outs = [np.empty(full)] if exact else [np.empty(full), np.empty(full)]  # both bounds in one pass
