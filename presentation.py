@@ -390,8 +390,8 @@ def request_lines(d: dict, sc) -> list[str]:
              f"Plan: {plan_line(d['plan'])}",
              f"Cost {_money(d['cost'], unit)}, finish {d['finish_days']:.2f} d.",
              *(footing_lines(d["footing"]) if d.get("footing") else []), ""]
-    if d.get("binding_skipped"):
-        lines.append(f"Binding constraints: not analysed ({d['binding_skipped']}).")
+    if d.get("analysis_skipped"):
+        lines.append(f"Binding constraints: not analysed: {d['analysis_skipped']}.")  # as tpopt solve's report
     elif not d["binding"]:
         lines.append("Binding constraints: none (no single constraint holds the optimum where it is).")
     else:

@@ -1827,7 +1827,7 @@ def infeasibility(sc: Scenario, space: Space, backend: str, req: Request, enforc
 
 ANALYSIS_SKIPPED = ("the memory plan builds the tables one layout group at a time, and which constraints bind "
                     "reads every table at once")
-"""Why ``explain`` of a feasible request leaves the binding constraints out (``binding_skipped``), as ``tpopt solve``
+"""Why ``explain`` of a feasible request leaves the binding constraints out (``analysis_skipped``), as ``tpopt solve``
 skips its analysis there."""
 
 
@@ -1861,7 +1861,7 @@ def explain_request(sc: Scenario, backend: str = "cpsat", req: Request | None = 
     undecided: list[str] = []
     binds: list[Binding] = []
     if enforce_memory(space).method == "on-demand":  # as tpopt solve: the analysis reads every table at once
-        out["binding_skipped"] = ANALYSIS_SKIPPED
+        out["analysis_skipped"] = ANALYSIS_SKIPPED
     else:
         try:
             with clock_of(req).stoppable("analysing the optimum"):
