@@ -27,7 +27,7 @@ from tpopt.models.arch import (
     mtp_linear_params,
     mtp_params,
 )
-from tpopt.models.numeric import FloatArray, Floats
+from tpopt.models.numeric import ArrayMemo, FloatArray, Floats
 
 # ---------------------------------------------------------------------------------------------
 # precision recipes: bytes per parameter of each persistent training state
@@ -287,9 +287,9 @@ class SavedTensor(NamedTuple):
     unit: str  # tensors rebuilt together (the recompute workspace is the largest such unit)
 
 
-_SAVED: dict[tuple[Any, ...], list[SavedTensor]] = {}
-SAVED_ENTRIES = 512  # (model, tokens, flags) whose saved tensors are kept, oldest first out
-SAVED_GRID = 4096  # sequence-length and micro-batch entries (together) up to which a call's answer is kept
+_SAVED = ArrayMemo(entries=512, cells=4096)
+"""(model, tokens, flags) whose saved tensors are kept, oldest first out, up to 4,096 sequence-length and
+micro-batch entries (together) per call."""
 
 
 def saved_tensors(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, act_bytes: float = 2.0,
@@ -297,18 +297,16 @@ def saved_tensors(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, act_
     """:func:`_saved_tensors`, remembered for small grids (every table slice of the memory terms asks again for
     the same tokens: once per recompute set, schedule and stage class)."""
     s, b = np.asarray(seq_len, dtype=float), np.asarray(micro_batch, dtype=float)
-    if s.size + b.size > SAVED_GRID:
+    key = _SAVED.key((s, b), a, float(act_bytes), bool(flash_attention), bool(dropout))
+    if key is None:
         return _saved_tensors(a, s, b, act_bytes, flash_attention, dropout)
-    key = (a, s.shape, s.tobytes(), b.shape, b.tobytes(), float(act_bytes), bool(flash_attention), bool(dropout))
-    got = _SAVED.get(key)
+    got: list[SavedTensor] | None = _SAVED.get(key)
     if got is None:
         got = _saved_tensors(a, s, b, act_bytes, flash_attention, dropout)
         for t in got:  # shared between callers: read-only
             if isinstance(t.bytes, np.ndarray):
                 t.bytes.flags.writeable = False
-        if len(_SAVED) >= SAVED_ENTRIES:
-            _SAVED.pop(next(iter(_SAVED)))
-        _SAVED[key] = got
+        _SAVED.put(key, got)
     return list(got)
 
 

@@ -43,7 +43,7 @@ from tpopt.models.arch import ModelArch, attention_flops_per_token, flops_per_to
 from tpopt.models.batch import iterations_with_ramp
 from tpopt.models.compute import iterations
 from tpopt.models.layout import Layout  # noqa: F401  (re-exported: the record whose fields the terms' keywords name)
-from tpopt.models.numeric import FloatArray, Floats
+from tpopt.models.numeric import ArrayMemo, FloatArray, Floats
 from tpopt.models.plan import Scenario, split_schedule
 from tpopt.models.roofline import PerfParams
 from tpopt.models.units import HOUR
@@ -593,23 +593,20 @@ def _layer_sets(sc: Scenario, schedule: str, pp: ArrayLike, ga: FloatArray, peak
         (lambda *a: _peak_layer_set_bound(side, *a))
     m = np.ceil(ga - 1e-9)
     p_a, m_a = np.asarray(pp, dtype=float), np.asarray(m, dtype=float)
-    if p_a.size + m_a.size > LAYER_SETS_GRID:  # rows, not an open grid: computed as they come
+    key = _LAYER_SETS.key((p_a, m_a), str(schedule), sc.model.layers, first, last, peak, stage)
+    if key is None:  # rows, not an open grid: computed as they come
         return _by_unique(lambda p, m: fn(str(schedule), sc.model.layers, int(p), int(m), first, last, stage), pp, m)
-    key = (str(schedule), sc.model.layers, first, last, peak, stage, p_a.shape, p_a.tobytes(), m_a.shape, m_a.tobytes())
-    got = _LAYER_SETS.get(key)
+    got: FloatArray | None = _LAYER_SETS.get(key)
     if got is None:  # (the same for every recompute set and accelerator of a table: remembered)
-        got = _by_unique(lambda p, m: fn(str(schedule), sc.model.layers, int(p), int(m), first, last, stage), pp, m)
-        if len(_LAYER_SETS) >= LAYER_SETS_ENTRIES:
-            _LAYER_SETS.pop(next(iter(_LAYER_SETS)))
-        _LAYER_SETS[key] = got
+        got = _LAYER_SETS.put(key, _by_unique(
+            lambda p, m: fn(str(schedule), sc.model.layers, int(p), int(m), first, last, stage), pp, m))
     return got.copy()
 
 
-_LAYER_SETS: dict[tuple[Any, ...], FloatArray] = {}
-LAYER_SETS_ENTRIES = 256
-LAYER_SETS_GRID = 4096  # pp and micro-batch entries (together) up to which a call's answer is remembered
+_LAYER_SETS = ArrayMemo(entries=256, cells=4096)
 """(schedule, stage class, peak, pp, micro-batches) grids whose in-flight layer sets :func:`_layer_sets` keeps (oldest
-first out): a table's slices repeat them for every recompute set and accelerator."""
+first out, up to 4,096 pp and micro-batch entries together): a table's slices repeat them for every recompute set
+and accelerator."""
 
 
 def _peak_layer_sets(schedule: str, layers: int, p: int, m: int, first: int, last: int, stage: str = PEAK) -> float:
@@ -1710,8 +1707,8 @@ def exposed_dp(sc: Scenario, *, acc: str, zero: ArrayLike, recompute: str, sp: b
     return exposed
 
 
-_DP_MEMO: dict[tuple[Any, ...], tuple[Scenario, tuple[Any, ...]]] = {}
-DP_MEMO_CELLS = 1 << 12  # input entries (all arrays together) up to which _dp_window_free keeps its last answer
+_DP_MEMO = ArrayMemo(entries=1, cells=1 << 12)
+"""The last answer of :func:`_dp_window_free` (input entries, all arrays together, up to 4,096)."""
 
 
 def _dp_window_free(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike, pp: ArrayLike,
@@ -1722,11 +1719,10 @@ def _dp_window_free(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, c
     kept for open grids (a table's recompute slices ask for the same; read-only arrays, the scenario held so that
     its id is not reused)."""
     arrays = [np.asarray(x) for x in (zero, tp, cp, pp, dp, mb, nics, ep, etp)]
-    small = sum(x.size for x in arrays) <= DP_MEMO_CELLS
-    key = (id(sc), acc) + tuple((x.shape, x.dtype.str, x.tobytes()) for x in arrays) if small else None
+    key = _DP_MEMO.key(arrays, id(sc), acc)
     hit = _DP_MEMO.get(key) if key is not None else None
     if hit is not None and hit[0] is sc:
-        return hit[1]
+        return cast(tuple[Any, ...], hit[1])
     rec = sc.state_recipe()
     ranks = shard_ranks(sc, dp, cp, zero)
     bw = dp_bandwidth(sc, acc=acc, tp=tp, dp=ranks, nics=nics)
@@ -1743,8 +1739,7 @@ def _dp_window_free(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, c
         for x in out:
             if isinstance(x, np.ndarray) and x.flags.owndata and not any(x is a for a in arrays):
                 x.flags.writeable = False  # shared by the slices that ask next (never a caller's own array)
-        _DP_MEMO.clear()
-        _DP_MEMO[key] = (sc, out)
+        _DP_MEMO.put(key, (sc, out))
     return out
 
 

@@ -167,7 +167,7 @@ def test_compute_bounds_of_a_twin_schedule_equal_its_own(tmp_path, name, keep):
 def test_exposed_dp_with_its_remembered_parts_equals_a_fresh_call(tmp_path, monkeypatch, name):
     """The exposed data-parallel table, whose recompute slices share the parts that read no recompute set
     (terms._dp_window_free, remembered for the last open grid), equals each slice computed with nothing remembered
-    (DP_MEMO_CELLS 0), bit for bit; the remembered arrays are read-only and never the caller's own."""
+    (the memo's cells 0), bit for bit; the remembered arrays are read-only and never the caller's own."""
     from tpopt.models import terms as T
 
     space = _per_op_example(tmp_path, name, {"pp": [1, 2, 8], "mb": [1, 2]})
@@ -176,7 +176,7 @@ def test_exposed_dp_with_its_remembered_parts_equals_a_fresh_call(tmp_path, monk
     (_, parts), = T._DP_MEMO.values()
     assert all(not x.flags.writeable for x in parts if isinstance(x, np.ndarray) and x.flags.owndata)
     vars, fn = space._specs["time.exposed_dp"]
-    monkeypatch.setattr(T, "DP_MEMO_CELLS", 0)
+    monkeypatch.setattr(T._DP_MEMO, "cells", 0)
     T._DP_MEMO.clear()
     fresh = space.tabulate("time.exposed_dp", vars, fn)
     assert not T._DP_MEMO
