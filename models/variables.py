@@ -44,7 +44,10 @@ class Variable:
     large space names it; "": its name); ``grid``, its axis among the layout evaluator's grid of extras
     (``enumerate.GRID``, that order; None: a hub or save variable); ``save``, a variable of the save
     decision (``enumerate.SAVE``, the evaluator's last axes); ``coupling``, its rank among the extras the
-    decomposition's bounds keep jointly with the layout (``decompose.COUPLING``; None: never kept)."""
+    decomposition's bounds keep jointly with the layout (``decompose.COUPLING``; None: never kept);
+    ``label``, how a report words one of its values (``"ZeRO-{}"``, the value through ``shown`` where given),
+    and ``alternative``, its rank among the variables whose other values ``tpopt solve``'s report offers as
+    same-scale alternatives (``ALTERNATIVES``; None: not offered)."""
 
     name: str
     field: str
@@ -57,6 +60,13 @@ class Variable:
     grid: int | None = None
     save: bool = False
     coupling: int | None = None
+    label: str = ""
+    shown: Callable[[Any], object] | None = None
+    alternative: int | None = None
+
+    def wording(self, value: Any) -> str:
+        """One of the variable's values as reports word it (its ``label``)."""
+        return self.label.format(value if self.shown is None else self.shown(value))
 
     @property
     def search_key(self) -> str:
@@ -66,23 +76,29 @@ class Variable:
 
 VARIABLES = (
     Variable("acc", "accelerator", "accelerators", str, categorical=True, layout=True, key="accelerator"),
-    Variable("tp", "tp", "tp", layout=True, cards=True),
-    Variable("cp", "cp", "cp", layout=True, cards=True),  # context parallelism (models/context.py)
-    Variable("pp", "pp", "pp", layout=True, cards=True),
+    Variable("tp", "tp", "tp", layout=True, cards=True, label="TP {}", alternative=1),
+    Variable("cp", "cp", "cp", layout=True, cards=True, label="CP {}", alternative=2),  # models/context.py
+    Variable("pp", "pp", "pp", layout=True, cards=True, label="PP {}", alternative=3),
     Variable("dp", "dp", None, layout=True, cards=True),  # divisors of the batch
-    Variable("mb", "micro_batch", "micro_batch", layout=True, key="micro_batch"),
-    Variable("zero", "zero_stage", "zero_stage", key="zero_stage", grid=0, coupling=1),
-    Variable("offload", "offload", "offload", str, categorical=True, grid=1, coupling=4),
+    Variable("mb", "micro_batch", "micro_batch", layout=True, key="micro_batch", label="micro-batch {}",
+             alternative=4),
+    Variable("zero", "zero_stage", "zero_stage", key="zero_stage", grid=0, coupling=1, label="ZeRO-{}",
+             alternative=0),
+    Variable("offload", "offload", "offload", str, categorical=True, grid=1, coupling=4, label="offload {}",
+             alternative=6),
     Variable("recompute", "recompute", None, str, categorical=True, grid=2,  # collapsed with a fixed reserve
-             coupling=0),
+             coupling=0, label="recompute {}", alternative=5),
     Variable("schedule", "schedule", "schedule", str, categorical=True, grid=4, coupling=7),
     Variable("nics", "nics_per_host", None, key="nics_per_host", grid=5, coupling=8),  # per accelerator
     Variable("tau", "save_interval_s", "save_interval_s", float, key="save_interval", save=True),
-    Variable("mode", "save_mode", "save_mode", str, categorical=True, key="save_mode", save=True),
+    Variable("mode", "save_mode", "save_mode", str, categorical=True, key="save_mode", save=True, label="{} saves",
+             alternative=7),
     # the mixture-of-experts variables; a dense model's domains are (1,), (0,), (0.0,)
-    Variable("ep", "ep", "ep", grid=6, coupling=2),
-    Variable("etp", "expert_tp", "expert_tp", key="expert_tp", grid=7, coupling=5),
-    Variable("cap", "capacity_factor", "capacity_factor", float, key="capacity_factor", grid=8, coupling=3),
+    Variable("ep", "ep", "ep", grid=6, coupling=2, label="EP {}", alternative=8),
+    Variable("etp", "expert_tp", "expert_tp", key="expert_tp", grid=7, coupling=5, label="expert-TP {}",
+             shown=lambda v: "= TP" if not v else v, alternative=9),
+    Variable("cap", "capacity_factor", "capacity_factor", float, key="capacity_factor", grid=8, coupling=3,
+             label="capacity {}", shown=lambda v: "none (dropless)" if not v else f"{v:g}", alternative=10),
     # [search] sequence_parallel, else the scenario's
     Variable("sp", "sequence_parallel", None, bool, categorical=True, key="sequence_parallel", grid=3, coupling=6),
 )
@@ -100,6 +116,8 @@ SAVE = tuple(v.name for v in VARIABLES if v.save)
 COUPLING = tuple(v.name for v in sorted((v for v in VARIABLES if v.coupling is not None),
                                         key=lambda v: v.coupling or 0))
 """The extras the decomposition's bounds may keep jointly with the layout, in the order they are taken."""
+ALTERNATIVES = tuple(sorted((v for v in VARIABLES if v.alternative is not None), key=lambda v: v.alternative or 0))
+"""The variables whose other values ``tpopt solve``'s report offers as same-scale alternatives, in rank order."""
 SEARCH_KEY = {v.name: v.search_key for v in VARIABLES}
 """A variable's key in ``[search]``, as a user writes it."""
 BY_NAME = {v.name: v for v in VARIABLES}

@@ -116,3 +116,15 @@ def test_space_plan_sets_each_variable_field(design):
             continue
         assert getattr(p, v.field) == space.domains[v.name][idx[v.name]], v
     assert p.cards == p.tp * p.cp * p.pp * p.dp
+
+
+def test_alternatives_are_worded_and_ranked():
+    """The report's same-scale alternatives: distinct ranks, a label with one slot each, over variables with a
+    [search] choice of their own (the accelerator and the card count have their own alternatives)."""
+    ranks = [v.alternative for v in V.ALTERNATIVES]
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks)
+    for v in V.ALTERNATIVES:
+        assert v.label.count("{}") == 1 and v.name not in ("acc", "dp"), v
+    cap, etp = V.BY_NAME["cap"], V.BY_NAME["etp"]
+    assert cap.wording(0.0) == "capacity none (dropless)" and cap.wording(1.25) == "capacity 1.25"
+    assert etp.wording(0) == "expert-TP = TP" and V.BY_NAME["zero"].wording(2) == "ZeRO-2"
