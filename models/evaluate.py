@@ -28,7 +28,7 @@ from tpopt.models.layout import Layout
 from tpopt.models.numeric import FloatArray
 from tpopt.models.plan import OFFLOADS, SAVE_MODES, Plan, Scenario, schedule_name, split_schedule
 from tpopt.models.units import DAY, GIB, HOUR
-from tpopt.models.variables import moe_record, plan_record
+from tpopt.models.variables import evaluate_keywords, moe_record, plan_record
 
 ConstraintSpec = F.Family  # a family's declaration: name, unit, scale, statement, structural flag
 
@@ -467,11 +467,7 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
     sc = at_plan_batch(sc, plan)
     plan = resolve_plan(sc, plan)
     sc = with_plan_options(sc, plan)
-    r = evaluate_arrays(sc, plan.accelerator, tp=plan.tp, pp=plan.pp, dp=plan.dp, micro_batch=plan.micro_batch,
-                        zero_stage=plan.zero_stage, nics_per_host=plan.nics_per_host,
-                        save_interval_s=plan.save_interval_s, recompute=plan.recompute, offload=plan.offload,
-                        schedule=plan.schedule, save_mode=plan.save_mode, ep=plan.ep, expert_tp=plan.expert_tp,
-                        capacity_factor=plan.capacity_factor, cp=plan.cp, quantiles=True)
+    r = evaluate_arrays(sc, plan.accelerator, **evaluate_keywords(plan), quantiles=True)
     v = {k: float(np.asarray(x)) for k, x in r.items() if isinstance(k, str) and k != "feasible"}
     metrics = {
         "hosts": int(v["hosts"]),

@@ -136,6 +136,12 @@ def plan_fields_of(values: Mapping[str, Any], derived: Callable[[str, Any], Any]
     return out
 
 
+def evaluate_keywords(plan: Plan) -> dict[str, Any]:
+    """The keywords of :func:`tpopt.models.evaluate.evaluate_arrays` for one plan: every variable's Plan field
+    but the accelerator (its positional argument): the one Plan -> layout mapping of an evaluation."""
+    return {v.field: getattr(plan, v.field) for v in VARIABLES if v.field != "accelerator"}
+
+
 # ---------------------------------------------------------------------------------------------
 # the plan's fields at the user's edge
 

@@ -12,6 +12,7 @@ variable's field from its domain value.
 
 from __future__ import annotations
 
+import inspect
 import typing
 from dataclasses import fields
 
@@ -22,7 +23,8 @@ from tpopt.cli.evaluate import evaluate as evaluate_command
 from tpopt.cli.explain import PLAN_FLAGS as EXPLAIN_FLAGS
 from tpopt.cli.export import PLAN_FLAGS as EXPORT_FLAGS
 from tpopt.models import variables as V
-from tpopt.models.evaluate import evaluate
+from tpopt.models.evaluate import evaluate, evaluate_arrays
+from tpopt.models.layout import VARIABLE_NAMES
 from tpopt.models.plan import Plan, SearchSpace
 from tpopt.optimizer import decompose, memory_plan
 from tpopt.optimizer import enumerate as E
@@ -128,3 +130,12 @@ def test_alternatives_are_worded_and_ranked():
     cap, etp = V.BY_NAME["cap"], V.BY_NAME["etp"]
     assert cap.wording(0.0) == "capacity none (dropless)" and cap.wording(1.25) == "capacity 1.25"
     assert etp.wording(0) == "expert-TP = TP" and V.BY_NAME["zero"].wording(2) == "ZeRO-2"
+
+
+def test_evaluate_keywords_are_the_evaluators_variables():
+    """The one Plan -> evaluation mapping: the keywords of evaluate_arrays (its options aside) are exactly the
+    variables' Plan fields but the accelerator, and the Layout's fields are exactly the variables' names."""
+    params = inspect.signature(evaluate_arrays).parameters
+    keywords = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY} - {"quantiles"}
+    assert keywords == set(V.evaluate_keywords(Plan(accelerator="x", cards=1)))
+    assert set(VARIABLE_NAMES) == set(VARS)
