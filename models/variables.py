@@ -47,7 +47,8 @@ class Variable:
     decomposition's bounds keep jointly with the layout (``decompose.COUPLING``; None: never kept);
     ``label``, how a report words one of its values (``"ZeRO-{}"``, the value through ``shown`` where given),
     and ``alternative``, its rank among the variables whose other values ``tpopt solve``'s report offers as
-    same-scale alternatives (``ALTERNATIVES``; None: not offered)."""
+    same-scale alternatives (``ALTERNATIVES``; None: not offered); ``line``, whether a plan's one-line text
+    shows it, worded by its label, when it is set and not the Plan's default (:func:`line_parts`)."""
 
     name: str
     field: str
@@ -63,6 +64,7 @@ class Variable:
     label: str = ""
     shown: Callable[[Any], object] | None = None
     alternative: int | None = None
+    line: bool = False
 
     def wording(self, value: Any) -> str:
         """One of the variable's values as reports word it (its ``label``)."""
@@ -85,7 +87,7 @@ VARIABLES = (
     Variable("zero", "zero_stage", "zero_stage", key="zero_stage", grid=0, coupling=1, label="ZeRO-{}",
              alternative=0),
     Variable("offload", "offload", "offload", str, categorical=True, grid=1, coupling=4, label="offload {}",
-             alternative=6),
+             alternative=6, line=True),
     Variable("recompute", "recompute", None, str, categorical=True, grid=2,  # collapsed with a fixed reserve
              coupling=0, label="recompute {}", alternative=5),
     Variable("schedule", "schedule", "schedule", str, categorical=True, grid=4, coupling=7),
@@ -133,6 +135,21 @@ def plan_fields_of(values: Mapping[str, Any], derived: Callable[[str, Any], Any]
         if v.name in values:
             x = values[v.name] if derived is None else derived(v.name, values[v.name])
             out[v.field] = v.type(x)
+    return out
+
+
+PLAN_DEFAULTS = {f.name: f.default for f in fields(Plan)}
+"""A :class:`Plan` field's default (what a field takes when nothing sets it)."""
+
+
+def line_parts(plan: Mapping[str, Any]) -> list[str]:
+    """The parts of a plan's one-line text that its switches give (:attr:`Variable.line`): each worded by its
+    label when set (``plan``: a plan as reports write it) and not the Plan's default, in declaration order."""
+    out = []
+    for v in VARIABLES:
+        value = plan.get(v.field)
+        if v.line and value and value != PLAN_DEFAULTS[v.field]:
+            out.append(v.wording(value))
     return out
 
 

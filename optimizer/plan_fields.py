@@ -5,16 +5,12 @@ the keywords of :func:`tpopt.evaluate`): every field not given takes the scenari
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
 from typing import Any
 
 from tpopt.errors import InputError
 from tpopt.models.plan import Plan, Scenario, SearchSpace, schedule_name, split_schedule
 from tpopt.models.units import parse_duration, parse_int, parse_number
-from tpopt.models.variables import SIMPLE_INPUTS
-
-PLAN_DEFAULTS = {f.name: f.default for f in fields(Plan)}
-"""A :class:`Plan` field's default: what a field takes when neither given nor fixed by a single-valued domain."""
+from tpopt.models.variables import PLAN_DEFAULTS, SIMPLE_INPUTS
 
 
 def _moe_flags(space: SearchSpace, kw: Mapping[str, Any]) -> dict[str, Any]:

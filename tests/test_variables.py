@@ -139,3 +139,14 @@ def test_evaluate_keywords_are_the_evaluators_variables():
     keywords = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY} - {"quantiles"}
     assert keywords == set(V.evaluate_keywords(Plan(accelerator="x", cards=1)))
     assert set(VARIABLE_NAMES) == set(VARS)
+
+
+def test_plan_line_shows_a_declared_switch_off_its_default():
+    """A variable declared shown in the plan line (``line``) has a label, appears worded when set off its Plan
+    default, and is absent at the default."""
+    shown = [v for v in V.VARIABLES if v.line]
+    assert shown and all(v.label for v in shown)
+    for v in shown:
+        default = V.PLAN_DEFAULTS[v.field]
+        assert V.line_parts({v.field: default}) == []
+    assert V.line_parts({"offload": "cpu"}) == ["offload cpu"] and V.line_parts({"offload": "none"}) == []
