@@ -1,9 +1,9 @@
 """The compute term's fast table paths give the numbers of the paths they replace, bit for bit: the pipeline bounds
-on the plan grid (models/terms.py: _bounds_on_grid, the inputs at their own shapes, broadcast) against the row pass,
-stage sums group after group (models/pipeline.py: _stage_sum) whatever the columns, the distinct columns of the
-event model's calls (terms._distinct_columns) against np.unique, the compute table's value alone
-(terms.compute_total) against compute_from, and the exact table (inputs built once per dW-split key,
-terms.inputs_schedule_key) against the per-term function."""
+on the plan grid (models/terms/stage_compute.py: _bounds_on_grid, the inputs at their own shapes, broadcast)
+against the row pass, stage sums group after group (models/pipeline/bounds.py: _stage_sum) whatever the
+columns, the distinct columns of the event model's calls (terms._distinct_columns) against np.unique, the
+compute table's value alone (terms.compute_total) against compute_from, and the exact table (inputs built
+once per dW-split key, terms.inputs_schedule_key) against the per-term function."""
 
 from __future__ import annotations
 

@@ -83,6 +83,7 @@ from tpopt.models.terms.deadline import (
 from tpopt.models.terms.layer_times import (
     _OP_MEMO,
     OP_MEMO_SIZE,
+    OpTimes,
     _busiest,
     _group_times,
     cp_exchange,
@@ -118,9 +119,6 @@ from tpopt.models.terms.memory import (
 from tpopt.models.terms.shapes import (
     PEAK,
     STAGE_CLASSES,
-    DenseGroups,
-    Groups,
-    OpTimes,
     _split_cached,
     batch_remainder,
     chunk_layers,
@@ -145,6 +143,8 @@ from tpopt.models.terms.stage_compute import (
     _COMPLETION_CACHE,
     BOUND_SLICE,
     GRID_STAGE_COUNTS,
+    DenseGroups,
+    Groups,
     _distinct_columns,
     _duration_sets,
     compute,
@@ -161,9 +161,9 @@ from tpopt.models.terms.stage_compute import (
 )
 
 __all__ = [
-    "Layout", "BOUND_SLICE", "CPU_ADAM_BYTES_PER_PARAM", "DenseGroups", "GRID_STAGE_COUNTS", "Groups", "OP_MEMO_SIZE",
-    "OpTimes", "PEAK", "STAGE_CLASSES", "StageMemory", "Weigh", "_CHANCE_MEMO", "_COMPLETION_CACHE", "_DP_MEMO",
-    "_OP_MEMO", "_busiest", "_distinct_columns", "_duration_sets", "_group_times", "_layer_sets",
+    "BOUND_SLICE", "CPU_ADAM_BYTES_PER_PARAM", "DenseGroups", "GRID_STAGE_COUNTS", "Groups", "Layout",
+    "OP_MEMO_SIZE", "OpTimes", "PEAK", "STAGE_CLASSES", "StageMemory", "Weigh", "_CHANCE_MEMO", "_COMPLETION_CACHE",
+    "_DP_MEMO", "_OP_MEMO", "_busiest", "_distinct_columns", "_duration_sets", "_group_times", "_layer_sets",
     "_peak_layer_set_bound", "_peak_layer_set_bounds", "_peak_layer_sets", "_routed_per_block", "_split_cached",
     "_stored_kw", "activations", "batch_remainder", "capacity_drops", "card_params", "card_tokens", "chance_fill",
     "chance_step_max", "checkpoint_write_time", "chunk_layers", "class_stages", "comm_sm_share", "compute",

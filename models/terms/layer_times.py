@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -18,7 +18,6 @@ from tpopt.models.numeric import FloatArray, Floats
 from tpopt.models.plan import Scenario
 from tpopt.models.roofline import PerfParams
 from tpopt.models.terms.shapes import (
-    OpTimes,
     _f,
     cp_imbalance,
     dense_split,
@@ -28,6 +27,10 @@ from tpopt.models.terms.shapes import (
     schedule_parts,
     stage_split,
 )
+
+OpTimes: TypeAlias = tuple[steptime.PhaseTimes, steptime.PhaseTimes, steptime.PhaseTimes]
+"""(layer, first-stage extras, last-stage extras) of one micro-batch (:func:`op_times`)."""
+
 
 # ---------------------------------------------------------------------------------------------
 # time terms (seconds per step per card)

@@ -6,10 +6,10 @@ MoE router's load factor.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import lru_cache
-from typing import Any, TypeAlias
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -19,18 +19,6 @@ from tpopt.models.batch import iterations_with_ramp
 from tpopt.models.compute import iterations
 from tpopt.models.numeric import FloatArray, Floats
 from tpopt.models.plan import Scenario, split_schedule
-
-Groups: TypeAlias = Callable[[int], Sequence[float]]
-"""Layers per pipeline stage for p stages (:func:`stage_split`)."""
-
-
-DenseGroups: TypeAlias = Callable[[int], Sequence[int] | None]
-"""Dense-MLP blocks per pipeline stage for p stages, None without them (:func:`dense_split`)."""
-
-
-OpTimes: TypeAlias = tuple[steptime.PhaseTimes, steptime.PhaseTimes, steptime.PhaseTimes]
-"""(layer, first-stage extras, last-stage extras) of one micro-batch (:func:`op_times`)."""
-
 
 PEAK = "peak"
 """The stage selector of a memory term that takes every pipeline stage: the heaviest stage's value."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any, Literal, cast, overload
+from typing import Any, Literal, TypeAlias, cast, overload
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -25,8 +25,6 @@ from tpopt.models.terms.layer_times import (
     pipeline_transfer,
 )
 from tpopt.models.terms.shapes import (
-    DenseGroups,
-    Groups,
     _f,
     chunk_layers,
     dense_split,
@@ -37,6 +35,14 @@ from tpopt.models.terms.shapes import (
     stage_split,
     with_sequence_parallel,
 )
+
+Groups: TypeAlias = Callable[[int], Sequence[float]]
+"""Layers per pipeline stage for p stages (:func:`stage_split`)."""
+
+
+DenseGroups: TypeAlias = Callable[[int], Sequence[int] | None]
+"""Dense-MLP blocks per pipeline stage for p stages, None without them (:func:`dense_split`)."""
+
 
 BOUND_SLICE = 1 << 18  # group durations (stages x rows) per slice of a pipeline bound pass
 
