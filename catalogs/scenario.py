@@ -43,6 +43,7 @@ from tpopt.catalogs.schema import (
     SearchKeys,
     StragglerKeys,
     TaskKeys,
+    VariableSearchKeys,
     as_list,
     check_keys,
     read_table,
@@ -392,7 +393,7 @@ def _search_space(se: dict, ck: dict, mem: MemoryOptions, systems: dict) -> Sear
                 "recompute": ["none", "full"] if mem.activation_reserve is None else ["none"],
                 "accelerator": list(systems)}
     s = read_table(SearchKeys, dict(defaults, **se), "search.", systems)
-    kw = targets(s)
+    kw = {**targets(s), **targets(read_table(VariableSearchKeys, se, "search."))}  # the variables' own keys
     kw["schedule"] = _schedules(s.schedule, kw.pop("virtual_stages", None))
     return SearchSpace(**kw)
 

@@ -17,7 +17,7 @@ with their help text and read by :mod:`tpopt.catalogs.scenario`, which assembles
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Any, ClassVar
 
 from tpopt.catalogs.stacks import DEFAULT_STACK, stack_names, stack_profile
@@ -28,7 +28,7 @@ from tpopt.models.batch import noise_scale_fit
 from tpopt.models.context import METHODS, SPLITS
 from tpopt.models.finish import SLOW_DURATION_S, SLOW_FACTOR, SLOW_RATE_PER_CARD_S, parse_confidence
 from tpopt.models.moe import A2A_OVERLAPS, DISPATCHERS
-from tpopt.models.plan import OFFLOADS, SAVE_MODES, MoeOptions, split_schedule
+from tpopt.models.plan import OFFLOADS, SAVE_MODES, MoeOptions, SearchSpace, split_schedule
 from tpopt.models.units import (
     MAX_CARD_BYTES,
     MAX_DEADLINE_S,
@@ -43,6 +43,7 @@ from tpopt.models.units import (
     parse_int,
     parse_number,
 )
+from tpopt.models.variables import PLAN_INPUTS, VARIABLES, Variable
 
 MAX_LIST = 1024  # entries in one [search] list
 MAX_SEQ_LEN = 2**24  # tokens per sequence
@@ -632,6 +633,43 @@ class MoeSearchKeys:
                                  help='capacity factors ("none" = dropless)')
 
 
+def _variable_kind(v: Variable) -> Kind:
+    """How a [search] list of the decision variable ``v``'s values is read, from its type: on / off for a
+    bool, whole numbers >= 1, numbers, or one of its flag's closed set of choices for text."""
+    if v.type is bool:
+        return domain(FLAG, "first")
+    if v.type is int:
+        return INTS
+    if v.type is float:
+        return domain(number(allow_zero=True))
+    choices = next((i.choices for i in PLAN_INPUTS if i.field == v.field and i.choices), ())
+    if v.type is str and choices:
+        return domain(choice(choices, f"{v.search_key} {{value!r}} unknown (use {' or '.join(choices)})"), "given")
+    raise TypeError(f"[search] {v.search_key}: declare its key in SearchKeys (no kind follows from {v.type})")
+
+
+def _variable_keys(*declared: type) -> type:
+    """The [search] keys the decision variables' declaration gives (:data:`tpopt.models.variables.VARIABLES`):
+    one per variable with a :class:`SearchSpace` domain that no key of ``declared`` sets, named by its
+    ``[search]`` key, read by its type (:func:`_variable_kind`), its default the SearchSpace's (none when
+    that is empty: the scenario's), its help its plan flag's. A new decision variable so needs no key here."""
+    have = {spec(f).to or f.name for cls in declared for f in fields(cls)}
+    domains: dict[str, Any] = {f.name: f.default for f in fields(SearchSpace)}
+    keys = []
+    for v in VARIABLES:
+        if v.search is None or v.search in have:
+            continue
+        default = list(domains[v.search]) or None
+        help_ = next((i.help for i in PLAN_INPUTS if i.field == v.field and i.help), f"{v.search_key} values")
+        keys.append((v.search_key, Any, key(_variable_kind(v), default, help_, to=v.search)))
+    return make_dataclass("VariableSearchKeys", keys, frozen=True, eq=False, repr=False)
+
+
+VariableSearchKeys = _variable_keys(SearchKeys, MoeSearchKeys)
+"""[search] domains of the decision variables declared in :mod:`tpopt.models.variables` alone (empty while
+every variable's key is declared above)."""
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class MoeKeys:
     """[moe]: routing assumptions of a mixture-of-experts model (MoeOptions)."""
@@ -679,7 +717,8 @@ TABLES: dict[str, tuple[type, ...] | None] = {
     "model": (ModelKeys,), "task": (TaskKeys, BatchKeys), "schedule": (ScheduleKeys,),
     "hardware": (HardwareKeys, CardKeys), "memory": (MemoryKeys,), "input": (InputKeys,),
     "checkpoint": (CheckpointKeys,), "stragglers": (StragglerKeys,), "risk": (RiskKeys,),
-    "comm": (CommKeys,), "cost": (PriceKeys, BudgetKeys), "search": (SearchKeys, MoeSearchKeys), "moe": (MoeKeys,),
+    "comm": (CommKeys,), "cost": (PriceKeys, BudgetKeys),
+    "search": (SearchKeys, MoeSearchKeys, VariableSearchKeys), "moe": (MoeKeys,),
     "sweep": None, "rl": None, "scenario": (ScenarioKeys,), "market": (MarketKeys,),
 }
 REQUIRED_TABLES = ("model", "task", "schedule", "hardware")
@@ -761,4 +800,4 @@ def _check_table_keys(table: str, value: Mapping, allowed: set[str]) -> None:
 
 
 __all__ = ["Kind", "Key", "key", "read_table", "targets", "declared", "key_table", "check_keys", "as_list", "domain",
-           "TABLES", "KEYS", "REQUIRED", "parse_critical_batch", "CARD_KEYS", "STAGE_KEYS"]
+           "TABLES", "KEYS", "REQUIRED", "parse_critical_batch", "CARD_KEYS", "STAGE_KEYS", "VariableSearchKeys"]

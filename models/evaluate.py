@@ -13,8 +13,8 @@ Finish time: T = T_reserved + ceil(D / b) x t_step x (1 + L(tau)) (chapter 10.6.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import numpy as np
@@ -28,7 +28,7 @@ from tpopt.models.layout import Layout
 from tpopt.models.numeric import FloatArray
 from tpopt.models.plan import OFFLOADS, SAVE_MODES, Plan, Scenario, schedule_name, split_schedule
 from tpopt.models.units import DAY, GIB, HOUR
-from tpopt.models.variables import evaluate_keywords, moe_record, plan_record
+from tpopt.models.variables import VARIABLES, evaluate_keywords, moe_record, plan_record
 
 ConstraintSpec = F.Family  # a family's declaration: name, unit, scale, statement, structural flag
 
@@ -44,6 +44,12 @@ if TYPE_CHECKING:
 Arrays: TypeAlias = dict[str | tuple[str, str], Any]
 """What :func:`evaluate_arrays` returns: metric name -> array, ``("c", family)`` -> (value, limit) arrays,
 ``"feasible"`` -> boolean array."""
+
+
+FIELD_VARIABLE = {v.field: v for v in VARIABLES if v.field != "accelerator"}
+"""A decision variable by its Plan field (the keywords of :func:`evaluate_arrays`; the accelerator is positional)."""
+LAYOUT_DEFAULTS = {f.name: f.default for f in fields(Layout)}
+"""A :class:`Layout` field's default (a variable :func:`evaluate_arrays` is not given)."""
 
 
 def _f(x: ArrayLike) -> FloatArray:
@@ -88,34 +94,45 @@ def _heaviest(values: list[Any]) -> Any:
     return best
 
 
-def evaluate_arrays(sc: Scenario, accelerator: str, *, tp: ArrayLike, pp: ArrayLike, dp: ArrayLike,
-                    micro_batch: ArrayLike, zero_stage: ArrayLike, nics_per_host: ArrayLike,
-                    save_interval_s: ArrayLike, recompute: object = "none", offload: str = "none",
-                    schedule: str = "1f1b", save_mode: str = "sync", ep: ArrayLike = 1, expert_tp: ArrayLike = 0,
-                    capacity_factor: ArrayLike = 0.0, cp: ArrayLike = 1,
-                    sequence_parallel: bool | None = None, quantiles: bool = False) -> Arrays:
+def layout_of(accelerator: str, plan: Mapping[str, Any]) -> Layout:
+    """The :class:`Layout` of :func:`evaluate_arrays`'s keywords (``plan``: Plan field -> value, a grid's
+    numeric fields as broadcastable arrays): each decision variable under its solver name, mapped by its
+    declaration (:data:`tpopt.models.variables.VARIABLES`), a numeric one as an array (of floats for a float
+    variable), a categorical one as given, the recompute groups parsed; one not given takes the Layout's
+    default. A keyword that is no variable's Plan field is refused (TypeError, as a misspelt keyword); an
+    unknown offload or save mode is bad input."""
+    unknown = [k for k in plan if k not in FIELD_VARIABLE]
+    if unknown:
+        raise TypeError(f"evaluate_arrays() got an unexpected keyword argument {unknown[0]!r}")
+    values: dict[str, Any] = {}
+    for f, v in FIELD_VARIABLE.items():
+        x = plan.get(f, LAYOUT_DEFAULTS[v.name])
+        values[v.name] = x if v.categorical else _f(x) if v.type is float else np.asarray(x)
+    if values["offload"] not in OFFLOADS:
+        raise InputError(f"unknown offload {values['offload']!r} (use none or cpu)")
+    if values["mode"] not in SAVE_MODES:
+        raise InputError(f"unknown save mode {values['mode']!r} (use sync or async)")
+    values["recompute"] = memory.parse_recompute(values["recompute"])
+    return Layout(acc=accelerator, **values)
+
+
+def evaluate_arrays(sc: Scenario, accelerator: str, *, quantiles: bool = False, **plan: Any) -> Arrays:
     """All metrics and constraint (value, limit) pairs for a broadcastable grid of plans.
 
     The sum of the terms of :mod:`tpopt.models.terms`. Returns a dict of arrays; constraint families
     appear as ``("c", name) -> (value, limit)`` and ``"feasible"`` is their conjunction. Keywords are
-    the :class:`Plan` fields; ``sequence_parallel`` None keeps the scenario's. Under a confidence the
-    deadline family is checked in its chance form: step <= the largest step meeting the deadline with that
-    probability; its value is the finish's q-quantile with ``quantiles`` (one plan's report), else the
-    chance-equivalent finish R + (D - R) step / step_max (the same verdict, far cheaper over a grid).
+    the :class:`Plan` fields of the decision variables (arrays that broadcast for the numeric ones; one not
+    given takes its :class:`Layout` default, see :func:`layout_of`); ``sequence_parallel`` None keeps the
+    scenario's. Under a confidence the deadline family is checked in its chance form: step <= the largest
+    step meeting the deadline with that probability; its value is the finish's q-quantile with ``quantiles``
+    (one plan's report), else the chance-equivalent finish R + (D - R) step / step_max (the same verdict, far
+    cheaper over a grid).
     """
-    sc = T.with_sequence_parallel(sc, sequence_parallel)
+    sc = T.with_sequence_parallel(sc, plan.get("sequence_parallel"))
     a, task = sc.model, sc.task
     sysm = sc.system(accelerator)
     acc = sysm.acc
-    if offload not in OFFLOADS:
-        raise InputError(f"unknown offload {offload!r} (use none or cpu)")
-    if save_mode not in SAVE_MODES:
-        raise InputError(f"unknown save mode {save_mode!r} (use sync or async)")
-    lay = Layout(acc=accelerator, tp=np.asarray(tp), cp=np.asarray(cp), pp=np.asarray(pp), dp=np.asarray(dp),
-                 mb=np.asarray(micro_batch), zero=np.asarray(zero_stage), offload=offload,
-                 recompute=memory.parse_recompute(recompute), schedule=schedule, nics=np.asarray(nics_per_host),
-                 tau=_f(save_interval_s), mode=save_mode, ep=np.asarray(ep), etp=np.asarray(expert_tp),
-                 cap=_f(capacity_factor), sp=sequence_parallel)
+    lay = layout_of(accelerator, plan)
 
     def term(fn: Callable[..., Any], **options: Any) -> Any:
         """A term of the plan (grid): ``fn`` with the variables it declares, from the layout record."""
@@ -161,6 +178,7 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, tp: ArrayLike, pp: ArrayL
     supply = T.input_supply(sc, accelerator, cards)
 
     write_s = T.checkpoint_write_time(sc)
+    save_mode = lay.mode
     L = T.overhead(sc, save_mode, cards, tau)
     o_save, o_redo, o_restart = T.overhead_parts(sc, save_mode, cards, tau)
     iters = T.iteration_count(sc)

@@ -27,6 +27,7 @@ from tpopt.models import memory
 from tpopt.models.evaluate import Evaluation, at_plan_batch, evaluate, evaluate_arrays, resolve_plan, with_plan_options
 from tpopt.models.plan import Plan, Scenario
 from tpopt.models.units import GIB
+from tpopt.models.variables import evaluate_keywords
 from tpopt.optimizer.decompose import HUB, LayoutBounds
 from tpopt.optimizer.enumerate import layout_best
 from tpopt.optimizer.result import Request
@@ -169,11 +170,8 @@ def memory_table(sc: Scenario, base: Plan) -> list[dict[str, Any]]:
     cells: dict[tuple[int, str, str], dict[str, Any]] = {}
     for off in OFFLOADS:
         for rc in RECOMPUTES:
-            r = evaluate_arrays(sc, plan.accelerator, tp=plan.tp, pp=plan.pp, dp=plan.dp, micro_batch=plan.micro_batch,
-                                zero_stage=zs, nics_per_host=plan.nics_per_host, save_interval_s=plan.save_interval_s,
-                                recompute=memory.parse_recompute(rc), offload=off, schedule=plan.schedule,
-                                save_mode=plan.save_mode, ep=plan.ep, expert_tp=plan.expert_tp,
-                                capacity_factor=plan.capacity_factor, cp=plan.cp)
+            r = evaluate_arrays(sc, plan.accelerator, **{**evaluate_keywords(plan), "zero_stage": zs,
+                                                         "recompute": memory.parse_recompute(rc), "offload": off})
             col = {k: np.broadcast_to(np.asarray(r[k], dtype=float), zs.shape) for k in
                    ("memory_per_card", "states", "activations", "temporary", "step_s")}
             for i, z in enumerate(ZERO_STAGES):

@@ -16,14 +16,17 @@ import inspect
 import typing
 from dataclasses import fields
 
+import pytest
 import tpopt.api as api
 from click.testing import CliRunner
+from tpopt.catalogs import schema
 from tpopt.catalogs.schema import KEYS
 from tpopt.cli.evaluate import evaluate as evaluate_command
 from tpopt.cli.explain import PLAN_FLAGS as EXPLAIN_FLAGS
 from tpopt.cli.export import PLAN_FLAGS as EXPORT_FLAGS
+from tpopt.errors import InputError
 from tpopt.models import variables as V
-from tpopt.models.evaluate import evaluate, evaluate_arrays
+from tpopt.models.evaluate import FIELD_VARIABLE, evaluate, evaluate_arrays, layout_of
 from tpopt.models.layout import VARIABLE_NAMES
 from tpopt.models.plan import Plan, SearchSpace
 from tpopt.optimizer import decompose, memory_plan
@@ -132,12 +135,50 @@ def test_alternatives_are_worded_and_ranked():
     assert etp.wording(0) == "expert-TP = TP" and V.BY_NAME["zero"].wording(2) == "ZeRO-2"
 
 
+def test_search_keys_of_undeclared_variables_follow_from_the_declaration(monkeypatch):
+    """A variable whose [search] domain no hand-written key sets gets one from its declaration: named by its
+    search key, read by its type (on / off for a bool, in the order given), defaulting to the SearchSpace's
+    domain and setting it; today every variable's key is hand-written, so the derived table is empty."""
+    assert not fields(schema.VariableSearchKeys)
+    flag = V.Variable("aoff", "activation_offload", "sequence_parallel", bool, categorical=True,
+                      key="activation_offload")
+    monkeypatch.setattr(schema, "VARIABLES", (V.BY_NAME["ep"], flag))
+    derived = schema._variable_keys(schema.MoeSearchKeys)
+    assert [f.name for f in fields(derived)] == ["activation_offload"]  # ep: declared by hand
+    read = schema.read_table(derived, {"activation_offload": [True, False]}, "search.")
+    assert schema.targets(read) == {"sequence_parallel": (True, False)}
+    assert schema.targets(schema.read_table(derived, {}, "search.")) == {}  # empty SearchSpace default: none
+    kind = schema._variable_kind(flag)
+    assert kind.read([True, False, True], "search.activation_offload", None) == (True, False)
+    with pytest.raises(InputError, match="search.activation_offload must be true or false"):
+        kind.read(["yes"], "search.activation_offload", None)
+    assert schema._variable_kind(V.BY_NAME["tp"]).read([4, 2], "search.tp", None) == (2, 4)
+    offload = schema._variable_kind(V.BY_NAME["offload"])
+    assert offload.read("none, cpu", "search.offload", None) == ("none", "cpu")
+    with pytest.raises(InputError, match="offload 'gpu' unknown"):
+        offload.read("gpu", "search.offload", None)
+
+
 def test_evaluate_keywords_are_the_evaluators_variables():
-    """The one Plan -> evaluation mapping: the keywords of evaluate_arrays (its options aside) are exactly the
-    variables' Plan fields but the accelerator, and the Layout's fields are exactly the variables' names."""
+    """The one Plan -> evaluation mapping: evaluate_arrays takes (its options aside) exactly the variables' Plan
+    fields but the accelerator, each landing in the Layout field of its variable's name (numeric ones as arrays
+    of the plan's value, categorical ones as given); any other keyword is refused as a misspelt one; and the
+    Layout's fields are exactly the variables' names."""
     params = inspect.signature(evaluate_arrays).parameters
-    keywords = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY} - {"quantiles"}
-    assert keywords == set(V.evaluate_keywords(Plan(accelerator="x", cards=1)))
+    assert {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY} == {"quantiles"}
+    plan = Plan(accelerator="h100-sxm", cards=64, zero_stage=1, tp=2, pp=4, dp=8, micro_batch=2, recompute="full",
+                offload="cpu", schedule="zb-h1", save_interval_s=900.0, save_mode="async", nics_per_host=4,
+                sequence_parallel=False, ep=1, expert_tp=0, capacity_factor=0.0, cp=1)
+    keywords = V.evaluate_keywords(plan)
+    assert set(keywords) == set(FIELD_VARIABLE) == {v.field for v in V.VARIABLES} - {"accelerator"}
+    lay = layout_of(plan.accelerator, keywords)
+    assert lay.acc == "h100-sxm"
+    for v in V.VARIABLES[1:]:
+        got = getattr(lay, v.name)
+        assert (got == getattr(plan, v.field)) if v.categorical else float(got) == getattr(plan, v.field), v
+    assert layout_of("h100-sxm", {}).tp.shape == ()  # a variable not given: its Layout default, as an array
+    with pytest.raises(TypeError, match="activation_offload"):
+        layout_of("h100-sxm", {"tp": 2, "activation_offload": True})
     assert set(VARIABLE_NAMES) == set(VARS)
 
 
