@@ -138,8 +138,10 @@ def test_alternatives_are_worded_and_ranked():
 def test_search_keys_of_undeclared_variables_follow_from_the_declaration(monkeypatch):
     """A variable whose [search] domain no hand-written key sets gets one from its declaration: named by its
     search key, read by its type (on / off for a bool, in the order given), defaulting to the SearchSpace's
-    domain and setting it; today every variable's key is hand-written, so the derived table is empty."""
-    assert not fields(schema.VariableSearchKeys)
+    domain and setting it; the derived table holds exactly the variables whose domain no hand-written key sets."""
+    written = {schema.spec(f).to or f.name for cls in (schema.SearchKeys, schema.MoeSearchKeys) for f in fields(cls)}
+    assert [(f.name, schema.spec(f).to) for f in fields(schema.VariableSearchKeys)] == \
+        [(v.search_key, v.search) for v in V.VARIABLES if v.search is not None and v.search not in written]
     flag = V.Variable("aoff", "activation_offload", "sequence_parallel", bool, categorical=True,
                       key="activation_offload")
     monkeypatch.setattr(schema, "VARIABLES", (V.BY_NAME["ep"], flag))
@@ -177,8 +179,8 @@ def test_evaluate_keywords_are_the_evaluators_variables():
         got = getattr(lay, v.name)
         assert (got == getattr(plan, v.field)) if v.categorical else float(got) == getattr(plan, v.field), v
     assert layout_of("h100-sxm", {}).tp.shape == ()  # a variable not given: its Layout default, as an array
-    with pytest.raises(TypeError, match="activation_offload"):
-        layout_of("h100-sxm", {"tp": 2, "activation_offload": True})
+    with pytest.raises(TypeError, match="micro_batches"):
+        layout_of("h100-sxm", {"tp": 2, "micro_batches": 2})
     assert set(VARIABLE_NAMES) == set(VARS)
 
 
