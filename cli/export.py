@@ -2,7 +2,7 @@
 
 The plan is the one ``tpopt evaluate`` takes (the same scenario and plan flags) or the ``plan`` object of a
 ``tpopt solve --json`` / ``tpopt evaluate --json`` report (``--plan FILE``, with the scenario it was solved
-on). Parsing and file handling only: the mapping is :mod:`tpopt.optimizer.frameworks`."""
+on). Parsing and file handling only: the mapping is :mod:`tpopt.frameworks`."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from tpopt.cli.common import (
     scenario_options,
 )
 from tpopt.errors import InputError
+from tpopt.frameworks import FORMATS, export_text, plan_from_report
 from tpopt.models.evaluate import evaluate
-from tpopt.optimizer.frameworks import FORMATS, export_text, plan_from_report
 
 PLAN_FLAGS = ("cards", "zero_stage", "tp", "pp", "cp", "micro_batch", "recompute", "offload", "pipe_schedule",
               "save_interval", "save_mode", "nics_per_host", "ep", "expert_tp", "capacity", "virtual_stages",
