@@ -37,6 +37,11 @@ The package, one module per part, each importing only those above it:
   families, alternatives, infeasibility, the async break-even);
 * :mod:`.answer` -- the JSON-ready answer of ``tpopt rl`` (:func:`report`).
 
+Shared with the pre-training solve, not restated here: the families and their derived views
+(:mod:`tpopt.models.families`, ``F.RL_*``, ``F.TRAINER_*``), the report's questions and their oracle protocol
+(:mod:`tpopt.optimizer.analysis`), the learner's plans (:func:`tpopt.optimizer.enumerate.chunks`,
+:func:`tpopt.optimizer.core.solve`). RL's own: its decision grid and the relations of one RL plan.
+
 This module re-exports the names callers use.
 """
 
