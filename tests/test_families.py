@@ -285,8 +285,11 @@ def test_the_layout_evaluator_glues_any_family_over_the_save_variables(monkeypat
     sp.tables[F.ok_table(SCRATCH)] = space.Table(F.ok_table(SCRATCH), vars, rule)
     monkeypatch.setattr(enumerate, "TABLED", enumerate.TABLED + (SCRATCH,))
     ev = enumerate.LayoutEvaluator(sp)
-    assert ev.save_rules() == {F.CHECKPOINT: False, SCRATCH: over_grid}
-    enforced = list(space.FAMILIES)
+    spans = {f: set(sp.table_vars(F.ok_table(f))) for f in enumerate.TABLED}
+    assert ev.save_rules() == {f: bool(v & set(enumerate.GRID)) for f, v in spans.items() if v & set(enumerate.SAVE)}
+    assert ev.save_rules()[F.CHECKPOINT] is False and ev.save_rules()[SCRATCH] is over_grid
+    # the layout's own rules and the backlog (the scenario's deadline and caps left out: more layouts have plans)
+    enforced = [f for f in space.FAMILIES if f in space.STRUCTURAL or f in (F.MEMORY_PER_CARD, F.CHECKPOINT)]
     found = moved = 0
     for h in _layouts(sp):
         every = ev.best(h, enforced, top=10**6)
