@@ -8,6 +8,7 @@ import click
 from tpopt.cli.common import EXIT_INFEASIBLE, dump_json
 from tpopt.cli.render import binding_lines, console_text, evaluation_text, footing_text, plan_line
 from tpopt.errors import InputError
+from tpopt.models import families as F
 from tpopt.models.evaluate import evaluate
 from tpopt.models.units import DAY
 from tpopt.optimizer import footing
@@ -151,8 +152,9 @@ def infeasible_stage_text(d: dict, sc) -> str:
                      "give a longer --time-limit.")
     else:
         total = sum(f["finish_days"] for f in fast)
+        deadline_days = F.limit(F.DEADLINE, sc) / DAY
         lines.append(f"The stages' fastest plans need {total:.2f} d together against a deadline of "
-                     f"{sc.task.deadline_s / DAY:.2f} d:" if total > sc.task.deadline_s / DAY * (1 + 1e-9) else
+                     f"{deadline_days:.2f} d:" if total > deadline_days * (1 + 1e-9) else
                      "Every combination of stage plans that meets the deadline exceeds the budget; fastest plans:")
         for f in fast:
             lines.append(f"  {f['name']}: {f['finish_days']:.2f} d ({f['plan']['accelerator']} x {f['plan']['cards']})")

@@ -14,6 +14,7 @@ from tpopt.cli.common import (
 )
 from tpopt.cli.request import request_from, solve_options
 from tpopt.errors import InputError
+from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.models.simulate import simulate as run_simulation
 from tpopt.models.units import DAY, fmt_count, parse_duration, parse_fraction
@@ -52,9 +53,10 @@ def simulate(runs, as_json, **kw):
     sim = run_simulation(law, lag=lag, runs=n, seed=kw["seed"])
     rows = [{"level": q, "analytic_days": law.quantile(q) / DAY, "simulated_days": sim.quantile(q) / DAY}
             for q in C.LEVELS]
+    deadline = F.limit(F.DEADLINE, sc)
     out = {"plan": ev.plan_dict(), "runs": n, "seed": kw["seed"], "quantiles": rows,
-           "probability_by_deadline": {"analytic": float(law.cdf(sc.task.deadline_s)),
-                                       "simulated": sim.probability(sc.task.deadline_s)},
+           "probability_by_deadline": {"analytic": float(law.cdf(deadline)),
+                                       "simulated": sim.probability(deadline)},
            "events_per_run": float(sim.events.mean())}
     if as_json:
         click.echo(dump_json(out), nl=False)

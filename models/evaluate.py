@@ -477,7 +477,7 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
         "stored_activations_gib": v["stored_activations"] / GIB,
         "recompute_workspace_gib": v["recompute_workspace"] / GIB,
         "temporary_gib": v["temporary"] / GIB,
-        "memory_limit_gib": sc.system(plan.accelerator).acc.memory_usable / GIB,
+        "memory_limit_gib": F.limit(F.MEMORY_PER_CARD, sc, plan.accelerator) / GIB,
         "compute_s": v["compute_s"],
         "bubble_s": v["bubble_s"],
         "straggler_s": v["straggler_s"],

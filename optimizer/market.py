@@ -112,8 +112,8 @@ def billed(sc: Scenario, offer: M.Offer, ev: Evaluation) -> Evaluation:
         if c.name == F.BUDGET:
             c = replace(c, value=cost, slack=c.limit - cost, binding=abs(c.limit - cost) <= REL * max(c.limit, 1.0))
         elif c.name == F.CARDS:
-            c = replace(c, limit=float(sc.search.max_cards), slack=sc.search.max_cards - c.value,
-                        binding=c.value >= sc.search.max_cards)
+            most = F.limit(F.CARDS, sc)
+            c = replace(c, limit=most, slack=most - c.value, binding=c.value >= most)
         checks.append(c)
     fam = F.family(F.MARKET_AVAILABLE)
     n = float(ev.plan.cards)
@@ -154,7 +154,7 @@ def solve_offer(sc: Scenario, offer: M.Offer, backend: str, req: Request,
     sub = offer_scenario(sc, offer)
     space = Space.from_scenario(sub)
     run = choose(space, backend, req.method)
-    counts = [n for n in card_counts(space.domains) if n <= sub.search.max_cards and offer.cards_fit(n)
+    counts = [n for n in card_counts(space.domains) if n <= F.limit(F.CARDS, sub) and offer.cards_fit(n)
               and (req.cards is None or n in req.cards)]
     if offer.linear and not charges_checkpoints(sc, offer):
         r = core.solve(sub, run, replace(req, top=1, cards=tuple(counts) if offer.parts else req.cards), space=space)

@@ -279,7 +279,7 @@ def staged_dict(ss: outer.StagedSolve, analyse: bool, backend: str, req: Request
         out["stages"] = [_stage_entry(ss, i, analyse, backend, req) for i in range(len(ss.stages))]
         out["total"] = {"finish_days": ss.finish_s / DAY, "cost": ss.cost,
                         "cost_unit": ss.picks[0].ev.metrics["cost_unit"],
-                        "deadline_days": ss.stages[0].sc.task.deadline_s / DAY}
+                        "deadline_days": F.limit(F.DEADLINE, ss.stages[0].sc) / DAY}
     else:
         out["fastest"] = [None if f is None else {"name": st.name, "finish_days": f.metrics["finish_days"],
                                                   "cost": f.metrics["cost"], "plan": f.plan_dict()}

@@ -6,7 +6,10 @@
   hand-kept list it replaced for the families that list named (report and deletion order are observable), so
   a new family edits no test;
 - every family's declared table is a table of the space, its declared limit the evaluator's limit, and the
-  layout evaluator glues a table over the save variables with the save choice whatever the family.
+  layout evaluator glues a table over the save variables with the save choice whatever the family;
+- the readers of a family's limit and table use the declaration: no product file outside a stated list reads a
+  task's ``deadline_s`` (they call ``F.limit(F.DEADLINE, sc)``) or spells an "ok." table name by hand (they call
+  ``F.ok_table``).
 """
 
 from __future__ import annotations
@@ -308,3 +311,90 @@ def _layouts(sp):
     d = sp.domains
     every = list(itertools.product(range(1), *(range(len(d[v])) for v in enumerate.HUB[1:])))
     return every[::max(1, len(every) // 60)]
+
+
+LIMIT_FILES = PRODUCT + ("presentation.py", "frameworks.py")  # every product file a family's limit could be read in
+TASK_DEADLINE_READERS = {
+    # file: why it reads the task's deadline field rather than deadline.finish's limit (F.limit(F.DEADLINE, sc))
+    "models/families.py": "the declaration itself: deadline.finish's limit is the task's deadline",
+    "optimizer/confidence.py": "the rest of a running job: its scenario's deadline is the task's minus the time "
+                               "elapsed, its reserved time the task's pro rata, and the rest's task is reported",
+    "optimizer/space.py": "a probe scenario keeps the base task's tokens, deadline and reserved time (a scenario "
+                          "built, and two tasks compared)",
+    "optimizer/outer.py": "each stage's scenario is built with the job's deadline",
+    "optimizer/sweep/spec.py": "the sweep's deadline dimension starts from the base scenario's input value",
+    "cli/choices.py": "the staged solve's header echoes the scenario's inputs",
+    "cli/render.py": "the solve header echoes the scenario's inputs",
+    "cli/sweep.py": "the confidence sweep's header echoes the scenario's inputs",
+}
+OK_NAME_BUILDERS = {
+    # file (its path's tail, wherever it lives): why it spells an "ok." table name by hand
+    "models/families.py": "the declaration itself: ok_table",
+    "cpsat.py": "the CP-SAT encoding (moved to optimizer/backends/ by issue 34's backends part; its element "
+                "lookup reads the table name as f\"ok.{family}\")",
+}
+
+
+def _product_python():
+    for entry in LIMIT_FILES:
+        path = ROOT / entry
+        yield from ([path] if path.is_file() else sorted(path.rglob("*.py")))
+
+
+def _is_task(node: ast.expr) -> bool:
+    """A task: ``<anything>.task`` or a name ``task``."""
+    return ((isinstance(node, ast.Attribute) and node.attr == "task")
+            or (isinstance(node, ast.Name) and node.id == "task"))
+
+
+def _task_deadline_reads(tree: ast.AST) -> list[int]:
+    """Lines where ``tree`` reads a task's ``deadline_s`` (``sc.task.deadline_s``, ``task.deadline_s``); a keyword
+    ``deadline_s=`` that builds a task is not a read."""
+    return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr == "deadline_s"
+            and isinstance(node.ctx, ast.Load) and _is_task(node.value)]
+
+
+def _ok_names_built(tree: ast.AST) -> list[int]:
+    """Lines where ``tree`` builds an "ok." table name by hand: ``"ok." + name`` or an f-string starting "ok."."""
+    def ok_prefix(node: ast.expr) -> bool:
+        return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("ok.")
+    return [node.lineno for node in ast.walk(tree)
+            if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and ok_prefix(node.left))
+            or (isinstance(node, ast.JoinedStr) and node.values and ok_prefix(node.values[0]))]
+
+
+def _hand_reads(find, allowed: dict[str, str]) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """(reads outside the allowed files, reads in them) of every product file, by path."""
+    outside: dict[str, list[int]] = {}
+    inside: dict[str, list[int]] = {}
+    for path in _product_python():
+        rel = path.relative_to(ROOT).as_posix()
+        lines = find(ast.parse(path.read_text(), rel))
+        if lines:
+            known = any(rel == a or rel.endswith("/" + a) for a in allowed)
+            (inside if known else outside)[rel] = lines
+    return outside, inside
+
+
+def test_the_readers_of_the_deadline_read_its_family():
+    """No product file outside TASK_DEADLINE_READERS reads a task's deadline_s: the deadline's readers call
+    ``F.limit(F.DEADLINE, sc)``; each file listed still reads it (the list keeps no stale entry)."""
+    outside, inside = _hand_reads(_task_deadline_reads, TASK_DEADLINE_READERS)
+    assert not outside, f"read deadline.finish's limit as F.limit(F.DEADLINE, sc), not the task's field: {outside}"
+    assert set(inside) == set(TASK_DEADLINE_READERS), sorted(set(TASK_DEADLINE_READERS) - set(inside))
+
+
+def test_ok_table_names_come_from_the_declaration():
+    """No product file outside OK_NAME_BUILDERS spells an "ok." table name by hand (``F.ok_table(name)``);
+    each entry listed still does (the list keeps no stale entry)."""
+    outside, inside = _hand_reads(_ok_names_built, OK_NAME_BUILDERS)
+    assert not outside, f"name a family's table as F.ok_table(name): {outside}"
+    assert all(any(rel == a or rel.endswith("/" + a) for rel in inside) for a in OK_NAME_BUILDERS), inside
+
+
+def test_the_hand_read_checks_see_what_they_look_for():
+    """The two checks above find a hand read where there is one (so an empty answer means none)."""
+    tree = ast.parse("d = sc.task.deadline_s\nt = task.deadline_s + 1\nx = replace(task, deadline_s=d)\n"
+                     "p.deadline_s\nn = 'ok.' + f\nm = f'ok.{f}'\nk = F.ok_table(f)\n")
+    assert _task_deadline_reads(tree) == [1, 2]
+    assert sorted(_ok_names_built(tree)) == [5, 6]

@@ -185,9 +185,9 @@ def compute_cost_floor(space: Space, floor: bool = False) -> float:
         cost = rate_min * (sc.task.reserved_s + T.iteration_count(sc) * (least_compute() + sc.input.wait_s)
                            * (1.0 + hub("overhead")))
     grid = np.indices(n).reshape(len(HUB), -1)
-    ok = cards_of(**{v: np.asarray(dom[v])[grid[i]] for i, v in enumerate(HUB)}) <= sc.search.max_cards
+    ok = cards_of(**{v: np.asarray(dom[v])[grid[i]] for i, v in enumerate(HUB)}) <= F.limit(F.CARDS, sc)
     for f in HUB_RULES:
-        ok &= np.broadcast_to(_reduced(space, "ok." + f, np.max), n).reshape(-1) > 0.5
+        ok &= np.broadcast_to(_reduced(space, F.ok_table(f), np.max), n).reshape(-1) > 0.5
     cost = np.where(ok & np.isfinite(cost), cost, np.inf)
     return float(cost.min()) if cost.size else math.inf
 
@@ -212,7 +212,7 @@ def over_budget_at(ctx: Context, sc: Scenario) -> bool:
         return False
     if tabulated(space) or on_demand(space, ctx.req):
         return False
-    return compute_cost_floor(space, floor=True) > ctx.sc.cost.max_cost  # type: ignore[operator]
+    return compute_cost_floor(space, floor=True) > F.limit(F.BUDGET, ctx.sc)
 
 
 def relax_accelerator(ctx: Context, core: list[str] | None = None) -> Relaxation:
@@ -233,7 +233,7 @@ def relax_accelerator(ctx: Context, core: list[str] | None = None) -> Relaxation
         try:
             sc = _scenario_for_accelerator(ctx, name)
             floor = cost_floor(sc, name) if F.BUDGET in ctx.enforced and sc.cost.max_cost is not None else None
-            if floor is not None and floor > sc.cost.max_cost:  # type: ignore[operator]
+            if floor is not None and floor > F.limit(F.BUDGET, sc):
                 ev, entry["note"] = None, (f"over the budget without a solve: the weight GEMMs alone at the card's "
                                            f"peak cost at least {floor:,.0f}")
             elif floor is not None and floor_enforced(ctx) and not tabulated(space := ctx.card_space(sc, name)) \
@@ -243,9 +243,9 @@ def relax_accelerator(ctx: Context, core: list[str] | None = None) -> Relaxation
                 # table serves the card's solve
                 cheap = not any(k in dict.keys(space.tables) for k in ("time.compute", "time.compute.lo"))
                 least = compute_cost_floor(space, floor=True) if cheap else -math.inf
-                if least <= sc.cost.max_cost:  # type: ignore[operator]
+                if least <= F.limit(F.BUDGET, sc):
                     least = compute_cost_floor(space)
-                if least > sc.cost.max_cost:  # type: ignore[operator]
+                if least > F.limit(F.BUDGET, sc):
                     ev, entry["note"] = None, (f"over the budget without a full solve: the least compute time of "
                                                f"any layout alone costs at least {least:,.0f}")
                 else:

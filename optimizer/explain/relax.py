@@ -66,7 +66,7 @@ def relax_deadline(ctx: Context, core: list[str] | None = None) -> Relaxation:
     """Required deadline T* = min over plans meeting every other family of
     T_finish = T_reserved + ceil(D / b) x t_step x (1 + L)   (objective "time", deadline.finish freed)."""
     p = PARAMS["deadline"]
-    cur = ctx.sc.task.deadline_s / DAY
+    cur = F.limit(F.DEADLINE, ctx.sc) / DAY
     method = "min finish time with deadline.finish relaxed (objective time)"
     fastest = _fastest(ctx, [F.DEADLINE])
     if fastest is None:
@@ -88,7 +88,7 @@ def relax_max_cards(ctx: Context, core: list[str] | None = None) -> Relaxation:
     card counts tp x pp x dp of the search space is exact)."""
     p = PARAMS["max_cards"]
     sc = ctx.sc
-    cur = sc.search.max_cards
+    cur = int(F.limit(F.CARDS, sc))
     method = "smallest card count whose max_cards-restricted problem is feasible (bisection over counts)"
     d = Space.from_scenario(sc).domains
     counts = card_counts(d)
@@ -135,8 +135,8 @@ def relax_usable_memory(ctx: Context, core: list[str] | None = None) -> Relaxati
     usable >= M* (exhaustive, exact)."""
     p = PARAMS["usable_memory"]
     sc = ctx.sc
-    cur = min(s.acc.memory_usable for s in sc.systems.values()) / GIB
-    by_card = {k: s.acc.memory_usable / GIB for k, s in sc.systems.items()} if len(sc.systems) > 1 else None
+    cur = min(F.limit(F.MEMORY_PER_CARD, sc, k) for k in sc.systems) / GIB
+    by_card = {k: F.limit(F.MEMORY_PER_CARD, sc, k) / GIB for k in sc.systems} if len(sc.systems) > 1 else None
     method = "min peak memory per card over plans meeting the other constraints (exhaustive)"
     m = argmin_metric(ctx, "memory_per_card", [f for f in ctx.enforced if f != F.MEMORY_PER_CARD])
     if m is None:
@@ -171,7 +171,7 @@ def relax_max_drop(ctx: Context, core: list[str] | None = None) -> Relaxation | 
     if not sc.model.moe or F.CAPACITY_DROPS not in ctx.enforced:
         return None
     p = PARAMS["max_drop"]
-    cur = sc.moe.max_drop * 100
+    cur = F.limit(F.CAPACITY_DROPS, sc) * 100
     method = "min dropped share over plans meeting the other constraints (exhaustive)"
     m = argmin_metric(ctx, "dropped_fraction", [f for f in ctx.enforced if f != F.CAPACITY_DROPS])
     if m is None:
@@ -198,7 +198,7 @@ def _threshold(ctx: Context, make: Callable[[float], Scenario], lo: float, hi: f
     proves no x <= hi helps; otherwise GRID points below ``hi`` are probed for a feasible window.
     Returns (x, fastest plan at x) or None.
     """
-    deadline = ctx.sc.task.deadline_s
+    deadline = F.limit(F.DEADLINE, ctx.sc)
 
     made: dict[float, Scenario] = {}  # one scenario per value: its tables are built once (Context.space_for)
 
@@ -343,7 +343,7 @@ def relax_reserved(ctx: Context, core: list[str] | None = None,
     if the cap fails, replaced by bisection on [0, R*] (less reserved time never costs more)."""
     p = PARAMS["reserved"]
     sc = ctx.sc
-    r0, dl = sc.task.reserved_s, sc.task.deadline_s
+    r0, dl = sc.task.reserved_s, F.limit(F.DEADLINE, sc)
     method = "R* = deadline - (min finish - reserved), min finish with deadline.finish relaxed"
     fastest = _time_candidates(ctx) if fastest == "unset" else fastest
     if fastest is None:
@@ -381,8 +381,7 @@ def relax_reserved(ctx: Context, core: list[str] | None = None,
 
 def _budget(ctx: Context) -> float:
     """The budget cap a relaxation keeps (inf without one, or when budget.cost is not enforced)."""
-    cap = ctx.sc.cost.max_cost
-    return cap if cap is not None and F.BUDGET in ctx.enforced else math.inf
+    return F.limit(F.BUDGET, ctx.sc) if F.BUDGET in ctx.enforced else math.inf
 
 
 def most_iterations(ctx: Context) -> int | None:
@@ -394,7 +393,7 @@ def most_iterations(ctx: Context) -> int | None:
     finishes no sooner than finish_min and costs at least cost_min at I_0, and finish and cost grow with I
     (cost(I) >= (I / I_0) cost(I_0) for I <= I_0), so I <= I_0 min((D - R) / (finish_min - R), C / cost_min)."""
     sc = ctx.sc
-    r, i0, d, cap = sc.task.reserved_s, T.iteration_count(sc), sc.task.deadline_s, _budget(ctx)
+    r, i0, d, cap = sc.task.reserved_s, T.iteration_count(sc), F.limit(F.DEADLINE, sc), _budget(ctx)
 
     def figure(finish: NDArray[Any], cost: NDArray[Any]) -> NDArray[Any]:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -421,7 +420,7 @@ def most_reserved(ctx: Context) -> float | None:
     cost(R_0) >= cost_min, C / rate - t <= C R_0 / cost_min + t (C / cost_min - 1), at most
     C R_0 / cost_min + t_min (C / cost_min - 1) when C < cost_min (no bound from the budget otherwise)."""
     sc = ctx.sc
-    r0, d, cap = sc.task.reserved_s, sc.task.deadline_s, _budget(ctx)
+    r0, d, cap = sc.task.reserved_s, F.limit(F.DEADLINE, sc), _budget(ctx)
 
     def figure(finish: NDArray[Any], cost: NDArray[Any]) -> NDArray[Any]:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -454,7 +453,7 @@ def relax_tokens(ctx: Context, core: list[str] | None = None,
     if fastest is None:
         return _cannot(p, d0 / 1e9, "no plan meets the other constraints with any token count", method, core)
     y = (fastest.metrics["finish_days"] * DAY - sc.task.reserved_s) / i0
-    i_star = int(math.floor((sc.task.deadline_s - sc.task.reserved_s) / y))
+    i_star = int(math.floor((F.limit(F.DEADLINE, sc) - sc.task.reserved_s) / y))
     closed = most_iterations(ctx)
     if closed is not None:
         i_star = closed

@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from tpopt.errors import InputError
+from tpopt.models import families as F
 from tpopt.models.evaluate import ConstraintCheck, Evaluation, at_plan_batch, evaluate
 from tpopt.models.plan import Plan, Scenario
 from tpopt.models.units import DAY, GIB
@@ -138,8 +139,8 @@ def sensitivities(sc: Scenario, backend: str = "cpsat", req: Request | None = No
     unit = base.metrics["cost_unit"] if obj == "cost" else "d"
     b0 = objective_value(base, obj)
     g = sc.system(base.plan.accelerator).acc.cards_per_host
-    dl, res = sc.task.deadline_s, sc.task.reserved_s
-    mem0 = min(s.acc.memory_usable for s in sc.systems.values())
+    dl, res = F.limit(F.DEADLINE, sc), sc.task.reserved_s
+    mem0 = min(F.limit(F.MEMORY_PER_CARD, sc, k) for k in sc.systems)
     rows = [
         ("deadline +1 d", "deadline", dl / DAY, (dl + DAY) / DAY, "d", lambda: with_deadline(sc, dl + DAY)),
         ("deadline -1 d", "deadline", dl / DAY, (dl - DAY) / DAY, "d",

@@ -153,7 +153,7 @@ def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bo
         out["cycle"]["break_even_kept"] = async_break_even(pb, result.objective, result.enforced)["kept"]
     out["finish"] = {"reserved_days": pb.sc.task.reserved_s / DAY, "train_days": m["train_s"] / DAY,
                      "overhead": m["overhead"], "finish_days": m["finish_s"] / DAY,
-                     "deadline_days": pb.sc.task.deadline_s / DAY, "cost": m["cost"], "cost_unit": m["cost_unit"]}
+                     "deadline_days": F.limit(F.DEADLINE, pb.sc) / DAY, "cost": m["cost"], "cost_unit": m["cost_unit"]}
     out["memory"] = {"usable_gib": m["usable"] / GIB, "rollout_weights_gib": ro["weights"] / GIB,
                      "kv_pool_gib": ro["kv_pool"] / GIB, "kv_need_gib": ro["kv_need"] / GIB,
                      "common_gib": m["common"] / GIB, "kv_per_token_kib": ro["kv_per_token"] / 1024,

@@ -69,7 +69,7 @@ def _wider_problem(pb: RLProblem) -> RLProblem | None:
         found = None
         try:
             for factor in (8, 4, 2):
-                p2 = pb.with_card_limit(factor * pb.sc.search.max_cards)
+                p2 = pb.with_card_limit(factor * int(F.limit(F.CARDS, pb.sc)))
                 if p2.grid_size(clock=pb.req.clock) <= GRID_LIMIT:
                     found = p2.card_limit
                     break
@@ -210,15 +210,15 @@ def explain_infeasible(pb: RLProblem, objective: str, enforced: Collection[str])
 
     if F.DEADLINE in conflict:
         fast = oracle.best(without(F.DEADLINE), "time")
-        change("deadline", F.DEADLINE, "d", pb.sc.task.deadline_s / DAY,
+        change("deadline", F.DEADLINE, "d", F.limit(F.DEADLINE, pb.sc) / DAY,
                None if fast is None else math.ceil(fast.metrics["finish_s"] / DAY * 100) / 100, fast)
     if F.CARDS in conflict:
         few = oracle.best(without(F.CARDS), "cards")
-        change("max_cards", F.CARDS, "cards", pb.sc.search.max_cards, None if few is None else few.decision.cards,
+        change("max_cards", F.CARDS, "cards", int(F.limit(F.CARDS, pb.sc)), None if few is None else few.decision.cards,
                few)
     if F.BUDGET in conflict:
         cheap = oracle.best(without(F.BUDGET), "cost")
-        change("max_cost", F.BUDGET, "USD", pb.sc.cost.max_cost,
+        change("max_cost", F.BUDGET, "USD", F.limit(F.BUDGET, pb.sc),
                None if cheap is None else math.ceil(cheap.metrics["cost"]), cheap)
     if F.RL_STALENESS in conflict:
         alt = oracle.best(without(F.RL_STALENESS), objective)

@@ -130,11 +130,11 @@ class RLProblem:
         if not backends.is_known(backend):
             raise backends.unknown_solver(backend)
         self.rsc = rsc
-        self.sc = cast(Scenario, rsc.trainer)  # the learner's pre-training scenario (typed object in RLScenario)
+        self.sc: Scenario = rsc.trainer  # the learner's pre-training scenario
         self.task = rsc.task
         self.backend = backend
         self.req = req or Request()
-        self.card_limit = int(card_limit or self.sc.search.max_cards)
+        self.card_limit = int(card_limit or F.limit(F.CARDS, self.sc))
         self.caches = caches if caches is not None else new_caches()
         self.policy_params = float(param_count(self.sc.model))
         self.gemm_params = float(gemm_params(self.sc.model))
@@ -529,7 +529,7 @@ class RLProblem:
         cost = self.rate(d.accelerator, cards) * finish
         r_learn = Rb / learner.full_s if learner.full_s > 0 else math.inf
         bound = R.effective_sample_rate(ro["r_gen"], ro["r_verify"], r_learn, q)
-        needed = task.samples * (1.0 + L) / (sc.task.deadline_s - sc.task.reserved_s)
+        needed = task.samples * (1.0 + L) / (F.limit(F.DEADLINE, sc) - sc.task.reserved_s)
         stages = {"generation": q * ro["r_gen"], "verification": q * ro["r_verify"], "learning": r_learn}
         usable, common, pool, w_gen = A.memory_usable, task.common, ro["kv_pool"], ro["weights"]
         checks = {F.RL_LEARNER_MEMORY: (learner.memory, usable), F.RL_KV_CAPACITY: (ro["kv_need"], pool)}
@@ -545,10 +545,10 @@ class RLProblem:
             checks[F.RL_ROLLOUT_MEMORY] = (max(w_gen + pool + common, sync_peak), usable)
         checks[F.RL_STALENESS] = (float(d.staleness), float(task.staleness))
         checks[F.CHECKPOINT] = (ov["write_s"], ov["save_interval_s"])
-        checks[F.DEADLINE] = (finish, sc.task.deadline_s)
+        checks[F.DEADLINE] = (finish, F.limit(F.DEADLINE, sc))
         checks[F.RL_STAGE_BALANCE] = (needed, bound)
-        checks[F.CARDS] = (float(cards), float(sc.search.max_cards))
-        checks[F.BUDGET] = (cost, math.inf if sc.cost.max_cost is None else sc.cost.max_cost)
+        checks[F.CARDS] = (float(cards), F.limit(F.CARDS, sc))
+        checks[F.BUDGET] = (cost, F.limit(F.BUDGET, sc))
         metrics = {
             "cards": cards, "hosts": cards // g, "kept": q, "samples_per_step": Rb, "steps": steps, "rollout": ro,
             "learn_full_s": learner.full_s, "learn_s": q * learner.full_s, "learner_step_s": learner.step_s,

@@ -63,7 +63,7 @@ def vector_checks(pb: RLProblem, grid: DecisionGrid, idx: np.ndarray, full_s: np
     positive = full > 0
     r_learn = np.where(positive, Rb / np.where(positive, full, 1.0), math.inf)
     bound = np.minimum(r_learn, q * np.minimum(c["r_gen"], c["r_verify"]))
-    needed = task.samples * (1.0 + L) / (sc.task.deadline_s - sc.task.reserved_s)
+    needed = task.samples * (1.0 + L) / (F.limit(F.DEADLINE, sc) - sc.task.reserved_s)
     common, pool, w_gen, recv = task.common, c["kv_pool"], c["weights"], c["recv"]
     mem = np.broadcast_to(np.asarray(memory, dtype=float), idx.shape)
     received = recv + w_gen - c["policy_weights"]
@@ -76,9 +76,9 @@ def vector_checks(pb: RLProblem, grid: DecisionGrid, idx: np.ndarray, full_s: np
         F.RL_LEARNER_MEMORY: (mem, c["usable"]), F.RL_KV_CAPACITY: (c["kv_need"], pool),
         F.RL_ROLLOUT_MEMORY: (rollout_mem, c["usable"]),
         F.RL_STALENESS: (st.astype(float), float(task.staleness)),
-        F.CHECKPOINT: (c["write_s"], c["save_interval_s"]), F.DEADLINE: (finish, sc.task.deadline_s),
-        F.RL_STAGE_BALANCE: (needed, bound), F.CARDS: (cards.astype(float), float(sc.search.max_cards)),
-        F.BUDGET: (cost, math.inf if sc.cost.max_cost is None else sc.cost.max_cost)}
+        F.CHECKPOINT: (c["write_s"], c["save_interval_s"]), F.DEADLINE: (finish, F.limit(F.DEADLINE, sc)),
+        F.RL_STAGE_BALANCE: (needed, bound), F.CARDS: (cards.astype(float), F.limit(F.CARDS, sc)),
+        F.BUDGET: (cost, F.limit(F.BUDGET, sc))}
     ok = np.ones(idx.shape, dtype=bool)
     for f in enforced:
         if f in STRUCTURAL:
