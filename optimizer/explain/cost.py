@@ -46,15 +46,16 @@ def relax_max_cost(ctx: Context, core: list[str] | None = None) -> Relaxation | 
     if sc.cost.max_cost is None or F.BUDGET not in ctx.enforced:
         return None
     p = PARAMS["max_cost"]
+    cap = F.limit(F.BUDGET, sc)
     method = "min cost with budget.cost relaxed"
     cheapest = ctx.best(objective="cost", drop=[F.BUDGET])
     if cheapest is None:
-        return _cannot(p, sc.cost.max_cost, "no plan meets the other constraints at any cost", method, core)
+        return _cannot(p, cap, "no plan meets the other constraints at any cost", method, core)
     exact = cheapest.metrics["cost"]
     value, ev, apply = _settle(ctx, p, exact, lambda s: with_max_cost(sc, s))
     if ev is None:
-        return _cannot(p, sc.cost.max_cost, "could not be confirmed by re-solving", method, core)
-    r = _relaxation(p, sc.cost.max_cost, required=value, required_exact=exact, helps=True, plan=ev, apply=apply,
+        return _cannot(p, cap, "could not be confirmed by re-solving", method, core)
+    r = _relaxation(p, cap, required=value, required_exact=exact, helps=True, plan=ev, apply=apply,
                     method=method)
     r.unit = cheapest.metrics["cost_unit"]
     return r
@@ -77,7 +78,7 @@ def relax_card_price(ctx: Context, core: list[str] | None = None) -> Relaxation 
     if any(s.price_card_hour is None or s.price_card_hour <= 0 for s in sc.systems.values()):
         return None
     p = PARAMS["card_price"]
-    budget = sc.cost.max_cost
+    budget = F.limit(F.BUDGET, sc)
     method = "largest scale f of the card prices with min cost(f) <= budget (Dinkelbach's iteration, exact)"
     cheapest = ctx.best(objective="cost", drop=[F.BUDGET])
     first = next(iter(sc.systems))
