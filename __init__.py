@@ -26,7 +26,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from tpopt._version import __version__
 
 # Everything below is imported on first use, so `import tpopt` stays cheap (the solvers, numpy and
 # pandas load only when a function needs them).

@@ -19,15 +19,8 @@ from tpopt.errors import InputError
 from tpopt.models.evaluate import Evaluation
 from tpopt.models.plan import Scenario
 from tpopt.optimizer import backends
-from tpopt.optimizer.backends.verify import (  # noqa: F401 (re-exported: the loop's names as before)
-    SOLVER_SLACK_S,
-    SolverFailure,
-    evaluate_assignment,
-    feasible_for,
-    relative_gap,
-    solver_stopped,
-    verify_loop,
-)
+from tpopt.optimizer.backends.protocol import SolverFailure
+from tpopt.optimizer.backends.verify import verify_loop
 from tpopt.optimizer.limits import EncodingError, TimeLimitReached, clock_of
 from tpopt.optimizer.memory_plan import enforce as enforce_memory
 from tpopt.optimizer.result import Request, SolveResult, SolverInfo, Status

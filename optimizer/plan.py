@@ -185,7 +185,7 @@ def best_entries(result: SolveResult, ana: dict[str, Any] | None, skipped: str |
 
 def _export(space: Space, req: Request, path: str) -> dict[str, Any]:
     """Write the plan MILP (Pyomo) for another solver; its figures (path, variables, constraints, objective)."""
-    from tpopt.optimizer.pyomo_model import export_model  # lazy: start-up time (Pyomo, ortools)
+    from tpopt.optimizer.backends.pyomo_model import export_model  # lazy: start-up time (Pyomo, ortools)
 
     figures: dict[str, Any] = export_model(space, req, path)
     return figures
@@ -193,7 +193,7 @@ def _export(space: Space, req: Request, path: str) -> dict[str, Any]:
 
 def check_export(path: str) -> None:
     """An export path must be writable and end in .lp or .mps (checked before any work)."""
-    from tpopt.optimizer.pyomo_model import check_export_path  # lazy: start-up time (Pyomo, ortools)
+    from tpopt.optimizer.backends.pyomo_model import check_export_path  # lazy: start-up time (Pyomo, ortools)
 
     check_export_path(path)
 

@@ -3,13 +3,14 @@
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SUBPACKAGES = ("models", "optimizer", "optimizer/sweep", "catalogs", "cli")
+SUBPACKAGES = ("models", "optimizer", "optimizer/backends", "optimizer/sweep", "catalogs", "cli")
 
 
 def _source_files():
@@ -64,6 +65,20 @@ def test_no_generic_top_level_packages(wheel):
     tops = {n.split("/")[0] for n in wheel.namelist()}
     assert not tops & {"cli", "models", "optimizer", "catalogs", "tests", "benchmarks"}
     assert not any(n.startswith("tpopt/tests/") or n.startswith("tpopt/benchmarks/") for n in wheel.namelist())
+
+
+def test_the_version_is_declared_once(wheel):
+    """pyproject.toml names no version of its own: setuptools reads the ground module ``_version.py``, and the
+    wheel's metadata carries that version (the package face re-exports the same object)."""
+    import tpopt
+    from tpopt._version import __version__
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "tpopt._version.__version__"}
+    meta = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+    assert f"\nVersion: {__version__}\n" in wheel.read(meta).decode()
+    assert tpopt.__version__ is __version__
 
 
 def test_console_script_declared(wheel):

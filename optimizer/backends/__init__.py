@@ -21,6 +21,12 @@ takes, the sweep's check and every "unknown solver" message are derived from it.
 stay unimported until used (start-up time): an entry names its backend's module as a string, and
 :func:`lookup` imports it on first use -- the package's one lazy-import boundary. The capability flags
 live in the entry, so asking what a backend can do loads nothing.
+
+Each backend owns its code in one module of this package: ``cpsat_model.py`` (the CP-SAT encoding, its
+decomposition master, ``CPSAT``), ``highs_model.py`` (HiGHS), ``pyomo_model.py`` (the Pyomo MILP, master and
+export, ``PYOMO``), ``enumeration.py`` (the enumerator's adapter). What they share with the solve-verify loop
+(``verify.py``) and the layout decomposition is :mod:`tpopt.optimizer.backends.protocol`. A new backend is one
+module implementing :class:`~tpopt.optimizer.backends.protocol.Backend` plus its :func:`register` call below.
 """
 
 from __future__ import annotations
@@ -29,16 +35,10 @@ import importlib
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from tpopt.errors import InputError
-
-if TYPE_CHECKING:  # annotations only: the registry loads no backend (start-up time)
-    from tpopt.models.evaluate import Evaluation
-    from tpopt.optimizer.backends.verify import RelaxedModel
-    from tpopt.optimizer.decompose import Allowed, LayoutBounds, Master
-    from tpopt.optimizer.result import Request, SolverInfo, Status
-    from tpopt.optimizer.space import Space
+from tpopt.optimizer.backends.protocol import Backend, CapabilityError
 
 __all__ = ["Capabilities", "CapabilityError", "Backend", "Entry", "register", "unregister", "lookup", "entry",
            "capabilities", "names", "is_known", "accepts_syntax", "not_a_solver", "check_solver", "unknown_solver",
@@ -69,27 +69,6 @@ class Capabilities:
     longer than evaluating every plan."""
     sweep_table: bool = False
     """A sweep with this solver evaluates each group's whole table at once (no per-point solve)."""
-
-
-class CapabilityError(RuntimeError):
-    """A backend was asked for what its :class:`Capabilities` say it lacks (a model, a master, a whole-space
-    solve): a programming error, since every caller branches on the flags first."""
-
-    def __init__(self, backend: str, what: str) -> None:
-        super().__init__(f"{backend} has no {what} (its capabilities say so; the caller should have checked)")
-
-
-class Backend(Protocol):
-    """The interface a backend implements (the doors its :class:`Capabilities` open; see the module)."""
-
-    def require(self, name: str, req: Request) -> None: ...
-
-    def model(self, name: str, space: Space, req: Request) -> RelaxedModel: ...
-
-    def master(self, name: str, space: Space, bounds: LayoutBounds, allowed: Allowed, req: Request) -> Master: ...
-
-    def solve_space(self, name: str, space: Space, req: Request, info: SolverInfo
-                    ) -> tuple[list[Evaluation], Status]: ...
 
 
 @dataclass
@@ -289,17 +268,17 @@ def _pattern_check(e: Entry) -> Callable[[str], None]:
 
 
 def _pyomo_name(solver: str) -> None:
-    """``pyomo:NAME``'s syntax, with the message of ``optimizer/pyomo_model.py`` (loads the module)."""
-    importlib.import_module("tpopt.optimizer.pyomo_model").solver_name(solver)  # lazy: start-up time
+    """``pyomo:NAME``'s syntax, with the message of ``optimizer/backends/pyomo_model.py`` (loads the module)."""
+    importlib.import_module("tpopt.optimizer.backends.pyomo_model").solver_name(solver)  # lazy: start-up time
 
 
-register("cpsat", "tpopt.optimizer.backends.cpsat:CPSAT",
+register("cpsat", "tpopt.optimizer.backends.cpsat_model:CPSAT",
          Capabilities(exact_integer_scaling=True, monolithic=True, decomposed=True, tiny_by_enumeration=True))
-register("highs", "tpopt.optimizer.backends.highs:HIGHS",
+register("highs", "tpopt.optimizer.backends.highs_model:HIGHS",
          Capabilities(monolithic=True, decomposed=True, tiny_by_enumeration=True))
 register("enumerate", "tpopt.optimizer.backends.enumeration:ENUMERATE",
          Capabilities(exact_integer_scaling=True, needs_tables=False, sweep_table=True))
-register("pyomo", "tpopt.optimizer.backends.pyomo:PYOMO",
+register("pyomo", "tpopt.optimizer.backends.pyomo_model:PYOMO",
          Capabilities(monolithic=True, decomposed=True, model_export=True), family=True, check_name=_pyomo_name,
          examples=("highs", "scip", "cbc", "glpk", "gurobi"), preload=("pyomo.environ",),
          checks_install=True)

@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from tpopt import __version__
+from tpopt._version import __version__
 from tpopt.errors import InputError
 from tpopt.optimizer.sweep.executor import Outcome
 from tpopt.optimizer.sweep.rows import FORMAT

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import numpy as np
-from tpopt import __version__
+from tpopt._version import __version__
 from tpopt.catalogs import Catalog, load_catalog
 from tpopt.catalogs.scenario import build_scenario, with_overrides
 from tpopt.errors import InputError
@@ -33,8 +33,8 @@ from tpopt.optimizer.outer import at_batch, solve
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import FAMILIES, VARS, Space, rebuilt_tables
 from tpopt.optimizer.sweep.layouts import Answer, GroupOracle, supported
-from tpopt.optimizer.sweep.rows import Row, make_row
-from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, Point, SweepSpec
+from tpopt.optimizer.sweep.rows import Point, Row, make_row
+from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, SweepSpec
 
 
 @dataclass(frozen=True)
