@@ -195,6 +195,33 @@ def test_the_face_check_sees_a_face_import(tmp_path):
     assert face_imports(f, product_modules()) == ["tpopt", "tpopt.__version__"]
 
 
+SOLVER_LIBRARIES = frozenset({"ortools", "highspy", "pyomo", "pyscipopt", "gurobipy"})
+"""The solver libraries: a backend's own code (its encoding, master and backend object) imports them."""
+
+
+def third_party_imports(path: Path) -> set[str]:
+    """The top-level names of every absolute import in one file, anywhere in it (``ortools`` for
+    ``from ortools.sat.python import cp_model``)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_only_the_backends_import_the_solver_libraries():
+    """Backends own their code: every import of a solver library sits in a module of optimizer/backends/ (a
+    new backend is one module there plus its ``register`` call), none in the modules a solve passes through."""
+    bad = sorted(f"{_where(path)}: {', '.join(sorted(third_party_imports(path) & SOLVER_LIBRARIES))}"
+                 for name, path in product_modules().items()
+                 if not name.startswith("tpopt.optimizer.backends") and third_party_imports(path) & SOLVER_LIBRARIES)
+    assert bad == [], "solver libraries imported outside optimizer/backends/:\n" + "\n".join(bad)
+    inside = [p for n, p in product_modules().items() if n.startswith("tpopt.optimizer.backends.")]
+    assert {"ortools", "highspy", "pyomo"} <= set().union(*(third_party_imports(p) for p in inside))
+
+
 def test_the_walk_sees_function_level_imports():
     """The graph includes imports inside functions (a cycle test blind to them would prove nothing)."""
     g = graph()

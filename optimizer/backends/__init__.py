@@ -34,16 +34,16 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tpopt.errors import InputError
 from tpopt.optimizer.backends.protocol import Backend, CapabilityError
 
-__all__ = ["Capabilities", "CapabilityError", "Backend", "Entry", "register", "unregister", "lookup", "entry",
-           "capabilities", "names", "is_known", "accepts_syntax", "not_a_solver", "check_solver", "unknown_solver",
-           "listing", "metavar", "EXHAUSTIVE", "DEFAULT", "with_model", "SWEEP_AUTO", "sweep_names",
-           "check_sweep_solver", "require"]
+__all__ = ["Capabilities", "CapabilityError", "Backend", "Entry", "Solver", "resolve", "checked", "register",
+           "unregister", "lookup", "entry", "capabilities", "names", "is_known", "accepts_syntax", "not_a_solver",
+           "check_solver", "unknown_solver", "listing", "metavar", "EXHAUSTIVE", "DEFAULT", "with_model", "SWEEP_AUTO",
+           "sweep_names", "check_sweep_solver", "require"]
 
 
 @dataclass(frozen=True)
@@ -198,6 +198,52 @@ def lookup(solver: str) -> Backend:
     return entry(solver).load()
 
 
+@dataclass(frozen=True)
+class Solver:
+    """A backend resolved once from its name where the name comes in (the command line, the Python API, a sweep
+    task): the modules a solve passes through ask it what it can do and for its backend, instead of each looking
+    the name up again. Its text is its name (``str(solver)``), as reports print it."""
+
+    name: str
+    """As selected: ``cpsat``, ``enumerate``, or a family member's full name (``pyomo:scip``)."""
+    entry: Entry = field(repr=False, compare=False)
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.entry.capabilities
+
+    @property
+    def backend(self) -> Backend:
+        """The backend object, its module imported on first use."""
+        return self.entry.load()
+
+    def with_model(self) -> Solver:
+        """This solver if it has a model of the whole space (the analysis' monolithic oracle asks it), else
+        :data:`DEFAULT` (the enumerator has none)."""
+        return self if self.capabilities.monolithic else resolve(DEFAULT)
+
+    def require(self, req: Any) -> None:
+        """Fail with one line, before any work, when this solver cannot run here (a missing Pyomo solver)."""
+        if self.entry.checks_install:
+            self.backend.require(self.name, req)
+
+
+def resolve(solver: str | Solver) -> Solver:
+    """The :class:`Solver` a name selects (a :class:`Solver` as it is); an unknown name raises
+    :func:`unknown_solver`'s error."""
+    if isinstance(solver, Solver):
+        return solver
+    return Solver(str(solver), entry(solver))
+
+
+def checked(solver: str | Solver) -> Solver:
+    """:func:`resolve`, a name first checked with :func:`check_solver`'s message (the solve entry points')."""
+    return resolve(check_solver(solver) if isinstance(solver, str) else solver)
+
+
 EXHAUSTIVE = "enumerate"
 """The backend that evaluates every plan exactly: the last fallback of every other, and RL's answer for many
 plans at once."""
@@ -206,15 +252,14 @@ DEFAULT = "cpsat"
 
 
 def with_model(solver: str) -> str:
-    """``solver`` if it has a model of the whole space (the analysis' monolithic oracle asks it), else
-    :data:`DEFAULT` (the enumerator has none)."""
-    return solver if capabilities(solver).monolithic else DEFAULT
+    """``solver`` if it has a model of the whole space, else :data:`DEFAULT` (:meth:`Solver.with_model` by
+    name)."""
+    return resolve(solver).with_model().name
 
 
 def require(solver: str, req: Any) -> None:
-    """Fail with one line, before any work, when ``solver`` cannot run here (a missing Pyomo solver)."""
-    if entry(solver).checks_install:
-        lookup(solver).require(solver, req)
+    """Fail with one line, before any work, when ``solver`` cannot run here (:meth:`Solver.require` by name)."""
+    resolve(solver).require(req)
 
 
 def accepts_syntax(solver: str) -> bool:
