@@ -20,7 +20,9 @@ The registry (:func:`register`, :func:`lookup`) is the one place names are known
 takes, the sweep's check and every "unknown solver" message are derived from it. Heavy solver libraries
 stay unimported until used (start-up time): an entry names its backend's module as a string, and
 :func:`lookup` imports it on first use -- the package's one lazy-import boundary. The capability flags
-live in the entry, so asking what a backend can do loads nothing.
+live in the entry, so asking what a backend can do loads nothing. A name is resolved once where it comes in
+(:func:`resolve`, :func:`checked`): the :class:`Solver` it gives travels through the solve, the analysis and the
+reports, which ask it for its capabilities and its backend instead of looking the name up again.
 
 Each backend owns its code in one module of this package: ``cpsat_model.py`` (the CP-SAT encoding, its
 decomposition master, ``CPSAT``), ``highs_model.py`` (HiGHS), ``pyomo_model.py`` (the Pyomo MILP, master and
