@@ -12,6 +12,8 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+from tpopt.models.variables import line_parts
+
 # ---------------------------------------------------------------------------------------------
 # plans and changes
 
@@ -85,8 +87,7 @@ def plan_line(plan: dict) -> str:
         accumulation_text(plan),
         f"recompute {plan['recompute']}",
     ]
-    if plan.get("offload") and plan["offload"] != "none":
-        parts.append(f"offload {plan['offload']}")
+    parts += line_parts(plan)  # the switches a variable declares shown (models/variables.py: offload, ...)
     if plan["pp"] > 1 and plan.get("schedule"):
         parts.append(f"schedule {plan['schedule']}")
     if plan.get("ep") is not None:
