@@ -9,8 +9,11 @@ entries of the same name. Every value is parsed with its unit exactly once, here
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from os import PathLike
 from pathlib import Path
+from typing import Any
 
 from tpopt.catalogs.architectures import ARCH_INT_MAX, MODEL_KEYS, arch_int, build_model
 from tpopt.catalogs.market import Market, load_market
@@ -60,7 +63,7 @@ class Catalog:
     nics: dict[str, Nic] = field(default_factory=dict)
     storage: dict[str, float] = field(default_factory=dict)  # tier -> write bytes/s
     performance: dict[str, PerfParams] = field(default_factory=dict)  # accelerator -> step-time parameters
-    raw: dict[str, dict] = field(default_factory=dict)  # file stem -> merged raw tables
+    raw: dict[str, dict[str, Any]] = field(default_factory=dict)  # file stem -> merged raw tables
     market: Market = field(default_factory=Market)  # offers.toml (tpopt.catalogs.market)
 
     def accelerator(self, name: str) -> Accelerator:
@@ -94,7 +97,7 @@ class Catalog:
             raise InputError(f"unknown storage tier {name!r} (known: {known})") from None
 
 
-def _read_toml(path: Path) -> dict:
+def _read_toml(path: Path) -> dict[str, Any]:
     text = read_text_capped(path, "catalog file")
     try:
         return tomllib.loads(text)
@@ -102,8 +105,8 @@ def _read_toml(path: Path) -> dict:
         raise InputError(f"{path}: malformed TOML ({exc})") from None
 
 
-def _merge(dirs: list[Path]) -> dict[str, dict]:
-    raw: dict[str, dict] = {Path(f).stem: {} for f in CATALOG_FILES}
+def _merge(dirs: list[Path]) -> dict[str, dict[str, Any]]:
+    raw: dict[str, dict[str, Any]] = {Path(f).stem: {} for f in CATALOG_FILES}
     for d in dirs:
         if not d.is_dir():
             raise InputError(f"catalog directory {str(d)!r} does not exist")
@@ -139,7 +142,7 @@ NIC_KEYS = ("bandwidth", "price_nic_hour", "source", "price_source", "notes")
 STORAGE_KEYS = ("write_bandwidth", "source", "notes")
 
 
-def _build_nics(raw_links: dict) -> tuple[dict[str, float], dict[str, Nic]]:
+def _build_nics(raw_links: dict[str, Any]) -> tuple[dict[str, float], dict[str, Nic]]:
     links = {}
     for name, t in raw_links.get("link", {}).items():
         where = f"link {name}"
@@ -166,7 +169,7 @@ ACCELERATOR_KEYS = ("display", "peak_bf16", "peak_fp16", "peak_fp8", "peak_fp4",
                     "scale_up_cards", "pod_hosts", "spine_oversubscription", "sources", "notes")
 
 
-def _oversubscription(t: dict, where: str) -> float:
+def _oversubscription(t: dict[str, Any], where: str) -> float:
     """The spine's taper, a number >= 1 (2 = 2:1); 1 = none."""
     value = parse_number(t.get("spine_oversubscription", 1.0), f"{where} spine_oversubscription")
     if value < 1.0:
@@ -174,7 +177,7 @@ def _oversubscription(t: dict, where: str) -> float:
     return value
 
 
-def _build_accelerator(name: str, t: dict, links: dict[str, float], nics: dict[str, Nic]) -> Accelerator:
+def _build_accelerator(name: str, t: dict[str, Any], links: dict[str, float], nics: dict[str, Nic]) -> Accelerator:
     where = f"accelerator {name}"
     check_keys(t, ACCELERATOR_KEYS, where)
     for key in ("display", "price_date", "notes"):
@@ -204,7 +207,7 @@ def _build_accelerator(name: str, t: dict, links: dict[str, float], nics: dict[s
     if scale_up % cards:
         raise InputError(f"{where}: scale_up_cards ({scale_up}) must be a whole number of hosts of {cards} cards")
 
-    def peak(key):
+    def peak(key: str) -> float:
         return parse_flops_rate(t[key], f"{where} {key}") if key in t else 0.0
 
     return Accelerator(
@@ -247,7 +250,7 @@ _PERF_KEYS = set(_PERF_FRACTIONS) | {"overlap_contention", "gemm_k_half", "tile"
                                      "residual_sigma_stacks"}
 
 
-def build_perf(name: str, t: dict, base: PerfParams | None = None) -> PerfParams:
+def build_perf(name: str, t: dict[str, Any], base: PerfParams | None = None) -> PerfParams:
     """:class:`PerfParams` from a performance.toml table (fields absent keep ``base``'s values)."""
     where = f"performance {name}"
     if not isinstance(t, dict):
@@ -255,7 +258,7 @@ def build_perf(name: str, t: dict, base: PerfParams | None = None) -> PerfParams
     bad = set(t) - _PERF_KEYS
     if bad:
         raise InputError(f"{where}: unknown key(s) {sorted(bad)} (known: {', '.join(sorted(_PERF_KEYS))})")
-    kw: dict = {}
+    kw: dict[str, Any] = {}
     for k in _PERF_FRACTIONS:
         if k in t:
             kw[k] = parse_fraction(t[k], f"{where} {k}")
@@ -319,7 +322,7 @@ def model_from_hf_cache(repo_id: str, cache_dir: str | None = None) -> ModelArch
     return resolve(repo_id, cache_dir)
 
 
-def load_catalog(extra_dirs=()) -> Catalog:
+def load_catalog(extra_dirs: Sequence[str | PathLike[str]] = ()) -> Catalog:
     """The built-in catalog, extended/overridden by each directory in ``extra_dirs`` in order."""
     dirs = [BUILTIN_DIR] + [Path(d) for d in extra_dirs]
     raw = _merge(dirs)

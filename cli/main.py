@@ -100,7 +100,7 @@ def tune_allocator() -> None:
         pass
 
 
-def main():
+def main() -> None:
     """Entry point: click's usage errors become one stderr line and exit 2, like every input error."""
 
     with limits.command_started():  # --time-limit counts from here (loading the subcommand and scenario included)
