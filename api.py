@@ -42,6 +42,7 @@ from tpopt.presentation import infeasible_lines, plan_lines, request_lines
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas
+
     from tpopt.models.plan import Plan
     from tpopt.optimizer.sweep import SweepResult
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import read_scenario_file, with_overrides
 from tpopt.cli.common import (

@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
+
 from tpopt.catalogs import Catalog, load_catalog
 from tpopt.cli.common import dump_json, handle_errors
 from tpopt.cli.market import import_skypilot, list_offers

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+
 from tpopt.cli.common import EXIT_INFEASIBLE, dump_json
 from tpopt.cli.render import binding_lines, console_text, evaluation_text, footing_text
 from tpopt.errors import InputError

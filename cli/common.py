@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, overload
 
 import click
+
 from tpopt.catalogs.scenario import BUILTIN_SCENARIO, load_scenario
 from tpopt.cli.render import fit_lines
 from tpopt.errors import InputError

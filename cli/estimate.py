@@ -8,6 +8,7 @@ import textwrap
 from typing import Any
 
 import click
+
 from tpopt.cli.common import dump_json, handle_errors
 from tpopt.errors import InputError
 from tpopt.models.units import parse_number

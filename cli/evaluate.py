@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 import click
+
 from tpopt.cli.choices import batch_lines, evaluate_staged
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,
     EXIT_UNKNOWN,

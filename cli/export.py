@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+
 from tpopt.catalogs.tables import read_text_capped
 from tpopt.cli.common import (
     builtin_note,

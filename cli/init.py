@@ -13,6 +13,7 @@ import tomllib
 from pathlib import Path
 
 import click
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.rl import build_rl_scenario
 from tpopt.catalogs.scenario import build_scenario

@@ -8,6 +8,7 @@ import importlib.util
 import sys
 
 import click
+
 from tpopt import __version__
 from tpopt.optimizer import limits
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 from rich.table import Table
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.market import Market, from_skypilot, offer_toml
 from tpopt.cli.common import dump_json

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+
 from tpopt.cli.common import dump_json, handle_errors
 from tpopt.cli.pipeline_plot import check_path, plot_timeline
 from tpopt.errors import InputError

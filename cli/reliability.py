@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, SupportsFloat, cast
 
 import click
 import numpy as np
+
 from tpopt.catalogs import load_catalog
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,

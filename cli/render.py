@@ -20,6 +20,7 @@ from typing import Any, cast
 from rich.console import Console, JustifyMethod, RenderableType
 from rich.measure import Measurement
 from rich.table import Table
+
 from tpopt.models import families as F
 from tpopt.models.plan import Scenario
 from tpopt.models.units import fmt_count

@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 import click
+
 from tpopt.catalogs import Catalog, load_catalog
 from tpopt.catalogs.scenario import read_scenario_file, with_overrides
 from tpopt.cli.common import CommandFn, SolverName, check_run_options, overrides_from, scenario_source

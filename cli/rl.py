@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+
 from tpopt.catalogs.rl import load_rl_scenario
 from tpopt.catalogs.scenario import BUILTIN_RL_SCENARIO
 from tpopt.cli.common import (

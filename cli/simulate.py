@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,
     EXIT_UNKNOWN,

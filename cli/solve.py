@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+
 from tpopt.cli.choices import batch_infeasible, batch_lines, infeasible_stage_text, staged_text
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,

@@ -19,6 +19,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+
 from tpopt.cli.common import (
     CommandFn,
     SolverName,

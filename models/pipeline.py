@@ -52,6 +52,7 @@ from typing import Any, Generic, NamedTuple, TypeAlias, TypeVar, overload
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
 from tpopt.errors import InputError
 from tpopt.models.numeric import FloatArray, Floats
 

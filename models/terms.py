@@ -38,6 +38,7 @@ from typing import Any, Literal, NamedTuple, TypeAlias, cast, overload
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
 from tpopt.models import comm, context, finish, memory, moe, network, ops, pipeline, reliability, steptime
 from tpopt.models.arch import ModelArch, attention_flops_per_token, flops_per_token, is_moe_layer, param_count
 from tpopt.models.batch import iterations_with_ramp

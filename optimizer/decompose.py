@@ -28,6 +28,7 @@ from typing import Any, Protocol, TypeAlias, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
 from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.models.evaluate import Evaluation, evaluate
@@ -359,6 +360,7 @@ class HighsMaster:
 
     def __init__(self, space: Space, bounds: LayoutBounds, allowed: Allowed, req: Request) -> None:
         import highspy  # lazy: start-up time
+
         from tpopt.optimizer.highs import new_highs  # lazy: start-up time (imports ortools through cpsat)
 
         self.hp = highspy

@@ -32,6 +32,7 @@ from typing import Any, Final, Literal
 
 import numpy as np
 from numpy.typing import NDArray
+
 from tpopt.catalogs import Catalog, load_catalog
 from tpopt.catalogs.scenario import build_scenario, with_overrides
 from tpopt.errors import InputError

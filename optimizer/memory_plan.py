@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+
 from tpopt.errors import InputError
 from tpopt.models.units import GIB
 from tpopt.optimizer.enumerate import GRID, LAYOUT_CACHE

@@ -35,6 +35,7 @@ from collections.abc import Collection
 from typing import Any, cast
 
 import numpy as np
+
 from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.optimizer.backends.verify import relative_gap
 from tpopt.optimizer.decompose import HUB, KEY_RTOL, LayoutBounds

@@ -47,6 +47,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import numpy as np
+
 from tpopt.errors import InputError
 from tpopt.optimizer.cpsat import CandidateResult
 from tpopt.optimizer.highs import INF, HighsModel

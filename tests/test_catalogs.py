@@ -5,6 +5,7 @@ import tomllib
 
 import pytest
 from click.testing import CliRunner
+
 from tpopt.catalogs import BUILTIN_DIR, load_catalog, model_from_hf_config
 from tpopt.cli.main import cli
 from tpopt.errors import InputError

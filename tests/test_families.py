@@ -11,6 +11,7 @@ import ast
 from pathlib import Path
 
 import pytest
+
 from tpopt.catalogs.rl import load_rl_scenario
 from tpopt.catalogs.scenario import load_scenario
 from tpopt.models import evaluate as E
