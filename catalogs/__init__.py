@@ -10,32 +10,27 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from os import PathLike
 from pathlib import Path
 from typing import Any
 
 from tpopt.catalogs.architectures import ARCH_INT_MAX, MODEL_KEYS, arch_int, build_model
+from tpopt.catalogs.entry_keys import AcceleratorKeys, LinkKeys, NicKeys, StorageKeys
 from tpopt.catalogs.market import Market, load_market
+from tpopt.catalogs.schema import read_entry
 from tpopt.catalogs.stacks import stack_names
 from tpopt.catalogs.tables import (
     MAX_INPUT_BYTES,
     check_keys,
-    flag_field,
-    need,
     read_text_capped,
-    sources_field,
-    text_field,
 )
 from tpopt.errors import InputError
 from tpopt.models.arch import ModelArch
 from tpopt.models.hardware import Accelerator
 from tpopt.models.roofline import PerfParams
 from tpopt.models.units import (
-    parse_bandwidth,
-    parse_bytes,
     parse_duration,
-    parse_flops_rate,
     parse_fraction,
     parse_int,
     parse_number,
@@ -137,108 +132,68 @@ def _merge(dirs: list[Path]) -> dict[str, dict[str, Any]]:
     return raw
 
 
-LINK_KEYS = ("bandwidth", "source", "notes")
-NIC_KEYS = ("bandwidth", "price_nic_hour", "source", "price_source", "notes")
-STORAGE_KEYS = ("write_bandwidth", "source", "notes")
+LINK_KEYS = tuple(f.name for f in fields(LinkKeys))
+NIC_KEYS = tuple(f.name for f in fields(NicKeys))
+STORAGE_KEYS = tuple(f.name for f in fields(StorageKeys))
 
 
 def _build_nics(raw_links: dict[str, Any]) -> tuple[dict[str, float], dict[str, Nic]]:
+    """links.toml's links (bandwidth by name) and NICs, read as :mod:`tpopt.catalogs.entry_keys` declares them."""
     links = {}
     for name, t in raw_links.get("link", {}).items():
         where = f"link {name}"
         check_keys(t, LINK_KEYS, where)
-        text_field(t, "source", where)
-        links[name] = parse_bandwidth(need(t, "bandwidth", where), f"{where} bandwidth", allow_zero=False)
+        link: LinkKeys = read_entry(LinkKeys, t, where)
+        links[name] = link.bandwidth
     nics = {}
     for name, t in raw_links.get("nic", {}).items():
         where = f"nic {name}"
         check_keys(t, NIC_KEYS, where)
-        nics[name] = Nic(
-            name=name,
-            bandwidth=parse_bandwidth(need(t, "bandwidth", where), f"{where} bandwidth", allow_zero=False),
-            price_hour=parse_number(t.get("price_nic_hour", 0.0), f"{where} price_nic_hour"),
-            source=text_field(t, "source", where, "") or "",
-        )
+        nic: NicKeys = read_entry(NicKeys, t, where)
+        nics[name] = Nic(name=name, bandwidth=nic.bandwidth, price_hour=nic.price_nic_hour, source=nic.source)
     return links, nics
 
 
-ACCELERATOR_KEYS = ("display", "peak_bf16", "peak_fp16", "peak_fp8", "peak_fp4", "peak_tf32", "memory",
-                    "usable_memory", "hbm_bandwidth", "host_link", "p2p", "interconnect", "cards_per_host", "nic",
-                    "nics_per_host",
-                    "max_nics_per_host", "host_memory", "host_memory_bandwidth", "price_card_hour", "price_date",
-                    "scale_up_cards", "pod_hosts", "spine_oversubscription", "sources", "notes")
-
-
-def _oversubscription(t: dict[str, Any], where: str) -> float:
-    """The spine's taper, a number >= 1 (2 = 2:1); 1 = none."""
-    value = parse_number(t.get("spine_oversubscription", 1.0), f"{where} spine_oversubscription")
-    if value < 1.0:
-        raise InputError(f"{where}: spine_oversubscription must be at least 1 (1 = none, 2 = 2:1), got {value:g}")
-    return value
+ACCELERATOR_KEYS = tuple(f.name for f in fields(AcceleratorKeys))
 
 
 def _build_accelerator(name: str, t: dict[str, Any], links: dict[str, float], nics: dict[str, Nic]) -> Accelerator:
+    """One entry of accelerators.toml, read as :class:`~tpopt.catalogs.entry_keys.AcceleratorKeys`
+    declares it; the keys left out take their defaults (usable_memory: memory, max_nics_per_host:
+    nics_per_host, a precision's peak: 0 = not given, scale_up_cards: 0 = one host)."""
     where = f"accelerator {name}"
     check_keys(t, ACCELERATOR_KEYS, where)
-    for key in ("display", "price_date", "notes"):
-        text_field(t, key, where)
-    host_link = text_field(t, "host_link", where, None)
-    if host_link is None:
-        raise InputError(f"{where}: missing required key 'host_link'")
-    if host_link not in links:
-        raise InputError(f"{where}: unknown host_link {host_link!r} (known: {', '.join(sorted(links))})")
-    inter = text_field(t, "interconnect", where, "none")
-    if inter != "none" and inter not in links:
-        raise InputError(f"{where}: unknown interconnect {inter!r} (known: none, {', '.join(sorted(links))})")
-    nic_name = text_field(t, "nic", where, None)
-    if nic_name is None:
-        raise InputError(f"{where}: missing required key 'nic'")
-    if nic_name not in nics:
-        raise InputError(f"{where}: unknown nic {nic_name!r} (known: {', '.join(sorted(nics))})")
-    nic = nics[nic_name]
-    memory = parse_bytes(need(t, "memory", where), f"{where} memory", allow_zero=False)
-    usable = parse_bytes(t.get("usable_memory", t["memory"]), f"{where} usable_memory", allow_zero=False)
-    if usable > memory:
-        raise InputError(f"{where}: usable_memory exceeds memory")
-    price = t.get("price_card_hour")
-    nph = parse_int(t.get("nics_per_host", 1), f"{where} nics_per_host", minimum=0)
-    cards = parse_int(need(t, "cards_per_host", where), f"{where} cards_per_host", minimum=1)
-    scale_up = parse_int(t.get("scale_up_cards", cards), f"{where} scale_up_cards", minimum=1)
-    if scale_up % cards:
-        raise InputError(f"{where}: scale_up_cards ({scale_up}) must be a whole number of hosts of {cards} cards")
-
-    def peak(key: str) -> float:
-        return parse_flops_rate(t[key], f"{where} {key}") if key in t else 0.0
-
+    k: AcceleratorKeys = read_entry(AcceleratorKeys, t, where, (links, nics))
+    nic = nics[k.nic]
     return Accelerator(
         name=name,
-        display=t.get("display", name),
-        peak_flops=parse_flops_rate(need(t, "peak_bf16", where), f"{where} peak_bf16"),
-        memory_nominal=memory,
-        memory_usable=usable,
-        hbm_bandwidth=parse_bandwidth(t.get("hbm_bandwidth", "0GB/s"), f"{where} hbm_bandwidth"),
-        host_link=host_link,
-        host_link_bw=links[host_link],
-        p2p=flag_field(t, "p2p", where),
-        interconnect=inter,
-        interconnect_bw=0.0 if inter == "none" else links[inter],
-        cards_per_host=cards,
-        nic=nic_name,
+        display=name if k.display is None else k.display,
+        peak_flops=k.peak_bf16,
+        memory_nominal=k.memory,
+        memory_usable=k.memory if k.usable_memory is None else k.usable_memory,
+        hbm_bandwidth=k.hbm_bandwidth,
+        host_link=k.host_link,
+        host_link_bw=links[k.host_link],
+        p2p=k.p2p,
+        interconnect=k.interconnect,
+        interconnect_bw=0.0 if k.interconnect == "none" else links[k.interconnect],
+        cards_per_host=k.cards_per_host,
+        nic=k.nic,
         nic_bw=nic.bandwidth,
         nic_price_hour=nic.price_hour,
-        nics_per_host=nph,
-        max_nics_per_host=parse_int(t.get("max_nics_per_host", nph), f"{where} max_nics_per_host", minimum=0),
-        host_memory=parse_bytes(t.get("host_memory", "0GB"), f"{where} host_memory"),
-        host_memory_bw=parse_bandwidth(t.get("host_memory_bandwidth", "0GB/s"), f"{where} host_memory_bandwidth"),
-        price_card_hour=None if price is None else parse_number(price, f"{where} price_card_hour"),
-        peak_fp16=peak("peak_fp16"),
-        peak_fp8=peak("peak_fp8"),
-        peak_fp4=peak("peak_fp4"),
-        peak_tf32=peak("peak_tf32"),
-        scale_up_cards=scale_up if "scale_up_cards" in t else 0,
-        pod_hosts=parse_int(t.get("pod_hosts", 0), f"{where} pod_hosts", minimum=0),
-        spine_oversubscription=_oversubscription(t, where),
-        sources=sources_field(t, where),
+        nics_per_host=k.nics_per_host,
+        max_nics_per_host=k.nics_per_host if k.max_nics_per_host is None else k.max_nics_per_host,
+        host_memory=k.host_memory,
+        host_memory_bw=k.host_memory_bandwidth,
+        price_card_hour=k.price_card_hour,
+        peak_fp16=0.0 if k.peak_fp16 is None else k.peak_fp16,
+        peak_fp8=0.0 if k.peak_fp8 is None else k.peak_fp8,
+        peak_fp4=0.0 if k.peak_fp4 is None else k.peak_fp4,
+        peak_tf32=0.0 if k.peak_tf32 is None else k.peak_tf32,
+        scale_up_cards=0 if k.scale_up_cards is None else k.scale_up_cards,
+        pod_hosts=k.pod_hosts,
+        spine_oversubscription=k.spine_oversubscription,
+        sources=k.sources,
     )
 
 
@@ -331,8 +286,8 @@ def load_catalog(extra_dirs: Sequence[str | PathLike[str]] = ()) -> Catalog:
     for name, t in raw["storage"].items():
         where = f"storage {name}"
         check_keys(t, STORAGE_KEYS, where)
-        cat.storage[name] = parse_bandwidth(need(t, "write_bandwidth", where), f"{where} write_bandwidth",
-                                            allow_zero=False)
+        tier: StorageKeys = read_entry(StorageKeys, t, where)
+        cat.storage[name] = tier.write_bandwidth
     for name, t in raw["accelerators"].items():
         cat.accelerators[name] = _build_accelerator(name, t, links, nics)
     for name, t in raw["models"].items():

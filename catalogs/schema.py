@@ -77,6 +77,7 @@ class Kind:
     unit: str
     parser: Callable[..., Any] | None = None  # the unit parser of a quantity
     bounds: Mapping[str, Any] = field(default_factory=dict)  # its bounds (minimum, maximum, allow_zero)
+    sep: str = " "  # between a catalog entry and the key in errors (:func:`read_entry`): "accelerator x memory: ..."
 
 
 def _quantity(parser: Callable[..., Any], unit: str, **bounds: Any) -> Kind:
@@ -91,6 +92,11 @@ def duration(**bounds: Any) -> Kind:
 def size(**bounds: Any) -> Kind:
     """Bytes from ``22GiB`` or ``24GB``."""
     return _quantity(parse_bytes, "bytes (22GiB, 24GB)", **bounds)
+
+
+def flops_rate(**bounds: Any) -> Kind:
+    """FLOP/s from ``989TFLOP/s``."""
+    return _quantity(parse_flops_rate, "FLOP/s (989TFLOP/s)", **bounds)
 
 
 def bandwidth(**bounds: Any) -> Kind:
@@ -326,7 +332,9 @@ class Key:
     help text, the name errors use (``<table>.<key>`` unless ``label``), the model field it sets (``to``,
     default its own name), and whether it is required, may be set per training stage, or takes a given
     None as not given (``optional``). ``check`` = (test on the read value, message) for a bound that the
-    parser does not know."""
+    parser does not know. A catalog key (:func:`read_entry`) also says whether the entry's ``sources`` table
+    must source its value (``source``) and whether its default is neutral (``neutral``: it changes nothing,
+    so the model leaves the field out of fingerprints at that default)."""
 
     kind: Kind
     default: Any = None
@@ -337,6 +345,8 @@ class Key:
     per_stage: bool = False
     optional: bool = False
     check: tuple[Callable[[Any], bool], str] | None = None
+    source: bool = False  # a catalog key whose value the entry's ``sources`` table must source
+    neutral: bool = False  # a catalog key whose default changes nothing (left out of fingerprints)
 
 
 def key(kind: Kind, default: Any = None, help: str = "", **options: Any) -> Any:
@@ -365,6 +375,24 @@ def read_table(cls: type, table: Mapping[str, Any], prefix: str, context: Any = 
         for after, test, message in rules:
             if after == f.name and test(values):
                 raise InputError(message.format(**values))
+    return cls(**values)
+
+
+def read_entry(cls: type, table: Mapping[str, Any], where: str, context: Any = None) -> Any:
+    """The declared keys of a catalog entry (``where``: ``"accelerator NAME"``) read from ``table`` as
+    :func:`read_table` reads a scenario table, in the catalog's wording: a value is named ``<where><sep><key>``
+    (its kind's ``sep``), a missing ``required`` key is ``<where>: missing required key 'KEY'``, and each of the
+    ``RULES`` (after, test, message) is formatted with ``where`` and the values read."""
+    rules = getattr(cls, "RULES", ())
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        k = spec(f)
+        values[f.name] = _read_key(k, f.name, table, where + k.kind.sep, context)
+        if k.required and values[f.name] is None:
+            raise InputError(f"{where}: missing required key {f.name!r}")
+        for after, test, message in rules:
+            if after == f.name and test(values):
+                raise InputError(message.format(where=where, **values))
     return cls(**values)
 
 
