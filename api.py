@@ -26,12 +26,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union, cast
 
 from tpopt.catalogs import load_catalog
-from tpopt.catalogs.scenario import BUILTIN_SCENARIO, build_scenario, read_scenario_file, with_overrides
+from tpopt.catalogs.scenario import (
+    BUILTIN_SCENARIO,
+    build_scenario,
+    natural_keys,
+    read_scenario_file,
+    with_overrides,
+)
 from tpopt.errors import InputError
 from tpopt.frames import records_frame
 from tpopt.models.evaluate import Evaluation
 from tpopt.models.evaluate import evaluate as evaluate_plan
 from tpopt.models.plan import Scenario
+from tpopt.models.variables import API_FIELDS, API_KEY, PLAN_FIELD_NAMES, PLAN_INPUTS
 from tpopt.optimizer import backends
 from tpopt.optimizer.explain import explain_plan, explain_request
 from tpopt.optimizer.plan import PlanReport, plan
@@ -52,8 +59,11 @@ Swept = str | float | Sequence[str | float] | None
 
 __all__ = ["LoadedScenario", "Explanation", "SweepTable", "scenario", "solve", "evaluate", "explain", "sweep"]
 
-PLAN_FIELDS = ("accelerator", "cards", "zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "schedule",
-               "save_interval", "save_mode", "nics_per_host", "ep", "expert_tp", "capacity")
+PLAN_FIELDS = API_FIELDS
+"""The plan keywords of :func:`evaluate` and :func:`explain` (accelerator, cards, zero_stage, ...; declared in
+:data:`tpopt.models.variables.PLAN_INPUTS`)."""
+PLAN_NAMES = frozenset(PLAN_FIELD_NAMES) | {i.key for i in PLAN_INPUTS} | set(PLAN_FIELDS)
+"""Every name that means a plan field (a :class:`~tpopt.models.plan.Plan` field, a plan flag's or keyword's name)."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +117,29 @@ def _split(kw: dict[str, Any], names: Collection[str]) -> tuple[dict[str, Any], 
     return picked, kw
 
 
+def _scenario_input(name: str) -> bool:
+    """Whether ``name`` is a scenario input (a dotted ``table.key`` or a natural name of one)."""
+    if "." in name:
+        return True
+    try:
+        natural_keys(name)
+    except InputError:
+        return False
+    return True
+
+
+def _reject_plan_fields(inputs: Mapping[str, Any], function: str, takes_plan: bool) -> None:
+    """An :class:`InputError` for a keyword that names a plan field ``function`` does not take (and no scenario
+    input): it would otherwise be dropped, or read as an unknown scenario input."""
+    for name in inputs:
+        if name in PLAN_NAMES and not _scenario_input(name):
+            if takes_plan:
+                raise InputError(f"tpopt.{function}: {name!r} is not a plan field it takes (plan fields: "
+                                 f"{', '.join(PLAN_FIELDS)}; other keywords change the scenario)")
+            raise InputError(f"tpopt.{function}: {name!r} is a plan field, and {function} chooses the plan (fix a "
+                             f"plan with tpopt.evaluate, whose plan fields are {', '.join(PLAN_FIELDS)})")
+
+
 def _scenario_of(source: Source, inputs: dict[str, Any]) -> LoadedScenario:
     if isinstance(source, LoadedScenario) and not inputs:
         return source
@@ -139,6 +172,7 @@ def solve(source: Source = None, /, *, solver: str = backends.DEFAULT, objective
     Deterministic with the default seed and one worker."""
     if not backends.is_known(solver):
         raise backends.unknown_solver(solver)
+    _reject_plan_fields(inputs, "solve", takes_plan=False)
     sc = _scenario_of(source, inputs)
     req = _request(objective, top, time_limit, seed, workers, method)
     return plan(sc, solver, req, analyse=analysis, sensitivity=sensitivity,
@@ -146,7 +180,7 @@ def solve(source: Source = None, /, *, solver: str = backends.DEFAULT, objective
 
 
 def _plan(sc: Scenario, plan_kw: dict[str, Any]) -> Plan:
-    kw = {"hw": plan_kw.pop("accelerator", None), "pipe_schedule": plan_kw.pop("schedule", None), **plan_kw}
+    kw = {API_KEY[k]: v for k, v in plan_kw.items()}
     if kw.get("cards") is None:
         raise InputError("give the plan's cards (e.g. cards=48)")
     return plan_from(sc, kw)
@@ -163,6 +197,7 @@ def evaluate(source: Source = None, /, *, cards: int | None = None, **inputs: An
     the plan; fields left out take the scenario's single-valued ``[search]`` domain (or its first value);
     every other keyword changes the scenario."""
     plan_kw, rest = _split(dict(inputs), PLAN_FIELDS)
+    _reject_plan_fields(rest, "evaluate", takes_plan=True)
     sc = _scenario_of(source, rest)
     return evaluate_plan(sc, _plan(sc, dict(plan_kw, cards=cards)))
 
@@ -224,6 +259,7 @@ def explain(source: Source = None, /, *, cards: int | None = None, solver: str =
     :func:`evaluate`) is infeasible, or what limits it: a minimal conflict and the smallest single
     change of each input that fixes the request; the constraints a plan violates, or how tight each is."""
     plan_kw, rest = _split(dict(inputs), PLAN_FIELDS)
+    _reject_plan_fields(rest, "explain", takes_plan=True)
     sc = _scenario_of(source, rest)
     req = _request(objective, 1, time_limit, seed, workers, method)
     if cards is None:

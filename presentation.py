@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # typing only
     from tpopt.models.plan import Scenario
 
+from tpopt.models.variables import line_parts
+
 # ---------------------------------------------------------------------------------------------
 # plans and changes
 
@@ -88,8 +90,7 @@ def plan_line(plan: dict[str, Any]) -> str:
         accumulation_text(plan),
         f"recompute {plan['recompute']}",
     ]
-    if plan.get("offload") and plan["offload"] != "none":
-        parts.append(f"offload {plan['offload']}")
+    parts += line_parts(plan)  # the switches a variable declares shown (models/variables.py: offload, ...)
     if plan["pp"] > 1 and plan.get("schedule"):
         parts.append(f"schedule {plan['schedule']}")
     if plan.get("ep") is not None:

@@ -6,7 +6,7 @@
 ``design`` (default): the chapter's design case capped at 32 cards (the chapter, 10.6: infeasible for 30 days).
 ``llama3-405b``: Llama-3.1-405B on 2T tokens in 90 days on H100 / A100 / H200 / B200 with the search
 space open, 1,800 s synchronous checkpoints (issue 14's example): a conflict between the deadline and
-the 1,024-card cap. ``llama3-70b-budget``: the README's Llama-3-70B budget case (space 4 of
+the 1,024-card cap. ``llama3-70b-budget``: the Llama-3-70B budget case of docs/optimiser.md (space 4 of
 benchmarks/solve_scaling.py, 2T tokens, 60 days, five accelerators, per-operation model, budget cap
 800,000 USD). ``--row N``: space N (0-based) of benchmarks/solve_scaling.py with the deadline cut to
 ``--deadline`` (default 7 d; infeasible). Prints one line per step: seconds (wall, and CPU for the solve and

@@ -6,7 +6,7 @@
 Each example runs as its own command (``tpopt solve``, ``tpopt rl`` for the RL example) in a fresh process,
 as a user runs it, with ``--json``. One line each: the process's wall time (interpreter start to exit), the
 exit code, the status, whether the clock was reached and in which phase, and whether the wall time is
-within the limit plus max(0.5 s, 10 %) -- the bound the README states for a command. The limit counts
+within the limit plus max(0.5 s, 10 %) -- the bound docs/commands.md states for a command. The limit counts
 from the command's entry point (loading included), so the interpreter's own start (and, where Python
 writes no bytecode cache, compiling the modules it imports) comes on top of it. A status is *honest* when
 it matches the exit code (0: optimal or feasible, 3: infeasible, 4: unknown) and anything short of a

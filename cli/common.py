@@ -17,6 +17,7 @@ from tpopt.catalogs.scenario import BUILTIN_SCENARIO, load_scenario
 from tpopt.cli.render import fit_lines
 from tpopt.errors import InputError
 from tpopt.models.plan import Plan, Scenario
+from tpopt.models.variables import PLAN_INPUTS, PlanInput
 from tpopt.optimizer import backends
 from tpopt.optimizer.limits import MAX_TIME_LIMIT
 from tpopt.optimizer.plan_fields import plan_from as plan_of_fields
@@ -238,34 +239,20 @@ def plan_options(fn: CommandFn | None = None, *,
         return lambda f: plan_options(f, require_cards=require_cards)
     cards_help = ("Card count (a multiple of the host size)." if require_cards
                   else "Card count of the plan to explain (omit to explain the request as a whole).")
-    opts = [
-        click.option("--cards", type=int, required=require_cards, help=cards_help),
-        click.option("--zero", "zero_stage", type=int, help="ZeRO stage 0-3."),
-        click.option("--tp", type=int, help="Tensor-parallel size."),
-        click.option("--pp", type=int, help="Pipeline-parallel size."),
-        click.option("--cp", type=int, help="Context-parallel size (each sequence split over cp cards)."),
-        click.option("--micro-batch", type=int, help="Sequences per micro-batch."),
-        click.option("--recompute", help="none, full, or groups norm+mlp+attn."),
-        click.option("--offload", type=click.Choice(["none", "cpu"]), help="Optimizer offload."),
-        click.option("--schedule", "pipe_schedule", help="Pipeline schedule (pp > 1), e.g. 1f1b, zb-h1."),
-        click.option("--save-interval", help="Checkpoint interval, e.g. 1800s, or 'auto'."),
-        click.option("--save-mode", type=click.Choice(["sync", "async"]), help="Checkpoint save mode."),
-        click.option("--nics-per-host", type=int, help="NICs per host."),
-        click.option("--ep", type=int, help="Expert parallelism (MoE models); must divide the routed experts."),
-        click.option("--expert-tp", help="Expert tensor parallelism (MoE models), or 'tp' for the same as TP."),
-        click.option("--capacity", help="Capacity factor (MoE models), e.g. 1.25, or 'none' for dropless."),
-        click.option("--virtual-stages", type=int,
-                     help="Interleaved schedule: model chunks per card (sets --schedule interleaved:N)."),
-        click.option("--sequence-parallel/--no-sequence-parallel", "sequence_parallel", default=None,
-                     help="Sequence parallelism under TP (default: the scenario's memory.sequence_parallel)."),
-        click.option("--flash-attention/--no-flash-attention", "flash_attention", default=None,
-                     help="Flash attention (default: the scenario's memory.flash_attention)."),
-        click.option("--first-stage-layers", type=int, help="Layers on the first pipeline stage (uneven stages)."),
-        click.option("--last-stage-layers", type=int, help="Layers on the last pipeline stage (uneven stages)."),
-    ]
+    opts = [_plan_option(i, cards_help if i.key == "cards" else i.help, require_cards)
+            for i in PLAN_INPUTS if i.flag is not None]
     for opt in reversed(opts):
         fn = opt(fn)
     return fn
+
+
+def _plan_option(i: PlanInput, help: str, require_cards: bool) -> Callable[[CommandFn], CommandFn]:
+    """The click option of one plan input (:data:`tpopt.models.variables.PLAN_INPUTS`)."""
+    assert i.flag is not None
+    if i.boolean:
+        return click.option(i.flag, i.key, default=None, help=help)
+    kind = click.Choice(list(i.choices)) if i.choices else i.type
+    return click.option(i.flag, i.key, type=kind, required=require_cards and i.key == "cards", help=help)
 
 
 def plan_from(sc: Scenario, kw: dict[str, Any]) -> Plan:

@@ -31,12 +31,13 @@ from tpopt.cli.confidence import reachable_line
 from tpopt.cli.render import fit_lines, progress_status
 from tpopt.cli.request import raw_and_catalog, request_from, solve_options
 from tpopt.errors import InputError
+from tpopt.models import variables as V
 from tpopt.optimizer.confidence import reachable
 from tpopt.optimizer.explain import explain_plan, explain_request, sensitivities
 from tpopt.presentation import infeasible_lines, plan_lines, request_lines, sensitivity_lines
 
-PLAN_FLAGS = ("zero_stage", "tp", "pp", "micro_batch", "recompute", "offload", "pipe_schedule", "save_interval",
-              "save_mode", "nics_per_host", "ep", "expert_tp", "capacity")
+PLAN_FLAGS = tuple(i.key for i in V.PLAN_INPUTS if i.flag is not None and i.api is not None and i.key != "cards")
+"""The plan flags that describe a plan (those :func:`tpopt.explain` takes as plan fields; --cards aside)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,8 +75,8 @@ def explain(sensitivity: bool, as_json: bool, **kw: Any) -> None:
     if kw.get("cards") is None:
         given = [k for k in PLAN_FLAGS if kw.get(k) is not None]
         if given:
-            flag = {"zero_stage": "zero", "pipe_schedule": "schedule"}.get(given[0], given[0]).replace("_", "-")
-            raise InputError(f"--{flag} describes a plan: give --cards too (or drop it to explain the request)")
+            raise InputError(f"{V.flag_of(given[0])} describes a plan: give --cards too (or drop it to explain the "
+                             "request)")
         raw, catalog = raw_and_catalog(kw)
         with progress_status("tpopt explain") as tell:
             out = explain_request(sc, backend, req, raw=raw, catalog=catalog, progress=tell)

@@ -23,12 +23,11 @@ from tpopt.cli.common import (
     scenario_options,
 )
 from tpopt.errors import InputError
+from tpopt.models import variables as V
 from tpopt.models.evaluate import evaluate
 from tpopt.optimizer.frameworks import FORMATS, export_text, plan_from_report
 
-PLAN_FLAGS = ("cards", "zero_stage", "tp", "pp", "cp", "micro_batch", "recompute", "offload", "pipe_schedule",
-              "save_interval", "save_mode", "nics_per_host", "ep", "expert_tp", "capacity", "virtual_stages",
-              "sequence_parallel", "flash_attention", "first_stage_layers", "last_stage_layers")
+PLAN_FLAGS = V.PLAN_FLAGS  # every plan flag (cards, zero_stage, tp, ...): tpopt.models.variables.PLAN_INPUTS
 
 
 @click.command()
@@ -61,7 +60,7 @@ def export(fmt: str, plan_path: str | None, out: str | None, force: bool, **kw: 
     if plan_path:
         given = [k for k in PLAN_FLAGS if kw.get(k) is not None]
         if given:
-            raise InputError(f"--plan fixes the plan: drop --{given[0].replace('_', '-')}")
+            raise InputError(f"--plan fixes the plan: drop {V.flag_of(given[0])}")
         plan = plan_from_report(_read_report(plan_path))
         if plan.accelerator not in sc.systems:
             raise InputError(f"--plan: its accelerator {plan.accelerator!r} is not in the scenario "

@@ -29,6 +29,7 @@ from tpopt.models.layout import Layout
 from tpopt.models.numeric import FloatArray
 from tpopt.models.plan import OFFLOADS, SAVE_MODES, Plan, Scenario, schedule_name, split_schedule
 from tpopt.models.units import DAY, GIB, HOUR
+from tpopt.models.variables import evaluate_keywords, moe_record, plan_record
 
 ConstraintSpec = F.Family  # a family's declaration: name, unit, scale, statement, structural flag
 
@@ -279,25 +280,12 @@ class Evaluation:
         return next(c for c in self.constraints if c.name == name)
 
     def plan_dict(self) -> dict[str, Any]:
-        p = self.plan
-        return {"accelerator": p.accelerator, "cards": p.cards, "hosts": int(self.metrics["hosts"]),
-                "zero_stage": p.zero_stage, "tp": p.tp, "cp": p.cp, "pp": p.pp, "dp": p.dp,
-                "micro_batch": p.micro_batch,
-                "grad_accum": p.grad_accum, "recompute": p.recompute, "offload": p.offload,
-                "schedule": p.schedule if p.pp > 1 else None, "save_interval_s": p.save_interval_s,
-                "save_mode": p.save_mode, "nics_per_host": p.nics_per_host, "global_batch": p.global_batch,
-                "sequence_parallel": p.sequence_parallel if p.tp > 1 else None,
-                "flash_attention": p.flash_attention,
-                "stage_layers": self.metrics.get("stage_layers")
-                if p.pp > 1 and self.metrics.get("step_model") == "per-operation" else None, **self.moe_plan()}
+        """The plan as reports write it (:data:`tpopt.models.variables.PLAN_RECORD`)."""
+        return plan_record(self.plan, self.metrics)
 
     def moe_plan(self) -> dict[str, Any]:
         """EP, expert-TP, capacity and the EP group's placement (None for a dense model)."""
-        p = self.plan
-        if "ep_placement" not in self.metrics:
-            return {"ep": None, "expert_tp": None, "capacity_factor": None, "ep_placement": None}
-        return {"ep": p.ep, "expert_tp": p.expert_tp or p.tp, "capacity_factor": p.capacity_factor or None,
-                "ep_placement": self.metrics["ep_placement"]}
+        return moe_record(self.plan, self.metrics)
 
     def as_dict(self) -> dict[str, Any]:
         return {"plan": self.plan_dict(), "metrics": {k: v for k, v in self.metrics.items()},
@@ -480,11 +468,7 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
     sc = at_plan_batch(sc, plan)
     plan = resolve_plan(sc, plan)
     sc = with_plan_options(sc, plan)
-    r = evaluate_arrays(sc, plan.accelerator, tp=plan.tp, pp=plan.pp, dp=plan.dp, micro_batch=plan.micro_batch,
-                        zero_stage=plan.zero_stage, nics_per_host=plan.nics_per_host,
-                        save_interval_s=plan.save_interval_s, recompute=plan.recompute, offload=plan.offload,
-                        schedule=plan.schedule, save_mode=plan.save_mode, ep=plan.ep, expert_tp=plan.expert_tp,
-                        capacity_factor=plan.capacity_factor, cp=plan.cp, quantiles=True)
+    r = evaluate_arrays(sc, plan.accelerator, **evaluate_keywords(plan), quantiles=True)
     v = {k: float(np.asarray(x)) for k, x in r.items() if isinstance(k, str) and k != "feasible"}
     metrics = {
         "hosts": int(v["hosts"]),

@@ -45,6 +45,7 @@ from tpopt.models import families as F
 from tpopt.models.evaluate import evaluate_arrays, resolve_plan, with_plan_options
 from tpopt.models.plan import Plan, Scenario
 from tpopt.models.roofline import PerfParams
+from tpopt.models.variables import evaluate_keywords
 
 CHOICE_CONSTRAINTS = F.CHOICE_FAMILIES
 """Constraints a candidate plan must meet to be chosen (what the run could physically do)."""
@@ -136,11 +137,7 @@ def perf_sets(base: PerfParams, names: Sequence[str], values: ArrayLike) -> Perf
 def _evaluate(run: MeasuredRun, plan: Plan, perf: PerfParams) -> dict[Any, Any]:
     p = resolve_plan(run.scenario, plan)
     sc = with_plan_options(with_perf(run.scenario, p.accelerator, perf), p)
-    return evaluate_arrays(sc, p.accelerator, tp=p.tp, pp=p.pp, dp=p.dp, micro_batch=p.micro_batch,
-                           zero_stage=p.zero_stage, nics_per_host=p.nics_per_host, save_interval_s=p.save_interval_s,
-                           recompute=p.recompute, offload=p.offload, schedule=p.schedule, save_mode=p.save_mode,
-                           ep=p.ep, expert_tp=p.expert_tp, capacity_factor=p.capacity_factor, cp=p.cp,
-                           sequence_parallel=p.sequence_parallel)
+    return evaluate_arrays(sc, p.accelerator, **evaluate_keywords(p))
 
 
 def predict(run: MeasuredRun, perf: PerfParams) -> Prediction:

@@ -31,6 +31,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from tpopt.models import families as F
 from tpopt.models import terms as T
+from tpopt.models import variables as V
 from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.optimizer.backends.verify import SolverFailure, relative_gap, solver_stopped
 from tpopt.optimizer.enumerate import layout_best
@@ -130,7 +131,7 @@ def _largest(values: list[NDArray[Any]]) -> NDArray[Any]:
     return best
 
 
-COUPLING = ("recompute", "zero", "ep", "cap", "offload", "etp", "sp", "schedule", "nics")
+COUPLING = V.COUPLING  # (recompute, zero, ep, cap, offload, etp, sp, schedule, nics): Variable.coupling
 """Extras kept jointly with the layout in the solve's bounds, most strongly coupled first: recompute,
 ZeRO, offload and the expert choices trade memory against time, the capacity factor decides drops."""
 COUPLING_CELLS = 200_000

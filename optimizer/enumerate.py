@@ -21,6 +21,7 @@ from numpy.typing import DTypeLike, NDArray
 from tpopt.models import families as F
 from tpopt.models import pipeline
 from tpopt.models import terms as T
+from tpopt.models import variables as V
 from tpopt.models.evaluate import evaluate_arrays
 from tpopt.optimizer.limits import checkpoint
 from tpopt.optimizer.result import Request
@@ -292,8 +293,8 @@ class PointTable:
 # one layout at a time, from the term tables (the decomposition's subproblem and the report's queries)
 
 HUB = LAYOUT  # (acc, tp, cp, pp, dp, mb)
-GRID = ("zero", "offload", "recompute", "sp", "schedule", "nics", "ep", "etp", "cap")
-SAVE = ("tau", "mode")
+GRID = V.GRID  # (zero, offload, recompute, sp, schedule, nics, ep, etp, cap): declared in models/variables.py
+SAVE = V.SAVE  # (tau, mode)
 EXTRAS = GRID + SAVE
 _GRID_TERMS = ("time.exposed_dp", "time.tp_comm", "time.offload", "time.ep_comm", "rate")  # and the memory tables
 # families decided by one table each (True = the rule holds), sliced at the layout

@@ -34,9 +34,10 @@ from pathlib import Path
 import numpy as np
 
 from tpopt.errors import InputError
+from tpopt.models import variables as V
 from tpopt.models.units import GIB
 from tpopt.optimizer.enumerate import GRID, LAYOUT_CACHE
-from tpopt.optimizer.space import LAYOUT, PIPELINE_TERMS, VARIABLES, Space
+from tpopt.optimizer.space import LAYOUT, PIPELINE_TERMS, Space
 
 DEFAULT_SHARE = 0.5
 """Share of the machine's memory a solve may plan to use when the scenario states no budget."""
@@ -48,10 +49,8 @@ LAYOUT_ARRAYS = 24
 """float64 arrays over the layouts the decomposition's bounds keep (memory, busy time, rate, cost, ...)."""
 AXES_NAMED = 3
 """Axes a refusal names at least (the widest of the largest table), so that a user can choose."""
-SEARCH_KEY = {"acc": "accelerator", "tau": "save_interval", "mode": "save_mode", "nics": "nics_per_host",
-              "dp": "dp", "recompute": "recompute", "sp": "sequence_parallel", "cap": "capacity_factor",
-              "etp": "expert_tp", "mb": "micro_batch", "zero": "zero_stage"}
-"""A variable's key in ``[search]`` (where it differs from the variable's name)."""
+SEARCH_KEY = V.SEARCH_KEY
+"""A variable's key in ``[search]`` (:attr:`tpopt.models.variables.Variable.search_key`)."""
 
 
 @dataclass(frozen=True)
@@ -191,13 +190,12 @@ def _size(b: float) -> str:
 def axes_to_narrow(space: Space, mp: MemoryPlan, factor: float) -> list[str]:
     """The ``[search]`` keys of the largest table's widest axes, widest first, as many as it takes for
     the product of their sizes to reach ``factor`` (at least :data:`AXES_NAMED` where it has them)."""
-    search = {v.name: v.search for v in VARIABLES}
     sizes = sorted(((len(space.domains[v]), v) for v in mp.largest_vars if len(space.domains[v]) > 1),
                    key=lambda x: (-x[0], x[1]))
     out: list[str] = []
     prod = 1.0
     for n, v in sizes:
-        key = SEARCH_KEY.get(v, search.get(v) or v)
+        key = SEARCH_KEY.get(v, v)
         out.append(f"{key} ({n} values)" if v != "dp" else f"dp ({n} divisors of the batch)")
         prod *= n
         if prod >= factor and len(out) >= AXES_NAMED:

@@ -10,6 +10,7 @@ from typing import Any
 from tpopt.errors import InputError
 from tpopt.models.plan import Plan, Scenario, SearchSpace, schedule_name, split_schedule
 from tpopt.models.units import parse_duration, parse_int, parse_number
+from tpopt.models.variables import PLAN_DEFAULTS, SIMPLE_INPUTS
 
 
 def _moe_flags(space: SearchSpace, kw: Mapping[str, Any]) -> dict[str, Any]:
@@ -61,19 +62,17 @@ def plan_from(sc: Scenario, kw: Mapping[str, Any]) -> Plan:
         if kw["virtual_stages"] < 2:
             raise InputError(f"--virtual-stages must be at least 2 (got {kw['virtual_stages']})")
         schedule = schedule_name("interleaved", kw["virtual_stages"])
+    simple = {}  # the inputs set the simple way (PlanInput.domain): given, else from their [search] domain
+    for i in SIMPLE_INPUTS:
+        assert i.field is not None and i.domain is not None
+        domain = getattr(space, i.domain)
+        simple[i.field] = pick(i.key, domain if not i.single or len(domain) == 1 else (), PLAN_DEFAULTS[i.field])
     return Plan(
         accelerator=acc,
         cards=kw["cards"],
-        zero_stage=pick("zero_stage", space.zero_stage if len(space.zero_stage) == 1 else (), 3),
-        tp=pick("tp", space.tp if len(space.tp) == 1 else (), 1),
-        pp=pick("pp", space.pp if len(space.pp) == 1 else (), 1),
-        cp=pick("cp", space.cp if len(space.cp) == 1 else (), 1),
-        micro_batch=pick("micro_batch", space.micro_batch if len(space.micro_batch) == 1 else (), 1),
-        recompute=pick("recompute", space.recompute, "none"),
-        offload=pick("offload", space.offload, "none"),
+        **simple,
         schedule=schedule,
         save_interval_s=interval_s,
-        save_mode=pick("save_mode", space.save_mode, "sync"),
         nics_per_host=kw.get("nics_per_host") or 0,
         sequence_parallel=kw.get("sequence_parallel"),
         flash_attention=kw.get("flash_attention"),

@@ -29,6 +29,7 @@ from tpopt.models import families as F
 from tpopt.models.arch import activated_params, flops_per_token, param_count
 from tpopt.models.evaluate import SPEC, Evaluation, evaluate
 from tpopt.models.plan import Scenario
+from tpopt.models.variables import ALTERNATIVES
 from tpopt.optimizer import analysis as shared  # the analysis shared with tpopt rl (analysis() is ours)
 from tpopt.optimizer import backends, core
 from tpopt.optimizer.decompose import LayoutBounds
@@ -317,11 +318,6 @@ def _ruled_out(oracle: Oracle, objective: str, enforced: Collection[str], restri
     return reasons
 
 
-def _as_is(value: object) -> object:
-    """A choice's value as its label shows it (every variable but expert TP and the capacity factor)."""
-    return value
-
-
 def why_not_cheaper(oracle: Oracle, space: Space, best: Evaluation, objective: str, enforced: Collection[str],
                     fewer_cards: int = 3, same_scale: bool = True) -> list[dict[str, Any]]:
     """Alternatives a user would ask about, each feasible-but-worse or ruled out (and by what)."""
@@ -350,21 +346,13 @@ def why_not_cheaper(oracle: Oracle, space: Space, best: Evaluation, objective: s
             out.append(entry(a, "accelerator", {"acc": [a]}))
     # other choices at the same scale (same accelerator and card count)
     if same_scale:
-        chosen = {"zero": p.zero_stage, "tp": p.tp, "cp": p.cp, "pp": p.pp, "mb": p.micro_batch,
-                  "recompute": p.recompute, "offload": p.offload, "mode": p.save_mode, "ep": p.ep, "etp": p.expert_tp,
-                  "cap": p.capacity_factor}
-        labels = {"zero": "ZeRO-{}", "tp": "TP {}", "cp": "CP {}", "pp": "PP {}", "mb": "micro-batch {}",
-                  "recompute": "recompute {}", "offload": "offload {}", "mode": "{} saves", "ep": "EP {}",
-                  "etp": "expert-TP {}", "cap": "capacity {}"}
-        shown: dict[str, Callable[[Any], object]] = {"etp": lambda v: "= TP" if not v else v,
-                                                     "cap": lambda v: "none (dropless)" if not v else f"{v:g}"}
-        for var, val in chosen.items():
-            for other in d[var]:
+        for v in ALTERNATIVES:  # declared with their wording in models/variables.py (Variable.label)
+            val = getattr(p, v.field)
+            for other in d[v.name]:
                 if other == val:
                     continue
-                text = labels[var].format(shown.get(var, _as_is)(other))
-                out.append(entry(text + f" on {p.accelerator} x {p.cards}", "same scale",
-                                 {"acc": [p.accelerator], var: [other]}, (p.cards,)))
+                out.append(entry(v.wording(other) + f" on {p.accelerator} x {p.cards}", "same scale",
+                                 {"acc": [p.accelerator], v.name: [other]}, (p.cards,)))
     return out
 
 

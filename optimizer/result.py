@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from tpopt.frames import records_frame
 from tpopt.models.evaluate import Evaluation
 from tpopt.models.units import DAY
+from tpopt.models.variables import PLAN_RECORD
 from tpopt.optimizer.limits import Clock
 
 if TYPE_CHECKING:
@@ -114,10 +115,7 @@ def objective_value(ev: Evaluation, objective: str) -> float:
 
 def plan_summary(ev: Evaluation) -> dict[str, Any]:
     """A plan's layout and headline figures, as reports quote it."""
-    p = ev.plan
-    return {"accelerator": p.accelerator, "cards": p.cards, "hosts": int(ev.metrics["hosts"]),
-            "zero_stage": p.zero_stage, "tp": p.tp, "cp": p.cp, "pp": p.pp, "dp": p.dp, "micro_batch": p.micro_batch,
-            "recompute": p.recompute, "offload": p.offload, "schedule": p.schedule if p.pp > 1 else None,
-            "global_batch": p.global_batch,
+    quoted = [f for f in PLAN_RECORD if f.summary]  # the plan's own keys first, the MoE keys after the figures
+    return {**{f.key: f.of(ev.plan, ev.metrics) for f in quoted if not f.moe},
             "cost": ev.metrics["cost"], "cost_unit": ev.metrics["cost_unit"],
-            "finish_days": ev.metrics["finish_days"], **ev.moe_plan()}
+            "finish_days": ev.metrics["finish_days"], **{f.key: f.of(ev.plan, ev.metrics) for f in quoted if f.moe}}

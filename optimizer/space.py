@@ -1,8 +1,9 @@
 """The design space of a scenario and the term tables every backend shares.
 
-A plan is an assignment of the base variables below, declared once in :data:`VARIABLES` (name,
-Plan field, [search] domain, categorical or numeric, core layout or not). The term functions of
-:mod:`tpopt.models.terms` are tabulated over the joint domain of *their own* variables only; the
+A plan is an assignment of the base variables below, declared once in :data:`VARIABLES`
+(:mod:`tpopt.models.variables`: name, Plan field, [search] domain and key, categorical or numeric, core layout
+or not, role in the layout evaluator and the decomposition). The term functions of :mod:`tpopt.models.terms`
+are tabulated over the joint domain of *their own* variables only; the
 backends glue those tables together (CP-SAT with element constraints, HiGHS with joint binaries, the
 enumerator by broadcasting). So all three backends optimise the very same model.
 
@@ -44,6 +45,15 @@ from tpopt.models import terms as T
 from tpopt.models.layout import term_variables
 from tpopt.models.numeric import FloatArray
 from tpopt.models.plan import Plan, Scenario
+from tpopt.models.variables import CARD_FACTORS as CARD_FACTORS  # declared once there, re-exported for the solvers
+from tpopt.models.variables import CATEGORICAL as CATEGORICAL
+from tpopt.models.variables import LAYOUT as LAYOUT
+from tpopt.models.variables import MOE_VARS as MOE_VARS
+from tpopt.models.variables import NUMERIC as NUMERIC
+from tpopt.models.variables import VARIABLES as VARIABLES
+from tpopt.models.variables import VARS as VARS
+from tpopt.models.variables import Variable as Variable
+from tpopt.models.variables import plan_fields_of
 from tpopt.optimizer.limits import checkpoint
 
 if TYPE_CHECKING:  # the views dict's methods return (typeshed names them in _collections_abc)
@@ -59,51 +69,6 @@ Reducer: TypeAlias = Callable[..., Any]
 """np.min or np.max (or another ``fn(vals, axis=...)``)."""
 
 
-@dataclass(frozen=True)
-class Variable:
-    """One decision variable, declared once: its name in the solvers, the :class:`Plan` field it
-    sets (also the keyword of ``evaluate_arrays``), the ``[search]`` domain it reads (a
-    :class:`SearchSpace` attribute; None: built in :meth:`Space.from_scenario`), its Python type in a
-    Plan, whether term functions get it as a scalar (categorical) or as a broadcast array, and whether
-    it belongs to the core layout (the hub the backends branch on and bound by; the card count is the
-    product of the ``cards`` factors)."""
-
-    name: str
-    field: str
-    search: str | None
-    type: type = int
-    categorical: bool = False
-    layout: bool = False
-    cards: bool = False  # a factor of the card count
-
-
-VARIABLES = (
-    Variable("acc", "accelerator", "accelerators", str, categorical=True, layout=True),
-    Variable("tp", "tp", "tp", layout=True, cards=True),
-    Variable("cp", "cp", "cp", layout=True, cards=True),  # context parallelism (models/context.py)
-    Variable("pp", "pp", "pp", layout=True, cards=True),
-    Variable("dp", "dp", None, layout=True, cards=True),  # divisors of the batch
-    Variable("mb", "micro_batch", "micro_batch", layout=True),
-    Variable("zero", "zero_stage", "zero_stage"),
-    Variable("offload", "offload", "offload", str, categorical=True),
-    Variable("recompute", "recompute", None, str, categorical=True),  # collapsed with a fixed reserve
-    Variable("schedule", "schedule", "schedule", str, categorical=True),
-    Variable("nics", "nics_per_host", None),  # per accelerator
-    Variable("tau", "save_interval_s", "save_interval_s", float),
-    Variable("mode", "save_mode", "save_mode", str, categorical=True),
-    # the mixture-of-experts variables; a dense model's domains are (1,), (0,), (0.0,)
-    Variable("ep", "ep", "ep"),
-    Variable("etp", "expert_tp", "expert_tp"),
-    Variable("cap", "capacity_factor", "capacity_factor", float),
-    # [search] sequence_parallel, else the scenario's
-    Variable("sp", "sequence_parallel", None, bool, categorical=True),
-)
-VARS = tuple(v.name for v in VARIABLES)
-CATEGORICAL = tuple(v.name for v in VARIABLES if v.categorical)
-NUMERIC = tuple(v.name for v in VARIABLES if not v.categorical)
-LAYOUT = tuple(v.name for v in VARIABLES if v.layout)  # the core layout: (acc, tp, cp, pp, dp, mb)
-CARD_FACTORS = tuple(v.name for v in VARIABLES if v.cards)  # cards = tp x cp x pp x dp
-MOE_VARS = tuple((v.name, v.field, v.type) for v in VARIABLES if v.name in ("ep", "etp", "cap"))
 
 
 CHANCE_TABLE = "deadline.step_max"
@@ -833,12 +798,9 @@ class Space:
         tau = float(self.interval(d["tau"], cards, d["mode"]))
         B = self.sc.task.global_batch
         ga = B // (d["dp"] * d["mb"]) if B % (d["dp"] * d["mb"]) == 0 else 0
-        return Plan(accelerator=d["acc"], cards=int(cards), zero_stage=int(d["zero"]), tp=int(d["tp"]),
-                    cp=int(d["cp"]), pp=int(d["pp"]), dp=int(d["dp"]), micro_batch=int(d["mb"]), grad_accum=ga,
-                    recompute=d["recompute"], offload=d["offload"],
-                    schedule=d["schedule"] if d["pp"] > 1 else self.domains["schedule"][0],
-                    save_interval_s=tau, save_mode=d["mode"], nics_per_host=int(d["nics"]), global_batch=B,
-                    sequence_parallel=bool(d["sp"]), **{name: typ(d[v]) for v, name, typ in MOE_VARS if v in d})
+        derived = {"tau": tau, "schedule": d["schedule"] if d["pp"] > 1 else self.domains["schedule"][0]}
+        return Plan(cards=int(cards), grad_accum=ga, global_batch=B,
+                    **plan_fields_of(d, lambda v, x: derived.get(v, x)))
 
     def key(self, idx: Mapping[str, int]) -> tuple[int, ...]:
         """A canonical assignment key (schedule pinned when pp = 1)."""

@@ -19,17 +19,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def readme_api_example() -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Python API", 1)[1].split("\n## ", 1)[0]
+    """The first Python block of the Python API page (docs/python-api.md, moved there from the README)."""
+    text = (ROOT / "docs" / "python-api.md").read_text()
+    section = text.split("# Python API", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    assert blocks, "the README's Python API section has no python block"
+    assert blocks, "the Python API page has no python block"
     return blocks[0]
 
 
 def test_readme_api_example_runs(capsys):
     code = readme_api_example()
     assert "tpopt.solve" in code and "to_frame" in code
-    exec(compile(code, "README.md (Python API)", "exec"), {"__name__": "readme_example"})
+    exec(compile(code, "docs/python-api.md", "exec"), {"__name__": "readme_example"})
     out = capsys.readouterr().out
     assert "Conflict: these 2 constraints cannot hold together" in out
 
@@ -107,6 +108,37 @@ def test_explain_a_plan_and_bad_input():
         tpopt.explain(zero_stage=3)  # a plan field without cards
     with pytest.raises(tpopt.InputError):
         tpopt.solve(objective="speed")
+
+
+@pytest.mark.parametrize("name, value", [("grad_accum", 4), ("save_interval_s", 3600.0), ("first_stage_layers", 2),
+                                         ("global_batch", 256)])
+def test_evaluate_and_explain_reject_a_plan_field_they_do_not_take(name, value):
+    """A Plan field that is no plan keyword of the API (and no scenario input) is an error naming it and the
+    plan fields the API takes, never silently dropped."""
+    for fn in (tpopt.evaluate, tpopt.explain):
+        with pytest.raises(tpopt.InputError, match=rf"'{name}' is not a plan field it takes \(plan fields: "
+                                                   r"accelerator, cards, zero_stage,"):
+            fn(cards=48, **{name: value})
+
+
+def test_solve_rejects_a_plan_field():
+    """tpopt.solve chooses the plan: a plan field (not a scenario input) is named as such, not read as a
+    misspelt scenario input."""
+    with pytest.raises(tpopt.InputError, match=r"tpopt.solve: 'cards' is a plan field, and solve chooses the plan"):
+        tpopt.solve(cards=48)
+    with pytest.raises(tpopt.InputError, match="'grad_accum' is a plan field"):
+        tpopt.solve(grad_accum=2)
+
+
+def test_every_api_plan_field_reaches_the_plan():
+    """Each plan keyword the API takes sets the evaluated plan (none is dropped on the way to plan_from)."""
+    ev = tpopt.evaluate(cards=48, accelerator="rtx4090", zero_stage=2, tp=2, pp=2, micro_batch=2,
+                        recompute="full", offload="none", schedule="zb-h1", save_interval="3600s", save_mode="async",
+                        nics_per_host=1)
+    p = ev.plan
+    assert (p.accelerator, p.cards, p.zero_stage, p.tp, p.pp, p.micro_batch) == ("rtx4090", 48, 2, 2, 2, 2)
+    assert (p.recompute, p.offload, p.schedule, p.save_interval_s, p.save_mode, p.nics_per_host) == \
+        ("full", "none", "zb-h1", 3600.0, "async", 1)
 
 
 def test_the_api_returns_what_the_command_prints():

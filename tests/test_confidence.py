@@ -1,6 +1,6 @@
 """The finish-time distribution, the chance-constrained solve and the whole-run simulator (issue 28).
 
-Golden figures are derived here, not read from the code: the anchors' RMS log error (README table), the
+Golden figures are derived here, not read from the code: the anchors' RMS log error (docs/model.md table), the
 closed forms of the lognormal and of the compound Poisson moments, and the simulator as the oracle.
 """
 
@@ -51,10 +51,10 @@ def rms_log(errors_pct):
 
 
 def test_step_sigmas_are_the_validation_tables_rms_log_errors():
-    # README validation tables, leave-one-out column: Narayanan (10 runs), Korthikanti (4 x full / sp+sel)
+    # docs/model.md validation tables, leave-one-out column: Narayanan (10 runs), Korthikanti (4 x full / sp+sel)
     loo = [-5.4, -1.5, 4.2, 1.9, -0.3, -3.1, -0.1, -2.4, -2.1, -4.6, 3.4, 1.3, 2.3, 0.7, -0.6, -2.7, 4.4, 4.6]
     assert round(rms_log(loo), 3) == 0.030 == CAT.perf("a100-80gb-sxm").residual_sigma
-    # README modern table: the H100 rows' leave-one-out errors (four runs fitted; the catalog's value comes
+    # docs/model.md modern table: the H100 rows' leave-one-out errors (four runs fitted; the catalog's value comes
     # from the unrounded errors, so within the 0.05 % rounding of the printed ones)
     assert rms_log([-7.3, 6.7, -7.2, 6.7]) == pytest.approx(CAT.perf("h100-sxm").residual_sigma, abs=1e-3)
     # its leave-one-source-out column: the largest per-table RMS (the A100 tables': 0.035), the default of
@@ -64,7 +64,7 @@ def test_step_sigmas_are_the_validation_tables_rms_log_errors():
     assert list(Fn.VALIDATION_LOSO_ERRORS) == loso
     for acc in ("b200", "gb200-nvl72"):
         assert CAT.perf(acc).residual_sigma == Fn.DEFAULT_STEP_SIGMA and CAT.perf(acc).residual_sigma_source
-    speeds = [1.09, 1.07, 1.18, 1.23, 1.09, 1.28, 1.13]  # README "Public anchors", speed column
+    speeds = [1.09, 1.07, 1.18, 1.23, 1.09, 1.28, 1.13]  # docs/model.md "Public anchors", speed column
     assert round(math.sqrt(sum(math.log(s) ** 2 for s in speeds) / len(speeds)), 3) == 0.154  # other stacks
     assert Fn.residual_sigma([1.1, 1 / 1.1]) == pytest.approx(math.log(1.1))
 

@@ -5,7 +5,7 @@ at 99 %, with the dominant source of risk named; explain says which confidence i
 one is not, and replan says when nothing can.
 
 The design case as shipped cannot separate the levels (tests/test_confidence.py: 48 cards is its only card
-count that meets 30 days, P = 0.998). The variation, stated in README ("Where confidence costs nothing"):
+count that meets 30 days, P = 0.998). The variation, stated in docs/confidence.md ("Where confidence costs nothing"):
 the input pipeline doubled (``[input] workers = 8``: 16 sequences/s, so 384 sequences take 24 s and up to
 96 cards are fed), a stack the step-time model was not fitted on (``--step-sigma 0.15``, the public
 anchors' RMS log error) and a 25-day deadline. Then 48 cards meet 25 d at the median but not with 95 %,

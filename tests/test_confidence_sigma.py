@@ -1,7 +1,7 @@
 """The step-time sigma per accelerator AND stack (issue 28): which spread the finish-time distribution uses
 and that the report says so.
 
-Golden figures are derived here from the README's validation tables (their leave-one-out columns) and its
+Golden figures are derived here from the validation tables of docs/model.md (their leave-one-out columns) and its
 public anchors, never read from the code: Megatron-LM 2021-22 (the A100 tables, 18 runs), Megatron-Core
 (the Megatron-Bridge modern table, 9 runs: H100, B200, GB200), and the stacks no table ran (the anchors).
 """
@@ -29,11 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 CAT = load_catalog()
 
 A100_LOO = [-5.4, -1.5, 4.2, 1.9, -0.3, -3.1, -0.1, -2.4, -2.1, -4.6, 3.4, 1.3, 2.3, 0.7, -0.6, -2.7, 4.4, 4.6]
-"""README "Accuracy against published runs", leave-one-out column (Narayanan 10 runs, Korthikanti 4 x 2)."""
+"""docs/model.md "Accuracy against published runs", leave-one-out column (Narayanan 10 runs, Korthikanti 4 x 2)."""
 MODERN_LOO = [-7.3, 6.7, -1.1, 1.3, -1.7, -4.6, 6.6, -7.2, 6.7]
-"""README "Modern runs: Megatron-Bridge", leave-one-out column (4 H100, 2 B200, 3 GB200)."""
+"""docs/model.md "Modern runs: Megatron-Bridge", leave-one-out column (4 H100, 2 B200, 3 GB200)."""
 ANCHOR_SPEEDS = [1.09, 1.07, 1.18, 1.23, 1.09, 1.28, 1.13]
-"""README "Public anchors", speed column: seven runs on stacks the model was not fitted on."""
+"""docs/model.md "Public anchors", speed column: seven runs on stacks the model was not fitted on."""
 
 
 def rms_log_pct(errors_pct):

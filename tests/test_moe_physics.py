@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tpopt
-from tpopt.models import moe, ops
+from tpopt.models import moe, network, ops
 from tpopt.models import terms as T
 from tpopt.models.evaluate import evaluate_arrays
 from tpopt.models.network import host_fabric
@@ -67,8 +67,8 @@ def test_ep_group_tier_is_the_scale_up_domain():
     assert float(moe.a2a_rows_per_token(8, 64, moe.ep_domains(64, 1, 72), "direct")[1]) == 0.0
     # the same tiers network.route decides for the group
     fabric = host_fabric(4, 900e9, 50e9, scale_up_cards=72)
-    assert int(np.asarray(T.network.route(fabric, 64, 1).level)) == 0
-    assert int(np.asarray(T.network.route(fabric, 128, 1).level)) == 1
+    assert int(np.asarray(network.route(fabric, 64, 1).level)) == 0
+    assert int(np.asarray(network.route(fabric, 128, 1).level)) == 1
 
 
 def test_node_limit_from_the_models_router_groups():

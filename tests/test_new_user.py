@@ -269,11 +269,12 @@ def test_multi_case_breakdown_labels_cases_and_draws_the_swept_range(tmp_path):
     assert "deadlines swept 25-35 d" in svg and 'id="deadline-range"' in svg
 
 
-# --- 9. no paths outside the repository in the README or docstrings ------------------------------------------
+# --- 9. no paths outside the repository in the README, docs/ or docstrings ---------------------------------------
 
 
 def test_no_paths_outside_the_repository():
-    assert "../shared" not in (ROOT / "README.md").read_text()
+    for page in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]:
+        assert "../shared" not in page.read_text(), page
     for sub in ("models", "optimizer", "catalogs", "cli"):
         for f in (ROOT / sub).glob("*.py"):
             text = f.read_text()

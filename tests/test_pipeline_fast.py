@@ -17,6 +17,7 @@ import pytest
 
 from tpopt.errors import InputError
 from tpopt.models import pipeline as pl
+from tpopt.models.pipeline import completion as pl_completion
 
 P_MAX, M_MAX = 8, 32
 RNG = np.random.default_rng(16)
@@ -149,7 +150,7 @@ def test_shape_arrays():
 
 def test_memo_returns_the_same_numbers_and_stays_bounded(monkeypatch):
     memo = pl._CompletionMemo(limit=50)
-    monkeypatch.setattr(pl, "_MEMO", memo)
+    monkeypatch.setattr(pl_completion, "_MEMO", memo)  # the module whose completion_time reads it
     d = RNG.uniform(0.1, 2, size=(5, 20))
     first = pl.completion_time("zb-h1", 4, 8, *d)
     assert np.array_equal(pl.completion_time("zb-h1", 4, 8, *d), first)  # served from the memo

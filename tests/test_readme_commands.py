@@ -1,10 +1,11 @@
-"""Docs that cannot go stale (issue 25): every command block of the README is executed and its output compared.
+"""Docs that cannot go stale (issue 25): every command block of the README and of every page under docs/ is
+executed and its output compared (issue 34: the README's topics moved to docs/, the same rules apply there).
 
-The README's fenced blocks are read as follows:
+The fenced blocks of each page (README.md, docs/**/*.md) are read as follows:
 
 * a ```text block whose lines start with ``$ tpopt ...`` is a transcript: each command runs (in a fresh process,
   ``COLUMNS=1000`` so that nothing wraps, in a scratch folder where ``examples/`` is the repository's), and the
-  lines after the last command must appear in its output, in order (the README may leave lines out between them
+  lines after the last command must appear in its output, in order (the page may leave lines out between them
   and wrap them elsewhere: runs of whitespace, line ends included, count as one space; ``...`` stands for any
   text). A ``# comment`` after a command states
   figures: every number in it must appear in that command's output.
@@ -12,7 +13,7 @@ The README's fenced blocks are read as follows:
 * a ```python block runs as a script (its asserts are the check).
 * a block preceded by ``<!-- readme-test: output of: tpopt ... -->`` is that command's output (compared as above).
 * a block preceded by ``<!-- readme-test: skip: REASON -->`` is not run; SKIPPED below lists the reasons, and
-  the test fails when the README's skip markers and this list disagree.
+  the test fails when the skip markers of all pages and this list disagree.
 
 Blocks without a ``tpopt`` command (formulas, the layout tree) are prose.
 """
@@ -32,7 +33,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
-# what cannot run offline or in a test, and why (each matches one README skip marker)
+
+def pages() -> list[Path]:
+    """The README and every Markdown page under docs/ (the MkDocs site's sources), in a fixed order."""
+    return [README, *sorted((ROOT / "docs").rglob("*.md"))]
+
+# what cannot run offline or in a test, and why (each matches at least one skip marker of a page)
 SKIPPED = {
     "install": "creates a virtual environment and installs from the network (minutes)",
     "cluster": "needs a Dask cluster or a running scheduler (tcp://, a scheduler file)",
@@ -46,6 +52,7 @@ MARK = re.compile(r"<!--\s*readme-test:\s*(skip|output of):\s*(.*?)\s*-->")
 
 @dataclass
 class Block:
+    page: str  # the page's path relative to the repository root ("README.md", "docs/model.md")
     line: int  # 1-based line of the opening fence
     lang: str
     body: list[str]
@@ -53,20 +60,24 @@ class Block:
     commands: list[tuple[str, str]] = field(default_factory=list)  # (command, comment)
 
 
-def blocks() -> list[Block]:
-    lines = README.read_text().splitlines()
+def blocks(page: Path | None = None) -> list[Block]:
+    """The fenced blocks of one page, or of every page (README first) when none is given."""
+    if page is None:
+        return [b for p in pages() for b in blocks(p)]
+    name = page.relative_to(ROOT).as_posix()
+    lines = page.read_text().splitlines()
     out, i, mark = [], 0, None
     while i < len(lines):
         m = MARK.search(lines[i])
         if m:
             mark = (m.group(1), m.group(2))
-        if lines[i].startswith("```") and len(lines[i]) > 3:
+        if lines[i].startswith("```"):  # a bare fence opens a block too (lang ""), so none escapes the checks
             start, lang, body = i + 1, lines[i][3:].strip(), []
             i += 1
             while not lines[i].startswith("```"):
                 body.append(lines[i])
                 i += 1
-            out.append(Block(start, lang, body, mark))
+            out.append(Block(name, start, lang, body, mark))
             mark = None
         elif lines[i].strip() and not m:
             mark = None  # a marker applies to the block right after it
@@ -123,8 +134,8 @@ def _pattern(line: str) -> re.Pattern[str]:
 
 
 def missing_lines(expected: list[str], output: str) -> list[str]:
-    """README lines (in order) that the output does not hold, in that order. Both sides are compared as one
-    text with every run of whitespace a single space, so a line the README wraps differently from the terminal
+    """A page's lines (in order) that the output does not hold, in that order. Both sides are compared as one
+    text with every run of whitespace a single space, so a line the page wraps differently from the terminal
     still matches; ``...`` stands for any text."""
     actual, pos, missing = _norm(output), 0, []
     for line in expected:
@@ -154,7 +165,7 @@ def scratch(tmp_path_factory):
 
 
 def _cases():
-    return [pytest.param(b, id=f"line-{b.line}") for b in blocks() if is_command_block(b)]
+    return [pytest.param(b, id=f"{b.page}:line-{b.line}") for b in blocks() if is_command_block(b)]
 
 
 def test_every_skip_marker_is_listed_with_a_reason():
@@ -167,23 +178,23 @@ def test_every_command_block_is_run_or_skipped():
         mentions = any(re.search(r"(^|\s|/)tpopt\s", ln) and not ln.lstrip().startswith("import")
                        for ln in b.body) and b.lang in ("bash", "text", "sh", "")
         if mentions and b.lang != "python":
-            assert commands_of(b) or b.mark, f"README line {b.line}: a command block the test neither runs nor skips"
+            assert commands_of(b) or b.mark, f"{b.page} line {b.line}: a command block the test neither runs nor skips"
 
 
 @pytest.mark.parametrize("block", _cases())
 def test_readme_block(block: Block, scratch: Path):
     if block.mark and block.mark[0] == "skip":
-        pytest.skip(f"README line {block.line}: {SKIPPED[block.mark[1]]}")
+        pytest.skip(f"{block.page} line {block.line}: {SKIPPED[block.mark[1]]}")
     if block.lang == "python":
         p = subprocess.run([sys.executable, "-c", "\n".join(block.body)], cwd=scratch, capture_output=True, text=True,
                            env=dict(os.environ, PYTHONHASHSEED="0"), timeout=600)
-        assert p.returncode == 0, f"README line {block.line}: the Python example fails:\n{p.stderr[-2000:]}"
+        assert p.returncode == 0, f"{block.page} line {block.line}: the Python example fails:\n{p.stderr[-2000:]}"
         return
     if block.mark and block.mark[0] == "output of":
         p = run(block.mark[1], scratch)
         assert "Traceback" not in p.stderr, p.stderr[-2000:]
         miss = missing_lines(block.body, p.stdout)
-        assert not miss, f"README line {block.line}: not in the output of {block.mark[1]!r}: {miss}"
+        assert not miss, f"{block.page} line {block.line}: not in the output of {block.mark[1]!r}: {miss}"
         return
     cmds = commands_of(block)
     for cmd, comment in cmds:
@@ -191,17 +202,18 @@ def test_readme_block(block: Block, scratch: Path):
         assert "Traceback" not in p.stderr, f"{cmd}: {p.stderr[-2000:]}"
         refusal = EXIT.fullmatch(comment)  # "$ tpopt ... # exit 2": a documented refusal, its line on stderr
         if refusal:
-            assert p.returncode == int(refusal.group(1)), f"README line {block.line}: {cmd!r} exits {p.returncode}"
+            where = f"{block.page} line {block.line}"
+            assert p.returncode == int(refusal.group(1)), f"{where}: {cmd!r} exits {p.returncode}"
         elif block.lang == "bash":
-            assert p.returncode == 0, f"README line {block.line}: {cmd!r} exits {p.returncode}: {p.stderr[-500:]}"
+            assert p.returncode == 0, f"{block.page} line {block.line}: {cmd!r} exits {p.returncode}: {p.stderr[-500:]}"
         else:
-            assert p.returncode in (0, 3), f"README line {block.line}: {cmd!r} exits {p.returncode}: {p.stderr}"
+            assert p.returncode in (0, 3), f"{block.page} line {block.line}: {cmd!r} exits {p.returncode}: {p.stderr}"
         if comment and not refusal:
             miss = missing_numbers(comment, p.stdout + p.stderr)
-            assert not miss, f"README line {block.line}: {cmd!r} # {comment}: not in its output: {miss}"
+            assert not miss, f"{block.page} line {block.line}: {cmd!r} # {comment}: not in its output: {miss}"
     if block.lang == "text":
         last = max(i for i, ln in enumerate(block.body) if ln.startswith("$ tpopt "))
         shown = run(cmds[-1][0], scratch)
         text = shown.stdout + (shown.stderr if EXIT.fullmatch(cmds[-1][1]) else "")
         miss = missing_lines(block.body[last + 1:], text)
-        assert not miss, f"README line {block.line}: not in the output of {cmds[-1][0]!r}: {miss}"
+        assert not miss, f"{block.page} line {block.line}: not in the output of {cmds[-1][0]!r}: {miss}"

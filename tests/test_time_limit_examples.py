@@ -1,7 +1,7 @@
 """Every examples/*.toml under ``--time-limit 1s`` (issue 24): as a user runs it (its own process), the
 status is honest -- it matches the exit code (0 optimal or feasible, 3 infeasible, 4 unknown), anything
 short of a proven answer says the limit was reached, no traceback -- and the command returns within a
-generous bound. The wall times against the README's bound are a benchmark (benchmarks/time_limits.py)."""
+generous bound. The wall times against the bound of docs/commands.md are a benchmark (benchmarks/time_limits.py)."""
 
 import importlib.util
 from pathlib import Path

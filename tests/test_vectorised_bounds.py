@@ -1,9 +1,9 @@
 """The compute term's fast table paths give the numbers of the paths they replace, bit for bit: the pipeline bounds
-on the plan grid (models/terms.py: _bounds_on_grid, the inputs at their own shapes, broadcast) against the row pass,
-stage sums group after group (models/pipeline.py: _stage_sum) whatever the columns, the distinct columns of the
-event model's calls (terms._distinct_columns) against np.unique, the compute table's value alone
-(terms.compute_total) against compute_from, and the exact table (inputs built once per dW-split key,
-terms.inputs_schedule_key) against the per-term function."""
+on the plan grid (models/terms/stage_compute.py: _bounds_on_grid, the inputs at their own shapes, broadcast)
+against the row pass, stage sums group after group (models/pipeline/bounds.py: _stage_sum) whatever the
+columns, the distinct columns of the event model's calls (terms._distinct_columns) against np.unique, the
+compute table's value alone (terms.compute_total) against compute_from, and the exact table (inputs built
+once per dW-split key, terms.inputs_schedule_key) against the per-term function."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from tpopt.catalogs.scenario import load_scenario
 from tpopt.models import pipeline as P
 from tpopt.models import terms as T
+from tpopt.models.terms import stage_compute
 from tpopt.optimizer.space import Space
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +66,7 @@ def test_compute_bounds_on_the_plan_grid_equal_the_row_pass(tmp_path, name, monk
     fast = Space(sc=sc, domains=dom)
     lo, hi = fast.tables["time.compute.lo"].values, fast.tables["time.compute.hi"].values
     assert np.isfinite(lo).any() and (lo <= hi).all()
-    monkeypatch.setattr(T, "GRID_STAGE_COUNTS", 0)  # every stage count on flattened rows, as before
+    monkeypatch.setattr(stage_compute, "GRID_STAGE_COUNTS", 0)  # every stage count on flattened rows, as before
     slow = Space(sc=sc, domains=dom)
     assert np.array_equal(lo, slow.tables["time.compute.lo"].values)
     assert np.array_equal(hi, slow.tables["time.compute.hi"].values)

@@ -1,7 +1,7 @@
 """The vectorised fast paths give the numbers of the scalar paths they replace, bit for bit: the RL decision grid
 as columns and its checks (optimizer/rl.py: DecisionGrid, vector_checks) against RLProblem.grid / evaluate, and the
-pipeline bounds per distinct duration set (models/pipeline.py: completion_bounds_rows(columns=...),
-models/terms.py: _duration_sets) against the bounds of every row's own durations."""
+pipeline bounds per distinct duration set (models/pipeline/bounds.py: completion_bounds_rows(columns=...),
+models/terms/stage_compute.py: _duration_sets) against the bounds of every row's own durations."""
 
 from __future__ import annotations
 

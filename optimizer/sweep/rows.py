@@ -19,6 +19,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from tpopt.models.units import DAY
+from tpopt.models.variables import PLAN_RECORD, RECORD_COLUMNS
 from tpopt.optimizer import footing
 
 if TYPE_CHECKING:
@@ -38,9 +39,7 @@ COLUMNS: dict[str, type] = {  # name -> type (None allowed everywhere)
     "accelerator": str, "deadline_days": float, "reserved_days": float, "tokens": float, "efficiency": float,
     "max_cards": int, "card_hour": float, "max_cost": float, "global_batch": int, "seq_len": int,
     "status": str,
-    "cards": int, "hosts": int, "zero": int, "tp": int, "cp": int, "pp": int, "dp": int, "micro_batch": int,
-    "grad_accum": int, "recompute": str, "offload": str, "schedule": str, "save_interval_s": float,
-    "save_mode": str, "nics_per_host": int, "ep": int, "expert_tp": int, "capacity_factor": float,
+    **RECORD_COLUMNS,  # the plan's own columns (cards, hosts, zero, tp, ..., capacity_factor)
     "train_tokens": float,
     "cost": float, "cost_unit": str, "finish_days": float, "train_days": float, "overhead_days": float,
     "step_s": float, "memory_per_card_gib": float, "overhead_fraction": float,
@@ -49,9 +48,9 @@ COLUMNS: dict[str, type] = {  # name -> type (None allowed everywhere)
     "fastest_days": float, "solver": str, "note": str, "pareto": bool, "fingerprint": str, "checksum": str,
 }
 COLUMN_NAMES = tuple(COLUMNS)
-PLAN_COLUMNS = ("cards", "hosts", "zero", "tp", "cp", "pp", "dp", "micro_batch", "grad_accum", "recompute", "offload",
-                "schedule", "save_interval_s", "save_mode", "nics_per_host", "ep", "expert_tp", "capacity_factor",
-                "global_batch", "train_tokens")
+PLAN_COLUMNS = (*RECORD_COLUMNS, "global_batch", "train_tokens")
+"""The columns a plan fills: its own, then the point's global batch (the plan's choice where the scenario gives a
+critical batch) and the tokens it trains."""
 STATUSES = ("optimal", "feasible", "infeasible", "unknown", "error")
 FEASIBLE = ("optimal", "feasible")  # a plan is in the row
 PROVEN = ("optimal", "infeasible")  # the answer is final: reused on resume
@@ -114,13 +113,8 @@ def make_row(point: Point, status: str, fingerprint_: str, solver: str, ev: Eval
                global_batch=point.global_batch, seq_len=point.seq_len)
     if ev is not None:
         p, m = ev.plan_dict(), ev.metrics
-        row.update(cards=p["cards"], hosts=p["hosts"], zero=p["zero_stage"], tp=p["tp"], cp=p["cp"], pp=p["pp"],
-                   dp=p["dp"],
-                   micro_batch=p["micro_batch"], grad_accum=p["grad_accum"], recompute=p["recompute"],
-                   offload=p["offload"], schedule=p["schedule"], save_interval_s=p["save_interval_s"],
-                   save_mode=p["save_mode"], nics_per_host=p["nics_per_host"], ep=p.get("ep"),  # None: dense
-                   expert_tp=p.get("expert_tp"), capacity_factor=p.get("capacity_factor"),
-                   global_batch=p["global_batch"], train_tokens=m["tokens"], cost=m["cost"],
+        row.update({f.column: p[f.key] for f in PLAN_RECORD if f.column is not None})  # MoE keys: None when dense
+        row.update(global_batch=p["global_batch"], train_tokens=m["tokens"], cost=m["cost"],
                    cost_unit=m["cost_unit"], finish_days=m["finish_days"], train_days=m["train_days"],
                    overhead_days=m["train_days"] * m["overhead_fraction"], step_s=m["step_s"],
                    memory_per_card_gib=m["memory_per_card_gib"],

@@ -1,0 +1,269 @@
+"""The terms of the deadline family beyond one step: checkpoint writes, failure, preemption and
+reacquisition rates, the long-run overhead and its optimal save interval, the input pipeline's supply,
+the price rate, and the finish-time distribution (models/finish.py) with its memoised chance form of the
+deadline (:func:`chance_fill`, :func:`finish_quantile`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from tpopt.models import finish, reliability
+from tpopt.models.arch import param_count
+from tpopt.models.numeric import FloatArray, Floats
+from tpopt.models.plan import Scenario
+from tpopt.models.terms.layer_times import _perf
+from tpopt.models.terms.shapes import _f, iteration_count
+from tpopt.models.units import HOUR
+
+# ---------------------------------------------------------------------------------------------
+# long-run overhead, input, price
+
+
+def checkpoint_write_time(sc: Scenario) -> float:
+    rel = sc.reliability
+    return float(reliability.checkpoint_bytes(param_count(sc.model), rel.bytes_per_param) / rel.write_bandwidth)
+
+
+def failure_rate(sc: Scenario, cards: ArrayLike) -> Floats:
+    """Job event rate: cards / card MTBF + job-wide events (loss spikes, planned stops)."""
+    rel = sc.reliability
+    lam = np.zeros(np.shape(cards)) if rel.card_mtbf_s is None else reliability.job_failure_rate(_f(cards),
+                                                                                                rel.card_mtbf_s)
+    if rel.event_interval_s:
+        lam = lam + 1.0 / rel.event_interval_s
+    if sc.market.preempt_per_card_s:
+        lam = lam + preemption_rate(sc, cards)
+    return lam
+
+
+def preemption_rate(sc: Scenario, cards: ArrayLike) -> Floats:
+    """Spot preemptions per second of the job: cards x rho (rho per card-second; 0 off the spot market)."""
+    return _f(cards) * sc.market.preempt_per_card_s
+
+
+def reacquire_overhead(sc: Scenario, cards: ArrayLike) -> Floats:
+    """Reacquisition delay per unit useful time: lam_preempt x d (each preemption waits d for the cards
+    on top of the redo and the restore that :func:`failure_rate` already charges)."""
+    return preemption_rate(sc, cards) * sc.market.reacquire_s
+
+
+def overhead(sc: Scenario, save_mode: str, cards: ArrayLike, save_interval: ArrayLike) -> Floats:
+    """Checkpoint + failure overhead per unit useful time, L(tau) (reliability.overhead_*).
+
+    Sync saves pause for the write time c; async saves pause for the snapshot copy and redo the
+    commit lag w = copy + write on top of tau/2.
+    """
+    rel = sc.reliability
+    write = checkpoint_write_time(sc)
+    lam = failure_rate(sc, cards)
+    if save_mode == "sync":
+        pause, lag = write, 0.0
+    else:
+        pause, lag = rel.snapshot_copy_s, rel.snapshot_copy_s + write
+    tau = _f(save_interval)
+    wait = reacquire_overhead(sc, cards) if sc.market.preempt_per_card_s else 0.0
+    if rel.failure_model == "poisson":
+        return reliability.overhead_poisson(tau, pause, lam, rel.restore_s) + lam * lag + wait
+    return reliability.overhead_first_order(tau, pause, lam, rel.restore_s, lag) + wait
+
+
+def overhead_parts(sc: Scenario, save_mode: str, cards: ArrayLike,
+                   save_interval: ArrayLike) -> tuple[Floats, Floats, Floats]:
+    """First-order split of the overhead: (save c/tau, redo lam (tau/2 + w), restart lam r)."""
+    rel = sc.reliability
+    write = checkpoint_write_time(sc)
+    lam = failure_rate(sc, cards)
+    pause, lag = (write, 0.0) if save_mode == "sync" else (rel.snapshot_copy_s, rel.snapshot_copy_s + write)
+    tau = _f(save_interval)
+    return (reliability.save_overhead(tau, pause), reliability.redo_overhead(tau, lam, lag),
+            reliability.restart_overhead(lam, rel.restore_s)
+            + (reacquire_overhead(sc, cards) if sc.market.preempt_per_card_s else 0.0))
+
+
+def optimal_save_interval(sc: Scenario, cards: ArrayLike, save_mode: str = "sync") -> FloatArray:
+    """Interval minimising L for a card count, raised to the write time (no upload backlog)."""
+    rel = sc.reliability
+    write = checkpoint_write_time(sc)
+    lam = failure_rate(sc, cards)
+    pause = write if save_mode == "sync" else rel.snapshot_copy_s
+    if rel.failure_model == "poisson":
+        tau = reliability.optimal_interval_poisson(pause, lam)
+    else:
+        tau = reliability.optimal_interval_first_order(pause, lam)
+    tau = np.maximum(tau, write)
+    return np.where(np.isfinite(tau), tau, sc.task.deadline_s)
+
+
+def input_supply(sc: Scenario, acc: str, cards: ArrayLike) -> Floats:
+    """Sequences per second the CPU workers prepare (inf when the scenario gives no input pipeline)."""
+    inp = sc.input
+    if inp.workers <= 0 and inp.workers_per_host <= 0:
+        return np.full(np.shape(cards), np.inf)
+    if inp.workers_per_host > 0:
+        hosts = np.ceil(_f(cards) / sc.system(acc).acc.cards_per_host)
+        return inp.workers_per_host * hosts * inp.per_worker_rate
+    return np.full(np.shape(cards), inp.workers * inp.per_worker_rate)
+
+
+def rate_per_second(sc: Scenario, acc: str, cards: ArrayLike, nics: ArrayLike) -> FloatArray:
+    """Rental cost per wall-clock second: (cards x card price + hosts x NICs x NIC price) / 3600;
+    card-hours per second (cards / 3600) when the accelerator has no price."""
+    sysm = sc.system(acc)
+    hosts = np.ceil(_f(cards) / sysm.acc.cards_per_host)
+    if sysm.price_card_hour is None:
+        return _f(cards) / HOUR
+    return (_f(cards) * sysm.price_card_hour + hosts * _f(nics) * sysm.nic_price_hour) / HOUR
+
+
+# ---------------------------------------------------------------------------------------------
+# the finish-time distribution (models/finish.py) and the chance form of the deadline
+
+
+def step_sigma(sc: Scenario, acc: str) -> tuple[float, str]:
+    """Log-sd of measured / predicted step time and where it comes from, per accelerator and stack: the
+    scenario's ``risk.step_sigma``; else the card's ``residual_sigma`` (performance.toml) when it was
+    measured on the scenario's stack (its ``residual_sigma_stacks``) or is a calibration's (no stacks: one's
+    own runs); else the larger of the card's (finish.DEFAULT_STEP_SIGMA for a card no table covers) and
+    the stack's ``residual_sigma`` (stacks.toml: its runs' spread, or the public anchors' for a stack no
+    table ran). The source says which was used and why."""
+    if sc.risk.step_sigma is not None:
+        return sc.risk.step_sigma, "given (risk.step_sigma)"
+    perf = _perf(sc, acc)
+    source = str(getattr(perf, "residual_sigma_source", ""))  # the catalog refuses a residual_sigma without one
+    on = tuple(getattr(perf, "residual_sigma_stacks", ()))
+    stack = sc.stack
+    if source and (not on or stack.name in on):
+        return float(perf.residual_sigma), source
+    card, card_source = (float(perf.residual_sigma), source) if source else \
+        (finish.DEFAULT_STEP_SIGMA, finish.DEFAULT_STEP_SIGMA_SOURCE)
+    where = f"measured on {', '.join(on)}" if on else "no table covers the card"
+    if stack.residual_sigma > card:
+        return stack.residual_sigma, (f"stack {stack.name}: {stack.sources.get('residual_sigma', 'stated')}; "
+                                      f"the card's {card:.3f} ({where}) is smaller")
+    return card, f"{card_source}; stack {stack.name}: {stack.residual_sigma:.3f}, smaller"
+
+
+def save_pause_lag(sc: Scenario, save_mode: str) -> tuple[float, float]:
+    """(pause c, commit lag w) of one save: sync (write time, 0); async (snapshot copy, copy + write)."""
+    write = checkpoint_write_time(sc)
+    rel = sc.reliability
+    return (write, 0.0) if save_mode == "sync" else (rel.snapshot_copy_s, rel.snapshot_copy_s + write)
+
+
+def exposure(sc: Scenario, save_mode: str, cards: float, save_interval: float) -> finish.Exposure:
+    """What the distribution's sources read from one plan (models/finish.py)."""
+    rel = sc.reliability
+    _, lag = save_pause_lag(sc, save_mode)
+    return finish.Exposure(cards=float(cards), tau=float(save_interval), lag=lag, restore=rel.restore_s,
+                           card_mtbf_s=rel.card_mtbf_s, spike_interval_s=rel.event_interval_s, risk=sc.risk)
+
+
+def finish_law(sc: Scenario, acc: str, save_mode: str, cards: float, save_interval: float,
+               step_s: float) -> finish.Distribution:
+    """The finish-time distribution of one plan: W = iterations x step, its saves, sources and sigma."""
+    pause, _ = save_pause_lag(sc, save_mode)
+    sigma, source = step_sigma(sc, acc)
+    return finish.plan_distribution(reserved=sc.task.reserved_s, work=iteration_count(sc) * float(step_s),
+                                    pause=pause, exposure=exposure(sc, save_mode, cards, save_interval),
+                                    sigma=sigma, sigma_source=source)
+
+
+_CHANCE_MEMO: dict[tuple[Any, ...], dict[complex, float]] = {}
+"""Chance roots W_max (s) by what they depend on (:func:`_chance_key`), then by cards + i interval."""
+
+
+_CHANCE_MEMO_SIZE = 200_000
+
+
+def _law_inputs(sc: Scenario, acc: str, save_mode: str, cards: FloatArray, tau: FloatArray
+                ) -> tuple[FloatArray, float, FloatArray]:
+    """(save factors 1 + c / tau, sigma, event cumulants (3, n)) of plans given by card and interval arrays."""
+    pause, lag = save_pause_lag(sc, save_mode)
+    sigma, _ = step_sigma(sc, acc)
+    rel = sc.reliability
+    x = finish.Exposure(cards=cards, tau=tau, lag=lag, restore=rel.restore_s, card_mtbf_s=rel.card_mtbf_s,
+                        spike_interval_s=rel.event_interval_s, risk=sc.risk)
+    return 1.0 + pause / tau, sigma, finish.event_cumulants(*finish.events_over(x))
+
+
+def _chance_key(sc: Scenario, acc: str, save_mode: str) -> tuple[Any, ...]:
+    """What a chance root depends on besides (cards, interval): level, deadline, margins, save mode's pause and
+    lag, restart, failure and rollback rates, the risk inputs and the step sigma."""
+    rel = sc.reliability
+    pause, lag = save_pause_lag(sc, save_mode)
+    return (sc.task.confidence, sc.task.deadline_s, sc.task.reserved_s, pause, lag, rel.restore_s, rel.card_mtbf_s,
+            rel.event_interval_s, sc.risk, step_sigma(sc, acc)[0])
+
+
+def _pairs(cards: ArrayLike, interval: ArrayLike) -> tuple[NDArray[np.complex128], NDArray[np.intp], tuple[int, ...]]:
+    """The distinct (cards, interval) pairs of two broadcast arrays, as complex numbers cards + i interval
+    (np.unique sorts them by cards, then interval), with the inverse index and the broadcast shape."""
+    c, t = np.broadcast_arrays(_f(cards), _f(interval))
+    uniq, inverse = np.unique(c.reshape(-1) + 1j * t.reshape(-1), return_inverse=True)
+    return uniq, inverse.reshape(-1), tuple(c.shape)
+
+
+def chance_fill(sc: Scenario, acc: str, asks: list[tuple[str, ArrayLike, ArrayLike]]) -> None:
+    """Find the chance roots (finish.max_work) of every (save mode, cards, interval) asked that is not
+    remembered yet, all in ONE vectorised root finding: one row per distinct (mode, cards, interval)
+    tuple, whatever the number of asks (the enumerator asks for its whole space before it starts)."""
+    q = sc.task.confidence
+    if q is None:
+        raise ValueError("chance_fill needs a confidence")
+    found: list[tuple[dict[complex, float], NDArray[np.complex128]]] = []
+    parts = []
+    for mode, cards, interval in asks:
+        memo = _CHANCE_MEMO.setdefault(_chance_key(sc, acc, mode), {})  # the key hashed once per ask
+        pairs = _pairs(cards, interval)[0]
+        todo = pairs[[p not in memo for p in pairs.tolist()]]
+        if len(todo):
+            found.append((memo, todo))
+            parts.append(_law_inputs(sc, acc, mode, todo.real, todo.imag))
+    if not found:
+        return
+    saves = np.concatenate([p[0] for p in parts])
+    kap = np.concatenate([p[2] for p in parts], axis=1)
+    work = finish.max_work(q, sc.task.deadline_s, sc.task.reserved_s, saves, parts[0][1], (kap[0], kap[1], kap[2]))
+    if sum(len(m) for m in _CHANCE_MEMO.values()) + len(work) > _CHANCE_MEMO_SIZE:
+        for m in _CHANCE_MEMO.values():
+            m.clear()
+    start = 0
+    for memo, todo in found:
+        memo.update(zip(todo.tolist(), work[start:start + len(todo)].tolist(), strict=True))
+        start += len(todo)
+
+
+def chance_step_max(sc: Scenario, acc: str, save_mode: str, cards: ArrayLike, save_interval: ArrayLike
+                    ) -> FloatArray:
+    """The largest step (s) whose finish meets the deadline with probability >= the confidence:
+    W_max / iterations (finish.max_work), element-wise over cards and save intervals: one root per
+    distinct (cards, interval) pair, all found at once (:func:`chance_fill`), and remembered across calls
+    (the tables, the evaluator and every chunk of an enumeration ask for the same pairs)."""
+    if sc.task.confidence is None:
+        raise ValueError("chance_step_max needs a confidence")
+    pairs, inverse, shape = _pairs(cards, save_interval)
+    memo = _CHANCE_MEMO.get(_chance_key(sc, acc, save_mode), {})
+    keys = pairs.tolist()
+    if not all(k in memo for k in keys):
+        chance_fill(sc, acc, [(save_mode, pairs.real, pairs.imag)])
+        memo = _CHANCE_MEMO[_chance_key(sc, acc, save_mode)]
+    per_pair = np.array([memo[k] for k in keys])
+    out: FloatArray = (per_pair[inverse] / iteration_count(sc)).reshape(shape)
+    return out
+
+
+def finish_quantile(sc: Scenario, acc: str, save_mode: str, cards: ArrayLike, save_interval: ArrayLike,
+                    step_s: ArrayLike, q: float) -> FloatArray:
+    """The q-quantile of the finish time (s) element-wise (finish.quantiles; one root per distinct plan)."""
+    c, t, s = np.broadcast_arrays(_f(cards), _f(save_interval), _f(step_s))
+    keys = np.stack([c.reshape(-1), t.reshape(-1), s.reshape(-1)], axis=1)
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    saves, sigma, kap = _law_inputs(sc, acc, save_mode, uniq[:, 0], uniq[:, 1])
+    out = finish.quantiles(q, sc.task.reserved_s, iteration_count(sc) * uniq[:, 2], saves, sigma,
+                           (kap[0], kap[1], kap[2]))
+    res: FloatArray = out[inverse.reshape(-1)].reshape(c.shape)
+    return res

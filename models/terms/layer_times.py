@@ -1,0 +1,311 @@
+"""Per-layer and per-micro-batch times of the per-operation model (seconds): the rates a card runs at, the
+kernel layout of a card's micro-batch, the forward / dX / dW times of a layer and of the first and last
+stages' extras (memoised, :func:`op_times`), the context-parallel exchange, layer groups per stage and
+the busiest stage, and the pipeline's stage-to-stage transfer.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any, TypeAlias, cast
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from tpopt.models import comm, context, memory, moe, ops, steptime
+from tpopt.models.arch import attention_flops_per_token, flops_per_token
+from tpopt.models.numeric import FloatArray, Floats
+from tpopt.models.plan import Scenario
+from tpopt.models.roofline import PerfParams
+from tpopt.models.terms.shapes import (
+    _f,
+    cp_imbalance,
+    dense_split,
+    effective_recompute,
+    load_factor,
+    per_op_model,
+    schedule_parts,
+    stage_split,
+)
+
+OpTimes: TypeAlias = tuple[steptime.PhaseTimes, steptime.PhaseTimes, steptime.PhaseTimes]
+"""(layer, first-stage extras, last-stage extras) of one micro-batch (:func:`op_times`)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# time terms (seconds per step per card)
+
+
+def rates(sc: Scenario, acc: str) -> steptime.Rates:
+    """What the per-operation model runs on: the precision's matrix peak (FP16 / BF16; FP8 for weight
+    GEMMs under fp8-mixed when the card has an FP8 peak), HBM, the TP link and the performance catalog."""
+    sysm = sc.system(acc)
+    A = sysm.acc
+    rec = memory.recipe(sc.task.precision)
+    peak = A.peak_fp16 if rec.matrix == "fp16" and A.peak_fp16 > 0 else A.peak_flops
+    perf = cast(PerfParams, sysm.perf)  # the per-operation model's: its system has a performance catalog
+    low = {"fp8": (A.peak_fp8, perf.fp8_gemm_ratio, sc.stack.fp8_recipe if sc.stack.fp8_recipe in
+                   ("current", "delayed") else "current"),
+           "mxfp8": (A.peak_fp8, perf.fp8_gemm_ratio, "mxfp8"),
+           "nvfp4": (A.peak_fp4, perf.fp4_gemm_ratio, "nvfp4")}.get(rec.matrix)
+    if low is None or low[0] <= 0:  # BF16 / FP16, or a card without the precision's matrix units
+        return steptime.Rates(peak=peak, linear_peak=peak, hbm=A.hbm_bandwidth, tp_bandwidth=A.intra_host_bw,
+                              perf=perf, fp8=False, scale=sysm.efficiency)
+    e = sc.memory.activation_bytes
+    return steptime.Rates(peak=peak, linear_peak=low[0], hbm=A.hbm_bandwidth, tp_bandwidth=A.intra_host_bw,
+                          perf=perf, fp8=True, scale=sysm.efficiency,
+                          operand_bytes=steptime.OPERAND_BYTES["fp8" if rec.matrix == "fp8" else rec.matrix],
+                          cast_bytes=steptime.QUANTISATION_BYTES[low[2]](e) * 2.0 / e, linear_ratio=low[1])
+
+
+def _perf(sc: Scenario, acc: str) -> PerfParams:
+    """The accelerator's performance catalog (the per-operation model's; every system has one then)."""
+    return cast(PerfParams, sc.system(acc).perf)
+
+
+def layout(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0,
+           cap: ArrayLike = 0.0) -> ops.Layout:
+    """One card's micro-batch for the kernel table. Under context parallelism the card runs b / cp
+    sequences' worth of tokens through every token-wise kernel, and its queries attend over the whole
+    sequence (the same work as b / cp whole sequences, with the causal imbalance of the split:
+    :func:`cp_imbalance`)."""
+    mem = sc.memory
+    moe_kw = ({"ep": ep, "expert_tp": etp, "load": load_factor(sc, ep, cap)}
+              if sc.model.moe else {})
+    return ops.Layout(tp=tp, micro_batch=_f(mb) / _f(cp), seq_len=sc.task.seq_len,
+                      sequence_parallel=mem.sequence_parallel, flash_attention=mem.flash_attention,
+                      dropout=mem.dropout, act_bytes=mem.activation_bytes, attention_scale=cp_imbalance(sc, cp),
+                      **moe_kw)
+
+
+# recent op_times results, least recently used first
+_OP_MEMO: OrderedDict[tuple[Any, ...], tuple[Scenario, OpTimes]] = OrderedDict()
+
+
+OP_MEMO_SIZE = 1024  # a MoE space's layouts revisit (tp, micro-batch, EP, capacity) kernel sets round after round
+
+
+def op_times(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike,
+             ep: ArrayLike = 1, etp: ArrayLike = 0, cap: ArrayLike = 0.0, nics: ArrayLike | None = None,
+             dense: bool = False) -> OpTimes:
+    """Per-operation times of one micro-batch: (layer, first-stage extras, last-stage extras), each a
+    steptime.PhaseTimes (fwd, dX incl. recompute, dW, exposed TP, exposed CP). A MoE layer's expert
+    kernels depend on EP, expert-TP and the load factor (ops.moe_kernels); ``dense=True`` gives a MoE
+    model's dense-MLP block as the layer instead (:func:`dense_split`). The context-parallel exchange
+    is included when ``nics`` (its path's NICs per host) is given."""
+    arrays = [np.asarray(x) for x in (tp, mb, ep, cap, etp, cp,
+                                      -1 if nics is None else nics)]
+    key = (id(sc), acc, str(recompute), dense) + tuple((x.shape, x.dtype.str, x.tobytes()) for x in arrays)
+    hit = _OP_MEMO.get(key)
+    if hit is not None and hit[0] is sc:  # the scenario itself is kept, so its id is not reused while cached
+        _OP_MEMO.move_to_end(key)
+        return hit[1]
+    value = _op_times(sc, acc=acc, recompute=recompute, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap, nics=nics,
+                      dense=dense)
+    _OP_MEMO[key] = (sc, value)
+    while len(_OP_MEMO) > OP_MEMO_SIZE:
+        _OP_MEMO.popitem(last=False)
+    return value
+
+
+def _op_times(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike,
+              ep: ArrayLike = 1, etp: ArrayLike = 0, cap: ArrayLike = 0.0, nics: ArrayLike | None = None,
+              dense: bool = False) -> OpTimes:
+    rc = effective_recompute(sc, recompute)
+    r = rates(sc, acc)
+    lay = layout(sc, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap)
+    layer = steptime.layer_times(sc.model, lay, r, rc, sc.overlap_fractions()[0], False if dense else None)
+    first, last = steptime.stage_extras(sc.model, lay, r)
+    if nics is not None and np.any(_f(cp) > 1):
+        a_f, a_dx = steptime.attention_times(sc.model, lay, r)
+        x_f, x_dx = cp_exchange(sc, acc=acc, tp=tp, cp=cp, mb=mb, nics=nics, attention_fwd=a_f, attention_dx=a_dx)
+        redo = x_f if rc == "full" else 0.0 * x_f  # a full recompute reruns the forward exchange
+        layer = steptime.PhaseTimes(layer.fwd + x_f, layer.dx + x_dx + redo, layer.dw, layer.tp, x_f + x_dx + redo)
+    return layer, first, last
+
+
+def cp_exchange(sc: Scenario, *, acc: str, tp: ArrayLike, cp: ArrayLike, mb: ArrayLike, nics: ArrayLike,
+                attention_fwd: Floats, attention_dx: Floats) -> tuple[FloatArray, FloatArray]:
+    """Exposed context-parallel exchange of one layer and micro-batch, (forward, backward).
+
+    Ring (context.ring_exposed): each of the cp - 1 steps passes one K, V block (backward: K, V and
+    dK, dV) while the card computes that step's share of the attention, attention / cp; all-to-all
+    (context.alltoall_bytes): the q, k, v and output exchanges are on the critical path, forward and
+    backward alike. Bandwidth: context.cp_bandwidth (x the collective efficiency of the performance
+    catalog in the per-operation model); 0 when cp = 1."""
+    A = sc.system(acc).acc
+    a, e = sc.model, sc.memory.activation_bytes
+    bw = context.cp_bandwidth(A.fabric, tp, cp, nics, sc.cp_method)
+    if per_op_model(sc):
+        bw = bw * _perf(sc, acc).tp_efficiency
+    if sc.cp_method == "ring":
+        f_bytes, b_bytes = context.ring_transfer_bytes(a, sc.task.seq_len, mb, tp, cp, e)
+        return (context.ring_exposed(f_bytes, bw, attention_fwd, cp),
+                context.ring_exposed(b_bytes, bw, attention_dx, cp))
+    t = np.where(_f(cp) > 1, context.alltoall_bytes(a, sc.task.seq_len, mb, tp, cp, e) / bw, 0.0)
+    return t, t
+
+
+def _split_backward(schedule: str) -> bool:
+    base, _ = schedule_parts(schedule)
+    return base.startswith("zb") or base.startswith("dualpipe")
+
+
+def microbatch_times(sc: Scenario, *, acc: str, recompute: str, schedule: str, tp: ArrayLike, cp: ArrayLike = 1,
+                     pp: ArrayLike, mb: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0, cap: ArrayLike = 0.0,
+                     nics: ArrayLike | None = None) -> tuple[Floats, Floats, Floats]:
+    """(t_forward, t_backward_input, t_backward_weight) of one micro-batch on the busiest stage's card.
+
+    Flat model: work per token, forward 1/3 of the training FLOPs, backward 2/3 plus any recompute, at
+    peak x efficiency; stages balanced (the LM head counted in the average); a MoE model's expert work
+    stretched by the load factor phi (padding, the busiest rank's surplus: moe.extra_flops_per_token).
+    Per-operation model: the stage's layers x the layer's kernel times plus the embedding (first stage)
+    or head and loss (last stage), the phases of the stage whose micro-batch takes longest (one card's
+    window of work; per-phase maxima taken over different stages would overstate it). A card has b s / cp
+    of the tokens under context parallelism, its attention share scaled by the split's causal imbalance
+    (:func:`cp_imbalance`); with ``nics`` the context-parallel exchange is included (:func:`cp_exchange`;
+    the data-parallel overlap windows leave it out). With a split backward (zero-bubble, DualPipe) dW is
+    separate; otherwise it is folded into the backward and t_backward_weight is 0.
+    """
+    if per_op_model(sc):
+        kernels: dict[str, Any] = dict(acc=acc, recompute=recompute, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap,
+                                       nics=nics)
+        layer, first, last = op_times(sc, **kernels)
+        parts = _busiest_stage(sc, pp, layer, first, last, _dense_layer(sc, **kernels))
+        return _fold(schedule, *parts)
+    sysm = sc.system(acc)
+    a, s = sc.model, sc.task.seq_len
+    rc = effective_recompute(sc, recompute)
+    attn = attention_flops_per_token(a, s)
+    fpt = flops_per_token(a, s) + (cp_imbalance(sc, cp) - 1.0) * attn
+    rfpt = memory.recompute_flops_per_token(a, s, rc)
+    if a.moe:
+        extra = moe.extra_flops_per_token(a, load_factor(sc, ep, cap))
+        fpt = fpt + extra
+        rfpt = rfpt + (extra / 3.0 if rc == "full" else 0.0)
+    rate = sysm.acc.peak_flops * sysm.efficiency
+    tokens = _f(mb) * s / (_f(tp) * _f(cp) * _f(pp))
+    t_f = tokens * fpt / 3.0 / rate
+    t_b = tokens * (2.0 * fpt / 3.0 + rfpt) / rate
+    if nics is not None and np.any(_f(cp) > 1):  # the exchange of every layer of the stage
+        layer_attn = _f(mb) * s / _f(cp) * cp_imbalance(sc, cp) * attn / a.layers / _f(tp)
+        x_f, x_dx = cp_exchange(sc, acc=acc, tp=tp, cp=cp, mb=mb, nics=nics, attention_fwd=layer_attn / 3.0 / rate,
+                                attention_dx=2.0 * layer_attn / 3.0 / rate)
+        stage = np.ceil(a.layers / _f(pp))
+        t_f = t_f + stage * x_f
+        t_b = t_b + stage * (x_dx + (x_f if rc == "full" else 0.0))
+    t_w = tokens * fpt / 3.0 / rate if _split_backward(schedule) else 0.0 * t_f
+    return t_f, t_b - t_w, t_w
+
+
+def _dense_layer(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike,
+                 ep: ArrayLike = 1, etp: ArrayLike = 0, cap: ArrayLike = 0.0,
+                 nics: ArrayLike | None = None) -> steptime.PhaseTimes | None:
+    """A MoE model's dense-MLP block (op_times(dense=True)'s layer), or None when every block is a MoE
+    block or the model is dense (per-operation model)."""
+    if dense_split(sc, 1) is None:
+        return None
+    return op_times(sc, acc=acc, recompute=recompute, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap, nics=nics,
+                    dense=True)[0]
+
+
+def _fold(schedule: str, t_f: Floats, t_dx: Floats, t_dw: Floats) -> tuple[Floats, Floats, Floats]:
+    if _split_backward(schedule):
+        return t_f, t_dx, t_dw
+    return t_f, t_dx + t_dw, 0.0 * t_dw
+
+
+def _group_times(split: Sequence[float], g: int, layer: Sequence[Floats], first: Sequence[Floats],
+                 last: Sequence[Floats], k: int, dense: Sequence[Floats] | None = None,
+                 dsplit: Sequence[int] | None = None) -> list[FloatArray]:
+    """(fwd, dX, dW) of layer group g: n_g x layer + embedding (g = 0) + head and loss (g = last); with a
+    MoE model's dense blocks, (n_g - d_g) x layer + d_g x dense (d_g of ``dsplit``)."""
+    n = split[g]
+    out: list[FloatArray] = []
+    for i in range(k):
+        if dsplit is None:
+            x = n * _f(layer[i])
+        else:  # the callers pass dsplit with dense
+            x = (n - dsplit[g]) * _f(layer[i]) + dsplit[g] * _f(cast(Sequence[Floats], dense)[i])
+        if g == 0:
+            x = x + first[i]
+        if g == len(split) - 1:
+            x = x + last[i]
+        out.append(x)
+    return out
+
+
+def _candidate_stages(sc: Scenario, pp: int) -> tuple[Sequence[float], list[int], tuple[int, ...] | None]:
+    """(layer split, the stages that can be the busiest, dense blocks per stage or None): stage times
+    grow with the layer count, so only the first stage, the last stage and the middle stage with the most
+    layers can take longest; with a MoE model's dense blocks, every middle stage whose (MoE blocks,
+    dense blocks) no other middle stage has at least as many of both (either block can be the heavier)."""
+    split = stage_split(sc, int(pp)) or [sc.model.layers]
+    dsplit = dense_split(sc, int(pp)) if len(split) == int(pp) else None
+    groups = {0, len(split) - 1}
+    if len(split) > 2 and dsplit is None:
+        groups.add(1 + int(np.argmax(split[1:-1])))
+    elif len(split) > 2 and dsplit is not None:
+        kinds = {g: (split[g] - dsplit[g], dsplit[g]) for g in range(1, len(split) - 1)}
+        seen = set()
+        for g, (m, d) in kinds.items():
+            if (m, d) not in seen and not any(o != (m, d) and o[0] >= m and o[1] >= d for o in kinds.values()):
+                groups.add(g)
+                seen.add((m, d))
+    return split, sorted(groups), dsplit
+
+
+def _busiest(sc: Scenario, pp: ArrayLike, layer: Sequence[Floats], first: Sequence[Floats], last: Sequence[Floats],
+             k: int = 3, dense: Sequence[Floats] | None = None) -> list[FloatArray]:
+    """Elementwise (over the plan grid) the largest per-stage value of each of the first k phase times
+    (``dense``: a MoE model's dense-block times, :func:`_group_times`).
+
+    Stage times grow with the layer count, so only the first stage, the last stage and the middle stage
+    with the most layers can be the largest (:func:`_candidate_stages`)."""
+    extra = () if dense is None else tuple(_f(x) for x in dense[:k])
+    shape = np.broadcast(np.asarray(pp), *(_f(x) for x in (*layer[:k], *first[:k], *last[:k])), *extra).shape
+    pp_a = np.broadcast_to(np.asarray(pp), shape)
+    out = [np.zeros(shape) for _ in range(k)]
+    for p_val in np.unique(pp_a):
+        sel = pp_a == p_val
+        split, groups, dsplit = _candidate_stages(sc, p_val)
+        dsplit = dsplit if dense is not None else None
+        for g in groups:
+            vals = _group_times(split, g, layer, first, last, k, dense, dsplit)
+            for i in range(k):
+                out[i][sel] = np.maximum(out[i][sel], np.broadcast_to(vals[i], shape)[sel])
+    return out
+
+
+def _busiest_stage(sc: Scenario, pp: ArrayLike, layer: Sequence[Floats], first: Sequence[Floats],
+                   last: Sequence[Floats], dense: Sequence[Floats] | None = None) -> list[FloatArray]:
+    """Elementwise (over the plan grid) the (fwd, dX, dW) times of the stage with the largest sum
+    (the candidate stages of :func:`_busiest`; the first of them on ties)."""
+    extra = () if dense is None else tuple(_f(x) for x in dense[:3])
+    shape = np.broadcast(np.asarray(pp), *(_f(x) for x in (*layer[:3], *first[:3], *last[:3])), *extra).shape
+    pp_a = np.broadcast_to(np.asarray(pp), shape)
+    out = [np.zeros(shape) for _ in range(3)]
+    best = np.full(shape, -np.inf)
+    for p_val in np.unique(pp_a):
+        sel = pp_a == p_val
+        split, groups, dsplit = _candidate_stages(sc, p_val)
+        dsplit = dsplit if dense is not None else None
+        for g in groups:
+            vals = [np.broadcast_to(v, shape) for v in _group_times(split, g, layer, first, last, 3, dense, dsplit)]
+            total = vals[0] + vals[1] + vals[2]
+            take = sel & (total > best)
+            best = np.where(take, total, best)
+            for i in range(3):
+                out[i] = np.where(take, vals[i], out[i])
+    return out
+
+
+def pipeline_transfer(sc: Scenario, *, acc: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike,
+                      mb: ArrayLike, nics: ArrayLike) -> FloatArray:
+    """Boundary transfer per micro-batch and direction: s b h x bytes / (tp cp) over the stage link."""
+    A = sc.system(acc).acc
+    bw = comm.pp_link_bandwidth(A.fabric, pp, _f(tp) * _f(cp) * _f(dp), nics)
+    size = comm.pp_boundary_bytes(_f(mb) * sc.task.seq_len / _f(cp), sc.model.hidden, tp,
+                                  sc.memory.activation_bytes)
+    return np.where(_f(pp) > 1, size / bw, 0.0)

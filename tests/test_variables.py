@@ -1,0 +1,153 @@
+"""The decision variables and the plan's user-facing fields, declared once (:mod:`tpopt.models.variables`):
+every view derived from them is checked by its property, not pinned as a literal list, so a new variable
+edits no test here.
+
+Properties: each variable names a Plan field, a [search] domain and a [search] key that exist; the layout
+evaluator's hub, grid and save axes partition the variables, grid axes and coupling ranks are distinct; the
+decomposition couples grid variables only; every plan flag of the commands maps back to a Plan field (or shapes
+one) and is a real option of ``tpopt evaluate``; every API plan keyword reaches a flag key of ``plan_from``; every
+sweep plan column is a column of a row and comes from a key of the plan's record; ``Space.plan`` sets each
+variable's field from its domain value.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from dataclasses import fields
+
+from click.testing import CliRunner
+
+import tpopt.api as api
+from tpopt.catalogs.schema import KEYS
+from tpopt.cli.evaluate import evaluate as evaluate_command
+from tpopt.cli.explain import PLAN_FLAGS as EXPLAIN_FLAGS
+from tpopt.cli.export import PLAN_FLAGS as EXPORT_FLAGS
+from tpopt.models import variables as V
+from tpopt.models.evaluate import evaluate, evaluate_arrays
+from tpopt.models.layout import VARIABLE_NAMES
+from tpopt.models.plan import Plan, SearchSpace
+from tpopt.optimizer import decompose, memory_plan
+from tpopt.optimizer import enumerate as E
+from tpopt.optimizer.space import LAYOUT, VARS, Space
+from tpopt.optimizer.sweep.rows import COLUMNS, PLAN_COLUMNS
+
+PLAN_FIELDS = {f.name for f in fields(Plan)}
+
+
+def test_each_variable_names_a_plan_field_a_domain_and_a_search_key():
+    """Field, SearchSpace attribute and [search] key of every variable exist; names and fields are unique."""
+    search_attrs = {f.name for f in fields(SearchSpace)}
+    assert len(set(VARS)) == len(VARS) and len({v.field for v in V.VARIABLES}) == len(V.VARIABLES)
+    for v in V.VARIABLES:
+        assert v.field in PLAN_FIELDS, v
+        assert v.search is None or v.search in search_attrs, v
+        assert V.SEARCH_KEY[v.name] in KEYS["search"], v  # the refusal names a key the user can write
+
+
+def test_variable_types_match_the_plan():
+    """A variable's declared type is its Plan field's type (bool | None for an on/off field the scenario may fix)."""
+    hints = typing.get_type_hints(Plan)
+    for v in V.VARIABLES:
+        assert v.type in (hints[v.field], *typing.get_args(hints[v.field])), v
+
+
+def test_evaluator_axes_partition_the_variables():
+    """Hub (the core layout), grid and save axes: every variable in exactly one, grid axes numbered 0..n-1."""
+    assert E.HUB == LAYOUT
+    axes = (*E.HUB, *E.GRID, *E.SAVE)
+    assert sorted(axes) == sorted(VARS) and len(set(axes)) == len(axes)
+    assert sorted(v.grid for v in V.VARIABLES if v.grid is not None) == list(range(len(E.GRID)))
+    assert all(V.BY_NAME[n].grid == i for i, n in enumerate(E.GRID))
+    assert all(not V.BY_NAME[n].layout for n in E.GRID + E.SAVE)
+
+
+def test_coupling_is_over_grid_variables_in_rank_order():
+    """The decomposition keeps grid extras only, each once, in their declared rank."""
+    ranks = [V.BY_NAME[n].coupling for n in decompose.COUPLING]
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks)
+    assert set(decompose.COUPLING) <= set(E.GRID)
+    assert memory_plan.SEARCH_KEY == V.SEARCH_KEY
+
+
+def test_every_plan_flag_maps_back_to_a_plan_field_and_is_an_option():
+    """Each flag's key is a Plan field's input (or shapes the schedule); `tpopt evaluate` takes each flag."""
+    params = {p.name: p for p in evaluate_command.params}
+    for i in V.PLAN_INPUTS:
+        assert i.field is None or i.field in PLAN_FIELDS, i
+        if i.flag is None:
+            continue
+        assert i.key in params, i  # the click destination is the plan input's key
+        assert V.flag_of(i.key) in params[i.key].opts, i
+        assert i.field is not None or i.key == "virtual_stages", i
+    assert EXPORT_FLAGS == V.PLAN_FLAGS and set(EXPLAIN_FLAGS) < set(EXPORT_FLAGS) and "cards" not in EXPLAIN_FLAGS
+    help_text = CliRunner().invoke(evaluate_command, ["--help"], terminal_width=200).output
+    assert all(V.flag_of(k) in help_text for k in V.PLAN_FLAGS)
+
+
+def test_api_plan_keywords_reach_plan_from():
+    """Every API plan keyword maps to a plan input's key and names a Plan field; the simple inputs read a
+    [search] domain."""
+    keys = {i.key: i for i in V.PLAN_INPUTS}
+    assert api.PLAN_FIELDS == V.API_FIELDS and set(api.PLAN_FIELDS) <= api.PLAN_NAMES
+    for name in api.PLAN_FIELDS:
+        assert keys[V.API_KEY[name]].field in PLAN_FIELDS, name
+    search_attrs = {f.name for f in fields(SearchSpace)}
+    assert all(i.domain in search_attrs and i.field in PLAN_FIELDS for i in V.SIMPLE_INPUTS)
+
+
+def test_sweep_plan_columns_come_from_the_plan_record(design):
+    """Every plan column is a row column; the record's columns are keys of plan_dict, in its order."""
+    assert set(PLAN_COLUMNS) <= set(COLUMNS)
+    record = {f.column: f.key for f in V.PLAN_RECORD if f.column is not None}
+    assert tuple(record) == PLAN_COLUMNS[:len(record)]
+    ev = evaluate(design, Plan(accelerator="rtx4090", cards=48, pp=2, schedule="1f1b"))
+    d = ev.plan_dict()
+    assert list(d) == [f.key for f in V.PLAN_RECORD]
+    assert d["zero_stage"] == ev.plan.zero_stage and d["schedule"] == "1f1b" and d["hosts"] == ev.metrics["hosts"]
+    assert all(d[f.key] is None for f in V.PLAN_RECORD if f.moe)  # a dense model
+
+
+def test_space_plan_sets_each_variable_field(design):
+    """Space.plan of an assignment gives each variable's field its domain value (the save interval resolved,
+    the schedule pinned when pp = 1)."""
+    space = Space.from_scenario(design)
+    idx = {v: len(space.domains[v]) - 1 for v in VARS}
+    p = space.plan(idx)
+    for v in V.VARIABLES:
+        if v.name in ("tau", "schedule"):
+            continue
+        assert getattr(p, v.field) == space.domains[v.name][idx[v.name]], v
+    assert p.cards == p.tp * p.cp * p.pp * p.dp
+
+
+def test_alternatives_are_worded_and_ranked():
+    """The report's same-scale alternatives: distinct ranks, a label with one slot each, over variables with a
+    [search] choice of their own (the accelerator and the card count have their own alternatives)."""
+    ranks = [v.alternative for v in V.ALTERNATIVES]
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks)
+    for v in V.ALTERNATIVES:
+        assert v.label.count("{}") == 1 and v.name not in ("acc", "dp"), v
+    cap, etp = V.BY_NAME["cap"], V.BY_NAME["etp"]
+    assert cap.wording(0.0) == "capacity none (dropless)" and cap.wording(1.25) == "capacity 1.25"
+    assert etp.wording(0) == "expert-TP = TP" and V.BY_NAME["zero"].wording(2) == "ZeRO-2"
+
+
+def test_evaluate_keywords_are_the_evaluators_variables():
+    """The one Plan -> evaluation mapping: the keywords of evaluate_arrays (its options aside) are exactly the
+    variables' Plan fields but the accelerator, and the Layout's fields are exactly the variables' names."""
+    params = inspect.signature(evaluate_arrays).parameters
+    keywords = {n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY} - {"quantiles"}
+    assert keywords == set(V.evaluate_keywords(Plan(accelerator="x", cards=1)))
+    assert set(VARIABLE_NAMES) == set(VARS)
+
+
+def test_plan_line_shows_a_declared_switch_off_its_default():
+    """A variable declared shown in the plan line (``line``) has a label, appears worded when set off its Plan
+    default, and is absent at the default."""
+    shown = [v for v in V.VARIABLES if v.line]
+    assert shown and all(v.label for v in shown)
+    for v in shown:
+        default = V.PLAN_DEFAULTS[v.field]
+        assert V.line_parts({v.field: default}) == []
+    assert V.line_parts({"offload": "cpu"}) == ["offload cpu"] and V.line_parts({"offload": "none"}) == []
