@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from tpopt.catalogs.architectures import ARCH_INT_MAX, MODEL_KEYS, arch_int, build_model
-from tpopt.catalogs.entry_keys import AcceleratorKeys, LinkKeys, NicKeys, StorageKeys
+from tpopt.catalogs.entry_keys import AcceleratorKeys, LinkKeys, NicKeys, PerfKeys, StorageKeys
 from tpopt.catalogs.market import Market, load_market
 from tpopt.catalogs.schema import read_entry
-from tpopt.catalogs.stacks import stack_names
 from tpopt.catalogs.tables import (
     MAX_INPUT_BYTES,
     check_keys,
@@ -29,12 +28,6 @@ from tpopt.errors import InputError
 from tpopt.models.arch import ModelArch
 from tpopt.models.hardware import Accelerator
 from tpopt.models.roofline import PerfParams
-from tpopt.models.units import (
-    parse_duration,
-    parse_fraction,
-    parse_int,
-    parse_number,
-)
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 CATALOG_FILES = ("accelerators.toml", "links.toml", "storage.toml", "models.toml", "performance.toml")
@@ -197,67 +190,28 @@ def _build_accelerator(name: str, t: dict[str, Any], links: dict[str, float], ni
     )
 
 
-_PERF_FRACTIONS = ("gemm_efficiency", "memory_efficiency", "attention_efficiency", "tp_efficiency", "dp_efficiency",
-                   "fp8_gemm_ratio", "fp4_gemm_ratio", "attention_bwd_ratio")
-_PERF_KEYS = set(_PERF_FRACTIONS) | {"overlap_contention", "gemm_k_half", "tile", "sms", "kernel_overhead",
-                                     "collective_latency", "up_step_latency", "out_step_latency", "calibrated",
-                                     "sources", "calibration", "residual_sigma", "residual_sigma_source",
-                                     "residual_sigma_stacks"}
+_PERF_KEYS = {f.name for f in fields(PerfKeys)}
 
 
 def build_perf(name: str, t: dict[str, Any], base: PerfParams | None = None) -> PerfParams:
-    """:class:`PerfParams` from a performance.toml table (fields absent keep ``base``'s values)."""
+    """:class:`PerfParams` from a performance.toml table, read as :class:`~tpopt.catalogs.entry_keys.PerfKeys`
+    declares it (fields absent keep ``base``'s values)."""
     where = f"performance {name}"
     if not isinstance(t, dict):
         raise InputError(f"{where}: expected a table")
     bad = set(t) - _PERF_KEYS
     if bad:
         raise InputError(f"{where}: unknown key(s) {sorted(bad)} (known: {', '.join(sorted(_PERF_KEYS))})")
-    kw: dict[str, Any] = {}
-    for k in _PERF_FRACTIONS:
-        if k in t:
-            kw[k] = parse_fraction(t[k], f"{where} {k}")
-    if "overlap_contention" in t:
-        kw["overlap_contention"] = parse_fraction(t["overlap_contention"], f"{where} overlap_contention",
-                                                  allow_zero=True)
-    if "gemm_k_half" in t:
-        kw["gemm_k_half"] = parse_number(t["gemm_k_half"], f"{where} gemm_k_half")
-    if "sms" in t:
-        kw["sms"] = parse_int(t["sms"], f"{where} sms", minimum=1)
-    if "tile" in t:
-        tile = t["tile"]
-        if not (isinstance(tile, list) and len(tile) == 2):
-            raise InputError(f"{where}: tile must be [rows, columns]")
-        kw["tile_m"], kw["tile_n"] = (parse_int(x, f"{where} tile", minimum=1) for x in tile)
-    for k in ("kernel_overhead", "collective_latency", "up_step_latency", "out_step_latency"):
-        if k in t:
-            kw[k] = parse_duration(t[k], f"{where} {k}")
-    if "calibrated" in t:
-        cal = t["calibrated"]
-        if not isinstance(cal, list) or any(c not in PerfParams.field_names() for c in cal):
-            raise InputError(f"{where}: calibrated must list parameter names")
-        kw["calibrated"] = tuple(cal)
-    if "residual_sigma" in t:
-        kw["residual_sigma"] = parse_number(t["residual_sigma"], f"{where} residual_sigma")
-        if not 0.0 <= kw["residual_sigma"] < 5.0:
-            raise InputError(f"{where}: residual_sigma must be a lognormal sigma between 0 and 5")
-        if not isinstance(t.get("residual_sigma_source"), str) or not t["residual_sigma_source"].strip():
-            raise InputError(f"{where}: residual_sigma needs residual_sigma_source (how it was obtained)")
-        kw["residual_sigma_source"] = t["residual_sigma_source"]
-    elif "residual_sigma_source" in t:
-        raise InputError(f"{where}: residual_sigma_source without residual_sigma")
-    if "residual_sigma_stacks" in t:
-        on = t["residual_sigma_stacks"]
-        if "residual_sigma" not in t or not isinstance(on, list) or not all(isinstance(x, str) for x in on):
-            raise InputError(f"{where}: residual_sigma_stacks must list the stacks residual_sigma was measured on")
-        known = stack_names()
-        unknown = [x for x in on if x not in known]
-        if unknown:
-            raise InputError(f"{where}: residual_sigma_stacks: unknown stack(s) {', '.join(unknown)} "
-                             f"(known: {', '.join(known)})")
-        kw["residual_sigma_stacks"] = tuple(on)
+    k: PerfKeys = read_entry(PerfKeys, t, where, t)
+    kept = ("tile", "sources", "calibration", "residual_sigma_source")  # split, merged, unused, with the sigma
+    kw: dict[str, Any] = {f.name: getattr(k, f.name) for f in fields(k)
+                          if f.name not in kept and getattr(k, f.name) is not None}
+    if k.tile is not None:
+        kw["tile_m"], kw["tile_n"] = k.tile
+    if k.residual_sigma is not None:
+        kw["residual_sigma_source"] = k.residual_sigma_source
     sources = dict((base.sources if base else {}) or {})
-    sources.update(t.get("sources", {}) or {})
+    sources.update(k.sources or {})
     return replace(base or PerfParams(), name=name, sources=sources, **kw)
 
 

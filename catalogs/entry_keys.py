@@ -1,5 +1,6 @@
 """The keys of catalog entries, declared once as scenario keys are (:mod:`tpopt.catalogs.schema`): links and NICs
-(links.toml), storage tiers (storage.toml) and accelerators (accelerators.toml). For each key of an accelerator:
+(links.toml), storage tiers (storage.toml), performance parameters (performance.toml) and accelerators
+(accelerators.toml). For each key of an accelerator:
 how each value is read (type, unit and bound), its default as a catalog file writes it (None: no value unless
 given), the :class:`~tpopt.models.hardware.Accelerator` field it sets (``to``), whether it is required, whether
 the entry's ``sources`` table must source it (``source``: every number and every link choice), and whether its
@@ -14,9 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from tpopt.catalogs.schema import Kind, bandwidth, flops_rate, integer, key, number, raw, size
+from tpopt.catalogs.schema import Kind, bandwidth, duration, flops_rate, fraction, integer, key, number, raw, size
+from tpopt.catalogs.stacks import stack_names
 from tpopt.errors import InputError
-from tpopt.models.units import MAX_INT
+from tpopt.models.roofline import PerfParams
+from tpopt.models.units import MAX_INT, parse_int
 
 #: What an entry's named choices are looked up in: (links by name, NICs by name).
 Lookups = tuple[dict[str, Any], dict[str, Any]]
@@ -100,6 +103,73 @@ class StorageKeys:
     write_bandwidth: float = key(bandwidth(allow_zero=False), required=True, help="aggregate write bandwidth")
     source: Any = key(raw("text"), help="where the bandwidth comes from")
     notes: Any = key(raw("text"), help="free text")
+
+
+def _tile(value: Any, what: str, _context: Any) -> tuple[int, int]:
+    """(rows, columns) from ``[128, 256]``; ``what`` is ``"<where>: tile"``."""
+    if not (isinstance(value, list) and len(value) == 2):
+        raise InputError(f"{what} must be [rows, columns]")
+    where, _, field = what.rpartition(": ")
+    rows, columns = (parse_int(x, f"{where} {field}", minimum=1) for x in value)
+    return rows, columns
+
+
+def _calibrated(value: Any, what: str, _context: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or any(c not in PerfParams.field_names() for c in value):
+        raise InputError(f"{what} must list parameter names")
+    return tuple(value)
+
+
+def _sigma_stacks(value: Any, what: str, table: dict[str, Any]) -> tuple[str, ...]:
+    """The stacks residual_sigma was measured on (context: the entry's table, which must state residual_sigma)."""
+    if "residual_sigma" not in table or not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise InputError(f"{what} must list the stacks residual_sigma was measured on")
+    known = stack_names()
+    unknown = [x for x in value if x not in known]
+    if unknown:
+        raise InputError(f"{what}: unknown stack(s) {', '.join(unknown)} (known: {', '.join(known)})")
+    return tuple(value)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class PerfKeys:
+    """One ``[NAME]`` table of performance.toml (an accelerator's step-time parameters, or ``[default]``); a key
+    left out keeps the base entry's value (context: the entry's table)."""
+
+    gemm_efficiency: float | None = key(fraction(), help="achieved share of the matrix peak in large GEMMs")
+    memory_efficiency: float | None = key(fraction(), help="achieved share of the HBM bandwidth")
+    attention_efficiency: float | None = key(fraction(), help="achieved share of the peak in attention kernels")
+    tp_efficiency: float | None = key(fraction(), help="achieved share of the link in tensor-parallel collectives")
+    dp_efficiency: float | None = key(fraction(), help="achieved share of the link in data-parallel collectives")
+    fp8_gemm_ratio: float | None = key(fraction(), help="FP8 GEMM speed-up achieved, as a share of the peak's")
+    fp4_gemm_ratio: float | None = key(fraction(), help="FP4 GEMM speed-up achieved, as a share of the peak's")
+    attention_bwd_ratio: float | None = key(fraction(), help="attention backward speed against the forward's")
+    overlap_contention: float | None = key(fraction(allow_zero=True), help="slow-down of compute under overlap")
+    gemm_k_half: float | None = key(number(), help="GEMM depth at which half the peak is reached")
+    sms: int | None = key(whole(1), help="streaming multiprocessors (wave quantisation)")
+    tile: tuple[int, int] | None = key(Kind(_tile, "[rows, columns]", sep=": "), help="GEMM output tile")
+    kernel_overhead: float | None = key(duration(), help="fixed time per kernel launch")
+    collective_latency: float | None = key(duration(), help="fixed time per collective")
+    up_step_latency: float | None = key(duration(), help="per-step latency inside the scale-up domain")
+    out_step_latency: float | None = key(duration(), help="per-step latency across the scale-out network")
+    calibrated: tuple[str, ...] | None = key(Kind(_calibrated, "list of parameter names", sep=": "),
+                                             help="the parameters that were fitted (the rest are priors)")
+    residual_sigma: float | None = key(number(), help="lognormal sigma of the step-time model's residual")
+    residual_sigma_source: Any = key(raw("text"), help="how residual_sigma was obtained")
+    residual_sigma_stacks: tuple[str, ...] | None = key(Kind(_sigma_stacks, "list of stacks", sep=": "),
+                                                        help="the stacks residual_sigma's runs ran")
+    sources: Any = key(raw("table of strings"), help="the source of every value, by key")
+    calibration: Any = key(raw("table"), help="how a calibration was made (kept for the reader)")
+
+    RULES: ClassVar = (
+        ("residual_sigma", lambda v: v["residual_sigma"] is not None and not 0.0 <= v["residual_sigma"] < 5.0,
+         "{where}: residual_sigma must be a lognormal sigma between 0 and 5"),
+        ("residual_sigma_source", lambda v: v["residual_sigma"] is not None and (
+            not isinstance(v["residual_sigma_source"], str) or not v["residual_sigma_source"].strip()),
+         "{where}: residual_sigma needs residual_sigma_source (how it was obtained)"),
+        ("residual_sigma_source", lambda v: v["residual_sigma"] is None and v["residual_sigma_source"] is not None,
+         "{where}: residual_sigma_source without residual_sigma"),
+    )
 
 
 @dataclass(frozen=True, eq=False, repr=False)

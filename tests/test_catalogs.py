@@ -8,11 +8,12 @@ import pytest
 from click.testing import CliRunner
 
 from tpopt.catalogs import ACCELERATOR_KEYS, BUILTIN_DIR, load_catalog, model_from_hf_config
-from tpopt.catalogs.entry_keys import AcceleratorKeys
+from tpopt.catalogs.entry_keys import AcceleratorKeys, PerfKeys
 from tpopt.catalogs.schema import spec
 from tpopt.cli.main import cli
 from tpopt.errors import InputError
 from tpopt.models.arch import param_count
+from tpopt.models.roofline import PerfParams
 
 #: The accelerator keys whose values need a source: those declared ``source`` (every number among them, see
 #: test_every_number_key_is_declared_sourced).
@@ -70,6 +71,17 @@ def test_neutral_accelerator_keys_stay_out_of_fingerprints():
             assert f"{target}=" in repr(acc), f.name
     assert {"scale_up_cards", "pod_hosts", "spine_oversubscription"} == {
         f.name for f in fields(AcceleratorKeys) if spec(f).neutral}
+
+
+def test_every_performance_key_sets_its_parameter():
+    """Each declared performance.toml key names the PerfParams field it sets (tile: tile_m and tile_n); only the
+    sources table (merged) and the calibration notes (kept for the reader) set none."""
+    params = {f.name for f in fields(PerfParams)}
+    declared = [f.name for f in fields(PerfKeys)]
+    assert [k for k in declared if k not in params] == ["tile", "calibration"]
+    assert {"tile_m", "tile_n"} <= params and "sources" in declared
+    perf = load_catalog().perf("rtx4090")
+    assert perf.name == "rtx4090" and 0 < perf.gemm_efficiency <= 1
 
 
 def test_dense_peaks_are_consistent():
