@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tpopt.errors import InputError
+from tpopt.models import families as F
 from tpopt.models import finish as Fn
 from tpopt.models import terms as T
 from tpopt.models.evaluate import Evaluation
@@ -65,7 +66,7 @@ def distribution_entry(sc: Scenario, ev: Evaluation, backend: str, req: Request,
     rate = ev.metrics["cost"] / ev.metrics["finish_days"] / DAY  # cost per second of wall time
     quant = {f"p{round(level * 100)}": law.quantile(level) for level in LEVELS}
     shares = law.risk_shares(q)
-    p_deadline = float(law.cdf(sc.task.deadline_s))
+    p_deadline = float(law.cdf(F.limit(F.DEADLINE, sc)))
     entry: dict[str, Any] = {
         "confidence": sc.task.confidence,
         "probability_by_deadline": p_deadline,
@@ -266,7 +267,8 @@ def cost_against_confidence(sc: Scenario, levels: tuple[float, ...], backend: st
         if r.best is not None:
             law = law_of(at, r.best)
             row.update(cards=r.best.plan.cards, cost=r.best.metrics["cost"], plan=r.best.plan_dict(),
-                       finish_q_days=law.quantile(q) / DAY, probability_by_deadline=float(law.cdf(at.task.deadline_s)),
+                       finish_q_days=law.quantile(q) / DAY,
+                       probability_by_deadline=float(law.cdf(F.limit(F.DEADLINE, at))),
                        cost_unit=r.best.metrics["cost_unit"])
         rows.append(row)
     return rows

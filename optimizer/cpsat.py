@@ -133,7 +133,7 @@ def all_late(space: Space) -> bool:
     if chance_on(sc):  # the chance form: even the least step exceeds every step the confidence allows
         return step_min > float(np.max(tabs[CHANCE_TABLE].values)) * (1 + 1e-9)
     least = sc.task.reserved_s + float(T.iteration_count(sc)) * step_min * ov_min
-    return least > sc.task.deadline_s * (1 + 1e-9)
+    return least > F.limit(F.DEADLINE, sc) * (1 + 1e-9)
 
 
 def caps(space: Space, deadline_enforced: bool) -> tuple[float, float, float, float]:
@@ -157,7 +157,7 @@ def caps(space: Space, deadline_enforced: bool) -> tuple[float, float, float, fl
     if deadline_enforced and chance_on(sc):  # chance form: a step beyond every allowed step is infeasible
         step_cap = min(step_cap, 1.01 * float(np.max(tabs[CHANCE_TABLE].values)) + 1e-6)
     elif deadline_enforced:
-        room = max(sc.task.deadline_s - sc.task.reserved_s, 0.0)
+        room = max(F.limit(F.DEADLINE, sc) - sc.task.reserved_s, 0.0)
         step_cap = min(step_cap, 1.01 * room / (iters * ov_min) + 1e-6)
         if step_min > 0:
             ov_cap = max(ov_min, min(ov_cap, 1.01 * room / (iters * step_min) + 1e-9))
@@ -332,7 +332,7 @@ class CpSatModel:
 
         # structural families and exact single-table conditions
         for f in STRUCTURAL + EXACT:
-            self._require(f, "ok." + f)
+            self._require(f, F.ok_table(f))
 
         # cards
         cards, _ = self._table("cards", "floor")
@@ -407,7 +407,7 @@ class CpSatModel:
             caps_t = np.minimum(np.ceil(smax.values * ticks), step_max + 1).astype(np.int64)
             m.add(step <= self._element("step_max_t", smax.vars, caps_t)).only_enforce_if(self.lit[F.DEADLINE])
         else:
-            m.add(finish <= _ceil_int(sc.task.deadline_s * ticks, finish_hi + 1)).only_enforce_if(
+            m.add(finish <= _ceil_int(F.limit(F.DEADLINE, sc) * ticks, finish_hi + 1)).only_enforce_if(
                 self.lit[F.DEADLINE])
 
         # cost = rate x finish, scaled to stay below BUDGET; rate again has few distinct values

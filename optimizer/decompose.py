@@ -208,8 +208,8 @@ class LayoutBounds:
         if chance_on(sc):  # the chance form: the least step against the largest step the confidence allows
             step_max = red(CHANCE_TABLE, np.max)
             with np.errstate(divide="ignore", invalid="ignore"):  # a chance-equivalent finish, R + (D - R) s / s_max
-                chance_finish = sc.task.reserved_s + (sc.task.deadline_s - sc.task.reserved_s) * (busy_min + wait) \
-                    / np.where(step_max > 0, step_max, np.nan)
+                room = F.limit(F.DEADLINE, sc) - sc.task.reserved_s
+                chance_finish = sc.task.reserved_s + room * (busy_min + wait) / np.where(step_max > 0, step_max, np.nan)
             due_min: NDArray[Any] = np.where(np.isfinite(chance_finish), chance_finish, np.inf)
         else:
             due_min = finish_min
@@ -229,8 +229,8 @@ class LayoutBounds:
             # for another set of enforced families
             self.grids = {"finish": finish_min, "due": due_min, "cost": cost_min, "busy_max": busy_max,
                           "need": need, "mem": mem_min}
-            self.grids |= {"ok." + f: on_grid(red("ok." + f, np.max)) for f in sorted(enforced)
-                           if f not in HUB_RULES and "ok." + f in space._specs}
+            self.grids |= {F.ok_table(f): on_grid(red(F.ok_table(f), np.max)) for f in sorted(enforced)
+                           if f not in HUB_RULES and f in F.TABLED}
             if "nics" in self.coupled:
                 on = [1] * (1 + len(self.coupled))
                 on[0], on[1 + self.coupled.index("nics")] = self.n, len(dom["nics"])
@@ -241,8 +241,8 @@ class LayoutBounds:
         self.objective_min = self.cost_min if objective == "cost" else self.finish_min
         # layout-only rules, decided exactly
         self.chance = chance_on(sc)
-        self.due_min, self.deadline = due_min, sc.task.deadline_s
-        self.rules = {f: _reduce_to_hub(space, "ok." + f, np.max) > 0.5 for f in HUB_RULES}
+        self.due_min, self.deadline = due_min, F.limit(F.DEADLINE, sc)
+        self.rules = {f: _reduce_to_hub(space, F.ok_table(f), np.max) > 0.5 for f in HUB_RULES}
 
     def _reduce(self, enforced: Collection[str], rows: NDArray[np.intp] | None = None) -> tuple[NDArray[Any], ...]:
         """(finish, due, cost, busy max, input need, memory) per layout (those of ``rows``, default all) from the
@@ -257,12 +257,12 @@ class LayoutBounds:
         if F.INPUT_THROUGHPUT in enforced:
             ok &= grid["busy_max"] >= grid["need"]
         if F.DEADLINE in enforced:
-            ok &= grid["due"] <= sc.task.deadline_s
+            ok &= grid["due"] <= F.limit(F.DEADLINE, sc)
         if F.BUDGET in enforced and sc.cost.max_cost is not None:
-            ok &= grid["cost"] <= sc.cost.max_cost
+            ok &= grid["cost"] <= F.limit(F.BUDGET, sc)
         for f in sorted(enforced):
-            if "ok." + f in grid:
-                ok &= grid["ok." + f]
+            if F.ok_table(f) in grid:
+                ok &= grid[F.ok_table(f)]
         if "nics" in grid:
             ok &= grid["nics"]
         c_axes = tuple(range(1, 1 + len(self.coupled)))
@@ -431,7 +431,7 @@ def solve_decomposed(space: Space, master_of: MasterOf, backend: str, req: Reque
     clock = clock_of(req)
     with clock.stoppable("building the layout decomposition"):  # nothing to return yet: stops at a checkpoint
         bounds = LayoutBounds(space, req.objective, enforced)
-        allowed = bounds.allowed(enforced, sc.search.max_cards, sc.task.deadline_s, sc.cost.max_cost)
+        allowed = bounds.allowed(enforced, sc.search.max_cards, F.limit(F.DEADLINE, sc), sc.cost.max_cost)
         if req.cards is not None:
             allowed["cards"] = np.isin(bounds.cards, list(req.cards))
         master = master_of(backend, space, bounds, allowed, req)

@@ -269,7 +269,7 @@ class HighsModel:
             lp.row(np.append(self.x["pp"][pp1], self.x["schedule"][0]), np.append(np.ones(len(pp1)), -1.0), -INF, 0.0)
 
         for f in STRUCTURAL + EXACT:
-            self._forbid(f, "ok." + f)
+            self._forbid(f, F.ok_table(f))
         t = sp.tables["cards"]
         w = self._weights(t.vars).reshape(-1)
         cards = t.values.reshape(-1)
@@ -342,8 +342,8 @@ class HighsModel:
             smax = self._broadcast(CHANCE_TABLE, omega, shape).reshape(-1)
             for j in range(n_omega):
                 lp.row([b[j], u[j]], [1.0, wait - smax[j]], -INF, 0.0)
-        elif F.DEADLINE in self.enforced and sc.task.deadline_s / DAY < INF:
-            lp.hi[self.finish] = sc.task.deadline_s / DAY
+        elif F.DEADLINE in self.enforced and F.limit(F.DEADLINE, sc) / DAY < INF:
+            lp.hi[self.finish] = F.limit(F.DEADLINE, sc) / DAY
         r = rate.reshape(-1)
         self.cost = lp.cols(1, 0.0, INF)[0]
         lp.row(np.concatenate([[self.cost], b, u]), np.concatenate([[1.0], -r * k, -r * (reserved + k * wait)]),

@@ -439,7 +439,7 @@ def solve_stages(sc: Scenario, backend: str = backends.DEFAULT, req: Request | N
     t0 = time.perf_counter()
     enforced = req.enforced(FAMILIES)
     stages = stage_scenarios(sc)
-    deadline = sc.task.deadline_s
+    deadline = F.limit(F.DEADLINE, sc)
     info = SolverInfo(name=backend, note="one Pareto front per stage, merged")
     out = StagedSolve(Status.INFEASIBLE, req.objective, stages, solver=info,
                       enforced=tuple(f for f in FAMILIES if f in enforced))
@@ -509,4 +509,4 @@ def _finish_stages(out: StagedSolve, clock: Clock, t0: float) -> StagedSolve:
 
 def allocated(ss: StagedSolve, i: int) -> float:
     """The deadline stage i has, given the other stages' chosen plans."""
-    return ss.stages[i].sc.task.deadline_s - (ss.finish_s - ss.picks[i].finish_s)
+    return F.limit(F.DEADLINE, ss.stages[i].sc) - (ss.finish_s - ss.picks[i].finish_s)
