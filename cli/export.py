@@ -2,7 +2,7 @@
 
 The plan is the one ``tpopt evaluate`` takes (the same scenario and plan flags) or the ``plan`` object of a
 ``tpopt solve --json`` / ``tpopt evaluate --json`` report (``--plan FILE``, with the scenario it was solved
-on). Parsing and file handling only: the mapping is :mod:`tpopt.optimizer.frameworks`."""
+on). Parsing and file handling only: the mapping is :mod:`tpopt.frameworks`."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from tpopt.cli.common import (
     scenario_options,
 )
 from tpopt.errors import InputError
+from tpopt.frameworks import FORMATS, export_text, plan_from_report
 from tpopt.models import variables as V
 from tpopt.models.evaluate import evaluate
-from tpopt.optimizer.frameworks import FORMATS, export_text, plan_from_report
 
 PLAN_FLAGS = V.PLAN_FLAGS  # every plan flag (cards, zero_stage, tp, ...): tpopt.models.variables.PLAN_INPUTS
 

@@ -1,4 +1,4 @@
-"""The RL solve (optimizer/rl.py): exact against brute force, the example scenario, the sync/async flip,
+"""The RL solve (optimizer/rl/): exact against brute force, the example scenario, the sync/async flip,
 reports, and the chapter's figures through the tool's own outputs."""
 
 from __future__ import annotations
