@@ -28,6 +28,7 @@ from typing import Any, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
 from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.models import variables as V

@@ -35,6 +35,7 @@ from collections.abc import Collection
 from typing import Any, cast
 
 import numpy as np
+
 from tpopt.models import families as F
 from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.optimizer.backends.protocol import relative_gap

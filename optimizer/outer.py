@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import numpy as np
+
 from tpopt.errors import InputError
 from tpopt.models import batch as B
 from tpopt.models import families as F

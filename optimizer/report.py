@@ -23,6 +23,7 @@ from typing import Any, Final, Protocol, TypeAlias
 
 import numpy as np
 from numpy.typing import NDArray
+
 from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models.arch import activated_params, flops_per_token, param_count

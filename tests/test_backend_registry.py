@@ -13,8 +13,9 @@ import json
 from pathlib import Path
 
 import pytest
-import tpopt
 from click.testing import CliRunner
+
+import tpopt
 from tpopt.catalogs.rl import load_rl_scenario
 from tpopt.catalogs.scenario import load_scenario
 from tpopt.cli.main import cli

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
 from tpopt.optimizer import core as core_mod
 from tpopt.optimizer.backends import cpsat_model as cpsat_mod

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from tpopt.catalogs.rl import load_rl_scenario
 from tpopt.catalogs.scenario import load_scenario
 from tpopt.models import evaluate as E

@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
 from tpopt.cli.main import main

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
 from tpopt.cli.main import cli
 from tpopt.optimizer.core import solve
 from tpopt.optimizer.result import Request, Status
@@ -122,6 +123,7 @@ def test_missing_solver_executable_is_one_line_exit_2(tmp_path):
 
 def test_malformed_solver_names():
     import click
+
     from tpopt.cli.common import SolverName
 
     for bad in ("pyomo:", "pyomo", "scip", "pyomo:a b", "PYOMO:highs"):

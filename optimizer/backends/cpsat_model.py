@@ -33,6 +33,7 @@ from typing import Any, cast
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from ortools.sat.python import cp_model
+
 from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.optimizer.backends.protocol import Allowed, CandidateResult, MasterAnswer, MasterBounds

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import NoReturn
 
 import numpy as np
+
 from tpopt.models import terms as T
 from tpopt.models.evaluate import Evaluation
 from tpopt.optimizer.backends.protocol import Allowed, CapabilityError, MasterBounds

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
 from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.models.units import DAY, GIB

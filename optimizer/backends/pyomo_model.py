@@ -47,6 +47,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, cast
 
 import numpy as np
+
 from tpopt.errors import InputError
 from tpopt.optimizer.backends.highs_model import INF, HighsModel
 from tpopt.optimizer.backends.protocol import Allowed, CandidateResult, CapabilityError, MasterAnswer, MasterBounds

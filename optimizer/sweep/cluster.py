@@ -34,6 +34,7 @@ from tpopt.optimizer.sweep.tasks import run_task
 if TYPE_CHECKING:
     from dask.typing import Key
     from distributed import Client, Future, LocalCluster
+
     from tpopt.optimizer.sweep.tasks import Task, _Payload
 
 CONNECT_TIMEOUT_S = 30
