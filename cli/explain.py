@@ -12,7 +12,10 @@ Exit codes: 0 feasible, 2 bad input, 3 infeasible (the request, or the given pla
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
+
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,
     EXIT_UNKNOWN,
@@ -49,7 +52,7 @@ PLAN_FLAGS = tuple(i.key for i in V.PLAN_INPUTS if i.flag is not None and i.api 
               help="Also re-solve the optimum with deadline +/-1 d, one host fewer, +1 GiB per card.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @handle_errors
-def explain(sensitivity, as_json, **kw):
+def explain(sensitivity: bool, as_json: bool, **kw: Any) -> None:
     """Explain a plan or a request: violated or binding constraints, conflicts, minimal relaxations.
 
     Without --cards the request as a whole: its optimum and what binds it, or, when no plan is

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
+
 from tpopt.catalogs.tables import read_text_capped
 from tpopt.cli.common import (
     builtin_note,
@@ -40,7 +42,7 @@ PLAN_FLAGS = V.PLAN_FLAGS  # every plan flag (cards, zero_stage, tp, ...): tpopt
 @scenario_options
 @plan_options(require_cards=False)
 @handle_errors
-def export(fmt, plan_path, out, force, **kw):
+def export(fmt: str, plan_path: str | None, out: str | None, force: bool, **kw: Any) -> None:
     """Write a plan as a training framework's own launch configuration, checked against that framework's
     argument definitions (catalogs/frameworks/*.toml: source file, version and line of each). A plan feature
     the framework cannot express is an error naming it (exit 2).
@@ -82,7 +84,7 @@ def export(fmt, plan_path, out, force, **kw):
     click.echo(f"tpopt: wrote {out} ({fmt})", err=True)
 
 
-def _read_report(path: str) -> dict:
+def _read_report(path: str) -> dict[str, Any]:
     """The JSON report of --plan (size-capped, one clear line when unreadable)."""
     try:
         text = read_text_capped(Path(path), "--plan file")

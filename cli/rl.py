@@ -4,7 +4,10 @@ Parsing and rendering only: the solve and its report are :func:`tpopt.optimizer.
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
+
 from tpopt.catalogs.rl import load_rl_scenario
 from tpopt.catalogs.scenario import BUILTIN_RL_SCENARIO
 from tpopt.cli.common import (
@@ -50,7 +53,8 @@ RL_DERIVED = ("tokens", "global-batch", "critical-batch", "seq-len",  # from [rl
               help="One time limit for the whole command (search, learner solves, analysis): 60s, 5min, or seconds. "
                    "At the limit the best plan found is returned, not proven optimal (exit 0); none found: exit 4.")
 @handle_errors
-def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, timing, as_json, time_limit, **kw):
+def rl(solver: str, objective: str, max_cost: str | None, kept: str | None, staleness: int | None, no_analysis: bool,
+       plot_path: str | None, timing: bool, as_json: bool, time_limit: str | float, **kw: Any) -> None:
     """Plan RL post-training: cards for rollout vs learning (or shared), rollout TP and batch, the
     learner's layout, sync or one-step async, weight sync; cheapest (or fastest) by the deadline.
 

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 
 from numpy.typing import ArrayLike
+
 from tpopt.models.generation import Lengths
 from tpopt.models.network import Fabric, route
 from tpopt.models.plan import Scenario

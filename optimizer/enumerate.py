@@ -17,6 +17,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
+
 from tpopt.models import families as F
 from tpopt.models import pipeline
 from tpopt.models import terms as T

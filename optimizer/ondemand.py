@@ -35,9 +35,10 @@ from collections.abc import Collection
 from typing import Any, cast
 
 import numpy as np
+
 from tpopt.models import families as F
 from tpopt.models.evaluate import Evaluation, evaluate
-from tpopt.optimizer.backends.verify import relative_gap
+from tpopt.optimizer.backends.protocol import relative_gap
 from tpopt.optimizer.decompose import HUB, KEY_RTOL, LayoutBounds
 from tpopt.optimizer.enumerate import layout_best
 from tpopt.optimizer.limits import checkpoint, clock_of

@@ -13,13 +13,14 @@ import json
 from pathlib import Path
 
 import pytest
-import tpopt
 from click.testing import CliRunner
+
+import tpopt
 from tpopt.catalogs.rl import load_rl_scenario
 from tpopt.catalogs.scenario import load_scenario
 from tpopt.cli.main import cli
 from tpopt.errors import InputError
-from tpopt.optimizer import backends
+from tpopt.optimizer import backends, core
 from tpopt.optimizer import rl as O
 from tpopt.optimizer.backends.verify import evaluate_assignment
 from tpopt.optimizer.enumerate import enumerate_best
@@ -147,3 +148,31 @@ def test_a_scenario_the_toy_cannot_see_still_fails_cleanly(toy):
     sc = load_scenario(DESIGN, {"schedule.deadline": "3d", "schedule.reserved": "1d"})
     r = tpopt.solve(sc, solver="toy", analysis=False)
     assert r.status == Status.INFEASIBLE and not r.plans
+
+
+def test_a_name_resolves_once_into_the_solver_that_travels():
+    """:func:`backends.resolve` turns a name into a :class:`backends.Solver` (a Solver as it is); its text is the
+    name, its capabilities the entry's; ``with_model`` falls to the default where the backend has no model;
+    :func:`backends.checked` keeps the solve entry points' message for an unknown name."""
+    s = backends.resolve("pyomo:scip")
+    assert s.name == str(s) == "pyomo:scip" and s.capabilities.model_export and backends.resolve(s) is s
+    assert backends.resolve("enumerate").with_model() == backends.resolve(backends.DEFAULT)
+    assert backends.resolve("highs").with_model().name == "highs"
+    assert backends.with_model("enumerate") == backends.DEFAULT and backends.with_model("highs") == "highs"
+    with pytest.raises(InputError, match=r"^unknown solver 'x' \(use one of: "):
+        backends.checked("x")
+    with pytest.raises(InputError) as unknown:
+        backends.resolve("x")
+    assert str(unknown.value) == str(backends.unknown_solver("x"))
+
+
+def test_a_resolved_solver_answers_as_its_name(toy):
+    """The solve entry points take the resolved Solver as they take its name: the same plans, the same
+    report (the solver's name, a string, in the figures)."""
+    sc = load_scenario(DESIGN)
+    by_name = core.solve(sc, "toy", Request(top=2))
+    resolved = core.solve(sc, backends.resolve("toy"), Request(top=2))
+    assert toy.calls == 2 and resolved.solver.as_dict()["name"] == "toy"
+    assert [ev.plan for ev in resolved.plans] == [ev.plan for ev in by_name.plans] and by_name.plans
+    assert json.dumps(resolved.solver.as_dict()) == json.dumps(dict(by_name.solver.as_dict(),
+                                                                     wall_s=resolved.solver.as_dict()["wall_s"]))

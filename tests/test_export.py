@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from tpopt import frameworks as FW
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario

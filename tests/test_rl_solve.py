@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+
 from tpopt.catalogs.rl import build_rl_scenario, load_rl_scenario
 from tpopt.models import generation as gen
 from tpopt.models import rl as R

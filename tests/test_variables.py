@@ -16,8 +16,9 @@ import inspect
 import typing
 from dataclasses import fields
 
-import tpopt.api as api
 from click.testing import CliRunner
+
+import tpopt.api as api
 from tpopt.catalogs.schema import KEYS
 from tpopt.cli.evaluate import evaluate as evaluate_command
 from tpopt.cli.explain import PLAN_FLAGS as EXPLAIN_FLAGS

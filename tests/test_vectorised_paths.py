@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from tpopt.catalogs.rl import load_rl_scenario
 from tpopt.models import families as F
 from tpopt.models import pipeline as P

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
 from tpopt.models import families as F
 from tpopt.models import finish, reliability
 from tpopt.models.arch import param_count

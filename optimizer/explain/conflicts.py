@@ -35,7 +35,7 @@ DELETION_ORDER = F.DELETION_ORDER  # STRUCTURAL, then each family's deletion_ran
 def conflict(space: Space, req: Request, enforced: Iterable[str] | None = None) -> list[str] | None:
     """A set of enforced families that cannot hold together (CP-SAT sufficient assumptions), or None
     when the request is feasible (or the solver ran out of time)."""
-    from tpopt.optimizer.cpsat import CpSatModel  # lazy: start-up time (ortools)
+    from tpopt.optimizer.backends.cpsat_model import CpSatModel  # lazy: start-up time (ortools)
 
     enforced = frozenset(FAMILIES) if enforced is None else frozenset(enforced)
     clock = clock_of(req)

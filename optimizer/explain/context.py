@@ -21,6 +21,7 @@ from typing import Any, Final, Literal
 
 import numpy as np
 from numpy.typing import NDArray
+
 from tpopt.catalogs import Catalog
 from tpopt.errors import InputError
 from tpopt.models import families as F

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
+
 from tpopt.catalogs import Catalog, load_catalog
 from tpopt.models import families as F
 from tpopt.models import terms as T

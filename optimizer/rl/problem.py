@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import numpy as np
+
 from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models import generation as gen

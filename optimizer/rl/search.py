@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+
 from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models import rl as R
