@@ -32,6 +32,7 @@ from tpopt.cli.render import fit_lines, progress_status
 from tpopt.cli.request import raw_and_catalog, request_from, solve_options
 from tpopt.errors import InputError
 from tpopt.models import variables as V
+from tpopt.optimizer import backends
 from tpopt.optimizer.confidence import reachable
 from tpopt.optimizer.explain import explain_plan, explain_request, sensitivities
 from tpopt.presentation import infeasible_lines, plan_lines, request_lines, sensitivity_lines
@@ -71,7 +72,7 @@ def explain(sensitivity: bool, as_json: bool, **kw: Any) -> None:
         raise InputError("tpopt explain does not choose among [market] offers yet: tpopt solve lists every offer's "
                          "best plan; explain the scenario without the [market] table")
     req = request_from(kw)
-    backend = kw["solver"]
+    backend = backends.resolve(kw["solver"])  # resolved once: explain holds the Solver
     if kw.get("cards") is None:
         given = [k for k in PLAN_FLAGS if kw.get(k) is not None]
         if given:

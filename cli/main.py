@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from tpopt import __version__
+from tpopt._version import __version__
 from tpopt.optimizer import limits
 
 # subcommand name -> "module:attribute"; modules are imported only when the command runs,

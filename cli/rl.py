@@ -64,7 +64,8 @@ def rl(solver: str, objective: str, max_cost: str | None, kept: str | None, stal
     """
     time_limit = time_limit_seconds(time_limit)
     check_run_options(time_limit)  # finite, positive, at most 7 days
-    backends.require(solver, Request(time_limit=time_limit))  # a missing solver fails here, before any work
+    chosen = backends.resolve(solver)  # resolved once: the RL search holds the Solver
+    chosen.require(Request(time_limit=time_limit))  # a missing solver fails here, before any work
     if plot_path:
         check_plot_path(plot_path)
     ov = overrides_from(kw)
@@ -74,7 +75,7 @@ def rl(solver: str, objective: str, max_cost: str | None, kept: str | None, stal
     # one clock for the whole command, counted from its start (loading included)
     clock = limits.Clock(time_limit, start=limits.command_start())
     req = Request(objective=objective, time_limit=time_limit, clock=clock)
-    pr = plan_rl(rsc, solver, req, analyse=not no_analysis)
+    pr = plan_rl(rsc, chosen, req, analyse=not no_analysis)
     out = pr.report
     if plot_path and pr.feasible:
         plot_cycle(out, plot_path)

@@ -47,11 +47,6 @@ def tiny_solver(space: Space, solver: Solver, method: str = "auto") -> Solver:
     return solver
 
 
-def tiny_backend(space: Space, backend: str, method: str = "auto") -> str:
-    """:func:`tiny_solver` by name."""
-    return tiny_solver(space, backends.resolve(backend), method).name
-
-
 ON_DEMAND_ROWS = 1_000_000
 """Largest term table (rows) beyond which "auto" builds the tables one layout group at a time
 (:mod:`tpopt.optimizer.ondemand`) even when every table would fit the memory budget. Measured

@@ -130,7 +130,7 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
             space = conflict_space(bs, sc)
         from tpopt.optimizer.infeasible import infeasible_entries  # lazy: start-up time (only without a plan)
 
-        out.update(infeasible_entries(sc, space, solver.name, req, result, inputs, progress))
+        out.update(infeasible_entries(sc, space, solver, req, result, inputs, progress))
         return PlanReport.of(result, out, sc, space, bs)
     view = sc  # the scenario the plan is shown in (with batch choices: at its batch)
     best = result.best
@@ -156,7 +156,7 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
     if sensitivity:
         from tpopt.optimizer.explain import sensitivities  # lazy: start-up time (only with --sensitivity)
 
-        out["sensitivities"] = sensitivities(sc, solver.name, req, base=best)
+        out["sensitivities"] = sensitivities(sc, solver, req, base=best)
     return PlanReport.of(result, out, view, space, bs)
 
 

@@ -176,3 +176,36 @@ def test_a_resolved_solver_answers_as_its_name(toy):
     assert [ev.plan for ev in resolved.plans] == [ev.plan for ev in by_name.plans] and by_name.plans
     assert json.dumps(resolved.solver.as_dict()) == json.dumps(dict(by_name.solver.as_dict(),
                                                                      wall_s=resolved.solver.as_dict()["wall_s"]))
+
+
+def test_explain_and_rl_hold_the_resolved_solver(toy):
+    """Explain's context and the RL problem resolve the name once where it comes in and hold the :class:`Solver`
+    (its text the name); an unknown name fails there with :func:`backends.unknown_solver`'s message, and the RL
+    report prints the learner's backend by name."""
+    from tpopt.optimizer.explain import Context
+
+    ctx = Context.of(load_scenario(DESIGN), "toy", Request())
+    assert isinstance(ctx.backend, backends.Solver) and ctx.backend == backends.resolve("toy")
+    assert Context.of(load_scenario(DESIGN), ctx.backend, Request()).backend is ctx.backend
+    pb = O.RLProblem(load_rl_scenario(RL), "toy")
+    assert isinstance(pb.backend, backends.Solver) and str(pb.backend) == "toy"
+    assert pb.with_card_limit(8).backend is pb.backend
+    for make in (lambda: Context.of(load_scenario(DESIGN), "nope", Request()),
+                 lambda: O.RLProblem(load_rl_scenario(RL), "nope")):
+        with pytest.raises(InputError) as unknown:
+            make()
+        assert str(unknown.value) == str(backends.unknown_solver("nope"))
+
+
+def test_loading_the_highs_backend_loads_no_ortools(tmp_path):
+    """The HiGHS encoding shares its clamping (caps, lower) with CP-SAT through a module without a solver library:
+    in a fresh interpreter (run from an empty folder), importing the HiGHS backend module, its backend object
+    built, leaves OR-Tools and the CP-SAT module unloaded."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import tpopt.optimizer.backends.highs_model as h; print(h.HIGHS is not None, "
+            "'ortools' in sys.modules, 'tpopt.optimizer.backends.cpsat_model' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=120, cwd=tmp_path)
+    assert out.stdout.split() == ["True", "False", "False"], out.stderr

@@ -21,13 +21,15 @@ takes, the sweep's check and every "unknown solver" message are derived from it.
 stay unimported until used (start-up time): an entry names its backend's module as a string, and
 :func:`lookup` imports it on first use -- the package's one lazy-import boundary. The capability flags
 live in the entry, so asking what a backend can do loads nothing. A name is resolved once where it comes in
-(:func:`resolve`, :func:`checked`): the :class:`Solver` it gives travels through the solve, the analysis and the
-reports, which ask it for its capabilities and its backend instead of looking the name up again.
+(:func:`resolve`, :func:`checked`): the :class:`Solver` it gives travels through the solve, the analysis, the
+reports, explain (``Context.backend``) and the RL search (``RLProblem.backend``), which ask it for its capabilities
+and its backend instead of looking the name up again.
 
 Each backend owns its code in one module of this package: ``cpsat_model.py`` (the CP-SAT encoding, its
 decomposition master, ``CPSAT``), ``highs_model.py`` (HiGHS), ``pyomo_model.py`` (the Pyomo MILP, master and
 export, ``PYOMO``), ``enumeration.py`` (the enumerator's adapter). What they share with the solve-verify loop
-(``verify.py``) and the layout decomposition is :mod:`tpopt.optimizer.backends.protocol`. A new backend is one
+(``verify.py``) and the layout decomposition is :mod:`tpopt.optimizer.backends.protocol`; what the CP-SAT and HiGHS
+encodings share without a solver library is :mod:`tpopt.optimizer.backends.encoding`. A new backend is one
 module implementing :class:`~tpopt.optimizer.backends.protocol.Backend` plus its :func:`register` call below.
 """
 

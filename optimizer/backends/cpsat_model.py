@@ -9,7 +9,8 @@ variable over the core layout carries valid lower bounds and drives a best-first
 Integer scaling (a relaxation, see :mod:`tpopt.optimizer.core`): units are chosen from the actual
 ranges of the tables (:func:`choose_scales`: time at finest microseconds, overhead at finest 1e-7,
 memory in bytes unless it would pass 2^58) so that no linear expression reaches 2^60; values beyond
-the point where the deadline alone excludes a plan are clamped there (:func:`caps`, :func:`_lower`).
+the point where the deadline alone excludes a plan are clamped there (:func:`caps`, :func:`lower` of
+:mod:`tpopt.optimizer.backends.encoding`, shared with HiGHS).
 Every value is rounded *down* where it adds to a "<=" side or to the objective; the one ">="
 constraint (input throughput) compares the floored busy time plus the rounding slack; limits are
 rounded up. The ranges are checked before the model is used (``_fits``); a scenario that cannot be
@@ -36,6 +37,7 @@ from ortools.sat.python import cp_model
 
 from tpopt.models import families as F
 from tpopt.models import terms as T
+from tpopt.optimizer.backends.encoding import all_late, caps, finite, lower, max_finite
 from tpopt.optimizer.backends.protocol import Allowed, CandidateResult, MasterAnswer, MasterBounds
 from tpopt.optimizer.backends.verify import RelaxedBackend
 from tpopt.optimizer.limits import EncodingError  # noqa: F401 (raised here; the backends' shared error)
@@ -65,34 +67,12 @@ INT_MAX = BUDGET
 MIN_TICKS = 100  # coarsest useful resolution: ticks in the shortest step, units in (1 + L) = 1
 
 
-
-def _finite(x: ArrayLike) -> NDArray[np.float64]:
-    """Table values with non-finite entries (plans a structural family excludes) set to 0."""
-    x = np.asarray(x, dtype=float)
-    finite: NDArray[np.float64] = np.where(np.isfinite(x), x, 0.0)
-    return finite
-
-
-def _lower(x: ArrayLike, cap: float) -> NDArray[np.float64]:
-    """Values for a "<=" side or the objective, clamped to ``cap``: NaN -> 0, above cap (+inf
-    included) -> cap. Never above the true value, so the encoding stays a relaxation; a plan whose
-    value was clamped is excluded by the cap's own constraint or by the exact verification."""
-    x = np.asarray(x, dtype=float)
-    return np.minimum(np.where(np.isnan(x) | (x == -np.inf), 0.0, x), cap)
-
-
-def _max_finite(x: ArrayLike, default: float = 0.0) -> float:
-    x = np.asarray(x, dtype=float)
-    f = x[np.isfinite(x)]
-    return float(f.max()) if f.size else default
-
-
 @dataclass
 class Scales:
     """Integer units of one model, chosen from the actual value ranges of its tables.
 
     ``ticks`` per second (time), ``lscale`` units per 1 of (1 + L), ``mem_unit`` bytes per memory
-    unit. Caps clamp values beyond which every plan is infeasible anyway (see :func:`_lower`), so
+    unit. Caps clamp values beyond which every plan is infeasible anyway (see :func:`lower`), so
     outliers (a 12,288-card layout with a Poisson overhead of 3,000x) do not dictate the scale.
     Invariant (checked by ``CpSatModel._fits`` before solving): every linear expression stays below
     ``BUDGET`` in magnitude.
@@ -107,48 +87,6 @@ class Scales:
     all_late: bool = False  # even the least step x the least (1 + L) overshoots the deadline
 
 
-def all_late(space: Space) -> bool:
-    """Every plan misses the deadline: reserved + iterations x (least step) x (least 1 + L) > deadline,
-    with each least value a minimum over its whole table (a valid lower bound for every plan)."""
-    sc = space.sc
-    tabs = space.tables
-    step_min = sum(float(np.min(_lower(tabs[n].values, np.inf))) for n in BUSY) + float(sc.input.wait_s)
-    ov = np.asarray(tabs["overhead"].values, dtype=float) + 1.0
-    ov_min = max(float(np.min(np.where(np.isnan(ov), 1.0, ov))), 1.0)
-    if chance_on(sc):  # the chance form: even the least step exceeds every step the confidence allows
-        return step_min > float(np.max(tabs[CHANCE_TABLE].values)) * (1 + 1e-9)
-    least = sc.task.reserved_s + float(T.iteration_count(sc)) * step_min * ov_min
-    return least > F.limit(F.DEADLINE, sc) * (1 + 1e-9)
-
-
-def caps(space: Space, deadline_enforced: bool) -> tuple[float, float, float, float]:
-    """(step term cap s, (1 + L) cap, memory term cap bytes, least step s) for :func:`_lower`.
-
-    Without the deadline the caps are the largest finite table values (an infinite entry is
-    clamped to them). With it, a plan whose step or (1 + L) alone overshoots the deadline is
-    infeasible, so both are clamped 1 % beyond that point: such plans stay excluded while the
-    outliers no longer set the integer ranges."""
-    sc = space.sc
-    tabs = space.tables
-    iters = float(T.iteration_count(sc))
-    wait = float(sc.input.wait_s)
-    mem_cap = _max_finite(space.usable(), 1.0) * 1.01 + 1.0
-    ov = np.asarray(tabs["overhead"].values, dtype=float) + 1.0
-    ov_min = max(float(np.min(np.where(np.isfinite(ov), ov, np.inf))) if np.isfinite(ov).any() else 1.0, 1.0)
-    busy_min = sum(float(np.min(_lower(tabs[n].values, np.inf))) for n in BUSY)
-    step_min = max(busy_min + wait, 0.0)
-    step_cap = sum(_max_finite(tabs[n].values) for n in BUSY) + 1e-6
-    ov_cap = max(_max_finite(ov, 1.0), 1.0)
-    if deadline_enforced and chance_on(sc):  # chance form: a step beyond every allowed step is infeasible
-        step_cap = min(step_cap, 1.01 * float(np.max(tabs[CHANCE_TABLE].values)) + 1e-6)
-    elif deadline_enforced:
-        room = max(F.limit(F.DEADLINE, sc) - sc.task.reserved_s, 0.0)
-        step_cap = min(step_cap, 1.01 * room / (iters * ov_min) + 1e-6)
-        if step_min > 0:
-            ov_cap = max(ov_min, min(ov_cap, 1.01 * room / (iters * step_min) + 1e-9))
-    return step_cap, ov_cap, mem_cap, step_min
-
-
 def choose_scales(space: Space, deadline_enforced: bool) -> Scales:
     """Time, overhead and memory units from the tables' ranges (raises EncodingError if no choice
     keeps every product below BUDGET at a useful resolution)."""
@@ -158,7 +96,7 @@ def choose_scales(space: Space, deadline_enforced: bool) -> Scales:
     wait = float(sc.input.wait_s)
     reserved = float(sc.task.reserved_s)
     step_cap, ov_cap, mem_cap, step_min = caps(space, deadline_enforced)
-    S = max(sum(min(_max_finite(tabs[n].values), step_cap) for n in BUSY) + wait, 1e-9)
+    S = max(sum(min(max_finite(tabs[n].values), step_cap) for n in BUSY) + wait, 1e-9)
     ticks = min(US, BUDGET / 4 / (iters * S * ov_cap + reserved + 1.0))
     lscale = min(float(LSCALE), BUDGET / 4 / (ticks * S * ov_cap))
     if lscale < 1e4:  # give resolution back to the overhead at the cost of time ticks
@@ -260,7 +198,7 @@ class CpSatModel:
         """A table's value as an integer variable (rounded ``how``); tables with the same variables and
         integer values (a term alike on two stage classes) share one."""
         t = self.space.tables[name]
-        vals = _lower(t.values, cap) * scale if how == "floor" else _finite(t.values) * scale
+        vals = lower(t.values, cap) * scale if how == "floor" else finite(t.values) * scale
         ints = _floor(vals) if how == "floor" else _ceil(vals)
         key = (t.vars, ints.shape, ints.tobytes())
         var = self._shared.get(key)
@@ -369,7 +307,7 @@ class CpSatModel:
 
         # step x (1 + L), finish. (1 + L) takes few distinct values: one literal per value selects an
         # exact linear relation, so no integer product constraint is needed.
-        ov = _lower(sp.tables["overhead"].values + 1.0, sc_.ov_cap)
+        ov = lower(sp.tables["overhead"].values + 1.0, sc_.ov_cap)
         ov_ints = np.maximum(_floor(ov * lscale), 0)
         step_max = busy_hi + wait_t
         step = m.new_int_var(0, step_max, "step_t")
@@ -396,7 +334,7 @@ class CpSatModel:
                 self.lit[F.DEADLINE])
 
         # cost = rate x finish, scaled to stay below BUDGET; rate again has few distinct values
-        rate_tab = _finite(sp.tables["rate"].values)
+        rate_tab = finite(sp.tables["rate"].values)
         rmin = float(rate_tab[rate_tab > 0].min()) if (rate_tab > 0).any() else 1.0
         rmax = float(rate_tab.max()) if rate_tab.size else 1.0
         self.rate_scale = min(1e6 / rmin, 1e12, BUDGET / 4 / max(rmax, 1e-300))

@@ -34,7 +34,7 @@ from numpy.typing import ArrayLike, NDArray
 from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.models.units import DAY, GIB
-from tpopt.optimizer.backends.cpsat_model import BUSY, _lower, caps
+from tpopt.optimizer.backends.encoding import caps, lower
 from tpopt.optimizer.backends.protocol import Allowed, CandidateResult, MasterAnswer, MasterBounds
 from tpopt.optimizer.backends.verify import RelaxedBackend
 from tpopt.optimizer.limits import EncodingError
@@ -167,7 +167,7 @@ class HighsModel:
         self.lp = _Lp()
         self._w_cache: dict[tuple[str, ...], NDArray[np.int_]] = {}
         step_cap, ov_cap, mem_cap, _ = caps(space, F.DEADLINE in self.enforced)
-        self._cap = {n: step_cap for n in BUSY}
+        self._cap = {n: step_cap for n in BUSY_TERMS}
         self._cap.update({n: mem_cap for n in space.memory_names()})
         self._cap["overhead"] = ov_cap - 1.0
         self._build()
@@ -220,10 +220,10 @@ class HighsModel:
         return out
 
     def _values(self, name: str) -> NDArray[np.float64]:
-        """A table's values as the encoding uses them: clamped (a relaxation, see cpsat._lower)."""
+        """A table's values as the encoding uses them: clamped (a relaxation, see encoding.lower)."""
         t = self.space.tables[name]
         if name in self._cap:
-            return _lower(t.values, self._cap[name])
+            return lower(t.values, self._cap[name])
         finite: NDArray[np.float64] = np.where(np.isfinite(t.values), t.values, 0.0)
         return finite
 

@@ -18,6 +18,7 @@ from tpopt.models import families as F
 from tpopt.models.evaluate import SPEC, ConstraintCheck, Evaluation
 from tpopt.models.plan import Scenario
 from tpopt.optimizer import analysis
+from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.explain.context import Context, _SetOracle, argmin_metric, monolithic_hint, tabulated
 from tpopt.optimizer.limits import EncodingError, TimeLimitReached, clock_of
 from tpopt.optimizer.result import Request, plan_summary
@@ -50,7 +51,7 @@ def conflict(space: Space, req: Request, enforced: Iterable[str] | None = None) 
     return model.conflict(time_limit=clock.remaining(0.01))
 
 
-def minimal_conflict(space: Space, backend: str, req: Request, enforced: Iterable[str] | None = None,
+def minimal_conflict(space: Space, backend: str | Solver, req: Request, enforced: Iterable[str] | None = None,
                      ctx: Context | None = None) -> list[str] | None:
     """An irreducible set of families that admits no plan (deletion filter on CP-SAT's core).
 

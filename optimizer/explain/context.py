@@ -29,7 +29,7 @@ from tpopt.models import terms as T
 from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.models.plan import Scenario
 from tpopt.optimizer import outer
-from tpopt.optimizer.backends import with_model
+from tpopt.optimizer.backends import DEFAULT, EXHAUSTIVE, Solver, resolve
 from tpopt.optimizer.core import use_decomposition
 from tpopt.optimizer.decompose import HUB, HUB_RULES, KEY_RTOL, LayoutBounds
 from tpopt.optimizer.enumerate import EXTRAS, NUMERIC_AXES, PointTable, chunks, layout_evaluator
@@ -65,7 +65,7 @@ class Context:
     """
 
     sc: Scenario
-    backend: str = "cpsat"
+    backend: Solver = field(default_factory=lambda: resolve(DEFAULT))  # resolved once, by :meth:`of`
     req: Request = field(default_factory=Request)
     enforced: frozenset[str] = frozenset(FAMILIES)
     raw: dict[str, Any] | None = None
@@ -82,16 +82,16 @@ class Context:
     _own: dict[int, Space] = field(default_factory=dict, repr=False)  # id(scenario) -> its own space (newest last)
 
     @classmethod
-    def of(cls, sc: Scenario, backend: str, req: Request, enforced: Iterable[str] | None = None,
+    def of(cls, sc: Scenario, backend: str | Solver, req: Request, enforced: Iterable[str] | None = None,
            raw: dict[str, Any] | None = None, catalog: Catalog | None = None) -> Context:
         enf = req.enforced(FAMILIES) if enforced is None else frozenset(enforced)
-        return cls(sc=sc, backend=backend, req=req, enforced=enf, raw=raw, catalog=catalog)
+        return cls(sc=sc, backend=resolve(backend), req=req, enforced=enf, raw=raw, catalog=catalog)
 
-    def backend_for(self, space: Space) -> str:
+    def backend_for(self, space: Space) -> Solver:
         """Enumeration for small spaces (exact and fastest there), else the chosen solver."""
         if tabulated(space):
-            return "enumerate"
-        return with_model(self.backend)
+            return resolve(EXHAUSTIVE)
+        return self.backend.with_model()
 
     def best(self, sc: Scenario | None = None, objective: str | None = None, drop: Iterable[str] = (),
              space: Space | None = None, cards: Iterable[int] | None = None) -> Evaluation | None:

@@ -26,6 +26,7 @@ from tpopt.models import terms as T
 from tpopt.models.evaluate import Evaluation
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY, GB, GIB
+from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.explain import cost
 from tpopt.optimizer.explain.conflicts import other_conflict
 from tpopt.optimizer.explain.context import Context, NotOnDemand, argmin_metric, largest_over_plans, tabulated
@@ -499,7 +500,7 @@ RELAXATIONS = ("max_cost", "card_price", "accelerator", "deadline", "max_cards",
                "nic_bandwidth", "usable_memory", "max_drop", "efficiency")
 
 
-def relaxations(sc: Scenario, backend: str = "cpsat", req: Request | None = None, *,
+def relaxations(sc: Scenario, backend: str | Solver = "cpsat", req: Request | None = None, *,
                 raw: dict[str, Any] | None = None, catalog: Catalog | None = None, core: list[str] | None = None,
                 enforced: Iterable[str] | None = None, only: Collection[str] | None = None,
                 ctx: Context | None = None, progress: Callable[[str], None] | None = None) -> list[Relaxation]:

@@ -14,7 +14,8 @@ from tpopt.catalogs import Catalog
 from tpopt.models import families as F
 from tpopt.models.plan import Scenario
 from tpopt.optimizer import footing
-from tpopt.optimizer.core import TINY_NOTE, tiny_backend
+from tpopt.optimizer.backends import Solver, resolve
+from tpopt.optimizer.core import TINY_NOTE, tiny_solver
 from tpopt.optimizer.core import solve as solve_space
 from tpopt.optimizer.explain.conflicts import conflict_detail, minimal_conflict
 from tpopt.optimizer.explain.context import Context
@@ -26,9 +27,9 @@ from tpopt.optimizer.result import Request, Status
 from tpopt.optimizer.space import Space
 
 
-def infeasibility(sc: Scenario, space: Space, backend: str, req: Request, enforced: Iterable[str] | None = None, *,
-                  raw: dict[str, Any] | None = None, catalog: Catalog | None = None,
-                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def infeasibility(sc: Scenario, space: Space, backend: str | Solver, req: Request,
+                  enforced: Iterable[str] | None = None, *, raw: dict[str, Any] | None = None,
+                  catalog: Catalog | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Everything said about a request proven to have no plan: an irreducible conflict, each of its
     families' closest plan meeting all the others, and the smallest single change of each input.
 
@@ -58,7 +59,7 @@ ANALYSIS_SKIPPED = ("the memory plan builds the tables one layout group at a tim
 skips its analysis there."""
 
 
-def explain_request(sc: Scenario, backend: str = "cpsat", req: Request | None = None, *,
+def explain_request(sc: Scenario, backend: str | Solver = "cpsat", req: Request | None = None, *,
                     raw: dict[str, Any] | None = None, catalog: Catalog | None = None,
                     progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The request as a whole, as ``tpopt explain`` reports it (a JSON-ready dict).
@@ -71,15 +72,16 @@ def explain_request(sc: Scenario, backend: str = "cpsat", req: Request | None = 
     tell: Callable[[str], None] = progress or (lambda text: None)
     space = Space.from_scenario(sc)
     tell("the optimum")
-    run = tiny_backend(space, backend, req.method)  # as tpopt solve: a tiny space's plans all evaluated
+    solver = resolve(backend)  # the name resolved once (after the space, whose errors come first)
+    run = tiny_solver(space, solver, req.method)  # as tpopt solve: a tiny space's plans all evaluated
     result = solve_space(sc, run, req, space=space)
-    if run != backend:
+    if run != solver:
         result.solver.note = TINY_NOTE
     out: dict[str, Any] = {"status": result.status.value, "objective": result.objective,
                            "solver": result.solver.as_dict(), "conflict": [], "conflict_detail": [], "relaxations": []}
     if not result.feasible:
         if result.status == Status.INFEASIBLE:
-            out.update(infeasibility(sc, space, backend, req, result.enforced, raw=raw, catalog=catalog,
+            out.update(infeasibility(sc, space, solver, req, result.enforced, raw=raw, catalog=catalog,
                                      progress=progress))
         return out
     best = result.best
@@ -92,7 +94,7 @@ def explain_request(sc: Scenario, backend: str = "cpsat", req: Request | None = 
     else:
         try:
             with clock_of(req).stoppable("analysing the optimum"):
-                oracle = make_oracle(space, backend, req)
+                oracle = make_oracle(space, solver, req)
             binds = binding_families(oracle, best, req.objective, set(result.enforced), undecided)
         except TimeLimitReached:
             binds, undecided = [], [f for f in RELAXABLE if f in result.enforced and f not in space.inert()

@@ -15,6 +15,7 @@ from tpopt.models.evaluate import ConstraintCheck, Evaluation, at_plan_batch, ev
 from tpopt.models.plan import Plan, Scenario
 from tpopt.models.units import DAY, GIB
 from tpopt.optimizer import footing
+from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.backends.verify import feasible_for
 from tpopt.optimizer.explain.context import Context
 from tpopt.optimizer.explain.inputs import with_deadline, with_max_cards
@@ -38,7 +39,7 @@ def violation(c: ConstraintCheck) -> dict[str, Any]:
             "rule": c.doc}
 
 
-def explain_plan(sc: Scenario, plan: Plan, backend: str = "cpsat", req: Request | None = None,
+def explain_plan(sc: Scenario, plan: Plan, backend: str | Solver = "cpsat", req: Request | None = None,
                  enforced: Iterable[str] | None = None) -> dict[str, Any]:
     """Explain one plan: the constraints it violates and by how much; if feasible, how tight each
     constraint is, what one host fewer (same choices otherwise; further down while that is no valid
@@ -81,7 +82,7 @@ def explain_plan(sc: Scenario, plan: Plan, backend: str = "cpsat", req: Request 
         if feasible and objective_value(best, req.objective) >= objective_value(ev, req.objective) * (1 - REL):
             opt["this_plan_is_optimal"] = True
             space = Space.from_scenario(at_plan_batch(sc, ev.plan))  # the plan's batch (a choice or the task's)
-            oracle = make_oracle(space, backend, req)
+            oracle = make_oracle(space, ctx.backend, req)
             undecided: list[str] = []
             binds = binding_families(oracle, ev, req.objective, ctx.enforced, undecided)
             opt["binding"] = [{"name": b.name, "plan_without": plan_summary(b.without),
@@ -124,7 +125,7 @@ def fewer_hosts(sc: Scenario, plan: Plan, ev: Evaluation, enforced: Collection[s
 # sensitivities of the optimum
 
 
-def sensitivities(sc: Scenario, backend: str = "cpsat", req: Request | None = None, *,
+def sensitivities(sc: Scenario, backend: str | Solver = "cpsat", req: Request | None = None, *,
                   base: Evaluation | None = None) -> list[dict[str, Any]]:
     """Objective change at the optimum for one unit of each main input, by re-solving:
     deadline +1 d and -1 d, one host fewer (max_cards = cards* - cards_per_host), +1 GiB usable

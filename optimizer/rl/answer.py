@@ -97,7 +97,7 @@ def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bo
     rather than reported from solves that were cut short. A plan found at the time limit (``feasible``)
     gets no analysis; without a plan (``unknown``) nothing is claimed infeasible."""
     out: dict[str, Any] = {"scenario": pb.rsc.name, "status": result.status.value, "objective": result.objective,
-           "solver": dict(result.stats, learner_backend=pb.backend)}
+           "solver": dict(result.stats, learner_backend=pb.backend.name)}
     clock = pb.req.clock
 
     def out_of_time() -> bool:

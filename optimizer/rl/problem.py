@@ -29,6 +29,7 @@ from tpopt.models.plan import Scenario
 from tpopt.models.rl import RLScenario
 from tpopt.models.units import GIB
 from tpopt.optimizer import backends, core
+from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.enumerate import NUMERIC_AXES, chunks
 from tpopt.optimizer.limits import Clock, TimeLimitReached, clock_of
 from tpopt.optimizer.result import Request, Status
@@ -126,14 +127,12 @@ def new_caches() -> dict[str, Any]:
 class RLProblem:
     """One RL scenario's design space, relations and caches (learner solves, rollout stages)."""
 
-    def __init__(self, rsc: RLScenario, backend: str = backends.DEFAULT, req: Request | None = None,
+    def __init__(self, rsc: RLScenario, backend: str | Solver = backends.DEFAULT, req: Request | None = None,
                  card_limit: int | None = None, caches: dict[str, Any] | None = None) -> None:
-        if not backends.is_known(backend):
-            raise backends.unknown_solver(backend)
+        self.backend = backends.resolve(backend)  # the learner's solver, resolved once (an unknown name fails here)
         self.rsc = rsc
         self.sc: Scenario = rsc.trainer  # the learner's pre-training scenario
         self.task = rsc.task
-        self.backend = backend
         self.req = req or Request()
         self.card_limit = int(card_limit or F.limit(F.CARDS, self.sc))
         self.caches = caches if caches is not None else new_caches()
@@ -391,7 +390,7 @@ class RLProblem:
         clock = self.clock()  # the RL solve's one clock: each learner solve gets what is left of it
         K = 1
         while True:
-            backend = self.backend if K <= MAX_TOP else backends.EXHAUSTIVE
+            backend = self.backend if K <= MAX_TOP else backends.resolve(backends.EXHAUSTIVE)
             clock.check("solving the learner plans")
             req = Request(objective="time", enforce=enforce, top=K, cards=(cards,), time_limit=clock.remaining(0.01),
                           seed=self.req.seed, workers=self.req.workers, clock=clock)
