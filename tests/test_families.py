@@ -331,8 +331,6 @@ TASK_DEADLINE_READERS = {
 OK_NAME_BUILDERS = {
     # file: why it spells an "ok." table name by hand
     "models/families.py": "the declaration itself: ok_table",
-    "optimizer/backends/cpsat_model.py": "the CP-SAT encoding's element lookup spells a family's table "
-                                         "f\"ok.{family}\" (a file of issue 34's backends part, left to it)",
 }
 
 

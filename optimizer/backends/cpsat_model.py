@@ -226,7 +226,7 @@ class CpSatModel:
         if not flags.any():
             self.m.add_bool_or([self.lit[family].Not()])
             return
-        ok = self._element(f"ok.{family}", t.vars, flags)
+        ok = self._element(F.ok_table(family), t.vars, flags)
         self.m.add(ok == 1).only_enforce_if(self.lit[family])
 
     # -- model ----------------------------------------------------------------------------------
