@@ -24,9 +24,9 @@ The repository root is the ``tpopt`` package. Subpackages:
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from tpopt._version import __version__
 
 # Everything below is imported on first use, so `import tpopt` stays cheap (the solvers, numpy and
 # pandas load only when a function needs them).
@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs (``X as X``: 
     from tpopt.optimizer.result import Status as Status
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tpopt' has no attribute {name!r}")
@@ -66,5 +66,5 @@ def __getattr__(name: str):
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))

@@ -19,10 +19,11 @@ Bad input raises :class:`tpopt.InputError` with the one-line message the command
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from os import PathLike
-from typing import TYPE_CHECKING, Any, Union
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Union, cast
 
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import (
@@ -49,7 +50,12 @@ from tpopt.presentation import infeasible_lines, plan_lines, request_lines
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas
 
-Source = Union[str, "PathLike[str]", Mapping, Scenario, None]
+    from tpopt.models.plan import Plan
+    from tpopt.optimizer.sweep import SweepResult
+
+Source = Union[str, "PathLike[str]", Mapping[str, Any], Scenario, None]
+#: A swept input: one value, a list, or a range "start:end:step" (as on the command line).
+Swept = str | float | Sequence[str | float] | None
 
 __all__ = ["LoadedScenario", "Explanation", "SweepTable", "scenario", "solve", "evaluate", "explain", "sweep"]
 
@@ -66,13 +72,13 @@ class LoadedScenario(Scenario):
     (overrides applied) and catalog directories, so that a sweep, an explanation (which rebuilds the
     scenario for other accelerators) or further overrides start from the same inputs."""
 
-    raw: dict = field(default_factory=dict, compare=False, repr=False)
-    catalog_dirs: tuple = field(default=(), compare=False, repr=False)
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    catalog_dirs: tuple[str, ...] = field(default=(), compare=False, repr=False)
     builtin: bool = field(default=False, compare=False, repr=False)
 
 
-def scenario(source: Source = None, overrides: Mapping | None = None, /, *, catalog=(), **inputs: Any
-             ) -> LoadedScenario:
+def scenario(source: Source = None, overrides: Mapping[str, Any] | None = None, /, *,
+             catalog: str | PathLike[str] | Iterable[str | PathLike[str]] = (), **inputs: Any) -> LoadedScenario:
     """Build a scenario.
 
     ``source``: None (the built-in design case: Qwen3-8B, 100B tokens, 8,192 x 384, RTX 4090 hosts,
@@ -106,7 +112,7 @@ def scenario(source: Source = None, overrides: Mapping | None = None, /, *, cata
                           builtin=builtin)
 
 
-def _split(kw: dict, names) -> tuple[dict, dict]:
+def _split(kw: dict[str, Any], names: Collection[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     picked = {k: kw.pop(k) for k in list(kw) if k in names}
     return picked, kw
 
@@ -134,13 +140,13 @@ def _reject_plan_fields(inputs: Mapping[str, Any], function: str, takes_plan: bo
                              f"plan with tpopt.evaluate, whose plan fields are {', '.join(PLAN_FIELDS)})")
 
 
-def _scenario_of(source: Source, inputs: dict) -> LoadedScenario:
+def _scenario_of(source: Source, inputs: dict[str, Any]) -> LoadedScenario:
     if isinstance(source, LoadedScenario) and not inputs:
         return source
     return scenario(source, inputs)
 
 
-def _request(objective: str, top: int, time_limit: float, seed: int, workers: int, method: str):
+def _request(objective: str, top: int, time_limit: float, seed: int, workers: int, method: str) -> Request:
     if objective not in ("cost", "time"):
         raise InputError(f"objective must be 'cost' or 'time' (got {objective!r})")
     if top < 1:
@@ -173,7 +179,7 @@ def solve(source: Source = None, /, *, solver: str = backends.DEFAULT, objective
                 inputs=lambda: (sc.raw or None, load_catalog(sc.catalog_dirs)))
 
 
-def _plan(sc: Scenario, plan_kw: dict):
+def _plan(sc: Scenario, plan_kw: dict[str, Any]) -> Plan:
     kw = {API_KEY[k]: v for k, v in plan_kw.items()}
     if kw.get("cards") is None:
         raise InputError("give the plan's cards (e.g. cards=48)")
@@ -203,12 +209,12 @@ class Explanation:
     the report itself (:meth:`to_dict`: the command's JSON). ``str()`` gives the command's text."""
 
     kind: str  # "request" or "plan"
-    report: dict
+    report: dict[str, Any]
     scenario: LoadedScenario
 
     @property
     def status(self) -> str:
-        return self.report["status"]
+        return cast(str, self.report["status"])
 
     @property
     def feasible(self) -> bool:
@@ -219,7 +225,7 @@ class Explanation:
         """An irreducible set of constraint families that cannot hold together ([] when feasible)."""
         return list(self.report.get("conflict", []))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return self.report
 
     def to_frame(self) -> pandas.DataFrame:
@@ -269,21 +275,21 @@ def explain(source: Source = None, /, *, cards: int | None = None, solver: str =
 class SweepTable:
     """A sweep's rows (one per point: inputs, status, plan, cost, finish, ``pareto``) and its result."""
 
-    result: Any  # tpopt.optimizer.sweep.SweepResult
+    result: SweepResult
 
     @property
-    def rows(self) -> list[dict]:
+    def rows(self) -> list[dict[str, Any]]:
         return self.result.rows
 
-    def front(self) -> list[dict]:
+    def front(self) -> list[dict[str, Any]]:
         """The Pareto front of cost against finish time (per case)."""
         return self.result.front()
 
-    def summary(self) -> list[dict]:
+    def summary(self) -> list[dict[str, Any]]:
         """Per accelerator (and case): the cheapest and the fastest feasible plan."""
         return self.result.summary()
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"scenario": self.result.spec.name, "points": len(self.rows), "rows": self.rows,
                 "front": self.front(), "summary": self.summary()}
 
@@ -292,9 +298,10 @@ class SweepTable:
         return records_frame(self.rows)
 
 
-def sweep(source: Source = None, /, *, hw=None, deadline=None, reserved=None, tokens=None, efficiency=None,
-          max_cards=None, card_hour=None, max_cost=None, solver: str | None = None, time_limit: float | None = None,
-          out=None, force: bool = False, workers: int | None = None, cluster: str | None = None,
+def sweep(source: Source = None, /, *, hw: Swept = None, deadline: Swept = None, reserved: Swept = None,
+          tokens: Swept = None, efficiency: Swept = None, max_cards: Swept = None, card_hour: Swept = None,
+          max_cost: Swept = None, solver: str | None = None, time_limit: float | None = None,
+          out: str | Path | None = None, force: bool = False, workers: int | None = None, cluster: str | None = None,
           **inputs: Any) -> SweepTable:
     """The optimal plan at every point of a grid and the cost/finish Pareto front (``tpopt sweep``).
 
@@ -305,8 +312,9 @@ def sweep(source: Source = None, /, *, hw=None, deadline=None, reserved=None, to
     that is not installed raises :class:`~tpopt.errors.InputError` before ``out`` is touched); ``time_limit``:
     seconds per point. Other keywords change the scenario."""
     sc = _scenario_of(source, inputs)
-    values = {"hw": list(hw) if isinstance(hw, tuple) else hw, "deadline": deadline, "reserved": reserved,
-              "tokens": tokens, "efficiency": efficiency, "max_cards": max_cards, "card_hour": card_hour,
-              "max_cost": max_cost, "solver": solver, "time_limit": time_limit}
+    values: dict[str, Any] = {
+        "hw": list(hw) if isinstance(hw, tuple) else hw, "deadline": deadline, "reserved": reserved,
+        "tokens": tokens, "efficiency": efficiency, "max_cards": max_cards, "card_hour": card_hour,
+        "max_cost": max_cost, "solver": solver, "time_limit": time_limit}
     return SweepTable(run_sweep(sc.raw, out=out, force=force, workers=workers, cluster=cluster,
                           catalog_dirs=sc.catalog_dirs, **{k: v for k, v in values.items() if v is not None}))

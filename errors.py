@@ -5,13 +5,14 @@ bad units, unknown names, malformed files, impossible values. Anything else is a
 """
 
 import importlib
+from types import ModuleType
 
 
 class InputError(ValueError):
     """User input that cannot be used as given (the message says what and how to fix it)."""
 
 
-def require(module: str, extra: str, what: str):
+def require(module: str, extra: str, what: str) -> ModuleType:
     """Import an optional dependency, or raise :class:`InputError` naming the extra that installs it.
 
     ``require("pyarrow.parquet", "parquet", "--out .parquet")`` -> the module, or the one-line error

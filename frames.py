@@ -9,9 +9,13 @@ TP or the ZeRO stage are not measurements, so a column whose present values are 
 from __future__ import annotations
 
 import numbers
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
-def _kind(values: list) -> str | None:
+def _kind(values: list[Any]) -> str | None:
     present = [v for v in values if v is not None]
     if not present:
         return None
@@ -22,7 +26,7 @@ def _kind(values: list) -> str | None:
     return None
 
 
-def records_frame(rows: list[dict], columns: list[str] | None = None):
+def records_frame(rows: list[dict[str, Any]], columns: list[str] | None = None) -> pd.DataFrame:
     """A DataFrame with one row per dict (columns in first-seen order unless ``columns``)."""
     import pandas as pd  # lazy: start-up time
 

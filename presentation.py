@@ -10,7 +10,10 @@ Presentation only, plain strings (no terminal, no click, no rich): the numbers c
 from __future__ import annotations
 
 import textwrap
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # typing only
+    from tpopt.models.plan import Scenario
 
 from tpopt.models.variables import line_parts
 
@@ -31,7 +34,7 @@ def change_text(fraction: float, *, signed: bool = False, better: str = "better"
     return f"{size} % {better if fraction > 0 else worse}"
 
 
-def accumulation_text(plan: dict) -> str:
+def accumulation_text(plan: dict[str, Any]) -> str:
     """'micro-batch 1 x 8 accumulation', or what is wrong when the global batch does not divide."""
     mb, ga = plan["micro_batch"], plan.get("grad_accum")
     if ga:
@@ -39,13 +42,13 @@ def accumulation_text(plan: dict) -> str:
     return f"micro-batch {mb}, no whole accumulation (DP {plan['dp']} x micro-batch {mb} does not divide the batch)"
 
 
-def layout_text(p: dict, sep: str = " / ") -> str:
+def layout_text(p: dict[str, Any], sep: str = " / ") -> str:
     """TP / CP / PP / DP of a plan dict (CP shown only when the plan splits sequences)."""
     cp = [f"CP {p['cp']}"] if p.get("cp", 1) > 1 else []
     return sep.join([f"TP {p['tp']}", *cp, f"PP {p['pp']}"] + ([f"DP {p['dp']}"] if sep == " / " else []))
 
 
-def model_text(scenario: dict) -> str:
+def model_text(scenario: dict[str, Any]) -> str:
     """'Model: NAME, N 8.19B parameters, training FLOPs per token 52.7 GFLOP at 8,192 tokens' from a report's
     ``scenario`` entry (:func:`tpopt.optimizer.report.scenario_entry`); MoE: the activated parameters too."""
     m = scenario["model"]
@@ -56,7 +59,7 @@ def model_text(scenario: dict) -> str:
     return f"Model: {m['name']}, {params}, training FLOPs per token {flops}"
 
 
-def cp_note_text(e: dict) -> str:
+def cp_note_text(e: dict[str, Any]) -> str:
     """The long-context note of a report's ``context_parallel`` entry
     (:func:`tpopt.optimizer.report.cp_not_searched`): what leaving CP out of the search costs, or a hint."""
     head = f"Context parallelism: not searched (search.cp = [1]) with {e['seq_len']:,} tokens per sequence; "
@@ -79,7 +82,7 @@ def _count(x: float) -> str:
     return f"{x:,.0f}"
 
 
-def plan_line(plan: dict) -> str:
+def plan_line(plan: dict[str, Any]) -> str:
     parts = [
         f"{plan['accelerator']} x {plan['cards']} ({plan['hosts']} host{'s' if plan['hosts'] != 1 else ''})",
         f"ZeRO-{plan['zero_stage']}",
@@ -97,14 +100,14 @@ def plan_line(plan: dict) -> str:
     return " | ".join(parts)
 
 
-def moe_plan_text(plan: dict) -> str:
+def moe_plan_text(plan: dict[str, Any]) -> str:
     """"EP 8 in-host, expert-TP 1, dropless" / "EP 64 across 8 hosts, expert-TP 1, capacity 1.25"."""
     where = "" if plan["ep"] <= 1 else f" {plan['ep_placement']}"
     cap = "dropless" if not plan.get("capacity_factor") else f"capacity {plan['capacity_factor']:g}"
     return f"EP {plan['ep']}{where}, expert-TP {plan['expert_tp']}, {cap}"
 
 
-def moe_short(p: dict) -> str:
+def moe_short(p: dict[str, Any]) -> str:
     """", EP 8, capacity 1.25" for a MoE plan summary ("" for a dense one)."""
     if p.get("ep") is None:
         return ""
@@ -112,7 +115,7 @@ def moe_short(p: dict) -> str:
     return f", EP {p['ep']}, {cap}"
 
 
-def limit_line(s: dict) -> str:
+def limit_line(s: dict[str, Any]) -> str:
     """What a run stopped by its time limit returns (the phase it stopped in, the gap if known)."""
     gap = "unknown" if s.get("gap") is None else f"{s['gap'] * 100:.2f} %"
     where = f" while {s['limit_phase']}" if s.get("limit_phase") else ""
@@ -132,7 +135,7 @@ FLAGS = {"deadline": "--deadline", "reserved": "--reserved", "tokens": "--tokens
 # formatting helpers
 
 
-def _num(x, digits: int = 2) -> str:
+def _num(x: float | str | None, digits: int = 2) -> str:
     if x is None:
         return "-"
     if isinstance(x, str):
@@ -140,7 +143,7 @@ def _num(x, digits: int = 2) -> str:
     return f"{x:,.{digits}f}"
 
 
-def _qty(x, unit: str, digits: int = 2) -> str:
+def _qty(x: float | str | None, unit: str, digits: int = 2) -> str:
     if x is None:
         return "-"
     if isinstance(x, str):
@@ -157,7 +160,7 @@ def _qty(x, unit: str, digits: int = 2) -> str:
     return f"{x:,.{digits}f}{sep}{unit}" if unit else f"{x:,.{digits}f}"
 
 
-def _plan_short(p: dict) -> str:
+def _plan_short(p: dict[str, Any]) -> str:
     return (f"{p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, {layout_text(p, ', ')}{moe_short(p)}, "
             f"mb {p['micro_batch']})")
 
@@ -170,7 +173,7 @@ def _objective_text(value: float, objective: str, unit: str) -> str:
     return _money(value, unit) if objective == "cost" else f"{value:.2f} d"
 
 
-def _toml_value(v) -> str:
+def _toml_value(v: object) -> str:
     if isinstance(v, str):
         return f'"{v}"'
     if isinstance(v, list):
@@ -178,7 +181,7 @@ def _toml_value(v) -> str:
     return str(v)
 
 
-def _apply_flag(r: dict) -> str:
+def _apply_flag(r: dict[str, Any]) -> str:
     """How to apply a relaxation: the command-line flag when one override does it, else the scenario
     edit (e.g. a per-card key inside [hardware.<name>])."""
     apply = r.get("apply")
@@ -206,7 +209,7 @@ def _apply_flag(r: dict) -> str:
 # infeasible request
 
 
-def conflict_lines(detail: list[dict]) -> list[str]:
+def conflict_lines(detail: list[dict[str, Any]]) -> list[str]:
     if not detail:
         return ["Conflict: no plan of the requested card counts exists in the search space, whatever the "
                 "constraints."]
@@ -228,7 +231,7 @@ def conflict_lines(detail: list[dict]) -> list[str]:
     return lines
 
 
-def _needed(r: dict) -> str:
+def _needed(r: dict[str, Any]) -> str:
     if r["helps"] is None:
         return f"undecided: {r.get('note', '')}"
     if not r["helps"]:
@@ -246,7 +249,7 @@ def _needed(r: dict) -> str:
     return f"{r['direction']} {_qty(r['required'], r['unit'])}{exact}"
 
 
-def relaxation_lines(rels: list[dict]) -> list[str]:
+def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
     if not rels:
         return []
     lines = ["Smallest single changes that make the request feasible (each alone, everything else unchanged;",
@@ -276,7 +279,7 @@ def relaxation_lines(rels: list[dict]) -> list[str]:
     return lines
 
 
-def infeasible_lines(out: dict, sc, command: str) -> list[str]:
+def infeasible_lines(out: dict[str, Any], sc: Scenario, command: str) -> list[str]:
     """Text of a request without a plan: the conflict and the smallest single changes (proven
     infeasible), or what to do when the solver ran out of time."""
     lines = [f"tpopt {command}: {sc.name}: no feasible plan ({out['status']})."]
@@ -298,7 +301,7 @@ def infeasible_lines(out: dict, sc, command: str) -> list[str]:
 # a feasible request, a given plan, sensitivities
 
 
-def sensitivity_lines(rows: list[dict]) -> list[str]:
+def sensitivity_lines(rows: list[dict[str, Any]]) -> list[str]:
     """Text for :func:`tpopt.optimizer.explain.sensitivities` rows (also used by `tpopt solve`)."""
     if not rows:
         return []
@@ -320,17 +323,17 @@ def sensitivity_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
-def sensitivity_text(rows: list[dict]) -> str:
+def sensitivity_text(rows: list[dict[str, Any]]) -> str:
     return "\n".join(sensitivity_lines(rows)) + ("\n" if rows else "")
 
 
-def _violation_line(v: dict, width: int) -> str:
+def _violation_line(v: dict[str, Any], width: int) -> str:
     pct = f", {v['excess_fraction'] * 100:+.1f} %" if v.get("excess_fraction") is not None else ""
     return (f"  {v['name']:<{width}}  {_qty(v['value'], v['unit'])} against {_qty(v['limit'], v['unit'])} "
             f"(over by {_qty(v['excess'], v['unit'])}{pct}); rule: {v['rule']}")
 
 
-def plan_lines(d: dict, sc) -> list[str]:
+def plan_lines(d: dict[str, Any], sc: Scenario) -> list[str]:
     unit = d["cost_unit"]
     lines = [f"tpopt explain: {sc.name}: plan {plan_line(d['plan'])}",
              f"Cost {_money(d['cost'], unit)}, finish {d['finish_days']:.2f} d.",
@@ -385,7 +388,7 @@ def plan_lines(d: dict, sc) -> list[str]:
     return lines
 
 
-def request_lines(d: dict, sc) -> list[str]:
+def request_lines(d: dict[str, Any], sc: Scenario) -> list[str]:
     unit = d["cost_unit"]
     lines = [f"tpopt explain: {sc.name}: feasible; the optimum (minimising {d['objective']}, status {d['status']}):",
              f"Plan: {plan_line(d['plan'])}",
@@ -487,7 +490,7 @@ def sweep_footing_lines(rows: list[dict[str, Any]]) -> list[str]:
 # market offers
 
 
-def _offer_terms(o: dict) -> str:
+def _offer_terms(o: dict[str, Any]) -> str:
     if o.get("parts"):
         return "a mix: " + " + ".join(f"{p['share']:.0%} {p['offer']}" for p in o["parts"])
     if o["term_days"] is not None:
@@ -503,7 +506,7 @@ def _usd(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:,.2f}"
 
 
-def checkpoint_cost_lines(c: dict) -> list[str]:
+def checkpoint_cost_lines(c: dict[str, Any]) -> list[str]:
     """The bill as cost lines: compute, checkpoint storage, checkpoint egress (prices, date, source)."""
     size = f"{c['copies']} x {c['checkpoint_gb']:,.1f} GB checkpoints"
     if not c["priced"]:
@@ -516,7 +519,7 @@ def checkpoint_cost_lines(c: dict) -> list[str]:
     return out + [f"  note: {n}" for n in c["notes"]]
 
 
-def market_infeasible_lines(out: dict) -> list[str]:
+def market_infeasible_lines(out: dict[str, Any]) -> list[str]:
     """No offer admits a plan: each offer's status (the relaxations of one space do not span offers)."""
     m = out["market"]
     lines = [f"No plan on any offer (status {out['status']}; as of {m['as_of']}):"]
@@ -526,7 +529,7 @@ def market_infeasible_lines(out: dict) -> list[str]:
     return lines
 
 
-def market_lines(out: dict) -> list[str]:
+def market_lines(out: dict[str, Any]) -> list[str]:
     """The market block under the plan line: the offer used (price, terms, date, source, notes), the spot
     figures, then each offer's best plan."""
     m = out.get("market")

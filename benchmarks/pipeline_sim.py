@@ -15,6 +15,7 @@ import argparse
 import time
 
 import numpy as np
+
 from tpopt.models import pipeline as pl
 
 

@@ -23,9 +23,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from solve_scaling import SPACES, design  # noqa: E402
+
 from tpopt.errors import InputError  # noqa: E402
+from tpopt.optimizer.backends.pyomo_model import PyomoSolver, export_model  # noqa: E402
 from tpopt.optimizer.core import MONOLITHIC_LIMIT, solve  # noqa: E402
-from tpopt.optimizer.pyomo_model import PyomoSolver, export_model  # noqa: E402
 from tpopt.optimizer.result import Request  # noqa: E402
 from tpopt.optimizer.space import Space  # noqa: E402
 

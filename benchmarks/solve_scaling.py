@@ -181,7 +181,7 @@ def child_rung(family: str, n_moves: int) -> dict:
 
     moe, per_op = FAMILIES[family]
     log = {"time": {}, "rss_mb": {}}
-    phase(log, "import", lambda: __import__("tpopt.optimizer.cpsat"))
+    phase(log, "import", lambda: __import__("tpopt.optimizer.backends.cpsat_model"))
     sc = phase(log, "scenario", lambda: ladder_scenario(moe, per_op, n_moves))
     space = phase(log, "space", lambda: Space.from_scenario(sc))
     mp = phase(log, "memory plan", lambda: enforce(space))
@@ -316,7 +316,8 @@ def child_solver(row: int, backend: str, analysis: bool) -> dict:
     space = phase(log, "space", lambda: Space.from_scenario(sc))
     req = Request(time_limit=600, seed=0, workers=1)
     if backend in ("cpsat", "highs"):
-        phase(log, "import", lambda: __import__("tpopt.optimizer.cpsat" if backend == "cpsat" else "highspy"))
+        module = "tpopt.optimizer.backends.cpsat_model" if backend == "cpsat" else "highspy"
+        phase(log, "import", lambda: __import__(module))
         phase(log, "tables", space.build_tables)
     r = phase(log, "solve", lambda: solve(sc, backend, req, space=space))
     if analysis and r.best is not None:

@@ -196,6 +196,7 @@ def large_raw() -> dict:
     """The Llama-3-70B space of benchmarks/solve_scaling.py as raw scenario tables."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from solve_scaling import SPACES
+
     from tpopt.catalogs.scenario import read_scenario_file, with_overrides
 
     overrides = dict(SPACES[-1][1])
@@ -231,6 +232,7 @@ def decomposition_section() -> None:
     import pickle
 
     import distributed
+
     from tpopt.catalogs import load_catalog
     from tpopt.catalogs.scenario import build_scenario
     from tpopt.optimizer import decompose

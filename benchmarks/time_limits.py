@@ -64,6 +64,7 @@ def in_process(examples: list[Path], limit: float, solvers: list[str]) -> int:
     """Each example through the API under ``limit`` for each solver: wall time past the limit, status."""
     import highspy  # noqa: F401 - imported once up front: the figures are the checkpoints', not the imports'
     from ortools.sat.python import cp_model  # noqa: F401
+
     from tpopt.catalogs.rl import load_rl_scenario
     from tpopt.catalogs.scenario import load_scenario
     from tpopt.optimizer.plan import plan

@@ -9,34 +9,25 @@ entries of the same name. Every value is parsed with its unit exactly once, here
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields, replace
+from os import PathLike
 from pathlib import Path
+from typing import Any
 
 from tpopt.catalogs.architectures import ARCH_INT_MAX, MODEL_KEYS, arch_int, build_model
+from tpopt.catalogs.entry_keys import AcceleratorKeys, LinkKeys, NicKeys, PerfKeys, StorageKeys
 from tpopt.catalogs.market import Market, load_market
-from tpopt.catalogs.stacks import stack_names
+from tpopt.catalogs.schema import read_entry
 from tpopt.catalogs.tables import (
     MAX_INPUT_BYTES,
     check_keys,
-    flag_field,
-    need,
     read_text_capped,
-    sources_field,
-    text_field,
 )
 from tpopt.errors import InputError
 from tpopt.models.arch import ModelArch
 from tpopt.models.hardware import Accelerator
 from tpopt.models.roofline import PerfParams
-from tpopt.models.units import (
-    parse_bandwidth,
-    parse_bytes,
-    parse_duration,
-    parse_flops_rate,
-    parse_fraction,
-    parse_int,
-    parse_number,
-)
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 CATALOG_FILES = ("accelerators.toml", "links.toml", "storage.toml", "models.toml", "performance.toml")
@@ -60,7 +51,7 @@ class Catalog:
     nics: dict[str, Nic] = field(default_factory=dict)
     storage: dict[str, float] = field(default_factory=dict)  # tier -> write bytes/s
     performance: dict[str, PerfParams] = field(default_factory=dict)  # accelerator -> step-time parameters
-    raw: dict[str, dict] = field(default_factory=dict)  # file stem -> merged raw tables
+    raw: dict[str, dict[str, Any]] = field(default_factory=dict)  # file stem -> merged raw tables
     market: Market = field(default_factory=Market)  # offers.toml (tpopt.catalogs.market)
 
     def accelerator(self, name: str) -> Accelerator:
@@ -94,7 +85,7 @@ class Catalog:
             raise InputError(f"unknown storage tier {name!r} (known: {known})") from None
 
 
-def _read_toml(path: Path) -> dict:
+def _read_toml(path: Path) -> dict[str, Any]:
     text = read_text_capped(path, "catalog file")
     try:
         return tomllib.loads(text)
@@ -102,8 +93,8 @@ def _read_toml(path: Path) -> dict:
         raise InputError(f"{path}: malformed TOML ({exc})") from None
 
 
-def _merge(dirs: list[Path]) -> dict[str, dict]:
-    raw: dict[str, dict] = {Path(f).stem: {} for f in CATALOG_FILES}
+def _merge(dirs: list[Path]) -> dict[str, dict[str, Any]]:
+    raw: dict[str, dict[str, Any]] = {Path(f).stem: {} for f in CATALOG_FILES}
     for d in dirs:
         if not d.is_dir():
             raise InputError(f"catalog directory {str(d)!r} does not exist")
@@ -134,172 +125,93 @@ def _merge(dirs: list[Path]) -> dict[str, dict]:
     return raw
 
 
-LINK_KEYS = ("bandwidth", "source", "notes")
-NIC_KEYS = ("bandwidth", "price_nic_hour", "source", "price_source", "notes")
-STORAGE_KEYS = ("write_bandwidth", "source", "notes")
+LINK_KEYS = tuple(f.name for f in fields(LinkKeys))
+NIC_KEYS = tuple(f.name for f in fields(NicKeys))
+STORAGE_KEYS = tuple(f.name for f in fields(StorageKeys))
 
 
-def _build_nics(raw_links: dict) -> tuple[dict[str, float], dict[str, Nic]]:
+def _build_nics(raw_links: dict[str, Any]) -> tuple[dict[str, float], dict[str, Nic]]:
+    """links.toml's links (bandwidth by name) and NICs, read as :mod:`tpopt.catalogs.entry_keys` declares them."""
     links = {}
     for name, t in raw_links.get("link", {}).items():
         where = f"link {name}"
         check_keys(t, LINK_KEYS, where)
-        text_field(t, "source", where)
-        links[name] = parse_bandwidth(need(t, "bandwidth", where), f"{where} bandwidth", allow_zero=False)
+        link: LinkKeys = read_entry(LinkKeys, t, where)
+        links[name] = link.bandwidth
     nics = {}
     for name, t in raw_links.get("nic", {}).items():
         where = f"nic {name}"
         check_keys(t, NIC_KEYS, where)
-        nics[name] = Nic(
-            name=name,
-            bandwidth=parse_bandwidth(need(t, "bandwidth", where), f"{where} bandwidth", allow_zero=False),
-            price_hour=parse_number(t.get("price_nic_hour", 0.0), f"{where} price_nic_hour"),
-            source=text_field(t, "source", where, "") or "",
-        )
+        nic: NicKeys = read_entry(NicKeys, t, where)
+        nics[name] = Nic(name=name, bandwidth=nic.bandwidth, price_hour=nic.price_nic_hour, source=nic.source)
     return links, nics
 
 
-ACCELERATOR_KEYS = ("display", "peak_bf16", "peak_fp16", "peak_fp8", "peak_fp4", "peak_tf32", "memory",
-                    "usable_memory", "hbm_bandwidth", "host_link", "p2p", "interconnect", "cards_per_host", "nic",
-                    "nics_per_host",
-                    "max_nics_per_host", "host_memory", "host_memory_bandwidth", "price_card_hour", "price_date",
-                    "scale_up_cards", "pod_hosts", "spine_oversubscription", "sources", "notes")
+ACCELERATOR_KEYS = tuple(f.name for f in fields(AcceleratorKeys))
 
 
-def _oversubscription(t: dict, where: str) -> float:
-    """The spine's taper, a number >= 1 (2 = 2:1); 1 = none."""
-    value = parse_number(t.get("spine_oversubscription", 1.0), f"{where} spine_oversubscription")
-    if value < 1.0:
-        raise InputError(f"{where}: spine_oversubscription must be at least 1 (1 = none, 2 = 2:1), got {value:g}")
-    return value
-
-
-def _build_accelerator(name: str, t: dict, links: dict[str, float], nics: dict[str, Nic]) -> Accelerator:
+def _build_accelerator(name: str, t: dict[str, Any], links: dict[str, float], nics: dict[str, Nic]) -> Accelerator:
+    """One entry of accelerators.toml, read as :class:`~tpopt.catalogs.entry_keys.AcceleratorKeys`
+    declares it; the keys left out take their defaults (usable_memory: memory, max_nics_per_host:
+    nics_per_host, a precision's peak: 0 = not given, scale_up_cards: 0 = one host)."""
     where = f"accelerator {name}"
     check_keys(t, ACCELERATOR_KEYS, where)
-    for key in ("display", "price_date", "notes"):
-        text_field(t, key, where)
-    host_link = text_field(t, "host_link", where, None)
-    if host_link is None:
-        raise InputError(f"{where}: missing required key 'host_link'")
-    if host_link not in links:
-        raise InputError(f"{where}: unknown host_link {host_link!r} (known: {', '.join(sorted(links))})")
-    inter = text_field(t, "interconnect", where, "none")
-    if inter != "none" and inter not in links:
-        raise InputError(f"{where}: unknown interconnect {inter!r} (known: none, {', '.join(sorted(links))})")
-    nic_name = text_field(t, "nic", where, None)
-    if nic_name is None:
-        raise InputError(f"{where}: missing required key 'nic'")
-    if nic_name not in nics:
-        raise InputError(f"{where}: unknown nic {nic_name!r} (known: {', '.join(sorted(nics))})")
-    nic = nics[nic_name]
-    memory = parse_bytes(need(t, "memory", where), f"{where} memory", allow_zero=False)
-    usable = parse_bytes(t.get("usable_memory", t["memory"]), f"{where} usable_memory", allow_zero=False)
-    if usable > memory:
-        raise InputError(f"{where}: usable_memory exceeds memory")
-    price = t.get("price_card_hour")
-    nph = parse_int(t.get("nics_per_host", 1), f"{where} nics_per_host", minimum=0)
-    cards = parse_int(need(t, "cards_per_host", where), f"{where} cards_per_host", minimum=1)
-    scale_up = parse_int(t.get("scale_up_cards", cards), f"{where} scale_up_cards", minimum=1)
-    if scale_up % cards:
-        raise InputError(f"{where}: scale_up_cards ({scale_up}) must be a whole number of hosts of {cards} cards")
-
-    def peak(key):
-        return parse_flops_rate(t[key], f"{where} {key}") if key in t else 0.0
-
+    k: AcceleratorKeys = read_entry(AcceleratorKeys, t, where, (links, nics))
+    nic = nics[k.nic]
     return Accelerator(
         name=name,
-        display=t.get("display", name),
-        peak_flops=parse_flops_rate(need(t, "peak_bf16", where), f"{where} peak_bf16"),
-        memory_nominal=memory,
-        memory_usable=usable,
-        hbm_bandwidth=parse_bandwidth(t.get("hbm_bandwidth", "0GB/s"), f"{where} hbm_bandwidth"),
-        host_link=host_link,
-        host_link_bw=links[host_link],
-        p2p=flag_field(t, "p2p", where),
-        interconnect=inter,
-        interconnect_bw=0.0 if inter == "none" else links[inter],
-        cards_per_host=cards,
-        nic=nic_name,
+        display=name if k.display is None else k.display,
+        peak_flops=k.peak_bf16,
+        memory_nominal=k.memory,
+        memory_usable=k.memory if k.usable_memory is None else k.usable_memory,
+        hbm_bandwidth=k.hbm_bandwidth,
+        host_link=k.host_link,
+        host_link_bw=links[k.host_link],
+        p2p=k.p2p,
+        interconnect=k.interconnect,
+        interconnect_bw=0.0 if k.interconnect == "none" else links[k.interconnect],
+        cards_per_host=k.cards_per_host,
+        nic=k.nic,
         nic_bw=nic.bandwidth,
         nic_price_hour=nic.price_hour,
-        nics_per_host=nph,
-        max_nics_per_host=parse_int(t.get("max_nics_per_host", nph), f"{where} max_nics_per_host", minimum=0),
-        host_memory=parse_bytes(t.get("host_memory", "0GB"), f"{where} host_memory"),
-        host_memory_bw=parse_bandwidth(t.get("host_memory_bandwidth", "0GB/s"), f"{where} host_memory_bandwidth"),
-        price_card_hour=None if price is None else parse_number(price, f"{where} price_card_hour"),
-        peak_fp16=peak("peak_fp16"),
-        peak_fp8=peak("peak_fp8"),
-        peak_fp4=peak("peak_fp4"),
-        peak_tf32=peak("peak_tf32"),
-        scale_up_cards=scale_up if "scale_up_cards" in t else 0,
-        pod_hosts=parse_int(t.get("pod_hosts", 0), f"{where} pod_hosts", minimum=0),
-        spine_oversubscription=_oversubscription(t, where),
-        sources=sources_field(t, where),
+        nics_per_host=k.nics_per_host,
+        max_nics_per_host=k.nics_per_host if k.max_nics_per_host is None else k.max_nics_per_host,
+        host_memory=k.host_memory,
+        host_memory_bw=k.host_memory_bandwidth,
+        price_card_hour=k.price_card_hour,
+        peak_fp16=0.0 if k.peak_fp16 is None else k.peak_fp16,
+        peak_fp8=0.0 if k.peak_fp8 is None else k.peak_fp8,
+        peak_fp4=0.0 if k.peak_fp4 is None else k.peak_fp4,
+        peak_tf32=0.0 if k.peak_tf32 is None else k.peak_tf32,
+        scale_up_cards=0 if k.scale_up_cards is None else k.scale_up_cards,
+        pod_hosts=k.pod_hosts,
+        spine_oversubscription=k.spine_oversubscription,
+        sources=k.sources,
     )
 
 
-_PERF_FRACTIONS = ("gemm_efficiency", "memory_efficiency", "attention_efficiency", "tp_efficiency", "dp_efficiency",
-                   "fp8_gemm_ratio", "fp4_gemm_ratio", "attention_bwd_ratio")
-_PERF_KEYS = set(_PERF_FRACTIONS) | {"overlap_contention", "gemm_k_half", "tile", "sms", "kernel_overhead",
-                                     "collective_latency", "up_step_latency", "out_step_latency", "calibrated",
-                                     "sources", "calibration", "residual_sigma", "residual_sigma_source",
-                                     "residual_sigma_stacks"}
+_PERF_KEYS = {f.name for f in fields(PerfKeys)}
 
 
-def build_perf(name: str, t: dict, base: PerfParams | None = None) -> PerfParams:
-    """:class:`PerfParams` from a performance.toml table (fields absent keep ``base``'s values)."""
+def build_perf(name: str, t: dict[str, Any], base: PerfParams | None = None) -> PerfParams:
+    """:class:`PerfParams` from a performance.toml table, read as :class:`~tpopt.catalogs.entry_keys.PerfKeys`
+    declares it (fields absent keep ``base``'s values)."""
     where = f"performance {name}"
     if not isinstance(t, dict):
         raise InputError(f"{where}: expected a table")
     bad = set(t) - _PERF_KEYS
     if bad:
         raise InputError(f"{where}: unknown key(s) {sorted(bad)} (known: {', '.join(sorted(_PERF_KEYS))})")
-    kw: dict = {}
-    for k in _PERF_FRACTIONS:
-        if k in t:
-            kw[k] = parse_fraction(t[k], f"{where} {k}")
-    if "overlap_contention" in t:
-        kw["overlap_contention"] = parse_fraction(t["overlap_contention"], f"{where} overlap_contention",
-                                                  allow_zero=True)
-    if "gemm_k_half" in t:
-        kw["gemm_k_half"] = parse_number(t["gemm_k_half"], f"{where} gemm_k_half")
-    if "sms" in t:
-        kw["sms"] = parse_int(t["sms"], f"{where} sms", minimum=1)
-    if "tile" in t:
-        tile = t["tile"]
-        if not (isinstance(tile, list) and len(tile) == 2):
-            raise InputError(f"{where}: tile must be [rows, columns]")
-        kw["tile_m"], kw["tile_n"] = (parse_int(x, f"{where} tile", minimum=1) for x in tile)
-    for k in ("kernel_overhead", "collective_latency", "up_step_latency", "out_step_latency"):
-        if k in t:
-            kw[k] = parse_duration(t[k], f"{where} {k}")
-    if "calibrated" in t:
-        cal = t["calibrated"]
-        if not isinstance(cal, list) or any(c not in PerfParams.field_names() for c in cal):
-            raise InputError(f"{where}: calibrated must list parameter names")
-        kw["calibrated"] = tuple(cal)
-    if "residual_sigma" in t:
-        kw["residual_sigma"] = parse_number(t["residual_sigma"], f"{where} residual_sigma")
-        if not 0.0 <= kw["residual_sigma"] < 5.0:
-            raise InputError(f"{where}: residual_sigma must be a lognormal sigma between 0 and 5")
-        if not isinstance(t.get("residual_sigma_source"), str) or not t["residual_sigma_source"].strip():
-            raise InputError(f"{where}: residual_sigma needs residual_sigma_source (how it was obtained)")
-        kw["residual_sigma_source"] = t["residual_sigma_source"]
-    elif "residual_sigma_source" in t:
-        raise InputError(f"{where}: residual_sigma_source without residual_sigma")
-    if "residual_sigma_stacks" in t:
-        on = t["residual_sigma_stacks"]
-        if "residual_sigma" not in t or not isinstance(on, list) or not all(isinstance(x, str) for x in on):
-            raise InputError(f"{where}: residual_sigma_stacks must list the stacks residual_sigma was measured on")
-        known = stack_names()
-        unknown = [x for x in on if x not in known]
-        if unknown:
-            raise InputError(f"{where}: residual_sigma_stacks: unknown stack(s) {', '.join(unknown)} "
-                             f"(known: {', '.join(known)})")
-        kw["residual_sigma_stacks"] = tuple(on)
+    k: PerfKeys = read_entry(PerfKeys, t, where, t)
+    kept = ("tile", "sources", "calibration", "residual_sigma_source")  # split, merged, unused, with the sigma
+    kw: dict[str, Any] = {f.name: getattr(k, f.name) for f in fields(k)
+                          if f.name not in kept and getattr(k, f.name) is not None}
+    if k.tile is not None:
+        kw["tile_m"], kw["tile_n"] = k.tile
+    if k.residual_sigma is not None:
+        kw["residual_sigma_source"] = k.residual_sigma_source
     sources = dict((base.sources if base else {}) or {})
-    sources.update(t.get("sources", {}) or {})
+    sources.update(k.sources or {})
     return replace(base or PerfParams(), name=name, sources=sources, **kw)
 
 
@@ -319,7 +231,7 @@ def model_from_hf_cache(repo_id: str, cache_dir: str | None = None) -> ModelArch
     return resolve(repo_id, cache_dir)
 
 
-def load_catalog(extra_dirs=()) -> Catalog:
+def load_catalog(extra_dirs: Sequence[str | PathLike[str]] = ()) -> Catalog:
     """The built-in catalog, extended/overridden by each directory in ``extra_dirs`` in order."""
     dirs = [BUILTIN_DIR] + [Path(d) for d in extra_dirs]
     raw = _merge(dirs)
@@ -328,8 +240,8 @@ def load_catalog(extra_dirs=()) -> Catalog:
     for name, t in raw["storage"].items():
         where = f"storage {name}"
         check_keys(t, STORAGE_KEYS, where)
-        cat.storage[name] = parse_bandwidth(need(t, "write_bandwidth", where), f"{where} write_bandwidth",
-                                            allow_zero=False)
+        tier: StorageKeys = read_entry(StorageKeys, t, where)
+        cat.storage[name] = tier.write_bandwidth
     for name, t in raw["accelerators"].items():
         cat.accelerators[name] = _build_accelerator(name, t, links, nics)
     for name, t in raw["models"].items():

@@ -30,7 +30,7 @@ _MOE_ONLY = ("top_k", "expert_ffn", "shared_experts", "shared_ffn", "dense_layer
 _MLA_ONLY = ("q_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_head_dim")
 
 
-def arch_int(value, what: str, minimum: int = 0, maximum: int = ARCH_INT_MAX) -> int:
+def arch_int(value: object, what: str, minimum: int = 0, maximum: int = ARCH_INT_MAX) -> int:
     """A whole number in [minimum, maximum] given as a TOML/JSON integer (no units, no fractions)."""
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer() and abs(value) <= maximum:
@@ -42,7 +42,7 @@ def arch_int(value, what: str, minimum: int = 0, maximum: int = ARCH_INT_MAX) ->
     return value
 
 
-def build_model(name: str, t: dict) -> ModelArch:
+def build_model(name: str, t: dict[str, Any]) -> ModelArch:
     """A :class:`ModelArch` from a catalog table (or a Hugging Face config mapped to the same keys).
 
     Required: layers, hidden, heads, ffn, vocab; kv_heads defaults to heads, head_dim to hidden /

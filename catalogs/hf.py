@@ -24,9 +24,11 @@ import builtins
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
+from os import PathLike
 from pathlib import Path
+from typing import Any, TypeVar
 
 from tpopt.catalogs.architectures import ARCH_INT_MAX, arch_int, build_model
 from tpopt.catalogs.tables import read_text_capped
@@ -64,6 +66,8 @@ attention_dropout hidden_dropout resid_pdrop embd_pdrop attn_pdrop emb_pdrop dro
 classifier_dropout layerdrop
 """.split())
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class Family:
@@ -71,19 +75,19 @@ class Family:
 
     name: str
     model_types: tuple[str, ...]
-    reads: frozenset
-    ignores: frozenset
-    build: Callable[[Config], dict]
+    reads: frozenset[str]
+    ignores: frozenset[str]
+    build: Callable[[Config], dict[str, Any]]
 
 
 class Config:
     """Typed, audited access to a config dict: every read key must be declared by the family."""
 
-    def __init__(self, raw: dict, where: str, family: Family):
+    def __init__(self, raw: dict[str, Any], where: str, family: Family):
         self.raw, self.where, self.family = raw, where, family
         self.notes: list[str] = []
 
-    def _key(self, key: str):
+    def _key(self, key: str) -> Any:
         if key not in self.family.reads:  # a programming error in a family map, not bad input
             raise AssertionError(f"family {self.family.name} reads undeclared key {key!r}")
         return self.raw.get(key)
@@ -91,7 +95,7 @@ class Config:
     def has(self, key: str) -> bool:
         return self._key(key) is not None
 
-    def first(self, *keys: str):
+    def first(self, *keys: str) -> tuple[str, Any]:
         """(key, value) of the first key present with a non-null value, else (keys[0], None)."""
         for k in keys:
             v = self._key(k)
@@ -99,7 +103,7 @@ class Config:
                 return k, v
         return keys[0], None
 
-    def int(self, *keys: str, default=None, minimum: int = 1) -> int:
+    def int(self, *keys: str, default: int | None = None, minimum: int = 1) -> int:
         key, v = self.first(*keys)
         if v is None:
             if default is None:
@@ -111,7 +115,7 @@ class Config:
         key, v = self.first(*keys)
         return None if v is None else arch_int(v, f"{self.where}: {key}", minimum, ARCH_INT_MAX)
 
-    def _typed(self, key: str, default, kind: type, what: str):
+    def _typed(self, key: str, default: T, kind: type[T], what: str) -> T:
         v = self._key(key)
         if v is None:
             return default
@@ -122,10 +126,10 @@ class Config:
     def bool(self, key: str, default: bool) -> bool:
         return self._typed(key, default, bool, "true or false")
 
-    def table(self, key: str) -> dict:
+    def table(self, key: str) -> dict[str, Any]:
         return self._typed(key, {}, dict, "an object")
 
-    def require(self, key: str, allowed, default, why: str):
+    def require(self, key: str, allowed: Collection[Any], default: Any, why: str) -> Any:
         """A key whose only modelled values are ``allowed``; anything else is an error saying why."""
         v = self._key(key)
         v = default if v is None else v
@@ -141,7 +145,8 @@ class Config:
                              f"({', '.join(sorted(HF_ACTIVATIONS))})")
         return HF_ACTIVATIONS[v]
 
-    def window(self, t: dict, keys=("sliding_window",), every_layer: builtins.bool = True):
+    def window(self, t: dict[str, Any], keys: tuple[str, ...] = ("sliding_window",),
+               every_layer: builtins.bool = True) -> None:
         """Set sliding_window (and sliding_layers from ``layer_types``) when the config uses one;
         without ``layer_types`` the window applies to every layer if ``every_layer``."""
         w = self.opt_int(*keys, minimum=0)
@@ -165,7 +170,7 @@ class Config:
 # family builders: each returns a catalog-style table for build_model
 
 
-def _base(c: Config, t: dict | None = None) -> dict:
+def _base(c: Config, t: dict[str, Any] | None = None) -> dict[str, Any]:
     """Keys shared by the Llama-style families."""
     layers = c.int("num_hidden_layers")
     heads = c.int("num_attention_heads")
@@ -178,7 +183,7 @@ def _base(c: Config, t: dict | None = None) -> dict:
     return t
 
 
-def _llama_biases(c: Config, t: dict) -> dict:
+def _llama_biases(c: Config, t: dict[str, Any]) -> dict[str, Any]:
     if c.bool("attention_bias", False):
         t["qkv_bias"] = t["o_bias"] = True
     if "mlp_bias" in c.family.reads and c.bool("mlp_bias", False):
@@ -186,7 +191,7 @@ def _llama_biases(c: Config, t: dict) -> dict:
     return t
 
 
-def _qwen_window(c: Config, t: dict):
+def _qwen_window(c: Config, t: dict[str, Any]) -> None:
     if c.bool("use_sliding_window", False):
         if c._key("layer_types") is None:
             raise InputError(f"{c.where}: use_sliding_window = true without layer_types: which layers use the "
@@ -197,7 +202,7 @@ def _qwen_window(c: Config, t: dict):
         c.opt_int("max_window_layers", minimum=0)
 
 
-def build_llama(c: Config) -> dict:
+def build_llama(c: Config) -> dict[str, Any]:
     t = _base(c)
     t["ffn"] = c.int("intermediate_size")
     t["activation"] = c.activation("hidden_act", default="silu")
@@ -214,7 +219,7 @@ def build_llama(c: Config) -> dict:
     return t
 
 
-def build_gemma(c: Config) -> dict:
+def build_gemma(c: Config) -> dict[str, Any]:
     mtype = c.raw.get("model_type")
     t = _base(c, {"_tied_default": True})
     t["ffn"] = c.int("intermediate_size")
@@ -239,7 +244,7 @@ def build_gemma(c: Config) -> dict:
     return t
 
 
-def build_phi(c: Config) -> dict:
+def build_phi(c: Config) -> dict[str, Any]:
     """Phi-1/1.5/2: parallel block with one LayerNorm, biases everywhere, LM-head bias."""
     t = _base(c)
     t.update(ffn=c.int("intermediate_size"), activation=c.activation("hidden_act", default="gelu_new"),
@@ -249,7 +254,7 @@ def build_phi(c: Config) -> dict:
     return t
 
 
-def build_gpt2(c: Config) -> dict:
+def build_gpt2(c: Config) -> dict[str, Any]:
     hidden = c.int("n_embd", "hidden_size")
     t = {"layers": c.int("n_layer", "num_hidden_layers"), "hidden": hidden,
          "heads": c.int("n_head", "num_attention_heads"), "vocab": c.int("vocab_size"),
@@ -261,7 +266,7 @@ def build_gpt2(c: Config) -> dict:
     return t
 
 
-def build_neox(c: Config) -> dict:
+def build_neox(c: Config) -> dict[str, Any]:
     t = _base(c)
     t.update(ffn=c.int("intermediate_size"), activation=c.activation("hidden_act", default="gelu"),
              gated_mlp=False, norm="layernorm", parallel_block=c.bool("use_parallel_residual", True))
@@ -272,7 +277,7 @@ def build_neox(c: Config) -> dict:
     return t
 
 
-def build_bloom(c: Config) -> dict:
+def build_bloom(c: Config) -> dict[str, Any]:
     hidden = c.int("hidden_size", "n_embed")
     inner = c.opt_int("n_inner")
     if inner is not None and inner != 4 * hidden:
@@ -283,7 +288,7 @@ def build_bloom(c: Config) -> dict:
             "positions": "alibi", "embedding_norm": True, "tied_embeddings": c.bool("tie_word_embeddings", True)}
 
 
-def build_falcon(c: Config) -> dict:
+def build_falcon(c: Config) -> dict[str, Any]:
     hidden = c.int("hidden_size", "n_embed")
     heads = c.int("num_attention_heads", "n_head")
     new_arch = c.bool("new_decoder_architecture", False)
@@ -313,7 +318,7 @@ _MPT_ATTN_KEYS = {"attn_type", "alibi", "qk_ln", "qk_gn", "kv_n_heads", "rope", 
 _MPT_FFN_KEYS = {"ffn_type", "ffn_hidden_size", "ffn_act_fn"}
 
 
-def build_mpt(c: Config) -> dict:
+def build_mpt(c: Config) -> dict[str, Any]:
     hidden = c.int("d_model")
     heads = c.int("n_heads")
     attn = c.table("attn_config")
@@ -355,7 +360,7 @@ def build_mpt(c: Config) -> dict:
     return t
 
 
-def build_opt(c: Config) -> dict:
+def build_opt(c: Config) -> dict[str, Any]:
     hidden = c.int("hidden_size", "d_model")
     proj = c.int("word_embed_proj_dim", default=hidden)
     if proj != hidden:
@@ -373,14 +378,14 @@ def build_opt(c: Config) -> dict:
             "tied_embeddings": c.bool("tie_word_embeddings", True)}
 
 
-def build_mixtral(c: Config) -> dict:
+def build_mixtral(c: Config) -> dict[str, Any]:
     t = build_llama(c)
     c.window(t)
     t.update(experts=c.int("num_local_experts"), top_k=c.int("num_experts_per_tok"), expert_ffn=t["ffn"])
     return t
 
 
-def _qwen_moe(c: Config, t: dict) -> dict:
+def _qwen_moe(c: Config, t: dict[str, Any]) -> dict[str, Any]:
     t.update(experts=c.int("num_experts"), top_k=c.int("num_experts_per_tok"),
              expert_ffn=c.int("moe_intermediate_size"), moe_step=c.int("decoder_sparse_step", default=1))
     only = c._key("mlp_only_layers") or []
@@ -390,7 +395,7 @@ def _qwen_moe(c: Config, t: dict) -> dict:
     return t
 
 
-def build_qwen2_moe(c: Config) -> dict:
+def build_qwen2_moe(c: Config) -> dict[str, Any]:
     t = _base(c)
     t.update(ffn=c.int("intermediate_size"), activation=c.activation("hidden_act", default="silu"),
              qkv_bias=c.bool("qkv_bias", True))
@@ -402,7 +407,7 @@ def build_qwen2_moe(c: Config) -> dict:
     return t
 
 
-def build_qwen3_moe(c: Config) -> dict:
+def build_qwen3_moe(c: Config) -> dict[str, Any]:
     t = _base(c)
     t.update(ffn=c.int("intermediate_size"), activation=c.activation("hidden_act", default="silu"), qk_norm=True)
     _llama_biases(c, t)
@@ -410,7 +415,7 @@ def build_qwen3_moe(c: Config) -> dict:
     return _qwen_moe(c, t)
 
 
-def build_deepseek(c: Config) -> dict:
+def build_deepseek(c: Config) -> dict[str, Any]:
     mtype = c.raw.get("model_type")
     t = _base(c)
     t.pop("head_dim", None)  # DeepSeek configs carry head_dim = qk_rope_head_dim; MLA derives its own
@@ -449,7 +454,7 @@ def build_deepseek(c: Config) -> dict:
     return t
 
 
-def build_gpt_oss(c: Config) -> dict:
+def build_gpt_oss(c: Config) -> dict[str, Any]:
     t = _base(c)
     experts = c.int("num_local_experts")
     ffn = c.int("intermediate_size")
@@ -466,7 +471,7 @@ def build_gpt_oss(c: Config) -> dict:
     return t
 
 
-def _keys(text: str) -> frozenset:
+def _keys(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
@@ -530,7 +535,7 @@ FAMILIES = (
 _BY_TYPE = {mt: f for f in FAMILIES for mt in f.model_types}
 
 
-def family_of(cfg: dict, where: str) -> Family:
+def family_of(cfg: dict[str, Any], where: str) -> Family:
     mtype = cfg.get("model_type")
     if mtype is None:
         raise InputError(f"{where}: no model_type; tpopt needs it to know which keys the config uses")
@@ -543,7 +548,7 @@ def family_of(cfg: dict, where: str) -> Family:
     raise InputError(f"{where}: model_type {mtype!r} is not supported (known: {known})")
 
 
-def arch_from_hf_dict(cfg: dict, where: str, name: str) -> ModelArch:
+def arch_from_hf_dict(cfg: dict[str, Any], where: str, name: str) -> ModelArch:
     """Map a parsed config dict through its family's key map, then build and validate the model."""
     if not isinstance(cfg, dict):
         raise InputError(f"{where}: expected a JSON object")
@@ -566,7 +571,7 @@ def arch_from_hf_dict(cfg: dict, where: str, name: str) -> ModelArch:
     return build_model(name, t)
 
 
-def model_from_hf_config(path, name: str | None = None) -> ModelArch:
+def model_from_hf_config(path: str | PathLike[str], name: str | None = None) -> ModelArch:
     """A :class:`ModelArch` from a Hugging Face ``config.json`` (UTF-8, at most 16 MiB)."""
     p = Path(path)
     text = read_text_capped(p, "config file")
@@ -611,7 +616,7 @@ def hf_cache_dir() -> str | None:
     return None
 
 
-def model_from_hf_cache(repo_id: str, cache_dir=None) -> ModelArch:
+def model_from_hf_cache(repo_id: str, cache_dir: str | None = None) -> ModelArch:
     """The model of a Hugging Face id from ``config.json`` in the local cache; never downloads.
 
     ``org/name`` or ``org/name@revision`` (a branch, tag or commit already in the cache). Needs the

@@ -15,8 +15,11 @@ from __future__ import annotations
 import csv
 import re
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from os import PathLike
 from pathlib import Path
+from typing import Any
 
 from tpopt.catalogs.tables import check_keys, need, read_text_capped
 from tpopt.errors import InputError
@@ -65,7 +68,7 @@ def check_date(value: object, where: str) -> str:
     return value
 
 
-def build_offer(name: str, t: dict, market: Market, accelerators: set[str] | None) -> Offer:
+def build_offer(name: str, t: dict[str, Any], market: Market, accelerators: set[str] | None) -> Offer:
     """One ``[offer.NAME]`` table as an :class:`Offer` (validated; spot defaults from ``market``)."""
     where = f"offer {name}"
     check_keys(t, OFFER_KEYS, where)
@@ -105,7 +108,7 @@ def build_offer(name: str, t: dict, market: Market, accelerators: set[str] | Non
                               else market.reacquire_s) if spot else 0.0)
 
 
-def build_storage(t: dict, where: str) -> Storage:
+def build_storage(t: dict[str, Any], where: str) -> Storage:
     """A region's checkpoint storage price (USD per GB-month), egress price (USD per GB), date and source:
     all four, or none."""
     missing = [k for k in STORAGE_KEYS if k not in t]
@@ -136,19 +139,19 @@ def _pue(value: object, where: str) -> float:
     return pue
 
 
-def _read(path: Path) -> dict:
+def _read(path: Path) -> dict[str, Any]:
     try:
         return tomllib.loads(read_text_capped(path, "catalog file"))
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: malformed TOML ({exc})") from None
 
 
-def load_market(extra_dirs=(), accelerators: set[str] | None = None) -> Market:
+def load_market(extra_dirs: Sequence[str | PathLike[str]] = (), accelerators: set[str] | None = None) -> Market:
     """The built-in market, extended/overridden by each directory's ``offers.toml`` in order."""
-    regions: dict[str, dict] = {}
-    offers: dict[str, dict] = {}
-    defaults: dict = {}
-    power: dict[str, dict] = {}
+    regions: dict[str, dict[str, Any]] = {}
+    offers: dict[str, dict[str, Any]] = {}
+    defaults: dict[str, Any] = {}
+    power: dict[str, dict[str, Any]] = {}
     as_of = ""
     for p in [BUILTIN] + [Path(d) / FILE for d in extra_dirs]:
         if not p.exists():

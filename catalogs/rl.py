@@ -28,9 +28,12 @@ from __future__ import annotations
 import copy
 import math
 import re
+from collections.abc import Sequence
+from os import PathLike
 from pathlib import Path
+from typing import Any
 
-from tpopt.catalogs import load_catalog, model_from_hf_config
+from tpopt.catalogs import Catalog, load_catalog, model_from_hf_config
 from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
 from tpopt.errors import InputError
 from tpopt.models.generation import Lengths
@@ -47,7 +50,7 @@ TABLES = {"scenario", "model", "task", "schedule", "hardware", "memory", "checkp
 _PCT = re.compile(r"^p(\d+(?:\.\d+)?)$")
 
 
-def _lengths(value, what: str) -> Lengths:
+def _lengths(value: Any, what: str) -> Lengths:
     """A token length: a number (every sample that long) or { mean, pNN, max }."""
     if not isinstance(value, dict):
         return Lengths(mean=parse_count(value, what, allow_zero=False))
@@ -73,7 +76,7 @@ def _lengths(value, what: str) -> Lengths:
         raise InputError(f"{what}: {exc}") from None
 
 
-def _verifier(value, cat, base: Path) -> Verifier:
+def _verifier(value: Any, cat: Catalog, base: Path) -> Verifier:
     if value is None or value == "none":
         return Verifier()
     if not isinstance(value, dict):
@@ -93,7 +96,7 @@ def _verifier(value, cat, base: Path) -> Verifier:
                      "a reward model: reward_model or reward_model_config)")
 
 
-def _choices(value, what: str, allowed) -> tuple:
+def _choices(value: Any, what: str, allowed: Sequence[str]) -> tuple[str, ...]:
     vals = value if isinstance(value, list) else [value]
     if not vals:
         raise InputError(f"{what}: the list is empty")
@@ -104,14 +107,14 @@ def _choices(value, what: str, allowed) -> tuple:
     return out
 
 
-def _ints(value, what: str) -> tuple:
+def _ints(value: Any, what: str) -> tuple[int, ...]:
     vals = value if isinstance(value, list) else [value]
     if not vals:
         raise InputError(f"{what}: the list is empty")
     return tuple(sorted({parse_int(v, what, minimum=1) for v in vals}))
 
 
-def rl_task(t: dict, cat, base: Path) -> tuple[RLTask, RLSearch]:
+def rl_task(t: dict[str, Any], cat: Catalog, base: Path) -> tuple[RLTask, RLSearch]:
     """The ``[rl]`` table -> (what the loop must do, the RL-level decision domains)."""
     if not isinstance(t, dict):
         raise InputError("scenario: [rl] must be a table")
@@ -162,7 +165,7 @@ def rl_task(t: dict, cat, base: Path) -> tuple[RLTask, RLSearch]:
     return task, search
 
 
-def trainer_tables(raw: dict, task: RLTask) -> dict:
+def trainer_tables(raw: dict[str, Any], task: RLTask) -> dict[str, Any]:
     """The learner's pre-training scenario tables: every table but [rl], with [task] derived.
 
     One optimizer step per rollout step on prompts x samples sequences packed to the mean sample
@@ -188,7 +191,7 @@ def trainer_tables(raw: dict, task: RLTask) -> dict:
     return tr
 
 
-def build_rl_scenario(raw: dict, catalog=None) -> RLScenario:
+def build_rl_scenario(raw: dict[str, Any], catalog: Catalog | None = None) -> RLScenario:
     """Validate an RL scenario's tables and build the learner's scenario with the pre-training reader."""
     cat = catalog or load_catalog()
     if "rl" not in raw:
@@ -205,7 +208,8 @@ def build_rl_scenario(raw: dict, catalog=None) -> RLScenario:
     return RLScenario(trainer=trainer, task=task, search=search, nics_per_host=nics[0] if nics else 0, name=str(name))
 
 
-def load_rl_scenario(path, overrides: dict | None = None, catalog_dirs=()) -> RLScenario:
+def load_rl_scenario(path: str | PathLike[str], overrides: dict[str, Any] | None = None,
+                     catalog_dirs: Sequence[str | PathLike[str]] = ()) -> RLScenario:
     """Read, override (``{"table.key": value}``, including ``rl.*``) and build an RL scenario."""
     raw = read_scenario_file(path)
     if overrides:

@@ -12,9 +12,11 @@ from __future__ import annotations
 import copy
 import difflib
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields, replace
+from os import PathLike
 from pathlib import Path
+from typing import Any
 
 from tpopt.catalogs import Catalog, build_model, load_catalog, model_from_hf_config, read_text_capped
 from tpopt.catalogs.market import check_date, parse_power
@@ -51,9 +53,10 @@ from tpopt.catalogs.schema import (
 )
 from tpopt.catalogs.stacks import stack_profile
 from tpopt.errors import InputError
+from tpopt.models.arch import ModelArch
 from tpopt.models.finish import Risk
 from tpopt.models.hardware import Accelerator, StackProfile
-from tpopt.models.market import SPOT, MarketOptions, mix
+from tpopt.models.market import SPOT, MarketOptions, Offer, mix
 from tpopt.models.moe import stack_defaults as moe_stack_defaults
 from tpopt.models.plan import (
     CostOptions,
@@ -79,7 +82,7 @@ DEFAULT_EFFICIENCY = 0.40  # what `tpopt explain` / sweeps start from when a fla
 MAX_FILE_BYTES = 1024 * 1024  # a scenario file larger than 1 MiB is refused (e.g. --scenario /dev/zero)
 
 
-def read_scenario_file(path) -> dict:
+def read_scenario_file(path: str | PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:
     """The raw TOML tables of a scenario file (with ``_base_dir`` for relative paths).
 
     ``path`` may also be a mapping of tables as a TOML file would give them (``{"model": {"name":
@@ -135,7 +138,7 @@ def natural_keys(name: str) -> tuple[str, ...]:
                      "or 'table.key')")
 
 
-def _natural(overrides: dict) -> dict:
+def _natural(overrides: dict[str, Any]) -> dict[str, Any]:
     """Overrides with natural names expanded to ``table.key`` (dotted keys pass through)."""
     out = {}
     for name, value in overrides.items():
@@ -150,7 +153,7 @@ def _natural(overrides: dict) -> dict:
     return out
 
 
-def with_overrides(raw: dict, overrides: dict) -> dict:
+def with_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """A copy of ``raw`` with overrides applied (``None`` values skipped): ``{"table.key": value}``, or
     natural names such as ``{"deadline": "30d", "hw": "h100-sxm,b200", "efficiency": "45%"}``."""
     out = copy.deepcopy(raw)
@@ -172,7 +175,7 @@ def with_overrides(raw: dict, overrides: dict) -> dict:
     return out
 
 
-def _retarget_card_overrides(hw: dict, new) -> None:
+def _retarget_card_overrides(hw: dict[str, Any], new: object) -> None:
     """Card-specific top-level overrides (usable memory, ...) belong to the accelerator(s) the file
     named; when the command line picks other hardware they move under [hardware.<old name>]."""
     old = hw.get("accelerator")
@@ -185,7 +188,7 @@ def _retarget_card_overrides(hw: dict, new) -> None:
                 sub.setdefault(k, v)
 
 
-def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
+def build_scenario(raw: dict[str, Any], catalog: Catalog | None = None) -> Scenario:
     """Validate the raw tables against their declarations (:mod:`tpopt.catalogs.schema`) and convert every
     value to SI units exactly once."""
     check_keys(raw)
@@ -227,7 +230,7 @@ def build_scenario(raw: dict, catalog: Catalog | None = None) -> Scenario:
                     market=market_options(raw.get("market"), cat, tuple(systems)))
 
 
-def market_hardware(raw: dict, cat: Catalog) -> dict:
+def market_hardware(raw: dict[str, Any], cat: Catalog) -> dict[str, Any]:
     """``hardware.accelerator = "all"`` (``--hw all``): every accelerator that has an offer, chosen by market."""
     acc = raw["hardware"].get("accelerator")
     if acc not in ("all", ["all"]):
@@ -238,7 +241,7 @@ def market_hardware(raw: dict, cat: Catalog) -> dict:
             "market": {"offers": "all", **raw.get("market", {})}}
 
 
-def market_options(table: dict | None, cat: Catalog, accelerators: tuple[str, ...]) -> MarketOptions:
+def market_options(table: dict[str, Any] | None, cat: Catalog, accelerators: tuple[str, ...]) -> MarketOptions:
     """[market]: the offers to choose from (by name, or "all" of the scenario's accelerators), kept to
     ``regions``; prices judged at ``as_of`` (default: the market catalog's date)."""
     if not table:  # no offers to choose; the catalog prices are still judged at the market's date
@@ -263,7 +266,7 @@ def market_options(table: dict | None, cat: Catalog, accelerators: tuple[str, ..
         if any(not 0 < x < 1 for x in shares):
             raise InputError("market.spot_shares: each share is strictly between 0 and 1 (0: the base offer alone, "
                              "1: the spot offer alone, both already chosen)")
-        site = lambda o: (o.provider, o.region, o.accelerator)  # noqa: E731
+        site: Callable[[Offer], tuple[str, str, str]] = lambda o: (o.provider, o.region, o.accelerator)  # noqa: E731
         chosen += [mix(b, s, x) for x in shares for s in chosen if s.market == SPOT for b in chosen
                    if b.market != SPOT and not b.parts and site(b) == site(s)]
     as_of = check_date(m.as_of, "market.as_of") if m.as_of is not None else cat.market.as_of
@@ -281,7 +284,7 @@ def market_options(table: dict | None, cat: Catalog, accelerators: tuple[str, ..
                          checkpoint_egress=egress)
 
 
-def _model(table: dict, base: Path, cat: Catalog):
+def _model(table: dict[str, Any], base: Path, cat: Catalog) -> ModelArch:
     """[model]: a Hugging Face config (relative to the scenario's folder) or a catalog model."""
     m = read_table(ModelKeys, table, "model.")
     if "config" in table:
@@ -290,7 +293,7 @@ def _model(table: dict, base: Path, cat: Catalog):
     return cat.model(m.name)
 
 
-def _task(raw: dict, stage_tables: list[dict], model) -> Task:
+def _task(raw: dict[str, Any], stage_tables: list[dict[str, Any]], model: ModelArch) -> Task:
     """[task] and [schedule] (a staged task: the first stage stands for the task; every stage is built
     by :func:`_stages`)."""
     t = dict(stage_tables[0], **{k: v for k, v in raw["task"].items() if k not in stage_tables[0]}) \
@@ -307,7 +310,8 @@ def _task(raw: dict, stage_tables: list[dict], model) -> Task:
     return replace(task, **kw) if kw else task
 
 
-def _systems(hw: dict, prices: dict, cat: Catalog, stack: StackProfile | None = None) -> dict:
+def _systems(hw: dict[str, Any], prices: dict[str, Any], cat: Catalog,
+             stack: StackProfile | None = None) -> dict[str, System]:
     """[hardware]: one System per candidate accelerator, in order. A stated efficiency selects the chapter's
     flat model (compute = FLOPs / (peak x efficiency)); without one every accelerator runs the per-operation
     model of its performance-catalog entry, and a catalog card's usable memory is what the stack's allocator
@@ -327,7 +331,7 @@ def _systems(hw: dict, prices: dict, cat: Catalog, stack: StackProfile | None = 
     return systems
 
 
-def _system(name: str, hw: dict, prices: dict, efficiency: float | None, cat: Catalog) -> System:
+def _system(name: str, hw: dict[str, Any], prices: dict[str, Any], efficiency: float | None, cat: Catalog) -> System:
     """One candidate: the catalog card with the [hardware] values (top level, then [hardware.<name>]) and
     the [cost] prices (read after the card's own values, which they override)."""
     card = {k: hw[k] for k in CARD_KEYS if k in hw}
@@ -345,7 +349,7 @@ def _system(name: str, hw: dict, prices: dict, efficiency: float | None, cat: Ca
                   price_source=_price_source(name, card, cost, acc, cat))
 
 
-def _price_source(name: str, card: dict, cost: PriceKeys, acc: Accelerator, cat: Catalog) -> str:
+def _price_source(name: str, card: dict[str, Any], cost: PriceKeys, acc: Accelerator, cat: Catalog) -> str:
     """Where the card-hour price comes from: the scenario ([cost] or [hardware] card_hour) or the catalog
     (its source and price date)."""
     if cost.card_hour is not None:
@@ -384,7 +388,8 @@ def _reliability(ck: CheckpointKeys, st: StragglerKeys) -> Reliability:
                        card_mtbf_s=ck.card_mtbf if ck.job_mtbf is None else ck.job_mtbf)
 
 
-def _search_space(se: dict, ck: dict, mem: MemoryOptions, systems: dict) -> SearchSpace:
+def _search_space(se: dict[str, Any], ck: dict[str, Any], mem: MemoryOptions,
+                  systems: dict[str, System]) -> SearchSpace:
     """[search] domains. Defaults that follow other tables: save_interval and save_mode from [checkpoint]
     (else every interval's optimum and both modes), recompute none and full (none alone with an activation
     reserve, under which recompute changes nothing), the accelerators of [hardware]."""
@@ -408,7 +413,8 @@ def _schedules(names: tuple[str, ...], virtual_stages: tuple[int, ...] | None) -
     return tuple(dict.fromkeys(out))
 
 
-def _moe_inputs(mt: dict, model, se: dict, stack=None) -> tuple[MoeOptions, dict]:
+def _moe_inputs(mt: dict[str, Any], model: ModelArch, se: dict[str, Any],
+                stack: StackProfile | None = None) -> tuple[MoeOptions, dict[str, Any]]:
     """[moe] routing assumptions and the [search] domains of ep, expert_tp and capacity_factor; the
     dispatcher and the all-to-all overlap the scenario does not state are the stack's (moe.stack_defaults).
 
@@ -455,7 +461,7 @@ def _check_batch_choices(task: Task, space: SearchSpace, where: str) -> None:
                                  f"increments of {inc}")
 
 
-def _stage_tables(t: dict) -> list[dict]:
+def _stage_tables(t: dict[str, Any]) -> list[dict[str, Any]]:
     if "stages" not in t:
         return []
     st = t["stages"]
@@ -477,7 +483,7 @@ def _stage_tables(t: dict) -> list[dict]:
     return st
 
 
-def _stages(tables: list[dict], raw: dict, cat) -> tuple:
+def _stages(tables: list[dict[str, Any]], raw: dict[str, Any], cat: Catalog) -> tuple[Stage, ...]:
     """Every stage's task and search domains, each built exactly as a one-stage scenario whose [task]
     is the stage's keys over [task] and whose [search] is the stage's ``search`` table over [search]."""
     out = []
@@ -502,7 +508,8 @@ def _stages(tables: list[dict], raw: dict, cat) -> tuple:
     return tuple(out)
 
 
-def load_scenario(path, overrides: dict | None = None, catalog_dirs=()) -> Scenario:
+def load_scenario(path: str | PathLike[str], overrides: dict[str, Any] | None = None,
+                  catalog_dirs: Sequence[str | PathLike[str]] = ()) -> Scenario:
     """Read, override and build a scenario in one call."""
     raw = read_scenario_file(path)
     if overrides:

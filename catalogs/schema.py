@@ -56,6 +56,12 @@ AUTO_INTERVAL = "auto"
 #: optimum for each card count ("auto", tau* = sqrt(2c / lambda)) and both save modes are searched.
 DEFAULT_SAVE_INTERVAL = AUTO_INTERVAL
 DEFAULT_SAVE_MODES = ("sync", "async")
+#: The value types of [search] domains (read as tuples): whole numbers (sizes, counts, stages), names,
+#: real numbers, flags.
+Sizes = tuple[int, ...]
+Names = tuple[str, ...]
+Reals = tuple[float, ...]
+Flags = tuple[bool, ...]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -72,6 +78,7 @@ class Kind:
     unit: str
     parser: Callable[..., Any] | None = None  # the unit parser of a quantity
     bounds: Mapping[str, Any] = field(default_factory=dict)  # its bounds (minimum, maximum, allow_zero)
+    sep: str = " "  # between a catalog entry and the key in errors (:func:`read_entry`): "accelerator x memory: ..."
 
 
 def _quantity(parser: Callable[..., Any], unit: str, **bounds: Any) -> Kind:
@@ -86,6 +93,11 @@ def duration(**bounds: Any) -> Kind:
 def size(**bounds: Any) -> Kind:
     """Bytes from ``22GiB`` or ``24GB``."""
     return _quantity(parse_bytes, "bytes (22GiB, 24GB)", **bounds)
+
+
+def flops_rate(**bounds: Any) -> Kind:
+    """FLOP/s from ``989TFLOP/s``."""
+    return _quantity(parse_flops_rate, "FLOP/s (989TFLOP/s)", **bounds)
 
 
 def bandwidth(**bounds: Any) -> Kind:
@@ -213,7 +225,7 @@ def _job_mtbf(value: Any, what: str, _context: Any) -> float:
         value["interval"], f"{what}.interval", allow_zero=False)
 
 
-def _nic(value: Any, what: str, catalog: Any) -> dict:
+def _nic(value: Any, what: str, catalog: Any) -> dict[str, Any]:
     """The Accelerator fields a NIC sets: a catalog NIC (bandwidth, price per NIC-hour, name), or a bandwidth
     (context: the catalog)."""
     if value in catalog.nics:
@@ -224,7 +236,8 @@ def _nic(value: Any, what: str, catalog: Any) -> dict:
 
 def _storage(value: Any, _what: str, catalog: Any) -> float:
     """Write bandwidth (B/s) of a catalog storage tier (context: the catalog)."""
-    return catalog.storage_tier(str(value))
+    bandwidth: float = catalog.storage_tier(str(value))
+    return bandwidth
 
 
 def _save_interval(value: Any, what: str, _context: Any) -> float:
@@ -247,7 +260,7 @@ def _expert_tp(value: Any, what: str, _context: Any) -> int:
 
 def _ep(value: Any, what: str, model: Any) -> tuple[int, ...]:
     """Expert-parallel sizes, each dividing the routed experts (context: the model)."""
-    ep = INTS.read(value, what, model)
+    ep: Sizes = INTS.read(value, what, model)
     bad = [e for e in ep if model.experts % e]
     if bad:
         raise InputError(f"{what}: {bad[0]} does not divide the {model.experts} routed experts of {model.name}")
@@ -279,7 +292,7 @@ def raw(unit: str) -> Kind:
     return Kind(lambda value, _what, _context: value, unit)
 
 
-def as_list(value: Any, what: str) -> list:
+def as_list(value: Any, what: str) -> list[Any]:
     """A list value as given (at most :data:`MAX_LIST` entries, not empty), ``"a, b"`` split at commas,
     or a single value as a one-entry list."""
     if isinstance(value, list):
@@ -297,7 +310,7 @@ def domain(item: Kind, order: str = "sorted") -> Kind:
     """A list of ``item`` values (or one value): ``sorted`` unique, ``first`` (unique in the order given)
     or ``given`` (as given)."""
 
-    def read(value: Any, what: str, context: Any) -> tuple:
+    def read(value: Any, what: str, context: Any) -> tuple[Any, ...]:
         values = [item.read(v, what, context) for v in as_list(value, what)]
         if order == "sorted":
             return tuple(sorted(set(values)))
@@ -320,7 +333,9 @@ class Key:
     help text, the name errors use (``<table>.<key>`` unless ``label``), the model field it sets (``to``,
     default its own name), and whether it is required, may be set per training stage, or takes a given
     None as not given (``optional``). ``check`` = (test on the read value, message) for a bound that the
-    parser does not know."""
+    parser does not know. A catalog key (:func:`read_entry`) also says whether the entry's ``sources`` table
+    must source its value (``source``) and whether its default is neutral (``neutral``: it changes nothing,
+    so the model leaves the field out of fingerprints at that default)."""
 
     kind: Kind
     default: Any = None
@@ -331,6 +346,8 @@ class Key:
     per_stage: bool = False
     optional: bool = False
     check: tuple[Callable[[Any], bool], str] | None = None
+    source: bool = False  # a catalog key whose value the entry's ``sources`` table must source
+    neutral: bool = False  # a catalog key whose default changes nothing (left out of fingerprints)
 
 
 def key(kind: Kind, default: Any = None, help: str = "", **options: Any) -> Any:
@@ -339,10 +356,11 @@ def key(kind: Kind, default: Any = None, help: str = "", **options: Any) -> Any:
 
 
 def spec(f: Any) -> Key:
-    return f.metadata["key"]
+    declared: Key = f.metadata["key"]
+    return declared
 
 
-def read_table(cls: type, table: Mapping, prefix: str, context: Any = None) -> Any:
+def read_table(cls: type, table: Mapping[str, Any], prefix: str, context: Any = None) -> Any:
     """The declared keys of ``cls`` read from ``table`` (given values, else the declared defaults), in
     declaration order; errors name ``prefix + key`` (or the key's label). Two keys of an ``EXCLUSIVE``
     pair may not both be given; each of the ``RULES`` (after, test, message) tests the values read once
@@ -361,7 +379,25 @@ def read_table(cls: type, table: Mapping, prefix: str, context: Any = None) -> A
     return cls(**values)
 
 
-def _read_key(k: Key, name: str, table: Mapping, prefix: str, context: Any) -> Any:
+def read_entry(cls: type, table: Mapping[str, Any], where: str, context: Any = None) -> Any:
+    """The declared keys of a catalog entry (``where``: ``"accelerator NAME"``) read from ``table`` as
+    :func:`read_table` reads a scenario table, in the catalog's wording: a value is named ``<where><sep><key>``
+    (its kind's ``sep``), a missing ``required`` key is ``<where>: missing required key 'KEY'``, and each of the
+    ``RULES`` (after, test, message) is formatted with ``where`` and the values read."""
+    rules = getattr(cls, "RULES", ())
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        k = spec(f)
+        values[f.name] = _read_key(k, f.name, table, where + k.kind.sep, context)
+        if k.required and values[f.name] is None:
+            raise InputError(f"{where}: missing required key {f.name!r}")
+        for after, test, message in rules:
+            if after == f.name and test(values):
+                raise InputError(message.format(where=where, **values))
+    return cls(**values)
+
+
+def _read_key(k: Key, name: str, table: Mapping[str, Any], prefix: str, context: Any) -> Any:
     """One key's value: given (a None given to an ``optional`` key counts as not given), else the default
     (None: no value); then the key's own check."""
     given = name in table and not (k.optional and table[name] is None)
@@ -372,7 +408,7 @@ def _read_key(k: Key, name: str, table: Mapping, prefix: str, context: Any) -> A
     return read
 
 
-def targets(record: Any, *names: str) -> dict:
+def targets(record: Any, *names: str) -> dict[str, Any]:
     """``{model field: value}`` of a read table's keys (all of them, or ``names``) that have a value."""
     return {spec(f).to or f.name: getattr(record, f.name) for f in fields(record)
             if (not names or f.name in names) and getattr(record, f.name) is not None}
@@ -414,11 +450,12 @@ class TaskKeys:
 class BatchKeys:
     """[task] keys of the batch as a choice, read once the task and schedule are (context: (model, task))."""
 
-    critical_batch: tuple | None = key(Kind(_critical_batch, 'tokens ("2M"), "256 sequences", "deepseek-llm", "none"'),
-                                       per_stage=True,
-                                       help="B_noise, tokens per step (with its source); makes the batch a plan choice")
-    batch_ramp: tuple | None = key(Kind(_batch_ramp, "{ start, increment, tokens }"), per_stage=True,
-                                   help='linear batch ramp-up { start = 32, increment = 32, tokens = "4B" }')
+    critical_batch: tuple[float | None, str] | None = key(
+        Kind(_critical_batch, 'tokens ("2M"), "256 sequences", "deepseek-llm", "none"'), per_stage=True,
+        help="B_noise, tokens per step (with its source); makes the batch a plan choice")
+    batch_ramp: tuple[int, int, float] | None = key(
+        Kind(_batch_ramp, "{ start, increment, tokens }"), per_stage=True,
+        help='linear batch ramp-up { start = 32, increment = 32, tokens = "4B" }')
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -448,7 +485,7 @@ class ScheduleKeys:
 class HardwareKeys:
     """[hardware]: the accelerator candidates and the step-time model."""
 
-    accelerator: tuple = key(domain(TEXT, "given"), required=True, help="one catalog accelerator or a list",
+    accelerator: Names = key(domain(TEXT, "given"), required=True, help="one catalog accelerator or a list",
                              check=(lambda v: len(set(v)) != len(v), "hardware.accelerator lists a name twice"))
     efficiency: float | None = key(fraction(), help="stating it selects the flat model: compute = FLOPs / (peak x "
                                                     "efficiency); without it the per-operation model")
@@ -466,7 +503,8 @@ class CardKeys:
     cards_per_host: int = key(integer(maximum=MAX_HOST_INT), help="cards per host")
     peak: float = key(_quantity(parse_flops_rate, "FLOP/s (989TFLOP/s)"), to="peak_flops",
                       help="peak matrix throughput per card")
-    nic: dict | None = key(Kind(_nic, "catalog NIC or bytes/s"), help="NIC type from the catalog, or a bandwidth")
+    nic: dict[str, Any] | None = key(Kind(_nic, "catalog NIC or bytes/s"),
+                                     help="NIC type from the catalog, or a bandwidth")
     nics_per_host: int = key(integer(maximum=MAX_HOST_INT), help="NICs per host")
     max_nics_per_host: int = key(integer(maximum=MAX_HOST_INT), help="NIC slots per host")
     card_hour: float = key(number(), to="price_card_hour", help="USD per card-hour")
@@ -559,9 +597,9 @@ class CommKeys:
     """[comm]: communication overlap and context-parallel options."""
 
     overlap: bool = key(FLAG, True, help="prefetch and immediate reduction hide communication; false: no overlap")
-    tp_overlap: tuple = key(Kind(_tp_overlap, 'true | false | fraction | "async"'), False,
-                            label='comm.tp_overlap (true, false, a fraction or "async")',
-                            help="share of tensor-parallel traffic that may hide behind compute")
+    tp_overlap: tuple[float, float] = key(Kind(_tp_overlap, 'true | false | fraction | "async"'), False,
+                                          label='comm.tp_overlap (true, false, a fraction or "async")',
+                                          help="share of tensor-parallel traffic that may hide behind compute")
     dp_overlap: float = key(Kind(_overlap, "true | false | fraction"), True,
                             help="share of data-parallel traffic that may hide behind compute")
     cp_method: str = key(choice(METHODS), "ring", help="context parallelism: ring or all-to-all")
@@ -589,34 +627,34 @@ class BudgetKeys:
 class SearchKeys:
     """[search]: the domains of the decision variables (SearchSpace)."""
 
-    save_interval: tuple | None = key(domain(Kind(_save_interval, "duration or auto")), label="save_interval",
+    save_interval: Reals | None = key(domain(Kind(_save_interval, "duration or auto")), label="save_interval",
                                       to="save_interval_s",
                                       help='1800s, a list, or "auto" (default: checkpoint.save_interval, else auto)')
-    save_mode: tuple | None = key(domain(choice(SAVE_MODES, "save mode {value!r} unknown (use sync or async)"),
+    save_mode: Names | None = key(domain(choice(SAVE_MODES, "save mode {value!r} unknown (use sync or async)"),
                                          "given"), label="save_mode",
                                   help="sync and/or async (default: checkpoint.mode, else both)")
-    offload: tuple = key(domain(choice(OFFLOADS, "offload {value!r} unknown (use none or cpu)"), "given"), "none",
+    offload: Names = key(domain(choice(OFFLOADS, "offload {value!r} unknown (use none or cpu)"), "given"), "none",
                          help="none and/or cpu")
-    schedule: tuple = key(domain(Kind(_schedule, "pipeline schedule"), "given"), "1f1b",
+    schedule: Names = key(domain(Kind(_schedule, "pipeline schedule"), "given"), "1f1b",
                           help="pipeline schedules (interleaved:3 = 3 virtual stages)")
-    virtual_stages: tuple | None = key(domain(integer(minimum=2)), help="expands interleaved in schedule")
-    recompute: tuple | None = key(domain(Kind(lambda v, _w, _c: memory.parse_recompute(v), "recompute"), "first"),
+    virtual_stages: Sizes | None = key(domain(integer(minimum=2)), help="expands interleaved in schedule")
+    recompute: Names | None = key(domain(Kind(lambda v, _w, _c: memory.parse_recompute(v), "recompute"), "first"),
                                   help="none, full, or groups such as norm+mlp+attn (default: none and full; "
                                        "none with memory.activation_reserve)")
-    zero_stage: tuple = key(domain(integer(minimum=0)), [0, 1, 2, 3], help="ZeRO stages",
+    zero_stage: Sizes = key(domain(integer(minimum=0)), [0, 1, 2, 3], help="ZeRO stages",
                             check=(lambda v: any(z > 3 for z in v), "search.zero_stage values must be 0, 1, 2 or 3"))
-    accelerator: tuple | None = key(Kind(_searched_accelerators, "list of hardware.accelerator names"),
+    accelerator: Names | None = key(Kind(_searched_accelerators, "list of hardware.accelerator names"),
                                     to="accelerators",
                                     help="accelerators searched (default: hardware.accelerator)")
     max_cards: int = key(integer(maximum=MAX_CARDS), 1024, help="most cards in a plan")
-    tp: tuple = key(INTS, [1, 2, 4, 8], help="tensor-parallel sizes")
-    pp: tuple = key(INTS, [1, 2, 4, 8], help="pipeline-parallel sizes")
-    micro_batch: tuple = key(INTS, [1, 2, 4, 8], help="micro-batch sizes (sequences)")
-    nics_per_host: tuple | None = key(INTS, help="NICs per host (default: each card's)")
-    dp: tuple | None = key(INTS, help="data-parallel sizes (default: every divisor of the batch)")
-    global_batch: tuple | None = key(INTS, help="batch choices, sequences (needs task.critical_batch)")
-    cp: tuple = key(INTS, [1], help="context-parallel sizes")
-    sequence_parallel: tuple | None = key(domain(FLAG, "first"), help="[true, false]: a decision")
+    tp: Sizes = key(INTS, [1, 2, 4, 8], help="tensor-parallel sizes")
+    pp: Sizes = key(INTS, [1, 2, 4, 8], help="pipeline-parallel sizes")
+    micro_batch: Sizes = key(INTS, [1, 2, 4, 8], help="micro-batch sizes (sequences)")
+    nics_per_host: Sizes | None = key(INTS, help="NICs per host (default: each card's)")
+    dp: Sizes | None = key(INTS, help="data-parallel sizes (default: every divisor of the batch)")
+    global_batch: Sizes | None = key(INTS, help="batch choices, sequences (needs task.critical_batch)")
+    cp: Sizes = key(INTS, [1], help="context-parallel sizes")
+    sequence_parallel: Flags | None = key(domain(FLAG, "first"), help="[true, false]: a decision")
     memory_budget: float | None = key(size(allow_zero=False), help="memory a solve may plan to use, e.g. 8GiB "
                                       "(default: half the machine's; a larger space is refused)")
 
@@ -625,11 +663,11 @@ class SearchKeys:
 class MoeSearchKeys:
     """[search] domains of mixture-of-experts models only (read with the model's routed experts)."""
 
-    ep: tuple | None = key(Kind(_ep, "list of whole numbers dividing the routed experts"),
+    ep: Sizes | None = key(Kind(_ep, "list of whole numbers dividing the routed experts"),
                            help="expert-parallel sizes (default: every power of two dividing the routed experts)")
-    expert_tp: tuple = key(domain(Kind(_expert_tp, "whole number or tp")), "tp",
+    expert_tp: Sizes = key(domain(Kind(_expert_tp, "whole number or tp")), "tp",
                            help='expert tensor-parallel sizes ("tp" = the same as tp)')
-    capacity_factor: tuple = key(domain(Kind(_capacity, "number or none")), "none",
+    capacity_factor: Reals = key(domain(Kind(_capacity, "number or none")), "none",
                                  help='capacity factors ("none" = dropless)')
 
 
@@ -762,7 +800,7 @@ def key_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-def check_keys(raw: Mapping) -> None:
+def check_keys(raw: Mapping[str, Any]) -> None:
     """Unknown tables and keys, and missing required ones, as one-line errors."""
     for table, value in raw.items():
         if table.startswith("_"):
@@ -788,7 +826,7 @@ def check_keys(raw: Mapping) -> None:
         raise InputError("scenario: [model] needs name = \"...\" or config = \"path/to/config.json\"")
 
 
-def _check_table_keys(table: str, value: Mapping, allowed: set[str]) -> None:
+def _check_table_keys(table: str, value: Mapping[str, Any], allowed: set[str]) -> None:
     for k, v in value.items():
         if table == "hardware" and isinstance(v, dict):  # [hardware.<name>]: per-card keys
             bad = set(v) - set(CARD_KEYS)

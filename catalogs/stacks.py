@@ -26,14 +26,14 @@ OPTIONAL = ("residual_sigma",)
 """Keys a profile may leave out: residual_sigma (none: a card's own sigma applies on the stack alone)."""
 
 
-def _bool(t: dict, key: str, where: str) -> bool:
+def _bool(t: dict[str, Any], key: str, where: str) -> bool:
     v = t[key]
     if not isinstance(v, bool):
         raise InputError(f"{where}: {key} must be true or false, got {v!r}")
     return v
 
 
-def _text(t: dict, key: str, where: str) -> str:
+def _text(t: dict[str, Any], key: str, where: str) -> str:
     v = t[key]
     if not isinstance(v, str):
         raise InputError(f"{where}: {key} must be a string, got {v!r}")

@@ -3,7 +3,10 @@ keys, required keys, strings, flags, source notes), each a one-line :class:`Inpu
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from os import PathLike
 from pathlib import Path
+from typing import Any
 
 from tpopt.errors import InputError
 
@@ -12,7 +15,7 @@ from tpopt.errors import InputError
 MAX_INPUT_BYTES = 16 * 2**20
 
 
-def read_text_capped(path, what: str = "file", limit: int = MAX_INPUT_BYTES) -> str:
+def read_text_capped(path: str | PathLike[str], what: str = "file", limit: int = MAX_INPUT_BYTES) -> str:
     """The UTF-8 text of a file of at most ``limit`` bytes, or one :class:`InputError` line.
 
     Reads at most ``limit + 1`` bytes, so an endless or huge file costs no more than the cap.
@@ -36,14 +39,14 @@ def read_text_capped(path, what: str = "file", limit: int = MAX_INPUT_BYTES) -> 
                          f"{exc.start})") from None
 
 
-def need(table: dict, key: str, where: str):
+def need(table: dict[str, Any], key: str, where: str) -> Any:
     """``table[key]``, or one :class:`InputError` naming the missing key."""
     if key not in table:
         raise InputError(f"{where}: missing required key {key!r}")
     return table[key]
 
 
-def check_keys(t, allowed, where: str) -> dict:
+def check_keys(t: object, allowed: Iterable[str], where: str) -> dict[str, Any]:
     """The table itself, after checking it is a table and holds only known keys."""
     if not isinstance(t, dict):
         raise InputError(f"{where}: expected a table, got {t!r}")
@@ -53,7 +56,7 @@ def check_keys(t, allowed, where: str) -> dict:
     return t
 
 
-def text_field(t: dict, key: str, where: str, default: str | None = None) -> str | None:
+def text_field(t: dict[str, Any], key: str, where: str, default: str | None = None) -> str | None:
     """A string entry (or ``default``), or one :class:`InputError`."""
     value = t.get(key, default)
     if value is not None and not isinstance(value, str):
@@ -61,7 +64,7 @@ def text_field(t: dict, key: str, where: str, default: str | None = None) -> str
     return value
 
 
-def flag_field(t: dict, key: str, where: str, default: bool = False) -> bool:
+def flag_field(t: dict[str, Any], key: str, where: str, default: bool = False) -> bool:
     """A true/false entry (or ``default``), or one :class:`InputError`."""
     value = t.get(key, default)
     if not isinstance(value, bool):
@@ -69,7 +72,7 @@ def flag_field(t: dict, key: str, where: str, default: bool = False) -> bool:
     return value
 
 
-def sources_field(t: dict, where: str) -> dict:
+def sources_field(t: dict[str, Any], where: str) -> dict[str, str]:
     """The ``sources`` table of strings (empty when absent), or one :class:`InputError`."""
     src = t.get("sources", {})
     if not isinstance(src, dict) or not all(isinstance(v, str) for v in src.values()):

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import click
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import read_scenario_file, with_overrides
 from tpopt.cli.common import (
@@ -38,7 +42,8 @@ from tpopt.optimizer.runs import runs_from_csv
 @click.option("--force", is_flag=True, help="Overwrite an existing performance.toml in --out.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @handle_errors
-def calibrate(measured_step, runs_csv, fit_names, measure, out_dir, force, as_json, **kw):
+def calibrate(measured_step: str | None, runs_csv: str | None, fit_names: str | None, measure: bool, out_dir: str,
+              force: bool, as_json: bool, **kw: Any) -> None:
     """Fit the accelerator's free performance parameters to measured steps and write a catalog override.
 
     Example: tpopt calibrate --scenario my.toml --cards 64 --tp 8 --measured-step 12.0s --out tuned/
@@ -73,7 +78,7 @@ def calibrate(measured_step, runs_csv, fit_names, measure, out_dir, force, as_js
     emit(cal, path, out_dir, as_json)
 
 
-def measure_and_fit(kw: dict, free, out_dir, force: bool, as_json: bool) -> None:
+def measure_and_fit(kw: dict[str, Any], free: tuple[str, ...] | None, out_dir: str, force: bool, as_json: bool) -> None:
     """--measure: open the GPU (one line, exit 2 without PyTorch or CUDA), time, fit, write, print."""
     dev = device.open_device()
     sc = load_scenario_from(kw)
@@ -85,7 +90,7 @@ def measure_and_fit(kw: dict, free, out_dir, force: bool, as_json: bool) -> None
     emit(cal, path, out_dir, as_json, f"{acc} from kernels timed on {dev.name} ({dev.count} GPU(s))")
 
 
-def emit(cal: C.Calibration, path, out_dir, as_json: bool, what: str = "") -> None:
+def emit(cal: C.Calibration, path: Path, out_dir: str, as_json: bool, what: str = "") -> None:
     """Print a calibration (text or JSON, from the same figures)."""
     rows = [{"run": r.name, "measured_s": r.measured_step_s, "predicted_s": p, "error": p / r.measured_step_s - 1}
             for r, p in zip(cal.runs, cal.predicted_s, strict=False)]
@@ -101,7 +106,7 @@ def emit(cal: C.Calibration, path, out_dir, as_json: bool, what: str = "") -> No
     click.echo("\n".join(text_lines(cal, rows, what) + [f"Wrote {path}; use it with --catalog {out_dir}"]))
 
 
-def text_lines(cal: C.Calibration, rows: list[dict], what: str = "") -> list[str]:
+def text_lines(cal: C.Calibration, rows: list[dict[str, Any]], what: str = "") -> list[str]:
     what = what or f"{cal.accelerator} on {len(rows)} measured run(s)"
     lines = [f"Calibrated {what}:",
              "  (least squares on ln time, lognormal prior around the catalog's values; +- one posterior sigma)"]

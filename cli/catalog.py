@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
-from tpopt.catalogs import load_catalog
+
+from tpopt.catalogs import Catalog, load_catalog
 from tpopt.cli.common import dump_json, handle_errors
 from tpopt.cli.market import import_skypilot, list_offers
 from tpopt.cli.render import console_text, fit_lines, output_width
 from tpopt.errors import InputError
 from tpopt.models.arch import activated_params, expert_params, param_count
+from tpopt.models.hardware import Accelerator
 
 KINDS = ("accelerators", "models", "links", "storage", "offers", "import")
 HEADERS = {"peak_bf16_tflops": "BF16 TFLOP/s", "peak_fp8_tflops": "FP8 TFLOP/s", "nics": "NICs/host",
@@ -27,18 +30,18 @@ HIDDEN = ("display", "source", "sources", "notes", "peak_fp16_tflops", "peak_tf3
           "price_source", "host_link", "interconnect", "p2p", "nic", "nics_per_host", "memory_gb")
 
 
-def _fabric(a) -> str:
+def _fabric(a: Accelerator) -> str:
     """The card-to-card path inside a host, as the communication model uses it."""
     if a.p2p and a.interconnect != "none":
         return a.interconnect
     return f"{a.host_link}{'' if a.p2p else ', no p2p'}"
 
 
-def _tflops(x: float):
+def _tflops(x: float) -> float | None:
     return x / 1e12 if x else None  # 0 = not given in the catalog
 
 
-def catalog_rows(cat, kind: str) -> list[dict]:
+def catalog_rows(cat: Catalog, kind: str) -> list[dict[str, Any]]:
     if kind == "accelerators":
         raw = cat.raw.get("accelerators", {})
         return [{"name": a.name, "display": a.display, "peak_bf16_tflops": a.peak_flops / 1e12,
@@ -76,7 +79,7 @@ def catalog_rows(cat, kind: str) -> list[dict]:
             for n, bw in cat.storage.items()]
 
 
-def _cell(row: dict, col: str) -> str:
+def _cell(row: dict[str, Any], col: str) -> str:
     v = row.get(col)
     if v is None:
         return "-"
@@ -87,7 +90,7 @@ def _cell(row: dict, col: str) -> str:
     return str(v)
 
 
-def source_lines(rows: list[dict]) -> list[str]:
+def source_lines(rows: list[dict[str, Any]]) -> list[str]:
     """Every entry's sources, one line each (accelerators: one line per field)."""
     out = []
     for r in rows:
@@ -116,7 +119,9 @@ def source_lines(rows: list[dict]) -> list[str]:
               help="import: cards available per offer (SkyPilot's catalog has no availability).")
 @click.option("--map", "names", multiple=True, help="import: SKYPILOT_NAME=catalog-accelerator (repeatable).")
 @handle_errors
-def catalog(kind, catalog_dirs, show_sources, as_json, hw, region, skypilot, provider, date, available, names):
+def catalog(kind: str, catalog_dirs: tuple[str, ...], show_sources: bool, as_json: bool, hw: str | None,
+            region: str | None, skypilot: str | None, provider: str, date: str | None, available: int,
+            names: tuple[str, ...]) -> None:
     """List catalog entries: accelerators (default), models, links, storage, offers (the market: --hw, --region);
     import: print the offers.toml of a SkyPilot vms.csv (--skypilot, --date; redirect it into a --catalog DIR).
 

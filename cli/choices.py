@@ -4,15 +4,20 @@ optimizer/plan.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
+
 from tpopt.cli.common import EXIT_INFEASIBLE, dump_json
-from tpopt.cli.render import binding_lines, console_text, evaluation_text, footing_text, plan_line
+from tpopt.cli.render import binding_lines, console_text, evaluation_text, footing_text
 from tpopt.errors import InputError
+from tpopt.models import families as F
 from tpopt.models.evaluate import evaluate
+from tpopt.models.plan import Plan, Scenario
 from tpopt.models.units import DAY
 from tpopt.optimizer import footing
 from tpopt.optimizer.outer import stage_scenarios
-from tpopt.presentation import model_text
+from tpopt.presentation import model_text, plan_line
 
 
 def _tok(x: float) -> str:
@@ -27,7 +32,7 @@ def _money(x: float, unit: str) -> str:
     return f"{x:,.0f} {unit}"
 
 
-def batch_lines(out: dict) -> list[str]:
+def batch_lines(out: dict[str, Any]) -> list[str]:
     """The batch block under the plan line: the chosen batch, the critical-batch figures of the
     chapter (10.1.1) and the token-efficiency cost, then one row per batch choice."""
     f = out.get("batch")
@@ -71,7 +76,7 @@ def batch_lines(out: dict) -> list[str]:
     return lines
 
 
-def batch_infeasible(rows: list[dict], conflict_batch: int, as_json: bool) -> None:
+def batch_infeasible(rows: list[dict[str, Any]], conflict_batch: int, as_json: bool) -> None:
     """No batch admits a plan: each batch's fastest plan with the deadline and budget dropped
     (:func:`tpopt.optimizer.plan.fastest_per_batch`), and the batch the conflict below is computed at
     (the relaxations re-solve over every batch)."""
@@ -89,7 +94,7 @@ def batch_infeasible(rows: list[dict], conflict_batch: int, as_json: bool) -> No
 # training stages
 
 
-def staged_text(d: dict, sc, timing: bool) -> str:
+def staged_text(d: dict[str, Any], sc: Scenario, timing: bool) -> str:
     s = d["solver"]
     took = f", {s['wall_s']:.2f} s" if timing else ""
     lines = [f"tpopt solve: {sc.name}: {sc.model.name}, {len(sc.stages)} stages, deadline "
@@ -129,7 +134,7 @@ def staged_text(d: dict, sc, timing: bool) -> str:
     return console_text(*lines)
 
 
-def infeasible_stage_text(d: dict, sc) -> str:
+def infeasible_stage_text(d: dict[str, Any], sc: Scenario) -> str:
     """Why no combination of stage plans fits: a stage without any plan, or the fastest plans'
     total against the deadline."""
     fast = d["fastest"]
@@ -151,15 +156,16 @@ def infeasible_stage_text(d: dict, sc) -> str:
                      "give a longer --time-limit.")
     else:
         total = sum(f["finish_days"] for f in fast)
+        deadline_days = F.limit(F.DEADLINE, sc) / DAY
         lines.append(f"The stages' fastest plans need {total:.2f} d together against a deadline of "
-                     f"{sc.task.deadline_s / DAY:.2f} d:" if total > sc.task.deadline_s / DAY * (1 + 1e-9) else
+                     f"{deadline_days:.2f} d:" if total > deadline_days * (1 + 1e-9) else
                      "Every combination of stage plans that meets the deadline exceeds the budget; fastest plans:")
         for f in fast:
             lines.append(f"  {f['name']}: {f['finish_days']:.2f} d ({f['plan']['accelerator']} x {f['plan']['cards']})")
     return "\n".join(lines)
 
 
-def evaluate_staged(sc, plan, stage: str | None, as_json: bool) -> int:
+def evaluate_staged(sc: Scenario, plan: Plan, stage: str | None, as_json: bool) -> int:
     """`tpopt evaluate` on a staged scenario: the plan on one stage (--stage) or on each stage."""
 
     stages = stage_scenarios(sc)

@@ -7,12 +7,16 @@ import json
 import math
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, overload
 
 import click
+
 from tpopt.catalogs.scenario import BUILTIN_SCENARIO, load_scenario
 from tpopt.cli.render import fit_lines
 from tpopt.errors import InputError
+from tpopt.models.plan import Plan, Scenario
 from tpopt.models.variables import PLAN_INPUTS, PlanInput
 from tpopt.optimizer import backends
 from tpopt.optimizer.limits import MAX_TIME_LIMIT
@@ -23,18 +27,22 @@ EXIT_INPUT = 2  # bad input: unknown names, malformed files, bad units
 EXIT_INFEASIBLE = 3  # a well-formed request that no plan satisfies
 EXIT_UNKNOWN = 4  # no plan found and no proof of infeasibility within the time limit
 
+P = ParamSpec("P")
+R = TypeVar("R")
+CommandFn = TypeVar("CommandFn", bound=Callable[..., Any])  # a command function, before click wraps it
 
-def fail(message: str, code: int = EXIT_INPUT):
+
+def fail(message: str, code: int = EXIT_INPUT) -> NoReturn:
     """Print one line on stderr and exit with ``code`` (no traceback)."""
     click.echo(f"tpopt: error: {message}", err=True)
     sys.exit(code)
 
 
-def handle_errors(fn):
+def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Turn :class:`InputError` (and unreadable files) into one stderr line and exit code 2."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
         except InputError as exc:
@@ -51,7 +59,8 @@ MAX_SEED = 2**31 - 1  # CP-SAT and HiGHS take 32-bit seeds
 MAX_WORKERS = 64  # solver threads / sweep processes
 
 
-def check_run_options(time_limit=None, seed=None, workers=None, top=None) -> None:
+def check_run_options(time_limit: float | None = None, seed: int | None = None, workers: int | None = None,
+                      top: int | None = None) -> None:
     """Bounds of the solver options (finite, in range, the bound in the message)."""
 
 
@@ -66,7 +75,7 @@ def check_run_options(time_limit=None, seed=None, workers=None, top=None) -> Non
         raise InputError(f"--top: {top} must be between 1 and 1,000")
 
 
-def check_output_path(path, what: str = "output") -> None:
+def check_output_path(path: str | Path, what: str = "output") -> None:
     """An output file path must not be a directory and its folder must exist (checked before any work,
     so that nothing is computed for a file that cannot be written)."""
 
@@ -77,7 +86,7 @@ def check_output_path(path, what: str = "output") -> None:
         raise InputError(f"{what}: folder {str(p.parent)!r} does not exist")
 
 
-def check_new_file(path, what: str, force: bool = False) -> None:
+def check_new_file(path: str | Path, what: str, force: bool = False) -> None:
     """An output file the command will write: not a directory, in an existing folder this process can
     write in (probed with a temporary file, removed at once), and not an existing file unless ``force``
     (the no-overwrite rule of every output). Checked before any work."""
@@ -93,7 +102,7 @@ def check_new_file(path, what: str, force: bool = False) -> None:
                          f"({exc.strerror or type(exc).__name__})") from None
 
 
-def dump_json(obj) -> str:
+def dump_json(obj: object) -> str:
     """Deterministic JSON: sorted keys off (report order matters), fixed float repr, trailing newline."""
     return json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
@@ -102,12 +111,23 @@ def dump_json(obj) -> str:
 # options shared by the commands that read a scenario
 
 
-def _o(*decls, **attrs):
+def _o(*decls: str, **attrs: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
     """A click option's declarations and attributes, applied later (so a command can leave it out)."""
     return decls, attrs
 
 
-def scenario_options(fn=None, *, without: tuple[str, ...] = (), default_help: str | None = None):
+@overload
+def scenario_options(fn: CommandFn, *, without: tuple[str, ...] = (),
+                     default_help: str | None = None) -> CommandFn: ...
+
+
+@overload
+def scenario_options(fn: None = None, *, without: tuple[str, ...] = (),
+                     default_help: str | None = None) -> Callable[[CommandFn], CommandFn]: ...
+
+
+def scenario_options(fn: CommandFn | None = None, *, without: tuple[str, ...] = (),
+                     default_help: str | None = None) -> CommandFn | Callable[[CommandFn], CommandFn]:
     """--scenario plus the inputs a user most often changes from the command line. ``without`` leaves out
     options a command has no use for (``tpopt rl`` derives tokens, batch and sequence length from [rl]), so
     its --help lists only what it takes; ``default_help`` names the command's own built-in scenario."""
@@ -144,7 +164,7 @@ SCENARIO_KEYS = ("scenario_path", "catalog_dirs", "deadline", "reserved", "token
                  "max_cards", "usable_memory", "global_batch", "critical_batch", "seq_len", "confidence", "step_sigma")
 
 
-def overrides_from(kw: dict) -> dict:
+def overrides_from(kw: dict[str, Any]) -> dict[str, Any]:
     """Raw-table overrides from the shared scenario options (None = not given)."""
     hw = kw.get("hw")
     return {
@@ -166,13 +186,13 @@ def overrides_from(kw: dict) -> dict:
     }
 
 
-def scenario_source(kw: dict):
+def scenario_source(kw: dict[str, Any]) -> str | Path:
     """The scenario file the options name: --scenario, else the built-in design case."""
 
     return kw.get("scenario_path") or BUILTIN_SCENARIO
 
 
-def builtin_note(kw: dict) -> str | None:
+def builtin_note(kw: dict[str, Any]) -> str | None:
     """The line a command prints first when it runs on the built-in scenario (None with --scenario)."""
     if kw.get("scenario_path"):
         return None
@@ -181,7 +201,7 @@ def builtin_note(kw: dict) -> str | None:
     return "Scenario: built-in design case (the chapter's Qwen3-8B example); use --scenario FILE or tpopt init."
 
 
-def echo_builtin_note(kw: dict, as_json: bool = False, out: dict | None = None) -> None:
+def echo_builtin_note(kw: dict[str, Any], as_json: bool = False, out: dict[str, Any] | None = None) -> None:
     """Say that the built-in scenario is used: the first line of the text output, or, with --json,
     ``"scenario_source": "built-in design case"`` in ``out`` (stdout stays one JSON document)."""
     note = builtin_note(kw)
@@ -194,7 +214,7 @@ def echo_builtin_note(kw: dict, as_json: bool = False, out: dict | None = None) 
     click.echo(fit_lines(note))
 
 
-def load_scenario_from(kw: dict, extra: dict | None = None):
+def load_scenario_from(kw: dict[str, Any], extra: dict[str, Any] | None = None) -> Scenario:
     """Build the scenario named by the shared options (plus command-specific raw overrides)."""
 
     ov = overrides_from(kw)
@@ -203,7 +223,16 @@ def load_scenario_from(kw: dict, extra: dict | None = None):
     return load_scenario(scenario_source(kw), ov, kw.get("catalog_dirs") or ())
 
 
-def plan_options(fn=None, *, require_cards: bool = True):
+@overload
+def plan_options(fn: CommandFn, *, require_cards: bool = True) -> CommandFn: ...
+
+
+@overload
+def plan_options(fn: None = None, *, require_cards: bool = True) -> Callable[[CommandFn], CommandFn]: ...
+
+
+def plan_options(fn: CommandFn | None = None, *,
+                 require_cards: bool = True) -> CommandFn | Callable[[CommandFn], CommandFn]:
     """Flags that fix one plan: --cards (required unless ``require_cards=False``); the rest default
     from the scenario. Use as ``@plan_options`` or ``@plan_options(require_cards=False)``."""
     if fn is None:
@@ -217,7 +246,7 @@ def plan_options(fn=None, *, require_cards: bool = True):
     return fn
 
 
-def _plan_option(i: PlanInput, help: str, require_cards: bool):
+def _plan_option(i: PlanInput, help: str, require_cards: bool) -> Callable[[CommandFn], CommandFn]:
     """The click option of one plan input (:data:`tpopt.models.variables.PLAN_INPUTS`)."""
     assert i.flag is not None
     if i.boolean:
@@ -226,13 +255,19 @@ def _plan_option(i: PlanInput, help: str, require_cards: bool):
     return click.option(i.flag, i.key, type=kind, required=require_cards and i.key == "cards", help=help)
 
 
-def plan_from(sc, kw: dict):
+def plan_from(sc: Scenario, kw: dict[str, Any]) -> Plan:
     """A :class:`Plan` from the plan flags (:func:`tpopt.optimizer.plan_fields.plan_from`)."""
 
     return plan_of_fields(sc, kw)
 
 
-class SolverName(click.ParamType):
+if TYPE_CHECKING:  # newer click declares ParamType generic (value, input); the plain class at run time keeps 8.1
+    _TextParam = click.ParamType[str, object]
+else:
+    _TextParam = click.ParamType
+
+
+class SolverName(_TextParam):
     """``--solver``: a registered backend (:mod:`tpopt.optimizer.backends`: cpsat, highs, enumerate, or
     pyomo:NAME, any solver Pyomo drives). Whether NAME is installed is checked when the command runs."""
 
@@ -242,11 +277,11 @@ class SolverName(click.ParamType):
         """The plain names this option takes (families come from the registry too)."""
         return backends.names()
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> str:
         v = str(value).strip()
         if v in self.names() or backends.accepts_syntax(v):
             return v
         self.fail(backends.not_a_solver(value), param, ctx)
 
-    def get_metavar(self, param, ctx=None):
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
         return backends.metavar(self.names())

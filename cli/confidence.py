@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tpopt.models import finish as Fn
 
 
@@ -9,7 +11,7 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
 
-def distribution_lines(e: dict, unit: str = "USD") -> list[str]:
+def distribution_lines(e: dict[str, Any], unit: str = "USD") -> list[str]:
     """The report's ``finish_distribution`` entry as text lines."""
     f, c = e["finish_days"], e["cost"]
     asked = "" if e["confidence"] is None else f" (asked: {_pct(e['confidence'])})"

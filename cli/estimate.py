@@ -5,8 +5,10 @@ recompute, and the fastest layout's step time at a card count. Parsing and rende
 from __future__ import annotations
 
 import textwrap
+from typing import Any
 
 import click
+
 from tpopt.cli.common import dump_json, handle_errors
 from tpopt.errors import InputError
 from tpopt.models.units import parse_number
@@ -29,7 +31,8 @@ RECOMPUTE_LABEL = {"none": "none", "attn": "attn", "full": "full"}
               help="Extra catalog directory (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @handle_errors
-def estimate(model, hw, cards, seq_len, global_batch, efficiency, catalog_dirs, as_json):
+def estimate(model: str, hw: str, cards: int | None, seq_len: int, global_batch: int | None, efficiency: str | None,
+             catalog_dirs: tuple[str, ...], as_json: bool) -> None:
     """Quick estimate for MODEL (a catalog model, a Hugging Face id from the local cache, or a config.json):
     parameters, FLOPs per token, memory per card across ZeRO 0-3 x offload x recompute, and the step time of
     the fastest layout at the card count.
@@ -56,7 +59,7 @@ def _g(x: float) -> str:
     return f"{x / 1e9:,.2f} B"
 
 
-def estimate_text(d: dict) -> str:
+def estimate_text(d: dict[str, Any]) -> str:
     """The estimate as text: model, task, fastest layout, memory table, assumptions."""
     m, a, t = d["model"], d["accelerator"], d["task"]
     lines = [f"Model: {m['name']}: {_g(m['parameters'])} parameters"

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 import click
+
 from tpopt.cli.choices import batch_lines, evaluate_staged
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,
@@ -19,8 +22,9 @@ from tpopt.cli.common import (
 )
 from tpopt.cli.render import evaluation_text, fit_lines
 from tpopt.errors import InputError
-from tpopt.models.evaluate import at_plan_batch
+from tpopt.models.evaluate import Evaluation, at_plan_batch
 from tpopt.models.evaluate import evaluate as run
+from tpopt.models.plan import Plan, Scenario, SearchSpace
 from tpopt.optimizer import footing
 from tpopt.optimizer.outer import batch_figures
 from tpopt.optimizer.report import scenario_entry
@@ -32,7 +36,7 @@ from tpopt.optimizer.report import scenario_entry
 @click.option("--stage", help="Staged scenarios: the stage (name or number) to evaluate the plan on (default: each).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 @handle_errors
-def evaluate(stage, as_json, **kw):
+def evaluate(stage: str | None, as_json: bool, **kw: Any) -> None:
     """Evaluate one fixed plan (the chapter's 10.6.1 table and every constraint).
 
     Exit code 3 when the plan violates a constraint (the report is printed all the same).
@@ -69,11 +73,13 @@ def evaluate(stage, as_json, **kw):
 # plan fields a user rarely fixes whose [search] domain may list several values: flag -> (Plan field, domain)
 # (the checkpoint schedule only: it moves the overhead, never the step's physics, so a layout stays the layout
 # the flags describe; recompute and offload take the first listed value, as the README says)
-CHOSEN = {"save_mode": ("save_mode", lambda sp: sp.save_mode),
-          "save_interval": ("save_interval_s", lambda sp: sp.save_interval_s)}
+Domain = Callable[[SearchSpace], Sequence[Any]]  # a [search] domain (values of one Plan field's type)
+CHOSEN: dict[str, tuple[str, Domain]] = {
+    "save_mode": ("save_mode", lambda sp: sp.save_mode),
+    "save_interval": ("save_interval_s", lambda sp: sp.save_interval_s)}
 
 
-def as_solve_would(sc, plan, kw: dict):
+def as_solve_would(sc: Scenario, plan: Plan, kw: dict[str, Any]) -> tuple[Evaluation, dict[str, Any]]:
     """The plan with each unset field of CHOSEN whose [search] domain lists several values set as
     ``tpopt solve`` sets it for this layout: the combination with the lowest cost (then finish) among the
     feasible ones (the first listed when none is feasible), so that evaluating a solved layout gives the
@@ -93,8 +99,8 @@ def as_solve_would(sc, plan, kw: dict):
     return best[1], chosen
 
 
-def chosen_text(chosen: dict) -> str:
-    def show(flag, v):
+def chosen_text(chosen: dict[str, Any]) -> str:
+    def show(flag: str, v: Any) -> str:
         if flag == "save_interval":
             return "auto" if not v else f"{v:,.0f} s"
         return str(v)

@@ -12,7 +12,10 @@ Exit codes: 0 feasible, 2 bad input, 3 infeasible (the request, or the given pla
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
+
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,
     EXIT_UNKNOWN,
@@ -29,6 +32,7 @@ from tpopt.cli.render import fit_lines, progress_status
 from tpopt.cli.request import raw_and_catalog, request_from, solve_options
 from tpopt.errors import InputError
 from tpopt.models import variables as V
+from tpopt.optimizer import backends
 from tpopt.optimizer.confidence import reachable
 from tpopt.optimizer.explain import explain_plan, explain_request, sensitivities
 from tpopt.presentation import infeasible_lines, plan_lines, request_lines, sensitivity_lines
@@ -49,7 +53,7 @@ PLAN_FLAGS = tuple(i.key for i in V.PLAN_INPUTS if i.flag is not None and i.api 
               help="Also re-solve the optimum with deadline +/-1 d, one host fewer, +1 GiB per card.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @handle_errors
-def explain(sensitivity, as_json, **kw):
+def explain(sensitivity: bool, as_json: bool, **kw: Any) -> None:
     """Explain a plan or a request: violated or binding constraints, conflicts, minimal relaxations.
 
     Without --cards the request as a whole: its optimum and what binds it, or, when no plan is
@@ -68,7 +72,7 @@ def explain(sensitivity, as_json, **kw):
         raise InputError("tpopt explain does not choose among [market] offers yet: tpopt solve lists every offer's "
                          "best plan; explain the scenario without the [market] table")
     req = request_from(kw)
-    backend = kw["solver"]
+    backend = backends.resolve(kw["solver"])  # resolved once: explain holds the Solver
     if kw.get("cards") is None:
         given = [k for k in PLAN_FLAGS if kw.get(k) is not None]
         if given:

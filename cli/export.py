@@ -2,14 +2,16 @@
 
 The plan is the one ``tpopt evaluate`` takes (the same scenario and plan flags) or the ``plan`` object of a
 ``tpopt solve --json`` / ``tpopt evaluate --json`` report (``--plan FILE``, with the scenario it was solved
-on). Parsing and file handling only: the mapping is :mod:`tpopt.optimizer.frameworks`."""
+on). Parsing and file handling only: the mapping is :mod:`tpopt.frameworks`."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
+
 from tpopt.catalogs.tables import read_text_capped
 from tpopt.cli.common import (
     builtin_note,
@@ -21,9 +23,9 @@ from tpopt.cli.common import (
     scenario_options,
 )
 from tpopt.errors import InputError
+from tpopt.frameworks import FORMATS, export_text, plan_from_report
 from tpopt.models import variables as V
 from tpopt.models.evaluate import evaluate
-from tpopt.optimizer.frameworks import FORMATS, export_text, plan_from_report
 
 PLAN_FLAGS = V.PLAN_FLAGS  # every plan flag (cards, zero_stage, tp, ...): tpopt.models.variables.PLAN_INPUTS
 
@@ -40,7 +42,7 @@ PLAN_FLAGS = V.PLAN_FLAGS  # every plan flag (cards, zero_stage, tp, ...): tpopt
 @scenario_options
 @plan_options(require_cards=False)
 @handle_errors
-def export(fmt, plan_path, out, force, **kw):
+def export(fmt: str, plan_path: str | None, out: str | None, force: bool, **kw: Any) -> None:
     """Write a plan as a training framework's own launch configuration, checked against that framework's
     argument definitions (catalogs/frameworks/*.toml: source file, version and line of each). A plan feature
     the framework cannot express is an error naming it (exit 2).
@@ -82,7 +84,7 @@ def export(fmt, plan_path, out, force, **kw):
     click.echo(f"tpopt: wrote {out} ({fmt})", err=True)
 
 
-def _read_report(path: str) -> dict:
+def _read_report(path: str) -> dict[str, Any]:
     """The JSON report of --plan (size-capped, one clear line when unreadable)."""
     try:
         text = read_text_capped(Path(path), "--plan file")

@@ -13,6 +13,7 @@ import tomllib
 from pathlib import Path
 
 import click
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.rl import build_rl_scenario
 from tpopt.catalogs.scenario import build_scenario
@@ -190,7 +191,7 @@ weight_sync = ["sharded", "broadcast"]
               help="An RL post-training scenario for tpopt rl (GRPO loop; default hardware h100-sxm).")
 @click.option("--force", is_flag=True, help="Overwrite PATH if it exists.")
 @handle_errors
-def init(path, model, hw, rl, force):
+def init(path: str, model: str | None, hw: str | None, rl: bool, force: bool) -> None:
     """Write a commented scenario file to start from (default: scenario.toml).
 
     \b

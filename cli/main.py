@@ -8,7 +8,8 @@ import importlib.util
 import sys
 
 import click
-from tpopt import __version__
+
+from tpopt._version import __version__
 from tpopt.optimizer import limits
 
 # subcommand name -> "module:attribute"; modules are imported only when the command runs,
@@ -51,7 +52,7 @@ HELP = {
 
 
 class LazyGroup(click.Group):
-    def list_commands(self, ctx):
+    def list_commands(self, ctx: click.Context) -> list[str]:
         return [name for name in COMMANDS if self._available(name)]
 
     @staticmethod
@@ -59,13 +60,14 @@ class LazyGroup(click.Group):
         module = COMMANDS[name].split(":")[0]
         return importlib.util.find_spec(module) is not None
 
-    def get_command(self, ctx, name):
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in COMMANDS or not self._available(name):
             return None
         module, attr = COMMANDS[name].split(":")
-        return getattr(importlib.import_module(module), attr)
+        command: click.Command = getattr(importlib.import_module(module), attr)
+        return command
 
-    def format_commands(self, ctx, formatter):
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, HELP.get(name, "")) for name in self.list_commands(ctx)]
         if rows:
             with formatter.section("Commands"):
@@ -74,7 +76,7 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tpopt")
-def cli():
+def cli() -> None:
     """tpopt: the cheapest training plan that surely finishes before the deadline."""
 
 
@@ -100,14 +102,14 @@ def tune_allocator() -> None:
         pass
 
 
-def main():
+def main() -> None:
     """Entry point: click's usage errors become one stderr line and exit 2, like every input error."""
 
     with limits.command_started():  # --time-limit counts from here (loading the subcommand and scenario included)
         _main()
 
 
-def _main():
+def _main() -> None:
     tune_allocator()
     try:
         rv = cli.main(prog_name="tpopt", standalone_mode=False)

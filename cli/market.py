@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 from rich.table import Table
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.market import Market, from_skypilot, offer_toml
 from tpopt.cli.common import dump_json
@@ -16,7 +19,7 @@ COLUMNS = (("name", "name"), ("id", "offer"), ("price_card_hour", "USD/card-h"),
            ("available", "available"), ("date", "date"))
 
 
-def offer_rows(market: Market, hw: str | None, region: str | None) -> list[dict]:
+def offer_rows(market: Market, hw: str | None, region: str | None) -> list[dict[str, Any]]:
     rows = [dict(offer_dict(o, market.as_of), name=name) for name, o in market.offers.items()
             if o in market.select(hw, region)]
     if not rows:
@@ -25,7 +28,8 @@ def offer_rows(market: Market, hw: str | None, region: str | None) -> list[dict]
     return rows
 
 
-def list_offers(catalog_dirs, hw: str | None, region: str | None, show_sources: bool, as_json: bool) -> None:
+def list_offers(catalog_dirs: tuple[str, ...], hw: str | None, region: str | None, show_sources: bool,
+                as_json: bool) -> None:
     market = load_catalog(catalog_dirs).market
     rows = offer_rows(market, hw, region)
     if as_json:
@@ -50,7 +54,8 @@ def list_offers(catalog_dirs, hw: str | None, region: str | None, show_sources: 
                "--sources (or --json).")
 
 
-def import_skypilot(catalog_dirs, path: str, provider: str, date: str, available: int, names: tuple[str, ...]) -> None:
+def import_skypilot(catalog_dirs: tuple[str, ...], path: str, provider: str, date: str, available: int,
+                    names: tuple[str, ...]) -> None:
     """Print the offers.toml of a SkyPilot vms.csv (regions and offers) to stdout."""
     cat = load_catalog(catalog_dirs)
     mapping = {}

@@ -8,7 +8,10 @@ timeline plot (:mod:`tpopt.cli.pipeline_plot`). Example (training-systems chapte
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
+
 from tpopt.cli.common import dump_json, handle_errors
 from tpopt.cli.pipeline_plot import check_path, plot_timeline
 from tpopt.errors import InputError
@@ -43,7 +46,7 @@ def _sizes(text: str | None, what: str, p: int) -> list[float]:
     return vals * p if len(vals) == 1 else vals
 
 
-def _chunk_layers(text: str | None, layers: str | None, p: int, v: int, schedule: str):
+def _chunk_layers(text: str | None, layers: str | None, p: int, v: int, schedule: str) -> list[int] | None:
     if text is None and layers is None:
         return None
     if schedule != "interleaved":
@@ -53,9 +56,11 @@ def _chunk_layers(text: str | None, layers: str | None, p: int, v: int, schedule
     return pl.split_layers(parse_int(layers, "--layers", minimum=1), v * p)
 
 
-def run(*, schedule: str, p, m, forward, backward, backward_weight=None, split_backward=False,
-        transfer="0ms", transfer_backward=None, update="0ms", chunks="2", layers=None, chunk_layers=None,
-        activation=None, buffer=None):
+def run(*, schedule: str, p: str | int, m: str | int, forward: str | None, backward: str | None,
+        backward_weight: str | None = None, split_backward: bool = False, transfer: str = "0ms",
+        transfer_backward: str | None = None, update: str = "0ms", chunks: str | int = "2", layers: str | None = None,
+        chunk_layers: str | None = None, activation: str | None = None,
+        buffer: str | None = None) -> tuple[dict[str, Any], pl.PipelineResult]:
     """Parse the command-line strings and simulate; returns ``(inputs dict, PipelineResult)``."""
     if schedule not in pl.SCHEDULES:
         raise InputError(f"--schedule: unknown schedule {schedule!r} (use one of: {', '.join(pl.SCHEDULES)})")
@@ -110,7 +115,7 @@ def _mib(x: float) -> str:
     return f"{x / MIB:,.0f} MiB"
 
 
-def summary(inputs: dict, r: pl.PipelineResult) -> str:
+def summary(inputs: dict[str, Any], r: pl.PipelineResult) -> str:
     """The text summary: completion, per-stage busy/idle, bubble, messages, peaks."""
     lines = []
     shape = f"p = {r.p} stages, m = {r.m} micro-batches"
@@ -172,8 +177,10 @@ def _event_table(r: pl.PipelineResult) -> str:
 @click.option("--events", "with_events", is_flag=True, help="Also list every operation (and in the JSON).")
 @click.option("--plot", "plot_path", help="Write a per-stage timeline: timeline.pdf, .svg or .png.")
 @handle_errors
-def pipeline(schedule, p, m, forward, backward, backward_weight, split_backward, transfer, transfer_backward,
-             update, chunks, layers, chunk_layers, activation, buffer, as_json, with_events, plot_path):
+def pipeline(schedule: str, p: str, m: str, forward: str | None, backward: str | None, backward_weight: str | None,
+             split_backward: bool, transfer: str, transfer_backward: str | None, update: str, chunks: str,
+             layers: str | None, chunk_layers: str | None, activation: str | None, buffer: str | None, as_json: bool,
+             with_events: bool, plot_path: str | None) -> None:
     """Simulate one pipeline-parallel step (event model of chapter 10.3.2)."""
     if plot_path is not None:
         check_path(plot_path)

@@ -9,6 +9,7 @@ direction. Idle time shows as the grey track between blocks.
 from __future__ import annotations
 
 from tpopt.cli.plots import check_plot_path, pyplot, save_figure
+from tpopt.models import pipeline as pl
 
 COLOURS = {"F": "#4C78A8", "B": "#F58518", "W": "#9467BD", "U": "#54A24B"}
 NAMES = {"F": "forward", "B": "backward (dX)", "W": "dW", "U": "update"}
@@ -17,7 +18,7 @@ def check_path(path: str) -> None:
     check_plot_path(path)
 
 
-def plot_timeline(result, path: str) -> None:
+def plot_timeline(result: pl.PipelineResult, path: str) -> None:
     """Draw one row per stage (stage 0 on top), time in ms, and save to ``path`` (.pdf, .svg or .png)."""
     check_path(path)
     plt = pyplot()

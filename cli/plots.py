@@ -8,8 +8,13 @@ give the same file: no creation date, SVG ids salted with a fixed string, SVG te
 from __future__ import annotations
 
 import os
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from tpopt.errors import InputError, require
+
+if TYPE_CHECKING:  # typing only: matplotlib is an optional dependency
+    from matplotlib.figure import Figure
 
 FORMATS = (".pdf", ".svg", ".png")
 # metadata that would make two runs differ (dates, version strings), removed per format
@@ -29,7 +34,7 @@ def check_plot_path(path: str, what: str = "--plot") -> None:
     require("matplotlib", "plots", f"{what} {os.path.basename(str(path))}")
 
 
-def pyplot(salt: str = "tpopt"):
+def pyplot(salt: str = "tpopt") -> ModuleType:
     """matplotlib.pyplot on the Agg backend, SVG ids salted with ``salt`` and text kept as text."""
     matplotlib = require("matplotlib", "plots", "plotting")
     matplotlib.use("Agg")
@@ -40,7 +45,7 @@ def pyplot(salt: str = "tpopt"):
     return plt
 
 
-def save_figure(fig, path: str, what: str = "--plot", **savefig) -> None:
+def save_figure(fig: Figure, path: str, what: str = "--plot", **savefig: Any) -> None:
     """Save ``fig`` in the format its extension names, without run-dependent metadata (``savefig``:
     further matplotlib options such as ``bbox_inches``)."""
     ext = os.path.splitext(str(path))[1].lower()

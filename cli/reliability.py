@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING, cast
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, SupportsFloat, cast
 
 import click
 import numpy as np
+
 from tpopt.catalogs import load_catalog
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,
@@ -25,7 +27,6 @@ from tpopt.cli.common import (
     scenario_options,
 )
 from tpopt.cli.plots import check_plot_path, pyplot, save_figure
-from tpopt.cli.render import plan_line
 from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models import reliability as rel
@@ -43,9 +44,11 @@ from tpopt.models.units import (
 )
 from tpopt.optimizer.outer import solve
 from tpopt.optimizer.result import Request
+from tpopt.presentation import plan_line
 
 if TYPE_CHECKING:
     from tpopt.models.evaluate import Evaluation
+    from tpopt.models.plan import Scenario
 
 #: Meta research-cluster figure used by the chapter: a 1024-card job is interrupted once per 7.9 h,
 #: i.e. a per-card MTBF of 1024 x 7.9 h = 337.07 d (training-systems chapter 10.4).
@@ -61,8 +64,8 @@ DEFAULT_INTERVALS = "300s,900s,1800s"
 def checkpoint_report(*, cards: int, n_params: int, bytes_per_param: float = 14.0,
                       write_bandwidth: float = 7 * GB, restore: float = 120.0,
                       card_mtbf: float = DEFAULT_CARD_MTBF, spike_interval: float | None = None,
-                      planned_interval: float | None = None, intervals=(300.0, 900.0, 1800.0),
-                      mode: str = "sync", copy_time: float = 0.5) -> dict:
+                      planned_interval: float | None = None, intervals: Iterable[float] = (300.0, 900.0, 1800.0),
+                      mode: str = "sync", copy_time: float = 0.5) -> dict[str, Any]:
     """Interval table and optima of the checkpoint/failure overhead, all in SI units.
 
     ``mode = "sync"``: pause c = size / B, no commit lag. ``mode = "async"``: pause c = copy time,
@@ -136,7 +139,7 @@ def checkpoint_report(*, cards: int, n_params: int, bytes_per_param: float = 14.
 
 
 def stragglers_report(*, cards: int, mu: float = 52.2, sigma: float, fixed: float = 0.58,
-                      slow_k: float = 3.0, interval: float = 600.0, restore: float = 120.0) -> dict:
+                      slow_k: float = 3.0, interval: float = 600.0, restore: float = 120.0) -> dict[str, Any]:
     """Expected step with per-card jitter, and wait / redistribute / evict for one slow card.
 
     ``sigma`` is absolute (seconds). With one card there is nobody to wait for or to take over its
@@ -169,7 +172,7 @@ def stragglers_report(*, cards: int, mu: float = 52.2, sigma: float, fixed: floa
     return report
 
 
-def _finite_or_none(x):
+def _finite_or_none(x: SupportsFloat) -> float | None:
     x = float(x)
     return x if math.isfinite(x) else None
 
@@ -238,7 +241,7 @@ def _dur(x: float) -> str:
     return f"{x:.3f} s"
 
 
-def _checkpoint_text(rep: dict, source: str) -> str:
+def _checkpoint_text(rep: dict[str, Any], source: str) -> str:
     inp = rep["inputs"]
     lines = [
         f"checkpoint  {rep['checkpoint_bytes']:,.0f} bytes ({rep['checkpoint_bytes'] / GB:.1f} GB) = "
@@ -287,7 +290,7 @@ def _checkpoint_text(rep: dict, source: str) -> str:
     return "\n".join(lines)
 
 
-def _stragglers_text(rep: dict) -> str:
+def _stragglers_text(rep: dict[str, Any]) -> str:
     inp, st = rep["inputs"], rep["step"]
     lines = [
         f"cards {inp['cards']}, per-card compute mu {inp['mu']:.2f} s, sigma {inp['sigma']:.3f} s "
@@ -318,7 +321,7 @@ def _stragglers_text(rep: dict) -> str:
     return "\n".join(lines)
 
 
-def _plot_curves(rep: dict, path: str) -> None:
+def _plot_curves(rep: dict[str, Any], path: str) -> None:
     """Save / redo / total cost against the interval (log x), first-order optimum marked."""
 
     plt = pyplot()
@@ -362,7 +365,8 @@ def _plot_curves(rep: dict, path: str) -> None:
 # commands
 
 
-def _scenario_and_plan(kw: dict, cards: int | None, need_plan: bool):
+def _scenario_and_plan(kw: dict[str, Any], cards: int | None,
+                       need_plan: bool) -> tuple[Scenario, Evaluation | None, str]:
     """The scenario of the shared options (the built-in design case without --scenario) and, when
     ``need_plan``, the plan whose figures the command uses: the scenario's plan with ``cards`` cards
     (other choices from its [search] table, as ``tpopt evaluate`` takes them) or, without ``cards``,
@@ -384,7 +388,7 @@ def _scenario_and_plan(kw: dict, cards: int | None, need_plan: bool):
     return sc, ev, how
 
 
-def _plan_note(ev, how: str, sc) -> str:
+def _plan_note(ev: Evaluation, how: str, sc: Scenario) -> str:
     bad = [c.name for c in ev.violated() if c.name != F.STEP_BUDGET]
     text = f"plan        {how}: {plan_line(ev.plan_dict())} (scenario {sc.name})"
     if bad:
@@ -392,7 +396,7 @@ def _plan_note(ev, how: str, sc) -> str:
     return text
 
 
-def _scenario_defaults(sc, ev) -> dict:
+def _scenario_defaults(sc: Scenario, ev: Evaluation | None) -> dict[str, Any]:
     """Checkpoint inputs from a scenario (SI units) and, when given, its plan's interval and mode."""
 
     rel = sc.reliability
@@ -434,8 +438,10 @@ def _scenario_defaults(sc, ev) -> dict:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (SI units, fractions).")
 @click.option("--plot", default=None, help="Write the cost curves to FILE (.pdf, .svg or .png).")
 @handle_errors
-def checkpoint(cards, params, model, bytes_per_param, write_bandwidth, restore, card_mtbf, spike_interval,
-               planned_interval, intervals, mode, copy_time, as_json, plot, **kw):
+def checkpoint(cards: str | None, params: str | None, model: str | None, bytes_per_param: str | None,
+               write_bandwidth: str | None, restore: str | None, card_mtbf: str | None, spike_interval: str | None,
+               planned_interval: str | None, intervals: str | None, mode: str | None, copy_time: str | None,
+               as_json: bool, plot: str | None, **kw: Any) -> None:
     """Checkpoint interval table: save, redo and restart overhead, first-order and Poisson optima.
 
     Inputs come from the scenario (the built-in design case without --scenario) and, without --cards,
@@ -502,7 +508,8 @@ def checkpoint(cards, params, model, bytes_per_param, write_bandwidth, restore, 
 @click.option("--restore", default=None, help="Restart time (for eviction) [default: the scenario's].")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (seconds).")
 @handle_errors
-def stragglers(cards, sigma, mu, fixed, slow_k, interval, restore, as_json, **kw):
+def stragglers(cards: str | None, sigma: str | None, mu: str | None, fixed: str | None, slow_k: str,
+               interval: str | None, restore: str | None, as_json: bool, **kw: Any) -> None:
     """Expected step time with per-card jitter; wait / redistribute / evict one slow card.
 
     mu (compute per step), the fixed waits (exposed communication, offload and input), the checkpoint
@@ -523,15 +530,16 @@ def stragglers(cards, sigma, mu, fixed, slow_k, interval, restore, as_json, **kw
         sigma_s = sc.reliability.straggler_sigma * mu_s
     else:
         sigma_s = _parse_sigma(sigma, mu_s)
+    # ev is a plan's evaluation whenever a figure below is not given (need_plan)
     rep = stragglers_report(
-        cards=n_cards if n_cards is not None else ev.plan.cards,
+        cards=n_cards if n_cards is not None else cast("Evaluation", ev).plan.cards,
         mu=mu_s,
         sigma=sigma_s,
         fixed=(parse_duration(fixed, "--fixed") if fixed is not None
                else m["step_s"] - m["compute_s"] - m["straggler_s"]),
         slow_k=k,
         interval=(parse_duration(interval, "--interval", allow_zero=False) if interval is not None
-                  else ev.plan.save_interval_s),
+                  else cast("Evaluation", ev).plan.save_interval_s),
         restore=parse_duration(restore, "--restore") if restore is not None else sc.reliability.restore_s,
     )
     if ev is not None:

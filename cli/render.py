@@ -13,12 +13,16 @@ import re
 import sys
 import textwrap
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from typing import Any, cast
 
-from rich.console import Console, JustifyMethod
+from rich.console import Console, JustifyMethod, RenderableType
 from rich.measure import Measurement
 from rich.table import Table
+
 from tpopt.models import families as F
+from tpopt.models.plan import Scenario
 from tpopt.models.units import fmt_count
 from tpopt.presentation import (  # the plain-text pieces, shared with the API
     change_text,
@@ -76,7 +80,7 @@ def fit_lines(text: str, width: int | None = None) -> str:
     return "\n".join(out)
 
 
-def console_text(*renderables, width: int | None = None) -> str:
+def console_text(*renderables: RenderableType, width: int | None = None) -> str:
     """The renderables as text ``width`` columns wide (default :func:`output_width`); a table that cannot
     fit without cutting cells is printed at its natural width instead (the terminal wraps its lines)."""
     buf = io.StringIO()
@@ -92,7 +96,7 @@ def console_text(*renderables, width: int | None = None) -> str:
 
 
 @contextmanager
-def progress_status(title: str):
+def progress_status(title: str) -> Iterator[Callable[[str], None]]:
     """A spinner on stderr naming the step under way and the time spent, while the block runs.
 
     Yields a callable ``tell(text)`` for the steps, or None-like silence when stderr is not a
@@ -108,11 +112,11 @@ def progress_status(title: str):
 
 
 @contextmanager
-def progress_when_told(title: str):
+def progress_when_told(title: str) -> Iterator[Callable[[str], None]]:
     """Like :func:`progress_status`, but the spinner starts with the first step told (a solve that
     finds a plan tells none, so no spinner shows)."""
     with ExitStack() as stack:
-        shown: list = []
+        shown: list[Callable[[str], None]] = []
 
         def tell(text: str) -> None:
             if not shown:
@@ -126,7 +130,7 @@ def _num(x: float, digits: int) -> str:
     return f"{x:,.{digits}f}"
 
 
-def metrics_table(m: dict, title: str = "Plan evaluation") -> Table:
+def metrics_table(m: dict[str, Any], title: str = "Plan evaluation") -> Table:
     t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     t.add_column("quantity")
     t.add_column("value", justify="right")
@@ -181,7 +185,7 @@ def metrics_table(m: dict, title: str = "Plan evaluation") -> Table:
     return t
 
 
-def moe_rows(m: dict) -> list[tuple]:
+def moe_rows(m: dict[str, Any]) -> list[tuple[str, str, str]]:
     """All-to-all and routing rows of a MoE plan (one card's micro-batch, per MoE block)."""
     a = m["moe_assumptions"]
     rows = [
@@ -199,7 +203,7 @@ def moe_rows(m: dict) -> list[tuple]:
     return rows
 
 
-def _fmt_value(x, unit: str) -> str:
+def _fmt_value(x: float | None, unit: str) -> str:
     if x is None:
         return "-"
     if unit in ("cards", "heads", "layers", "sequences"):
@@ -209,7 +213,7 @@ def _fmt_value(x, unit: str) -> str:
     return f"{x:,.2f}"
 
 
-def constraints_table(constraints: list[dict], title: str = "Constraints") -> Table:
+def constraints_table(constraints: list[dict[str, Any]], title: str = "Constraints") -> Table:
     t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     columns: tuple[tuple[str, JustifyMethod], ...] = (("constraint", "left"), ("value", "right"), ("limit", "right"),
                                                       ("unit", "left"), ("slack", "right"), ("status", "left"))
@@ -229,14 +233,14 @@ def constraints_table(constraints: list[dict], title: str = "Constraints") -> Ta
     return t
 
 
-def footing_text(d: dict, indent: int = 0) -> list[str]:
+def footing_text(d: dict[str, Any], indent: int = 0) -> list[str]:
     """The report's footing lines (its ``footing`` entry; none when absent), ``indent`` spaces in."""
     if not d.get("footing"):
         return []
     return [" " * indent + ln for ln in footing_lines(d["footing"], max(60, output_width() - indent))]
 
 
-def evaluation_text(d: dict) -> str:
+def evaluation_text(d: dict[str, Any]) -> str:
     """The evaluate report: plan line, metrics table (chapter 10.6.1 layout), constraints."""
     head = "\n".join([f"Plan: {plan_line(d['plan'])}", *([""] + footing_text(d) if d.get("footing") else [])])
     if "scenario" in d:
@@ -250,13 +254,13 @@ def _objective_text(value: float, objective: str, unit: str) -> str:
     return f"{value:,.0f} {unit}" if objective == "cost" else f"{value:.2f} d"
 
 
-def _batch(p: dict, show: bool) -> str:
+def _batch(p: dict[str, Any], show: bool) -> str:
     """", batch N" when the global batch is a choice of the request (the plan dicts carry it)."""
     return f", batch {p['global_batch']:,}" if show and p.get("global_batch") else ""
 
 
-def binding_lines(binding: list[dict] | None, objective: str, unit: str, undecided=(), batch: bool = False,
-                  skipped: str | None = None) -> list[str]:
+def binding_lines(binding: list[dict[str, Any]] | None, objective: str, unit: str, undecided: Sequence[str] = (),
+                  batch: bool = False, skipped: str | None = None) -> list[str]:
     if binding is None and skipped:
         return [f"Binding constraints: not analysed: {skipped}."]
     if binding is None:
@@ -282,20 +286,20 @@ def binding_lines(binding: list[dict] | None, objective: str, unit: str, undecid
     return lines
 
 
-def _on_stage(r: dict) -> str:
+def _on_stage(r: dict[str, Any]) -> str:
     """Where a memory figure peaks (per-operation model: the stage class of the rank), else nothing."""
     return f" on the {r['stage']} stage" if r.get("stage") else ""
 
 
-def _reason(r: dict) -> str:
+def _reason(r: dict[str, Any]) -> str:
     if "value" in r:
         return f"{r['name']} ({r['value']:,.2f} {r['unit']}{_on_stage(r)} > {r['limit']:,.2f})"
     if "detail" in r:
         return f"{r['name']} ({r['detail']})"
-    return r["name"]
+    return cast(str, r["name"])
 
 
-def alternative_lines(alts: list[dict], objective: str, unit: str, batch: bool = False) -> list[str]:
+def alternative_lines(alts: list[dict[str, Any]], objective: str, unit: str, batch: bool = False) -> list[str]:
     if not alts:
         return []
     lines = ["Why not cheaper:"]
@@ -315,7 +319,7 @@ def alternative_lines(alts: list[dict], objective: str, unit: str, batch: bool =
     return lines
 
 
-def top_table(top: list[dict], unit: str) -> Table:
+def top_table(top: list[dict[str, Any]], unit: str) -> Table:
     t = Table(title="Best plans", title_justify="left", show_edge=False, pad_edge=False)
     cols: tuple[str, ...] = ("#", "accelerator", "cards", "ZeRO", "TP/PP/DP", "mb x acc", "recompute", "save every",
                              "step s", "finish d", f"cost {unit}")
@@ -367,7 +371,7 @@ def merge_zero_stages(rows: list[tuple[str, ...]], figures: list[tuple[float, fl
     return [(str(i + 1), *r[1:3], ", ".join(zeros), *r[4:]) for i, (_, r, _, zeros) in enumerate(groups)]
 
 
-def certificate_line(s: dict, objective: str, unit: str) -> str:
+def certificate_line(s: dict[str, Any], objective: str, unit: str) -> str:
     """The on-demand decomposition's proof: the groups it tabulated and the least bound left unexamined."""
     c = s["certificate"]
     bound = "none left" if c is None else f"{c:,.0f} {unit}" if objective == "cost" else f"{c / 86400:,.2f} d"
@@ -375,7 +379,7 @@ def certificate_line(s: dict, objective: str, unit: str) -> str:
             f"every plan not evaluated: {bound}")
 
 
-def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:
+def solve_text(d: dict[str, Any], sc: Scenario, timing: bool = False, after_plan: Sequence[str] = ()) -> str:
     s = d["solver"]
     unit = d["metrics"].get("cost_unit", "USD")
     head = (f"tpopt solve: {sc.name}: {sc.model.name}, {fmt_count(sc.task.tokens)} tokens, "
@@ -392,6 +396,7 @@ def solve_text(d: dict, sc, timing: bool = False, after_plan=()) -> str:
     if d.get("analysis") == "time limit reached":
         status += "\nAnalysis: time limit reached; the items it could not answer are marked 'not decided'"
     foot = [""] + footing_text(d) if d.get("footing") else []
+    parts: list[RenderableType]
     parts = [head, *([model_text(d["scenario"])] if "scenario" in d else []), status, "",
              f"Plan: {plan_line(d['plan'])}", *after_plan,
              *([cp_note_text(d["context_parallel"])] if d.get("context_parallel") else []), *foot, "",

@@ -8,18 +8,20 @@ Both commands import from here; neither imports the other.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import click
-from tpopt.catalogs import load_catalog
+
+from tpopt.catalogs import Catalog, load_catalog
 from tpopt.catalogs.scenario import read_scenario_file, with_overrides
-from tpopt.cli.common import SolverName, check_run_options, overrides_from, scenario_source
+from tpopt.cli.common import CommandFn, SolverName, check_run_options, overrides_from, scenario_source
 from tpopt.errors import InputError
 from tpopt.models.units import parse_duration
 from tpopt.optimizer import backends, limits
 from tpopt.optimizer.result import Request
 
 
-def solve_options(fn):
+def solve_options(fn: CommandFn) -> CommandFn:
     opts = [
         click.option("--solver", type=SolverName(), default=backends.DEFAULT, show_default=True,
                      help="Backend: CP-SAT, HiGHS MILP, brute-force enumeration, or pyomo:NAME (the MILP through "
@@ -45,7 +47,7 @@ def solve_options(fn):
     return fn
 
 
-def time_limit_seconds(text) -> float:
+def time_limit_seconds(text: str | float) -> float:
     """``--time-limit``: a duration with its unit (``5s``, ``2min``) or a bare number of seconds."""
 
 
@@ -58,7 +60,7 @@ def time_limit_seconds(text) -> float:
     return x
 
 
-def request_from(kw: dict, top: int = 1):
+def request_from(kw: dict[str, Any], top: int = 1) -> Request:
     """The request of the solver options, with one clock for every phase of this command (the time
     limit bounds tables, solve, verification and analysis together; see optimizer/limits.py)."""
 
@@ -70,7 +72,7 @@ def request_from(kw: dict, top: int = 1):
                    workers=kw["workers"], method=kw.get("method", "auto"), clock=clock)
 
 
-def raw_and_catalog(kw: dict):
+def raw_and_catalog(kw: dict[str, Any]) -> tuple[dict[str, Any], Catalog]:
     """The scenario's raw tables with this command's overrides, and the catalog (for the
     accelerator relaxation)."""
 

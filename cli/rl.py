@@ -4,7 +4,10 @@ Parsing and rendering only: the solve and its report are :func:`tpopt.optimizer.
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
+
 from tpopt.catalogs.rl import load_rl_scenario
 from tpopt.catalogs.scenario import BUILTIN_RL_SCENARIO
 from tpopt.cli.common import (
@@ -50,7 +53,8 @@ RL_DERIVED = ("tokens", "global-batch", "critical-batch", "seq-len",  # from [rl
               help="One time limit for the whole command (search, learner solves, analysis): 60s, 5min, or seconds. "
                    "At the limit the best plan found is returned, not proven optimal (exit 0); none found: exit 4.")
 @handle_errors
-def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, timing, as_json, time_limit, **kw):
+def rl(solver: str, objective: str, max_cost: str | None, kept: str | None, staleness: int | None, no_analysis: bool,
+       plot_path: str | None, timing: bool, as_json: bool, time_limit: str | float, **kw: Any) -> None:
     """Plan RL post-training: cards for rollout vs learning (or shared), rollout TP and batch, the
     learner's layout, sync or one-step async, weight sync; cheapest (or fastest) by the deadline.
 
@@ -60,7 +64,8 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
     """
     time_limit = time_limit_seconds(time_limit)
     check_run_options(time_limit)  # finite, positive, at most 7 days
-    backends.require(solver, Request(time_limit=time_limit))  # a missing solver fails here, before any work
+    chosen = backends.resolve(solver)  # resolved once: the RL search holds the Solver
+    chosen.require(Request(time_limit=time_limit))  # a missing solver fails here, before any work
     if plot_path:
         check_plot_path(plot_path)
     ov = overrides_from(kw)
@@ -70,7 +75,7 @@ def rl(solver, objective, max_cost, kept, staleness, no_analysis, plot_path, tim
     # one clock for the whole command, counted from its start (loading included)
     clock = limits.Clock(time_limit, start=limits.command_start())
     req = Request(objective=objective, time_limit=time_limit, clock=clock)
-    pr = plan_rl(rsc, solver, req, analyse=not no_analysis)
+    pr = plan_rl(rsc, chosen, req, analyse=not no_analysis)
     out = pr.report
     if plot_path and pr.feasible:
         plot_cycle(out, plot_path)

@@ -9,6 +9,8 @@ figures 10-41 and 10-42, the async cycle overlaps generating the next batch with
 
 from __future__ import annotations
 
+from typing import Any
+
 from tpopt.cli.plots import pyplot, save_figure
 
 COLOURS = {"generate": "#4C78A8", "verify": "#72B7B2", "learn": "#F58518", "sync": "#54A24B", "swap": "#9D755D"}
@@ -16,13 +18,13 @@ NAMES = {"generate": "generation", "verify": "verification", "learn": "learning"
          "swap": "state to host and back"}
 
 
-def cycle_blocks(out: dict) -> tuple[list[str], dict, float]:
+def cycle_blocks(out: dict[str, Any]) -> tuple[list[str], dict[str, Any], float]:
     """Rows, {row: [(kind, start, duration)]} and the cycle length of one steady-state cycle."""
     p, s = out["plan"], out["stages"]
     gen, roll = s["generation"]["time_s"], s["rollout_s"]
     ver, kind = s["verification"]["time_s"], s["verification"]["kind"]
     learn, sync, swap = s["learning"]["time_s"], s["weight_sync"]["time_s"], s["weight_sync"]["swap_s"]
-    blocks: dict = {}
+    blocks: dict[str, Any] = {}
     rollout = [("generate", 0.0, gen)] + ([("verify", gen, roll - gen)] if kind == "reward-model" else [])
     verifier = [("verify", max(0.0, roll - ver), ver)]
     if p["placement"] == "shared":  # generate (and score), then sync, swap, learn on the same cards
@@ -42,7 +44,7 @@ def cycle_blocks(out: dict) -> tuple[list[str], dict, float]:
     return rows, blocks, work + sync
 
 
-def plot_cycle(out: dict, path: str) -> None:
+def plot_cycle(out: dict[str, Any], path: str) -> None:
     """Draw one cycle of the chosen plan, each row labelled with its busy share, and save it."""
     from matplotlib.patches import Patch  # lazy: start-up time
 

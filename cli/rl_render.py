@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-from tpopt.cli.render import console_text, constraints_table, output_width, plan_line
+from typing import Any
+
+from tpopt.cli.render import console_text, constraints_table, output_width
 from tpopt.models.units import fmt_duration
-from tpopt.presentation import footing_lines
+from tpopt.presentation import footing_lines, plan_line
 
 
-def _n(x, digits: int = 1) -> str:
+def _n(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{x:,.{digits}f}"
 
 
-def _pct(x) -> str:
+def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:.1f} %"
 
 
-def decision_line(p: dict) -> str:
+def decision_line(p: dict[str, Any]) -> str:
     """One RL plan in a line: cards, split, engines, staleness, weight sync."""
     if p["placement"] == "shared":
         split = (f"shared: {p['cards']} cards train and generate in turn (engines of TP {p['rollout_tp']}, "
@@ -27,12 +29,12 @@ def decision_line(p: dict) -> str:
     return f"{p['accelerator']} x {p['cards']} | {split} | {mode} | {p['weight_sync']} weight sync"
 
 
-def _short(p: dict) -> str:
+def _short(p: dict[str, Any]) -> str:
     return (f"{decision_line(p)}: {_n(p['cost'], 0)} {p['cost_unit']}, finish {_n(p['finish_days'], 2)} d, "
             f"bottleneck {p['bottleneck']}")
 
 
-def _stage_lines(out: dict) -> list[str]:
+def _stage_lines(out: dict[str, Any]) -> list[str]:
     s = out["stages"]
     g, v, lr, w = s["generation"], s["verification"], s["learning"], s["weight_sync"]
     q = s["kept"]
@@ -62,7 +64,7 @@ def _stage_lines(out: dict) -> list[str]:
     return lines
 
 
-def _cycle_lines(out: dict) -> list[str]:
+def _cycle_lines(out: dict[str, Any]) -> list[str]:
     c, p, s = out["cycle"], out["plan"], out["stages"]
     sync = fmt_duration(s["weight_sync"]["time_s"])
     if p["staleness"]:
@@ -86,7 +88,7 @@ def _cycle_lines(out: dict) -> list[str]:
     return lines
 
 
-def rl_text(out: dict, timing: bool = False) -> str:
+def rl_text(out: dict[str, Any], timing: bool = False) -> str:
     st = out["solver"]
     listed = "RL decisions not all listed" if st["points"] is None else f"{st['points']:,} RL decisions"
     head = (f"Status: {out['status']} ({out['scenario']}; {listed}, "
@@ -149,7 +151,7 @@ def _lines(*lines: str) -> str:
     return "".join(f"{x}\n" for x in lines)
 
 
-def _limit_line(out: dict) -> str:
+def _limit_line(out: dict[str, Any]) -> str:
     """What a run stopped by its time limit returns (``tpopt solve``'s wording)."""
     st = out["solver"]
     where = f" while {st['limit_phase']}" if st.get("limit_phase") else ""
@@ -160,7 +162,7 @@ def _limit_line(out: dict) -> str:
     return f"Time limit reached{limit}{where}: no plan found and no proof that none exists (raise --time-limit)"
 
 
-def _infeasible_lines(out: dict) -> list[str]:
+def _infeasible_lines(out: dict[str, Any]) -> list[str]:
     n = len(out["conflict"])
     if n == 0 and out.get("analysis") == "time limit reached":
         return ["No plan meets every constraint (proven); the time limit was reached before the conflict was "
@@ -188,5 +190,5 @@ def _infeasible_lines(out: dict) -> list[str]:
     return lines
 
 
-def _assumption_lines(out: dict) -> list[str]:
+def _assumption_lines(out: dict[str, Any]) -> list[str]:
     return ["", "Assumptions:"] + [f"  - {a}" for a in out.get("assumptions", [])]

@@ -3,7 +3,10 @@ re-planning a run that is under way. Parsing and rendering only (models/simulate
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
+
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,
     EXIT_UNKNOWN,
@@ -14,6 +17,7 @@ from tpopt.cli.common import (
 )
 from tpopt.cli.request import request_from, solve_options
 from tpopt.errors import InputError
+from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.models.simulate import simulate as run_simulation
 from tpopt.models.units import DAY, fmt_count, parse_duration, parse_fraction
@@ -29,7 +33,7 @@ MAX_RUNS = 1_000_000
 @click.option("--runs", default="10000", show_default=True, help="Simulated whole runs (1 to 1,000,000).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @handle_errors
-def simulate(runs, as_json, **kw):
+def simulate(runs: str, as_json: bool, **kw: Any) -> None:
     """Simulate the optimal plan's whole run (seeded: --seed) and compare its quantiles with the analytic law.
 
     Example: tpopt simulate --confidence 95% --runs 10000
@@ -52,9 +56,10 @@ def simulate(runs, as_json, **kw):
     sim = run_simulation(law, lag=lag, runs=n, seed=kw["seed"])
     rows = [{"level": q, "analytic_days": law.quantile(q) / DAY, "simulated_days": sim.quantile(q) / DAY}
             for q in C.LEVELS]
+    deadline = F.limit(F.DEADLINE, sc)
     out = {"plan": ev.plan_dict(), "runs": n, "seed": kw["seed"], "quantiles": rows,
-           "probability_by_deadline": {"analytic": float(law.cdf(sc.task.deadline_s)),
-                                       "simulated": sim.probability(sc.task.deadline_s)},
+           "probability_by_deadline": {"analytic": float(law.cdf(deadline)),
+                                       "simulated": sim.probability(deadline)},
            "events_per_run": float(sim.events.mean())}
     if as_json:
         click.echo(dump_json(out), nl=False)
@@ -78,7 +83,7 @@ def simulate(runs, as_json, **kw):
 @click.option("--cards-held", default=None, help="Cards the run holds now (default: none held).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @handle_errors
-def replan(done, elapsed, cards_held, as_json, **kw):
+def replan(done: str, elapsed: str, cards_held: str | None, as_json: bool, **kw: Any) -> None:
     """Re-solve the rest of a run under way; say whether to stay, add or release cards.
 
     Example: tpopt replan --confidence 95% --done 41% --elapsed 12d --cards-held 48

@@ -4,7 +4,10 @@ Parsing and rendering only: the solve and its analysis are :func:`tpopt.optimize
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
+
 from tpopt.cli.choices import batch_infeasible, batch_lines, infeasible_stage_text, staged_text
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,
@@ -20,6 +23,7 @@ from tpopt.cli.confidence import distribution_lines, reachable_line
 from tpopt.cli.render import fit_lines, progress_when_told, solve_text
 from tpopt.cli.request import raw_and_catalog, request_from, search_list, solve_options
 from tpopt.errors import InputError
+from tpopt.models.plan import Scenario
 from tpopt.optimizer import plan as P
 from tpopt.optimizer.confidence import reachable
 from tpopt.optimizer.result import Status
@@ -41,7 +45,8 @@ from tpopt.presentation import infeasible_lines, market_infeasible_lines, market
               help="Also write the MILP (Pyomo) to this .lp or .mps file for another solver.")
 @click.option("--force", is_flag=True, help="Overwrite the --export file if it exists.")
 @handle_errors
-def solve(top, no_analysis, sensitivity, timing, as_json, export, force, **kw):
+def solve(top: int, no_analysis: bool, sensitivity: bool, timing: bool, as_json: bool, export: str | None,
+          force: bool, **kw: Any) -> None:
     """Find the cheapest plan that meets the deadline, prove it optimal, and say what limits it.
 
     Example: tpopt solve --deadline 30d --hw rtx4090   (the built-in design case: 48 RTX 4090 cards)
@@ -63,6 +68,7 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, force, **kw):
         if as_json:
             click.echo(dump_json(out), nl=False)
             return
+        assert pr.view is not None  # PlanReport.of sets it for every unstaged solve
         text = solve_text(out, pr.view, timing, batch_lines(out) + market_lines(out))
         if "finish_distribution" in out:
             text += "\n".join(distribution_lines(out["finish_distribution"], out["metrics"].get("cost_unit", "USD")))
@@ -80,18 +86,18 @@ def solve(top, no_analysis, sensitivity, timing, as_json, export, force, **kw):
     if sc.task.confidence is not None and pr.status == Status.INFEASIBLE:
         out["reachable_confidence"] = reachable(sc, kw["solver"], req)
     lines = infeasible_lines(out, sc, "solve")
-    if "reachable_confidence" in out:
+    if "reachable_confidence" in out and sc.task.confidence is not None:
         lines.append(reachable_line(sc.task.confidence, out["reachable_confidence"]))
     click.echo(dump_json(out) if as_json else fit_lines("\n".join(lines)), nl=not as_json)
     raise SystemExit(EXIT_INFEASIBLE if pr.status == Status.INFEASIBLE else EXIT_UNKNOWN)
 
 
-def _tell_export(exported: dict) -> None:
+def _tell_export(exported: dict[str, Any]) -> None:
     click.echo(f"tpopt: wrote {exported['path']}: the plan MILP, {exported['variables']:,} variables, "
                f"{exported['constraints']:,} constraints, minimising {exported['objective']}", err=True)
 
 
-def _with_source(report: dict, kw: dict, as_json: bool) -> dict:
+def _with_source(report: dict[str, Any], kw: dict[str, Any], as_json: bool) -> dict[str, Any]:
     """The report with ``scenario_source`` after the solver entry (JSON on the built-in scenario), or the
     built-in note printed first (text)."""
     head = {k: report[k] for k in ("status", "objective", "solver")}
@@ -99,8 +105,9 @@ def _with_source(report: dict, kw: dict, as_json: bool) -> dict:
     return {**head, **report}
 
 
-def _staged(pr, sc, timing: bool, as_json: bool):
+def _staged(pr: P.PlanReport, sc: Scenario, timing: bool, as_json: bool) -> None:
     """`tpopt solve` on a staged scenario."""
+    assert pr.staged is not None  # the caller's test
     d = pr.report
     if as_json:
         click.echo(dump_json(d), nl=False)

@@ -6,8 +6,10 @@ The ``[sweep]`` keys and the resume rules are documented in :mod:`tpopt.optimize
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -17,7 +19,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+
 from tpopt.cli.common import (
+    CommandFn,
     SolverName,
     check_run_options,
     dump_json,
@@ -43,9 +47,11 @@ from tpopt.optimizer.sweep.rows import case_of
 from tpopt.presentation import sweep_footing_lines
 
 RANGE = "One value, a comma list or a range start:end:step"
+#: ``--pareto energy``: the plans with energy, the accelerators without power figures, the PUE and its source.
+Energy = tuple[list[dict[str, Any]], list[str], tuple[float, str]]
 
 
-def sweep_input_options(fn):
+def sweep_input_options(fn: CommandFn) -> CommandFn:
     opts = [
         click.option("--scenario", "scenario_path", default=None, type=click.Path(dir_okay=False),
                      help="Scenario TOML file (its [sweep] table may hold the ranges) [default: the built-in "
@@ -80,11 +86,11 @@ class SweepSolverName(SolverName):
         return backends.sweep_names()
 
 
-class _Bar:
+class _Bar(sw.Progress):
     """rich progress bar with ETA on stderr (only on a terminal); notes of what happens during the run
     (a worker died, a task is retried) on stderr unless --quiet."""
 
-    def __init__(self, quiet: bool):
+    def __init__(self, quiet: bool) -> None:
         self.console = Console(stderr=True)
         self.quiet = quiet
         self.enabled = not quiet and self.console.is_terminal
@@ -117,15 +123,15 @@ class _Bar:
             self.bar = None
 
 
-def _days(x) -> str:
+def _days(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
-def _range(lo, hi) -> str:
+def _range(lo: float, hi: float) -> str:
     return f"{lo:g} d" if lo == hi else f"{lo:g}-{hi:g} d"
 
 
-def _layout(e: dict) -> str:
+def _layout(e: dict[str, Any]) -> str:
     text = f"ZeRO-{e['zero']} {e['tp']}/{e['pp']}/{e['dp']} mb {e['micro_batch']}x{e['grad_accum']}"
     if (e.get("cp") or 1) > 1:
         text += f" cp {e['cp']}"
@@ -142,7 +148,7 @@ def _layout(e: dict) -> str:
     return text
 
 
-def front_table(front: list[dict], unit: str, show_case: bool, spec):
+def front_table(front: list[dict[str, Any]], unit: str, show_case: bool, spec: sw.SweepSpec) -> Table:
     show_batch = len({e["global_batch"] for e in front}) > 1
     t = Table(title="Pareto front: cost vs finish time (layout = ZeRO, TP/PP/DP, micro-batch x accumulation)",
               title_justify="left", show_edge=False, pad_edge=False)
@@ -162,7 +168,8 @@ def front_table(front: list[dict], unit: str, show_case: bool, spec):
     return t
 
 
-def energy_table(plans: list[dict], unit: str, show_case: bool, spec, pue: tuple[float, str]):
+def energy_table(plans: list[dict[str, Any]], unit: str, show_case: bool, spec: sw.SweepSpec,
+                 pue: tuple[float, str]) -> Table:
     """Energy against cost per distinct plan of the swept points; ``*`` marks the energy/cost front."""
     t = Table(title=f"Energy vs cost (* on the front: no plan of its case uses less energy and costs less; energy "
                     f"at the site = PUE {pue[0]:g} x (cards x training W + hosts x host W) x finish)",
@@ -179,7 +186,7 @@ def energy_table(plans: list[dict], unit: str, show_case: bool, spec, pue: tuple
     return t
 
 
-def summary_table(summary: list[dict], unit: str, show_case: bool, spec):
+def summary_table(summary: list[dict[str, Any]], unit: str, show_case: bool, spec: sw.SweepSpec) -> Table:
     t = Table(title=f"Per accelerator (plans as cards / finish d / cost {unit})", title_justify="left",
               show_edge=False, pad_edge=False)
     no_answer = any(e["unknown"] or e["error"] for e in summary)
@@ -191,7 +198,7 @@ def summary_table(summary: list[dict], unit: str, show_case: bool, spec):
     for e in summary:
         row = [case_label(case_of(e), spec)] if show_case else []
 
-        def plan(p):
+        def plan(p: dict[str, Any] | None) -> str:
             return "-" if p is None else f"{p['cards']} / {p['finish_days']:.1f} / {p['cost']:,.0f}"
 
         earliest = _days(e["earliest_deadline_days"])
@@ -207,14 +214,14 @@ def summary_table(summary: list[dict], unit: str, show_case: bool, spec):
     return t
 
 
-def console_text(*renderables) -> str:
+def console_text(*renderables: RenderableType) -> str:
     """The shared renderer at the output's width (COLUMNS, the terminal's, or 100 when not a terminal); the
     text columns (layout, plans, deadlines) wrap, the numbers never."""
 
     return render(*renderables)
 
 
-def result_text(result, out, energy=None) -> str:
+def result_text(result: sw.SweepResult, out: str | None, energy: Energy | None = None) -> str:
     spec = result.spec
     sc = spec.base
     unit = next((r["cost_unit"] for r in result.rows if r["cost_unit"]), "USD")
@@ -227,7 +234,7 @@ def result_text(result, out, energy=None) -> str:
             f"{', '.join(spec.hw)}")
     status = (f"{result.computed:,} solved ({how}), {result.reused:,} reused"
               f"{' from ' + str(out) if out else ''}, {result.wall_s:.2f} s on {result.where}")
-    parts = [fit_lines(head), fit_lines(status), ""]  # wrapped here: a timing keeps its line
+    parts: list[RenderableType] = [fit_lines(head), fit_lines(status), ""]  # wrapped here: a timing keeps its line
     front = result.front()
     unknown, errors, infeasible = result.count("unknown"), result.count("error"), result.count("infeasible")
     if front:
@@ -277,8 +284,9 @@ def result_text(result, out, energy=None) -> str:
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or notes on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the front and summary as JSON.")
 @handle_errors
-def sweep(solver, time_limit, workers, cluster, out, force, plot, plot_breakdown, breakdown_cards, pareto, quiet,
-          as_json, **kw):
+def sweep(solver: str | None, time_limit: str | float | None, workers: int | None, cluster: str | None,
+          out: str | None, force: bool, plot: str | None, plot_breakdown: str | None, breakdown_cards: str | None,
+          pareto: str | None, quiet: bool, as_json: bool, **kw: Any) -> None:
     """Sweep deadlines, hardware and other inputs; report the cost vs finish-time Pareto front.
 
     Example: tpopt sweep --scenario examples/design-case-sweep.toml --hw rtx4090,h100-sxm,a100-80gb-sxm
@@ -362,7 +370,7 @@ def sweep(solver, time_limit, workers, cluster, out, force, plot, plot_breakdown
              f"to solve them again", 1)
 
 
-def _confidence_sweep(solver, time_limit, as_json, kw) -> None:
+def _confidence_sweep(solver: str | None, time_limit: float | None, as_json: bool, kw: dict[str, Any]) -> None:
     """`tpopt sweep --confidence 50%:99%:5%`: the optimum's cost at each confidence level."""
     from tpopt.optimizer import confidence as C  # lazy: start-up time (SciPy)
 

@@ -13,7 +13,13 @@ and ids are salted, so the same data give the same file.
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
 from tpopt.cli.plots import pyplot, save_figure
+
+if TYPE_CHECKING:  # typing only: matplotlib is an optional dependency
+    from matplotlib.figure import Figure
 
 PALETTE = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#FF9DA6", "#9D755D", "#BAB0AC",
            "#EECA3B")
@@ -21,11 +27,11 @@ PARTS = (("train_days", "base training", "#4C78A8"), ("overhead_days", "checkpoi
          ("reserved_days", "reserved", "#BAB0AC"))
 
 
-def _pyplot():
+def _pyplot() -> ModuleType:
     return pyplot("tpopt-sweep")
 
 
-def _save(fig, path: str) -> None:
+def _save(fig: Figure, path: str) -> None:
     save_figure(fig, path)
 
 
@@ -33,7 +39,7 @@ def _money(x: float, unit: str) -> str:
     return f"{x:,.0f} {unit}"
 
 
-def plot_pareto(data: dict, path: str) -> None:
+def plot_pareto(data: dict[str, Any], path: str) -> None:
     """Cost vs finish days; ``data`` from :func:`tpopt.optimizer.sweep.plot_series`.
 
     Main panel: each series' distinct optimal plans (labelled with card counts) and each case's Pareto
@@ -133,7 +139,8 @@ def plot_pareto(data: dict, path: str) -> None:
     plt.close(fig)
 
 
-def plot_breakdown(bars: list[dict], path: str, deadline_days, title: str, unit: str = "USD") -> None:
+def plot_breakdown(bars: list[dict[str, Any]], path: str, deadline_days: float | tuple[float, float], title: str,
+                   unit: str = "USD") -> None:
     """Horizontal stacked bars of the finish time; the deadline as a dashed vertical line, or the swept
     deadlines (``deadline_days`` = (first, last)) as a shaded band between two dashed lines."""
     plt = _pyplot()

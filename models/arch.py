@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
 from tpopt.errors import InputError
 
 #: Canonical MLP non-linearities (``activation``). "silu" with a gated MLP is SwiGLU, "gelu" or

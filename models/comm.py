@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import ArrayLike
+
 from tpopt.models.network import Fabric, route
 from tpopt.models.numeric import FloatArray, Floats
 

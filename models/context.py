@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
 from tpopt.models.arch import ModelArch
 from tpopt.models.network import Fabric, route
 from tpopt.models.numeric import FloatArray, Floats

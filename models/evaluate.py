@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
 from tpopt.errors import InputError
 from tpopt.frames import records_frame
 from tpopt.models import context, memory, moe
@@ -186,12 +187,12 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, quantiles: bool = False, 
     finish_s = task.reserved_s + train_s * (1.0 + L)
     cost = T.rate_per_second(sc, accelerator, cards, lay.nics) * finish_s
     card_hours = cards * finish_s / HOUR
-    step_limit = (task.deadline_s - task.reserved_s) / (iters * (1.0 + L))
+    step_limit = (F.limit(F.DEADLINE, sc) - task.reserved_s) / (iters * (1.0 + L))
     deadline_value = finish_s
     if task.confidence is not None:  # the chance form: the q-quantile of the finish time, step <= step_max
         step_limit = T.chance_step_max(sc, accelerator, save_mode, cards, tau)
         deadline_value = T.finish_quantile(sc, accelerator, save_mode, cards, tau, step_s, task.confidence) \
-            if quantiles else task.reserved_s + (task.deadline_s - task.reserved_s) * step_s / step_limit
+            if quantiles else task.reserved_s + (F.limit(F.DEADLINE, sc) - task.reserved_s) * step_s / step_limit
 
     ones = np.ones(np.shape(finish_s))
     out: Arrays = {
@@ -218,8 +219,8 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, quantiles: bool = False, 
     }
     heads_ok = context.heads_ok(a, tp, cp, sc.cp_method)
     cons = {
-        F.MEMORY_PER_CARD: (mem_total, acc.memory_usable),
-        F.MEMORY_HOST: (host_opt, acc.host_memory if acc.host_memory > 0 else np.inf),
+        F.MEMORY_PER_CARD: (mem_total, F.limit(F.MEMORY_PER_CARD, sc, accelerator)),
+        F.MEMORY_HOST: (host_opt, F.limit(F.MEMORY_HOST, sc, accelerator)),
         F.BATCH_DIVISIBILITY: (term(T.batch_remainder), 0.0),
         F.WHOLE_HOSTS: (cards % g, 0.0),
         F.TP_WITHIN_HOST: (np.where(context.placement_ok(tp, cp, g), 0.0, tp * cp), 0.0),
@@ -230,13 +231,13 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, quantiles: bool = False, 
         F.EP_DIVIDES_EXPERTS: (np.mod(a.experts, ep), 0.0),
         F.EP_GROUP: (np.where(term(T.ep_group_ok), 0.0,
                                      ep * moe.expert_tp_size(etp, tp)), 0.0),
-        F.CAPACITY_DROPS: (term(T.capacity_drops), sc.moe.max_drop),
+        F.CAPACITY_DROPS: (term(T.capacity_drops), F.limit(F.CAPACITY_DROPS, sc)),
         F.STEP_BUDGET: (step_s, step_limit),
         F.INPUT_THROUGHPUT: (demand, supply),
         F.CHECKPOINT: (write_s, tau),
-        F.DEADLINE: (deadline_value, task.deadline_s),
-        F.CARDS: (cards, sc.search.max_cards),
-        F.BUDGET: (cost, np.inf if sc.cost.max_cost is None else sc.cost.max_cost),
+        F.DEADLINE: (deadline_value, F.limit(F.DEADLINE, sc)),
+        F.CARDS: (cards, F.limit(F.CARDS, sc)),
+        F.BUDGET: (cost, F.limit(F.BUDGET, sc)),
     }
     for c in by_class:  # the family's terms per stage class (one plan's report reads them)
         out[("memory", c.stage)] = c
@@ -495,7 +496,7 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
         "stored_activations_gib": v["stored_activations"] / GIB,
         "recompute_workspace_gib": v["recompute_workspace"] / GIB,
         "temporary_gib": v["temporary"] / GIB,
-        "memory_limit_gib": sc.system(plan.accelerator).acc.memory_usable / GIB,
+        "memory_limit_gib": F.limit(F.MEMORY_PER_CARD, sc, plan.accelerator) / GIB,
         "compute_s": v["compute_s"],
         "bubble_s": v["bubble_s"],
         "straggler_s": v["straggler_s"],

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
 from tpopt.errors import InputError
 from tpopt.models.numeric import FloatArray, Floats
 from tpopt.models.units import DAY, HOUR

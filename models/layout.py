@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+
 from tpopt.models.numeric import FloatArray
 
 MOE_VARIABLES = ("ep", "etp", "cap")

@@ -36,6 +36,7 @@ from typing import Any, TypeAlias, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
 from tpopt.models.arch import (
     ModelArch,
     _mlp_bias,

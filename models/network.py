@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import ArrayLike
+
 from tpopt.models.numeric import FloatArray
 
 

@@ -41,6 +41,7 @@ from typing import NamedTuple, cast
 
 import numpy as np
 from numpy.typing import ArrayLike
+
 from tpopt.models.arch import ModelArch, attention_linear_params, mean_keys_per_query, mlp_activation_width
 from tpopt.models.numeric import FloatArray, Floats
 

@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
 from tpopt.errors import InputError
 from tpopt.models.numeric import FloatArray, Floats
 

@@ -17,8 +17,10 @@ import math
 from dataclasses import dataclass, field
 
 from numpy.typing import ArrayLike
+
 from tpopt.models.generation import Lengths
 from tpopt.models.network import Fabric, route
+from tpopt.models.plan import Scenario
 
 
 def effective_sample_rate(generate: float, verify: float, learn: float, kept: float) -> float:
@@ -128,7 +130,7 @@ class RLScenario:
     """An RL run: the learner's pre-training scenario (its [task] derived from the loop), the loop
     itself, and the RL-level decision domains. The policy is ``trainer.model``."""
 
-    trainer: object  # tpopt.models.plan.Scenario
+    trainer: Scenario  # the learner's pre-training scenario
     task: RLTask
     search: RLSearch = field(default_factory=RLSearch)
     nics_per_host: int = 0  # 0: each accelerator's default

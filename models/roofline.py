@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import ArrayLike
+
 from tpopt.models.numeric import FloatArray, Floats
 
 

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
 from tpopt.errors import InputError
 from tpopt.models.finish import Distribution
 from tpopt.models.numeric import FloatArray

@@ -30,6 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
+
 from tpopt.models import ops, roofline
 from tpopt.models.arch import ModelArch
 from tpopt.models.numeric import FloatArray, Floats

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import least_squares
+
 from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models.evaluate import evaluate_arrays, resolve_plan, with_plan_options

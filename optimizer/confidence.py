@@ -15,13 +15,16 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+
 from tpopt.errors import InputError
+from tpopt.models import families as F
 from tpopt.models import finish as Fn
 from tpopt.models import terms as T
 from tpopt.models.evaluate import Evaluation
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY
 from tpopt.optimizer import core
+from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.limits import Undecided, clock_of
 from tpopt.optimizer.result import Request, Status
 
@@ -56,7 +59,7 @@ def progress_marks(law: Fn.Distribution, q: float) -> list[dict[str, float]]:
     return out
 
 
-def distribution_entry(sc: Scenario, ev: Evaluation, backend: str, req: Request,
+def distribution_entry(sc: Scenario, ev: Evaluation, backend: str | Solver, req: Request,
                        step_up: bool = True) -> dict[str, Any]:
     """The ``finish_distribution`` entry of a solve report for the plan ``ev`` (see the module)."""
     law = law_of(sc, ev)
@@ -64,7 +67,7 @@ def distribution_entry(sc: Scenario, ev: Evaluation, backend: str, req: Request,
     rate = ev.metrics["cost"] / ev.metrics["finish_days"] / DAY  # cost per second of wall time
     quant = {f"p{round(level * 100)}": law.quantile(level) for level in LEVELS}
     shares = law.risk_shares(q)
-    p_deadline = float(law.cdf(sc.task.deadline_s))
+    p_deadline = float(law.cdf(F.limit(F.DEADLINE, sc)))
     entry: dict[str, Any] = {
         "confidence": sc.task.confidence,
         "probability_by_deadline": p_deadline,
@@ -92,7 +95,7 @@ def _on_clock(req: Request, objective: str) -> Request:
                    clock=clock_of(req))
 
 
-def _step_up(sc: Scenario, ev: Evaluation, p_now: float, backend: str, req: Request) -> dict[str, Any]:
+def _step_up(sc: Scenario, ev: Evaluation, p_now: float, backend: str | Solver, req: Request) -> dict[str, Any]:
     """The cheapest plan whose confidence is 5 points higher than this plan's P(finish <= deadline): one
     re-solve on the run's clock. Cut short by the time limit it is not decided (``decided`` false, status
     ``unknown`` without a plan, ``feasible`` with one not proven the cheapest)."""
@@ -115,7 +118,7 @@ def _step_up(sc: Scenario, ev: Evaluation, p_now: float, backend: str, req: Requ
             "time_limit_reached": limited}
 
 
-def reachable(sc: Scenario, backend: str, req: Request, tol: float = 1e-3) -> float | None:
+def reachable(sc: Scenario, backend: str | Solver, req: Request, tol: float = 1e-3) -> float | None:
     """The highest confidence some plan of the scenario reaches (to ``tol``): bisection on the level, each a
     solve on the run's clock (feasibility is monotone: a plan meeting level q meets every lower one). 0
     when even the 1 % level is out of reach; None when the time limit left a level undecided (neither a
@@ -175,7 +178,7 @@ def layout_change_s(sc: Scenario, held_tp: int | None, new_tp: int, cards_held: 
     return T.checkpoint_write_time(sc)
 
 
-def replan(sc: Scenario, done: float, elapsed_s: float, cards_held: int | None, backend: str, req: Request,
+def replan(sc: Scenario, done: float, elapsed_s: float, cards_held: int | None, backend: str | Solver, req: Request,
            held_tp: int | None = None) -> dict[str, Any]:
     """Re-solve the remainder (:func:`remainder`): the cheapest plan that meets the remaining deadline at the
     confidence, its restart into a new layout included; "stay" is the best plan on the cards held. Returns
@@ -253,7 +256,7 @@ def parse_levels(text: str) -> tuple[float, ...]:
     return tuple(sorted({Fn.parse_confidence(p) for p in text.split(",") if p.strip()}))
 
 
-def cost_against_confidence(sc: Scenario, levels: tuple[float, ...], backend: str, req: Request
+def cost_against_confidence(sc: Scenario, levels: tuple[float, ...], backend: str | Solver, req: Request
                             ) -> list[dict[str, Any]]:
     """One proven solve per confidence level: the optimum's cards, cost, finish quantile, P(by deadline)."""
     rows: list[dict[str, Any]] = []
@@ -265,7 +268,8 @@ def cost_against_confidence(sc: Scenario, levels: tuple[float, ...], backend: st
         if r.best is not None:
             law = law_of(at, r.best)
             row.update(cards=r.best.plan.cards, cost=r.best.metrics["cost"], plan=r.best.plan_dict(),
-                       finish_q_days=law.quantile(q) / DAY, probability_by_deadline=float(law.cdf(at.task.deadline_s)),
+                       finish_q_days=law.quantile(q) / DAY,
+                       probability_by_deadline=float(law.cdf(F.limit(F.DEADLINE, at))),
                        cost_unit=r.best.metrics["cost_unit"])
         rows.append(row)
     return rows

@@ -19,15 +19,9 @@ from tpopt.errors import InputError
 from tpopt.models.evaluate import Evaluation
 from tpopt.models.plan import Scenario
 from tpopt.optimizer import backends
-from tpopt.optimizer.backends.verify import (  # noqa: F401 (re-exported: the loop's names as before)
-    SOLVER_SLACK_S,
-    SolverFailure,
-    evaluate_assignment,
-    feasible_for,
-    relative_gap,
-    solver_stopped,
-    verify_loop,
-)
+from tpopt.optimizer.backends import Solver
+from tpopt.optimizer.backends.protocol import SolverFailure
+from tpopt.optimizer.backends.verify import verify_loop
 from tpopt.optimizer.limits import EncodingError, TimeLimitReached, clock_of
 from tpopt.optimizer.memory_plan import enforce as enforce_memory
 from tpopt.optimizer.result import Request, SolveResult, SolverInfo, Status
@@ -44,13 +38,13 @@ than loading a solver, whose import alone takes longer than such a space's whole
 TINY_NOTE = "tiny space: every plan evaluated"
 
 
-def tiny_backend(space: Space, backend: str, method: str = "auto") -> str:
-    """The backend to run: the enumerator for tiny spaces under ``--method auto`` (when the chosen
+def tiny_solver(space: Space, solver: Solver, method: str = "auto") -> Solver:
+    """The solver to run: the enumerator for tiny spaces under ``--method auto`` (when the chosen
     backend declares ``tiny_by_enumeration``), else the one asked for."""
-    if backends.capabilities(backend).tiny_by_enumeration and method == "auto" and space.size() <= TINY_SPACE \
+    if solver.capabilities.tiny_by_enumeration and method == "auto" and space.size() <= TINY_SPACE \
             and space.cheap_pipeline():
-        return backends.EXHAUSTIVE
-    return backend
+        return backends.resolve(backends.EXHAUSTIVE)
+    return solver
 
 
 ON_DEMAND_ROWS = 1_000_000
@@ -77,7 +71,7 @@ def use_decomposition(space: Space, req: Request) -> bool:
     return space.largest_table() > MONOLITHIC_LIMIT
 
 
-def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = None,
+def solve(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | None = None,
           restrict: Mapping[str, Iterable[Any]] | None = None, space: Space | None = None) -> SolveResult:
     """The best ``req.top`` plans of the scenario's design space under ``req``.
 
@@ -87,9 +81,10 @@ def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = N
     none; ``info.limit_reached`` / ``info.limit_phase`` say where. A backend that cannot encode the
     scenario exactly, or fails otherwise, falls back (monolithic -> layout decomposition ->
     enumeration) and ``info.fallback`` says why; it never reports a time limit the clock did not reach.
+    ``backend``: a :class:`~tpopt.optimizer.backends.Solver`, or its name (checked here).
     """
     req = req or Request()
-    backends.check_solver(backend)
+    solver = backends.checked(backend)
     if space is None and sc.stages:
         raise InputError(STAGED)
     if space is None and tuple(sc.search.global_batch or (sc.task.global_batch,)) != (sc.task.global_batch,):
@@ -97,14 +92,14 @@ def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = N
     clock = clock_of(req)
     t0 = time.perf_counter()
     enforced = req.enforced(FAMILIES)
-    info = SolverInfo(name=backend)
+    info = SolverInfo(name=solver.name)
     plans: list[Evaluation] = []
     status = Status.UNKNOWN
     try:
         with clock.stoppable("building the term tables"):
             space = space or Space.from_scenario(sc, restrict)
             info.points = space.size()
-            caps = backends.capabilities(backend)
+            caps = solver.capabilities
             on_demand = False
             if caps.needs_tables:
                 mp = enforce_memory(space)  # refused before any table is allocated when over the memory budget
@@ -114,7 +109,7 @@ def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = N
                 if not on_demand:
                     space.build_tables()  # the tables the solve reads, inside the limit
         plans, status = _on_demand(space, req, enforced, info) if on_demand else \
-            _dispatch(space, backend, req, enforced, info)
+            _dispatch(space, solver, req, enforced, info)
     except TimeLimitReached:
         status = Status.UNKNOWN
     if clock.reached:
@@ -136,10 +131,10 @@ def _on_demand(space: Space, req: Request, enforced: Collection[str], info: Solv
     return plans, status
 
 
-def _dispatch(space: Space, backend: str, req: Request, enforced: Collection[str], info: SolverInfo
+def _dispatch(space: Space, solver: Solver, req: Request, enforced: Collection[str], info: SolverInfo
               ) -> tuple[list[Evaluation], Status]:
     """Run the requested formulation, falling back when it cannot answer (see :func:`solve`)."""
-    caps, impl = backends.capabilities(backend), backends.lookup(backend)
+    caps, impl, backend = solver.capabilities, solver.backend, solver.name
     if not (caps.monolithic or caps.decomposed):  # the backend answers the space itself
         return impl.solve_space(backend, space, req, info)
     decomposed = caps.decomposed and (use_decomposition(space, req) or not caps.monolithic)
@@ -154,7 +149,7 @@ def _dispatch(space: Space, backend: str, req: Request, enforced: Collection[str
         except (EncodingError, SolverFailure) as exc:
             if not caps.decomposed:
                 info.fallback = f"monolithic {backend}: {exc}; answered by enumeration"
-                return backends.lookup(backends.EXHAUSTIVE).solve_space(backends.EXHAUSTIVE, space, req, info)
+                return _exhaustive(space, req, info)
             info.fallback = f"monolithic {backend}: {exc}; answered by the layout decomposition"
     try:
         from tpopt.optimizer.decompose import solve_decomposed  # lazy: start-up time (tiny spaces never decompose)
@@ -164,11 +159,17 @@ def _dispatch(space: Space, backend: str, req: Request, enforced: Collection[str
     except SolverFailure as exc:
         info.fallback = (info.fallback + "; " if info.fallback else "") + \
             f"decomposition: {exc}; answered by enumeration"
-        return backends.lookup(backends.EXHAUSTIVE).solve_space(backends.EXHAUSTIVE, space, req, info)
+        return _exhaustive(space, req, info)
     info.rounds, info.evaluated, info.gap = rounds, evaluated, gap
     info.certificate = proof.get("certificate")
     info.note = "layout decomposition"
     return plans, status
+
+
+def _exhaustive(space: Space, req: Request, info: SolverInfo) -> tuple[list[Evaluation], Status]:
+    """The last fallback of every backend: every plan evaluated exactly (:data:`backends.EXHAUSTIVE`)."""
+    last = backends.resolve(backends.EXHAUSTIVE)
+    return last.backend.solve_space(last.name, space, req, info)
 
 
 STAGED = ("a staged scenario ([[task.stages]]) is planned stage by stage: use tpopt solve "

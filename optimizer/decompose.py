@@ -1,6 +1,6 @@
 """Logic-based Benders decomposition over the core layout, for design spaces too large to encode whole.
 
-Master problem (CP-SAT or HiGHS): choose a layout h = (accelerator, tp, pp, dp, micro-batch). It
+Master problem (the backend's own): choose a layout h = (accelerator, tp, pp, dp, micro-batch). It
 carries every constraint family that depends on the layout alone, exactly (batch divisibility, whole
 hosts, TP inside a host, heads, layers, max cards), and valid relaxations of the others: for each
 layout, each term's minimum (or maximum) over the remaining choices bounds memory, busy time, finish
@@ -23,16 +23,17 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Collection, Mapping
-from typing import Any, Protocol, TypeAlias, cast
+from collections.abc import Collection
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
 from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.models import variables as V
 from tpopt.models.evaluate import Evaluation, evaluate
-from tpopt.optimizer.backends.verify import SolverFailure, relative_gap, solver_stopped
+from tpopt.optimizer.backends.protocol import CandidateResult, MasterOf, SolverFailure, relative_gap, solver_stopped
 from tpopt.optimizer.enumerate import layout_best
 from tpopt.optimizer.limits import clock_of
 from tpopt.optimizer.result import Request, Status, objective_key
@@ -44,25 +45,6 @@ HUB_RULES = F.HUB_RULES
 KEY_RTOL = 1e-9
 """A subproblem's plan is evaluated in full only when its key from the tables is within this relative
 margin of the K-th best verified plan (the tables and the evaluator agree to rounding, far inside it)."""
-SCALE_BITS = 2**52  # objective bounds are scaled to integers below this for CP-SAT
-
-Allowed: TypeAlias = Mapping[str, NDArray[np.bool_]]
-"""Family -> the layouts (flat hub index) its relaxed condition allows (:meth:`LayoutBounds.allowed`)."""
-MasterAnswer: TypeAlias = tuple[str, int | str | None]
-"""A master's (status, layout index): "candidate" / "feasible" with the index, "infeasible" / "limit" with None,
-"error" with the message."""
-
-
-class Master(Protocol):
-    """A decomposition master problem (:class:`CpSatMaster`, :class:`HighsMaster`, the Pyomo master)."""
-
-    def exclude(self, h: int) -> None: ...
-
-    def solve(self, bound: float | None, time_limit: float) -> MasterAnswer: ...
-
-
-MasterOf: TypeAlias = Callable[[str, Space, "LayoutBounds", Allowed, Request], Master]
-"""``master_of(name, space, bounds, allowed, req)``: a backend's master (:meth:`Backend.master`)."""
 
 
 def _reduced(space: Space, name: str, fn: Reducer, values: NDArray[Any] | None = None,
@@ -207,8 +189,8 @@ class LayoutBounds:
         if chance_on(sc):  # the chance form: the least step against the largest step the confidence allows
             step_max = red(CHANCE_TABLE, np.max)
             with np.errstate(divide="ignore", invalid="ignore"):  # a chance-equivalent finish, R + (D - R) s / s_max
-                chance_finish = sc.task.reserved_s + (sc.task.deadline_s - sc.task.reserved_s) * (busy_min + wait) \
-                    / np.where(step_max > 0, step_max, np.nan)
+                room = F.limit(F.DEADLINE, sc) - sc.task.reserved_s
+                chance_finish = sc.task.reserved_s + room * (busy_min + wait) / np.where(step_max > 0, step_max, np.nan)
             due_min: NDArray[Any] = np.where(np.isfinite(chance_finish), chance_finish, np.inf)
         else:
             due_min = finish_min
@@ -228,8 +210,8 @@ class LayoutBounds:
             # for another set of enforced families
             self.grids = {"finish": finish_min, "due": due_min, "cost": cost_min, "busy_max": busy_max,
                           "need": need, "mem": mem_min}
-            self.grids |= {"ok." + f: on_grid(red("ok." + f, np.max)) for f in sorted(enforced)
-                           if f not in HUB_RULES and "ok." + f in space._specs}
+            self.grids |= {F.ok_table(f): on_grid(red(F.ok_table(f), np.max)) for f in sorted(enforced)
+                           if f not in HUB_RULES and f in F.TABLED}
             if "nics" in self.coupled:
                 on = [1] * (1 + len(self.coupled))
                 on[0], on[1 + self.coupled.index("nics")] = self.n, len(dom["nics"])
@@ -240,8 +222,8 @@ class LayoutBounds:
         self.objective_min = self.cost_min if objective == "cost" else self.finish_min
         # layout-only rules, decided exactly
         self.chance = chance_on(sc)
-        self.due_min, self.deadline = due_min, sc.task.deadline_s
-        self.rules = {f: _reduce_to_hub(space, "ok." + f, np.max) > 0.5 for f in HUB_RULES}
+        self.due_min, self.deadline = due_min, F.limit(F.DEADLINE, sc)
+        self.rules = {f: _reduce_to_hub(space, F.ok_table(f), np.max) > 0.5 for f in HUB_RULES}
 
     def _reduce(self, enforced: Collection[str], rows: NDArray[np.intp] | None = None) -> tuple[NDArray[Any], ...]:
         """(finish, due, cost, busy max, input need, memory) per layout (those of ``rows``, default all) from the
@@ -256,12 +238,12 @@ class LayoutBounds:
         if F.INPUT_THROUGHPUT in enforced:
             ok &= grid["busy_max"] >= grid["need"]
         if F.DEADLINE in enforced:
-            ok &= grid["due"] <= sc.task.deadline_s
+            ok &= grid["due"] <= F.limit(F.DEADLINE, sc)
         if F.BUDGET in enforced and sc.cost.max_cost is not None:
-            ok &= grid["cost"] <= sc.cost.max_cost
+            ok &= grid["cost"] <= F.limit(F.BUDGET, sc)
         for f in sorted(enforced):
-            if "ok." + f in grid:
-                ok &= grid["ok." + f]
+            if F.ok_table(f) in grid:
+                ok &= grid[F.ok_table(f)]
         if "nics" in grid:
             ok &= grid["nics"]
         c_axes = tuple(range(1, 1 + len(self.coupled)))
@@ -299,141 +281,25 @@ class LayoutBounds:
         return ok
 
 
-class CpSatMaster:
-    """CP-SAT master: one layout variable whose domain is the layouts every family allows, and its
-    bound through an element constraint.
-
-    The layout index alone carries the master (every layout rule is decided per layout when the
-    bounds are built); linking it to per-variable indices by a table constraint made CP-SAT's
-    presolve take tens of seconds on 14,400 layouts, for no propagation the master needs.
-    """
-
-    name = "cpsat"
-
-    def __init__(self, space: Space, bounds: LayoutBounds, allowed: Allowed, req: Request) -> None:
-        from ortools.sat.python import cp_model  # lazy: start-up time
-
-        self.cp = cp_model
-        self.req = req
-        m = self.m = cp_model.CpModel()
-        obj = bounds.objective_min
-        finite = np.isfinite(obj)
-        ok = finite.copy()
-        for family_ok in allowed.values():  # each family: the layouts it allows (a domain restriction)
-            ok &= family_ok
-        keep = np.flatnonzero(ok)
-        self.empty = not keep.size  # CP-SAT rejects a variable with an empty domain as an invalid model
-        self.hub = m.new_int_var_from_domain(cp_model.Domain.from_values([int(i) for i in keep] or [0]), "layout")
-        top = float(obj[finite].max()) if finite.any() else 1.0
-        self.scale = SCALE_BITS / max(top, 1e-300) / 4
-        ints = np.where(finite, np.floor(obj * self.scale), 0).astype(np.int64)
-        self.theta = m.new_int_var(0, int(ints.max()) if ints.size else 0, "theta")
-        m.add_element(self.hub, [int(x) for x in ints], self.theta)
-        m.minimize(self.theta)
-
-    def exclude(self, h: int) -> None:
-        self.m.add(self.hub != int(h))
-
-    def solve(self, bound: float | None, time_limit: float) -> MasterAnswer:
-        if self.empty:
-            return "infeasible", None
-        if bound is not None and bound * self.scale < 2**62:  # a bound beyond every theta cuts nothing
-            self.m.add(self.theta <= int(math.ceil(bound * self.scale)))
-        from tpopt.optimizer.cpsat import solve_confirmed  # lazy: start-up time (imports ortools)
-
-        s, st = solve_confirmed(self.m, time_limit, self.req.workers, self.req.seed)
-        if st == self.cp.OPTIMAL:
-            return "candidate", int(s.value(self.hub))
-        if st == self.cp.FEASIBLE:  # time limit with a layout: evaluate it, then stop (no proof)
-            return "feasible", int(s.value(self.hub))
-        if st == self.cp.INFEASIBLE:
-            return "infeasible", None
-        if st == self.cp.UNKNOWN:
-            return "limit", None
-        return "error", f"CP-SAT status {s.status_name(st)}"
-
-
-class HighsMaster:
-    """HiGHS master: one binary per allowed layout, theta = sum bound[h] y[h]."""
-
-    name = "highs"
-
-    def __init__(self, space: Space, bounds: LayoutBounds, allowed: Allowed, req: Request) -> None:
-        import highspy  # lazy: start-up time
-        from tpopt.optimizer.highs import new_highs  # lazy: start-up time (imports ortools through cpsat)
-
-        self.hp = highspy
-        ok = np.ones(bounds.n, dtype=bool)
-        for a in allowed.values():
-            ok &= a
-        ok &= np.isfinite(bounds.objective_min)
-        self.cols = np.flatnonzero(ok)
-        obj = bounds.objective_min[self.cols]
-        # normalised so that HiGHS never meets a cost it treats as infinite (>= 1e20); a power of
-        # two keeps the order of the bounds exact
-        top = float(np.max(np.abs(obj))) if obj.size else 1.0
-        self.unit = 2.0 ** math.ceil(math.log2(top)) if top > 1.0 else 1.0
-        self.obj = obj / self.unit
-        self.h = new_highs(req)
-        n = len(self.cols)
-        if n:
-            self.h.addVars(n, np.zeros(n), np.ones(n))
-            self.h.changeColsIntegrality(n, np.arange(n, dtype=np.int32),
-                                         np.array([highspy.HighsVarType.kInteger] * n))
-            self.h.changeColsCost(n, np.arange(n, dtype=np.int32), self.obj)
-            self.h.addRow(1.0, 1.0, n, np.arange(n, dtype=np.int32), np.ones(n))
-        self.bound_row: int | None = None
-
-    def exclude(self, h: int) -> None:
-        j = np.flatnonzero(self.cols == h)
-        if j.size:
-            self.h.changeColBounds(int(j[0]), 0.0, 0.0)
-
-    def solve(self, bound: float | None, time_limit: float) -> MasterAnswer:
-        from tpopt.optimizer.highs import run_highs  # lazy: start-up time
-
-        if not len(self.cols):
-            return "infeasible", None
-        n = len(self.cols)
-        if bound is not None and math.isfinite(bound):
-            lim = bound / self.unit * (1 + 1e-12) + 1e-12
-            if self.bound_row is None:
-                self.h.addRow(-np.inf, lim, n, np.arange(n, dtype=np.int32), self.obj)
-                self.bound_row = self.h.getNumRow() - 1
-            else:
-                self.h.changeRowBounds(self.bound_row, -np.inf, lim)
-        self.h.setOptionValue("time_limit", max(0.01, time_limit))
-        st = run_highs(self.h)
-        if st == self.hp.HighsModelStatus.kOptimal:
-            x = np.array(self.h.getSolution().col_value)
-            return "candidate", int(self.cols[int(np.argmax(x))])
-        if st in (self.hp.HighsModelStatus.kInfeasible, self.hp.HighsModelStatus.kUnboundedOrInfeasible):
-            return "infeasible", None
-        if st == self.hp.HighsModelStatus.kTimeLimit:
-            return "limit", None
-        return "error", f"HiGHS status {self.h.modelStatusToString(st)}"
-
-
 def solve_decomposed(space: Space, master_of: MasterOf, backend: str, req: Request, enforced: Collection[str],
                      proof: dict[str, float] | None = None) -> tuple[list[Evaluation], Status, int, int, float | None]:
     """Benders loop; returns (evaluations best first, status, rounds, evaluated points, gap).
 
     Stops when the shared clock runs out (status feasible or unknown; the gap compares the K-th
     best verified plan with the master's last proven bound, the least bound of the layouts left).
-    Raises :class:`~tpopt.optimizer.backends.verify.SolverFailure` when the master fails for another reason.
+    Raises :class:`~tpopt.optimizer.backends.protocol.SolverFailure` when the master fails for another reason.
     ``master_of(name, space, bounds, allowed, req)`` is the backend's master problem
-    (:meth:`tpopt.optimizer.backends.Backend.master`). ``proof``, if given, gets the ``certificate``: the least
+    (:meth:`tpopt.optimizer.backends.protocol.Backend.master`). ``proof``, if given, gets the ``certificate``: the least
     bound of the allowed layouts never evaluated (inf when none is left), the bound that closed the gap.
     """
     sc = space.sc
     clock = clock_of(req)
     with clock.stoppable("building the layout decomposition"):  # nothing to return yet: stops at a checkpoint
         bounds = LayoutBounds(space, req.objective, enforced)
-        allowed = bounds.allowed(enforced, sc.search.max_cards, sc.task.deadline_s, sc.cost.max_cost)
+        allowed = bounds.allowed(enforced, sc.search.max_cards, F.limit(F.DEADLINE, sc), sc.cost.max_cost)
         if req.cards is not None:
             allowed["cards"] = np.isin(bounds.cards, list(req.cards))
         master = master_of(backend, space, bounds, allowed, req)
-    from tpopt.optimizer.cpsat import CandidateResult  # lazy: start-up time (ortools)
     K = max(1, req.top)
     best: list[tuple[tuple[float, float], Evaluation]] = []
     rounds = evaluated = 0

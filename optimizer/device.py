@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
+
 from tpopt.errors import InputError, require
 from tpopt.models import roofline
 from tpopt.models import terms as T

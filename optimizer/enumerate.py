@@ -17,6 +17,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
+
 from tpopt.models import families as F
 from tpopt.models import pipeline
 from tpopt.models import terms as T
@@ -296,8 +297,9 @@ GRID = V.GRID  # (zero, offload, recompute, sp, schedule, nics, ep, etp, cap): d
 SAVE = V.SAVE  # (tau, mode)
 EXTRAS = GRID + SAVE
 _GRID_TERMS = ("time.exposed_dp", "time.tp_comm", "time.offload", "time.ep_comm", "rate")  # and the memory tables
-# families decided by one table each (True = the rule holds), sliced at the layout
-_RULES = {f: "ok." + f for f in F.STRUCTURAL + F.EXACT if f != F.CHECKPOINT}  # the backlog: with the save grid
+TABLED = F.TABLED
+"""The solved families decided by one table each (True = the rule holds), sliced at the layout: a table over
+the save variables (:data:`SAVE`) is glued with the save choice, any other on the layout's grid."""
 
 
 class LayoutEvaluator:
@@ -313,9 +315,11 @@ class LayoutEvaluator:
     cost = rate x finish.
 
     The save interval and mode enter through L alone, and finish and cost grow with L, so the best
-    plan of a layout uses the least L its allowed (interval, mode) pairs offer (backlog permitting):
-    for one best plan the grid is reduced to that L first (40 times fewer points on a 20 x 2 save
-    grid); the K best plans (``top`` > 1) use the whole grid.
+    plan of a layout uses the least L its allowed (interval, mode) pairs offer (the enforced families
+    over the save variables permitting, :meth:`save_rules`): for one best plan the grid is reduced to
+    that L first (40 times fewer points on a 20 x 2 save grid); the K best plans (``top`` > 1) use the
+    whole grid, and so does one best plan when an enforced family over the save variables spans other
+    choices of the grid too (the allowed pairs then differ from point to point).
 
     ``level="bound"`` glues the pipeline terms' lower bounds (upper bounds for the input-throughput
     check): the result is a valid lower bound of the layout's best, which lets a search skip layouts
@@ -418,6 +422,19 @@ class LayoutEvaluator:
         entry["exact"] = set.intersection(*entry["done"].values())
         return entry
 
+    def save_rules(self) -> dict[str, bool]:
+        """The families of :data:`TABLED` whose table spans a save variable (:data:`SAVE`), each with whether
+        it spans a variable of :data:`GRID` too (its allowed (interval, mode) pairs then vary over the grid)."""
+        got: dict[str, bool] | None = self.__dict__.get("_save_rules")
+        if got is None:
+            got = {}
+            for family in TABLED:
+                vars = set(self.space.table_vars(F.ok_table(family)))
+                if vars & set(SAVE):
+                    got[family] = bool(vars & set(GRID))
+            self.__dict__["_save_rules"] = got
+        return got
+
     def exact_is_bound(self) -> bool:
         """True when the space's bound tables are its exact tables (small spaces)."""
         return self.space.exact_pipeline_tables()
@@ -454,7 +471,7 @@ class LayoutEvaluator:
         else:
             busy_hi = busy
         acc = d["acc"][h[0]]
-        A = sc.system(acc).acc
+        usable = F.limit(F.MEMORY_PER_CARD, sc, acc)
         pp = d["pp"][h[HUB.index("pp")]]
         cards = cards_of(**{v: d[v][h[HUB.index(v)]] for v in HUB if v != "acc"})
         shape = tuple(len(d[v]) for v in GRID) + (1, 1)
@@ -466,21 +483,25 @@ class LayoutEvaluator:
         pick[GRID.index("schedule")] = slice(None, 1 if pp == 1 else None)
         pick[GRID.index("nics")] = sp.nic_allowed()[h[0]]
         valid[tuple(pick)] = True
-        ok = {F.MEMORY_PER_CARD: np.broadcast_to(mem <= A.memory_usable, shape),
+        ok = {F.MEMORY_PER_CARD: np.broadcast_to(mem <= usable, shape),
               F.INPUT_THROUGHPUT: np.broadcast_to(demand <= supply, shape)}
-        scalar_ok = {F.CARDS: cards <= sc.search.max_cards}
-        for family, table in _RULES.items():
-            rule = self._term(table, h)
-            if rule.size == 1:
+        scalar_ok = {F.CARDS: cards <= F.limit(F.CARDS, sc)}
+        save_ok: dict[str, NDArray[np.bool_]] = {}  # the rules over the save variables, on the extras grid
+        save_rules = self.save_rules()
+        for family in TABLED:
+            rule = self._term(F.ok_table(family), h)
+            if family in save_rules:
+                save_ok[family] = rule > 0.5
+            elif rule.size == 1:
                 scalar_ok[family] = bool(rule.reshape(-1)[0])
             else:
                 ok[family] = np.broadcast_to(rule, shape)
         out = {"valid": valid, "ok": ok, "scalar_ok": scalar_ok, "cards": cards, "mem": mem, "demand": demand,
                "supply": supply, "step": np.broadcast_to(busy + sc.input.wait_s, shape),
                "rate": np.broadcast_to(g["rate"], shape),
-               "L": self._term("overhead", h), "backlog": self._term("ok." + F.CHECKPOINT, h) > 0.5,
+               "L": self._term("overhead", h), "save_ok": save_ok,
                "step_max": self._term(CHANCE_TABLE, h) if chance_on(sc) else None,
-               "usable": A.memory_usable, "exact": exact}
+               "usable": usable, "exact": exact}
         if level == "exact":
             self.evaluated += int(valid.sum()) * len(d["tau"]) * len(d["mode"])
         self.glued[key] = out
@@ -508,15 +529,16 @@ class LayoutEvaluator:
             if f in v["ok"]:
                 m &= v["ok"][f]
         save_ok = np.ones(v["L"].shape, dtype=bool)
-        if F.CHECKPOINT in enforced:
-            save_ok &= v["backlog"]
+        for f in enforced:
+            if f in v["save_ok"]:
+                save_ok = save_ok & v["save_ok"][f]
         for var, allowed in (restrict or {}).items():
             if var in EXTRAS:
                 keep = np.array([x in set(allowed) for x in d[var]])
                 shape = [1] * len(EXTRAS)
                 shape[EXTRAS.index(var)] = len(d[var])
                 if var in SAVE:
-                    save_ok &= keep.reshape(shape)
+                    save_ok = save_ok & keep.reshape(shape)
                 else:
                     m &= keep.reshape(shape)
         if not m.any() or not save_ok.any():
@@ -534,9 +556,9 @@ class LayoutEvaluator:
         if F.DEADLINE in enforced and v["step_max"] is not None:  # the chance form (full grids only)
             m = m & (v["step"] <= v["step_max"])
         elif F.DEADLINE in enforced:
-            m = m & (finish <= sc.task.deadline_s)
+            m = m & (finish <= F.limit(F.DEADLINE, sc))
         if F.BUDGET in enforced and sc.cost.max_cost is not None:
-            m = m & (cost <= sc.cost.max_cost)
+            m = m & (cost <= F.limit(F.BUDGET, sc))
         shape = m.shape
         k1, k2 = (cost, finish) if objective == "cost" else (finish, cost)
         out = (np.broadcast_to(k1, shape), np.broadcast_to(k2, shape), m, shape)
@@ -550,7 +572,8 @@ class LayoutEvaluator:
         grid order (deterministic). ``level="bound"``: lower bounds of the keys (indices unverified).
         ``cutoff`` (exact level, one plan): only points that may reach a primary key <= cutoff matter,
         so only the schedules whose bounded points can are simulated (the others are left out)."""
-        full = top > 1 or chance_on(self.sc)  # the chance form picks (interval, mode) per point
+        # the chance form, and a rule over the save and the grid variables, pick (interval, mode) per point
+        full = top > 1 or chance_on(self.sc) or any(self.save_rules().get(f, False) for f in enforced)
         scheds = None
         if level == "exact" and cutoff is not None and not full and not self.space.exact_pipeline_tables():
             low = self._points(h, enforced, objective, restrict, False, "bound")

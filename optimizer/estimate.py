@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from tpopt.catalogs import Catalog, load_catalog
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.errors import InputError
@@ -125,7 +126,7 @@ def fastest_at(space: Space, bounds: LayoutBounds, cards: int, enforced: frozens
     fits: layouts ranked by their finish-time bound, each solved exactly by the layout oracle until the
     next bound is no better than the best plan found."""
     sc = space.sc
-    allowed = bounds.allowed(enforced, sc.search.max_cards, sc.task.deadline_s, sc.cost.max_cost)
+    allowed = bounds.allowed(enforced, sc.search.max_cards, F.limit(F.DEADLINE, sc), sc.cost.max_cost)
     ok = np.isfinite(bounds.finish_min) & (bounds.cards == cards)
     for family_ok in allowed.values():
         ok &= family_ok
@@ -146,7 +147,7 @@ def fastest_at(space: Space, bounds: LayoutBounds, cards: int, enforced: frozens
 def candidate_cards(sc: Scenario, acc: str) -> list[int]:
     """Card counts tried without --cards: 1, 2, 4, ... hosts up to the card limit."""
     g = sc.system(acc).acc.cards_per_host
-    return [g * 2**k for k in range(MAX_HOSTS_DOUBLINGS) if g * 2**k <= sc.search.max_cards]
+    return [g * 2**k for k in range(MAX_HOSTS_DOUBLINGS) if g * 2**k <= F.limit(F.CARDS, sc)]
 
 
 def table_plan(sc: Scenario, best: Evaluation | None, acc: str, cards: int) -> Plan:
@@ -165,7 +166,7 @@ def memory_table(sc: Scenario, base: Plan) -> list[dict[str, Any]]:
     sc = at_plan_batch(sc, base)
     plan = resolve_plan(sc, replace(base, dp=0, grad_accum=0))
     sc = with_plan_options(sc, plan)
-    usable = sc.system(plan.accelerator).acc.memory_usable
+    usable = F.limit(F.MEMORY_PER_CARD, sc, plan.accelerator)
     zs = np.asarray(ZERO_STAGES)
     cells: dict[tuple[int, str, str], dict[str, Any]] = {}
     for off in OFFLOADS:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tpopt.models.plan import Scenario
+from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.explain import infeasibility
 from tpopt.optimizer.result import Request, SolveResult, Status
 from tpopt.optimizer.space import Space
@@ -20,7 +21,7 @@ RelaxationInputs = Callable[[], tuple[dict[str, Any] | None, Any]]
 from them); called only when infeasibility is proven."""
 
 
-def infeasible_entries(sc: Scenario, space: Space, backend: str, req: Request, result: SolveResult,
+def infeasible_entries(sc: Scenario, space: Space, backend: Solver, req: Request, result: SolveResult,
                        inputs: RelaxationInputs | None = None,
                        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """``conflict``, ``conflict_detail``, ``relaxations`` (and ``conflict_status`` when the time limit

@@ -32,13 +32,10 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tpopt.errors import InputError
 from tpopt.models import pipeline
-
-if TYPE_CHECKING:
-    from tpopt.optimizer.result import Request
 
 Progress = Callable[[str, int, "int | None"], None]
 """A progress callback: (phase, done, total or None)."""
@@ -170,7 +167,17 @@ def command_start() -> float | None:
     return _COMMAND_START[0] if _COMMAND_START else None
 
 
-def clock_of(req: Request) -> Clock:
+class Timed(Protocol):
+    """What :func:`clock_of` reads of a request (:class:`tpopt.optimizer.result.Request`): its shared clock, set
+    here when absent, and the time limit a new clock starts with (seconds; None or inf: no limit)."""
+
+    clock: Clock | None
+
+    @property
+    def time_limit(self) -> float | None: ...
+
+
+def clock_of(req: Timed) -> Clock:
     """The request's shared clock; a request without one gets its own (``req.time_limit`` from now)."""
     if req.clock is None:
         t = req.time_limit

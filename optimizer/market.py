@@ -51,6 +51,7 @@ from tpopt.models.evaluate import ConstraintCheck, Evaluation, evaluate
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY, HOUR
 from tpopt.optimizer import core
+from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.result import Request, SolveResult, SolverInfo, Status, objective_key
 from tpopt.optimizer.space import FAMILIES, Space, card_counts
 
@@ -112,8 +113,8 @@ def billed(sc: Scenario, offer: M.Offer, ev: Evaluation) -> Evaluation:
         if c.name == F.BUDGET:
             c = replace(c, value=cost, slack=c.limit - cost, binding=abs(c.limit - cost) <= REL * max(c.limit, 1.0))
         elif c.name == F.CARDS:
-            c = replace(c, limit=float(sc.search.max_cards), slack=sc.search.max_cards - c.value,
-                        binding=c.value >= sc.search.max_cards)
+            most = F.limit(F.CARDS, sc)
+            c = replace(c, limit=most, slack=most - c.value, binding=c.value >= most)
         checks.append(c)
     fam = F.family(F.MARKET_AVAILABLE)
     n = float(ev.plan.cards)
@@ -148,13 +149,13 @@ def _better(a: Evaluation, b: Evaluation | None, objective: str) -> bool:
     return ka[0] < kb[0] * (1 - REL) or (ka[0] <= kb[0] * (1 + REL) and ka[1] < kb[1] * (1 - REL))
 
 
-def solve_offer(sc: Scenario, offer: M.Offer, backend: str, req: Request,
-                choose: Callable[[Space, str, str], str]) -> OfferSolve:
+def solve_offer(sc: Scenario, offer: M.Offer, solver: Solver, req: Request,
+                choose: Callable[[Space, Solver, str], Solver]) -> OfferSolve:
     """The best plan on ``offer`` (see the module): one solve for a per-second bill, else the card scan."""
     sub = offer_scenario(sc, offer)
     space = Space.from_scenario(sub)
-    run = choose(space, backend, req.method)
-    counts = [n for n in card_counts(space.domains) if n <= sub.search.max_cards and offer.cards_fit(n)
+    run = choose(space, solver, req.method)
+    counts = [n for n in card_counts(space.domains) if n <= F.limit(F.CARDS, sub) and offer.cards_fit(n)
               and (req.cards is None or n in req.cards)]
     if offer.linear and not charges_checkpoints(sc, offer):
         r = core.solve(sub, run, replace(req, top=1, cards=tuple(counts) if offer.parts else req.cards), space=space)
@@ -195,7 +196,8 @@ class MarketSolve:
     power_binding: bool | None = None  # with a site power cap: does dropping it admit a better plan?
 
 
-def solve_market(sc: Scenario, backend: str, req: Request, choose: Callable[[Space, str, str], str]) -> MarketSolve:
+def solve_market(sc: Scenario, solver: Solver, req: Request, choose: Callable[[Space, Solver, str], Solver]
+                 ) -> MarketSolve:
     """The best plan over the scenario's offers (ties: the first offer in catalog order)."""
     if sc.stages or tuple(sc.search.global_batch or (sc.task.global_batch,)) != (sc.task.global_batch,):
         raise InputError("[market] offers with training stages or a global-batch choice are not supported; "
@@ -204,7 +206,7 @@ def solve_market(sc: Scenario, backend: str, req: Request, choose: Callable[[Spa
     unknown = sorted({o.accelerator for o in sc.market.offers} - set(sc.systems))
     if unknown:
         raise InputError(f"market: offers of {', '.join(unknown)}, which the scenario's hardware does not list")
-    rows = [solve_offer(sc, o, backend, req, choose) for o in sc.market.offers]
+    rows = [solve_offer(sc, o, solver, req, choose) for o in sc.market.offers]
     pick: OfferSolve | None = None
     for row in rows:
         if row.best is not None and (pick is None or _better(row.best, pick.best, req.objective)):
@@ -213,8 +215,9 @@ def solve_market(sc: Scenario, backend: str, req: Request, choose: Callable[[Spa
     status = (Status.OPTIMAL if pick else Status.INFEASIBLE) if proven else (Status.FEASIBLE if pick else
                                                                             Status.UNKNOWN)
     solves = sum(r.solves for r in rows)
-    info = SolverInfo(name=backend, note=f"one exact sub-problem per offer ({len(rows)} offer{'s' * (len(rows) != 1)}"
-                      f", {solves} solve{'s' * (solves != 1)})")
+    info = SolverInfo(name=solver.name,
+                      note=f"one exact sub-problem per offer ({len(rows)} offer{'s' * (len(rows) != 1)}"
+                           f", {solves} solve{'s' * (solves != 1)})")
     info.gap = 0.0 if status == Status.OPTIMAL else None
     info.points = sum(r.points for r in rows)
     info.wall_s = time.perf_counter() - t0
@@ -223,7 +226,7 @@ def solve_market(sc: Scenario, backend: str, req: Request, choose: Callable[[Spa
     out = MarketSolve(rows, pick, SolveResult(status=status, objective=req.objective, plans=plans, solver=info,
                                               enforced=tuple(f for f in FAMILIES if f in enforced)))
     if sc.market.site_power_w is not None and pick is not None and pick.best is not None:
-        free = solve_market(replace(sc, market=replace(sc.market, site_power_w=None)), backend, req, choose)
+        free = solve_market(replace(sc, market=replace(sc.market, site_power_w=None)), solver, req, choose)
         out.power_binding = free.pick is not None and free.pick.best is not None and \
             _better(free.pick.best, pick.best, req.objective)
         out.result.plans = [mark_power(pick.best, out.power_binding)]

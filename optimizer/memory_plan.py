@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+
 from tpopt.errors import InputError
 from tpopt.models import variables as V
 from tpopt.models.units import GIB

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import numpy as np
+
 from tpopt.errors import InputError
 from tpopt.models import batch as B
 from tpopt.models import families as F
@@ -42,6 +43,7 @@ from tpopt.models.plan import CostOptions, Scenario
 from tpopt.models.units import DAY
 from tpopt.optimizer import backends, core
 from tpopt.optimizer import report as R
+from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.enumerate import PointTable
 from tpopt.optimizer.limits import Clock, TimeLimitReached, Undecided, clock_of
 from tpopt.optimizer.report import TABLE_LIMIT
@@ -152,18 +154,19 @@ def merge_status(statuses: Iterable[Status]) -> Status:
     return Status.UNKNOWN
 
 
-def solve(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = None,
+def solve(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | None = None,
           restrict: R.Restrict | None = None, space: Space | None = None) -> SolveResult:
     """The best ``req.top`` plans of any unstaged scenario: one exact solve per global batch when the
     batch is a choice (:func:`solve_batches`), else :func:`tpopt.optimizer.core.solve` of its one space."""
     if space is None and sc.stages:
         raise InputError(core.STAGED)
+    solver = backends.checked(backend)
     if space is None and has_task_choices(sc):
-        return solve_batches(sc, backend, req, restrict).result
-    return core.solve(sc, backend, req, restrict, space)
+        return solve_batches(sc, solver, req, restrict).result
+    return core.solve(sc, solver, req, restrict, space)
 
 
-def solve_batches(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = None,
+def solve_batches(sc: Scenario, solver: Solver, req: Request | None = None,
                   restrict: R.Restrict | None = None) -> BatchSolve:
     """The best ``req.top`` plans over every batch choice (each batch's exact optimum, merged)."""
     req = req or Request()
@@ -173,15 +176,15 @@ def solve_batches(sc: Scenario, backend: str = backends.DEFAULT, req: Request | 
     for b in batch_choices(sc):
         sub = at_batch(sc, b)
         space = Space.from_scenario(sub, restrict)
-        r = core.solve(sub, backend, req, space=space)
+        r = core.solve(sub, solver, req, space=space)
         choices.append(Choice(b, sub, space, r))
     K = max(1, req.top)
     plans = sorted((ev for c in choices for ev in c.result.plans), key=lambda ev: objective_key(ev, req.objective))
-    info = SolverInfo(name=backend, wall_s=time.perf_counter() - t0,
+    info = SolverInfo(name=solver.name, wall_s=time.perf_counter() - t0,
                       points=sum(c.result.solver.points for c in choices),
                       evaluated=sum(c.result.solver.evaluated for c in choices),
                       rounds=sum(c.result.solver.rounds for c in choices),
-                      note=f"{choices[0].result.solver.note or backend}, one exact solve per global batch "
+                      note=f"{choices[0].result.solver.note or solver.name}, one exact solve per global batch "
                            f"({len(choices)})")
     status = merge_status(c.result.status for c in choices)
     info.gap = 0.0 if status == Status.OPTIMAL else None
@@ -219,7 +222,7 @@ class MultiOracle:
         return min(found, key=lambda ev: objective_key(ev, objective)) if found else None
 
 
-def batch_analysis(bs: BatchSolve, backend: str, req: Request, enforced: Collection[str]) -> dict[str, Any]:
+def batch_analysis(bs: BatchSolve, solver: Solver, req: Request, enforced: Collection[str]) -> dict[str, Any]:
     """Binding families over every batch, the usual alternatives at the chosen batch, and one
     alternative per other batch (feasible but worse, or ruled out by what); under the request's clock
     like :func:`tpopt.optimizer.report.analysis` (items it leaves open are marked so)."""
@@ -231,7 +234,7 @@ def batch_analysis(bs: BatchSolve, backend: str, req: Request, enforced: Collect
     undecided: list[str] = []
     try:
         with clock.stoppable("analysing the optimum"):
-            oracles: dict[int, R.Oracle] = {c.batch: R.make_oracle(c.space, backend, req) for c in bs.choices}
+            oracles: dict[int, R.Oracle] = {c.batch: R.make_oracle(c.space, solver, req) for c in bs.choices}
     except TimeLimitReached:
         return {"oracle": None, "binding": [], "alternatives": [], "robustness": R.robustness(chosen.sc, best),
                 "undecided": [f for f in R.RELAXABLE if f in enforced], "analysis": "time limit reached"}
@@ -335,7 +338,7 @@ def _limits_free(sc: Scenario, deadline_s: float) -> Scenario:
     return replace(sc, task=replace(sc.task, deadline_s=deadline_s), cost=CostOptions(None))
 
 
-def stage_front(st: Scenario, backend: str, req: Request, enforced: Collection[str], t_max: float,
+def stage_front(st: Scenario, solver: Solver, req: Request, enforced: Collection[str], t_max: float,
                 cheapest_only: bool = False) -> tuple[list[FrontPoint], bool]:
     """The Pareto front of (finish, cost) of one stage (every batch choice) up to finish ``t_max``,
     every family but the shared limits enforced; (front, proven)."""
@@ -370,7 +373,7 @@ def stage_front(st: Scenario, backend: str, req: Request, enforced: Collection[s
             if req.clock.expired("tracing a stage's Pareto front"):
                 proven = False
                 break
-            r = core.solve(_limits_free(sub, t), backend,
+            r = core.solve(_limits_free(sub, t), solver,
                            Request(objective="cost", enforce=frozenset(own + [F.DEADLINE]),
                                    time_limit=req.time_limit, seed=req.seed, workers=req.workers, clock=req.clock))
             if r.status not in (Status.OPTIMAL, Status.INFEASIBLE):
@@ -431,15 +434,16 @@ class StagedSolve:
         return sum(p.cost for p in self.picks)
 
 
-def solve_stages(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = None) -> StagedSolve:
+def solve_stages(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | None = None) -> StagedSolve:
     """The cheapest (or fastest) plan per stage such that all stages finish by the deadline."""
     req = req or Request()
     clock = clock_of(req)  # one clock over every stage's solves
     t0 = time.perf_counter()
     enforced = req.enforced(FAMILIES)
     stages = stage_scenarios(sc)
-    deadline = sc.task.deadline_s
-    info = SolverInfo(name=backend, note="one Pareto front per stage, merged")
+    solver = backends.checked(backend)
+    deadline = F.limit(F.DEADLINE, sc)
+    info = SolverInfo(name=solver.name, note="one Pareto front per stage, merged")
     out = StagedSolve(Status.INFEASIBLE, req.objective, stages, solver=info,
                       enforced=tuple(f for f in FAMILIES if f in enforced))
     # each stage's fastest plan (every family of its own enforced): the window the others leave
@@ -450,7 +454,7 @@ def solve_stages(sc: Scenario, backend: str = backends.DEFAULT, req: Request | N
         best: Evaluation | None = None
         decided = True
         for b in batch_choices(st.sc):
-            r = core.solve(_limits_free(at_batch(st.sc, b), deadline), backend,
+            r = core.solve(_limits_free(at_batch(st.sc, b), deadline), solver,
                       Request(objective="time", enforce=own, time_limit=req.time_limit, seed=req.seed,
                               workers=req.workers, clock=clock))
             decided &= r.status in (Status.OPTIMAL, Status.INFEASIBLE)
@@ -473,7 +477,7 @@ def solve_stages(sc: Scenario, backend: str = backends.DEFAULT, req: Request | N
     cap = deadline if use_deadline else math.inf
     fronts: list[list[FrontPoint]] | None = None
     if req.objective == "cost":  # each stage's cheapest plan in its window; if they fit together: optimal
-        firsts = [stage_front(st.sc, backend, req, enforced, w if math.isfinite(w) else 1e300, True)
+        firsts = [stage_front(st.sc, solver, req, enforced, w if math.isfinite(w) else 1e300, True)
                   for st, w in zip(stages, windows, strict=False)]
         proven &= all(p for _, p in firsts)
         picks = [fr[-1] for fr, _ in firsts if fr]  # fronts run fastest -> cheapest
@@ -483,7 +487,7 @@ def solve_stages(sc: Scenario, backend: str = backends.DEFAULT, req: Request | N
     if fronts is None:
         fronts = []
         for st, w in zip(stages, windows, strict=False):
-            fr, p = stage_front(st.sc, backend, req, enforced, w if math.isfinite(w) else 1e300)
+            fr, p = stage_front(st.sc, solver, req, enforced, w if math.isfinite(w) else 1e300)
             proven &= p
             fronts.append(fr)
     out.fronts = fronts
@@ -508,4 +512,4 @@ def _finish_stages(out: StagedSolve, clock: Clock, t0: float) -> StagedSolve:
 
 def allocated(ss: StagedSolve, i: int) -> float:
     """The deadline stage i has, given the other stages' chosen plans."""
-    return ss.stages[i].sc.task.deadline_s - (ss.finish_s - ss.picks[i].finish_s)
+    return F.limit(F.DEADLINE, ss.stages[i].sc) - (ss.finish_s - ss.picks[i].finish_s)

@@ -20,7 +20,8 @@ from tpopt.models import families as F
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY
 from tpopt.optimizer import backends, core, footing, market, outer
-from tpopt.optimizer.core import TINY_NOTE, TINY_SPACE, tiny_backend  # noqa: F401 (TINY_SPACE: re-exported)
+from tpopt.optimizer.backends import Solver
+from tpopt.optimizer.core import TINY_NOTE, TINY_SPACE, tiny_solver  # noqa: F401 (TINY_SPACE: re-exported)
 from tpopt.optimizer.memory_plan import enforce as enforce_memory
 from tpopt.optimizer.ondemand import slice_whole_tables
 from tpopt.optimizer.report import analysis, cp_not_searched, scenario_entry
@@ -76,27 +77,28 @@ class PlanReport(SolveResult):
         return found
 
 
-def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = None, *, analyse: bool = True,
+def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | None = None, *, analyse: bool = True,
          sensitivity: bool = False, export: str | None = None,
          on_export: Callable[[dict[str, Any]], None] | None = None, inputs: RelaxationInputs | None = None,
          progress: Callable[[str], None] | None = None) -> PlanReport:
     """Solve ``sc`` as ``tpopt solve`` does (see the module); ``export``: also write the plan MILP to this
     .lp/.mps file (``on_export(figures)`` is told as soon as it is written, before the solve). Without a
     plan, the report has the conflict and the relaxations (:func:`~tpopt.optimizer.infeasible.infeasible_entries`;
-    ``inputs()``: the raw tables and catalog they rebuild the scenario from; ``progress(text)``: each step)."""
+    ``inputs()``: the raw tables and catalog they rebuild the scenario from; ``progress(text)``: each step).
+    ``backend``: a solver's name (the command line's, the API's) or a :class:`~tpopt.optimizer.backends.Solver`."""
     req = req or Request()
-    backends.check_solver(backend)
-    backends.require(backend, req)  # a missing solver fails here, before anything is written
+    solver = backends.checked(backend)  # resolved once: the modules below are handed the Solver
+    solver.require(req)  # a missing solver fails here, before anything is written
     if export and outer.has_task_choices(sc):
         raise InputError("--export writes one plan MILP: give one global batch (--global-batch) and no stages")
     if sc.market.offers:  # the offer is a choice: one exact sub-problem per offer
-        return _market(sc, backend, req)
+        return _market(sc, solver, req)
     if sc.stages:
-        return _staged(sc, backend, req, analyse)
-    bs = outer.solve_batches(sc, backend, req) if outer.has_task_choices(sc) else None
+        return _staged(sc, solver, req, analyse)
+    bs = outer.solve_batches(sc, solver, req) if outer.has_task_choices(sc) else None
     space = bs.choices[0].space if bs else Space.from_scenario(sc)
     skipped = None  # why the analysis is left out when it was asked for
-    if analyse or backends.capabilities(backend).needs_tables:  # the solve or its analysis builds the tables
+    if analyse or solver.capabilities.needs_tables:  # the solve or its analysis builds the tables
         mp = enforce_memory(space)
         if mp.method == "on-demand":
             if analyse:  # the analysis reads every table at once; the solve builds one layout group at a time
@@ -112,11 +114,11 @@ def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = No
     if bs:
         result = bs.result
     else:
-        run = tiny_backend(space, backend, req.method)
+        run = tiny_solver(space, solver, req.method)
         if analyse:  # the analysis reads the whole tables: an on-demand solve's layout groups slice them
             slice_whole_tables(space)
         result = core.solve(sc, run, req, space=space)
-        if run != backend:
+        if run != solver:
             result.solver.note = TINY_NOTE  # --method monolithic runs the solver asked for
     out: dict[str, Any] = {"status": result.status.value, "objective": result.objective,
                            "solver": result.solver.as_dict(), "scenario": scenario_entry(sc)}
@@ -124,28 +126,28 @@ def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = No
         out["export"] = exported
     if not result.feasible:
         if bs:  # conflict at the task's batch (or the first choice); relaxations over every batch
-            out["batch_choices"] = fastest_per_batch(bs, backend, req)
+            out["batch_choices"] = fastest_per_batch(bs, solver, req)
             space = conflict_space(bs, sc)
         from tpopt.optimizer.infeasible import infeasible_entries  # lazy: start-up time (only without a plan)
 
-        out.update(infeasible_entries(sc, space, backend, req, result, inputs, progress))
+        out.update(infeasible_entries(sc, space, solver, req, result, inputs, progress))
         return PlanReport.of(result, out, sc, space, bs)
     view = sc  # the scenario the plan is shown in (with batch choices: at its batch)
     best = result.best
     assert best is not None, "a feasible result has a best plan"
     if bs:  # the global batch is a choice: analysis over every batch, the chosen batch's scenario
         view, space = bs.choice_of(best).sc, bs.choice_of(best).space
-        ana = outer.batch_analysis(bs, backend, req, set(result.enforced)) if analyse else None
+        ana = outer.batch_analysis(bs, solver, req, set(result.enforced)) if analyse else None
     else:
-        ana = analysis(space, best, backend, req, set(result.enforced)) if analyse else None
+        ana = analysis(space, best, solver, req, set(result.enforced)) if analyse else None
     out.update(best_entries(result, ana, skipped))
     if view.task.confidence is not None:  # the finish-time distribution (added only with a confidence)
         from tpopt.optimizer.confidence import distribution_entry  # lazy: start-up time (SciPy)
 
-        out["finish_distribution"] = distribution_entry(view, best, backend, req, step_up=analyse)
+        out["finish_distribution"] = distribution_entry(view, best, solver, req, step_up=analyse)
     out["footing"] = footing.of_evaluation(view, out)
     if analyse:
-        cp = cp_not_searched(view, backend, req, best)
+        cp = cp_not_searched(view, solver, req, best)
         if cp is not None:
             out["context_parallel"] = cp
     if bs or sc.task.critical_batch is not None:
@@ -154,7 +156,7 @@ def plan(sc: Scenario, backend: str = backends.DEFAULT, req: Request | None = No
     if sensitivity:
         from tpopt.optimizer.explain import sensitivities  # lazy: start-up time (only with --sensitivity)
 
-        out["sensitivities"] = sensitivities(sc, backend, req, base=best)
+        out["sensitivities"] = sensitivities(sc, solver, req, base=best)
     return PlanReport.of(result, out, view, space, bs)
 
 
@@ -185,7 +187,7 @@ def best_entries(result: SolveResult, ana: dict[str, Any] | None, skipped: str |
 
 def _export(space: Space, req: Request, path: str) -> dict[str, Any]:
     """Write the plan MILP (Pyomo) for another solver; its figures (path, variables, constraints, objective)."""
-    from tpopt.optimizer.pyomo_model import export_model  # lazy: start-up time (Pyomo, ortools)
+    from tpopt.optimizer.backends.pyomo_model import export_model  # lazy: start-up time (Pyomo, ortools)
 
     figures: dict[str, Any] = export_model(space, req, path)
     return figures
@@ -193,7 +195,7 @@ def _export(space: Space, req: Request, path: str) -> dict[str, Any]:
 
 def check_export(path: str) -> None:
     """An export path must be writable and end in .lp or .mps (checked before any work)."""
-    from tpopt.optimizer.pyomo_model import check_export_path  # lazy: start-up time (Pyomo, ortools)
+    from tpopt.optimizer.backends.pyomo_model import check_export_path  # lazy: start-up time (Pyomo, ortools)
 
     check_export_path(path)
 
@@ -202,13 +204,13 @@ def check_export(path: str) -> None:
 # no batch admits a plan
 
 
-def fastest_per_batch(bs: outer.BatchSolve, backend: str, req: Request) -> list[dict[str, Any]]:
+def fastest_per_batch(bs: outer.BatchSolve, solver: Solver, req: Request) -> list[dict[str, Any]]:
     """Each batch's fastest plan with the deadline and budget dropped (None: no plan at all, or none found
     within the time limit: ``fastest_status`` says which, ``infeasible`` or ``unknown``); on the run's clock."""
     rows: list[dict[str, Any]] = []
     for c in bs.choices:
         enforce = frozenset(f for f in req.enforced(FAMILIES) if f not in (F.DEADLINE, F.BUDGET))
-        r = core.solve(c.sc, backend, Request(objective="time", enforce=enforce, time_limit=req.time_limit,
+        r = core.solve(c.sc, solver, Request(objective="time", enforce=enforce, time_limit=req.time_limit,
                                               seed=req.seed, workers=req.workers, clock=req.clock), space=c.space)
         fin = r.best.metrics["finish_days"] if r.best is not None else None
         rows.append({"global_batch": c.batch, "tokens": c.sc.task.tokens, "status": c.result.status.value,
@@ -229,9 +231,9 @@ def conflict_space(bs: outer.BatchSolve, sc: Scenario) -> Space:
 # market offers
 
 
-def _market(sc: Scenario, backend: str, req: Request) -> PlanReport:
+def _market(sc: Scenario, solver: Solver, req: Request) -> PlanReport:
     """The best plan over the scenario's offers (:mod:`tpopt.optimizer.market`), its offer and spot figures."""
-    ms = market.solve_market(sc, backend, req, tiny_backend)
+    ms = market.solve_market(sc, solver, req, tiny_solver)
     out: dict[str, Any] = {"status": ms.result.status.value, "objective": ms.result.objective,
                            "solver": ms.result.solver.as_dict()}
     view = ms.pick.sc if ms.pick else sc
@@ -245,16 +247,16 @@ def _market(sc: Scenario, backend: str, req: Request) -> PlanReport:
 # training stages
 
 
-def _staged(sc: Scenario, backend: str, req: Request, analyse: bool) -> PlanReport:
-    ss = outer.solve_stages(sc, backend, req)
+def _staged(sc: Scenario, solver: Solver, req: Request, analyse: bool) -> PlanReport:
+    ss = outer.solve_stages(sc, solver, req)
     result = SolveResult(status=ss.status, objective=ss.objective, plans=[p.ev for p in ss.picks] if ss.feasible
                          else [], solver=ss.solver, enforced=tuple(ss.enforced))
-    d = staged_dict(ss, analyse, backend, req)
+    d = staged_dict(ss, analyse, solver, req)
     d = {**{k: d[k] for k in ("status", "objective", "solver")}, "scenario": scenario_entry(sc), **d}
     return PlanReport.of(result, d, sc, staged=ss)
 
 
-def _stage_entry(ss: outer.StagedSolve, i: int, analyse: bool, backend: str, req: Request) -> dict[str, Any]:
+def _stage_entry(ss: outer.StagedSolve, i: int, analyse: bool, solver: Solver, req: Request) -> dict[str, Any]:
     st, pick = ss.stages[i], ss.picks[i]
     ev = pick.ev
     d = ev.as_dict()
@@ -264,22 +266,22 @@ def _stage_entry(ss: outer.StagedSolve, i: int, analyse: bool, backend: str, req
     e["footing"] = footing.of_evaluation(pick.sc, e)
     if analyse:  # what binds this stage at the deadline the other stages leave it
         sc_i = replace(pick.sc, task=replace(pick.sc.task, deadline_s=outer.allocated(ss, i)))
-        ana = analysis(Space.from_scenario(sc_i), ev, backend, req, set(ss.enforced) - {F.BUDGET})
+        ana = analysis(Space.from_scenario(sc_i), ev, solver, req, set(ss.enforced) - {F.BUDGET})
         e["binding"], e["alternatives"] = ana["binding"], ana["alternatives"]
         e["binding_undecided"] = list(ana["undecided"])  # cut short by the time limit: said so, never "none"
     return e
 
 
-def staged_dict(ss: outer.StagedSolve, analyse: bool, backend: str, req: Request) -> dict[str, Any]:
+def staged_dict(ss: outer.StagedSolve, analyse: bool, solver: Solver, req: Request) -> dict[str, Any]:
     """The staged solve as the command's JSON: each stage's plan (and what binds it), the total; without
     a combination, each stage's fastest plan."""
     out: dict[str, Any] = {"status": ss.status.value, "objective": ss.objective, "solver": ss.solver.as_dict(),
                            "feasible": ss.feasible}
     if ss.feasible:
-        out["stages"] = [_stage_entry(ss, i, analyse, backend, req) for i in range(len(ss.stages))]
+        out["stages"] = [_stage_entry(ss, i, analyse, solver, req) for i in range(len(ss.stages))]
         out["total"] = {"finish_days": ss.finish_s / DAY, "cost": ss.cost,
                         "cost_unit": ss.picks[0].ev.metrics["cost_unit"],
-                        "deadline_days": ss.stages[0].sc.task.deadline_s / DAY}
+                        "deadline_days": F.limit(F.DEADLINE, ss.stages[0].sc) / DAY}
     else:
         out["fastest"] = [None if f is None else {"name": st.name, "finish_days": f.metrics["finish_days"],
                                                   "cost": f.metrics["cost"], "plan": f.plan_dict()}

@@ -31,7 +31,7 @@ class RLPlanReport:
         return self.result.feasible
 
 
-def plan_rl(rsc: RLScenario, backend: str = backends.DEFAULT, req: Request | None = None, *,
+def plan_rl(rsc: RLScenario, backend: str | backends.Solver = backends.DEFAULT, req: Request | None = None, *,
             analyse: bool = True) -> RLPlanReport:
     """Solve an RL scenario as ``tpopt rl`` does: the exact RL search for ``req.objective``
     (:func:`tpopt.optimizer.rl.solve`, the learner's layouts by ``backend``), then its report -- the binding
@@ -40,7 +40,7 @@ def plan_rl(rsc: RLScenario, backend: str = backends.DEFAULT, req: Request | Non
     started here."""
     req = req or Request()
     pb = rl.RLProblem(rsc, backend, req)  # an unknown backend fails here
-    backends.require(backend, req)  # a missing solver fails here, before any work
+    pb.backend.require(req)  # a missing solver fails here, before any work
     clock_of(req)  # the solve and its analysis share it
     result = rl.solve(pb, req.objective)
     return RLPlanReport(result, rl.report(pb, result, analyse=analyse, break_even=analyse), pb)

@@ -23,6 +23,7 @@ from typing import Any, Final, Protocol, TypeAlias
 
 import numpy as np
 from numpy.typing import NDArray
+
 from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models.arch import activated_params, flops_per_token, param_count
@@ -31,6 +32,7 @@ from tpopt.models.plan import Scenario
 from tpopt.models.variables import ALTERNATIVES
 from tpopt.optimizer import analysis as shared  # the analysis shared with tpopt rl (analysis() is ours)
 from tpopt.optimizer import backends, core
+from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.decompose import LayoutBounds
 from tpopt.optimizer.enumerate import HUB, PointTable, layout_evaluator
 from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
@@ -79,11 +81,11 @@ class TableOracle:
 
 
 class SolverOracle:
-    def __init__(self, space: Space, backend: str, req: Request):
+    def __init__(self, space: Space, backend: str | Solver, req: Request):
         self.space = space
-        self.backend = backend
+        self.solver = backends.resolve(backend)
         self.req = req
-        self.name = backend
+        self.name = self.solver.name
 
     def best(self, enforced: Collection[str], objective: str, restrict: Restrict | None = None,
              cards: Cards = None) -> Evaluation | None:
@@ -94,7 +96,7 @@ class SolverOracle:
             space = Space.from_scenario(self.space.sc, _merge(self.space.domains, restrict)) if restrict else self.space
         except Exception:
             return None
-        r = core.solve(self.space.sc, self.backend, req, space=space)
+        r = core.solve(self.space.sc, self.solver, req, space=space)
         if r.status not in (Status.OPTIMAL, Status.INFEASIBLE):  # a plan that is not proven best answers nothing
             raise Undecided("time limit reached")
         return r.best
@@ -165,7 +167,7 @@ class LayoutOracle:
     def _allowed(self, enforced: Collection[str], restrict: Restrict | None, cards: Cards) -> NDArray[np.bool_]:
         b, sc, d = self._under(enforced), self.space.sc, self.space.domains
         ok = np.ones(b.n, dtype=bool)
-        for mask in b.allowed(set(enforced), sc.search.max_cards, sc.task.deadline_s, sc.cost.max_cost).values():
+        for mask in b.allowed(set(enforced), sc.search.max_cards, F.limit(F.DEADLINE, sc), sc.cost.max_cost).values():
             ok &= mask
         for var, allowed in (restrict or {}).items():
             if var in HUB:
@@ -247,14 +249,14 @@ def _merge(domains: Mapping[str, Sequence[Any]], restrict: Restrict | None) -> d
     return out
 
 
-def make_oracle(space: Space, backend: str, req: Request, check: Check | None = None
+def make_oracle(space: Space, backend: str | Solver, req: Request, check: Check | None = None
                 ) -> TableOracle | SolverOracle | LayoutOracle:
     """One exact enumeration for small spaces whose pipeline terms are cheap to simulate; the layout
     decomposition's model otherwise (the monolithic solver on request: ``--method monolithic``)."""
     if space.size() <= TABLE_LIMIT and space.cheap_pipeline():
         return TableOracle(space)
     if req.method == "monolithic":
-        return SolverOracle(space, backends.with_model(backend), req)
+        return SolverOracle(space, backends.resolve(backend).with_model(), req)
     return LayoutOracle(space, check)
 
 
@@ -366,7 +368,7 @@ def robustness(sc: Scenario, best: Evaluation) -> dict[str, Any]:
                                 "violates": [c.name for c in ev.violated()]}}
 
 
-def analysis(space: Space, best: Evaluation, backend: str, req: Request, enforced: Collection[str]) -> dict[str, Any]:
+def analysis(space: Space, best: Evaluation, solver: Solver, req: Request, enforced: Collection[str]) -> dict[str, Any]:
     """Binding families and alternatives of an optimum (dicts ready for JSON)."""
     clock = clock_of(req)
 
@@ -378,7 +380,7 @@ def analysis(space: Space, best: Evaluation, backend: str, req: Request, enforce
     undecided: list[str] = []
     try:
         with clock.stoppable("analysing the optimum"):
-            oracle = make_oracle(space, backend, req, check)
+            oracle = make_oracle(space, solver, req, check)
     except TimeLimitReached:  # not even the oracle: every question is left open, and said so
         return {"oracle": None, "binding": [], "alternatives": [], "robustness": robustness(space.sc, best),
                 "undecided": [f for f in RELAXABLE if f in enforced and f not in space.inert()
@@ -418,7 +420,7 @@ CP_CHOICES: Final = (1, 2, 4, 8, 16)  # what --cp 1,2,4,8,16 searches
 CP_CHECK_MAX_PLANS: Final = 5_000_000  # re-solve with CP open only up to this space size (else: a hint)
 
 
-def cp_not_searched(sc: Scenario, backend: str, req: Request, best: Evaluation | None) -> dict[str, Any] | None:
+def cp_not_searched(sc: Scenario, solver: Solver, req: Request, best: Evaluation | None) -> dict[str, Any] | None:
     """What leaving context parallelism out of ``[search]`` costs a long-context task, or None when it
     does not apply (sequences shorter than LONG_CONTEXT_TOKENS, or CP searched).
 
@@ -440,7 +442,7 @@ def cp_not_searched(sc: Scenario, backend: str, req: Request, best: Evaluation |
     if space.size() > CP_CHECK_MAX_PLANS:
         out["reason"] = f"{space.size():,} plans with CP open: not re-solved"
         return out
-    run = backends.EXHAUSTIVE if space.size() <= TABLE_LIMIT else backends.with_model(backend)
+    run = backends.resolve(backends.EXHAUSTIVE) if space.size() <= TABLE_LIMIT else solver.with_model()
     r = core.solve(opened, run, Request(objective=req.objective, time_limit=req.time_limit, seed=req.seed,
                                          workers=req.workers, clock=req.clock), space=space)
     if r.status != Status.OPTIMAL:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
 from tpopt.errors import InputError
 from tpopt.models import context, pipeline
 from tpopt.models import families as F
@@ -97,10 +98,11 @@ def card_counts(domains: Domains) -> list[int]:
 # reported, not encoded twice)
 FAMILIES = F.SOLVED
 STRUCTURAL = F.STRUCTURAL
-# the terms every backend sums: memory per card (per stage class, see memory_tables) and busy time per step
-MEMORY_TERMS = ("mem.states", "mem.copies", "mem.activations", "mem.temporary")
-BUSY_TERMS = ("time.compute", "time.exposed_dp", "time.tp_comm", "time.offload", "time.ep_comm")
-# single-table conditions decided exactly when the tables are built (family -> "ok." table)
+# the terms every backend sums, as their families declare them: memory per card (per stage class, see
+# memory_tables) and busy time per step
+MEMORY_TERMS = F.family(F.MEMORY_PER_CARD).terms
+BUSY_TERMS = F.family(F.STEP_BUDGET).terms
+# single-table conditions decided exactly when the tables are built (each family's ``table``)
 EXACT = F.EXACT
 
 
@@ -266,7 +268,7 @@ def round_up32(x: ArrayLike) -> NDArray[np.float32]:
     return up
 
 
-TASK_TABLES = ("interval", "overhead", "ok." + F.CHECKPOINT, CHANCE_TABLE)
+TASK_TABLES = ("interval", "overhead", F.ok_table(F.CHECKPOINT), CHANCE_TABLE)
 """The tables that read the task's tokens, deadline, reserved time or confidence (the automatic save
 interval falls back to the deadline where no failure is modelled; the chance table reads all four).
 Every other table is the same for any value of them, or of the card and budget caps."""
@@ -483,21 +485,21 @@ class Space:
             "rate": (("acc", *cf, "nics"), lambda acc, nics, **f: T.rate_per_second(sc, acc, cards_of(**f), nics)),
             "cards": (cf, cards_of),
             # structural facts (True = the rule holds)
-            "ok." + F.BATCH_DIVISIBILITY: term(T.batch_remainder, lambda r: r == 0),
-            "ok." + F.WHOLE_HOSTS: (("acc", *cf),
+            F.ok_table(F.BATCH_DIVISIBILITY): term(T.batch_remainder, lambda r: r == 0),
+            F.ok_table(F.WHOLE_HOSTS): (("acc", *cf),
                                       lambda acc, **f: cards_of(**f) % sc.system(acc).acc.cards_per_host == 0),
-            "ok." + F.TP_WITHIN_HOST: (("acc", "tp", "cp"),
+            F.ok_table(F.TP_WITHIN_HOST): (("acc", "tp", "cp"),
                                          lambda acc, tp, cp: context.placement_ok(tp, cp,
                                                                                   sc.system(acc).acc.cards_per_host)),
-            "ok." + F.HEADS_DIVISIBLE: (("tp", "cp"), lambda tp, cp: context.heads_ok(a, tp, cp, sc.cp_method)),
-            "ok." + F.PP_DIVIDES_LAYERS: (("pp",), lambda pp: (a.layers % pp == 0) | per_op),
-            "ok." + F.SCHEDULE_SHAPE: term(T.schedule_shape_ok),
-            "ok." + F.EP_DIVIDES_EXPERTS: (("ep",), lambda ep: np.mod(a.experts, ep) == 0),
-            "ok." + F.EP_GROUP: term(T.ep_group_ok),
-            "ok." + F.CAPACITY_DROPS: term(T.capacity_drops, lambda drops: drops <= sc.moe.max_drop),
+            F.ok_table(F.HEADS_DIVISIBLE): (("tp", "cp"), lambda tp, cp: context.heads_ok(a, tp, cp, sc.cp_method)),
+            F.ok_table(F.PP_DIVIDES_LAYERS): (("pp",), lambda pp: (a.layers % pp == 0) | per_op),
+            F.ok_table(F.SCHEDULE_SHAPE): term(T.schedule_shape_ok),
+            F.ok_table(F.EP_DIVIDES_EXPERTS): (("ep",), lambda ep: np.mod(a.experts, ep) == 0),
+            F.ok_table(F.EP_GROUP): term(T.ep_group_ok),
+            F.ok_table(F.CAPACITY_DROPS): term(T.capacity_drops, lambda drops: drops <= F.limit(F.CAPACITY_DROPS, sc)),
             # exact single-table conditions: backlog (write time <= interval), host memory <= capacity
-            "ok." + F.CHECKPOINT: (("mode", "tau", *cf), None),
-            "ok." + F.MEMORY_HOST: (term_variables(T.host_memory, a.moe), None),
+            F.ok_table(F.CHECKPOINT): (("mode", "tau", *cf), None),
+            F.ok_table(F.MEMORY_HOST): (term_variables(T.host_memory, a.moe), None),
         }
 
     def memory_classes(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -598,9 +600,9 @@ class Space:
             return self.tabulate(name, vars, fn, dtype)
         if name.startswith("time.compute"):
             return self._compute_table(name)
-        if name == "ok." + F.CHECKPOINT:
+        if name == F.ok_table(F.CHECKPOINT):
             return Table(name, vars, T.checkpoint_write_time(self.sc) <= t["interval"].values)
-        if name == "ok." + F.MEMORY_HOST:
+        if name == F.ok_table(F.MEMORY_HOST):
             h = t["mem.host"]
             cap = self.host_capacity()
             shape = [1] * h.values.ndim
@@ -609,15 +611,15 @@ class Space:
         raise KeyError(name)
 
     def moe_rules(self) -> dict[str, Table]:
-        """The MoE families' conditions (True = the rule holds), each over its own few variables."""
-        return {n: self.tables[n] for n in ("ok." + F.EP_DIVIDES_EXPERTS, "ok." + F.EP_GROUP,
-                                            "ok." + F.CAPACITY_DROPS)}
+        """The MoE families' conditions (family -> its table, True = the rule holds), each over its own few
+        variables."""
+        return {n: self.tables[F.ok_table(n)] for n in F.MOE_FAMILIES}
 
     def inert(self) -> frozenset[str]:
         """MoE families no plan of this space can violate (all three for a dense model; capacity drops when
         every capacity is dropless or drops little enough). Reports skip them: dropping one cannot admit a
         better plan."""
-        return frozenset(k[3:] for k, t in self.moe_rules().items() if bool(np.all(t.values)))
+        return frozenset(n for n, t in self.moe_rules().items() if bool(np.all(t.values)))
 
     def compute_floor(self) -> Table:
         """A lower bound of the compute term that simulates no pipeline (:func:`compute_floor`), over the compute
@@ -784,10 +786,12 @@ class Space:
         return chosen
 
     def usable(self) -> FloatArray:
-        return np.array([self.sc.system(a).acc.memory_usable for a in self.domains["acc"]])
+        """The memory family's limit per accelerator of the space (bytes per card)."""
+        return np.array([F.limit(F.MEMORY_PER_CARD, self.sc, a) for a in self.domains["acc"]])
 
     def host_capacity(self) -> FloatArray:
-        return np.array([self.sc.system(a).acc.host_memory or np.inf for a in self.domains["acc"]])
+        """The host-memory family's limit per accelerator of the space (bytes per host; inf where none)."""
+        return np.array([F.limit(F.MEMORY_HOST, self.sc, a) for a in self.domains["acc"]])
 
     # -- plans ----------------------------------------------------------------------------------
     def plan(self, idx: Mapping[str, int]) -> Plan:

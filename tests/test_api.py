@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 import tpopt
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,6 +147,7 @@ def test_the_api_returns_what_the_command_prints():
     import json
 
     from click.testing import CliRunner
+
     from tpopt.cli.main import cli
 
     out = CliRunner().invoke(cli, ["solve", "--deadline", "40d", "--top", "2", "--json"]).output
@@ -163,6 +165,7 @@ def test_an_infeasible_solve_returns_the_conflict_and_relaxations_the_command_pr
     import json
 
     from click.testing import CliRunner
+
     from tpopt.cli.main import cli
 
     out = CliRunner().invoke(cli, ["solve", "--max-cards", "32", "--json"]).output

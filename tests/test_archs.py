@@ -8,6 +8,7 @@ published config.json files of each model, keys included, trimmed of nothing tha
 import json
 
 import pytest
+
 from tpopt.catalogs import load_catalog, model_from_hf_config
 from tpopt.errors import InputError
 from tpopt.models.arch import (

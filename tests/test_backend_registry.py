@@ -13,13 +13,14 @@ import json
 from pathlib import Path
 
 import pytest
-import tpopt
 from click.testing import CliRunner
+
+import tpopt
 from tpopt.catalogs.rl import load_rl_scenario
 from tpopt.catalogs.scenario import load_scenario
 from tpopt.cli.main import cli
 from tpopt.errors import InputError
-from tpopt.optimizer import backends
+from tpopt.optimizer import backends, core
 from tpopt.optimizer import rl as O
 from tpopt.optimizer.backends.verify import evaluate_assignment
 from tpopt.optimizer.enumerate import enumerate_best
@@ -147,3 +148,64 @@ def test_a_scenario_the_toy_cannot_see_still_fails_cleanly(toy):
     sc = load_scenario(DESIGN, {"schedule.deadline": "3d", "schedule.reserved": "1d"})
     r = tpopt.solve(sc, solver="toy", analysis=False)
     assert r.status == Status.INFEASIBLE and not r.plans
+
+
+def test_a_name_resolves_once_into_the_solver_that_travels():
+    """:func:`backends.resolve` turns a name into a :class:`backends.Solver` (a Solver as it is); its text is the
+    name, its capabilities the entry's; ``with_model`` falls to the default where the backend has no model;
+    :func:`backends.checked` keeps the solve entry points' message for an unknown name."""
+    s = backends.resolve("pyomo:scip")
+    assert s.name == str(s) == "pyomo:scip" and s.capabilities.model_export and backends.resolve(s) is s
+    assert backends.resolve("enumerate").with_model() == backends.resolve(backends.DEFAULT)
+    assert backends.resolve("highs").with_model().name == "highs"
+    assert backends.with_model("enumerate") == backends.DEFAULT and backends.with_model("highs") == "highs"
+    with pytest.raises(InputError, match=r"^unknown solver 'x' \(use one of: "):
+        backends.checked("x")
+    with pytest.raises(InputError) as unknown:
+        backends.resolve("x")
+    assert str(unknown.value) == str(backends.unknown_solver("x"))
+
+
+def test_a_resolved_solver_answers_as_its_name(toy):
+    """The solve entry points take the resolved Solver as they take its name: the same plans, the same
+    report (the solver's name, a string, in the figures)."""
+    sc = load_scenario(DESIGN)
+    by_name = core.solve(sc, "toy", Request(top=2))
+    resolved = core.solve(sc, backends.resolve("toy"), Request(top=2))
+    assert toy.calls == 2 and resolved.solver.as_dict()["name"] == "toy"
+    assert [ev.plan for ev in resolved.plans] == [ev.plan for ev in by_name.plans] and by_name.plans
+    assert json.dumps(resolved.solver.as_dict()) == json.dumps(dict(by_name.solver.as_dict(),
+                                                                     wall_s=resolved.solver.as_dict()["wall_s"]))
+
+
+def test_explain_and_rl_hold_the_resolved_solver(toy):
+    """Explain's context and the RL problem resolve the name once where it comes in and hold the :class:`Solver`
+    (its text the name); an unknown name fails there with :func:`backends.unknown_solver`'s message, and the RL
+    report prints the learner's backend by name."""
+    from tpopt.optimizer.explain import Context
+
+    ctx = Context.of(load_scenario(DESIGN), "toy", Request())
+    assert isinstance(ctx.backend, backends.Solver) and ctx.backend == backends.resolve("toy")
+    assert Context.of(load_scenario(DESIGN), ctx.backend, Request()).backend is ctx.backend
+    pb = O.RLProblem(load_rl_scenario(RL), "toy")
+    assert isinstance(pb.backend, backends.Solver) and str(pb.backend) == "toy"
+    assert pb.with_card_limit(8).backend is pb.backend
+    for make in (lambda: Context.of(load_scenario(DESIGN), "nope", Request()),
+                 lambda: O.RLProblem(load_rl_scenario(RL), "nope")):
+        with pytest.raises(InputError) as unknown:
+            make()
+        assert str(unknown.value) == str(backends.unknown_solver("nope"))
+
+
+def test_loading_the_highs_backend_loads_no_ortools(tmp_path):
+    """The HiGHS encoding shares its clamping (caps, lower) with CP-SAT through a module without a solver library:
+    in a fresh interpreter (run from an empty folder), importing the HiGHS backend module, its backend object
+    built, leaves OR-Tools and the CP-SAT module unloaded."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import tpopt.optimizer.backends.highs_model as h; print(h.HIGHS is not None, "
+            "'ortools' in sys.modules, 'tpopt.optimizer.backends.cpsat_model' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=120, cwd=tmp_path)
+    assert out.stdout.split() == ["True", "False", "False"], out.stderr

@@ -9,6 +9,7 @@ replacing one line (or appending to a table), so each row changes exactly one th
 import sys
 
 import pytest
+
 from tpopt.cli.main import main
 
 DESIGN_LINES = {  # lines of examples/design-case.toml that rows replace

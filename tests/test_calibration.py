@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.errors import InputError
@@ -131,6 +132,7 @@ def test_a_plan_that_does_not_fit_is_refused():
 
 def test_cli_round_trip_writes_residual_sigma(tmp_path):
     from click.testing import CliRunner
+
     from tpopt.cli.main import cli
 
     truth = CAT.perf(ACC).with_values(**TRUTH)  # the CLI's prior is the catalog's

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+
 from tpopt.catalogs import BUILTIN_DIR, MAX_INPUT_BYTES, load_catalog, read_text_capped
 from tpopt.cli.main import cli
 from tpopt.errors import InputError

@@ -2,17 +2,22 @@
 
 import json
 import tomllib
+from dataclasses import fields, replace
 
 import pytest
 from click.testing import CliRunner
-from tpopt.catalogs import BUILTIN_DIR, load_catalog, model_from_hf_config
+
+from tpopt.catalogs import ACCELERATOR_KEYS, BUILTIN_DIR, load_catalog, model_from_hf_config
+from tpopt.catalogs.entry_keys import AcceleratorKeys, PerfKeys
+from tpopt.catalogs.schema import spec
 from tpopt.cli.main import cli
 from tpopt.errors import InputError
 from tpopt.models.arch import param_count
+from tpopt.models.roofline import PerfParams
 
-NUMERIC_ACC_FIELDS = ("peak_bf16", "peak_fp16", "peak_fp8", "peak_tf32", "memory", "usable_memory", "hbm_bandwidth",
-                      "host_link", "p2p", "cards_per_host", "nic", "nics_per_host", "max_nics_per_host", "host_memory",
-                      "host_memory_bandwidth", "price_card_hour")
+#: The accelerator keys whose values need a source: those declared ``source`` (every number among them, see
+#: test_every_number_key_is_declared_sourced).
+SOURCED_ACC_KEYS = tuple(f.name for f in fields(AcceleratorKeys) if spec(f).source)
 # issue 14 item 8: the cards a user expects to find
 REQUIRED_CARDS = {"rtx4090", "rtx5090", "l40s", "a100-40gb-sxm", "a100-80gb-sxm", "a100-40gb-pcie", "a100-80gb-pcie",
                   "h100-sxm", "h100-pcie", "h100-nvl", "h200", "h800", "h20", "b200", "gb200-nvl72", "mi250x", "mi300x",
@@ -23,7 +28,7 @@ def test_every_accelerator_number_has_a_source():
     raw = tomllib.loads((BUILTIN_DIR / "accelerators.toml").read_text())
     assert REQUIRED_CARDS <= set(raw) and len(raw) >= 20
     for name, t in raw.items():
-        for field in NUMERIC_ACC_FIELDS:
+        for field in SOURCED_ACC_KEYS:
             if field in t:
                 assert t["sources"].get(field), (name, field)
         # every precision peak is given, or its source says why not (not supported / not given)
@@ -32,6 +37,51 @@ def test_every_accelerator_number_has_a_source():
         # prices are indicative and dated
         assert "price_card_hour" in t and t.get("price_date", "").startswith("202"), name
         assert "indicative" in t["sources"]["price_card_hour"] or "assumption" in t["sources"]["price_card_hour"]
+
+
+def test_every_number_key_is_declared_sourced():
+    """Every key read as a quantity (a unit parser), and each link or NIC choice, must carry a source; text
+    (display, price_date, notes, the sources table itself) and the interconnect's name need none."""
+    declared = {f.name: spec(f) for f in fields(AcceleratorKeys)}
+    assert ACCELERATOR_KEYS == tuple(declared)  # the known keys are the declared ones
+    quantities = {name for name, k in declared.items() if k.kind.parser is not None}
+    assert len(quantities) >= 16 and all(declared[name].source for name in quantities)
+    assert {"host_link", "nic", "p2p"} <= set(SOURCED_ACC_KEYS)
+    assert not {"display", "price_date", "notes", "sources", "interconnect"} & set(SOURCED_ACC_KEYS)
+
+
+def test_neutral_accelerator_keys_stay_out_of_fingerprints():
+    """A key declared neutral: an entry without it builds the model's default for the field it sets, and the
+    Accelerator's repr (hashed by sweep fingerprints) leaves that field out at the default and shows it set;
+    every other key that sets a field is in the repr."""
+    rtx = tomllib.loads((BUILTIN_DIR / "accelerators.toml").read_text())["rtx4090"]
+    cat = load_catalog()
+    acc = cat.accelerator("rtx4090")
+    defaults = {f.name: f.default for f in fields(acc)}
+    for f in fields(AcceleratorKeys):
+        k = spec(f)
+        target = k.to or f.name
+        if target not in defaults or target in ("sources", "display"):
+            continue
+        if k.neutral:
+            assert f.name not in rtx and getattr(acc, target) == defaults[target], f.name
+            assert f"{target}=" not in repr(acc), f.name
+            assert f"{target}=" in repr(replace(acc, **{target: 2})), f.name
+        else:
+            assert f"{target}=" in repr(acc), f.name
+    assert {"scale_up_cards", "pod_hosts", "spine_oversubscription"} == {
+        f.name for f in fields(AcceleratorKeys) if spec(f).neutral}
+
+
+def test_every_performance_key_sets_its_parameter():
+    """Each declared performance.toml key names the PerfParams field it sets (tile: tile_m and tile_n); only the
+    sources table (merged) and the calibration notes (kept for the reader) set none."""
+    params = {f.name for f in fields(PerfParams)}
+    declared = [f.name for f in fields(PerfKeys)]
+    assert [k for k in declared if k not in params] == ["tile", "calibration"]
+    assert {"tile_m", "tile_n"} <= params and "sources" in declared
+    perf = load_catalog().perf("rtx4090")
+    assert perf.name == "rtx4090" and 0 < perf.gemm_efficiency <= 1
 
 
 def test_dense_peaks_are_consistent():

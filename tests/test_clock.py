@@ -24,6 +24,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from click.testing import CliRunner
+
+from tests.conftest import ROOT
 from tpopt.catalogs.rl import load_rl_scenario
 from tpopt.catalogs.scenario import load_scenario
 from tpopt.cli.confidence import reachable_line
@@ -39,8 +41,6 @@ from tpopt.optimizer.plan import plan
 from tpopt.optimizer.plan_rl import plan_rl
 from tpopt.optimizer.result import Request, Status
 from tpopt.optimizer.space import Space
-
-from tests.conftest import ROOT
 
 EX = ROOT / "examples"
 

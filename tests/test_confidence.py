@@ -17,6 +17,8 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import integrate, stats
+
+from tests.oracle import assert_agree_with_enumeration, solve_every_backend
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario, load_scenario
 from tpopt.cli.main import cli
@@ -28,8 +30,6 @@ from tpopt.models.simulate import simulate
 from tpopt.models.units import DAY
 from tpopt.optimizer.core import solve
 from tpopt.optimizer.result import Request, Status
-
-from tests.oracle import assert_agree_with_enumeration, solve_every_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 DESIGN = str(ROOT / "examples" / "design-case.toml")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
 from tpopt.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,6 +16,7 @@ import itertools
 import numpy as np
 import pytest
 from scipy import optimize
+
 from tpopt.models import finish as Fn
 from tpopt.models.units import DAY
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.catalogs.stacks import stack_names, stack_profile

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from tpopt.catalogs import load_catalog
 from tpopt.models import context as C
 from tpopt.models.network import host_fabric

@@ -17,6 +17,8 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+
+from tests.oracle import assert_agree_with_enumeration, solve_every_backend
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario, load_scenario
 from tpopt.cli.main import cli
@@ -26,8 +28,6 @@ from tpopt.models.evaluate import evaluate
 from tpopt.models.plan import Plan
 from tpopt.optimizer.core import solve
 from tpopt.optimizer.result import Request, Status
-
-from tests.oracle import assert_agree_with_enumeration, solve_every_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 DESIGN = str(ROOT / "examples" / "design-case.toml")

@@ -6,6 +6,7 @@ import tomllib
 from pathlib import Path
 
 import numpy as np
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario
 

@@ -11,10 +11,11 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-import tpopt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_solver_properties import check_agreement  # the backends-agree check, reused
+
+import tpopt
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.models import memory, moe, ops, steptime

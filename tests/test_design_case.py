@@ -9,6 +9,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
+
 from tpopt.cli.main import cli
 from tpopt.models.evaluate import evaluate
 from tpopt.models.plan import Plan

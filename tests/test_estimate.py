@@ -6,6 +6,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
+
 from tpopt.cli.main import cli
 from tpopt.models import families as F
 from tpopt.optimizer import core

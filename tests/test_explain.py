@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 import pytest
+
 from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
 from tpopt.models.plan import Plan
 from tpopt.models.units import GIB

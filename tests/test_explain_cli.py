@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
 from tpopt.cli.main import cli
 
 DESIGN = str(Path(__file__).resolve().parents[1] / "examples" / "design-case.toml")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
 from tpopt.models import families as F
@@ -102,11 +103,11 @@ def test_layout_bounds_do_not_depend_on_the_layout_rules():
 
 def _slow(monkeypatch):
     """Explain without its fast paths: no borrowed tables, no card slices, no floor bounds."""
-    monkeypatch.setattr(E, "borrowed", lambda base, sc: None)
-    monkeypatch.setattr(E, "card_slice", lambda base, sc, name: None)
-    monkeypatch.setattr(E, "over_budget_at", lambda ctx, sc: False)
+    monkeypatch.setattr(E.context, "borrowed", lambda base, sc: None)
+    monkeypatch.setattr(E.context, "card_slice", lambda base, sc, name: None)
+    monkeypatch.setattr(E.cost, "over_budget_at", lambda ctx, sc: False)
     whole = E.compute_cost_floor
-    monkeypatch.setattr(E, "compute_cost_floor", lambda space, floor=False: whole(space))
+    monkeypatch.setattr(E.cost, "compute_cost_floor", lambda space, floor=False: whole(space))
 
 
 def _relax(raw, only, monkeypatch, slow, req=REQ):
@@ -173,7 +174,7 @@ def test_on_demand_path_gives_the_scan_answers(monkeypatch):
     def whole_bounds(*args, **kw):
         raise AssertionError("the whole space's layout bounds on the on-demand path")
 
-    monkeypatch.setattr(E, "layout_bounds", whole_bounds)
+    monkeypatch.setattr(E.context, "layout_bounds", whole_bounds)
     req = Request(workers=1, seed=0, method="on-demand")
     cat = load_catalog()
     sc = build_scenario(raw, cat)
@@ -224,7 +225,7 @@ def test_explain_of_a_feasible_request_skips_the_analysis_where_the_memory_plan_
     def every_table_at_once(*args, **kw):
         raise AssertionError("the analysis on the on-demand path")
 
-    monkeypatch.setattr(E, "make_oracle", every_table_at_once)
+    monkeypatch.setattr(E.request, "make_oracle", every_table_at_once)
     lean = E.explain_request(sc, "cpsat", REQ, raw=raw)
     assert lean["solver"]["method"] == "layout decomposition on demand"
     assert (lean["status"], lean["plan"], lean["cost"]) == (full["status"], full["plan"], full["cost"])

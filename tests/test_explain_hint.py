@@ -16,9 +16,10 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
 from tpopt.optimizer import core as core_mod
-from tpopt.optimizer import cpsat as cpsat_mod
+from tpopt.optimizer.backends import cpsat_model as cpsat_mod
 from tpopt.optimizer.core import MONOLITHIC_LIMIT, solve
 from tpopt.optimizer.explain import minimal_conflict, monolithic_hint
 from tpopt.optimizer.report import TABLE_LIMIT

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
 from tpopt.models import families as F
@@ -28,8 +29,8 @@ CASES = {
 
 def _relax(raw, large: bool, monkeypatch):
     if large:  # every space "too large to tabulate", every solve decomposed: the large-space path
-        monkeypatch.setattr(E, "TABLE_LIMIT", 0)
-        monkeypatch.setattr(E, "use_decomposition", lambda space, req: True)
+        monkeypatch.setattr(E.context, "TABLE_LIMIT", 0)
+        monkeypatch.setattr(E.context, "use_decomposition", lambda space, req: True)
     sc = build_scenario(raw, load_catalog())
     out = {r.parameter: r for r in E.relaxations(sc, "cpsat", REQ, raw=raw, catalog=load_catalog(),
                                                  only=("deadline", "max_cards", "tokens", "reserved",
@@ -132,8 +133,8 @@ def test_closed_form_thresholds_equal_the_bisection_by_re_solves(case, monkeypat
     sc = build_scenario(raw, load_catalog())
     only = ("tokens", "reserved")
     closed = {r.parameter: r for r in E.relaxations(sc, "cpsat", REQ, raw=raw, only=only)}
-    monkeypatch.setattr(E, "most_iterations", lambda ctx: None)
-    monkeypatch.setattr(E, "most_reserved", lambda ctx: None)
+    monkeypatch.setattr(E.relax, "most_iterations", lambda ctx: None)
+    monkeypatch.setattr(E.relax, "most_reserved", lambda ctx: None)
     searched = {r.parameter: r for r in E.relaxations(sc, "cpsat", REQ, raw=raw, only=only)}
     for name in only:
         a, b = closed[name], searched[name]

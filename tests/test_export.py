@@ -12,12 +12,13 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from tpopt import frameworks as FW
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.cli.main import cli
 from tpopt.models.evaluate import evaluate
 from tpopt.optimizer import core
-from tpopt.optimizer import frameworks as FW
 from tpopt.optimizer.estimate import enforced_families
 from tpopt.optimizer.result import Request
 

@@ -4,6 +4,7 @@ MXFP8 / NVFP4 quantisation costs, FSDP / DP collective latency by tier, the new 
 import math
 
 import pytest
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.catalogs.stacks import stack_profile

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
 from tpopt.cli.main import cli
 from tpopt.presentation import footing_lines
 

@@ -5,6 +5,7 @@ performance.toml) and the model's parameter count written out by hand; only the 
 taken from the tool (tokens per card are fixed, so it is the same at 8 and at 128 cards)."""
 
 import pytest
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.catalogs.stacks import stack_profile

@@ -13,8 +13,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import tpopt
 from click.testing import CliRunner
+
+import tpopt
 from tpopt.catalogs import load_catalog
 from tpopt.cli.main import cli
 from tpopt.models import batch, comm, compute, memory

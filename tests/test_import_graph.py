@@ -64,29 +64,11 @@ def product_modules() -> dict[str, Path]:
     return mods
 
 
-def _runtime_nodes(tree: ast.AST):
-    """Every node of ``tree`` except the bodies of ``if TYPE_CHECKING:`` blocks."""
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child.test):
-                todo.extend(child.orelse)
-                continue
-            todo.append(child)
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def imported(path: Path, name: str, mods: dict) -> set[str]:
     """The tpopt modules one file imports (relative imports resolved against ``name``)."""
     is_pkg = path.name == "__init__.py"
     out: set[str] = set()
-    for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -175,6 +157,71 @@ def test_models_import_no_upper_layer():
 
 def test_optimizer_never_imports_the_cli():
     assert _layer_edges("tpopt.optimizer", ("tpopt.cli",)) == []
+
+
+def test_the_walk_sees_typing_only_imports():
+    """An import under ``if TYPE_CHECKING:`` is an edge too (a typing circle is a circle: each module needs the
+    other to be read, by a type checker or a reader); a cycle test blind to them would prove nothing about them."""
+    g = graph()
+    assert "tpopt.optimizer.result" in g["tpopt.optimizer.backends.protocol"]  # under TYPE_CHECKING only
+    assert find_cycle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]
+
+
+def face_imports(path: Path, mods: dict[str, Path]) -> list[str]:
+    """The imports of the package face (``tpopt/__init__.py``) in one file: ``import tpopt``, or ``from tpopt
+    import x`` where ``tpopt.x`` is no module (a name the face defines or loads, such as ``__version__``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name == "tpopt"]
+        elif isinstance(node, ast.ImportFrom) and node.module == "tpopt" and not node.level:
+            found += [f"tpopt.{a.name}" for a in node.names if f"tpopt.{a.name}" not in mods]
+    return found
+
+
+def test_no_layer_below_the_face_imports_it():
+    """No module of models/, optimizer/, catalogs/ or cli/ imports the package face: the face loads the API
+    (which imports them), so they read what they need from its ground modules (``tpopt._version`` for the
+    version, as ``tpopt --version`` does)."""
+    mods = product_modules()
+    below = ("tpopt.models", "tpopt.optimizer", "tpopt.catalogs", "tpopt.cli")
+    bad = sorted(f"{_where(path)}: {', '.join(face_imports(path, mods))}" for name, path in mods.items()
+                 if name.startswith(below) and face_imports(path, mods))
+    assert bad == [], "modules importing the package face:\n" + "\n".join(bad)
+
+
+def test_the_face_check_sees_a_face_import(tmp_path):
+    """The check finds ``from tpopt import __version__`` and ``import tpopt``, not an import of a submodule."""
+    f = tmp_path / "m.py"
+    f.write_text("import tpopt\nfrom tpopt import __version__, errors\nfrom tpopt._version import __version__\n")
+    assert face_imports(f, product_modules()) == ["tpopt", "tpopt.__version__"]
+
+
+SOLVER_LIBRARIES = frozenset({"ortools", "highspy", "pyomo", "pyscipopt", "gurobipy"})
+"""The solver libraries: a backend's own code (its encoding, master and backend object) imports them."""
+
+
+def third_party_imports(path: Path) -> set[str]:
+    """The top-level names of every absolute import in one file, anywhere in it (``ortools`` for
+    ``from ortools.sat.python import cp_model``)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_only_the_backends_import_the_solver_libraries():
+    """Backends own their code: every import of a solver library sits in a module of optimizer/backends/ (a
+    new backend is one module there plus its ``register`` call), none in the modules a solve passes through."""
+    bad = sorted(f"{_where(path)}: {', '.join(sorted(third_party_imports(path) & SOLVER_LIBRARIES))}"
+                 for name, path in product_modules().items()
+                 if not name.startswith("tpopt.optimizer.backends") and third_party_imports(path) & SOLVER_LIBRARIES)
+    assert bad == [], "solver libraries imported outside optimizer/backends/:\n" + "\n".join(bad)
+    inside = [p for n, p in product_modules().items() if n.startswith("tpopt.optimizer.backends.")]
+    assert {"ortools", "highspy", "pyomo"} <= set().union(*(third_party_imports(p) for p in inside))
 
 
 def test_the_walk_sees_function_level_imports():

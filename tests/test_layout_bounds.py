@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_moe_planner import CAT, moe_scenarios
 from test_solver_properties import scenarios
+
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.optimizer.core import solve
 from tpopt.optimizer.decompose import LayoutBounds, coupling_vars

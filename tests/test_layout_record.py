@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from tpopt.catalogs.scenario import load_scenario
 from tpopt.models import layout as L
 from tpopt.models import terms as T

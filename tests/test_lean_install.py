@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from tpopt.models.reliability import expected_max_std_normal, log_ndtr
 
 ROOT = Path(__file__).resolve().parents[1]

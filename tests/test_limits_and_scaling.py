@@ -13,12 +13,14 @@ import sys
 import time
 
 import pytest
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
 from tpopt.cli.main import main
 from tpopt.models.evaluate import evaluate
+from tpopt.optimizer.backends.cpsat_model import CpSatModel
+from tpopt.optimizer.backends.protocol import CandidateResult
 from tpopt.optimizer.core import solve, verify_loop
-from tpopt.optimizer.cpsat import CandidateResult, CpSatModel
 from tpopt.optimizer.limits import Clock, EncodingError
 from tpopt.optimizer.report import RELAXABLE, SolverOracle, binding_families, why_not_cheaper
 from tpopt.optimizer.result import Request, Status

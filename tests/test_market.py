@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.market import from_skypilot, load_market
 from tpopt.catalogs.scenario import build_scenario

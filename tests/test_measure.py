@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.optimizer import device as D
@@ -79,6 +80,7 @@ def test_device_module_needs_no_torch():
 
 def test_cli_measure_writes_a_measured_performance_table(tmp_path, monkeypatch):
     from click.testing import CliRunner
+
     from tpopt.cli.main import cli
 
     monkeypatch.setattr(D, "open_device", lambda: fake())

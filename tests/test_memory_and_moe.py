@@ -1,6 +1,7 @@
 """Activation-memory relations (derivations written here) and MoE capacity (REFERENCE 10.3.4)."""
 
 import pytest
+
 from tpopt.catalogs import load_catalog
 from tpopt.models import memory, moe
 from tpopt.models.arch import ModelArch

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 import tpopt
 from tpopt.catalogs.scenario import load_scenario
 from tpopt.errors import InputError
@@ -122,6 +123,7 @@ def test_a_stated_budget_refuses_the_design_case(tmp_path, design_path, capsys):
         tpopt.solve(str(EXAMPLES / "gpt3-175b-widest.toml"), memory_budget="300MiB")
     # the command-line flag overrides the scenario key: the design case solves under 4 GiB
     from click.testing import CliRunner
+
     from tpopt.cli.main import cli
     r = CliRunner().invoke(cli, ["solve", "--scenario", str(p), "--memory-budget", "4GiB", "--json",
                                  "--no-analysis"])

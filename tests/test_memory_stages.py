@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from oracle import assert_agree_with_enumeration, solve_every_backend
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.models import families as F

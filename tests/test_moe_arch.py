@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
+
 from tpopt.catalogs import load_catalog
 from tpopt.cli.main import cli
 from tpopt.errors import InputError

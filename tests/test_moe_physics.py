@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+
 import tpopt
 from tpopt.models import moe, network, ops
 from tpopt.models import terms as T

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_solver_properties import PYOMO_RUNS, check_agreement  # the backends-agree check, reused
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.cli.main import cli

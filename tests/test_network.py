@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+
 from tpopt.catalogs import load_catalog
 from tpopt.errors import InputError
 from tpopt.models import comm, context, moe

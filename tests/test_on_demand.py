@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from tests.test_solver_properties import check_agreement, scenarios
 from tpopt.catalogs.scenario import load_scenario
 from tpopt.models import families as F
 from tpopt.models import terms as T
@@ -27,8 +29,6 @@ from tpopt.optimizer import space as space_mod
 from tpopt.optimizer.core import solve
 from tpopt.optimizer.result import Request, Status
 from tpopt.optimizer.space import FAMILIES, Space
-
-from tests.test_solver_properties import check_agreement, scenarios
 
 EXAMPLES = int(os.environ.get("TPOPT_PROPERTY_EXAMPLES", "60"))
 ROOT = Path(__file__).resolve().parents[1]

@@ -81,6 +81,22 @@ def test_no_generic_top_level_packages(wheel):
     assert not any(n.startswith("tpopt/tests/") or n.startswith("tpopt/benchmarks/") for n in wheel.namelist())
 
 
+def test_the_version_is_declared_once(wheel):
+    """pyproject.toml names no version of its own: setuptools reads the ground module ``_version.py``, and the
+    wheel's metadata carries that version (the package face re-exports the same object)."""
+    import tomllib
+
+    import tpopt
+    from tpopt._version import __version__
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "tpopt._version.__version__"}
+    meta = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+    assert f"\nVersion: {__version__}\n" in wheel.read(meta).decode()
+    assert tpopt.__version__ is __version__
+
+
 def test_console_script_declared(wheel):
     ep = next(n for n in wheel.namelist() if n.endswith("entry_points.txt"))
     assert "tpopt = tpopt.cli.main:main" in wheel.read(ep).decode()

@@ -17,9 +17,10 @@ from functools import cache
 
 import numpy as np
 import pytest
-import tpopt
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+
+import tpopt
 from tpopt.errors import InputError
 from tpopt.models import comm, memory
 from tpopt.models import terms as T

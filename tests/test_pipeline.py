@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tpopt.errors import InputError
 from tpopt.models import pipeline as pl
 

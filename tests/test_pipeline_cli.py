@@ -7,6 +7,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
+
 from tpopt.cli.main import cli
 
 EXAMPLE = ["-p", "4", "-m", "8", "--forward", "10ms", "--backward", "20ms", "--transfer", "1ms",

@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 import pytest
+
 from tpopt.errors import InputError
 from tpopt.models import pipeline as pl
 from tpopt.models.pipeline import completion as pl_completion

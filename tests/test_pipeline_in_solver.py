@@ -9,6 +9,7 @@ both on offer it wins.
 """
 
 import pytest
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.models.evaluate import evaluate

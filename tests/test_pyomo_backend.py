@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
 from tpopt.cli.main import cli
 from tpopt.optimizer.core import solve
 from tpopt.optimizer.result import Request, Status
@@ -122,6 +123,7 @@ def test_missing_solver_executable_is_one_line_exit_2(tmp_path):
 
 def test_malformed_solver_names():
     import click
+
     from tpopt.cli.common import SolverName
 
     for bad in ("pyomo:", "pyomo", "scip", "pyomo:a b", "PYOMO:highs"):
@@ -199,7 +201,7 @@ def test_export_bad_input_writes_nothing(tmp_path):
 
 def test_export_size_limit(design, tmp_path, monkeypatch):
     from tpopt.errors import InputError
-    from tpopt.optimizer import pyomo_model
+    from tpopt.optimizer.backends import pyomo_model
     from tpopt.optimizer.space import Space
 
     monkeypatch.setattr(pyomo_model, "EXPORT_LIMIT", 10)
@@ -210,8 +212,8 @@ def test_export_size_limit(design, tmp_path, monkeypatch):
 
 def test_pyomo_model_is_the_highs_matrix(design):
     """The Pyomo model has exactly the columns, rows and nonzeros of the HiGHS MILP it translates."""
-    from tpopt.optimizer.highs import HighsModel
-    from tpopt.optimizer.pyomo_model import MilpFormulation, build_pyomo
+    from tpopt.optimizer.backends.highs_model import HighsModel
+    from tpopt.optimizer.backends.pyomo_model import MilpFormulation, build_pyomo
     from tpopt.optimizer.space import Space
 
     space = Space.from_scenario(design)

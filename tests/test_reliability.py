@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from tpopt.errors import InputError
 from tpopt.models import reliability as rel
 from tpopt.models.units import DAY, GB, HOUR

@@ -4,6 +4,7 @@ import math
 from statistics import NormalDist
 
 import pytest
+
 from tpopt.catalogs import load_catalog
 from tpopt.errors import InputError
 from tpopt.models import generation as gen

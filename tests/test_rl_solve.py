@@ -1,4 +1,4 @@
-"""The RL solve (optimizer/rl.py): exact against brute force, the example scenario, the sync/async flip,
+"""The RL solve (optimizer/rl/): exact against brute force, the example scenario, the sync/async flip,
 reports, and the chapter's figures through the tool's own outputs."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+
 from tpopt.catalogs.rl import build_rl_scenario, load_rl_scenario
 from tpopt.models import generation as gen
 from tpopt.models import rl as R

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
 from tpopt.catalogs.rl import load_rl_scenario
 from tpopt.cli.common import EXIT_UNKNOWN
 from tpopt.cli.main import cli

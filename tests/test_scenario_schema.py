@@ -9,6 +9,7 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import BUILTIN_RL_SCENARIO, BUILTIN_SCENARIO
 from tpopt.catalogs.schema import (

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from test_solver_properties import check_agreement, scenarios
+
 from tpopt.optimizer import report
 from tpopt.optimizer import space as space_mod
 from tpopt.optimizer.core import solve

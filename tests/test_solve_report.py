@@ -4,6 +4,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
+
 from tpopt.cli.main import cli
 
 N = 8_190_735_360

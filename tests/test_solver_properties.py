@@ -10,6 +10,7 @@ import os
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.models.evaluate import evaluate

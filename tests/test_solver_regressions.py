@@ -7,6 +7,7 @@ layout decomposition stop after its first layout. Scenario from the falsifying e
 import math
 
 import pytest
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.optimizer.core import solve

@@ -1,6 +1,7 @@
 """Software-stack profiles (catalogs/stacks.toml) and the [hardware] stack key."""
 
 import pytest
+
 from tpopt.catalogs.stacks import DEFAULT_STACK, build_stack, stack_names, stack_profile
 from tpopt.errors import InputError
 from tpopt.models.units import GIB

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.errors import InputError
@@ -246,6 +247,7 @@ def test_published_memory(published):
 
 def test_calibrate_round_trip(tmp_path):
     from click.testing import CliRunner
+
     from tpopt.cli.main import cli
 
     scen = tmp_path / "s.toml"

@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 import pytest
+
 from tpopt.errors import InputError
 from tpopt.models.units import DAY
 from tpopt.optimizer import sweep as sw

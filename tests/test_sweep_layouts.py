@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from tpopt.models import families as F
 from tpopt.models.units import DAY
 from tpopt.optimizer import sweep as sw

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
 from tpopt.cli.main import cli
 from tpopt.errors import InputError
 from tpopt.optimizer import sweep as sw

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
+
 from tpopt.cli.main import cli
 from tpopt.errors import InputError
 from tpopt.models import units as u

@@ -17,8 +17,9 @@ import typing
 from dataclasses import fields
 
 import pytest
-import tpopt.api as api
 from click.testing import CliRunner
+
+import tpopt.api as api
 from tpopt.catalogs import schema
 from tpopt.catalogs.schema import KEYS
 from tpopt.cli.evaluate import evaluate as evaluate_command

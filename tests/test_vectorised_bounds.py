@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from tpopt.catalogs.scenario import load_scenario
 from tpopt.models import pipeline as P
 from tpopt.models import terms as T

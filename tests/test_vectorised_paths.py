@@ -1,5 +1,5 @@
 """The vectorised fast paths give the numbers of the scalar paths they replace, bit for bit: the RL decision grid
-as columns and its checks (optimizer/rl.py: DecisionGrid, vector_checks) against RLProblem.grid / evaluate, and the
+as columns and its checks (optimizer/rl/: DecisionGrid, vector_checks) against RLProblem.grid / evaluate, and the
 pipeline bounds per distinct duration set (models/pipeline/bounds.py: completion_bounds_rows(columns=...),
 models/terms/stage_compute.py: _duration_sets) against the bounds of every row's own durations."""
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from tpopt.catalogs.rl import load_rl_scenario
 from tpopt.models import families as F
 from tpopt.models import pipeline as P

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
 from tpopt.errors import InputError
 from tpopt.models.numeric import FloatArray
 from tpopt.models.pipeline.completion import CLOSED_FORM, _as_array, _ints, completion_closed_form, group_shapes

@@ -5,6 +5,7 @@ stated): fill-drain, 1F1B, interleaved, zero-bubble and DualPipe, and the parame
 from __future__ import annotations
 
 import numpy as np
+
 from tpopt.errors import InputError
 from tpopt.models.numeric import FloatArray, Floats
 from tpopt.models.pipeline.schedules import _check_schedule

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
 from tpopt.errors import InputError
 from tpopt.models.numeric import FloatArray
 from tpopt.models.pipeline.program import CACHE_OPS, TICK_EVERY, _program, _ShapeCache, _tick

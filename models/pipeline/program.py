@@ -13,6 +13,7 @@ from typing import Generic, TypeAlias, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
+
 from tpopt.models.pipeline.schedules import (
     _B,
     _DBF,

@@ -14,6 +14,7 @@ from typing import Any, TypeAlias, overload
 
 import numpy as np
 from numpy.typing import NDArray
+
 from tpopt.errors import InputError
 
 SCHEDULES = ("fill-drain", "1f1b", "interleaved", "zb-h1", "zb-h2", "dualpipe", "dualpipe-deepseek")

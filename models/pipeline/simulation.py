@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Any, NamedTuple
 
 import numpy as np
+
 from tpopt.errors import InputError
 from tpopt.models.numeric import FloatArray
 from tpopt.models.pipeline.closed_forms import parameter_copies

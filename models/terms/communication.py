@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
 from tpopt.models import comm, context, memory, moe, network, ops, steptime
 from tpopt.models.numeric import ArrayMemo, FloatArray, Floats
 from tpopt.models.plan import Scenario

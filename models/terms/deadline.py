@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
+from tpopt.models import families as F
 from tpopt.models import finish, reliability
 from tpopt.models.arch import param_count
 from tpopt.models.numeric import FloatArray, Floats
@@ -94,7 +96,7 @@ def optimal_save_interval(sc: Scenario, cards: ArrayLike, save_mode: str = "sync
     else:
         tau = reliability.optimal_interval_first_order(pause, lam)
     tau = np.maximum(tau, write)
-    return np.where(np.isfinite(tau), tau, sc.task.deadline_s)
+    return np.where(np.isfinite(tau), tau, F.limit(F.DEADLINE, sc))
 
 
 def input_supply(sc: Scenario, acc: str, cards: ArrayLike) -> Floats:
@@ -194,7 +196,7 @@ def _chance_key(sc: Scenario, acc: str, save_mode: str) -> tuple[Any, ...]:
     lag, restart, failure and rollback rates, the risk inputs and the step sigma."""
     rel = sc.reliability
     pause, lag = save_pause_lag(sc, save_mode)
-    return (sc.task.confidence, sc.task.deadline_s, sc.task.reserved_s, pause, lag, rel.restore_s, rel.card_mtbf_s,
+    return (sc.task.confidence, F.limit(F.DEADLINE, sc), sc.task.reserved_s, pause, lag, rel.restore_s, rel.card_mtbf_s,
             rel.event_interval_s, sc.risk, step_sigma(sc, acc)[0])
 
 
@@ -226,7 +228,7 @@ def chance_fill(sc: Scenario, acc: str, asks: list[tuple[str, ArrayLike, ArrayLi
         return
     saves = np.concatenate([p[0] for p in parts])
     kap = np.concatenate([p[2] for p in parts], axis=1)
-    work = finish.max_work(q, sc.task.deadline_s, sc.task.reserved_s, saves, parts[0][1], (kap[0], kap[1], kap[2]))
+    work = finish.max_work(q, F.limit(F.DEADLINE, sc), sc.task.reserved_s, saves, parts[0][1], (kap[0], kap[1], kap[2]))
     if sum(len(m) for m in _CHANCE_MEMO.values()) + len(work) > _CHANCE_MEMO_SIZE:
         for m in _CHANCE_MEMO.values():
             m.clear()

@@ -12,6 +12,7 @@ from typing import Any, TypeAlias, cast
 
 import numpy as np
 from numpy.typing import ArrayLike
+
 from tpopt.models import comm, context, memory, moe, ops, steptime
 from tpopt.models.arch import attention_flops_per_token, flops_per_token
 from tpopt.models.numeric import FloatArray, Floats

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple, TypeAlias, cast
 
 import numpy as np
 from numpy.typing import ArrayLike
+
 from tpopt.models import context, memory, moe, pipeline
 from tpopt.models.arch import ModelArch
 from tpopt.models.numeric import ArrayMemo, FloatArray, Floats

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
 from tpopt.models import context, memory, moe, steptime
 from tpopt.models.arch import ModelArch, is_moe_layer
 from tpopt.models.batch import iterations_with_ramp

@@ -12,6 +12,7 @@ from typing import Any, Literal, TypeAlias, cast, overload
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
 from tpopt.models import pipeline, reliability
 from tpopt.models.numeric import FloatArray, Floats
 from tpopt.models.plan import Scenario

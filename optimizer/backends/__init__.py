@@ -20,7 +20,17 @@ The registry (:func:`register`, :func:`lookup`) is the one place names are known
 takes, the sweep's check and every "unknown solver" message are derived from it. Heavy solver libraries
 stay unimported until used (start-up time): an entry names its backend's module as a string, and
 :func:`lookup` imports it on first use -- the package's one lazy-import boundary. The capability flags
-live in the entry, so asking what a backend can do loads nothing.
+live in the entry, so asking what a backend can do loads nothing. A name is resolved once where it comes in
+(:func:`resolve`, :func:`checked`): the :class:`Solver` it gives travels through the solve, the analysis, the
+reports, explain (``Context.backend``) and the RL search (``RLProblem.backend``), which ask it for its capabilities
+and its backend instead of looking the name up again.
+
+Each backend owns its code in one module of this package: ``cpsat_model.py`` (the CP-SAT encoding, its
+decomposition master, ``CPSAT``), ``highs_model.py`` (HiGHS), ``pyomo_model.py`` (the Pyomo MILP, master and
+export, ``PYOMO``), ``enumeration.py`` (the enumerator's adapter). What they share with the solve-verify loop
+(``verify.py``) and the layout decomposition is :mod:`tpopt.optimizer.backends.protocol`; what the CP-SAT and HiGHS
+encodings share without a solver library is :mod:`tpopt.optimizer.backends.encoding`. A new backend is one
+module implementing :class:`~tpopt.optimizer.backends.protocol.Backend` plus its :func:`register` call below.
 """
 
 from __future__ import annotations
@@ -28,22 +38,16 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any
 
 from tpopt.errors import InputError
+from tpopt.optimizer.backends.protocol import Backend, CapabilityError
 
-if TYPE_CHECKING:  # annotations only: the registry loads no backend (start-up time)
-    from tpopt.models.evaluate import Evaluation
-    from tpopt.optimizer.backends.verify import RelaxedModel
-    from tpopt.optimizer.decompose import Allowed, LayoutBounds, Master
-    from tpopt.optimizer.result import Request, SolverInfo, Status
-    from tpopt.optimizer.space import Space
-
-__all__ = ["Capabilities", "CapabilityError", "Backend", "Entry", "register", "unregister", "lookup", "entry",
-           "capabilities", "names", "is_known", "accepts_syntax", "not_a_solver", "check_solver", "unknown_solver",
-           "listing", "metavar", "EXHAUSTIVE", "DEFAULT", "with_model", "SWEEP_AUTO", "sweep_names",
-           "check_sweep_solver", "require"]
+__all__ = ["Capabilities", "CapabilityError", "Backend", "Entry", "Solver", "resolve", "checked", "register",
+           "unregister", "lookup", "entry", "capabilities", "names", "is_known", "accepts_syntax", "not_a_solver",
+           "check_solver", "unknown_solver", "listing", "metavar", "EXHAUSTIVE", "DEFAULT", "with_model", "SWEEP_AUTO",
+           "sweep_names", "check_sweep_solver", "require"]
 
 
 @dataclass(frozen=True)
@@ -69,27 +73,6 @@ class Capabilities:
     longer than evaluating every plan."""
     sweep_table: bool = False
     """A sweep with this solver evaluates each group's whole table at once (no per-point solve)."""
-
-
-class CapabilityError(RuntimeError):
-    """A backend was asked for what its :class:`Capabilities` say it lacks (a model, a master, a whole-space
-    solve): a programming error, since every caller branches on the flags first."""
-
-    def __init__(self, backend: str, what: str) -> None:
-        super().__init__(f"{backend} has no {what} (its capabilities say so; the caller should have checked)")
-
-
-class Backend(Protocol):
-    """The interface a backend implements (the doors its :class:`Capabilities` open; see the module)."""
-
-    def require(self, name: str, req: Request) -> None: ...
-
-    def model(self, name: str, space: Space, req: Request) -> RelaxedModel: ...
-
-    def master(self, name: str, space: Space, bounds: LayoutBounds, allowed: Allowed, req: Request) -> Master: ...
-
-    def solve_space(self, name: str, space: Space, req: Request, info: SolverInfo
-                    ) -> tuple[list[Evaluation], Status]: ...
 
 
 @dataclass
@@ -219,6 +202,52 @@ def lookup(solver: str) -> Backend:
     return entry(solver).load()
 
 
+@dataclass(frozen=True)
+class Solver:
+    """A backend resolved once from its name where the name comes in (the command line, the Python API, a sweep
+    task): the modules a solve passes through ask it what it can do and for its backend, instead of each looking
+    the name up again. Its text is its name (``str(solver)``), as reports print it."""
+
+    name: str
+    """As selected: ``cpsat``, ``enumerate``, or a family member's full name (``pyomo:scip``)."""
+    entry: Entry = field(repr=False, compare=False)
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.entry.capabilities
+
+    @property
+    def backend(self) -> Backend:
+        """The backend object, its module imported on first use."""
+        return self.entry.load()
+
+    def with_model(self) -> Solver:
+        """This solver if it has a model of the whole space (the analysis' monolithic oracle asks it), else
+        :data:`DEFAULT` (the enumerator has none)."""
+        return self if self.capabilities.monolithic else resolve(DEFAULT)
+
+    def require(self, req: Any) -> None:
+        """Fail with one line, before any work, when this solver cannot run here (a missing Pyomo solver)."""
+        if self.entry.checks_install:
+            self.backend.require(self.name, req)
+
+
+def resolve(solver: str | Solver) -> Solver:
+    """The :class:`Solver` a name selects (a :class:`Solver` as it is); an unknown name raises
+    :func:`unknown_solver`'s error."""
+    if isinstance(solver, Solver):
+        return solver
+    return Solver(str(solver), entry(solver))
+
+
+def checked(solver: str | Solver) -> Solver:
+    """:func:`resolve`, a name first checked with :func:`check_solver`'s message (the solve entry points')."""
+    return resolve(check_solver(solver) if isinstance(solver, str) else solver)
+
+
 EXHAUSTIVE = "enumerate"
 """The backend that evaluates every plan exactly: the last fallback of every other, and RL's answer for many
 plans at once."""
@@ -227,15 +256,14 @@ DEFAULT = "cpsat"
 
 
 def with_model(solver: str) -> str:
-    """``solver`` if it has a model of the whole space (the analysis' monolithic oracle asks it), else
-    :data:`DEFAULT` (the enumerator has none)."""
-    return solver if capabilities(solver).monolithic else DEFAULT
+    """``solver`` if it has a model of the whole space, else :data:`DEFAULT` (:meth:`Solver.with_model` by
+    name)."""
+    return resolve(solver).with_model().name
 
 
 def require(solver: str, req: Any) -> None:
-    """Fail with one line, before any work, when ``solver`` cannot run here (a missing Pyomo solver)."""
-    if entry(solver).checks_install:
-        lookup(solver).require(solver, req)
+    """Fail with one line, before any work, when ``solver`` cannot run here (:meth:`Solver.require` by name)."""
+    resolve(solver).require(req)
 
 
 def accepts_syntax(solver: str) -> bool:
@@ -289,17 +317,17 @@ def _pattern_check(e: Entry) -> Callable[[str], None]:
 
 
 def _pyomo_name(solver: str) -> None:
-    """``pyomo:NAME``'s syntax, with the message of ``optimizer/pyomo_model.py`` (loads the module)."""
-    importlib.import_module("tpopt.optimizer.pyomo_model").solver_name(solver)  # lazy: start-up time
+    """``pyomo:NAME``'s syntax, with the message of ``optimizer/backends/pyomo_model.py`` (loads the module)."""
+    importlib.import_module("tpopt.optimizer.backends.pyomo_model").solver_name(solver)  # lazy: start-up time
 
 
-register("cpsat", "tpopt.optimizer.backends.cpsat:CPSAT",
+register("cpsat", "tpopt.optimizer.backends.cpsat_model:CPSAT",
          Capabilities(exact_integer_scaling=True, monolithic=True, decomposed=True, tiny_by_enumeration=True))
-register("highs", "tpopt.optimizer.backends.highs:HIGHS",
+register("highs", "tpopt.optimizer.backends.highs_model:HIGHS",
          Capabilities(monolithic=True, decomposed=True, tiny_by_enumeration=True))
 register("enumerate", "tpopt.optimizer.backends.enumeration:ENUMERATE",
          Capabilities(exact_integer_scaling=True, needs_tables=False, sweep_table=True))
-register("pyomo", "tpopt.optimizer.backends.pyomo:PYOMO",
+register("pyomo", "tpopt.optimizer.backends.pyomo_model:PYOMO",
          Capabilities(monolithic=True, decomposed=True, model_export=True), family=True, check_name=_pyomo_name,
          examples=("highs", "scip", "cbc", "glpk", "gurobi"), preload=("pyomo.environ",),
          checks_install=True)

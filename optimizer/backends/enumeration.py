@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import NoReturn
 
 import numpy as np
+
 from tpopt.models import terms as T
 from tpopt.models.evaluate import Evaluation
-from tpopt.optimizer.backends import CapabilityError
+from tpopt.optimizer.backends.protocol import Allowed, CapabilityError, MasterBounds
 from tpopt.optimizer.backends.verify import evaluate_assignment
-from tpopt.optimizer.decompose import Allowed, LayoutBounds
 from tpopt.optimizer.enumerate import enumerate_best
 from tpopt.optimizer.result import Request, SolverInfo, Status
 from tpopt.optimizer.space import Space, card_counts, chance_on
@@ -24,7 +24,7 @@ class Enumerate:
     def model(self, name: str, space: Space, req: Request) -> NoReturn:
         raise CapabilityError("the enumerator", "solver model")
 
-    def master(self, name: str, space: Space, bounds: LayoutBounds, allowed: Allowed, req: Request) -> NoReturn:
+    def master(self, name: str, space: Space, bounds: MasterBounds, allowed: Allowed, req: Request) -> NoReturn:
         raise CapabilityError("the enumerator", "decomposition master")
 
     def solve_space(self, name: str, space: Space, req: Request, info: SolverInfo

@@ -1,4 +1,5 @@
-"""The solve-verify loop every relaxing backend runs, and what it shares with the decomposition.
+"""The solve-verify loop every relaxing backend runs, and :class:`RelaxedBackend`, their registry adapter (what
+they share with the decomposition is :mod:`tpopt.optimizer.backends.protocol`).
 
 A backend's encoding is a *relaxation* (table values rounded towards feasibility and a lower objective),
 so every candidate it returns is re-evaluated with the exact evaluator; an infeasible one is cut with a
@@ -7,35 +8,27 @@ no-good and the search continues until no unexamined assignment can beat the K-t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Collection, Mapping
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, cast
 
 from tpopt.models import families as F
 from tpopt.models.evaluate import Evaluation, evaluate
-from tpopt.optimizer.backends import CapabilityError
-from tpopt.optimizer.limits import Clock, clock_of
+from tpopt.optimizer.backends.protocol import (
+    Allowed,
+    CapabilityError,
+    Master,
+    MasterBounds,
+    RelaxedModel,
+    SolverFailure,
+    relative_gap,
+    solver_stopped,
+)
+from tpopt.optimizer.limits import clock_of
 from tpopt.optimizer.result import Request, Status, objective_key
 from tpopt.optimizer.space import Space
 
-if TYPE_CHECKING:  # annotations only: the CP-SAT module imports ortools (start-up time)
-    from tpopt.optimizer.cpsat import CandidateResult
-    from tpopt.optimizer.decompose import Allowed, LayoutBounds, Master
+if TYPE_CHECKING:
     from tpopt.optimizer.result import SolverInfo
-
-SOLVER_SLACK_S = 0.5  # a solver stopping this close to the deadline stopped for the deadline
-
-
-class SolverFailure(Exception):
-    """A backend stopped without an answer for a reason other than the time limit."""
-
-
-class RelaxedModel(Protocol):
-    """A backend's model of the whole space, as the solve-verify loop drives it (CP-SAT, HiGHS, Pyomo)."""
-
-    def solve(self, bound: float | None = None, time_limit: float = 60.0) -> CandidateResult: ...
-
-    def exclude(self, assignment: Mapping[str, int]) -> None: ...
 
 
 class RelaxedBackend:
@@ -43,7 +36,7 @@ class RelaxedBackend:
     and a master problem for the layout decomposition (CP-SAT, HiGHS): the registry's adapter for both."""
 
     def __init__(self, label: str, model: Callable[[Space, Request], RelaxedModel],
-                 master: Callable[[Space, LayoutBounds, Allowed, Request], Master]) -> None:
+                 master: Callable[[Space, MasterBounds, Allowed, Request], Master]) -> None:
         self.label, self._model, self._master = label, model, master
 
     def require(self, name: str, req: Request) -> None:
@@ -52,7 +45,7 @@ class RelaxedBackend:
     def model(self, name: str, space: Space, req: Request) -> RelaxedModel:
         return self._model(space, req)
 
-    def master(self, name: str, space: Space, bounds: LayoutBounds, allowed: Allowed, req: Request) -> Master:
+    def master(self, name: str, space: Space, bounds: MasterBounds, allowed: Allowed, req: Request) -> Master:
         return self._master(space, bounds, allowed, req)
 
     def solve_space(self, name: str, space: Space, req: Request, info: SolverInfo) -> None:
@@ -71,24 +64,6 @@ def feasible_for(ev: Evaluation, enforced: Collection[str]) -> bool:
         if name in enforced and not c.satisfied:
             return False
     return True
-
-
-def relative_gap(best: float | None, bound: float | None) -> float | None:
-    """(best - bound) / |best|, 0 when the bound meets the best; None when either is unknown."""
-    if best is None or bound is None or not math.isfinite(bound) or not math.isfinite(best):
-        return None
-    if best == 0:
-        return 0.0 if bound >= 0 else None
-    return max(0.0, (best - min(bound, best)) / abs(best))
-
-
-def solver_stopped(clock: Clock, res: CandidateResult, phase: str) -> None:
-    """A solver said it hit its time limit: the status is "time limit" only if the shared clock
-    agrees (the solver was given what remained of it); otherwise the solver failed."""
-    if not clock.expired(phase) and clock.remaining() > SOLVER_SLACK_S:
-        raise SolverFailure(f"solver stopped with {clock.remaining():.2f} s of the time limit left "
-                            f"({res.detail or res.status})")
-    clock.reached, clock.phase = True, clock.phase or phase
 
 
 def verify_loop(model: RelaxedModel, space: Space, req: Request, enforced: Collection[str]

@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from tpopt import __version__
+from tpopt._version import __version__
 from tpopt.errors import InputError
 from tpopt.optimizer.sweep.executor import Outcome
 from tpopt.optimizer.sweep.rows import FORMAT
@@ -34,6 +34,7 @@ from tpopt.optimizer.sweep.tasks import run_task
 if TYPE_CHECKING:
     from dask.typing import Key
     from distributed import Client, Future, LocalCluster
+
     from tpopt.optimizer.sweep.tasks import Task, _Payload
 
 CONNECT_TIMEOUT_S = 30

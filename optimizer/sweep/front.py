@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tpopt.models.evaluate import evaluate
 from tpopt.models.market import Power
@@ -14,12 +14,20 @@ from tpopt.optimizer import backends
 from tpopt.optimizer.outer import solve
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import FAMILIES
-from tpopt.optimizer.sweep.rows import FEASIBLE, NO_ANSWER, PLAN_COLUMNS, Row, case_of, make_row
-from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, Point, SweepSpec
+from tpopt.optimizer.sweep.rows import FEASIBLE, NO_ANSWER, PLAN_COLUMNS, Point, Row, case_of, make_row
+from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, SweepSpec
 from tpopt.optimizer.sweep.tasks import _payload, group_scenario, space_size
 
-if TYPE_CHECKING:
-    from tpopt.optimizer.sweep.run import SweepResult
+
+class Answered(Protocol):
+    """What the plot and the breakdown read of a sweep's answer (:class:`tpopt.optimizer.sweep.run.SweepResult`):
+    its specification, its rows, and their Pareto front."""
+
+    spec: SweepSpec
+    rows: list[Row]
+
+    def front(self) -> list[Row]: ...
+
 
 Case = tuple[Any, ...]  # the table inputs of a case (tpopt.optimizer.sweep.rows.case_of)
 
@@ -133,7 +141,7 @@ def _case_order(case: Case) -> tuple[tuple[bool, Any], ...]:
     return tuple((x is None, x) for x in case)
 
 
-def plot_series(result: SweepResult) -> dict[str, Any]:
+def plot_series(result: Answered) -> dict[str, Any]:
     """Data for the cost/finish plot: one series per accelerator (and case) with its distinct optimal
     plans, its proven-infeasible deadlines and, apart, the deadlines without an answer (time limit or
     error), and one Pareto front per case."""
@@ -182,7 +190,7 @@ def _bar(label: str, row_like: Row, note: str = "") -> Row:
             "cost": row_like["cost"], "note": note}
 
 
-def breakdown_bars(result: SweepResult, cards: Iterable[int] | None = None) -> tuple[list[Row], list[str]]:
+def breakdown_bars(result: Answered, cards: Iterable[int] | None = None) -> tuple[list[Row], list[str]]:
     """Finish-time breakdown bars (base training, checkpoint/failure overhead, reserved days).
 
     Without ``cards``: the front plans. With ``cards``: for every swept accelerator (and case) the

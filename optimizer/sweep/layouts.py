@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
+
 from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.optimizer.decompose import HUB, LayoutBounds
 from tpopt.optimizer.enumerate import EXTRAS, layout_evaluator

@@ -214,6 +214,7 @@ def _preload(kinds: Iterable[str]) -> None:
     importlib.import_module("tpopt.optimizer.enumerate")
     for kind in kinds:
         if backends.is_known(kind):  # a solver backend (not "table"): its module, and what it loads on first use
-            backends.lookup(kind)
-            for lib in backends.entry(kind).preload:
+            entry = backends.entry(kind)  # looked up once
+            entry.load()
+            for lib in entry.preload:
                 importlib.import_module(lib)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tpopt.models.units import DAY
 from tpopt.models.variables import PLAN_RECORD, RECORD_COLUMNS
@@ -25,7 +25,6 @@ from tpopt.optimizer import footing
 if TYPE_CHECKING:
     from tpopt.models.evaluate import Evaluation
     from tpopt.models.plan import Scenario
-    from tpopt.optimizer.sweep.spec import Point
 
 # 2: note and checksum columns; 3: ep, expert_tp, capacity_factor; 4: global_batch, seq_len, train_tokens, cp;
 # 5: the footing (step_model, mfu, stack, parameter_provenance, price_provenance)
@@ -33,6 +32,41 @@ FORMAT = 5
 
 Row = dict[str, Any]
 """One sweep row: column name -> cell (a value of the column's type, or None)."""
+
+
+class Point(NamedTuple):
+    """One sweep point: an accelerator and one value of every input (SI units; None = not set)."""
+
+    accelerator: str
+    deadline_s: float
+    reserved_s: float
+    tokens: float
+    efficiency: float
+    max_cards: int
+    card_hour: float | None  # None: the catalog/scenario price of each accelerator
+    max_cost: float | None  # None: no budget cap
+    global_batch: int | None = None  # None: the scenario's batch
+    seq_len: int | None = None  # None: the scenario's sequence length
+
+    def key(self) -> str:
+        """Stable identity of the point's inputs (the scenario fingerprint covers everything else)."""
+        return (f"{self.accelerator}|deadline={_g(self.deadline_s / DAY)}d|reserved={_g(self.reserved_s / DAY)}d"
+                f"|tokens={_g(self.tokens)}|efficiency={_g(self.efficiency)}|max_cards={self.max_cards}"
+                f"|card_hour={'catalog' if self.card_hour is None else _g(self.card_hour)}"
+                f"|max_cost={'none' if self.max_cost is None else _g(self.max_cost)}"
+                + ("" if self.global_batch is None else f"|global_batch={self.global_batch}")
+                + ("" if self.seq_len is None else f"|seq_len={self.seq_len}"))
+
+    def group(self, deadline_in_table: bool) -> tuple[str | float | int | None, ...]:
+        """The table-changing inputs: points sharing them share one enumeration."""
+        g = (self.accelerator, self.tokens, self.efficiency, self.reserved_s, self.card_hour, self.global_batch,
+             self.seq_len)
+        return g + ((self.deadline_s,) if deadline_in_table else ())
+
+
+def _g(x: float) -> str:
+    return f"{x:.12g}"
+
 
 COLUMNS: dict[str, type] = {  # name -> type (None allowed everywhere)
     "point_key": str,

@@ -11,9 +11,9 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
-from tpopt import __version__
+from tpopt._version import __version__
 from tpopt.catalogs import Catalog, load_catalog
 from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
 from tpopt.errors import InputError
@@ -22,7 +22,7 @@ from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY, parse_count, parse_duration, parse_fraction, parse_int, parse_number
 from tpopt.optimizer import backends
 from tpopt.optimizer.result import Request
-from tpopt.optimizer.sweep.rows import FORMAT
+from tpopt.optimizer.sweep.rows import FORMAT, Point
 
 AUTO_TABLE_LIMIT = 300_000  # plans per group enumerated exactly with --solver auto
 MAX_VALUES = 100_000  # values one range may expand to
@@ -77,10 +77,6 @@ SWEEP_KEYS = ("hw", *DIMS, "solver", "breakdown_cards")
 def _canon(x: float) -> float:
     """12 significant digits: range arithmetic (0.3 + 0.05 k) must not leak float noise into keys."""
     return float(f"{x:.12g}")
-
-
-def _g(x: float) -> str:
-    return f"{x:.12g}"
 
 
 def _expand(dim: Dim, text: str, what: str) -> list[float]:
@@ -141,36 +137,6 @@ def parse_names(value: Any, what: str) -> tuple[str, ...]:
 def parse_cards_list(value: Any, what: str) -> tuple[int, ...]:
     items = value if isinstance(value, list) else str(value).split(",")
     return tuple(sorted({parse_int(str(x).strip() if isinstance(x, str) else x, what, minimum=1) for x in items}))
-
-
-class Point(NamedTuple):
-    """One sweep point: an accelerator and one value of every input (SI units; None = not set)."""
-
-    accelerator: str
-    deadline_s: float
-    reserved_s: float
-    tokens: float
-    efficiency: float
-    max_cards: int
-    card_hour: float | None  # None: the catalog/scenario price of each accelerator
-    max_cost: float | None  # None: no budget cap
-    global_batch: int | None = None  # None: the scenario's batch
-    seq_len: int | None = None  # None: the scenario's sequence length
-
-    def key(self) -> str:
-        """Stable identity of the point's inputs (the scenario fingerprint covers everything else)."""
-        return (f"{self.accelerator}|deadline={_g(self.deadline_s / DAY)}d|reserved={_g(self.reserved_s / DAY)}d"
-                f"|tokens={_g(self.tokens)}|efficiency={_g(self.efficiency)}|max_cards={self.max_cards}"
-                f"|card_hour={'catalog' if self.card_hour is None else _g(self.card_hour)}"
-                f"|max_cost={'none' if self.max_cost is None else _g(self.max_cost)}"
-                + ("" if self.global_batch is None else f"|global_batch={self.global_batch}")
-                + ("" if self.seq_len is None else f"|seq_len={self.seq_len}"))
-
-    def group(self, deadline_in_table: bool) -> tuple[str | float | int | None, ...]:
-        """The table-changing inputs: points sharing them share one enumeration."""
-        g = (self.accelerator, self.tokens, self.efficiency, self.reserved_s, self.card_hour, self.global_batch,
-             self.seq_len)
-        return g + ((self.deadline_s,) if deadline_in_table else ())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from tpopt import __version__
+from tpopt._version import __version__
 from tpopt.errors import InputError, require
 from tpopt.optimizer.sweep.rows import (
     COLUMN_NAMES,

@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import numpy as np
-from tpopt import __version__
+
+from tpopt._version import __version__
 from tpopt.catalogs import Catalog, load_catalog
 from tpopt.catalogs.scenario import build_scenario, with_overrides
 from tpopt.errors import InputError
@@ -26,6 +27,7 @@ from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY
 from tpopt.optimizer import backends
+from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.backends.verify import feasible_for
 from tpopt.optimizer.enumerate import PointTable, layout_evaluator
 from tpopt.optimizer.limits import Clock
@@ -33,8 +35,8 @@ from tpopt.optimizer.outer import at_batch, solve
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import FAMILIES, VARS, Space, rebuilt_tables
 from tpopt.optimizer.sweep.layouts import Answer, GroupOracle, supported
-from tpopt.optimizer.sweep.rows import Row, make_row
-from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, Point, SweepSpec
+from tpopt.optimizer.sweep.rows import Point, Row, make_row
+from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, SweepSpec
 
 
 @dataclass(frozen=True)
@@ -136,27 +138,27 @@ def _table_rows(payload: _Payload, points: list[Point]) -> list[Row]:
     return rows
 
 
-def _solve_rows(payload: _Payload, point: Point, backend: str) -> list[Row]:
+def _solve_rows(payload: _Payload, point: Point, solver: Solver) -> list[Row]:
     """One exact solve for one point (for spaces too large to enumerate)."""
     sc = point_scenario(group_scenario(payload, point), point)
     price = sc.system(point.accelerator).price_card_hour
     clock = Clock(payload.time_limit)  # one limit per point: both solves below draw on it
-    res = solve(sc, backend, Request(objective="cost", time_limit=payload.time_limit, workers=1, clock=clock))
+    res = solve(sc, solver, Request(objective="cost", time_limit=payload.time_limit, workers=1, clock=clock))
     limit = f"time limit {payload.time_limit:g} s reached"
     if res.feasible:
         note = None if res.status.value == "optimal" else f"{limit}: best plan found, not proven optimal"
-        return [make_row(point, res.status.value, payload.fingerprint, backend, ev=res.best, price=price, note=note,
+        return [make_row(point, res.status.value, payload.fingerprint, solver.name, ev=res.best, price=price, note=note,
                          sc=sc)]
     fastest = None
     if res.status.value == "infeasible":
         enforce = frozenset(f for f in FAMILIES if f != F.DEADLINE)
-        fr = solve(sc, backend, Request(objective="time", enforce=enforce, time_limit=payload.time_limit, workers=1,
-                                        clock=clock))
+        fr = solve(sc, solver, Request(objective="time", enforce=enforce, time_limit=payload.time_limit, workers=1,
+                                       clock=clock))
         best = fr.best
         if fr.feasible and fr.status.value == "optimal" and best is not None:  # feasible: a best plan
             fastest = best.metrics["finish_days"] * DAY
     note = f"{limit}: no plan found and no proof that none exists" if res.status.value == "unknown" else None
-    return [make_row(point, res.status.value, payload.fingerprint, backend, fastest_s=fastest, price=price,
+    return [make_row(point, res.status.value, payload.fingerprint, solver.name, fastest_s=fastest, price=price,
                      note=note)]
 
 
@@ -194,7 +196,8 @@ def _layout_rows(payload: _Payload, points: list[Point]) -> list[Row]:
     price = sc.system(first.accelerator).price_card_hour
     space = group_space(payload, sc)
     if not supported(space):
-        return [r for p in points for r in _solve_rows(payload, p, backends.DEFAULT)]
+        default = backends.resolve(backends.DEFAULT)
+        return [r for p in points for r in _solve_rows(payload, p, default)]
     clock = Clock(payload.time_limit * len(points))  # the points' limits pooled: most take milliseconds
     oracle = GroupOracle(space)
     rows: list[Row] = []
@@ -225,7 +228,7 @@ def run_task(kind: str, payload: _Payload, points: Sequence[Point]) -> list[Row]
         return _table_rows(payload, list(points))
     if kind == LAYOUTS:
         return _layout_rows(payload, list(points))
-    return _solve_rows(payload, points[0], kind)
+    return _solve_rows(payload, points[0], backends.checked(kind))
 
 
 SHIPPED_MODEL = "(the sweep's model)"  # catalog key of the model the driver built

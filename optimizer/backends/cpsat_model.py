@@ -1,4 +1,4 @@
-"""OR-Tools CP-SAT formulation of the plan model.
+"""OR-Tools CP-SAT formulation of the plan model, its layout-decomposition master, and the ``cpsat`` backend.
 
 Decision variables: one index variable per base variable (its position in the domain). Every term
 of :mod:`tpopt.models.terms` enters as a table constraint over its own variables and its (integer)
@@ -9,7 +9,8 @@ variable over the core layout carries valid lower bounds and drives a best-first
 Integer scaling (a relaxation, see :mod:`tpopt.optimizer.core`): units are chosen from the actual
 ranges of the tables (:func:`choose_scales`: time at finest microseconds, overhead at finest 1e-7,
 memory in bytes unless it would pass 2^58) so that no linear expression reaches 2^60; values beyond
-the point where the deadline alone excludes a plan are clamped there (:func:`caps`, :func:`_lower`).
+the point where the deadline alone excludes a plan are clamped there (:func:`caps`, :func:`lower` of
+:mod:`tpopt.optimizer.backends.encoding`, shared with HiGHS).
 Every value is rounded *down* where it adds to a "<=" side or to the objective; the one ">="
 constraint (input throughput) compares the floored busy time plus the rounding slack; limits are
 rounded up. The ranges are checked before the model is used (``_fits``); a scenario that cannot be
@@ -33,8 +34,12 @@ from typing import Any, cast
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from ortools.sat.python import cp_model
+
 from tpopt.models import families as F
 from tpopt.models import terms as T
+from tpopt.optimizer.backends.encoding import all_late, caps, finite, lower, max_finite
+from tpopt.optimizer.backends.protocol import Allowed, CandidateResult, MasterAnswer, MasterBounds
+from tpopt.optimizer.backends.verify import RelaxedBackend
 from tpopt.optimizer.limits import EncodingError  # noqa: F401 (raised here; the backends' shared error)
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import (
@@ -62,51 +67,12 @@ INT_MAX = BUDGET
 MIN_TICKS = 100  # coarsest useful resolution: ticks in the shortest step, units in (1 + L) = 1
 
 
-
-@dataclass
-class CandidateResult:
-    """One solver call of the solve-verify loop.
-
-    status: "candidate" (optimal for the relaxed encoding), "feasible" (the solver's time limit
-    stopped it with a point), "infeasible" (proven), "limit" (time limit, no point) or "error"
-    (the solver failed for another reason; ``detail`` says which). ``bound``: a proven lower bound
-    of the relaxed objective over the remaining assignments (objective units), when known.
-    """
-
-    status: str
-    assignment: dict[str, int] | None = None
-    objective_lb: float | None = None
-    bound: float | None = None
-    detail: str = ""
-
-
-def _finite(x: ArrayLike) -> NDArray[np.float64]:
-    """Table values with non-finite entries (plans a structural family excludes) set to 0."""
-    x = np.asarray(x, dtype=float)
-    finite: NDArray[np.float64] = np.where(np.isfinite(x), x, 0.0)
-    return finite
-
-
-def _lower(x: ArrayLike, cap: float) -> NDArray[np.float64]:
-    """Values for a "<=" side or the objective, clamped to ``cap``: NaN -> 0, above cap (+inf
-    included) -> cap. Never above the true value, so the encoding stays a relaxation; a plan whose
-    value was clamped is excluded by the cap's own constraint or by the exact verification."""
-    x = np.asarray(x, dtype=float)
-    return np.minimum(np.where(np.isnan(x) | (x == -np.inf), 0.0, x), cap)
-
-
-def _max_finite(x: ArrayLike, default: float = 0.0) -> float:
-    x = np.asarray(x, dtype=float)
-    f = x[np.isfinite(x)]
-    return float(f.max()) if f.size else default
-
-
 @dataclass
 class Scales:
     """Integer units of one model, chosen from the actual value ranges of its tables.
 
     ``ticks`` per second (time), ``lscale`` units per 1 of (1 + L), ``mem_unit`` bytes per memory
-    unit. Caps clamp values beyond which every plan is infeasible anyway (see :func:`_lower`), so
+    unit. Caps clamp values beyond which every plan is infeasible anyway (see :func:`lower`), so
     outliers (a 12,288-card layout with a Poisson overhead of 3,000x) do not dictate the scale.
     Invariant (checked by ``CpSatModel._fits`` before solving): every linear expression stays below
     ``BUDGET`` in magnitude.
@@ -121,48 +87,6 @@ class Scales:
     all_late: bool = False  # even the least step x the least (1 + L) overshoots the deadline
 
 
-def all_late(space: Space) -> bool:
-    """Every plan misses the deadline: reserved + iterations x (least step) x (least 1 + L) > deadline,
-    with each least value a minimum over its whole table (a valid lower bound for every plan)."""
-    sc = space.sc
-    tabs = space.tables
-    step_min = sum(float(np.min(_lower(tabs[n].values, np.inf))) for n in BUSY) + float(sc.input.wait_s)
-    ov = np.asarray(tabs["overhead"].values, dtype=float) + 1.0
-    ov_min = max(float(np.min(np.where(np.isnan(ov), 1.0, ov))), 1.0)
-    if chance_on(sc):  # the chance form: even the least step exceeds every step the confidence allows
-        return step_min > float(np.max(tabs[CHANCE_TABLE].values)) * (1 + 1e-9)
-    least = sc.task.reserved_s + float(T.iteration_count(sc)) * step_min * ov_min
-    return least > sc.task.deadline_s * (1 + 1e-9)
-
-
-def caps(space: Space, deadline_enforced: bool) -> tuple[float, float, float, float]:
-    """(step term cap s, (1 + L) cap, memory term cap bytes, least step s) for :func:`_lower`.
-
-    Without the deadline the caps are the largest finite table values (an infinite entry is
-    clamped to them). With it, a plan whose step or (1 + L) alone overshoots the deadline is
-    infeasible, so both are clamped 1 % beyond that point: such plans stay excluded while the
-    outliers no longer set the integer ranges."""
-    sc = space.sc
-    tabs = space.tables
-    iters = float(T.iteration_count(sc))
-    wait = float(sc.input.wait_s)
-    mem_cap = _max_finite(space.usable(), 1.0) * 1.01 + 1.0
-    ov = np.asarray(tabs["overhead"].values, dtype=float) + 1.0
-    ov_min = max(float(np.min(np.where(np.isfinite(ov), ov, np.inf))) if np.isfinite(ov).any() else 1.0, 1.0)
-    busy_min = sum(float(np.min(_lower(tabs[n].values, np.inf))) for n in BUSY)
-    step_min = max(busy_min + wait, 0.0)
-    step_cap = sum(_max_finite(tabs[n].values) for n in BUSY) + 1e-6
-    ov_cap = max(_max_finite(ov, 1.0), 1.0)
-    if deadline_enforced and chance_on(sc):  # chance form: a step beyond every allowed step is infeasible
-        step_cap = min(step_cap, 1.01 * float(np.max(tabs[CHANCE_TABLE].values)) + 1e-6)
-    elif deadline_enforced:
-        room = max(sc.task.deadline_s - sc.task.reserved_s, 0.0)
-        step_cap = min(step_cap, 1.01 * room / (iters * ov_min) + 1e-6)
-        if step_min > 0:
-            ov_cap = max(ov_min, min(ov_cap, 1.01 * room / (iters * step_min) + 1e-9))
-    return step_cap, ov_cap, mem_cap, step_min
-
-
 def choose_scales(space: Space, deadline_enforced: bool) -> Scales:
     """Time, overhead and memory units from the tables' ranges (raises EncodingError if no choice
     keeps every product below BUDGET at a useful resolution)."""
@@ -172,7 +96,7 @@ def choose_scales(space: Space, deadline_enforced: bool) -> Scales:
     wait = float(sc.input.wait_s)
     reserved = float(sc.task.reserved_s)
     step_cap, ov_cap, mem_cap, step_min = caps(space, deadline_enforced)
-    S = max(sum(min(_max_finite(tabs[n].values), step_cap) for n in BUSY) + wait, 1e-9)
+    S = max(sum(min(max_finite(tabs[n].values), step_cap) for n in BUSY) + wait, 1e-9)
     ticks = min(US, BUDGET / 4 / (iters * S * ov_cap + reserved + 1.0))
     lscale = min(float(LSCALE), BUDGET / 4 / (ticks * S * ov_cap))
     if lscale < 1e4:  # give resolution back to the overhead at the cost of time ticks
@@ -274,7 +198,7 @@ class CpSatModel:
         """A table's value as an integer variable (rounded ``how``); tables with the same variables and
         integer values (a term alike on two stage classes) share one."""
         t = self.space.tables[name]
-        vals = _lower(t.values, cap) * scale if how == "floor" else _finite(t.values) * scale
+        vals = lower(t.values, cap) * scale if how == "floor" else finite(t.values) * scale
         ints = _floor(vals) if how == "floor" else _ceil(vals)
         key = (t.vars, ints.shape, ints.tobytes())
         var = self._shared.get(key)
@@ -302,7 +226,7 @@ class CpSatModel:
         if not flags.any():
             self.m.add_bool_or([self.lit[family].Not()])
             return
-        ok = self._element(f"ok.{family}", t.vars, flags)
+        ok = self._element(F.ok_table(family), t.vars, flags)
         self.m.add(ok == 1).only_enforce_if(self.lit[family])
 
     # -- model ----------------------------------------------------------------------------------
@@ -331,7 +255,7 @@ class CpSatModel:
 
         # structural families and exact single-table conditions
         for f in STRUCTURAL + EXACT:
-            self._require(f, "ok." + f)
+            self._require(f, F.ok_table(f))
 
         # cards
         cards, _ = self._table("cards", "floor")
@@ -383,7 +307,7 @@ class CpSatModel:
 
         # step x (1 + L), finish. (1 + L) takes few distinct values: one literal per value selects an
         # exact linear relation, so no integer product constraint is needed.
-        ov = _lower(sp.tables["overhead"].values + 1.0, sc_.ov_cap)
+        ov = lower(sp.tables["overhead"].values + 1.0, sc_.ov_cap)
         ov_ints = np.maximum(_floor(ov * lscale), 0)
         step_max = busy_hi + wait_t
         step = m.new_int_var(0, step_max, "step_t")
@@ -406,11 +330,11 @@ class CpSatModel:
             caps_t = np.minimum(np.ceil(smax.values * ticks), step_max + 1).astype(np.int64)
             m.add(step <= self._element("step_max_t", smax.vars, caps_t)).only_enforce_if(self.lit[F.DEADLINE])
         else:
-            m.add(finish <= _ceil_int(sc.task.deadline_s * ticks, finish_hi + 1)).only_enforce_if(
+            m.add(finish <= _ceil_int(F.limit(F.DEADLINE, sc) * ticks, finish_hi + 1)).only_enforce_if(
                 self.lit[F.DEADLINE])
 
         # cost = rate x finish, scaled to stay below BUDGET; rate again has few distinct values
-        rate_tab = _finite(sp.tables["rate"].values)
+        rate_tab = finite(sp.tables["rate"].values)
         rmin = float(rate_tab[rate_tab > 0].min()) if (rate_tab > 0).any() else 1.0
         rmax = float(rate_tab.max()) if rate_tab.size else 1.0
         self.rate_scale = min(1e6 / rmin, 1e12, BUDGET / 4 / max(rmax, 1e-300))
@@ -540,3 +464,63 @@ class CpSatModel:
             return None
         core = set(solver.sufficient_assumptions_for_infeasibility())
         return [f for f in FAMILIES if f in self.enforced and self.lit[f].index in core]
+
+
+# ---------------------------------------------------------------------------------------------
+# the layout decomposition's master (:func:`tpopt.optimizer.decompose.solve_decomposed`)
+
+SCALE_BITS = 2**52  # objective bounds are scaled to integers below this for CP-SAT
+
+
+class CpSatMaster:
+    """CP-SAT master: one layout variable whose domain is the layouts every family allows, and its
+    bound through an element constraint.
+
+    The layout index alone carries the master (every layout rule is decided per layout when the
+    bounds are built); linking it to per-variable indices by a table constraint made CP-SAT's
+    presolve take tens of seconds on 14,400 layouts, for no propagation the master needs.
+    """
+
+    name = "cpsat"
+
+    def __init__(self, space: Space, bounds: MasterBounds, allowed: Allowed, req: Request) -> None:
+        self.cp = cp_model
+        self.req = req
+        m = self.m = cp_model.CpModel()
+        obj = bounds.objective_min
+        finite = np.isfinite(obj)
+        ok = finite.copy()
+        for family_ok in allowed.values():  # each family: the layouts it allows (a domain restriction)
+            ok &= family_ok
+        keep = np.flatnonzero(ok)
+        self.empty = not keep.size  # CP-SAT rejects a variable with an empty domain as an invalid model
+        self.hub = m.new_int_var_from_domain(cp_model.Domain.from_values([int(i) for i in keep] or [0]), "layout")
+        top = float(obj[finite].max()) if finite.any() else 1.0
+        self.scale = SCALE_BITS / max(top, 1e-300) / 4
+        ints = np.where(finite, np.floor(obj * self.scale), 0).astype(np.int64)
+        self.theta = m.new_int_var(0, int(ints.max()) if ints.size else 0, "theta")
+        m.add_element(self.hub, [int(x) for x in ints], self.theta)
+        m.minimize(self.theta)
+
+    def exclude(self, h: int) -> None:
+        self.m.add(self.hub != int(h))
+
+    def solve(self, bound: float | None, time_limit: float) -> MasterAnswer:
+        if self.empty:
+            return "infeasible", None
+        if bound is not None and bound * self.scale < 2**62:  # a bound beyond every theta cuts nothing
+            self.m.add(self.theta <= int(math.ceil(bound * self.scale)))
+        s, st = solve_confirmed(self.m, time_limit, self.req.workers, self.req.seed)
+        if st == self.cp.OPTIMAL:
+            return "candidate", int(s.value(self.hub))
+        if st == self.cp.FEASIBLE:  # time limit with a layout: evaluate it, then stop (no proof)
+            return "feasible", int(s.value(self.hub))
+        if st == self.cp.INFEASIBLE:
+            return "infeasible", None
+        if st == self.cp.UNKNOWN:
+            return "limit", None
+        return "error", f"CP-SAT status {s.status_name(st)}"
+
+
+CPSAT = RelaxedBackend("CP-SAT", CpSatModel, CpSatMaster)
+"""OR-Tools CP-SAT as a backend (registered as ``cpsat``): the encoding above and its decomposition master."""

@@ -1,4 +1,5 @@
-"""The plan model as a mixed-integer linear program, solved with HiGHS (highspy).
+"""The plan model as a mixed-integer linear program, solved with HiGHS (highspy); its layout-decomposition
+master, and the ``highs`` backend.
 
 Exact linearisation over the discrete domains:
 
@@ -29,10 +30,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
 from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.models.units import DAY, GIB
-from tpopt.optimizer.cpsat import BUSY, CandidateResult, _lower, caps
+from tpopt.optimizer.backends.encoding import caps, lower
+from tpopt.optimizer.backends.protocol import Allowed, CandidateResult, MasterAnswer, MasterBounds
+from tpopt.optimizer.backends.verify import RelaxedBackend
 from tpopt.optimizer.limits import EncodingError
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import (
@@ -163,7 +167,7 @@ class HighsModel:
         self.lp = _Lp()
         self._w_cache: dict[tuple[str, ...], NDArray[np.int_]] = {}
         step_cap, ov_cap, mem_cap, _ = caps(space, F.DEADLINE in self.enforced)
-        self._cap = {n: step_cap for n in BUSY}
+        self._cap = {n: step_cap for n in BUSY_TERMS}
         self._cap.update({n: mem_cap for n in space.memory_names()})
         self._cap["overhead"] = ov_cap - 1.0
         self._build()
@@ -216,10 +220,10 @@ class HighsModel:
         return out
 
     def _values(self, name: str) -> NDArray[np.float64]:
-        """A table's values as the encoding uses them: clamped (a relaxation, see cpsat._lower)."""
+        """A table's values as the encoding uses them: clamped (a relaxation, see encoding.lower)."""
         t = self.space.tables[name]
         if name in self._cap:
-            return _lower(t.values, self._cap[name])
+            return lower(t.values, self._cap[name])
         finite: NDArray[np.float64] = np.where(np.isfinite(t.values), t.values, 0.0)
         return finite
 
@@ -268,7 +272,7 @@ class HighsModel:
             lp.row(np.append(self.x["pp"][pp1], self.x["schedule"][0]), np.append(np.ones(len(pp1)), -1.0), -INF, 0.0)
 
         for f in STRUCTURAL + EXACT:
-            self._forbid(f, "ok." + f)
+            self._forbid(f, F.ok_table(f))
         t = sp.tables["cards"]
         w = self._weights(t.vars).reshape(-1)
         cards = t.values.reshape(-1)
@@ -341,8 +345,8 @@ class HighsModel:
             smax = self._broadcast(CHANCE_TABLE, omega, shape).reshape(-1)
             for j in range(n_omega):
                 lp.row([b[j], u[j]], [1.0, wait - smax[j]], -INF, 0.0)
-        elif F.DEADLINE in self.enforced and sc.task.deadline_s / DAY < INF:
-            lp.hi[self.finish] = sc.task.deadline_s / DAY
+        elif F.DEADLINE in self.enforced and F.limit(F.DEADLINE, sc) / DAY < INF:
+            lp.hi[self.finish] = F.limit(F.DEADLINE, sc) / DAY
         r = rate.reshape(-1)
         self.cost = lp.cols(1, 0.0, INF)[0]
         lp.row(np.concatenate([[self.cost], b, u]), np.concatenate([[1.0], -r * k, -r * (reserved + k * wait)]),
@@ -438,3 +442,69 @@ class HighsModel:
             a = {v: int(np.argmax(sol[self.x[v]])) for v in VARS}
             return CandidateResult("feasible", a, float(sol[self.obj]) * self.obj_factor, bound=bound)
         return CandidateResult("limit", bound=bound)
+
+
+# ---------------------------------------------------------------------------------------------
+# the layout decomposition's master (:func:`tpopt.optimizer.decompose.solve_decomposed`)
+
+
+class HighsMaster:
+    """HiGHS master: one binary per allowed layout, theta = sum bound[h] y[h]."""
+
+    name = "highs"
+
+    def __init__(self, space: Space, bounds: MasterBounds, allowed: Allowed, req: Request) -> None:
+        import highspy  # lazy: start-up time
+
+        self.hp = highspy
+        ok = np.ones(bounds.n, dtype=bool)
+        for a in allowed.values():
+            ok &= a
+        ok &= np.isfinite(bounds.objective_min)
+        self.cols = np.flatnonzero(ok)
+        obj = bounds.objective_min[self.cols]
+        # normalised so that HiGHS never meets a cost it treats as infinite (>= 1e20); a power of
+        # two keeps the order of the bounds exact
+        top = float(np.max(np.abs(obj))) if obj.size else 1.0
+        self.unit = 2.0 ** math.ceil(math.log2(top)) if top > 1.0 else 1.0
+        self.obj = obj / self.unit
+        self.h = new_highs(req)
+        n = len(self.cols)
+        if n:
+            self.h.addVars(n, np.zeros(n), np.ones(n))
+            self.h.changeColsIntegrality(n, np.arange(n, dtype=np.int32),
+                                         np.array([highspy.HighsVarType.kInteger] * n))
+            self.h.changeColsCost(n, np.arange(n, dtype=np.int32), self.obj)
+            self.h.addRow(1.0, 1.0, n, np.arange(n, dtype=np.int32), np.ones(n))
+        self.bound_row: int | None = None
+
+    def exclude(self, h: int) -> None:
+        j = np.flatnonzero(self.cols == h)
+        if j.size:
+            self.h.changeColBounds(int(j[0]), 0.0, 0.0)
+
+    def solve(self, bound: float | None, time_limit: float) -> MasterAnswer:
+        if not len(self.cols):
+            return "infeasible", None
+        n = len(self.cols)
+        if bound is not None and math.isfinite(bound):
+            lim = bound / self.unit * (1 + 1e-12) + 1e-12
+            if self.bound_row is None:
+                self.h.addRow(-np.inf, lim, n, np.arange(n, dtype=np.int32), self.obj)
+                self.bound_row = self.h.getNumRow() - 1
+            else:
+                self.h.changeRowBounds(self.bound_row, -np.inf, lim)
+        self.h.setOptionValue("time_limit", max(0.01, time_limit))
+        st = run_highs(self.h)
+        if st == self.hp.HighsModelStatus.kOptimal:
+            x = np.array(self.h.getSolution().col_value)
+            return "candidate", int(self.cols[int(np.argmax(x))])
+        if st in (self.hp.HighsModelStatus.kInfeasible, self.hp.HighsModelStatus.kUnboundedOrInfeasible):
+            return "infeasible", None
+        if st == self.hp.HighsModelStatus.kTimeLimit:
+            return "limit", None
+        return "error", f"HiGHS status {self.h.modelStatusToString(st)}"
+
+
+HIGHS = RelaxedBackend("HiGHS", HighsModel, HighsMaster)
+"""The HiGHS MILP as a backend (registered as ``highs``): the encoding above and its decomposition master."""

@@ -1,44 +1,23 @@
-"""RL post-training as a solve (chapter 10.5): rollout / verification / learning split, shared or
-separate cards, synchronous or one-step async, weight sync; exact, with binding reports.
+"""One RL scenario as a problem: its decisions, the learner plans they use, and one RL plan's figures.
 
-Decisions. RL level: accelerator, placement (``separate`` card groups or ``shared`` cards with a
-staged hand-off), learner cards, rollout cards, rollout TP, rollout batch, staleness (0 / 1) and the
-weight-sync method (``sharded`` / ``broadcast``); the save interval and mode are picked per card
-count (they only move the overhead L). Learner level: the whole pre-training plan (ZeRO, TP, PP,
-micro-batch, recompute, offload, schedule) on the learner's cards, chosen by the existing solver.
-
-Why taking the learner's optimum per card count is exact. Every RL quantity depends on the learner
-plan only through its step time t (and, on shared cards, the state swap h(states) and its memory,
-which bounds the plan through its usable memory): cycle, finish and cost are non-decreasing in
-q_s t + h, and the memory families are enforced inside the learner solve by lowering the usable
-memory. So for a learner card count and memory limit the best RL plan uses the learner plan that
-minimises t (separate cards: the solver's ``time`` optimum at that card count) or q_s t + h (shared
-cards: the solver's K best plans by t, K grown until q_s t_K can no longer beat the best q_s t + h).
-
-Search. Every RL decision is first evaluated with a valid lower bound of the learner
-(t >= 6 x GEMM params x tokens / (cards x the card's highest dense peak), h >= 0, memory 0): a
-relaxation of every family. Learner keys (accelerator, cards, memory limit) are then solved in the
-order of their best bound; the search stops when the next bound exceeds the best verified plan.
-:func:`brute_force` enumerates every RL decision with every learner plan (no solver, no bound):
-the oracle of the property tests.
-
-Families (value <= limit, SI units inside): ``rl.learner_memory``, ``rl.kv_capacity``,
-``rl.rollout_memory``, ``rl.handoff_memory``, ``rl.staleness``, ``checkpoint.backlog``,
-``deadline.finish`` (with its per-stage form ``rl.stage_balance``, reported like ``step.budget``),
-``cards.max``, ``budget.cost``; ``rl.learner_layout`` (some learner layout exists at the card count)
-is structural.
+:class:`RLDecision` is one RL-level decision vector; :class:`RLProblem` holds the scenario's design space, the
+relations of one plan (:meth:`RLProblem.evaluate`: rollout stages, weight sync, cycle, finish, cost, every
+family's value and limit) and the caches every solve of the problem and its variants shares (learner solves,
+rollout stages, the long-run overhead). :class:`DecisionGrid` lists the decisions as columns;
+:func:`trainer_points` tabulates the learner plans by card count from the enumerator
+(:func:`tpopt.optimizer.enumerate.chunks`). The families are those of :mod:`tpopt.models.families`
+(``F.RL_*``, :data:`SPEC`).
 """
 
 from __future__ import annotations
 
-import functools
 import math
-import time
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import numpy as np
+
 from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models import generation as gen
@@ -48,8 +27,9 @@ from tpopt.models.arch import ModelArch, flops_per_token, gemm_params, param_cou
 from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.models.plan import Scenario
 from tpopt.models.rl import RLScenario
-from tpopt.models.units import DAY, GIB
-from tpopt.optimizer import analysis, backends, core, footing
+from tpopt.models.units import GIB
+from tpopt.optimizer import backends, core
+from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.enumerate import NUMERIC_AXES, chunks
 from tpopt.optimizer.limits import Clock, TimeLimitReached, clock_of
 from tpopt.optimizer.result import Request, Status
@@ -147,16 +127,14 @@ def new_caches() -> dict[str, Any]:
 class RLProblem:
     """One RL scenario's design space, relations and caches (learner solves, rollout stages)."""
 
-    def __init__(self, rsc: RLScenario, backend: str = backends.DEFAULT, req: Request | None = None,
+    def __init__(self, rsc: RLScenario, backend: str | Solver = backends.DEFAULT, req: Request | None = None,
                  card_limit: int | None = None, caches: dict[str, Any] | None = None) -> None:
-        if not backends.is_known(backend):
-            raise backends.unknown_solver(backend)
+        self.backend = backends.resolve(backend)  # the learner's solver, resolved once (an unknown name fails here)
         self.rsc = rsc
-        self.sc = cast(Scenario, rsc.trainer)  # the learner's pre-training scenario (typed object in RLScenario)
+        self.sc: Scenario = rsc.trainer  # the learner's pre-training scenario
         self.task = rsc.task
-        self.backend = backend
         self.req = req or Request()
-        self.card_limit = int(card_limit or self.sc.search.max_cards)
+        self.card_limit = int(card_limit or F.limit(F.CARDS, self.sc))
         self.caches = caches if caches is not None else new_caches()
         self.policy_params = float(param_count(self.sc.model))
         self.gemm_params = float(gemm_params(self.sc.model))
@@ -412,7 +390,7 @@ class RLProblem:
         clock = self.clock()  # the RL solve's one clock: each learner solve gets what is left of it
         K = 1
         while True:
-            backend = self.backend if K <= MAX_TOP else backends.EXHAUSTIVE
+            backend = self.backend if K <= MAX_TOP else backends.resolve(backends.EXHAUSTIVE)
             clock.check("solving the learner plans")
             req = Request(objective="time", enforce=enforce, top=K, cards=(cards,), time_limit=clock.remaining(0.01),
                           seed=self.req.seed, workers=self.req.workers, clock=clock)
@@ -551,7 +529,7 @@ class RLProblem:
         cost = self.rate(d.accelerator, cards) * finish
         r_learn = Rb / learner.full_s if learner.full_s > 0 else math.inf
         bound = R.effective_sample_rate(ro["r_gen"], ro["r_verify"], r_learn, q)
-        needed = task.samples * (1.0 + L) / (sc.task.deadline_s - sc.task.reserved_s)
+        needed = task.samples * (1.0 + L) / (F.limit(F.DEADLINE, sc) - sc.task.reserved_s)
         stages = {"generation": q * ro["r_gen"], "verification": q * ro["r_verify"], "learning": r_learn}
         usable, common, pool, w_gen = A.memory_usable, task.common, ro["kv_pool"], ro["weights"]
         checks = {F.RL_LEARNER_MEMORY: (learner.memory, usable), F.RL_KV_CAPACITY: (ro["kv_need"], pool)}
@@ -567,10 +545,10 @@ class RLProblem:
             checks[F.RL_ROLLOUT_MEMORY] = (max(w_gen + pool + common, sync_peak), usable)
         checks[F.RL_STALENESS] = (float(d.staleness), float(task.staleness))
         checks[F.CHECKPOINT] = (ov["write_s"], ov["save_interval_s"])
-        checks[F.DEADLINE] = (finish, sc.task.deadline_s)
+        checks[F.DEADLINE] = (finish, F.limit(F.DEADLINE, sc))
         checks[F.RL_STAGE_BALANCE] = (needed, bound)
-        checks[F.CARDS] = (float(cards), float(sc.search.max_cards))
-        checks[F.BUDGET] = (cost, math.inf if sc.cost.max_cost is None else sc.cost.max_cost)
+        checks[F.CARDS] = (float(cards), F.limit(F.CARDS, sc))
+        checks[F.BUDGET] = (cost, F.limit(F.BUDGET, sc))
         metrics = {
             "cards": cards, "hosts": cards // g, "kept": q, "samples_per_step": Rb, "steps": steps, "rollout": ro,
             "learn_full_s": learner.full_s, "learn_s": q * learner.full_s, "learner_step_s": learner.step_s,
@@ -741,167 +719,6 @@ class DecisionGrid:
         return of_code[inv], keys
 
 
-def vector_checks(pb: RLProblem, grid: DecisionGrid, idx: np.ndarray, full_s: np.ndarray | float,
-                  swap_s: np.ndarray | float, memory: np.ndarray | float, enforced: Collection[str],
-                  objective: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(feasible, first key, second key) of the decisions ``idx`` with learners of full-batch time
-    ``full_s``, state swap ``swap_s`` and peak memory ``memory`` (scalars or one per decision): the
-    relations of :meth:`RLProblem.evaluate`, term for term in the same order, over arrays."""
-    task, sc = pb.task, pb.sc
-    S = grid.static(pb, F.RL_KV_CAPACITY in enforced, F.CHECKPOINT in enforced)
-    whole = idx.size == grid.size  # the whole grid (idx is then 0 .. size - 1): no copies
-    c = S if whole else {k: v[idx] for k, v in S.items()}
-    st, shared = (grid.st, grid.shared) if whole else (grid.st[idx], grid.shared[idx])
-    cards = grid.cards if whole else grid.cards[idx]
-    stale = st >= 1
-    Rb = task.batch
-    q = np.where(stale, task.kept, task.kept_sync)
-    full = np.broadcast_to(np.asarray(full_s, dtype=float), idx.shape)
-    learn = q * full
-    swap = np.where(shared, np.broadcast_to(np.asarray(swap_s, dtype=float), idx.shape), 0.0)
-    cycle = np.where(stale, np.maximum(c["rollout_s"], learn) + c["sync_s"],
-                     c["rollout_s"] + learn + c["sync_s"] + swap)
-    steps = np.where(stale, float(R.steps_needed(task.samples, task.kept, Rb)),
-                     float(R.steps_needed(task.samples, task.kept_sync, Rb)))
-    L = c["overhead"]
-    finish = sc.task.reserved_s + steps * cycle * (1.0 + L)
-    cost = c["rate"] * finish
-    positive = full > 0
-    r_learn = np.where(positive, Rb / np.where(positive, full, 1.0), math.inf)
-    bound = np.minimum(r_learn, q * np.minimum(c["r_gen"], c["r_verify"]))
-    needed = task.samples * (1.0 + L) / (sc.task.deadline_s - sc.task.reserved_s)
-    common, pool, w_gen, recv = task.common, c["kv_pool"], c["weights"], c["recv"]
-    mem = np.broadcast_to(np.asarray(memory, dtype=float), idx.shape)
-    received = recv + w_gen - c["policy_weights"]
-    staged = np.maximum(np.maximum(mem + common, mem + received + common),
-                        np.maximum(w_gen + common, w_gen + pool + common))
-    broadcast = np.array([m == "broadcast" for m in grid.methods] + [False], dtype=bool)[grid.ws[idx]]
-    sync_peak = w_gen + common + np.where(broadcast, recv, 0.0)
-    rollout_mem = np.where(shared, w_gen + pool + common, np.maximum(w_gen + pool + common, sync_peak))
-    checks: dict[str, tuple[Any, Any]] = {
-        F.RL_LEARNER_MEMORY: (mem, c["usable"]), F.RL_KV_CAPACITY: (c["kv_need"], pool),
-        F.RL_ROLLOUT_MEMORY: (rollout_mem, c["usable"]),
-        F.RL_STALENESS: (st.astype(float), float(task.staleness)),
-        F.CHECKPOINT: (c["write_s"], c["save_interval_s"]), F.DEADLINE: (finish, sc.task.deadline_s),
-        F.RL_STAGE_BALANCE: (needed, bound), F.CARDS: (cards.astype(float), float(sc.search.max_cards)),
-        F.BUDGET: (cost, math.inf if sc.cost.max_cost is None else sc.cost.max_cost)}
-    ok = np.ones(idx.shape, dtype=bool)
-    for f in enforced:
-        if f in STRUCTURAL:
-            continue
-        if f == F.RL_HANDOFF_MEMORY:
-            ok &= ~shared | (staged <= c["usable"] * (1 + 1e-12))
-        elif f in checks:
-            v, lim = checks[f]
-            ok &= v <= lim * (1 + 1e-12)
-    if objective == "cards":
-        return ok, cards.astype(float), cost
-    return (ok, cost, finish) if objective == "cost" else (ok, finish, cost)
-
-
-# ---------------------------------------------------------------------------------------------
-# the exact search and the brute-force oracle
-
-
-def solve(pb: RLProblem, objective: str = "cost", enforced: Collection[str] = FAMILIES,
-          restrict: Restrict | None = None) -> RLResult:
-    """The best RL plan (lexicographic (cost, finish) or (finish, cost)), proven optimal.
-
-    One time limit for the whole RL solve: the request's clock (``pb.req.clock``, shared by every
-    solve of one ``tpopt rl`` run, its analysis included) or, without one, a clock of
-    ``pb.req.time_limit`` for this call. The search and every learner solve draw on what is left of
-    it. When it runs out, the best verified RL plan so far is returned with status ``feasible`` (not
-    proven optimal: a better plan may use a learner key not yet solved, or a learner plan the cut-short
-    solve did not find), or ``unknown`` when none was found; ``stats`` says where it stopped."""
-    if objective not in OBJECTIVES + ("cards",):
-        raise InputError(f"unknown objective {objective!r} (use cost or time)")
-    enforced = tuple(f for f in FAMILIES if f in set(enforced))
-    if pb.req.clock is None:  # no shared clock: this solve's own limit
-        pb = pb.with_request(replace(pb.req))
-    clock = clock_of(pb.req)
-    t0 = time.perf_counter()
-    solves0 = pb.caches["solves"][0]
-    while True:
-        bound_ok = pb.caches["bound_ok"][0]
-        best, stats, limited = _search(pb, objective, enforced, restrict, clock)
-        if limited or pb.caches["bound_ok"][0] == bound_ok:  # else a learner beat the bound: search again
-            break
-    stats.update(wall_s=time.perf_counter() - t0, learner_solves=pb.caches["solves"][0] - solves0,
-                 time_limit_reached=limited, limit_phase=(clock.phase or None) if limited else None,
-                 time_limit_s=clock.seconds)
-    if limited:
-        status = Status.FEASIBLE if best else Status.UNKNOWN
-    else:
-        status = Status.OPTIMAL if best else Status.INFEASIBLE
-    return RLResult(status, objective, best, enforced, stats)
-
-
-def _search(pb: RLProblem, objective: str, enforced: tuple[str, ...], restrict: Restrict | None, clock: Clock
-            ) -> tuple[RLEvaluation | None, dict[str, Any], bool]:
-    """The bound-ordered search; returns (best, stats, limited): ``limited`` when the clock stopped it
-    before the optimum was proven (``best`` is then the best verified plan so far, or None).
-
-    Vectorised over the decision grid (:class:`DecisionGrid`, :func:`vector_checks`): every decision is
-    bounded at once, and each solved learner key's decisions are checked at once; only the best of a
-    key is evaluated in full (:meth:`RLProblem.evaluate`). Ties go to the earlier decision of the grid."""
-    stats: dict[str, Any] = {"points": None, "learner_keys": 0, "learner_keys_solved": 0}
-    try:
-        grid = pb.decisions(clock)
-        if grid.blocks:  # as listing the decisions checks the clock once per learner card count
-            clock.check("building the RL decisions")
-    except TimeLimitReached:  # cut short while listing the decisions: nothing verified yet
-        return None, stats, True
-    sel = grid.select(restrict)
-    stats["points"] = int(sel.size)
-    if sel.size and clock.expired("bounding the RL decisions"):
-        return None, stats, True
-    # the learner bound per (accelerator, learner cards)
-    bkey = grid.acc[sel] * (grid.cl.max(initial=0) + 1) + grid.cl[sel]
-    bu, bfirst, binv = np.unique(bkey, return_index=True, return_inverse=True)
-    lb = np.array([pb.learner_bound(grid.accs[grid.acc[sel[j]]], int(grid.cl[sel[j]])).full_s for j in bfirst])
-    ok, k1, k2 = vector_checks(pb, grid, sel, lb[binv], 0.0, 0.0, enforced, objective)
-    fsel, k1, k2 = sel[ok], k1[ok], k2[ok]  # a relaxation: infeasible here is infeasible with any learner plan
-    gid, keys = grid.learner_keys(pb, fsel, enforced)
-    stats["learner_keys"] = len(keys)
-    order = np.lexsort((fsel, k2, k1))  # by (bound key, grid index)
-    gsorted, ksorted = gid[order], k1[order]
-    seen = np.sort(np.unique(gsorted, return_index=True)[1])
-    ranked = gsorted[seen].tolist()  # keys by their best bound
-    group_min = dict(zip(ranked, ksorted[seen].tolist(), strict=True))
-    members = np.argsort(gid, kind="stable")
-    starts = np.searchsorted(gid[members], np.arange(len(keys) + 1))
-    best: RLEvaluation | None = None
-    best_rank: Rank | None = None
-    limited = False
-    for g in ranked:
-        if best_rank is not None and group_min[g] > best_rank[0][0]:
-            break  # every remaining bound is worse than the best verified plan
-        if clock.expired("solving the learner plans"):
-            limited = True
-            break
-        try:
-            learner = pb.learner(keys[g])
-        except TimeLimitReached:
-            limited = True
-            break
-        stats["learner_keys_solved"] += 1
-        if learner is not None:
-            idx = fsel[members[starts[g]:starts[g + 1]]]
-            ok, a, b = vector_checks(pb, grid, idx, learner.full_s, learner.swap_s, learner.memory, enforced,
-                                     objective)
-            if ok.any():
-                cand = idx[ok][np.lexsort((idx[ok], b[ok], a[ok]))[0]]
-                ev = pb.evaluate(grid.decision(int(cand)), learner, enforced)
-                if ev.feasible(enforced):
-                    rank = (ev.key(objective), int(cand))
-                    if best_rank is None or rank < best_rank:
-                        best, best_rank = ev, rank
-        if clock.reached:  # the learner solve was cut short: its plan is feasible, not proven the fastest
-            limited = True
-            break
-    return best, stats, limited
-
-
 def trainer_points(pb: RLProblem, acc: str) -> dict[int, list[TrainerPoint]]:
     """Every learner plan of the scenario's trainer space on ``acc`` by card count (cached):
     (step, states, peak memory, host-memory rule met, assignment) from the vectorised evaluator
@@ -928,393 +745,3 @@ def trainer_points(pb: RLProblem, acc: str) -> dict[int, list[TrainerPoint]]:
                 (float(flat["step"][j]), float(flat["states"][j]), float(flat["mem"][j]), bool(flat["host"][j]), idx))
     cache[(acc, "points")] = out
     return out
-
-
-def brute_force(pb: RLProblem, objective: str = "cost", enforced: Collection[str] = FAMILIES) -> RLEvaluation | None:
-    """Every RL decision with every learner plan, no solver and no bound: the oracle."""
-    enforced = tuple(f for f in FAMILIES if f in set(enforced))
-    best: RLEvaluation | None = None
-    best_rank: Rank | None = None
-    plans = {acc: trainer_points(pb, acc) for acc in pb.accelerators()}
-    for i, d in enumerate(pb.grid()):
-        shared = d.placement == "shared"
-        memory_rules = F.RL_LEARNER_MEMORY in enforced or (shared and F.RL_HANDOFF_MEMORY in enforced)
-        for step, states, mem, host_ok, _ in plans[d.accelerator].get(d.learner_cards, []):
-            if memory_rules and not host_ok:
-                continue  # the learner's host-memory rule (offload) goes with its memory families
-            swap = R.state_swap_time(states, pb.swap_bandwidth(d.accelerator)) if shared else 0.0
-            ln = Learner(None, step, step + pb.extra_forward_s(d.accelerator, d.learner_cards), states, mem, swap)
-            ev = pb.evaluate(d, ln, enforced)
-            if ev.feasible(enforced):
-                rank = (ev.key(objective), i)
-                if best_rank is None or rank < best_rank:
-                    best, best_rank = ev, rank
-    return best
-
-
-# ---------------------------------------------------------------------------------------------
-# what limits the optimum, alternatives, infeasibility, the async break-even (the questions are
-# tpopt.optimizer.analysis's, put to an RLOracle)
-
-REL = analysis.REL
-GRID_LIMIT = 200_000  # RL decisions a relaxation question may enumerate (cards.max dropped)
-
-
-def summary(ev: RLEvaluation) -> dict[str, Any]:
-    """An RL plan's decisions and headline figures, as reports quote it."""
-    d, m = ev.decision, ev.metrics
-    return {"accelerator": d.accelerator, "placement": d.placement, "cards": d.cards,
-            "learner_cards": d.learner_cards, "rollout_cards": d.rollout_cards, "rollout_tp": d.rollout_tp,
-            "rollout_batch": m["rollout"]["batch"], "staleness": d.staleness, "weight_sync": d.weight_sync,
-            "cycle_s": m["cycle_s"], "finish_days": m["finish_s"] / DAY, "cost": m["cost"],
-            "cost_unit": m["cost_unit"], "bottleneck": m["bottleneck"]}
-
-
-def objective_value(ev: RLEvaluation, objective: str) -> float:
-    """The objective in display units: cost, or finish time in days."""
-    value: float = ev.metrics["cost"] if objective == "cost" else ev.metrics["finish_s"] / DAY
-    return value
-
-
-def violation(ev: RLEvaluation, family: str) -> dict[str, Any]:
-    """A family's value against its limit for one plan, in the family's unit."""
-    unit, scale, _ = SPEC[family]
-    if family not in ev.checks:
-        return {"name": family}
-    v, lim = ev.checks[family]
-    return {"name": family, "value": v / scale, "limit": None if math.isinf(lim) else lim / scale, "unit": unit}
-
-
-QUOTE = analysis.Quote(objective_value, summary, violation)  # how the reports quote an RL plan
-
-
-def _better(a: RLEvaluation, b: RLEvaluation, objective: str) -> bool:
-    """``a`` strictly better than ``b``: key(a) < key(b) (1 - REL) on the objective's first key."""
-    return bool(a.key(objective)[0] < b.key(objective)[0] * (1 - REL))
-
-
-def _wider_problem(pb: RLProblem) -> RLProblem | None:
-    """The problem a question without cards.max needs: a card grid up to 8x (else 4x, 2x) the cap, the
-    largest whose RL decisions stay enumerable; None if none does, or if the run's clock ran out while
-    the grids were counted (nothing cached then: the question is solved on the problem's own grid, whose
-    solve sees the clock has run out and says so)."""
-    cache = pb.caches.setdefault("relaxed", {})
-    if pb.card_limit not in cache:
-        found = None
-        try:
-            for factor in (8, 4, 2):
-                p2 = pb.with_card_limit(factor * pb.sc.search.max_cards)
-                if p2.grid_size(clock=pb.req.clock) <= GRID_LIMIT:
-                    found = p2.card_limit
-                    break
-        except TimeLimitReached:
-            return None
-        cache[pb.card_limit] = found
-    limit: int | None = cache[pb.card_limit]
-    return None if limit is None else pb.with_card_limit(limit)
-
-
-class RLOracle:
-    """The :class:`tpopt.optimizer.analysis.Oracle` of the RL reports: the best RL plan under a set of
-    families, one exact :func:`solve` per question. ``widen``: a question without cards.max is solved on
-    the wider card grid of :func:`_wider_problem` (on the problem's own grid when none is enumerable);
-    otherwise every question is solved on the problem's own grid."""
-
-    name = "rl"
-
-    def __init__(self, pb: RLProblem, widen: bool = False):
-        self.pb = pb
-        self.widen = widen
-
-    def best(self, enforced: Collection[str], objective: str, restrict: dict[str, Any] | None = None,
-             cards: Iterable[int] | None = None) -> RLEvaluation | None:
-        pb = self.pb
-        if self.widen and F.CARDS not in enforced:
-            pb = _wider_problem(pb) or pb
-        if cards is not None:  # the card counts as a restriction of the decisions' ``cards``
-            restrict = {**(restrict or {}), "cards": set(cards)}
-        return solve(pb, objective, enforced, restrict).best
-
-
-def binding(pb: RLProblem, best: RLEvaluation, objective: str, enforced: Collection[str]) -> list[dict[str, Any]]:
-    """Families that bind: dropping one alone admits a strictly better plan (which is quoted). Dropping
-    cards.max is asked on the wider card grid; when no wider grid is enumerable, cards.max is not asked."""
-    cards = F.CARDS in enforced
-    skip = (F.CARDS,) if cards and _wider_problem(pb) is None else ()
-    found = analysis.binding(RLOracle(pb, widen=cards), best, objective, enforced, RELAXABLE, _better, skip)
-    return [analysis.binding_entry(f, alt, best, objective, QUOTE) for f, alt in found]
-
-
-def _ruled_out(pb: RLProblem, objective: str, enforced: Collection[str], restrict: dict[str, Any]
-               ) -> list[dict[str, Any]]:
-    """Families that alone rule the restricted alternative out, with the best plan's value against the
-    limit once that family is dropped (on the problem's own card grid)."""
-    found = analysis.ruled_out(RLOracle(pb), objective, enforced, RELAXABLE, restrict)
-    return [violation(alt, f) for f, alt in found] or \
-        [{"name": "no single constraint family: several rule it out together"}]
-
-
-def alternatives(pb: RLProblem, best: RLEvaluation, objective: str, enforced: Collection[str]
-                 ) -> list[dict[str, Any]]:
-    """What a user would ask next: the other placement, staleness, weight sync, one host fewer,
-    other accelerators; each feasible-but-worse (with its objective) or ruled out (and by what)."""
-    d = best.decision
-    g = pb.sc.system(d.accelerator).acc.cards_per_host
-    asks: list[tuple[str, dict[str, Any]]] = []
-    for p in pb.rsc.search.placement:
-        if p != d.placement:
-            asks.append((f"{p} cards", {"placement": [p], "accelerator": [d.accelerator]}))
-    if d.placement == "separate":
-        other = 1 - d.staleness
-        asks.append(("one-step async" if other else "synchronous",
-                     {"placement": ["separate"], "staleness": [other], "accelerator": [d.accelerator]}))
-    for m in pb.rsc.search.weight_sync:
-        if m != d.weight_sync:
-            asks.append((f"{m} weight sync", {"weight_sync": [m], "placement": [d.placement],
-                                              "accelerator": [d.accelerator]}))
-    if d.cards > g:
-        asks.append((f"{d.cards - g} cards or fewer", {"cards": set(range(1, d.cards - g + 1)),
-                                                       "accelerator": [d.accelerator]}))
-    for a in pb.accelerators():
-        if a != d.accelerator:
-            asks.append((a, {"accelerator": [a]}))
-    oracle = RLOracle(pb)
-    return [analysis.alternative(oracle, QUOTE, {"alternative": label}, best, objective, enforced, restrict, None,
-                                 functools.partial(_ruled_out, pb, objective, enforced, restrict))
-            for label, restrict in asks]
-
-
-def async_break_even(pb: RLProblem, objective: str, enforced: Collection[str], tol: float = 1e-4) -> dict[str, Any]:
-    """The kept fraction above which the best one-step-async plan beats the best synchronous one,
-    both re-optimised (staleness allowed or not). None when async never wins, 0 when sync is
-    infeasible and async feasible at any kept fraction tried."""
-    enf = [f for f in enforced if f != F.RL_STALENESS]
-    sync = solve(pb, objective, enf, {"staleness": [0]}).best
-
-    def async_wins(q: float) -> bool:
-        a = solve(pb.with_task(kept=q), objective, enf, {"staleness": [1]}).best
-        return a is not None and (sync is None or a.key(objective) < sync.key(objective))
-
-    if "separate" not in pb.rsc.search.placement or not async_wins(1.0):
-        return {"kept": None, "sync": None if sync is None else summary(sync)}
-    lo, hi = 0.0, 1.0
-    while hi - lo > tol:
-        mid = (lo + hi) / 2
-        if async_wins(mid):
-            hi = mid
-        else:
-            lo = mid
-    return {"kept": hi, "sync": None if sync is None else summary(sync)}
-
-
-def explain_infeasible(pb: RLProblem, objective: str, enforced: Collection[str]) -> dict[str, Any]:
-    """Why no RL plan is feasible: a minimal conflicting set of families (the deletion filter of
-    :func:`tpopt.optimizer.analysis.conflict`, every question without cards.max on the wider card grid),
-    the plan that comes closest to each, and the smallest single changes that admit a plan."""
-    relax = [f for f in enforced if f in RELAXABLE]
-    structural = [f for f in enforced if f in STRUCTURAL]
-    oracle = RLOracle(pb, widen=True)
-
-    def admits(families: Collection[str]) -> bool:
-        """Some plan meets the structural rules and ``families``."""
-        return oracle.best(structural + list(families), objective) is not None
-
-    if oracle.best(structural, objective) is None:
-        return {"conflict": [F.RL_LEARNER_LAYOUT], "conflict_detail": [
-            {"name": F.RL_LEARNER_LAYOUT, "detail": "no learner layout exists at any card count up to "
-                                                    f"{pb.card_limit} (batch, host and head rules)"}],
-                "relaxations": []}
-    conflict = analysis.conflict(admits, relax)
-    detail = []
-    for f in conflict:
-        alt = oracle.best(structural + [g for g in conflict if g != f], objective)
-        detail.append(dict(violation(alt, f), plan=summary(alt)) if alt is not None else {"name": f})
-    changes: list[dict[str, Any]] = []
-
-    def change(parameter: str, family: str, unit: str, current: float | None, required: float | None,
-               plan: RLEvaluation | None) -> None:
-        entry: dict[str, Any] = {"parameter": parameter, "unit": unit, "current": current, "required": required,
-                 "helps": plan is not None, "plan": None if plan is None else summary(plan)}
-        if plan is None:  # what still conflicts once this input is freed
-            entry["still_conflicting"] = analysis.conflict(admits, [g for g in relax if g != family])
-        changes.append(entry)
-
-    def without(family: str) -> list[str]:
-        return [g for g in enforced if g != family]
-
-    if F.DEADLINE in conflict:
-        fast = oracle.best(without(F.DEADLINE), "time")
-        change("deadline", F.DEADLINE, "d", pb.sc.task.deadline_s / DAY,
-               None if fast is None else math.ceil(fast.metrics["finish_s"] / DAY * 100) / 100, fast)
-    if F.CARDS in conflict:
-        few = oracle.best(without(F.CARDS), "cards")
-        change("max_cards", F.CARDS, "cards", pb.sc.search.max_cards, None if few is None else few.decision.cards,
-               few)
-    if F.BUDGET in conflict:
-        cheap = oracle.best(without(F.BUDGET), "cost")
-        change("max_cost", F.BUDGET, "USD", pb.sc.cost.max_cost,
-               None if cheap is None else math.ceil(cheap.metrics["cost"]), cheap)
-    if F.RL_STALENESS in conflict:
-        alt = oracle.best(without(F.RL_STALENESS), objective)
-        change("staleness", F.RL_STALENESS, "steps", pb.task.staleness, None if alt is None else alt.decision.staleness,
-               alt)
-    return {"conflict": conflict, "conflict_detail": detail, "relaxations": changes}
-
-
-# ---------------------------------------------------------------------------------------------
-# the report (dicts ready for JSON; the CLI renders them)
-
-
-def _finite(x: Any) -> Any:
-    """JSON-safe numbers: inf and nan become None, recursively."""
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
-def constraint_rows(ev: RLEvaluation, enforced: Collection[str], binding_names: Collection[str] = ()
-                    ) -> list[dict[str, Any]]:
-    """Every family of a plan with value, limit, slack in its unit (stage balance after the deadline)."""
-    rows = []
-    for f in F.RL_REPORTED:
-        if f not in ev.checks:
-            continue
-        unit, scale, doc = SPEC[f]
-        v, lim = ev.checks[f]
-        if math.isinf(lim) and not F.BY_NAME[f].shown_unbounded:
-            continue
-        enf = f in enforced or F.encoded_as(f) in enforced
-        rows.append({"name": f, "value": v / scale, "limit": None if math.isinf(lim) else lim / scale, "unit": unit,
-                     "slack": None if math.isinf(lim) else (lim - v) / scale,
-                     "binding": f in binding_names or F.encoded_as(f) in binding_names,
-                     "enforced": enf, "doc": doc})
-    return rows
-
-
-def assumptions(pb: RLProblem, ev: RLEvaluation | None = None) -> list[str]:
-    """Every assumption that moves an RL plan, in words with its value."""
-    t = pb.task
-    r = t.response
-    tail = "every response the mean length (no tail given)"
-    if r.tail is not None:
-        tail_p = cast(float, r.tail_p)  # given with every tail (the scenario's check)
-        tail = (f"response lengths lognormal with mean {r.mean:,.0f} and p{tail_p * 100:g} {r.tail:,.0f} tokens; "
-                f"the longest of the {t.batch:,} samples of a step is their {t.batch}/{t.batch + 1} quantile")
-        if ev is not None:
-            tail += f", {ev.metrics['rollout']['longest_response']:,.0f} tokens"
-        if r.cap is not None:
-            tail += f" (capped at {r.cap:,.0f})"
-    out = [
-        f"decode reads the weight shard once per step and the KV of every live sequence at "
-        f"{t.hbm_efficiency * 100:g} % of HBM bandwidth; prefill and decode matmuls run at "
-        f"{t.inference_efficiency * 100:g} % of the dense BF16 peak; TP all-reduces cost "
-        f"{t.allreduce_latency * 1e3:g} ms per call plus 2(t-1)/t of the activations over the host's "
-        "card-to-card link (NVLink, or PCIe without P2P)",
-        f"rollout weights {t.weight_bytes:g} B/param, KV {t.kv_bytes:g} B/value; every card holds "
-        f"{t.common / GIB:g} GiB for both phases (runtime buffers, engine workspace); the KV pool is "
-        + (f"{t.kv_pool / GIB:g} GiB per card" if t.kv_pool is not None else "what memory leaves"),
-        tail,
-        "the samples of one prompt share its prefill and prompt KV (prefix sharing); a synchronous step "
-        "ends with its longest response (decode steps = max(longest, tokens / batch))",
-        f"the learner takes one optimizer step per rollout step on the kept samples, packed to the mean "
-        f"sample length ({pb.seq:,} tokens), in q x the time of a full {t.batch:,}-sample step"
-        + (f"; {t.extra_forwards} extra forward pass(es) at the scenario's efficiency" if t.extra_forwards else ""),
-        "separate cards sync weights over the NICs (sharded: each rollout card receives its TP shard; "
-        "broadcast: the whole policy, into a receive buffer); shared cards gather their shard inside the host "
-        "and park the learner's state in host memory during generation (2 x state / host link per step); "
-        "the hand-off counts the learner's whole peak per card (conservative)",
-        {"cpu": "CPU verification streams next to generation (ends at max(gen + one check, verify time))",
-         "reward-model": "the reward model scores every sample on the rollout cards after generation (prefill only)",
-         "none": "verification is not modelled (no [rl] verifier)"}[t.verifier.kind],
-        "one accelerator type for learner and rollout; each group takes whole hosts",
-    ]
-    return out
-
-
-def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bool = True) -> dict[str, Any]:
-    """The full answer of ``tpopt rl`` as a JSON-ready dict.
-
-    The analysis (binding families, alternatives, break-even; for an infeasible problem the conflict
-    and the relaxations) draws on the same clock as the solve when the request carries one: when that
-    clock has run out, before or during the analysis, the analysis is left out (``analysis`` says so)
-    rather than reported from solves that were cut short. A plan found at the time limit (``feasible``)
-    gets no analysis; without a plan (``unknown``) nothing is claimed infeasible."""
-    out: dict[str, Any] = {"scenario": pb.rsc.name, "status": result.status.value, "objective": result.objective,
-           "solver": dict(result.stats, learner_backend=pb.backend)}
-    clock = pb.req.clock
-
-    def out_of_time() -> bool:
-        return clock is not None and (clock.reached or clock.expired("analysing the RL plan"))
-
-    if result.status == Status.UNKNOWN:
-        out.update(analysis="time limit reached", conflict=[], conflict_detail=[], relaxations=[])
-        out["assumptions"] = assumptions(pb)
-        done: dict[str, Any] = _finite(out)
-        return done
-    if not result.feasible:
-        why = explain_infeasible(pb, result.objective, result.enforced) if not out_of_time() else None
-        if why is None or out_of_time():
-            why = {"conflict": [], "conflict_detail": [], "relaxations": [], "analysis": "time limit reached"}
-        out.update(why)
-        out["assumptions"] = assumptions(pb)
-        infeasible: dict[str, Any] = _finite(out)
-        return infeasible
-    if result.status != Status.OPTIMAL or out_of_time():
-        analyse = break_even = False
-        out["analysis"] = "time limit reached"
-    ev = result.best
-    assert ev is not None  # feasible: a best plan
-    m, ro = ev.metrics, ev.metrics["rollout"]
-    binds = binding(pb, ev, result.objective, result.enforced) if analyse else []
-    lp = ev.learner.plan
-    learner = None
-    if lp is not None:  # the RL job saves for all its cards: its interval and mode replace the learner's
-        learner = {k: v for k, v in lp.plan_dict().items() if k not in ("save_interval_s", "save_mode")}
-        learner.update(save_interval_s=m["save_interval_s"], save_mode=m["save_mode"])
-    out["plan"] = dict(summary(ev), learner=learner, save_interval_s=m["save_interval_s"], save_mode=m["save_mode"])
-    if lp is not None:  # what the learner's figures stand on (the rollout's decode model is in "assumptions")
-        out["footing"] = dict(footing.footing(pb.sc, lp.plan_dict(), lp.metrics["step_s"]), of="learner")
-    out["stages"] = {
-        "samples_per_step": m["samples_per_step"], "kept": m["kept"], "steps": m["steps"],
-        "generation": {"time_s": ro["generate_s"], "prefill_s": ro["prefill_s"],
-                       "decode_s": ro["decode"].get("time_s"), "decode_bound": ro["decode"].get("bound"),
-                       "tp_comm_s": ro["decode"].get("tp_comm_s"), "tail_stretch": ro["tail_stretch"],
-                       "longest_response": ro["longest_response"], "engines": ro["engines"],
-                       "batch": ro["batch"], "batch_fit": ro["batch_fit"], "rate": m["r_gen"]},
-        "verification": {"kind": pb.task.verifier.kind, "time_s": ro["verify_s"], "rate": m["r_verify"]},
-        "rollout_s": ro["rollout_s"],
-        "learning": {"time_s": m["learn_s"], "full_batch_s": m["learn_full_s"], "step_s": m["learner_step_s"],
-                     "extra_forward_s": m["extra_forward_s"], "rate": m["r_learn"]},
-        "weight_sync": {"time_s": m["sync_s"], "bytes_per_card": m["sync_bytes_per_card"],
-                        "bytes_total": m["sync_bytes_total"], "swap_s": m["swap_s"]},
-        "stage_rates": m["stage_rates"], "bottleneck": m["bottleneck"], "pipeline_bound": m["pipeline_bound"],
-        "effective_rate": m["effective_rate"], "needed_rate": m["needed_rate"],
-    }
-    out["cycle"] = {"cycle_s": m["cycle_s"], "sync_s": m["cycle_sync_s"], "async_s": m["cycle_async_s"],
-                    "break_even_kept_plan": m["break_even_kept"]}
-    if break_even:
-        out["cycle"]["break_even_kept"] = async_break_even(pb, result.objective, result.enforced)["kept"]
-    out["finish"] = {"reserved_days": pb.sc.task.reserved_s / DAY, "train_days": m["train_s"] / DAY,
-                     "overhead": m["overhead"], "finish_days": m["finish_s"] / DAY,
-                     "deadline_days": pb.sc.task.deadline_s / DAY, "cost": m["cost"], "cost_unit": m["cost_unit"]}
-    out["memory"] = {"usable_gib": m["usable"] / GIB, "rollout_weights_gib": ro["weights"] / GIB,
-                     "kv_pool_gib": ro["kv_pool"] / GIB, "kv_need_gib": ro["kv_need"] / GIB,
-                     "common_gib": m["common"] / GIB, "kv_per_token_kib": ro["kv_per_token"] / 1024,
-                     "learner_gib": m["learner_memory"] / GIB, "learner_states_gib": m["learner_states"] / GIB,
-                     "handoff_naive_gib": None if m["handoff_naive"] is None else m["handoff_naive"] / GIB,
-                     "handoff_staged_gib": None if m["handoff_staged"] is None else m["handoff_staged"] / GIB,
-                     "handoff_switch_gib": None if m["handoff_switch"] is None else m["handoff_switch"] / GIB}
-    out["alternatives"] = alternatives(pb, ev, result.objective, result.enforced) if analyse else []
-    if (analyse or break_even) and out_of_time():  # cut short: its answers are not proven, leave them out
-        binds, out["alternatives"] = [], []
-        out["cycle"].pop("break_even_kept", None)
-        out["analysis"] = "time limit reached"
-    out["constraints"] = constraint_rows(ev, result.enforced, {b["name"] for b in binds})
-    out["binding"] = None if out.get("analysis") else binds
-    out["assumptions"] = assumptions(pb, ev)
-    answer: dict[str, Any] = _finite(out)
-    return answer

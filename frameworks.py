@@ -18,6 +18,10 @@ Mapping choices (each stated where it is made):
 * Recompute: full = whole layers (Megatron uniform, one layer per unit); groups = Megatron's selective modules
   (attn = core_attn, mlp = mlp (and moe for MoE layers), norm = layernorm).
 * Checkpoint interval: seconds / step time, rounded, at least one step.
+
+Where it lives: at the package's root, beside :mod:`tpopt.presentation`, at the user's edge: its user is
+``tpopt export`` (:mod:`tpopt.cli.export`); it reads an evaluated plan and the catalogs (models/, catalogs/) and
+no solver, so it is no part of the optimiser. Typed as strictly as models/ and optimizer/ (pyproject).
 """
 
 from __future__ import annotations

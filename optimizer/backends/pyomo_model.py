@@ -6,7 +6,7 @@
 ``SolverFactory`` knows (``cplex``, ``xpress``, ...). ``tpopt solve --export plan.lp|plan.mps``
 writes the same model for a team's own solver.
 
-Which model: the *monolithic* MILP of :mod:`tpopt.optimizer.highs` (one-hot choices, joint weights
+Which model: the *monolithic* MILP of :mod:`tpopt.optimizer.backends.highs_model` (one-hot choices, joint weights
 per term table tied to a shared layout hub, the two products disaggregated over omega), built by the
 very same code and translated column by column and row by row into Pyomo. It is the one complete
 formulation: its optimum *is* a plan, so an exported file is useful on its own, and it is the same
@@ -44,17 +44,18 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, cast
 
 import numpy as np
+
 from tpopt.errors import InputError
-from tpopt.optimizer.cpsat import CandidateResult
-from tpopt.optimizer.highs import INF, HighsModel
+from tpopt.optimizer.backends.highs_model import INF, HighsModel
+from tpopt.optimizer.backends.protocol import Allowed, CandidateResult, CapabilityError, MasterAnswer, MasterBounds
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import VARS, Space
 
-if TYPE_CHECKING:  # annotations only (the decomposition imports the backends, not the other way round)
-    from tpopt.optimizer.decompose import Allowed, LayoutBounds, MasterAnswer
+if TYPE_CHECKING:
+    from tpopt.optimizer.result import SolverInfo
 
 Options: TypeAlias = Callable[[int], dict[str, Any]]
 """A solver's options for a random seed."""
@@ -262,7 +263,7 @@ def _first_line(exc: Exception) -> str:
 
 
 class MilpFormulation(HighsModel):
-    """The HiGHS MILP's columns and rows (:class:`~tpopt.optimizer.highs.HighsModel`), built by the
+    """The HiGHS MILP's columns and rows (:class:`~tpopt.optimizer.backends.highs_model.HighsModel`), built by the
     same code, without creating a HiGHS instance."""
 
     def __init__(self, space: Space, req: Request) -> None:  # not super().__init__: that would also start HiGHS
@@ -412,7 +413,7 @@ class PyomoMaster:
 
     name = "pyomo"
 
-    def __init__(self, space: Space, bounds: LayoutBounds, allowed: Allowed, req: Request, backend: str) -> None:
+    def __init__(self, space: Space, bounds: MasterBounds, allowed: Allowed, req: Request, backend: str) -> None:
         self.solver = PyomoSolver(backend, req)
         pyo = self.solver.pyo
         ok = np.ones(bounds.n, dtype=bool)
@@ -505,3 +506,29 @@ def export_model(space: Space, req: Request, path: str | os.PathLike[str]) -> di
             os.unlink(tmp)
     return {"path": str(p), "format": fmt, "variables": len(f.lp.lo), "constraints": len(f.lp.r_lo),
             "objective": "cost" if req.objective == "cost" else "finish_days"}
+
+
+# ---------------------------------------------------------------------------------------------
+# the backend
+
+
+class Pyomo:
+    """Any MILP solver Pyomo drives as a backend (registered as the family ``pyomo:NAME``): one entry, any
+    ``pyomo:NAME`` whose solver Pyomo can run here; the solver itself is resolved, and checked installed, by
+    name."""
+
+    def require(self, name: str, req: Request) -> None:
+        """A missing solver fails here, before anything is written."""
+        PyomoSolver(name, req)
+
+    def model(self, name: str, space: Space, req: Request) -> PyomoMilp:
+        return model_class(name)(space, req)
+
+    def master(self, name: str, space: Space, bounds: MasterBounds, allowed: Allowed, req: Request) -> PyomoMaster:
+        return PyomoMaster(space, bounds, allowed, req, name)
+
+    def solve_space(self, name: str, space: Space, req: Request, info: SolverInfo) -> NoReturn:
+        raise CapabilityError("Pyomo", "whole-space solve (it answers through its model and the solve-verify loop)")
+
+
+PYOMO = Pyomo()

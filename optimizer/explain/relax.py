@@ -1,0 +1,557 @@
+"""2. Minimal relaxations (:func:`relaxations`): one input freed at a time, every other input and family unchanged.
+
+One ``relax_*`` function per input states the relation it uses: the fastest plan for the deadline, the least of
+a metric over the plans (:func:`~tpopt.optimizer.explain.context.argmin_metric`) for cards and memory, a
+bisection over a monotone-in-practice input (:func:`_threshold`: efficiency, NIC bandwidth), the closed form over
+every plan for tokens and reserved time (:func:`most_iterations`, :func:`most_reserved`). The budget, the card
+price and the accelerator are in :mod:`tpopt.optimizer.explain.cost`.
+
+Tests switch the closed forms off by patching ``most_iterations`` and ``most_reserved`` on this module.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import replace
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tpopt.catalogs import Catalog, load_catalog
+from tpopt.models import families as F
+from tpopt.models import terms as T
+from tpopt.models.evaluate import Evaluation
+from tpopt.models.plan import Scenario
+from tpopt.models.units import DAY, GB, GIB
+from tpopt.optimizer.backends import Solver
+from tpopt.optimizer.explain import cost
+from tpopt.optimizer.explain.conflicts import other_conflict
+from tpopt.optimizer.explain.context import Context, NotOnDemand, argmin_metric, largest_over_plans, tabulated
+from tpopt.optimizer.explain.cost import relax_accelerator, relax_card_price, relax_max_cost
+from tpopt.optimizer.explain.inputs import (
+    PARAMS,
+    Relaxation,
+    _apply_dict,
+    _cannot,
+    _relaxation,
+    _settle,
+    _single,
+    with_deadline,
+    with_efficiency,
+    with_max_cards,
+    with_max_drop,
+    with_nic_factor,
+    with_reserved,
+    with_tokens,
+    with_usable_memory,
+)
+from tpopt.optimizer.limits import Undecided
+from tpopt.optimizer.result import Request
+from tpopt.optimizer.space import VARS, Space, card_counts
+
+THROUGHPUT_SCALE_MAX = 3.0  # per-operation model: the largest throughput scale the relaxation searches
+EFFICIENCY_TOL = 1e-5  # relative tolerance on the efficiency threshold (0.0005 points at 47 %)
+NIC_FACTOR_MAX = 1000.0  # NIC bandwidth is searched up to this multiple of the current one
+NIC_REL_TOL = 1e-6  # relative tolerance on the NIC bandwidth threshold
+RESERVED_TOL_S = 1.0  # bisection tolerance on reserved time (only with a budget cap)
+GRID = 8  # probes below the upper end when it is infeasible (feasibility may not be monotone)
+
+
+def _fastest(ctx: Context, drop: Iterable[str]) -> Evaluation | None:
+    return ctx.best(objective="time", drop=drop)
+
+
+def relax_deadline(ctx: Context, core: list[str] | None = None) -> Relaxation:
+    """Required deadline T* = min over plans meeting every other family of
+    T_finish = T_reserved + ceil(D / b) x t_step x (1 + L)   (objective "time", deadline.finish freed)."""
+    p = PARAMS["deadline"]
+    cur = F.limit(F.DEADLINE, ctx.sc) / DAY
+    method = "min finish time with deadline.finish relaxed (objective time)"
+    fastest = _fastest(ctx, [F.DEADLINE])
+    if fastest is None:
+        return _cannot(p, cur, "no plan meets the other constraints at any deadline", method, core)
+    t_star = fastest.metrics["finish_days"] * DAY
+    if ctx.sc.task.confidence is not None:  # the chance form: the fastest plan's q-quantile (an upper bound)
+        t_star = next(c.value for c in fastest.constraints if c.name == F.DEADLINE) * DAY
+        method = "the fastest plan's finish quantile at the confidence (deadline.finish relaxed, objective time)"
+    value, ev, apply = _settle(ctx, p, t_star / DAY, lambda s: with_deadline(ctx.sc, s))
+    if ev is None:
+        return _cannot(p, cur, "the fastest plan could not be confirmed at its own finish time", method, core)
+    return _relaxation(p, cur, required=value, required_exact=t_star / DAY, helps=True, plan=ev, apply=apply,
+                       method=method)
+
+
+def relax_max_cards(ctx: Context, core: list[str] | None = None) -> Relaxation:
+    """Required cards n* = min { n formable : a plan exists with max_cards = n } (cards.max freed one
+    count at a time; "a plan with at most n cards" is monotone in n, so bisection over the sorted
+    card counts tp x pp x dp of the search space is exact)."""
+    p = PARAMS["max_cards"]
+    sc = ctx.sc
+    cur = int(F.limit(F.CARDS, sc))
+    method = "smallest card count whose max_cards-restricted problem is feasible (bisection over counts)"
+    d = Space.from_scenario(sc).domains
+    counts = card_counts(d)
+    counts = [n for n in counts if n > cur]
+    if not counts:
+        return _cannot(p, cur, f"the search space forms no card count above {cur}", method, core)
+
+    def ok(n: int) -> Evaluation | None:
+        return ctx.feasible(with_max_cards(sc, n))
+
+    if tabulated(Space.from_scenario(sc)):
+        # small space: n* = min cards over plans meeting every other family (one enumeration)
+        method = "fewest cards over plans meeting the other constraints (exhaustive)"
+        m = argmin_metric(ctx, "cards", [f for f in ctx.enforced if f != F.CARDS])
+        if m is None:
+            return _cannot(p, cur, f"no plan even with max_cards = {counts[-1]} (the largest count the search "
+                                   "space forms)", method, core)
+        n = int(m[0])
+        ev = ok(n)
+        if ev is not None:
+            return _relaxation(p, cur, required=n, required_exact=float(n), helps=True, plan=ev,
+                               apply=_apply_dict(ctx, p, n), method=method)
+    top = ok(counts[-1])
+    if top is None:
+        return _cannot(p, cur, f"no plan even with max_cards = {counts[-1]} (the largest count the search space "
+                               "forms)", method, core)
+    lo, hi, best = -1, len(counts) - 1, top  # counts[hi] feasible, counts[lo] (or cur) not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        ev = ok(counts[mid])
+        if ev is not None:
+            hi, best = mid, ev
+        else:
+            lo = mid
+    n = counts[hi]
+    return _relaxation(p, cur, required=n, required_exact=float(n), helps=True, plan=best,
+                       apply=_apply_dict(ctx, p, n), method=method)
+
+
+def relax_usable_memory(ctx: Context, core: list[str] | None = None) -> Relaxation:
+    """Required usable memory M* = min over plans meeting every other family of the peak per card
+    (the memory family's value: the largest stage-class sum of states + activations + temporary): usable
+    memory enters memory.per_card only, so the plan with the least memory becomes feasible exactly when
+    usable >= M* (exhaustive, exact)."""
+    p = PARAMS["usable_memory"]
+    sc = ctx.sc
+    cur = min(F.limit(F.MEMORY_PER_CARD, sc, k) for k in sc.systems) / GIB
+    by_card = {k: F.limit(F.MEMORY_PER_CARD, sc, k) / GIB for k in sc.systems} if len(sc.systems) > 1 else None
+    method = "min peak memory per card over plans meeting the other constraints (exhaustive)"
+    m = argmin_metric(ctx, "memory_per_card", [f for f in ctx.enforced if f != F.MEMORY_PER_CARD])
+    if m is None:
+        r = _cannot(p, cur, "no plan meets the other constraints with any amount of memory", method, core)
+        r.current_by_card = by_card
+        return r
+    need = m[0]
+    single = _single(sc) is not None
+    value, ev, apply = _settle(ctx, p, need / GIB, lambda s: with_usable_memory(sc, s),
+                               None if single else (lambda u: u * GIB))
+    if ev is None or value is None:  # _settle gives both or neither
+        return _cannot(p, cur, "could not be confirmed by re-solving", method, core)
+    cat = ctx.catalog or load_catalog()
+    largest = max(cat.accelerators.values(), key=lambda a: a.memory_usable)
+    note = ""
+    if value * GIB > largest.memory_usable:
+        note = (f"more than any catalog card offers (largest: {largest.name}, "
+                f"{largest.memory_usable / GIB:.1f} GiB usable)")
+    elif not single:
+        note = "raises every candidate accelerator to at least this much"
+    r = _relaxation(p, cur, required=value, required_exact=need / GIB, helps=True, plan=ev, apply=apply,
+                    method=method, note=note)
+    r.current_by_card = by_card
+    return r
+
+
+def relax_max_drop(ctx: Context, core: list[str] | None = None) -> Relaxation | None:
+    """Required maximum drop rate d* = min over plans meeting every other family of the share of
+    dispatches their capacity factor drops (moe.routing_drops): the rate enters moe.capacity_drops only,
+    so that plan becomes feasible exactly when max_drop >= d* (exhaustive, exact). None for a dense model."""
+    sc = ctx.sc
+    if not sc.model.moe or F.CAPACITY_DROPS not in ctx.enforced:
+        return None
+    p = PARAMS["max_drop"]
+    cur = F.limit(F.CAPACITY_DROPS, sc) * 100
+    method = "min dropped share over plans meeting the other constraints (exhaustive)"
+    m = argmin_metric(ctx, "dropped_fraction", [f for f in ctx.enforced if f != F.CAPACITY_DROPS])
+    if m is None:
+        return _cannot(p, cur, "no plan meets the other constraints at any drop rate", method, core)
+    value, ev, apply = _settle(ctx, p, m[0] * 100, lambda s: with_max_drop(sc, s))
+    if ev is None:
+        return _cannot(p, cur, "could not be confirmed by re-solving", method, core)
+    return _relaxation(p, cur, required=value, required_exact=m[0] * 100, helps=True, plan=ev, apply=apply,
+                       method=method)
+
+
+def _threshold(ctx: Context, make: Callable[[float], Scenario], lo: float, hi: float, tol: float
+               ) -> tuple[float, Evaluation | None] | None:
+    """Smallest x in (lo, hi] at which the request admits a plan, to ``tol`` relative to x.
+
+    feasible(x) <=> T*(x) <= T_deadline, where T*(x) is the least finish time over plans meeting
+    every other family (objective "time", deadline.finish freed). For efficiency and bandwidth T* is
+    nonincreasing in x and nearly affine in u = 1/x (compute ~ 1/eta, link time ~ 1/B), so a secant
+    on u lands next to the crossing; each estimate is closed by one solve ``tol`` to its other side,
+    and a bisection step follows whenever the bracket did not halve. ``lo`` must be infeasible.
+
+    Faster steps raise the input demand, so input.throughput can make feasibility non-monotone. If
+    ``hi`` is infeasible: with input.throughput dropped too, T* is monotone, so T*(hi) > T_deadline
+    proves no x <= hi helps; otherwise GRID points below ``hi`` are probed for a feasible window.
+    Returns (x, fastest plan at x) or None.
+    """
+    deadline = F.limit(F.DEADLINE, ctx.sc)
+
+    made: dict[float, Scenario] = {}  # one scenario per value: its tables are built once (Context.space_for)
+
+    def t(x: float, drop: Iterable[str] = ()) -> tuple[float, Evaluation | None]:
+        sc = made.get(x)
+        if sc is None:
+            sc = made[x] = make(x)
+        ev = ctx.best(sc, objective="time", drop=(F.DEADLINE,) + tuple(drop))
+        return (ev.metrics["finish_days"] * DAY if ev is not None else math.inf), ev
+
+    t_hi, ev_hi = t(hi)
+    if t_hi > deadline:
+        if F.INPUT_THROUGHPUT not in ctx.enforced or t(hi, (F.INPUT_THROUGHPUT,))[0] > deadline:
+            return None
+        prev = lo
+        for k in range(1, GRID):
+            x = lo + (hi - lo) * k / GRID
+            tx, ex = t(x)
+            if tx <= deadline:
+                hi, t_hi, ev_hi, lo = x, tx, ex, prev
+                break
+            prev = x
+        else:
+            return None
+    t_lo, _ = t(lo)
+    while hi - lo > tol * hi:
+        before = hi - lo
+        if math.isfinite(t_lo) and t_lo > t_hi:
+            u = 1 / hi + (1 / lo - 1 / hi) * (deadline - t_hi) / (t_lo - t_hi)
+            x = 1 / u
+        else:
+            x = 0.5 * (lo + hi)
+        x = min(max(x, lo + 1e-3 * before), hi - 1e-3 * before)
+        for probe in (x, None):
+            if probe is None:  # close the estimate from its other side
+                probe = x - tol * x if hi == x else x + tol * x
+                if not lo < probe < hi:
+                    break
+            tp, ep = t(probe)
+            if tp <= deadline:
+                hi, t_hi, ev_hi = probe, tp, ep
+            else:
+                lo, t_lo = probe, tp
+            if hi - lo <= tol * hi:
+                break
+        if hi - lo > 0.5 * before and hi - lo > tol * hi:
+            m = 0.5 * (lo + hi)
+            tm, em = t(m)
+            if tm <= deadline:
+                hi, t_hi, ev_hi = m, tm, em
+            else:
+                lo, t_lo = m, tm
+    return hi, ev_hi
+
+
+def efficiency_ceiling(ctx: Context) -> tuple[float, str]:
+    """The highest efficiency the relaxation considers, and why: the flat model's MFU cannot exceed the
+    fraction of the matrix peak a large GEMM reaches on the card (its ``gemm_efficiency`` eta_max in
+    catalogs/performance.toml; the largest among the candidates), nor 100 %; the per-operation model's
+    scale cannot exceed 100 % of the modelled throughput (the model already runs every GEMM at its
+    measured efficiency: more would be faster than the card was measured to be)."""
+    sc = ctx.sc
+    if any(s.per_op for s in sc.systems.values()):
+        return 1.0, "100 % of the modelled throughput: every operation at the card's measured efficiency"
+    cat = ctx.catalog or load_catalog()
+    peaks = {name: (s.perf or cat.perf(name)).gemm_efficiency for name, s in sc.systems.items()}
+    name = max(peaks, key=lambda k: peaks[k])
+    return min(1.0, peaks[name]), (f"{name}'s measured large-GEMM efficiency eta_max {peaks[name] * 100:.4g} %, "
+                                   "catalogs/performance.toml")
+
+
+def relax_efficiency(ctx: Context, core: list[str] | None = None) -> Relaxation:
+    """Required efficiency eta* = min { eta in (eta_0, 1] : T*(eta) <= T_deadline }. Efficiency divides
+    the compute time (t = F / (p P eta)), so a higher eta never slows a plan (see ``_threshold``)."""
+    p = PARAMS["efficiency"]
+    sc = ctx.sc
+    eta0 = min(s.efficiency for s in sc.systems.values())
+    # per-operation model: the efficiency is a scale on the modelled throughput (100 % = as calibrated)
+    per_op = any(s.per_op for s in sc.systems.values())
+    hi, why = efficiency_ceiling(ctx)
+    method = (f"min finish time as a function of efficiency in ({eta0:g}, {hi:g}] crossing the deadline (secant on "
+              f"1/eta, bracketed), relative tolerance {EFFICIENCY_TOL:g}"
+              + ("; per-operation model: percent of the modelled throughput" if per_op else ""))
+    if eta0 >= hi:
+        return _cannot(p, eta0 * 100, f"skipped: already at the ceiling ({why})", method, core)
+    found = _threshold(ctx, lambda e: with_efficiency(sc, e), eta0, hi, EFFICIENCY_TOL)
+    if found is None:
+        return _cannot(p, eta0 * 100, f"skipped: no plan even at {hi * 100:.4g} % "
+                       + ("of the modelled throughput" if per_op else "efficiency") + f", the most any run reaches "
+                       f"({why}); a change nobody can make", method, core)
+    eta, _ = found
+    value, ev, apply = _settle(ctx, p, min(eta * 100, 100.0 * hi), lambda s: with_efficiency(sc, s))
+    if ev is None or per_op:  # rounding up crossed 100 %; per-operation: no flat efficiency to write back
+        value, ev, apply = (value if ev is not None else eta * 100), (ev or found[1]), None
+    return _relaxation(p, eta0 * 100, required=value, required_exact=eta * 100, helps=True, plan=ev, apply=apply,
+                       method=method)
+
+
+def relax_nic_bandwidth(ctx: Context, core: list[str] | None = None) -> Relaxation:
+    """Required NIC bandwidth B* = k* x B_nic with k* = min { k in (1, 1000] : T*(k) <= T_deadline }.
+    NIC bandwidth only shortens communication (B = min(intra, k_nic B_nic / tp) across hosts; see
+    ``_threshold``). With several candidate accelerators the factor k* is reported ("x current")."""
+    p = PARAMS["nic_bandwidth"]
+    sc = ctx.sc
+    single = _single(sc)
+    method = (f"min finish time as a function of the NIC bandwidth factor in (1, {NIC_FACTOR_MAX:g}] crossing "
+              f"the deadline (secant on 1/B, bracketed), relative tolerance {NIC_REL_TOL:g}")
+    cur = single.acc.nic_bw / GB if single else 1.0
+    unit = "GB/s" if single else "x current"
+    found = None if cost.over_budget_at(ctx, with_nic_factor(sc, NIC_FACTOR_MAX)) else \
+        _threshold(ctx, lambda k: with_nic_factor(sc, k), 1.0, NIC_FACTOR_MAX, NIC_REL_TOL)
+    if found is None:
+        r = _cannot(p, cur, f"no plan even with {NIC_FACTOR_MAX:g}x the NIC bandwidth: compute or the card's own "
+                            "link limits the step", method, core)
+        r.unit = unit
+        return r
+    k, ev0 = found
+    if single:
+        bw0 = single.acc.nic_bw
+        value, ev, apply = _settle(ctx, p, k * bw0 / GB, lambda s: with_nic_factor(sc, s / bw0))
+        exact = k * bw0 / GB
+    else:
+        value, ev, apply = _settle(ctx, replace(p, unit="x"), k, lambda s: with_nic_factor(sc, s), lambda u: u)
+        exact = k
+    if ev is None:
+        value, ev, apply = exact, ev0, None
+    r = _relaxation(p, cur, required=value, required_exact=exact, helps=True, plan=ev, apply=apply, method=method)
+    r.unit = unit
+    return r
+
+
+def _time_candidates(ctx: Context) -> Evaluation | None:
+    """The fastest plan with deadline.finish and budget.cost freed: its training time
+    train (1 + L) = T* - T_reserved bounds every input that only scales the finish time."""
+    return _fastest(ctx, [F.DEADLINE, F.BUDGET])
+
+
+def relax_reserved(ctx: Context, core: list[str] | None = None,
+                   fastest: Evaluation | None | Literal["unset"] = "unset") -> Relaxation:
+    """Required reserved time R* = T_deadline - (T* - T_reserved): finish = reserved + train (1 + L),
+    and reserved enters nothing else but the cost. With a budget cap the candidate is confirmed and,
+    if the cap fails, replaced by bisection on [0, R*] (less reserved time never costs more)."""
+    p = PARAMS["reserved"]
+    sc = ctx.sc
+    r0, dl = sc.task.reserved_s, F.limit(F.DEADLINE, sc)
+    method = "R* = deadline - (min finish - reserved), min finish with deadline.finish relaxed"
+    fastest = _time_candidates(ctx) if fastest == "unset" else fastest
+    if fastest is None:
+        return _cannot(p, r0 / DAY, "no plan meets the other constraints at any deadline", method, core)
+    run = fastest.metrics["finish_days"] * DAY - r0
+    cand = dl - run
+    if cand < 0:
+        return _cannot(p, r0 / DAY, f"even with no reserved time the fastest plan needs {run / DAY:.2f} d "
+                                    f"> {dl / DAY:.2f} d", method, core)
+    closed = most_reserved(ctx) if _budget(ctx) < math.inf else None
+    if closed is not None:  # the budget cap may bind: the largest reserved time over plans, in closed form
+        method = ("R* = max over plans of min(deadline, budget / rate) - (finish - reserved), rate = cost / "
+                  "finish (deadline.finish and budget.cost relaxed)")
+        if closed < 0:
+            return _cannot(p, r0 / DAY, "no plan even with no reserved time", method, core)
+        cand = min(cand, closed)
+    elif ctx.feasible(with_reserved(sc, cand)) is None:  # the budget cap still binds: bisection
+        method = "bisection on feasibility over reserved time in [0, R*] (budget cap), tolerance 1 s"
+        if ctx.feasible(with_reserved(sc, 0.0)) is None:
+            return _cannot(p, r0 / DAY, "no plan even with no reserved time", method, core)
+        lo, hi = 0.0, cand  # lo feasible, hi infeasible
+        while hi - lo > RESERVED_TOL_S:
+            m = 0.5 * (lo + hi)
+            if ctx.feasible(with_reserved(sc, m)) is not None:
+                lo = m
+            else:
+                hi = m
+        cand = lo
+    value, ev, apply = _settle(ctx, p, cand / DAY, lambda s: with_reserved(sc, s))
+    if ev is None:
+        return _cannot(p, r0 / DAY, "could not be confirmed by re-solving", method, core)
+    return _relaxation(p, r0 / DAY, required=value, required_exact=cand / DAY, helps=True, plan=ev, apply=apply,
+                       method=method)
+
+
+def _budget(ctx: Context) -> float:
+    """The budget cap a relaxation keeps (inf without one, or when budget.cost is not enforced)."""
+    return F.limit(F.BUDGET, ctx.sc) if F.BUDGET in ctx.enforced else math.inf
+
+
+def most_iterations(ctx: Context) -> int | None:
+    """I* = max over plans meeting every family but deadline.finish and budget.cost of the most iterations
+    each can run within the deadline D and the budget C: with finish(I) = R + I y and cost(I) = rate x
+    finish(I), y = (finish - R) / I_0 and rate = cost / finish read at today's I_0 iterations,
+    I <= (D - R) / y and I <= (C / rate - R) / y. Tokens enter nothing else, so the request is feasible with
+    I iterations exactly when I <= I* (:func:`largest_over_plans`). A layout's bound: every plan of it
+    finishes no sooner than finish_min and costs at least cost_min at I_0, and finish and cost grow with I
+    (cost(I) >= (I / I_0) cost(I_0) for I <= I_0), so I <= I_0 min((D - R) / (finish_min - R), C / cost_min)."""
+    sc = ctx.sc
+    r, i0, d, cap = sc.task.reserved_s, T.iteration_count(sc), F.limit(F.DEADLINE, sc), _budget(ctx)
+
+    def figure(finish: NDArray[Any], cost: NDArray[Any]) -> NDArray[Any]:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = (finish - r) / i0
+            most = np.minimum((d - r) / y, (cap / (cost / finish) - r) / y)
+        return np.where(np.isnan(most), -np.inf, most)
+
+    def bound(finish: NDArray[Any], cost: NDArray[Any]) -> NDArray[Any]:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            most = i0 * np.minimum((d - r) / (finish - r), cap / cost)
+        return np.where(np.isnan(most), np.inf, most)
+
+    got = largest_over_plans(ctx, figure, bound)
+    if got is None or got == math.inf:
+        return None
+    return max(0, int(math.floor(got))) if math.isfinite(got) else 0
+
+
+def most_reserved(ctx: Context) -> float | None:
+    """R* = max over plans meeting every family but deadline.finish and budget.cost of the most reserved
+    time each leaves within the deadline D and the budget C: finish(R) = R + t and cost(R) = rate (R + t),
+    t = finish - R_0 and rate = cost / finish at today's R_0, so R <= D - t and R <= C / rate - t
+    (:func:`largest_over_plans`). A layout's bound: t >= t_min = finish_min - R_0, and for R <= R_0 with
+    cost(R_0) >= cost_min, C / rate - t <= C R_0 / cost_min + t (C / cost_min - 1), at most
+    C R_0 / cost_min + t_min (C / cost_min - 1) when C < cost_min (no bound from the budget otherwise)."""
+    sc = ctx.sc
+    r0, d, cap = sc.task.reserved_s, F.limit(F.DEADLINE, sc), _budget(ctx)
+
+    def figure(finish: NDArray[Any], cost: NDArray[Any]) -> NDArray[Any]:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            most = np.minimum(d, cap / (cost / finish)) - (finish - r0)
+        return np.where(np.isnan(most), -np.inf, most)
+
+    def bound(finish: NDArray[Any], cost: NDArray[Any]) -> NDArray[Any]:
+        t = finish - r0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            by_budget = np.where(cap < cost, cap * r0 / cost + t * (cap / cost - 1.0), np.inf)
+            most = np.minimum(d - t, by_budget)
+        return np.where(np.isnan(most), np.inf, most)
+
+    return largest_over_plans(ctx, figure, bound)
+
+
+def relax_tokens(ctx: Context, core: list[str] | None = None,
+                 fastest: Evaluation | None | Literal["unset"] = "unset") -> Relaxation:
+    """Largest token count D* = I* x b with I* = floor((T_deadline - T_reserved) / y_min), where
+    y_min = min over plans of t_step (1 + L) = (T* - T_reserved) / ceil(D / b): tokens enter only
+    through iterations = ceil(D / b). I* is confirmed by re-solving (I* feasible, I* + 1 not); with a
+    budget cap that fails, integer bisection on [1, I*] (fewer iterations never cost more)."""
+    p = PARAMS["tokens"]
+    sc = ctx.sc
+    tps = sc.task.tokens_per_step
+    d0 = sc.task.tokens
+    i0 = math.ceil(d0 / tps)
+    method = "I* = floor((deadline - reserved) / min step x (1 + L)), tokens = I* x tokens per step"
+    fastest = _time_candidates(ctx) if fastest == "unset" else fastest
+    if fastest is None:
+        return _cannot(p, d0 / 1e9, "no plan meets the other constraints with any token count", method, core)
+    y = (fastest.metrics["finish_days"] * DAY - sc.task.reserved_s) / i0
+    i_star = int(math.floor((F.limit(F.DEADLINE, sc) - sc.task.reserved_s) / y))
+    closed = most_iterations(ctx)
+    if closed is not None:
+        i_star = closed
+        method = ("I* = max over plans of the most iterations within the deadline and the budget, "
+                  "min((deadline - reserved) / y, (budget / rate - reserved) / y), y = step x (1 + L); "
+                  "tokens = I* x tokens per step")
+    i_star = min(i_star, i0 - 1)
+
+    def ok(i: int) -> Evaluation | None:
+        return ctx.feasible(with_tokens(sc, i * tps)) if i >= 1 else None
+
+    if i_star < 1:
+        return _cannot(p, d0 / 1e9, "not even one optimizer step fits", method, core)
+    at_star = ok(i_star)
+    if at_star is None and closed is not None and ok(i_star - 1) is not None:  # floating point at the boundary
+        i_star -= 1
+    elif at_star is None:  # floating point, or a budget cap: bisection for the largest feasible
+        if ok(1) is None:
+            return _cannot(p, d0 / 1e9, "not even one optimizer step fits", method, core)
+        lo, hi = 1, i_star  # lo feasible, hi infeasible
+        while hi - lo > 1:
+            m = (lo + hi) // 2
+            if ok(m) is not None:
+                lo = m
+            else:
+                hi = m
+        i_star = lo
+    while i_star + 1 < i0 and ok(i_star + 1) is not None:  # floating point at the boundary
+        i_star += 1
+    exact = i_star * tps
+    value, ev, apply = _settle(ctx, p, exact / 1e9, lambda s: with_tokens(sc, s))
+    if ev is None:
+        return _cannot(p, d0 / 1e9, "could not be confirmed by re-solving", method, core)
+    return _relaxation(p, d0 / 1e9, required=value, required_exact=exact / 1e9, helps=True, plan=ev, apply=apply,
+                       method=method, note=f"{i_star:,} optimizer steps of {tps:,} tokens")
+
+
+# In the order a user can act on them: money (a larger budget, a lower price, another card), then the request
+# (deadline, cards, tokens, reserved time), then the machine (NICs, memory) and last what a run can hardly change
+# (the MoE drop rate, the efficiency): a time limit cuts the least useful answers.
+RELAXATIONS = ("max_cost", "card_price", "accelerator", "deadline", "max_cards", "tokens", "reserved",
+               "nic_bandwidth", "usable_memory", "max_drop", "efficiency")
+
+
+def relaxations(sc: Scenario, backend: str | Solver = "cpsat", req: Request | None = None, *,
+                raw: dict[str, Any] | None = None, catalog: Catalog | None = None, core: list[str] | None = None,
+                enforced: Iterable[str] | None = None, only: Collection[str] | None = None,
+                ctx: Context | None = None, progress: Callable[[str], None] | None = None) -> list[Relaxation]:
+    """The smallest single change of each relaxable input that makes the request feasible.
+
+    ``raw`` (the scenario's raw tables with the command-line overrides applied) and ``catalog`` are
+    used by the accelerator relaxation. For an input that cannot help, ``blocked_by`` names an
+    irreducible conflict among the families it does not enter, when there is one. ``core`` is
+    accepted for callers that have the conflict at hand. ``only`` restricts the inputs. ``ctx`` (a
+    :class:`Context` of the same request) shares its solves and tables; ``progress(text)`` is told
+    which input is being relaxed.
+
+    Each input's re-solves search only the layouts that meet the families the input does not enter
+    (:meth:`Context.narrowed`): exact, and much smaller when memory or divisibility rule most out.
+    """
+    req = req or Request()
+    if ctx is None:
+        ctx = Context.of(sc, backend, req, enforced, raw, catalog)
+    names = [n for n in RELAXATIONS if only is None or n in only]
+    shared: dict[str, Evaluation | None] = {}
+    out: list[Relaxation] = []
+    for k, name in enumerate(names):
+        t0, s0 = time.perf_counter(), ctx.solves
+        if progress is not None:
+            progress(f"smallest change of the {PARAMS[name].label} ({k + 1}/{len(names)})")
+        ctx.keep = frozenset(ctx.enforced) - set(PARAMS[name].affects)
+        r: Relaxation | None
+        try:
+            if name in ("tokens", "reserved"):
+                if "fastest" not in shared:
+                    shared["fastest"] = _time_candidates(ctx)
+                r = (relax_tokens if name == "tokens" else relax_reserved)(ctx, core, fastest=shared["fastest"])
+            else:
+                fn = {"deadline": relax_deadline, "max_cards": relax_max_cards, "efficiency": relax_efficiency,
+                      "usable_memory": relax_usable_memory, "nic_bandwidth": relax_nic_bandwidth,
+                      "accelerator": relax_accelerator, "max_cost": relax_max_cost,
+                      "card_price": relax_card_price, "max_drop": relax_max_drop}[name]
+                r = fn(ctx, core)
+        except Undecided as exc:
+            p = PARAMS[name]
+            r = _relaxation(p, None, required=None, helps=None, note=str(exc),
+                            method="not on the on-demand path" if isinstance(exc, NotOnDemand) else "undecided")
+        finally:
+            ctx.keep, ctx.keep_vars = None, VARS
+        if r is None:
+            continue
+        if r.helps is False and not r.blocked_by and name != "accelerator":
+            try:
+                r.blocked_by = other_conflict(ctx, PARAMS[name].affects)
+            except Undecided:
+                pass  # the relaxation's verdict stands; what else conflicts is left unsaid
+        r.seconds, r.solves = time.perf_counter() - t0, ctx.solves - s0
+        out.append(r)
+    return out
