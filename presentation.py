@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # typing only
     from tpopt.models.plan import Scenario
 
-from tpopt.models.variables import line_parts
+from tpopt.models.variables import BY_NAME, line_parts
 
 # ---------------------------------------------------------------------------------------------
 # plans and changes
@@ -85,10 +85,10 @@ def _count(x: float) -> str:
 def plan_line(plan: dict[str, Any]) -> str:
     parts = [
         f"{plan['accelerator']} x {plan['cards']} ({plan['hosts']} host{'s' if plan['hosts'] != 1 else ''})",
-        f"ZeRO-{plan['zero_stage']}",
+        BY_NAME["zero"].wording(plan["zero_stage"]),  # the declared labels (models/variables.py)
         layout_text(plan),
         accumulation_text(plan),
-        f"recompute {plan['recompute']}",
+        BY_NAME["recompute"].wording(plan["recompute"]),
     ]
     parts += line_parts(plan)  # the switches a variable declares shown (models/variables.py: offload, ...)
     if plan["pp"] > 1 and plan.get("schedule"):
@@ -161,8 +161,8 @@ def _qty(x: float | str | None, unit: str, digits: int = 2) -> str:
 
 
 def _plan_short(p: dict[str, Any]) -> str:
-    return (f"{p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, {layout_text(p, ', ')}{moe_short(p)}, "
-            f"mb {p['micro_batch']})")
+    return (f"{p['accelerator']} x {p['cards']} ({BY_NAME['zero'].wording(p['zero_stage'])}, {layout_text(p, ', ')}"
+            f"{moe_short(p)}, mb {p['micro_batch']})")
 
 
 def _money(x: float, unit: str) -> str:
