@@ -293,7 +293,7 @@ class RLProblem:
 
         Shared cards in staged order need learner peak + received weights (+ the reward model) +
         common <= usable, i.e. the learner planned against usable - received - common."""
-        usable = self.sc.system(d.accelerator).acc.memory_usable
+        usable = F.limit(F.RL_LEARNER_MEMORY, self.sc, d.accelerator)
         limit = usable if F.RL_LEARNER_MEMORY in enforced else None
         if d.placement == "shared" and F.RL_HANDOFF_MEMORY in enforced:
             recv = self.receive_bytes(d) + self.generation_weights(d.rollout_tp) - \
@@ -531,7 +531,8 @@ class RLProblem:
         bound = R.effective_sample_rate(ro["r_gen"], ro["r_verify"], r_learn, q)
         needed = task.samples * (1.0 + L) / (F.limit(F.DEADLINE, sc) - sc.task.reserved_s)
         stages = {"generation": q * ro["r_gen"], "verification": q * ro["r_verify"], "learning": r_learn}
-        usable, common, pool, w_gen = A.memory_usable, task.common, ro["kv_pool"], ro["weights"]
+        usable = F.limit(F.RL_LEARNER_MEMORY, sc, d.accelerator)  # the RL memory families share this limit
+        common, pool, w_gen = task.common, ro["kv_pool"], ro["weights"]
         checks = {F.RL_LEARNER_MEMORY: (learner.memory, usable), F.RL_KV_CAPACITY: (ro["kv_need"], pool)}
         naive = staged = switch = None
         if shared:
@@ -666,7 +667,7 @@ class DecisionGrid:
         # per accelerator
         A = [pb.sc.system(a).acc for a in self.accs]
         g = np.array([a.cards_per_host for a in A], dtype=np.int64)[self.acc]
-        out["usable"] = np.array([a.memory_usable for a in A], dtype=float)[self.acc]
+        out["usable"] = np.array([F.limit(F.RL_LEARNER_MEMORY, pb.sc, a) for a in self.accs], dtype=float)[self.acc]
         intra = np.array([a.intra_host_bw for a in A], dtype=float)[self.acc]
         # weights received per rollout card (per TP and method)
         dense = pb.task.weight_bytes * pb.policy_params
