@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from tpopt.catalogs.schema import Kind, bandwidth, duration, flops_rate, fraction, integer, key, number, raw, size
+from tpopt.catalogs.declare import Kind, bandwidth, duration, flops_rate, fraction, integer, key, number, raw, size
 from tpopt.catalogs.stacks import stack_names
 from tpopt.errors import InputError
 from tpopt.models.roofline import PerfParams
