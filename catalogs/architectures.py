@@ -7,8 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
-from tpopt.catalogs.declare import Kind, key, read_entry, spec
-from tpopt.catalogs.entry_keys import FLAG, TEXT
+from tpopt.catalogs.declare import FLAG, TEXT, Kind, key, read_entry, spec
 from tpopt.catalogs.tables import check_keys, need
 from tpopt.errors import InputError
 from tpopt.models.arch import ACTIVATIONS, NORMS, POSITIONS, ModelArch, moe_layer_count

@@ -101,6 +101,32 @@ def choice(options: tuple[str, ...], message: str = "{what} {value!r} unknown (u
     return Kind(read, " | ".join(options))
 
 
+# catalog wording: ``<where>: <key> must be ...`` (the scenario schema's TEXT and FLAG word their errors otherwise)
+
+
+def _text(value: Any, what: str, _context: Any) -> str:
+    if not isinstance(value, str):
+        raise InputError(f"{what} must be a string, got {value!r}")
+    return value
+
+
+def _flag(value: Any, what: str, _context: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(f"{what} must be true or false, got {value!r}")
+    return value
+
+
+def _sources(value: Any, what: str, _context: Any) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise InputError(f"{what} must be a table of strings")
+    return dict(value)
+
+
+TEXT = Kind(_text, "text", sep=": ")
+FLAG = Kind(_flag, "true | false", sep=": ")
+SOURCES = Kind(_sources, "table of strings", sep=": ")
+
+
 def raw(unit: str) -> Kind:
     """A value kept as given, read where its meaning is (``unit`` says what it is)."""
     return Kind(lambda value, _what, _context: value, unit)
@@ -167,10 +193,12 @@ def read_entry(cls: type, table: Mapping[str, Any], where: str, context: Any = N
     """The declared keys of a catalog entry (``where``: ``"accelerator NAME"``) read from ``table`` as
     :func:`read_table` reads a scenario table, in the catalog's wording: a value is named ``<where><sep><key>``
     (its kind's ``sep``), a missing ``required`` key is ``<where>: missing required key 'KEY'``, and each of the
-    ``RULES`` (after, test, message) is formatted with ``where`` and the values read."""
+    ``RULES`` (after, test, message) is formatted with ``where`` and the values read. The keys named in
+    ``READ_FIRST`` are read before the others (in that order), the rest in declaration order."""
     rules = getattr(cls, "RULES", ())
+    first: tuple[str, ...] = getattr(cls, "READ_FIRST", ())
     values: dict[str, Any] = {}
-    for f in fields(cls):
+    for f in sorted(fields(cls), key=lambda f: first.index(f.name) if f.name in first else len(first)):
         k = spec(f)
         values[f.name] = _read_key(k, f.name, table, where + k.kind.sep, context)
         if k.required and values[f.name] is None:
