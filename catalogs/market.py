@@ -22,18 +22,13 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 from tpopt.catalogs.declare import Kind, duration, key, number, quantity, raw, read_entry
-from tpopt.catalogs.tables import check_keys, need, read_text_capped
+from tpopt.catalogs.tables import check_keys, read_text_capped
 from tpopt.errors import InputError
 from tpopt.models.market import MARKETS, RESERVED, SPOT, Offer, Power, Storage
 from tpopt.models.units import HOUR, parse_duration, parse_int, parse_number
 
 BUILTIN = Path(__file__).resolve().parent / "offers.toml"
 FILE = "offers.toml"
-DEFAULT_KEYS = ("preempt_per_card_hour", "preempt_source", "reacquire", "reacquire_source", "pue", "pue_source")
-REGION_KEYS = ("source", "notes", "pue", "pue_source", "storage_gb_month", "egress_gb", "storage_date",
-               "storage_source")
-STORAGE_KEYS = ("storage_gb_month", "egress_gb", "storage_date", "storage_source")
-POWER_KEYS = ("board_w", "training_w", "host_overhead_w", "source", "notes")
 _DATE = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?$")
 SKYPILOT_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "Region", "Price", "SpotPrice")
 
@@ -194,13 +189,12 @@ def build_offer(name: str, t: dict[str, Any], market: Market, accelerators: set[
 
 def build_storage(t: dict[str, Any], where: str) -> Storage:
     """A region's checkpoint storage price (USD per GB-month), egress price (USD per GB), date and source:
-    all four, or none."""
+    all four (:class:`StoragePriceKeys`), or none."""
     missing = [k for k in STORAGE_KEYS if k not in t]
     if missing:
         raise InputError(f"{where}: storage prices need {', '.join(STORAGE_KEYS)} (missing {', '.join(missing)})")
-    return Storage(gb_month=parse_number(t["storage_gb_month"], f"{where} storage_gb_month"),
-                   egress_gb=parse_number(t["egress_gb"], f"{where} egress_gb"),
-                   date=check_date(t["storage_date"], f"{where} storage"), source=str(t["storage_source"]))
+    k: StoragePriceKeys = read_entry(StoragePriceKeys, t, where)
+    return Storage(gb_month=k.storage_gb_month, egress_gb=k.egress_gb, date=k.storage_date, source=k.storage_source)
 
 
 _POWER = re.compile(r"^\s*([0-9.eE+-]+)\s*(W|kW|MW|GW)\s*$")
@@ -221,6 +215,68 @@ def _pue(value: object, where: str) -> float:
     if pue < 1.0:
         raise InputError(f"{where}: a PUE is facility over IT power, at least 1 (got {pue:g})")
     return pue
+
+
+def _pue_kind(value: Any, what: str, _context: Any) -> float:
+    return _pue(value, what)
+
+
+def _storage_date(value: Any, what: str, _context: Any) -> str:
+    """``what`` is ``"region NAME storage_date"``; errors name ``region NAME storage``."""
+    return check_date(value, f"{what.rpartition(' ')[0]} storage")
+
+
+PUE = Kind(_pue_kind, "number >= 1 (facility over IT power)")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class DefaultKeys:
+    """The ``[defaults]`` table of offers.toml: what a spot offer and a region take unless they say."""
+
+    preempt_per_card_hour: float = key(number(), 0.0, help="spot preemptions per card-hour")
+    preempt_source: str = key(Kind(_text, "text"), "", help="where the preemption rate comes from")
+    reacquire: float = key(duration(), "0s", help="time to get preempted cards back")
+    reacquire_source: str = key(Kind(_text, "text"), "", help="where the reacquire time comes from")
+    pue: float = key(PUE, 1.2, help="power usage effectiveness of a region that states none")
+    pue_source: str = key(Kind(_text, "text"), "", help="where the PUE comes from")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class RegionKeys:
+    """One ``[region.PROVIDER/REGION]`` table of offers.toml, besides its storage prices (:class:`StoragePriceKeys`)."""
+
+    source: str = key(Kind(_text, "text"), "", help="where the region comes from")
+    notes: Any = key(raw("text"), help="free text")
+    pue: float | None = key(PUE, help="power usage effectiveness (default: the market's)")
+    pue_source: str = key(Kind(_text, "text"), "", help="where the PUE comes from")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class StoragePriceKeys:
+    """A region's checkpoint storage and egress prices: all four keys, or none."""
+
+    storage_gb_month: float = key(number(), required=True, help="USD per GB-month of checkpoint storage")
+    egress_gb: float = key(number(), required=True, help="USD per GB leaving the region")
+    storage_date: str = key(Kind(_storage_date, "YYYY-MM or YYYY-MM-DD"), required=True,
+                            help="when the storage prices held")
+    storage_source: str = key(Kind(_text, "text"), required=True, help="where the storage prices come from")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class PowerKeys:
+    """One ``[power.ACCELERATOR]`` table of offers.toml."""
+
+    board_w: float = key(number(allow_zero=False), required=True, help="the card's board power, watts")
+    training_w: float = key(number(allow_zero=False), required=True, help="the card's power in training, watts")
+    host_overhead_w: float = key(number(allow_zero=True), required=True, help="host power per card, watts")
+    source: str = key(Kind(_text, "text"), required=True, help="where the figures come from")
+    notes: Any = key(raw("text"), help="free text")
+
+
+DEFAULT_KEYS = tuple(f.name for f in fields(DefaultKeys))
+STORAGE_KEYS = tuple(f.name for f in fields(StoragePriceKeys))
+REGION_KEYS = tuple(f.name for f in fields(RegionKeys)) + STORAGE_KEYS
+POWER_KEYS = tuple(f.name for f in fields(PowerKeys))
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -248,18 +304,16 @@ def load_market(extra_dirs: Sequence[str | PathLike[str]] = (), accelerators: se
         regions.update(data.get("region", {}))
         offers.update(data.get("offer", {}))
     check_keys(defaults, DEFAULT_KEYS, "market defaults")
-    m = Market(as_of=check_date(as_of, "market as_of"),
-               preempt_per_card_hour=parse_number(defaults.get("preempt_per_card_hour", 0.0),
-                                                  "market defaults preempt_per_card_hour"),
-               preempt_source=str(defaults.get("preempt_source", "")),
-               reacquire_s=parse_duration(defaults.get("reacquire", "0s"), "market defaults reacquire"),
-               reacquire_source=str(defaults.get("reacquire_source", "")))
-    m.default_pue = (_pue(defaults.get("pue", 1.2), "market defaults pue"), str(defaults.get("pue_source", "")))
+    date = check_date(as_of, "market as_of")
+    d: DefaultKeys = read_entry(DefaultKeys, defaults, "market defaults")
+    m = Market(as_of=date, preempt_per_card_hour=d.preempt_per_card_hour, preempt_source=d.preempt_source,
+               reacquire_s=d.reacquire, reacquire_source=d.reacquire_source, default_pue=(d.pue, d.pue_source))
     for name, t in regions.items():
         check_keys(t, REGION_KEYS, f"region {name}")
-        m.regions[name] = str(t.get("source", ""))
-        if "pue" in t:
-            m.pue[name] = (_pue(t["pue"], f"region {name} pue"), str(t.get("pue_source", "")))
+        r: RegionKeys = read_entry(RegionKeys, t, f"region {name}")
+        m.regions[name] = r.source
+        if r.pue is not None:
+            m.pue[name] = (r.pue, r.pue_source)
         if any(k in t for k in STORAGE_KEYS):
             m.storage[name] = build_storage(t, f"region {name}")
     for acc, t in power.items():
@@ -267,10 +321,9 @@ def load_market(extra_dirs: Sequence[str | PathLike[str]] = (), accelerators: se
         check_keys(t, POWER_KEYS, where)
         if accelerators is not None and acc not in accelerators:
             raise InputError(f"{where}: unknown accelerator {acc!r} (tpopt catalog accelerators)")
-        watts = [parse_number(need(t, k, where), f"{where} {k}", allow_zero=k == "host_overhead_w")
-                 for k in ("board_w", "training_w", "host_overhead_w")]
-        m.power[acc] = Power(board_w=watts[0], training_w=watts[1], host_overhead_w=watts[2],
-                             source=str(need(t, "source", where)))
+        pw: PowerKeys = read_entry(PowerKeys, t, where)
+        m.power[acc] = Power(board_w=pw.board_w, training_w=pw.training_w, host_overhead_w=pw.host_overhead_w,
+                             source=pw.source)
     for name, t in offers.items():
         m.offers[name] = build_offer(name, t, m, accelerators)
     return m

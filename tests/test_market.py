@@ -18,7 +18,19 @@ from hypothesis import strategies as st
 
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.declare import spec
-from tpopt.catalogs.market import OFFER_KEYS, OfferKeys, build_offer, from_skypilot, load_market, offer_toml
+from tpopt.catalogs.market import (
+    BUILTIN,
+    DEFAULT_KEYS,
+    OFFER_KEYS,
+    POWER_KEYS,
+    REGION_KEYS,
+    STORAGE_KEYS,
+    OfferKeys,
+    build_offer,
+    from_skypilot,
+    load_market,
+    offer_toml,
+)
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.models import families as F
 from tpopt.models.arch import param_count
@@ -700,3 +712,15 @@ def test_offer_keys_are_declared_and_offer_toml_writes_them_back():
         back = build_offer(name, table, cat.market, set(cat.accelerators))
         assert (back.price_card_hour, back.available, back.market, back.term_s) == (
             offer.price_card_hour, offer.available, offer.market, offer.term_s), name
+
+
+def test_every_key_of_the_builtin_market_is_declared():
+    """The regions, power tables and defaults of the built-in offers.toml use declared keys only, and the regions
+    that price storage state all of its keys."""
+    raw = tomllib.loads(BUILTIN.read_text())
+    assert set(raw.get("defaults", {})) <= set(DEFAULT_KEYS)
+    for name, t in raw["region"].items():
+        assert set(t) <= set(REGION_KEYS), name
+        assert not (set(t) & set(STORAGE_KEYS)) or set(STORAGE_KEYS) <= set(t), name
+    for name, t in raw.get("power", {}).items():
+        assert set(t) <= set(POWER_KEYS), name
