@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from tpopt.catalogs.architectures import ARCH_INT_MAX, MODEL_KEYS, arch_int, build_model
+from tpopt.catalogs.declare import read_entry
 from tpopt.catalogs.entry_keys import AcceleratorKeys, LinkKeys, NicKeys, PerfKeys, StorageKeys
 from tpopt.catalogs.market import Market, load_market
-from tpopt.catalogs.schema import read_entry
 from tpopt.catalogs.tables import (
     MAX_INPUT_BYTES,
     check_keys,

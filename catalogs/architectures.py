@@ -4,30 +4,17 @@ configs (:mod:`tpopt.catalogs.hf` maps a config onto the same keys), checked and
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
 
-from tpopt.catalogs.tables import check_keys, flag_field, need, text_field
+from tpopt.catalogs.declare import FLAG, TEXT, Kind, key, read_entry, spec
+from tpopt.catalogs.tables import check_keys, need
 from tpopt.errors import InputError
 from tpopt.models.arch import ACTIVATIONS, NORMS, POSITIONS, ModelArch, moe_layer_count
 
 #: Largest architecture integer accepted (widths, counts, vocabularies): far above any real model,
 #: low enough that products of a few of them stay exact in float64 FLOP counts.
 ARCH_INT_MAX = 100_000_000
-_ARCH_REQUIRED = ("layers", "hidden", "heads", "ffn", "vocab")
-_ARCH_INT = {  # key -> minimum (maximum ARCH_INT_MAX)
-    "layers": 1, "hidden": 1, "heads": 1, "kv_heads": 1, "head_dim": 1, "ffn": 1, "vocab": 1,
-    "learned_positions": 0, "sliding_window": 0, "sliding_layers": 0, "layer_norms": 0,
-    "q_lora_rank": 0, "kv_lora_rank": 0, "qk_rope_dim": 0, "qk_nope_dim": 0, "v_head_dim": 0,
-    "experts": 0, "top_k": 0, "expert_ffn": 0, "shared_experts": 0, "shared_ffn": 0, "dense_layers": 0,
-    "moe_step": 1, "mtp_layers": 0, "router_groups": 0, "router_group_topk": 0,
-}
-_ARCH_BOOL = ("tied_embeddings", "qk_norm", "gated_mlp", "qkv_bias", "linear_bias", "parallel_block", "norm_bias",
-              "o_bias", "mlp_bias", "head_bias", "embedding_norm", "attn_sinks", "shared_expert_gate", "router_bias")
-_ARCH_ENUM = {"norm": NORMS, "activation": ACTIVATIONS, "positions": POSITIONS}
-MODEL_KEYS = tuple(_ARCH_INT) + _ARCH_BOOL + tuple(_ARCH_ENUM) + ("mlp_only_layers", "source", "notes")
-_MOE_ONLY = ("top_k", "expert_ffn", "shared_experts", "shared_ffn", "dense_layers", "router_groups",
-             "router_group_topk")
-_MLA_ONLY = ("q_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_head_dim")
 
 
 def arch_int(value: object, what: str, minimum: int = 0, maximum: int = ARCH_INT_MAX) -> int:
@@ -42,6 +29,110 @@ def arch_int(value: object, what: str, minimum: int = 0, maximum: int = ARCH_INT
     return value
 
 
+def width(minimum: int) -> Kind:
+    """A whole number in [minimum, :data:`ARCH_INT_MAX`] (no units): ``model NAME KEY: ...`` in errors."""
+    return Kind(lambda value, what, _context: arch_int(value, what, minimum), f"whole number >= {minimum}",
+                arch_int, {"minimum": minimum, "maximum": ARCH_INT_MAX})
+
+
+def one_of(options: tuple[str, ...]) -> Kind:
+    """One of ``options``: ``model NAME: KEY must be one of ...`` in errors."""
+
+    def read(value: Any, what: str, _context: Any) -> str:
+        if value not in options:
+            raise InputError(f"{what} must be one of {', '.join(options)}, got {value!r}")
+        text: str = value
+        return text
+
+    return Kind(read, " | ".join(options), sep=": ")
+
+
+def _notes(value: Any, what: str, _context: Any) -> list[str]:
+    """A note or a list of notes."""
+    notes = [value] if isinstance(value, str) else value
+    if not isinstance(notes, list) or not all(isinstance(x, str) for x in notes):
+        raise InputError(f"{what} must be a string or a list of strings")
+    return list(notes)
+
+
+def _block_indices(value: Any, what: str, table: dict[str, Any]) -> tuple[int, ...]:
+    """Sorted distinct block indices below ``layers`` (context: the entry's table, whose layers is read)."""
+    if not isinstance(value, list):
+        raise InputError(f"{what} must be a list of block indices")
+    where, _, field = what.rpartition(": ")
+    layers = arch_int(table["layers"], f"{where} layers", 1)
+    return tuple(sorted({arch_int(i, f"{where} {field}", 0, layers - 1) for i in value}))
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ArchKeys:
+    """One ``[NAME]`` table of models.toml, or a Hugging Face config mapped to the same keys
+    (:mod:`tpopt.catalogs.hf`); context: the table itself. Each key sets the
+    :class:`~tpopt.models.arch.ModelArch` field of its name (``to``: source and notes elsewhere); its default is
+    that field's (None: derived from other keys, or not given)."""
+
+    layers: int = key(width(1), required=True, help="transformer blocks")
+    hidden: int = key(width(1), required=True, help="model width h")
+    heads: int = key(width(1), required=True, help="attention (query) heads")
+    kv_heads: int | None = key(width(1), help="key/value heads (default: heads)")
+    head_dim: int | None = key(width(1), help="per-head width (default: hidden / heads; MLA: nope + rope)")
+    ffn: int = key(width(1), required=True, help="width of a dense MLP block")
+    vocab: int = key(width(1), required=True, help="vocabulary size")
+    learned_positions: int = key(width(0), 0, help="rows of a learned position-embedding table")
+    sliding_window: int = key(width(0), 0, help="attention window in tokens (0: full causal attention)")
+    sliding_layers: int | None = key(width(0), help="layers using the window (default: all)")
+    layer_norms: int = key(width(0), 2, help="hidden-width norms per block")
+    q_lora_rank: int = key(width(0), 0, help="MLA: low-rank query projection (0: a full projection)")
+    kv_lora_rank: int = key(width(0), 0, help="MLA: joint key/value latent width (> 0 switches MLA on)")
+    qk_rope_dim: int = key(width(0), 0, help="MLA: per-head q/k dims carrying RoPE")
+    qk_nope_dim: int = key(width(0), 0, help="MLA: per-head q/k dims without RoPE")
+    v_head_dim: int = key(width(0), 0, help="MLA: per-head value width")
+    experts: int = key(width(0), 0, help="MoE: routed experts per MoE block")
+    top_k: int = key(width(0), 0, help="MoE: routed experts per token")
+    expert_ffn: int = key(width(0), 0, help="MoE: width of one routed expert")
+    shared_experts: int = key(width(0), 0, help="MoE: experts every token passes through")
+    shared_ffn: int = key(width(0), 0, help="MoE: width of one shared expert")
+    dense_layers: int = key(width(0), 0, help="MoE: leading blocks with a dense MLP")
+    moe_step: int = key(width(1), 1, help="MoE: after the dense layers, every moe_step-th block is MoE")
+    mtp_layers: int = key(width(0), 0, help="multi-token-prediction depth")
+    router_groups: int = key(width(0), 0, help="MoE: group-limited routing, experts in this many groups")
+    router_group_topk: int = key(width(0), 0, help="MoE: a token's experts come from at most this many groups")
+    tied_embeddings: bool = key(FLAG, False, help="the LM head shares the embedding's weights")
+    qk_norm: bool = key(FLAG, False, help="norms on queries and keys")
+    gated_mlp: bool = key(FLAG, True, help="SwiGLU-style MLP (gate, up, down); false: up, down")
+    qkv_bias: bool = key(FLAG, False, help="bias on the q, k, v projections only")
+    linear_bias: bool = key(FLAG, False, help="bias on every linear layer")
+    parallel_block: bool = key(FLAG, False, help="attention and MLP read one norm's output in parallel")
+    norm_bias: bool = key(FLAG, True, help="a LayerNorm has a bias")
+    o_bias: bool = key(FLAG, False, help="bias on the attention output projection")
+    mlp_bias: bool = key(FLAG, False, help="biases on the MLP (and expert) linear layers")
+    head_bias: bool = key(FLAG, False, help="bias on the LM head")
+    embedding_norm: bool = key(FLAG, False, help="a norm right after the embedding")
+    attn_sinks: bool = key(FLAG, False, help="one learned sink logit per head and layer")
+    shared_expert_gate: bool = key(FLAG, False, help="MoE: sigmoid gate on the shared expert output")
+    router_bias: bool = key(FLAG, False, help="MoE: bias on the router")
+    norm: str = key(one_of(NORMS), "rmsnorm", help="hidden-width norm")
+    activation: str = key(one_of(ACTIVATIONS), "silu", help="MLP non-linearity")
+    positions: str | None = key(one_of(POSITIONS), help="position encoding (default: learned with "
+                                                       "learned_positions, else rope)")
+    source: str = key(TEXT, "", optional=True, help="where the numbers come from")
+    notes: list[str] = key(Kind(_notes, "text or list of text", sep=": "), [], to="extra",
+                           help="assumptions stated with the model")
+    mlp_only_layers: tuple[int, ...] = key(Kind(_block_indices, "list of block indices", sep=": "), [],
+                                           help="MoE: further block indices with a dense MLP")
+
+    #: Keys that describe multi-head latent attention or mixture-of-experts blocks (rules of build_model).
+    MLA_ONLY: ClassVar = ("q_lora_rank", "qk_rope_dim", "qk_nope_dim", "v_head_dim")
+    MOE_ONLY: ClassVar = ("top_k", "expert_ffn", "shared_experts", "shared_ffn", "dense_layers", "router_groups",
+                          "router_group_topk")
+
+
+MODEL_KEYS = tuple(f.name for f in fields(ArchKeys))
+MODEL_REQUIRED = tuple(f.name for f in fields(ArchKeys) if spec(f).required)
+_MOE_ONLY = ArchKeys.MOE_ONLY
+_MLA_ONLY = ArchKeys.MLA_ONLY
+
+
 def build_model(name: str, t: dict[str, Any]) -> ModelArch:
     """A :class:`ModelArch` from a catalog table (or a Hugging Face config mapped to the same keys).
 
@@ -52,27 +143,13 @@ def build_model(name: str, t: dict[str, Any]) -> ModelArch:
     """
     where = f"model {name}"
     check_keys(t, MODEL_KEYS, where)
-    for k in _ARCH_REQUIRED:
+    for k in MODEL_REQUIRED:
         need(t, k, where)
-    kw: dict[str, Any] = {k: arch_int(t[k], f"{where} {k}", lo) for k, lo in _ARCH_INT.items() if k in t}
-    for k in _ARCH_BOOL:
-        if k in t:
-            kw[k] = flag_field(t, k, where)
-    for k, allowed in _ARCH_ENUM.items():
-        if k in t:
-            if t[k] not in allowed:
-                raise InputError(f"{where}: {k} must be one of {', '.join(allowed)}, got {t[k]!r}")
-            kw[k] = t[k]
-    source = text_field(t, "source", where, "") or ""
-    notes = t.get("notes", [])
-    notes = [notes] if isinstance(notes, str) else notes
-    if not isinstance(notes, list) or not all(isinstance(x, str) for x in notes):
-        raise InputError(f"{where}: notes must be a string or a list of strings")
+    read: ArchKeys = read_entry(ArchKeys, t, where, t)
+    kw: dict[str, Any] = {f.name: getattr(read, f.name) for f in fields(read)
+                          if f.name not in ("source", "notes") and getattr(read, f.name) is not None}
+    source, notes = read.source, read.notes
     layers, heads = kw["layers"], kw["heads"]
-    only = t.get("mlp_only_layers", [])
-    if not isinstance(only, list):
-        raise InputError(f"{where}: mlp_only_layers must be a list of block indices")
-    kw["mlp_only_layers"] = tuple(sorted({arch_int(i, f"{where} mlp_only_layers", 0, layers - 1) for i in only}))
 
     # multi-head latent attention
     if kw.get("kv_lora_rank", 0):

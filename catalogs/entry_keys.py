@@ -15,7 +15,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from tpopt.catalogs.schema import Kind, bandwidth, duration, flops_rate, fraction, integer, key, number, raw, size
+from tpopt.catalogs.declare import (
+    FLAG,
+    SOURCES,
+    TEXT,
+    Kind,
+    bandwidth,
+    duration,
+    flops_rate,
+    fraction,
+    integer,
+    key,
+    number,
+    raw,
+    size,
+)
 from tpopt.catalogs.stacks import stack_names
 from tpopt.errors import InputError
 from tpopt.models.roofline import PerfParams
@@ -25,15 +39,9 @@ from tpopt.models.units import MAX_INT, parse_int
 Lookups = tuple[dict[str, Any], dict[str, Any]]
 
 
-def _text(value: Any, what: str, _context: Any) -> str:
-    if not isinstance(value, str):
-        raise InputError(f"{what} must be a string, got {value!r}")
-    return value
-
-
 def _known(value: Any, what: str, known: dict[str, Any], extra: tuple[str, ...] = ()) -> str:
     """A name of ``known`` (or of ``extra``); ``what`` is ``"<where>: <key>"``."""
-    name = _text(value, what, None)
+    name: str = TEXT.read(value, what, None)
     if name not in known and name not in extra:
         where, _, field = what.rpartition(": ")
         raise InputError(f"{where}: unknown {field} {name!r} (known: {', '.join([*extra, *sorted(known)])})")
@@ -55,20 +63,6 @@ def _nic(value: Any, what: str, names: Lookups) -> str:
     return _known(value, what, names[1])
 
 
-def _flag(value: Any, what: str, _context: Any) -> bool:
-    if not isinstance(value, bool):
-        raise InputError(f"{what} must be true or false, got {value!r}")
-    return value
-
-
-def _sources(value: Any, what: str, _context: Any) -> dict[str, str]:
-    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise InputError(f"{what} must be a table of strings")
-    return dict(value)
-
-
-TEXT = Kind(_text, "text", sep=": ")
-FLAG = Kind(_flag, "true | false", sep=": ")
 
 
 def whole(minimum: int) -> Kind:
@@ -209,7 +203,7 @@ class AcceleratorKeys:
                          help="hosts under one scale-out pod (0: every host in one pod, no spine)")
     spine_oversubscription: float = key(number(), 1.0, source=True, neutral=True,
                                         help="taper of the spine between pods, >= 1 (2 = 2:1; 1 = none)")
-    sources: dict[str, str] = key(Kind(_sources, "table of strings", sep=": "), {},
+    sources: dict[str, str] = key(SOURCES, {},
                                   help="the source of every value, by key")
 
     RULES: ClassVar = (

@@ -16,26 +16,19 @@ import csv
 import re
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, NamedTuple
 
-from tpopt.catalogs.tables import check_keys, need, read_text_capped
+from tpopt.catalogs.declare import Kind, duration, key, number, quantity, raw, read_entry
+from tpopt.catalogs.tables import check_keys, read_text_capped
 from tpopt.errors import InputError
 from tpopt.models.market import MARKETS, RESERVED, SPOT, Offer, Power, Storage
 from tpopt.models.units import HOUR, parse_duration, parse_int, parse_number
 
 BUILTIN = Path(__file__).resolve().parent / "offers.toml"
 FILE = "offers.toml"
-OFFER_KEYS = ("provider", "region", "accelerator", "cards_per_host", "market", "term", "price_card_hour", "billing",
-              "min_commitment", "available", "date", "source", "illustrative", "preempt_per_card_hour",
-              "preempt_source", "reacquire", "notes")
-DEFAULT_KEYS = ("preempt_per_card_hour", "preempt_source", "reacquire", "reacquire_source", "pue", "pue_source")
-REGION_KEYS = ("source", "notes", "pue", "pue_source", "storage_gb_month", "egress_gb", "storage_date",
-               "storage_source")
-STORAGE_KEYS = ("storage_gb_month", "egress_gb", "storage_date", "storage_source")
-POWER_KEYS = ("board_w", "training_w", "host_overhead_w", "source", "notes")
 _DATE = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?$")
 SKYPILOT_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "Region", "Price", "SpotPrice")
 
@@ -68,55 +61,140 @@ def check_date(value: object, where: str) -> str:
     return value
 
 
+class OfferContext(NamedTuple):
+    """What an offer's keys are read against: its table, the market read so far (regions, spot defaults) and
+    the catalog's accelerators (None: any)."""
+
+    table: dict[str, Any]
+    market: Market
+    accelerators: set[str] | None
+
+
+def _where(what: str) -> tuple[str, str]:
+    """(``offer NAME``, key) of ``"offer NAME: key"``."""
+    where, _, name = what.rpartition(": ")
+    return where, name
+
+
+def _text(value: Any, _what: str, _context: Any) -> str:
+    return str(value)
+
+
+def _region(value: Any, what: str, context: OfferContext) -> str:
+    """A region of the market, named with the entry's provider."""
+    region, provider = str(value), str(context.table["provider"])
+    if f"{provider}/{region}" not in context.market.regions:
+        raise InputError(f"{_where(what)[0]}: unknown region {provider}/{region} "
+                         f"(known: {', '.join(sorted(context.market.regions))})")
+    return region
+
+
+def _accelerator(value: Any, what: str, context: OfferContext) -> str:
+    acc = str(value)
+    if context.accelerators is not None and acc not in context.accelerators:
+        raise InputError(f"{_where(what)[0]}: unknown accelerator {acc!r} (tpopt catalog accelerators)")
+    return acc
+
+
+def _market(value: Any, what: str, _context: Any) -> str:
+    if value not in MARKETS:
+        raise InputError(f"{what} {value!r} unknown (use one of: {', '.join(MARKETS)})")
+    kind: str = value
+    return kind
+
+
+def _term(value: Any, what: str, context: OfferContext) -> float:
+    """The reserved term (seconds); any other market takes none."""
+    where, name = _where(what)
+    if context.table["market"] != RESERVED:
+        raise InputError(f"{where}: term applies to the reserved market only")
+    return parse_duration(value, f"{where} {name}", allow_zero=False)
+
+
+def spot_only(kind: Kind) -> Kind:
+    """``kind`` read on a spot offer; on any other market the value is not read (None)."""
+
+    def read(value: Any, what: str, context: OfferContext) -> Any:
+        if context.table["market"] != SPOT:
+            return None
+        where, name = _where(what)
+        return kind.read(value, f"{where}{kind.sep}{name}", context)
+
+    return Kind(read, f"{kind.unit} (spot offers)", kind.parser, kind.bounds, sep=": ")
+
+
+def _date(value: Any, what: str, _context: Any) -> str:
+    return check_date(value, _where(what)[0])
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class OfferKeys:
+    """One ``[offer.NAME]`` table of offers.toml (context: :class:`OfferContext`), in the order its values are
+    checked; the spot keys left out (None) take the market's ``[defaults]``."""
+
+    provider: str = key(Kind(_text, "text"), required=True, help="the provider (with region: a market region)")
+    region: str = key(Kind(_region, "region of the market", sep=": "), required=True, help="the provider's region")
+    accelerator: str = key(Kind(_accelerator, "catalog accelerator", sep=": "), required=True,
+                           help="the card offered")
+    market: str = key(Kind(_market, " | ".join(MARKETS), sep=": "), required=True, help="how the cards are sold")
+    price_card_hour: float = key(number(), required=True, help="USD per card-hour")
+    available: int = key(quantity(parse_int, "whole number >= 1", minimum=0), required=True,
+                         help="cards available")
+    term: float | None = key(Kind(_term, "duration (reserved only)", sep=": "),
+                             help="the reserved market's commitment (required there)")
+    preempt_per_card_hour: float | None = key(spot_only(number()),
+                                              help="spot preemptions per card-hour (default: the market's)")
+    date: str = key(Kind(_date, "YYYY-MM or YYYY-MM-DD", sep=": "), required=True, help="when the price held")
+    source: str = key(Kind(_text, "text"), required=True, help="where the price comes from")
+    cards_per_host: int = key(quantity(parse_int, "whole number >= 1", minimum=1), 8, help="cards per host")
+    billing: float = key(duration(allow_zero=False), "1s", help="billing increment")
+    min_commitment: float = key(duration(), "0s", help="shortest rental billed")
+    illustrative: bool = key(Kind(lambda value, _what, _context: bool(value), "true | false"), False,
+                             help="an example price, not a quote")
+    preempt_source: str | None = key(spot_only(Kind(_text, "text")),
+                                     help="where the preemption rate comes from (default: the market's)")
+    reacquire: float | None = key(spot_only(duration()),
+                                  help="time to get preempted cards back (default: the market's)")
+    notes: Any = key(raw("text"), help="free text")
+
+    RULES: ClassVar = (
+        ("available", lambda v: v["available"] <= 0, "{where}: available must be at least 1 card, got {available}"),
+        ("term", lambda v: v["market"] == RESERVED and v["term"] is None, "{where}: missing required key 'term'"),
+    )
+
+
+OFFER_KEYS = tuple(f.name for f in fields(OfferKeys))
+
+
 def build_offer(name: str, t: dict[str, Any], market: Market, accelerators: set[str] | None) -> Offer:
-    """One ``[offer.NAME]`` table as an :class:`Offer` (validated; spot defaults from ``market``)."""
+    """One ``[offer.NAME]`` table as an :class:`Offer`, read as :class:`OfferKeys` declares it (spot defaults
+    from ``market``)."""
     where = f"offer {name}"
     check_keys(t, OFFER_KEYS, where)
-    provider, region = str(need(t, "provider", where)), str(need(t, "region", where))
-    if f"{provider}/{region}" not in market.regions:
-        raise InputError(f"{where}: unknown region {provider}/{region} (known: {', '.join(sorted(market.regions))})")
-    acc = str(need(t, "accelerator", where))
-    if accelerators is not None and acc not in accelerators:
-        raise InputError(f"{where}: unknown accelerator {acc!r} (tpopt catalog accelerators)")
-    kind = need(t, "market", where)
-    if kind not in MARKETS:
-        raise InputError(f"{where}: market {kind!r} unknown (use one of: {', '.join(MARKETS)})")
-    price = parse_number(need(t, "price_card_hour", where), f"{where} price_card_hour")
-    available = parse_int(need(t, "available", where), f"{where} available", minimum=0)
-    if available <= 0:
-        raise InputError(f"{where}: available must be at least 1 card, got {available}")
-    term = 0.0
-    if kind == RESERVED:
-        term = parse_duration(need(t, "term", where), f"{where} term", allow_zero=False)
-    elif "term" in t:
-        raise InputError(f"{where}: term applies to the reserved market only")
-    spot = kind == SPOT
-    pue, pue_source = market.pue.get(f"{provider}/{region}", market.default_pue)
-    rho = parse_number(t.get("preempt_per_card_hour", market.preempt_per_card_hour),
-                       f"{where} preempt_per_card_hour") if spot else 0.0
-    return Offer(provider=provider, region=region, accelerator=acc, market=kind, price_card_hour=price,
-                 available=available, date=check_date(need(t, "date", where), where),
-                 source=str(need(t, "source", where)),
-                 cards_per_host=parse_int(t.get("cards_per_host", 8), f"{where} cards_per_host", minimum=1),
-                 term_s=term, billing_s=parse_duration(t.get("billing", "1s"), f"{where} billing", allow_zero=False),
-                 min_commit_s=parse_duration(t.get("min_commitment", "0s"), f"{where} min_commitment"),
-                 illustrative=bool(t.get("illustrative", False)), preempt_per_card_hour=rho,
-                 pue=pue, pue_source=pue_source, power=market.power.get(acc),
-                 storage=market.storage.get(f"{provider}/{region}"),
-                 preempt_source=str(t.get("preempt_source", market.preempt_source)) if spot else "",
-                 reacquire_s=(parse_duration(t["reacquire"], f"{where} reacquire") if "reacquire" in t
-                              else market.reacquire_s) if spot else 0.0)
+    k: OfferKeys = read_entry(OfferKeys, t, where, OfferContext(t, market, accelerators))
+    spot = k.market == SPOT
+    pue, pue_source = market.pue.get(f"{k.provider}/{k.region}", market.default_pue)
+    return Offer(provider=k.provider, region=k.region, accelerator=k.accelerator, market=k.market,
+                 price_card_hour=k.price_card_hour, available=k.available, date=k.date, source=k.source,
+                 cards_per_host=k.cards_per_host, term_s=k.term or 0.0, billing_s=k.billing,
+                 min_commit_s=k.min_commitment, illustrative=k.illustrative,
+                 preempt_per_card_hour=(market.preempt_per_card_hour if k.preempt_per_card_hour is None
+                                        else k.preempt_per_card_hour) if spot else 0.0,
+                 pue=pue, pue_source=pue_source, power=market.power.get(k.accelerator),
+                 storage=market.storage.get(f"{k.provider}/{k.region}"),
+                 preempt_source=(str(market.preempt_source) if k.preempt_source is None else k.preempt_source)
+                 if spot else "",
+                 reacquire_s=(market.reacquire_s if k.reacquire is None else k.reacquire) if spot else 0.0)
 
 
 def build_storage(t: dict[str, Any], where: str) -> Storage:
     """A region's checkpoint storage price (USD per GB-month), egress price (USD per GB), date and source:
-    all four, or none."""
+    all four (:class:`StoragePriceKeys`), or none."""
     missing = [k for k in STORAGE_KEYS if k not in t]
     if missing:
         raise InputError(f"{where}: storage prices need {', '.join(STORAGE_KEYS)} (missing {', '.join(missing)})")
-    return Storage(gb_month=parse_number(t["storage_gb_month"], f"{where} storage_gb_month"),
-                   egress_gb=parse_number(t["egress_gb"], f"{where} egress_gb"),
-                   date=check_date(t["storage_date"], f"{where} storage"), source=str(t["storage_source"]))
+    k: StoragePriceKeys = read_entry(StoragePriceKeys, t, where)
+    return Storage(gb_month=k.storage_gb_month, egress_gb=k.egress_gb, date=k.storage_date, source=k.storage_source)
 
 
 _POWER = re.compile(r"^\s*([0-9.eE+-]+)\s*(W|kW|MW|GW)\s*$")
@@ -137,6 +215,68 @@ def _pue(value: object, where: str) -> float:
     if pue < 1.0:
         raise InputError(f"{where}: a PUE is facility over IT power, at least 1 (got {pue:g})")
     return pue
+
+
+def _pue_kind(value: Any, what: str, _context: Any) -> float:
+    return _pue(value, what)
+
+
+def _storage_date(value: Any, what: str, _context: Any) -> str:
+    """``what`` is ``"region NAME storage_date"``; errors name ``region NAME storage``."""
+    return check_date(value, f"{what.rpartition(' ')[0]} storage")
+
+
+PUE = Kind(_pue_kind, "number >= 1 (facility over IT power)")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class DefaultKeys:
+    """The ``[defaults]`` table of offers.toml: what a spot offer and a region take unless they say."""
+
+    preempt_per_card_hour: float = key(number(), 0.0, help="spot preemptions per card-hour")
+    preempt_source: str = key(Kind(_text, "text"), "", help="where the preemption rate comes from")
+    reacquire: float = key(duration(), "0s", help="time to get preempted cards back")
+    reacquire_source: str = key(Kind(_text, "text"), "", help="where the reacquire time comes from")
+    pue: float = key(PUE, 1.2, help="power usage effectiveness of a region that states none")
+    pue_source: str = key(Kind(_text, "text"), "", help="where the PUE comes from")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class RegionKeys:
+    """One ``[region.PROVIDER/REGION]`` table of offers.toml, besides its storage prices (:class:`StoragePriceKeys`)."""
+
+    source: str = key(Kind(_text, "text"), "", help="where the region comes from")
+    notes: Any = key(raw("text"), help="free text")
+    pue: float | None = key(PUE, help="power usage effectiveness (default: the market's)")
+    pue_source: str = key(Kind(_text, "text"), "", help="where the PUE comes from")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class StoragePriceKeys:
+    """A region's checkpoint storage and egress prices: all four keys, or none."""
+
+    storage_gb_month: float = key(number(), required=True, help="USD per GB-month of checkpoint storage")
+    egress_gb: float = key(number(), required=True, help="USD per GB leaving the region")
+    storage_date: str = key(Kind(_storage_date, "YYYY-MM or YYYY-MM-DD"), required=True,
+                            help="when the storage prices held")
+    storage_source: str = key(Kind(_text, "text"), required=True, help="where the storage prices come from")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class PowerKeys:
+    """One ``[power.ACCELERATOR]`` table of offers.toml."""
+
+    board_w: float = key(number(allow_zero=False), required=True, help="the card's board power, watts")
+    training_w: float = key(number(allow_zero=False), required=True, help="the card's power in training, watts")
+    host_overhead_w: float = key(number(allow_zero=True), required=True, help="host power per card, watts")
+    source: str = key(Kind(_text, "text"), required=True, help="where the figures come from")
+    notes: Any = key(raw("text"), help="free text")
+
+
+DEFAULT_KEYS = tuple(f.name for f in fields(DefaultKeys))
+STORAGE_KEYS = tuple(f.name for f in fields(StoragePriceKeys))
+REGION_KEYS = tuple(f.name for f in fields(RegionKeys)) + STORAGE_KEYS
+POWER_KEYS = tuple(f.name for f in fields(PowerKeys))
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -164,18 +304,16 @@ def load_market(extra_dirs: Sequence[str | PathLike[str]] = (), accelerators: se
         regions.update(data.get("region", {}))
         offers.update(data.get("offer", {}))
     check_keys(defaults, DEFAULT_KEYS, "market defaults")
-    m = Market(as_of=check_date(as_of, "market as_of"),
-               preempt_per_card_hour=parse_number(defaults.get("preempt_per_card_hour", 0.0),
-                                                  "market defaults preempt_per_card_hour"),
-               preempt_source=str(defaults.get("preempt_source", "")),
-               reacquire_s=parse_duration(defaults.get("reacquire", "0s"), "market defaults reacquire"),
-               reacquire_source=str(defaults.get("reacquire_source", "")))
-    m.default_pue = (_pue(defaults.get("pue", 1.2), "market defaults pue"), str(defaults.get("pue_source", "")))
+    date = check_date(as_of, "market as_of")
+    d: DefaultKeys = read_entry(DefaultKeys, defaults, "market defaults")
+    m = Market(as_of=date, preempt_per_card_hour=d.preempt_per_card_hour, preempt_source=d.preempt_source,
+               reacquire_s=d.reacquire, reacquire_source=d.reacquire_source, default_pue=(d.pue, d.pue_source))
     for name, t in regions.items():
         check_keys(t, REGION_KEYS, f"region {name}")
-        m.regions[name] = str(t.get("source", ""))
-        if "pue" in t:
-            m.pue[name] = (_pue(t["pue"], f"region {name} pue"), str(t.get("pue_source", "")))
+        r: RegionKeys = read_entry(RegionKeys, t, f"region {name}")
+        m.regions[name] = r.source
+        if r.pue is not None:
+            m.pue[name] = (r.pue, r.pue_source)
         if any(k in t for k in STORAGE_KEYS):
             m.storage[name] = build_storage(t, f"region {name}")
     for acc, t in power.items():
@@ -183,10 +321,9 @@ def load_market(extra_dirs: Sequence[str | PathLike[str]] = (), accelerators: se
         check_keys(t, POWER_KEYS, where)
         if accelerators is not None and acc not in accelerators:
             raise InputError(f"{where}: unknown accelerator {acc!r} (tpopt catalog accelerators)")
-        watts = [parse_number(need(t, k, where), f"{where} {k}", allow_zero=k == "host_overhead_w")
-                 for k in ("board_w", "training_w", "host_overhead_w")]
-        m.power[acc] = Power(board_w=watts[0], training_w=watts[1], host_overhead_w=watts[2],
-                             source=str(need(t, "source", where)))
+        pw: PowerKeys = read_entry(PowerKeys, t, where)
+        m.power[acc] = Power(board_w=pw.board_w, training_w=pw.training_w, host_overhead_w=pw.host_overhead_w,
+                             source=pw.source)
     for name, t in offers.items():
         m.offers[name] = build_offer(name, t, m, accelerators)
     return m

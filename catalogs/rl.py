@@ -29,22 +29,19 @@ import copy
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from os import PathLike
 from pathlib import Path
 from typing import Any
 
 from tpopt.catalogs import Catalog, load_catalog, model_from_hf_config
+from tpopt.catalogs.declare import Kind, count, duration, fraction, key, number, quantity, read_table, size, spec
 from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
 from tpopt.errors import InputError
 from tpopt.models.generation import Lengths
 from tpopt.models.rl import PLACEMENTS, SYNC_METHODS, RLScenario, RLSearch, RLTask, Verifier
-from tpopt.models.units import parse_bytes, parse_count, parse_duration, parse_fraction, parse_int, parse_number
+from tpopt.models.units import parse_count, parse_duration, parse_int, parse_number
 
-RL_KEYS = {"prompts_per_step", "samples_per_prompt", "prompt_length", "response_length", "samples", "steps",
-           "kept", "kept_sync", "staleness", "verifier", "extra_forwards", "placement", "rollout_tp",
-           "rollout_batch", "weight_sync", "weight_bytes", "kv_bytes", "kv_pool", "common", "hbm_efficiency",
-           "inference_efficiency", "allreduce_latency", "max_sequences"}
-RL_REQUIRED = ("prompts_per_step", "samples_per_prompt", "prompt_length", "response_length")
 TABLES = {"scenario", "model", "task", "schedule", "hardware", "memory", "checkpoint", "stragglers", "comm", "cost",
           "search", "rl"}
 _PCT = re.compile(r"^p(\d+(?:\.\d+)?)$")
@@ -114,8 +111,74 @@ def _ints(value: Any, what: str) -> tuple[int, ...]:
     return tuple(sorted({parse_int(v, what, minimum=1) for v in vals}))
 
 
+def _staleness(value: Any, what: str, _context: Any) -> int:
+    """0 (synchronous) or 1 (one-step async)."""
+    lag = parse_int(value, what, minimum=0)
+    if lag > 1:
+        raise InputError(f"{what}: {value!r} is not modelled (use 0 = synchronous or 1 = one-step async)")
+    return lag
+
+
+def _verifier_kind(value: Any, _what: str, context: tuple[Catalog, Path]) -> Verifier:
+    return _verifier(value, *context)
+
+
+def _rollout_batch(value: Any, what: str, _context: Any) -> tuple[int, ...]:
+    return () if value == "auto" else _ints(value, what)
+
+
+def _whole(minimum: int) -> Kind:
+    return quantity(parse_int, f"whole number >= {minimum}", minimum=minimum)
+
+
+def _lengths_kind() -> Kind:
+    return Kind(lambda value, what, _context: _lengths(value, what), "tokens, or { mean, pNN, max }")
+
+
+def _choices_kind(allowed: tuple[str, ...]) -> Kind:
+    return Kind(lambda value, what, _context: _choices(value, what, allowed), f"list of {' | '.join(allowed)}")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class RLKeys:
+    """The ``[rl]`` table (context: the catalog and the scenario's folder), in the order its values are read;
+    errors name ``rl.<key>``. samples or steps: exactly one."""
+
+    prompts_per_step: int = key(_whole(1), required=True, help="prompts per rollout step")
+    samples_per_prompt: int = key(_whole(1), required=True, help="samples per prompt (GRPO: 8)")
+    kept: float = key(fraction(), 1.0, help="share of verified samples reaching the update, one-step async")
+    kept_sync: float = key(fraction(), 1.0, help="share of verified samples reaching the update, on-policy")
+    samples: float | None = key(count(allow_zero=False), help="useful samples to train (or steps)")
+    steps: int | None = key(_whole(1), help="steps of a full batch (or samples)")
+    staleness: int = key(Kind(_staleness, "0 | 1"), 0, help="policy lag allowed: 0 synchronous, 1 one-step async")
+    prompt_length: Lengths = key(_lengths_kind(), required=True, help="prompt tokens")
+    response_length: Lengths = key(_lengths_kind(), required=True, help="response tokens")
+    verifier: Verifier | None = key(Kind(_verifier_kind, "{ workers, per_sample } or { reward_model }"),
+                                    help="CPU workers or a reward model (default: none)")
+    extra_forwards: int = key(_whole(0), 0, help="forward passes per step besides the update")
+    weight_bytes: float = key(number(allow_zero=False), 2, help="bytes per weight in the rollout engine")
+    kv_bytes: float = key(number(allow_zero=False), 2, help="bytes per KV-cache value")
+    kv_pool: float | None = key(size(allow_zero=False), optional=True, help="KV-cache pool per rollout replica")
+    common: float = key(size(), "4GiB", help="engine memory besides weights and KV cache")
+    hbm_efficiency: float = key(fraction(), 0.70, help="achieved share of the HBM bandwidth in decoding")
+    inference_efficiency: float = key(fraction(), 0.50, help="achieved share of the peak in prefill")
+    allreduce_latency: float = key(duration(), "0.02ms", help="latency of one decoding all-reduce")
+    max_sequences: int = key(_whole(1), 1024, help="sequences one engine replica decodes at once")
+    placement: tuple[str, ...] = key(_choices_kind(PLACEMENTS), list(PLACEMENTS), help="decision domain")
+    rollout_tp: tuple[int, ...] = key(Kind(lambda value, what, _context: _ints(value, what), "list of whole numbers"),
+                                      [1, 2, 4, 8], help="decision domain")
+    rollout_batch: tuple[int, ...] = key(Kind(_rollout_batch, "auto or list of whole numbers"), "auto",
+                                         help="decision domain (auto: derived)")
+    weight_sync: tuple[str, ...] = key(_choices_kind(SYNC_METHODS), list(SYNC_METHODS), help="decision domain")
+
+
+RL_KEYS = {f.name for f in fields(RLKeys)}
+RL_REQUIRED = tuple(f.name for f in fields(RLKeys) if spec(f).required)
+
+
 def rl_task(t: dict[str, Any], cat: Catalog, base: Path) -> tuple[RLTask, RLSearch]:
-    """The ``[rl]`` table -> (what the loop must do, the RL-level decision domains)."""
+    """The ``[rl]`` table -> (what the loop must do, the RL-level decision domains), read as :class:`RLKeys`
+    declares it."""
     if not isinstance(t, dict):
         raise InputError("scenario: [rl] must be a table")
     bad = set(t) - RL_KEYS
@@ -126,42 +189,22 @@ def rl_task(t: dict[str, Any], cat: Catalog, base: Path) -> tuple[RLTask, RLSear
             raise InputError(f"scenario: missing required key {k!r} in [rl]")
     if ("samples" in t) == ("steps" in t):
         raise InputError("scenario: [rl] needs exactly one of samples (useful samples to train) or steps")
-    prompts = parse_int(t["prompts_per_step"], "rl.prompts_per_step", minimum=1)
-    per = parse_int(t["samples_per_prompt"], "rl.samples_per_prompt", minimum=1)
-    kept = parse_fraction(t.get("kept", 1.0), "rl.kept")
-    kept_sync = parse_fraction(t.get("kept_sync", 1.0), "rl.kept_sync")
-    if "samples" in t:
-        samples = parse_count(t["samples"], "rl.samples", allow_zero=False)
+    r: RLKeys = read_table(RLKeys, t, "rl.", (cat, base))
+    if r.samples is not None:
+        samples = r.samples
     else:
-        samples = parse_int(t["steps"], "rl.steps", minimum=1) * prompts * per * kept_sync
-    staleness = parse_int(t.get("staleness", 0), "rl.staleness", minimum=0)
-    if staleness > 1:
-        raise InputError(f"rl.staleness: {t['staleness']!r} is not modelled "
-                         f"(use 0 = synchronous or 1 = one-step async)")
-    pool = t.get("kv_pool")
+        assert r.steps is not None  # exactly one of samples and steps is given (checked above)
+        samples = r.steps * r.prompts_per_step * r.samples_per_prompt * r.kept_sync
     task = RLTask(
-        prompts_per_step=prompts, samples_per_prompt=per,
-        prompt=_lengths(t["prompt_length"], "rl.prompt_length"),
-        response=_lengths(t["response_length"], "rl.response_length"),
-        samples=samples, kept=kept, kept_sync=kept_sync, staleness=staleness,
-        verifier=_verifier(t.get("verifier"), cat, base),
-        extra_forwards=parse_int(t.get("extra_forwards", 0), "rl.extra_forwards", minimum=0),
-        weight_bytes=parse_number(t.get("weight_bytes", 2), "rl.weight_bytes", allow_zero=False),
-        kv_bytes=parse_number(t.get("kv_bytes", 2), "rl.kv_bytes", allow_zero=False),
-        kv_pool=None if pool is None else parse_bytes(pool, "rl.kv_pool", allow_zero=False),
-        common=parse_bytes(t.get("common", "4GiB"), "rl.common"),
-        hbm_efficiency=parse_fraction(t.get("hbm_efficiency", 0.70), "rl.hbm_efficiency"),
-        inference_efficiency=parse_fraction(t.get("inference_efficiency", 0.50), "rl.inference_efficiency"),
-        allreduce_latency=parse_duration(t.get("allreduce_latency", "0.02ms"), "rl.allreduce_latency"),
-        max_sequences=parse_int(t.get("max_sequences", 1024), "rl.max_sequences", minimum=1),
+        prompts_per_step=r.prompts_per_step, samples_per_prompt=r.samples_per_prompt, prompt=r.prompt_length,
+        response=r.response_length, samples=samples, kept=r.kept, kept_sync=r.kept_sync, staleness=r.staleness,
+        verifier=Verifier() if r.verifier is None else r.verifier, extra_forwards=r.extra_forwards,
+        weight_bytes=r.weight_bytes, kv_bytes=r.kv_bytes, kv_pool=r.kv_pool, common=r.common,
+        hbm_efficiency=r.hbm_efficiency, inference_efficiency=r.inference_efficiency,
+        allreduce_latency=r.allreduce_latency, max_sequences=r.max_sequences,
     )
-    rb = t.get("rollout_batch", "auto")
-    search = RLSearch(
-        placement=_choices(t.get("placement", list(PLACEMENTS)), "rl.placement", PLACEMENTS),
-        rollout_tp=_ints(t.get("rollout_tp", [1, 2, 4, 8]), "rl.rollout_tp"),
-        rollout_batch=() if rb == "auto" else _ints(rb, "rl.rollout_batch"),
-        weight_sync=_choices(t.get("weight_sync", list(SYNC_METHODS)), "rl.weight_sync", SYNC_METHODS),
-    )
+    search = RLSearch(placement=r.placement, rollout_tp=r.rollout_tp, rollout_batch=r.rollout_batch,
+                      weight_sync=r.weight_sync)
     return task, search
 
 

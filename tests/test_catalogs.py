@@ -1,6 +1,7 @@
 """Catalog data: every number has a source; user catalogs extend and override; HF configs load."""
 
 import json
+import re
 import tomllib
 from dataclasses import fields, replace
 
@@ -8,11 +9,12 @@ import pytest
 from click.testing import CliRunner
 
 from tpopt.catalogs import ACCELERATOR_KEYS, BUILTIN_DIR, load_catalog, model_from_hf_config
+from tpopt.catalogs.architectures import MODEL_KEYS, MODEL_REQUIRED, ArchKeys
 from tpopt.catalogs.entry_keys import AcceleratorKeys, PerfKeys
 from tpopt.catalogs.schema import spec
 from tpopt.cli.main import cli
 from tpopt.errors import InputError
-from tpopt.models.arch import param_count
+from tpopt.models.arch import ModelArch, param_count
 from tpopt.models.roofline import PerfParams
 
 #: The accelerator keys whose values need a source: those declared ``source`` (every number among them, see
@@ -82,6 +84,25 @@ def test_every_performance_key_sets_its_parameter():
     assert {"tile_m", "tile_n"} <= params and "sources" in declared
     perf = load_catalog().perf("rtx4090")
     assert perf.name == "rtx4090" and 0 < perf.gemm_efficiency <= 1
+
+
+def test_every_model_key_sets_its_field_with_its_default():
+    """Each declared models.toml key sets the ModelArch field it names (notes: the extra notes), and its declared
+    default, read by its kind, is that field's default (None: derived from other keys, or the field's None);
+    the required keys are those without a default; the file's header comment lists every key."""
+    arch = {f.name: f for f in fields(ModelArch)}
+    assert MODEL_KEYS == tuple(f.name for f in fields(ArchKeys))
+    for f in fields(ArchKeys):
+        k = spec(f)
+        target = k.to or f.name
+        assert target in arch, f.name
+        if k.required:
+            assert f.name in MODEL_REQUIRED and k.default is None, f.name
+        elif k.default is not None and target != "extra":
+            assert k.kind.read(k.default, f.name, {"layers": 1}) == arch[target].default, f.name
+    assert MODEL_REQUIRED == ("layers", "hidden", "heads", "ffn", "vocab")
+    header = " ".join(line for line in (BUILTIN_DIR / "models.toml").read_text().splitlines() if line.startswith("#"))
+    assert [name for name in MODEL_KEYS if name not in re.findall(r"\w+", header)] == []
 
 
 def test_dense_peaks_are_consistent():

@@ -9,14 +9,28 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import replace
+import tomllib
+from dataclasses import fields, replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tpopt.catalogs import load_catalog
-from tpopt.catalogs.market import from_skypilot, load_market
+from tpopt.catalogs.declare import spec
+from tpopt.catalogs.market import (
+    BUILTIN,
+    DEFAULT_KEYS,
+    OFFER_KEYS,
+    POWER_KEYS,
+    REGION_KEYS,
+    STORAGE_KEYS,
+    OfferKeys,
+    build_offer,
+    from_skypilot,
+    load_market,
+    offer_toml,
+)
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.models import families as F
 from tpopt.models.arch import param_count
@@ -682,3 +696,31 @@ def test_sweep_energy_cost_front_matches_a_brute_force(tmp_path, capsys, monkeyp
     code, out, _ = _cli(argv, capsys, monkeypatch)
     assert "Energy vs cost" in out and "no power figures for a100-80gb-sxm" in " ".join(out.split())
     assert sum(line.lstrip().startswith("*") for line in out.splitlines()) == len(front)
+
+
+def test_offer_keys_are_declared_and_offer_toml_writes_them_back():
+    """The known offer keys are the declared ones; every offer of the built-in market, written by offer_toml,
+    uses declared keys only, states every required key, and reads back to the same offer."""
+    assert OFFER_KEYS == tuple(f.name for f in fields(OfferKeys))
+    required = {f.name for f in fields(OfferKeys) if spec(f).required}
+    assert {"provider", "region", "accelerator", "market", "price_card_hour", "available", "date", "source"} == required
+    cat = load_catalog()
+    assert cat.market.offers
+    for name, offer in cat.market.offers.items():
+        table = tomllib.loads(offer_toml(name, offer))["offer"][name]
+        assert set(table) <= set(OFFER_KEYS) and required <= set(table), name
+        back = build_offer(name, table, cat.market, set(cat.accelerators))
+        assert (back.price_card_hour, back.available, back.market, back.term_s) == (
+            offer.price_card_hour, offer.available, offer.market, offer.term_s), name
+
+
+def test_every_key_of_the_builtin_market_is_declared():
+    """The regions, power tables and defaults of the built-in offers.toml use declared keys only, and the regions
+    that price storage state all of its keys."""
+    raw = tomllib.loads(BUILTIN.read_text())
+    assert set(raw.get("defaults", {})) <= set(DEFAULT_KEYS)
+    for name, t in raw["region"].items():
+        assert set(t) <= set(REGION_KEYS), name
+        assert not (set(t) & set(STORAGE_KEYS)) or set(STORAGE_KEYS) <= set(t), name
+    for name, t in raw.get("power", {}).items():
+        assert set(t) <= set(POWER_KEYS), name

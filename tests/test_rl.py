@@ -1,11 +1,15 @@
 """Golden figures of REFERENCE.md 10.5 (RL) and derivations of the relations the RL solve uses."""
 
 import math
+import re
+from dataclasses import fields
 from statistics import NormalDist
 
 import pytest
 
 from tpopt.catalogs import load_catalog
+from tpopt.catalogs import rl as rl_catalog
+from tpopt.catalogs.declare import spec
 from tpopt.errors import InputError
 from tpopt.models import generation as gen
 from tpopt.models import rl
@@ -164,3 +168,15 @@ def test_decode_phase_roofline():
     assert gen.decode_steps(8000, 1e5, 100) == 8000 and gen.decode_steps(500, 1e5, 100) == 1000
     assert gen.max_concurrent(10e9, 1e5, 1000) == 100 and gen.max_concurrent(-1, 1e5, 1000) == 0
     assert gen.prefill_flops(1e9, 10, 1000, 100) == pytest.approx(2e11 + 4 * 10 * 1000 * 100 * 101 / 2)
+
+
+def test_rl_keys_are_declared_and_documented():
+    """The known [rl] keys are the declared ones, the required ones those declared required (the four sizes of a
+    step), and the module's key list names every declared key."""
+    declared = [f.name for f in fields(rl_catalog.RLKeys)]
+    assert rl_catalog.RL_KEYS == set(declared)
+    assert rl_catalog.RL_REQUIRED == tuple(f.name for f in fields(rl_catalog.RLKeys) if spec(f).required)
+    assert set(rl_catalog.RL_REQUIRED) == {"prompts_per_step", "samples_per_prompt", "prompt_length",
+                                           "response_length"}
+    documented = set(re.findall(r"\w+", (rl_catalog.__doc__ or "").split("Keys of ``[rl]``")[1]))
+    assert [k for k in declared if k not in documented] == []

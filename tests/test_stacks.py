@@ -1,9 +1,22 @@
 """Software-stack profiles (catalogs/stacks.toml) and the [hardware] stack key."""
 
+from dataclasses import fields
+
 import pytest
 
-from tpopt.catalogs.stacks import DEFAULT_STACK, build_stack, stack_names, stack_profile
+from tpopt.catalogs.declare import spec
+from tpopt.catalogs.stacks import (
+    DEFAULT_STACK,
+    KEYS,
+    OPTIONAL,
+    SOURCED,
+    StackKeys,
+    build_stack,
+    stack_names,
+    stack_profile,
+)
 from tpopt.errors import InputError
+from tpopt.models.hardware import StackProfile
 from tpopt.models.units import GIB
 
 
@@ -40,3 +53,16 @@ def test_unknown_stack_and_unsourced_value_are_one_line_errors():
          "communicator_buffers": "0GiB", "allocator_reserve": 0.0, "sources": {}}
     with pytest.raises(InputError, match="no source for tp_overlap"):
         build_stack("x", t)
+
+
+def test_every_stack_key_sets_its_profile_field_and_needs_a_source():
+    """The known keys are the declared ones, each sets the StackProfile field of its name; every key but the
+    display name and the sources table itself must be sourced; only residual_sigma may be left out, at the
+    profile's default."""
+    profile = {f.name: f for f in fields(StackProfile)}
+    assert KEYS == tuple(f.name for f in fields(StackKeys)) and set(KEYS) == set(profile) - {"name"}
+    assert set(KEYS) - set(SOURCED) == {"display", "sources"}
+    assert OPTIONAL == ("residual_sigma",)
+    assert spec(next(f for f in fields(StackKeys) if f.name == "residual_sigma")).default == profile[
+        "residual_sigma"].default
+    assert stack_names() and all(stack_profile(n).display for n in stack_names())
