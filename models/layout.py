@@ -61,7 +61,7 @@ class Layout:
     recompute: str = "none"
     """recompute groups (memory.parse_recompute)"""
     schedule: str = "1f1b"
-    """pipeline schedule (models/pipeline.py)"""
+    """pipeline schedule (models/pipeline/)"""
     nics: Any = 1
     """NICs per host"""
     tau: Any = 0.0
