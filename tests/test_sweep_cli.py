@@ -95,8 +95,11 @@ def test_ctrl_c_stops_cleanly_and_keeps_only_proven_rows(tmp_path):
     out = tmp_path / "r.csv"
     args = [sys.executable, "-m", "tpopt.cli.main", "sweep", "--scenario", SWEEP_FILE, "--deadline", "20d:200d:1d",
             "--solver", "cpsat", "--workers", "1", "--out", str(out)]
+    # Ctrl-C as at a terminal: the child's SIGINT at its default action, whatever this process inherited (a
+    # shell starts background jobs with SIGINT ignored, and an ignored SIGINT stays ignored across exec, so a
+    # suite launched with `cmd &` would see the sweep run to its end and exit 0)
     proc = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     t_end = time.time() + 120
     while time.time() < t_end and not (out.exists() and out.read_text().count("\n") >= 1 + 3):
         time.sleep(0.01)
