@@ -42,9 +42,9 @@ from tpopt.models.variables import API_FIELDS, API_KEY, PLAN_FIELD_NAMES, PLAN_I
 from tpopt.optimizer import backends
 from tpopt.optimizer.explain import explain_plan, explain_request
 from tpopt.optimizer.plan import PlanReport, plan
-from tpopt.optimizer.plan_fields import plan_from
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.sweep import sweep as run_sweep
+from tpopt.plan_fields import plan_from
 from tpopt.presentation import infeasible_lines, plan_lines, request_lines
 
 if TYPE_CHECKING:  # pragma: no cover - typing only

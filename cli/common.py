@@ -20,7 +20,7 @@ from tpopt.models.plan import Plan, Scenario
 from tpopt.models.variables import PLAN_INPUTS, PlanInput
 from tpopt.optimizer import backends
 from tpopt.optimizer.limits import MAX_TIME_LIMIT
-from tpopt.optimizer.plan_fields import plan_from as plan_of_fields
+from tpopt.plan_fields import plan_from as plan_of_fields
 
 EXIT_OK = 0
 EXIT_INPUT = 2  # bad input: unknown names, malformed files, bad units
@@ -256,7 +256,7 @@ def _plan_option(i: PlanInput, help: str, require_cards: bool) -> Callable[[Comm
 
 
 def plan_from(sc: Scenario, kw: dict[str, Any]) -> Plan:
-    """A :class:`Plan` from the plan flags (:func:`tpopt.optimizer.plan_fields.plan_from`)."""
+    """A :class:`Plan` from the plan flags (:func:`tpopt.plan_fields.plan_from`)."""
 
     return plan_of_fields(sc, kw)
 

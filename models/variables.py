@@ -10,7 +10,7 @@ Three small tables, read by every layer (light: no numpy, no solver; models/ may
 * :data:`PLAN_INPUTS`: the fields a user gives to fix one plan, in the order the command line lists them
   (flag, help, keyword of :func:`tpopt.evaluate`, the ``[search]`` domain a field left out takes). The
   plan flags of ``tpopt evaluate`` / ``explain`` / ``export`` (``cli.common.plan_options``, their
-  ``PLAN_FLAGS``), ``tpopt.api.PLAN_FIELDS`` and :func:`tpopt.optimizer.plan_fields.plan_from` read it.
+  ``PLAN_FLAGS``), ``tpopt.api.PLAN_FIELDS`` and :func:`tpopt.plan_fields.plan_from` read it.
 * :data:`PLAN_RECORD`: a plan as reports write it (JSON key, value, sweep column and type, whether the
   reports' short quote carries it): ``Evaluation.plan_dict`` / ``moe_plan``, the sweep's plan columns
   (``sweep.rows.PLAN_COLUMNS``) and ``result.plan_summary`` read it.
@@ -166,7 +166,7 @@ def evaluate_keywords(plan: Plan) -> dict[str, Any]:
 @dataclass(frozen=True)
 class PlanInput:
     """A field a user gives to fix one plan: ``key``, its keyword in
-    :func:`tpopt.optimizer.plan_fields.plan_from` (the click destination of its flag); ``flag``, the
+    :func:`tpopt.plan_fields.plan_from` (the click destination of its flag); ``flag``, the
     command-line flag of ``tpopt evaluate`` / ``explain`` / ``export`` (``"--a/--no-a"`` for an on/off
     field; None: given by a scenario option, such as ``--hw``) with its ``help`` and value ``type``
     (``choices``: a closed set); ``api``, its keyword in :func:`tpopt.evaluate` / :func:`tpopt.explain`
@@ -236,7 +236,7 @@ PLAN_FLAGS = tuple(i.key for i in PLAN_INPUTS if i.flag is not None)
 API_FIELDS = tuple(i.api for i in PLAN_INPUTS if i.api is not None)
 """The plan keywords of :func:`tpopt.evaluate` and :func:`tpopt.explain`."""
 API_KEY = {i.api: i.key for i in PLAN_INPUTS if i.api is not None}
-"""An API plan keyword -> its key in :func:`tpopt.optimizer.plan_fields.plan_from`."""
+"""An API plan keyword -> its key in :func:`tpopt.plan_fields.plan_from`."""
 SIMPLE_INPUTS = tuple(i for i in PLAN_INPUTS if i.domain is not None)
 """The inputs set the simple way: the given value, else their ``[search]`` domain's (see :class:`PlanInput`)."""
 PLAN_FIELD_NAMES = tuple(f.name for f in fields(Plan))

@@ -1,6 +1,10 @@
 """A :class:`~tpopt.models.plan.Plan` from field values (the plan flags of ``tpopt evaluate`` / ``explain``,
 the keywords of :func:`tpopt.evaluate`): every field not given takes the scenario's single-valued
-``[search]`` domain, or its first listed value. Light (no numpy): the command line imports it at start."""
+``[search]`` domain, or its first listed value. Light (no numpy): the command line imports it at start.
+
+Where it lives: at the package's root, beside :mod:`tpopt.api`, at the user's edge: its users are the Python API
+and the plan flags of the command line (:mod:`tpopt.cli.common`); it reads the scenario and the declaration of
+the plan's fields (:mod:`tpopt.models.variables`) and no solver, so it is no part of the optimiser."""
 
 from __future__ import annotations
 
