@@ -14,6 +14,7 @@ from typing import Any
 
 from tpopt.errors import InputError
 from tpopt.models.units import (
+    MAX_INT,
     parse_bandwidth,
     parse_bytes,
     parse_count,
@@ -77,6 +78,12 @@ def count(**bounds: Any) -> Kind:
 def integer(minimum: int = 1, maximum: int = MAX_DOMAIN_INT) -> Kind:
     """A whole number in [minimum, maximum]."""
     return quantity(parse_int, f"whole number >= {minimum}", minimum=minimum, maximum=maximum)
+
+
+def whole(minimum: int) -> Kind:
+    """A whole number >= ``minimum`` up to :data:`~tpopt.models.units.MAX_INT` (the unit parser's own bound):
+    the counts of catalog entries, stacks and the [rl] table."""
+    return integer(minimum=minimum, maximum=MAX_INT)
 
 
 def fraction(**bounds: Any) -> Kind:

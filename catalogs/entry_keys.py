@@ -24,16 +24,16 @@ from tpopt.catalogs.declare import (
     duration,
     flops_rate,
     fraction,
-    integer,
     key,
     number,
     raw,
     size,
+    whole,
 )
 from tpopt.catalogs.stacks import stack_names
 from tpopt.errors import InputError
 from tpopt.models.roofline import PerfParams
-from tpopt.models.units import MAX_INT, parse_int
+from tpopt.models.units import parse_int
 
 #: What an entry's named choices are looked up in: (links by name, NICs by name).
 Lookups = tuple[dict[str, Any], dict[str, Any]]
@@ -61,13 +61,6 @@ def _fabric(value: Any, what: str, names: Lookups) -> str:
 def _nic(value: Any, what: str, names: Lookups) -> str:
     """A NIC of links.toml."""
     return _known(value, what, names[1])
-
-
-
-
-def whole(minimum: int) -> Kind:
-    """A whole number >= ``minimum`` (up to :data:`~tpopt.models.units.MAX_INT`)."""
-    return integer(minimum=minimum, maximum=MAX_INT)
 
 
 @dataclass(frozen=True, eq=False, repr=False)

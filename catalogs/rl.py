@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from tpopt.catalogs import Catalog, load_catalog, model_from_hf_config
-from tpopt.catalogs.declare import Kind, count, duration, fraction, key, number, quantity, read_table, size, spec
+from tpopt.catalogs.declare import Kind, count, duration, fraction, key, number, read_table, size, spec, whole
 from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
 from tpopt.errors import InputError
 from tpopt.models.generation import Lengths
@@ -127,10 +127,6 @@ def _rollout_batch(value: Any, what: str, _context: Any) -> tuple[int, ...]:
     return () if value == "auto" else _ints(value, what)
 
 
-def _whole(minimum: int) -> Kind:
-    return quantity(parse_int, f"whole number >= {minimum}", minimum=minimum)
-
-
 def _lengths_kind() -> Kind:
     return Kind(lambda value, what, _context: _lengths(value, what), "tokens, or { mean, pNN, max }")
 
@@ -144,18 +140,18 @@ class RLKeys:
     """The ``[rl]`` table (context: the catalog and the scenario's folder), in the order its values are read;
     errors name ``rl.<key>``. samples or steps: exactly one."""
 
-    prompts_per_step: int = key(_whole(1), required=True, help="prompts per rollout step")
-    samples_per_prompt: int = key(_whole(1), required=True, help="samples per prompt (GRPO: 8)")
+    prompts_per_step: int = key(whole(1), required=True, help="prompts per rollout step")
+    samples_per_prompt: int = key(whole(1), required=True, help="samples per prompt (GRPO: 8)")
     kept: float = key(fraction(), 1.0, help="share of verified samples reaching the update, one-step async")
     kept_sync: float = key(fraction(), 1.0, help="share of verified samples reaching the update, on-policy")
     samples: float | None = key(count(allow_zero=False), help="useful samples to train (or steps)")
-    steps: int | None = key(_whole(1), help="steps of a full batch (or samples)")
+    steps: int | None = key(whole(1), help="steps of a full batch (or samples)")
     staleness: int = key(Kind(_staleness, "0 | 1"), 0, help="policy lag allowed: 0 synchronous, 1 one-step async")
     prompt_length: Lengths = key(_lengths_kind(), required=True, help="prompt tokens")
     response_length: Lengths = key(_lengths_kind(), required=True, help="response tokens")
     verifier: Verifier | None = key(Kind(_verifier_kind, "{ workers, per_sample } or { reward_model }"),
                                     help="CPU workers or a reward model (default: none)")
-    extra_forwards: int = key(_whole(0), 0, help="forward passes per step besides the update")
+    extra_forwards: int = key(whole(0), 0, help="forward passes per step besides the update")
     weight_bytes: float = key(number(allow_zero=False), 2, help="bytes per weight in the rollout engine")
     kv_bytes: float = key(number(allow_zero=False), 2, help="bytes per KV-cache value")
     kv_pool: float | None = key(size(allow_zero=False), optional=True, help="KV-cache pool per rollout replica")
@@ -163,7 +159,7 @@ class RLKeys:
     hbm_efficiency: float = key(fraction(), 0.70, help="achieved share of the HBM bandwidth in decoding")
     inference_efficiency: float = key(fraction(), 0.50, help="achieved share of the peak in prefill")
     allreduce_latency: float = key(duration(), "0.02ms", help="latency of one decoding all-reduce")
-    max_sequences: int = key(_whole(1), 1024, help="sequences one engine replica decodes at once")
+    max_sequences: int = key(whole(1), 1024, help="sequences one engine replica decodes at once")
     placement: tuple[str, ...] = key(_choices_kind(PLACEMENTS), list(PLACEMENTS), help="decision domain")
     rollout_tp: tuple[int, ...] = key(Kind(lambda value, what, _context: _ints(value, what), "list of whole numbers"),
                                       [1, 2, 4, 8], help="decision domain")

@@ -42,6 +42,7 @@ from tpopt.catalogs.declare import (
     size,
     spec,
     targets,
+    whole,
 )
 from tpopt.catalogs.stacks import DEFAULT_STACK, stack_names, stack_profile
 from tpopt.errors import InputError
@@ -575,7 +576,7 @@ class MoeKeys:
                            help="all-to-all overlap: auto (DualPipe), none, all (default: the stack's)")
     dispatcher: str = key(choice(DISPATCHERS), "direct",
                           help="direct, per-host (a copy per destination domain), all-gather (default: the stack's)")
-    node_limit: int = key(integer(minimum=0, maximum=MAX_INT), 0,
+    node_limit: int = key(whole(0), 0,
                           help="domains a token's experts may span (0: the model's router groups, else any)")
 
     RULES: ClassVar = (

@@ -10,11 +10,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tpopt.catalogs.declare import FLAG, SOURCES, TEXT, Kind, duration, fraction, key, quantity, read_entry, size, spec
+from tpopt.catalogs.declare import FLAG, SOURCES, TEXT, Kind, duration, fraction, key, read_entry, size, spec, whole
 from tpopt.catalogs.tables import check_keys, read_text_capped, sources_field
 from tpopt.errors import InputError
 from tpopt.models.hardware import StackProfile
-from tpopt.models.units import parse_fraction, parse_int
+from tpopt.models.units import parse_fraction
 
 STACKS_FILE = Path(__file__).resolve().parent / "stacks.toml"
 DEFAULT_STACK = "megatron-core"
@@ -68,7 +68,7 @@ class StackKeys:
     dp_overlap: float = key(Kind(_dp_overlap, "true | false | fraction", parse_fraction, {"allow_zero": True},
                                  sep=": "), required=True, source=True,
                             help="share of the data-parallel collectives hidden behind compute")
-    fsdp_prefetch: int = key(quantity(parse_int, "whole number >= 0", minimum=0), required=True, source=True,
+    fsdp_prefetch: int = key(whole(0), required=True, source=True,
                              help="ZeRO-3 / FSDP units gathered ahead of use")
     dp_bucket: float = key(size(), required=True, source=True, help="bytes per data-parallel / FSDP bucket")
     moe_dispatcher: str = key(TEXT, required=True, source=True, help="the default MoE token dispatcher")
