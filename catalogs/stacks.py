@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tpopt.catalogs.declare import FLAG, SOURCES, TEXT, Kind, duration, fraction, key, read_entry, size, spec, whole
-from tpopt.catalogs.tables import check_keys, read_text_capped, sources_field
+from tpopt.catalogs.tables import check_keys, read_text_capped
 from tpopt.errors import InputError
 from tpopt.models.hardware import StackProfile
 from tpopt.models.units import parse_fraction
@@ -115,7 +115,7 @@ def build_stack(name: str, t: Any) -> StackProfile:
     missing = [k for k in KEYS if k not in t and k not in OPTIONAL]
     if missing:
         raise InputError(f"{where}: missing key(s) {', '.join(missing)}")
-    src = sources_field(t, where)
+    src = SOURCES.read(t["sources"], f"{where}{SOURCES.sep}sources", None)  # required: present
     unsourced = [k for k in SOURCED if k not in src and k in t]
     if unsourced:
         raise InputError(f"{where}: no source for {', '.join(unsourced)}")

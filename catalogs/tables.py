@@ -1,5 +1,6 @@
 """Reading catalog inputs: size-capped text files and the checks every catalog table shares (known
-keys, required keys, strings, flags, source notes), each a one-line :class:`InputError`."""
+keys, required keys), each a one-line :class:`InputError`; a key's value is read as its declaration says
+(:mod:`tpopt.catalogs.declare`: text, flags and sources tables there)."""
 
 from __future__ import annotations
 
@@ -54,27 +55,3 @@ def check_keys(t: object, allowed: Iterable[str], where: str) -> dict[str, Any]:
     if unknown:
         raise InputError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(allowed))})")
     return t
-
-
-def text_field(t: dict[str, Any], key: str, where: str, default: str | None = None) -> str | None:
-    """A string entry (or ``default``), or one :class:`InputError`."""
-    value = t.get(key, default)
-    if value is not None and not isinstance(value, str):
-        raise InputError(f"{where}: {key} must be a string, got {value!r}")
-    return value
-
-
-def flag_field(t: dict[str, Any], key: str, where: str, default: bool = False) -> bool:
-    """A true/false entry (or ``default``), or one :class:`InputError`."""
-    value = t.get(key, default)
-    if not isinstance(value, bool):
-        raise InputError(f"{where}: {key} must be true or false, got {value!r}")
-    return value
-
-
-def sources_field(t: dict[str, Any], where: str) -> dict[str, str]:
-    """The ``sources`` table of strings (empty when absent), or one :class:`InputError`."""
-    src = t.get("sources", {})
-    if not isinstance(src, dict) or not all(isinstance(v, str) for v in src.values()):
-        raise InputError(f"{where}: sources must be a table of strings")
-    return dict(src)
