@@ -21,7 +21,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
-from tpopt.catalogs.declare import Kind, duration, key, number, quantity, raw, read_entry
+from tpopt.catalogs.declare import Kind, duration, key, number, quantity, raw, read_entry, whole
 from tpopt.catalogs.tables import check_keys, read_text_capped
 from tpopt.errors import InputError
 from tpopt.models.market import MARKETS, RESERVED, SPOT, Offer, Power, Storage
@@ -80,6 +80,11 @@ def _text(value: Any, _what: str, _context: Any) -> str:
     return str(value)
 
 
+WORDS = Kind(_text, "text")
+"""Text as given, any value taken as its string (offers.toml's names and sources; declare.TEXT refuses a
+non-string)."""
+
+
 def _region(value: Any, what: str, context: OfferContext) -> str:
     """A region of the market, named with the entry's provider."""
     region, provider = str(value), str(context.table["provider"])
@@ -132,7 +137,7 @@ class OfferKeys:
     """One ``[offer.NAME]`` table of offers.toml (context: :class:`OfferContext`), in the order its values are
     checked; the spot keys left out (None) take the market's ``[defaults]``."""
 
-    provider: str = key(Kind(_text, "text"), required=True, help="the provider (with region: a market region)")
+    provider: str = key(WORDS, required=True, help="the provider (with region: a market region)")
     region: str = key(Kind(_region, "region of the market", sep=": "), required=True, help="the provider's region")
     accelerator: str = key(Kind(_accelerator, "catalog accelerator", sep=": "), required=True,
                            help="the card offered")
@@ -145,13 +150,13 @@ class OfferKeys:
     preempt_per_card_hour: float | None = key(spot_only(number()),
                                               help="spot preemptions per card-hour (default: the market's)")
     date: str = key(Kind(_date, "YYYY-MM or YYYY-MM-DD", sep=": "), required=True, help="when the price held")
-    source: str = key(Kind(_text, "text"), required=True, help="where the price comes from")
-    cards_per_host: int = key(quantity(parse_int, "whole number >= 1", minimum=1), 8, help="cards per host")
+    source: str = key(WORDS, required=True, help="where the price comes from")
+    cards_per_host: int = key(whole(1), 8, help="cards per host")
     billing: float = key(duration(allow_zero=False), "1s", help="billing increment")
     min_commitment: float = key(duration(), "0s", help="shortest rental billed")
     illustrative: bool = key(Kind(lambda value, _what, _context: bool(value), "true | false"), False,
                              help="an example price, not a quote")
-    preempt_source: str | None = key(spot_only(Kind(_text, "text")),
+    preempt_source: str | None = key(spot_only(WORDS),
                                      help="where the preemption rate comes from (default: the market's)")
     reacquire: float | None = key(spot_only(duration()),
                                   help="time to get preempted cards back (default: the market's)")
@@ -234,21 +239,21 @@ class DefaultKeys:
     """The ``[defaults]`` table of offers.toml: what a spot offer and a region take unless they say."""
 
     preempt_per_card_hour: float = key(number(), 0.0, help="spot preemptions per card-hour")
-    preempt_source: str = key(Kind(_text, "text"), "", help="where the preemption rate comes from")
+    preempt_source: str = key(WORDS, "", help="where the preemption rate comes from")
     reacquire: float = key(duration(), "0s", help="time to get preempted cards back")
-    reacquire_source: str = key(Kind(_text, "text"), "", help="where the reacquire time comes from")
+    reacquire_source: str = key(WORDS, "", help="where the reacquire time comes from")
     pue: float = key(PUE, 1.2, help="power usage effectiveness of a region that states none")
-    pue_source: str = key(Kind(_text, "text"), "", help="where the PUE comes from")
+    pue_source: str = key(WORDS, "", help="where the PUE comes from")
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class RegionKeys:
     """One ``[region.PROVIDER/REGION]`` table of offers.toml, besides its storage prices (:class:`StoragePriceKeys`)."""
 
-    source: str = key(Kind(_text, "text"), "", help="where the region comes from")
+    source: str = key(WORDS, "", help="where the region comes from")
     notes: Any = key(raw("text"), help="free text")
     pue: float | None = key(PUE, help="power usage effectiveness (default: the market's)")
-    pue_source: str = key(Kind(_text, "text"), "", help="where the PUE comes from")
+    pue_source: str = key(WORDS, "", help="where the PUE comes from")
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -259,7 +264,7 @@ class StoragePriceKeys:
     egress_gb: float = key(number(), required=True, help="USD per GB leaving the region")
     storage_date: str = key(Kind(_storage_date, "YYYY-MM or YYYY-MM-DD"), required=True,
                             help="when the storage prices held")
-    storage_source: str = key(Kind(_text, "text"), required=True, help="where the storage prices come from")
+    storage_source: str = key(WORDS, required=True, help="where the storage prices come from")
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -269,7 +274,7 @@ class PowerKeys:
     board_w: float = key(number(allow_zero=False), required=True, help="the card's board power, watts")
     training_w: float = key(number(allow_zero=False), required=True, help="the card's power in training, watts")
     host_overhead_w: float = key(number(allow_zero=True), required=True, help="host power per card, watts")
-    source: str = key(Kind(_text, "text"), required=True, help="where the figures come from")
+    source: str = key(WORDS, required=True, help="where the figures come from")
     notes: Any = key(raw("text"), help="free text")
 
 
