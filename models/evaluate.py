@@ -187,12 +187,13 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, quantiles: bool = False, 
     finish_s = task.reserved_s + train_s * (1.0 + L)
     cost = T.rate_per_second(sc, accelerator, cards, lay.nics) * finish_s
     card_hours = cards * finish_s / HOUR
-    step_limit = (F.limit(F.DEADLINE, sc) - task.reserved_s) / (iters * (1.0 + L))
+    deadline_s = F.limit(F.DEADLINE, sc)
+    step_limit = (deadline_s - task.reserved_s) / (iters * (1.0 + L))
     deadline_value = finish_s
     if task.confidence is not None:  # the chance form: the q-quantile of the finish time, step <= step_max
         step_limit = T.chance_step_max(sc, accelerator, save_mode, cards, tau)
         deadline_value = T.finish_quantile(sc, accelerator, save_mode, cards, tau, step_s, task.confidence) \
-            if quantiles else task.reserved_s + (F.limit(F.DEADLINE, sc) - task.reserved_s) * step_s / step_limit
+            if quantiles else task.reserved_s + (deadline_s - task.reserved_s) * step_s / step_limit
 
     ones = np.ones(np.shape(finish_s))
     out: Arrays = {
@@ -235,7 +236,7 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, quantiles: bool = False, 
         F.STEP_BUDGET: (step_s, step_limit),
         F.INPUT_THROUGHPUT: (demand, supply),
         F.CHECKPOINT: (write_s, tau),
-        F.DEADLINE: (deadline_value, F.limit(F.DEADLINE, sc)),
+        F.DEADLINE: (deadline_value, deadline_s),
         F.CARDS: (cards, F.limit(F.CARDS, sc)),
         F.BUDGET: (cost, F.limit(F.BUDGET, sc)),
     }
