@@ -29,7 +29,7 @@ from tpopt.models.layout import Layout
 from tpopt.models.numeric import FloatArray
 from tpopt.models.plan import OFFLOADS, SAVE_MODES, Plan, Scenario, schedule_name, split_schedule
 from tpopt.models.units import DAY, GIB, HOUR
-from tpopt.models.variables import VARIABLES, evaluate_keywords, moe_record, plan_record
+from tpopt.models.variables import FIELD_VARIABLE, evaluate_keywords, moe_record, plan_record
 
 ConstraintSpec = F.Family  # a family's declaration: name, unit, scale, statement, structural flag
 
@@ -47,8 +47,6 @@ Arrays: TypeAlias = dict[str | tuple[str, str], Any]
 ``"feasible"`` -> boolean array."""
 
 
-FIELD_VARIABLE = {v.field: v for v in VARIABLES if v.field != "accelerator"}
-"""A decision variable by its Plan field (the keywords of :func:`evaluate_arrays`; the accelerator is positional)."""
 LAYOUT_DEFAULTS = {f.name: f.default for f in fields(Layout)}
 """A :class:`Layout` field's default (a variable :func:`evaluate_arrays` is not given)."""
 
@@ -98,7 +96,7 @@ def _heaviest(values: list[Any]) -> Any:
 def layout_of(accelerator: str, plan: Mapping[str, Any]) -> Layout:
     """The :class:`Layout` of :func:`evaluate_arrays`'s keywords (``plan``: Plan field -> value, a grid's
     numeric fields as broadcastable arrays): each decision variable under its solver name, mapped by its
-    declaration (:data:`tpopt.models.variables.VARIABLES`), a numeric one as an array (of floats for a float
+    declaration (:data:`tpopt.models.variables.FIELD_VARIABLE`), a numeric one as an array (of floats for a float
     variable), a categorical one as given, the recompute groups parsed; one not given takes the Layout's
     default. A keyword that is no variable's Plan field is refused (TypeError, as a misspelt keyword); an
     unknown offload or save mode is bad input."""

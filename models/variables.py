@@ -153,10 +153,15 @@ def line_parts(plan: Mapping[str, Any]) -> list[str]:
     return out
 
 
+FIELD_VARIABLE = {v.field: v for v in VARIABLES if v.field != "accelerator"}
+"""A decision variable by its Plan field: the keywords of :func:`tpopt.models.evaluate.evaluate_arrays` (the
+accelerator is its positional argument)."""
+
+
 def evaluate_keywords(plan: Plan) -> dict[str, Any]:
-    """The keywords of :func:`tpopt.models.evaluate.evaluate_arrays` for one plan: every variable's Plan field
-    but the accelerator (its positional argument): the one Plan -> layout mapping of an evaluation."""
-    return {v.field: getattr(plan, v.field) for v in VARIABLES if v.field != "accelerator"}
+    """The keywords of :func:`tpopt.models.evaluate.evaluate_arrays` for one plan (:data:`FIELD_VARIABLE`): the
+    one Plan -> layout mapping of an evaluation."""
+    return {f: getattr(plan, f) for f in FIELD_VARIABLE}
 
 
 # ---------------------------------------------------------------------------------------------
