@@ -129,8 +129,6 @@ class ArchKeys:
 
 MODEL_KEYS = tuple(f.name for f in fields(ArchKeys))
 MODEL_REQUIRED = tuple(f.name for f in fields(ArchKeys) if spec(f).required)
-_MOE_ONLY = ArchKeys.MOE_ONLY
-_MLA_ONLY = ArchKeys.MLA_ONLY
 
 
 def build_model(name: str, t: dict[str, Any]) -> ModelArch:
@@ -162,7 +160,7 @@ def build_model(name: str, t: dict[str, Any]) -> ModelArch:
         if kw.setdefault("kv_heads", heads) != heads:
             raise InputError(f"{where}: with MLA every head has its own key and value (kv_heads = heads)")
     else:
-        given = [k for k in _MLA_ONLY if kw.get(k, 0)]
+        given = [k for k in ArchKeys.MLA_ONLY if kw.get(k, 0)]
         if given:
             raise InputError(f"{where}: {', '.join(given)} describe multi-head latent attention, which needs "
                              f"kv_lora_rank >= 1")
@@ -204,7 +202,7 @@ def build_model(name: str, t: dict[str, Any]) -> ModelArch:
         if kw.get("dense_layers", 0) >= layers:
             raise InputError(f"{where}: dense_layers ({kw['dense_layers']}) leaves no MoE block in {layers} layers")
     else:
-        given = [k for k in _MOE_ONLY + ("shared_expert_gate", "router_bias") if kw.get(k)]
+        given = [k for k in ArchKeys.MOE_ONLY + ("shared_expert_gate", "router_bias") if kw.get(k)]
         given += ["moe_step"] if kw.get("moe_step", 1) != 1 else []
         given += ["mlp_only_layers"] if kw["mlp_only_layers"] else []
         if given:
