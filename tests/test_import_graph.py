@@ -159,6 +159,16 @@ def test_optimizer_never_imports_the_cli():
     assert _layer_edges("tpopt.optimizer", ("tpopt.cli",)) == []
 
 
+def test_the_edge_modules_import_neither_the_optimiser_nor_the_cli():
+    """The modules at the root beside the API (a plan from the plan flags, a plan as a launch configuration, the
+    plain text of results, frames) read the scenario, the catalogs and an evaluated plan, no solver: the reason
+    their docstrings give for living there rather than in optimizer/; and the command line imports them, not
+    the reverse."""
+    for module in ("tpopt.plan_fields", "tpopt.frameworks", "tpopt.presentation", "tpopt.frames"):
+        assert module in graph(), module
+        assert _layer_edges(module, ("tpopt.optimizer", "tpopt.cli")) == [], module
+
+
 def test_the_walk_sees_typing_only_imports():
     """An import under ``if TYPE_CHECKING:`` is an edge too (a typing circle is a circle: each module needs the
     other to be read, by a type checker or a reader); a cycle test blind to them would prove nothing about them."""
