@@ -237,18 +237,20 @@ def plan_options(fn: CommandFn | None = None, *,
     from the scenario. Use as ``@plan_options`` or ``@plan_options(require_cards=False)``."""
     if fn is None:
         return lambda f: plan_options(f, require_cards=require_cards)
-    cards_help = ("Card count (a multiple of the host size)." if require_cards
-                  else "Card count of the plan to explain (omit to explain the request as a whole).")
-    opts = [_plan_option(i, cards_help if i.key == "cards" else i.help, require_cards)
-            for i in PLAN_INPUTS if i.flag is not None]
+    opts = [_plan_option(i, require_cards) for i in PLAN_INPUTS if i.flag is not None]
     for opt in reversed(opts):
         fn = opt(fn)
     return fn
 
 
-def _plan_option(i: PlanInput, help: str, require_cards: bool) -> Callable[[CommandFn], CommandFn]:
+OPTIONAL_CARDS_HELP = "Card count of the plan to explain (omit to explain the request as a whole)."
+"""--cards where it may be left out (``require_cards=False``); required, it has its plan input's help."""
+
+
+def _plan_option(i: PlanInput, require_cards: bool) -> Callable[[CommandFn], CommandFn]:
     """The click option of one plan input (:data:`tpopt.models.variables.PLAN_INPUTS`)."""
     assert i.flag is not None
+    help = OPTIONAL_CARDS_HELP if i.key == "cards" and not require_cards else i.help
     if i.boolean:
         return click.option(i.flag, i.key, default=None, help=help)
     kind = click.Choice(list(i.choices)) if i.choices else i.type

@@ -27,8 +27,6 @@ from tpopt.frameworks import FORMATS, export_text, plan_from_report
 from tpopt.models import variables as V
 from tpopt.models.evaluate import evaluate
 
-PLAN_FLAGS = V.PLAN_FLAGS  # every plan flag (cards, zero_stage, tp, ...): tpopt.models.variables.PLAN_INPUTS
-
 
 @click.command()
 @click.option("--format", "fmt", type=click.Choice(FORMATS), required=True,
@@ -58,7 +56,7 @@ def export(fmt: str, plan_path: str | None, out: str | None, force: bool, **kw: 
     if sc.stages:
         raise InputError("export takes one training stage: staged scenarios are not supported")
     if plan_path:
-        given = [k for k in PLAN_FLAGS if kw.get(k) is not None]
+        given = [k for k in V.PLAN_FLAGS if kw.get(k) is not None]  # every plan flag (models/variables.py)
         if given:
             raise InputError(f"--plan fixes the plan: drop {V.flag_of(given[0])}")
         plan = plan_from_report(_read_report(plan_path))

@@ -5,9 +5,9 @@ edits no test here.
 Properties: each variable names a Plan field, a [search] domain and a [search] key that exist; the layout
 evaluator's hub, grid and save axes partition the variables, grid axes and coupling ranks are distinct; the
 decomposition couples grid variables only; every plan flag of the commands maps back to a Plan field (or shapes
-one) and is a real option of ``tpopt evaluate``; every API plan keyword reaches a flag key of ``plan_from``; every
-sweep plan column is a column of a row and comes from a key of the plan's record; ``Space.plan`` sets each
-variable's field from its domain value.
+one) and is a real option of ``tpopt evaluate`` and ``tpopt export``; every API plan keyword reaches a flag key of
+``plan_from``; every sweep plan column is a column of a row and comes from a key of the plan's record;
+``Space.plan`` sets each variable's field from its domain value.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tpopt.catalogs import schema
 from tpopt.catalogs.schema import KEYS
 from tpopt.cli.evaluate import evaluate as evaluate_command
 from tpopt.cli.explain import PLAN_FLAGS as EXPLAIN_FLAGS
-from tpopt.cli.export import PLAN_FLAGS as EXPORT_FLAGS
+from tpopt.cli.export import export as export_command
 from tpopt.errors import InputError
 from tpopt.models import variables as V
 from tpopt.models.evaluate import FIELD_VARIABLE, evaluate, evaluate_arrays, layout_of
@@ -74,7 +74,8 @@ def test_coupling_is_over_grid_variables_in_rank_order():
 
 
 def test_every_plan_flag_maps_back_to_a_plan_field_and_is_an_option():
-    """Each flag's key is a Plan field's input (or shapes the schedule); `tpopt evaluate` takes each flag."""
+    """Each flag's key is a Plan field's input (or shapes the schedule); `tpopt evaluate` and `tpopt export` take
+    each flag; `tpopt explain`'s plan flags are some of them, --cards aside."""
     params = {p.name: p for p in evaluate_command.params}
     for i in V.PLAN_INPUTS:
         assert i.field is None or i.field in PLAN_FIELDS, i
@@ -83,7 +84,8 @@ def test_every_plan_flag_maps_back_to_a_plan_field_and_is_an_option():
         assert i.key in params, i  # the click destination is the plan input's key
         assert V.flag_of(i.key) in params[i.key].opts, i
         assert i.field is not None or i.key == "virtual_stages", i
-    assert EXPORT_FLAGS == V.PLAN_FLAGS and set(EXPLAIN_FLAGS) < set(EXPORT_FLAGS) and "cards" not in EXPLAIN_FLAGS
+    assert set(V.PLAN_FLAGS) <= {p.name for p in export_command.params}  # --plan refuses each of them
+    assert set(EXPLAIN_FLAGS) < set(V.PLAN_FLAGS) and "cards" not in EXPLAIN_FLAGS
     help_text = CliRunner().invoke(evaluate_command, ["--help"], terminal_width=200).output
     assert all(V.flag_of(k) in help_text for k in V.PLAN_FLAGS)
 
