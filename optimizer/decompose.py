@@ -263,7 +263,7 @@ class LayoutBounds:
         out.objective_min = out.cost_min if self.objective_min is self.cost_min else out.finish_min
         return out
 
-    def allowed(self, enforced: Collection[str], max_cards: int, deadline: float, max_cost: float | None
+    def allowed(self, enforced: Collection[str], max_cards: float, deadline: float, max_cost: float | None
                 ) -> dict[str, NDArray[np.bool_]]:
         """Per family, the layouts its (relaxed) condition allows."""
         ok = {f: self.rules[f] for f in HUB_RULES if f in enforced}
@@ -283,7 +283,7 @@ class LayoutBounds:
 
     def allowed_in(self, enforced: Collection[str], sc: Scenario) -> dict[str, NDArray[np.bool_]]:
         """:meth:`allowed` under the limits of ``sc`` (the card cap, the deadline, the budget)."""
-        return self.allowed(enforced, sc.search.max_cards, F.limit(F.DEADLINE, sc), sc.cost.max_cost)
+        return self.allowed(enforced, F.limit(F.CARDS, sc), F.limit(F.DEADLINE, sc), sc.cost.max_cost)
 
 
 def solve_decomposed(space: Space, master_of: MasterOf, backend: str, req: Request, enforced: Collection[str],
