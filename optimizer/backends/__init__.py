@@ -12,7 +12,7 @@ A backend answers one design space (:class:`~tpopt.optimizer.space.Space`) under
 - neither: ``solve_space(name, space, req, info)`` returns ``(plans, status)`` itself (the enumerator,
   which evaluates every plan exactly).
 
-``require(name, req)`` raises :class:`~tpopt.errors.InputError` when the named solver cannot run here (a
+:meth:`Solver.require` raises :class:`~tpopt.errors.InputError` when the solver cannot run here (a
 Pyomo solver that is not installed), before any work. A *family* backend is selected as
 ``prefix:NAME`` (``pyomo:highs``, ``pyomo:scip``): one entry, any NAME its ``check_name`` accepts.
 
@@ -45,9 +45,9 @@ from tpopt.errors import InputError
 from tpopt.optimizer.backends.protocol import Backend, CapabilityError
 
 __all__ = ["Capabilities", "CapabilityError", "Backend", "Entry", "Solver", "resolve", "checked", "register",
-           "unregister", "entry", "capabilities", "names", "is_known", "accepts_syntax", "not_a_solver",
-           "check_solver", "unknown_solver", "listing", "metavar", "EXHAUSTIVE", "DEFAULT", "SWEEP_AUTO", "sweep_names",
-           "check_sweep_solver", "require"]
+           "unregister", "entry", "names", "is_known", "accepts_syntax", "not_a_solver", "check_solver",
+           "unknown_solver", "listing", "metavar", "EXHAUSTIVE", "DEFAULT", "SWEEP_AUTO", "sweep_names",
+           "check_sweep_solver"]
 
 
 @dataclass(frozen=True)
@@ -192,11 +192,6 @@ def entry(solver: str) -> Entry:
     return e
 
 
-def capabilities(solver: str) -> Capabilities:
-    """What the backend ``solver`` names can do (loads nothing)."""
-    return entry(solver).capabilities
-
-
 @dataclass(frozen=True)
 class Solver:
     """A backend resolved once from its name where the name comes in (the command line, the Python API, a sweep
@@ -250,11 +245,6 @@ DEFAULT = "cpsat"
 """The backend a question that needs a solver model falls to when the chosen one has none."""
 
 
-def require(solver: str, req: Any) -> None:
-    """Fail with one line, before any work, when ``solver`` cannot run here (:meth:`Solver.require` by name)."""
-    resolve(solver).require(req)
-
-
 def accepts_syntax(solver: str) -> bool:
     """The command line's check: a plain name, or ``prefix:NAME`` with NAME matching its family's pattern."""
     s = str(solver)
@@ -279,7 +269,7 @@ def sweep_names() -> tuple[str, ...]:
 
 def check_sweep_solver(solver: str, what: str | None) -> str:
     """A sweep solver name: ``auto``, a plain backend, or a family member whose NAME is well-formed (the
-    syntax only; whether it is installed is :func:`require`'s question)."""
+    syntax only; whether it is installed is :meth:`Solver.require`'s question)."""
     if solver in sweep_names():
         return solver
     e = _entry_of(solver)
