@@ -33,6 +33,7 @@ from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.models import variables as V
 from tpopt.models.evaluate import Evaluation, evaluate
+from tpopt.models.plan import Scenario
 from tpopt.optimizer.backends.protocol import CandidateResult, MasterOf, SolverFailure, relative_gap, solver_stopped
 from tpopt.optimizer.enumerate import layout_best
 from tpopt.optimizer.limits import clock_of
@@ -262,7 +263,7 @@ class LayoutBounds:
         out.objective_min = out.cost_min if self.objective_min is self.cost_min else out.finish_min
         return out
 
-    def allowed(self, enforced: Collection[str], max_cards: int, deadline: float, max_cost: float | None
+    def allowed(self, enforced: Collection[str], max_cards: float, deadline: float, max_cost: float | None
                 ) -> dict[str, NDArray[np.bool_]]:
         """Per family, the layouts its (relaxed) condition allows."""
         ok = {f: self.rules[f] for f in HUB_RULES if f in enforced}
@@ -280,6 +281,10 @@ class LayoutBounds:
             ok[F.BUDGET] = self.cost_min <= max_cost
         return ok
 
+    def allowed_in(self, enforced: Collection[str], sc: Scenario) -> dict[str, NDArray[np.bool_]]:
+        """:meth:`allowed` under the limits of ``sc`` (the card cap, the deadline, the budget)."""
+        return self.allowed(enforced, F.limit(F.CARDS, sc), F.limit(F.DEADLINE, sc), sc.cost.max_cost)
+
 
 def solve_decomposed(space: Space, master_of: MasterOf, backend: str, req: Request, enforced: Collection[str],
                      proof: dict[str, float] | None = None) -> tuple[list[Evaluation], Status, int, int, float | None]:
@@ -296,7 +301,7 @@ def solve_decomposed(space: Space, master_of: MasterOf, backend: str, req: Reque
     clock = clock_of(req)
     with clock.stoppable("building the layout decomposition"):  # nothing to return yet: stops at a checkpoint
         bounds = LayoutBounds(space, req.objective, enforced)
-        allowed = bounds.allowed(enforced, sc.search.max_cards, F.limit(F.DEADLINE, sc), sc.cost.max_cost)
+        allowed = bounds.allowed_in(enforced, sc)
         if req.cards is not None:
             allowed["cards"] = np.isin(bounds.cards, list(req.cards))
         master = master_of(backend, space, bounds, allowed, req)

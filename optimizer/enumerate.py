@@ -338,6 +338,7 @@ class LayoutEvaluator:
         # (table name, id of its values) -> (the values, a view of them with the layout's axes first, then
         # EXTRAS, and the HUB positions of the layout axes); the values are held, so their id stays theirs
         self.views: dict[tuple[str, int], tuple[NDArray[Any], NDArray[Any], tuple[int, ...]]] = {}
+        self._save_rules: dict[str, bool] | None = None  # save_rules(), on first use
 
     # -- terms ----------------------------------------------------------------------------------
     def _view(self, name: str, table: NDArray[Any]) -> tuple[NDArray[Any], tuple[int, ...]]:
@@ -425,15 +426,10 @@ class LayoutEvaluator:
     def save_rules(self) -> dict[str, bool]:
         """The families of :data:`TABLED` whose table spans a save variable (:data:`SAVE`), each with whether
         it spans a variable of :data:`GRID` too (its allowed (interval, mode) pairs then vary over the grid)."""
-        got: dict[str, bool] | None = self.__dict__.get("_save_rules")
-        if got is None:
-            got = {}
-            for family in TABLED:
-                vars = set(self.space.table_vars(F.ok_table(family)))
-                if vars & set(SAVE):
-                    got[family] = bool(vars & set(GRID))
-            self.__dict__["_save_rules"] = got
-        return got
+        if self._save_rules is None:
+            spans = {family: set(self.space.table_vars(F.ok_table(family))) for family in TABLED}
+            self._save_rules = {family: bool(v & set(GRID)) for family, v in spans.items() if v & set(SAVE)}
+        return self._save_rules
 
     def exact_is_bound(self) -> bool:
         """True when the space's bound tables are its exact tables (small spaces)."""

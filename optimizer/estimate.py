@@ -126,7 +126,7 @@ def fastest_at(space: Space, bounds: LayoutBounds, cards: int, enforced: frozens
     fits: layouts ranked by their finish-time bound, each solved exactly by the layout oracle until the
     next bound is no better than the best plan found."""
     sc = space.sc
-    allowed = bounds.allowed(enforced, sc.search.max_cards, F.limit(F.DEADLINE, sc), sc.cost.max_cost)
+    allowed = bounds.allowed_in(enforced, sc)
     ok = np.isfinite(bounds.finish_min) & (bounds.cards == cards)
     for family_ok in allowed.values():
         ok &= family_ok

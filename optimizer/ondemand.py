@@ -36,7 +36,6 @@ from typing import Any, cast
 
 import numpy as np
 
-from tpopt.models import families as F
 from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.optimizer.backends.protocol import relative_gap
 from tpopt.optimizer.decompose import HUB, KEY_RTOL, LayoutBounds
@@ -273,7 +272,7 @@ def _layout_keys(space: Space, bounds: LayoutBounds, req: Request, enforced: Col
     """Each layout's bound of the objective, infinite where an enforced family rules it out."""
     sc = space.sc
     ok = np.isfinite(bounds.objective_min)
-    for mask in bounds.allowed(enforced, sc.search.max_cards, F.limit(F.DEADLINE, sc), sc.cost.max_cost).values():
+    for mask in bounds.allowed_in(enforced, sc).values():
         ok &= mask
     if req.cards is not None:
         ok &= np.isin(bounds.cards, list(req.cards))

@@ -167,7 +167,7 @@ class LayoutOracle:
     def _allowed(self, enforced: Collection[str], restrict: Restrict | None, cards: Cards) -> NDArray[np.bool_]:
         b, sc, d = self._under(enforced), self.space.sc, self.space.domains
         ok = np.ones(b.n, dtype=bool)
-        for mask in b.allowed(set(enforced), sc.search.max_cards, F.limit(F.DEADLINE, sc), sc.cost.max_cost).values():
+        for mask in b.allowed_in(set(enforced), sc).values():
             ok &= mask
         for var, allowed in (restrict or {}).items():
             if var in HUB:

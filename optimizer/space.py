@@ -52,7 +52,6 @@ from tpopt.models.variables import MOE_VARS as MOE_VARS
 from tpopt.models.variables import NUMERIC as NUMERIC
 from tpopt.models.variables import VARIABLES as VARIABLES
 from tpopt.models.variables import VARS as VARS
-from tpopt.models.variables import Variable as Variable
 from tpopt.models.variables import plan_fields_of
 from tpopt.optimizer.limits import checkpoint
 

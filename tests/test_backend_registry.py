@@ -158,7 +158,7 @@ def test_a_name_resolves_once_into_the_solver_that_travels():
     assert s.name == str(s) == "pyomo:scip" and s.capabilities.model_export and backends.resolve(s) is s
     assert backends.resolve("enumerate").with_model() == backends.resolve(backends.DEFAULT)
     assert backends.resolve("highs").with_model().name == "highs"
-    assert backends.with_model("enumerate") == backends.DEFAULT and backends.with_model("highs") == "highs"
+    assert backends.resolve("enumerate").with_model().name == backends.DEFAULT  # the name a report prints
     with pytest.raises(InputError, match=r"^unknown solver 'x' \(use one of: "):
         backends.checked("x")
     with pytest.raises(InputError) as unknown:

@@ -12,14 +12,14 @@ A backend answers one design space (:class:`~tpopt.optimizer.space.Space`) under
 - neither: ``solve_space(name, space, req, info)`` returns ``(plans, status)`` itself (the enumerator,
   which evaluates every plan exactly).
 
-``require(name, req)`` raises :class:`~tpopt.errors.InputError` when the named solver cannot run here (a
+:meth:`Solver.require` raises :class:`~tpopt.errors.InputError` when the solver cannot run here (a
 Pyomo solver that is not installed), before any work. A *family* backend is selected as
 ``prefix:NAME`` (``pyomo:highs``, ``pyomo:scip``): one entry, any NAME its ``check_name`` accepts.
 
-The registry (:func:`register`, :func:`lookup`) is the one place names are known: the names ``--solver``
+The registry (:func:`register`, :func:`entry`) is the one place names are known: the names ``--solver``
 takes, the sweep's check and every "unknown solver" message are derived from it. Heavy solver libraries
 stay unimported until used (start-up time): an entry names its backend's module as a string, and
-:func:`lookup` imports it on first use -- the package's one lazy-import boundary. The capability flags
+:meth:`Entry.load` imports it on first use -- the package's one lazy-import boundary. The capability flags
 live in the entry, so asking what a backend can do loads nothing. A name is resolved once where it comes in
 (:func:`resolve`, :func:`checked`): the :class:`Solver` it gives travels through the solve, the analysis, the
 reports, explain (``Context.backend``) and the RL search (``RLProblem.backend``), which ask it for its capabilities
@@ -45,9 +45,9 @@ from tpopt.errors import InputError
 from tpopt.optimizer.backends.protocol import Backend, CapabilityError
 
 __all__ = ["Capabilities", "CapabilityError", "Backend", "Entry", "Solver", "resolve", "checked", "register",
-           "unregister", "lookup", "entry", "capabilities", "names", "is_known", "accepts_syntax", "not_a_solver",
-           "check_solver", "unknown_solver", "listing", "metavar", "EXHAUSTIVE", "DEFAULT", "with_model", "SWEEP_AUTO",
-           "sweep_names", "check_sweep_solver", "require"]
+           "unregister", "entry", "names", "is_known", "accepts_syntax", "not_a_solver", "check_solver",
+           "unknown_solver", "listing", "metavar", "EXHAUSTIVE", "DEFAULT", "SWEEP_AUTO", "sweep_names",
+           "check_sweep_solver"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class Capabilities:
 @dataclass
 class Entry:
     """One registered backend: its name (the prefix of a family), its capabilities, and where it lives
-    (an object, or ``"module:attribute"`` imported on first :func:`lookup`)."""
+    (an object, or ``"module:attribute"`` imported on first :meth:`load`)."""
 
     name: str
     capabilities: Capabilities
@@ -192,16 +192,6 @@ def entry(solver: str) -> Entry:
     return e
 
 
-def capabilities(solver: str) -> Capabilities:
-    """What the backend ``solver`` names can do (loads nothing)."""
-    return entry(solver).capabilities
-
-
-def lookup(solver: str) -> Backend:
-    """The backend ``solver`` names, its module imported on first use."""
-    return entry(solver).load()
-
-
 @dataclass(frozen=True)
 class Solver:
     """A backend resolved once from its name where the name comes in (the command line, the Python API, a sweep
@@ -255,17 +245,6 @@ DEFAULT = "cpsat"
 """The backend a question that needs a solver model falls to when the chosen one has none."""
 
 
-def with_model(solver: str) -> str:
-    """``solver`` if it has a model of the whole space, else :data:`DEFAULT` (:meth:`Solver.with_model` by
-    name)."""
-    return resolve(solver).with_model().name
-
-
-def require(solver: str, req: Any) -> None:
-    """Fail with one line, before any work, when ``solver`` cannot run here (:meth:`Solver.require` by name)."""
-    resolve(solver).require(req)
-
-
 def accepts_syntax(solver: str) -> bool:
     """The command line's check: a plain name, or ``prefix:NAME`` with NAME matching its family's pattern."""
     s = str(solver)
@@ -290,7 +269,7 @@ def sweep_names() -> tuple[str, ...]:
 
 def check_sweep_solver(solver: str, what: str | None) -> str:
     """A sweep solver name: ``auto``, a plain backend, or a family member whose NAME is well-formed (the
-    syntax only; whether it is installed is :func:`require`'s question)."""
+    syntax only; whether it is installed is :meth:`Solver.require`'s question)."""
     if solver in sweep_names():
         return solver
     e = _entry_of(solver)
@@ -313,7 +292,7 @@ def _pattern_check(e: Entry) -> Callable[[str], None]:
 
 
 # ---------------------------------------------------------------------------------------------
-# the built-in backends (their modules import the solver libraries: loaded on first lookup)
+# the built-in backends (their modules import the solver libraries: loaded on first use)
 
 
 def _pyomo_name(solver: str) -> None:

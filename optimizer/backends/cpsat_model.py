@@ -259,7 +259,7 @@ class CpSatModel:
 
         # cards
         cards, _ = self._table("cards", "floor")
-        m.add(cards <= int(sc.search.max_cards)).only_enforce_if(self.lit[F.CARDS])
+        m.add(cards <= int(F.limit(F.CARDS, sc))).only_enforce_if(self.lit[F.CARDS])
         if self.req.cards is not None:
             m.add_linear_expression_in_domain(cards, cp_model.Domain.from_values([int(c) for c in self.req.cards]))
         self.cards = cards
@@ -352,7 +352,7 @@ class CpSatModel:
         self.cost = cost
         self.cost_factor = self.finish_unit / ticks / self.rate_scale  # scaled units -> currency
         if sc.cost.max_cost is not None:
-            m.add(cost <= _ceil_int(sc.cost.max_cost / self.cost_factor, cost_hi + 1)).only_enforce_if(
+            m.add(cost <= _ceil_int(F.limit(F.BUDGET, sc) / self.cost_factor, cost_hi + 1)).only_enforce_if(
                 self.lit[F.BUDGET])
 
         self.obj = cost if self.req.objective == "cost" else finish

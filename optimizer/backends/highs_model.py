@@ -278,7 +278,7 @@ class HighsModel:
         cards = t.values.reshape(-1)
         bad = np.zeros(cards.shape, dtype=bool)
         if F.CARDS in self.enforced:
-            bad |= cards > sc.search.max_cards
+            bad |= cards > F.limit(F.CARDS, sc)
         if self.req.cards is not None:
             bad |= ~np.isin(cards, list(self.req.cards))
         for j in w[bad]:
@@ -351,8 +351,8 @@ class HighsModel:
         self.cost = lp.cols(1, 0.0, INF)[0]
         lp.row(np.concatenate([[self.cost], b, u]), np.concatenate([[1.0], -r * k, -r * (reserved + k * wait)]),
                0.0, 0.0)
-        if sc.cost.max_cost is not None and F.BUDGET in self.enforced and sc.cost.max_cost < INF:
-            lp.hi[self.cost] = sc.cost.max_cost
+        if F.BUDGET in self.enforced and F.limit(F.BUDGET, sc) < INF:  # inf: no budget cap
+            lp.hi[self.cost] = F.limit(F.BUDGET, sc)
         self._hub_bounds(names, omega, shape, one_plus_l, rate, iters, wait, reserved)
         self.obj = self.cost if self.req.objective == "cost" else self.finish
         self.obj_factor = 1.0 if self.req.objective == "cost" else DAY  # LP units -> cost / seconds

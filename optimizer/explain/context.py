@@ -393,7 +393,7 @@ def allowed_layouts(space: Space, bounds: LayoutBounds, enforce: Collection[str]
     a finite objective bound and, when given, one of the card counts ``cards``."""
     sc = space.sc
     ok: NDArray[np.bool_] = np.isfinite(bounds.objective_min)
-    for family_ok in bounds.allowed(enforce, sc.search.max_cards, F.limit(F.DEADLINE, sc), sc.cost.max_cost).values():
+    for family_ok in bounds.allowed_in(enforce, sc).values():
         ok &= family_ok
     if cards is not None:
         ok &= np.isin(bounds.cards, list(cards))

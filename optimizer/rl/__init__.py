@@ -31,9 +31,9 @@ is structural.
 The package, one module per part, each importing only those above it:
 
 * :mod:`.problem` -- the decisions (:class:`RLDecision`), the learner plans they use and one RL plan's figures
-  (:class:`RLProblem`), the decisions as columns (:class:`DecisionGrid`);
+  (:class:`RLProblem`), the decisions as columns (:class:`.problem.DecisionGrid`);
 * :mod:`.search` -- the exact solve (:func:`solve`) and the brute-force oracle (:func:`brute_force`);
-* :mod:`.oracle` -- the questions of :mod:`tpopt.optimizer.analysis` put to an :class:`RLOracle` (binding
+* :mod:`.oracle` -- the questions of :mod:`tpopt.optimizer.analysis` put to an :class:`.oracle.RLOracle` (binding
   families, alternatives, infeasibility, the async break-even);
 * :mod:`.answer` -- the JSON-ready answer of ``tpopt rl`` (:func:`report`).
 
@@ -46,45 +46,27 @@ This module re-exports the names callers use.
 """
 
 from tpopt.optimizer.rl.answer import (
-    assumptions,
     constraint_rows,
     report,
 )
 from tpopt.optimizer.rl.oracle import (
     GRID_LIMIT,
-    QUOTE,
-    REL,
-    RLOracle,
     _wider_problem,
-    alternatives,
     async_break_even,
     binding,
     explain_infeasible,
-    objective_value,
-    summary,
-    violation,
 )
 from tpopt.optimizer.rl.problem import (
     FAMILIES,
-    MAX_TOP,
-    OBJECTIVES,
     RELAXABLE,
     SPEC,
     STRUCTURAL,
-    TABLE_LIMIT,
     TRAINER_MEMORY,
     TRAINER_STRUCTURAL,
-    Check,
-    DecisionGrid,
     Learner,
-    LearnerKey,
-    Rank,
-    Restrict,
     RLDecision,
-    RLEvaluation,
     RLProblem,
     RLResult,
-    TrainerPoint,
     new_caches,
     trainer_points,
 )
@@ -101,38 +83,20 @@ __all__ = [
     "RELAXABLE",
     "TRAINER_STRUCTURAL",
     "TRAINER_MEMORY",
-    "OBJECTIVES",
-    "MAX_TOP",
-    "TABLE_LIMIT",
-    "Restrict",
-    "Check",
-    "LearnerKey",
-    "TrainerPoint",
-    "Rank",
     "RLDecision",
     "Learner",
-    "RLEvaluation",
     "RLResult",
     "new_caches",
     "RLProblem",
-    "DecisionGrid",
     "trainer_points",
     "vector_checks",
     "solve",
     "brute_force",
-    "REL",
     "GRID_LIMIT",
-    "summary",
-    "objective_value",
-    "violation",
-    "QUOTE",
     "_wider_problem",
-    "RLOracle",
     "binding",
-    "alternatives",
     "async_break_even",
     "explain_infeasible",
     "constraint_rows",
-    "assumptions",
     "report",
 ]

@@ -205,7 +205,7 @@ def check_solver(solver: str, what: str | None) -> str:
 def require_solver(solver: str) -> None:
     """The solver must be able to run here (a ``pyomo:NAME`` installed): one clear error (exit 2) otherwise."""
     if solver != backends.SWEEP_AUTO:
-        backends.require(solver, Request())
+        backends.resolve(solver).require(Request())
 
 
 def _file_default_card_hour(raw: dict[str, Any]) -> float | None:

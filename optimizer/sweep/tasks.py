@@ -263,11 +263,12 @@ def plan_tasks(spec: SweepSpec, points: list[Point]) -> list[Task]:
     for p in points:
         groups.setdefault(p.group(spec.deadline_in_table), []).append(p)
     tasks: list[Task] = []
+    auto = spec.solver == backends.SWEEP_AUTO
+    whole_tables = not auto and backends.resolve(spec.solver).capabilities.sweep_table
     for g in sorted(groups, key=lambda g: tuple((x is None, x) for x in g)):
         members = sorted(groups[g], key=lambda p: p.key())
         acc = members[0].accelerator
-        auto = spec.solver == backends.SWEEP_AUTO
-        if (auto and sizes[acc] <= AUTO_TABLE_LIMIT) or (not auto and backends.capabilities(spec.solver).sweep_table):
+        if (auto and sizes[acc] <= AUTO_TABLE_LIMIT) or whole_tables:
             tasks.append(Task("table", tuple(members)))
         elif auto and not spec.deadline_in_table and spec.base.task.confidence is None:
             tasks += [Task(LAYOUTS, tuple(members[i:i + LAYOUT_POINTS])) for i in range(0, len(members), LAYOUT_POINTS)]
