@@ -71,6 +71,8 @@ class StackKeys:
     fsdp_prefetch: int = key(whole(0), required=True, source=True,
                              help="ZeRO-3 / FSDP units gathered ahead of use")
     dp_bucket: float = key(size(), required=True, source=True, help="bytes per data-parallel / FSDP bucket")
+    dp_bucket_per_rank: float = key(size(), "0MB", source=True,
+                                    help="bucket growth per data-parallel rank: max(dp_bucket, this x ranks)")
     moe_dispatcher: str = key(TEXT, required=True, source=True, help="the default MoE token dispatcher")
     moe_a2a_overlap: str = key(TEXT, required=True, source=True, help="MoE all-to-all overlap by default")
     flash_attention: bool = key(FLAG, required=True, source=True, help="fused attention by default")
@@ -103,7 +105,8 @@ class StackKeys:
 
 KEYS = tuple(f.name for f in fields(StackKeys))
 OPTIONAL = tuple(f.name for f in fields(StackKeys) if not spec(f).required)
-"""Keys a profile may leave out: residual_sigma (none: a card's own sigma applies on the stack alone)."""
+"""Keys a profile may leave out: residual_sigma (none: a card's own sigma applies on the stack alone),
+dp_bucket_per_rank (none: a fixed bucket)."""
 SOURCED = tuple(f.name for f in fields(StackKeys) if spec(f).source)
 
 

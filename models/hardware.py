@@ -91,6 +91,7 @@ class StackProfile:
     dp_overlap: float = 1.0
     fsdp_prefetch: int = 1
     dp_bucket: float = 40e6  # bytes per DP / FSDP bucket (0: one collective per sharded unit)
+    dp_bucket_per_rank: float = 0.0  # the bucket grows to this x the DP ranks when larger (0: fixed)
     moe_dispatcher: str = "alltoall"
     moe_a2a_overlap: str = "none"
     flash_attention: bool = True
