@@ -107,3 +107,17 @@ def test_dump_json_never_writes_non_finite(value):
     assert d["a"][1]["b"] is None and d["c"] == [None]
     assert d["non_finite"] == [f"a[1].b: {value}", f"c[0]: {value}"]
     assert _strict(dump_json([value])) == [None]  # a list has no place for the note: null alone
+
+
+@pytest.mark.parametrize("m", [16, 96])
+def test_closed_form_bounds_hold_with_the_empty_chunks(m):
+    # the solver's closed-form bounds bracket the simulated completion of the 126-layer PP 16 x VP 8 pipeline
+    split = [7] + [8] * 14 + [7]
+    chunks = chunk_layers(split, 8)
+    fwd = [1e-3 * n for n in split]
+    bwd = [2e-3 * n for n in split]
+    exact = float(pipeline.completion_time("interleaved", 16, m, fwd, bwd, 0.0, 1e-4, 0.0, v=8, chunk_layers=chunks,
+                                           per_group=True))
+    lo, hi = pipeline.completion_bounds("interleaved", 16, m, fwd, bwd, 0.0, 1e-4, 0.0, v=8, chunk_layers=chunks,
+                                        per_group=True)
+    assert float(lo) <= exact <= float(hi)
