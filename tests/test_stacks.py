@@ -62,7 +62,7 @@ def test_every_stack_key_sets_its_profile_field_and_needs_a_source():
     profile = {f.name: f for f in fields(StackProfile)}
     assert KEYS == tuple(f.name for f in fields(StackKeys)) and set(KEYS) == set(profile) - {"name"}
     assert set(KEYS) - set(SOURCED) == {"display", "sources"}
-    assert OPTIONAL == ("residual_sigma",)
+    assert OPTIONAL == ("residual_sigma", "kernel_efficiency")
     assert spec(next(f for f in fields(StackKeys) if f.name == "residual_sigma")).default == profile[
         "residual_sigma"].default
     assert stack_names() and all(stack_profile(n).display for n in stack_names())
