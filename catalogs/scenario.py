@@ -200,6 +200,8 @@ def build_scenario(raw: dict[str, Any], catalog: Catalog | None = None) -> Scena
     stack = stack_profile(read_table(HardwareKeys, raw["hardware"], "hardware.").stack)
     systems = _systems(raw["hardware"], raw.get("cost", {}), cat, stack)
     mem = MemoryOptions(**targets(read_table(MemoryKeys, raw.get("memory", {}), "memory.")))
+    if "prefetch" not in raw.get("memory", {}) and any(s.perf is not None for s in systems.values()):
+        mem = replace(mem, prefetch=stack.fsdp_prefetch)  # the stack's FSDP / ZeRO-3 prefetch depth
     if mem.zero_group and model.moe:
         raise InputError("memory.zero_group: hybrid sharding is modelled for dense models only (a MoE model's "
                          "expert state shards over its expert-data-parallel group); drop the key")

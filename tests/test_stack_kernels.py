@@ -91,6 +91,20 @@ def test_megatron_core_overlaps_tp_by_default_when_the_scenario_is_silent():
     assert per_op(efficiency=0.4).tp_overlap == (0.0, 0.0)
 
 
+def test_fsdp_prefetch_is_the_stacks_unless_the_scenario_states_it(monkeypatch):
+    import tpopt.catalogs.stacks as S
+    from tpopt.catalogs.scenario import build_scenario
+
+    assert per_op().memory.prefetch == stack_profile("megatron-core").fsdp_prefetch
+    stacks = dict(S._builtin())
+    stacks["probe"] = replace(stacks["megatron-core"], name="probe", fsdp_prefetch=2)
+    monkeypatch.setattr(S, "_builtin", lambda: stacks)
+    raw = {"model": {"name": "llama3-8b"}, "task": {"tokens": "1B", "seq_len": 4096, "global_batch": 64},
+           "schedule": {"deadline": "365d"}, "hardware": {"accelerator": [ACC], "stack": "probe"}}
+    assert build_scenario(raw).memory.prefetch == 2  # silent: the stack's
+    assert build_scenario({**raw, "memory": {"prefetch": 1}}).memory.prefetch == 1  # stated: kept
+
+
 def test_torchtitan_rows_run_on_the_grand_teton_card_and_the_stack_variant_they_ran():
     runs = {r.name: r for r in runs_from_csv(PUBLISHED, load_catalog())}
     for name in ("T1", "T4"):  # the plain "FSDP" rows of Tables 1 and 3: eager
