@@ -19,8 +19,10 @@ Columns (others are ignored; ``#`` starts a comment line):
   ``measured_tflops_per_gpu`` (iteration = Megatron-LM's FLOPs per iteration / (gpus x TFLOP/s));
 * hardware: ``accelerator``; else inferred from ``measured_tflops_per_gpu / measured_pct_of_peak``
   (the catalog card whose FP16/BF16 peak matches within 3 %); else the scenario's, else a100-80gb-sxm;
-* software stack (defaults: the ``--scenario``'s settings when one is given, else Megatron-LM as in
-  Narayanan et al. 2021 and Korthikanti et al. 2022):
+* software stack: a row's ``stack`` cell, or a ``# stack.RUN RUN ... = NAME`` comment line naming the runs that
+  ran another stack variant (torchtitan with torch.compile), else the table's ``# stack = NAME`` (defaults: the
+  ``--scenario``'s settings when one is given, else Megatron-LM as in Narayanan et al. 2021 and Korthikanti et
+  al. 2022):
   ``precision`` (fp16-mixed-fp32-grad), ``dropout`` (true), ``flash_attention`` (false),
   ``sequence_parallel`` (false, true for the selective column), ``tp_overlap`` (0: Megatron-LM of
   2021-22 does not overlap TP collectives), ``dp_overlap`` (0: its gradient all-reduce runs after the
