@@ -17,7 +17,7 @@ from tpopt.models import comm, context, memory, moe, ops, steptime
 from tpopt.models.arch import attention_flops_per_token, flops_per_token
 from tpopt.models.numeric import FloatArray, Floats
 from tpopt.models.plan import Scenario
-from tpopt.models.roofline import PerfParams
+from tpopt.models.roofline import PerfParams, stack_scaled
 from tpopt.models.terms.shapes import (
     _f,
     cp_imbalance,
@@ -39,12 +39,14 @@ OpTimes: TypeAlias = tuple[steptime.PhaseTimes, steptime.PhaseTimes, steptime.Ph
 
 def rates(sc: Scenario, acc: str) -> steptime.Rates:
     """What the per-operation model runs on: the precision's matrix peak (FP16 / BF16; FP8 for weight
-    GEMMs under fp8-mixed when the card has an FP8 peak), HBM, the TP link and the performance catalog."""
+    GEMMs under fp8-mixed when the card has an FP8 peak), HBM, the TP link and the performance catalog, its
+    GEMM, attention and memory-bound efficiencies as the scenario's stack reaches them (its kernel_efficiency,
+    catalogs/stacks.toml; roofline.stack_scaled)."""
     sysm = sc.system(acc)
     A = sysm.acc
     rec = memory.recipe(sc.task.precision)
     peak = A.peak_fp16 if rec.matrix == "fp16" and A.peak_fp16 > 0 else A.peak_flops
-    perf = cast(PerfParams, sysm.perf)  # the per-operation model's: its system has a performance catalog
+    perf = stack_scaled(cast(PerfParams, sysm.perf), sc.stack.kernel_efficiency)  # the stack's kernels
     low = {"fp8": (A.peak_fp8, perf.fp8_gemm_ratio, sc.stack.fp8_recipe if sc.stack.fp8_recipe in
                    ("current", "delayed") else "current"),
            "mxfp8": (A.peak_fp8, perf.fp8_gemm_ratio, "mxfp8"),
