@@ -239,6 +239,10 @@ def _market(sc: Scenario, solver: Solver, req: Request) -> PlanReport:
     view = ms.pick.sc if ms.pick else sc
     if ms.result.best is not None:
         out.update(best_entries(ms.result, None))
+        if view.task.confidence is not None:  # the law on the offer's scenario: its spot terms included
+            from tpopt.optimizer.confidence import distribution_entry  # lazy: start-up time (SciPy)
+
+            out["finish_distribution"] = distribution_entry(view, ms.result.best, solver, req, step_up=False)
     out["market"] = market.market_entries(ms, sc)
     return PlanReport.of(ms.result, out, view)
 
