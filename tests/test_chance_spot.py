@@ -73,12 +73,14 @@ def spot_case(rng: random.Random, folder: Path) -> tuple[dict[str, Any], list[st
     raw = base_raw(rng)
     rho, wait = rng.choice([1e-4, 1e-3, 5e-3, 1e-2, 2e-2]), rng.uniform(0.0, 3 * HOUR)
     text = REGION + offer_toml("spot", "spot", rng.uniform(1.0, 2.0), rho, wait)
+    names = ["spot"]
     if rng.random() < 0.5:
         text += offer_toml("od", "on-demand", rng.uniform(2.0, 4.0))
+        names.append("od")
         if rng.random() < 0.5:
             raw["market"] = {"spot_shares": [0.25, 0.5]}
     (folder / "offers.toml").write_text(text)
-    raw.setdefault("market", {})["offers"] = "all"
+    raw.setdefault("market", {})["offers"] = names
     return raw, [str(folder)]
 
 
@@ -160,7 +162,7 @@ def test_issue_case_spot_at_90_percent_meets_the_deadline(tmp_path):
            "schedule": {"deadline": "20d"}, "hardware": {"accelerator": ["h100-sxm"], "efficiency": 0.4},
            "checkpoint": {"save_interval": "auto", "mode": "sync"},
            "search": {"zero_stage": [1], "tp": [1, 2], "pp": [1], "micro_batch": [1, 2], "max_cards": 256},
-           "market": {"offers": "all"}}
+           "market": {"offers": ["spot"]}}
     cat = load_catalog([str(tmp_path)])
     plain = plan(build_scenario(raw, cat), "cpsat", Request(), analyse=False)
     raw["schedule"]["confidence"] = "90%"
@@ -176,7 +178,7 @@ def test_issue_case_spot_at_90_percent_meets_the_deadline(tmp_path):
     assert simulated_on_time(sc, pr) >= 0.9 - SIGMAS * math.sqrt(0.9 * 0.1 / RUNS)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+@settings(max_examples=100, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**31 - 1))
 def test_a_plan_solved_at_confidence_q_is_on_time_with_probability_q(seed):

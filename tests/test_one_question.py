@@ -76,7 +76,7 @@ def drawn(seed: int) -> tuple[Scenario, dict[str, Any]]:
             {"name": "long", "tokens": f"{rng.choice([5, 20, 50])}B", "seq_len": 16384, "global_batch": 64}]
     else:
         raw["hardware"]["accelerator"] = ["h100-sxm"]
-        raw["market"] = {"offers": "all"}
+        raw["market"] = {"offers": ["od", "spot"]}
         if rng.random() < 0.5:
             raw["schedule"]["confidence"] = f"{rng.choice([50, 90])}%"
         with tempfile.TemporaryDirectory() as d:
