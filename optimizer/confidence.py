@@ -70,8 +70,10 @@ def progress_marks(law: Fn.Distribution, q: float) -> list[dict[str, float]]:
 
 
 def distribution_entry(sc: Scenario, ev: Evaluation, backend: str | Solver, req: Request,
-                       step_up: bool = True) -> dict[str, Any]:
-    """The ``finish_distribution`` entry of a solve report for the plan ``ev`` (see the module)."""
+                       step_up: bool = True, whole: Scenario | None = None, solve: Solve = one_space
+                       ) -> dict[str, Any]:
+    """The ``finish_distribution`` entry of a solve report for the plan ``ev`` run in ``sc`` (see the module);
+    the step up re-solves ``whole`` (the request ``sc`` came from: with its batch choices) by ``solve``."""
     law = law_of(sc, ev)
     q = sc.task.confidence if sc.task.confidence is not None else 0.95
     rate = ev.metrics["cost"] / ev.metrics["finish_days"] / DAY  # cost per second of wall time
@@ -94,7 +96,7 @@ def distribution_entry(sc: Scenario, ev: Evaluation, backend: str | Solver, req:
         "progress": progress_marks(law, q),
     }
     if step_up:
-        entry["step_up"] = _step_up(sc, ev, p_deadline, backend, req)
+        entry["step_up"] = _step_up(whole or sc, ev, p_deadline, backend, req, solve)
     return entry
 
 
@@ -105,7 +107,8 @@ def _on_clock(req: Request, objective: str) -> Request:
                    clock=clock_of(req))
 
 
-def _step_up(sc: Scenario, ev: Evaluation, p_now: float, backend: str | Solver, req: Request) -> dict[str, Any]:
+def _step_up(sc: Scenario, ev: Evaluation, p_now: float, backend: str | Solver, req: Request,
+             solve: Solve = one_space) -> dict[str, Any]:
     """The cheapest plan whose confidence is 5 points higher than this plan's P(finish <= deadline): one
     re-solve on the run's clock. Cut short by the time limit it is not decided (``decided`` false, status
     ``unknown`` without a plan, ``feasible`` with one not proven the cheapest)."""
@@ -113,14 +116,14 @@ def _step_up(sc: Scenario, ev: Evaluation, p_now: float, backend: str | Solver, 
     if target <= p_now:
         return {"target": target, "status": "already", "plan": None}
     sub = _on_clock(req, req.objective)
-    r = core.solve(replace(sc, task=replace(sc.task, confidence=target)), backend, sub)
+    r, _ = solve(replace(sc, task=replace(sc.task, confidence=target)), backend, sub)
     limited = r.solver.limit_reached
     if not r.feasible or r.best is None:
         if r.status != Status.INFEASIBLE:  # no answer within the limit: neither a plan nor a proof of none
             return {"target": target, "status": r.status.value, "plan": None, "decided": False,
                     "time_limit_reached": limited}
         return {"target": target, "status": r.status.value, "plan": None, "decided": True,
-                "reachable": reachable(sc, backend, req)}
+                "reachable": reachable(sc, backend, req, solve=solve)}
     b = r.best
     return {"target": target, "status": r.status.value, "plan": b.plan_dict(), "cards": b.plan.cards,
             "cost": b.metrics["cost"], "extra_cost": b.metrics["cost"] - ev.metrics["cost"],

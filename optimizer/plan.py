@@ -152,7 +152,8 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
     if view.task.confidence is not None:  # the finish-time distribution (added only with a confidence)
         from tpopt.optimizer.confidence import distribution_entry  # lazy: start-up time (SciPy)
 
-        out["finish_distribution"] = distribution_entry(view, best, solver, req, step_up=analyse)
+        out["finish_distribution"] = distribution_entry(view, best, solver, req, step_up=analyse, whole=sc,
+                                                        solve=_chosen)
     out["footing"] = footing.of_evaluation(view, out)
     if analyse:
         cp = cp_not_searched(view, solver, req, best)
@@ -166,6 +167,13 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
 
         out["sensitivities"] = sensitivities(sc, solver, req, base=best)
     return PlanReport.of(result, out, view, space, bs)
+
+
+def _chosen(sc: Scenario, backend: str | Solver, req: Request) -> tuple[SolveResult, Scenario]:
+    """A re-solve of a whole request (its batch choices) for the confidence report's step up: plan() without
+    analysis or explanation, and the scenario its plan runs in."""
+    pr = plan(sc, backend, req, analyse=False, why=False)
+    return pr, pr.view or sc
 
 
 def best_entries(result: SolveResult, ana: dict[str, Any] | None, skipped: str | None = None) -> dict[str, Any]:
