@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import tpopt
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.cli.main import main
@@ -191,3 +192,18 @@ def test_staged_simulate_and_replan_refuse_in_one_line(run):
         code, out = run(*cmd, "--scenario", LONG)
         assert code == 2 and "training stages" in out and "Traceback" not in out
         assert len(out.strip().splitlines()) == 1
+
+
+def test_the_api_explains_a_staged_request_stage_by_stage():
+    rng = random.Random(3)
+    raw = small_raw(rng)
+    del raw["task"]["tokens"]
+    raw["task"]["stages"] = [{"name": "short", "tokens": "200B", "seq_len": 4096, "global_batch": 256},
+                             {"name": "long", "tokens": "20B", "seq_len": 16384, "global_batch": 64}]
+    raw["schedule"]["deadline"] = "20d"
+    e = tpopt.explain(raw)
+    s = tpopt.solve(raw, analysis=False)
+    assert e.status == s.status.value == "optimal"
+    assert [st["plan"] for st in e.report["stages"]] == [st["plan"] for st in s.report["stages"]]
+    text = str(e)
+    assert text.startswith("tpopt explain:") and "Stage 1 'short'" in text and "Stage 2 'long'" in text
