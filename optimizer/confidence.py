@@ -177,7 +177,7 @@ def remainder(sc: Scenario, done: float, elapsed_s: float) -> Scenario:
     if elapsed_s >= sc.task.deadline_s:
         raise InputError(f"--elapsed {elapsed_s / DAY:g} d is not before the deadline ({sc.task.deadline_s / DAY:g} d)")
     left = sc.task.deadline_s - elapsed_s
-    reserved = sc.task.reserved_s * left / sc.task.deadline_s
+    reserved = sc.task.reserved_s * (left / sc.task.deadline_s)  # at the start exactly the reserved time
     task = replace(sc.task, tokens=sc.task.tokens * (1.0 - done), deadline_s=left, reserved_s=reserved,
                    reference_tokens=sc.task.reference_tokens * (1.0 - done),  # every batch choice's share alike
                    confidence=sc.task.confidence if sc.task.confidence is not None else 0.95, ramp=None)
