@@ -38,7 +38,12 @@ from tpopt.optimizer.result import Request
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH, LONG = str(ROOT / "examples/design-case-batch.toml"), str(ROOT / "examples/llama3-8b-long-context.toml")
-REQ = Request(time_limit=120.0)
+
+
+def req() -> Request:
+    """A fresh request (a request keeps the clock its first solve starts: one per command)."""
+    return Request(time_limit=120.0)
+
 REL = 1e-9
 
 OFFERS = ('[region."cloud-a/east"]\nsource = "test"\n' + "".join(
@@ -91,17 +96,20 @@ def brute_over_batches(sc: Scenario) -> float | None:
     costs = []
     for b in batch_choices(sc):
         one = at_batch(sc, b)
-        r = core.solve(replace(one, search=replace(one.search, global_batch=(b,))), "enumerate", REQ)
+        r = core.solve(replace(one, search=replace(one.search, global_batch=(b,))), "enumerate", req())
         if r.best is not None:
             costs.append(r.best.metrics["cost"])
     return min(costs) if costs else None
 
 
-def check(sc: Scenario, raw: dict[str, Any]) -> list[str]:
-    """What differs between explain / simulate / replan and solve on one scenario ([] when they agree)."""
+def check(sc: Scenario, raw: dict[str, Any]) -> tuple[list[str], bool]:
+    """(what differs between explain / simulate / replan and solve on one scenario, [] when they agree; whether
+    solve found a plan)."""
     bad: list[str] = []
-    solved = plan(sc, "cpsat", REQ)
-    ex = Q.explain_request(sc, "cpsat", REQ, raw=raw)
+    solved = plan(sc, "cpsat", req())
+    if solved.solver.limit_reached:
+        return [f"solve reached its time limit ({solved.status.value})"], solved.feasible
+    ex = Q.explain_request(sc, "cpsat", req(), raw=raw)
     if ex["status"] != solved.status.value:
         bad.append(f"status: explain {ex['status']}, solve {solved.status.value}")
     if sc.stages:
@@ -111,10 +119,10 @@ def check(sc: Scenario, raw: dict[str, Any]) -> list[str]:
             if got != want or ex["total"]["cost"] != solved.report["total"]["cost"]:
                 bad.append("staged plans differ")
         with pytest.raises(Exception, match="training stages"):  # simulate reads one plan: refused in one line
-            Q.chosen(sc, "cpsat", REQ)
-        return bad
+            Q.chosen(sc, "cpsat", req())
+        return bad, solved.feasible
     if solved.best is None:
-        return bad + (["explain has a plan, solve none"] if "plan" in ex else [])
+        return bad + (["explain has a plan, solve none"] if "plan" in ex else []), False
     best = solved.best
     if ex["plan"] != best.plan_dict() or abs(ex["cost"] - best.metrics["cost"]) > REL * best.metrics["cost"]:
         bad.append(f"explain {ex['plan']['cards']} cards {ex['cost']:.2f}, solve {best.plan.cards} cards "
@@ -123,22 +131,23 @@ def check(sc: Scenario, raw: dict[str, Any]) -> list[str]:
         brute = brute_over_batches(sc)
         if brute is None or abs(brute - best.metrics["cost"]) > 1e-6 * brute:
             bad.append(f"over the batches: brute force {brute}, solve {best.metrics['cost']}")
-    used, _ = Q.chosen(sc, "cpsat", REQ)  # what simulate runs
+    used, _ = Q.chosen(sc, "cpsat", req())  # what simulate runs
     if used.best is None or used.best.plan != best.plan:
         bad.append("simulate runs another plan")
     if sc.task.confidence is not None:  # replan at the start: the remainder is the whole request
-        rp = Q.replan(sc, 0.0, 0.0, None, "cpsat", REQ)
+        rp = Q.replan(sc, 0.0, 0.0, None, "cpsat", req())
         if rp["best"] is None or rp["best"]["plan"] != best.plan_dict():
-            bad.append("replan at the start answers another plan")
-    return bad
+            got = rp["best"] and {k: v for k, v in rp["best"]["plan"].items() if v != best.plan_dict()[k]}
+            bad.append(f"replan at the start answers another plan ({rp['status']}, {got})")
+    return bad, True
 
 
-@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+@settings(max_examples=24, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**31 - 1))
 def test_explain_simulate_replan_answer_what_solve_answers(seed):
     sc, raw = drawn(seed)
-    assert check(sc, raw) == [], f"scenario {seed}"
+    assert check(sc, raw)[0] == [], f"scenario {seed}"
 
 
 # ---------------------------------------------------------------------------------------------
