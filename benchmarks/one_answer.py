@@ -7,7 +7,7 @@ one question, one answer.
 * question: scenarios of tests/test_one_question.py (batch choices, two stages, offers); a failure is any
   difference between explain / simulate / replan and solve, or between the batch optimum and a brute force.
 
-Not a test (it takes minutes); the tests run 100 / 24 drawn by Hypothesis. Run:
+Not a test (it takes minutes); the tests run 200 / 24 drawn by Hypothesis. Run:
 
     .venv/bin/python benchmarks/one_answer.py [--chance 240] [--question 520] [--seed 0]
 """

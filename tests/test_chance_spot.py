@@ -178,7 +178,7 @@ def test_issue_case_spot_at_90_percent_meets_the_deadline(tmp_path):
     assert simulated_on_time(sc, pr) >= 0.9 - SIGMAS * math.sqrt(0.9 * 0.1 / RUNS)
 
 
-@settings(max_examples=100, deadline=None, derandomize=True, database=None,
+@settings(max_examples=200, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**31 - 1))
 def test_a_plan_solved_at_confidence_q_is_on_time_with_probability_q(seed):
