@@ -35,10 +35,11 @@ def test_rows_per_token_by_dispatcher():
     intra, inter = moe.a2a_rows_per_token(8, 64, 8, "direct")
     assert float(intra) == pytest.approx(8 * 7 / 64) and float(inter) == pytest.approx(8 * 56 / 64)
     # per-host: distinct hosts of k uniform experts H (1 - (1 - 1/H)^k), the other ones' share (H - 1)/H crosses;
-    # NVLink forwards k (m - 1)/m
+    # NVLink forwards one copy per distinct destination rank (DeepEP's is_token_in_rank), ep (1 - (1 - 1/ep)^k)
+    # of them, the share (m - 1)/m of which sits on other cards: 64 (1 - (63/64)^8) x 7/8 = 6.63 (not k x 7/8 = 7)
     intra, inter = moe.a2a_rows_per_token(8, 64, 8, "per-host")
     assert float(inter) == pytest.approx(8 * (1 - (7 / 8) ** 8) * 7 / 8)
-    assert float(intra) == pytest.approx(8 * 7 / 8)
+    assert float(intra) == pytest.approx(64 * (1 - (63 / 64) ** 8) * 7 / 8)
     # node-limited to 4 hosts: 4 x 7/8 = 3.5 copies cross
     assert float(moe.a2a_rows_per_token(8, 64, 8, "per-host", 4)[1]) == pytest.approx(3.5)
     # all-gather: a ring of 64 sends ep - 1 = 63 rows per token whatever k, on the tier the ring crosses
@@ -85,12 +86,13 @@ def test_node_limit_from_the_models_router_groups():
 
 def test_h100_deepseek_all_to_all_per_host_and_node_limited():
     # DeepSeek-V3 on H100, TP 2 (sequence parallel: 2,048 tokens per card), EP 64 across 8 hosts, force-balanced,
-    # per-host dispatch: 4 hosts per token (router groups), 3.5 copies over the NICs, 7 rows over NVLink.
+    # per-host dispatch: 4 hosts per token (router groups), 3.5 copies over the NICs, one copy per distinct rank
+    # over NVLink: 64 (1 - (63/64)^8) x 7/8 = 6.63 rows.
     sc = scenario(moe_keys={"imbalance": 1.0})
     assert sc.moe.dispatcher == "per-host"  # the default stack's flex dispatcher (DeepEP / HybridEP)
     p = sc.system("h100-sxm").perf
     row = 2048 * 7168 * 2  # bytes of one row per token of the card
-    nvlink = 7 * row / (450e9 * p.tp_efficiency)
+    nvlink = 64 * (1 - (63 / 64) ** 8) * 7 / 8 * row / (450e9 * p.tp_efficiency)
     nic = 3.5 * row / (50e9 * p.dp_efficiency)  # 8 x 400 Gbit/s NICs shared by 8 cards: 50 GB/s each
     fixed = p.collective_latency + 14 * moe.A2A_PEER_LATENCY
     one = max(nvlink, nic) + fixed
@@ -248,3 +250,45 @@ def test_megatron_recompute_modules_and_mla_up_projections():
     q = scenario("qwen3-235b-a22b").model
     assert float(memory.activation_bytes_per_microbatch(q, 4096, 1, 1, 1, "mla_up")) == pytest.approx(
         float(memory.activation_bytes_per_microbatch(q, 4096, 1, 1, 1, "none")))
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 35: the flex dispatcher's copies per destination rank, the grouped GEMM's FP8 casts
+
+
+def test_flex_dispatch_sends_one_copy_per_destination_rank():
+    # inside one domain (H = 1), k = 8 uniform experts over EP 8 (16 experts a card): a token reaches
+    # 8 (1 - (7/8)^8) = 5.25 distinct ranks, 7/8 of them other cards: 4.59 rows, where the direct
+    # (alltoall) dispatcher sends one row per dispatch to another rank, 8 x 7/8 = 7
+    flex, _ = moe.a2a_rows_per_token(8, 8, 1, "per-host")
+    direct, _ = moe.a2a_rows_per_token(8, 8, 1, "direct")
+    assert float(flex) == pytest.approx(7 * (1 - (7 / 8) ** 8))
+    assert float(direct) == pytest.approx(7.0)
+    # the saving fades as experts per card fall: EP 64, one domain: 63 (1 - (63/64)^8) = 7.56 of k (63/64) = 7.875
+    assert float(moe.a2a_rows_per_token(8, 64, 1, "per-host")[0]) == pytest.approx(63 * (1 - (63 / 64) ** 8))
+    # k = 1: one expert, one rank: the same row either way
+    assert float(moe.a2a_rows_per_token(1, 8, 1, "per-host")[0]) == pytest.approx(
+        float(moe.a2a_rows_per_token(1, 8, 1, "direct")[0]))
+    assert float(moe.distinct_ranks(8, 1)) == pytest.approx(1.0)
+
+
+def test_grouped_expert_gemm_quantises_every_experts_rows():
+    # Under an FP8 recipe a weight GEMM first quantises its m x k input; a grouped GEMM over E / ep experts
+    # of m_per rows each quantises all E / ep x m_per rows, the same bytes as one GEMM over those rows.
+    from tpopt.models import steptime
+    sc = scenario("qwen3-30b-a3b", precision="fp8-mixed")
+    r = T.rates(sc, "h100-sxm")
+    assert r.fp8
+    local, m_per, k_in, n_out = 8, 4096.0, 2048.0, 1536.0
+    rows = local * m_per
+    flops = 2.0 * rows * k_in * n_out
+    one = ops.Kernel("x", "fwd", "gemm", "", flops, 2.0 * (rows * (k_in + n_out) + local * k_in * n_out),
+                     rows, n_out, k_in, 1.0, 1.0, True)
+    grouped = one._replace(m=m_per, batch=float(local))
+    no_cast = r.__class__(**{**r.__dict__, "cast_bytes": 0.0})
+    cast_one = float(steptime.kernel_time(one, r)) - float(steptime.kernel_time(one, no_cast))
+    cast_grouped = float(steptime.kernel_time(grouped, r)) - float(steptime.kernel_time(grouped, no_cast))
+    # the cast pass: rows x k x cast_bytes bytes at HBM x memory efficiency (its launch cancels in the difference)
+    expected = rows * k_in * r.cast_bytes / (r.hbm * r.perf.memory_efficiency)
+    assert cast_one == pytest.approx(expected, rel=1e-9)
+    assert cast_grouped == pytest.approx(expected, rel=1e-9)
