@@ -292,3 +292,42 @@ def test_grouped_expert_gemm_quantises_every_experts_rows():
     expected = rows * k_in * r.cast_bytes / (r.hbm * r.perf.memory_efficiency)
     assert cast_one == pytest.approx(expected, rel=1e-9)
     assert cast_grouped == pytest.approx(expected, rel=1e-9)
+
+
+def test_permutation_passes_by_dispatcher():
+    # direct (Megatron-Core's alltoall dispatcher), 16 local experts at EP 8: gather into expert order (2 R) plus
+    # the chunk sort after the all-to-all (2 R); the combine mirrors it; the unpermute's backward reads the rows
+    # once more for the probabilities' gradient
+    assert [float(x) for x in ops.permutation_row_passes(8, 8, 16, "direct")] == [4.0, 4.0, 4.0, 5.0]
+    # one local expert (or EP 1): no chunk sort
+    assert [float(x) for x in ops.permutation_row_passes(8, 128, 1, "direct")] == [2.0, 2.0, 2.0, 3.0]
+    assert [float(x) for x in ops.permutation_row_passes(8, 1, 128, "direct")] == [2.0, 2.0, 2.0, 3.0]
+    # per-host (DeepEP / HybridEP): the card receives D / k copies per row, D = 8 (1 - (7/8)^8), and expands
+    # them into rows: 1 + D / k each way
+    d = 8 * (1 - (7 / 8) ** 8) / 8
+    got = [float(x) for x in ops.permutation_row_passes(8, 8, 16, "per-host")]
+    assert got == pytest.approx([1 + d, 1 + d, 1 + d, 2 + d])
+
+
+def test_permutation_bytes_in_the_kernel_table():
+    # Qwen3-30B-A3B (k = 8, h = 2,048, E = 128), 4,096 tokens a card, TP 1, EP 8, balanced: R = 4,096 x 8 rows;
+    # the direct dispatcher's permute moves 4 R h e forward, the flex one (1 + D/k) R h e
+    a = scenario("qwen3-30b-a3b").model
+    rows, h, e = 4096 * 8, a.hidden, 2.0
+    for dispatcher, passes in (("direct", 4.0), ("per-host", 1 + 8 * (1 - (7 / 8) ** 8) / 8)):
+        lay = ops.Layout(tp=1.0, micro_batch=1.0, seq_len=4096, ep=8.0, expert_tp=1.0, dispatcher=dispatcher)
+        ks = {(k.op, k.phase): k for k in ops.moe_kernels(a, lay)}
+        assert float(ks[("moe.permute", "fwd")].bytes) == pytest.approx(passes * rows * h * e)
+    # the router's passes over the 4,096 x 128 FP32 scores: 22 bytes a score forward, 32 backward
+    router = {(k.op, k.phase): k for k in ops.moe_kernels(a, lay)}
+    assert float(router[("router.topk", "fwd")].bytes) == pytest.approx(22.0 * 4096 * 128)
+    assert float(router[("router.topk", "dx")].bytes) == pytest.approx(32.0 * 4096 * 128)
+
+
+def test_scenario_dispatcher_reaches_the_kernels():
+    # the same plan with the direct dispatcher (chunk sort, one row per dispatch) costs more compute than with
+    # the flex one, and a dense model's compute does not read the dispatcher
+    kw = dict(acc="h100-sxm", recompute="none", tp=1, mb=1, ep=8, etp=1)
+    direct = T.op_times(scenario("qwen3-30b-a3b", moe_keys={"imbalance": 1.0, "dispatcher": "direct"}), **kw)[0]
+    flex = T.op_times(scenario("qwen3-30b-a3b", moe_keys={"imbalance": 1.0, "dispatcher": "per-host"}), **kw)[0]
+    assert float(direct.fwd) > float(flex.fwd)
