@@ -54,6 +54,16 @@ cuBLAS path, 4 compute streams): the per-kernel overhead of E / ep expert GEMMs 
 times per projection and phase."""
 
 
+MAIN_GRAD_BYTES = 4.0
+"""Bytes per element of the gradient a routed expert's weight-gradient GEMM accumulates into: Megatron-Core's
+gradient_accumulation_fusion (on by default; Transformer Engine's GroupedLinear ``fuse_wgrad_accumulation``)
+has each expert's dW GEMM add into its FP32 ``main_grad`` (read and written, 8 bytes per weight) every
+micro-batch: 8 k n bytes beside 2 m_per k n FLOPs, m_per / 4 FLOP per byte. With few rows per expert the
+expert's dW turns memory-bound (m_per = 1,024 rows: 256 FLOP per byte, below an H100's BF16 ridge of
+989 TFLOP/s / 3.35 TB/s = 295), where a dense layer's, over every token of the micro-batch, stays
+compute-bound (its dW is left as it was)."""
+
+
 def _f(x: ArrayLike) -> FloatArray:
     return np.asarray(x, dtype=float)
 
@@ -212,10 +222,12 @@ def _mlp_kernels(prefix: str, a: ModelArch, rows: Floats, width: Floats, e: floa
         ks = _linear(op, "", rows, k_in, n_out, e)
         if m_per is not None:  # E / ep independent products of m_per rows each, one GEMM launch per expert
             moved = e * (rows * (k_in + n_out) + batch * k_in * n_out)  # every local expert's weights
+            # dW: each expert's gradient accumulated into its FP32 main_grad (read and written)
+            moved_dw = e * rows * (k_in + n_out) + 2.0 * MAIN_GRAD_BYTES * batch * k_in * n_out
             # one GEMM per local expert, GROUPED_GEMM_STREAMS at a time: 1 + (E / ep - 1) / streams overheads
             launches = cast(float, 1.0 + (_f(batch) - 1.0) / GROUPED_GEMM_STREAMS)
             ks = [k._replace(m=m_per, batch=batch, bytes=moved, count=launches) if k.phase != "dw"
-                  else k._replace(k=m_per, batch=batch, bytes=moved, count=launches) for k in ks]
+                  else k._replace(k=m_per, batch=batch, bytes=moved_dw, count=launches) for k in ks]
         out += ks
         if op.endswith(".up"):
             act = ((3.0, 5.0) if a.gated_mlp else (2.0, 3.0))

@@ -331,3 +331,44 @@ def test_scenario_dispatcher_reaches_the_kernels():
     direct = T.op_times(scenario("qwen3-30b-a3b", moe_keys={"imbalance": 1.0, "dispatcher": "direct"}), **kw)[0]
     flex = T.op_times(scenario("qwen3-30b-a3b", moe_keys={"imbalance": 1.0, "dispatcher": "per-host"}), **kw)[0]
     assert float(direct.fwd) > float(flex.fwd)
+
+
+def test_expert_weight_gradient_accumulates_in_fp32():
+    # Each local expert's dW GEMM reads and writes its FP32 main_grad: 8 bytes per weight beside the operands
+    # (rows x (k + n) x e); with few rows per expert that term decides. gpt-oss-120b (h = f_e = 2,880, gated):
+    # 16 local experts of 1,024 rows, the up projection's dW: k = 2,880, n = 5,760
+    a = scenario("gpt-oss-120b").model
+    lay = ops.Layout(tp=1.0, micro_batch=1.0, seq_len=4096, ep=8.0, expert_tp=1.0)
+    ks = {(k.op, k.phase): k for k in ops.moe_kernels(a, lay)}
+    dw = ks[("expert.up", "dw")]
+    rows, local, k_in, n_out = 4096 * 4, 16, a.hidden, 2 * a.expert_ffn
+    assert float(dw.bytes) == pytest.approx(2.0 * rows * (k_in + n_out) + 8.0 * local * k_in * n_out)
+    assert float(dw.k) == pytest.approx(rows / local)  # the k loop runs over one expert's rows
+    # the same rows spread over 4 x the local experts (EP 2: 64 experts of 256 rows each): the same FLOPs,
+    # 4 x the main_grad bytes
+    lay2 = ops.Layout(tp=1.0, micro_batch=1.0, seq_len=4096, ep=2.0, expert_tp=1.0)
+    dw2 = {(k.op, k.phase): k for k in ops.moe_kernels(a, lay2)}[("expert.up", "dw")]
+    assert float(dw2.flops) == pytest.approx(float(dw.flops))
+    grad = lambda n_local: 8.0 * n_local * k_in * n_out  # noqa: E731
+    assert float(dw2.bytes) - float(dw.bytes) == pytest.approx(grad(64) - grad(16))
+
+
+def test_grouped_gemm_slower_per_flop_as_rows_per_expert_fall():
+    # The same routed rows and FLOPs on a card, split over more local experts (fewer rows each): the expert
+    # GEMMs' time rises (tile padding of each expert's last rows, more launches, the dW's k loop and main_grad).
+    a = scenario("qwen3-30b-a3b").model
+    sc = scenario("qwen3-30b-a3b")
+    r = T.rates(sc, "h100-sxm")
+    from tpopt.models import steptime
+
+    def expert_time(ep: float) -> tuple[float, float]:
+        lay = ops.Layout(tp=1.0, micro_batch=1.0, seq_len=4096, ep=ep, expert_tp=1.0)
+        ks = [k for k in ops.moe_kernels(a, lay) if k.op.startswith("expert.") and k.kind == "gemm"]
+        # the busiest card's rows are the same whatever EP (balanced): 4,096 tokens x k = 8
+        return sum(float(steptime.kernel_time(k, r)) for k in ks), sum(float(k.flops) for k in ks)
+
+    t64, f64 = expert_time(64.0)   # 2 local experts of 16,384 rows
+    t8, f8 = expert_time(8.0)      # 16 of 2,048
+    t1, f1 = expert_time(1.0)      # 128 of 256
+    assert f64 == pytest.approx(f8) and f8 == pytest.approx(f1)
+    assert t64 < t8 < t1
