@@ -51,7 +51,9 @@ PHASES = ("fwd", "dx", "dw")
 GROUPED_GEMM_STREAMS = 4
 """CUDA streams Transformer Engine's grouped linear layer spreads its per-expert GEMMs over (its multi-stream
 cuBLAS path, 4 compute streams): the per-kernel overhead of E / ep expert GEMMs is paid 1 + (E / ep - 1) / 4
-times per projection and phase."""
+times per projection and phase, and at most 4 expert GEMMs are on the SMs at once, so their waves are
+quantised over 4 experts' tiles, not all E / ep: 4 experts of 256 rows (2 x 12 output tiles of 128 x 128
+each for Qwen3-30B-A3B's up projection) fill 96 of an H100's 132 SMs."""
 
 
 MAIN_GRAD_BYTES = 4.0
@@ -112,6 +114,7 @@ class Kernel(NamedTuple):
     # kernel launches; the field shadows tuple.count (never called on a Kernel), kept as the public name
     count: float = 1.0  # type: ignore[assignment]
     linear: bool = False  # a weight GEMM (runs in FP8 under an FP8 recipe)
+    resident: ArrayLike = 0.0  # products of a batched GEMM on the SMs at once (0: all of ``batch``, one launch)
 
 
 def _linear(op: str, group: str, tokens: Floats, k_in: Floats, n_out: Floats, e: float,
@@ -226,8 +229,11 @@ def _mlp_kernels(prefix: str, a: ModelArch, rows: Floats, width: Floats, e: floa
             moved_dw = e * rows * (k_in + n_out) + 2.0 * MAIN_GRAD_BYTES * batch * k_in * n_out
             # one GEMM per local expert, GROUPED_GEMM_STREAMS at a time: 1 + (E / ep - 1) / streams overheads
             launches = cast(float, 1.0 + (_f(batch) - 1.0) / GROUPED_GEMM_STREAMS)
-            ks = [k._replace(m=m_per, batch=batch, bytes=moved, count=launches) if k.phase != "dw"
-                  else k._replace(k=m_per, batch=batch, bytes=moved_dw, count=launches) for k in ks]
+            # the streams hold GROUPED_GEMM_STREAMS expert GEMMs at once: their tiles share the SMs' waves
+            resident = np.minimum(_f(batch), GROUPED_GEMM_STREAMS)
+            ks = [k._replace(m=m_per, batch=batch, bytes=moved, count=launches, resident=resident)
+                  if k.phase != "dw" else
+                  k._replace(k=m_per, batch=batch, bytes=moved_dw, count=launches, resident=resident) for k in ks]
         out += ks
         if op.endswith(".up"):
             act = ((3.0, 5.0) if a.gated_mlp else (2.0, 3.0))

@@ -372,3 +372,27 @@ def test_grouped_gemm_slower_per_flop_as_rows_per_expert_fall():
     t1, f1 = expert_time(1.0)      # 128 of 256
     assert f64 == pytest.approx(f8) and f8 == pytest.approx(f1)
     assert t64 < t8 < t1
+
+
+def test_grouped_gemm_waves_over_the_resident_experts():
+    # Transformer Engine's grouped linear layer runs its expert GEMMs on 4 streams: at most 4 are on the SMs at
+    # once. Qwen3-30B-A3B at EP 1 (128 local experts) and 4,096 tokens: 4,096 x 8 / 128 = 256 rows per expert;
+    # the up projection (n = 2 x 768 = 1,536) has ceil(256/128) x ceil(1,536/128) = 2 x 12 = 24 tiles per expert,
+    # 4 experts 96 tiles on 132 H100 SMs: one wave 96/132 busy (pooled over all 128 experts: 3,072 tiles, 24 waves,
+    # 3,072 / 3,168 busy)
+    from tpopt.models import roofline, steptime
+    a = scenario("qwen3-30b-a3b").model
+    lay = ops.Layout(tp=1.0, micro_batch=1.0, seq_len=4096, ep=1.0, expert_tp=1.0)
+    up = {(k.op, k.phase): k for k in ops.moe_kernels(a, lay)}[("expert.up", "fwd")]
+    assert float(up.m) == 256 and float(up.batch) == 128 and float(up.resident) == 4
+    r = T.rates(scenario("qwen3-30b-a3b"), "h100-sxm")
+    p = r.perf
+    assert p.sms == 132 and (p.tile_m, p.tile_n) == (128, 128)
+    assert float(roofline.wave_quantisation(256, 1536, 4, p)) == pytest.approx(96 / 132)
+    assert float(roofline.wave_quantisation(256, 1536, 128, p)) == pytest.approx(3072 / 3168)
+    # the kernel's compute time is that of the resident-wave efficiency
+    eff = float(roofline.gemm_efficiency(256, 1536, 2048, 4, p))
+    t = float(steptime.kernel_time(up, r))
+    compute = float(up.flops) / (r.linear_peak * eff) + float(up.count) * p.kernel_overhead
+    assert t == pytest.approx(max(compute, float(up.bytes) / (r.hbm * p.memory_efficiency)
+                                  + float(up.count) * p.kernel_overhead), rel=1e-9)
