@@ -99,7 +99,7 @@ def kernel_time(k: ops.Kernel, r: Rates, act_bytes: float = 2.0) -> FloatArray:
         if fp8:
             moved = _f(k.bytes) - (act_bytes - r.operand_bytes) * _f(k.batch) * (_f(k.m) * _f(k.k)
                                                                                  + _f(k.k) * _f(k.n))
-        waves = np.where(_f(k.resident) > 0, np.minimum(_f(k.batch), _f(k.resident)), _f(k.batch))
+        waves = k.batch if isinstance(k.resident, float) and k.resident <= 0 else np.minimum(k.batch, k.resident)
         t = roofline.gemm_time(k.flops, moved, k.m, k.n, k.k, waves, peak, r.hbm, p, k.count,
                                r.linear_ratio if fp8 else 1.0)
         if fp8 and k.phase != "dw":  # every product's input: batch x m x k (a grouped GEMM's experts each cast)
