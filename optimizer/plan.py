@@ -22,6 +22,7 @@ from tpopt.models.units import DAY
 from tpopt.optimizer import backends, core, footing, market, outer
 from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.core import TINY_NOTE, TINY_SPACE, tiny_solver  # noqa: F401 (TINY_SPACE: re-exported)
+from tpopt.optimizer.limits import EncodingError
 from tpopt.optimizer.memory_plan import enforce as enforce_memory
 from tpopt.optimizer.ondemand import slice_whole_tables
 from tpopt.optimizer.report import analysis, cp_not_searched, scenario_entry
@@ -189,7 +190,12 @@ def _export(space: Space, req: Request, path: str) -> dict[str, Any]:
     """Write the plan MILP (Pyomo) for another solver; its figures (path, variables, constraints, objective)."""
     from tpopt.optimizer.backends.pyomo_model import export_model  # lazy: start-up time (Pyomo, ortools)
 
-    figures: dict[str, Any] = export_model(space, req, path)
+    try:
+        figures: dict[str, Any] = export_model(space, req, path)
+    except EncodingError as exc:  # the formulation is refused before any file is made: nothing is written
+        raise InputError(f"--export {path}: the plan MILP of this scenario cannot be written so that another "
+                         f"solver reads it reliably ({exc}); nothing written (tpopt solve without --export "
+                         "solves it exactly)") from None
     return figures
 
 

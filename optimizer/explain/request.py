@@ -40,10 +40,11 @@ def infeasibility(sc: Scenario, space: Space, backend: str | Solver, req: Reques
     ctx = Context.of(sc, backend, req, enforced, raw, catalog)
     out: dict[str, Any] = {}
     try:
-        tell("a minimal set of conflicting constraints")
-        core = minimal_conflict(space, ctx.backend, req, ctx.enforced, ctx=ctx) or []
-        tell("the plans closest to each conflicting constraint")
-        detail = conflict_detail(ctx, core)
+        with clock_of(req).stoppable("finding the conflict", keep_finished=True):  # tables stop at a slice
+            tell("a minimal set of conflicting constraints")
+            core = minimal_conflict(space, ctx.backend, req, ctx.enforced, ctx=ctx) or []
+            tell("the plans closest to each conflicting constraint")
+            detail = conflict_detail(ctx, core)
     except (Undecided, TimeLimitReached):  # the verdict stands; the explanation is cut short, and says so
         core, detail = [], []
         out["conflict_status"] = "time limit reached"
