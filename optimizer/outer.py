@@ -454,9 +454,11 @@ def solve_stages(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Re
         best: Evaluation | None = None
         decided = True
         for b in batch_choices(st.sc):
-            r = core.solve(_limits_free(at_batch(st.sc, b), deadline), solver,
-                      Request(objective="time", enforce=own, time_limit=req.time_limit, seed=req.seed,
-                              workers=req.workers, clock=clock))
+            free = _limits_free(at_batch(st.sc, b), deadline)
+            space = Space.from_scenario(free)  # a tiny stage is proven by its enumeration, as tpopt solve does
+            r = core.solve(free, core.tiny_solver(space, solver, req.method, req.solver_named),
+                           Request(objective="time", enforce=own, time_limit=req.time_limit, seed=req.seed,
+                                   workers=req.workers, clock=clock), space=space)
             decided &= r.status in (Status.OPTIMAL, Status.INFEASIBLE)
             if r.best is not None and (best is None or objective_key(r.best, "time") < objective_key(best, "time")):
                 best = r.best

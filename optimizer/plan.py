@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from tpopt.errors import InputError
@@ -115,7 +116,7 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
     if bs:
         result = bs.result
     else:
-        run = tiny_solver(space, solver, req.method)
+        run = tiny_solver(space, solver, req.method, req.solver_named)
         if analyse:  # the analysis reads the whole tables: an on-demand solve's layout groups slice them
             slice_whole_tables(space)
         result = core.solve(sc, run, req, space=space)
@@ -239,7 +240,7 @@ def conflict_space(bs: outer.BatchSolve, sc: Scenario) -> Space:
 
 def _market(sc: Scenario, solver: Solver, req: Request) -> PlanReport:
     """The best plan over the scenario's offers (:mod:`tpopt.optimizer.market`), its offer and spot figures."""
-    ms = market.solve_market(sc, solver, req, tiny_solver)
+    ms = market.solve_market(sc, solver, req, partial(tiny_solver, named=req.solver_named))
     out: dict[str, Any] = {"status": ms.result.status.value, "objective": ms.result.objective,
                            "solver": ms.result.solver.as_dict()}
     view = ms.pick.sc if ms.pick else sc

@@ -74,7 +74,7 @@ def explain_request(sc: Scenario, backend: str | Solver = "cpsat", req: Request 
     space = Space.from_scenario(sc)
     tell("the optimum")
     solver = resolve(backend)  # the name resolved once (after the space, whose errors come first)
-    run = tiny_solver(space, solver, req.method)  # as tpopt solve: a tiny space's plans all evaluated
+    run = tiny_solver(space, solver, req.method, req.solver_named)  # as tpopt solve: a tiny space's plans all evaluated
     result = solve_space(sc, run, req, space=space)
     if run != solver:
         result.solver.note = TINY_NOTE
