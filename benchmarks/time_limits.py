@@ -18,6 +18,15 @@ process, for each solver given (``--solver cpsat,highs,enumerate``), after impor
 once: the time past the limit is then the checkpoints' granularity alone (no interpreter start, no import).
 
     .venv/bin/python benchmarks/time_limits.py --in-process --limit 3 --solver enumerate --example gpt3-175b-widest
+
+``--paths``: the paths besides a plain solve, each as a user runs it, at each limit given (``--limits 1,2``): the
+infeasible explanation (``tpopt explain`` and ``tpopt solve`` of the widest GPT-3 example at a 5-day deadline: the
+conflict, then one relaxation per input), a market solve with ``--confidence`` (``--hw all``), the staged
+long-context example, and the API (``tpopt.solve(..., time_limit=T)`` of that infeasible request, the call's own
+wall time, imports excluded). One line each: wall time, the time past the limit, the bound max(0.5 s, 10 %),
+the status and whether the clock was reached.
+
+    .venv/bin/python benchmarks/time_limits.py --paths --limits 0.1,1,2
 """
 
 from __future__ import annotations
@@ -92,13 +101,94 @@ def in_process(examples: list[Path], limit: float, solvers: list[str]) -> int:
     return 0
 
 
+GPT3, LONG = ROOT / "examples" / "gpt3-175b-widest.toml", ROOT / "examples" / "llama3-8b-long-context.toml"
+PATHS = [  # (name, the command's arguments; None: the API)
+    ("explain infeasible", ["explain", "--scenario", str(GPT3), "--deadline", "5d"]),
+    ("solve infeasible", ["solve", "--scenario", str(GPT3), "--deadline", "5d"]),
+    ("market + confidence", ["solve", "--scenario", str(GPT3), "--hw", "all", "--confidence", "90%"]),
+    ("staged", ["solve", "--scenario", str(LONG)]),
+    ("API solve infeasible", None),
+]
+API = """
+import json, sys, time, warnings
+warnings.simplefilter("ignore")
+import highspy, tpopt
+from ortools.sat.python import cp_model
+solve = tpopt.solve  # the API module is imported lazily: here, not inside the timed call
+t0 = time.perf_counter()
+r = solve(sys.argv[1], deadline="5d", time_limit=float(sys.argv[2]))
+print(json.dumps({"wall_s": time.perf_counter() - t0, "status": r.status.value,
+                  "solver": r.report["solver"], "relaxations": r.report.get("relaxations", [])}))
+"""
+
+
+def run_path(args: list[str] | None, limit: float) -> dict:
+    """One path at ``limit``: wall time (the process's; the API call's own), status, the clock reached, and how
+    many relaxations the limit left undecided."""
+    if args is None:
+        t0 = time.perf_counter()
+        p = subprocess.run([sys.executable, "-c", API, str(GPT3), f"{limit:g}"], capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+    else:
+        t0 = time.perf_counter()
+        p = subprocess.run([sys.executable, "-m", "tpopt", *args, "--time-limit", f"{limit:g}s", "--json"],
+                           capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+    try:
+        d = json.loads(p.stdout)
+    except json.JSONDecodeError:
+        return {"wall_s": wall, "status": f"rc {p.returncode}: {p.stderr.strip().splitlines()[-1:]}", "reached": None,
+                "undecided": None}
+    wall = d.get("wall_s", wall) if args is None else wall
+    s = d.get("solver") or {}
+    rel = d.get("relaxations") or []
+    return {"wall_s": wall, "status": d.get("status"), "reached": s.get("time_limit_reached"),
+            "undecided": sum(1 for r in rel if r.get("helps") is None), "relaxations": len(rel)}
+
+
+def start_s(runs: int = 3) -> float:
+    """What a command spends before its entry point, where its limit starts counting: the interpreter's start
+    and importing the command line (best of ``runs``)."""
+    best = math.inf
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import tpopt.cli.main"], check=True)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def paths(limits: list[float]) -> int:
+    """Each path of :data:`PATHS` at each limit: the time past it against max(0.5 s, 10 %); for a command, also
+    past its entry point (its wall time less :func:`start_s`)."""
+    start = start_s()
+    print(f"before a command's entry point (interpreter start, importing the command line): {start:.2f} s")
+    print(f"{'path':<22} {'limit s':>7} {'wall s':>7} {'past s':>7} {'past entry':>10} {'allowed':>7}  "
+          f"{'status':<10} {'reached':<7} undecided relaxations")
+    worst = -math.inf
+    for name, args in PATHS:
+        for limit in limits:
+            r = run_path(args, limit)
+            past, allowed = r["wall_s"] - limit, max(0.5, 0.1 * limit)
+            entry = past - (start if args is not None else 0.0)
+            worst = max(worst, entry - allowed)
+            und = "-" if not r.get("relaxations") else f"{r['undecided']} of {r['relaxations']}"
+            print(f"{name:<22} {limit:>7g} {r['wall_s']:>7.2f} {past:>7.2f} {entry:>10.2f} {allowed:>7.2f}  "
+                  f"{str(r['status']):<10} {'yes' if r['reached'] else 'no':<7} {und}", flush=True)
+    print(f"largest time past the bound, counted from the entry point: {worst:+.2f} s")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--limit", type=float, default=1.0, help="--time-limit in seconds (default 1)")
     ap.add_argument("--solver", default=None, help="--solver (default: each command's default)")
     ap.add_argument("--example", action="append", default=[], help="an example's name (default: every one)")
     ap.add_argument("--in-process", action="store_true", help="through the API in this process (see above)")
+    ap.add_argument("--paths", action="store_true", help="explain, market + confidence, staged, API (see above)")
+    ap.add_argument("--limits", default="1,2", help="--paths: the limits in seconds, comma-separated (default 1,2)")
     a = ap.parse_args(argv)
+    if a.paths:
+        return paths([float(x) for x in a.limits.split(",")])
     examples = sorted((ROOT / "examples").glob("*.toml"))
     if a.example:
         examples = [e for e in examples if e.stem in a.example]

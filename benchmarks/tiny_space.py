@@ -9,7 +9,7 @@ one process after importing the solver libraries once, the wall time of the enum
 ``[search]`` widened step by step, once with the flat step-time model (``hardware.efficiency``) and once with the
 per-operation model (no efficiency: catalogs/performance.toml). Each space is solved from a fresh ``Space`` (its
 tables included), best of ``--repeat`` runs. The rule in ``tpopt.optimizer.core.tiny_solver`` follows these
-figures (docs/solvers.md).
+figures (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def tiny_solver(space: Space, solver: Solver, method: str = "auto", named: bool 
     (``--solver``) is replaced only on flat spaces, where enumeration is measured faster at every size up
     to :data:`TINY_SPACE`; on per-operation spaces, whose every plan simulates its pipeline, it is not
     (benchmarks/tiny_space.py: 4,096 plans enumerated in 4.2 s where CP-SAT takes 0.35 s and HiGHS 0.26 s;
-    docs/solvers.md). The default solver is still replaced there: the stages of the long-context
+    docs/benchmarks.md). The default solver is still replaced there: the stages of the long-context
     example are enumerated in 2.5 s and 0.3 s where CP-SAT takes 17 s and 29 s."""
     if solver.capabilities.tiny_by_enumeration and method == "auto" and space.size() <= TINY_SPACE \
             and space.cheap_pipeline() and not (named and T.per_op_model(space.sc)):

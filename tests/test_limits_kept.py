@@ -172,3 +172,23 @@ def test_market_api_without_a_clock_shares_one_over_every_offer(monkeypatch):
     monkeypatch.setattr(core, "solve", spy)
     r = tpopt.solve(EX / "design-case.toml", hw="all", time_limit=60.0)
     assert r.status == Status.OPTIMAL and len(seen) == 1
+
+
+def test_the_api_limit_counts_from_the_call_scenario_loading_included(monkeypatch):
+    # the clock starts when tpopt.solve is called, not when a phase first reads it: a scenario that takes longer
+    # to load than the limit leaves nothing to solve (before, the limit started after the loading)
+    import time
+
+    from tpopt import api
+
+    real = api._scenario_of
+
+    def slow(source, inputs):
+        time.sleep(0.3)
+        return real(source, inputs)
+
+    monkeypatch.setattr(api, "_scenario_of", slow)
+    r = tpopt.solve(EX / "design-case.toml", time_limit=0.2)
+    assert r.status == Status.UNKNOWN and r.report["solver"]["time_limit_reached"]
+    ex = tpopt.explain(EX / "design-case.toml", max_cards=16, time_limit=0.2)
+    assert ex.status == "unknown"
