@@ -256,7 +256,7 @@ def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
              "values rounded towards feasibility and re-solved):"]
     width = max(len(r["parameter"]) for r in rels)
     for r in rels:
-        now = _qty(r["current"], r["unit"]) if r["parameter"] != "accelerator" else r["current"]
+        now = _qty(r["current"], r["unit"]) if r["parameter"] != "accelerator" else (r["current"] or "-")
         if r.get("current_by_card"):  # several candidate cards: each one's value, not the first's
             now = ", ".join(f"{k} {_num(v)}" for k, v in r["current_by_card"].items()) + f" {r['unit']}"
         lines.append(f"  {r['parameter']:<{width}}  now {now}: {_needed(r)}")
