@@ -256,7 +256,7 @@ def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
              "values rounded towards feasibility and re-solved):"]
     width = max(len(r["parameter"]) for r in rels)
     for r in rels:
-        now = _qty(r["current"], r["unit"]) if r["parameter"] != "accelerator" else r["current"]
+        now = _qty(r["current"], r["unit"]) if r["parameter"] != "accelerator" else (r["current"] or "-")
         if r.get("current_by_card"):  # several candidate cards: each one's value, not the first's
             now = ", ".join(f"{k} {_num(v)}" for k, v in r["current_by_card"].items()) + f" {r['unit']}"
         lines.append(f"  {r['parameter']:<{width}}  now {now}: {_needed(r)}")
@@ -523,7 +523,15 @@ def market_infeasible_lines(out: dict[str, Any]) -> list[str]:
     """No offer admits a plan: each offer's status (the relaxations of one space do not span offers)."""
     m = out["market"]
     lines = [f"No plan on any offer (status {out['status']}; as of {m['as_of']}):"]
+    if (out.get("solver") or {}).get("time_limit_reached"):  # not a proof: the offers were cut short
+        lines = [f"No plan found on any offer within the time limit (status {out['status']}: not decided; "
+                 f"as of {m['as_of']}):"]
     lines += [f"  {r['offer']}: {r['status']}" for r in m["offers"]]
+    if (out.get("solver") or {}).get("time_limit_reached"):
+        phase = out["solver"].get("limit_phase")
+        lines.append(f"Time limit reached{f' while {phase}' if phase else ''}: give it more time (--time-limit) "
+                     "to decide the offers marked unknown.")
+        return lines
     lines.append("Each offer is at most its available cards (market.available) and under the site power cap "
                  "(power.site); relax the deadline, the budget or the caps, or add offers (tpopt catalog offers).")
     return lines
@@ -553,6 +561,8 @@ def market_lines(out: dict[str, Any]) -> list[str]:
         cap = ""
         if w["cap_mw"] is not None:
             verdict = "binds: without it a better plan exists" if w["binding"] else "does not bind"
+            if w["binding"] is None:
+                verdict = "not decided (time limit reached)"
             cap = f"; site cap {w['cap_mw']:,.1f} MW ({w['cap_cards']:,} cards), {verdict}"
         lines.append(f"Power: {w['site_mw']:,.2f} MW at the site ({w['it_mw']:,.2f} MW IT x PUE {w['pue']:g}; "
                      f"{w['card_w']:g} W per card, {w['host_overhead_w']:g} W per host); energy "

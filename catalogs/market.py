@@ -24,7 +24,7 @@ from typing import Any, ClassVar, NamedTuple
 from tpopt.catalogs.declare import Kind, duration, key, number, quantity, raw, read_entry, whole
 from tpopt.catalogs.tables import check_keys, read_text_capped
 from tpopt.errors import InputError
-from tpopt.models.market import MARKETS, RESERVED, SPOT, Offer, Power, Storage
+from tpopt.models.market import MARKETS, RESERVED, SPOT, Offer, Power, Storage, unique_ids
 from tpopt.models.units import HOUR, parse_duration, parse_int, parse_number
 
 BUILTIN = Path(__file__).resolve().parent / "offers.toml"
@@ -331,6 +331,7 @@ def load_market(extra_dirs: Sequence[str | PathLike[str]] = (), accelerators: se
                              source=pw.source)
     for name, t in offers.items():
         m.offers[name] = build_offer(name, t, m, accelerators)
+    m.offers = unique_ids(m.offers)
     return m
 
 

@@ -271,6 +271,11 @@ def market_options(table: dict[str, Any] | None, cat: Catalog, accelerators: tup
     else:
         by = {**{o.id: o for o in cat.market.offers.values()}, **cat.market.offers}  # by id or by name
         unknown = [n for n in as_list(names, "market.offers") if n not in by]
+        for n in unknown:  # the id several offers share without their suffix: say which ones it could mean
+            same = [f"{k} ({o.id})" for k, o in cat.market.offers.items() if o.tag and o.id.split("#")[0] == n]
+            if same:
+                raise InputError(f"market.offers: {n} is the id of {len(same)} offers: {', '.join(same)}; name one "
+                                 "by its catalog name or its id with the #suffix")
         if unknown:
             raise InputError(f"market.offers: unknown offer(s) {', '.join(map(str, unknown))} (tpopt catalog offers)")
         chosen = list(dict.fromkeys(by[n] for n in as_list(names, "market.offers")))
