@@ -38,6 +38,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from tpopt.errors import InputError
+from tpopt.models.evidence import Evidence
 from tpopt.models.numeric import FloatArray, Floats
 from tpopt.models.units import DAY, HOUR
 
@@ -86,8 +87,10 @@ SLOW_RATE_PER_CARD_S = 1.0 / (10_000 * DAY)
 class Risk:
     """Inputs of the distribution beyond the checkpoint and failure ones (``[risk]``); each a stated default.
 
-    ``step_sigma`` None: the accelerator's ``residual_sigma`` from performance.toml when a calibration
-    wrote one, else :data:`DEFAULT_STEP_SIGMA`. ``preempt_*``: spot preemptions (0: none; the market
+    ``step_sigma`` None: with ``evidence`` (the catalog's uncertainty table) each plan's own sigma by its
+    distance from the evidence (tpopt.models.evidence, tpopt.models.terms.step_sigma); without, the
+    accelerator's ``residual_sigma`` from performance.toml when a calibration wrote one, else
+    :data:`DEFAULT_STEP_SIGMA`. ``preempt_*``: spot preemptions (0: none; the market
     issue sets them)."""
 
     step_sigma: float | None = None
@@ -96,6 +99,7 @@ class Risk:
     slow_duration_s: float = SLOW_DURATION_S
     preempt_rate_per_card_s: float = 0.0
     reacquire_s: float = 0.0
+    evidence: Evidence | None = None  # the uncertainty table (catalogs/uncertainty.toml); None: the catalog sigmas
 
     def __post_init__(self) -> None:
         for name in ("slow_rate_per_card_s", "slow_duration_s", "preempt_rate_per_card_s", "reacquire_s"):

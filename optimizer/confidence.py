@@ -39,7 +39,7 @@ PROGRESS_MARKS = (0.25, 0.5, 0.75)
 def law_of(sc: Scenario, ev: Evaluation) -> Fn.Distribution:
     """The finish-time distribution of an evaluated plan."""
     p = ev.plan
-    return T.finish_law(sc, p.accelerator, p.save_mode, p.cards, p.save_interval_s, ev.metrics["step_s"])
+    return T.finish_law(sc, p.accelerator, p.save_mode, p.cards, p.save_interval_s, ev.metrics["step_s"], p.ep)
 
 
 def dominant(shares: dict[str, float]) -> str:

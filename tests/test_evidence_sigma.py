@@ -1,0 +1,218 @@
+"""Uncertainty by distance from the evidence (issue 35 items 1-2): the combination rule, the catalog table,
+each plan's own sigma in the chance constraint, and the flags in text and JSON.
+
+The property the issue asks for is derived here, not pinned: over the catalog's accelerators, a card no run
+was fitted on that wins at nominal with a deadline margin smaller than its own uncertainty (z_95 x sigma)
+loses, or needs more cards, at ``--confidence 95%``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from scipy import stats
+
+from tpopt.catalogs import load_catalog
+from tpopt.catalogs.scenario import build_scenario
+from tpopt.catalogs.uncertainty import load_evidence, parse
+from tpopt.cli.main import cli
+from tpopt.errors import InputError
+from tpopt.models import evidence as E
+from tpopt.models import families as F
+from tpopt.models import terms as T
+from tpopt.optimizer import core
+from tpopt.optimizer.result import Request
+
+ROOT = Path(__file__).resolve().parents[1]
+CAT = load_catalog()
+EV = load_evidence()
+Z95 = float(stats.norm.ppf(0.95))
+
+
+def run(*args, ok=True):
+    kw = {"mix_stderr": False} if "mix_stderr" in inspect.signature(CliRunner.__init__).parameters else {}
+    r = CliRunner(**kw).invoke(cli, [str(a) for a in args], catch_exceptions=False)
+    if ok:
+        assert r.exit_code == 0, r.stderr
+    return r
+
+
+def raw(acc, stack="megatron-core", model="llama3-8b", precision="bf16-mixed", seq=8192, **extra):
+    r = {"model": {"name": model}, "task": {"tokens": "2T", "seq_len": seq, "global_batch": 1536,
+                                            "precision": precision},
+         "schedule": {"deadline": "60d"}, "hardware": {"accelerator": acc, "stack": stack}}
+    r.update(extra)
+    return r
+
+
+# ---------------------------------------------------------------------------------------------- the rule
+
+
+def test_independent_log_errors_add_in_quadrature():
+    # two factors of 0.3 and 0.4 on a base of 0.12: sqrt(0.12^2 + 0.3^2 + 0.4^2), the third factor off
+    got = E.combine(0.12, [0.3, 0.4, 0.5], np.array([[True], [True], [False]]))
+    assert got[0] == pytest.approx(math.sqrt(0.12 ** 2 + 0.3 ** 2 + 0.4 ** 2))
+    assert E.combine(0.05, [0.3], np.array([[False]]))[0] == pytest.approx(0.05)  # nothing applies: the base
+
+
+def test_the_table_states_every_factor_with_a_source():
+    assert {f for f, _, _ in EV.contributions} == set(E.FACTORS)
+    for f, v, src in EV.contributions:
+        assert 0 <= v < 5 and src.strip(), f
+    assert EV.base_source.strip() and EV.memory_source.strip() and 0 < EV.memory_error < 1
+    # a factor the tables do not identify says so, and takes the issue's stated out-of-sample RMS 0.35
+    for _, v, src in EV.contributions:
+        if src.startswith("interim assumption"):
+            assert v == pytest.approx(math.sqrt(0.35 ** 2 - EV.base ** 2), abs=1e-3)
+    with pytest.raises(InputError, match="needs a source"):
+        parse({"step_sigma": {"base": {"value": 0.1}}})
+
+
+def test_a_plan_sigma_grows_with_each_way_it_leaves_the_evidence():
+    c = {f: v for f, v, _ in EV.contributions}
+    h100 = build_scenario(raw("h100-sxm"), CAT)
+    base = max(EV.base, CAT.perf("h100-sxm").residual_sigma)  # the card's own larger leave-one-out spread
+    assert T.step_sigma(h100, "h100-sxm", 64.0)[0] == pytest.approx(base)
+    # torchtitan: no run ran it
+    tt = build_scenario(raw("h100-sxm", stack="torchtitan"), CAT)
+    sigma, source = T.step_sigma(tt, "h100-sxm", 64.0)
+    assert sigma == pytest.approx(math.hypot(base, c[E.STACK])) and "torchtitan not fitted" in source
+    # a card no run was fitted on (MI300X), on an unfitted stack too: both in quadrature
+    assert EV.envelope("mi300x") is None
+    both = build_scenario(raw("mi300x", stack="torchtitan"), CAT)
+    e = T.evidence_of(both, "mi300x", 64.0)
+    assert e["card"] == "prior" and e["stack"] == "not fitted"
+    assert e["sigma"] == pytest.approx(math.sqrt(EV.base ** 2 + c[E.CARD_PRIOR] ** 2 + c[E.STACK] ** 2))
+    assert any("rests on priors" in r for r in e["reasons"])
+    # MoE beyond the experts per card the card was fitted on; within it, no MoE share
+    moe = build_scenario(raw("h100-sxm", model="deepseek-v3", seq=4096), CAT)
+    fitted_e = EV.envelope("h100-sxm").experts_per_card
+    few = 256 / fitted_e  # ep that puts exactly the fitted experts per card on a card
+    assert T.step_sigma(moe, "h100-sxm", 1024.0, few)[0] == pytest.approx(base)
+    assert T.step_sigma(moe, "h100-sxm", 1024.0, few / 2)[0] == pytest.approx(math.hypot(base, c[E.MOE]))
+    # a sequence beyond the longest fitted, a low-precision recipe the card was not fitted on
+    longest = EV.everywhere().seq[1]
+    long = build_scenario(raw("h100-sxm", seq=2 * longest), CAT)
+    assert T.step_sigma(long, "h100-sxm", 64.0)[0] == pytest.approx(math.hypot(base, c[E.SEQ]))
+    assert "mxfp8" not in EV.envelope("b200").recipes
+    mx = build_scenario(raw("b200", precision="mxfp8-mixed"), CAT)
+    b_base = max(EV.base, CAT.perf("b200").residual_sigma)
+    assert T.step_sigma(mx, "b200", 64.0)[0] == pytest.approx(math.hypot(b_base, c[E.PRECISION]))
+    # more cards than the card's largest fitted run: element-wise over the cards
+    top = EV.envelope("h100-sxm").cards_max
+    got = T.step_sigma(h100, "h100-sxm", np.array([top, 2 * top]))[0]
+    assert got == pytest.approx([base, math.hypot(base, c[E.SCALE])])
+
+
+def test_a_given_sigma_overrides_and_the_flat_model_keeps_the_catalog_sigmas():
+    given = build_scenario(raw("mi300x", risk={"step_sigma": 0.2}), CAT)
+    assert T.step_sigma(given, "mi300x", 64.0) == (0.2, "given (risk.step_sigma)")
+    assert T.evidence_of(given, "mi300x", 64.0)["sigma"] == 0.2
+    # the flat model (hardware.efficiency stated: the chapter's) is not what the table measured
+    flat = build_scenario({**raw("mi300x"), "hardware": {"accelerator": "mi300x", "efficiency": 0.4}}, CAT)
+    assert T.step_sigma(flat, "mi300x", 64.0) == T.catalog_sigma(flat, "mi300x")
+    assert T.evidence_of(flat, "mi300x", 64.0)["card"] == "prior"  # the flag holds in both models
+
+
+# ---------------------------------------------------------------------------------------------- the optimizer
+
+
+def _per_op(accs, deadline, confidence=None):
+    r = {"model": {"name": "llama3-8b"}, "task": {"tokens": "2T", "seq_len": 8192, "global_batch": 1536},
+         "schedule": {"deadline": deadline, "reserved": "1d"},
+         "hardware": {"accelerator": list(accs)},
+         "checkpoint": {"write_bandwidth": "20GB/s", "restore": "300s"},
+         "search": {"zero_stage": [1], "tp": [1, 2], "pp": [1], "micro_batch": [1], "save_interval": ["auto"],
+                    "save_mode": ["async"], "max_cards": 4096}}
+    if confidence is not None:
+        r["schedule"]["confidence"] = confidence
+    return build_scenario(r, CAT)
+
+
+def test_a_prior_card_that_wins_at_nominal_pays_for_its_uncertainty_at_95():
+    """Each priced catalog card no run was fitted on, against the fitted H100: where it wins the nominal solve
+    with a deadline margin ln((D - R) / (T - R)) below z_95 x its own sigma, the 95 % solve picks another card
+    or more cards of it (its plan must absorb e^(z sigma) of step-time error)."""
+    checked = []
+    for acc in CAT.accelerators:
+        if EV.envelope(acc) is not None or CAT.accelerator(acc).price_card_hour is None:
+            continue
+        sc = _per_op([acc, "h100-sxm"], "8d")
+        nominal = core.solve(sc, "enumerate", Request(objective="cost"))
+        if nominal.best is None or nominal.best.plan.accelerator != acc:
+            continue
+        b = nominal.best
+        room = F.limit(F.DEADLINE, sc) - sc.task.reserved_s
+        margin = math.log(room / (b.metrics["finish_days"] * 86400.0 - sc.task.reserved_s))
+        sigma = T.evidence_of(sc, acc, float(b.plan.cards))["sigma"]
+        assert sigma > 0.3  # a prior card's own sigma is the wide one
+        if margin >= Z95 * sigma:
+            continue
+        sure = core.solve(_per_op([acc, "h100-sxm"], "8d", "95%"), "enumerate", Request(objective="cost"))
+        assert sure.best is not None, acc
+        p = sure.best.plan
+        assert p.accelerator != acc or p.cards > b.plan.cards, (acc, margin, sigma, p)
+        checked.append(acc)
+    assert checked  # the catalog has such a card (the property is exercised, not vacuous)
+
+
+def test_the_chance_table_uses_each_plans_own_sigma():
+    sc = _per_op(["mi300x", "h100-sxm"], "8d", "95%")
+    cards = np.array([512.0, 1024.0])
+    tau = np.array([600.0, 600.0])
+    wide = T.chance_step_max(sc, "mi300x", "async", cards, tau)
+    narrow = T.chance_step_max(sc, "h100-sxm", "async", cards, tau)
+    assert np.all(wide < narrow)  # same figures but the sigma: the prior card's step must be shorter
+
+
+# ---------------------------------------------------------------------------------------------- the reports
+
+
+def _example(tmp_path, hw, extra=""):
+    text = (ROOT / "examples" / "llama3-8b-confidence.toml").read_text()
+    text = text.replace('accelerator = "h100-sxm"', f"accelerator = {json.dumps(hw)}")
+    text = text.replace("efficiency = 0.40", "# the per-operation model").replace(
+        'deadline = "5.2d"', 'deadline = "8d"').replace("max_cards = 1536", "max_cards = 4096").replace(
+        "step_sigma = 0.15", "# step_sigma from the evidence").replace(
+        'confidence = "95%"', "# no confidence") + extra
+    p = tmp_path / "s.toml"
+    p.write_text(text)
+    return p
+
+
+def test_every_report_prints_p_on_time_at_the_plans_own_sigma_with_its_reasons(tmp_path):
+    p = _example(tmp_path, ["mi300x"])
+    d = json.loads(run("solve", "--scenario", p, "--json").stdout)
+    e = d["footing"]["evidence"]
+    assert "finish_distribution" not in d  # no --confidence
+    assert e["card"] == "prior" and e["stack"] == "fitted" and e["sigma"] > 0.3
+    assert any("mi300x rests on priors" in r for r in e["reasons"])
+    assert 0 <= e["p_on_time"] <= 1
+    text = " ".join(run("solve", "--scenario", p).stdout.split())  # the footing wraps its lines
+    assert f"step-time sigma {e['sigma']:.3f}: mi300x rests on priors" in text
+    assert f"P(on time) {e['p_on_time'] * 100:.1f} % at this sigma" in text
+
+
+def test_a_prior_card_chosen_among_fitted_ones_names_the_fitted_option(tmp_path):
+    p = _example(tmp_path, ["mi355x", "h100-sxm"])
+    d = json.loads(run("solve", "--scenario", p, "--json").stdout)
+    e = d["footing"]["evidence"]
+    if d["plan"]["accelerator"] != "mi355x":
+        pytest.skip("the prior card does not win this scenario")
+    alt = e["fitted_alternative"]
+    assert alt["accelerator"] == "h100-sxm"
+    assert alt["within"] == (alt["ratio"] <= math.exp(e["sigma"]))
+    text = " ".join(run("solve", "--scenario", p).stdout.split())
+    if alt["within"]:
+        assert "the card rests on priors; a fitted option is within its uncertainty: h100-sxm" in text
+
+
+def test_memory_within_the_models_error_of_the_limit_may_not_fit():
+    assert E.memory_margin(73.0, 74.0, 0.10) == (pytest.approx(1 / 74), True)
+    assert E.memory_margin(50.0, 74.0, 0.10) == (pytest.approx(24 / 74), False)
