@@ -216,3 +216,51 @@ def test_a_prior_card_chosen_among_fitted_ones_names_the_fitted_option(tmp_path)
 def test_memory_within_the_models_error_of_the_limit_may_not_fit():
     assert E.memory_margin(73.0, 74.0, 0.10) == (pytest.approx(1 / 74), True)
     assert E.memory_margin(50.0, 74.0, 0.10) == (pytest.approx(24 / 74), False)
+
+
+def test_hw_all_flags_the_offers_of_a_card_on_priors_in_text_and_json(tmp_path, capsys, monkeypatch):
+    from tests.test_market import SIX, _cli, catalog_with, json_value, raw_scenario
+
+    raw_ = raw_scenario()
+    del raw_["market"]
+    raw_["hardware"]["accelerator"] = "h100-sxm"
+    p = tmp_path / "s.toml"
+    p.write_text("".join(f"[{t}]\n" + "".join(f"{k} = {json_value(v)}\n" for k, v in body.items())
+                         for t, body in raw_.items()))
+    catalog_with(tmp_path, SIX)
+    argv = ["solve", "--scenario", str(p), "--hw", "all", "--catalog", str(tmp_path / "cat")]
+    code, out, err = _cli([*argv, "--json"], capsys, monkeypatch)
+    assert code == 0, err
+    rows = [r for r in json.loads(out)["market"]["offers"] if "cards" in r]
+    assert EV.envelope("h200") is None and EV.envelope("h100-sxm") is not None
+    assert rows and all(r["priors_only"] == (EV.envelope(r["offer"].split("/")[2]) is None) for r in rows)
+    assert any(r["priors_only"] for r in rows) and not all(r["priors_only"] for r in rows)
+    code, out, err = _cli(argv, capsys, monkeypatch)
+    lines = [line for line in out.splitlines() if "/h200/" in line and "cards" in line]
+    assert lines and all("(priors" in line for line in lines)  # the console may wrap "only" to the next line
+    assert not any("(priors" in line for line in out.splitlines() if "/h100-sxm/" in line)
+
+
+def test_explain_flags_a_suggested_card_on_priors_and_an_illustrative_price_on_its_line():
+    from tpopt.models.evaluate import evaluate, resolve_plan
+    from tpopt.models.plan import Plan
+    from tpopt.optimizer.explain.cost import option_flags
+    from tpopt.presentation import relaxation_lines
+
+    sc = build_scenario(raw("gaudi3"), CAT)
+    ev = evaluate(sc, resolve_plan(sc, Plan(accelerator="gaudi3", cards=64, tp=1, pp=1)))
+    f = option_flags(sc, ev)
+    illustrative = "illustrative" in CAT.accelerator("gaudi3").sources["price_card_hour"].lower()
+    assert f["priors_only"] and f["illustrative_price"] == illustrative and f["sigma"] > EV.base
+    opts = [{"accelerator": "gaudi3", "feasible": True, "cost": 1.0, "cost_unit": "USD", "plan": {"cards": 64},
+             "finish_days": 3.0, **f},
+            {"accelerator": "h100-sxm", "feasible": True, "cost": 2.0, "cost_unit": "USD", "plan": {"cards": 64},
+             "finish_days": 3.0, "priors_only": False, "illustrative_price": False}]
+    rel = {"parameter": "accelerator", "current": "h100-sxm", "unit": "", "helps": True, "required": "gaudi3",
+           "plan": ev.plan_dict(), "finish_days": 3.0, "cost": 1.0, "cost_unit": "USD", "options": opts}
+    text = "\n".join(relaxation_lines([rel]))
+    arrow = next(line for line in text.splitlines() if "->" in line)
+    assert "(priors only)" in arrow and ("(illustrative price)" in arrow) == illustrative
+    catalog = next(line for line in text.splitlines() if "catalog:" in line)
+    assert "(priors only)" in catalog.split(";")[0]
+    assert "(priors only)" not in catalog.split(";")[1]
