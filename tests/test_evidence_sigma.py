@@ -8,20 +8,18 @@ loses, or needs more cards, at ``--confidence 95%``.
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from scipy import stats
 
+from tests.test_confidence_sigma import run
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.catalogs.uncertainty import load_evidence, parse
-from tpopt.cli.main import cli
 from tpopt.errors import InputError
 from tpopt.models import evidence as E
 from tpopt.models import families as F
@@ -33,14 +31,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CAT = load_catalog()
 EV = load_evidence()
 Z95 = float(stats.norm.ppf(0.95))
-
-
-def run(*args, ok=True):
-    kw = {"mix_stderr": False} if "mix_stderr" in inspect.signature(CliRunner.__init__).parameters else {}
-    r = CliRunner(**kw).invoke(cli, [str(a) for a in args], catch_exceptions=False)
-    if ok:
-        assert r.exit_code == 0, r.stderr
-    return r
 
 
 def raw(acc, stack="megatron-core", model="llama3-8b", precision="bf16-mixed", seq=8192, **extra):
