@@ -254,3 +254,23 @@ def test_explain_flags_a_suggested_card_on_priors_and_an_illustrative_price_on_i
     catalog = next(line for line in text.splitlines() if "catalog:" in line)
     assert "(priors only)" in catalog.split(";")[0]
     assert "(priors only)" not in catalog.split(";")[1]
+
+
+def test_the_footing_says_may_not_fit_with_the_margin_in_json_and_text():
+    from tpopt.models.evaluate import evaluate, resolve_plan
+    from tpopt.models.plan import Plan
+    from tpopt.optimizer.footing import footing
+    from tpopt.presentation import footing_lines
+
+    sc = build_scenario(raw("h100-sxm"), CAT)
+    ev = evaluate(sc, resolve_plan(sc, Plan(accelerator="h100-sxm", cards=64, tp=1, pp=1)))
+    limit = F.limit(F.MEMORY_PER_CARD, sc, "h100-sxm")
+    near = limit * (1 - EV.memory_error / 2)  # half the memory model's error below the limit
+    f = footing(sc, ev.plan_dict(), ev.metrics["step_s"], near)
+    m = f["evidence"]["memory"]
+    assert m["may_not_fit"] and m["margin"] == pytest.approx(EV.memory_error / 2) and m["source"]
+    text = " ".join(" ".join(footing_lines(f)).split())
+    assert f"memory MAY NOT FIT: peak {near / 2 ** 30:.1f} of {limit / 2 ** 30:.1f} GiB, margin " \
+           f"{EV.memory_error / 2 * 100:.1f} %" in text
+    far = footing(sc, ev.plan_dict(), ev.metrics["step_s"], limit * (1 - 2 * EV.memory_error))
+    assert not far["evidence"]["memory"]["may_not_fit"] and "MAY NOT FIT" not in " ".join(footing_lines(far))
