@@ -60,8 +60,8 @@ DEFAULT_STEP_SIGMA = 0.082
 """The catalog sigmas (the flat model's, and where no uncertainty table is attached; under the per-operation
 model each plan's own sigma comes from catalogs/uncertainty.toml by its distance from the evidence,
 tpopt.models.evidence). Log-sd of measured / predicted step time on a card no validation table covers
-(no ``residual_sigma`` in performance.toml, no calibration of one's own): the largest per-table RMS of ln(1 + error) over the
-leave-one-source-out predictions, the modern table's (:data:`VALIDATION_LOSO_ERRORS`: 0.082; the A100
+(no ``residual_sigma`` in performance.toml, no calibration of one's own): the largest per-table RMS of
+ln(1 + error) over the leave-one-source-out predictions, the modern table's (:data:`VALIDATION_LOSO_ERRORS`: 0.082; the A100
 tables' are 0.035). benchmarks/validate_published.py prints it. Covered cards ship their own leave-one-out
 RMS (``residual_sigma``: A100 0.030, H100 0.070; B200 and GB200, under 4 runs each, this default), with
 the stacks it was measured on (``residual_sigma_stacks``); ``tpopt calibrate`` replaces it with a
