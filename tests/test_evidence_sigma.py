@@ -19,6 +19,7 @@ from scipy import stats
 from tests.test_confidence_sigma import run
 from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import build_scenario
+from tpopt.catalogs.stacks import stack_names
 from tpopt.catalogs.uncertainty import load_evidence, parse
 from tpopt.errors import InputError
 from tpopt.models import evidence as E
@@ -66,16 +67,18 @@ def test_the_table_states_every_factor_with_a_source():
 
 def test_a_plan_sigma_grows_with_each_way_it_leaves_the_evidence():
     c = {f: v for f, v, _ in EV.contributions}
+    every = EV.everywhere()
     h100 = build_scenario(raw("h100-sxm"), CAT)
     base = max(EV.base, CAT.perf("h100-sxm").residual_sigma)  # the card's own larger leave-one-out spread
     assert T.step_sigma(h100, "h100-sxm", 64.0)[0] == pytest.approx(base)
-    # torchtitan: no run ran it
-    tt = build_scenario(raw("h100-sxm", stack="torchtitan"), CAT)
-    sigma, source = T.step_sigma(tt, "h100-sxm", 64.0)
-    assert sigma == pytest.approx(math.hypot(base, c[E.STACK])) and "torchtitan not fitted" in source
+    # a stack no run ran (of the catalog's stacks, one outside every envelope)
+    unfitted = next(s for s in stack_names() if s not in every.stacks)
+    off = build_scenario(raw("h100-sxm", stack=unfitted), CAT)
+    sigma, source = T.step_sigma(off, "h100-sxm", 64.0)
+    assert sigma == pytest.approx(math.hypot(base, c[E.STACK])) and f"{unfitted} not fitted" in source
     # a card no run was fitted on (MI300X), on an unfitted stack too: both in quadrature
     assert EV.envelope("mi300x") is None
-    both = build_scenario(raw("mi300x", stack="torchtitan"), CAT)
+    both = build_scenario(raw("mi300x", stack=unfitted), CAT)
     e = T.evidence_of(both, "mi300x", 64.0)
     assert e["card"] == "prior" and e["stack"] == "not fitted"
     assert e["sigma"] == pytest.approx(math.sqrt(EV.base ** 2 + c[E.CARD_PRIOR] ** 2 + c[E.STACK] ** 2))
@@ -84,16 +87,18 @@ def test_a_plan_sigma_grows_with_each_way_it_leaves_the_evidence():
     moe = build_scenario(raw("h100-sxm", model="deepseek-v3", seq=4096), CAT)
     fitted_e = EV.envelope("h100-sxm").experts_per_card
     few = 256 / fitted_e  # ep that puts exactly the fitted experts per card on a card
-    assert T.step_sigma(moe, "h100-sxm", 1024.0, few)[0] == pytest.approx(base)
-    assert T.step_sigma(moe, "h100-sxm", 1024.0, few / 2)[0] == pytest.approx(math.hypot(base, c[E.MOE]))
-    # a sequence beyond the longest fitted, a low-precision recipe the card was not fitted on
-    longest = EV.everywhere().seq[1]
-    long = build_scenario(raw("h100-sxm", seq=2 * longest), CAT)
-    assert T.step_sigma(long, "h100-sxm", 64.0)[0] == pytest.approx(math.hypot(base, c[E.SEQ]))
-    assert "mxfp8" not in EV.envelope("b200").recipes
-    mx = build_scenario(raw("b200", precision="mxfp8-mixed"), CAT)
+    assert T.step_sigma(moe, "h100-sxm", 64.0, few)[0] == pytest.approx(base)
+    assert T.step_sigma(moe, "h100-sxm", 64.0, few / 2)[0] == pytest.approx(math.hypot(base, c[E.MOE]))
+    # a sequence beyond the longest fitted anywhere (on A100, whose own envelope is at 2,048)
+    a100 = max(EV.base, CAT.perf("a100-80gb-sxm").residual_sigma)
+    longest = every.seq[1]
+    long = build_scenario(raw("a100-80gb-sxm", seq=2 * longest, stack="megatron-lm-2021"), CAT)
+    assert T.step_sigma(long, "a100-80gb-sxm", 64.0)[0] == pytest.approx(math.hypot(a100, c[E.SEQ]))
+    # a low-precision recipe the card was not fitted on
+    recipe = next(r for r in ("nvfp4", "mxfp8", "fp8") if r not in EV.envelope("b200").recipes)
+    low = build_scenario(raw("b200", precision=f"{recipe}-mixed"), CAT)
     b_base = max(EV.base, CAT.perf("b200").residual_sigma)
-    assert T.step_sigma(mx, "b200", 64.0)[0] == pytest.approx(math.hypot(b_base, c[E.PRECISION]))
+    assert T.step_sigma(low, "b200", 64.0)[0] == pytest.approx(math.hypot(b_base, c[E.PRECISION]))
     # more cards than the card's largest fitted run: element-wise over the cards
     top = EV.envelope("h100-sxm").cards_max
     got = T.step_sigma(h100, "h100-sxm", np.array([top, 2 * top]))[0]
@@ -222,13 +227,13 @@ def test_hw_all_flags_the_offers_of_a_card_on_priors_in_text_and_json(tmp_path, 
     code, out, err = _cli([*argv, "--json"], capsys, monkeypatch)
     assert code == 0, err
     rows = [r for r in json.loads(out)["market"]["offers"] if "cards" in r]
-    assert EV.envelope("h200") is None and EV.envelope("h100-sxm") is not None
     assert rows and all(r["priors_only"] == (EV.envelope(r["offer"].split("/")[2]) is None) for r in rows)
     assert any(r["priors_only"] for r in rows) and not all(r["priors_only"] for r in rows)
     code, out, err = _cli(argv, capsys, monkeypatch)
-    lines = [line for line in out.splitlines() if "/h200/" in line and "cards" in line]
-    assert lines and all("(priors" in line for line in lines)  # the console may wrap "only" to the next line
-    assert not any("(priors" in line for line in out.splitlines() if "/h100-sxm/" in line)
+    offers = {r["offer"]: r["priors_only"] for r in rows}
+    shown = [(o, line) for line in out.splitlines() for o in offers if f" {o} " in line and "cards" in line]
+    assert shown and all(("(priors" in line) == offers[o] for o, line in shown)  # "only" may wrap
+    assert any(offers[o] for o, _ in shown)
 
 
 def test_explain_flags_a_suggested_card_on_priors_and_an_illustrative_price_on_its_line():
