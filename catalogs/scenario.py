@@ -52,6 +52,7 @@ from tpopt.catalogs.schema import (
     targets,
 )
 from tpopt.catalogs.stacks import stack_profile
+from tpopt.catalogs.uncertainty import load_evidence
 from tpopt.errors import InputError
 from tpopt.models.arch import ModelArch
 from tpopt.models.finish import Risk
@@ -399,7 +400,7 @@ def _risk(rk: RiskKeys) -> Risk:
     """[risk]: the distribution's inputs (rates per card-day -> per card-second)."""
     return Risk(step_sigma=rk.step_sigma, slow_rate_per_card_s=rk.slow_per_card_day / DAY, slow_factor=rk.slow_factor,
                 slow_duration_s=rk.slow_duration, preempt_rate_per_card_s=rk.preempt_per_card_day / DAY,
-                reacquire_s=rk.reacquire)
+                reacquire_s=rk.reacquire, evidence=load_evidence())
 
 
 def _reliability(ck: CheckpointKeys, st: StragglerKeys) -> Reliability:

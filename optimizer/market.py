@@ -314,8 +314,9 @@ def market_entries(ms: MarketSolve, sc: Scenario) -> dict[str, Any]:
         row: dict[str, Any] = {"offer": r.offer.id, "status": r.status.value, "method": r.method,
                                "solves": r.solves, "notes": M.price_notes(r.offer, as_of)}
         if r.best is not None:
+            e = T.evidence_of(r.sc, r.best.plan.accelerator, float(r.best.plan.cards), float(r.best.plan.ep))
             row.update({"cards": r.best.plan.cards, "finish_days": r.best.metrics["finish_days"],
-                        "cost": r.best.metrics["cost"]})
+                        "cost": r.best.metrics["cost"], "priors_only": e["card"] == "prior", "step_sigma": e["sigma"]})
         rows.append(row)
     out: dict[str, Any] = {"as_of": as_of, "offers": rows, "offer": None}
     if ms.pick is not None and ms.pick.best is not None:

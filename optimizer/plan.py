@@ -157,6 +157,8 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
         out["finish_distribution"] = distribution_entry(view, best, solver, req, step_up=analyse, whole=sc,
                                                         solve=_chosen)
     out["footing"] = footing.of_evaluation(view, out)
+    if analyse and len(view.systems) > 1:  # a prior card chosen among fitted ones: the fitted option, named
+        out["footing"]["evidence"]["fitted_alternative"] = footing.fitted_alternative(view, best, solver, req)
     if analyse:
         cp = cp_not_searched(view, solver, req, best)
         if cp is not None:
