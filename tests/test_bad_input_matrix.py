@@ -214,7 +214,7 @@ CLI_ROWS = [
     ("max-cost-negative", BASE_SOLVE + ["--max-cost", "-5"], "must not be negative"),
     ("max-cost-word", BASE_SOLVE + ["--max-cost", "cheap"], "cannot read"),
     ("scenario-directory", ["solve", "--scenario", "{D}"], "directory"),
-    ("scenario-dev-zero", ["solve", "--scenario", "/dev/zero"], "larger than the bound"),
+    ("scenario-dev-zero", ["solve", "--scenario", "/dev/zero"], "is a device, not a regular file"),  # issue 42: regular files only
     ("scenario-missing", ["solve", "--scenario", "{T}/none.toml"], "not found"),
     ("rl-time-limit-nan", ["rl", "--scenario", "{R}", "--time-limit", "nan"], "--time-limit"),
     ("rl-time-limit-negative", ["rl", "--scenario", "{R}", "--time-limit", "-5"], "--time-limit"),
