@@ -67,6 +67,8 @@ def export(fmt: str, plan_path: str | None, out: str | None, force: bool, **kw: 
         plan = plan_from(sc, kw)
     ev = evaluate(sc, plan)
     text = export_text(fmt, sc, ev)
+    if out:  # written before any note: a failed write stays one line
+        write_atomic(out, text, "--out")
     if note:  # on stderr: stdout is the launch configuration alone
         click.echo(f"tpopt: {note}", err=True)
     if not ev.feasible:
@@ -75,7 +77,6 @@ def export(fmt: str, plan_path: str | None, out: str | None, force: bool, **kw: 
     if not out:
         click.echo(text, nl=False)
         return
-    write_atomic(out, text, "--out")
     click.echo(f"tpopt: wrote {out} ({fmt})", err=True)
 
 

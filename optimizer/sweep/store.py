@@ -249,6 +249,7 @@ class SweepStore:
         self.path = check_output_path(path)
         self.fmt = self.path.suffix.lower()
         self.journal = self.path if self.fmt == ".csv" else self.path.with_name(self.path.name + ".journal.csv")
+        refuse_symlink(self.journal, "--out journal")
         self.fingerprint = fingerprint_
         self.force = force
         self._fd: int | None = None
