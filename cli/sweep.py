@@ -47,7 +47,7 @@ from tpopt.optimizer import backends
 from tpopt.optimizer import sweep as sw
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.sweep import case_label
-from tpopt.optimizer.sweep.executor import parse_cluster, require_dask
+from tpopt.optimizer.sweep.executor import parse_cluster, plain_tcp_note, require_dask
 from tpopt.optimizer.sweep.rows import case_of
 from tpopt.presentation import sweep_footing_lines
 
@@ -304,8 +304,11 @@ def sweep(solver: str | None, time_limit: str | float | None, workers: int | Non
         if workers is not None:
             raise InputError("--workers sets local worker processes; with --cluster the cluster's workers run the "
                              "points (local:N for N local ones)")
-        parse_cluster(cluster)
+        kind, where = parse_cluster(cluster)
         require_dask()
+        warning = plain_tcp_note(str(where)) if kind == "address" and not quiet else None
+        if warning:
+            click.echo(f"tpopt: note: {warning}", err=True)
     if time_limit is not None:
         time_limit = time_limit_seconds(time_limit)
         check_run_options(time_limit)  # finite, positive, at most 7 days (as every --time-limit)
