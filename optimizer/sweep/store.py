@@ -299,7 +299,7 @@ class SweepStore:
             d = json.loads(path.read_text(encoding="utf-8"))
         except OSError as exc:
             raise InputError(f"cannot read {str(path)!r} ({exc.strerror})") from None
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested past the parser's stack
             raise NotOurs(path) from None
         meta = d.get("tpopt_sweep") if isinstance(d, dict) else None
         if not isinstance(meta, dict) or not isinstance(d.get("rows"), list):
@@ -324,7 +324,7 @@ class SweepStore:
         meta = (t.schema.metadata or {}).get(b"tpopt_sweep")
         try:
             m = json.loads(meta) if meta else None
-        except ValueError:
+        except (ValueError, RecursionError):
             m = None
         if not isinstance(m, dict):
             raise NotOurs(path)
