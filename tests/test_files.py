@@ -58,6 +58,7 @@ PLANTED = [
                                         str(t / "m.lp"), "--force"]),
     ("pipeline-plot", "t.svg", lambda t: ["pipeline", "--schedule", "1f1b", "-p", "4", "-m", "8", "--forward",
                                           "10ms", "--backward", "20ms", "--plot", str(t / "t.svg")]),
+    ("sweep-plot", "p.svg", lambda t: _sweep(t / "r.csv") + ["--plot", str(t / "p.svg")]),
     ("sweep-confidence-out", "c.csv", lambda t: ["sweep", "--scenario", str(DESIGN), "--confidence", "50%",
                                                  "--out", str(t / "c.csv"), "--force"]),
 ]
