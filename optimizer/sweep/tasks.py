@@ -12,6 +12,7 @@ payload carries the catalog and the model themselves (not the driver's catalog d
 from __future__ import annotations
 
 import copy
+import gc
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
@@ -187,7 +188,9 @@ def group_space(payload: _Payload, sc: Scenario) -> Space:
                 layout_evaluator(out).exact_terms = layout_evaluator(prev).exact_terms  # the step model's
             _SPACES[key] = out
             return out
-    _SPACES.clear()
+    if _SPACES:  # the previous group's tables sit in reference cycles (space <-> its evaluators): numpy's bytes
+        _SPACES.clear()  # never trigger the cyclic collector, so without a collection every group's tables stay
+        gc.collect()  # alive (measured: 3.0 GiB over 24 one-point groups of 4.8e10 plans, 0.66 GiB with it)
     out = _SPACES[key] = Space.from_scenario(sc)
     return out
 
