@@ -8,7 +8,7 @@ import json
 import os
 import stat
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -83,38 +83,34 @@ def nesting_depth(value: object, limit: int = MAX_NESTING) -> int:
     return deepest
 
 
-def _check_nesting(value: Any, where: str) -> Any:
-    if nesting_depth(value) > MAX_NESTING:
-        raise InputError(f"{where}: tables/arrays nested deeper than {MAX_NESTING} levels; not a tpopt input")
-    return value
+def _loads(parse: Callable[[Any], Any], text: str | bytes, where: str, fmt: str) -> Any:
+    """``parse(text)``, or one :class:`InputError` line: malformed, nested deeper than :data:`MAX_NESTING`
+    (checked after parsing too: the parser's own stack stops near 1,000), or holding an integer of more digits
+    than Python converts (``sys.get_int_max_str_digits``)."""
+    deep = InputError(f"{where}: {fmt} tables/arrays nested deeper than {MAX_NESTING} levels; not a tpopt input")
+    try:
+        data = parse(text)
+    except RecursionError:
+        raise deep from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{where}: malformed {fmt} ({exc.msg}, line {exc.lineno})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{where}: malformed {fmt} ({exc})") from None
+    except ValueError as exc:  # too many digits, or bytes that are not UTF-8
+        raise InputError(f"{where}: malformed {fmt} ({str(exc).split(';')[0]})") from None
+    if nesting_depth(data) > MAX_NESTING:
+        raise deep
+    return data
 
 
 def loads_toml(text: str, where: str) -> dict[str, Any]:
-    """Parsed TOML, or one :class:`InputError` line: malformed, nested too deeply (beyond
-    :data:`MAX_NESTING`) or holding an integer too long to convert."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{where}: malformed TOML ({exc})") from None
-    except RecursionError:
-        raise InputError(f"{where}: tables/arrays nested deeper than {MAX_NESTING} levels; not a tpopt input") from None
-    except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
-        raise InputError(f"{where}: malformed TOML ({str(exc).split(';')[0]})") from None
-    return dict(_check_nesting(data, where))
+    """Parsed TOML (:func:`_loads`: malformed, too deep or too long an integer is one line)."""
+    return dict(_loads(tomllib.loads, text, where, "TOML"))
 
 
 def loads_json(text: str | bytes, where: str) -> Any:
-    """Parsed JSON, or one :class:`InputError` line: malformed, nested too deeply (beyond
-    :data:`MAX_NESTING`) or holding an integer too long to convert."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{where}: malformed JSON ({exc.msg}, line {exc.lineno})") from None
-    except RecursionError:
-        raise InputError(f"{where}: JSON nested deeper than {MAX_NESTING} levels; not a tpopt input") from None
-    except (ValueError, UnicodeDecodeError) as exc:  # an integer of more digits than Python converts
-        raise InputError(f"{where}: malformed JSON ({str(exc).split(';')[0]})") from None
-    return _check_nesting(data, where)
+    """Parsed JSON (:func:`_loads`: malformed, too deep or too long an integer is one line)."""
+    return _loads(json.loads, text, where, "JSON")
 
 
 def need(table: dict[str, Any], key: str, where: str) -> Any:

@@ -554,11 +554,11 @@ def _export_error_on_the_builtin_scenario(tmp, design):
 
 ISSUE42_ROWS = [
     ("toml-nested-5000-deep-scenario", _nested_scenario, "nested deeper than 32 levels"),
-    ("toml-nested-5000-deep-offers", _nested_offers, "offers.toml: tables/arrays nested deeper than 32 levels"),
+    ("toml-nested-5000-deep-offers", _nested_offers, "offers.toml: TOML tables/arrays nested deeper than 32 levels"),
     ("market-offers-a-table", _offers_a_table, "market.offers must be \"all\" or a list of offer names"),
     ("model-config-a-number", _model_config_number, "model.config must be the path of a config.json"),
     ("skypilot-accelerator-count-word", _skypilot_count_word, "AcceleratorCount: cannot read 'abc'"),
-    ("export-plan-deep-json", _plan_deep_json, "JSON nested deeper than 32 levels"),
+    ("export-plan-deep-json", _plan_deep_json, "JSON tables/arrays nested deeper than 32 levels"),
     ("export-plan-5000-digit-integer", _plan_huge_integer, "value has 5000 digits"),
     ("export-plan-nested-past-the-cap", _plan_shallow_but_past_the_cap, "nested deeper than 32 levels"),
     ("scenario-fifo", _fifo_scenario, "is a FIFO, not a regular file"),

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parent))
+from test_bad_input_matrix import _run  # noqa: E402  (the console entry point in-process)
+
 from tpopt import files
-from tpopt.cli.main import main
 from tpopt.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,14 +26,6 @@ SWEEP = ROOT / "examples" / "design-case-sweep.toml"
 RUNS = ("run,model,accelerator,seq_len,global_batch,tp,pp,cards,micro_batch,recompute,zero_stage,iteration_s\n"
         "r1,qwen3-8b,h100-sxm,4096,64,1,1,8,1,full,1,9.0\n")
 VICTIM = b"a file someone wants to keep\n"
-
-
-def _run(argv, capsys, monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["tpopt", *argv])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    out, err = capsys.readouterr()
-    return exc.value.code, out, err
 
 
 def _sweep(out):
