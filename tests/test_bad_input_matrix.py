@@ -598,3 +598,35 @@ def test_no_numpy_warning_reaches_stderr_under_confidence(tmp_path):
                         str(scenario), "--confidence", "90%", "--no-analysis"], capture_output=True, text=True,
                        cwd=tmp_path, timeout=300)
     assert r.returncode == 0 and "Warning" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_simulate_cut_short_by_its_limit_says_so_with_its_own_exit_code(capsys, monkeypatch):
+    # GPT-3's widest space is not decided in 50 ms: no plan, no proof; before issue 42 this was exit 3
+    # ("no feasible plan"), now the limit's exit code 4 and its own line
+    scenario = Path(__file__).resolve().parents[1] / "examples" / "gpt3-175b-widest.toml"
+    code, out, err = _run(["simulate", "--scenario", str(scenario), "--time-limit", "0.05", "--runs", "100"], capsys,
+                          monkeypatch)
+    assert code == 4 and "Traceback" not in err, (code, out, err)
+    assert "time limit reached before a plan was found" in out and "no feasible plan" not in out
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "--runs", "200"],
+    ["replan", "--done", "40%", "--elapsed", "10d", "--cards-held", "32"],
+    ["sweep", "--confidence", "50%,90%"],
+], ids=["simulate", "replan", "sweep-confidence"])
+def test_batch_choices_answer_or_refuse_in_one_line(design_path, capsys, monkeypatch, argv):
+    # the shipped batch example (global-batch choices): a ValueError traceback before issue 42; now either an
+    # answer through solve's plan() or one clean line
+    args = [argv[0], "--scenario", str(design_path.parent / "design-case-batch.toml"), *argv[1:]]
+    monkeypatch.setattr(sys, "argv", ["tpopt", *args])
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err, err
+    if code != 0:
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("tpopt: error:"), (code, err)

@@ -5,7 +5,9 @@ points to is left byte for byte; a write that fails (disk full, a file-size limi
 partial or temporary file, and a sweep's journal stays resumable.
 """
 
+import csv
 import errno
+import json
 import os
 import signal
 import subprocess
@@ -178,3 +180,21 @@ def test_a_file_size_limit_leaves_no_partial_export_or_scenario(tmp_path):
         assert len(lines) == 1 and "file too large" in lines[0].lower(), r.stderr
         assert list(tmp_path.iterdir()) == []
 
+
+
+def test_sweep_confidence_writes_its_out_file(tmp_path, capsys, monkeypatch):
+    # before issue 42 `sweep --confidence --out` wrote nothing and exited 0
+    args = ["sweep", "--scenario", str(DESIGN), "--confidence", "50%,90%"]
+    code, out, err = _run(args + ["--json"], capsys, monkeypatch)
+    assert code in (0, None), err
+    want = json.loads(out)
+    for name in ("c.json", "c.csv"):
+        code, _, err = _run(args + ["--out", str(tmp_path / name)], capsys, monkeypatch)
+        assert code in (0, None) and f"wrote {tmp_path / name} (2 confidence level(s))" in err, err
+    assert json.loads((tmp_path / "c.json").read_text()) == want
+    rows = list(csv.DictReader((tmp_path / "c.csv").read_text().splitlines()))
+    assert [float(r["confidence"]) for r in rows] == [0.5, 0.9]
+    assert [r["status"] for r in rows] == [w["status"] for w in want["rows"]]
+    assert [r["cards"] for r in rows] == [str(w["cards"] or "") for w in want["rows"]]
+    code, _, err = _run(args + ["--out", str(tmp_path / "c.csv")], capsys, monkeypatch)  # the no-overwrite rule
+    assert code == 2 and "the file exists; pass --force" in err
