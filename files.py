@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from tpopt.errors import InputError
 
@@ -104,18 +105,20 @@ def atomic_path(path: str | os.PathLike[str], what: str) -> Iterator[Path]:
     fsync_dir(folder)
 
 
+def open_nofollow(tmp: str | os.PathLike[str]) -> BinaryIO:
+    """The temporary file of :func:`atomic_path` opened for writing without following a link (should its name
+    have been swapped for one since it was created)."""
+    return os.fdopen(os.open(tmp, os.O_WRONLY | os.O_TRUNC | _NOFOLLOW), "wb")
+
+
 def write_atomic(path: str | os.PathLike[str], data: str | bytes, what: str = "output") -> None:
     """Write ``data`` (text as UTF-8) to ``path`` through a temporary file in its folder, renamed on
     success: the target is either the old file or the whole new one, never a part."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    with atomic_path(path, what) as tmp:
-        fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC | _NOFOLLOW)
-        try:
-            view = memoryview(raw)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
+    with atomic_path(path, what) as tmp, open_nofollow(tmp) as fh:
+        view = memoryview(raw)
+        while view:  # os.write: a short write (a file-size limit) goes on until the error it meets
+            view = view[os.write(fh.fileno(), view):]
 
 
 def open_append(path: str | os.PathLike[str], what: str) -> int:

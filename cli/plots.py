@@ -12,7 +12,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from tpopt.errors import InputError, require
-from tpopt.files import atomic_path, refuse_symlink
+from tpopt.files import atomic_path, open_nofollow, refuse_symlink
 
 if TYPE_CHECKING:  # typing only: matplotlib is an optional dependency
     from matplotlib.figure import Figure
@@ -52,5 +52,5 @@ def save_figure(fig: Figure, path: str, what: str = "--plot", **savefig: Any) ->
     further matplotlib options such as ``bbox_inches``)."""
     ext = os.path.splitext(str(path))[1].lower()
     check_plot_path(path, what)
-    with atomic_path(path, what) as tmp:  # written beside it, renamed on success: never half a plot
-        fig.savefig(tmp, format=ext[1:], metadata=_METADATA[ext], **savefig)
+    with atomic_path(path, what) as tmp, open_nofollow(tmp) as fh:  # beside it, renamed on success: never half a plot
+        fig.savefig(fh, format=ext[1:], metadata=_METADATA[ext], **savefig)
