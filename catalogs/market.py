@@ -12,7 +12,6 @@ lowest, as SkyPilot's own ``get_hourly_cost`` takes it), priced per card-hour = 
 
 from __future__ import annotations
 
-import csv
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 from tpopt.catalogs.declare import Kind, duration, key, number, quantity, raw, read_entry, whole
-from tpopt.catalogs.tables import check_keys, loads_toml, read_text_capped
+from tpopt.catalogs.tables import check_keys, csv_rows, loads_toml, read_text_capped
 from tpopt.errors import InputError
 from tpopt.models.market import MARKETS, RESERVED, SPOT, Offer, Power, Storage
 from tpopt.models.units import HOUR, parse_duration, parse_int, parse_number
@@ -339,7 +338,7 @@ def from_skypilot(path: str | Path, provider: str, date: str, names: dict[str, s
     """Offers of a SkyPilot ``vms.csv``: ``names`` maps AcceleratorName to catalog accelerators (rows of
     other accelerators are skipped); every region met is added to ``market.regions``."""
     text = read_text_capped(path, "SkyPilot catalog")
-    rows = list(csv.DictReader(text.splitlines()))
+    rows = csv_rows(text.splitlines(), str(path))
     if not rows or any(c not in rows[0] for c in SKYPILOT_COLUMNS):
         raise InputError(f"{path}: a SkyPilot vms.csv needs the columns {', '.join(SKYPILOT_COLUMNS)}")
     check_date(date, "--date")

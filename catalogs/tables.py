@@ -4,6 +4,7 @@ keys, required keys), each a one-line :class:`InputError`; a key's value is read
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import stat
@@ -111,6 +112,15 @@ def loads_toml(text: str, where: str) -> dict[str, Any]:
 def loads_json(text: str | bytes, where: str) -> Any:
     """Parsed JSON (:func:`_loads`: malformed, too deep or too long an integer is one line)."""
     return _loads(json.loads, text, where, "JSON")
+
+
+def csv_rows(lines: Iterable[str], where: str) -> list[dict[str, str]]:
+    """The rows of CSV text (header first) as dicts, or one :class:`InputError` line: a field past the
+    ``csv`` module's limit (128 KiB), a stray quote or a NUL byte (the text itself is size-capped on reading)."""
+    try:
+        return list(csv.DictReader(lines))
+    except csv.Error as exc:
+        raise InputError(f"{where}: malformed CSV ({exc})") from None
 
 
 def need(table: dict[str, Any], key: str, where: str) -> Any:

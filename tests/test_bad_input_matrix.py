@@ -548,6 +548,17 @@ def _fifo_scenario(tmp, design):
     return ["solve", "--scenario", str(tmp / "s.toml")]
 
 
+def _skypilot_huge_field(tmp, design):
+    (tmp / "vms.csv").write_text("InstanceType,AcceleratorName,AcceleratorCount,Region,Price,SpotPrice\n"
+                                 '"' + "x" * 200_000 + '",H100,8,us-east-1,31.2,18.4\n')
+    return ["catalog", "import", "--skypilot", str(tmp / "vms.csv"), "--date", "2026-11", "--map", "H100=h100-sxm"]
+
+
+def _runs_huge_field(tmp, design):
+    (tmp / "runs.csv").write_text(RUNS_HEADER + '"' + "x" * 200_000 + '"' + RUNS_ROW[2:])
+    return ["calibrate", "--runs", str(tmp / "runs.csv"), "--out", str(tmp / "out")]
+
+
 def _export_error_on_the_builtin_scenario(tmp, design):
     return ["export", "--format", "megatron", "--hw", "h100-sxm", "--cards", "50", "--tp", "4"]
 
@@ -562,6 +573,8 @@ ISSUE42_ROWS = [
     ("export-plan-5000-digit-integer", _plan_huge_integer, "value has 5000 digits"),
     ("export-plan-nested-past-the-cap", _plan_shallow_but_past_the_cap, "nested deeper than 32 levels"),
     ("scenario-fifo", _fifo_scenario, "is a FIFO, not a regular file"),
+    ("skypilot-csv-field-past-the-limit", _skypilot_huge_field, "malformed CSV (field larger than field limit"),
+    ("runs-csv-field-past-the-limit", _runs_huge_field, "malformed CSV (field larger than field limit"),
     ("export-error-builtin-scenario-one-line", _export_error_on_the_builtin_scenario, "multiple of tp x pp"),
 ]
 
