@@ -137,8 +137,8 @@ def open_append(path: str | os.PathLike[str], what: str) -> int:
 
 def open_lock(path: str | os.PathLike[str], what: str = "lock file") -> int:
     """A read-write descriptor on the lock file ``path``, created exclusively, or the one an earlier run
-    left, reopened without following links: refused unless a plain file with one link owned by this user
-    (so truncating it never harms a file tpopt did not create)."""
+    left, reopened without following links: refused unless a plain file with one link, owned by this user,
+    empty or holding a process id (so truncating it never harms a file tpopt did not create)."""
     try:
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
     except FileExistsError:
@@ -154,8 +154,10 @@ def open_lock(path: str | os.PathLike[str], what: str = "lock file") -> int:
             refuse_symlink(path, what)
         raise write_error(what, path, exc) from None
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or (hasattr(os, "getuid") and st.st_uid != os.getuid()):
+    head = os.pread(fd, 64, 0).strip() if stat.S_ISREG(st.st_mode) else b""
+    if (not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or (hasattr(os, "getuid") and st.st_uid != os.getuid())
+            or st.st_size > 32 or not (head == b"" or head.isdigit())):
         os.close(fd)
-        raise InputError(f"{what}: {str(path)!r} exists and is not a lock file tpopt left (not a plain file "
-                         f"with one link owned by you); remove it")
+        raise InputError(f"{what}: {str(path)!r} exists and is not a lock file tpopt left (a plain file with one "
+                         f"link, owned by you, holding a process id); remove it")
     return fd

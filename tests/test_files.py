@@ -95,10 +95,14 @@ def test_the_lock_file_is_opened_without_following_links_and_never_truncates_oth
     os.link(victim, tmp_path / "hard")  # a hard link planted at the name: two links, refused
     with pytest.raises(InputError, match="not a lock file tpopt left"):
         files.open_lock(tmp_path / "hard")
-    assert victim.read_bytes() == VICTIM
+    (tmp_path / "notes").write_bytes(VICTIM)  # a plain file of the user's own at the name: not a lock, kept
+    with pytest.raises(InputError, match="holding a process id"):
+        files.open_lock(tmp_path / "notes")
+    assert victim.read_bytes() == VICTIM and (tmp_path / "notes").read_bytes() == VICTIM
     fd = files.open_lock(tmp_path / "mine")  # a fresh one is created
+    os.write(fd, b"12345")
     os.close(fd)
-    fd = files.open_lock(tmp_path / "mine")  # and the one an earlier run left is reopened
+    fd = files.open_lock(tmp_path / "mine")  # and the one an earlier run left (its pid in it) is reopened
     os.close(fd)
 
 
