@@ -19,8 +19,10 @@ Columns (others are ignored; ``#`` starts a comment line):
   ``measured_tflops_per_gpu`` (iteration = Megatron-LM's FLOPs per iteration / (gpus x TFLOP/s));
 * hardware: ``accelerator``; else inferred from ``measured_tflops_per_gpu / measured_pct_of_peak``
   (the catalog card whose FP16/BF16 peak matches within 3 %); else the scenario's, else a100-80gb-sxm;
-* software stack (defaults: the ``--scenario``'s settings when one is given, else Megatron-LM as in
-  Narayanan et al. 2021 and Korthikanti et al. 2022):
+* software stack: a row's ``stack`` cell, or a ``# stack.RUN RUN ... = NAME`` comment line naming the runs that
+  ran another stack variant (torchtitan with torch.compile), else the table's ``# stack = NAME`` (defaults: the
+  ``--scenario``'s settings when one is given, else Megatron-LM as in Narayanan et al. 2021 and Korthikanti et
+  al. 2022):
   ``precision`` (fp16-mixed-fp32-grad), ``dropout`` (true), ``flash_attention`` (false),
   ``sequence_parallel`` (false, true for the selective column), ``tp_overlap`` (0: Megatron-LM of
   2021-22 does not overlap TP collectives), ``dp_overlap`` (0: its gradient all-reduce runs after the
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -41,7 +44,7 @@ from typing import Any
 
 from tpopt.catalogs import Catalog, load_catalog, read_text_capped
 from tpopt.catalogs.scenario import build_scenario
-from tpopt.catalogs.stacks import stack_profile
+from tpopt.catalogs.stacks import DEFAULT_STACK, stack_profile
 from tpopt.catalogs.tables import csv_rows
 from tpopt.errors import InputError
 from tpopt.models import memory
@@ -58,11 +61,80 @@ STACK = {"precision": "fp16-mixed-fp32-grad", "dropout": True, "flash_attention"
          "tp_overlap": 0.0, "dp_overlap": 0.0, "recompute": "full"}
 #: Precision cells of published tables -> tpopt's recipes (FP8 with per-tensor scaling keeps BF16 masters).
 PRECISIONS = {"fp8 (current scaling)": "fp8-mixed", "fp8 (delayed scaling)": "fp8-mixed", "fp8": "fp8-mixed",
-              "bf16": "bf16-mixed", "fp16": "fp16-mixed"}
+              "mxfp8": "mxfp8-mixed", "nvfp4": "nvfp4-mixed", "bf16": "bf16-mixed", "fp16": "fp16-mixed"}
 #: optimizer_sharding cells -> ZeRO stage.
 SHARDING = {"distributed optimizer (zero-1)": 1, "distributed optimizer": 1, "fsdp (zero-3)": 3, "fsdp": 3,
             "none": 0}
 UNSTATED = ("", "not stated")
+#: A row's ``stack`` cell (its first word: "megatron-bridge (Megatron-Core + Transformer Engine)") -> the stack
+#: profile of catalogs/stacks.toml. Megatron-Bridge and NeMo run Megatron-Core with Transformer Engine.
+STACK_NAMES = {"megatron-bridge": "megatron-core", "nemo": "megatron-core", "megatron-core": "megatron-core",
+               "megatron-lm": "megatron-lm-2021", "torchtitan": "torchtitan", "maxtext": "maxtext",
+               "deepspeed": "deepspeed"}
+#: Hybrid sharding cells: "fsdp 8 inside host x data parallel 16 across hosts" = ZeRO-3 over groups of 8 ranks.
+HYBRID = re.compile(r"fsdp\s+(\d+)\s+inside\s+host")
+#: Keys a table's ``# note.TEXT = key=value; ...`` line may set on the rows whose hardware_note contains TEXT.
+NOTE_KEYS = ("accelerator", "hardware.nic", "hardware.nics_per_host")
+
+
+def unstated(cell: str) -> bool:
+    """A cell that states nothing: empty, or "not stated" with or without a remark ("not stated (recipe default)")."""
+    return cell in UNSTATED or cell.startswith("not stated")
+
+
+def row_stack(row: dict[str, str], default: str, where: str) -> str:
+    """The row's software stack: its ``stack`` cell (a stack name, or the first word of a published stack's
+    description, STACK_NAMES), else the table's."""
+    cell = str(row.get("stack") or "").strip().lower()
+    if not cell:
+        return default
+    word = re.split(r"[\s(]", cell, maxsplit=1)[0]
+    for key in (cell, word):
+        if key in STACK_NAMES:
+            return STACK_NAMES[key]
+    raise InputError(f"{where}: stack {row.get('stack')!r} unknown (known: {', '.join(sorted(STACK_NAMES))})")
+
+
+def table_notes(path: str | Path) -> list[tuple[str, dict[str, str]]]:
+    """Hardware a table states for the rows whose ``hardware_note`` contains a text, in ``# note.TEXT = key=value;
+    key=value`` comment lines (e.g. ``# note.A3 High = hardware.nic=200g; hardware.nics_per_host=4``)."""
+    out = []
+    for ln in read_text_capped(Path(path), "runs file").splitlines():
+        t = ln.strip()
+        if t.startswith("#") and t[1:].strip().startswith("note."):
+            text, _, body = t[1:].strip()[5:].partition("=")
+            sets = {}
+            for part in body.split(";"):
+                key, _, value = part.partition("=")
+                if key.strip() not in NOTE_KEYS or not value.strip():
+                    raise InputError(f"{Path(path).name}: '# note.{text.strip()}': {part.strip()!r} is not one of "
+                                     f"{', '.join(k + '=VALUE' for k in NOTE_KEYS)}")
+                sets[key.strip()] = value.strip()
+            out.append((text.strip(), sets))
+    return out
+
+
+def _note_settings(row: dict[str, str], notes: list[tuple[str, dict[str, str]]]) -> dict[str, str]:
+    """The ``# note.`` settings that apply to a row (its hardware_note contains their text)."""
+    note = str(row.get("hardware_note") or "")
+    out: dict[str, str] = {}
+    for text, sets in notes:
+        if text and text in note:
+            out.update(sets)
+    return out
+
+
+def table_run_stacks(path: str | Path) -> dict[str, str]:
+    """Stacks a table states for named runs in ``# stack.RUN RUN ... = NAME`` comment lines (e.g. the torchtitan
+    runs that ran torch.compile: ``# stack.T2 T3 = torchtitan-compile``); they replace the row's stack cell."""
+    out: dict[str, str] = {}
+    for ln in read_text_capped(Path(path), "runs file").splitlines():
+        t = ln.strip()
+        if t.startswith("#") and t[1:].strip().startswith("stack."):
+            names, _, value = t[1:].strip()[6:].partition("=")
+            stack_profile(value.strip())  # unknown -> one clear error
+            out.update(dict.fromkeys(re.split(r"[\s,]+", names.strip()), value.strip()))
+    return out
 
 
 def table_stack(path: str | Path) -> str:
@@ -101,7 +173,8 @@ def stack_defaults(name: str) -> dict[str, Any]:
     return {"precision": "bf16-mixed", "dropout": p.dropout, "flash_attention": p.flash_attention,
             "sequence_parallel": p.sequence_parallel, "tp_overlap": p.tp_overlap, "dp_overlap": p.dp_overlap,
             "recompute": p.recompute, "stack": name}
-MEMORY_COLUMNS = ("weights_optimizer_gib", "activations_gib_tp_no_recompute", "activations_gib_sp_selective")
+MEMORY_COLUMNS = ("weights_optimizer_gib", "activations_gib_tp_no_recompute", "activations_gib_sp_selective",
+                  "memory_gib_published")
 
 
 def megatron_flops(hidden: float, layers: float, vocab: float, seq_len: float, batch: float) -> float:
@@ -217,15 +290,17 @@ def _accelerator(row: dict[str, str], cat: Catalog, base_raw: dict[str, Any] | N
 
 def _stack_defaults(base_raw: dict[str, Any] | None, stack: str = DEFAULT_TABLE_STACK) -> dict[str, Any]:
     """Software-stack defaults of a row: the table's stack (``# stack = NAME``; else the published tables'
-    Megatron-LM stack, STACK), or, when a scenario is given, that scenario's own settings."""
+    Megatron-LM stack, STACK), or, when a scenario is given, that scenario's own settings (the overlaps it does
+    not state: its stack's, as build_scenario takes them)."""
     if base_raw is None:
         return stack_defaults(stack)
     task, mem, comm = (base_raw.get(t, {}) for t in ("task", "memory", "comm"))
+    own = stack_profile(base_raw.get("hardware", {}).get("stack", DEFAULT_STACK))  # the scenario's (build_scenario)
     rec = base_raw.get("search", {}).get("recompute", "none")
     return {"precision": task.get("precision", "bf16-mixed"), "dropout": mem.get("dropout", False),
             "flash_attention": mem.get("flash_attention", True),
             "sequence_parallel": mem.get("sequence_parallel", True),
-            "tp_overlap": comm.get("tp_overlap", False), "dp_overlap": comm.get("dp_overlap", True),
+            "tp_overlap": comm.get("tp_overlap", own.tp_overlap), "dp_overlap": comm.get("dp_overlap", own.dp_overlap),
             "recompute": rec[0] if isinstance(rec, list) else rec,
             "stack": base_raw.get("hardware", {}).get("stack", stack)}
 
@@ -255,6 +330,8 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
     table = Path(path).stem
     stack = table_stack(path)
     routing = table_moe(path)
+    notes = table_notes(path)
+    run_stacks = table_run_stacks(path)
     out = []
     for i, row in enumerate(read_rows(path)):
         name = (row.get("run") or f"{table}-{i + 1}").strip()
@@ -269,10 +346,14 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
             raw["model"] = {"name": "(inline)"}
         elif model:
             raw["model"] = model
-        acc = accelerator or _accelerator(row, cat, base_raw, where)
-        defaults = _stack_defaults(base_raw, stack)
-        stated = {k: str(row.get(k)).strip().lower() for k in STACK if str(row.get(k) or "").strip().lower()
-                  not in UNSTATED}
+        noted = _note_settings(row, notes)
+        if "accelerator" in noted and not accelerator:
+            cat.accelerator(noted["accelerator"])
+        acc = accelerator or noted.get("accelerator") or _accelerator(row, cat, base_raw, where)
+        own = run_stacks.get(name) or row_stack(row, stack, where)
+        defaults = _stack_defaults(base_raw, own if base_raw is None else stack)
+        cells = {k: str(row.get(k) or "").strip().lower() for k in STACK}
+        stated = {k: v for k, v in cells.items() if not unstated(v)}
         if "precision" in stated:
             stated["precision"] = PRECISIONS.get(stated["precision"], stated["precision"])
         seq = _num(row, "seq_len", where, int, raw.get("task", {}).get("seq_len") or None)
@@ -290,6 +371,10 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
             hw = {k: v for k, v in hw.items() if k not in CARD_KEYS}
         hw["accelerator"] = acc
         hw["stack"] = defaults["stack"]
+        if "hardware.nic" in noted:
+            hw["nic"] = noted["hardware.nic"]
+        if "hardware.nics_per_host" in noted:
+            hw["nics_per_host"] = _num(noted, "hardware.nics_per_host", where, int)
         raw["hardware"] = hw
         mem = dict(raw.get("memory", {}))
         mem.pop("activation_reserve", None)
@@ -313,12 +398,17 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         mb = _num(row, "micro_batch", where, int, 0) if row.get("micro_batch") else 0
         vs = _num(row, "virtual_stages", where, int, 0) if row.get("virtual_stages") else None
         zero = _num(row, "zero_stage", where, int, 0, minimum=0) if row.get("zero_stage") else 0
-        sharding = str(row.get("optimizer_sharding") or "").strip().lower()
-        if sharding and not row.get("zero_stage"):
+        sharding = str(row.get("optimizer_sharding") or row.get("sharding") or "").strip().lower()
+        hybrid = HYBRID.match(sharding)
+        if hybrid and not row.get("zero_stage"):
+            zero = 3
+            raw["memory"]["zero_group"] = int(hybrid.group(1))
+            sc = build_scenario(raw, cat) if arch is None else _with_model(raw, cat, arch)
+        elif sharding and not row.get("zero_stage"):
             if sharding not in SHARDING:
                 raise InputError(f"{where}: optimizer_sharding {sharding!r} unknown ({', '.join(SHARDING)})")
             zero = SHARDING[sharding]
-        cands = _candidates(sc.model.layers, pp, batch // dp, mb, vs, (row.get("schedule") or "").strip(), schedules)
+        cands = _candidates(sc.model.layers, pp, batch // dp, mb, vs, _schedule_cell(row, vs, where), schedules)
         memory = {k: float(row[k]) for k in MEMORY_COLUMNS if row.get(k)}
         sp = _flag(row, "sequence_parallel", defaults["sequence_parallel"], where)
         rec = str(stated.get("recompute", defaults["recompute"]))
@@ -347,6 +437,19 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         for run_name, ps, t in pairs:
             out.append(MeasuredRun(run_name, sc, ps, t, table=table, extra=dict(memory, row=row)))
     return out
+
+
+def _schedule_cell(row: dict[str, str], vs: int | None, where: str) -> str:
+    """A row's ``schedule`` cell as a plan schedule: a tpopt name as is; the published "1F1B" / "interleaved
+    1F1B" with the row's ``virtual_stages`` (interleaved with one chunk per device is plain 1F1B); empty: none."""
+    cell = str(row.get("schedule") or "").strip()
+    low = cell.lower()
+    if low in ("1f1b", "interleaved 1f1b", "interleaved"):
+        v = vs or 1
+        if low != "1f1b" and vs is None:
+            raise InputError(f"{where}: schedule {cell!r} needs virtual_stages (chunks per device)")
+        return "1f1b" if v <= 1 else schedule_name("interleaved", v)
+    return cell
 
 
 def _row_plans(acc: str, gpus: int, zero: int, tp: int, pp: int, cands: list[tuple[int, str]], cp: int, ep: int,
