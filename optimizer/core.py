@@ -94,7 +94,8 @@ def solve(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request |
     if space is None and sc.stages:
         raise InputError(STAGED)
     if space is None and tuple(sc.search.global_batch or (sc.task.global_batch,)) != (sc.task.global_batch,):
-        raise ValueError("the global batch is a choice: solve it with tpopt.optimizer.outer.solve (one space each)")
+        raise InputError("the global batch is a choice ([search] global_batch): this path solves one batch; "
+                         "use tpopt solve (tpopt.optimizer.outer.solve in Python: one space each)")
     clock = clock_of(req)
     t0 = time.perf_counter()
     enforced = req.enforced(FAMILIES)

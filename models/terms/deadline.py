@@ -328,19 +328,24 @@ def chance_fill(sc: Scenario, acc: str, asks: list[tuple[str, ArrayLike, ArrayLi
         raise ValueError("chance_fill needs a confidence")
     found: list[tuple[dict[complex, float], NDArray[np.complex128]]] = []
     parts = []
-    for mode, cards, interval in asks:
-        memo = _CHANCE_MEMO.setdefault(_chance_key(sc, acc, mode, ep), {})  # the key hashed once per ask
-        pairs = _pairs(cards, interval)[0]
-        todo = pairs[[p not in memo for p in pairs.tolist()]]
-        if len(todo):
-            found.append((memo, todo))
-            parts.append(_law_inputs(sc, acc, mode, todo.real, todo.imag, ep))
-    if not found:
-        return
-    saves = np.concatenate([p[0] for p in parts])
-    sigmas = np.concatenate([p[1] for p in parts])
-    kap = np.concatenate([p[2] for p in parts], axis=1)
-    work = finish.max_work(q, F.limit(F.DEADLINE, sc), sc.task.reserved_s, saves, sigmas, (kap[0], kap[1], kap[2]))
+    # over a whole space some plans' segments practically never complete (failure rate x interval past ~700):
+    # their cumulants overflow to inf and their root is no finite work, i.e. the plan misses the level; numpy's
+    # warnings on those elements are expected here, not news for the user's stderr
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        for mode, cards, interval in asks:
+            memo = _CHANCE_MEMO.setdefault(_chance_key(sc, acc, mode, ep), {})  # the key hashed once per ask
+            pairs = _pairs(cards, interval)[0]
+            todo = pairs[[p not in memo for p in pairs.tolist()]]
+            if len(todo):
+                found.append((memo, todo))
+                parts.append(_law_inputs(sc, acc, mode, todo.real, todo.imag, ep))
+        if not found:
+            return
+        saves = np.concatenate([p[0] for p in parts])
+        sigmas = np.concatenate([p[1] for p in parts])
+        kap = np.concatenate([p[2] for p in parts], axis=1)
+        work = finish.max_work(q, F.limit(F.DEADLINE, sc), sc.task.reserved_s, saves, sigmas,
+                               (kap[0], kap[1], kap[2]))
     if sum(len(m) for m in _CHANCE_MEMO.values()) + len(work) > _CHANCE_MEMO_SIZE:
         for m in _CHANCE_MEMO.values():
             m.clear()
