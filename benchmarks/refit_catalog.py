@@ -49,17 +49,28 @@ def toml_value(v: object) -> str:
     return C._toml_value(v)
 
 
-def set_key(lines: list[str], section: str, key: str, value: str) -> list[str]:
+def _table_end(lines: list[str], start: int) -> int:
+    """The index after the last line of the table whose header is ``lines[start]`` (the next header, or the end)."""
+    return next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("[")
+                 and not KEY_LINE.match(lines[i])), len(lines))
+
+
+def set_key(lines: list[str], section: str, key: str, value: str, after: str = "") -> list[str]:
     """``lines`` of a TOML file with ``key = value`` in the table ``[section]``: the key's line replaced where it is,
-    else appended after the table's last line; a missing table is appended at the end of the file. Only
-    one-line values are edited (a multi-line value is an error: edit that entry by hand)."""
+    else appended after the table's last line; a missing table is inserted after the table ``[after]`` (else at
+    the end of the file). Only one-line values are edited (a multi-line value is an error: edit it by hand)."""
     header = f"[{section}]"
     try:
         start = next(i for i, ln in enumerate(lines) if ln.strip() == header)
     except StopIteration:
-        return lines + ["", header, f"{key} = {value}"]
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("[")
-                and not KEY_LINE.match(lines[i])), len(lines))
+        at = next((i for i, ln in enumerate(lines) if after and ln.strip() == f"[{after}]"), None)
+        if at is None:
+            return lines + ["", header, f"{key} = {value}"]
+        end = _table_end(lines, at)
+        while end > at + 1 and not lines[end - 1].strip():
+            end -= 1
+        return lines[:end] + [header, f"{key} = {value}"] + lines[end:]
+    end = _table_end(lines, start)
     for i in range(start + 1, end):
         m = KEY_LINE.match(lines[i])
         if m and m.group(1) == key:
@@ -114,7 +125,8 @@ def refit(text: str, runs, cat, log=print) -> str:
         sigma = loo_sigma(fit_runs, acc, prior)
         value = sigma if len(fit_runs) >= SIGMA_MIN_RUNS else max(sigma, DEFAULT_STEP_SIGMA)
         used = list(dict.fromkeys(r.scenario.stack.name for r in fit_runs))
-        names = ", ".join(r.name for r in fit_runs)
+        names = ", ".join(r.name for r in fit_runs) if len(fit_runs) <= 12 else \
+            f"listed in [{acc}.calibration] runs"
         tables = ", ".join(dict.fromkeys(r.table for r in fit_runs))
         entry = raw.get(acc, {})
         sources = entry.get("sources", {})
@@ -139,7 +151,8 @@ def refit(text: str, runs, cat, log=print) -> str:
             f"leave-one-out RMS log error of benchmarks/refit_catalog.py over the {len(fit_runs)} {acc} runs of "
             f"{', '.join(used)} in {tables} ({sigma:.3f}{why})"))
         lines = set_key(lines, acc, "residual_sigma_stacks", toml_value(used))
-        lines = set_key(lines, f"{acc}.calibration", "runs", toml_value([r.name for r in fit_runs]))
+        lines = set_key(lines, f"{acc}.calibration", "runs", toml_value([r.name for r in fit_runs]),
+                        after=f"{acc}.sources")
         started = [float(getattr(prior, n)) for n in cal.fitted]
         lines = set_key(lines, f"{acc}.calibration", "prior", toml_value(started))
         lines = set_key(lines, f"{acc}.calibration", "stacks", toml_value(list(stacks)))

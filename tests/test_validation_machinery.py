@@ -117,8 +117,9 @@ def test_refit_rewrites_in_place_keeping_comments():
     lines = TOML.splitlines()
     lines = rc.set_key(lines, "card", "gemm_efficiency", "0.55")
     lines = rc.set_key(lines, "card", "residual_sigma", "0.1")
-    lines = rc.set_key(lines, "card.calibration", "stacks", '["megatron-core"]')
+    lines = rc.set_key(lines, "card.calibration", "stacks", '["megatron-core"]', after="card.sources")
     text = "\n".join(lines) + "\n"
+    assert text.index("[card.calibration]") < text.index("[other]")  # beside its card, not at the end
     assert "# a comment that must stay" in text and "# between tables" in text
     t = tomllib.loads(text)
     assert t["card"]["gemm_efficiency"] == 0.55 and t["card"]["residual_sigma"] == 0.1
