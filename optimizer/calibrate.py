@@ -288,6 +288,7 @@ class Calibration:
     residual_sigma: float = NOISE_SIGMA
     residual_sigma_source: str = ""
     dof: int = 0  # runs - identified parameters
+    memory: list[MemoryResidual] = field(default_factory=list)  # per run: predicted peak against usable memory
 
     def errors(self) -> list[float]:
         """Relative error per run, predicted / measured - 1."""
@@ -376,9 +377,7 @@ def fit(runs: list[MeasuredRun], accelerator: str, free: Sequence[str] | None = 
     if base is None:
         raise InputError("calibration needs the per-operation model: remove hardware.efficiency from the scenario")
     names = _free_names(free)
-    if memory_check:
-        for r in runs:
-            check_memory(r, base)
+    memory = [check_memory(r, base) for r in runs] if memory_check else []
     pinned = _pin(runs, base)
     current, x, exercised, cost = base, np.zeros(0), names, 0.0
     for _ in range(max(1, rounds)):
@@ -388,7 +387,9 @@ def fit(runs: list[MeasuredRun], accelerator: str, free: Sequence[str] | None = 
         if all(a.plans == b.plans for a, b in zip(repinned, pinned, strict=True)):
             break
         pinned = repinned
-    return _summarise(accelerator, runs, [_observation(r) for r in pinned], base, current, names, exercised, x, cost)
+    cal = _summarise(accelerator, runs, [_observation(r) for r in pinned], base, current, names, exercised, x, cost)
+    cal.memory = memory
+    return cal
 
 
 def fit_observations(obs: Sequence[Observation], accelerator: str, base: PerfParams,

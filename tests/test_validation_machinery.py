@@ -143,3 +143,23 @@ def test_zero3_under_pipeline_parallelism_holds_the_stage(published):
     assert len(errs) == 4
     assert sorted(abs(e) for e in errs)[1] <= 0.10 and sorted(abs(e) for e in errs)[2] <= 0.10  # median <= 10 %
     assert max(abs(e) for e in errs) <= 0.16
+
+
+def test_calibrate_reports_the_memory_residual_of_a_run_that_ran(tmp_path):
+    # `tpopt calibrate --runs`: qwen3-8b on 8 H100, micro-batch 2, nothing recomputed, about 1.2x the usable
+    # memory in tpopt's model: fitted (exit 0) and its memory printed as a residual; micro-batch 4 (about 1.7x) is
+    # beyond the model's error and refused (tests/test_bad_input_matrix.py)
+    from click.testing import CliRunner
+
+    from tpopt.cli.main import cli
+
+    csv = tmp_path / "runs.csv"
+    csv.write_text("run,model,accelerator,seq_len,global_batch,tp,pp,cards,micro_batch,recompute,zero_stage,iteration_s\n"
+                   "r1,qwen3-8b,h100-sxm,4096,64,1,1,8,2,none,1,9.0\n")
+    scen = tmp_path / "s.toml"
+    scen.write_text('[model]\nname = "qwen3-8b"\n[task]\ntokens = "10B"\nseq_len = 4096\nglobal_batch = 64\n'
+                    '[schedule]\ndeadline = "300d"\n[hardware]\naccelerator = "h100-sxm"\n')
+    res = CliRunner().invoke(cli, ["calibrate", "--scenario", str(scen), "--runs", str(csv), "--out",
+                                   str(tmp_path / "out"), "--fit", "gemm_efficiency"])
+    assert res.exit_code == 0, res.output
+    assert "Memory residual: r1 ran" in res.output
