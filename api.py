@@ -40,8 +40,9 @@ from tpopt.models.evaluate import evaluate as evaluate_plan
 from tpopt.models.plan import Scenario
 from tpopt.models.variables import API_FIELDS, API_KEY, PLAN_FIELD_NAMES, PLAN_INPUTS
 from tpopt.optimizer import backends
-from tpopt.optimizer.explain import explain_plan, explain_request
+from tpopt.optimizer.explain import explain_plan
 from tpopt.optimizer.plan import PlanReport, plan
+from tpopt.optimizer.question import explain_request
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.sweep import sweep as run_sweep
 from tpopt.plan_fields import plan_from
@@ -245,6 +246,10 @@ class Explanation:
     def __str__(self) -> str:
         if self.kind == "plan":
             lines = plan_lines(self.report, self.scenario)
+        elif self.scenario.stages:  # each stage's plan, as tpopt solve prints it
+            from tpopt.cli.choices import staged_text  # lazy: start-up time (staged scenarios only)
+
+            return staged_text(self.report, self.scenario, False).replace("tpopt solve:", "tpopt explain:", 1)
         elif self.feasible:
             lines = request_lines(self.report, self.scenario)
         else:
@@ -267,7 +272,7 @@ def explain(source: Source = None, /, *, cards: int | None = None, solver: str =
             raise InputError(f"{sorted(plan_kw)[0]} describes a plan: give cards too (or drop it to explain the "
                              "request)")
         report = explain_request(sc, solver, req, raw=sc.raw or None, catalog=load_catalog(sc.catalog_dirs))
-        return Explanation("request", report, sc)
+        return Explanation("request", report, sc)  # tpopt solve's question: plan() with batches, stages, offers
     return Explanation("plan", explain_plan(sc, _plan(sc, dict(plan_kw, cards=cards)), solver, req), sc)
 
 

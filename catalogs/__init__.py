@@ -203,7 +203,7 @@ def build_perf(name: str, t: dict[str, Any], base: PerfParams | None = None) -> 
     if bad:
         raise InputError(f"{where}: unknown key(s) {sorted(bad)} (known: {', '.join(sorted(_PERF_KEYS))})")
     k: PerfKeys = read_entry(PerfKeys, t, where, t)
-    kept = ("tile", "sources", "calibration", "residual_sigma_source")  # split, merged, unused, with the sigma
+    kept = ("tile", "sources", "calibration", "residual_sigma_source", "derived_from", "clock_ratio")
     kw: dict[str, Any] = {f.name: getattr(k, f.name) for f in fields(k)
                           if f.name not in kept and getattr(k, f.name) is not None}
     if k.tile is not None:
@@ -211,8 +211,20 @@ def build_perf(name: str, t: dict[str, Any], base: PerfParams | None = None) -> 
     if k.residual_sigma is not None:
         kw["residual_sigma_source"] = k.residual_sigma_source
     sources = dict((base.sources if base else {}) or {})
+    if k.derived_from is not None:  # inherited values say where they come from
+        sources = {f: f"as [{k.derived_from}] ({v})" for f, v in sources.items()}
     sources.update(k.sources or {})
-    return replace(base or PerfParams(), name=name, sources=sources, **kw)
+    out = replace(base or PerfParams(), name=name, sources=sources, **kw)
+    if k.derived_from is not None:  # the same chip: its values, its fitted status and spread not carried over
+        out = replace(out, calibrated=k.calibrated or (), residual_sigma=k.residual_sigma or 0.0,
+                      residual_sigma_source=str(k.residual_sigma_source or ""),
+                      residual_sigma_stacks=k.residual_sigma_stacks or ())
+    if k.clock_ratio is not None:  # on the inherited GEMM and attention shares (an entry's own are as stated)
+        scaled = {f: getattr(out, f) * k.clock_ratio for f in ("gemm_efficiency", "attention_efficiency")
+                  if f not in t}
+        sources.update({f: f"{sources.get(f, '')}; x clock_ratio {k.clock_ratio:g}" for f in scaled})
+        out = replace(out, sources=sources, **scaled)
+    return out
 
 
 def model_from_hf_config(path: str | Path, name: str | None = None) -> ModelArch:
@@ -250,10 +262,27 @@ def load_catalog(extra_dirs: Sequence[str | PathLike[str]] = ()) -> Catalog:
     perf = raw["performance"]
     default = build_perf("default", perf["default"]) if "default" in perf else PerfParams(name="default")
     cat.performance["default"] = default
-    for name, t in perf.items():
+    for name in perf:
         if name != "default" and name not in cat.accelerators:  # a typo would leave the card on [default]
             raise InputError(f"performance.toml [{name}]: unknown accelerator {name!r} (a table per accelerator "
                              f"of accelerators.toml, or [default]; known: {', '.join(sorted(cat.accelerators))})")
         if name != "default":
-            cat.performance[name] = build_perf(name, t, default)
+            cat.performance[name] = _derived_perf(name, perf, cat, default)
     return cat
+
+
+def _derived_perf(name: str, perf: dict[str, Any], cat: Catalog, default: PerfParams,
+                  seen: tuple[str, ...] = ()) -> PerfParams:
+    """One performance.toml entry, built on its ``derived_from`` card's (built first) or on [default]."""
+    if name in cat.performance and name != "default":
+        return cat.performance[name]
+    t = perf[name]
+    base_name = t.get("derived_from") if isinstance(t, dict) else None
+    if base_name is None:
+        return build_perf(name, t, default)
+    if base_name not in perf or base_name == "default" or base_name in seen + (name,):
+        raise InputError(f"performance.toml [{name}]: derived_from {base_name!r} must name another card's entry "
+                         "(no cycle)")
+    base = _derived_perf(base_name, perf, cat, default, seen + (name,))
+    cat.performance[base_name] = base
+    return build_perf(name, t, base)

@@ -147,6 +147,10 @@ class PerfKeys:
                                                         help="the stacks residual_sigma's runs ran")
     sources: Any = key(raw("table of strings"), help="the source of every value, by key")
     calibration: Any = key(raw("table"), help="how a calibration was made (kept for the reader)")
+    derived_from: str | None = key(TEXT, help="another card's entry this one starts from (the same chip in "
+                                              "another part: its values, not its calibration status)")
+    clock_ratio: float | None = key(fraction(), help="sustained clock against derived_from's: scales its GEMM and "
+                                                    "attention efficiencies (a lower power limit)")
 
     RULES: ClassVar = (
         ("residual_sigma", lambda v: v["residual_sigma"] is not None and not 0.0 <= v["residual_sigma"] < 5.0,

@@ -200,6 +200,8 @@ def build_scenario(raw: dict[str, Any], catalog: Catalog | None = None) -> Scena
     stack = stack_profile(read_table(HardwareKeys, raw["hardware"], "hardware.").stack)
     systems = _systems(raw["hardware"], raw.get("cost", {}), cat, stack)
     mem = MemoryOptions(**targets(read_table(MemoryKeys, raw.get("memory", {}), "memory.")))
+    if "prefetch" not in raw.get("memory", {}) and any(s.perf is not None for s in systems.values()):
+        mem = replace(mem, prefetch=stack.fsdp_prefetch)  # the stack's FSDP / ZeRO-3 prefetch depth
     if mem.zero_group and model.moe:
         raise InputError("memory.zero_group: hybrid sharding is modelled for dense models only (a MoE model's "
                          "expert state shards over its expert-data-parallel group); drop the key")
@@ -218,7 +220,8 @@ def build_scenario(raw: dict[str, Any], catalog: Catalog | None = None) -> Scena
         task, space = stages[0].task, stages[0].search
     else:
         _check_batch_choices(task, space, "task")
-    comm = read_table(CommKeys, raw.get("comm", {}), "comm.")
+    comm = stack_comm_defaults(read_table(CommKeys, raw.get("comm", {}), "comm."), raw.get("comm", {}), stack,
+                               per_op=any(s.perf is not None for s in systems.values()))
     sk = read_table(ScenarioKeys, raw.get("scenario", {}), "scenario.")
     name = sk.name or Path(raw.get("_path", "scenario")).stem
     budget = read_table(BudgetKeys, raw.get("cost", {}), "cost.")
@@ -228,6 +231,21 @@ def build_scenario(raw: dict[str, Any], catalog: Catalog | None = None) -> Scena
                     tp_overlap=comm.tp_overlap, dp_overlap=comm.dp_overlap, stages=stages, cp_method=comm.cp_method,
                     cp_split=comm.cp_split, stack=stack,
                     market=market_options(raw.get("market"), cat, tuple(systems)))
+
+
+def stack_comm_defaults(comm: CommKeys, stated: dict[str, Any], stack: StackProfile, *, per_op: bool) -> CommKeys:
+    """[comm] as the stack runs it where the scenario is silent (per-operation model): ``tp_overlap`` and
+    ``dp_overlap`` the stack's (catalogs/stacks.toml; Megatron-Core: chunked TP overlap, Transformer Engine
+    userbuffers as its tp_comm_overlap runs it); a stated key, ``comm.overlap = false`` or the chapter's flat
+    model (``hardware.efficiency``) keeps the scenario's value or the documented default."""
+    if not per_op or not comm.overlap:
+        return comm
+    kw: dict[str, Any] = {}
+    if "tp_overlap" not in stated:
+        kw["tp_overlap"] = (0.0, 1.0) if stack.tp_overlap == "async" else (float(bool(stack.tp_overlap)),) * 2
+    if "dp_overlap" not in stated:
+        kw["dp_overlap"] = stack.dp_overlap
+    return replace(comm, **kw) if kw else comm
 
 
 def market_hardware(raw: dict[str, Any], cat: Catalog) -> dict[str, Any]:

@@ -57,6 +57,13 @@ def _sigma(value: Any, what: str, _context: Any) -> float:
     return float(value)
 
 
+def _kernel_efficiency(value: Any, what: str, _context: Any) -> float:
+    """A positive factor of at most 2 on the card's kernel efficiencies (1: the reference stack's kernels)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 < float(value) <= 2.0:
+        raise InputError(f"{what} must be a factor in (0, 2], got {value!r}")
+    return float(value)
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class StackKeys:
     """One ``[NAME]`` table of stacks.toml: each key sets the :class:`~tpopt.models.hardware.StackProfile` field
@@ -71,6 +78,8 @@ class StackKeys:
     fsdp_prefetch: int = key(whole(0), required=True, source=True,
                              help="ZeRO-3 / FSDP units gathered ahead of use")
     dp_bucket: float = key(size(), required=True, source=True, help="bytes per data-parallel / FSDP bucket")
+    dp_bucket_per_rank: float = key(size(), "0MB", source=True,
+                                    help="bucket growth per data-parallel rank: max(dp_bucket, this x ranks)")
     moe_dispatcher: str = key(TEXT, required=True, source=True, help="the default MoE token dispatcher")
     moe_a2a_overlap: str = key(TEXT, required=True, source=True, help="MoE all-to-all overlap by default")
     flash_attention: bool = key(FLAG, required=True, source=True, help="fused attention by default")
@@ -95,6 +104,9 @@ class StackKeys:
                                    help="caching allocator's reserved / allocated ratio at the peak, less 1")
     residual_sigma: float = key(Kind(_sigma, "lognormal sigma in [0, 5)", sep=": "), 0.0, source=True,
                                 help="step-time model's spread on the stack's runs (0: a card's own applies)")
+    kernel_efficiency: float = key(Kind(_kernel_efficiency, "factor in (0, 2]", sep=": "), 1.0, source=True,
+                                   help="the stack's kernels against the reference stack's: scales the card's "
+                                        "GEMM, attention and memory-bound efficiencies")
     sources: dict[str, str] = key(SOURCES, required=True, help="the source of every value, by key")
 
     #: The values checked before the others (the order of the hand-written reader this replaced).
@@ -103,7 +115,8 @@ class StackKeys:
 
 KEYS = tuple(f.name for f in fields(StackKeys))
 OPTIONAL = tuple(f.name for f in fields(StackKeys) if not spec(f).required)
-"""Keys a profile may leave out: residual_sigma (none: a card's own sigma applies on the stack alone)."""
+"""Keys a profile may leave out: residual_sigma (none: a card's own sigma applies on the stack alone),
+dp_bucket_per_rank (none: a fixed bucket) and kernel_efficiency (1: the reference stack's kernels)."""
 SOURCED = tuple(f.name for f in fields(StackKeys) if spec(f).source)
 
 

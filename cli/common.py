@@ -103,8 +103,30 @@ def check_new_file(path: str | Path, what: str, force: bool = False) -> None:
 
 
 def dump_json(obj: object) -> str:
-    """Deterministic JSON: sorted keys off (report order matters), fixed float repr, trailing newline."""
-    return json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    """Deterministic JSON: sorted keys off (report order matters), fixed float repr, trailing newline.
+
+    JSON has no infinity nor NaN: such a value (a plan whose shape the schedule cannot run, an unbounded
+    limit) is written as null, and a top-level object lists where under "non_finite" (each path with the
+    value it stood for: "metrics.step_s: inf")."""
+    where: list[str] = []
+    clean = _finite_json(obj, "", where)
+    if where and isinstance(clean, dict):
+        clean["non_finite"] = [*clean.get("non_finite", []), *where]
+    return json.dumps(clean, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _finite_json(obj: object, path: str, where: list[str]) -> object:
+    """``obj`` with every non-finite float replaced by None, its path and value appended to ``where``."""
+    if isinstance(obj, float):  # numpy's float64 is a float
+        if math.isfinite(obj):
+            return obj
+        where.append(f"{path or '.'}: {obj}")
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite_json(v, f"{path}.{k}" if path else str(k), where) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite_json(v, f"{path}[{i}]", where) for i, v in enumerate(obj)]
+    return obj
 
 
 # ---------------------------------------------------------------------------------------------

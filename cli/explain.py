@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from tpopt.cli.choices import batch_infeasible, batch_lines, infeasible_stage_text, staged_text
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,
     EXIT_UNKNOWN,
@@ -32,10 +33,19 @@ from tpopt.cli.render import fit_lines, progress_status
 from tpopt.cli.request import raw_and_catalog, request_from, solve_options
 from tpopt.errors import InputError
 from tpopt.models import variables as V
+from tpopt.models.plan import Scenario
 from tpopt.optimizer import backends
-from tpopt.optimizer.confidence import reachable
-from tpopt.optimizer.explain import explain_plan, explain_request, sensitivities
-from tpopt.presentation import infeasible_lines, plan_lines, request_lines, sensitivity_lines
+from tpopt.optimizer import question as Q
+from tpopt.optimizer.explain import explain_plan, sensitivities
+from tpopt.optimizer.outer import has_task_choices
+from tpopt.presentation import (
+    infeasible_lines,
+    market_infeasible_lines,
+    market_lines,
+    plan_lines,
+    request_lines,
+    sensitivity_lines,
+)
 
 PLAN_FLAGS = tuple(i.key for i in V.PLAN_INPUTS if i.flag is not None and i.api is not None and i.key != "cards")
 """The plan flags that describe a plan (those :func:`tpopt.explain` takes as plan fields; --cards aside)."""
@@ -68,9 +78,9 @@ def explain(sensitivity: bool, as_json: bool, **kw: Any) -> None:
     """
     kw["_command"] = "explain"
     sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
-    if sc.market.offers:
-        raise InputError("tpopt explain does not choose among [market] offers yet: tpopt solve lists every offer's "
-                         "best plan; explain the scenario without the [market] table")
+    if sc.market.offers and kw.get("cards") is not None:
+        raise InputError("tpopt explain --cards explains a plan on the accelerator's own price; the [market] offers "
+                         "are a choice: explain the request (drop --cards) or the scenario without [market]")
     req = request_from(kw)
     backend = backends.resolve(kw["solver"])  # resolved once: explain holds the Solver
     if kw.get("cards") is None:
@@ -79,19 +89,30 @@ def explain(sensitivity: bool, as_json: bool, **kw: Any) -> None:
             raise InputError(f"{V.flag_of(given[0])} describes a plan: give --cards too (or drop it to explain the "
                              "request)")
         raw, catalog = raw_and_catalog(kw)
-        with progress_status("tpopt explain") as tell:
-            out = explain_request(sc, backend, req, raw=raw, catalog=catalog, progress=tell)
+        if sensitivity and (has_task_choices(sc) or sc.market.offers):
+            raise InputError("--sensitivity re-solves one design space: give one global batch, one stage and no "
+                             "[market]")
+        with progress_status("tpopt explain") as tell:  # tpopt solve's question (plan()): batches, stages, offers
+            out = Q.explain_request(sc, backend, req, raw=raw, catalog=catalog, progress=tell)
+        if sc.stages:
+            _staged(out, sc, as_json, kw)
         if out["status"] not in ("optimal", "feasible"):
             echo_builtin_note(kw, as_json, out)
-            text = infeasible_lines(out, sc, "explain")
+            if "market" in out:
+                text = market_infeasible_lines(out)
+            else:
+                if "conflict_batch" in out:
+                    batch_infeasible(out["batch_choices"], out["conflict_batch"], as_json)
+                text = infeasible_lines(out, sc, "explain")
             if sc.task.confidence is not None and out["status"] == "infeasible":  # which confidence is reachable
-                out["reachable_confidence"] = reachable(sc, backend, req)
+                out["reachable_confidence"] = Q.reachable(sc, backend, req)
                 text.append(reachable_line(sc.task.confidence, out["reachable_confidence"]))
             click.echo(dump_json(out) if as_json else fit_lines("\n".join(text)) + "\n", nl=False)
             raise SystemExit(EXIT_INFEASIBLE if out["status"] == "infeasible" else EXIT_UNKNOWN)
         if sensitivity:
             out["sensitivities"] = sensitivities(sc, backend, req)
-        lines = request_lines(out, sc)
+        more = batch_lines(out) + [x for x in market_lines(out) if not x.startswith("Binding constraints")]
+        lines = request_lines(out, sc) + ([""] + more if more else [])
         code = 0
     else:
         plan = plan_from(sc, kw)
@@ -107,3 +128,18 @@ def explain(sensitivity: bool, as_json: bool, **kw: Any) -> None:
     click.echo(dump_json(out) if as_json else fit_lines("\n".join(lines)) + "\n", nl=False)
     if code:
         raise SystemExit(code)
+
+
+def _staged(out: dict[str, Any], sc: Scenario, as_json: bool, kw: dict[str, Any]) -> None:
+    """A staged request explained as ``tpopt solve`` answers it (plan()): each stage's plan and what binds it at
+    the time the other stages leave it, or why no combination fits; exits."""
+    echo_builtin_note(kw, as_json, out)
+    if as_json:
+        click.echo(dump_json(out), nl=False)
+    else:
+        click.echo(staged_text(out, sc, False).replace("tpopt solve:", "tpopt explain:", 1), nl=False)
+        if not out["feasible"]:
+            click.echo(fit_lines(infeasible_stage_text(out, sc)))
+    if out["status"] not in ("optimal", "feasible"):
+        raise SystemExit(EXIT_INFEASIBLE if out["status"] == "infeasible" else EXIT_UNKNOWN)
+    raise SystemExit(0)

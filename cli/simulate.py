@@ -22,7 +22,7 @@ from tpopt.models import terms as T
 from tpopt.models.simulate import simulate as run_simulation
 from tpopt.models.units import DAY, fmt_count, parse_duration, parse_fraction
 from tpopt.optimizer import confidence as C
-from tpopt.optimizer import core
+from tpopt.optimizer import question as Q
 
 MAX_RUNS = 1_000_000
 
@@ -46,17 +46,17 @@ def simulate(runs: str, as_json: bool, **kw: Any) -> None:
         raise InputError(f"--runs must lie in 1..{MAX_RUNS:,}, got {n}")
     sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
     req = request_from(kw)
-    r = core.solve(sc, kw["solver"], req)
+    r, view = Q.chosen(sc, kw["solver"], req)  # tpopt solve's plan, in its batch's or offer's scenario
     if r.best is None:
         click.echo(f"tpopt simulate: {sc.name}: no feasible plan ({r.status.value}); nothing to simulate")
         raise SystemExit(EXIT_INFEASIBLE)
     ev = r.best
-    law = C.law_of(sc, ev)
-    _, lag = T.save_pause_lag(sc, ev.plan.save_mode)
+    law = C.law_of(view, ev)
+    _, lag = T.save_pause_lag(view, ev.plan.save_mode)
     sim = run_simulation(law, lag=lag, runs=n, seed=kw["seed"])
     rows = [{"level": q, "analytic_days": law.quantile(q) / DAY, "simulated_days": sim.quantile(q) / DAY}
             for q in C.LEVELS]
-    deadline = F.limit(F.DEADLINE, sc)
+    deadline = F.limit(F.DEADLINE, view)
     out = {"plan": ev.plan_dict(), "runs": n, "seed": kw["seed"], "quantiles": rows,
            "probability_by_deadline": {"analytic": float(law.cdf(deadline)),
                                        "simulated": sim.probability(deadline)},
@@ -99,7 +99,7 @@ def replan(done: str, elapsed: str, cards_held: str | None, as_json: bool, **kw:
         if held < 1:
             raise InputError("--cards-held must be at least 1")
     sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
-    out = C.replan(sc, frac, spent, held, kw["solver"], request_from(kw))
+    out = Q.replan(sc, frac, spent, held, kw["solver"], request_from(kw))
     if as_json:
         click.echo(dump_json(out), nl=False)
         _replan_exit(out["decision"])

@@ -25,7 +25,7 @@ from tpopt.cli.request import raw_and_catalog, request_from, search_list, solve_
 from tpopt.errors import InputError
 from tpopt.models.plan import Scenario
 from tpopt.optimizer import plan as P
-from tpopt.optimizer.confidence import reachable
+from tpopt.optimizer.question import reachable
 from tpopt.optimizer.result import Status
 from tpopt.presentation import infeasible_lines, market_infeasible_lines, market_lines, sensitivity_text
 

@@ -373,13 +373,14 @@ def sweep(solver: str | None, time_limit: str | float | None, workers: int | Non
 def _confidence_sweep(solver: str | None, time_limit: float | None, as_json: bool, kw: dict[str, Any]) -> None:
     """`tpopt sweep --confidence 50%:99%:5%`: the optimum's cost at each confidence level."""
     from tpopt.optimizer import confidence as C  # lazy: start-up time (SciPy)
+    from tpopt.optimizer import question as Q  # lazy: start-up time (SciPy)
 
     levels = C.parse_levels(kw["confidence"])
     sc = load_scenario_from(dict(kw, confidence=None), {"cost.card_hour": kw.get("card_hour"),
                                                         "cost.max_cost": kw.get("max_cost")})
     req = Request(time_limit=60.0 if time_limit is None else float(time_limit))
     backend = backends.DEFAULT if solver in (None, "auto") else solver
-    rows = C.cost_against_confidence(sc, levels, backend, req)
+    rows = Q.cost_against_confidence(sc, levels, backend, req)
     if as_json:
         echo_builtin_note(kw, True, {})
         click.echo(dump_json({"scenario": sc.name, "rows": rows}), nl=False)

@@ -14,6 +14,11 @@ from numpy.typing import ArrayLike
 from tpopt.models.network import Fabric, route
 from tpopt.models.numeric import FloatArray, Floats
 
+
+def _f(x: ArrayLike) -> FloatArray:
+    """``x`` as an array of floats."""
+    return np.asarray(x, dtype=float)
+
 # ---------------------------------------------------------------------------------------------
 # collective volumes (ring algorithms)
 
@@ -208,28 +213,52 @@ def cast_break_even_bandwidth(cpu_bw: Floats, gpu_bw: Floats) -> Floats:
     return 1.0 / (3.0 * (1.0 / cpu_bw - 1.0 / gpu_bw))
 
 
+def dp_bucket_bytes(bucket_bytes: float, per_rank: float, ranks: ArrayLike) -> FloatArray:
+    """A stack's gradient bucket at ``ranks`` data-parallel ranks: max(bucket, per_rank x ranks), 0 (one call per
+    sharded unit) when the stack has no bucket. Megatron-Core sizes it max(40M, 1M x dp) elements so that the
+    chunks of a large ring stay bandwidth-bound (Megatron-LM get_model): 40 MB up to 40 ranks, 336 MB at 336."""
+    grown: FloatArray = np.maximum(bucket_bytes, per_rank * _f(ranks))
+    return grown if bucket_bytes > 0 else 0.0 * grown
+
+
 def dp_collective_calls(zero_stage: ArrayLike, n_shard: ArrayLike, layers: ArrayLike, micro_batches: ArrayLike,
-                        bucket_bytes: float, weight_bytes: float = 2.0, grad_bytes: float = 2.0) -> FloatArray:
-    """Data-parallel collective calls per card per step, each paying a ring's latency.
+                        bucket_bytes: ArrayLike, weight_bytes: float = 2.0, grad_bytes: float = 2.0) -> FloatArray:
+    """Data-parallel collective calls per card per step, each paying a collective's latency.
 
     ZeRO-3 / FSDP gathers every layer's weights before its forward and again before its backward and
     reduce-scatters its gradients after: 3 L calls per micro-batch. ZeRO-0/1/2 reduce gradients in
-    buckets of ``bucket_bytes`` (Megatron-Core's DDP buckets; one call per sharded unit when 0), once per
-    step (ZeRO-2: every micro-batch), and ZeRO-1/2 gather the updated weights once per step:
+    buckets of ``bucket_bytes`` (Megatron-Core's DDP buckets, :func:`dp_bucket_bytes`; one call per sharded unit
+    when 0), once per step (ZeRO-2: every micro-batch), and ZeRO-1/2 gather the updated weights once per step:
         calls = ceil(N g / bucket) (x m for ZeRO-2) [+ ceil(N w / bucket) for ZeRO >= 1].
     """
     z = np.asarray(zero_stage)
     n = np.asarray(n_shard, dtype=float)
     m = np.asarray(micro_batches, dtype=float)
     unit = np.asarray(layers, dtype=float)
-    grads = np.ceil(n * grad_bytes / bucket_bytes) if bucket_bytes > 0 else unit
-    gathers = np.ceil(n * weight_bytes / bucket_bytes) if bucket_bytes > 0 else unit
+    b = _f(bucket_bytes)
+    safe = np.where(b > 0, b, 1.0)
+    grads = np.where(b > 0, np.ceil(n * grad_bytes / safe), unit)
+    gathers = np.where(b > 0, np.ceil(n * weight_bytes / safe), unit)
     calls: FloatArray = np.select([z == 0, z == 1, z == 2], [grads, grads + gathers, m * grads + gathers],
                                   3.0 * m * unit)
     return calls
 
 
-def dp_tail_bytes(zero_stage: ArrayLike, n_shard: ArrayLike, layers: ArrayLike, dp: ArrayLike, bucket_bytes: float,
+def dp_call_bytes(zero_stage: ArrayLike, n_shard: ArrayLike, layers: ArrayLike, dp: ArrayLike,
+                  bucket_bytes: ArrayLike, weight_bytes: float = 2.0, grad_bytes: float = 2.0) -> FloatArray:
+    """Bytes one rank sends in one data-parallel call (what NCCL's choice of algorithm weighs): a bucket's
+    all-reduce 2 (d-1)/d x B (ZeRO-0), its reduce-scatter or all-gather (d-1)/d x B (ZeRO-1/2), a layer's
+    gather (d-1)/d x w N / L (ZeRO-3 / FSDP, or a stack without buckets: B = the layer's gradients)."""
+    z = np.asarray(zero_stage)
+    n = _f(n_shard)
+    unit = n / np.maximum(_f(layers), 1.0)
+    b = _f(bucket_bytes)
+    size = np.where(z >= 3, unit * weight_bytes, np.where(b > 0, np.minimum(b, n * grad_bytes), unit * grad_bytes))
+    sent: FloatArray = np.where(z == 0, 2.0, 1.0) * allgather_bytes(size, dp)
+    return sent
+
+
+def dp_tail_bytes(zero_stage: ArrayLike, n_shard: ArrayLike, layers: ArrayLike, dp: ArrayLike, bucket_bytes: ArrayLike,
                   weight_bytes: float = 2.0, grad_bytes: float = 2.0) -> tuple[FloatArray, FloatArray]:
     """(bytes per card, calls) of a step's data-parallel collectives that nothing can hide beyond the
     embedding pair: the first unit gathered before the forward can start and the last reduced after the
@@ -241,8 +270,9 @@ def dp_tail_bytes(zero_stage: ArrayLike, n_shard: ArrayLike, layers: ArrayLike, 
     z = np.asarray(zero_stage)
     n = np.asarray(n_shard, dtype=float)
     unit = n / np.maximum(np.asarray(layers, dtype=float), 1.0)
-    gb = np.minimum(bucket_bytes, n * grad_bytes) if bucket_bytes > 0 else unit * grad_bytes
-    wb = np.minimum(bucket_bytes, n * weight_bytes) if bucket_bytes > 0 else unit * weight_bytes
+    b = _f(bucket_bytes)
+    gb = np.where(b > 0, np.minimum(b, n * grad_bytes), unit * grad_bytes)
+    wb = np.where(b > 0, np.minimum(b, n * weight_bytes), unit * weight_bytes)
     share = allgather_bytes(1.0, dp)
     size: FloatArray = share * np.select([z == 0, z >= 3], [2.0 * gb, unit * (weight_bytes + grad_bytes)], gb + wb)
     calls: FloatArray = np.where(z == 0, 1.0, 2.0) + 0.0 * size

@@ -20,8 +20,9 @@ translated gamma with those three cumulants (Seal's approximation); :func:`match
 largest CDF error against the exact lattice law (FFT of the compound Poisson), and the tests bound it.
 No Monte Carlo here: :mod:`tpopt.models.simulate` is the oracle that checks this module.
 
-Adding a source (spot preemptions, later): one :class:`Source` in :data:`SOURCES` with its rate and its
-per-event cost as functions of :class:`Exposure`, and its inputs in :class:`Risk`.
+Adding a source: one :class:`Source` in :data:`SOURCES` with its rate and its per-event cost as functions of
+:class:`Exposure`, and its inputs in :class:`Risk`. Spot preemptions read the :class:`Risk` of the plan's offer
+(tpopt.models.terms.law_risk: a spot offer's rate and reacquisition delay; the ``[risk]`` table's elsewhere).
 
 Units: seconds, events per second, fractions. One quantile: SciPy's brentq (:meth:`Distribution.quantile`);
 many at once and the chance roots: verified Newton rounds in probit-log coordinates (:func:`max_work`),
@@ -87,8 +88,8 @@ class Risk:
     """Inputs of the distribution beyond the checkpoint and failure ones (``[risk]``); each a stated default.
 
     ``step_sigma`` None: the accelerator's ``residual_sigma`` from performance.toml when a calibration
-    wrote one, else :data:`DEFAULT_STEP_SIGMA`. ``preempt_*``: spot preemptions (0: none; the market
-    issue sets them)."""
+    wrote one, else :data:`DEFAULT_STEP_SIGMA`. ``preempt_*``: spot preemptions (0: none; on a spot offer
+    the offer's terms replace them, tpopt.models.terms.law_risk)."""
 
     step_sigma: float | None = None
     slow_rate_per_card_s: float = SLOW_RATE_PER_CARD_S

@@ -83,6 +83,9 @@ class StackProfile:
     ratio at the peak). The overlap, attention, sequence-parallel, dropout and recompute entries are the
     defaults a scenario that states nothing gets. ``residual_sigma``: the step-time model's spread on the
     stack's runs (the finish-time distribution's step error where a card's own was not measured on it).
+    ``kernel_efficiency``: the stack's kernels against the reference stack's (Megatron-Core with Transformer
+    Engine, on whose runs the cards are calibrated): a factor on the card's GEMM, attention and memory-bound
+    efficiencies (models/roofline.py :func:`~tpopt.models.roofline.stack_scaled`).
     """
 
     name: str = "megatron-core"
@@ -91,6 +94,7 @@ class StackProfile:
     dp_overlap: float = 1.0
     fsdp_prefetch: int = 1
     dp_bucket: float = 40e6  # bytes per DP / FSDP bucket (0: one collective per sharded unit)
+    dp_bucket_per_rank: float = 0.0  # the bucket grows to this x the DP ranks when larger (0: fixed)
     moe_dispatcher: str = "alltoall"
     moe_a2a_overlap: str = "none"
     flash_attention: bool = True
@@ -108,6 +112,7 @@ class StackProfile:
     communicator_buffers: float = 0.0  # bytes per rank
     allocator_reserve: float = 0.0  # reserved / allocated - 1 at the peak
     residual_sigma: float = 0.0  # log-sd of measured / predicted step time on this stack (0: none stated)
+    kernel_efficiency: float = 1.0  # factor on the card's GEMM, attention and memory-bound efficiencies
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def usable(self, memory_usable: float) -> float:

@@ -87,6 +87,20 @@ def _f(x: ArrayLike) -> FloatArray:
     return np.asarray(x, dtype=float)
 
 
+STACK_SCALED = ("gemm_efficiency", "attention_efficiency", "memory_efficiency")
+"""The card's kernel efficiencies a software stack's ``kernel_efficiency`` scales (catalogs/stacks.toml)."""
+
+
+def stack_scaled(perf: PerfParams, factor: Floats) -> PerfParams:
+    """The card's parameters as another software stack's kernels reach them: eta -> min(1, f x eta) for the
+    GEMM, attention and memory-bound efficiencies (:data:`STACK_SCALED`); f = 1 (the reference stack the cards
+    are calibrated on) returns ``perf`` itself. ``factor`` may be an array (one parameter set per value)."""
+    if np.ndim(factor) == 0 and float(np.asarray(factor)) == 1.0:
+        return perf
+    f = _f(factor)
+    return perf.with_values(**{n: np.minimum(1.0, f * _f(getattr(perf, n))) for n in STACK_SCALED})
+
+
 def tile_quantisation(m: ArrayLike, n: ArrayLike, perf: PerfParams) -> FloatArray:
     """Useful share of the output tiles: m n / (ceil(m/t_m) t_m ceil(n/t_n) t_n) (1 when tiles fit)."""
     rows, cols = _f(m), _f(n)

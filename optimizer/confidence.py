@@ -11,6 +11,7 @@ the remainder of a run that is under way (``tpopt replan``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -26,7 +27,7 @@ from tpopt.models.units import DAY
 from tpopt.optimizer import core
 from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.limits import Undecided, clock_of
-from tpopt.optimizer.result import Request, Status
+from tpopt.optimizer.result import Request, SolveResult, Status
 
 LEVELS = (0.5, 0.9, 0.99)
 """The quantiles every report prints."""
@@ -34,6 +35,15 @@ STEP_UP = 0.05
 """The confidence the "cheapest change" buys: 5 points."""
 PROGRESS_MARKS = (0.25, 0.5, 0.75)
 """Shares of the P50 finish at which the report gives a progress checkpoint."""
+
+Solve = Callable[[Scenario, "str | Solver", Request], tuple[SolveResult, Scenario]]
+"""A re-solve of a scenario: its result and the scenario its plan runs in. :func:`one_space` here; the
+commands pass ``tpopt solve``'s whole decision (batch choices, offers: :mod:`tpopt.optimizer.question`)."""
+
+
+def one_space(sc: Scenario, backend: str | Solver, req: Request) -> tuple[SolveResult, Scenario]:
+    """The scenario's one design space solved (core.solve); the plan runs in ``sc`` itself."""
+    return core.solve(sc, backend, req), sc
 
 
 def law_of(sc: Scenario, ev: Evaluation) -> Fn.Distribution:
@@ -60,8 +70,10 @@ def progress_marks(law: Fn.Distribution, q: float) -> list[dict[str, float]]:
 
 
 def distribution_entry(sc: Scenario, ev: Evaluation, backend: str | Solver, req: Request,
-                       step_up: bool = True) -> dict[str, Any]:
-    """The ``finish_distribution`` entry of a solve report for the plan ``ev`` (see the module)."""
+                       step_up: bool = True, whole: Scenario | None = None, solve: Solve = one_space
+                       ) -> dict[str, Any]:
+    """The ``finish_distribution`` entry of a solve report for the plan ``ev`` run in ``sc`` (see the module);
+    the step up re-solves ``whole`` (the request ``sc`` came from: with its batch choices) by ``solve``."""
     law = law_of(sc, ev)
     q = sc.task.confidence if sc.task.confidence is not None else 0.95
     rate = ev.metrics["cost"] / ev.metrics["finish_days"] / DAY  # cost per second of wall time
@@ -84,7 +96,7 @@ def distribution_entry(sc: Scenario, ev: Evaluation, backend: str | Solver, req:
         "progress": progress_marks(law, q),
     }
     if step_up:
-        entry["step_up"] = _step_up(sc, ev, p_deadline, backend, req)
+        entry["step_up"] = _step_up(whole or sc, ev, p_deadline, backend, req, solve)
     return entry
 
 
@@ -95,7 +107,8 @@ def _on_clock(req: Request, objective: str) -> Request:
                    clock=clock_of(req))
 
 
-def _step_up(sc: Scenario, ev: Evaluation, p_now: float, backend: str | Solver, req: Request) -> dict[str, Any]:
+def _step_up(sc: Scenario, ev: Evaluation, p_now: float, backend: str | Solver, req: Request,
+             solve: Solve = one_space) -> dict[str, Any]:
     """The cheapest plan whose confidence is 5 points higher than this plan's P(finish <= deadline): one
     re-solve on the run's clock. Cut short by the time limit it is not decided (``decided`` false, status
     ``unknown`` without a plan, ``feasible`` with one not proven the cheapest)."""
@@ -103,14 +116,14 @@ def _step_up(sc: Scenario, ev: Evaluation, p_now: float, backend: str | Solver, 
     if target <= p_now:
         return {"target": target, "status": "already", "plan": None}
     sub = _on_clock(req, req.objective)
-    r = core.solve(replace(sc, task=replace(sc.task, confidence=target)), backend, sub)
+    r, _ = solve(replace(sc, task=replace(sc.task, confidence=target)), backend, sub)
     limited = r.solver.limit_reached
     if not r.feasible or r.best is None:
         if r.status != Status.INFEASIBLE:  # no answer within the limit: neither a plan nor a proof of none
             return {"target": target, "status": r.status.value, "plan": None, "decided": False,
                     "time_limit_reached": limited}
         return {"target": target, "status": r.status.value, "plan": None, "decided": True,
-                "reachable": reachable(sc, backend, req)}
+                "reachable": reachable(sc, backend, req, solve=solve)}
     b = r.best
     return {"target": target, "status": r.status.value, "plan": b.plan_dict(), "cards": b.plan.cards,
             "cost": b.metrics["cost"], "extra_cost": b.metrics["cost"] - ev.metrics["cost"],
@@ -118,7 +131,8 @@ def _step_up(sc: Scenario, ev: Evaluation, p_now: float, backend: str | Solver, 
             "time_limit_reached": limited}
 
 
-def reachable(sc: Scenario, backend: str | Solver, req: Request, tol: float = 1e-3) -> float | None:
+def reachable(sc: Scenario, backend: str | Solver, req: Request, tol: float = 1e-3, solve: Solve = one_space
+              ) -> float | None:
     """The highest confidence some plan of the scenario reaches (to ``tol``): bisection on the level, each a
     solve on the run's clock (feasibility is monotone: a plan meeting level q meets every lower one). 0
     when even the 1 % level is out of reach; None when the time limit left a level undecided (neither a
@@ -128,7 +142,7 @@ def reachable(sc: Scenario, backend: str | Solver, req: Request, tol: float = 1e
     def ok(q: float) -> bool:
         if sub.clock is not None and sub.clock.expired("bisecting the reachable confidence"):
             raise Undecided(f"confidence {q:.4g}")
-        r = core.solve(replace(sc, task=replace(sc.task, confidence=q)), backend, sub)
+        r, _ = solve(replace(sc, task=replace(sc.task, confidence=q)), backend, sub)
         if r.status == Status.INFEASIBLE:
             return False
         if r.best is None:  # unknown: cut short by the limit
@@ -154,8 +168,8 @@ def reachable(sc: Scenario, backend: str | Solver, req: Request, tol: float = 1e
 
 
 def remainder(sc: Scenario, done: float, elapsed_s: float) -> Scenario:
-    """The rest of a run: tokens x (1 - done), deadline - elapsed, the reserved time not yet used (spread
-    evenly over the deadline, stated), the same confidence (default 95 %)."""
+    """The rest of a run: tokens x (1 - done) (at every batch choice), deadline - elapsed, the reserved time not
+    yet used (spread evenly over the deadline, stated), the same confidence (default 95 %)."""
     if not math.isfinite(done) or not 0.0 <= done < 1.0:
         raise InputError(f"--done must lie in [0%, 100%), got {done:.4g}")
     if not math.isfinite(elapsed_s) or elapsed_s < 0:
@@ -163,8 +177,9 @@ def remainder(sc: Scenario, done: float, elapsed_s: float) -> Scenario:
     if elapsed_s >= sc.task.deadline_s:
         raise InputError(f"--elapsed {elapsed_s / DAY:g} d is not before the deadline ({sc.task.deadline_s / DAY:g} d)")
     left = sc.task.deadline_s - elapsed_s
-    reserved = sc.task.reserved_s * left / sc.task.deadline_s
+    reserved = sc.task.reserved_s * (left / sc.task.deadline_s)  # at the start exactly the reserved time
     task = replace(sc.task, tokens=sc.task.tokens * (1.0 - done), deadline_s=left, reserved_s=reserved,
+                   reference_tokens=sc.task.reference_tokens * (1.0 - done),  # every batch choice's share alike
                    confidence=sc.task.confidence if sc.task.confidence is not None else 0.95, ramp=None)
     return replace(sc, task=task)
 
@@ -179,32 +194,35 @@ def layout_change_s(sc: Scenario, held_tp: int | None, new_tp: int, cards_held: 
 
 
 def replan(sc: Scenario, done: float, elapsed_s: float, cards_held: int | None, backend: str | Solver, req: Request,
-           held_tp: int | None = None) -> dict[str, Any]:
+           held_tp: int | None = None, solve: Solve = one_space) -> dict[str, Any]:
     """Re-solve the remainder (:func:`remainder`): the cheapest plan that meets the remaining deadline at the
     confidence, its restart into a new layout included; "stay" is the best plan on the cards held. Returns
     the decision ("stay", "add N cards now", "release N cards", or "none": nothing restores the confidence,
-    with the confidence that is reachable)."""
+    with the confidence that is reachable); ``status`` and ``time_limit_reached`` say whether the remainder's
+    solves were proven. ``solve``: each re-solve (:data:`Solve`)."""
     rest = remainder(sc, done, elapsed_s)
     out: dict[str, Any] = {"tokens_left": rest.task.tokens, "days_left": rest.task.deadline_s / DAY,
                            "reserved_days_left": rest.task.reserved_s / DAY, "confidence": rest.task.confidence,
                            "cards_held": cards_held}
-    best = core.solve(rest, backend, req)
+    best, _ = solve(rest, backend, req)
     stay = None
     if cards_held is not None:
-        stay = core.solve(rest, backend, replace(req, cards=(int(cards_held),)))
+        stay, _ = solve(rest, backend, replace(req, cards=(int(cards_held),)))
     if best.best is not None:
         change = layout_change_s(rest, held_tp, best.best.plan.tp, cards_held, best.best.plan.cards)
         if change > 0:  # the restart into the new layout comes out of the remaining time: solve again with it
             moved = replace(rest, task=replace(rest.task, reserved_s=rest.task.reserved_s + change))
-            best = core.solve(moved, backend, req)
+            best, _ = solve(moved, backend, req)
         out["layout_change_s"] = change
+    out["status"] = best.status.value
+    out["time_limit_reached"] = bool(best.solver.limit_reached or (stay is not None and stay.solver.limit_reached))
     out["best"] = None if best.best is None else _plan_entry(best.best)
     out["stay"] = None if stay is None or stay.best is None else _plan_entry(stay.best)
     if best.best is None and best.status != Status.INFEASIBLE:  # cut short by the time limit: no verdict
         out["decision"] = "not decided"
     elif best.best is None:
         out["decision"] = "none"
-        out["reachable"] = reachable(rest, backend, req)
+        out["reachable"] = reachable(rest, backend, req, solve=solve)
     elif cards_held is None:
         out["decision"] = f"run {best.best.plan.cards} cards"
     elif stay is not None and stay.best is not None and stay.best.metrics["cost"] <= best.best.metrics["cost"]:
@@ -228,7 +246,8 @@ def quantile_table(law: Fn.Distribution, levels: tuple[float, ...] = LEVELS) -> 
     return np.array([law.quantile(q) for q in levels])
 
 
-__all__ = ["LEVELS", "STEP_UP", "law_of", "dominant", "progress_marks", "distribution_entry", "reachable",
+__all__ = ["LEVELS", "STEP_UP", "Solve", "one_space", "law_of", "dominant", "progress_marks", "distribution_entry",
+           "reachable",
            "remainder", "layout_change_s", "replan", "quantile_table", "parse_levels", "cost_against_confidence"]
 
 
@@ -256,13 +275,12 @@ def parse_levels(text: str) -> tuple[float, ...]:
     return tuple(sorted({Fn.parse_confidence(p) for p in text.split(",") if p.strip()}))
 
 
-def cost_against_confidence(sc: Scenario, levels: tuple[float, ...], backend: str | Solver, req: Request
-                            ) -> list[dict[str, Any]]:
+def cost_against_confidence(sc: Scenario, levels: tuple[float, ...], backend: str | Solver, req: Request,
+                            solve: Solve = one_space) -> list[dict[str, Any]]:
     """One proven solve per confidence level: the optimum's cards, cost, finish quantile, P(by deadline)."""
     rows: list[dict[str, Any]] = []
     for q in levels:
-        at = replace(sc, task=replace(sc.task, confidence=q))
-        r = core.solve(at, backend, req)
+        r, at = solve(replace(sc, task=replace(sc.task, confidence=q)), backend, req)
         row: dict[str, Any] = {"confidence": q, "status": r.status.value, "cards": None, "cost": None,
                                "finish_q_days": None, "probability_by_deadline": None, "plan": None}
         if r.best is not None:

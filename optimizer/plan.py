@@ -80,17 +80,23 @@ class PlanReport(SolveResult):
 def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | None = None, *, analyse: bool = True,
          sensitivity: bool = False, export: str | None = None,
          on_export: Callable[[dict[str, Any]], None] | None = None, inputs: RelaxationInputs | None = None,
-         progress: Callable[[str], None] | None = None) -> PlanReport:
+         progress: Callable[[str], None] | None = None, why: bool = True) -> PlanReport:
     """Solve ``sc`` as ``tpopt solve`` does (see the module); ``export``: also write the plan MILP to this
     .lp/.mps file (``on_export(figures)`` is told as soon as it is written, before the solve). Without a
     plan, the report has the conflict and the relaxations (:func:`~tpopt.optimizer.infeasible.infeasible_entries`;
     ``inputs()``: the raw tables and catalog they rebuild the scenario from; ``progress(text)``: each step).
-    ``backend``: a solver's name (the command line's, the API's) or a :class:`~tpopt.optimizer.backends.Solver`."""
+    ``backend``: a solver's name (the command line's, the API's) or a :class:`~tpopt.optimizer.backends.Solver`.
+    ``why`` False: without a plan, the status alone (no conflict, relaxations or fastest plans; the commands that
+    only need the plan solve chose, :mod:`tpopt.optimizer.question`)."""
     req = req or Request()
     solver = backends.checked(backend)  # resolved once: the modules below are handed the Solver
     solver.require(req)  # a missing solver fails here, before anything is written
     if export and outer.has_task_choices(sc):
         raise InputError("--export writes one plan MILP: give one global batch (--global-batch) and no stages")
+    if sensitivity and (outer.has_task_choices(sc) or sc.market.offers):
+        raise InputError("--sensitivity re-solves one design space: give one global batch, one stage and no [market]")
+    if export and sc.market.offers:
+        raise InputError("--export writes one plan MILP: the [market] offers are one sub-problem each (drop [market])")
     if sc.market.offers:  # the offer is a choice: one exact sub-problem per offer
         return _market(sc, solver, req)
     if sc.stages:
@@ -124,6 +130,8 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
                            "solver": result.solver.as_dict(), "scenario": scenario_entry(sc)}
     if exported:
         out["export"] = exported
+    if not result.feasible and not why:
+        return PlanReport.of(result, out, sc, space, bs)
     if not result.feasible:
         if bs:  # conflict at the task's batch (or the first choice); relaxations over every batch
             out["batch_choices"] = fastest_per_batch(bs, solver, req)
@@ -144,7 +152,8 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
     if view.task.confidence is not None:  # the finish-time distribution (added only with a confidence)
         from tpopt.optimizer.confidence import distribution_entry  # lazy: start-up time (SciPy)
 
-        out["finish_distribution"] = distribution_entry(view, best, solver, req, step_up=analyse)
+        out["finish_distribution"] = distribution_entry(view, best, solver, req, step_up=analyse, whole=sc,
+                                                        solve=_chosen)
     out["footing"] = footing.of_evaluation(view, out)
     if analyse:
         cp = cp_not_searched(view, solver, req, best)
@@ -158,6 +167,13 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
 
         out["sensitivities"] = sensitivities(sc, solver, req, base=best)
     return PlanReport.of(result, out, view, space, bs)
+
+
+def _chosen(sc: Scenario, backend: str | Solver, req: Request) -> tuple[SolveResult, Scenario]:
+    """A re-solve of a whole request (its batch choices) for the confidence report's step up: plan() without
+    analysis or explanation, and the scenario its plan runs in."""
+    pr = plan(sc, backend, req, analyse=False, why=False)
+    return pr, pr.view or sc
 
 
 def best_entries(result: SolveResult, ana: dict[str, Any] | None, skipped: str | None = None) -> dict[str, Any]:
@@ -239,6 +255,10 @@ def _market(sc: Scenario, solver: Solver, req: Request) -> PlanReport:
     view = ms.pick.sc if ms.pick else sc
     if ms.result.best is not None:
         out.update(best_entries(ms.result, None))
+        if view.task.confidence is not None:  # the law on the offer's scenario: its spot terms included
+            from tpopt.optimizer.confidence import distribution_entry  # lazy: start-up time (SciPy)
+
+            out["finish_distribution"] = distribution_entry(view, ms.result.best, solver, req, step_up=False)
     out["market"] = market.market_entries(ms, sc)
     return PlanReport.of(ms.result, out, view)
 

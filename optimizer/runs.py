@@ -19,8 +19,10 @@ Columns (others are ignored; ``#`` starts a comment line):
   ``measured_tflops_per_gpu`` (iteration = Megatron-LM's FLOPs per iteration / (gpus x TFLOP/s));
 * hardware: ``accelerator``; else inferred from ``measured_tflops_per_gpu / measured_pct_of_peak``
   (the catalog card whose FP16/BF16 peak matches within 3 %); else the scenario's, else a100-80gb-sxm;
-* software stack (defaults: the ``--scenario``'s settings when one is given, else Megatron-LM as in
-  Narayanan et al. 2021 and Korthikanti et al. 2022):
+* software stack: a row's ``stack`` cell, or a ``# stack.RUN RUN ... = NAME`` comment line naming the runs that
+  ran another stack variant (torchtitan with torch.compile), else the table's ``# stack = NAME`` (defaults: the
+  ``--scenario``'s settings when one is given, else Megatron-LM as in Narayanan et al. 2021 and Korthikanti et
+  al. 2022):
   ``precision`` (fp16-mixed-fp32-grad), ``dropout`` (true), ``flash_attention`` (false),
   ``sequence_parallel`` (false, true for the selective column), ``tp_overlap`` (0: Megatron-LM of
   2021-22 does not overlap TP collectives), ``dp_overlap`` (0: its gradient all-reduce runs after the
@@ -43,7 +45,7 @@ from typing import Any
 
 from tpopt.catalogs import Catalog, load_catalog, read_text_capped
 from tpopt.catalogs.scenario import build_scenario
-from tpopt.catalogs.stacks import stack_profile
+from tpopt.catalogs.stacks import DEFAULT_STACK, stack_profile
 from tpopt.errors import InputError
 from tpopt.models import memory
 from tpopt.models import terms as T
@@ -119,6 +121,19 @@ def _note_settings(row: dict[str, str], notes: list[tuple[str, dict[str, str]]])
     for text, sets in notes:
         if text and text in note:
             out.update(sets)
+    return out
+
+
+def table_run_stacks(path: str | Path) -> dict[str, str]:
+    """Stacks a table states for named runs in ``# stack.RUN RUN ... = NAME`` comment lines (e.g. the torchtitan
+    runs that ran torch.compile: ``# stack.T2 T3 = torchtitan-compile``); they replace the row's stack cell."""
+    out: dict[str, str] = {}
+    for ln in read_text_capped(Path(path), "runs file").splitlines():
+        t = ln.strip()
+        if t.startswith("#") and t[1:].strip().startswith("stack."):
+            names, _, value = t[1:].strip()[6:].partition("=")
+            stack_profile(value.strip())  # unknown -> one clear error
+            out.update(dict.fromkeys(re.split(r"[\s,]+", names.strip()), value.strip()))
     return out
 
 
@@ -275,15 +290,17 @@ def _accelerator(row: dict[str, str], cat: Catalog, base_raw: dict[str, Any] | N
 
 def _stack_defaults(base_raw: dict[str, Any] | None, stack: str = DEFAULT_TABLE_STACK) -> dict[str, Any]:
     """Software-stack defaults of a row: the table's stack (``# stack = NAME``; else the published tables'
-    Megatron-LM stack, STACK), or, when a scenario is given, that scenario's own settings."""
+    Megatron-LM stack, STACK), or, when a scenario is given, that scenario's own settings (the overlaps it does
+    not state: its stack's, as build_scenario takes them)."""
     if base_raw is None:
         return stack_defaults(stack)
     task, mem, comm = (base_raw.get(t, {}) for t in ("task", "memory", "comm"))
+    own = stack_profile(base_raw.get("hardware", {}).get("stack", DEFAULT_STACK))  # the scenario's (build_scenario)
     rec = base_raw.get("search", {}).get("recompute", "none")
     return {"precision": task.get("precision", "bf16-mixed"), "dropout": mem.get("dropout", False),
             "flash_attention": mem.get("flash_attention", True),
             "sequence_parallel": mem.get("sequence_parallel", True),
-            "tp_overlap": comm.get("tp_overlap", False), "dp_overlap": comm.get("dp_overlap", True),
+            "tp_overlap": comm.get("tp_overlap", own.tp_overlap), "dp_overlap": comm.get("dp_overlap", own.dp_overlap),
             "recompute": rec[0] if isinstance(rec, list) else rec,
             "stack": base_raw.get("hardware", {}).get("stack", stack)}
 
@@ -314,6 +331,7 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
     stack = table_stack(path)
     routing = table_moe(path)
     notes = table_notes(path)
+    run_stacks = table_run_stacks(path)
     out = []
     for i, row in enumerate(read_rows(path)):
         name = (row.get("run") or f"{table}-{i + 1}").strip()
@@ -332,7 +350,8 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         if "accelerator" in noted and not accelerator:
             cat.accelerator(noted["accelerator"])
         acc = accelerator or noted.get("accelerator") or _accelerator(row, cat, base_raw, where)
-        defaults = _stack_defaults(base_raw, row_stack(row, stack, where) if base_raw is None else stack)
+        own = run_stacks.get(name) or row_stack(row, stack, where)
+        defaults = _stack_defaults(base_raw, own if base_raw is None else stack)
         cells = {k: str(row.get(k) or "").strip().lower() for k in STACK}
         stated = {k: v for k, v in cells.items() if not unstated(v)}
         if "precision" in stated:

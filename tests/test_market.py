@@ -545,8 +545,11 @@ def test_a_base_with_a_spot_share_is_a_choice(tmp_path):
                             16 * 0.002 * pr.best.metrics["train_days"] * 24, rel_tol=1e-9)
 
 
-@pytest.mark.parametrize("command", [["evaluate", "--cards", "8"], ["explain"], ["sweep", "--deadline", "10d:20d:5d"]])
+@pytest.mark.parametrize("command", [["evaluate", "--cards", "8"], ["explain", "--cards", "8"],
+                                     ["sweep", "--deadline", "10d:20d:5d"]])
 def test_commands_that_do_not_choose_offers_say_so(tmp_path, capsys, monkeypatch, command):
+    """A given plan (evaluate, explain --cards) and a sweep read no offers: one line, exit 2. explain of the
+    request chooses the offer as solve does (issue 36: tests/test_one_question.py)."""
     raw = raw_scenario(["h100-od"])
     p = tmp_path / "s.toml"
     p.write_text("\n".join(f"[{t}]\n" + "\n".join(f"{k} = {json_value(v)}" for k, v in body.items())

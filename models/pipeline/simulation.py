@@ -58,7 +58,8 @@ def _chunk_fractions(schedule: str, p: int, v: int, chunk_layers: Iterable[int] 
 
     Interleaved: ``chunk_layers`` lists the layers of the ``v p`` chunks in path order (chunk c of
     stage s is entry ``c p + s``): [5,5,5,5,4,4,4,4] -> stage 0 holds 5 + 4 layers, its chunks take
-    5/9 and 4/9 of its time. Without ``chunk_layers`` every chunk is 1/v of its stage.
+    5/9 and 4/9 of its time. Without ``chunk_layers`` every chunk is 1/v of its stage. The first chunk of
+    the path (the embedding's) and the last (the loss's) may hold 0 layers: no share of the stage's time.
     """
     if schedule != "interleaved":
         if chunk_layers is not None:
@@ -69,8 +70,11 @@ def _chunk_fractions(schedule: str, p: int, v: int, chunk_layers: Iterable[int] 
     layers = list(chunk_layers)
     if len(layers) != v * p:
         raise InputError(f"chunk layers: expected v x p = {v * p} chunk sizes, got {len(layers)}")
-    if any(isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < 1 for x in layers):
-        raise InputError(f"chunk layers must be whole numbers >= 1, got {layers}")
+    ends = (0, v * p - 1)  # the embedding's and the loss's chunk may hold no transformer layer (shapes.chunk_layers)
+    if any(isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < (0 if i in ends else 1)
+           for i, x in enumerate(layers)):
+        raise InputError(f"chunk layers must be whole numbers >= 1 (>= 0 for the first and the last chunk), "
+                         f"got {layers}")
     out: list[list[float]] = []
     for s in range(p):
         mine = [int(layers[c * p + s]) for c in range(v)]

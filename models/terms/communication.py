@@ -46,7 +46,7 @@ def replica_link(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, pp: 
                  cp: ArrayLike, nics: ArrayLike, n: ArrayLike) -> FloatArray:
     """Hybrid sharding: the per-step all-reduce of each card's gradient shard over the r = dp x cp / s
     replicas of its shard group (s ranks, :func:`shard_ranks`), once a step after the last micro-batch:
-        t = 2 (r-1)/r x g N / s / B_r + calls x (t_call + ring latency),
+        t = 2 (r-1)/r x g N / s / B_r + calls x (t_call + network.collective_latency, an all-reduce),
     the ring's members tp x s ranks apart, so with s x tp >= a host every card of a host is in its own ring
     and they share the host's NICs: B_r = nics x B_nic / min(tp s, cards per host) (network.route), x the
     collective efficiency. MaxText's Llama 2 7B on A3 High (8-way FSDP per host, 16 hosts, FP32 gradients,
@@ -64,10 +64,12 @@ def replica_link(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, pp: 
     if per_op_model(sc):
         p = _perf(sc, acc)
         bw = bw * p.dp_efficiency
-        calls = comm.dp_collective_calls(0, _f(n) / s, np.ceil(sc.model.layers / _f(pp)), 1, sc.stack.dp_bucket,
-                                         rec.weights, rec.grads)
-        lat = calls * (p.collective_latency + network.ring_latency(A.fabric, r, stride, p.up_step_latency,
-                                                                   p.out_step_latency))
+        layers = np.ceil(sc.model.layers / _f(pp))
+        bucket = comm.dp_bucket_bytes(sc.stack.dp_bucket, sc.stack.dp_bucket_per_rank, full)
+        calls = comm.dp_collective_calls(0, _f(n) / s, layers, 1, bucket, rec.weights, rec.grads)
+        sent = comm.dp_call_bytes(0, _f(n) / s, layers, r, bucket, rec.weights, rec.grads)
+        lat = calls * (p.collective_latency + network.collective_latency(
+            A.fabric, r, stride, p.up_step_latency, p.out_step_latency, allreduce=True, call_bytes=sent, bandwidth=bw))
     t = comm.allreduce_bytes(rec.grads * _f(n) / s, r) / bw + lat
     out: FloatArray = np.where(r > 1, t, 0.0)
     return out
@@ -141,7 +143,7 @@ def dp_link(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, cp: Array
     if not sc.model.moe:
         n = heaviest_stage_params(sc, tp, pp)
         link: FloatArray = comm.zero_dp_volume(zero, n, ranks, ga, rec.weights, rec.grads) / bw
-        return (link + dp_latency(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, ga=ga, n=n)
+        return (link + dp_latency(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, ga=ga, n=n, bw=bw)
                 + replica_link(sc, acc=acc, zero=zero, tp=tp, pp=pp, dp=dp, cp=cp, nics=nics, n=n))
     g = sc.system(acc).acc.cards_per_host
     etp_size = moe.expert_tp_size(etp, tp)
@@ -153,32 +155,36 @@ def dp_link(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, cp: Array
         experts = xl / (_f(ep) * etp_size) + xb / _f(ep)
         both: FloatArray = (comm.zero_dp_volume(zero, d, ranks, ga, rec.weights, rec.grads) / bw
                             + comm.zero_dp_volume(zero, experts, edp, ga, rec.weights, rec.grads) / bw_e
-                            + dp_latency(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, ga=ga, n=d)
+                            + dp_latency(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, ga=ga, n=d, bw=bw)
                             + dp_latency(sc, acc=acc, zero=zero, tp=stride, pp=pp, ranks=edp, ga=ga, n=experts,
-                                         units=n))
+                                         units=n, bw=bw_e))
         return both
 
     return _moe_stages(sc, tp, pp, t)
 
 
 def dp_latency(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, pp: ArrayLike, ranks: ArrayLike,
-               ga: ArrayLike, n: ArrayLike, units: ArrayLike | None = None) -> FloatArray:
-    """Per-operation model: the latency of a step's data-parallel collectives, calls x (t_call + ring
-    latency): comm.dp_collective_calls (per-layer ZeRO-3 / FSDP gathers and reductions, the stack's
-    gradient buckets otherwise) and network.ring_latency over the dp x cp ranks tp apart (each step
-    paced by the tier the ring crosses: up_step_latency inside the scale-up domain, out_step_latency
-    across the NICs). 0 in the flat model. ``units``: the sharded units per stage when they are not its
-    layers (a MoE model's expert state: one unit per MoE block, its local experts, reduced and gathered
-    over the expert-data-parallel ring, ``ranks`` = edp members ``tp`` = ep x etp apart: ZeRO-3 gathers
-    whole expert sets per block and micro-batch, so at edp in the hundreds each call pays hundreds of steps)."""
+               ga: ArrayLike, n: ArrayLike, units: ArrayLike | None = None, bw: ArrayLike = np.inf) -> FloatArray:
+    """Per-operation model: the latency of a step's data-parallel collectives, calls x (t_call + the call's
+    latency as NCCL runs it): comm.dp_collective_calls (per-layer ZeRO-3 / FSDP gathers and reductions, the
+    stack's gradient buckets otherwise, grown with the ranks as the stack sizes them, comm.dp_bucket_bytes) and
+    network.collective_latency over the dp x cp ranks tp apart (the cheapest of NCCL's ring, whose latency grows
+    with the scale-up domains crossed, and its tree / PAT, with their logarithm; up_step_latency on the scale-up
+    links, out_step_latency across the NICs; ``bw`` the ring's bandwidth, which prices the tree's lower one). 0 in
+    the flat model. ``units``: the sharded units per stage when they are not its layers (a MoE model's expert
+    state: one unit per MoE block, its local experts, reduced and gathered over the expert-data-parallel group,
+    ``ranks`` = edp members ``tp`` = ep x etp apart: ZeRO-3 gathers whole expert sets per block and micro-batch)."""
     if not per_op_model(sc):
         return 0.0 * _f(ranks)
     p = _perf(sc, acc)
     rec = sc.state_recipe()
     layers = np.ceil(sc.model.layers / _f(pp)) if units is None else _f(units)
-    calls = comm.dp_collective_calls(zero, n, layers, ga, sc.stack.dp_bucket, rec.weights, rec.grads)
-    ring = network.ring_latency(sc.system(acc).acc.fabric, ranks, tp, p.up_step_latency, p.out_step_latency)
-    out: FloatArray = np.where(_f(ranks) > 1, calls * (p.collective_latency + ring), 0.0)
+    bucket = comm.dp_bucket_bytes(sc.stack.dp_bucket, sc.stack.dp_bucket_per_rank, ranks)
+    calls = comm.dp_collective_calls(zero, n, layers, ga, bucket, rec.weights, rec.grads)
+    sent = comm.dp_call_bytes(zero, n, layers, ranks, bucket, rec.weights, rec.grads)
+    each = network.collective_latency(sc.system(acc).acc.fabric, ranks, tp, p.up_step_latency, p.out_step_latency,
+                                      allreduce=_f(zero) == 0, call_bytes=sent, bandwidth=bw)
+    out: FloatArray = np.where(_f(ranks) > 1, calls * (p.collective_latency + each), 0.0)
     return out
 
 
@@ -186,14 +192,17 @@ def dp_tail(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, pp: Array
             bw: ArrayLike) -> FloatArray:
     """Per-operation model: the time of a step's first gather and last reduction of the sharded units
     (comm.dp_tail_bytes: one layer under ZeRO-3 / FSDP, one of the stack's buckets otherwise), which no
-    compute can hide: bytes / B + calls x (t_call + ring latency) over the dp x cp ranks ``tp`` apart."""
+    compute can hide: bytes / B + calls x (t_call + network.collective_latency) over the dp x cp ranks ``tp``
+    apart."""
     p = _perf(sc, acc)
     rec = sc.state_recipe()
     n = heaviest_stage_params(sc, tp, pp)
-    size, calls = comm.dp_tail_bytes(zero, n, np.ceil(sc.model.layers / _f(pp)), ranks, sc.stack.dp_bucket,
-                                     rec.weights, rec.grads)
-    ring = network.ring_latency(sc.system(acc).acc.fabric, ranks, tp, p.up_step_latency, p.out_step_latency)
-    out: FloatArray = np.where(_f(ranks) > 1, size / _f(bw) + calls * (p.collective_latency + ring), 0.0)
+    layers = np.ceil(sc.model.layers / _f(pp))
+    bucket = comm.dp_bucket_bytes(sc.stack.dp_bucket, sc.stack.dp_bucket_per_rank, ranks)
+    size, calls = comm.dp_tail_bytes(zero, n, layers, ranks, bucket, rec.weights, rec.grads)
+    each = network.collective_latency(sc.system(acc).acc.fabric, ranks, tp, p.up_step_latency, p.out_step_latency,
+                                      allreduce=_f(zero) == 0, call_bytes=size / calls, bandwidth=bw)
+    out: FloatArray = np.where(_f(ranks) > 1, size / _f(bw) + calls * (p.collective_latency + each), 0.0)
     return out
 
 

@@ -6,6 +6,7 @@ deadline (:func:`chance_fill`, :func:`finish_quantile`).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -155,12 +156,25 @@ def save_pause_lag(sc: Scenario, save_mode: str) -> tuple[float, float]:
     return (write, 0.0) if save_mode == "sync" else (rel.snapshot_copy_s, rel.snapshot_copy_s + write)
 
 
+def law_risk(sc: Scenario) -> finish.Risk:
+    """The risk inputs of a plan's finish-time law: the scenario's ``[risk]`` table, with the spot terms of the
+    offer the plan runs on in place of its preemption inputs. On a spot offer (or a mix with a spot share:
+    ``market.preempt_per_card_s`` > 0, set per offer by the market solve) the law's preemption source is the
+    offer's: rate rho per card-second (a mix: its spot share x rho) and reacquisition delay d, the same
+    process the long-run overhead charges (:func:`failure_rate`, :func:`reacquire_overhead`); off the spot
+    market the ``[risk]`` table's own preemption inputs apply (0 unless given)."""
+    m = sc.market
+    if not m.preempt_per_card_s:
+        return sc.risk
+    return replace(sc.risk, preempt_rate_per_card_s=float(m.preempt_per_card_s), reacquire_s=float(m.reacquire_s))
+
+
 def exposure(sc: Scenario, save_mode: str, cards: float, save_interval: float) -> finish.Exposure:
-    """What the distribution's sources read from one plan (models/finish.py)."""
+    """What the distribution's sources read from one plan (models/finish.py; the risk inputs :func:`law_risk`)."""
     rel = sc.reliability
     _, lag = save_pause_lag(sc, save_mode)
     return finish.Exposure(cards=float(cards), tau=float(save_interval), lag=lag, restore=rel.restore_s,
-                           card_mtbf_s=rel.card_mtbf_s, spike_interval_s=rel.event_interval_s, risk=sc.risk)
+                           card_mtbf_s=rel.card_mtbf_s, spike_interval_s=rel.event_interval_s, risk=law_risk(sc))
 
 
 def finish_law(sc: Scenario, acc: str, save_mode: str, cards: float, save_interval: float,
@@ -187,17 +201,17 @@ def _law_inputs(sc: Scenario, acc: str, save_mode: str, cards: FloatArray, tau: 
     sigma, _ = step_sigma(sc, acc)
     rel = sc.reliability
     x = finish.Exposure(cards=cards, tau=tau, lag=lag, restore=rel.restore_s, card_mtbf_s=rel.card_mtbf_s,
-                        spike_interval_s=rel.event_interval_s, risk=sc.risk)
+                        spike_interval_s=rel.event_interval_s, risk=law_risk(sc))
     return 1.0 + pause / tau, sigma, finish.event_cumulants(*finish.events_over(x))
 
 
 def _chance_key(sc: Scenario, acc: str, save_mode: str) -> tuple[Any, ...]:
     """What a chance root depends on besides (cards, interval): level, deadline, margins, save mode's pause and
-    lag, restart, failure and rollback rates, the risk inputs and the step sigma."""
+    lag, restart, failure and rollback rates, the risk inputs (the offer's spot terms included) and the step sigma."""
     rel = sc.reliability
     pause, lag = save_pause_lag(sc, save_mode)
     return (sc.task.confidence, F.limit(F.DEADLINE, sc), sc.task.reserved_s, pause, lag, rel.restore_s, rel.card_mtbf_s,
-            rel.event_interval_s, sc.risk, step_sigma(sc, acc)[0])
+            rel.event_interval_s, law_risk(sc), step_sigma(sc, acc)[0])
 
 
 def _pairs(cards: ArrayLike, interval: ArrayLike) -> tuple[NDArray[np.complex128], NDArray[np.intp], tuple[int, ...]]:

@@ -17,7 +17,7 @@ from tpopt.models import comm, context, memory, moe, ops, steptime
 from tpopt.models.arch import attention_flops_per_token, flops_per_token
 from tpopt.models.numeric import FloatArray, Floats
 from tpopt.models.plan import Scenario
-from tpopt.models.roofline import PerfParams
+from tpopt.models.roofline import PerfParams, stack_scaled
 from tpopt.models.terms.shapes import (
     _f,
     cp_imbalance,
@@ -39,12 +39,14 @@ OpTimes: TypeAlias = tuple[steptime.PhaseTimes, steptime.PhaseTimes, steptime.Ph
 
 def rates(sc: Scenario, acc: str) -> steptime.Rates:
     """What the per-operation model runs on: the precision's matrix peak (FP16 / BF16; FP8 for weight
-    GEMMs under fp8-mixed when the card has an FP8 peak), HBM, the TP link and the performance catalog."""
+    GEMMs under fp8-mixed when the card has an FP8 peak), HBM, the TP link and the performance catalog, its
+    GEMM, attention and memory-bound efficiencies as the scenario's stack reaches them (its kernel_efficiency,
+    catalogs/stacks.toml; roofline.stack_scaled)."""
     sysm = sc.system(acc)
     A = sysm.acc
     rec = memory.recipe(sc.task.precision)
     peak = A.peak_fp16 if rec.matrix == "fp16" and A.peak_fp16 > 0 else A.peak_flops
-    perf = cast(PerfParams, sysm.perf)  # the per-operation model's: its system has a performance catalog
+    perf = stack_scaled(cast(PerfParams, sysm.perf), sc.stack.kernel_efficiency)  # the stack's kernels
     low = {"fp8": (A.peak_fp8, perf.fp8_gemm_ratio, sc.stack.fp8_recipe if sc.stack.fp8_recipe in
                    ("current", "delayed") else "current"),
            "mxfp8": (A.peak_fp8, perf.fp8_gemm_ratio, "mxfp8"),
@@ -76,6 +78,7 @@ def layout(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep:
     return ops.Layout(tp=tp, micro_batch=_f(mb) / _f(cp), seq_len=sc.task.seq_len,
                       sequence_parallel=mem.sequence_parallel, flash_attention=mem.flash_attention,
                       dropout=mem.dropout, act_bytes=mem.activation_bytes, attention_scale=cp_imbalance(sc, cp),
+                      cp_steps=np.maximum(_f(cp) - 1.0, 0.0) if sc.cp_method == "ring" else 0.0,
                       **moe_kw)
 
 
@@ -130,19 +133,27 @@ def cp_exchange(sc: Scenario, *, acc: str, tp: ArrayLike, cp: ArrayLike, mb: Arr
     """Exposed context-parallel exchange of one layer and micro-batch, (forward, backward).
 
     Ring (context.ring_exposed): each of the cp - 1 steps passes one K, V block (backward: K, V and
-    dK, dV) while the card computes that step's share of the attention, attention / cp; all-to-all
+    dK, dV) while the card computes that step's share of the attention, attention / cp, which still loses the
+    contention share of the hidden transfer (per-operation model); all-to-all
     (context.alltoall_bytes): the q, k, v and output exchanges are on the critical path, forward and
-    backward alike. Bandwidth: context.cp_bandwidth (x the collective efficiency of the performance
-    catalog in the per-operation model); 0 when cp = 1."""
+    backward alike. Bandwidth: context.cp_bandwidth (in the per-operation model on the fabric derated by the
+    collective efficiencies, tp_efficiency on the scale-up links and dp_efficiency across the NICs, and each
+    ring step paying its send's latency, context.cp_step_latency); 0 when cp = 1."""
     A = sc.system(acc).acc
     a, e = sc.model, sc.memory.activation_bytes
-    bw = context.cp_bandwidth(A.fabric, tp, cp, nics, sc.cp_method)
-    if per_op_model(sc):
-        bw = bw * _perf(sc, acc).tp_efficiency
+    fabric = A.fabric
+    step: Floats = 0.0
+    kappa = 0.0
+    if per_op_model(sc):  # the collective efficiencies of the tiers the group crosses, each step's send latency
+        p = _perf(sc, acc)
+        fabric = fabric.derated(p.tp_efficiency, p.dp_efficiency)
+        step = context.cp_step_latency(fabric, tp, cp, p.up_step_latency, p.out_step_latency)
+        kappa = p.overlap_contention
+    bw = context.cp_bandwidth(fabric, tp, cp, nics, sc.cp_method)
     if sc.cp_method == "ring":
         f_bytes, b_bytes = context.ring_transfer_bytes(a, sc.task.seq_len, mb, tp, cp, e)
-        return (context.ring_exposed(f_bytes, bw, attention_fwd, cp),
-                context.ring_exposed(b_bytes, bw, attention_dx, cp))
+        return (context.ring_exposed(f_bytes, bw, attention_fwd, cp, step, kappa),
+                context.ring_exposed(b_bytes, bw, attention_dx, cp, step, kappa))
     t = np.where(_f(cp) > 1, context.alltoall_bytes(a, sc.task.seq_len, mb, tp, cp, e) / bw, 0.0)
     return t, t
 

@@ -220,15 +220,26 @@ def _dense_cached(a: ModelArch, p: int, first: int, last: int) -> tuple[int, ...
 
 def chunk_layers(split: Sequence[float], v: int) -> list[int] | None:
     """Layers of each interleaved chunk in path order (chunk c of stage s is entry c p + s), whole
-    layers spread as evenly as each stage allows; None when a stage has fewer than v layers."""
+    layers spread as evenly as each stage allows; None when a stage has fewer than v layers.
+
+    Megatron-Core's ``account_for_embedding_in_pipeline_split`` / ``account_for_loss_in_pipeline_split``:
+    the input embedding counts as one layer of the first virtual chunk and the LM head with the loss as
+    one layer of the last, so a first (last) stage of v - 1 transformer layers runs v chunks, the first
+    (last) of them holding only the embedding (the loss), 0 transformer layers here. Llama 3.1 405B, 126
+    layers on PP 16 x VP 8: 126 + 2 = 128 = 16 x 8, stages of 7, 8 x 14, 7 layers, every chunk one layer
+    but the embedding's and the loss's."""
     p = len(split)
     out = [0] * (v * p)
     for s, n in enumerate(split):
-        if n < v or n != int(n):
+        if n != int(n):
             return None
-        base, extra = divmod(int(n), v)
-        for c in range(v):
-            out[c * p + s] = base + (1 if c < extra else 0)
+        empty = [c for c, ok in ((0, s == 0), (v - 1, s == p - 1)) if ok and v > 1 and int(n) < v]
+        held = [c for c in range(v) if c not in empty[:v - int(n)]]
+        if int(n) < len(held) or int(n) < 1:
+            return None
+        base, extra = divmod(int(n), len(held))
+        for i, c in enumerate(held):
+            out[c * p + s] = base + (1 if i < extra else 0)
     return out
 
 

@@ -366,7 +366,8 @@ def _pipeline_groups(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike,
 def schedule_shape_ok(sc: Scenario, *, schedule: str, pp: ArrayLike, dp: ArrayLike, mb: ArrayLike) -> NDArray[np.bool_]:
     """1 where the pipeline schedule can run pp stages with batch / (dp x mb) micro-batches:
     always when pp = 1; DeepSeek's DualPipe ordering restricts shapes; interleaved needs at least v
-    layers on every stage; explicit first / last stage layer counts must leave every stage a layer."""
+    layers on every stage but the first and the last, which may hold v - 1 beside the embedding's or
+    the loss's chunk (shapes.chunk_layers); explicit first / last stage layer counts must leave every stage a layer."""
     base, v = schedule_parts(schedule)
     pp, m = np.broadcast_arrays(np.asarray(pp), np.ceil(sc.task.global_batch / (_f(dp) * _f(mb)) - 1e-9).astype(int))
     out = np.ones(pp.shape, dtype=bool)
@@ -376,7 +377,7 @@ def schedule_shape_ok(sc: Scenario, *, schedule: str, pp: ArrayLike, dp: ArrayLi
         bad = bool(pipeline.shape_error(base, int(p_val), int(m_val), v))
         if not bad:
             split = stage_split(sc, int(p_val))
-            bad = not split or (base == "interleaved" and min(split) < v)
+            bad = not split or (base == "interleaved" and chunk_layers(split, v) is None)
         if bad:
             out[(pp == p_val) & (m == m_val)] = False
     return out
