@@ -41,6 +41,7 @@ from tpopt.models.plan import Scenario
 from tpopt.models.variables import API_FIELDS, API_KEY, PLAN_FIELD_NAMES, PLAN_INPUTS
 from tpopt.optimizer import backends
 from tpopt.optimizer.explain import explain_plan
+from tpopt.optimizer.limits import clock_of
 from tpopt.optimizer.plan import PlanReport, plan
 from tpopt.optimizer.question import explain_request
 from tpopt.optimizer.result import Request
@@ -154,8 +155,10 @@ def _request(objective: str, top: int, time_limit: float, seed: int, workers: in
         raise InputError("top must be at least 1")
     if not time_limit > 0:
         raise InputError("time_limit must be positive")
-    return Request(objective=objective, top=top, time_limit=float(time_limit), seed=seed, workers=max(1, workers),
-                   method=method)
+    req = Request(objective=objective, top=top, time_limit=float(time_limit), seed=seed, workers=max(1, workers),
+                  method=method)
+    clock_of(req)  # the limit counts from here: the caller makes the request first, before loading the scenario
+    return req
 
 
 def solve(source: Source = None, /, *, solver: str = backends.DEFAULT, objective: str = "cost", top: int = 1,
@@ -174,8 +177,9 @@ def solve(source: Source = None, /, *, solver: str = backends.DEFAULT, objective
     if not backends.is_known(solver):
         raise backends.unknown_solver(solver)
     _reject_plan_fields(inputs, "solve", takes_plan=False)
+    req = _request(objective, top, time_limit, seed, workers, method)  # its clock runs from the call's start
+    req.solver_named = solver != backends.DEFAULT  # a solver other than the default: the tiny-space rule keeps it
     sc = _scenario_of(source, inputs)
-    req = _request(objective, top, time_limit, seed, workers, method)
     return plan(sc, solver, req, analyse=analysis, sensitivity=sensitivity,
                 inputs=lambda: (sc.raw or None, load_catalog(sc.catalog_dirs)))
 
@@ -265,8 +269,8 @@ def explain(source: Source = None, /, *, cards: int | None = None, solver: str =
     change of each input that fixes the request; the constraints a plan violates, or how tight each is."""
     plan_kw, rest = _split(dict(inputs), PLAN_FIELDS)
     _reject_plan_fields(rest, "explain", takes_plan=True)
+    req = _request(objective, 1, time_limit, seed, workers, method)  # its clock runs from the call's start
     sc = _scenario_of(source, rest)
-    req = _request(objective, 1, time_limit, seed, workers, method)
     if cards is None:
         if plan_kw:
             raise InputError(f"{sorted(plan_kw)[0]} describes a plan: give cards too (or drop it to explain the "

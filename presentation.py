@@ -9,6 +9,7 @@ Presentation only, plain strings (no terminal, no click, no rich): the numbers c
 
 from __future__ import annotations
 
+import math
 import textwrap
 from typing import TYPE_CHECKING, Any
 
@@ -249,6 +250,12 @@ def _needed(r: dict[str, Any]) -> str:
     return f"{r['direction']} {_qty(r['required'], r['unit'])}{exact}"
 
 
+def evidence_flags(o: dict[str, Any]) -> str:
+    """" (priors only)", " (illustrative price)", both or nothing: what a suggested card rests on."""
+    flags = [w for k, w in (("priors_only", "priors only"), ("illustrative_price", "illustrative price")) if o.get(k)]
+    return "".join(f" ({w})" for w in flags)
+
+
 def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
     if not rels:
         return []
@@ -256,14 +263,16 @@ def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
              "values rounded towards feasibility and re-solved):"]
     width = max(len(r["parameter"]) for r in rels)
     for r in rels:
-        now = _qty(r["current"], r["unit"]) if r["parameter"] != "accelerator" else r["current"]
+        now = _qty(r["current"], r["unit"]) if r["parameter"] != "accelerator" else (r["current"] or "-")
         if r.get("current_by_card"):  # several candidate cards: each one's value, not the first's
             now = ", ".join(f"{k} {_num(v)}" for k, v in r["current_by_card"].items()) + f" {r['unit']}"
         lines.append(f"  {r['parameter']:<{width}}  now {now}: {_needed(r)}")
         if r.get("helps") and r.get("plan"):
             flag = _apply_flag(r)
+            rests = next((evidence_flags(o) for o in r.get("options") or () if o["accelerator"] == r.get("required")
+                          and o["feasible"]), "") if r["parameter"] == "accelerator" else ""
             lines.append(f"  {'':<{width}}  -> {_plan_short(r['plan'])}, {r['finish_days']:.2f} d, "
-                         f"{_money(r['cost'], r['cost_unit'])}" + (f"   [{flag}]" if flag else ""))
+                         f"{_money(r['cost'], r['cost_unit'])}{rests}" + (f"   [{flag}]" if flag else ""))
         if r.get("helps") and r.get("note"):
             lines.append(f"  {'':<{width}}  ({r['note']})")
         if r["parameter"] == "accelerator" and r.get("options"):
@@ -272,7 +281,7 @@ def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
                 tag = " (current)" if o.get("current") else ""
                 if o["feasible"]:
                     opts.append(f"{o['accelerator']}{tag} {_money(o['cost'], o['cost_unit'])} "
-                                f"({o['plan']['cards']} cards, {o['finish_days']:.1f} d)")
+                                f"({o['plan']['cards']} cards, {o['finish_days']:.1f} d){evidence_flags(o)}")
                 else:
                     opts.append(f"{o['accelerator']}{tag} no plan")
             lines.append(f"  {'':<{width}}  catalog: " + "; ".join(opts))
@@ -434,6 +443,28 @@ def _price_text(pr: dict[str, Any]) -> str:
     return f"price: {pr['card_hour']:g} USD/card-h, catalog {pr['date']}, {pr['kind']}{old} (check your provider)"
 
 
+def evidence_lines(e: dict[str, Any] | None) -> list[str]:
+    """The footing's evidence (tpopt.optimizer.footing.evidence): the plan's own step-time sigma with its
+    reasons and P(on time) at it; "may not fit" with the margin; a fitted option within a prior card's
+    uncertainty, named."""
+    if not e:
+        return []
+    why = "; ".join(e["reasons"]) if e["reasons"] else \
+        "a fitted card and stack, inside the fitted range" if "uncertainty.toml" in e["source"] else e["source"]
+    p = "" if e.get("p_on_time") is None else f"; P(on time) {e['p_on_time'] * 100:.1f} % at this sigma"
+    lines = [f"step-time sigma {e['sigma']:.3f}: {why}{p}"]
+    m = e.get("memory")
+    if m and m["may_not_fit"]:
+        lines.append(f"memory MAY NOT FIT: peak {m['peak_gib']:.1f} of {m['limit_gib']:.1f} GiB, margin "
+                     f"{m['margin'] * 100:.1f} % within the memory model's error {m['error'] * 100:.0f} %")
+    alt = e.get("fitted_alternative")
+    if alt and alt["within"]:
+        lines.append(f"the card rests on priors; a fitted option is within its uncertainty: {alt['accelerator']}, "
+                     f"{alt['cards']} cards, {alt['objective'].replace('_', ' ')} x{alt['ratio']:.3f} "
+                     f"(within e^sigma = {math.exp(alt['sigma']):.3f})")
+    return lines
+
+
 def footing_lines(f: dict[str, Any], width: int = 100) -> list[str]:
     """The footing as 2-4 text lines (from the dict :func:`footing` returns, the JSON's figures): the
     model, stack and MFU; the parameters by provenance; the price; each wrapped to ``width``."""
@@ -460,6 +491,7 @@ def footing_lines(f: dict[str, Any], width: int = 100) -> list[str]:
         order = sorted(groups, key=lambda g: (not g.startswith("calibrated"), g != "measured", g))
         lines.append("parameters: " + "; ".join(f"{g} {', '.join(groups[g])}" for g in order))
     lines.append(_price_text(f["price"]))
+    lines += evidence_lines(f.get("evidence"))
     out: list[str] = []
     for i, line in enumerate(lines):
         out += textwrap.wrap(line if i == 0 else "  " + line, width, subsequent_indent="    ",
@@ -523,7 +555,15 @@ def market_infeasible_lines(out: dict[str, Any]) -> list[str]:
     """No offer admits a plan: each offer's status (the relaxations of one space do not span offers)."""
     m = out["market"]
     lines = [f"No plan on any offer (status {out['status']}; as of {m['as_of']}):"]
+    if (out.get("solver") or {}).get("time_limit_reached"):  # not a proof: the offers were cut short
+        lines = [f"No plan found on any offer within the time limit (status {out['status']}: not decided; "
+                 f"as of {m['as_of']}):"]
     lines += [f"  {r['offer']}: {r['status']}" for r in m["offers"]]
+    if (out.get("solver") or {}).get("time_limit_reached"):
+        phase = out["solver"].get("limit_phase")
+        lines.append(f"Time limit reached{f' while {phase}' if phase else ''}: give it more time (--time-limit) "
+                     "to decide the offers marked unknown.")
+        return lines
     lines.append("Each offer is at most its available cards (market.available) and under the site power cap "
                  "(power.site); relax the deadline, the budget or the caps, or add offers (tpopt catalog offers).")
     return lines
@@ -553,6 +593,8 @@ def market_lines(out: dict[str, Any]) -> list[str]:
         cap = ""
         if w["cap_mw"] is not None:
             verdict = "binds: without it a better plan exists" if w["binding"] else "does not bind"
+            if w["binding"] is None:
+                verdict = "not decided (time limit reached)"
             cap = f"; site cap {w['cap_mw']:,.1f} MW ({w['cap_cards']:,} cards), {verdict}"
         lines.append(f"Power: {w['site_mw']:,.2f} MW at the site ({w['it_mw']:,.2f} MW IT x PUE {w['pue']:g}; "
                      f"{w['card_w']:g} W per card, {w['host_overhead_w']:g} W per host); energy "
@@ -567,6 +609,7 @@ def market_lines(out: dict[str, Any]) -> list[str]:
         what = (f"{r['cards']:>6,} cards {r['finish_days']:8.2f} d {r['cost']:>14,.0f} USD" if "cards" in r
                 else f"{r['status']}")
         flags = ["illustrative" if n.startswith("assumption") else "old price" for n in r["notes"]]
+        flags = (["priors only"] if r.get("priors_only") else []) + flags
         lines.append(f" {mark} {r['offer']:<{width}} {what}" + (f"  ({', '.join(flags)})" if flags else ""))
     lines.append("Binding constraints: not analysed across offers (each offer's plan above is proven optimal on "
                  "that offer; the chosen plan's checks show which limits it meets with no slack).")

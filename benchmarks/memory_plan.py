@@ -3,7 +3,10 @@
 
 For each example: the estimate of :func:`tpopt.optimizer.memory_plan.memory_plan` (tables, peak) and, in a
 fresh interpreter, the peak RSS (``resource.getrusage``) of ``tpopt solve --no-analysis``. Then the
-1.41e15-plan GPT-3 space of tests/test_memory_budget.py: its one-line refusal, its wall time and peak RSS.
+1.41e15-plan GPT-3 space of tests/test_memory_budget.py: its one-line refusal, its wall time and peak RSS. Then
+a sweep within the memory plan (issue 42): one point (60 d) of the 4.8e10-plan-per-card Llama-3-70B space of
+tests/test_sweep_memory.py on two cards, under ``memory_budget = "1GiB"`` (swept one layout group at a time)
+and under 64 GiB (the shared per-group tables), the peak RSS of every process of the sweep.
 
     .venv/bin/python benchmarks/memory_plan.py
 """
@@ -56,8 +59,34 @@ def main() -> None:
         p = huge_scenario(Path(d) / "huge.toml")
         mp = memory_plan(Space.from_scenario(load_scenario(p)))
         code, wall, peak, line = measured(["solve", "--scenario", str(p)])
+    sweep_figures()
     print(f"\n1e15 space: {mp.plans:.3g} plans, estimate {mp.peak_bytes / 2**40:.1f} TiB; exit {code} in {wall:.2f} s, "
           f"peak RSS {peak / MIB:.0f} MiB:\n  {line}")
+
+
+CHILD_PEAK = ("import resource, subprocess, sys\n"
+              "r = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+              "sys.stderr.write(r.stderr.splitlines()[-1] + '\\n' if r.returncode and r.stderr else '')\n"
+              "sys.stderr.write('PEAK %d\\n' % (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024))\n"
+              "sys.exit(r.returncode)\n")
+
+
+def sweep_figures() -> None:
+    """One sweep point of a 4.8e10-plan-per-card space under a 1 GiB budget and a roomy one: peak RSS."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_sweep_memory import wide_scenario
+
+    print(f"\n{'sweep, one point, 2 cards':32} {'budget':>9} {'peak RSS MiB':>12} {'wall s':>7} {'exit':>4}")
+    for budget in ("1GiB", "64GiB"):
+        with tempfile.TemporaryDirectory() as d:
+            p = wide_scenario(Path(d) / "wide.toml", budget)
+            t0 = time.perf_counter()
+            r = subprocess.run([sys.executable, "-c", CHILD_PEAK, sys.executable, "-m", "tpopt.cli.main", "sweep",
+                                "--scenario", str(p), "--deadline", "60d", "--workers", "1", "-q",
+                                "--out", str(Path(d) / "r.csv")], capture_output=True, text=True, cwd=ROOT.parent)
+            wall = time.perf_counter() - t0
+            peak = float(r.stderr.splitlines()[-1].split()[1])
+        print(f"{'llama3-70b rung 12':32} {budget:>9} {peak / MIB:12.1f} {wall:7.1f} {r.returncode:4d}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,16 @@ process, for each solver given (``--solver cpsat,highs,enumerate``), after impor
 once: the time past the limit is then the checkpoints' granularity alone (no interpreter start, no import).
 
     .venv/bin/python benchmarks/time_limits.py --in-process --limit 3 --solver enumerate --example gpt3-175b-widest
+
+``--paths``: the paths besides a plain solve, each as a user runs it, at each limit given (``--limits 1,2``): the
+infeasible explanation (``tpopt explain`` and ``tpopt solve`` of the widest GPT-3 example at a 5-day deadline: the
+conflict, then one relaxation per input), a market solve with ``--confidence`` (``--hw all``), the staged
+long-context example; each as a command (wall time from the interpreter's start) and through the API
+(``tpopt.solve`` / ``tpopt.explain(..., time_limit=T)`` in a fresh process, the call's own wall time, imports
+done before). One line each: both wall times and their time past the limit, the bound max(0.5 s, 10 %), the
+status, whether the clock was reached and the relaxations it left undecided.
+
+    .venv/bin/python benchmarks/time_limits.py --paths --limits 0.1,1,2
 """
 
 from __future__ import annotations
@@ -92,13 +102,97 @@ def in_process(examples: list[Path], limit: float, solvers: list[str]) -> int:
     return 0
 
 
+GPT3, LONG = ROOT / "examples" / "gpt3-175b-widest.toml", ROOT / "examples" / "llama3-8b-long-context.toml"
+PATHS = [  # (name, the command's arguments, the same through the API: function and keyword inputs)
+    ("explain infeasible", ["explain", "--scenario", str(GPT3), "--deadline", "5d"],
+     ("explain", str(GPT3), {"deadline": "5d"})),
+    ("solve infeasible", ["solve", "--scenario", str(GPT3), "--deadline", "5d"],
+     ("solve", str(GPT3), {"deadline": "5d"})),
+    ("market + confidence", ["solve", "--scenario", str(GPT3), "--hw", "all", "--confidence", "90%"],
+     ("solve", str(GPT3), {"hw": "all", "confidence": "90%"})),
+    ("staged", ["solve", "--scenario", str(LONG)], ("solve", str(LONG), {})),
+]
+API = """
+import json, sys, time, warnings
+warnings.simplefilter("ignore")
+import highspy, tpopt
+from ortools.sat.python import cp_model
+fn, path, inputs, limit = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), float(sys.argv[4])
+call = getattr(tpopt, fn)  # the API module is imported lazily: here, not inside the timed call
+t0 = time.perf_counter()
+r = call(path, time_limit=limit, **inputs)
+wall = time.perf_counter() - t0
+d = r.to_dict() if fn == "explain" else r.report
+print(json.dumps({"wall_s": wall, "status": d["status"], "solver": d.get("solver") or {},
+                  "relaxations": d.get("relaxations") or []}))
+"""
+
+
+def run_path(args: list[str], api: tuple[str, str, dict], limit: float) -> dict:
+    """One path at ``limit``, as a command (the process's wall time) and through the API in a fresh process (the
+    call's own wall time, imports done before): status, the clock reached, the relaxations the limit left
+    undecided."""
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "tpopt", *args, "--time-limit", f"{limit:g}s", "--json"],
+                       capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    q = subprocess.run([sys.executable, "-c", API, api[0], api[1], json.dumps(api[2]), f"{limit:g}"],
+                       capture_output=True, text=True)
+    try:
+        d, a = json.loads(p.stdout), json.loads(q.stdout)
+    except json.JSONDecodeError:
+        return {"wall_s": wall, "api_s": math.nan, "status": f"rc {p.returncode}/{q.returncode}: "
+                f"{(p.stderr or q.stderr).strip().splitlines()[-1:]}", "reached": None, "undecided": None}
+    s = d.get("solver") or {}
+    rel = d.get("relaxations") or []
+    return {"wall_s": wall, "api_s": a["wall_s"], "status": d.get("status"), "api_status": a["status"],
+            "reached": s.get("time_limit_reached"), "undecided": sum(1 for r in rel if r.get("helps") is None),
+            "relaxations": len(rel)}
+
+
+def start_s(runs: int = 3) -> float:
+    """What a command spends before its entry point, where its limit starts counting: the interpreter's start
+    and importing the command line (best of ``runs``)."""
+    best = math.inf
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import tpopt.cli.main"], check=True)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def paths(limits: list[float]) -> int:
+    """Each path of :data:`PATHS` at each limit: the time past it against max(0.5 s, 10 %), as a command (wall
+    time from the interpreter's start) and through the API (the call alone)."""
+    print(f"before a command's entry point (interpreter start, importing the command line): {start_s():.2f} s")
+    print(f"{'path':<20} {'limit s':>7} {'command s':>9} {'past s':>6} {'API s':>6} {'past s':>6} {'allowed':>7}  "
+          f"{'status (command/API)':<22} {'reached':<7} undecided")
+    worst = -math.inf
+    for name, args, api in PATHS:
+        for limit in limits:
+            r = run_path(args, api, limit)
+            allowed = max(0.5, 0.1 * limit)
+            worst = max(worst, r["api_s"] - limit - allowed)
+            und = "-" if not r.get("relaxations") else f"{r['undecided']} of {r['relaxations']}"
+            status = f"{r['status']}/{r.get('api_status', '-')}"
+            print(f"{name:<20} {limit:>7g} {r['wall_s']:>9.2f} {r['wall_s'] - limit:>6.2f} {r['api_s']:>6.2f} "
+                  f"{r['api_s'] - limit:>6.2f} {allowed:>7.2f}  {status:<22} {'yes' if r['reached'] else 'no':<7} "
+                  f"{und}", flush=True)
+    print(f"largest time past the bound through the API: {worst:+.2f} s (a command adds its start, line 1)")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--limit", type=float, default=1.0, help="--time-limit in seconds (default 1)")
     ap.add_argument("--solver", default=None, help="--solver (default: each command's default)")
     ap.add_argument("--example", action="append", default=[], help="an example's name (default: every one)")
     ap.add_argument("--in-process", action="store_true", help="through the API in this process (see above)")
+    ap.add_argument("--paths", action="store_true", help="explain, market + confidence, staged, API (see above)")
+    ap.add_argument("--limits", default="1,2", help="--paths: the limits in seconds, comma-separated (default 1,2)")
     a = ap.parse_args(argv)
+    if a.paths:
+        return paths([float(x) for x in a.limits.split(",")])
     examples = sorted((ROOT / "examples").glob("*.toml"))
     if a.example:
         examples = [e for e in examples if e.stem in a.example]

@@ -8,7 +8,6 @@ entries of the same name. Every value is parsed with its unit exactly once, here
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from os import PathLike
@@ -22,6 +21,7 @@ from tpopt.catalogs.market import Market, load_market
 from tpopt.catalogs.tables import (
     MAX_INPUT_BYTES,
     check_keys,
+    loads_toml,
     read_text_capped,
 )
 from tpopt.errors import InputError
@@ -86,11 +86,7 @@ class Catalog:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    text = read_text_capped(path, "catalog file")
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path}: malformed TOML ({exc})") from None
+    return loads_toml(read_text_capped(path, "catalog file"), str(path))
 
 
 def _merge(dirs: list[Path]) -> dict[str, dict[str, Any]]:

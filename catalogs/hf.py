@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tpopt.catalogs.architectures import ARCH_INT_MAX, arch_int, build_model
-from tpopt.catalogs.tables import read_text_capped
+from tpopt.catalogs.tables import loads_json, read_text_capped
 from tpopt.errors import InputError
 from tpopt.models.arch import ModelArch, param_count
 from tpopt.models.units import fmt_count
@@ -575,12 +575,7 @@ def model_from_hf_config(path: str | PathLike[str], name: str | None = None) -> 
     """A :class:`ModelArch` from a Hugging Face ``config.json`` (UTF-8, at most 16 MiB)."""
     p = Path(path)
     text = read_text_capped(p, "config file")
-    try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{p}: malformed JSON ({exc.msg} at line {exc.lineno})") from None
-    except RecursionError:
-        raise InputError(f"{p}: JSON nested too deeply") from None
+    cfg = loads_json(text, str(p))
     if name is None:
         given = cfg.get("_name_or_path") if isinstance(cfg, dict) else None
         name = given if isinstance(given, str) and given else _name_from_path(p)

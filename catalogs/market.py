@@ -12,9 +12,7 @@ lowest, as SkyPilot's own ``get_hourly_cost`` takes it), priced per card-hour = 
 
 from __future__ import annotations
 
-import csv
 import re
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from os import PathLike
@@ -22,9 +20,9 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 from tpopt.catalogs.declare import Kind, duration, key, number, quantity, raw, read_entry, whole
-from tpopt.catalogs.tables import check_keys, read_text_capped
+from tpopt.catalogs.tables import check_keys, csv_rows, loads_toml, read_text_capped
 from tpopt.errors import InputError
-from tpopt.models.market import MARKETS, RESERVED, SPOT, Offer, Power, Storage
+from tpopt.models.market import MARKETS, RESERVED, SPOT, Offer, Power, Storage, unique_ids
 from tpopt.models.units import HOUR, parse_duration, parse_int, parse_number
 
 BUILTIN = Path(__file__).resolve().parent / "offers.toml"
@@ -285,10 +283,7 @@ POWER_KEYS = tuple(f.name for f in fields(PowerKeys))
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(read_text_capped(path, "catalog file"))
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{path}: malformed TOML ({exc})") from None
+    return loads_toml(read_text_capped(path, "catalog file"), str(path))
 
 
 def load_market(extra_dirs: Sequence[str | PathLike[str]] = (), accelerators: set[str] | None = None) -> Market:
@@ -331,6 +326,7 @@ def load_market(extra_dirs: Sequence[str | PathLike[str]] = (), accelerators: se
                              source=pw.source)
     for name, t in offers.items():
         m.offers[name] = build_offer(name, t, m, accelerators)
+    m.offers = unique_ids(m.offers)
     return m
 
 
@@ -343,7 +339,7 @@ def from_skypilot(path: str | Path, provider: str, date: str, names: dict[str, s
     """Offers of a SkyPilot ``vms.csv``: ``names`` maps AcceleratorName to catalog accelerators (rows of
     other accelerators are skipped); every region met is added to ``market.regions``."""
     text = read_text_capped(path, "SkyPilot catalog")
-    rows = list(csv.DictReader(text.splitlines()))
+    rows = csv_rows(text.splitlines(), str(path))
     if not rows or any(c not in rows[0] for c in SKYPILOT_COLUMNS):
         raise InputError(f"{path}: a SkyPilot vms.csv needs the columns {', '.join(SKYPILOT_COLUMNS)}")
     check_date(date, "--date")
@@ -354,7 +350,7 @@ def from_skypilot(path: str | Path, provider: str, date: str, names: dict[str, s
         if accelerators is not None and acc not in accelerators:
             continue
         where = f"{path}:{i}"
-        n = parse_int(float(r["AcceleratorCount"] or 0), f"{where} AcceleratorCount", minimum=1)
+        n = parse_int(r["AcceleratorCount"] or 0, f"{where} AcceleratorCount", minimum=1)
         for kind, col in (("on-demand", "Price"), (SPOT, "SpotPrice")):
             if not r[col]:
                 continue

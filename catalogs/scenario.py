@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields, replace
 from os import PathLike
@@ -52,6 +51,8 @@ from tpopt.catalogs.schema import (
     targets,
 )
 from tpopt.catalogs.stacks import stack_profile
+from tpopt.catalogs.tables import loads_toml
+from tpopt.catalogs.uncertainty import load_evidence
 from tpopt.errors import InputError
 from tpopt.models.arch import ModelArch
 from tpopt.models.finish import Risk
@@ -96,10 +97,7 @@ def read_scenario_file(path: str | PathLike[str] | Mapping[str, Any]) -> dict[st
         return raw
     p = Path(path)
     text = read_text_capped(p, "scenario file", MAX_FILE_BYTES)
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"{p}: malformed TOML ({exc})") from None
+    raw = loads_toml(text, str(p))
     raw["_base_dir"] = str(p.resolve().parent)
     raw["_path"] = str(p)
     return raw
@@ -269,8 +267,16 @@ def market_options(table: dict[str, Any] | None, cat: Catalog, accelerators: tup
     if names == "all":
         chosen = [o for o in cat.market.offers.values() if o.accelerator in accelerators]
     else:
+        bad = [n for n in as_list(names, "market.offers") if not isinstance(n, str)]
+        if bad:
+            raise InputError(f'market.offers must be "all" or a list of offer names, got {bad[0]!r}')
         by = {**{o.id: o for o in cat.market.offers.values()}, **cat.market.offers}  # by id or by name
         unknown = [n for n in as_list(names, "market.offers") if n not in by]
+        for n in unknown:  # the id several offers share without their suffix: say which ones it could mean
+            same = [f"{k} ({o.id})" for k, o in cat.market.offers.items() if o.tag and o.id.split("#")[0] == n]
+            if same:
+                raise InputError(f"market.offers: {n} is the id of {len(same)} offers: {', '.join(same)}; name one "
+                                 "by its catalog name or its id with the #suffix")
         if unknown:
             raise InputError(f"market.offers: unknown offer(s) {', '.join(map(str, unknown))} (tpopt catalog offers)")
         chosen = list(dict.fromkeys(by[n] for n in as_list(names, "market.offers")))
@@ -306,6 +312,8 @@ def _model(table: dict[str, Any], base: Path, cat: Catalog) -> ModelArch:
     """[model]: a Hugging Face config (relative to the scenario's folder) or a catalog model."""
     m = read_table(ModelKeys, table, "model.")
     if "config" in table:
+        if not isinstance(m.config, str) or not m.config:
+            raise InputError(f"model.config must be the path of a config.json (a string), got {m.config!r}")
         cfg = Path(m.config)
         return model_from_hf_config(cfg if cfg.is_absolute() else base / cfg)
     return cat.model(m.name)
@@ -394,7 +402,7 @@ def _risk(rk: RiskKeys) -> Risk:
     """[risk]: the distribution's inputs (rates per card-day -> per card-second)."""
     return Risk(step_sigma=rk.step_sigma, slow_rate_per_card_s=rk.slow_per_card_day / DAY, slow_factor=rk.slow_factor,
                 slow_duration_s=rk.slow_duration, preempt_rate_per_card_s=rk.preempt_per_card_day / DAY,
-                reacquire_s=rk.reacquire)
+                reacquire_s=rk.reacquire, evidence=load_evidence())
 
 
 def _reliability(ck: CheckpointKeys, st: StragglerKeys) -> Reliability:

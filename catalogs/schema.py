@@ -433,11 +433,16 @@ class StragglerKeys:
     sigma: float = key(fraction(allow_zero=True), 0, to="straggler_sigma", help="jitter as a fraction of the mean")
 
 
+#: Largest step-time log-sd read: 3 is a factor of 20 at one standard deviation, far past any measured model
+#: error (0.03-0.3); beyond it the lognormal's moments overflow (exp(sigma^2 / 2)).
+MAX_STEP_SIGMA = 3.0
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class RiskKeys:
     """[risk]: the finish-time distribution's inputs beyond [checkpoint] (models/finish.py, Risk)."""
 
-    step_sigma: float | None = key(number(), optional=True,
+    step_sigma: float | None = key(number(maximum=MAX_STEP_SIGMA), optional=True,
                                    help="log-sd of measured / predicted step time (default: calibration, else 0.03)")
     slow_factor: float = key(number(allow_zero=False), SLOW_FACTOR, help="job slowdown while a fail-slow lasts")
     slow_duration: float = key(duration(), f"{SLOW_DURATION_S:g}s", to="slow_duration_s",

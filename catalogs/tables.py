@@ -4,7 +4,12 @@ keys, required keys), each a one-line :class:`InputError`; a key's value is read
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import csv
+import json
+import os
+import stat
+import tomllib
+from collections.abc import Callable, Iterable
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -20,17 +25,32 @@ def read_text_capped(path: str | PathLike[str], what: str = "file", limit: int =
     """The UTF-8 text of a file of at most ``limit`` bytes, or one :class:`InputError` line.
 
     Reads at most ``limit + 1`` bytes, so an endless or huge file costs no more than the cap.
+    Regular files only, opened without blocking: a FIFO, socket or device (which may never end, or
+    never open) is refused in one line.
     """
     p = Path(path)
     try:
-        with p.open("rb") as fh:
-            data = fh.read(limit + 1)
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         raise InputError(f"{what} {str(p)!r} not found") from None
     except IsADirectoryError:
         raise InputError(f"{what} {str(p)!r} is a directory, not a file") from None
     except OSError as exc:
         raise InputError(f"{what} {str(p)!r}: cannot read ({exc.strerror or exc})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise InputError(f"{what} {str(p)!r} is a directory, not a file")
+        if not stat.S_ISREG(mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a plain file")
+            raise InputError(f"{what} {str(p)!r} is {kind}, not a regular file; tpopt reads regular files only")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise InputError(f"{what} {str(p)!r}: cannot read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
     if len(data) > limit:
         raise InputError(f"{what} {str(p)!r} is larger than the bound of {limit / 2**20:g} MiB; not a tpopt input")
     try:
@@ -38,6 +58,69 @@ def read_text_capped(path: str | PathLike[str], what: str = "file", limit: int =
     except UnicodeDecodeError as exc:
         raise InputError(f"{what} {str(p)!r} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
                          f"{exc.start})") from None
+
+
+#: Deepest nesting of tables and arrays (JSON objects and lists) tpopt accepts in any input: real inputs
+#: nest a handful of levels; the cap keeps a crafted file from exhausting the parser's or a reader's stack.
+MAX_NESTING = 32
+
+
+def nesting_depth(value: object, limit: int = MAX_NESTING) -> int:
+    """How deep tables and arrays nest in ``value`` (a scalar: 0), counted without recursion and stopped
+    once past ``limit``."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict):
+            children: Iterable[object] = v.values()
+        elif isinstance(v, list | tuple):
+            children = v
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        if deepest > limit:
+            return deepest
+        stack.extend((c, depth + 1) for c in children)
+    return deepest
+
+
+def _loads(parse: Callable[[Any], Any], text: str | bytes, where: str, fmt: str) -> Any:
+    """``parse(text)``, or one :class:`InputError` line: malformed, nested deeper than :data:`MAX_NESTING`
+    (checked after parsing too: the parser's own stack stops near 1,000), or holding an integer of more digits
+    than Python converts (``sys.get_int_max_str_digits``)."""
+    deep = InputError(f"{where}: {fmt} tables/arrays nested deeper than {MAX_NESTING} levels; not a tpopt input")
+    try:
+        data = parse(text)
+    except RecursionError:
+        raise deep from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{where}: malformed {fmt} ({exc.msg}, line {exc.lineno})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{where}: malformed {fmt} ({exc})") from None
+    except ValueError as exc:  # too many digits, or bytes that are not UTF-8
+        raise InputError(f"{where}: malformed {fmt} ({str(exc).split(';')[0]})") from None
+    if nesting_depth(data) > MAX_NESTING:
+        raise deep
+    return data
+
+
+def loads_toml(text: str, where: str) -> dict[str, Any]:
+    """Parsed TOML (:func:`_loads`: malformed, too deep or too long an integer is one line)."""
+    return dict(_loads(tomllib.loads, text, where, "TOML"))
+
+
+def loads_json(text: str | bytes, where: str) -> Any:
+    """Parsed JSON (:func:`_loads`: malformed, too deep or too long an integer is one line)."""
+    return _loads(json.loads, text, where, "JSON")
+
+
+def csv_rows(lines: Iterable[str], where: str) -> list[dict[str, str]]:
+    """The rows of CSV text (header first) as dicts, or one :class:`InputError` line: a field past the
+    ``csv`` module's limit (128 KiB), a stray quote or a NUL byte (the text itself is size-capped on reading)."""
+    try:
+        return list(csv.DictReader(lines))
+    except csv.Error as exc:
+        raise InputError(f"{where}: malformed CSV ({exc})") from None
 
 
 def need(table: dict[str, Any], key: str, where: str) -> Any:

@@ -16,6 +16,7 @@ import click
 from tpopt.catalogs.scenario import BUILTIN_SCENARIO, load_scenario
 from tpopt.cli.render import fit_lines
 from tpopt.errors import InputError
+from tpopt.files import refuse_symlink
 from tpopt.models.plan import Plan, Scenario
 from tpopt.models.variables import PLAN_INPUTS, PlanInput
 from tpopt.optimizer import backends
@@ -82,6 +83,7 @@ def check_output_path(path: str | Path, what: str = "output") -> None:
     p = Path(path)
     if p.is_dir():
         raise InputError(f"{what}: {str(p)!r} is a directory, not a file")
+    refuse_symlink(p, what)
     if not p.parent.is_dir():
         raise InputError(f"{what}: folder {str(p.parent)!r} does not exist")
 

@@ -6,13 +6,12 @@ on). Parsing and file handling only: the mapping is :mod:`tpopt.frameworks`."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import click
 
-from tpopt.catalogs.tables import read_text_capped
+from tpopt.catalogs.tables import loads_json, read_text_capped
 from tpopt.cli.common import (
     builtin_note,
     check_new_file,
@@ -23,6 +22,7 @@ from tpopt.cli.common import (
     scenario_options,
 )
 from tpopt.errors import InputError
+from tpopt.files import write_atomic
 from tpopt.frameworks import FORMATS, export_text, plan_from_report
 from tpopt.models import variables as V
 from tpopt.models.evaluate import evaluate
@@ -50,9 +50,7 @@ def export(fmt: str, plan_path: str | None, out: str | None, force: bool, **kw: 
     if out:
         check_new_file(out, "--out", force)  # the no-overwrite rule of every output
     sc = load_scenario_from(kw)
-    note = builtin_note(kw)
-    if note:  # on stderr: stdout is the launch configuration alone
-        click.echo(f"tpopt: {note}", err=True)
+    note = builtin_note(kw)  # printed once the export succeeded: an error stays one line
     if sc.stages:
         raise InputError("export takes one training stage: staged scenarios are not supported")
     if plan_path:
@@ -69,16 +67,16 @@ def export(fmt: str, plan_path: str | None, out: str | None, force: bool, **kw: 
         plan = plan_from(sc, kw)
     ev = evaluate(sc, plan)
     text = export_text(fmt, sc, ev)
+    if out:  # written before any note: a failed write stays one line
+        write_atomic(out, text, "--out")
+    if note:  # on stderr: stdout is the launch configuration alone
+        click.echo(f"tpopt: {note}", err=True)
     if not ev.feasible:
         click.echo(f"tpopt: note: the plan violates {', '.join(c.name for c in ev.violated())} on this scenario "
                    "(tpopt evaluate shows the figures)", err=True)
     if not out:
         click.echo(text, nl=False)
         return
-    try:
-        Path(out).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot write {out} ({exc.strerror})") from None
     click.echo(f"tpopt: wrote {out} ({fmt})", err=True)
 
 
@@ -88,10 +86,7 @@ def _read_report(path: str) -> dict[str, Any]:
         text = read_text_capped(Path(path), "--plan file")
     except FileNotFoundError:
         raise InputError(f"--plan: {path} does not exist") from None
-    try:
-        d = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"--plan: {path} is not JSON ({exc.msg}, line {exc.lineno})") from None
+    d = loads_json(text, f"--plan {path}")
     if not isinstance(d, dict):
         raise InputError(f"--plan: {path} holds no report object")
     return d

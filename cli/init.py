@@ -19,6 +19,7 @@ from tpopt.catalogs.rl import build_rl_scenario
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.cli.common import handle_errors
 from tpopt.errors import InputError
+from tpopt.files import refuse_symlink, write_atomic
 
 DESIGN_MODEL = "qwen3-8b"
 DESIGN_HW = ("rtx4090",)
@@ -220,6 +221,7 @@ def init(path: str, model: str | None, hw: str | None, rl: bool, force: bool) ->
         raise InputError(f"{path} exists; pass --force to overwrite it")
     if target.is_dir():
         raise InputError(f"{path} is a directory")
+    refuse_symlink(target, "tpopt init")
     if not target.parent.is_dir():
         raise InputError(f"directory {str(target.parent)!r} does not exist")
     if rl:
@@ -232,8 +234,5 @@ def init(path: str, model: str | None, hw: str | None, rl: bool, force: bool) ->
         build_rl_scenario(raw, cat)
     else:
         build_scenario(raw, cat)
-    try:
-        target.write_text(text)
-    except OSError as exc:
-        raise InputError(f"cannot write {path} ({exc.strerror})") from None
+    write_atomic(target, text, "tpopt init")
     click.echo(f"wrote {path}: edit it, then run: tpopt {'rl' if rl else 'solve'} --scenario {path}")

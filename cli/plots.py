@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from tpopt.errors import InputError, require
+from tpopt.files import atomic_path, open_nofollow, refuse_symlink
 
 if TYPE_CHECKING:  # typing only: matplotlib is an optional dependency
     from matplotlib.figure import Figure
@@ -28,6 +29,7 @@ def check_plot_path(path: str, what: str = "--plot") -> None:
         raise InputError(f"{what}: {str(path)!r} must end in .pdf, .svg or .png")
     if os.path.isdir(path):
         raise InputError(f"{what}: {str(path)!r} is a directory")
+    refuse_symlink(path, what)
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise InputError(f"{what}: directory {folder!r} does not exist")
@@ -50,7 +52,5 @@ def save_figure(fig: Figure, path: str, what: str = "--plot", **savefig: Any) ->
     further matplotlib options such as ``bbox_inches``)."""
     ext = os.path.splitext(str(path))[1].lower()
     check_plot_path(path, what)
-    try:
-        fig.savefig(path, format=ext[1:], metadata=_METADATA[ext], **savefig)
-    except OSError as exc:
-        raise InputError(f"{what}: cannot write {str(path)!r} ({exc.strerror})") from None
+    with atomic_path(path, what) as tmp, open_nofollow(tmp) as fh:  # beside it, renamed on success: never half a plot
+        fig.savefig(fh, format=ext[1:], metadata=_METADATA[ext], **savefig)

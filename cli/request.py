@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from tpopt.catalogs import Catalog, load_catalog
 from tpopt.catalogs.scenario import read_scenario_file, with_overrides
@@ -68,8 +69,10 @@ def request_from(kw: dict[str, Any], top: int = 1) -> Request:
     check_run_options(limit, kw["seed"], kw["workers"], top)
     clock = limits.Clock(limit, start=limits.command_start())  # the limit counts from the command's start
     clock.progress = limits.stderr_progress()
+    ctx = click.get_current_context(silent=True)  # --solver given (not its default): the tiny-space rule keeps it
+    named = ctx is not None and ctx.get_parameter_source("solver") not in (None, ParameterSource.DEFAULT)
     return Request(objective=kw["objective"], top=top, time_limit=limit, seed=kw["seed"],
-                   workers=kw["workers"], method=kw.get("method", "auto"), clock=clock)
+                   workers=kw["workers"], method=kw.get("method", "auto"), clock=clock, solver_named=named)
 
 
 def raw_and_catalog(kw: dict[str, Any]) -> tuple[dict[str, Any], Catalog]:

@@ -48,6 +48,10 @@ def simulate(runs: str, as_json: bool, **kw: Any) -> None:
     req = request_from(kw)
     r, view = Q.chosen(sc, kw["solver"], req)  # tpopt solve's plan, in its batch's or offer's scenario
     if r.best is None:
+        if r.status.value != "infeasible":  # cut short, not proven: the limit's own exit code
+            click.echo(f"tpopt simulate: {sc.name}: time limit reached before a plan was found ({r.status.value}); "
+                       "raise --time-limit")
+            raise SystemExit(EXIT_UNKNOWN)
         click.echo(f"tpopt simulate: {sc.name}: no feasible plan ({r.status.value}); nothing to simulate")
         raise SystemExit(EXIT_INFEASIBLE)
     ev = r.best

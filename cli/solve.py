@@ -78,8 +78,8 @@ def solve(top: int, no_analysis: bool, sensitivity: bool, timing: bool, as_json:
         click.echo(text, nl=False)
         return
     # no feasible plan (or none found in time)
-    if "market" in out and not as_json:
-        click.echo("\n".join(market_infeasible_lines(out)))
+    if "market" in out:  # the market's answer: per-offer verdicts, no conflict of one space
+        click.echo(dump_json(out) if as_json else "\n".join(market_infeasible_lines(out)), nl=not as_json)
         raise SystemExit(EXIT_INFEASIBLE if pr.status == Status.INFEASIBLE else EXIT_UNKNOWN)
     if pr.batches:  # conflict at the task's batch (or the first choice); relaxations over every batch
         batch_infeasible(out["batch_choices"], P.conflict_choice(pr.batches, sc).batch, as_json)

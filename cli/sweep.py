@@ -6,6 +6,9 @@ The ``[sweep]`` keys and the resume rules are documented in :mod:`tpopt.optimize
 
 from __future__ import annotations
 
+import csv
+import io
+from pathlib import Path
 from typing import Any
 
 import click
@@ -23,6 +26,7 @@ from rich.table import Table
 from tpopt.cli.common import (
     CommandFn,
     SolverName,
+    check_new_file,
     check_run_options,
     dump_json,
     echo_builtin_note,
@@ -38,11 +42,12 @@ from tpopt.cli.request import time_limit_seconds
 from tpopt.cli.sweep_plots import plot_breakdown as draw
 from tpopt.cli.sweep_plots import plot_pareto
 from tpopt.errors import InputError
+from tpopt.files import write_atomic
 from tpopt.optimizer import backends
 from tpopt.optimizer import sweep as sw
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.sweep import case_label
-from tpopt.optimizer.sweep.executor import parse_cluster, require_dask
+from tpopt.optimizer.sweep.executor import parse_cluster, plain_tcp_note, require_dask
 from tpopt.optimizer.sweep.rows import case_of
 from tpopt.presentation import sweep_footing_lines
 
@@ -299,15 +304,24 @@ def sweep(solver: str | None, time_limit: str | float | None, workers: int | Non
         if workers is not None:
             raise InputError("--workers sets local worker processes; with --cluster the cluster's workers run the "
                              "points (local:N for N local ones)")
-        parse_cluster(cluster)
+        kind, where = parse_cluster(cluster)
         require_dask()
+        warning = plain_tcp_note(str(where)) if kind == "address" and not quiet else None
+        if warning:
+            click.echo(f"tpopt: note: {warning}", err=True)
     if time_limit is not None:
         time_limit = time_limit_seconds(time_limit)
         check_run_options(time_limit)  # finite, positive, at most 7 days (as every --time-limit)
     if breakdown_cards and not plot_breakdown:
         raise InputError("--breakdown-cards needs --plot-breakdown")
     if kw.get("confidence"):
-        return _confidence_sweep(solver, time_limit, as_json, kw)
+        for flag, given in (("--plot", plot), ("--plot-breakdown", plot_breakdown), ("--cluster", cluster),
+                            ("--pareto", pareto)):
+            if given:
+                raise InputError(f"{flag} is not used by sweep --confidence (one solve per level); drop it")
+        if out:
+            check_confidence_out(out, force)
+        return _confidence_sweep(solver, time_limit, as_json, kw, out)
     cli = {k: kw.get(k) for k in ("hw", "deadline", "reserved", "tokens", "efficiency", "max_cards", "card_hour",
                                   "max_cost", "global_batch", "seq_len")}
     cli.update(solver=solver, breakdown_cards=breakdown_cards, time_limit=time_limit)
@@ -370,7 +384,30 @@ def sweep(solver: str | None, time_limit: str | float | None, workers: int | Non
              f"to solve them again", 1)
 
 
-def _confidence_sweep(solver: str | None, time_limit: float | None, as_json: bool, kw: dict[str, Any]) -> None:
+CONFIDENCE_COLUMNS = ("confidence", "status", "cards", "cost", "cost_unit", "finish_q_days", "probability_by_deadline")
+
+
+def check_confidence_out(out: str, force: bool) -> None:
+    """``sweep --confidence --out``: a .csv or .json file (one row per level), checked before any solve."""
+    if Path(out).suffix.lower() not in (".csv", ".json"):
+        raise InputError(f"--out: {out!r} must end in .csv or .json with --confidence (one row per level)")
+    check_new_file(out, "--out", force)
+
+
+def confidence_file(out: str, doc: dict[str, Any]) -> str:
+    """The bytes of ``sweep --confidence --out``: the --json document, or CSV of :data:`CONFIDENCE_COLUMNS`."""
+    if Path(out).suffix.lower() == ".json":
+        return dump_json(doc)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CONFIDENCE_COLUMNS)
+    for r in doc["rows"]:
+        w.writerow(["" if r.get(c) is None else r.get(c) for c in CONFIDENCE_COLUMNS])
+    return buf.getvalue()
+
+
+def _confidence_sweep(solver: str | None, time_limit: float | None, as_json: bool, kw: dict[str, Any],
+                      out: str | None = None) -> None:
     """`tpopt sweep --confidence 50%:99%:5%`: the optimum's cost at each confidence level."""
     from tpopt.optimizer import confidence as C  # lazy: start-up time (SciPy)
     from tpopt.optimizer import question as Q  # lazy: start-up time (SciPy)
@@ -381,6 +418,9 @@ def _confidence_sweep(solver: str | None, time_limit: float | None, as_json: boo
     req = Request(time_limit=60.0 if time_limit is None else float(time_limit))
     backend = backends.DEFAULT if solver in (None, "auto") else solver
     rows = Q.cost_against_confidence(sc, levels, backend, req)
+    if out:
+        write_atomic(out, confidence_file(out, {"scenario": sc.name, "rows": rows}), "--out")
+        click.echo(f"tpopt: wrote {out} ({len(rows)} confidence level(s))", err=True)
     if as_json:
         echo_builtin_note(kw, True, {})
         click.echo(dump_json({"scenario": sc.name, "rows": rows}), nl=False)

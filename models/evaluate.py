@@ -189,8 +189,8 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, quantiles: bool = False, 
     step_limit = (deadline_s - task.reserved_s) / (iters * (1.0 + L))
     deadline_value = finish_s
     if task.confidence is not None:  # the chance form: the q-quantile of the finish time, step <= step_max
-        step_limit = T.chance_step_max(sc, accelerator, save_mode, cards, tau)
-        deadline_value = T.finish_quantile(sc, accelerator, save_mode, cards, tau, step_s, task.confidence) \
+        step_limit = T.chance_step_max(sc, accelerator, save_mode, cards, tau, ep)
+        deadline_value = T.finish_quantile(sc, accelerator, save_mode, cards, tau, step_s, task.confidence, ep) \
             if quantiles else task.reserved_s + (deadline_s - task.reserved_s) * step_s / step_limit
 
     ones = np.ones(np.shape(finish_s))

@@ -39,6 +39,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from tpopt.errors import InputError
+from tpopt.models.evidence import Evidence
 from tpopt.models.numeric import FloatArray, Floats
 from tpopt.models.units import DAY, HOUR
 
@@ -57,16 +58,18 @@ B200 / GB200 runs predicted by calibrations fitted on the other tables only, or 
 measurements where no other table has the card): the table the others predict worst."""
 
 DEFAULT_STEP_SIGMA = 0.082
-"""Log-sd of measured / predicted step time on a card no validation table covers (no ``residual_sigma`` in
-performance.toml, no calibration of one's own): the largest per-table RMS of ln(1 + error) over the
-leave-one-source-out predictions, the modern table's (:data:`VALIDATION_LOSO_ERRORS`: 0.082; the A100
-tables' are 0.035). benchmarks/validate_published.py prints it. Covered cards ship their own leave-one-out
-RMS (``residual_sigma``: A100 0.030, H100 0.070; B200 and GB200, under 4 runs each, this default), with
-the stacks it was measured on (``residual_sigma_stacks``); ``tpopt calibrate`` replaces it with a
-calibration's residual spread. Stacks carry their own (catalogs/stacks.toml ``residual_sigma``: their
-runs' leave-one-out RMS, Megatron-LM 2021 0.030, Megatron-Core 0.054; a stack no table ran, the public
-anchors' RMS log error 0.154, :data:`ANCHOR_SPEEDS`: 7-28 % optimism on stacks the model was not fitted
-on); off the stacks a card was measured on, the larger of the two applies (tpopt.models.terms.step_sigma)."""
+"""The catalog sigmas (the flat model's, and where no uncertainty table is attached; under the per-operation model
+each plan's own sigma comes from catalogs/uncertainty.toml by its distance from the evidence,
+tpopt.models.evidence). Log-sd of measured / predicted step time on a card no validation table covers (no
+``residual_sigma`` in performance.toml, no calibration of one's own): the largest per-table RMS of ln(1 + error)
+over the leave-one-source-out predictions, the modern table's (:data:`VALIDATION_LOSO_ERRORS`: 0.082; the A100
+tables' are 0.035). benchmarks/validate_published.py prints it. Covered cards ship their own leave-one-out RMS
+(``residual_sigma``: A100 0.030, H100 0.070; B200 and GB200, under 4 runs each, this default), with the stacks it
+was measured on (``residual_sigma_stacks``); ``tpopt calibrate`` replaces it with a calibration's residual spread.
+Stacks carry their own (catalogs/stacks.toml ``residual_sigma``: their runs' leave-one-out RMS, Megatron-LM 2021
+0.030, Megatron-Core 0.054; a stack no table ran, the public anchors' RMS log error 0.154, :data:`ANCHOR_SPEEDS`:
+7-28 % optimism on stacks the model was not fitted on); off the stacks a card was measured on, the larger of the
+two applies (tpopt.models.terms.step_sigma)."""
 DEFAULT_STEP_SIGMA_SOURCE = ("default for a card no validation table covers: the largest "
                              "leave-one-source-out RMS log error of benchmarks/validate_published.py, 0.082")
 
@@ -87,9 +90,11 @@ SLOW_RATE_PER_CARD_S = 1.0 / (10_000 * DAY)
 class Risk:
     """Inputs of the distribution beyond the checkpoint and failure ones (``[risk]``); each a stated default.
 
-    ``step_sigma`` None: the accelerator's ``residual_sigma`` from performance.toml when a calibration
-    wrote one, else :data:`DEFAULT_STEP_SIGMA`. ``preempt_*``: spot preemptions (0: none; on a spot offer
-    the offer's terms replace them, tpopt.models.terms.law_risk)."""
+    ``step_sigma`` None: with ``evidence`` (the catalog's uncertainty table) each plan's own sigma by its
+    distance from the evidence (tpopt.models.evidence, tpopt.models.terms.step_sigma); without, the
+    accelerator's ``residual_sigma`` from performance.toml when a calibration wrote one, else
+    :data:`DEFAULT_STEP_SIGMA`. ``preempt_*``: spot preemptions (0: none; on a spot offer the offer's terms
+    replace them, tpopt.models.terms.law_risk)."""
 
     step_sigma: float | None = None
     slow_rate_per_card_s: float = SLOW_RATE_PER_CARD_S
@@ -97,6 +102,7 @@ class Risk:
     slow_duration_s: float = SLOW_DURATION_S
     preempt_rate_per_card_s: float = 0.0
     reacquire_s: float = 0.0
+    evidence: Evidence | None = None  # the uncertainty table (catalogs/uncertainty.toml); None: the catalog sigmas
 
     def __post_init__(self) -> None:
         for name in ("slow_rate_per_card_s", "slow_duration_s", "preempt_rate_per_card_s", "reacquire_s"):

@@ -83,17 +83,24 @@ class Offer:
     preempt_per_card_hour: float = 0.0  # spot: preemptions per card-hour
     preempt_source: str = ""
     reacquire_s: float = 0.0  # spot: time to get the cards back after a preemption
+    tag: str = ""  # the catalog name, set only when another offer has the same provider, region, card and market
 
     @property
     def id(self) -> str:
-        """``provider/region/accelerator/market`` (reserved: ``reserved-<term>``, in months from 28 days)."""
-        return f"{self.provider}/{self.region}/{self.accelerator}/{self.market_name}"
+        """``provider/region/accelerator/market`` (reserved: ``reserved-<term>``, in months from 28 days), then
+        ``#NAME`` (the catalog name) when several offers share the rest (:func:`unique_ids`)."""
+        return f"{self.provider}/{self.region}/{self.accelerator}/{self.market_name}" + self.suffix
+
+    @property
+    def suffix(self) -> str:
+        """``#NAME`` for an offer whose id would be another's (:attr:`tag`), else ""."""
+        return f"#{self.tag}" if self.tag else ""
 
     @property
     def market_name(self) -> str:
         """``on-demand``, ``spot`` or ``reserved-12m`` / ``reserved-14d``; a mix ``on-demand+25%spot``."""
         if self.parts:
-            return "+".join(f"{share:.0%}{o.market_name}" for o, share in self.parts)
+            return "+".join(f"{share:.0%}{o.market_name}{o.suffix}" for o, share in self.parts)
         if self.market != RESERVED:
             return self.market
         days = self.term_s / 86400
@@ -209,7 +216,7 @@ def mix(base: Offer, spot: Offer, share: float) -> Offer:
     return replace(spot, price_card_hour=(1 - share) * base.price_card_hour + share * spot.price_card_hour,
                    available=avail, date=notes_date, illustrative=base.illustrative or spot.illustrative,
                    source=f"{base.source}; {spot.source}", preempt_per_card_hour=share * spot.preempt_per_card_hour,
-                   parts=((base, 1 - share), (spot, share)))
+                   parts=((base, 1 - share), (spot, share)), tag="")  # the parts' tags are in its market name
 
 
 def months_between(earlier: str, later: str) -> int:
@@ -237,3 +244,13 @@ __all__ = ["Offer", "MarketOptions", "Power", "Storage", "checkpoint_cost", "MON
             "site_power_w", "cards_under_power", "energy_mwh", "MARKETS",
            "ON_DEMAND", "SPOT", "RESERVED", "STALE_MONTHS", "billed_seconds", "billed_cost", "least_billed_cost",
            "preemption_rate", "months_between", "price_notes", "mix"]
+
+
+def unique_ids(offers: dict[str, Offer]) -> dict[str, Offer]:
+    """The catalog's offers (by name) with unique ids: offers of the same provider, region, card and market
+    (the same ``id``) each get their catalog name as a suffix (``aws/us-east-1/h100-sxm/on-demand#p5``), so a
+    report or ``[market] offers`` names exactly one; an offer alone of its kind keeps its plain id."""
+    count: dict[str, int] = {}
+    for o in offers.values():
+        count[o.id] = count.get(o.id, 0) + 1
+    return {name: replace(o, tag=name) if count[o.id] > 1 else o for name, o in offers.items()}

@@ -401,6 +401,14 @@ A2A_PEER_LATENCY = 0.5e-6
 concurrently): DeepEP's README, low-latency dispatch of 128 tokens (h = 7,168, top-8) on H800 grows from
 77 us at EP 8 to 194 us at EP 256, about 0.5 us per added peer."""
 
+def distinct_ranks(top_k: int, ep: ArrayLike) -> FloatArray:
+    """Expected distinct EP ranks a token's k experts sit on when they are uniform over the ep ranks
+    (force-balanced or well-balanced routing, experts placed E / ep per rank): ep (1 - (1 - 1/ep)^k).
+    k = 8: EP 8 -> 5.25, EP 64 -> 7.56 (few experts per rank: nearly k)."""
+    e = np.maximum(_f(ep), 1.0)
+    return e * (1.0 - (1.0 - 1.0 / e) ** top_k)
+
+
 def a2a_rows_per_token(top_k: int, ep: ArrayLike, hosts: ArrayLike, dispatcher: str = "direct",
                        node_limit: ArrayLike = 0) -> tuple[FloatArray, FloatArray]:
     """Rows of width h one token puts on each link per all-to-all: (inside the domain, across domains).
@@ -413,7 +421,12 @@ def a2a_rows_per_token(top_k: int, ep: ArrayLike, hosts: ArrayLike, dispatcher: 
     NICs, the expected number of distinct other domains a token's k experts sit on,
     (H - 1)/H x H (1 - (1 - 1/H)^k), capped by ``node_limit`` domains per token where > 0 (node-limited
     routing: the scenario's ``[moe] node_limit`` or the model's group-limited routing, routed_domain_limit),
-    then NVLink forwards k (m - 1)/m rows.
+    then NVLink forwards one copy per destination *rank*, not per expert (DeepEP's dispatch layout: a
+    token goes once to every rank in ``is_token_in_rank``, whose experts then share the copy; the combine
+    sums a rank's expert outputs before sending one row back): the expected distinct ranks of k uniform
+    experts, :func:`distinct_ranks` = ep (1 - (1 - 1/ep)^k), of which the share (m - 1)/m moves over
+    NVLink. Inside one domain (H = 1) that is (ep - 1)(1 - (1 - 1/ep)^k): Qwen3-30B-A3B (k = 8) at EP 8,
+    16 experts a card, 4.59 rows per token where the direct dispatcher sends 7.
     ``all-gather`` (Megatron-LM's all-gather dispatcher): every rank gathers every token of the group
     and keeps the rows of its own experts; a ring of ep members sends ep - 1 rows per token whatever
     k, all of them on the ring's slowest tier (returned as the second value when the ring crosses
@@ -429,7 +442,7 @@ def a2a_rows_per_token(top_k: int, ep: ArrayLike, hosts: ArrayLike, dispatcher: 
         limit = _f(node_limit)
         distinct = np.where(limit > 0, np.minimum(distinct, limit), distinct)
         inter = distinct * (H - 1.0) / H
-        intra = top_k * (m - 1.0) / np.maximum(m, 1.0)
+        intra = distinct_ranks(top_k, ep) * (m - 1.0) / np.maximum(m, 1.0)
         return np.where(ep > 1, intra, 0.0), np.where(ep > 1, inter, 0.0)
     return top_k * (m - 1.0) / ep, top_k * (ep - m) / ep
 

@@ -43,6 +43,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from tpopt.models.arch import ModelArch, attention_linear_params, mean_keys_per_query, mlp_activation_width
+from tpopt.models.moe import distinct_ranks
 from tpopt.models.numeric import FloatArray, Floats
 
 PHASES = ("fwd", "dx", "dw")
@@ -50,7 +51,19 @@ PHASES = ("fwd", "dx", "dw")
 GROUPED_GEMM_STREAMS = 4
 """CUDA streams Transformer Engine's grouped linear layer spreads its per-expert GEMMs over (its multi-stream
 cuBLAS path, 4 compute streams): the per-kernel overhead of E / ep expert GEMMs is paid 1 + (E / ep - 1) / 4
-times per projection and phase."""
+times per projection and phase, and at most 4 expert GEMMs are on the SMs at once, so their waves are
+quantised over 4 experts' tiles, not all E / ep: 4 experts of 256 rows (2 x 12 output tiles of 128 x 128
+each for Qwen3-30B-A3B's up projection) fill 96 of an H100's 132 SMs."""
+
+
+MAIN_GRAD_BYTES = 4.0
+"""Bytes per element of the gradient a routed expert's weight-gradient GEMM accumulates into: Megatron-Core's
+gradient_accumulation_fusion (on by default; Transformer Engine's GroupedLinear ``fuse_wgrad_accumulation``)
+has each expert's dW GEMM add into its FP32 ``main_grad`` (read and written, 8 bytes per weight) every
+micro-batch: 8 k n bytes beside 2 m_per k n FLOPs, m_per / 4 FLOP per byte. With few rows per expert the
+expert's dW turns memory-bound (m_per = 1,024 rows: 256 FLOP per byte, below an H100's BF16 ridge of
+989 TFLOP/s / 3.35 TB/s = 295), where a dense layer's, over every token of the micro-batch, stays
+compute-bound (its dW is left as it was)."""
 
 
 def _f(x: ArrayLike) -> FloatArray:
@@ -73,6 +86,7 @@ class Layout:
     load: ArrayLike = 1.0  # load factor phi: rows of the busiest rank over a balanced router (models/moe.py)
     attention_scale: ArrayLike = 1.0  # the busiest card's attention work over the balanced share (context.imbalance)
     cp_steps: ArrayLike = 0.0  # ring attention's steps beyond the first (cp - 1 under ring CP, else 0)
+    dispatcher: str = "direct"  # MoE token dispatcher (models/moe.py DISPATCHERS): what the permutation passes move
 
     @property
     def tokens(self) -> FloatArray:
@@ -101,6 +115,7 @@ class Kernel(NamedTuple):
     # kernel launches; the field shadows tuple.count (never called on a Kernel), kept as the public name
     count: float = 1.0  # type: ignore[assignment]
     linear: bool = False  # a weight GEMM (runs in FP8 under an FP8 recipe)
+    resident: ArrayLike = 0.0  # products of a batched GEMM on the SMs at once (0: all of ``batch``, one launch)
 
 
 def _linear(op: str, group: str, tokens: Floats, k_in: Floats, n_out: Floats, e: float,
@@ -211,10 +226,15 @@ def _mlp_kernels(prefix: str, a: ModelArch, rows: Floats, width: Floats, e: floa
         ks = _linear(op, "", rows, k_in, n_out, e)
         if m_per is not None:  # E / ep independent products of m_per rows each, one GEMM launch per expert
             moved = e * (rows * (k_in + n_out) + batch * k_in * n_out)  # every local expert's weights
+            # dW: each expert's gradient accumulated into its FP32 main_grad (read and written)
+            moved_dw = e * rows * (k_in + n_out) + 2.0 * MAIN_GRAD_BYTES * batch * k_in * n_out
             # one GEMM per local expert, GROUPED_GEMM_STREAMS at a time: 1 + (E / ep - 1) / streams overheads
             launches = cast(float, 1.0 + (_f(batch) - 1.0) / GROUPED_GEMM_STREAMS)
-            ks = [k._replace(m=m_per, batch=batch, bytes=moved, count=launches) if k.phase != "dw"
-                  else k._replace(k=m_per, batch=batch, bytes=moved, count=launches) for k in ks]
+            # the streams hold GROUPED_GEMM_STREAMS expert GEMMs at once: their tiles share the SMs' waves
+            resident = np.minimum(_f(batch), GROUPED_GEMM_STREAMS)
+            ks = [k._replace(m=m_per, batch=batch, bytes=moved, count=launches, resident=resident)
+                  if k.phase != "dw" else
+                  k._replace(k=m_per, batch=batch, bytes=moved_dw, count=launches, resident=resident) for k in ks]
         out += ks
         if op.endswith(".up"):
             act = ((3.0, 5.0) if a.gated_mlp else (2.0, 3.0))
@@ -222,13 +242,65 @@ def _mlp_kernels(prefix: str, a: ModelArch, rows: Floats, width: Floats, e: floa
     return out
 
 
+ROUTER_FWD_PASSES, ROUTER_BWD_PASSES = 5.0, 4.0
+"""Memory passes of Megatron-Core's TopKRouter over the T x E routing scores (router.py, moe_utils.py):
+forward, the score function (softmax / sigmoid), the top-k, the scatter of the chosen probabilities and
+the routing map into dense T x E tensors, and the load-balancing loss (switch_load_balancing_loss: the
+per-expert sums of probabilities and of routed tokens); backward, the loss's gradient, the gather of the
+top-k gradient into T x E, its sum with the loss's, and the score function's backward."""
+
+ROUTER_FWD_BYTES = 4.0 + 4.0 + 4.0 + 5.0 + 5.0
+"""Bytes per (token, expert) the router's forward passes move, FP32 scores (moe_router_dtype fp32):
+score function 4 read + 4 written, top-k 4 read, dense probabilities 4 + routing map 1 written, the
+load-balancing loss 4 + 1 read: 22 (the gating GEMM's own output is the GEMM's)."""
+
+ROUTER_BWD_BYTES = 4.0 + 4.0 + 12.0 + 12.0
+"""Bytes per (token, expert) of the router's backward: the loss's gradient 4 written, the top-k gradient
+scattered 4 written, their sum 8 read + 4 written, the score function's backward (probabilities and
+gradient read, gradient written) 12: 32."""
+
+
+def permutation_row_passes(top_k: int, ep: ArrayLike, local: ArrayLike,
+                           dispatcher: str) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Bytes the permutation passes of one MoE block move per routed row of width h and byte of
+    activation, (permute forward, permute backward, unpermute forward, unpermute backward), by dispatcher.
+
+    A routed row is one (token, expert) pair the card's experts run, R of them. Megatron-Core's
+    token dispatchers (token_dispatcher.py, moe_utils.py permute / unpermute / sort_chunks_by_idxs):
+
+    - ``direct`` (MoEAlltoAllTokenDispatcher): before the all-to-all the card's tokens are gathered into
+      expert order (read R, write R); after it, with E / ep > 1 local experts and EP > 1, the received
+      chunks are re-sorted from source-rank order into local-expert order (read R, write R); the combine
+      sorts them back (2 R) and unpermutes, scattering each row weighted by its probability into its token
+      (read R, write R): permute 2 + 2 sort, unpermute 2 + 2 sort forward; the backward runs the inverse
+      gathers and scatters (the same bytes; the unpermute's also reads the rows for the probabilities'
+      gradient, + 1).
+    - ``per-host`` (MoEFlexTokenDispatcher with DeepEP / HybridEP): the tokens go out as they are, one copy
+      per destination rank (moe.distinct_ranks D of the k experts), and the card permutes the copies it
+      receives into its experts' rows: read R D / k copies, write R rows; the combine's unpermute reads the R
+      rows and writes the R D / k copies, each the weighted sum of its rows: 1 + D / k each way (the
+      backward: the same, the unpermute + 1).
+    - ``all-gather``: the gathered tokens are permuted into the local experts' rows and back, 2 each way.
+
+    Qwen3-30B-A3B (k = 8) at EP 8 (16 local experts): direct 4 / 4 / 4 / 5, per-host 1.66 / 1.66 / 1.66 / 2.66.
+    """
+    ep_, n = _f(ep), _f(local)
+    if dispatcher == "per-host":
+        d = distinct_ranks(top_k, ep_) / top_k
+        one = 1.0 + d
+        return one, one, one, one + 1.0
+    sort = np.where((ep_ > 1) & (n > 1), 2.0, 0.0) if dispatcher == "direct" else 0.0 * ep_
+    return 2.0 + sort, 2.0 + sort, 2.0 + sort, 3.0 + sort
+
+
 def moe_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
     """The MLP of a mixture-of-experts block for one micro-batch on one card.
 
-    Router: logits of the card's Ts tokens (T / t with sequence parallelism), a GEMM Ts x h x E, then a
-    softmax / top-k pass over Ts x E (FP32). Permute and unpermute (combine, weighted by the router
-    probabilities): memory passes over the R = etp x (T / t) x k x phi rows the card's experts run
-    (phi the load factor; expert-TP ranks hold the rows of their group). Routed experts: one grouped GEMM
+    Router: logits of the card's Ts tokens (T / t with sequence parallelism), a GEMM Ts x h x E, then the
+    router's memory passes over Ts x E (FP32 scores: ROUTER_FWD_BYTES, ROUTER_BWD_BYTES). Permute and
+    unpermute (combine, weighted by the router probabilities): memory passes over the R = etp x (T / t) x
+    k x phi rows the card's experts run (phi the load factor; expert-TP ranks hold the rows of their group),
+    as many as the dispatcher makes (:func:`permutation_row_passes`). Routed experts: one grouped GEMM
     per projection over E / ep experts of R ep / E rows each, widths f_e / etp (the same FLOPs per card
     whatever etp, 2 R h x width; more rows per expert as EP grows, which the GEMM efficiency sees: the
     rows of each expert fill whole tiles, the tiles of all local experts share the waves, and the dW
@@ -246,10 +318,12 @@ def moe_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
     rows = etp * T / t * a.top_k * _f(lay.load)
     local = a.experts / ep
     out = [k._replace(linear=False) for k in _linear("router", "", ts, a.hidden, float(a.experts), e)]
-    out += _elementwise("router.topk", "", 2.0 * ts * a.experts * 4.0, 3.0 * ts * a.experts * 4.0)
-    out += _elementwise("moe.permute", "", 2.0 * rows * a.hidden * e, 2.0 * rows * a.hidden * e)
+    out += _elementwise("router.topk", "", ROUTER_FWD_BYTES * ts * a.experts, ROUTER_BWD_BYTES * ts * a.experts,
+                        ROUTER_FWD_PASSES, ROUTER_BWD_PASSES)
+    p_fwd, p_bwd, u_fwd, u_bwd = permutation_row_passes(a.top_k, ep, local, lay.dispatcher)
+    out += _elementwise("moe.permute", "", p_fwd * rows * a.hidden * e, p_bwd * rows * a.hidden * e)
     out += _mlp_kernels("expert", a, rows, a.expert_ffn / etp, e, m_per=rows / local, batch=local)
-    out += _elementwise("moe.unpermute", "", 2.0 * rows * a.hidden * e, 3.0 * rows * a.hidden * e)
+    out += _elementwise("moe.unpermute", "", u_fwd * rows * a.hidden * e, u_bwd * rows * a.hidden * e)
     if a.shared_experts:
         out += _mlp_kernels("mlp", a, T, a.shared_experts * a.shared_ffn / t, e)
     if a.shared_expert_gate:  # sigmoid gate h x 1 on the shared experts' output (Qwen2-MoE)

@@ -85,10 +85,12 @@ def kernel_time(k: ops.Kernel, r: Rates, act_bytes: float = 2.0) -> FloatArray:
 
     Under a low-precision recipe (FP8, MXFP8, NVFP4), weight GEMMs run at that precision's peak x
     ``linear_ratio``, read their two operands in ``operand_bytes`` per element of the batch x (m k + k n)
-    operand elements (the output stays in e bytes) and first quantise their activation input (the m x k
-    operand, ``cast_bytes`` per element: :data:`QUANTISATION_BYTES` of the stack's scaling recipe); the
-    dW GEMM reuses the quantised copies. Flash-attention backward kernels run at the attention
-    efficiency x attention_bwd_ratio."""
+    operand elements (the output stays in e bytes) and first quantise their activation input (the batch x
+    m x k operand: a grouped expert GEMM quantises the rows of every local expert; ``cast_bytes`` per
+    element: :data:`QUANTISATION_BYTES` of the stack's scaling recipe); the dW GEMM reuses the quantised
+    copies. A grouped GEMM's waves are quantised over the products resident at once (``resident``, the
+    grouped linear layer's streams). Flash-attention backward kernels run at the attention efficiency x
+    attention_bwd_ratio."""
     p = r.perf
     if k.kind == "gemm":
         fp8 = r.fp8 and k.linear
@@ -97,10 +99,11 @@ def kernel_time(k: ops.Kernel, r: Rates, act_bytes: float = 2.0) -> FloatArray:
         if fp8:
             moved = _f(k.bytes) - (act_bytes - r.operand_bytes) * _f(k.batch) * (_f(k.m) * _f(k.k)
                                                                                  + _f(k.k) * _f(k.n))
-        t = roofline.gemm_time(k.flops, moved, k.m, k.n, k.k, k.batch, peak, r.hbm, p, k.count,
+        waves = k.batch if isinstance(k.resident, float) and k.resident <= 0 else np.minimum(k.batch, k.resident)
+        t = roofline.gemm_time(k.flops, moved, k.m, k.n, k.k, waves, peak, r.hbm, p, k.count,
                                r.linear_ratio if fp8 else 1.0)
-        if fp8 and k.phase != "dw":
-            t = t + roofline.memory_time(_f(k.m) * _f(k.k) * r.cast_bytes * act_bytes / 2.0, r.hbm, p)
+        if fp8 and k.phase != "dw":  # every product's input: batch x m x k (a grouped GEMM's experts each cast)
+            t = t + roofline.memory_time(_f(k.batch) * _f(k.m) * _f(k.k) * r.cast_bytes * act_bytes / 2.0, r.hbm, p)
     elif k.kind == "attention":
         t = roofline.attention_time(k.flops, k.bytes, r.peak, r.hbm, p, k.count, backward=k.phase != "fwd")
     else:

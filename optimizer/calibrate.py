@@ -41,6 +41,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import least_squares
 
 from tpopt.errors import InputError
+from tpopt.files import refuse_symlink, write_atomic, write_error
 from tpopt.models import families as F
 from tpopt.models.evaluate import evaluate_arrays, resolve_plan, with_plan_options
 from tpopt.models.plan import Plan, Scenario
@@ -571,9 +572,18 @@ def write_override(cal: Calibration, directory: str | Path, force: bool = False,
     """Write DIR/performance.toml; refuse to overwrite an existing file unless ``force``."""
     d = Path(directory)
     path = target(d, force)
+    refuse_symlink(path, "--out")
+    made = [p for p in (d, *d.parents) if not p.exists()]  # folders this call creates: removed if it fails
     try:
         d.mkdir(parents=True, exist_ok=True)
-        path.write_text(override_text(cal, how, label))
-    except OSError as exc:
-        raise InputError(f"cannot write {path} ({exc.strerror})") from None
+        write_atomic(path, override_text(cal, how, label), "--out")
+    except (OSError, InputError) as exc:
+        for folder in made:  # deepest first
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        if isinstance(exc, InputError):
+            raise
+        raise write_error("--out", path, exc) from None
     return path

@@ -49,7 +49,7 @@ def one_space(sc: Scenario, backend: str | Solver, req: Request) -> tuple[SolveR
 def law_of(sc: Scenario, ev: Evaluation) -> Fn.Distribution:
     """The finish-time distribution of an evaluated plan."""
     p = ev.plan
-    return T.finish_law(sc, p.accelerator, p.save_mode, p.cards, p.save_interval_s, ev.metrics["step_s"])
+    return T.finish_law(sc, p.accelerator, p.save_mode, p.cards, p.save_interval_s, ev.metrics["step_s"], p.ep)
 
 
 def dominant(shares: dict[str, float]) -> str:

@@ -19,19 +19,30 @@ Every report (solve, evaluate, explain, sweep rows, rl) carries, in its JSON and
   price with its source and date; an illustrative price (not a market quote) is flagged, and so is a catalog
   price read more than 6 months (:data:`tpopt.models.market.STALE_MONTHS`) before the market catalog's date
   (``as_of`` of offers.toml, or ``[market] as_of``: a fixed date, never the clock, so reports stay
-  reproducible).
+  reproducible);
+* the evidence (:func:`evidence`, issue 35): whether the card and the stack were fitted, the plan's own
+  step-time sigma with its reasons (tpopt.models.evidence: by distance from the evidence), P(on time) at that
+  sigma, and the memory margin against the memory model's stated error ("may not fit").
 """
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import replace
 from typing import Any
 
+from tpopt.models import families as F
+from tpopt.models import terms as T
 from tpopt.models.arch import flops_per_token
+from tpopt.models.evidence import memory_margin as margin_of
 from tpopt.models.market import STALE_MONTHS, months_between
 from tpopt.models.memory import recipe
 from tpopt.models.plan import Scenario
 from tpopt.models.roofline import PerfParams
+from tpopt.models.units import GIB
+from tpopt.optimizer.limits import clock_of
+from tpopt.optimizer.result import Request
 
 DEFAULT_STACK = "megatron-core"
 COMPUTE_PARAMS = ("gemm_efficiency", "attention_efficiency", "attention_bwd_ratio", "memory_efficiency",
@@ -134,8 +145,34 @@ def price(sc: Scenario, accelerator: str) -> dict[str, Any]:
             "age_months": age, "stale": age is not None and age > STALE_MONTHS}
 
 
-def footing(sc: Scenario, plan: dict[str, Any], step_s: float) -> dict[str, Any]:
-    """The footing of one plan (module docstring) as a JSON-ready dict."""
+def evidence(sc: Scenario, plan: dict[str, Any], step_s: float, memory: float | None = None) -> dict[str, Any]:
+    """What the plan's step time rests on (tpopt.models.terms.evidence_of): ``card`` "prior" | "fitted",
+    ``stack``, ``sigma`` (its own step-time log-sd) with its ``reasons``; ``p_on_time``, P(finish <= deadline)
+    at that sigma (None without a finite deadline or a save decision); with the plan's memory peak, the
+    ``memory`` margin 1 - peak / limit and ``may_not_fit`` when the margin is below the memory model's
+    stated error (catalogs/uncertainty.toml ``memory_error``)."""
+    acc = plan["accelerator"]
+    ep = float(plan.get("ep") or 1)
+    e = T.evidence_of(sc, acc, float(plan["cards"]), ep)
+    out: dict[str, Any] = {**e, "p_on_time": None}
+    deadline = F.limit(F.DEADLINE, sc)
+    if math.isfinite(deadline) and plan.get("save_mode") and plan.get("save_interval_s") and \
+            0 < step_s < float("inf"):
+        law = T.finish_law(sc, acc, str(plan["save_mode"]), float(plan["cards"]), float(plan["save_interval_s"]),
+                           step_s, ep)
+        out["p_on_time"] = float(law.cdf(deadline))
+    ev = sc.risk.evidence
+    if memory is not None and ev is not None:
+        limit = F.limit(F.MEMORY_PER_CARD, sc, acc)
+        margin, tight = margin_of(memory, limit, ev.memory_error)
+        out["memory"] = {"peak_gib": memory / GIB, "limit_gib": limit / GIB, "margin": margin,
+                         "error": ev.memory_error, "may_not_fit": tight, "source": ev.memory_source}
+    return out
+
+
+def footing(sc: Scenario, plan: dict[str, Any], step_s: float, memory: float | None = None) -> dict[str, Any]:
+    """The footing of one plan (module docstring) as a JSON-ready dict; ``memory`` the plan's peak per card
+    (bytes), for the memory margin of :func:`evidence`."""
     sysm = sc.system(plan["accelerator"])
     per_op = sysm.per_op
     _, peak_name = matrix_peak(sc, plan["accelerator"])
@@ -151,12 +188,13 @@ def footing(sc: Scenario, plan: dict[str, Any], step_s: float) -> dict[str, Any]
                            "model runs"}
     value = mfu(sc, plan, step_s)
     return {**model, "mfu": value, "mfu_convention": MFU_CONVENTION.format(peak=peak_name),
-            "stack": stack_of(sc), "parameters": parameters(sc, plan), "price": price(sc, plan["accelerator"])}
+            "stack": stack_of(sc), "parameters": parameters(sc, plan), "price": price(sc, plan["accelerator"]),
+            "evidence": evidence(sc, plan, step_s, memory)}
 
 
 def of_evaluation(sc: Scenario, d: dict[str, Any]) -> dict[str, Any]:
     """The footing of an evaluation dict (``plan`` and ``metrics``, as ``Evaluation.as_dict`` writes it)."""
-    return footing(sc, d["plan"], float(d["metrics"]["step_s"]))
+    return footing(sc, d["plan"], float(d["metrics"]["step_s"]), d["metrics"].get("memory_per_card"))
 
 
 def row_cells(f: dict[str, Any]) -> dict[str, Any]:
@@ -172,3 +210,30 @@ def row_cells(f: dict[str, Any]) -> dict[str, Any]:
         price_text = pr["source"]
     return {"step_model": f["step_time_model"], "mfu": f["mfu"], "stack": f["stack"],
             "parameter_provenance": params, "price_provenance": price_text}
+
+
+def fitted_alternative(sc: Scenario, best: Any, solver: Any, req: Any) -> dict[str, Any] | None:
+    """When the chosen plan's card rests on priors and the scenario offers cards that were fitted: the
+    cheapest plan on those cards alone (one more solve, on the run's clock), with ``within`` true when its
+    objective is within the chosen plan's own uncertainty (ratio <= e^sigma, one sigma of its step time).
+    None when the chosen card was fitted, or no fitted card is offered or admits a plan."""
+    from tpopt.optimizer import core  # lazy: start-up time (only for a prior card among fitted ones)
+
+    p = best.plan
+    mine = T.evidence_of(sc, p.accelerator, float(p.cards), float(p.ep))
+    if mine["card"] != "prior":
+        return None
+    fitted = {a: s for a, s in sc.systems.items() if T.evidence_of(sc, a, 1.0)["card"] == "fitted"}
+    if not fitted:
+        return None
+    sub = replace(sc, systems=fitted, search=replace(sc.search, accelerators=tuple(
+        a for a in (sc.search.accelerators or tuple(sc.systems)) if a in fitted)))
+    r = core.solve(sub, solver, Request(objective=req.objective, time_limit=req.time_limit, seed=req.seed,
+                                        workers=req.workers, clock=clock_of(req)))
+    if r.best is None:
+        return None
+    key = "cost" if req.objective == "cost" else "finish_days"
+    ratio = float(r.best.metrics[key] / best.metrics[key])
+    return {"accelerator": r.best.plan.accelerator, "cards": r.best.plan.cards, "objective": key,
+            "value": float(r.best.metrics[key]), "ratio": ratio, "within": ratio <= math.exp(mine["sigma"]),
+            "sigma": mine["sigma"]}

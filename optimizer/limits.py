@@ -112,10 +112,12 @@ class Clock:
             self.progress(phase, done, total)
 
     @contextlib.contextmanager
-    def stoppable(self, phase: str) -> Iterator[None]:
+    def stoppable(self, phase: str, *, keep_finished: bool = False) -> Iterator[None]:
         """Run a phase with nothing to return until it completes: every :func:`checkpoint` reached
         inside it (in this thread) raises :class:`TimeLimitReached` once the clock has run out; so do
-        the checks on entry and on exit. A nested stoppable phase names its own phase."""
+        the checks on entry and on exit. A nested stoppable phase names its own phase.
+        ``keep_finished``: no check on exit, for a phase whose answer, once complete, is exact however
+        late it comes (one relaxation of ``explain``): it is kept rather than thrown away."""
         self.check(phase)
         self.report(phase, 0)
         token = _ACTIVE.set((self, phase))
@@ -124,7 +126,8 @@ class Clock:
                 yield
         finally:
             _ACTIVE.reset(token)
-        self.check(phase)
+        if not keep_finished:
+            self.check(phase)
 
 
 _ACTIVE: contextvars.ContextVar[tuple[Clock, str] | None] = contextvars.ContextVar("tpopt_clock", default=None)

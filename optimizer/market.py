@@ -52,11 +52,13 @@ from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY, HOUR
 from tpopt.optimizer import core
 from tpopt.optimizer.backends import Solver
+from tpopt.optimizer.limits import clock_of
 from tpopt.optimizer.result import Request, SolveResult, SolverInfo, Status, objective_key
 from tpopt.optimizer.space import FAMILIES, Space, card_counts
 
 REL = 1e-9
 PROVEN = (Status.OPTIMAL, Status.INFEASIBLE)
+SOLVING_OFFERS = "solving the offers"  # the clock's phase while the offers are solved
 
 
 def offer_scenario(sc: Scenario, offer: M.Offer) -> Scenario:
@@ -153,6 +155,9 @@ def solve_offer(sc: Scenario, offer: M.Offer, solver: Solver, req: Request,
                 choose: Callable[[Space, Solver, str], Solver]) -> OfferSolve:
     """The best plan on ``offer`` (see the module): one solve for a per-second bill, else the card scan."""
     sub = offer_scenario(sc, offer)
+    clock = clock_of(req)  # the run's one clock (shared by every offer: replace(req) keeps it)
+    if clock.expired(SOLVING_OFFERS):  # no offer is started once it has run out: not decided, never skipped
+        return OfferSolve(offer, sub, Status.UNKNOWN, None, 0, "not started (time limit reached)")
     space = Space.from_scenario(sub)
     run = choose(space, solver, req.method)
     counts = [n for n in card_counts(space.domains) if n <= F.limit(F.CARDS, sub) and offer.cards_fit(n)
@@ -171,6 +176,9 @@ def solve_offer(sc: Scenario, offer: M.Offer, solver: Solver, req: Request,
         if req.objective == "cost" and best is not None and \
                 M.least_billed_cost(offer, n) + fixed > best.metrics["cost"] * (1 + REL):
             break  # no plan of n or more cards bills less
+        if clock.expired(SOLVING_OFFERS):  # the card counts left are not searched: nothing is proven
+            proven = False
+            break
         r = core.solve(sub, run, replace(req, objective="time", enforce=inner, cards=(n,), top=1), space=space)
         solves += 1
         proven &= r.status in PROVEN
@@ -206,6 +214,7 @@ def solve_market(sc: Scenario, solver: Solver, req: Request, choose: Callable[[S
     unknown = sorted({o.accelerator for o in sc.market.offers} - set(sc.systems))
     if unknown:
         raise InputError(f"market: offers of {', '.join(unknown)}, which the scenario's hardware does not list")
+    clock = clock_of(req)  # one clock over every offer's solves (set here when the caller gave none)
     rows = [solve_offer(sc, o, solver, req, choose) for o in sc.market.offers]
     pick: OfferSolve | None = None
     for row in rows:
@@ -219,6 +228,9 @@ def solve_market(sc: Scenario, solver: Solver, req: Request, choose: Callable[[S
                       note=f"one exact sub-problem per offer ({len(rows)} offer{'s' * (len(rows) != 1)}"
                            f", {solves} solve{'s' * (solves != 1)})")
     info.gap = 0.0 if status == Status.OPTIMAL else None
+    if not proven:  # short of a proof only when the clock ran out (a solve's own limit is the clock's)
+        info.limit_reached = clock.reached
+        info.limit_phase = clock.phase
     info.points = sum(r.points for r in rows)
     info.wall_s = time.perf_counter() - t0
     plans = [pick.best] if pick and pick.best else []
@@ -227,10 +239,13 @@ def solve_market(sc: Scenario, solver: Solver, req: Request, choose: Callable[[S
                                               enforced=tuple(f for f in FAMILIES if f in enforced)))
     if sc.market.site_power_w is not None and pick is not None and pick.best is not None:
         free = solve_market(replace(sc, market=replace(sc.market, site_power_w=None)), solver, req, choose)
-        out.power_binding = free.pick is not None and free.pick.best is not None and \
+        better = free.pick is not None and free.pick.best is not None and \
             _better(free.pick.best, pick.best, req.objective)
-        out.result.plans = [mark_power(pick.best, out.power_binding)]
-        pick.best = out.result.plans[0]
+        # a better plan without the cap proves it binds; none found proves it does not only when proven
+        out.power_binding = True if better else (False if free.result.status in PROVEN else None)
+        if out.power_binding is not None:  # undecided: the check keeps its own "at the cap" flag
+            out.result.plans = [mark_power(pick.best, out.power_binding)]
+            pick.best = out.result.plans[0]
     return out
 
 
@@ -299,8 +314,9 @@ def market_entries(ms: MarketSolve, sc: Scenario) -> dict[str, Any]:
         row: dict[str, Any] = {"offer": r.offer.id, "status": r.status.value, "method": r.method,
                                "solves": r.solves, "notes": M.price_notes(r.offer, as_of)}
         if r.best is not None:
+            e = T.evidence_of(r.sc, r.best.plan.accelerator, float(r.best.plan.cards), float(r.best.plan.ep))
             row.update({"cards": r.best.plan.cards, "finish_days": r.best.metrics["finish_days"],
-                        "cost": r.best.metrics["cost"]})
+                        "cost": r.best.metrics["cost"], "priors_only": e["card"] == "prior", "step_sigma": e["sigma"]})
         rows.append(row)
     out: dict[str, Any] = {"as_of": as_of, "offers": rows, "offer": None}
     if ms.pick is not None and ms.pick.best is not None:

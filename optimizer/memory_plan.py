@@ -203,13 +203,14 @@ def axes_to_narrow(space: Space, mp: MemoryPlan, factor: float) -> list[str]:
     return out
 
 
-def enforce(space: Space) -> MemoryPlan:
+def enforce(space: Space, budget: Budget | None = None) -> MemoryPlan:
     """The space's memory plan: every table at once when that fits the budget (:func:`budget_of` of the
     scenario's ``[search] memory_budget``), else one layout group at a time (``method="on-demand"``) when that
     fits, else :class:`InputError`: one line with the plans, the estimate, the largest table, the budget and its
-    source, and the axes to narrow."""
+    source, and the axes to narrow. ``budget``: this solve's share when several run at once (a sweep's
+    workers), else the scenario's."""
     mp = memory_plan(space)
-    budget = budget_of(space.sc.search.memory_budget)
+    budget = budget or budget_of(space.sc.search.memory_budget)
     if mp.peak_bytes <= budget.bytes:
         return mp
     lean = on_demand_bytes(space)

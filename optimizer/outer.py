@@ -419,7 +419,7 @@ class StagedSolve:
     solver: SolverInfo = field(default_factory=lambda: SolverInfo("none"))
     enforced: tuple[str, ...] = ()
     fastest: list[Evaluation | None] = field(default_factory=list)  # per stage: its fastest plan, shared limits dropped
-    decided: list[bool] = field(default_factory=list)  # per stage: its fastest plan (or that none exists) proven
+    decided: list[bool] = field(default_factory=list)  # per stage: fastest plan (or none) and front proven
 
     @property
     def feasible(self) -> bool:
@@ -454,9 +454,11 @@ def solve_stages(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Re
         best: Evaluation | None = None
         decided = True
         for b in batch_choices(st.sc):
-            r = core.solve(_limits_free(at_batch(st.sc, b), deadline), solver,
-                      Request(objective="time", enforce=own, time_limit=req.time_limit, seed=req.seed,
-                              workers=req.workers, clock=clock))
+            free = _limits_free(at_batch(st.sc, b), deadline)
+            space = Space.from_scenario(free)  # a tiny stage is proven by its enumeration, as tpopt solve does
+            r = core.solve(free, core.tiny_solver(space, solver, req.method, req.solver_named),
+                           Request(objective="time", enforce=own, time_limit=req.time_limit, seed=req.seed,
+                                   workers=req.workers, clock=clock), space=space)
             decided &= r.status in (Status.OPTIMAL, Status.INFEASIBLE)
             if r.best is not None and (best is None or objective_key(r.best, "time") < objective_key(best, "time")):
                 best = r.best
@@ -480,15 +482,17 @@ def solve_stages(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Re
         firsts = [stage_front(st.sc, solver, req, enforced, w if math.isfinite(w) else 1e300, True)
                   for st, w in zip(stages, windows, strict=False)]
         proven &= all(p for _, p in firsts)
+        out.decided = [d and p for d, (_, p) in zip(out.decided, firsts, strict=True)]  # a front cut short too
         picks = [fr[-1] for fr, _ in firsts if fr]  # fronts run fastest -> cheapest
         if len(picks) == len(firsts) and sum(p.finish_s for p in picks) <= cap * (1 + REL) and \
                 (budget is None or sum(p.cost for p in picks) <= budget * (1 + REL)):
             fronts = [[p] for p in picks]
     if fronts is None:
         fronts = []
-        for st, w in zip(stages, windows, strict=False):
+        for i, (st, w) in enumerate(zip(stages, windows, strict=False)):
             fr, p = stage_front(st.sc, solver, req, enforced, w if math.isfinite(w) else 1e300)
             proven &= p
+            out.decided[i] = out.decided[i] and p  # its front cut short by the limit: the stage is not decided
             fronts.append(fr)
     out.fronts = fronts
     pick = combine_fronts(fronts, cap, budget, req.objective)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from tpopt.errors import InputError
@@ -22,6 +23,7 @@ from tpopt.models.units import DAY
 from tpopt.optimizer import backends, core, footing, market, outer
 from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.core import TINY_NOTE, TINY_SPACE, tiny_solver  # noqa: F401 (TINY_SPACE: re-exported)
+from tpopt.optimizer.limits import EncodingError
 from tpopt.optimizer.memory_plan import enforce as enforce_memory
 from tpopt.optimizer.ondemand import slice_whole_tables
 from tpopt.optimizer.report import analysis, cp_not_searched, scenario_entry
@@ -120,7 +122,7 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
     if bs:
         result = bs.result
     else:
-        run = tiny_solver(space, solver, req.method)
+        run = tiny_solver(space, solver, req.method, req.solver_named)
         if analyse:  # the analysis reads the whole tables: an on-demand solve's layout groups slice them
             slice_whole_tables(space)
         result = core.solve(sc, run, req, space=space)
@@ -155,6 +157,8 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
         out["finish_distribution"] = distribution_entry(view, best, solver, req, step_up=analyse, whole=sc,
                                                         solve=_chosen)
     out["footing"] = footing.of_evaluation(view, out)
+    if analyse and len(view.systems) > 1:  # a prior card chosen among fitted ones: the fitted option, named
+        out["footing"]["evidence"]["fitted_alternative"] = footing.fitted_alternative(view, best, solver, req)
     if analyse:
         cp = cp_not_searched(view, solver, req, best)
         if cp is not None:
@@ -205,7 +209,12 @@ def _export(space: Space, req: Request, path: str) -> dict[str, Any]:
     """Write the plan MILP (Pyomo) for another solver; its figures (path, variables, constraints, objective)."""
     from tpopt.optimizer.backends.pyomo_model import export_model  # lazy: start-up time (Pyomo, ortools)
 
-    figures: dict[str, Any] = export_model(space, req, path)
+    try:
+        figures: dict[str, Any] = export_model(space, req, path)
+    except EncodingError as exc:  # the formulation is refused before any file is made: nothing is written
+        raise InputError(f"--export {path}: the plan MILP of this scenario cannot be written so that another "
+                         f"solver reads it reliably ({exc}); nothing written (tpopt solve without --export "
+                         "solves it exactly)") from None
     return figures
 
 
@@ -249,7 +258,7 @@ def conflict_space(bs: outer.BatchSolve, sc: Scenario) -> Space:
 
 def _market(sc: Scenario, solver: Solver, req: Request) -> PlanReport:
     """The best plan over the scenario's offers (:mod:`tpopt.optimizer.market`), its offer and spot figures."""
-    ms = market.solve_market(sc, solver, req, tiny_solver)
+    ms = market.solve_market(sc, solver, req, partial(tiny_solver, named=req.solver_named))
     out: dict[str, Any] = {"status": ms.result.status.value, "objective": ms.result.objective,
                            "solver": ms.result.solver.as_dict()}
     view = ms.pick.sc if ms.pick else sc

@@ -63,6 +63,8 @@ class Request:
     cards: tuple[int, ...] | None = None  # allowed card counts (None: any)
     method: str = "auto"  # solver backends: "monolithic", "decomposed", "on-demand", or "auto" (by table size)
     clock: Clock | None = field(default=None, compare=False, repr=False)  # shared by every phase
+    # the solver was named (``--solver``): the tiny-space rule keeps it where enumeration is not measured faster
+    solver_named: bool = field(default=False, compare=False)
 
     def enforced(self, families: Iterable[str]) -> frozenset[str]:
         return frozenset(families) if self.enforce is None else frozenset(self.enforce)

@@ -34,7 +34,6 @@ Columns (others are ignored; ``#`` starts a comment line):
 from __future__ import annotations
 
 import copy
-import csv
 import math
 import re
 from collections.abc import Callable
@@ -46,6 +45,7 @@ from typing import Any
 from tpopt.catalogs import Catalog, load_catalog, read_text_capped
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.catalogs.stacks import DEFAULT_STACK, stack_profile
+from tpopt.catalogs.tables import csv_rows
 from tpopt.errors import InputError
 from tpopt.models import memory
 from tpopt.models import terms as T
@@ -193,7 +193,7 @@ def read_rows(path: str | Path) -> list[dict[str, str]]:
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     if not lines:
         raise InputError(f"{p}: no rows")
-    rows = list(csv.DictReader(lines))
+    rows = csv_rows(lines, str(p))
     if not rows:
         raise InputError(f"{p}: a header and no runs (one row per measured run after the header)")
     for r in rows:

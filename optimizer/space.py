@@ -458,8 +458,11 @@ class Space:
         term = self._term
         compute = term_variables(T.compute, a.moe)
 
-        chance = {CHANCE_TABLE: (("acc", "mode", "tau", *cf), lambda acc, mode, tau, **f: T.chance_step_max(
-            sc, acc, mode, cards_of(**f), self.interval(tau, cards_of(**f), mode)))} if chance_on(sc) else {}
+        moe_ep = ("ep",) if a.moe else ()  # a MoE plan's sigma reads its experts per card (T.step_sigma)
+        chance = {CHANCE_TABLE: (("acc", "mode", "tau", *cf, *moe_ep), lambda acc, mode, tau, ep=1, **f:
+                                 T.chance_step_max(sc, acc, mode, cards_of(**f),
+                                                   self.interval(tau, cards_of(**f), mode), ep))} \
+            if chance_on(sc) else {}
         mem: dict[str, Spec] = {}
         for k, (states, copies, acts, temp) in self.memory_classes():  # the memory family per stage class
             opt: dict[str, Any] = {} if k == T.PEAK else {"stage": k}

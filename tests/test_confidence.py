@@ -78,7 +78,9 @@ def test_a_plan_reads_its_cards_sigma_and_an_uncovered_card_the_default(acc, sta
     # off the stack a card was measured on, the stack's own spread when larger (tests/test_confidence_sigma.py)
     raw = {"model": {"name": "llama3-8b"}, "task": {"tokens": "1T", "seq_len": 8192, "global_batch": 1536},
            "schedule": {"deadline": "14d", "reserved": "3d"}, "hardware": {"accelerator": acc, "stack": stack}}
-    got, source = T.step_sigma(build_scenario(raw, CAT), acc)
+    # the catalog sigmas (T.catalog_sigma): the rule without the uncertainty table of issue 35, which now
+    # gives a plan's own sigma by its distance from the evidence (tests/test_evidence_sigma.py)
+    got, source = T.catalog_sigma(build_scenario(raw, CAT), acc)
     assert got == sigma and source
 
 

@@ -74,28 +74,28 @@ def test_stack_sigmas_are_their_runs_spread_or_the_anchors():
 
 
 def test_a_card_measured_on_the_stack_keeps_its_own_sigma():
-    sigma, source = T.step_sigma(scenario("a100-80gb-sxm", "megatron-lm-2021"), "a100-80gb-sxm")
+    sigma, source = T.catalog_sigma(scenario("a100-80gb-sxm", "megatron-lm-2021"), "a100-80gb-sxm")
     assert sigma == pytest.approx(rms_log_pct(A100_LOO), abs=5e-4) and "18 A100 runs" in source
-    sigma, source = T.step_sigma(scenario("h100-sxm", "megatron-core"), "h100-sxm")
+    sigma, source = T.catalog_sigma(scenario("h100-sxm", "megatron-core"), "h100-sxm")
     assert sigma == pytest.approx(rms_log_pct([-7.3, 6.7, -7.2, 6.7]), abs=1e-3) and "H100" in source
 
 
 def test_off_its_stack_a_card_gets_the_larger_of_the_two_spreads():
     # A100 was fitted on Megatron-LM 2021-22 only: on Megatron-Core the stack's spread (0.054 > 0.030) applies
-    sigma, source = T.step_sigma(scenario("a100-80gb-sxm", "megatron-core"), "a100-80gb-sxm")
+    sigma, source = T.catalog_sigma(scenario("a100-80gb-sxm", "megatron-core"), "a100-80gb-sxm")
     assert sigma == 0.054 and source.startswith("stack megatron-core: ")
     assert "the card's 0.030 (measured on megatron-lm-2021) is smaller" in source
     # H100 (0.070, Megatron-Core) on Megatron-LM 2021 (0.030): the card's larger spread stays, and says why
-    sigma, source = T.step_sigma(scenario("h100-sxm", "megatron-lm-2021"), "h100-sxm")
+    sigma, source = T.catalog_sigma(scenario("h100-sxm", "megatron-lm-2021"), "h100-sxm")
     assert sigma == pytest.approx(0.070, abs=1e-3) and "stack megatron-lm-2021: 0.030, smaller" in source
     # a stack no table ran: the anchors' 0.154 over every card's own
     for acc in ("a100-80gb-sxm", "h100-sxm", "b200", "rtx4090"):
-        sigma, source = T.step_sigma(scenario(acc, "torchtitan"), acc)
+        sigma, source = T.catalog_sigma(scenario(acc, "torchtitan"), acc)
         assert sigma == 0.154 and "stack torchtitan" in source and "no fitted runs" in source
 
 
 def test_a_card_no_table_covers_on_a_fitted_stack_gets_the_default():
-    sigma, source = T.step_sigma(scenario("rtx4090", "megatron-core"), "rtx4090")
+    sigma, source = T.catalog_sigma(scenario("rtx4090", "megatron-core"), "rtx4090")
     assert sigma == Fn.DEFAULT_STEP_SIGMA and "no validation table covers" in source
     assert "stack megatron-core: 0.054, smaller" in source
 
@@ -127,7 +127,7 @@ def test_residual_sigma_stacks_must_name_known_stacks(tmp_path):
                                                                  "global_batch": 1536},
                          "schedule": {"deadline": "60d"}, "hardware": {"accelerator": "h100-sxm",
                                                                        "stack": "torchtitan"}}, load_catalog([cat]))
-    assert T.step_sigma(sc, "h100-sxm")[0] == pytest.approx(0.070, abs=1e-3)
+    assert T.catalog_sigma(sc, "h100-sxm")[0] == pytest.approx(0.070, abs=1e-3)
 
 
 def test_the_report_states_the_sigma_and_the_stack_it_came_from(tmp_path):

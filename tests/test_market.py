@@ -380,7 +380,10 @@ def test_skypilot_csv_gives_the_native_offers(tmp_path):
         + offer_table("c", "aws", "us-east-2", "h200", "on-demand", 107.0 / 8, available=256, date="2026-11-01"))
     cat = load_catalog()
     m = load_market([native], set(cat.accelerators))
-    want = {o.id: replace(o, source="") for name, o in m.offers.items() if name in "abc"}
+    # a, b share provider, region, card and market with built-in offers: loaded beside them they carry their name
+    # as an id suffix (issue 36), which the import, reading one file alone, has no reason to add
+    assert {m.offers[n].id for n in "ab"} == {"aws/us-east-1/h100-sxm/on-demand#a", "aws/us-east-1/h100-sxm/spot#b"}
+    want = {replace(o, tag="").id: replace(o, source="", tag="") for name, o in m.offers.items() if name in "abc"}
     got = from_skypilot(csv, "aws", "2026-11-01", {"H100": "h100-sxm", "H200": "h200"}, m, 256,
                         set(cat.accelerators))
     assert {k: replace(o, source="") for k, o in got.items()} == want

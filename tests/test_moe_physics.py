@@ -35,10 +35,11 @@ def test_rows_per_token_by_dispatcher():
     intra, inter = moe.a2a_rows_per_token(8, 64, 8, "direct")
     assert float(intra) == pytest.approx(8 * 7 / 64) and float(inter) == pytest.approx(8 * 56 / 64)
     # per-host: distinct hosts of k uniform experts H (1 - (1 - 1/H)^k), the other ones' share (H - 1)/H crosses;
-    # NVLink forwards k (m - 1)/m
+    # NVLink forwards one copy per distinct destination rank (DeepEP's is_token_in_rank), ep (1 - (1 - 1/ep)^k)
+    # of them, the share (m - 1)/m of which sits on other cards: 64 (1 - (63/64)^8) x 7/8 = 6.63 (not k x 7/8 = 7)
     intra, inter = moe.a2a_rows_per_token(8, 64, 8, "per-host")
     assert float(inter) == pytest.approx(8 * (1 - (7 / 8) ** 8) * 7 / 8)
-    assert float(intra) == pytest.approx(8 * 7 / 8)
+    assert float(intra) == pytest.approx(64 * (1 - (63 / 64) ** 8) * 7 / 8)
     # node-limited to 4 hosts: 4 x 7/8 = 3.5 copies cross
     assert float(moe.a2a_rows_per_token(8, 64, 8, "per-host", 4)[1]) == pytest.approx(3.5)
     # all-gather: a ring of 64 sends ep - 1 = 63 rows per token whatever k, on the tier the ring crosses
@@ -85,12 +86,13 @@ def test_node_limit_from_the_models_router_groups():
 
 def test_h100_deepseek_all_to_all_per_host_and_node_limited():
     # DeepSeek-V3 on H100, TP 2 (sequence parallel: 2,048 tokens per card), EP 64 across 8 hosts, force-balanced,
-    # per-host dispatch: 4 hosts per token (router groups), 3.5 copies over the NICs, 7 rows over NVLink.
+    # per-host dispatch: 4 hosts per token (router groups), 3.5 copies over the NICs, one copy per distinct rank
+    # over NVLink: 64 (1 - (63/64)^8) x 7/8 = 6.63 rows.
     sc = scenario(moe_keys={"imbalance": 1.0})
     assert sc.moe.dispatcher == "per-host"  # the default stack's flex dispatcher (DeepEP / HybridEP)
     p = sc.system("h100-sxm").perf
     row = 2048 * 7168 * 2  # bytes of one row per token of the card
-    nvlink = 7 * row / (450e9 * p.tp_efficiency)
+    nvlink = 64 * (1 - (63 / 64) ** 8) * 7 / 8 * row / (450e9 * p.tp_efficiency)
     nic = 3.5 * row / (50e9 * p.dp_efficiency)  # 8 x 400 Gbit/s NICs shared by 8 cards: 50 GB/s each
     fixed = p.collective_latency + 14 * moe.A2A_PEER_LATENCY
     one = max(nvlink, nic) + fixed
@@ -250,3 +252,149 @@ def test_megatron_recompute_modules_and_mla_up_projections():
     q = scenario("qwen3-235b-a22b").model
     assert float(memory.activation_bytes_per_microbatch(q, 4096, 1, 1, 1, "mla_up")) == pytest.approx(
         float(memory.activation_bytes_per_microbatch(q, 4096, 1, 1, 1, "none")))
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 35: the flex dispatcher's copies per destination rank, the grouped GEMM's FP8 casts
+
+
+def test_flex_dispatch_sends_one_copy_per_destination_rank():
+    # inside one domain (H = 1), k = 8 uniform experts over EP 8 (16 experts a card): a token reaches
+    # 8 (1 - (7/8)^8) = 5.25 distinct ranks, 7/8 of them other cards: 4.59 rows, where the direct
+    # (alltoall) dispatcher sends one row per dispatch to another rank, 8 x 7/8 = 7
+    flex, _ = moe.a2a_rows_per_token(8, 8, 1, "per-host")
+    direct, _ = moe.a2a_rows_per_token(8, 8, 1, "direct")
+    assert float(flex) == pytest.approx(7 * (1 - (7 / 8) ** 8))
+    assert float(direct) == pytest.approx(7.0)
+    # the saving fades as experts per card fall: EP 64, one domain: 63 (1 - (63/64)^8) = 7.56 of k (63/64) = 7.875
+    assert float(moe.a2a_rows_per_token(8, 64, 1, "per-host")[0]) == pytest.approx(63 * (1 - (63 / 64) ** 8))
+    # k = 1: one expert, one rank: the same row either way
+    assert float(moe.a2a_rows_per_token(1, 8, 1, "per-host")[0]) == pytest.approx(
+        float(moe.a2a_rows_per_token(1, 8, 1, "direct")[0]))
+    assert float(moe.distinct_ranks(8, 1)) == pytest.approx(1.0)
+
+
+def test_grouped_expert_gemm_quantises_every_experts_rows():
+    # Under an FP8 recipe a weight GEMM first quantises its m x k input; a grouped GEMM over E / ep experts
+    # of m_per rows each quantises all E / ep x m_per rows, the same bytes as one GEMM over those rows.
+    from tpopt.models import steptime
+    sc = scenario("qwen3-30b-a3b", precision="fp8-mixed")
+    r = T.rates(sc, "h100-sxm")
+    assert r.fp8
+    local, m_per, k_in, n_out = 8, 4096.0, 2048.0, 1536.0
+    rows = local * m_per
+    flops = 2.0 * rows * k_in * n_out
+    one = ops.Kernel("x", "fwd", "gemm", "", flops, 2.0 * (rows * (k_in + n_out) + local * k_in * n_out),
+                     rows, n_out, k_in, 1.0, 1.0, True)
+    grouped = one._replace(m=m_per, batch=float(local))
+    no_cast = r.__class__(**{**r.__dict__, "cast_bytes": 0.0})
+    cast_one = float(steptime.kernel_time(one, r)) - float(steptime.kernel_time(one, no_cast))
+    cast_grouped = float(steptime.kernel_time(grouped, r)) - float(steptime.kernel_time(grouped, no_cast))
+    # the cast pass: rows x k x cast_bytes bytes at HBM x memory efficiency (its launch cancels in the difference)
+    expected = rows * k_in * r.cast_bytes / (r.hbm * r.perf.memory_efficiency)
+    assert cast_one == pytest.approx(expected, rel=1e-9)
+    assert cast_grouped == pytest.approx(expected, rel=1e-9)
+
+
+def test_permutation_passes_by_dispatcher():
+    # direct (Megatron-Core's alltoall dispatcher), 16 local experts at EP 8: gather into expert order (2 R) plus
+    # the chunk sort after the all-to-all (2 R); the combine mirrors it; the unpermute's backward reads the rows
+    # once more for the probabilities' gradient
+    assert [float(x) for x in ops.permutation_row_passes(8, 8, 16, "direct")] == [4.0, 4.0, 4.0, 5.0]
+    # one local expert (or EP 1): no chunk sort
+    assert [float(x) for x in ops.permutation_row_passes(8, 128, 1, "direct")] == [2.0, 2.0, 2.0, 3.0]
+    assert [float(x) for x in ops.permutation_row_passes(8, 1, 128, "direct")] == [2.0, 2.0, 2.0, 3.0]
+    # per-host (DeepEP / HybridEP): the card receives D / k copies per row, D = 8 (1 - (7/8)^8), and expands
+    # them into rows: 1 + D / k each way
+    d = 8 * (1 - (7 / 8) ** 8) / 8
+    got = [float(x) for x in ops.permutation_row_passes(8, 8, 16, "per-host")]
+    assert got == pytest.approx([1 + d, 1 + d, 1 + d, 2 + d])
+
+
+def test_permutation_bytes_in_the_kernel_table():
+    # Qwen3-30B-A3B (k = 8, h = 2,048, E = 128), 4,096 tokens a card, TP 1, EP 8, balanced: R = 4,096 x 8 rows;
+    # the direct dispatcher's permute moves 4 R h e forward, the flex one (1 + D/k) R h e
+    a = scenario("qwen3-30b-a3b").model
+    rows, h, e = 4096 * 8, a.hidden, 2.0
+    for dispatcher, passes in (("direct", 4.0), ("per-host", 1 + 8 * (1 - (7 / 8) ** 8) / 8)):
+        lay = ops.Layout(tp=1.0, micro_batch=1.0, seq_len=4096, ep=8.0, expert_tp=1.0, dispatcher=dispatcher)
+        ks = {(k.op, k.phase): k for k in ops.moe_kernels(a, lay)}
+        assert float(ks[("moe.permute", "fwd")].bytes) == pytest.approx(passes * rows * h * e)
+    # the router's passes over the 4,096 x 128 FP32 scores: 22 bytes a score forward, 32 backward
+    router = {(k.op, k.phase): k for k in ops.moe_kernels(a, lay)}
+    assert float(router[("router.topk", "fwd")].bytes) == pytest.approx(22.0 * 4096 * 128)
+    assert float(router[("router.topk", "dx")].bytes) == pytest.approx(32.0 * 4096 * 128)
+
+
+def test_scenario_dispatcher_reaches_the_kernels():
+    # the same plan with the direct dispatcher (chunk sort, one row per dispatch) costs more compute than with
+    # the flex one, and a dense model's compute does not read the dispatcher
+    kw = dict(acc="h100-sxm", recompute="none", tp=1, mb=1, ep=8, etp=1)
+    direct = T.op_times(scenario("qwen3-30b-a3b", moe_keys={"imbalance": 1.0, "dispatcher": "direct"}), **kw)[0]
+    flex = T.op_times(scenario("qwen3-30b-a3b", moe_keys={"imbalance": 1.0, "dispatcher": "per-host"}), **kw)[0]
+    assert float(direct.fwd) > float(flex.fwd)
+
+
+def test_expert_weight_gradient_accumulates_in_fp32():
+    # Each local expert's dW GEMM reads and writes its FP32 main_grad: 8 bytes per weight beside the operands
+    # (rows x (k + n) x e); with few rows per expert that term decides. gpt-oss-120b (h = f_e = 2,880, gated):
+    # 16 local experts of 1,024 rows, the up projection's dW: k = 2,880, n = 5,760
+    a = scenario("gpt-oss-120b").model
+    lay = ops.Layout(tp=1.0, micro_batch=1.0, seq_len=4096, ep=8.0, expert_tp=1.0)
+    ks = {(k.op, k.phase): k for k in ops.moe_kernels(a, lay)}
+    dw = ks[("expert.up", "dw")]
+    rows, local, k_in, n_out = 4096 * 4, 16, a.hidden, 2 * a.expert_ffn
+    assert float(dw.bytes) == pytest.approx(2.0 * rows * (k_in + n_out) + 8.0 * local * k_in * n_out)
+    assert float(dw.k) == pytest.approx(rows / local)  # the k loop runs over one expert's rows
+    # the same rows spread over 4 x the local experts (EP 2: 64 experts of 256 rows each): the same FLOPs,
+    # 4 x the main_grad bytes
+    lay2 = ops.Layout(tp=1.0, micro_batch=1.0, seq_len=4096, ep=2.0, expert_tp=1.0)
+    dw2 = {(k.op, k.phase): k for k in ops.moe_kernels(a, lay2)}[("expert.up", "dw")]
+    assert float(dw2.flops) == pytest.approx(float(dw.flops))
+    grad = lambda n_local: 8.0 * n_local * k_in * n_out  # noqa: E731
+    assert float(dw2.bytes) - float(dw.bytes) == pytest.approx(grad(64) - grad(16))
+
+
+def test_grouped_gemm_slower_per_flop_as_rows_per_expert_fall():
+    # The same routed rows and FLOPs on a card, split over more local experts (fewer rows each): the expert
+    # GEMMs' time rises (tile padding of each expert's last rows, more launches, the dW's k loop and main_grad).
+    a = scenario("qwen3-30b-a3b").model
+    sc = scenario("qwen3-30b-a3b")
+    r = T.rates(sc, "h100-sxm")
+    from tpopt.models import steptime
+
+    def expert_time(ep: float) -> tuple[float, float]:
+        lay = ops.Layout(tp=1.0, micro_batch=1.0, seq_len=4096, ep=ep, expert_tp=1.0)
+        ks = [k for k in ops.moe_kernels(a, lay) if k.op.startswith("expert.") and k.kind == "gemm"]
+        # the busiest card's rows are the same whatever EP (balanced): 4,096 tokens x k = 8
+        return sum(float(steptime.kernel_time(k, r)) for k in ks), sum(float(k.flops) for k in ks)
+
+    t64, f64 = expert_time(64.0)   # 2 local experts of 16,384 rows
+    t8, f8 = expert_time(8.0)      # 16 of 2,048
+    t1, f1 = expert_time(1.0)      # 128 of 256
+    assert f64 == pytest.approx(f8) and f8 == pytest.approx(f1)
+    assert t64 < t8 < t1
+
+
+def test_grouped_gemm_waves_over_the_resident_experts():
+    # Transformer Engine's grouped linear layer runs its expert GEMMs on 4 streams: at most 4 are on the SMs at
+    # once. Qwen3-30B-A3B at EP 1 (128 local experts) and 4,096 tokens: 4,096 x 8 / 128 = 256 rows per expert;
+    # the up projection (n = 2 x 768 = 1,536) has ceil(256/128) x ceil(1,536/128) = 2 x 12 = 24 tiles per expert,
+    # 4 experts 96 tiles on 132 H100 SMs: one wave 96/132 busy (pooled over all 128 experts: 3,072 tiles, 24 waves,
+    # 3,072 / 3,168 busy)
+    from tpopt.models import roofline, steptime
+    a = scenario("qwen3-30b-a3b").model
+    lay = ops.Layout(tp=1.0, micro_batch=1.0, seq_len=4096, ep=1.0, expert_tp=1.0)
+    up = {(k.op, k.phase): k for k in ops.moe_kernels(a, lay)}[("expert.up", "fwd")]
+    assert float(up.m) == 256 and float(up.batch) == 128 and float(up.resident) == 4
+    r = T.rates(scenario("qwen3-30b-a3b"), "h100-sxm")
+    p = r.perf
+    assert p.sms == 132 and (p.tile_m, p.tile_n) == (128, 128)
+    assert float(roofline.wave_quantisation(256, 1536, 4, p)) == pytest.approx(96 / 132)
+    assert float(roofline.wave_quantisation(256, 1536, 128, p)) == pytest.approx(3072 / 3168)
+    # the kernel's compute time is that of the resident-wave efficiency
+    eff = float(roofline.gemm_efficiency(256, 1536, 2048, 4, p))
+    t = float(steptime.kernel_time(up, r))
+    compute = float(up.flops) / (r.linear_peak * eff) + float(up.count) * p.kernel_overhead
+    assert t == pytest.approx(max(compute, float(up.bytes) / (r.hbm * p.memory_efficiency)
+                                  + float(up.count) * p.kernel_overhead), rel=1e-9)

@@ -148,13 +148,14 @@ def test_all_to_all_volume_on_nvlink_and_nics(tmp_path):
     # the default stack (Megatron-Core's flex dispatcher, DeepEP / HybridEP): one copy per destination host.
     # EP 16 over H = 2 hosts: a token's 8 experts sit on H (1 - (1 - 1/H)^8) = 1.9921875 distinct hosts on
     # average, the other one of them (x (H - 1)/H) gets a copy over the NICs: 0.99609375 rows; NVLink then
-    # forwards k (m - 1)/m = 8 x 7/8 = 7 rows. In-host (EP 8) both dispatchers move the same rows.
+    # forwards one copy per distinct destination rank, 16 (1 - (15/16)^8) x 7/8 = 5.65 rows (the NICs pace it).
+    # In-host (EP 8) flex sends 7 (1 - (7/8)^8) = 4.59 copies where the direct dispatcher sends 7 rows.
     d = evaluate_json(write(tmp_path, Q30, "d.toml"), "--cards", 16, "--zero", 1, "--ep", 16)["metrics"]
-    one = max(rows * 7 / 450e9, rows * 0.99609375 / 50e9)
+    one = max(rows * 16 * (1 - (15 / 16) ** 8) * 7 / 8 / 450e9, rows * 0.99609375 / 50e9)
     assert d["moe_assumptions"]["dispatcher"] == "per-host"
     assert d["ep_link_s"] == pytest.approx(4 * 48 * one * 16, rel=1e-12)
     d8 = evaluate_json(write(tmp_path, Q30, "d.toml"), "--cards", 16, "--zero", 1, "--ep", 8)["metrics"]
-    assert d8["ep_link_s"] == pytest.approx(4 * 48 * rows * 8 * 7 / 8 / 450e9 * 16, rel=1e-12)
+    assert d8["ep_link_s"] == pytest.approx(4 * 48 * rows * 7 * (1 - (7 / 8) ** 8) / 450e9 * 16, rel=1e-12)
 
 
 def test_load_factor_stretches_expert_compute(tmp_path):

@@ -63,9 +63,14 @@ from tpopt.models.terms.communication import (
 )
 from tpopt.models.terms.deadline import (
     _CHANCE_MEMO,
+    card_base,
+    catalog_sigma,
     chance_fill,
     chance_step_max,
     checkpoint_write_time,
+    evidence_for,
+    evidence_of,
+    experts_per_card,
     exposure,
     failure_rate,
     finish_law,
@@ -75,6 +80,8 @@ from tpopt.models.terms.deadline import (
     optimal_save_interval,
     overhead,
     overhead_parts,
+    own_calibration,
+    plan_facts,
     preemption_rate,
     rate_per_second,
     reacquire_overhead,
@@ -180,4 +187,5 @@ __all__ = [
     "stack_overhead", "stage_classes", "stage_split", "states", "step_sigma", "stored_activations",
     "straggler_factor", "temporary", "tp_comm", "tp_exposed", "with_sequence_parallel", "zero_ranks",
 ]
-
+__all__ += ["card_base", "catalog_sigma", "evidence_for", "evidence_of", "experts_per_card", "own_calibration",
+            "plan_facts"]

@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from tpopt.models import evidence, finish, reliability
 from tpopt.models import families as F
-from tpopt.models import finish, reliability
 from tpopt.models.arch import param_count
+from tpopt.models.memory import recipe
 from tpopt.models.numeric import FloatArray, Floats
 from tpopt.models.plan import Scenario
 from tpopt.models.terms.layer_times import _perf
@@ -125,15 +126,105 @@ def rate_per_second(sc: Scenario, acc: str, cards: ArrayLike, nics: ArrayLike) -
 # the finish-time distribution (models/finish.py) and the chance form of the deadline
 
 
-def step_sigma(sc: Scenario, acc: str) -> tuple[float, str]:
-    """Log-sd of measured / predicted step time and where it comes from, per accelerator and stack: the
-    scenario's ``risk.step_sigma``; else the card's ``residual_sigma`` (performance.toml) when it was
-    measured on the scenario's stack (its ``residual_sigma_stacks``) or is a calibration's (no stacks: one's
-    own runs); else the larger of the card's (finish.DEFAULT_STEP_SIGMA for a card no table covers) and
-    the stack's ``residual_sigma`` (stacks.toml: its runs' spread, or the public anchors' for a stack no
-    table ran). The source says which was used and why."""
+def step_sigma(sc: Scenario, acc: str, cards: ArrayLike = 1.0, ep: ArrayLike = 1) -> tuple[Any, str]:
+    """Log-sd of measured / predicted step time of plans on ``acc`` (element-wise over ``cards`` and
+    ``ep``; a float for scalars) and where it comes from: the scenario's ``risk.step_sigma`` when given
+    (it overrides); else, with the catalog's uncertainty table (``risk.evidence``) and no calibration of
+    one's own, under the per-operation model (:func:`evidence_for`), each plan's sigma by its distance
+    from the evidence (tpopt.models.evidence):
+
+        sigma = sqrt(base^2 + sum of c_f^2 over the factors f that apply)
+
+    (independent log errors add in quadrature; the factors: card on priors, stack not fitted, MoE at more
+    experts per card than fitted, sequence beyond the fitted, low-precision recipe not fitted, cards
+    beyond the fitted), the source naming the factors that apply (:func:`evidence_of`); else the catalog
+    sigmas (:func:`catalog_sigma`)."""
     if sc.risk.step_sigma is not None:
         return sc.risk.step_sigma, "given (risk.step_sigma)"
+    ev = evidence_for(sc, acc)
+    if ev is None or own_calibration(sc, acc):
+        return catalog_sigma(sc, acc)
+    facts = plan_facts(sc, acc)
+    sigma = evidence.plan_sigma(ev, facts, cards, experts_per_card(sc, ep), card_base(sc, acc, ev)[0])
+    if np.ndim(sigma) == 0:
+        e = evidence_of(sc, acc, float(np.asarray(cards)), float(np.asarray(ep)))
+        return float(sigma), e["source"]
+    return sigma, "by distance from the evidence (catalogs/uncertainty.toml)"
+
+
+def evidence_for(sc: Scenario, acc: str) -> evidence.Evidence | None:
+    """The uncertainty table where it measures the model that runs: the per-operation step time (its
+    residuals are the table's). The flat model's step is the scenario's stated efficiency (the chapter's
+    model), which the catalog sigmas cover (:func:`catalog_sigma`): None there."""
+    return sc.risk.evidence if sc.system(acc).per_op else None
+
+
+def card_base(sc: Scenario, acc: str, ev: evidence.Evidence) -> tuple[float, str]:
+    """The base of a card's sigma: the table's (leave-one-source-out, inside the envelope), or the card's
+    own leave-one-out ``residual_sigma`` (performance.toml) on a fitted card when that is larger."""
+    perf = _perf(sc, acc)
+    own = float(getattr(perf, "residual_sigma", 0.0)) if ev.envelope(acc) is not None else 0.0
+    if own > ev.base:
+        return own, f"the card's own leave-one-out spread {own:.3f}"
+    return ev.base, f"base {ev.base:.3f}"
+
+
+def own_calibration(sc: Scenario, acc: str) -> bool:
+    """Whether the card carries a calibration of one's own (``tpopt calibrate``: a residual_sigma with a
+    source and no stacks, measured on one's own runs): its residual spread is then the sigma."""
+    perf = _perf(sc, acc)
+    return bool(getattr(perf, "residual_sigma_source", "")) and not tuple(getattr(perf, "residual_sigma_stacks", ()))
+
+
+def experts_per_card(sc: Scenario, ep: ArrayLike) -> Floats:
+    """Routed experts per card, E / ep (0 for a dense model)."""
+    if not sc.model.moe:
+        return np.zeros(np.shape(ep))
+    return float(sc.model.experts) / np.maximum(_f(ep), 1.0)
+
+
+def plan_facts(sc: Scenario, acc: str, cards: float = 1.0, ep: float = 1) -> evidence.PlanFacts:
+    """What the uncertainty factors read from a plan (tpopt.models.evidence.PlanFacts)."""
+    return evidence.PlanFacts(acc=acc, stack=sc.stack.name, seq=int(sc.task.seq_len),
+                              matrix=recipe(sc.task.precision).matrix,
+                              experts_per_card=float(experts_per_card(sc, ep)), cards=float(cards))
+
+
+def evidence_of(sc: Scenario, acc: str, cards: float, ep: float = 1) -> dict[str, Any]:
+    """What one plan's step time rests on: ``card`` "fitted" | "prior" (a run fitted on it or not), ``stack``
+    "fitted" | "not fitted", ``sigma`` (as :func:`step_sigma`), ``reasons`` (the factors that apply, in
+    words), ``source``. The flags come from the uncertainty table whatever the step-time model; the sigma
+    from it under the per-operation model only (:func:`evidence_for`)."""
+    table = sc.risk.evidence
+    facts = plan_facts(sc, acc, cards, ep)
+    if table is None:
+        out: dict[str, Any] = {"card": "fitted" if _perf(sc, acc).calibrated else "prior", "stack": "unknown"}
+    else:
+        flags = evidence.applies(table, facts, cards, facts.experts_per_card)
+        out = {"card": "prior" if bool(flags[evidence.CARD_PRIOR]) else "fitted",
+               "stack": "not fitted" if bool(flags[evidence.STACK]) else "fitted"}
+    if sc.risk.step_sigma is not None:
+        return {**out, "sigma": sc.risk.step_sigma, "reasons": [], "source": "given (risk.step_sigma)"}
+    ev = evidence_for(sc, acc)
+    if ev is None or own_calibration(sc, acc):
+        sigma, source = catalog_sigma(sc, acc)
+        return {**out, "card": "fitted" if own_calibration(sc, acc) else out["card"], "sigma": sigma,
+                "reasons": [], "source": source}
+    why = evidence.reasons(ev, facts)
+    base, base_words = card_base(sc, acc, ev)
+    sigma = float(evidence.plan_sigma(ev, facts, cards, facts.experts_per_card, base))
+    text = "; ".join(why) if why else "a fitted card on a fitted stack, inside the fitted range"
+    return {**out, "sigma": sigma, "reasons": why,
+            "source": f"{text} ({base_words}, each factor's share in quadrature: catalogs/uncertainty.toml)"}
+
+
+def catalog_sigma(sc: Scenario, acc: str) -> tuple[float, str]:
+    """The catalog sigmas (no uncertainty table, or a calibration of one's own): the card's
+    ``residual_sigma`` (performance.toml) when it was measured on the scenario's stack (its
+    ``residual_sigma_stacks``) or is a calibration's (no stacks: one's own runs); else the larger of the
+    card's (finish.DEFAULT_STEP_SIGMA for a card no table covers) and the stack's ``residual_sigma``
+    (stacks.toml: its runs' spread, or the public anchors' for a stack no table ran). The source says
+    which was used and why."""
     perf = _perf(sc, acc)
     source = str(getattr(perf, "residual_sigma_source", ""))  # the catalog refuses a residual_sigma without one
     on = tuple(getattr(perf, "residual_sigma_stacks", ()))
@@ -178,10 +269,11 @@ def exposure(sc: Scenario, save_mode: str, cards: float, save_interval: float) -
 
 
 def finish_law(sc: Scenario, acc: str, save_mode: str, cards: float, save_interval: float,
-               step_s: float) -> finish.Distribution:
-    """The finish-time distribution of one plan: W = iterations x step, its saves, sources and sigma."""
+               step_s: float, ep: float = 1) -> finish.Distribution:
+    """The finish-time distribution of one plan: W = iterations x step, its saves, sources and its own
+    sigma (:func:`step_sigma` at its cards and expert parallelism)."""
     pause, _ = save_pause_lag(sc, save_mode)
-    sigma, source = step_sigma(sc, acc)
+    sigma, source = step_sigma(sc, acc, cards, ep)
     return finish.plan_distribution(reserved=sc.task.reserved_s, work=iteration_count(sc) * float(step_s),
                                     pause=pause, exposure=exposure(sc, save_mode, cards, save_interval),
                                     sigma=sigma, sigma_source=source)
@@ -194,24 +286,28 @@ _CHANCE_MEMO: dict[tuple[Any, ...], dict[complex, float]] = {}
 _CHANCE_MEMO_SIZE = 200_000
 
 
-def _law_inputs(sc: Scenario, acc: str, save_mode: str, cards: FloatArray, tau: FloatArray
-                ) -> tuple[FloatArray, float, FloatArray]:
-    """(save factors 1 + c / tau, sigma, event cumulants (3, n)) of plans given by card and interval arrays."""
+def _law_inputs(sc: Scenario, acc: str, save_mode: str, cards: FloatArray, tau: FloatArray, ep: float = 1
+                ) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(save factors 1 + c / tau, sigmas, event cumulants (3, n)) of plans given by card and interval arrays."""
     pause, lag = save_pause_lag(sc, save_mode)
-    sigma, _ = step_sigma(sc, acc)
+    sigma = np.broadcast_to(np.asarray(step_sigma(sc, acc, cards, ep)[0], dtype=float), np.shape(cards))
     rel = sc.reliability
     x = finish.Exposure(cards=cards, tau=tau, lag=lag, restore=rel.restore_s, card_mtbf_s=rel.card_mtbf_s,
                         spike_interval_s=rel.event_interval_s, risk=law_risk(sc))
     return 1.0 + pause / tau, sigma, finish.event_cumulants(*finish.events_over(x))
 
 
-def _chance_key(sc: Scenario, acc: str, save_mode: str) -> tuple[Any, ...]:
+def _chance_key(sc: Scenario, acc: str, save_mode: str, ep: float = 1) -> tuple[Any, ...]:
     """What a chance root depends on besides (cards, interval): level, deadline, margins, save mode's pause and
-    lag, restart, failure and rollback rates, the risk inputs (the offer's spot terms included) and the step sigma."""
+    lag, restart, failure and rollback rates, the risk inputs (the offer's spot terms and the uncertainty table
+    among them) and what the step sigma reads beyond the cards (:func:`plan_facts` at the expert parallelism, the
+    card's own calibration sigma)."""
     rel = sc.reliability
     pause, lag = save_pause_lag(sc, save_mode)
+    ev = evidence_for(sc, acc)
+    own = catalog_sigma(sc, acc)[0] if ev is None or own_calibration(sc, acc) else card_base(sc, acc, ev)[0]
     return (sc.task.confidence, F.limit(F.DEADLINE, sc), sc.task.reserved_s, pause, lag, rel.restore_s, rel.card_mtbf_s,
-            rel.event_interval_s, law_risk(sc), step_sigma(sc, acc)[0])
+            rel.event_interval_s, law_risk(sc), plan_facts(sc, acc, 1.0, ep), own)
 
 
 def _pairs(cards: ArrayLike, interval: ArrayLike) -> tuple[NDArray[np.complex128], NDArray[np.intp], tuple[int, ...]]:
@@ -222,27 +318,34 @@ def _pairs(cards: ArrayLike, interval: ArrayLike) -> tuple[NDArray[np.complex128
     return uniq, inverse.reshape(-1), tuple(c.shape)
 
 
-def chance_fill(sc: Scenario, acc: str, asks: list[tuple[str, ArrayLike, ArrayLike]]) -> None:
+def chance_fill(sc: Scenario, acc: str, asks: list[tuple[str, ArrayLike, ArrayLike]], ep: float = 1) -> None:
     """Find the chance roots (finish.max_work) of every (save mode, cards, interval) asked that is not
     remembered yet, all in ONE vectorised root finding: one row per distinct (mode, cards, interval)
-    tuple, whatever the number of asks (the enumerator asks for its whole space before it starts)."""
+    tuple, whatever the number of asks (the enumerator asks for its whole space before it starts); each
+    row with its plan's own sigma (:func:`step_sigma` at its cards and ``ep``)."""
     q = sc.task.confidence
     if q is None:
         raise ValueError("chance_fill needs a confidence")
     found: list[tuple[dict[complex, float], NDArray[np.complex128]]] = []
     parts = []
-    for mode, cards, interval in asks:
-        memo = _CHANCE_MEMO.setdefault(_chance_key(sc, acc, mode), {})  # the key hashed once per ask
-        pairs = _pairs(cards, interval)[0]
-        todo = pairs[[p not in memo for p in pairs.tolist()]]
-        if len(todo):
-            found.append((memo, todo))
-            parts.append(_law_inputs(sc, acc, mode, todo.real, todo.imag))
-    if not found:
-        return
-    saves = np.concatenate([p[0] for p in parts])
-    kap = np.concatenate([p[2] for p in parts], axis=1)
-    work = finish.max_work(q, F.limit(F.DEADLINE, sc), sc.task.reserved_s, saves, parts[0][1], (kap[0], kap[1], kap[2]))
+    # over a whole space some plans' segments practically never complete (failure rate x interval past ~700):
+    # their cumulants overflow to inf and their root is no finite work, i.e. the plan misses the level; numpy's
+    # warnings on those elements are expected here, not news for the user's stderr
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        for mode, cards, interval in asks:
+            memo = _CHANCE_MEMO.setdefault(_chance_key(sc, acc, mode, ep), {})  # the key hashed once per ask
+            pairs = _pairs(cards, interval)[0]
+            todo = pairs[[p not in memo for p in pairs.tolist()]]
+            if len(todo):
+                found.append((memo, todo))
+                parts.append(_law_inputs(sc, acc, mode, todo.real, todo.imag, ep))
+        if not found:
+            return
+        saves = np.concatenate([p[0] for p in parts])
+        sigmas = np.concatenate([p[1] for p in parts])
+        kap = np.concatenate([p[2] for p in parts], axis=1)
+        work = finish.max_work(q, F.limit(F.DEADLINE, sc), sc.task.reserved_s, saves, sigmas,
+                               (kap[0], kap[1], kap[2]))
     if sum(len(m) for m in _CHANCE_MEMO.values()) + len(work) > _CHANCE_MEMO_SIZE:
         for m in _CHANCE_MEMO.values():
             m.clear()
@@ -252,32 +355,46 @@ def chance_fill(sc: Scenario, acc: str, asks: list[tuple[str, ArrayLike, ArrayLi
         start += len(todo)
 
 
-def chance_step_max(sc: Scenario, acc: str, save_mode: str, cards: ArrayLike, save_interval: ArrayLike
-                    ) -> FloatArray:
+def chance_step_max(sc: Scenario, acc: str, save_mode: str, cards: ArrayLike, save_interval: ArrayLike,
+                    ep: ArrayLike = 1) -> FloatArray:
     """The largest step (s) whose finish meets the deadline with probability >= the confidence:
-    W_max / iterations (finish.max_work), element-wise over cards and save intervals: one root per
-    distinct (cards, interval) pair, all found at once (:func:`chance_fill`), and remembered across calls
-    (the tables, the evaluator and every chunk of an enumeration ask for the same pairs)."""
+    W_max / iterations (finish.max_work), element-wise over cards, save intervals and expert parallelism
+    (each plan at its own sigma): one root per distinct (cards, interval) pair and ep, all found at once
+    (:func:`chance_fill`), and remembered across calls (the tables, the evaluator and every chunk of an
+    enumeration ask for the same pairs)."""
     if sc.task.confidence is None:
         raise ValueError("chance_step_max needs a confidence")
-    pairs, inverse, shape = _pairs(cards, save_interval)
-    memo = _CHANCE_MEMO.get(_chance_key(sc, acc, save_mode), {})
+    levels = np.unique(np.asarray(ep, dtype=float)) if sc.model.moe else np.array([1.0])
+    if len(levels) > 1:
+        c, t, e = np.broadcast_arrays(_f(cards), _f(save_interval), _f(ep))
+        res = np.empty(c.shape)
+        for level in levels:
+            at = e == level
+            res[at] = chance_step_max(sc, acc, save_mode, c[at], t[at], float(level))
+        return res
+    level = float(levels[0])
+    pairs, inverse, base = _pairs(cards, save_interval)
+    shape = np.broadcast_shapes(base, np.shape(ep)) if sc.model.moe else base
+    key = _chance_key(sc, acc, save_mode, level)
+    memo = _CHANCE_MEMO.get(key, {})
     keys = pairs.tolist()
     if not all(k in memo for k in keys):
-        chance_fill(sc, acc, [(save_mode, pairs.real, pairs.imag)])
-        memo = _CHANCE_MEMO[_chance_key(sc, acc, save_mode)]
+        chance_fill(sc, acc, [(save_mode, pairs.real, pairs.imag)], level)
+        memo = _CHANCE_MEMO[key]
     per_pair = np.array([memo[k] for k in keys])
-    out: FloatArray = (per_pair[inverse] / iteration_count(sc)).reshape(shape)
+    out: FloatArray = np.broadcast_to(per_pair[inverse].reshape(base) / iteration_count(sc), shape).copy()
     return out
 
 
 def finish_quantile(sc: Scenario, acc: str, save_mode: str, cards: ArrayLike, save_interval: ArrayLike,
-                    step_s: ArrayLike, q: float) -> FloatArray:
-    """The q-quantile of the finish time (s) element-wise (finish.quantiles; one root per distinct plan)."""
-    c, t, s = np.broadcast_arrays(_f(cards), _f(save_interval), _f(step_s))
-    keys = np.stack([c.reshape(-1), t.reshape(-1), s.reshape(-1)], axis=1)
+                    step_s: ArrayLike, q: float, ep: ArrayLike = 1) -> FloatArray:
+    """The q-quantile of the finish time (s) element-wise (finish.quantiles; one root per distinct plan,
+    each at its own sigma)."""
+    c, t, s, e = np.broadcast_arrays(_f(cards), _f(save_interval), _f(step_s), _f(ep))
+    keys = np.stack([c.reshape(-1), t.reshape(-1), s.reshape(-1), e.reshape(-1)], axis=1)
     uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    saves, sigma, kap = _law_inputs(sc, acc, save_mode, uniq[:, 0], uniq[:, 1])
+    saves, _, kap = _law_inputs(sc, acc, save_mode, uniq[:, 0], uniq[:, 1])
+    sigma = np.broadcast_to(np.asarray(step_sigma(sc, acc, uniq[:, 0], uniq[:, 3])[0], dtype=float), len(uniq))
     out = finish.quantiles(q, sc.task.reserved_s, iteration_count(sc) * uniq[:, 2], saves, sigma,
                            (kap[0], kap[1], kap[2]))
     res: FloatArray = out[inverse.reshape(-1)].reshape(c.shape)

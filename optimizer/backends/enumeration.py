@@ -35,8 +35,9 @@ class Enumerate:
             d = space.domains
             cards = np.asarray(card_counts(d), dtype=float)
             for acc in d["acc"]:
-                T.chance_fill(space.sc, acc, [(m, cards, space.interval(tau, cards, m)) for m in d["mode"]
-                                              for tau in d["tau"]])
+                for ep in (d.get("ep", [1]) if space.sc.model.moe else [1]):  # a MoE plan's sigma reads its ep
+                    T.chance_fill(space.sc, acc, [(m, cards, space.interval(tau, cards, m)) for m in d["mode"]
+                                                  for tau in d["tau"]], float(ep))
         assignments, evaluated, chunks = enumerate_best(space, req)
         plans = [evaluate_assignment(space, a) for a in assignments]
         info.evaluated, info.rounds = evaluated, chunks

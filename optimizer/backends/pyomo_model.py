@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, cast
 import numpy as np
 
 from tpopt.errors import InputError
+from tpopt.files import refuse_symlink
 from tpopt.optimizer.backends.highs_model import INF, HighsModel
 from tpopt.optimizer.backends.protocol import Allowed, CandidateResult, CapabilityError, MasterAnswer, MasterBounds
 from tpopt.optimizer.result import Request
@@ -462,6 +463,7 @@ def check_export_path(path: str | os.PathLike[str]) -> Path:
         raise InputError(f"--export {path}: the file name must end in .lp or .mps")
     if p.is_dir():
         raise InputError(f"--export {path}: is a directory")
+    refuse_symlink(p, "--export")
     if not p.parent.exists():
         raise InputError(f"--export {path}: directory {str(p.parent)!r} does not exist")
     return p

@@ -217,6 +217,18 @@ def over_budget_at(ctx: Context, sc: Scenario) -> bool:
     return compute_cost_floor(space, floor=True) > F.limit(F.BUDGET, ctx.sc)
 
 
+def option_flags(sc: Scenario, ev: Any) -> dict[str, Any]:
+    """What a suggested card rests on, for the line that suggests it: ``priors_only`` (no run fitted on the
+    card, tpopt.models.terms.evidence_of), ``illustrative_price`` (a catalog price that is no market quote),
+    and the plan's own step-time ``sigma``."""
+    from tpopt.optimizer.footing import price  # lazy: start-up time (explain only)
+
+    p = ev.plan
+    e = T.evidence_of(sc, p.accelerator, float(p.cards), float(p.ep))
+    return {"priors_only": e["card"] == "prior", "illustrative_price": bool(price(sc, p.accelerator)["illustrative"]),
+            "sigma": e["sigma"]}
+
+
 def relax_accelerator(ctx: Context, core: list[str] | None = None) -> Relaxation:
     """Each catalog accelerator alone in place of the scenario's hardware: its cheapest plan (cost
     objective, every family enforced). Required: the cheapest accelerator that admits a plan."""
@@ -259,7 +271,8 @@ def relax_accelerator(ctx: Context, core: list[str] | None = None) -> Relaxation
         entry["feasible"] = ev is not None
         if ev is not None:
             entry.update({"cost": ev.metrics["cost"], "cost_unit": ev.metrics["cost_unit"],
-                          "finish_days": ev.metrics["finish_days"], "plan": ev.plan_dict(), "_ev": ev})
+                          "finish_days": ev.metrics["finish_days"], "plan": ev.plan_dict(), "_ev": ev,
+                          **option_flags(sc, ev)})
         options.append(entry)
     ok = sorted((o for o in options if o["feasible"]), key=lambda o: (o["cost"], o["finish_days"]))
     evs = {o["accelerator"]: o.pop("_ev") for o in ok}

@@ -48,7 +48,7 @@ from tpopt.optimizer.explain.inputs import (
     with_tokens,
     with_usable_memory,
 )
-from tpopt.optimizer.limits import Undecided
+from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import VARS, Space, card_counts
 
@@ -522,23 +522,25 @@ def relaxations(sc: Scenario, backend: str | Solver = "cpsat", req: Request | No
     names = [n for n in RELAXATIONS if only is None or n in only]
     shared: dict[str, Evaluation | None] = {}
     out: list[Relaxation] = []
+    clock = clock_of(ctx.req)  # the run's one clock: no relaxation starts once it has run out
     for k, name in enumerate(names):
         t0, s0 = time.perf_counter(), ctx.solves
+        if clock.expired(RELAXING):
+            if name in NOT_APPLICABLE and NOT_APPLICABLE[name](ctx):
+                continue  # the input does not apply to this request: nothing to leave undecided
+            out.append(_relaxation(PARAMS[name], None, required=None, helps=None, method="undecided",
+                                   note=f"time limit reached ({ctx.req.time_limit:g} s) before it was asked"))
+            continue
         if progress is not None:
             progress(f"smallest change of the {PARAMS[name].label} ({k + 1}/{len(names)})")
         ctx.keep = frozenset(ctx.enforced) - set(PARAMS[name].affects)
         r: Relaxation | None
         try:
-            if name in ("tokens", "reserved"):
-                if "fastest" not in shared:
-                    shared["fastest"] = _time_candidates(ctx)
-                r = (relax_tokens if name == "tokens" else relax_reserved)(ctx, core, fastest=shared["fastest"])
-            else:
-                fn = {"deadline": relax_deadline, "max_cards": relax_max_cards, "efficiency": relax_efficiency,
-                      "usable_memory": relax_usable_memory, "nic_bandwidth": relax_nic_bandwidth,
-                      "accelerator": relax_accelerator, "max_cost": relax_max_cost,
-                      "card_price": relax_card_price, "max_drop": relax_max_drop}[name]
-                r = fn(ctx, core)
+            with clock.stoppable(RELAXING, keep_finished=True):  # a table being built stops at its next slice
+                r = _relax_one(ctx, name, core, shared)
+        except TimeLimitReached:
+            r = _relaxation(PARAMS[name], None, required=None, helps=None, method="undecided",
+                            note=f"time limit reached ({ctx.req.time_limit:g} s)")
         except Undecided as exc:
             p = PARAMS[name]
             r = _relaxation(p, None, required=None, helps=None, note=str(exc),
@@ -547,11 +549,41 @@ def relaxations(sc: Scenario, backend: str | Solver = "cpsat", req: Request | No
             ctx.keep, ctx.keep_vars = None, VARS
         if r is None:
             continue
-        if r.helps is False and not r.blocked_by and name != "accelerator":
+        if r.helps is False and not r.blocked_by and name != "accelerator" and not clock.expired(RELAXING):
             try:
-                r.blocked_by = other_conflict(ctx, PARAMS[name].affects)
-            except Undecided:
+                with clock.stoppable(RELAXING, keep_finished=True):
+                    r.blocked_by = other_conflict(ctx, PARAMS[name].affects)
+            except (Undecided, TimeLimitReached):
                 pass  # the relaxation's verdict stands; what else conflicts is left unsaid
         r.seconds, r.solves = time.perf_counter() - t0, ctx.solves - s0
         out.append(r)
     return out
+
+
+RELAXING = "finding the smallest changes"
+"""The clock's phase while :func:`relaxations` runs (a relaxation the limit stops is left undecided)."""
+
+NOT_APPLICABLE: dict[str, Callable[[Context], bool]] = {
+    "max_cost": lambda ctx: ctx.sc.cost.max_cost is None or F.BUDGET not in ctx.enforced,
+    "card_price": lambda ctx: ctx.sc.cost.max_cost is None or F.BUDGET not in ctx.enforced or any(
+        s.price_card_hour is None or s.price_card_hour <= 0 for s in ctx.sc.systems.values()),
+    "max_drop": lambda ctx: not ctx.sc.model.moe or F.CAPACITY_DROPS not in ctx.enforced,
+}
+"""The inputs a request has no relaxation of (their ``relax_*`` returns None), told without asking: a relaxation
+skipped by the time limit is listed as undecided only where it would have been asked."""
+
+
+def _relax_one(ctx: Context, name: str, core: list[str] | None, shared: dict[str, Evaluation | None]
+               ) -> Relaxation | None:
+    """The relaxation of input ``name`` (None: the input does not apply); ``shared`` keeps the fastest plan
+    that the tokens and reserved-time relaxations both start from."""
+    if name in ("tokens", "reserved"):
+        if "fastest" not in shared:
+            shared["fastest"] = _time_candidates(ctx)
+        return (relax_tokens if name == "tokens" else relax_reserved)(ctx, core, fastest=shared["fastest"])
+    fn = {"deadline": relax_deadline, "max_cards": relax_max_cards, "efficiency": relax_efficiency,
+          "usable_memory": relax_usable_memory, "nic_bandwidth": relax_nic_bandwidth,
+          "accelerator": relax_accelerator, "max_cost": relax_max_cost,
+          "card_price": relax_card_price, "max_drop": relax_max_drop}[name]
+    r: Relaxation | None = fn(ctx, core)
+    return r

@@ -40,10 +40,11 @@ def infeasibility(sc: Scenario, space: Space, backend: str | Solver, req: Reques
     ctx = Context.of(sc, backend, req, enforced, raw, catalog)
     out: dict[str, Any] = {}
     try:
-        tell("a minimal set of conflicting constraints")
-        core = minimal_conflict(space, ctx.backend, req, ctx.enforced, ctx=ctx) or []
-        tell("the plans closest to each conflicting constraint")
-        detail = conflict_detail(ctx, core)
+        with clock_of(req).stoppable("finding the conflict", keep_finished=True):  # tables stop at a slice
+            tell("a minimal set of conflicting constraints")
+            core = minimal_conflict(space, ctx.backend, req, ctx.enforced, ctx=ctx) or []
+            tell("the plans closest to each conflicting constraint")
+            detail = conflict_detail(ctx, core)
     except (Undecided, TimeLimitReached):  # the verdict stands; the explanation is cut short, and says so
         core, detail = [], []
         out["conflict_status"] = "time limit reached"
@@ -73,7 +74,7 @@ def explain_request(sc: Scenario, backend: str | Solver = "cpsat", req: Request 
     space = Space.from_scenario(sc)
     tell("the optimum")
     solver = resolve(backend)  # the name resolved once (after the space, whose errors come first)
-    run = tiny_solver(space, solver, req.method)  # as tpopt solve: a tiny space's plans all evaluated
+    run = tiny_solver(space, solver, req.method, req.solver_named)  # as tpopt solve: a tiny space's plans all evaluated
     result = solve_space(sc, run, req, space=space)
     if run != solver:
         result.solver.note = TINY_NOTE

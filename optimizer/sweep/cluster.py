@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -26,6 +25,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from tpopt._version import __version__
+from tpopt.catalogs.tables import MAX_NESTING, loads_json
 from tpopt.errors import InputError
 from tpopt.optimizer.sweep.executor import Outcome
 from tpopt.optimizer.sweep.rows import FORMAT
@@ -69,9 +69,9 @@ def scheduler_address(path: str) -> str:
     if len(data) > MAX_SCHEDULER_FILE:
         raise InputError(f"{what} (larger than {MAX_SCHEDULER_FILE // 1024} KiB)")
     try:
-        info = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise InputError(f"{what} (not JSON)") from None
+        info = loads_json(data, what)
+    except InputError:
+        raise InputError(f"{what} (not JSON, or nested deeper than {MAX_NESTING} levels)") from None
     address = info.get("address") if isinstance(info, dict) else None
     if not isinstance(address, str) or not re.match(r"^[a-z][a-z0-9+.-]*://\S+$", address):
         raise InputError(f'{what} (no "address" such as tcp://host:8786; write one with dask scheduler '

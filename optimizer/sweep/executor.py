@@ -17,6 +17,7 @@ Adding an executor is one module with a class implementing :class:`Executor` and
 from __future__ import annotations
 
 import importlib
+import ipaddress
 import re
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
@@ -129,6 +130,24 @@ def parse_cluster(text: str) -> tuple[str, int | str]:
         return "file", value
     raise InputError(f"--cluster: {value!r} is not a scheduler address (tcp://host:8786), a scheduler file "
                      f"(.json) or local:N")
+
+
+def plain_tcp_note(address: str) -> str | None:
+    """One line when ``--cluster`` is a plain ``tcp://`` address off the loopback interface: the link is
+    unauthenticated, unencrypted and pickle-based (anyone who can reach the scheduler can run code); None
+    otherwise (``tls://``, ``localhost``, ``127.0.0.0/8``, ``::1``)."""
+    m = re.match(r"^tcp://(\[[^\]]*\]|[^:/]*)", address.strip())
+    if m is None:
+        return None
+    host = m.group(1).strip("[]")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name other than localhost: not known to be local
+        loopback = False
+    if loopback:
+        return None
+    return (f"--cluster {address}: a plain tcp:// link is unauthenticated, unencrypted and pickle-based (anyone who "
+            "can reach the scheduler can run code); use tls:// or an SSH tunnel on untrusted networks (docs: Sweeps)")
 
 
 def require_dask() -> None:

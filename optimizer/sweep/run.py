@@ -23,7 +23,7 @@ from tpopt.optimizer.sweep.local import LocalExecutor
 from tpopt.optimizer.sweep.rows import COLUMNS, INT_COLUMNS, Row, make_row, sort_key
 from tpopt.optimizer.sweep.spec import SweepSpec, build_spec, require_solver
 from tpopt.optimizer.sweep.store import Resume, SweepStore
-from tpopt.optimizer.sweep.tasks import LAYOUTS, Task, _payload, plan_tasks
+from tpopt.optimizer.sweep.tasks import LAYOUTS, Task, _payload, on_demand_accelerators, plan_tasks
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -128,7 +128,11 @@ def run_sweep(spec: SweepSpec, *, out: str | Path | None = None, force: bool = F
         resume = store.load({p.key() for p in points}) if store is not None else Resume()
         done = resume.rows
         todo = [p for p in points if p.key() not in done]
-        tasks = plan_tasks(spec, todo)
+        # the memory plan: on this machine the local workers share its budget (a cluster's workers have their
+        # own): a group's tasks run at most once per group at a time, one point's solve once per point
+        local = 1 if cluster is not None else workers or default_workers()
+        groups = len({p.group(spec.deadline_in_table) for p in todo})
+        tasks = plan_tasks(spec, todo, max(1, min(local, groups)))
         n_workers = max(1, min(workers or default_workers(), len(tasks)))
         # solver tasks always run in worker processes, even one (Ctrl-C and CP-SAT: see local.py); table and
         # layouts tasks (numpy only) run in this process on one worker
@@ -148,7 +152,8 @@ def run_sweep(spec: SweepSpec, *, out: str | Path | None = None, force: bool = F
         retried = 0
         try:
             if tasks:  # the workers first: a cluster that cannot be reached leaves --out untouched
-                executor.start(_payload(spec), {t.kind for t in tasks})
+                on_demand = on_demand_accelerators(tasks, spec, max(1, min(local, len(tasks))))
+                executor.start(_payload(spec, on_demand), {t.kind for t in tasks})
                 if executor.workers == 0:
                     progress.note(f"no worker is connected yet ({executor.description}); the tasks wait for one")
             if store is not None:

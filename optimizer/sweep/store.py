@@ -10,13 +10,15 @@ import csv
 import io
 import json
 import os
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from tpopt._version import __version__
 from tpopt.errors import InputError, require
+from tpopt.files import fsync_dir, open_append, open_lock, refuse_symlink, write_atomic, write_error
 from tpopt.optimizer.sweep.rows import (
     COLUMN_NAMES,
     COLUMNS,
@@ -68,34 +70,12 @@ def _parse_csv_line(line: str) -> Row | None:
 
 
 def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(str(path), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    fsync_dir(path)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write to a temporary file in the same directory, fsync, rename over ``path``."""
-    tmp = path.parent / f".{path.name}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise InputError(f"cannot write {str(path)!r} ({exc.strerror or exc})") from None
-    _fsync_dir(path.parent)
+def atomic_write(path: Path, data: bytes, what: str = "--out") -> None:
+    """Write to a temporary file in the same directory, fsync, rename over ``path`` (:mod:`tpopt.files`)."""
+    write_atomic(path, data, what)
 
 
 def check_output_path(path: str | os.PathLike[str], what: str = "--out",
@@ -111,16 +91,17 @@ def check_output_path(path: str | os.PathLike[str], what: str = "--out",
         require("matplotlib", "plots", f"{what} {p.name}")
     if p.is_dir():
         raise InputError(f"{what}: {str(p)!r} is a directory")
+    refuse_symlink(p, what)
+    if p.exists() and not p.is_file():
+        raise InputError(f"{what}: {str(p)!r} exists and is not a regular file")
     folder = p.parent if str(p.parent) else Path(".")
     if not folder.is_dir():
         raise InputError(f"{what}: directory {str(folder)!r} does not exist")
     if p.exists() and not os.access(p, os.W_OK):
         raise InputError(f"{what}: {str(p)!r} is not writable")
-    probe = folder / f".{p.name}.probe{os.getpid()}"
     try:
-        with open(probe, "wb"):
+        with tempfile.NamedTemporaryFile(prefix=f".{p.name}.probe", dir=str(folder)):  # O_EXCL | O_NOFOLLOW
             pass
-        probe.unlink()
     except OSError as exc:
         raise InputError(f"{what}: cannot write in {str(folder)!r} ({exc.strerror or exc})") from None
     return p
@@ -173,10 +154,7 @@ class OutputLock:
         except ImportError:  # not POSIX: no lock
             return self
         while True:
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as exc:
-                raise InputError(f"cannot create the lock file {str(self.path)!r} ({exc.strerror})") from None
+            fd = open_lock(self.path, "--out lock file")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
@@ -271,9 +249,10 @@ class SweepStore:
         self.path = check_output_path(path)
         self.fmt = self.path.suffix.lower()
         self.journal = self.path if self.fmt == ".csv" else self.path.with_name(self.path.name + ".journal.csv")
+        refuse_symlink(self.journal, "--out journal")
         self.fingerprint = fingerprint_
         self.force = force
-        self._fh: IO[str] | None = None
+        self._fd: int | None = None
 
     def lock(self) -> OutputLock:
         """The exclusive lock on this output and its journal (acquired; release it when done)."""
@@ -320,7 +299,7 @@ class SweepStore:
             d = json.loads(path.read_text(encoding="utf-8"))
         except OSError as exc:
             raise InputError(f"cannot read {str(path)!r} ({exc.strerror})") from None
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested past the parser's stack
             raise NotOurs(path) from None
         meta = d.get("tpopt_sweep") if isinstance(d, dict) else None
         if not isinstance(meta, dict) or not isinstance(d.get("rows"), list):
@@ -345,7 +324,7 @@ class SweepStore:
         meta = (t.schema.metadata or {}).get(b"tpopt_sweep")
         try:
             m = json.loads(meta) if meta else None
-        except ValueError:
+        except (ValueError, RecursionError):
             m = None
         if not isinstance(m, dict):
             raise NotOurs(path)
@@ -414,20 +393,27 @@ class SweepStore:
         """Start the journal with the rows kept from earlier runs (atomically, torn lines dropped)."""
         body = HEADER + "\n" + "".join(_csv_line(r) for r in sorted(rows, key=sort_key))
         atomic_write(self.journal, body.encode("utf-8"))
-        self._fh = open(self.journal, "a", encoding="utf-8", newline="")
+        self._fd = open_append(self.journal, "--out journal")
 
     def append(self, rows: list[Row]) -> None:
+        """Append whole rows and fsync; a failed write (disk full) is one line, and what it may have torn
+        off the last line is dropped on resume (the rows before it are kept)."""
         if not rows:
             return
-        assert self._fh is not None, "append before begin"
-        self._fh.write("".join(_csv_line(r) for r in rows))
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        assert self._fd is not None, "append before begin"
+        view = memoryview("".join(_csv_line(r) for r in rows).encode("utf-8"))
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise write_error("--out journal", self.journal, exc,
+                              "the rows written so far are kept: run the same command again to resume") from None
 
     def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def finalize(self, rows: list[Row]) -> None:
         """Write the final file atomically (rows sorted) and drop a separate journal."""

@@ -1,0 +1,183 @@
+"""The step-time uncertainty table (catalogs/uncertainty.toml) derived from leave-one-source-out residuals.
+
+Every run of the validation tables (benchmarks/data/*.csv, or ``--data FILE ...``) is predicted by the
+calibration fitted on the OTHER tables only (benchmarks/validate_published.py's leave-one-source-out fit:
+a card no other table has keeps the public measurements its catalog entry started from). Its log residual
+r = ln(predicted / published) is then classified by what that fit had seen (tpopt.models.evidence): the
+other tables' runs make each card's envelope (stacks, sequence range, largest card count, precision
+recipes, largest experts per card), and the factors that apply to the run are the ways it leaves it.
+
+Derivation, per factor f (independent log errors add in quadrature):
+* base^2 = mean r^2 over the runs no factor applies to;
+* the contributions c_f^2 >= 0 solve  r_i^2 - base^2 = sum_{f applies to i} c_f^2  in least squares (SciPy's
+  NNLS, with a 1e-6 ridge that splits what collinear factors cannot tell apart equally);
+* a factor that alone applies to at least finish.SIGMA_MIN_RUNS runs: c_f^2 = their mean r^2 - base^2 (>= 0);
+* else a factor is identified only when its runs come from at least two tables and number at least
+  finish.SIGMA_MIN_RUNS (one table's runs share every factor they carry, so it cannot tell them apart);
+  an unidentified factor takes the issue-35 interim: the out-of-sample RMS log error 0.35 measured on 51
+  kept-aside 2024-2026 runs, c_f = sqrt(0.35^2 - base^2), labelled as such in its source.
+The memory error: the RMS log error of the predicted against the published per-GPU memory figures (the
+tables that publish them, optimizer/runs.py memory_figures).
+
+Prints the table; ``--write`` writes catalogs/uncertainty.toml (the refit path: run it after a refit).
+
+    .venv/bin/python benchmarks/uncertainty_fit.py [--write] [--data runs.csv ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from validate_published import DATA, fit_all  # noqa: E402
+
+from tpopt.catalogs import load_catalog  # noqa: E402
+from tpopt.catalogs.uncertainty import UNCERTAINTY_FILE, toml_text  # noqa: E402
+from tpopt.models import evidence as E  # noqa: E402
+from tpopt.models.finish import SIGMA_MIN_RUNS  # noqa: E402
+from tpopt.models.memory import recipe  # noqa: E402
+from tpopt.optimizer.runs import memory_figures, runs_from_csv  # noqa: E402
+
+INTERIM_RMS = 0.35
+"""Issue 35: RMS of ln(published / predicted) on 51 published 2024-2026 runs kept aside (out of the box)."""
+INTERIM = (f"interim assumption: the validation tables do not identify it, so the issue-35 out-of-sample RMS log "
+           f"error {INTERIM_RMS} on 51 kept-aside 2024-2026 runs, less the base in quadrature")
+MEMORY_INTERIM = 0.10
+"""Memory error while no table publishes measured allocator peaks: 10 % (interim assumption, issue 35's bound)."""
+
+
+def facts_of(run) -> E.PlanFacts:
+    """What the factors read from a run (its first candidate plan)."""
+    sc, p = run.scenario, run.plans[0]
+    experts = float(sc.model.experts) / max(int(p.ep or 1), 1) if sc.model.moe else 0.0
+    return E.PlanFacts(acc=run.accelerator, stack=sc.stack.name, seq=int(sc.task.seq_len),
+                       matrix=recipe(sc.task.precision).matrix, experts_per_card=experts,
+                       cards=float(p.cards))
+
+
+def envelopes(runs) -> tuple[tuple[str, E.Envelope], ...]:
+    """Each card's envelope from the runs fitted on it."""
+    out: dict[str, E.Envelope] = {}
+    for r in runs:
+        f = facts_of(r)
+        env = E.Envelope((f.stack,), (f.seq, f.seq), f.cards, (E.recipe_class(f.matrix),), f.experts_per_card)
+        out[f.acc] = out[f.acc].union(env) if f.acc in out else env
+    return tuple(out.items())
+
+
+def _shell(envs) -> E.Evidence:
+    zero = tuple((f, 0.0, "") for f in E.FACTORS)
+    return E.Evidence(0.0, "", zero, 0.0, "", envs)
+
+
+def residuals(runs, cat) -> list[tuple[str, str, float, list[str]]]:
+    """(run, table, ln(predicted / published), factors that apply) with the run's table left out of the fit."""
+    tables = list(dict.fromkeys(r.table for r in runs))
+    out = []
+    for t in tables:
+        pred, _, _, _ = fit_all(runs, [x for x in tables if x != t], cat, False, False, priors=True)
+        seen = _shell(envelopes([r for r in runs if r.table != t]))
+        for r in runs:
+            if r.table == t:
+                f = facts_of(r)
+                flags = E.applies(seen, f, f.cards, f.experts_per_card)
+                out.append((r.name, t, float(np.log(pred[r.name] / r.measured_step_s)),
+                            [k for k in E.FACTORS if bool(flags[k])]))
+        print(f"  left out {t}", file=sys.stderr)
+    return out
+
+
+def derive(res) -> tuple[float, str, list[tuple[str, float, str]]]:
+    """(base, its source, [(factor, c_f, source)]) from the classified residuals (module docstring)."""
+    from scipy.optimize import nnls
+
+    inside = [r for _, _, r, fs in res if not fs]
+    if len(inside) < SIGMA_MIN_RUNS:
+        raise SystemExit(f"uncertainty_fit: {len(inside)} runs inside the envelope, fewer than {SIGMA_MIN_RUNS}")
+    base = float(np.sqrt(np.mean(np.square(inside))))
+    base_src = (f"benchmarks/uncertainty_fit.py: leave-one-source-out RMS log error of the {len(inside)} runs inside "
+                f"a fitted card's envelope")
+    rows = [(r, fs) for _, _, r, fs in res if fs]
+    a = np.array([[1.0 if f in fs else 0.0 for f in E.FACTORS] for _, fs in rows])
+    y = np.array([r * r - base * base for r, _ in rows])
+    ridge = 1e-3
+    c2, _ = nnls(np.vstack([a, ridge * np.eye(len(E.FACTORS))]), np.concatenate([y, np.zeros(len(E.FACTORS))]))
+    out = []
+    for j, f in enumerate(E.FACTORS):
+        mine = [(t, r) for _, t, r, fs in res if f in fs]
+        tables = Counter(t for t, _ in mine)
+        rms = float(np.sqrt(np.mean([r * r for _, r in mine]))) if mine else float("nan")
+        alone = [r for _, _, r, fs in res if fs == [f]]
+        if len(alone) >= SIGMA_MIN_RUNS:
+            value = float(np.sqrt(max(np.mean(np.square(alone)) - base * base, 0.0)))
+            rms_alone = float(np.sqrt(np.mean(np.square(alone))))
+            src = (f"benchmarks/uncertainty_fit.py: leave-one-source-out RMS log error {rms_alone:.3f} of the "
+                   f"{len(alone)} runs this factor alone applies to, less the base in quadrature")
+        elif len(tables) >= 2 and len(mine) >= SIGMA_MIN_RUNS:
+            value = float(np.sqrt(c2[j]))
+            src = (f"benchmarks/uncertainty_fit.py: leave-one-source-out residuals of {len(mine)} runs from "
+                   f"{len(tables)} tables (RMS {rms:.3f}), NNLS share above the base in quadrature")
+        else:
+            value = float(np.sqrt(max(INTERIM_RMS ** 2 - base ** 2, 0.0)))
+            seen = f"{len(mine)} runs from {len(tables)} table(s), RMS {rms:.3f}" if mine else "no run"
+            src = f"{INTERIM} ({seen} in the tables)"
+        out.append((f, value, src))
+    return base, base_src, out
+
+
+def memory_error(runs) -> tuple[float, str]:
+    """RMS log error of predicted against published per-GPU memory, over the figures the tables publish."""
+    logs, n = [], 0
+    for r in runs:
+        for pred, pub in memory_figures(r).values():
+            if pred > 0 and pub > 0:
+                logs.append(np.log(pred / pub))
+                n += 1
+    interim = (f"interim assumption: {MEMORY_INTERIM:.0%}, the issue-35 bound on the allocated peak against published "
+               f"peaks (median), until a table publishes measured allocator peaks")
+    if not logs:
+        return MEMORY_INTERIM, interim
+    tabs = sorted({r.table for r in runs if memory_figures(r)})
+    value = float(np.sqrt(np.mean(np.square(logs))))
+    if value >= MEMORY_INTERIM:
+        return value, (f"benchmarks/uncertainty_fit.py: RMS log error of the predicted per-GPU memory against {n} "
+                       f"published figures ({', '.join(tabs)})")
+    return MEMORY_INTERIM, (f"{interim}; the {n} published per-GPU figures of {', '.join(tabs)} (analytic, not "
+                            f"allocator peaks) give an RMS log error of {value:.3f}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", nargs="+", default=[str(p) for p in DATA], help="CSV files of measured runs")
+    ap.add_argument("--write", action="store_true", help=f"write {UNCERTAINTY_FILE.name}")
+    args = ap.parse_args(argv)
+    cat = load_catalog([])
+    runs = [r for path in args.data for r in runs_from_csv(path, cat)]
+    res = residuals(runs, cat)
+    print(f"{len(res)} runs, leave-one-source-out log residuals ln(predicted / published) by factor:")
+    for name, t, r, fs in res:
+        print(f"  {name:36s} {t:22s} {r:+.3f}  {', '.join(fs) or '(inside the envelope)'}")
+    base, base_src, parts = derive(res)
+    mem, mem_src = memory_error(runs)
+    print(f"\nbase {base:.3f}  ({base_src})")
+    for f, v, src in parts:
+        print(f"{f:20s} {v:.3f}  ({src})")
+    print(f"memory_error {mem:.3f}  ({mem_src})")
+    tables = {a: ", ".join(dict.fromkeys(r.table for r in runs if r.accelerator == a))
+              for a, _ in envelopes(runs)}
+    text = toml_text(base, base_src, parts, mem, mem_src, envelopes(runs), tables)
+    if args.write:
+        UNCERTAINTY_FILE.write_text(text)
+        print(f"wrote {UNCERTAINTY_FILE.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

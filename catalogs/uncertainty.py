@@ -1,0 +1,92 @@
+"""The step-time uncertainty table (``uncertainty.toml``): read once into :class:`tpopt.models.evidence.Evidence`.
+
+``[step_sigma.<factor>]`` (``base`` and each of tpopt.models.evidence.FACTORS): ``value`` (a log-sd) and
+``source``; ``[memory_error]``: ``value`` (relative) and ``source``; ``[fitted.<accelerator>]``: the envelope
+of the runs fitted on the card (``stacks``, ``seq_len = [min, max]``, ``cards_max``, ``precisions``,
+``experts_per_card``) and ``source``. benchmarks/uncertainty_fit.py derives and writes it (:func:`toml_text`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from tpopt.catalogs.tables import read_text_capped
+from tpopt.errors import InputError
+from tpopt.models.evidence import FACTORS, Envelope, Evidence
+
+UNCERTAINTY_FILE = Path(__file__).resolve().parent / "uncertainty.toml"
+
+
+def _sigma(table: dict[str, Any], name: str) -> tuple[float, str]:
+    entry = table.get(name)
+    if not isinstance(entry, dict):
+        raise InputError(f"uncertainty.toml: [step_sigma.{name}] is missing")
+    value, source = entry.get("value"), entry.get("source")
+    if not isinstance(value, (int, float)) or not 0 <= float(value) < 5 or not math.isfinite(float(value)):
+        raise InputError(f"uncertainty.toml: [step_sigma.{name}] value must be a log-sd in [0, 5)")
+    if not isinstance(source, str) or not source.strip():
+        raise InputError(f"uncertainty.toml: [step_sigma.{name}] needs a source")
+    return float(value), source
+
+
+def _envelope(acc: str, e: dict[str, Any]) -> Envelope:
+    try:
+        lo, hi = (int(x) for x in e["seq_len"])
+        return Envelope(tuple(str(s) for s in e["stacks"]), (lo, hi), float(e["cards_max"]),
+                        tuple(str(p) for p in e["precisions"]), float(e.get("experts_per_card", 0.0)))
+    except (KeyError, TypeError, ValueError):
+        raise InputError(f"uncertainty.toml: [fitted.{acc}] needs stacks, seq_len = [min, max], cards_max, "
+                         "precisions") from None
+
+
+def parse(data: dict[str, Any]) -> Evidence:
+    """The table's dict (tomllib) as :class:`Evidence`; one InputError line for a bad entry."""
+    sig = data.get("step_sigma", {})
+    base, base_src = _sigma(sig, "base")
+    parts = tuple((f, *_sigma(sig, f)) for f in FACTORS)
+    mem = data.get("memory_error", {})
+    if not isinstance(mem.get("value"), (int, float)) or not 0 <= float(mem["value"]) < 1 \
+            or not isinstance(mem.get("source"), str):
+        raise InputError("uncertainty.toml: [memory_error] needs a value in [0, 1) and a source")
+    envs = tuple((acc, _envelope(acc, e)) for acc, e in data.get("fitted", {}).items())
+    if not envs:
+        raise InputError("uncertainty.toml: no [fitted.<accelerator>] envelope")
+    return Evidence(base, base_src, parts, float(mem["value"]), mem["source"], envs)
+
+
+@functools.cache
+def load_evidence() -> Evidence:
+    """The built-in table, read once."""
+    text = read_text_capped(UNCERTAINTY_FILE, "uncertainty catalog")
+    try:
+        return parse(tomllib.loads(text))
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"uncertainty.toml: {exc}") from None
+
+
+def _q(s: str) -> str:
+    return json.dumps(s)  # a TOML basic string is a JSON string for these texts
+
+
+def toml_text(base: float, base_source: str, parts: list[tuple[str, float, str]], memory_error: float,
+              memory_source: str, envelopes: tuple[tuple[str, Envelope], ...], tables: dict[str, str]) -> str:
+    """The table as benchmarks/uncertainty_fit.py writes it (the refit path)."""
+    lines = ["# Step-time uncertainty by distance from the evidence (tpopt.models.evidence): sigma = sqrt(base^2 +",
+             "# sum of the squares of the factors that apply), independent log errors in quadrature.",
+             "# Written by benchmarks/uncertainty_fit.py --write from leave-one-source-out residuals;",
+             "# do not edit by hand.",
+             "", "[step_sigma.base]", f"value = {base:.3f}", f"source = {_q(base_source)}"]
+    for f, v, src in parts:
+        lines += ["", f"[step_sigma.{f}]", f"value = {v:.3f}", f"source = {_q(src)}"]
+    lines += ["", "[memory_error]", f"value = {memory_error:.3f}", f"source = {_q(memory_source)}"]
+    for acc, e in envelopes:
+        lines += ["", f"[fitted.{acc}]", f"stacks = {json.dumps(list(e.stacks))}",
+                  f"seq_len = [{e.seq[0]}, {e.seq[1]}]", f"cards_max = {e.cards_max:g}",
+                  f"precisions = {json.dumps(list(e.recipes))}", f"experts_per_card = {e.experts_per_card:g}",
+                  f"source = {_q('the runs of ' + tables[acc] + ' fitted on the card')}"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,178 @@
+"""What a plan's step time rests on, and the step-time uncertainty that follows (issue 35 items 1-2).
+
+The step-time model is trusted as far as it was checked: on a card fitted on published runs, on a stack
+those runs ran, within the sequence lengths, card counts, precision recipes and experts per card they
+covered (the card's :class:`Envelope`). Each way a plan leaves that evidence is a *factor*
+(:data:`FACTORS`, :func:`applies`) with its own contribution to the log-sd of measured / predicted step
+time, and the contributions are independent log errors, so they combine in quadrature:
+
+    sigma = sqrt(base^2 + sum over the factors f that apply of c_f^2)
+
+``base`` the leave-one-source-out RMS log error of runs inside the envelope, ``c_f`` the part of a factor's
+runs' leave-one-source-out RMS above that (benchmarks/uncertainty_fit.py derives both and writes them to
+catalogs/uncertainty.toml, each with its source). A card with no envelope (no run fitted on it) rests on
+priors: ``card_prior`` applies, and the other factors are judged against the union of every card's
+envelope (what was fitted anywhere). Memory: a plan whose peak is within the memory model's stated
+relative error of the limit "may not fit" (:func:`memory_margin`).
+
+Pure relations on plain numbers: the catalog reader (tpopt.catalogs.uncertainty) builds :class:`Evidence`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from tpopt.models.numeric import FloatArray
+
+CARD_PRIOR, STACK, MOE, SEQ, PRECISION, SCALE = ("card_prior", "stack_unfitted", "moe", "seq_beyond",
+                                                 "precision_unfitted", "scale_beyond")
+FACTORS = (CARD_PRIOR, STACK, MOE, SEQ, PRECISION, SCALE)
+"""The ways a plan leaves the evidence, in the order the footing names them."""
+
+REASONS = {CARD_PRIOR: "{acc} rests on priors (no run fitted on it)",
+           STACK: "{stack} not fitted",
+           MOE: "MoE at {experts:g} experts per card on a card fitted on {fitted}",
+           SEQ: "sequence {seq} beyond the longest fitted, {hi}",
+           PRECISION: "{recipe} not among the fitted recipes ({fitted})",
+           SCALE: "{cards:g} cards beyond the fitted {hi:g}"}
+"""The footing's words for each factor (formatted with the plan's and the envelope's figures)."""
+
+
+def recipe_class(matrix: str) -> str:
+    """The precision recipe as the uncertainty tells them apart: the low-precision matrix formats by name
+    (``fp8`` per-tensor scaling, ``mxfp8``, ``nvfp4``), every 16-bit one (BF16, FP16) as ``16-bit``."""
+    return matrix if matrix in ("fp8", "mxfp8", "nvfp4") else "16-bit"
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """What a card's fit covered: the stacks its runs ran, their sequence lengths (min, max), their largest
+    card count, their precision recipes (:func:`recipe_class`) and their largest experts per card (0: dense
+    runs only)."""
+
+    stacks: tuple[str, ...]
+    seq: tuple[int, int]
+    cards_max: float
+    recipes: tuple[str, ...]
+    experts_per_card: float = 0.0
+
+    def union(self, other: Envelope) -> Envelope:
+        return Envelope(tuple(dict.fromkeys(self.stacks + other.stacks)),
+                        (min(self.seq[0], other.seq[0]), max(self.seq[1], other.seq[1])),
+                        max(self.cards_max, other.cards_max), tuple(dict.fromkeys(self.recipes + other.recipes)),
+                        max(self.experts_per_card, other.experts_per_card))
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The uncertainty table (catalogs/uncertainty.toml) as plain numbers: the base log-sd, each factor's
+    contribution and source, the memory model's relative error and source, and each fitted card's
+    envelope (cards absent rest on priors)."""
+
+    base: float
+    base_source: str
+    contributions: tuple[tuple[str, float, str], ...]  # (factor, c_f, source)
+    memory_error: float
+    memory_source: str
+    envelopes: tuple[tuple[str, Envelope], ...]
+
+    def contribution(self, factor: str) -> float:
+        return next(v for f, v, _ in self.contributions if f == factor)
+
+    def envelope(self, acc: str) -> Envelope | None:
+        return next((e for a, e in self.envelopes if a == acc), None)
+
+    def everywhere(self) -> Envelope:
+        """The union of every card's envelope: what was fitted on some card."""
+        envs = [e for _, e in self.envelopes]
+        out = envs[0]
+        for e in envs[1:]:
+            out = out.union(e)
+        return out
+
+
+@dataclass(frozen=True)
+class PlanFacts:
+    """What the factors read from a plan: accelerator, stack, MoE (experts per card; 0 dense), sequence
+    length, precision matrix format, cards."""
+
+    acc: str
+    stack: str
+    seq: int
+    matrix: str
+    experts_per_card: float = 0.0
+    cards: float = 1.0
+
+
+def applies(ev: Evidence, facts: PlanFacts, cards: ArrayLike, experts_per_card: ArrayLike
+            ) -> dict[str, np.ndarray]:
+    """Which factors apply (bool arrays, broadcast over ``cards`` and ``experts_per_card``). ``env`` the
+    card's own envelope, or for a card resting on priors the union of all envelopes (``all``):
+
+    - card_prior: no envelope of its own (no run fitted on the card);
+    - stack_unfitted: no run of any card ran the stack (not in ``all``);
+    - moe: experts per card above the largest ``env`` was fitted on (0 for dense-only fits);
+    - seq_beyond: sequence length above the longest fitted anywhere (``all``; shorter ones are inside);
+    - precision_unfitted: a low-precision recipe (FP8 per-tensor, MXFP8, NVFP4) ``env`` was not fitted on
+      (16-bit is the recipe every card's priors were measured in);
+    - scale_beyond: more cards than ``env``'s largest fitted run."""
+    own = ev.envelope(facts.acc)
+    every = ev.everywhere()
+    env = own if own is not None else every
+    c = np.asarray(cards, dtype=float)
+    e = np.asarray(experts_per_card, dtype=float)
+    shape = np.broadcast_shapes(c.shape, e.shape)
+    rc = recipe_class(facts.matrix)
+
+    def const(flag: bool) -> np.ndarray:
+        return np.full(shape, flag)
+
+    return {CARD_PRIOR: const(own is None),
+            STACK: const(facts.stack not in every.stacks),
+            MOE: np.broadcast_to(e > env.experts_per_card, shape),
+            SEQ: const(facts.seq > every.seq[1]),
+            PRECISION: const(rc != "16-bit" and rc not in env.recipes),
+            SCALE: np.broadcast_to(c > env.cards_max, shape)}
+
+
+def combine(base: float, parts: ArrayLike, flags: ArrayLike) -> FloatArray:
+    """sigma = sqrt(base^2 + sum_f flags_f c_f^2): independent log errors add in quadrature (``parts`` the
+    contributions c_f, ``flags`` which apply, factor on the first axis)."""
+    c = np.asarray(parts, dtype=float).reshape((-1,) + (1,) * (np.ndim(flags) - 1))
+    out: FloatArray = np.sqrt(base ** 2 + np.sum(np.asarray(flags, dtype=float) * c ** 2, axis=0))
+    return out
+
+
+def plan_sigma(ev: Evidence, facts: PlanFacts, cards: ArrayLike, experts_per_card: ArrayLike,
+               base: float | None = None) -> FloatArray:
+    """The step-time log-sd of plans (element-wise over cards and experts per card), module docstring;
+    ``base`` replaces the table's (a fitted card's own larger leave-one-out spread)."""
+    flags = applies(ev, facts, cards, experts_per_card)
+    return combine(ev.base if base is None else base, [ev.contribution(f) for f in FACTORS],
+                   np.stack([flags[f] for f in FACTORS]))
+
+
+def reasons(ev: Evidence, facts: PlanFacts) -> list[str]:
+    """The factors that apply to one plan, in words (:data:`REASONS`)."""
+    own = ev.envelope(facts.acc)
+    env = own if own is not None else ev.everywhere()
+    flags = applies(ev, facts, facts.cards, facts.experts_per_card)
+    fitted_moe = "dense runs only" if env.experts_per_card <= 0 else f"up to {env.experts_per_card:g} experts per card"
+    words: dict[str, dict[str, Any]] = {CARD_PRIOR: {"acc": facts.acc}, STACK: {"stack": facts.stack},
+             MOE: {"experts": facts.experts_per_card, "fitted": fitted_moe},
+             SEQ: {"seq": facts.seq, "hi": ev.everywhere().seq[1]},
+             PRECISION: {"recipe": recipe_class(facts.matrix), "fitted": ", ".join(env.recipes)},
+             SCALE: {"cards": facts.cards, "hi": env.cards_max}}
+    return [REASONS[f].format(**words[f]) for f in FACTORS if bool(flags[f])]
+
+
+def memory_margin(peak: float, limit: float, error: float) -> tuple[float, bool]:
+    """(margin = 1 - peak / limit, may-not-fit): a plan within the memory model's relative error of the limit
+    (margin < error) may not fit though the model says it does."""
+    margin = 1.0 - peak / limit if limit > 0 and math.isfinite(limit) else 1.0
+    return margin, margin < error

@@ -1,0 +1,281 @@
+"""Uncertainty by distance from the evidence (issue 35 items 1-2): the combination rule, the catalog table,
+each plan's own sigma in the chance constraint, and the flags in text and JSON.
+
+The property the issue asks for is derived here, not pinned: over the catalog's accelerators, a card no run
+was fitted on that wins at nominal with a deadline margin smaller than its own uncertainty (z_95 x sigma)
+loses, or needs more cards, at ``--confidence 95%``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tests.test_confidence_sigma import run
+from tpopt.catalogs import load_catalog
+from tpopt.catalogs.scenario import build_scenario
+from tpopt.catalogs.stacks import stack_names
+from tpopt.catalogs.uncertainty import load_evidence, parse
+from tpopt.errors import InputError
+from tpopt.models import evidence as E
+from tpopt.models import families as F
+from tpopt.models import terms as T
+from tpopt.optimizer import core
+from tpopt.optimizer.result import Request
+
+ROOT = Path(__file__).resolve().parents[1]
+CAT = load_catalog()
+EV = load_evidence()
+Z95 = float(stats.norm.ppf(0.95))
+
+
+def raw(acc, stack="megatron-core", model="llama3-8b", precision="bf16-mixed", seq=8192, **extra):
+    r = {"model": {"name": model}, "task": {"tokens": "2T", "seq_len": seq, "global_batch": 1536,
+                                            "precision": precision},
+         "schedule": {"deadline": "60d"}, "hardware": {"accelerator": acc, "stack": stack}}
+    r.update(extra)
+    return r
+
+
+# ---------------------------------------------------------------------------------------------- the rule
+
+
+def test_independent_log_errors_add_in_quadrature():
+    # two factors of 0.3 and 0.4 on a base of 0.12: sqrt(0.12^2 + 0.3^2 + 0.4^2), the third factor off
+    got = E.combine(0.12, [0.3, 0.4, 0.5], np.array([[True], [True], [False]]))
+    assert got[0] == pytest.approx(math.sqrt(0.12 ** 2 + 0.3 ** 2 + 0.4 ** 2))
+    assert E.combine(0.05, [0.3], np.array([[False]]))[0] == pytest.approx(0.05)  # nothing applies: the base
+
+
+def test_the_table_states_every_factor_with_a_source():
+    assert {f for f, _, _ in EV.contributions} == set(E.FACTORS)
+    for f, v, src in EV.contributions:
+        assert 0 <= v < 5 and src.strip(), f
+    assert EV.base_source.strip() and EV.memory_source.strip() and 0 < EV.memory_error < 1
+    # a factor the tables do not identify says so, and takes the issue's stated out-of-sample RMS 0.35
+    for _, v, src in EV.contributions:
+        if src.startswith("interim assumption"):
+            assert v == pytest.approx(math.sqrt(0.35 ** 2 - EV.base ** 2), abs=1e-3)
+    with pytest.raises(InputError, match="needs a source"):
+        parse({"step_sigma": {"base": {"value": 0.1}}})
+
+
+def test_a_plan_sigma_grows_with_each_way_it_leaves_the_evidence():
+    c = {f: v for f, v, _ in EV.contributions}
+    every = EV.everywhere()
+    h100 = build_scenario(raw("h100-sxm"), CAT)
+    base = max(EV.base, CAT.perf("h100-sxm").residual_sigma)  # the card's own larger leave-one-out spread
+    assert T.step_sigma(h100, "h100-sxm", 64.0)[0] == pytest.approx(base)
+    # a stack no run ran (of the catalog's stacks, one outside every envelope)
+    unfitted = next(s for s in stack_names() if s not in every.stacks)
+    off = build_scenario(raw("h100-sxm", stack=unfitted), CAT)
+    sigma, source = T.step_sigma(off, "h100-sxm", 64.0)
+    assert sigma == pytest.approx(math.hypot(base, c[E.STACK])) and f"{unfitted} not fitted" in source
+    # a card no run was fitted on (MI300X), on an unfitted stack too: both in quadrature
+    assert EV.envelope("mi300x") is None
+    both = build_scenario(raw("mi300x", stack=unfitted), CAT)
+    e = T.evidence_of(both, "mi300x", 64.0)
+    assert e["card"] == "prior" and e["stack"] == "not fitted"
+    assert e["sigma"] == pytest.approx(math.sqrt(EV.base ** 2 + c[E.CARD_PRIOR] ** 2 + c[E.STACK] ** 2))
+    assert any("rests on priors" in r for r in e["reasons"])
+    # MoE beyond the experts per card the card was fitted on; within it, no MoE share
+    moe = build_scenario(raw("h100-sxm", model="deepseek-v3", seq=4096), CAT)
+    fitted_e = EV.envelope("h100-sxm").experts_per_card
+    few = 256 / fitted_e  # ep that puts exactly the fitted experts per card on a card
+    assert T.step_sigma(moe, "h100-sxm", 64.0, few)[0] == pytest.approx(base)
+    assert T.step_sigma(moe, "h100-sxm", 64.0, few / 2)[0] == pytest.approx(math.hypot(base, c[E.MOE]))
+    # a sequence beyond the longest fitted anywhere (on A100, whose own envelope is at 2,048)
+    a100 = max(EV.base, CAT.perf("a100-80gb-sxm").residual_sigma)
+    longest = every.seq[1]
+    long = build_scenario(raw("a100-80gb-sxm", seq=2 * longest, stack="megatron-lm-2021"), CAT)
+    assert T.step_sigma(long, "a100-80gb-sxm", 64.0)[0] == pytest.approx(math.hypot(a100, c[E.SEQ]))
+    # a low-precision recipe the card was not fitted on
+    recipe = next(r for r in ("nvfp4", "mxfp8", "fp8") if r not in EV.envelope("b200").recipes)
+    low = build_scenario(raw("b200", precision=f"{recipe}-mixed"), CAT)
+    b_base = max(EV.base, CAT.perf("b200").residual_sigma)
+    assert T.step_sigma(low, "b200", 64.0)[0] == pytest.approx(math.hypot(b_base, c[E.PRECISION]))
+    # more cards than the card's largest fitted run: element-wise over the cards
+    top = EV.envelope("h100-sxm").cards_max
+    got = T.step_sigma(h100, "h100-sxm", np.array([top, 2 * top]))[0]
+    assert got == pytest.approx([base, math.hypot(base, c[E.SCALE])])
+
+
+def test_a_given_sigma_overrides_and_the_flat_model_keeps_the_catalog_sigmas():
+    given = build_scenario(raw("mi300x", risk={"step_sigma": 0.2}), CAT)
+    assert T.step_sigma(given, "mi300x", 64.0) == (0.2, "given (risk.step_sigma)")
+    assert T.evidence_of(given, "mi300x", 64.0)["sigma"] == 0.2
+    # the flat model (hardware.efficiency stated: the chapter's) is not what the table measured
+    flat = build_scenario({**raw("mi300x"), "hardware": {"accelerator": "mi300x", "efficiency": 0.4}}, CAT)
+    assert T.step_sigma(flat, "mi300x", 64.0) == T.catalog_sigma(flat, "mi300x")
+    assert T.evidence_of(flat, "mi300x", 64.0)["card"] == "prior"  # the flag holds in both models
+
+
+# ---------------------------------------------------------------------------------------------- the optimizer
+
+
+def _per_op(accs, deadline, confidence=None):
+    r = {"model": {"name": "llama3-8b"}, "task": {"tokens": "2T", "seq_len": 8192, "global_batch": 1536},
+         "schedule": {"deadline": deadline, "reserved": "1d"},
+         "hardware": {"accelerator": list(accs)},
+         "checkpoint": {"write_bandwidth": "20GB/s", "restore": "300s"},
+         "search": {"zero_stage": [1], "tp": [1, 2], "pp": [1], "micro_batch": [1], "save_interval": ["auto"],
+                    "save_mode": ["async"], "max_cards": 4096}}
+    if confidence is not None:
+        r["schedule"]["confidence"] = confidence
+    return build_scenario(r, CAT)
+
+
+def test_a_prior_card_that_wins_at_nominal_pays_for_its_uncertainty_at_95():
+    """Each priced catalog card no run was fitted on, against the fitted H100: where it wins the nominal solve
+    with a deadline margin ln((D - R) / (T - R)) below z_95 x its own sigma, the 95 % solve picks another card
+    or more cards of it (its plan must absorb e^(z sigma) of step-time error)."""
+    checked = []
+    for acc in CAT.accelerators:
+        if EV.envelope(acc) is not None or CAT.accelerator(acc).price_card_hour is None:
+            continue
+        sc = _per_op([acc, "h100-sxm"], "8d")
+        nominal = core.solve(sc, "enumerate", Request(objective="cost"))
+        if nominal.best is None or nominal.best.plan.accelerator != acc:
+            continue
+        b = nominal.best
+        room = F.limit(F.DEADLINE, sc) - sc.task.reserved_s
+        margin = math.log(room / (b.metrics["finish_days"] * 86400.0 - sc.task.reserved_s))
+        sigma = T.evidence_of(sc, acc, float(b.plan.cards))["sigma"]
+        assert sigma > 0.3  # a prior card's own sigma is the wide one
+        if margin >= Z95 * sigma:
+            continue
+        sure = core.solve(_per_op([acc, "h100-sxm"], "8d", "95%"), "enumerate", Request(objective="cost"))
+        assert sure.best is not None, acc
+        p = sure.best.plan
+        assert p.accelerator != acc or p.cards > b.plan.cards, (acc, margin, sigma, p)
+        checked.append(acc)
+    assert checked  # the catalog has such a card (the property is exercised, not vacuous)
+
+
+def test_the_chance_table_uses_each_plans_own_sigma():
+    sc = _per_op(["mi300x", "h100-sxm"], "8d", "95%")
+    cards = np.array([512.0, 1024.0])
+    tau = np.array([600.0, 600.0])
+    wide = T.chance_step_max(sc, "mi300x", "async", cards, tau)
+    narrow = T.chance_step_max(sc, "h100-sxm", "async", cards, tau)
+    assert np.all(wide < narrow)  # same figures but the sigma: the prior card's step must be shorter
+
+
+# ---------------------------------------------------------------------------------------------- the reports
+
+
+def _example(tmp_path, hw, extra=""):
+    text = (ROOT / "examples" / "llama3-8b-confidence.toml").read_text()
+    text = text.replace('accelerator = "h100-sxm"', f"accelerator = {json.dumps(hw)}")
+    text = text.replace("efficiency = 0.40", "# the per-operation model").replace(
+        'deadline = "5.2d"', 'deadline = "8d"').replace("max_cards = 1536", "max_cards = 4096").replace(
+        "step_sigma = 0.15", "# step_sigma from the evidence").replace(
+        'confidence = "95%"', "# no confidence") + extra
+    p = tmp_path / "s.toml"
+    p.write_text(text)
+    return p
+
+
+def test_every_report_prints_p_on_time_at_the_plans_own_sigma_with_its_reasons(tmp_path):
+    p = _example(tmp_path, ["mi300x"])
+    d = json.loads(run("solve", "--scenario", p, "--json").stdout)
+    e = d["footing"]["evidence"]
+    assert "finish_distribution" not in d  # no --confidence
+    assert e["card"] == "prior" and e["stack"] == "fitted" and e["sigma"] > 0.3
+    assert any("mi300x rests on priors" in r for r in e["reasons"])
+    assert 0 <= e["p_on_time"] <= 1
+    text = " ".join(run("solve", "--scenario", p).stdout.split())  # the footing wraps its lines
+    assert f"step-time sigma {e['sigma']:.3f}: mi300x rests on priors" in text
+    assert f"P(on time) {e['p_on_time'] * 100:.1f} % at this sigma" in text
+
+
+def test_a_prior_card_chosen_among_fitted_ones_names_the_fitted_option(tmp_path):
+    p = _example(tmp_path, ["mi355x", "h100-sxm"])
+    d = json.loads(run("solve", "--scenario", p, "--json").stdout)
+    e = d["footing"]["evidence"]
+    if d["plan"]["accelerator"] != "mi355x":
+        pytest.skip("the prior card does not win this scenario")
+    alt = e["fitted_alternative"]
+    assert alt["accelerator"] == "h100-sxm"
+    assert alt["within"] == (alt["ratio"] <= math.exp(e["sigma"]))
+    text = " ".join(run("solve", "--scenario", p).stdout.split())
+    if alt["within"]:
+        assert "the card rests on priors; a fitted option is within its uncertainty: h100-sxm" in text
+
+
+def test_memory_within_the_models_error_of_the_limit_may_not_fit():
+    assert E.memory_margin(73.0, 74.0, 0.10) == (pytest.approx(1 / 74), True)
+    assert E.memory_margin(50.0, 74.0, 0.10) == (pytest.approx(24 / 74), False)
+
+
+def test_hw_all_flags_the_offers_of_a_card_on_priors_in_text_and_json(tmp_path, capsys, monkeypatch):
+    from tests.test_market import SIX, _cli, catalog_with, json_value, raw_scenario
+
+    raw_ = raw_scenario()
+    del raw_["market"]
+    raw_["hardware"]["accelerator"] = "h100-sxm"
+    p = tmp_path / "s.toml"
+    p.write_text("".join(f"[{t}]\n" + "".join(f"{k} = {json_value(v)}\n" for k, v in body.items())
+                         for t, body in raw_.items()))
+    catalog_with(tmp_path, SIX)
+    argv = ["solve", "--scenario", str(p), "--hw", "all", "--catalog", str(tmp_path / "cat")]
+    code, out, err = _cli([*argv, "--json"], capsys, monkeypatch)
+    assert code == 0, err
+    rows = [r for r in json.loads(out)["market"]["offers"] if "cards" in r]
+    assert rows and all(r["priors_only"] == (EV.envelope(r["offer"].split("/")[2]) is None) for r in rows)
+    assert any(r["priors_only"] for r in rows) and not all(r["priors_only"] for r in rows)
+    code, out, err = _cli(argv, capsys, monkeypatch)
+    offers = {r["offer"]: r["priors_only"] for r in rows}
+    shown = [(o, line) for line in out.splitlines() for o in offers if f" {o} " in line and "cards" in line]
+    assert shown and all(("(priors" in line) == offers[o] for o, line in shown)  # "only" may wrap
+    assert any(offers[o] for o, _ in shown)
+
+
+def test_explain_flags_a_suggested_card_on_priors_and_an_illustrative_price_on_its_line():
+    from tpopt.models.evaluate import evaluate, resolve_plan
+    from tpopt.models.plan import Plan
+    from tpopt.optimizer.explain.cost import option_flags
+    from tpopt.presentation import relaxation_lines
+
+    sc = build_scenario(raw("gaudi3"), CAT)
+    ev = evaluate(sc, resolve_plan(sc, Plan(accelerator="gaudi3", cards=64, tp=1, pp=1)))
+    f = option_flags(sc, ev)
+    illustrative = "illustrative" in CAT.accelerator("gaudi3").sources["price_card_hour"].lower()
+    assert f["priors_only"] and f["illustrative_price"] == illustrative and f["sigma"] > EV.base
+    opts = [{"accelerator": "gaudi3", "feasible": True, "cost": 1.0, "cost_unit": "USD", "plan": {"cards": 64},
+             "finish_days": 3.0, **f},
+            {"accelerator": "h100-sxm", "feasible": True, "cost": 2.0, "cost_unit": "USD", "plan": {"cards": 64},
+             "finish_days": 3.0, "priors_only": False, "illustrative_price": False}]
+    rel = {"parameter": "accelerator", "current": "h100-sxm", "unit": "", "helps": True, "required": "gaudi3",
+           "plan": ev.plan_dict(), "finish_days": 3.0, "cost": 1.0, "cost_unit": "USD", "options": opts}
+    text = "\n".join(relaxation_lines([rel]))
+    arrow = next(line for line in text.splitlines() if "->" in line)
+    assert "(priors only)" in arrow and ("(illustrative price)" in arrow) == illustrative
+    catalog = next(line for line in text.splitlines() if "catalog:" in line)
+    assert "(priors only)" in catalog.split(";")[0]
+    assert "(priors only)" not in catalog.split(";")[1]
+
+
+def test_the_footing_says_may_not_fit_with_the_margin_in_json_and_text():
+    from tpopt.models.evaluate import evaluate, resolve_plan
+    from tpopt.models.plan import Plan
+    from tpopt.optimizer.footing import footing
+    from tpopt.presentation import footing_lines
+
+    sc = build_scenario(raw("h100-sxm"), CAT)
+    ev = evaluate(sc, resolve_plan(sc, Plan(accelerator="h100-sxm", cards=64, tp=1, pp=1)))
+    limit = F.limit(F.MEMORY_PER_CARD, sc, "h100-sxm")
+    near = limit * (1 - EV.memory_error / 2)  # half the memory model's error below the limit
+    f = footing(sc, ev.plan_dict(), ev.metrics["step_s"], near)
+    m = f["evidence"]["memory"]
+    assert m["may_not_fit"] and m["margin"] == pytest.approx(EV.memory_error / 2) and m["source"]
+    text = " ".join(" ".join(footing_lines(f)).split())
+    assert f"memory MAY NOT FIT: peak {near / 2 ** 30:.1f} of {limit / 2 ** 30:.1f} GiB, margin " \
+           f"{EV.memory_error / 2 * 100:.1f} %" in text
+    far = footing(sc, ev.plan_dict(), ev.metrics["step_s"], limit * (1 - 2 * EV.memory_error))
+    assert not far["evidence"]["memory"]["may_not_fit"] and "MAY NOT FIT" not in " ".join(footing_lines(far))
