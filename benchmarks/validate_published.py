@@ -147,8 +147,10 @@ def run_source(run) -> str:
 
 
 def stated_sigma(run) -> float:
-    """The step-time sigma tpopt states for a run's plan (the shipped catalog's: models.terms.step_sigma)."""
-    return float(step_sigma(run.scenario, run.accelerator)[0])
+    """The step-time sigma tpopt states for a run's plan (the shipped catalog's: models.terms.step_sigma, by the
+    plan's cards and expert parallelism)."""
+    plan = run.plans[0]
+    return float(step_sigma(run.scenario, run.accelerator, cards=plan.cards, ep=plan.ep)[0])
 
 
 def fit_all(runs, fit_tables, cat, loo: bool, log: bool, dense_only: bool = False, priors: bool = False,
