@@ -1,28 +1,31 @@
 """Validation: tpopt's per-operation step-time and memory model against published training runs.
 
-Reads every table of measured runs under benchmarks/data/ (the two published Megatron-LM tables,
-Narayanan et al. 2021 Table 1 and Korthikanti et al. 2022, and NVIDIA Megatron-Bridge's modern
-performance summary) or any CSV files of the same columns (``--data FILE ...``; the columns are
-described in tpopt/optimizer/runs.py), fixes ONE calibration per accelerator (gemm_efficiency,
-memory_efficiency and kernel_overhead fitted on the rows named by ``--fit-on``, all rows by default;
-an accelerator without a run to fit keeps the catalog's parameters from public measurements), and
-prints per run the predicted against the published iteration time with the error, the leave-one-out
-error (the run predicted by a calibration fitted without it), the leave-one-source-out error (fitted
-on the other tables only: an accelerator no other table has keeps the public measurements its catalog
-entry was calibrated from, ``[acc.calibration] prior``) and the
-error of the shipped performance catalog; the predicted per-GPU memory peak (allocated, as the stack's
-allocator reserves it) against the usable memory, and the peak rank's stage with its own allocated and
-reserved peaks (each stage's states, in-flight activations and buffers); then per table the median,
-maximum and signed median of the errors, the full / selective recompute ratio (Korthikanti), the
-predicted percent of peak against the measured one (Narayanan), and per-GPU memory against the published
-figures. Not a test: a fit takes seconds, leave-one-out a few minutes (``--no-loo`` skips it).
+Reads every table of measured runs under benchmarks/data/ (the four shared tables: Narayanan et al. 2021
+Table 1, Korthikanti et al. 2022, NVIDIA Megatron-Bridge's modern performance summary, and the published runs
+2024-2026 of Megatron-Bridge, NeMo, torchtitan and MaxText) or any CSV files of the same columns (``--data FILE
+...``; the columns are described in tpopt/optimizer/runs.py), fixes ONE calibration per accelerator on the rows
+named by ``--fit-on`` (all by default) whose stack the card's calibration is for (``[acc.calibration] stacks``,
+else Megatron-Core and Megatron-LM: :data:`REFERENCE_STACKS`; other stacks' runs are predicted, never fitted into a
+card; an accelerator without such a run keeps the catalog's parameters), and prints per run the predicted against
+the published iteration time with the error, the leave-one-out error (the run predicted by a calibration fitted
+without it), the leave-one-source-out error (every fit without the run's publishing source, :func:`run_source`:
+an accelerator no other source has keeps the public measurements its catalog entry started from,
+``[acc.calibration] prior``) and the error of the shipped performance catalog; the predicted per-GPU memory peak
+(allocated, as the stack's allocator reserves it) against the usable memory, and the peak rank's stage with its
+own allocated and reserved peaks; per table its figures (the full / selective recompute ratio of Korthikanti,
+the percent of peak of Narayanan, per-GPU memory against published figures); then the median, maximum and signed
+median of the errors per table, stack, card and source, the leave-one-source-out coverage of the sigma tpopt
+states for each run's plan (:func:`stated_sigma`), memory as a residual (runs over the usable memory, predicted
+peaks against torchtitan's published ones) and the verdict on issue 35's targets. Not a test: a fit takes
+seconds, leave-one-out a few minutes (``--no-loo`` skips it), leave-one-source-out one fit per source
+(``--no-loso``).
 
 Plan choices the tables leave open: Narayanan et al. state neither micro-batch nor schedule. The
 micro-batch is tpopt's choice, the fastest of 1, 2, 4, 8 that fits memory; the schedule is Megatron-LM's
 default, plain 1F1B (its interleaved schedule needs an explicit flag the paper does not give);
 ``--schedules fastest`` lets tpopt pick interleaved schedules too and prints what that changes.
 
-    .venv/bin/python benchmarks/validate_published.py [--no-loo] [--data runs.csv ...]
+    .venv/bin/python benchmarks/validate_published.py [--no-loo] [--no-loso] [--data runs.csv ...]
 """
 
 from __future__ import annotations
