@@ -20,7 +20,7 @@ from tpopt.cli.common import (
     scenario_source,
 )
 from tpopt.errors import InputError
-from tpopt.models.units import parse_duration
+from tpopt.models.units import GIB, parse_duration
 from tpopt.optimizer import calibrate as C
 from tpopt.optimizer import device
 from tpopt.optimizer.runs import runs_from_csv
@@ -99,9 +99,11 @@ def emit(cal: C.Calibration, path: Path, out_dir: str, as_json: bool, what: str 
               "degrees_of_freedom": cal.dof}
     prior = {"prior_sigma": {p.name: p.prior_sigma for p in C.PARAMS if p.name in cal.fitted},
              "noise_sigma": C.NOISE_SIGMA}
+    memory = [{"run": m.run, "predicted_gib": m.predicted / GIB, "usable_gib": m.limit / GIB, "fits": m.fits}
+              for m in cal.memory]
     if as_json:
         click.echo(dump_json({"accelerator": cal.accelerator, "parameters": params, "runs": rows, **spread,
-                              "prior": prior, "written": str(path)}), nl=False)
+                              "prior": prior, "memory": memory, "written": str(path)}), nl=False)
         return
     click.echo("\n".join(text_lines(cal, rows, what) + [f"Wrote {path}; use it with --catalog {out_dir}"]))
 
@@ -129,4 +131,8 @@ def text_lines(cal: C.Calibration, rows: list[dict[str, Any]], what: str = "") -
     else:
         lines.append(f"Residual spread: not estimable from {len(rows)} run(s) for {len(cal.identified)} identified "
                      f"parameter(s); {cal.residual_sigma:g} assumed (more runs than parameters estimate it)")
+    for m in cal.memory:  # a run that ran is fitted: its memory is a residual of the model, not a refusal
+        if not m.fits:
+            lines.append(f"Memory residual: {m.run} ran, tpopt's model puts its peak at {m.predicted / GIB:.1f} GiB "
+                         f"against {m.limit / GIB:.1f} usable ({m.ratio:.2f}x)")
     return lines

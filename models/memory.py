@@ -490,6 +490,23 @@ def zero3_gather_bytes(a: ModelArch, tp: ArrayLike, r: StateRecipe, prefetch: fl
     return unit * ((1 + prefetch) * r.weights + r.grads)
 
 
+PIPELINE_GRAD_BYTES = 4.0
+"""Bytes per parameter of the unsharded gradients ZeRO-3 accumulates over a pipeline's micro-batches: PyTorch FSDP2
+accumulates them in its reduce dtype while gradient sync is off, FP32 in torchtitan (mixed_precision_reduce =
+"float32" by default)."""
+
+
+def zero3_pipeline_bytes(stage_params: ArrayLike, r: StateRecipe,
+                         grad_bytes: float = PIPELINE_GRAD_BYTES) -> FloatArray:
+    """ZeRO-3 (FSDP) under pipeline parallelism: the stage's parameters on a card stay gathered from the first
+    micro-batch's forward to the last one's backward (no reshard after forward, else every micro-batch gathers
+    them again: torchtitan's default whenever PP is on) and its unsharded gradients accumulate over the
+    micro-batches (PyTorch pipelining turns FSDP's gradient sync off for all but the last backward):
+    stage params x (w + g_acc), in place of the per-unit gather buffers of :func:`zero3_gather_bytes`."""
+    out: FloatArray = np.asarray(stage_params, dtype=float) * (r.weights + grad_bytes)
+    return out
+
+
 def pipeline_buffer_bytes(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, tp: ArrayLike,
                           act_bytes: float = 2.0) -> FloatArray:
     """Send + receive buffers of one boundary activation per direction: 2 x 2 x s b h / tp."""

@@ -412,6 +412,11 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         memory = {k: float(row[k]) for k in MEMORY_COLUMNS if row.get(k)}
         sp = _flag(row, "sequence_parallel", defaults["sequence_parallel"], where)
         rec = str(stated.get("recompute", defaults["recompute"]))
+        # a recompute the table says the recipe chose ("not stated (recipe default)") is a plan choice, as the
+        # recipe makes it: the fastest of the stack's options that fits memory (recompute_options); a stated
+        # one is the run's, an absent column the table's stack default
+        recs = recompute_options(defaults["stack"], sc.model, rec) if cells["recompute"].startswith("not stated") \
+            else (rec,)
 
         plans = partial(_row_plans, acc, gpus, zero, tp, pp, cands, cp, ep, etp)  # (recompute, seq. par.) -> plans
         pairs = []
@@ -433,10 +438,29 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
                 a = sc.model
                 t = megatron_flops(a.hidden, a.layers, a.vocab, seq, batch) / (
                     gpus * _num(row, "measured_tflops_per_gpu", where) * 1e12)
-            pairs.append((name, plans(rec, sp), t))
+            pairs.append((name, tuple(p for r in recs for p in plans(r, sp)), t))
         for run_name, ps, t in pairs:
             out.append(MeasuredRun(run_name, sc, ps, t, table=table, extra=dict(memory, row=row)))
     return out
+
+
+def recompute_options(stack: str, model: ModelArch, default: str = "none") -> tuple[str, ...]:
+    """The recompute choices a recipe of ``stack`` has for a run that does not state its own, cheapest first:
+    the stack's default, none, each selective group of its vocabulary (StackProfile.recompute_modules, in
+    tpopt's groups: memory.parse_recompute; modules tpopt has no group for are left out, as are groups the
+    model has no tensors for: mla_up without multi-head latent attention), all those groups together, and
+    full. Among them a row's prediction takes the fastest that fits memory, as tpopt itself would choose."""
+    groups: list[str] = []
+    for module in stack_profile(stack).recompute_modules:
+        try:
+            g = memory.parse_recompute(module)
+        except InputError:
+            continue  # a stack's own name tpopt has no tensors for (shared_experts, moe, op, layer)
+        if g in ("none", "full") or (g == "mla_up" and model.kv_lora_rank <= 0) or g in groups:
+            continue
+        groups.append(g)
+    joined = memory.parse_recompute("+".join(groups)) if groups else "none"
+    return tuple(dict.fromkeys([memory.parse_recompute(default), "none", *groups, joined, "full"]))
 
 
 def _schedule_cell(row: dict[str, str], vs: int | None, where: str) -> str:

@@ -401,7 +401,8 @@ def recompute_workspace(sc: Scenario, *, recompute: str, tp: ArrayLike, cp: Arra
 
 def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike, mb: ArrayLike,
               ep: ArrayLike = 1, etp: ArrayLike = 0, cap: ArrayLike = 0.0, stage: str = PEAK) -> Floats:
-    """Buffers live with the activations: FP32 logits, ZeRO-3 gathered units, pipeline send/recv (all of a
+    """Buffers live with the activations: FP32 logits, ZeRO-3 gathered units (with pp > 1 the stage's gathered
+    weights and accumulated unsharded gradients: memory.zero3_pipeline_bytes), pipeline send/recv (all of a
     card's b s / cp tokens), a MoE block's all-to-all send buffer (moe.dispatch_buffer), and the
     context-parallel exchange buffers (context.buffer_bytes: the K, V blocks in flight of ring attention,
     or the head-split q, k, v, o of all-to-all). ``stage``: on the stages of one class only, in the
@@ -426,8 +427,12 @@ def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1
     logits: Floats = memory.logits_bytes(a, s, mb, tp, mem.loss_chunks)
     if stage in ("first", "middle") and per_op_model(sc):  # class_stages: none of them is the last of pp > 1
         logits = np.where(_f(pp) > 1, 0.0, logits)
+    # ZeRO-3 with pp > 1: the stage's weights stay gathered and its unsharded gradients accumulate
+    # (memory.zero3_pipeline_bytes) in place of the per-unit gather buffers
+    staged = memory.zero3_pipeline_bytes(card_params(sc, tp, pp, ep, etp, stage), rec) \
+        if np.any(_f(zero) >= 3) and np.any(_f(pp) > 1) else 0.0
     buffers: Floats = (logits + send
-                       + np.where(_f(zero) >= 3, gather, 0.0)
+                       + np.where(_f(zero) >= 3, np.where(_f(pp) > 1, staged, gather), 0.0)
                        + np.where(_f(pp) > 1, memory.pipeline_buffer_bytes(a, s, mb, tp, mem.activation_bytes), 0.0)
                        + cpb)
     return buffers

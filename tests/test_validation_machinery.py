@@ -1,0 +1,165 @@
+"""Issue 35 items 4 and 5: memory is a residual of a run that ran, not a gate; a recompute the published table
+leaves to the recipe is a plan choice (the fastest of the stack's options that fits); a card is fitted on the runs
+of its calibration's stacks only; leave-one-source-out leaves out a publishing source; the refit rewrites
+performance.toml in place, comments kept."""
+
+import importlib.util
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tpopt.catalogs import load_catalog
+from tpopt.errors import InputError
+from tpopt.models.plan import Plan
+from tpopt.optimizer import calibrate as C
+from tpopt.optimizer.runs import recompute_options, runs_from_csv
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_calibration import _plans  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "benchmarks" / "data"
+CAT = load_catalog()
+ACC = "h100-sxm"
+
+
+def _module(name: str):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def published():
+    return runs_from_csv(DATA / "published-2024-2026.csv", CAT)
+
+
+def test_a_run_over_its_memory_is_fitted_with_its_residual():
+    # qwen3-8b, 8 H100, ZeRO-1, micro-batch 2, nothing recomputed: about 1.23 x the usable memory in tpopt's model
+    # (4 x 0.31 = 1.23 against mb 1's 0.92: activations scale with the micro-batch). It ran (say), so it is fitted
+    # and its memory is reported, not refused; 1.85 x (micro-batch 4) is beyond the model's error and refused.
+    sc, _ = _plans()[0]
+    run = C.MeasuredRun("over", sc, (Plan(ACC, 8, zero_stage=1, tp=1, pp=1, micro_batch=2, recompute="none"),), 10.0)
+    res = C.check_memory(run, CAT.perf(ACC))
+    assert not res.fits and 1.0 < res.ratio < C.MEMORY_IMPLAUSIBLE
+    cal = C.fit([run], ACC, ("gemm_efficiency",))
+    assert len(cal.runs) == 1
+    big = C.MeasuredRun("big", sc, (Plan(ACC, 8, zero_stage=1, tp=1, pp=1, micro_batch=4, recompute="none"),), 10.0)
+    with pytest.raises(InputError, match="beyond the memory model's error"):
+        C.check_memory(big, CAT.perf(ACC))
+
+
+def test_recompute_options_of_megatron_core():
+    # Megatron-Core's recompute_modules: core_attn, mlp, moe_act (= mlp), layernorm, shared_experts and moe (no
+    # tpopt group), mla_up_proj (only with multi-head latent attention)
+    dense = CAT.models["llama3-70b"]
+    assert recompute_options("megatron-core", dense) == ("none", "attn", "mlp", "norm", "norm+mlp+attn", "full")
+    assert "mla_up" in recompute_options("megatron-core", CAT.models["deepseek-v3"])
+    assert recompute_options("megatron-lm-2021", dense, "full") == ("full", "none", "attn")
+
+
+def test_unstated_recompute_is_the_fastest_that_fits(published):
+    # D1 (Llama 3 70B FP8, 64 H100, TP 4 PP 8 VP 5, Megatron-Bridge, recompute "not stated (recipe default)"):
+    # nothing recomputed needs about 71.7 GiB of the 68.4 the stack leaves (1F1B interleaved keeps 46 chunk
+    # micro-batches on the first stage), so the recipe's run recomputed something; the prediction is the
+    # fastest option that fits, and it fits
+    d1 = next(r for r in published if r.name == "D1")
+    assert {p.recompute for p in d1.plans} == set(recompute_options("megatron-core", d1.scenario.model))
+    plan = C.chosen_plan(d1, CAT.perf(ACC))
+    assert plan is not None and plan.recompute not in ("none", "full")
+    assert C.memory_residual(d1, CAT.perf(ACC)).fits
+
+
+def test_every_shared_run_fits_as_it_ran():
+    runs = [r for f in sorted(DATA.glob("*.csv")) for r in runs_from_csv(f, CAT)]
+    # the torchtitan H100 rows ran on Grand Teton's 96 GB HBM2e H100 (their hardware_note); until the catalog
+    # has that card they are predicted on the 80 GB part, where T1 and T2 (82.4 and 76.8 GiB published) cannot fit
+    allowed = set() if any("96gb" in a for a in CAT.accelerators) else {"T1", "T2"}
+    over = [r.name for r in runs if not C.memory_residual(r, CAT.perf(r.accelerator)).fits]
+    assert set(over) <= allowed, over
+
+
+def test_cards_fit_on_their_reference_stacks_and_sources(published):
+    vp = _module("validate_published")
+    assert vp.calibration_stacks(CAT, ACC) == ("megatron-core", "megatron-lm-2021")
+    sources = {r.name: vp.run_source(r) for r in published}
+    assert sources["D1"] == "Megatron-Bridge" and sources["T1"] == "torchtitan" and sources["L6"] == "NeMo"
+    assert sources["X1"] == "maxtext"
+    old = runs_from_csv(DATA / "narayanan2021-table1.csv", CAT)
+    assert vp.run_source(old[0]) == "narayanan2021-table1"
+    # the H200 rows are torchtitan's only: the card is not fitted, the catalog's parameters predict them
+    h200 = [r for r in published if r.accelerator == "h200"]
+    _, _, cals, _ = vp.fit_all(h200, ["published-2024-2026"], CAT, False, False)
+    assert "h200" not in cals
+
+
+TOML = """# a comment that must stay
+[card]
+gemm_efficiency = 0.5  # old
+calibrated = ["gemm_efficiency"]
+
+# between tables
+[card.sources]
+gemm_efficiency = "calibrated: old; prior 0.6 from a paper"
+
+[other]
+x = 1
+"""
+
+
+def test_refit_rewrites_in_place_keeping_comments():
+    rc = _module("refit_catalog")
+    lines = TOML.splitlines()
+    lines = rc.set_key(lines, "card", "gemm_efficiency", "0.55")
+    lines = rc.set_key(lines, "card", "residual_sigma", "0.1")
+    lines = rc.set_key(lines, "card.calibration", "stacks", '["megatron-core"]', after="card.sources")
+    text = "\n".join(lines) + "\n"
+    assert text.index("[card.calibration]") < text.index("[other]")  # beside its card, not at the end
+    assert "# a comment that must stay" in text and "# between tables" in text
+    t = tomllib.loads(text)
+    assert t["card"]["gemm_efficiency"] == 0.55 and t["card"]["residual_sigma"] == 0.1
+    assert t["card"]["calibrated"] == ["gemm_efficiency"] and t["other"]["x"] == 1
+    assert t["card"]["calibration"]["stacks"] == ["megatron-core"]
+    assert rc.prior_text(t["card"]["sources"]["gemm_efficiency"]) == "prior 0.6 from a paper"
+
+
+def test_zero3_under_pipeline_parallelism_holds_the_stage(published):
+    # torchtitan's Llama 3.1 405B runs (FSDP 8 x TP 8 x PP 8, published max reserved 72.7-82.5 GiB): FSDP2 under
+    # PP keeps the stage's weights gathered (no reshard after forward) and accumulates its unsharded FP32
+    # gradients over the micro-batches: 405e9 / 64 cards = 6.3e9 parameters x (2 + 4) B = 35 GiB more than the
+    # per-block gather buffers, which left the prediction 55-58 % under the published peaks
+    from tpopt.models.evaluate import evaluate
+
+    errs = []
+    for r in published:
+        if r.name in ("T8", "T9", "L4", "L5"):
+            m = evaluate(r.scenario, r.plans[0]).metrics
+            errs.append(m["peak_rank_reserved_gib"] / r.extra["memory_gib_published"] - 1)
+    assert len(errs) == 4
+    assert sorted(abs(e) for e in errs)[1] <= 0.10 and sorted(abs(e) for e in errs)[2] <= 0.10  # median <= 10 %
+    assert max(abs(e) for e in errs) <= 0.16
+
+
+def test_calibrate_reports_the_memory_residual_of_a_run_that_ran(tmp_path):
+    # `tpopt calibrate --runs`: qwen3-8b on 8 H100, micro-batch 2, nothing recomputed, about 1.2x the usable
+    # memory in tpopt's model: fitted (exit 0) and its memory printed as a residual; micro-batch 4 (about 1.7x) is
+    # beyond the model's error and refused (tests/test_bad_input_matrix.py)
+    from click.testing import CliRunner
+
+    from tpopt.cli.main import cli
+
+    csv = tmp_path / "runs.csv"
+    csv.write_text("run,model,accelerator,seq_len,global_batch,tp,pp,cards,micro_batch,recompute,zero_stage,iteration_s\n"
+                   "r1,qwen3-8b,h100-sxm,4096,64,1,1,8,2,none,1,9.0\n")
+    scen = tmp_path / "s.toml"
+    scen.write_text('[model]\nname = "qwen3-8b"\n[task]\ntokens = "10B"\nseq_len = 4096\nglobal_batch = 64\n'
+                    '[schedule]\ndeadline = "300d"\n[hardware]\naccelerator = "h100-sxm"\n')
+    res = CliRunner().invoke(cli, ["calibrate", "--scenario", str(scen), "--runs", str(csv), "--out",
+                                   str(tmp_path / "out"), "--fit", "gemm_efficiency"])
+    assert res.exit_code == 0, res.output
+    assert "Memory residual: r1 ran" in res.output
