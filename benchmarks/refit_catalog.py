@@ -2,7 +2,8 @@
 
 For each accelerator with runs of the stacks its calibration is for (``[acc.calibration] stacks``, else the
 reference stacks Megatron-Core and Megatron-LM: benchmarks/validate_published.py ``calibration_stacks``;
-torchtitan and MaxText rows never enter a card's fit, their kernels are a stack's efficiency), the fit of
+torchtitan and MaxText rows never enter a card's fit, their kernels are a stack's efficiency) inside the
+calibration envelope (dense runs at up to 8,192 tokens: validate_published ``in_envelope``), the fit of
 validate_published (one free parameter per run up to the card's set, from the public measurement the
 calibration started from, ``[acc.calibration] prior``) is redone and written back into the file: the fitted
 fields, ``calibrated``, ``residual_sigma`` (the leave-one-out RMS of ln(predicted / published) over the card's
@@ -30,6 +31,7 @@ from validate_published import (  # noqa: E402
     DATA,
     calibration_stacks,
     fit_parameters,
+    in_envelope,
     measured_prior,
 )
 
@@ -108,7 +110,7 @@ def refit(text: str, runs, cat, log=print) -> str:
     raw = tomllib.loads(text)
     for acc in dict.fromkeys(r.accelerator for r in runs):
         stacks = calibration_stacks(cat, acc)
-        mine = [r for r in runs if r.accelerator == acc and r.scenario.stack.name in stacks]
+        mine = [r for r in runs if r.accelerator == acc and r.scenario.stack.name in stacks and in_envelope(r)]
         prior = measured_prior(cat, acc)
         fit_runs = []
         for r in mine:

@@ -141,6 +141,19 @@ def calibration_stacks(cat, acc: str) -> tuple[str, ...]:
     return tuple(table.get("stacks", REFERENCE_STACKS))
 
 
+ENVELOPE_MAX_SEQ = 8192
+"""The calibration envelope: a card's kernel parameters are fitted on its dense runs at up to 8,192 tokens per
+sequence, where the GEMMs, attention and memory-bound kernels those parameters describe are what the step rests
+on. MoE and long-context runs are predicted and judged, never fitted into the card: the physics they add (expert
+GEMMs, dispatch, ring attention) keeps its own error, which the MoE and sequence factors of
+catalogs/uncertainty.toml state; folding it into the card's GEMM share would move every dense plan."""
+
+
+def in_envelope(run) -> bool:
+    """Whether a run is inside the calibration envelope (:data:`ENVELOPE_MAX_SEQ`): dense, at most 8,192 tokens."""
+    return not run.scenario.model.moe and run.scenario.task.seq_len <= ENVELOPE_MAX_SEQ
+
+
 def run_source(run) -> str:
     """The publishing source of a run, the unit left out by leave-one-source-out: the repository its
     ``source`` cell names first (``NVIDIA-NeMo/Megatron-Bridge docs/...`` -> Megatron-Bridge; torchtitan,
@@ -156,10 +169,11 @@ def stated_sigma(run) -> float:
     return float(step_sigma(run.scenario, run.accelerator, cards=plan.cards, ep=plan.ep)[0])
 
 
-def fit_all(runs, fit_tables, cat, loo: bool, log: bool, dense_only: bool = False, priors: bool = False,
+def fit_all(runs, fit_tables, cat, loo: bool, log: bool, all_shapes: bool = False, priors: bool = False,
             leave_out: str = ""):
     """One calibration per accelerator on the runs of ``fit_tables`` whose stack the card's calibration is
-    for (:func:`calibration_stacks`; only the dense ones with ``dense_only``; none of the source
+    for (:func:`calibration_stacks`) inside the calibration envelope (:func:`in_envelope`; every shape with
+    ``all_shapes``; none of the source
     ``leave_out``): (predictions, chosen plans, fitted parameters, leave-one-out predictions); an
     accelerator without such a run keeps the catalog's."""
     pred, chosen, cals, loo_pred = {}, {}, {}, {}
@@ -167,7 +181,7 @@ def fit_all(runs, fit_tables, cat, loo: bool, log: bool, dense_only: bool = Fals
         mine = [r for r in runs if r.accelerator == acc]
         stacks = calibration_stacks(cat, acc)
         fit_runs = [r for r in mine if r.table in fit_tables and run_source(r) != leave_out
-                    and r.scenario.stack.name in stacks and not (dense_only and r.scenario.model.moe)]
+                    and r.scenario.stack.name in stacks and (all_shapes or in_envelope(r))]
         prior0 = cat.perf(acc)
         for r in list(fit_runs):  # memory is a residual; only a plan beyond the memory model's error is refused
             try:
@@ -394,8 +408,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", nargs="+", default=[str(p) for p in DATA], help="CSV files of measured runs")
     ap.add_argument("--fit-on", default="all", help="tables (file stems, comma-separated) to fit on, 'all' or 'none'")
-    ap.add_argument("--fit-dense-only", action="store_true",
-                    help="fit on the dense runs only (every run is still predicted and printed)")
+    ap.add_argument("--fit-all-shapes", action="store_true",
+                    help="fit cards on MoE and long-context runs too, not only inside the calibration envelope")
     ap.add_argument("--no-loo", action="store_true", help="skip the leave-one-out fits")
     ap.add_argument("--no-loso", action="store_true", help="skip the leave-one-source-out fits")
     ap.add_argument("--schedules", choices=["default", "fastest"], default="default",
@@ -419,7 +433,7 @@ def main(argv=None) -> int:
     for t in tables:
         print(f"  {t}: stack {stacks.get(t, '?')} ({stack_profile(stacks.get(t, DEFAULT_STACK)).display})")
 
-    pred, chosen, cals, loo = fit_all(runs, fit_tables, cat, not args.no_loo, True, args.fit_dense_only)
+    pred, chosen, cals, loo = fit_all(runs, fit_tables, cat, not args.no_loo, True, args.fit_all_shapes)
     for acc, (cal, n, dt) in cals.items():
         prior = cat.perf(acc)
         print(f"\n{acc}: fitted on {n} runs in {dt:.0f} s")
@@ -432,7 +446,7 @@ def main(argv=None) -> int:
     loso: dict = {}
     if not args.no_loso and len(sources) > 1:
         for src in sources:
-            p, _, _, _ = fit_all(runs, fit_tables, cat, False, False, args.fit_dense_only, priors=True, leave_out=src)
+            p, _, _, _ = fit_all(runs, fit_tables, cat, False, False, args.fit_all_shapes, priors=True, leave_out=src)
             loso.update({r.name: p[r.name] for r in runs if run_source(r) == src})
             print(f"\r  leave-one-source-out {src}", end=" " * 20, flush=True, file=sys.stderr)
         print(file=sys.stderr)
