@@ -1,19 +1,21 @@
 """The step-time uncertainty table (catalogs/uncertainty.toml) derived from leave-one-source-out residuals.
 
 Every run of the validation tables (benchmarks/data/*.csv, or ``--data FILE ...``) is predicted by the
-calibration fitted on the OTHER tables only (benchmarks/validate_published.py's leave-one-source-out fit:
-a card no other table has keeps the public measurements its catalog entry started from). Its log residual
+calibration fitted on the OTHER sources only (benchmarks/validate_published.py's leave-one-source-out fit, the
+publishing repository or paper as the unit; the stacks' fitted efficiencies left out with their source; a card
+no other source has keeps the public measurements its catalog entry started from). Its log residual
 r = ln(predicted / published) is then classified by what that fit had seen (tpopt.models.evidence): the
-other tables' runs make each card's envelope (stacks, sequence range, largest card count, precision
+other sources' runs make each card's envelope (stacks, sequence range, largest card count, precision
 recipes, largest experts per card), and the factors that apply to the run are the ways it leaves it.
 
 Derivation, per factor f (independent log errors add in quadrature):
 * base^2 = mean r^2 over the runs no factor applies to;
 * the contributions c_f^2 >= 0 solve  r_i^2 - base^2 = sum_{f applies to i} c_f^2  in least squares (SciPy's
   NNLS, with a 1e-6 ridge that splits what collinear factors cannot tell apart equally);
-* a factor that alone applies to at least finish.SIGMA_MIN_RUNS runs: c_f^2 = their mean r^2 - base^2 (>= 0);
-* else a factor is identified only when its runs come from at least two tables and number at least
-  finish.SIGMA_MIN_RUNS (one table's runs share every factor they carry, so it cannot tell them apart);
+* a factor that alone applies to at least finish.SIGMA_MIN_RUNS runs from at least two sources: c_f^2 = their
+  mean r^2 - base^2 (>= 0) (one source's runs share its systematic errors: they do not measure a factor alone);
+* else a factor is identified only when its runs come from at least two sources and number at least
+  finish.SIGMA_MIN_RUNS (one source's runs share every factor they carry, so it cannot tell them apart);
   an unidentified factor takes the issue-35 interim: the out-of-sample RMS log error 0.35 measured on 51
   kept-aside 2024-2026 runs, c_f = sqrt(0.35^2 - base^2), labelled as such in its source.
 The memory error: the RMS log error of the predicted against the published per-GPU memory figures (the
@@ -36,13 +38,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from validate_published import DATA, fit_all  # noqa: E402
+from validate_published import DATA, envelopes, facts_of, loso_predictions, run_source  # noqa: E402
 
 from tpopt.catalogs import load_catalog  # noqa: E402
 from tpopt.catalogs.uncertainty import UNCERTAINTY_FILE, toml_text  # noqa: E402
 from tpopt.models import evidence as E  # noqa: E402
 from tpopt.models.finish import SIGMA_MIN_RUNS  # noqa: E402
-from tpopt.models.memory import recipe  # noqa: E402
 from tpopt.optimizer.runs import memory_figures, runs_from_csv  # noqa: E402
 
 INTERIM_RMS = 0.35
@@ -53,44 +54,24 @@ MEMORY_INTERIM = 0.10
 """Memory error while no table publishes measured allocator peaks: 10 % (interim assumption, issue 35's bound)."""
 
 
-def facts_of(run) -> E.PlanFacts:
-    """What the factors read from a run (its first candidate plan)."""
-    sc, p = run.scenario, run.plans[0]
-    experts = float(sc.model.experts) / max(int(p.ep or 1), 1) if sc.model.moe else 0.0
-    return E.PlanFacts(acc=run.accelerator, stack=sc.stack.name, seq=int(sc.task.seq_len),
-                       matrix=recipe(sc.task.precision).matrix, experts_per_card=experts,
-                       cards=float(p.cards))
-
-
-def envelopes(runs) -> tuple[tuple[str, E.Envelope], ...]:
-    """Each card's envelope from the runs fitted on it."""
-    out: dict[str, E.Envelope] = {}
-    for r in runs:
-        f = facts_of(r)
-        env = E.Envelope((f.stack,), (f.seq, f.seq), f.cards, (E.recipe_class(f.matrix),), f.experts_per_card)
-        out[f.acc] = out[f.acc].union(env) if f.acc in out else env
-    return tuple(out.items())
-
-
 def _shell(envs) -> E.Evidence:
     zero = tuple((f, 0.0, "") for f in E.FACTORS)
     return E.Evidence(0.0, "", zero, 0.0, "", envs)
 
 
 def residuals(runs, cat) -> list[tuple[str, str, float, list[str]]]:
-    """(run, table, ln(predicted / published), factors that apply) with the run's table left out of the fit."""
-    tables = list(dict.fromkeys(r.table for r in runs))
+    """(run, source, ln(predicted / published), factors that apply) with the run's source left out of the fit
+    (validate_published.loso_predictions: the cards and the stacks' efficiencies) and of the envelopes."""
+    pred = loso_predictions(runs, list(dict.fromkeys(r.table for r in runs)), cat)
     out = []
-    for t in tables:
-        pred, _, _, _ = fit_all(runs, [x for x in tables if x != t], cat, False, False, priors=True)
-        seen = _shell(envelopes([r for r in runs if r.table != t]))
+    for src in dict.fromkeys(run_source(r) for r in runs):
+        seen = _shell(envelopes([r for r in runs if run_source(r) != src]))
         for r in runs:
-            if r.table == t:
+            if run_source(r) == src:
                 f = facts_of(r)
                 flags = E.applies(seen, f, f.cards, f.experts_per_card)
-                out.append((r.name, t, float(np.log(pred[r.name] / r.measured_step_s)),
+                out.append((r.name, src, float(np.log(pred[r.name] / r.measured_step_s)),
                             [k for k in E.FACTORS if bool(flags[k])]))
-        print(f"  left out {t}", file=sys.stderr)
     return out
 
 
@@ -112,21 +93,23 @@ def derive(res) -> tuple[float, str, list[tuple[str, float, str]]]:
     out = []
     for j, f in enumerate(E.FACTORS):
         mine = [(t, r) for _, t, r, fs in res if f in fs]
-        tables = Counter(t for t, _ in mine)
+        sources = Counter(t for t, _ in mine)
         rms = float(np.sqrt(np.mean([r * r for _, r in mine]))) if mine else float("nan")
         alone = [r for _, _, r, fs in res if fs == [f]]
-        if len(alone) >= SIGMA_MIN_RUNS:
+        alone_sources = {t for _, t, _, fs in res if fs == [f]}
+        if len(alone) >= SIGMA_MIN_RUNS and len(alone_sources) >= 2:
             value = float(np.sqrt(max(np.mean(np.square(alone)) - base * base, 0.0)))
             rms_alone = float(np.sqrt(np.mean(np.square(alone))))
             src = (f"benchmarks/uncertainty_fit.py: leave-one-source-out RMS log error {rms_alone:.3f} of the "
-                   f"{len(alone)} runs this factor alone applies to, less the base in quadrature")
-        elif len(tables) >= 2 and len(mine) >= SIGMA_MIN_RUNS:
+                   f"{len(alone)} runs from {len(alone_sources)} sources this factor alone applies to, less the base "
+                   f"in quadrature")
+        elif len(sources) >= 2 and len(mine) >= SIGMA_MIN_RUNS:
             value = float(np.sqrt(c2[j]))
             src = (f"benchmarks/uncertainty_fit.py: leave-one-source-out residuals of {len(mine)} runs from "
-                   f"{len(tables)} tables (RMS {rms:.3f}), NNLS share above the base in quadrature")
+                   f"{len(sources)} sources (RMS {rms:.3f}), NNLS share above the base in quadrature")
         else:
             value = float(np.sqrt(max(INTERIM_RMS ** 2 - base ** 2, 0.0)))
-            seen = f"{len(mine)} runs from {len(tables)} table(s), RMS {rms:.3f}" if mine else "no run"
+            seen = f"{len(mine)} runs from {len(sources)} source(s), RMS {rms:.3f}" if mine else "no run"
             src = f"{INTERIM} ({seen} in the tables)"
         out.append((f, value, src))
     return base, base_src, out
