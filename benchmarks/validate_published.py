@@ -192,9 +192,11 @@ def facts_of(run) -> E.PlanFacts:
 
 def envelopes(runs) -> tuple[tuple[str, E.Envelope], ...]:
     """Each card's envelope (what the runs on it cover: stacks, sequence lengths, cards, recipes, experts per
-    card), from ``runs``."""
+    card), from the runs of ``runs`` inside the calibration envelope (:func:`in_envelope`): a MoE or long-context
+    run checks the card and its stack, but its own physics is predicted, not fitted, so it does not widen the
+    fitted sequence range or experts per card (their error is the MoE and sequence factors')."""
     out: dict[str, E.Envelope] = {}
-    for r in runs:
+    for r in (r for r in runs if in_envelope(r)):
         f = facts_of(r)
         env = E.Envelope((f.stack,), (f.seq, f.seq), f.cards, (E.recipe_class(f.matrix),), f.experts_per_card)
         out[f.acc] = out[f.acc].union(env) if f.acc in out else env
