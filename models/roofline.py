@@ -106,8 +106,8 @@ def stack_scaled(perf: PerfParams, factor: Floats) -> PerfParams:
 def portable_attention(perf: PerfParams) -> PerfParams:
     """The card's parameters as a stack whose attention kernel is not written for the card reaches them (a stack's
     ``attention_kernel = "portable"``, catalogs/stacks.toml): eta_attn -> eta_attn x portable_attention_ratio.
-    H100: FlashAttention-2, PyTorch SDPA's flash backend, reaches 370 TFLOPS forward where FlashAttention-3
-    reaches 648 (head dim 128, 16K tokens; Shah et al. 2024): 0.66 x 0.57 = 0.38 of the peak."""
+    H100: FlashAttention-2, PyTorch SDPA's flash backend, reaches 335 TFLOPS causal forward where FlashAttention-3
+    reaches 616 (head dim 128, 16K tokens; Shah et al. 2024): 0.66 x 0.54 = 0.36 of the peak."""
     if perf.portable_attention_ratio == 1.0:
         return perf
     return perf.with_values(attention_efficiency=perf.attention_efficiency * perf.portable_attention_ratio)

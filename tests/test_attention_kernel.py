@@ -2,8 +2,8 @@
 backend on Hopper is FlashAttention-2; Megatron-Core runs the card's own fused attention (Transformer Engine).
 
 Expected values are derived here from the published kernel figures (Shah et al. 2024, FlashAttention-3, figure
-"attention forward speed, head dim 128, H100 80GB SXM5"): FlashAttention-2 370 TFLOPS, FlashAttention-3 648 at 16K
-tokens, ratio 370 / 648 = 0.571. A compute-bound flash kernel's time (less its launch cost) is F / (P eta), so the
+"attention forward speed, head dim 128, H100 80GB SXM5", causal mask): FlashAttention-2 335 TFLOPS, FlashAttention-3
+616 at 16K tokens, ratio 335 / 616 = 0.544. A compute-bound flash kernel's time (less its launch cost) is F / (P eta), so the
 portable kernel's attention time is the native one's / 0.57 and nothing else of the block moves.
 """
 
@@ -22,7 +22,7 @@ from tpopt.models import terms as T
 from tpopt.models.roofline import PerfParams, portable_attention
 
 ACC = "h100-sxm"
-FA2_TFLOPS, FA3_TFLOPS = 370.0, 648.0  # Shah et al. 2024, head dim 128, 16K tokens, H100 SXM5
+FA2_TFLOPS, FA3_TFLOPS = 335.0, 616.0  # Shah et al. 2024, causal, head dim 128, 16K tokens, H100 SXM5
 
 
 def scenario(stack="megatron-core"):
