@@ -3,8 +3,8 @@ backend on Hopper is FlashAttention-2; Megatron-Core runs the card's own fused a
 
 Expected values are derived here from the published kernel figures (Shah et al. 2024, FlashAttention-3, figure
 "attention forward speed, head dim 128, H100 80GB SXM5", causal mask): FlashAttention-2 335 TFLOPS, FlashAttention-3
-616 at 16K tokens, ratio 335 / 616 = 0.544. A compute-bound flash kernel's time (less its launch cost) is F / (P eta), so the
-portable kernel's attention time is the native one's / 0.57 and nothing else of the block moves.
+616 at 16K tokens, ratio 335 / 616 = 0.544. A compute-bound flash kernel's time (less its launch cost) is
+F / (P eta), so the portable kernel's attention time is the native one's / 0.544 and nothing else of the block moves.
 """
 
 import tomllib
