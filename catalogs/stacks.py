@@ -20,6 +20,9 @@ STACKS_FILE = Path(__file__).resolve().parent / "stacks.toml"
 DEFAULT_STACK = "megatron-core"
 TP_OVERLAPS = (True, False, "async")
 FP8_RECIPES = ("current", "delayed", "mxfp8", "none")
+ATTENTION_KERNELS = ("native", "portable")
+"""native: the card's own fused attention (FlashAttention-3 / cuDNN through Transformer Engine on Hopper);
+portable: a kernel not written for the card (PyTorch SDPA's FlashAttention-2 backend on Hopper)."""
 
 
 def _tp_overlap(value: Any, what: str, _context: Any) -> bool | str:
@@ -62,6 +65,13 @@ def _kernel_efficiency(value: Any, what: str, _context: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 < float(value) <= 2.0:
         raise InputError(f"{what} must be a factor in (0, 2], got {value!r}")
     return float(value)
+
+
+def _attention_kernel(value: Any, what: str, _context: Any) -> str:
+    kernel: str = TEXT.read(value, what, None)
+    if kernel not in ATTENTION_KERNELS:
+        raise InputError(f"{what} must be one of {', '.join(ATTENTION_KERNELS)}, got {kernel!r}")
+    return kernel
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -107,6 +117,9 @@ class StackKeys:
     kernel_efficiency: float = key(Kind(_kernel_efficiency, "factor in (0, 2]", sep=": "), 1.0, source=True,
                                    help="the stack's kernels against the reference stack's: scales the card's "
                                         "GEMM, attention and memory-bound efficiencies")
+    attention_kernel: str = key(Kind(_attention_kernel, " | ".join(ATTENTION_KERNELS), sep=": "), "native",
+                                source=True, help="the stack's attention kernel: the card's own fused attention "
+                                                  "(native) or one not written for the card (portable)")
     sources: dict[str, str] = key(SOURCES, required=True, help="the source of every value, by key")
 
     #: The values checked before the others (the order of the hand-written reader this replaced).
@@ -116,7 +129,8 @@ class StackKeys:
 KEYS = tuple(f.name for f in fields(StackKeys))
 OPTIONAL = tuple(f.name for f in fields(StackKeys) if not spec(f).required)
 """Keys a profile may leave out: residual_sigma (none: a card's own sigma applies on the stack alone),
-dp_bucket_per_rank (none: a fixed bucket) and kernel_efficiency (1: the reference stack's kernels)."""
+dp_bucket_per_rank (none: a fixed bucket), kernel_efficiency (1: the reference stack's kernels) and attention_kernel
+(native: the card's own fused attention)."""
 SOURCED = tuple(f.name for f in fields(StackKeys) if spec(f).source)
 
 

@@ -113,6 +113,7 @@ class StackProfile:
     allocator_reserve: float = 0.0  # reserved / allocated - 1 at the peak
     residual_sigma: float = 0.0  # log-sd of measured / predicted step time on this stack (0: none stated)
     kernel_efficiency: float = 1.0  # factor on the card's GEMM, attention and memory-bound efficiencies
+    attention_kernel: str = "native"  # "portable": attention at the card's portable_attention_ratio (roofline)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def usable(self, memory_usable: float) -> float:

@@ -55,6 +55,8 @@ class PerfParams:
     fp8_gemm_ratio: float = 1.0  # FP8 (and block-scaled) GEMMs: their fraction of the FP8 peak / gemm_efficiency
     fp4_gemm_ratio: float = 1.0  # FP4 GEMMs: their fraction of the FP4 peak / gemm_efficiency
     attention_bwd_ratio: float = 1.0  # flash-attention backward: its fraction of the peak / attention_efficiency
+    portable_attention_ratio: float = 1.0  # attention kernels not written for the card's architecture
+    # (FlashAttention-2 as PyTorch SDPA runs it on Hopper): their share of the peak / attention_efficiency
     overlap_contention: float = 0.0  # share of a hidden collective's time the compute it hides behind still loses
     up_step_latency: float = 0.0  # seconds per ring step inside a scale-up domain (NVLink, Infinity Fabric)
     out_step_latency: float = 0.0  # seconds per ring step once a ring crosses the NICs
@@ -99,6 +101,16 @@ def stack_scaled(perf: PerfParams, factor: Floats) -> PerfParams:
         return perf
     f = _f(factor)
     return perf.with_values(**{n: np.minimum(1.0, f * _f(getattr(perf, n))) for n in STACK_SCALED})
+
+
+def portable_attention(perf: PerfParams) -> PerfParams:
+    """The card's parameters as a stack whose attention kernel is not written for the card reaches them (a stack's
+    ``attention_kernel = "portable"``, catalogs/stacks.toml): eta_attn -> eta_attn x portable_attention_ratio.
+    H100: FlashAttention-2, PyTorch SDPA's flash backend, reaches 335 TFLOPS causal forward where FlashAttention-3
+    reaches 616 (head dim 128, 16K tokens; Shah et al. 2024): 0.66 x 0.54 = 0.36 of the peak."""
+    if perf.portable_attention_ratio == 1.0:
+        return perf
+    return perf.with_values(attention_efficiency=perf.attention_efficiency * perf.portable_attention_ratio)
 
 
 def tile_quantisation(m: ArrayLike, n: ArrayLike, perf: PerfParams) -> FloatArray:

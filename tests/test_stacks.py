@@ -62,7 +62,9 @@ def test_every_stack_key_sets_its_profile_field_and_needs_a_source():
     profile = {f.name: f for f in fields(StackProfile)}
     assert KEYS == tuple(f.name for f in fields(StackKeys)) and set(KEYS) == set(profile) - {"name"}
     assert set(KEYS) - set(SOURCED) == {"display", "sources"}
-    assert OPTIONAL == ("dp_bucket_per_rank", "residual_sigma", "kernel_efficiency")
+    assert OPTIONAL == ("dp_bucket_per_rank", "residual_sigma", "kernel_efficiency", "attention_kernel")
+    assert spec(next(f for f in fields(StackKeys) if f.name == "attention_kernel")).default == profile[
+        "attention_kernel"].default == "native"
     assert spec(next(f for f in fields(StackKeys) if f.name == "residual_sigma")).default == profile[
         "residual_sigma"].default
     assert stack_profile("torchtitan").dp_bucket_per_rank == profile["dp_bucket_per_rank"].default == 0.0

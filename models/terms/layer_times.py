@@ -17,7 +17,7 @@ from tpopt.models import comm, context, memory, moe, ops, steptime
 from tpopt.models.arch import attention_flops_per_token, flops_per_token
 from tpopt.models.numeric import FloatArray, Floats
 from tpopt.models.plan import Scenario
-from tpopt.models.roofline import PerfParams, stack_scaled
+from tpopt.models.roofline import PerfParams, portable_attention, stack_scaled
 from tpopt.models.terms.shapes import (
     _f,
     cp_imbalance,
@@ -46,7 +46,10 @@ def rates(sc: Scenario, acc: str) -> steptime.Rates:
     A = sysm.acc
     rec = memory.recipe(sc.task.precision)
     peak = A.peak_fp16 if rec.matrix == "fp16" and A.peak_fp16 > 0 else A.peak_flops
-    perf = stack_scaled(cast(PerfParams, sysm.perf), sc.stack.kernel_efficiency)  # the stack's kernels
+    perf = cast(PerfParams, sysm.perf)
+    if sc.stack.attention_kernel == "portable":  # an attention kernel not written for the card
+        perf = portable_attention(perf)
+    perf = stack_scaled(perf, sc.stack.kernel_efficiency)  # the stack's kernels
     low = {"fp8": (A.peak_fp8, perf.fp8_gemm_ratio, sc.stack.fp8_recipe if sc.stack.fp8_recipe in
                    ("current", "delayed") else "current"),
            "mxfp8": (A.peak_fp8, perf.fp8_gemm_ratio, "mxfp8"),
