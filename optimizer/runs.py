@@ -27,6 +27,10 @@ Columns (others are ignored; ``#`` starts a comment line):
   ``sequence_parallel`` (false, true for the selective column), ``tp_overlap`` (0: Megatron-LM of
   2021-22 does not overlap TP collectives), ``dp_overlap`` (0: its gradient all-reduce runs after the
   backward), ``recompute`` (full);
+* the stack's recipe for the row's model, card and precision (catalogs/recipes.toml, :func:`row_moe`): its MoE
+  dispatcher and all-to-all overlap where the ``--scenario`` states no [moe] value, its attention backend where
+  neither the row nor the scenario states one, and its selective recompute where the row's recompute is "not
+  stated (recipe default)"; the run's ``extra["recipe"]`` says which applied;
 * published memory for comparison: ``weights_optimizer_gib``, ``activations_gib_tp_no_recompute``,
   ``activations_gib_sp_selective`` (GiB per GPU).
 """
