@@ -19,6 +19,7 @@ from typing import Any
 
 from tpopt.catalogs import Catalog, build_model, load_catalog, model_from_hf_config, read_text_capped
 from tpopt.catalogs.market import check_date, parse_power
+from tpopt.catalogs.recipes import Recipe, find_recipe
 from tpopt.catalogs.schema import (
     CARD_KEYS,
     DEFAULT_SAVE_INTERVAL,
@@ -208,7 +209,10 @@ def build_scenario(raw: dict[str, Any], catalog: Catalog | None = None) -> Scena
     rel = _reliability(ck, read_table(StragglerKeys, raw.get("stragglers", {}), "stragglers."))
     se = raw.get("search", {})
     space = _search_space(se, raw.get("checkpoint", {}), mem, systems)
-    moe_opts, moe_domains = _moe_inputs(raw.get("moe", {}), model, se, stack)
+    recipe = find_recipe(stack.name, model.name, tuple(systems), task.precision) if model.moe else None
+    if recipe is not None and recipe.flash_attention() is not None and "flash_attention" not in raw.get("memory", {}):
+        mem = replace(mem, flash_attention=bool(recipe.flash_attention()))  # the recipe's attention backend
+    moe_opts, moe_domains = _moe_inputs(raw.get("moe", {}), model, se, stack, recipe)
     space = replace(space, **moe_domains)
     if stage_tables and task.confidence is not None:
         raise InputError("schedule.confidence applies to one training stage: the finish-time distribution of "
@@ -440,9 +444,11 @@ def _schedules(names: tuple[str, ...], virtual_stages: tuple[int, ...] | None) -
 
 
 def _moe_inputs(mt: dict[str, Any], model: ModelArch, se: dict[str, Any],
-                stack: StackProfile | None = None) -> tuple[MoeOptions, dict[str, Any]]:
+                stack: StackProfile | None = None, recipe: Recipe | None = None) -> tuple[MoeOptions, dict[str, Any]]:
     """[moe] routing assumptions and the [search] domains of ep, expert_tp and capacity_factor; the
-    dispatcher and the all-to-all overlap the scenario does not state are the stack's (moe.stack_defaults).
+    dispatcher and the all-to-all overlap the scenario does not state are the stack's recipe's for the model
+    and card (catalogs/recipes.toml: ``recipe``, stated in the report as MoeOptions.recipe), else the stack's
+    (moe.stack_defaults).
 
     Defaults: ep = every power of two dividing the routed experts (1 for a dense model), expert_tp = 0
     (the same as tp), capacity_factor = none (dropless). EP values that do not divide the experts, and
@@ -456,7 +462,10 @@ def _moe_inputs(mt: dict[str, Any], model: ModelArch, se: dict[str, Any],
             raise InputError(f"search.{given[0]} applies to mixture-of-experts models; {model.name} is dense")
         return MoeOptions(), {"ep": (1,), "expert_tp": (0,), "capacity_factor": (0.0,)}
     implied = moe_stack_defaults(stack.moe_dispatcher, stack.moe_a2a_overlap) if stack is not None else {}
-    opts = MoeOptions(**targets(read_table(MoeKeys, {**implied, **mt}, "moe.")))
+    from_recipe = {k: v for k, v in (recipe.moe_settings() if recipe is not None else {}).items() if k not in mt}
+    opts = MoeOptions(**targets(read_table(MoeKeys, {**implied, **from_recipe, **mt}, "moe.")))
+    if recipe is not None and from_recipe:
+        opts = replace(opts, recipe=recipe.assumption(recompute=False))
     d = read_table(MoeSearchKeys, se, "search.", model)
     E = model.experts
     ep = d.ep or tuple(e for e in (2 ** i for i in range(E.bit_length())) if E % e == 0)

@@ -248,6 +248,9 @@ class MoeOptions:
     a2a_overlap: str = "auto"
     dispatcher: str = "direct"
     node_limit: int = 0
+    #: the framework recipe that supplied settings the scenario left unstated (catalogs/recipes.toml), as the
+    #: report states it; empty: none applied
+    recipe: str = field(default="", compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -187,6 +187,8 @@ def footing(sc: Scenario, plan: dict[str, Any], step_s: float, memory: float | N
                  "switch": f"hardware.efficiency = {sysm.efficiency:g} stated; without it the per-operation "
                            "model runs"}
     value = mfu(sc, plan, step_s)
+    if sc.moe.recipe:  # a framework recipe supplied settings the scenario left unstated (catalogs/recipes.toml)
+        model["recipe"] = sc.moe.recipe
     return {**model, "mfu": value, "mfu_convention": MFU_CONVENTION.format(peak=peak_name),
             "stack": stack_of(sc), "parameters": parameters(sc, plan), "price": price(sc, plan["accelerator"]),
             "evidence": evidence(sc, plan, step_s, memory)}

@@ -27,6 +27,10 @@ Columns (others are ignored; ``#`` starts a comment line):
   ``sequence_parallel`` (false, true for the selective column), ``tp_overlap`` (0: Megatron-LM of
   2021-22 does not overlap TP collectives), ``dp_overlap`` (0: its gradient all-reduce runs after the
   backward), ``recompute`` (full);
+* the stack's recipe for the row's model, card and precision (catalogs/recipes.toml, :func:`row_moe`): its MoE
+  dispatcher and all-to-all overlap where the ``--scenario`` states no [moe] value, its attention backend where
+  neither the row nor the scenario states one, and its selective recompute where the row's recompute is "not
+  stated (recipe default)"; the run's ``extra["recipe"]`` says which applied;
 * published memory for comparison: ``weights_optimizer_gib``, ``activations_gib_tp_no_recompute``,
   ``activations_gib_sp_selective`` (GiB per GPU).
 """
@@ -43,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from tpopt.catalogs import Catalog, load_catalog, read_text_capped
+from tpopt.catalogs.recipes import Recipe, find_recipe
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.catalogs.stacks import DEFAULT_STACK, stack_profile
 from tpopt.catalogs.tables import csv_rows
@@ -379,7 +384,12 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         mem = dict(raw.get("memory", {}))
         mem.pop("activation_reserve", None)
         mem["dropout"] = _flag(row, "dropout", defaults["dropout"], where)
-        mem["flash_attention"] = _flag(row, "flash_attention", defaults["flash_attention"], where)
+        mname = arch.name if arch is not None else str(raw["model"].get("name", ""))
+        recipe = find_recipe(defaults["stack"], mname, (acc,), raw["task"]["precision"])
+        attention = recipe.flash_attention() if recipe is not None else None
+        if attention is None or "flash_attention" in (base_raw or {}).get("memory", {}):
+            attention = defaults["flash_attention"]
+        mem["flash_attention"] = _flag(row, "flash_attention", attention, where)
         mem.setdefault("prefetch", stack_profile(defaults["stack"]).fsdp_prefetch)  # ZeRO-3 units gathered ahead
         raw["memory"] = mem
         raw["comm"] = {"tp_overlap": _overlap_value(stated.get("tp_overlap", defaults["tp_overlap"])),
@@ -389,8 +399,9 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         raw.pop("search", None)
         raw.pop("sweep", None)
         sc = build_scenario(raw, cat) if arch is None else _with_model(raw, cat, arch)
-        if sc.model.moe and routing and "moe" not in raw:  # the table's routing statement, for its MoE rows
-            raw["moe"] = dict(routing)
+        implied = row_moe(sc.model.moe, routing, recipe, (base_raw or {}).get("moe"))
+        if implied:  # the table's routing statement and the stack's recipe, for its MoE rows
+            raw["moe"] = {**implied, **raw.get("moe", {})}
             sc = build_scenario(raw, cat) if arch is None else _with_model(raw, cat, arch)
         dp = gpus // (tp * cp * pp)
         if dp * tp * cp * pp != gpus or batch % dp:
@@ -417,6 +428,8 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         # one is the run's, an absent column the table's stack default
         recs = recompute_options(defaults["stack"], sc.model, rec) if cells["recompute"].startswith("not stated") \
             else (rec,)
+        if cells["recompute"].startswith("not stated") and recipe is not None and recipe.recompute() is not None:
+            recs = (str(recipe.recompute()),)  # the recipe's own selective recompute (catalogs/recipes.toml)
 
         plans = partial(_row_plans, acc, gpus, zero, tp, pp, cands, cp, ep, etp)  # (recompute, seq. par.) -> plans
         pairs = []
@@ -440,7 +453,23 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
                     gpus * _num(row, "measured_tflops_per_gpu", where) * 1e12)
             pairs.append((name, tuple(p for r in recs for p in plans(r, sp)), t))
         for run_name, ps, t in pairs:
-            out.append(MeasuredRun(run_name, sc, ps, t, table=table, extra=dict(memory, row=row)))
+            extra: dict[str, Any] = dict(memory, row=row)
+            if recipe is not None:
+                extra["recipe"] = recipe.assumption()
+            out.append(MeasuredRun(run_name, sc, ps, t, table=table, extra=extra))
+    return out
+
+
+def row_moe(moe: bool, routing: dict[str, float], recipe: Recipe | None,
+            stated: dict[str, Any] | None) -> dict[str, Any]:
+    """[moe] keys a MoE row takes from its table and its stack's recipe: the table's ``# moe.KEY`` routing
+    (when the ``--scenario`` has no [moe] table) and the recipe's dispatcher and all-to-all overlap
+    (Recipe.moe_settings) where the scenario states neither; nothing for a dense model."""
+    if not moe:
+        return {}
+    out: dict[str, Any] = dict(routing) if stated is None else {}
+    if recipe is not None:
+        out.update({k: v for k, v in recipe.moe_settings().items() if k not in (stated or {})})
     return out
 
 

@@ -1,0 +1,178 @@
+"""Framework recipes (catalogs/recipes.toml): the settings a published recipe of a software stack runs for a model
+family (token dispatcher, EP all-to-all overlap, shared-expert overlap, attention backend, selective recompute),
+each with its source. Public accessors: :func:`find_recipe` (the entry that applies to a stack, model, cards and
+precision), :func:`recipes` (all entries of a stack); :class:`Recipe` says what an entry implies for a scenario's
+[moe] and [memory] tables (:meth:`Recipe.moe_settings`, :meth:`Recipe.flash_attention`) and for a measured row's
+recompute (:meth:`Recipe.recompute`), and states itself as an assumption (:meth:`Recipe.assumption`)."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from tpopt.catalogs.stacks import stack_names
+from tpopt.catalogs.tables import read_text_capped
+from tpopt.errors import InputError
+from tpopt.models import memory
+from tpopt.models.moe import STACK_DISPATCHERS
+from tpopt.models.moe import stack_defaults as moe_stack_defaults
+
+RECIPES_FILE = Path(__file__).resolve().parent / "recipes.toml"
+ATTENTION = {"fused": True, "unfused": False}
+"""Attention backends of a recipe -> [memory] flash_attention (fused: no S x S scores kept)."""
+SETTINGS = ("moe_dispatcher", "moe_a2a_overlap", "moe_shared_expert_overlap", "attention", "recompute_modules")
+MATCH_KEYS = ("name", "models", "accelerators", "precisions", "sources")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One entry of recipes.toml: where it applies (model, card and precision patterns) and the settings it
+    states (None: the stack's default)."""
+
+    stack: str
+    name: str
+    models: tuple[str, ...]
+    accelerators: tuple[str, ...] = ()
+    precisions: tuple[str, ...] = ()
+    moe_dispatcher: str | None = None
+    moe_a2a_overlap: bool | None = None
+    moe_shared_expert_overlap: bool | None = None
+    attention: str | None = None
+    recompute_modules: tuple[str, ...] | None = None
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def matches(self, model: str, accelerators: Iterable[str], precision: str) -> bool:
+        """Whether the entry applies: the model matches one of ``models``, every card one of ``accelerators``
+        (absent: any) and the precision one of ``precisions`` (absent: any)."""
+        cards = tuple(accelerators)
+        return (any(fnmatchcase(model, p) for p in self.models)
+                and (not self.accelerators or (bool(cards) and all(
+                    any(fnmatchcase(c, p) for p in self.accelerators) for c in cards)))
+                and (not self.precisions or precision in self.precisions))
+
+    def moe_settings(self) -> dict[str, str]:
+        """The [moe] keys the recipe implies (dispatcher, a2a_overlap in tpopt's names; moe.stack_defaults):
+        only those it states."""
+        mapped = moe_stack_defaults(self.moe_dispatcher or "alltoall", "all" if self.moe_a2a_overlap else "none")
+        out = {}
+        if self.moe_dispatcher is not None:
+            out["dispatcher"] = mapped["dispatcher"]
+        if self.moe_a2a_overlap is not None:
+            out["a2a_overlap"] = mapped["a2a_overlap"]
+        return out
+
+    def flash_attention(self) -> bool | None:
+        """[memory] flash_attention the recipe implies (None: not stated)."""
+        return None if self.attention is None else ATTENTION[self.attention]
+
+    def recompute(self) -> str | None:
+        """The recipe's selective recompute in tpopt's groups (memory.parse_recompute; [] = none), None if
+        unstated."""
+        if self.recompute_modules is None:
+            return None
+        return memory.parse_recompute(list(self.recompute_modules)) if self.recompute_modules else "none"
+
+    def assumption(self, recompute: bool = True) -> str:
+        """One line for the report: the recipe's name and the settings it supplies (without ``recompute``:
+        a scenario's recompute stays a plan choice, the recipe's is not imposed)."""
+        parts = []
+        if self.moe_dispatcher is not None:
+            parts.append(f"{self.moe_dispatcher} dispatcher")
+        if self.moe_a2a_overlap is not None:
+            parts.append("EP all-to-all overlapped" if self.moe_a2a_overlap else "EP all-to-all not overlapped")
+        if self.moe_shared_expert_overlap is not None:
+            parts.append("shared experts overlapped" if self.moe_shared_expert_overlap else "no shared-expert overlap")
+        if self.attention is not None:
+            parts.append(f"{self.attention} attention")
+        if recompute and self.recompute_modules is not None:
+            parts.append(f"recompute {'+'.join(self.recompute_modules) or 'none'}")
+        return f"{self.name} recipe: {', '.join(parts)} (catalogs/recipes.toml; where the scenario states none)"
+
+
+def _names(value: Any, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise InputError(f"{what} must be a list of names")
+    return tuple(value)
+
+
+def _flag(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(f"{what} must be true or false, got {value!r}")
+    return value
+
+
+def build_recipe(stack: str, t: Any, where: str) -> Recipe:
+    """One entry from its TOML table: known keys only, ``name`` and ``models`` required, every stated setting
+    with a source in ``sources``."""
+    if not isinstance(t, dict):
+        raise InputError(f"{where} must be a table")
+    unknown = sorted(set(t) - set(SETTINGS) - set(MATCH_KEYS))
+    if unknown:
+        raise InputError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(MATCH_KEYS + SETTINGS)})")
+    if not isinstance(t.get("name"), str) or not t["name"]:
+        raise InputError(f"{where}: name must be a non-empty text")
+    where = f"{where} ({t['name']})"
+    src = t.get("sources", {})
+    if not isinstance(src, dict) or not all(isinstance(v, str) and v for v in src.values()):
+        raise InputError(f"{where}: sources must be a table of texts")
+    unsourced = [k for k in SETTINGS if k in t and k not in src]
+    if unsourced:
+        raise InputError(f"{where}: no source for {', '.join(unsourced)}")
+    disp = t.get("moe_dispatcher")
+    if disp is not None and disp not in STACK_DISPATCHERS:
+        raise InputError(f"{where}: moe_dispatcher must be one of {', '.join(STACK_DISPATCHERS)}, got {disp!r}")
+    att = t.get("attention")
+    if att is not None and att not in ATTENTION:
+        raise InputError(f"{where}: attention must be fused or unfused, got {att!r}")
+    shared = _flag(t["moe_shared_expert_overlap"], f"{where}: moe_shared_expert_overlap") \
+        if "moe_shared_expert_overlap" in t else None
+    if shared:
+        raise InputError(f"{where}: moe_shared_expert_overlap = true is not modelled (tpopt runs the shared experts "
+                         "exposed); state false or leave it out")
+    rec = _names(t["recompute_modules"], f"{where}: recompute_modules") if "recompute_modules" in t and \
+        t["recompute_modules"] != [] else (() if "recompute_modules" in t else None)
+    r = Recipe(stack=stack, name=t["name"], models=_names(t.get("models"), f"{where}: models"),
+               accelerators=_names(t.get("accelerators", []), f"{where}: accelerators"),
+               precisions=_names(t.get("precisions", []), f"{where}: precisions"),
+               moe_dispatcher=disp,
+               moe_a2a_overlap=_flag(t["moe_a2a_overlap"], f"{where}: moe_a2a_overlap")
+               if "moe_a2a_overlap" in t else None,
+               moe_shared_expert_overlap=shared, attention=att, recompute_modules=rec, sources=dict(src))
+    if not r.models:
+        raise InputError(f"{where}: models must name at least one model")
+    r.recompute()  # unknown module names -> one clear error now
+    return r
+
+
+@cache
+def _builtin() -> dict[str, tuple[Recipe, ...]]:
+    try:
+        data = tomllib.loads(read_text_capped(RECIPES_FILE, "catalog file"))
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{RECIPES_FILE}: malformed TOML ({exc})") from None
+    known = stack_names()
+    out = {}
+    for stack, entries in data.items():
+        if stack not in known:
+            raise InputError(f"recipes.toml: unknown stack {stack!r} (known: {', '.join(known)})")
+        if not isinstance(entries, list):
+            raise InputError(f"recipes.toml: [{stack}] must be an array of tables ([[{stack}]])")
+        out[stack] = tuple(build_recipe(stack, t, f"recipes.toml [[{stack}]] #{i + 1}") for i, t in enumerate(entries))
+    return out
+
+
+def recipes(stack: str) -> tuple[Recipe, ...]:
+    """The recipes of a stack, in file order (none for a stack without entries)."""
+    return _builtin().get(stack, ())
+
+
+def find_recipe(stack: str, model: str, accelerators: Iterable[str], precision: str) -> Recipe | None:
+    """The first recipe of ``stack`` that applies to the model, every card and the precision (Recipe.matches);
+    None when none does (the stack's defaults apply)."""
+    cards = tuple(accelerators)
+    return next((r for r in recipes(stack) if r.matches(model, cards, precision)), None)
