@@ -10,7 +10,20 @@ from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tpopt.catalogs.declare import FLAG, SOURCES, TEXT, Kind, duration, fraction, key, read_entry, size, spec, whole
+from tpopt.catalogs.declare import (
+    FLAG,
+    SOURCES,
+    TEXT,
+    Kind,
+    duration,
+    fraction,
+    key,
+    number,
+    read_entry,
+    size,
+    spec,
+    whole,
+)
 from tpopt.catalogs.tables import check_keys, read_text_capped
 from tpopt.errors import InputError
 from tpopt.models.hardware import StackProfile
@@ -107,6 +120,9 @@ class StackKeys:
     kernel_efficiency: float = key(Kind(_kernel_efficiency, "factor in (0, 2]", sep=": "), 1.0, source=True,
                                    help="the stack's kernels against the reference stack's: scales the card's "
                                         "GEMM, attention and memory-bound efficiencies")
+    loss_bytes_per_logit: float = key(number(allow_zero=False, maximum=64.0), 4.0, source=True,
+                                      help="bytes per logit the loss holds at its peak on the last stage "
+                                           "(4: a fused FP32 cross-entropy)")
     sources: dict[str, str] = key(SOURCES, required=True, help="the source of every value, by key")
 
     #: The values checked before the others (the order of the hand-written reader this replaced).
@@ -116,7 +132,8 @@ class StackKeys:
 KEYS = tuple(f.name for f in fields(StackKeys))
 OPTIONAL = tuple(f.name for f in fields(StackKeys) if not spec(f).required)
 """Keys a profile may leave out: residual_sigma (none: a card's own sigma applies on the stack alone),
-dp_bucket_per_rank (none: a fixed bucket) and kernel_efficiency (1: the reference stack's kernels)."""
+dp_bucket_per_rank (none: a fixed bucket), kernel_efficiency (1: the reference stack's kernels) and
+loss_bytes_per_logit (4: a fused FP32 cross-entropy)."""
 SOURCED = tuple(f.name for f in fields(StackKeys) if spec(f).source)
 
 

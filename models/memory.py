@@ -473,11 +473,24 @@ def mla_up_params(a: ModelArch) -> int:
     return q + a.kv_lora_rank * a.heads * (a.qk_nope_dim + a.v_head_dim)
 
 
+FUSED_LOSS_BYTES_PER_LOGIT = 4.0
+"""A fused (vocab-parallel) cross-entropy holds one FP32 buffer of the logits at its peak: Megatron-Core's
+vocab_parallel_cross_entropy computes the softmax in place in the FP32 logits and keeps them as the gradient."""
+
+EAGER_LOSS_BYTES_PER_LOGIT = 4.0 + 4.0 + 4.0
+"""An unfused eager ``cross_entropy(logits.float(), labels)`` (torchtitan's loss): at the peak of its backward
+the saved FP32 log-softmax output (4 B), the FP32 gradient nll_loss hands to log_softmax's backward (4 B) and
+the FP32 gradient log_softmax's backward writes (4 B) are live together; the BF16 logits are freed before the
+backward (``del pred``), their forward peak is 2 + 4 + 4 = 10 B (BF16 logits, the FP32 copy, its log-softmax)."""
+
+
 def logits_bytes(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, tp: ArrayLike,
-                 loss_chunks: float = 1) -> FloatArray:
-    """Loss workspace on the last stage: FP32 logits s x b x V / tp, divided by loss chunks."""
+                 loss_chunks: float = 1, bytes_per_logit: float = FUSED_LOSS_BYTES_PER_LOGIT) -> FloatArray:
+    """Loss workspace on the last stage: s x b x V / tp logits x the bytes per logit the stack's loss holds at
+    its peak (4: a fused FP32 cross-entropy; 12: an eager unfused one, :data:`EAGER_LOSS_BYTES_PER_LOGIT`),
+    divided by loss chunks. Llama 3 (V = 128,256), 32,768 tokens: 15.7 GiB fused, 47.0 GiB eager."""
     workspace: FloatArray = (np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float) * a.vocab
-                             * 4.0 / np.asarray(tp, dtype=float) / loss_chunks)
+                             * bytes_per_logit / np.asarray(tp, dtype=float) / loss_chunks)
     return workspace
 
 

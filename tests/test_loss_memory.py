@@ -1,0 +1,65 @@
+"""The loss's logits at the last stage, as the stack computes it (issue 35, item 4: memory with the stack's buffers).
+
+Megatron-Core's fused vocab-parallel cross-entropy keeps one FP32 buffer of the logits (4 B per logit: the softmax is
+computed in place and becomes the gradient). torchtitan's loss is ``cross_entropy(pred.float(), labels)``, eager and
+unfused (pytorch/torchtitan torchtitan/components/loss.py; at 9dec370, the Dec 2024 benchmarks, not compiled even
+with training.compile). Its backward peak, counted tensor by tensor from autograd's rules:
+
+- log_softmax saves its FP32 output for the backward:                                  4 B
+- nll_loss's backward writes a dense FP32 gradient of that output:                      4 B
+- log_softmax's backward writes the FP32 gradient of its input while both are live:      4 B
+  (the BF16 logits were freed before the backward: the train step's ``del pred``)  -> 12 B per logit.
+
+Llama 3 8B (V = 128,256), one 32,768-token sequence per card: 32,768 x 128,256 x 12 B = 47.0 GiB against the fused
+loss's 15.7 GiB, a difference of 8 B per logit, 31.3 GiB; the published peak of that run (torchtitan
+benchmarks/llama3_h100_202412_torchtitan.md Table 2, FSDP 8, CP 1) is 83.9 GiB, reserved.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tpopt.catalogs import load_catalog
+from tpopt.catalogs.scenario import build_scenario
+from tpopt.catalogs.stacks import stack_profile
+from tpopt.models import memory
+from tpopt.models import terms as T
+from tpopt.models.arch import ModelArch
+from tpopt.models.units import GIB
+
+CAT = load_catalog()
+EAGER = 4.0 + 4.0 + 4.0  # saved log-softmax output, nll_loss's gradient, log_softmax's input gradient (FP32 each)
+FUSED = 4.0  # one FP32 logits buffer, the softmax in place
+
+
+def scenario(stack: str, seq_len: int = 32768):
+    raw = {"model": {"name": "llama3-8b"}, "task": {"tokens": "5B", "seq_len": seq_len, "global_batch": 8},
+           "schedule": {"deadline": "600d"}, "hardware": {"accelerator": "h100-sxm", "stack": stack}}
+    return build_scenario(raw, CAT)
+
+
+def test_stacks_state_the_bytes_their_loss_holds():
+    assert stack_profile("torchtitan").loss_bytes_per_logit == EAGER
+    assert stack_profile("torchtitan-compile").loss_bytes_per_logit == EAGER  # the loss stayed eager at 9dec370
+    assert stack_profile("megatron-core").loss_bytes_per_logit == FUSED
+    assert memory.EAGER_LOSS_BYTES_PER_LOGIT == EAGER and memory.FUSED_LOSS_BYTES_PER_LOGIT == FUSED
+
+
+def test_llama3_8b_logits_at_32k_tokens():
+    a: ModelArch = scenario("torchtitan").model
+    assert a.vocab == 128256
+    logits = 32768 * 128256
+    assert float(memory.logits_bytes(a, 32768, 1, 1, bytes_per_logit=EAGER)) / GIB == pytest.approx(
+        logits * 12 / 2**30, rel=1e-12)
+    assert logits * 12 / 2**30 == pytest.approx(46.97, abs=0.01)
+    assert float(memory.logits_bytes(a, 32768, 1, 1)) / GIB == pytest.approx(15.66, abs=0.01)
+
+
+@pytest.mark.parametrize("tp", [1, 8])
+def test_the_stack_sets_the_last_stage_buffer(tp):
+    """Same plan, two stacks: the last stage's buffers differ by (12 - 4) B x s b V / tp and by nothing else
+    (the vocab-parallel loss splits the logits by tp on both stacks)."""
+    kw = dict(zero=3, tp=tp, cp=1, pp=1, mb=1, stage="last")
+    titan = float(T.temporary(scenario("torchtitan"), **kw))
+    mcore = float(T.temporary(scenario("megatron-core"), **kw))
+    assert titan - mcore == pytest.approx((EAGER - FUSED) * 32768 * 128256 / tp, rel=1e-9)
