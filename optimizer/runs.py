@@ -52,7 +52,7 @@ from tpopt.models import terms as T
 from tpopt.models.arch import ModelArch
 from tpopt.models.evaluate import resolve_plan, with_plan_options
 from tpopt.models.plan import Plan, Scenario, schedule_name
-from tpopt.models.units import GIB
+from tpopt.models.units import GIB, parse_number
 from tpopt.optimizer.calibrate import MeasuredRun
 
 DEFAULT_ACCELERATOR = "a100-80gb-sxm"
@@ -135,6 +135,41 @@ def table_run_stacks(path: str | Path) -> dict[str, str]:
             stack_profile(value.strip())  # unknown -> one clear error
             out.update(dict.fromkeys(re.split(r"[\s,]+", names.strip()), value.strip()))
     return out
+
+
+def table_run_recompute(path: str | Path) -> dict[str, str]:
+    """Recompute a table states for named runs in ``# recompute.RUN RUN ... = NAME`` comment lines (e.g. the
+    torchtitan runs whose "selective activation checkpointing" is its per-op policy: ``# recompute.T1 T2 = op``);
+    they replace the row's recompute cell."""
+    out: dict[str, str] = {}
+    for ln in read_text_capped(Path(path), "runs file").splitlines():
+        t = ln.strip()
+        if t.startswith("#") and t[1:].strip().startswith("recompute."):
+            names, _, value = t[1:].strip()[len("recompute."):].partition("=")
+            memory.parse_recompute(value.strip())  # unknown -> one clear error
+            out.update(dict.fromkeys(re.split(r"[\s,]+", names.strip()), value.strip()))
+    return out
+
+
+def table_run_memory(path: str | Path) -> dict[str, dict[str, float]]:
+    """[memory] numbers a table states for named runs in ``# memory.RUN RUN ... = KEY=NUMBER`` comment lines (e.g.
+    the torchtitan runs whose loss ran eager: ``# memory.T2 T3 = loss_bytes_per_logit=12``)."""
+    out: dict[str, dict[str, float]] = {}
+    for ln in read_text_capped(Path(path), "runs file").splitlines():
+        t = ln.strip()
+        if t.startswith("#") and t[1:].strip().startswith("memory."):
+            names, _, setting = t[1:].strip()[len("memory."):].partition("=")
+            k, _, v = setting.partition("=")
+            if k.strip() not in MEMORY_RUN_KEYS:
+                raise InputError(f"{Path(path).name}: '# memory.' sets {', '.join(MEMORY_RUN_KEYS)}, not {k.strip()!r}")
+            value = parse_number(v.strip(), f"{Path(path).name}: memory.{k.strip()}", allow_zero=False)
+            for n in re.split(r"[\s,]+", names.strip()):
+                out.setdefault(n, {})[k.strip()] = value
+    return out
+
+
+MEMORY_RUN_KEYS = ("loss_bytes_per_logit",)
+"""[memory] keys a table's ``# memory.RUN ... = KEY=NUMBER`` line may set (:func:`table_run_memory`)."""
 
 
 def table_stack(path: str | Path) -> str:
@@ -332,6 +367,8 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
     routing = table_moe(path)
     notes = table_notes(path)
     run_stacks = table_run_stacks(path)
+    run_recompute = table_run_recompute(path)
+    run_memory = table_run_memory(path)
     out = []
     for i, row in enumerate(read_rows(path)):
         name = (row.get("run") or f"{table}-{i + 1}").strip()
@@ -354,6 +391,8 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         defaults = _stack_defaults(base_raw, own if base_raw is None else stack)
         cells = {k: str(row.get(k) or "").strip().lower() for k in STACK}
         stated = {k: v for k, v in cells.items() if not unstated(v)}
+        if name in run_recompute:
+            stated["recompute"] = run_recompute[name]
         if "precision" in stated:
             stated["precision"] = PRECISIONS.get(stated["precision"], stated["precision"])
         seq = _num(row, "seq_len", where, int, raw.get("task", {}).get("seq_len") or None)
@@ -381,6 +420,7 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         mem["dropout"] = _flag(row, "dropout", defaults["dropout"], where)
         mem["flash_attention"] = _flag(row, "flash_attention", defaults["flash_attention"], where)
         mem.setdefault("prefetch", stack_profile(defaults["stack"]).fsdp_prefetch)  # ZeRO-3 units gathered ahead
+        mem.update(run_memory.get(name, {}))
         raw["memory"] = mem
         raw["comm"] = {"tp_overlap": _overlap_value(stated.get("tp_overlap", defaults["tp_overlap"])),
                        "dp_overlap": _overlap_value(stated.get("dp_overlap", defaults["dp_overlap"]))}

@@ -3,7 +3,8 @@
 Megatron-Core's fused vocab-parallel cross-entropy keeps one FP32 buffer of the logits (4 B per logit: the softmax is
 computed in place and becomes the gradient). torchtitan's loss is ``cross_entropy(pred.float(), labels)``, eager and
 unfused (pytorch/torchtitan torchtitan/components/loss.py; at 9dec370, the Dec 2024 benchmarks, not compiled even
-with training.compile). Its backward peak, counted tensor by tensor from autograd's rules:
+with training.compile; compiled under training.compile since 2025-04: about 2 + 2 B, the BF16 logits and their
+BF16 gradient). Its backward peak, counted tensor by tensor from autograd's rules:
 
 - log_softmax saves its FP32 output for the backward:                                  4 B
 - nll_loss's backward writes a dense FP32 gradient of that output:                      4 B
@@ -30,6 +31,7 @@ from tpopt.models.units import GIB
 CAT = load_catalog()
 EAGER = 4.0 + 4.0 + 4.0  # saved log-softmax output, nll_loss's gradient, log_softmax's input gradient (FP32 each)
 FUSED = 4.0  # one FP32 logits buffer, the softmax in place
+COMPILED = 2.0 + 2.0  # torch.compile'd loss: the BF16 logits kept for the backward and their BF16 gradient
 
 
 def scenario(stack: str, seq_len: int = 32768):
@@ -40,9 +42,10 @@ def scenario(stack: str, seq_len: int = 32768):
 
 def test_stacks_state_the_bytes_their_loss_holds():
     assert stack_profile("torchtitan").loss_bytes_per_logit == EAGER
-    assert stack_profile("torchtitan-compile").loss_bytes_per_logit == EAGER  # the loss stayed eager at 9dec370
+    assert stack_profile("torchtitan-compile").loss_bytes_per_logit == COMPILED  # the loss compiled since 2025-04
     assert stack_profile("megatron-core").loss_bytes_per_logit == FUSED
     assert memory.EAGER_LOSS_BYTES_PER_LOGIT == EAGER and memory.FUSED_LOSS_BYTES_PER_LOGIT == FUSED
+    assert memory.COMPILED_LOSS_BYTES_PER_LOGIT == COMPILED
 
 
 def test_llama3_8b_logits_at_32k_tokens():
@@ -63,3 +66,25 @@ def test_the_stack_sets_the_last_stage_buffer(tp):
     titan = float(T.temporary(scenario("torchtitan"), **kw))
     mcore = float(T.temporary(scenario("megatron-core"), **kw))
     assert titan - mcore == pytest.approx((EAGER - FUSED) * 32768 * 128256 / tp, rel=1e-9)
+
+
+def test_a_scenario_states_its_own_loss():
+    """[memory] loss_bytes_per_logit replaces the stack's (the published Dec 2024 runs of the compiled stack)."""
+    raw = {"model": {"name": "llama3-8b"}, "task": {"tokens": "5B", "seq_len": 8192, "global_batch": 8},
+           "schedule": {"deadline": "600d"}, "hardware": {"accelerator": "h100-sxm", "stack": "torchtitan-compile"},
+           "memory": {"loss_bytes_per_logit": 12}}
+    own = build_scenario(raw, CAT)
+    assert own.loss_bytes_per_logit() == EAGER and scenario("torchtitan-compile").loss_bytes_per_logit() == COMPILED
+    kw = dict(zero=3, tp=1, cp=1, pp=1, mb=2, stage="last")
+    plain = build_scenario({**raw, "memory": {}}, CAT)
+    assert float(T.temporary(own, **kw)) - float(T.temporary(plain, **kw)) == pytest.approx(
+        (EAGER - COMPILED) * 2 * 8192 * 128256, rel=1e-9)
+
+
+def test_the_published_table_states_the_eager_loss_of_the_dec_2024_runs():
+    from tpopt.optimizer.runs import runs_from_csv
+
+    runs = {r.name: r for r in runs_from_csv("benchmarks/data/published-2024-2026.csv", CAT)}
+    assert runs["L1"].scenario.loss_bytes_per_logit() == EAGER  # torchtitan-compile at 9dec370: eager loss
+    assert runs["T1"].scenario.loss_bytes_per_logit() == EAGER  # torchtitan (eager)
+    assert runs["H1"].scenario.loss_bytes_per_logit() == COMPILED  # e7c0cae (2025-06): compiled loss

@@ -424,7 +424,7 @@ def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1
                                    mem.activation_bytes)
     else:
         gather, send = memory.zero3_gather_bytes(a, tp, rec, mem.prefetch), 0.0
-    logits: Floats = memory.logits_bytes(a, s, mb, tp, mem.loss_chunks, sc.stack.loss_bytes_per_logit)
+    logits: Floats = memory.logits_bytes(a, s, mb, tp, mem.loss_chunks, sc.loss_bytes_per_logit())
     if stage in ("first", "middle") and per_op_model(sc):  # class_stages: none of them is the last of pp > 1
         logits = np.where(_f(pp) > 1, 0.0, logits)
     # ZeRO-3 with pp > 1: the stage's weights stay gathered and its unsharded gradients accumulate
