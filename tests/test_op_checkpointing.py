@@ -80,3 +80,23 @@ def test_moe_blocks_are_refused():
            "schedule": {"deadline": "600d"}, "hardware": {"accelerator": "h100-sxm"}}
     with pytest.raises(InputError, match="dense blocks"):
         memory.op_sac_linears(build_scenario(raw, CAT).model)
+
+
+def test_rerun_collectives_under_tensor_parallelism():
+    """torchtitan's policy saves reduce-scatter outputs but no all-gather: with sequence parallelism a block's
+    backward reruns the two all-gathers of its four equal forward collectives, half the forward TP time; the
+    forward itself is unchanged."""
+    from tpopt.models.roofline import PerfParams
+
+    a = llama3_8b()
+    lay = ops.Layout(tp=8.0, micro_batch=1.0, seq_len=8192)
+    r = steptime.Rates(peak=989e12, linear_peak=989e12, hbm=3.35e12, tp_bandwidth=450e9, perf=PerfParams())
+    none = steptime.layer_times(a, lay, r, "none")
+    op = steptime.layer_times(a, lay, r, "op")
+    assert float(op.fwd) == pytest.approx(float(none.fwd))
+    free = steptime.Rates(peak=989e12, linear_peak=989e12, hbm=3.35e12, tp_bandwidth=1e30,
+                          perf=PerfParams(collective_latency=0.0))
+    tp_fwd = float(none.fwd) - float(steptime.layer_times(a, lay, free, "none").fwd)  # the forward collectives
+    assert tp_fwd > 0
+    assert float(op.tp) - float(none.tp) == pytest.approx(0.5 * tp_fwd)
+    assert steptime.op_sac_collective_rerun(True) == 0.5 and steptime.op_sac_collective_rerun(False) == 1.0
