@@ -488,19 +488,25 @@ def recompute_options(stack: str, model: ModelArch, default: str = "none") -> tu
     """The recompute choices a recipe of ``stack`` has for a run that does not state its own, cheapest first:
     the stack's default, none, each selective group of its vocabulary (StackProfile.recompute_modules, in
     tpopt's groups: memory.parse_recompute; modules tpopt has no group for are left out, as are groups the
-    model has no tensors for: mla_up without multi-head latent attention), all those groups together, and
-    full. Among them a row's prediction takes the fastest that fits memory, as tpopt itself would choose."""
+    model has no tensors for: mla_up without multi-head latent attention), all those groups together, the per-op
+    mode of a stack that has one (torchtitan's "op", dense models), and full. Among them a row's prediction takes
+    the fastest that fits memory, as tpopt itself would choose."""
     groups: list[str] = []
+    modes: list[str] = []
     for module in stack_profile(stack).recompute_modules:
         try:
             g = memory.parse_recompute(module)
         except InputError:
             continue  # a stack's own name tpopt has no tensors for (shared_experts, moe, op, layer)
-        if g in ("none", "full") or (g == "mla_up" and model.kv_lora_rank <= 0) or g in groups:
+        if g in ("none", "full") or (g == "mla_up" and model.kv_lora_rank <= 0) or g in groups + modes:
+            continue
+        if g == memory.OP_RECOMPUTE:  # a mode of its own (torchtitan's per-op policy), dense blocks only
+            if not (model.moe or model.kv_lora_rank > 0):
+                modes.append(g)
             continue
         groups.append(g)
     joined = memory.parse_recompute("+".join(groups)) if groups else "none"
-    return tuple(dict.fromkeys([memory.parse_recompute(default), "none", *groups, joined, "full"]))
+    return tuple(dict.fromkeys([memory.parse_recompute(default), "none", *groups, joined, *modes, "full"]))
 
 
 def _schedule_cell(row: dict[str, str], vs: int | None, where: str) -> str:
