@@ -15,10 +15,10 @@ from tpopt.catalogs.declare import (
     SOURCES,
     TEXT,
     Kind,
+    choice,
     duration,
     fraction,
     key,
-    number,
     read_entry,
     size,
     spec,
@@ -27,7 +27,11 @@ from tpopt.catalogs.declare import (
 from tpopt.catalogs.tables import check_keys, read_text_capped
 from tpopt.errors import InputError
 from tpopt.models.hardware import StackProfile
+from tpopt.models.memory import LOSS_KINDS
 from tpopt.models.units import parse_fraction
+
+LOSS_NAMES = tuple(LOSS_KINDS)
+"""The cross-entropy kinds a stack's ``loss`` names (tpopt.models.memory.LOSS_KINDS)."""
 
 STACKS_FILE = Path(__file__).resolve().parent / "stacks.toml"
 DEFAULT_STACK = "megatron-core"
@@ -120,9 +124,9 @@ class StackKeys:
     kernel_efficiency: float = key(Kind(_kernel_efficiency, "factor in (0, 2]", sep=": "), 1.0, source=True,
                                    help="the stack's kernels against the reference stack's: scales the card's "
                                         "GEMM, attention and memory-bound efficiencies")
-    loss_bytes_per_logit: float = key(number(allow_zero=False, maximum=64.0), 4.0, source=True,
-                                      help="bytes per logit the loss holds at its peak on the last stage "
-                                           "(4: a fused FP32 cross-entropy)")
+    loss: str = key(choice(LOSS_NAMES), "fused", source=True,
+                    help="the cross-entropy: fused (4 B per logit), eager (12, 16 under loss parallelism) or "
+                         "compiled (4)")
     sources: dict[str, str] = key(SOURCES, required=True, help="the source of every value, by key")
 
     #: The values checked before the others (the order of the hand-written reader this replaced).
@@ -133,7 +137,7 @@ KEYS = tuple(f.name for f in fields(StackKeys))
 OPTIONAL = tuple(f.name for f in fields(StackKeys) if not spec(f).required)
 """Keys a profile may leave out: residual_sigma (none: a card's own sigma applies on the stack alone),
 dp_bucket_per_rank (none: a fixed bucket), kernel_efficiency (1: the reference stack's kernels) and
-loss_bytes_per_logit (4: a fused FP32 cross-entropy)."""
+loss (fused: a fused FP32 cross-entropy)."""
 SOURCED = tuple(f.name for f in fields(StackKeys) if spec(f).source)
 
 

@@ -577,18 +577,45 @@ def op_sac_saved_tensors(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLik
     ]
 
 
+EAGER_LOSS_PARALLEL_BYTES_PER_LOGIT = 4.0 * 4.0
+"""The same eager loss under PyTorch's loss_parallel (the vocabulary split over TP ranks, torchtitan's default with
+TP): torch/distributed/tensor/parallel/loss.py fuses nll_loss's and log_softmax's backward into
+``(grad_input + torch.exp(x)) * grad_output`` with ``grad_input = torch.zeros_like(x)``: the saved FP32 log-softmax
+output x, the zeros, exp(x) and their sum are live together (the product replaces exp(x)), 4 x 4 B per logit."""
+
 COMPILED_LOSS_BYTES_PER_LOGIT = 2.0 + 2.0
 """The same loss compiled with torch.compile (Inductor fuses the FP32 upcast, the log-softmax and its backward):
-the BF16 logits kept for the backward and their BF16 gradient, no FP32 copy materialised (assumption)."""
+the BF16 logits kept for the backward and their BF16 gradient, no FP32 copy materialised (assumption; the same
+under loss_parallel)."""
+
+LOSS_KINDS: dict[str, tuple[float, float]] = {
+    "fused": (FUSED_LOSS_BYTES_PER_LOGIT, FUSED_LOSS_BYTES_PER_LOGIT),
+    "eager": (EAGER_LOSS_BYTES_PER_LOGIT, EAGER_LOSS_PARALLEL_BYTES_PER_LOGIT),
+    "compiled": (COMPILED_LOSS_BYTES_PER_LOGIT, COMPILED_LOSS_BYTES_PER_LOGIT),
+}
+"""How a stack computes its cross-entropy -> bytes per logit at its peak (one TP rank holding the whole vocabulary,
+the vocabulary split over TP ranks): Megatron-Core's fused vocab-parallel loss, an eager unfused
+``cross_entropy(logits.float(), labels)`` (torchtitan's), the same compiled."""
+
+
+def loss_bytes_per_logit(loss: str, tp: ArrayLike) -> FloatArray:
+    """Bytes per logit the loss of kind ``loss`` (:data:`LOSS_KINDS`) holds at its peak: eager 12 at tp = 1, 16
+    under loss parallelism (tp > 1); fused and compiled 4."""
+    try:
+        one, split = LOSS_KINDS[loss]
+    except KeyError:
+        raise InputError(f"unknown loss {loss!r} (known: {', '.join(LOSS_KINDS)})") from None
+    out: FloatArray = np.where(np.asarray(tp, dtype=float) > 1, split, one)
+    return out
 
 
 def logits_bytes(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, tp: ArrayLike,
-                 loss_chunks: float = 1, bytes_per_logit: float = FUSED_LOSS_BYTES_PER_LOGIT) -> FloatArray:
-    """Loss workspace on the last stage: s x b x V / tp logits x the bytes per logit the stack's loss holds at
-    its peak (4: a fused FP32 cross-entropy; 12: an eager unfused one, :data:`EAGER_LOSS_BYTES_PER_LOGIT`),
-    divided by loss chunks. Llama 3 (V = 128,256), 32,768 tokens: 15.7 GiB fused, 47.0 GiB eager."""
+                 loss_chunks: float = 1, loss: str = "fused") -> FloatArray:
+    """Loss workspace on the last stage: s x b x V / tp logits x the bytes per logit the loss holds at its peak
+    (:func:`loss_bytes_per_logit`: 4 fused, 12 eager unfused, 16 eager under loss parallelism), divided by loss
+    chunks. Llama 3 (V = 128,256), 32,768 tokens: 15.7 GiB fused, 47.0 GiB eager."""
     workspace: FloatArray = (np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float) * a.vocab
-                             * bytes_per_logit / np.asarray(tp, dtype=float) / loss_chunks)
+                             * loss_bytes_per_logit(loss, tp) / np.asarray(tp, dtype=float) / loss_chunks)
     return workspace
 
 

@@ -144,7 +144,7 @@ class MemoryOptions:
     loss_chunks: int = 1  # chunked cross-entropy divides the FP32 logits buffer
     prefetch: int = 1  # ZeRO-3 units gathered ahead of use
     fp8_param_gather: bool | None = None  # FP8-family weights kept (and gathered) in FP8; None: the stack's default
-    loss_bytes_per_logit: float | None = None  # bytes per logit the loss holds at its peak; None: the stack's
+    loss: str | None = None  # the cross-entropy: fused, eager or compiled (memory.LOSS_KINDS); None: the stack's
     zero_group: int = 0  # data-parallel ranks one ZeRO shard spans (hybrid sharding); 0: all of them
 
 
@@ -304,11 +304,10 @@ class Scenario:
         own = self.memory.fp8_param_gather
         return self.stack.fp8_param_gather if own is None else own
 
-    def loss_bytes_per_logit(self) -> float:
-        """Bytes per logit the loss holds at its peak on the last stage: ``[memory] loss_bytes_per_logit``, else
-        the stack's (memory.logits_bytes)."""
-        own = self.memory.loss_bytes_per_logit
-        return self.stack.loss_bytes_per_logit if own is None else own
+    def loss_kind(self) -> str:
+        """How the cross-entropy runs (memory.LOSS_KINDS): ``[memory] loss``, else the stack's ``loss``."""
+        own = self.memory.loss
+        return self.stack.loss if own is None else own
 
     def state_recipe(self) -> StateRecipe:
         """Bytes per parameter of each persistent state as the stack stores them (memory.stored_recipe)."""

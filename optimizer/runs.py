@@ -52,7 +52,7 @@ from tpopt.models import terms as T
 from tpopt.models.arch import ModelArch
 from tpopt.models.evaluate import resolve_plan, with_plan_options
 from tpopt.models.plan import Plan, Scenario, schedule_name
-from tpopt.models.units import GIB, parse_number
+from tpopt.models.units import GIB
 from tpopt.optimizer.calibrate import MeasuredRun
 
 DEFAULT_ACCELERATOR = "a100-80gb-sxm"
@@ -151,10 +151,10 @@ def table_run_recompute(path: str | Path) -> dict[str, str]:
     return out
 
 
-def table_run_memory(path: str | Path) -> dict[str, dict[str, float]]:
-    """[memory] numbers a table states for named runs in ``# memory.RUN RUN ... = KEY=NUMBER`` comment lines (e.g.
-    the torchtitan runs whose loss ran eager: ``# memory.T2 T3 = loss_bytes_per_logit=12``)."""
-    out: dict[str, dict[str, float]] = {}
+def table_run_memory(path: str | Path) -> dict[str, dict[str, str]]:
+    """[memory] settings a table states for named runs in ``# memory.RUN RUN ... = KEY=VALUE`` comment lines (e.g.
+    the torchtitan runs whose loss ran eager: ``# memory.T2 T3 = loss=eager``); the scenario checks the value."""
+    out: dict[str, dict[str, str]] = {}
     for ln in read_text_capped(Path(path), "runs file").splitlines():
         t = ln.strip()
         if t.startswith("#") and t[1:].strip().startswith("memory."):
@@ -162,14 +162,14 @@ def table_run_memory(path: str | Path) -> dict[str, dict[str, float]]:
             k, _, v = setting.partition("=")
             if k.strip() not in MEMORY_RUN_KEYS:
                 raise InputError(f"{Path(path).name}: '# memory.' sets {', '.join(MEMORY_RUN_KEYS)}, not {k.strip()!r}")
-            value = parse_number(v.strip(), f"{Path(path).name}: memory.{k.strip()}", allow_zero=False)
+            value = v.strip()
             for n in re.split(r"[\s,]+", names.strip()):
                 out.setdefault(n, {})[k.strip()] = value
     return out
 
 
-MEMORY_RUN_KEYS = ("loss_bytes_per_logit",)
-"""[memory] keys a table's ``# memory.RUN ... = KEY=NUMBER`` line may set (:func:`table_run_memory`)."""
+MEMORY_RUN_KEYS = ("loss",)
+"""[memory] keys a table's ``# memory.RUN ... = KEY=VALUE`` line may set (:func:`table_run_memory`)."""
 
 
 def table_stack(path: str | Path) -> str:

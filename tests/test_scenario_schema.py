@@ -86,7 +86,7 @@ SAMPLES = {
     "memory.loss_chunks": ("8", 8),
     "memory.prefetch": ("0", 0),
     "memory.fp8_param_gather": ("true", True),
-    "memory.loss_bytes_per_logit": ("12", 12.0),
+    "memory.loss": ('"eager"', "eager"),
     "memory.zero_group": ("8", 8),
     "memory.sequence_parallel": ("false", False),
     "memory.dropout": ("true", True),
@@ -313,7 +313,7 @@ def test_unknown_tables_and_keys_are_reported_with_the_known_ones():
     with pytest.raises(InputError) as exc:
         check_keys({"memory": {"flash": True}})
     assert str(exc.value) == ("scenario: unknown key 'flash' in [memory] (known: activation_bytes, activation_reserve, "
-                              "dropout, flash_attention, fp8_param_gather, loss_bytes_per_logit, loss_chunks, "
+                              "dropout, flash_attention, fp8_param_gather, loss, loss_chunks, "
                               "prefetch, sequence_parallel, zero_group)")
     with pytest.raises(InputError) as exc:
         check_keys({"weather": {}})
