@@ -100,3 +100,15 @@ def test_rerun_collectives_under_tensor_parallelism():
     assert tp_fwd > 0
     assert float(op.tp) - float(none.tp) == pytest.approx(0.5 * tp_fwd)
     assert steptime.op_sac_collective_rerun(True) == 0.5 and steptime.op_sac_collective_rerun(False) == 1.0
+
+
+def test_a_stack_with_the_per_op_mode_offers_it_for_dense_models_only():
+    """torchtitan's recompute vocabulary (stacks.toml recompute_modules: full, op, layer) gives an unstated row the
+    choice of its per-op mode, never joined with groups; a MoE model has no such choice."""
+    from tpopt.optimizer.runs import recompute_options
+
+    assert recompute_options("torchtitan", llama3_8b()) == ("none", "op", "full")
+    moe = build_scenario({"model": {"name": "mixtral-8x7b"}, "task": {"tokens": "5B", "seq_len": 4096,
+                                                                      "global_batch": 8},
+                          "schedule": {"deadline": "600d"}, "hardware": {"accelerator": "h100-sxm"}}, CAT).model
+    assert "op" not in recompute_options("torchtitan", moe)
