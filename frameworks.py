@@ -39,6 +39,7 @@ from typing import Any
 from tpopt.catalogs import BUILTIN_DIR
 from tpopt.errors import InputError
 from tpopt.models.evaluate import Evaluation
+from tpopt.models.memory import OP_RECOMPUTE
 from tpopt.models.plan import Plan, Scenario, split_schedule
 
 FRAMEWORK_DIR = BUILTIN_DIR / "frameworks"
@@ -251,6 +252,9 @@ def _megatron_like(fmt: str, lp: LaunchPlan, moe: bool) -> list[tuple[str, objec
     out += [("micro_batch_size", lp.micro_batch), ("global_batch_size", lp.global_batch)]
     if lp.recompute == "full":
         out += [("recompute_granularity", "full"), ("recompute_method", "uniform"), ("recompute_num_layers", 1)]
+    elif lp.recompute == OP_RECOMPUTE:
+        raise _unsupported(fmt, f"recompute {OP_RECOMPUTE!r}", "torchtitan's selective per-op checkpointing; "
+                           "Megatron recomputes whole layers or its selective modules")
     elif lp.recompute and lp.recompute != "none":
         mods = []
         for g in str(lp.recompute).split("+"):

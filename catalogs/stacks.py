@@ -10,11 +10,28 @@ from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tpopt.catalogs.declare import FLAG, SOURCES, TEXT, Kind, duration, fraction, key, read_entry, size, spec, whole
+from tpopt.catalogs.declare import (
+    FLAG,
+    SOURCES,
+    TEXT,
+    Kind,
+    choice,
+    duration,
+    fraction,
+    key,
+    read_entry,
+    size,
+    spec,
+    whole,
+)
 from tpopt.catalogs.tables import check_keys, read_text_capped
 from tpopt.errors import InputError
 from tpopt.models.hardware import StackProfile
+from tpopt.models.memory import LOSS_KINDS
 from tpopt.models.units import parse_fraction
+
+LOSS_NAMES = tuple(LOSS_KINDS)
+"""The cross-entropy kinds a stack's ``loss`` names (tpopt.models.memory.LOSS_KINDS)."""
 
 STACKS_FILE = Path(__file__).resolve().parent / "stacks.toml"
 DEFAULT_STACK = "megatron-core"
@@ -120,6 +137,9 @@ class StackKeys:
     attention_kernel: str = key(Kind(_attention_kernel, " | ".join(ATTENTION_KERNELS), sep=": "), "native",
                                 source=True, help="the stack's attention kernel: the card's own fused attention "
                                                   "(native) or one not written for the card (portable)")
+    loss: str = key(choice(LOSS_NAMES), "fused", source=True,
+                    help="the cross-entropy: fused (4 B per logit), eager (12, 16 under loss parallelism) or "
+                         "compiled (4)")
     sources: dict[str, str] = key(SOURCES, required=True, help="the source of every value, by key")
 
     #: The values checked before the others (the order of the hand-written reader this replaced).
@@ -129,8 +149,8 @@ class StackKeys:
 KEYS = tuple(f.name for f in fields(StackKeys))
 OPTIONAL = tuple(f.name for f in fields(StackKeys) if not spec(f).required)
 """Keys a profile may leave out: residual_sigma (none: a card's own sigma applies on the stack alone),
-dp_bucket_per_rank (none: a fixed bucket), kernel_efficiency (1: the reference stack's kernels) and attention_kernel
-(native: the card's own fused attention)."""
+dp_bucket_per_rank (none: a fixed bucket), kernel_efficiency (1: the reference stack's kernels), attention_kernel
+(native: the card's own fused attention) and loss (fused: a fused FP32 cross-entropy)."""
 SOURCED = tuple(f.name for f in fields(StackKeys) if spec(f).source)
 
 

@@ -369,13 +369,10 @@ def with_plan_options(sc: Scenario, plan: Plan) -> Scenario:
     """The scenario as a plan runs it: the plan's sequence parallelism, flash attention and stage layer
     counts (when it sets them) replace the scenario's."""
     mem = sc.memory
-    kw: dict[str, bool] = {}
-    if plan.sequence_parallel is not None and plan.sequence_parallel != mem.sequence_parallel:
-        kw["sequence_parallel"] = plan.sequence_parallel
-    if plan.flash_attention is not None and plan.flash_attention != mem.flash_attention:
-        kw["flash_attention"] = plan.flash_attention
-    if kw:
-        sc = replace(sc, memory=replace(mem, **kw))
+    sp = mem.sequence_parallel if plan.sequence_parallel is None else plan.sequence_parallel
+    flash = mem.flash_attention if plan.flash_attention is None else plan.flash_attention
+    if (sp, flash) != (mem.sequence_parallel, mem.flash_attention):
+        sc = replace(sc, memory=replace(mem, sequence_parallel=sp, flash_attention=flash))
     if plan.first_stage_layers or plan.last_stage_layers:
         sc = replace(sc, stage_layers=(plan.first_stage_layers, plan.last_stage_layers))
     return sc

@@ -85,7 +85,8 @@ class StackProfile:
     stack's runs (the finish-time distribution's step error where a card's own was not measured on it).
     ``kernel_efficiency``: the stack's kernels against the reference stack's (Megatron-Core with Transformer
     Engine, on whose runs the cards are calibrated): a factor on the card's GEMM, attention and memory-bound
-    efficiencies (models/roofline.py :func:`~tpopt.models.roofline.stack_scaled`).
+    efficiencies (models/roofline.py :func:`~tpopt.models.roofline.stack_scaled`). ``loss``:
+    how the cross-entropy runs, which sets what it holds per logit on the last stage (memory.logits_bytes).
     """
 
     name: str = "megatron-core"
@@ -114,6 +115,7 @@ class StackProfile:
     residual_sigma: float = 0.0  # log-sd of measured / predicted step time on this stack (0: none stated)
     kernel_efficiency: float = 1.0  # factor on the card's GEMM, attention and memory-bound efficiencies
     attention_kernel: str = "native"  # "portable": attention at the card's portable_attention_ratio (roofline)
+    loss: str = "fused"  # how the cross-entropy runs: fused, eager or compiled (memory.LOSS_KINDS)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def usable(self, memory_usable: float) -> float:

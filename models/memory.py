@@ -248,9 +248,18 @@ fc1 output, as the dense MLP's), mla_up_proj = mla_up (multi-head latent attenti
 rebuilt from the saved latents)."""
 
 
+OP_RECOMPUTE = "op"
+"""torchtitan's selective per-op activation checkpointing (activation_checkpoint.mode = "selective",
+selective_ac_option = "op"): a recompute mode of its own (:func:`op_sac_saved_tensors`), not a set of groups."""
+
+OP_NAMES = ("op", "selective-op", "selective_op")
+"""Names :func:`parse_recompute` reads as :data:`OP_RECOMPUTE`."""
+
+
 def parse_recompute(value: object) -> str:
-    """Canonical recompute name: "none", "full", or a '+'-joined subset of norm / mlp / attn / mla_up
-    (Megatron-Core's module names accepted too: MEGATRON_MODULES)."""
+    """Canonical recompute name: "none", "full", "op" (torchtitan's selective per-op checkpointing:
+    :data:`OP_RECOMPUTE`), or a '+'-joined subset of norm / mlp / attn / mla_up (Megatron-Core's module names
+    accepted too: MEGATRON_MODULES)."""
     if isinstance(value, (list, tuple, set, frozenset)):
         parts = set(value)
     else:
@@ -261,8 +270,13 @@ def parse_recompute(value: object) -> str:
             return "full"
         if text == "selective":
             return "attn"
+        if text in OP_NAMES:
+            return OP_RECOMPUTE
         parts = {x.strip() for x in text.split("+")}
     parts.discard("none")
+    if parts & (set(OP_NAMES) | {OP_RECOMPUTE}):
+        raise InputError(f"recompute {OP_RECOMPUTE!r} (torchtitan's selective per-op checkpointing) is a mode of its "
+                         "own; do not combine it with groups")
     parts = {MEGATRON_MODULES.get(p, p) for p in parts}
     if "full" in parts:
         if len(parts) > 1:
@@ -359,8 +373,14 @@ def _saved_tensors(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, act
 
 
 def _split(t: SavedTensor, tp: ArrayLike, sequence_parallel: bool) -> Floats:
-    """Bytes of one saved tensor on one card: / t in the TP region, / t in the sequence region with SP."""
+    """Bytes of one saved tensor on one card: / t in the TP region, / t in the sequence region with SP; whole
+    in the "partial" region (a row-parallel GEMM's output before its reduce-scatter: every token, full width);
+    the "scatter" region exists under TP only (a reduce-scatter's output, / t; nothing at t = 1)."""
     tp = np.asarray(tp, dtype=float)
+    if t.region == "partial":
+        return t.bytes * np.ones_like(tp)
+    if t.region == "scatter":
+        return np.where(tp > 1, t.bytes / tp, 0.0)
     return t.bytes / (tp if (t.region == "tp" or sequence_parallel) else 1.0)
 
 
@@ -392,8 +412,13 @@ def activation_bytes_per_microbatch(a: ModelArch, seq_len: ArrayLike, micro_batc
     none:      layers x every saved tensor
     selective: layers x the tensors of the groups not rebuilt
     full:      layers x the block input (h per token, sequence region)
+    op:        layers x torchtitan's per-op saved set (:func:`op_sac_saved_tensors`)
     Tensor parallelism divides the TP-region tensors by t; sequence parallelism also the others.
     """
+    if recompute == OP_RECOMPUTE:
+        saved = op_sac_saved_tensors(a, seq_len, micro_batch, act_bytes)
+        zero_op = 0.0 * np.asarray(tp, dtype=float) * np.asarray(micro_batch, dtype=float)
+        return np.asarray(layers, dtype=float) * sum((_split(t, tp, sequence_parallel) for t in saved), zero_op)
     tensors = saved_tensors(a, seq_len, micro_batch, act_bytes, flash_attention, dropout)
     layers = np.asarray(layers, dtype=float)
     if recompute == "full":
@@ -414,13 +439,15 @@ def recompute_workspace_bytes(a: ModelArch, seq_len: ArrayLike, micro_batch: Arr
 
     selective: the largest unit rebuilt at once (a norm output, the MLP product, or the attention
                core's softmax output with its dropout mask and output)
-    full:      one whole block's saved tensors (its forward is rerun, then its backward consumes them)
+    full, op:  one whole block's saved tensors (its forward is rerun, then its backward consumes them; under
+               torchtitan's per-op checkpointing the rerun takes the saved outputs from its cache, and the
+               rebuilt rest of the block is live with them)
     """
     tensors = saved_tensors(a, seq_len, micro_batch, act_bytes, flash_attention, dropout)
     zero: FloatArray = 0.0 * np.asarray(tp, dtype=float) * np.asarray(micro_batch, dtype=float)
     if recompute == "none":
         return zero
-    if recompute == "full":
+    if recompute in ("full", OP_RECOMPUTE):
         return sum((_split(t, tp, sequence_parallel) for t in tensors), zero)
     gone = _rebuilt(recompute)
     units: dict[str, Floats] = {}
@@ -436,6 +463,8 @@ def gemm_input_bytes(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, r
     """Saved inputs of the block's matrix products that stay until the backward (tp = 1): norm outputs,
     q / k / v, attention output, the MLP product (chapter 10.2.2: 15 MiB per block, 5 MiB once the
     norm outputs and the product are rebuilt)."""
+    if recompute == OP_RECOMPUTE:
+        return sum(t.bytes for t in op_sac_saved_tensors(a, seq_len, micro_batch, act_bytes) if t.gemm_input)
     gone = _rebuilt(recompute)
     tensors = saved_tensors(a, seq_len, micro_batch, act_bytes, flash_attention, dropout)
     return sum(t.bytes for t in tensors if t.gemm_input and t.group not in gone)
@@ -446,13 +475,18 @@ def recompute_flops_per_token(a: ModelArch, seq_len: Floats, recompute: str) -> 
 
     norm: 2 norms x ~4 FLOP per element x h; mlp: activation + product ~5 FLOP per element x f;
     attn (no flash): QK^T and softmax again, 2 x d_attn x (s+1)/2 per token;
-    full: one whole forward of every block, 2 x block linear params + 4 x d_attn x (s+1)/2.
+    full: one whole forward of every block, 2 x block linear params + 4 x d_attn x (s+1)/2;
+    op: the GEMMs torchtitan's per-op checkpointing reruns (2 x their weights: :func:`op_sac_linears`) with
+    the norms and the MLP activation (Llama 3 8B: 2 x (h d_kv + d_q h + h f) = 159 MFLOP per token per block).
     """
     keys = (np.asarray(seq_len, dtype=float) + 1) / 2.0
     if recompute == "none":
         return 0.0 * keys
     if recompute == "full":
         return 2.0 * block_gemm_params(a) + attention_flops_per_token(a, seq_len) / 3.0
+    if recompute == OP_RECOMPUTE:  # the GEMMs op_sac_linears reruns, the norms and the MLP activation
+        rerun = sum(k_in * n * (1.0 - share) for _, k_in, n, share in op_sac_linears(a))
+        return keys * 0.0 + a.layers * (2.0 * rerun + 8.0 * a.hidden + 5.0 * mlp_activation_width(a))
     total = 0.0 * keys
     parts = set(recompute.split("+"))
     if "norm" in parts:
@@ -473,11 +507,115 @@ def mla_up_params(a: ModelArch) -> int:
     return q + a.kv_lora_rank * a.heads * (a.qk_nope_dim + a.v_head_dim)
 
 
+FUSED_LOSS_BYTES_PER_LOGIT = 4.0
+"""A fused (vocab-parallel) cross-entropy holds one FP32 buffer of the logits at its peak: Megatron-Core's
+vocab_parallel_cross_entropy computes the softmax in place in the FP32 logits and keeps them as the gradient."""
+
+EAGER_LOSS_BYTES_PER_LOGIT = 4.0 + 4.0 + 4.0
+"""An unfused eager ``cross_entropy(logits.float(), labels)`` (torchtitan's loss): at the peak of its backward
+the saved FP32 log-softmax output (4 B), the FP32 gradient nll_loss hands to log_softmax's backward (4 B) and
+the FP32 gradient log_softmax's backward writes (4 B) are live together; the BF16 logits are freed before the
+backward (``del pred``), their forward peak is 2 + 4 + 4 = 10 B (BF16 logits, the FP32 copy, its log-softmax)."""
+
+
+def op_sac_linears(a: ModelArch) -> list[tuple[str, float, float, float]]:
+    """A dense block's matrix products in torchtitan's order, as its per-op checkpointing treats them:
+    (tpopt kernel, input width, output width, share of the kernel whose output is saved).
+
+    pytorch/torchtitan (parallelize_llama.py at 9dec370, the Dec 2024 benchmarks; activation_checkpoint.py
+    since): the policy saves the outputs of aten.mm "except every second mm", counted per block forward, and
+    of the SDPA kernels. The block's linears run wq, wk, wv, wo, then w1, w3, w2 (SwiGLU; up, down without a
+    gate): the 1st, 3rd, 5th and 7th are saved (q, v, the gate, the MLP output), the 2nd, 4th and 6th (k, the
+    attention projection, the up projection) rerun in the backward. tpopt's kernels fuse q / k / v ("qkv") and
+    gate / up ("mlp.up"): the share is the saved outputs' width over the fused kernel's.
+    MoE blocks and multi-head latent attention run other products: not modelled (InputError)."""
+    if a.moe or a.kv_lora_rank > 0:
+        raise InputError("recompute 'op' (torchtitan's selective per-op checkpointing) is modelled for dense blocks "
+                         "without multi-head latent attention; use none, full or recompute groups")
+    h, f, dq, dkv = float(a.hidden), float(a.ffn), float(a.d_attn), float(a.d_kv)
+    mlp = [("mlp.up", h, f), ("mlp.up", h, f), ("mlp.down", f, h)] if a.gated_mlp else \
+        [("mlp.up", h, f), ("mlp.down", f, h)]
+    order = [("qkv", h, dq), ("qkv", h, dkv), ("qkv", h, dkv), ("proj", float(a.d_v), h), *mlp]
+    width: dict[str, float] = {}
+    saved: dict[str, float] = {}
+    for i, (op, _, n) in enumerate(order):
+        width[op] = width.get(op, 0.0) + n
+        saved[op] = saved.get(op, 0.0) + (n if i % 2 == 0 else 0.0)  # 1st, 3rd, ... (1-based odd) saved
+    out: list[tuple[str, float, float, float]] = []
+    for op in width:
+        k_in = next(k for o, k, _ in order if o == op)
+        out.append((op, k_in, width[op], saved[op] / width[op]))
+    return out
+
+
+def op_sac_saved_tensors(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike,
+                         act_bytes: float = 2.0) -> list[SavedTensor]:
+    """What one block keeps for its backward under torchtitan's selective per-op checkpointing (tp = 1 sizes;
+    :func:`_split` divides them): the block input (the checkpoint's argument, sequence region), the outputs of
+    the saved matrix products (:func:`op_sac_linears`: q, v, the MLP gate and the MLP output), the SDPA output
+    and its FP32 log-sum-exp, and under TP the two reduce-scatter outputs (saved too). The MLP output is the
+    row-parallel GEMM's partial sum before its reduce-scatter: every token at full width on each TP rank.
+    Everything else (norms, k, the attention projection, the up projection, the SwiGLU product, RoPE) is
+    rebuilt in the backward. torchao's FP8 linears run torch._scaled_mm, which the policy does not list; the
+    published peaks do not show the difference (Table 1 of torchtitan's Dec 2024 benchmarks: 77.0 GiB with
+    torch.compile, 76.8 GiB with torch.compile + Float8), so the set is the same under FP8.
+    Llama 3 8B, per token: 2 x (h + d_q + d_kv + d_q + f + h) + 4 x heads = 63,616 B against 94,336 B of the
+    norm+mlp groups' keep set."""
+    op_sac_linears(a)  # dense blocks only
+    tokens = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float)
+    h, e = a.hidden, act_bytes
+    return [
+        SavedTensor("block input", "keep", "seq", tokens * h * e, False, ""),
+        SavedTensor("q (wq output)", "keep", "tp", tokens * a.d_attn * e, True, ""),
+        SavedTensor("v (wv output)", "keep", "tp", tokens * a.d_kv * e, True, ""),
+        SavedTensor("attention output", "keep", "tp", tokens * a.d_v * e, True, ""),
+        SavedTensor("log-sum-exp", "keep", "tp", tokens * a.heads * 4.0, False, ""),
+        SavedTensor("MLP gate (w1 output)" if a.gated_mlp else "MLP up (w1 output)", "keep", "tp",
+                    tokens * a.ffn * e, False, ""),
+        SavedTensor("MLP output (w2, before its reduce-scatter)", "keep", "partial", tokens * h * e, False, ""),
+        SavedTensor("reduce-scatter outputs", "keep", "scatter", tokens * 2 * h * e, False, ""),
+    ]
+
+
+EAGER_LOSS_PARALLEL_BYTES_PER_LOGIT = 4.0 * 4.0
+"""The same eager loss under PyTorch's loss_parallel (the vocabulary split over TP ranks, torchtitan's default with
+TP): torch/distributed/tensor/parallel/loss.py fuses nll_loss's and log_softmax's backward into
+``(grad_input + torch.exp(x)) * grad_output`` with ``grad_input = torch.zeros_like(x)``: the saved FP32 log-softmax
+output x, the zeros, exp(x) and their sum are live together (the product replaces exp(x)), 4 x 4 B per logit."""
+
+COMPILED_LOSS_BYTES_PER_LOGIT = 2.0 + 2.0
+"""The same loss compiled with torch.compile (Inductor fuses the FP32 upcast, the log-softmax and its backward):
+the BF16 logits kept for the backward and their BF16 gradient, no FP32 copy materialised (assumption; the same
+under loss_parallel)."""
+
+LOSS_KINDS: dict[str, tuple[float, float]] = {
+    "fused": (FUSED_LOSS_BYTES_PER_LOGIT, FUSED_LOSS_BYTES_PER_LOGIT),
+    "eager": (EAGER_LOSS_BYTES_PER_LOGIT, EAGER_LOSS_PARALLEL_BYTES_PER_LOGIT),
+    "compiled": (COMPILED_LOSS_BYTES_PER_LOGIT, COMPILED_LOSS_BYTES_PER_LOGIT),
+}
+"""How a stack computes its cross-entropy -> bytes per logit at its peak (one TP rank holding the whole vocabulary,
+the vocabulary split over TP ranks): Megatron-Core's fused vocab-parallel loss, an eager unfused
+``cross_entropy(logits.float(), labels)`` (torchtitan's), the same compiled."""
+
+
+def loss_bytes_per_logit(loss: str, tp: ArrayLike) -> FloatArray:
+    """Bytes per logit the loss of kind ``loss`` (:data:`LOSS_KINDS`) holds at its peak: eager 12 at tp = 1, 16
+    under loss parallelism (tp > 1); fused and compiled 4."""
+    try:
+        one, split = LOSS_KINDS[loss]
+    except KeyError:
+        raise InputError(f"unknown loss {loss!r} (known: {', '.join(LOSS_KINDS)})") from None
+    out: FloatArray = np.where(np.asarray(tp, dtype=float) > 1, split, one)
+    return out
+
+
 def logits_bytes(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, tp: ArrayLike,
-                 loss_chunks: float = 1) -> FloatArray:
-    """Loss workspace on the last stage: FP32 logits s x b x V / tp, divided by loss chunks."""
+                 loss_chunks: float = 1, loss: str = "fused") -> FloatArray:
+    """Loss workspace on the last stage: s x b x V / tp logits x the bytes per logit the loss holds at its peak
+    (:func:`loss_bytes_per_logit`: 4 fused, 12 eager unfused, 16 eager under loss parallelism), divided by loss
+    chunks. Llama 3 (V = 128,256), 32,768 tokens: 15.7 GiB fused, 47.0 GiB eager."""
     workspace: FloatArray = (np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float) * a.vocab
-                             * 4.0 / np.asarray(tp, dtype=float) / loss_chunks)
+                             * loss_bytes_per_logit(loss, tp) / np.asarray(tp, dtype=float) / loss_chunks)
     return workspace
 
 

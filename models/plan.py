@@ -144,6 +144,7 @@ class MemoryOptions:
     loss_chunks: int = 1  # chunked cross-entropy divides the FP32 logits buffer
     prefetch: int = 1  # ZeRO-3 units gathered ahead of use
     fp8_param_gather: bool | None = None  # FP8-family weights kept (and gathered) in FP8; None: the stack's default
+    loss: str | None = None  # the cross-entropy: fused, eager or compiled (memory.LOSS_KINDS); None: the stack's
     zero_group: int = 0  # data-parallel ranks one ZeRO shard spans (hybrid sharding); 0: all of them
 
 
@@ -305,6 +306,11 @@ class Scenario:
         else the stack's ``fp8_param_gather`` (Megatron-Core: false, BF16 weights)."""
         own = self.memory.fp8_param_gather
         return self.stack.fp8_param_gather if own is None else own
+
+    def loss_kind(self) -> str:
+        """How the cross-entropy runs (memory.LOSS_KINDS): ``[memory] loss``, else the stack's ``loss``."""
+        own = self.memory.loss
+        return self.stack.loss if own is None else own
 
     def state_recipe(self) -> StateRecipe:
         """Bytes per parameter of each persistent state as the stack stores them (memory.stored_recipe)."""

@@ -31,7 +31,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike
 
-from tpopt.models import ops, roofline
+from tpopt.models import memory, ops, roofline
 from tpopt.models.arch import ModelArch
 from tpopt.models.numeric import FloatArray, Floats
 from tpopt.models.roofline import PerfParams
@@ -119,6 +119,41 @@ def _sum(kernels: Iterable[ops.Kernel], r: Rates, e: float, keep: Callable[[ops.
     return total
 
 
+def rebuilt_share(recompute: str, flash: bool, a: ModelArch) -> Callable[[ops.Kernel], float]:
+    """Share of each forward kernel rerun before the backward under ``recompute``: 0 or 1 (:func:`rebuilt`),
+    and under torchtitan's per-op checkpointing (memory.OP_RECOMPUTE) every memory-bound kernel, no fused
+    attention kernel, and of each GEMM the share of its outputs the policy does not save
+    (memory.op_sac_linears: k of the fused qkv, the attention projection, the up half of gate / up)."""
+    if recompute != memory.OP_RECOMPUTE:
+        keep = rebuilt(recompute, flash)
+        return lambda k: 1.0 if keep(k) else 0.0
+    saved = {op: share for op, _, _, share in memory.op_sac_linears(a)}
+
+    def share(k: ops.Kernel) -> float:
+        if k.phase != "fwd" or k.kind == "attention":
+            return 0.0
+        return 1.0 - saved.get(k.op, 0.0) if k.kind == "gemm" else 1.0
+
+    return share
+
+
+def _share_sum(kernels: Iterable[ops.Kernel], r: Rates, e: float, share: Callable[[ops.Kernel], float]) -> Floats:
+    total: Floats = 0.0
+    for k in kernels:
+        w = share(k)
+        if w:
+            total = total + w * kernel_time(k, r, e)
+    return total
+
+
+def op_sac_collective_rerun(sequence_parallel: bool) -> float:
+    """Share of a block's forward TP collectives torchtitan's per-op checkpointing reruns in the backward: its
+    policy saves reduce-scatter outputs (_c10d_functional.reduce_scatter_tensor) but no all-gather or all-reduce,
+    so with sequence parallelism the two all-gathers of the block's four equal collectives rerun (0.5), without
+    it both all-reduces (1)."""
+    return 0.5 if sequence_parallel else 1.0
+
+
 def rebuilt(recompute: str, flash: bool) -> Callable[[ops.Kernel], bool]:
     """Predicate: is this forward kernel rerun before the backward under ``recompute``?"""
     if recompute == "none":
@@ -157,7 +192,7 @@ def layer_times(a: ModelArch, lay: ops.Layout, r: Rates, recompute: str, tp_over
     fwd = _sum(ks, r, e, lambda k: k.phase == "fwd")
     dx = _sum(ks, r, e, lambda k: k.phase == "dx")
     dw = _sum(ks, r, e, lambda k: k.phase == "dw")
-    redo = _sum(ks, r, e, rebuilt(recompute, lay.flash_attention))
+    redo = _share_sum(ks, r, e, rebuilt_share(recompute, lay.flash_attention, a))
     c = ops.tp_collectives(a, lay)
     w_fwd = _sum(ks, r, e, lambda k: k.linear and k.phase == "fwd")
     w_col = _sum(ks, r, e, lambda k: k.op in ("qkv", "mlp.up") and k.phase != "fwd")
@@ -165,7 +200,8 @@ def layer_times(a: ModelArch, lay: ops.Layout, r: Rates, recompute: str, tp_over
     tp_f = tp_exposed(c.fwd, c.fwd_calls, w_fwd, r, o_chunk)
     tp_b = tp_exposed(c.bwd_async, c.async_calls, w_col, r, o_async) + tp_exposed(c.bwd_sync, c.sync_calls, w_row,
                                                                                    r, o_chunk)
-    tp_redo = tp_f if recompute == "full" else 0.0 * tp_f
+    tp_redo = tp_f * op_sac_collective_rerun(lay.sequence_parallel) if recompute == memory.OP_RECOMPUTE else \
+        (tp_f if recompute == "full" else 0.0 * tp_f)
     return PhaseTimes(fwd + tp_f, dx + redo + tp_redo + tp_b, dw, tp_f + tp_redo + tp_b)
 
 
@@ -213,8 +249,8 @@ def executed_flops(a: ModelArch, lay: ops.Layout, recompute: str,
                    moe_block: bool | None = None) -> tuple[Floats, Floats, Floats]:
     """FLOPs one card executes per micro-batch of one block: (fwd, dX incl. recompute, dW)."""
     ks = ops.layer_kernels(a, lay, moe_block)
-    keep = rebuilt(recompute, lay.flash_attention)
-    redo = sum((_f(k.flops) for k in ks if keep(k)), 0.0)
+    share = rebuilt_share(recompute, lay.flash_attention, a)
+    redo = sum((share(k) * _f(k.flops) for k in ks if share(k)), 0.0)
     return ops.flops(ks, "fwd"), ops.flops(ks, "dx") + redo, ops.flops(ks, "dw")
 
 

@@ -142,6 +142,41 @@ def table_run_stacks(path: str | Path) -> dict[str, str]:
     return out
 
 
+def table_run_recompute(path: str | Path) -> dict[str, str]:
+    """Recompute a table states for named runs in ``# recompute.RUN RUN ... = NAME`` comment lines (e.g. the
+    torchtitan runs whose "selective activation checkpointing" is its per-op policy: ``# recompute.T1 T2 = op``);
+    they replace the row's recompute cell."""
+    out: dict[str, str] = {}
+    for ln in read_text_capped(Path(path), "runs file").splitlines():
+        t = ln.strip()
+        if t.startswith("#") and t[1:].strip().startswith("recompute."):
+            names, _, value = t[1:].strip()[len("recompute."):].partition("=")
+            memory.parse_recompute(value.strip())  # unknown -> one clear error
+            out.update(dict.fromkeys(re.split(r"[\s,]+", names.strip()), value.strip()))
+    return out
+
+
+def table_run_memory(path: str | Path) -> dict[str, dict[str, str]]:
+    """[memory] settings a table states for named runs in ``# memory.RUN RUN ... = KEY=VALUE`` comment lines (e.g.
+    the torchtitan runs whose loss ran eager: ``# memory.T2 T3 = loss=eager``); the scenario checks the value."""
+    out: dict[str, dict[str, str]] = {}
+    for ln in read_text_capped(Path(path), "runs file").splitlines():
+        t = ln.strip()
+        if t.startswith("#") and t[1:].strip().startswith("memory."):
+            names, _, setting = t[1:].strip()[len("memory."):].partition("=")
+            k, _, v = setting.partition("=")
+            if k.strip() not in MEMORY_RUN_KEYS:
+                raise InputError(f"{Path(path).name}: '# memory.' sets {', '.join(MEMORY_RUN_KEYS)}, not {k.strip()!r}")
+            value = v.strip()
+            for n in re.split(r"[\s,]+", names.strip()):
+                out.setdefault(n, {})[k.strip()] = value
+    return out
+
+
+MEMORY_RUN_KEYS = ("loss",)
+"""[memory] keys a table's ``# memory.RUN ... = KEY=VALUE`` line may set (:func:`table_run_memory`)."""
+
+
 def table_stack(path: str | Path) -> str:
     """The software stack a table names in a ``# stack = NAME`` comment line (else Megatron-LM 2021-22)."""
     for ln in read_text_capped(Path(path), "runs file").splitlines():
@@ -337,6 +372,8 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
     routing = table_moe(path)
     notes = table_notes(path)
     run_stacks = table_run_stacks(path)
+    run_recompute = table_run_recompute(path)
+    run_memory = table_run_memory(path)
     out = []
     for i, row in enumerate(read_rows(path)):
         name = (row.get("run") or f"{table}-{i + 1}").strip()
@@ -359,6 +396,8 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         defaults = _stack_defaults(base_raw, own if base_raw is None else stack)
         cells = {k: str(row.get(k) or "").strip().lower() for k in STACK}
         stated = {k: v for k, v in cells.items() if not unstated(v)}
+        if name in run_recompute:
+            stated["recompute"] = run_recompute[name]
         if "precision" in stated:
             stated["precision"] = PRECISIONS.get(stated["precision"], stated["precision"])
         seq = _num(row, "seq_len", where, int, raw.get("task", {}).get("seq_len") or None)
@@ -391,6 +430,7 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
             attention = defaults["flash_attention"]
         mem["flash_attention"] = _flag(row, "flash_attention", attention, where)
         mem.setdefault("prefetch", stack_profile(defaults["stack"]).fsdp_prefetch)  # ZeRO-3 units gathered ahead
+        mem.update(run_memory.get(name, {}))
         raw["memory"] = mem
         raw["comm"] = {"tp_overlap": _overlap_value(stated.get("tp_overlap", defaults["tp_overlap"])),
                        "dp_overlap": _overlap_value(stated.get("dp_overlap", defaults["dp_overlap"]))}
@@ -477,19 +517,25 @@ def recompute_options(stack: str, model: ModelArch, default: str = "none") -> tu
     """The recompute choices a recipe of ``stack`` has for a run that does not state its own, cheapest first:
     the stack's default, none, each selective group of its vocabulary (StackProfile.recompute_modules, in
     tpopt's groups: memory.parse_recompute; modules tpopt has no group for are left out, as are groups the
-    model has no tensors for: mla_up without multi-head latent attention), all those groups together, and
-    full. Among them a row's prediction takes the fastest that fits memory, as tpopt itself would choose."""
+    model has no tensors for: mla_up without multi-head latent attention), all those groups together, the per-op
+    mode of a stack that has one (torchtitan's "op", dense models), and full. Among them a row's prediction takes
+    the fastest that fits memory, as tpopt itself would choose."""
     groups: list[str] = []
+    modes: list[str] = []
     for module in stack_profile(stack).recompute_modules:
         try:
             g = memory.parse_recompute(module)
         except InputError:
             continue  # a stack's own name tpopt has no tensors for (shared_experts, moe, op, layer)
-        if g in ("none", "full") or (g == "mla_up" and model.kv_lora_rank <= 0) or g in groups:
+        if g in ("none", "full") or (g == "mla_up" and model.kv_lora_rank <= 0) or g in groups + modes:
+            continue
+        if g == memory.OP_RECOMPUTE:  # a mode of its own (torchtitan's per-op policy), dense blocks only
+            if not (model.moe or model.kv_lora_rank > 0):
+                modes.append(g)
             continue
         groups.append(g)
     joined = memory.parse_recompute("+".join(groups)) if groups else "none"
-    return tuple(dict.fromkeys([memory.parse_recompute(default), "none", *groups, joined, "full"]))
+    return tuple(dict.fromkeys([memory.parse_recompute(default), "none", *groups, joined, *modes, "full"]))
 
 
 def _schedule_cell(row: dict[str, str], vs: int | None, where: str) -> str:

@@ -86,6 +86,7 @@ SAMPLES = {
     "memory.loss_chunks": ("8", 8),
     "memory.prefetch": ("0", 0),
     "memory.fp8_param_gather": ("true", True),
+    "memory.loss": ('"eager"', "eager"),
     "memory.zero_group": ("8", 8),
     "memory.sequence_parallel": ("false", False),
     "memory.dropout": ("true", True),
@@ -312,8 +313,8 @@ def test_unknown_tables_and_keys_are_reported_with_the_known_ones():
     with pytest.raises(InputError) as exc:
         check_keys({"memory": {"flash": True}})
     assert str(exc.value) == ("scenario: unknown key 'flash' in [memory] (known: activation_bytes, activation_reserve, "
-                              "dropout, flash_attention, fp8_param_gather, loss_chunks, prefetch, sequence_parallel, "
-                              "zero_group)")
+                              "dropout, flash_attention, fp8_param_gather, loss, loss_chunks, "
+                              "prefetch, sequence_parallel, zero_group)")
     with pytest.raises(InputError) as exc:
         check_keys({"weather": {}})
     assert str(exc.value).startswith("scenario: unknown table [weather] (known: checkpoint, comm, cost, hardware, ")

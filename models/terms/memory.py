@@ -401,13 +401,13 @@ def recompute_workspace(sc: Scenario, *, recompute: str, tp: ArrayLike, cp: Arra
 
 def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike, mb: ArrayLike,
               ep: ArrayLike = 1, etp: ArrayLike = 0, cap: ArrayLike = 0.0, stage: str = PEAK) -> Floats:
-    """Buffers live with the activations: FP32 logits, ZeRO-3 gathered units (with pp > 1 the stage's gathered
-    weights and accumulated unsharded gradients: memory.zero3_pipeline_bytes), pipeline send/recv (all of a
-    card's b s / cp tokens), a MoE block's all-to-all send buffer (moe.dispatch_buffer), and the
-    context-parallel exchange buffers (context.buffer_bytes: the K, V blocks in flight of ring attention,
-    or the head-split q, k, v, o of all-to-all). ``stage``: on the stages of one class only, in the
-    per-operation model the logits belong to the last stage alone (the first and middle classes of
-    pp > 1 hold none)."""
+    """Buffers live with the activations: the loss's logits (as the stack computes its loss), ZeRO-3 gathered
+    units (with pp > 1 the stage's gathered weights and accumulated unsharded gradients:
+    memory.zero3_pipeline_bytes), pipeline send/recv (all of a card's b s / cp tokens), a MoE block's
+    all-to-all send buffer (moe.dispatch_buffer), and the context-parallel exchange buffers
+    (context.buffer_bytes: the K, V blocks in flight of ring attention, or the head-split q, k, v, o of
+    all-to-all). ``stage``: on the stages of one class only, in the per-operation model the logits belong to
+    the last stage alone (the first and middle classes of pp > 1 hold none)."""
     mem = sc.memory
     a = sc.model
     cpb: Floats = context.buffer_bytes(a, sc.task.seq_len, mb, tp, cp, sc.cp_method, mem.activation_bytes)
@@ -424,7 +424,7 @@ def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1
                                    mem.activation_bytes)
     else:
         gather, send = memory.zero3_gather_bytes(a, tp, rec, mem.prefetch), 0.0
-    logits: Floats = memory.logits_bytes(a, s, mb, tp, mem.loss_chunks)
+    logits: Floats = memory.logits_bytes(a, s, mb, tp, mem.loss_chunks, sc.loss_kind())
     if stage in ("first", "middle") and per_op_model(sc):  # class_stages: none of them is the last of pp > 1
         logits = np.where(_f(pp) > 1, 0.0, logits)
     # ZeRO-3 with pp > 1: the stage's weights stay gathered and its unsharded gradients accumulate
