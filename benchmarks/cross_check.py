@@ -38,6 +38,7 @@ is an overrun of the code, in wall time only one of the machine's load (both are
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import multiprocessing as mp
 import os
@@ -156,6 +157,16 @@ def to_toml(raw: dict) -> str:
         out += [f"{k} = {val(v)}" for k, v in keys.items()]
         out.append("")
     return "\n".join(out)
+
+
+def write_reproducer(path: Path, how: str, rec: dict) -> None:
+    """A case's scenario file, headed by what differed and each run's answer (``how``: the run's flags)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    note = "".join(f"# {name}: {kind}: {line}\n" for name, kind, detail in rec["problems"]
+                   for line in detail.strip().splitlines())
+    runs = "".join(f"# {k}: {v}\n" for k, v in rec["runs"].items())
+    path.write_text(f"# cross_check {how} case {rec['i']}, objective {rec['objective']}\n{note}{runs}\n"
+                    + to_toml(rec["raw"]))
 
 
 def check_case(i: int, seed: int, time_limit: float, limited: int = 0) -> dict:
@@ -546,10 +557,8 @@ def run_questions(n: int, start: int, seed: int, limited: int, jobs: int, out: P
            "wall-only overruns": 0, "worst overrun s": 0.0, "worst CPU overrun s": 0.0, "answer s": 0.0}
     kinds: dict[str, int] = {}
     statuses: dict[str, int] = {}
-    pool = mp.get_context("fork").Pool(jobs) if jobs > 1 else None
     args = [(i, seed, limited) for i in range(start, start + n)]
-    results = pool.imap(_question_worker, args, chunksize=1) if pool else map(_question_worker, args)
-    try:
+    with pooled(_question_worker, args, jobs, 1) as results:
         for done, rec in enumerate(results, 1):
             tot["cases"] += 1
             tot["skipped"] += bool(rec["skipped"])
@@ -567,20 +576,11 @@ def run_questions(n: int, start: int, seed: int, limited: int, jobs: int, out: P
                 print(f"question {rec['i']} ({rec['kind']}, {rec['objective']}): {name}: {kind}: "
                       f"{detail.strip().splitlines()[-1]}", flush=True)
             if rec["problems"]:
-                out.mkdir(parents=True, exist_ok=True)
-                note = "".join(f"# {name}: {kind}: {line}\n" for name, kind, detail in rec["problems"]
-                               for line in detail.strip().splitlines())
-                (out / f"question-{rec['i']}.toml").write_text(
-                    f"# cross_check --questions, seed {seed} case {rec['i']}, objective {rec['objective']}\n{note}"
-                    + "".join(f"# {k}: {v}\n" for k, v in rec["runs"].items()) + "\n" + to_toml(rec["raw"]))
+                write_reproducer(out / f"question-{rec['i']}.toml", f"--questions, seed {seed}", rec)
                 if rec["offers"]:
                     (out / f"question-{rec['i']}-offers.toml").write_text(rec["offers"])
             if done % 20 == 0:
                 print(f"... {done:,} questions, {time.perf_counter() - t0:,.0f} s: {tot}", flush=True)
-    finally:
-        if pool:
-            pool.close()
-            pool.join()
     wall = time.perf_counter() - t0
     rate = tot["answers"] / wall if wall else 0.0
     drawn = ", ".join(f"{v} {k}" for k, v in sorted(kinds.items()))
@@ -593,6 +593,18 @@ def run_questions(n: int, start: int, seed: int, limited: int, jobs: int, out: P
           f"worst overrun {tot['worst overrun s']:.3f} s wall, {tot['worst CPU overrun s']:.3f} s CPU; "
           f"{wall:,.0f} s wall on {jobs} job(s), {rate:.2f} answers/s", flush=True)
     return tot
+
+
+@contextlib.contextmanager
+def pooled(fn, args: list, jobs: int, chunksize: int):
+    """``fn`` over ``args`` in order, on ``jobs`` forked processes (in this one for a single job)."""
+    pool = mp.get_context("fork").Pool(jobs) if jobs > 1 else None
+    try:
+        yield pool.imap(fn, args, chunksize=chunksize) if pool else map(fn, args)
+    finally:
+        if pool:
+            pool.close()
+            pool.join()
 
 
 def _question_worker(args):
@@ -630,9 +642,7 @@ def main(argv=None) -> int:
     wrong = {"tracebacks": 0, "wrong statuses": 0}
     jobs = [(i, a.seed, a.time_limit, a.limited) for i in range(a.start, a.start + a.n)]
     sweeps = [(-k - 1, a.seed, a.time_limit, 0) for k in range(a.sweeps)]
-    pool = mp.get_context("fork").Pool(a.jobs) if a.jobs > 1 else None
-    results = pool.imap(_worker, jobs, chunksize=4) if pool else map(_worker, jobs)
-    try:
+    with pooled(_worker, jobs, a.jobs, 4) as results:
         for rec in (map(_worker, sweeps)):  # sweeps first, one at a time (each starts its own workers)
             for st, n in rec["limited"].items():
                 limited[st] = limited.get(st, 0) + n
@@ -657,19 +667,9 @@ def main(argv=None) -> int:
                 counts["tracebacks" if kind == "traceback" else "disagreements"] += 1
                 print(f"case {rec['i']}: {name}: {kind}: {detail.strip().splitlines()[-1]}", flush=True)
             if rec["problems"]:
-                out.mkdir(parents=True, exist_ok=True)
-                note = "".join(f"# {name}: {kind}: {line}\n" for name, kind, detail in rec["problems"]
-                               for line in detail.strip().splitlines())
-                runs = "".join(f"# {k}: {v}\n" for k, v in rec["runs"].items())
-                (out / f"case-{rec['i']}.toml").write_text(
-                    f"# cross_check --seed {a.seed} case {rec['i']}, objective {rec['objective']}\n{note}{runs}\n"
-                    + to_toml(rec["raw"]))
+                write_reproducer(out / f"case-{rec['i']}.toml", f"--seed {a.seed}", rec)
             if done % 100 == 0:
                 print(f"... {done:,} cases, {time.perf_counter() - t0:,.0f} s: {counts}", flush=True)
-    finally:
-        if pool:
-            pool.close()
-            pool.join()
     wall = time.perf_counter() - t0
     print(f"cross_check: {a.n:,} scenarios (seed {a.seed}), {counts['checked']:,} checked through "
           f"{len(RUNS)} backend/method runs each, {counts['skipped']:,} skipped (space above {MAX_POINTS:,} "
