@@ -22,13 +22,26 @@ that is unknown or bounds it), or "unknown" (exit 4) with the limit said and no 
 traceback, never a wrong status. The counts are printed::
 
     python benchmarks/cross_check.py --n 2000 --limited 6 --sweeps 20 --jobs 2   # >= 10,000 limited solves
+
+The question paths (``--questions N``, issue 36): scenarios with ``[market]`` offers (a spot offer at 1e-4 to
+0.05 preemptions per card-hour, on-demand beside it, mixes at spot shares), global-batch choices, two training
+stages, half of them under a confidence, answered as ``tpopt solve`` (``plan()`` on CP-SAT, HiGHS, the
+enumerator, Pyomo) and ``tpopt explain`` do. The reference is ``plan()`` on the enumerator without a limit (with
+batch choices also a brute force over each batch's own scenario); the unlimited CP-SAT solve and explain must
+give its verdict and optimum; then ``--limited K`` answers per case under limits from 1 ms to 1 s, each judged as
+above and timed at the API (imports done first): past max(0.5 s, 10 %) of its limit in this process's CPU time
+is an overrun of the code, in wall time only one of the machine's load (both are counted)::
+
+    python benchmarks/cross_check.py --questions 900 --limited 12 --jobs 2   # >= 10,000 limited answers
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import multiprocessing as mp
+import os
 import sys
 import time
 import traceback
@@ -146,6 +159,16 @@ def to_toml(raw: dict) -> str:
     return "\n".join(out)
 
 
+def write_reproducer(path: Path, how: str, rec: dict) -> None:
+    """A case's scenario file, headed by what differed and each run's answer (``how``: the run's flags)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    note = "".join(f"# {name}: {kind}: {line}\n" for name, kind, detail in rec["problems"]
+                   for line in detail.strip().splitlines())
+    runs = "".join(f"# {k}: {v}\n" for k, v in rec["runs"].items())
+    path.write_text(f"# cross_check {how} case {rec['i']}, objective {rec['objective']}\n{note}{runs}\n"
+                    + to_toml(rec["raw"]))
+
+
 def check_case(i: int, seed: int, time_limit: float, limited: int = 0) -> dict:
     """Solve case ``i`` with every backend and method; return what disagreed (empty: all agree)."""
     from tpopt.catalogs import load_catalog
@@ -204,13 +227,24 @@ def check_case(i: int, seed: int, time_limit: float, limited: int = 0) -> dict:
     rec["limited"] = {k: 0 for k in LIMITED_STATUSES}
     if limited and ref is not None and not rec["problems"]:
         lrng = np.random.default_rng([seed, i, 1])  # its own stream: the cases above stay as they were
+        for backend in sorted({b for b, _ in LIMITED_RUNS} - {b for b, _ in RUNS} - _WARM):
+            _WARM.add(backend)  # API-level timing, imports done first: once per process, unlimited
+            solve(sc, backend, Request(objective=objective, seed=0, workers=1), space=_fresh_space(space))
         for j in range(limited):
             backend, method = LIMITED_RUNS[(i + j) % len(LIMITED_RUNS)]
             t = _log_uniform(lrng, *LIMIT_RANGE)
             name = f"{backend}/{method} at {t * 1e3:.3g} ms"
+            t0, cpu0 = time.perf_counter(), time.process_time()
             problem = check_limited(sc, space, backend, method, objective, t, ref[1], ref[2], rec["limited"])
+            over, cpu_over = time.perf_counter() - t0 - t, time.process_time() - cpu0 - t
+            rec["overrun"] = max(rec.get("overrun", 0.0), over)
             if problem:
                 rec["problems"].append((name, *problem))
+            elif over > max(OVERRUN[0], OVERRUN[1] * t):  # in CPU time too: the code's; else the machine's load
+                if cpu_over > max(OVERRUN[0], OVERRUN[1] * t):
+                    rec["problems"].append((name, "limit overrun", f"{over:.3f} s past, {cpu_over:.3f} s CPU"))
+                else:
+                    rec["wall only"] = rec.get("wall only", 0) + 1
     return rec
 
 
@@ -298,6 +332,297 @@ def check_sweep(k: int, seed: int) -> dict:
     return rec
 
 
+# ---------------------------------------------------------------------------------------------
+# The question paths (issue 36): [market] offers (spot, mixes at spot shares), --confidence, training stages,
+# global-batch choices and explain, each answered through plan() as `tpopt solve` / `tpopt explain` do.
+
+PLAN_LIMITED = (("solve", "cpsat"), ("solve", "highs"), ("solve", "enumerate"), ("solve", "pyomo:highs"),
+                ("explain", "cpsat"), ("explain", "highs"))
+"""Limited answers of a question case, in turn: plan() (``tpopt solve``) on each backend, and explain."""
+PLAN_KINDS = ("market", "market", "batch", "batch", "staged")
+OVERRUN = (0.5, 0.10)  # a limit is kept when the answer comes within max(0.5 s, 10 % of the limit) of it
+REGION_TOML = '[region."cloud-x/east"]\nsource = "cross_check"\n'
+
+
+def _offer_toml(name: str, market: str, price: float, rho: float = 0.0, reacquire_s: float = 0.0,
+                available: int = 256) -> str:
+    extra = f'preempt_per_card_hour = {rho!r}\nreacquire = "{reacquire_s:.0f}s"\n' if market == "spot" else ""
+    return (f'[offer.{name}]\nprovider = "cloud-x"\nregion = "east"\naccelerator = "h100-sxm"\ncards_per_host = 8\n'
+            f'market = "{market}"\nprice_card_hour = {price:.4g}\navailable = {available}\ndate = "2026-10"\n'
+            f'source = "cross_check offer"\n{extra}\n')
+
+
+def random_question(rng) -> tuple[dict, str, str]:
+    """One question scenario: (raw tables, offers TOML or "", objective). The kind is [market] offers (spot at
+    1e-4 to 0.05 preemptions per card-hour, on-demand beside it, mixes at spot shares), global-batch choices
+    under a critical batch, or two training stages; a confidence on half of the market and batch cases."""
+    kind = str(rng.choice(PLAN_KINDS))
+    deadline_d = _log_uniform(rng, 0.5, 90.0)
+    raw: dict = {
+        "model": {"name": str(rng.choice(["qwen3-0.6b", "qwen3-8b", "llama3-8b"]))},
+        "task": {"tokens": f"{_log_uniform(rng, 1e10, 2e12):.4g}", "seq_len": 4096, "global_batch": 256},
+        "schedule": {"deadline": f"{deadline_d:.4g}d", "reserved": f"{deadline_d * rng.uniform(0, 0.2):.4g}d"},
+        "hardware": {"accelerator": ["h100-sxm"], "efficiency": round(float(rng.uniform(0.25, 0.55)), 3)},
+        "checkpoint": {"save_interval": str(rng.choice(["auto", "auto", "900s"])),
+                       "mode": str(rng.choice(["sync", "async"]))},
+        "search": {"zero_stage": _pick(rng, [0, 1, 3], hi=2), "tp": _pick(rng, [1, 2, 4], hi=2), "pp": [1],
+                   "micro_batch": _pick(rng, [1, 2], hi=2), "max_cards": int(rng.choice([32, 64, 128, 256]))},
+    }
+    objective = str(rng.choice(["cost", "cost", "time"]))
+    offers = ""
+    if kind == "market":
+        rho, wait = _log_uniform(rng, 1e-4, 5e-2), float(rng.uniform(0, 3 * 3600))
+        offers = REGION_TOML + _offer_toml("spot", "spot", float(rng.uniform(1.0, 2.2)), rho, wait)
+        names = ["spot"]
+        if rng.random() < 0.7:
+            offers += _offer_toml("od", "on-demand", float(rng.uniform(2.0, 4.0)),
+                                  available=int(rng.choice([16, 64, 256])))
+            names.append("od")
+            if rng.random() < 0.5:
+                raw["market"] = {"spot_shares": _pick(rng, [0.25, 0.5, 0.75], hi=2)}
+        raw.setdefault("market", {})["offers"] = names
+    elif kind == "batch":
+        raw["hardware"]["accelerator"] = _pick(rng, ["h100-sxm", "a100-80gb-sxm"], hi=2)
+        raw["task"]["critical_batch"] = str(rng.choice(["1M", "4M"]))
+        raw["search"]["global_batch"] = _pick(rng, [64, 128, 256, 512, 1024], lo=2, hi=3)
+        if rng.random() < 0.3:
+            raw["risk"] = {"preempt_per_card_day": float(rng.choice([0.01, 0.1, 0.3])),
+                           "reacquire": f"{rng.uniform(0, 7200):.0f}s"}
+    else:
+        del raw["task"]["tokens"]
+        objective = "cost"
+        raw["task"]["stages"] = [
+            {"name": "short", "tokens": f"{_log_uniform(rng, 1e10, 1e12):.4g}", "seq_len": 4096,
+             "global_batch": 256},
+            {"name": "long", "tokens": f"{_log_uniform(rng, 1e9, 1e11):.4g}", "seq_len": int(rng.choice([8192, 16384])),
+             "global_batch": 64}]
+    if kind != "staged" and rng.random() < 0.5:
+        raw["schedule"]["confidence"] = f"{int(rng.choice([50, 80, 90, 95]))}%"
+    if rng.random() < 0.15:  # the per-operation step-time model
+        del raw["hardware"]["efficiency"]
+    return raw, offers, objective
+
+
+_WARM: set[str] = set()  # the backends this process has run once (their modules imported)
+
+
+def _answer(pr_or_ex, objective: str) -> tuple[str, float | None, bool, bool]:
+    """(status, objective value or None, limit said, has a plan) of plan()'s report or an explanation."""
+    if isinstance(pr_or_ex, dict):  # an explanation
+        d = pr_or_ex
+        solver = d.get("solver") or {}
+        limit = bool(solver.get("time_limit_reached"))
+        if "total" in d and isinstance(d["total"], dict) and "stages" in d:
+            has = d["status"] in ("optimal", "feasible") and bool(d.get("stages"))
+            return d["status"], (d["total"].get("cost") if has else None), limit, has
+        has = "plan" in d
+        val = (d["cost"] if objective == "cost" else d["finish_days"]) if has else None
+        return d["status"], val, limit, has
+    pr = pr_or_ex
+    limit = bool(pr.solver.limit_reached)
+    if pr.staged is not None or "total" in pr.report:
+        has = pr.feasible
+        return pr.status.value, (pr.report["total"]["cost"] if has else None), limit, has
+    has = pr.best is not None
+    key = "cost" if objective == "cost" else "finish_days"
+    return pr.status.value, (pr.best.metrics[key] if has else None), limit, has
+
+
+def judge(got: tuple[str, float | None, bool, bool], verdict: str, optimum: float | None,
+          rel: float = 1e-6) -> str | None:
+    """What is wrong with an answer against the reference (``verdict``, ``optimum``), None when it is honest:
+    optimal must be the optimum, infeasible the reference's verdict, feasible a plan no better than the
+    optimum with the limit said, anything else the limit said and no plan."""
+    status, val, limit, has = got
+    if status == "optimal":
+        if verdict != "optimal" or val is None or not math.isclose(val, optimum, rel_tol=rel):
+            return f"optimal {val!r} vs reference {verdict} {optimum!r}"
+    elif status == "infeasible":
+        if verdict != "infeasible":
+            return f"infeasible vs reference {verdict} {optimum!r}"
+    elif not limit:
+        return f"{status} without the time limit said"
+    elif status == "feasible":
+        if verdict != "optimal" or val is None or val < optimum * (1 - rel):
+            return f"feasible {val!r} vs reference {verdict} {optimum!r}"
+    elif has:
+        return f"{status} with a plan"
+    return None
+
+
+def question_case(i: int, seed: int, limited: int) -> dict:
+    """Question case ``i``: the reference (plan() on the enumerator, unlimited; with batch choices and no
+    confidence also a brute force over the batches), the unlimited CP-SAT solve and explain against it, then
+    ``limited`` answers of :data:`PLAN_LIMITED` in turn under limits drawn log-uniformly from 1 ms to 1 s,
+    each judged (:func:`judge`) and timed against max(0.5 s, 10 %) of its limit."""
+    import tempfile
+    from dataclasses import replace
+
+    from tpopt.catalogs import load_catalog
+    from tpopt.catalogs.scenario import build_scenario
+    from tpopt.errors import InputError
+    from tpopt.optimizer import core
+    from tpopt.optimizer import question as Q
+    from tpopt.optimizer.outer import at_batch, batch_choices
+    from tpopt.optimizer.plan import plan
+    from tpopt.optimizer.result import Request
+
+    rng = np.random.default_rng([seed, i, 2])
+    raw, offers, objective = random_question(rng)
+    kind = "market" if offers else "staged" if "stages" in raw["task"] else "batch"
+    if "confidence" in raw["schedule"]:
+        kind += "+confidence"
+    rec = {"i": i, "raw": raw, "offers": offers, "objective": objective, "kind": kind, "problems": [],
+           "skipped": None, "runs": {}, "limited": {}, "overrun": 0.0, "answers_s": 0.0}
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            if offers:
+                (Path(d) / "offers.toml").write_text(offers)
+            sc = build_scenario(raw, load_catalog([d] if offers else []))
+    except InputError as exc:
+        rec["skipped"] = f"input: {exc}"
+        return rec
+    except Exception:  # noqa: BLE001 - a traceback is a finding
+        rec["problems"].append(("build", "traceback", traceback.format_exc()))
+        return rec
+
+    def ask(path: str, backend: str, t: float):
+        req = Request(objective=objective, time_limit=t, seed=0, workers=1)
+        if path == "explain":
+            return Q.explain_request(sc, backend, req, raw=raw)
+        return plan(sc, backend, req, analyse=False, why=False)
+
+    try:
+        ref = _answer(ask("solve", "enumerate", 600.0), objective)
+    except InputError as exc:
+        rec["skipped"] = f"input: {exc}"
+        return rec
+    except Exception:  # noqa: BLE001
+        rec["problems"].append(("enumerate", "traceback", traceback.format_exc()))
+        return rec
+    rec["runs"]["enumerate"] = ref[:2]
+    if ref[0] not in ("optimal", "infeasible"):
+        rec["skipped"] = f"reference {ref[0]}"
+        return rec
+    verdict, optimum = ref[0], ref[1]
+    if kind == "batch" and objective == "cost":  # the oracle: each batch's own scenario, enumerated
+        costs = []
+        for b in batch_choices(sc):
+            one = at_batch(sc, b)
+            r = core.solve(replace(one, search=replace(one.search, global_batch=(b,))), "enumerate",
+                           Request(time_limit=600.0))
+            if r.best is not None:
+                costs.append(r.best.metrics["cost"])
+        brute = min(costs) if costs else None
+        if (brute is None) != (optimum is None) or (brute is not None and not math.isclose(brute, optimum,
+                                                                                            rel_tol=1e-9)):
+            rec["problems"].append(("brute force", "verdict", f"{brute!r} over the batches vs plan() {optimum!r}"))
+    for path, backend in (("solve", "cpsat"), ("explain", "cpsat")):
+        name = f"{path} {backend}"
+        try:
+            got = _answer(ask(path, backend, 600.0), objective)
+        except Exception:  # noqa: BLE001
+            rec["problems"].append((name, "traceback", traceback.format_exc()))
+            continue
+        rec["runs"][name] = got[:2]
+        wrong = judge(got, verdict, optimum)
+        if wrong:
+            rec["problems"].append((name, "verdict", wrong))
+    if limited and not _WARM:  # API-level timing, imports done first: each backend once, unlimited, per process
+        _WARM.update(b for _, b in PLAN_LIMITED)
+        for b in sorted(_WARM):
+            ask("solve", b, 600.0)
+    lrng = np.random.default_rng([seed, i, 3])
+    for j in range(limited):
+        path, backend = PLAN_LIMITED[(i + j) % len(PLAN_LIMITED)]
+        t = _log_uniform(lrng, *LIMIT_RANGE)
+        name = f"{path} {backend} at {t * 1e3:.3g} ms"
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        try:
+            got = _answer(ask(path, backend, t), objective)
+        except BaseException:  # noqa: BLE001 - a traceback (or an escaped TimeLimitReached) is a finding
+            rec["problems"].append((name, "traceback", traceback.format_exc()))
+            continue
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        rec["answers_s"] += wall
+        rec["limited"][got[0]] = rec["limited"].get(got[0], 0) + 1
+        over = wall - t
+        rec["overrun"] = max(rec["overrun"], over)
+        rec["cpu overrun"] = max(rec.get("cpu overrun", 0.0), cpu - t)
+        allowed = max(OVERRUN[0], OVERRUN[1] * t)
+        if over > allowed:  # past the limit in CPU time too: the code's; in wall time only: the machine's load
+            kind = "limit overrun" if cpu - t > allowed else "limit overrun (wall only)"
+            rec["problems"].append((name, kind, f"answered in {wall:.3f} s ({got[0]}; this process's CPU "
+                                                f"{cpu:.3f} s, load {os.getloadavg()[0]:.1f})"))
+        wrong = judge(got, verdict, optimum)
+        if wrong:
+            rec["problems"].append((name, "limited status", wrong))
+    return rec
+
+
+def run_questions(n: int, start: int, seed: int, limited: int, jobs: int, out: Path) -> dict:
+    """:func:`question_case` for cases ``start`` .. ``start + n``; prints each problem and the totals (answers,
+    wrong verdicts, tracebacks, worst overrun, answers per second); writes a reproducer per case with one."""
+    t0 = time.perf_counter()
+    tot = {"cases": 0, "skipped": 0, "answers": 0, "wrong verdicts": 0, "tracebacks": 0, "overruns": 0,
+           "wall-only overruns": 0, "worst overrun s": 0.0, "worst CPU overrun s": 0.0, "answer s": 0.0}
+    kinds: dict[str, int] = {}
+    statuses: dict[str, int] = {}
+    args = [(i, seed, limited) for i in range(start, start + n)]
+    with pooled(_question_worker, args, jobs, 1) as results:
+        for done, rec in enumerate(results, 1):
+            tot["cases"] += 1
+            tot["skipped"] += bool(rec["skipped"])
+            kinds[rec["kind"]] = kinds.get(rec["kind"], 0) + 1
+            for st, k in rec["limited"].items():
+                statuses[st] = statuses.get(st, 0) + k
+                tot["answers"] += k
+            tot["worst overrun s"] = max(tot["worst overrun s"], rec["overrun"])
+            tot["worst CPU overrun s"] = max(tot["worst CPU overrun s"], rec.get("cpu overrun", 0.0))
+            tot["answer s"] += rec["answers_s"]
+            for name, kind, detail in rec["problems"]:
+                key = {"traceback": "tracebacks", "limit overrun": "overruns",
+                       "limit overrun (wall only)": "wall-only overruns"}.get(kind, "wrong verdicts")
+                tot[key] += 1
+                print(f"question {rec['i']} ({rec['kind']}, {rec['objective']}): {name}: {kind}: "
+                      f"{detail.strip().splitlines()[-1]}", flush=True)
+            if rec["problems"]:
+                write_reproducer(out / f"question-{rec['i']}.toml", f"--questions, seed {seed}", rec)
+                if rec["offers"]:
+                    (out / f"question-{rec['i']}-offers.toml").write_text(rec["offers"])
+            if done % 20 == 0:
+                print(f"... {done:,} questions, {time.perf_counter() - t0:,.0f} s: {tot}", flush=True)
+    wall = time.perf_counter() - t0
+    rate = tot["answers"] / wall if wall else 0.0
+    drawn = ", ".join(f"{v} {k}" for k, v in sorted(kinds.items()))
+    answered = ", ".join(f"{v:,} {k}" for k, v in sorted(statuses.items()))
+    print(f"cross_check questions: {n:,} scenarios (seed {seed}; {drawn}), {tot['skipped']} skipped; "
+          f"{tot['answers']:,} limited answers ({answered}; {len(PLAN_LIMITED)} solve/explain paths in turn, "
+          f"limits {LIMIT_RANGE[0] * 1e3:g} ms to {LIMIT_RANGE[1]:g} s): {tot['wrong verdicts']} wrong verdicts, "
+          f"{tot['tracebacks']} tracebacks, {tot['overruns']} limits overrun beyond max({OVERRUN[0]:g} s, "
+          f"{OVERRUN[1]:.0%}) in CPU time, {tot['wall-only overruns']} more in wall time only (the machine's load); "
+          f"worst overrun {tot['worst overrun s']:.3f} s wall, {tot['worst CPU overrun s']:.3f} s CPU; "
+          f"{wall:,.0f} s wall on {jobs} job(s), {rate:.2f} answers/s", flush=True)
+    return tot
+
+
+@contextlib.contextmanager
+def pooled(fn, args: list, jobs: int, chunksize: int):
+    """``fn`` over ``args`` in order, on ``jobs`` forked processes (in this one for a single job)."""
+    pool = mp.get_context("fork").Pool(jobs) if jobs > 1 else None
+    try:
+        yield pool.imap(fn, args, chunksize=chunksize) if pool else map(fn, args)
+    finally:
+        if pool:
+            pool.close()
+            pool.join()
+
+
+def _question_worker(args):
+    i, seed, limited = args
+    return question_case(i, seed, limited)
+
+
 def _worker(args):
     i, seed, time_limit, limited = args
     if i < 0:  # a sweep (its own worker processes)
@@ -315,17 +640,21 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="worker processes")
     ap.add_argument("--limited", type=int, default=0, help="limited solves per case (limits from 1 ms to 1 s)")
     ap.add_argument("--sweeps", type=int, default=0, help="sweeps under a drawn limit (two workers each)")
+    ap.add_argument("--questions", type=int, default=0,
+                    help="question scenarios instead ([market], --confidence, stages, batch choices, explain)")
     a = ap.parse_args(argv)
     out = Path(a.out)
+    if a.questions:
+        tot = run_questions(a.questions, a.start, a.seed, a.limited, a.jobs, out)
+        return 1 if tot["wrong verdicts"] or tot["tracebacks"] or tot["overruns"] else 0
     t0 = time.perf_counter()
     counts = {"checked": 0, "skipped": 0, "disagreements": 0, "tracebacks": 0, "limit": 0}
     limited = {s: 0 for s in LIMITED_STATUSES}
-    wrong = {"tracebacks": 0, "wrong statuses": 0}
+    wrong = {"tracebacks": 0, "wrong statuses": 0, "overruns": 0, "wall only": 0}
+    worst = 0.0
     jobs = [(i, a.seed, a.time_limit, a.limited) for i in range(a.start, a.start + a.n)]
     sweeps = [(-k - 1, a.seed, a.time_limit, 0) for k in range(a.sweeps)]
-    pool = mp.get_context("fork").Pool(a.jobs) if a.jobs > 1 else None
-    results = pool.imap(_worker, jobs, chunksize=4) if pool else map(_worker, jobs)
-    try:
+    with pooled(_worker, jobs, a.jobs, 4) as results:
         for rec in (map(_worker, sweeps)):  # sweeps first, one at a time (each starts its own workers)
             for st, n in rec["limited"].items():
                 limited[st] = limited.get(st, 0) + n
@@ -335,9 +664,11 @@ def main(argv=None) -> int:
         for done, rec in enumerate(results, 1):
             for st, n in rec.get("limited", {}).items():
                 limited[st] = limited.get(st, 0) + n
+            worst = max(worst, rec.get("overrun", 0.0))
+            wrong["wall only"] += rec.get("wall only", 0)
             for name, kind, _ in rec["problems"]:
                 if kind == "limited status" or " ms" in name:
-                    wrong["tracebacks" if kind == "traceback" else "wrong statuses"] += 1
+                    wrong[{"traceback": "tracebacks", "limit overrun": "overruns"}.get(kind, "wrong statuses")] += 1
             if rec["skipped"]:
                 counts["skipped"] += 1
             else:
@@ -350,19 +681,9 @@ def main(argv=None) -> int:
                 counts["tracebacks" if kind == "traceback" else "disagreements"] += 1
                 print(f"case {rec['i']}: {name}: {kind}: {detail.strip().splitlines()[-1]}", flush=True)
             if rec["problems"]:
-                out.mkdir(parents=True, exist_ok=True)
-                note = "".join(f"# {name}: {kind}: {line}\n" for name, kind, detail in rec["problems"]
-                               for line in detail.strip().splitlines())
-                runs = "".join(f"# {k}: {v}\n" for k, v in rec["runs"].items())
-                (out / f"case-{rec['i']}.toml").write_text(
-                    f"# cross_check --seed {a.seed} case {rec['i']}, objective {rec['objective']}\n{note}{runs}\n"
-                    + to_toml(rec["raw"]))
+                write_reproducer(out / f"case-{rec['i']}.toml", f"--seed {a.seed}", rec)
             if done % 100 == 0:
                 print(f"... {done:,} cases, {time.perf_counter() - t0:,.0f} s: {counts}", flush=True)
-    finally:
-        if pool:
-            pool.close()
-            pool.join()
     wall = time.perf_counter() - t0
     print(f"cross_check: {a.n:,} scenarios (seed {a.seed}), {counts['checked']:,} checked through "
           f"{len(RUNS)} backend/method runs each, {counts['skipped']:,} skipped (space above {MAX_POINTS:,} "
@@ -373,7 +694,9 @@ def main(argv=None) -> int:
         print(f"cross_check under time limits ({LIMIT_RANGE[0] * 1e3:g} ms to {LIMIT_RANGE[1]:g} s, log-uniform; "
               f"{len(LIMITED_RUNS)} backend/method runs in turn, {a.sweeps} sweeps): {total:,} limited answers: "
               + ", ".join(f"{n:,} {st}" for st, n in limited.items())
-              + f"; {wrong['tracebacks']} tracebacks, {wrong['wrong statuses']} wrong statuses")
+              + f"; {wrong['tracebacks']} tracebacks, {wrong['wrong statuses']} wrong statuses; "
+              f"{wrong['overruns']} limits overrun beyond max({OVERRUN[0]:g} s, {OVERRUN[1]:.0%}) in CPU time, "
+              f"{wrong['wall only']} in wall time only; worst overrun {worst:.3f} s wall")
     return 1 if counts["disagreements"] or counts["tracebacks"] else 0
 
 

@@ -74,3 +74,37 @@ def test_the_limited_check_catches_a_wrong_answer(monkeypatch, design_path):
         assert cc.check_limited(design, space, "cpsat", "auto", "cost", 0.01, "optimal", optimum, counts) is not None
     monkeypatch.setattr(core, "solve", answer(Status.FEASIBLE, [worse], True, None))
     assert cc.check_limited(design, space, "cpsat", "auto", "cost", 0.01, "optimal", opt, counts) is None
+
+
+def test_a_small_question_run_is_honest(tmp_path, capsys):
+    # the question paths ([market] with spot, --confidence, stages, batch choices, explain) under limits from 1 ms
+    # to 1 s: no wrong verdict, no traceback, every limit kept within max(0.5 s, 10 %)
+    assert cc.main(["--questions", "3", "--seed", "0", "--limited", "4", "--out", str(tmp_path / "cc")]) == 0
+    out = capsys.readouterr().out
+    assert "12 limited answers" in out and "0 wrong verdicts, 0 tracebacks, 0 limits overrun" in out
+    assert not (tmp_path / "cc").exists()
+
+
+def test_the_question_generator_draws_every_path():
+    kinds, shares, confidence = set(), False, False
+    for i in range(60):
+        raw, offers, _ = cc.random_question(np.random.default_rng([0, i, 2]))
+        kinds.add("market" if offers else "staged" if "stages" in raw["task"] else "batch")
+        shares |= "spot_shares" in raw.get("market", {})
+        confidence |= "confidence" in raw["schedule"]
+        assert 'market = "spot"' in offers or not offers  # every market case has a spot offer
+    assert kinds == {"market", "batch", "staged"} and shares and confidence
+
+
+def test_the_question_judge_catches_a_wrong_answer():
+    # (status, value, limit said, has a plan) against the reference verdict and optimum
+    assert cc.judge(("optimal", 100.0, False, True), "optimal", 100.0) is None
+    assert cc.judge(("feasible", 120.0, True, True), "optimal", 100.0) is None
+    assert cc.judge(("unknown", None, True, False), "infeasible", None) is None
+    assert cc.judge(("optimal", 90.0, False, True), "optimal", 100.0)  # not the optimum
+    assert cc.judge(("infeasible", None, False, False), "optimal", 100.0)  # a plan exists
+    assert cc.judge(("optimal", 100.0, False, True), "infeasible", None)
+    assert cc.judge(("feasible", 90.0, True, True), "optimal", 100.0)  # better than the optimum
+    assert cc.judge(("feasible", 120.0, False, True), "optimal", 100.0)  # the limit not said
+    assert cc.judge(("unknown", None, False, False), "optimal", 100.0)
+    assert cc.judge(("unknown", 120.0, True, True), "optimal", 100.0)  # unknown with a plan

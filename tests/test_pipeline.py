@@ -505,9 +505,9 @@ def test_large_pipeline_is_fast():
     import time
 
     pl.simulate("1f1b", 64, 512, 1.0, 2.0)
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # this process's CPU time: the work done, not how a loaded machine shared its cores
     r = pl.simulate("1f1b", 64, 512, 1.0, 2.0)
-    assert time.perf_counter() - t0 < 1.0
+    assert time.process_time() - t0 < 1.0
     assert r.completion == (512 + 64 - 1) * 3.0  # fill-drain formula, no transfer or update
 
 

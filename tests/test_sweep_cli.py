@@ -56,20 +56,25 @@ def _rows(path: Path) -> list[str]:
 
 
 def test_killed_sweep_resumes_to_the_uninterrupted_result(tmp_path):
-    args = [sys.executable, "-m", "tpopt.cli.main", "sweep", "--scenario", SWEEP_FILE, "--deadline", "20d:60d:1d",
-            "--solver", "cpsat", "--workers", "2", "--quiet"]
+    from sweep_hold import held_after
+
+    sweep = ["sweep", "--scenario", SWEEP_FILE, "--deadline", "20d:60d:1d", "--solver", "cpsat", "--workers", "2",
+             "--quiet"]
+    args = [sys.executable, "-m", "tpopt.cli.main", *sweep]
     ref = tmp_path / "ref.csv"
-    subprocess.run(args + ["--out", str(ref)], check=True, capture_output=True, timeout=120)
+    subprocess.run(args + ["--out", str(ref)], check=True, capture_output=True, timeout=600)
     assert len(_rows(ref)) == 41
 
     out = tmp_path / "killed.csv"
-    proc = subprocess.Popen(args + ["--out", str(out)], start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    t_end = time.time() + 120
-    while time.time() < t_end:
-        if out.exists() and out.read_text().count("\n") >= 1 + 5:
-            break
+    # the driver holds after 5 saved rows (tests/sweep_hold.py): the kill lands mid-sweep however loaded the
+    # machine (waiting for rows and then killing raced the sweep's end)
+    proc = subprocess.Popen(held_after(5, sweep + ["--out", str(out)]), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t_end = time.monotonic() + 600  # wait on what can be seen (five rows saved), not on a fixed time
+    while time.monotonic() < t_end and proc.poll() is None and \
+            not (out.exists() and out.read_text().count("\n") >= 1 + 5):
         time.sleep(0.01)
+    assert proc.poll() is None, f"the sweep ended before it was killed: {proc.returncode}"
     os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its workers, mid-run
     proc.wait()
     partial = out.read_text()
@@ -83,7 +88,7 @@ def test_killed_sweep_resumes_to_the_uninterrupted_result(tmp_path):
     with out.open("a") as fh:  # and a row torn by the kill is discarded on resume
         fh.write(complete[0][:40])
 
-    r = subprocess.run(args[:-1] + ["--out", str(out)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(args[:-1] + ["--out", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert f"resumed: {done} of 41 points reused" in r.stderr
     assert "discarded 1 torn" in r.stderr

@@ -114,12 +114,18 @@ def _cli(out: Path, cluster: str) -> list[str]:
 
 
 def _start_and_kill(args: list[str], out: Path, rows: int) -> subprocess.Popen:
-    """Start a sweep in its own process group and SIGKILL its driver alone once ``rows`` rows are saved."""
-    proc = subprocess.Popen(args + ["-q"], start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    t_end = time.time() + 120
-    while time.time() < t_end and not (out.exists() and out.read_text().count("\n") >= 1 + rows):
+    """Start a sweep in its own process group, its driver held once ``rows`` rows are saved
+    (tests/sweep_hold.py: the kill lands mid-sweep however loaded the machine), and SIGKILL the driver alone."""
+    from sweep_hold import held_after
+
+    assert args[1:3] == ["-m", "tpopt.cli.main"]
+    proc = subprocess.Popen(held_after(rows, args[3:] + ["-q"]), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t_end = time.monotonic() + 600  # wait on what can be seen (the rows saved), not on a fixed time
+    while time.monotonic() < t_end and proc.poll() is None and \
+            not (out.exists() and out.read_text().count("\n") >= 1 + rows):
         time.sleep(0.01)
+    assert proc.poll() is None, f"the sweep ended before it was killed: {proc.returncode}"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     return proc
@@ -141,8 +147,8 @@ def test_driver_killed_mid_sweep_resumes_with_nothing_lost_or_duplicated(tmp_pat
 def test_a_killed_driver_takes_its_local_cluster_with_it(tmp_path, live_in_group):
     out = tmp_path / "r.csv"
     proc = _start_and_kill(_cli(out, "local:2"), out, 1)
-    t_end = time.time() + 20
-    while time.time() < t_end and live_in_group(proc.pid):
+    t_end = time.monotonic() + 120  # the group's exit, seen (a loaded machine takes its time to reap it)
+    while time.monotonic() < t_end and live_in_group(proc.pid):
         time.sleep(0.1)
     assert live_in_group(proc.pid) == []  # scheduler, nannies and workers are gone too
     assert len(_body(out)) >= 1

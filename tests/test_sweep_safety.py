@@ -35,35 +35,48 @@ def run(args):
 
 
 def test_kill_9_of_the_sweep_leaves_no_worker_behind(tmp_path, live_in_group):
+    from sweep_hold import held_after
+
     out = tmp_path / "r.csv"
-    proc = subprocess.Popen([sys.executable, "-m", "tpopt.cli.main", "sweep", "--scenario", str(SWEEP_FILE),
-                             "--deadline", "20d:200d:1d", "--solver", "cpsat", "--workers", "2", "--out", str(out),
-                             "-q"], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    t_end = time.time() + 120
-    while time.time() < t_end and not (out.exists() and out.read_text().count("\n") >= 1 + 3):
+    # the driver holds after 3 saved rows (tests/sweep_hold.py): killed mid-sweep however loaded the machine
+    proc = subprocess.Popen(held_after(3, ["sweep", "--scenario", str(SWEEP_FILE), "--deadline", "20d:200d:1d",
+                                           "--solver", "cpsat", "--workers", "2", "--out", str(out), "-q"]),
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t_end = time.monotonic() + 600  # wait on what can be seen (three rows saved), not on a fixed time
+    while time.monotonic() < t_end and proc.poll() is None and \
+            not (out.exists() and out.read_text().count("\n") >= 1 + 3):
         time.sleep(0.01)
+    assert proc.poll() is None, f"the sweep ended before it was killed: {proc.returncode}"
     assert len(live_in_group(proc.pid)) >= 3  # the driver and its 2 workers
     os.kill(proc.pid, signal.SIGKILL)  # the driver only, as `kill -9 PID` does
     proc.wait()
-    t_end = time.time() + 10
-    while time.time() < t_end and live_in_group(proc.pid):
+    t_end = time.monotonic() + 120  # the workers' exit, seen (a loaded machine takes its time)
+    while time.monotonic() < t_end and live_in_group(proc.pid):
         time.sleep(0.05)
     assert live_in_group(proc.pid) == []
 
 
 def test_a_second_writer_of_the_same_output_is_refused(tmp_path):
-    out = tmp_path / "r.csv"
-    args = [sys.executable, "-m", "tpopt.cli.main", "sweep", "--scenario", str(SWEEP_FILE), "--deadline",
-            "20d:60d:1d", "--solver", "cpsat", "--workers", "1", "--out", str(out), "-q"]
-    first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    t_end = time.time() + 120
-    while time.time() < t_end and not (out.exists() and out.read_text().count("\n") >= 1 + 2):
+    from sweep_hold import held_after
+
+    out, release = tmp_path / "r.csv", tmp_path / "release"
+    args = ["sweep", "--scenario", str(SWEEP_FILE), "--deadline", "20d:60d:1d", "--solver", "cpsat", "--workers",
+            "1", "--out", str(out), "-q"]
+    # the first writer holds after 2 saved rows until released (tests/sweep_hold.py): it is still writing when
+    # the second comes, however loaded the machine
+    first = subprocess.Popen(held_after(2, args, str(release)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
+    t_end = time.monotonic() + 600
+    while time.monotonic() < t_end and first.poll() is None and \
+            not (out.exists() and out.read_text().count("\n") >= 1 + 2):
         time.sleep(0.01)
+    assert first.poll() is None, f"the first sweep ended early: {first.returncode}"
     code, stdout, err = run(["--deadline", "30d:40d:1d", "--out", str(out)])  # another grid, same file
+    release.touch()
     assert code == 2 and stdout == ""
     assert err.strip() == (f"tpopt: error: {str(out)!r} is being written by another tpopt sweep (pid {first.pid}); "
                            f"wait for it to finish or choose another --out")
-    _, err1 = first.communicate(timeout=120)
+    _, err1 = first.communicate(timeout=600)
     assert first.returncode == 0, err1
     assert out.read_text().count("\n") == 1 + 41  # the first grid, whole
     assert not (tmp_path / ".r.csv.lock").exists()  # removed at the end

@@ -37,7 +37,7 @@ from tpopt.models.units import DAY, GIB
 from tpopt.optimizer.backends.encoding import caps, lower
 from tpopt.optimizer.backends.protocol import Allowed, CandidateResult, MasterAnswer, MasterBounds
 from tpopt.optimizer.backends.verify import RelaxedBackend
-from tpopt.optimizer.limits import EncodingError
+from tpopt.optimizer.limits import EncodingError, checkpoint
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import (
     BUSY_TERMS,
@@ -137,6 +137,7 @@ class _Lp:
         return np.arange(start, start + n)
 
     def row(self, idx: ArrayLike, val: ArrayLike, lo: float = -INF, hi: float = INF) -> None:
+        checkpoint()  # a time limit stops the model's building between two rows (a stoppable phase's clock)
         cols = np.asarray(idx, dtype=np.int64).reshape(-1)
         coefs = np.broadcast_to(np.asarray(val, dtype=float), cols.shape).reshape(-1)
         if np.unique(cols).size < cols.size:  # two terms over the same variables share weight columns: add them

@@ -52,6 +52,7 @@ from tpopt.errors import InputError
 from tpopt.files import refuse_symlink
 from tpopt.optimizer.backends.highs_model import INF, HighsModel
 from tpopt.optimizer.backends.protocol import Allowed, CandidateResult, CapabilityError, MasterAnswer, MasterBounds
+from tpopt.optimizer.limits import checkpoint
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import VARS, Space
 
@@ -328,6 +329,8 @@ def build_pyomo(f: MilpFormulation, name: str = "tpopt") -> tuple[Any, list[Any]
             m.add_component(comp, pyo.Var(idx, domain=pyo.Reals))
     var: list[Any] = []
     for j, (comp, idx) in enumerate(cols):
+        if j % 256 == 0:
+            checkpoint()  # a time limit stops the model's building here (a stoppable phase's clock)
         c = m.component(comp)
         v = c if idx is None else c[idx]
         lo, hi = lp.lo[j], lp.hi[j]
@@ -351,7 +354,9 @@ def build_pyomo(f: MilpFormulation, name: str = "tpopt") -> tuple[Any, list[Any]
             return expr == lo
         return (None if lo <= -INF else lo, expr, None if hi >= INF else hi)
 
+    checkpoint()
     m.row = pyo.Constraint(range(len(lp.r_lo)), rule=row)
+    checkpoint()
     m.nogood = pyo.ConstraintList()
     m.objective = pyo.Objective(expr=sum(c * var[j] for j, c in enumerate(lp.cost) if c != 0.0),
                                 sense=pyo.minimize)
