@@ -15,6 +15,7 @@ from tpopt.cli.common import (
     load_scenario_from,
     scenario_options,
 )
+from tpopt.cli.progress_line import live_progress
 from tpopt.cli.request import request_from, solve_options
 from tpopt.errors import InputError
 from tpopt.models import families as F
@@ -46,7 +47,8 @@ def simulate(runs: str, as_json: bool, **kw: Any) -> None:
         raise InputError(f"--runs must lie in 1..{MAX_RUNS:,}, got {n}")
     sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
     req = request_from(kw)
-    r, view = Q.chosen(sc, kw["solver"], req)  # tpopt solve's plan, in its batch's or offer's scenario
+    with live_progress("tpopt simulate", req.clock, as_json):
+        r, view = Q.chosen(sc, kw["solver"], req)  # tpopt solve's plan, in its batch's or offer's scenario
     if r.best is None:
         if r.status.value != "infeasible":  # cut short, not proven: the limit's own exit code
             click.echo(f"tpopt simulate: {sc.name}: time limit reached before a plan was found ({r.status.value}); "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,9 @@ from tpopt.cli.common import (
     load_scenario_from,
     scenario_source,
 )
+from tpopt.cli.html_report import sweep_page, write_answer_page
 from tpopt.cli.plots import FORMATS as PLOT_FORMATS
+from tpopt.cli.progress_line import wanted
 from tpopt.cli.render import console_text as render
 from tpopt.cli.render import fit_lines
 from tpopt.cli.request import time_limit_seconds
@@ -95,10 +98,10 @@ class _Bar(sw.Progress):
     """rich progress bar with ETA on stderr (only on a terminal); notes of what happens during the run
     (a worker died, a task is retried) on stderr unless --quiet."""
 
-    def __init__(self, quiet: bool) -> None:
+    def __init__(self, quiet: bool, live: bool = True) -> None:
         self.console = Console(stderr=True)
         self.quiet = quiet
-        self.enabled = not quiet and self.console.is_terminal
+        self.enabled = live and not quiet and self.console.is_terminal and wanted(sys.stderr)  # --json, TPOPT_QUIET
         self.bar: Progress | None = None
 
     def note(self, text: str) -> None:
@@ -113,14 +116,18 @@ class _Bar(sw.Progress):
         if not self.enabled:
             return
         bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("points"),
-                       TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=self.console)
+                       TextColumn("{task.fields[best]}"), TimeElapsedColumn(), TextColumn("ETA"),
+                       TimeRemainingColumn(), console=self.console)
         self.bar = bar
+        self.best: float | None = None
         bar.start()
-        self.task = bar.add_task("sweep", total=total, completed=done)
+        self.task = bar.add_task("sweep", total=total, completed=done, best="")
 
-    def advance(self, n: int) -> None:
+    def advance(self, n: int, best: float | None = None) -> None:
         if self.bar is not None:
-            self.bar.advance(self.task, n)
+            if best is not None and (self.best is None or best < self.best):
+                self.best = best
+            self.bar.update(self.task, advance=n, best="" if self.best is None else f"best cost {self.best:,.0f}")
 
     def stop(self) -> None:
         if self.bar is not None:
@@ -286,12 +293,15 @@ def result_text(result: sw.SweepResult, out: str | None, energy: Energy | None =
 @click.option("--pareto", "pareto", type=click.Choice(["energy"]),
               help="energy: also print each swept plan's energy (MWh, from the market catalog's [power] figures and "
                    "its default PUE) against its cost, the energy/cost front marked.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar or notes on stderr.")
+@click.option("--quiet", "-q", is_flag=True,
+              help="No progress bar or notes on stderr (also: TPOPT_QUIET=1 for the bar).")
 @click.option("--json", "as_json", is_flag=True, help="Print the front and summary as JSON.")
+@click.option("--html", "html", type=click.Path(dir_okay=False),
+              help="Also write the front as one self-contained HTML page (hover a point for its plan; opens offline).")
 @handle_errors
 def sweep(solver: str | None, time_limit: str | float | None, workers: int | None, cluster: str | None,
           out: str | None, force: bool, plot: str | None, plot_breakdown: str | None, breakdown_cards: str | None,
-          pareto: str | None, quiet: bool, as_json: bool, **kw: Any) -> None:
+          pareto: str | None, quiet: bool, as_json: bool, html: str | None, **kw: Any) -> None:
     """Sweep deadlines, hardware and other inputs; report the cost vs finish-time Pareto front.
 
     Example: tpopt sweep --scenario examples/design-case-sweep.toml --hw rtx4090,h100-sxm,a100-80gb-sxm
@@ -316,7 +326,7 @@ def sweep(solver: str | None, time_limit: str | float | None, workers: int | Non
         raise InputError("--breakdown-cards needs --plot-breakdown")
     if kw.get("confidence"):
         for flag, given in (("--plot", plot), ("--plot-breakdown", plot_breakdown), ("--cluster", cluster),
-                            ("--pareto", pareto)):
+                            ("--pareto", pareto), ("--html", html)):
             if given:
                 raise InputError(f"{flag} is not used by sweep --confidence (one solve per level); drop it")
         if out:
@@ -332,9 +342,16 @@ def sweep(solver: str | None, time_limit: str | float | None, workers: int | Non
             sw.check_output_path(path, what, PLOT_FORMATS)
     if out:
         sw.check_output_path(out)
-    bar = _Bar(quiet)
+    if html:
+        check_new_file(html, "--html", force)
+    bar = _Bar(quiet, live=not as_json)
     result = sw.run_sweep(spec, out=out, force=force, workers=workers, cluster=cluster, progress=bar)
-    note = bar.note
+    notes: list[str] = []  # the page repeats the notes (what pins a collapsed front)
+
+    def note(text: str) -> None:
+        notes.append(text)
+        bar.note(text)
+
     for text in result.resume.notes(out, len(result.rows)):
         note(text)
     if result.retried:
@@ -364,14 +381,16 @@ def sweep(solver: str | None, time_limit: str | float | None, workers: int | Non
         market = spec.catalog.market if spec.catalog is not None else None
         pue = market.default_pue if market is not None else (1.2, "")
         energy = (*sw.energy_front(result.rows, market.power if market is not None else {}, pue[0]), pue)
+    d = {"scenario": spec.name, "fingerprint": spec.fingerprint, "points": len(result.rows),
+         "computed": result.computed, "reused": result.reused, "out": out,
+         "statuses": {k: result.count(k) for k in sw.STATUSES},
+         "front": result.front(), "summary": result.summary()}
+    if energy is not None:
+        d["energy"] = {"plans": energy[0], "no_power_figures": energy[1], "pue": energy[2][0],
+                       "pue_source": energy[2][1]}
+    if html:  # the --json document, drawn, and the terminal's text
+        write_answer_page(html, lambda: sweep_page(d, notes, result_text(result, out, energy)))
     if as_json:
-        d = {"scenario": spec.name, "fingerprint": spec.fingerprint, "points": len(result.rows),
-             "computed": result.computed, "reused": result.reused, "out": out,
-             "statuses": {k: result.count(k) for k in sw.STATUSES},
-             "front": result.front(), "summary": result.summary()}
-        if energy is not None:
-            d["energy"] = {"plans": energy[0], "no_power_figures": energy[1], "pue": energy[2][0],
-                           "pue_source": energy[2][1]}
         echo_builtin_note(kw, True, d)
         click.echo(dump_json(d), nl=False)
     else:
