@@ -44,12 +44,13 @@ def objective_text(name: str, value: float, objective: str) -> str:
 class LiveLine:
     """A reporter (:class:`tpopt.optimizer.progress.Reporter`) drawing one line in place on ``stream``.
 
-    The phases form a stack: a report of a phase drops the phases reported after it (inner loops it has
-    finished) and replaces its own figures, so an offer's layout-group count shows beside the offer count."""
+    The counted phases form a stack: a report of a phase drops the phases reported after it (inner loops it has
+    finished) and replaces its own figures, so an offer's layout-group count shows beside the offer count; a step
+    without counts (a table being built) shows until the next report."""
 
     def __init__(self, title: str, stream: TextIO, enabled: bool, now: Callable[[], float] = time.monotonic,
-                 delay: float = DELAY_S, every: float = EVERY_S) -> None:
-        self.title, self.stream, self.enabled = title, stream, enabled
+                 delay: float = DELAY_S, every: float = EVERY_S, width: int | None = None) -> None:
+        self.title, self.stream, self.enabled, self.width = title, stream, enabled, width
         self.now, self.delay, self.every = now, delay, every
         self.start = now()
         self.last = -float("inf")
@@ -61,6 +62,7 @@ class LiveLine:
             return
         at = next((i for i, t in enumerate(self.stack) if t.phase == tick.phase), len(self.stack))
         self.stack[at:] = [tick]
+        self.stack[:-1] = [t for t in self.stack[:-1] if t.done or t.total]  # finished steps without counts
         t = self.now()
         if t - self.start >= self.delay and t - self.last >= self.every:
             self.last = t
@@ -83,9 +85,18 @@ class LiveLine:
                 line += " | " + objective_text("bound", figures.bound, figures.objective)
         return f"{line} | {t - self.start:,.0f} s"
 
+    def columns(self) -> int:
+        """The line's room: ``width`` when given, else the terminal's columns less one (no wrap)."""
+        if self.width is not None:
+            return self.width
+        try:
+            columns = os.get_terminal_size(self.stream.fileno()).columns
+        except (OSError, ValueError, AttributeError):  # not a real terminal (a test's stream)
+            columns = 0
+        return max(20, (columns or shutil.get_terminal_size((100, 24)).columns) - 1)
+
     def draw(self, t: float) -> None:
-        width = max(20, shutil.get_terminal_size((100, 24)).columns - 1)
-        self.stream.write("\r\x1b[K" + self.text(t)[:width])
+        self.stream.write("\r\x1b[K" + self.text(t)[:self.columns()])
         self.stream.flush()
         self.drawn = True
 

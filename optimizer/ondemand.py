@@ -365,7 +365,7 @@ def solve_on_demand(space: Space, req: Request, enforced: Collection[str]
             best.sort(key=lambda kv: kv[0])
             best = best[:K]
         clock.report(phase, tabulated, groups, best=best[0][0][0] if best else None,
-                     bound=heap[0][0] if heap else None, objective=req.objective)
+                     bound=min(left, heap[0][0] if heap else math.inf), objective=req.objective)
         if clock.reached:
             stopped = True
             break
