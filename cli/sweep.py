@@ -346,10 +346,10 @@ def sweep(solver: str | None, time_limit: str | float | None, workers: int | Non
         check_new_file(html, "--html", force)
     bar = _Bar(quiet, live=not as_json)
     result = sw.run_sweep(spec, out=out, force=force, workers=workers, cluster=cluster, progress=bar)
-    notes: list[str] = []  # the page repeats the notes (what pins a collapsed front)
+    said: list[str] = []  # the page repeats the notes (what pins a collapsed front)
 
     def note(text: str) -> None:
-        notes.append(text)
+        said.append(text)
         bar.note(text)
 
     for text in result.resume.notes(out, len(result.rows)):
@@ -389,7 +389,7 @@ def sweep(solver: str | None, time_limit: str | float | None, workers: int | Non
         d["energy"] = {"plans": energy[0], "no_power_figures": energy[1], "pue": energy[2][0],
                        "pue_source": energy[2][1]}
     if html:  # the --json document, drawn, and the terminal's text
-        write_answer_page(html, lambda: sweep_page(d, notes, result_text(result, out, energy)))
+        write_answer_page(html, lambda: sweep_page(d, said, result_text(result, out, energy)))
     if as_json:
         echo_builtin_note(kw, True, d)
         click.echo(dump_json(d), nl=False)

@@ -278,3 +278,19 @@ def test_page_renders_in_headless_chromium_with_the_figures_and_no_network(tmp_p
     control.write_text('<!DOCTYPE html><p>x</p><img src="http://example.invalid/a.png">')
     _, asked = _browse(browser, tmp_path, control, "--dump-dom")
     assert asked == ["http://example.invalid/a.png"]
+
+
+def test_sweep_html_repeats_the_notes_and_draws_the_front(tmp_path):
+    # the breakdown's notes ("no valid plan with exactly 32 cards") are said on stderr and repeated on the page
+    page = tmp_path / "s.html"
+    r = CliRunner().invoke(cli, ["sweep", "--scenario", str(EXAMPLES / "design-case-sweep.toml"), "--hw",
+                                 "rtx4090,h100-sxm", "--deadline", "20d:40d:10d", "--plot-breakdown",
+                                 str(tmp_path / "b.svg"), "--breakdown-cards", "32,48", "--html", str(page)])
+    assert r.exit_code == 0, r.output
+    text = page.read_text()
+    assert "h100-sxm x 32: no valid plan with exactly 32 cards" in r.stderr
+    assert "h100-sxm x 32: no valid plan with exactly 32 cards" in text
+    d = json.loads(CliRunner().invoke(cli, ["sweep", "--scenario", str(EXAMPLES / "design-case-sweep.toml"), "--hw",
+                                            "rtx4090,h100-sxm", "--deadline", "20d:40d:10d", "--json"]).output)
+    assert text.count('<circle class="front"') == len(d["front"]) >= 1
+    assert f"{min(r['cost'] for r in d['front']):,.0f}" in text
