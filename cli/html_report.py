@@ -22,8 +22,6 @@ from tpopt.cli.confidence import distribution_lines
 from tpopt.cli.render import WIDTH, binding_lines
 from tpopt.errors import InputError
 from tpopt.files import write_atomic
-from tpopt.frameworks import export_text, plan_from_report
-from tpopt.models.evaluate import evaluate
 from tpopt.models.plan import Scenario
 from tpopt.presentation import footing_lines, layout_text, plan_line
 
@@ -380,6 +378,9 @@ def write_page(path: str, text: str) -> None:
 def megatron_export(d: dict[str, Any], sc: Scenario) -> tuple[str | None, str | None]:
     """The plan's Megatron-LM arguments as ``tpopt export --format megatron --plan`` writes them from this report
     (its ``plan`` object, evaluated on ``sc``: the scenario the plan is shown in), or why there are none."""
+    from tpopt.frameworks import export_text, plan_from_report  # lazy: start-up time of every solve (its tables)
+    from tpopt.models.evaluate import evaluate  # lazy: with the export above
+
     try:
         plan = plan_from_report(d)
         return export_text("megatron", sc, evaluate(sc, plan)), None
