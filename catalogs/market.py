@@ -25,11 +25,12 @@ from typing import Any, ClassVar, NamedTuple
 from tpopt.catalogs.declare import Kind, duration, key, number, quantity, raw, read_entry, whole
 from tpopt.catalogs.tables import check_keys, csv_rows, loads_toml, read_text_capped
 from tpopt.errors import InputError
-from tpopt.models.market import MARKETS, RESERVED, SPOT, Offer, Power, Storage, unique_ids
+from tpopt.models.market import MARKETS, RESERVED, SPOT, Energy, Offer, Power, Storage, unique_ids
 from tpopt.models.units import HOUR, parse_duration, parse_int, parse_number
 
 BUILTIN = Path(__file__).resolve().parent / "offers.toml"
 FILE = "offers.toml"
+ENERGY_FILE = "energy.toml"
 _DATE = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?$")
 SKYPILOT_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "Region", "Price", "SpotPrice")
 
@@ -43,6 +44,7 @@ class Market:
     pue: dict[str, tuple[float, str]] = field(default_factory=dict)  # "provider/region" -> (PUE, source)
     power: dict[str, Power] = field(default_factory=dict)  # accelerator -> power
     storage: dict[str, Storage] = field(default_factory=dict)  # "provider/region" -> checkpoint storage, egress
+    energy: dict[str, Energy] = field(default_factory=dict)  # "provider/region" -> energy price, carbon intensity
     as_of: str = ""
     preempt_per_card_hour: float = 0.0
     preempt_source: str = ""
@@ -188,6 +190,7 @@ def build_offer(name: str, t: dict[str, Any], market: Market, accelerators: set[
                                         else k.preempt_per_card_hour) if spot else 0.0,
                  pue=pue, pue_source=pue_source, power=market.power.get(k.accelerator),
                  storage=market.storage.get(f"{k.provider}/{k.region}"),
+                 energy=market.energy.get(f"{k.provider}/{k.region}"),
                  preempt_source=(str(market.preempt_source) if k.preempt_source is None else k.preempt_source)
                  if spot else "",
                  reacquire_s=(market.reacquire_s if k.reacquire is None else k.reacquire) if spot else 0.0)
@@ -279,6 +282,51 @@ class PowerKeys:
     notes: Any = key(raw("text"), help="free text")
 
 
+def _energy_date(value: Any, what: str, _context: Any) -> str:
+    return check_date(value, what)
+
+
+ENERGY_DATE = Kind(_energy_date, "YYYY-MM or YYYY-MM-DD")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class EnergyKeys:
+    """One ``[energy."PROVIDER/REGION"]`` table of energy.toml: every figure optional, each dated and sourced."""
+
+    price_kwh: float | None = key(number(), help="USD per kWh the site pays")
+    price_date: str = key(ENERGY_DATE, "2000-01", help="when the price held")
+    price_source: str = key(WORDS, "", help="where the price comes from")
+    carbon_g_kwh: float | None = key(number(), help="grid carbon intensity, gCO2e per kWh")
+    carbon_date: str = key(ENERGY_DATE, "2000-01", help="when the intensity held")
+    carbon_source: str = key(WORDS, "", help="where the intensity comes from")
+    notes: Any = key(raw("text"), help="free text")
+
+    RULES: ClassVar = (
+        ("price_source", lambda v: v["price_kwh"] is not None and not v["price_source"],
+         "{where}: price_kwh needs price_date and price_source"),
+        ("carbon_source", lambda v: v["carbon_g_kwh"] is not None and not v["carbon_source"],
+         "{where}: carbon_g_kwh needs carbon_date and carbon_source"),
+    )
+
+
+ENERGY_KEYS = tuple(f.name for f in fields(EnergyKeys))
+
+
+def build_energy(name: str, t: dict[str, Any], regions: dict[str, str]) -> Energy:
+    """One ``[energy."PROVIDER/REGION"]`` table of a market region, read as :class:`EnergyKeys` declares it."""
+    where = f"energy {name}"
+    check_keys(t, ENERGY_KEYS, where)
+    if name not in regions:
+        raise InputError(f"{where}: unknown region {name} (known: {', '.join(sorted(regions))})")
+    for value, date in (("price_kwh", "price_date"), ("carbon_g_kwh", "carbon_date")):
+        if value in t and date not in t:
+            raise InputError(f"{where}: {value} needs {date} and its source")
+    k: EnergyKeys = read_entry(EnergyKeys, t, where)
+    return Energy(price_kwh=k.price_kwh, price_date=k.price_date if k.price_kwh is not None else "",
+                  price_source=k.price_source, carbon_g_kwh=k.carbon_g_kwh,
+                  carbon_date=k.carbon_date if k.carbon_g_kwh is not None else "", carbon_source=k.carbon_source)
+
+
 DEFAULT_KEYS = tuple(f.name for f in fields(DefaultKeys))
 STORAGE_KEYS = tuple(f.name for f in fields(StoragePriceKeys))
 REGION_KEYS = tuple(f.name for f in fields(RegionKeys)) + STORAGE_KEYS
@@ -295,6 +343,12 @@ def load_market(extra_dirs: Sequence[str | PathLike[str]] = (), accelerators: se
     offers: dict[str, dict[str, Any]] = {}
     defaults: dict[str, Any] = {}
     power: dict[str, dict[str, Any]] = {}
+    energy: dict[str, dict[str, Any]] = {}
+    for p in [BUILTIN.parent / ENERGY_FILE] + [Path(d) / ENERGY_FILE for d in extra_dirs]:
+        if p.exists():
+            data = _read(p)
+            check_keys(data, ("energy",), str(p))
+            energy.update(data.get("energy", {}))
     as_of = ""
     for p in [BUILTIN] + [Path(d) / FILE for d in extra_dirs]:
         if not p.exists():
@@ -327,10 +381,37 @@ def load_market(extra_dirs: Sequence[str | PathLike[str]] = (), accelerators: se
         pw: PowerKeys = read_entry(PowerKeys, t, where)
         m.power[acc] = Power(board_w=pw.board_w, training_w=pw.training_w, host_overhead_w=pw.host_overhead_w,
                              source=pw.source)
+    for name, t in energy.items():
+        m.energy[name] = build_energy(name, t, m.regions)
     for name, t in offers.items():
         m.offers[name] = build_offer(name, t, m, accelerators)
     m.offers = unique_ids(m.offers)
     return m
+
+
+LIST_REGION = "list/catalog"
+LIST_AVAILABLE = 1024
+
+
+def list_price_offers(market: Market, prices: dict[str, tuple[float, str, str, int]]) -> dict[str, Offer]:
+    """An on-demand offer at the catalog's indicative price (accelerators.toml ``price_card_hour``) for every
+    accelerator of ``prices`` (name -> price, price_date, its source, cards per host) that has no offer in
+    ``market``: ``--hw all`` then means every accelerator with an offer or a catalog price. Each is flagged
+    illustrative (a list price, not a quote), at region ``list/catalog``, with LIST_AVAILABLE cards
+    (assumption: illustrative)."""
+    have = {o.accelerator for o in market.offers.values()}
+    market.regions.setdefault(LIST_REGION, "accelerators.toml: the catalog's indicative list prices (no site)")
+    out: dict[str, Offer] = {}
+    for acc, (price, date, source, cards) in prices.items():
+        if acc in have:
+            continue
+        t = {"provider": "list", "region": "catalog", "accelerator": acc, "cards_per_host": cards,
+             "market": "on-demand", "price_card_hour": price, "available": LIST_AVAILABLE, "date": date,
+             "illustrative": True,
+             "source": f"assumption: illustrative: the catalog's list price (accelerators.toml: {source}); "
+                       f"available: assumption: illustrative"}
+        out[f"list-{acc}"] = build_offer(f"list-{acc}", t, market, None)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -511,4 +592,4 @@ def with_regions(market: Market, offers: dict[str, Offer]) -> Market:
 
 __all__ = ["Market", "load_market", "parse_power", "build_offer", "from_skypilot", "offer_toml", "check_date",
            "with_regions", "SKYPILOT_COLUMNS", "SKYPILOT_NAMES", "SkyPilotImport", "read_skypilot",
-           "skypilot_accelerator", "gpu_memory_bytes", "ZONE_REDUCTIONS"]
+           "skypilot_accelerator", "gpu_memory_bytes", "ZONE_REDUCTIONS", "list_price_offers", "LIST_REGION"]
