@@ -389,6 +389,18 @@ def load_market(extra_dirs: Sequence[str | PathLike[str]] = (), accelerators: se
     return m
 
 
+def grid_carbon(market: Market, region: str | None) -> tuple[float, str, float, str]:
+    """(gCO2e per kWh, its source, the region's PUE, the PUE's source) of an energy.toml region with a carbon
+    figure, for ``sweep --pareto carbon --grid REGION``; one InputError line otherwise."""
+    known = sorted(k for k, e in market.energy.items() if e.carbon_g_kwh is not None)
+    e = market.energy.get(region or "")
+    if e is None or e.carbon_g_kwh is None:
+        raise InputError(f"--pareto carbon needs --grid PROVIDER/REGION with a carbon figure in energy.toml "
+                         f"(got {region!r}; known: {', '.join(known)})")
+    pue, pue_source = market.pue.get(str(region), market.default_pue)
+    return e.carbon_g_kwh, f"dated {e.carbon_date}: {e.carbon_source}", pue, pue_source
+
+
 LIST_REGION = "list/catalog"
 LIST_AVAILABLE = 1024
 
@@ -592,4 +604,5 @@ def with_regions(market: Market, offers: dict[str, Offer]) -> Market:
 
 __all__ = ["Market", "load_market", "parse_power", "build_offer", "from_skypilot", "offer_toml", "check_date",
            "with_regions", "SKYPILOT_COLUMNS", "SKYPILOT_NAMES", "SkyPilotImport", "read_skypilot",
-           "skypilot_accelerator", "gpu_memory_bytes", "ZONE_REDUCTIONS", "list_price_offers", "LIST_REGION"]
+           "skypilot_accelerator", "gpu_memory_bytes", "ZONE_REDUCTIONS", "list_price_offers", "LIST_REGION",
+           "grid_carbon"]

@@ -145,3 +145,48 @@ def test_power_in_a_unit_that_fits():
     assert watts_text(40e3) == "40.0 kW"  # the 40 kW cap printed "0.0 MW" before
     assert watts_text(999) == "999 W"
     assert watts_text(153.5e6) == "153.50 MW"
+
+
+def _cli(argv, capsys, monkeypatch):
+    from tpopt.cli.main import main
+    monkeypatch.setattr(sys, "argv", ["tpopt", *argv])
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    return code, *capsys.readouterr()
+
+
+def test_sweep_pareto_carbon_at_a_grid(capsys, monkeypatch):
+    """--pareto carbon --grid gcp/us-central1: energy at that region's PUE (1.10, offers.toml) and tCO2e =
+    MWh x 412.72 / 1,000 (energy.toml); one grid's intensity scales every plan alike, so the carbon/cost front
+    is the energy/cost front."""
+    import json
+    sweep = Path(__file__).resolve().parents[1] / "examples" / "design-case-sweep.toml"
+    argv = ["sweep", "--scenario", str(sweep), "--hw", "h100-sxm,rtx4090", "--deadline", "20d,30d", "-q"]
+    code, out, err = _cli([*argv, "--pareto", "carbon", "--grid", "gcp/us-central1", "--json"], capsys, monkeypatch)
+    assert code == 0, err
+    e = json.loads(out)["energy"]
+    assert e["pue"] == 1.10 and e["grid"] == "gcp/us-central1" and "412.72" in e["pue_source"]
+    watts = {"h100-sxm": (700, 4600), "rtx4090": (450, 0)}
+    assert e["plans"]
+    for p in e["plans"]:
+        card_w, host_w = watts[p["accelerator"]]
+        mwh = 1.10 * (p["cards"] * card_w + p["hosts"] * host_w) * p["finish_days"] * 24 / 1e6
+        assert p["energy_mwh"] == pytest.approx(mwh, rel=1e-12) and p["tco2e"] == pytest.approx(mwh * 0.41272)
+    code, out, _ = _cli([*argv, "--pareto", "energy", "--json"], capsys, monkeypatch)
+    front_e = {(p["accelerator"], p["cards"], p["finish_days"]) for p in json.loads(out)["energy"]["plans"]
+               if p["front"]}
+    assert front_e == {(p["accelerator"], p["cards"], p["finish_days"]) for p in e["plans"] if p["front"]}
+    code, out, _ = _cli([*argv, "--pareto", "carbon", "--grid", "gcp/us-central1"], capsys, monkeypatch)
+    assert code == 0 and "tCO2e" in out
+
+
+def test_sweep_pareto_carbon_needs_a_grid_with_a_figure(capsys, monkeypatch):
+    sweep = Path(__file__).resolve().parents[1] / "examples" / "design-case-sweep.toml"
+    argv = ["sweep", "--scenario", str(sweep), "--hw", "rtx4090", "--deadline", "20d", "-q"]
+    code, _, err = _cli([*argv, "--pareto", "carbon", "--grid", "aws/us-east-2"], capsys, monkeypatch)
+    assert code == 2 and "needs --grid PROVIDER/REGION with a carbon figure" in err and "Traceback" not in err
+    code, _, err = _cli([*argv, "--grid", "gcp/us-central1"], capsys, monkeypatch)
+    assert code == 2 and "--grid goes with --pareto carbon" in err
