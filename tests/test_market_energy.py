@@ -24,7 +24,7 @@ from tpopt.optimizer import plan as P
 from tpopt.presentation import market_lines, watts_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_market import raw_scenario  # noqa: E402
+from test_market import _cli, raw_scenario  # noqa: E402
 
 CAT = load_catalog()
 PUBLISHED = {"runpod", "vast", "spheron", "nebius", "packet", "tensorwave", "vultr", "crusoe", "lambda", "aws", "gcp"}
@@ -145,17 +145,6 @@ def test_power_in_a_unit_that_fits():
     assert watts_text(40e3) == "40.0 kW"  # the 40 kW cap printed "0.0 MW" before
     assert watts_text(999) == "999 W"
     assert watts_text(153.5e6) == "153.50 MW"
-
-
-def _cli(argv, capsys, monkeypatch):
-    from tpopt.cli.main import main
-    monkeypatch.setattr(sys, "argv", ["tpopt", *argv])
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    return code, *capsys.readouterr()
 
 
 def test_sweep_pareto_carbon_at_a_grid(capsys, monkeypatch):
