@@ -413,7 +413,7 @@ def megatron_text(lp: LaunchPlan, moe: bool, summary: str, stack: StackProfile |
     validate("megatron", values)
     la = schema("megatron").launcher
     lines = _header("megatron", "Megatron-LM arguments", summary)
-    lines += [f"# validated with Megatron-LM's own parse_args and validate_args ({VALIDATED_WITH})",
+    lines += [f"# validated with Megatron-LM's own parse_args + validate_args at {VALIDATED_WITH}",
               "# the model, data, optimizer and tokenizer arguments come from your own script:",
               f"# launch: torchrun {la['nodes']} {lp.nodes} {la['per_node']} {lp.cards_per_node} pretrain_gpt.py "
               '"${TPOPT_ARGS[@]}" ...']
@@ -434,7 +434,7 @@ def megatron_text(lp: LaunchPlan, moe: bool, summary: str, stack: StackProfile |
     return "\n".join(lines + [")"]) + "\n"
 
 
-VALIDATED_WITH = "megatron-core 0.18.0, the first PyPI release that ships megatron/training"
+VALIDATED_WITH = "megatron-core 0.18.0 (PyPI)"
 """Where the Megatron exports are checked (tests/test_export_megatron_run.py, the ``frameworks`` extra)."""
 
 
@@ -629,6 +629,8 @@ def nemo_values(lp: LaunchPlan, moe: bool, stack: StackProfile | None = None) ->
             out["optimizer.use_distributed_optimizer"] = v
         else:
             out[BRIDGE_FIELDS[k]] = v
+    if lp.zero_stage in (2, 3):  # Megatron-FSDP runs on the distributed optimizer (Bridge switches it on)
+        out["ddp.use_distributed_optimizer"] = out["optimizer.use_distributed_optimizer"] = True
     out["dataset.sequence_length"] = lp.seq_len  # ConfigContainer.validate asserts it equals model.seq_length
     out["mixed_precision"] = _bridge_precision(lp, stack)
     return out
