@@ -157,6 +157,10 @@ def read_back(args: Any, lp: FW.LaunchPlan, moe: bool) -> None:
     if moe:
         assert (args.expert_model_parallel_size, args.expert_tensor_parallel_size) == (lp.ep, lp.expert_tp)
         assert args.moe_grouped_gemm and args.moe_token_dispatcher_type in ("alltoall", "flex")
+    # tpopt's bf16-mixed and fp8-mixed hold 2-byte gradients (models/memory.py RECIPES): reduced in BF16
+    assert args.grad_reduce_in_bf16 == (lp.precision in ("bf16-mixed", "fp8-mixed"))
+    if z == 1 and lp.dp and lp.dp > 1:  # the overlap the step-time model assumes (the stack's dp_overlap)
+        assert args.overlap_grad_reduce and args.overlap_param_gather
     if lp.precision == "fp8-mixed":
         assert args.bf16 and args.fp8 == "hybrid" and args.fp8_recipe == "tensorwise"  # current scaling
     else:
@@ -207,6 +211,8 @@ def test_the_export_passes_megatron_lm_and_reads_back_the_plan(megatron, name):
     with pytest.MonkeyPatch.context() as mp:
         args, lp, _ = run_megatron(megatron, mp, sc, ev)
     read_back(args, lp, sc.model.moe)
+    if sc.model.moe:  # the dispatcher the step-time model costs: the stack's (catalogs/stacks.toml), same names
+        assert args.moe_token_dispatcher_type == sc.stack.moe_dispatcher
 
 
 def test_fp8_of_a_dense_plan(megatron):
