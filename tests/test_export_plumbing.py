@@ -31,10 +31,9 @@ def test_export_without_a_plan_exports_the_plan_solve_finds():
     r = run("export", "--format", "deepspeed")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
-    assert d["train_batch_size"] == plan["global_batch"]
-    assert d["train_micro_batch_size_per_gpu"] == plan["micro_batch"]
-    assert d["gradient_accumulation_steps"] == plan["grad_accum"]
-    assert d["zero_optimization"]["stage"] == plan["zero_stage"]
+    got = (d["train_batch_size"], d["train_micro_batch_size_per_gpu"], d["gradient_accumulation_steps"],
+           d["zero_optimization"]["stage"])
+    assert got == (plan["global_batch"], plan["micro_batch"], plan["grad_accum"], plan["zero_stage"])
     assert run("export", "--format", "deepspeed").stdout == r.stdout  # deterministic
 
 
