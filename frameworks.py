@@ -38,7 +38,7 @@ from typing import Any
 
 from tpopt.catalogs import BUILTIN_DIR
 from tpopt.errors import InputError
-from tpopt.models.evaluate import Evaluation
+from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.models.memory import OP_RECOMPUTE
 from tpopt.models.plan import Plan, Scenario, split_schedule
 
@@ -576,8 +576,6 @@ def torchtitan_fits(sc: Scenario, ev: Evaluation) -> str | None:
     is already at FP32 gradients)."""
     if sc.task.precision not in ("bf16-mixed", "fp8-mixed"):
         return None
-    from tpopt.models.evaluate import evaluate  # the evaluation the plan came from, at another recipe
-
     at = evaluate(replace(sc, task=replace(sc.task, precision="bf16-mixed-fp32-grad")), ev.plan)
     mem, was = at.constraint("memory.per_card"), ev.constraint("memory.per_card")
     figures = f"{mem.value:,.1f} of {mem.limit:,.1f} {mem.unit} per card"
