@@ -74,7 +74,7 @@ def export(fmt: str, plan_path: str | None, out: str | None, launch: str | None,
     if plan_path and given:
         raise InputError(f"--plan fixes the plan: drop {V.flag_of(given[0])}")
     if plan_path:
-        items = _on_stages(sc, _plan_of_report(sc, plan_path), kw)
+        items = _of_report(sc, _read_report(plan_path), kw)
     elif given:
         if kw.get("cards") is None:
             raise InputError("give --cards with the other plan flags (or no plan flag: export solves the scenario)")
@@ -112,8 +112,21 @@ def export(fmt: str, plan_path: str | None, out: str | None, launch: str | None,
         click.echo(f"tpopt: wrote {path} (launch script: bash it on each node, or sbatch it)", err=True)
 
 
-def _plan_of_report(sc: Scenario, path: str) -> Plan:
-    plan = plan_from_report(_read_report(path))
+def _of_report(sc: Scenario, report: dict[str, Any], kw: dict[str, Any]) -> list[Exported]:
+    """The plan of a --plan report on the scenario (each stage's own plan from a staged solve's report)."""
+    stages = report.get("stages")
+    if sc.stages and isinstance(stages, list) and "plan" not in report:
+        infos = stage_scenarios(sc)
+        names = [s.get("name") if isinstance(s, dict) else None for s in stages]
+        if names != [s.name for s in infos]:
+            raise InputError(f"--plan: its stages {names} are not the scenario's {[s.name for s in infos]} (give the "
+                             "--scenario it was solved on)")
+        return [(s.name, s.sc, as_solve_would(s.sc, _checked(sc, plan_from_report(d)), kw)[0])
+                for s, d in zip(infos, stages, strict=True)]
+    return _on_stages(sc, _checked(sc, plan_from_report(report)), kw)
+
+
+def _checked(sc: Scenario, plan: Plan) -> Plan:
     if plan.accelerator not in sc.systems:
         raise InputError(f"--plan: its accelerator {plan.accelerator!r} is not in the scenario "
                          f"(give the --scenario it was solved on, or --hw {plan.accelerator})")

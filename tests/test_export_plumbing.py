@@ -98,6 +98,19 @@ def test_a_staged_scenario_exports_one_file_per_stage(tmp_path):
     assert tomllib.loads(long_.read_text())["training"]["seq_len"] == 32768
     assert tomllib.loads(long_.read_text())["training"]["global_batch_size"] == 96
     assert "--job.config_file " + str(long_) in (tmp_path / "run.long-ctx.sh").read_text()
+    # each stage's own plan from a staged solve's report
+    solved = run("solve", "--scenario", sc, "--json", "--no-analysis")
+    assert solved.exit_code == 0, solved.output
+    report = tmp_path / "staged.json"
+    report.write_text(solved.stdout)
+    plans = [s["plan"] for s in json.loads(solved.stdout)["stages"]]
+    r = run("export", "--format", "torchtitan", "--scenario", sc, "--plan", str(report), "--out",
+            str(tmp_path / "p.toml"))
+    assert r.exit_code == 0, r.output
+    for stage, plan in zip(("short", "long-ctx"), plans, strict=True):
+        t = tomllib.loads((tmp_path / f"p.{stage}.toml").read_text())
+        assert t["parallelism"]["data_parallel_shard_degree"] == plan["dp"]
+        assert t["training"]["local_batch_size"] == plan["micro_batch"]
     # the same plan on each stage (plan flags)
     r = run("export", "--format", "deepspeed", "--scenario", sc, "--cards", "32", "--zero", "3", "--out",
             str(tmp_path / "ds.json"))
