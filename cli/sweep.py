@@ -24,6 +24,7 @@ from rich.progress import (
 from rich.table import Table
 
 from tpopt.cli.common import (
+    MODEL_HELP,
     CommandFn,
     SolverName,
     check_new_file,
@@ -63,6 +64,7 @@ def sweep_input_options(fn: CommandFn) -> CommandFn:
                           "design case]."),
         click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(file_okay=False),
                      help="Extra catalog directory (repeatable)."),
+        click.option("--model", help=MODEL_HELP),
         click.option("--hw", help="Accelerators, comma-separated; each is swept separately."),
         click.option("--deadline", help=f"Deadline. {RANGE}, e.g. 20d:40d:1d."),
         click.option("--reserved", help=f"Reserved days inside the deadline. {RANGE}, e.g. 3d,5d."),
