@@ -25,10 +25,13 @@ from tpopt.optimizer import calibrate as C
 from tpopt.optimizer import device
 from tpopt.optimizer.runs import runs_from_csv
 
+CARDS_HELP = ("Card count of the plan that ran, whose step --measured-step gives (with the other plan flags; "
+              "not used with --runs or --measure).")
+
 
 @click.command()
 @scenario_options
-@plan_options(require_cards=False)
+@plan_options(require_cards=False, cards_help=CARDS_HELP)
 @click.option("--measured-step", help="Measured time of one optimizer step of the plan, e.g. 12.0s.")
 @click.option("--runs", "runs_csv", type=click.Path(dir_okay=False),
               help="CSV of measured runs (plan columns and iteration_s; see tpopt/optimizer/runs.py).")

@@ -312,20 +312,22 @@ def load_scenario_from(kw: dict[str, Any], extra: dict[str, Any] | None = None) 
 
 
 @overload
-def plan_options(fn: CommandFn, *, require_cards: bool = True) -> CommandFn: ...
+def plan_options(fn: CommandFn, *, require_cards: bool = True, cards_help: str | None = None) -> CommandFn: ...
 
 
 @overload
-def plan_options(fn: None = None, *, require_cards: bool = True) -> Callable[[CommandFn], CommandFn]: ...
+def plan_options(fn: None = None, *, require_cards: bool = True,
+                 cards_help: str | None = None) -> Callable[[CommandFn], CommandFn]: ...
 
 
-def plan_options(fn: CommandFn | None = None, *,
-                 require_cards: bool = True) -> CommandFn | Callable[[CommandFn], CommandFn]:
-    """Flags that fix one plan: --cards (required unless ``require_cards=False``); the rest default
-    from the scenario. Use as ``@plan_options`` or ``@plan_options(require_cards=False)``."""
+def plan_options(fn: CommandFn | None = None, *, require_cards: bool = True,
+                 cards_help: str | None = None) -> CommandFn | Callable[[CommandFn], CommandFn]:
+    """Flags that fix one plan: --cards (required unless ``require_cards=False``, then with ``cards_help``, the
+    command's own words, or :data:`OPTIONAL_CARDS_HELP`); the rest default from the scenario. Use as
+    ``@plan_options`` or ``@plan_options(require_cards=False)``."""
     if fn is None:
-        return lambda f: plan_options(f, require_cards=require_cards)
-    opts = [_plan_option(i, require_cards) for i in PLAN_INPUTS if i.flag is not None]
+        return lambda f: plan_options(f, require_cards=require_cards, cards_help=cards_help)
+    opts = [_plan_option(i, require_cards, cards_help) for i in PLAN_INPUTS if i.flag is not None]
     for opt in reversed(opts):
         fn = opt(fn)
     return fn
@@ -335,10 +337,10 @@ OPTIONAL_CARDS_HELP = "Card count of the plan to explain (omit to explain the re
 """--cards where it may be left out (``require_cards=False``); required, it has its plan input's help."""
 
 
-def _plan_option(i: PlanInput, require_cards: bool) -> Callable[[CommandFn], CommandFn]:
+def _plan_option(i: PlanInput, require_cards: bool, cards_help: str | None = None) -> Callable[[CommandFn], CommandFn]:
     """The click option of one plan input (:data:`tpopt.models.variables.PLAN_INPUTS`)."""
     assert i.flag is not None
-    help = OPTIONAL_CARDS_HELP if i.key == "cards" and not require_cards else i.help
+    help = (cards_help or OPTIONAL_CARDS_HELP) if i.key == "cards" and not require_cards else i.help
     if i.boolean:
         return click.option(i.flag, i.key, default=None, help=help)
     kind = click.Choice(list(i.choices)) if i.choices else i.type
