@@ -34,7 +34,8 @@ from tpopt._version import __version__
 _LAZY = {
     "scenario": "tpopt.api", "solve": "tpopt.api", "evaluate": "tpopt.api", "explain": "tpopt.api",
     "sweep": "tpopt.api", "estimate": "tpopt.api", "export": "tpopt.api", "calibrate": "tpopt.api",
-    "simulate": "tpopt.api", "replan": "tpopt.api", "rl": "tpopt.api", "LoadedScenario": "tpopt.api", "Explanation": "tpopt.api", "SweepTable": "tpopt.api",
+    "simulate": "tpopt.api", "replan": "tpopt.api", "rl": "tpopt.api", "LoadedScenario": "tpopt.api",
+    "Explanation": "tpopt.api", "SweepTable": "tpopt.api",
     "Scenario": "tpopt.models.plan", "Plan": "tpopt.models.plan", "Evaluation": "tpopt.models.evaluate",
     "SolveResult": "tpopt.optimizer.result", "Status": "tpopt.optimizer.result", "InputError": "tpopt.errors",
 }
