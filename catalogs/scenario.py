@@ -145,6 +145,8 @@ def _natural(overrides: dict[str, Any]) -> dict[str, Any]:
             out[name] = value
             continue
         keys = natural_keys(name)
+        if name == "model" and isinstance(value, (str, PathLike)) and str(value).lower().endswith(".json"):
+            keys, value = ("model.config",), str(Path(value).resolve())  # a config.json path, as --model takes it
         if keys[0] == "hardware.accelerator" and isinstance(value, str):
             value = [x.strip() for x in value.split(",") if x.strip()]
         for k in keys:

@@ -15,6 +15,7 @@ import tpopt
 from tpopt.cli.common import dump_json
 from tpopt.cli.main import cli
 from tpopt.errors import InputError
+from tpopt.models.arch import param_count
 
 ROOT = Path(__file__).resolve().parent.parent
 DESIGN = ROOT / "examples" / "design-case.toml"
@@ -99,3 +100,17 @@ def test_rl():
     api_d = tpopt.rl(RL, analysis=False)
     assert without_clock(as_json(api_d)) == without_clock(cli_d)
     assert api_d["status"] == "optimal"
+
+
+def test_scenario_takes_a_model_name_or_config_path_as_the_command_line_does(tmp_path):
+    cfg = tmp_path / "tiny" / "config.json"
+    cfg.parent.mkdir()
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_act": "silu", "hidden_size": 256,
+                               "intermediate_size": 512, "num_attention_heads": 4, "num_hidden_layers": 2,
+                               "num_key_value_heads": 2, "vocab_size": 1000, "tie_word_embeddings": False,
+                               "rms_norm_eps": 1e-5}))
+    assert tpopt.scenario(DESIGN, model="llama3-8b").model.name == "llama3-8b"
+    tiny = tpopt.scenario(DESIGN, model=str(cfg)).model
+    # 2 layers x (q, o: 256 x 256; k, v: 256 x 128; gate, up, down: 256 x 512; 2 norms) + embeddings, head, norm
+    assert tiny.name == "tiny"
+    assert param_count(tiny) == 2 * (2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 512 + 2 * 256) + 2 * 1000 * 256 + 256
