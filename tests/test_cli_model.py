@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from test_catalog_inputs import hf_cache  # noqa: F401  (the fixture: acme/tiny-llama in a local hub cache)
 
 from tpopt.cli.main import cli
 
@@ -98,16 +99,8 @@ def test_model_overrides_the_scenarios_model_and_takes_a_config_path(tmp_path):
     assert f"Model: tiny, N {n_tiny / 1e6:.2f}M parameters" in t.stdout  # the folder names the model
 
 
-def test_hf_id_from_the_local_cache(tmp_path, monkeypatch):
-    pytest.importorskip("huggingface_hub")
-    commit = "0123456789abcdef0123456789abcdef01234567"
-    repo = tmp_path / "hub" / "models--acme--tiny-llama"
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(commit)
-    (repo / "snapshots" / commit).mkdir(parents=True)
-    (repo / "snapshots" / commit / "config.json").write_text(json.dumps(LLAMA_TINY))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+@pytest.mark.usefixtures("hf_cache")
+def test_hf_id_from_the_local_cache():
     r = run("evaluate", "--model", "acme/tiny-llama", "--hw", "h100-sxm", "--cards", "8")
     assert r.exit_code in (0, 3), r.stderr
     assert "Model: acme/tiny-llama" in r.stdout
