@@ -216,7 +216,8 @@ def overrides_from(kw: dict[str, Any]) -> dict[str, Any]:
         "search.max_cards": kw.get("max_cards"),
         "hardware.usable_memory": kw.get("usable_memory"),
         "search.global_batch": batches,
-        "task.global_batch": batches[0] if batches and len(batches) == 1 else None,  # one batch: the task's
+        # a question without a scenario file: one batch is the task's (no file states a reference batch)
+        "task.global_batch": batches[0] if batches and len(batches) == 1 and asks_question(kw) else None,
         "task.critical_batch": kw.get("critical_batch"),
         "task.seq_len": kw.get("seq_len"),
         "search.memory_budget": kw.get("memory_budget"),  # the solver options' --memory-budget
