@@ -25,6 +25,7 @@ from rich.table import Table
 
 from tpopt.catalogs.market import Market, grid_carbon
 from tpopt.cli.common import (
+    MODEL_HELP,
     CommandFn,
     SolverName,
     check_new_file,
@@ -65,6 +66,7 @@ def sweep_input_options(fn: CommandFn) -> CommandFn:
                           "design case]."),
         click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(file_okay=False),
                      help="Extra catalog directory (repeatable)."),
+        click.option("--model", help=MODEL_HELP),
         click.option("--hw", help="Accelerators, comma-separated; each is swept separately."),
         click.option("--deadline", help=f"Deadline. {RANGE}, e.g. 20d:40d:1d."),
         click.option("--reserved", help=f"Reserved days inside the deadline. {RANGE}, e.g. 3d,5d."),
