@@ -465,6 +465,34 @@ def evidence_lines(e: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def stated_lines(stated: list[dict[str, Any]] | None) -> list[str]:
+    """The footing's stated inputs (tpopt.optimizer.footing.stated_inputs): "stated X: value; modelled: figure
+    (the plan it leads to)" where the model has a figure, else the stated value with what it costs the plan."""
+    out, rest = [], []
+    for e in stated or []:
+        line = f"stated {e['input']}: {e['stated']}"
+        if e["input"] not in OWN_LINE:
+            rest.append(f"{e['input']} {e['stated']}")
+            continue
+        if e.get("modelled"):
+            line += f"; modelled: {e['modelled']}"
+            alt = e.get("modelled_plan")
+            if alt and alt.get("feasible"):
+                word = "cost" if alt["objective"] == "cost" else "finish"
+                line += (f" ({alt['cards']:,} cards, recompute {alt['recompute']}, {word} {alt['value']:,.0f} "
+                         f"{alt['unit']}, {(alt['ratio'] - 1) * 100:+.1f} %)")
+            elif alt is not None:
+                line += " (no plan fits with modelled activations)"
+        elif e.get("binds"):
+            line += " (binds)"
+        out.append(line)
+    return out + (["stated: " + "; ".join(rest)] if rest else [])
+
+
+OWN_LINE = ("activation budget", "input pipeline", "stack")
+"""Stated inputs printed on a line of their own; the others share one "stated:" line."""
+
+
 def footing_lines(f: dict[str, Any], width: int = 100) -> list[str]:
     """The footing as 2-4 text lines (from the dict :func:`footing` returns, the JSON's figures): the
     model, stack and MFU; the parameters by provenance; the price; each wrapped to ``width``."""
@@ -493,6 +521,7 @@ def footing_lines(f: dict[str, Any], width: int = 100) -> list[str]:
         order = sorted(groups, key=lambda g: (not g.startswith("calibrated"), g != "measured", g))
         lines.append("parameters: " + "; ".join(f"{g} {', '.join(groups[g])}" for g in order))
     lines.append(_price_text(f["price"]))
+    lines += stated_lines(f.get("stated"))
     lines += evidence_lines(f.get("evidence"))
     out: list[str] = []
     for i, line in enumerate(lines):
