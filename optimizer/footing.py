@@ -310,7 +310,8 @@ def footing(sc: Scenario, plan: dict[str, Any], step_s: float, memory: float | N
         model["recipe"] = sc.moe.recipe
     return {**model, "mfu": value, "mfu_convention": MFU_CONVENTION.format(peak=peak_name),
             "stack": stack_of(sc), "parameters": parameters(sc, plan), "price": price(sc, plan["accelerator"]),
-            "evidence": evidence(sc, plan, step_s, memory), "stated": [] if metrics is None else stated_inputs(sc, plan, metrics)}
+            "evidence": evidence(sc, plan, step_s, memory),
+            "stated": [] if metrics is None else stated_inputs(sc, plan, metrics)}
 
 
 def of_evaluation(sc: Scenario, d: dict[str, Any]) -> dict[str, Any]:
