@@ -91,3 +91,38 @@ def test_stack_on_a_card_it_does_not_target_is_stated():
     assert e["vendor"] == "AMD" and "megatron-core assumed on AMD cards" in e["stated"]
     d = json.loads(run("evaluate", "--scenario", DC, "--cards", 48, "--json"))
     assert not [e for e in d["footing"]["stated"] if e["input"] == "stack"]  # an NVIDIA card: nothing to say
+
+
+SWEEP = ROOT / "examples" / "design-case-sweep.toml"
+WORKERS_LINE = "workers = 4"
+
+
+def test_a_collapsed_sweep_names_the_constraint_that_pins_it(tmp_path):
+    """The design-case sweep over three cards: its input pipeline (4 workers x 2 sequences/s = 8/s) makes every
+    plan's busy step at least 384 / 8 = 48 s, so every card's fastest plan finishes in about the same time and
+    the front holds one plan; the sweep names input.throughput, and the fastest plans it quotes without it are
+    what `tpopt solve --objective time` gives on the scenario without the input pipeline."""
+    hw = ("rtx4090", "h100-sxm", "a100-80gb-sxm")
+    d = json.loads(run("sweep", "--scenario", SWEEP, "--hw", ",".join(hw), "--json"))
+    assert len(d["front"]) == 1
+    pins = d["front_pins"]
+    assert pins["families"] == ["input.throughput"] and set(pins["fastest_days"]) == set(hw)
+    text = SWEEP.read_text()
+    assert WORKERS_LINE in text
+    free = tmp_path / "no-input.toml"
+    free.write_text(text.replace(WORKERS_LINE, ""))  # no workers: no input constraint
+    ev = json.loads(run("evaluate", "--scenario", SWEEP, "--cards", 48, "--json"))
+    iters, reserved = ev["metrics"]["iterations"], 5
+    for acc in hw:
+        got = pins["fastest_days"][acc]
+        # with the pipeline: finish >= reserved + iterations x (48 s + 0.5 s wait), overhead excluded
+        assert got["with"] >= reserved + iters * (384 / 8 + 0.5) / 86400
+        alt = json.loads(run("solve", "--scenario", free, "--hw", acc, "--objective", "time", "--deadline", "3650d",
+                             "--json"))
+        assert got["without"] == pytest.approx(alt["metrics"]["finish_days"], rel=1e-9)
+        assert got["without"] < got["with"] / 3
+    out = " ".join(run("sweep", "--scenario", SWEEP, "--hw", ",".join(hw)).split())
+    assert "The front collapses to one plan (h100-sxm x 8): input.throughput pins it on every accelerator" in out
+    # a sweep whose front holds several plans says nothing of the kind
+    d = json.loads(run("sweep", "--scenario", SWEEP, "--json"))
+    assert len(d["front"]) == 2 and d["front_pins"] is None
