@@ -256,6 +256,28 @@ def evidence_flags(o: dict[str, Any]) -> str:
     return "".join(f" ({w})" for w in flags)
 
 
+CHAIN_FLAGS = {"write_bandwidth": "scenario: [checkpoint] write_bandwidth = \"{}GB/s\"",
+               "global_batch": "--global-batch {}", "max_cards": "--max-cards {}"}
+"""How each change of a chain is applied (tpopt.optimizer.explain.chain)."""
+
+
+def chain_lines(c: dict[str, Any], width: int) -> list[str]:
+    """What stops more cards from helping (tpopt.optimizer.explain.chain), and the changes that let them, in
+    the order a user can act, each the smallest with the ones before it, confirmed by one solve together."""
+    pad = " " * (width + 4)
+    lines = [f"{pad}what binds beyond the card limit: at {c['largest_count']:,} cards the fastest plan needs "
+             f"{c['fastest_days']:.1f} d, {c['overhead'] * 100:.1f} % lost to checkpoints and failures (saves "
+             f"{c['save_overhead'] * 100:.1f} %), DP {c['dp']:,} of a {c['batch']:,}-sequence batch; together:"]
+    flags = []
+    for k, st in enumerate(c["steps"], 1):
+        now = f"{st['current']:g}" if isinstance(st["current"], float) else f"{st['current']:,}"
+        lines.append(f"{pad}{k}. {st['label']} >= {st['required']:,} {st['unit']} (now {now})")
+        flags.append(CHAIN_FLAGS[st["parameter"]].format(st["required"]))
+    lines.append(f"{pad}-> {_plan_short(c['plan'])}, {c['finish_days']:.2f} d, {_money(c['cost'], c['cost_unit'])}"
+                 f"   [{'; '.join(flags)}]")
+    return lines
+
+
 def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
     if not rels:
         return []
@@ -275,6 +297,8 @@ def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
                          f"{_money(r['cost'], r['cost_unit'])}{rests}" + (f"   [{flag}]" if flag else ""))
         if r.get("helps") and r.get("note"):
             lines.append(f"  {'':<{width}}  ({r['note']})")
+        if r.get("chain"):
+            lines += chain_lines(r["chain"], width)
         if r["parameter"] == "accelerator" and r.get("options"):
             opts = []
             for o in r["options"]:

@@ -147,6 +147,7 @@ class Relaxation:
     blocked_by: list[str] = field(default_factory=list)  # a conflict among families this input does not enter
     options: list[dict[str, Any]] = field(default_factory=list)  # accelerator: every catalog accelerator tried
     current_by_card: dict[str, float] | None = None  # a per-card input with several candidates: each card's value
+    chain: dict[str, Any] | None = None  # max_cards cannot help alone: the changes that let it (explain.chain)
     seconds: float = 0.0
     solves: int = 0
 
@@ -172,6 +173,10 @@ class Relaxation:
             d["options"] = self.options
         if self.current_by_card:
             d["current_by_card"] = self.current_by_card
+        if self.chain:
+            from tpopt.optimizer.explain.chain import chain_dict  # lazy: only with a chain
+
+            d["chain"] = chain_dict(self.chain)
         d["seconds"] = round(self.seconds, 4)
         d["solves"] = self.solves
         return d

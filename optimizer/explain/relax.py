@@ -115,8 +115,13 @@ def relax_max_cards(ctx: Context, core: list[str] | None = None) -> Relaxation:
                                apply=_apply_dict(ctx, p, n), method=method)
     top = ok(counts[-1])
     if top is None:
-        return _cannot(p, cur, f"no plan even with max_cards = {counts[-1]} (the largest count the search space "
-                               "forms)", method, core)
+        r = _cannot(p, cur, f"no plan even with max_cards = {counts[-1]} (the largest count the search space "
+                            "forms)", method, core)
+        if F.DEADLINE in ctx.enforced:  # what stops more cards from helping: storage, then the batch
+            from tpopt.optimizer.explain.chain import beyond_cards  # lazy: only when cards cannot help
+
+            r.chain = beyond_cards(ctx, counts)
+        return r
     lo, hi, best = -1, len(counts) - 1, top  # counts[hi] feasible, counts[lo] (or cur) not
     while hi - lo > 1:
         mid = (lo + hi) // 2
