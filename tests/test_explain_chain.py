@@ -95,3 +95,47 @@ def test_at_4096_cards_storage_costs_a_fifth_of_the_training_time(case):
     r = run("solve", "--scenario", path, "--objective", "time", "--deadline", "3650d", "--json")
     m = json.loads(r.output)["metrics"]
     assert m["overhead_fraction"] == pytest.approx(0.189, abs=0.0005)
+
+
+DC = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples" / "design-case.toml"
+RATE_LINE = "sequences_per_worker_s = 2"
+STORAGE_LINE = 'write_bandwidth = "7GB/s"'
+
+
+def relaxation(d, name):
+    return next(r for r in d["relaxations"] if r["parameter"] == name)
+
+
+def test_input_rate_and_storage_bandwidth_are_relaxations(tmp_path):
+    """The design case at a 23-day deadline: its input pipeline (4 workers x 2 sequences/s) holds every plan's
+    step at 48 s or more, so the answer offers the rate per worker that admits a plan; with 1 GB/s storage and a
+    24.7-day deadline, the saves' overhead does, and the answer offers the storage bandwidth. Each value is
+    verified by solving the scenario edited to it, and to one printed step less."""
+    text = DC.read_text()
+    assert RATE_LINE in text and STORAGE_LINE in text
+    d = json.loads(run("explain", "--scenario", DC, "--deadline", "23d", "--json").output)
+    r = relaxation(d, "input_rate")
+    assert r["current"] == 2.0 and r["helps"] and r["unit"] == "seq/s"
+    names = [x["parameter"] for x in d["relaxations"]]
+    assert names.index("reserved") < names.index("write_bandwidth") < names.index("input_rate") < \
+        names.index("nic_bandwidth")  # the request, then the storage and the input pipeline, then the network
+
+    def solve_at(line, new, *extra):
+        p = tmp_path / "edited.toml"
+        p.write_text(text.replace(line, new))
+        return run("solve", "--scenario", p, *extra)
+
+    ok = solve_at(RATE_LINE, f"sequences_per_worker_s = {r['required']}", "--deadline", "23d")
+    assert ok.exit_code == 0, ok.output
+    assert solve_at(RATE_LINE, f"sequences_per_worker_s = {r['required'] - 0.01:.2f}", "--deadline",
+                    "23d").exit_code == 3
+    slow = tmp_path / "slow.toml"
+    slow.write_text(text.replace(STORAGE_LINE, 'write_bandwidth = "1GB/s"'))
+    d = json.loads(run("explain", "--scenario", slow, "--deadline", "24.7d", "--json").output)
+    w = relaxation(d, "write_bandwidth")
+    assert w["current"] == 1.0 and w["helps"] and 1.0 < w["required"] < 7.0
+    assert w["apply"] == {"checkpoint.write_bandwidth": f"{w['required']:.1f}GB/s"}
+    ok = solve_at(STORAGE_LINE, f'write_bandwidth = "{w["required"]:.1f}GB/s"', "--deadline", "24.7d")
+    assert ok.exit_code == 0, ok.output
+    assert solve_at(STORAGE_LINE, f'write_bandwidth = "{w["required"] - 0.1:.1f}GB/s"', "--deadline",
+                    "24.7d").exit_code == 3

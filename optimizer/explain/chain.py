@@ -32,7 +32,7 @@ from tpopt.models.evaluate import Evaluation
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY, GB
 from tpopt.optimizer.explain.context import Context
-from tpopt.optimizer.explain.inputs import with_max_cards
+from tpopt.optimizer.explain.inputs import with_max_cards, with_write_bandwidth
 
 BANDWIDTH_FACTOR_MAX = 1000.0
 """Storage bandwidth is searched up to this multiple of the current one."""
@@ -42,11 +42,6 @@ BATCH_FACTORS = (1, 2, 3, 4, 6, 8, 12, 16)
 """Global batches tried: these multiples of the current batch (in sequences)."""
 BANDWIDTH_TOL = 1e-4
 """Relative tolerance of the storage-bandwidth bisection."""
-
-
-def with_write_bandwidth(sc: Scenario, bytes_per_s: float) -> Scenario:
-    """The aggregate checkpoint storage write bandwidth set to ``bytes_per_s``."""
-    return replace(sc, reliability=replace(sc.reliability, write_bandwidth=float(bytes_per_s)))
 
 
 def with_global_batch(sc: Scenario, sequences: int) -> Scenario:

@@ -41,12 +41,14 @@ from tpopt.optimizer.explain.inputs import (
     _single,
     with_deadline,
     with_efficiency,
+    with_input_rate,
     with_max_cards,
     with_max_drop,
     with_nic_factor,
     with_reserved,
     with_tokens,
     with_usable_memory,
+    with_write_bandwidth,
 )
 from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
 from tpopt.optimizer.result import Request
@@ -337,6 +339,71 @@ def relax_nic_bandwidth(ctx: Context, core: list[str] | None = None) -> Relaxati
     return r
 
 
+STORAGE_FACTOR_MAX = 1000.0  # storage bandwidth is searched up to this multiple of the current one
+STORAGE_REL_TOL = 1e-4  # relative tolerance on the storage bandwidth threshold
+INPUT_FACTOR_MAX = 1000.0  # the input rate per worker is searched up to this multiple of the current one
+INPUT_REL_TOL = 1e-4  # relative tolerance on the input rate threshold
+
+
+def relax_write_bandwidth(ctx: Context, core: list[str] | None = None) -> Relaxation:
+    """Required storage bandwidth W* = min { W in (W_0, 1000 W_0] : T*(W) <= T_deadline }: the bandwidth only
+    shortens checkpoint writes (save overhead c / tau, the backlog write <= interval), so the least finish time
+    T* is nonincreasing in W (see ``_threshold``)."""
+    p = PARAMS["write_bandwidth"]
+    sc = ctx.sc
+    bw0 = sc.reliability.write_bandwidth
+    method = (f"min finish time as a function of the storage bandwidth in (1, {STORAGE_FACTOR_MAX:g}] x the current "
+              f"crossing the deadline (secant on 1/W, bracketed), relative tolerance {STORAGE_REL_TOL:g}")
+    found = None if cost.over_budget_at(ctx, with_write_bandwidth(sc, bw0 * STORAGE_FACTOR_MAX)) else \
+        _threshold(ctx, lambda k: with_write_bandwidth(sc, k * bw0), 1.0, STORAGE_FACTOR_MAX, STORAGE_REL_TOL)
+    if found is None:
+        return _cannot(p, bw0 / GB, f"no plan even with {STORAGE_FACTOR_MAX:g}x the storage bandwidth: checkpoint "
+                                    "writes do not limit the plan", method, core)
+    k, ev0 = found
+    value, ev, apply = _settle(ctx, p, k * bw0 / GB, lambda s: with_write_bandwidth(sc, s))
+    if ev is None:
+        value, ev, apply = k * bw0 / GB, ev0, None
+    return _relaxation(p, bw0 / GB, required=value, required_exact=k * bw0 / GB, helps=True, plan=ev, apply=apply,
+                       method=method)
+
+
+def _has_input(ctx: Context) -> bool:
+    inp = ctx.sc.input
+    return F.INPUT_THROUGHPUT in ctx.enforced and inp.per_worker_rate > 0 and (inp.workers > 0 or
+                                                                                 inp.workers_per_host > 0)
+
+
+def relax_input_rate(ctx: Context, core: list[str] | None = None) -> Relaxation | None:
+    """Required input rate r* = min { r : a plan exists with r sequences per worker-second }: the rate enters
+    input.throughput's limit only (supply = workers x r), so feasibility is monotone in r: bisection on
+    (r_0, 1000 r_0], relative tolerance 1e-4. None without an input pipeline."""
+    if not _has_input(ctx):
+        return None
+    p = PARAMS["input_rate"]
+    sc = ctx.sc
+    r0 = sc.input.per_worker_rate
+    method = (f"bisection on feasibility over the rate per worker in ({r0:g}, {INPUT_FACTOR_MAX * r0:g}], relative "
+              f"tolerance {INPUT_REL_TOL:g}")
+    top = ctx.feasible(with_input_rate(sc, r0 * INPUT_FACTOR_MAX))
+    if top is None:
+        return _cannot(p, r0, f"no plan even at {INPUT_FACTOR_MAX:g}x the rate: the input pipeline does not limit "
+                              "the plan", method, core)
+    lo, hi = r0, r0 * INPUT_FACTOR_MAX  # lo infeasible (the request is), hi feasible
+    while hi - lo > INPUT_REL_TOL * hi:
+        mid = math.sqrt(lo * hi) if hi / lo > 4 else 0.5 * (lo + hi)
+        if ctx.feasible(with_input_rate(sc, mid)) is not None:
+            hi = mid
+        else:
+            lo = mid
+    value, ev, apply = _settle(ctx, p, hi, lambda s: with_input_rate(sc, s))
+    if ev is None or value is None:  # _settle gives both or neither
+        return _cannot(p, r0, "could not be confirmed by re-solving", method, core)
+    workers = sc.input.workers if sc.input.workers > 0 else None
+    note = f"{workers * value:g} sequences/s from {workers:g} workers" if workers else ""
+    return _relaxation(p, r0, required=value, required_exact=hi, helps=True, plan=ev, apply=apply, method=method,
+                       note=note)
+
+
 def _time_candidates(ctx: Context) -> Evaluation | None:
     """The fastest plan with deadline.finish and budget.cost freed: its training time
     train (1 + L) = T* - T_reserved bounds every input that only scales the finish time."""
@@ -502,7 +569,7 @@ def relax_tokens(ctx: Context, core: list[str] | None = None,
 # (deadline, cards, tokens, reserved time), then the machine (NICs, memory) and last what a run can hardly change
 # (the MoE drop rate, the efficiency): a time limit cuts the least useful answers.
 RELAXATIONS = ("max_cost", "card_price", "accelerator", "deadline", "max_cards", "tokens", "reserved",
-               "nic_bandwidth", "usable_memory", "max_drop", "efficiency")
+               "write_bandwidth", "input_rate", "nic_bandwidth", "usable_memory", "max_drop", "efficiency")
 
 
 def relaxations(sc: Scenario, backend: str | Solver = "cpsat", req: Request | None = None, *,
@@ -573,6 +640,7 @@ NOT_APPLICABLE: dict[str, Callable[[Context], bool]] = {
     "card_price": lambda ctx: ctx.sc.cost.max_cost is None or F.BUDGET not in ctx.enforced or any(
         s.price_card_hour is None or s.price_card_hour <= 0 for s in ctx.sc.systems.values()),
     "max_drop": lambda ctx: not ctx.sc.model.moe or F.CAPACITY_DROPS not in ctx.enforced,
+    "input_rate": lambda ctx: not _has_input(ctx),
 }
 """The inputs a request has no relaxation of (their ``relax_*`` returns None), told without asking: a relaxation
 skipped by the time limit is listed as undecided only where it would have been asked."""
@@ -589,6 +657,7 @@ def _relax_one(ctx: Context, name: str, core: list[str] | None, shared: dict[str
     fn = {"deadline": relax_deadline, "max_cards": relax_max_cards, "efficiency": relax_efficiency,
           "usable_memory": relax_usable_memory, "nic_bandwidth": relax_nic_bandwidth,
           "accelerator": relax_accelerator, "max_cost": relax_max_cost,
-          "card_price": relax_card_price, "max_drop": relax_max_drop}[name]
+          "card_price": relax_card_price, "max_drop": relax_max_drop, "write_bandwidth": relax_write_bandwidth,
+          "input_rate": relax_input_rate}[name]
     r: Relaxation | None = fn(ctx, core)
     return r
