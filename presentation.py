@@ -263,7 +263,8 @@ CHAIN_FLAGS = {"write_bandwidth": "scenario: [checkpoint] write_bandwidth = \"{}
 
 def chain_lines(c: dict[str, Any], width: int) -> list[str]:
     """What stops more cards from helping (tpopt.optimizer.explain.chain), and the changes that let them, in
-    the order a user can act, each the smallest with the ones before it, confirmed by one solve together."""
+    the order a user can act (storage, batch, cards; explain.chain says how each is the least), confirmed by one
+    solve together."""
     pad = " " * (width + 4)
     lines = [f"{pad}what binds beyond the card limit: at {c['largest_count']:,} cards the fastest plan needs "
              f"{c['fastest_days']:.1f} d, {c['overhead'] * 100:.1f} % lost to checkpoints and failures (saves "
