@@ -271,11 +271,11 @@ def modelled_activations(sc: Scenario, best: Any, solver: Any, req: Any) -> dict
     """With a stated activation budget: the plan the same question gives with activations modelled (one more
     solve, on the run's clock): its cards and objective, and the ratio to the chosen plan's. None without a
     stated budget, or when no plan fits with modelled activations."""
-    from tpopt.optimizer import core  # lazy: start-up time (only with a stated activation budget)
+    from tpopt.optimizer import outer  # lazy: start-up time (only with a stated activation budget)
 
     if sc.memory.activation_reserve is None:
         return None
-    r = core.solve(without_activation_budget(sc), solver, Request(
+    r = outer.solve(without_activation_budget(sc), solver, Request(
         objective=req.objective, time_limit=req.time_limit, seed=req.seed, workers=req.workers,
         clock=clock_of(req)))
     if r.best is None:
