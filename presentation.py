@@ -129,7 +129,7 @@ def limit_line(s: dict[str, Any]) -> str:
 # command-line flag that sets each relaxable input (None: only the scenario file can)
 FLAGS = {"deadline": "--deadline", "reserved": "--reserved", "tokens": "--tokens", "efficiency": "--efficiency",
          "max_cards": "--max-cards", "usable_memory": "--usable-memory", "accelerator": "--hw",
-         "max_cost": "--max-cost", "nic_bandwidth": None}
+         "max_cost": "--max-cost", "nic_bandwidth": None, "global_batch": "--global-batch"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,8 +149,8 @@ def _qty(x: float | str | None, unit: str, digits: int = 2) -> str:
         return "-"
     if isinstance(x, str):
         return x
-    if unit == "cards":
-        return f"{x:,.0f} cards"
+    if unit in ("cards", "sequences"):
+        return f"{x:,.0f} {unit}"
     if unit == "B tokens":  # x in billions at ``digits`` decimals, printed exactly: 2T, 1.74306T, 85.23B
         big = abs(x) >= 1000
         text = f"{x / 1000:.{digits + 3}f}" if big else f"{x:.{digits}f}"
@@ -244,7 +244,7 @@ def _needed(r: dict[str, Any]) -> str:
     if r["parameter"] == "accelerator":
         return f"= {r['required']}"
     exact = ""
-    if r.get("required_exact") is not None and r["parameter"] not in ("max_cards",):
+    if r.get("required_exact") is not None and r["parameter"] not in ("max_cards", "global_batch"):
         thr = _qty(r["required_exact"], r["unit"], 3) if r["unit"] == "B tokens" else _num(r["required_exact"], 3)
         exact = f" (threshold {thr})"
     return f"{r['direction']} {_qty(r['required'], r['unit'])}{exact}"

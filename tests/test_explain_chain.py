@@ -139,3 +139,20 @@ def test_input_rate_and_storage_bandwidth_are_relaxations(tmp_path):
     assert ok.exit_code == 0, ok.output
     assert solve_at(STORAGE_LINE, f'write_bandwidth = "{w["required"] - 0.1:.1f}GB/s"', "--deadline",
                     "24.7d").exit_code == 3
+
+
+def test_the_global_batch_is_a_relaxation():
+    """The design case at 24.5 days: 48 cards need 24.64 d at 384 sequences; a larger batch (the same tokens in
+    fewer steps) spends less of each step in the data-parallel exchange. The answer is the smallest multiple of
+    384 with a plan, verified by solving at it and at the multiple below."""
+    d = json.loads(run("explain", "--scenario", DC, "--deadline", "24.5d", "--json").output)
+    r = relaxation(d, "global_batch")
+    assert r["current"] == 384 and r["helps"] and r["required"] % 384 == 0 and r["apply"] == {
+        "task.global_batch": r["required"]}
+    ok = run("solve", "--scenario", DC, "--deadline", "24.5d", "--global-batch", r["required"], "--json")
+    assert ok.exit_code == 0 and json.loads(ok.output)["metrics"]["finish_days"] <= 24.5
+    factors = (1, 2, 3, 4, 6, 8, 12, 16)
+    below = 384 * factors[factors.index(r["required"] // 384) - 1]
+    assert run("solve", "--scenario", DC, "--deadline", "24.5d", "--global-batch", below).exit_code == 3
+    text = " ".join(run("explain", "--scenario", DC, "--deadline", "24.5d").output.split())
+    assert f"global_batch now 384 sequences: >= {r['required']:,} sequences -> " in text

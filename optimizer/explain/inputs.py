@@ -125,6 +125,7 @@ PARAMS = {
     "card_price": Param("card_price", "price per card-hour", "USD", 2, "<=", "cost.card_hour", 1.0),
     "write_bandwidth": Param("write_bandwidth", "storage bandwidth", "GB/s", 1, ">=", "checkpoint.write_bandwidth",
                              GB),
+    "global_batch": Param("global_batch", "global batch", "sequences", 0, ">=", "task.global_batch", 1.0),
     "input_rate": Param("input_rate", "input rate per worker", "seq/s", 2, ">=", "input.sequences_per_worker_s",
                         1.0),
 }

@@ -367,6 +367,38 @@ def relax_write_bandwidth(ctx: Context, core: list[str] | None = None) -> Relaxa
                        method=method)
 
 
+def _fixed_batch(ctx: Context) -> bool:
+    """The batch is one stated number: no batch choices, no critical batch (tokens then depend on it)."""
+    sc = ctx.sc
+    return not sc.search.global_batch and sc.task.critical_batch is None and sc.task.ramp is None
+
+
+def relax_global_batch(ctx: Context, core: list[str] | None = None) -> Relaxation | None:
+    """Required global batch b* = the smallest of the batch's multiples (explain.chain.BATCH_FACTORS, up to 16x)
+    with which a plan exists, tokens unchanged (fewer, larger steps: more data parallelism, fewer pipeline
+    bubbles); each candidate is one solve, every layout searched again (the batch moves the divisibility rule).
+    None when the batch is a choice, follows a critical batch or ramps up."""
+    from tpopt.optimizer.explain.chain import BATCH_FACTORS, with_global_batch  # lazy: explain only
+
+    if not _fixed_batch(ctx):
+        return None
+    p = PARAMS["global_batch"]
+    sc = ctx.sc
+    b0 = sc.task.global_batch
+    method = f"smallest multiple of the batch (x {', '.join(map(str, BATCH_FACTORS[1:]))}) with a plan, re-solved"
+    keep, ctx.keep = ctx.keep, None
+    try:
+        for k in BATCH_FACTORS[1:]:
+            ev = ctx.feasible(with_global_batch(sc, b0 * k))
+            if ev is not None:
+                apply = _apply_dict(ctx, p, b0 * k)
+                return _relaxation(p, b0, required=b0 * k, required_exact=float(b0 * k), helps=True, plan=ev,
+                                   apply=apply, method=method, note=f"{b0 * k * sc.task.seq_len:,} tokens per step")
+    finally:
+        ctx.keep = keep
+    return _cannot(p, b0, f"no plan even with {BATCH_FACTORS[-1]}x the batch", method, core)
+
+
 def _has_input(ctx: Context) -> bool:
     inp = ctx.sc.input
     return F.INPUT_THROUGHPUT in ctx.enforced and inp.per_worker_rate > 0 and (inp.workers > 0 or
@@ -566,10 +598,11 @@ def relax_tokens(ctx: Context, core: list[str] | None = None,
 
 
 # In the order a user can act on them: money (a larger budget, a lower price, another card), then the request
-# (deadline, cards, tokens, reserved time), then the machine (NICs, memory) and last what a run can hardly change
-# (the MoE drop rate, the efficiency): a time limit cuts the least useful answers.
+# (deadline, cards, tokens, reserved time, the batch), then the machine (storage, input pipeline, NICs, memory) and
+# last what a run can hardly change (the MoE drop rate, the efficiency): a time limit cuts the least useful answers.
 RELAXATIONS = ("max_cost", "card_price", "accelerator", "deadline", "max_cards", "tokens", "reserved",
-               "write_bandwidth", "input_rate", "nic_bandwidth", "usable_memory", "max_drop", "efficiency")
+               "global_batch", "write_bandwidth", "input_rate",
+               "nic_bandwidth", "usable_memory", "max_drop", "efficiency")
 
 
 def relaxations(sc: Scenario, backend: str | Solver = "cpsat", req: Request | None = None, *,
@@ -641,6 +674,7 @@ NOT_APPLICABLE: dict[str, Callable[[Context], bool]] = {
         s.price_card_hour is None or s.price_card_hour <= 0 for s in ctx.sc.systems.values()),
     "max_drop": lambda ctx: not ctx.sc.model.moe or F.CAPACITY_DROPS not in ctx.enforced,
     "input_rate": lambda ctx: not _has_input(ctx),
+    "global_batch": lambda ctx: not _fixed_batch(ctx),
 }
 """The inputs a request has no relaxation of (their ``relax_*`` returns None), told without asking: a relaxation
 skipped by the time limit is listed as undecided only where it would have been asked."""
@@ -658,6 +692,6 @@ def _relax_one(ctx: Context, name: str, core: list[str] | None, shared: dict[str
           "usable_memory": relax_usable_memory, "nic_bandwidth": relax_nic_bandwidth,
           "accelerator": relax_accelerator, "max_cost": relax_max_cost,
           "card_price": relax_card_price, "max_drop": relax_max_drop, "write_bandwidth": relax_write_bandwidth,
-          "input_rate": relax_input_rate}[name]
+          "input_rate": relax_input_rate, "global_batch": relax_global_batch}[name]
     r: Relaxation | None = fn(ctx, core)
     return r
