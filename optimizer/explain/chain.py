@@ -125,9 +125,3 @@ def _chain(ctx: Context, sc: Scenario, counts: list[int], deadline: float) -> di
             "fastest_days": float(m["finish_days"]), "overhead": float(m["overhead_fraction"]),
             "save_overhead": float(m["overhead_save"]), "dp": int(today.plan.dp), "batch": b0}
 
-
-def chain_dict(chain: dict[str, Any]) -> dict[str, Any]:
-    """The chain as JSON (the plan as a report's plan dict with its cost and finish)."""
-    ev: Evaluation = chain["plan"]
-    return {**{k: v for k, v in chain.items() if k != "plan"}, "plan": ev.plan_dict(),
-            "cost": ev.metrics["cost"], "cost_unit": ev.metrics["cost_unit"], "finish_days": ev.metrics["finish_days"]}

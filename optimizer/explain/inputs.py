@@ -190,10 +190,11 @@ class Relaxation:
             d["options"] = self.options
         if self.current_by_card:
             d["current_by_card"] = self.current_by_card
-        if self.chain:
-            from tpopt.optimizer.explain.chain import chain_dict  # lazy: only with a chain
-
-            d["chain"] = chain_dict(self.chain)
+        if self.chain:  # explain.chain.beyond_cards: its plan as a report's plan dict with its cost and finish
+            ev: Evaluation = self.chain["plan"]
+            d["chain"] = {**{k: v for k, v in self.chain.items() if k != "plan"}, "plan": ev.plan_dict(),
+                          "cost": ev.metrics["cost"], "cost_unit": ev.metrics["cost_unit"],
+                          "finish_days": ev.metrics["finish_days"]}
         d["seconds"] = round(self.seconds, 4)
         d["solves"] = self.solves
         return d
