@@ -359,10 +359,11 @@ def relax_write_bandwidth(ctx: Context, core: list[str] | None = None) -> Relaxa
     if found is None:
         return _cannot(p, bw0 / GB, f"no plan even with {STORAGE_FACTOR_MAX:g}x the storage bandwidth: checkpoint "
                                     "writes do not limit the plan", method, core)
-    k, ev0 = found
+    k, _ = found
     value, ev, apply = _settle(ctx, p, k * bw0 / GB, lambda s: with_write_bandwidth(sc, s))
-    if ev is None:
-        value, ev, apply = k * bw0 / GB, ev0, None
+    if ev is None or value is None:  # e.g. the chance form: its finish quantile, not the mean, binds
+        return _cannot(p, bw0 / GB, f"the fastest plan meets the deadline from {k * bw0 / GB:.4g} GB/s on, but no "
+                                    "plan of the request at that bandwidth was confirmed by re-solving", method, core)
     return _relaxation(p, bw0 / GB, required=value, required_exact=k * bw0 / GB, helps=True, plan=ev, apply=apply,
                        method=method)
 
