@@ -244,6 +244,15 @@ def console_text(*renderables: RenderableType) -> str:
     return render(*renderables)
 
 
+def pins_text(pins: dict[str, Any], top: dict[str, Any]) -> str:
+    """What pins a collapsed front (tpopt.optimizer.sweep.front_pins), one sentence."""
+    first = pins["families"][0]
+    each = ", ".join(f"{a} {v['with']:.1f} d -> {v['without']:.1f} d" for a, v in pins["fastest_days"].items())
+    return (f"The front collapses to one plan ({top['accelerator']} x {top['cards']}): "
+            f"{' and '.join(pins['families'])} pin{'s' if len(pins['families']) == 1 else ''} it on every "
+            f"accelerator (the fastest plan without {first}: {each}).")
+
+
 def result_text(result: sw.SweepResult, out: str | None, energy: Energy | None = None) -> str:
     spec = result.spec
     sc = spec.base
@@ -262,6 +271,9 @@ def result_text(result: sw.SweepResult, out: str | None, energy: Energy | None =
     unknown, errors, infeasible = result.count("unknown"), result.count("error"), result.count("infeasible")
     if front:
         parts += [front_table(front, unit, show_case, spec), ""]
+        pins = sw.front_pins(result)
+        if pins:
+            parts += [fit_lines(pins_text(pins, front[0])), ""]
     elif unknown or errors:
         why = ", ".join(x for x in (f"{unknown:,} reached the time limit without an answer (unknown)" if unknown
                                     else "", f"{errors:,} failed (error)" if errors else "",
@@ -395,7 +407,7 @@ def sweep(solver: str | None, time_limit: str | float | None, workers: int | Non
         d = {"scenario": spec.name, "fingerprint": spec.fingerprint, "points": len(result.rows),
              "computed": result.computed, "reused": result.reused, "out": out,
              "statuses": {k: result.count(k) for k in sw.STATUSES},
-             "front": result.front(), "summary": result.summary()}
+             "front": result.front(), "summary": result.summary(), "front_pins": sw.front_pins(result)}
         if energy is not None:
             d["energy"] = {"plans": energy[0], "no_power_figures": energy[1], "pue": energy[2][0],
                            "pue_source": energy[2][1], **({"grid": grid} if pareto == "carbon" else {})}

@@ -45,6 +45,8 @@ ZERO_STAGES = (0, 1, 2, 3)
 OFFLOADS = ("none", "cpu")
 RECOMPUTES = ("none", "attn", "full")
 """Recompute choices of the memory table: none, core attention (Megatron-LM's "selective"), whole layers."""
+DP_OFFLOADS = ("none", "optimizer", "optimizer+params")
+"""Offload columns of the pure data-parallel table (DeepSpeed's offload_optimizer, and offload_param with it)."""
 MAX_HOSTS_DOUBLINGS = 11
 """Without a card count: 1, 2, 4, ... 1,024 hosts are tried (up to the scenario's card limit)."""
 UNENFORCED = frozenset({F.DEADLINE, F.BUDGET, F.INPUT_THROUGHPUT})
@@ -203,6 +205,35 @@ def memory_table(sc: Scenario, base: Plan) -> list[dict[str, Any]]:
     return [cells[(z, off, rc)] for z in ZERO_STAGES for off in OFFLOADS for rc in RECOMPUTES]
 
 
+def pure_dp_states(sc: Scenario, cards: int) -> dict[str, Any]:
+    """Model states per card at pure data parallelism (DP = cards, TP = PP = CP = 1, EP = 1), as DeepSpeed's and
+    accelerate's estimators count them: weights w, gradients g and Adam states o (FP32 master + two moments)
+    per parameter of the precision recipe, bf16-mixed (w, g, o) = (2, 2, 12) = 16 B/param, sharded by ZeRO
+    (:func:`tpopt.models.memory.zero_state_bytes`): M0 = (w + g + o) N, M1 = (w + g) N + o N/d,
+    M2 = w N + (g + o) N/d, M3 = (w + g + o) N/d. Offload ``optimizer`` moves o to host memory; ``optimizer+params``
+    (ZeRO-3 only, as DeepSpeed's offload_param) moves w as well, leaving g N/d. Activations, gathered
+    parameters and buffers are excluded (the estimators' "model states"); a cell is None where the offload
+    does not apply."""
+    n = float(A.param_count(sc.model))
+    rec = memory.stored_recipe(sc.task.precision, False)
+    d = max(int(cards), 1)
+    rows: list[dict[str, Any]] = []
+    for z in ZERO_STAGES:
+        row: dict[str, Any] = {"zero_stage": z}
+        for off in DP_OFFLOADS:
+            if off == "optimizer+params" and z < 3:
+                row[off] = None
+                continue
+            states = float(memory.zero_state_bytes(n, d, z, rec, off != "none"))
+            if off == "optimizer+params":
+                states -= rec.weights * n / d
+            row[off] = states / GIB
+        rows.append(row)
+    return {"dp": d, "parameters": int(n), "bytes_per_param": {"weights": rec.weights, "grads": rec.grads,
+                                                                "optimizer": rec.optimizer},
+            "rows": rows}
+
+
 def model_figures(sc: Scenario) -> dict[str, Any]:
     """Parameters (total, and activated per token for MoE) and training FLOPs per token."""
     a = sc.model
@@ -272,6 +303,7 @@ def estimate(inp: EstimateInputs) -> dict[str, Any]:
                           "micro_batch": base.micro_batch, "source": "the fastest plan" if best is not None
                           else "pure data parallelism (no layout fits)"},
         "memory_table": memory_table(sc, base),
+        "pure_dp_states": pure_dp_states(sc, cards),
         "scenario_tables": tables,
     }
     if not math.isfinite(out["accelerator"]["usable_memory_gib"]):
