@@ -129,7 +129,7 @@ def limit_line(s: dict[str, Any]) -> str:
 # command-line flag that sets each relaxable input (None: only the scenario file can)
 FLAGS = {"deadline": "--deadline", "reserved": "--reserved", "tokens": "--tokens", "efficiency": "--efficiency",
          "max_cards": "--max-cards", "usable_memory": "--usable-memory", "accelerator": "--hw",
-         "max_cost": "--max-cost", "nic_bandwidth": None}
+         "max_cost": "--max-cost", "nic_bandwidth": None, "global_batch": "--global-batch"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,8 +149,8 @@ def _qty(x: float | str | None, unit: str, digits: int = 2) -> str:
         return "-"
     if isinstance(x, str):
         return x
-    if unit == "cards":
-        return f"{x:,.0f} cards"
+    if unit in ("cards", "sequences"):
+        return f"{x:,.0f} {unit}"
     if unit == "B tokens":  # x in billions at ``digits`` decimals, printed exactly: 2T, 1.74306T, 85.23B
         big = abs(x) >= 1000
         text = f"{x / 1000:.{digits + 3}f}" if big else f"{x:.{digits}f}"
@@ -244,7 +244,7 @@ def _needed(r: dict[str, Any]) -> str:
     if r["parameter"] == "accelerator":
         return f"= {r['required']}"
     exact = ""
-    if r.get("required_exact") is not None and r["parameter"] not in ("max_cards",):
+    if r.get("required_exact") is not None and r["parameter"] not in ("max_cards", "global_batch"):
         thr = _qty(r["required_exact"], r["unit"], 3) if r["unit"] == "B tokens" else _num(r["required_exact"], 3)
         exact = f" (threshold {thr})"
     return f"{r['direction']} {_qty(r['required'], r['unit'])}{exact}"
@@ -254,6 +254,29 @@ def evidence_flags(o: dict[str, Any]) -> str:
     """" (priors only)", " (illustrative price)", both or nothing: what a suggested card rests on."""
     flags = [w for k, w in (("priors_only", "priors only"), ("illustrative_price", "illustrative price")) if o.get(k)]
     return "".join(f" ({w})" for w in flags)
+
+
+CHAIN_FLAGS = {"write_bandwidth": "scenario: [checkpoint] write_bandwidth = \"{}GB/s\"",
+               "global_batch": "--global-batch {}", "max_cards": "--max-cards {}"}
+"""How each change of a chain is applied (tpopt.optimizer.explain.chain)."""
+
+
+def chain_lines(c: dict[str, Any], width: int) -> list[str]:
+    """What stops more cards from helping (tpopt.optimizer.explain.chain), and the changes that let them, in
+    the order a user can act (storage, batch, cards; explain.chain says how each is the least), confirmed by one
+    solve together."""
+    pad = " " * (width + 4)
+    lines = [f"{pad}what binds beyond the card limit: at {c['largest_count']:,} cards the fastest plan needs "
+             f"{c['fastest_days']:.1f} d, {c['overhead'] * 100:.1f} % lost to checkpoints and failures (saves "
+             f"{c['save_overhead'] * 100:.1f} %), DP {c['dp']:,} of a {c['batch']:,}-sequence batch; together:"]
+    flags = []
+    for k, st in enumerate(c["steps"], 1):
+        now = f"{st['current']:g}" if isinstance(st["current"], float) else f"{st['current']:,}"
+        lines.append(f"{pad}{k}. {st['label']} >= {st['required']:,} {st['unit']} (now {now})")
+        flags.append(CHAIN_FLAGS[st["parameter"]].format(st["required"]))
+    lines.append(f"{pad}-> {_plan_short(c['plan'])}, {c['finish_days']:.2f} d, {_money(c['cost'], c['cost_unit'])}"
+                 f"   [{'; '.join(flags)}]")
+    return lines
 
 
 def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
@@ -275,6 +298,8 @@ def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
                          f"{_money(r['cost'], r['cost_unit'])}{rests}" + (f"   [{flag}]" if flag else ""))
         if r.get("helps") and r.get("note"):
             lines.append(f"  {'':<{width}}  ({r['note']})")
+        if r.get("chain"):
+            lines += chain_lines(r["chain"], width)
         if r["parameter"] == "accelerator" and r.get("options"):
             opts = []
             for o in r["options"]:
@@ -465,6 +490,34 @@ def evidence_lines(e: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def stated_lines(stated: list[dict[str, Any]] | None) -> list[str]:
+    """The footing's stated inputs (tpopt.optimizer.footing.stated_inputs): "stated X: value; modelled: figure
+    (the plan it leads to)" where the model has a figure, else the stated value with what it costs the plan."""
+    out, rest = [], []
+    for e in stated or []:
+        line = f"stated {e['input']}: {e['stated']}"
+        if e["input"] not in OWN_LINE:
+            rest.append(f"{e['input']} {e['stated']}")
+            continue
+        if e.get("modelled"):
+            line += f"; modelled: {e['modelled']}"
+            alt = e.get("modelled_plan")
+            if alt and alt.get("feasible"):
+                word = "cost" if alt["objective"] == "cost" else "finish"
+                line += (f" ({alt['cards']:,} cards, recompute {alt['recompute']}, {word} {alt['value']:,.0f} "
+                         f"{alt['unit']}, {(alt['ratio'] - 1) * 100:+.1f} %)")
+            elif alt is not None:
+                line += " (no plan fits with modelled activations)"
+        elif e.get("binds"):
+            line += " (binds)"
+        out.append(line)
+    return out + (["stated: " + "; ".join(rest)] if rest else [])
+
+
+OWN_LINE = ("activation budget", "input pipeline", "stack")
+"""Stated inputs printed on a line of their own; the others share one "stated:" line."""
+
+
 def footing_lines(f: dict[str, Any], width: int = 100) -> list[str]:
     """The footing as 2-4 text lines (from the dict :func:`footing` returns, the JSON's figures): the
     model, stack and MFU; the parameters by provenance; the price; each wrapped to ``width``."""
@@ -493,6 +546,7 @@ def footing_lines(f: dict[str, Any], width: int = 100) -> list[str]:
         order = sorted(groups, key=lambda g: (not g.startswith("calibrated"), g != "measured", g))
         lines.append("parameters: " + "; ".join(f"{g} {', '.join(groups[g])}" for g in order))
     lines.append(_price_text(f["price"]))
+    lines += stated_lines(f.get("stated"))
     lines += evidence_lines(f.get("evidence"))
     out: list[str] = []
     for i, line in enumerate(lines):
@@ -571,6 +625,33 @@ def market_infeasible_lines(out: dict[str, Any]) -> list[str]:
     return lines
 
 
+def watts_text(w: float) -> str:
+    """A power in the unit that fits: W below 1 kW, kW below 1 MW, then MW (a 40 kW cap is "40.0 kW")."""
+    if abs(w) >= 1e6:
+        return f"{w / 1e6:,.2f} MW"
+    if abs(w) >= 1e3:
+        return f"{w / 1e3:,.1f} kW"
+    return f"{w:,.0f} W"
+
+
+def energy_lines(w: dict[str, Any]) -> list[str]:
+    """The energy's cost and emissions at the offer's region (the market's [power] and energy.toml figures):
+    cost = MWh x 1,000 x USD/kWh, inside a rented card's price (stated, not added); tCO2e = MWh x gCO2e/kWh / 1,000."""
+    mwh, region = w["energy_mwh"], w.get("region", "the region")
+    if w.get("energy_cost") is None:
+        cost = f"no energy price for {region}"
+    else:
+        cost = (f"{_usd(w['energy_cost'])} USD at {w['energy_price_kwh']:g} USD/kWh (dated "
+                f"{w['energy_price_date']}: {w['energy_price_source']}; in the card-hour price, not added to the bill)")
+    if w.get("tco2e") is None:
+        carbon = f"no carbon figure for {region}"
+    else:
+        carbon = (f"{w['tco2e']:,.3g} tCO2e at {w['carbon_g_kwh']:g} gCO2e/kWh (dated {w['carbon_date']}: "
+                  f"{w['carbon_source']})")
+    return [f"Energy: {mwh:,.3g} MWh (site power x finish time, training draw for the whole run: an upper bound): "
+            f"{cost}; {carbon}"]
+
+
 def market_lines(out: dict[str, Any]) -> list[str]:
     """The market block under the plan line: the offer used (price, terms, date, source, notes), the spot
     figures, then each offer's best plan."""
@@ -597,10 +678,14 @@ def market_lines(out: dict[str, Any]) -> list[str]:
             verdict = "binds: without it a better plan exists" if w["binding"] else "does not bind"
             if w["binding"] is None:
                 verdict = "not decided (time limit reached)"
-            cap = f"; site cap {w['cap_mw']:,.1f} MW ({w['cap_cards']:,} cards), {verdict}"
-        lines.append(f"Power: {w['site_mw']:,.2f} MW at the site ({w['it_mw']:,.2f} MW IT x PUE {w['pue']:g}; "
-                     f"{w['card_w']:g} W per card, {w['host_overhead_w']:g} W per host); energy "
+            cap = f"; site cap {watts_text(w['cap_mw'] * 1e6)} ({w['cap_cards']:,} cards), {verdict}"
+        lines.append(f"Power: {watts_text(w['site_mw'] * 1e6)} at the site ({watts_text(w['it_mw'] * 1e6)} IT x PUE "
+                     f"{w['pue']:g}; {w['card_w']:g} W per card, {w['host_overhead_w']:g} W per host); energy "
                      f"{w['energy_mwh']:,.1f} MWh over the run{cap}")
+        lines += energy_lines(w)
+    elif m.get("power", 0) is None:
+        lines.append(f"Power: no power figure for {o['accelerator']} (energy and tCO2e not reported; add a "
+                     f"[power.{o['accelerator']}] table to offers.toml)")
     c = m.get("checkpoints")
     if c:
         lines += checkpoint_cost_lines(c)

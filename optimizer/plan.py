@@ -159,6 +159,10 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
     out["footing"] = footing.of_evaluation(view, out)
     if analyse and len(view.systems) > 1:  # a prior card chosen among fitted ones: the fitted option, named
         out["footing"]["evidence"]["fitted_alternative"] = footing.fitted_alternative(view, best, solver, req)
+    if analyse and view.memory.activation_reserve is not None:  # the plan modelled activations lead to
+        for e in out["footing"]["stated"]:
+            if e["input"] == "activation budget":
+                e["modelled_plan"] = footing.modelled_activations(view, best, solver, req)
     if analyse:
         cp = cp_not_searched(view, solver, req, best)
         if cp is not None:
