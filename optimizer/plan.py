@@ -273,7 +273,7 @@ def _market(sc: Scenario, solver: Solver, req: Request) -> PlanReport:
         from tpopt.optimizer.spot_policy import policy_entry  # lazy: start-up time (SciPy)
 
         out["market"]["spot_policy"] = policy_entry([(r.offer, r.sc, r.best) for r in ms.offers],
-                                                    sc.task.deadline_s, sc.task.confidence)
+                                                    F.limit(F.DEADLINE, sc), sc.task.confidence)
     return PlanReport.of(ms.result, out, view)
 
 
