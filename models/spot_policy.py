@@ -54,6 +54,7 @@ import math
 from dataclasses import dataclass
 
 from tpopt.errors import InputError
+from tpopt.models.finish import uniform_moments
 from tpopt.models.units import DAY, HOUR
 
 DEFAULT_AVAILABILITY = 0.9
@@ -105,8 +106,8 @@ def preemptions_per_s(terms: SpotTerms, run: Run) -> float:
 
 def loss_moments(terms: SpotTerms, run: Run) -> tuple[float, float]:
     """``(E[X], E[X^2])`` of the seconds one preemption loses, ``X = r + d_r + U tau``."""
-    fixed, tau = run.restore_s + terms.reacquire_s, run.save_interval_s
-    return fixed + tau / 2, fixed**2 + fixed * tau + tau**2 / 3
+    m1, m2, _ = uniform_moments(run.restore_s + terms.reacquire_s, run.save_interval_s)
+    return float(m1), float(m2)
 
 
 def running_yield(terms: SpotTerms, run: Run) -> float:
