@@ -219,3 +219,18 @@ def test_no_policy_without_a_confidence_and_bad_availability_refused(tmp_path):
     assert "spot_policy" not in P.plan(_market(tmp_path, confidence=None), "enumerate").report["market"]
     with pytest.raises(InputError, match="availability"):
         _market(tmp_path, 'availability = "150%"\n')
+
+
+def test_the_report_says_when_no_way_meets_the_level():
+    from tpopt.models.market import Offer
+    from tpopt.optimizer.spot_policy import decision_dict
+    from tpopt.presentation import spot_policy_lines
+
+    od = Offer("c", "r", "h100-sxm", "on-demand", P_OD, 64, "2026-10", "test")
+    spot = Offer("c", "r", "h100-sxm", "spot", 0.1 * P_OD, 64, "2026-10", "test")
+    miss = decide(CALM, RUN, 10.6 * DAY, 0.9, spot_price=0.1 * P_OD, ondemand_price=P_OD)
+    entry = {"pairs": [decision_dict(miss, CALM, RUN, spot, od, 0.9)], "best": None}
+    (line,) = spot_policy_lines(entry)
+    # all on-demand is the nearest: Phi((10.6 - 10) / 0.5) = Phi(1.2) = 88.5 %
+    assert line == ("Spot policy: no way to run c/r/h100-sxm/spot / c/r/h100-sxm/on-demand meets P(on time) >= 90%; "
+                    "all on-demand is the nearest (P(on time) 88.5%)")
