@@ -32,13 +32,14 @@ import re
 import shlex
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import cache
 from typing import Any
 
 from tpopt.catalogs import BUILTIN_DIR
 from tpopt.errors import InputError
-from tpopt.models.evaluate import Evaluation
+from tpopt.models.evaluate import Evaluation, evaluate
+from tpopt.models.hardware import StackProfile
 from tpopt.models.memory import OP_RECOMPUTE
 from tpopt.models.plan import Plan, Scenario, split_schedule
 
@@ -83,6 +84,7 @@ class LaunchPlan:
     train_iters: int | None = None
     save_interval_steps: int | None = None
     save_mode: str | None = None  # "sync" or "async"
+    stage_layout: tuple[int, ...] = ()  # layers per pipeline stage where the middle stages are uneven (else ())
 
     def project(self, names: Sequence[str]) -> LaunchPlan:
         """Only the fields ``names`` (the others None)."""
@@ -99,30 +101,37 @@ CARRIES: dict[str, tuple[str, ...]] = {
     "torchtitan": tuple(n for n in ALL_FIELDS if n not in ("nodes", "cards_per_node", "offload", "flash_attention",
                                                            "capacity_factor", "first_stage_layers",
                                                            "last_stage_layers")),
-    "deepspeed": ("tp", "pp", "dp", "micro_batch", "global_batch", "grad_accum", "zero_stage", "offload", "recompute",
+    "deepspeed": ("tp", "dp", "micro_batch", "global_batch", "grad_accum", "zero_stage", "offload", "recompute",
                   "precision"),
 }
 """The fields each format carries (what its parser reads back). torchtitan: offload, stage split, attention
-kernel and capacity are rejected or fixed when exported; DeepSpeed's JSON holds batch, ZeRO, offload, TP, PP and
-recompute -- the rest is model code or the training loop."""
+kernel and capacity are rejected or fixed when exported; DeepSpeed's JSON holds batch, ZeRO, offload, TP and
+(under PP) recompute -- the pipeline size, recompute without PP and the rest are model code or the training loop
+(:func:`exported` drops what a given plan's JSON leaves out)."""
 
 
-def launch_plan(sc: Scenario, ev: Evaluation) -> LaunchPlan:
-    """The launch view of an evaluated plan (``ev.plan`` resolved by :func:`tpopt.models.evaluate.evaluate`)."""
+def launch_plan(sc: Scenario, ev: Evaluation, layout: bool = False) -> LaunchPlan:
+    """The launch view of an evaluated plan (``ev.plan`` resolved by :func:`tpopt.models.evaluate.evaluate`).
+    ``layout``: the format takes any stage split (Megatron's --pipeline-model-parallel-layout): uneven middle
+    stages go into ``stage_layout`` instead of being an error."""
     p, m = ev.plan, ev.metrics
     hosts = int(m["hosts"])
     moe = sc.model.moe
     base, v = split_schedule(p.schedule) if p.pp > 1 else ("", 1)
     first = last = 0
+    layout_stages: tuple[int, ...] = ()
     if p.pp > 1:
         stages = [int(x) if float(x).is_integer() else x for x in m["stage_layers"]]
         if any(not isinstance(x, int) for x in stages):
             raise ExportError(f"the plan's stages hold fractional layer counts ({stages})")
         if len(set(stages)) > 1:
-            if len(set(stages[1:-1])) > 1:
+            if len(set(stages[1:-1])) > 1 and layout and v == 1:
+                layout_stages = tuple(int(x) for x in stages)
+            elif len(set(stages[1:-1])) > 1:
                 raise ExportError(f"the plan's middle pipeline stages are uneven ({stages}); launchers split "
                                   "the layers between the first and last stage evenly")
-            first, last = stages[0], stages[-1]
+            else:
+                first, last = stages[0], stages[-1]
     step = float(m["step_s"])
     return LaunchPlan(
         nodes=hosts, cards_per_node=p.cards // hosts, tp=p.tp, pp=p.pp, cp=p.cp, dp=p.dp,
@@ -133,7 +142,8 @@ def launch_plan(sc: Scenario, ev: Evaluation) -> LaunchPlan:
         sequence_parallel=bool(p.sequence_parallel) and p.tp > 1, flash_attention=bool(p.flash_attention),
         first_stage_layers=first, last_stage_layers=last, seq_len=sc.task.seq_len, precision=sc.task.precision,
         train_iters=int(m["iterations"]),
-        save_interval_steps=max(1, round(p.save_interval_s / step)) if step > 0 else 1, save_mode=p.save_mode)
+        save_interval_steps=max(1, round(p.save_interval_s / step)) if step > 0 else 1, save_mode=p.save_mode,
+        stage_layout=layout_stages)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,9 +239,11 @@ def _unsupported(fmt: str, feature: str, why: str) -> ExportError:
     return ExportError(f"{fmt}: the plan's {feature} cannot be expressed: {why}")
 
 
-def _megatron_like(fmt: str, lp: LaunchPlan, moe: bool) -> list[tuple[str, object]]:
+def _megatron_like(fmt: str, lp: LaunchPlan, moe: bool, stack: StackProfile | None = None) -> list[tuple[str, object]]:
     """The Megatron-Core settings shared by Megatron-LM and Megatron-Bridge, as (generic name, value); the
-    generic names are the Megatron-LM argument names without their dashes, with underscores."""
+    generic names are the Megatron-LM argument names without their dashes, with underscores. ``stack``: the
+    software stack the plan was costed on (its MoE token dispatcher); None: :class:`StackProfile`'s defaults."""
+    st = stack or StackProfile()
     out: list[tuple[str, object]] = [("tensor_model_parallel_size", lp.tp), ("pipeline_model_parallel_size", lp.pp),
                                      ("context_parallel_size", lp.cp)]
     if lp.pp and lp.pp > 1:
@@ -239,14 +251,25 @@ def _megatron_like(fmt: str, lp: LaunchPlan, moe: bool) -> list[tuple[str, objec
             raise _unsupported(fmt, f"pipeline schedule {lp.schedule}",
                                "Megatron-LM runs 1F1B and interleaved 1F1B (arguments.py, core_v0.15.0)")
         if lp.schedule == "interleaved":
+            m = int(lp.grad_accum or 0)
+            if m < lp.pp or m % lp.pp:
+                raise _unsupported(fmt, f"interleaved schedule with {m} micro-batches per step on PP {lp.pp}",
+                                   "Megatron-Core runs interleaved micro-batches in groups of PP and needs their "
+                                   "count to be a multiple of PP (pipeline_parallel/schedules.py)")
             out.append(("virtual_stages", lp.virtual_stages))
-        if lp.first_stage_layers:
+        if lp.stage_layout:
+            out.append(("pipeline_model_parallel_layout", megatron_layout(lp.stage_layout)))
+        elif lp.first_stage_layers:
             out += [("first_stage_layers", lp.first_stage_layers), ("last_stage_layers", lp.last_stage_layers)]
     if moe:
         out += [("expert_model_parallel_size", lp.ep), ("expert_tensor_parallel_size", lp.expert_tp)]
         if lp.capacity_factor:
             out += [("moe_expert_capacity_factor", float(lp.capacity_factor)),
                     ("moe_pad_expert_input_to_capacity", True)]
+        out += [("moe_token_dispatcher_type", MEGATRON_DISPATCHERS.get(st.moe_dispatcher, "alltoall")),
+                ("moe_grouped_gemm", True)]
+        if st.moe_dispatcher == "flex":
+            out.append(("moe_flex_dispatcher_backend", "deepep"))
     if lp.sequence_parallel:
         out.append(("sequence_parallel", True))
     out += [("micro_batch_size", lp.micro_batch), ("global_batch_size", lp.global_batch)]
@@ -269,6 +292,12 @@ def _megatron_like(fmt: str, lp: LaunchPlan, moe: bool) -> list[tuple[str, objec
         out += [("use_megatron_fsdp", True),
                 ("data_parallel_sharding_strategy", "optim_grads" if z == 2 else "optim_grads_params"),
                 ("ckpt_format", "fsdp_dtensor")]
+    if z in (2, 3) or (st.dp_overlap > 0 and (lp.dp or 1) > 1):
+        # Megatron-FSDP's sharded gradients require the overlapped reduce-scatter; elsewhere the step-time
+        # model overlaps the gradient reduction (and ZeRO-1's parameter gather) as the stack does
+        out.append(("overlap_grad_reduce", True))
+        if z == 1:
+            out.append(("overlap_param_gather", True))
     if lp.offload == "cpu":
         if z != 1:
             raise _unsupported(fmt, f"optimizer CPU offload at ZeRO-{z}",
@@ -279,9 +308,41 @@ def _megatron_like(fmt: str, lp: LaunchPlan, moe: bool) -> list[tuple[str, objec
                 ("use_precision_aware_optimizer", True)]
     out.append(("attention_backend", "flash" if lp.flash_attention else "unfused"))
     out += [("seq_length", lp.seq_len), ("train_iters", lp.train_iters), ("save_interval", lp.save_interval_steps)]
-    if lp.save_mode == "async":
-        out.append(("async_save", True))
+    if lp.save_mode == "async":  # without the persistent worker validate_args turns --async-save off
+        out += [("async_save", True), ("use_persistent_ckpt_worker", True)]
     return out
+
+
+def megatron_layout(stages: Sequence[int]) -> str:
+    """Megatron-Core's --pipeline-model-parallel-layout of a stage split: one ``|``-separated entry per stage,
+    ``t*n`` = n transformer layers, the embedding ``E`` on the first and the loss ``L`` on the last
+    (megatron/core/transformer/pipeline_parallel_layer_layout.py, parse_str_to_list)."""
+    parts = [f"t*{n}" for n in stages]
+    parts[0], parts[-1] = "E" + parts[0], parts[-1] + "L"
+    return "|".join(parts)
+
+
+def _layout_stages(layout: str) -> tuple[int, ...]:
+    """The inverse of :func:`megatron_layout`: transformer layers per stage."""
+    return tuple(sum(int(n) for n in re.findall(r"t\*(\d+)", part)) for part in layout.split("|"))
+
+
+MEGATRON_DISPATCHERS = {"alltoall": "alltoall", "flex": "flex", "allgather": "allgather"}
+"""tpopt stack moe_dispatcher (catalogs/stacks.toml) -> Megatron-Core moe_token_dispatcher_type (Megatron's
+default, allgather, is not what the step-time model costs; "flex" runs on DeepEP)."""
+MEGATRON_FP8_RECIPES = {"current": "tensorwise", "delayed": "delayed"}
+"""tpopt stack fp8_recipe -> Megatron-Core fp8_recipe: per-tensor current scaling is "tensorwise"."""
+
+
+def megatron_environment(lp: LaunchPlan) -> dict[str, str]:
+    """The environment variables Megatron-LM's validate_args requires of the plan's launch: with tensor or
+    context parallelism and no Megatron-FSDP, ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (arguments.py asserts it before
+    Blackwell, so that communication kernels are queued in issue order); Megatron-FSDP asserts it is not 1 (left
+    unset: nothing to export)."""
+    fsdp = lp.zero_stage in (2, 3)
+    if not fsdp and ((lp.tp or 1) > 1 or (lp.cp or 1) > 1):
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    return {}
 
 
 MEGATRON_PRECISION: dict[str, tuple[tuple[str, object], ...]] = {
@@ -308,9 +369,11 @@ MEGATRON_NAMES = {"virtual_stages": "num_virtual_stages_per_pipeline_rank",
                   "last_stage_layers": "decoder_last_pipeline_num_layers"}
 
 
-def megatron_values(lp: LaunchPlan, moe: bool) -> dict[str, object]:
+def megatron_values(lp: LaunchPlan, moe: bool, stack: StackProfile | None = None) -> dict[str, object]:
     """Megatron-LM argument -> value (True: a store_true flag)."""
-    pairs = _megatron_like("megatron", lp, moe) + _precision("megatron", lp, MEGATRON_PRECISION)
+    pairs = _megatron_like("megatron", lp, moe, stack) + _precision("megatron", lp, MEGATRON_PRECISION)
+    pairs += _fp8_recipe("megatron", lp, stack)
+    pairs += [("save", CHECKPOINT_DIR), ("load", CHECKPOINT_DIR)]
     return {"--" + MEGATRON_NAMES.get(k, k).replace("_", "-"): v for k, v in pairs}
 
 
@@ -321,22 +384,59 @@ def _header(fmt: str, title: str, summary: str, prefix: str = "# ") -> list[str]
             f"{prefix}as transcribed in catalogs/frameworks/{SCHEMA_FILES[fmt]}"]
 
 
-def megatron_text(lp: LaunchPlan, moe: bool, summary: str) -> str:
-    values = megatron_values(lp, moe)
+CHECKPOINT_DIR = "${CHECKPOINT_DIR}"
+"""The checkpoint directory placeholder of the Megatron-LM export (the shell expands it; the text stops
+early when it is unset)."""
+
+
+def _fp8_recipe(fmt: str, lp: LaunchPlan, stack: StackProfile | None) -> list[tuple[str, object]]:
+    """The FP8 scaling recipe the step-time model assumed (the stack's fp8_recipe), for an FP8 plan."""
+    if lp.precision != "fp8-mixed":
+        return []
+    recipe = (stack or StackProfile()).fp8_recipe
+    if recipe not in MEGATRON_FP8_RECIPES:
+        raise _unsupported(fmt, f"FP8 scaling {recipe!r}", f"mapped recipes are {', '.join(MEGATRON_FP8_RECIPES)}")
+    return [("fp8_recipe", MEGATRON_FP8_RECIPES[recipe])]
+
+
+def _megatron_env_lines(lp: LaunchPlan) -> list[str]:
+    """Shell lines setting what :func:`megatron_environment` requires (and unsetting what Megatron-FSDP forbids)."""
+    env = megatron_environment(lp)
+    lines = [f"export {k}={v}  # required by Megatron-LM validate_args with TP / CP (arguments.py)"
+             for k, v in env.items()]
+    if lp.zero_stage in (2, 3):
+        lines.append("unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP asserts it is not 1 (arguments.py)")
+    return lines
+
+
+def megatron_text(lp: LaunchPlan, moe: bool, summary: str, stack: StackProfile | None = None) -> str:
+    values = megatron_values(lp, moe, stack)
     validate("megatron", values)
     la = schema("megatron").launcher
     lines = _header("megatron", "Megatron-LM arguments", summary)
-    lines += ["# the model, data, optimizer and tokenizer arguments come from your own script:",
+    lines += [f"# validated with Megatron-LM's own parse_args + validate_args at {VALIDATED_WITH}",
+              "# the model, data, optimizer and tokenizer arguments come from your own script:",
               f"# launch: torchrun {la['nodes']} {lp.nodes} {la['per_node']} {lp.cards_per_node} pretrain_gpt.py "
-              '"${TPOPT_ARGS[@]}" ...', "TPOPT_ARGS=("]
+              '"${TPOPT_ARGS[@]}" ...']
+    lines += _megatron_env_lines(lp)
+    mode = "asynchronously" if lp.save_mode == "async" else "synchronously"
+    lines += [f"# checkpoints: saved {mode} every {lp.save_interval_steps} steps (the plan's interval) into and "
+              "resumed from CHECKPOINT_DIR",
+              ': "${CHECKPOINT_DIR:?set CHECKPOINT_DIR to the checkpoint directory}"', "TPOPT_ARGS=("]
     for k, v in values.items():
         if v is True:
             lines.append(f"    {k}")
         elif isinstance(v, list):
             lines.append(f"    {k} {' '.join(v)}")
+        elif v == CHECKPOINT_DIR:
+            lines.append(f'    {k} "{v}"')
         else:
             lines.append(f"    {k} {_scalar(v)}")
     return "\n".join(lines + [")"]) + "\n"
+
+
+VALIDATED_WITH = "megatron-core 0.18.0 (PyPI)"
+"""Where the Megatron exports are checked (tests/test_export_megatron_run.py, the ``frameworks`` extra)."""
 
 
 def _scalar(v: object) -> str:
@@ -425,7 +525,9 @@ def _from_megatron_like(g: Mapping[str, Any], nodes: int | None, per: int | None
         flash_attention=g.get("attention_backend") == "flash",
         first_stage_layers=int(g.get("first_stage_layers", 0)), last_stage_layers=int(g.get("last_stage_layers", 0)),
         seq_len=int(g["seq_length"]), precision=precision, train_iters=int(g["train_iters"]),
-        save_interval_steps=int(g["save_interval"]), save_mode="async" if g.get("async_save") else "sync")
+        save_interval_steps=int(g["save_interval"]), save_mode="async" if g.get("async_save") else "sync",
+        stage_layout=_layout_stages(str(g["pipeline_model_parallel_layout"]))
+        if g.get("pipeline_model_parallel_layout") else ())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -438,10 +540,14 @@ BRIDGE_FIELDS = {
     "virtual_stages": "model.virtual_pipeline_model_parallel_size",
     "first_stage_layers": "model.num_layers_in_first_pipeline_stage",
     "last_stage_layers": "model.num_layers_in_last_pipeline_stage",
+    "pipeline_model_parallel_layout": "model.pipeline_model_parallel_layout",
     "expert_model_parallel_size": "model.expert_model_parallel_size",
     "expert_tensor_parallel_size": "model.expert_tensor_parallel_size",
     "moe_expert_capacity_factor": "model.moe_expert_capacity_factor",
     "moe_pad_expert_input_to_capacity": "model.moe_pad_expert_input_to_capacity",
+    "moe_token_dispatcher_type": "model.moe_token_dispatcher_type",
+    "moe_flex_dispatcher_backend": "model.moe_flex_dispatcher_backend",
+    "moe_grouped_gemm": "model.moe_grouped_gemm",
     "sequence_parallel": "model.sequence_parallel",
     "recompute_granularity": "model.recompute_granularity",
     "recompute_method": "model.recompute_method",
@@ -454,56 +560,114 @@ BRIDGE_FIELDS = {
     "train_iters": "train.train_iters",
     "use_megatron_fsdp": "ddp.use_megatron_fsdp",
     "data_parallel_sharding_strategy": "ddp.data_parallel_sharding_strategy",
+    "overlap_grad_reduce": "ddp.overlap_grad_reduce",
+    "overlap_param_gather": "ddp.overlap_param_gather",
     "optimizer_cpu_offload": "optimizer.optimizer_cpu_offload",
     "optimizer_offload_fraction": "optimizer.optimizer_offload_fraction",
     "use_precision_aware_optimizer": "optimizer.use_precision_aware_optimizer",
     "ckpt_format": "checkpoint.ckpt_format",
     "save_interval": "checkpoint.save_interval",
     "async_save": "checkpoint.async_save",
+    "use_persistent_ckpt_worker": "checkpoint.use_persistent_ckpt_worker",
 }
 """Megatron-Core setting -> ConfigContainer field. The distributed optimizer is set in both ddp and optimizer."""
-BRIDGE_PRECISION: dict[str, tuple[tuple[str, object], ...]] = {
-    "bf16-mixed": (("mixed_precision.bf16", True), ("mixed_precision.grad_reduce_in_fp32", False)),
-    "bf16-mixed-fp32-grad": (("mixed_precision.bf16", True), ("mixed_precision.grad_reduce_in_fp32", True)),
-    "fp8-mixed": (("mixed_precision.bf16", True), ("mixed_precision.grad_reduce_in_fp32", False),
-                  ("mixed_precision.fp8", "hybrid")),
-    "fp16-mixed-fp32-grad": (("mixed_precision.fp16", True), ("mixed_precision.grad_reduce_in_fp32", True)),
+BRIDGE_OFF: dict[str, object] = {
+    "model.sequence_parallel": False,
+    "model.virtual_pipeline_model_parallel_size": None,
+    "model.num_layers_in_first_pipeline_stage": None,
+    "model.num_layers_in_last_pipeline_stage": None,
+    "model.recompute_granularity": None,
+    "model.recompute_method": None,
+    "model.recompute_num_layers": None,
+    "ddp.use_distributed_optimizer": False,
+    "optimizer.use_distributed_optimizer": False,
+    "ddp.use_megatron_fsdp": False,
+    "ddp.overlap_grad_reduce": False,
+    "ddp.overlap_param_gather": False,
+    "optimizer.optimizer_cpu_offload": False,
+    "optimizer.use_precision_aware_optimizer": False,
+    "checkpoint.ckpt_format": "torch_dist",
+    "checkpoint.async_save": False,
+    "checkpoint.use_persistent_ckpt_worker": False,
 }
-"""tpopt precision -> MixedPrecisionConfig fields (the recipe's mixed_precision must be a MixedPrecisionConfig,
-as the recipe functions build it, not a recipe name)."""
+"""What a recipe may have switched on and the plan has off: written explicitly (Hydra ``null`` = None), so the
+recipe's own values cannot survive (a recipe's full recompute on a no-recompute plan, its distributed optimizer
+on ZeRO-0)."""
+BRIDGE_OFF_MOE: dict[str, object] = {"model.moe_expert_capacity_factor": None,
+                                     "model.moe_pad_expert_input_to_capacity": False}
+"""The same for a MoE model's dropless plan."""
+BRIDGE_PRECISION: dict[tuple[str, str], str] = {
+    ("bf16-mixed", ""): "bf16_mixed",
+    ("bf16-mixed-fp32-grad", ""): "bf16_mixed",
+    ("fp8-mixed", "current"): "bf16_with_fp8_current_scaling_mixed",
+    ("fp8-mixed", "delayed"): "bf16_with_fp8_delayed_scaling_mixed",
+}
+"""(tpopt precision, the stack's FP8 scaling) -> Megatron-Bridge mixed-precision recipe name
+(src/megatron/bridge/training/mixed_precision.py): recipes hold ``mixed_precision`` as such a name, which a
+field override (``mixed_precision.bf16=true``) cannot enter. Bridge's BF16 recipes reduce gradients in FP32
+(grad_reduce_in_fp32 = True) and overwrite the DDP setting at setup: stated in the export where the plan
+assumed BF16 gradients."""
+BRIDGE_FP32_GRADS = ("bf16-mixed-fp32-grad",)
+"""The tpopt precisions whose gradients Bridge's recipes reduce as the plan assumed (FP32)."""
 
 
-def nemo_values(lp: LaunchPlan, moe: bool) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for k, v in _megatron_like("nemo", lp, moe):
+def _bridge_precision(lp: LaunchPlan, stack: StackProfile | None) -> str:
+    scaling = (stack or StackProfile()).fp8_recipe if lp.precision == "fp8-mixed" else ""
+    name = BRIDGE_PRECISION.get((str(lp.precision), scaling))
+    if name is None:
+        raise _unsupported("nemo", f"precision {lp.precision}" + (f" with {scaling} FP8 scaling" if scaling else ""),
+                           "mapped recipes are " + ", ".join(sorted({p for p, _ in BRIDGE_PRECISION})))
+    return name
+
+
+def nemo_values(lp: LaunchPlan, moe: bool, stack: StackProfile | None = None) -> dict[str, object]:
+    out: dict[str, object] = dict(BRIDGE_OFF, **(BRIDGE_OFF_MOE if moe else {}))
+    if lp.pp and lp.pp > 1:  # a recipe's own layout (DeepSeek-V3's) would override the stage split
+        out["model.pipeline_model_parallel_layout"] = None
+    for k, v in _megatron_like("nemo", lp, moe, stack):
         if k == "use_distributed_optimizer":
             out["ddp.use_distributed_optimizer"] = v
             out["optimizer.use_distributed_optimizer"] = v
         else:
             out[BRIDGE_FIELDS[k]] = v
-    out.update(_precision("nemo", lp, BRIDGE_PRECISION))
+    if lp.zero_stage in (2, 3):  # Megatron-FSDP runs on the distributed optimizer (Bridge switches it on)
+        out["ddp.use_distributed_optimizer"] = out["optimizer.use_distributed_optimizer"] = True
+    out["dataset.sequence_length"] = lp.seq_len  # ConfigContainer.validate asserts it equals model.seq_length
+    out["mixed_precision"] = _bridge_precision(lp, stack)
     return out
 
 
 def _hydra(v: object) -> str:
+    if v is None:
+        return "null"
     if isinstance(v, list):
         return "[" + ",".join(v) + "]"
     return _scalar(v)
 
 
-def nemo_text(lp: LaunchPlan, moe: bool, summary: str) -> str:
-    values = nemo_values(lp, moe)
-    validate("nemo", values)
+NEMO_PRECISION_NOTE = "# tpopt precision: "
+
+
+def nemo_text(lp: LaunchPlan, moe: bool, summary: str, stack: StackProfile | None = None) -> str:
+    values = nemo_values(lp, moe, stack)
+    validate("nemo", {k: v for k, v in values.items() if v is not None})
     la = schema("megatron").launcher
     lines = _header("nemo", "NeMo Megatron-Bridge recipe overrides (Hydra syntax)", summary)
     lines += ["# pass them after your recipe script; the recipe supplies the model, data and optimizer:",
               f"# launch: torchrun {la['nodes']} {lp.nodes} {la['per_node']} {lp.cards_per_node} <recipe script> "
               "<these overrides>"]
+    lines += [f"# environment: {line}" for line in _megatron_env_lines(lp)]
+    lines.append(f"{NEMO_PRECISION_NOTE}{lp.precision}")
+    if lp.precision not in BRIDGE_FP32_GRADS:
+        lines.append(f"# gradients: Bridge's {values['mixed_precision']} reduces them in FP32 (4 B/param); the plan "
+                     "assumed BF16 (2 B/param): evaluate it with bf16-mixed-fp32-grad to check it still fits")
     lines += [f"{k}={_hydra(v)}" for k, v in values.items()]
     return "\n".join(lines) + "\n"
 
 
 def _hydra_value(text: str, typ: str) -> object:
+    if text == "null":
+        return None
     if typ == "list":
         return [x for x in text.strip("[]").split(",") if x]
     if typ == "bool":
@@ -518,21 +682,24 @@ def _hydra_value(text: str, typ: str) -> object:
 def parse_nemo(text: str, layers: int) -> LaunchPlan:
     sch = schema("nemo")
     values = {}
+    precision = None
     for line in text.splitlines():
+        if line.startswith(NEMO_PRECISION_NOTE):
+            precision = line[len(NEMO_PRECISION_NOTE):].strip()
         if line.startswith("#") or "=" not in line:
             continue
         k, v = line.split("=", 1)
         values[k] = _hydra_value(v, sch.args[k]["type"])
     inverse = {v: k for k, v in BRIDGE_FIELDS.items()}
-    g: dict[str, object] = {inverse[k]: v for k, v in values.items() if k in inverse}
+    g: dict[str, object] = {inverse[k]: v for k, v in values.items()
+                            if k in inverse and v is not None and v is not False}
     if values.get("ddp.use_distributed_optimizer"):
         g["use_distributed_optimizer"] = True
-    prec = {k: v for k, v in values.items() if k.startswith("mixed_precision.")}
-    name = next((n for n, pairs in BRIDGE_PRECISION.items() if dict(pairs) == prec), None)
-    if name is None:
-        raise ExportError(f"nemo: no tpopt precision has the settings {prec}")
+    name = values.get("mixed_precision")
+    if precision is None or all(name != v for (p, _), v in BRIDGE_PRECISION.items() if p == precision):
+        raise ExportError(f"nemo: no tpopt precision has the recipe {name!r} ({precision})")
     nodes, per = _launch_line(text)
-    return _from_megatron_like(g, nodes, per, name)
+    return _from_megatron_like(g, nodes, per, precision)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -540,15 +707,61 @@ def parse_nemo(text: str, layers: int) -> LaunchPlan:
 
 TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "fill-drain": "GPipe"}
 """tpopt schedule -> torchtitan pipeline_parallel_schedule (torch.distributed.pipelining schedules)."""
-TORCHTITAN_PRECISION = {"bf16-mixed-fp32-grad": "bfloat16"}
+TORCHTITAN_PRECISION = {"bf16-mixed-fp32-grad": "bfloat16", "bf16-mixed": "bfloat16", "fp8-mixed": "bfloat16"}
 """tpopt precision -> training.mixed_precision_param. FSDP2 computes in BF16 and reduces gradients into the FP32
-sharded parameters' gradients (training.mixed_precision_reduce allows "float32" only, job_config.py line 290):
-tpopt's recipe with 4-byte gradients."""
+sharded parameters' gradients (training.mixed_precision_reduce allows "float32" only, job_config.py line 290);
+DDP (ZeRO-0 on data parallelism alone) runs under torch.autocast with FP32 parameters and gradients
+(torchtitan/distributed/utils.py maybe_enable_amp). Either way torchtitan keeps FP32 gradients: a bf16-mixed or
+fp8-mixed plan is exported only when it still fits with them (:func:`torchtitan_fits`, 18 B/param)."""
+TORCHTITAN_FP8 = {"model.converters": ["quantize.linear.float8"], "quantize.linear.float8.recipe_name": "tensorwise"}
+"""fp8-mixed: torchao's Float8Linear with dynamic (current) tensor-wise scaling (components/quantization/float8.py
+line 238 registers the converter; job_config.py line 738 the recipe); the weights stay BF16 between steps
+(enable_fsdp_float8_all_gather off), as tpopt's fp8-mixed recipe stores them without low-precision parameters."""
+
+
+def torchtitan_zero(lp: LaunchPlan) -> int | None:
+    """The ZeRO stage torchtitan runs for the plan: ZeRO-0 with TP, PP or CP becomes FSDP2 without resharding
+    (ZeRO-2) -- torchtitan's DDP is one-dimensional ("DDP has not supported > 1D parallelism",
+    models/llama3/infra/parallelize.py line 151) and its autocast is off under TP or PP. The same gradient
+    traffic (reduce-scatter + all-gather = all-reduce) and less memory than the plan's replicas."""
+    if lp.zero_stage == 0 and int(lp.tp or 1) * int(lp.pp or 1) * int(lp.cp or 1) > 1:
+        return 2
+    return lp.zero_stage
+
+
+def torchtitan_runs(lp: LaunchPlan) -> LaunchPlan:
+    """The plan as torchtitan runs it: :func:`torchtitan_zero`'s stage, FP32 gradients (BF16 or FP8 compute)."""
+    precision = lp.precision if lp.precision == "fp8-mixed" else "bf16-mixed-fp32-grad"
+    return replace(lp, zero_stage=torchtitan_zero(lp), precision=precision if lp.precision else None)
+
+
+def torchtitan_fits(sc: Scenario, ev: Evaluation) -> str | None:
+    """A bf16-mixed or fp8-mixed plan with torchtitan's FP32 gradients: the memory check re-run at
+    bf16-mixed-fp32-grad (18 B/param, the BF16 weights FP8 training keeps as well). Raises
+    :class:`ExportError` when the plan fitted and no longer does; returns the note to print (None when the plan
+    is already at FP32 gradients)."""
+    if sc.task.precision not in ("bf16-mixed", "fp8-mixed"):
+        return None
+    at = evaluate(replace(sc, task=replace(sc.task, precision="bf16-mixed-fp32-grad")), ev.plan)
+    mem, was = at.constraint("memory.per_card"), ev.constraint("memory.per_card")
+    figures = f"{mem.value:,.1f} of {mem.limit:,.1f} {mem.unit} per card"
+    if was.satisfied and not mem.satisfied:
+        raise _unsupported("torchtitan", f"{sc.task.precision} recipe with 2-byte gradients",
+                           f"torchtitan keeps FP32 gradients (18 B/param): the plan would need {figures}")
+    return f"torchtitan keeps FP32 gradients (18 B/param, not the plan's 16): still fits, {figures}"
+
+
+def torchtitan_notes(lp: LaunchPlan) -> list[str]:
+    """How torchtitan runs the plan where it differs from the plan's wording."""
+    if torchtitan_zero(lp) != lp.zero_stage:
+        return ["ZeRO-0 with TP/PP/CP is written as FSDP2 without resharding (ZeRO-2): torchtitan's DDP is "
+                "one-dimensional; the same gradient traffic and less memory than the plan's replicas"]
+    return []
 
 
 def torchtitan_values(lp: LaunchPlan, moe: bool, layers: int) -> dict[str, object]:
     fmt = "torchtitan"
-    z = lp.zero_stage
+    z = torchtitan_zero(lp)
     if z == 1:
         raise _unsupported(fmt, "ZeRO-1 (optimizer states sharded alone)",
                            "torchtitan replicates (DDP, ZeRO-0) or shards with FSDP2 (ZeRO-2 / ZeRO-3)")
@@ -570,13 +783,14 @@ def torchtitan_values(lp: LaunchPlan, moe: bool, layers: int) -> dict[str, objec
         raise _unsupported(fmt, f"recompute of the groups {lp.recompute}",
                            "torchtitan's activation_checkpoint.mode is none, full, selective per layer or per op")
     if lp.precision not in TORCHTITAN_PRECISION:
-        raise _unsupported(fmt, f"precision {lp.precision}", "torchtitan keeps FP32 gradients (FSDP2 reduces in "
-                           "float32, job_config.py line 290): plan with task.precision = bf16-mixed-fp32-grad")
+        raise _unsupported(fmt, f"precision {lp.precision}", "torchtitan trains BF16 (FSDP2 mixed precision or "
+                           f"autocast) or FP8 (Float8Linear): mapped recipes are {', '.join(TORCHTITAN_PRECISION)}")
     dp = int(lp.dp or 1)
     out: dict[str, object] = {
         "training.local_batch_size": int(lp.micro_batch or 1) * (int(lp.grad_accum or 1) if (lp.pp or 1) > 1 else 1),
         "training.global_batch_size": lp.global_batch, "training.seq_len": lp.seq_len, "training.steps": lp.train_iters,
         "training.mixed_precision_param": TORCHTITAN_PRECISION[str(lp.precision)],
+        **(TORCHTITAN_FP8 if lp.precision == "fp8-mixed" else {}),
         "parallelism.data_parallel_replicate_degree": dp if z == 0 else 1,
         "parallelism.data_parallel_shard_degree": 1 if z == 0 else dp,
     }
@@ -608,7 +822,7 @@ def torchtitan_values(lp: LaunchPlan, moe: bool, layers: int) -> dict[str, objec
 
 
 def _toml_value(v: object) -> str:
-    if isinstance(v, str):
+    if isinstance(v, (str, list)):
         return json.dumps(v)
     return _scalar(v)
 
@@ -642,7 +856,8 @@ def parse_torchtitan(text: str, layers: int) -> LaunchPlan:
     gb = tr["global_batch_size"]
     virtual = layers // (pp * pa["pipeline_parallel_layers_per_stage"]) if pp > 1 else 1
     moe = "expert_parallel_degree" in pa
-    prec = {v: k for k, v in TORCHTITAN_PRECISION.items()}[tr["mixed_precision_param"]]
+    fp8 = "quantize.linear.float8" in t.get("model", {}).get("converters", [])
+    prec = "fp8-mixed" if fp8 else ("bf16-mixed-fp32-grad" if tr["mixed_precision_param"] == "bfloat16" else "fp32")
     return LaunchPlan(
         nodes=None, cards_per_node=None, tp=tp, pp=pp, cp=cp, dp=dp, ep=pa["expert_parallel_degree"] if moe else 1,
         expert_tp=pa["expert_tensor_parallel_degree"] if moe else None, micro_batch=mb, global_batch=gb,
@@ -673,6 +888,10 @@ def deepspeed_values(lp: LaunchPlan, moe: bool) -> dict[str, object]:
     if lp.tp and lp.tp > 1 and lp.sequence_parallel:
         raise _unsupported(fmt, "sequence parallelism under TP", "DeepSpeed's AutoTP training (tensor_parallel."
                            "autotp_size) shards linear layers only (export the plan with --no-sequence-parallel)")
+    if lp.tp and lp.tp > 1 and lp.pp and lp.pp > 1:
+        raise _unsupported(fmt, f"TP {lp.tp} with PP {lp.pp}", "DeepSpeed's AutoTP training replaces the pipeline "
+                           "engine's grid with a TP mesh over all ranks (runtime/engine.py line 653, "
+                           "utils/groups.py line 147)")
     if lp.pp and lp.pp > 1 and lp.schedule != "1f1b":
         raise _unsupported(fmt, f"pipeline schedule {lp.schedule}", "DeepSpeed's pipeline engine runs its own 1F1B "
                            "TrainSchedule")
@@ -691,15 +910,31 @@ def deepspeed_values(lp: LaunchPlan, moe: bool) -> dict[str, object]:
         out["zero_optimization.offload_optimizer.device"] = "cpu"
         out["zero_optimization.offload_optimizer.pin_memory"] = True
     if lp.tp and lp.tp > 1:
+        # deepspeed.initialize builds DeepSpeedConfig before AutoTP makes its groups: without an mpu the batch
+        # check counts every rank (runtime/config.py line 712), so train_batch_size is left for DeepSpeed to derive
+        del out["train_batch_size"]
         out["tensor_parallel.autotp_size"] = lp.tp
     if lp.pp and lp.pp > 1:
-        out["pipeline.stages"] = lp.pp
-        if lp.recompute == "full":
-            out["pipeline.activation_checkpoint_interval"] = 1
-    elif lp.recompute == "full":
-        out["activation_checkpointing.partition_activations"] = False
-        out["activation_checkpointing.cpu_checkpointing"] = False
+        # the pipeline engine reads the interval (runtime/pipe/engine.py line 223); the stage count is
+        # PipelineModule(num_stages=...) in model code (pipe/module.py line 127), so no pipeline.stages is written
+        out["pipeline.activation_checkpoint_interval"] = 1 if lp.recompute == "full" else 0
     return out
+
+
+def deepspeed_notes(lp: LaunchPlan) -> list[str]:
+    """What the JSON cannot carry and model code must do (printed by ``tpopt export`` and the launch script)."""
+    notes = []
+    if lp.pp and lp.pp > 1:
+        notes.append(f"build the model as deepspeed.pipe.PipelineModule(layers, num_stages={lp.pp}): DeepSpeed "
+                     "takes the pipeline size from model code, not from the config")
+    if lp.tp and lp.tp > 1:
+        notes.append(f"train_batch_size is left to DeepSpeed, which counts each TP rank (it derives {lp.tp} x "
+                     f"{lp.global_batch}); each step still takes the plan's {lp.global_batch} sequences")
+    if lp.recompute == "full" and not (lp.pp and lp.pp > 1):
+        notes.append("full recompute: DeepSpeed's config turns it on only under its pipeline engine; wrap each "
+                     "layer with deepspeed.checkpointing.checkpoint (or call the model's "
+                     "gradient_checkpointing_enable())")
+    return notes
 
 
 def _nest(values: Mapping[str, object]) -> dict[str, Any]:
@@ -731,15 +966,14 @@ def deepspeed_text(lp: LaunchPlan, moe: bool, summary: str) -> str:
 
 def parse_deepspeed(text: str, layers: int) -> LaunchPlan:
     v = _flatten(json.loads(text))
-    mb, ga, gb = int(v["train_micro_batch_size_per_gpu"]), int(v["gradient_accumulation_steps"]), \
-        int(v["train_batch_size"])
-    pp = int(v.get("pipeline.stages", 1))
-    full = "pipeline.activation_checkpoint_interval" in v or "activation_checkpointing.partition_activations" in v
+    mb, ga = int(v["train_micro_batch_size_per_gpu"]), int(v["gradient_accumulation_steps"])
+    gb = int(v["train_batch_size"]) if "train_batch_size" in v else None
+    interval = v.get("pipeline.activation_checkpoint_interval")
     prec = next(k for k, s in DEEPSPEED_PRECISION.items() if v.get(f"{s}.enabled"))
-    return LaunchPlan(tp=int(v.get("tensor_parallel.autotp_size", 1)), pp=pp, dp=gb // (mb * ga), micro_batch=mb,
-                      global_batch=gb, grad_accum=ga, zero_stage=int(v["zero_optimization.stage"]),
+    return LaunchPlan(tp=int(v.get("tensor_parallel.autotp_size", 1)), dp=gb // (mb * ga) if gb else None,
+                      micro_batch=mb, global_batch=gb, grad_accum=ga, zero_stage=int(v["zero_optimization.stage"]),
                       offload="cpu" if v.get("zero_optimization.offload_optimizer.device") == "cpu" else "none",
-                      recompute="full" if full else "none", precision=prec)
+                      recompute=None if interval is None else ("full" if interval > 0 else "none"), precision=prec)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -759,14 +993,15 @@ def export_text(fmt: str, sc: Scenario, ev: Evaluation) -> str:
     """The plan as ``fmt``'s launch configuration (validated against the transcribed schema)."""
     if fmt not in FORMATS:
         raise InputError(f"export format {fmt!r} unknown (use one of: {', '.join(FORMATS)})")
-    lp = launch_plan(sc, ev)
+    lp = launch_plan(sc, ev, layout=fmt in ("megatron", "nemo"))
     moe = sc.model.moe
     summary = summary_of(sc, lp, ev.plan.accelerator)
     if fmt == "megatron":
-        return megatron_text(lp, moe, summary)
+        return megatron_text(lp, moe, summary, sc.stack)
     if fmt == "nemo":
-        return nemo_text(lp, moe, summary)
+        return nemo_text(lp, moe, summary, sc.stack)
     if fmt == "torchtitan":
+        torchtitan_fits(sc, ev)  # FP32 gradients: refused when the plan no longer fits
         return torchtitan_text(lp, moe, summary, sc.model.layers)
     return deepspeed_text(lp, moe, summary)
 
@@ -778,12 +1013,20 @@ def parse(fmt: str, text: str, layers: int) -> LaunchPlan:
 
 
 def exported(fmt: str, sc: Scenario, ev: Evaluation) -> LaunchPlan:
-    """What ``fmt`` carries of the plan (the round trip's expected value)."""
-    return launch_plan(sc, ev).project(CARRIES[fmt])
+    """What ``fmt`` carries of the plan (the round trip's expected value): torchtitan as it runs the plan
+    (:func:`torchtitan_runs`); DeepSpeed without the global batch under TP and recompute without PP."""
+    lp = launch_plan(sc, ev).project(CARRIES[fmt])
+    if fmt == "torchtitan":
+        return torchtitan_runs(lp)
+    if fmt == "deepspeed":
+        pp = launch_plan(sc, ev).pp or 1
+        return replace(lp, global_batch=None if (lp.tp or 1) > 1 else lp.global_batch,
+                       dp=None if (lp.tp or 1) > 1 else lp.dp, recompute=lp.recompute if pp > 1 else None)
+    return lp
 
 
 __all__ = ["FORMATS", "LaunchPlan", "ExportError", "launch_plan", "export_text", "parse", "exported", "validate",
-           "schema", "CARRIES", "plan_from_report"]
+           "schema", "CARRIES", "plan_from_report", "environment", "export_notes", "launch_script"]
 
 
 def plan_from_report(d: Mapping[str, Any]) -> Plan:
@@ -808,3 +1051,111 @@ def plan_from_report(d: Mapping[str, Any]) -> Plan:
                     global_batch=int(p.get("global_batch") or 0))
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"--plan: the plan object is incomplete or malformed ({exc})") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# common to every format: notes, environment, launch script (tpopt export --launch)
+
+ENVIRONMENT: dict[str, Callable[[LaunchPlan], dict[str, str]]] = {}
+"""Per format, the environment variables its launch needs (:func:`environment`); formats register here."""
+
+
+def torchtitan_environment(lp: LaunchPlan) -> dict[str, str]:
+    """torchtitan's run_train.sh sets the caching allocator's expandable segments for every run."""
+    return {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}
+
+
+def deepspeed_environment(lp: LaunchPlan) -> dict[str, str]:
+    """DeepSpeed's CPU Adam (the offloaded optimizer step) runs OMP_NUM_THREADS threads per rank; torchrun sets 1
+    unless told (torch.distributed.run), which serialises the host step the plan's offload time assumes at full host
+    speed: the launch gives each rank its share of the host's cores."""
+    if lp.offload != "cpu":
+        return {}
+    return {"OMP_NUM_THREADS": f"${{OMP_NUM_THREADS:-$(( $(nproc) / {int(lp.cards_per_node or 1)} ))}}"}
+
+
+ENVIRONMENT.update(megatron=megatron_environment, nemo=megatron_environment,  # Bridge runs Megatron-Core's rule
+                   torchtitan=torchtitan_environment, deepspeed=deepspeed_environment)
+
+
+def environment(fmt: str, lp: LaunchPlan) -> dict[str, str]:
+    """The environment variables ``fmt`` needs to run ``lp`` (empty where a format needs none)."""
+    hook = ENVIRONMENT.get(fmt)
+    return hook(lp) if hook else {}
+
+
+def export_notes(fmt: str, sc: Scenario, ev: Evaluation) -> list[str]:
+    """What the user must know beside the exported text: how the framework runs the plan where it differs from
+    the plan's wording, and what model code must do (printed on stderr and in the launch script)."""
+    lp = launch_plan(sc, ev)
+    if fmt == "torchtitan":
+        fits = torchtitan_fits(sc, ev)
+        return torchtitan_notes(lp) + ([fits] if fits else [])
+    if fmt == "deepspeed":
+        return deepspeed_notes(lp)
+    return []
+
+
+WARMUP_SHARE = 0.01
+"""The launch script's learning-rate warm-up: 1 % of the plan's steps (a common choice, stated in the script)."""
+
+PLACEHOLDERS = {"DATA_PATH": "your tokenized training data", "TOKENIZER_PATH": "your tokenizer (a directory or file)",
+                "CHECKPOINT_DIR": "where checkpoints are saved and resumed from"}
+
+
+def _train_command(fmt: str, config: str, lp: LaunchPlan, warmup: int) -> list[str]:
+    """The program torchrun starts, with the data, tokenizer, checkpoint and schedule placeholders."""
+    if fmt == "torchtitan":
+        return ["-m torchtitan.train --job.config_file " + shlex.quote(config),
+                '--model.name "${MODEL_NAME:?torchtitan model, e.g. llama3}"',
+                '--model.flavor "${MODEL_FLAVOR:?e.g. 8B}"',
+                '--model.hf_assets_path "$TOKENIZER_PATH"', '--training.dataset_path "$DATA_PATH"',
+                '--checkpoint.folder "$CHECKPOINT_DIR"', f"--lr_scheduler.warmup_steps {warmup}"]
+    if fmt == "deepspeed":
+        return ['"${TRAIN_SCRIPT:?your DeepSpeed training script}" --deepspeed_config ' + shlex.quote(config),
+                '--data-path "$DATA_PATH"', '--tokenizer "$TOKENIZER_PATH"', '--save "$CHECKPOINT_DIR"',
+                f"--train-iters {lp.train_iters}", f"--lr-warmup-iters {warmup}"]
+    if fmt == "megatron":
+        return ['"${MEGATRON_LM:?Megatron-LM checkout}/pretrain_gpt.py" "${TPOPT_ARGS[@]}"',
+                '--data-path "$DATA_PATH"', '--tokenizer-type HuggingFaceTokenizer',
+                '--tokenizer-model "$TOKENIZER_PATH"',  # --save/--load: in TPOPT_ARGS (megatron_text)
+                f"--lr-warmup-iters {warmup}", f"--lr-decay-iters {lp.train_iters}"]
+    return ['"${RECIPE_SCRIPT:?your Megatron-Bridge recipe script}" $(grep -v "^#" ' + shlex.quote(config) + ")",
+            'dataset.data_path="$DATA_PATH"', 'tokenizer.tokenizer_model="$TOKENIZER_PATH"',
+            'checkpoint.save="$CHECKPOINT_DIR"', f"scheduler.lr_warmup_iters={warmup}",
+            f"scheduler.lr_decay_iters={lp.train_iters}"]
+
+
+def launch_script(fmt: str, sc: Scenario, ev: Evaluation, config: str) -> str:
+    """A bash launch script for the exported ``config`` file: torchrun on each node, or ``sbatch`` it under Slurm
+    (its ``#SBATCH`` lines hold the nodes and GPUs per node); the world size, the environment the format needs
+    (:func:`environment`), placeholders for the data, tokenizer and checkpoint paths, and the learning-rate
+    schedule over the plan's step count."""
+    lp = launch_plan(sc, ev)
+    nodes, per = int(lp.nodes or 1), int(lp.cards_per_node or 1)
+    steps = int(lp.train_iters or 1)
+    warmup = max(1, round(WARMUP_SHARE * steps))
+    lines = ["#!/usr/bin/env bash", f"# {summary_of(sc, lp, ev.plan.accelerator)}",
+             f"# written by tpopt export --format {fmt}: {nodes} node(s) x {per} GPU(s) = world size {nodes * per};",
+             f"# {steps:,} steps, learning-rate warm-up {warmup:,} steps ({WARMUP_SHARE:.0%} of them, a common "
+             "choice: set yours)",
+             "# run it with sbatch (Slurm), or on each node with NODE_RANK and MASTER_ADDR set",
+             f"#SBATCH --nodes={nodes}", "#SBATCH --ntasks-per-node=1", f"#SBATCH --gpus-per-node={per}",
+             "#SBATCH --exclusive", "set -euo pipefail"]
+    lines += [f"# {n}" for n in export_notes(fmt, sc, ev)]
+    lines += [f': "${{{k}:?{v}}}"' for k, v in PLACEHOLDERS.items()]
+    lines += [f'export {k}="{v}"' for k, v in environment(fmt, lp).items()]
+    if fmt == "megatron":
+        lines.append("source " + shlex.quote(config))
+    lines += [f"NNODES={nodes}", f"GPUS_PER_NODE={per}", f"WORLD_SIZE={nodes * per}",
+              'if [ -n "${SLURM_JOB_ID:-}" ]; then',
+              '  MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+              '  LAUNCH=(srun --ntasks-per-node=1 torchrun --node-rank "$SLURM_NODEID")',
+              "else",
+              '  LAUNCH=(torchrun --node-rank "${NODE_RANK:-0}")',
+              "fi",
+              '"${LAUNCH[@]}" --nnodes "$NNODES" --nproc-per-node "$GPUS_PER_NODE" --rdzv-backend c10d \\',
+              '  --rdzv-endpoint "${MASTER_ADDR:-localhost}:${MASTER_PORT:-29500}" \\']
+    cmd = _train_command(fmt, config, lp, warmup)
+    lines += [f"  {c} \\" for c in cmd[:-1]] + [f"  {cmd[-1]}"]
+    return "\n".join(lines) + "\n"

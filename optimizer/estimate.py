@@ -113,7 +113,25 @@ def scenario_of(inp: EstimateInputs, catalog: Catalog | None = None) -> tuple[Sc
     if inp.global_batch is not None and inp.global_batch < 1:
         raise InputError(f"--batch must be at least 1 (got {inp.global_batch})")
     tables = estimate_tables(inp, model_table(inp.model))
-    return build_scenario(tables, catalog or load_catalog(inp.catalog_dirs)), tables
+    sc = build_scenario(tables, catalog or load_catalog(inp.catalog_dirs))
+    check_cards(sc, inp.accelerator, inp.cards, tables["search"].get("dp"))
+    return sc, tables
+
+
+def check_cards(sc: Scenario, acc: str, cards: int | None, dp: list[int] | None) -> None:
+    """``--cards``: whole hosts (a multiple of the card's cards per host), and some data-parallel size of a layout
+    on that many cards (``dp``: cards / (TP x CP x PP)) divides the global batch; else one line that says which."""
+    if cards is None:
+        return
+    per_host = sc.system(acc).acc.cards_per_host
+    if cards % per_host:
+        raise InputError(f"--cards {cards}: {acc} hosts hold {per_host} cards each and plans use whole hosts; give a "
+                         f"multiple of {per_host} ({per_host}, {2 * per_host}, {3 * per_host}, ...)")
+    batch = sc.task.global_batch
+    if dp is not None and not any(batch % d == 0 for d in dp):
+        raise InputError(f"--cards {cards}: no data-parallel size of a layout on {cards} cards "
+                         f"({', '.join(str(d) for d in sorted(dp, reverse=True))}) divides the global batch of "
+                         f"{batch:,} sequences; give another --cards or a --batch one of them divides")
 
 
 def enforced_families() -> frozenset[str]:
