@@ -122,13 +122,13 @@ Row = tuple[M.Offer, Scenario, "Evaluation | None"]
 
 def pairs(rows: list[Row]) -> list[tuple[M.Offer, M.Offer, Scenario, Evaluation]]:
     """(spot offer, on-demand offer, its scenario, its best plan) for every spot offer (not a mix) whose
-    provider, region and card have an on-demand offer with a plan."""
+    provider, region and card have an on-demand offer with a plan, and which has that plan's cards available."""
     ondemand = {(o.provider, o.region, o.accelerator): (o, sc, ev) for o, sc, ev in rows
                 if o.market == M.ON_DEMAND and not o.parts and ev is not None}
     out = []
     for o, _, _ in rows:
         hit = ondemand.get((o.provider, o.region, o.accelerator))
-        if o.market == M.SPOT and not o.parts and hit is not None:
+        if o.market == M.SPOT and not o.parts and hit is not None and o.available >= hit[2].plan.cards:
             out.append((o, hit[0], hit[1], hit[2]))
     return out
 

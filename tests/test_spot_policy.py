@@ -234,3 +234,15 @@ def test_the_report_says_when_no_way_meets_the_level():
     # all on-demand is the nearest: Phi((10.6 - 10) / 0.5) = Phi(1.2) = 88.5 %
     assert line == ("Spot policy: no way to run c/r/h100-sxm/spot / c/r/h100-sxm/on-demand meets P(on time) >= 90%; "
                     "all on-demand is the nearest (P(on time) 88.5%)")
+
+
+def test_a_spot_offer_without_the_plan_s_cards_is_not_paired(tmp_path):
+    from types import SimpleNamespace
+
+    from tpopt.optimizer.spot_policy import pairs
+
+    sc = _market(tmp_path)
+    od, spot = sorted(sc.market.offers, key=lambda o: o.market)  # on-demand, spot (64 cards available)
+    for cards, want in ((64, [spot.id]), (65, [])):
+        ev = SimpleNamespace(plan=SimpleNamespace(cards=cards))
+        assert [p[0].id for p in pairs([(od, sc, ev), (spot, sc, None)])] == want
