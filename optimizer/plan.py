@@ -273,6 +273,11 @@ def _market(sc: Scenario, solver: Solver, req: Request) -> PlanReport:
 
             out["finish_distribution"] = distribution_entry(view, ms.result.best, solver, req, step_up=False)
     out["market"] = market.market_entries(ms, sc)
+    if sc.task.confidence is not None and sc.task.confidence >= 0.5:  # spot until day d, then on-demand
+        from tpopt.optimizer.spot_policy import policy_entry  # lazy: start-up time (SciPy)
+
+        out["market"]["spot_policy"] = policy_entry([(r.offer, r.sc, r.best) for r in ms.offers],
+                                                    F.limit(F.DEADLINE, sc), sc.task.confidence)
     return PlanReport.of(ms.result, out, view)
 
 
