@@ -82,14 +82,16 @@ class PlanReport(SolveResult):
 def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | None = None, *, analyse: bool = True,
          sensitivity: bool = False, export: str | None = None,
          on_export: Callable[[dict[str, Any]], None] | None = None, inputs: RelaxationInputs | None = None,
-         progress: Callable[[str], None] | None = None, why: bool = True) -> PlanReport:
+         progress: Callable[[str], None] | None = None, why: bool = True, distribution: bool = True) -> PlanReport:
     """Solve ``sc`` as ``tpopt solve`` does (see the module); ``export``: also write the plan MILP to this
     .lp/.mps file (``on_export(figures)`` is told as soon as it is written, before the solve). Without a
     plan, the report has the conflict and the relaxations (:func:`~tpopt.optimizer.infeasible.infeasible_entries`;
     ``inputs()``: the raw tables and catalog they rebuild the scenario from; ``progress(text)``: each step).
     ``backend``: a solver's name (the command line's, the API's) or a :class:`~tpopt.optimizer.backends.Solver`.
     ``why`` False: without a plan, the status alone (no conflict, relaxations or fastest plans; the commands that
-    only need the plan solve chose, :mod:`tpopt.optimizer.question`)."""
+    only need the plan solve chose, :mod:`tpopt.optimizer.question`). ``distribution`` False: no
+    ``finish_distribution`` entry with a confidence (the re-solves of :mod:`tpopt.optimizer.confidence` read
+    the plan and status alone; each entry costs a dozen quantile roots)."""
     req = req or Request()
     solver = backends.checked(backend)  # resolved once: the modules below are handed the Solver
     solver.require(req)  # a missing solver fails here, before anything is written
@@ -100,7 +102,7 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
     if export and sc.market.offers:
         raise InputError("--export writes one plan MILP: the [market] offers are one sub-problem each (drop [market])")
     if sc.market.offers:  # the offer is a choice: one exact sub-problem per offer
-        return _market(sc, solver, req)
+        return _market(sc, solver, req, distribution)
     if sc.stages:
         return _staged(sc, solver, req, analyse)
     bs = outer.solve_batches(sc, solver, req) if outer.has_task_choices(sc) else None
@@ -151,7 +153,7 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
     else:
         ana = analysis(space, best, solver, req, set(result.enforced)) if analyse else None
     out.update(best_entries(result, ana, skipped))
-    if view.task.confidence is not None:  # the finish-time distribution (added only with a confidence)
+    if view.task.confidence is not None and distribution:  # the finish-time distribution (only with a confidence)
         from tpopt.optimizer.confidence import distribution_entry  # lazy: start-up time (SciPy)
 
         out["finish_distribution"] = distribution_entry(view, best, solver, req, step_up=analyse, whole=sc,
@@ -176,7 +178,7 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
 def _chosen(sc: Scenario, backend: str | Solver, req: Request) -> tuple[SolveResult, Scenario]:
     """A re-solve of a whole request (its batch choices) for the confidence report's step up: plan() without
     analysis or explanation, and the scenario its plan runs in."""
-    pr = plan(sc, backend, req, analyse=False, why=False)
+    pr = plan(sc, backend, req, analyse=False, why=False, distribution=False)
     return pr, pr.view or sc
 
 
@@ -256,7 +258,7 @@ def conflict_space(bs: outer.BatchSolve, sc: Scenario) -> Space:
 # market offers
 
 
-def _market(sc: Scenario, solver: Solver, req: Request) -> PlanReport:
+def _market(sc: Scenario, solver: Solver, req: Request, distribution: bool = True) -> PlanReport:
     """The best plan over the scenario's offers (:mod:`tpopt.optimizer.market`), its offer and spot figures."""
     ms = market.solve_market(sc, solver, req, partial(tiny_solver, named=req.solver_named))
     out: dict[str, Any] = {"status": ms.result.status.value, "objective": ms.result.objective,
@@ -264,7 +266,7 @@ def _market(sc: Scenario, solver: Solver, req: Request) -> PlanReport:
     view = ms.pick.sc if ms.pick else sc
     if ms.result.best is not None:
         out.update(best_entries(ms.result, None))
-        if view.task.confidence is not None:  # the law on the offer's scenario: its spot terms included
+        if view.task.confidence is not None and distribution:  # the law on the offer's scenario: its spot terms
             from tpopt.optimizer.confidence import distribution_entry  # lazy: start-up time (SciPy)
 
             out["finish_distribution"] = distribution_entry(view, ms.result.best, solver, req, step_up=False)

@@ -52,7 +52,7 @@ def _chosen_as(command: str) -> C.Solve:
     a staged scenario refused in one line naming ``command``."""
     def solve(sc: Scenario, backend: str | Solver, req: Request) -> tuple[SolveResult, Scenario]:
         one_stage(sc, command)
-        pr = plan(sc, backend, req, analyse=False, why=False)
+        pr = plan(sc, backend, req, analyse=False, why=False, distribution=False)
         return pr, pr.view or sc
 
     return solve
