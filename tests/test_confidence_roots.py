@@ -176,12 +176,11 @@ def test_brent_root_takes_brentqs_steps_to_the_last_bit():
         lo, hi = a - rng.uniform(0.1, 20), a + rng.uniform(0.1, 20)
         calls += [(g, lo, hi, 1e-6, 1e-12), (g, lo, hi, 2e-12, 8.9e-16)]
 
-    def outcome(fn, *args):
+    def outcome(root, f, lo, hi, xt, rt):
         try:
-            return float(fn(*args))
+            return float(root(f, lo, hi, xtol=xt, rtol=rt))
         except RuntimeError:
             return "no convergence"
 
-    for f, lo, hi, xt, rt in calls:
-        expected = outcome(lambda: optimize.brentq(f, lo, hi, xtol=xt, rtol=rt))
-        assert outcome(lambda: Fn.brent_root(f, lo, hi, xt, rt)) == expected, (lo, hi, xt, rt)  # noqa: B023
+    for call in calls:
+        assert outcome(Fn.brent_root, *call) == outcome(optimize.brentq, *call), call[1:]
