@@ -154,7 +154,9 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
         view, space = bs.choice_of(best).sc, bs.choice_of(best).space
         ana = outer.batch_analysis(bs, solver, req, set(result.enforced)) if analyse else None
     else:
-        ana = analysis(space, best, solver, req, set(result.enforced)) if analyse else None
+        names = footing.fitted_cards(view, best) if analyse and len(view.systems) > 1 and req.enforce is None else ()
+        ana = analysis(space, best, solver, req, set(result.enforced),  # the fitted alternative asked of its oracle
+                       restricted={"acc": list(names)} if names else None) if analyse else None
     out.update(best_entries(result, ana, skipped))
     if view.task.confidence is not None and distribution:  # the finish-time distribution (only with a confidence)
         from tpopt.optimizer.confidence import distribution_entry  # lazy: start-up time (SciPy)
@@ -163,7 +165,8 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
                                                         solve=_chosen if bs else partial(_chosen, base=space))
     out["footing"] = footing.of_evaluation(view, out)
     if analyse and len(view.systems) > 1:  # a prior card chosen among fitted ones: the fitted option, named
-        out["footing"]["evidence"]["fitted_alternative"] = footing.fitted_alternative(view, best, solver, req)
+        found = ana["restricted_best"] if ana is not None and "restricted_best" in ana else footing.ANSWER_UNKNOWN
+        out["footing"]["evidence"]["fitted_alternative"] = footing.fitted_alternative(view, best, solver, req, found)
     if analyse:
         cp = cp_not_searched(view, solver, req, best)
         if cp is not None:
