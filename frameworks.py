@@ -38,6 +38,7 @@ from typing import Any
 
 from tpopt.catalogs import BUILTIN_DIR
 from tpopt.errors import InputError
+from tpopt.models import families as F
 from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.models.hardware import StackProfile
 from tpopt.models.memory import OP_RECOMPUTE
@@ -743,7 +744,7 @@ def torchtitan_fits(sc: Scenario, ev: Evaluation) -> str | None:
     if sc.task.precision not in ("bf16-mixed", "fp8-mixed"):
         return None
     at = evaluate(replace(sc, task=replace(sc.task, precision="bf16-mixed-fp32-grad")), ev.plan)
-    mem, was = at.constraint("memory.per_card"), ev.constraint("memory.per_card")
+    mem, was = at.constraint(F.MEMORY_PER_CARD), ev.constraint(F.MEMORY_PER_CARD)
     figures = f"{mem.value:,.1f} of {mem.limit:,.1f} {mem.unit} per card"
     if was.satisfied and not mem.satisfied:
         raise _unsupported("torchtitan", f"{sc.task.precision} recipe with 2-byte gradients",

@@ -625,6 +625,28 @@ def market_infeasible_lines(out: dict[str, Any]) -> list[str]:
     return lines
 
 
+def spot_policy_lines(entry: dict[str, Any] | None) -> list[str]:
+    """The spot policy under the chance constraint (tpopt.optimizer.spot_policy): the chosen way to run the
+    cheapest offer pair, its expected cost and P(on time) against all spot and all on-demand, and its terms."""
+    if not entry:
+        return []
+    if entry["best"] is None:
+        e = entry["pairs"][0]
+        return [f"Spot policy: no way to run {e['spot_offer']} / {e['ondemand_offer']} meets "
+                f"P(on time) >= {e['confidence']:.0%}; all on-demand is the nearest "
+                f"(P(on time) {e['chosen']['p_on_time']:.1%})"]
+    e = entry["pairs"][entry["best"]]
+    c, t = e["chosen"], e["terms"]
+    others = "; ".join(f"{o['policy']} {o['expected_cost']:,.0f} USD, P(on time) {o['p_on_time']:.1%}"
+                       for o in e["candidates"] if o["policy"] != c["policy"])
+    return [f"Spot policy ({e['spot_offer']} then {e['ondemand_offer']}, {e['cards']:,} cards): {c['policy']}: "
+            f"expected {c['expected_cost']:,.0f} USD, P(on time) {c['p_on_time']:.1%} (asked "
+            f"{e['confidence']:.0%}); {others}; spot pays below {e['break_even_spot_price']:.3g} USD per card-hour",
+            f"  spot terms: {t['preempt_per_card_hour']:g} preemptions per card-hour ({t['preempt_source']}), rate "
+            f"cv {t['rate_cv']:g} ({t['rate_cv_source']}); capacity obtainable on {t['availability_per_day']:.0%} of "
+            f"days ({t['availability_source']}); a switch costs {t['switch_s']:,.0f} s"]
+
+
 def watts_text(w: float) -> str:
     """A power in the unit that fits: W below 1 kW, kW below 1 MW, then MW (a 40 kW cap is "40.0 kW")."""
     if abs(w) >= 1e6:
@@ -689,6 +711,7 @@ def market_lines(out: dict[str, Any]) -> list[str]:
     c = m.get("checkpoints")
     if c:
         lines += checkpoint_cost_lines(c)
+    lines += spot_policy_lines(m.get("spot_policy"))
     lines.append(f"Offers compared (as of {m['as_of']}; one exact sub-problem each):")
     width = max(len(r["offer"]) for r in m["offers"])
     for r in m["offers"]:

@@ -334,28 +334,43 @@ def row_cells(f: dict[str, Any]) -> dict[str, Any]:
             "parameter_provenance": params, "price_provenance": price_text}
 
 
-def fitted_alternative(sc: Scenario, best: Any, solver: Any, req: Any) -> dict[str, Any] | None:
+def fitted_cards(sc: Scenario, best: Any) -> tuple[str, ...]:
+    """The fitted cards the scenario offers when the chosen plan's card rests on priors (in the search's
+    order); empty when the chosen card was fitted or none is offered."""
+    p = best.plan
+    if T.evidence_of(sc, p.accelerator, float(p.cards), float(p.ep))["card"] != "prior":
+        return ()
+    return tuple(a for a in (sc.search.accelerators or tuple(sc.systems))
+                 if a in sc.systems and T.evidence_of(sc, a, 1.0)["card"] == "fitted")
+
+
+ANSWER_UNKNOWN: Any = object()
+"""``found`` of :func:`fitted_alternative` when no analysis answered it: the alternative is solved."""
+
+
+def fitted_alternative(sc: Scenario, best: Any, solver: Any, req: Any, found: Any = ANSWER_UNKNOWN
+                       ) -> dict[str, Any] | None:
     """When the chosen plan's card rests on priors and the scenario offers cards that were fitted: the
-    cheapest plan on those cards alone (one more solve, on the run's clock), with ``within`` true when its
+    cheapest plan on those cards alone (one more solve, on the run's clock, unless ``found``: the analysis
+    oracle's best plan restricted to :func:`fitted_cards`, None when none), with ``within`` true when its
     objective is within the chosen plan's own uncertainty (ratio <= e^sigma, one sigma of its step time).
     None when the chosen card was fitted, or no fitted card is offered or admits a plan."""
-    from tpopt.optimizer import core  # lazy: start-up time (only for a prior card among fitted ones)
-
+    names = fitted_cards(sc, best)
+    if not names:
+        return None
     p = best.plan
     mine = T.evidence_of(sc, p.accelerator, float(p.cards), float(p.ep))
-    if mine["card"] != "prior":
-        return None
-    fitted = {a: s for a, s in sc.systems.items() if T.evidence_of(sc, a, 1.0)["card"] == "fitted"}
-    if not fitted:
-        return None
-    sub = replace(sc, systems=fitted, search=replace(sc.search, accelerators=tuple(
-        a for a in (sc.search.accelerators or tuple(sc.systems)) if a in fitted)))
-    r = core.solve(sub, solver, Request(objective=req.objective, time_limit=req.time_limit, seed=req.seed,
-                                        workers=req.workers, clock=clock_of(req)))
-    if r.best is None:
+    if found is ANSWER_UNKNOWN:
+        from tpopt.optimizer import core  # lazy: start-up time (only for a prior card among fitted ones)
+
+        sub = replace(sc, systems={a: sc.systems[a] for a in sc.systems if a in names},
+                      search=replace(sc.search, accelerators=names))
+        found = core.solve(sub, solver, Request(objective=req.objective, time_limit=req.time_limit, seed=req.seed,
+                                                workers=req.workers, clock=clock_of(req))).best
+    if found is None:
         return None
     key = "cost" if req.objective == "cost" else "finish_days"
-    ratio = float(r.best.metrics[key] / best.metrics[key])
-    return {"accelerator": r.best.plan.accelerator, "cards": r.best.plan.cards, "objective": key,
-            "value": float(r.best.metrics[key]), "ratio": ratio, "within": ratio <= math.exp(mine["sigma"]),
+    ratio = float(found.metrics[key] / best.metrics[key])
+    return {"accelerator": found.plan.accelerator, "cards": found.plan.cards, "objective": key,
+            "value": float(found.metrics[key]), "ratio": ratio, "within": ratio <= math.exp(mine["sigma"]),
             "sigma": mine["sigma"]}
