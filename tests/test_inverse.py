@@ -102,7 +102,8 @@ def inverse_json(path: Path, *args: str) -> dict:
 
 def test_published_constants_in_the_catalog() -> None:
     """The built-in fits carry the published constants (Hoffmann et al. 2022 eq. 10; Besiroglu et al. 2024,
-    Chinchilla Scaling: A replication attempt, their refit) and the fitted range of 70M-16B parameters, 5B-500B tokens."""
+    Chinchilla Scaling: A replication attempt, their refit) and the fitted range of 70M-16B parameters, 5B-500B
+    tokens."""
     cat = load_scaling()
     c, b = cat.law("chinchilla"), cat.law("besiroglu")
     assert (c.E, c.A, c.B, c.alpha, c.beta) == (1.69, 406.4, 410.7, 0.34, 0.28)
