@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scaling import load_scaling
 from tpopt.catalogs.scenario import load_scenario
 from tpopt.models.arch import param_count
@@ -243,3 +244,26 @@ def test_bad_user_fit_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "scaling.toml").write_text("[law.x]\nE = 1.0\n")
     p = tpopt("inverse", "--catalog", str(tmp_path), "--law", "x")
     assert p.returncode == 2 and "missing required key" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+QWEN3 = ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b")
+
+
+@pytest.mark.parametrize("budget", ["3000", "300000"])
+def test_budget_alone_matches_the_closed_form_allocation(scenario_file: Path, budget: str) -> None:
+    """The budget alone binding (a deadline far away), Chinchilla's fit: the chosen size is one of the two listed
+    sizes around the closed-form compute-optimal N for the compute spent, C = 6 N D (Hoffmann et al. 2022,
+    eq. 4: N_opt = G (C/6)^(beta/(alpha+beta)), G = (alpha A / (beta B))^(1/(alpha+beta)))."""
+    p = tpopt("inverse", "--scenario", str(scenario_file), "--deadline", "100000d", "--reserved", "0d",
+              "--models", "qwen3", "--tokens", "1B:100T:100", "--max-cost", budget, "--json")
+    assert p.returncode == 0, p.stderr
+    c = json.loads(p.stdout)["chosen"]
+    assert c["binds"] == "budget"
+    alpha, beta, a, b = 0.34, 0.28, 406.4, 410.7
+    g = (alpha * a / (beta * b)) ** (1 / (alpha + beta))
+    n_opt = g * (6 * c["params"] * c["tokens"] / 6) ** (beta / (alpha + beta))
+    cat = load_catalog()
+    sizes = [param_count(cat.model(m)) for m in QWEN3]
+    below = max((n for n in sizes if n <= n_opt), default=0)
+    above = min((n for n in sizes if n >= n_opt), default=math.inf)
+    assert below <= c["params"] <= above, (c["model"], n_opt)
