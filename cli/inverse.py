@@ -149,8 +149,7 @@ def result_text(res: InverseResult, out: dict[str, Any]) -> str:
         where = "extrapolated: " + "; ".join(c.extrapolated) if c.extrapolated else "within the fit's range"
         lines.append(f"Chosen: {c.model} ({fmt_count(c.params, 4)} parameters), {fmt_count(c.tokens, 4)} tokens: "
                      f"predicted loss {c.loss:.4f} ({q.law.name}, {where})")
-        lines.append(f"Binds: {c.binds or 'the target loss (fewest tokens reaching it)'}"
-                     + (f": {c.detail}" if c.detail else ""))
+        lines.append(f"Binds: {c.binds}" + (f": {c.detail}" if c.detail else ""))
     lines += ["", "Candidates:", _table(res)]
     text = "\n".join(lines) + "\n"
     if c is not None and c.best is not None and c.best.report is not None and c.best.view is not None:
@@ -164,8 +163,8 @@ def _table(res: InverseResult) -> str:
     rows = [("model", "params", unit_tokens, "loss", "cost", "finish d", "binds / note")]
     for x in res.candidates:
         rows.append((x.model, fmt_count(x.params, 4), "-" if x.tokens is None else fmt_count(x.tokens, 4),
-                     "-" if x.loss is None else (f">={x.loss:.4f}" if x.pruned else f"{x.loss:.4f}")
-                     + ("*" if x.extrapolated else ""),
+                     f">={x.loss_bound:.4f}" if x.loss_bound is not None else "-" if x.loss is None
+                     else f"{x.loss:.4f}" + ("*" if x.extrapolated else ""),
                      "-" if x.cost is None else f"{x.cost:,.0f}",
                      "-" if x.finish_days is None else f"{x.finish_days:.1f}",
                      "pruned: " + x.detail if x.pruned else x.binds))

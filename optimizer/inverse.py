@@ -90,12 +90,14 @@ class Candidate:
     detail: str = ""
     extrapolated: list[str] = field(default_factory=list)
     pruned: bool = False
+    loss_bound: float | None = None  # pruned: the size's loss at the grid's top, no better than the best
     best: Solved | None = None
 
     def row(self) -> dict[str, Any]:
         return {"model": self.model, "params": self.params, "tokens": self.tokens, "loss": self.loss,
                 "effective_tokens": self.effective_tokens, "cost": self.cost, "finish_days": self.finish_days,
-                "binds": self.binds, "detail": self.detail, "extrapolated": self.extrapolated, "pruned": self.pruned}
+                "binds": self.binds, "detail": self.detail, "extrapolated": self.extrapolated, "pruned": self.pruned,
+                "loss_bound": self.loss_bound}
 
 
 @dataclass
@@ -174,7 +176,7 @@ def _max_tokens(s: _Solver, q: InverseQuestion, model: str, grid: Sequence[float
             hi = mid
     if lo == len(grid) - 1:
         limit = q.data_limit
-        if limit is not None and len(grid) < len(q.tokens):
+        if limit is not None and grid[-1] >= limit * (1 - 1e-12) and limit < q.tokens[-1]:
             return lo, DATA, (f"the data allows {limit:.3g} tokens ({q.unique_tokens:.3g} unique x "
                               f"{q.max_epochs:g} epochs)")
         return lo, GRID, f"the grid's largest, {grid[-1]:.3g} tokens, is within budget and date"
@@ -195,6 +197,8 @@ def solve_inverse(q: InverseQuestion, build: Build, params: Callable[[str], int]
     s = _Solver(build, backend, req)
     limit = q.data_limit
     grid = tuple(t for t in q.tokens if limit is None or t <= limit * (1 + 1e-12))
+    if limit is not None and limit < q.tokens[-1] and (not grid or grid[-1] < limit):
+        grid = (*grid, limit)  # "any tokens up to the data": the limit itself is a candidate
     cands = [Candidate(m, params(m)) for m in q.models]
     if q.target_loss is None:
         chosen = _least_loss(s, q, grid, cands)
@@ -220,7 +224,7 @@ def _least_loss(s: _Solver, q: InverseQuestion, grid: Sequence[float], cands: li
     for c in sorted(cands, key=lambda c: -c.params):
         bound, _ = predicted_loss(q, c.params, grid[-1])
         if best is not None and best.loss is not None and bound >= best.loss:
-            c.pruned, c.loss = True, bound
+            c.pruned, c.loss_bound = True, bound
             c.detail = f"cannot beat {best.model}: loss >= {bound:.4f} even at {grid[-1]:.3g} tokens"
             continue
         i, c.binds, c.detail = _max_tokens(s, q, c.model, grid)
@@ -251,6 +255,7 @@ def _least_cost(s: _Solver, q: InverseQuestion, grid: Sequence[float], cands: li
             c.tokens = reach[0]
             continue
         _fill(c, q, solved)
+        c.binds, c.detail = LOSS, f"the fewest tokens of the grid reaching loss <= {target:g}"
         if best is None or (c.cost is not None and best.cost is not None and c.cost < best.cost):
             best = c
     return best

@@ -193,7 +193,7 @@ def test_least_cost_for_a_target_equals_brute_force(scenario_file: Path, table: 
     best = min(reach, key=lambda m: reach[m])
     assert out["chosen"]["model"] == best
     assert out["chosen"]["cost"] == pytest.approx(reach[best], rel=1e-9)
-    assert out["chosen"]["loss"] <= target
+    assert out["chosen"]["loss"] <= target and out["chosen"]["binds"] == "target loss"
 
 
 def test_printed_loss_and_extrapolation_flag(scenario_file: Path) -> None:
@@ -215,6 +215,8 @@ def test_data_limit_binds(scenario_file: Path) -> None:
     assert two["chosen"]["tokens"] == 80e9
     n = two["chosen"]["params"]
     assert two["chosen"]["loss"] == pytest.approx(chinchilla(n, 40e9 + 40e9 * 15.4 * (1 - math.exp(-1 / 15.4))))
+    between = inverse_json(scenario_file, "--unique-tokens", "50B", "--max-epochs", "2")  # 100B: not on the grid
+    assert (between["chosen"]["tokens"], between["chosen"]["binds"]) == (100e9, "data")
 
 
 def test_user_fit_from_catalog(scenario_file: Path, tmp_path: Path) -> None:
