@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from tpopt.errors import InputError
+from tpopt.models import families as F
 from tpopt.models.arch import param_count
 from tpopt.models.plan import Scenario
 from tpopt.models.scaling import ScalingLaw, effective_tokens, extrapolated, loss, repeated_tokens_for, tokens_for_loss
 from tpopt.optimizer import plan as P
+from tpopt.optimizer.explain.inputs import with_deadline
 from tpopt.optimizer.result import Request, Status
 
 #: Why a candidate is left out, or what stops more tokens at its size.
@@ -155,7 +157,7 @@ def _unsolvable_why(s: _Solver, model: str, tokens: float, budget: float | None)
     if first.cost is not None:
         return BUDGET, f"{tokens:.3g} tokens cost {first.cost:,.0f} > budget {budget:,.0f}"
     sc = s.build(model, tokens)
-    long = replace(sc, task=replace(sc.task, deadline_s=sc.task.deadline_s * 1000.0))
+    long = with_deadline(sc, F.limit(F.DEADLINE, sc) * 1000.0)
     pr = P.plan(long, s.backend, s.req, analyse=False, why=False)
     _proven(pr, model, tokens)
     if pr.feasible:
