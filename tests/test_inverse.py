@@ -47,14 +47,14 @@ activation_reserve = "8GiB"
 [checkpoint]
 write_bandwidth = "7GB/s"
 restore = "120s"
-save_interval = "1800s"
 mode = "sync"
+save_interval = "1800s"
 [search]
+max_cards = 32
+micro_batch = [1]
 zero_stage = [3]
 tp = [1]
 pp = [1]
-micro_batch = [1]
-max_cards = 32
 """
 SIZES = ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b")
 GRID = (10e9, 20e9, 40e9, 80e9, 160e9, 320e9)
