@@ -1,0 +1,176 @@
+"""`tpopt inverse`: which model size and how many tokens a budget and a date buy (issue 41).
+
+Parsing and rendering only: the decision is :func:`tpopt.optimizer.inverse.solve_inverse`."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import click
+
+from tpopt.catalogs import load_catalog
+from tpopt.catalogs.scaling import load_scaling
+from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
+from tpopt.cli.common import (
+    EXIT_INFEASIBLE,
+    dump_json,
+    handle_errors,
+    overrides_from,
+    scenario_options,
+    scenario_source,
+)
+from tpopt.cli.render import solve_text
+from tpopt.cli.request import request_from, solve_options
+from tpopt.errors import InputError
+from tpopt.models.plan import Scenario
+from tpopt.models.units import fmt_count, parse_count, parse_number
+from tpopt.optimizer.inverse import (
+    SIZE_FAMILIES,
+    InverseQuestion,
+    InverseResult,
+    params_of,
+    solve_inverse,
+    token_grid,
+)
+
+
+@click.command()
+@scenario_options(without=("model", "tokens"))
+@solve_options
+@click.option("--models", "model_list", default="qwen3", show_default=True,
+              help=f"Sizes to choose among: a family ({', '.join(SIZE_FAMILIES)}) or catalog model names, "
+                   f"comma-separated.")
+@click.option("--tokens", "token_spec", default="10B:2T:16", show_default=True,
+              help="Training tokens to choose among: LO:HI[:COUNT] (COUNT values in equal ratios, default 16) "
+                   "or a comma-separated list.")
+@click.option("--law", default="chinchilla", show_default=True,
+              help="Scaling-law fit of scaling.toml (built in: chinchilla, besiroglu; more via --catalog).")
+@click.option("--target-loss", help="Least cost reaching this predicted loss (default: least loss under --max-cost).")
+@click.option("--unique-tokens", help="Unique tokens of data available, e.g. 500B (default: unlimited).")
+@click.option("--max-epochs", default="1", show_default=True,
+              help="Epochs allowed over the unique tokens; repeats count as Muennighoff et al.'s effective data.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@handle_errors
+def inverse(model_list: str, token_spec: str, law: str, target_loss: str | None, unique_tokens: str | None,
+            max_epochs: str, as_json: bool, **kw: Any) -> None:
+    """Choose the model size and training tokens: least predicted loss under the budget (--max-cost) by the
+    deadline, or least cost for --target-loss; each candidate's plan is the cheapest meeting the date.
+
+    Example: tpopt inverse --hw h100-sxm --deadline 30d --max-cost 500000 --models qwen3
+    """
+    if kw["objective"] != "cost":
+        raise InputError("tpopt inverse takes each candidate's cheapest on-time plan: --objective must be cost")
+    scaling = load_scaling(kw.get("catalog_dirs") or ())
+    cat = load_catalog(kw.get("catalog_dirs") or ())
+    raw = with_overrides(read_scenario_file(scenario_source(kw)), overrides_from(kw))
+    budget = None if kw.get("max_cost") is None else parse_number(kw["max_cost"], "--max-cost", allow_zero=False)
+
+    def build(model: str, tokens: float) -> Scenario:
+        sc = build_scenario(with_overrides(raw, {"model.name": model, "task.tokens": tokens}), cat)
+        return replace(sc, cost=replace(sc.cost, max_cost=None))  # the budget is the outer decision's
+
+    models = SIZE_FAMILIES.get(model_list) or tuple(m.strip() for m in model_list.split(",") if m.strip())
+    for m in models:
+        cat.model(m)  # an unknown name: one line
+    base = build(models[0], 1e9)
+    unique = None if unique_tokens is None else parse_count(unique_tokens, "--unique-tokens", allow_zero=False)
+    q = InverseQuestion(
+        models=models, tokens=_tokens(token_spec), law=scaling.law(law), repeat_decay=scaling.repeat_decay,
+        unique_tokens=unique,
+        max_epochs=parse_number(max_epochs, "--max-epochs", allow_zero=False),
+        budget=budget if budget is not None else read_budget(base),
+        target_loss=None if target_loss is None else parse_number(target_loss, "--target-loss", allow_zero=False))
+    res = solve_inverse(q, build, params_of(build), kw["solver"], request_from(kw))
+    out = result_dict(res, scaling.repeat_source)
+    if as_json:
+        click.echo(dump_json(out), nl=False)
+    else:
+        click.echo(result_text(res, out), nl=False)
+    if res.chosen is None:
+        raise SystemExit(EXIT_INFEASIBLE)
+
+
+def read_budget(sc: Scenario) -> float | None:
+    """The scenario's own [cost] max_cost, when --max-cost does not give one."""
+    return sc.cost.max_cost
+
+
+def _tokens(spec: str) -> tuple[float, ...]:
+    if ":" in spec:
+        parts = spec.split(":")
+        if len(parts) not in (2, 3):
+            raise InputError(f"--tokens {spec!r}: give LO:HI or LO:HI:COUNT, or a comma-separated list")
+        lo, hi = (parse_count(p, "--tokens", allow_zero=False) for p in parts[:2])
+        count = int(parse_number(parts[2], "--tokens count", allow_zero=False)) if len(parts) == 3 else 16
+        if lo > hi or count < 1 or count > 1000:
+            raise InputError(f"--tokens {spec!r}: LO must be at most HI and COUNT 1 to 1000")
+        return token_grid(lo, hi, count)
+    values = sorted({parse_count(p, "--tokens", allow_zero=False) for p in spec.split(",") if p.strip()})
+    if not values:
+        raise InputError("--tokens: no token count given")
+    return tuple(values)
+
+
+def result_dict(res: InverseResult, repeat_source: str) -> dict[str, Any]:
+    q, c = res.question, res.chosen
+    d: dict[str, Any] = {
+        "objective": "least predicted loss" if q.objective == "loss" else "least cost for the target loss",
+        "law": {"name": q.law.name, "source": q.law.source, "E": q.law.E, "A": q.law.A, "B": q.law.B,
+                "alpha": q.law.alpha, "beta": q.law.beta, "params_range": [q.law.min_params, q.law.max_params],
+                "tokens_range": [q.law.min_tokens, q.law.max_tokens]},
+        "budget": q.budget, "target_loss": q.target_loss, "unique_tokens": q.unique_tokens,
+        "max_epochs": q.max_epochs, "tokens_grid": list(q.tokens), "solves": res.solves,
+        "candidates": [x.row() for x in res.candidates], "chosen": None}
+    if q.unique_tokens is not None:
+        d["data_constrained"] = {"repeat_decay": q.repeat_decay, "source": repeat_source}
+    if c is not None and c.best is not None:
+        d["chosen"] = {**c.row(), "plan": c.best.plan, "solve": c.best.report}
+    return d
+
+
+def result_text(res: InverseResult, out: dict[str, Any]) -> str:
+    q, c = res.question, res.chosen
+    budget = "no budget" if q.budget is None else f"budget {q.budget:,.0f}"
+    head = (f"tpopt inverse: {out['objective']}" + (f" <= {q.target_loss:g}" if q.target_loss is not None else "")
+            + f", {budget}, over {len(q.models)} sizes x {len(q.tokens)} token values ({res.solves} plan solves)")
+    lines = [head, f"Fit: {q.law.name}: L = {q.law.E:g} + {q.law.A:g}/N^{q.law.alpha:g} + {q.law.B:g}/D^{q.law.beta:g} "
+                   f"({q.law.source}); fitted on N {q.law.min_params:.3g}-{q.law.max_params:.3g}, "
+                   f"D {q.law.min_tokens:.3g}-{q.law.max_tokens:.3g}"]
+    if q.unique_tokens is not None:
+        lines.append(f"Data: {fmt_count(q.unique_tokens)} unique tokens, up to {q.max_epochs:g} epochs; repeats count "
+                     f"as effective data D' = U + U R* (1 - exp(-R/R*)), R* = {q.repeat_decay:g} "
+                     f"({out['data_constrained']['source']})")
+    if c is None or c.best is None:
+        lines.append("No size and token count meets the deadline" + (" within the budget" if q.budget else "")
+                     + (" and the target loss" if q.target_loss is not None else "") + ".")
+    else:
+        assert c.loss is not None and c.tokens is not None and c.effective_tokens is not None
+        where = "extrapolated: " + "; ".join(c.extrapolated) if c.extrapolated else "within the fit's range"
+        lines.append(f"Chosen: {c.model} ({fmt_count(c.params, 4)} parameters), {fmt_count(c.tokens, 4)} tokens: "
+                     f"predicted loss {c.loss:.4f} ({q.law.name}, {where})")
+        lines.append(f"Binds: {c.binds}" + (f": {c.detail}" if c.detail else ""))
+    lines += ["", "Candidates:", _table(res)]
+    text = "\n".join(lines) + "\n"
+    if c is not None and c.best is not None and c.best.report is not None and c.best.view is not None:
+        r = c.best.report
+        text += "\n" + solve_text({**{k: r[k] for k in ("status", "objective", "solver")}, **r}, c.best.view)
+    return text
+
+
+def _table(res: InverseResult) -> str:
+    unit_tokens = "tokens" if res.question.objective == "cost" else "max tokens"
+    rows = [("model", "params", unit_tokens, "loss", "cost", "finish d", "binds / note")]
+    for x in res.candidates:
+        rows.append((x.model, fmt_count(x.params, 4), "-" if x.tokens is None else fmt_count(x.tokens, 4),
+                     f">={x.loss_bound:.4f}" if x.loss_bound is not None else "-" if x.loss is None
+                     else f"{x.loss:.4f}" + ("*" if x.extrapolated else ""),
+                     "-" if x.cost is None else f"{x.cost:,.0f}",
+                     "-" if x.finish_days is None else f"{x.finish_days:.1f}",
+                     "pruned: " + x.detail if x.pruned else x.binds))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out = ["  " + "  ".join(v.ljust(w) if i in (0, 6) else v.rjust(w)
+                            for i, (v, w) in enumerate(zip(r, widths, strict=True))).rstrip() for r in rows]
+    if any(x.extrapolated for x in res.candidates):
+        out.append("  * extrapolated: N or D outside the fit's range")
+    return "\n".join(out)

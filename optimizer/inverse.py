@@ -1,0 +1,288 @@
+"""The inverse question: which model size and how many tokens a budget and a date buy, and what binds.
+
+Model size (a listed family) and training tokens (a grid) are decisions above the plan: each candidate
+(size, tokens) is the scenario with that model and those tokens, solved by :func:`tpopt.optimizer.plan.plan`
+(the cheapest plan meeting the date, every plan constraint, the confidence and the hardware in force), and
+the predicted loss comes from a scaling law (:mod:`tpopt.models.scaling`). Objectives:
+
+* ``loss``: the least predicted loss whose cheapest plan meets the date and costs at most the budget;
+* ``cost``: the least cost whose predicted loss is at most a target.
+
+Exact pruning. The loss decreases in N and in D (and in D through the effective data of repeated tokens).
+At a fixed size the cost of the cheapest on-time plan does not decrease in the tokens: every plan's step
+count, and so its time and cost, grows with the tokens, and the plans meeting the date only shrink. So at
+each size the candidates the budget and date allow are a prefix of the token grid: a bisection finds its
+end (log2 of the grid's length solves, not all), the best candidate of a size is its most tokens, and a
+size whose loss at the grid's top cannot beat the best found is never solved.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpopt.errors import InputError
+from tpopt.models import families as F
+from tpopt.models.arch import param_count
+from tpopt.models.plan import Scenario
+from tpopt.models.scaling import ScalingLaw, effective_tokens, extrapolated, loss, repeated_tokens_for, tokens_for_loss
+from tpopt.optimizer import plan as P
+from tpopt.optimizer.explain.inputs import with_deadline
+from tpopt.optimizer.result import Request, Status
+
+#: Why a candidate is left out, or what stops more tokens at its size.
+BUDGET, DATE, DATA, NO_PLAN, GRID, LOSS = "budget", "date", "data", "no plan", "token grid", "target loss"
+
+
+@dataclass(frozen=True)
+class InverseQuestion:
+    """The decision space and the objective: sizes (catalog model names), the ascending token grid, the fit,
+    the unique tokens available and the epochs allowed over them (None: no data limit), the budget
+    (None: none) and, for the least-cost objective, the target loss."""
+
+    models: tuple[str, ...]
+    tokens: tuple[float, ...]
+    law: ScalingLaw
+    repeat_decay: float = 15.4
+    unique_tokens: float | None = None
+    max_epochs: float = 1.0
+    budget: float | None = None
+    target_loss: float | None = None
+
+    @property
+    def objective(self) -> str:
+        return "loss" if self.target_loss is None else "cost"
+
+    @property
+    def data_limit(self) -> float | None:
+        """The most tokens the data allows: unique tokens x epochs (None: no limit)."""
+        return None if self.unique_tokens is None else self.unique_tokens * self.max_epochs
+
+
+@dataclass
+class Solved:
+    """One (size, tokens) solved: the cheapest on-time plan's cost and finish (None: no plan meets the date)."""
+
+    tokens: float
+    cost: float | None
+    finish_days: float | None
+    plan: dict[str, Any] | None
+    view: Scenario | None = None
+    report: dict[str, Any] | None = None
+
+    def allowed(self, budget: float | None) -> bool:
+        return self.cost is not None and (budget is None or self.cost <= budget)
+
+
+@dataclass
+class Candidate:
+    """One size's answer: its best tokens (most within budget and date, or fewest reaching the target),
+    the predicted loss, the cost, and what stops it (``binds``)."""
+
+    model: str
+    params: int
+    tokens: float | None = None
+    loss: float | None = None
+    effective_tokens: float | None = None
+    cost: float | None = None
+    finish_days: float | None = None
+    binds: str = ""
+    detail: str = ""
+    extrapolated: list[str] = field(default_factory=list)
+    pruned: bool = False
+    loss_bound: float | None = None  # pruned: the size's loss at the grid's top, no better than the best
+    best: Solved | None = None
+
+    def row(self) -> dict[str, Any]:
+        return {"model": self.model, "params": self.params, "tokens": self.tokens, "loss": self.loss,
+                "effective_tokens": self.effective_tokens, "cost": self.cost, "finish_days": self.finish_days,
+                "binds": self.binds, "detail": self.detail, "extrapolated": self.extrapolated, "pruned": self.pruned,
+                "loss_bound": self.loss_bound}
+
+
+@dataclass
+class InverseResult:
+    question: InverseQuestion
+    candidates: list[Candidate]
+    chosen: Candidate | None
+    solves: int
+
+
+Build = Callable[[str, float], Scenario]
+"""A scenario with the given catalog model and training tokens, everything else as stated."""
+
+
+def predicted_loss(q: InverseQuestion, params: float, tokens: float) -> tuple[float, float]:
+    """(L(N, D'), D'): the fit's loss at the effective data of ``tokens`` over the unique data."""
+    d_eff = effective_tokens(tokens, q.unique_tokens, q.repeat_decay)
+    return loss(q.law, params, d_eff), d_eff
+
+
+class _Solver:
+    """Solves (size, tokens) once each, counting the solves."""
+
+    def __init__(self, build: Build, backend: str, req: Request) -> None:
+        self.build, self.backend, self.req = build, backend, req
+        self.cache: dict[tuple[str, float], Solved] = {}
+
+    def __call__(self, model: str, tokens: float) -> Solved:
+        key = (model, tokens)
+        if key not in self.cache:
+            sc = self.build(model, tokens)
+            pr = P.plan(sc, self.backend, self.req, analyse=False, why=False)
+            _proven(pr, model, tokens)
+            if pr.feasible and pr.best is not None:
+                m = pr.best.metrics
+                self.cache[key] = Solved(tokens, float(m["cost"]), float(m["finish_days"]),
+                                         pr.best.plan_dict(), pr.view, pr.report)
+            else:
+                self.cache[key] = Solved(tokens, None, None, None)
+        return self.cache[key]
+
+
+def _proven(pr: P.PlanReport, model: str, tokens: float) -> None:
+    """Only proven answers (the cheapest plan, or none exists) keep the pruning exact: a solve cut short
+    by the time limit is one error line naming the candidate."""
+    if pr.status not in (Status.OPTIMAL, Status.INFEASIBLE):
+        raise InputError(f"the solve of {model} at {tokens:.3g} tokens ended {pr.status.value} (not proven); "
+                         f"raise --time-limit, which bounds the whole command")
+
+
+def _unsolvable_why(s: _Solver, model: str, tokens: float, budget: float | None) -> tuple[str, str]:
+    """Why the smallest candidate of a size is out: over budget, no plan by the date, or no plan at all
+    (the same solve with the deadline 1000 times longer finds none either: memory, layout or input bind)."""
+    first = s(model, tokens)
+    if first.cost is not None:
+        return BUDGET, f"{tokens:.3g} tokens cost {first.cost:,.0f} > budget {budget:,.0f}"
+    sc = s.build(model, tokens)
+    long = with_deadline(sc, F.limit(F.DEADLINE, sc) * 1000.0)
+    pr = P.plan(long, s.backend, s.req, analyse=False, why=False)
+    _proven(pr, model, tokens)
+    if pr.feasible:
+        return DATE, f"no plan finishes {tokens:.3g} tokens by the deadline"
+    return NO_PLAN, (f"no plan meets the plan constraints (memory, layout, input) at any deadline; "
+                     f"'tpopt solve --model {model}' names the conflict")
+
+
+def _max_tokens(s: _Solver, q: InverseQuestion, model: str, grid: Sequence[float]) -> tuple[int, str, str]:
+    """The index of the most tokens the budget and date allow (-1: none) by bisection over the monotone
+    prefix, and what stops the next step: budget, date, the data limit or the grid's end."""
+    lo, hi = -1, len(grid)  # grid[:lo+1] allowed, grid[hi:] not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if s(model, grid[mid]).allowed(q.budget):
+            lo = mid
+        else:
+            hi = mid
+    if lo == len(grid) - 1:
+        limit = q.data_limit
+        if limit is not None and grid[-1] >= limit * (1 - 1e-12) and limit < q.tokens[-1]:
+            return lo, DATA, (f"the data allows {limit:.3g} tokens ({q.unique_tokens:.3g} unique x "
+                              f"{q.max_epochs:g} epochs)")
+        return lo, GRID, f"the grid's largest, {grid[-1]:.3g} tokens, is within budget and date"
+    nxt = s(model, grid[lo + 1])
+    if nxt.cost is not None:
+        assert q.budget is not None
+        return lo, BUDGET, f"{grid[lo + 1]:.3g} tokens cost {nxt.cost:,.0f} > budget {q.budget:,.0f}"
+    if lo < 0:
+        why, detail = _unsolvable_why(s, model, grid[0], q.budget)
+        return lo, why, detail
+    return lo, DATE, f"no plan finishes {grid[lo + 1]:.3g} tokens by the deadline"
+
+
+def solve_inverse(q: InverseQuestion, build: Build, params: Callable[[str], int], backend: str,
+                  req: Request | None = None) -> InverseResult:
+    """The best (size, tokens) for the question (see the module), every size's row, and the solves made."""
+    req = req or Request()
+    s = _Solver(build, backend, req)
+    limit = q.data_limit
+    grid = tuple(t for t in q.tokens if limit is None or t <= limit * (1 + 1e-12))
+    if limit is not None and limit < q.tokens[-1] and (not grid or grid[-1] < limit):
+        grid = (*grid, limit)  # "any tokens up to the data": the limit itself is a candidate
+    cands = [Candidate(m, params(m)) for m in q.models]
+    if q.target_loss is None:
+        chosen = _least_loss(s, q, grid, cands)
+    else:
+        chosen = _least_cost(s, q, grid, cands, q.target_loss)
+    return InverseResult(q, cands, chosen, len(s.cache))
+
+
+def _fill(c: Candidate, q: InverseQuestion, solved: Solved) -> None:
+    c.tokens, c.best = solved.tokens, solved
+    c.loss, c.effective_tokens = predicted_loss(q, c.params, solved.tokens)
+    c.cost, c.finish_days = solved.cost, solved.finish_days
+    c.extrapolated = extrapolated(q.law, c.params, c.effective_tokens)
+
+
+def _least_loss(s: _Solver, q: InverseQuestion, grid: Sequence[float], cands: list[Candidate]) -> Candidate | None:
+    best: Candidate | None = None
+    if not grid:
+        for c in cands:
+            c.binds, c.detail = DATA, "no token value of the grid is within the data limit"
+        return None
+    # largest first: the loss bound at the grid's top prunes the small sizes once a large one answers
+    for c in sorted(cands, key=lambda c: -c.params):
+        bound, _ = predicted_loss(q, c.params, grid[-1])
+        if best is not None and best.loss is not None and bound >= best.loss:
+            c.pruned, c.loss_bound = True, bound
+            c.detail = f"cannot beat {best.model}: loss >= {bound:.4f} even at {grid[-1]:.3g} tokens"
+            continue
+        i, c.binds, c.detail = _max_tokens(s, q, c.model, grid)
+        if i < 0:
+            continue
+        _fill(c, q, s(c.model, grid[i]))
+        if best is None or (c.loss is not None and best.loss is not None and c.loss < best.loss):
+            best = c
+    return best
+
+
+def _least_cost(s: _Solver, q: InverseQuestion, grid: Sequence[float], cands: list[Candidate],
+                target: float) -> Candidate | None:
+    best: Candidate | None = None
+    for c in cands:
+        fresh = tokens_for_loss(q.law, c.params, target)
+        need = None if fresh is None else repeated_tokens_for(fresh, q.unique_tokens, q.repeat_decay)
+        reach = [t for t in grid if need is not None and t >= need * (1 - 1e-12)]
+        if not reach:
+            c.binds = LOSS if fresh is None else DATA if q.unique_tokens is not None and (
+                need is None or limit_below(q, need)) else GRID
+            c.detail = (f"E + A/N^alpha = {loss(q.law, c.params, math.inf):.4f} is above the target"
+                        if fresh is None else f"needs {fresh:.3g} effective tokens, beyond the allowed tokens")
+            continue
+        solved = s(c.model, reach[0])
+        if not solved.allowed(q.budget):
+            c.binds, c.detail = _unsolvable_why(s, c.model, reach[0], q.budget)
+            c.tokens = reach[0]
+            continue
+        _fill(c, q, solved)
+        c.binds, c.detail = LOSS, f"the fewest tokens of the grid reaching loss <= {target:g}"
+        if best is None or (c.cost is not None and best.cost is not None and c.cost < best.cost):
+            best = c
+    return best
+
+
+def limit_below(q: InverseQuestion, need: float) -> bool:
+    """True when the data limit (unique tokens x epochs) is below ``need`` tokens."""
+    return q.data_limit is not None and q.data_limit < need
+
+
+def token_grid(lo: float, hi: float, count: int) -> tuple[float, ...]:
+    """``count`` tokens from ``lo`` to ``hi`` in equal ratios (geometric), each rounded to a whole token."""
+    if count == 1 or lo == hi:
+        return (float(round(lo)),)
+    r = (hi / lo) ** (1.0 / (count - 1))
+    return tuple(sorted({float(round(lo * r ** i)) for i in range(count)}))
+
+
+def params_of(build: Build) -> Callable[[str], int]:
+    """Each catalog model's exact parameter count (:func:`tpopt.models.arch.param_count`)."""
+    return lambda m: param_count(build(m, 1e9).model)
+
+
+#: Listed families of sizes (catalog model names, smallest first).
+SIZE_FAMILIES: dict[str, tuple[str, ...]] = {
+    "qwen3": ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b"),
+    "llama3": ("llama3.2-1b", "llama3.2-3b", "llama3-8b", "llama3-70b", "llama3-405b"),
+}

@@ -1,0 +1,271 @@
+"""`tpopt inverse` (issue 41): model size and tokens as decisions.
+
+Golden figures come from the publications' formulas written here: Hoffmann et al. 2022's Approach-3 loss, the
+Besiroglu et al. 2024 constants, Muennighoff et al. 2023's effective data. The chosen (size, tokens) is checked
+against a brute force written here: every plan of the small space evaluated with ``evaluate()`` for every
+(size, tokens), the cheapest on-time plan's cost per candidate, the loss from the formula, the best picked by
+hand; the pruning's premise (the cheapest on-time cost does not decrease in the tokens) is checked on the same
+table."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tpopt.catalogs import load_catalog
+from tpopt.catalogs.scaling import load_scaling
+from tpopt.catalogs.scenario import load_scenario
+from tpopt.models.arch import param_count
+from tpopt.models.evaluate import evaluate
+from tpopt.models.plan import Plan
+from tpopt.models.scaling import effective_tokens, loss, repeated_tokens_for, tokens_for_loss
+
+SCENARIO = """\
+[scenario]
+name = "inverse-test"
+[model]
+name = "qwen3-8b"
+[task]
+tokens = "100B"
+seq_len = 4096
+global_batch = 512
+[schedule]
+deadline = "30d"
+reserved = "2d"
+[hardware]
+accelerator = "rtx4090"
+usable_memory = "22GiB"
+efficiency = 0.40
+cards_per_host = 8
+[memory]
+activation_reserve = "8GiB"
+[checkpoint]
+write_bandwidth = "7GB/s"
+restore = "120s"
+mode = "sync"
+save_interval = "1800s"
+[search]
+max_cards = 32
+micro_batch = [1]
+zero_stage = [3]
+tp = [1]
+pp = [1]
+"""
+SIZES = ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b")
+GRID = (10e9, 20e9, 40e9, 80e9, 160e9, 320e9)
+
+
+def chinchilla(n: float, d: float) -> float:
+    """Hoffmann et al. 2022, eq. 10 (Approach 3): L = 1.69 + 406.4 / N^0.34 + 410.7 / D^0.28."""
+    return 1.69 + 406.4 / n ** 0.34 + 410.7 / d ** 0.28
+
+
+@pytest.fixture(scope="module")
+def scenario_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    p = tmp_path_factory.mktemp("inverse") / "scenario.toml"
+    p.write_text(SCENARIO)
+    return p
+
+
+def cheapest(path: Path, model: str, tokens: float, deadline: str = "30d") -> tuple[int, float | None]:
+    """(N, the cheapest on-time cost or None) by evaluating every plan of the space: the search space is
+    ZeRO-3, TP 1, PP 1, micro-batch 1, card counts in whole 8-card hosts up to 32."""
+    sc = load_scenario(path, {"model.name": model, "task.tokens": tokens, "schedule.deadline": deadline})
+    costs = []
+    for cards in range(8, 33, 8):
+        ev = evaluate(sc, Plan(accelerator="rtx4090", cards=cards, zero_stage=3, tp=1, pp=1, micro_batch=1,
+                               save_interval_s=1800.0, save_mode="sync"))
+        if ev.feasible:
+            costs.append(float(ev.metrics["cost"]))
+    return param_count(sc.model), (min(costs) if costs else None)
+
+
+@pytest.fixture(scope="module")
+def table(scenario_file: Path) -> dict[tuple[str, float], tuple[int, float | None]]:
+    return {(m, t): cheapest(scenario_file, m, t) for m in SIZES for t in GRID}
+
+
+def tpopt(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tpopt", *args], capture_output=True, text=True, timeout=300)
+
+
+def inverse_json(path: Path, *args: str) -> dict:
+    p = tpopt("inverse", "--scenario", str(path), "--models", ",".join(SIZES),
+              "--tokens", ",".join(f"{t:.0f}" for t in GRID), "--json", *args)
+    assert p.returncode in (0, 3), p.stderr
+    return json.loads(p.stdout)
+
+
+def test_published_constants_in_the_catalog() -> None:
+    """The built-in fits carry the published constants (Hoffmann et al. 2022 eq. 10; Besiroglu et al. 2024,
+    Chinchilla Scaling: A replication attempt, their refit) and the fitted range of 70M-16B parameters, 5B-500B
+    tokens."""
+    cat = load_scaling()
+    c, b = cat.law("chinchilla"), cat.law("besiroglu")
+    assert (c.E, c.A, c.B, c.alpha, c.beta) == (1.69, 406.4, 410.7, 0.34, 0.28)
+    assert (b.E, b.A, b.B, b.alpha, b.beta) == (1.8172, 482.01, 2085.43, 0.3478, 0.3658)
+    assert (c.min_params, c.max_params, c.min_tokens, c.max_tokens) == (7e7, 1.6e10, 5e9, 5e11)
+    assert "Hoffmann" in c.source and "Besiroglu" in b.source
+    assert cat.repeat_decay == 15.4 and "Muennighoff" in cat.repeat_source
+
+
+def test_chinchilla_loss_formula_and_inverse() -> None:
+    law = load_scaling().law("chinchilla")
+    assert loss(law, 70e9, 1.4e12) == pytest.approx(chinchilla(70e9, 1.4e12), rel=1e-12)
+    assert chinchilla(70e9, 1.4e12) == pytest.approx(1.9367, abs=5e-4)  # Chinchilla itself: 70B params, 1.4T tokens
+    d = tokens_for_loss(law, 70e9, 2.0)
+    assert d is not None and chinchilla(70e9, d) == pytest.approx(2.0, rel=1e-12)
+    assert tokens_for_loss(law, 70e9, 1.69 + 406.4 / 70e9 ** 0.34) is None  # N alone cannot go lower
+
+
+def test_muennighoff_effective_data() -> None:
+    """D' = U + U R* (1 - exp(-R/R*)), R = D/U - 1 repetitions (Muennighoff et al. 2023, eq. 5), R* = 15.4."""
+    u = 100e9
+    assert effective_tokens(80e9, u, 15.4) == 80e9  # fresh data counts in full
+    expected = u + u * 15.4 * (1 - math.exp(-3 / 15.4))  # 4 epochs
+    assert effective_tokens(400e9, u, 15.4) == pytest.approx(expected, rel=1e-12)
+    assert expected / 400e9 > 0.9  # "up to 4 epochs ... negligible changes": over 90 % of fresh data's worth
+    back = repeated_tokens_for(expected, u, 15.4)
+    assert back == pytest.approx(400e9, rel=1e-9)
+    assert repeated_tokens_for(u * (1 + 15.4) * 1.01, u, 15.4) is None  # beyond what repeats can ever give
+
+
+def test_cost_does_not_decrease_in_tokens(table: dict[tuple[str, float], tuple[int, float | None]]) -> None:
+    """The pruning's premise on the brute-force table: at each size the cheapest on-time cost is non-decreasing
+    in the tokens, and once no plan meets the date none does at more tokens."""
+    for m in SIZES:
+        costs = [table[m, t][1] for t in GRID]
+        seen_none = False
+        for a, b in zip(costs, costs[1:], strict=False):
+            if a is None:
+                seen_none = True
+            if seen_none:
+                assert b is None
+            elif b is not None:
+                assert b >= a
+        assert any(c is None for c in costs) == (m in ("qwen3-4b", "qwen3-8b"))  # 32 cards: the date binds these
+
+
+def brute_least_loss(table: dict[tuple[str, float], tuple[int, float | None]],
+                     budget: float | None) -> tuple[str, float, float]:
+    best = None
+    for (m, t), (n, cost) in table.items():
+        if cost is None or (budget is not None and cost > budget):
+            continue
+        cand = (chinchilla(n, t), m, t)
+        best = cand if best is None or cand < best else best
+    assert best is not None
+    return best[1], best[2], best[0]
+
+
+@pytest.mark.parametrize("budget", [None, 2000.0, 6000.0])
+def test_least_loss_equals_brute_force(scenario_file: Path, table: dict, budget: float | None) -> None:
+    args = () if budget is None else ("--max-cost", f"{budget:g}")
+    out = inverse_json(scenario_file, *args)
+    model, tokens, expected_loss = brute_least_loss(table, budget)
+    chosen = out["chosen"]
+    assert (chosen["model"], chosen["tokens"]) == (model, tokens)
+    assert chosen["loss"] == pytest.approx(expected_loss, rel=1e-12)
+    assert chosen["cost"] == pytest.approx(table[model, tokens][1], rel=1e-9)
+    nxt = [t for t in GRID if t > tokens]
+    if budget is not None and nxt and table[model, nxt[0]][1] is not None:
+        assert chosen["binds"] == "budget"  # the next token step is on time but over the budget
+    elif nxt:
+        assert chosen["binds"] == "date"
+    assert out["solves"] < len(SIZES) * len(GRID)  # bisection and the loss bound skip candidates
+    if budget is None:  # the date alone binds: the 8B model cannot train past 80B tokens, a 4B model wins
+        assert (chosen["model"], chosen["binds"]) == ("qwen3-4b", "date")
+
+
+def test_least_cost_for_a_target_equals_brute_force(scenario_file: Path, table: dict) -> None:
+    target = 2.45
+    out = inverse_json(scenario_file, "--target-loss", str(target))
+    per_size = {}
+    for (m, t), (n, cost) in sorted(table.items(), key=lambda kv: kv[0][1]):
+        if m not in per_size and chinchilla(n, t) <= target:
+            per_size[m] = cost  # fewest tokens reaching the target at this size: the cheapest there
+    reach = {m: c for m, c in per_size.items() if c is not None}
+    best = min(reach, key=lambda m: reach[m])
+    assert out["chosen"]["model"] == best
+    assert out["chosen"]["cost"] == pytest.approx(reach[best], rel=1e-9)
+    assert out["chosen"]["loss"] <= target and out["chosen"]["binds"] == "target loss"
+
+
+def test_printed_loss_and_extrapolation_flag(scenario_file: Path) -> None:
+    """Llama 3 70B at 1.4T tokens (a deadline long enough): the printed loss is the formula's at its exact N;
+    N is above the fit's 16B, so the line says extrapolated; Qwen3-4B at 40B tokens lies inside."""
+    p = tpopt("inverse", "--scenario", str(scenario_file), "--models", "llama3-70b", "--tokens", "1.4T",
+              "--deadline", "2000d", "--max-cards", "512")
+    assert p.returncode == 0, p.stderr
+    n = param_count(load_scenario(scenario_file, {"model.name": "llama3-70b"}).model)
+    assert f"predicted loss {chinchilla(n, 1.4e12):.4f} (chinchilla, extrapolated: N = " in p.stdout
+    inside = inverse_json(scenario_file, "--max-cost", "2000")
+    assert inside["chosen"]["extrapolated"] == []
+
+
+def test_data_limit_binds(scenario_file: Path) -> None:
+    out = inverse_json(scenario_file, "--unique-tokens", "40B")
+    assert out["chosen"]["tokens"] == 40e9 and out["chosen"]["binds"] == "data"
+    two = inverse_json(scenario_file, "--unique-tokens", "40B", "--max-epochs", "2")
+    assert two["chosen"]["tokens"] == 80e9
+    n = two["chosen"]["params"]
+    assert two["chosen"]["loss"] == pytest.approx(chinchilla(n, 40e9 + 40e9 * 15.4 * (1 - math.exp(-1 / 15.4))))
+    between = inverse_json(scenario_file, "--unique-tokens", "50B", "--max-epochs", "2")  # 100B: not on the grid
+    assert (between["chosen"]["tokens"], between["chosen"]["binds"]) == (100e9, "data")
+
+
+def test_user_fit_from_catalog(scenario_file: Path, tmp_path: Path) -> None:
+    (tmp_path / "scaling.toml").write_text(
+        '[law.mine]\nE = 2.0\nA = 400.0\nB = 400.0\nalpha = 0.3\nbeta = 0.3\nmin_params = 1e8\nmax_params = 1e10\n'
+        'min_tokens = 1e9\nmax_tokens = 1e12\nsource = "our own runs, 2026"\n')
+    out = inverse_json(scenario_file, "--catalog", str(tmp_path), "--law", "mine", "--max-cost", "2000")
+    n, t = out["chosen"]["params"], out["chosen"]["tokens"]
+    assert out["chosen"]["loss"] == pytest.approx(2.0 + 400 / n ** 0.3 + 400 / t ** 0.3, rel=1e-12)
+    assert out["law"]["source"] == "our own runs, 2026"
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("--law", "nope"), "unknown scaling law 'nope'"),
+    (("--tokens", "5T:1T"), "LO must be at most HI"),
+    (("--models", "qwen9-1b"), "qwen9-1b"),
+    (("--objective", "time"), "--objective must be cost"),
+    (("--target-loss", "-1"), "--target-loss"),
+])
+def test_bad_input_is_one_line(args: tuple[str, ...], words: str) -> None:
+    p = tpopt("inverse", *args)
+    assert p.returncode == 2
+    assert words in p.stderr and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+
+
+def test_bad_user_fit_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "scaling.toml").write_text("[law.x]\nE = 1.0\n")
+    p = tpopt("inverse", "--catalog", str(tmp_path), "--law", "x")
+    assert p.returncode == 2 and "missing required key" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+QWEN3 = ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b")
+
+
+@pytest.mark.parametrize("budget", ["3000", "300000"])
+def test_budget_alone_matches_the_closed_form_allocation(scenario_file: Path, budget: str) -> None:
+    """The budget alone binding (a deadline far away), Chinchilla's fit: the chosen size is one of the two listed
+    sizes around the closed-form compute-optimal N for the compute spent, C = 6 N D (Hoffmann et al. 2022,
+    eq. 4: N_opt = G (C/6)^(beta/(alpha+beta)), G = (alpha A / (beta B))^(1/(alpha+beta)))."""
+    p = tpopt("inverse", "--scenario", str(scenario_file), "--deadline", "100000d", "--reserved", "0d",
+              "--models", "qwen3", "--tokens", "1B:100T:100", "--max-cost", budget, "--json")
+    assert p.returncode == 0, p.stderr
+    c = json.loads(p.stdout)["chosen"]
+    assert c["binds"] == "budget"
+    alpha, beta, a, b = 0.34, 0.28, 406.4, 410.7
+    g = (alpha * a / (beta * b)) ** (1 / (alpha + beta))
+    n_opt = g * (6 * c["params"] * c["tokens"] / 6) ** (beta / (alpha + beta))
+    cat = load_catalog()
+    sizes = [param_count(cat.model(m)) for m in QWEN3]
+    below = max((n for n in sizes if n <= n_opt), default=0)
+    above = min((n for n in sizes if n >= n_opt), default=math.inf)
+    assert below <= c["params"] <= above, (c["model"], n_opt)
