@@ -51,7 +51,7 @@ from tpopt.models.evaluate import ConstraintCheck, Evaluation, evaluate
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY, HOUR
 from tpopt.optimizer import core
-from tpopt.optimizer.backends import Solver
+from tpopt.optimizer.backends import EXHAUSTIVE, Solver
 from tpopt.optimizer.limits import clock_of
 from tpopt.optimizer.result import Request, SolveResult, SolverInfo, Status, objective_key
 from tpopt.optimizer.space import FAMILIES, Space, card_counts
@@ -194,6 +194,39 @@ def solve_offer(sc: Scenario, offer: M.Offer, solver: Solver, req: Request,
     return OfferSolve(offer, sub, status, best, solves, "card-count scan", space.size())
 
 
+def offer_fronts(sc: Scenario, solver: Solver, req: Request, choose: Callable[[Space, Solver, str], Solver]
+                 ) -> dict[str, OfferSolve]:
+    """The offers answered by their accelerator's layout front (:mod:`tpopt.optimizer.market_front`): those
+    whose solver would enumerate the space anyway (:func:`tpopt.optimizer.core.tiny_solver`), one enumeration
+    per accelerator, every offer of it priced on the front. Offers of other accelerators are left out (each
+    keeps its own solves, :func:`solve_offer`)."""
+    from tpopt.optimizer import market_front as MF  # lazy: the module needs this one's checkpoint costs
+
+    by_acc: dict[str, list[M.Offer]] = {}
+    for o in sc.market.offers:
+        by_acc.setdefault(o.accelerator, []).append(o)
+    clock = clock_of(req)
+    out: dict[str, OfferSolve] = {}
+    for offers in by_acc.values():
+        subs = [offer_scenario(sc, o) for o in offers]
+        space = Space.from_scenario(MF.front_scenario(sc, subs))
+        if choose(space, solver, req.method).name != EXHAUSTIVE:
+            continue
+        if clock.expired(SOLVING_OFFERS):  # not started: not decided, never skipped
+            out.update({o.id: OfferSolve(o, s, Status.UNKNOWN, None, 0, "not started (time limit reached)")
+                        for o, s in zip(offers, subs, strict=True)})
+            continue
+        front = MF.build_front(space, req, clock)
+        for o, s in zip(offers, subs, strict=True):
+            i = MF.front_pick(front, MF.price_front(front, sc, s, o, req), req.objective,
+                              o.linear and not charges_checkpoints(sc, o))
+            best = billed(sc, o, MF.front_plan(front, s, i)) if i is not None else None
+            status = (Status.OPTIMAL if best is not None else Status.INFEASIBLE) if front.complete else \
+                (Status.FEASIBLE if best is not None else Status.UNKNOWN)
+            out[o.id] = OfferSolve(o, s, status, best, 0, "layout front", space.size())
+    return out
+
+
 @dataclass
 class MarketSolve:
     """Every offer's sub-problem and the best over them."""
@@ -215,7 +248,8 @@ def solve_market(sc: Scenario, solver: Solver, req: Request, choose: Callable[[S
     if unknown:
         raise InputError(f"market: offers of {', '.join(unknown)}, which the scenario's hardware does not list")
     clock = clock_of(req)  # one clock over every offer's solves (set here when the caller gave none)
-    rows = [solve_offer(sc, o, solver, req, choose) for o in sc.market.offers]
+    fronts = offer_fronts(sc, solver, req, choose)
+    rows = [fronts[o.id] if o.id in fronts else solve_offer(sc, o, solver, req, choose) for o in sc.market.offers]
     pick: OfferSolve | None = None
     for row in rows:
         if row.best is not None and (pick is None or _better(row.best, pick.best, req.objective)):
