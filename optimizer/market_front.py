@@ -37,7 +37,7 @@ own solves. ``tests/test_market_front.py`` checks it against per-offer enumerati
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -153,12 +153,12 @@ class Priced:
     within_budget: Any
 
 
-def price_front(front: Front, sc: Scenario, sub: Scenario, offer: M.Offer, req: Request) -> Priced:
+def price_front(front: Front, sc: Scenario, sub: Scenario, offer: M.Offer, req: Request,
+                charges: Callable[[float], float]) -> Priced:
     """Every front plan on ``offer`` (its scenario ``sub``): the closed forms of
-    :func:`tpopt.models.evaluate.deadline_terms` per (save mode, ep) batch, the bill and the checks of the
-    families the offer moves."""
-    from tpopt.optimizer.market import checkpoint_costs  # the market module imports this one
-
+    :func:`tpopt.models.evaluate.deadline_terms` per (save mode, ep) batch, the bill (the offer's, plus
+    ``charges(finish)``: the checkpoints' storage and egress) and the checks of the families the offer
+    moves."""
     k = len(front.plans)
     acc = offer.accelerator
     enforced = req.enforced(FAMILIES)
@@ -184,7 +184,7 @@ def price_front(front: Front, sc: Scenario, sub: Scenario, offer: M.Offer, req: 
                 if f in enforced:
                     ok &= np.broadcast_to(np.asarray(v, dtype=float) <= np.asarray(lim, dtype=float), sel.shape)
             feasible[sel] = ok
-    bill = np.array([M.billed_cost(offer, int(n), float(f)) + sum(checkpoint_costs(sc, offer, float(f)))
+    bill = np.array([M.billed_cost(offer, int(n), float(f)) + charges(float(f))
                      for n, f in zip(front.cards, finish, strict=True)]) if k else np.zeros(0)
     fits = np.array([offer.cards_fit(n) and (req.cards is None or n in req.cards) for n in front.cards], dtype=bool)
     feasible &= fits if k else feasible

@@ -267,9 +267,17 @@ def _market(sc: Scenario, solver: Solver, req: Request) -> PlanReport:
         if view.task.confidence is not None:  # the law on the offer's scenario: its spot terms included
             from tpopt.optimizer.confidence import distribution_entry  # lazy: start-up time (SciPy)
 
-            out["finish_distribution"] = distribution_entry(view, ms.result.best, solver, req, step_up=False)
+            out["finish_distribution"] = distribution_entry(view, ms.result.best, solver, req, whole=sc,
+                                                            solve=market_resolve)
     out["market"] = market.market_entries(ms, sc)
     return PlanReport.of(ms.result, out, view)
+
+
+def market_resolve(sc: Scenario, backend: str | Solver, req: Request) -> tuple[SolveResult, Scenario]:
+    """The market solved again (the confidence's step-up: every offer at the higher level, their
+    preemptions in each plan's law): the best plan over the offers and the scenario of its offer."""
+    ms = market.solve_market(sc, backends.checked(backend), req, partial(tiny_solver, named=req.solver_named))
+    return ms.result, ms.pick.sc if ms.pick else sc
 
 
 # ---------------------------------------------------------------------------------------------
