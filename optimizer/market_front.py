@@ -82,53 +82,26 @@ def layout_families(req: Request) -> list[str]:
     return [f for f in FAMILIES if f in enforced and f not in OFFER_FAMILIES]
 
 
+PHASE = "enumerating the offers' layouts"  # the clock's phase while a front is built
+GroupKey = tuple[int, int, int, float]  # (cards, save mode index, tau index, ep)
+Best = dict[GroupKey, tuple[float, int, Assignment, float]]  # group -> (step s, order, assignment, NICs)
+
+
 def build_front(space: Space, req: Request, clock: Clock) -> Front:
     """The front of ``space`` (one accelerator, any of its offers' scenarios): every plan evaluated once
-    (:func:`tpopt.optimizer.enumerate.chunks`), per group the least step (first in order on ties). Stops
-    between chunks when ``clock`` runs out (``complete`` False: the front holds the plans seen)."""
-    fams = layout_families(req)
-    d = space.domains
-    best: dict[tuple[int, int, int, float], tuple[float, int, Assignment, float]] = {}
-    order = evaluated = 0
-    total = space.size()
+    (:func:`tpopt.optimizer.enumerate.chunks`), per group the least step (first in order on ties). The clock
+    is checked on entry, before every chunk and after it (a chunk finished past the limit is dropped); when it
+    runs out the front holds the plans of the chunks finished within it (``complete`` False)."""
+    best: Best = {}
+    walked = [0]
     complete = True
     try:
-        for fixed, idx_lists, shape, r in chunks(space):
-            feas = np.ones(shape, dtype=bool)
-            for f in fams:
-                v, lim = r[("c", f)]
-                feas &= np.broadcast_to(v <= lim, shape)
-            n = int(np.prod(shape))
-            flat = np.flatnonzero(feas.reshape(-1))
-            if flat.size:
-                coords = np.unravel_index(flat, shape)
-                step = np.broadcast_to(r["step_s"], shape).reshape(-1)[flat]
-                cards = np.broadcast_to(r["cards"], shape).reshape(-1)[flat].astype(int)
-                tau_i = np.asarray(idx_lists[NUMERIC_AXES.index("tau")])[coords[NUMERIC_AXES.index("tau")]]
-                ep = np.asarray(d["ep"], dtype=float)[np.asarray(idx_lists[NUMERIC_AXES.index("ep")])[
-                    coords[NUMERIC_AXES.index("ep")]]]
-                gid = np.stack([cards, tau_i, ep.astype(int)])
-                ords = order + flat
-                sort = np.lexsort((ords, step, gid[2], gid[1], gid[0]))
-                g_sorted = gid[:, sort]
-                first = np.ones(sort.size, dtype=bool)
-                first[1:] = np.any(g_sorted[:, 1:] != g_sorted[:, :-1], axis=0)
-                for s in sort[first]:
-                    key = (int(cards[s]), fixed["mode"], int(tau_i[s]), float(ep[s]))
-                    old = best.get(key)
-                    if old is None or step[s] < old[0]:
-                        idx = dict(fixed)
-                        idx.update({a: idx_lists[j][c[s]] for j, (a, c) in enumerate(zip(NUMERIC_AXES, coords,
-                                                                                          strict=False))})
-                        best[key] = (float(step[s]), int(ords[s]), idx, float(d["nics"][idx["nics"]]))
-            evaluated += n
-            order += n
-            clock.report("enumerating the offers' layouts", evaluated, total)
-            if clock.expired("enumerating the offers' layouts"):
-                complete = evaluated >= total
-                break
+        with clock.stoppable(PHASE, keep_finished=True):
+            _walk(space, layout_families(req), best, walked, clock)
     except TimeLimitReached:
         complete = False
+    d = space.domains
+    evaluated = walked[0]
     front = Front(space=space, complete=complete, evaluated=evaluated)
     for (n, mode_i, tau_j, ep_g), (step_g, ordr, idx, nics) in sorted(best.items(), key=lambda kv: kv[1][1]):
         front.plans.append(idx)
@@ -140,6 +113,44 @@ def build_front(space: Space, req: Request, clock: Clock) -> Front:
         front.step_s.append(step_g)
         front.order.append(ordr)
     return front
+
+
+def _walk(space: Space, fams: list[str], best: Best, walked: list[int], clock: Clock) -> None:
+    """Every chunk of ``space``: its plans meeting ``fams``, each group's least step (first in order on
+    ties) merged into ``best``; ``walked[0]`` counts the plans evaluated."""
+    d = space.domains
+    total = space.size()
+    tau_axis, ep_axis = NUMERIC_AXES.index("tau"), NUMERIC_AXES.index("ep")
+    for fixed, idx_lists, shape, r in chunks(space):
+        clock.check(PHASE)  # a chunk finished past the limit is not kept: only what the limit allowed
+        feas = np.ones(shape, dtype=bool)
+        for f in fams:
+            v, lim = r[("c", f)]
+            feas &= np.broadcast_to(v <= lim, shape)
+        order = walked[0]
+        walked[0] += int(np.prod(shape))
+        clock.report(PHASE, walked[0], total)
+        flat = np.flatnonzero(feas.reshape(-1))
+        if not flat.size:
+            continue
+        coords = np.unravel_index(flat, shape)
+        step = np.broadcast_to(r["step_s"], shape).reshape(-1)[flat]
+        cards = np.broadcast_to(r["cards"], shape).reshape(-1)[flat].astype(int)
+        tau_i = np.asarray(idx_lists[tau_axis])[coords[tau_axis]]
+        ep = np.asarray(d["ep"], dtype=float)[np.asarray(idx_lists[ep_axis])[coords[ep_axis]]]
+        ords = order + flat
+        sort = np.lexsort((ords, step, ep, tau_i, cards))  # by group, then step, then order
+        gid = np.stack([cards[sort], tau_i[sort], ep[sort]])
+        first = np.ones(sort.size, dtype=bool)
+        first[1:] = np.any(gid[:, 1:] != gid[:, :-1], axis=0)
+        for k in sort[first]:
+            key = (int(cards[k]), fixed["mode"], int(tau_i[k]), float(ep[k]))
+            old = best.get(key)
+            if old is None or step[k] < old[0]:  # a later chunk comes later in order: strictly less only
+                idx = dict(fixed)
+                idx.update({a: idx_lists[j][c[k]] for j, (a, c) in enumerate(zip(NUMERIC_AXES, coords,
+                                                                                  strict=True))})
+                best[key] = (float(step[k]), int(ords[k]), idx, float(d["nics"][idx["nics"]]))
 
 
 @dataclass
