@@ -39,6 +39,7 @@ from typing import Any
 from tpopt.catalogs import BUILTIN_DIR
 from tpopt.errors import InputError
 from tpopt.models.evaluate import Evaluation
+from tpopt.models.hardware import StackProfile
 from tpopt.models.memory import OP_RECOMPUTE
 from tpopt.models.plan import Plan, Scenario, split_schedule
 
@@ -83,6 +84,7 @@ class LaunchPlan:
     train_iters: int | None = None
     save_interval_steps: int | None = None
     save_mode: str | None = None  # "sync" or "async"
+    stage_layout: tuple[int, ...] = ()  # layers per pipeline stage where the middle stages are uneven (else ())
 
     def project(self, names: Sequence[str]) -> LaunchPlan:
         """Only the fields ``names`` (the others None)."""
@@ -107,22 +109,28 @@ kernel and capacity are rejected or fixed when exported; DeepSpeed's JSON holds 
 recompute -- the rest is model code or the training loop."""
 
 
-def launch_plan(sc: Scenario, ev: Evaluation) -> LaunchPlan:
-    """The launch view of an evaluated plan (``ev.plan`` resolved by :func:`tpopt.models.evaluate.evaluate`)."""
+def launch_plan(sc: Scenario, ev: Evaluation, layout: bool = False) -> LaunchPlan:
+    """The launch view of an evaluated plan (``ev.plan`` resolved by :func:`tpopt.models.evaluate.evaluate`).
+    ``layout``: the format takes any stage split (Megatron's --pipeline-model-parallel-layout): uneven middle
+    stages go into ``stage_layout`` instead of being an error."""
     p, m = ev.plan, ev.metrics
     hosts = int(m["hosts"])
     moe = sc.model.moe
     base, v = split_schedule(p.schedule) if p.pp > 1 else ("", 1)
     first = last = 0
+    layout_stages: tuple[int, ...] = ()
     if p.pp > 1:
         stages = [int(x) if float(x).is_integer() else x for x in m["stage_layers"]]
         if any(not isinstance(x, int) for x in stages):
             raise ExportError(f"the plan's stages hold fractional layer counts ({stages})")
         if len(set(stages)) > 1:
-            if len(set(stages[1:-1])) > 1:
+            if len(set(stages[1:-1])) > 1 and layout and v == 1:
+                layout_stages = tuple(int(x) for x in stages)
+            elif len(set(stages[1:-1])) > 1:
                 raise ExportError(f"the plan's middle pipeline stages are uneven ({stages}); launchers split "
                                   "the layers between the first and last stage evenly")
-            first, last = stages[0], stages[-1]
+            else:
+                first, last = stages[0], stages[-1]
     step = float(m["step_s"])
     return LaunchPlan(
         nodes=hosts, cards_per_node=p.cards // hosts, tp=p.tp, pp=p.pp, cp=p.cp, dp=p.dp,
@@ -133,7 +141,8 @@ def launch_plan(sc: Scenario, ev: Evaluation) -> LaunchPlan:
         sequence_parallel=bool(p.sequence_parallel) and p.tp > 1, flash_attention=bool(p.flash_attention),
         first_stage_layers=first, last_stage_layers=last, seq_len=sc.task.seq_len, precision=sc.task.precision,
         train_iters=int(m["iterations"]),
-        save_interval_steps=max(1, round(p.save_interval_s / step)) if step > 0 else 1, save_mode=p.save_mode)
+        save_interval_steps=max(1, round(p.save_interval_s / step)) if step > 0 else 1, save_mode=p.save_mode,
+        stage_layout=layout_stages)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,9 +238,11 @@ def _unsupported(fmt: str, feature: str, why: str) -> ExportError:
     return ExportError(f"{fmt}: the plan's {feature} cannot be expressed: {why}")
 
 
-def _megatron_like(fmt: str, lp: LaunchPlan, moe: bool) -> list[tuple[str, object]]:
+def _megatron_like(fmt: str, lp: LaunchPlan, moe: bool, stack: StackProfile | None = None) -> list[tuple[str, object]]:
     """The Megatron-Core settings shared by Megatron-LM and Megatron-Bridge, as (generic name, value); the
-    generic names are the Megatron-LM argument names without their dashes, with underscores."""
+    generic names are the Megatron-LM argument names without their dashes, with underscores. ``stack``: the
+    software stack the plan was costed on (its MoE token dispatcher); None: :class:`StackProfile`'s defaults."""
+    st = stack or StackProfile()
     out: list[tuple[str, object]] = [("tensor_model_parallel_size", lp.tp), ("pipeline_model_parallel_size", lp.pp),
                                      ("context_parallel_size", lp.cp)]
     if lp.pp and lp.pp > 1:
@@ -239,14 +250,25 @@ def _megatron_like(fmt: str, lp: LaunchPlan, moe: bool) -> list[tuple[str, objec
             raise _unsupported(fmt, f"pipeline schedule {lp.schedule}",
                                "Megatron-LM runs 1F1B and interleaved 1F1B (arguments.py, core_v0.15.0)")
         if lp.schedule == "interleaved":
+            m = int(lp.grad_accum or 0)
+            if m < lp.pp or m % lp.pp:
+                raise _unsupported(fmt, f"interleaved schedule with {m} micro-batches per step on PP {lp.pp}",
+                                   "Megatron-Core runs interleaved micro-batches in groups of PP and needs their "
+                                   "count to be a multiple of PP (pipeline_parallel/schedules.py)")
             out.append(("virtual_stages", lp.virtual_stages))
-        if lp.first_stage_layers:
+        if lp.stage_layout:
+            out.append(("pipeline_model_parallel_layout", megatron_layout(lp.stage_layout)))
+        elif lp.first_stage_layers:
             out += [("first_stage_layers", lp.first_stage_layers), ("last_stage_layers", lp.last_stage_layers)]
     if moe:
         out += [("expert_model_parallel_size", lp.ep), ("expert_tensor_parallel_size", lp.expert_tp)]
         if lp.capacity_factor:
             out += [("moe_expert_capacity_factor", float(lp.capacity_factor)),
                     ("moe_pad_expert_input_to_capacity", True)]
+        out += [("moe_token_dispatcher_type", MEGATRON_DISPATCHERS.get(st.moe_dispatcher, "alltoall")),
+                ("moe_grouped_gemm", True)]
+        if st.moe_dispatcher == "flex":
+            out.append(("moe_flex_dispatcher_backend", "deepep"))
     if lp.sequence_parallel:
         out.append(("sequence_parallel", True))
     out += [("micro_batch_size", lp.micro_batch), ("global_batch_size", lp.global_batch)]
@@ -269,6 +291,12 @@ def _megatron_like(fmt: str, lp: LaunchPlan, moe: bool) -> list[tuple[str, objec
         out += [("use_megatron_fsdp", True),
                 ("data_parallel_sharding_strategy", "optim_grads" if z == 2 else "optim_grads_params"),
                 ("ckpt_format", "fsdp_dtensor")]
+    if z in (2, 3) or (st.dp_overlap > 0 and (lp.dp or 1) > 1):
+        # Megatron-FSDP's sharded gradients require the overlapped reduce-scatter; elsewhere the step-time
+        # model overlaps the gradient reduction (and ZeRO-1's parameter gather) as the stack does
+        out.append(("overlap_grad_reduce", True))
+        if z == 1:
+            out.append(("overlap_param_gather", True))
     if lp.offload == "cpu":
         if z != 1:
             raise _unsupported(fmt, f"optimizer CPU offload at ZeRO-{z}",
@@ -279,9 +307,41 @@ def _megatron_like(fmt: str, lp: LaunchPlan, moe: bool) -> list[tuple[str, objec
                 ("use_precision_aware_optimizer", True)]
     out.append(("attention_backend", "flash" if lp.flash_attention else "unfused"))
     out += [("seq_length", lp.seq_len), ("train_iters", lp.train_iters), ("save_interval", lp.save_interval_steps)]
-    if lp.save_mode == "async":
-        out.append(("async_save", True))
+    if lp.save_mode == "async":  # without the persistent worker validate_args turns --async-save off
+        out += [("async_save", True), ("use_persistent_ckpt_worker", True)]
     return out
+
+
+def megatron_layout(stages: Sequence[int]) -> str:
+    """Megatron-Core's --pipeline-model-parallel-layout of a stage split: one ``|``-separated entry per stage,
+    ``t*n`` = n transformer layers, the embedding ``E`` on the first and the loss ``L`` on the last
+    (megatron/core/transformer/pipeline_parallel_layer_layout.py, parse_str_to_list)."""
+    parts = [f"t*{n}" for n in stages]
+    parts[0], parts[-1] = "E" + parts[0], parts[-1] + "L"
+    return "|".join(parts)
+
+
+def _layout_stages(layout: str) -> tuple[int, ...]:
+    """The inverse of :func:`megatron_layout`: transformer layers per stage."""
+    return tuple(sum(int(n) for n in re.findall(r"t\*(\d+)", part)) for part in layout.split("|"))
+
+
+MEGATRON_DISPATCHERS = {"alltoall": "alltoall", "flex": "flex", "allgather": "allgather"}
+"""tpopt stack moe_dispatcher (catalogs/stacks.toml) -> Megatron-Core moe_token_dispatcher_type (Megatron's
+default, allgather, is not what the step-time model costs; "flex" runs on DeepEP)."""
+MEGATRON_FP8_RECIPES = {"current": "tensorwise", "delayed": "delayed"}
+"""tpopt stack fp8_recipe -> Megatron-Core fp8_recipe: per-tensor current scaling is "tensorwise"."""
+
+
+def megatron_environment(lp: LaunchPlan) -> dict[str, str]:
+    """The environment variables Megatron-LM's validate_args requires of the plan's launch: with tensor or
+    context parallelism and no Megatron-FSDP, ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (arguments.py asserts it before
+    Blackwell, so that communication kernels are queued in issue order); Megatron-FSDP asserts it is not 1 (left
+    unset: nothing to export)."""
+    fsdp = lp.zero_stage in (2, 3)
+    if not fsdp and ((lp.tp or 1) > 1 or (lp.cp or 1) > 1):
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    return {}
 
 
 MEGATRON_PRECISION: dict[str, tuple[tuple[str, object], ...]] = {
@@ -308,9 +368,11 @@ MEGATRON_NAMES = {"virtual_stages": "num_virtual_stages_per_pipeline_rank",
                   "last_stage_layers": "decoder_last_pipeline_num_layers"}
 
 
-def megatron_values(lp: LaunchPlan, moe: bool) -> dict[str, object]:
+def megatron_values(lp: LaunchPlan, moe: bool, stack: StackProfile | None = None) -> dict[str, object]:
     """Megatron-LM argument -> value (True: a store_true flag)."""
-    pairs = _megatron_like("megatron", lp, moe) + _precision("megatron", lp, MEGATRON_PRECISION)
+    pairs = _megatron_like("megatron", lp, moe, stack) + _precision("megatron", lp, MEGATRON_PRECISION)
+    pairs += _fp8_recipe("megatron", lp, stack)
+    pairs += [("save", CHECKPOINT_DIR), ("load", CHECKPOINT_DIR)]
     return {"--" + MEGATRON_NAMES.get(k, k).replace("_", "-"): v for k, v in pairs}
 
 
@@ -321,22 +383,59 @@ def _header(fmt: str, title: str, summary: str, prefix: str = "# ") -> list[str]
             f"{prefix}as transcribed in catalogs/frameworks/{SCHEMA_FILES[fmt]}"]
 
 
-def megatron_text(lp: LaunchPlan, moe: bool, summary: str) -> str:
-    values = megatron_values(lp, moe)
+CHECKPOINT_DIR = "${CHECKPOINT_DIR}"
+"""The checkpoint directory placeholder of the Megatron-LM export (the shell expands it; the text stops
+early when it is unset)."""
+
+
+def _fp8_recipe(fmt: str, lp: LaunchPlan, stack: StackProfile | None) -> list[tuple[str, object]]:
+    """The FP8 scaling recipe the step-time model assumed (the stack's fp8_recipe), for an FP8 plan."""
+    if lp.precision != "fp8-mixed":
+        return []
+    recipe = (stack or StackProfile()).fp8_recipe
+    if recipe not in MEGATRON_FP8_RECIPES:
+        raise _unsupported(fmt, f"FP8 scaling {recipe!r}", f"mapped recipes are {', '.join(MEGATRON_FP8_RECIPES)}")
+    return [("fp8_recipe", MEGATRON_FP8_RECIPES[recipe])]
+
+
+def _megatron_env_lines(lp: LaunchPlan) -> list[str]:
+    """Shell lines setting what :func:`megatron_environment` requires (and unsetting what Megatron-FSDP forbids)."""
+    env = megatron_environment(lp)
+    lines = [f"export {k}={v}  # required by Megatron-LM validate_args with TP / CP (arguments.py)"
+             for k, v in env.items()]
+    if lp.zero_stage in (2, 3):
+        lines.append("unset CUDA_DEVICE_MAX_CONNECTIONS  # Megatron-FSDP asserts it is not 1 (arguments.py)")
+    return lines
+
+
+def megatron_text(lp: LaunchPlan, moe: bool, summary: str, stack: StackProfile | None = None) -> str:
+    values = megatron_values(lp, moe, stack)
     validate("megatron", values)
     la = schema("megatron").launcher
     lines = _header("megatron", "Megatron-LM arguments", summary)
-    lines += ["# the model, data, optimizer and tokenizer arguments come from your own script:",
+    lines += [f"# validated with Megatron-LM's own parse_args + validate_args at {VALIDATED_WITH}",
+              "# the model, data, optimizer and tokenizer arguments come from your own script:",
               f"# launch: torchrun {la['nodes']} {lp.nodes} {la['per_node']} {lp.cards_per_node} pretrain_gpt.py "
-              '"${TPOPT_ARGS[@]}" ...', "TPOPT_ARGS=("]
+              '"${TPOPT_ARGS[@]}" ...']
+    lines += _megatron_env_lines(lp)
+    mode = "asynchronously" if lp.save_mode == "async" else "synchronously"
+    lines += [f"# checkpoints: saved {mode} every {lp.save_interval_steps} steps (the plan's interval) into and "
+              "resumed from CHECKPOINT_DIR",
+              ': "${CHECKPOINT_DIR:?set CHECKPOINT_DIR to the checkpoint directory}"', "TPOPT_ARGS=("]
     for k, v in values.items():
         if v is True:
             lines.append(f"    {k}")
         elif isinstance(v, list):
             lines.append(f"    {k} {' '.join(v)}")
+        elif v == CHECKPOINT_DIR:
+            lines.append(f'    {k} "{v}"')
         else:
             lines.append(f"    {k} {_scalar(v)}")
     return "\n".join(lines + [")"]) + "\n"
+
+
+VALIDATED_WITH = "megatron-core 0.18.0 (PyPI)"
+"""Where the Megatron exports are checked (tests/test_export_megatron_run.py, the ``frameworks`` extra)."""
 
 
 def _scalar(v: object) -> str:
@@ -425,7 +524,9 @@ def _from_megatron_like(g: Mapping[str, Any], nodes: int | None, per: int | None
         flash_attention=g.get("attention_backend") == "flash",
         first_stage_layers=int(g.get("first_stage_layers", 0)), last_stage_layers=int(g.get("last_stage_layers", 0)),
         seq_len=int(g["seq_length"]), precision=precision, train_iters=int(g["train_iters"]),
-        save_interval_steps=int(g["save_interval"]), save_mode="async" if g.get("async_save") else "sync")
+        save_interval_steps=int(g["save_interval"]), save_mode="async" if g.get("async_save") else "sync",
+        stage_layout=_layout_stages(str(g["pipeline_model_parallel_layout"]))
+        if g.get("pipeline_model_parallel_layout") else ())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -438,10 +539,14 @@ BRIDGE_FIELDS = {
     "virtual_stages": "model.virtual_pipeline_model_parallel_size",
     "first_stage_layers": "model.num_layers_in_first_pipeline_stage",
     "last_stage_layers": "model.num_layers_in_last_pipeline_stage",
+    "pipeline_model_parallel_layout": "model.pipeline_model_parallel_layout",
     "expert_model_parallel_size": "model.expert_model_parallel_size",
     "expert_tensor_parallel_size": "model.expert_tensor_parallel_size",
     "moe_expert_capacity_factor": "model.moe_expert_capacity_factor",
     "moe_pad_expert_input_to_capacity": "model.moe_pad_expert_input_to_capacity",
+    "moe_token_dispatcher_type": "model.moe_token_dispatcher_type",
+    "moe_flex_dispatcher_backend": "model.moe_flex_dispatcher_backend",
+    "moe_grouped_gemm": "model.moe_grouped_gemm",
     "sequence_parallel": "model.sequence_parallel",
     "recompute_granularity": "model.recompute_granularity",
     "recompute_method": "model.recompute_method",
@@ -454,56 +559,114 @@ BRIDGE_FIELDS = {
     "train_iters": "train.train_iters",
     "use_megatron_fsdp": "ddp.use_megatron_fsdp",
     "data_parallel_sharding_strategy": "ddp.data_parallel_sharding_strategy",
+    "overlap_grad_reduce": "ddp.overlap_grad_reduce",
+    "overlap_param_gather": "ddp.overlap_param_gather",
     "optimizer_cpu_offload": "optimizer.optimizer_cpu_offload",
     "optimizer_offload_fraction": "optimizer.optimizer_offload_fraction",
     "use_precision_aware_optimizer": "optimizer.use_precision_aware_optimizer",
     "ckpt_format": "checkpoint.ckpt_format",
     "save_interval": "checkpoint.save_interval",
     "async_save": "checkpoint.async_save",
+    "use_persistent_ckpt_worker": "checkpoint.use_persistent_ckpt_worker",
 }
 """Megatron-Core setting -> ConfigContainer field. The distributed optimizer is set in both ddp and optimizer."""
-BRIDGE_PRECISION: dict[str, tuple[tuple[str, object], ...]] = {
-    "bf16-mixed": (("mixed_precision.bf16", True), ("mixed_precision.grad_reduce_in_fp32", False)),
-    "bf16-mixed-fp32-grad": (("mixed_precision.bf16", True), ("mixed_precision.grad_reduce_in_fp32", True)),
-    "fp8-mixed": (("mixed_precision.bf16", True), ("mixed_precision.grad_reduce_in_fp32", False),
-                  ("mixed_precision.fp8", "hybrid")),
-    "fp16-mixed-fp32-grad": (("mixed_precision.fp16", True), ("mixed_precision.grad_reduce_in_fp32", True)),
+BRIDGE_OFF: dict[str, object] = {
+    "model.sequence_parallel": False,
+    "model.virtual_pipeline_model_parallel_size": None,
+    "model.num_layers_in_first_pipeline_stage": None,
+    "model.num_layers_in_last_pipeline_stage": None,
+    "model.recompute_granularity": None,
+    "model.recompute_method": None,
+    "model.recompute_num_layers": None,
+    "ddp.use_distributed_optimizer": False,
+    "optimizer.use_distributed_optimizer": False,
+    "ddp.use_megatron_fsdp": False,
+    "ddp.overlap_grad_reduce": False,
+    "ddp.overlap_param_gather": False,
+    "optimizer.optimizer_cpu_offload": False,
+    "optimizer.use_precision_aware_optimizer": False,
+    "checkpoint.ckpt_format": "torch_dist",
+    "checkpoint.async_save": False,
+    "checkpoint.use_persistent_ckpt_worker": False,
 }
-"""tpopt precision -> MixedPrecisionConfig fields (the recipe's mixed_precision must be a MixedPrecisionConfig,
-as the recipe functions build it, not a recipe name)."""
+"""What a recipe may have switched on and the plan has off: written explicitly (Hydra ``null`` = None), so the
+recipe's own values cannot survive (a recipe's full recompute on a no-recompute plan, its distributed optimizer
+on ZeRO-0)."""
+BRIDGE_OFF_MOE: dict[str, object] = {"model.moe_expert_capacity_factor": None,
+                                     "model.moe_pad_expert_input_to_capacity": False}
+"""The same for a MoE model's dropless plan."""
+BRIDGE_PRECISION: dict[tuple[str, str], str] = {
+    ("bf16-mixed", ""): "bf16_mixed",
+    ("bf16-mixed-fp32-grad", ""): "bf16_mixed",
+    ("fp8-mixed", "current"): "bf16_with_fp8_current_scaling_mixed",
+    ("fp8-mixed", "delayed"): "bf16_with_fp8_delayed_scaling_mixed",
+}
+"""(tpopt precision, the stack's FP8 scaling) -> Megatron-Bridge mixed-precision recipe name
+(src/megatron/bridge/training/mixed_precision.py): recipes hold ``mixed_precision`` as such a name, which a
+field override (``mixed_precision.bf16=true``) cannot enter. Bridge's BF16 recipes reduce gradients in FP32
+(grad_reduce_in_fp32 = True) and overwrite the DDP setting at setup: stated in the export where the plan
+assumed BF16 gradients."""
+BRIDGE_FP32_GRADS = ("bf16-mixed-fp32-grad",)
+"""The tpopt precisions whose gradients Bridge's recipes reduce as the plan assumed (FP32)."""
 
 
-def nemo_values(lp: LaunchPlan, moe: bool) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for k, v in _megatron_like("nemo", lp, moe):
+def _bridge_precision(lp: LaunchPlan, stack: StackProfile | None) -> str:
+    scaling = (stack or StackProfile()).fp8_recipe if lp.precision == "fp8-mixed" else ""
+    name = BRIDGE_PRECISION.get((str(lp.precision), scaling))
+    if name is None:
+        raise _unsupported("nemo", f"precision {lp.precision}" + (f" with {scaling} FP8 scaling" if scaling else ""),
+                           "mapped recipes are " + ", ".join(sorted({p for p, _ in BRIDGE_PRECISION})))
+    return name
+
+
+def nemo_values(lp: LaunchPlan, moe: bool, stack: StackProfile | None = None) -> dict[str, object]:
+    out: dict[str, object] = dict(BRIDGE_OFF, **(BRIDGE_OFF_MOE if moe else {}))
+    if lp.pp and lp.pp > 1:  # a recipe's own layout (DeepSeek-V3's) would override the stage split
+        out["model.pipeline_model_parallel_layout"] = None
+    for k, v in _megatron_like("nemo", lp, moe, stack):
         if k == "use_distributed_optimizer":
             out["ddp.use_distributed_optimizer"] = v
             out["optimizer.use_distributed_optimizer"] = v
         else:
             out[BRIDGE_FIELDS[k]] = v
-    out.update(_precision("nemo", lp, BRIDGE_PRECISION))
+    if lp.zero_stage in (2, 3):  # Megatron-FSDP runs on the distributed optimizer (Bridge switches it on)
+        out["ddp.use_distributed_optimizer"] = out["optimizer.use_distributed_optimizer"] = True
+    out["dataset.sequence_length"] = lp.seq_len  # ConfigContainer.validate asserts it equals model.seq_length
+    out["mixed_precision"] = _bridge_precision(lp, stack)
     return out
 
 
 def _hydra(v: object) -> str:
+    if v is None:
+        return "null"
     if isinstance(v, list):
         return "[" + ",".join(v) + "]"
     return _scalar(v)
 
 
-def nemo_text(lp: LaunchPlan, moe: bool, summary: str) -> str:
-    values = nemo_values(lp, moe)
-    validate("nemo", values)
+NEMO_PRECISION_NOTE = "# tpopt precision: "
+
+
+def nemo_text(lp: LaunchPlan, moe: bool, summary: str, stack: StackProfile | None = None) -> str:
+    values = nemo_values(lp, moe, stack)
+    validate("nemo", {k: v for k, v in values.items() if v is not None})
     la = schema("megatron").launcher
     lines = _header("nemo", "NeMo Megatron-Bridge recipe overrides (Hydra syntax)", summary)
     lines += ["# pass them after your recipe script; the recipe supplies the model, data and optimizer:",
               f"# launch: torchrun {la['nodes']} {lp.nodes} {la['per_node']} {lp.cards_per_node} <recipe script> "
               "<these overrides>"]
+    lines += [f"# environment: {line}" for line in _megatron_env_lines(lp)]
+    lines.append(f"{NEMO_PRECISION_NOTE}{lp.precision}")
+    if lp.precision not in BRIDGE_FP32_GRADS:
+        lines.append(f"# gradients: Bridge's {values['mixed_precision']} reduces them in FP32 (4 B/param); the plan "
+                     "assumed BF16 (2 B/param): evaluate it with bf16-mixed-fp32-grad to check it still fits")
     lines += [f"{k}={_hydra(v)}" for k, v in values.items()]
     return "\n".join(lines) + "\n"
 
 
 def _hydra_value(text: str, typ: str) -> object:
+    if text == "null":
+        return None
     if typ == "list":
         return [x for x in text.strip("[]").split(",") if x]
     if typ == "bool":
@@ -518,21 +681,24 @@ def _hydra_value(text: str, typ: str) -> object:
 def parse_nemo(text: str, layers: int) -> LaunchPlan:
     sch = schema("nemo")
     values = {}
+    precision = None
     for line in text.splitlines():
+        if line.startswith(NEMO_PRECISION_NOTE):
+            precision = line[len(NEMO_PRECISION_NOTE):].strip()
         if line.startswith("#") or "=" not in line:
             continue
         k, v = line.split("=", 1)
         values[k] = _hydra_value(v, sch.args[k]["type"])
     inverse = {v: k for k, v in BRIDGE_FIELDS.items()}
-    g: dict[str, object] = {inverse[k]: v for k, v in values.items() if k in inverse}
+    g: dict[str, object] = {inverse[k]: v for k, v in values.items()
+                            if k in inverse and v is not None and v is not False}
     if values.get("ddp.use_distributed_optimizer"):
         g["use_distributed_optimizer"] = True
-    prec = {k: v for k, v in values.items() if k.startswith("mixed_precision.")}
-    name = next((n for n, pairs in BRIDGE_PRECISION.items() if dict(pairs) == prec), None)
-    if name is None:
-        raise ExportError(f"nemo: no tpopt precision has the settings {prec}")
+    name = values.get("mixed_precision")
+    if precision is None or all(name != v for (p, _), v in BRIDGE_PRECISION.items() if p == precision):
+        raise ExportError(f"nemo: no tpopt precision has the recipe {name!r} ({precision})")
     nodes, per = _launch_line(text)
-    return _from_megatron_like(g, nodes, per, name)
+    return _from_megatron_like(g, nodes, per, precision)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -759,13 +925,13 @@ def export_text(fmt: str, sc: Scenario, ev: Evaluation) -> str:
     """The plan as ``fmt``'s launch configuration (validated against the transcribed schema)."""
     if fmt not in FORMATS:
         raise InputError(f"export format {fmt!r} unknown (use one of: {', '.join(FORMATS)})")
-    lp = launch_plan(sc, ev)
+    lp = launch_plan(sc, ev, layout=fmt in ("megatron", "nemo"))
     moe = sc.model.moe
     summary = summary_of(sc, lp, ev.plan.accelerator)
     if fmt == "megatron":
-        return megatron_text(lp, moe, summary)
+        return megatron_text(lp, moe, summary, sc.stack)
     if fmt == "nemo":
-        return nemo_text(lp, moe, summary)
+        return nemo_text(lp, moe, summary, sc.stack)
     if fmt == "torchtitan":
         return torchtitan_text(lp, moe, summary, sc.model.layers)
     return deepspeed_text(lp, moe, summary)

@@ -571,6 +571,33 @@ def market_infeasible_lines(out: dict[str, Any]) -> list[str]:
     return lines
 
 
+def watts_text(w: float) -> str:
+    """A power in the unit that fits: W below 1 kW, kW below 1 MW, then MW (a 40 kW cap is "40.0 kW")."""
+    if abs(w) >= 1e6:
+        return f"{w / 1e6:,.2f} MW"
+    if abs(w) >= 1e3:
+        return f"{w / 1e3:,.1f} kW"
+    return f"{w:,.0f} W"
+
+
+def energy_lines(w: dict[str, Any]) -> list[str]:
+    """The energy's cost and emissions at the offer's region (the market's [power] and energy.toml figures):
+    cost = MWh x 1,000 x USD/kWh, inside a rented card's price (stated, not added); tCO2e = MWh x gCO2e/kWh / 1,000."""
+    mwh, region = w["energy_mwh"], w.get("region", "the region")
+    if w.get("energy_cost") is None:
+        cost = f"no energy price for {region}"
+    else:
+        cost = (f"{_usd(w['energy_cost'])} USD at {w['energy_price_kwh']:g} USD/kWh (dated "
+                f"{w['energy_price_date']}: {w['energy_price_source']}; in the card-hour price, not added to the bill)")
+    if w.get("tco2e") is None:
+        carbon = f"no carbon figure for {region}"
+    else:
+        carbon = (f"{w['tco2e']:,.3g} tCO2e at {w['carbon_g_kwh']:g} gCO2e/kWh (dated {w['carbon_date']}: "
+                  f"{w['carbon_source']})")
+    return [f"Energy: {mwh:,.3g} MWh (site power x finish time, training draw for the whole run: an upper bound): "
+            f"{cost}; {carbon}"]
+
+
 def market_lines(out: dict[str, Any]) -> list[str]:
     """The market block under the plan line: the offer used (price, terms, date, source, notes), the spot
     figures, then each offer's best plan."""
@@ -597,10 +624,14 @@ def market_lines(out: dict[str, Any]) -> list[str]:
             verdict = "binds: without it a better plan exists" if w["binding"] else "does not bind"
             if w["binding"] is None:
                 verdict = "not decided (time limit reached)"
-            cap = f"; site cap {w['cap_mw']:,.1f} MW ({w['cap_cards']:,} cards), {verdict}"
-        lines.append(f"Power: {w['site_mw']:,.2f} MW at the site ({w['it_mw']:,.2f} MW IT x PUE {w['pue']:g}; "
-                     f"{w['card_w']:g} W per card, {w['host_overhead_w']:g} W per host); energy "
+            cap = f"; site cap {watts_text(w['cap_mw'] * 1e6)} ({w['cap_cards']:,} cards), {verdict}"
+        lines.append(f"Power: {watts_text(w['site_mw'] * 1e6)} at the site ({watts_text(w['it_mw'] * 1e6)} IT x PUE "
+                     f"{w['pue']:g}; {w['card_w']:g} W per card, {w['host_overhead_w']:g} W per host); energy "
                      f"{w['energy_mwh']:,.1f} MWh over the run{cap}")
+        lines += energy_lines(w)
+    elif m.get("power", 0) is None:
+        lines.append(f"Power: no power figure for {o['accelerator']} (energy and tCO2e not reported; add a "
+                     f"[power.{o['accelerator']}] table to offers.toml)")
     c = m.get("checkpoints")
     if c:
         lines += checkpoint_cost_lines(c)

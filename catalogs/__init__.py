@@ -17,7 +17,7 @@ from typing import Any
 from tpopt.catalogs.architectures import ARCH_INT_MAX, MODEL_KEYS, arch_int, build_model
 from tpopt.catalogs.declare import read_entry
 from tpopt.catalogs.entry_keys import AcceleratorKeys, LinkKeys, NicKeys, PerfKeys, StorageKeys
-from tpopt.catalogs.market import Market, load_market
+from tpopt.catalogs.market import Market, list_price_offers, load_market
 from tpopt.catalogs.tables import (
     MAX_INPUT_BYTES,
     check_keys,
@@ -255,6 +255,11 @@ def load_catalog(extra_dirs: Sequence[str | PathLike[str]] = ()) -> Catalog:
     for name, t in raw["models"].items():
         cat.models[name] = build_model(name, t)
     cat.market = load_market(extra_dirs, set(cat.accelerators))
+    cat.market.offers.update(list_price_offers(cat.market, {
+        k: (a.price_card_hour, str(raw["accelerators"][k]["price_date"]), a.sources.get("price_card_hour", ""),
+            a.cards_per_host)
+        for k, a in cat.accelerators.items() if a.price_card_hour is not None
+        and raw["accelerators"][k].get("price_date")}))
     perf = raw["performance"]
     default = build_perf("default", perf["default"]) if "default" in perf else PerfParams(name="default")
     cat.performance["default"] = default

@@ -4,10 +4,13 @@
 and offers replace built-in entries of the same name. Every bad offer is one :class:`InputError` line
 (negative price, unknown region or accelerator, missing date, no cards available).
 
-``from_skypilot(path, ...)`` reads a SkyPilot catalog ``vms.csv`` (schema: InstanceType, AcceleratorName,
-AcceleratorCount, Region, AvailabilityZone, Price, SpotPrice; prices per instance-hour) into the same
-offers: one on-demand offer per (instance, region) and one spot offer where SpotPrice is given (the zone's
-lowest, as SkyPilot's own ``get_hourly_cost`` takes it), priced per card-hour = price / AcceleratorCount.
+``read_skypilot(path, ...)`` reads a SkyPilot catalog ``vms.csv`` (schema: InstanceType, AcceleratorName,
+AcceleratorCount, vCPUs, MemoryGiB, GpuInfo, Price, SpotPrice, Region, AvailabilityZone; prices per
+instance-hour) into the same offers: SkyPilot's accelerator names map to catalog entries by default
+(:data:`SKYPILOT_NAMES`, the GpuInfo memory telling two parts of one name apart), one on-demand offer per
+(region, accelerator) and one spot offer where SpotPrice is given (the zones' lowest by default, as SkyPilot's
+own ``get_hourly_cost`` takes it, or their median), priced per card-hour = price / AcceleratorCount; CPU rows
+and unknown accelerators are counted and named (:meth:`SkyPilotImport.skipped_line`).
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ from typing import Any, ClassVar, NamedTuple
 from tpopt.catalogs.declare import Kind, duration, key, number, quantity, raw, read_entry, whole
 from tpopt.catalogs.tables import check_keys, csv_rows, loads_toml, read_text_capped
 from tpopt.errors import InputError
-from tpopt.models.market import MARKETS, RESERVED, SPOT, Offer, Power, Storage, unique_ids
+from tpopt.models.market import MARKETS, RESERVED, SPOT, Energy, Offer, Power, Storage, unique_ids
 from tpopt.models.units import HOUR, parse_duration, parse_int, parse_number
 
 BUILTIN = Path(__file__).resolve().parent / "offers.toml"
 FILE = "offers.toml"
+ENERGY_FILE = "energy.toml"
 _DATE = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?$")
 SKYPILOT_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "Region", "Price", "SpotPrice")
 
@@ -40,6 +44,7 @@ class Market:
     pue: dict[str, tuple[float, str]] = field(default_factory=dict)  # "provider/region" -> (PUE, source)
     power: dict[str, Power] = field(default_factory=dict)  # accelerator -> power
     storage: dict[str, Storage] = field(default_factory=dict)  # "provider/region" -> checkpoint storage, egress
+    energy: dict[str, Energy] = field(default_factory=dict)  # "provider/region" -> energy price, carbon intensity
     as_of: str = ""
     preempt_per_card_hour: float = 0.0
     preempt_source: str = ""
@@ -185,6 +190,7 @@ def build_offer(name: str, t: dict[str, Any], market: Market, accelerators: set[
                                         else k.preempt_per_card_hour) if spot else 0.0,
                  pue=pue, pue_source=pue_source, power=market.power.get(k.accelerator),
                  storage=market.storage.get(f"{k.provider}/{k.region}"),
+                 energy=market.energy.get(f"{k.provider}/{k.region}"),
                  preempt_source=(str(market.preempt_source) if k.preempt_source is None else k.preempt_source)
                  if spot else "",
                  reacquire_s=(market.reacquire_s if k.reacquire is None else k.reacquire) if spot else 0.0)
@@ -276,6 +282,51 @@ class PowerKeys:
     notes: Any = key(raw("text"), help="free text")
 
 
+def _energy_date(value: Any, what: str, _context: Any) -> str:
+    return check_date(value, what)
+
+
+ENERGY_DATE = Kind(_energy_date, "YYYY-MM or YYYY-MM-DD")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class EnergyKeys:
+    """One ``[energy."PROVIDER/REGION"]`` table of energy.toml: every figure optional, each dated and sourced."""
+
+    price_kwh: float | None = key(number(), help="USD per kWh the site pays")
+    price_date: str = key(ENERGY_DATE, "2000-01", help="when the price held")
+    price_source: str = key(WORDS, "", help="where the price comes from")
+    carbon_g_kwh: float | None = key(number(), help="grid carbon intensity, gCO2e per kWh")
+    carbon_date: str = key(ENERGY_DATE, "2000-01", help="when the intensity held")
+    carbon_source: str = key(WORDS, "", help="where the intensity comes from")
+    notes: Any = key(raw("text"), help="free text")
+
+    RULES: ClassVar = (
+        ("price_source", lambda v: v["price_kwh"] is not None and not v["price_source"],
+         "{where}: price_kwh needs price_date and price_source"),
+        ("carbon_source", lambda v: v["carbon_g_kwh"] is not None and not v["carbon_source"],
+         "{where}: carbon_g_kwh needs carbon_date and carbon_source"),
+    )
+
+
+ENERGY_KEYS = tuple(f.name for f in fields(EnergyKeys))
+
+
+def build_energy(name: str, t: dict[str, Any], regions: dict[str, str]) -> Energy:
+    """One ``[energy."PROVIDER/REGION"]`` table of a market region, read as :class:`EnergyKeys` declares it."""
+    where = f"energy {name}"
+    check_keys(t, ENERGY_KEYS, where)
+    if name not in regions:
+        raise InputError(f"{where}: unknown region {name} (known: {', '.join(sorted(regions))})")
+    for value, date in (("price_kwh", "price_date"), ("carbon_g_kwh", "carbon_date")):
+        if value in t and date not in t:
+            raise InputError(f"{where}: {value} needs {date} and its source")
+    k: EnergyKeys = read_entry(EnergyKeys, t, where)
+    return Energy(price_kwh=k.price_kwh, price_date=k.price_date if k.price_kwh is not None else "",
+                  price_source=k.price_source, carbon_g_kwh=k.carbon_g_kwh,
+                  carbon_date=k.carbon_date if k.carbon_g_kwh is not None else "", carbon_source=k.carbon_source)
+
+
 DEFAULT_KEYS = tuple(f.name for f in fields(DefaultKeys))
 STORAGE_KEYS = tuple(f.name for f in fields(StoragePriceKeys))
 REGION_KEYS = tuple(f.name for f in fields(RegionKeys)) + STORAGE_KEYS
@@ -292,6 +343,12 @@ def load_market(extra_dirs: Sequence[str | PathLike[str]] = (), accelerators: se
     offers: dict[str, dict[str, Any]] = {}
     defaults: dict[str, Any] = {}
     power: dict[str, dict[str, Any]] = {}
+    energy: dict[str, dict[str, Any]] = {}
+    for p in [BUILTIN.parent / ENERGY_FILE] + [Path(d) / ENERGY_FILE for d in extra_dirs]:
+        if p.exists():
+            data = _read(p)
+            check_keys(data, ("energy",), str(p))
+            energy.update(data.get("energy", {}))
     as_of = ""
     for p in [BUILTIN] + [Path(d) / FILE for d in extra_dirs]:
         if not p.exists():
@@ -324,49 +381,204 @@ def load_market(extra_dirs: Sequence[str | PathLike[str]] = (), accelerators: se
         pw: PowerKeys = read_entry(PowerKeys, t, where)
         m.power[acc] = Power(board_w=pw.board_w, training_w=pw.training_w, host_overhead_w=pw.host_overhead_w,
                              source=pw.source)
+    for name, t in energy.items():
+        m.energy[name] = build_energy(name, t, m.regions)
     for name, t in offers.items():
         m.offers[name] = build_offer(name, t, m, accelerators)
     m.offers = unique_ids(m.offers)
     return m
 
 
+def grid_carbon(market: Market, region: str | None) -> tuple[float, str, float, str]:
+    """(gCO2e per kWh, its source, the region's PUE, the PUE's source) of an energy.toml region with a carbon
+    figure, for ``sweep --pareto carbon --grid REGION``; one InputError line otherwise."""
+    known = sorted(k for k, e in market.energy.items() if e.carbon_g_kwh is not None)
+    e = market.energy.get(region or "")
+    if e is None or e.carbon_g_kwh is None:
+        raise InputError(f"--pareto carbon needs --grid PROVIDER/REGION with a carbon figure in energy.toml "
+                         f"(got {region!r}; known: {', '.join(known)})")
+    pue, pue_source = market.pue.get(str(region), market.default_pue)
+    return e.carbon_g_kwh, f"dated {e.carbon_date}: {e.carbon_source}", pue, pue_source
+
+
+LIST_REGION = "list/catalog"
+LIST_AVAILABLE = 1024
+
+
+def list_price_offers(market: Market, prices: dict[str, tuple[float, str, str, int]]) -> dict[str, Offer]:
+    """An on-demand offer at the catalog's indicative price (accelerators.toml ``price_card_hour``) for every
+    accelerator of ``prices`` (name -> price, price_date, its source, cards per host) that has no offer in
+    ``market``: ``--hw all`` then means every accelerator with an offer or a catalog price. Each is flagged
+    illustrative (a list price, not a quote), at region ``list/catalog``, with LIST_AVAILABLE cards
+    (assumption: illustrative)."""
+    have = {o.accelerator for o in market.offers.values()}
+    market.regions.setdefault(LIST_REGION, "accelerators.toml: the catalog's indicative list prices (no site)")
+    out: dict[str, Offer] = {}
+    for acc, (price, date, source, cards) in prices.items():
+        if acc in have:
+            continue
+        t = {"provider": "list", "region": "catalog", "accelerator": acc, "cards_per_host": cards,
+             "market": "on-demand", "price_card_hour": price, "available": LIST_AVAILABLE, "date": date,
+             "illustrative": True,
+             "source": f"assumption: illustrative: the catalog's list price (accelerators.toml: {source}); "
+                       f"available: assumption: illustrative"}
+        out[f"list-{acc}"] = build_offer(f"list-{acc}", t, market, None)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # SkyPilot catalog (vms.csv)
 
 
-def from_skypilot(path: str | Path, provider: str, date: str, names: dict[str, str], market: Market,
-                  available: int, accelerators: set[str] | None = None) -> dict[str, Offer]:
-    """Offers of a SkyPilot ``vms.csv``: ``names`` maps AcceleratorName to catalog accelerators (rows of
-    other accelerators are skipped); every region met is added to ``market.regions``."""
+SKYPILOT_NAMES: dict[str, tuple[str, ...]] = {
+    "H100": ("h100-sxm", "h100-96gb-hbm2e"), "H100-MEGA": ("h100-sxm",), "H100-NVL": ("h100-nvl",),
+    "H200": ("h200",), "H200-NVL": ("h200-nvl",), "H20": ("h20",), "H800": ("h800",),
+    "A100": ("a100-40gb-sxm", "a100-80gb-sxm"), "A100-80GB": ("a100-80gb-sxm",), "A800": ("a800-80gb-sxm",),
+    "B200": ("b200",), "B300": ("b300",), "GB200": ("gb200-nvl72",), "GB300": ("gb300-nvl72",),
+    "L40S": ("l40s",), "RTX4090": ("rtx4090",), "RTX5090": ("rtx5090",),
+    "MI250X": ("mi250x",), "MI300X": ("mi300x",), "MI325X": ("mi325x",), "MI355X": ("mi355x",), "Gaudi3": ("gaudi3",),
+}
+"""SkyPilot's AcceleratorName -> catalog accelerators, the first the default; a name that covers two parts
+(``A100``: 40 GB or 80 GB; ``H100``: 80 GB or 96 GB) is told apart by the GpuInfo memory per GPU. An
+instance type that says ``pcie`` (Lambda's ``gpu_1x_h100_pcie``) takes the PCIe part of the same memory."""
+
+PCIE_PARTS = {"h100-sxm": "h100-pcie", "a100-40gb-sxm": "a100-40gb-pcie", "a100-80gb-sxm": "a100-80gb-pcie"}
+ZONE_REDUCTIONS = ("min", "median")
+_GPU_MIB = re.compile(r"[\'\"]SizeInMiB[\'\"]\s*:\s*([0-9.]+)")
+MIB = 2**20
+
+
+def gpu_memory_bytes(gpu_info: str) -> float | None:
+    """Bytes per GPU in a SkyPilot ``GpuInfo`` (a Python-literal dict: ``{'Gpus': [{'Name': 'H100', ...,
+    'MemoryInfo': {'SizeInMiB': 81920}}], ...}``); None when it states none (a bare name, an empty field)."""
+    m = _GPU_MIB.search(gpu_info or "")
+    return float(m.group(1)) * MIB if m else None
+
+
+def skypilot_accelerator(name: str, instance: str, gpu_info: str, names: dict[str, str],
+                         memory: dict[str, float]) -> str | None:
+    """The catalog accelerator of a SkyPilot row: ``names`` (``--map``) first, then :data:`SKYPILOT_NAMES`
+    (the candidate whose nominal memory is nearest the GpuInfo memory, within 15 %; the first without one),
+    then the lower-cased name if the catalog knows it; None: not a catalog accelerator."""
+    if name in names:
+        return names[name]
+    candidates = [c for c in SKYPILOT_NAMES.get(name, ()) if c in memory]
+    if not candidates:
+        return name.lower() if name.lower() in memory else None
+    pick = candidates[0]
+    per_gpu = gpu_memory_bytes(gpu_info)
+    if per_gpu is not None:
+        near = min(candidates, key=lambda c: abs(memory[c] - per_gpu))
+        if abs(memory[near] - per_gpu) <= 0.15 * memory[near]:
+            pick = near
+    pcie = PCIE_PARTS.get(pick)
+    return pcie if pcie in memory and "pcie" in instance.lower() else pick
+
+
+@dataclass
+class SkyPilotImport:
+    """The offers of a SkyPilot catalog and what was left out: CPU rows (no accelerator), rows of accelerators
+    the catalog does not know (name -> rows), rows with neither price."""
+
+    offers: dict[str, Offer]
+    cpu_rows: int = 0
+    unknown: dict[str, int] = field(default_factory=dict)
+    unpriced: int = 0
+    zone_price: str = "min"
+
+    def skipped_line(self) -> str:
+        """One line naming what the import skipped (empty when nothing was)."""
+        parts = []
+        if self.cpu_rows:
+            parts.append(f"{self.cpu_rows} CPU row{'s' * (self.cpu_rows != 1)} (no accelerator)")
+        if self.unknown:
+            n = sum(self.unknown.values())
+            names = ", ".join(f"{k} ({v})" for k, v in sorted(self.unknown.items()))
+            parts.append(f"{n} row{'s' * (n != 1)} of accelerators the catalog does not know: {names}")
+        if self.unpriced:
+            parts.append(f"{self.unpriced} row{'s' * (self.unpriced != 1)} with neither Price nor SpotPrice")
+        return f"skipped {'; '.join(parts)}" if parts else ""
+
+
+def _reduce(prices: list[float], how: str) -> float:
+    """The zones' prices of one instance in one region as one: their lowest (``min``, as SkyPilot's
+    ``get_hourly_cost`` takes it) or their median (``median``)."""
+    if how == "min":
+        return min(prices)
+    s, n = sorted(prices), len(prices)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def read_skypilot(path: str | Path, provider: str, date: str, names: dict[str, str], market: Market,
+                  available: int, memory: dict[str, float] | None = None, zone_price: str = "min",
+                  accelerators: set[str] | None = None) -> SkyPilotImport:
+    """Offers of a SkyPilot catalog CSV (``vms.csv``; columns InstanceType, AcceleratorName, AcceleratorCount,
+    vCPUs, MemoryGiB, GpuInfo, Price, SpotPrice, Region, AvailabilityZone; prices per instance-hour).
+
+    Each row's accelerator is :func:`skypilot_accelerator`'s (``memory``: the catalog's nominal bytes per
+    card); with ``memory`` None, ``names`` alone or the name lower-cased, kept when in ``accelerators``.
+    Per (instance, region, market) the zones' prices are reduced by ``zone_price`` (:func:`_reduce`); per
+    (region, accelerator, market) the instance with the lowest price per card-hour (price /
+    AcceleratorCount) gives the offer. A row without SpotPrice gives no spot offer (and without Price no
+    on-demand one); every region met is added to ``market.regions``."""
+    if zone_price not in ZONE_REDUCTIONS:
+        raise InputError(f"--zone-price {zone_price!r} unknown (use one of: {', '.join(ZONE_REDUCTIONS)})")
     text = read_text_capped(path, "SkyPilot catalog")
     rows = csv_rows(text.splitlines(), str(path))
     if not rows or any(c not in rows[0] for c in SKYPILOT_COLUMNS):
         raise InputError(f"{path}: a SkyPilot vms.csv needs the columns {', '.join(SKYPILOT_COLUMNS)}")
     check_date(date, "--date")
-    best: dict[tuple[str, str, str], float] = {}
-    count: dict[tuple[str, str, str], int] = {}
+    out = SkyPilotImport(offers={}, zone_price=zone_price)
+    zones: dict[tuple[str, str, str, str], list[float]] = {}
+    count: dict[tuple[str, str, str, str], int] = {}
     for i, r in enumerate(rows, start=2):
-        acc = names.get(r["AcceleratorName"], r["AcceleratorName"].lower())
-        if accelerators is not None and acc not in accelerators:
+        name = (r["AcceleratorName"] or "").strip()
+        if not name:
+            out.cpu_rows += 1
+            continue
+        if memory is None:
+            acc: str | None = names.get(name, name.lower())
+            acc = acc if accelerators is None or acc in accelerators else None
+        else:
+            acc = skypilot_accelerator(name, r["InstanceType"] or "", r.get("GpuInfo") or "", names, memory)
+        if acc is None:
+            out.unknown[name] = out.unknown.get(name, 0) + 1
             continue
         where = f"{path}:{i}"
         n = parse_int(r["AcceleratorCount"] or 0, f"{where} AcceleratorCount", minimum=1)
+        if not r["Price"] and not r["SpotPrice"]:
+            out.unpriced += 1
+            continue
         for kind, col in (("on-demand", "Price"), (SPOT, "SpotPrice")):
             if not r[col]:
                 continue
-            price = parse_number(r[col], f"{where} {col}") / n
-            k = (r["Region"], acc, kind)
-            if k not in best or price < best[k]:
-                best[k], count[k] = price, n
-    out: dict[str, Offer] = {}
-    for (region, acc, kind), price in sorted(best.items()):
+            k = (r["Region"], acc, kind, r["InstanceType"])
+            zones.setdefault(k, []).append(parse_number(r[col], f"{where} {col}") / n)
+            count[k] = n
+    best: dict[tuple[str, str, str], tuple[float, int]] = {}
+    for (region, acc, kind, inst), prices in zones.items():
+        price = _reduce(prices, zone_price)
+        k3 = (region, acc, kind)
+        if k3 not in best or price < best[k3][0]:
+            best[k3] = (price, count[(region, acc, kind, inst)])
+    known = set(memory) if memory is not None else accelerators
+    for (region, acc, kind), (price, cards) in sorted(best.items()):
         market.regions.setdefault(f"{provider}/{region}", f"SkyPilot catalog {Path(path).name}")
-        t = {"provider": provider, "region": region, "accelerator": acc, "cards_per_host": count[(region, acc, kind)],
+        t = {"provider": provider, "region": region, "accelerator": acc, "cards_per_host": cards,
              "market": kind, "price_card_hour": price, "available": available, "date": date,
-             "source": f"SkyPilot catalog {Path(path).name} ({provider}, price per instance-hour / cards)"}
-        o = build_offer(f"{provider}-{region}-{acc}-{kind}", t, market, accelerators)
-        out[o.id] = o
+             "source": f"SkyPilot catalog {Path(path).name} ({provider}, price per instance-hour / cards, "
+                       f"zones' {'lowest' if zone_price == 'min' else 'median'})"}
+        o = build_offer(f"{provider}-{region}-{acc}-{kind}", t, market, known)
+        out.offers[o.id] = o
     return out
+
+
+def from_skypilot(path: str | Path, provider: str, date: str, names: dict[str, str], market: Market,
+                  available: int, accelerators: set[str] | None = None) -> dict[str, Offer]:
+    """Offers of a SkyPilot ``vms.csv`` under ``names`` alone (no default names): a row's accelerator is
+    ``names[AcceleratorName]`` or the name lower-cased; rows whose accelerator is not in ``accelerators``
+    (None: any) are skipped. :func:`read_skypilot` maps SkyPilot's own names."""
+    return read_skypilot(path, provider, date, names, market, available, None, accelerators=accelerators).offers
 
 
 def offer_toml(name: str, o: Offer) -> str:
@@ -391,4 +603,6 @@ def with_regions(market: Market, offers: dict[str, Offer]) -> Market:
 
 
 __all__ = ["Market", "load_market", "parse_power", "build_offer", "from_skypilot", "offer_toml", "check_date",
-           "with_regions", "SKYPILOT_COLUMNS"]
+           "with_regions", "SKYPILOT_COLUMNS", "SKYPILOT_NAMES", "SkyPilotImport", "read_skypilot",
+           "skypilot_accelerator", "gpu_memory_bytes", "ZONE_REDUCTIONS", "list_price_offers", "LIST_REGION",
+           "grid_carbon"]

@@ -251,7 +251,9 @@ def stack_comm_defaults(comm: CommKeys, stated: dict[str, Any], stack: StackProf
 
 
 def market_hardware(raw: dict[str, Any], cat: Catalog) -> dict[str, Any]:
-    """``hardware.accelerator = "all"`` (``--hw all``): every accelerator that has an offer, chosen by market."""
+    """``hardware.accelerator = "all"`` (``--hw all``): every accelerator that has an offer, chosen by market (a
+    card with only a catalog price has its list-price offer, flagged illustrative:
+    catalogs.market.list_price_offers)."""
     acc = raw["hardware"].get("accelerator")
     if acc not in ("all", ["all"]):
         return raw

@@ -117,11 +117,14 @@ def source_lines(rows: list[dict[str, Any]]) -> list[str]:
 @click.option("--date", help="import: when the CSV's prices were read (YYYY-MM[-DD]).")
 @click.option("--available", type=int, default=1024, show_default=True,
               help="import: cards available per offer (SkyPilot's catalog has no availability).")
-@click.option("--map", "names", multiple=True, help="import: SKYPILOT_NAME=catalog-accelerator (repeatable).")
+@click.option("--map", "names", multiple=True,
+              help="import: SKYPILOT_NAME=catalog-accelerator (repeatable; overrides the default map).")
+@click.option("--zone-price", type=click.Choice(["min", "median"]), default="min", show_default=True,
+              help="import: how a region's per-zone prices reduce to one (min: as SkyPilot's own cost).")
 @handle_errors
 def catalog(kind: str, catalog_dirs: tuple[str, ...], show_sources: bool, as_json: bool, hw: str | None,
             region: str | None, skypilot: str | None, provider: str, date: str | None, available: int,
-            names: tuple[str, ...]) -> None:
+            names: tuple[str, ...], zone_price: str) -> None:
     """List catalog entries: accelerators (default), models, links, storage, offers (the market: --hw, --region);
     import: print the offers.toml of a SkyPilot vms.csv (--skypilot, --date; redirect it into a --catalog DIR).
 
@@ -135,7 +138,7 @@ def catalog(kind: str, catalog_dirs: tuple[str, ...], show_sources: bool, as_jso
     if kind == "import":
         if not skypilot or not date:
             raise InputError("catalog import needs --skypilot vms.csv and --date YYYY-MM[-DD]")
-        return import_skypilot(catalog_dirs, skypilot, provider, date, available, names)
+        return import_skypilot(catalog_dirs, skypilot, provider, date, available, names, zone_price)
     rows = catalog_rows(load_catalog(catalog_dirs), kind)
     if as_json:
         click.echo(dump_json(rows), nl=False)

@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 
 from tpopt.catalogs import load_catalog
-from tpopt.catalogs.market import Market, from_skypilot, offer_toml
+from tpopt.catalogs.market import Market, offer_toml, read_skypilot
 from tpopt.cli.common import dump_json
 from tpopt.cli.render import console_text
 from tpopt.errors import InputError
@@ -55,8 +55,9 @@ def list_offers(catalog_dirs: tuple[str, ...], hw: str | None, region: str | Non
 
 
 def import_skypilot(catalog_dirs: tuple[str, ...], path: str, provider: str, date: str, available: int,
-                    names: tuple[str, ...]) -> None:
-    """Print the offers.toml of a SkyPilot vms.csv (regions and offers) to stdout."""
+                    names: tuple[str, ...], zone_price: str = "min") -> None:
+    """Print the offers.toml of a SkyPilot vms.csv (regions and offers) to stdout; SkyPilot's accelerator
+    names map to catalog entries by default (``--map`` overrides), and one stderr line names what was skipped."""
     cat = load_catalog(catalog_dirs)
     mapping = {}
     for m in names:
@@ -65,9 +66,14 @@ def import_skypilot(catalog_dirs: tuple[str, ...], path: str, provider: str, dat
         k, v = m.split("=", 1)
         mapping[k] = v
     market = Market(regions=dict(cat.market.regions), as_of=cat.market.as_of)
-    offers = from_skypilot(path, provider, date, mapping, market, available, set(cat.accelerators))
+    memory = {k: a.memory_nominal for k, a in cat.accelerators.items()}
+    imp = read_skypilot(path, provider, date, mapping, market, available, memory, zone_price)
+    offers = imp.offers
     if not offers:
-        raise InputError(f"{path}: no row of a catalog accelerator (map SkyPilot names with --map NAME=accelerator)")
+        raise InputError(f"{path}: no row of a catalog accelerator ({imp.skipped_line() or 'no rows'}; map "
+                         "SkyPilot names with --map NAME=accelerator)")
+    if imp.skipped_line():
+        click.echo(f"tpopt: {path}: {imp.skipped_line()}", err=True)
     regions = sorted({f"{o.provider}/{o.region}" for o in offers.values()})
     out = [f"# imported from the SkyPilot catalog {path} ({provider}, prices dated {date})", ""]
     out += [f'[region."{r}"]\nsource = "SkyPilot catalog {path}"\n' for r in regions]

@@ -23,6 +23,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from tpopt.catalogs.market import Market, grid_carbon
 from tpopt.cli.common import (
     CommandFn,
     SolverName,
@@ -43,6 +44,7 @@ from tpopt.cli.sweep_plots import plot_breakdown as draw
 from tpopt.cli.sweep_plots import plot_pareto
 from tpopt.errors import InputError
 from tpopt.files import write_atomic
+from tpopt.models.market import tonnes_co2e
 from tpopt.optimizer import backends
 from tpopt.optimizer import sweep as sw
 from tpopt.optimizer.result import Request
@@ -173,21 +175,35 @@ def front_table(front: list[dict[str, Any]], unit: str, show_case: bool, spec: s
     return t
 
 
+def carbon_front(rows: list[dict[str, Any]], market: Market, grid: str | None) -> Energy:
+    """``--pareto carbon``: the energy front at ``grid``'s PUE, each plan with tCO2e = MWh x gCO2e/kWh / 1,000
+    (one grid's intensity: the carbon/cost front is the energy/cost front at that PUE)."""
+    g, source, pue, pue_source = grid_carbon(market, grid)
+    plans, missing = sw.energy_front(rows, market.power, pue)
+    for p in plans:
+        p["carbon_g_kwh"] = g
+        p["tco2e"] = None if p["energy_mwh"] is None else tonnes_co2e(p["energy_mwh"], g)
+    return plans, missing, (pue, f"{pue_source}; grid {grid}: {g:g} gCO2e/kWh ({source})")
+
+
 def energy_table(plans: list[dict[str, Any]], unit: str, show_case: bool, spec: sw.SweepSpec,
                  pue: tuple[float, str]) -> Table:
     """Energy against cost per distinct plan of the swept points; ``*`` marks the energy/cost front."""
     t = Table(title=f"Energy vs cost (* on the front: no plan of its case uses less energy and costs less; energy "
                     f"at the site = PUE {pue[0]:g} x (cards x training W + hosts x host W) x finish)",
               title_justify="left", show_edge=False, pad_edge=False)
+    carbon = any("tco2e" in e for e in plans)
     cols = ["", *(["case"] if show_case else []), "accelerator", "cards", "TP/PP/DP", "finish d", f"cost {unit}",
-            "energy MWh", "optimal for deadlines"]
+            "energy MWh", *(["tCO2e"] if carbon else []), "optimal for deadlines"]
     for c in cols:
         t.add_column(c, justify="left" if c in ("", "case", "accelerator") or c.startswith("optimal") else "right")
     for e in plans:
         energy = "-" if e["energy_mwh"] is None else f"{e['energy_mwh']:,.1f}"
         t.add_row("*" if e["front"] else "", *([case_label(tuple(e["case"]), spec)] if show_case else []),
                   e["accelerator"], str(e["cards"]), f"{e['tp']}/{e['pp']}/{e['dp']}", f"{e['finish_days']:.1f}",
-                  f"{e['cost']:,.0f}", energy, _range(e["deadline_min_days"], e["deadline_max_days"]))
+                  f"{e['cost']:,.0f}", energy,
+                  *([("-" if e["tco2e"] is None else f"{e['tco2e']:,.2f}")] if carbon else []),
+                  _range(e["deadline_min_days"], e["deadline_max_days"]))
     return t
 
 
@@ -283,15 +299,18 @@ def result_text(result: sw.SweepResult, out: str | None, energy: Energy | None =
 @click.option("--plot-breakdown", "plot_breakdown", type=click.Path(),
               help="Finish-time breakdown bars (.pdf, .svg or .png) of the front plans or of --breakdown-cards.")
 @click.option("--breakdown-cards", help="Card counts for --plot-breakdown, e.g. 32,48 (default: the front).")
-@click.option("--pareto", "pareto", type=click.Choice(["energy"]),
+@click.option("--pareto", "pareto", type=click.Choice(["energy", "carbon"]),
               help="energy: also print each swept plan's energy (MWh, from the market catalog's [power] figures and "
-                   "its default PUE) against its cost, the energy/cost front marked.")
+                   "its default PUE) against its cost, the energy/cost front marked; carbon: the same at the PUE "
+                   "and grid carbon intensity of --grid, with tCO2e.")
+@click.option("--grid", help="--pareto carbon: the energy.toml region whose grid prices the carbon "
+                             "(e.g. gcp/us-central1).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or notes on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the front and summary as JSON.")
 @handle_errors
 def sweep(solver: str | None, time_limit: str | float | None, workers: int | None, cluster: str | None,
           out: str | None, force: bool, plot: str | None, plot_breakdown: str | None, breakdown_cards: str | None,
-          pareto: str | None, quiet: bool, as_json: bool, **kw: Any) -> None:
+          pareto: str | None, grid: str | None, quiet: bool, as_json: bool, **kw: Any) -> None:
     """Sweep deadlines, hardware and other inputs; report the cost vs finish-time Pareto front.
 
     Example: tpopt sweep --scenario examples/design-case-sweep.toml --hw rtx4090,h100-sxm,a100-80gb-sxm
@@ -332,6 +351,10 @@ def sweep(solver: str | None, time_limit: str | float | None, workers: int | Non
             sw.check_output_path(path, what, PLOT_FORMATS)
     if out:
         sw.check_output_path(out)
+    if pareto == "carbon" and spec.catalog is not None:
+        grid_carbon(spec.catalog.market, grid)  # a bad --grid is one line before the sweep runs
+    elif grid:
+        raise InputError("--grid goes with --pareto carbon")
     bar = _Bar(quiet)
     result = sw.run_sweep(spec, out=out, force=force, workers=workers, cluster=cluster, progress=bar)
     note = bar.note
@@ -364,6 +387,8 @@ def sweep(solver: str | None, time_limit: str | float | None, workers: int | Non
         market = spec.catalog.market if spec.catalog is not None else None
         pue = market.default_pue if market is not None else (1.2, "")
         energy = (*sw.energy_front(result.rows, market.power if market is not None else {}, pue[0]), pue)
+    elif pareto == "carbon" and spec.catalog is not None:
+        energy = carbon_front(result.rows, spec.catalog.market, grid)
     if as_json:
         d = {"scenario": spec.name, "fingerprint": spec.fingerprint, "points": len(result.rows),
              "computed": result.computed, "reused": result.reused, "out": out,
@@ -371,7 +396,7 @@ def sweep(solver: str | None, time_limit: str | float | None, workers: int | Non
              "front": result.front(), "summary": result.summary()}
         if energy is not None:
             d["energy"] = {"plans": energy[0], "no_power_figures": energy[1], "pue": energy[2][0],
-                           "pue_source": energy[2][1]}
+                           "pue_source": energy[2][1], **({"grid": grid} if pareto == "carbon" else {})}
         echo_builtin_note(kw, True, d)
         click.echo(dump_json(d), nl=False)
     else:

@@ -59,6 +59,19 @@ class Power:
 
 
 @dataclass(frozen=True)
+class Energy:
+    """A region's electricity: USD per kWh and grid gCO2e per kWh (None: no published figure), each dated
+    and sourced (the energy catalog, catalogs/energy.toml)."""
+
+    price_kwh: float | None = None
+    price_date: str = ""
+    price_source: str = ""
+    carbon_g_kwh: float | None = None
+    carbon_date: str = ""
+    carbon_source: str = ""
+
+
+@dataclass(frozen=True)
 class Offer:
     """One market offer; prices in USD per card-hour, durations in seconds."""
 
@@ -84,6 +97,7 @@ class Offer:
     preempt_source: str = ""
     reacquire_s: float = 0.0  # spot: time to get the cards back after a preemption
     tag: str = ""  # the catalog name, set only when another offer has the same provider, region, card and market
+    energy: Energy | None = None  # the region's energy price and carbon intensity (None: not in the catalog)
 
     @property
     def id(self) -> str:
@@ -171,6 +185,27 @@ def energy_mwh(power: Power, pue: float, cards: int, cards_per_host: int, second
     return site_power_w(power, pue, cards, cards_per_host) * seconds / 3.6e9
 
 
+def energy_cost_usd(mwh: float, price_kwh: float) -> float:
+    """Energy cost in USD: MWh x 1,000 kWh per MWh x USD per kWh."""
+    return mwh * 1e3 * price_kwh
+
+
+def tonnes_co2e(mwh: float, carbon_g_kwh: float) -> float:
+    """Emissions in tCO2e: MWh x 1,000 kWh per MWh x gCO2e per kWh / 1e6 g per tonne."""
+    return mwh * 1e3 * carbon_g_kwh / 1e6
+
+
+def energy_figures(energy: Energy | None, mwh: float) -> dict[str, float | str | None]:
+    """The report's energy keys for ``mwh`` at the site of ``energy``: the price and its cost, the grid
+    intensity and its tCO2e, with dates and sources (None where the catalog has no figure)."""
+    e = energy or Energy()
+    return {"energy_price_kwh": e.price_kwh, "energy_price_date": e.price_date,
+            "energy_price_source": e.price_source,
+            "energy_cost": None if e.price_kwh is None else energy_cost_usd(mwh, e.price_kwh),
+            "carbon_g_kwh": e.carbon_g_kwh, "carbon_date": e.carbon_date, "carbon_source": e.carbon_source,
+            "tco2e": None if e.carbon_g_kwh is None else tonnes_co2e(mwh, e.carbon_g_kwh)}
+
+
 def billed_seconds(offer: Offer, finish_s: float) -> float:
     """Seconds billed per card for a run of ``finish_s``: reserved ``T ceil(f / T)``; otherwise
     ``max(m, g ceil(f / g))``."""
@@ -241,7 +276,8 @@ def price_notes(offer: Offer, as_of: str) -> list[str]:
 
 
 __all__ = ["Offer", "MarketOptions", "Power", "Storage", "checkpoint_cost", "MONTH_S", "GB",
-            "site_power_w", "cards_under_power", "energy_mwh", "MARKETS",
+            "site_power_w", "cards_under_power", "energy_mwh", "MARKETS", "Energy", "energy_cost_usd",
+           "tonnes_co2e", "energy_figures",
            "ON_DEMAND", "SPOT", "RESERVED", "STALE_MONTHS", "billed_seconds", "billed_cost", "least_billed_cost",
            "preemption_rate", "months_between", "price_notes", "mix"]
 

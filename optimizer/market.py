@@ -408,11 +408,12 @@ def power_figures(sc: Scenario, offer: M.Offer, ev: Evaluation, binding: bool | 
     n, cph = ev.plan.cards, offer.cards_per_host
     site = M.site_power_w(p, offer.pue, n, cph)
     cap = sc.market.site_power_w
+    mwh = M.energy_mwh(p, offer.pue, n, cph, ev.metrics["finish_days"] * DAY)
     return {"site_mw": site / 1e6, "it_mw": site / offer.pue / 1e6, "pue": offer.pue, "pue_source": offer.pue_source,
             "card_w": p.training_w, "board_w": p.board_w, "host_overhead_w": p.host_overhead_w, "source": p.source,
-            "energy_mwh": M.energy_mwh(p, offer.pue, n, cph, ev.metrics["finish_days"] * DAY),
-            "cap_mw": None if cap is None else cap / 1e6,
-            "cap_cards": None if cap is None else power_cards(sc, offer), "binding": binding}
+            "energy_mwh": mwh, "cap_mw": None if cap is None else cap / 1e6,
+            "cap_cards": None if cap is None else power_cards(sc, offer), "binding": binding,
+            "region": f"{offer.provider}/{offer.region}", **M.energy_figures(offer.energy, mwh)}
 
 
 __all__ = ["offer_scenario", "billed", "power_cards", "power_figures", "mark_power", "solve_offer", "solve_market",

@@ -125,8 +125,9 @@ def test_round_trip_of_expressible_plans(fmt, data):
     ev = evaluate(sc, plan)
     try:
         text = FW.export_text(fmt, sc, ev)
-    except FW.ExportError as exc:
-        assert "uneven" in str(exc), str(exc)
+    except FW.ExportError as exc:  # Megatron's interleaved schedule needs micro-batches in groups of PP
+        assert "uneven" in str(exc) or (fmt in ("megatron", "nemo") and "interleaved schedule with" in str(exc)), \
+            str(exc)
         return
     assert FW.parse(fmt, text, sc.model.layers) == FW.exported(fmt, sc, ev)
 

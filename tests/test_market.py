@@ -217,8 +217,11 @@ def test_spot_is_chosen_in_this_market(tmp_path):
     """The six-offer market's answer, stated: spot H100 (the arithmetic: 1.6 USD against 3.0 on demand and a
     reserved year of 0.30 x 8,760 h = 2,628 USD per card, far beyond a 20-day run)."""
     cat = catalog_with(tmp_path, SIX)
-    pr = P.plan(build_scenario(raw_scenario(), cat), "enumerate")
+    raw = raw_scenario()  # the six offers alone: the built-in market's (a 1.25 USD preemptible H100) left out
+    raw["market"]["regions"] = ["cloud-a/east", "cloud-b/west"]
+    pr = P.plan(build_scenario(raw, cat), "enumerate")
     m = pr.report["market"]
+    assert len(m["offers"]) == 6
     assert m["offer"]["id"] == "cloud-a/east/h100-sxm/spot" and m["preemption"]["expected_preemptions"] > 0
 
 
@@ -453,7 +456,12 @@ def test_solve_hw_all_searches_every_accelerator_with_an_offer(tmp_path, capsys,
     d = json.loads(out)
     accs = {row["offer"].split("/")[2] for row in d["market"]["offers"]}
     assert accs == {o.accelerator for o in cat.market.offers.values()}
-    assert d["market"]["offer"]["id"] == "cloud-a/east/h100-sxm/spot"
+    # every card with a catalog price is in (issue 38): the answer is the cheapest offer's plan, whichever card;
+    # the six offers' own answer (their spot H100) is pinned in test_spot_is_chosen_in_this_market
+    rows = [r for r in d["market"]["offers"] if "cost" in r]
+    assert d["market"]["offer"]["id"] == min(rows, key=lambda r: r["cost"])["offer"]
+    six = [r for r in rows if r["offer"].startswith(("cloud-a/", "cloud-b/"))]
+    assert min(six, key=lambda r: r["cost"])["offer"] == "cloud-a/east/h100-sxm/spot"
 
 
 def json_value(v):
@@ -515,11 +523,11 @@ def test_site_power_needs_a_unit_and_power_figures(tmp_path):
     from tpopt.errors import InputError
     with pytest.raises(InputError, match="not a power with a unit"):
         power_scenario(tmp_path, "150")
-    cat = catalog_with(tmp_path, REGIONS + offer_table("b", "cloud-a", "east", "b200", "on-demand", 6.0))
-    raw = raw_scenario(["b"])  # the built-in market has no [power.b200]
-    raw["hardware"]["accelerator"] = ["b200"]
+    cat = catalog_with(tmp_path, REGIONS + offer_table("b", "cloud-a", "east", "h20", "on-demand", 6.0))
+    raw = raw_scenario(["b"])  # the built-in market has no [power.h20] (no published board power)
+    raw["hardware"]["accelerator"] = ["h20"]
     raw["market"]["site_power"] = "1MW"
-    with pytest.raises(InputError, match="no power figures for b200"):
+    with pytest.raises(InputError, match="no power figures for h20"):
         build_scenario(raw, cat)
 
 
@@ -672,7 +680,8 @@ def test_bad_storage_prices_are_one_line(tmp_path, line, says):
 def test_sweep_energy_cost_front_matches_a_brute_force(tmp_path, capsys, monkeypatch):
     """Energy per plan = PUE x (cards x training W + hosts x host W) x finish / 3.6e9 MWh with the figures
     written here (rtx4090 given a low draw in a catalog dir so that it trades energy against cost with the
-    H100); the front is every plan that no other plan beats or ties on both energy and cost."""
+    H100; h20 has no published board power, so no power figure); the front is every plan that no other plan
+    beats or ties on both energy and cost."""
     import json
     from pathlib import Path
     d = tmp_path / "cat"
@@ -681,12 +690,12 @@ def test_sweep_energy_cost_front_matches_a_brute_force(tmp_path, capsys, monkeyp
                                    'source = "test"\n')
     watts = {"h100-sxm": (700, 4600), "rtx4090": (100, 300)}
     sweep = Path(__file__).resolve().parents[1] / "examples" / "design-case-sweep.toml"
-    argv = ["sweep", "--scenario", str(sweep), "--hw", "h100-sxm,rtx4090,a100-80gb-sxm", "--deadline", "20d:40d:5d",
+    argv = ["sweep", "--scenario", str(sweep), "--hw", "h100-sxm,rtx4090,h20", "--deadline", "20d:40d:5d",
             "--catalog", str(d), "--pareto", "energy", "-q"]
     code, out, err = _cli([*argv, "--json"], capsys, monkeypatch)
     assert code == 0, err
     e = json.loads(out)["energy"]
-    assert e["pue"] == 1.2 and "a100-80gb-sxm" in e["no_power_figures"]
+    assert e["pue"] == 1.2 and "h20" in e["no_power_figures"]
     plans = [p for p in e["plans"] if p["accelerator"] in watts]
     for p in plans:
         card_w, host_w = watts[p["accelerator"]]
@@ -698,9 +707,9 @@ def test_sweep_energy_cost_front_matches_a_brute_force(tmp_path, capsys, monkeyp
     assert {i for i, p in enumerate(plans) if p["front"]} == front
     assert 2 <= len(front) < len(plans)  # a trade-off, and dominated plans
     assert {p["accelerator"] for i, p in enumerate(plans) if i in front} == {"h100-sxm", "rtx4090"}
-    assert all(not p["front"] and p["energy_mwh"] is None for p in e["plans"] if p["accelerator"] == "a100-80gb-sxm")
+    assert all(not p["front"] and p["energy_mwh"] is None for p in e["plans"] if p["accelerator"] == "h20")
     code, out, _ = _cli(argv, capsys, monkeypatch)
-    assert "Energy vs cost" in out and "no power figures for a100-80gb-sxm" in " ".join(out.split())
+    assert "Energy vs cost" in out and "no power figures for h20" in " ".join(out.split())
     assert sum(line.lstrip().startswith("*") for line in out.splitlines()) == len(front)
 
 
