@@ -28,6 +28,15 @@ non-decreasing in ``t`` within ``g``, so ``key(p*_g) <= key(p)``; equal keys wit
 (T is strictly increasing in ``t``), and then ``p*_g`` comes first in enumeration order, so the
 enumerator's tie-break picks it too. Hence every plan is matched or beaten by its group's front plan. QED.
 
+*The save mode and interval.* No term of the step or of a layout family declares the save mode or the
+save interval (:mod:`tpopt.models.layout`: a term reads the variables it declares; only the deadline terms
+take them), so the least-step layout of ``(n, ep)`` is the same for every mode and interval: the walk fixes
+both at their first value and the front gives each (mode, interval) that layout. Within a group the
+enumerator's order of layouts is the same at every (mode, interval) (the walk is a product in a fixed
+order), so the tie-break within a group is kept; across groups, exact ties of both keys (equal to the last
+bit) are broken by (layout, save mode, interval) order. ``tests/test_market_front.py`` checks the step and the
+layout families equal across save modes and intervals.
+
 So an accelerator's space is enumerated once (every plan's step; the expensive part of the per-operation
 model), and each offer costs one pass over the front (a few hundred plans, closed forms from
 :func:`deadline_terms`) and one exact evaluation of its winner. The front is used when the offer's solver
@@ -37,6 +46,7 @@ own solves. ``tests/test_market_front.py`` checks it against per-offer enumerati
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -95,23 +105,25 @@ def build_front(space: Space, req: Request, clock: Clock) -> Front:
     best: Best = {}
     walked = [0]
     complete = True
+    d = space.domains
+    layouts = Space(sc=space.sc, domains=dict(d, mode=d["mode"][:1], tau=d["tau"][:1]))  # see the module
     try:
         with clock.stoppable(PHASE, keep_finished=True):
-            _walk(space, layout_families(req), best, walked, clock)
+            _walk(layouts, layout_families(req), best, walked, clock)
     except TimeLimitReached:
         complete = False
-    d = space.domains
-    evaluated = walked[0]
-    front = Front(space=space, complete=complete, evaluated=evaluated)
-    for (n, mode_i, tau_j, ep_g), (step_g, ordr, idx, nics) in sorted(best.items(), key=lambda kv: kv[1][1]):
-        front.plans.append(idx)
-        front.cards.append(n)
-        front.mode.append(d["mode"][mode_i])
-        front.tau.append(float(d["tau"][tau_j]))
-        front.ep.append(ep_g)
-        front.nics.append(nics)
-        front.step_s.append(step_g)
-        front.order.append(ordr)
+    front = Front(space=space, complete=complete, evaluated=walked[0] * len(d["mode"]) * len(d["tau"]))
+    choices = len(d["mode"]) * len(d["tau"])
+    for (n, _, _, ep_g), (step_g, ordr, idx, nics) in sorted(best.items(), key=lambda kv: kv[1][1]):
+        for mode_i, tau_j in itertools.product(range(len(d["mode"])), range(len(d["tau"]))):
+            front.plans.append(dict(idx, mode=mode_i, tau=tau_j))
+            front.cards.append(n)
+            front.mode.append(d["mode"][mode_i])
+            front.tau.append(float(d["tau"][tau_j]))
+            front.ep.append(ep_g)
+            front.nics.append(nics)
+            front.step_s.append(step_g)
+            front.order.append(ordr * choices + mode_i * len(d["tau"]) + tau_j)
     return front
 
 

@@ -27,13 +27,33 @@ from tpopt.presentation import market_infeasible_lines, market_lines
 
 
 def per_op(raw):
-    """The scenario on the per-operation model (no ``hardware.efficiency``), pipelines searched too."""
+    """The scenario on the per-operation model (no ``hardware.efficiency``), pipelines, both save modes and
+    two save intervals searched too."""
     raw = dict(raw, hardware={"accelerator": ["h100-sxm", "h200"]})
     raw["search"] = dict(raw["search"], pp=[1, 2])
+    raw["checkpoint"] = {"save_interval": ["auto", "1800s"], "mode": ["sync", "async"]}
     return raw
 
 
-@settings(max_examples=6, deadline=None, derandomize=True,
+def test_the_step_and_the_layout_families_ignore_the_save_mode_and_interval(tmp_path):
+    """The front's walk fixes the save mode and interval (optimizer/market_front.py): every plan's step and
+    every family but the offer's are the same at each mode and interval."""
+    sc = build_scenario(per_op(raw_scenario()), catalog_with(tmp_path, SIX))
+    sub = MK.offer_scenario(sc, sc.market.offers[0])
+    space = Space.from_scenario(sub)
+    d = space.domains
+    assert len(d["mode"]) == 2 and len(d["tau"]) == 2
+    for combo in itertools.islice(itertools.product(*(range(len(v)) for v in d.values())), 0, None, 5):
+        idx = dict(zip(d, combo, strict=True))
+        ref = MK.evaluate(sub, space.plan(dict(idx, mode=0, tau=0)))
+        ev = MK.evaluate(sub, space.plan(idx))
+        assert ev.metrics["step_s"] == ref.metrics["step_s"]
+        for a, b in zip(ev.constraints, ref.constraints, strict=True):
+            if a.name not in MF.OFFER_FAMILIES:
+                assert (a.value, a.limit) == (b.value, b.limit), a.name
+
+
+@settings(max_examples=4, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(markets())
 def test_front_equals_the_brute_force_on_per_operation_markets(tmp_path, case):
