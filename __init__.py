@@ -9,8 +9,9 @@ The cheapest plan that surely finishes before the deadline, as a constraint-opti
     tpopt.evaluate(sc, cards=32).feasible               # False: 34.3 d against 30 d
     print(tpopt.explain(sc, max_cards=32))              # the conflict and the smallest changes that fix it
 
-Functions: :func:`scenario`, :func:`solve`, :func:`evaluate`, :func:`explain`, :func:`sweep` (see
-:mod:`tpopt.api`); results have ``.to_dict()`` and ``.to_frame()`` (pandas). Bad input raises
+Functions: :func:`scenario`, :func:`solve`, :func:`evaluate`, :func:`explain`, :func:`sweep`, and one per
+other command (:func:`estimate`, :func:`export`, :func:`calibrate`, :func:`simulate`, :func:`replan`, :func:`rl`;
+see :mod:`tpopt.api`); results have ``.to_dict()`` and ``.to_frame()`` (pandas). Bad input raises
 :class:`InputError`. The command line is ``tpopt`` (or ``python -m tpopt``).
 
 The repository root is the ``tpopt`` package. Subpackages:
@@ -32,7 +33,9 @@ from tpopt._version import __version__
 # pandas load only when a function needs them).
 _LAZY = {
     "scenario": "tpopt.api", "solve": "tpopt.api", "evaluate": "tpopt.api", "explain": "tpopt.api",
-    "sweep": "tpopt.api", "LoadedScenario": "tpopt.api", "Explanation": "tpopt.api", "SweepTable": "tpopt.api",
+    "sweep": "tpopt.api", "estimate": "tpopt.api", "export": "tpopt.api", "calibrate": "tpopt.api",
+    "simulate": "tpopt.api", "replan": "tpopt.api", "rl": "tpopt.api", "LoadedScenario": "tpopt.api",
+    "Explanation": "tpopt.api", "SweepTable": "tpopt.api",
     "Scenario": "tpopt.models.plan", "Plan": "tpopt.models.plan", "Evaluation": "tpopt.models.evaluate",
     "SolveResult": "tpopt.optimizer.result", "Status": "tpopt.optimizer.result", "InputError": "tpopt.errors",
 }
@@ -43,9 +46,15 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs (``X as X``: 
     from tpopt.api import Explanation as Explanation
     from tpopt.api import LoadedScenario as LoadedScenario
     from tpopt.api import SweepTable as SweepTable
+    from tpopt.api import calibrate as calibrate
+    from tpopt.api import estimate as estimate
     from tpopt.api import evaluate as evaluate
     from tpopt.api import explain as explain
+    from tpopt.api import export as export
+    from tpopt.api import replan as replan
+    from tpopt.api import rl as rl
     from tpopt.api import scenario as scenario
+    from tpopt.api import simulate as simulate
     from tpopt.api import solve as solve
     from tpopt.api import sweep as sweep
     from tpopt.errors import InputError as InputError

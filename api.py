@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union, cast
 
 from tpopt.catalogs import load_catalog
+from tpopt.catalogs.rl import load_rl_scenario
 from tpopt.catalogs.scenario import (
+    BUILTIN_RL_SCENARIO,
     BUILTIN_SCENARIO,
     build_scenario,
     natural_keys,
@@ -35,16 +37,25 @@ from tpopt.catalogs.scenario import (
 )
 from tpopt.errors import InputError
 from tpopt.frames import records_frame
+from tpopt.frameworks import export_text
 from tpopt.models.evaluate import Evaluation
 from tpopt.models.evaluate import evaluate as evaluate_plan
 from tpopt.models.plan import Scenario
+from tpopt.models.units import parse_duration, parse_fraction
 from tpopt.models.variables import API_FIELDS, API_KEY, PLAN_FIELD_NAMES, PLAN_INPUTS
 from tpopt.optimizer import backends
+from tpopt.optimizer import calibrate as CAL
+from tpopt.optimizer.commands import MAX_SIMULATED_RUNS, calibrate_runs, calibration_report, measured_run, simulation
+from tpopt.optimizer.estimate import EstimateInputs
+from tpopt.optimizer.estimate import estimate as estimate_report
 from tpopt.optimizer.explain import explain_plan
 from tpopt.optimizer.limits import clock_of
 from tpopt.optimizer.plan import PlanReport, plan
+from tpopt.optimizer.plan_rl import plan_rl
 from tpopt.optimizer.question import explain_request
+from tpopt.optimizer.question import replan as replan_report
 from tpopt.optimizer.result import Request
+from tpopt.optimizer.runs import runs_from_csv
 from tpopt.optimizer.sweep import sweep as run_sweep
 from tpopt.plan_fields import plan_from
 from tpopt.presentation import infeasible_lines, plan_lines, request_lines
@@ -59,7 +70,8 @@ Source = Union[str, "PathLike[str]", Mapping[str, Any], Scenario, None]
 #: A swept input: one value, a list, or a range "start:end:step" (as on the command line).
 Swept = str | float | Sequence[str | float] | None
 
-__all__ = ["LoadedScenario", "Explanation", "SweepTable", "scenario", "solve", "evaluate", "explain", "sweep"]
+__all__ = ["LoadedScenario", "Explanation", "SweepTable", "scenario", "solve", "evaluate", "explain", "sweep",
+           "estimate", "export", "calibrate", "simulate", "replan", "rl"]
 
 PLAN_FIELDS = API_FIELDS
 """The plan keywords of :func:`evaluate` and :func:`explain` (accelerator, cards, zero_stage, ...; declared in
@@ -327,3 +339,99 @@ def sweep(source: Source = None, /, *, hw: Swept = None, deadline: Swept = None,
         "max_cost": max_cost, "solver": solver, "time_limit": time_limit}
     return SweepTable(run_sweep(sc.raw, out=out, force=force, workers=workers, cluster=cluster,
                           catalog_dirs=sc.catalog_dirs, **{k: v for k, v in values.items() if v is not None}))
+
+
+# ---------------------------------------------------------------------------------------------
+# the other commands: each returns the dict its --json prints (issue 37), from the function the command calls
+
+
+def estimate(model: str, /, *, hw: str, cards: int | None = None, seq_len: int = 4096, batch: int | None = None,
+             efficiency: float | None = None,
+             catalog: str | PathLike[str] | Iterable[str | PathLike[str]] = ()) -> dict[str, Any]:
+    """``tpopt estimate MODEL --hw HW``: parameters, FLOPs per token, memory per card across ZeRO 0-3 x offload x
+    recompute and the fastest layout's step time at ``cards`` (default: the fewest hosts on which a layout fits),
+    as :func:`tpopt.optimizer.estimate.estimate` reports it (the command's ``--json``). ``model``: a catalog
+    model, a Hugging Face id from the local cache or a config.json; ``efficiency`` a fraction (flat model)."""
+    if "," in hw:
+        raise InputError("hw: an estimate takes one accelerator")
+    return estimate_report(EstimateInputs(model=model, accelerator=hw.strip(), cards=cards, seq_len=seq_len,
+                                          global_batch=batch, efficiency=efficiency, catalog_dirs=_dirs(catalog)))
+
+
+def export(source: Source = None, /, *, format: str, cards: int | None = None, **inputs: Any) -> str:
+    """``tpopt export --format FORMAT``: the plan (``cards`` and other plan fields, as in :func:`evaluate`) as the
+    framework's launch configuration, the text the command prints (:func:`tpopt.frameworks.export_text`)."""
+    plan_kw, rest = _split(dict(inputs), PLAN_FIELDS)
+    _reject_plan_fields(rest, "export", takes_plan=True)
+    sc = _scenario_of(source, rest)
+    if sc.stages:
+        raise InputError("export takes one training stage: staged scenarios are not supported")
+    return export_text(format, sc, evaluate_plan(sc, _plan(sc, dict(plan_kw, cards=cards))))
+
+
+def calibrate(source: Source = None, /, *, out: str | Path, measured_step: str | float | None = None,
+              runs: str | PathLike[str] | None = None, fit: Sequence[str] | None = None, force: bool = False,
+              cards: int | None = None, **inputs: Any) -> dict[str, Any]:
+    """``tpopt calibrate``: fit the accelerator's performance parameters to measured steps (``runs``, a CSV of
+    measured runs, or ``measured_step`` of the plan given by ``cards`` and plan fields) and write the
+    performance.toml override in ``out``; the command's ``--json``
+    (:func:`tpopt.optimizer.commands.calibration_report`)."""
+    if (measured_step is None) == (runs is None):
+        raise InputError("give one of measured_step (with the plan's cards) or runs (a CSV of measured runs)")
+    plan_kw, rest = _split(dict(inputs), PLAN_FIELDS)
+    _reject_plan_fields(rest, "calibrate", takes_plan=True)
+    CAL.target(out, force)
+    sc = _scenario_of(source, rest)
+    if runs is not None:
+        measured = runs_from_csv(str(runs), load_catalog(sc.catalog_dirs), base_raw=sc.raw or None)
+    else:
+        step = parse_duration(measured_step if isinstance(measured_step, str) else f"{measured_step}s",
+                              "measured_step", allow_zero=False)
+        measured = [measured_run(sc, _plan(sc, dict(plan_kw, cards=cards)), step)]
+    cal, path = calibrate_runs(measured, tuple(fit) if fit else None, out, force)
+    return calibration_report(cal, path)
+
+
+def simulate(source: Source = None, /, *, runs: int = 10_000, solver: str = backends.DEFAULT, objective: str = "cost",
+             time_limit: float = 60.0, seed: int = 0, workers: int = 1, method: str = "auto",
+             **inputs: Any) -> dict[str, Any] | None:
+    """``tpopt simulate``: ``runs`` whole runs of the plan :func:`solve` chooses (seeded) against the analytic
+    finish-time law: the command's ``--json``, or None when no plan was found (infeasible or out of time)."""
+    if not 1 <= runs <= MAX_SIMULATED_RUNS:
+        raise InputError(f"runs must lie in 1..{MAX_SIMULATED_RUNS:,}, got {runs}")
+    _reject_plan_fields(inputs, "simulate", takes_plan=False)
+    req = _request(objective, 1, time_limit, seed, workers, method)
+    return simulation(_scenario_of(source, inputs), solver, req, runs, seed).report
+
+
+def replan(source: Source = None, /, *, done: str | float, elapsed: str, cards_held: int | None = None,
+           solver: str = backends.DEFAULT, objective: str = "cost", time_limit: float = 60.0, seed: int = 0,
+           workers: int = 1, method: str = "auto", **inputs: Any) -> dict[str, Any]:
+    """``tpopt replan``: re-solve the rest of a run under way (``done``: share of the tokens trained, e.g. "41%";
+    ``elapsed``: wall time so far, e.g. "12d"; ``cards_held``: cards the run holds) and decide whether to stay,
+    add or release cards; the command's ``--json`` (:func:`tpopt.optimizer.question.replan`)."""
+    frac = parse_fraction(done, "done", allow_zero=True, maximum=1.0)
+    spent = parse_duration(elapsed, "elapsed")
+    if cards_held is not None and cards_held < 1:
+        raise InputError("cards_held must be at least 1")
+    _reject_plan_fields(inputs, "replan", takes_plan=False)
+    req = _request(objective, 1, time_limit, seed, workers, method)
+    return replan_report(_scenario_of(source, inputs), frac, spent, cards_held, solver, req)
+
+
+def rl(source: str | PathLike[str] | None = None, /, *, solver: str = backends.DEFAULT,
+       objective: str = "cost", time_limit: float = 60.0, analysis: bool = True,
+       catalog: str | PathLike[str] | Iterable[str | PathLike[str]] = (), **inputs: Any) -> dict[str, Any]:
+    """``tpopt rl``: plan RL post-training (rollout vs learner cards, rollout TP, sync or one-step async, weight
+    sync, the learner's layout) on an RL scenario file (None: the built-in GRPO example); keyword ``inputs`` change it
+    (``deadline="3d"``, ``"rl.kept": "80%"``). The command's ``--json`` (:func:`tpopt.optimizer.plan_rl.plan_rl`)."""
+    req = _request(objective, 1, time_limit, 0, 1, "auto")
+    chosen = backends.resolve(solver)
+    chosen.require(req)
+    rsc = load_rl_scenario(BUILTIN_RL_SCENARIO if source is None else source, dict(inputs), _dirs(catalog))
+    return plan_rl(rsc, chosen, req, analyse=analysis).report
+
+
+def _dirs(catalog: str | PathLike[str] | Iterable[str | PathLike[str]]) -> tuple[str, ...]:
+    """Catalog directories: one path or several."""
+    return tuple(str(d) for d in ((catalog,) if isinstance(catalog, (str, PathLike)) else catalog))

@@ -32,13 +32,14 @@ import re
 import shlex
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import cache
 from typing import Any
 
 from tpopt.catalogs import BUILTIN_DIR
 from tpopt.errors import InputError
-from tpopt.models.evaluate import Evaluation
+from tpopt.models import families as F
+from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.models.hardware import StackProfile
 from tpopt.models.memory import OP_RECOMPUTE
 from tpopt.models.plan import Plan, Scenario, split_schedule
@@ -101,12 +102,13 @@ CARRIES: dict[str, tuple[str, ...]] = {
     "torchtitan": tuple(n for n in ALL_FIELDS if n not in ("nodes", "cards_per_node", "offload", "flash_attention",
                                                            "capacity_factor", "first_stage_layers",
                                                            "last_stage_layers")),
-    "deepspeed": ("tp", "pp", "dp", "micro_batch", "global_batch", "grad_accum", "zero_stage", "offload", "recompute",
+    "deepspeed": ("tp", "dp", "micro_batch", "global_batch", "grad_accum", "zero_stage", "offload", "recompute",
                   "precision"),
 }
 """The fields each format carries (what its parser reads back). torchtitan: offload, stage split, attention
-kernel and capacity are rejected or fixed when exported; DeepSpeed's JSON holds batch, ZeRO, offload, TP, PP and
-recompute -- the rest is model code or the training loop."""
+kernel and capacity are rejected or fixed when exported; DeepSpeed's JSON holds batch, ZeRO, offload, TP and
+(under PP) recompute -- the pipeline size, recompute without PP and the rest are model code or the training loop
+(:func:`exported` drops what a given plan's JSON leaves out)."""
 
 
 def launch_plan(sc: Scenario, ev: Evaluation, layout: bool = False) -> LaunchPlan:
@@ -706,15 +708,61 @@ def parse_nemo(text: str, layers: int) -> LaunchPlan:
 
 TORCHTITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "fill-drain": "GPipe"}
 """tpopt schedule -> torchtitan pipeline_parallel_schedule (torch.distributed.pipelining schedules)."""
-TORCHTITAN_PRECISION = {"bf16-mixed-fp32-grad": "bfloat16"}
+TORCHTITAN_PRECISION = {"bf16-mixed-fp32-grad": "bfloat16", "bf16-mixed": "bfloat16", "fp8-mixed": "bfloat16"}
 """tpopt precision -> training.mixed_precision_param. FSDP2 computes in BF16 and reduces gradients into the FP32
-sharded parameters' gradients (training.mixed_precision_reduce allows "float32" only, job_config.py line 290):
-tpopt's recipe with 4-byte gradients."""
+sharded parameters' gradients (training.mixed_precision_reduce allows "float32" only, job_config.py line 290);
+DDP (ZeRO-0 on data parallelism alone) runs under torch.autocast with FP32 parameters and gradients
+(torchtitan/distributed/utils.py maybe_enable_amp). Either way torchtitan keeps FP32 gradients: a bf16-mixed or
+fp8-mixed plan is exported only when it still fits with them (:func:`torchtitan_fits`, 18 B/param)."""
+TORCHTITAN_FP8 = {"model.converters": ["quantize.linear.float8"], "quantize.linear.float8.recipe_name": "tensorwise"}
+"""fp8-mixed: torchao's Float8Linear with dynamic (current) tensor-wise scaling (components/quantization/float8.py
+line 238 registers the converter; job_config.py line 738 the recipe); the weights stay BF16 between steps
+(enable_fsdp_float8_all_gather off), as tpopt's fp8-mixed recipe stores them without low-precision parameters."""
+
+
+def torchtitan_zero(lp: LaunchPlan) -> int | None:
+    """The ZeRO stage torchtitan runs for the plan: ZeRO-0 with TP, PP or CP becomes FSDP2 without resharding
+    (ZeRO-2) -- torchtitan's DDP is one-dimensional ("DDP has not supported > 1D parallelism",
+    models/llama3/infra/parallelize.py line 151) and its autocast is off under TP or PP. The same gradient
+    traffic (reduce-scatter + all-gather = all-reduce) and less memory than the plan's replicas."""
+    if lp.zero_stage == 0 and int(lp.tp or 1) * int(lp.pp or 1) * int(lp.cp or 1) > 1:
+        return 2
+    return lp.zero_stage
+
+
+def torchtitan_runs(lp: LaunchPlan) -> LaunchPlan:
+    """The plan as torchtitan runs it: :func:`torchtitan_zero`'s stage, FP32 gradients (BF16 or FP8 compute)."""
+    precision = lp.precision if lp.precision == "fp8-mixed" else "bf16-mixed-fp32-grad"
+    return replace(lp, zero_stage=torchtitan_zero(lp), precision=precision if lp.precision else None)
+
+
+def torchtitan_fits(sc: Scenario, ev: Evaluation) -> str | None:
+    """A bf16-mixed or fp8-mixed plan with torchtitan's FP32 gradients: the memory check re-run at
+    bf16-mixed-fp32-grad (18 B/param, the BF16 weights FP8 training keeps as well). Raises
+    :class:`ExportError` when the plan fitted and no longer does; returns the note to print (None when the plan
+    is already at FP32 gradients)."""
+    if sc.task.precision not in ("bf16-mixed", "fp8-mixed"):
+        return None
+    at = evaluate(replace(sc, task=replace(sc.task, precision="bf16-mixed-fp32-grad")), ev.plan)
+    mem, was = at.constraint(F.MEMORY_PER_CARD), ev.constraint(F.MEMORY_PER_CARD)
+    figures = f"{mem.value:,.1f} of {mem.limit:,.1f} {mem.unit} per card"
+    if was.satisfied and not mem.satisfied:
+        raise _unsupported("torchtitan", f"{sc.task.precision} recipe with 2-byte gradients",
+                           f"torchtitan keeps FP32 gradients (18 B/param): the plan would need {figures}")
+    return f"torchtitan keeps FP32 gradients (18 B/param, not the plan's 16): still fits, {figures}"
+
+
+def torchtitan_notes(lp: LaunchPlan) -> list[str]:
+    """How torchtitan runs the plan where it differs from the plan's wording."""
+    if torchtitan_zero(lp) != lp.zero_stage:
+        return ["ZeRO-0 with TP/PP/CP is written as FSDP2 without resharding (ZeRO-2): torchtitan's DDP is "
+                "one-dimensional; the same gradient traffic and less memory than the plan's replicas"]
+    return []
 
 
 def torchtitan_values(lp: LaunchPlan, moe: bool, layers: int) -> dict[str, object]:
     fmt = "torchtitan"
-    z = lp.zero_stage
+    z = torchtitan_zero(lp)
     if z == 1:
         raise _unsupported(fmt, "ZeRO-1 (optimizer states sharded alone)",
                            "torchtitan replicates (DDP, ZeRO-0) or shards with FSDP2 (ZeRO-2 / ZeRO-3)")
@@ -736,13 +784,14 @@ def torchtitan_values(lp: LaunchPlan, moe: bool, layers: int) -> dict[str, objec
         raise _unsupported(fmt, f"recompute of the groups {lp.recompute}",
                            "torchtitan's activation_checkpoint.mode is none, full, selective per layer or per op")
     if lp.precision not in TORCHTITAN_PRECISION:
-        raise _unsupported(fmt, f"precision {lp.precision}", "torchtitan keeps FP32 gradients (FSDP2 reduces in "
-                           "float32, job_config.py line 290): plan with task.precision = bf16-mixed-fp32-grad")
+        raise _unsupported(fmt, f"precision {lp.precision}", "torchtitan trains BF16 (FSDP2 mixed precision or "
+                           f"autocast) or FP8 (Float8Linear): mapped recipes are {', '.join(TORCHTITAN_PRECISION)}")
     dp = int(lp.dp or 1)
     out: dict[str, object] = {
         "training.local_batch_size": int(lp.micro_batch or 1) * (int(lp.grad_accum or 1) if (lp.pp or 1) > 1 else 1),
         "training.global_batch_size": lp.global_batch, "training.seq_len": lp.seq_len, "training.steps": lp.train_iters,
         "training.mixed_precision_param": TORCHTITAN_PRECISION[str(lp.precision)],
+        **(TORCHTITAN_FP8 if lp.precision == "fp8-mixed" else {}),
         "parallelism.data_parallel_replicate_degree": dp if z == 0 else 1,
         "parallelism.data_parallel_shard_degree": 1 if z == 0 else dp,
     }
@@ -774,7 +823,7 @@ def torchtitan_values(lp: LaunchPlan, moe: bool, layers: int) -> dict[str, objec
 
 
 def _toml_value(v: object) -> str:
-    if isinstance(v, str):
+    if isinstance(v, (str, list)):
         return json.dumps(v)
     return _scalar(v)
 
@@ -808,7 +857,8 @@ def parse_torchtitan(text: str, layers: int) -> LaunchPlan:
     gb = tr["global_batch_size"]
     virtual = layers // (pp * pa["pipeline_parallel_layers_per_stage"]) if pp > 1 else 1
     moe = "expert_parallel_degree" in pa
-    prec = {v: k for k, v in TORCHTITAN_PRECISION.items()}[tr["mixed_precision_param"]]
+    fp8 = "quantize.linear.float8" in t.get("model", {}).get("converters", [])
+    prec = "fp8-mixed" if fp8 else ("bf16-mixed-fp32-grad" if tr["mixed_precision_param"] == "bfloat16" else "fp32")
     return LaunchPlan(
         nodes=None, cards_per_node=None, tp=tp, pp=pp, cp=cp, dp=dp, ep=pa["expert_parallel_degree"] if moe else 1,
         expert_tp=pa["expert_tensor_parallel_degree"] if moe else None, micro_batch=mb, global_batch=gb,
@@ -839,6 +889,10 @@ def deepspeed_values(lp: LaunchPlan, moe: bool) -> dict[str, object]:
     if lp.tp and lp.tp > 1 and lp.sequence_parallel:
         raise _unsupported(fmt, "sequence parallelism under TP", "DeepSpeed's AutoTP training (tensor_parallel."
                            "autotp_size) shards linear layers only (export the plan with --no-sequence-parallel)")
+    if lp.tp and lp.tp > 1 and lp.pp and lp.pp > 1:
+        raise _unsupported(fmt, f"TP {lp.tp} with PP {lp.pp}", "DeepSpeed's AutoTP training replaces the pipeline "
+                           "engine's grid with a TP mesh over all ranks (runtime/engine.py line 653, "
+                           "utils/groups.py line 147)")
     if lp.pp and lp.pp > 1 and lp.schedule != "1f1b":
         raise _unsupported(fmt, f"pipeline schedule {lp.schedule}", "DeepSpeed's pipeline engine runs its own 1F1B "
                            "TrainSchedule")
@@ -857,15 +911,31 @@ def deepspeed_values(lp: LaunchPlan, moe: bool) -> dict[str, object]:
         out["zero_optimization.offload_optimizer.device"] = "cpu"
         out["zero_optimization.offload_optimizer.pin_memory"] = True
     if lp.tp and lp.tp > 1:
+        # deepspeed.initialize builds DeepSpeedConfig before AutoTP makes its groups: without an mpu the batch
+        # check counts every rank (runtime/config.py line 712), so train_batch_size is left for DeepSpeed to derive
+        del out["train_batch_size"]
         out["tensor_parallel.autotp_size"] = lp.tp
     if lp.pp and lp.pp > 1:
-        out["pipeline.stages"] = lp.pp
-        if lp.recompute == "full":
-            out["pipeline.activation_checkpoint_interval"] = 1
-    elif lp.recompute == "full":
-        out["activation_checkpointing.partition_activations"] = False
-        out["activation_checkpointing.cpu_checkpointing"] = False
+        # the pipeline engine reads the interval (runtime/pipe/engine.py line 223); the stage count is
+        # PipelineModule(num_stages=...) in model code (pipe/module.py line 127), so no pipeline.stages is written
+        out["pipeline.activation_checkpoint_interval"] = 1 if lp.recompute == "full" else 0
     return out
+
+
+def deepspeed_notes(lp: LaunchPlan) -> list[str]:
+    """What the JSON cannot carry and model code must do (printed by ``tpopt export`` and the launch script)."""
+    notes = []
+    if lp.pp and lp.pp > 1:
+        notes.append(f"build the model as deepspeed.pipe.PipelineModule(layers, num_stages={lp.pp}): DeepSpeed "
+                     "takes the pipeline size from model code, not from the config")
+    if lp.tp and lp.tp > 1:
+        notes.append(f"train_batch_size is left to DeepSpeed, which counts each TP rank (it derives {lp.tp} x "
+                     f"{lp.global_batch}); each step still takes the plan's {lp.global_batch} sequences")
+    if lp.recompute == "full" and not (lp.pp and lp.pp > 1):
+        notes.append("full recompute: DeepSpeed's config turns it on only under its pipeline engine; wrap each "
+                     "layer with deepspeed.checkpointing.checkpoint (or call the model's "
+                     "gradient_checkpointing_enable())")
+    return notes
 
 
 def _nest(values: Mapping[str, object]) -> dict[str, Any]:
@@ -897,15 +967,14 @@ def deepspeed_text(lp: LaunchPlan, moe: bool, summary: str) -> str:
 
 def parse_deepspeed(text: str, layers: int) -> LaunchPlan:
     v = _flatten(json.loads(text))
-    mb, ga, gb = int(v["train_micro_batch_size_per_gpu"]), int(v["gradient_accumulation_steps"]), \
-        int(v["train_batch_size"])
-    pp = int(v.get("pipeline.stages", 1))
-    full = "pipeline.activation_checkpoint_interval" in v or "activation_checkpointing.partition_activations" in v
+    mb, ga = int(v["train_micro_batch_size_per_gpu"]), int(v["gradient_accumulation_steps"])
+    gb = int(v["train_batch_size"]) if "train_batch_size" in v else None
+    interval = v.get("pipeline.activation_checkpoint_interval")
     prec = next(k for k, s in DEEPSPEED_PRECISION.items() if v.get(f"{s}.enabled"))
-    return LaunchPlan(tp=int(v.get("tensor_parallel.autotp_size", 1)), pp=pp, dp=gb // (mb * ga), micro_batch=mb,
-                      global_batch=gb, grad_accum=ga, zero_stage=int(v["zero_optimization.stage"]),
+    return LaunchPlan(tp=int(v.get("tensor_parallel.autotp_size", 1)), dp=gb // (mb * ga) if gb else None,
+                      micro_batch=mb, global_batch=gb, grad_accum=ga, zero_stage=int(v["zero_optimization.stage"]),
                       offload="cpu" if v.get("zero_optimization.offload_optimizer.device") == "cpu" else "none",
-                      recompute="full" if full else "none", precision=prec)
+                      recompute=None if interval is None else ("full" if interval > 0 else "none"), precision=prec)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -933,6 +1002,7 @@ def export_text(fmt: str, sc: Scenario, ev: Evaluation) -> str:
     if fmt == "nemo":
         return nemo_text(lp, moe, summary, sc.stack)
     if fmt == "torchtitan":
+        torchtitan_fits(sc, ev)  # FP32 gradients: refused when the plan no longer fits
         return torchtitan_text(lp, moe, summary, sc.model.layers)
     return deepspeed_text(lp, moe, summary)
 
@@ -944,12 +1014,20 @@ def parse(fmt: str, text: str, layers: int) -> LaunchPlan:
 
 
 def exported(fmt: str, sc: Scenario, ev: Evaluation) -> LaunchPlan:
-    """What ``fmt`` carries of the plan (the round trip's expected value)."""
-    return launch_plan(sc, ev).project(CARRIES[fmt])
+    """What ``fmt`` carries of the plan (the round trip's expected value): torchtitan as it runs the plan
+    (:func:`torchtitan_runs`); DeepSpeed without the global batch under TP and recompute without PP."""
+    lp = launch_plan(sc, ev).project(CARRIES[fmt])
+    if fmt == "torchtitan":
+        return torchtitan_runs(lp)
+    if fmt == "deepspeed":
+        pp = launch_plan(sc, ev).pp or 1
+        return replace(lp, global_batch=None if (lp.tp or 1) > 1 else lp.global_batch,
+                       dp=None if (lp.tp or 1) > 1 else lp.dp, recompute=lp.recompute if pp > 1 else None)
+    return lp
 
 
 __all__ = ["FORMATS", "LaunchPlan", "ExportError", "launch_plan", "export_text", "parse", "exported", "validate",
-           "schema", "CARRIES", "plan_from_report"]
+           "schema", "CARRIES", "plan_from_report", "environment", "export_notes", "launch_script"]
 
 
 def plan_from_report(d: Mapping[str, Any]) -> Plan:
@@ -974,3 +1052,111 @@ def plan_from_report(d: Mapping[str, Any]) -> Plan:
                     global_batch=int(p.get("global_batch") or 0))
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"--plan: the plan object is incomplete or malformed ({exc})") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# common to every format: notes, environment, launch script (tpopt export --launch)
+
+ENVIRONMENT: dict[str, Callable[[LaunchPlan], dict[str, str]]] = {}
+"""Per format, the environment variables its launch needs (:func:`environment`); formats register here."""
+
+
+def torchtitan_environment(lp: LaunchPlan) -> dict[str, str]:
+    """torchtitan's run_train.sh sets the caching allocator's expandable segments for every run."""
+    return {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}
+
+
+def deepspeed_environment(lp: LaunchPlan) -> dict[str, str]:
+    """DeepSpeed's CPU Adam (the offloaded optimizer step) runs OMP_NUM_THREADS threads per rank; torchrun sets 1
+    unless told (torch.distributed.run), which serialises the host step the plan's offload time assumes at full host
+    speed: the launch gives each rank its share of the host's cores."""
+    if lp.offload != "cpu":
+        return {}
+    return {"OMP_NUM_THREADS": f"${{OMP_NUM_THREADS:-$(( $(nproc) / {int(lp.cards_per_node or 1)} ))}}"}
+
+
+ENVIRONMENT.update(megatron=megatron_environment, nemo=megatron_environment,  # Bridge runs Megatron-Core's rule
+                   torchtitan=torchtitan_environment, deepspeed=deepspeed_environment)
+
+
+def environment(fmt: str, lp: LaunchPlan) -> dict[str, str]:
+    """The environment variables ``fmt`` needs to run ``lp`` (empty where a format needs none)."""
+    hook = ENVIRONMENT.get(fmt)
+    return hook(lp) if hook else {}
+
+
+def export_notes(fmt: str, sc: Scenario, ev: Evaluation) -> list[str]:
+    """What the user must know beside the exported text: how the framework runs the plan where it differs from
+    the plan's wording, and what model code must do (printed on stderr and in the launch script)."""
+    lp = launch_plan(sc, ev)
+    if fmt == "torchtitan":
+        fits = torchtitan_fits(sc, ev)
+        return torchtitan_notes(lp) + ([fits] if fits else [])
+    if fmt == "deepspeed":
+        return deepspeed_notes(lp)
+    return []
+
+
+WARMUP_SHARE = 0.01
+"""The launch script's learning-rate warm-up: 1 % of the plan's steps (a common choice, stated in the script)."""
+
+PLACEHOLDERS = {"DATA_PATH": "your tokenized training data", "TOKENIZER_PATH": "your tokenizer (a directory or file)",
+                "CHECKPOINT_DIR": "where checkpoints are saved and resumed from"}
+
+
+def _train_command(fmt: str, config: str, lp: LaunchPlan, warmup: int) -> list[str]:
+    """The program torchrun starts, with the data, tokenizer, checkpoint and schedule placeholders."""
+    if fmt == "torchtitan":
+        return ["-m torchtitan.train --job.config_file " + shlex.quote(config),
+                '--model.name "${MODEL_NAME:?torchtitan model, e.g. llama3}"',
+                '--model.flavor "${MODEL_FLAVOR:?e.g. 8B}"',
+                '--model.hf_assets_path "$TOKENIZER_PATH"', '--training.dataset_path "$DATA_PATH"',
+                '--checkpoint.folder "$CHECKPOINT_DIR"', f"--lr_scheduler.warmup_steps {warmup}"]
+    if fmt == "deepspeed":
+        return ['"${TRAIN_SCRIPT:?your DeepSpeed training script}" --deepspeed_config ' + shlex.quote(config),
+                '--data-path "$DATA_PATH"', '--tokenizer "$TOKENIZER_PATH"', '--save "$CHECKPOINT_DIR"',
+                f"--train-iters {lp.train_iters}", f"--lr-warmup-iters {warmup}"]
+    if fmt == "megatron":
+        return ['"${MEGATRON_LM:?Megatron-LM checkout}/pretrain_gpt.py" "${TPOPT_ARGS[@]}"',
+                '--data-path "$DATA_PATH"', '--tokenizer-type HuggingFaceTokenizer',
+                '--tokenizer-model "$TOKENIZER_PATH"',  # --save/--load: in TPOPT_ARGS (megatron_text)
+                f"--lr-warmup-iters {warmup}", f"--lr-decay-iters {lp.train_iters}"]
+    return ['"${RECIPE_SCRIPT:?your Megatron-Bridge recipe script}" $(grep -v "^#" ' + shlex.quote(config) + ")",
+            'dataset.data_path="$DATA_PATH"', 'tokenizer.tokenizer_model="$TOKENIZER_PATH"',
+            'checkpoint.save="$CHECKPOINT_DIR"', f"scheduler.lr_warmup_iters={warmup}",
+            f"scheduler.lr_decay_iters={lp.train_iters}"]
+
+
+def launch_script(fmt: str, sc: Scenario, ev: Evaluation, config: str) -> str:
+    """A bash launch script for the exported ``config`` file: torchrun on each node, or ``sbatch`` it under Slurm
+    (its ``#SBATCH`` lines hold the nodes and GPUs per node); the world size, the environment the format needs
+    (:func:`environment`), placeholders for the data, tokenizer and checkpoint paths, and the learning-rate
+    schedule over the plan's step count."""
+    lp = launch_plan(sc, ev)
+    nodes, per = int(lp.nodes or 1), int(lp.cards_per_node or 1)
+    steps = int(lp.train_iters or 1)
+    warmup = max(1, round(WARMUP_SHARE * steps))
+    lines = ["#!/usr/bin/env bash", f"# {summary_of(sc, lp, ev.plan.accelerator)}",
+             f"# written by tpopt export --format {fmt}: {nodes} node(s) x {per} GPU(s) = world size {nodes * per};",
+             f"# {steps:,} steps, learning-rate warm-up {warmup:,} steps ({WARMUP_SHARE:.0%} of them, a common "
+             "choice: set yours)",
+             "# run it with sbatch (Slurm), or on each node with NODE_RANK and MASTER_ADDR set",
+             f"#SBATCH --nodes={nodes}", "#SBATCH --ntasks-per-node=1", f"#SBATCH --gpus-per-node={per}",
+             "#SBATCH --exclusive", "set -euo pipefail"]
+    lines += [f"# {n}" for n in export_notes(fmt, sc, ev)]
+    lines += [f': "${{{k}:?{v}}}"' for k, v in PLACEHOLDERS.items()]
+    lines += [f'export {k}="{v}"' for k, v in environment(fmt, lp).items()]
+    if fmt == "megatron":
+        lines.append("source " + shlex.quote(config))
+    lines += [f"NNODES={nodes}", f"GPUS_PER_NODE={per}", f"WORLD_SIZE={nodes * per}",
+              'if [ -n "${SLURM_JOB_ID:-}" ]; then',
+              '  MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+              '  LAUNCH=(srun --ntasks-per-node=1 torchrun --node-rank "$SLURM_NODEID")',
+              "else",
+              '  LAUNCH=(torchrun --node-rank "${NODE_RANK:-0}")',
+              "fi",
+              '"${LAUNCH[@]}" --nnodes "$NNODES" --nproc-per-node "$GPUS_PER_NODE" --rdzv-backend c10d \\',
+              '  --rdzv-endpoint "${MASTER_ADDR:-localhost}:${MASTER_PORT:-29500}" \\']
+    cmd = _train_command(fmt, config, lp, warmup)
+    lines += [f"  {c} \\" for c in cmd[:-1]] + [f"  {cmd[-1]}"]
+    return "\n".join(lines) + "\n"

@@ -129,7 +129,7 @@ def limit_line(s: dict[str, Any]) -> str:
 # command-line flag that sets each relaxable input (None: only the scenario file can)
 FLAGS = {"deadline": "--deadline", "reserved": "--reserved", "tokens": "--tokens", "efficiency": "--efficiency",
          "max_cards": "--max-cards", "usable_memory": "--usable-memory", "accelerator": "--hw",
-         "max_cost": "--max-cost", "nic_bandwidth": None}
+         "max_cost": "--max-cost", "nic_bandwidth": None, "global_batch": "--global-batch"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,8 +149,8 @@ def _qty(x: float | str | None, unit: str, digits: int = 2) -> str:
         return "-"
     if isinstance(x, str):
         return x
-    if unit == "cards":
-        return f"{x:,.0f} cards"
+    if unit in ("cards", "sequences"):
+        return f"{x:,.0f} {unit}"
     if unit == "B tokens":  # x in billions at ``digits`` decimals, printed exactly: 2T, 1.74306T, 85.23B
         big = abs(x) >= 1000
         text = f"{x / 1000:.{digits + 3}f}" if big else f"{x:.{digits}f}"
@@ -244,7 +244,7 @@ def _needed(r: dict[str, Any]) -> str:
     if r["parameter"] == "accelerator":
         return f"= {r['required']}"
     exact = ""
-    if r.get("required_exact") is not None and r["parameter"] not in ("max_cards",):
+    if r.get("required_exact") is not None and r["parameter"] not in ("max_cards", "global_batch"):
         thr = _qty(r["required_exact"], r["unit"], 3) if r["unit"] == "B tokens" else _num(r["required_exact"], 3)
         exact = f" (threshold {thr})"
     return f"{r['direction']} {_qty(r['required'], r['unit'])}{exact}"
@@ -254,6 +254,29 @@ def evidence_flags(o: dict[str, Any]) -> str:
     """" (priors only)", " (illustrative price)", both or nothing: what a suggested card rests on."""
     flags = [w for k, w in (("priors_only", "priors only"), ("illustrative_price", "illustrative price")) if o.get(k)]
     return "".join(f" ({w})" for w in flags)
+
+
+CHAIN_FLAGS = {"write_bandwidth": "scenario: [checkpoint] write_bandwidth = \"{}GB/s\"",
+               "global_batch": "--global-batch {}", "max_cards": "--max-cards {}"}
+"""How each change of a chain is applied (tpopt.optimizer.explain.chain)."""
+
+
+def chain_lines(c: dict[str, Any], width: int) -> list[str]:
+    """What stops more cards from helping (tpopt.optimizer.explain.chain), and the changes that let them, in
+    the order a user can act (storage, batch, cards; explain.chain says how each is the least), confirmed by one
+    solve together."""
+    pad = " " * (width + 4)
+    lines = [f"{pad}what binds beyond the card limit: at {c['largest_count']:,} cards the fastest plan needs "
+             f"{c['fastest_days']:.1f} d, {c['overhead'] * 100:.1f} % lost to checkpoints and failures (saves "
+             f"{c['save_overhead'] * 100:.1f} %), DP {c['dp']:,} of a {c['batch']:,}-sequence batch; together:"]
+    flags = []
+    for k, st in enumerate(c["steps"], 1):
+        now = f"{st['current']:g}" if isinstance(st["current"], float) else f"{st['current']:,}"
+        lines.append(f"{pad}{k}. {st['label']} >= {st['required']:,} {st['unit']} (now {now})")
+        flags.append(CHAIN_FLAGS[st["parameter"]].format(st["required"]))
+    lines.append(f"{pad}-> {_plan_short(c['plan'])}, {c['finish_days']:.2f} d, {_money(c['cost'], c['cost_unit'])}"
+                 f"   [{'; '.join(flags)}]")
+    return lines
 
 
 def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
@@ -275,6 +298,8 @@ def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
                          f"{_money(r['cost'], r['cost_unit'])}{rests}" + (f"   [{flag}]" if flag else ""))
         if r.get("helps") and r.get("note"):
             lines.append(f"  {'':<{width}}  ({r['note']})")
+        if r.get("chain"):
+            lines += chain_lines(r["chain"], width)
         if r["parameter"] == "accelerator" and r.get("options"):
             opts = []
             for o in r["options"]:
@@ -465,6 +490,34 @@ def evidence_lines(e: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def stated_lines(stated: list[dict[str, Any]] | None) -> list[str]:
+    """The footing's stated inputs (tpopt.optimizer.footing.stated_inputs): "stated X: value; modelled: figure
+    (the plan it leads to)" where the model has a figure, else the stated value with what it costs the plan."""
+    out, rest = [], []
+    for e in stated or []:
+        line = f"stated {e['input']}: {e['stated']}"
+        if e["input"] not in OWN_LINE:
+            rest.append(f"{e['input']} {e['stated']}")
+            continue
+        if e.get("modelled"):
+            line += f"; modelled: {e['modelled']}"
+            alt = e.get("modelled_plan")
+            if alt and alt.get("feasible"):
+                word = "cost" if alt["objective"] == "cost" else "finish"
+                line += (f" ({alt['cards']:,} cards, recompute {alt['recompute']}, {word} {alt['value']:,.0f} "
+                         f"{alt['unit']}, {(alt['ratio'] - 1) * 100:+.1f} %)")
+            elif alt is not None:
+                line += " (no plan fits with modelled activations)"
+        elif e.get("binds"):
+            line += " (binds)"
+        out.append(line)
+    return out + (["stated: " + "; ".join(rest)] if rest else [])
+
+
+OWN_LINE = ("activation budget", "input pipeline", "stack")
+"""Stated inputs printed on a line of their own; the others share one "stated:" line."""
+
+
 def footing_lines(f: dict[str, Any], width: int = 100) -> list[str]:
     """The footing as 2-4 text lines (from the dict :func:`footing` returns, the JSON's figures): the
     model, stack and MFU; the parameters by provenance; the price; each wrapped to ``width``."""
@@ -493,6 +546,7 @@ def footing_lines(f: dict[str, Any], width: int = 100) -> list[str]:
         order = sorted(groups, key=lambda g: (not g.startswith("calibrated"), g != "measured", g))
         lines.append("parameters: " + "; ".join(f"{g} {', '.join(groups[g])}" for g in order))
     lines.append(_price_text(f["price"]))
+    lines += stated_lines(f.get("stated"))
     lines += evidence_lines(f.get("evidence"))
     out: list[str] = []
     for i, line in enumerate(lines):
@@ -571,6 +625,28 @@ def market_infeasible_lines(out: dict[str, Any]) -> list[str]:
     return lines
 
 
+def spot_policy_lines(entry: dict[str, Any] | None) -> list[str]:
+    """The spot policy under the chance constraint (tpopt.optimizer.spot_policy): the chosen way to run the
+    cheapest offer pair, its expected cost and P(on time) against all spot and all on-demand, and its terms."""
+    if not entry:
+        return []
+    if entry["best"] is None:
+        e = entry["pairs"][0]
+        return [f"Spot policy: no way to run {e['spot_offer']} / {e['ondemand_offer']} meets "
+                f"P(on time) >= {e['confidence']:.0%}; all on-demand is the nearest "
+                f"(P(on time) {e['chosen']['p_on_time']:.1%})"]
+    e = entry["pairs"][entry["best"]]
+    c, t = e["chosen"], e["terms"]
+    others = "; ".join(f"{o['policy']} {o['expected_cost']:,.0f} USD, P(on time) {o['p_on_time']:.1%}"
+                       for o in e["candidates"] if o["policy"] != c["policy"])
+    return [f"Spot policy ({e['spot_offer']} then {e['ondemand_offer']}, {e['cards']:,} cards): {c['policy']}: "
+            f"expected {c['expected_cost']:,.0f} USD, P(on time) {c['p_on_time']:.1%} (asked "
+            f"{e['confidence']:.0%}); {others}; spot pays below {e['break_even_spot_price']:.3g} USD per card-hour",
+            f"  spot terms: {t['preempt_per_card_hour']:g} preemptions per card-hour ({t['preempt_source']}), rate "
+            f"cv {t['rate_cv']:g} ({t['rate_cv_source']}); capacity obtainable on {t['availability_per_day']:.0%} of "
+            f"days ({t['availability_source']}); a switch costs {t['switch_s']:,.0f} s"]
+
+
 def watts_text(w: float) -> str:
     """A power in the unit that fits: W below 1 kW, kW below 1 MW, then MW (a 40 kW cap is "40.0 kW")."""
     if abs(w) >= 1e6:
@@ -635,6 +711,7 @@ def market_lines(out: dict[str, Any]) -> list[str]:
     c = m.get("checkpoints")
     if c:
         lines += checkpoint_cost_lines(c)
+    lines += spot_policy_lines(m.get("spot_policy"))
     lines.append(f"Offers compared (as of {m['as_of']}; one exact sub-problem each):")
     width = max(len(r["offer"]) for r in m["offers"])
     for r in m["offers"]:

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from tpopt.catalogs import load_catalog  # noqa: E402
 from tpopt.catalogs.scenario import build_scenario, load_scenario  # noqa: E402
 from tpopt.models import terms as T  # noqa: E402
+from tpopt.models.terms.deadline import _LAW_MEMO  # noqa: E402
 from tpopt.optimizer.core import solve  # noqa: E402
 from tpopt.optimizer.result import Request  # noqa: E402
 from tpopt.optimizer.space import Space  # noqa: E402
@@ -67,7 +68,8 @@ def timed(sc, backend: str, repeat: int) -> tuple[float, float, str]:
     status = ""
     name, req = request(backend)
     for _ in range(repeat):
-        T._CHANCE_MEMO.clear()  # from scratch: no chance roots remembered from the previous run
+        T._CHANCE_MEMO.clear()  # from scratch: no chance roots remembered from the previous run,
+        _LAW_MEMO.clear()  # nor the plans' law inputs
         c0, t0 = cpu_s(), time.perf_counter()
         r = solve(sc, name, req)
         cpus.append(cpu_s() - c0)
@@ -81,6 +83,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--solvers", default="cpsat,highs,enumerate,cpsat/decomposed,highs/decomposed,pyomo:highs")
     args = ap.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from machine import load_line  # this directory (run as a script)
+
+    print(load_line())
     warm = load_scenario(ROOT / "examples" / "design-case.toml")
     for b in args.solvers.split(","):  # imports and first calls, untimed
         name, req = request(b)

@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=1, help="fresh processes per command (default 1)")
     args = ap.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from machine import load_line  # this directory (run as a script)
+
+    print(load_line(), "(before; CPU seconds are the figure to quote, wall seconds move with the load)")
     print(f"{'command':<50}{'CPU':>8}{'wall':>8}{'peak RSS':>10}  target")
     with tempfile.TemporaryDirectory() as tmp:
         for label, cmd, cpu_target, mb_target in scenarios(Path(tmp)):
@@ -81,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                 target = f"<= {cpu_target:g} s" + (f", <= {mb_target:g} MB" if mb_target else "")
                 status = "" if rc == 0 else f"  (exit {rc})"
                 print(f"{label:<50}{cpu:>7.2f}s{wall:>7.2f}s{mb:>7.0f} MB  {target}{status}")
+    print(load_line(), "(after; benchmarks/machine.py --against REV runs a command beside an earlier revision)")
     return 0
 
 

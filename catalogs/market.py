@@ -22,7 +22,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
-from tpopt.catalogs.declare import Kind, duration, key, number, quantity, raw, read_entry, whole
+from tpopt.catalogs.declare import Kind, duration, fraction, key, number, quantity, raw, read_entry, whole
 from tpopt.catalogs.tables import check_keys, csv_rows, loads_toml, read_text_capped
 from tpopt.errors import InputError
 from tpopt.models.market import MARKETS, RESERVED, SPOT, Energy, Offer, Power, Storage, unique_ids
@@ -163,6 +163,12 @@ class OfferKeys:
                                      help="where the preemption rate comes from (default: the market's)")
     reacquire: float | None = key(spot_only(duration()),
                                   help="time to get preempted cards back (default: the market's)")
+    availability: float | None = key(spot_only(fraction()),
+                                     help="P(spot capacity obtainable on a day), 90% or 0.9 (default: an assumption)")
+    availability_source: str | None = key(spot_only(WORDS), help="where the availability comes from")
+    preempt_rate_cv: float | None = key(spot_only(number()),
+                                        help="coefficient of variation of the preemption rate (default: 0.5)")
+    preempt_rate_cv_source: str | None = key(spot_only(WORDS), help="where the rate's variation comes from")
     notes: Any = key(raw("text"), help="free text")
 
     RULES: ClassVar = (
@@ -193,7 +199,9 @@ def build_offer(name: str, t: dict[str, Any], market: Market, accelerators: set[
                  energy=market.energy.get(f"{k.provider}/{k.region}"),
                  preempt_source=(str(market.preempt_source) if k.preempt_source is None else k.preempt_source)
                  if spot else "",
-                 reacquire_s=(market.reacquire_s if k.reacquire is None else k.reacquire) if spot else 0.0)
+                 reacquire_s=(market.reacquire_s if k.reacquire is None else k.reacquire) if spot else 0.0,
+                 availability=k.availability, availability_source=k.availability_source or "",
+                 preempt_rate_cv=k.preempt_rate_cv, preempt_rate_cv_source=k.preempt_rate_cv_source or "")
 
 
 def build_storage(t: dict[str, Any], where: str) -> Storage:

@@ -145,6 +145,8 @@ def _natural(overrides: dict[str, Any]) -> dict[str, Any]:
             out[name] = value
             continue
         keys = natural_keys(name)
+        if name == "model" and isinstance(value, (str, PathLike)) and str(value).lower().endswith(".json"):
+            keys, value = ("model.config",), str(Path(value).resolve())  # a config.json path, as --model takes it
         if keys[0] == "hardware.accelerator" and isinstance(value, str):
             value = [x.strip() for x in value.split(",") if x.strip()]
         for k in keys:
@@ -163,6 +165,9 @@ def with_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, 
         t = out.setdefault(table, {})
         if not isinstance(t, dict):
             raise InputError(f"scenario: [{table}] must be a table")
+        if table == "model" and key in ("name", "config"):  # a model given replaces the one the file names
+            t.pop("name", None)
+            t.pop("config", None)
         if table == "hardware" and key == "accelerator":
             _retarget_card_overrides(t, value)
         if table == "hardware" and key in CARD_KEYS:
@@ -545,7 +550,7 @@ def _stages(tables: list[dict[str, Any]], raw: dict[str, Any], cat: Catalog) -> 
     return tuple(out)
 
 
-def load_scenario(path: str | PathLike[str], overrides: dict[str, Any] | None = None,
+def load_scenario(path: str | PathLike[str] | Mapping[str, Any], overrides: dict[str, Any] | None = None,
                   catalog_dirs: Sequence[str | PathLike[str]] = ()) -> Scenario:
     """Read, override and build a scenario in one call."""
     raw = read_scenario_file(path)

@@ -23,12 +23,16 @@ from tpopt.errors import InputError
 from tpopt.models.units import GIB, parse_duration
 from tpopt.optimizer import calibrate as C
 from tpopt.optimizer import device
+from tpopt.optimizer.commands import calibrate_runs, calibration_report, calibration_rows, measured_run
 from tpopt.optimizer.runs import runs_from_csv
+
+CARDS_HELP = ("Card count of the plan that ran, whose step --measured-step gives (with the other plan flags; "
+              "not used with --runs or --measure).")
 
 
 @click.command()
 @scenario_options
-@plan_options(require_cards=False)
+@plan_options(require_cards=False, cards_help=CARDS_HELP)
 @click.option("--measured-step", help="Measured time of one optimizer step of the plan, e.g. 12.0s.")
 @click.option("--runs", "runs_csv", type=click.Path(dir_okay=False),
               help="CSV of measured runs (plan columns and iteration_s; see tpopt/optimizer/runs.py).")
@@ -65,16 +69,8 @@ def calibrate(measured_step: str | None, runs_csv: str | None, fit_names: str | 
         if kw.get("cards") is None:
             raise InputError("--measured-step needs the plan that ran: give at least --cards")
         t = parse_duration(measured_step, "--measured-step", allow_zero=False)
-        plan = plan_from(sc, kw)
-        name = f"{plan.accelerator} x {plan.cards} (tp {plan.tp}, pp {plan.pp}, mb {plan.micro_batch})"
-        runs = [C.MeasuredRun(name, sc, (plan,), t)]
-    accs = list(dict.fromkeys(r.accelerator for r in runs))
-    if not accs:
-        raise InputError("no measured run to calibrate")
-    if len(accs) != 1:
-        raise InputError(f"the runs use several accelerators ({', '.join(accs)}); calibrate one at a time")
-    cal = C.fit(runs, accs[0], free)
-    path = C.write_override(cal, out_dir, force=force)
+        runs = [measured_run(sc, plan_from(sc, kw), t)]
+    cal, path = calibrate_runs(runs, free, out_dir, force)
     emit(cal, path, out_dir, as_json)
 
 
@@ -92,19 +88,10 @@ def measure_and_fit(kw: dict[str, Any], free: tuple[str, ...] | None, out_dir: s
 
 def emit(cal: C.Calibration, path: Path, out_dir: str, as_json: bool, what: str = "") -> None:
     """Print a calibration (text or JSON, from the same figures)."""
-    rows = [{"run": r.name, "measured_s": r.measured_step_s, "predicted_s": p, "error": p / r.measured_step_s - 1}
-            for r, p in zip(cal.runs, cal.predicted_s, strict=False)]
-    params = [e.as_dict() for e in cal.estimates]
-    spread = {"residual_sigma": cal.residual_sigma, "residual_sigma_source": cal.residual_sigma_source,
-              "degrees_of_freedom": cal.dof}
-    prior = {"prior_sigma": {p.name: p.prior_sigma for p in C.PARAMS if p.name in cal.fitted},
-             "noise_sigma": C.NOISE_SIGMA}
-    memory = [{"run": m.run, "predicted_gib": m.predicted / GIB, "usable_gib": m.limit / GIB, "fits": m.fits}
-              for m in cal.memory]
     if as_json:
-        click.echo(dump_json({"accelerator": cal.accelerator, "parameters": params, "runs": rows, **spread,
-                              "prior": prior, "memory": memory, "written": str(path)}), nl=False)
+        click.echo(dump_json(calibration_report(cal, path)), nl=False)
         return
+    rows = calibration_rows(cal)
     click.echo("\n".join(text_lines(cal, rows, what) + [f"Wrote {path}; use it with --catalog {out_dir}"]))
 
 

@@ -13,7 +13,16 @@ from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, overload
 
 import click
 
+from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import BUILTIN_SCENARIO, load_scenario
+from tpopt.catalogs.starter import (
+    DESIGN_HW,
+    defaults_text,
+    hardware_names,
+    model_entry,
+    question_tables,
+    stated_defaults,
+)
 from tpopt.cli.render import fit_lines
 from tpopt.errors import InputError
 from tpopt.files import refuse_symlink
@@ -163,11 +172,13 @@ def scenario_options(fn: CommandFn | None = None, *, without: tuple[str, ...] = 
                           f"'tpopt init' writes one]."),
         _o("--catalog", "catalog_dirs", multiple=True, type=click.Path(file_okay=False),
                      help="Extra catalog directory (repeatable); its entries override built-ins."),
+        _o("--model", help=MODEL_HELP),
         _o("--deadline", help="Deadline, e.g. 30d or 720h (overrides [schedule] deadline)."),
         _o("--reserved", help="Reserved days inside the deadline, e.g. 5d."),
-        _o("--tokens", help="Training tokens, e.g. 100B or 1.5T."),
+        _o("--tokens", help=TOKENS_HELP),
         _o("--efficiency", help="Compute efficiency, e.g. 40% or 0.4."),
-        _o("--hw", help="Accelerator(s), comma-separated, e.g. rtx4090,h100-sxm."),
+        _o("--hw", help="Accelerator(s), comma-separated, e.g. rtx4090,h100-sxm, or 'all' (every card with a "
+                        "market offer)."),
         _o("--max-cards", help="Largest card count the plan may use."),
         _o("--usable-memory", help="Usable memory per card, e.g. 22GiB."),
         _o("--global-batch", help="Global batch(es) in sequences, comma-separated: the plan's batch "
@@ -184,24 +195,29 @@ def scenario_options(fn: CommandFn | None = None, *, without: tuple[str, ...] = 
     return fn
 
 
-SCENARIO_KEYS = ("scenario_path", "catalog_dirs", "deadline", "reserved", "tokens", "efficiency", "hw",
+SCENARIO_KEYS = ("scenario_path", "catalog_dirs", "model", "deadline", "reserved", "tokens", "efficiency", "hw",
                  "max_cards", "usable_memory", "global_batch", "critical_batch", "seq_len", "confidence", "step_sigma")
 
 
 def overrides_from(kw: dict[str, Any]) -> dict[str, Any]:
     """Raw-table overrides from the shared scenario options (None = not given)."""
     hw = kw.get("hw")
+    names = list(hardware_names(hw, (), None)) if hw is not None else None
+    batches = [b.strip() for b in str(kw["global_batch"]).split(",") if b.strip()] if kw.get("global_batch") \
+        else None
     return {
+        **model_overrides(kw),
         "schedule.deadline": kw.get("deadline"),
         "schedule.reserved": kw.get("reserved"),
         "task.tokens": kw.get("tokens"),
         "hardware.efficiency": kw.get("efficiency"),
-        "hardware.accelerator": [h.strip() for h in hw.split(",") if h.strip()] if hw else None,
-        "search.accelerator": [h.strip() for h in hw.split(",") if h.strip()] if hw else None,
+        "hardware.accelerator": names,
+        "search.accelerator": names,
         "search.max_cards": kw.get("max_cards"),
         "hardware.usable_memory": kw.get("usable_memory"),
-        "search.global_batch": [b.strip() for b in str(kw["global_batch"]).split(",") if b.strip()]
-        if kw.get("global_batch") else None,
+        "search.global_batch": batches,
+        # a question without a scenario file: one batch is the task's (no file states a reference batch)
+        "task.global_batch": batches[0] if batches and len(batches) == 1 and asks_question(kw) else None,
         "task.critical_batch": kw.get("critical_batch"),
         "task.seq_len": kw.get("seq_len"),
         "search.memory_budget": kw.get("memory_budget"),  # the solver options' --memory-budget
@@ -210,30 +226,79 @@ def overrides_from(kw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def scenario_source(kw: dict[str, Any]) -> str | Path:
-    """The scenario file the options name: --scenario, else the built-in design case."""
+MODEL_HELP = ("Model: a catalog name (tpopt catalog models), a Hugging Face id org/name from the local cache (never "
+              "downloaded) or a config.json path. Overrides [model]; without --scenario the question is built on "
+              "tpopt init's starting scenario (per-operation step time), every default it takes stated in the "
+              "output.")
+TOKENS_HELP = ("Training tokens: a number with an optional suffix k (1e3), M (1e6), B (1e9) or T (1e12), decimals "
+               "allowed, e.g. 100B, 1.5T or 2e12.")
 
+
+def model_overrides(kw: dict[str, Any]) -> dict[str, Any]:
+    """``--model`` as the [model] table's entries (:func:`tpopt.catalogs.starter.model_entry`: a config.json path
+    made absolute, or a catalog name / Hugging Face id checked now); the other key is cleared (None = not
+    given is skipped, so the entry replaces the table's model, not adds a second one)."""
+    if kw.get("model") is None:
+        return {}
+    entry = model_entry(str(kw["model"]), load_catalog(kw.get("catalog_dirs") or ()))
+    return {f"model.{key}": value for key, value in entry.items()}
+
+
+def asks_question(kw: dict[str, Any]) -> bool:
+    """The model is named on the command line with no scenario file (and not tpopt rl's built-in example):
+    the scenario is tpopt init's starting scenario for that model."""
+    return kw.get("model") is not None and not kw.get("scenario_path") and kw.get("_builtin") != "rl"
+
+
+def question_source(kw: dict[str, Any]) -> dict[str, Any]:
+    """The starting scenario's raw tables for ``--model`` on ``--hw`` (default: tpopt init's)."""
+    cat = load_catalog(kw.get("catalog_dirs") or ())
+    return question_tables(str(kw["model"]), hardware_names(kw.get("hw"), DESIGN_HW, cat), cat)
+
+
+def question_defaults(kw: dict[str, Any]) -> dict[str, Any]:
+    """The starting scenario's values the command line did not give (``table.key`` -> value)."""
+    return stated_defaults(question_source(kw), {k: v for k, v in overrides_from(kw).items() if v is not None})
+
+
+def scenario_source(kw: dict[str, Any]) -> str | Path | dict[str, Any]:
+    """The scenario the options name: --scenario, the starting scenario of a question asked with --model
+    (raw tables), else the built-in design case."""
+    if asks_question(kw):
+        return question_source(kw)
     return kw.get("scenario_path") or BUILTIN_SCENARIO
 
 
 def builtin_note(kw: dict[str, Any]) -> str | None:
-    """The line a command prints first when it runs on the built-in scenario (None with --scenario)."""
+    """The line a command prints first when it runs on the built-in scenario, or on the starting scenario of
+    a question asked with --model (None with --scenario)."""
     if kw.get("scenario_path"):
         return None
     if kw.get("_builtin") == "rl":
         return "Scenario: built-in RL example (GRPO, Qwen3-8B policy, H100); use --scenario FILE for yours."
+    if asks_question(kw):
+        return (f"Scenario: {kw['model']} from the command line on tpopt init's starting scenario, per-operation "
+                f"step time; defaults taken: {defaults_text(question_defaults(kw))} (a flag or --scenario FILE "
+                f"changes them).")
     return "Scenario: built-in design case (the chapter's Qwen3-8B example); use --scenario FILE or tpopt init."
 
 
 def echo_builtin_note(kw: dict[str, Any], as_json: bool = False, out: dict[str, Any] | None = None) -> None:
     """Say that the built-in scenario is used: the first line of the text output, or, with --json,
-    ``"scenario_source": "built-in design case"`` in ``out`` (stdout stays one JSON document)."""
+    ``"scenario_source": "built-in design case"`` in ``out`` (stdout stays one JSON document); a question
+    asked with --model: ``"scenario_source": "command line"`` and ``"stated_defaults"`` (``table.key`` ->
+    the starting scenario's value)."""
     note = builtin_note(kw)
     if not note:
         return
     if as_json:
         if out is not None:
-            out["scenario_source"] = "built-in RL example" if kw.get("_builtin") == "rl" else "built-in design case"
+            if asks_question(kw):
+                out["scenario_source"] = "command line"
+                out["stated_defaults"] = question_defaults(kw)
+            else:
+                out["scenario_source"] = "built-in RL example" if kw.get("_builtin") == "rl" \
+                    else "built-in design case"
         return
     click.echo(fit_lines(note))
 
@@ -248,20 +313,22 @@ def load_scenario_from(kw: dict[str, Any], extra: dict[str, Any] | None = None) 
 
 
 @overload
-def plan_options(fn: CommandFn, *, require_cards: bool = True) -> CommandFn: ...
+def plan_options(fn: CommandFn, *, require_cards: bool = True, cards_help: str | None = None) -> CommandFn: ...
 
 
 @overload
-def plan_options(fn: None = None, *, require_cards: bool = True) -> Callable[[CommandFn], CommandFn]: ...
+def plan_options(fn: None = None, *, require_cards: bool = True,
+                 cards_help: str | None = None) -> Callable[[CommandFn], CommandFn]: ...
 
 
-def plan_options(fn: CommandFn | None = None, *,
-                 require_cards: bool = True) -> CommandFn | Callable[[CommandFn], CommandFn]:
-    """Flags that fix one plan: --cards (required unless ``require_cards=False``); the rest default
-    from the scenario. Use as ``@plan_options`` or ``@plan_options(require_cards=False)``."""
+def plan_options(fn: CommandFn | None = None, *, require_cards: bool = True,
+                 cards_help: str | None = None) -> CommandFn | Callable[[CommandFn], CommandFn]:
+    """Flags that fix one plan: --cards (required unless ``require_cards=False``, then with ``cards_help``, the
+    command's own words, or :data:`OPTIONAL_CARDS_HELP`); the rest default from the scenario. Use as
+    ``@plan_options`` or ``@plan_options(require_cards=False)``."""
     if fn is None:
-        return lambda f: plan_options(f, require_cards=require_cards)
-    opts = [_plan_option(i, require_cards) for i in PLAN_INPUTS if i.flag is not None]
+        return lambda f: plan_options(f, require_cards=require_cards, cards_help=cards_help)
+    opts = [_plan_option(i, require_cards, cards_help) for i in PLAN_INPUTS if i.flag is not None]
     for opt in reversed(opts):
         fn = opt(fn)
     return fn
@@ -271,10 +338,10 @@ OPTIONAL_CARDS_HELP = "Card count of the plan to explain (omit to explain the re
 """--cards where it may be left out (``require_cards=False``); required, it has its plan input's help."""
 
 
-def _plan_option(i: PlanInput, require_cards: bool) -> Callable[[CommandFn], CommandFn]:
+def _plan_option(i: PlanInput, require_cards: bool, cards_help: str | None = None) -> Callable[[CommandFn], CommandFn]:
     """The click option of one plan input (:data:`tpopt.models.variables.PLAN_INPUTS`)."""
     assert i.flag is not None
-    help = OPTIONAL_CARDS_HELP if i.key == "cards" and not require_cards else i.help
+    help = (cards_help or OPTIONAL_CARDS_HELP) if i.key == "cards" and not require_cards else i.help
     if i.boolean:
         return click.option(i.flag, i.key, default=None, help=help)
     kind = click.Choice(list(i.choices)) if i.choices else i.type

@@ -12,7 +12,7 @@ import click
 from tpopt.cli.common import dump_json, handle_errors
 from tpopt.errors import InputError
 from tpopt.models.units import parse_number
-from tpopt.optimizer.estimate import OFFLOADS, RECOMPUTES, ZERO_STAGES, EstimateInputs
+from tpopt.optimizer.estimate import DP_OFFLOADS, OFFLOADS, RECOMPUTES, ZERO_STAGES, EstimateInputs
 from tpopt.optimizer.estimate import estimate as run
 
 WIDTH = 80
@@ -59,6 +59,21 @@ def _g(x: float) -> str:
     return f"{x / 1e9:,.2f} B"
 
 
+def pure_dp_lines(p: dict[str, Any], usable_gib: float) -> list[str]:
+    """The pure data-parallel model-states table (DeepSpeed's / accelerate's convention), labelled."""
+    b = p["bytes_per_param"]
+    lines = ["", f"Model states per card, GiB, at pure data parallelism (DP {p['dp']:,}, TP = PP = CP = 1), as "
+             f"DeepSpeed's and accelerate's estimators count them: {p['parameters']:,} parameters x (weights "
+             f"{b['weights']:g} + grads {b['grads']:g} + Adam {b['optimizer']:g} B), sharded by ZeRO; "
+             f"activations and buffers excluded (! = states alone exceed the usable {usable_gib:.1f} GiB):",
+             f"{'offload:':<22}" + "".join(f"{off:>16}  " for off in DP_OFFLOADS)]
+    for r in p["rows"]:
+        cells = "".join(f"{'-':>16}  " if r[off] is None else
+                        f"{r[off]:>16,.1f}{' !' if r[off] > usable_gib else '  '}" for off in DP_OFFLOADS)
+        lines.append(f"{'ZeRO-' + str(r['zero_stage']):<22}{cells}")
+    return lines
+
+
 def estimate_text(d: dict[str, Any]) -> str:
     """The estimate as text: model, task, fastest layout, memory table, assumptions."""
     m, a, t = d["model"], d["accelerator"], d["task"]
@@ -99,6 +114,7 @@ def estimate_text(d: dict[str, Any]) -> str:
             row = "".join(f"{cells[(z, off, rc)]['memory_per_card_gib']:>16,.1f}"
                           f"{' *' if cells[(z, off, rc)]['fits'] else '  '}" for rc in RECOMPUTES)
             lines.append(f"{label:<22}{row}")
+    lines += pure_dp_lines(d["pure_dp_states"], a["usable_memory_gib"])
     s = d["search"]
     lines += ["", "Assumptions: attn = core-attention recompute (Megatron-LM's selective); CPU offload moves the "
               "optimizer states (master weights and moments) to host memory;",

@@ -20,6 +20,7 @@ from tpopt.cli.choices import batch_infeasible, batch_lines, infeasible_stage_te
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,
     EXIT_UNKNOWN,
+    check_new_file,
     dump_json,
     echo_builtin_note,
     handle_errors,
@@ -29,7 +30,9 @@ from tpopt.cli.common import (
     scenario_options,
 )
 from tpopt.cli.confidence import reachable_line
-from tpopt.cli.render import fit_lines, progress_status
+from tpopt.cli.html_report import answer_page, html_option, write_answer_page
+from tpopt.cli.progress_line import live_progress, quiet_option
+from tpopt.cli.render import fit_lines
 from tpopt.cli.request import raw_and_catalog, request_from, solve_options
 from tpopt.errors import InputError
 from tpopt.models import variables as V
@@ -62,8 +65,11 @@ PLAN_FLAGS = tuple(i.key for i in V.PLAN_INPUTS if i.flag is not None and i.api 
 @click.option("--sensitivity", is_flag=True,
               help="Also re-solve the optimum with deadline +/-1 d, one host fewer, +1 GiB per card.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@html_option
+@click.option("--force", is_flag=True, help="Overwrite the --html file if it exists.")
+@quiet_option
 @handle_errors
-def explain(sensitivity: bool, as_json: bool, **kw: Any) -> None:
+def explain(sensitivity: bool, as_json: bool, html: str | None, force: bool, quiet: bool, **kw: Any) -> None:
     """Explain a plan or a request: violated or binding constraints, conflicts, minimal relaxations.
 
     Without --cards the request as a whole: its optimum and what binds it, or, when no plan is
@@ -77,6 +83,8 @@ def explain(sensitivity: bool, as_json: bool, **kw: Any) -> None:
       tpopt explain --scenario my.toml
     """
     kw["_command"] = "explain"
+    if html:
+        check_new_file(html, "--html", force)
     sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
     if sc.market.offers and kw.get("cards") is not None:
         raise InputError("tpopt explain --cards explains a plan on the accelerator's own price; the [market] offers "
@@ -92,10 +100,10 @@ def explain(sensitivity: bool, as_json: bool, **kw: Any) -> None:
         if sensitivity and (has_task_choices(sc) or sc.market.offers):
             raise InputError("--sensitivity re-solves one design space: give one global batch, one stage and no "
                              "[market]")
-        with progress_status("tpopt explain") as tell:  # tpopt solve's question (plan()): batches, stages, offers
-            out = Q.explain_request(sc, backend, req, raw=raw, catalog=catalog, progress=tell)
+        with live_progress("tpopt explain", req.clock, quiet or as_json) as line:  # solve's question: batches, offers
+            out = Q.explain_request(sc, backend, req, raw=raw, catalog=catalog, progress=line.tell)
         if sc.stages:
-            _staged(out, sc, as_json, kw)
+            _staged(out, sc, as_json, kw, html)
         if out["status"] not in ("optimal", "feasible"):
             echo_builtin_note(kw, as_json, out)
             if "market" in out:
@@ -107,6 +115,8 @@ def explain(sensitivity: bool, as_json: bool, **kw: Any) -> None:
             if sc.task.confidence is not None and out["status"] == "infeasible":  # which confidence is reachable
                 out["reachable_confidence"] = Q.reachable(sc, backend, req)
                 text.append(reachable_line(sc.task.confidence, out["reachable_confidence"]))
+            if html:
+                write_answer_page(html, lambda: answer_page("explain", out, "\n".join(text), None))
             click.echo(dump_json(out) if as_json else fit_lines("\n".join(text)) + "\n", nl=False)
             raise SystemExit(EXIT_INFEASIBLE if out["status"] == "infeasible" else EXIT_UNKNOWN)
         if sensitivity:
@@ -116,7 +126,8 @@ def explain(sensitivity: bool, as_json: bool, **kw: Any) -> None:
         code = 0
     else:
         plan = plan_from(sc, kw)
-        out = explain_plan(sc, plan, backend, req)
+        with live_progress("tpopt explain", req.clock, quiet or as_json):
+            out = explain_plan(sc, plan, backend, req)
         if sensitivity:
             out["sensitivities"] = sensitivities(sc, backend, req)
         lines = plan_lines(out, sc)
@@ -124,15 +135,19 @@ def explain(sensitivity: bool, as_json: bool, **kw: Any) -> None:
     if sensitivity:
         sl = sensitivity_lines(out["sensitivities"])
         lines += [""] + (sl or ["Sensitivities: the request has no feasible plan."])
+    if html:
+        write_answer_page(html, lambda: answer_page("explain", out, "\n".join(lines), sc))
     echo_builtin_note(kw, as_json, out)
     click.echo(dump_json(out) if as_json else fit_lines("\n".join(lines)) + "\n", nl=False)
     if code:
         raise SystemExit(code)
 
 
-def _staged(out: dict[str, Any], sc: Scenario, as_json: bool, kw: dict[str, Any]) -> None:
+def _staged(out: dict[str, Any], sc: Scenario, as_json: bool, kw: dict[str, Any], html: str | None) -> None:
     """A staged request explained as ``tpopt solve`` answers it (plan()): each stage's plan and what binds it at
     the time the other stages leave it, or why no combination fits; exits."""
+    if html:
+        write_answer_page(html, lambda: answer_page("explain", out, staged_text(out, sc, False), sc))
     echo_builtin_note(kw, as_json, out)
     if as_json:
         click.echo(dump_json(out), nl=False)

@@ -414,7 +414,7 @@ def _scenario_defaults(sc: Scenario, ev: Evaluation | None) -> dict[str, Any]:
 
 
 @click.command("checkpoint")
-@scenario_options
+@scenario_options(without=("model",))  # its own --model: the catalog model whose N is tabulated
 @click.option("--cards", default=None,
               help="Cards in the job (any failure interrupts it) [default: the scenario's optimal plan, whose "
                    "save interval and mode are tabulated too].")

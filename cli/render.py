@@ -12,9 +12,7 @@ import os
 import re
 import sys
 import textwrap
-import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Sequence
 from typing import Any, cast
 
 from rich.console import Console, JustifyMethod, RenderableType
@@ -93,37 +91,6 @@ def console_text(*renderables: RenderableType, width: int | None = None) -> str:
     for r in renderables:  # text lines wrap as fit_lines does (continuations indented), never by rich
         con.print(fit_lines(r, width) if isinstance(r, str) else r, soft_wrap=isinstance(r, str))
     return buf.getvalue()
-
-
-@contextmanager
-def progress_status(title: str) -> Iterator[Callable[[str], None]]:
-    """A spinner on stderr naming the step under way and the time spent, while the block runs.
-
-    Yields a callable ``tell(text)`` for the steps, or None-like silence when stderr is not a
-    terminal (pipes, files, tests): the output on stdout never changes.
-    """
-    con = Console(stderr=True)
-    if not con.is_terminal:
-        yield lambda text: None
-        return
-    t0 = time.perf_counter()
-    with con.status(title) as st:
-        yield lambda text: st.update(f"{title}: {text} [{time.perf_counter() - t0:.0f} s]")
-
-
-@contextmanager
-def progress_when_told(title: str) -> Iterator[Callable[[str], None]]:
-    """Like :func:`progress_status`, but the spinner starts with the first step told (a solve that
-    finds a plan tells none, so no spinner shows)."""
-    with ExitStack() as stack:
-        shown: list[Callable[[str], None]] = []
-
-        def tell(text: str) -> None:
-            if not shown:
-                shown.append(stack.enter_context(progress_status(title)))
-            shown[0](text)
-
-        yield tell
 
 
 def _num(x: float, digits: int) -> str:

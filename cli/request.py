@@ -68,7 +68,6 @@ def request_from(kw: dict[str, Any], top: int = 1) -> Request:
     limit = time_limit_seconds(kw["time_limit"])
     check_run_options(limit, kw["seed"], kw["workers"], top)
     clock = limits.Clock(limit, start=limits.command_start())  # the limit counts from the command's start
-    clock.progress = limits.stderr_progress()
     ctx = click.get_current_context(silent=True)  # --solver given (not its default): the tiny-space rule keeps it
     named = ctx is not None and ctx.get_parameter_source("solver") not in (None, ParameterSource.DEFAULT)
     return Request(objective=kw["objective"], top=top, time_limit=limit, seed=kw["seed"],

@@ -15,16 +15,14 @@ from tpopt.cli.common import (
     load_scenario_from,
     scenario_options,
 )
+from tpopt.cli.progress_line import live_progress
 from tpopt.cli.request import request_from, solve_options
 from tpopt.errors import InputError
-from tpopt.models import families as F
-from tpopt.models import terms as T
-from tpopt.models.simulate import simulate as run_simulation
 from tpopt.models.units import DAY, fmt_count, parse_duration, parse_fraction
-from tpopt.optimizer import confidence as C
 from tpopt.optimizer import question as Q
+from tpopt.optimizer.commands import MAX_SIMULATED_RUNS, simulation
 
-MAX_RUNS = 1_000_000
+MAX_RUNS = MAX_SIMULATED_RUNS
 
 
 @click.command()
@@ -46,29 +44,22 @@ def simulate(runs: str, as_json: bool, **kw: Any) -> None:
         raise InputError(f"--runs must lie in 1..{MAX_RUNS:,}, got {n}")
     sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
     req = request_from(kw)
-    r, view = Q.chosen(sc, kw["solver"], req)  # tpopt solve's plan, in its batch's or offer's scenario
-    if r.best is None:
-        if r.status.value != "infeasible":  # cut short, not proven: the limit's own exit code
-            click.echo(f"tpopt simulate: {sc.name}: time limit reached before a plan was found ({r.status.value}); "
+    with live_progress("tpopt simulate", req.clock, as_json):
+        answer = simulation(sc, kw["solver"], req, n, kw["seed"])
+    out = answer.report
+    if out is None:
+        if answer.status != "infeasible":  # cut short, not proven: the limit's own exit code
+            click.echo(f"tpopt simulate: {sc.name}: time limit reached before a plan was found ({answer.status}); "
                        "raise --time-limit")
             raise SystemExit(EXIT_UNKNOWN)
-        click.echo(f"tpopt simulate: {sc.name}: no feasible plan ({r.status.value}); nothing to simulate")
+        click.echo(f"tpopt simulate: {sc.name}: no feasible plan ({answer.status}); nothing to simulate")
         raise SystemExit(EXIT_INFEASIBLE)
-    ev = r.best
-    law = C.law_of(view, ev)
-    _, lag = T.save_pause_lag(view, ev.plan.save_mode)
-    sim = run_simulation(law, lag=lag, runs=n, seed=kw["seed"])
-    rows = [{"level": q, "analytic_days": law.quantile(q) / DAY, "simulated_days": sim.quantile(q) / DAY}
-            for q in C.LEVELS]
-    deadline = F.limit(F.DEADLINE, view)
-    out = {"plan": ev.plan_dict(), "runs": n, "seed": kw["seed"], "quantiles": rows,
-           "probability_by_deadline": {"analytic": float(law.cdf(deadline)),
-                                       "simulated": sim.probability(deadline)},
-           "events_per_run": float(sim.events.mean())}
+    rows = out["quantiles"]
     if as_json:
         click.echo(dump_json(out), nl=False)
         return
-    lines = [f"tpopt simulate: {sc.name}: {ev.plan.accelerator} x {ev.plan.cards}, {n:,} runs, seed {kw['seed']}",
+    lines = [f"tpopt simulate: {sc.name}: {out['plan']['accelerator']} x {out['plan']['cards']}, {n:,} runs, seed "
+             f"{kw['seed']}",
              "level   analytic d   simulated d   difference"]
     for row in rows:
         a, s = row["analytic_days"], row["simulated_days"]

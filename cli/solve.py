@@ -20,7 +20,9 @@ from tpopt.cli.common import (
     scenario_options,
 )
 from tpopt.cli.confidence import distribution_lines, reachable_line
-from tpopt.cli.render import fit_lines, progress_when_told, solve_text
+from tpopt.cli.html_report import answer_page, html_option, write_answer_page
+from tpopt.cli.progress_line import live_progress, quiet_option
+from tpopt.cli.render import fit_lines, solve_text
 from tpopt.cli.request import raw_and_catalog, request_from, search_list, solve_options
 from tpopt.errors import InputError
 from tpopt.models.plan import Scenario
@@ -43,10 +45,12 @@ from tpopt.presentation import infeasible_lines, market_infeasible_lines, market
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables (solver.wall_s is the wall time).")
 @click.option("--export", type=click.Path(dir_okay=False),
               help="Also write the MILP (Pyomo) to this .lp or .mps file for another solver.")
-@click.option("--force", is_flag=True, help="Overwrite the --export file if it exists.")
+@click.option("--force", is_flag=True, help="Overwrite the --export or --html file if it exists.")
+@html_option
+@quiet_option
 @handle_errors
 def solve(top: int, no_analysis: bool, sensitivity: bool, timing: bool, as_json: bool, export: str | None,
-          force: bool, **kw: Any) -> None:
+          force: bool, html: str | None, quiet: bool, **kw: Any) -> None:
     """Find the cheapest plan that meets the deadline, prove it optimal, and say what limits it.
 
     Example: tpopt solve --deadline 30d --hw rtx4090   (the built-in design case: 48 RTX 4090 cards)
@@ -56,29 +60,32 @@ def solve(top: int, no_analysis: bool, sensitivity: bool, timing: bool, as_json:
     if export:
         P.check_export(export)
         check_new_file(export, "--export", force)
+    if html:
+        check_new_file(html, "--html", force)
     sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost"), "search.cp": search_list(kw.get("cp_sizes"))})
     req = request_from(kw, top)
-    with progress_when_told("tpopt solve: explaining why no plan is feasible") as tell:
+    with live_progress("tpopt solve", req.clock, quiet or as_json) as line:
         pr = P.plan(sc, kw["solver"], req, analyse=not no_analysis, sensitivity=sensitivity, export=export,
-                    on_export=_tell_export, inputs=lambda: raw_and_catalog(kw), progress=tell)
+                    on_export=_tell_export, inputs=lambda: raw_and_catalog(kw), progress=line.tell)
     if pr.staged is not None:
+        if html:
+            write_answer_page(html, lambda: answer_page("solve", pr.report, staged_text(pr.report, sc, False), sc))
         return _staged(pr, sc, timing, as_json)
     out = _with_source(pr.report, kw, as_json)
     if pr.feasible:
+        assert pr.view is not None  # PlanReport.of sets it for every unstaged solve
+        view = pr.view
+        if html:  # the page shows what the terminal would (without the wall time: the page's bytes are fixed)
+            write_answer_page(html, lambda: answer_page("solve", out, _plan_text(out, view, False, sensitivity), view))
         if as_json:
             click.echo(dump_json(out), nl=False)
             return
-        assert pr.view is not None  # PlanReport.of sets it for every unstaged solve
-        text = solve_text(out, pr.view, timing, batch_lines(out) + market_lines(out))
-        if "finish_distribution" in out:
-            text += "\n".join(distribution_lines(out["finish_distribution"], out["metrics"].get("cost_unit", "USD")))
-            text += "\n"
-        if sensitivity:
-            text += "\n" + sensitivity_text(out["sensitivities"])
-        click.echo(text, nl=False)
+        click.echo(_plan_text(out, view, timing, sensitivity), nl=False)
         return
     # no feasible plan (or none found in time)
     if "market" in out:  # the market's answer: per-offer verdicts, no conflict of one space
+        if html:
+            write_answer_page(html, lambda: answer_page("solve", out, "\n".join(market_infeasible_lines(out)), None))
         click.echo(dump_json(out) if as_json else "\n".join(market_infeasible_lines(out)), nl=not as_json)
         raise SystemExit(EXIT_INFEASIBLE if pr.status == Status.INFEASIBLE else EXIT_UNKNOWN)
     if pr.batches:  # conflict at the task's batch (or the first choice); relaxations over every batch
@@ -88,8 +95,21 @@ def solve(top: int, no_analysis: bool, sensitivity: bool, timing: bool, as_json:
     lines = infeasible_lines(out, sc, "solve")
     if "reachable_confidence" in out and sc.task.confidence is not None:
         lines.append(reachable_line(sc.task.confidence, out["reachable_confidence"]))
+    if html:
+        write_answer_page(html, lambda: answer_page("solve", out, "\n".join(lines), None))
     click.echo(dump_json(out) if as_json else fit_lines("\n".join(lines)), nl=not as_json)
     raise SystemExit(EXIT_INFEASIBLE if pr.status == Status.INFEASIBLE else EXIT_UNKNOWN)
+
+
+def _plan_text(out: dict[str, Any], view: Scenario, timing: bool, sensitivity: bool) -> str:
+    """The terminal's answer of a feasible unstaged solve."""
+    text = solve_text(out, view, timing, batch_lines(out) + market_lines(out))
+    if "finish_distribution" in out:
+        text += "\n".join(distribution_lines(out["finish_distribution"], out["metrics"].get("cost_unit", "USD")))
+        text += "\n"
+    if sensitivity:
+        text += "\n" + sensitivity_text(out["sensitivities"])
+    return text
 
 
 def _tell_export(exported: dict[str, Any]) -> None:

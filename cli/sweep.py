@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from rich.table import Table
 
 from tpopt.catalogs.market import Market, grid_carbon
 from tpopt.cli.common import (
+    MODEL_HELP,
     CommandFn,
     SolverName,
     check_new_file,
@@ -36,7 +38,9 @@ from tpopt.cli.common import (
     load_scenario_from,
     scenario_source,
 )
+from tpopt.cli.html_report import sweep_page, write_answer_page
 from tpopt.cli.plots import FORMATS as PLOT_FORMATS
+from tpopt.cli.progress_line import wanted
 from tpopt.cli.render import console_text as render
 from tpopt.cli.render import fit_lines
 from tpopt.cli.request import time_limit_seconds
@@ -65,6 +69,7 @@ def sweep_input_options(fn: CommandFn) -> CommandFn:
                           "design case]."),
         click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(file_okay=False),
                      help="Extra catalog directory (repeatable)."),
+        click.option("--model", help=MODEL_HELP),
         click.option("--hw", help="Accelerators, comma-separated; each is swept separately."),
         click.option("--deadline", help=f"Deadline. {RANGE}, e.g. 20d:40d:1d."),
         click.option("--reserved", help=f"Reserved days inside the deadline. {RANGE}, e.g. 3d,5d."),
@@ -97,10 +102,10 @@ class _Bar(sw.Progress):
     """rich progress bar with ETA on stderr (only on a terminal); notes of what happens during the run
     (a worker died, a task is retried) on stderr unless --quiet."""
 
-    def __init__(self, quiet: bool) -> None:
+    def __init__(self, quiet: bool, live: bool = True) -> None:
         self.console = Console(stderr=True)
         self.quiet = quiet
-        self.enabled = not quiet and self.console.is_terminal
+        self.enabled = live and not quiet and self.console.is_terminal and wanted(sys.stderr)  # --json, TPOPT_QUIET
         self.bar: Progress | None = None
 
     def note(self, text: str) -> None:
@@ -115,14 +120,18 @@ class _Bar(sw.Progress):
         if not self.enabled:
             return
         bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("points"),
-                       TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=self.console)
+                       TextColumn("{task.fields[best]}"), TimeElapsedColumn(), TextColumn("ETA"),
+                       TimeRemainingColumn(), console=self.console)
         self.bar = bar
+        self.best: float | None = None
         bar.start()
-        self.task = bar.add_task("sweep", total=total, completed=done)
+        self.task = bar.add_task("sweep", total=total, completed=done, best="")
 
-    def advance(self, n: int) -> None:
+    def advance(self, n: int, best: float | None = None) -> None:
         if self.bar is not None:
-            self.bar.advance(self.task, n)
+            if best is not None and (self.best is None or best < self.best):
+                self.best = best
+            self.bar.update(self.task, advance=n, best="" if self.best is None else f"best cost {self.best:,.0f}")
 
     def stop(self) -> None:
         if self.bar is not None:
@@ -242,6 +251,15 @@ def console_text(*renderables: RenderableType) -> str:
     return render(*renderables)
 
 
+def pins_text(pins: dict[str, Any], top: dict[str, Any]) -> str:
+    """What pins a collapsed front (tpopt.optimizer.sweep.front_pins), one sentence."""
+    first = pins["families"][0]
+    each = ", ".join(f"{a} {v['with']:.1f} d -> {v['without']:.1f} d" for a, v in pins["fastest_days"].items())
+    return (f"The front collapses to one plan ({top['accelerator']} x {top['cards']}): "
+            f"{' and '.join(pins['families'])} pin{'s' if len(pins['families']) == 1 else ''} it on every "
+            f"accelerator (the fastest plan without {first}: {each}).")
+
+
 def result_text(result: sw.SweepResult, out: str | None, energy: Energy | None = None) -> str:
     spec = result.spec
     sc = spec.base
@@ -260,6 +278,9 @@ def result_text(result: sw.SweepResult, out: str | None, energy: Energy | None =
     unknown, errors, infeasible = result.count("unknown"), result.count("error"), result.count("infeasible")
     if front:
         parts += [front_table(front, unit, show_case, spec), ""]
+        pins = sw.front_pins(result)
+        if pins:
+            parts += [fit_lines(pins_text(pins, front[0])), ""]
     elif unknown or errors:
         why = ", ".join(x for x in (f"{unknown:,} reached the time limit without an answer (unknown)" if unknown
                                     else "", f"{errors:,} failed (error)" if errors else "",
@@ -305,12 +326,15 @@ def result_text(result: sw.SweepResult, out: str | None, energy: Energy | None =
                    "and grid carbon intensity of --grid, with tCO2e.")
 @click.option("--grid", help="--pareto carbon: the energy.toml region whose grid prices the carbon "
                              "(e.g. gcp/us-central1).")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar or notes on stderr.")
+@click.option("--quiet", "-q", is_flag=True,
+              help="No progress bar or notes on stderr (also: TPOPT_QUIET=1 for the bar).")
 @click.option("--json", "as_json", is_flag=True, help="Print the front and summary as JSON.")
+@click.option("--html", "html", type=click.Path(dir_okay=False),
+              help="Also write the front as one self-contained HTML page (hover a point for its plan; opens offline).")
 @handle_errors
 def sweep(solver: str | None, time_limit: str | float | None, workers: int | None, cluster: str | None,
           out: str | None, force: bool, plot: str | None, plot_breakdown: str | None, breakdown_cards: str | None,
-          pareto: str | None, grid: str | None, quiet: bool, as_json: bool, **kw: Any) -> None:
+          pareto: str | None, grid: str | None, quiet: bool, as_json: bool, html: str | None, **kw: Any) -> None:
     """Sweep deadlines, hardware and other inputs; report the cost vs finish-time Pareto front.
 
     Example: tpopt sweep --scenario examples/design-case-sweep.toml --hw rtx4090,h100-sxm,a100-80gb-sxm
@@ -335,7 +359,7 @@ def sweep(solver: str | None, time_limit: str | float | None, workers: int | Non
         raise InputError("--breakdown-cards needs --plot-breakdown")
     if kw.get("confidence"):
         for flag, given in (("--plot", plot), ("--plot-breakdown", plot_breakdown), ("--cluster", cluster),
-                            ("--pareto", pareto)):
+                            ("--pareto", pareto), ("--html", html)):
             if given:
                 raise InputError(f"{flag} is not used by sweep --confidence (one solve per level); drop it")
         if out:
@@ -355,9 +379,16 @@ def sweep(solver: str | None, time_limit: str | float | None, workers: int | Non
         grid_carbon(spec.catalog.market, grid)  # a bad --grid is one line before the sweep runs
     elif grid:
         raise InputError("--grid goes with --pareto carbon")
-    bar = _Bar(quiet)
+    if html:
+        check_new_file(html, "--html", force)
+    bar = _Bar(quiet, live=not as_json)
     result = sw.run_sweep(spec, out=out, force=force, workers=workers, cluster=cluster, progress=bar)
-    note = bar.note
+    said: list[str] = []  # the page repeats the notes (what pins a collapsed front)
+
+    def note(text: str) -> None:
+        said.append(text)
+        bar.note(text)
+
     for text in result.resume.notes(out, len(result.rows)):
         note(text)
     if result.retried:
@@ -389,14 +420,19 @@ def sweep(solver: str | None, time_limit: str | float | None, workers: int | Non
         energy = (*sw.energy_front(result.rows, market.power if market is not None else {}, pue[0]), pue)
     elif pareto == "carbon" and spec.catalog is not None:
         energy = carbon_front(result.rows, spec.catalog.market, grid)
-    if as_json:
+    d: dict[str, Any] = {}
+    if as_json or html:  # the JSON document (front_pins re-solves: only when asked for)
         d = {"scenario": spec.name, "fingerprint": spec.fingerprint, "points": len(result.rows),
              "computed": result.computed, "reused": result.reused, "out": out,
              "statuses": {k: result.count(k) for k in sw.STATUSES},
-             "front": result.front(), "summary": result.summary()}
+             "front": result.front(), "summary": result.summary(), "front_pins": sw.front_pins(result)}
         if energy is not None:
             d["energy"] = {"plans": energy[0], "no_power_figures": energy[1], "pue": energy[2][0],
                            "pue_source": energy[2][1], **({"grid": grid} if pareto == "carbon" else {})}
+    if html:  # the --json document, drawn, and the terminal's text
+        pinned = [pins_text(d["front_pins"], d["front"][0])] if d.get("front_pins") and d["front"] else []
+        write_answer_page(html, lambda: sweep_page(d, pinned + said, result_text(result, out, energy)))
+    if as_json:
         echo_builtin_note(kw, True, d)
         click.echo(dump_json(d), nl=False)
     else:

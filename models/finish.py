@@ -387,7 +387,7 @@ class Distribution:
         return self.reserved + (self.work * self.saves + self.work * float(self.kappa[0])) * m
 
     def quantile(self, q: float) -> float:
-        """The q-quantile: the root of P(T <= t) = q (scipy.optimize.brentq, to 1e-9 relative)."""
+        """The q-quantile: the root of P(T <= t) = q (:func:`brent_root`, to 1e-9 relative)."""
         if not 0.0 < q < 1.0:
             raise InputError(f"quantile level must lie strictly between 0 and 1, got {q!r}")
         lo = self.reserved
@@ -396,10 +396,7 @@ class Distribution:
             hi = self.reserved + 2.0 * (hi - self.reserved)
         if float(self.cdf(lo)) >= q:
             return lo
-        from scipy import optimize  # lazy: start-up time
-
-        root: float = optimize.brentq(lambda t: float(self.cdf(t)) - q, lo, hi, xtol=1e-6, rtol=1e-12)
-        return root
+        return brent_root(lambda t: float(self.cdf(t)) - q, lo, hi, xtol=1e-6, rtol=1e-12)
 
     def without(self, source: str) -> Distribution:
         """The same plan with one source of variation removed (``STEP_ERROR`` or a :data:`SOURCES` name)."""
@@ -427,6 +424,56 @@ class Distribution:
             drops[name] = max(full - (self.without(name).quantile(q) - base), 0.0)
         total = sum(drops.values())
         return {k: (v / total if total > 0 else 0.0) for k, v in drops.items()}
+
+
+def brent_root(f: Callable[[float], float], a: float, b: float, xtol: float, rtol: float, maxiter: int = 100
+               ) -> float:
+    """The root of f on [a, b] (f(a), f(b) of opposite signs) by Brent's method, step for step as
+    scipy.optimize.brentq takes it (Brent 1973, ch. 4: inverse quadratic extrapolation or secant
+    interpolation while the step is short enough, else bisection; stop when the bracket's half-width is below
+    (xtol + rtol |x|) / 2), so the roots are the same to the last bit (tests/test_confidence_roots.py
+    compares them) without importing SciPy's optimize package (about 0.1-0.25 s of start-up)."""
+    xpre, xcur = float(a), float(b)
+    fpre, fcur = f(xpre), f(xcur)
+    if math.isnan(fpre) or math.isnan(fcur):
+        raise ValueError("brent_root: the function is NaN at an end of the bracket")
+    if fpre * fcur > 0:
+        raise ValueError("brent_root: f(a) and f(b) must have different signs")
+    if fpre == 0:
+        return xpre
+    if fcur == 0:
+        return xcur
+    xblk = fblk = spre = scur = 0.0
+    for _ in range(maxiter):
+        if fpre * fcur < 0:  # the bracket [xpre, xcur]: the block end moves to the previous point
+            xblk, fblk = xpre, fpre
+            spre = scur = xcur - xpre
+        if abs(fblk) < abs(fcur):  # the current point is the one with the smaller |f|
+            xpre, xcur, xblk = xcur, xblk, xcur
+            fpre, fcur, fblk = fcur, fblk, fcur
+        delta = (xtol + rtol * abs(xcur)) / 2
+        sbis = (xblk - xcur) / 2
+        if fcur == 0 or abs(sbis) < delta:
+            return xcur
+        if abs(spre) > delta and abs(fcur) < abs(fpre):
+            if xpre == xblk:  # secant interpolation
+                stry = -fcur * (xcur - xpre) / (fcur - fpre)
+            else:  # inverse quadratic extrapolation
+                dpre = (fpre - fcur) / (xpre - xcur)
+                dblk = (fblk - fcur) / (xblk - xcur)
+                stry = -fcur * (fblk * dblk - fpre * dpre) / (dblk * dpre * (fblk - fpre))
+            if 2 * abs(stry) < min(abs(spre), 3 * abs(sbis) - delta):  # a short step: take it
+                spre, scur = scur, stry
+            else:
+                spre = scur = sbis
+        else:
+            spre = scur = sbis
+        xpre, fpre = xcur, fcur
+        xcur += scur if abs(scur) > delta else (delta if sbis > 0 else -delta)
+        fcur = f(xcur)
+        if math.isnan(fcur):
+            raise ValueError("brent_root: the function is NaN inside the bracket")
+    raise RuntimeError(f"brent_root: no convergence in {maxiter} iterations")
 
 
 def plan_distribution(*, reserved: float, work: float, pause: float, exposure: Exposure,
@@ -477,8 +524,6 @@ def _verified_root(f: Falling, guess: FloatArray, lo: FloatArray, hi: FloatArray
     is not negative). From ``guess`` (the closed-form inverse below) f is nearly a line, so one to three
     rounds close nearly every element; the few left after :data:`NEWTON_ROUNDS` go to
     scipy.optimize.elementwise.find_root (Chandrupatla) on their proved bracket."""
-    from scipy.optimize import elementwise  # lazy: start-up time
-
     eps = ROOT_RTOL
     xl, xh = lo.copy(), hi.copy()
     x = np.clip(guess, lo + eps, hi - eps)
@@ -502,6 +547,8 @@ def _verified_root(f: Falling, guess: FloatArray, lo: FloatArray, hi: FloatArray
         x[i] = np.clip(np.where(slope < 0, newton, 0.5 * (xl[i] + xh[i])), xl[i] + eps, xh[i] - eps)
         open_[i] = ~(straddle | top | bottom)
     if open_.any():  # the rest: SciPy's bracketing root finder on the proved bracket
+        from scipy.optimize import elementwise  # lazy: start-up time (imported only when an element is left)
+
         i = np.flatnonzero(open_)
         sub = tuple(a[i] for a in args)
         fl, fh = f(np.stack([xl[i], xh[i]]), *sub)
@@ -657,5 +704,6 @@ __all__ = [
     "DEFAULT_STEP_SIGMA", "DEFAULT_STEP_SIGMA_SOURCE", "ANCHOR_SPEEDS", "VALIDATION_LOO_ERRORS",
     "VALIDATION_LOSO_ERRORS", "SLOW_FACTOR", "SLOW_DURATION_S", "SLOW_RATE_PER_CARD_S", "SIGMA_MIN_RUNS",
     "residual_sigma", "parse_confidence", "uniform_moments", "gamma_cdf", "cdf", "plan_distribution",
-    "max_work", "quantiles", "event_cumulants", "events_over", "lattice_cdf", "matching_error", "normal_quantile",
+    "max_work", "quantiles", "brent_root", "event_cumulants", "events_over", "lattice_cdf", "matching_error",
+    "normal_quantile",
 ]

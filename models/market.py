@@ -98,6 +98,12 @@ class Offer:
     reacquire_s: float = 0.0  # spot: time to get the cards back after a preemption
     tag: str = ""  # the catalog name, set only when another offer has the same provider, region, card and market
     energy: Energy | None = None  # the region's energy price and carbon intensity (None: not in the catalog)
+    # spot: P(capacity obtainable on a day) and the preemption rate's coefficient of variation, with their
+    # sources (None: the stated defaults of tpopt.models.spot_policy)
+    availability: float | None = None
+    availability_source: str = ""
+    preempt_rate_cv: float | None = None
+    preempt_rate_cv_source: str = ""
 
     @property
     def id(self) -> str:

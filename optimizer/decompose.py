@@ -318,7 +318,7 @@ def solve_decomposed(space: Space, master_of: MasterOf, backend: str, req: Reque
         if clock.expired(phase):
             break
         st, h = master.solve(bound, clock.remaining(0.01))
-        clock.report(phase, rounds)
+        clock.report(phase, rounds, best=best[0][0][0] if best else None, bound=lower, objective=req.objective)
         if st == "infeasible":
             status = Status.OPTIMAL if best else Status.INFEASIBLE
             break

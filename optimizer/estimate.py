@@ -45,6 +45,8 @@ ZERO_STAGES = (0, 1, 2, 3)
 OFFLOADS = ("none", "cpu")
 RECOMPUTES = ("none", "attn", "full")
 """Recompute choices of the memory table: none, core attention (Megatron-LM's "selective"), whole layers."""
+DP_OFFLOADS = ("none", "optimizer", "optimizer+params")
+"""Offload columns of the pure data-parallel table (DeepSpeed's offload_optimizer, and offload_param with it)."""
 MAX_HOSTS_DOUBLINGS = 11
 """Without a card count: 1, 2, 4, ... 1,024 hosts are tried (up to the scenario's card limit)."""
 UNENFORCED = frozenset({F.DEADLINE, F.BUDGET, F.INPUT_THROUGHPUT})
@@ -113,7 +115,25 @@ def scenario_of(inp: EstimateInputs, catalog: Catalog | None = None) -> tuple[Sc
     if inp.global_batch is not None and inp.global_batch < 1:
         raise InputError(f"--batch must be at least 1 (got {inp.global_batch})")
     tables = estimate_tables(inp, model_table(inp.model))
-    return build_scenario(tables, catalog or load_catalog(inp.catalog_dirs)), tables
+    sc = build_scenario(tables, catalog or load_catalog(inp.catalog_dirs))
+    check_cards(sc, inp.accelerator, inp.cards, tables["search"].get("dp"))
+    return sc, tables
+
+
+def check_cards(sc: Scenario, acc: str, cards: int | None, dp: list[int] | None) -> None:
+    """``--cards``: whole hosts (a multiple of the card's cards per host), and some data-parallel size of a layout
+    on that many cards (``dp``: cards / (TP x CP x PP)) divides the global batch; else one line that says which."""
+    if cards is None:
+        return
+    per_host = sc.system(acc).acc.cards_per_host
+    if cards % per_host:
+        raise InputError(f"--cards {cards}: {acc} hosts hold {per_host} cards each and plans use whole hosts; give a "
+                         f"multiple of {per_host} ({per_host}, {2 * per_host}, {3 * per_host}, ...)")
+    batch = sc.task.global_batch
+    if dp is not None and not any(batch % d == 0 for d in dp):
+        raise InputError(f"--cards {cards}: no data-parallel size of a layout on {cards} cards "
+                         f"({', '.join(str(d) for d in sorted(dp, reverse=True))}) divides the global batch of "
+                         f"{batch:,} sequences; give another --cards or a --batch one of them divides")
 
 
 def enforced_families() -> frozenset[str]:
@@ -185,6 +205,35 @@ def memory_table(sc: Scenario, base: Plan) -> list[dict[str, Any]]:
     return [cells[(z, off, rc)] for z in ZERO_STAGES for off in OFFLOADS for rc in RECOMPUTES]
 
 
+def pure_dp_states(sc: Scenario, cards: int) -> dict[str, Any]:
+    """Model states per card at pure data parallelism (DP = cards, TP = PP = CP = 1, EP = 1), as DeepSpeed's and
+    accelerate's estimators count them: weights w, gradients g and Adam states o (FP32 master + two moments)
+    per parameter of the precision recipe, bf16-mixed (w, g, o) = (2, 2, 12) = 16 B/param, sharded by ZeRO
+    (:func:`tpopt.models.memory.zero_state_bytes`): M0 = (w + g + o) N, M1 = (w + g) N + o N/d,
+    M2 = w N + (g + o) N/d, M3 = (w + g + o) N/d. Offload ``optimizer`` moves o to host memory; ``optimizer+params``
+    (ZeRO-3 only, as DeepSpeed's offload_param) moves w as well, leaving g N/d. Activations, gathered
+    parameters and buffers are excluded (the estimators' "model states"); a cell is None where the offload
+    does not apply."""
+    n = float(A.param_count(sc.model))
+    rec = memory.stored_recipe(sc.task.precision, False)
+    d = max(int(cards), 1)
+    rows: list[dict[str, Any]] = []
+    for z in ZERO_STAGES:
+        row: dict[str, Any] = {"zero_stage": z}
+        for off in DP_OFFLOADS:
+            if off == "optimizer+params" and z < 3:
+                row[off] = None
+                continue
+            states = float(memory.zero_state_bytes(n, d, z, rec, off != "none"))
+            if off == "optimizer+params":
+                states -= rec.weights * n / d
+            row[off] = states / GIB
+        rows.append(row)
+    return {"dp": d, "parameters": int(n), "bytes_per_param": {"weights": rec.weights, "grads": rec.grads,
+                                                                "optimizer": rec.optimizer},
+            "rows": rows}
+
+
 def model_figures(sc: Scenario) -> dict[str, Any]:
     """Parameters (total, and activated per token for MoE) and training FLOPs per token."""
     a = sc.model
@@ -254,6 +303,7 @@ def estimate(inp: EstimateInputs) -> dict[str, Any]:
                           "micro_batch": base.micro_batch, "source": "the fastest plan" if best is not None
                           else "pure data parallelism (no layout fits)"},
         "memory_table": memory_table(sc, base),
+        "pure_dp_states": pure_dp_states(sc, cards),
         "scenario_tables": tables,
     }
     if not math.isfinite(out["accelerator"]["usable_memory_gib"]):

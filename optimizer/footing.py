@@ -20,6 +20,12 @@ Every report (solve, evaluate, explain, sweep rows, rl) carries, in its JSON and
   price read more than 6 months (:data:`tpopt.models.market.STALE_MONTHS`) before the market catalog's date
   (``as_of`` of offers.toml, or ``[market] as_of``: a fixed date, never the clock, so reports stay
   reproducible);
+* the stated inputs that move the plan (:func:`stated_inputs`, issue 37): values the scenario (or a default)
+  states rather than the model computes, each with the figure the model would use where it has one (the
+  modelled activations of a stated activation budget, and in a solve the plan they lead to) or with what it
+  costs the plan (the input pipeline's rate against the demand, NICs per host, the card MTBF, the storage
+  bandwidth's checkpoint overhead, the price's date, the stack on a card it does not target, the reserved days
+  billed at the plan's card count);
 * the evidence (:func:`evidence`, issue 35): whether the card and the stack were fitted, the plan's own
   step-time sigma with its reasons (tpopt.models.evidence: by distance from the evidence), P(on time) at that
   sigma, and the memory margin against the memory model's stated error ("may not fit").
@@ -35,12 +41,13 @@ from typing import Any
 from tpopt.models import families as F
 from tpopt.models import terms as T
 from tpopt.models.arch import flops_per_token
+from tpopt.models.evaluate import evaluate
 from tpopt.models.evidence import memory_margin as margin_of
 from tpopt.models.market import STALE_MONTHS, months_between
 from tpopt.models.memory import recipe
-from tpopt.models.plan import Scenario
+from tpopt.models.plan import Plan, Scenario
 from tpopt.models.roofline import PerfParams
-from tpopt.models.units import GIB
+from tpopt.models.units import DAY, GIB
 from tpopt.optimizer.limits import clock_of
 from tpopt.optimizer.result import Request
 
@@ -170,9 +177,121 @@ def evidence(sc: Scenario, plan: dict[str, Any], step_s: float, memory: float | 
     return out
 
 
-def footing(sc: Scenario, plan: dict[str, Any], step_s: float, memory: float | None = None) -> dict[str, Any]:
+NVIDIA_STACKS = frozenset({"megatron-core", "megatron-lm-2021"})
+"""Stacks whose published runs (catalogs/stacks.toml sources) are on NVIDIA cards only."""
+VENDOR_PREFIXES = (("mi", "AMD"), ("gaudi", "Intel Gaudi"), ("tpu", "Google TPU"), ("trn", "AWS Trainium"))
+"""Catalog names of the cards another vendor than NVIDIA makes, by prefix."""
+
+
+def vendor_of(accelerator: str) -> str:
+    """The card's maker from its catalog name (NVIDIA unless a prefix of :data:`VENDOR_PREFIXES` matches)."""
+    return next((v for prefix, v in VENDOR_PREFIXES if accelerator.lower().startswith(prefix)), "NVIDIA")
+
+
+def plan_of(plan: dict[str, Any]) -> Plan:
+    """A :class:`Plan` from a report's plan dict (the fields a Plan has; derived ones such as hosts dropped)."""
+    return Plan(**{k: v for k, v in plan.items() if k in Plan.__dataclass_fields__ and v is not None})
+
+
+def without_activation_budget(sc: Scenario) -> Scenario:
+    """The scenario with its stated activation budget removed: activations modelled per recompute group, and
+    recompute none or full searched where the budget left none alone (the scenario reader's default without a
+    budget, under which recompute changes nothing)."""
+    search = sc.search if sc.search.recompute != ("none",) else replace(sc.search, recompute=("none", "full"))
+    return replace(sc, memory=replace(sc.memory, activation_reserve=None), search=search)
+
+
+def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The stated inputs that move the plan (module docstring), each ``{"input", "stated", "modelled"}`` (texts;
+    ``modelled`` None where the model computes no figure of its own) with the numbers behind them."""
+    m = metrics or {}
+    acc = sc.system(plan["accelerator"]).acc
+    cards = int(plan["cards"])
+    out: list[dict[str, Any]] = []
+    reserve = sc.memory.activation_reserve
+    if reserve is not None:
+        ev = evaluate(without_activation_budget(sc), plan_of(plan))
+        peak, limit = ev.metrics["memory_per_card_gib"], ev.metrics["memory_limit_gib"]
+        out.append({"input": "activation budget", "stated": f"{reserve / GIB:g} GiB per card (memory."
+                    "activation_reserve)", "modelled": f"{peak:.1f} GiB per card at this plan against {limit:.1f} "
+                    "GiB usable", "stated_gib": reserve / GIB, "modelled_peak_gib": peak, "limit_gib": limit,
+                    "fits": peak <= limit})
+    demand, supply = m.get("input_demand_seq_s"), m.get("input_supply_seq_s")
+    if supply is not None and math.isfinite(float(supply)):
+        inp = sc.input
+        how = (f"{inp.workers_per_host:g} workers per host" if inp.workers_per_host > 0 else
+               f"{inp.workers:g} workers") + f" x {inp.per_worker_rate:g} sequences/s"
+        use = f"; the plan demands {float(demand):.2f}/s" if demand is not None else ""
+        out.append({"input": "input pipeline", "stated": f"{float(supply):g} sequences/s ({how}){use}",
+                    "modelled": None, "supply_seq_s": float(supply),
+                    "demand_seq_s": None if demand is None else float(demand),
+                    "binds": demand is not None and float(demand) >= float(supply) * (1 - 1e-6)})
+    if cards > acc.cards_per_host:
+        nics = int(plan.get("nics_per_host") or acc.nics_per_host)
+        src = acc.sources.get("nics_per_host", "") or "the accelerator catalog"
+        out.append({"input": "NICs per host", "stated": f"{nics} x {acc.nic_bw / 1e9:g} GB/s ({_brief(src)})",
+                    "modelled": None, "nics_per_host": nics})
+    rel = sc.reliability
+    if rel.card_mtbf_s is not None:
+        share = m.get("overhead_redo", 0.0) + m.get("overhead_restart", 0.0)
+        out.append({"input": "card MTBF", "stated": f"{rel.card_mtbf_s / DAY:,.0f} d ({share * 100:.1f} % of the "
+                    f"training time lost to failures on {cards:,} cards)", "modelled": None,
+                    "card_mtbf_days": rel.card_mtbf_s / DAY, "failure_overhead": share})
+    if m.get("checkpoint_write_s") is not None:
+        gb, write_s = float(m.get("checkpoint_gb", 0.0)), float(m["checkpoint_write_s"])
+        out.append({"input": "storage bandwidth", "stated": f"{rel.write_bandwidth / 1e9:g} GB/s ("
+                    f"{gb:,.0f} GB checkpoint in {write_s:,.0f} s; "
+                    f"saves {float(m.get('overhead_save', 0.0)) * 100:.1f} % of the training time)",
+                    "modelled": None, "write_gb_s": rel.write_bandwidth / 1e9,
+                    "save_overhead": float(m.get("overhead_save", 0.0))})
+    pr = price(sc, plan["accelerator"])
+    if pr["provenance"] == "catalog" and pr["date"] and not pr.get("stale"):  # a stale one: the price line says
+        age = f", {pr['age_months']} months before the market catalog's {pr['as_of']}" \
+            if pr.get("age_months") is not None else ""
+        out.append({"input": "price date", "stated": f"{pr['card_hour']:g} USD/card-h listed {pr['date']}{age}",
+                    "modelled": None, "date": pr["date"], "age_months": pr.get("age_months")})
+    stack, vendor = stack_of(sc), vendor_of(plan["accelerator"])
+    if stack in NVIDIA_STACKS and vendor != "NVIDIA":
+        out.append({"input": "stack", "stated": f"{stack} assumed on {vendor} cards (its published runs are on "
+                    "NVIDIA cards; [hardware] stack names another)", "modelled": None, "vendor": vendor})
+    finish = m.get("finish_days")
+    if sc.task.reserved_s > 0 and finish:
+        share = sc.task.reserved_s / DAY / float(finish)
+        out.append({"input": "reserved time", "stated": f"{sc.task.reserved_s / DAY:g} d billed at {cards:,} "
+                    f"cards ({share * 100:.1f} % of the cost)", "modelled": None, "reserved_share": share})
+    return out
+
+
+def _brief(source: str) -> str:
+    """A catalog source, its first clause."""
+    return source.split(";")[0].strip()
+
+
+def modelled_activations(sc: Scenario, best: Any, solver: Any, req: Any) -> dict[str, Any] | None:
+    """With a stated activation budget: the plan the same question gives with activations modelled (one more
+    solve, on the run's clock): its cards and objective, and the ratio to the chosen plan's. None without a
+    stated budget, or when no plan fits with modelled activations."""
+    from tpopt.optimizer import outer  # lazy: start-up time (only with a stated activation budget)
+
+    if sc.memory.activation_reserve is None:
+        return None
+    r = outer.solve(without_activation_budget(sc), solver, Request(
+        objective=req.objective, time_limit=req.time_limit, seed=req.seed, workers=req.workers,
+        clock=clock_of(req)))
+    if r.best is None:
+        return {"feasible": False}
+    key = "cost" if req.objective == "cost" else "finish_days"
+    return {"feasible": True, "cards": int(r.best.plan.cards), "objective": key,
+            "unit": r.best.metrics["cost_unit"] if key == "cost" else "d",
+            "value": float(r.best.metrics[key]), "ratio": float(r.best.metrics[key] / best.metrics[key]),
+            "recompute": r.best.plan.recompute}
+
+
+def footing(sc: Scenario, plan: dict[str, Any], step_s: float, memory: float | None = None,
+            metrics: dict[str, Any] | None = None) -> dict[str, Any]:
     """The footing of one plan (module docstring) as a JSON-ready dict; ``memory`` the plan's peak per card
-    (bytes), for the memory margin of :func:`evidence`."""
+    (bytes), for the memory margin of :func:`evidence`; ``metrics`` the plan's metrics, for the stated inputs
+    (none without them: a sweep row's cells do not show them)."""
     sysm = sc.system(plan["accelerator"])
     per_op = sysm.per_op
     _, peak_name = matrix_peak(sc, plan["accelerator"])
@@ -191,12 +310,13 @@ def footing(sc: Scenario, plan: dict[str, Any], step_s: float, memory: float | N
         model["recipe"] = sc.moe.recipe
     return {**model, "mfu": value, "mfu_convention": MFU_CONVENTION.format(peak=peak_name),
             "stack": stack_of(sc), "parameters": parameters(sc, plan), "price": price(sc, plan["accelerator"]),
-            "evidence": evidence(sc, plan, step_s, memory)}
+            "evidence": evidence(sc, plan, step_s, memory),
+            "stated": [] if metrics is None else stated_inputs(sc, plan, metrics)}
 
 
 def of_evaluation(sc: Scenario, d: dict[str, Any]) -> dict[str, Any]:
     """The footing of an evaluation dict (``plan`` and ``metrics``, as ``Evaluation.as_dict`` writes it)."""
-    return footing(sc, d["plan"], float(d["metrics"]["step_s"]), d["metrics"].get("memory_per_card"))
+    return footing(sc, d["plan"], float(d["metrics"]["step_s"]), d["metrics"].get("memory_per_card"), d["metrics"])
 
 
 def row_cells(f: dict[str, Any]) -> dict[str, Any]:
@@ -214,28 +334,43 @@ def row_cells(f: dict[str, Any]) -> dict[str, Any]:
             "parameter_provenance": params, "price_provenance": price_text}
 
 
-def fitted_alternative(sc: Scenario, best: Any, solver: Any, req: Any) -> dict[str, Any] | None:
+def fitted_cards(sc: Scenario, best: Any) -> tuple[str, ...]:
+    """The fitted cards the scenario offers when the chosen plan's card rests on priors (in the search's
+    order); empty when the chosen card was fitted or none is offered."""
+    p = best.plan
+    if T.evidence_of(sc, p.accelerator, float(p.cards), float(p.ep))["card"] != "prior":
+        return ()
+    return tuple(a for a in (sc.search.accelerators or tuple(sc.systems))
+                 if a in sc.systems and T.evidence_of(sc, a, 1.0)["card"] == "fitted")
+
+
+ANSWER_UNKNOWN: Any = object()
+"""``found`` of :func:`fitted_alternative` when no analysis answered it: the alternative is solved."""
+
+
+def fitted_alternative(sc: Scenario, best: Any, solver: Any, req: Any, found: Any = ANSWER_UNKNOWN
+                       ) -> dict[str, Any] | None:
     """When the chosen plan's card rests on priors and the scenario offers cards that were fitted: the
-    cheapest plan on those cards alone (one more solve, on the run's clock), with ``within`` true when its
+    cheapest plan on those cards alone (one more solve, on the run's clock, unless ``found``: the analysis
+    oracle's best plan restricted to :func:`fitted_cards`, None when none), with ``within`` true when its
     objective is within the chosen plan's own uncertainty (ratio <= e^sigma, one sigma of its step time).
     None when the chosen card was fitted, or no fitted card is offered or admits a plan."""
-    from tpopt.optimizer import core  # lazy: start-up time (only for a prior card among fitted ones)
-
+    names = fitted_cards(sc, best)
+    if not names:
+        return None
     p = best.plan
     mine = T.evidence_of(sc, p.accelerator, float(p.cards), float(p.ep))
-    if mine["card"] != "prior":
-        return None
-    fitted = {a: s for a, s in sc.systems.items() if T.evidence_of(sc, a, 1.0)["card"] == "fitted"}
-    if not fitted:
-        return None
-    sub = replace(sc, systems=fitted, search=replace(sc.search, accelerators=tuple(
-        a for a in (sc.search.accelerators or tuple(sc.systems)) if a in fitted)))
-    r = core.solve(sub, solver, Request(objective=req.objective, time_limit=req.time_limit, seed=req.seed,
-                                        workers=req.workers, clock=clock_of(req)))
-    if r.best is None:
+    if found is ANSWER_UNKNOWN:
+        from tpopt.optimizer import core  # lazy: start-up time (only for a prior card among fitted ones)
+
+        sub = replace(sc, systems={a: sc.systems[a] for a in sc.systems if a in names},
+                      search=replace(sc.search, accelerators=names))
+        found = core.solve(sub, solver, Request(objective=req.objective, time_limit=req.time_limit, seed=req.seed,
+                                                workers=req.workers, clock=clock_of(req))).best
+    if found is None:
         return None
     key = "cost" if req.objective == "cost" else "finish_days"
-    ratio = float(r.best.metrics[key] / best.metrics[key])
-    return {"accelerator": r.best.plan.accelerator, "cards": r.best.plan.cards, "objective": key,
-            "value": float(r.best.metrics[key]), "ratio": ratio, "within": ratio <= math.exp(mine["sigma"]),
+    ratio = float(found.metrics[key] / best.metrics[key])
+    return {"accelerator": found.plan.accelerator, "cards": found.plan.cards, "objective": key,
+            "value": float(found.metrics[key]), "ratio": ratio, "within": ratio <= math.exp(mine["sigma"]),
             "sigma": mine["sigma"]}

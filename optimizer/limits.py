@@ -29,16 +29,16 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
-import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from tpopt.errors import InputError
 from tpopt.models import pipeline
+from tpopt.optimizer.progress import SILENT, Reporter, Tick
 
-Progress = Callable[[str, int, "int | None"], None]
-"""A progress callback: (phase, done, total or None)."""
+Progress = Reporter
+"""A progress reporter (:mod:`tpopt.optimizer.progress`): called with each :class:`Tick` of a long phase."""
 
 Now = Callable[[], float]
 """A monotonic time source in seconds (``time.monotonic``; tests inject a fake one)."""
@@ -82,7 +82,7 @@ class Clock:
         self.end = math.inf if seconds is None else self.start + seconds
         self.reached = False  # set only when the clock ran out (at a check)
         self.phase = ""  # the phase in which it ran out
-        self.progress: Progress | None = None  # shown by the CLI when it installs one
+        self.progress: Progress = SILENT  # the CLI installs its terminal line (tpopt.cli.progress_line)
 
     def elapsed(self) -> float:
         return self.now() - self.start
@@ -106,10 +106,11 @@ class Clock:
         if self.expired(phase):
             raise TimeLimitReached(phase)
 
-    def report(self, phase: str, done: int, total: int | None = None) -> None:
-        """Progress of a long phase (shown by the CLI when it installed a callback)."""
-        if self.progress is not None:
-            self.progress(phase, done, total)
+    def report(self, phase: str, done: int, total: int | None = None, *, best: float | None = None,
+               bound: float | None = None, objective: str = "cost") -> None:
+        """Progress of a long phase: ``done`` of ``total`` units, the best objective found so far and the least
+        one left to examine (:class:`tpopt.optimizer.progress.Tick`; shown by the CLI when it installed one)."""
+        self.progress(Tick(phase, done, total, best, bound, objective))
 
     @contextlib.contextmanager
     def stoppable(self, phase: str, *, keep_finished: bool = False) -> Iterator[None]:
@@ -190,21 +191,3 @@ def clock_of(req: Timed) -> Clock:
         req.clock = Clock(None if t is None or t == math.inf else t)
     return req.clock
 
-
-def stderr_progress(every: float = 2.0) -> Progress:
-    """A progress callback printing one line per phase to stderr at most every ``every`` seconds,
-    only when stderr is a terminal (so files and tests stay byte-identical)."""
-    started = time.monotonic()
-    last = {"t": started}
-
-    def show(phase: str, done: int, total: int | None) -> None:
-        if not sys.stderr.isatty():
-            return
-        now = time.monotonic()
-        if now - last["t"] < every:
-            return
-        last["t"] = now
-        tail = f"{done:,}/{total:,}" if total else (f"{done:,}" if done else "...")
-        print(f"tpopt: {phase}: {tail} ({now - started:,.0f} s)", file=sys.stderr, flush=True)
-
-    return show

@@ -256,7 +256,11 @@ def solve_market(sc: Scenario, solver: Solver, req: Request, choose: Callable[[S
         raise InputError(f"market: offers of {', '.join(unknown)}, which the scenario's hardware does not list")
     clock = clock_of(req)  # one clock over every offer's solves (set here when the caller gave none)
     fronts = offer_fronts(sc, solver, req, choose)
-    rows = [fronts[o.id] if o.id in fronts else solve_offer(sc, o, solver, req, choose) for o in sc.market.offers]
+    rows: list[OfferSolve] = []
+    for o in sc.market.offers:  # one offer at a time: the progress line counts them
+        clock.report(SOLVING_OFFERS, len(rows), len(sc.market.offers), objective=req.objective,
+                     best=min((objective_key(r.best, req.objective)[0] for r in rows if r.best), default=None))
+        rows.append(fronts[o.id] if o.id in fronts else solve_offer(sc, o, solver, req, choose))
     pick: OfferSolve | None = None
     for row in rows:
         if row.best is not None and (pick is None or _better(row.best, pick.best, req.objective)):

@@ -327,6 +327,7 @@ def solve_on_demand(space: Space, req: Request, enforced: Collection[str]
     K = max(1, req.top)
     fixed = group_vars(space)
     heap = group_bounds(space, req, enforced, fixed)
+    groups = len(heap)
     best: list[tuple[tuple[float, float], Evaluation]] = []
     evaluated = tabulated = 0
     left = math.inf  # least bound of the layouts skipped inside tabulated groups
@@ -363,7 +364,8 @@ def solve_on_demand(space: Space, req: Request, enforced: Collection[str]
                 best.append((objective_key(ev, req.objective), ev))
             best.sort(key=lambda kv: kv[0])
             best = best[:K]
-        clock.report(phase, tabulated)
+        clock.report(phase, tabulated, groups, best=best[0][0][0] if best else None,
+                     bound=min(left, heap[0][0] if heap else math.inf), objective=req.objective)
         if clock.reached:
             stopped = True
             break

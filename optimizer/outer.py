@@ -172,8 +172,9 @@ def solve_batches(sc: Scenario, solver: Solver, req: Request | None = None,
     req = req or Request()
     clock = clock_of(req)  # one clock over every batch's solve
     t0 = time.perf_counter()
-    choices = []
+    choices: list[Choice] = []
     for b in batch_choices(sc):
+        clock.report("solving the global batches", len(choices), len(batch_choices(sc)), objective=req.objective)
         sub = at_batch(sc, b)
         space = Space.from_scenario(sub, restrict)
         r = core.solve(sub, solver, req, space=space)

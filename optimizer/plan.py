@@ -23,12 +23,13 @@ from tpopt.models.units import DAY
 from tpopt.optimizer import backends, core, footing, market, outer
 from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.core import TINY_NOTE, TINY_SPACE, tiny_solver  # noqa: F401 (TINY_SPACE: re-exported)
+from tpopt.optimizer.enumerate import layout_evaluator
 from tpopt.optimizer.limits import EncodingError
 from tpopt.optimizer.memory_plan import enforce as enforce_memory
-from tpopt.optimizer.ondemand import slice_whole_tables
+from tpopt.optimizer.ondemand import WHOLE_TABLES, slice_whole_tables
 from tpopt.optimizer.report import analysis, cp_not_searched, scenario_entry
 from tpopt.optimizer.result import Request, SolveResult
-from tpopt.optimizer.space import FAMILIES, Space
+from tpopt.optimizer.space import CHANCE_TABLE, FAMILIES, Space, rebuilt_tables
 
 if TYPE_CHECKING:
     from tpopt.optimizer.infeasible import RelaxationInputs
@@ -82,14 +83,18 @@ class PlanReport(SolveResult):
 def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | None = None, *, analyse: bool = True,
          sensitivity: bool = False, export: str | None = None,
          on_export: Callable[[dict[str, Any]], None] | None = None, inputs: RelaxationInputs | None = None,
-         progress: Callable[[str], None] | None = None, why: bool = True) -> PlanReport:
+         progress: Callable[[str], None] | None = None, why: bool = True, distribution: bool = True,
+         space: Space | None = None) -> PlanReport:
     """Solve ``sc`` as ``tpopt solve`` does (see the module); ``export``: also write the plan MILP to this
     .lp/.mps file (``on_export(figures)`` is told as soon as it is written, before the solve). Without a
     plan, the report has the conflict and the relaxations (:func:`~tpopt.optimizer.infeasible.infeasible_entries`;
     ``inputs()``: the raw tables and catalog they rebuild the scenario from; ``progress(text)``: each step).
     ``backend``: a solver's name (the command line's, the API's) or a :class:`~tpopt.optimizer.backends.Solver`.
     ``why`` False: without a plan, the status alone (no conflict, relaxations or fastest plans; the commands that
-    only need the plan solve chose, :mod:`tpopt.optimizer.question`)."""
+    only need the plan solve chose, :mod:`tpopt.optimizer.question`). ``distribution`` False: no
+    ``finish_distribution`` entry with a confidence (the re-solves of :mod:`tpopt.optimizer.confidence` read
+    the plan and status alone; each entry costs a dozen quantile roots). ``space``: the scenario's design space
+    when the caller holds one (without batch choices: :func:`_chosen` passes one sharing the report's tables)."""
     req = req or Request()
     solver = backends.checked(backend)  # resolved once: the modules below are handed the Solver
     solver.require(req)  # a missing solver fails here, before anything is written
@@ -100,11 +105,11 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
     if export and sc.market.offers:
         raise InputError("--export writes one plan MILP: the [market] offers are one sub-problem each (drop [market])")
     if sc.market.offers:  # the offer is a choice: one exact sub-problem per offer
-        return _market(sc, solver, req)
+        return _market(sc, solver, req, distribution)
     if sc.stages:
         return _staged(sc, solver, req, analyse)
     bs = outer.solve_batches(sc, solver, req) if outer.has_task_choices(sc) else None
-    space = bs.choices[0].space if bs else Space.from_scenario(sc)
+    space = bs.choices[0].space if bs else (space if space is not None else Space.from_scenario(sc))
     skipped = None  # why the analysis is left out when it was asked for
     if analyse or solver.capabilities.needs_tables:  # the solve or its analysis builds the tables
         mp = enforce_memory(space)
@@ -149,16 +154,23 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
         view, space = bs.choice_of(best).sc, bs.choice_of(best).space
         ana = outer.batch_analysis(bs, solver, req, set(result.enforced)) if analyse else None
     else:
-        ana = analysis(space, best, solver, req, set(result.enforced)) if analyse else None
+        names = footing.fitted_cards(view, best) if analyse and len(view.systems) > 1 and req.enforce is None else ()
+        ana = analysis(space, best, solver, req, set(result.enforced),  # the fitted alternative asked of its oracle
+                       restricted={"acc": list(names)} if names else None) if analyse else None
     out.update(best_entries(result, ana, skipped))
-    if view.task.confidence is not None:  # the finish-time distribution (added only with a confidence)
+    if view.task.confidence is not None and distribution:  # the finish-time distribution (only with a confidence)
         from tpopt.optimizer.confidence import distribution_entry  # lazy: start-up time (SciPy)
 
         out["finish_distribution"] = distribution_entry(view, best, solver, req, step_up=analyse, whole=sc,
-                                                        solve=_chosen)
+                                                        solve=_chosen if bs else partial(_chosen, base=space))
     out["footing"] = footing.of_evaluation(view, out)
     if analyse and len(view.systems) > 1:  # a prior card chosen among fitted ones: the fitted option, named
-        out["footing"]["evidence"]["fitted_alternative"] = footing.fitted_alternative(view, best, solver, req)
+        found = ana["restricted_best"] if ana is not None and "restricted_best" in ana else footing.ANSWER_UNKNOWN
+        out["footing"]["evidence"]["fitted_alternative"] = footing.fitted_alternative(view, best, solver, req, found)
+    if analyse and view.memory.activation_reserve is not None:  # the plan modelled activations lead to
+        for e in out["footing"]["stated"]:
+            if e["input"] == "activation budget":
+                e["modelled_plan"] = footing.modelled_activations(view, best, solver, req)
     if analyse:
         cp = cp_not_searched(view, solver, req, best)
         if cp is not None:
@@ -173,11 +185,33 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
     return PlanReport.of(result, out, view, space, bs)
 
 
-def _chosen(sc: Scenario, backend: str | Solver, req: Request) -> tuple[SolveResult, Scenario]:
+def _chosen(sc: Scenario, backend: str | Solver, req: Request, base: Space | None = None
+            ) -> tuple[SolveResult, Scenario]:
     """A re-solve of a whole request (its batch choices) for the confidence report's step up: plan() without
-    analysis or explanation, and the scenario its plan runs in."""
-    pr = plan(sc, backend, req, analyse=False, why=False)
+    analysis or explanation, and the scenario its plan runs in. ``base``: the report's space; a request that
+    differs from its scenario only in the confidence level (the step up, the bisection of the reachable level)
+    is solved on a space sharing its tables but the chance table (:func:`shared_space`)."""
+    shared = shared_space(base, sc) if base is not None else None
+    pr = plan(sc, backend, req, analyse=False, why=False, distribution=False, space=shared)
     return pr, pr.view or sc
+
+
+def shared_space(base: Space, sc: Scenario) -> Space | None:
+    """A space of ``sc`` made of ``base``'s built tables (:meth:`Space.sharing`) when ``sc`` is ``base``'s scenario
+    at another confidence level (one design space, no offers: :func:`rebuilt_tables` gives the chance table
+    alone), with ``base``'s simulated pipelines and whole-table slicing; None otherwise."""
+    if sc.market.offers or sc.stages or outer.has_task_choices(sc):
+        return None
+    rebuild = rebuilt_tables(base.sc, sc)
+    if rebuild is None or set(rebuild) - {CHANCE_TABLE}:
+        return None
+    out = base.sharing(sc, rebuild)
+    for key in (WHOLE_TABLES, "_floor"):  # the whole tables' slicing and the compute floor: no level reads them
+        if key in base.__dict__:
+            out.__dict__[key] = base.__dict__[key]
+    if "_layout_evaluator" in base.__dict__:  # the exactly simulated pipelines (the step model's alone)
+        layout_evaluator(out).exact_terms = layout_evaluator(base).exact_terms
+    return out
 
 
 def best_entries(result: SolveResult, ana: dict[str, Any] | None, skipped: str | None = None) -> dict[str, Any]:
@@ -256,7 +290,7 @@ def conflict_space(bs: outer.BatchSolve, sc: Scenario) -> Space:
 # market offers
 
 
-def _market(sc: Scenario, solver: Solver, req: Request) -> PlanReport:
+def _market(sc: Scenario, solver: Solver, req: Request, distribution: bool = True) -> PlanReport:
     """The best plan over the scenario's offers (:mod:`tpopt.optimizer.market`), its offer and spot figures."""
     ms = market.solve_market(sc, solver, req, partial(tiny_solver, named=req.solver_named))
     out: dict[str, Any] = {"status": ms.result.status.value, "objective": ms.result.objective,
@@ -264,12 +298,17 @@ def _market(sc: Scenario, solver: Solver, req: Request) -> PlanReport:
     view = ms.pick.sc if ms.pick else sc
     if ms.result.best is not None:
         out.update(best_entries(ms.result, None))
-        if view.task.confidence is not None:  # the law on the offer's scenario: its spot terms included
+        if view.task.confidence is not None and distribution:  # the law on the offer's scenario: its spot terms
             from tpopt.optimizer.confidence import distribution_entry  # lazy: start-up time (SciPy)
 
             out["finish_distribution"] = distribution_entry(view, ms.result.best, solver, req, whole=sc,
                                                             solve=market_resolve)
     out["market"] = market.market_entries(ms, sc)
+    if sc.task.confidence is not None and sc.task.confidence >= 0.5:  # spot until day d, then on-demand
+        from tpopt.optimizer.spot_policy import policy_entry  # lazy: start-up time (SciPy)
+
+        out["market"]["spot_policy"] = policy_entry([(r.offer, r.sc, r.best) for r in ms.offers],
+                                                    F.limit(F.DEADLINE, sc), sc.task.confidence)
     return PlanReport.of(ms.result, out, view)
 
 

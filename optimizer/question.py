@@ -29,8 +29,9 @@ from tpopt.optimizer import confidence as C
 from tpopt.optimizer import outer
 from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.explain import explain_request as explain_space
-from tpopt.optimizer.plan import PlanReport, conflict_choice, plan
+from tpopt.optimizer.plan import PlanReport, conflict_choice, plan, shared_space
 from tpopt.optimizer.result import Request, SolveResult
+from tpopt.optimizer.space import Space
 
 MARKET_NOT_ANALYSED = ("not analysed across offers (each offer's plan is proven optimal on that offer; "
                        "tpopt solve lists every offer's best plan)")
@@ -49,10 +50,17 @@ def one_stage(sc: Scenario, command: str) -> None:
 def _chosen_as(command: str) -> C.Solve:
     """A solve for :mod:`tpopt.optimizer.confidence`: ``plan()`` without analysis or an explanation of an
     infeasible request, returning the plan's scenario (the chosen batch's or offer's; ``sc`` without a plan);
-    a staged scenario refused in one line naming ``command``."""
+    a staged scenario refused in one line naming ``command``. The first space it solves on is kept: a later
+    request at another confidence level alone (the levels of a reachable bisection or of ``sweep --confidence``)
+    solves on a space sharing its tables but the chance table (:func:`tpopt.optimizer.plan.shared_space`)."""
+    held: list[Space] = []
+
     def solve(sc: Scenario, backend: str | Solver, req: Request) -> tuple[SolveResult, Scenario]:
         one_stage(sc, command)
-        pr = plan(sc, backend, req, analyse=False, why=False)
+        shared = shared_space(held[0], sc) if held else None
+        pr = plan(sc, backend, req, analyse=False, why=False, distribution=False, space=shared)
+        if not held and pr.space is not None and pr.batches is None:
+            held.append(pr.space)
         return pr, pr.view or sc
 
     return solve

@@ -368,8 +368,12 @@ def robustness(sc: Scenario, best: Evaluation) -> dict[str, Any]:
                                 "violates": [c.name for c in ev.violated()]}}
 
 
-def analysis(space: Space, best: Evaluation, solver: Solver, req: Request, enforced: Collection[str]) -> dict[str, Any]:
-    """Binding families and alternatives of an optimum (dicts ready for JSON)."""
+def analysis(space: Space, best: Evaluation, solver: Solver, req: Request, enforced: Collection[str],
+             restricted: Restrict | None = None) -> dict[str, Any]:
+    """Binding families and alternatives of an optimum (dicts ready for JSON). ``restricted``: one more
+    question for the same oracle, the best plan under ``enforced`` within these choices (``restricted_best``:
+    the plan, None when none; absent when the time limit left it open), e.g. the report's fitted alternative
+    (:func:`tpopt.optimizer.footing.fitted_alternative`) without a solve of its own."""
     clock = clock_of(req)
 
     def check() -> None:  # between the layouts a large space's questions evaluate
@@ -389,13 +393,19 @@ def analysis(space: Space, best: Evaluation, solver: Solver, req: Request, enfor
     try:
         binds = binding_families(oracle, best, objective, enforced, undecided)
         alts = why_not_cheaper(oracle, space, best, objective, enforced, same_scale=isinstance(oracle, TableOracle))
+        extra: dict[str, Any] = {}
+        if restricted is not None:
+            try:
+                extra["restricted_best"] = oracle.best(enforced, objective, restricted)
+            except Undecided:  # left open: the caller solves it on its own
+                pass
     finally:
         if isinstance(oracle, LayoutOracle):
             oracle.release()
     done = not undecided and all(a["feasible"] is not None for a in alts)
     return {"oracle": oracle.name, "binding": [b.as_dict(best, objective) for b in binds], "alternatives": alts,
             "robustness": robustness(space.sc, best), "undecided": undecided,
-            "analysis": "done" if done else "time limit reached"}
+            "analysis": "done" if done else "time limit reached", **extra}
 
 
 

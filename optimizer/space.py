@@ -278,13 +278,14 @@ PRICE_TABLES = ("rate",)
 def rebuilt_tables(base: Scenario, sc: Scenario) -> tuple[str, ...] | None:
     """The tables a space of ``sc`` cannot take from a space of ``base``: none when they differ only in
     the card or budget caps or the deadline (no table reads them, but for the automatic save interval and
-    the chance form), :data:`TASK_TABLES` when in the task's tokens or reserved time (or a deadline those
-    read), :data:`PRICE_TABLES` when in the prices; None when anything else differs (every table is
-    rebuilt)."""
+    the chance form), the chance table alone when only in the confidence level (both with one),
+    :data:`TASK_TABLES` when in the task's tokens or reserved time (or a deadline those read),
+    :data:`PRICE_TABLES` when in the prices; None when anything else differs (every table is rebuilt)."""
     if set(sc.systems) != set(base.systems):
         return None
+    levels = sc.task.confidence is not None and base.task.confidence is not None  # a level read by the chance table
     task = replace(sc.task, tokens=base.task.tokens, deadline_s=base.task.deadline_s,
-                   reserved_s=base.task.reserved_s)
+                   reserved_s=base.task.reserved_s, confidence=base.task.confidence if levels else sc.task.confidence)
     systems = {k: replace(s, price_card_hour=base.systems[k].price_card_hour,
                           nic_price_hour=base.systems[k].nic_price_hour) for k, s in sc.systems.items()}
     probe = replace(sc, task=task, systems=systems, cost=replace(sc.cost, max_cost=base.cost.max_cost),
@@ -293,8 +294,10 @@ def rebuilt_tables(base: Scenario, sc: Scenario) -> tuple[str, ...] | None:
         return None
     rebuild: tuple[str, ...] = ()
     deadline_only = replace(sc.task, deadline_s=base.task.deadline_s) == base.task
-    if sc.task != base.task and not (deadline_only and sc.task.confidence is None
-                                     and 0.0 not in sc.search.save_interval_s):
+    if sc.task != base.task and replace(sc.task, confidence=base.task.confidence) == base.task:
+        rebuild += (CHANCE_TABLE,)  # another confidence level alone: the chance table alone reads it
+    elif sc.task != base.task and not (deadline_only and sc.task.confidence is None
+                                       and 0.0 not in sc.search.save_interval_s):
         rebuild += TASK_TABLES  # (a deadline alone is read only by the automatic interval and the chance table)
     if sc.systems != base.systems:
         rebuild += PRICE_TABLES

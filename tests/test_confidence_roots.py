@@ -155,3 +155,32 @@ def test_no_event_spread_is_the_closed_form():
     w = float(Fn.max_work(0.95, 30 * DAY, 5 * DAY, saves, sigma, (0.0, 0.0, 0.0)))
     closed = room / (saves * np.exp(sigma * z95))
     assert w <= closed and w == pytest.approx(closed, rel=3e-9)
+
+
+def test_brent_root_takes_brentqs_steps_to_the_last_bit():
+    """Distribution.quantile's root finder (Fn.brent_root, no SciPy import) returns exactly what
+    scipy.optimize.brentq returns on the same bracket and tolerances: on the report's quantile functions of
+    the grid's plans and on steep, flat and odd functions (where Brent's steps switch between interpolation,
+    extrapolation and bisection), at the report's tolerances and at tight ones, convergence failures alike."""
+    idx = sample(60)
+    calls = []
+    for i in idx:
+        kap = (KAPPA[0][i], KAPPA[1][i], KAPPA[2][i])
+        w = 0.6 * ROOM[i]
+        f = lambda x, i=i, kap=kap, w=w: float(Fn.cdf(x, 0.0, w, SAVES[i], SIGMA[i], kap)) - Q[i]  # noqa: E731
+        calls.append((f, 0.0, 4.0 * w * (SAVES[i] + KAPPA[0][i]) + 1.0, 1e-6, 1e-12))
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        a, s, p = rng.uniform(-5, 5), rng.uniform(0.1, 10), int(rng.choice([1, 2, 3, 5]))
+        g = lambda x, a=a, s=s, p=p: np.tanh(s * (x - a)) * abs(x - a) ** (p - 1)  # noqa: E731
+        lo, hi = a - rng.uniform(0.1, 20), a + rng.uniform(0.1, 20)
+        calls += [(g, lo, hi, 1e-6, 1e-12), (g, lo, hi, 2e-12, 8.9e-16)]
+
+    def outcome(root, f, lo, hi, xt, rt):
+        try:
+            return float(root(f, lo, hi, xtol=xt, rtol=rt))
+        except RuntimeError:
+            return "no convergence"
+
+    for call in calls:
+        assert outcome(Fn.brent_root, *call) == outcome(optimize.brentq, *call), call[1:]

@@ -164,3 +164,45 @@ def test_a_config_json_is_a_model(tmp_path):
     d = estimate(EstimateInputs(str(p), "h100-sxm", cards=8, seq_len=1024))
     h, kv = 256, 2 * 64
     assert d["model"]["parameters"] == 2 * (2 * h * h + 2 * h * kv + 3 * h * 512 + 2 * h) + 2 * 1000 * h + h
+
+
+def test_pure_data_parallel_table_is_the_16_bytes_per_parameter_arithmetic():
+    """`tpopt estimate qwen3-32b --hw h100-sxm` prints, beside the fastest layout's table, the model states per
+    card at pure data parallelism as DeepSpeed's / accelerate's estimators count them: N from Qwen3-32B's
+    config.json, bf16-mixed = weights 2 + grads 2 + Adam 12 (FP32 master 4 + two moments 8) B/param; ZeRO-1
+    shards the Adam states over DP, ZeRO-2 the gradients too, ZeRO-3 the weights too; offloading the optimizer
+    moves the 12 B to the host, offloading the parameters (ZeRO-3 only) the 2 B of weights as well."""
+    # Qwen/Qwen3-32B config.json: 64 layers, hidden 5120, 64 query heads and 8 KV heads of 128, FFN 25600 (SwiGLU),
+    # vocabulary 151936, untied embeddings, RMSNorm on q and k per head.
+    h, L, q, kv, ffn, V, hd = 5120, 64, 64 * 128, 8 * 128, 25600, 151936, 128
+    per_layer = 2 * h * q + 2 * h * kv + 3 * h * ffn + 2 * h + 2 * hd  # q, o; k, v; gate, up, down; 2 norms; q/k norm
+    N = L * per_layer + 2 * V * h + h  # embedding, LM head, final norm
+    assert N == 32_762_123_264  # 32.8 B, the Qwen3 technical report's figure
+    r = run("estimate", "qwen3-32b", "--hw", "h100-sxm")
+    assert r.exit_code == 0, r.output
+    text = r.output
+    assert "Memory per card, GiB" in text and "(the fastest plan)" in text  # the fastest layout's table, labelled
+    start = text.index("Model states per card, GiB, at pure data parallelism")
+    head = " ".join(text[start:].split("offload:")[0].split())
+    d = int(head.split("(DP ")[1].split(",")[0])
+    cards = int(text.split("Hardware: h100-sxm x ")[1].split()[0])
+    assert d == cards and f"{N:,} parameters" in head and "DeepSpeed's and accelerate's estimators" in head
+    rows = {}
+    for line in text[start:].splitlines():
+        if line.startswith("ZeRO-"):
+            cells = line.replace("!", "").split()
+            rows[int(cells[0][5:])] = [None if c == "-" else float(c.replace(",", "")) for c in cells[1:]]
+    gib = 2**30
+    w, g, o = 2, 2, 12
+    want = {0: [(w + g + o) * N, (w + g) * N, None],
+            1: [(w + g) * N + o * N / d, (w + g) * N, None],
+            2: [w * N + (g + o) * N / d, w * N + g * N / d, None],
+            3: [(w + g + o) * N / d, (w + g) * N / d, g * N / d]}
+    assert set(rows) == {0, 1, 2, 3}
+    for z, cells in want.items():
+        for got, exp in zip(rows[z], cells, strict=True):
+            if exp is None:
+                assert got is None, (z, rows[z])
+            else:
+                assert got == pytest.approx(exp / gib, abs=0.05), (z, rows[z])
+    assert rows[0][0] == pytest.approx(488.2, abs=0.05)  # 16 x 32.76 B = 524.2 GB

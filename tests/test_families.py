@@ -146,7 +146,12 @@ OLD_AFFECTS = {"deadline": {"deadline.finish", "checkpoint.backlog"}, "max_cards
                "nic_bandwidth": {"deadline.finish", "budget.cost", "input.throughput"},
                "reserved": {"deadline.finish", "budget.cost"}, "max_cost": {"budget.cost"},
                "max_drop": {"moe.capacity_drops"}, "accelerator": set(OLD_CONSTRAINTS) - {"step.budget"},
-               "card_price": {"budget.cost"}}  # added with issue 25: the price per card-hour that fits the budget
+               "card_price": {"budget.cost"},  # added with issue 25: the price per card-hour that fits the budget
+               # added with issue 37: the storage a checkpoint is written to, the input pipeline's rate
+               "write_bandwidth": {"deadline.finish", "checkpoint.backlog", "budget.cost"},
+               "input_rate": {"input.throughput"},
+               "global_batch": {"batch.divisibility", "layout.schedule_shape", "input.throughput", "deadline.finish",
+                                "budget.cost"}}
 OLD_MODEL = ("batch.divisibility", "layout.heads_divisible", "layout.pp_divides_layers", "layout.schedule_shape")
 OLD_HUB_RULES = OLD_STRUCTURAL[:5]
 OLD_CHOICE = ("memory.per_card", "memory.host") + OLD_STRUCTURAL[:6]

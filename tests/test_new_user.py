@@ -136,26 +136,21 @@ def test_explain_shows_no_progress_when_stderr_is_not_a_terminal():
     assert "Conflict: these 2 constraints" in r.stdout
 
 
-def test_progress_status_speaks_only_to_a_terminal(monkeypatch):
-    from tpopt.cli import render
+def test_progress_line_speaks_only_to_a_terminal():
+    import io
 
-    seen = []
+    from tpopt.cli.progress_line import LiveLine
 
-    class FakeStatus:
-        def __enter__(self):
-            return self
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
 
-        def __exit__(self, *exc):
-            return False
-
-        def update(self, text):
-            seen.append(text)
-
-    monkeypatch.setattr("rich.console.Console.is_terminal", property(lambda self: True))
-    monkeypatch.setattr("rich.console.Console.status", lambda self, title: FakeStatus())
-    with render.progress_status("tpopt explain") as tell:
-        tell("the optimum")
-    assert seen and seen[0].startswith("tpopt explain: the optimum")
+    clock = iter([0.0, 5.0, 5.0])
+    tty = Tty()
+    line = LiveLine("tpopt explain", tty, True, now=lambda: next(clock))
+    line.tell("the optimum")
+    seen = tty.getvalue().split("\r\x1b[K")
+    assert seen[-1].startswith("tpopt explain: the optimum")
 
 
 # --- 6. defaults that do not bias; reliability commands use the plan ----------------------------------------

@@ -217,3 +217,18 @@ def test_readme_block(block: Block, scratch: Path):
         text = shown.stdout + (shown.stderr if EXIT.fullmatch(cmds[-1][1]) else "")
         miss = missing_lines(block.body[last + 1:], text)
         assert not miss, f"{block.page} line {block.line}: not in the output of {cmds[-1][0]!r}: {miss}"
+
+
+OUTPUT_HEADS = ("Plan:", "Footing", "Scenario:", "Model:", "Status:", "Verdict:", "tpopt solve:", "tpopt explain:",
+                "Fastest layout", "Memory per card", "Binding", "Calibrated", "tpopt sweep:", "tpopt simulate:")
+"""Line starts that only tpopt's own output has: a block holding one is a transcript or an output excerpt."""
+
+
+def test_no_output_block_goes_unchecked():
+    """A block that shows tpopt's output (a line starting as only its reports do) is run: a transcript with its
+    ``$ tpopt`` command, or marked ``<!-- readme-test: output of: tpopt ... -->`` (issue 37: an output block that
+    no test ran went stale)."""
+    for b in blocks():
+        shows_output = any(ln.lstrip().startswith(OUTPUT_HEADS) for ln in b.body)
+        if shows_output and b.lang != "python":
+            assert is_command_block(b), f"{b.page} line {b.line}: tpopt output that no test compares"

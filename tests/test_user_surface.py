@@ -65,7 +65,8 @@ def test_rl_help_lists_only_flags_it_takes():
     flags = sorted({w.split()[0].rstrip(",") for w in out.split("\n  ") if w.strip().startswith("--")})
     values = {"--deadline": "3.5d", "--reserved": "0.25d", "--efficiency": "40%", "--hw": "h100-sxm",
               "--max-cards": "64", "--usable-memory": "70GiB", "--solver": "cpsat", "--objective": "cost",
-              "--max-cost": "100000", "--kept": "90%", "--staleness": "1", "--time-limit": "60s"}
+              "--max-cost": "100000", "--kept": "90%", "--staleness": "1", "--time-limit": "60s",
+              "--model": "qwen3-8b"}
     for flag in flags:
         if flag in ("--help", "--scenario", "--catalog", "--plot", "--json", "--timing", "--no-analysis"):
             continue

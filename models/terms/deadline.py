@@ -297,6 +297,29 @@ def _law_inputs(sc: Scenario, acc: str, save_mode: str, cards: FloatArray, tau: 
     return 1.0 + pause / tau, sigma, finish.event_cumulants(*finish.events_over(x))
 
 
+_LAW_MEMO: dict[tuple[Any, ...], dict[complex, tuple[float, float, float, float, float]]] = {}
+"""The law inputs of :func:`_law_inputs` (save factor, sigma, event cumulants) by what they depend on: the chance
+key without the level and the deadline (``_chance_key(...)[2:]``), then by cards + i interval. The chance roots
+depend on the level; these do not, so a bisection on the level (confidence.reachable), a step up and a sweep over
+levels compute each plan's events once."""
+
+
+def _law_inputs_remembered(sc: Scenario, acc: str, save_mode: str, pairs: NDArray[np.complex128], ep: float,
+                           key: tuple[Any, ...]) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """:func:`_law_inputs` of the (cards + i interval) ``pairs``, each computed once per law key (:data:`_LAW_MEMO`;
+    ``key`` the chance key of the ask)."""
+    memo = _LAW_MEMO.setdefault(key[2:], {})
+    keys = pairs.tolist()
+    missing = [p for p in keys if p not in memo]
+    if missing:
+        todo = np.array(missing)
+        saves, sigmas, kap = _law_inputs(sc, acc, save_mode, todo.real, todo.imag, ep)
+        memo.update(zip(missing, zip(saves.tolist(), sigmas.tolist(), kap[0].tolist(), kap[1].tolist(),
+                                     kap[2].tolist(), strict=True), strict=True))
+    rows = np.array([memo[p] for p in keys], dtype=float).reshape(len(keys), 5)
+    return rows[:, 0], rows[:, 1], rows[:, 2:].T
+
+
 def _chance_key(sc: Scenario, acc: str, save_mode: str, ep: float = 1) -> tuple[Any, ...]:
     """What a chance root depends on besides (cards, interval): level, deadline, margins, save mode's pause and
     lag, restart, failure and rollback rates, the risk inputs (the offer's spot terms and the uncertainty table
@@ -333,12 +356,13 @@ def chance_fill(sc: Scenario, acc: str, asks: list[tuple[str, ArrayLike, ArrayLi
     # warnings on those elements are expected here, not news for the user's stderr
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         for mode, cards, interval in asks:
-            memo = _CHANCE_MEMO.setdefault(_chance_key(sc, acc, mode, ep), {})  # the key hashed once per ask
+            key = _chance_key(sc, acc, mode, ep)  # the key hashed once per ask
+            memo = _CHANCE_MEMO.setdefault(key, {})
             pairs = _pairs(cards, interval)[0]
             todo = pairs[[p not in memo for p in pairs.tolist()]]
             if len(todo):
                 found.append((memo, todo))
-                parts.append(_law_inputs(sc, acc, mode, todo.real, todo.imag, ep))
+                parts.append(_law_inputs_remembered(sc, acc, mode, todo, ep, key))
         if not found:
             return
         saves = np.concatenate([p[0] for p in parts])
@@ -349,6 +373,7 @@ def chance_fill(sc: Scenario, acc: str, asks: list[tuple[str, ArrayLike, ArrayLi
     if sum(len(m) for m in _CHANCE_MEMO.values()) + len(work) > _CHANCE_MEMO_SIZE:
         for m in _CHANCE_MEMO.values():
             m.clear()
+        _LAW_MEMO.clear()
     start = 0
     for memo, todo in found:
         memo.update(zip(todo.tolist(), work[start:start + len(todo)].tolist(), strict=True))

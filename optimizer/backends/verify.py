@@ -88,7 +88,8 @@ def verify_loop(model: RelaxedModel, space: Space, req: Request, enforced: Colle
         if clock.expired(phase):
             break
         res = model.solve(bound=bound, time_limit=clock.remaining(0.01))
-        clock.report(phase, rounds)
+        clock.report(phase, rounds, best=verified[0][0][0] if verified else None, bound=lower,
+                     objective=req.objective)
         if res.status == "infeasible":
             return [ev for _, ev in verified], (Status.OPTIMAL if verified else Status.INFEASIBLE), rounds, \
                 (0.0 if verified else None), evaluated

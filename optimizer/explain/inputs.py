@@ -73,6 +73,16 @@ def with_max_drop(sc: Scenario, share: float) -> Scenario:
     return replace(sc, moe=replace(sc.moe, max_drop=float(share)))
 
 
+def with_write_bandwidth(sc: Scenario, bytes_per_s: float) -> Scenario:
+    """The aggregate checkpoint storage write bandwidth set to ``bytes_per_s``."""
+    return replace(sc, reliability=replace(sc.reliability, write_bandwidth=float(bytes_per_s)))
+
+
+def with_input_rate(sc: Scenario, per_worker: float) -> Scenario:
+    """The input pipeline's sequences per worker-second set to ``per_worker`` (worker counts unchanged)."""
+    return replace(sc, input=replace(sc.input, per_worker_rate=float(per_worker)))
+
+
 def with_nic_factor(sc: Scenario, factor: float) -> Scenario:
     """Every candidate's NIC bandwidth multiplied by ``factor``."""
     return replace(sc, systems={k: replace(s, acc=replace(s.acc, nic_bw=s.acc.nic_bw * float(factor)))
@@ -113,10 +123,15 @@ PARAMS = {
     "max_drop": Param("max_drop", "maximum drop rate", "%", 2, ">=", "moe.max_drop", 0.01),
     "accelerator": Param("accelerator", "accelerator", "", 0, "=", "hardware.accelerator"),
     "card_price": Param("card_price", "price per card-hour", "USD", 2, "<=", "cost.card_hour", 1.0),
+    "write_bandwidth": Param("write_bandwidth", "storage bandwidth", "GB/s", 1, ">=", "checkpoint.write_bandwidth",
+                             GB),
+    "global_batch": Param("global_batch", "global batch", "sequences", 0, ">=", "task.global_batch", 1.0),
+    "input_rate": Param("input_rate", "input rate per worker", "seq/s", 2, ">=", "input.sequences_per_worker_s",
+                        1.0),
 }
 
 _SUFFIX = {"deadline": "d", "reserved": "d", "tokens": "B", "efficiency": "%", "usable_memory": "GiB",
-           "nic_bandwidth": "GB/s", "max_drop": "%"}
+           "nic_bandwidth": "GB/s", "max_drop": "%", "write_bandwidth": "GB/s"}
 _PARSE: dict[str, Callable[[str], float]] = {
     "deadline": lambda s: parse_duration(s, "deadline", allow_zero=False),
     "reserved": lambda s: parse_duration(s, "reserved"),
@@ -126,7 +141,9 @@ _PARSE: dict[str, Callable[[str], float]] = {
     "nic_bandwidth": lambda s: parse_bandwidth(s, "NIC bandwidth", allow_zero=False),
     "max_cards": lambda s: parse_int(s, "max cards", minimum=1),
     "max_cost": lambda s: parse_number(s, "max cost"),
-    "max_drop": lambda s: parse_fraction(s, "max drop", allow_zero=True)}
+    "max_drop": lambda s: parse_fraction(s, "max drop", allow_zero=True),
+    "write_bandwidth": lambda s: parse_bandwidth(s, "storage bandwidth", allow_zero=False),
+    "input_rate": lambda s: parse_number(s, "input rate")}
 
 
 @dataclass
@@ -147,6 +164,7 @@ class Relaxation:
     blocked_by: list[str] = field(default_factory=list)  # a conflict among families this input does not enter
     options: list[dict[str, Any]] = field(default_factory=list)  # accelerator: every catalog accelerator tried
     current_by_card: dict[str, float] | None = None  # a per-card input with several candidates: each card's value
+    chain: dict[str, Any] | None = None  # max_cards cannot help alone: the changes that let it (explain.chain)
     seconds: float = 0.0
     solves: int = 0
 
@@ -172,6 +190,11 @@ class Relaxation:
             d["options"] = self.options
         if self.current_by_card:
             d["current_by_card"] = self.current_by_card
+        if self.chain:  # explain.chain.beyond_cards: its plan as a report's plan dict with its cost and finish
+            ev: Evaluation = self.chain["plan"]
+            d["chain"] = {**{k: v for k, v in self.chain.items() if k != "plan"}, "plan": ev.plan_dict(),
+                          "cost": ev.metrics["cost"], "cost_unit": ev.metrics["cost_unit"],
+                          "finish_days": ev.metrics["finish_days"]}
         d["seconds"] = round(self.seconds, 4)
         d["solves"] = self.solves
         return d

@@ -41,12 +41,14 @@ from tpopt.optimizer.explain.inputs import (
     _single,
     with_deadline,
     with_efficiency,
+    with_input_rate,
     with_max_cards,
     with_max_drop,
     with_nic_factor,
     with_reserved,
     with_tokens,
     with_usable_memory,
+    with_write_bandwidth,
 )
 from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
 from tpopt.optimizer.result import Request
@@ -115,8 +117,13 @@ def relax_max_cards(ctx: Context, core: list[str] | None = None) -> Relaxation:
                                apply=_apply_dict(ctx, p, n), method=method)
     top = ok(counts[-1])
     if top is None:
-        return _cannot(p, cur, f"no plan even with max_cards = {counts[-1]} (the largest count the search space "
-                               "forms)", method, core)
+        r = _cannot(p, cur, f"no plan even with max_cards = {counts[-1]} (the largest count the search space "
+                            "forms)", method, core)
+        if F.DEADLINE in ctx.enforced:  # what stops more cards from helping: storage, then the batch
+            from tpopt.optimizer.explain.chain import beyond_cards  # lazy: only when cards cannot help
+
+            r.chain = beyond_cards(ctx, counts)
+        return r
     lo, hi, best = -1, len(counts) - 1, top  # counts[hi] feasible, counts[lo] (or cur) not
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -332,6 +339,104 @@ def relax_nic_bandwidth(ctx: Context, core: list[str] | None = None) -> Relaxati
     return r
 
 
+STORAGE_FACTOR_MAX = 1000.0  # storage bandwidth is searched up to this multiple of the current one
+STORAGE_REL_TOL = 1e-4  # relative tolerance on the storage bandwidth threshold
+INPUT_FACTOR_MAX = 1000.0  # the input rate per worker is searched up to this multiple of the current one
+INPUT_REL_TOL = 1e-4  # relative tolerance on the input rate threshold
+
+
+def relax_write_bandwidth(ctx: Context, core: list[str] | None = None) -> Relaxation:
+    """Required storage bandwidth W* = min { W in (W_0, 1000 W_0] : T*(W) <= T_deadline }: the bandwidth only
+    shortens checkpoint writes (save overhead c / tau, the backlog write <= interval), so the least finish time
+    T* is nonincreasing in W (see ``_threshold``)."""
+    p = PARAMS["write_bandwidth"]
+    sc = ctx.sc
+    bw0 = sc.reliability.write_bandwidth
+    method = (f"min finish time as a function of the storage bandwidth in (1, {STORAGE_FACTOR_MAX:g}] x the current "
+              f"crossing the deadline (secant on 1/W, bracketed), relative tolerance {STORAGE_REL_TOL:g}")
+    found = None if cost.over_budget_at(ctx, with_write_bandwidth(sc, bw0 * STORAGE_FACTOR_MAX)) else \
+        _threshold(ctx, lambda k: with_write_bandwidth(sc, k * bw0), 1.0, STORAGE_FACTOR_MAX, STORAGE_REL_TOL)
+    if found is None:
+        return _cannot(p, bw0 / GB, f"no plan even with {STORAGE_FACTOR_MAX:g}x the storage bandwidth: checkpoint "
+                                    "writes do not limit the plan", method, core)
+    k, _ = found
+    value, ev, apply = _settle(ctx, p, k * bw0 / GB, lambda s: with_write_bandwidth(sc, s))
+    if ev is None or value is None:  # e.g. the chance form: its finish quantile, not the mean, binds
+        return _cannot(p, bw0 / GB, f"the fastest plan meets the deadline from {k * bw0 / GB:.4g} GB/s on, but no "
+                                    "plan of the request at that bandwidth was confirmed by re-solving", method, core)
+    return _relaxation(p, bw0 / GB, required=value, required_exact=k * bw0 / GB, helps=True, plan=ev, apply=apply,
+                       method=method)
+
+
+def _fixed_batch(ctx: Context) -> bool:
+    """The batch is one stated number: no batch choices, no critical batch (tokens then depend on it)."""
+    sc = ctx.sc
+    return not sc.search.global_batch and sc.task.critical_batch is None and sc.task.ramp is None
+
+
+def relax_global_batch(ctx: Context, core: list[str] | None = None) -> Relaxation | None:
+    """Required global batch b* = the smallest of the batch's multiples (explain.chain.BATCH_FACTORS, up to 16x)
+    with which a plan exists, tokens unchanged (fewer, larger steps: more data parallelism, fewer pipeline
+    bubbles); each candidate is one solve, every layout searched again (the batch moves the divisibility rule).
+    None when the batch is a choice, follows a critical batch or ramps up."""
+    from tpopt.optimizer.explain.chain import BATCH_FACTORS, with_global_batch  # lazy: explain only
+
+    if not _fixed_batch(ctx):
+        return None
+    p = PARAMS["global_batch"]
+    sc = ctx.sc
+    b0 = sc.task.global_batch
+    method = f"smallest multiple of the batch (x {', '.join(map(str, BATCH_FACTORS[1:]))}) with a plan, re-solved"
+    keep, ctx.keep = ctx.keep, None
+    try:
+        for k in BATCH_FACTORS[1:]:
+            ev = ctx.feasible(with_global_batch(sc, b0 * k))
+            if ev is not None:
+                apply = _apply_dict(ctx, p, b0 * k)
+                return _relaxation(p, b0, required=b0 * k, required_exact=float(b0 * k), helps=True, plan=ev,
+                                   apply=apply, method=method, note=f"{b0 * k * sc.task.seq_len:,} tokens per step")
+    finally:
+        ctx.keep = keep
+    return _cannot(p, b0, f"no plan even with {BATCH_FACTORS[-1]}x the batch", method, core)
+
+
+def _has_input(ctx: Context) -> bool:
+    inp = ctx.sc.input
+    return F.INPUT_THROUGHPUT in ctx.enforced and inp.per_worker_rate > 0 and (inp.workers > 0 or
+                                                                                 inp.workers_per_host > 0)
+
+
+def relax_input_rate(ctx: Context, core: list[str] | None = None) -> Relaxation | None:
+    """Required input rate r* = min { r : a plan exists with r sequences per worker-second }: the rate enters
+    input.throughput's limit only (supply = workers x r), so feasibility is monotone in r: bisection on
+    (r_0, 1000 r_0], relative tolerance 1e-4. None without an input pipeline."""
+    if not _has_input(ctx):
+        return None
+    p = PARAMS["input_rate"]
+    sc = ctx.sc
+    r0 = sc.input.per_worker_rate
+    method = (f"bisection on feasibility over the rate per worker in ({r0:g}, {INPUT_FACTOR_MAX * r0:g}], relative "
+              f"tolerance {INPUT_REL_TOL:g}")
+    top = ctx.feasible(with_input_rate(sc, r0 * INPUT_FACTOR_MAX))
+    if top is None:
+        return _cannot(p, r0, f"no plan even at {INPUT_FACTOR_MAX:g}x the rate: the input pipeline does not limit "
+                              "the plan", method, core)
+    lo, hi = r0, r0 * INPUT_FACTOR_MAX  # lo infeasible (the request is), hi feasible
+    while hi - lo > INPUT_REL_TOL * hi:
+        mid = math.sqrt(lo * hi) if hi / lo > 4 else 0.5 * (lo + hi)
+        if ctx.feasible(with_input_rate(sc, mid)) is not None:
+            hi = mid
+        else:
+            lo = mid
+    value, ev, apply = _settle(ctx, p, hi, lambda s: with_input_rate(sc, s))
+    if ev is None or value is None:  # _settle gives both or neither
+        return _cannot(p, r0, "could not be confirmed by re-solving", method, core)
+    workers = sc.input.workers if sc.input.workers > 0 else None
+    note = f"{workers * value:g} sequences/s from {workers:g} workers" if workers else ""
+    return _relaxation(p, r0, required=value, required_exact=hi, helps=True, plan=ev, apply=apply, method=method,
+                       note=note)
+
+
 def _time_candidates(ctx: Context) -> Evaluation | None:
     """The fastest plan with deadline.finish and budget.cost freed: its training time
     train (1 + L) = T* - T_reserved bounds every input that only scales the finish time."""
@@ -494,9 +599,10 @@ def relax_tokens(ctx: Context, core: list[str] | None = None,
 
 
 # In the order a user can act on them: money (a larger budget, a lower price, another card), then the request
-# (deadline, cards, tokens, reserved time), then the machine (NICs, memory) and last what a run can hardly change
-# (the MoE drop rate, the efficiency): a time limit cuts the least useful answers.
+# (deadline, cards, tokens, reserved time, the batch), then the machine (storage, input pipeline, NICs, memory) and
+# last what a run can hardly change (the MoE drop rate, the efficiency): a time limit cuts the least useful answers.
 RELAXATIONS = ("max_cost", "card_price", "accelerator", "deadline", "max_cards", "tokens", "reserved",
+               "global_batch", "write_bandwidth", "input_rate",
                "nic_bandwidth", "usable_memory", "max_drop", "efficiency")
 
 
@@ -568,6 +674,8 @@ NOT_APPLICABLE: dict[str, Callable[[Context], bool]] = {
     "card_price": lambda ctx: ctx.sc.cost.max_cost is None or F.BUDGET not in ctx.enforced or any(
         s.price_card_hour is None or s.price_card_hour <= 0 for s in ctx.sc.systems.values()),
     "max_drop": lambda ctx: not ctx.sc.model.moe or F.CAPACITY_DROPS not in ctx.enforced,
+    "input_rate": lambda ctx: not _has_input(ctx),
+    "global_batch": lambda ctx: not _fixed_batch(ctx),
 }
 """The inputs a request has no relaxation of (their ``relax_*`` returns None), told without asking: a relaxation
 skipped by the time limit is listed as undecided only where it would have been asked."""
@@ -584,6 +692,7 @@ def _relax_one(ctx: Context, name: str, core: list[str] | None, shared: dict[str
     fn = {"deadline": relax_deadline, "max_cards": relax_max_cards, "efficiency": relax_efficiency,
           "usable_memory": relax_usable_memory, "nic_bandwidth": relax_nic_bandwidth,
           "accelerator": relax_accelerator, "max_cost": relax_max_cost,
-          "card_price": relax_card_price, "max_drop": relax_max_drop}[name]
+          "card_price": relax_card_price, "max_drop": relax_max_drop, "write_bandwidth": relax_write_bandwidth,
+          "input_rate": relax_input_rate, "global_batch": relax_global_batch}[name]
     r: Relaxation | None = fn(ctx, core)
     return r

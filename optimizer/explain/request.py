@@ -102,6 +102,6 @@ def explain_request(sc: Scenario, backend: str | Solver = "cpsat", req: Request 
                                     and not (f == F.BUDGET and sc.cost.max_cost is None)]
     out.update({"plan": best.plan_dict(), "cost": best.metrics["cost"], "cost_unit": best.metrics["cost_unit"],
                 "finish_days": best.metrics["finish_days"],
-                "footing": footing.footing(sc, best.plan_dict(), best.metrics["step_s"]),
+                "footing": footing.footing(sc, best.plan_dict(), best.metrics["step_s"], metrics=best.metrics),
                 "binding": [b.as_dict(best, req.objective) for b in binds], "binding_undecided": undecided})
     return out

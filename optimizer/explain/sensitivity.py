@@ -52,7 +52,7 @@ def explain_plan(sc: Scenario, plan: Plan, backend: str | Solver = "cpsat", req:
     out: dict[str, Any] = {"status": "feasible" if feasible else "infeasible", "objective": req.objective,
                            "plan": ev.plan_dict(), "cost": ev.metrics["cost"], "cost_unit": ev.metrics["cost_unit"],
                            "finish_days": ev.metrics["finish_days"],
-                           "footing": footing.footing(sc, ev.plan_dict(), ev.metrics["step_s"]),
+                           "footing": footing.footing(sc, ev.plan_dict(), ev.metrics["step_s"], metrics=ev.metrics),
                            "violated": [violation(c) for c in ev.violated()]}
     # how tight each non-structural constraint is (relative slack, smallest first)
     tight: list[dict[str, Any]] = []

@@ -130,7 +130,8 @@ def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bo
         learner.update(save_interval_s=m["save_interval_s"], save_mode=m["save_mode"])
     out["plan"] = dict(summary(ev), learner=learner, save_interval_s=m["save_interval_s"], save_mode=m["save_mode"])
     if lp is not None:  # what the learner's figures stand on (the rollout's decode model is in "assumptions")
-        out["footing"] = dict(footing.footing(pb.sc, lp.plan_dict(), lp.metrics["step_s"]), of="learner")
+        out["footing"] = dict(footing.footing(pb.sc, lp.plan_dict(), lp.metrics["step_s"], metrics=lp.metrics),
+                              of="learner")
     out["stages"] = {
         "samples_per_step": m["samples_per_step"], "kept": m["kept"], "steps": m["steps"],
         "generation": {"time_s": ro["generate_s"], "prefill_s": ro["prefill_s"],

@@ -107,6 +107,7 @@ from tpopt.optimizer.sweep.front import (
     breakdown_bars,
     case_label,
     energy_front,
+    front_pins,
     front_plans,
     mark_pareto,
     plot_series,
@@ -163,6 +164,7 @@ __all__ = [
     "SweepStore", "Task", "_parse_csv_line", "_payload", "atomic_write", "breakdown_bars", "build_spec",
     "case_label", "case_of", "check_output_path", "energy_front", "checksum_ok", "default_workers", "encode",
     "fingerprint",
-    "front_plans", "group_scenario", "make_row", "mark_pareto", "parse_values", "plan_tasks", "plot_series",
+    "front_pins", "front_plans", "group_scenario", "make_row", "mark_pareto", "parse_values", "plan_tasks",
+    "plot_series",
     "point_scenario", "row_checksum", "run_sweep", "run_task", "sort_key", "space_size", "summarize", "sweep",
 ]

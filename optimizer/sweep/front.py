@@ -13,7 +13,7 @@ from tpopt.models.units import DAY, fmt_count
 from tpopt.optimizer import backends
 from tpopt.optimizer.outer import solve
 from tpopt.optimizer.result import Request
-from tpopt.optimizer.space import FAMILIES
+from tpopt.optimizer.space import FAMILIES, STRUCTURAL
 from tpopt.optimizer.sweep.rows import FEASIBLE, NO_ANSWER, PLAN_COLUMNS, Point, Row, case_of, make_row
 from tpopt.optimizer.sweep.spec import AUTO_TABLE_LIMIT, SWEPT_FAMILIES, SweepSpec
 from tpopt.optimizer.sweep.tasks import _payload, group_scenario, space_size
@@ -236,6 +236,57 @@ def breakdown_bars(result: Answered, cards: Iterable[int] | None = None) -> tupl
              for (acc, n), k in missing.items()]
     return bars, notes
 
+
+
+# ---------------------------------------------------------------------------------------------
+# what pins a collapsed front (issue 37 item 3)
+
+
+def collapsed(result: Answered) -> bool:
+    """True when the front holds one plan per case although the sweep asked more than one point per case."""
+    rows = [r for r in result.rows if r["status"] in FEASIBLE]
+    cases = {case_of(r) for r in rows}
+    return bool(rows) and len(result.front()) == len(cases) and len(result.rows) > len(cases)
+
+
+def front_pins(result: Answered) -> dict[str, Any] | None:
+    """What pins a collapsed front (:func:`collapsed`; None otherwise, or when no family does): for each swept
+    accelerator of the front plan's case, the fastest plan with the swept families (deadline, budget, cards)
+    not enforced, and again with each other non-structural family dropped in turn; a family pins the front when
+    dropping it alone gives a faster plan on every accelerator that has one (the binding family common to the
+    points). Returns the families, the fastest finish with them and without the first, per accelerator."""
+    if not collapsed(result):
+        return None
+    spec = result.spec
+    top = result.front()[0]
+    tokens, eff, price, reserved, seq = case_of(top)
+    enforce = frozenset(f for f in FAMILIES if f not in SWEPT_FAMILIES)
+    candidates = [f for f in FAMILIES if f in enforce and f not in STRUCTURAL]
+    payload = _payload(spec)
+    deadline_s = spec.plot_deadline_days * DAY
+    pins: set[str] | None = None
+    fastest: dict[str, dict[str, float]] = {}
+    for acc in spec.hw:
+        p = Point(acc, deadline_s, reserved * DAY, tokens, eff, 10**9, price, None, None, seq)
+        sc = group_scenario(payload, p, deadline_s)
+        solver = backends.EXHAUSTIVE if space_size(spec, acc) <= AUTO_TABLE_LIMIT else backends.DEFAULT
+
+        def finish(drop: frozenset[str], sc: Any = sc, solver: str = solver) -> float:
+            r = solve(sc, solver, Request(objective="time", enforce=enforce - drop, time_limit=spec.time_limit))
+            return float(r.best.metrics["finish_days"]) if r.best is not None else math.inf
+
+        base = finish(frozenset())
+        if not math.isfinite(base):
+            continue
+        mine = {f: finish(frozenset({f})) for f in candidates}
+        binds = {f for f, t in mine.items() if t < base * (1 - 1e-9)}
+        pins = binds if pins is None else pins & binds
+        fastest[acc] = {"with": base, **{f"without {f}": t for f, t in mine.items() if f in binds}}
+    if not pins:
+        return None
+    order = [f for f in candidates if f in pins]
+    return {"families": order, "fastest_days": {a: {"with": v["with"], "without": v[f"without {order[0]}"]}
+                                                for a, v in fastest.items()}}
 
 
 # ---------------------------------------------------------------------------------------------

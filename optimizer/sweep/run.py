@@ -37,7 +37,7 @@ class Progress:
     def start(self, total: int, done: int) -> None:  # noqa: D102
         pass
 
-    def advance(self, n: int) -> None:  # noqa: D102
+    def advance(self, n: int, best: float | None = None) -> None:  # noqa: D102 - best: least cost of these n
         pass
 
     def note(self, text: str) -> None:  # noqa: D102 - something happened (a worker died, a task is retried)
@@ -147,7 +147,7 @@ def run_sweep(spec: SweepSpec, *, out: str | Path | None = None, force: bool = F
             for r in rows:
                 new[r["point_key"]] = r
             paths[kind] = paths.get(kind, 0) + len(rows)
-            progress.advance(len(rows))
+            progress.advance(len(rows), min((r["cost"] for r in rows if r.get("cost") is not None), default=None))
 
         retried = 0
         try:

@@ -1,0 +1,71 @@
+"""A request at another confidence level solved on a space that shares the report's tables (issue 39: the
+step up and the bisection of the reachable level rebuild the chance table alone), and the fitted alternative
+asked of the analysis oracle: the same answers as a space of their own."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from tpopt.catalogs.scenario import load_scenario
+from tpopt.models import terms as T
+from tpopt.optimizer import core
+from tpopt.optimizer.plan import shared_space
+from tpopt.optimizer.result import Request
+from tpopt.optimizer.space import CHANCE_TABLE, TASK_TABLES, Space, rebuilt_tables
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def at(sc, q):
+    return replace(sc, task=replace(sc.task, confidence=q))
+
+
+def test_a_confidence_level_alone_rebuilds_the_chance_table_alone():
+    sc = at(load_scenario(EXAMPLES / "design-case.toml"), 0.9)
+    assert rebuilt_tables(sc, at(sc, 0.95)) == (CHANCE_TABLE,)
+    assert rebuilt_tables(sc, sc) == ()
+    assert rebuilt_tables(at(sc, None), sc) is None  # the chance form switched on: every table of its own
+    assert rebuilt_tables(sc, at(sc, None)) is None
+    both = replace(sc, task=replace(sc.task, confidence=0.95, tokens=sc.task.tokens * 2))
+    assert set(rebuilt_tables(sc, both)) == set(TASK_TABLES)  # tokens too: every task table
+
+
+def test_a_shared_space_at_another_level_solves_as_its_own():
+    """The Llama-3-8B confidence example (1,536 cards, TP 1/2, sync/async saves) at 80, 95 and 99 %: each
+    solved on a space sharing the 80 % space's built tables equals the solve on a space of its own, and
+    its chance table is its own level's (never the base's)."""
+    base_sc = at(load_scenario(EXAMPLES / "llama3-8b-confidence.toml"), 0.8)
+    base = Space.from_scenario(base_sc)
+    req = Request(seed=0, workers=1)
+    first = core.solve(base_sc, "enumerate", req, space=base)
+    assert first.best is not None
+    dict.__getitem__(base.tables, CHANCE_TABLE)  # built by the solve: the one table a level moves
+    for q in (0.95, 0.99):
+        sc = at(base_sc, q)
+        shared = shared_space(base, sc)
+        assert shared is not None and CHANCE_TABLE not in dict.keys(shared.tables)
+        assert dict.keys(shared.tables) == dict.keys(base.tables) - {CHANCE_TABLE}
+        for solver in ("enumerate", "cpsat"):
+            got = core.solve(sc, solver, req, space=shared)
+            own = core.solve(sc, solver, req, space=Space.from_scenario(sc))
+            assert got.status == own.status
+            assert (got.best is None) == (own.best is None)
+            if own.best is not None:
+                assert got.best.plan_dict() == own.best.plan_dict()
+                assert got.best.metrics["cost"] == own.best.metrics["cost"]
+        assert (shared.tables[CHANCE_TABLE].values != base.tables[CHANCE_TABLE].values).any()
+
+
+def test_the_law_inputs_remembered_are_the_ones_computed():
+    """The law inputs a level's roots read (remembered across levels) equal a fresh computation."""
+    sc = at(load_scenario(EXAMPLES / "llama3-8b-confidence.toml"), 0.9)
+    acc = next(iter(sc.systems))
+    T.chance_step_max(sc, acc, "sync", [512.0, 1024.0], [600.0, 1800.0])
+    remembered = T.chance_step_max(at(sc, 0.97), acc, "sync", [512.0, 1024.0], [600.0, 1800.0])
+    T._CHANCE_MEMO.clear()
+    from tpopt.models.terms.deadline import _LAW_MEMO
+
+    _LAW_MEMO.clear()
+    fresh = T.chance_step_max(at(sc, 0.97), acc, "sync", [512.0, 1024.0], [600.0, 1800.0])
+    assert remembered.tolist() == fresh.tolist()
