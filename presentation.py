@@ -615,8 +615,8 @@ def market_infeasible_lines(out: dict[str, Any]) -> list[str]:
         lines = [f"No plan found on any offer within the time limit (status {out['status']}: not decided; "
                  f"as of {m['as_of']}):"]
     lines += [f"  {r['offer']}: {r['status']}" for r in m["offers"]]
-    if (out.get("solver") or {}).get("time_limit_reached"):
-        phase = out["solver"].get("limit_phase")
+    if out["status"] != "infeasible":  # some offer not proven infeasible: never the advice for infeasibility
+        phase = (out.get("solver") or {}).get("limit_phase")
         lines.append(f"Time limit reached{f' while {phase}' if phase else ''}: give it more time (--time-limit) "
                      "to decide the offers marked unknown.")
         return lines
@@ -720,7 +720,19 @@ def market_lines(out: dict[str, Any]) -> list[str]:
                 else f"{r['status']}")
         flags = ["illustrative" if n.startswith("assumption") else "old price" for n in r["notes"]]
         flags = (["priors only"] if r.get("priors_only") else []) + flags
+        flags = (["not proven"] if "cards" in r and r["status"] != "optimal" else []) + flags
         lines.append(f" {mark} {r['offer']:<{width}} {what}" + (f"  ({', '.join(flags)})" if flags else ""))
+    if m.get("undecided"):
+        return lines + market_undecided_lines(m)
     lines.append("Binding constraints: not analysed across offers (each offer's plan above is proven optimal on "
                  "that offer; the chosen plan's checks show which limits it meets with no slack).")
     return lines
+
+
+def market_undecided_lines(m: dict[str, Any]) -> list[str]:
+    """Offers the time limit left undecided: how many were decided, which were not, and that the plan above
+    is the best found, not proven the best over the offers."""
+    n, left = len(m["offers"]), m["undecided"]
+    return [f"Time limit reached: {n - len(left)} of {n} offers decided; undecided: {', '.join(left)}.",
+            "The plan above is the best found so far, not proven the best over the offers: an undecided offer "
+            "may hold a better one (give it more time with --time-limit)."]

@@ -115,6 +115,47 @@ def layout_of(accelerator: str, plan: Mapping[str, Any]) -> Layout:
     return Layout(acc=accelerator, **values)
 
 
+class DeadlineTerms(NamedTuple):
+    """The terms of a plan beyond its step (arrays): what an offer's price, preemptions and billing move."""
+
+    write_s: Any  # checkpoint write time c (s)
+    overhead: Any  # L(tau): checkpoint + failure overhead per unit useful time
+    parts: tuple[Any, Any, Any]  # L's save / redo / restart parts
+    iterations: Any
+    train_s: Any  # iterations x step
+    finish_s: Any  # T = T_reserved + train x (1 + L)
+    cost: Any  # price rate x T
+    step_limit: Any  # the largest step meeting the deadline (its chance form under a confidence)
+    deadline_value: Any  # the deadline family's value (finish, or its chance-equivalent / quantile)
+    deadline_s: float
+
+
+def deadline_terms(sc: Scenario, accelerator: str, step_s: Any, save_mode: str, cards: Any, tau: Any, nics: Any,
+                   ep: Any = 1, *, quantiles: bool = False) -> DeadlineTerms:
+    """The plan's terms past its step time: checkpoint write, overhead L(tau), finish
+    T = T_reserved + ceil(D / b) x t_step x (1 + L), cost = rate x T, and the deadline family's limit on the
+    step and value (under a confidence its chance form, see :func:`evaluate_arrays`). Every one is
+    non-decreasing in ``step_s`` at fixed (save mode, cards, tau, ep): the fact the market's layout front
+    (:mod:`tpopt.optimizer.market_front`) rests on."""
+    task = sc.task
+    write_s = T.checkpoint_write_time(sc)
+    L = T.overhead(sc, save_mode, cards, tau)
+    parts = T.overhead_parts(sc, save_mode, cards, tau)
+    iters = T.iteration_count(sc)
+    train_s = iters * step_s
+    finish_s = task.reserved_s + train_s * (1.0 + L)
+    cost = T.rate_per_second(sc, accelerator, cards, nics) * finish_s
+    deadline_s = F.limit(F.DEADLINE, sc)
+    step_limit = (deadline_s - task.reserved_s) / (iters * (1.0 + L))
+    deadline_value = finish_s
+    if task.confidence is not None:  # the chance form: the q-quantile of the finish time, step <= step_max
+        step_limit = T.chance_step_max(sc, accelerator, save_mode, cards, tau, ep)
+        deadline_value = T.finish_quantile(sc, accelerator, save_mode, cards, tau, step_s, task.confidence, ep) \
+            if quantiles else task.reserved_s + (deadline_s - task.reserved_s) * step_s / step_limit
+    return DeadlineTerms(write_s, L, (parts[0], parts[1], parts[2]), iters, train_s, finish_s, cost, step_limit,
+                         deadline_value, deadline_s)
+
+
 def evaluate_arrays(sc: Scenario, accelerator: str, *, quantiles: bool = False, **plan: Any) -> Arrays:
     """All metrics and constraint (value, limit) pairs for a broadcastable grid of plans.
 
@@ -176,22 +217,13 @@ def evaluate_arrays(sc: Scenario, accelerator: str, *, quantiles: bool = False, 
     demand = B / busy
     supply = T.input_supply(sc, accelerator, cards)
 
-    write_s = T.checkpoint_write_time(sc)
     save_mode = lay.mode
-    L = T.overhead(sc, save_mode, cards, tau)
-    o_save, o_redo, o_restart = T.overhead_parts(sc, save_mode, cards, tau)
-    iters = T.iteration_count(sc)
-    train_s = iters * step_s
-    finish_s = task.reserved_s + train_s * (1.0 + L)
-    cost = T.rate_per_second(sc, accelerator, cards, lay.nics) * finish_s
+    dt = deadline_terms(sc, accelerator, step_s, save_mode, cards, tau, lay.nics, ep, quantiles=quantiles)
+    write_s, L, iters, train_s = dt.write_s, dt.overhead, dt.iterations, dt.train_s
+    finish_s, cost = dt.finish_s, dt.cost
+    o_save, o_redo, o_restart = dt.parts
     card_hours = cards * finish_s / HOUR
-    deadline_s = F.limit(F.DEADLINE, sc)
-    step_limit = (deadline_s - task.reserved_s) / (iters * (1.0 + L))
-    deadline_value = finish_s
-    if task.confidence is not None:  # the chance form: the q-quantile of the finish time, step <= step_max
-        step_limit = T.chance_step_max(sc, accelerator, save_mode, cards, tau, ep)
-        deadline_value = T.finish_quantile(sc, accelerator, save_mode, cards, tau, step_s, task.confidence, ep) \
-            if quantiles else task.reserved_s + (deadline_s - task.reserved_s) * step_s / step_limit
+    step_limit, deadline_value, deadline_s = dt.step_limit, dt.deadline_value, dt.deadline_s
 
     ones = np.ones(np.shape(finish_s))
     out: Arrays = {

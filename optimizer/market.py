@@ -39,6 +39,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from tpopt.errors import InputError
@@ -51,7 +52,8 @@ from tpopt.models.evaluate import ConstraintCheck, Evaluation, evaluate
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY, HOUR
 from tpopt.optimizer import core
-from tpopt.optimizer.backends import Solver
+from tpopt.optimizer import market_front as MF
+from tpopt.optimizer.backends import EXHAUSTIVE, Solver
 from tpopt.optimizer.limits import clock_of
 from tpopt.optimizer.result import Request, SolveResult, SolverInfo, Status, objective_key
 from tpopt.optimizer.space import FAMILIES, Space, card_counts
@@ -59,6 +61,7 @@ from tpopt.optimizer.space import FAMILIES, Space, card_counts
 REL = 1e-9
 PROVEN = (Status.OPTIMAL, Status.INFEASIBLE)
 SOLVING_OFFERS = "solving the offers"  # the clock's phase while the offers are solved
+FRONT = "layout front"  # an offer answered on its accelerator's front (offer_fronts)
 
 
 def offer_scenario(sc: Scenario, offer: M.Offer) -> Scenario:
@@ -90,6 +93,11 @@ def checkpoint_costs(sc: Scenario, offer: M.Offer, finish_s: float) -> tuple[flo
     """(storage USD, egress USD) of the plan's checkpoints on ``offer`` (the scenario's copies and egress)."""
     m = sc.market
     return M.checkpoint_cost(offer.storage, checkpoint_gb(sc), m.checkpoint_copies, m.checkpoint_egress, finish_s)
+
+
+def checkpoint_charge(sc: Scenario, offer: M.Offer, finish_s: float) -> float:
+    """USD of the plan's checkpoints on ``offer`` (storage plus egress) at a finish of ``finish_s``."""
+    return sum(checkpoint_costs(sc, offer, finish_s))
 
 
 def charges_checkpoints(sc: Scenario, offer: M.Offer) -> bool:
@@ -194,6 +202,38 @@ def solve_offer(sc: Scenario, offer: M.Offer, solver: Solver, req: Request,
     return OfferSolve(offer, sub, status, best, solves, "card-count scan", space.size())
 
 
+def offer_fronts(sc: Scenario, solver: Solver, req: Request, choose: Callable[[Space, Solver, str], Solver]
+                 ) -> dict[str, OfferSolve]:
+    """The offers answered by their accelerator's layout front (:mod:`tpopt.optimizer.market_front`): those
+    whose solver would enumerate the space anyway (:func:`tpopt.optimizer.core.tiny_solver`), one enumeration
+    per accelerator, every offer of it priced on the front. Offers of other accelerators are left out (each
+    keeps its own solves, :func:`solve_offer`)."""
+    by_acc: dict[str, list[M.Offer]] = {}
+    for o in sc.market.offers:
+        by_acc.setdefault(o.accelerator, []).append(o)
+    clock = clock_of(req)
+    out: dict[str, OfferSolve] = {}
+    for offers in by_acc.values():
+        subs = [offer_scenario(sc, o) for o in offers]
+        space = Space.from_scenario(MF.front_scenario(sc, subs))
+        if choose(space, solver, req.method).name != EXHAUSTIVE:
+            continue
+        if clock.expired(SOLVING_OFFERS):  # not started: not decided, never skipped
+            out.update({o.id: OfferSolve(o, s, Status.UNKNOWN, None, 0, "not started (time limit reached)")
+                        for o, s in zip(offers, subs, strict=True)})
+            continue
+        front = MF.build_front(space, req, clock)
+        for o, s in zip(offers, subs, strict=True):
+            priced = MF.price_front(front, sc, s, o, req, partial(checkpoint_charge, sc, o))
+            i = MF.front_pick(front, priced, req.objective,
+                              o.linear and not charges_checkpoints(sc, o))
+            best = billed(sc, o, MF.front_plan(front, s, i)) if i is not None else None
+            status = (Status.OPTIMAL if best is not None else Status.INFEASIBLE) if front.complete else \
+                (Status.FEASIBLE if best is not None else Status.UNKNOWN)
+            out[o.id] = OfferSolve(o, s, status, best, 0, FRONT, space.size())
+    return out
+
+
 @dataclass
 class MarketSolve:
     """Every offer's sub-problem and the best over them."""
@@ -215,11 +255,12 @@ def solve_market(sc: Scenario, solver: Solver, req: Request, choose: Callable[[S
     if unknown:
         raise InputError(f"market: offers of {', '.join(unknown)}, which the scenario's hardware does not list")
     clock = clock_of(req)  # one clock over every offer's solves (set here when the caller gave none)
+    fronts = offer_fronts(sc, solver, req, choose)
     rows: list[OfferSolve] = []
     for o in sc.market.offers:  # one offer at a time: the progress line counts them
         clock.report(SOLVING_OFFERS, len(rows), len(sc.market.offers), objective=req.objective,
                      best=min((objective_key(r.best, req.objective)[0] for r in rows if r.best), default=None))
-        rows.append(solve_offer(sc, o, solver, req, choose))
+        rows.append(fronts[o.id] if o.id in fronts else solve_offer(sc, o, solver, req, choose))
     pick: OfferSolve | None = None
     for row in rows:
         if row.best is not None and (pick is None or _better(row.best, pick.best, req.objective)):
@@ -228,14 +269,17 @@ def solve_market(sc: Scenario, solver: Solver, req: Request, choose: Callable[[S
     status = (Status.OPTIMAL if pick else Status.INFEASIBLE) if proven else (Status.FEASIBLE if pick else
                                                                             Status.UNKNOWN)
     solves = sum(r.solves for r in rows)
+    n_fronts = len({r.offer.accelerator for r in rows if r.method == FRONT})
     info = SolverInfo(name=solver.name,
                       note=f"one exact sub-problem per offer ({len(rows)} offer{'s' * (len(rows) != 1)}"
-                           f", {solves} solve{'s' * (solves != 1)})")
+                           f", {solves} solve{'s' * (solves != 1)}"
+                           + (f", {n_fronts} layout front{'s' * (n_fronts != 1)}" if n_fronts else "") + ")")
     info.gap = 0.0 if status == Status.OPTIMAL else None
     if not proven:  # short of a proof only when the clock ran out (a solve's own limit is the clock's)
-        info.limit_reached = clock.reached
-        info.limit_phase = clock.phase
-    info.points = sum(r.points for r in rows)
+        info.limit_reached = True
+        info.limit_phase = clock.phase or SOLVING_OFFERS
+    fronts_points = {r.offer.accelerator: r.points for r in rows if r.method == FRONT}  # one space per front
+    info.points = sum(r.points for r in rows if r.method != FRONT) + sum(fronts_points.values())
     info.wall_s = time.perf_counter() - t0
     plans = [pick.best] if pick and pick.best else []
     enforced = req.enforced(FAMILIES)
@@ -322,7 +366,7 @@ def market_entries(ms: MarketSolve, sc: Scenario) -> dict[str, Any]:
             row.update({"cards": r.best.plan.cards, "finish_days": r.best.metrics["finish_days"],
                         "cost": r.best.metrics["cost"], "priors_only": e["card"] == "prior", "step_sigma": e["sigma"]})
         rows.append(row)
-    out: dict[str, Any] = {"as_of": as_of, "offers": rows, "offer": None}
+    out: dict[str, Any] = {"as_of": as_of, "offers": rows, "offer": None, **decided_entries(ms)}
     if ms.pick is not None and ms.pick.best is not None:
         out["offer"] = offer_dict(ms.pick.offer, as_of)
         out["spot_share"] = ms.pick.offer.spot_share
@@ -331,6 +375,16 @@ def market_entries(ms: MarketSolve, sc: Scenario) -> dict[str, Any]:
         out["power"] = power_figures(sc, ms.pick.offer, ms.pick.best, ms.power_binding)
         out["checkpoints"] = checkpoint_figures(sc, ms.pick.offer, ms.pick.best)
     return out
+
+
+def decided_entries(ms: MarketSolve) -> dict[str, Any]:
+    """Which offers are decided (optimal or proven infeasible) and which are not (cut short by the time
+    limit), whether the limit was reached, and whether the plan chosen is proven the best over every offer
+    (``pick_proven``: every offer decided; else it is the best found and an undecided offer may beat it)."""
+    undecided = [r.offer.id for r in ms.offers if r.status not in PROVEN]
+    return {"time_limit_reached": bool(ms.result.solver.limit_reached),
+            "decided": [r.offer.id for r in ms.offers if r.status in PROVEN], "undecided": undecided,
+            "pick_proven": ms.pick is not None and not undecided}
 
 
 def checkpoint_figures(sc: Scenario, offer: M.Offer, ev: Evaluation) -> dict[str, Any]:
@@ -368,5 +422,5 @@ def power_figures(sc: Scenario, offer: M.Offer, ev: Evaluation, binding: bool | 
 
 __all__ = ["offer_scenario", "billed", "power_cards", "power_figures", "mark_power", "solve_offer", "solve_market",
            "MarketSolve", "OfferSolve", "checkpoint_gb", "checkpoint_costs", "checkpoint_figures",
-           "charges_checkpoints",
+           "charges_checkpoints", "offer_fronts", "checkpoint_charge", "decided_entries", "FRONT",
            "preemption_source", "preemption_figures", "offer_dict", "market_entries"]

@@ -301,7 +301,8 @@ def _market(sc: Scenario, solver: Solver, req: Request, distribution: bool = Tru
         if view.task.confidence is not None and distribution:  # the law on the offer's scenario: its spot terms
             from tpopt.optimizer.confidence import distribution_entry  # lazy: start-up time (SciPy)
 
-            out["finish_distribution"] = distribution_entry(view, ms.result.best, solver, req, step_up=False)
+            out["finish_distribution"] = distribution_entry(view, ms.result.best, solver, req, whole=sc,
+                                                            solve=market_resolve)
     out["market"] = market.market_entries(ms, sc)
     if sc.task.confidence is not None and sc.task.confidence >= 0.5:  # spot until day d, then on-demand
         from tpopt.optimizer.spot_policy import policy_entry  # lazy: start-up time (SciPy)
@@ -309,6 +310,13 @@ def _market(sc: Scenario, solver: Solver, req: Request, distribution: bool = Tru
         out["market"]["spot_policy"] = policy_entry([(r.offer, r.sc, r.best) for r in ms.offers],
                                                     F.limit(F.DEADLINE, sc), sc.task.confidence)
     return PlanReport.of(ms.result, out, view)
+
+
+def market_resolve(sc: Scenario, backend: str | Solver, req: Request) -> tuple[SolveResult, Scenario]:
+    """The market solved again (the confidence's step-up: every offer at the higher level, their
+    preemptions in each plan's law): the best plan over the offers and the scenario of its offer."""
+    ms = market.solve_market(sc, backends.checked(backend), req, partial(tiny_solver, named=req.solver_named))
+    return ms.result, ms.pick.sc if ms.pick else sc
 
 
 # ---------------------------------------------------------------------------------------------

@@ -170,6 +170,16 @@ def test_market_api_without_a_clock_shares_one_over_every_offer(monkeypatch):
         return real(sc, backend, req, **kw)
 
     monkeypatch.setattr(core, "solve", spy)
+    # offers answered on their accelerator's layout front (issue 38) draw on the clock there
+    from tpopt.optimizer import market_front
+
+    front = market_front.build_front
+
+    def front_spy(space, req, clock):
+        seen.add(id(clock))
+        return front(space, req, clock)
+
+    monkeypatch.setattr(market_front, "build_front", front_spy)
     r = tpopt.solve(EX / "design-case.toml", hw="all", time_limit=60.0)
     assert r.status == Status.OPTIMAL and len(seen) == 1
 

@@ -1,0 +1,176 @@
+"""The market on the per-operation model (issue 38): one layout front per accelerator, priced per offer, equals
+the brute force of tests/test_market.py (every plan of each offer's space evaluated and billed there); honest
+statuses under a time limit; the confidence carried into market plans with the preemptions in its law.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from tests.test_market import SIX, brute, brute_market, catalog_with, markets, raw_scenario
+from tpopt.catalogs.scenario import build_scenario
+from tpopt.models.units import HOUR
+from tpopt.optimizer import market as MK
+from tpopt.optimizer import market_front as MF
+from tpopt.optimizer import plan as P
+from tpopt.optimizer.backends import resolve
+from tpopt.optimizer.core import tiny_solver
+from tpopt.optimizer.limits import Clock
+from tpopt.optimizer.result import Request, Status
+from tpopt.optimizer.space import Space
+from tpopt.presentation import market_infeasible_lines, market_lines
+
+
+def per_op(raw):
+    """The scenario on the per-operation model (no ``hardware.efficiency``), pipelines, both save modes and
+    two save intervals searched too."""
+    raw = dict(raw, hardware={"accelerator": ["h100-sxm", "h200"]})
+    raw["search"] = dict(raw["search"], pp=[1, 2])
+    raw["checkpoint"] = {"save_interval": ["auto", "1800s"], "mode": ["sync", "async"]}
+    return raw
+
+
+def test_the_step_and_the_layout_families_ignore_the_save_mode_and_interval(tmp_path):
+    """The front's walk fixes the save mode and interval (optimizer/market_front.py): every plan's step and
+    every family but the offer's are the same at each mode and interval."""
+    sc = build_scenario(per_op(raw_scenario()), catalog_with(tmp_path, SIX))
+    sub = MK.offer_scenario(sc, sc.market.offers[0])
+    space = Space.from_scenario(sub)
+    d = space.domains
+    assert len(d["mode"]) == 2 and len(d["tau"]) == 2
+    for combo in itertools.islice(itertools.product(*(range(len(v)) for v in d.values())), 0, None, 5):
+        idx = dict(zip(d, combo, strict=True))
+        ref = MK.evaluate(sub, space.plan(dict(idx, mode=0, tau=0)))
+        ev = MK.evaluate(sub, space.plan(idx))
+        assert ev.metrics["step_s"] == ref.metrics["step_s"]
+        for a, b in zip(ev.constraints, ref.constraints, strict=True):
+            if a.name not in MF.OFFER_FAMILIES:
+                assert (a.value, a.limit) == (b.value, b.limit), a.name
+
+
+@settings(max_examples=4, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(markets())
+def test_front_equals_the_brute_force_on_per_operation_markets(tmp_path, case):
+    """Every offer's row and the market's pick equal the brute force (each offer's every plan evaluated)."""
+    text, names, deadline, max_cost, shares, keep = case
+    raw = per_op(raw_scenario(names, deadline, max_cost))
+    raw["market"].update(keep)
+    if shares:
+        raw["market"]["spot_shares"] = shares
+    sc = build_scenario(raw, catalog_with(tmp_path, text))
+    pr = P.plan(sc, "cpsat", Request(time_limit=120))
+    ref = brute_market(sc)
+    assert pr.status == (Status.OPTIMAL if ref else Status.INFEASIBLE)
+    if ref:
+        assert math.isclose(pr.best.metrics["cost"], ref[0][0], rel_tol=1e-9)
+    rows = {r["offer"]: r for r in pr.report["market"]["offers"]}
+    for o in sc.market.offers:
+        b = brute(sc, o)
+        assert rows[o.id]["method"] == MK.FRONT
+        assert ("cost" in rows[o.id]) == (b is not None), o.id
+        if b is not None:
+            assert math.isclose(rows[o.id]["cost"], b[0], rel_tol=1e-9), o.id
+
+
+def test_backends_named_agree_with_the_front(tmp_path):
+    """A named solver solves each offer itself (no front): the same optimum as the front, offer by offer."""
+    sc = build_scenario(per_op(raw_scenario(["h100-od", "h100-1y", "h200-spot"])), catalog_with(tmp_path, SIX))
+    front = P.plan(sc, "cpsat", Request(time_limit=120))
+    for backend in ("cpsat", "highs"):
+        own = P.plan(sc, backend, Request(time_limit=120, method="monolithic"))
+        assert {r["method"] for r in own.report["market"]["offers"]} != {MK.FRONT}
+        assert own.status == front.status == Status.OPTIMAL
+        assert math.isclose(own.best.metrics["cost"], front.best.metrics["cost"], rel_tol=1e-9), backend
+        for a, b in zip(own.report["market"]["offers"], front.report["market"]["offers"], strict=True):
+            assert math.isclose(a.get("cost", 0.0), b.get("cost", 0.0), rel_tol=1e-9), (backend, a["offer"])
+
+
+def test_offers_share_the_step_and_the_front_is_one_plan_per_group(tmp_path):
+    """What an offer changes never reaches the step: every plan's step is the same on two offers of one card,
+    and the front holds one plan per (cards, save mode, tau choice, ep)."""
+    sc = build_scenario(per_op(raw_scenario()), catalog_with(tmp_path, SIX))
+    od, spot = (next(o for o in sc.market.offers if o.id.endswith(k)) for k in ("h100-sxm/on-demand", "h100-sxm/spot"))
+    a, b = MK.offer_scenario(sc, od), MK.offer_scenario(sc, spot)
+    sa = Space.from_scenario(a)
+    sb = Space(sc=b, domains=sa.domains)
+    for combo in itertools.islice(itertools.product(*(range(len(v)) for v in sa.domains.values())), 0, None, 7):
+        idx = dict(zip(sa.domains, combo, strict=True))
+        ea, eb = MK.evaluate(a, sa.plan(idx)), MK.evaluate(b, sb.plan(idx))
+        assert ea.metrics["step_s"] == eb.metrics["step_s"]
+    front = MF.build_front(sa, Request(), Clock(None))
+    groups = list(zip(front.cards, front.mode, front.tau, front.ep, strict=True))
+    assert front.complete and len(groups) == len(set(groups)) > 0
+
+
+def ticking(calls: int) -> Clock:
+    """A clock that runs out at its ``calls``-th reading (one second a reading)."""
+    t = iter(itertools.count())
+    return Clock(float(calls), now=lambda: float(next(t)))
+
+
+def test_a_limit_says_so_lists_the_undecided_offers_and_never_advises_relaxing(tmp_path):
+    sc = build_scenario(per_op(raw_scenario()), catalog_with(tmp_path, SIX))
+    done = P.plan(sc, "cpsat", Request(time_limit=120))
+    seen = set()
+    for calls in range(1, 60):
+        pr = P.plan(sc, "cpsat", Request(clock=ticking(calls)))
+        m = pr.report["market"]
+        if pr.status == Status.OPTIMAL:
+            assert not m["undecided"] and not m["time_limit_reached"] and m["pick_proven"]
+            break
+        assert pr.report["solver"]["time_limit_reached"] is True and m["time_limit_reached"] is True
+        assert m["undecided"] and set(m["decided"]) | set(m["undecided"]) == {o.id for o in sc.market.offers}
+        assert not m["pick_proven"]
+        if pr.best is None:  # no plan: never the advice for infeasibility
+            text = "\n".join(market_infeasible_lines(pr.report))
+            assert "Time limit reached" in text and "relax" not in text and pr.status == Status.UNKNOWN
+            seen.add("none")
+        else:  # a plan: said to be the best found, not proven, the undecided offers named
+            text = "\n".join(market_lines(pr.report))
+            assert "Time limit reached" in text and "not proven the best over the offers" in text
+            assert all(u in text for u in m["undecided"]) and "relax" not in text
+            assert pr.best.metrics["cost"] >= done.best.metrics["cost"] * (1 - 1e-9)
+            seen.add("plan")
+    assert seen == {"none", "plan"}
+
+
+def test_no_plan_is_said_only_when_every_offer_is_proven_infeasible(tmp_path):
+    sc = build_scenario(per_op(raw_scenario(deadline="2h")), catalog_with(tmp_path, SIX))
+    pr = P.plan(sc, "cpsat", Request(time_limit=120))
+    assert pr.status == Status.INFEASIBLE and not pr.report["market"]["undecided"]
+    assert "relax the deadline" in "\n".join(market_infeasible_lines(pr.report))
+
+
+def test_confidence_in_a_market_plan_counts_the_preemptions(tmp_path):
+    """P(on time), quantiles and the step-up of a spot plan; its law's preemptions are cards x rho x the
+    training time (the offer's rate, written here)."""
+    cat = catalog_with(tmp_path, SIX)
+    sc = build_scenario(per_op(raw_scenario(["h100-spot"], deadline="20d")), cat)
+    sc = replace(sc, task=replace(sc.task, confidence=0.9))
+    pr = P.plan(sc, "cpsat", Request(time_limit=120))
+    d = pr.report["finish_distribution"]
+    assert 0.9 <= d["probability_by_deadline"] <= 1.0
+    assert d["finish_days"]["p50"] <= d["finish_days"]["p90"] <= d["finish_days"]["p99"]
+    events = {s["name"]: s["events"] for s in d["sources"]}
+    cards, train_s = pr.best.plan.cards, pr.best.metrics["train_days"] * 86400.0
+    assert math.isclose(events["preemptions"], cards * 0.002 / HOUR * train_s, rel_tol=0.05)
+    assert "step_up" in d and d["step_up"]["target"] > 0.9
+
+
+@pytest.mark.parametrize("objective", ["cost", "time"])
+def test_the_front_path_is_taken_only_where_the_solver_enumerates(tmp_path, objective):
+    sc = build_scenario(per_op(raw_scenario()), catalog_with(tmp_path, SIX))
+    solver = resolve("cpsat")
+    req = Request(time_limit=120, objective=objective)
+    ms = MK.solve_market(sc, solver, req, tiny_solver)
+    assert {r.method for r in ms.offers} == {MK.FRONT} and ms.result.status == Status.OPTIMAL
+    own = MK.solve_market(sc, solver, req, lambda space, s, method: s)  # never enumerates: each offer solved
+    assert MK.FRONT not in {r.method for r in own.offers}
+    assert math.isclose(MK.objective_key(ms.pick.best, objective)[0], MK.objective_key(own.pick.best, objective)[0],
+                        rel_tol=1e-9)
