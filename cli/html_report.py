@@ -22,6 +22,7 @@ from tpopt.cli.confidence import distribution_lines
 from tpopt.cli.render import WIDTH, binding_lines
 from tpopt.errors import InputError
 from tpopt.files import write_atomic
+from tpopt.models import families as F
 from tpopt.models.plan import Scenario
 from tpopt.presentation import footing_lines, layout_text, plan_line
 
@@ -116,7 +117,7 @@ def figure_cards(figures: Sequence[tuple[str, str, str]]) -> str:
 
 def deadline_days(d: dict[str, Any]) -> float | None:
     """The deadline the report checked the plan against (its deadline.finish constraint), in days."""
-    c = next((c for c in d.get("constraints") or () if c.get("name") == "deadline.finish"), None)
+    c = next((c for c in d.get("constraints") or () if c.get("name") == F.DEADLINE), None)
     return None if c is None else float(c["limit"])
 
 
