@@ -30,6 +30,7 @@ COMMANDS = {
     "export": "tpopt.cli.export:export",
     "simulate": "tpopt.cli.simulate:simulate",
     "replan": "tpopt.cli.simulate:replan",
+    "sites": "tpopt.cli.sites:sites",
 }
 
 HELP = {
@@ -48,6 +49,7 @@ HELP = {
     "export": "Write a plan as Megatron-LM, NeMo (Megatron-Bridge), torchtitan or DeepSpeed launch config.",
     "simulate": "Simulate the plan's whole run (seeded) against its analytic finish-time distribution.",
     "replan": "Re-solve the rest of a run under way: stay, add or release cards.",
+    "sites": "Plan one job over several datacenters: sites, replicas, synchronous or DiLoCo (H, fragments).",
 }
 
 
