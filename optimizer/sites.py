@@ -70,6 +70,7 @@ class Candidate:
     finish_s: float
     cost: float
     one_site_cost: float  # the same replicas at one site (no WAN), USD
+    one_site_finish_s: float  # and its finish time
 
     def key(self) -> tuple[float, float, int, str, int, int, tuple[str, ...]]:
         return (self.cost, self.finish_s, self.cards, self.mode, self.inner_steps, self.fragments, self.sites)
@@ -98,6 +99,7 @@ class SitesSolve:
     scored: int
     si: S.SitesInput
     params: float = 0.0
+    reserved_s: float = 0.0
     per_mode: dict[str, Candidate] = field(default_factory=dict)  # the cheapest within the deadline, per mode
     ring: Ring | None = None
 
@@ -144,9 +146,10 @@ def balanced(d: int, caps: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def candidates_for(si: S.SitesInput, ev: Evaluation, params: float, sc_tokens: float, reps: tuple[int, ...],
-                   ring: Ring) -> Iterator[Candidate]:
+                   ring: Ring, reserved_s: float = 0.0) -> Iterator[Candidate]:
     """Synchronous and every DiLoCo (H, F) candidate of ``ev`` (one-site evaluation at D replicas, a model of
-    ``params`` parameters trained on ``sc_tokens`` tokens) over ``ring``."""
+    ``params`` parameters trained on ``sc_tokens`` tokens) over ``ring``; ``reserved_s``: the task's reserved
+    time, inside the finish and not stretched by the WAN."""
     names = ring.order
     m = ev.metrics
     tc, finish_s, cost = float(m["step_s"]), float(m["finish_days"]) * 86400.0, float(m["cost"])
@@ -168,6 +171,7 @@ def candidates_for(si: S.SitesInput, ev: Evaluation, params: float, sc_tokens: f
             per_sync, syncs_per_step = outer, 1.0 / h
         tf = S.token_factor(mode, si.token_penalty)
         stretch = tf * (tc + exposed) / tc
+        finish = reserved_s + (finish_s - reserved_s) * stretch
         run_steps = steps * tf
         step_bytes = S.wan_bytes_per_sync(per_sync, nsites) * syncs_per_step
         link_bytes_step = 2.0 * (nsites - 1) / nsites * per_sync * syncs_per_step if nsites > 1 else 0.0
@@ -176,7 +180,8 @@ def candidates_for(si: S.SitesInput, ev: Evaluation, params: float, sc_tokens: f
                         cards=ev.plan.cards, compute_step_s=tc, exposed_s=exposed,
                         utilisation=S.utilisation(tc, exposed), token_factor=tf, steps=run_steps,
                         wan_bytes_step=step_bytes, wan_bytes_total=step_bytes * run_steps, egress_usd=egress,
-                        finish_s=finish_s * stretch, cost=cost * stretch + egress, one_site_cost=cost)
+                        finish_s=finish, cost=cost * finish / finish_s + egress, one_site_cost=cost,
+                        one_site_finish_s=finish_s)
 
 
 def _replica_plan(sc: Scenario, si: S.SitesInput, solver: Solver, req: Request) -> Evaluation:
@@ -206,7 +211,7 @@ def solve_sites(sc: Scenario, si: S.SitesInput, power: Power | None, backend: st
     caps = tuple(S.replicas_under_power(replica_power_w(power, s, rc, cph), s.power_cap_w, s.max_cards, rc)
                  for s in si.sites)
     batch = base.plan.global_batch or sc.task.global_batch
-    deadline = sc.task.deadline_s - sc.task.reserved_s
+    deadline, reserved = F.limit(F.DEADLINE, sc), sc.task.reserved_s
     best: Candidate | None = None
     per_mode: dict[str, Candidate] = {}
     scored = 0
@@ -224,7 +229,8 @@ def solve_sites(sc: Scenario, si: S.SitesInput, power: Power | None, backend: st
                 names = tuple(si.sites[i].name for i in idx)
                 reps = balanced(d, cap)
                 for ring in rings(si, names):
-                    for c in candidates_for(si, ev, params, tokens, _in_order(names, reps, ring.order), ring):
+                    for c in candidates_for(si, ev, params, tokens, _in_order(names, reps, ring.order), ring,
+                                             reserved):
                         scored += 1
                         if c.finish_s > deadline:
                             continue
@@ -252,7 +258,9 @@ def _compare(out: SitesSolve, sc: Scenario, rc: int) -> None:
     ev = evaluate(sc, replace(out.replica.plan, cards=b.dp * rc, dp=b.dp, grad_accum=0))
     ring = next(r for r in rings(out.si, b.sites) if r.order == b.sites)
     out.ring = ring
-    cs = list(candidates_for(out.si, ev, float(param_count(sc.model)), sc.task.tokens, b.replicas, ring))
+    cs = list(candidates_for(out.si, ev, float(param_count(sc.model)), sc.task.tokens, b.replicas, ring,
+                             sc.task.reserved_s))
+    out.reserved_s = sc.task.reserved_s
     sync = [c for c in cs if c.mode == S.SYNC]
     dl = [c for c in cs if c.mode == S.DILOCO]
     out.best_sync = min(sync, key=Candidate.key) if sync else None
@@ -270,18 +278,19 @@ def crossover_bps(out: SitesSolve, c: Candidate) -> float | None:
     si, ring, n = out.si, out.ring, len(c.sites)
     params = out.params
     tc = sync.compute_step_s
-    base_cost = sync.one_site_cost
-    unit = base_cost / tc  # USD per second of step time, over the run's steps
+    c1, f1, r = sync.one_site_cost, sync.one_site_finish_s, out.reserved_s
+    # cost = c1 x finish / f1 + egress, finish = r + (f1 - r) x token factor x (tc + exposed) / tc
+    unit = c1 * (f1 - r) / (f1 * tc)  # USD per second of exposed WAN time per step
     hop = 2.0 * (n - 1) / n * S.BITS_PER_BYTE
     lat = 2.0 * (n - 1) * ring.latency_s
     slope_sync = unit * hop * params * si.grad_bytes
-    base_sync = base_cost + unit * lat + sync.egress_usd
+    base_sync = c1 + unit * lat + sync.egress_usd
     tf = c.token_factor
     tau = si.overlap_steps if c.fragments > 1 else 0
     k = unit * tf * c.fragments / c.inner_steps
     slope_dl = k * hop * params * si.outer_bytes / c.fragments
     offset_dl = k * (lat - tau * tc)
-    base_dl = base_cost * tf + c.egress_usd
+    base_dl = c1 * (r + (f1 - r) * tf) / f1 + c.egress_usd
     roots = S.crossover_inverse_bandwidths(base_sync, slope_sync, base_dl, slope_dl, offset_dl)
     return 1.0 / roots[0] if roots else None
 
@@ -315,7 +324,8 @@ def report(out: SitesSolve) -> dict[str, Any]:
             f"gradient {si.grad_bytes:g} B/parameter and DiLoCo outer gradient {si.outer_bytes:g} B/parameter "
             "on the WAN",
             f"a streamed fragment's all-reduce overlaps {si.overlap_steps} inner step(s) (tau)",
-            "checkpoint and failure overheads scale with the run's length",
+            "checkpoint and failure overheads scale with the run's length (the reserved time does not); the bill "
+            "with the finish time",
             "the intra-site data-parallel all-reduce as one site of the job's replicas"],
     }
     if out.best is not None:
