@@ -17,7 +17,8 @@ The decision, exact over its grids:
    WAN time per step, utilisation, tokens x (1 + penalty) for DiLoCo, bytes crossing sites and their egress.
    Finish = the one-site finish x token factor x (compute + exposed) / compute (assumption: checkpoint and
    failure overheads scale with the run's length); cost = the one-site cost scaled the same way + egress.
-   Nothing is pruned: every candidate is scored, the least cost (then finish) within the deadline wins.
+   Nothing is pruned: every candidate is scored, the least cost (then finish) within the deadline (and the
+   budget, ``cost.max_cost``, where one is set) wins.
 
 How the replicas split among the used sites does not change a figure (each replica's step is the same; the
 ring carries the same bytes), so any split within the caps is optimal: the report's is balanced (water-filling).
@@ -202,6 +203,8 @@ def solve_sites(sc: Scenario, si: S.SitesInput, power: Power | None, backend: st
         raise InputError(f"[[sites]]: at most {MAX_SITES} sites (got {len(si.sites)})")
     if power is None and any(s.power_cap_w is not None for s in si.sites):
         raise InputError("[[sites]] power: the accelerator has no power figures in the catalog ([power.NAME])")
+    if any(sys_.price_card_hour is None for sys_ in sc.systems.values()):
+        raise InputError("[[sites]]: the card needs a price (cost.card_hour): egress in USD adds to the bill")
     solver = backends.checked(backend)
     req = req or Request(objective="cost")
     base = _replica_plan(sc, si, solver, req)
@@ -211,7 +214,7 @@ def solve_sites(sc: Scenario, si: S.SitesInput, power: Power | None, backend: st
     caps = tuple(S.replicas_under_power(replica_power_w(power, s, rc, cph), s.power_cap_w, s.max_cards, rc)
                  for s in si.sites)
     batch = base.plan.global_batch or sc.task.global_batch
-    deadline, reserved = F.limit(F.DEADLINE, sc), sc.task.reserved_s
+    deadline, reserved, budget = F.limit(F.DEADLINE, sc), sc.task.reserved_s, F.limit(F.BUDGET, sc)
     best: Candidate | None = None
     per_mode: dict[str, Candidate] = {}
     scored = 0
@@ -232,7 +235,7 @@ def solve_sites(sc: Scenario, si: S.SitesInput, power: Power | None, backend: st
                     for c in candidates_for(si, ev, params, tokens, _in_order(names, reps, ring.order), ring,
                                              reserved):
                         scored += 1
-                        if c.finish_s > deadline:
+                        if c.finish_s > deadline or c.cost > budget:
                             continue
                         if best is None or c.key() < best.key():
                             best = c

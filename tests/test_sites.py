@@ -199,3 +199,21 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
 def test_solve_points_a_sites_scenario_to_tpopt_sites() -> None:
     with pytest.raises(InputError, match="tpopt sites"):
         build_scenario(raw_405b([{"name": "a", "max_cards": 8}], {"bandwidth_gbps": 10, "latency_ms": 1}))
+
+
+def test_a_budget_below_the_cheapest_plan_leaves_none() -> None:
+    """cost.max_cost under the cheapest plan within the deadline: no candidate may be chosen (the budget is
+    re-checked with the WAN's time and egress), and the report says so."""
+    import tomllib
+
+    from tpopt.catalogs import load_catalog
+    raw, si = split_sites(tomllib.loads(EXAMPLE.read_text()))
+    assert si is not None
+    cat = load_catalog()
+    free = O.solve_sites(build_scenario(raw, cat), si, cat.market.power["h100-sxm"], "cpsat")
+    assert free.best is not None
+    capped = O.solve_sites(build_scenario({**raw, "cost": {"max_cost": free.best.cost * 0.999}}, cat), si,
+                           cat.market.power["h100-sxm"], "cpsat")
+    assert capped.best is None
+    d = O.report(capped)
+    assert d["status"] == "infeasible" and "no multi-site plan" in O.lines(d)[-1]
