@@ -101,6 +101,8 @@ class SitesSolve:
     si: S.SitesInput
     params: float = 0.0
     reserved_s: float = 0.0
+    power: Power | None = None  # the card's power figures (per-site power in the report)
+    cards_per_host: int = 1
     per_mode: dict[str, Candidate] = field(default_factory=dict)  # the cheapest within the deadline, per mode
     ring: Ring | None = None
 
@@ -242,7 +244,7 @@ def solve_sites(sc: Scenario, si: S.SitesInput, power: Power | None, backend: st
                         if c.mode not in per_mode or c.key() < per_mode[c.mode].key():
                             per_mode[c.mode] = c
     out = SitesSolve(replica=base, best=best, best_sync=None, best_diloco=None, scored=scored, si=si, params=params,
-                     per_mode=per_mode)
+                     per_mode=per_mode, power=power, cards_per_host=cph)
     if best is not None:
         _compare(out, sc, rc)
     return out
@@ -332,12 +334,27 @@ def report(out: SitesSolve) -> dict[str, Any]:
             "the intra-site data-parallel all-reduce as one site of the job's replicas"],
     }
     if out.best is not None:
-        d["per_site"] = [{"site": n, "replicas": r, "cards": r * (p.cards // p.dp)}
+        by = {x.name: x for x in si.sites}
+        d["per_site"] = [_site_entry(out, by[n], r, p.cards // p.dp)
                          for n, r in zip(out.best.sites, out.best.replicas, strict=True)]
     if out.best_diloco is not None:
         x = crossover_bps(out, out.best_diloco)
         d["crossover_gbps"] = None if x is None else x / 1e9
     return d
+
+
+def _site_entry(out: SitesSolve, site: S.Site, replicas: int, replica_cards: int) -> dict[str, Any]:
+    """One used site: replicas, cards, facility power (MW, None without the card's power figures) and its cap."""
+    mw = None if out.power is None else replicas * replica_power_w(out.power, site, replica_cards,
+                                                                    out.cards_per_host) / 1e6
+    return {"site": site.name, "replicas": replicas, "cards": replicas * replica_cards, "site_mw": mw,
+            "cap_mw": None if site.power_cap_w is None else site.power_cap_w / 1e6, "max_cards": site.max_cards}
+
+
+def _power(s: dict[str, Any]) -> str:
+    if s["site_mw"] is None:
+        return "no power figure"
+    return f"{s['site_mw']:,.1f} MW" + ("" if s["cap_mw"] is None else f" of {s['cap_mw']:,.1f} MW")
 
 
 def lines(d: dict[str, Any]) -> list[str]:
@@ -350,7 +367,8 @@ def lines(d: dict[str, Any]) -> list[str]:
     b = d["best"]
     out.append(f"best: {_mode(b)} over {len(b['sites'])} site(s), {b['cards']:,} cards, {b['finish_days']:.1f} d, "
                f"{b['cost']:,.0f} USD ({d['candidates']:,} candidates scored, exact over the grids)")
-    out += [f"  {s['site']}: {s['replicas']} replicas, {s['cards']:,} cards" for s in d["per_site"]]
+    out += [f"  {s['site']}: {s['replicas']} replicas, {s['cards']:,} of {s['max_cards']:,} cards, {_power(s)}"
+            for s in d["per_site"]]
     for name in ("sync", "diloco"):
         c = d[name]
         if c is not None:

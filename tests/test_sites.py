@@ -165,6 +165,8 @@ def test_example_plan_within_caps_and_deadline() -> None:
         assert cap is not None and site_mw(r * 112, by[name].pue) <= cap / 1e6
     if out.best_diloco is not None and out.best_sync is not None:
         assert out.best_diloco.wan_bytes_step < out.best_sync.wan_bytes_step
+    for e in O.report(out)["per_site"]:  # the report's site power is the hand formula's
+        assert math.isclose(e["site_mw"], site_mw(e["cards"], by[e["site"]].pue), rel_tol=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------
