@@ -36,8 +36,11 @@ def test_ring_allreduce_by_hand() -> None:
 
 def test_outer_sync_matches_the_published_bandwidth_model() -> None:
     """"Communication-Efficient Language Model Training Scales Reliably and Robustly: Scaling Laws for DiLoCo"
-    (Charles et al. 2025), Appendix A: an outer synchronisation of N bytes over R replicas at W bytes/s takes
-    2N / W x (1 - 1/R) + epsilon, paid every H steps. A 1B-parameter model in bf16 (N = 2e9 B), W = 1 Gbit/s
+    (Charles et al. 2025), Appendix A.2-A.3, as the public (Streaming) DiLoCo calculator mino98/diloco-calculator
+    quotes it ("Underlying Math"; the paper's appendix itself was not read here): an outer synchronisation of N
+    bytes at W bytes/s takes 2N / W x (1 - 1/R) + epsilon, paid T / H times in T steps. R here is the ring's members,
+    the sites (the calculator's R counts chips, where 1 - 1/R is about 1: a bound our form meets as S grows).
+    A 1B-parameter model in bf16 (N = 2e9 B), W = 1 Gbit/s
     = 1.25e8 B/s, R = 2, epsilon = 0: 2 x 2e9 / 1.25e8 x 1/2 = 16 s; per inner step at H = 100: 0.16 s."""
     published = 2 * 2e9 / 1.25e8 * (1 - 1 / 2)
     assert published == 16.0
