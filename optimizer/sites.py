@@ -107,8 +107,27 @@ class SitesSolve:
     ring: Ring | None = None
 
 
-def rings(si: S.SitesInput, names: tuple[str, ...]) -> Iterator[Ring]:
-    """Every ring order of ``names`` (the first site fixed; a ring and its reverse are the same links)."""
+def rings(si: S.SitesInput, names: tuple[str, ...]) -> list[Ring]:
+    """The ring orders of ``names`` that can win: every order (the first site fixed; a ring and its reverse are
+    the same links) less those another order dominates. Proof of the pruning: a candidate's exposed WAN time falls
+    with the ring's bandwidth and grows with its latency, its egress grows with the ring's summed egress price,
+    and finish and cost grow with both, so a ring no better on all three and worse on one never wins (and without
+    per-pair links every order is the same ring: one is kept)."""
+    if not si.links:
+        return [next(_orders(si, names))]
+    kept: list[Ring] = []  # sorted by the three figures, a ring's dominators come before it
+    for r in sorted(_orders(si, names), key=lambda r: (-r.bandwidth_bps, r.latency_s, r.egress_usd_tb_sum)):
+        if not any(_dominates(o, r) for o in kept):
+            kept.append(r)
+    return kept
+
+
+def _dominates(a: Ring, b: Ring) -> bool:
+    at, bt = (-a.bandwidth_bps, a.latency_s, a.egress_usd_tb_sum), (-b.bandwidth_bps, b.latency_s, b.egress_usd_tb_sum)
+    return all(x <= y for x, y in zip(at, bt, strict=True)) and at != bt
+
+
+def _orders(si: S.SitesInput, names: tuple[str, ...]) -> Iterator[Ring]:
     first, rest = names[0], names[1:]
     seen: set[tuple[str, ...]] = set()
     for perm in itertools.permutations(rest):
@@ -219,6 +238,7 @@ def solve_sites(sc: Scenario, si: S.SitesInput, power: Power | None, backend: st
     deadline, reserved, budget = F.limit(F.DEADLINE, sc), sc.task.reserved_s, F.limit(F.BUDGET, sc)
     best: Candidate | None = None
     per_mode: dict[str, Candidate] = {}
+    ring_sets: dict[tuple[int, ...], list[Ring]] = {}
     scored = 0
     for d in range(1, sum(caps) + 1):
         if batch % (d * base.plan.micro_batch):
@@ -233,7 +253,9 @@ def solve_sites(sc: Scenario, si: S.SitesInput, power: Power | None, backend: st
                     continue
                 names = tuple(si.sites[i].name for i in idx)
                 reps = balanced(d, cap)
-                for ring in rings(si, names):
+                if idx not in ring_sets:  # the rings of a set of sites do not depend on D
+                    ring_sets[idx] = rings(si, names)
+                for ring in ring_sets[idx]:
                     for c in candidates_for(si, ev, params, tokens, _in_order(names, reps, ring.order), ring,
                                              reserved):
                         scored += 1
@@ -261,7 +283,7 @@ def _compare(out: SitesSolve, sc: Scenario, rc: int) -> None:
     assert out.best is not None
     b = out.best
     ev = evaluate(sc, replace(out.replica.plan, cards=b.dp * rc, dp=b.dp, grad_accum=0))
-    ring = next(r for r in rings(out.si, b.sites) if r.order == b.sites)
+    ring = next(r for r in _orders(out.si, b.sites) if r.order == b.sites)
     out.ring = ring
     cs = list(candidates_for(out.si, ev, float(param_count(sc.model)), sc.task.tokens, b.replicas, ring,
                              sc.task.reserved_s))

@@ -222,3 +222,17 @@ def test_a_budget_below_the_cheapest_plan_leaves_none() -> None:
     assert capped.best is None
     d = O.report(capped)
     assert d["status"] == "infeasible" and "no multi-site plan" in O.lines(d)[-1]
+
+
+def test_dominated_rings_are_pruned() -> None:
+    """Four sites, 100 Gbit/s everywhere but a-c and b-d at 10 Gbit/s: of the three rings a-b-c-d, a-b-d-c and
+    a-c-b-d, only a-b-c-d avoids both slow links (the other two cross them: 10 Gbit/s), so it alone is kept."""
+    link = S.WanLink(100e9, 0.010, 10.0)
+    slow = S.WanLink(10e9, 0.010, 10.0)
+    si = S.SitesInput(sites=tuple(S.Site(n, 8) for n in "abcd"), wan=link,
+                      links=((frozenset("ac"), slow), (frozenset("bd"), slow)))
+    assert len(list(O._orders(si, ("a", "b", "c", "d")))) == 3
+    (kept,) = O.rings(si, ("a", "b", "c", "d"))
+    assert kept.order == ("a", "b", "c", "d") and kept.bandwidth_bps == 100e9
+    # without per-pair links every order is the same ring: one kept
+    assert len(O.rings(S.SitesInput(sites=si.sites, wan=link), ("a", "b", "c", "d"))) == 1
