@@ -58,7 +58,7 @@ from tpopt.errors import InputError
 from tpopt.models.arch import ModelArch
 from tpopt.models.finish import Risk
 from tpopt.models.hardware import Accelerator, StackProfile
-from tpopt.models.market import SPOT, MarketOptions, Offer, mix
+from tpopt.models.market import SPOT, MarketOptions, Offer, Power, mix
 from tpopt.models.moe import stack_defaults as moe_stack_defaults
 from tpopt.models.plan import (
     CostOptions,
@@ -73,6 +73,10 @@ from tpopt.models.plan import (
     Task,
     schedule_name,
 )
+from tpopt.models.sites import MODES as SITE_MODES
+from tpopt.models.sites import Site as SiteSpec
+from tpopt.models.sites import SitesInput
+from tpopt.models.sites import WanLink as SiteLink
 from tpopt.models.units import DAY, parse_fraction, parse_int
 
 #: The built-in default scenario (the chapter's design case), used by every command without --scenario.
@@ -559,5 +563,111 @@ def load_scenario(path: str | PathLike[str] | Mapping[str, Any], overrides: dict
     return build_scenario(raw, load_catalog(catalog_dirs))
 
 
+# ---------------------------------------------------------------------------------------------
+# [[sites]] and [wan]: a job over several datacenters (tpopt sites, :mod:`tpopt.optimizer.sites`)
+
+SITE_KEYS = frozenset({"name", "max_cards", "power", "pue"})
+WAN_KEYS = frozenset({"bandwidth_gbps", "latency_ms", "egress_usd_tb", "modes", "inner_steps", "fragments",
+                      "overlap_steps", "token_penalty", "token_penalty_source", "grad_bytes", "outer_bytes", "links"})
+LINK_KEYS = frozenset({"sites", "bandwidth_gbps", "latency_ms", "egress_usd_tb"})
+
+
+def _known(table: Mapping[str, Any], allowed: frozenset[str], where: str) -> None:
+    extra = sorted(set(table) - allowed)
+    if extra:
+        raise InputError(f"{where}: unknown key {extra[0]!r} (known: {', '.join(sorted(allowed))})")
+
+
+def _positive(table: Mapping[str, Any], key: str, where: str, default: float | None = None, *,
+              zero: bool = False) -> float:
+    value = table.get(key, default)
+    if value is None:
+        raise InputError(f"{where}.{key} is required")
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 or (value == 0 and not zero):
+        raise InputError(f"{where}.{key}: {value!r} is not a {'non-negative' if zero else 'positive'} number")
+    return float(value)
+
+
+def _ints(table: Mapping[str, Any], key: str, default: tuple[int, ...], where: str) -> tuple[int, ...]:
+    value = table.get(key, list(default))
+    if not isinstance(value, list) or not value or any(isinstance(v, bool) or not isinstance(v, int) or v < 1
+                                                       for v in value):
+        raise InputError(f"{where}.{key}: {value!r} is not a list of positive integers")
+    return tuple(sorted(set(value)))
+
+
+def _wan_link(t: Mapping[str, Any], where: str, default: SiteLink | None = None) -> SiteLink:
+    return SiteLink(bandwidth_bps=_positive(t, "bandwidth_gbps", where, None if default is None
+                                            else default.bandwidth_bps / 1e9) * 1e9,
+                    latency_s=_positive(t, "latency_ms", where, None if default is None else default.latency_s * 1e3,
+                                        zero=True) / 1e3,
+                    egress_usd_tb=_positive(t, "egress_usd_tb", where, 0.0 if default is None
+                                            else default.egress_usd_tb, zero=True))
+
+
+def split_sites(raw: dict[str, Any]) -> tuple[dict[str, Any], SitesInput | None]:
+    """The scenario's tables without ``[[sites]]`` and ``[wan]``, and those two read (None: a one-site scenario,
+    the tables unchanged). Units: ``power`` with a unit ("40MW"), ``bandwidth_gbps`` Gbit/s, ``latency_ms`` ms
+    (one way), ``egress_usd_tb`` USD per TB (10^12 bytes); ``token_penalty`` a fraction of extra tokens."""
+    if "sites" not in raw and "wan" not in raw:
+        return raw, None
+    rest = {k: v for k, v in raw.items() if k not in ("sites", "wan")}
+    tables, wan = raw.get("sites"), raw.get("wan")
+    if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
+        raise InputError("[[sites]]: give one [[sites]] table per datacenter (name, max_cards, power)")
+    if not isinstance(wan, dict):
+        raise InputError("[wan]: give the WAN link (bandwidth_gbps, latency_ms, egress_usd_tb)")
+    sites = []
+    for i, t in enumerate(tables):
+        where = f"sites[{i}]"
+        _known(t, SITE_KEYS, where)
+        name, cards = t.get("name"), t.get("max_cards")
+        if not isinstance(name, str) or not name:
+            raise InputError(f"{where}.name is required (a non-empty string)")
+        if isinstance(cards, bool) or not isinstance(cards, int) or cards < 1:
+            raise InputError(f"{where}.max_cards: {cards!r} is not a positive integer")
+        cap = parse_power(t["power"], f"{where}.power") if "power" in t else None
+        sites.append(SiteSpec(name=name, max_cards=cards, power_cap_w=cap, pue=_positive(t, "pue", where, 1.2)))
+    if len({s.name for s in sites}) != len(sites):
+        raise InputError("[[sites]]: site names must differ")
+    _known(wan, WAN_KEYS, "wan")
+    default = _wan_link(wan, "wan")
+    names = {s.name for s in sites}
+    links = []
+    for j, t in enumerate(wan.get("links", [])):
+        where = f"wan.links[{j}]"
+        _known(t, LINK_KEYS, where)
+        pair = t.get("sites")
+        if not isinstance(pair, list) or len(pair) != 2 or len(set(pair)) != 2 or not set(pair) <= names:
+            raise InputError(f"{where}.sites: {pair!r} is not two site names of [[sites]]")
+        links.append((frozenset(pair), _wan_link(t, where, default)))
+    modes = wan.get("modes", list(SITE_MODES))
+    if not isinstance(modes, list) or not modes or not set(modes) <= set(SITE_MODES):
+        raise InputError(f"wan.modes: {modes!r} is not a list of {' / '.join(SITE_MODES)}")
+    penalty, source = wan.get("token_penalty"), wan.get("token_penalty_source", "")
+    if "diloco" in modes and penalty is None:
+        raise InputError("wan.token_penalty is required with DiLoCo (extra tokens to the same loss, a fraction; "
+                         "state its source in wan.token_penalty_source)")
+    return rest, SitesInput(
+        sites=tuple(sites), wan=default, links=tuple(links), modes=tuple(m for m in SITE_MODES if m in modes),
+        inner_steps=_ints(wan, "inner_steps", (100, 500), "wan"), fragments=_ints(wan, "fragments", (1,), "wan"),
+        overlap_steps=int(_positive(wan, "overlap_steps", "wan", 1)),
+        token_penalty=_positive(wan, "token_penalty", "wan", 0.0, zero=True), token_penalty_source=str(source),
+        grad_bytes=_positive(wan, "grad_bytes", "wan", 2.0), outer_bytes=_positive(wan, "outer_bytes", "wan", 2.0))
+
+
+def load_sites_scenario(path: str | PathLike[str] | Mapping[str, Any], catalog_dirs: Sequence[str | PathLike[str]] = ()
+                        ) -> tuple[Scenario, SitesInput, Power | None]:
+    """A multi-site scenario: the one-site scenario, its sites and WAN, and the accelerator's power figures."""
+    raw, si = split_sites(read_scenario_file(path))
+    if si is None:
+        raise InputError("scenario: no [[sites]] and [wan] tables (tpopt solve plans one site)")
+    cat = load_catalog(catalog_dirs)
+    sc = build_scenario(raw, cat)
+    if len(sc.systems) != 1:
+        raise InputError("[[sites]]: give one accelerator (hardware.accelerator); mixed pools are [hardware.pools]")
+    return sc, si, cat.market.power.get(next(iter(sc.systems)))
+
+
 __all__ = ["read_scenario_file", "with_overrides", "build_scenario", "load_scenario", "build_model", "natural_keys",
-           "BUILTIN_SCENARIO"]
+           "BUILTIN_SCENARIO", "split_sites", "load_sites_scenario"]

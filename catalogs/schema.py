@@ -666,6 +666,8 @@ def key_table() -> str:
 
 def check_keys(raw: Mapping[str, Any]) -> None:
     """Unknown tables and keys, and missing required ones, as one-line errors."""
+    if "sites" in raw or "wan" in raw:
+        raise InputError("scenario: [[sites]] and [wan] plan one job over several datacenters: tpopt sites --scenario")
     for table, value in raw.items():
         if table.startswith("_"):
             continue

@@ -31,6 +31,7 @@ COMMANDS = {
     "simulate": "tpopt.cli.simulate:simulate",
     "replan": "tpopt.cli.simulate:replan",
     "inverse": "tpopt.cli.inverse:inverse",
+    "sites": "tpopt.cli.sites:sites",
 }
 
 HELP = {
@@ -50,6 +51,7 @@ HELP = {
     "simulate": "Simulate the plan's whole run (seeded) against its analytic finish-time distribution.",
     "replan": "Re-solve the rest of a run under way: stay, add or release cards.",
     "inverse": "Choose model size and training tokens: least predicted loss for a budget and date (scaling laws).",
+    "sites": "Plan one job over several datacenters: sites, replicas, synchronous or DiLoCo (H, fragments).",
 }
 
 

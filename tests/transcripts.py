@@ -73,6 +73,8 @@ CASES: dict[str, list[str]] = {
     "design-solve-confidence": ["solve", "--scenario", DC, "--confidence", "95%"],
     "design-solve-confidence-infeasible": ["solve", "--scenario", DC, "--confidence", "95%", "--step-sigma", "0.15"],
     "bad-confidence": ["solve", "--scenario", DC, "--confidence", "150%"],
+    "sites-405b": ["sites", "--scenario", "examples/sites-llama3-405b.toml"],
+    "sites-405b-json": ["sites", "--scenario", "examples/sites-llama3-405b.toml", "--json"],
 }
 
 _TIMING = (re.compile(r'("(?:wall_s|[a-z_]*_wall_s)": )-?[0-9.e+-]+'),  # JSON timings

@@ -1,0 +1,30 @@
+"""`tpopt sites --scenario FILE`: a job over several datacenters ([[sites]] and [wan]). Parsing and rendering
+only: the decision is :func:`tpopt.optimizer.sites.solve_sites`."""
+
+from __future__ import annotations
+
+import click
+
+from tpopt.catalogs.scenario import load_sites_scenario
+from tpopt.cli.common import dump_json, handle_errors
+from tpopt.optimizer import backends
+from tpopt.optimizer.sites import lines, report, solve_sites
+
+
+@click.command()
+@click.option("--scenario", "scenario_path", required=True, type=click.Path(dir_okay=False),
+              help="Scenario TOML with [[sites]] and [wan].")
+@click.option("--solver", default=backends.DEFAULT, show_default=True, help="Solver of the one-site replica plan.")
+@click.option("--catalog", "catalog_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="Extra catalog directory (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@handle_errors
+def sites(scenario_path: str, solver: str, catalog_dirs: tuple[str, ...], as_json: bool) -> None:
+    """Plan one training job over several datacenters: the sites used, replicas per site, synchronous or DiLoCo
+    (H inner steps, F fragments), at the least cost under the deadline and each site's card and power caps.
+
+    Example: tpopt sites --scenario examples/sites-llama3-405b.toml
+    """
+    sc, si, power = load_sites_scenario(scenario_path, catalog_dirs)
+    d = report(solve_sites(sc, si, power, solver))
+    click.echo(dump_json(d) if as_json else "\n".join(lines(d)) + "\n", nl=False)
