@@ -302,13 +302,14 @@ def group_bounds(space: Space, req: Request, enforced: Collection[str], fixed: t
     weak = weak_group_vars(space, fixed)
     rest = fixed[len(weak):]
     heap: list[tuple[float, tuple[int, ...]]] = []
+    pieces: list[int] | None = [0]  # weak groups whose floor is laid into the whole space's (None: given up)
     with clock.stoppable("bounding the layout groups"):
         for idx in np.ndindex(*(len(space.domains[v]) for v in weak)):
             checkpoint()
             sub = group_space(space, weak, idx, FloorSpace)
             bounds = LayoutBounds(sub, req.objective, enforced)
-            if space.__dict__.get(WHOLE_TABLES) and "_floor" in sub.__dict__ and sub.domains == space.domains:
-                space.__dict__.setdefault("_floor", sub.__dict__["_floor"])  # the whole space's: for its analysis
+            if space.__dict__.get(WHOLE_TABLES) and "_floor" not in space.__dict__:  # for its analysis
+                pieces = _floor_piece(space, weak, idx, sub, pieces)
             keys = _layout_keys(sub, bounds, req, enforced)
             low = np.full(tuple(len(space.domains[v]) for v in rest) or (1,), np.inf)
             np.minimum.at(low, tuple(bounds.coords[v] for v in rest) or (np.zeros(keys.size, dtype=np.int64),), keys)
@@ -316,6 +317,38 @@ def group_bounds(space: Space, req: Request, enforced: Collection[str], fixed: t
                 heap.append((float(low[j]), tuple(int(i) for i in idx) + tuple(int(i) for i in j)[:len(rest)]))
     heapq.heapify(heap)
     return heap
+
+
+def _floor_piece(space: Space, weak: tuple[str, ...], idx: tuple[int, ...], sub: Space, pieces: list[int] | None
+                 ) -> list[int] | None:
+    """Lay weak group ``idx``'s compute floor (the group-bound pass's, :class:`FloorSpace`) into the whole space's
+    (``space.__dict__["_floor"]``, which :meth:`PendingGroups.of` takes instead of computing it again); returns the
+    count of groups laid so far, or None (and no whole floor kept) once a group has none of the expected shape.
+
+    The same values as ``space.compute_floor()``: :meth:`Space.compute_floors` computes each (accelerator,
+    recompute, SP) slice on its own, element by element over the numeric layout grid, from the plan's own
+    variables, and a weak group fixes hub variables only (the schedules, hence the floor's kind, are the whole
+    space's); tests/test_on_demand.py compares the two."""
+    floor = sub.__dict__.get("_floor")
+    if pieces is None or floor is None:
+        space.__dict__.pop("_floor_parts", None)
+        return None
+    d = space.domains
+    at = dict(zip(weak, idx, strict=True))
+    shape = tuple(len(d[v]) for v in floor.vars)
+    cut = tuple(slice(at[v], at[v] + 1) if v in at else slice(None) for v in floor.vars)
+    want = tuple(1 if v in at else len(d[v]) for v in floor.vars)
+    if floor.values.shape != want:
+        space.__dict__.pop("_floor_parts", None)
+        return None
+    whole = space.__dict__.get("_floor_parts")
+    if whole is None:
+        whole = space.__dict__["_floor_parts"] = Table(floor.name, floor.vars, np.empty(shape, floor.values.dtype))
+    whole.values[cut] = floor.values
+    n = pieces[0] + 1
+    if n == math.prod(len(d[v]) for v in weak):  # every weak group laid: the whole space's floor
+        space.__dict__["_floor"] = space.__dict__.pop("_floor_parts")
+    return [n]
 
 
 def solve_on_demand(space: Space, req: Request, enforced: Collection[str]

@@ -282,3 +282,30 @@ def test_a_dense_models_all_to_all_table_is_zeros_without_tabulating(name):
     assert t.vars == vars and t.values.shape == tuple(len(space.domains[v]) for v in vars)
     assert not t.values.flags.writeable and t.values.strides == (0,) * len(vars)
     np.testing.assert_array_equal(space.tabulate("time.ep_comm", vars, fn).values, t.values)
+
+
+@pytest.mark.parametrize("name", ["gpt3-175b-widest.toml", "deepseek-v3.toml"])
+def test_the_group_bound_pass_keeps_the_whole_floor_for_the_analysis(name):
+    """A space a report will analyse (:func:`ondemand.slice_whole_tables`) keeps the compute floor its group-bound
+    pass computed group by group, laid out over the whole space (:meth:`ondemand.PendingGroups.of` takes it instead
+    of computing it again): the floor of a whole build, value for value (each slice reads its own variables only).
+    An unmarked space keeps none."""
+    sc = load_scenario(ROOT / "examples" / name)
+    space = Space.from_scenario(sc)
+    fixed = tuple(v for v in ondemand.GROUP_ORDER if len(space.domains[v]) > 1)[:2]
+    assert fixed
+    want = Space(sc=sc, domains=space.domains).compute_floor()
+    for marked in (True, False):
+        space = Space.from_scenario(sc)
+        if marked:
+            ondemand.slice_whole_tables(space)
+        with mock.patch.object(ondemand, "WEAK_ROWS", 1):  # the pass's groups: one per value of ``fixed``
+            assert ondemand.weak_group_vars(space, fixed) == fixed
+            ondemand.group_bounds(space, Request(), FAMILIES, fixed)
+        kept = space.__dict__.get("_floor")
+        assert "_floor_parts" not in space.__dict__
+        if not marked:
+            assert kept is None
+            continue
+        assert kept is not None and kept.vars == want.vars and kept.name == want.name
+        np.testing.assert_array_equal(kept.values, want.values)
