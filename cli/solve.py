@@ -58,6 +58,8 @@ def solve(top: int, no_analysis: bool, sensitivity: bool, timing: bool, as_json:
         check_new_file(export, "--export", force)
     sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost"), "search.cp": search_list(kw.get("cp_sizes"))})
     req = request_from(kw, top)
+    if sc.pools:  # a mixed plan over accelerator pools (optimizer/pools.py)
+        return _pools(sc, req.objective, as_json)
     with progress_when_told("tpopt solve: explaining why no plan is feasible") as tell:
         pr = P.plan(sc, kw["solver"], req, analyse=not no_analysis, sensitivity=sensitivity, export=export,
                     on_export=_tell_export, inputs=lambda: raw_and_catalog(kw), progress=tell)
@@ -90,6 +92,16 @@ def solve(top: int, no_analysis: bool, sensitivity: bool, timing: bool, as_json:
         lines.append(reachable_line(sc.task.confidence, out["reachable_confidence"]))
     click.echo(dump_json(out) if as_json else fit_lines("\n".join(lines)), nl=not as_json)
     raise SystemExit(EXIT_INFEASIBLE if pr.status == Status.INFEASIBLE else EXIT_UNKNOWN)
+
+
+def _pools(sc: Scenario, objective: str, as_json: bool) -> None:
+    """`tpopt solve` on a scenario with [[hardware.pools]]: the mixed plan, each pool alone, the comparison."""
+    from tpopt.optimizer import pools  # lazy: only mixed-pool scenarios need it
+
+    ps = pools.solve_pools(sc, "finish" if objective == "time" else "cost")
+    click.echo(dump_json(pools.pools_dict(ps, sc)) if as_json else pools.pools_text(ps, sc), nl=False)
+    if ps.best is None:
+        raise SystemExit(EXIT_INFEASIBLE)
 
 
 def _tell_export(exported: dict[str, Any]) -> None:
