@@ -353,8 +353,10 @@ def verdict(ps: PoolsSolve) -> list[str]:
                        f"({m.finish_s / DAY:.2f} vs {a.finish_s / DAY:.2f} d)")
         else:
             out.append(f"mixed loses against {name} alone: {m.cost:,.0f} vs {a.cost:,.0f} USD "
-                       f"({m.finish_s / DAY:.2f} vs {a.finish_s / DAY:.2f} d): the cross-pool reduction "
-                       f"({m.cross_s:.2f} s a step) and the idle time do not pay for the extra cards")
+                       f"({m.finish_s / DAY:.2f} vs {a.finish_s / DAY:.2f} d): that pool meets the job's limits "
+                       f"alone; the cheapest mixed plan ({' + '.join(str(c) for c in m.cards)} cards) bills "
+                       f"{m.cost - a.cost:,.0f} USD more and runs a {m.cross_s:.2f} s cross-pool all-reduce a "
+                       f"step with {max(PM.idle_s(m.group_steps_s)):.2f} s of idle time in its faster group")
     return out
 
 
