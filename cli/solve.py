@@ -56,7 +56,8 @@ def solve(top: int, no_analysis: bool, sensitivity: bool, timing: bool, as_json:
     if export:
         P.check_export(export)
         check_new_file(export, "--export", force)
-    sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost"), "search.cp": search_list(kw.get("cp_sizes"))})
+    sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost"), "search.cp": search_list(kw.get("cp_sizes"))},
+                            pools=True)
     req = request_from(kw, top)
     if sc.pools:  # a mixed plan over accelerator pools (optimizer/pools.py)
         return _pools(sc, req.objective, as_json)

@@ -91,6 +91,9 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
     ``why`` False: without a plan, the status alone (no conflict, relaxations or fastest plans; the commands that
     only need the plan solve chose, :mod:`tpopt.optimizer.question`)."""
     req = req or Request()
+    if sc.pools:
+        raise InputError("[[hardware.pools]]: a mixed plan over accelerator pools is solved by "
+                         "tpopt.optimizer.pools.solve_pools (`tpopt solve`), not by one design space")
     solver = backends.checked(backend)  # resolved once: the modules below are handed the Solver
     solver.require(req)  # a missing solver fails here, before anything is written
     if export and outer.has_task_choices(sc):

@@ -211,3 +211,37 @@ def test_kept_layouts_are_undominated():
     cards = np.array([8, 8, 8, 16])
     steps = np.array([[1.0, 2.0], [1.0, 3.0], [0.5, np.inf], [np.inf, np.inf]])
     assert OP.undominated(cards, steps) == [0, 2]
+
+
+@pytest.mark.parametrize("argv", [["evaluate", "--cards", "16"], ["sweep", "--deadline", "1d:2d:1d"], ["explain"]])
+def test_commands_that_do_not_plan_pools_say_so(tmp_path, capsys, monkeypatch, argv):
+    """Only solve plans [[hardware.pools]]; every other command refuses the pools in one line (exit 2)."""
+    p = tmp_path / "s.toml"
+    p.write_text(_toml(_raw("2d")))
+    from tpopt.cli.main import main
+    monkeypatch.setattr(sys, "argv", ["tpopt", argv[0], "--scenario", str(p), *argv[1:]])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "[[hardware.pools]]" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_solve_prints_the_pools_report(tmp_path, capsys, monkeypatch):
+    """`tpopt solve` on pools: the per-pool layout, share, idle time, the cross-pool all-reduce and the
+    comparison with each pool alone; --json carries the same figures."""
+    p = tmp_path / "s.toml"
+    p.write_text(_toml(_raw("2d")))
+    from tpopt.cli.main import main
+    monkeypatch.setattr(sys, "argv", ["tpopt", "solve", "--scenario", str(p)])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    out = capsys.readouterr().out
+    assert not exc.value.code
+    assert "share" in out and "idle" in out and "cross-pool all-reduce" in out
+    assert "mixed wins against h100-sxm (owned) alone" in out
+    monkeypatch.setattr(sys, "argv", ["tpopt", "solve", "--scenario", str(p), "--json"])
+    with pytest.raises(SystemExit):
+        main()
+    d = json.loads(capsys.readouterr().out)
+    assert d["status"] == "optimal" and sum(g["share"] for g in d["best"]["pools"]) == 32
+    assert d["alone"]["h100-sxm (owned)"] is None
