@@ -64,10 +64,10 @@ def cross_pool_s(grad_bytes: float, hosts: Sequence[int], host_bw: Sequence[floa
     return cross_pool_bytes(grad_bytes, p) / inter_pool_bandwidth(hosts, host_bw) if p > 1 else 0.0
 
 
-def mixed_failure_rate(rates_per_s: Sequence[float]) -> float:
-    """Interruptions per second of the mixed job: ``lam = sum_g lam_g`` (any pool's failure stops the whole
-    synchronous job)."""
-    return float(sum(rates_per_s))
+def mixed_failure_rate(pool_rates_per_s: Sequence[float], job_events_per_s: float = 0.0) -> float:
+    """Interruptions per second of the mixed job: ``lam = sum_g lam_g + lam_job`` (any pool's card failure stops
+    the whole synchronous job; ``lam_g = n_g / MTBF_card``; job-wide events such as planned stops count once)."""
+    return float(sum(pool_rates_per_s)) + job_events_per_s
 
 
 def pool_cost(cards: int, price_card_hour: float, finish_s: float) -> float:

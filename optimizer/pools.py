@@ -98,6 +98,11 @@ def layout_grid(sc: Scenario, max_cards: int) -> dict[str, np.ndarray[Any, Any]]
     return dict(zip(LAYOUT_KEYS, cols, strict=True))
 
 
+def fixed_choices(sc: Scenario) -> dict[str, Any]:
+    """The choices a pool's layouts share: the first schedule, offload and save mode of ``[search]``."""
+    return {"schedule": sc.search.schedule[0], "offload": sc.search.offload[0], "save_mode": sc.search.save_mode[0]}
+
+
 def pool_table(sc: Scenario, pool: PM.Pool, shares: np.ndarray[Any, Any]) -> PoolTable:
     """Step times of every layout of ``pool`` at every share (see the module: one evaluation per share and
     recompute choice, the layouts vectorised; per-pool families enforced), then the dominated layouts
@@ -105,8 +110,7 @@ def pool_table(sc: Scenario, pool: PM.Pool, shares: np.ndarray[Any, Any]) -> Poo
     psc = pool_scenario(sc, pool)
     grid = layout_grid(psc, pool.max_cards)
     n = len(grid["tp"])
-    fixed = {"schedule": psc.search.schedule[0], "offload": psc.search.offload[0],
-             "save_mode": psc.search.save_mode[0]}
+    fixed = fixed_choices(psc)
     recomputes = psc.search.recompute
     steps = np.full((n * len(recomputes), len(shares)), np.inf)
     quantum = grid["dp"] * grid["micro_batch"]
@@ -297,6 +301,11 @@ def _best(picks: list[Pick], objective: str) -> Pick | None:
 # report
 
 
+def card_failure_rate(sc: Scenario, cards: int) -> float:
+    """A pool's card failures per second (the job-wide events, counted once for the job, left out)."""
+    return float(T.failure_rate(sc, cards) - T.failure_rate(sc, 0))
+
+
 def pick_entry(ps: PoolsSolve, pick: Pick, sc: Scenario) -> dict[str, Any]:
     """One plan's figures: per pool its layout, share, group step, idle time, cards and bill; the job's step,
     cross-pool traffic, failure rate, finish and cost."""
@@ -308,15 +317,23 @@ def pick_entry(ps: PoolsSolve, pick: Pick, sc: Scenario) -> dict[str, Any]:
         tab = ps.tables[g]
         row = pick.rows[g]
         assert row is not None
-        pools.append({"pool": tab.pool.label, "accelerator": tab.pool.accelerator, "owned": tab.pool.owned,
+        lay = {**tab.layouts[row]}
+        with np.errstate(divide="ignore", invalid="ignore"):  # the group's own finish is not the job's
+            r = evaluate_arrays(at_share(tab.sc, pick.shares[g]), tab.pool.accelerator, **fixed_choices(tab.sc),
+                                **lay)
+        pools.append({"memory_per_card_gib": float(r["memory_per_card"]) / 2**30,
+                      "usable_gib": tab.sc.system(tab.pool.accelerator).acc.memory_usable / 2**30,
+                      "pool": tab.pool.label, "accelerator": tab.pool.accelerator, "owned": tab.pool.owned,
                       "layout": tab.layouts[row], "cards": pick.cards[g], "share": pick.shares[g],
                       "group_step_s": pick.group_steps_s[u], "idle_s": idle[u],
-                      "failure_rate_per_h": float(T.failure_rate(tab.sc, pick.cards[g])) * HOUR,
+                      "failure_rate_per_h": card_failure_rate(tab.sc, pick.cards[g]) * HOUR,
                       "cost": PM.pool_cost(pick.cards[g], tab.pool.price_card_hour, pick.finish_s)})
-    rates = [float(T.failure_rate(ps.tables[g].sc, pick.cards[g])) for g in used]
+    rates = [card_failure_rate(ps.tables[g].sc, pick.cards[g]) for g in used]
     return {"pools": pools, "step_s": pick.step_s, "cross_pool_s": pick.cross_s,
+            "checkpoint_write_s": T.checkpoint_write_time(sc),
             "cross_pool_bytes": PM.cross_pool_bytes(grad_bytes, len(used)),
-            "failure_rate_per_h": PM.mixed_failure_rate(rates) * HOUR, "overhead": pick.overhead,
+            "failure_rate_per_h": PM.mixed_failure_rate(rates, float(T.failure_rate(sc, 0))) * HOUR,
+            "overhead": pick.overhead,
             "save_interval_s": pick.save_interval_s, "finish_days": pick.finish_s / DAY, "cost": pick.cost}
 
 
@@ -374,13 +391,15 @@ def pools_text(ps: PoolsSolve, sc: Scenario) -> str:
         e = pick_entry(ps, pick, sc)
         lines.append(f"\n{title}: {e['cost']:,.0f} USD, finish {e['finish_days']:.2f} d, step {e['step_s']:.3f} s "
                      f"(cross-pool all-reduce {e['cross_pool_s']:.3f} s, {e['cross_pool_bytes'] / 1e9:.1f} GB "
-                     f"a step), {e['failure_rate_per_h']:.3f} interruptions/h, overhead {e['overhead']:.2%}")
+                     f"a step), {e['failure_rate_per_h']:.3f} interruptions/h, save every "
+                     f"{e['save_interval_s']:,.0f} s ({e['checkpoint_write_s']:.0f} s write), overhead "
+                     f"{e['overhead']:.2%}")
         for p in e["pools"]:
             lay = p["layout"]
             lines.append(f"  {p['pool']:<24} {p['cards']:>5} cards  TP {lay['tp']} PP {lay['pp']} DP {lay['dp']} "
                          f"ZeRO-{lay['zero_stage']} mb {lay['micro_batch']} recompute {lay['recompute']}  "
                          f"share {p['share']:>5}  group {p['group_step_s']:.3f} s  idle {p['idle_s']:.3f} s  "
-                         f"{p['cost']:,.0f} USD")
+                         f"{p['memory_per_card_gib']:.1f}/{p['usable_gib']:.1f} GiB  {p['cost']:,.0f} USD")
     lines.append("")
     lines += verdict(ps)
     lines.append(f"\n{ps.plans:,} plans compared, {sum(t.evaluated for t in ps.tables):,} group evaluations, "

@@ -169,6 +169,19 @@ def test_cross_pool_and_failure_relations_by_hand():
     assert PM.mixed_step_s((15.9, 11.3), 0.06) == pytest.approx(15.96)
     assert PM.idle_s((15.9, 11.3)) == pytest.approx([0.0, 4.6])
     assert PM.mixed_failure_rate((1e-5, 2e-5)) == pytest.approx(3e-5)
+    assert PM.mixed_failure_rate((1e-5, 2e-5), 1e-6) == pytest.approx(3.1e-5)
+
+
+def test_the_job_failure_rate_is_the_summed_cards_rate():
+    """The report's mixed rate (sum of the pools' card rates + job events once) is the rate of all the cards:
+    Meta's 1,024-card jobs, one interruption per 7.9 h, so n cards fail n / 1024 / 7.9 per hour."""
+    sc = load_scenario(_raw("2d"))
+    ps = OP.solve_pools(sc)
+    assert ps.best is not None
+    e = OP.pick_entry(ps, ps.best, sc)
+    n = sum(ps.best.cards)
+    assert e["failure_rate_per_h"] == pytest.approx(n / 1024 / 7.9, rel=1e-9)
+    assert sum(g["failure_rate_per_h"] for g in e["pools"]) == pytest.approx(e["failure_rate_per_h"])
     assert PM.pool_cost(96, 1.8, 2 * HOUR) == pytest.approx(96 * 1.8 * 2)
 
 
@@ -245,3 +258,4 @@ def test_solve_prints_the_pools_report(tmp_path, capsys, monkeypatch):
     d = json.loads(capsys.readouterr().out)
     assert d["status"] == "optimal" and sum(g["share"] for g in d["best"]["pools"]) == 32
     assert d["alone"]["h100-sxm (owned)"] is None
+    assert all(0 < g["memory_per_card_gib"] <= g["usable_gib"] for g in d["best"]["pools"])
