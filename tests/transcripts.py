@@ -73,6 +73,7 @@ CASES: dict[str, list[str]] = {
     "design-solve-confidence": ["solve", "--scenario", DC, "--confidence", "95%"],
     "design-solve-confidence-infeasible": ["solve", "--scenario", DC, "--confidence", "95%", "--step-sigma", "0.15"],
     "bad-confidence": ["solve", "--scenario", DC, "--confidence", "150%"],
+    "pools-solve": ["solve", "--scenario", "examples/pools-h100-a100.toml"],
 }
 
 _TIMING = (re.compile(r'("(?:wall_s|[a-z_]*_wall_s)": )-?[0-9.e+-]+'),  # JSON timings
