@@ -183,6 +183,7 @@ class PoolsSolve:
     fastest: list[Pick | None]  # each pool's fastest plan alone, the deadline and the budget aside
     plans: int  # (layout, layout, share) points the search compared
     wall_s: float
+    objective: str = "cost"  # "cost" (ties: the earlier finish) or "finish" (ties: the lower cost)
 
 
 def share_list(batch: int) -> np.ndarray[Any, Any]:
@@ -287,14 +288,17 @@ def solve_pools(sc: Scenario, objective: str = "cost") -> PoolsSolve:
         mixed = _best(candidates[before:], objective)
     best = _best([p for p in (*alone, mixed) if p is not None], objective)
     return PoolsSolve(tables=tables, best=best, mixed=mixed, alone=alone, fastest=fastest, plans=plans,
-                      wall_s=time.process_time() - t0)
+                      wall_s=time.process_time() - t0, objective=objective)
+
+
+def _key(p: Pick, objective: str) -> tuple[float, float]:
+    """(cost, finish) or, for ``objective = "finish"``, (finish, cost)."""
+    return (p.cost, p.finish_s) if objective == "cost" else (p.finish_s, p.cost)
 
 
 def _best(picks: list[Pick], objective: str) -> Pick | None:
     """The cheapest (ties: earliest) pick, or the earliest (ties: cheapest) for ``objective = "finish"``."""
-    if not picks:
-        return None
-    return min(picks, key=lambda p: (p.cost, p.finish_s) if objective == "cost" else (p.finish_s, p.cost))
+    return min(picks, key=lambda p: _key(p, objective)) if picks else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -343,7 +347,7 @@ def pools_dict(ps: PoolsSolve, sc: Scenario) -> dict[str, Any]:
     def entry(pick: Pick | None) -> dict[str, Any] | None:
         return pick_entry(ps, pick, sc) if pick is not None else None
 
-    return {"status": "optimal" if ps.best is not None else "infeasible", "objective": "cost",
+    return {"status": "optimal" if ps.best is not None else "infeasible", "objective": ps.objective,
             "best": entry(ps.best), "mixed": entry(ps.mixed),
             "alone": {t.pool.label: entry(a) for t, a in zip(ps.tables, ps.alone, strict=True)},
             "comparison": verdict(ps), "plans": ps.plans,
@@ -365,15 +369,15 @@ def verdict(ps: PoolsSolve) -> list[str]:
         elif a is None:
             out.append(f"mixed wins against {name} alone: no plan of that pool alone meets the job's limits "
                        f"({why}; deadline {F.limit(F.DEADLINE, tab.sc) / DAY:.2f} d)")
-        elif (m.cost, m.finish_s) < (a.cost, a.finish_s):
+        elif _key(m, ps.objective) < _key(a, ps.objective):
             out.append(f"mixed wins against {name} alone: {m.cost:,.0f} vs {a.cost:,.0f} USD "
                        f"({m.finish_s / DAY:.2f} vs {a.finish_s / DAY:.2f} d)")
         else:
             out.append(f"mixed loses against {name} alone: {m.cost:,.0f} vs {a.cost:,.0f} USD "
                        f"({m.finish_s / DAY:.2f} vs {a.finish_s / DAY:.2f} d): that pool meets the job's limits "
-                       f"alone; the cheapest mixed plan ({' + '.join(str(c) for c in m.cards)} cards) bills "
-                       f"{m.cost - a.cost:,.0f} USD more and runs a {m.cross_s:.2f} s cross-pool all-reduce a "
-                       f"step with {max(PM.idle_s(m.group_steps_s)):.2f} s of idle time in its faster group")
+                       f"alone; the best mixed plan ({' + '.join(str(c) for c in m.cards)} cards) runs a "
+                       f"{m.cross_s:.2f} s cross-pool all-reduce a step with "
+                       f"{max(PM.idle_s(m.group_steps_s)):.2f} s of idle time in its faster group")
     return out
 
 
