@@ -73,6 +73,7 @@ from tpopt.models.plan import (
     Task,
     schedule_name,
 )
+from tpopt.models.pools import Pool
 from tpopt.models.sites import MODES as SITE_MODES
 from tpopt.models.sites import Site as SiteSpec
 from tpopt.models.sites import SitesInput
@@ -199,6 +200,7 @@ def _retarget_card_overrides(hw: dict[str, Any], new: object) -> None:
 def build_scenario(raw: dict[str, Any], catalog: Catalog | None = None) -> Scenario:
     """Validate the raw tables against their declarations (:mod:`tpopt.catalogs.schema`) and convert every
     value to SI units exactly once."""
+    raw, pool_tables = split_pools(raw)
     check_keys(raw)
     cat = catalog or load_catalog()
     raw = market_hardware(raw, cat)
@@ -241,7 +243,54 @@ def build_scenario(raw: dict[str, Any], catalog: Catalog | None = None) -> Scena
                     cost=CostOptions(budget.max_cost), moe=moe_opts, overlap=comm.overlap, name=str(name),
                     tp_overlap=comm.tp_overlap, dp_overlap=comm.dp_overlap, stages=stages, cp_method=comm.cp_method,
                     cp_split=comm.cp_split, stack=stack,
-                    market=market_options(raw.get("market"), cat, tuple(systems)))
+                    market=market_options(raw.get("market"), cat, tuple(systems)),
+                    pools=read_pools(pool_tables, systems))
+
+
+POOL_KEYS = ("accelerator", "max_cards", "card_hour", "owned")
+
+
+def split_pools(raw: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``[[hardware.pools]]`` taken out of the raw tables (a mixed plan, :mod:`tpopt.optimizer.pools`); the
+    hardware's accelerators become the pools' (in order). No pools: the tables unchanged."""
+    hw = raw.get("hardware")
+    if not isinstance(hw, dict) or "pools" not in hw:
+        return raw, []
+    tables = hw["pools"]
+    if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
+        raise InputError("hardware.pools: give one [[hardware.pools]] table per accelerator pool")
+    for t in tables:
+        if not isinstance(t.get("accelerator"), str):
+            raise InputError("hardware.pools: each pool needs accelerator = \"<catalog name>\"")
+    names = [t["accelerator"] for t in tables]
+    if len(set(names)) != len(names):
+        raise InputError("hardware.pools: one pool per accelerator (merge the tables of a repeated accelerator)")
+    rest = {k: v for k, v in hw.items() if k != "pools"}
+    return {**raw, "hardware": {**rest, "accelerator": names}}, tables
+
+
+def read_pools(tables: list[dict[str, Any]], systems: dict[str, System]) -> tuple[Pool, ...]:
+    """The pools of ``[[hardware.pools]]``: accelerator, ``max_cards`` (availability), ``card_hour`` (USD per
+    card-hour; default the accelerator's price, or 0 for ``owned = true``: an owned pool bills only a stated
+    internal price)."""
+    pools = []
+    for t in tables:
+        name = t["accelerator"]
+        unknown = sorted(set(t) - set(POOL_KEYS))
+        if unknown:
+            raise InputError(f"hardware.pools ({name}): unknown key {unknown[0]!r} (use {', '.join(POOL_KEYS)})")
+        cards = t.get("max_cards")
+        if not isinstance(cards, int) or isinstance(cards, bool) or cards < 1:
+            raise InputError(f"hardware.pools ({name}): max_cards must be a positive whole number of cards")
+        owned = t.get("owned", False)
+        if not isinstance(owned, bool):
+            raise InputError(f"hardware.pools ({name}): owned must be true or false")
+        price = t.get("card_hour", 0.0 if owned else systems[name].price_card_hour)
+        if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
+            raise InputError(f"hardware.pools ({name}): card_hour must be a price in USD per card-hour "
+                             "(the catalog has none for this accelerator; state it, or owned = true)")
+        pools.append(Pool(accelerator=name, max_cards=cards, price_card_hour=float(price), owned=owned))
+    return tuple(pools)
 
 
 def stack_comm_defaults(comm: CommKeys, stated: dict[str, Any], stack: StackProfile, *, per_op: bool) -> CommKeys:

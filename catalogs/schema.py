@@ -98,6 +98,13 @@ def _stack(value: Any, what: str, _context: Any) -> str:
     return value
 
 
+def _pool_tables(value: Any, what: str, _context: Any) -> list[dict[str, Any]]:
+    """[[hardware.pools]]: one table per accelerator pool (read by catalogs.scenario.read_pools)."""
+    if not isinstance(value, list) or not value or not all(isinstance(t, dict) for t in value):
+        raise InputError(f"{what}: give one [[hardware.pools]] table per accelerator pool")
+    return value
+
+
 def _flag(value: Any, what: str, _context: Any = None) -> bool:
     if not isinstance(value, bool):
         raise InputError(f"{what} must be true or false")
@@ -348,6 +355,9 @@ class HardwareKeys:
     stack: str = key(Kind(_stack, "catalogs/stacks.toml name"), DEFAULT_STACK,
                      help="software stack (catalogs/stacks.toml): per-step and per-micro-batch overheads, "
                           "communicator buffers and allocator reserve of the per-operation model")
+    pools: list[dict[str, Any]] | None = key(Kind(_pool_tables, "[[hardware.pools]] tables"),
+                                             help="accelerator pools of a mixed plan (docs/pools.md): accelerator, "
+                                                  "max_cards, card_hour or owned = true")
 
 
 @dataclass(frozen=True, eq=False, repr=False)

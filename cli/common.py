@@ -303,13 +303,18 @@ def echo_builtin_note(kw: dict[str, Any], as_json: bool = False, out: dict[str, 
     click.echo(fit_lines(note))
 
 
-def load_scenario_from(kw: dict[str, Any], extra: dict[str, Any] | None = None) -> Scenario:
-    """Build the scenario named by the shared options (plus command-specific raw overrides)."""
+def load_scenario_from(kw: dict[str, Any], extra: dict[str, Any] | None = None, *, pools: bool = False) -> Scenario:
+    """Build the scenario named by the shared options (plus command-specific raw overrides). ``pools``: the
+    command plans [[hardware.pools]] (``tpopt solve``); every other command refuses them in one line."""
 
     ov = overrides_from(kw)
     if extra:
         ov.update(extra)
-    return load_scenario(scenario_source(kw), ov, kw.get("catalog_dirs") or ())
+    sc = load_scenario(scenario_source(kw), ov, kw.get("catalog_dirs") or ())
+    if sc.pools and not pools:
+        raise InputError("[[hardware.pools]]: a mixed plan over accelerator pools is planned by `tpopt solve` only "
+                         "(drop the pools for this command)")
+    return sc
 
 
 @overload

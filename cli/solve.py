@@ -62,8 +62,11 @@ def solve(top: int, no_analysis: bool, sensitivity: bool, timing: bool, as_json:
         check_new_file(export, "--export", force)
     if html:
         check_new_file(html, "--html", force)
-    sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost"), "search.cp": search_list(kw.get("cp_sizes"))})
+    sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost"), "search.cp": search_list(kw.get("cp_sizes"))},
+                            pools=True)
     req = request_from(kw, top)
+    if sc.pools:  # a mixed plan over accelerator pools (optimizer/pools.py)
+        return _pools(sc, req.objective, as_json)
     with live_progress("tpopt solve", req.clock, quiet or as_json) as line:
         pr = P.plan(sc, kw["solver"], req, analyse=not no_analysis, sensitivity=sensitivity, export=export,
                     on_export=_tell_export, inputs=lambda: raw_and_catalog(kw), progress=line.tell)
@@ -110,6 +113,16 @@ def _plan_text(out: dict[str, Any], view: Scenario, timing: bool, sensitivity: b
     if sensitivity:
         text += "\n" + sensitivity_text(out["sensitivities"])
     return text
+
+
+def _pools(sc: Scenario, objective: str, as_json: bool) -> None:
+    """`tpopt solve` on a scenario with [[hardware.pools]]: the mixed plan, each pool alone, the comparison."""
+    from tpopt.optimizer import pools  # lazy: only mixed-pool scenarios need it
+
+    ps = pools.solve_pools(sc, "finish" if objective == "time" else "cost")
+    click.echo(dump_json(pools.pools_dict(ps, sc)) if as_json else pools.pools_text(ps, sc), nl=False)
+    if ps.best is None:
+        raise SystemExit(EXIT_INFEASIBLE)
 
 
 def _tell_export(exported: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ from tpopt.models.finish import Risk
 from tpopt.models.hardware import Accelerator, StackProfile
 from tpopt.models.market import MarketOptions
 from tpopt.models.memory import StateRecipe, stored_recipe
+from tpopt.models.pools import Pool
 from tpopt.models.roofline import PerfParams
 
 SAVE_MODES = ("sync", "async")
@@ -295,6 +296,9 @@ class Scenario:
     risk: Risk = field(default_factory=Risk)  # inputs of the finish-time distribution (models/finish.py)
     stack: StackProfile = field(default_factory=StackProfile)  # the software stack ([hardware] stack)
     market: MarketOptions = field(default_factory=MarketOptions)  # offers to choose from (none: the [cost] prices)
+    # accelerator pools of a mixed plan ([[hardware.pools]], models/pools.py); empty: one homogeneous cluster.
+    # Left out of the repr so a homogeneous scenario's fingerprint is what it was.
+    pools: tuple[Pool, ...] = field(default=(), repr=False)
 
     def overlap_fractions(self) -> tuple[tuple[float, float], float]:
         """((chunked, async) tensor-parallel, data-parallel) overlap; ``overlap = false`` turns all off."""

@@ -96,6 +96,9 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
     the plan and status alone; each entry costs a dozen quantile roots). ``space``: the scenario's design space
     when the caller holds one (without batch choices: :func:`_chosen` passes one sharing the report's tables)."""
     req = req or Request()
+    if sc.pools:
+        raise InputError("[[hardware.pools]]: a mixed plan over accelerator pools is solved by "
+                         "tpopt.optimizer.pools.solve_pools (`tpopt solve`), not by one design space")
     solver = backends.checked(backend)  # resolved once: the modules below are handed the Solver
     solver.require(req)  # a missing solver fails here, before anything is written
     if export and outer.has_task_choices(sc):

@@ -73,6 +73,8 @@ SAMPLES = {
     "hardware.accelerator": ('["rtx4090", "h100-sxm"]', ("rtx4090", "h100-sxm")),
     "hardware.efficiency": ('"40%"', 0.4),
     "hardware.stack": ('"torchtitan"', "torchtitan"),
+    "hardware.pools": ('[{accelerator = "h100-sxm", max_cards = 512, owned = true}]',
+                       [{"accelerator": "h100-sxm", "max_cards": 512, "owned": True}]),
     "hardware.usable_memory": ('"22GiB"', 22 * GIB),
     "hardware.cards_per_host": ("8", 8),
     "hardware.peak": ('"989TFLOP/s"', 989e12),

@@ -75,6 +75,7 @@ CASES: dict[str, list[str]] = {
     "bad-confidence": ["solve", "--scenario", DC, "--confidence", "150%"],
     "sites-405b": ["sites", "--scenario", "examples/sites-llama3-405b.toml"],
     "sites-405b-json": ["sites", "--scenario", "examples/sites-llama3-405b.toml", "--json"],
+    "pools-solve": ["solve", "--scenario", "examples/pools-h100-a100.toml"],
 }
 
 _TIMING = (re.compile(r'("(?:wall_s|[a-z_]*_wall_s)": )-?[0-9.e+-]+'),  # JSON timings

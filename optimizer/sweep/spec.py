@@ -247,6 +247,9 @@ def build_spec(scenario_path: str | Path | dict[str, Any], cli: dict[str, Any] |
 
     # the scenario as the file gives it (validates every table, the model and the hardware names)
     base0 = build_scenario(with_overrides(raw, fixed), catalog)
+    if base0.pools:
+        raise InputError("tpopt sweep does not plan [[hardware.pools]]: solve the mixed plan with tpopt solve, or "
+                         "sweep without the pools")
     if base0.market.offers:
         raise InputError("tpopt sweep does not choose among [market] offers yet: solve the scenario with tpopt solve, "
                          "or sweep without the [market] table")

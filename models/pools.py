@@ -1,0 +1,86 @@
+"""Heterogeneous plans, form (a): data-parallel groups per accelerator type (issue 40, item 1).
+
+A job combines pools of different accelerator types (``[[hardware.pools]]``). Pool ``g`` runs its own layout
+(TP / PP / ZeRO / micro-batch of the single-accelerator model) with ``DP_g`` replicas and a share ``b_g`` of
+the global batch ``B`` (``sum_g b_g = B``; ``b_g`` a multiple of ``micro_batch_g x DP_g``). Every group runs
+the same model on its share, reduces its gradients inside the pool as a homogeneous plan does, then the pools
+reduce across the pool boundary. The relations here are pure (no solver): the optimizer
+(:mod:`tpopt.optimizer.pools`) chooses the layouts and shares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tpopt.models.units import HOUR
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One accelerator pool: its card type, how many cards are available, what a card-hour costs.
+
+    ``owned``: cards the team already has; they bill ``price_card_hour`` (0 unless an internal price is
+    stated). A rented pool bills its cards for the job's hours."""
+
+    accelerator: str
+    max_cards: int
+    price_card_hour: float
+    owned: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.accelerator} ({'owned' if self.owned else 'rented'})"
+
+
+def mixed_step_s(group_steps_s: Sequence[float], cross_pool_s: float) -> float:
+    """Step time of the mixed job: ``t = max_g t_g(b_g) + t_x`` (the pools wait for the slowest group, then
+    reduce across the boundary; the cross-pool reduction is not hidden behind compute, a conservative bound)."""
+    return max(group_steps_s) + cross_pool_s
+
+
+def idle_s(group_steps_s: Sequence[float]) -> list[float]:
+    """Idle time of each group per step: ``max_h t_h - t_g`` (0 for the slowest group)."""
+    slowest = max(group_steps_s)
+    return [slowest - t for t in group_steps_s]
+
+
+def cross_pool_bytes(grad_bytes: float, pools: int) -> float:
+    """Bytes each gradient shard sends across the pool boundary per step: a ring all-reduce over the ``P``
+    pools' copies of the gradients, ``2 (P - 1) / P x G`` (``G`` = the gradient bytes; 0 for one pool)."""
+    return 2.0 * (pools - 1) / pools * grad_bytes if pools > 1 else 0.0
+
+
+def inter_pool_bandwidth(hosts: Sequence[int], host_bw: Sequence[float]) -> float:
+    """Bytes/s across the pool boundary: one stream per host of the smallest pool, at the slower pool's
+    per-host scale-out bandwidth (NIC bandwidth x NICs per host): ``min_g H_g x min_g bw_g``."""
+    return min(hosts) * min(host_bw)
+
+
+def cross_pool_s(grad_bytes: float, hosts: Sequence[int], host_bw: Sequence[float]) -> float:
+    """Cross-pool gradient all-reduce time per step: ``2 (P - 1) / P x G / (min_g H_g x min_g bw_g)``; 0 for
+    one pool (``P`` = pools in use)."""
+    p = len(hosts)
+    return cross_pool_bytes(grad_bytes, p) / inter_pool_bandwidth(hosts, host_bw) if p > 1 else 0.0
+
+
+def mixed_failure_rate(pool_rates_per_s: Sequence[float], job_events_per_s: float = 0.0) -> float:
+    """Interruptions per second of the mixed job: ``lam = sum_g lam_g + lam_job`` (any pool's card failure stops
+    the whole synchronous job; ``lam_g = n_g / MTBF_card``; job-wide events such as planned stops count once)."""
+    return float(sum(pool_rates_per_s)) + job_events_per_s
+
+
+def pool_cost(cards: int, price_card_hour: float, finish_s: float) -> float:
+    """What pool ``g`` bills: ``n_g x p_g x finish / 3600`` (USD; an owned pool at its internal price, 0 by
+    default)."""
+    return cards * price_card_hour * finish_s / HOUR
+
+
+def balanced_share(fixed_s: tuple[float, float], per_sequence_s: tuple[float, float], batch: int) -> float:
+    """The continuous balance of two groups with affine step times ``t_g(b) = a_g + c_g b``: the share of group
+    1 at which both finish together, ``a_1 + c_1 b_1 = a_2 + c_2 (B - b_1)``, i.e.
+    ``b_1 = (a_2 - a_1 + c_2 B) / (c_1 + c_2)``, kept within ``[0, B]``. The optimizer's shares are integers
+    (multiples of each group's micro-batch x DP) and are searched exactly; this is the rule they round."""
+    (a1, a2), (c1, c2) = fixed_s, per_sequence_s
+    share = (a2 - a1 + c2 * batch) / (c1 + c2)
+    return min(max(share, 0.0), float(batch))

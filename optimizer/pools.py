@@ -1,0 +1,411 @@
+"""The mixed plan as a decision: data-parallel groups per accelerator pool (issue 40, item 1, form (a)).
+
+**The space.** Each pool ``g`` (``[[hardware.pools]]``) runs one layout: TP, PP, ZeRO stage, micro-batch and
+recompute from the scenario's ``[search]`` lists, ``DP_g`` replicas (any count the pool's cards admit, whole
+hosts), and a share ``b_g`` of the global batch ``B`` (an integer multiple of ``micro_batch_g x DP_g``;
+``sum_g b_g = B``; a pool may be left out, ``b_g = 0``). The group's step time ``t_g(b_g)`` and its memory are
+the single-accelerator model's (:func:`tpopt.models.evaluate.evaluate_arrays` on the pool's accelerator at
+``global_batch = b_g``), so every per-pool family holds exactly as in a homogeneous plan (memory per card and
+per host, batch divisibility, whole hosts, TP within a host, heads, pipeline shape, the pool's cards).
+
+**The job.** ``step = max_g t_g(b_g) + t_x`` (:func:`tpopt.models.pools.mixed_step_s`, the cross-pool all-reduce
+:func:`tpopt.models.pools.cross_pool_s` over the slower pool's NICs), ``finish = reserved + iterations x step x
+(1 + L)`` with the checkpoint and failure overhead ``L`` at the mixed job's failure rate (the sum over pools:
+the scenario's card MTBF applies to every card, so the rate is the one of ``n_1 + n_2`` cards) and the save
+interval of ``[search]`` (``auto``: the optimum for that rate); ``cost = sum_g n_g x p_g x finish / 3600``
+(an owned pool at its internal price, 0 by default). The deadline, ``cost.max_cost`` and the input pipeline
+(``B / step`` against the pools' summed supply) are checked on the job.
+
+**Exact.** The minimum cost (ties: the earlier finish) over that space is found exactly: every pool's step
+times are tabulated at every share its layouts admit (one vectorised evaluation per share), layouts with the
+same card count whose step times are no better at every share are dropped (they cannot lower the cost, the
+finish or raise the cross-pool bandwidth), and every pair of remaining layouts is tried at every integer split
+of the batch. No monotonicity of ``t_g`` in ``b_g`` is assumed.
+
+**Restrictions of this first version.** At most two pools; one layout per pool (every replica of a pool runs
+the same layout); the schedule, offload, save mode and NICs per host are the ``[search]`` lists' first values;
+the cross-pool reduction is not hidden behind compute; form (b) (pipeline stages on different types) is not
+planned. Each homogeneous plan (one pool alone, same space) is solved too and compared.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from tpopt.errors import InputError
+from tpopt.models import families as F
+from tpopt.models import pools as PM
+from tpopt.models import terms as T
+from tpopt.models.arch import param_count
+from tpopt.models.evaluate import CONSTRAINT_NAMES, evaluate_arrays
+from tpopt.models.plan import Scenario
+from tpopt.models.units import DAY, HOUR
+
+JOB_FAMILIES = (F.DEADLINE, F.BUDGET, F.STEP_BUDGET, F.INPUT_THROUGHPUT, F.CHECKPOINT)
+"""Families of the whole job, checked on the mixed plan (not per pool)."""
+POOL_FAMILIES = tuple(n for n in CONSTRAINT_NAMES if n not in JOB_FAMILIES)
+"""Families every pool's group meets at its share, exactly as a homogeneous plan does."""
+LAYOUT_KEYS = ("tp", "pp", "zero_stage", "micro_batch", "dp")
+MAX_POOLS = 2
+
+
+def pool_scenario(sc: Scenario, pool: PM.Pool) -> Scenario:
+    """The scenario on ``pool`` alone: its accelerator at its price per card-hour (NICs included), at most its
+    cards, no pools left to choose."""
+    system = replace(sc.system(pool.accelerator), price_card_hour=pool.price_card_hour, nic_price_hour=0.0)
+    search = replace(sc.search, accelerators=(pool.accelerator,), max_cards=pool.max_cards)
+    return replace(sc, systems={pool.accelerator: system}, search=search, pools=())
+
+
+def at_share(sc: Scenario, share: int) -> Scenario:
+    """The pool's scenario running ``share`` sequences per step (its part of the global batch)."""
+    return replace(sc, task=replace(sc.task, global_batch=int(share)))
+
+
+@dataclass
+class PoolTable:
+    """One pool's layouts (rows) and their group step time at every share (columns; inf where the layout
+    does not admit the share or breaks a per-pool family)."""
+
+    pool: PM.Pool
+    sc: Scenario
+    layouts: list[dict[str, Any]]
+    cards: np.ndarray[Any, Any]
+    hosts: np.ndarray[Any, Any]
+    steps: np.ndarray[Any, Any]  # rows x len(shares)
+    supply: np.ndarray[Any, Any]  # sequences per second the pool's input workers prepare
+    host_bw: float  # bytes/s per host across the scale-out network (NIC bandwidth x NICs per host)
+    evaluated: int  # layouts x shares evaluated
+
+    def fastest(self, column: int) -> int:
+        return int(np.argmin(self.steps[:, column]))
+
+
+def layout_grid(sc: Scenario, max_cards: int) -> dict[str, np.ndarray[Any, Any]]:
+    """Every (TP, PP, ZeRO, micro-batch, DP) of the ``[search]`` lists with ``TP x PP x DP <= max_cards``,
+    flattened."""
+    se = sc.search
+    rows = [(tp, pp, z, mb, dp) for tp, pp, z, mb in itertools.product(se.tp, se.pp, se.zero_stage, se.micro_batch)
+            for dp in range(1, max_cards // (tp * pp) + 1)]
+    if not rows:
+        raise InputError(f"no layout of [search] tp x pp fits {max_cards} cards")
+    cols = np.array(rows, dtype=int).T
+    return dict(zip(LAYOUT_KEYS, cols, strict=True))
+
+
+def fixed_choices(sc: Scenario) -> dict[str, Any]:
+    """The choices a pool's layouts share: the first schedule, offload and save mode of ``[search]``."""
+    return {"schedule": sc.search.schedule[0], "offload": sc.search.offload[0], "save_mode": sc.search.save_mode[0]}
+
+
+def pool_table(sc: Scenario, pool: PM.Pool, shares: np.ndarray[Any, Any]) -> PoolTable:
+    """Step times of every layout of ``pool`` at every share (see the module: one evaluation per share and
+    recompute choice, the layouts vectorised; per-pool families enforced), then the dominated layouts
+    dropped."""
+    psc = pool_scenario(sc, pool)
+    grid = layout_grid(psc, pool.max_cards)
+    n = len(grid["tp"])
+    fixed = fixed_choices(psc)
+    recomputes = psc.search.recompute
+    steps = np.full((n * len(recomputes), len(shares)), np.inf)
+    quantum = grid["dp"] * grid["micro_batch"]
+    evaluated = 0
+    for j, b in enumerate(shares):
+        rows = np.flatnonzero(int(b) % quantum == 0)
+        if not rows.size:
+            continue
+        s = at_share(psc, int(b))
+        for k, rc in enumerate(recomputes):
+            with np.errstate(divide="ignore", invalid="ignore"):  # the grid's own finish and cost are unused
+                kw: dict[str, Any] = {"recompute": rc, **fixed, **{key: grid[key][rows] for key in LAYOUT_KEYS}}
+                r = evaluate_arrays(s, pool.accelerator, **kw)
+            ok = np.ones(rows.size, dtype=bool)
+            for name in POOL_FAMILIES:
+                v, lim = r[("c", name)]
+                ok &= np.asarray(v <= lim)
+            steps[k * n + rows, j] = np.where(ok, r["step_s"], np.inf)
+            evaluated += rows.size
+    layouts: list[dict[str, Any]] = [{**{key: int(grid[key][i]) for key in LAYOUT_KEYS}, "recompute": rc}
+               for rc in recomputes for i in range(n)]
+    cards = np.array([lay["tp"] * lay["pp"] * lay["dp"] for lay in layouts])
+    keep = undominated(cards, steps)
+    acc = psc.system(pool.accelerator).acc
+    kept_cards = cards[keep]
+    return PoolTable(pool=pool, sc=psc, layouts=[layouts[i] for i in keep], cards=kept_cards,
+                     hosts=np.ceil(kept_cards / acc.cards_per_host).astype(int), steps=steps[keep],
+                     supply=np.asarray(T.input_supply(psc, pool.accelerator, kept_cards), dtype=float) * np.ones(
+                         len(keep)),
+                     host_bw=acc.nic_bw * acc.nics_per_host, evaluated=evaluated)
+
+
+def undominated(cards: np.ndarray[Any, Any], steps: np.ndarray[Any, Any]) -> list[int]:
+    """Rows worth keeping: feasible somewhere, and not matched or beaten at every share by another row with
+    the same card count (the earlier row kept on ties)."""
+    keep: list[int] = []
+    for n in np.unique(cards):
+        rows = [int(i) for i in np.flatnonzero(cards == n) if np.isfinite(steps[i]).any()]
+        mine: list[int] = []
+        for i in rows:
+            if any(np.all(steps[k] <= steps[i]) for k in mine):
+                continue
+            mine = [k for k in mine if not np.all(steps[i] <= steps[k])] + [i]
+        keep += mine
+    return sorted(keep)
+
+
+@dataclass
+class Pick:
+    """One plan of the mixed space: a layout row per pool (None: the pool is left out) and the shares."""
+
+    rows: tuple[int | None, ...]
+    shares: tuple[int, ...]
+    group_steps_s: tuple[float, ...]
+    cross_s: float
+    step_s: float
+    overhead: float
+    save_interval_s: float
+    finish_s: float
+    cost: float
+    cards: tuple[int, ...]
+
+
+@dataclass
+class PoolsSolve:
+    tables: list[PoolTable]
+    best: Pick | None  # the cheapest plan over the whole space (mixed or one pool alone)
+    mixed: Pick | None  # the cheapest plan that uses every pool
+    alone: list[Pick | None]  # the cheapest plan of each pool alone
+    fastest: list[Pick | None]  # each pool's fastest plan alone, the deadline and the budget aside
+    plans: int  # (layout, layout, share) points the search compared
+    wall_s: float
+    objective: str = "cost"  # "cost" (ties: the earlier finish) or "finish" (ties: the lower cost)
+
+
+def share_list(batch: int) -> np.ndarray[Any, Any]:
+    """Every integer share 1..B a group may take."""
+    return np.arange(1, batch + 1)
+
+
+def _job(sc: Scenario, cards: np.ndarray[Any, Any], step: np.ndarray[Any, Any]
+         ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Overhead, save interval and finish time of the mixed job at ``cards`` in all and ``step`` seconds."""
+    tau0 = sc.search.save_interval_s[0]
+    mode = sc.search.save_mode[0]
+    tau = T.optimal_save_interval(sc, cards, mode) if tau0 == 0.0 else np.full(np.shape(cards), tau0)
+    lo = T.overhead(sc, mode, cards, tau)
+    finish = sc.task.reserved_s + T.iteration_count(sc) * step * (1.0 + lo)
+    return np.asarray(lo), np.asarray(tau), np.asarray(finish)
+
+
+def solve_pools(sc: Scenario, objective: str = "cost") -> PoolsSolve:
+    """The cheapest (``objective = "cost"``, ties: earlier finish) or earliest (``"finish"``) plan over the
+    pools, exactly (see the module), with each pool alone for the comparison."""
+    t0 = time.process_time()
+    if len(sc.pools) > MAX_POOLS:
+        raise InputError(f"hardware.pools: at most {MAX_POOLS} pools are planned in this version "
+                         f"(got {len(sc.pools)})")
+    batch = sc.task.global_batch
+    shares = share_list(batch)
+    tables = [pool_table(sc, p, shares) for p in sc.pools]
+    grad_bytes = param_count(sc.model) * sc.state_recipe().grads
+    deadline = F.limit(F.DEADLINE, sc)
+    max_cost = F.limit(F.BUDGET, sc)
+    plans = 0
+    candidates: list[Pick] = []
+
+    def consider(rows: tuple[int | None, ...], picks: tuple[np.ndarray[Any, Any], ...], share: tuple[int, ...],
+                 limited: bool = True, objective: str = objective) -> None:
+        """Score a block of plans (arrays over the used pools' rows), keep the best feasible one (``limited``
+        False: the deadline and the budget not enforced)."""
+        nonlocal plans
+        used = [g for g, r in enumerate(rows) if r is not None]
+        grids = np.meshgrid(*picks, indexing="ij")
+        steps = [tables[g].steps[grids[i], share[g] - 1] for i, g in enumerate(used)]
+        group = np.maximum.reduce(steps) if len(steps) > 1 else steps[0]
+        cards = np.asarray(sum(tables[g].cards[grids[i]] for i, g in enumerate(used)))
+        if len(used) > 1:
+            hosts = [tables[g].hosts[grids[i]] for i, g in enumerate(used)]
+            bw = min(tables[g].host_bw for g in used)
+            cross = PM.cross_pool_bytes(grad_bytes, len(used)) / (np.minimum.reduce(hosts) * bw)
+        else:
+            cross = np.zeros(np.shape(group))
+        step = group + cross
+        lo, tau, finish = _job(sc, cards, step)
+        rate = sum(tables[g].cards[grids[i]] * tables[g].pool.price_card_hour for i, g in enumerate(used))
+        with np.errstate(invalid="ignore"):  # an infeasible row's inf finish at a 0 price
+            cost = np.where(np.isfinite(finish), rate * finish / HOUR, np.inf)
+        supply = sum(tables[g].supply[grids[i]] for i, g in enumerate(used))
+        ok = np.isfinite(step) & (batch / step <= supply)
+        if limited:
+            ok &= (finish <= deadline) & (cost <= max_cost)
+        plans += int(np.size(step))
+        if not ok.any():
+            return
+        first, second = (cost, finish) if objective == "cost" else (finish, cost)
+        key = np.where(ok, first, np.inf)
+        low = key.min()
+        tie = ok & (key <= low * (1 + 1e-12))
+        i = np.unravel_index(int(np.argmin(np.where(tie, second, np.inf))), np.shape(step))
+        chosen = [int(grids[u][i]) for u in range(len(used))]
+        full: list[int | None] = [None] * len(rows)
+        for u, g in enumerate(used):
+            full[g] = chosen[u]
+        candidates.append(Pick(rows=tuple(full), shares=share,
+                               group_steps_s=tuple(float(tables[g].steps[chosen[u], share[g] - 1]) if share[g] else 0.0
+                                                   for u, g in enumerate(used)),
+                               cross_s=float(cross[i]), step_s=float(step[i]), overhead=float(lo[i]),
+                               save_interval_s=float(tau[i]), finish_s=float(finish[i]), cost=float(cost[i]),
+                               cards=tuple(int(tables[g].cards[chosen[used.index(g)]]) if g in used else 0
+                                           for g in range(len(rows)))))
+
+    alone: list[Pick | None] = []
+    fastest: list[Pick | None] = []  # each pool's fastest plan alone, deadline and budget aside
+    for g, tab in enumerate(tables):
+        before = len(candidates)
+        rows_g = np.arange(len(tab.layouts))
+        share = tuple(batch if h == g else 0 for h in range(len(tables)))
+        alone_rows = tuple(0 if h == g else None for h in range(len(tables)))
+        consider(alone_rows, (rows_g,), share)
+        alone.append(_best(candidates[before:], objective))
+        before = len(candidates)
+        consider(alone_rows, (rows_g,), share, limited=False, objective="finish")
+        fastest.append(_best(candidates[before:], "finish"))
+        del candidates[before:]
+    mixed: Pick | None = None
+    if len(tables) == 2:
+        before = len(candidates)
+        r0, r1 = np.arange(len(tables[0].layouts)), np.arange(len(tables[1].layouts))
+        for b0 in range(1, batch):
+            c0 = np.isfinite(tables[0].steps[:, b0 - 1])
+            c1 = np.isfinite(tables[1].steps[:, batch - b0 - 1])
+            if c0.any() and c1.any():
+                consider((0, 0), (r0[c0], r1[c1]), (b0, batch - b0))
+        mixed = _best(candidates[before:], objective)
+    best = _best([p for p in (*alone, mixed) if p is not None], objective)
+    return PoolsSolve(tables=tables, best=best, mixed=mixed, alone=alone, fastest=fastest, plans=plans,
+                      wall_s=time.process_time() - t0, objective=objective)
+
+
+def _key(p: Pick, objective: str) -> tuple[float, float]:
+    """(cost, finish) or, for ``objective = "finish"``, (finish, cost)."""
+    return (p.cost, p.finish_s) if objective == "cost" else (p.finish_s, p.cost)
+
+
+def _best(picks: list[Pick], objective: str) -> Pick | None:
+    """The cheapest (ties: earliest) pick, or the earliest (ties: cheapest) for ``objective = "finish"``."""
+    return min(picks, key=lambda p: _key(p, objective)) if picks else None
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+
+def card_failure_rate(sc: Scenario, cards: int) -> float:
+    """A pool's card failures per second (the job-wide events, counted once for the job, left out)."""
+    return float(T.failure_rate(sc, cards) - T.failure_rate(sc, 0))
+
+
+def pick_entry(ps: PoolsSolve, pick: Pick, sc: Scenario) -> dict[str, Any]:
+    """One plan's figures: per pool its layout, share, group step, idle time, cards and bill; the job's step,
+    cross-pool traffic, failure rate, finish and cost."""
+    used = [g for g, r in enumerate(pick.rows) if r is not None]
+    idle = PM.idle_s(pick.group_steps_s)
+    grad_bytes = param_count(sc.model) * sc.state_recipe().grads
+    pools = []
+    for u, g in enumerate(used):
+        tab = ps.tables[g]
+        row = pick.rows[g]
+        assert row is not None
+        lay = {**tab.layouts[row]}
+        with np.errstate(divide="ignore", invalid="ignore"):  # the group's own finish is not the job's
+            r = evaluate_arrays(at_share(tab.sc, pick.shares[g]), tab.pool.accelerator, **fixed_choices(tab.sc),
+                                **lay)
+        pools.append({"memory_per_card_gib": float(r["memory_per_card"]) / 2**30,
+                      "usable_gib": tab.sc.system(tab.pool.accelerator).acc.memory_usable / 2**30,
+                      "pool": tab.pool.label, "accelerator": tab.pool.accelerator, "owned": tab.pool.owned,
+                      "layout": tab.layouts[row], "cards": pick.cards[g], "share": pick.shares[g],
+                      "group_step_s": pick.group_steps_s[u], "idle_s": idle[u],
+                      "failure_rate_per_h": card_failure_rate(tab.sc, pick.cards[g]) * HOUR,
+                      "cost": PM.pool_cost(pick.cards[g], tab.pool.price_card_hour, pick.finish_s)})
+    rates = [card_failure_rate(ps.tables[g].sc, pick.cards[g]) for g in used]
+    return {"pools": pools, "step_s": pick.step_s, "cross_pool_s": pick.cross_s,
+            "checkpoint_write_s": T.checkpoint_write_time(sc),
+            "cross_pool_bytes": PM.cross_pool_bytes(grad_bytes, len(used)),
+            "failure_rate_per_h": PM.mixed_failure_rate(rates, float(T.failure_rate(sc, 0))) * HOUR,
+            "overhead": pick.overhead,
+            "save_interval_s": pick.save_interval_s, "finish_days": pick.finish_s / DAY, "cost": pick.cost}
+
+
+def pools_dict(ps: PoolsSolve, sc: Scenario) -> dict[str, Any]:
+    """The JSON report: status, the best, mixed and each pool's own plan (None where none is feasible), the
+    comparison lines and the search's size."""
+    def entry(pick: Pick | None) -> dict[str, Any] | None:
+        return pick_entry(ps, pick, sc) if pick is not None else None
+
+    return {"status": "optimal" if ps.best is not None else "infeasible", "objective": ps.objective,
+            "best": entry(ps.best), "mixed": entry(ps.mixed),
+            "alone": {t.pool.label: entry(a) for t, a in zip(ps.tables, ps.alone, strict=True)},
+            "comparison": verdict(ps), "plans": ps.plans,
+            "evaluations": sum(t.evaluated for t in ps.tables)}
+
+
+def verdict(ps: PoolsSolve) -> list[str]:
+    """Why the mixed plan wins or loses against each homogeneous plan (one line each)."""
+    out = []
+    m = ps.mixed
+    for tab, a, f in zip(ps.tables, ps.alone, ps.fastest, strict=True):
+        name = tab.pool.label
+        why = (f"its fastest plan finishes in {f.finish_s / DAY:.2f} d for {f.cost:,.0f} USD" if f is not None
+               else "no layout of it fits")
+        if m is None:
+            out.append(f"no plan uses both pools; {name} alone: "
+                       + (f"{a.cost:,.0f} USD in {a.finish_s / DAY:.2f} d" if a else f"no plan meets the job's limits "
+                          f"({why})"))
+        elif a is None:
+            out.append(f"mixed wins against {name} alone: no plan of that pool alone meets the job's limits "
+                       f"({why}; deadline {F.limit(F.DEADLINE, tab.sc) / DAY:.2f} d)")
+        elif _key(m, ps.objective) < _key(a, ps.objective):
+            out.append(f"mixed wins against {name} alone: {m.cost:,.0f} vs {a.cost:,.0f} USD "
+                       f"({m.finish_s / DAY:.2f} vs {a.finish_s / DAY:.2f} d)")
+        else:
+            out.append(f"mixed loses against {name} alone: {m.cost:,.0f} vs {a.cost:,.0f} USD "
+                       f"({m.finish_s / DAY:.2f} vs {a.finish_s / DAY:.2f} d): that pool meets the job's limits "
+                       f"alone; the best mixed plan ({' + '.join(str(c) for c in m.cards)} cards) runs a "
+                       f"{m.cross_s:.2f} s cross-pool all-reduce a step with "
+                       f"{max(PM.idle_s(m.group_steps_s)):.2f} s of idle time in its faster group")
+    return out
+
+
+def pools_text(ps: PoolsSolve, sc: Scenario) -> str:
+    """The plain-text report of a pools solve."""
+    lines = [f"Mixed-pool plan (data-parallel groups per accelerator type), {sc.task.global_batch} sequences "
+             "a step"]
+    if ps.best is None:
+        lines.append("no plan meets the deadline, the budget and the pools' availability")
+    for title, pick in [("best", ps.best), ("mixed (every pool used)", ps.mixed),
+                        *[(f"{t.pool.label} alone", a) for t, a in zip(ps.tables, ps.alone, strict=True)]]:
+        if pick is None:
+            lines.append(f"\n{title}: no feasible plan")
+            continue
+        e = pick_entry(ps, pick, sc)
+        lines.append(f"\n{title}: {e['cost']:,.0f} USD, finish {e['finish_days']:.2f} d, step {e['step_s']:.3f} s "
+                     f"(cross-pool all-reduce {e['cross_pool_s']:.3f} s, {e['cross_pool_bytes'] / 1e9:.1f} GB "
+                     f"a step), {e['failure_rate_per_h']:.3f} interruptions/h, save every "
+                     f"{e['save_interval_s']:,.0f} s ({e['checkpoint_write_s']:.0f} s write), overhead "
+                     f"{e['overhead']:.2%}")
+        for p in e["pools"]:
+            lay = p["layout"]
+            lines.append(f"  {p['pool']:<24} {p['cards']:>5} cards  TP {lay['tp']} PP {lay['pp']} DP {lay['dp']} "
+                         f"ZeRO-{lay['zero_stage']} mb {lay['micro_batch']} recompute {lay['recompute']}  "
+                         f"share {p['share']:>5}  group {p['group_step_s']:.3f} s  idle {p['idle_s']:.3f} s  "
+                         f"{p['memory_per_card_gib']:.1f}/{p['usable_gib']:.1f} GiB  {p['cost']:,.0f} USD")
+    lines.append("")
+    lines += verdict(ps)
+    lines.append(f"\n{ps.plans:,} plans compared, {sum(t.evaluated for t in ps.tables):,} group evaluations, "
+                 f"{sum(len(t.layouts) for t in ps.tables)} layouts kept")
+    return "\n".join(lines) + "\n"

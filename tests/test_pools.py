@@ -1,0 +1,261 @@
+"""Mixed plans over accelerator pools (issue 40, form (a)): the decision against a brute-force enumeration
+written here, the balance rule by hand, homogeneous scenarios untouched, bad pool input in one line."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tpopt.catalogs.scenario import load_scenario
+from tpopt.errors import InputError
+from tpopt.models import families as F
+from tpopt.models import pools as PM
+from tpopt.models import terms as T
+from tpopt.models.arch import param_count
+from tpopt.models.evaluate import evaluate_arrays
+from tpopt.models.units import DAY, HOUR
+from tpopt.optimizer import pools as OP
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _raw(deadline: str, a100_price: float = 1.8, h100_owned: bool = True) -> dict:
+    """Two small pools (16 H100, 16 A100: two 8-card hosts each), a 0.6B model, 32 sequences a step."""
+    h100 = {"accelerator": "h100-sxm", "max_cards": 16, "owned": True} if h100_owned else \
+        {"accelerator": "h100-sxm", "max_cards": 16, "card_hour": 3.0}
+    return {"model": {"name": "qwen3-0.6b"},
+            "task": {"tokens": "200B", "seq_len": 4096, "global_batch": 32, "precision": "bf16-mixed"},
+            "schedule": {"deadline": deadline, "reserved": "0d"},
+            "hardware": {"efficiency": 0.4, "pools": [h100, {"accelerator": "a100-80gb-sxm", "max_cards": 16,
+                                                            "card_hour": a100_price}]},
+            "checkpoint": {"write_bandwidth": "7GB/s", "restore": "120s",
+                           "job_mtbf": {"cards": 1024, "interval": "7.9h"}},
+            "search": {"zero_stage": [1], "tp": [1, 2], "pp": [1, 2], "micro_batch": [1, 2],
+                       "recompute": ["none"], "save_interval": ["auto"]}}
+
+
+def _value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_value(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    return json.dumps(v)
+
+
+def _toml(raw: dict) -> str:
+    """The tables as a TOML file (the pools as [[hardware.pools]])."""
+    out = []
+    for table, body in raw.items():
+        out.append(f"[{table}]")
+        out += [f"{k} = {_value(v)}" for k, v in body.items() if k != "pools"]
+        for pool in body.get("pools", []):
+            out.append(f"[[{table}.pools]]")
+            out += [f"{k} = {_value(v)}" for k, v in pool.items()]
+    return "\n".join(out) + "\n"
+
+
+GROUPS: dict[str, dict[int, list[tuple[int, int, float]]]] = {}
+
+
+def brute_force(sc, objective: str = "cost") -> tuple[float, float] | None:
+    """Every (layout, DP) of each pool (the pool's own cards, whole hosts) at every integer split of the batch,
+    each group evaluated alone through evaluate_arrays at its share, the job written out here: step = max of
+    the groups + 2 (P - 1) / P x G / (min hosts x min per-host NIC bandwidth), finish = iterations x step x
+    (1 + overhead at the summed cards), cost = sum of cards x price x finish. Returns (cost, finish) of the
+    best plan."""
+    B = sc.task.global_batch
+    se = sc.search
+    per_pool = []
+    for pool in sc.pools:
+        psc = OP.pool_scenario(sc, pool)
+        acc = psc.system(pool.accelerator).acc
+        if pool.accelerator in GROUPS:  # the groups' steps depend on neither the deadline nor the prices
+            per_pool.append((pool, GROUPS[pool.accelerator], acc.nic_bw * acc.nics_per_host))
+            continue
+        groups = GROUPS.setdefault(pool.accelerator, {})  # share -> [(cards, hosts, step)]
+        for b in range(1, B + 1):
+            bsc = replace(psc, task=replace(psc.task, global_batch=b))
+            for tp, pp, mb in itertools.product(se.tp, se.pp, se.micro_batch):
+                for dp in range(1, pool.max_cards // (tp * pp) + 1):
+                    r = evaluate_arrays(bsc, pool.accelerator, tp=tp, pp=pp, dp=dp, micro_batch=mb,
+                                        zero_stage=1, recompute="none", save_interval_s=1800.0)
+                    if all(float(r[("c", n)][0]) <= float(r[("c", n)][1]) for n in OP.POOL_FAMILIES):
+                        groups.setdefault(b, []).append((tp * pp * dp, math.ceil(tp * pp * dp / acc.cards_per_host),
+                                                         float(r["step_s"])))
+        per_pool.append((pool, groups, acc.nic_bw * acc.nics_per_host))
+    grad = param_count(sc.model) * sc.state_recipe().grads
+    best = None
+    for b0 in range(0, B + 1):
+        shares = (b0, B - b0)
+        options = [[(0, 0, None)] if s == 0 else per_pool[g][1].get(s, []) for g, s in enumerate(shares)]
+        for combo in itertools.product(*options):
+            used = [g for g, s in enumerate(shares) if s]
+            step = max(combo[g][2] for g in used)
+            if len(used) == 2:
+                step += grad / (min(combo[0][1], combo[1][1]) * min(per_pool[0][2], per_pool[1][2]))
+            cards = sum(c[0] for c in combo)
+            tau = T.optimal_save_interval(sc, cards, "sync")
+            finish = float(T.iteration_count(sc) * step * (1 + T.overhead(sc, "sync", cards, tau)))
+            cost = sum(combo[g][0] * sc.pools[g].price_card_hour for g in used) * finish / HOUR
+            if finish > F.limit(F.DEADLINE, sc):
+                continue
+            key = (cost, finish) if objective == "cost" else (finish, cost)
+            if best is None or key < best:
+                best = key
+    if best is None:
+        return None
+    return best if objective == "cost" else (best[1], best[0])
+
+
+@pytest.mark.parametrize("deadline, price, owned, objective", [
+    ("40d", 1.8, True, "cost"),   # loose: the owned pool alone, free
+    ("2d", 1.8, True, "cost"),    # tight: the owned pool needs rented help
+    ("2d", 0.2, False, "cost"),   # both rented, A100 cheap
+    ("2d", 1.8, True, "finish"),  # the fastest plan
+    ("0.5d", 1.8, True, "cost"),  # too tight for any plan
+])
+def test_mixed_solve_equals_brute_force(deadline, price, owned, objective):
+    sc = load_scenario(_raw(deadline, price, owned))
+    ps = OP.solve_pools(sc, objective)
+    want = brute_force(sc, objective)
+    if want is None:
+        assert ps.best is None
+        return
+    assert ps.best is not None
+    assert math.isclose(ps.best.cost, want[0], rel_tol=1e-9, abs_tol=1e-9)
+    assert math.isclose(ps.best.finish_s, want[1], rel_tol=1e-9)
+
+
+def test_the_tight_deadline_needs_both_pools():
+    """At 2 days the 16 owned H100 alone miss the deadline: the cheapest plan rents A100 beside them, and the
+    group shares sum to the batch."""
+    sc = load_scenario(_raw("2d"))
+    ps = OP.solve_pools(sc)
+    assert ps.alone[0] is None and ps.best is ps.mixed and ps.best is not None
+    assert sum(ps.best.shares) == 32 and all(s > 0 for s in ps.best.shares)
+    assert ps.fastest[0] is not None and ps.fastest[0].finish_s > 2 * DAY
+    assert any("mixed wins against h100-sxm (owned) alone" in line for line in OP.verdict(ps))
+
+
+def test_balance_rule_by_hand():
+    """t_1(b) = 2 + 0.5 b, t_2(b) = 1 + 1.0 b, B = 30: both finish together when 2 + 0.5 b = 1 + (30 - b),
+    i.e. 1.5 b = 29, b = 19.333...; then each group takes 2 + 9.667 = 11.667 s. The integer splits 19/11 and
+    20/10 both give a 12 s step (max(11.5, 12) and max(12, 11)), better than 18/12 (13 s) or 21/9 (12.5 s)."""
+    b = PM.balanced_share((2.0, 1.0), (0.5, 1.0), 30)
+    assert math.isclose(b, 29 / 1.5)
+    assert math.isclose(2 + 0.5 * b, 1 + 1.0 * (30 - b))
+    steps = {k: max(2 + 0.5 * k, 1 + 1.0 * (30 - k)) for k in range(31)}
+    assert min(steps.values()) == 12.0 and {k for k, v in steps.items() if v == 12.0} == {19, 20}
+    assert PM.balanced_share((100.0, 0.0), (1.0, 1.0), 30) == 0.0  # a slow fixed cost: all to group 2
+
+
+def test_cross_pool_and_failure_relations_by_hand():
+    """Two pools, G = 141.2 GB of BF16 gradients (70.6B params x 2 B): the ring moves 2 (2 - 1) / 2 x G = G
+    across; 12 hosts of the smaller pool at 200 GB/s (8 x 25 GB/s NICs) against 64 hosts at 400 GB/s: the
+    slower per-host bandwidth, 12 x 200e9 = 2.4e12 B/s, so 141.2e9 / 2.4e12 = 0.0588 s. Failure rates add."""
+    g = 70.6e9 * 2
+    assert PM.cross_pool_bytes(g, 2) == g and PM.cross_pool_bytes(g, 1) == 0.0
+    assert math.isclose(PM.cross_pool_s(g, (64, 12), (400e9, 200e9)), g / 2.4e12)
+    assert PM.cross_pool_s(g, (64,), (400e9,)) == 0.0
+    assert PM.mixed_step_s((15.9, 11.3), 0.06) == pytest.approx(15.96)
+    assert PM.idle_s((15.9, 11.3)) == pytest.approx([0.0, 4.6])
+    assert PM.mixed_failure_rate((1e-5, 2e-5)) == pytest.approx(3e-5)
+    assert PM.mixed_failure_rate((1e-5, 2e-5), 1e-6) == pytest.approx(3.1e-5)
+
+
+def test_the_job_failure_rate_is_the_summed_cards_rate():
+    """The report's mixed rate (sum of the pools' card rates + job events once) is the rate of all the cards:
+    Meta's 1,024-card jobs, one interruption per 7.9 h, so n cards fail n / 1024 / 7.9 per hour."""
+    sc = load_scenario(_raw("2d"))
+    ps = OP.solve_pools(sc)
+    assert ps.best is not None
+    e = OP.pick_entry(ps, ps.best, sc)
+    n = sum(ps.best.cards)
+    assert e["failure_rate_per_h"] == pytest.approx(n / 1024 / 7.9, rel=1e-9)
+    assert sum(g["failure_rate_per_h"] for g in e["pools"]) == pytest.approx(e["failure_rate_per_h"])
+    assert PM.pool_cost(96, 1.8, 2 * HOUR) == pytest.approx(96 * 1.8 * 2)
+
+
+def test_homogeneous_scenario_has_no_pools():
+    """No [[hardware.pools]]: the scenario carries none and its repr (sweep fingerprints) is unchanged."""
+    sc = load_scenario(ROOT / "examples" / "design-case.toml")
+    assert sc.pools == () and "pools" not in repr(sc)
+
+
+@pytest.mark.parametrize("pool, words", [
+    ({"accelerator": "a100-80gb-sxm"}, "max_cards"),
+    ({"accelerator": "a100-80gb-sxm", "max_cards": 8, "card_hour": -1.0}, "card_hour"),
+    ({"accelerator": "a100-80gb-sxm", "max_cards": 8, "price": 1.0}, "unknown key"),
+    ({"accelerator": "a100-80gb-sxm", "max_cards": 8, "owned": "yes"}, "owned"),
+])
+def test_bad_pool_is_one_line(tmp_path, capsys, monkeypatch, pool, words):
+    raw = _raw("2d")
+    raw["hardware"]["pools"] = [raw["hardware"]["pools"][0], pool]
+    with pytest.raises(InputError, match=words):
+        load_scenario(raw)
+    p = tmp_path / "s.toml"
+    p.write_text(_toml(raw))
+    from tpopt.cli.main import main
+    monkeypatch.setattr(sys, "argv", ["tpopt", "solve", "--scenario", str(p)])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    err = capsys.readouterr().err
+    assert exc.value.code != 0 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_three_pools_are_refused():
+    raw = _raw("2d")
+    raw["hardware"]["pools"].append({"accelerator": "b200", "max_cards": 8, "card_hour": 5.0})
+    with pytest.raises(InputError, match="at most 2 pools"):
+        OP.solve_pools(load_scenario(raw))
+
+
+def test_kept_layouts_are_undominated():
+    """Dropping a row that another row with the same cards matches at every share loses no optimum."""
+    cards = np.array([8, 8, 8, 16])
+    steps = np.array([[1.0, 2.0], [1.0, 3.0], [0.5, np.inf], [np.inf, np.inf]])
+    assert OP.undominated(cards, steps) == [0, 2]
+
+
+@pytest.mark.parametrize("argv", [["evaluate", "--cards", "16"], ["sweep", "--deadline", "1d:2d:1d"], ["explain"]])
+def test_commands_that_do_not_plan_pools_say_so(tmp_path, capsys, monkeypatch, argv):
+    """Only solve plans [[hardware.pools]]; every other command refuses the pools in one line (exit 2)."""
+    p = tmp_path / "s.toml"
+    p.write_text(_toml(_raw("2d")))
+    from tpopt.cli.main import main
+    monkeypatch.setattr(sys, "argv", ["tpopt", argv[0], "--scenario", str(p), *argv[1:]])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "[[hardware.pools]]" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_solve_prints_the_pools_report(tmp_path, capsys, monkeypatch):
+    """`tpopt solve` on pools: the per-pool layout, share, idle time, the cross-pool all-reduce and the
+    comparison with each pool alone; --json carries the same figures."""
+    p = tmp_path / "s.toml"
+    p.write_text(_toml(_raw("2d")))
+    from tpopt.cli.main import main
+    monkeypatch.setattr(sys, "argv", ["tpopt", "solve", "--scenario", str(p)])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    out = capsys.readouterr().out
+    assert not exc.value.code
+    assert "share" in out and "idle" in out and "cross-pool all-reduce" in out
+    assert "mixed wins against h100-sxm (owned) alone" in out
+    monkeypatch.setattr(sys, "argv", ["tpopt", "solve", "--scenario", str(p), "--json"])
+    with pytest.raises(SystemExit):
+        main()
+    d = json.loads(capsys.readouterr().out)
+    assert d["status"] == "optimal" and sum(g["share"] for g in d["best"]["pools"]) == 32
+    assert d["alone"]["h100-sxm (owned)"] is None
+    assert all(0 < g["memory_per_card_gib"] <= g["usable_gib"] for g in d["best"]["pools"])
