@@ -272,8 +272,8 @@ def modelled_activations(sc: Scenario, best: Any, solver: Any, req: Any) -> dict
     solve, on the run's clock): its cards and objective, and the ratio to the chosen plan's. None without a
     stated budget, or when no plan fits with modelled activations."""
     from tpopt.optimizer import outer  # lazy: start-up time (only with a stated activation budget)
-    from tpopt.optimizer.core import tiny_solver
-    from tpopt.optimizer.space import Space
+    from tpopt.optimizer.core import tiny_solver  # lazy: as outer (only with a stated activation budget)
+    from tpopt.optimizer.space import Space  # lazy: as outer
 
     if sc.memory.activation_reserve is None:
         return None
