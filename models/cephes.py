@@ -666,22 +666,29 @@ def _asymptotic_regime(a: float, x: float) -> bool:
     return (_SMALL < a < _LARGE and r < _SMALLRATIO) or (a > _LARGE and r < _LARGERATIO / math.sqrt(a))
 
 
-def gammainc(a: float, x: float) -> float:
-    """P(a, x) = 1/Gamma(a) int_0^x e^-t t^(a-1) dt (Cephes ``igam``, ``scipy.special.gammainc``)."""
-    if math.isnan(a) or math.isnan(x):
-        return _NAN
-    if x < 0 or a < 0:
+def _settled(a: float, x: float, lower: bool) -> float | None:
+    """P (``lower``) or Q where igam and igamc answer before their series: NaN, zero and infinite arguments, and
+    the asymptotic regime a ~ x; None elsewhere."""
+    if math.isnan(a) or math.isnan(x) or x < 0 or a < 0:
         return _NAN
     if a == 0:
-        return 1.0 if x > 0 else _NAN
+        return (1.0 if lower else 0.0) if x > 0 else _NAN
     if x == 0:
-        return 0.0
+        return 0.0 if lower else 1.0
     if math.isinf(a):
-        return _NAN if math.isinf(x) else 0.0
+        return _NAN if math.isinf(x) else (0.0 if lower else 1.0)
     if math.isinf(x):
-        return 1.0
+        return 1.0 if lower else 0.0
     if _asymptotic_regime(a, x):
-        return _asymptotic_series(a, x, True)
+        return _asymptotic_series(a, x, lower)
+    return None
+
+
+def gammainc(a: float, x: float) -> float:
+    """P(a, x) = 1/Gamma(a) int_0^x e^-t t^(a-1) dt (Cephes ``igam``, ``scipy.special.gammainc``)."""
+    settled = _settled(a, x, True)
+    if settled is not None:
+        return settled
     if x > 1.0 and x > a:
         return 1.0 - gammaincc(a, x)
     return _igam_series(a, x)
@@ -689,20 +696,9 @@ def gammainc(a: float, x: float) -> float:
 
 def gammaincc(a: float, x: float) -> float:
     """Q(a, x) = 1 - P(a, x) (Cephes ``igamc``, ``scipy.special.gammaincc``)."""
-    if math.isnan(a) or math.isnan(x):
-        return _NAN
-    if x < 0 or a < 0:
-        return _NAN
-    if a == 0:
-        return 0.0 if x > 0 else _NAN
-    if x == 0:
-        return 1.0
-    if math.isinf(a):
-        return _NAN if math.isinf(x) else 1.0
-    if math.isinf(x):
-        return 0.0
-    if _asymptotic_regime(a, x):
-        return _asymptotic_series(a, x, False)
+    settled = _settled(a, x, False)
+    if settled is not None:
+        return settled
     if x > 1.1:
         return 1.0 - _igam_series(a, x) if x < a else _igamc_continued_fraction(a, x)
     if x <= 0.5:
