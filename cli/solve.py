@@ -27,7 +27,6 @@ from tpopt.cli.request import raw_and_catalog, request_from, search_list, solve_
 from tpopt.errors import InputError
 from tpopt.models.plan import Scenario
 from tpopt.optimizer import plan as P
-from tpopt.optimizer.question import reachable
 from tpopt.optimizer.result import Status
 from tpopt.presentation import infeasible_lines, market_infeasible_lines, market_lines, sensitivity_text
 
@@ -94,6 +93,8 @@ def solve(top: int, no_analysis: bool, sensitivity: bool, timing: bool, as_json:
     if pr.batches:  # conflict at the task's batch (or the first choice); relaxations over every batch
         batch_infeasible(out["batch_choices"], P.conflict_choice(pr.batches, sc).batch, as_json)
     if sc.task.confidence is not None and pr.status == Status.INFEASIBLE:
+        from tpopt.optimizer.question import reachable  # lazy: start-up time (only without a plan)
+
         out["reachable_confidence"] = reachable(sc, kw["solver"], req)
     lines = infeasible_lines(out, sc, "solve")
     if "reachable_confidence" in out and sc.task.confidence is not None:

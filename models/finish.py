@@ -39,6 +39,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from tpopt.errors import InputError
+from tpopt.models.cephes import gammainc_array, ndtr_array, ndtri, ndtri_array
 from tpopt.models.evidence import Evidence
 from tpopt.models.numeric import FloatArray, Floats
 from tpopt.models.units import DAY, HOUR
@@ -238,8 +239,6 @@ class Events:
 def event_cumulants(rate: ArrayLike, fixed: ArrayLike, width: ArrayLike) -> FloatArray:
     """:meth:`Events.cumulants` for many plans at once: arrays of shape (sources, plans) -> (3, plans).
     Every rollback source of one plan shares its width (the plan's save interval tau)."""
-    from scipy import special  # lazy: start-up time
-
     r, f, w = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (rate, fixed, width)))
     roll = (w > 0) & (r > 0)
     lam = np.sum(np.where(roll, r, 0.0), axis=0)
@@ -250,7 +249,7 @@ def event_cumulants(rate: ArrayLike, fixed: ArrayLike, width: ArrayLike) -> Floa
     lam_s, tau_s = np.where(has, lam, 1.0), np.where(has, tau, 1.0)
     p, q1 = np.exp(-xs), -np.expm1(-xs)
     small = xs < 1e-8
-    mx = [np.where(small, tau_s**n / (n + 1), math.factorial(n) * special.gammainc(n + 1, xs) / (lam_s**n * q1))
+    mx = [np.where(small, tau_s**n / (n + 1), math.factorial(n) * gammainc_array(n + 1, xs) / (lam_s**n * q1))
           for n in (1, 2, 3)]
     pi = np.where(roll, r, 0.0) / lam_s
     mf = [np.sum(pi * f**n, axis=0) for n in (1, 2, 3)]
@@ -296,8 +295,6 @@ def gamma_cdf(y: ArrayLike, k1: ArrayLike, k2: ArrayLike, k3: ArrayLike) -> Floa
     shape k = 4 k2^3 / k3^2, scale theta = k3 / (2 k2), shift x0 = k1 - k theta; S = x0 + theta Gamma(k).
     k2 = 0: the point mass at k1. k3 = 0 (no skew): the normal with mean k1, variance k2.
     """
-    from scipy import special  # lazy: start-up time
-
     y_, m, v, s = (np.asarray(t, dtype=float) for t in (y, k1, k2, k3))
     y_, m, v, s = np.broadcast_arrays(y_, m, v, s)
     point = v <= 0
@@ -307,9 +304,9 @@ def gamma_cdf(y: ArrayLike, k1: ArrayLike, k2: ArrayLike, k3: ArrayLike) -> Floa
     theta = ss / (2.0 * vs)
     x0 = m - shape * theta
     with np.errstate(invalid="ignore", over="ignore"):
-        g = special.gammainc(shape, np.maximum(y_ - x0, 0.0) / theta)
+        g = gammainc_array(shape, np.maximum(y_ - x0, 0.0) / theta)
         # the normal only where there is no skew (evaluated only when some element needs it)
-        nrm = g if np.all(skew | point) else special.ndtr((y_ - m) / np.sqrt(vs))
+        nrm = g if np.all(skew | point) else ndtr_array((y_ - m) / np.sqrt(vs))
     out: FloatArray = np.where(point, (y_ >= m).astype(float), np.where(skew, g, nrm))
     return out
 
@@ -328,8 +325,6 @@ def cdf(t: ArrayLike, reserved: ArrayLike, work: ArrayLike, saves: ArrayLike, si
     standard deviations of the event sum), so the integral is Phi(z_lo) + Gauss-Legendre (64 nodes) on
     [z_lo, z_hi], clipped to |z| <= 9. sigma = 0: G(t - R - W'; W kappa).
     """
-    from scipy import special  # lazy: start-up time
-
     x = np.asarray(t, dtype=float) - np.asarray(reserved, dtype=float)
     W = np.asarray(work, dtype=float)
     Wp = W * np.asarray(saves, dtype=float)
@@ -351,7 +346,7 @@ def cdf(t: ArrayLike, reserved: ArrayLike, work: ArrayLike, saves: ArrayLike, si
     e = np.exp(sg[..., None] * z)
     g = gamma_cdf(x[..., None] - Wp[..., None] * e, k1[..., None] * e, k2[..., None] * e, k3[..., None] * e)
     dens = np.exp(-0.5 * z**2) / math.sqrt(2.0 * math.pi)
-    lognormal = special.ndtr(lo) + rad * np.sum(_GL_W * dens * g, axis=-1)
+    lognormal = ndtr_array(lo) + rad * np.sum(_GL_W * dens * g, axis=-1)
     if np.all(sg > 0):  # every element has a step error: no fixed-step branch to evaluate
         out: FloatArray = np.clip(lognormal, 0.0, 1.0)
     else:
@@ -504,10 +499,8 @@ spread below 5 % of the room closes within them."""
 
 
 def _probit(p: ArrayLike) -> FloatArray:
-    """Phi^-1(p), clipped to :data:`_P_EDGE` (scipy.special.ndtri)."""
-    from scipy.special import ndtri  # lazy: start-up time
-
-    out: FloatArray = ndtri(np.clip(p, *_P_EDGE))
+    """Phi^-1(p), clipped to :data:`_P_EDGE` (scipy.special.ndtri's bits: :mod:`tpopt.models.cephes`)."""
+    out: FloatArray = ndtri_array(np.clip(p, *_P_EDGE))
     return out
 
 
@@ -587,15 +580,13 @@ def max_work(q: float, deadline: float, reserved: float, saves: ArrayLike, sigma
     the exact constraint, and tighter by at most that. 0 when even W -> 0 cannot (D <= R, or below
     1e-9 (D - R)); D - R when even W = D - R meets q.
     """
-    from scipy.special import ndtri  # lazy: start-up time
-
     room = deadline - reserved
     sv, sg, a, b, c = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (saves, sigma, *kappa)))
     shape = sv.shape
     if room <= 0:
         return np.zeros(shape)
     sv, sg, a, b, c = (v.reshape(-1) for v in (sv, sg, a, b, c))
-    zq = float(ndtri(q))
+    zq = ndtri(q)
 
     def g(x: NDArray[np.float64], sv: FloatArray, sg: FloatArray, a: FloatArray, b: FloatArray,
           c: FloatArray) -> FloatArray:
@@ -617,12 +608,10 @@ def quantiles(q: float, reserved: float, work: ArrayLike, saves: ArrayLike, sigm
     Rounded up: the t returned is one at which P(T <= t) > q was evaluated, within 2e-9 relative (of
     t - R) above the root. The bracket is e^(-+50) around the closed form; where the root lies beyond an
     end, that end moves out (x 1e3) and the element goes again."""
-    from scipy.special import ndtri  # lazy: start-up time
-
     W, sv, sg, a, b, c = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (work, saves, sigma, *kappa)))
     shape = W.shape
     W, sv, sg, a, b, c = (v.reshape(-1) for v in (W, sv, sg, a, b, c))
-    zq = float(ndtri(q))
+    zq = ndtri(q)
     pos = W > 0
     Ws = np.where(pos, W, 1.0)
 

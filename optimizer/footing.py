@@ -272,12 +272,19 @@ def modelled_activations(sc: Scenario, best: Any, solver: Any, req: Any) -> dict
     solve, on the run's clock): its cards and objective, and the ratio to the chosen plan's. None without a
     stated budget, or when no plan fits with modelled activations."""
     from tpopt.optimizer import outer  # lazy: start-up time (only with a stated activation budget)
+    from tpopt.optimizer.core import tiny_solver  # lazy: as outer (only with a stated activation budget)
+    from tpopt.optimizer.space import Space  # lazy: as outer
 
     if sc.memory.activation_reserve is None:
         return None
-    r = outer.solve(without_activation_budget(sc), solver, Request(
-        objective=req.objective, time_limit=req.time_limit, seed=req.seed, workers=req.workers,
-        clock=clock_of(req)))
+    modelled = without_activation_budget(sc)
+    sub = Request(objective=req.objective, time_limit=req.time_limit, seed=req.seed, workers=req.workers,
+                  clock=clock_of(req))
+    if outer.has_task_choices(modelled):
+        r = outer.solve(modelled, solver, sub)
+    else:  # one space: a tiny one enumerated, as tpopt solve's own solve is (no solver library loaded)
+        space = Space.from_scenario(modelled)
+        r = outer.solve(modelled, tiny_solver(space, solver, req.method, req.solver_named), sub, space=space)
     if r.best is None:
         return {"feasible": False}
     key = "cost" if req.objective == "cost" else "finish_days"
