@@ -23,6 +23,7 @@ from tpopt.optimizer.limits import Clock
 from tpopt.optimizer.progress import Tick
 
 DELAY_S = 1.0  # no line for work that ends sooner
+DELAY_ENV = "TPOPT_PROGRESS_DELAY"  # seconds before the line shows (default DELAY_S; scripts and tests set 0)
 EVERY_S = 0.25  # redraws at most this often
 QUIET_ENV = "TPOPT_QUIET"  # set (not empty, not 0): no progress line
 DAY_S = 86400.0
@@ -32,6 +33,15 @@ def wanted(stream: TextIO, quiet: bool = False) -> bool:
     """Whether to draw: a terminal, no ``--json``/``--quiet`` (``quiet``) and no ``TPOPT_QUIET``."""
     env = os.environ.get(QUIET_ENV, "").strip()
     return not quiet and env in ("", "0") and stream.isatty()
+
+
+def delay_s() -> float:
+    """The wait before the line shows: :data:`DELAY_ENV` when set to a number >= 0, else :data:`DELAY_S`."""
+    try:
+        value = float(os.environ.get(DELAY_ENV, ""))
+    except ValueError:
+        return DELAY_S
+    return value if value >= 0.0 else DELAY_S
 
 
 def objective_text(name: str, value: float, objective: str) -> str:
@@ -119,7 +129,7 @@ def live_progress(title: str, clock: Clock | None = None, quiet: bool = False,
                   stream: TextIO | None = None) -> Iterator[LiveLine]:
     """A :class:`LiveLine` installed as ``clock``'s reporter while the block runs, erased on the way out."""
     out = stream or sys.stderr
-    line = LiveLine(title, out, wanted(out, quiet))
+    line = LiveLine(title, out, wanted(out, quiet), delay=delay_s())
     if clock is not None:
         clock.progress = line
     try:
@@ -128,4 +138,4 @@ def live_progress(title: str, clock: Clock | None = None, quiet: bool = False,
         line.close()
 
 
-__all__ = ["DELAY_S", "EVERY_S", "QUIET_ENV", "LiveLine", "live_progress", "objective_text", "quiet_option", "wanted"]
+__all__ = ["DELAY_ENV", "DELAY_S", "delay_s", "EVERY_S", "QUIET_ENV", "LiveLine", "live_progress", "objective_text", "quiet_option", "wanted"]
