@@ -221,3 +221,21 @@ def test_fp8_of_a_dense_plan(bridge):
     with pytest.MonkeyPatch.context() as mp:
         cfg, lp = run_bridge(bridge, mp, sc, ev)
     read_back(bridge, cfg, lp, False)
+
+
+def test_without_the_recipe_undo_bridge_rejects_the_plan(bridge):
+    """The lines that undo a recipe's settings are not decoration: GPT-3 175B's recipe defers the embedding's
+    weight gradient, which Megatron-Core refuses without pipeline parallelism; DeepSeek-V3's keeps BF16 optimizer
+    state, refused with the plan's (FP32, not precision-aware) optimizer."""
+    for case, key, match in (("gpt3-175b (ZeRO-3, async)", "comm_overlap.defer_embedding_wgrad_compute",
+                              "Cannot defer embedding wgrad compute"),
+                             ("FP8 (DeepSeek-V3, uneven stages)", "optimizer.main_grads_dtype",
+                              "main_grads_dtype can only be fp32")):
+        path, kw = CASES[case]
+        sc, ev = api.scenario(example(path)), api.evaluate(example(path), **kw)
+        assert key in FW.export_text("nemo", sc, ev)
+        with pytest.MonkeyPatch.context() as mp:
+            real = FW.nemo_values
+            mp.setattr(FW, "nemo_values", lambda *a, **k: {x: v for x, v in real(*a, **k).items() if x != key})
+            with pytest.raises((ValueError, AssertionError), match=match):
+                run_bridge(bridge, mp, sc, ev)
