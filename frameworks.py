@@ -581,6 +581,8 @@ BRIDGE_OFF: dict[str, object] = {
     "model.recompute_method": None,
     "model.recompute_num_layers": None,
     "model.mtp_num_layers": None,
+    "model.account_for_embedding_in_pipeline_split": False,  # Llama 3.1 405B's recipe counts the embedding and
+    "model.account_for_loss_in_pipeline_split": False,  # the loss as layers: 128 over PP 14 fails, 126 does not
     "ddp.use_distributed_optimizer": False,
     "optimizer.use_distributed_optimizer": False,
     "ddp.use_megatron_fsdp": False,

@@ -106,7 +106,9 @@ def bridge() -> Iterator[dict[str, Any]]:
                    "qwen3-30b-a3b": importlib.import_module("megatron.bridge.recipes.qwen.qwen3_moe")
                    .qwen3_30b_a3b_pretrain_config,
                    "deepseek-v3": importlib.import_module("megatron.bridge.recipes.deepseek.deepseek_v3")
-                   .deepseek_v3_pretrain_config}}
+                   .deepseek_v3_pretrain_config,
+                   "llama3-405b": importlib.import_module("megatron.bridge.recipes.llama.llama3")
+                   .llama31_405b_pretrain_config}}
 
 
 def run_bridge(br: dict[str, Any], mp: pytest.MonkeyPatch, sc: Any, ev: Any) -> tuple[Any, FW.LaunchPlan]:
@@ -215,6 +217,32 @@ def test_the_export_passes_megatron_bridge_and_reads_back_the_plan(bridge, name)
             assert cfg.model.moe_flex_dispatcher_backend is None
 
 
+MORE_CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    # the other shipped examples: the long-context one's first stage, and the sites example's replica (TP 8, PP 14,
+    # ZeRO-1, full recompute; tests/data/transcripts/sites-405b.txt) on one site (sites scenarios are not evaluated)
+    "llama3-8b-long-context": ("llama3-8b-long-context", {},
+                               dict(cards=512, accelerator="h100-sxm", zero_stage=1, tp=1, pp=1, micro_batch=1)),
+    "llama3-405b replica (TP 8, PP 14)": ("design-case", {"model.name": "llama3-405b",
+                                                          "hardware.accelerator": "h100-sxm",
+                                                          "hardware.usable_memory": "76GiB"},
+                                          dict(cards=1792, accelerator="h100-sxm", zero_stage=1, tp=8, pp=14,
+                                               micro_batch=1, recompute="full", schedule="1f1b")),
+}
+
+
+@pytest.mark.parametrize("name", list(MORE_CASES))
+def test_more_plans_pass_megatron_bridge(bridge, name):
+    path, changes, kw = MORE_CASES[name]
+    sc = api.scenario(example(path), changes)
+    ev = api.evaluate(sc, **kw)
+    with pytest.MonkeyPatch.context() as mp:
+        cfg, lp = run_bridge(bridge, mp, sc, ev)
+    read_back(bridge, cfg, lp, sc.model.moe)
+    if lp.pp and lp.pp > 1:  # Llama 3.1 405B's recipe counts embedding and loss as layers: switched off
+        assert not cfg.model.account_for_embedding_in_pipeline_split
+        assert not cfg.model.account_for_loss_in_pipeline_split
+
+
 def test_fp8_of_a_dense_plan(bridge):
     sc = api.scenario(example("design-case"), {"task.precision": "fp8-mixed"})
     ev = api.evaluate(sc, cards=32, zero_stage=1, tp=2, pp=1, micro_batch=1)
@@ -235,7 +263,7 @@ def test_without_the_recipe_undo_bridge_rejects_the_plan(bridge):
         sc, ev = api.scenario(example(path)), api.evaluate(example(path), **kw)
         assert key in FW.export_text("nemo", sc, ev)
         with pytest.MonkeyPatch.context() as mp:
-            real = FW.nemo_values
-            mp.setattr(FW, "nemo_values", lambda *a, **k: {x: v for x, v in real(*a, **k).items() if x != key})
+            mp.setattr(FW, "nemo_values", lambda *a, _real=FW.nemo_values, _key=key, **k:
+                       {x: v for x, v in _real(*a, **k).items() if x != _key})
             with pytest.raises((ValueError, AssertionError), match=match):
                 run_bridge(bridge, mp, sc, ev)
