@@ -1123,7 +1123,7 @@ def environment(fmt: str, lp: LaunchPlan) -> dict[str, str]:
 def export_notes(fmt: str, sc: Scenario, ev: Evaluation) -> list[str]:
     """What the user must know beside the exported text: how the framework runs the plan where it differs from
     the plan's wording, and what model code must do (printed on stderr and in the launch script)."""
-    lp = launch_plan(sc, ev)
+    lp = launch_plan(sc, ev, layout=fmt in ("megatron", "nemo"))
     if fmt == "torchtitan":
         fits = torchtitan_fits(sc, ev)
         return torchtitan_notes(lp) + ([fits] if fits else [])
@@ -1167,7 +1167,7 @@ def launch_script(fmt: str, sc: Scenario, ev: Evaluation, config: str) -> str:
     (its ``#SBATCH`` lines hold the nodes and GPUs per node); the world size, the environment the format needs
     (:func:`environment`), placeholders for the data, tokenizer and checkpoint paths, and the learning-rate
     schedule over the plan's step count."""
-    lp = launch_plan(sc, ev)
+    lp = launch_plan(sc, ev, layout=fmt in ("megatron", "nemo"))  # as export_text: their layouts hold uneven stages
     nodes, per = int(lp.nodes or 1), int(lp.cards_per_node or 1)
     steps = int(lp.train_iters or 1)
     warmup = max(1, round(WARMUP_SHARE * steps))

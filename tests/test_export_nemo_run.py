@@ -13,6 +13,7 @@ Without Bridge the module skips, except under CI (``CI=true``), where it fails."
 
 import importlib
 import importlib.util
+import shlex
 import sys
 import types
 import typing
@@ -111,11 +112,23 @@ def bridge() -> Iterator[dict[str, Any]]:
                    .llama31_405b_pretrain_config}}
 
 
+PLACEHOLDERS = {"DATA_PATH": "/data/corpus_text_document", "TOKENIZER_PATH": "/tokenizer",
+                "CHECKPOINT_DIR": "/checkpoints"}
+"""What a user sets for the launch script's required placeholders."""
+
+
 def run_bridge(br: dict[str, Any], mp: pytest.MonkeyPatch, sc: Any, ev: Any) -> tuple[Any, FW.LaunchPlan]:
     """The model's recipe, the plan's overrides by Bridge's own mechanism, then its validation."""
     text = FW.export_text("nemo", sc, ev)
     lp = FW.launch_plan(sc, ev, layout=True)
     overrides = [line for line in text.splitlines() if line and not line.startswith("#")]
+    # the launch script's own overrides after the exported file's (data, tokenizer, checkpoint, LR schedule), with
+    # its placeholders filled as a user's environment would
+    script = FW.launch_script("nemo", sc, ev, "job.txt")
+    tail = script.split('$(grep -v "^#" job.txt)', 1)[1].replace("\\\n", " ").split("\n", 1)[0]
+    for name, value in PLACEHOLDERS.items():
+        tail = tail.replace(f'"${name}"', value)
+    overrides += shlex.split(tail)
     mp.setattr(_ShapeBridge, "model", sc.model)
     import torch
 
@@ -197,6 +210,7 @@ def read_back(br: dict[str, Any], cfg: Any, lp: FW.LaunchPlan, moe: bool) -> Non
     else:
         assert mpc.fp8 is None
     assert cfg.checkpoint.save_interval == lp.save_interval_steps
+    assert (cfg.checkpoint.save, cfg.scheduler.lr_decay_iters) == (PLACEHOLDERS["CHECKPOINT_DIR"], lp.train_iters)
     assert cfg.checkpoint.async_save == (lp.save_mode == "async")
 
 
