@@ -580,6 +580,9 @@ BRIDGE_OFF: dict[str, object] = {
     "model.recompute_granularity": None,
     "model.recompute_method": None,
     "model.recompute_num_layers": None,
+    "model.mtp_num_layers": None,
+    "model.account_for_embedding_in_pipeline_split": False,  # Llama 3.1 405B's recipe counts the embedding and
+    "model.account_for_loss_in_pipeline_split": False,  # the loss as layers: 128 over PP 14 fails, 126 does not
     "ddp.use_distributed_optimizer": False,
     "optimizer.use_distributed_optimizer": False,
     "ddp.use_megatron_fsdp": False,
@@ -590,10 +593,13 @@ BRIDGE_OFF: dict[str, object] = {
     "checkpoint.ckpt_format": "torch_dist",
     "checkpoint.async_save": False,
     "checkpoint.use_persistent_ckpt_worker": False,
+    **{f"optimizer.{k}_dtype": "float32" for k in ("main_params", "main_grads", "exp_avg", "exp_avg_sq")},
 }
 """What a recipe may have switched on and the plan has off: written explicitly (Hydra ``null`` = None), so the
 recipe's own values cannot survive (a recipe's full recompute on a no-recompute plan, its distributed optimizer
-on ZeRO-0)."""
+on ZeRO-0), and the optimizer's FP32 master weights, gradients and moments the plan's memory holds (DeepSeek-V3's
+recipe keeps BF16 ones, which Megatron-Core allows only with the precision-aware optimizer; Bridge's override
+reader turns the names into torch dtypes)."""
 BRIDGE_OFF_MOE: dict[str, object] = {"model.moe_expert_capacity_factor": None,
                                      "model.moe_pad_expert_input_to_capacity": False}
 """The same for a MoE model's dropless plan."""
@@ -608,6 +614,22 @@ BRIDGE_PRECISION: dict[tuple[str, str], str] = {
 field override (``mixed_precision.bf16=true``) cannot enter. Bridge's BF16 recipes reduce gradients in FP32
 (grad_reduce_in_fp32 = True) and overwrite the DDP setting at setup: stated in the export where the plan
 assumed BF16 gradients."""
+BRIDGE_RECIPES = {
+    "gpt3-175b": "megatron.bridge.recipes.gpt.gpt3_175b.gpt3_175b_pretrain_config",
+    "llama3-8b": "megatron.bridge.recipes.llama.llama3.llama3_8b_pretrain_config",
+    "llama3-70b": "megatron.bridge.recipes.llama.llama3.llama3_70b_pretrain_config",
+    "llama3-405b": "megatron.bridge.recipes.llama.llama3.llama31_405b_pretrain_config",
+    "qwen3-8b": "megatron.bridge.recipes.qwen.qwen3.qwen3_8b_pretrain_config",
+    "qwen3-30b-a3b": "megatron.bridge.recipes.qwen.qwen3_moe.qwen3_30b_a3b_pretrain_config",
+    "deepseek-v3": "megatron.bridge.recipes.deepseek.deepseek_v3.deepseek_v3_pretrain_config",
+}
+"""tpopt catalog model -> the Megatron-Bridge v0.5.0 pre-training recipe the export names (src/megatron/bridge/
+recipes/); other models: the user's recipe."""
+BRIDGE_RECIPE_DEFERS_EMBEDDING_WGRAD = ("gpt3-175b",)
+"""Recipes whose CommOverlapConfig defers the embedding's weight gradient (gpt3_175b.py: defer_embedding_wgrad_compute
+= True), which Megatron-Core rejects without pipeline parallelism (model_parallel_config.py: "Cannot defer
+embedding wgrad compute when pipeline model parallel is not used"). Recipes without a CommOverlapConfig hold
+``comm_overlap = None``, where the override cannot enter: it is written only for these."""
 BRIDGE_FP32_GRADS = ("bf16-mixed-fp32-grad",)
 """The tpopt precisions whose gradients Bridge's recipes reduce as the plan assumed (FP32)."""
 
@@ -621,8 +643,15 @@ def _bridge_precision(lp: LaunchPlan, stack: StackProfile | None) -> str:
     return name
 
 
-def nemo_values(lp: LaunchPlan, moe: bool, stack: StackProfile | None = None) -> dict[str, object]:
+def nemo_values(lp: LaunchPlan, moe: bool, stack: StackProfile | None = None, model: str = "",
+                mtp: int = 0) -> dict[str, object]:
+    """The overrides; ``model``: tpopt's model name, for what its Bridge recipe sets that the plan must undo;
+    ``mtp``: the model's multi-token-prediction depth (DeepSeek-V3's recipe has 1; the catalog plans 0)."""
     out: dict[str, object] = dict(BRIDGE_OFF, **(BRIDGE_OFF_MOE if moe else {}))
+    if mtp:
+        out["model.mtp_num_layers"] = mtp
+    if model in BRIDGE_RECIPE_DEFERS_EMBEDDING_WGRAD and (lp.pp or 1) == 1:
+        out["comm_overlap.defer_embedding_wgrad_compute"] = False
     if lp.pp and lp.pp > 1:  # a recipe's own layout (DeepSeek-V3's) would override the stage split
         out["model.pipeline_model_parallel_layout"] = None
     for k, v in _megatron_like("nemo", lp, moe, stack):
@@ -631,6 +660,9 @@ def nemo_values(lp: LaunchPlan, moe: bool, stack: StackProfile | None = None) ->
             out["optimizer.use_distributed_optimizer"] = v
         else:
             out[BRIDGE_FIELDS[k]] = v
+    layout = out.get("model.pipeline_model_parallel_layout")
+    if mtp and isinstance(layout, str):  # the MTP layers before the loss on the last stage, as Megatron-Core's
+        out["model.pipeline_model_parallel_layout"] = layout[:-1] + "m" * mtp + "L"  # layout count asserts
     if lp.zero_stage in (2, 3):  # Megatron-FSDP runs on the distributed optimizer (Bridge switches it on)
         out["ddp.use_distributed_optimizer"] = out["optimizer.use_distributed_optimizer"] = True
     out["dataset.sequence_length"] = lp.seq_len  # ConfigContainer.validate asserts it equals model.seq_length
@@ -649,14 +681,17 @@ def _hydra(v: object) -> str:
 NEMO_PRECISION_NOTE = "# tpopt precision: "
 
 
-def nemo_text(lp: LaunchPlan, moe: bool, summary: str, stack: StackProfile | None = None) -> str:
-    values = nemo_values(lp, moe, stack)
+def nemo_text(lp: LaunchPlan, moe: bool, summary: str, stack: StackProfile | None = None, model: str = "",
+              mtp: int = 0) -> str:
+    values = nemo_values(lp, moe, stack, model, mtp)
     validate("nemo", {k: v for k, v in values.items() if v is not None})
     la = schema("megatron").launcher
     lines = _header("nemo", "NeMo Megatron-Bridge recipe overrides (Hydra syntax)", summary)
     lines += ["# pass them after your recipe script; the recipe supplies the model, data and optimizer:",
               f"# launch: torchrun {la['nodes']} {lp.nodes} {la['per_node']} {lp.cards_per_node} <recipe script> "
               "<these overrides>"]
+    if model in BRIDGE_RECIPES:
+        lines.append(f"# recipe: {BRIDGE_RECIPES[model]} (Megatron-Bridge v0.5.0)")
     lines += [f"# environment: {line}" for line in _megatron_env_lines(lp)]
     lines.append(f"{NEMO_PRECISION_NOTE}{lp.precision}")
     if lp.precision not in BRIDGE_FP32_GRADS:
@@ -1000,7 +1035,7 @@ def export_text(fmt: str, sc: Scenario, ev: Evaluation) -> str:
     if fmt == "megatron":
         return megatron_text(lp, moe, summary, sc.stack)
     if fmt == "nemo":
-        return nemo_text(lp, moe, summary, sc.stack)
+        return nemo_text(lp, moe, summary, sc.stack, sc.model.name, sc.model.mtp_layers)
     if fmt == "torchtitan":
         torchtitan_fits(sc, ev)  # FP32 gradients: refused when the plan no longer fits
         return torchtitan_text(lp, moe, summary, sc.model.layers)
@@ -1088,7 +1123,7 @@ def environment(fmt: str, lp: LaunchPlan) -> dict[str, str]:
 def export_notes(fmt: str, sc: Scenario, ev: Evaluation) -> list[str]:
     """What the user must know beside the exported text: how the framework runs the plan where it differs from
     the plan's wording, and what model code must do (printed on stderr and in the launch script)."""
-    lp = launch_plan(sc, ev)
+    lp = launch_plan(sc, ev, layout=fmt in ("megatron", "nemo"))
     if fmt == "torchtitan":
         fits = torchtitan_fits(sc, ev)
         return torchtitan_notes(lp) + ([fits] if fits else [])
@@ -1132,7 +1167,7 @@ def launch_script(fmt: str, sc: Scenario, ev: Evaluation, config: str) -> str:
     (its ``#SBATCH`` lines hold the nodes and GPUs per node); the world size, the environment the format needs
     (:func:`environment`), placeholders for the data, tokenizer and checkpoint paths, and the learning-rate
     schedule over the plan's step count."""
-    lp = launch_plan(sc, ev)
+    lp = launch_plan(sc, ev, layout=fmt in ("megatron", "nemo"))  # as export_text: their layouts hold uneven stages
     nodes, per = int(lp.nodes or 1), int(lp.cards_per_node or 1)
     steps = int(lp.train_iters or 1)
     warmup = max(1, round(WARMUP_SHARE * steps))
