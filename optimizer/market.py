@@ -30,6 +30,13 @@ each costs the redo since the last checkpoint, the restore and the reacquisition
 :func:`preemption_figures` reports the expected preemptions and what they cost (the plan billed without
 them, at the same save interval, subtracted).
 
+**Cost bounds (least cost).** No plan on an offer bills less than :func:`offer_bound` (the compute floor at
+the offer's price). :func:`offer_fronts` builds the accelerators' fronts in ascending order of their least
+bound and does not build one whose bound is above the least bill found so far: its offers are decided as "no
+cheaper than" their bound (method :data:`BOUND`, JSON status ``bounded``). :func:`bounds_hold` then proves
+the market's pick (with its tie tolerance and catalog order) the same whatever those offers' plans are; where
+it cannot, their fronts are built after all, so every answer equals the market solved without bounds.
+
 **Confidence hook.** :func:`preemption_source` is the per-plan preemption process (rate per second and the
 mean time lost per event) that a finish-time distribution adds to its failure sources.
 """
