@@ -717,7 +717,8 @@ def market_lines(out: dict[str, Any]) -> list[str]:
     for r in m["offers"]:
         mark = "*" if r["offer"] == o["id"] else " "
         what = (f"{r['cards']:>6,} cards {r['finish_days']:8.2f} d {r['cost']:>14,.0f} USD" if "cards" in r
-                else f"{r['status']}")
+                else f"no cheaper than {r['bound']:,.0f} USD (cost bound; not solved)"
+                if r.get("bound") is not None else f"{r['status']}")
         flags = ["illustrative" if n.startswith("assumption") else "old price" for n in r["notes"]]
         flags = (["priors only"] if r.get("priors_only") else []) + flags
         flags = (["not proven"] if "cards" in r and r["status"] != "optimal" else []) + flags

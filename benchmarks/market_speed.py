@@ -90,7 +90,7 @@ def run(tpopt: str, argv: list[str], time_limit: float) -> tuple[float, dict[str
     except json.JSONDecodeError:
         return cpu, {"error": out.stderr.strip().splitlines()[-1:] or out.returncode}
     rows = d.get("market", {}).get("offers", [])
-    decided = sum(r["status"] in ("optimal", "infeasible") for r in rows)
+    decided = sum(r["status"] in ("optimal", "infeasible", "bounded") for r in rows)  # bounded: by its cost bound
     pick = (d.get("market", {}).get("offer") or {}).get("id")
     return cpu, {"status": d.get("status"), "offers": len(rows), "decided": decided,
                  "time_limit_reached": d.get("solver", {}).get("time_limit_reached"), "pick": pick,

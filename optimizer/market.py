@@ -30,12 +30,20 @@ each costs the redo since the last checkpoint, the restore and the reacquisition
 :func:`preemption_figures` reports the expected preemptions and what they cost (the plan billed without
 them, at the same save interval, subtracted).
 
+**Cost bounds (least cost).** No plan on an offer bills less than :func:`offer_bound` (the compute floor at
+the offer's price). :func:`offer_fronts` builds the accelerators' fronts in ascending order of their least
+bound and does not build one whose bound is above the least bill found so far: its offers are decided as "no
+cheaper than" their bound (method :data:`BOUND`, JSON status ``bounded``). :func:`bounds_hold` then proves
+the market's pick (with its tie tolerance and catalog order) the same whatever those offers' plans are; where
+it cannot, their fronts are built after all, so every answer equals the market solved without bounds.
+
 **Confidence hook.** :func:`preemption_source` is the per-plan preemption process (rate per second and the
 mean time lost per event) that a finish-time distribution adds to its failure sources.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -54,6 +62,7 @@ from tpopt.models.units import DAY, HOUR
 from tpopt.optimizer import core
 from tpopt.optimizer import market_front as MF
 from tpopt.optimizer.backends import EXHAUSTIVE, Solver
+from tpopt.optimizer.explain.cost import cost_floor
 from tpopt.optimizer.limits import clock_of
 from tpopt.optimizer.result import Request, SolveResult, SolverInfo, Status, objective_key
 from tpopt.optimizer.space import FAMILIES, Space, card_counts
@@ -62,6 +71,8 @@ REL = 1e-9
 PROVEN = (Status.OPTIMAL, Status.INFEASIBLE)
 SOLVING_OFFERS = "solving the offers"  # the clock's phase while the offers are solved
 FRONT = "layout front"  # an offer answered on its accelerator's front (offer_fronts)
+BOUND = "cost bound"  # an offer decided by its accelerator's cost bound, its front never built (offer_fronts)
+SKIP_MARGIN = 1e-6  # a front is skipped only when its bound is above the incumbent's cost by this much
 
 
 def offer_scenario(sc: Scenario, offer: M.Offer) -> Scenario:
@@ -150,6 +161,27 @@ class OfferSolve:
     solves: int
     method: str  # "one solve" (per-second bill) or "card-count scan"
     points: int = 0  # plans in the offer's design space
+    bound: float | None = None  # method BOUND: no plan on the offer bills less (its status stays UNKNOWN)
+
+
+def decided(row: OfferSolve) -> bool:
+    """Optimal, proven infeasible, or no cheaper than its bound (which :func:`bounds_hold` proved above the
+    plan chosen)."""
+    return row.status in PROVEN or row.bound is not None
+
+
+def offer_bound(sc: Scenario, offer: M.Offer) -> float:
+    """A lower bound on the bill of every plan on ``offer`` (``sc``: the offer's scenario): the compute floor
+    :func:`tpopt.optimizer.explain.cost.cost_floor` (6 N_gemm D at the card's fastest peak times the highest
+    efficiency its step model reaches, i.e. card-seconds ``n T >= W``, priced at the offer's price per
+    card-hour). Valid because the bill ``n p h(T) / 3600 + charges`` has ``h(T) >= T``
+    (:func:`tpopt.models.market.billed_seconds`: ``max(m, T)``, ``g ceil(T / g) >= T``, ``term ceil(T / term)
+    >= T``) and charges >= 0. A mix of two markets rounds each part's cards (their sum can fall below ``n``):
+    0, never skipped."""
+    if offer.parts:
+        return 0.0
+    floor = cost_floor(sc, offer.accelerator)
+    return 0.0 if floor is None or not math.isfinite(floor) else floor
 
 
 def _better(a: Evaluation, b: Evaluation | None, objective: str) -> bool:
@@ -202,21 +234,35 @@ def solve_offer(sc: Scenario, offer: M.Offer, solver: Solver, req: Request,
     return OfferSolve(offer, sub, status, best, solves, "card-count scan", space.size())
 
 
-def offer_fronts(sc: Scenario, solver: Solver, req: Request, choose: Callable[[Space, Solver, str], Solver]
-                 ) -> dict[str, OfferSolve]:
+def offer_fronts(sc: Scenario, solver: Solver, req: Request, choose: Callable[[Space, Solver, str], Solver],
+                 bound: bool = True) -> dict[str, OfferSolve]:
     """The offers answered by their accelerator's layout front (:mod:`tpopt.optimizer.market_front`): those
     whose solver would enumerate the space anyway (:func:`tpopt.optimizer.core.tiny_solver`), one enumeration
     per accelerator, every offer of it priced on the front. Offers of other accelerators are left out (each
-    keeps its own solves, :func:`solve_offer`)."""
+    keeps its own solves, :func:`solve_offer`).
+
+    ``bound`` (least cost asked): the accelerators in ascending order of their least :func:`offer_bound`;
+    one whose bound is above the least bill found so far by more than :data:`SKIP_MARGIN` (relative) is not
+    built: its offers are rows of method :data:`BOUND` (no plan on them bills less than their bound).
+    :func:`solve_market` keeps them only where :func:`bounds_hold` proves the pick unchanged."""
     by_acc: dict[str, list[M.Offer]] = {}
     for o in sc.market.offers:
         by_acc.setdefault(o.accelerator, []).append(o)
     clock = clock_of(req)
     out: dict[str, OfferSolve] = {}
-    for offers in by_acc.values():
-        subs = [offer_scenario(sc, o) for o in offers]
+    groups = [(offers, [offer_scenario(sc, o) for o in offers]) for offers in by_acc.values()]
+    floors = {o.id: offer_bound(s, o) for offers, subs in groups for o, s in zip(offers, subs, strict=True)}
+    bound &= req.objective == "cost"
+    if bound:  # stable: equal bounds keep catalog order
+        groups.sort(key=lambda g: min(floors[o.id] for o in g[0]))
+    best = math.inf
+    for offers, subs in groups:
         space = Space.from_scenario(MF.front_scenario(sc, subs))
         if choose(space, solver, req.method).name != EXHAUSTIVE:
+            continue
+        if bound and min(floors[o.id] for o in offers) > best * (1 + SKIP_MARGIN):
+            out.update({o.id: OfferSolve(o, s, Status.UNKNOWN, None, 0, BOUND, space.size(), floors[o.id])
+                        for o, s in zip(offers, subs, strict=True)})
             continue
         if clock.expired(SOLVING_OFFERS):  # not started: not decided, never skipped
             out.update({o.id: OfferSolve(o, s, Status.UNKNOWN, None, 0, "not started (time limit reached)")
@@ -227,11 +273,55 @@ def offer_fronts(sc: Scenario, solver: Solver, req: Request, choose: Callable[[S
             priced = MF.price_front(front, sc, s, o, req, partial(checkpoint_charge, sc, o))
             i = MF.front_pick(front, priced, req.objective,
                               o.linear and not charges_checkpoints(sc, o))
-            best = billed(sc, o, MF.front_plan(front, s, i)) if i is not None else None
-            status = (Status.OPTIMAL if best is not None else Status.INFEASIBLE) if front.complete else \
-                (Status.FEASIBLE if best is not None else Status.UNKNOWN)
-            out[o.id] = OfferSolve(o, s, status, best, 0, FRONT, space.size())
+            one = billed(sc, o, MF.front_plan(front, s, i)) if i is not None else None
+            status = (Status.OPTIMAL if one is not None else Status.INFEASIBLE) if front.complete else \
+                (Status.FEASIBLE if one is not None else Status.UNKNOWN)
+            out[o.id] = OfferSolve(o, s, status, one, 0, FRONT, space.size())
+            if one is not None:
+                best = min(best, float(one.metrics["cost"]))
     return out
+
+
+def bounds_hold(rows: list[OfferSolve], objective: str) -> bool:
+    """Is the market's pick over ``rows`` (:func:`_better` in catalog order, the first of near ties) the same
+    whatever plans the :data:`BOUND` rows hold, given only that each bills at least its bound?
+
+    *Proof by simulation.* Follow the pick through the rows with, as state, the set of rows the pick can be:
+    a row with a plan replaces a known pick by :func:`_better`; a bound row ``A`` cannot replace a known pick
+    ``p`` when ``bound(A) > cost(p) (1 + REL)`` (then ``cost(A) < cost(p) (1 - REL)`` and ``cost(A) <=
+    cost(p) (1 + REL)`` both fail), else both stay possible; a row ``Y`` surely replaces a bound row ``A``
+    when ``cost(Y) < bound(A) (1 - REL) <= cost(A) (1 - REL)``, and otherwise either may stay (both kept).
+    True when the state ends as one known row: the pick without the bound rows, since every step taken on
+    known rows is the comparison the market makes. Only for the least cost (the bound is on the cost)."""
+    if objective != "cost":
+        return not any(r.bound is not None for r in rows)
+    state: set[int] = set()  # indices of rows the pick can be
+    for k, r in enumerate(rows):
+        if r.bound is not None:
+            if not state or any(_may_replace(r.bound, rows[j]) for j in state):
+                state.add(k)
+            continue
+        if r.best is None:
+            continue
+        nxt: set[int] = set()
+        for j in state or {-1}:
+            if j < 0:
+                nxt.add(k)
+            elif (low := rows[j].bound) is not None:  # surely replaced below its bound; else either may stay
+                nxt.update({k} if float(r.best.metrics["cost"]) < low * (1 - REL) else {j, k})
+            else:
+                other = rows[j].best
+                assert other is not None
+                nxt.add(k if _better(r.best, other, objective) else j)
+        state = nxt
+    return len(state) <= 1 and all(rows[j].bound is None for j in state)
+
+
+def _may_replace(bound: float, pick: OfferSolve) -> bool:
+    """Can a plan billing at least ``bound`` replace ``pick`` (a bound row, or a row with a plan)?"""
+    if pick.bound is not None or pick.best is None:
+        return True
+    return bound <= float(pick.best.metrics["cost"]) * (1 + REL)
 
 
 @dataclass
@@ -261,25 +351,32 @@ def solve_market(sc: Scenario, solver: Solver, req: Request, choose: Callable[[S
         clock.report(SOLVING_OFFERS, len(rows), len(sc.market.offers), objective=req.objective,
                      best=min((objective_key(r.best, req.objective)[0] for r in rows if r.best), default=None))
         rows.append(fronts[o.id] if o.id in fronts else solve_offer(sc, o, solver, req, choose))
+    if not bounds_hold(rows, req.objective):  # a bound too near the pick: build those fronts after all
+        left = tuple(r.offer for r in rows if r.bound is not None)
+        built = offer_fronts(replace(sc, market=replace(sc.market, offers=left)), solver, req, choose, bound=False)
+        rows = [built.get(r.offer.id, r) for r in rows]
     pick: OfferSolve | None = None
     for row in rows:
         if row.best is not None and (pick is None or _better(row.best, pick.best, req.objective)):
             pick = row
-    proven = all(r.status in PROVEN for r in rows)
+    proven = all(decided(r) for r in rows)
     status = (Status.OPTIMAL if pick else Status.INFEASIBLE) if proven else (Status.FEASIBLE if pick else
                                                                             Status.UNKNOWN)
     solves = sum(r.solves for r in rows)
     n_fronts = len({r.offer.accelerator for r in rows if r.method == FRONT})
+    n_bound = len({r.offer.accelerator for r in rows if r.method == BOUND})
     info = SolverInfo(name=solver.name,
                       note=f"one exact sub-problem per offer ({len(rows)} offer{'s' * (len(rows) != 1)}"
                            f", {solves} solve{'s' * (solves != 1)}"
-                           + (f", {n_fronts} layout front{'s' * (n_fronts != 1)}" if n_fronts else "") + ")")
+                           + (f", {n_fronts} layout front{'s' * (n_fronts != 1)}" if n_fronts else "")
+                           + (f", {n_bound} accelerator{'s' * (n_bound != 1)} decided by a cost bound"
+                              if n_bound else "") + ")")
     info.gap = 0.0 if status == Status.OPTIMAL else None
     if not proven:  # short of a proof only when the clock ran out (a solve's own limit is the clock's)
         info.limit_reached = True
         info.limit_phase = clock.phase or SOLVING_OFFERS
-    fronts_points = {r.offer.accelerator: r.points for r in rows if r.method == FRONT}  # one space per front
-    info.points = sum(r.points for r in rows if r.method != FRONT) + sum(fronts_points.values())
+    fronts_points = {r.offer.accelerator: r.points for r in rows if r.method in (FRONT, BOUND)}  # one per card
+    info.points = sum(r.points for r in rows if r.method not in (FRONT, BOUND)) + sum(fronts_points.values())
     info.wall_s = time.perf_counter() - t0
     plans = [pick.best] if pick and pick.best else []
     enforced = req.enforced(FAMILIES)
@@ -361,6 +458,8 @@ def market_entries(ms: MarketSolve, sc: Scenario) -> dict[str, Any]:
     for r in ms.offers:
         row: dict[str, Any] = {"offer": r.offer.id, "status": r.status.value, "method": r.method,
                                "solves": r.solves, "notes": M.price_notes(r.offer, as_of)}
+        if r.bound is not None:
+            row.update({"status": "bounded", "bound": r.bound})
         if r.best is not None:
             e = T.evidence_of(r.sc, r.best.plan.accelerator, float(r.best.plan.cards), float(r.best.plan.ep))
             row.update({"cards": r.best.plan.cards, "finish_days": r.best.metrics["finish_days"],
@@ -381,9 +480,9 @@ def decided_entries(ms: MarketSolve) -> dict[str, Any]:
     """Which offers are decided (optimal or proven infeasible) and which are not (cut short by the time
     limit), whether the limit was reached, and whether the plan chosen is proven the best over every offer
     (``pick_proven``: every offer decided; else it is the best found and an undecided offer may beat it)."""
-    undecided = [r.offer.id for r in ms.offers if r.status not in PROVEN]
+    undecided = [r.offer.id for r in ms.offers if not decided(r)]
     return {"time_limit_reached": bool(ms.result.solver.limit_reached),
-            "decided": [r.offer.id for r in ms.offers if r.status in PROVEN], "undecided": undecided,
+            "decided": [r.offer.id for r in ms.offers if decided(r)], "undecided": undecided,
             "pick_proven": ms.pick is not None and not undecided}
 
 
@@ -422,5 +521,6 @@ def power_figures(sc: Scenario, offer: M.Offer, ev: Evaluation, binding: bool | 
 
 __all__ = ["offer_scenario", "billed", "power_cards", "power_figures", "mark_power", "solve_offer", "solve_market",
            "MarketSolve", "OfferSolve", "checkpoint_gb", "checkpoint_costs", "checkpoint_figures",
-           "charges_checkpoints", "offer_fronts", "checkpoint_charge", "decided_entries", "FRONT",
+           "charges_checkpoints", "offer_fronts",
+           "offer_bound", "bounds_hold", "decided", "BOUND", "checkpoint_charge", "decided_entries", "FRONT",
            "preemption_source", "preemption_figures", "offer_dict", "market_entries"]

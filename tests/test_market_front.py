@@ -8,11 +8,12 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import replace
+from functools import partial
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from tests.test_market import SIX, brute, brute_market, catalog_with, markets, raw_scenario
+from tests.test_market import REGIONS, SIX, brute, brute_market, catalog_with, markets, offer_table, raw_scenario
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.models.units import HOUR
 from tpopt.optimizer import market as MK
@@ -72,6 +73,10 @@ def test_front_equals_the_brute_force_on_per_operation_markets(tmp_path, case):
     rows = {r["offer"]: r for r in pr.report["market"]["offers"]}
     for o in sc.market.offers:
         b = brute(sc, o)
+        if rows[o.id]["method"] == MK.BOUND:  # decided by its bound: no plan on it bills less, none beats the pick
+            assert rows[o.id]["status"] == "bounded" and rows[o.id]["bound"] > pr.best.metrics["cost"]
+            assert b is None or b[0] >= rows[o.id]["bound"] * (1 - 1e-12), o.id
+            continue
         assert rows[o.id]["method"] == MK.FRONT
         assert ("cost" in rows[o.id]) == (b is not None), o.id
         if b is not None:
@@ -174,3 +179,66 @@ def test_the_front_path_is_taken_only_where_the_solver_enumerates(tmp_path, obje
     assert MK.FRONT not in {r.method for r in own.offers}
     assert math.isclose(MK.objective_key(ms.pick.best, objective)[0], MK.objective_key(own.pick.best, objective)[0],
                         rel_tol=1e-9)
+
+
+@settings(max_examples=4, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(markets())
+def test_the_offer_bound_is_below_every_plan_on_the_offer(tmp_path, case):
+    """offer_bound (the compute floor at the offer's price) is at most the bill of the brute force's cheapest
+    plan on that offer, per-operation and flat models alike."""
+    text, names, deadline, max_cost, shares, keep = case
+    for raw in (raw_scenario(names, deadline, None), per_op(raw_scenario(names, deadline, None))):
+        raw["market"].update(keep)
+        sc = build_scenario(raw, catalog_with(tmp_path, text))
+        for o in sc.market.offers:
+            b = brute(sc, o)
+            bound = MK.offer_bound(MK.offer_scenario(sc, o), o)
+            assert bound > 0 and (b is None or b[0] >= bound), o.id
+
+
+def test_an_accelerator_above_the_incumbent_is_decided_by_its_bound(tmp_path):
+    """An H200 priced 50 times the H100's: its bound is above the H100's bill, so its front is not built; its
+    row says so (decided, not undecided), and the pick, cost and status equal the market solved without
+    bounds (every front built) and the brute force."""
+    text = REGIONS + "".join([
+        offer_table("h100-od", "cloud-a", "east", "h100-sxm", "on-demand", 2.0),
+        offer_table("h200-od", "cloud-a", "east", "h200", "on-demand", 100.0)])
+    sc = build_scenario(per_op(raw_scenario(["h100-od", "h200-od"])), catalog_with(tmp_path, text))
+    pr = P.plan(sc, "cpsat", Request(time_limit=120))
+    rows = {r["offer"]: r for r in pr.report["market"]["offers"]}
+    h200 = next(k for k in rows if "h200" in k)
+    assert rows[h200]["method"] == MK.BOUND and rows[h200]["status"] == "bounded"
+    assert pr.status == Status.OPTIMAL and pr.report["market"]["undecided"] == []
+    assert h200 in pr.report["market"]["decided"] and pr.report["market"]["pick_proven"]
+    assert "decided by a cost bound" in pr.report["solver"]["method"]
+    ref = brute_market(sc)
+    assert math.isclose(pr.best.metrics["cost"], ref[0][0], rel_tol=1e-9)
+    assert brute(sc, next(o for o in sc.market.offers if o.id == h200))[0] >= rows[h200]["bound"]
+    req = Request(time_limit=120)
+    full = MK.offer_fronts(sc, resolve("cpsat"), req, partial(tiny_solver, named=False), bound=False)
+    assert full[h200].method == MK.FRONT and full[h200].best.metrics["cost"] >= rows[h200]["bound"]
+    text_lines = market_lines(pr.report)
+    assert any(h200 in line and "no cheaper than" in line and "bound" in line for line in text_lines)
+
+
+def _row(cost, bound=None, finish=1.0):
+    ev = None if cost is None else MK.Evaluation(plan=None, metrics={"cost": cost, "finish_days": finish},
+                                                 constraints=[])
+    return MK.OfferSolve(offer=None, sc=None, status=Status.OPTIMAL if ev else Status.UNKNOWN, best=ev, solves=0,
+                         method=MK.BOUND if bound else MK.FRONT, bound=bound)
+
+
+@pytest.mark.parametrize(("rows", "holds"), [
+    ([_row(10.0), _row(None, 20.0)], True),  # far above the pick
+    ([_row(None, 20.0), _row(10.0)], True),  # before it: any plan of it is replaced
+    ([_row(30.0), _row(None, 20.0), _row(10.0)], True),  # may replace the first; the last replaces both
+    ([_row(30.0), _row(None, 20.0), _row(25.0)], False),  # the pick is 25 or the bound row's plan
+    ([_row(10.0), _row(None, 10.0 * (1 + 1e-10))], False),  # within the market's tie tolerance
+    ([_row(None, 20.0), _row(None, 30.0), _row(10.0)], True),  # two bound rows, both replaced
+])
+def test_bounds_hold_only_when_no_bound_row_can_be_the_pick(rows, holds):
+    """The pick over rows whose bound rows hold any plan billing at least their bound: decided only where
+    every such plan loses (tests around the market's comparison, optimizer/market.py _better)."""
+    assert MK.bounds_hold(rows, "cost") is holds
+    assert MK.bounds_hold(rows, "time") is False
