@@ -254,10 +254,15 @@ def front_pins(result: Answered) -> dict[str, Any] | None:
     accelerator of the front plan's case, the fastest plan with the swept families (deadline, budget, cards)
     not enforced, and again with each other non-structural family dropped in turn; a family pins the front when
     dropping it alone gives a faster plan on every accelerator that has one (the binding family common to the
-    points). Returns the families, the fastest finish with them and without the first, per accelerator."""
+    points). Returns the families, the fastest finish with them and without the first, per accelerator.
+    Only where every swept accelerator's space is small enough to enumerate (:data:`AUTO_TABLE_LIMIT` plans):
+    the re-solves are one more solve per family and accelerator, outside the sweep's memory plan, so a larger
+    space is not re-solved (None: the sweep then says nothing of what pins it)."""
     if not collapsed(result):
         return None
     spec = result.spec
+    if any(space_size(spec, acc) > AUTO_TABLE_LIMIT for acc in spec.hw):
+        return None
     top = result.front()[0]
     tokens, eff, price, reserved, seq = case_of(top)
     enforce = frozenset(f for f in FAMILIES if f not in SWEPT_FAMILIES)
@@ -269,7 +274,7 @@ def front_pins(result: Answered) -> dict[str, Any] | None:
     for acc in spec.hw:
         p = Point(acc, deadline_s, reserved * DAY, tokens, eff, 10**9, price, None, None, seq)
         sc = group_scenario(payload, p, deadline_s)
-        solver = backends.EXHAUSTIVE if space_size(spec, acc) <= AUTO_TABLE_LIMIT else backends.DEFAULT
+        solver = backends.EXHAUSTIVE
 
         def finish(drop: frozenset[str], sc: Any = sc, solver: str = solver) -> float:
             r = solve(sc, solver, Request(objective="time", enforce=enforce - drop, time_limit=spec.time_limit))
