@@ -138,4 +138,7 @@ def live_progress(title: str, clock: Clock | None = None, quiet: bool = False,
         line.close()
 
 
-__all__ = ["DELAY_ENV", "DELAY_S", "delay_s", "EVERY_S", "QUIET_ENV", "LiveLine", "live_progress", "objective_text", "quiet_option", "wanted"]
+__all__ = [
+    "DELAY_ENV", "DELAY_S", "delay_s", "EVERY_S", "QUIET_ENV", "LiveLine",
+    "live_progress", "objective_text", "quiet_option", "wanted",
+]
