@@ -24,6 +24,7 @@ from tpopt.cli.render import solve_text
 from tpopt.cli.request import request_from, solve_options
 from tpopt.errors import InputError
 from tpopt.models.plan import Scenario
+from tpopt.models.scaling import usd_per_pflop
 from tpopt.models.units import fmt_count, parse_count, parse_number
 from tpopt.optimizer.inverse import (
     SIZE_FAMILIES,
@@ -33,6 +34,10 @@ from tpopt.optimizer.inverse import (
     solve_inverse,
     token_grid,
 )
+
+#: Serving MFU assumed when the serving price is derived from the card: decoding is memory-bound, so well below
+#: training's; 0.3 is an assumption, stated in the output, and --serving-mfu or --serving-price replaces it.
+SERVING_MFU = 0.3
 
 
 @click.command()
@@ -50,10 +55,17 @@ from tpopt.optimizer.inverse import (
 @click.option("--unique-tokens", help="Unique tokens of data available, e.g. 500B (default: unlimited).")
 @click.option("--max-epochs", default="1", show_default=True,
               help="Epochs allowed over the unique tokens; repeats count as Muennighoff et al.'s effective data.")
+@click.option("--inference-tokens", help="Tokens the model will serve, e.g. 2T: adds the serving cost 2 N x tokens "
+                                          "FLOPs to each size's cost (Sardana et al. 2024).")
+@click.option("--serving-price", help="Serving price in USD per 1e15 FLOP (default: the scenario's card price "
+                                      "over its peak x --serving-mfu).")
+@click.option("--serving-mfu", default=str(SERVING_MFU), show_default=True,
+              help="Model FLOPs utilisation of serving, for the serving price derived from the card.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @handle_errors
 def inverse(model_list: str, token_spec: str, law: str, target_loss: str | None, unique_tokens: str | None,
-            max_epochs: str, as_json: bool, **kw: Any) -> None:
+            max_epochs: str, inference_tokens: str | None, serving_price: str | None, serving_mfu: str,
+            as_json: bool, **kw: Any) -> None:
     """Choose the model size and training tokens: least predicted loss under the budget (--max-cost) by the
     deadline, or least cost for --target-loss; each candidate's plan is the cheapest meeting the date.
 
@@ -80,7 +92,8 @@ def inverse(model_list: str, token_spec: str, law: str, target_loss: str | None,
         unique_tokens=unique,
         max_epochs=parse_number(max_epochs, "--max-epochs", allow_zero=False),
         budget=budget if budget is not None else read_budget(base),
-        target_loss=None if target_loss is None else parse_number(target_loss, "--target-loss", allow_zero=False))
+        target_loss=None if target_loss is None else parse_number(target_loss, "--target-loss", allow_zero=False),
+        **_serving(base, inference_tokens, serving_price, serving_mfu))
     res = solve_inverse(q, build, params_of(build), kw["solver"], request_from(kw))
     out = result_dict(res, scaling.repeat_source)
     if as_json:
@@ -89,6 +102,28 @@ def inverse(model_list: str, token_spec: str, law: str, target_loss: str | None,
         click.echo(result_text(res, out), nl=False)
     if res.chosen is None:
         raise SystemExit(EXIT_INFEASIBLE)
+
+
+def _serving(base: Scenario, tokens: str | None, price: str | None, mfu_text: str) -> dict[str, Any]:
+    """The question's serving fields: inference tokens, USD per 1e15 FLOP and how that price was set."""
+    if tokens is None:
+        if price is not None:
+            raise InputError("--serving-price needs --inference-tokens")
+        return {}
+    n = parse_count(tokens, "--inference-tokens", allow_zero=False)
+    if price is not None:
+        return {"inference_tokens": n, "serve_usd_per_pflop": parse_number(price, "--serving-price", allow_zero=False),
+                "serving_basis": "stated (--serving-price)"}
+    mfu = parse_number(mfu_text, "--serving-mfu", allow_zero=False)
+    if mfu > 1:
+        raise InputError(f"--serving-mfu {mfu_text}: a fraction of the peak, at most 1")
+    system = next(iter(base.systems.values()))
+    if system.price_card_hour is None:
+        raise InputError("--inference-tokens: the scenario's card has no price; give --serving-price USD per 1e15 FLOP")
+    basis = (f"{system.name} at {system.price_card_hour:g} USD/h, {system.acc.peak_flops / 1e12:g} TFLOP/s peak x "
+             f"serving MFU {mfu:g}" + (" (assumed; --serving-mfu)" if mfu_text == str(SERVING_MFU) else ""))
+    return {"inference_tokens": n, "serve_usd_per_pflop": usd_per_pflop(system.price_card_hour, system.acc.peak_flops,
+                                                                        mfu), "serving_basis": basis}
 
 
 def read_budget(sc: Scenario) -> float | None:
@@ -112,6 +147,9 @@ def _tokens(spec: str) -> tuple[float, ...]:
     return tuple(values)
 
 
+SARDANA = "Sardana et al. 2024, Beyond Chinchilla-Optimal: Accounting for Inference in Language Model Scaling Laws"
+
+
 def result_dict(res: InverseResult, repeat_source: str) -> dict[str, Any]:
     q, c = res.question, res.chosen
     d: dict[str, Any] = {
@@ -122,6 +160,9 @@ def result_dict(res: InverseResult, repeat_source: str) -> dict[str, Any]:
         "budget": q.budget, "target_loss": q.target_loss, "unique_tokens": q.unique_tokens,
         "max_epochs": q.max_epochs, "tokens_grid": list(q.tokens), "solves": res.solves,
         "candidates": [x.row() for x in res.candidates], "chosen": None}
+    if q.inference_tokens:
+        d["serving"] = {"inference_tokens": q.inference_tokens, "usd_per_pflop": q.serve_usd_per_pflop,
+                        "basis": q.serving_basis, "source": SARDANA}
     if q.unique_tokens is not None:
         d["data_constrained"] = {"repeat_decay": q.repeat_decay, "source": repeat_source}
     if c is not None and c.best is not None:
@@ -141,6 +182,10 @@ def result_text(res: InverseResult, out: dict[str, Any]) -> str:
         lines.append(f"Data: {fmt_count(q.unique_tokens)} unique tokens, up to {q.max_epochs:g} epochs; repeats count "
                      f"as effective data D' = U + U R* (1 - exp(-R/R*)), R* = {q.repeat_decay:g} "
                      f"({out['data_constrained']['source']})")
+    if q.inference_tokens:
+        lines.append(f"Serving: {fmt_count(q.inference_tokens)} inference tokens at 2 N FLOPs each, "
+                     f"{q.serve_usd_per_pflop:.4g} USD per 1e15 FLOP ({q.serving_basis}); each size's cost is "
+                     f"training + serving ({SARDANA})")
     if c is None or c.best is None:
         lines.append("No size and token count meets the deadline" + (" within the budget" if q.budget else "")
                      + (" and the target loss" if q.target_loss is not None else "") + ".")
@@ -149,6 +194,8 @@ def result_text(res: InverseResult, out: dict[str, Any]) -> str:
         where = "extrapolated: " + "; ".join(c.extrapolated) if c.extrapolated else "within the fit's range"
         lines.append(f"Chosen: {c.model} ({fmt_count(c.params, 4)} parameters), {fmt_count(c.tokens, 4)} tokens: "
                      f"predicted loss {c.loss:.4f} ({q.law.name}, {where})")
+        if q.inference_tokens and c.cost is not None:
+            lines.append(f"Cost: training {c.cost:,.0f} + serving {c.serve_cost:,.0f} = {c.cost + c.serve_cost:,.0f}")
         lines.append(f"Binds: {c.binds}" + (f": {c.detail}" if c.detail else ""))
     lines += ["", "Candidates:", _table(res)]
     text = "\n".join(lines) + "\n"
@@ -160,12 +207,16 @@ def result_text(res: InverseResult, out: dict[str, Any]) -> str:
 
 def _table(res: InverseResult) -> str:
     unit_tokens = "tokens" if res.question.objective == "cost" else "max tokens"
-    rows = [("model", "params", unit_tokens, "loss", "cost", "finish d", "binds / note")]
+    serve = bool(res.question.inference_tokens)
+    rows = [("model", "params", unit_tokens, "loss", "cost" + (" (train+serve)" if serve else ""), "finish d",
+             "binds / note")]
     for x in res.candidates:
+        total = x.total_cost
         rows.append((x.model, fmt_count(x.params, 4), "-" if x.tokens is None else fmt_count(x.tokens, 4),
                      f">={x.loss_bound:.4f}" if x.loss_bound is not None else "-" if x.loss is None
                      else f"{x.loss:.4f}" + ("*" if x.extrapolated else ""),
-                     "-" if x.cost is None else f"{x.cost:,.0f}",
+                     "-" if x.cost is None or total is None else f"{total:,.0f}" if not serve
+                     else f"{total:,.0f} ({x.cost:,.0f}+{x.serve_cost:,.0f})",
                      "-" if x.finish_days is None else f"{x.finish_days:.1f}",
                      "pruned: " + x.detail if x.pruned else x.binds))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

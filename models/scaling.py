@@ -71,3 +71,20 @@ def extrapolated(law: ScalingLaw, params: float, tokens: float) -> list[str]:
     if not law.min_tokens <= tokens <= law.max_tokens:
         out.append(f"D = {tokens:.3g} outside the fit's {law.min_tokens:.3g}-{law.max_tokens:.3g} tokens")
     return out
+
+
+def serving_flops(params: float, inference_tokens: float) -> float:
+    """FLOPs to serve ``inference_tokens`` tokens with a model of N parameters: 2 N per token (the forward
+    pass; Sardana et al. 2024, Beyond Chinchilla-Optimal, eq. 2's inference term)."""
+    return 2.0 * params * inference_tokens
+
+
+def usd_per_pflop(price_card_hour: float, peak_flops: float, mfu: float) -> float:
+    """The serving price in USD per 1e15 FLOP of a card at ``price_card_hour`` USD delivering ``mfu`` of its
+    ``peak_flops`` FLOP/s: price / (peak x MFU x 3600 s) x 1e15."""
+    return price_card_hour / (peak_flops * mfu * 3600.0) * 1e15
+
+
+def serving_cost(params: float, inference_tokens: float, price_per_pflop: float) -> float:
+    """USD to serve the inference tokens: 2 N T FLOPs x the price per 1e15 FLOP / 1e15."""
+    return serving_flops(params, inference_tokens) * price_per_pflop / 1e15

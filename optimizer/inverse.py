@@ -8,6 +8,11 @@ the predicted loss comes from a scaling law (:mod:`tpopt.models.scaling`). Objec
 * ``loss``: the least predicted loss whose cheapest plan meets the date and costs at most the budget;
 * ``cost``: the least cost whose predicted loss is at most a target.
 
+Inference-aware (Sardana et al. 2024, Beyond Chinchilla-Optimal): with a stated number of inference tokens T,
+each size's cost adds the serving cost 2 N T FLOPs at a stated price per 1e15 FLOP; the least total picks a
+smaller model trained longer where that pays, and under a budget the budget covers the total (the serving cost
+is fixed per size, so the tokens a size affords remain a prefix of the grid).
+
 Exact pruning. The loss decreases in N and in D (and in D through the effective data of repeated tokens).
 At a fixed size the cost of the cheapest on-time plan does not decrease in the tokens: every plan's step
 count, and so its time and cost, grows with the tokens, and the plans meeting the date only shrink. So at
@@ -27,7 +32,15 @@ from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models.arch import param_count
 from tpopt.models.plan import Scenario
-from tpopt.models.scaling import ScalingLaw, effective_tokens, extrapolated, loss, repeated_tokens_for, tokens_for_loss
+from tpopt.models.scaling import (
+    ScalingLaw,
+    effective_tokens,
+    extrapolated,
+    loss,
+    repeated_tokens_for,
+    serving_cost,
+    tokens_for_loss,
+)
 from tpopt.optimizer import plan as P
 from tpopt.optimizer.explain.inputs import with_deadline
 from tpopt.optimizer.result import Request, Status
@@ -50,6 +63,17 @@ class InverseQuestion:
     max_epochs: float = 1.0
     budget: float | None = None
     target_loss: float | None = None
+    inference_tokens: float = 0.0
+    serve_usd_per_pflop: float = 0.0
+    serving_basis: str = ""  # how the serving price was set (stated in the output)
+
+    def serve_cost(self, params: float) -> float:
+        """The serving cost of a size (0 without inference tokens)."""
+        return serving_cost(params, self.inference_tokens, self.serve_usd_per_pflop) if self.inference_tokens else 0.0
+
+    def train_budget(self, params: float) -> float | None:
+        """What the budget leaves for training a size: the budget less its serving cost (None: no budget)."""
+        return None if self.budget is None else self.budget - self.serve_cost(params)
 
     @property
     def objective(self) -> str:
@@ -87,6 +111,7 @@ class Candidate:
     loss: float | None = None
     effective_tokens: float | None = None
     cost: float | None = None
+    serve_cost: float = 0.0
     finish_days: float | None = None
     binds: str = ""
     detail: str = ""
@@ -95,9 +120,15 @@ class Candidate:
     loss_bound: float | None = None  # pruned: the size's loss at the grid's top, no better than the best
     best: Solved | None = None
 
+    @property
+    def total_cost(self) -> float | None:
+        """Training plus serving cost (None: not trained)."""
+        return None if self.cost is None else self.cost + self.serve_cost
+
     def row(self) -> dict[str, Any]:
         return {"model": self.model, "params": self.params, "tokens": self.tokens, "loss": self.loss,
-                "effective_tokens": self.effective_tokens, "cost": self.cost, "finish_days": self.finish_days,
+                "effective_tokens": self.effective_tokens, "cost": self.cost, "serve_cost": self.serve_cost,
+                "total_cost": self.total_cost, "finish_days": self.finish_days,
                 "binds": self.binds, "detail": self.detail, "extrapolated": self.extrapolated, "pruned": self.pruned,
                 "loss_bound": self.loss_bound}
 
@@ -166,13 +197,14 @@ def _unsolvable_why(s: _Solver, model: str, tokens: float, budget: float | None)
                      f"'tpopt solve --model {model}' names the conflict")
 
 
-def _max_tokens(s: _Solver, q: InverseQuestion, model: str, grid: Sequence[float]) -> tuple[int, str, str]:
+def _max_tokens(s: _Solver, q: InverseQuestion, model: str, grid: Sequence[float],
+                budget: float | None) -> tuple[int, str, str]:
     """The index of the most tokens the budget and date allow (-1: none) by bisection over the monotone
     prefix, and what stops the next step: budget, date, the data limit or the grid's end."""
     lo, hi = -1, len(grid)  # grid[:lo+1] allowed, grid[hi:] not
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if s(model, grid[mid]).allowed(q.budget):
+        if s(model, grid[mid]).allowed(budget):
             lo = mid
         else:
             hi = mid
@@ -184,10 +216,10 @@ def _max_tokens(s: _Solver, q: InverseQuestion, model: str, grid: Sequence[float
         return lo, GRID, f"the grid's largest, {grid[-1]:.3g} tokens, is within budget and date"
     nxt = s(model, grid[lo + 1])
     if nxt.cost is not None:
-        assert q.budget is not None
-        return lo, BUDGET, f"{grid[lo + 1]:.3g} tokens cost {nxt.cost:,.0f} > budget {q.budget:,.0f}"
+        assert budget is not None
+        return lo, BUDGET, f"{grid[lo + 1]:.3g} tokens cost {nxt.cost:,.0f} > budget {budget:,.0f}" + _less_serving(q)
     if lo < 0:
-        why, detail = _unsolvable_why(s, model, grid[0], q.budget)
+        why, detail = _unsolvable_why(s, model, grid[0], budget)
         return lo, why, detail
     return lo, DATE, f"no plan finishes {grid[lo + 1]:.3g} tokens by the deadline"
 
@@ -229,7 +261,8 @@ def _least_loss(s: _Solver, q: InverseQuestion, grid: Sequence[float], cands: li
             c.pruned, c.loss_bound = True, bound
             c.detail = f"cannot beat {best.model}: loss >= {bound:.4f} even at {grid[-1]:.3g} tokens"
             continue
-        i, c.binds, c.detail = _max_tokens(s, q, c.model, grid)
+        c.serve_cost = q.serve_cost(c.params)
+        i, c.binds, c.detail = _max_tokens(s, q, c.model, grid, q.train_budget(c.params))
         if i < 0:
             continue
         _fill(c, q, s(c.model, grid[i]))
@@ -242,6 +275,7 @@ def _least_cost(s: _Solver, q: InverseQuestion, grid: Sequence[float], cands: li
                 target: float) -> Candidate | None:
     best: Candidate | None = None
     for c in cands:
+        c.serve_cost = q.serve_cost(c.params)
         fresh = tokens_for_loss(q.law, c.params, target)
         need = None if fresh is None else repeated_tokens_for(fresh, q.unique_tokens, q.repeat_decay)
         reach = [t for t in grid if need is not None and t >= need * (1 - 1e-12)]
@@ -252,15 +286,21 @@ def _least_cost(s: _Solver, q: InverseQuestion, grid: Sequence[float], cands: li
                         if fresh is None else f"needs {fresh:.3g} effective tokens, beyond the allowed tokens")
             continue
         solved = s(c.model, reach[0])
-        if not solved.allowed(q.budget):
-            c.binds, c.detail = _unsolvable_why(s, c.model, reach[0], q.budget)
+        if not solved.allowed(q.train_budget(c.params)):
+            c.binds, c.detail = _unsolvable_why(s, c.model, reach[0], q.train_budget(c.params))
             c.tokens = reach[0]
             continue
         _fill(c, q, solved)
         c.binds, c.detail = LOSS, f"the fewest tokens of the grid reaching loss <= {target:g}"
-        if best is None or (c.cost is not None and best.cost is not None and c.cost < best.cost):
+        total, best_total = c.total_cost, None if best is None else best.total_cost
+        if best is None or (total is not None and best_total is not None and total < best_total):
             best = c
     return best
+
+
+def _less_serving(q: InverseQuestion) -> str:
+    """The note that the budget shown is what serving leaves for training."""
+    return " (the budget less serving)" if q.inference_tokens else ""
 
 
 def limit_below(q: InverseQuestion, need: float) -> bool:

@@ -269,3 +269,38 @@ def test_budget_alone_matches_the_closed_form_allocation(scenario_file: Path, bu
     below = max((n for n in sizes if n <= n_opt), default=0)
     above = min((n for n in sizes if n >= n_opt), default=math.inf)
     assert below <= c["params"] <= above, (c["model"], n_opt)
+
+
+def test_inference_tokens_flip_the_choice_where_the_totals_cross(scenario_file: Path, table: dict) -> None:
+    """Sardana et al. 2024: total = training + 2 N T FLOPs x price. Two sizes reaching loss 2.45 at their fewest
+    grid tokens, training costs from the brute force: the smaller (trained longer) costs more to train, less to
+    serve; the totals cross at T* = (C_small - C_large) / (2 (N_large - N_small) p). Below T* the larger wins,
+    above it the smaller."""
+    sizes, target = ("qwen3-0.6b", "qwen3-1.7b"), 2.45
+    need = {}
+    for m in sizes:
+        n = table[m, GRID[0]][0]
+        t = min(t for t in GRID if chinchilla(n, t) <= target)
+        need[m] = (n, t, table[m, t][1])
+    (n_s, _, c_s), (n_l, _, c_l) = need["qwen3-0.6b"], need["qwen3-1.7b"]
+    assert c_s is not None and c_l is not None and c_s > c_l  # the larger size trains cheaper for this loss
+    price = 0.59 / (165.2e12 * 0.3 * 3600) * 1e15  # rtx4090 0.59 USD/h, 165.2 TFLOP/s, serving MFU 0.3 (default)
+    crossing = (c_s - c_l) / (2 * (n_l - n_s) * price / 1e15)
+
+    def run(t: float) -> dict:
+        p = tpopt("inverse", "--scenario", str(scenario_file), "--models", ",".join(sizes), "--tokens",
+                  ",".join(f"{x:.0f}" for x in GRID), "--target-loss", str(target), "--inference-tokens", f"{t:.0f}",
+                  "--json")
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
+
+    below, above = run(crossing * 0.95), run(crossing * 1.05)
+    assert below["serving"]["usd_per_pflop"] == pytest.approx(price, rel=1e-12)
+    assert below["chosen"]["model"] == "qwen3-1.7b" and above["chosen"]["model"] == "qwen3-0.6b"
+    for out, t in ((below, crossing * 0.95), (above, crossing * 1.05)):
+        n = out["chosen"]["params"]
+        assert out["chosen"]["serve_cost"] == pytest.approx(2 * n * round(t) * price / 1e15, rel=1e-9)
+        assert out["chosen"]["total_cost"] == pytest.approx(out["chosen"]["cost"] + out["chosen"]["serve_cost"])
+    p = tpopt("inverse", "--scenario", str(scenario_file), "--models", ",".join(sizes), "--tokens", "10B,20B",
+              "--inference-tokens", "1T", "--serving-price", "0.01", "--max-cost", "1")
+    assert "training + serving" in p.stdout and "0.01 USD per 1e15 FLOP (stated" in p.stdout
