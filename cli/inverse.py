@@ -27,9 +27,13 @@ from tpopt.models.plan import Scenario
 from tpopt.models.scaling import usd_per_pflop
 from tpopt.models.units import fmt_count, parse_count, parse_number
 from tpopt.optimizer.inverse import (
+    DEADLINE_REACH,
     SIZE_FAMILIES,
+    Candidate,
     InverseQuestion,
     InverseResult,
+    Unreachable,
+    explain_unreachable,
     params_of,
     solve_inverse,
     token_grid,
@@ -96,10 +100,14 @@ def inverse(model_list: str, token_spec: str, law: str, target_loss: str | None,
         **_serving(base, inference_tokens, serving_price, serving_mfu))
     res = solve_inverse(q, build, params_of(build), kw["solver"], request_from(kw))
     out = result_dict(res, scaling.repeat_source)
+    why = None
+    if res.chosen is None and q.target_loss is not None:
+        why = explain_unreachable(q, build, params_of(build), kw["solver"], request_from(kw))
+        out["unreachable"] = unreachable_dict(why)
     if as_json:
         click.echo(dump_json(out), nl=False)
     else:
-        click.echo(result_text(res, out), nl=False)
+        click.echo(result_text(res, out) + ("" if why is None else unreachable_text(q, why)), nl=False)
     if res.chosen is None:
         raise SystemExit(EXIT_INFEASIBLE)
 
@@ -203,6 +211,40 @@ def result_text(res: InverseResult, out: dict[str, Any]) -> str:
         r = c.best.report
         text += "\n" + solve_text({**{k: r[k] for k in ("status", "objective", "solver")}, **r}, c.best.view)
     return text
+
+
+def _where(c: Candidate | None) -> dict[str, Any] | None:
+    return None if c is None else {"model": c.model, "tokens": c.tokens, "loss": c.loss, "cost": c.total_cost}
+
+
+def unreachable_dict(u: Unreachable) -> dict[str, Any]:
+    return {"min_budget": None if u.min_budget is None else u.min_budget.total_cost,
+            "at_min_budget": _where(u.min_budget), "min_deadline_days": u.min_deadline_days,
+            "at_min_deadline": _where(u.at_deadline), "reachable": _where(u.reachable), "solves": u.solves}
+
+
+def unreachable_text(q: InverseQuestion, u: Unreachable) -> str:
+    """What reaches the target instead: the smallest budget, the shortest deadline, the loss within reach."""
+    def at(c: Candidate) -> str:
+        assert c.tokens is not None
+        return f"{c.model}, {fmt_count(c.tokens, 4)} tokens"
+
+    lines = ["", f"Why no size reaches loss {q.target_loss:g} ({u.solves} further plan solves, each answer re-solved):"]
+    b = u.min_budget
+    if q.budget is not None:
+        lines.append(f"  Smallest budget reaching it by the deadline: {b.total_cost:,.0f} ({at(b)})"
+                     if b is not None and b.total_cost is not None else "  No budget reaches it by the deadline.")
+    reach = f"{DEADLINE_REACH:g} times the deadline"
+    lines.append(f"  Shortest deadline reaching it{' within the budget' if q.budget is not None else ''}: "
+                 f"{u.min_deadline_days:.1f} days ({at(u.at_deadline)}; bisection to 0.1 day)"
+                 if u.min_deadline_days is not None and u.at_deadline is not None
+                 else f"  No deadline up to {reach} reaches it.")
+    r = u.reachable
+    within = "Within the budget by the deadline" if q.budget is not None else "By the deadline"
+    lines.append(f"  {within}: least predicted loss {r.loss:.4f} ({at(r)}, cost "
+                 f"{r.total_cost:,.0f})" if r is not None and r.loss is not None and r.total_cost is not None
+                 else f"  {within} no size and token count is feasible.")
+    return "\n".join(lines) + "\n"
 
 
 def _table(res: InverseResult) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tpopt.errors import InputError
@@ -326,3 +326,64 @@ SIZE_FAMILIES: dict[str, tuple[str, ...]] = {
     "qwen3": ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b"),
     "llama3": ("llama3.2-1b", "llama3.2-3b", "llama3-8b", "llama3-70b", "llama3-405b"),
 }
+
+
+@dataclass
+class Unreachable:
+    """Why no size reaches the target loss, and the smallest change that does: the least budget at the given
+    date (None: no budget does), the shortest deadline at the given budget in days (None: none up to
+    ``DEADLINE_REACH`` times the deadline), each verified by a re-solve that finds a chosen candidate, and the
+    least loss the given budget and date reach."""
+
+    min_budget: Candidate | None
+    min_deadline_days: float | None
+    at_deadline: Candidate | None
+    reachable: Candidate | None
+    solves: int
+
+
+#: How far the deadline search looks: this many times the stated deadline.
+DEADLINE_REACH = 100.0
+
+
+def explain_unreachable(q: InverseQuestion, build: Build, params: Callable[[str], int], backend: str,
+                        req: Request | None = None, days_tolerance: float = 0.1) -> Unreachable:
+    """The smallest budget and the shortest deadline reaching ``q.target_loss``, and the best loss at the given ones.
+
+    Budget: with the budget lifted each size's answer is its fewest tokens reaching the target, the cheapest
+    there (the cost does not decrease in the tokens), so the least total over the sizes is the smallest budget
+    that reaches the target; the re-solve at exactly that budget confirms it. Deadline: whether some size reaches
+    the target within the budget only gets easier with a later deadline (every plan meeting a date meets a later
+    one), so a bisection over the deadline between the stated one and ``DEADLINE_REACH`` times it, re-solving at
+    each step, ends at a deadline (within ``days_tolerance`` days) whose solve found a chosen candidate."""
+    assert q.target_loss is not None
+    solves = 0
+
+    def run(question: InverseQuestion, deadline_s: float | None = None) -> InverseResult:
+        nonlocal solves
+        b = build if deadline_s is None else (lambda m, t: with_deadline(build(m, t), deadline_s))
+        r = solve_inverse(question, b, params, backend, req)
+        solves += r.solves
+        return r
+
+    min_budget = None
+    if q.budget is not None:
+        free = run(replace(q, budget=None)).chosen
+        if free is not None and free.total_cost is not None:
+            check = run(replace(q, budget=free.total_cost)).chosen
+            min_budget = check if check is not None else None
+    deadline_s = build(q.models[0], q.tokens[0]).task.deadline_s
+    lo, hi = deadline_s, deadline_s * DEADLINE_REACH
+    at_hi = run(q, hi).chosen
+    at_deadline = None
+    if at_hi is not None:
+        at_deadline = at_hi
+        while hi - lo > days_tolerance * 86400.0:
+            mid = (lo + hi) / 2
+            found = run(q, mid).chosen
+            if found is not None:
+                hi, at_deadline = mid, found
+            else:
+                lo = mid
+    reachable = run(replace(q, target_loss=None)).chosen
+    return Unreachable(min_budget, None if at_deadline is None else hi / 86400.0, at_deadline, reachable, solves)

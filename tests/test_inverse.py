@@ -304,3 +304,51 @@ def test_inference_tokens_flip_the_choice_where_the_totals_cross(scenario_file: 
     p = tpopt("inverse", "--scenario", str(scenario_file), "--models", ",".join(sizes), "--tokens", "10B,20B",
               "--inference-tokens", "1T", "--serving-price", "0.01", "--max-cost", "1")
     assert "training + serving" in p.stdout and "0.01 USD per 1e15 FLOP (stated" in p.stdout
+
+
+def fewest_reaching(table: dict, target: float) -> dict[str, float]:
+    """Each size's fewest grid tokens whose Chinchilla loss is at most ``target``."""
+    out = {}
+    for m in SIZES:
+        n = table[m, GRID[0]][0]
+        reach = [t for t in GRID if chinchilla(n, t) <= target]
+        if reach:
+            out[m] = reach[0]
+    return out
+
+
+def test_unreachable_target_names_the_smallest_budget_and_the_loss_within_reach(scenario_file: Path,
+                                                                                 table: dict) -> None:
+    """Loss 2.3 under 1,500 USD: no size reaches it. The smallest budget that does is the least brute-force cost
+    over the sizes at their fewest tokens reaching 2.3; the loss within reach is the brute-force least loss
+    under 1,500 USD."""
+    out = inverse_json(scenario_file, "--target-loss", "2.3", "--max-cost", "1500")
+    assert out["chosen"] is None
+    costs = {m: table[m, t][1] for m, t in fewest_reaching(table, 2.3).items() if table[m, t][1] is not None}
+    least = min(costs, key=lambda m: costs[m])
+    assert costs[least] > 1500
+    u = out["unreachable"]
+    assert u["min_budget"] == pytest.approx(costs[least], rel=1e-9) and u["at_min_budget"]["model"] == least
+    model, tokens, expected = brute_least_loss(table, 1500.0)
+    assert (u["reachable"]["model"], u["reachable"]["tokens"]) == (model, tokens)
+    assert u["reachable"]["loss"] == pytest.approx(expected, rel=1e-12)
+    p = tpopt("inverse", "--scenario", str(scenario_file), "--models", ",".join(SIZES), "--tokens",
+              ",".join(f"{t:.0f}" for t in GRID), "--target-loss", "2.3", "--max-cost", "1500")
+    assert p.returncode == 3 and f"Smallest budget reaching it by the deadline: {costs[least]:,.0f}" in p.stdout
+
+
+def test_unreachable_target_names_the_shortest_deadline(scenario_file: Path, table: dict) -> None:
+    """Loss 2.2 by 30 days: no size gets there. At the deadline the tool names, some size's fewest tokens
+    reaching 2.2 has an on-time plan (every plan evaluated here); 0.1 day earlier none has."""
+    out = inverse_json(scenario_file, "--target-loss", "2.2")
+    days = out["unreachable"]["min_deadline_days"]
+    assert out["chosen"] is None and days is not None and days > 30
+    need = fewest_reaching(table, 2.2)
+
+    def on_time(d: float) -> list[str]:
+        return [m for m, t in need.items() if cheapest(scenario_file, m, t, f"{d * 86400:.0f}s")[1] is not None]
+
+    assert out["unreachable"]["at_min_deadline"]["model"] in on_time(days)
+    assert on_time(days - 0.1) == []
+    model, tokens, _ = brute_least_loss(table, None)
+    assert (out["unreachable"]["reachable"]["model"], out["unreachable"]["reachable"]["tokens"]) == (model, tokens)
