@@ -20,6 +20,7 @@ from tpopt.cli.common import (
     scenario_options,
     scenario_source,
 )
+from tpopt.cli.plots import check_plot_path, pyplot, save_figure
 from tpopt.cli.render import solve_text
 from tpopt.cli.request import request_from, solve_options
 from tpopt.errors import InputError
@@ -30,10 +31,13 @@ from tpopt.optimizer.inverse import (
     DEADLINE_REACH,
     SIZE_FAMILIES,
     Candidate,
+    FrontPoint,
     InverseQuestion,
     InverseResult,
     Unreachable,
     explain_unreachable,
+    loss_cost_front,
+    loss_date_front,
     params_of,
     solve_inverse,
     token_grid,
@@ -65,11 +69,15 @@ SERVING_MFU = 0.3
                                       "over its peak x --serving-mfu).")
 @click.option("--serving-mfu", default=str(SERVING_MFU), show_default=True,
               help="Model FLOPs utilisation of serving, for the serving price derived from the card.")
+@click.option("--front", is_flag=True, help="Also print the fronts of predicted loss against cost (8 budgets up "
+                                           "to the best loss's cost) and against the deadline (x0.25 to x4).")
+@click.option("--plot", type=click.Path(), help="Draw the loss fronts (.pdf, .svg or .png; needs the plots extra); "
+                                                "implies --front.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @handle_errors
 def inverse(model_list: str, token_spec: str, law: str, target_loss: str | None, unique_tokens: str | None,
             max_epochs: str, inference_tokens: str | None, serving_price: str | None, serving_mfu: str,
-            as_json: bool, **kw: Any) -> None:
+            front: bool, plot: str | None, as_json: bool, **kw: Any) -> None:
     """Choose the model size and training tokens: least predicted loss under the budget (--max-cost) by the
     deadline, or least cost for --target-loss; each candidate's plan is the cheapest meeting the date.
 
@@ -77,6 +85,8 @@ def inverse(model_list: str, token_spec: str, law: str, target_loss: str | None,
     """
     if kw["objective"] != "cost":
         raise InputError("tpopt inverse takes each candidate's cheapest on-time plan: --objective must be cost")
+    if plot is not None:
+        check_plot_path(plot)
     scaling = load_scaling(kw.get("catalog_dirs") or ())
     cat = load_catalog(kw.get("catalog_dirs") or ())
     raw = with_overrides(read_scenario_file(scenario_source(kw)), overrides_from(kw))
@@ -104,10 +114,20 @@ def inverse(model_list: str, token_spec: str, law: str, target_loss: str | None,
     if res.chosen is None and q.target_loss is not None:
         why = explain_unreachable(q, build, params_of(build), kw["solver"], request_from(kw))
         out["unreachable"] = unreachable_dict(why)
+    fronts = None
+    if front or plot is not None:
+        by_cost, n_cost = loss_cost_front(q, build, params_of(build), kw["solver"], request_from(kw))
+        by_date, n_date = loss_date_front(q, build, params_of(build), kw["solver"], request_from(kw))
+        fronts = (by_cost, by_date, n_cost + n_date)
+        out["front"] = {"cost": [_point(p) for p in by_cost], "date": [_point(p) for p in by_date],
+                        "solves": n_cost + n_date}
     if as_json:
         click.echo(dump_json(out), nl=False)
     else:
-        click.echo(result_text(res, out) + ("" if why is None else unreachable_text(q, why)), nl=False)
+        click.echo(result_text(res, out) + ("" if why is None else unreachable_text(q, why))
+                   + ("" if fronts is None else front_text(q, *fronts)), nl=False)
+    if plot is not None and fronts is not None:
+        plot_fronts(fronts[0], fronts[1], q.law.name, plot)
     if res.chosen is None:
         raise SystemExit(EXIT_INFEASIBLE)
 
@@ -215,6 +235,51 @@ def result_text(res: InverseResult, out: dict[str, Any]) -> str:
 
 def _where(c: Candidate | None) -> dict[str, Any] | None:
     return None if c is None else {"model": c.model, "tokens": c.tokens, "loss": c.loss, "cost": c.total_cost}
+
+
+def _point(p: FrontPoint) -> dict[str, Any]:
+    return {"at": p.at, **(_where(p.chosen) or {"model": None, "tokens": None, "loss": None, "cost": None})}
+
+
+def front_text(q: InverseQuestion, by_cost: list[FrontPoint], by_date: list[FrontPoint], solves: int) -> str:
+    """The two fronts as tables: the least predicted loss at each budget, and at each deadline."""
+    def rows(points: list[FrontPoint], head: str, fmt: str) -> list[str]:
+        table = [(head, "loss", "model", "tokens", "cost")]
+        for p in points:
+            c = p.chosen
+            table.append((format(p.at, fmt), "-" if c is None or c.loss is None else f"{c.loss:.4f}",
+                          "-" if c is None else c.model,
+                          "-" if c is None or c.tokens is None else fmt_count(c.tokens, 4),
+                          "-" if c is None or c.total_cost is None else f"{c.total_cost:,.0f}"))
+        widths = [max(len(r[i]) for r in table) for i in range(5)]
+        return ["  " + "  ".join(v.ljust(w) if i == 2 else v.rjust(w) for i, (v, w) in
+                                 enumerate(zip(r, widths, strict=True))).rstrip() for r in table]
+
+    by = "within the budget" if q.budget is not None else "no budget"
+    lines = ["", f"Front: least predicted loss against the budget, by the deadline ({solves} plan solves for both "
+                 f"fronts, {q.law.name}):", *rows(by_cost, "budget", ",.0f"),
+             "", f"Front: least predicted loss against the deadline, {by}:", *rows(by_date, "deadline d", ".1f")]
+    return "\n".join(lines) + "\n"
+
+
+def plot_fronts(by_cost: list[FrontPoint], by_date: list[FrontPoint], law: str, path: str) -> None:
+    """Loss against budget (log) and against deadline, side by side."""
+    plt = pyplot("tpopt-inverse")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, points, xlabel in ((left, by_cost, "budget (USD)"), (right, by_date, "deadline (days)")):
+        pts = [(p.at, p.chosen.loss) for p in points if p.chosen is not None and p.chosen.loss is not None]
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o")
+        for p in points:
+            if p.chosen is not None and p.chosen.loss is not None:
+                ax.annotate(p.chosen.model, (p.at, p.chosen.loss), fontsize=7, textcoords="offset points",
+                            xytext=(3, 3))
+        ax.set_xlabel(xlabel)
+        ax.grid(True, alpha=0.3)
+    left.set_xscale("log")
+    left.set_ylabel(f"predicted loss ({law})")
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
 
 
 def unreachable_dict(u: Unreachable) -> dict[str, Any]:

@@ -225,10 +225,11 @@ def _max_tokens(s: _Solver, q: InverseQuestion, model: str, grid: Sequence[float
 
 
 def solve_inverse(q: InverseQuestion, build: Build, params: Callable[[str], int], backend: str,
-                  req: Request | None = None) -> InverseResult:
-    """The best (size, tokens) for the question (see the module), every size's row, and the solves made."""
+                  req: Request | None = None, solver: _Solver | None = None) -> InverseResult:
+    """The best (size, tokens) for the question (see the module), every size's row, and the solves made
+    (``solver``: one shared across questions of the same scenario, each (size, tokens) solved once)."""
     req = req or Request()
-    s = _Solver(build, backend, req)
+    s = solver or _Solver(build, backend, req)
     limit = q.data_limit
     grid = tuple(t for t in q.tokens if limit is None or t <= limit * (1 + 1e-12))
     if limit is not None and limit < q.tokens[-1] and (not grid or grid[-1] < limit):
@@ -361,7 +362,7 @@ def explain_unreachable(q: InverseQuestion, build: Build, params: Callable[[str]
 
     def run(question: InverseQuestion, deadline_s: float | None = None) -> InverseResult:
         nonlocal solves
-        b = build if deadline_s is None else (lambda m, t: with_deadline(build(m, t), deadline_s))
+        b = build if deadline_s is None else at_deadline(build, deadline_s)
         r = solve_inverse(question, b, params, backend, req)
         solves += r.solves
         return r
@@ -375,15 +376,75 @@ def explain_unreachable(q: InverseQuestion, build: Build, params: Callable[[str]
     deadline_s = build(q.models[0], q.tokens[0]).task.deadline_s
     lo, hi = deadline_s, deadline_s * DEADLINE_REACH
     at_hi = run(q, hi).chosen
-    at_deadline = None
+    at_min = None
     if at_hi is not None:
-        at_deadline = at_hi
+        at_min = at_hi
         while hi - lo > days_tolerance * 86400.0:
             mid = (lo + hi) / 2
             found = run(q, mid).chosen
             if found is not None:
-                hi, at_deadline = mid, found
+                hi, at_min = mid, found
             else:
                 lo = mid
     reachable = run(replace(q, target_loss=None)).chosen
-    return Unreachable(min_budget, None if at_deadline is None else hi / 86400.0, at_deadline, reachable, solves)
+    return Unreachable(min_budget, None if at_min is None else hi / 86400.0, at_min, reachable, solves)
+
+
+@dataclass
+class FrontPoint:
+    """One point of a loss front: the budget or deadline (days) it was solved at and the best candidate there
+    (None: nothing feasible)."""
+
+    at: float
+    chosen: Candidate | None
+
+
+def budget_grid(lo: float, hi: float, count: int) -> tuple[float, ...]:
+    """``count`` budgets from ``lo`` to ``hi`` in equal ratios, the ends exact."""
+    if count == 1 or hi <= lo:
+        return (hi,)
+    r = (hi / lo) ** (1.0 / (count - 1))
+    return tuple([lo * r ** i for i in range(count - 1)] + [hi])
+
+
+def loss_cost_front(q: InverseQuestion, build: Build, params: Callable[[str], int], backend: str,
+                    req: Request | None = None, count: int = 8) -> tuple[list[FrontPoint], int]:
+    """The least predicted loss at each of ``count`` budgets by the deadline, and the plan solves made.
+
+    The budgets run in equal ratios from the cheapest candidate on time (the least cost of any size at the
+    grid's fewest tokens) to the cost of the best loss with no budget (more buys nothing by this date); one
+    solver is shared, so a (size, tokens) is solved once for the whole front."""
+    req = req or Request()
+    s = _Solver(build, backend, req)
+    free = replace(q, budget=None, target_loss=None)
+    top = solve_inverse(free, build, params, backend, req, s).chosen
+    floor = [s(m, q.tokens[0]).cost for m in q.models]
+    costs = [c for c in floor if c is not None]
+    if top is None or top.total_cost is None or not costs:
+        return [], len(s.cache)
+    lo = min(c + q.serve_cost(params(m)) for m, c in zip(q.models, floor, strict=True) if c is not None)
+    points = [FrontPoint(b, solve_inverse(replace(free, budget=b), build, params, backend, req, s).chosen)
+              for b in budget_grid(lo, top.total_cost, count)]
+    return points, len(s.cache)
+
+
+def loss_date_front(q: InverseQuestion, build: Build, params: Callable[[str], int], backend: str,
+                    req: Request | None = None, factors: Sequence[float] = (0.25, 0.5, 1.0, 2.0, 4.0)
+                    ) -> tuple[list[FrontPoint], int]:
+    """The least predicted loss within the budget at the stated deadline times each of ``factors`` (days in
+    :attr:`FrontPoint.at`), and the plan solves made."""
+    req = req or Request()
+    deadline_s = build(q.models[0], q.tokens[0]).task.deadline_s
+    free = replace(q, target_loss=None)
+    points, solves = [], 0
+    for f in factors:
+        d = deadline_s * f
+        r = solve_inverse(free, at_deadline(build, d), params, backend, req)
+        points.append(FrontPoint(d / 86400.0, r.chosen))
+        solves += r.solves
+    return points, solves
+
+
+def at_deadline(build: Build, deadline_s: float) -> Build:
+    """``build`` with the deadline set to ``deadline_s`` seconds."""
+    return lambda model, tokens: with_deadline(build(model, tokens), deadline_s)

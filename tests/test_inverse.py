@@ -352,3 +352,28 @@ def test_unreachable_target_names_the_shortest_deadline(scenario_file: Path, tab
     assert on_time(days - 0.1) == []
     model, tokens, _ = brute_least_loss(table, None)
     assert (out["unreachable"]["reachable"]["model"], out["unreachable"]["reachable"]["tokens"]) == (model, tokens)
+
+
+def test_loss_fronts_equal_the_brute_force(scenario_file: Path, table: dict, tmp_path: Path) -> None:
+    """--front: at each budget the least loss is the brute force's under that budget; the budgets run from the
+    cheapest candidate (least cost at the grid's fewest tokens) to the best loss's cost with no budget. Against
+    the deadline, each point is the brute force's least loss with every plan evaluated at that deadline."""
+    png = tmp_path / "front.png"
+    out = inverse_json(scenario_file, "--front", "--plot", str(png))
+    cost_front, date_front = out["front"]["cost"], out["front"]["date"]
+    floor = min(c for (m, t), (_, c) in table.items() if t == GRID[0] and c is not None)
+    top_model, top_tokens, _ = brute_least_loss(table, None)
+    assert cost_front[0]["at"] == pytest.approx(floor, rel=1e-9)
+    assert cost_front[-1]["at"] == pytest.approx(table[top_model, top_tokens][1], rel=1e-9) and len(cost_front) == 8
+    for p in cost_front:
+        model, tokens, expected = brute_least_loss(table, p["at"] * (1 + 1e-12))
+        assert (p["model"], p["tokens"]) == (model, tokens) and p["loss"] == pytest.approx(expected, rel=1e-12)
+    losses = [p["loss"] for p in cost_front]
+    assert losses == sorted(losses, reverse=True)  # more budget never predicts a worse loss
+    assert [p["at"] for p in date_front] == pytest.approx([7.5, 15.0, 30.0, 60.0, 120.0])
+    for p in date_front:
+        if p["at"] in (15.0, 60.0):
+            at = {(m, t): cheapest(scenario_file, m, t, f"{p['at']:g}d") for m in SIZES for t in GRID}
+            model, tokens, expected = brute_least_loss(at, None)
+            assert (p["model"], p["tokens"]) == (model, tokens) and p["loss"] == pytest.approx(expected, rel=1e-12)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
