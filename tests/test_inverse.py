@@ -377,3 +377,15 @@ def test_loss_fronts_equal_the_brute_force(scenario_file: Path, table: dict, tmp
             model, tokens, expected = brute_least_loss(at, None)
             assert (p["model"], p["tokens"]) == (model, tokens) and p["loss"] == pytest.approx(expected, rel=1e-12)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("--serving-price", "0.01"), "--serving-price needs --inference-tokens"),
+    (("--inference-tokens", "1T", "--serving-mfu", "1.5"), "at most 1"),
+    (("--inference-tokens", "-1T"), "--inference-tokens"),
+    (("--plot", "front.txt"), "must end in .pdf, .svg or .png"),
+])
+def test_bad_serving_and_plot_input_is_one_line(args: tuple[str, ...], words: str) -> None:
+    p = tpopt("inverse", *args)
+    assert p.returncode == 2, p.stdout[-500:]
+    assert words in p.stderr and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
