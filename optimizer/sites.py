@@ -41,7 +41,6 @@ from tpopt.models.plan import Scenario
 from tpopt.optimizer import backends
 from tpopt.optimizer import plan as P
 from tpopt.optimizer.backends import Solver
-from tpopt.optimizer.pools import relaxation_text
 from tpopt.optimizer.result import Request
 
 MAX_SITES = 8
@@ -449,6 +448,7 @@ def lines(d: dict[str, Any]) -> list[str]:
     out = [f"replica: {r['cards']} x {r['accelerator']} (TP {r['tp']}, PP {r['pp']}, CP {r['cp']}, micro-batch "
            f"{r['micro_batch']}, ZeRO {r['zero_stage']}, recompute {r['recompute']}, {r['schedule']})"]
     if d["best"] is None:
+        from tpopt.optimizer.pools import relaxation_text  # lazy: only a report without a plan needs it
         rl = relaxation_text(d.get("relaxations") or [])  # before the verdict, which stays the last line
         return [*out, *([""] + rl + [""] if rl else []),
                 f"no multi-site plan meets the deadline ({d['candidates']:,} candidates scored)"]
