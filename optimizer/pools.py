@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -45,6 +46,7 @@ from tpopt.models.arch import param_count
 from tpopt.models.evaluate import CONSTRAINT_NAMES, evaluate_arrays
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY, HOUR
+from tpopt.presentation import scale_out_relaxation_lines
 
 JOB_FAMILIES = (F.DEADLINE, F.BUDGET, F.STEP_BUDGET, F.INPUT_THROUGHPUT, F.CHECKPOINT)
 """Families of the whole job, checked on the mixed plan (not per pool)."""
@@ -52,6 +54,7 @@ POOL_FAMILIES = tuple(n for n in CONSTRAINT_NAMES if n not in JOB_FAMILIES)
 """Families every pool's group meets at its share, exactly as a homogeneous plan does."""
 LAYOUT_KEYS = ("tp", "pp", "zero_stage", "micro_batch", "dp")
 MAX_POOLS = 2
+T_Plan = TypeVar("T_Plan")
 
 
 def pool_scenario(sc: Scenario, pool: PM.Pool) -> Scenario:
@@ -313,6 +316,20 @@ def useful_pool_cards(sc: Scenario) -> int:
     return sc.task.global_batch * max(sc.search.tp) * max(sc.search.pp)
 
 
+def smallest_feasible(lo: int, hi: int, found: T_Plan, plan_at: Callable[[int], T_Plan | None]
+                      ) -> tuple[int, T_Plan]:
+    """Bisection of a monotone feasibility: no plan at ``lo``, ``found`` at ``hi``; returns the smallest ``k``
+    in ``(lo, hi]`` with a plan and that plan (``plan_at(k - 1)`` is None, by monotonicity and the search)."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        got = plan_at(mid)
+        if got is None:
+            lo = mid
+        else:
+            hi, found = mid, got
+    return hi, found
+
+
 def pool_card_counts(sc: Scenario, above: int, top: int) -> list[int]:
     """The card counts ``TP x PP x DP`` of ``[search]``'s layouts in ``(above, top]``, ascending: the pool's space
     at a cap ``m`` is the one at the largest such count ``<= m``."""
@@ -348,34 +365,11 @@ def relax_pool_availability(sc: Scenario, g: int, objective: str = "cost") -> di
         rel["note"] = (f"no plan even with {max(top, pool.max_cards):,} cards (a group uses at most B x TP x PP "
                        "cards); the deadline, the budget or the other pool binds")
         return rel
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        got = solved(counts[mid]).best
-        if got is None:
-            lo = mid
-        else:
-            hi, best = mid, got
+    hi, best = smallest_feasible(lo, hi, best, lambda k: solved(counts[k]).best)
+    assert best is not None  # smallest_feasible returns a plan
     hi = counts[hi]
     rel.update(required=hi, helps=True, cost=best.cost, finish_days=best.finish_s / DAY, cards=list(best.cards))
     return rel
-
-
-def relaxation_text(rels: list[dict[str, Any]]) -> list[str]:
-    """The relaxation lines of a pools or sites report, in the style of ``tpopt explain``'s."""
-    if not rels:
-        return []
-    lines = ["Smallest single changes that make the request feasible (each alone, everything else unchanged;",
-             "values rounded towards feasibility and re-solved):"]
-    width = max(len(r["parameter"]) for r in rels)
-    for r in rels:
-        what = f" ({r['pool']})" if r.get("pool") else ""
-        need = f">= {r['required']:,} {r['unit']}" if r["helps"] else f"cannot help: {r['note']}"
-        lines.append(f"  {r['parameter']:<{width}}  now {r['current']:,g} {r['unit']}{what}: {need}")
-        if r["helps"]:
-            plan = f"{r['plan']}, " if r.get("plan") else ""
-            lines.append(f"  {'':<{width}}  -> {plan}{' + '.join(f'{c:,}' for c in r['cards'])} cards, "
-                         f"{r['finish_days']:.2f} d, {r['cost']:,.0f} USD")
-    return lines
 
 
 def _key(p: Pick, objective: str) -> tuple[float, float]:
@@ -475,7 +469,7 @@ def pools_text(ps: PoolsSolve, sc: Scenario) -> str:
              "a step"]
     if ps.best is None:
         lines.append("no plan meets the deadline, the budget and the pools' availability")
-        rl = relaxation_text(ps.relaxations)
+        rl = scale_out_relaxation_lines(ps.relaxations)
         lines += [""] + rl if rl else []
     for title, pick in [("best", ps.best), ("mixed (every pool used)", ps.mixed),
                         *[(f"{t.pool.label} alone", a) for t, a in zip(ps.tables, ps.alone, strict=True)]]:

@@ -41,7 +41,9 @@ from tpopt.models.plan import Scenario
 from tpopt.optimizer import backends
 from tpopt.optimizer import plan as P
 from tpopt.optimizer.backends import Solver
+from tpopt.optimizer.pools import smallest_feasible
 from tpopt.optimizer.result import Request
+from tpopt.presentation import scale_out_relaxation_lines
 
 MAX_SITES = 8
 # the checks the WAN changes (re-checked here with the WAN time), and the card cap the sites replace
@@ -320,13 +322,8 @@ def relax_wan_bandwidth(sc: Scenario, si: S.SitesInput, power: Power | None, bas
         rel["note"] = (f"no plan even at {hi:,} Gbit/s on every link: latency, the sites' caps, the token "
                        "penalty or the deadline bind")
         return rel
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        at = best_at(mid)
-        if at is None:
-            lo = mid
-        else:
-            hi, got = mid, at
+    hi, got = smallest_feasible(lo, hi, got, best_at)
+    assert got is not None  # smallest_feasible returns a plan
     rel.update(required=hi, helps=True, cost=got.cost, finish_days=got.finish_s / 86400.0, cards=[got.cards],
                plan=f"{'sync' if got.mode == S.SYNC else f'DiLoCo H={got.inner_steps} F={got.fragments}'} over "
                     f"{len(got.sites)} site(s)")
@@ -448,8 +445,7 @@ def lines(d: dict[str, Any]) -> list[str]:
     out = [f"replica: {r['cards']} x {r['accelerator']} (TP {r['tp']}, PP {r['pp']}, CP {r['cp']}, micro-batch "
            f"{r['micro_batch']}, ZeRO {r['zero_stage']}, recompute {r['recompute']}, {r['schedule']})"]
     if d["best"] is None:
-        from tpopt.optimizer.pools import relaxation_text  # lazy: only a report without a plan needs it
-        rl = relaxation_text(d.get("relaxations") or [])  # before the verdict, which stays the last line
+        rl = scale_out_relaxation_lines(d.get("relaxations") or [])  # before the verdict, which stays the last line
         return [*out, *([""] + rl + [""] if rl else []),
                 f"no multi-site plan meets the deadline ({d['candidates']:,} candidates scored)"]
     b = d["best"]
