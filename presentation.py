@@ -279,11 +279,14 @@ def chain_lines(c: dict[str, Any], width: int) -> list[str]:
     return lines
 
 
+RELAXATION_HEADER = ("Smallest single changes that make the request feasible (each alone, everything else unchanged;",
+                     "values rounded towards feasibility and re-solved):")
+
+
 def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
     if not rels:
         return []
-    lines = ["Smallest single changes that make the request feasible (each alone, everything else unchanged;",
-             "values rounded towards feasibility and re-solved):"]
+    lines = list(RELAXATION_HEADER)
     width = max(len(r["parameter"]) for r in rels)
     for r in rels:
         now = _qty(r["current"], r["unit"]) if r["parameter"] != "accelerator" else (r["current"] or "-")
@@ -310,6 +313,24 @@ def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
                 else:
                     opts.append(f"{o['accelerator']}{tag} no plan")
             lines.append(f"  {'':<{width}}  catalog: " + "; ".join(opts))
+    return lines
+
+
+def scale_out_relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
+    """The relaxation lines of a pools or sites report ("pool availability",
+    "WAN bandwidth": ``tpopt.optimizer.pools`` and ``tpopt.optimizer.sites``), in the style of ``tpopt explain``'s."""
+    if not rels:
+        return []
+    lines = list(RELAXATION_HEADER)
+    width = max(len(r["parameter"]) for r in rels)
+    for r in rels:
+        what = f" ({r['pool']})" if r.get("pool") else ""
+        need = f">= {r['required']:,} {r['unit']}" if r["helps"] else f"cannot help: {r['note']}"
+        lines.append(f"  {r['parameter']:<{width}}  now {r['current']:,g} {r['unit']}{what}: {need}")
+        if r["helps"]:
+            plan = f"{r['plan']}, " if r.get("plan") else ""
+            lines.append(f"  {'':<{width}}  -> {plan}{' + '.join(f'{c:,}' for c in r['cards'])} cards, "
+                         f"{r['finish_days']:.2f} d, {r['cost']:,.0f} USD")
     return lines
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from tpopt.catalogs.scenario import read_scenario_file
 from tpopt.catalogs.tables import loads_json, read_text_capped
 from tpopt.cli.common import (
     builtin_note,
@@ -68,6 +69,7 @@ def export(fmt: str, plan_path: str | None, out: str | None, launch: str | None,
     """
     if launch and not out:
         raise InputError("--launch runs the exported file: give --out FILE too")
+    refuse_scale_out(kw.get("scenario_path"))
     sc = load_scenario_from(kw)
     note = builtin_note(kw)  # printed once the export succeeded: an error stays one line
     given = [k for k in V.PLAN_FLAGS if kw.get(k) is not None]  # every plan flag (models/variables.py)
@@ -110,6 +112,26 @@ def export(fmt: str, plan_path: str | None, out: str | None, launch: str | None,
         click.echo(f"tpopt: wrote {path} ({fmt})", err=True)
     for path in launches:
         click.echo(f"tpopt: wrote {path} (launch script: bash it on each node, or sbatch it)", err=True)
+
+
+def refuse_scale_out(path: str | None) -> None:
+    """A mixed-pool (``[[hardware.pools]]``) or multi-datacenter (``[[sites]]``, ``[wan]``) scenario: one line
+    saying that none of the export formats runs such a plan (each launches one accelerator type as one
+    data-parallel job in one site: no per-group layout or batch share, no WAN all-reduce, no DiLoCo outer loop)."""
+    if not path or not Path(path).is_file():
+        return  # load_scenario_from says what is wrong with the path
+    raw = read_scenario_file(path)
+    hardware = raw.get("hardware")
+    if "sites" in raw or "wan" in raw:
+        what = ("a multi-datacenter plan (a WAN all-reduce or DiLoCo's outer synchronisation, replicas per site)",
+                "tpopt sites")
+    elif isinstance(hardware, dict) and hardware.get("pools"):
+        what = ("a mixed plan over accelerator pools (several card types in one job, a layout and batch share per "
+                "pool)", "tpopt solve")
+    else:
+        return
+    raise InputError(f"export: {what[0]} runs on none of the export frameworks ({', '.join(FORMATS)}: each "
+                     f"launches one accelerator type in one site); {what[1]} plans it, no file is written")
 
 
 def _of_report(sc: Scenario, report: dict[str, Any], kw: dict[str, Any]) -> list[Exported]:

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -45,6 +46,7 @@ from tpopt.models.arch import param_count
 from tpopt.models.evaluate import CONSTRAINT_NAMES, evaluate_arrays
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY, HOUR
+from tpopt.presentation import scale_out_relaxation_lines
 
 JOB_FAMILIES = (F.DEADLINE, F.BUDGET, F.STEP_BUDGET, F.INPUT_THROUGHPUT, F.CHECKPOINT)
 """Families of the whole job, checked on the mixed plan (not per pool)."""
@@ -52,6 +54,7 @@ POOL_FAMILIES = tuple(n for n in CONSTRAINT_NAMES if n not in JOB_FAMILIES)
 """Families every pool's group meets at its share, exactly as a homogeneous plan does."""
 LAYOUT_KEYS = ("tp", "pp", "zero_stage", "micro_batch", "dp")
 MAX_POOLS = 2
+T_Plan = TypeVar("T_Plan")
 
 
 def pool_scenario(sc: Scenario, pool: PM.Pool) -> Scenario:
@@ -184,6 +187,7 @@ class PoolsSolve:
     plans: int  # (layout, layout, share) points the search compared
     wall_s: float
     objective: str = "cost"  # "cost" (ties: the earlier finish) or "finish" (ties: the lower cost)
+    relaxations: list[dict[str, Any]] = field(default_factory=list)  # no plan: "pool availability" per rented pool
 
 
 def share_list(batch: int) -> np.ndarray[Any, Any]:
@@ -202,9 +206,10 @@ def _job(sc: Scenario, cards: np.ndarray[Any, Any], step: np.ndarray[Any, Any]
     return np.asarray(lo), np.asarray(tau), np.asarray(finish)
 
 
-def solve_pools(sc: Scenario, objective: str = "cost") -> PoolsSolve:
+def solve_pools(sc: Scenario, objective: str = "cost", relax: bool = True) -> PoolsSolve:
     """The cheapest (``objective = "cost"``, ties: earlier finish) or earliest (``"finish"``) plan over the
-    pools, exactly (see the module), with each pool alone for the comparison."""
+    pools, exactly (see the module), with each pool alone for the comparison; ``relax``: where no plan exists,
+    the "pool availability" relaxation of each rented pool (:func:`relax_pool_availability`)."""
     t0 = time.process_time()
     if len(sc.pools) > MAX_POOLS:
         raise InputError(f"hardware.pools: at most {MAX_POOLS} pools are planned in this version "
@@ -287,8 +292,84 @@ def solve_pools(sc: Scenario, objective: str = "cost") -> PoolsSolve:
                 consider((0, 0), (r0[c0], r1[c1]), (b0, batch - b0))
         mixed = _best(candidates[before:], objective)
     best = _best([p for p in (*alone, mixed) if p is not None], objective)
+    rels = [relax_pool_availability(sc, g, objective) for g, p in enumerate(sc.pools)
+            if not p.owned] if best is None and relax else []
     return PoolsSolve(tables=tables, best=best, mixed=mixed, alone=alone, fastest=fastest, plans=plans,
-                      wall_s=time.process_time() - t0, objective=objective)
+                      wall_s=time.process_time() - t0, objective=objective, relaxations=rels)
+
+
+# ---------------------------------------------------------------------------------------------
+# relaxation: pool availability
+
+
+def with_pool_cards(sc: Scenario, g: int, max_cards: int) -> Scenario:
+    """The scenario with pool ``g`` offering ``max_cards`` cards."""
+    pools = list(sc.pools)
+    pools[g] = replace(pools[g], max_cards=max_cards)
+    return replace(sc, pools=tuple(pools))
+
+
+def useful_pool_cards(sc: Scenario) -> int:
+    """Cards beyond which a pool admits no new plan: ``B x max TP x max PP``. A group's share is a multiple of
+    ``micro_batch x DP`` and at most the global batch ``B``, so ``DP <= B`` and a group holds at most
+    ``TP x PP x B`` cards."""
+    return sc.task.global_batch * max(sc.search.tp) * max(sc.search.pp)
+
+
+def smallest_feasible(lo: int, hi: int, found: T_Plan, plan_at: Callable[[int], T_Plan | None]
+                      ) -> tuple[int, T_Plan]:
+    """Bisection of a monotone feasibility: no plan at ``lo``, ``found`` at ``hi``; returns the smallest ``k``
+    in ``(lo, hi]`` with a plan and that plan (``plan_at(k - 1)`` is None, by monotonicity and the search)."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        got = plan_at(mid)
+        if got is None:
+            lo = mid
+        else:
+            hi, found = mid, got
+    return hi, found
+
+
+def pool_card_counts(sc: Scenario, above: int, top: int) -> list[int]:
+    """The card counts ``TP x PP x DP`` of ``[search]``'s layouts in ``(above, top]``, ascending: the pool's space
+    at a cap ``m`` is the one at the largest such count ``<= m``."""
+    return sorted({tp * pp * dp for tp in sc.search.tp for pp in sc.search.pp
+                   for dp in range(above // (tp * pp) + 1, top // (tp * pp) + 1)})
+
+
+def relax_pool_availability(sc: Scenario, g: int, objective: str = "cost") -> dict[str, Any]:
+    """The smallest ``max_cards`` of pool ``g`` at which the pools question has a plan, everything else
+    unchanged, found by exponential search then bisection over the card counts a layout can take
+    (:func:`pool_card_counts`), verified by re-solve (the plan there, none one count below). Exact:
+    the space at ``m`` cards is a subset of the space at ``m + 1`` (the pool's layouts with at most ``m``
+    cards; no figure of a plan depends on the cap), so feasibility is monotone in ``m``; beyond
+    :func:`useful_pool_cards` no plan is added, so no plan there means no availability helps."""
+    pool = sc.pools[g]
+    rel: dict[str, Any] = {"parameter": "pool availability", "pool": f"{pool.accelerator}, "
+                           + ("owned" if pool.owned else "rented"), "current": pool.max_cards,
+                           "unit": "cards", "required": None, "helps": False, "cost": None, "finish_days": None}
+
+    def solved(m: int) -> PoolsSolve:
+        return solve_pools(with_pool_cards(sc, g, m), objective, relax=False)
+
+    top = useful_pool_cards(sc)
+    counts = pool_card_counts(sc, pool.max_cards, top)  # the space changes only at these caps
+    lo, hi = -1, -1  # indices into counts: no plan at counts[lo] (the current cap), a plan at counts[hi]
+    best: Pick | None = None
+    step = 1
+    while best is None and hi < len(counts) - 1:  # exponential search (the cheap solves first), then bisection
+        lo, hi = hi, min(hi + step, len(counts) - 1)
+        step *= 2
+        best = solved(counts[hi]).best
+    if best is None:
+        rel["note"] = (f"no plan even with {max(top, pool.max_cards):,} cards (a group uses at most B x TP x PP "
+                       "cards); the deadline, the budget or the other pool binds")
+        return rel
+    hi, best = smallest_feasible(lo, hi, best, lambda k: solved(counts[k]).best)
+    assert best is not None  # smallest_feasible returns a plan
+    hi = counts[hi]
+    rel.update(required=hi, helps=True, cost=best.cost, finish_days=best.finish_s / DAY, cards=list(best.cards))
+    return rel
 
 
 def _key(p: Pick, objective: str) -> tuple[float, float]:
@@ -351,6 +432,7 @@ def pools_dict(ps: PoolsSolve, sc: Scenario) -> dict[str, Any]:
             "best": entry(ps.best), "mixed": entry(ps.mixed),
             "alone": {t.pool.label: entry(a) for t, a in zip(ps.tables, ps.alone, strict=True)},
             "comparison": verdict(ps), "plans": ps.plans,
+            **({"relaxations": ps.relaxations} if ps.best is None else {}),
             "evaluations": sum(t.evaluated for t in ps.tables)}
 
 
@@ -387,6 +469,8 @@ def pools_text(ps: PoolsSolve, sc: Scenario) -> str:
              "a step"]
     if ps.best is None:
         lines.append("no plan meets the deadline, the budget and the pools' availability")
+        rl = scale_out_relaxation_lines(ps.relaxations)
+        lines += [""] + rl if rl else []
     for title, pick in [("best", ps.best), ("mixed (every pool used)", ps.mixed),
                         *[(f"{t.pool.label} alone", a) for t, a in zip(ps.tables, ps.alone, strict=True)]]:
         if pick is None:

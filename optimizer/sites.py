@@ -41,7 +41,9 @@ from tpopt.models.plan import Scenario
 from tpopt.optimizer import backends
 from tpopt.optimizer import plan as P
 from tpopt.optimizer.backends import Solver
+from tpopt.optimizer.pools import smallest_feasible
 from tpopt.optimizer.result import Request
+from tpopt.presentation import scale_out_relaxation_lines
 
 MAX_SITES = 8
 # the checks the WAN changes (re-checked here with the WAN time), and the card cap the sites replace
@@ -105,6 +107,7 @@ class SitesSolve:
     cards_per_host: int = 1
     per_mode: dict[str, Candidate] = field(default_factory=dict)  # the cheapest within the deadline, per mode
     ring: Ring | None = None
+    relaxations: list[dict[str, Any]] = field(default_factory=list)  # no plan: the "WAN bandwidth" relaxation
 
 
 def rings(si: S.SitesInput, names: tuple[str, ...]) -> list[Ring]:
@@ -229,6 +232,14 @@ def solve_sites(sc: Scenario, si: S.SitesInput, power: Power | None, backend: st
     solver = backends.checked(backend)
     req = req or Request(objective="cost")
     base = _replica_plan(sc, si, solver, req)
+    out = scored_sites(sc, si, power, base)
+    if out.best is None:
+        out.relaxations = [relax_wan_bandwidth(sc, si, power, base)]
+    return out
+
+
+def scored_sites(sc: Scenario, si: S.SitesInput, power: Power | None, base: Evaluation) -> SitesSolve:
+    """Steps 2 and 3 of the module's decision at the replica plan ``base`` (step 1's)."""
     rc = base.plan.cards // base.plan.dp
     cph = sc.systems[base.plan.accelerator].acc.cards_per_host
     params, tokens = float(param_count(sc.model)), sc.task.tokens
@@ -270,6 +281,53 @@ def solve_sites(sc: Scenario, si: S.SitesInput, power: Power | None, backend: st
     if best is not None:
         _compare(out, sc, rc)
     return out
+
+
+def with_bandwidth(si: S.SitesInput, bps: float) -> S.SitesInput:
+    """The WAN with every link (the default and each per-pair one) raised to at least ``bps`` bit/s."""
+    def up(k: S.WanLink) -> S.WanLink:
+        return replace(k, bandwidth_bps=max(k.bandwidth_bps, bps))
+    return replace(si, wan=up(si.wan), links=tuple((p, up(k)) for p, k in si.links))
+
+
+def slowest_link_bps(si: S.SitesInput) -> float:
+    """The slowest WAN link's bandwidth (bit/s)."""
+    return min([si.wan.bandwidth_bps, *(k.bandwidth_bps for _, k in si.links)])
+
+
+GBPS = 1e9
+MAX_RELAXED_GBPS = 2**30  # about 1 Ebit/s: beyond it the ring's bandwidth term is below a nanosecond a step
+
+
+def relax_wan_bandwidth(sc: Scenario, si: S.SitesInput, power: Power | None, base: Evaluation) -> dict[str, Any]:
+    """The smallest WAN bandwidth (whole Gbit/s, every link raised to at least it; latency, egress, the sites'
+    caps and the replica plan unchanged) at which a multi-site plan meets the deadline and the budget, verified
+    by re-scoring (a plan there, none 1 Gbit/s below). Exact: every candidate's exposed WAN time falls as its
+    ring's slowest link speeds up and its egress does not depend on bandwidth, so its finish and cost fall and
+    feasibility is monotone in the bandwidth: doubling finds a feasible bound, bisection the threshold."""
+    now = slowest_link_bps(si)
+    rel: dict[str, Any] = {"parameter": "WAN bandwidth", "current": now / GBPS, "unit": "Gbit/s", "required": None,
+                           "helps": False, "cost": None, "finish_days": None}
+
+    def best_at(gbps: int) -> Candidate | None:
+        return scored_sites(sc, with_bandwidth(si, gbps * GBPS), power, base).best
+
+    lo = int(now // GBPS)  # no plan at the current links, hence none at any lower bandwidth
+    hi = max(1, 2 * lo)
+    got = best_at(hi)
+    while got is None and hi < MAX_RELAXED_GBPS:
+        lo, hi = hi, 2 * hi
+        got = best_at(hi)
+    if got is None:
+        rel["note"] = (f"no plan even at {hi:,} Gbit/s on every link: latency, the sites' caps, the token "
+                       "penalty or the deadline bind")
+        return rel
+    hi, got = smallest_feasible(lo, hi, got, best_at)
+    assert got is not None  # smallest_feasible returns a plan
+    rel.update(required=hi, helps=True, cost=got.cost, finish_days=got.finish_s / 86400.0, cards=[got.cards],
+               plan=f"{'sync' if got.mode == S.SYNC else f'DiLoCo H={got.inner_steps} F={got.fragments}'} over "
+                    f"{len(got.sites)} site(s)")
+    return rel
 
 
 def _in_order(names: tuple[str, ...], reps: tuple[int, ...], order: tuple[str, ...]) -> tuple[int, ...]:
@@ -355,6 +413,8 @@ def report(out: SitesSolve) -> dict[str, Any]:
             "with the finish time",
             "the intra-site data-parallel all-reduce as one site of the job's replicas"],
     }
+    if out.best is None:
+        d["relaxations"] = out.relaxations
     if out.best is not None:
         by = {x.name: x for x in si.sites}
         d["per_site"] = [_site_entry(out, by[n], r, p.cards // p.dp)
@@ -385,7 +445,9 @@ def lines(d: dict[str, Any]) -> list[str]:
     out = [f"replica: {r['cards']} x {r['accelerator']} (TP {r['tp']}, PP {r['pp']}, CP {r['cp']}, micro-batch "
            f"{r['micro_batch']}, ZeRO {r['zero_stage']}, recompute {r['recompute']}, {r['schedule']})"]
     if d["best"] is None:
-        return [*out, f"no multi-site plan meets the deadline ({d['candidates']:,} candidates scored)"]
+        rl = scale_out_relaxation_lines(d.get("relaxations") or [])  # before the verdict, which stays the last line
+        return [*out, *([""] + rl + [""] if rl else []),
+                f"no multi-site plan meets the deadline ({d['candidates']:,} candidates scored)"]
     b = d["best"]
     out.append(f"best: {_mode(b)} over {len(b['sites'])} site(s), {b['cards']:,} cards, {b['finish_days']:.1f} d, "
                f"{b['cost']:,.0f} USD ({d['candidates']:,} candidates scored, exact over the grids)")
@@ -416,4 +478,4 @@ def _mode(c: dict[str, Any]) -> str:
 
 
 __all__ = ["Candidate", "Ring", "SitesSolve", "solve_sites", "rings", "balanced", "candidates_for",
-           "crossover_bps", "report", "lines", "MAX_SITES"]
+           "crossover_bps", "report", "lines", "MAX_SITES", "scored_sites", "relax_wan_bandwidth", "with_bandwidth"]

@@ -259,3 +259,50 @@ def test_solve_prints_the_pools_report(tmp_path, capsys, monkeypatch):
     assert d["status"] == "optimal" and sum(g["share"] for g in d["best"]["pools"]) == 32
     assert d["alone"]["h100-sxm (owned)"] is None
     assert all(0 < g["memory_per_card_gib"] <= g["usable_gib"] for g in d["best"]["pools"])
+
+
+def _a100_cards(raw: dict, cards: int) -> dict:
+    raw["hardware"]["pools"][1]["max_cards"] = cards
+    return raw
+
+
+def test_pool_availability_relaxation_is_the_smallest_cap():
+    """At 2 days the 16 owned H100 miss the deadline and 2 rented A100 are too few: the relaxation names the
+    A100 cap that makes the question feasible, and re-solving there finds a plan while one card fewer finds
+    none (the threshold derived by the re-solve one step below, as test_explain_chain does)."""
+    sc = load_scenario(_a100_cards(_raw("2d"), 2))
+    ps = OP.solve_pools(sc)
+    assert ps.best is None
+    [rel] = ps.relaxations  # the owned pool is not relaxed
+    assert rel["parameter"] == "pool availability" and rel["helps"] and rel["current"] == 2
+    need = rel["required"]
+    at = OP.solve_pools(OP.with_pool_cards(sc, 1, need), relax=False)
+    below = OP.solve_pools(OP.with_pool_cards(sc, 1, need - 1), relax=False)
+    assert at.best is not None and below.best is None
+    assert at.best.cards[1] <= need and math.isclose(at.best.cost, rel["cost"])
+    text = OP.pools_text(ps, sc)
+    assert f"pool availability  now 2 cards (a100-80gb-sxm, rented): >= {need:,} cards" in text
+
+
+def test_pool_availability_cannot_help_past_the_useful_cards():
+    """At half a day no A100 count helps: even B x TP x PP = 32 x 2 x 2 = 128 A100 (every layout a group can
+    take) beside the 16 H100 miss the deadline, so the relaxation says it cannot help."""
+    sc = load_scenario(_raw("0.5d"))
+    assert OP.useful_pool_cards(sc) == 32 * 2 * 2
+    assert OP.solve_pools(OP.with_pool_cards(sc, 1, 128), relax=False).best is None
+    ps = OP.solve_pools(sc)
+    assert ps.best is None and not ps.relaxations[0]["helps"] and "cannot help" in OP.pools_text(ps, sc)
+
+
+def test_export_refuses_pools_naming_the_frameworks(tmp_path, capsys, monkeypatch):
+    """No export format runs several accelerator types in one job: one line naming them all (exit 2)."""
+    p = tmp_path / "s.toml"
+    p.write_text(_toml(_raw("2d")))
+    from tpopt.cli.main import main
+    from tpopt.frameworks import FORMATS
+    monkeypatch.setattr(sys, "argv", ["tpopt", "export", "--format", "megatron", "--scenario", str(p)])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and len(err.splitlines()) == 1, err
+    assert "mixed plan over accelerator pools" in err and all(f in err for f in FORMATS)

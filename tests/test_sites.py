@@ -236,3 +236,39 @@ def test_dominated_rings_are_pruned() -> None:
     assert kept.order == ("a", "b", "c", "d") and kept.bandwidth_bps == 100e9
     # without per-pair links every order is the same ring: one kept
     assert len(O.rings(S.SitesInput(sites=si.sites, wan=link), ("a", "b", "c", "d"))) == 1
+
+
+def test_wan_bandwidth_relaxation_is_the_smallest_bandwidth() -> None:
+    """Two sites of 3,000 cards (26 replicas each), synchronous only, over 10 Gbit/s: the 810 GB gradient takes
+    2 x 1/2 x 8 x 810e9 / 1e10 = 648 s a step on the WAN against a compute step of about 290 s, so 600 days are
+    missed. The relaxation names the WAN bandwidth at which a plan meets them; re-scoring there finds one and
+    1 Gbit/s below finds none (the threshold derived by the re-solve one step below), and a full re-solve of
+    the scenario at that bandwidth agrees."""
+    sites = [{"name": "a", "max_cards": 3000}, {"name": "b", "max_cards": 3000}]
+    wan = {"bandwidth_gbps": 10, "latency_ms": 20, "modes": ["sync"]}
+    raw, si = split_sites(raw_405b(sites, wan, deadline="600d"))
+    assert si is not None
+    sc = build_scenario(raw)
+    out = O.solve_sites(sc, si, None, "cpsat")
+    assert out.best is None
+    [rel] = out.relaxations
+    assert rel["parameter"] == "WAN bandwidth" and rel["helps"] and rel["current"] == 10
+    need = rel["required"]
+    assert O.scored_sites(sc, O.with_bandwidth(si, need * 1e9), None, out.replica).best is not None
+    assert O.scored_sites(sc, O.with_bandwidth(si, (need - 1) * 1e9), None, out.replica).best is None
+    raw2, si2 = split_sites(raw_405b(sites, {**wan, "bandwidth_gbps": need}, deadline="600d"))
+    assert si2 is not None
+    again = O.solve_sites(build_scenario(raw2), si2, None, "cpsat")
+    assert again.best is not None and math.isclose(again.best.cost, rel["cost"], rel_tol=1e-12)
+    text = O.lines(O.report(out))
+    assert f"  WAN bandwidth  now 10 Gbit/s: >= {need:,} Gbit/s" in text
+    assert "no multi-site plan" in text[-1]
+
+
+def test_export_refuses_a_sites_scenario_naming_the_frameworks() -> None:
+    """No export format runs a job over several datacenters (nor DiLoCo): one line naming them (exit 2)."""
+    from tpopt.frameworks import FORMATS
+    p = subprocess.run([sys.executable, "-m", "tpopt", "export", "--format", "megatron", "--scenario", str(EXAMPLE)],
+                       capture_output=True, text=True, check=False)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "multi-datacenter plan" in p.stderr and "DiLoCo" in p.stderr and all(f in p.stderr for f in FORMATS)
