@@ -373,7 +373,7 @@ def explain_unreachable(q: InverseQuestion, build: Build, params: Callable[[str]
         if free is not None and free.total_cost is not None:
             check = run(replace(q, budget=free.total_cost)).chosen
             min_budget = check if check is not None else None
-    deadline_s = build(q.models[0], q.tokens[0]).task.deadline_s
+    deadline_s = F.limit(F.DEADLINE, build(q.models[0], q.tokens[0]))
     lo, hi = deadline_s, deadline_s * DEADLINE_REACH
     at_hi = run(q, hi).chosen
     at_min = None
@@ -434,7 +434,7 @@ def loss_date_front(q: InverseQuestion, build: Build, params: Callable[[str], in
     """The least predicted loss within the budget at the stated deadline times each of ``factors`` (days in
     :attr:`FrontPoint.at`), and the plan solves made."""
     req = req or Request()
-    deadline_s = build(q.models[0], q.tokens[0]).task.deadline_s
+    deadline_s = F.limit(F.DEADLINE, build(q.models[0], q.tokens[0]))
     free = replace(q, target_loss=None)
     points, solves = [], 0
     for f in factors:
