@@ -292,10 +292,12 @@ GL_NODES = 64  # Gauss-Legendre nodes of the lognormal integral
 def _gauss_legendre() -> tuple[FloatArray, FloatArray]:
     """The Gauss-Legendre nodes and weights on [-1, 1], computed on first use (numpy.polynomial is not
     imported at start-up)."""
-    from numpy.polynomial import legendre
+    from numpy.polynomial import legendre  # lazy: start-up time (numpy.polynomial)
 
     x, w = legendre.leggauss(GL_NODES)
     return x, w
+
+
 _Z_MAX = 9.0  # Phi(-9) ~ 1e-19: the lognormal beyond is empty to double precision
 _WINDOW = 16.0  # half-width of the integration window, in standard deviations of the event sum
 
