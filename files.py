@@ -19,7 +19,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -79,6 +78,8 @@ def atomic_path(path: str | os.PathLike[str], what: str) -> Iterator[Path]:
     target = Path(path)
     refuse_symlink(target, what)
     folder = target.parent if str(target.parent) else Path(".")
+    import tempfile  # lazy: start-up time (only when a file is written)
+
     try:
         fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(folder))
     except OSError as exc:

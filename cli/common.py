@@ -6,7 +6,6 @@ import functools
 import json
 import math
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, overload
@@ -105,6 +104,8 @@ def check_new_file(path: str | Path, what: str, force: bool = False) -> None:
     p = Path(path)
     if p.exists() and not force:
         raise InputError(f"{what} {path}: the file exists; pass --force to overwrite it")
+    import tempfile  # lazy: start-up time (only when a file is written)
+
     try:
         with tempfile.NamedTemporaryFile(prefix=".tpopt-probe-", dir=str(p.parent)):
             pass

@@ -83,7 +83,7 @@ def console_text(*renderables: RenderableType, width: int | None = None) -> str:
     fit without cutting cells is printed at its natural width instead (the terminal wraps its lines)."""
     buf = io.StringIO()
     width = width or output_width()
-    probe = Console(file=io.StringIO(), width=10_000)
+    probe = Console(file=io.StringIO(), width=10_000, emoji=False, highlight=False)  # measured as printed
     sizes = [Measurement.get(probe, probe.options, r) for r in renderables if isinstance(r, Table)]
     need = [m.maximum for m in sizes if m.minimum > width]
     con = Console(file=buf, width=max([width] + need),

@@ -31,6 +31,7 @@ SciPy's bracketing root finder for what they leave.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -284,7 +285,19 @@ def events_over(x: Exposure) -> tuple[FloatArray, FloatArray, FloatArray]:
 # ---------------------------------------------------------------------------------------------
 # the law
 
-_GL_X, _GL_W = np.polynomial.legendre.leggauss(64)
+GL_NODES = 64  # Gauss-Legendre nodes of the lognormal integral
+
+
+@functools.cache
+def _gauss_legendre() -> tuple[FloatArray, FloatArray]:
+    """The Gauss-Legendre nodes and weights on [-1, 1], computed on first use (numpy.polynomial is not
+    imported at start-up)."""
+    from numpy.polynomial import legendre  # lazy: start-up time (numpy.polynomial)
+
+    x, w = legendre.leggauss(GL_NODES)
+    return x, w
+
+
 _Z_MAX = 9.0  # Phi(-9) ~ 1e-19: the lognormal beyond is empty to double precision
 _WINDOW = 16.0  # half-width of the integration window, in standard deviations of the event sum
 
@@ -342,11 +355,12 @@ def cdf(t: ArrayLike, reserved: ArrayLike, work: ArrayLike, saves: ArrayLike, si
     lo = np.clip(z_star - half, -_Z_MAX, _Z_MAX)
     hi = np.clip(z_star + half, -_Z_MAX, _Z_MAX)
     mid, rad = 0.5 * (lo + hi), 0.5 * (hi - lo)
-    z = mid[..., None] + rad[..., None] * _GL_X
+    gl_x, gl_w = _gauss_legendre()
+    z = mid[..., None] + rad[..., None] * gl_x
     e = np.exp(sg[..., None] * z)
     g = gamma_cdf(x[..., None] - Wp[..., None] * e, k1[..., None] * e, k2[..., None] * e, k3[..., None] * e)
     dens = np.exp(-0.5 * z**2) / math.sqrt(2.0 * math.pi)
-    lognormal = ndtr_array(lo) + rad * np.sum(_GL_W * dens * g, axis=-1)
+    lognormal = ndtr_array(lo) + rad * np.sum(gl_w * dens * g, axis=-1)
     if np.all(sg > 0):  # every element has a step error: no fixed-step branch to evaluate
         out: FloatArray = np.clip(lognormal, 0.0, 1.0)
     else:

@@ -58,3 +58,15 @@ class ArrayMemo:
             self._store.pop(next(iter(self._store)))
         self._store[key] = value
         return value
+
+
+def unique_rows(a: NDArray[Any]) -> NDArray[Any]:
+    """The distinct rows of a 2-D array, sorted lexicographically: ``np.unique(a, axis=0)`` without its import of
+    ``numpy.ma`` (about 30 ms of start-up, numpy 2.x), by a stable sort on each column from the last to the first."""
+    if len(a) == 0:
+        return a
+    order = np.lexsort(a.T[::-1])
+    s = a[order]
+    keep = np.ones(len(s), dtype=bool)
+    keep[1:] = np.any(s[1:] != s[:-1], axis=1)
+    return s[keep]

@@ -352,16 +352,19 @@ def recovery_after_failure(timeline: Iterable[SnapshotUpload], failure_time: flo
 # --------------------------------------------------------------------------------------------
 # stragglers
 
-_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(16)
+GL_PANEL_NODES = 16  # Gauss-Legendre nodes per panel of the straggler quadrature
 _X_LO, _X_HI, _PANELS = -13.0, 13.0, 416
 
 
 def _quadrature_grid() -> tuple[FloatArray, FloatArray]:
+    from numpy.polynomial import legendre  # lazy: start-up time (numpy.polynomial is not imported otherwise)
+
+    gl_nodes, gl_weights = legendre.leggauss(GL_PANEL_NODES)
     edges = np.linspace(_X_LO, _X_HI, _PANELS + 1)
     half = 0.5 * np.diff(edges)
     mid = 0.5 * (edges[1:] + edges[:-1])
-    x = (mid[:, None] + half[:, None] * _GL_NODES[None, :]).ravel()
-    wts = (half[:, None] * _GL_WEIGHTS[None, :]).ravel()
+    x = (mid[:, None] + half[:, None] * gl_nodes[None, :]).ravel()
+    wts = (half[:, None] * gl_weights[None, :]).ravel()
     return x, wts
 
 

@@ -34,7 +34,6 @@ from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from tpopt.errors import InputError
-from tpopt.models import pipeline
 from tpopt.optimizer.progress import SILENT, Reporter, Tick
 
 Progress = Reporter
@@ -121,6 +120,8 @@ class Clock:
         late it comes (one relaxation of ``explain``): it is kept rather than thrown away."""
         self.check(phase)
         self.report(phase, 0)
+        from tpopt.models import pipeline  # lazy: `tpopt --help` and the parsing edge start without numpy
+
         token = _ACTIVE.set((self, phase))
         try:
             with pipeline.ticking(checkpoint):  # a long pipeline simulation stops between two of its waves

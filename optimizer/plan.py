@@ -20,7 +20,7 @@ from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY
-from tpopt.optimizer import backends, core, footing, market, outer
+from tpopt.optimizer import backends, core, footing, outer
 from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.core import TINY_NOTE, TINY_SPACE, tiny_solver  # noqa: F401 (TINY_SPACE: re-exported)
 from tpopt.optimizer.enumerate import layout_evaluator
@@ -295,6 +295,8 @@ def conflict_space(bs: outer.BatchSolve, sc: Scenario) -> Space:
 
 def _market(sc: Scenario, solver: Solver, req: Request, distribution: bool = True) -> PlanReport:
     """The best plan over the scenario's offers (:mod:`tpopt.optimizer.market`), its offer and spot figures."""
+    from tpopt.optimizer import market  # lazy: start-up time (only scenarios with offers need it)
+
     ms = market.solve_market(sc, solver, req, partial(tiny_solver, named=req.solver_named))
     out: dict[str, Any] = {"status": ms.result.status.value, "objective": ms.result.objective,
                            "solver": ms.result.solver.as_dict()}
@@ -318,6 +320,8 @@ def _market(sc: Scenario, solver: Solver, req: Request, distribution: bool = Tru
 def market_resolve(sc: Scenario, backend: str | Solver, req: Request) -> tuple[SolveResult, Scenario]:
     """The market solved again (the confidence's step-up: every offer at the higher level, their
     preemptions in each plan's law): the best plan over the offers and the scenario of its offer."""
+    from tpopt.optimizer import market  # lazy: start-up time (only scenarios with offers need it)
+
     ms = market.solve_market(sc, backends.checked(backend), req, partial(tiny_solver, named=req.solver_named))
     return ms.result, ms.pick.sc if ms.pick else sc
 

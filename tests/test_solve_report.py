@@ -148,3 +148,22 @@ def test_design_case_solve_loads_no_solver_library(design_path):
             "print('LOADED', bad, 'scipy' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "Status: optimal" in out and "LOADED [] False" in out and "P(on time)" in out
+
+
+def test_headline_and_help_load_only_what_they_need():
+    # cold start (issue 39, item 4): the headline does not import the market or explain modules (no [market]
+    # offers), numpy.ma (np.unique imports it, numpy 2.x), rich's emoji table (tables are printed emoji=False)
+    # nor tempfile (no file is written); `tpopt --help` imports no numpy at all (no subcommand runs)
+    import subprocess
+    import sys
+
+    unwanted = ("numpy.ma", "tpopt.optimizer.market", "tpopt.optimizer.explain", "rich._emoji_codes", "tempfile")
+    code = ("import sys\nfrom tpopt.cli.main import main\nsys.argv = ['tpopt', 'solve', '--deadline', '30d', "
+            "'--hw', 'rtx4090']\ntry:\n    main()\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+            f"print('LOADED', sorted(m for m in {unwanted!r} if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "Status: optimal" in out and "LOADED []" in out
+    code = ("import sys\nfrom tpopt.cli.main import main\nsys.argv = ['tpopt', '--help']\ntry:\n    main()\n"
+            "except SystemExit as e:\n    assert e.code == 0, e.code\nprint('NUMPY', 'numpy' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "Commands:" in out and "NUMPY False" in out

@@ -14,7 +14,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from tpopt.models import pipeline, reliability
-from tpopt.models.numeric import FloatArray, Floats
+from tpopt.models.numeric import FloatArray, Floats, unique_rows
 from tpopt.models.plan import Scenario
 from tpopt.models.terms.layer_times import (
     _busiest,
@@ -371,7 +371,7 @@ def schedule_shape_ok(sc: Scenario, *, schedule: str, pp: ArrayLike, dp: ArrayLi
     base, v = schedule_parts(schedule)
     pp, m = np.broadcast_arrays(np.asarray(pp), np.ceil(sc.task.global_batch / (_f(dp) * _f(mb)) - 1e-9).astype(int))
     out = np.ones(pp.shape, dtype=bool)
-    for p_val, m_val in np.unique(np.stack([pp.reshape(-1), m.reshape(-1)], axis=1), axis=0):
+    for p_val, m_val in unique_rows(np.stack([pp.reshape(-1), m.reshape(-1)], axis=1)):
         if p_val <= 1:
             continue
         bad = bool(pipeline.shape_error(base, int(p_val), int(m_val), v))
