@@ -1,17 +1,14 @@
 """`tpopt inverse`: which model size and how many tokens a budget and a date buy (issue 41).
 
-Parsing and rendering only: the decision is :func:`tpopt.optimizer.inverse.solve_inverse`."""
+Parsing and rendering only: the question and the decision are :func:`tpopt.optimizer.inverse.ask`."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import click
 
-from tpopt.catalogs import load_catalog
-from tpopt.catalogs.scaling import load_scaling
-from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
+from tpopt.catalogs.scenario import read_scenario_file, with_overrides
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,
     dump_json,
@@ -23,16 +20,8 @@ from tpopt.cli.common import (
 from tpopt.cli.render import solve_text
 from tpopt.cli.request import request_from, solve_options
 from tpopt.errors import InputError
-from tpopt.models.plan import Scenario
-from tpopt.models.units import fmt_count, parse_count, parse_number
-from tpopt.optimizer.inverse import (
-    SIZE_FAMILIES,
-    InverseQuestion,
-    InverseResult,
-    params_of,
-    solve_inverse,
-    token_grid,
-)
+from tpopt.models.units import fmt_count
+from tpopt.optimizer.inverse import SIZE_FAMILIES, InverseResult, ask
 
 
 @click.command()
@@ -61,72 +50,16 @@ def inverse(model_list: str, token_spec: str, law: str, target_loss: str | None,
     """
     if kw["objective"] != "cost":
         raise InputError("tpopt inverse takes each candidate's cheapest on-time plan: --objective must be cost")
-    scaling = load_scaling(kw.get("catalog_dirs") or ())
-    cat = load_catalog(kw.get("catalog_dirs") or ())
     raw = with_overrides(read_scenario_file(scenario_source(kw)), overrides_from(kw))
-    budget = None if kw.get("max_cost") is None else parse_number(kw["max_cost"], "--max-cost", allow_zero=False)
-
-    def build(model: str, tokens: float) -> Scenario:
-        sc = build_scenario(with_overrides(raw, {"model.name": model, "task.tokens": tokens}), cat)
-        return replace(sc, cost=replace(sc.cost, max_cost=None))  # the budget is the outer decision's
-
-    models = SIZE_FAMILIES.get(model_list) or tuple(m.strip() for m in model_list.split(",") if m.strip())
-    for m in models:
-        cat.model(m)  # an unknown name: one line
-    base = build(models[0], 1e9)
-    unique = None if unique_tokens is None else parse_count(unique_tokens, "--unique-tokens", allow_zero=False)
-    q = InverseQuestion(
-        models=models, tokens=_tokens(token_spec), law=scaling.law(law), repeat_decay=scaling.repeat_decay,
-        unique_tokens=unique,
-        max_epochs=parse_number(max_epochs, "--max-epochs", allow_zero=False),
-        budget=budget if budget is not None else read_budget(base),
-        target_loss=None if target_loss is None else parse_number(target_loss, "--target-loss", allow_zero=False))
-    res = solve_inverse(q, build, params_of(build), kw["solver"], request_from(kw))
-    out = result_dict(res, scaling.repeat_source)
+    res, out = ask(raw, kw.get("catalog_dirs") or (), kw["solver"], request_from(kw), models=model_list,
+                   tokens=token_spec, law=law, target_loss=target_loss, unique_tokens=unique_tokens,
+                   max_epochs=max_epochs, max_cost=kw.get("max_cost"))
     if as_json:
         click.echo(dump_json(out), nl=False)
     else:
         click.echo(result_text(res, out), nl=False)
     if res.chosen is None:
         raise SystemExit(EXIT_INFEASIBLE)
-
-
-def read_budget(sc: Scenario) -> float | None:
-    """The scenario's own [cost] max_cost, when --max-cost does not give one."""
-    return sc.cost.max_cost
-
-
-def _tokens(spec: str) -> tuple[float, ...]:
-    if ":" in spec:
-        parts = spec.split(":")
-        if len(parts) not in (2, 3):
-            raise InputError(f"--tokens {spec!r}: give LO:HI or LO:HI:COUNT, or a comma-separated list")
-        lo, hi = (parse_count(p, "--tokens", allow_zero=False) for p in parts[:2])
-        count = int(parse_number(parts[2], "--tokens count", allow_zero=False)) if len(parts) == 3 else 16
-        if lo > hi or count < 1 or count > 1000:
-            raise InputError(f"--tokens {spec!r}: LO must be at most HI and COUNT 1 to 1000")
-        return token_grid(lo, hi, count)
-    values = sorted({parse_count(p, "--tokens", allow_zero=False) for p in spec.split(",") if p.strip()})
-    if not values:
-        raise InputError("--tokens: no token count given")
-    return tuple(values)
-
-
-def result_dict(res: InverseResult, repeat_source: str) -> dict[str, Any]:
-    q, c = res.question, res.chosen
-    d: dict[str, Any] = {
-        "objective": "least predicted loss" if q.objective == "loss" else "least cost for the target loss",
-        "law": {"name": q.law.name, "source": q.law.source, "E": q.law.E, "A": q.law.A, "B": q.law.B,
-                "alpha": q.law.alpha, "beta": q.law.beta, "params_range": [q.law.min_params, q.law.max_params],
-                "tokens_range": [q.law.min_tokens, q.law.max_tokens]},
-        "budget": q.budget, "target_loss": q.target_loss, "unique_tokens": q.unique_tokens,
-        "max_epochs": q.max_epochs, "tokens_grid": list(q.tokens), "solves": res.solves,
-        "candidates": [x.row() for x in res.candidates], "chosen": None}
-    if q.unique_tokens is not None:
-        d["data_constrained"] = {"repeat_decay": q.repeat_decay, "source": repeat_source}
-    if c is not None and c.best is not None:
-        d["chosen"] = {**c.row(), "plan": c.best.plan, "solve": c.best.report}
-    return d
 
 
 def result_text(res: InverseResult, out: dict[str, Any]) -> str:

@@ -20,14 +20,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tpopt.catalogs import load_catalog
+from tpopt.catalogs.scaling import load_scaling
+from tpopt.catalogs.scenario import build_scenario, with_overrides
 from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models.arch import param_count
 from tpopt.models.plan import Scenario
 from tpopt.models.scaling import ScalingLaw, effective_tokens, extrapolated, loss, repeated_tokens_for, tokens_for_loss
+from tpopt.models.units import parse_count, parse_number
 from tpopt.optimizer import plan as P
 from tpopt.optimizer.explain.inputs import with_deadline
 from tpopt.optimizer.result import Request, Status
@@ -286,3 +290,76 @@ SIZE_FAMILIES: dict[str, tuple[str, ...]] = {
     "qwen3": ("qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b"),
     "llama3": ("llama3.2-1b", "llama3.2-3b", "llama3-8b", "llama3-70b", "llama3-405b"),
 }
+
+
+def ask(raw: dict[str, Any], catalog_dirs: Sequence[str], backend: str, req: Request, *,
+        models: str | Sequence[str] = "qwen3", tokens: str | Sequence[float | str] = "10B:2T:16",
+        law: str = "chinchilla", target_loss: str | float | None = None, unique_tokens: str | float | None = None,
+        max_epochs: str | float = "1", max_cost: str | float | None = None) -> tuple[InverseResult, dict[str, Any]]:
+    """``tpopt inverse``'s question on the scenario tables ``raw`` (the model and tokens replaced by each
+    candidate's) and its answer: the result and the command's JSON (:func:`result_dict`), shared by the command
+    and :func:`tpopt.api.inverse`. ``models``: a family of :data:`SIZE_FAMILIES` or catalog names (a list or
+    comma-separated); ``tokens``: ``LO:HI[:COUNT]`` or the values; ``max_cost``: the budget (None: the scenario's
+    ``[cost] max_cost``, if any)."""
+    scaling = load_scaling(catalog_dirs)
+    cat = load_catalog(catalog_dirs)
+    budget = None if max_cost is None else parse_number(max_cost, "--max-cost", allow_zero=False)
+
+    def build(model: str, n_tokens: float) -> Scenario:
+        sc = build_scenario(with_overrides(raw, {"model.name": model, "task.tokens": n_tokens}), cat)
+        return replace(sc, cost=replace(sc.cost, max_cost=None))  # the budget is the outer decision's
+
+    names = (SIZE_FAMILIES.get(models) or tuple(m.strip() for m in models.split(",") if m.strip())) \
+        if isinstance(models, str) else tuple(models)
+    if not names:
+        raise InputError("--models: no model given")
+    for m in names:
+        cat.model(m)  # an unknown name: one line
+    base = build(names[0], 1e9)
+    q = InverseQuestion(
+        models=names, tokens=tokens_of(tokens), law=scaling.law(law), repeat_decay=scaling.repeat_decay,
+        unique_tokens=None if unique_tokens is None else parse_count(unique_tokens, "--unique-tokens",
+                                                                     allow_zero=False),
+        max_epochs=parse_number(max_epochs, "--max-epochs", allow_zero=False),
+        budget=budget if budget is not None else base.cost.max_cost,  # the scenario's own [cost] max_cost
+        target_loss=None if target_loss is None else parse_number(target_loss, "--target-loss", allow_zero=False))
+    res = solve_inverse(q, build, params_of(build), backend, req)
+    return res, result_dict(res, scaling.repeat_source)
+
+
+def tokens_of(spec: str | Sequence[float | str]) -> tuple[float, ...]:
+    """The token grid: ``LO:HI[:COUNT]`` (COUNT values in equal ratios, default 16; :func:`token_grid`), or the
+    values (a comma-separated string or a list), ascending."""
+    if isinstance(spec, str) and ":" in spec:
+        parts = spec.split(":")
+        if len(parts) not in (2, 3):
+            raise InputError(f"--tokens {spec!r}: give LO:HI or LO:HI:COUNT, or a comma-separated list")
+        lo, hi = (parse_count(p, "--tokens", allow_zero=False) for p in parts[:2])
+        count = int(parse_number(parts[2], "--tokens count", allow_zero=False)) if len(parts) == 3 else 16
+        if lo > hi or count < 1 or count > 1000:
+            raise InputError(f"--tokens {spec!r}: LO must be at most HI and COUNT 1 to 1000")
+        return token_grid(lo, hi, count)
+    items = [p for p in spec.split(",") if p.strip()] if isinstance(spec, str) else list(spec)
+    values = sorted({parse_count(p, "--tokens", allow_zero=False) for p in items})
+    if not values:
+        raise InputError("--tokens: no token count given")
+    return tuple(values)
+
+
+def result_dict(res: InverseResult, repeat_source: str) -> dict[str, Any]:
+    """The command's JSON: the objective, the fit, the budget and data limits, every candidate and the chosen
+    one with its plan and its solve's report."""
+    q, c = res.question, res.chosen
+    d: dict[str, Any] = {
+        "objective": "least predicted loss" if q.objective == "loss" else "least cost for the target loss",
+        "law": {"name": q.law.name, "source": q.law.source, "E": q.law.E, "A": q.law.A, "B": q.law.B,
+                "alpha": q.law.alpha, "beta": q.law.beta, "params_range": [q.law.min_params, q.law.max_params],
+                "tokens_range": [q.law.min_tokens, q.law.max_tokens]},
+        "budget": q.budget, "target_loss": q.target_loss, "unique_tokens": q.unique_tokens,
+        "max_epochs": q.max_epochs, "tokens_grid": list(q.tokens), "solves": res.solves,
+        "candidates": [x.row() for x in res.candidates], "chosen": None}
+    if q.unique_tokens is not None:
+        d["data_constrained"] = {"repeat_decay": q.repeat_decay, "source": repeat_source}
+    if c is not None and c.best is not None:
+        d["chosen"] = {**c.row(), "plan": c.best.plan, "solve": c.best.report}
+    return d
