@@ -10,7 +10,8 @@ The cheapest plan that surely finishes before the deadline, as a constraint-opti
     print(tpopt.explain(sc, max_cards=32))              # the conflict and the smallest changes that fix it
 
 Functions: :func:`scenario`, :func:`solve`, :func:`evaluate`, :func:`explain`, :func:`sweep`, and one per
-other command (:func:`estimate`, :func:`export`, :func:`calibrate`, :func:`simulate`, :func:`replan`, :func:`rl`;
+other command (:func:`estimate`, :func:`export`, :func:`calibrate`, :func:`simulate`, :func:`replan`, :func:`rl`,
+:func:`inverse`, :func:`sites`; :func:`pools` for a scenario with ``[[hardware.pools]]``;
 see :mod:`tpopt.api`); results have ``.to_dict()`` and ``.to_frame()`` (pandas). Bad input raises
 :class:`InputError`. The command line is ``tpopt`` (or ``python -m tpopt``).
 
@@ -34,7 +35,8 @@ from tpopt._version import __version__
 _LAZY = {
     "scenario": "tpopt.api", "solve": "tpopt.api", "evaluate": "tpopt.api", "explain": "tpopt.api",
     "sweep": "tpopt.api", "estimate": "tpopt.api", "export": "tpopt.api", "calibrate": "tpopt.api",
-    "simulate": "tpopt.api", "replan": "tpopt.api", "rl": "tpopt.api", "LoadedScenario": "tpopt.api",
+    "simulate": "tpopt.api", "replan": "tpopt.api", "rl": "tpopt.api", "inverse": "tpopt.api",
+    "sites": "tpopt.api", "pools": "tpopt.api", "LoadedScenario": "tpopt.api",
     "Explanation": "tpopt.api", "SweepTable": "tpopt.api",
     "Scenario": "tpopt.models.plan", "Plan": "tpopt.models.plan", "Evaluation": "tpopt.models.evaluate",
     "SolveResult": "tpopt.optimizer.result", "Status": "tpopt.optimizer.result", "InputError": "tpopt.errors",
@@ -51,10 +53,13 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs (``X as X``: 
     from tpopt.api import evaluate as evaluate
     from tpopt.api import explain as explain
     from tpopt.api import export as export
+    from tpopt.api import inverse as inverse
+    from tpopt.api import pools as pools
     from tpopt.api import replan as replan
     from tpopt.api import rl as rl
     from tpopt.api import scenario as scenario
     from tpopt.api import simulate as simulate
+    from tpopt.api import sites as sites
     from tpopt.api import solve as solve
     from tpopt.api import sweep as sweep
     from tpopt.errors import InputError as InputError

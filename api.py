@@ -31,6 +31,7 @@ from tpopt.catalogs.scenario import (
     BUILTIN_RL_SCENARIO,
     BUILTIN_SCENARIO,
     build_scenario,
+    load_sites_scenario,
     natural_keys,
     read_scenario_file,
     with_overrides,
@@ -49,6 +50,7 @@ from tpopt.optimizer.commands import MAX_SIMULATED_RUNS, calibrate_runs, calibra
 from tpopt.optimizer.estimate import EstimateInputs
 from tpopt.optimizer.estimate import estimate as estimate_report
 from tpopt.optimizer.explain import explain_plan
+from tpopt.optimizer.inverse import ask
 from tpopt.optimizer.limits import clock_of
 from tpopt.optimizer.plan import PlanReport, plan
 from tpopt.optimizer.plan_rl import plan_rl
@@ -56,6 +58,8 @@ from tpopt.optimizer.question import explain_request
 from tpopt.optimizer.question import replan as replan_report
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.runs import runs_from_csv
+from tpopt.optimizer.sites import report as sites_report
+from tpopt.optimizer.sites import solve_sites
 from tpopt.optimizer.sweep import sweep as run_sweep
 from tpopt.plan_fields import plan_from
 from tpopt.presentation import infeasible_lines, plan_lines, request_lines
@@ -71,7 +75,7 @@ Source = Union[str, "PathLike[str]", Mapping[str, Any], Scenario, None]
 Swept = str | float | Sequence[str | float] | None
 
 __all__ = ["LoadedScenario", "Explanation", "SweepTable", "scenario", "solve", "evaluate", "explain", "sweep",
-           "estimate", "export", "calibrate", "simulate", "replan", "rl"]
+           "estimate", "export", "calibrate", "simulate", "replan", "rl", "inverse", "sites", "pools"]
 
 PLAN_FIELDS = API_FIELDS
 """The plan keywords of :func:`evaluate` and :func:`explain` (accelerator, cards, zero_stage, ...; declared in
@@ -192,6 +196,8 @@ def solve(source: Source = None, /, *, solver: str = backends.DEFAULT, objective
     req = _request(objective, top, time_limit, seed, workers, method)  # its clock runs from the call's start
     req.solver_named = solver != backends.DEFAULT  # a solver other than the default: the tiny-space rule keeps it
     sc = _scenario_of(source, inputs)
+    if sc.pools:
+        raise InputError("[[hardware.pools]]: a mixed plan over accelerator pools is planned by tpopt.pools(...)")
     return plan(sc, solver, req, analyse=analysis, sensitivity=sensitivity,
                 inputs=lambda: (sc.raw or None, load_catalog(sc.catalog_dirs)))
 
@@ -430,6 +436,53 @@ def rl(source: str | PathLike[str] | None = None, /, *, solver: str = backends.D
     chosen.require(req)
     rsc = load_rl_scenario(BUILTIN_RL_SCENARIO if source is None else source, dict(inputs), _dirs(catalog))
     return plan_rl(rsc, chosen, req, analyse=analysis).report
+
+
+def inverse(source: Source = None, /, *, models: str | Sequence[str] = "qwen3",
+            tokens: str | Sequence[float | str] = "10B:2T:16", law: str = "chinchilla",
+            target_loss: str | float | None = None, unique_tokens: str | float | None = None,
+            max_epochs: str | float = 1, max_cost: str | float | None = None,
+            inference_tokens: str | float | None = None, serving_price: str | float | None = None,
+            serving_mfu: str | float = "0.3", front: bool = False, solver: str = backends.DEFAULT,
+            time_limit: float = 60.0, seed: int = 0, workers: int = 1, method: str = "auto",
+            catalog: str | PathLike[str] | Iterable[str | PathLike[str]] = (), **inputs: Any) -> dict[str, Any]:
+    """``tpopt inverse``: the model size (``models``: a family such as ``"qwen3"`` or catalog names) and training
+    tokens (``tokens``: ``"LO:HI[:COUNT]"`` or the values) that give the least predicted loss under the budget
+    (``max_cost``; None: the scenario's) by the deadline, or the least cost for ``target_loss``; each candidate's
+    plan is the cheapest meeting the date. The command's ``--json`` (:func:`tpopt.optimizer.inverse.ask`)."""
+    _reject_plan_fields(inputs, "inverse", takes_plan=False)
+    req = _request("cost", 1, time_limit, seed, workers, method)
+    sc = scenario(source, inputs, catalog=catalog)
+    if not sc.raw:
+        raise InputError("inverse needs the scenario's inputs: build it with tpopt.scenario(...) first")
+    return ask(sc.raw, sc.catalog_dirs, solver, req, models=models, tokens=tokens, law=law, target_loss=target_loss,
+               unique_tokens=unique_tokens, max_epochs=max_epochs, max_cost=max_cost,
+               inference_tokens=inference_tokens, serving_price=serving_price, serving_mfu=serving_mfu,
+               front=front).out
+
+
+def sites(source: str | PathLike[str] | Mapping[str, Any], /, *, solver: str = backends.DEFAULT,
+          catalog: str | PathLike[str] | Iterable[str | PathLike[str]] = (), **inputs: Any) -> dict[str, Any]:
+    """``tpopt sites``: one job over several datacenters (a scenario with ``[[sites]]`` and ``[wan]``): the sites
+    used, replicas per site, synchronous or DiLoCo, at the least cost under the deadline and each site's caps;
+    keyword ``inputs`` change the scenario. The command's ``--json`` (:func:`tpopt.optimizer.sites.report`)."""
+    raw = with_overrides(read_scenario_file(source), inputs) if inputs else source
+    sc, si, power = load_sites_scenario(raw, _dirs(catalog))
+    return sites_report(solve_sites(sc, si, power, solver))
+
+
+def pools(source: Source = None, /, *, objective: str = "cost", **inputs: Any) -> dict[str, Any]:
+    """``tpopt solve`` on a scenario with ``[[hardware.pools]]``: the cheapest (``objective="time"``: earliest)
+    mixed plan of data-parallel groups per accelerator type, each pool alone and the comparison; the command's
+    ``--json`` (:func:`tpopt.optimizer.pools.pools_dict`)."""
+    if objective not in ("cost", "time"):
+        raise InputError(f"objective must be 'cost' or 'time' (got {objective!r})")
+    sc = _scenario_of(source, inputs)
+    if not sc.pools:
+        raise InputError("pools: the scenario has no [[hardware.pools]] (plan it with tpopt.solve)")
+    from tpopt.optimizer import pools as mixed  # lazy: only mixed-pool scenarios need it (as in tpopt solve)
+
+    return mixed.pools_dict(mixed.solve_pools(sc, "finish" if objective == "time" else "cost"), sc)
 
 
 def _dirs(catalog: str | PathLike[str] | Iterable[str | PathLike[str]]) -> tuple[str, ...]:

@@ -149,7 +149,7 @@ def _qty(x: float | str | None, unit: str, digits: int = 2) -> str:
         return "-"
     if isinstance(x, str):
         return x
-    if unit in ("cards", "sequences"):
+    if unit in ("cards", "sequences", "NICs"):
         return f"{x:,.0f} {unit}"
     if unit == "B tokens":  # x in billions at ``digits`` decimals, printed exactly: 2T, 1.74306T, 85.23B
         big = abs(x) >= 1000
@@ -244,7 +244,7 @@ def _needed(r: dict[str, Any]) -> str:
     if r["parameter"] == "accelerator":
         return f"= {r['required']}"
     exact = ""
-    if r.get("required_exact") is not None and r["parameter"] not in ("max_cards", "global_batch"):
+    if r.get("required_exact") is not None and r["parameter"] not in ("max_cards", "global_batch", "nics_per_host"):
         thr = _qty(r["required_exact"], r["unit"], 3) if r["unit"] == "B tokens" else _num(r["required_exact"], 3)
         exact = f" (threshold {thr})"
     return f"{r['direction']} {_qty(r['required'], r['unit'])}{exact}"

@@ -4,14 +4,11 @@ Parsing and rendering only: the decision is :func:`tpopt.optimizer.inverse.solve
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import click
 
-from tpopt.catalogs import load_catalog
-from tpopt.catalogs.scaling import load_scaling
-from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
+from tpopt.catalogs.scenario import read_scenario_file, with_overrides
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,
     dump_json,
@@ -24,28 +21,19 @@ from tpopt.cli.plots import check_plot_path, pyplot, save_figure
 from tpopt.cli.render import solve_text
 from tpopt.cli.request import request_from, solve_options
 from tpopt.errors import InputError
-from tpopt.models.plan import Scenario
-from tpopt.models.scaling import usd_per_pflop
-from tpopt.models.units import fmt_count, parse_count, parse_number
+from tpopt.models.units import fmt_count
 from tpopt.optimizer.inverse import (
     DEADLINE_REACH,
+    SARDANA,
+    SERVING_MFU,
     SIZE_FAMILIES,
     Candidate,
     FrontPoint,
     InverseQuestion,
     InverseResult,
     Unreachable,
-    explain_unreachable,
-    loss_cost_front,
-    loss_date_front,
-    params_of,
-    solve_inverse,
-    token_grid,
+    ask,
 )
-
-#: Serving MFU assumed when the serving price is derived from the card: decoding is memory-bound, so well below
-#: training's; 0.3 is an assumption, stated in the output, and --serving-mfu or --serving-price replaces it.
-SERVING_MFU = 0.3
 
 
 @click.command()
@@ -87,40 +75,12 @@ def inverse(model_list: str, token_spec: str, law: str, target_loss: str | None,
         raise InputError("tpopt inverse takes each candidate's cheapest on-time plan: --objective must be cost")
     if plot is not None:
         check_plot_path(plot)
-    scaling = load_scaling(kw.get("catalog_dirs") or ())
-    cat = load_catalog(kw.get("catalog_dirs") or ())
     raw = with_overrides(read_scenario_file(scenario_source(kw)), overrides_from(kw))
-    budget = None if kw.get("max_cost") is None else parse_number(kw["max_cost"], "--max-cost", allow_zero=False)
-
-    def build(model: str, tokens: float) -> Scenario:
-        sc = build_scenario(with_overrides(raw, {"model.name": model, "task.tokens": tokens}), cat)
-        return replace(sc, cost=replace(sc.cost, max_cost=None))  # the budget is the outer decision's
-
-    models = SIZE_FAMILIES.get(model_list) or tuple(m.strip() for m in model_list.split(",") if m.strip())
-    for m in models:
-        cat.model(m)  # an unknown name: one line
-    base = build(models[0], 1e9)
-    unique = None if unique_tokens is None else parse_count(unique_tokens, "--unique-tokens", allow_zero=False)
-    q = InverseQuestion(
-        models=models, tokens=_tokens(token_spec), law=scaling.law(law), repeat_decay=scaling.repeat_decay,
-        unique_tokens=unique,
-        max_epochs=parse_number(max_epochs, "--max-epochs", allow_zero=False),
-        budget=budget if budget is not None else read_budget(base),
-        target_loss=None if target_loss is None else parse_number(target_loss, "--target-loss", allow_zero=False),
-        **_serving(base, inference_tokens, serving_price, serving_mfu))
-    res = solve_inverse(q, build, params_of(build), kw["solver"], request_from(kw))
-    out = result_dict(res, scaling.repeat_source)
-    why = None
-    if res.chosen is None and q.target_loss is not None:
-        why = explain_unreachable(q, build, params_of(build), kw["solver"], request_from(kw))
-        out["unreachable"] = unreachable_dict(why)
-    fronts = None
-    if front or plot is not None:
-        by_cost, n_cost = loss_cost_front(q, build, params_of(build), kw["solver"], request_from(kw))
-        by_date, n_date = loss_date_front(q, build, params_of(build), kw["solver"], request_from(kw))
-        fronts = (by_cost, by_date, n_cost + n_date)
-        out["front"] = {"cost": [_point(p) for p in by_cost], "date": [_point(p) for p in by_date],
-                        "solves": n_cost + n_date}
+    asked = ask(raw, kw.get("catalog_dirs") or (), kw["solver"], request_from(kw), models=model_list,
+                tokens=token_spec, law=law, target_loss=target_loss, unique_tokens=unique_tokens,
+                max_epochs=max_epochs, max_cost=kw.get("max_cost"), inference_tokens=inference_tokens,
+                serving_price=serving_price, serving_mfu=serving_mfu, front=front or plot is not None)
+    res, out, q, why, fronts = asked.res, asked.out, asked.question, asked.why, asked.fronts
     if as_json:
         click.echo(dump_json(out), nl=False)
     else:
@@ -130,72 +90,6 @@ def inverse(model_list: str, token_spec: str, law: str, target_loss: str | None,
         plot_fronts(fronts[0], fronts[1], q.law.name, plot)
     if res.chosen is None:
         raise SystemExit(EXIT_INFEASIBLE)
-
-
-def _serving(base: Scenario, tokens: str | None, price: str | None, mfu_text: str) -> dict[str, Any]:
-    """The question's serving fields: inference tokens, USD per 1e15 FLOP and how that price was set."""
-    if tokens is None:
-        if price is not None:
-            raise InputError("--serving-price needs --inference-tokens")
-        return {}
-    n = parse_count(tokens, "--inference-tokens", allow_zero=False)
-    if price is not None:
-        return {"inference_tokens": n, "serve_usd_per_pflop": parse_number(price, "--serving-price", allow_zero=False),
-                "serving_basis": "stated (--serving-price)"}
-    mfu = parse_number(mfu_text, "--serving-mfu", allow_zero=False)
-    if mfu > 1:
-        raise InputError(f"--serving-mfu {mfu_text}: a fraction of the peak, at most 1")
-    system = next(iter(base.systems.values()))
-    if system.price_card_hour is None:
-        raise InputError("--inference-tokens: the scenario's card has no price; give --serving-price USD per 1e15 FLOP")
-    basis = (f"{system.name} at {system.price_card_hour:g} USD/h, {system.acc.peak_flops / 1e12:g} TFLOP/s peak x "
-             f"serving MFU {mfu:g}" + (" (assumed; --serving-mfu)" if mfu_text == str(SERVING_MFU) else ""))
-    return {"inference_tokens": n, "serve_usd_per_pflop": usd_per_pflop(system.price_card_hour, system.acc.peak_flops,
-                                                                        mfu), "serving_basis": basis}
-
-
-def read_budget(sc: Scenario) -> float | None:
-    """The scenario's own [cost] max_cost, when --max-cost does not give one."""
-    return sc.cost.max_cost
-
-
-def _tokens(spec: str) -> tuple[float, ...]:
-    if ":" in spec:
-        parts = spec.split(":")
-        if len(parts) not in (2, 3):
-            raise InputError(f"--tokens {spec!r}: give LO:HI or LO:HI:COUNT, or a comma-separated list")
-        lo, hi = (parse_count(p, "--tokens", allow_zero=False) for p in parts[:2])
-        count = int(parse_number(parts[2], "--tokens count", allow_zero=False)) if len(parts) == 3 else 16
-        if lo > hi or count < 1 or count > 1000:
-            raise InputError(f"--tokens {spec!r}: LO must be at most HI and COUNT 1 to 1000")
-        return token_grid(lo, hi, count)
-    values = sorted({parse_count(p, "--tokens", allow_zero=False) for p in spec.split(",") if p.strip()})
-    if not values:
-        raise InputError("--tokens: no token count given")
-    return tuple(values)
-
-
-SARDANA = "Sardana et al. 2024, Beyond Chinchilla-Optimal: Accounting for Inference in Language Model Scaling Laws"
-
-
-def result_dict(res: InverseResult, repeat_source: str) -> dict[str, Any]:
-    q, c = res.question, res.chosen
-    d: dict[str, Any] = {
-        "objective": "least predicted loss" if q.objective == "loss" else "least cost for the target loss",
-        "law": {"name": q.law.name, "source": q.law.source, "E": q.law.E, "A": q.law.A, "B": q.law.B,
-                "alpha": q.law.alpha, "beta": q.law.beta, "params_range": [q.law.min_params, q.law.max_params],
-                "tokens_range": [q.law.min_tokens, q.law.max_tokens]},
-        "budget": q.budget, "target_loss": q.target_loss, "unique_tokens": q.unique_tokens,
-        "max_epochs": q.max_epochs, "tokens_grid": list(q.tokens), "solves": res.solves,
-        "candidates": [x.row() for x in res.candidates], "chosen": None}
-    if q.inference_tokens:
-        d["serving"] = {"inference_tokens": q.inference_tokens, "usd_per_pflop": q.serve_usd_per_pflop,
-                        "basis": q.serving_basis, "source": SARDANA}
-    if q.unique_tokens is not None:
-        d["data_constrained"] = {"repeat_decay": q.repeat_decay, "source": repeat_source}
-    if c is not None and c.best is not None:
-        d["chosen"] = {**c.row(), "plan": c.best.plan, "solve": c.best.report}
-    return d
 
 
 def result_text(res: InverseResult, out: dict[str, Any]) -> str:
@@ -231,14 +125,6 @@ def result_text(res: InverseResult, out: dict[str, Any]) -> str:
         r = c.best.report
         text += "\n" + solve_text({**{k: r[k] for k in ("status", "objective", "solver")}, **r}, c.best.view)
     return text
-
-
-def _where(c: Candidate | None) -> dict[str, Any] | None:
-    return None if c is None else {"model": c.model, "tokens": c.tokens, "loss": c.loss, "cost": c.total_cost}
-
-
-def _point(p: FrontPoint) -> dict[str, Any]:
-    return {"at": p.at, **(_where(p.chosen) or {"model": None, "tokens": None, "loss": None, "cost": None})}
 
 
 def front_text(q: InverseQuestion, by_cost: list[FrontPoint], by_date: list[FrontPoint], solves: int) -> str:
@@ -280,12 +166,6 @@ def plot_fronts(by_cost: list[FrontPoint], by_date: list[FrontPoint], law: str, 
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)
-
-
-def unreachable_dict(u: Unreachable) -> dict[str, Any]:
-    return {"min_budget": None if u.min_budget is None else u.min_budget.total_cost,
-            "at_min_budget": _where(u.min_budget), "min_deadline_days": u.min_deadline_days,
-            "at_min_deadline": _where(u.at_deadline), "reachable": _where(u.reachable), "solves": u.solves}
 
 
 def unreachable_text(q: InverseQuestion, u: Unreachable) -> str:

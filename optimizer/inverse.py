@@ -28,6 +28,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tpopt.catalogs import load_catalog
+from tpopt.catalogs.scaling import load_scaling
+from tpopt.catalogs.scenario import build_scenario, with_overrides
 from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models.arch import param_count
@@ -40,7 +43,9 @@ from tpopt.models.scaling import (
     repeated_tokens_for,
     serving_cost,
     tokens_for_loss,
+    usd_per_pflop,
 )
+from tpopt.models.units import parse_count, parse_number
 from tpopt.optimizer import plan as P
 from tpopt.optimizer.explain.inputs import with_deadline
 from tpopt.optimizer.result import Request, Status
@@ -448,3 +453,156 @@ def loss_date_front(q: InverseQuestion, build: Build, params: Callable[[str], in
 def at_deadline(build: Build, deadline_s: float) -> Build:
     """``build`` with the deadline set to ``deadline_s`` seconds."""
     return lambda model, tokens: with_deadline(build(model, tokens), deadline_s)
+
+
+# ---------------------------------------------------------------------------------------------
+# the question as the command and tpopt.inverse() ask it (one path: the command's --json is ``Asked.out``)
+
+SERVING_MFU = 0.3
+"""Serving MFU assumed when the serving price is derived from the card: decoding is memory-bound, so well below
+training's; an assumption, stated in the output (``serving_mfu`` or ``serving_price`` replaces it)."""
+
+SARDANA = "Sardana et al. 2024, Beyond Chinchilla-Optimal: Accounting for Inference in Language Model Scaling Laws"
+
+
+@dataclass
+class Asked:
+    """An inverse question and its answer: the result, the command's JSON (``out``), the question, why no size
+    reaches the target (None unless asked and unreachable) and the loss fronts (None unless asked)."""
+
+    res: InverseResult
+    out: dict[str, Any]
+    question: InverseQuestion
+    why: Unreachable | None = None
+    fronts: tuple[list[FrontPoint], list[FrontPoint], int] | None = None
+
+
+def serving_fields(base: Scenario, tokens: str | float | None, price: str | float | None,
+                   mfu_text: str | float) -> dict[str, Any]:
+    """The question's serving fields: inference tokens, USD per 1e15 FLOP and how that price was set."""
+    if tokens is None:
+        if price is not None:
+            raise InputError("--serving-price needs --inference-tokens")
+        return {}
+    n = parse_count(tokens, "--inference-tokens", allow_zero=False)
+    if price is not None:
+        return {"inference_tokens": n, "serve_usd_per_pflop": parse_number(price, "--serving-price", allow_zero=False),
+                "serving_basis": "stated (--serving-price)"}
+    mfu = parse_number(mfu_text, "--serving-mfu", allow_zero=False)
+    if mfu > 1:
+        raise InputError(f"--serving-mfu {mfu_text}: a fraction of the peak, at most 1")
+    system = next(iter(base.systems.values()))
+    if system.price_card_hour is None:
+        raise InputError("--inference-tokens: the scenario's card has no price; give --serving-price USD per 1e15 FLOP")
+    basis = (f"{system.name} at {system.price_card_hour:g} USD/h, {system.acc.peak_flops / 1e12:g} TFLOP/s peak x "
+             f"serving MFU {mfu:g}" + (" (assumed; --serving-mfu)" if str(mfu_text) == str(SERVING_MFU) else ""))
+    return {"inference_tokens": n, "serve_usd_per_pflop": usd_per_pflop(system.price_card_hour, system.acc.peak_flops,
+                                                                        mfu), "serving_basis": basis}
+
+
+def ask(raw: dict[str, Any], catalog_dirs: Sequence[str], backend: str, req: Request, *,
+        models: str | Sequence[str] = "qwen3", tokens: str | Sequence[float | str] = "10B:2T:16",
+        law: str = "chinchilla", target_loss: str | float | None = None, unique_tokens: str | float | None = None,
+        max_epochs: str | float = "1", max_cost: str | float | None = None, inference_tokens: str | float | None = None,
+        serving_price: str | float | None = None, serving_mfu: str | float = str(SERVING_MFU),
+        front: bool = False) -> Asked:
+    """``tpopt inverse``'s question on the scenario tables ``raw`` (the model and tokens replaced by each
+    candidate's) and its answer, shared by the command and :func:`tpopt.api.inverse`. ``models``: a family of
+    :data:`SIZE_FAMILIES` or catalog names (a list or comma-separated); ``tokens``: ``LO:HI[:COUNT]`` or the
+    values; ``max_cost``: the budget (None: the scenario's ``[cost] max_cost``, if any); ``inference_tokens``,
+    ``serving_price``, ``serving_mfu``: the serving cost (:func:`serving_fields`); ``front``: the loss fronts
+    too. Where a target loss is unreachable, :func:`explain_unreachable` says what reaches it."""
+    scaling = load_scaling(catalog_dirs)
+    cat = load_catalog(catalog_dirs)
+    budget = None if max_cost is None else parse_number(max_cost, "--max-cost", allow_zero=False)
+
+    def build(model: str, n_tokens: float) -> Scenario:
+        sc = build_scenario(with_overrides(raw, {"model.name": model, "task.tokens": n_tokens}), cat)
+        return replace(sc, cost=replace(sc.cost, max_cost=None))  # the budget is the outer decision's
+
+    names = (SIZE_FAMILIES.get(models) or tuple(m.strip() for m in models.split(",") if m.strip())) \
+        if isinstance(models, str) else tuple(models)
+    if not names:
+        raise InputError("--models: no model given")
+    for m in names:
+        cat.model(m)  # an unknown name: one line
+    base = build(names[0], 1e9)
+    q = InverseQuestion(
+        models=names, tokens=tokens_of(tokens), law=scaling.law(law), repeat_decay=scaling.repeat_decay,
+        unique_tokens=None if unique_tokens is None else parse_count(unique_tokens, "--unique-tokens",
+                                                                     allow_zero=False),
+        max_epochs=parse_number(max_epochs, "--max-epochs", allow_zero=False),
+        budget=budget if budget is not None else base.cost.max_cost,  # the scenario's own [cost] max_cost
+        target_loss=None if target_loss is None else parse_number(target_loss, "--target-loss", allow_zero=False),
+        **serving_fields(base, inference_tokens, serving_price, serving_mfu))
+    params = params_of(build)
+    res = solve_inverse(q, build, params, backend, req)
+    asked = Asked(res, result_dict(res, scaling.repeat_source), q)
+    if res.chosen is None and q.target_loss is not None:
+        asked.why = explain_unreachable(q, build, params, backend, req)
+        asked.out["unreachable"] = unreachable_dict(asked.why)
+    if front:
+        by_cost, n_cost = loss_cost_front(q, build, params, backend, req)
+        by_date, n_date = loss_date_front(q, build, params, backend, req)
+        asked.fronts = (by_cost, by_date, n_cost + n_date)
+        asked.out["front"] = {"cost": [point_dict(p) for p in by_cost], "date": [point_dict(p) for p in by_date],
+                              "solves": n_cost + n_date}
+    return asked
+
+
+def tokens_of(spec: str | Sequence[float | str]) -> tuple[float, ...]:
+    """The token grid: ``LO:HI[:COUNT]`` (COUNT values in equal ratios, default 16; :func:`token_grid`), or the
+    values (a comma-separated string or a list), ascending."""
+    if isinstance(spec, str) and ":" in spec:
+        parts = spec.split(":")
+        if len(parts) not in (2, 3):
+            raise InputError(f"--tokens {spec!r}: give LO:HI or LO:HI:COUNT, or a comma-separated list")
+        lo, hi = (parse_count(p, "--tokens", allow_zero=False) for p in parts[:2])
+        count = int(parse_number(parts[2], "--tokens count", allow_zero=False)) if len(parts) == 3 else 16
+        if lo > hi or count < 1 or count > 1000:
+            raise InputError(f"--tokens {spec!r}: LO must be at most HI and COUNT 1 to 1000")
+        return token_grid(lo, hi, count)
+    items = [p for p in spec.split(",") if p.strip()] if isinstance(spec, str) else list(spec)
+    values = sorted({parse_count(p, "--tokens", allow_zero=False) for p in items})
+    if not values:
+        raise InputError("--tokens: no token count given")
+    return tuple(values)
+
+
+def result_dict(res: InverseResult, repeat_source: str) -> dict[str, Any]:
+    """The command's JSON: the objective, the fit, the budget and data limits, the serving cost, every candidate
+    and the chosen one with its plan and its solve's report."""
+    q, c = res.question, res.chosen
+    d: dict[str, Any] = {
+        "objective": "least predicted loss" if q.objective == "loss" else "least cost for the target loss",
+        "law": {"name": q.law.name, "source": q.law.source, "E": q.law.E, "A": q.law.A, "B": q.law.B,
+                "alpha": q.law.alpha, "beta": q.law.beta, "params_range": [q.law.min_params, q.law.max_params],
+                "tokens_range": [q.law.min_tokens, q.law.max_tokens]},
+        "budget": q.budget, "target_loss": q.target_loss, "unique_tokens": q.unique_tokens,
+        "max_epochs": q.max_epochs, "tokens_grid": list(q.tokens), "solves": res.solves,
+        "candidates": [x.row() for x in res.candidates], "chosen": None}
+    if q.inference_tokens:
+        d["serving"] = {"inference_tokens": q.inference_tokens, "usd_per_pflop": q.serve_usd_per_pflop,
+                        "basis": q.serving_basis, "source": SARDANA}
+    if q.unique_tokens is not None:
+        d["data_constrained"] = {"repeat_decay": q.repeat_decay, "source": repeat_source}
+    if c is not None and c.best is not None:
+        d["chosen"] = {**c.row(), "plan": c.best.plan, "solve": c.best.report}
+    return d
+
+
+def where_dict(c: Candidate | None) -> dict[str, Any] | None:
+    """A chosen candidate as the JSON's fronts and unreachable entries show it (None: none)."""
+    return None if c is None else {"model": c.model, "tokens": c.tokens, "loss": c.loss, "cost": c.total_cost}
+
+
+def point_dict(p: FrontPoint) -> dict[str, Any]:
+    """A front point in the JSON: where it is taken and what it chooses."""
+    return {"at": p.at, **(where_dict(p.chosen) or {"model": None, "tokens": None, "loss": None, "cost": None})}
+
+
+def unreachable_dict(u: Unreachable) -> dict[str, Any]:
+    """Why no size reaches the target, in the JSON."""
+    return {"min_budget": None if u.min_budget is None else u.min_budget.total_cost,
+            "at_min_budget": where_dict(u.min_budget), "min_deadline_days": u.min_deadline_days,
+            "at_min_deadline": where_dict(u.at_deadline), "reachable": where_dict(u.reachable), "solves": u.solves}

@@ -1,5 +1,6 @@
 """Every command has a Python API function returning the same figures as its ``--json`` (issue 37 item 8): estimate,
-export, calibrate, simulate, replan and rl, each compared with the command on a shipped example."""
+export, calibrate, simulate, replan, rl, inverse, sites and solve on a ``[[hardware.pools]]`` scenario
+(``tpopt.pools``), each compared with the command on a shipped example."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from tpopt.models.arch import param_count
 ROOT = Path(__file__).resolve().parent.parent
 DESIGN = ROOT / "examples" / "design-case.toml"
 RL = ROOT / "examples" / "rl-grpo-qwen3-8b.toml"
+SITES = ROOT / "examples" / "sites-llama3-405b.toml"
+POOLS = ROOT / "examples" / "pools-h100-a100.toml"
 
 
 def command(*args: str) -> str:
@@ -47,7 +50,7 @@ def without_clock(d: Any) -> Any:
 
 def test_every_command_has_an_api_function():
     for name in ("scenario", "solve", "evaluate", "explain", "sweep", "estimate", "export", "calibrate", "simulate",
-                 "replan", "rl"):
+                 "replan", "rl", "inverse", "sites", "pools"):
         assert callable(getattr(tpopt, name)), name
         assert name in tpopt.__all__
 
@@ -114,3 +117,35 @@ def test_scenario_takes_a_model_name_or_config_path_as_the_command_line_does(tmp
     # 2 layers x (q, o: 256 x 256; k, v: 256 x 128; gate, up, down: 256 x 512; 2 norms) + embeddings, head, norm
     assert tiny.name == "tiny"
     assert param_count(tiny) == 2 * (2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 512 + 2 * 256) + 2 * 1000 * 256 + 256
+
+
+def same_as_command(api_d: dict[str, Any], *args: str) -> dict[str, Any]:
+    """The command's ``--json`` for ``args``, asserted equal to ``api_d`` (wall-clock entries apart)."""
+    cli_d = json.loads(command(*args, "--json"))
+    assert without_clock(as_json(api_d)) == without_clock(cli_d)
+    return cli_d
+
+
+def test_inverse():
+    """A small inverse question on the design case: two sizes, three token counts, a 20,000 USD budget."""
+    api_d = tpopt.inverse(DESIGN, models=["qwen3-0.6b", "qwen3-1.7b"], tokens=[10e9, 40e9, 160e9], max_cost=20000)
+    cli_d = same_as_command(api_d, "inverse", "--scenario", DESIGN, "--models", "qwen3-0.6b,qwen3-1.7b",
+                            "--tokens", "10B,40B,160B", "--max-cost", "20000")
+    assert cli_d["budget"] == 20000 and cli_d["tokens_grid"] == [10e9, 40e9, 160e9]
+    assert cli_d["chosen"] is not None and cli_d["chosen"]["cost"] <= 20000
+    with pytest.raises(InputError, match="--tokens"):
+        tpopt.inverse(DESIGN, tokens="40B:10B:3")
+
+
+def test_sites():
+    assert same_as_command(tpopt.sites(SITES), "sites", "--scenario", SITES)["status"] == "optimal"
+    with pytest.raises(InputError, match="no \\[\\[sites\\]\\]"):
+        tpopt.sites(DESIGN)
+
+
+def test_pools_is_what_solve_prints_on_a_pools_scenario():
+    assert same_as_command(tpopt.pools(POOLS), "solve", "--scenario", POOLS)["status"] == "optimal"
+    with pytest.raises(InputError, match="tpopt.pools"):
+        tpopt.solve(POOLS)
+    with pytest.raises(InputError, match="no \\[\\[hardware.pools\\]\\]"):
+        tpopt.pools(DESIGN)

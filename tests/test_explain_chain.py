@@ -156,3 +156,55 @@ def test_the_global_batch_is_a_relaxation():
     assert run("solve", "--scenario", DC, "--deadline", "24.5d", "--global-batch", below).exit_code == 3
     text = " ".join(run("explain", "--scenario", DC, "--deadline", "24.5d").output.split())
     assert f"global_batch now 384 sequences: >= {r['required']:,} sequences -> " in text
+
+
+def nic_case(tmp_path, nics, name="nics.toml"):
+    """The design case made bandwidth-bound: 2,048-token sequences (a quarter of the compute per step, the same
+    ZeRO-3 exchange of the weights and gradients), one 100 Gbit/s NIC (12.5 GB/s) per 8-card host searched, and
+    the input pipeline widened (400 workers) so that it does not bind."""
+    text = DC.read_text()
+    for old, new in (("seq_len = 8192", "seq_len = 2048"), ("workers = 4\n", "workers = 400\n"),
+                     ("cards_per_host = 8\n", 'cards_per_host = 8\nnic = "100g"\n'),
+                     ("max_cards = 1024\n", f"max_cards = 1024\nnics_per_host = {nics}\n")):
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_nics_per_host_is_a_relaxation(tmp_path):
+    """At 10 days one NIC per host leaves the fastest plan at 11.95 d (384 cards, the batch's most data
+    parallelism: the step is the exchange across hosts); a second NIC halves that exchange's time. The answer is
+    the smallest count with a plan, verified by solving with it added to the search and with the counts below
+    only; the RTX 4090 host takes 8 NICs (catalog max_nics_per_host)."""
+    path = nic_case(tmp_path, "[1]")
+    d = json.loads(run("explain", "--scenario", path, "--deadline", "10d", "--json").output)
+    r = relaxation(d, "nics_per_host")
+    assert r["current"] == 1 and r["helps"] and r["unit"] == "NICs" and r["required"] >= 2
+    assert r["apply"] == {"search.nics_per_host": [1, r["required"]]}
+    assert r["plan"]["nics_per_host"] == r["required"]
+    ok = run("solve", "--scenario", nic_case(tmp_path, f"[1, {r['required']}]", "ok.toml"), "--deadline", "10d",
+             "--json")
+    assert ok.exit_code == 0 and json.loads(ok.output)["metrics"]["finish_days"] <= 10.0
+    assert json.loads(ok.output)["metrics"]["cost"] == pytest.approx(r["cost"], rel=1e-9)
+    below = nic_case(tmp_path, str(list(range(1, r["required"]))), "below.toml")
+    assert run("solve", "--scenario", below, "--deadline", "10d").exit_code == 3
+    names = [x["parameter"] for x in d["relaxations"]]
+    assert names.index("input_rate") < names.index("nics_per_host") < names.index("nic_bandwidth")
+    text = " ".join(run("explain", "--scenario", path, "--deadline", "10d").output.split())
+    assert f"nics_per_host now 1 NICs: >= {r['required']} NICs -> " in text
+
+
+def test_nics_per_host_cannot_help_where_compute_binds(tmp_path):
+    """At 8 days even 8 NICs per host (the host's most) leave no plan: the step's compute alone is too long at
+    the batch's most data parallelism; and on the design case as shipped (8 NICs, the most) nothing is left to
+    add."""
+    d = json.loads(run("explain", "--scenario", nic_case(tmp_path, "[1]"), "--deadline", "8d", "--json").output)
+    r = relaxation(d, "nics_per_host")
+    assert r["helps"] is False and r["required"] is None and "8 NICs per host" in r["note"]
+    eight = nic_case(tmp_path, "[1, 2, 3, 4, 5, 6, 7, 8]", "eight.toml")
+    assert run("solve", "--scenario", eight, "--deadline", "8d").exit_code == 3
+    d = json.loads(run("explain", "--scenario", DC, "--deadline", "20d", "--json").output)
+    r = relaxation(d, "nics_per_host")
+    assert r["current"] == 8 and r["helps"] is False and "already have the most NICs" in r["note"]

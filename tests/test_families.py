@@ -151,7 +151,9 @@ OLD_AFFECTS = {"deadline": {"deadline.finish", "checkpoint.backlog"}, "max_cards
                "write_bandwidth": {"deadline.finish", "checkpoint.backlog", "budget.cost"},
                "input_rate": {"input.throughput"},
                "global_batch": {"batch.divisibility", "layout.schedule_shape", "input.throughput", "deadline.finish",
-                                "budget.cost"}}
+                                "budget.cost"},
+               # added with issue 37: NICs per host (bandwidth across hosts, and each NIC's price)
+               "nics_per_host": {"deadline.finish", "budget.cost", "input.throughput"}}
 OLD_MODEL = ("batch.divisibility", "layout.heads_divisible", "layout.pp_divides_layers", "layout.schedule_shape")
 OLD_HUB_RULES = OLD_STRUCTURAL[:5]
 OLD_CHOICE = ("memory.per_card", "memory.host") + OLD_STRUCTURAL[:6]

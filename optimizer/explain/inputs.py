@@ -83,6 +83,11 @@ def with_input_rate(sc: Scenario, per_worker: float) -> Scenario:
     return replace(sc, input=replace(sc.input, per_worker_rate=float(per_worker)))
 
 
+def with_nics_per_host(sc: Scenario, nics: tuple[int, ...]) -> Scenario:
+    """The NICs per host searched set to ``nics`` (each accelerator keeps those its hosts can take)."""
+    return replace(sc, search=replace(sc.search, nics_per_host=tuple(nics)))
+
+
 def with_nic_factor(sc: Scenario, factor: float) -> Scenario:
     """Every candidate's NIC bandwidth multiplied by ``factor``."""
     return replace(sc, systems={k: replace(s, acc=replace(s.acc, nic_bw=s.acc.nic_bw * float(factor)))
@@ -128,6 +133,7 @@ PARAMS = {
     "global_batch": Param("global_batch", "global batch", "sequences", 0, ">=", "task.global_batch", 1.0),
     "input_rate": Param("input_rate", "input rate per worker", "seq/s", 2, ">=", "input.sequences_per_worker_s",
                         1.0),
+    "nics_per_host": Param("nics_per_host", "NICs per host", "NICs", 0, ">=", "search.nics_per_host", 1.0),
 }
 
 _SUFFIX = {"deadline": "d", "reserved": "d", "tokens": "B", "efficiency": "%", "usable_memory": "GiB",

@@ -34,6 +34,7 @@ from tpopt.optimizer.explain.cost import relax_accelerator, relax_card_price, re
 from tpopt.optimizer.explain.inputs import (
     PARAMS,
     Relaxation,
+    _applies,
     _apply_dict,
     _cannot,
     _relaxation,
@@ -45,6 +46,7 @@ from tpopt.optimizer.explain.inputs import (
     with_max_cards,
     with_max_drop,
     with_nic_factor,
+    with_nics_per_host,
     with_reserved,
     with_tokens,
     with_usable_memory,
@@ -339,6 +341,42 @@ def relax_nic_bandwidth(ctx: Context, core: list[str] | None = None) -> Relaxati
     return r
 
 
+def _nic_counts(sc: Scenario) -> tuple[tuple[int, ...], int, int]:
+    """The NICs per host the request searches (``[search] nics_per_host``, else each accelerator's default), the
+    most of them, and the most NICs a host of any candidate accelerator takes (its catalog ``max_nics_per_host``)."""
+    accs = [s.acc for s in sc.systems.values()]
+    searched = tuple(sorted(set(sc.search.nics_per_host or (a.nics_per_host for a in accs))))
+    return searched, max(searched), max(max(a.max_nics_per_host, a.nics_per_host) for a in accs)
+
+
+def relax_nics_per_host(ctx: Context, core: list[str] | None = None) -> Relaxation:
+    """Required NICs per host n* = min { n in (n_0, n_max] : a plan exists with n NICs per host searched }, n_0 the
+    most the request searches, n_max the most a host of a candidate accelerator takes: each NIC adds B_nic to a
+    host's bandwidth across hosts (B = n B_nic / tp) and its price to the cost, so each count is one re-solve
+    (the NIC count is a plan variable: its values are searched again, the other variables narrowed as for any
+    input). Cannot help when the hosts already have their most NICs."""
+    p = PARAMS["nics_per_host"]
+    sc = ctx.sc
+    searched, cur, most = _nic_counts(sc)
+    method = f"each NIC count per host in ({cur}, {most}] added to the search, re-solved"
+    if cur >= most:
+        return _cannot(p, cur, f"the hosts already have the most NICs they take ({most})", method, core)
+    keep_vars, ctx.keep_vars = ctx.keep_vars, tuple(v for v in ctx.keep_vars if v != "nics")
+    try:
+        for n in range(cur + 1, most + 1):
+            counts = (*searched, n)
+            ev = ctx.feasible(with_nics_per_host(sc, counts))
+            if ev is not None:
+                apply = _apply_dict(ctx, p, list(counts))
+                return _relaxation(p, cur, required=n, required_exact=float(n), helps=True, plan=ev,
+                                   apply=apply if apply is not None and _applies(ctx, apply) else None,
+                                   method=method)
+    finally:
+        ctx.keep_vars = keep_vars
+    return _cannot(p, cur, f"no plan even with {most} NICs per host: the bandwidth across hosts does not limit "
+                           "the plan", method, core)
+
+
 STORAGE_FACTOR_MAX = 1000.0  # storage bandwidth is searched up to this multiple of the current one
 STORAGE_REL_TOL = 1e-4  # relative tolerance on the storage bandwidth threshold
 INPUT_FACTOR_MAX = 1000.0  # the input rate per worker is searched up to this multiple of the current one
@@ -603,7 +641,7 @@ def relax_tokens(ctx: Context, core: list[str] | None = None,
 # last what a run can hardly change (the MoE drop rate, the efficiency): a time limit cuts the least useful answers.
 RELAXATIONS = ("max_cost", "card_price", "accelerator", "deadline", "max_cards", "tokens", "reserved",
                "global_batch", "write_bandwidth", "input_rate",
-               "nic_bandwidth", "usable_memory", "max_drop", "efficiency")
+               "nics_per_host", "nic_bandwidth", "usable_memory", "max_drop", "efficiency")
 
 
 def relaxations(sc: Scenario, backend: str | Solver = "cpsat", req: Request | None = None, *,
@@ -693,6 +731,7 @@ def _relax_one(ctx: Context, name: str, core: list[str] | None, shared: dict[str
           "usable_memory": relax_usable_memory, "nic_bandwidth": relax_nic_bandwidth,
           "accelerator": relax_accelerator, "max_cost": relax_max_cost,
           "card_price": relax_card_price, "max_drop": relax_max_drop, "write_bandwidth": relax_write_bandwidth,
-          "input_rate": relax_input_rate, "global_batch": relax_global_batch}[name]
+          "input_rate": relax_input_rate, "global_batch": relax_global_batch,
+          "nics_per_host": relax_nics_per_host}[name]
     r: Relaxation | None = fn(ctx, core)
     return r
