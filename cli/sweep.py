@@ -260,7 +260,10 @@ def pins_text(pins: dict[str, Any], top: dict[str, Any]) -> str:
             f"accelerator (the fastest plan without {first}: {each}).")
 
 
-def result_text(result: sw.SweepResult, out: str | None, energy: Energy | None = None) -> str:
+def result_text(result: sw.SweepResult, out: str | None, energy: Energy | None = None,
+                pins: dict[str, Any] | None = None) -> str:
+    """The sweep's terminal answer; ``pins``: what pins a collapsed front (:func:`sw.front_pins`, computed once by
+    the command: its re-solves are not repeated for the page and the terminal)."""
     spec = result.spec
     sc = spec.base
     unit = next((r["cost_unit"] for r in result.rows if r["cost_unit"]), "USD")
@@ -278,7 +281,6 @@ def result_text(result: sw.SweepResult, out: str | None, energy: Energy | None =
     unknown, errors, infeasible = result.count("unknown"), result.count("error"), result.count("infeasible")
     if front:
         parts += [front_table(front, unit, show_case, spec), ""]
-        pins = sw.front_pins(result)
         if pins:
             parts += [fit_lines(pins_text(pins, front[0])), ""]
     elif unknown or errors:
@@ -420,24 +422,25 @@ def sweep(solver: str | None, time_limit: str | float | None, workers: int | Non
         energy = (*sw.energy_front(result.rows, market.power if market is not None else {}, pue[0]), pue)
     elif pareto == "carbon" and spec.catalog is not None:
         energy = carbon_front(result.rows, spec.catalog.market, grid)
+    pins = sw.front_pins(result)  # once: its re-solves serve the JSON, the page and the terminal
     d: dict[str, Any] = {}
-    if as_json or html:  # the JSON document (front_pins re-solves: only when asked for)
+    if as_json or html:  # the JSON document
         d = {"scenario": spec.name, "fingerprint": spec.fingerprint, "points": len(result.rows),
              "computed": result.computed, "reused": result.reused, "out": out,
              "statuses": {k: result.count(k) for k in sw.STATUSES},
-             "front": result.front(), "summary": result.summary(), "front_pins": sw.front_pins(result)}
+             "front": result.front(), "summary": result.summary(), "front_pins": pins}
         if energy is not None:
             d["energy"] = {"plans": energy[0], "no_power_figures": energy[1], "pue": energy[2][0],
                            "pue_source": energy[2][1], **({"grid": grid} if pareto == "carbon" else {})}
     if html:  # the --json document, drawn, and the terminal's text
         pinned = [pins_text(d["front_pins"], d["front"][0])] if d.get("front_pins") and d["front"] else []
-        write_answer_page(html, lambda: sweep_page(d, pinned + said, result_text(result, out, energy)))
+        write_answer_page(html, lambda: sweep_page(d, pinned + said, result_text(result, out, energy, pins)))
     if as_json:
         echo_builtin_note(kw, True, d)
         click.echo(dump_json(d), nl=False)
     else:
         echo_builtin_note(kw)
-        click.echo(fit_lines(result_text(result, out, energy)), nl=False)
+        click.echo(fit_lines(result_text(result, out, energy, pins)), nl=False)
     errors = result.count("error")
     if errors:
         fail(f"{errors:,} point(s) failed twice (a worker died or raised; status 'error'"
