@@ -41,7 +41,9 @@ CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hid
           "intermediate_size": 106496, "vocab_size": 128256, "tie_word_embeddings": False, "hidden_act": "silu",
           "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 500000.0}
 
-SITES = "".join(f'[[sites]]\nname = "{n}"\nmax_cards = 250000\npower = "400MW"\n\n' for n in ("a", "b", "c", "d"))
+SITES = "".join(f'[[sites]]\nname = "{n}"\nmax_cards = 250000\npower = "400MW"\n{extra}\n'
+                for n, extra in (("a", 'card_hour = 2.10\n'), ("b", ""), ("c", 'accelerator = "b200"\n'),
+                                 ("d", 'accelerator = "gb200-nvl72"\n')))
 
 SCENARIO = f"""[scenario]
 name = "million-cards"

@@ -1,0 +1,206 @@
+"""Sites with their own card type and price (issue 40, items 2 and 4): the decision equals a brute force written
+here on small spaces (every per-replica share, set of sites, layout per site, replica split, ring order and
+mode), the cheapest fill and the slowest-site step by hand, and homogeneous sites keep the one-type decision."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tpopt.catalogs import load_catalog
+from tpopt.catalogs.scenario import load_mixed_sites_scenario
+from tpopt.models import families as F
+from tpopt.models import pools as PM
+from tpopt.models import terms as T
+from tpopt.models.arch import param_count
+from tpopt.models import sites as S
+from tpopt.models.evaluate import evaluate_arrays
+from tpopt.models.market import site_power_w
+from tpopt.models.plan import Scenario
+from tpopt.models.units import HOUR
+from tpopt.optimizer import sites_mixed as M
+from tpopt.optimizer.pools import POOL_FAMILIES, _job, fixed_choices
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "sites-mixed-405b.toml"
+
+
+def test_cheapest_fill_by_hand() -> None:
+    """7 replicas over caps (3, 2, 4) at 5, 1 and 2 USD a replica-hour: one each (3 placed), then the cheapest
+    first: site 2 takes its 1 more (2 in all), site 3 its 3 more: (1, 2, 4), 5 + 2 + 8 = 15 USD/h. Every other
+    split within the caps costs more (enumerated here)."""
+    fill = S.cheapest_fill(7, (3, 2, 4), (5.0, 1.0, 2.0))
+    assert fill == (1, 2, 4)
+    splits = [s for s in itertools.product(range(1, 4), range(1, 3), range(1, 5)) if sum(s) == 7]
+    assert min(5 * a + b + 2 * c for a, b, c in splits) == 15
+    assert S.cheapest_fill(10, (3, 2, 4), (5.0, 1.0, 2.0)) is None  # 9 replicas at most
+    assert S.cheapest_fill(2, (3, 2, 4), (5.0, 1.0, 2.0)) is None  # every used site holds one
+
+
+def test_slowest_site_sets_the_step() -> None:
+    """Sites at 10 s and 12.5 s a step and 1.5 s of exposed WAN: the step is 12.5 + 1.5 = 14 s; the faster site
+    idles 2.5 s (the pools' form (a) relations, reused)."""
+    assert PM.mixed_step_s([10.0, 12.5], 1.5) == 14.0
+    assert PM.idle_s([10.0, 12.5]) == [2.5, 0.0]
+
+
+WAN = {"bandwidth_gbps": 100, "latency_ms": 10, "egress_usd_tb": 30, "inner_steps": [20, 100], "fragments": [1, 2],
+       "token_penalty": 0.05, "links": [{"sites": ["a", "b"], "bandwidth_gbps": 400, "latency_ms": 2}]}
+SITES = [{"name": "a", "max_cards": 32, "card_hour": 2.0},
+         {"name": "b", "max_cards": 48, "card_hour": 1.2, "power": "60kW"},
+         {"name": "c", "accelerator": "b200", "max_cards": 32, "card_hour": 3.1}]
+
+
+def small(deadline: str, sites: list[dict[str, Any]] = SITES) -> dict[str, Any]:
+    return {"model": {"name": "llama3-8b"}, "task": {"tokens": "20B", "seq_len": 4096, "global_batch": 16},
+            "schedule": {"deadline": deadline}, "hardware": {"accelerator": "h100-sxm", "efficiency": 0.4},
+            "checkpoint": {"save_interval": "auto", "mode": "sync"},
+            "search": {"zero_stage": [1], "tp": [4, 8], "pp": [1, 2], "micro_batch": [1, 2], "recompute": ["full"]},
+            "sites": sites, "wan": WAN}
+
+
+def brute_force(sc: Scenario, si: S.SitesInput, powers: dict[str, Any]) -> list[tuple[float, float]]:
+    """(cost, finish) of every plan of the space, by enumeration (written here, not the module's search): every
+    per-replica share m (B % m == 0), every set of sites, every layout per site (any feasible one, not only the
+    fastest), every split with each used site >= 1 replica within its cards and power, every ring order and
+    every mode, H and F. Step = tf x (slowest replica + exposed WAN); finish and overhead at the job's cards;
+    cost = sum cards x price x finish / 3600 + egress."""
+    b = sc.task.global_batch
+    fixed = fixed_choices(sc)
+    replica_families = [n for n in POOL_FAMILIES if n != F.CARDS]
+    params = float(param_count(sc.model))
+    iters = T.iteration_count(sc)
+    out = []
+    for m in [m for m in range(1, b + 1) if b % m == 0]:
+        d = b // m
+        options: dict[str, list[tuple[int, float]]] = {}
+        for acc in {s.accelerator or "" for s in si.sites}:
+            opts = []
+            for tp, pp, mb in itertools.product(sc.search.tp, sc.search.pp, sc.search.micro_batch):
+                if m % mb:
+                    continue
+                r = evaluate_arrays(sc, acc, tp=np.array([tp]), pp=np.array([pp]), zero_stage=np.array([1]),
+                                    micro_batch=np.array([mb]), dp=np.array([d]), recompute="full", **fixed)
+                if all(bool(np.all(r[("c", n)][0] <= r[("c", n)][1])) for n in replica_families):
+                    opts.append((tp * pp, float(np.asarray(r["step_s"]).ravel()[0])))
+            options[acc] = opts
+        for k in range(1, len(si.sites) + 1):
+            for used in itertools.combinations(si.sites, k):
+                for lays in itertools.product(*(options[s.accelerator or ""] for s in used)):
+                    caps = []
+                    for s, (rc, _) in zip(used, lays, strict=True):
+                        acc = s.accelerator or ""
+                        w = site_power_w(powers[acc], s.pue, rc, sc.system(acc).acc.cards_per_host)
+                        cap = s.max_cards // rc
+                        if s.power_cap_w is not None:
+                            cap = min(cap, int(s.power_cap_w // w))
+                        caps.append(cap)
+                    for n in itertools.product(*(range(1, c + 1) for c in caps)):
+                        if sum(n) != d:
+                            continue
+                        cards = sum(x * rc for x, (rc, _) in zip(n, lays, strict=True))
+                        rate = sum(x * rc * M.site_price(sc, s) for x, (rc, _), s in zip(n, lays, used, strict=True))
+                        slowest = max(t for _, t in lays)
+                        for perm in itertools.permutations(used):
+                            links = [si.link(a.name, c.name) for a, c in zip(perm, perm[1:] + perm[:1])] if k > 1 else []
+                            bw = min((x.bandwidth_bps for x in links), default=math.inf)
+                            lat = max((x.latency_s for x in links), default=0.0)
+                            egress_tb = sum(x.egress_usd_tb for x in links)
+                            configs = [(S.SYNC, 1, 1)] + ([(S.DILOCO, h, f) for h in si.inner_steps
+                                                           for f in si.fragments] if k > 1 else [])
+                            for mode, h, f in configs:
+                                if mode == S.SYNC:
+                                    nbytes, per = params * 2, 1.0
+                                    exposed = S.ring_allreduce_wan_s(nbytes, k, bw, lat) if k > 1 else 0.0
+                                else:
+                                    nbytes, per = params * 2, 1.0 / h
+                                    one = S.ring_allreduce_wan_s(nbytes / f, k, bw, lat)
+                                    exposed = f / h * max(0.0, one - (1 if f > 1 else 0) * slowest)
+                                tf = 1.05 if mode == S.DILOCO else 1.0
+                                _, _, finish = _job(sc, np.array([float(cards)]),
+                                                    np.array([tf * (slowest + exposed)]))
+                                fin = float(finish[0])
+                                link_bytes = 2 * (k - 1) / k * nbytes * per * iters * tf if k > 1 else 0.0
+                                cost = rate * fin / HOUR + link_bytes * egress_tb / 1e12
+                                out.append((cost, fin))
+    return out
+
+
+@pytest.mark.parametrize("deadline_fraction", [None, 0.6, 0.3, 0.12])
+def test_mixed_sites_equal_brute_force(deadline_fraction: float | None) -> None:
+    """Two H100 sites (one power-capped, cheap) and one B200 site with its own price: the decision's cost and
+    finish equal the brute force's best within the deadline, at deadlines from loose to the fastest plans'."""
+    sc0, si, powers = load_mixed_sites_scenario(small("10000d"))
+    plans = brute_force(sc0, si, powers)
+    fastest = min(f for _, f in plans)
+    cheapest = min(plans)[1]
+    deadline_s = cheapest * 2 if deadline_fraction is None else fastest + (cheapest - fastest) * deadline_fraction
+    sc, si, powers = load_mixed_sites_scenario(small(f"{deadline_s / 86400.0:.6f}d"))
+    within = [p for p in plans if p[1] <= F.limit(F.DEADLINE, sc)]
+    out = M.solve_mixed_sites(sc, si, powers)
+    assert within and out.best is not None
+    cost, finish = min(within)
+    assert math.isclose(out.best.cost, cost, rel_tol=1e-9)
+    assert math.isclose(out.best.finish_s, finish, rel_tol=1e-9)
+
+
+def test_mixed_sites_bound_path_equals_brute_force() -> None:
+    """Prices against the replica sizes (the B200 site cheap per replica with bigger replicas): the cheapest-first
+    fill is not the fewest-card split, so the bound and the exhaustive split decide; still the brute force's
+    best."""
+    sites = [{"name": "a", "max_cards": 64, "card_hour": 3.0},
+             {"name": "b", "max_cards": 64, "card_hour": 2.9},
+             {"name": "c", "accelerator": "b200", "max_cards": 64, "card_hour": 0.9}]
+    sc0, si, powers = load_mixed_sites_scenario(small("10000d", sites))
+    plans = brute_force(sc0, si, powers)
+    fastest, cheapest = min(f for _, f in plans), min(plans)[1]
+    for frac in (0.5, 0.2):
+        limit_d = (fastest + (cheapest - fastest) * frac) / 86400.0
+        sc, si, powers = load_mixed_sites_scenario(small(f"{limit_d:.6f}d", sites))
+        within = [p for p in plans if p[1] <= F.limit(F.DEADLINE, sc)]
+        out = M.solve_mixed_sites(sc, si, powers)
+        assert within and out.best is not None
+        assert math.isclose(out.best.cost, min(within)[0], rel_tol=1e-9)
+
+
+def test_example_uses_its_caps_and_prices() -> None:
+    """The example's plan: every used site within its cards and power cap; each site's bill = cards x its price
+    x finish / 3600; the bills and egress add up to the cost; the step is the slowest replica + the WAN."""
+    cat = load_catalog()
+    sc, si, powers = load_mixed_sites_scenario(EXAMPLE)
+    out = M.solve_mixed_sites(sc, si, powers)
+    assert out.best is not None
+    d = M.mixed_report(out)
+    bills = 0.0
+    for s in d["per_site"]:
+        assert s["cards"] <= s["max_cards"]
+        if s["cap_mw"] is not None:
+            assert s["site_mw"] <= s["cap_mw"]
+        assert math.isclose(s["bill_usd"], s["cards"] * s["card_hour"] * out.best.finish_s / 3600, rel_tol=1e-12)
+        bills += s["bill_usd"]
+    assert math.isclose(bills + out.best.egress_usd, out.best.cost, rel_tol=1e-9)
+    assert sum(s["share"] for s in d["per_site"]) == sc.task.global_batch
+    assert cat.market.power["b200"] is not None
+
+
+def test_cli_runs_the_mixed_example() -> None:
+    p = subprocess.run([sys.executable, "-m", "tpopt", "sites", "--scenario", str(EXAMPLE)], capture_output=True,
+                       text=True, check=False)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("types: h100-sxm, b200, gb200-nvl72") and "exact over the grids" in p.stdout
+
+
+def test_a_site_type_without_a_price_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    text = EXAMPLE.read_text().replace('accelerator = "b200"', 'accelerator = "no-such-card"')
+    bad.write_text(text)
+    p = subprocess.run([sys.executable, "-m", "tpopt", "sites", "--scenario", str(bad)], capture_output=True,
+                       text=True, check=False)
+    assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
