@@ -734,7 +734,7 @@ def load_mixed_sites_scenario(path: str | PathLike[str] | Mapping[str, Any],
         raise InputError("scenario: no [[sites]] and [wan] tables (tpopt solve plans one site)")
     hw = raw.get("hardware")
     base = hw.get("accelerator") if isinstance(hw, dict) else None
-    if not isinstance(base, str):
+    if not isinstance(hw, dict) or not isinstance(base, str):
         raise InputError("[[sites]]: give one accelerator (hardware.accelerator): the type of a site that names none")
     types = list(dict.fromkeys([base, *(s.accelerator for s in si.sites if s.accelerator is not None)]))
     cat = load_catalog(catalog_dirs)

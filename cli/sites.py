@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import click
 
-from tpopt.catalogs.scenario import load_mixed_sites_scenario, load_sites_scenario, split_sites
-from tpopt.catalogs.scenario import read_scenario_file
+from tpopt.catalogs.scenario import load_mixed_sites_scenario, load_sites_scenario, read_scenario_file, split_sites
 from tpopt.cli.common import dump_json, handle_errors
-from tpopt.optimizer import backends
 from tpopt.models.sites import mixed
+from tpopt.optimizer import backends
 from tpopt.optimizer.sites import lines, report, solve_sites
 from tpopt.optimizer.sites_mixed import mixed_lines, mixed_report, solve_mixed_sites
 

@@ -495,4 +495,5 @@ def _mode(c: dict[str, Any]) -> str:
 
 
 __all__ = ["Candidate", "Ring", "SitesSolve", "solve_sites", "rings", "balanced", "candidates_for",
-           "crossover_bps", "report", "lines", "MAX_SITES", "mode_configs", "wan_terms", "scored_sites", "relax_wan_bandwidth", "with_bandwidth"]
+           "crossover_bps", "report", "lines", "MAX_SITES", "mode_configs", "wan_terms", "scored_sites",
+           "relax_wan_bandwidth", "with_bandwidth"]

@@ -18,9 +18,9 @@ from tpopt.catalogs import load_catalog
 from tpopt.catalogs.scenario import load_mixed_sites_scenario
 from tpopt.models import families as F
 from tpopt.models import pools as PM
+from tpopt.models import sites as S
 from tpopt.models import terms as T
 from tpopt.models.arch import param_count
-from tpopt.models import sites as S
 from tpopt.models.evaluate import evaluate_arrays
 from tpopt.models.market import site_power_w
 from tpopt.models.plan import Scenario
@@ -109,7 +109,8 @@ def brute_force(sc: Scenario, si: S.SitesInput, powers: dict[str, Any]) -> list[
                         rate = sum(x * rc * M.site_price(sc, s) for x, (rc, _), s in zip(n, lays, used, strict=True))
                         slowest = max(t for _, t in lays)
                         for perm in itertools.permutations(used):
-                            links = [si.link(a.name, c.name) for a, c in zip(perm, perm[1:] + perm[:1])] if k > 1 else []
+                            ring = [si.link(a.name, c.name) for a, c in zip(perm, perm[1:] + perm[:1], strict=True)]
+                            links = ring if k > 1 else []
                             bw = min((x.bandwidth_bps for x in links), default=math.inf)
                             lat = max((x.latency_s for x in links), default=0.0)
                             egress_tb = sum(x.egress_usd_tb for x in links)
