@@ -51,18 +51,20 @@ def test_slowest_site_sets_the_step() -> None:
     assert PM.idle_s([10.0, 12.5]) == [2.5, 0.0]
 
 
-WAN = {"bandwidth_gbps": 100, "latency_ms": 10, "egress_usd_tb": 30, "inner_steps": [20, 100], "fragments": [1, 2],
-       "token_penalty": 0.05, "links": [{"sites": ["a", "b"], "bandwidth_gbps": 400, "latency_ms": 2}]}
-SITES = [{"name": "a", "max_cards": 32, "card_hour": 2.0},
-         {"name": "b", "max_cards": 48, "card_hour": 1.2, "power": "60kW"},
+WAN = {"bandwidth_gbps": 3200, "latency_ms": 10, "egress_usd_tb": 30, "inner_steps": [20, 100],
+       "fragments": [1, 2], "token_penalty": 0.05,
+       "links": [{"sites": ["a", "b"], "bandwidth_gbps": 12800, "latency_ms": 1}]}
+SITES = [{"name": "a", "max_cards": 128, "card_hour": 2.0},
+         {"name": "b", "max_cards": 128, "card_hour": 1.2, "power": "150kW"},
          {"name": "c", "accelerator": "b200", "max_cards": 32, "card_hour": 3.1}]
 
 
 def small(deadline: str, sites: list[dict[str, Any]] = SITES) -> dict[str, Any]:
-    return {"model": {"name": "llama3-8b"}, "task": {"tokens": "20B", "seq_len": 4096, "global_batch": 16},
+    """Llama-3-70B on 5B tokens, 16 sequences a step: per-replica shares 1..16, replicas of 16 or 32 cards."""
+    return {"model": {"name": "llama3-70b"}, "task": {"tokens": "5B", "seq_len": 8192, "global_batch": 16},
             "schedule": {"deadline": deadline}, "hardware": {"accelerator": "h100-sxm", "efficiency": 0.4},
             "checkpoint": {"save_interval": "auto", "mode": "sync"},
-            "search": {"zero_stage": [1], "tp": [4, 8], "pp": [1, 2], "micro_batch": [1, 2], "recompute": ["full"]},
+            "search": {"zero_stage": [1], "tp": [8], "pp": [2, 4], "micro_batch": [1, 2], "recompute": ["full"]},
             "sites": sites, "wan": WAN}
 
 
@@ -134,14 +136,19 @@ def brute_force(sc: Scenario, si: S.SitesInput, powers: dict[str, Any]) -> list[
     return out
 
 
-@pytest.mark.parametrize("deadline_fraction", [None, 0.6, 0.3, 0.12])
-def test_mixed_sites_equal_brute_force(deadline_fraction: float | None) -> None:
-    """Two H100 sites (one power-capped, cheap) and one B200 site with its own price: the decision's cost and
-    finish equal the brute force's best within the deadline, at deadlines from loose to the fastest plans'."""
-    sc0, si, powers = load_mixed_sites_scenario(small("10000d"))
-    plans = brute_force(sc0, si, powers)
-    fastest = min(f for _, f in plans)
-    cheapest = min(plans)[1]
+@pytest.fixture(scope="module")
+def plans() -> list[tuple[float, float]]:
+    sc, si, powers = load_mixed_sites_scenario(small("10000d"))
+    return brute_force(sc, si, powers)
+
+
+@pytest.mark.parametrize(("deadline_fraction", "used"), [(None, 1), (0.05, 1), (0.01, 3)])
+def test_mixed_sites_equal_brute_force(plans: list[tuple[float, float]], deadline_fraction: float | None,
+                                       used: int) -> None:
+    """Two H100 sites (one power-capped and cheap) and a small B200 site with its own price: the decision's cost
+    and finish equal the brute force's best within the deadline, from a loose deadline (one cheap site) to one
+    near the fastest plan's (all three sites, both types)."""
+    fastest, cheapest = min(f for _, f in plans), min(plans)[1]
     deadline_s = cheapest * 2 if deadline_fraction is None else fastest + (cheapest - fastest) * deadline_fraction
     sc, si, powers = load_mixed_sites_scenario(small(f"{deadline_s / 86400.0:.6f}d"))
     within = [p for p in plans if p[1] <= F.limit(F.DEADLINE, sc)]
@@ -150,25 +157,26 @@ def test_mixed_sites_equal_brute_force(deadline_fraction: float | None) -> None:
     cost, finish = min(within)
     assert math.isclose(out.best.cost, cost, rel_tol=1e-9)
     assert math.isclose(out.best.finish_s, finish, rel_tol=1e-9)
+    assert len(out.best.parts) == used
+    if used == 3:
+        assert {p.accelerator for p in out.best.parts} == {"h100-sxm", "b200"}
 
 
-def test_mixed_sites_bound_path_equals_brute_force() -> None:
-    """Prices against the replica sizes (the B200 site cheap per replica with bigger replicas): the cheapest-first
-    fill is not the fewest-card split, so the bound and the exhaustive split decide; still the brute force's
-    best."""
-    sites = [{"name": "a", "max_cards": 64, "card_hour": 3.0},
-             {"name": "b", "max_cards": 64, "card_hour": 2.9},
-             {"name": "c", "accelerator": "b200", "max_cards": 64, "card_hour": 0.9}]
-    sc0, si, powers = load_mixed_sites_scenario(small("10000d", sites))
-    plans = brute_force(sc0, si, powers)
-    fastest, cheapest = min(f for _, f in plans), min(plans)[1]
-    for frac in (0.5, 0.2):
-        limit_d = (fastest + (cheapest - fastest) * frac) / 86400.0
-        sc, si, powers = load_mixed_sites_scenario(small(f"{limit_d:.6f}d", sites))
-        within = [p for p in plans if p[1] <= F.limit(F.DEADLINE, sc)]
-        out = M.solve_mixed_sites(sc, si, powers)
-        assert within and out.best is not None
-        assert math.isclose(out.best.cost, min(within)[0], rel_tol=1e-9)
+def test_exhaustive_splits_by_enumeration() -> None:
+    """The bound's fallback: sites of two replica sizes (16 and 32 cards) where the cheapest replicas are the big
+    ones, so the least bill and the fewest cards differ. The least of rate x (1 + N / 1000) (a cost growing with
+    the cards, as the overhead does) over :func:`_splits` equals its least over every split enumerated here."""
+    sites = tuple(S.Site(n, 1000) for n in "abc")
+    g = M._Group(sites=sites, layouts=({},) * 3, rc=(32, 16, 16), step=(1.0, 1.0, 1.0), unit=(16.0, 40.0, 30.0),
+                 caps=(5, 3, 4), replica_w=(None,) * 3, card_hour=(0.5, 2.5, 1.875))
+    totals, cards, rates = M._splits(g, 9)
+    got = float(np.min(rates * (1 + cards / 1000)))
+    every = [n for n in itertools.product(range(1, 6), range(1, 4), range(1, 5)) if sum(n) == 9]
+    want = min((16 * a + 40 * b + 30 * c) * (1 + (32 * a + 16 * b + 16 * c) / 1000) for a, b, c in every)
+    assert math.isclose(got, want, rel_tol=1e-12)
+    # the fill by price (big replicas first) is not the fewest cards here: the bound path is needed
+    assert S.cheapest_fill(9, g.caps, g.unit) == (5, 1, 3)
+    assert S.cheapest_fill(9, g.caps, (32.0, 16.0, 16.0)) == (2, 3, 4)
 
 
 def test_example_uses_its_caps_and_prices() -> None:
