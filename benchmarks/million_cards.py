@@ -36,14 +36,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 160,
+CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 144,
           "hidden_size": 32768, "num_attention_heads": 256, "num_key_value_heads": 16, "head_dim": 128,
-          "intermediate_size": 106496, "vocab_size": 128256, "tie_word_embeddings": False, "hidden_act": "silu",
+          "intermediate_size": 118784, "vocab_size": 128256, "tie_word_embeddings": False, "hidden_act": "silu",
           "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 500000.0}
 
 SITES = "".join(f'[[sites]]\nname = "{n}"\nmax_cards = 250000\npower = "400MW"\n{extra}\n'
                 for n, extra in (("a", 'card_hour = 2.10\n'), ("b", ""), ("c", 'accelerator = "b200"\n'),
-                                 ("d", 'accelerator = "gb200-nvl72"\n')))
+                                 ("d", 'accelerator = "gb200-nvl72"\ncard_hour = 5.50\n')))
 
 SCENARIO = f"""[scenario]
 name = "million-cards"
@@ -74,7 +74,7 @@ job_mtbf = {{ cards = 16384, interval = "3.1h" }}
 [search]
 zero_stage = [1]
 tp = [4, 8]
-pp = [20, 32, 40, 80]
+pp = [18, 24, 36, 48, 72]
 micro_batch = [1, 2]
 
 {SITES}[wan]

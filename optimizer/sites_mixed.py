@@ -233,6 +233,22 @@ class _Scorer:
         return lo, finish, cost, np.array([exposed, tf, step_bytes, egress, run_steps])
 
 
+    def many(self, g: _Group, ring: Ring, cfgs: list[tuple[str, int, int]], cards: float, rate: float
+             ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """Finish and cost of one split (``cards``, bill ``rate`` USD/h) under each (mode, H, F) of ``cfgs``, as
+        :meth:`figures` computes them, with one overhead evaluation for all."""
+        tc = max(g.step)
+        steps, egress = [], []
+        for mode, h, f in cfgs:
+            exposed, _, link_bytes = wan_terms(self.si, ring, self.params, mode, h, f, tc)
+            tf = S.token_factor(mode, self.si.token_penalty)
+            steps.append(tf * PM.mixed_step_s(g.step, exposed))
+            egress.append(S.egress_usd(link_bytes * self.iters * tf, ring.egress_usd_tb_sum))
+        step = np.array(steps)
+        _, _, finish = _job(self.sc, np.full(step.shape, cards), step)
+        return finish, rate * finish / HOUR + np.array(egress)
+
+
 def _group(sc: Scenario, si: S.SitesInput, powers: dict[str, Power | None], prices: list[float],
            tables: dict[str, TypeTable], idx: tuple[int, ...], col: int, threshold: float) -> _Group | None:
     """Each site of ``idx`` at its fewest-card replica whose step at share column ``col`` is within ``threshold``;
@@ -367,18 +383,22 @@ def solve_mixed_sites(sc: Scenario, si: S.SitesInput, powers: dict[str, Power | 
                 nmin = sum(a * b for a, b in zip(fewest, g.rc, strict=True))
                 settled = sum(a * b for a, b in zip(fill, g.rc, strict=True)) == nmin
                 names = [s.name for s in g.sites]
+                cfgs = mode_configs(si, len(idx))
                 for ring in site_rings:
                     go = g.ordered(ring.order)
                     at = [names.index(n) for n in ring.order]
                     reps = np.array([[fill[i] for i in at]], dtype=float)
                     rate = float(reps[0] @ np.asarray(go.unit))
-                    for cfg in mode_configs(si, len(idx)):
-                        scored += 1
-                        keep(_candidate(scorer, go, ring, cfg, reps, 0, m))
-                        if not settled:  # the bound: the least bill rate at the finish of the fewest cards
-                            _, fin, _, sca = scorer.figures(go, ring, *cfg, np.array([nmin]), np.array([rate]))
-                            if fin[0] <= scorer.deadline:  # else no split meets the deadline
-                                pending.append((rate * float(fin[0]) / HOUR + float(sca[3]), go, ring, cfg, d, m))
+                    finish, cost = scorer.many(go, ring, cfgs, float(reps[0] @ np.asarray(go.rc)), rate)
+                    scored += len(cfgs)
+                    for k in np.flatnonzero((finish <= scorer.deadline) & (cost <= scorer.budget)):
+                        cur = per_mode.get(cfgs[k][0])
+                        if cur is None or (cost[k], finish[k]) <= (cur.cost, cur.finish_s):
+                            keep(_candidate(scorer, go, ring, cfgs[k], reps, 0, m))
+                    if not settled:  # the bound: the least bill rate at the finish of the fewest cards
+                        low_finish, bound = scorer.many(go, ring, cfgs, float(nmin), rate)
+                        pending += [(float(bound[k]), go, ring, cfgs[k], d, m)
+                                    for k in np.flatnonzero(low_finish <= scorer.deadline)]  # else none meets it
     for bound, go, ring, cfg, d, m in sorted(pending, key=lambda p: p[0]):
         if best is not None and bound >= best.cost:
             break  # sorted: no split of this or any later candidate beats the best
