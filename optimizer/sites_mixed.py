@@ -396,11 +396,11 @@ def solve_mixed_sites(sc: Scenario, si: S.SitesInput, powers: dict[str, Power | 
                         if cur is None or (cost[k], finish[k]) <= (cur.cost, cur.finish_s):
                             keep(_candidate(scorer, go, ring, cfgs[k], reps, 0, m))
                     if not settled:  # the bound: the least bill rate at the finish of the fewest cards
-                        low_finish, bound = scorer.many(go, ring, cfgs, float(nmin), rate)
-                        pending += [(float(bound[k]), go, ring, cfgs[k], d, m)
+                        low_finish, bounds = scorer.many(go, ring, cfgs, float(nmin), rate)
+                        pending += [(float(bounds[k]), go, ring, cfgs[k], d, m)
                                     for k in np.flatnonzero(low_finish <= scorer.deadline)]  # else none meets it
-    for bound, go, ring, cfg, d, m in sorted(pending, key=lambda p: p[0]):
-        if best is not None and bound >= best.cost:
+    for low, go, ring, cfg, d, m in sorted(pending, key=lambda p: p[0]):
+        if best is not None and low >= best.cost:
             break  # sorted: no split of this or any later candidate beats the best
         totals, cards, rates = _splits(go, d)
         exhaustive += 1
