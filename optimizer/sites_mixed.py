@@ -41,11 +41,14 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from os import PathLike
 from typing import Any
 
 import numpy as np
 
+from tpopt.catalogs.scenario import load_mixed_sites_scenario, load_sites_scenario, read_scenario_file, split_sites
 from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models import pools as PM
@@ -56,8 +59,19 @@ from tpopt.models.evaluate import evaluate_arrays
 from tpopt.models.market import Power
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY, HOUR
+from tpopt.optimizer import backends
 from tpopt.optimizer.pools import POOL_FAMILIES, _job, fixed_choices
-from tpopt.optimizer.sites import MAX_SITES, Ring, mode_configs, replica_power_w, rings, wan_terms
+from tpopt.optimizer.sites import (
+    MAX_SITES,
+    Ring,
+    lines,
+    mode_configs,
+    replica_power_w,
+    report,
+    rings,
+    solve_sites,
+    wan_terms,
+)
 
 REPLICA_FAMILIES = tuple(n for n in POOL_FAMILIES if n != F.CARDS)
 """Families a site's replica meets, as a pool's group does (the deadline, budget, step budget, input pipeline and
@@ -519,5 +533,22 @@ def mixed_lines(d: dict[str, Any]) -> list[str]:
     return out
 
 
-__all__ = ["TypeTable", "SitePart", "MixedCandidate", "MixedSolve", "replica_shares", "type_table", "site_price",
-           "solve_mixed_sites", "mixed_report", "mixed_lines", "REPLICA_FAMILIES"]
+def answer(source: str | PathLike[str] | Mapping[str, Any], catalog_dirs: Sequence[str | PathLike[str]] = (),
+           solver: str = backends.DEFAULT) -> dict[str, Any]:
+    """``tpopt sites`` for the command and the API: the report of this module's decision where a site names its
+    own card type or price, else the one-type decision's (:func:`tpopt.optimizer.sites.report`)."""
+    _, stated = split_sites(read_scenario_file(source))
+    if stated is not None and S.mixed(stated):
+        msc, msi, powers = load_mixed_sites_scenario(source, catalog_dirs)
+        return mixed_report(solve_mixed_sites(msc, msi, powers))
+    sc, si, power = load_sites_scenario(source, catalog_dirs)
+    return report(solve_sites(sc, si, power, solver))
+
+
+def answer_lines(d: dict[str, Any]) -> list[str]:
+    """The text of :func:`answer`'s report (either decision's)."""
+    return mixed_lines(d) if "types" in d else lines(d)
+
+
+__all__ = ["answer", "answer_lines", "TypeTable", "SitePart", "MixedCandidate", "MixedSolve", "replica_shares",
+           "type_table", "site_price", "solve_mixed_sites", "mixed_report", "mixed_lines", "REPLICA_FAMILIES"]

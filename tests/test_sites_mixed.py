@@ -213,3 +213,16 @@ def test_a_site_type_without_a_price_is_one_line(tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, "-m", "tpopt", "sites", "--scenario", str(bad)], capture_output=True,
                        text=True, check=False)
     assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+
+
+def test_the_api_answers_a_mixed_scenario_as_the_command() -> None:
+    """tpopt.sites on the mixed example gives the command's JSON (the same decision, one entry point)."""
+    import json
+
+    import tpopt
+
+    d = tpopt.sites(EXAMPLE)
+    p = subprocess.run([sys.executable, "-m", "tpopt", "sites", "--scenario", str(EXAMPLE), "--json"],
+                       capture_output=True, text=True, check=True)
+    assert d["types"] == ["h100-sxm", "b200", "gb200-nvl72"]
+    assert d["best"]["cost"] == json.loads(p.stdout)["best"]["cost"]
