@@ -470,6 +470,20 @@ def lines(d: dict[str, Any]) -> list[str]:
                f"{b['cost']:,.0f} USD ({d['candidates']:,} candidates scored, exact over the grids)")
     out += [f"  {s['site']}: {s['replicas']} replicas, {s['cards']:,} of {s['max_cards']:,} cards, {_power(s)}"
             for s in d["per_site"]]
+    out += mode_lines(d)
+    if "crossover_gbps" in d:
+        x = d["crossover_gbps"]
+        out.append("DiLoCo wins below a WAN bandwidth of " + (f"{x:,.1f} Gbit/s" if x is not None
+                                                               else "none (one mode wins at every bandwidth)"))
+    out.append(f"token penalty {d['token_penalty']:.1%} ({d['token_penalty_source'] or 'stated input'})")
+    out += [f"assumption: {a}" for a in d["assumptions"]]
+    return out
+
+
+def mode_lines(d: dict[str, Any]) -> list[str]:
+    """The report's synchronous / DiLoCo comparison at the best plan's sites and replicas, the cheapest plan per
+    mode within the deadline, and the modes with none."""
+    out = []
     for name in ("sync", "diloco"):
         c = d[name]
         if c is not None:
@@ -480,14 +494,7 @@ def lines(d: dict[str, Any]) -> list[str]:
     for m, c in d["best_per_mode"].items():
         out.append(f"cheapest {m} plan within the deadline: {_mode(c)} over {len(c['sites'])} site(s), "
                    f"{c['cards']:,} cards, {c['finish_days']:.1f} d, {c['cost']:,.0f} USD")
-    out += [f"no {m} plan meets the deadline" for m in d["modes"] if m not in d["best_per_mode"]]
-    if "crossover_gbps" in d:
-        x = d["crossover_gbps"]
-        out.append("DiLoCo wins below a WAN bandwidth of " + (f"{x:,.1f} Gbit/s" if x is not None
-                                                               else "none (one mode wins at every bandwidth)"))
-    out.append(f"token penalty {d['token_penalty']:.1%} ({d['token_penalty_source'] or 'stated input'})")
-    out += [f"assumption: {a}" for a in d["assumptions"]]
-    return out
+    return out + [f"no {m} plan meets the deadline" for m in d["modes"] if m not in d["best_per_mode"]]
 
 
 def _mode(c: dict[str, Any]) -> str:
@@ -495,5 +502,5 @@ def _mode(c: dict[str, Any]) -> str:
 
 
 __all__ = ["Candidate", "Ring", "SitesSolve", "solve_sites", "rings", "balanced", "candidates_for",
-           "crossover_bps", "report", "lines", "MAX_SITES", "mode_configs", "wan_terms", "scored_sites",
+           "crossover_bps", "report", "lines", "MAX_SITES", "mode_configs", "wan_terms", "mode_lines", "scored_sites",
            "relax_wan_bandwidth", "with_bandwidth"]

@@ -66,6 +66,7 @@ from tpopt.optimizer.sites import (
     Ring,
     lines,
     mode_configs,
+    mode_lines,
     replica_power_w,
     report,
     rings,
@@ -518,16 +519,7 @@ def mixed_lines(d: dict[str, Any]) -> list[str]:
            f"{b['cost']:,.0f} USD ({d['candidates']:,} candidates scored, {d['exhaustive_splits']:,} splits solved "
            "exhaustively, exact over the grids)"]
     out += [_site_line(s) for s in d["per_site"]]
-    for name in ("sync", "diloco"):
-        c = d[name]
-        if c is not None:
-            out.append(f"at these sites and replicas, {_mode(c)}: utilisation {c['utilisation']:.1%}, "
-                       f"WAN {c['wan_bytes_step'] / 1e9:,.1f} GB/step, egress {c['egress_usd']:,.0f} USD, "
-                       f"tokens x {c['token_factor']:.3f}, {c['finish_days']:.1f} d, {c['cost']:,.0f} USD")
-    for m, c in d["best_per_mode"].items():
-        out.append(f"cheapest {m} plan within the deadline: {_mode(c)} over {len(c['sites'])} site(s), "
-                   f"{c['cards']:,} cards, {c['finish_days']:.1f} d, {c['cost']:,.0f} USD")
-    out += [f"no {m} plan meets the deadline" for m in d["modes"] if m not in d["best_per_mode"]]
+    out += mode_lines(d)
     out.append(f"token penalty {d['token_penalty']:.1%} ({d['token_penalty_source'] or 'stated input'})")
     out += [f"assumption: {a}" for a in d["assumptions"]]
     return out
