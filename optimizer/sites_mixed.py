@@ -8,10 +8,11 @@ its own replica layout of its type, and the decision is this module's, exact ove
 divides ``B``, a multiple of the layout's micro-batch: ``D = B / m`` replicas in all, as the one-type decision's
 ``D x micro-batch`` dividing ``B``); site ``s`` runs ``n_s >= 1`` replicas of one layout of its type (TP, PP,
 ZeRO, micro-batch, recompute of ``[search]``; schedule, offload and save mode the lists' first values, as
-:mod:`tpopt.optimizer.pools`), ``sum_s n_s = D`` and ``n_s`` within the site's cards and power cap. Its share of
-the batch is ``n_s x m`` sequences: the sites' shares are balanced by how many replicas each runs, and the
-types' paces by the layout each site picks (a faster card may run a smaller replica). The sites used, the ring
-order, synchronous or DiLoCo with H and F are decisions as in :mod:`tpopt.optimizer.sites`.
+:mod:`tpopt.optimizer.pools`; NICs per host the first of ``search.nics_per_host``, else the type's own),
+``sum_s n_s = D`` and ``n_s`` within the site's cards and power cap. Its share of the batch is ``n_s x m``
+sequences: the sites' shares are balanced by how many replicas each runs, and the types' paces by the layout each
+site picks (a faster card may run a smaller replica). The sites used, the ring order, synchronous or DiLoCo with
+H and F are decisions as in :mod:`tpopt.optimizer.sites`.
 
 **The job.** Step = the slowest site's replica step + the exposed WAN time
 (:func:`tpopt.models.pools.mixed_step_s`, the pools' form (a) rule: the sites wait for the slowest, then reduce
@@ -109,10 +110,11 @@ def type_table(sc: Scenario, acc: str, shares: tuple[int, ...]) -> TypeTable:
     layouts: dict[tuple[int, int], dict[str, Any]] = {}
     col = {m: j for j, m in enumerate(shares)}
     fixed = fixed_choices(sc)
+    nics = se.nics_per_host[0] if se.nics_per_host else sc.system(acc).acc.nics_per_host  # the type's default
     for rc in se.recompute:
         with np.errstate(divide="ignore", invalid="ignore"):
             r = evaluate_arrays(sc, acc, tp=rows[0], pp=rows[1], zero_stage=rows[2], micro_batch=rows[3],
-                                dp=batch // rows[4], recompute=rc, **fixed)
+                                dp=batch // rows[4], recompute=rc, nics_per_host=nics, **fixed)
         ok = np.ones(rows.shape[1], dtype=bool)
         for name in REPLICA_FAMILIES:
             v, lim = r[("c", name)]

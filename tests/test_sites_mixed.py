@@ -72,7 +72,7 @@ def brute_force(sc: Scenario, si: S.SitesInput, powers: dict[str, Any]) -> list[
     """(cost, finish) of every plan of the space, by enumeration (written here, not the module's search): every
     per-replica share m (B % m == 0), every set of sites, every layout per site (any feasible one, not only the
     fastest), every split with each used site >= 1 replica within its cards and power, every ring order and
-    every mode, H and F. Step = tf x (slowest replica + exposed WAN); finish and overhead at the job's cards;
+    every mode, H and F; each type at its catalog NICs per host. Step = tf x (slowest replica + exposed WAN); finish and overhead at the job's cards;
     cost = sum cards x price x finish / 3600 + egress."""
     b = sc.task.global_batch
     fixed = fixed_choices(sc)
@@ -89,7 +89,8 @@ def brute_force(sc: Scenario, si: S.SitesInput, powers: dict[str, Any]) -> list[
                 if m % mb:
                     continue
                 r = evaluate_arrays(sc, acc, tp=np.array([tp]), pp=np.array([pp]), zero_stage=np.array([1]),
-                                    micro_batch=np.array([mb]), dp=np.array([d]), recompute="full", **fixed)
+                                    micro_batch=np.array([mb]), dp=np.array([d]), recompute="full",
+                                    nics_per_host=sc.system(acc).acc.nics_per_host, **fixed)
                 if all(bool(np.all(r[("c", n)][0] <= r[("c", n)][1])) for n in replica_families):
                     opts.append((tp * pp, float(np.asarray(r["step_s"]).ravel()[0])))
             options[acc] = opts
@@ -142,7 +143,7 @@ def plans() -> list[tuple[float, float]]:
     return brute_force(sc, si, powers)
 
 
-@pytest.mark.parametrize(("deadline_fraction", "used"), [(None, 1), (0.05, 1), (0.01, 3)])
+@pytest.mark.parametrize(("deadline_fraction", "used"), [(None, 1), (0.3, 1), (0.1, 1), (0.05, 3)])
 def test_mixed_sites_equal_brute_force(plans: list[tuple[float, float]], deadline_fraction: float | None,
                                        used: int) -> None:
     """Two H100 sites (one power-capped and cheap) and a small B200 site with its own price: the decision's cost
@@ -226,3 +227,24 @@ def test_the_api_answers_a_mixed_scenario_as_the_command() -> None:
                        capture_output=True, text=True, check=True)
     assert d["types"] == ["h100-sxm", "b200", "gb200-nvl72"]
     assert d["best"]["cost"] == json.loads(p.stdout)["best"]["cost"]
+
+
+def test_one_type_at_its_price_equals_the_one_type_decision() -> None:
+    """The one-type example with every site naming h100-sxm (so the per-site decision runs, at the catalog price):
+    the same cost, cards and finish as the one-type decision (its replica layout is in this space, and a split
+    among equally priced sites moves no figure)."""
+    import dataclasses
+
+    from tpopt.catalogs.scenario import load_sites_scenario
+    from tpopt.optimizer import sites as O
+
+    one = ROOT / "examples" / "sites-llama3-405b.toml"
+    sc1, si1, p1 = load_sites_scenario(one)
+    want = O.solve_sites(sc1, si1, p1).best
+    sc, si, powers = load_mixed_sites_scenario(one)
+    si = dataclasses.replace(si, sites=tuple(dataclasses.replace(s, accelerator="h100-sxm") for s in si.sites))
+    got = M.solve_mixed_sites(sc, si, powers).best
+    assert want is not None and got is not None
+    assert got.cards == want.cards and got.mode == want.mode and got.inner_steps == want.inner_steps
+    assert math.isclose(got.cost, want.cost, rel_tol=1e-9)
+    assert math.isclose(got.finish_s, want.finish_s, rel_tol=1e-9)
