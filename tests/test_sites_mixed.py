@@ -72,8 +72,8 @@ def brute_force(sc: Scenario, si: S.SitesInput, powers: dict[str, Any]) -> list[
     """(cost, finish) of every plan of the space, by enumeration (written here, not the module's search): every
     per-replica share m (B % m == 0), every set of sites, every layout per site (any feasible one, not only the
     fastest), every split with each used site >= 1 replica within its cards and power, every ring order and
-    every mode, H and F; each type at its catalog NICs per host. Step = tf x (slowest replica + exposed WAN); finish and overhead at the job's cards;
-    cost = sum cards x price x finish / 3600 + egress."""
+    every mode, H and F; each type at its catalog NICs per host. Step = tf x (slowest replica + exposed WAN);
+    finish and overhead at the job's cards; cost = sum cards x price x finish / 3600 + egress."""
     b = sc.task.global_batch
     fixed = fixed_choices(sc)
     replica_families = [n for n in POOL_FAMILIES if n != F.CARDS]
