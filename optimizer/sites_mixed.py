@@ -350,9 +350,11 @@ def _candidate(scorer: _Scorer, g: _Group, ring: Ring, cfg: tuple[str, int, int]
                           finish_s=float(finish[k]), cost=float(cost[k]), ring=ring, group=g)
 
 
-def solve_mixed_sites(sc: Scenario, si: S.SitesInput, powers: dict[str, Power | None]) -> MixedSolve:
+def solve_mixed_sites(sc: Scenario, si: S.SitesInput, powers: dict[str, Power | None], prune: bool = True
+                      ) -> MixedSolve:
     """The decision of the module's docstring over ``si``'s sites (each with its type; ``powers``: each type's
-    catalog power figures)."""
+    catalog power figures); ``prune`` False: every candidate the fill does not settle is solved exhaustively,
+    whatever its bound (a check of the bound)."""
     t0 = time.process_time()
     if len(si.sites) > MAX_SITES:
         raise InputError(f"[[sites]]: at most {MAX_SITES} sites (got {len(si.sites)})")
@@ -417,7 +419,7 @@ def solve_mixed_sites(sc: Scenario, si: S.SitesInput, powers: dict[str, Power | 
                         pending += [(float(bounds[k]), go, ring, cfgs[k], d, m)
                                     for k in np.flatnonzero(low_finish <= scorer.deadline)]  # else none meets it
     for low, go, ring, cfg, d, m in sorted(pending, key=lambda p: p[0]):
-        if best is not None and low >= best.cost:
+        if prune and best is not None and low >= best.cost:
             break  # sorted: no split of this or any later candidate beats the best
         totals, cards, rates = _splits(go, d)
         exhaustive += 1

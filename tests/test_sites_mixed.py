@@ -248,3 +248,14 @@ def test_one_type_at_its_price_equals_the_one_type_decision() -> None:
     assert got.cards == want.cards and got.mode == want.mode and got.inner_steps == want.inner_steps
     assert math.isclose(got.cost, want.cost, rel_tol=1e-9)
     assert math.isclose(got.finish_s, want.finish_s, rel_tol=1e-9)
+
+
+def test_the_bound_loses_no_plan_on_the_example() -> None:
+    """The example leaves candidates to the bound (the fill by price is not the fewest cards); solving every one of
+    them exhaustively, whatever its bound, finds the same plan."""
+    sc, si, powers = load_mixed_sites_scenario(EXAMPLE)
+    pruned = M.solve_mixed_sites(sc, si, powers)
+    full = M.solve_mixed_sites(sc, si, powers, prune=False)
+    assert pruned.best is not None and full.best is not None
+    assert 0 < pruned.exhaustive < full.exhaustive
+    assert full.best.key() == pruned.best.key()
