@@ -31,7 +31,6 @@ from tpopt.catalogs.scenario import (
     BUILTIN_RL_SCENARIO,
     BUILTIN_SCENARIO,
     build_scenario,
-    load_sites_scenario,
     natural_keys,
     read_scenario_file,
     with_overrides,
@@ -58,8 +57,7 @@ from tpopt.optimizer.question import explain_request
 from tpopt.optimizer.question import replan as replan_report
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.runs import runs_from_csv
-from tpopt.optimizer.sites import report as sites_report
-from tpopt.optimizer.sites import solve_sites
+from tpopt.optimizer.sites_mixed import answer as sites_answer
 from tpopt.optimizer.sweep import sweep as run_sweep
 from tpopt.plan_fields import plan_from
 from tpopt.presentation import infeasible_lines, plan_lines, request_lines
@@ -467,8 +465,7 @@ def sites(source: str | PathLike[str] | Mapping[str, Any], /, *, solver: str = b
     used, replicas per site, synchronous or DiLoCo, at the least cost under the deadline and each site's caps;
     keyword ``inputs`` change the scenario. The command's ``--json`` (:func:`tpopt.optimizer.sites.report`)."""
     raw = with_overrides(read_scenario_file(source), inputs) if inputs else source
-    sc, si, power = load_sites_scenario(raw, _dirs(catalog))
-    return sites_report(solve_sites(sc, si, power, solver))
+    return sites_answer(raw, _dirs(catalog), solver)  # a site's own card type or price: the mixed decision
 
 
 def pools(source: Source = None, /, *, objective: str = "cost", **inputs: Any) -> dict[str, Any]:

@@ -615,7 +615,7 @@ def load_scenario(path: str | PathLike[str] | Mapping[str, Any], overrides: dict
 # ---------------------------------------------------------------------------------------------
 # [[sites]] and [wan]: a job over several datacenters (tpopt sites, :mod:`tpopt.optimizer.sites`)
 
-SITE_KEYS = frozenset({"name", "max_cards", "power", "pue"})
+SITE_KEYS = frozenset({"name", "max_cards", "power", "pue", "accelerator", "card_hour"})
 WAN_KEYS = frozenset({"bandwidth_gbps", "latency_ms", "egress_usd_tb", "modes", "inner_steps", "fragments",
                       "overlap_steps", "token_penalty", "token_penalty_source", "grad_bytes", "outer_bytes", "links"})
 LINK_KEYS = frozenset({"sites", "bandwidth_gbps", "latency_ms", "egress_usd_tb"})
@@ -676,7 +676,12 @@ def split_sites(raw: dict[str, Any]) -> tuple[dict[str, Any], SitesInput | None]
         if isinstance(cards, bool) or not isinstance(cards, int) or cards < 1:
             raise InputError(f"{where}.max_cards: {cards!r} is not a positive integer")
         cap = parse_power(t["power"], f"{where}.power") if "power" in t else None
-        sites.append(SiteSpec(name=name, max_cards=cards, power_cap_w=cap, pue=_positive(t, "pue", where, 1.2)))
+        acc = t.get("accelerator")
+        if acc is not None and (not isinstance(acc, str) or not acc):
+            raise InputError(f"{where}.accelerator: {acc!r} is not a catalog accelerator name")
+        price = _positive(t, "card_hour", where, zero=True) if "card_hour" in t else None
+        sites.append(SiteSpec(name=name, max_cards=cards, power_cap_w=cap, pue=_positive(t, "pue", where, 1.2),
+                              accelerator=acc, card_hour=price))
     if len({s.name for s in sites}) != len(sites):
         raise InputError("[[sites]]: site names must differ")
     _known(wan, WAN_KEYS, "wan")
@@ -718,5 +723,26 @@ def load_sites_scenario(path: str | PathLike[str] | Mapping[str, Any], catalog_d
     return sc, si, cat.market.power.get(next(iter(sc.systems)))
 
 
+def load_mixed_sites_scenario(path: str | PathLike[str] | Mapping[str, Any],
+                              catalog_dirs: Sequence[str | PathLike[str]] = ()
+                              ) -> tuple[Scenario, SitesInput, dict[str, Power | None]]:
+    """A multi-site scenario whose sites name their own card types or prices (``[[sites]] accelerator``,
+    ``card_hour``): the scenario with every type among its hardware (``hardware.accelerator`` first: the type of
+    a site that names none), the sites and WAN, and each type's catalog power figures (None: no figure)."""
+    raw, si = split_sites(read_scenario_file(path))
+    if si is None:
+        raise InputError("scenario: no [[sites]] and [wan] tables (tpopt solve plans one site)")
+    hw = raw.get("hardware")
+    base = hw.get("accelerator") if isinstance(hw, dict) else None
+    if not isinstance(hw, dict) or not isinstance(base, str):
+        raise InputError("[[sites]]: give one accelerator (hardware.accelerator): the type of a site that names none")
+    types = list(dict.fromkeys([base, *(s.accelerator for s in si.sites if s.accelerator is not None)]))
+    cat = load_catalog(catalog_dirs)
+    sc = build_scenario({**raw, "hardware": {**hw, "accelerator": types}}, cat)
+    si = replace(si, sites=tuple(replace(s, accelerator=s.accelerator or base) for s in si.sites))
+    return sc, si, {t: cat.market.power.get(t) for t in types}
+
+
 __all__ = ["read_scenario_file", "with_overrides", "build_scenario", "load_scenario", "build_model", "natural_keys",
-           "BUILTIN_SCENARIO", "split_sites", "load_sites_scenario"]
+           "BUILTIN_SCENARIO", "split_sites", "load_sites_scenario",
+           "load_mixed_sites_scenario"]

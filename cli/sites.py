@@ -1,14 +1,14 @@
 """`tpopt sites --scenario FILE`: a job over several datacenters ([[sites]] and [wan]). Parsing and rendering
-only: the decision is :func:`tpopt.optimizer.sites.solve_sites`."""
+only: the decision is :func:`tpopt.optimizer.sites.solve_sites`, or
+:func:`tpopt.optimizer.sites_mixed.solve_mixed_sites` where a site names its own card type or price."""
 
 from __future__ import annotations
 
 import click
 
-from tpopt.catalogs.scenario import load_sites_scenario
 from tpopt.cli.common import dump_json, handle_errors
 from tpopt.optimizer import backends
-from tpopt.optimizer.sites import lines, report, solve_sites
+from tpopt.optimizer.sites_mixed import answer, answer_lines
 
 
 @click.command()
@@ -25,6 +25,5 @@ def sites(scenario_path: str, solver: str, catalog_dirs: tuple[str, ...], as_jso
 
     Example: tpopt sites --scenario examples/sites-llama3-405b.toml
     """
-    sc, si, power = load_sites_scenario(scenario_path, catalog_dirs)
-    d = report(solve_sites(sc, si, power, solver))
-    click.echo(dump_json(d) if as_json else "\n".join(lines(d)) + "\n", nl=False)
+    d = answer(scenario_path, catalog_dirs, solver)
+    click.echo(dump_json(d) if as_json else "\n".join(answer_lines(d)) + "\n", nl=False)

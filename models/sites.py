@@ -32,12 +32,16 @@ MODES = (SYNC, DILOCO)
 @dataclass(frozen=True)
 class Site:
     """A datacenter: a name, its most cards, its power cap (W, at the facility: PUE included; None: no cap)
-    and its PUE (facility over IT power)."""
+    and its PUE (facility over IT power); ``accelerator``: the card type it holds (None: the scenario's
+    ``hardware.accelerator``); ``card_hour``: its price in USD per card-hour, all in (None: the type's price in
+    the scenario / catalog)."""
 
     name: str
     max_cards: int
     power_cap_w: float | None = None
     pue: float = 1.2
+    accelerator: str | None = None
+    card_hour: float | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,28 @@ def replicas_under_power(per_replica_w: float, cap_w: float | None, max_cards: i
     return min(by_cards, int(cap_w // per_replica_w))
 
 
+def mixed(si: SitesInput) -> bool:
+    """True when a site names its own card type or price: the decision of :mod:`tpopt.optimizer.sites_mixed`
+    (per-site layouts, types and prices) replaces the one-replica-layout decision."""
+    return any(s.accelerator is not None or s.card_hour is not None for s in si.sites)
+
+
+def cheapest_fill(count: int, caps: tuple[int, ...], unit_cost: tuple[float, ...]) -> tuple[int, ...] | None:
+    """``count`` replicas over sites with these caps, every site at least one, the rest to the lowest
+    ``unit_cost`` first (ties: the earlier site): the least ``sum_s n_s x unit_cost_s`` subject to
+    ``sum_s n_s = count`` and ``1 <= n_s <= cap_s`` (a linear cost over a box with one sum: the greedy fill is
+    optimal). None when the caps cannot hold ``count`` or a site holds none."""
+    if min(caps) < 1 or sum(caps) < count or count < len(caps):
+        return None
+    out = [1] * len(caps)
+    left = count - len(caps)
+    for i in sorted(range(len(caps)), key=lambda i: (unit_cost[i], i)):
+        add = min(caps[i] - 1, left)
+        out[i] += add
+        left -= add
+    return tuple(out)
+
+
 def crossover_inverse_bandwidths(base_sync: float, slope_sync: float, base_dl: float, slope_dl: float,
                                  offset_dl: float) -> tuple[float, ...]:
     """Where synchronous and DiLoCo costs are equal, as values of x = 1 / bandwidth (s/bit), x > 0.
@@ -167,4 +193,4 @@ def crossover_inverse_bandwidths(base_sync: float, slope_sync: float, base_dl: f
 __all__ = ["Site", "WanLink", "SitesInput", "SYNC", "DILOCO", "MODES", "BITS_PER_BYTE", "BYTES_PER_TB",
            "ring_allreduce_wan_s", "wan_bytes_per_sync", "sync_exposed_s", "diloco_exposed_s",
            "diloco_wan_bytes_per_step", "utilisation", "egress_usd", "token_factor", "replicas_under_power",
-           "crossover_inverse_bandwidths"]
+           "crossover_inverse_bandwidths", "mixed", "cheapest_fill"]

@@ -170,6 +170,37 @@ def balanced(d: int, caps: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
+def mode_configs(si: S.SitesInput, nsites: int) -> list[tuple[str, int, int]]:
+    """The (mode, H, F) choices over ``nsites`` sites: synchronous (H = F = 1) and, over two sites or more,
+    DiLoCo at every H and F of the grids with F x tau <= H."""
+    configs: list[tuple[str, int, int]] = []
+    if S.SYNC in si.modes:
+        configs.append((S.SYNC, 1, 1))
+    if S.DILOCO in si.modes and nsites > 1:
+        configs += [(S.DILOCO, h, f) for h in si.inner_steps for f in si.fragments if f * si.overlap_steps <= h]
+    return configs
+
+
+def wan_terms(si: S.SitesInput, ring: Ring, params: float, mode: str, inner_steps: int, fragments: int,
+              compute_step_s: float) -> tuple[float, float, float]:
+    """Exposed WAN seconds per (inner) step, bytes crossing sites per step and bytes on each ring link per step,
+    for ``mode`` over ``ring`` (a model of ``params`` parameters, a compute step of ``compute_step_s``)."""
+    nsites = len(ring.order)
+    if mode == S.SYNC:
+        per_sync = params * si.grad_bytes
+        exposed = S.sync_exposed_s(per_sync, nsites, ring.bandwidth_bps, ring.latency_s)
+        syncs_per_step = 1.0
+    else:
+        per_sync = params * si.outer_bytes
+        tau = si.overlap_steps if fragments > 1 else 0
+        exposed = S.diloco_exposed_s(per_sync, nsites, ring.bandwidth_bps, ring.latency_s, inner_steps, fragments,
+                                     tau, compute_step_s)
+        syncs_per_step = 1.0 / inner_steps
+    step_bytes = S.wan_bytes_per_sync(per_sync, nsites) * syncs_per_step
+    link_bytes_step = 2.0 * (nsites - 1) / nsites * per_sync * syncs_per_step if nsites > 1 else 0.0
+    return exposed, step_bytes, link_bytes_step
+
+
 def candidates_for(si: S.SitesInput, ev: Evaluation, params: float, sc_tokens: float, reps: tuple[int, ...],
                    ring: Ring, reserved_s: float = 0.0) -> Iterator[Candidate]:
     """Synchronous and every DiLoCo (H, F) candidate of ``ev`` (one-site evaluation at D replicas, a model of
@@ -180,26 +211,12 @@ def candidates_for(si: S.SitesInput, ev: Evaluation, params: float, sc_tokens: f
     tc, finish_s, cost = float(m["step_s"]), float(m["finish_days"]) * 86400.0, float(m["cost"])
     steps = sc_tokens / float(m["tokens_per_step"])
     nsites = len(names)
-    grad, outer = params * si.grad_bytes, params * si.outer_bytes
-    configs: list[tuple[str, int, int]] = []
-    if S.SYNC in si.modes:
-        configs.append((S.SYNC, 1, 1))
-    if S.DILOCO in si.modes and nsites > 1:
-        configs += [(S.DILOCO, h, f) for h in si.inner_steps for f in si.fragments if f * si.overlap_steps <= h]
-    for mode, h, f in configs:
-        if mode == S.SYNC:
-            exposed = S.sync_exposed_s(grad, nsites, ring.bandwidth_bps, ring.latency_s)
-            per_sync, syncs_per_step = grad, 1.0
-        else:
-            tau = si.overlap_steps if f > 1 else 0
-            exposed = S.diloco_exposed_s(outer, nsites, ring.bandwidth_bps, ring.latency_s, h, f, tau, tc)
-            per_sync, syncs_per_step = outer, 1.0 / h
+    for mode, h, f in mode_configs(si, nsites):
+        exposed, step_bytes, link_bytes_step = wan_terms(si, ring, params, mode, h, f, tc)
         tf = S.token_factor(mode, si.token_penalty)
         stretch = tf * (tc + exposed) / tc
         finish = reserved_s + (finish_s - reserved_s) * stretch
         run_steps = steps * tf
-        step_bytes = S.wan_bytes_per_sync(per_sync, nsites) * syncs_per_step
-        link_bytes_step = 2.0 * (nsites - 1) / nsites * per_sync * syncs_per_step if nsites > 1 else 0.0
         egress = S.egress_usd(link_bytes_step * run_steps, ring.egress_usd_tb_sum)
         yield Candidate(sites=ring.order, replicas=reps, mode=mode, inner_steps=h, fragments=f, dp=ev.plan.dp,
                         cards=ev.plan.cards, compute_step_s=tc, exposed_s=exposed,
@@ -453,6 +470,20 @@ def lines(d: dict[str, Any]) -> list[str]:
                f"{b['cost']:,.0f} USD ({d['candidates']:,} candidates scored, exact over the grids)")
     out += [f"  {s['site']}: {s['replicas']} replicas, {s['cards']:,} of {s['max_cards']:,} cards, {_power(s)}"
             for s in d["per_site"]]
+    out += mode_lines(d)
+    if "crossover_gbps" in d:
+        x = d["crossover_gbps"]
+        out.append("DiLoCo wins below a WAN bandwidth of " + (f"{x:,.1f} Gbit/s" if x is not None
+                                                               else "none (one mode wins at every bandwidth)"))
+    out.append(f"token penalty {d['token_penalty']:.1%} ({d['token_penalty_source'] or 'stated input'})")
+    out += [f"assumption: {a}" for a in d["assumptions"]]
+    return out
+
+
+def mode_lines(d: dict[str, Any]) -> list[str]:
+    """The report's synchronous / DiLoCo comparison at the best plan's sites and replicas, the cheapest plan per
+    mode within the deadline, and the modes with none."""
+    out = []
     for name in ("sync", "diloco"):
         c = d[name]
         if c is not None:
@@ -463,14 +494,7 @@ def lines(d: dict[str, Any]) -> list[str]:
     for m, c in d["best_per_mode"].items():
         out.append(f"cheapest {m} plan within the deadline: {_mode(c)} over {len(c['sites'])} site(s), "
                    f"{c['cards']:,} cards, {c['finish_days']:.1f} d, {c['cost']:,.0f} USD")
-    out += [f"no {m} plan meets the deadline" for m in d["modes"] if m not in d["best_per_mode"]]
-    if "crossover_gbps" in d:
-        x = d["crossover_gbps"]
-        out.append("DiLoCo wins below a WAN bandwidth of " + (f"{x:,.1f} Gbit/s" if x is not None
-                                                               else "none (one mode wins at every bandwidth)"))
-    out.append(f"token penalty {d['token_penalty']:.1%} ({d['token_penalty_source'] or 'stated input'})")
-    out += [f"assumption: {a}" for a in d["assumptions"]]
-    return out
+    return out + [f"no {m} plan meets the deadline" for m in d["modes"] if m not in d["best_per_mode"]]
 
 
 def _mode(c: dict[str, Any]) -> str:
@@ -478,4 +502,5 @@ def _mode(c: dict[str, Any]) -> str:
 
 
 __all__ = ["Candidate", "Ring", "SitesSolve", "solve_sites", "rings", "balanced", "candidates_for",
-           "crossover_bps", "report", "lines", "MAX_SITES", "scored_sites", "relax_wan_bandwidth", "with_bandwidth"]
+           "crossover_bps", "report", "lines", "MAX_SITES", "mode_configs", "wan_terms", "mode_lines", "scored_sites",
+           "relax_wan_bandwidth", "with_bandwidth"]

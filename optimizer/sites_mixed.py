@@ -1,0 +1,550 @@
+"""Multi-datacenter plans whose sites hold their own card type at their own price (issue 40, items 2 and 4).
+
+A ``[[sites]]`` table may name ``accelerator`` (its card type; default ``hardware.accelerator``) and
+``card_hour`` (its all-in price per card-hour; default the type's price in the scenario). Then every site runs
+its own replica layout of its type, and the decision is this module's, exact over its grids:
+
+**The space.** Every replica of the job takes the same share ``m`` of the global batch ``B`` per step (``m``
+divides ``B``, a multiple of the layout's micro-batch: ``D = B / m`` replicas in all, as the one-type decision's
+``D x micro-batch`` dividing ``B``); site ``s`` runs ``n_s >= 1`` replicas of one layout of its type (TP, PP,
+ZeRO, micro-batch, recompute of ``[search]``; schedule, offload and save mode the lists' first values, as
+:mod:`tpopt.optimizer.pools`; NICs per host the first of ``search.nics_per_host``, else the type's own),
+``sum_s n_s = D`` and ``n_s`` within the site's cards and power cap. Its share of the batch is ``n_s x m``
+sequences: the sites' shares are balanced by how many replicas each runs, and the types' paces by the layout each
+site picks (a faster card may run a smaller replica). The sites used, the ring order, synchronous or DiLoCo with
+H and F are decisions as in :mod:`tpopt.optimizer.sites`.
+
+**The job.** Step = the slowest site's replica step + the exposed WAN time
+(:func:`tpopt.models.pools.mixed_step_s`, the pools' form (a) rule: the sites wait for the slowest, then reduce
+over the WAN). DiLoCo: each site runs its H inner steps at its own pace and the outer synchronisation needs every
+site's outer gradient (Douillard et al. 2023, "DiLoCo: Distributed Low-Communication Training of Language
+Models", Algorithm 1), so a round takes ``H x max_s t_s`` + the outer all-reduce's exposed time, the same
+``max_s t_s + exposed / H`` per inner step; a streamed fragment overlaps tau inner steps of the slowest site.
+Finish = reserved + iterations x token factor x step x (1 + L), L the checkpoint and failure overhead at the
+job's cards (every card at the scenario's MTBF; :func:`tpopt.optimizer.pools._job`); cost = sum over sites of
+cards x price x finish (:func:`tpopt.models.pools.pool_cost`) + egress. A replica's step is the type's model at
+``D`` replicas (the data-parallel all-reduce inside a site as over the job's replicas, as the one-type decision).
+
+**Decomposition (the space does not multiply).** Per type, once: every layout at every share ``m`` is evaluated
+(vectorised), and for each replica card count the fastest feasible layout is kept (a layout with as many cards and
+a slower step is never better: same price, power and cards). Then, per share ``m``, per set of sites and per
+threshold ``T`` among the kept steps: each site takes the fewest-card replica whose step is at most ``T`` (fewest
+cards: the lowest price, power and failure rate, the most replicas under its caps; any plan whose slowest step is
+``T`` is matched or beaten by it), and the ``D`` replicas go to the sites at the lowest price per replica first
+(:func:`tpopt.models.sites.cheapest_fill`, optimal for a linear price). That fill is exact when it also has the
+fewest cards (the overhead grows with the cards); otherwise the fill of fewest cards gives a lower bound (least
+bill rate x finish at the fewest cards), and every candidate whose bound is below the best cost found is solved
+exhaustively over the split among the sites' replica sizes (within one size the cheapest-first fill is exact).
+Every candidate is scored; nothing is pruned without that bound, so the answer is exact over the grids.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from os import PathLike
+from typing import Any
+
+import numpy as np
+
+from tpopt.catalogs.scenario import load_mixed_sites_scenario, load_sites_scenario, read_scenario_file, split_sites
+from tpopt.errors import InputError
+from tpopt.models import families as F
+from tpopt.models import pools as PM
+from tpopt.models import sites as S
+from tpopt.models import terms as T
+from tpopt.models.arch import param_count
+from tpopt.models.evaluate import evaluate_arrays
+from tpopt.models.market import Power
+from tpopt.models.plan import Scenario
+from tpopt.models.units import DAY, HOUR
+from tpopt.optimizer import backends
+from tpopt.optimizer.pools import POOL_FAMILIES, _job, fixed_choices
+from tpopt.optimizer.sites import (
+    MAX_SITES,
+    Ring,
+    lines,
+    mode_configs,
+    mode_lines,
+    replica_power_w,
+    report,
+    rings,
+    solve_sites,
+    wan_terms,
+)
+
+REPLICA_FAMILIES = tuple(n for n in POOL_FAMILIES if n != F.CARDS)
+"""Families a site's replica meets, as a pool's group does (the deadline, budget, step budget, input pipeline and
+checkpoint backlog are the job's: the deadline and budget checked with the WAN, the save interval ``auto`` at the
+job's cards; the sites' caps replace the card cap)."""
+
+
+@dataclass
+class TypeTable:
+    """One card type's replicas: for each replica card count (TP x PP, ascending) and each per-replica share
+    (columns), the fastest feasible step (s; inf: none) and its layout."""
+
+    accelerator: str
+    cards: tuple[int, ...]
+    steps: np.ndarray[Any, Any]
+    layouts: dict[tuple[int, int], dict[str, Any]]
+    evaluated: int
+
+
+def replica_shares(batch: int, micro_batches: tuple[int, ...]) -> tuple[int, ...]:
+    """Every per-replica share ``m``: ``m`` divides the global batch and is a multiple of a micro-batch."""
+    return tuple(m for m in range(1, batch + 1) if batch % m == 0 and any(m % mb == 0 for mb in micro_batches))
+
+
+def type_table(sc: Scenario, acc: str, shares: tuple[int, ...]) -> TypeTable:
+    """The type's kept replicas (see the module): every layout of ``[search]`` at every share, one vectorised
+    evaluation per recompute choice, the replica families enforced."""
+    se, batch = sc.search, sc.task.global_batch
+    rows = np.array([(tp, pp, z, mb, m) for tp, pp, z, mb in itertools.product(se.tp, se.pp, se.zero_stage,
+                                                                              se.micro_batch)
+                     for m in shares if m % mb == 0], dtype=int).reshape(-1, 5).T
+    cards = tuple(sorted({int(c) for c in rows[0] * rows[1]}))
+    steps = np.full((len(cards), len(shares)), np.inf)
+    layouts: dict[tuple[int, int], dict[str, Any]] = {}
+    col = {m: j for j, m in enumerate(shares)}
+    fixed = fixed_choices(sc)
+    nics = se.nics_per_host[0] if se.nics_per_host else sc.system(acc).acc.nics_per_host  # the type's default
+    for rc in se.recompute:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = evaluate_arrays(sc, acc, tp=rows[0], pp=rows[1], zero_stage=rows[2], micro_batch=rows[3],
+                                dp=batch // rows[4], recompute=rc, nics_per_host=nics, **fixed)
+        ok = np.ones(rows.shape[1], dtype=bool)
+        for name in REPLICA_FAMILIES:
+            v, lim = r[("c", name)]
+            ok &= np.asarray(v <= lim)
+        step = np.broadcast_to(np.asarray(r["step_s"], dtype=float), ok.shape)
+        for k in np.flatnonzero(ok & np.isfinite(step)):
+            tp, pp, z, mb, m = (int(x) for x in rows[:, k])
+            i, j = cards.index(tp * pp), col[m]
+            if step[k] < steps[i, j]:
+                steps[i, j] = float(step[k])
+                layouts[(i, j)] = {"tp": tp, "pp": pp, "zero_stage": z, "micro_batch": mb, "recompute": rc,
+                                   "grad_accum": m // mb, "schedule": fixed["schedule"]}
+    return TypeTable(accelerator=acc, cards=cards, steps=steps, layouts=layouts,
+                     evaluated=rows.shape[1] * len(se.recompute))
+
+
+@dataclass(frozen=True)
+class SitePart:
+    """One used site: its type, replica layout and cards, replicas, batch share, replica step, price."""
+
+    site: str
+    accelerator: str
+    layout: dict[str, Any]
+    replica_cards: int
+    replicas: int
+    share: int
+    step_s: float
+    card_hour: float
+    power_w: float | None  # facility W of the site's replicas (None: no power figure)
+    cap_w: float | None
+    max_cards: int
+
+
+@dataclass(frozen=True)
+class MixedCandidate:
+    """One plan: the used sites in ring order, mode, H and F, and its figures (s, bytes, USD)."""
+
+    parts: tuple[SitePart, ...]
+    mode: str
+    inner_steps: int
+    fragments: int
+    replica_share: int
+    cards: int
+    compute_step_s: float
+    exposed_s: float
+    token_factor: float
+    steps: float
+    wan_bytes_step: float
+    egress_usd: float
+    overhead: float
+    finish_s: float
+    cost: float
+    ring: Ring
+    group: _Group
+
+    def key(self) -> tuple[float, float, int, str, int, int, tuple[str, ...]]:
+        return (self.cost, self.finish_s, self.cards, self.mode, self.inner_steps, self.fragments,
+                tuple(p.site for p in self.parts))
+
+
+@dataclass
+class MixedSolve:
+    """The decision: the best plan (None: none within the deadline and budget), the cheapest per mode, the
+    synchronous and DiLoCo plans at the best's sites and replicas, and the search's size."""
+
+    best: MixedCandidate | None
+    per_mode: dict[str, MixedCandidate]
+    best_sync: MixedCandidate | None
+    best_diloco: MixedCandidate | None
+    scored: int
+    exhaustive: int  # candidates whose split was solved exhaustively (the bound did not settle them)
+    layouts_evaluated: int
+    si: S.SitesInput
+    cpu_s: float = 0.0
+    types: list[str] = field(default_factory=list)
+
+
+def site_price(sc: Scenario, site: S.Site) -> float:
+    """USD per card-hour at ``site``: its ``card_hour``, else its type's price (cards and NICs, per card)."""
+    if site.card_hour is not None:
+        return site.card_hour
+    acc = site.accelerator or next(iter(sc.systems))
+    sysm = sc.system(acc)
+    if sysm.price_card_hour is None:
+        raise InputError(f"[[sites]] {site.name}: {acc} has no price; give the site's card_hour (USD per card-hour)")
+    return sysm.price_card_hour + sysm.acc.nics_per_host * sysm.nic_price_hour / sysm.acc.cards_per_host
+
+
+@dataclass(frozen=True)
+class _Group:
+    """Used sites, in ring order, each with its chosen replica (layout, cards, step), its price per replica-hour
+    and its cap in replicas (cards and power)."""
+
+    sites: tuple[S.Site, ...]
+    layouts: tuple[dict[str, Any], ...]
+    rc: tuple[int, ...]
+    step: tuple[float, ...]
+    unit: tuple[float, ...]  # USD per replica-hour
+    caps: tuple[int, ...]
+    replica_w: tuple[float | None, ...]  # facility W of one replica (None: no power figure)
+    card_hour: tuple[float, ...]
+
+    def ordered(self, order: tuple[str, ...]) -> _Group:
+        """The same group with its sites in ``order`` (their names)."""
+        names = [s.name for s in self.sites]
+        k = [names.index(n) for n in order]
+        return _Group(*(tuple(getattr(self, f)[i] for i in k) for f in
+                        ("sites", "layouts", "rc", "step", "unit", "caps", "replica_w", "card_hour")))
+
+
+class _Scorer:
+    """Scores candidates of one scenario: the WAN, the job's overhead, finish and cost."""
+
+    def __init__(self, sc: Scenario, si: S.SitesInput) -> None:
+        self.sc, self.si = sc, si
+        self.params = float(param_count(sc.model))
+        self.iters = T.iteration_count(sc)
+        self.deadline, self.budget = F.limit(F.DEADLINE, sc), F.limit(F.BUDGET, sc)
+
+    def figures(self, g: _Group, ring: Ring, mode: str, h: int, f: int, cards: np.ndarray[Any, Any],
+                rate: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], ...]:
+        """Overhead, finish and cost of splits of group ``g`` (in ring order) with these ``cards`` and bill
+        ``rate`` (USD/h; arrays, one entry a split), and the scalars exposed WAN s, token factor, WAN bytes per
+        step, egress USD, steps."""
+        tc = max(g.step)
+        exposed, step_bytes, link_bytes = wan_terms(self.si, ring, self.params, mode, h, f, tc)
+        tf = S.token_factor(mode, self.si.token_penalty)
+        run_steps = self.iters * tf
+        egress = S.egress_usd(link_bytes * run_steps, ring.egress_usd_tb_sum)
+        step = tf * PM.mixed_step_s(g.step, exposed)
+        lo, _, finish = _job(self.sc, cards, np.full(np.shape(cards), step))
+        cost = rate * finish / HOUR + egress
+        return lo, finish, cost, np.array([exposed, tf, step_bytes, egress, run_steps])
+
+
+    def many(self, g: _Group, ring: Ring, cfgs: list[tuple[str, int, int]], cards: float, rate: float
+             ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """Finish and cost of one split (``cards``, bill ``rate`` USD/h) under each (mode, H, F) of ``cfgs``, as
+        :meth:`figures` computes them, with one overhead evaluation for all."""
+        tc = max(g.step)
+        steps, egress = [], []
+        for mode, h, f in cfgs:
+            exposed, _, link_bytes = wan_terms(self.si, ring, self.params, mode, h, f, tc)
+            tf = S.token_factor(mode, self.si.token_penalty)
+            steps.append(tf * PM.mixed_step_s(g.step, exposed))
+            egress.append(S.egress_usd(link_bytes * self.iters * tf, ring.egress_usd_tb_sum))
+        step = np.array(steps)
+        _, _, finish = _job(self.sc, np.full(step.shape, cards), step)
+        return finish, rate * finish / HOUR + np.array(egress)
+
+
+def _group(sc: Scenario, si: S.SitesInput, powers: dict[str, Power | None], prices: list[float],
+           tables: dict[str, TypeTable], idx: tuple[int, ...], col: int, threshold: float) -> _Group | None:
+    """Each site of ``idx`` at its fewest-card replica whose step at share column ``col`` is within ``threshold``;
+    None when a site has none, or when the slowest chosen step is below the threshold (the same group is met at
+    that lower threshold)."""
+    parts = []
+    for i in idx:
+        site = si.sites[i]
+        acc = site.accelerator or ""
+        tab = tables[acc]
+        row = next((r for r in range(len(tab.cards)) if tab.steps[r, col] <= threshold), None)
+        if row is None:
+            return None
+        rc = tab.cards[row]
+        cph = sc.system(acc).acc.cards_per_host
+        power = powers.get(acc)
+        w = replica_power_w(power, site, rc, cph) if power is not None else None
+        cap = S.replicas_under_power(w or 0.0, site.power_cap_w if w is not None else None, site.max_cards, rc)
+        parts.append((site, tab.layouts[(row, col)], rc, float(tab.steps[row, col]), rc * prices[i], cap, w,
+                      prices[i]))
+    if max(p[3] for p in parts) < threshold:
+        return None
+    return _Group(*(tuple(p[k] for p in parts) for k in range(8)))  # type: ignore[arg-type]
+
+
+def _size_costs(g: _Group, members: list[int]) -> np.ndarray[Any, Any]:
+    """The least bill (USD/h) of ``t`` replicas over ``members`` (sites of one replica size), from ``t =
+    len(members)`` (one each) to their summed caps: one each, the rest cheapest first (the cumulative sum of the
+    sorted per-replica prices, each site's repeated cap - 1 times)."""
+    order = sorted(members, key=lambda i: (g.unit[i], i))
+    extra = np.repeat([g.unit[i] for i in order], [g.caps[i] - 1 for i in order])
+    return sum(g.unit[i] for i in members) + np.concatenate(([0.0], np.cumsum(extra)))
+
+
+def _splits(g: _Group, d: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Every split of ``d`` replicas worth scoring, as the replicas of each replica size (rows: splits; columns:
+    the sizes, ascending), their cards and their least bill rate (USD/h): every total per size the caps admit,
+    and within one size the cheapest-first fill (exact there: the cards, hence the overhead, are fixed by the
+    totals)."""
+    sizes = sorted(set(g.rc))
+    members = [[i for i in range(len(g.sites)) if g.rc[i] == rc] for rc in sizes]
+    costs = [_size_costs(g, m) for m in members]
+    lows = [len(m) for m in members]
+    axes = [np.arange(lo, lo + len(c)) for lo, c in zip(lows[:-1], costs[:-1], strict=True)]
+    heads = np.stack([x.ravel() for x in np.meshgrid(*axes, indexing="ij")], axis=1) if axes else np.zeros((1, 0))
+    last = d - heads.sum(axis=1)
+    ok = (last >= lows[-1]) & (last < lows[-1] + len(costs[-1]))
+    totals = np.column_stack([heads[ok], last[ok]]).astype(int)
+    rate = sum(c[totals[:, k] - lo] for k, (c, lo) in enumerate(zip(costs, lows, strict=True)))
+    cards = totals @ np.asarray(sizes, dtype=float)
+    return totals, cards, np.asarray(rate, dtype=float)
+
+
+def _split_of(g: _Group, totals: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The replicas per site (g's order) of one row of :func:`_splits`: each size's total filled cheapest first."""
+    sizes = sorted(set(g.rc))
+    row = [0] * len(g.sites)
+    for rc, total in zip(sizes, totals, strict=True):
+        m = [i for i in range(len(g.sites)) if g.rc[i] == rc]
+        fill = S.cheapest_fill(int(total), tuple(g.caps[i] for i in m), tuple(g.unit[i] for i in m))
+        assert fill is not None  # the total is within the members' range
+        for i, n in zip(m, fill, strict=True):
+            row[i] = n
+    return np.array([row], dtype=float)
+
+
+def _candidate(scorer: _Scorer, g: _Group, ring: Ring, cfg: tuple[str, int, int], reps: np.ndarray[Any, Any],
+               k: int, share: int) -> MixedCandidate:
+    """Split ``k`` of ``reps`` of group ``g`` (in ring order) as a plan."""
+    cards = reps @ np.asarray(g.rc, dtype=float)
+    lo, finish, cost, sca = scorer.figures(g, ring, *cfg, cards, reps @ np.asarray(g.unit, dtype=float))
+    n = [int(x) for x in reps[k]]
+    parts = tuple(SitePart(site=s.name, accelerator=s.accelerator or "", layout=lay, replica_cards=rc, replicas=r,
+                           share=r * share, step_s=t, card_hour=p, power_w=None if w is None else w * r,
+                           cap_w=s.power_cap_w, max_cards=s.max_cards)
+                  for s, lay, rc, r, t, p, w in zip(g.sites, g.layouts, g.rc, n, g.step, g.card_hour, g.replica_w,
+                                                    strict=True))
+    exposed, tf, step_bytes, egress, run_steps = (float(x) for x in sca)
+    return MixedCandidate(parts=parts, mode=cfg[0], inner_steps=cfg[1], fragments=cfg[2], replica_share=share,
+                          cards=int(cards[k]), compute_step_s=max(g.step), exposed_s=exposed, token_factor=tf,
+                          steps=run_steps, wan_bytes_step=step_bytes, egress_usd=egress, overhead=float(lo[k]),
+                          finish_s=float(finish[k]), cost=float(cost[k]), ring=ring, group=g)
+
+
+def solve_mixed_sites(sc: Scenario, si: S.SitesInput, powers: dict[str, Power | None], prune: bool = True
+                      ) -> MixedSolve:
+    """The decision of the module's docstring over ``si``'s sites (each with its type; ``powers``: each type's
+    catalog power figures); ``prune`` False: every candidate the fill does not settle is solved exhaustively,
+    whatever its bound (a check of the bound)."""
+    t0 = time.process_time()
+    if len(si.sites) > MAX_SITES:
+        raise InputError(f"[[sites]]: at most {MAX_SITES} sites (got {len(si.sites)})")
+    for s in si.sites:
+        if s.power_cap_w is not None and powers.get(s.accelerator or "") is None:
+            raise InputError(f"[[sites]] {s.name} power: {s.accelerator} has no power figures in the catalog "
+                             "([power.NAME])")
+    batch = sc.task.global_batch
+    shares = replica_shares(batch, sc.search.micro_batch)
+    types = list(dict.fromkeys(s.accelerator or "" for s in si.sites))
+    tables = {a: type_table(sc, a, shares) for a in types}
+    prices = [site_price(sc, s) for s in si.sites]
+    scorer = _Scorer(sc, si)
+    best: MixedCandidate | None = None
+    per_mode: dict[str, MixedCandidate] = {}
+    pending: list[tuple[float, _Group, Ring, tuple[str, int, int], int, int]] = []  # bound first: unsettled
+    scored = exhaustive = 0
+    ring_sets = {idx: rings(si, tuple(si.sites[i].name for i in idx))
+                 for k in range(1, len(si.sites) + 1) for idx in itertools.combinations(range(len(si.sites)), k)}
+
+    def keep(c: MixedCandidate) -> None:
+        nonlocal best
+        if c.finish_s > scorer.deadline or c.cost > scorer.budget:
+            return
+        if best is None or c.key() < best.key():
+            best = c
+        if c.mode not in per_mode or c.key() < per_mode[c.mode].key():
+            per_mode[c.mode] = c
+
+    for j, m in enumerate(shares):
+        d = batch // m
+        for idx, site_rings in ring_sets.items():
+            if len(idx) > d:
+                continue
+            steps = {float(x) for i in idx for x in tables[si.sites[i].accelerator or ""].steps[:, j]}
+            for thr in sorted(x for x in steps if np.isfinite(x)):
+                g = _group(sc, si, powers, prices, tables, idx, j, thr)
+                if g is None:
+                    continue
+                fill = S.cheapest_fill(d, g.caps, g.unit)
+                if fill is None:
+                    continue
+                fewest = S.cheapest_fill(d, g.caps, tuple(float(x) for x in g.rc))
+                assert fewest is not None  # the caps hold d (the fill above exists)
+                nmin = sum(a * b for a, b in zip(fewest, g.rc, strict=True))
+                settled = sum(a * b for a, b in zip(fill, g.rc, strict=True)) == nmin
+                names = [s.name for s in g.sites]
+                cfgs = mode_configs(si, len(idx))
+                for ring in site_rings:
+                    go = g.ordered(ring.order)
+                    at = [names.index(n) for n in ring.order]
+                    reps = np.array([[fill[i] for i in at]], dtype=float)
+                    rate = float(reps[0] @ np.asarray(go.unit))
+                    finish, cost = scorer.many(go, ring, cfgs, float(reps[0] @ np.asarray(go.rc)), rate)
+                    scored += len(cfgs)
+                    for k in np.flatnonzero((finish <= scorer.deadline) & (cost <= scorer.budget)):
+                        cur = per_mode.get(cfgs[k][0])
+                        if cur is None or (cost[k], finish[k]) <= (cur.cost, cur.finish_s):
+                            keep(_candidate(scorer, go, ring, cfgs[k], reps, 0, m))
+                    if not settled:  # the bound: the least bill rate at the finish of the fewest cards
+                        low_finish, bounds = scorer.many(go, ring, cfgs, float(nmin), rate)
+                        pending += [(float(bounds[k]), go, ring, cfgs[k], d, m)
+                                    for k in np.flatnonzero(low_finish <= scorer.deadline)]  # else none meets it
+    for low, go, ring, cfg, d, m in sorted(pending, key=lambda p: p[0]):
+        if prune and best is not None and low >= best.cost:
+            break  # sorted: no split of this or any later candidate beats the best
+        totals, cards, rates = _splits(go, d)
+        exhaustive += 1
+        _, finish, cost, _ = scorer.figures(go, ring, *cfg, cards, rates)
+        ok = (finish <= scorer.deadline) & (cost <= scorer.budget)
+        if ok.any():
+            keep(_candidate(scorer, go, ring, cfg, _split_of(go, totals[int(np.argmin(np.where(ok, cost, np.inf)))]),
+                            0, m))
+    out = MixedSolve(best=best, per_mode=per_mode, best_sync=None, best_diloco=None, scored=scored,
+                     exhaustive=exhaustive, layouts_evaluated=sum(t.evaluated for t in tables.values()), si=si,
+                     types=types)
+    if best is not None:
+        out.best_sync, out.best_diloco = _compare(scorer, best, si)
+    out.cpu_s = time.process_time() - t0
+    return out
+
+
+def _compare(scorer: _Scorer, best: MixedCandidate, si: S.SitesInput
+             ) -> tuple[MixedCandidate | None, MixedCandidate | None]:
+    """The cheapest synchronous and the cheapest DiLoCo plan at the best plan's sites, replicas and ring (the
+    deadline not applied: the comparison says what each mode costs there)."""
+    reps = np.array([[p.replicas for p in best.parts]], dtype=float)
+    cs = [_candidate(scorer, best.group, best.ring, cfg, reps, 0, best.replica_share)
+          for cfg in mode_configs(si, len(best.parts))]
+    sync = [c for c in cs if c.mode == S.SYNC]
+    dl = [c for c in cs if c.mode == S.DILOCO]
+    return (min(sync, key=MixedCandidate.key) if sync else None,
+            min(dl, key=MixedCandidate.key) if dl else None)
+
+
+def _plan_dict(c: MixedCandidate | None) -> dict[str, Any] | None:
+    if c is None:
+        return None
+    return {"mode": c.mode, "sites": [p.site for p in c.parts], "replicas": [p.replicas for p in c.parts],
+            "inner_steps": c.inner_steps, "fragments": c.fragments, "cards": c.cards,
+            "replica_share": c.replica_share, "compute_step_s": c.compute_step_s, "exposed_wan_s": c.exposed_s,
+            "utilisation": S.utilisation(c.compute_step_s, c.exposed_s), "token_factor": c.token_factor,
+            "steps": c.steps, "wan_bytes_step": c.wan_bytes_step, "wan_bytes_total": c.wan_bytes_step * c.steps,
+            "egress_usd": c.egress_usd, "overhead": c.overhead, "finish_days": c.finish_s / DAY, "cost": c.cost}
+
+
+def _part_dict(c: MixedCandidate, p: SitePart, idle: float) -> dict[str, Any]:
+    return {"site": p.site, "accelerator": p.accelerator, **p.layout, "replica_cards": p.replica_cards,
+            "replicas": p.replicas, "cards": p.replicas * p.replica_cards, "share": p.share,
+            "replica_step_s": p.step_s, "idle_s": idle, "card_hour": p.card_hour,
+            "bill_usd": PM.pool_cost(p.replicas * p.replica_cards, p.card_hour, c.finish_s),
+            "site_mw": None if p.power_w is None else p.power_w / 1e6,
+            "cap_mw": None if p.cap_w is None else p.cap_w / 1e6, "max_cards": p.max_cards}
+
+
+def mixed_report(out: MixedSolve) -> dict[str, Any]:
+    """The command's JSON for sites with their own types and prices."""
+    si = out.si
+    d: dict[str, Any] = {
+        "status": "optimal" if out.best else "infeasible", "types": out.types, "candidates": out.scored,
+        "exhaustive_splits": out.exhaustive, "layouts_evaluated": out.layouts_evaluated, "modes": list(si.modes),
+        "best": _plan_dict(out.best), "sync": _plan_dict(out.best_sync), "diloco": _plan_dict(out.best_diloco),
+        "best_per_mode": {m: _plan_dict(c) for m, c in sorted(out.per_mode.items())},
+        "token_penalty": si.token_penalty, "token_penalty_source": si.token_penalty_source,
+        "assumptions": [
+            "every replica takes the same share of the global batch; each site runs one layout of its type",
+            "the step waits for the slowest site (DiLoCo: the outer synchronisation waits for the slowest site's "
+            "H inner steps)",
+            "synchronous WAN all-reduce not overlapped with compute (the gradient is whole after the backward pass)",
+            f"gradient {si.grad_bytes:g} B/parameter and DiLoCo outer gradient {si.outer_bytes:g} B/parameter "
+            "on the WAN",
+            f"a streamed fragment's all-reduce overlaps {si.overlap_steps} inner step(s) (tau)",
+            "checkpoint and failure overhead at the job's cards, every card at the scenario's MTBF",
+            "a replica's step as one site of the job's replicas of its type (the data-parallel all-reduce inside "
+            "a site)"],
+    }
+    if out.best is not None:
+        b = out.best
+        idle = PM.idle_s([p.step_s for p in b.parts])
+        d["per_site"] = [_part_dict(b, p, i) for p, i in zip(b.parts, idle, strict=True)]
+    return d
+
+
+def _mode(c: dict[str, Any]) -> str:
+    return "sync" if c["mode"] == S.SYNC else f"DiLoCo H={c['inner_steps']} F={c['fragments']}"
+
+
+def _site_line(s: dict[str, Any]) -> str:
+    mw = "no power figure" if s["site_mw"] is None else (
+        f"{s['site_mw']:,.1f} MW" + ("" if s["cap_mw"] is None else f" of {s['cap_mw']:,.1f} MW"))
+    return (f"  {s['site']}: {s['accelerator']}, {s['replicas']:,} replicas of TP {s['tp']} x PP {s['pp']} "
+            f"(micro-batch {s['micro_batch']} x {s['grad_accum']}, ZeRO {s['zero_stage']}, recompute "
+            f"{s['recompute']}), {s['cards']:,} of {s['max_cards']:,} cards, {s['share']:,} sequences a step, "
+            f"replica step {s['replica_step_s']:.2f} s (idle {s['idle_s']:.2f} s), {s['card_hour']:.2f} USD/card-h,"
+            f" {s['bill_usd']:,.0f} USD, {mw}")
+
+
+def mixed_lines(d: dict[str, Any]) -> list[str]:
+    """The report as text lines."""
+    if d["best"] is None:
+        return [f"types: {', '.join(d['types'])}",
+                f"no multi-site plan meets the deadline ({d['candidates']:,} candidates scored)"]
+    b = d["best"]
+    out = [f"types: {', '.join(d['types'])}; every replica takes {b['replica_share']:,} sequences a step",
+           f"best: {_mode(b)} over {len(b['sites'])} site(s), {b['cards']:,} cards, {b['finish_days']:.1f} d, "
+           f"{b['cost']:,.0f} USD ({d['candidates']:,} candidates scored, {d['exhaustive_splits']:,} splits solved "
+           "exhaustively, exact over the grids)"]
+    out += [_site_line(s) for s in d["per_site"]]
+    out += mode_lines(d)
+    out.append(f"token penalty {d['token_penalty']:.1%} ({d['token_penalty_source'] or 'stated input'})")
+    out += [f"assumption: {a}" for a in d["assumptions"]]
+    return out
+
+
+def answer(source: str | PathLike[str] | Mapping[str, Any], catalog_dirs: Sequence[str | PathLike[str]] = (),
+           solver: str = backends.DEFAULT) -> dict[str, Any]:
+    """``tpopt sites`` for the command and the API: the report of this module's decision where a site names its
+    own card type or price, else the one-type decision's (:func:`tpopt.optimizer.sites.report`)."""
+    _, stated = split_sites(read_scenario_file(source))
+    if stated is not None and S.mixed(stated):
+        msc, msi, powers = load_mixed_sites_scenario(source, catalog_dirs)
+        return mixed_report(solve_mixed_sites(msc, msi, powers))
+    sc, si, power = load_sites_scenario(source, catalog_dirs)
+    return report(solve_sites(sc, si, power, solver))
+
+
+def answer_lines(d: dict[str, Any]) -> list[str]:
+    """The text of :func:`answer`'s report (either decision's)."""
+    return mixed_lines(d) if "types" in d else lines(d)
+
+
+__all__ = ["answer", "answer_lines", "TypeTable", "SitePart", "MixedCandidate", "MixedSolve", "replica_shares",
+           "type_table", "site_price", "solve_mixed_sites", "mixed_report", "mixed_lines", "REPLICA_FAMILIES"]

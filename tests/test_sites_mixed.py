@@ -1,0 +1,261 @@
+"""Sites with their own card type and price (issue 40, items 2 and 4): the decision equals a brute force written
+here on small spaces (every per-replica share, set of sites, layout per site, replica split, ring order and
+mode), the cheapest fill and the slowest-site step by hand, and homogeneous sites keep the one-type decision."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tpopt.catalogs import load_catalog
+from tpopt.catalogs.scenario import load_mixed_sites_scenario
+from tpopt.models import families as F
+from tpopt.models import pools as PM
+from tpopt.models import sites as S
+from tpopt.models import terms as T
+from tpopt.models.arch import param_count
+from tpopt.models.evaluate import evaluate_arrays
+from tpopt.models.market import site_power_w
+from tpopt.models.plan import Scenario
+from tpopt.models.units import HOUR
+from tpopt.optimizer import sites_mixed as M
+from tpopt.optimizer.pools import POOL_FAMILIES, _job, fixed_choices
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "sites-mixed-405b.toml"
+
+
+def test_cheapest_fill_by_hand() -> None:
+    """7 replicas over caps (3, 2, 4) at 5, 1 and 2 USD a replica-hour: one each (3 placed), then the cheapest
+    first: site 2 takes its 1 more (2 in all), site 3 its 3 more: (1, 2, 4), 5 + 2 + 8 = 15 USD/h. Every other
+    split within the caps costs more (enumerated here)."""
+    fill = S.cheapest_fill(7, (3, 2, 4), (5.0, 1.0, 2.0))
+    assert fill == (1, 2, 4)
+    splits = [s for s in itertools.product(range(1, 4), range(1, 3), range(1, 5)) if sum(s) == 7]
+    assert min(5 * a + b + 2 * c for a, b, c in splits) == 15
+    assert S.cheapest_fill(10, (3, 2, 4), (5.0, 1.0, 2.0)) is None  # 9 replicas at most
+    assert S.cheapest_fill(2, (3, 2, 4), (5.0, 1.0, 2.0)) is None  # every used site holds one
+
+
+def test_slowest_site_sets_the_step() -> None:
+    """Sites at 10 s and 12.5 s a step and 1.5 s of exposed WAN: the step is 12.5 + 1.5 = 14 s; the faster site
+    idles 2.5 s (the pools' form (a) relations, reused)."""
+    assert PM.mixed_step_s([10.0, 12.5], 1.5) == 14.0
+    assert PM.idle_s([10.0, 12.5]) == [2.5, 0.0]
+
+
+WAN = {"bandwidth_gbps": 3200, "latency_ms": 10, "egress_usd_tb": 30, "inner_steps": [20, 100],
+       "fragments": [1, 2], "token_penalty": 0.05,
+       "links": [{"sites": ["a", "b"], "bandwidth_gbps": 12800, "latency_ms": 1}]}
+SITES = [{"name": "a", "max_cards": 128, "card_hour": 2.0},
+         {"name": "b", "max_cards": 128, "card_hour": 1.2, "power": "150kW"},
+         {"name": "c", "accelerator": "b200", "max_cards": 32, "card_hour": 3.1}]
+
+
+def small(deadline: str, sites: list[dict[str, Any]] = SITES) -> dict[str, Any]:
+    """Llama-3-70B on 5B tokens, 16 sequences a step: per-replica shares 1..16, replicas of 16 or 32 cards."""
+    return {"model": {"name": "llama3-70b"}, "task": {"tokens": "5B", "seq_len": 8192, "global_batch": 16},
+            "schedule": {"deadline": deadline}, "hardware": {"accelerator": "h100-sxm", "efficiency": 0.4},
+            "checkpoint": {"save_interval": "auto", "mode": "sync"},
+            "search": {"zero_stage": [1], "tp": [8], "pp": [2, 4], "micro_batch": [1, 2], "recompute": ["full"]},
+            "sites": sites, "wan": WAN}
+
+
+def brute_force(sc: Scenario, si: S.SitesInput, powers: dict[str, Any]) -> list[tuple[float, float]]:
+    """(cost, finish) of every plan of the space, by enumeration (written here, not the module's search): every
+    per-replica share m (B % m == 0), every set of sites, every layout per site (any feasible one, not only the
+    fastest), every split with each used site >= 1 replica within its cards and power, every ring order and
+    every mode, H and F; each type at its catalog NICs per host. Step = tf x (slowest replica + exposed WAN);
+    finish and overhead at the job's cards; cost = sum cards x price x finish / 3600 + egress."""
+    b = sc.task.global_batch
+    fixed = fixed_choices(sc)
+    replica_families = [n for n in POOL_FAMILIES if n != F.CARDS]
+    params = float(param_count(sc.model))
+    iters = T.iteration_count(sc)
+    out = []
+    for m in [m for m in range(1, b + 1) if b % m == 0]:
+        d = b // m
+        options: dict[str, list[tuple[int, float]]] = {}
+        for acc in {s.accelerator or "" for s in si.sites}:
+            opts = []
+            for tp, pp, mb in itertools.product(sc.search.tp, sc.search.pp, sc.search.micro_batch):
+                if m % mb:
+                    continue
+                r = evaluate_arrays(sc, acc, tp=np.array([tp]), pp=np.array([pp]), zero_stage=np.array([1]),
+                                    micro_batch=np.array([mb]), dp=np.array([d]), recompute="full",
+                                    nics_per_host=sc.system(acc).acc.nics_per_host, **fixed)
+                if all(bool(np.all(r[("c", n)][0] <= r[("c", n)][1])) for n in replica_families):
+                    opts.append((tp * pp, float(np.asarray(r["step_s"]).ravel()[0])))
+            options[acc] = opts
+        for k in range(1, len(si.sites) + 1):
+            for used in itertools.combinations(si.sites, k):
+                for lays in itertools.product(*(options[s.accelerator or ""] for s in used)):
+                    caps = []
+                    for s, (rc, _) in zip(used, lays, strict=True):
+                        acc = s.accelerator or ""
+                        w = site_power_w(powers[acc], s.pue, rc, sc.system(acc).acc.cards_per_host)
+                        cap = s.max_cards // rc
+                        if s.power_cap_w is not None:
+                            cap = min(cap, int(s.power_cap_w // w))
+                        caps.append(cap)
+                    for n in itertools.product(*(range(1, c + 1) for c in caps)):
+                        if sum(n) != d:
+                            continue
+                        cards = sum(x * rc for x, (rc, _) in zip(n, lays, strict=True))
+                        rate = sum(x * rc * M.site_price(sc, s) for x, (rc, _), s in zip(n, lays, used, strict=True))
+                        slowest = max(t for _, t in lays)
+                        for perm in itertools.permutations(used):
+                            ring = [si.link(a.name, c.name) for a, c in zip(perm, perm[1:] + perm[:1], strict=True)]
+                            links = ring if k > 1 else []
+                            bw = min((x.bandwidth_bps for x in links), default=math.inf)
+                            lat = max((x.latency_s for x in links), default=0.0)
+                            egress_tb = sum(x.egress_usd_tb for x in links)
+                            configs = [(S.SYNC, 1, 1)] + ([(S.DILOCO, h, f) for h in si.inner_steps
+                                                           for f in si.fragments] if k > 1 else [])
+                            for mode, h, f in configs:
+                                if mode == S.SYNC:
+                                    nbytes, per = params * 2, 1.0
+                                    exposed = S.ring_allreduce_wan_s(nbytes, k, bw, lat) if k > 1 else 0.0
+                                else:
+                                    nbytes, per = params * 2, 1.0 / h
+                                    one = S.ring_allreduce_wan_s(nbytes / f, k, bw, lat)
+                                    exposed = f / h * max(0.0, one - (1 if f > 1 else 0) * slowest)
+                                tf = 1.05 if mode == S.DILOCO else 1.0
+                                _, _, finish = _job(sc, np.array([float(cards)]),
+                                                    np.array([tf * (slowest + exposed)]))
+                                fin = float(finish[0])
+                                link_bytes = 2 * (k - 1) / k * nbytes * per * iters * tf if k > 1 else 0.0
+                                cost = rate * fin / HOUR + link_bytes * egress_tb / 1e12
+                                out.append((cost, fin))
+    return out
+
+
+@pytest.fixture(scope="module")
+def plans() -> list[tuple[float, float]]:
+    sc, si, powers = load_mixed_sites_scenario(small("10000d"))
+    return brute_force(sc, si, powers)
+
+
+@pytest.mark.parametrize(("deadline_fraction", "used"), [(None, 1), (0.3, 1), (0.1, 1), (0.05, 3)])
+def test_mixed_sites_equal_brute_force(plans: list[tuple[float, float]], deadline_fraction: float | None,
+                                       used: int) -> None:
+    """Two H100 sites (one power-capped and cheap) and a small B200 site with its own price: the decision's cost
+    and finish equal the brute force's best within the deadline, from a loose deadline (one cheap site) to one
+    near the fastest plan's (all three sites, both types)."""
+    fastest, cheapest = min(f for _, f in plans), min(plans)[1]
+    deadline_s = cheapest * 2 if deadline_fraction is None else fastest + (cheapest - fastest) * deadline_fraction
+    sc, si, powers = load_mixed_sites_scenario(small(f"{deadline_s / 86400.0:.6f}d"))
+    within = [p for p in plans if p[1] <= F.limit(F.DEADLINE, sc)]
+    out = M.solve_mixed_sites(sc, si, powers)
+    assert within and out.best is not None
+    cost, finish = min(within)
+    assert math.isclose(out.best.cost, cost, rel_tol=1e-9)
+    assert math.isclose(out.best.finish_s, finish, rel_tol=1e-9)
+    assert len(out.best.parts) == used
+    if used == 3:
+        assert {p.accelerator for p in out.best.parts} == {"h100-sxm", "b200"}
+
+
+def test_exhaustive_splits_by_enumeration() -> None:
+    """The bound's fallback: sites of two replica sizes (16 and 32 cards) where the cheapest replicas are the big
+    ones, so the least bill and the fewest cards differ. The least of rate x (1 + N / 1000) (a cost growing with
+    the cards, as the overhead does) over :func:`_splits` equals its least over every split enumerated here."""
+    sites = tuple(S.Site(n, 1000) for n in "abc")
+    g = M._Group(sites=sites, layouts=({},) * 3, rc=(32, 16, 16), step=(1.0, 1.0, 1.0), unit=(16.0, 40.0, 30.0),
+                 caps=(5, 3, 4), replica_w=(None,) * 3, card_hour=(0.5, 2.5, 1.875))
+    totals, cards, rates = M._splits(g, 9)
+    got = float(np.min(rates * (1 + cards / 1000)))
+    every = [n for n in itertools.product(range(1, 6), range(1, 4), range(1, 5)) if sum(n) == 9]
+    want = min((16 * a + 40 * b + 30 * c) * (1 + (32 * a + 16 * b + 16 * c) / 1000) for a, b, c in every)
+    assert math.isclose(got, want, rel_tol=1e-12)
+    # the fill by price (big replicas first) is not the fewest cards here: the bound path is needed
+    assert S.cheapest_fill(9, g.caps, g.unit) == (5, 1, 3)
+    assert S.cheapest_fill(9, g.caps, (32.0, 16.0, 16.0)) == (2, 3, 4)
+
+
+def test_example_uses_its_caps_and_prices() -> None:
+    """The example's plan: every used site within its cards and power cap; each site's bill = cards x its price
+    x finish / 3600; the bills and egress add up to the cost; the step is the slowest replica + the WAN."""
+    cat = load_catalog()
+    sc, si, powers = load_mixed_sites_scenario(EXAMPLE)
+    out = M.solve_mixed_sites(sc, si, powers)
+    assert out.best is not None
+    d = M.mixed_report(out)
+    bills = 0.0
+    for s in d["per_site"]:
+        assert s["cards"] <= s["max_cards"]
+        if s["cap_mw"] is not None:
+            assert s["site_mw"] <= s["cap_mw"]
+        assert math.isclose(s["bill_usd"], s["cards"] * s["card_hour"] * out.best.finish_s / 3600, rel_tol=1e-12)
+        bills += s["bill_usd"]
+    assert math.isclose(bills + out.best.egress_usd, out.best.cost, rel_tol=1e-9)
+    assert sum(s["share"] for s in d["per_site"]) == sc.task.global_batch
+    assert cat.market.power["b200"] is not None
+
+
+def test_cli_runs_the_mixed_example() -> None:
+    p = subprocess.run([sys.executable, "-m", "tpopt", "sites", "--scenario", str(EXAMPLE)], capture_output=True,
+                       text=True, check=False)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("types: h100-sxm, b200, gb200-nvl72") and "exact over the grids" in p.stdout
+
+
+def test_a_site_type_without_a_price_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    text = EXAMPLE.read_text().replace('accelerator = "b200"', 'accelerator = "no-such-card"')
+    bad.write_text(text)
+    p = subprocess.run([sys.executable, "-m", "tpopt", "sites", "--scenario", str(bad)], capture_output=True,
+                       text=True, check=False)
+    assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+
+
+def test_the_api_answers_a_mixed_scenario_as_the_command() -> None:
+    """tpopt.sites on the mixed example gives the command's JSON (the same decision, one entry point)."""
+    import json
+
+    import tpopt
+
+    d = tpopt.sites(EXAMPLE)
+    p = subprocess.run([sys.executable, "-m", "tpopt", "sites", "--scenario", str(EXAMPLE), "--json"],
+                       capture_output=True, text=True, check=True)
+    assert d["types"] == ["h100-sxm", "b200", "gb200-nvl72"]
+    assert d["best"]["cost"] == json.loads(p.stdout)["best"]["cost"]
+
+
+def test_one_type_at_its_price_equals_the_one_type_decision() -> None:
+    """The one-type example with every site naming h100-sxm (so the per-site decision runs, at the catalog price):
+    the same cost, cards and finish as the one-type decision (its replica layout is in this space, and a split
+    among equally priced sites moves no figure)."""
+    import dataclasses
+
+    from tpopt.catalogs.scenario import load_sites_scenario
+    from tpopt.optimizer import sites as O
+
+    one = ROOT / "examples" / "sites-llama3-405b.toml"
+    sc1, si1, p1 = load_sites_scenario(one)
+    want = O.solve_sites(sc1, si1, p1).best
+    sc, si, powers = load_mixed_sites_scenario(one)
+    si = dataclasses.replace(si, sites=tuple(dataclasses.replace(s, accelerator="h100-sxm") for s in si.sites))
+    got = M.solve_mixed_sites(sc, si, powers).best
+    assert want is not None and got is not None
+    assert got.cards == want.cards and got.mode == want.mode and got.inner_steps == want.inner_steps
+    assert math.isclose(got.cost, want.cost, rel_tol=1e-9)
+    assert math.isclose(got.finish_s, want.finish_s, rel_tol=1e-9)
+
+
+def test_the_bound_loses_no_plan_on_the_example() -> None:
+    """The example leaves candidates to the bound (the fill by price is not the fewest cards); solving every one of
+    them exhaustively, whatever its bound, finds the same plan."""
+    sc, si, powers = load_mixed_sites_scenario(EXAMPLE)
+    pruned = M.solve_mixed_sites(sc, si, powers)
+    full = M.solve_mixed_sites(sc, si, powers, prune=False)
+    assert pruned.best is not None and full.best is not None
+    assert 0 < pruned.exhaustive < full.exhaustive
+    assert full.best.key() == pruned.best.key()
