@@ -24,7 +24,8 @@ def scenario(model="qwen3-30b-a3b", acc="h100-sxm", stack=None, precision="bf16-
 def test_dispatch_per_expert_from_transformer_engines_benchmark():
     # NVIDIA/TransformerEngine PR 3134, SM100: the multi-stream grouped GEMM of 8 experts x 128 tokens (N = K = 2,048)
     # takes 0.267 ms with its operands pre-swizzled (the GEMMs alone), against 0.069 ms for one launch: the
-    # experts' FLOPs, 8 x 2 x 128 x 2,048 x 2,048 = 8.6 GFLOP, take microseconds, so 0.267 ms / 8 is the per-expert floor
+    # experts' FLOPs, 8 x 2 x 128 x 2,048 x 2,048 = 8.6 GFLOP, take microseconds, so 0.267 ms / 8 is the
+    # per-expert floor
     per_expert = 0.267e-3 / 8
     assert stack_profile("megatron-core").expert_gemm_dispatch == pytest.approx(per_expert, rel=2e-3)
     # the Hopper cross-check the source names: tgale96/grouped_gemm PR 37, Qwen3-30B-A3B's up projection on H100,
