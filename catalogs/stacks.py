@@ -140,6 +140,9 @@ class StackKeys:
     loss: str = key(choice(LOSS_NAMES), "fused", source=True,
                     help="the cross-entropy: fused (4 B per logit), eager (12, 16 under loss parallelism) or "
                          "compiled (4)")
+    expert_gemm_dispatch: float = key(duration(), "0s", source=True,
+                                      help="time per local expert of one grouped expert GEMM call that no "
+                                           "GPU work hides (a per-expert GEMM loop; 0: one launch for all)")
     sources: dict[str, str] = key(SOURCES, required=True, help="the source of every value, by key")
 
     #: The values checked before the others (the order of the hand-written reader this replaced).
@@ -150,7 +153,8 @@ KEYS = tuple(f.name for f in fields(StackKeys))
 OPTIONAL = tuple(f.name for f in fields(StackKeys) if not spec(f).required)
 """Keys a profile may leave out: residual_sigma (none: a card's own sigma applies on the stack alone),
 dp_bucket_per_rank (none: a fixed bucket), kernel_efficiency (1: the reference stack's kernels), attention_kernel
-(native: the card's own fused attention) and loss (fused: a fused FP32 cross-entropy)."""
+(native: the card's own fused attention), loss (fused: a fused FP32 cross-entropy) and expert_gemm_dispatch
+(0: the stack's grouped expert GEMM is one launch, no per-expert floor)."""
 SOURCED = tuple(f.name for f in fields(StackKeys) if spec(f).source)
 
 

@@ -116,6 +116,7 @@ class StackProfile:
     kernel_efficiency: float = 1.0  # factor on the card's GEMM, attention and memory-bound efficiencies
     attention_kernel: str = "native"  # "portable": attention at the card's portable_attention_ratio (roofline)
     loss: str = "fused"  # how the cross-entropy runs: fused, eager or compiled (memory.LOSS_KINDS)
+    expert_gemm_dispatch: float = 0.0  # s per local expert per grouped expert GEMM call (0: one launch for all)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def usable(self, memory_usable: float) -> float:

@@ -86,7 +86,9 @@ def test_dense_block_kernels_are_a_dense_mlp():
 def test_first_stage_runs_its_dense_block():
     """dense_layers = 1, L = 4, PP 2: stage 0 = embedding + 1 dense + 1 MoE block, stage 1 = 2 MoE blocks +
     head; the busiest stage's micro-batch is the larger of the two sums."""
-    sc = tiny(ffn=16384)  # dense block well above the MoE block (top_k x expert_ffn = 1024)
+    # dense block well above the MoE block (top_k x expert_ffn = 1024, whose grouped GEMMs take at least their local
+    # experts' dispatch, steptime.expert_gemm_floor)
+    sc = tiny(ffn=65536)
     dense, moe_b = block_time(sc, False), block_time(sc, True)
     assert dense > moe_b  # the premise of this case
     emb, head = extras_time(sc)

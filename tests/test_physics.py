@@ -289,9 +289,15 @@ def test_contention_does_not_make_slower_kernels_faster():
     """Regression: a DP-bound ZeRO-3 plan on PCIe cards (Qwen3-30B-A3B, 8 x H100 PCIe, TP 4) was 22 %
     slower WITH flash attention: the DP ring's link time was divided by (1 - TP share of the window), so
     a longer window (unfused attention) shrank the stretch. The TP traffic delays the ring by at most its
-    own link time, so the link-bound step is the same with or without flash attention."""
-    sc = scenario("qwen3-30b-a3b", "h100-pcie", seq=4096, batch=256)
+    own link time, so the link-bound step is the same with or without flash attention. The plan runs EP 1, 128
+    local experts: with the stack's per-expert floor of the grouped GEMM (steptime.expert_gemm_floor, 128 x 33.4 us
+    per call) its compute exceeds the DP link, so the link-bound case is the same plan on a stack whose grouped
+    GEMM is one launch."""
+    base = scenario("qwen3-30b-a3b", "h100-pcie", seq=4096, batch=256)
     plan = Plan("h100-pcie", 8, zero_stage=3, tp=4, recompute="attn")
+    floored = run(base, plan).metrics
+    assert floored["compute_s"] > floored["comm_link_s"]
+    sc = replace(base, stack=replace(base.stack, expert_gemm_dispatch=0.0))
     flash, plain = run(sc, plan).metrics, run(sc, replace(plan, flash_attention=False)).metrics
     assert flash["step_s"] <= plain["step_s"] * (1 + 1e-12)
     # link-bound: the step is the DP link plus at most every TP byte it waits for (+ unhidden, offload)

@@ -54,14 +54,16 @@ def rates(sc: Scenario, acc: str) -> steptime.Rates:
                    ("current", "delayed") else "current"),
            "mxfp8": (A.peak_fp8, perf.fp8_gemm_ratio, "mxfp8"),
            "nvfp4": (A.peak_fp4, perf.fp4_gemm_ratio, "nvfp4")}.get(rec.matrix)
+    dispatch = sc.stack.expert_gemm_dispatch  # the stack's per-expert floor of a grouped expert GEMM call
     if low is None or low[0] <= 0:  # BF16 / FP16, or a card without the precision's matrix units
         return steptime.Rates(peak=peak, linear_peak=peak, hbm=A.hbm_bandwidth, tp_bandwidth=A.intra_host_bw,
-                              perf=perf, fp8=False, scale=sysm.efficiency)
+                              perf=perf, fp8=False, scale=sysm.efficiency, expert_dispatch=dispatch)
     e = sc.memory.activation_bytes
     return steptime.Rates(peak=peak, linear_peak=low[0], hbm=A.hbm_bandwidth, tp_bandwidth=A.intra_host_bw,
                           perf=perf, fp8=True, scale=sysm.efficiency,
                           operand_bytes=steptime.OPERAND_BYTES["fp8" if rec.matrix == "fp8" else rec.matrix],
-                          cast_bytes=steptime.QUANTISATION_BYTES[low[2]](e) * 2.0 / e, linear_ratio=low[1])
+                          cast_bytes=steptime.QUANTISATION_BYTES[low[2]](e) * 2.0 / e, linear_ratio=low[1],
+                          expert_dispatch=dispatch)
 
 
 def _perf(sc: Scenario, acc: str) -> PerfParams:
