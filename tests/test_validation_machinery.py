@@ -200,3 +200,11 @@ def test_long_context_attention_share_and_closing_factor(published, capsys):
     assert closed == pytest.approx(r.measured_step_s, rel=0.01)
     assert not any(ln.split()[:1] == ["M1"] for ln in out.splitlines())  # MoE rows are not listed
     assert not any(ln.split()[:1] == ["D1"] for ln in out.splitlines())  # nor runs at 8,192 tokens
+
+
+def test_nemo_long_sequence_rows_run_their_container(published):
+    """The long-sequence table names NeMo 24.03.01: its four rows run that container's stack (catalogs/stacks.toml
+    [nemo-2403]); every other Megatron-Core row keeps megatron-core."""
+    stacks = {r.name: r.scenario.stack.name for r in published}
+    assert {stacks[n] for n in ("L6", "L7", "L8", "L9")} == {"nemo-2403"}
+    assert stacks["D1"] == stacks["M1"] == "megatron-core"
