@@ -454,6 +454,40 @@ FSDP_FABRICS = (("DGX H100, 8 x 400 Gb/s per host", "400g", 8, {}),
 dcn_data_parallelism = hosts) with FP32 gradients (bf16-mixed-fp32-grad)."""
 
 
+def attention_share(run, plan, perf) -> float:
+    """Share of one layer's predicted micro-batch time (forward, dX with recompute, dW; the context-parallel exchange
+    left out) spent in the attention core (models.steptime.attention_times; a full recompute reruns its forward)."""
+    from tpopt.models import steptime
+    from tpopt.models.terms import layer_times as LT
+    sc = C.with_perf(run.scenario, run.accelerator, perf)
+    kw = dict(tp=plan.tp, cp=plan.cp, mb=plan.micro_batch)
+    a_f, a_dx = steptime.attention_times(sc.model, LT.layout(sc, **kw), LT.rates(sc, run.accelerator))
+    layer, _, _ = LT.op_times(sc, acc=run.accelerator, recompute=plan.recompute, **kw)
+    redo = a_f if plan.recompute == "full" else 0.0
+    return float(np.asarray((a_f + a_dx + redo) / (layer.fwd + layer.dx + layer.dw)).ravel()[0])
+
+
+def print_long_context(runs, pred, chosen) -> None:
+    """Runs beyond the envelope's sequence length (dense): the attention core's share of a layer's predicted time and
+    the factor k on the attention time alone that would close the run's error, k = 1 + (published / predicted - 1) /
+    share. A k that stays flat over the context-parallel degree points at the attention kernel the run's container
+    ran; a k that grows with cp points at the exchange."""
+    rows = [r for r in runs if not r.scenario.model.moe and r.scenario.task.seq_len > ENVELOPE_MAX_SEQ]
+    if not rows:
+        return
+    print("\nlong sequences: attention core's share of a layer's predicted time, and the factor on the attention time "
+          "alone that closes the error")
+    print(f"  {'run':8s} {'tokens':>9s} {'tp':>3s} {'cp':>3s} {'stack':>19s} {'error':>7s} {'share':>6s} {'k':>6s}")
+    for r in rows:
+        plan, perf = chosen[r.name]
+        if plan is None:
+            continue
+        share = attention_share(r, plan, perf)
+        ratio = r.measured_step_s / pred[r.name]
+        print(f"  {r.name:8s} {r.scenario.task.seq_len:9d} {plan.tp:3d} {plan.cp:3d} {r.scenario.stack.name:>19s} "
+              f"{pct(1 / ratio - 1):>7s} {share:6.2f} {1 + (ratio - 1) / share:6.2f}")
+
+
 def print_fsdp_scaling(cat) -> None:
     """ZeRO-3 / FSDP from one host to 16 (issue 23 item 4): Llama 3 8B, BF16, 8192 tokens per card (one
     sequence a card, tokens per card fixed), H100 with the catalog's parameters, the step at each card count
@@ -556,6 +590,7 @@ def main(argv=None) -> int:
     ok &= print_coverage(runs, loso)
     ok &= print_memory(runs, mem_fit)
     print_residual_sigma(runs, loo, loso)
+    print_long_context(runs, pred, chosen)
     print_fsdp_scaling(cat)
     print("\nissue 35 targets (per table, per stack and per card: median |error| <= 5 %, max <= 15 %, signed median "
           "within +-2 %; leave-one-source-out median <= 8 %; LOSO coverage of the stated sigma >= 60 % within 1 sigma "

@@ -133,6 +133,8 @@ class PerfKeys:
     attention_bwd_ratio: float | None = key(fraction(), help="attention backward speed against the forward's")
     portable_attention_ratio: float | None = key(fraction(), help="attention kernels not written for the card "
                                                  "(FlashAttention-2 on Hopper) against attention_efficiency")
+    portable_attention_bwd_ratio: float | None = key(fraction(), help="those kernels' backward speed against "
+                                                     "their forward's")
     overlap_contention: float | None = key(fraction(allow_zero=True), help="slow-down of compute under overlap")
     gemm_k_half: float | None = key(number(), help="GEMM depth at which half the peak is reached")
     sms: int | None = key(whole(1), help="streaming multiprocessors (wave quantisation)")

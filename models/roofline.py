@@ -57,6 +57,8 @@ class PerfParams:
     attention_bwd_ratio: float = 1.0  # flash-attention backward: its fraction of the peak / attention_efficiency
     portable_attention_ratio: float = 1.0  # attention kernels not written for the card's architecture
     # (FlashAttention-2 as PyTorch SDPA runs it on Hopper): their share of the peak / attention_efficiency
+    portable_attention_bwd_ratio: float = 0.0  # those kernels' backward share / their forward share (0: the
+    # card's attention_bwd_ratio)
     overlap_contention: float = 0.0  # share of a hidden collective's time the compute it hides behind still loses
     up_step_latency: float = 0.0  # seconds per ring step inside a scale-up domain (NVLink, Infinity Fabric)
     out_step_latency: float = 0.0  # seconds per ring step once a ring crosses the NICs
@@ -107,10 +109,14 @@ def portable_attention(perf: PerfParams) -> PerfParams:
     """The card's parameters as a stack whose attention kernel is not written for the card reaches them (a stack's
     ``attention_kernel = "portable"``, catalogs/stacks.toml): eta_attn -> eta_attn x portable_attention_ratio.
     H100: FlashAttention-2, PyTorch SDPA's flash backend, reaches 335 TFLOPS causal forward where FlashAttention-3
-    reaches 616 (head dim 128, 16K tokens; Shah et al. 2024): 0.66 x 0.54 = 0.36 of the peak."""
-    if perf.portable_attention_ratio == 1.0:
+    reaches 616 (head dim 128, 16K tokens; Shah et al. 2024): 0.66 x 0.54 = 0.36 of the peak. Its backward runs at
+    its own share of that forward, portable_attention_bwd_ratio (FlashAttention-2: 322 TFLOPS backward against 335
+    forward, 0.96), not at the native kernel's attention_bwd_ratio; 0 keeps the card's."""
+    if perf.portable_attention_ratio == 1.0 and perf.portable_attention_bwd_ratio == 0.0:
         return perf
-    return perf.with_values(attention_efficiency=perf.attention_efficiency * perf.portable_attention_ratio)
+    bwd = perf.portable_attention_bwd_ratio or perf.attention_bwd_ratio
+    return perf.with_values(attention_efficiency=perf.attention_efficiency * perf.portable_attention_ratio,
+                            attention_bwd_ratio=bwd)
 
 
 def tile_quantisation(m: ArrayLike, n: ArrayLike, perf: PerfParams) -> FloatArray:

@@ -163,3 +163,50 @@ def test_calibrate_reports_the_memory_residual_of_a_run_that_ran(tmp_path):
                                    str(tmp_path / "out"), "--fit", "gemm_efficiency"])
     assert res.exit_code == 0, res.output
     assert "Memory residual: r1 ran" in res.output
+
+
+def test_long_context_attention_share_and_closing_factor(published, capsys):
+    """The long-sequence diagnostic: the attention core's share of a layer's time grows with the sequence over NeMo's
+    Llama 2 7B rows (16K -> 1M tokens), and its forward is the hand-derived flash-attention time: L6 (16,384 tokens,
+    TP 2, micro-batch 1) runs 2 T k (d_q + d_v) / t = 2 x 16384 x 8192.5 x 8192 / 2 = 1.0996e12 FLOPs forward per layer,
+    at the H100's 989.4 TFLOPS BF16 dense peak x the catalog's attention efficiency x FlashAttention-2's 335 / 616
+    of FlashAttention-3 (the row's container, nemo-2403, runs the portable kernel; plus one kernel launch). The
+    printed factor k closes the error: predicted x ((1 - share) + share k) = published."""
+    from tpopt.models import steptime
+    from tpopt.models.terms import layer_times as LT
+    vp = _module("validate_published")
+    runs = {r.name: r for r in published}
+    perf = CAT.perf(ACC)
+    shares = []
+    for name in ("L6", "L7", "L8", "L9"):
+        r = runs[name]
+        plan = C.chosen_plan(r, perf)
+        shares.append(vp.attention_share(r, plan, perf))
+    assert all(0.0 < s < 1.0 for s in shares)
+    assert shares == sorted(shares) and shares[-1] > 0.9  # 1M tokens: attention is nearly all of a layer
+    r = runs["L6"]
+    plan = C.chosen_plan(r, perf)
+    sc = C.with_perf(r.scenario, ACC, perf)
+    a_f, _ = steptime.attention_times(sc.model, LT.layout(sc, tp=plan.tp, cp=plan.cp, mb=plan.micro_batch),
+                                      LT.rates(sc, ACC))
+    eta = perf.attention_efficiency * 335.0 / 616.0  # the row's stack (nemo-2403) runs the portable kernel
+    hand = 2.0 * 16384 * (16384 + 1) / 2 * 8192 / 2 / (989.4e12 * eta) + perf.kernel_overhead
+    assert float(a_f) == pytest.approx(hand, rel=0.01)
+    pred = {r.name: float(C.predict(r, perf).step_s[0]) for r in published}
+    chosen = {r.name: (C.chosen_plan(r, perf), perf) for r in published}
+    vp.print_long_context(published, pred, chosen)
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.split()[:1] == ["L6"])
+    share, k = float(line.split()[-2]), float(line.split()[-1])
+    closed = pred["L6"] * ((1 - share) + share * k)
+    assert closed == pytest.approx(r.measured_step_s, rel=0.01)
+    assert not any(ln.split()[:1] == ["M1"] for ln in out.splitlines())  # MoE rows are not listed
+    assert not any(ln.split()[:1] == ["D1"] for ln in out.splitlines())  # nor runs at 8,192 tokens
+
+
+def test_nemo_long_sequence_rows_run_their_container(published):
+    """The long-sequence table names NeMo 24.03.01: its four rows run that container's stack (catalogs/stacks.toml
+    [nemo-2403]); every other Megatron-Core row keeps megatron-core."""
+    stacks = {r.name: r.scenario.stack.name for r in published}
+    assert {stacks[n] for n in ("L6", "L7", "L8", "L9")} == {"nemo-2403"}
+    assert stacks["D1"] == stacks["M1"] == "megatron-core"
