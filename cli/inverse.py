@@ -42,6 +42,8 @@ from tpopt.optimizer.inverse import (
 @click.option("--models", "model_list", default="qwen3", show_default=True,
               help=f"Sizes to choose among: a family ({', '.join(SIZE_FAMILIES)}) or catalog model names, "
                    f"comma-separated.")
+@click.option("--generated", help="Also offer the family's generated sizes: MIN:MAX[:COUNT] parameters (e.g. "
+                                   "1B:100B:8), shapes by the --models family's rule in scaling.toml.")
 @click.option("--tokens", "token_spec", default="10B:2T:16", show_default=True,
               help="Training tokens to choose among: LO:HI[:COUNT] (COUNT values in equal ratios, default 16) "
                    "or a comma-separated list.")
@@ -63,9 +65,9 @@ from tpopt.optimizer.inverse import (
                                                 "implies --front.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @handle_errors
-def inverse(model_list: str, token_spec: str, law: str, target_loss: str | None, unique_tokens: str | None,
-            max_epochs: str, inference_tokens: str | None, serving_price: str | None, serving_mfu: str,
-            front: bool, plot: str | None, as_json: bool, **kw: Any) -> None:
+def inverse(model_list: str, generated: str | None, token_spec: str, law: str, target_loss: str | None,
+            unique_tokens: str | None, max_epochs: str, inference_tokens: str | None, serving_price: str | None,
+            serving_mfu: str, front: bool, plot: str | None, as_json: bool, **kw: Any) -> None:
     """Choose the model size and training tokens: least predicted loss under the budget (--max-cost) by the
     deadline, or least cost for --target-loss; each candidate's plan is the cheapest meeting the date.
 
@@ -79,7 +81,8 @@ def inverse(model_list: str, token_spec: str, law: str, target_loss: str | None,
     asked = ask(raw, kw.get("catalog_dirs") or (), kw["solver"], request_from(kw), models=model_list,
                 tokens=token_spec, law=law, target_loss=target_loss, unique_tokens=unique_tokens,
                 max_epochs=max_epochs, max_cost=kw.get("max_cost"), inference_tokens=inference_tokens,
-                serving_price=serving_price, serving_mfu=serving_mfu, front=front or plot is not None)
+                serving_price=serving_price, serving_mfu=serving_mfu, front=front or plot is not None,
+                generated=generated)
     res, out, q, why, fronts = asked.res, asked.out, asked.question, asked.why, asked.fronts
     if as_json:
         click.echo(dump_json(out), nl=False)
