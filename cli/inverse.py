@@ -34,6 +34,7 @@ from tpopt.optimizer.inverse import (
     Unreachable,
     ask,
 )
+from tpopt.optimizer.result import Request
 
 
 @click.command()
@@ -215,3 +216,43 @@ def _table(res: InverseResult) -> str:
     if any(x.extrapolated for x in res.candidates):
         out.append("  * extrapolated: N or D outside the fit's range")
     return "\n".join(out)
+
+
+#: ``tpopt sweep`` options a loss front takes as single values (the fronts sweep the budget and the deadline).
+SINGLE = ("deadline", "reserved", "efficiency", "max_cards", "max_cost", "seq_len", "global_batch")
+#: ``tpopt sweep`` options a loss front does not use.
+UNUSED = ("tokens", "card_hour", "confidence")
+
+
+def sweep_loss_fronts(kw: dict[str, Any], models: str, tokens: str, law: str, solver: str,
+                      time_limit: float | None, plot: str | None, as_json: bool) -> None:
+    """``tpopt sweep --loss-front MODELS``: the fronts of ``tpopt inverse --front`` (least predicted loss against
+    the budget and against the deadline) on the sweep's scenario, printed (or ``--json``) and drawn at ``--plot``
+    as ``tpopt inverse --plot`` draws them."""
+    for key in UNUSED:
+        if kw.get(key) is not None:
+            flag = "--" + key.replace("_", "-")
+            raise InputError(f"{flag} is not used by sweep --loss-front" + (" (the token values are --loss-tokens)"
+                                                                             if key == "tokens" else "; drop it"))
+    for key in SINGLE:
+        value = kw.get(key)
+        if value is not None and any(c in str(value) for c in ":,"):
+            raise InputError(f"--{key.replace('_', '-')} {value}: sweep --loss-front takes one value (the fronts "
+                             f"sweep the budget and the deadline)")
+    if plot is not None:
+        check_plot_path(plot)
+    raw = with_overrides(read_scenario_file(scenario_source(kw)), overrides_from(kw))
+    req = Request() if time_limit is None else Request(time_limit=time_limit)
+    asked = ask(raw, kw.get("catalog_dirs") or (), solver, req, models=models, tokens=tokens, law=law,
+                max_cost=kw.get("max_cost"), front=True)
+    q, fronts = asked.question, asked.fronts
+    assert fronts is not None
+    if as_json:
+        click.echo(dump_json({"law": asked.out["law"], "budget": q.budget, "models": list(q.models),
+                              "tokens_grid": list(q.tokens), **asked.out["front"]}), nl=False)
+    else:
+        click.echo(f"tpopt sweep --loss-front: {len(q.models)} sizes x {len(q.tokens)} token values, each point the "
+                   f"least predicted loss whose cheapest plan meets the date (as tpopt inverse)\n"
+                   + front_text(q, *fronts), nl=False)
+    if plot is not None:
+        plot_fronts(fronts[0], fronts[1], q.law.name, plot)
