@@ -108,6 +108,12 @@ def result_text(res: InverseResult, out: dict[str, Any]) -> str:
         lines.append(f"Data: {fmt_count(q.unique_tokens)} unique tokens, up to {q.max_epochs:g} epochs; repeats count "
                      f"as effective data D' = U + U R* (1 - exp(-R/R*)), R* = {q.repeat_decay:g} "
                      f"({out['data_constrained']['source']})")
+    if q.target_loss is not None:
+        lines.append("Tokens: each size's fewest reaching the target, D = (B / (target - E - A/N^alpha))^(1/beta) "
+                     + ("through the effective data inverted, D = U (1 - R* ln(1 - (D'/U - 1)/R*)) beyond U, "
+                        if q.unique_tokens is not None else "")
+                     + f"rounded up to a whole token, at least {fmt_count(q.tokens[0], 4)} and at most "
+                     + f"{fmt_count(q.tokens[-1], 4)} (the --tokens range)")
     if q.inference_tokens:
         lines.append(f"Serving: {fmt_count(q.inference_tokens)} inference tokens at 2 N FLOPs each, "
                      f"{q.serve_usd_per_pflop:.4g} USD per 1e15 FLOP ({q.serving_basis}); each size's cost is "
