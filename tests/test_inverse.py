@@ -411,3 +411,24 @@ def test_bad_serving_and_plot_input_is_one_line(args: tuple[str, ...], words: st
     p = tpopt("inverse", *args)
     assert p.returncode == 2, p.stdout[-500:]
     assert words in p.stderr and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+
+
+def test_least_cost_with_limited_data_repeats_exactly_what_the_target_needs(scenario_file: Path) -> None:
+    """Qwen3-0.6B, loss 2.5, 20B unique tokens, up to 4 epochs: eq. 10 solved for D gives the effective data
+    D' the target needs (above U, so repeats); Muennighoff et al. 2023's D' = U + U R* (1 - exp(-R / R*)) solved
+    for R gives R = -R* ln(1 - (D'/U - 1) / R*), the tokens D = U (1 + R), rounded up. With 1 epoch only the
+    data binds."""
+    n, unique, decay = 596_049_920, 20e9, 15.4
+    d_eff = (410.7 / (2.5 - 1.69 - 406.4 / n ** 0.34)) ** (1 / 0.28)
+    assert unique < d_eff < 4 * unique
+    repeats = -decay * math.log(1 - (d_eff / unique - 1) / decay)
+    tokens = unique * (1 + repeats)
+    assert tokens > d_eff  # a repeated token is worth less than a fresh one
+    out = inverse_json(scenario_file, "--models", "qwen3-0.6b", "--target-loss", "2.5", "--unique-tokens", "20B",
+                       "--max-epochs", "4")
+    c = out["chosen"]
+    assert c["tokens"] == pytest.approx(math.ceil(tokens), abs=1.0)
+    assert c["effective_tokens"] == pytest.approx(d_eff, rel=1e-6)
+    assert c["loss"] == pytest.approx(2.5, abs=1e-9) and c["loss"] <= 2.5
+    out = inverse_json(scenario_file, "--models", "qwen3-0.6b", "--target-loss", "2.5", "--unique-tokens", "20B")
+    assert out["chosen"] is None and out["candidates"][0]["binds"] == "data"
