@@ -432,3 +432,28 @@ def test_least_cost_with_limited_data_repeats_exactly_what_the_target_needs(scen
     assert c["loss"] == pytest.approx(2.5, abs=1e-9) and c["loss"] <= 2.5
     out = inverse_json(scenario_file, "--models", "qwen3-0.6b", "--target-loss", "2.5", "--unique-tokens", "20B")
     assert out["chosen"] is None and out["candidates"][0]["binds"] == "data"
+
+
+@pytest.mark.parametrize("budget", ["3000", "300000"])
+def test_budget_alone_with_generated_sizes_near_the_closed_form_frontier(scenario_file: Path, budget: str) -> None:
+    """The budget alone binding, the Qwen3 rule's generated sizes offered too (18 sizes from 0.3B to 40B): the
+    answer is no worse than the listed sizes' alone (they are a subset), and the chosen (N, D) lies within 0.1 %
+    of the least loss the closed form allows for the compute it buys, C = 6 N D: L(N_opt, C / (6 N_opt)) with
+    N_opt = G (C/6)^(beta/(alpha+beta)), G = (alpha A / (beta B))^(1/(alpha+beta)) (Hoffmann et al. 2022, eq. 4).
+    (Which size is cheapest per FLOP differs with the plan, so the budget does not buy one fixed compute and the
+    chosen N need not bracket N_opt as finely as the sizes are spaced.)"""
+    def ask(*extra: str) -> dict:
+        p = tpopt("inverse", "--scenario", str(scenario_file), "--deadline", "100000d", "--reserved", "0d",
+                  "--models", "qwen3", "--tokens", "1B:100T:100", "--max-cost", budget, "--json", *extra)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
+
+    out, listed = ask("--generated", "0.3B:40B:16"), ask()
+    c = out["chosen"]
+    assert c["binds"] == "budget" and len(out["candidates"]) == 18
+    assert c["loss"] <= listed["chosen"]["loss"]
+    alpha, beta, a, b = 0.34, 0.28, 406.4, 410.7
+    g = (alpha * a / (beta * b)) ** (1 / (alpha + beta))
+    n_opt = g * (c["params"] * c["tokens"]) ** (beta / (alpha + beta))
+    least = chinchilla(n_opt, c["params"] * c["tokens"] / n_opt)
+    assert least <= c["loss"] <= least * 1.001, (c["model"], n_opt)
