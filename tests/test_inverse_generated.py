@@ -130,3 +130,11 @@ def test_bad_generated_is_one_line(args: tuple[str, ...], words: str) -> None:
     p = subprocess.run([sys.executable, "-m", "tpopt", "inverse", "--hw", "h100-sxm", "--deadline", "30d", *args],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode != 0 and words in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_api_takes_generated(files: tuple[Path, Path]) -> None:
+    """tpopt.inverse(generated=...) is the command's --generated: the same 2,000 USD answer as above."""
+    import tpopt
+
+    out = tpopt.inverse(str(files[0]), models="qwen3", generated="0.5B:2B:3", tokens=list(GRID), max_cost=2000)
+    assert out["chosen"]["model"] == "qwen3-h1536-l29" and len(out["candidates"]) == 9
