@@ -50,7 +50,8 @@ from tpopt.optimizer.result import Request
                    "or a comma-separated list.")
 @click.option("--law", default="chinchilla", show_default=True,
               help="Scaling-law fit of scaling.toml (built in: chinchilla, besiroglu; more via --catalog).")
-@click.option("--target-loss", help="Least cost reaching this predicted loss (default: least loss under --max-cost).")
+@click.option("--target-loss", help="Least cost reaching this predicted loss, each size trained on exactly the tokens "
+                                    "it needs within the --tokens range (default: least loss under --max-cost).")
 @click.option("--unique-tokens", help="Unique tokens of data available, e.g. 500B (default: unlimited).")
 @click.option("--max-epochs", default="1", show_default=True,
               help="Epochs allowed over the unique tokens; repeats count as Muennighoff et al.'s effective data.")

@@ -138,3 +138,41 @@ def test_api_takes_generated(files: tuple[Path, Path]) -> None:
 
     out = tpopt.inverse(str(files[0]), models="qwen3", generated="0.5B:2B:3", tokens=list(GRID), max_cost=2000)
     assert out["chosen"]["model"] == "qwen3-h1536-l29" and len(out["candidates"]) == 9
+
+
+RULE = """[shape_rule.mine]
+width_step = 1024
+min_hidden = 1024
+max_hidden = 4096
+depth_coef = 12.0
+depth_exp = 1.0
+head_dim = 128
+min_heads = 8
+kv_heads = 4
+ffn_ratio = 4.0
+ffn_multiple = 256
+vocab = 32000
+source = "a user's rule"
+"""
+
+
+def test_user_rule_from_catalog(files: tuple[Path, Path], tmp_path: Path) -> None:
+    """A [shape_rule.NAME] under --catalog: --models NAME offers its shapes alone. Width 1024: 12 layers, 8 heads,
+    4 KV heads, FFN 4096, untied 32,000-token embeddings: N = 12 (1024 x 1024 x 2 + 2 x 1024 x 512 + 3 x 1024 x
+    4096 + 2 x 1024) + 2 x 32000 x 1024 + 1024."""
+    (tmp_path / "scaling.toml").write_text(RULE)
+    p = subprocess.run([sys.executable, "-m", "tpopt", "inverse", "--scenario", str(files[0]), "--catalog",
+                        str(tmp_path), "--models", "mine", "--generated", "0.1B:0.3B:1", "--tokens", "10B,20B",
+                        "--json"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    (c,) = json.loads(p.stdout)["candidates"]
+    assert c["model"] == "mine-h1024-l12"
+    assert c["params"] == 12 * (1024 * 1024 * 2 + 2 * 1024 * 512 + 3 * 1024 * 4096 + 2 * 1024) + 2 * 32000 * 1024 + 1024
+
+
+def test_bad_user_rule_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "scaling.toml").write_text(RULE.replace("kv_heads = 4", "kv_heads = 0.5"))
+    p = subprocess.run([sys.executable, "-m", "tpopt", "inverse", "--catalog", str(tmp_path), "--models", "mine",
+                        "--generated", "0.1B:0.3B"], capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "kv_heads must be a positive whole number" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
