@@ -441,13 +441,15 @@ def inverse(source: Source = None, /, *, models: str | Sequence[str] = "qwen3",
             target_loss: str | float | None = None, unique_tokens: str | float | None = None,
             max_epochs: str | float = 1, max_cost: str | float | None = None,
             inference_tokens: str | float | None = None, serving_price: str | float | None = None,
-            serving_mfu: str | float = "0.3", front: bool = False, solver: str = backends.DEFAULT,
+            serving_mfu: str | float = "0.3", front: bool = False, generated: str | None = None,
+            solver: str = backends.DEFAULT,
             time_limit: float = 60.0, seed: int = 0, workers: int = 1, method: str = "auto",
             catalog: str | PathLike[str] | Iterable[str | PathLike[str]] = (), **inputs: Any) -> dict[str, Any]:
     """``tpopt inverse``: the model size (``models``: a family such as ``"qwen3"`` or catalog names) and training
     tokens (``tokens``: ``"LO:HI[:COUNT]"`` or the values) that give the least predicted loss under the budget
     (``max_cost``; None: the scenario's) by the deadline, or the least cost for ``target_loss``; each candidate's
-    plan is the cheapest meeting the date. The command's ``--json`` (:func:`tpopt.optimizer.inverse.ask`)."""
+    plan is the cheapest meeting the date; ``generated``: ``"MIN:MAX[:COUNT]"`` parameters of the family's
+    rule-generated sizes offered too. The command's ``--json`` (:func:`tpopt.optimizer.inverse.ask`)."""
     _reject_plan_fields(inputs, "inverse", takes_plan=False)
     req = _request("cost", 1, time_limit, seed, workers, method)
     sc = scenario(source, inputs, catalog=catalog)
@@ -456,7 +458,7 @@ def inverse(source: Source = None, /, *, models: str | Sequence[str] = "qwen3",
     return ask(sc.raw, sc.catalog_dirs, solver, req, models=models, tokens=tokens, law=law, target_loss=target_loss,
                unique_tokens=unique_tokens, max_epochs=max_epochs, max_cost=max_cost,
                inference_tokens=inference_tokens, serving_price=serving_price, serving_mfu=serving_mfu,
-               front=front).out
+               front=front, generated=generated).out
 
 
 def sites(source: str | PathLike[str] | Mapping[str, Any], /, *, solver: str = backends.DEFAULT,

@@ -34,6 +34,7 @@ from tpopt.optimizer.inverse import (
     Unreachable,
     ask,
 )
+from tpopt.optimizer.result import Request
 
 
 @click.command()
@@ -42,12 +43,15 @@ from tpopt.optimizer.inverse import (
 @click.option("--models", "model_list", default="qwen3", show_default=True,
               help=f"Sizes to choose among: a family ({', '.join(SIZE_FAMILIES)}) or catalog model names, "
                    f"comma-separated.")
+@click.option("--generated", help="Also offer the family's generated sizes: MIN:MAX[:COUNT] parameters (e.g. "
+                                   "1B:100B:8), shapes by the --models family's rule in scaling.toml.")
 @click.option("--tokens", "token_spec", default="10B:2T:16", show_default=True,
               help="Training tokens to choose among: LO:HI[:COUNT] (COUNT values in equal ratios, default 16) "
                    "or a comma-separated list.")
 @click.option("--law", default="chinchilla", show_default=True,
               help="Scaling-law fit of scaling.toml (built in: chinchilla, besiroglu; more via --catalog).")
-@click.option("--target-loss", help="Least cost reaching this predicted loss (default: least loss under --max-cost).")
+@click.option("--target-loss", help="Least cost reaching this predicted loss, each size trained on exactly the tokens "
+                                    "it needs within the --tokens range (default: least loss under --max-cost).")
 @click.option("--unique-tokens", help="Unique tokens of data available, e.g. 500B (default: unlimited).")
 @click.option("--max-epochs", default="1", show_default=True,
               help="Epochs allowed over the unique tokens; repeats count as Muennighoff et al.'s effective data.")
@@ -63,9 +67,9 @@ from tpopt.optimizer.inverse import (
                                                 "implies --front.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @handle_errors
-def inverse(model_list: str, token_spec: str, law: str, target_loss: str | None, unique_tokens: str | None,
-            max_epochs: str, inference_tokens: str | None, serving_price: str | None, serving_mfu: str,
-            front: bool, plot: str | None, as_json: bool, **kw: Any) -> None:
+def inverse(model_list: str, generated: str | None, token_spec: str, law: str, target_loss: str | None,
+            unique_tokens: str | None, max_epochs: str, inference_tokens: str | None, serving_price: str | None,
+            serving_mfu: str, front: bool, plot: str | None, as_json: bool, **kw: Any) -> None:
     """Choose the model size and training tokens: least predicted loss under the budget (--max-cost) by the
     deadline, or least cost for --target-loss; each candidate's plan is the cheapest meeting the date.
 
@@ -79,7 +83,8 @@ def inverse(model_list: str, token_spec: str, law: str, target_loss: str | None,
     asked = ask(raw, kw.get("catalog_dirs") or (), kw["solver"], request_from(kw), models=model_list,
                 tokens=token_spec, law=law, target_loss=target_loss, unique_tokens=unique_tokens,
                 max_epochs=max_epochs, max_cost=kw.get("max_cost"), inference_tokens=inference_tokens,
-                serving_price=serving_price, serving_mfu=serving_mfu, front=front or plot is not None)
+                serving_price=serving_price, serving_mfu=serving_mfu, front=front or plot is not None,
+                generated=generated)
     res, out, q, why, fronts = asked.res, asked.out, asked.question, asked.why, asked.fronts
     if as_json:
         click.echo(dump_json(out), nl=False)
@@ -104,6 +109,12 @@ def result_text(res: InverseResult, out: dict[str, Any]) -> str:
         lines.append(f"Data: {fmt_count(q.unique_tokens)} unique tokens, up to {q.max_epochs:g} epochs; repeats count "
                      f"as effective data D' = U + U R* (1 - exp(-R/R*)), R* = {q.repeat_decay:g} "
                      f"({out['data_constrained']['source']})")
+    if q.target_loss is not None:
+        lines.append("Tokens: each size's fewest reaching the target, D = (B / (target - E - A/N^alpha))^(1/beta) "
+                     + ("through the effective data inverted, D = U (1 - R* ln(1 - (D'/U - 1)/R*)) beyond U, "
+                        if q.unique_tokens is not None else "")
+                     + f"rounded up to a whole token, at least {fmt_count(q.tokens[0], 4)} and at most "
+                     + f"{fmt_count(q.tokens[-1], 4)} (the --tokens range)")
     if q.inference_tokens:
         lines.append(f"Serving: {fmt_count(q.inference_tokens)} inference tokens at 2 N FLOPs each, "
                      f"{q.serve_usd_per_pflop:.4g} USD per 1e15 FLOP ({q.serving_basis}); each size's cost is "
@@ -212,3 +223,43 @@ def _table(res: InverseResult) -> str:
     if any(x.extrapolated for x in res.candidates):
         out.append("  * extrapolated: N or D outside the fit's range")
     return "\n".join(out)
+
+
+#: ``tpopt sweep`` options a loss front takes as single values (the fronts sweep the budget and the deadline).
+SINGLE = ("deadline", "reserved", "efficiency", "max_cards", "max_cost", "seq_len", "global_batch")
+#: ``tpopt sweep`` options a loss front does not use.
+UNUSED = ("tokens", "card_hour", "confidence")
+
+
+def sweep_loss_fronts(kw: dict[str, Any], models: str, tokens: str, law: str, solver: str,
+                      time_limit: float | None, plot: str | None, as_json: bool) -> None:
+    """``tpopt sweep --loss-front MODELS``: the fronts of ``tpopt inverse --front`` (least predicted loss against
+    the budget and against the deadline) on the sweep's scenario, printed (or ``--json``) and drawn at ``--plot``
+    as ``tpopt inverse --plot`` draws them."""
+    for key in UNUSED:
+        if kw.get(key) is not None:
+            flag = "--" + key.replace("_", "-")
+            raise InputError(f"{flag} is not used by sweep --loss-front" + (" (the token values are --loss-tokens)"
+                                                                             if key == "tokens" else "; drop it"))
+    for key in SINGLE:
+        value = kw.get(key)
+        if value is not None and any(c in str(value) for c in ":,"):
+            raise InputError(f"--{key.replace('_', '-')} {value}: sweep --loss-front takes one value (the fronts "
+                             f"sweep the budget and the deadline)")
+    if plot is not None:
+        check_plot_path(plot)
+    raw = with_overrides(read_scenario_file(scenario_source(kw)), overrides_from(kw))
+    req = Request() if time_limit is None else Request(time_limit=time_limit)
+    asked = ask(raw, kw.get("catalog_dirs") or (), solver, req, models=models, tokens=tokens, law=law,
+                max_cost=kw.get("max_cost"), front=True)
+    q, fronts = asked.question, asked.fronts
+    assert fronts is not None
+    if as_json:
+        click.echo(dump_json({"law": asked.out["law"], "budget": q.budget, "models": list(q.models),
+                              "tokens_grid": list(q.tokens), **asked.out["front"]}), nl=False)
+    else:
+        click.echo(f"tpopt sweep --loss-front: {len(q.models)} sizes x {len(q.tokens)} token values, each point the "
+                   f"least predicted loss whose cheapest plan meets the date (as tpopt inverse)\n"
+                   + front_text(q, *fronts), nl=False)
+    if plot is not None:
+        plot_fronts(fronts[0], fronts[1], q.law.name, plot)

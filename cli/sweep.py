@@ -39,6 +39,7 @@ from tpopt.cli.common import (
     scenario_source,
 )
 from tpopt.cli.html_report import sweep_page, write_answer_page
+from tpopt.cli.inverse import sweep_loss_fronts
 from tpopt.cli.plots import FORMATS as PLOT_FORMATS
 from tpopt.cli.progress_line import wanted
 from tpopt.cli.render import console_text as render
@@ -330,13 +331,19 @@ def result_text(result: sw.SweepResult, out: str | None, energy: Energy | None =
                              "(e.g. gcp/us-central1).")
 @click.option("--quiet", "-q", is_flag=True,
               help="No progress bar or notes on stderr (also: TPOPT_QUIET=1 for the bar).")
+@click.option("--loss-front", "loss_front", help="Sizes (a family such as qwen3, or catalog names): sweep the "
+              "budget and the deadline for the least predicted loss instead (tpopt inverse --front; --plot draws it).")
+@click.option("--loss-tokens", default="10B:2T:16", show_default=True,
+              help="--loss-front: the token values to choose among, LO:HI[:COUNT] in equal ratios or a comma list.")
+@click.option("--law", default="chinchilla", show_default=True, help="--loss-front: the scaling-law fit.")
 @click.option("--json", "as_json", is_flag=True, help="Print the front and summary as JSON.")
 @click.option("--html", "html", type=click.Path(dir_okay=False),
               help="Also write the front as one self-contained HTML page (hover a point for its plan; opens offline).")
 @handle_errors
 def sweep(solver: str | None, time_limit: str | float | None, workers: int | None, cluster: str | None,
           out: str | None, force: bool, plot: str | None, plot_breakdown: str | None, breakdown_cards: str | None,
-          pareto: str | None, grid: str | None, quiet: bool, as_json: bool, html: str | None, **kw: Any) -> None:
+          pareto: str | None, grid: str | None, quiet: bool, loss_front: str | None, loss_tokens: str, law: str,
+          as_json: bool, html: str | None, **kw: Any) -> None:
     """Sweep deadlines, hardware and other inputs; report the cost vs finish-time Pareto front.
 
     Example: tpopt sweep --scenario examples/design-case-sweep.toml --hw rtx4090,h100-sxm,a100-80gb-sxm
@@ -357,6 +364,13 @@ def sweep(solver: str | None, time_limit: str | float | None, workers: int | Non
     if time_limit is not None:
         time_limit = time_limit_seconds(time_limit)
         check_run_options(time_limit)  # finite, positive, at most 7 days (as every --time-limit)
+    if loss_front is not None:
+        for flag, given in (("--plot-breakdown", plot_breakdown), ("--cluster", cluster), ("--pareto", pareto),
+                            ("--html", html), ("--out", out), ("--workers", workers)):
+            if given:
+                raise InputError(f"{flag} is not used by sweep --loss-front; drop it")
+        return sweep_loss_fronts(kw, loss_front, loss_tokens, law, backends.DEFAULT if solver in (None, "auto")
+                                 else solver, time_limit, plot, as_json)
     if breakdown_cards and not plot_breakdown:
         raise InputError("--breakdown-cards needs --plot-breakdown")
     if kw.get("confidence"):

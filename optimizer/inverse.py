@@ -6,7 +6,10 @@ Model size (a listed family) and training tokens (a grid) are decisions above th
 the predicted loss comes from a scaling law (:mod:`tpopt.models.scaling`). Objectives:
 
 * ``loss``: the least predicted loss whose cheapest plan meets the date and costs at most the budget;
-* ``cost``: the least cost whose predicted loss is at most a target.
+* ``cost``: the least cost whose predicted loss is at most a target; each size trains on exactly the tokens the
+  target needs (:func:`exact_tokens`: L(N, D) = target solved for D in closed form, through the inverse of
+  Muennighoff's effective data where the data is limited), not a grid value above them: at a fixed size the
+  cost does not decrease in the tokens, so the fewest tokens reaching the target are the cheapest.
 
 Inference-aware (Sardana et al. 2024, Beyond Chinchilla-Optimal): with a stated number of inference tokens T,
 each size's cost adds the serving cost 2 N T FLOPs at a stated price per 1e15 FLOP; the least total picks a
@@ -29,11 +32,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tpopt.catalogs import load_catalog
-from tpopt.catalogs.scaling import load_scaling
+from tpopt.catalogs.scaling import ScalingCatalog, load_scaling
 from tpopt.catalogs.scenario import build_scenario, with_overrides
 from tpopt.errors import InputError
 from tpopt.models import families as F
-from tpopt.models.arch import param_count
+from tpopt.models.arch import ModelArch, param_count
 from tpopt.models.plan import Scenario
 from tpopt.models.scaling import (
     ScalingLaw,
@@ -45,6 +48,7 @@ from tpopt.models.scaling import (
     tokens_for_loss,
     usd_per_pflop,
 )
+from tpopt.models.shapes import ladder
 from tpopt.models.units import parse_count, parse_number
 from tpopt.optimizer import plan as P
 from tpopt.optimizer.explain.inputs import with_deadline
@@ -284,24 +288,39 @@ def _least_cost(s: _Solver, q: InverseQuestion, grid: Sequence[float], cands: li
         c.serve_cost = q.serve_cost(c.params)
         fresh = tokens_for_loss(q.law, c.params, target)
         need = None if fresh is None else repeated_tokens_for(fresh, q.unique_tokens, q.repeat_decay)
-        reach = [t for t in grid if need is not None and t >= need * (1 - 1e-12)]
-        if not reach:
+        exact = None if need is None else exact_tokens(q, c.params, need, target)
+        top = grid[-1] if grid else 0.0
+        if exact is None or exact > top:
             c.binds = LOSS if fresh is None else DATA if q.unique_tokens is not None and (
                 need is None or limit_below(q, need)) else GRID
             c.detail = (f"E + A/N^alpha = {loss(q.law, c.params, math.inf):.4f} is above the target"
                         if fresh is None else f"needs {fresh:.3g} effective tokens, beyond the allowed tokens")
             continue
-        solved = s(c.model, reach[0])
+        tokens = min(max(exact, q.tokens[0]), top)
+        solved = s(c.model, tokens)
         if not solved.allowed(q.train_budget(c.params)):
-            c.binds, c.detail = _unsolvable_why(s, c.model, reach[0], q.train_budget(c.params))
-            c.tokens = reach[0]
+            c.binds, c.detail = _unsolvable_why(s, c.model, tokens, q.train_budget(c.params))
+            c.tokens = tokens
             continue
         _fill(c, q, solved)
-        c.binds, c.detail = LOSS, f"the fewest tokens of the grid reaching loss <= {target:g}"
+        c.binds, c.detail = LOSS, (f"the fewest tokens reaching loss <= {target:g}"
+                                   + ("" if tokens == exact else " (the --tokens range's least)"))
         total, best_total = c.total_cost, None if best is None else best.total_cost
         if best is None or (total is not None and best_total is not None and total < best_total):
             best = c
     return best
+
+
+def exact_tokens(q: InverseQuestion, params: float, need: float, target: float) -> float | None:
+    """The fewest whole tokens whose predicted loss is at most ``target``: ``need`` (the closed-form inverse of
+    L(N, D) = target for D, through Muennighoff's effective data where the data is limited) rounded up to a
+    whole token, one token more where floating-point rounding leaves the loss a hair above the target; None
+    beyond the data limit (unique tokens x epochs)."""
+    tokens = float(math.ceil(need))
+    if predicted_loss(q, params, tokens)[0] > target:
+        tokens += 1.0
+    limit = q.data_limit
+    return None if limit is not None and tokens > limit else tokens
 
 
 def _less_serving(q: InverseQuestion) -> str:
@@ -505,23 +524,34 @@ def ask(raw: dict[str, Any], catalog_dirs: Sequence[str], backend: str, req: Req
         law: str = "chinchilla", target_loss: str | float | None = None, unique_tokens: str | float | None = None,
         max_epochs: str | float = "1", max_cost: str | float | None = None, inference_tokens: str | float | None = None,
         serving_price: str | float | None = None, serving_mfu: str | float = str(SERVING_MFU),
-        front: bool = False) -> Asked:
+        front: bool = False, generated: str | None = None) -> Asked:
     """``tpopt inverse``'s question on the scenario tables ``raw`` (the model and tokens replaced by each
     candidate's) and its answer, shared by the command and :func:`tpopt.api.inverse`. ``models``: a family of
     :data:`SIZE_FAMILIES` or catalog names (a list or comma-separated); ``tokens``: ``LO:HI[:COUNT]`` or the
     values; ``max_cost``: the budget (None: the scenario's ``[cost] max_cost``, if any); ``inference_tokens``,
     ``serving_price``, ``serving_mfu``: the serving cost (:func:`serving_fields`); ``front``: the loss fronts
-    too. Where a target loss is unreachable, :func:`explain_unreachable` says what reaches it."""
+    too; ``generated``: ``MIN:MAX[:COUNT]`` parameters, the family's shape rule's sizes in that range offered next
+    to the listed ones (:func:`generated_sizes`). Where a target loss is unreachable, :func:`explain_unreachable`
+    says what reaches it."""
     scaling = load_scaling(catalog_dirs)
     cat = load_catalog(catalog_dirs)
+    shapes = generated_sizes(scaling, models, generated)
+    if shapes:
+        cat = replace(cat, models={**cat.models, **{a.name: a for a in shapes}})
     budget = None if max_cost is None else parse_number(max_cost, "--max-cost", allow_zero=False)
 
     def build(model: str, n_tokens: float) -> Scenario:
         sc = build_scenario(with_overrides(raw, {"model.name": model, "task.tokens": n_tokens}), cat)
         return replace(sc, cost=replace(sc.cost, max_cost=None))  # the budget is the outer decision's
 
-    names = (SIZE_FAMILIES.get(models) or tuple(m.strip() for m in models.split(",") if m.strip())) \
-        if isinstance(models, str) else tuple(models)
+    if not isinstance(models, str):
+        names = tuple(models)
+    elif models in SIZE_FAMILIES or shapes:
+        names = SIZE_FAMILIES.get(models, ())
+    else:
+        names = tuple(m.strip() for m in models.split(",") if m.strip())
+    if shapes:  # listed and generated sizes together, smallest first
+        names = tuple(sorted({*names, *(a.name for a in shapes)}, key=lambda m: param_count(cat.model(m))))
     if not names:
         raise InputError("--models: no model given")
     for m in names:
@@ -548,6 +578,28 @@ def ask(raw: dict[str, Any], catalog_dirs: Sequence[str], backend: str, req: Req
         asked.out["front"] = {"cost": [point_dict(p) for p in by_cost], "date": [point_dict(p) for p in by_date],
                               "solves": n_cost + n_date}
     return asked
+
+
+def generated_sizes(scaling: ScalingCatalog, family: str | Sequence[str], spec: str | None) -> list[ModelArch]:
+    """The family's generated shapes (:func:`tpopt.models.shapes.ladder`) for ``MIN:MAX[:COUNT]`` parameters
+    (COUNT default 8), or none without ``spec``; ``family`` names the shape rule (``--models``)."""
+    if spec is None:
+        return []
+    if not isinstance(family, str) or family not in scaling.rules:
+        raise InputError(f"--generated needs --models naming a family with a shape rule "
+                         f"({', '.join(sorted(scaling.rules))}), got {family!r}")
+    parts = spec.split(":")
+    if len(parts) not in (2, 3):
+        raise InputError(f"--generated {spec!r}: give MIN:MAX or MIN:MAX:COUNT parameters, e.g. 1B:100B:8")
+    lo, hi = (parse_count(p, "--generated", allow_zero=False) for p in parts[:2])
+    count = int(parse_number(parts[2], "--generated count", allow_zero=False)) if len(parts) == 3 else 8
+    if lo > hi or not 1 <= count <= 64:
+        raise InputError(f"--generated {spec!r}: MIN must be at most MAX and COUNT 1 to 64")
+    shapes = ladder(scaling.rule(family), lo, hi, count)
+    if not shapes:
+        raise InputError(f"--generated {spec!r}: the {family} rule has no shape between {lo:.3g} and {hi:.3g} "
+                         f"parameters")
+    return shapes
 
 
 def tokens_of(spec: str | Sequence[float | str]) -> tuple[float, ...]:
