@@ -53,7 +53,6 @@ JOB_FAMILIES = (F.DEADLINE, F.BUDGET, F.STEP_BUDGET, F.INPUT_THROUGHPUT, F.CHECK
 POOL_FAMILIES = tuple(n for n in CONSTRAINT_NAMES if n not in JOB_FAMILIES)
 """Families every pool's group meets at its share, exactly as a homogeneous plan does."""
 LAYOUT_KEYS = ("tp", "pp", "zero_stage", "micro_batch", "dp")
-MAX_POOLS = 2
 T_Plan = TypeVar("T_Plan")
 
 
@@ -181,10 +180,10 @@ class Pick:
 class PoolsSolve:
     tables: list[PoolTable]
     best: Pick | None  # the cheapest plan over the whole space (mixed or one pool alone)
-    mixed: Pick | None  # the cheapest plan that uses every pool
+    mixed: Pick | None  # the cheapest plan that uses two pools or more
     alone: list[Pick | None]  # the cheapest plan of each pool alone
     fastest: list[Pick | None]  # each pool's fastest plan alone, the deadline and the budget aside
-    plans: int  # (layout, layout, share) points the search compared
+    plans: int  # plans the search formed: one-pool plans, then partial and complete plans over the pools
     wall_s: float
     objective: str = "cost"  # "cost" (ties: the earlier finish) or "finish" (ties: the lower cost)
     relaxations: list[dict[str, Any]] = field(default_factory=list)  # no plan: "pool availability" per rented pool
@@ -211,9 +210,6 @@ def solve_pools(sc: Scenario, objective: str = "cost", relax: bool = True) -> Po
     pools, exactly (see the module), with each pool alone for the comparison; ``relax``: where no plan exists,
     the "pool availability" relaxation of each rented pool (:func:`relax_pool_availability`)."""
     t0 = time.process_time()
-    if len(sc.pools) > MAX_POOLS:
-        raise InputError(f"hardware.pools: at most {MAX_POOLS} pools are planned in this version "
-                         f"(got {len(sc.pools)})")
     batch = sc.task.global_batch
     shares = share_list(batch)
     tables = [pool_table(sc, p, shares) for p in sc.pools]
@@ -282,20 +278,236 @@ def solve_pools(sc: Scenario, objective: str = "cost", relax: bool = True) -> Po
         fastest.append(_best(candidates[before:], "finish"))
         del candidates[before:]
     mixed: Pick | None = None
-    if len(tables) == 2:
-        before = len(candidates)
-        r0, r1 = np.arange(len(tables[0].layouts)), np.arange(len(tables[1].layouts))
-        for b0 in range(1, batch):
-            c0 = np.isfinite(tables[0].steps[:, b0 - 1])
-            c1 = np.isfinite(tables[1].steps[:, batch - b0 - 1])
-            if c0.any() and c1.any():
-                consider((0, 0), (r0[c0], r1[c1]), (b0, batch - b0))
-        mixed = _best(candidates[before:], objective)
+    if len(tables) > 1:
+        beat = np.inf  # the best plan over fewer pools bounds the search over all of them
+        if len(tables) > 2:
+            for pair in itertools.combinations(range(len(tables)), 2):
+                sub, formed = search_pools(sc, [tables[g] for g in pair], grad_bytes, objective)
+                plans += formed
+                got = mixed_pick(sc, [tables[g] for g in pair], sub, grad_bytes, objective)
+                beat = min(beat, _key(got, objective)[0]) if got is not None else beat
+        final, formed = search_pools(sc, tables, grad_bytes, objective, beat)
+        plans += formed
+        mixed = mixed_pick(sc, tables, final, grad_bytes, objective)
     best = _best([p for p in (*alone, mixed) if p is not None], objective)
     rels = [relax_pool_availability(sc, g, objective) for g, p in enumerate(sc.pools)
             if not p.owned] if best is None and relax else []
     return PoolsSolve(tables=tables, best=best, mixed=mixed, alone=alone, fastest=fastest, plans=plans,
                       wall_s=time.process_time() - t0, objective=objective, relaxations=rels)
+
+
+# ---------------------------------------------------------------------------------------------
+# the search over k pools: (share, card count) options per pool, combined pool by pool
+
+
+@dataclass
+class Options:
+    """One pool's choices: every (share, card count) its layouts admit, with the fastest layout of that card
+    count at that share (another layout with the same cards at the same share is never better: the job's
+    cards, hosts, bill and input supply are the same and its step no shorter; ties: the earlier row). The
+    first option, share 0 and 0 cards, leaves the pool out."""
+
+    share: np.ndarray[Any, Any]
+    cards: np.ndarray[Any, Any]
+    hosts: np.ndarray[Any, Any]
+    step: np.ndarray[Any, Any]
+    supply: np.ndarray[Any, Any]
+    row: np.ndarray[Any, Any]  # the layout (row of the pool's table); -1: the pool left out
+
+
+def pool_options(tab: PoolTable) -> Options:
+    """The pool's :class:`Options` from its table (see there)."""
+    if not len(tab.cards):
+        z = np.zeros(1, dtype=int)
+        return Options(share=z, cards=z, hosts=z, step=np.zeros(1), supply=np.zeros(1), row=np.full(1, -1))
+    order = np.lexsort((np.arange(len(tab.cards)), tab.cards))  # rows by card count, stable
+    cards = tab.cards[order]
+    starts = np.flatnonzero(np.r_[True, cards[1:] != cards[:-1]])
+    ends = np.r_[starts[1:], len(order)]
+    steps = tab.steps[order]  # rows x shares
+    arg = np.stack([order[lo + np.argmin(steps[lo:hi], axis=0)] for lo, hi in zip(starts, ends, strict=True)])
+    best = np.take_along_axis(tab.steps, arg, axis=0)  # card counts x shares
+    u, j = np.nonzero(np.isfinite(best))
+    order = np.lexsort((u, j))  # by share, then card count
+    u, j = u[order], j[order]
+    rows = arg[u, j]
+    return Options(share=np.r_[0, j + 1], cards=np.r_[0, tab.cards[rows]], hosts=np.r_[0, tab.hosts[rows]],
+                   step=np.r_[0.0, best[u, j]], supply=np.r_[0.0, tab.supply[rows]], row=np.r_[-1, rows])
+
+
+FIELDS = ("c", "t", "n", "r", "h", "bw", "p", "s", "rows", "shares", "cards")
+
+
+@dataclass
+class States:
+    """Partial plans over the first pools, one per entry: the batch taken ``c``, the slowest group ``t``, the
+    cards ``n``, the bill per hour ``r``, the fewest hosts ``h`` and the slowest per-host bandwidth ``bw`` of
+    the pools used (inf: none yet), the pools used ``p``, the input supply ``s``; per pool so far, the option
+    layout (``rows``, a row of its table; -1: left out), its share and its cards."""
+
+    c: np.ndarray[Any, Any]
+    t: np.ndarray[Any, Any]
+    n: np.ndarray[Any, Any]
+    r: np.ndarray[Any, Any]
+    h: np.ndarray[Any, Any]
+    bw: np.ndarray[Any, Any]
+    p: np.ndarray[Any, Any]
+    s: np.ndarray[Any, Any]
+    rows: np.ndarray[Any, Any]
+    shares: np.ndarray[Any, Any]
+    cards: np.ndarray[Any, Any]
+
+    @classmethod
+    def start(cls) -> States:
+        """The empty plan: no pool chosen yet."""
+        z, one = np.zeros(1, dtype=int), np.full(1, np.inf)
+        return cls(c=z, t=np.zeros(1), n=z, r=np.zeros(1), h=one, bw=one, p=z, s=np.zeros(1),
+                   rows=np.zeros((1, 0), dtype=int), shares=np.zeros((1, 0), dtype=int),
+                   cards=np.zeros((1, 0), dtype=int))
+
+    def take(self, keep: np.ndarray[Any, Any]) -> States:
+        return States(*(getattr(self, f)[keep] for f in FIELDS))
+
+
+def extend(st: States, opt: Options, price: float, bw: float, last: bool, batch: int) -> States:
+    """Every partial plan with every option of the next pool: the last pool takes what is left, ``B - c``
+    (nothing when the batch is taken); another takes any share that fits, or none."""
+    shares, first = np.unique(opt.share, return_index=True)  # the options are sorted by share
+    ends = np.r_[first[1:], len(opt.share)]
+    where = {int(s): np.arange(a, b) for s, a, b in zip(shares, first, ends, strict=True)}
+    pairs: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
+    if last:
+        for c in np.unique(st.c):
+            ks = where.get(batch - int(c))
+            if ks is not None:
+                i = np.flatnonzero(st.c == c)
+                pairs.append((np.repeat(i, ks.size), np.tile(ks, i.size)))
+    else:
+        for s, ks in where.items():
+            i = np.flatnonzero(st.c + s <= batch)
+            pairs.append((np.repeat(i, ks.size), np.tile(ks, i.size)))
+    i = np.concatenate([a for a, _ in pairs]) if pairs else np.zeros(0, dtype=int)
+    k = np.concatenate([b for _, b in pairs]) if pairs else np.zeros(0, dtype=int)
+    used = opt.row[k] >= 0
+    return States(c=st.c[i] + opt.share[k], t=np.maximum(st.t[i], opt.step[k]), n=st.n[i] + opt.cards[k],
+                  r=st.r[i] + price * opt.cards[k], h=np.where(used, np.minimum(st.h[i], opt.hosts[k]), st.h[i]),
+                  bw=np.where(used, np.minimum(st.bw[i], bw), st.bw[i]), p=st.p[i] + used,
+                  s=st.s[i] + opt.supply[k], rows=np.column_stack([st.rows[i], opt.row[k]]),
+                  shares=np.column_stack([st.shares[i], opt.share[k]]),
+                  cards=np.column_stack([st.cards[i], opt.cards[k]]))
+
+
+def cross_s(st: States, grad_bytes: float) -> np.ndarray[Any, Any]:
+    """Each plan's cross-pool all-reduce (:func:`tpopt.models.pools.cross_pool_s` over the pools used). It only
+    grows as pools are added (more pools in the ring, no more hosts, no faster fabric), so a partial plan's is
+    a lower bound of its completions'."""
+    ring = np.array([PM.cross_pool_bytes(grad_bytes, q) for q in range(int(st.p.max(initial=0)) + 1)])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(st.p > 1, ring[st.p] / (st.h * st.bw), 0.0)
+
+
+def least_overhead(sc: Scenario, most_cards: int) -> np.ndarray[Any, Any]:
+    """``L_min(n) = min_{n <= m <= M} L(m)``: the least checkpoint and failure overhead a plan with ``n`` cards
+    so far can end with (``M``: all the pools' cards; no monotonicity of ``L`` assumed)."""
+    lo, _, _ = _job(sc, np.arange(most_cards + 1), np.ones(most_cards + 1))
+    return np.minimum.accumulate(np.asarray(lo, dtype=float)[::-1])[::-1]
+
+
+def bounds(st: States, sc: Scenario, grad_bytes: float, least: np.ndarray[Any, Any]
+           ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Lower bounds of the finish and the bill of every completion of each partial plan: its step is at least
+    ``t`` + the partial cross-pool time (:func:`cross_s`), its overhead at least ``L_min(n)``
+    (:func:`least_overhead`), its bill at least ``r`` per hour."""
+    step = st.t + cross_s(st, grad_bytes)
+    finish = sc.task.reserved_s + T.iteration_count(sc) * step * (1.0 + least[st.n])
+    with np.errstate(invalid="ignore"):
+        return finish, np.where(st.r > 0, st.r * finish / HOUR, 0.0)
+
+
+def prune(st: States, sc: Scenario, grad_bytes: float, least: np.ndarray[Any, Any], fastest_split: bool,
+          beat: tuple[str, float]) -> States:
+    """Drop the partial plans no completion can make feasible or better than ``beat`` (the objective and the
+    best value a plan of the space already reached: ``"cost"`` or ``"finish"``), then (``fastest_split``)
+    keep one per batch taken and cards of each pool so far: the one with the fastest slowest group (ties: the
+    lower shares in pool order). Exact: a bound (:func:`bounds`) past the deadline, the budget or ``beat``
+    rules out every completion (``beat`` with a 1e-9 margin, so ties survive); and two partial plans with the
+    same batch taken and the same cards per pool complete alike (same cards, hosts, fabric, bill and supply),
+    the faster never worse. With an input pipeline a faster step can outrun the supply, so ``fastest_split``
+    is off there."""
+    finish, bill = bounds(st, sc, grad_bytes, least)
+    reach = finish if beat[0] == "finish" else bill
+    st = st.take(np.flatnonzero((finish <= F.limit(F.DEADLINE, sc)) & (bill <= F.limit(F.BUDGET, sc))
+                                & (reach <= beat[1] * (1 + 1e-9))))
+    if not fastest_split or not st.c.size:
+        return st
+    order = np.lexsort((*st.shares.T[::-1], st.t, *st.cards.T[::-1], st.c))
+    key = np.column_stack([st.c, st.cards])[order]
+    first = np.r_[True, np.any(key[1:] != key[:-1], axis=1)]
+    return st.take(order[first])
+
+
+def viable(opt: Options, sc: Scenario, grad_bytes: float, least: np.ndarray[Any, Any], price: float, bw: float,
+           beat: tuple[str, float]) -> Options:
+    """The pool's options that can be part of a feasible plan better than ``beat`` (each option's own
+    :func:`bounds` as a one-pool partial plan; leaving the pool out always can)."""
+    used = opt.row >= 0
+    one = States(c=opt.share, t=opt.step, n=opt.cards, r=price * opt.cards, h=np.where(used, opt.hosts, np.inf),
+                 bw=np.where(used, bw, np.inf), p=used.astype(int), s=opt.supply, rows=opt.row[:, None],
+                 shares=opt.share[:, None], cards=opt.cards[:, None])
+    finish, bill = bounds(one, sc, grad_bytes, least)
+    reach = finish if beat[0] == "finish" else bill
+    keep = ~used | ((finish <= F.limit(F.DEADLINE, sc)) & (bill <= F.limit(F.BUDGET, sc))
+                    & (reach <= beat[1] * (1 + 1e-9)))
+    return Options(*(getattr(opt, f)[keep] for f in ("share", "cards", "hosts", "step", "supply", "row")))
+
+
+def search_pools(sc: Scenario, tables: list[PoolTable], grad_bytes: float, objective: str = "cost",
+                 beat: float = np.inf) -> tuple[States, int]:
+    """Every plan over the pools (each pool's share and card count, the batch whole), pool by pool with
+    :func:`prune` after each; each pool's options that cannot be part of a feasible plan better than ``beat``
+    dropped first (their one-pool bound). Returns the complete plans left and the count of partial plans
+    formed."""
+    batch = sc.task.global_batch
+    opts = [pool_options(t) for t in tables]
+    least = least_overhead(sc, int(sum(int(o.cards.max()) for o in opts)))
+    fastest_split = all(np.isinf(t.supply).all() for t in tables)
+    st, formed = States.start(), 0
+    for g, (tab, opt) in enumerate(zip(tables, opts, strict=True)):
+        opt = viable(opt, sc, grad_bytes, least, tab.pool.price_card_hour, tab.host_bw, (objective, beat))
+        st = extend(st, opt, tab.pool.price_card_hour, tab.host_bw, g == len(tables) - 1, batch)
+        formed += st.c.size
+        st = prune(st, sc, grad_bytes, least, fastest_split, (objective, beat))
+    return st, formed
+
+
+def mixed_pick(sc: Scenario, tables: list[PoolTable], st: States, grad_bytes: float, objective: str) -> Pick | None:
+    """The best complete plan using two pools or more that meets the job's limits (the input supply, the
+    deadline, the budget): the least cost (within 1e-12, then the earliest finish) or the earliest finish
+    (then the least cost); ties: the lower shares in pool order."""
+    st = st.take(np.flatnonzero(st.p > 1))
+    if not st.c.size:
+        return None
+    cross = cross_s(st, grad_bytes)
+    step = st.t + cross
+    lo, tau, finish = _job(sc, st.n, step)
+    with np.errstate(invalid="ignore"):
+        cost = np.where(np.isfinite(finish), st.r * finish / HOUR, np.inf)
+        ok = (np.isfinite(step) & (sc.task.global_batch / step <= st.s) & (finish <= F.limit(F.DEADLINE, sc))
+              & (cost <= F.limit(F.BUDGET, sc)))
+    if not ok.any():
+        return None
+    first, second = (cost, finish) if objective == "cost" else (finish, cost)
+    key = np.where(ok, first, np.inf)
+    tie = np.flatnonzero(ok & (key <= key.min() * (1 + 1e-12)))
+    i = int(tie[np.lexsort((*st.shares[tie].T[::-1], second[tie]))[0]])
+    rows = tuple(int(r) if r >= 0 else None for r in st.rows[i])
+    shares = tuple(int(x) for x in st.shares[i])
+    return Pick(rows=rows, shares=shares,
+                group_steps_s=tuple(float(tables[g].steps[r, shares[g] - 1]) for g, r in enumerate(rows)
+                                    if r is not None),
+                cross_s=float(cross[i]), step_s=float(step[i]), overhead=float(lo[i]),
+                save_interval_s=float(tau[i]), finish_s=float(finish[i]), cost=float(cost[i]),
+                cards=tuple(int(x) for x in st.cards[i]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -445,7 +657,7 @@ def verdict(ps: PoolsSolve) -> list[str]:
         why = (f"its fastest plan finishes in {f.finish_s / DAY:.2f} d for {f.cost:,.0f} USD" if f is not None
                else "no layout of it fits")
         if m is None:
-            out.append(f"no plan uses both pools; {name} alone: "
+            out.append(f"no plan uses {'both pools' if len(ps.tables) == 2 else 'two pools or more'}; {name} alone: "
                        + (f"{a.cost:,.0f} USD in {a.finish_s / DAY:.2f} d" if a else f"no plan meets the job's limits "
                           f"({why})"))
         elif a is None:
@@ -471,7 +683,8 @@ def pools_text(ps: PoolsSolve, sc: Scenario) -> str:
         lines.append("no plan meets the deadline, the budget and the pools' availability")
         rl = scale_out_relaxation_lines(ps.relaxations)
         lines += [""] + rl if rl else []
-    for title, pick in [("best", ps.best), ("mixed (every pool used)", ps.mixed),
+    mixed_title = "mixed (every pool used)" if len(ps.tables) == 2 else "mixed (two pools or more)"
+    for title, pick in [("best", ps.best), (mixed_title, ps.mixed),
                         *[(f"{t.pool.label} alone", a) for t, a in zip(ps.tables, ps.alone, strict=True)]]:
         if pick is None:
             lines.append(f"\n{title}: no feasible plan")

@@ -212,11 +212,14 @@ def test_bad_pool_is_one_line(tmp_path, capsys, monkeypatch, pool, words):
     assert exc.value.code != 0 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
 
 
-def test_three_pools_are_refused():
+def test_three_pools_are_planned():
+    """A third pool is no longer refused (the search runs over k pools): the best plan's shares sum to the
+    batch and every pool it uses holds cards."""
     raw = _raw("2d")
     raw["hardware"]["pools"].append({"accelerator": "b200", "max_cards": 8, "card_hour": 5.0})
-    with pytest.raises(InputError, match="at most 2 pools"):
-        OP.solve_pools(load_scenario(raw))
+    ps = OP.solve_pools(load_scenario(raw))
+    assert ps.best is not None and sum(ps.best.shares) == 32 and len(ps.best.cards) == 3
+    assert all((s > 0) == (c > 0) for s, c in zip(ps.best.shares, ps.best.cards, strict=True))
 
 
 def test_kept_layouts_are_undominated():
