@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tpopt.catalogs.scenario import load_scenario
 from tpopt.errors import InputError
@@ -309,3 +311,130 @@ def test_export_refuses_pools_naming_the_frameworks(tmp_path, capsys, monkeypatc
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and len(err.splitlines()) == 1, err
     assert "mixed plan over accelerator pools" in err and all(f in err for f in FORMATS)
+
+
+# ---------------------------------------------------------------------------------------------
+# k pools: the search against an enumeration of every share tuple and every layout of every pool
+
+GROUPS_K: dict[tuple[str, int, int], dict[int, list[tuple[int, int, float]]]] = {}
+
+
+def _raw3(deadline: str, prices: tuple[float, float, float], owned: tuple[bool, bool, bool]) -> dict:
+    """Three one-host pools (8 H100, 8 A100, 8 B200), the 0.6B model, 16 sequences a step."""
+    raw = _raw(deadline)
+    raw["task"]["global_batch"] = 16
+    raw["hardware"]["pools"] = [
+        {"accelerator": acc, "max_cards": 8, **({"owned": True} if own else {}),
+         **({"card_hour": price} if (price or not own) else {})}
+        for acc, price, own in zip(("h100-sxm", "a100-80gb-sxm", "b200"), prices, owned, strict=True)]
+    return raw
+
+
+def _groups(sc, pool) -> dict[int, list[tuple[int, int, float]]]:
+    """share -> every (cards, hosts, step) of the pool's layouts (TP, PP, micro-batch, DP within its cards)
+    that meet every per-pool family at that share, each evaluated alone through evaluate_arrays."""
+    B = sc.task.global_batch
+    key = (pool.accelerator, pool.max_cards, B)
+    if key in GROUPS_K:
+        return GROUPS_K[key]
+    psc = OP.pool_scenario(sc, pool)
+    acc = psc.system(pool.accelerator).acc
+    groups = GROUPS_K.setdefault(key, {})
+    se = sc.search
+    for b in range(1, B + 1):
+        bsc = replace(psc, task=replace(psc.task, global_batch=b))
+        for tp, pp, mb in itertools.product(se.tp, se.pp, se.micro_batch):
+            for dp in range(1, pool.max_cards // (tp * pp) + 1):
+                r = evaluate_arrays(bsc, pool.accelerator, tp=tp, pp=pp, dp=dp, micro_batch=mb, zero_stage=1,
+                                    recompute="none", save_interval_s=1800.0)
+                if all(float(r[("c", n)][0]) <= float(r[("c", n)][1]) for n in OP.POOL_FAMILIES):
+                    groups.setdefault(b, []).append((tp * pp * dp, math.ceil(tp * pp * dp / acc.cards_per_host),
+                                                     float(r["step_s"])))
+    return groups
+
+
+def brute_force_k(sc, objective: str = "cost", mixed_only: bool = False) -> tuple[float, float] | None:
+    """Every tuple of shares summing to the batch (0: the pool left out) and every layout of each pool at its
+    share; the job written out here: step = slowest group + 2 (P - 1) / P x G / (fewest hosts x slowest
+    per-host NIC bandwidth) over the P pools used, finish = reserved + iterations x step x (1 + overhead at
+    the summed cards, auto save interval), cost = sum of cards x price x finish. (cost, finish) of the best."""
+    B, k = sc.task.global_batch, len(sc.pools)
+    per_pool = [_groups(sc, p) for p in sc.pools]
+    bws = []
+    for p in sc.pools:
+        acc = OP.pool_scenario(sc, p).system(p.accelerator).acc
+        bws.append(acc.nic_bw * acc.nics_per_host)
+    grad = param_count(sc.model) * sc.state_recipe().grads
+    best = None
+    for shares in itertools.product(range(B + 1), repeat=k):
+        if sum(shares) != B:
+            continue
+        used = [g for g in range(k) if shares[g]]
+        if mixed_only and len(used) < 2:
+            continue
+        options = [per_pool[g].get(shares[g], []) for g in used]
+        for combo in itertools.product(*options):
+            step = max(c[2] for c in combo)
+            if len(used) > 1:
+                p = len(used)
+                step += 2 * (p - 1) / p * grad / (min(c[1] for c in combo) * min(bws[g] for g in used))
+            cards = sum(c[0] for c in combo)
+            tau = T.optimal_save_interval(sc, cards, "sync")
+            finish = float(sc.task.reserved_s + T.iteration_count(sc) * step
+                           * (1 + T.overhead(sc, "sync", cards, tau)))
+            cost = sum(c[0] * sc.pools[g].price_card_hour for c, g in zip(combo, used, strict=True)) * finish / HOUR
+            if finish > F.limit(F.DEADLINE, sc):
+                continue
+            key = (cost, finish) if objective == "cost" else (finish, cost)
+            if best is None or key < best:
+                best = key
+    if best is None:
+        return None
+    return best if objective == "cost" else (best[1], best[0])
+
+
+def _same(pick, want) -> None:
+    if want is None:
+        assert pick is None
+        return
+    assert pick is not None
+    assert math.isclose(pick.cost, want[0], rel_tol=1e-9, abs_tol=1e-9)
+    assert math.isclose(pick.finish_s, want[1], rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("deadline, prices, owned, objective", [
+    ("3d", (0.0, 1.8, 4.5), (True, False, False), "cost"),   # the owned pool needs help: which rented one?
+    ("3d", (3.0, 1.8, 4.5), (False, False, False), "cost"),  # all three rented
+    ("3d", (0.0, 1.8, 4.5), (True, False, False), "finish"),
+    ("0.2d", (0.0, 1.8, 4.5), (True, False, False), "cost"),  # too tight for any plan
+])
+def test_three_pool_solve_equals_brute_force(deadline, prices, owned, objective):
+    """The best plan over three pools and the best using two pools or more both equal the enumeration."""
+    sc = load_scenario(_raw3(deadline, prices, owned))
+    ps = OP.solve_pools(sc, objective, relax=False)
+    _same(ps.best, brute_force_k(sc, objective))
+    _same(ps.mixed, brute_force_k(sc, objective, mixed_only=True))
+
+
+@settings(max_examples=12, deadline=None)
+@given(days=st.floats(0.3, 20.0), a100=st.floats(0.1, 6.0), b200=st.floats(0.1, 9.0), h100=st.floats(0.0, 5.0),
+       objective=st.sampled_from(["cost", "finish"]))
+def test_three_pool_solve_equals_brute_force_property(days, a100, b200, h100, objective):
+    """Property: at any deadline and prices, the k-pool search and the enumeration agree (the H100 pool owned
+    at an internal price, which may be 0)."""
+    sc = load_scenario(_raw3(f"{days}d", (h100, a100, b200), (True, False, False)))
+    ps = OP.solve_pools(sc, objective, relax=False)
+    _same(ps.best, brute_force_k(sc, objective))
+    _same(ps.mixed, brute_force_k(sc, objective, mixed_only=True))
+
+
+def test_three_pools_all_used_equals_brute_force():
+    """8 owned H100, 8 H200 at 2.0 and 8 B200 at 4.5 USD/h, 1.2 days: no pair of pools meets the date, the
+    three together do (the enumeration's best uses every pool), and the search finds that plan."""
+    raw = _raw3("1.2d", (0.0, 2.0, 4.5), (True, False, False))
+    raw["hardware"]["pools"][1]["accelerator"] = "h200"
+    sc = load_scenario(raw)
+    ps = OP.solve_pools(sc, relax=False)
+    _same(ps.best, brute_force_k(sc))
+    assert ps.best is not None and all(c > 0 for c in ps.best.cards)
+    assert "mixed (two pools or more)" in OP.pools_text(ps, sc)
