@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from tpopt.errors import InputError
+from tpopt.models import comm
 from tpopt.models import families as F
 from tpopt.models import pools as PM
 from tpopt.models import terms as T
@@ -187,6 +188,7 @@ class PoolsSolve:
     wall_s: float
     objective: str = "cost"  # "cost" (ties: the earlier finish) or "finish" (ties: the lower cost)
     relaxations: list[dict[str, Any]] = field(default_factory=list)  # no plan: "pool availability" per rented pool
+    staged: StagedPick | None = None  # form (b): the best pipeline with stages on two pools
 
 
 def share_list(batch: int) -> np.ndarray[Any, Any]:
@@ -290,10 +292,11 @@ def solve_pools(sc: Scenario, objective: str = "cost", relax: bool = True) -> Po
         plans += formed
         mixed = mixed_pick(sc, tables, final, grad_bytes, objective)
     best = _best([p for p in (*alone, mixed) if p is not None], objective)
+    staged = solve_staged(sc, objective) if len(tables) > 1 else None
     rels = [relax_pool_availability(sc, g, objective) for g, p in enumerate(sc.pools)
-            if not p.owned] if best is None and relax else []
+            if not p.owned] if best is None and staged is None and relax else []
     return PoolsSolve(tables=tables, best=best, mixed=mixed, alone=alone, fastest=fastest, plans=plans,
-                      wall_s=time.process_time() - t0, objective=objective, relaxations=rels)
+                      wall_s=time.process_time() - t0, objective=objective, relaxations=rels, staged=staged)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -511,6 +514,139 @@ def mixed_pick(sc: Scenario, tables: list[PoolTable], st: States, grad_bytes: fl
 
 
 # ---------------------------------------------------------------------------------------------
+# form (b): one pipeline whose stages lie on two pools
+
+STAGE_FAMILIES = tuple(n for n in POOL_FAMILIES if n not in (F.WHOLE_HOSTS, F.CARDS))
+"""Families each pool's stages meet in the staged form; its cards and whole hosts are checked on the pool's
+own stages (``TP x s_g x DP``), not on the all-stage pipeline used to time them."""
+
+
+@dataclass
+class StagedPick:
+    """A plan of form (b): pools ``pools`` (two) hold ``stages`` consecutive stages of one pipeline with
+    ``layers`` layers per stage; one layout (TP, all stages, DP, micro-batch, ZeRO, recompute) for both."""
+
+    pools: tuple[int, int]
+    layout: dict[str, Any]
+    stages: tuple[int, int]
+    layers: tuple[int, int]
+    stage_steps_s: tuple[float, float]  # each pool's pipeline step had every stage its layers
+    memory_gib: tuple[float, float]
+    boundary_s: float
+    step_s: float
+    overhead: float
+    save_interval_s: float
+    finish_s: float
+    cost: float
+    cards: tuple[int, ...]  # per pool of the scenario (0: not used)
+    plans: int = 0
+
+
+def staged_rows(sc: Scenario) -> dict[str, np.ndarray[Any, Any]]:
+    """The layouts a staged pipeline may take at the global batch ``B``: TP and micro-batch from ``[search]``,
+    every DP with ``B`` a multiple of ``micro_batch x DP``."""
+    batch = sc.task.global_batch
+    rows = [(tp, mb, dp) for tp, mb in itertools.product(sc.search.tp, sc.search.micro_batch)
+            for dp in range(1, batch // mb + 1) if batch % (mb * dp) == 0]
+    cols = np.array(rows, dtype=int).T
+    return {"tp": cols[0], "micro_batch": cols[1], "dp": cols[2]}
+
+
+def staged_times(sc: Scenario, pool: PM.Pool, stages: int, layers: int, recompute: str,
+                 rows: dict[str, np.ndarray[Any, Any]]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(step, memory per card) of every row on ``pool`` as a pipeline of ``stages`` stages of ``layers`` layers
+    each (inf where a stage family fails): the model with ``stages x layers`` layers on the pool alone."""
+    psc = pool_scenario(sc, pool)
+    psc = replace(psc, model=replace(psc.model, layers=stages * layers))
+    with np.errstate(divide="ignore", invalid="ignore"):  # the all-stage pipeline's own finish is unused
+        r = evaluate_arrays(psc, pool.accelerator, recompute=recompute, **fixed_choices(psc), pp=stages,
+                            zero_stage=psc.search.zero_stage[0], tp=rows["tp"], micro_batch=rows["micro_batch"],
+                            dp=rows["dp"])
+    ok = np.ones(rows["tp"].size, dtype=bool)
+    for name in STAGE_FAMILIES:
+        v, lim = r[("c", name)]
+        ok &= np.asarray(v <= lim)
+    return np.where(ok, r["step_s"], np.inf), np.asarray(r["memory_per_card"], dtype=float) * np.ones(ok.size)
+
+
+def solve_staged(sc: Scenario, objective: str = "cost") -> StagedPick | None:
+    """Form (b), exactly over its space: every pair of pools, every stage count ``S`` of ``[search].pp``
+    (``S >= 2``), every split ``s_1 + s_2 = S`` (each pool at least one stage), every ``l_1`` with ``l_2 =
+    (L - s_1 l_1) / s_2`` a positive integer (:func:`tpopt.models.pools.stage_layers`), every TP, micro-batch,
+    recompute and DP (at the first ZeRO stage, schedule, offload and save mode). Each pool's cards ``TP x s_g x
+    DP`` within its availability and whole hosts; the step :func:`tpopt.models.pools.staged_step_s`; the job as
+    in form (a). The best (cost, ties: finish; or finish, ties: cost) meeting the job's limits."""
+    se, batch, layers = sc.search, sc.task.global_batch, sc.model.layers
+    rows = staged_rows(sc)
+    tp, mb, dp = rows["tp"], rows["micro_batch"], rows["dp"]
+    boundary = comm.pp_boundary_bytes(mb * sc.task.seq_len, sc.model.hidden, tp, sc.memory.activation_bytes)
+    cache: dict[tuple[int, int, int, str], tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = {}
+
+    def times(g: int, stages: int, per_stage: int, rc: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        key = (g, stages, per_stage, rc)
+        if key not in cache:
+            cache[key] = staged_times(sc, sc.pools[g], stages, per_stage, rc, rows)
+        return cache[key]
+
+    best: StagedPick | None = None
+    plans = 0
+    for a, b in itertools.combinations(range(len(sc.pools)), 2):
+        pa, pb = sc.pools[a], sc.pools[b]
+        acc_a, acc_b = (pool_scenario(sc, p).system(p.accelerator).acc for p in (pa, pb))
+        x = np.asarray(boundary, dtype=float) / min(acc_a.nic_bw, acc_b.nic_bw)  # PM.boundary_send_s per row
+        for stages in sorted(s for s in set(se.pp) if s >= 2):
+            for s_a in range(1, stages):
+                split = (s_a, stages - s_a)
+                ca, cb = tp * split[0] * dp, tp * split[1] * dp
+                fits = ((ca <= pa.max_cards) & (ca % acc_a.cards_per_host == 0)
+                        & (cb <= pb.max_cards) & (cb % acc_b.cards_per_host == 0))
+                if not fits.any():
+                    continue
+                supply = (np.asarray(T.input_supply(pool_scenario(sc, pa), pa.accelerator, ca), dtype=float)
+                          + np.asarray(T.input_supply(pool_scenario(sc, pb), pb.accelerator, cb), dtype=float))
+                for l_a in range(1, layers):
+                    l_b = PM.stage_layers(layers, split, l_a)
+                    if l_b is None:
+                        continue
+                    for rc in se.recompute:
+                        (ta, ma), (tb, mbm) = times(a, stages, l_a, rc), times(b, stages, l_b, rc)
+                        step = np.maximum(ta, tb) + 2 * x
+                        lo, tau, finish = _job(sc, ca + cb, step)
+                        with np.errstate(invalid="ignore"):
+                            cost = np.where(np.isfinite(finish), (pa.price_card_hour * ca + pb.price_card_hour * cb)
+                                            * finish / HOUR, np.inf)
+                            ok = (fits & np.isfinite(step) & (batch / step <= supply)
+                                  & (finish <= F.limit(F.DEADLINE, sc)) & (cost <= F.limit(F.BUDGET, sc)))
+                        plans += int(ok.size)
+                        if not ok.any():
+                            continue
+                        first, second = (cost, finish) if objective == "cost" else (finish, cost)
+                        key = np.where(ok, first, np.inf)
+                        tie = np.flatnonzero(ok & (key <= key.min() * (1 + 1e-12)))
+                        i = int(tie[np.argmin(second[tie])])
+                        if best is not None and _staged_key(best, objective) <= (float(first[i]), float(second[i])):
+                            continue
+                        cards = [0] * len(sc.pools)
+                        cards[a], cards[b] = int(ca[i]), int(cb[i])
+                        best = StagedPick(
+                            pools=(a, b), stages=split, layers=(l_a, l_b),
+                            layout={"tp": int(tp[i]), "pp": stages, "dp": int(dp[i]),
+                                    "zero_stage": se.zero_stage[0], "micro_batch": int(mb[i]), "recompute": rc},
+                            stage_steps_s=(float(ta[i]), float(tb[i])),
+                            memory_gib=(float(ma[i]) / 2**30, float(mbm[i]) / 2**30), boundary_s=float(x[i]),
+                            step_s=float(step[i]), overhead=float(lo[i]), save_interval_s=float(tau[i]),
+                            finish_s=float(finish[i]), cost=float(cost[i]), cards=tuple(cards))
+    if best is not None:
+        best.plans = plans
+    return best
+
+
+def _staged_key(p: StagedPick, objective: str) -> tuple[float, float]:
+    return (p.cost, p.finish_s) if objective == "cost" else (p.finish_s, p.cost)
+
+
+
+# ---------------------------------------------------------------------------------------------
 # relaxation: pool availability
 
 
@@ -644,6 +780,7 @@ def pools_dict(ps: PoolsSolve, sc: Scenario) -> dict[str, Any]:
             "best": entry(ps.best), "mixed": entry(ps.mixed),
             "alone": {t.pool.label: entry(a) for t, a in zip(ps.tables, ps.alone, strict=True)},
             "comparison": verdict(ps), "plans": ps.plans,
+            **({"staged": staged_entry(ps, sc), "form": winning_form(ps)} if len(ps.tables) > 1 else {}),
             **({"relaxations": ps.relaxations} if ps.best is None else {}),
             "evaluations": sum(t.evaluated for t in ps.tables)}
 
@@ -701,8 +838,87 @@ def pools_text(ps: PoolsSolve, sc: Scenario) -> str:
                          f"ZeRO-{lay['zero_stage']} mb {lay['micro_batch']} recompute {lay['recompute']}  "
                          f"share {p['share']:>5}  group {p['group_step_s']:.3f} s  idle {p['idle_s']:.3f} s  "
                          f"{p['memory_per_card_gib']:.1f}/{p['usable_gib']:.1f} GiB  {p['cost']:,.0f} USD")
+    if len(ps.tables) > 1:
+        lines += [""] + staged_lines(ps, sc)
     lines.append("")
     lines += verdict(ps)
+    if len(ps.tables) > 1:
+        lines.append(form_line(ps))
+    staged = f", {ps.staged.plans:,} staged plans" if ps.staged is not None else ""
     lines.append(f"\n{ps.plans:,} plans compared, {sum(t.evaluated for t in ps.tables):,} group evaluations, "
-                 f"{sum(len(t.layouts) for t in ps.tables)} layouts kept")
+                 f"{sum(len(t.layouts) for t in ps.tables)} layouts kept{staged}")
     return "\n".join(lines) + "\n"
+
+
+STAGED_RESTRICTIONS = ("form (b) restrictions: two pools, one layout for every stage (TP, DP, micro-batch, ZeRO, "
+                       "recompute); each pool's stages timed and their memory checked as a pipeline of all its stages "
+                       "with its layer count (the heaviest stage's in-flight micro-batches, embedding and head: "
+                       "conservative); the pool-boundary sends exposed on the fill and the drain only")
+
+
+def staged_entry(ps: PoolsSolve, sc: Scenario) -> dict[str, Any] | None:
+    """Form (b)'s plan as JSON (None: no staged plan meets the job's limits), with its restrictions."""
+    p = ps.staged
+    if p is None:
+        return None
+    return {"step_s": p.step_s, "boundary_send_s": p.boundary_s, "overhead": p.overhead,
+            "save_interval_s": p.save_interval_s, "finish_days": p.finish_s / DAY, "cost": p.cost,
+            "layout": p.layout, "plans": p.plans, "restrictions": STAGED_RESTRICTIONS,
+            "pools": [{"pool": sc.pools[g].label, "accelerator": sc.pools[g].accelerator, "cards": p.cards[g],
+                       "stages": p.stages[u], "layers_per_stage": p.layers[u], "stage_pipeline_s": p.stage_steps_s[u],
+                       "memory_per_card_gib": p.memory_gib[u],
+                       "cost": PM.pool_cost(p.cards[g], sc.pools[g].price_card_hour, p.finish_s)}
+                      for u, g in enumerate(p.pools)]}
+
+
+def staged_lines(ps: PoolsSolve, sc: Scenario) -> list[str]:
+    """Form (b)'s plan in the text report, with its restrictions."""
+    p = ps.staged
+    head = "form (b), one pipeline with stages on two pools"
+    if p is None:
+        return [f"{head}: no feasible plan", f"  ({STAGED_RESTRICTIONS})"]
+    lay = p.layout
+    out = [f"{head}: {p.cost:,.0f} USD, finish {p.finish_s / DAY:.2f} d, step {p.step_s:.3f} s (TP {lay['tp']} "
+           f"PP {lay['pp']} DP {lay['dp']} ZeRO-{lay['zero_stage']} mb {lay['micro_batch']} recompute "
+           f"{lay['recompute']}; pool-boundary send {p.boundary_s * 1e3:.2f} ms a micro-batch), overhead "
+           f"{p.overhead:.2%}"]
+    for u, g in enumerate(p.pools):
+        pool = sc.pools[g]
+        usable = pool_scenario(sc, pool).system(pool.accelerator).acc.memory_usable / 2**30
+        out.append(f"  {pool.label:<24} {p.cards[g]:>5} cards  {p.stages[u]} stages x {p.layers[u]} layers  "
+                   f"stage pipeline {p.stage_steps_s[u]:.3f} s  {p.memory_gib[u]:.1f}/{usable:.1f} GiB  "
+                   f"{PM.pool_cost(p.cards[g], pool.price_card_hour, p.finish_s):,.0f} USD")
+    return out + [f"  ({STAGED_RESTRICTIONS})"]
+
+
+def winning_form(ps: PoolsSolve) -> str | None:
+    """"a" (data-parallel groups, or one pool alone), "b" (stages on two pools) or None (no plan)."""
+    if ps.staged is None:
+        return "a" if ps.best is not None else None
+    if ps.best is None:
+        return "b"
+    return "b" if _staged_key(ps.staged, ps.objective) < _key(ps.best, ps.objective) else "a"
+
+
+def form_line(ps: PoolsSolve) -> str:
+    """Which form won and why: the two plans' bills, finishes, cards and steps side by side."""
+    a, b = ps.best, ps.staged
+    won = winning_form(ps)
+    if won is None:
+        return "decision: no plan of either form meets the job's limits"
+    if b is None:
+        return ("decision: form (a) (data-parallel groups per pool, or one pool alone); no staged plan meets the "
+                "job's limits")
+    stages = " + ".join(f"{b.stages[u]} x {b.layers[u]} layers on {ps.tables[g].pool.accelerator}"
+                        for u, g in enumerate(b.pools))  # stages x layers per stage, per pool
+    staged = (f"form (b) pipelines {stages} at DP {b.layout['dp']}: {sum(b.cards):,} cards, step {b.step_s:.3f} s, "
+              f"{b.cost:,.0f} USD in {b.finish_s / DAY:.2f} d")
+    if a is None:
+        return f"decision: form (b); no plan of form (a) meets the job's limits; {staged}"
+    groups = (f"form (a) {' + '.join(str(c) for c in a.cards)} cards, step {a.step_s:.3f} s, {a.cost:,.0f} USD in "
+              f"{a.finish_s / DAY:.2f} d")
+    win, lose = (a, b) if won == "a" else (b, a)
+    why = (f"{sum(win.cards):,} cards against {sum(lose.cards):,}" if sum(win.cards) != sum(lose.cards) else
+           f"a step of {win.step_s:.3f} s against {lose.step_s:.3f} s")
+    why += (" at a lower bill" if win.cost < lose.cost else "") if ps.objective == "cost" else ""
+    return f"decision: form ({won}) wins ({why}): {groups}; {staged}"

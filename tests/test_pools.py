@@ -438,3 +438,106 @@ def test_three_pools_all_used_equals_brute_force():
     _same(ps.best, brute_force_k(sc))
     assert ps.best is not None and all(c > 0 for c in ps.best.cards)
     assert "mixed (two pools or more)" in OP.pools_text(ps, sc)
+
+
+# ---------------------------------------------------------------------------------------------
+# form (b): one pipeline with stages on two pools
+
+
+def test_staged_relations_by_hand():
+    """Llama-3-70B's boundary at 8K tokens, hidden 8192, BF16, TP 8: 8192 x 8192 x 2 / 8 = 16.8 MB per rank,
+    at the A100's 25 GB/s NIC (the slower of 50 and 25 GB/s): 0.671 ms. Stages 13.78 s and 13.83 s, one
+    boundary: 13.83 + 2 x 0.000671 = 13.8313 s. 80 layers, 4 stages of 15 on the first pool leave 20 for 4
+    stages: 5 each; 3 stages of 15 leave 35: 7 each on 5 stages, none on 4 (35 = 8 x 4 + 3); 6 x 15 = 90 leaves none."""
+    a = 8192 * 8192 * 2 / 8
+    assert PM.boundary_send_s(a, (50e9, 25e9)) == pytest.approx(a / 25e9) == pytest.approx(0.000671, rel=1e-3)
+    assert PM.staged_step_s((13.78, 13.83), a / 25e9, 1) == pytest.approx(13.83 + 2 * a / 25e9)
+    assert PM.stage_layers(80, (4, 4), 15) == 5
+    assert PM.stage_layers(80, (3, 5), 15) == 7
+    assert PM.stage_layers(80, (3, 4), 15) is None
+    assert PM.stage_layers(80, (6, 2), 15) is None
+
+
+def brute_force_staged(sc, objective: str = "cost") -> tuple[float, float] | None:
+    """Every pair of pools, stage count S >= 2 of [search].pp, split s_1 + s_2 = S, layers l_1 per stage on
+    the first pool with l_2 = (L - s_1 l_1) / s_2 a positive integer, every TP, micro-batch and DP with B a
+    multiple of micro-batch x DP; each pool timed alone through evaluate_arrays as an S-stage pipeline of its
+    layer count (the model with S x l_g layers), its cards TP x s_g x DP within the pool and whole hosts; the
+    step = the slower pool's + 2 x (s x mb x h x 2 bytes / TP) / the slower NIC; the job as in form (a)."""
+    B, L = sc.task.global_batch, sc.model.layers
+    se = sc.search
+    best = None
+    for a, b in itertools.combinations(range(len(sc.pools)), 2):
+        pools = (sc.pools[a], sc.pools[b])
+        pscs = [OP.pool_scenario(sc, p) for p in pools]
+        accs = [s.system(p.accelerator).acc for s, p in zip(pscs, pools, strict=True)]
+        for S in [p for p in se.pp if p >= 2]:
+            for s1 in range(1, S):
+                split = (s1, S - s1)
+                for l1 in range(1, L):
+                    rest = L - s1 * l1
+                    if rest <= 0 or rest % split[1]:
+                        continue
+                    lay = (l1, rest // split[1])
+                    for tp, mb in itertools.product(se.tp, se.micro_batch):
+                        for dp in range(1, B + 1):
+                            if B % (mb * dp):
+                                continue
+                            cards = [tp * s * dp for s in split]
+                            if any(c > p.max_cards or c % acc.cards_per_host
+                                   for c, p, acc in zip(cards, pools, accs, strict=True)):
+                                continue
+                            steps = []
+                            for psc, p, layers in zip(pscs, pools, lay, strict=True):
+                                m = replace(psc, model=replace(psc.model, layers=S * layers))
+                                r = evaluate_arrays(m, p.accelerator, tp=tp, pp=S, dp=dp, micro_batch=mb,
+                                                    zero_stage=1, recompute="none", save_interval_s=1800.0)
+                                if all(float(r[("c", n)][0]) <= float(r[("c", n)][1]) for n in OP.STAGE_FAMILIES):
+                                    steps.append(float(r["step_s"]))
+                            if len(steps) < 2:
+                                continue
+                            send = mb * sc.task.seq_len * sc.model.hidden * 2.0 / tp / min(x.nic_bw for x in accs)
+                            step = max(steps) + 2 * send
+                            n = sum(cards)
+                            tau = T.optimal_save_interval(sc, n, "sync")
+                            finish = float(sc.task.reserved_s + T.iteration_count(sc) * step
+                                           * (1 + T.overhead(sc, "sync", n, tau)))
+                            cost = sum(c * p.price_card_hour for c, p in zip(cards, pools, strict=True)) * finish / HOUR
+                            if finish > F.limit(F.DEADLINE, sc):
+                                continue
+                            key = (cost, finish) if objective == "cost" else (finish, cost)
+                            if best is None or key < best:
+                                best = key
+    if best is None:
+        return None
+    return best if objective == "cost" else (best[1], best[0])
+
+
+@pytest.mark.parametrize("deadline, objective", [("3d", "cost"), ("3d", "finish"), ("0.3d", "cost")])
+def test_staged_solve_equals_brute_force(deadline, objective):
+    """Form (b) over two 16-card pools (PP 2 or 4 stages split between them) equals the enumeration."""
+    raw = _raw(deadline)
+    raw["search"].update(pp=[1, 2, 4], micro_batch=[1])
+    sc = load_scenario(raw)
+    got = OP.solve_staged(sc, objective)
+    want = brute_force_staged(sc, objective)
+    if want is None:
+        assert got is None
+        return
+    assert got is not None
+    assert math.isclose(got.cost, want[0], rel_tol=1e-9, abs_tol=1e-9)
+    assert math.isclose(got.finish_s, want[1], rel_tol=1e-9)
+    assert sum(s * n for s, n in zip(got.stages, got.layers, strict=True)) == sc.model.layers
+
+
+def test_the_report_names_the_winning_form():
+    """The pools report carries form (b)'s plan, its restrictions and one decision line naming the form."""
+    raw = _raw("3d")
+    raw["search"].update(pp=[1, 2, 4])
+    sc = load_scenario(raw)
+    ps = OP.solve_pools(sc)
+    text = OP.pools_text(ps, sc)
+    assert "form (b), one pipeline with stages on two pools" in text and "form (b) restrictions" in text
+    won = OP.winning_form(ps)
+    assert won in ("a", "b") and f"decision: form ({won}) wins" in text
+    assert OP.pools_dict(ps, sc)["form"] == won
