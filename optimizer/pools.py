@@ -207,6 +207,61 @@ def _job(sc: Scenario, cards: np.ndarray[Any, Any], step: np.ndarray[Any, Any]
     return np.asarray(lo), np.asarray(tau), np.asarray(finish)
 
 
+def pool_sigmas(sc: Scenario, pools: tuple[PM.Pool, ...], cards: np.ndarray[Any, Any]
+                ) -> list[np.ndarray[Any, Any]]:
+    """Each pool's step-time sigma (log-sd of measured / predicted step) from its card's evidence
+    (:func:`tpopt.models.terms.step_sigma` on the pool's scenario) at the job's ``cards``."""
+    return [np.broadcast_to(np.asarray(T.step_sigma(pool_scenario(sc, p), p.accelerator, cards)[0], dtype=float),
+                            np.shape(cards)) for p in pools]
+
+
+def chance_finish(sc: Scenario, pools: tuple[PM.Pool, ...], used: np.ndarray[Any, Any], cards: np.ndarray[Any, Any],
+                  tau: np.ndarray[Any, Any], step: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Under a confidence ``q`` (``--confidence``): the q-quantile of each plan's finish
+    (:func:`tpopt.models.terms.finish_quantile`) at the largest step sigma of the pools it uses (``used``:
+    plans x pools; the mixed job is as uncertain as its least-evidenced card; for ``q > 0.5`` the quantile
+    grows with sigma, so the largest is the conservative one)."""
+    q = sc.task.confidence
+    assert q is not None
+    cards, tau, step = (np.asarray(x, dtype=float).reshape(-1) for x in (cards, tau, step))
+    use = np.asarray(used, dtype=bool).reshape(len(cards), len(pools))
+    sig = np.stack(pool_sigmas(sc, pools, cards), axis=1) if len(cards) else np.zeros((0, len(pools)))
+    worst = np.argmax(np.where(use, sig, -np.inf), axis=1) if len(cards) else np.zeros(0, dtype=int)
+    out = np.full(len(cards), np.inf)
+    mode = sc.search.save_mode[0]
+    for g, pool in enumerate(pools):
+        at = np.flatnonzero((worst == g) & np.isfinite(step))
+        if at.size:
+            out[at] = T.finish_quantile(pool_scenario(sc, pool), pool.accelerator, mode, cards[at], tau[at],
+                                        step[at], q)
+    return out
+
+
+def deadline_ok(sc: Scenario, pools: tuple[PM.Pool, ...], used: np.ndarray[Any, Any], cards: np.ndarray[Any, Any],
+                tau: np.ndarray[Any, Any], step: np.ndarray[Any, Any], finish: np.ndarray[Any, Any],
+                ok: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``ok`` and the deadline met: the finish by the date, or under a confidence its quantile
+    (:func:`chance_finish`, computed only where ``ok`` still holds)."""
+    deadline = F.limit(F.DEADLINE, sc)
+    if sc.task.confidence is None:
+        return np.asarray(ok & (finish <= deadline))
+    ok = np.asarray(ok, dtype=bool).copy()
+    flat = ok.reshape(-1)
+    at = np.flatnonzero(flat)
+    if at.size:
+        u = np.asarray(used, dtype=bool).reshape(flat.size, len(pools))[at]
+        fq = chance_finish(sc, pools, u, np.asarray(cards).reshape(-1)[at], np.asarray(tau).reshape(-1)[at],
+                           np.asarray(step).reshape(-1)[at])
+        flat[at] = fq <= deadline
+    return ok
+
+
+def bound_deadline(sc: Scenario) -> float:
+    """The deadline the search's bounds may prune with: the date, or none under a confidence (the quantile
+    is checked on complete plans only)."""
+    return F.limit(F.DEADLINE, sc) if sc.task.confidence is None else np.inf
+
+
 def solve_pools(sc: Scenario, objective: str = "cost", relax: bool = True) -> PoolsSolve:
     """The cheapest (``objective = "cost"``, ties: earlier finish) or earliest (``"finish"``) plan over the
     pools, exactly (see the module), with each pool alone for the comparison; ``relax``: where no plan exists,
@@ -216,7 +271,6 @@ def solve_pools(sc: Scenario, objective: str = "cost", relax: bool = True) -> Po
     shares = share_list(batch)
     tables = [pool_table(sc, p, shares) for p in sc.pools]
     grad_bytes = param_count(sc.model) * sc.state_recipe().grads
-    deadline = F.limit(F.DEADLINE, sc)
     max_cost = F.limit(F.BUDGET, sc)
     plans = 0
     candidates: list[Pick] = []
@@ -245,7 +299,9 @@ def solve_pools(sc: Scenario, objective: str = "cost", relax: bool = True) -> Po
         supply = sum(tables[g].supply[grids[i]] for i, g in enumerate(used))
         ok = np.isfinite(step) & (batch / step <= supply)
         if limited:
-            ok &= (finish <= deadline) & (cost <= max_cost)
+            mask = np.zeros((*np.shape(step), len(tables)), dtype=bool)
+            mask[..., used] = True
+            ok = deadline_ok(sc, sc.pools, mask, cards, tau, step, finish, ok & (cost <= max_cost))
         plans += int(np.size(step))
         if not ok.any():
             return
@@ -439,7 +495,7 @@ def prune(st: States, sc: Scenario, grad_bytes: float, least: np.ndarray[Any, An
     is off there."""
     finish, bill = bounds(st, sc, grad_bytes, least)
     reach = finish if beat[0] == "finish" else bill
-    st = st.take(np.flatnonzero((finish <= F.limit(F.DEADLINE, sc)) & (bill <= F.limit(F.BUDGET, sc))
+    st = st.take(np.flatnonzero((finish <= bound_deadline(sc)) & (bill <= F.limit(F.BUDGET, sc))
                                 & (reach <= beat[1] * (1 + 1e-9))))
     if not fastest_split or not st.c.size:
         return st
@@ -459,7 +515,7 @@ def viable(opt: Options, sc: Scenario, grad_bytes: float, least: np.ndarray[Any,
                  shares=opt.share[:, None], cards=opt.cards[:, None])
     finish, bill = bounds(one, sc, grad_bytes, least)
     reach = finish if beat[0] == "finish" else bill
-    keep = ~used | ((finish <= F.limit(F.DEADLINE, sc)) & (bill <= F.limit(F.BUDGET, sc))
+    keep = ~used | ((finish <= bound_deadline(sc)) & (bill <= F.limit(F.BUDGET, sc))
                     & (reach <= beat[1] * (1 + 1e-9)))
     return Options(*(getattr(opt, f)[keep] for f in ("share", "cards", "hosts", "step", "supply", "row")))
 
@@ -495,8 +551,8 @@ def mixed_pick(sc: Scenario, tables: list[PoolTable], st: States, grad_bytes: fl
     lo, tau, finish = _job(sc, st.n, step)
     with np.errstate(invalid="ignore"):
         cost = np.where(np.isfinite(finish), st.r * finish / HOUR, np.inf)
-        ok = (np.isfinite(step) & (sc.task.global_batch / step <= st.s) & (finish <= F.limit(F.DEADLINE, sc))
-              & (cost <= F.limit(F.BUDGET, sc)))
+        ok = np.isfinite(step) & (sc.task.global_batch / step <= st.s) & (cost <= F.limit(F.BUDGET, sc))
+    ok = deadline_ok(sc, tuple(t.pool for t in tables), st.rows >= 0, st.n, tau, step, finish, ok)
     if not ok.any():
         return None
     first, second = (cost, finish) if objective == "cost" else (finish, cost)
@@ -615,8 +671,10 @@ def solve_staged(sc: Scenario, objective: str = "cost") -> StagedPick | None:
                         with np.errstate(invalid="ignore"):
                             cost = np.where(np.isfinite(finish), (pa.price_card_hour * ca + pb.price_card_hour * cb)
                                             * finish / HOUR, np.inf)
-                            ok = (fits & np.isfinite(step) & (batch / step <= supply)
-                                  & (finish <= F.limit(F.DEADLINE, sc)) & (cost <= F.limit(F.BUDGET, sc)))
+                            ok = fits & np.isfinite(step) & (batch / step <= supply) & (cost <= F.limit(F.BUDGET, sc))
+                        pair = np.zeros((ok.size, len(sc.pools)), dtype=bool)
+                        pair[:, [a, b]] = True
+                        ok = deadline_ok(sc, sc.pools, pair, ca + cb, tau, step, finish, ok)
                         plans += int(ok.size)
                         if not ok.any():
                             continue
@@ -767,7 +825,33 @@ def pick_entry(ps: PoolsSolve, pick: Pick, sc: Scenario) -> dict[str, Any]:
             "cross_pool_bytes": PM.cross_pool_bytes(grad_bytes, len(used)),
             "failure_rate_per_h": PM.mixed_failure_rate(rates, float(T.failure_rate(sc, 0))) * HOUR,
             "overhead": pick.overhead,
-            "save_interval_s": pick.save_interval_s, "finish_days": pick.finish_s / DAY, "cost": pick.cost}
+            "save_interval_s": pick.save_interval_s, "finish_days": pick.finish_s / DAY, "cost": pick.cost,
+            **chance_entry(sc, [g for g, r in enumerate(pick.rows) if r is not None], sum(pick.cards),
+                           pick.save_interval_s, pick.step_s)}
+
+
+def chance_entry(sc: Scenario, used: list[int], cards: int, tau: float, step: float) -> dict[str, Any]:
+    """Under a confidence: the finish quantile the deadline was checked with, the step sigma it used (the
+    largest of the pools'), each used pool's sigma; nothing otherwise."""
+    if sc.task.confidence is None:
+        return {}
+    mask = np.zeros((1, len(sc.pools)), dtype=bool)
+    mask[0, used] = True
+    n = np.array([float(cards)])
+    fq = chance_finish(sc, sc.pools, mask, n, np.array([tau]), np.array([step]))
+    sig = {sc.pools[g].accelerator: float(x[0]) for g, x in zip(used, pool_sigmas(sc, tuple(sc.pools[g] for g in used),
+                                                                                 n), strict=True)}
+    return {"confidence": sc.task.confidence, "finish_quantile_days": float(fq[0]) / DAY,
+            "step_sigma": max(sig.values()), "pool_sigmas": sig}
+
+
+def chance_text(e: dict[str, Any]) -> list[str]:
+    """The confidence line of a plan's text (none without a confidence)."""
+    if "confidence" not in e:
+        return []
+    each = ", ".join(f"{acc} {v:.3f}" for acc, v in e["pool_sigmas"].items())
+    return [f"  confidence {e['confidence']:.0%}: finish quantile {e['finish_quantile_days']:.2f} d at step sigma "
+            f"{e['step_sigma']:.3f}, the largest of its pools' ({each})"]
 
 
 def pools_dict(ps: PoolsSolve, sc: Scenario) -> dict[str, Any]:
@@ -838,6 +922,7 @@ def pools_text(ps: PoolsSolve, sc: Scenario) -> str:
                          f"ZeRO-{lay['zero_stage']} mb {lay['micro_batch']} recompute {lay['recompute']}  "
                          f"share {p['share']:>5}  group {p['group_step_s']:.3f} s  idle {p['idle_s']:.3f} s  "
                          f"{p['memory_per_card_gib']:.1f}/{p['usable_gib']:.1f} GiB  {p['cost']:,.0f} USD")
+        lines += chance_text(e)
     if len(ps.tables) > 1:
         lines += [""] + staged_lines(ps, sc)
     lines.append("")
@@ -864,6 +949,7 @@ def staged_entry(ps: PoolsSolve, sc: Scenario) -> dict[str, Any] | None:
     return {"step_s": p.step_s, "boundary_send_s": p.boundary_s, "overhead": p.overhead,
             "save_interval_s": p.save_interval_s, "finish_days": p.finish_s / DAY, "cost": p.cost,
             "layout": p.layout, "plans": p.plans, "restrictions": STAGED_RESTRICTIONS,
+            **chance_entry(sc, list(p.pools), sum(p.cards), p.save_interval_s, p.step_s),
             "pools": [{"pool": sc.pools[g].label, "accelerator": sc.pools[g].accelerator, "cards": p.cards[g],
                        "stages": p.stages[u], "layers_per_stage": p.layers[u], "stage_pipeline_s": p.stage_steps_s[u],
                        "memory_per_card_gib": p.memory_gib[u],
@@ -888,7 +974,9 @@ def staged_lines(ps: PoolsSolve, sc: Scenario) -> list[str]:
         out.append(f"  {pool.label:<24} {p.cards[g]:>5} cards  {p.stages[u]} stages x {p.layers[u]} layers  "
                    f"stage pipeline {p.stage_steps_s[u]:.3f} s  {p.memory_gib[u]:.1f}/{usable:.1f} GiB  "
                    f"{PM.pool_cost(p.cards[g], pool.price_card_hour, p.finish_s):,.0f} USD")
-    return out + [f"  ({STAGED_RESTRICTIONS})"]
+    entry = staged_entry(ps, sc)
+    assert entry is not None
+    return out + chance_text(entry) + [f"  ({STAGED_RESTRICTIONS})"]
 
 
 def winning_form(ps: PoolsSolve) -> str | None:

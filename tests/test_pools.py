@@ -353,7 +353,7 @@ def _groups(sc, pool) -> dict[int, list[tuple[int, int, float]]]:
     return groups
 
 
-def brute_force_k(sc, objective: str = "cost", mixed_only: bool = False) -> tuple[float, float] | None:
+def brute_force_k(sc, objective: str = "cost", mixed_only: bool = False) -> tuple[float, float] | None:  # noqa: C901
     """Every tuple of shares summing to the batch (0: the pool left out) and every layout of each pool at its
     share; the job written out here: step = slowest group + 2 (P - 1) / P x G / (fewest hosts x slowest
     per-host NIC bandwidth) over the P pools used, finish = reserved + iterations x step x (1 + overhead at
@@ -383,7 +383,12 @@ def brute_force_k(sc, objective: str = "cost", mixed_only: bool = False) -> tupl
             finish = float(sc.task.reserved_s + T.iteration_count(sc) * step
                            * (1 + T.overhead(sc, "sync", cards, tau)))
             cost = sum(c[0] * sc.pools[g].price_card_hour for c, g in zip(combo, used, strict=True)) * finish / HOUR
-            if finish > F.limit(F.DEADLINE, sc):
+            due = finish
+            if sc.task.confidence is not None:  # every card's sigma is the same here (asserted by the caller)
+                first = OP.pool_scenario(sc, sc.pools[used[0]])
+                due = float(T.finish_quantile(first, sc.pools[used[0]].accelerator, "sync", cards, tau, step,
+                                              sc.task.confidence))
+            if due > F.limit(F.DEADLINE, sc):
                 continue
             key = (cost, finish) if objective == "cost" else (finish, cost)
             if best is None or key < best:
@@ -541,3 +546,47 @@ def test_the_report_names_the_winning_form():
     won = OP.winning_form(ps)
     assert won in ("a", "b") and f"decision: form ({won}) wins" in text
     assert OP.pools_dict(ps, sc)["form"] == won
+
+
+# ---------------------------------------------------------------------------------------------
+# pools under a confidence
+
+
+@pytest.mark.parametrize("deadline, q", [("1.6d", 0.9), ("1.5d", 0.5), ("3d", 0.95)])
+def test_pools_under_confidence_equal_brute_force(deadline, q):
+    """With --confidence the deadline binds the finish's q-quantile: the search equals the enumeration that
+    checks each plan's quantile (every card here at the same sigma, the flat model's default)."""
+    raw = _raw3(deadline, (0.0, 1.8, 4.5), (True, False, False))
+    raw["schedule"]["confidence"] = q
+    sc = load_scenario(raw)
+    sig = {float(T.step_sigma(OP.pool_scenario(sc, p), p.accelerator, 16)[0]) for p in sc.pools}
+    assert len(sig) == 1
+    ps = OP.solve_pools(sc, relax=False)
+    _same(ps.best, brute_force_k(sc))
+    _same(ps.mixed, brute_force_k(sc, mixed_only=True))
+
+
+def test_mixed_sigma_is_the_largest_of_its_pools(monkeypatch):
+    """A plan on H100 (sigma 0.05) and A100 (0.20) is checked at 0.20: its quantile equals the one of the
+    same job with risk.step_sigma = 0.20 given, and exceeds the one at 0.05; the report states both."""
+    raw = _raw("2d")
+    raw["schedule"]["confidence"] = 0.9
+    sc = load_scenario(raw)
+    real = T.step_sigma
+
+    def fake(s, acc, cards=1.0, ep=1):
+        if s.risk.step_sigma is not None:
+            return real(s, acc, cards, ep)
+        return (0.05 if acc == "h100-sxm" else 0.20), "test"
+
+    monkeypatch.setattr(T, "step_sigma", fake)
+    monkeypatch.setattr("tpopt.models.terms.deadline.step_sigma", fake)  # the quantile's own look-up
+    args = (np.array([32.0]), np.array([3600.0]), np.array([1.5]))
+    both = OP.chance_finish(sc, sc.pools, np.array([[True, True]]), *args)
+    h100 = OP.chance_finish(sc, sc.pools, np.array([[True, False]]), *args)
+    at = replace(sc, risk=replace(sc.risk, step_sigma=0.20))
+    want = T.finish_quantile(OP.pool_scenario(at, sc.pools[0]), "h100-sxm", "sync", *args, 0.9)
+    assert both[0] == pytest.approx(float(want[0]), rel=1e-12) and both[0] > h100[0]
+    e = OP.chance_entry(sc, [0, 1], 32, 3600.0, 1.5)
+    assert e["step_sigma"] == 0.20 and e["pool_sigmas"] == {"h100-sxm": 0.05, "a100-80gb-sxm": 0.20}
+    assert "the largest of its pools'" in OP.chance_text(e)[0]
