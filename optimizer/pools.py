@@ -631,7 +631,9 @@ def solve_staged(sc: Scenario, objective: str = "cost") -> StagedPick | None:
     (L - s_1 l_1) / s_2`` a positive integer (:func:`tpopt.models.pools.stage_layers`), every TP, micro-batch,
     recompute and DP (at the first ZeRO stage, schedule, offload and save mode). Each pool's cards ``TP x s_g x
     DP`` within its availability and whole hosts; the step :func:`tpopt.models.pools.staged_step_s`; the job as
-    in form (a). The best (cost, ties: finish; or finish, ties: cost) meeting the job's limits."""
+    in form (a). The best (cost, ties: finish; or finish, ties: cost) meeting the job's limits. A layer count
+    whose first-pool step alone exceeds ``(D - R) / iterations`` for every row is not timed on the second pool
+    (the step is at least it and the overhead at least 0, so no such plan meets the date ``D``)."""
     se, batch, layers = sc.search, sc.task.global_batch, sc.model.layers
     rows = staged_rows(sc)
     tp, mb, dp = rows["tp"], rows["micro_batch"], rows["dp"]
@@ -646,6 +648,7 @@ def solve_staged(sc: Scenario, objective: str = "cost") -> StagedPick | None:
 
     best: StagedPick | None = None
     plans = 0
+    fastest = (bound_deadline(sc) - sc.task.reserved_s) / T.iteration_count(sc)  # the slowest step meeting the date
     for a, b in itertools.combinations(range(len(sc.pools)), 2):
         pa, pb = sc.pools[a], sc.pools[b]
         acc_a, acc_b = (pool_scenario(sc, p).system(p.accelerator).acc for p in (pa, pb))
@@ -665,7 +668,10 @@ def solve_staged(sc: Scenario, objective: str = "cost") -> StagedPick | None:
                     if l_b is None:
                         continue
                     for rc in se.recompute:
-                        (ta, ma), (tb, mbm) = times(a, stages, l_a, rc), times(b, stages, l_b, rc)
+                        ta, ma = times(a, stages, l_a, rc)
+                        if not (fits & (ta <= fastest)).any():  # no row of the first pool can meet the date
+                            continue
+                        tb, mbm = times(b, stages, l_b, rc)
                         step = np.maximum(ta, tb) + 2 * x
                         lo, tau, finish = _job(sc, ca + cb, step)
                         with np.errstate(invalid="ignore"):
