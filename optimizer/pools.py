@@ -1,4 +1,5 @@
-"""The mixed plan as a decision: data-parallel groups per accelerator pool (issue 40, item 1, form (a)).
+"""The mixed plan as a decision over any number of accelerator pools (issue 40, item 1): form (a), data-parallel
+groups per pool, and form (b), one pipeline with stages on two pools (:func:`solve_staged`).
 
 **The space.** Each pool ``g`` (``[[hardware.pools]]``) runs one layout: TP, PP, ZeRO stage, micro-batch and
 recompute from the scenario's ``[search]`` lists, ``DP_g`` replicas (any count the pool's cards admit, whole
@@ -17,15 +18,17 @@ interval of ``[search]`` (``auto``: the optimum for that rate); ``cost = sum_g n
 (``B / step`` against the pools' summed supply) are checked on the job.
 
 **Exact.** The minimum cost (ties: the earlier finish) over that space is found exactly: every pool's step
-times are tabulated at every share its layouts admit (one vectorised evaluation per share), layouts with the
-same card count whose step times are no better at every share are dropped (they cannot lower the cost, the
-finish or raise the cross-pool bandwidth), and every pair of remaining layouts is tried at every integer split
-of the batch. No monotonicity of ``t_g`` in ``b_g`` is assumed.
+times are tabulated at every share its layouts admit (one vectorised evaluation per share); per pool and share
+only the fastest layout of each card count is kept (:func:`pool_options`); the pools are combined one by one
+(:func:`search_pools`), dropping after each the partial plans whose bounds break the deadline, the budget or
+the best plan over two pools, and keeping of those with the same batch taken and cards per pool the fastest
+split (:func:`prune`). No monotonicity of ``t_g`` in ``b_g`` or of the overhead in the cards is assumed.
 
-**Restrictions of this first version.** At most two pools; one layout per pool (every replica of a pool runs
-the same layout); the schedule, offload, save mode and NICs per host are the ``[search]`` lists' first values;
-the cross-pool reduction is not hidden behind compute; form (b) (pipeline stages on different types) is not
-planned. Each homogeneous plan (one pool alone, same space) is solved too and compared.
+**Restrictions.** One layout per pool (every replica of a pool runs the same layout); the schedule, offload,
+save mode and NICs per host are the ``[search]`` lists' first values; the cross-pool reduction is not hidden
+behind compute. Form (b)'s own restrictions are stated in its report (:data:`STAGED_RESTRICTIONS`). Each
+homogeneous plan (one pool alone, same space) is solved too and compared. Under ``--confidence`` the deadline
+binds the finish's quantile at the largest step sigma of the pools a plan uses (:func:`chance_finish`).
 """
 
 from __future__ import annotations
@@ -262,10 +265,11 @@ def bound_deadline(sc: Scenario) -> float:
     return F.limit(F.DEADLINE, sc) if sc.task.confidence is None else np.inf
 
 
-def solve_pools(sc: Scenario, objective: str = "cost", relax: bool = True) -> PoolsSolve:
+def solve_pools(sc: Scenario, objective: str = "cost", relax: bool = True, staged: bool = True) -> PoolsSolve:
     """The cheapest (``objective = "cost"``, ties: earlier finish) or earliest (``"finish"``) plan over the
     pools, exactly (see the module), with each pool alone for the comparison; ``relax``: where no plan exists,
-    the "pool availability" relaxation of each rented pool (:func:`relax_pool_availability`)."""
+    the "pool availability" relaxation of each rented pool (:func:`relax_pool_availability`); ``staged``: form (b)
+    too (:func:`solve_staged`)."""
     t0 = time.process_time()
     batch = sc.task.global_batch
     shares = share_list(batch)
@@ -348,11 +352,11 @@ def solve_pools(sc: Scenario, objective: str = "cost", relax: bool = True) -> Po
         plans += formed
         mixed = mixed_pick(sc, tables, final, grad_bytes, objective)
     best = _best([p for p in (*alone, mixed) if p is not None], objective)
-    staged = solve_staged(sc, objective) if len(tables) > 1 else None
+    pipeline = solve_staged(sc, objective) if len(tables) > 1 and staged else None
     rels = [relax_pool_availability(sc, g, objective) for g, p in enumerate(sc.pools)
-            if not p.owned] if best is None and staged is None and relax else []
+            if not p.owned] if best is None and pipeline is None and relax else []
     return PoolsSolve(tables=tables, best=best, mixed=mixed, alone=alone, fastest=fastest, plans=plans,
-                      wall_s=time.process_time() - t0, objective=objective, relaxations=rels, staged=staged)
+                      wall_s=time.process_time() - t0, objective=objective, relaxations=rels, staged=pipeline)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -750,7 +754,7 @@ def pool_card_counts(sc: Scenario, above: int, top: int) -> list[int]:
 
 
 def relax_pool_availability(sc: Scenario, g: int, objective: str = "cost") -> dict[str, Any]:
-    """The smallest ``max_cards`` of pool ``g`` at which the pools question has a plan, everything else
+    """The smallest ``max_cards`` of pool ``g`` at which the pools question has a plan of form (a), everything else
     unchanged, found by exponential search then bisection over the card counts a layout can take
     (:func:`pool_card_counts`), verified by re-solve (the plan there, none one count below). Exact:
     the space at ``m`` cards is a subset of the space at ``m + 1`` (the pool's layouts with at most ``m``
@@ -761,8 +765,8 @@ def relax_pool_availability(sc: Scenario, g: int, objective: str = "cost") -> di
                            + ("owned" if pool.owned else "rented"), "current": pool.max_cards,
                            "unit": "cards", "required": None, "helps": False, "cost": None, "finish_days": None}
 
-    def solved(m: int) -> PoolsSolve:
-        return solve_pools(with_pool_cards(sc, g, m), objective, relax=False)
+    def solved(m: int) -> PoolsSolve:  # form (a)'s space: the threshold is the data-parallel groups'
+        return solve_pools(with_pool_cards(sc, g, m), objective, relax=False, staged=False)
 
     top = useful_pool_cards(sc)
     counts = pool_card_counts(sc, pool.max_cards, top)  # the space changes only at these caps
