@@ -1016,7 +1016,13 @@ def form_line(ps: PoolsSolve) -> str:
     groups = (f"form (a) {' + '.join(str(c) for c in a.cards)} cards, step {a.step_s:.3f} s, {a.cost:,.0f} USD in "
               f"{a.finish_s / DAY:.2f} d")
     win, lose = (a, b) if won == "a" else (b, a)
-    why = (f"{sum(win.cards):,} cards against {sum(lose.cards):,}" if sum(win.cards) != sum(lose.cards) else
-           f"a step of {win.step_s:.3f} s against {lose.step_s:.3f} s")
-    why += (" at a lower bill" if win.cost < lose.cost else "") if ps.objective == "cost" else ""
+    prices = [t.pool.price_card_hour for t in ps.tables]
+
+    def billed(p: Pick | StagedPick) -> float:  # USD per hour the plan's cards bill
+        return sum(n * price for n, price in zip(p.cards, prices, strict=True))
+
+    if ps.objective == "cost" and billed(win) != billed(lose):
+        why = f"its cards bill {billed(win):,.0f} USD an hour against {billed(lose):,.0f}"
+    else:
+        why = f"a step of {win.step_s:.3f} s against {lose.step_s:.3f} s"
     return f"decision: form ({won}) wins ({why}): {groups}; {staged}"
