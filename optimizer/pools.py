@@ -957,6 +957,7 @@ def staged_entry(ps: PoolsSolve, sc: Scenario) -> dict[str, Any] | None:
     if p is None:
         return None
     return {"step_s": p.step_s, "boundary_send_s": p.boundary_s, "overhead": p.overhead,
+            "failure_rate_per_h": float(T.failure_rate(sc, sum(p.cards))) * HOUR,
             "save_interval_s": p.save_interval_s, "finish_days": p.finish_s / DAY, "cost": p.cost,
             "layout": p.layout, "plans": p.plans, "restrictions": STAGED_RESTRICTIONS,
             **chance_entry(sc, list(p.pools), sum(p.cards), p.save_interval_s, p.step_s),
@@ -976,8 +977,9 @@ def staged_lines(ps: PoolsSolve, sc: Scenario) -> list[str]:
     lay = p.layout
     out = [f"{head}: {p.cost:,.0f} USD, finish {p.finish_s / DAY:.2f} d, step {p.step_s:.3f} s (TP {lay['tp']} "
            f"PP {lay['pp']} DP {lay['dp']} ZeRO-{lay['zero_stage']} mb {lay['micro_batch']} recompute "
-           f"{lay['recompute']}; pool-boundary send {p.boundary_s * 1e3:.2f} ms a micro-batch), overhead "
-           f"{p.overhead:.2%}"]
+           f"{lay['recompute']}; pool-boundary send {p.boundary_s * 1e3:.2f} ms a micro-batch), "
+           f"{float(T.failure_rate(sc, sum(p.cards))) * HOUR:.3f} interruptions/h, save every "
+           f"{p.save_interval_s:,.0f} s, overhead {p.overhead:.2%}"]
     for u, g in enumerate(p.pools):
         pool = sc.pools[g]
         usable = pool_scenario(sc, pool).system(pool.accelerator).acc.memory_usable / 2**30
