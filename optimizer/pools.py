@@ -112,7 +112,8 @@ def fixed_choices(sc: Scenario) -> dict[str, Any]:
 def pool_table(sc: Scenario, pool: PM.Pool, shares: np.ndarray[Any, Any]) -> PoolTable:
     """Step times of every layout of ``pool`` at every share (see the module: one evaluation per share and
     recompute choice, the layouts vectorised; per-pool families enforced), then the dominated layouts
-    dropped."""
+    dropped (:func:`undominated`; not with an input pipeline, where a slower step may be the one it keeps up
+    with)."""
     psc = pool_scenario(sc, pool)
     grid = layout_grid(psc, pool.max_cards)
     n = len(grid["tp"])
@@ -139,7 +140,9 @@ def pool_table(sc: Scenario, pool: PM.Pool, shares: np.ndarray[Any, Any]) -> Poo
     layouts: list[dict[str, Any]] = [{**{key: int(grid[key][i]) for key in LAYOUT_KEYS}, "recompute": rc}
                for rc in recomputes for i in range(n)]
     cards = np.array([lay["tp"] * lay["pp"] * lay["dp"] for lay in layouts])
-    keep = undominated(cards, steps)
+    piped = bool(np.isfinite(np.asarray(T.input_supply(psc, pool.accelerator, cards), dtype=float)).any())
+    # with an input pipeline a slower layout can be the one whose step the supply keeps up with: keep them all
+    keep = [int(i) for i in np.flatnonzero(np.isfinite(steps).any(axis=1))] if piped else undominated(cards, steps)
     acc = psc.system(pool.accelerator).acc
     kept_cards = cards[keep]
     return PoolTable(pool=pool, sc=psc, layouts=[layouts[i] for i in keep], cards=kept_cards,
@@ -367,8 +370,9 @@ def solve_pools(sc: Scenario, objective: str = "cost", relax: bool = True, stage
 class Options:
     """One pool's choices: every (share, card count) its layouts admit, with the fastest layout of that card
     count at that share (another layout with the same cards at the same share is never better: the job's
-    cards, hosts, bill and input supply are the same and its step no shorter; ties: the earlier row). The
-    first option, share 0 and 0 cards, leaves the pool out."""
+    cards, hosts, bill and input supply are the same and its step no shorter; ties: the earlier row; with an
+    input pipeline every layout is kept, a faster step possibly outrunning the supply). The first option,
+    share 0 and 0 cards, leaves the pool out."""
 
     share: np.ndarray[Any, Any]
     cards: np.ndarray[Any, Any]
@@ -378,11 +382,18 @@ class Options:
     row: np.ndarray[Any, Any]  # the layout (row of the pool's table); -1: the pool left out
 
 
-def pool_options(tab: PoolTable) -> Options:
-    """The pool's :class:`Options` from its table (see there)."""
+def pool_options(tab: PoolTable, fastest: bool = True) -> Options:
+    """The pool's :class:`Options` from its table (see there); ``fastest`` False keeps every layout at every
+    share it admits (with an input pipeline, where a faster step can outrun the supply)."""
     if not len(tab.cards):
         z = np.zeros(1, dtype=int)
         return Options(share=z, cards=z, hosts=z, step=np.zeros(1), supply=np.zeros(1), row=np.full(1, -1))
+    if not fastest:
+        i, j = np.nonzero(np.isfinite(tab.steps))
+        by = np.lexsort((i, j))  # by share, then row
+        i, j = i[by], j[by]
+        return Options(share=np.r_[0, j + 1], cards=np.r_[0, tab.cards[i]], hosts=np.r_[0, tab.hosts[i]],
+                       step=np.r_[0.0, tab.steps[i, j]], supply=np.r_[0.0, tab.supply[i]], row=np.r_[-1, i])
     order = np.lexsort((np.arange(len(tab.cards)), tab.cards))  # rows by card count, stable
     cards = tab.cards[order]
     starts = np.flatnonzero(np.r_[True, cards[1:] != cards[:-1]])
@@ -531,9 +542,9 @@ def search_pools(sc: Scenario, tables: list[PoolTable], grad_bytes: float, objec
     dropped first (their one-pool bound). Returns the complete plans left and the count of partial plans
     formed."""
     batch = sc.task.global_batch
-    opts = [pool_options(t) for t in tables]
-    least = least_overhead(sc, int(sum(int(o.cards.max()) for o in opts)))
     fastest_split = all(np.isinf(t.supply).all() for t in tables)
+    opts = [pool_options(t, fastest_split) for t in tables]
+    least = least_overhead(sc, int(sum(int(o.cards.max()) for o in opts)))
     st, formed = States.start(), 0
     for g, (tab, opt) in enumerate(zip(tables, opts, strict=True)):
         opt = viable(opt, sc, grad_bytes, least, tab.pool.price_card_hour, tab.host_bw, (objective, beat))

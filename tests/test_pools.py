@@ -332,6 +332,11 @@ def brute_force_k(sc, objective: str = "cost", mixed_only: bool = False) -> tupl
             if len(used) > 1:
                 p = len(used)
                 step += 2 * (p - 1) / p * grad / (min(c[1] for c in combo) * min(bws[g] for g in used))
+            # the input workers: workers per host x hosts x sequences per worker-second, summed over the pools
+            supply = sum(sc.input.workers_per_host * c[1] * sc.input.per_worker_rate for c in combo) \
+                if sc.input.workers_per_host > 0 else math.inf
+            if B / step > supply:
+                continue
             rate = sum(c[0] * sc.pools[g].price_card_hour for c, g in zip(combo, used, strict=True))
             key = _written_job(sc, sum(c[0] for c in combo), step, rate, objective, sc.pools[used[0]])
             if key is not None and (best is None or key < best):
@@ -395,6 +400,18 @@ def test_three_pool_solve_equals_brute_force_property(days, a100, b200, h100, ob
     ps = OP.solve_pools(sc, objective, relax=False)
     _same(ps.best, brute_force_k(sc, objective))
     _same(ps.mixed, brute_force_k(sc, objective, mixed_only=True))
+
+
+@pytest.mark.parametrize("rate", [40.0, 60.0, 100.0])
+def test_three_pools_with_an_input_pipeline_equal_brute_force(rate):
+    """4 input workers a host at ``rate`` sequences a second each: a plan whose step outruns its hosts' supply
+    is out (here the fastest splits do), so the search keeps every split, and still equals the enumeration."""
+    raw = _raw3("3d", (0.0, 1.8, 4.5), (True, False, False))
+    raw["input"] = {"workers_per_host": 4, "sequences_per_worker_s": rate}
+    sc = load_scenario(raw)
+    ps = OP.solve_pools(sc, relax=False)
+    _same(ps.best, brute_force_k(sc))
+    _same(ps.mixed, brute_force_k(sc, mixed_only=True))
 
 
 def test_three_pools_all_used_equals_brute_force():
