@@ -84,3 +84,30 @@ def balanced_share(fixed_s: tuple[float, float], per_sequence_s: tuple[float, fl
     (a1, a2), (c1, c2) = fixed_s, per_sequence_s
     share = (a2 - a1 + c2 * batch) / (c1 + c2)
     return min(max(share, 0.0), float(batch))
+
+
+# ---------------------------------------------------------------------------------------------
+# form (b): pipeline stages on different pools
+
+
+def boundary_send_s(boundary_bytes: float, nic_bw: Sequence[float]) -> float:
+    """One micro-batch's activations (or their gradients) across the pool boundary: ``x = A / min_g bw_g``
+    (``A`` = ``s b h x bytes / TP``, each TP rank's slice; every rank sends over its own NIC, at the slower
+    pool's NIC bandwidth)."""
+    return boundary_bytes / min(nic_bw)
+
+
+def staged_step_s(stage_steps_s: Sequence[float], boundary_s: float, boundaries: int) -> float:
+    """Step of one pipeline whose stages lie on different pools: ``t = max_g t_g + 2 k x``. ``t_g`` is pool
+    ``g``'s pipeline step had all ``S`` stages its ``l_g`` layers (1F1B: ``m + S - 1`` slots of its stage
+    time, its own sends and data-parallel reduction included), so the slowest pool's stages set the steady
+    slots and the bubble alike; each of the ``k`` pool boundaries adds its forward send on the fill and its
+    backward send on the drain (``x`` each; the steady-state sends overlap compute)."""
+    return max(stage_steps_s) + 2 * boundaries * boundary_s
+
+
+def stage_layers(layers: int, stages: tuple[int, int], first: int) -> int | None:
+    """Layers per stage on the second pool when the first pool's ``s_1`` stages hold ``l_1`` layers each:
+    ``l_2 = (L - s_1 l_1) / s_2``, None unless a positive integer (every layer placed, every stage one)."""
+    rest = layers - stages[0] * first
+    return rest // stages[1] if rest > 0 and rest % stages[1] == 0 else None

@@ -1,4 +1,5 @@
-"""The mixed plan as a decision: data-parallel groups per accelerator pool (issue 40, item 1, form (a)).
+"""The mixed plan as a decision over any number of accelerator pools (issue 40, item 1): form (a), data-parallel
+groups per pool, and form (b), one pipeline with stages on two pools (:func:`solve_staged`).
 
 **The space.** Each pool ``g`` (``[[hardware.pools]]``) runs one layout: TP, PP, ZeRO stage, micro-batch and
 recompute from the scenario's ``[search]`` lists, ``DP_g`` replicas (any count the pool's cards admit, whole
@@ -17,15 +18,17 @@ interval of ``[search]`` (``auto``: the optimum for that rate); ``cost = sum_g n
 (``B / step`` against the pools' summed supply) are checked on the job.
 
 **Exact.** The minimum cost (ties: the earlier finish) over that space is found exactly: every pool's step
-times are tabulated at every share its layouts admit (one vectorised evaluation per share), layouts with the
-same card count whose step times are no better at every share are dropped (they cannot lower the cost, the
-finish or raise the cross-pool bandwidth), and every pair of remaining layouts is tried at every integer split
-of the batch. No monotonicity of ``t_g`` in ``b_g`` is assumed.
+times are tabulated at every share its layouts admit (one vectorised evaluation per share); per pool and share
+only the fastest layout of each card count is kept (:func:`pool_options`); the pools are combined one by one
+(:func:`search_pools`), dropping after each the partial plans whose bounds break the deadline, the budget or
+the best plan over two pools, and keeping of those with the same batch taken and cards per pool the fastest
+split (:func:`prune`). No monotonicity of ``t_g`` in ``b_g`` or of the overhead in the cards is assumed.
 
-**Restrictions of this first version.** At most two pools; one layout per pool (every replica of a pool runs
-the same layout); the schedule, offload, save mode and NICs per host are the ``[search]`` lists' first values;
-the cross-pool reduction is not hidden behind compute; form (b) (pipeline stages on different types) is not
-planned. Each homogeneous plan (one pool alone, same space) is solved too and compared.
+**Restrictions.** One layout per pool (every replica of a pool runs the same layout); the schedule, offload,
+save mode and NICs per host are the ``[search]`` lists' first values; the cross-pool reduction is not hidden
+behind compute. Form (b)'s own restrictions are stated in its report (:data:`STAGED_RESTRICTIONS`). Each
+homogeneous plan (one pool alone, same space) is solved too and compared. Under ``--confidence`` the deadline
+binds the finish's quantile at the largest step sigma of the pools a plan uses (:func:`chance_finish`).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from tpopt.errors import InputError
+from tpopt.models import comm
 from tpopt.models import families as F
 from tpopt.models import pools as PM
 from tpopt.models import terms as T
@@ -53,7 +57,6 @@ JOB_FAMILIES = (F.DEADLINE, F.BUDGET, F.STEP_BUDGET, F.INPUT_THROUGHPUT, F.CHECK
 POOL_FAMILIES = tuple(n for n in CONSTRAINT_NAMES if n not in JOB_FAMILIES)
 """Families every pool's group meets at its share, exactly as a homogeneous plan does."""
 LAYOUT_KEYS = ("tp", "pp", "zero_stage", "micro_batch", "dp")
-MAX_POOLS = 2
 T_Plan = TypeVar("T_Plan")
 
 
@@ -109,7 +112,8 @@ def fixed_choices(sc: Scenario) -> dict[str, Any]:
 def pool_table(sc: Scenario, pool: PM.Pool, shares: np.ndarray[Any, Any]) -> PoolTable:
     """Step times of every layout of ``pool`` at every share (see the module: one evaluation per share and
     recompute choice, the layouts vectorised; per-pool families enforced), then the dominated layouts
-    dropped."""
+    dropped (:func:`undominated`; not with an input pipeline, where a slower step may be the one it keeps up
+    with)."""
     psc = pool_scenario(sc, pool)
     grid = layout_grid(psc, pool.max_cards)
     n = len(grid["tp"])
@@ -136,7 +140,9 @@ def pool_table(sc: Scenario, pool: PM.Pool, shares: np.ndarray[Any, Any]) -> Poo
     layouts: list[dict[str, Any]] = [{**{key: int(grid[key][i]) for key in LAYOUT_KEYS}, "recompute": rc}
                for rc in recomputes for i in range(n)]
     cards = np.array([lay["tp"] * lay["pp"] * lay["dp"] for lay in layouts])
-    keep = undominated(cards, steps)
+    piped = bool(np.isfinite(np.asarray(T.input_supply(psc, pool.accelerator, cards), dtype=float)).any())
+    # with an input pipeline a slower layout can be the one whose step the supply keeps up with: keep them all
+    keep = [int(i) for i in np.flatnonzero(np.isfinite(steps).any(axis=1))] if piped else undominated(cards, steps)
     acc = psc.system(pool.accelerator).acc
     kept_cards = cards[keep]
     return PoolTable(pool=pool, sc=psc, layouts=[layouts[i] for i in keep], cards=kept_cards,
@@ -181,13 +187,14 @@ class Pick:
 class PoolsSolve:
     tables: list[PoolTable]
     best: Pick | None  # the cheapest plan over the whole space (mixed or one pool alone)
-    mixed: Pick | None  # the cheapest plan that uses every pool
+    mixed: Pick | None  # the cheapest plan that uses two pools or more
     alone: list[Pick | None]  # the cheapest plan of each pool alone
     fastest: list[Pick | None]  # each pool's fastest plan alone, the deadline and the budget aside
-    plans: int  # (layout, layout, share) points the search compared
+    plans: int  # plans the search formed: one-pool plans, then partial and complete plans over the pools
     wall_s: float
     objective: str = "cost"  # "cost" (ties: the earlier finish) or "finish" (ties: the lower cost)
     relaxations: list[dict[str, Any]] = field(default_factory=list)  # no plan: "pool availability" per rented pool
+    staged: StagedPick | None = None  # form (b): the best pipeline with stages on two pools
 
 
 def share_list(batch: int) -> np.ndarray[Any, Any]:
@@ -206,19 +213,71 @@ def _job(sc: Scenario, cards: np.ndarray[Any, Any], step: np.ndarray[Any, Any]
     return np.asarray(lo), np.asarray(tau), np.asarray(finish)
 
 
-def solve_pools(sc: Scenario, objective: str = "cost", relax: bool = True) -> PoolsSolve:
+def pool_sigmas(sc: Scenario, pools: tuple[PM.Pool, ...], cards: np.ndarray[Any, Any]
+                ) -> list[np.ndarray[Any, Any]]:
+    """Each pool's step-time sigma (log-sd of measured / predicted step) from its card's evidence
+    (:func:`tpopt.models.terms.step_sigma` on the pool's scenario) at the job's ``cards``."""
+    return [np.broadcast_to(np.asarray(T.step_sigma(pool_scenario(sc, p), p.accelerator, cards)[0], dtype=float),
+                            np.shape(cards)) for p in pools]
+
+
+def chance_finish(sc: Scenario, pools: tuple[PM.Pool, ...], used: np.ndarray[Any, Any], cards: np.ndarray[Any, Any],
+                  tau: np.ndarray[Any, Any], step: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Under a confidence ``q`` (``--confidence``): the q-quantile of each plan's finish
+    (:func:`tpopt.models.terms.finish_quantile`) at the largest step sigma of the pools it uses (``used``:
+    plans x pools; the mixed job is as uncertain as its least-evidenced card; for ``q > 0.5`` the quantile
+    grows with sigma, so the largest is the conservative one)."""
+    q = sc.task.confidence
+    assert q is not None
+    cards, tau, step = (np.asarray(x, dtype=float).reshape(-1) for x in (cards, tau, step))
+    use = np.asarray(used, dtype=bool).reshape(len(cards), len(pools))
+    sig = np.stack(pool_sigmas(sc, pools, cards), axis=1) if len(cards) else np.zeros((0, len(pools)))
+    worst = np.argmax(np.where(use, sig, -np.inf), axis=1) if len(cards) else np.zeros(0, dtype=int)
+    out = np.full(len(cards), np.inf)
+    mode = sc.search.save_mode[0]
+    for g, pool in enumerate(pools):
+        at = np.flatnonzero((worst == g) & np.isfinite(step))
+        if at.size:
+            out[at] = T.finish_quantile(pool_scenario(sc, pool), pool.accelerator, mode, cards[at], tau[at],
+                                        step[at], q)
+    return out
+
+
+def deadline_ok(sc: Scenario, pools: tuple[PM.Pool, ...], used: np.ndarray[Any, Any], cards: np.ndarray[Any, Any],
+                tau: np.ndarray[Any, Any], step: np.ndarray[Any, Any], finish: np.ndarray[Any, Any],
+                ok: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``ok`` and the deadline met: the finish by the date, or under a confidence its quantile
+    (:func:`chance_finish`, computed only where ``ok`` still holds)."""
+    deadline = F.limit(F.DEADLINE, sc)
+    if sc.task.confidence is None:
+        return np.asarray(ok & (finish <= deadline))
+    ok = np.asarray(ok, dtype=bool).copy()
+    flat = ok.reshape(-1)
+    at = np.flatnonzero(flat)
+    if at.size:
+        u = np.asarray(used, dtype=bool).reshape(flat.size, len(pools))[at]
+        fq = chance_finish(sc, pools, u, np.asarray(cards).reshape(-1)[at], np.asarray(tau).reshape(-1)[at],
+                           np.asarray(step).reshape(-1)[at])
+        flat[at] = fq <= deadline
+    return ok
+
+
+def bound_deadline(sc: Scenario) -> float:
+    """The deadline the search's bounds may prune with: the date, or none under a confidence (the quantile
+    is checked on complete plans only)."""
+    return F.limit(F.DEADLINE, sc) if sc.task.confidence is None else np.inf
+
+
+def solve_pools(sc: Scenario, objective: str = "cost", relax: bool = True, staged: bool = True) -> PoolsSolve:
     """The cheapest (``objective = "cost"``, ties: earlier finish) or earliest (``"finish"``) plan over the
     pools, exactly (see the module), with each pool alone for the comparison; ``relax``: where no plan exists,
-    the "pool availability" relaxation of each rented pool (:func:`relax_pool_availability`)."""
+    the "pool availability" relaxation of each rented pool (:func:`relax_pool_availability`); ``staged``: form (b)
+    too (:func:`solve_staged`)."""
     t0 = time.process_time()
-    if len(sc.pools) > MAX_POOLS:
-        raise InputError(f"hardware.pools: at most {MAX_POOLS} pools are planned in this version "
-                         f"(got {len(sc.pools)})")
     batch = sc.task.global_batch
     shares = share_list(batch)
     tables = [pool_table(sc, p, shares) for p in sc.pools]
     grad_bytes = param_count(sc.model) * sc.state_recipe().grads
-    deadline = F.limit(F.DEADLINE, sc)
     max_cost = F.limit(F.BUDGET, sc)
     plans = 0
     candidates: list[Pick] = []
@@ -247,7 +306,9 @@ def solve_pools(sc: Scenario, objective: str = "cost", relax: bool = True) -> Po
         supply = sum(tables[g].supply[grids[i]] for i, g in enumerate(used))
         ok = np.isfinite(step) & (batch / step <= supply)
         if limited:
-            ok &= (finish <= deadline) & (cost <= max_cost)
+            mask = np.zeros((*np.shape(step), len(tables)), dtype=bool)
+            mask[..., used] = True
+            ok = deadline_ok(sc, sc.pools, mask, cards, tau, step, finish, ok & (cost <= max_cost))
         plans += int(np.size(step))
         if not ok.any():
             return
@@ -282,20 +343,386 @@ def solve_pools(sc: Scenario, objective: str = "cost", relax: bool = True) -> Po
         fastest.append(_best(candidates[before:], "finish"))
         del candidates[before:]
     mixed: Pick | None = None
-    if len(tables) == 2:
-        before = len(candidates)
-        r0, r1 = np.arange(len(tables[0].layouts)), np.arange(len(tables[1].layouts))
-        for b0 in range(1, batch):
-            c0 = np.isfinite(tables[0].steps[:, b0 - 1])
-            c1 = np.isfinite(tables[1].steps[:, batch - b0 - 1])
-            if c0.any() and c1.any():
-                consider((0, 0), (r0[c0], r1[c1]), (b0, batch - b0))
-        mixed = _best(candidates[before:], objective)
+    if len(tables) > 1:
+        beat = np.inf  # the best plan over fewer pools bounds the search over all of them
+        if len(tables) > 2:
+            for pair in itertools.combinations(range(len(tables)), 2):
+                sub, formed = search_pools(sc, [tables[g] for g in pair], grad_bytes, objective)
+                plans += formed
+                got = mixed_pick(sc, [tables[g] for g in pair], sub, grad_bytes, objective)
+                beat = min(beat, _key(got, objective)[0]) if got is not None else beat
+        final, formed = search_pools(sc, tables, grad_bytes, objective, beat)
+        plans += formed
+        mixed = mixed_pick(sc, tables, final, grad_bytes, objective)
     best = _best([p for p in (*alone, mixed) if p is not None], objective)
+    pipeline = solve_staged(sc, objective) if len(tables) > 1 and staged else None
     rels = [relax_pool_availability(sc, g, objective) for g, p in enumerate(sc.pools)
-            if not p.owned] if best is None and relax else []
+            if not p.owned] if best is None and pipeline is None and relax else []
     return PoolsSolve(tables=tables, best=best, mixed=mixed, alone=alone, fastest=fastest, plans=plans,
-                      wall_s=time.process_time() - t0, objective=objective, relaxations=rels)
+                      wall_s=time.process_time() - t0, objective=objective, relaxations=rels, staged=pipeline)
+
+
+# ---------------------------------------------------------------------------------------------
+# the search over k pools: (share, card count) options per pool, combined pool by pool
+
+
+@dataclass
+class Options:
+    """One pool's choices: every (share, card count) its layouts admit, with the fastest layout of that card
+    count at that share (another layout with the same cards at the same share is never better: the job's
+    cards, hosts, bill and input supply are the same and its step no shorter; ties: the earlier row; with an
+    input pipeline every layout is kept, a faster step possibly outrunning the supply). The first option,
+    share 0 and 0 cards, leaves the pool out."""
+
+    share: np.ndarray[Any, Any]
+    cards: np.ndarray[Any, Any]
+    hosts: np.ndarray[Any, Any]
+    step: np.ndarray[Any, Any]
+    supply: np.ndarray[Any, Any]
+    row: np.ndarray[Any, Any]  # the layout (row of the pool's table); -1: the pool left out
+
+
+def pool_options(tab: PoolTable, fastest: bool = True) -> Options:
+    """The pool's :class:`Options` from its table (see there); ``fastest`` False keeps every layout at every
+    share it admits (with an input pipeline, where a faster step can outrun the supply)."""
+    if not len(tab.cards):
+        z = np.zeros(1, dtype=int)
+        return Options(share=z, cards=z, hosts=z, step=np.zeros(1), supply=np.zeros(1), row=np.full(1, -1))
+    if not fastest:
+        i, j = np.nonzero(np.isfinite(tab.steps))
+        by = np.lexsort((i, j))  # by share, then row
+        i, j = i[by], j[by]
+        return Options(share=np.r_[0, j + 1], cards=np.r_[0, tab.cards[i]], hosts=np.r_[0, tab.hosts[i]],
+                       step=np.r_[0.0, tab.steps[i, j]], supply=np.r_[0.0, tab.supply[i]], row=np.r_[-1, i])
+    order = np.lexsort((np.arange(len(tab.cards)), tab.cards))  # rows by card count, stable
+    cards = tab.cards[order]
+    starts = np.flatnonzero(np.r_[True, cards[1:] != cards[:-1]])
+    ends = np.r_[starts[1:], len(order)]
+    steps = tab.steps[order]  # rows x shares
+    arg = np.stack([order[lo + np.argmin(steps[lo:hi], axis=0)] for lo, hi in zip(starts, ends, strict=True)])
+    best = np.take_along_axis(tab.steps, arg, axis=0)  # card counts x shares
+    u, j = np.nonzero(np.isfinite(best))
+    order = np.lexsort((u, j))  # by share, then card count
+    u, j = u[order], j[order]
+    rows = arg[u, j]
+    return Options(share=np.r_[0, j + 1], cards=np.r_[0, tab.cards[rows]], hosts=np.r_[0, tab.hosts[rows]],
+                   step=np.r_[0.0, best[u, j]], supply=np.r_[0.0, tab.supply[rows]], row=np.r_[-1, rows])
+
+
+FIELDS = ("c", "t", "n", "r", "h", "bw", "p", "s", "rows", "shares", "cards")
+
+
+@dataclass
+class States:
+    """Partial plans over the first pools, one per entry: the batch taken ``c``, the slowest group ``t``, the
+    cards ``n``, the bill per hour ``r``, the fewest hosts ``h`` and the slowest per-host bandwidth ``bw`` of
+    the pools used (inf: none yet), the pools used ``p``, the input supply ``s``; per pool so far, the option
+    layout (``rows``, a row of its table; -1: left out), its share and its cards."""
+
+    c: np.ndarray[Any, Any]
+    t: np.ndarray[Any, Any]
+    n: np.ndarray[Any, Any]
+    r: np.ndarray[Any, Any]
+    h: np.ndarray[Any, Any]
+    bw: np.ndarray[Any, Any]
+    p: np.ndarray[Any, Any]
+    s: np.ndarray[Any, Any]
+    rows: np.ndarray[Any, Any]
+    shares: np.ndarray[Any, Any]
+    cards: np.ndarray[Any, Any]
+
+    @classmethod
+    def start(cls) -> States:
+        """The empty plan: no pool chosen yet."""
+        z, one = np.zeros(1, dtype=int), np.full(1, np.inf)
+        return cls(c=z, t=np.zeros(1), n=z, r=np.zeros(1), h=one, bw=one, p=z, s=np.zeros(1),
+                   rows=np.zeros((1, 0), dtype=int), shares=np.zeros((1, 0), dtype=int),
+                   cards=np.zeros((1, 0), dtype=int))
+
+    def take(self, keep: np.ndarray[Any, Any]) -> States:
+        return States(*(getattr(self, f)[keep] for f in FIELDS))
+
+
+def extend(st: States, opt: Options, price: float, bw: float, last: bool, batch: int) -> States:
+    """Every partial plan with every option of the next pool: the last pool takes what is left, ``B - c``
+    (nothing when the batch is taken); another takes any share that fits, or none."""
+    shares, first = np.unique(opt.share, return_index=True)  # the options are sorted by share
+    ends = np.r_[first[1:], len(opt.share)]
+    where = {int(s): np.arange(a, b) for s, a, b in zip(shares, first, ends, strict=True)}
+    pairs: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
+    if last:
+        for c in np.unique(st.c):
+            ks = where.get(batch - int(c))
+            if ks is not None:
+                i = np.flatnonzero(st.c == c)
+                pairs.append((np.repeat(i, ks.size), np.tile(ks, i.size)))
+    else:
+        for s, ks in where.items():
+            i = np.flatnonzero(st.c + s <= batch)
+            pairs.append((np.repeat(i, ks.size), np.tile(ks, i.size)))
+    i = np.concatenate([a for a, _ in pairs]) if pairs else np.zeros(0, dtype=int)
+    k = np.concatenate([b for _, b in pairs]) if pairs else np.zeros(0, dtype=int)
+    used = opt.row[k] >= 0
+    return States(c=st.c[i] + opt.share[k], t=np.maximum(st.t[i], opt.step[k]), n=st.n[i] + opt.cards[k],
+                  r=st.r[i] + price * opt.cards[k], h=np.where(used, np.minimum(st.h[i], opt.hosts[k]), st.h[i]),
+                  bw=np.where(used, np.minimum(st.bw[i], bw), st.bw[i]), p=st.p[i] + used,
+                  s=st.s[i] + opt.supply[k], rows=np.column_stack([st.rows[i], opt.row[k]]),
+                  shares=np.column_stack([st.shares[i], opt.share[k]]),
+                  cards=np.column_stack([st.cards[i], opt.cards[k]]))
+
+
+def cross_s(st: States, grad_bytes: float) -> np.ndarray[Any, Any]:
+    """Each plan's cross-pool all-reduce (:func:`tpopt.models.pools.cross_pool_s` over the pools used). It only
+    grows as pools are added (more pools in the ring, no more hosts, no faster fabric), so a partial plan's is
+    a lower bound of its completions'."""
+    ring = np.array([PM.cross_pool_bytes(grad_bytes, q) for q in range(int(st.p.max(initial=0)) + 1)])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(st.p > 1, ring[st.p] / (st.h * st.bw), 0.0)
+
+
+def least_overhead(sc: Scenario, most_cards: int) -> np.ndarray[Any, Any]:
+    """``L_min(n) = min_{n <= m <= M} L(m)``: the least checkpoint and failure overhead a plan with ``n`` cards
+    so far can end with (``M``: all the pools' cards; no monotonicity of ``L`` assumed)."""
+    lo, _, _ = _job(sc, np.arange(most_cards + 1), np.ones(most_cards + 1))
+    return np.minimum.accumulate(np.asarray(lo, dtype=float)[::-1])[::-1]
+
+
+def bounds(st: States, sc: Scenario, grad_bytes: float, least: np.ndarray[Any, Any]
+           ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """Lower bounds of the finish and the bill of every completion of each partial plan: its step is at least
+    ``t`` + the partial cross-pool time (:func:`cross_s`), its overhead at least ``L_min(n)``
+    (:func:`least_overhead`), its bill at least ``r`` per hour."""
+    step = st.t + cross_s(st, grad_bytes)
+    finish = sc.task.reserved_s + T.iteration_count(sc) * step * (1.0 + least[st.n])
+    with np.errstate(invalid="ignore"):
+        return finish, np.where(st.r > 0, st.r * finish / HOUR, 0.0)
+
+
+def prune(st: States, sc: Scenario, grad_bytes: float, least: np.ndarray[Any, Any], fastest_split: bool,
+          beat: tuple[str, float]) -> States:
+    """Drop the partial plans no completion can make feasible or better than ``beat`` (the objective and the
+    best value a plan of the space already reached: ``"cost"`` or ``"finish"``), then (``fastest_split``)
+    keep one per batch taken and cards of each pool so far: the one with the fastest slowest group (ties: the
+    lower shares in pool order). Exact: a bound (:func:`bounds`) past the deadline, the budget or ``beat``
+    rules out every completion (``beat`` with a 1e-9 margin, so ties survive); and two partial plans with the
+    same batch taken and the same cards per pool complete alike (same cards, hosts, fabric, bill and supply),
+    the faster never worse. With an input pipeline a faster step can outrun the supply, so ``fastest_split``
+    is off there."""
+    finish, bill = bounds(st, sc, grad_bytes, least)
+    reach = finish if beat[0] == "finish" else bill
+    st = st.take(np.flatnonzero((finish <= bound_deadline(sc)) & (bill <= F.limit(F.BUDGET, sc))
+                                & (reach <= beat[1] * (1 + 1e-9))))
+    if not fastest_split or not st.c.size:
+        return st
+    order = np.lexsort((*st.shares.T[::-1], st.t, *st.cards.T[::-1], st.c))
+    key = np.column_stack([st.c, st.cards])[order]
+    first = np.r_[True, np.any(key[1:] != key[:-1], axis=1)]
+    return st.take(order[first])
+
+
+def viable(opt: Options, sc: Scenario, grad_bytes: float, least: np.ndarray[Any, Any], price: float, bw: float,
+           beat: tuple[str, float]) -> Options:
+    """The pool's options that can be part of a feasible plan better than ``beat`` (each option's own
+    :func:`bounds` as a one-pool partial plan; leaving the pool out always can)."""
+    used = opt.row >= 0
+    one = States(c=opt.share, t=opt.step, n=opt.cards, r=price * opt.cards, h=np.where(used, opt.hosts, np.inf),
+                 bw=np.where(used, bw, np.inf), p=used.astype(int), s=opt.supply, rows=opt.row[:, None],
+                 shares=opt.share[:, None], cards=opt.cards[:, None])
+    finish, bill = bounds(one, sc, grad_bytes, least)
+    reach = finish if beat[0] == "finish" else bill
+    keep = ~used | ((finish <= bound_deadline(sc)) & (bill <= F.limit(F.BUDGET, sc))
+                    & (reach <= beat[1] * (1 + 1e-9)))
+    return Options(*(getattr(opt, f)[keep] for f in ("share", "cards", "hosts", "step", "supply", "row")))
+
+
+def search_pools(sc: Scenario, tables: list[PoolTable], grad_bytes: float, objective: str = "cost",
+                 beat: float = np.inf) -> tuple[States, int]:
+    """Every plan over the pools (each pool's share and card count, the batch whole), pool by pool with
+    :func:`prune` after each; each pool's options that cannot be part of a feasible plan better than ``beat``
+    dropped first (their one-pool bound). Returns the complete plans left and the count of partial plans
+    formed."""
+    batch = sc.task.global_batch
+    fastest_split = all(np.isinf(t.supply).all() for t in tables)
+    opts = [pool_options(t, fastest_split) for t in tables]
+    least = least_overhead(sc, int(sum(int(o.cards.max()) for o in opts)))
+    st, formed = States.start(), 0
+    for g, (tab, opt) in enumerate(zip(tables, opts, strict=True)):
+        opt = viable(opt, sc, grad_bytes, least, tab.pool.price_card_hour, tab.host_bw, (objective, beat))
+        st = extend(st, opt, tab.pool.price_card_hour, tab.host_bw, g == len(tables) - 1, batch)
+        formed += st.c.size
+        st = prune(st, sc, grad_bytes, least, fastest_split, (objective, beat))
+    return st, formed
+
+
+def mixed_pick(sc: Scenario, tables: list[PoolTable], st: States, grad_bytes: float, objective: str) -> Pick | None:
+    """The best complete plan using two pools or more that meets the job's limits (the input supply, the
+    deadline, the budget): the least cost (within 1e-12, then the earliest finish) or the earliest finish
+    (then the least cost); ties: the lower shares in pool order."""
+    st = st.take(np.flatnonzero(st.p > 1))
+    if not st.c.size:
+        return None
+    cross = cross_s(st, grad_bytes)
+    step = st.t + cross
+    lo, tau, finish = _job(sc, st.n, step)
+    with np.errstate(invalid="ignore"):
+        cost = np.where(np.isfinite(finish), st.r * finish / HOUR, np.inf)
+        ok = np.isfinite(step) & (sc.task.global_batch / step <= st.s) & (cost <= F.limit(F.BUDGET, sc))
+    ok = deadline_ok(sc, tuple(t.pool for t in tables), st.rows >= 0, st.n, tau, step, finish, ok)
+    if not ok.any():
+        return None
+    first, second = (cost, finish) if objective == "cost" else (finish, cost)
+    key = np.where(ok, first, np.inf)
+    tie = np.flatnonzero(ok & (key <= key.min() * (1 + 1e-12)))
+    i = int(tie[np.lexsort((*st.shares[tie].T[::-1], second[tie]))[0]])
+    rows = tuple(int(r) if r >= 0 else None for r in st.rows[i])
+    shares = tuple(int(x) for x in st.shares[i])
+    return Pick(rows=rows, shares=shares,
+                group_steps_s=tuple(float(tables[g].steps[r, shares[g] - 1]) for g, r in enumerate(rows)
+                                    if r is not None),
+                cross_s=float(cross[i]), step_s=float(step[i]), overhead=float(lo[i]),
+                save_interval_s=float(tau[i]), finish_s=float(finish[i]), cost=float(cost[i]),
+                cards=tuple(int(x) for x in st.cards[i]))
+
+
+# ---------------------------------------------------------------------------------------------
+# form (b): one pipeline whose stages lie on two pools
+
+STAGE_FAMILIES = tuple(n for n in POOL_FAMILIES if n not in (F.WHOLE_HOSTS, F.CARDS))
+"""Families each pool's stages meet in the staged form; its cards and whole hosts are checked on the pool's
+own stages (``TP x s_g x DP``), not on the all-stage pipeline used to time them."""
+
+
+@dataclass
+class StagedPick:
+    """A plan of form (b): pools ``pools`` (two) hold ``stages`` consecutive stages of one pipeline with
+    ``layers`` layers per stage; one layout (TP, all stages, DP, micro-batch, ZeRO, recompute) for both."""
+
+    pools: tuple[int, int]
+    layout: dict[str, Any]
+    stages: tuple[int, int]
+    layers: tuple[int, int]
+    stage_steps_s: tuple[float, float]  # each pool's pipeline step had every stage its layers
+    memory_gib: tuple[float, float]
+    boundary_s: float
+    step_s: float
+    overhead: float
+    save_interval_s: float
+    finish_s: float
+    cost: float
+    cards: tuple[int, ...]  # per pool of the scenario (0: not used)
+    plans: int = 0
+
+
+def staged_rows(sc: Scenario) -> dict[str, np.ndarray[Any, Any]]:
+    """The layouts a staged pipeline may take at the global batch ``B``: TP and micro-batch from ``[search]``,
+    every DP with ``B`` a multiple of ``micro_batch x DP``."""
+    batch = sc.task.global_batch
+    rows = [(tp, mb, dp) for tp, mb in itertools.product(sc.search.tp, sc.search.micro_batch)
+            for dp in range(1, batch // mb + 1) if batch % (mb * dp) == 0]
+    cols = np.array(rows, dtype=int).T
+    return {"tp": cols[0], "micro_batch": cols[1], "dp": cols[2]}
+
+
+def staged_times(sc: Scenario, pool: PM.Pool, stages: int, layers: int, recompute: str,
+                 rows: dict[str, np.ndarray[Any, Any]]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """(step, memory per card) of every row on ``pool`` as a pipeline of ``stages`` stages of ``layers`` layers
+    each (inf where a stage family fails): the model with ``stages x layers`` layers on the pool alone."""
+    psc = pool_scenario(sc, pool)
+    psc = replace(psc, model=replace(psc.model, layers=stages * layers))
+    with np.errstate(divide="ignore", invalid="ignore"):  # the all-stage pipeline's own finish is unused
+        r = evaluate_arrays(psc, pool.accelerator, recompute=recompute, **fixed_choices(psc), pp=stages,
+                            zero_stage=psc.search.zero_stage[0], tp=rows["tp"], micro_batch=rows["micro_batch"],
+                            dp=rows["dp"])
+    ok = np.ones(rows["tp"].size, dtype=bool)
+    for name in STAGE_FAMILIES:
+        v, lim = r[("c", name)]
+        ok &= np.asarray(v <= lim)
+    return np.where(ok, r["step_s"], np.inf), np.asarray(r["memory_per_card"], dtype=float) * np.ones(ok.size)
+
+
+def solve_staged(sc: Scenario, objective: str = "cost") -> StagedPick | None:
+    """Form (b), exactly over its space: every pair of pools, every stage count ``S`` of ``[search].pp``
+    (``S >= 2``), every split ``s_1 + s_2 = S`` (each pool at least one stage), every ``l_1`` with ``l_2 =
+    (L - s_1 l_1) / s_2`` a positive integer (:func:`tpopt.models.pools.stage_layers`), every TP, micro-batch,
+    recompute and DP (at the first ZeRO stage, schedule, offload and save mode). Each pool's cards ``TP x s_g x
+    DP`` within its availability and whole hosts; the step :func:`tpopt.models.pools.staged_step_s`; the job as
+    in form (a). The best (cost, ties: finish; or finish, ties: cost) meeting the job's limits. A layer count
+    whose first-pool step alone exceeds ``(D - R) / iterations`` for every row is not timed on the second pool
+    (the step is at least it and the overhead at least 0, so no such plan meets the date ``D``)."""
+    se, batch, layers = sc.search, sc.task.global_batch, sc.model.layers
+    rows = staged_rows(sc)
+    tp, mb, dp = rows["tp"], rows["micro_batch"], rows["dp"]
+    boundary = comm.pp_boundary_bytes(mb * sc.task.seq_len, sc.model.hidden, tp, sc.memory.activation_bytes)
+    cache: dict[tuple[int, int, int, str], tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = {}
+
+    def times(g: int, stages: int, per_stage: int, rc: str) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        key = (g, stages, per_stage, rc)
+        if key not in cache:
+            cache[key] = staged_times(sc, sc.pools[g], stages, per_stage, rc, rows)
+        return cache[key]
+
+    best: StagedPick | None = None
+    plans = 0
+    fastest = (bound_deadline(sc) - sc.task.reserved_s) / T.iteration_count(sc)  # the slowest step meeting the date
+    for a, b in itertools.combinations(range(len(sc.pools)), 2):
+        pa, pb = sc.pools[a], sc.pools[b]
+        acc_a, acc_b = (pool_scenario(sc, p).system(p.accelerator).acc for p in (pa, pb))
+        x = np.asarray(boundary, dtype=float) / min(acc_a.nic_bw, acc_b.nic_bw)  # PM.boundary_send_s per row
+        for stages in sorted(s for s in set(se.pp) if s >= 2):
+            for s_a in range(1, stages):
+                split = (s_a, stages - s_a)
+                ca, cb = tp * split[0] * dp, tp * split[1] * dp
+                fits = ((ca <= pa.max_cards) & (ca % acc_a.cards_per_host == 0)
+                        & (cb <= pb.max_cards) & (cb % acc_b.cards_per_host == 0))
+                if not fits.any():
+                    continue
+                supply = (np.asarray(T.input_supply(pool_scenario(sc, pa), pa.accelerator, ca), dtype=float)
+                          + np.asarray(T.input_supply(pool_scenario(sc, pb), pb.accelerator, cb), dtype=float))
+                for l_a in range(1, layers):
+                    l_b = PM.stage_layers(layers, split, l_a)
+                    if l_b is None:
+                        continue
+                    for rc in se.recompute:
+                        ta, ma = times(a, stages, l_a, rc)
+                        if not (fits & (ta <= fastest)).any():  # no row of the first pool can meet the date
+                            continue
+                        tb, mbm = times(b, stages, l_b, rc)
+                        step = np.maximum(ta, tb) + 2 * x
+                        lo, tau, finish = _job(sc, ca + cb, step)
+                        with np.errstate(invalid="ignore"):
+                            cost = np.where(np.isfinite(finish), (pa.price_card_hour * ca + pb.price_card_hour * cb)
+                                            * finish / HOUR, np.inf)
+                            ok = fits & np.isfinite(step) & (batch / step <= supply) & (cost <= F.limit(F.BUDGET, sc))
+                        pair = np.zeros((ok.size, len(sc.pools)), dtype=bool)
+                        pair[:, [a, b]] = True
+                        ok = deadline_ok(sc, sc.pools, pair, ca + cb, tau, step, finish, ok)
+                        plans += int(ok.size)
+                        if not ok.any():
+                            continue
+                        first, second = (cost, finish) if objective == "cost" else (finish, cost)
+                        key = np.where(ok, first, np.inf)
+                        tie = np.flatnonzero(ok & (key <= key.min() * (1 + 1e-12)))
+                        i = int(tie[np.argmin(second[tie])])
+                        if best is not None and _staged_key(best, objective) <= (float(first[i]), float(second[i])):
+                            continue
+                        cards = [0] * len(sc.pools)
+                        cards[a], cards[b] = int(ca[i]), int(cb[i])
+                        best = StagedPick(
+                            pools=(a, b), stages=split, layers=(l_a, l_b),
+                            layout={"tp": int(tp[i]), "pp": stages, "dp": int(dp[i]),
+                                    "zero_stage": se.zero_stage[0], "micro_batch": int(mb[i]), "recompute": rc},
+                            stage_steps_s=(float(ta[i]), float(tb[i])),
+                            memory_gib=(float(ma[i]) / 2**30, float(mbm[i]) / 2**30), boundary_s=float(x[i]),
+                            step_s=float(step[i]), overhead=float(lo[i]), save_interval_s=float(tau[i]),
+                            finish_s=float(finish[i]), cost=float(cost[i]), cards=tuple(cards))
+    if best is not None:
+        best.plans = plans
+    return best
+
+
+def _staged_key(p: StagedPick, objective: str) -> tuple[float, float]:
+    return (p.cost, p.finish_s) if objective == "cost" else (p.finish_s, p.cost)
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,7 +765,7 @@ def pool_card_counts(sc: Scenario, above: int, top: int) -> list[int]:
 
 
 def relax_pool_availability(sc: Scenario, g: int, objective: str = "cost") -> dict[str, Any]:
-    """The smallest ``max_cards`` of pool ``g`` at which the pools question has a plan, everything else
+    """The smallest ``max_cards`` of pool ``g`` at which the pools question has a plan of form (a), everything else
     unchanged, found by exponential search then bisection over the card counts a layout can take
     (:func:`pool_card_counts`), verified by re-solve (the plan there, none one count below). Exact:
     the space at ``m`` cards is a subset of the space at ``m + 1`` (the pool's layouts with at most ``m``
@@ -349,8 +776,8 @@ def relax_pool_availability(sc: Scenario, g: int, objective: str = "cost") -> di
                            + ("owned" if pool.owned else "rented"), "current": pool.max_cards,
                            "unit": "cards", "required": None, "helps": False, "cost": None, "finish_days": None}
 
-    def solved(m: int) -> PoolsSolve:
-        return solve_pools(with_pool_cards(sc, g, m), objective, relax=False)
+    def solved(m: int) -> PoolsSolve:  # form (a)'s space: the threshold is the data-parallel groups'
+        return solve_pools(with_pool_cards(sc, g, m), objective, relax=False, staged=False)
 
     top = useful_pool_cards(sc)
     counts = pool_card_counts(sc, pool.max_cards, top)  # the space changes only at these caps
@@ -419,7 +846,33 @@ def pick_entry(ps: PoolsSolve, pick: Pick, sc: Scenario) -> dict[str, Any]:
             "cross_pool_bytes": PM.cross_pool_bytes(grad_bytes, len(used)),
             "failure_rate_per_h": PM.mixed_failure_rate(rates, float(T.failure_rate(sc, 0))) * HOUR,
             "overhead": pick.overhead,
-            "save_interval_s": pick.save_interval_s, "finish_days": pick.finish_s / DAY, "cost": pick.cost}
+            "save_interval_s": pick.save_interval_s, "finish_days": pick.finish_s / DAY, "cost": pick.cost,
+            **chance_entry(sc, [g for g, r in enumerate(pick.rows) if r is not None], sum(pick.cards),
+                           pick.save_interval_s, pick.step_s)}
+
+
+def chance_entry(sc: Scenario, used: list[int], cards: int, tau: float, step: float) -> dict[str, Any]:
+    """Under a confidence: the finish quantile the deadline was checked with, the step sigma it used (the
+    largest of the pools'), each used pool's sigma; nothing otherwise."""
+    if sc.task.confidence is None:
+        return {}
+    mask = np.zeros((1, len(sc.pools)), dtype=bool)
+    mask[0, used] = True
+    n = np.array([float(cards)])
+    fq = chance_finish(sc, sc.pools, mask, n, np.array([tau]), np.array([step]))
+    sig = {sc.pools[g].accelerator: float(x[0]) for g, x in zip(used, pool_sigmas(sc, tuple(sc.pools[g] for g in used),
+                                                                                 n), strict=True)}
+    return {"confidence": sc.task.confidence, "finish_quantile_days": float(fq[0]) / DAY,
+            "step_sigma": max(sig.values()), "pool_sigmas": sig}
+
+
+def chance_text(e: dict[str, Any]) -> list[str]:
+    """The confidence line of a plan's text (none without a confidence)."""
+    if "confidence" not in e:
+        return []
+    each = ", ".join(f"{acc} {v:.3f}" for acc, v in e["pool_sigmas"].items())
+    return [f"  confidence {e['confidence']:.0%}: finish quantile {e['finish_quantile_days']:.2f} d at step sigma "
+            f"{e['step_sigma']:.3f}, the largest of its pools' ({each})"]
 
 
 def pools_dict(ps: PoolsSolve, sc: Scenario) -> dict[str, Any]:
@@ -432,6 +885,7 @@ def pools_dict(ps: PoolsSolve, sc: Scenario) -> dict[str, Any]:
             "best": entry(ps.best), "mixed": entry(ps.mixed),
             "alone": {t.pool.label: entry(a) for t, a in zip(ps.tables, ps.alone, strict=True)},
             "comparison": verdict(ps), "plans": ps.plans,
+            **({"staged": staged_entry(ps, sc), "form": winning_form(ps)} if len(ps.tables) > 1 else {}),
             **({"relaxations": ps.relaxations} if ps.best is None else {}),
             "evaluations": sum(t.evaluated for t in ps.tables)}
 
@@ -445,7 +899,7 @@ def verdict(ps: PoolsSolve) -> list[str]:
         why = (f"its fastest plan finishes in {f.finish_s / DAY:.2f} d for {f.cost:,.0f} USD" if f is not None
                else "no layout of it fits")
         if m is None:
-            out.append(f"no plan uses both pools; {name} alone: "
+            out.append(f"no plan uses {'both pools' if len(ps.tables) == 2 else 'two pools or more'}; {name} alone: "
                        + (f"{a.cost:,.0f} USD in {a.finish_s / DAY:.2f} d" if a else f"no plan meets the job's limits "
                           f"({why})"))
         elif a is None:
@@ -471,7 +925,8 @@ def pools_text(ps: PoolsSolve, sc: Scenario) -> str:
         lines.append("no plan meets the deadline, the budget and the pools' availability")
         rl = scale_out_relaxation_lines(ps.relaxations)
         lines += [""] + rl if rl else []
-    for title, pick in [("best", ps.best), ("mixed (every pool used)", ps.mixed),
+    mixed_title = "mixed (every pool used)" if len(ps.tables) == 2 else "mixed (two pools or more)"
+    for title, pick in [("best", ps.best), (mixed_title, ps.mixed),
                         *[(f"{t.pool.label} alone", a) for t, a in zip(ps.tables, ps.alone, strict=True)]]:
         if pick is None:
             lines.append(f"\n{title}: no feasible plan")
@@ -488,8 +943,99 @@ def pools_text(ps: PoolsSolve, sc: Scenario) -> str:
                          f"ZeRO-{lay['zero_stage']} mb {lay['micro_batch']} recompute {lay['recompute']}  "
                          f"share {p['share']:>5}  group {p['group_step_s']:.3f} s  idle {p['idle_s']:.3f} s  "
                          f"{p['memory_per_card_gib']:.1f}/{p['usable_gib']:.1f} GiB  {p['cost']:,.0f} USD")
+        lines += chance_text(e)
+    if len(ps.tables) > 1:
+        lines += [""] + staged_lines(ps, sc)
     lines.append("")
     lines += verdict(ps)
+    if len(ps.tables) > 1:
+        lines.append(form_line(ps))
+    staged = f", {ps.staged.plans:,} staged plans" if ps.staged is not None else ""
     lines.append(f"\n{ps.plans:,} plans compared, {sum(t.evaluated for t in ps.tables):,} group evaluations, "
-                 f"{sum(len(t.layouts) for t in ps.tables)} layouts kept")
+                 f"{sum(len(t.layouts) for t in ps.tables)} layouts kept{staged}")
     return "\n".join(lines) + "\n"
+
+
+STAGED_RESTRICTIONS = ("form (b) restrictions: two pools, one layout for every stage (TP, DP, micro-batch, ZeRO, "
+                       "recompute); each pool's stages timed and their memory checked as a pipeline of all its stages "
+                       "with its layer count (the heaviest stage's in-flight micro-batches, embedding and head: "
+                       "conservative); the pool-boundary sends exposed on the fill and the drain only")
+
+
+def staged_entry(ps: PoolsSolve, sc: Scenario) -> dict[str, Any] | None:
+    """Form (b)'s plan as JSON (None: no staged plan meets the job's limits), with its restrictions."""
+    p = ps.staged
+    if p is None:
+        return None
+    return {"step_s": p.step_s, "boundary_send_s": p.boundary_s, "overhead": p.overhead,
+            "failure_rate_per_h": float(T.failure_rate(sc, sum(p.cards))) * HOUR,
+            "save_interval_s": p.save_interval_s, "finish_days": p.finish_s / DAY, "cost": p.cost,
+            "layout": p.layout, "plans": p.plans, "restrictions": STAGED_RESTRICTIONS,
+            **chance_entry(sc, list(p.pools), sum(p.cards), p.save_interval_s, p.step_s),
+            "pools": [{"pool": sc.pools[g].label, "accelerator": sc.pools[g].accelerator, "cards": p.cards[g],
+                       "stages": p.stages[u], "layers_per_stage": p.layers[u], "stage_pipeline_s": p.stage_steps_s[u],
+                       "memory_per_card_gib": p.memory_gib[u],
+                       "cost": PM.pool_cost(p.cards[g], sc.pools[g].price_card_hour, p.finish_s)}
+                      for u, g in enumerate(p.pools)]}
+
+
+def staged_lines(ps: PoolsSolve, sc: Scenario) -> list[str]:
+    """Form (b)'s plan in the text report, with its restrictions."""
+    p = ps.staged
+    head = "form (b), one pipeline with stages on two pools"
+    if p is None:
+        return [f"{head}: no feasible plan", f"  ({STAGED_RESTRICTIONS})"]
+    lay = p.layout
+    out = [f"{head}: {p.cost:,.0f} USD, finish {p.finish_s / DAY:.2f} d, step {p.step_s:.3f} s (TP {lay['tp']} "
+           f"PP {lay['pp']} DP {lay['dp']} ZeRO-{lay['zero_stage']} mb {lay['micro_batch']} recompute "
+           f"{lay['recompute']}; pool-boundary send {p.boundary_s * 1e3:.2f} ms a micro-batch), "
+           f"{float(T.failure_rate(sc, sum(p.cards))) * HOUR:.3f} interruptions/h, save every "
+           f"{p.save_interval_s:,.0f} s, overhead {p.overhead:.2%}"]
+    for u, g in enumerate(p.pools):
+        pool = sc.pools[g]
+        usable = pool_scenario(sc, pool).system(pool.accelerator).acc.memory_usable / 2**30
+        out.append(f"  {pool.label:<24} {p.cards[g]:>5} cards  {p.stages[u]} stages x {p.layers[u]} layers  "
+                   f"stage pipeline {p.stage_steps_s[u]:.3f} s  {p.memory_gib[u]:.1f}/{usable:.1f} GiB  "
+                   f"{PM.pool_cost(p.cards[g], pool.price_card_hour, p.finish_s):,.0f} USD")
+    entry = staged_entry(ps, sc)
+    assert entry is not None
+    return out + chance_text(entry) + [f"  ({STAGED_RESTRICTIONS})"]
+
+
+def winning_form(ps: PoolsSolve) -> str | None:
+    """"a" (data-parallel groups, or one pool alone), "b" (stages on two pools) or None (no plan)."""
+    if ps.staged is None:
+        return "a" if ps.best is not None else None
+    if ps.best is None:
+        return "b"
+    return "b" if _staged_key(ps.staged, ps.objective) < _key(ps.best, ps.objective) else "a"
+
+
+def form_line(ps: PoolsSolve) -> str:
+    """Which form won and why: the two plans' bills, finishes, cards and steps side by side."""
+    a, b = ps.best, ps.staged
+    won = winning_form(ps)
+    if won is None:
+        return "decision: no plan of either form meets the job's limits"
+    if b is None:
+        return ("decision: form (a) (data-parallel groups per pool, or one pool alone); no staged plan meets the "
+                "job's limits")
+    stages = " + ".join(f"{b.stages[u]} x {b.layers[u]} layers on {ps.tables[g].pool.accelerator}"
+                        for u, g in enumerate(b.pools))  # stages x layers per stage, per pool
+    staged = (f"form (b) pipelines {stages} at DP {b.layout['dp']}: {sum(b.cards):,} cards, step {b.step_s:.3f} s, "
+              f"{b.cost:,.0f} USD in {b.finish_s / DAY:.2f} d")
+    if a is None:
+        return f"decision: form (b); no plan of form (a) meets the job's limits; {staged}"
+    groups = (f"form (a) {' + '.join(str(c) for c in a.cards)} cards, step {a.step_s:.3f} s, {a.cost:,.0f} USD in "
+              f"{a.finish_s / DAY:.2f} d")
+    win, lose = (a, b) if won == "a" else (b, a)
+    prices = [t.pool.price_card_hour for t in ps.tables]
+
+    def billed(p: Pick | StagedPick) -> float:  # USD per hour the plan's cards bill
+        return sum(n * price for n, price in zip(p.cards, prices, strict=True))
+
+    if ps.objective == "cost" and billed(win) != billed(lose):
+        why = f"its cards bill {billed(win):,.0f} USD an hour against {billed(lose):,.0f}"
+    else:
+        why = f"a step of {win.step_s:.3f} s against {lose.step_s:.3f} s"
+    return f"decision: form ({won}) wins ({why}): {groups}; {staged}"

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tpopt.catalogs.scenario import load_scenario
 from tpopt.errors import InputError
@@ -63,57 +65,11 @@ def _toml(raw: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-GROUPS: dict[str, dict[int, list[tuple[int, int, float]]]] = {}
-
-
 def brute_force(sc, objective: str = "cost") -> tuple[float, float] | None:
     """Every (layout, DP) of each pool (the pool's own cards, whole hosts) at every integer split of the batch,
-    each group evaluated alone through evaluate_arrays at its share, the job written out here: step = max of
-    the groups + 2 (P - 1) / P x G / (min hosts x min per-host NIC bandwidth), finish = iterations x step x
-    (1 + overhead at the summed cards), cost = sum of cards x price x finish. Returns (cost, finish) of the
-    best plan."""
-    B = sc.task.global_batch
-    se = sc.search
-    per_pool = []
-    for pool in sc.pools:
-        psc = OP.pool_scenario(sc, pool)
-        acc = psc.system(pool.accelerator).acc
-        if pool.accelerator in GROUPS:  # the groups' steps depend on neither the deadline nor the prices
-            per_pool.append((pool, GROUPS[pool.accelerator], acc.nic_bw * acc.nics_per_host))
-            continue
-        groups = GROUPS.setdefault(pool.accelerator, {})  # share -> [(cards, hosts, step)]
-        for b in range(1, B + 1):
-            bsc = replace(psc, task=replace(psc.task, global_batch=b))
-            for tp, pp, mb in itertools.product(se.tp, se.pp, se.micro_batch):
-                for dp in range(1, pool.max_cards // (tp * pp) + 1):
-                    r = evaluate_arrays(bsc, pool.accelerator, tp=tp, pp=pp, dp=dp, micro_batch=mb,
-                                        zero_stage=1, recompute="none", save_interval_s=1800.0)
-                    if all(float(r[("c", n)][0]) <= float(r[("c", n)][1]) for n in OP.POOL_FAMILIES):
-                        groups.setdefault(b, []).append((tp * pp * dp, math.ceil(tp * pp * dp / acc.cards_per_host),
-                                                         float(r["step_s"])))
-        per_pool.append((pool, groups, acc.nic_bw * acc.nics_per_host))
-    grad = param_count(sc.model) * sc.state_recipe().grads
-    best = None
-    for b0 in range(0, B + 1):
-        shares = (b0, B - b0)
-        options = [[(0, 0, None)] if s == 0 else per_pool[g][1].get(s, []) for g, s in enumerate(shares)]
-        for combo in itertools.product(*options):
-            used = [g for g, s in enumerate(shares) if s]
-            step = max(combo[g][2] for g in used)
-            if len(used) == 2:
-                step += grad / (min(combo[0][1], combo[1][1]) * min(per_pool[0][2], per_pool[1][2]))
-            cards = sum(c[0] for c in combo)
-            tau = T.optimal_save_interval(sc, cards, "sync")
-            finish = float(T.iteration_count(sc) * step * (1 + T.overhead(sc, "sync", cards, tau)))
-            cost = sum(combo[g][0] * sc.pools[g].price_card_hour for g in used) * finish / HOUR
-            if finish > F.limit(F.DEADLINE, sc):
-                continue
-            key = (cost, finish) if objective == "cost" else (finish, cost)
-            if best is None or key < best:
-                best = key
-    if best is None:
-        return None
-    return best if objective == "cost" else (best[1], best[0])
+    each group evaluated alone through evaluate_arrays at its share, the job written out
+    (:func:`brute_force_k`, the enumeration over any number of pools, here two). (cost, finish) of the best."""
+    return brute_force_k(sc, objective)
 
 
 @pytest.mark.parametrize("deadline, price, owned, objective", [
@@ -212,11 +168,14 @@ def test_bad_pool_is_one_line(tmp_path, capsys, monkeypatch, pool, words):
     assert exc.value.code != 0 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
 
 
-def test_three_pools_are_refused():
+def test_three_pools_are_planned():
+    """A third pool is no longer refused (the search runs over k pools): the best plan's shares sum to the
+    batch and every pool it uses holds cards."""
     raw = _raw("2d")
     raw["hardware"]["pools"].append({"accelerator": "b200", "max_cards": 8, "card_hour": 5.0})
-    with pytest.raises(InputError, match="at most 2 pools"):
-        OP.solve_pools(load_scenario(raw))
+    ps = OP.solve_pools(load_scenario(raw))
+    assert ps.best is not None and sum(ps.best.shares) == 32 and len(ps.best.cards) == 3
+    assert all((s > 0) == (c > 0) for s, c in zip(ps.best.shares, ps.best.cards, strict=True))
 
 
 def test_kept_layouts_are_undominated():
@@ -306,3 +265,298 @@ def test_export_refuses_pools_naming_the_frameworks(tmp_path, capsys, monkeypatc
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and len(err.splitlines()) == 1, err
     assert "mixed plan over accelerator pools" in err and all(f in err for f in FORMATS)
+
+
+# ---------------------------------------------------------------------------------------------
+# k pools: the search against an enumeration of every share tuple and every layout of every pool
+
+GROUPS_K: dict[tuple[str, int, int], dict[int, list[tuple[int, int, float]]]] = {}
+
+
+def _raw3(deadline: str, prices: tuple[float, float, float], owned: tuple[bool, bool, bool]) -> dict:
+    """Three one-host pools (8 H100, 8 A100, 8 B200), the 0.6B model, 16 sequences a step."""
+    raw = _raw(deadline)
+    raw["task"]["global_batch"] = 16
+    raw["hardware"]["pools"] = [
+        {"accelerator": acc, "max_cards": 8, **({"owned": True} if own else {}),
+         **({"card_hour": price} if (price or not own) else {})}
+        for acc, price, own in zip(("h100-sxm", "a100-80gb-sxm", "b200"), prices, owned, strict=True)]
+    return raw
+
+
+def _groups(sc, pool) -> dict[int, list[tuple[int, int, float]]]:
+    """share -> every (cards, hosts, step) of the pool's layouts (TP, PP, micro-batch, DP within its cards)
+    that meet every per-pool family at that share, each evaluated alone through evaluate_arrays."""
+    B = sc.task.global_batch
+    key = (pool.accelerator, pool.max_cards, B)
+    if key in GROUPS_K:
+        return GROUPS_K[key]
+    psc = OP.pool_scenario(sc, pool)
+    acc = psc.system(pool.accelerator).acc
+    groups = GROUPS_K.setdefault(key, {})
+    se = sc.search
+    for b in range(1, B + 1):
+        bsc = replace(psc, task=replace(psc.task, global_batch=b))
+        for tp, pp, mb in itertools.product(se.tp, se.pp, se.micro_batch):
+            for dp in range(1, pool.max_cards // (tp * pp) + 1):
+                r = evaluate_arrays(bsc, pool.accelerator, tp=tp, pp=pp, dp=dp, micro_batch=mb, zero_stage=1,
+                                    recompute="none", save_interval_s=1800.0)
+                if all(float(r[("c", n)][0]) <= float(r[("c", n)][1]) for n in OP.POOL_FAMILIES):
+                    groups.setdefault(b, []).append((tp * pp * dp, math.ceil(tp * pp * dp / acc.cards_per_host),
+                                                     float(r["step_s"])))
+    return groups
+
+
+def brute_force_k(sc, objective: str = "cost", mixed_only: bool = False) -> tuple[float, float] | None:  # noqa: C901
+    """Every tuple of shares summing to the batch (0: the pool left out) and every layout of each pool at its
+    share; the job written out here: step = slowest group + 2 (P - 1) / P x G / (fewest hosts x slowest
+    per-host NIC bandwidth) over the P pools used, finish = reserved + iterations x step x (1 + overhead at
+    the summed cards, auto save interval), cost = sum of cards x price x finish. (cost, finish) of the best."""
+    B, k = sc.task.global_batch, len(sc.pools)
+    per_pool = [_groups(sc, p) for p in sc.pools]
+    bws = []
+    for p in sc.pools:
+        acc = OP.pool_scenario(sc, p).system(p.accelerator).acc
+        bws.append(acc.nic_bw * acc.nics_per_host)
+    grad = param_count(sc.model) * sc.state_recipe().grads
+    best = None
+    for shares in itertools.product(range(B + 1), repeat=k):
+        if sum(shares) != B:
+            continue
+        used = [g for g in range(k) if shares[g]]
+        if mixed_only and len(used) < 2:
+            continue
+        options = [per_pool[g].get(shares[g], []) for g in used]
+        for combo in itertools.product(*options):
+            step = max(c[2] for c in combo)
+            if len(used) > 1:
+                p = len(used)
+                step += 2 * (p - 1) / p * grad / (min(c[1] for c in combo) * min(bws[g] for g in used))
+            # the input workers: workers per host x hosts x sequences per worker-second, summed over the pools
+            supply = sum(sc.input.workers_per_host * c[1] * sc.input.per_worker_rate for c in combo) \
+                if sc.input.workers_per_host > 0 else math.inf
+            if B / step > supply:
+                continue
+            rate = sum(c[0] * sc.pools[g].price_card_hour for c, g in zip(combo, used, strict=True))
+            key = _written_job(sc, sum(c[0] for c in combo), step, rate, objective, sc.pools[used[0]])
+            if key is not None and (best is None or key < best):
+                best = key
+    return _as_cost_finish(best, objective)
+
+
+def _written_job(sc, cards: int, step: float, rate: float, objective: str, pool) -> tuple[float, float] | None:
+    """The job written out: finish = reserved + iterations x step x (1 + overhead at ``cards``, auto save
+    interval), cost = ``rate`` (USD per hour) x finish; None past the deadline (under a confidence its
+    quantile at ``pool``'s sigma, every card's the same where used). The key ordered by the objective."""
+    tau = T.optimal_save_interval(sc, cards, "sync")
+    finish = float(sc.task.reserved_s + T.iteration_count(sc) * step * (1 + T.overhead(sc, "sync", cards, tau)))
+    cost = rate * finish / HOUR
+    due = finish
+    if sc.task.confidence is not None:
+        due = float(T.finish_quantile(OP.pool_scenario(sc, pool), pool.accelerator, "sync", cards, tau, step,
+                                      sc.task.confidence))
+    if due > F.limit(F.DEADLINE, sc):
+        return None
+    return (cost, finish) if objective == "cost" else (finish, cost)
+
+
+def _as_cost_finish(best: tuple[float, float] | None, objective: str) -> tuple[float, float] | None:
+    """The enumeration's best key as (cost, finish), whichever objective ordered it."""
+    if best is None:
+        return None
+    return best if objective == "cost" else (best[1], best[0])
+
+
+def _same(pick, want) -> None:
+    if want is None:
+        assert pick is None
+        return
+    assert pick is not None
+    assert math.isclose(pick.cost, want[0], rel_tol=1e-9, abs_tol=1e-9)
+    assert math.isclose(pick.finish_s, want[1], rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("deadline, prices, owned, objective", [
+    ("3d", (0.0, 1.8, 4.5), (True, False, False), "cost"),   # the owned pool needs help: which rented one?
+    ("3d", (3.0, 1.8, 4.5), (False, False, False), "cost"),  # all three rented
+    ("3d", (0.0, 1.8, 4.5), (True, False, False), "finish"),
+    ("0.2d", (0.0, 1.8, 4.5), (True, False, False), "cost"),  # too tight for any plan
+])
+def test_three_pool_solve_equals_brute_force(deadline, prices, owned, objective):
+    """The best plan over three pools and the best using two pools or more both equal the enumeration."""
+    sc = load_scenario(_raw3(deadline, prices, owned))
+    ps = OP.solve_pools(sc, objective, relax=False)
+    _same(ps.best, brute_force_k(sc, objective))
+    _same(ps.mixed, brute_force_k(sc, objective, mixed_only=True))
+
+
+@settings(max_examples=12, deadline=None)
+@given(days=st.floats(0.3, 20.0), a100=st.floats(0.1, 6.0), b200=st.floats(0.1, 9.0), h100=st.floats(0.0, 5.0),
+       objective=st.sampled_from(["cost", "finish"]))
+def test_three_pool_solve_equals_brute_force_property(days, a100, b200, h100, objective):
+    """Property: at any deadline and prices, the k-pool search and the enumeration agree (the H100 pool owned
+    at an internal price, which may be 0)."""
+    sc = load_scenario(_raw3(f"{days}d", (h100, a100, b200), (True, False, False)))
+    ps = OP.solve_pools(sc, objective, relax=False)
+    _same(ps.best, brute_force_k(sc, objective))
+    _same(ps.mixed, brute_force_k(sc, objective, mixed_only=True))
+
+
+@pytest.mark.parametrize("rate", [40.0, 60.0, 100.0])
+def test_three_pools_with_an_input_pipeline_equal_brute_force(rate):
+    """4 input workers a host at ``rate`` sequences a second each: a plan whose step outruns its hosts' supply
+    is out (here the fastest splits do), so the search keeps every split, and still equals the enumeration."""
+    raw = _raw3("3d", (0.0, 1.8, 4.5), (True, False, False))
+    raw["input"] = {"workers_per_host": 4, "sequences_per_worker_s": rate}
+    sc = load_scenario(raw)
+    ps = OP.solve_pools(sc, relax=False)
+    _same(ps.best, brute_force_k(sc))
+    _same(ps.mixed, brute_force_k(sc, mixed_only=True))
+
+
+def test_three_pools_all_used_equals_brute_force():
+    """8 owned H100, 8 H200 at 2.0 and 8 B200 at 4.5 USD/h, 1.2 days: no pair of pools meets the date, the
+    three together do (the enumeration's best uses every pool), and the search finds that plan."""
+    raw = _raw3("1.2d", (0.0, 2.0, 4.5), (True, False, False))
+    raw["hardware"]["pools"][1]["accelerator"] = "h200"
+    sc = load_scenario(raw)
+    ps = OP.solve_pools(sc, relax=False)
+    _same(ps.best, brute_force_k(sc))
+    assert ps.best is not None and all(c > 0 for c in ps.best.cards)
+    assert "mixed (two pools or more)" in OP.pools_text(ps, sc)
+
+
+# ---------------------------------------------------------------------------------------------
+# form (b): one pipeline with stages on two pools
+
+
+def test_staged_relations_by_hand():
+    """Llama-3-70B's boundary at 8K tokens, hidden 8192, BF16, TP 8: 8192 x 8192 x 2 / 8 = 16.8 MB per rank,
+    at the A100's 25 GB/s NIC (the slower of 50 and 25 GB/s): 0.671 ms. Stages 13.78 s and 13.83 s, one
+    boundary: 13.83 + 2 x 0.000671 = 13.8313 s. 80 layers, 4 stages of 15 on the first pool leave 20 for 4
+    stages: 5 each; 3 stages of 15 leave 35: 7 each on 5 stages, none on 4 (35 = 8 x 4 + 3); 6 x 15 = 90 leaves none."""
+    a = 8192 * 8192 * 2 / 8
+    assert PM.boundary_send_s(a, (50e9, 25e9)) == pytest.approx(a / 25e9) == pytest.approx(0.000671, rel=1e-3)
+    assert PM.staged_step_s((13.78, 13.83), a / 25e9, 1) == pytest.approx(13.83 + 2 * a / 25e9)
+    assert PM.stage_layers(80, (4, 4), 15) == 5
+    assert PM.stage_layers(80, (3, 5), 15) == 7
+    assert PM.stage_layers(80, (3, 4), 15) is None
+    assert PM.stage_layers(80, (6, 2), 15) is None
+
+
+def brute_force_staged(sc, objective: str = "cost") -> tuple[float, float] | None:
+    """Every pair of pools, stage count S >= 2 of [search].pp, split s_1 + s_2 = S, layers l_1 per stage on
+    the first pool with l_2 = (L - s_1 l_1) / s_2 a positive integer, every TP, micro-batch and DP with B a
+    multiple of micro-batch x DP; each pool timed alone through evaluate_arrays as an S-stage pipeline of its
+    layer count (the model with S x l_g layers), its cards TP x s_g x DP within the pool and whole hosts; the
+    step = the slower pool's + 2 x (s x mb x h x 2 bytes / TP) / the slower NIC; the job as in form (a)."""
+    B, L = sc.task.global_batch, sc.model.layers
+    se = sc.search
+    best = None
+    for a, b in itertools.combinations(range(len(sc.pools)), 2):
+        pools = (sc.pools[a], sc.pools[b])
+        pscs = [OP.pool_scenario(sc, p) for p in pools]
+        accs = [s.system(p.accelerator).acc for s, p in zip(pscs, pools, strict=True)]
+        for S in [p for p in se.pp if p >= 2]:
+            for s1 in range(1, S):
+                split = (s1, S - s1)
+                for l1 in range(1, L):
+                    rest = L - s1 * l1
+                    if rest <= 0 or rest % split[1]:
+                        continue
+                    lay = (l1, rest // split[1])
+                    for tp, mb in itertools.product(se.tp, se.micro_batch):
+                        for dp in range(1, B + 1):
+                            if B % (mb * dp):
+                                continue
+                            cards = [tp * s * dp for s in split]
+                            if any(c > p.max_cards or c % acc.cards_per_host
+                                   for c, p, acc in zip(cards, pools, accs, strict=True)):
+                                continue
+                            steps = []
+                            for psc, p, layers in zip(pscs, pools, lay, strict=True):
+                                m = replace(psc, model=replace(psc.model, layers=S * layers))
+                                r = evaluate_arrays(m, p.accelerator, tp=tp, pp=S, dp=dp, micro_batch=mb,
+                                                    zero_stage=1, recompute="none", save_interval_s=1800.0)
+                                if all(float(r[("c", n)][0]) <= float(r[("c", n)][1]) for n in OP.STAGE_FAMILIES):
+                                    steps.append(float(r["step_s"]))
+                            if len(steps) < 2:
+                                continue
+                            send = mb * sc.task.seq_len * sc.model.hidden * 2.0 / tp / min(x.nic_bw for x in accs)
+                            step = max(steps) + 2 * send
+                            rate = sum(c * p.price_card_hour for c, p in zip(cards, pools, strict=True))
+                            key = _written_job(sc, sum(cards), step, rate, objective, pools[0])
+                            if key is not None and (best is None or key < best):
+                                best = key
+    return _as_cost_finish(best, objective)
+
+
+@pytest.mark.parametrize("deadline, objective", [("3d", "cost"), ("3d", "finish"), ("0.3d", "cost")])
+def test_staged_solve_equals_brute_force(deadline, objective):
+    """Form (b) over two 16-card pools (PP 2 or 4 stages split between them) equals the enumeration."""
+    raw = _raw(deadline)
+    raw["search"].update(pp=[1, 2, 4], micro_batch=[1])
+    sc = load_scenario(raw)
+    got = OP.solve_staged(sc, objective)
+    want = brute_force_staged(sc, objective)
+    _same(got, want)
+    if got is None:
+        return
+    assert sum(s * n for s, n in zip(got.stages, got.layers, strict=True)) == sc.model.layers
+
+
+def test_the_report_names_the_winning_form():
+    """The pools report carries form (b)'s plan, its restrictions and one decision line naming the form."""
+    raw = _raw("3d")
+    raw["search"].update(pp=[1, 2, 4])
+    sc = load_scenario(raw)
+    ps = OP.solve_pools(sc)
+    text = OP.pools_text(ps, sc)
+    assert "form (b), one pipeline with stages on two pools" in text and "form (b) restrictions" in text
+    won = OP.winning_form(ps)
+    assert won in ("a", "b") and f"decision: form ({won}) wins" in text
+    assert OP.pools_dict(ps, sc)["form"] == won
+
+
+# ---------------------------------------------------------------------------------------------
+# pools under a confidence
+
+
+@pytest.mark.parametrize("deadline, q", [("1.6d", 0.9), ("1.5d", 0.5), ("3d", 0.95)])
+def test_pools_under_confidence_equal_brute_force(deadline, q):
+    """With --confidence the deadline binds the finish's q-quantile: the search equals the enumeration that
+    checks each plan's quantile (every card here at the same sigma, the flat model's default)."""
+    raw = _raw3(deadline, (0.0, 1.8, 4.5), (True, False, False))
+    raw["schedule"]["confidence"] = q
+    sc = load_scenario(raw)
+    sig = {float(T.step_sigma(OP.pool_scenario(sc, p), p.accelerator, 16)[0]) for p in sc.pools}
+    assert len(sig) == 1
+    ps = OP.solve_pools(sc, relax=False)
+    _same(ps.best, brute_force_k(sc))
+    _same(ps.mixed, brute_force_k(sc, mixed_only=True))
+
+
+def test_mixed_sigma_is_the_largest_of_its_pools(monkeypatch):
+    """A plan on H100 (sigma 0.05) and A100 (0.20) is checked at 0.20: its quantile equals the one of the
+    same job with risk.step_sigma = 0.20 given, and exceeds the one at 0.05; the report states both."""
+    raw = _raw("2d")
+    raw["schedule"]["confidence"] = 0.9
+    sc = load_scenario(raw)
+    real = T.step_sigma
+
+    def fake(s, acc, cards=1.0, ep=1):
+        if s.risk.step_sigma is not None:
+            return real(s, acc, cards, ep)
+        return (0.05 if acc == "h100-sxm" else 0.20), "test"
+
+    monkeypatch.setattr(T, "step_sigma", fake)
+    monkeypatch.setattr("tpopt.models.terms.deadline.step_sigma", fake)  # the quantile's own look-up
+    args = (np.array([32.0]), np.array([3600.0]), np.array([1.5]))
+    both = OP.chance_finish(sc, sc.pools, np.array([[True, True]]), *args)
+    h100 = OP.chance_finish(sc, sc.pools, np.array([[True, False]]), *args)
+    at = replace(sc, risk=replace(sc.risk, step_sigma=0.20))
+    want = T.finish_quantile(OP.pool_scenario(at, sc.pools[0]), "h100-sxm", "sync", *args, 0.9)
+    assert both[0] == pytest.approx(float(want[0]), rel=1e-12) and both[0] > h100[0]
+    e = OP.chance_entry(sc, [0, 1], 32, 3600.0, 1.5)
+    assert e["step_sigma"] == 0.20 and e["pool_sigmas"] == {"h100-sxm": 0.05, "a100-80gb-sxm": 0.20}
+    assert "the largest of its pools'" in OP.chance_text(e)[0]
