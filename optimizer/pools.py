@@ -109,6 +109,12 @@ def fixed_choices(sc: Scenario) -> dict[str, Any]:
     return {"schedule": sc.search.schedule[0], "offload": sc.search.offload[0], "save_mode": sc.search.save_mode[0]}
 
 
+def pool_nics(sc: Scenario, accelerator: str) -> int:
+    """NICs per host of a pool's hosts: the first of ``[search] nics_per_host``, else the card's catalog count
+    (as the homogeneous space takes them; the evaluation's own default is one NIC per host)."""
+    return sc.search.nics_per_host[0] if sc.search.nics_per_host else sc.system(accelerator).acc.nics_per_host
+
+
 def pool_table(sc: Scenario, pool: PM.Pool, shares: np.ndarray[Any, Any]) -> PoolTable:
     """Step times of every layout of ``pool`` at every share (see the module: one evaluation per share and
     recompute choice, the layouts vectorised; per-pool families enforced), then the dominated layouts
@@ -117,7 +123,7 @@ def pool_table(sc: Scenario, pool: PM.Pool, shares: np.ndarray[Any, Any]) -> Poo
     psc = pool_scenario(sc, pool)
     grid = layout_grid(psc, pool.max_cards)
     n = len(grid["tp"])
-    fixed = fixed_choices(psc)
+    fixed = {**fixed_choices(psc), "nics_per_host": pool_nics(psc, pool.accelerator)}
     recomputes = psc.search.recompute
     steps = np.full((n * len(recomputes), len(shares)), np.inf)
     quantum = grid["dp"] * grid["micro_batch"]
@@ -149,7 +155,7 @@ def pool_table(sc: Scenario, pool: PM.Pool, shares: np.ndarray[Any, Any]) -> Poo
                      hosts=np.ceil(kept_cards / acc.cards_per_host).astype(int), steps=steps[keep],
                      supply=np.asarray(T.input_supply(psc, pool.accelerator, kept_cards), dtype=float) * np.ones(
                          len(keep)),
-                     host_bw=acc.nic_bw * acc.nics_per_host, evaluated=evaluated)
+                     host_bw=acc.nic_bw * fixed["nics_per_host"], evaluated=evaluated)
 
 
 def undominated(cards: np.ndarray[Any, Any], steps: np.ndarray[Any, Any]) -> list[int]:
@@ -630,7 +636,8 @@ def staged_times(sc: Scenario, pool: PM.Pool, stages: int, layers: int, recomput
     psc = pool_scenario(sc, pool)
     psc = replace(psc, model=replace(psc.model, layers=stages * layers))
     with np.errstate(divide="ignore", invalid="ignore"):  # the all-stage pipeline's own finish is unused
-        r = evaluate_arrays(psc, pool.accelerator, recompute=recompute, **fixed_choices(psc), pp=stages,
+        r = evaluate_arrays(psc, pool.accelerator, recompute=recompute, **fixed_choices(psc),
+                            nics_per_host=pool_nics(psc, pool.accelerator), pp=stages,
                             zero_stage=psc.search.zero_stage[0], tp=rows["tp"], micro_batch=rows["micro_batch"],
                             dp=rows["dp"])
     ok = np.ones(rows["tp"].size, dtype=bool)
@@ -832,7 +839,7 @@ def pick_entry(ps: PoolsSolve, pick: Pick, sc: Scenario) -> dict[str, Any]:
         lay = {**tab.layouts[row]}
         with np.errstate(divide="ignore", invalid="ignore"):  # the group's own finish is not the job's
             r = evaluate_arrays(at_share(tab.sc, pick.shares[g]), tab.pool.accelerator, **fixed_choices(tab.sc),
-                                **lay)
+                                nics_per_host=pool_nics(tab.sc, tab.pool.accelerator), **lay)
         pools.append({"memory_per_card_gib": float(r["memory_per_card"]) / 2**30,
                       "usable_gib": tab.sc.system(tab.pool.accelerator).acc.memory_usable / 2**30,
                       "pool": tab.pool.label, "accelerator": tab.pool.accelerator, "owned": tab.pool.owned,

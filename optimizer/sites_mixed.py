@@ -61,7 +61,7 @@ from tpopt.models.market import Power
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY, HOUR
 from tpopt.optimizer import backends
-from tpopt.optimizer.pools import POOL_FAMILIES, _job, fixed_choices
+from tpopt.optimizer.pools import POOL_FAMILIES, _job, fixed_choices, pool_nics
 from tpopt.optimizer.sites import (
     MAX_SITES,
     Ring,
@@ -110,7 +110,7 @@ def type_table(sc: Scenario, acc: str, shares: tuple[int, ...]) -> TypeTable:
     layouts: dict[tuple[int, int], dict[str, Any]] = {}
     col = {m: j for j, m in enumerate(shares)}
     fixed = fixed_choices(sc)
-    nics = se.nics_per_host[0] if se.nics_per_host else sc.system(acc).acc.nics_per_host  # the type's default
+    nics = pool_nics(sc, acc)  # the type's default unless [search] states one
     for rc in se.recompute:
         with np.errstate(divide="ignore", invalid="ignore"):
             r = evaluate_arrays(sc, acc, tp=rows[0], pp=rows[1], zero_stage=rows[2], micro_batch=rows[3],

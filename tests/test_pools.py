@@ -74,9 +74,9 @@ def brute_force(sc, objective: str = "cost") -> tuple[float, float] | None:
 
 @pytest.mark.parametrize("deadline, price, owned, objective", [
     ("40d", 1.8, True, "cost"),   # loose: the owned pool alone, free
-    ("2d", 1.8, True, "cost"),    # tight: the owned pool needs rented help
-    ("2d", 0.2, False, "cost"),   # both rented, A100 cheap
-    ("2d", 1.8, True, "finish"),  # the fastest plan
+    ("1.75d", 1.8, True, "cost"),    # tight: the owned pool needs rented help
+    ("1.75d", 0.2, False, "cost"),   # both rented, A100 cheap
+    ("1.75d", 1.8, True, "finish"),  # the fastest plan
     ("0.5d", 1.8, True, "cost"),  # too tight for any plan
 ])
 def test_mixed_solve_equals_brute_force(deadline, price, owned, objective):
@@ -92,13 +92,13 @@ def test_mixed_solve_equals_brute_force(deadline, price, owned, objective):
 
 
 def test_the_tight_deadline_needs_both_pools():
-    """At 2 days the 16 owned H100 alone miss the deadline: the cheapest plan rents A100 beside them, and the
+    """At 1.75 days the 16 owned H100 alone miss the deadline: the cheapest plan rents A100 beside them, and the
     group shares sum to the batch."""
-    sc = load_scenario(_raw("2d"))
+    sc = load_scenario(_raw("1.75d"))
     ps = OP.solve_pools(sc)
     assert ps.alone[0] is None and ps.best is ps.mixed and ps.best is not None
     assert sum(ps.best.shares) == 32 and all(s > 0 for s in ps.best.shares)
-    assert ps.fastest[0] is not None and ps.fastest[0].finish_s > 2 * DAY
+    assert ps.fastest[0] is not None and ps.fastest[0].finish_s > 1.75 * DAY
     assert any("mixed wins against h100-sxm (owned) alone" in line for line in OP.verdict(ps))
 
 
@@ -131,7 +131,7 @@ def test_cross_pool_and_failure_relations_by_hand():
 def test_the_job_failure_rate_is_the_summed_cards_rate():
     """The report's mixed rate (sum of the pools' card rates + job events once) is the rate of all the cards:
     Meta's 1,024-card jobs, one interruption per 7.9 h, so n cards fail n / 1024 / 7.9 per hour."""
-    sc = load_scenario(_raw("2d"))
+    sc = load_scenario(_raw("1.75d"))
     ps = OP.solve_pools(sc)
     assert ps.best is not None
     e = OP.pick_entry(ps, ps.best, sc)
@@ -154,7 +154,7 @@ def test_homogeneous_scenario_has_no_pools():
     ({"accelerator": "a100-80gb-sxm", "max_cards": 8, "owned": "yes"}, "owned"),
 ])
 def test_bad_pool_is_one_line(tmp_path, capsys, monkeypatch, pool, words):
-    raw = _raw("2d")
+    raw = _raw("1.75d")
     raw["hardware"]["pools"] = [raw["hardware"]["pools"][0], pool]
     with pytest.raises(InputError, match=words):
         load_scenario(raw)
@@ -171,7 +171,7 @@ def test_bad_pool_is_one_line(tmp_path, capsys, monkeypatch, pool, words):
 def test_three_pools_are_planned():
     """A third pool is no longer refused (the search runs over k pools): the best plan's shares sum to the
     batch and every pool it uses holds cards."""
-    raw = _raw("2d")
+    raw = _raw("1.75d")
     raw["hardware"]["pools"].append({"accelerator": "b200", "max_cards": 8, "card_hour": 5.0})
     ps = OP.solve_pools(load_scenario(raw))
     assert ps.best is not None and sum(ps.best.shares) == 32 and len(ps.best.cards) == 3
@@ -189,7 +189,7 @@ def test_kept_layouts_are_undominated():
 def test_commands_that_do_not_plan_pools_say_so(tmp_path, capsys, monkeypatch, argv):
     """Only solve plans [[hardware.pools]]; every other command refuses the pools in one line (exit 2)."""
     p = tmp_path / "s.toml"
-    p.write_text(_toml(_raw("2d")))
+    p.write_text(_toml(_raw("1.75d")))
     from tpopt.cli.main import main
     monkeypatch.setattr(sys, "argv", ["tpopt", argv[0], "--scenario", str(p), *argv[1:]])
     with pytest.raises(SystemExit) as exc:
@@ -202,7 +202,7 @@ def test_solve_prints_the_pools_report(tmp_path, capsys, monkeypatch):
     """`tpopt solve` on pools: the per-pool layout, share, idle time, the cross-pool all-reduce and the
     comparison with each pool alone; --json carries the same figures."""
     p = tmp_path / "s.toml"
-    p.write_text(_toml(_raw("2d")))
+    p.write_text(_toml(_raw("1.75d")))
     from tpopt.cli.main import main
     monkeypatch.setattr(sys, "argv", ["tpopt", "solve", "--scenario", str(p)])
     with pytest.raises(SystemExit) as exc:
@@ -226,10 +226,10 @@ def _a100_cards(raw: dict, cards: int) -> dict:
 
 
 def test_pool_availability_relaxation_is_the_smallest_cap():
-    """At 2 days the 16 owned H100 miss the deadline and 2 rented A100 are too few: the relaxation names the
+    """At 1.75 days the 16 owned H100 miss the deadline and 2 rented A100 are too few: the relaxation names the
     A100 cap that makes the question feasible, and re-solving there finds a plan while one card fewer finds
     none (the threshold derived by the re-solve one step below, as test_explain_chain does)."""
-    sc = load_scenario(_a100_cards(_raw("2d"), 2))
+    sc = load_scenario(_a100_cards(_raw("1.75d"), 2))
     ps = OP.solve_pools(sc)
     assert ps.best is None
     [rel] = ps.relaxations  # the owned pool is not relaxed
@@ -256,7 +256,7 @@ def test_pool_availability_cannot_help_past_the_useful_cards():
 def test_export_refuses_pools_naming_the_frameworks(tmp_path, capsys, monkeypatch):
     """No export format runs several accelerator types in one job: one line naming them all (exit 2)."""
     p = tmp_path / "s.toml"
-    p.write_text(_toml(_raw("2d")))
+    p.write_text(_toml(_raw("1.75d")))
     from tpopt.cli.main import main
     from tpopt.frameworks import FORMATS
     monkeypatch.setattr(sys, "argv", ["tpopt", "export", "--format", "megatron", "--scenario", str(p)])
@@ -286,7 +286,8 @@ def _raw3(deadline: str, prices: tuple[float, float, float], owned: tuple[bool, 
 
 def _groups(sc, pool) -> dict[int, list[tuple[int, int, float]]]:
     """share -> every (cards, hosts, step) of the pool's layouts (TP, PP, micro-batch, DP within its cards)
-    that meet every per-pool family at that share, each evaluated alone through evaluate_arrays."""
+    that meet every per-pool family at that share, each evaluated alone through evaluate_arrays with the
+    card's catalog NICs per host (the [search] lists state none: the homogeneous space's rule)."""
     B = sc.task.global_batch
     key = (pool.accelerator, pool.max_cards, B)
     if key in GROUPS_K:
@@ -300,7 +301,7 @@ def _groups(sc, pool) -> dict[int, list[tuple[int, int, float]]]:
         for tp, pp, mb in itertools.product(se.tp, se.pp, se.micro_batch):
             for dp in range(1, pool.max_cards // (tp * pp) + 1):
                 r = evaluate_arrays(bsc, pool.accelerator, tp=tp, pp=pp, dp=dp, micro_batch=mb, zero_stage=1,
-                                    recompute="none", save_interval_s=1800.0)
+                                    recompute="none", save_interval_s=1800.0, nics_per_host=acc.nics_per_host)
                 if all(float(r[("c", n)][0]) <= float(r[("c", n)][1]) for n in OP.POOL_FAMILIES):
                     groups.setdefault(b, []).append((tp * pp * dp, math.ceil(tp * pp * dp / acc.cards_per_host),
                                                      float(r["step_s"])))
@@ -477,7 +478,8 @@ def brute_force_staged(sc, objective: str = "cost") -> tuple[float, float] | Non
                             for psc, p, layers in zip(pscs, pools, lay, strict=True):
                                 m = replace(psc, model=replace(psc.model, layers=S * layers))
                                 r = evaluate_arrays(m, p.accelerator, tp=tp, pp=S, dp=dp, micro_batch=mb,
-                                                    zero_stage=1, recompute="none", save_interval_s=1800.0)
+                                                    zero_stage=1, recompute="none", save_interval_s=1800.0,
+                                                    nics_per_host=m.system(p.accelerator).acc.nics_per_host)
                                 if all(float(r[("c", n)][0]) <= float(r[("c", n)][1]) for n in OP.STAGE_FAMILIES):
                                     steps.append(float(r["step_s"]))
                             if len(steps) < 2:
@@ -539,7 +541,7 @@ def test_pools_under_confidence_equal_brute_force(deadline, q):
 def test_mixed_sigma_is_the_largest_of_its_pools(monkeypatch):
     """A plan on H100 (sigma 0.05) and A100 (0.20) is checked at 0.20: its quantile equals the one of the
     same job with risk.step_sigma = 0.20 given, and exceeds the one at 0.05; the report states both."""
-    raw = _raw("2d")
+    raw = _raw("1.75d")
     raw["schedule"]["confidence"] = 0.9
     sc = load_scenario(raw)
     real = T.step_sigma
