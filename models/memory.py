@@ -660,3 +660,18 @@ def peak_with_reuse(persistent: Floats, *phases: ArrayLike) -> Floats:
     activations are freed before the gather, the same space is reused and the peak is 8 GiB.
     """
     return persistent + (np.maximum.reduce([np.asarray(p, dtype=float) for p in phases]) if phases else 0.0)
+
+
+def offloaded_activation_layers(offload_layers: int, layers: int, pp: ArrayLike) -> FloatArray:
+    """Layers whose stored activations are off the card at the memory peak under activation offloading
+    (Megatron-Core's ``cpu_offloading_num_layers`` on Transformer Engine's double-buffered CPU offload):
+
+        n_off = max(0, min(N, L - 1) - 1)   with pp = 1,   0 with pp > 1
+
+    The first N of the L layers offload in the forward (at most L - 1: Megatron-Core keeps the last layer on
+    the card); one offloaded layer's copy is still in flight while the next layer runs and holds its buffer,
+    so N - 1 are off the card at the peak. Megatron-Core refuses offloading with pipeline parallelism
+    ("Currently there is no support for Pipeline parallelism with CPU offloading", transformer_config.py), so
+    a pipelined plan keeps every layer's activations."""
+    n = max(0, min(int(offload_layers), int(layers) - 1) - 1)
+    return np.where(np.asarray(pp, dtype=float) == 1, float(n), 0.0)

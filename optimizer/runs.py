@@ -430,6 +430,8 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
             attention = defaults["flash_attention"]
         mem["flash_attention"] = _flag(row, "flash_attention", attention, where)
         mem.setdefault("prefetch", stack_profile(defaults["stack"]).fsdp_prefetch)  # ZeRO-3 units gathered ahead
+        if recipe is not None and recipe.activation_offload_layers and cells["recompute"].startswith("not stated"):
+            mem.setdefault("activation_offload_layers", recipe.activation_offload_layers)  # the recipe's offload
         mem.update(run_memory.get(name, {}))
         raw["memory"] = mem
         raw["comm"] = {"tp_overlap": _overlap_value(stated.get("tp_overlap", defaults["tp_overlap"])),

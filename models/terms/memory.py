@@ -192,7 +192,8 @@ def activations(sc: Scenario, *, schedule: str, recompute: str, sp: bool | None 
         ga = grad_accum(sc, dp, mb)
         return _weighted_layer_sets(sc, schedule, pp, ga, peak, per_layer, one, stage) + workspace
     out = stored_activations(sc, schedule=schedule, recompute=recompute, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb,
-                             peak=peak, stage=stage) + workspace
+                             peak=peak, stage=stage) + workspace \
+        - offloaded_activations(sc, recompute=recompute, tp=tp, cp=cp, pp=pp, mb=mb)
     if sc.model.moe:
         out = out + moe_activations(sc, schedule=schedule, recompute=recompute, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb,
                                     ep=ep, etp=etp, cap=cap, peak=peak, stage=stage)
@@ -238,6 +239,20 @@ def _routed_per_block(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: Arr
                                                     moe.expert_tp_size(etp, tp), sc.memory.activation_bytes, b_in,
                                                     not sc.stack.moe_probs_in_activation)
     return extra
+
+
+def offloaded_activations(sc: Scenario, *, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike,
+                          mb: ArrayLike) -> FloatArray:
+    """Stored activations off the card at the peak under ``[memory] activation_offload_layers``: the layers
+    memory.offloaded_activation_layers counts x one layer's stored activations per micro-batch (one
+    stage: one micro-batch in flight); 0 without offloading or with pipeline parallelism."""
+    n = sc.memory.activation_offload_layers
+    shape = np.broadcast(_f(tp), _f(cp), _f(pp), _f(mb)).shape
+    if n <= 0 or not modelled_activations(sc):
+        return np.zeros(shape)
+    off = memory.offloaded_activation_layers(n, sc.model.layers, pp)
+    out: FloatArray = np.zeros(shape) + off * _stored_per_layer(sc, recompute=recompute, tp=tp, cp=cp, mb=mb)
+    return out
 
 
 def _stored_per_layer(sc: Scenario, *, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike) -> Floats:
@@ -504,7 +519,8 @@ def memory_by_stage(sc: Scenario, *, schedule: str, recompute: str, zero: int, o
             + copies * (dense_n + expert_n)
         k = float(ks[g]) if p > 1 else float(n > 0)
         routed = (one if rc == "full" else k * moe_blocks[g] * one) if moe_blocks[g] else 0.0
-        acts_g = (k * n * per_layer if p > 1 else n * per_layer) + routed + workspace
+        off = float(offloaded_activations(sc, recompute=recompute, tp=tp, cp=cp, pp=pp, mb=mb))
+        acts_g = (k * n * per_layer if p > 1 else n * per_layer - off) + routed + workspace
         temp_g = temp_last if g == len(split) - 1 else temp_other
         alloc = states_g + acts_g + temp_g
         out.append(StageMemory(g, int(n), states_g, acts_g, temp_g, alloc,

@@ -1,0 +1,109 @@
+"""Activation offloading (Megatron-Core's cpu_offloading_num_layers on Transformer Engine's CPU offload): the
+recipe that runs it, the stored activations it takes off the card and the transfer time compute does not hide.
+
+Expected values are derived here: the recipe's settings from NVIDIA-NeMo/Megatron-Bridge
+scripts/performance/configs/llama/llama3_workload_base_configs.py at commit abdaeb62522e
+(LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2: micro_batch_size=2, use_megatron_fsdp=True,
+cpu_offloading_num_layers=40; no recompute), Megatron-Core's rules (no offload under pipeline parallelism, at most
+L - 1 layers) and Llama 3 70B's shapes (meta-llama/Meta-Llama-3-70B config.json: h = 8192, f = 28672, 64 heads,
+8 KV heads of 128)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tpopt.catalogs import recipes as R
+from tpopt.catalogs.scenario import build_scenario
+from tpopt.errors import InputError
+from tpopt.models import comm, memory
+from tpopt.models import terms as T
+from tpopt.models.terms import communication as TC
+from tpopt.optimizer.runs import runs_from_csv
+
+HEADER = "run,model,accelerator,gpus,precision,global_batch,micro_batch,seq_len,tp,pp,sharding,recompute,iteration_s\n"
+B4 = "B4,llama3-70b,gb200-nvl72,64,fp8,256,2,8192,1,1,fsdp (ZeRO-3),not stated (recipe default),7.76\n"
+
+# Llama 3 70B, bytes one layer saves per token without recompute (BF16, flash attention; memory.saved_tensors):
+# norm inputs 2 x 2h, q k v (h + 2 x 1024) x 2, attention output 2h, log-sum-exp 64 heads x 4 B,
+# gate and up 2 x 2f, norm outputs 2 x 2h, MLP product 2f
+H, F = 8192, 28672
+PER_TOKEN = 2 * 2 * H + (H + 2 * 1024) * 2 + 2 * H + 64 * 4 + 2 * 2 * F + 2 * 2 * H + 2 * F  # 274,688 B
+
+
+def _row(tmp_path, row: str = B4):
+    p = tmp_path / "runs.csv"
+    p.write_text("# stack = megatron-core\n" + HEADER + row)
+    run, = runs_from_csv(p)
+    return run
+
+
+def test_the_gb200_fp8_fsdp_recipe_offloads_40_layers_and_does_not_recompute(tmp_path):
+    run = _row(tmp_path)
+    assert run.scenario.memory.activation_offload_layers == 40
+    assert {p.recompute for p in run.plans} == {"none"}  # Megatron-Core refuses recompute with offloading
+    assert "40 layers offloaded" in run.extra["recipe"]
+    stated = _row(tmp_path, B4.replace("not stated (recipe default)", "full"))
+    assert stated.scenario.memory.activation_offload_layers == 0  # a row that states its recompute runs it
+    mx = _row(tmp_path, B4.replace(",fp8,", ",mxfp8,"))
+    assert mx.scenario.memory.activation_offload_layers == 0  # the MXFP8 preset runs TP2 PP4 without offload
+
+
+def test_layers_off_the_card():
+    assert float(memory.offloaded_activation_layers(40, 80, 1)) == 39  # one copy in flight holds its buffer
+    assert float(memory.offloaded_activation_layers(40, 80, 4)) == 0  # no offload under pipeline parallelism
+    assert float(memory.offloaded_activation_layers(200, 80, 1)) == 78  # at most L - 1 offload
+    assert float(memory.offloaded_activation_layers(0, 80, 1)) == 0
+
+
+def test_offloaded_layers_leave_the_peak(tmp_path):
+    run = _row(tmp_path)
+    sc, p = run.scenario, run.plans[0]
+    plain = build_scenario({"model": {"name": "llama3-70b"}, "task": {"tokens": "1T", "seq_len": 8192,
+                                                                       "global_batch": 256, "precision": "fp8-mixed"},
+                            "hardware": {"accelerator": "gb200-nvl72", "stack": "megatron-core"},
+                            "schedule": {"deadline": "30d"}, "memory": {"prefetch": sc.memory.prefetch}})
+    off = build_scenario({"model": {"name": "llama3-70b"}, "task": {"tokens": "1T", "seq_len": 8192,
+                                                                     "global_batch": 256, "precision": "fp8-mixed"},
+                          "hardware": {"accelerator": "gb200-nvl72", "stack": "megatron-core"},
+                          "schedule": {"deadline": "30d"},
+                          "memory": {"prefetch": sc.memory.prefetch, "activation_offload_layers": 40}})
+    kw = dict(schedule="1f1b", recompute="none", tp=1, pp=1, dp=64, mb=2)
+    saved = float(T.activations(plain, **kw)) - float(T.activations(off, **kw))
+    assert saved == pytest.approx(39 * PER_TOKEN * 2 * 8192, rel=1e-9)
+    stages = T.memory_by_stage(off, zero=3, offload="none", **kw)
+    whole = T.memory_by_stage(plain, zero=3, offload="none", **kw)
+    assert whole[0].activations - stages[0].activations == pytest.approx(saved, rel=1e-9)
+    piped = dict(kw, pp=4, dp=16)
+    assert float(T.activations(off, **piped)) == float(T.activations(plain, **piped))
+    assert p.recompute == "none"
+
+
+def test_each_copy_shows_only_what_the_neighbouring_layer_does_not_hide():
+    # 2 layers, 10 B at 2 B/s = 5 s each way; 3 s of forward hides 3, 6 s of backward all of it
+    assert float(comm.activation_offload_exposed(2, 10.0, 2.0, 3.0, 6.0)) == pytest.approx(2 * (5 - 3))
+    assert float(comm.activation_offload_exposed(0, 10.0, 2.0, 0.0, 0.0)) == 0.0
+
+
+def test_the_step_pays_the_exposed_copies_on_the_grace_path(tmp_path):
+    run = _row(tmp_path)
+    sc = run.scenario
+    kw = dict(acc="gb200-nvl72", recompute="none", tp=1, pp=1, dp=64, mb=2)
+    t_f, t_dx, t_dw = T.microbatch_times(sc, schedule="1f1b", acc="gb200-nvl72", recompute="none", tp=1, pp=1, mb=2)
+    # B = min(NVLink-C2C 450 GB/s per direction, Grace LPDDR5X 18,432 GB/s per rack / 72 GPUs = 256 GB/s)
+    v = PER_TOKEN * 2 * 8192 / 256e9
+    per_mb = 40 * (max(0.0, v - float(t_f) / 80) + max(0.0, v - float(t_dx + t_dw) / 80))
+    assert float(TC.activation_offload_wait(sc, **kw)) == pytest.approx(256 / 64 / 2 * per_mb, rel=1e-9)
+    assert float(TC.activation_offload_wait(sc, **dict(kw, pp=4, dp=16))) == 0.0
+    assert np.isfinite(float(TC.activation_offload_wait(sc, **kw)))
+
+
+def test_bad_offload_entries_are_one_line_errors():
+    ok = {"name": "x", "models": ["llama3-70b"], "activation_offload_layers": 40,
+          "sources": {"activation_offload_layers": "a recipe file"}}
+    assert R.build_recipe("megatron-core", ok, "w").activation_offload_layers == 40
+    for bad in (-1, 2.5, True, "40"):
+        with pytest.raises(InputError, match="activation_offload_layers"):
+            R.build_recipe("megatron-core", dict(ok, activation_offload_layers=bad), "w")
+    with pytest.raises(InputError, match="no source"):
+        R.build_recipe("megatron-core", dict(ok, sources={}), "w")
