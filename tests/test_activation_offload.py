@@ -29,6 +29,10 @@ B4 = "B4,llama3-70b,gb200-nvl72,64,fp8,256,2,8192,1,1,fsdp (ZeRO-3),not stated (
 # gate and up 2 x 2f, norm outputs 2 x 2h, MLP product 2f
 H, F = 8192, 28672
 PER_TOKEN = 2 * 2 * H + (H + 2 * 1024) * 2 + 2 * H + 64 * 4 + 2 * 2 * F + 2 * 2 * H + 2 * F  # 274,688 B
+# under FP8 with Transformer Engine the linear layers keep their 1-byte quantised inputs (linear.py: "Discard
+# row-wise data since it is not needed in backward pass"): the two norm outputs 2h -> h each, the MLP product
+# 2f -> f, and the projection adds a 1-byte copy of the attention output (h) beside flash attention's 2h
+PER_TOKEN_FP8 = PER_TOKEN - 2 * H - F + H  # 237,824 B = 29 h
 
 
 def _row(tmp_path, row: str = B4):
@@ -50,9 +54,9 @@ def test_the_gb200_fp8_fsdp_recipe_offloads_40_layers_and_does_not_recompute(tmp
 
 
 def test_layers_off_the_card():
-    assert float(memory.offloaded_activation_layers(40, 80, 1)) == 39  # one copy in flight holds its buffer
+    assert float(memory.offloaded_activation_layers(40, 80, 1)) == 40  # all 40 copies done by the forward's end
     assert float(memory.offloaded_activation_layers(40, 80, 4)) == 0  # no offload under pipeline parallelism
-    assert float(memory.offloaded_activation_layers(200, 80, 1)) == 78  # at most L - 1 offload
+    assert float(memory.offloaded_activation_layers(200, 80, 1)) == 79  # at most L - 1 offload
     assert float(memory.offloaded_activation_layers(0, 80, 1)) == 0
 
 
@@ -70,7 +74,7 @@ def test_offloaded_layers_leave_the_peak(tmp_path):
                           "memory": {"prefetch": sc.memory.prefetch, "activation_offload_layers": 40}})
     kw = dict(schedule="1f1b", recompute="none", tp=1, pp=1, dp=64, mb=2)
     saved = float(T.activations(plain, **kw)) - float(T.activations(off, **kw))
-    assert saved == pytest.approx(39 * PER_TOKEN * 2 * 8192, rel=1e-9)
+    assert saved == pytest.approx(40 * PER_TOKEN_FP8 * 2 * 8192, rel=1e-9)
     stages = T.memory_by_stage(off, zero=3, offload="none", **kw)
     whole = T.memory_by_stage(plain, zero=3, offload="none", **kw)
     assert whole[0].activations - stages[0].activations == pytest.approx(saved, rel=1e-9)
@@ -91,7 +95,7 @@ def test_the_step_pays_the_exposed_copies_on_the_grace_path(tmp_path):
     kw = dict(acc="gb200-nvl72", recompute="none", tp=1, pp=1, dp=64, mb=2)
     t_f, t_dx, t_dw = T.microbatch_times(sc, schedule="1f1b", acc="gb200-nvl72", recompute="none", tp=1, pp=1, mb=2)
     # B = min(NVLink-C2C 450 GB/s per direction, Grace LPDDR5X 18,432 GB/s per rack / 72 GPUs = 256 GB/s)
-    v = PER_TOKEN * 2 * 8192 / 256e9
+    v = PER_TOKEN_FP8 * 2 * 8192 / 256e9
     per_mb = 40 * (max(0.0, v - float(t_f) / 80) + max(0.0, v - float(t_dx + t_dw) / 80))
     assert float(TC.activation_offload_wait(sc, **kw)) == pytest.approx(256 / 64 / 2 * per_mb, rel=1e-9)
     assert float(TC.activation_offload_wait(sc, **dict(kw, pp=4, dp=16))) == 0.0
@@ -107,3 +111,20 @@ def test_bad_offload_entries_are_one_line_errors():
             R.build_recipe("megatron-core", dict(ok, activation_offload_layers=bad), "w")
     with pytest.raises(InputError, match="no source"):
         R.build_recipe("megatron-core", dict(ok, sources={}), "w")
+
+
+def test_transformer_engine_keeps_the_quantised_inputs_torchao_the_16_bit_ones():
+    def per_layer(stack: str, precision: str) -> float:
+        sc = build_scenario({"model": {"name": "llama3-70b"},
+                             "task": {"tokens": "1T", "seq_len": 8192, "global_batch": 256, "precision": precision},
+                             "hardware": {"accelerator": "gb200-nvl72", "stack": stack},
+                             "schedule": {"deadline": "30d"}})
+        return float(T.activations(sc, schedule="1f1b", recompute="none", tp=1, pp=1, dp=64, mb=1)) / 80 / 8192
+    assert per_layer("megatron-core", "bf16-mixed") == pytest.approx(PER_TOKEN)
+    assert per_layer("megatron-core", "fp8-mixed") == pytest.approx(PER_TOKEN_FP8)
+    # MXFP8: 1 + 1/32 bytes per element (one E8M0 scale per 32)
+    q = 1 + 1 / 32
+    mx = PER_TOKEN - 2 * 2 * H - 2 * F + q * (2 * H + F + H)
+    assert per_layer("megatron-core", "mxfp8-mixed") == pytest.approx(mx)
+    # torchao's Float8Linear keeps input_hp (matmul_with_hp_or_float8_args.forward: save_for_backward)
+    assert per_layer("torchtitan", "fp8-mixed") == pytest.approx(per_layer("torchtitan", "bf16-mixed"))

@@ -359,7 +359,7 @@ def activation_offload_wait(sc: Scenario, *, acc: str, recompute: str, tp: Array
         layer_times = (t_f, t_dx + t_dw)
     layers = float(sc.model.layers)
     bw = min(A.host_link_bw, A.host_memory_bw / A.cards_per_host) if A.host_memory_bw > 0 else A.host_link_bw
-    moved = np.where(_f(pp) == 1, float(min(n, sc.model.layers - 1)), 0.0)  # Megatron-Core: no offload under PP
+    moved = memory.offloaded_activation_layers(n, sc.model.layers, pp)  # every offloaded layer crosses twice
     exposed = comm.activation_offload_exposed(moved, _stored_per_layer(sc, recompute=recompute, tp=tp, cp=cp, mb=mb),
                                               bw, _f(layer_times[0]) / layers, _f(layer_times[1]) / layers)
     t: FloatArray = np.zeros(shape) + grad_accum(sc, dp, mb) * exposed

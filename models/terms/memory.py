@@ -155,7 +155,17 @@ def param_copies(sc: Scenario, *, schedule: str, tp: ArrayLike, pp: ArrayLike, e
 def _stored_kw(sc: Scenario) -> dict[str, Any]:
     mem = sc.memory
     return dict(act_bytes=mem.activation_bytes, flash_attention=mem.flash_attention, dropout=mem.dropout,
-                sequence_parallel=mem.sequence_parallel)
+                sequence_parallel=mem.sequence_parallel, quantized_input_bytes=quantized_input_bytes(sc))
+
+
+def quantized_input_bytes(sc: Scenario) -> float:
+    """Bytes per element of the input copy a linear layer saves for its backward when the stack keeps the
+    quantised one (StackProfile.quantized_saved_inputs) under an FP8 recipe (1) or MXFP8 (1 + 1/32, its
+    E8M0 scale per 32 elements); 0 otherwise (the 16-bit input is saved)."""
+    matrix = memory.recipe(sc.task.precision).matrix
+    if not sc.stack.quantized_saved_inputs:
+        return 0.0
+    return {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32.0}.get(matrix, 0.0)
 
 
 def activations(sc: Scenario, *, schedule: str, recompute: str, sp: bool | None = None, tp: ArrayLike,
