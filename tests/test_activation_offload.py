@@ -140,3 +140,11 @@ def test_the_405b_recipe_runs_without_recompute(tmp_path):
     run, = runs_from_csv(p)
     assert {q.recompute for q in run.plans} == {"none"}
     assert run.scenario.memory.activation_offload_layers == 0
+
+
+def test_a_stack_that_cannot_offload_refuses_the_key():
+    raw = {"model": {"name": "llama3-8b"}, "task": {"tokens": "1T", "seq_len": 8192, "global_batch": 256},
+           "hardware": {"accelerator": "h100-sxm", "stack": "torchtitan"}, "schedule": {"deadline": "30d"},
+           "memory": {"activation_offload_layers": 4}}
+    with pytest.raises(InputError, match="does not offload activations"):
+        build_scenario(raw)
