@@ -148,3 +148,17 @@ def test_a_stack_that_cannot_offload_refuses_the_key():
            "memory": {"activation_offload_layers": 4}}
     with pytest.raises(InputError, match="does not offload activations"):
         build_scenario(raw)
+
+
+def test_a_table_states_the_tp_overlap_of_named_runs(tmp_path):
+    p = tmp_path / "runs.csv"
+    header = "# stack = torchtitan-compile\n# comm.A = tp_overlap=async\n"
+    p.write_text(header + "run,model,accelerator,gpus,precision,global_batch,micro_batch,seq_len,tp,pp,recompute,"
+                 "iteration_s\nA,llama3-70b,h100-sxm,64,bf16,64,1,8192,8,1,full,20\n"
+                 "B,llama3-70b,h100-sxm,64,bf16,64,1,8192,8,1,full,20\n")
+    a, b = runs_from_csv(p)
+    assert tuple(a.scenario.tp_overlap) == (0.0, 1.0)  # async: the column-parallel backward collectives hidden
+    assert tuple(b.scenario.tp_overlap) == (0.0, 0.0)  # the stack's default (torchtitan-compile: no TP overlap)
+    p.write_text("# comm.A = tp_chunks=4\n" + p.read_text())
+    with pytest.raises(InputError, match="comm"):
+        runs_from_csv(p)
