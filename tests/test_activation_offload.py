@@ -130,18 +130,6 @@ def test_transformer_engine_keeps_the_quantised_inputs_torchao_the_16_bit_ones()
     assert per_layer("torchtitan", "fp8-mixed") == pytest.approx(per_layer("torchtitan", "bf16-mixed"))
 
 
-def test_the_405b_recipe_runs_without_recompute(tmp_path):
-    # llama31_405b_pretrain_config: recompute_granularity = None (Megatron-Bridge recipes/llama/llama3.py)
-    row = "B6,llama3-405b,gb200-nvl72,256,fp8,1536,1,8192,4,16,distributed optimizer (ZeRO-1)," \
-          "not stated (recipe default),58.3\n"
-    p = tmp_path / "runs.csv"
-    p.write_text("# stack = megatron-core\nrun,model,accelerator,gpus,precision,global_batch,micro_batch,seq_len,tp,pp,"
-                 "sharding,recompute,iteration_s\n" + row)
-    run, = runs_from_csv(p)
-    assert {q.recompute for q in run.plans} == {"none"}
-    assert run.scenario.memory.activation_offload_layers == 0
-
-
 def test_a_stack_that_cannot_offload_refuses_the_key():
     raw = {"model": {"name": "llama3-8b"}, "task": {"tokens": "1T", "seq_len": 8192, "global_batch": 256},
            "hardware": {"accelerator": "h100-sxm", "stack": "torchtitan"}, "schedule": {"deadline": "30d"},
