@@ -25,7 +25,8 @@ from tpopt.models.moe import stack_defaults as moe_stack_defaults
 RECIPES_FILE = Path(__file__).resolve().parent / "recipes.toml"
 ATTENTION = {"fused": True, "unfused": False}
 """Attention backends of a recipe -> [memory] flash_attention (fused: no S x S scores kept)."""
-SETTINGS = ("moe_dispatcher", "moe_a2a_overlap", "moe_shared_expert_overlap", "attention", "recompute_modules")
+SETTINGS = ("moe_dispatcher", "moe_a2a_overlap", "moe_shared_expert_overlap", "attention", "recompute_modules",
+            "activation_offload_layers")
 MATCH_KEYS = ("name", "models", "accelerators", "precisions", "sources")
 
 
@@ -44,6 +45,7 @@ class Recipe:
     moe_shared_expert_overlap: bool | None = None
     attention: str | None = None
     recompute_modules: tuple[str, ...] | None = None
+    activation_offload_layers: int | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
     def matches(self, model: str, accelerators: Iterable[str], precision: str) -> bool:
@@ -91,6 +93,8 @@ class Recipe:
             parts.append(f"{self.attention} attention")
         if recompute and self.recompute_modules is not None:
             parts.append(f"recompute {'+'.join(self.recompute_modules) or 'none'}")
+        if self.activation_offload_layers:
+            parts.append(f"activations of {self.activation_offload_layers} layers offloaded to host memory")
         return f"{self.name} recipe: {', '.join(parts)} (catalogs/recipes.toml; where the scenario states none)"
 
 
@@ -134,6 +138,9 @@ def build_recipe(stack: str, t: Any, where: str) -> Recipe:
     if shared:
         raise InputError(f"{where}: moe_shared_expert_overlap = true is not modelled (tpopt runs the shared experts "
                          "exposed); state false or leave it out")
+    offload = t.get("activation_offload_layers")
+    if offload is not None and (isinstance(offload, bool) or not isinstance(offload, int) or offload < 0):
+        raise InputError(f"{where}: activation_offload_layers must be a whole number >= 0, got {offload!r}")
     rec = _names(t["recompute_modules"], f"{where}: recompute_modules") if "recompute_modules" in t and \
         t["recompute_modules"] != [] else (() if "recompute_modules" in t else None)
     r = Recipe(stack=stack, name=t["name"], models=_names(t.get("models"), f"{where}: models"),
@@ -142,7 +149,8 @@ def build_recipe(stack: str, t: Any, where: str) -> Recipe:
                moe_dispatcher=disp,
                moe_a2a_overlap=_flag(t["moe_a2a_overlap"], f"{where}: moe_a2a_overlap")
                if "moe_a2a_overlap" in t else None,
-               moe_shared_expert_overlap=shared, attention=att, recompute_modules=rec, sources=dict(src))
+               moe_shared_expert_overlap=shared, attention=att, recompute_modules=rec,
+               activation_offload_layers=offload, sources=dict(src))
     if not r.models:
         raise InputError(f"{where}: models must name at least one model")
     r.recompute()  # unknown module names -> one clear error now

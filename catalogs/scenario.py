@@ -212,6 +212,9 @@ def build_scenario(raw: dict[str, Any], catalog: Catalog | None = None) -> Scena
     mem = MemoryOptions(**targets(read_table(MemoryKeys, raw.get("memory", {}), "memory.")))
     if "prefetch" not in raw.get("memory", {}) and any(s.perf is not None for s in systems.values()):
         mem = replace(mem, prefetch=stack.fsdp_prefetch)  # the stack's FSDP / ZeRO-3 prefetch depth
+    if mem.activation_offload_layers and not stack.activation_offload:
+        raise InputError(f"memory.activation_offload_layers: stack {stack.name} does not offload activations "
+                         "(catalogs/stacks.toml activation_offload); drop the key or pick a stack that does")
     if mem.zero_group and model.moe:
         raise InputError("memory.zero_group: hybrid sharding is modelled for dense models only (a MoE model's "
                          "expert state shards over its expert-data-parallel group); drop the key")

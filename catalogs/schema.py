@@ -398,6 +398,10 @@ class MemoryKeys:
                                "across groups all-reduce their gradient shards once a step; 0: all ranks")
     sequence_parallel: bool = key(FLAG, True, help="sequence parallelism under TP")
     dropout: bool = key(FLAG, False, help="dropout layers (1-byte masks, extra passes)")
+    activation_offload_layers: int = key(integer(minimum=0, maximum=MAX_HOST_INT), 0,
+                                         help="transformer layers whose stored activations are offloaded to host "
+                                              "memory in the forward and reloaded for the backward (Megatron-Core's "
+                                              "cpu_offloading_num_layers; one pipeline stage only)")
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -121,6 +121,9 @@ class StackKeys:
     fp8_param_gather: bool = key(FLAG, required=True, source=True, help="FP8 weights kept and gathered in FP8")
     moe_probs_in_activation: bool = key(FLAG, required=True, source=True,
                                         help="router probabilities scale the experts' activation")
+    quantized_saved_inputs: bool = key(FLAG, False, source=True,
+                                       help="under an FP8-family recipe each linear layer saves its quantised "
+                                            "input for the backward instead of the 16-bit one")
     step_overhead: float = key(duration(), required=True, source=True, help="fixed time per optimizer step")
     microbatch_overhead: float = key(duration(), required=True, source=True,
                                      help="fixed time per micro-batch per pipeline stage")

@@ -277,3 +277,20 @@ def dp_tail_bytes(zero_stage: ArrayLike, n_shard: ArrayLike, layers: ArrayLike, 
     size: FloatArray = share * np.select([z == 0, z >= 3], [2.0 * gb, unit * (weight_bytes + grad_bytes)], gb + wb)
     calls: FloatArray = np.where(z == 0, 1.0, 2.0) + 0.0 * size
     return size, calls
+
+
+def activation_offload_exposed(offloaded_layers: ArrayLike, layer_bytes: ArrayLike, bandwidth: Floats,
+                               t_forward_layer: ArrayLike, t_backward_layer: ArrayLike) -> FloatArray:
+    """Exposed time of activation offloading per micro-batch: each offloaded layer's stored activations V go
+    to the host while the next layer's forward runs and come back while the layer above runs its backward
+    (Transformer Engine's CPU offload: copies on a side stream, one layer ahead), so each direction shows
+    only what the neighbouring layer's compute does not hide:
+
+        T = N (max(0, V / B - t_f) + max(0, V / B - t_b))
+
+    with B the card's host path per direction (bytes/s), t_f / t_b one layer's forward / backward."""
+    v = np.asarray(layer_bytes, dtype=float) / bandwidth
+    n = np.asarray(offloaded_layers, dtype=float)
+    t: FloatArray = n * (np.maximum(0.0, v - np.asarray(t_forward_layer, dtype=float))
+                         + np.maximum(0.0, v - np.asarray(t_backward_layer, dtype=float)))
+    return t

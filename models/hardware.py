@@ -107,6 +107,7 @@ class StackProfile:
     fp8_recipe: str = "current"
     fp8_param_gather: bool = False  # FP8 / MXFP8 / NVFP4 recipes keep the weights in that format (else BF16)
     moe_probs_in_activation: bool = False  # router probabilities applied in the experts' activation (before fc2)
+    quantized_saved_inputs: bool = False  # FP8-family recipes: linear layers save their quantised input copy
     step_overhead: float = 0.0  # s per optimizer step
     microbatch_overhead: float = 0.0  # s per micro-batch per pipeline stage
     cuda_context: float = 0.0  # bytes (inside the accelerator's usable memory; for reference)

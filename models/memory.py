@@ -405,9 +405,10 @@ def _rebuilt(recompute: str) -> set[str]:
 def activation_bytes_per_microbatch(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, tp: ArrayLike,
                                     layers: ArrayLike, recompute: str, act_bytes: float = 2.0,
                                     flash_attention: bool = True, dropout: bool = False,
-                                    sequence_parallel: bool = True) -> Floats:
+                                    sequence_parallel: bool = True, quantized_input_bytes: float = 0.0) -> Floats:
     """Activation bytes one micro-batch keeps *until its backward* on one card of a stage of ``layers``
-    blocks (the recompute workspace is separate: :func:`recompute_workspace_bytes`).
+    blocks (the recompute workspace is separate: :func:`recompute_workspace_bytes`); with
+    ``quantized_input_bytes`` > 0 the linear layers keep their quantised inputs (:func:`quantized_inputs`).
 
     none:      layers x every saved tensor
     selective: layers x the tensors of the groups not rebuilt
@@ -420,6 +421,8 @@ def activation_bytes_per_microbatch(a: ModelArch, seq_len: ArrayLike, micro_batc
         zero_op = 0.0 * np.asarray(tp, dtype=float) * np.asarray(micro_batch, dtype=float)
         return np.asarray(layers, dtype=float) * sum((_split(t, tp, sequence_parallel) for t in saved), zero_op)
     tensors = saved_tensors(a, seq_len, micro_batch, act_bytes, flash_attention, dropout)
+    if quantized_input_bytes > 0:
+        tensors = quantized_inputs(tensors, a, seq_len, micro_batch, quantized_input_bytes, act_bytes)
     layers = np.asarray(layers, dtype=float)
     if recompute == "full":
         tokens = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float)
@@ -432,7 +435,7 @@ def activation_bytes_per_microbatch(a: ModelArch, seq_len: ArrayLike, micro_batc
 
 def recompute_workspace_bytes(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, tp: ArrayLike, recompute: str,
                               act_bytes: float = 2.0, flash_attention: bool = True, dropout: bool = False,
-                              sequence_parallel: bool = True) -> Floats:
+                              sequence_parallel: bool = True, quantized_input_bytes: float = 0.0) -> Floats:
     """Memory the rebuilt tensors occupy while the backward uses them: one block at a time, reused
     block after block and micro-batch after micro-batch, so it counts once per card (chapter 10.2.2:
     "the largest product workspace is 6 MiB; the next layer reuses it").
@@ -444,6 +447,8 @@ def recompute_workspace_bytes(a: ModelArch, seq_len: ArrayLike, micro_batch: Arr
                rebuilt rest of the block is live with them)
     """
     tensors = saved_tensors(a, seq_len, micro_batch, act_bytes, flash_attention, dropout)
+    if quantized_input_bytes > 0:
+        tensors = quantized_inputs(tensors, a, seq_len, micro_batch, quantized_input_bytes, act_bytes)
     zero: FloatArray = 0.0 * np.asarray(tp, dtype=float) * np.asarray(micro_batch, dtype=float)
     if recompute == "none":
         return zero
@@ -660,3 +665,37 @@ def peak_with_reuse(persistent: Floats, *phases: ArrayLike) -> Floats:
     activations are freed before the gather, the same space is reused and the peak is 8 GiB.
     """
     return persistent + (np.maximum.reduce([np.asarray(p, dtype=float) for p in phases]) if phases else 0.0)
+
+
+def offloaded_activation_layers(offload_layers: int, layers: int, pp: ArrayLike) -> FloatArray:
+    """Layers whose stored activations are off the card at the memory peak under activation offloading
+    (Megatron-Core's ``cpu_offloading_num_layers`` on Transformer Engine's CPU offload):
+
+        n_off = min(N, L - 1)   with pp = 1,   0 with pp > 1
+
+    The first N of the L layers offload in the forward (at most L - 1: Megatron-Core's check "CPU offloading
+    can be done only for layers less than num_layers"). The peak is the end of the forward: by then every
+    offloaded layer's copy has finished behind the layers that follow it, and in the backward one layer is
+    reloaded ahead of use while the layers above it have already freed theirs. Megatron-Core refuses
+    offloading with pipeline parallelism ("Currently there is no support for Pipeline parallelism with CPU
+    offloading", transformer_config.py), so a pipelined plan keeps every layer's activations."""
+    n = max(0, min(int(offload_layers), int(layers) - 1))
+    return np.where(np.asarray(pp, dtype=float) == 1, float(n), 0.0)
+
+
+def quantized_inputs(tensors: list[SavedTensor], a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike,
+                     q: float, act_bytes: float = 2.0) -> list[SavedTensor]:
+    """The saved tensors of a block whose linear layers keep the quantised copy of their input for the weight
+    gradient (Transformer Engine under an FP8-family recipe), ``q`` bytes per element with its scales (FP8 1,
+    MXFP8 1 + 1/32):
+
+        norm outputs (QKV and MLP-up inputs), MLP product (down-projection input):   e -> q per element
+        attention output: the fused attention keeps its e-byte copy, the projection adds q x d_v per token
+
+    q, k, v (the attention kernel's inputs), the norm inputs and the MLP gate / up outputs (the activation's
+    backward) stay e bytes. Llama 3 70B (h = 8192, f = 28672) at e = 2, q = 1: 2h + f - d_v = 4.5 h bytes per
+    token less per layer (33.5 h -> 29 h)."""
+    tokens = np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float)
+    out = [t._replace(bytes=t.bytes * q / act_bytes) if t.group in ("norm", "mlp") else t for t in tensors]
+    out.append(SavedTensor("projection input (quantised)", "keep", "tp", tokens * a.d_v * q, True, ""))
+    return out

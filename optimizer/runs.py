@@ -159,14 +159,25 @@ def table_run_recompute(path: str | Path) -> dict[str, str]:
 def table_run_memory(path: str | Path) -> dict[str, dict[str, str]]:
     """[memory] settings a table states for named runs in ``# memory.RUN RUN ... = KEY=VALUE`` comment lines (e.g.
     the torchtitan runs whose loss ran eager: ``# memory.T2 T3 = loss=eager``); the scenario checks the value."""
+    return _table_run_settings(path, "memory", MEMORY_RUN_KEYS)
+
+
+def table_run_comm(path: str | Path) -> dict[str, dict[str, str]]:
+    """[comm] settings a table states for named runs in ``# comm.RUN RUN ... = KEY=VALUE`` comment lines (e.g. the
+    torchtitan runs with asynchronous tensor parallelism: ``# comm.T8 T9 = tp_overlap=true``); they replace the
+    stack's default for those rows."""
+    return _table_run_settings(path, "comm", COMM_RUN_KEYS)
+
+
+def _table_run_settings(path: str | Path, section: str, keys: tuple[str, ...]) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for ln in read_text_capped(Path(path), "runs file").splitlines():
         t = ln.strip()
-        if t.startswith("#") and t[1:].strip().startswith("memory."):
-            names, _, setting = t[1:].strip()[len("memory."):].partition("=")
+        if t.startswith("#") and t[1:].strip().startswith(f"{section}."):
+            names, _, setting = t[1:].strip()[len(section) + 1:].partition("=")
             k, _, v = setting.partition("=")
-            if k.strip() not in MEMORY_RUN_KEYS:
-                raise InputError(f"{Path(path).name}: '# memory.' sets {', '.join(MEMORY_RUN_KEYS)}, not {k.strip()!r}")
+            if k.strip() not in keys:
+                raise InputError(f"{Path(path).name}: '# {section}.' sets {', '.join(keys)}, not {k.strip()!r}")
             value = v.strip()
             for n in re.split(r"[\s,]+", names.strip()):
                 out.setdefault(n, {})[k.strip()] = value
@@ -175,6 +186,8 @@ def table_run_memory(path: str | Path) -> dict[str, dict[str, str]]:
 
 MEMORY_RUN_KEYS = ("loss",)
 """[memory] keys a table's ``# memory.RUN ... = KEY=VALUE`` line may set (:func:`table_run_memory`)."""
+COMM_RUN_KEYS = ("tp_overlap", "dp_overlap")
+"""[comm] keys a table's ``# comm.RUN ... = KEY=VALUE`` line may set (:func:`table_run_comm`)."""
 
 
 def table_stack(path: str | Path) -> str:
@@ -374,6 +387,7 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
     run_stacks = table_run_stacks(path)
     run_recompute = table_run_recompute(path)
     run_memory = table_run_memory(path)
+    run_comm = table_run_comm(path)
     out = []
     for i, row in enumerate(read_rows(path)):
         name = (row.get("run") or f"{table}-{i + 1}").strip()
@@ -398,6 +412,7 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         stated = {k: v for k, v in cells.items() if not unstated(v)}
         if name in run_recompute:
             stated["recompute"] = run_recompute[name]
+        stated.update(run_comm.get(name, {}))  # the table's [comm] statement for this run
         if "precision" in stated:
             stated["precision"] = PRECISIONS.get(stated["precision"], stated["precision"])
         seq = _num(row, "seq_len", where, int, raw.get("task", {}).get("seq_len") or None)
@@ -430,6 +445,8 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
             attention = defaults["flash_attention"]
         mem["flash_attention"] = _flag(row, "flash_attention", attention, where)
         mem.setdefault("prefetch", stack_profile(defaults["stack"]).fsdp_prefetch)  # ZeRO-3 units gathered ahead
+        if recipe is not None and recipe.activation_offload_layers and cells["recompute"].startswith("not stated"):
+            mem.setdefault("activation_offload_layers", recipe.activation_offload_layers)  # the recipe's offload
         mem.update(run_memory.get(name, {}))
         raw["memory"] = mem
         raw["comm"] = {"tp_overlap": _overlap_value(stated.get("tp_overlap", defaults["tp_overlap"])),

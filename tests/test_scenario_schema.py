@@ -92,6 +92,7 @@ SAMPLES = {
     "memory.zero_group": ("8", 8),
     "memory.sequence_parallel": ("false", False),
     "memory.dropout": ("true", True),
+    "memory.activation_offload_layers": ("40", 40),
     "input.workers": ("4", 4.0),
     "input.sequences_per_worker_s": ("3", 3.0),
     "input.wait": ('"500ms"', 0.5),
@@ -314,7 +315,8 @@ def test_rules_choices_and_shapes_have_their_messages(dotted, body, expected):
 def test_unknown_tables_and_keys_are_reported_with_the_known_ones():
     with pytest.raises(InputError) as exc:
         check_keys({"memory": {"flash": True}})
-    assert str(exc.value) == ("scenario: unknown key 'flash' in [memory] (known: activation_bytes, activation_reserve, "
+    assert str(exc.value) == ("scenario: unknown key 'flash' in [memory] (known: activation_bytes, "
+                              "activation_offload_layers, activation_reserve, "
                               "dropout, flash_attention, fp8_param_gather, loss, loss_chunks, "
                               "prefetch, sequence_parallel, zero_group)")
     with pytest.raises(InputError) as exc:

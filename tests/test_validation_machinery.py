@@ -6,6 +6,7 @@ performance.toml in place, comments kept."""
 import importlib.util
 import sys
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -64,15 +65,22 @@ def test_recompute_options_of_megatron_core():
 
 
 def test_unstated_recompute_is_the_fastest_that_fits(published):
-    # D1 (Llama 3 70B FP8, 64 H100, TP 4 PP 8 VP 5, Megatron-Bridge, recompute "not stated (recipe default)"):
-    # nothing recomputed needs about 71.7 GiB of the 68.4 the stack leaves (1F1B interleaved keeps 46 chunk
-    # micro-batches on the first stage), so the recipe's run recomputed something; the prediction is the
-    # fastest option that fits, and it fits
+    # D1 (Llama 3 70B FP8, 64 H100, TP 4 PP 8 VP 5, Megatron-Bridge, recompute "not stated (recipe default)"): the
+    # prediction is the fastest option that fits. With Transformer Engine's quantised saved inputs (29 h bytes per
+    # token per layer, catalogs/stacks.toml quantized_saved_inputs) nothing recomputed fits, as the recipe runs it
+    # (Megatron-Bridge llama3_70b_pretrain_config: recompute_granularity = None); with the 16-bit inputs (33.5 h,
+    # about 71.7 GiB of the 68.4 the stack leaves: 1F1B interleaved keeps 46 chunk micro-batches on the first
+    # stage) it does not, and the fastest option that fits recomputes something
     d1 = next(r for r in published if r.name == "D1")
     assert {p.recompute for p in d1.plans} == set(recompute_options("megatron-core", d1.scenario.model))
     plan = C.chosen_plan(d1, CAT.perf(ACC))
-    assert plan is not None and plan.recompute not in ("none", "full")
+    assert plan is not None and plan.recompute == "none"
     assert C.memory_residual(d1, CAT.perf(ACC)).fits
+    sc16 = replace(d1.scenario, stack=replace(d1.scenario.stack, quantized_saved_inputs=False))
+    d16 = replace(d1, scenario=sc16)
+    plan16 = C.chosen_plan(d16, CAT.perf(ACC))
+    assert plan16 is not None and plan16.recompute not in ("none", "full")
+    assert C.memory_residual(d16, CAT.perf(ACC)).fits
 
 
 def test_every_shared_run_fits_as_it_ran():
@@ -80,8 +88,16 @@ def test_every_shared_run_fits_as_it_ran():
     # the torchtitan H100 rows ran on Grand Teton's 96 GB HBM2e H100 (their hardware_note); until the catalog
     # has that card they are predicted on the 80 GB part, where T1 and T2 (82.4 and 76.8 GiB published) cannot fit
     allowed = set() if any("96gb" in a for a in CAT.accelerators) else {"T1", "T2"}
-    over = [r.name for r in runs if not C.memory_residual(r, CAT.perf(r.accelerator)).fits]
-    assert set(over) <= allowed, over
+    res = {r.name: C.memory_residual(r, CAT.perf(r.accelerator)) for r in runs}
+    over = [n for n, m in res.items() if not m.fits]
+    # B4 (Llama 3 70B FP8, GB200, FSDP 64) now runs as its recipe does: no recompute, 40 of 80 layers' activations
+    # offloaded (Megatron-Bridge LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2); 40 layers x 29 h x 16,384 tokens
+    # = 145 GiB + states 16.4 + buffers 13.7 = 175.3 GiB allocated, inside the 184 usable, and x 1.06 allocator
+    # reserve + 1.5 GiB communicators = 187.3 reserved, 1.8 % over: within the memory model's stated error
+    # (catalogs/uncertainty.toml memory_error 0.10), reported, not hidden behind a recompute the run did not use
+    assert set(over) <= allowed | {"B4"}, over
+    if "B4" in over:
+        assert res["B4"].ratio < 1.02, res["B4"]
 
 
 def test_cards_fit_on_their_reference_stacks_and_sources(published):

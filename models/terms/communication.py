@@ -24,7 +24,7 @@ from tpopt.models.terms.layer_times import (
     pipeline_transfer,
     rates,
 )
-from tpopt.models.terms.memory import _moe_stages, _sharded, card_tokens, heaviest_stage_params
+from tpopt.models.terms.memory import _moe_stages, _sharded, _stored_per_layer, card_tokens, heaviest_stage_params
 from tpopt.models.terms.shapes import (
     _f,
     effective_recompute,
@@ -335,7 +335,35 @@ def offload_wait(sc: Scenario, *, acc: str, offload: str, zero: ArrayLike, recom
     if per_op_model(sc):
         per_param = ops.optimizer_bytes_per_param(rec.weights, rec.grads, rec.master, rec.moments)
         gpu = steptime.optimizer_time(shard, per_param, rates(sc, acc))
-    return np.where(offload == "cpu", t, gpu)
+    acts = activation_offload_wait(sc, acc=acc, recompute=recompute, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, ep=ep,
+                                   etp=etp, cap=cap, layer_times=(t_f, t_dx + t_dw))
+    return np.where(offload == "cpu", t, gpu) + acts
+
+
+def activation_offload_wait(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1,
+                            pp: ArrayLike, dp: ArrayLike, mb: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0,
+                            cap: ArrayLike = 0.0, layer_times: tuple[Floats, Floats] | None = None) -> FloatArray:
+    """Exposed activation offloading per step (``[memory] activation_offload_layers``, one pipeline stage):
+    grad_accum x comm.activation_offload_exposed over the offloaded layers, one layer's stored activations
+    each way on the card's host path B = min(host link, host memory bandwidth / cards sharing it) (a Grace
+    CPU's LPDDR5X serves its two Blackwell GPUs), each copy hidden behind one layer's forward or backward
+    (the micro-batch's, ``layer_times`` when the caller has them, spread over the stage's layers)."""
+    n = sc.memory.activation_offload_layers
+    shape = np.broadcast(_f(tp), _f(cp), _f(pp), _f(dp), _f(mb)).shape
+    if n <= 0:
+        return np.zeros(shape)
+    A = sc.system(acc).acc
+    if layer_times is None:
+        t_f, t_dx, t_dw = microbatch_times(sc, acc=acc, recompute=recompute, schedule="1f1b", tp=tp, cp=cp, pp=pp,
+                                           mb=mb, ep=ep, etp=etp, cap=cap)
+        layer_times = (t_f, t_dx + t_dw)
+    layers = float(sc.model.layers)
+    bw = min(A.host_link_bw, A.host_memory_bw / A.cards_per_host) if A.host_memory_bw > 0 else A.host_link_bw
+    moved = memory.offloaded_activation_layers(n, sc.model.layers, pp)  # every offloaded layer crosses twice
+    exposed = comm.activation_offload_exposed(moved, _stored_per_layer(sc, recompute=recompute, tp=tp, cp=cp, mb=mb),
+                                              bw, _f(layer_times[0]) / layers, _f(layer_times[1]) / layers)
+    t: FloatArray = np.zeros(shape) + grad_accum(sc, dp, mb) * exposed
+    return t
 
 
 def ep_link(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike, mb: ArrayLike,

@@ -155,7 +155,17 @@ def param_copies(sc: Scenario, *, schedule: str, tp: ArrayLike, pp: ArrayLike, e
 def _stored_kw(sc: Scenario) -> dict[str, Any]:
     mem = sc.memory
     return dict(act_bytes=mem.activation_bytes, flash_attention=mem.flash_attention, dropout=mem.dropout,
-                sequence_parallel=mem.sequence_parallel)
+                sequence_parallel=mem.sequence_parallel, quantized_input_bytes=quantized_input_bytes(sc))
+
+
+def quantized_input_bytes(sc: Scenario) -> float:
+    """Bytes per element of the input copy a linear layer saves for its backward when the stack keeps the
+    quantised one (StackProfile.quantized_saved_inputs) under an FP8 recipe (1) or MXFP8 (1 + 1/32, its
+    E8M0 scale per 32 elements); 0 otherwise (the 16-bit input is saved)."""
+    matrix = memory.recipe(sc.task.precision).matrix
+    if not sc.stack.quantized_saved_inputs:
+        return 0.0
+    return {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32.0}.get(matrix, 0.0)
 
 
 def activations(sc: Scenario, *, schedule: str, recompute: str, sp: bool | None = None, tp: ArrayLike,
@@ -192,7 +202,8 @@ def activations(sc: Scenario, *, schedule: str, recompute: str, sp: bool | None 
         ga = grad_accum(sc, dp, mb)
         return _weighted_layer_sets(sc, schedule, pp, ga, peak, per_layer, one, stage) + workspace
     out = stored_activations(sc, schedule=schedule, recompute=recompute, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb,
-                             peak=peak, stage=stage) + workspace
+                             peak=peak, stage=stage) + workspace \
+        - offloaded_activations(sc, recompute=recompute, tp=tp, cp=cp, pp=pp, mb=mb)
     if sc.model.moe:
         out = out + moe_activations(sc, schedule=schedule, recompute=recompute, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb,
                                     ep=ep, etp=etp, cap=cap, peak=peak, stage=stage)
@@ -238,6 +249,20 @@ def _routed_per_block(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: Arr
                                                     moe.expert_tp_size(etp, tp), sc.memory.activation_bytes, b_in,
                                                     not sc.stack.moe_probs_in_activation)
     return extra
+
+
+def offloaded_activations(sc: Scenario, *, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike,
+                          mb: ArrayLike) -> FloatArray:
+    """Stored activations off the card at the peak under ``[memory] activation_offload_layers``: the layers
+    memory.offloaded_activation_layers counts x one layer's stored activations per micro-batch (one
+    stage: one micro-batch in flight); 0 without offloading or with pipeline parallelism."""
+    n = sc.memory.activation_offload_layers
+    shape = np.broadcast(_f(tp), _f(cp), _f(pp), _f(mb)).shape
+    if n <= 0 or not modelled_activations(sc):
+        return np.zeros(shape)
+    off = memory.offloaded_activation_layers(n, sc.model.layers, pp)
+    out: FloatArray = np.zeros(shape) + off * _stored_per_layer(sc, recompute=recompute, tp=tp, cp=cp, mb=mb)
+    return out
 
 
 def _stored_per_layer(sc: Scenario, *, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike) -> Floats:
@@ -504,7 +529,8 @@ def memory_by_stage(sc: Scenario, *, schedule: str, recompute: str, zero: int, o
             + copies * (dense_n + expert_n)
         k = float(ks[g]) if p > 1 else float(n > 0)
         routed = (one if rc == "full" else k * moe_blocks[g] * one) if moe_blocks[g] else 0.0
-        acts_g = (k * n * per_layer if p > 1 else n * per_layer) + routed + workspace
+        off = float(offloaded_activations(sc, recompute=recompute, tp=tp, cp=cp, pp=pp, mb=mb))
+        acts_g = (k * n * per_layer if p > 1 else n * per_layer - off) + routed + workspace
         temp_g = temp_last if g == len(split) - 1 else temp_other
         alloc = states_g + acts_g + temp_g
         out.append(StageMemory(g, int(n), states_g, acts_g, temp_g, alloc,
