@@ -386,9 +386,9 @@ class MemoryKeys:
     flash_attention: bool = key(FLAG, True, help="flash attention (no S x S scores saved)")
     activation_bytes: float = key(number(allow_zero=False), 2, help="bytes per activation value")
     loss_chunks: int = key(integer(), 1, help="chunked cross-entropy divides the FP32 logits buffer")
-    loss: str | None = key(choice(("fused", "eager", "compiled")), optional=True,
-                           help="the cross-entropy: fused (4 B per logit), eager (12, 16 under loss parallelism) "
-                                "or compiled (4); omit for the stack's")
+    loss: str | None = key(choice(("fused", "te", "eager", "compiled")), optional=True,
+                           help="the cross-entropy: fused (4 B per logit), te (Transformer Engine's in-place loss, "
+                                "2), eager (12, 16 under loss parallelism) or compiled (4); omit for the stack's")
     prefetch: int = key(integer(minimum=0, maximum=MAX_HOST_INT), 1, help="ZeRO-3 units gathered ahead of use")
     fp8_param_gather: bool | None = key(FLAG, optional=True,
                                         help="FP8-family recipes keep and gather the weights in FP8 (Megatron's "

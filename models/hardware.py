@@ -116,7 +116,7 @@ class StackProfile:
     residual_sigma: float = 0.0  # log-sd of measured / predicted step time on this stack (0: none stated)
     kernel_efficiency: float = 1.0  # factor on the card's GEMM, attention and memory-bound efficiencies
     attention_kernel: str = "native"  # "portable": attention at the card's portable_attention_ratio (roofline)
-    loss: str = "fused"  # how the cross-entropy runs: fused, eager or compiled (memory.LOSS_KINDS)
+    loss: str = "fused"  # how the cross-entropy runs: fused, te, eager or compiled (memory.LOSS_KINDS)
     expert_gemm_dispatch: float = 0.0  # s per local expert per grouped expert GEMM call (0: one launch for all)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 

@@ -593,19 +593,29 @@ COMPILED_LOSS_BYTES_PER_LOGIT = 2.0 + 2.0
 the BF16 logits kept for the backward and their BF16 gradient, no FP32 copy materialised (assumption; the same
 under loss_parallel)."""
 
+TE_LOSS_BYTES_PER_LOGIT = 2.0
+"""Transformer Engine's Triton cross-entropy (Megatron-Core ``cross_entropy_fusion_impl = "te"``; NVIDIA/
+TransformerEngine transformer_engine/pytorch/triton/cross_entropy.py): an online softmax over the 16-bit logits,
+the gradient written back in place over them in their own dtype (``cross_entropy_backward_kernel``), plus three
+FP32 values per token (max, sum, target logit: per token, not per logit, left out). So the BF16 logits alone,
+2 B per logit (assumption: the same with the vocabulary split over TP ranks, where Megatron-Core passes its TP
+group to the kernel)."""
+
 LOSS_KINDS: dict[str, tuple[float, float]] = {
     "fused": (FUSED_LOSS_BYTES_PER_LOGIT, FUSED_LOSS_BYTES_PER_LOGIT),
+    "te": (TE_LOSS_BYTES_PER_LOGIT, TE_LOSS_BYTES_PER_LOGIT),
     "eager": (EAGER_LOSS_BYTES_PER_LOGIT, EAGER_LOSS_PARALLEL_BYTES_PER_LOGIT),
     "compiled": (COMPILED_LOSS_BYTES_PER_LOGIT, COMPILED_LOSS_BYTES_PER_LOGIT),
 }
 """How a stack computes its cross-entropy -> bytes per logit at its peak (one TP rank holding the whole vocabulary,
-the vocabulary split over TP ranks): Megatron-Core's fused vocab-parallel loss, an eager unfused
+the vocabulary split over TP ranks): Megatron-Core's fused vocab-parallel loss, Transformer Engine's in-place
+Triton loss, an eager unfused
 ``cross_entropy(logits.float(), labels)`` (torchtitan's), the same compiled."""
 
 
 def loss_bytes_per_logit(loss: str, tp: ArrayLike) -> FloatArray:
     """Bytes per logit the loss of kind ``loss`` (:data:`LOSS_KINDS`) holds at its peak: eager 12 at tp = 1, 16
-    under loss parallelism (tp > 1); fused and compiled 4."""
+    under loss parallelism (tp > 1); fused and compiled 4; te 2."""
     try:
         one, split = LOSS_KINDS[loss]
     except KeyError:
@@ -617,7 +627,7 @@ def loss_bytes_per_logit(loss: str, tp: ArrayLike) -> FloatArray:
 def logits_bytes(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, tp: ArrayLike,
                  loss_chunks: float = 1, loss: str = "fused") -> FloatArray:
     """Loss workspace on the last stage: s x b x V / tp logits x the bytes per logit the loss holds at its peak
-    (:func:`loss_bytes_per_logit`: 4 fused, 12 eager unfused, 16 eager under loss parallelism), divided by loss
+    (:func:`loss_bytes_per_logit`: 4 fused, 2 te, 12 eager unfused, 16 eager under loss parallelism), divided by loss
     chunks. Llama 3 (V = 128,256), 32,768 tokens: 15.7 GiB fused, 47.0 GiB eager."""
     workspace: FloatArray = (np.asarray(seq_len, dtype=float) * np.asarray(micro_batch, dtype=float) * a.vocab
                              * loss_bytes_per_logit(loss, tp) / np.asarray(tp, dtype=float) / loss_chunks)

@@ -145,7 +145,7 @@ class MemoryOptions:
     loss_chunks: int = 1  # chunked cross-entropy divides the FP32 logits buffer
     prefetch: int = 1  # ZeRO-3 units gathered ahead of use
     fp8_param_gather: bool | None = None  # FP8-family weights kept (and gathered) in FP8; None: the stack's default
-    loss: str | None = None  # the cross-entropy: fused, eager or compiled (memory.LOSS_KINDS); None: the stack's
+    loss: str | None = None  # the cross-entropy: fused, te, eager or compiled (memory.LOSS_KINDS); None: the stack's
     zero_group: int = 0  # data-parallel ranks one ZeRO shard spans (hybrid sharding); 0: all of them
     activation_offload_layers: int = 0  # layers whose stored activations go to host memory (pp = 1 only)
 

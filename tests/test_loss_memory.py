@@ -1,10 +1,13 @@
 """The loss's logits at the last stage, as the stack computes it (issue 35, item 4: memory with the stack's buffers).
 
-Megatron-Core's fused vocab-parallel cross-entropy keeps one FP32 buffer of the logits (4 B per logit: the softmax is
-computed in place and becomes the gradient). torchtitan's loss is ``cross_entropy(pred.float(), labels)``, eager and
-unfused (pytorch/torchtitan torchtitan/components/loss.py; at 9dec370, the Dec 2024 benchmarks, not compiled even
-with training.compile; compiled under training.compile since 2025-04: about 2 + 2 B, the BF16 logits and their
-BF16 gradient). Its backward peak, counted tensor by tensor from autograd's rules:
+Megatron-Core's native fused vocab-parallel cross-entropy keeps one FP32 buffer of the logits (4 B per logit: the
+softmax is computed in place and becomes the gradient). The Megatron-Bridge recipes (the megatron-core stack's
+defaults) choose Transformer Engine's Triton loss instead (cross_entropy_fusion_impl = "te"): an online softmax over
+the BF16 logits whose backward kernel stores the gradient over them in their own dtype, so 2 B per logit.
+torchtitan's loss is ``cross_entropy(pred.float(), labels)``, eager and unfused (pytorch/torchtitan
+torchtitan/components/loss.py; at 9dec370, the Dec 2024 benchmarks, not compiled even with training.compile;
+compiled under training.compile since 2025-04: about 2 + 2 B, the BF16 logits and their BF16 gradient). Its
+backward peak, counted tensor by tensor from autograd's rules:
 
 - log_softmax saves its FP32 output for the backward:                                  4 B
 - nll_loss's backward writes a dense FP32 gradient of that output:                      4 B
@@ -36,6 +39,7 @@ CAT = load_catalog()
 EAGER = 4.0 + 4.0 + 4.0  # saved log-softmax output, nll_loss's gradient, log_softmax's input gradient (FP32 each)
 EAGER_TP = 4.0 * 4.0  # loss_parallel: saved output, zeros_like, exp and their sum (FP32 each)
 FUSED = 4.0  # one FP32 logits buffer, the softmax in place
+TE = 2.0  # Transformer Engine's Triton loss: the BF16 logits, the gradient stored over them
 COMPILED = 2.0 + 2.0  # torch.compile'd loss: the BF16 logits kept for the backward and their BF16 gradient
 
 
@@ -48,9 +52,10 @@ def scenario(stack: str, seq_len: int = 32768):
 def test_stacks_state_the_bytes_their_loss_holds():
     assert stack_profile("torchtitan").loss == "eager"
     assert stack_profile("torchtitan-compile").loss == "compiled"  # the loss compiled since 2025-04
-    assert stack_profile("megatron-core").loss == "fused"
-    assert [float(memory.loss_bytes_per_logit(k, t)) for k in ("fused", "eager", "compiled") for t in (1, 8)] == [
-        FUSED, FUSED, EAGER, EAGER_TP, COMPILED, COMPILED]
+    assert stack_profile("megatron-core").loss == "te"  # the Megatron-Bridge recipes' cross_entropy_fusion_impl
+    assert stack_profile("megatron-lm-2021").loss == "fused"
+    assert [float(memory.loss_bytes_per_logit(k, t)) for k in ("fused", "te", "eager", "compiled")
+            for t in (1, 8)] == [FUSED, FUSED, TE, TE, EAGER, EAGER_TP, COMPILED, COMPILED]
 
 
 def test_llama3_8b_logits_at_32k_tokens():
@@ -65,13 +70,13 @@ def test_llama3_8b_logits_at_32k_tokens():
 
 @pytest.mark.parametrize("tp", [1, 8])
 def test_the_stack_sets_the_last_stage_buffer(tp):
-    """Same plan, two stacks: the last stage's buffers differ by (12 - 4) B x s b V at tp = 1, (16 - 4) B x
+    """Same plan, two stacks: the last stage's buffers differ by (12 - 2) B x s b V at tp = 1, (16 - 2) B x
     s b V / tp under loss parallelism, and by nothing else (both split the logits by tp)."""
     kw = dict(zero=3, tp=tp, cp=1, pp=1, mb=1, stage="last")
     titan = float(T.temporary(scenario("torchtitan"), **kw))
     mcore = float(T.temporary(scenario("megatron-core"), **kw))
     per_logit = EAGER if tp == 1 else EAGER_TP
-    assert titan - mcore == pytest.approx((per_logit - FUSED) * 32768 * 128256 / tp, rel=1e-9)
+    assert titan - mcore == pytest.approx((per_logit - TE) * 32768 * 128256 / tp, rel=1e-9)
 
 
 def test_a_scenario_states_its_own_loss():

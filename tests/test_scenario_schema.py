@@ -272,7 +272,7 @@ def test_every_bound_is_enforced_with_its_message(dotted, decl):
     ("search.zero_stage", "zero_stage = [4]", "search.zero_stage values must be 0, 1, 2 or 3"),
     ("hardware.stack", 'stack = "nemo-9"',
      "unknown stack 'nemo-9' (known: megatron-core, megatron-lm-2021, torchtitan, torchtitan-compile, deepspeed, "
-     "maxtext)"),
+     "maxtext, nemo-2403)"),
     ("hardware.accelerator", 'accelerator = ["rtx4090", "rtx4090"]', "hardware.accelerator lists a name twice"),
     ("checkpoint.storage", 'storage = "superpod-good"\nwrite_bandwidth = "7GB/s"',
      "checkpoint: give write_bandwidth or storage, not both"),

@@ -58,16 +58,18 @@ def test_unknown_stack_and_unsourced_value_are_one_line_errors():
 def test_every_stack_key_sets_its_profile_field_and_needs_a_source():
     """The known keys are the declared ones, each sets the StackProfile field of its name; every key but the
     display name and the sources table itself must be sourced; only residual_sigma, dp_bucket_per_rank,
-    kernel_efficiency, attention_kernel, loss and expert_gemm_dispatch may be left out, at the profile's default."""
+    quantized_saved_inputs, kernel_efficiency, attention_kernel, loss and expert_gemm_dispatch may be left out,
+    at the profile's default."""
     profile = {f.name: f for f in fields(StackProfile)}
     assert KEYS == tuple(f.name for f in fields(StackKeys)) and set(KEYS) == set(profile) - {"name"}
     assert set(KEYS) - set(SOURCED) == {"display", "sources"}
-    assert OPTIONAL == ("dp_bucket_per_rank", "residual_sigma", "kernel_efficiency", "attention_kernel", "loss",
-                        "expert_gemm_dispatch")
+    assert OPTIONAL == ("dp_bucket_per_rank", "quantized_saved_inputs", "residual_sigma", "kernel_efficiency",
+                        "attention_kernel", "loss", "expert_gemm_dispatch")
     assert stack_profile("torchtitan").expert_gemm_dispatch == profile["expert_gemm_dispatch"].default == 0.0
     assert spec(next(f for f in fields(StackKeys) if f.name == "attention_kernel")).default == profile[
         "attention_kernel"].default == "native"
-    assert stack_profile("megatron-core").loss == profile["loss"].default == "fused"
+    assert stack_profile("megatron-lm-2021").loss == profile["loss"].default == "fused"  # left out: the default
+    assert stack_profile("megatron-core").loss == "te"  # stated: the Megatron-Bridge recipes' loss
     assert spec(next(f for f in fields(StackKeys) if f.name == "residual_sigma")).default == profile[
         "residual_sigma"].default
     assert stack_profile("torchtitan").dp_bucket_per_rank == profile["dp_bucket_per_rank"].default == 0.0
