@@ -211,14 +211,15 @@ class PendingGroups:
         return out
 
     def compute_reductions(self, target: tuple[str, ...]) -> dict[tuple[Any, ...], NDArray[Any]]:
-        """The whole compute bound tables' reductions onto ``target`` (:func:`~tpopt.optimizer.decompose._reduced`'s
-        cache entries, both of them) from the parts :meth:`of` laid them out from, without reducing the whole
-        tables (35 M entries on the nine-accelerator GPT-3 space; 0.7 CPU s): the floor (laid along the schedules as a
-        view: a least entry over the schedules it is repeated along is the floor's own) where no solve built the group, the
-        largest value the upper table holds there, and each built group's own slices reduced at its values.
-        Exact bit for bit: every variable a group fixes is a hub variable, hence in ``target``, so each reduced
-        entry comes from the entries of one part alone, and a minimum or maximum (non-finite entries left out,
-        entry by entry) does not depend on the order it meets them in. Only once, right after :meth:`of`."""
+        """The per-layout compute bounds onto ``target`` (:func:`~tpopt.optimizer.decompose._reduced`'s cache entries,
+        both of them) from the parts :meth:`of` laid the whole tables out from, without reducing the whole tables
+        (35 M entries on the nine-accelerator GPT-3 space; 0.7 CPU s): where no solve built the group, the floor
+        (laid along the schedules as a view: a least entry over the schedules it is repeated along is the floor's
+        own) and the largest value the upper table holds; each built group's own slices reduced at its values.
+        Exact bit for bit against the tables laid out with the floor there: every variable a group fixes is a hub
+        variable, hence in ``target``, so each reduced entry comes from the entries of one part alone, and a
+        minimum or maximum (non-finite entries left out, entry by entry) does not depend on the order it meets them
+        in (tests/test_on_demand.py). Only once, right after :meth:`of`."""
         if self._parts is None:
             return {}
         (floor, fixed, parts), self._parts = self._parts, None
