@@ -156,10 +156,8 @@ class PendingGroups:
     on-demand solve, built group by group as the questions reach them.
 
     The layout groups the solve tabulated left their slices (:meth:`GroupSpace._build`); every other group starts
-    with valid relaxations instead: its per-layout bounds, as in the group-bound pass, from the compute floor
-    (:meth:`Space.compute_floor`, no pipeline simulated; :meth:`compute_reductions`), and in the whole tables zero
-    from below (untouched memory: only what a build writes is laid out), the largest finite value from above
-    (every reader of the tables still gets valid bounds). :meth:`build` tabulates a group when
+    with valid relaxations instead, as in the group-bound pass: the compute floor (:meth:`Space.compute_floor`,
+    no pipeline simulated) from below, the largest finite value from above. :meth:`build` tabulates a group when
     a question reaches one of its layouts, writes its slices into the whole tables (the values a whole build
     gives: the compute term of a plan reads its own variables only; tests/test_on_demand.py) and re-derives the
     per-layout bounds of its layouts (:data:`BOUNDS_OF_COMPUTE`) from the group's own :class:`LayoutBounds`."""
@@ -187,9 +185,8 @@ class PendingGroups:
         # whole space's: group_bounds)
         kept = space.__dict__.pop("_floor", None)
         floor = space.compute_floor() if kept is None else kept
-        # zeros where no solve built the group (a valid lower bound, never written: the pages stay unmapped until a
-        # build writes them); the per-layout bounds read the floor there instead (compute_reductions)
-        lo = np.zeros(full)
+        lo = np.empty(full)  # filled by assignment: 3x faster than copying the broadcast view (same values)
+        lo[...] = np.expand_dims(floor.values, vars.index("schedule"))
         hi_type = next(iter(parts.values()))[1].values.dtype
         hi = np.full(full, np.finfo(hi_type).max, dtype=hi_type)
         # a group no solve built is left as units one hub variable finer (a question often reaches a few
