@@ -62,19 +62,26 @@ def _reduced(space: Space, name: str, fn: Reducer, values: NDArray[Any] | None =
     if cache is not None and values is None and key in cache:
         return cache[key]
     t = space.bound_table(name, "lo" if fn is np.min else "hi")
-    vals = t.values if values is None else values
-    vals, domains = _unbroadcast(vals, t.vars, space.domains)
-    # floats reduced as they are, again only where a non-finite entry shows (to leave out); integers become floats
-    plain = vals.dtype.kind in "bf"
-    out = reduce_to(domains, vals, t.vars, target, fn, broadcast=False) if plain else vals
-    if vals.dtype != bool and (not plain or not _unaffected(out, fn)):
-        vals = np.where(np.isfinite(vals), vals, np.inf if fn is np.min else -np.inf)
-        out = reduce_to(domains, vals, t.vars, target, fn, broadcast=False)
-    if domains is not space.domains:  # the axes the table was broadcast along, broadcast again (a read-only view)
-        out = np.broadcast_to(out, [len(space.domains[v]) if v in t.vars else 1 for v in target])
+    out = reduced_values(t.values if values is None else values, t.vars, space.domains, fn, target)
     if cache is not None and values is None:
         out.flags.writeable = False  # shared by every question asked of the space
         cache[key] = out
+    return out
+
+
+def reduced_values(values: NDArray[Any], vars: tuple[str, ...], domains: Domains, fn: Reducer,
+                   target: tuple[str, ...] = HUB) -> NDArray[Any]:
+    """:func:`_reduced` of a table's ``values`` over ``vars`` on ``domains`` (a space's, or a layout group's: the
+    reduction of a slice of a table is the whole reduction's slice, entry for entry)."""
+    vals, dom = _unbroadcast(values, vars, domains)
+    # floats reduced as they are, again only where a non-finite entry shows (to leave out); integers become floats
+    plain = vals.dtype.kind in "bf"
+    out = reduce_to(dom, vals, vars, target, fn, broadcast=False) if plain else vals
+    if vals.dtype != bool and (not plain or not _unaffected(out, fn)):
+        vals = np.where(np.isfinite(vals), vals, np.inf if fn is np.min else -np.inf)
+        out = reduce_to(dom, vals, vars, target, fn, broadcast=False)
+    if dom is not domains:  # the axes the table was broadcast along, broadcast again (a read-only view)
+        out = np.broadcast_to(out, [len(domains[v]) if v in vars else 1 for v in target])
     return out
 
 

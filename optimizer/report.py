@@ -33,7 +33,7 @@ from tpopt.models.variables import ALTERNATIVES
 from tpopt.optimizer import analysis as shared  # the analysis shared with tpopt rl (analysis() is ours)
 from tpopt.optimizer import backends, core
 from tpopt.optimizer.backends import Solver
-from tpopt.optimizer.decompose import LayoutBounds
+from tpopt.optimizer.decompose import LayoutBounds, coupling_vars
 from tpopt.optimizer.enumerate import HUB, PointTable, layout_evaluator
 from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
 from tpopt.optimizer.ondemand import COMPUTE_BOUNDS, PendingGroups
@@ -136,6 +136,10 @@ class LayoutOracle:
             kept: dict[tuple[Any, ...], NDArray[Any]] = {}
             if self.pending is not None:
                 self.space.__dict__["_reduced"] = kept
+                # the compute term's, from the parts its whole tables were laid out from (not the 35 M entries)
+                d = self.space.domains
+                kept.update(self.pending.compute_reductions(HUB + coupling_vars(self.space, math.prod(
+                    len(d[v]) for v in HUB))))
             try:
                 # every family enforced: the coupled choices' grids are kept, each question reduces them (_under)
                 self._bounds = LayoutBounds(self.space, "cost", FAMILIES)

@@ -255,6 +255,32 @@ def test_the_report_after_an_on_demand_solve_answers_like_the_whole_tables():
     assert got["lazy"][1]  # questions were asked
 
 
+@pytest.mark.parametrize("coupled", [("offload",), ("offload", "recompute", "schedule")])
+def test_the_pending_compute_reductions_are_the_whole_tables_reductions(coupled):
+    """:meth:`ondemand.PendingGroups.compute_reductions` (the analysis's per-layout compute bounds from the floor and
+    the solved groups' slices) equal, bit for bit, the reductions of the whole compute bound tables it lays out
+    (:func:`decompose._reduced` on them), with the schedule kept on the grid or reduced away."""
+    from tpopt.optimizer import decompose as D
+
+    sc = load_scenario(ROOT / "examples" / "gpt3-175b-widest.toml")
+    keep = {"pp": [1, 2, 4, 16, 48, 96], "dp": [16, 32, 64, 128, 256], "mb": [1, 2], "recompute": ["none", "full"]}
+    space = Space.from_scenario(sc, keep)
+    with mock.patch.object(ondemand, "GROUP_ROWS", 20_000):  # several groups, not all of them solved
+        r = solve(sc, "cpsat", Request(seed=0, workers=1, method="on-demand"), space=space)
+    assert r.status == Status.OPTIMAL
+    pending = ondemand.PendingGroups.of(space)
+    assert pending is not None and pending.pending  # groups a solve built and groups it did not
+    target = D.HUB + coupled
+    got = pending.compute_reductions(target)
+    assert pending.compute_reductions(target) == {}  # the parts are let go after the one use
+    assert len(got) == 2
+    for (name, fn, at), values in got.items():
+        assert name == "time.compute" and at == target and not values.flags.writeable
+        want = D._reduced(space, name, np.min if fn == "min" else np.max, None, target)
+        assert values.dtype == want.dtype and values.shape == want.shape
+        assert values.tobytes() == np.ascontiguousarray(want).tobytes()
+
+
 def test_a_report_on_the_memory_plans_on_demand_path_says_why_it_is_not_analysed():
     """When the memory plan builds the tables one layout group at a time, the report's analysis (which reads every
     table of the space) is left out, and the JSON and the text say so with both estimates, not as --no-analysis."""
