@@ -75,6 +75,7 @@ CASES: dict[str, list[str]] = {
     "bad-confidence": ["solve", "--scenario", DC, "--confidence", "150%"],
     "sites-405b": ["sites", "--scenario", "examples/sites-llama3-405b.toml"],
     "sites-405b-json": ["sites", "--scenario", "examples/sites-llama3-405b.toml", "--json"],
+    "sites-mixed-405b": ["sites", "--scenario", "examples/sites-mixed-405b.toml"],
     "pools-solve": ["solve", "--scenario", "examples/pools-h100-a100.toml"],
 }
 
