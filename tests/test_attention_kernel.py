@@ -118,5 +118,7 @@ def test_nemo_2403_runs_the_portable_attention_and_delayed_scaling():
     p, ref = stack_profile("nemo-2403"), stack_profile("megatron-core")
     assert p.attention_kernel == "portable" and p.fp8_recipe == "delayed"
     assert "DelayedScaling" in p.sources["fp8_recipe"] and "cuDNN" in p.sources["attention_kernel"]
-    assert (p.tp_overlap, p.dp_overlap, p.recompute, p.kernel_efficiency) == \
-        (ref.tp_overlap, ref.dp_overlap, ref.recompute, ref.kernel_efficiency)
+    assert (p.tp_overlap, p.dp_overlap, p.recompute) == (ref.tp_overlap, ref.dp_overlap, ref.recompute)
+    # its kernel factor is benchmarks/fit_stacks.py's on its own runs (a stack the cards were not fitted on), stated
+    assert p.sources["kernel_efficiency"].startswith("fitted: benchmarks/fit_stacks.py")
+    assert 0 < p.kernel_efficiency <= 1

@@ -57,9 +57,10 @@ def test_step_sigmas_are_the_validation_tables_rms_log_errors():
     # benchmarks/refit_catalog.py: the H100 Megatron-Core runs inside the calibration envelope, leave-one-out
     # errors (mb2511 405B, mb2511 8B FSDP, mb 70B, D1, D2; the catalog's value comes from the unrounded errors, so
     # within the 0.05 % rounding of the printed ones)
-    assert rms_log([-8.1, 3.0, 4.2, 1.6, 0.3]) == pytest.approx(CAT.perf("h100-sxm").residual_sigma, abs=1e-3)
-    # GB200: four runs (mb2511 8B, B4, B5, B6) estimate its own spread, wider than the default
-    assert rms_log([-9.0, 26.0, -17.2, 4.0]) == pytest.approx(CAT.perf("gb200-nvl72").residual_sigma, abs=1e-3)
+    assert rms_log([-8.0, 3.1, 4.3, 1.1, 0.5]) == pytest.approx(CAT.perf("h100-sxm").residual_sigma, abs=1e-3)
+    # GB200: four runs (mb2511 8B, B4, B5, B6) estimate its own spread, wider than the default (leave-one-out
+    # column of benchmarks/validate_published.py after the refit; B4 with its offloaded layers, no recompute)
+    assert rms_log([-2.7, -2.6, -9.6, 15.8]) == pytest.approx(CAT.perf("gb200-nvl72").residual_sigma, abs=1e-3)
     # its leave-one-source-out column: the largest per-table RMS (the A100 tables': 0.035), the default of
     # cards no table covers, and of B200 (two runs estimate no spread)
     loso = [-6.6, 3.4, -9.1, -9.4, -9.8, -12.2, -4.3, -7.5, 2.6]
@@ -73,7 +74,7 @@ def test_step_sigmas_are_the_validation_tables_rms_log_errors():
 
 @pytest.mark.parametrize("acc, stack, sigma", [
     ("a100-80gb-sxm", "megatron-lm-2021", 0.030), ("a100-80gb-sxm", "megatron-core", 0.054),  # its stack, another
-    ("h100-sxm", "megatron-core", 0.045), ("h200", "megatron-core", Fn.DEFAULT_STEP_SIGMA),
+    ("h100-sxm", "megatron-core", 0.044), ("h200", "megatron-core", Fn.DEFAULT_STEP_SIGMA),
     ("mi355x", "megatron-core", Fn.DEFAULT_STEP_SIGMA)])
 def test_a_plan_reads_its_cards_sigma_and_an_uncovered_card_the_default(acc, stack, sigma):
     # per-operation model (no hardware.efficiency): the catalog entry without residual_sigma is not sigma 0;

@@ -386,8 +386,8 @@ def test_memory_by_stage_first_middle_last_rank():
       LM head V h on the last) x (w + g + o / d) = N_g x (2 + 2 + 12 / 4) bytes;
     - activations: 1F1B keeps min(m, p - g) micro-batches in flight on stage g, k = (2, 1), each with n_g blocks
       of A bytes (one block's stored activations);
-    - temporary: both ranks hold the p2p send / receive buffers 4 s b h x 2 / tp; the FP32 logits s b V x 4 / tp
-      are the last stage's only;
+    - temporary: both ranks hold the p2p send / receive buffers 4 s b h x 2 / tp; the loss's logits s b V x 2 / tp
+      (Transformer Engine's in-place loss over the BF16 logits, the megatron-core stack's) are the last stage's only;
     - reserved = allocated x (1 + 0.06) + 1.5 GiB (the megatron-core profile's allocator reserve and
       communicator buffers).
     The memory family's sum of the three heaviest-stage terms is never below the peak rank's allocation."""
@@ -404,7 +404,7 @@ def test_memory_by_stage_first_middle_last_rank():
     params = [n0 * layer_params(a) + v * h, n1 * layer_params(a) + a.norm_params + v * h]
     per_param = 2 + 2 + 12 / 4
     A = float(memory.activation_bytes_per_microbatch(a, s, 1, 1, 1, "none", **T._stored_kw(sc)))
-    p2p, logits = 4 * s * h * 2, s * v * 4
+    p2p, logits = 4 * s * h * 2, s * v * 2
     want = [params[0] * per_param + 2 * n0 * A + p2p, params[1] * per_param + 1 * n1 * A + p2p + logits]
     gib = 2 ** 30
     for got, w in zip(stages, want, strict=True):
