@@ -11,6 +11,7 @@ cards) become array masks instead of new solves.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -569,9 +570,15 @@ class LayoutEvaluator:
         ``cutoff`` (exact level, one plan): only points that may reach a primary key <= cutoff matter,
         so only the schedules whose bounded points can are simulated (the others are left out)."""
         # the chance form, and a rule over the save and the grid variables, pick (interval, mode) per point
-        full = top > 1 or chance_on(self.sc) or any(self.save_rules().get(f, False) for f in enforced)
+        save_rule = any(self.save_rules().get(f, False) for f in enforced)
+        full = top > 1 or chance_on(self.sc) or save_rule
         scheds = None
-        if level == "exact" and cutoff is not None and not full and not self.space.exact_pipeline_tables():
+        if level == "exact" and cutoff is not None and top == 1 and not save_rule \
+                and not self.space.exact_pipeline_tables():
+            # the schedules that may reach the cutoff, from the bound level with the least overhead of the
+            # allowed (interval, mode) pairs: each point's key there is at most its key at any pair, with the
+            # pipeline terms' lower bounds; under the chance form a point counts where some pair's largest step
+            # admits its bounded step (a relaxation of the exact step's chance condition at that pair)
             low = self._points(h, enforced, objective, restrict, False, "bound")
             if low is None:
                 return []
@@ -586,20 +593,40 @@ class LayoutEvaluator:
         if got is None:
             return []
         k1, k2, m, shape = got[:4]
-        sel = np.flatnonzero(m.reshape(-1))
-        if not sel.size:
-            return []
-        a, b = k1.reshape(-1)[sel], k2.reshape(-1)[sel]
-        order = np.lexsort((sel, b, a))[:max(1, top)]
+        first = _least_point(k1, k2, m) if top == 1 else None
+        if first is not None:  # one plan: the least point found without sorting every point (the same one)
+            picks = [(first, float(k1[first]), float(k2[first]))]
+        else:
+            sel = np.flatnonzero(m.reshape(-1))
+            if not sel.size:
+                return []
+            a, b = k1.reshape(-1)[sel], k2.reshape(-1)[sel]
+            picks = [(np.unravel_index(sel[i], shape), float(a[i]), float(b[i]))
+                     for i in np.lexsort((sel, b, a))[:max(1, top)]]
         out: list[tuple[Key, Assignment]] = []
-        for i in order:
-            coords = np.unravel_index(sel[i], shape)
+        for coords, ka, kb in picks:
             idx = dict(zip(HUB, h, strict=False))
             idx.update({e: int(c) for e, c in zip(EXTRAS, coords, strict=False)})
             if not full:
                 idx["tau"], idx["mode"] = (int(c) for c in got[4])
-            out.append(((float(a[i]), float(b[i])), idx))
+            out.append(((ka, kb), idx))
         return out
+
+
+def _least_point(k1: NDArray[Any], k2: NDArray[Any], m: NDArray[np.bool_]) -> tuple[int, ...] | None:
+    """The coordinates of the first point in ``np.lexsort((flat index, k2, k1))`` order among those ``m`` allows
+    (the least k1, then the least k2, then the first in grid order), found in linear passes without laying the
+    broadcast keys out; None where that order is not decided by them alone (no point, or a least key that is NaN
+    or infinite: the caller sorts, as lexsort places NaN last)."""
+    least = np.min(k1, where=m, initial=np.inf)
+    if not math.isfinite(float(least)):
+        return None
+    tie = m & (k1 == least)
+    second = np.min(k2, where=tie, initial=np.inf)
+    if not math.isfinite(float(second)):
+        return None
+    first = int(np.argmax((tie & (k2 == second)).reshape(-1)))
+    return tuple(int(c) for c in np.unravel_index(first, m.shape))
 
 
 LAYOUT_CACHE = 256

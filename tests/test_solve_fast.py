@@ -15,6 +15,7 @@ import os
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_solver_properties import check_agreement, scenarios
 
 from tpopt.optimizer import report
@@ -182,3 +183,45 @@ def test_per_operation_model_with_pipeline_bounds(bounds_only, design_path):
                           [(a["alternative"], a["feasible"], None if a.get("objective") is None
                             else round(a["objective"], 6)) for a in alts])
     assert table.answers == layouts.answers
+
+
+@st.composite
+def chance_pipeline_scenarios(draw):
+    """:func:`scenarios` with pipelines and a confidence level (the deadline family in its chance form)."""
+    from dataclasses import replace
+
+    sc, objective = draw(scenarios(pipeline=True))
+    q = draw(st.sampled_from([0.5, 0.9, 0.95, 0.99]))
+    return replace(sc, task=replace(sc.task, confidence=q)), objective
+
+
+@DERANDOMIZED
+@given(chance_pipeline_scenarios())
+def test_decomposition_with_pipeline_bounds_agrees_under_a_chance_constraint(bounds_only, case):
+    """Under a confidence the per-layout evaluator simulates only the schedules whose bounded plans (the least
+    overhead of the save pairs, the chance condition at the bounded step) may reach the incumbent: the
+    on-demand and decomposed solves still prove the enumerator's optimum."""
+    sc, objective = case
+    assert not Space.from_scenario(sc).exact_pipeline_tables()
+    check_agreement(sc, objective, runs=[("cpsat", "on-demand"), ("cpsat", "decomposed")])
+
+
+@DERANDOMIZED
+@given(chance_pipeline_scenarios())
+def test_layout_evaluator_with_a_cutoff_finds_the_same_plan_under_a_chance_constraint(bounds_only, case):
+    """The best plan of a layout with a cutoff at or above its key (only the schedules that may reach it
+    simulated) is the plan found without one, key and choices alike; the least point is lexsort's first."""
+    sc, objective = case
+    sp = Space.from_scenario(sc)
+    ev = layout_evaluator(sp)
+    d = sp.domains
+    enforced = Request(objective=objective).enforced(space_mod.FAMILIES)
+    for h in [(a, t, 0, p, q, b) for a in range(len(d["acc"])) for t in range(len(d["tp"]))
+              for p in range(len(d["pp"])) for q in range(len(d["dp"]))[::3] for b in range(len(d["mb"]))]:
+        got = ev.best(h, enforced, objective, top=1)
+        three = ev.best(h, enforced, objective, top=3)  # sorted by lexsort
+        assert got == three[:1]
+        if got:
+            key = got[0][0][0]
+            assert ev.best(h, enforced, objective, top=1, cutoff=key) == got
+            assert ev.best(h, enforced, objective, top=1, cutoff=key * 1.5) == got
