@@ -569,9 +569,10 @@ class LayoutEvaluator:
         grid order (deterministic). ``level="bound"``: lower bounds of the keys (indices unverified).
         ``cutoff`` (exact level, one plan): only points that may reach a primary key <= cutoff matter,
         so only the schedules whose bounded points can are simulated (the others are left out)."""
-        # the chance form, and a rule over the save and the grid variables, pick (interval, mode) per point
+        # the chance form (where the deadline is enforced), and a rule over the save and the grid variables, pick
+        # (interval, mode) per point
         save_rule = any(self.save_rules().get(f, False) for f in enforced)
-        full = top > 1 or chance_on(self.sc) or save_rule
+        full = top > 1 or (chance_on(self.sc) and F.DEADLINE in enforced) or save_rule
         scheds = None
         if level == "exact" and cutoff is not None and top == 1 and not save_rule \
                 and not self.space.exact_pipeline_tables():
