@@ -512,7 +512,37 @@ class LayoutEvaluator:
                 scheds: Iterable[int] | None = None) -> tuple[Any, ...] | None:
         """(k1, k2, mask, grid shape) of the question on layout ``h``; None if nothing is allowed. At the
         exact level only the schedules made exact count (``scheds``; None = all)."""
-        sc, d = self.sc, self.space.domains
+        masks = self._masks(h, enforced, restrict, level, scheds)
+        if masks is None:
+            return None
+        v, m, save_ok = masks
+        sc = self.sc
+        if full:  # every (interval, mode) pair
+            L = v["L"]
+            m = m & save_ok
+        else:  # the least L among the allowed pairs (first in grid order on ties)
+            Ls = np.where(save_ok, v["L"], np.inf).reshape(-1)
+            j = int(np.argmin(Ls))
+            L = Ls[j]
+            m = m[..., :1, :1]
+        finish = sc.task.reserved_s + (T.iteration_count(sc) * v["step"]) * (1.0 + L)
+        cost = v["rate"] * finish
+        if F.DEADLINE in enforced and v["step_max"] is not None:  # the chance form (full grids only)
+            m = m & (v["step"] <= v["step_max"])
+        elif F.DEADLINE in enforced:
+            m = m & (finish <= F.limit(F.DEADLINE, sc))
+        if F.BUDGET in enforced and sc.cost.max_cost is not None:
+            m = m & (cost <= F.limit(F.BUDGET, sc))
+        shape = m.shape
+        k1, k2 = (cost, finish) if objective == "cost" else (finish, cost)
+        out = (np.broadcast_to(k1, shape), np.broadcast_to(k2, shape), m, shape)
+        return out if full else out + (np.unravel_index(j, v["L"].shape[-2:]),)
+
+    def _masks(self, h: Layout, enforced: Collection[str], restrict: Mapping[str, Iterable[Any]] | None, level: str,
+               scheds: Iterable[int] | None) -> tuple[dict[str, Any], NDArray[np.bool_], NDArray[np.bool_]] | None:
+        """(glued layout, the extras grid's mask, the (interval, mode) pairs' mask) of a question on layout ``h``
+        before the deadline and budget families (:meth:`_points`); None if nothing is allowed."""
+        d = self.space.domains
         v = self._glue(h, level, scheds)
         if not all(v["scalar_ok"][f] for f in enforced if f in v["scalar_ok"]):
             return None
@@ -540,26 +570,7 @@ class LayoutEvaluator:
                     m &= keep.reshape(shape)
         if not m.any() or not save_ok.any():
             return None
-        if full:  # every (interval, mode) pair
-            L = v["L"]
-            m = m & save_ok
-        else:  # the least L among the allowed pairs (first in grid order on ties)
-            Ls = np.where(save_ok, v["L"], np.inf).reshape(-1)
-            j = int(np.argmin(Ls))
-            L = Ls[j]
-            m = m[..., :1, :1]
-        finish = sc.task.reserved_s + (T.iteration_count(sc) * v["step"]) * (1.0 + L)
-        cost = v["rate"] * finish
-        if F.DEADLINE in enforced and v["step_max"] is not None:  # the chance form (full grids only)
-            m = m & (v["step"] <= v["step_max"])
-        elif F.DEADLINE in enforced:
-            m = m & (finish <= F.limit(F.DEADLINE, sc))
-        if F.BUDGET in enforced and sc.cost.max_cost is not None:
-            m = m & (cost <= F.limit(F.BUDGET, sc))
-        shape = m.shape
-        k1, k2 = (cost, finish) if objective == "cost" else (finish, cost)
-        out = (np.broadcast_to(k1, shape), np.broadcast_to(k2, shape), m, shape)
-        return out if full else out + (np.unravel_index(j, v["L"].shape[-2:]),)
+        return v, m, save_ok
 
     def best(self, h: Layout, enforced: Collection[str], objective: str = "cost", top: int = 1,
              restrict: Mapping[str, Iterable[Any]] | None = None, level: str = "exact", cutoff: float | None = None
@@ -590,6 +601,10 @@ class LayoutEvaluator:
             scheds = np.flatnonzero(reach.any(axis=other)).tolist()
             if not scheds:
                 return []
+        if full and top == 1 and not save_rule:  # the chance form alone asks for every pair: one plan, fewer points
+            quick = self._chance_least(h, enforced, objective, restrict, level, scheds)
+            if quick is not None:
+                return quick
         got = self._points(h, enforced, objective, restrict, full, level, scheds)
         if got is None:
             return []
@@ -613,6 +628,66 @@ class LayoutEvaluator:
             out.append(((ka, kb), idx))
         return out
 
+
+    def _chance_least(self, h: Layout, enforced: Collection[str], objective: str,
+                      restrict: Mapping[str, Iterable[Any]] | None, level: str, scheds: Iterable[int] | None
+                      ) -> list[tuple[Key, Assignment]] | None:
+        """:meth:`best`'s one plan under the chance form without laying out every (grid point, interval, mode)
+        point: the same plan, key and choices, or None where this shortcut does not apply (a largest step or an
+        overhead that varies over the grid, as a MoE plan's sigma with its experts; a least key not finite).
+
+        Exact: at a grid point g the keys cost = rate (R + n step (1 + L)) and finish grow (weakly, in floating
+        point too) with the pair's overhead L, so g's least key is at the least L among the allowed pairs whose
+        largest step admits g's step (the pairs sorted by that largest step: a suffix, its least L read off a
+        running minimum). Only the grid points whose least key is the least of all can hold lexsort's first point,
+        and their pairs are laid out in full (every tie between pairs resolved as the full grid resolves it)."""
+        masks = self._masks(h, enforced, restrict, level, scheds)
+        if masks is None:
+            return []
+        v, m, save_ok = masks
+        sc = self.sc
+        smax, L = v["step_max"], v["L"]
+        npair = len(GRID)
+        if any(n > 1 for n in (*smax.shape[:npair], *L.shape[:npair], *save_ok.shape[:npair])):
+            return None
+        pairs = L.shape[npair:]
+        Lp, Sp = (np.broadcast_to(x, (1,) * npair + pairs).reshape(-1) for x in (L, smax))
+        okp = np.broadcast_to(save_ok, (1,) * npair + pairs).reshape(-1)
+        grid = m.shape[:npair]
+        step, rate = (np.broadcast_to(v[k], m.shape).reshape(-1) for k in ("step", "rate"))
+        g = np.flatnonzero(m.reshape(-1))
+        cand = np.flatnonzero(okp)
+        if np.isnan(Sp[cand]).any() or np.isnan(step[g]).any() or np.isnan(Lp[cand]).any():
+            return None
+        order = cand[np.argsort(Sp[cand], kind="stable")]  # the allowed pairs by their largest step
+        least_l = np.minimum.accumulate(Lp[order][::-1])[::-1]  # the least L of the pairs from there on
+        k = np.searchsorted(Sp[order], step[g], side="left")  # the first pair whose largest step admits g's
+        g, k = g[k < order.size], k[k < order.size]
+        iters, budget = T.iteration_count(sc), F.BUDGET in enforced and sc.cost.max_cost is not None
+        finish = sc.task.reserved_s + (iters * step[g]) * (1.0 + least_l[k])  # :meth:`_points`' expressions
+        cost = rate[g] * finish
+        if budget:
+            within = cost <= F.limit(F.BUDGET, sc)
+            g, finish, cost = g[within], finish[within], cost[within]
+        if not g.size:
+            return []
+        k1 = cost if objective == "cost" else finish
+        least = float(k1.min())
+        if not math.isfinite(least):
+            return None
+        sel = g[k1 == least][:, None]  # the grid points that may hold the first point, with every pair
+        fin = sc.task.reserved_s + (iters * step[sel]) * (1.0 + Lp[None, :])
+        cst = rate[sel] * fin
+        ok = okp[None, :] & (step[sel] <= Sp[None, :])
+        if budget:
+            ok &= cst <= F.limit(F.BUDGET, sc)
+        a, b = (cst, fin) if objective == "cost" else (fin, cst)
+        flat = (sel * Lp.size + np.arange(Lp.size)[None, :])[ok]
+        i = int(np.lexsort((flat, b[ok], a[ok]))[0])
+        coords = np.unravel_index(int(flat[i]), grid + pairs)
+        idx = dict(zip(HUB, h, strict=False))
+        idx.update({e: int(c) for e, c in zip(EXTRAS, coords, strict=False)})
+        return [((float(a[ok][i]), float(b[ok][i])), idx)]
 
 def _least_point(k1: NDArray[Any], k2: NDArray[Any], m: NDArray[np.bool_]) -> tuple[int, ...] | None:
     """The coordinates of the first point in ``np.lexsort((flat index, k2, k1))`` order among those ``m`` allows
