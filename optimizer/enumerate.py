@@ -641,14 +641,17 @@ class LayoutEvaluator:
         largest step admits g's step (the pairs sorted by that largest step: a suffix, its least L read off a
         running minimum). Only the grid points whose least key is the least of all can hold lexsort's first point,
         and their pairs are laid out in full (every tie between pairs resolved as the full grid resolves it)."""
+        npair = len(GRID)
+        glued = self._glue(h, level, scheds)  # kept: :meth:`_masks` reads it again
+        if any(n > 1 for n in (*glued["step_max"].shape[:npair], *glued["L"].shape[:npair])):
+            return None
         masks = self._masks(h, enforced, restrict, level, scheds)
         if masks is None:
             return []
         v, m, save_ok = masks
         sc = self.sc
         smax, L = v["step_max"], v["L"]
-        npair = len(GRID)
-        if any(n > 1 for n in (*smax.shape[:npair], *L.shape[:npair], *save_ok.shape[:npair])):
+        if any(n > 1 for n in save_ok.shape[:npair]):
             return None
         pairs = L.shape[npair:]
         Lp, Sp = (np.broadcast_to(x, (1,) * npair + pairs).reshape(-1) for x in (L, smax))
