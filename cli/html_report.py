@@ -8,7 +8,6 @@ The bytes are deterministic: no time stamps, no wall times, figures printed at f
 
 from __future__ import annotations
 
-import html
 import math
 import os
 import re
@@ -58,6 +57,8 @@ document.querySelectorAll('[data-row]').forEach(function(p){
 
 
 def esc(x: Any) -> str:
+    import html  # lazy: start-up time (a page is written only with --html; the headline does not load it)
+
     return html.escape(str(x), quote=True)
 
 

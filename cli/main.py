@@ -80,15 +80,27 @@ class LazyGroup(click.Group):
                 formatter.write_dl(rows)
 
 
+FREEZE_IMPORTS = [False]
+"""Whether :func:`import_quietly` moves what the import left into the collector's permanent generation: set by
+the ``tpopt`` program alone (:func:`_main`), never on import nor under click's test runner, whose process goes on
+running other code (a freeze there would keep that code's garbage cycles for good)."""
+
+
 def import_quietly(module: str) -> ModuleType:
     """``importlib.import_module`` with the cyclic garbage collector paused: a subcommand's import creates
     tens of thousands of long-lived objects (functions, classes, dataclass fields) and no garbage, so the
     collections it would trigger find nothing; paused, the headline starts about 10-20 ms (5 %) sooner.
-    The collector is switched back on as it was, whatever the import raises."""
+    The collector is switched back on as it was, whatever the import raises. In the ``tpopt`` program
+    (:data:`FREEZE_IMPORTS`) those objects then go to the permanent generation (``gc.freeze``): they live as long
+    as the process anyway, and the command's own collections no longer traverse them (the headline's two
+    middle-generation collections took 20-35 ms of its 0.3 CPU s, 2-6 ms frozen)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return importlib.import_module(module)
+        out = importlib.import_module(module)
+        if FREEZE_IMPORTS[0]:
+            gc.freeze()
+        return out
     finally:
         if was_enabled:
             gc.enable()
@@ -131,6 +143,7 @@ def main() -> None:
 
 def _main() -> None:
     tune_allocator()
+    FREEZE_IMPORTS[0] = True
     try:
         rv = cli.main(prog_name="tpopt", standalone_mode=False)
     except click.exceptions.UsageError as exc:

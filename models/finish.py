@@ -507,7 +507,7 @@ returned is the bracket's safe end, so the chance table is never looser than the
 computed law and tighter by at most 2e-9 relative (tests/test_confidence_roots.py checks both against
 brentq to 1e-14)."""
 NEWTON_ROUNDS = 6
-"""Verified Newton rounds (:func:`_verified_root`) before an element falls back to SciPy's bracketing
+"""Verified Newton rounds (:func:`_verified_root`) before an element falls back to Chandrupatla's bracketing
 root finder; on the grid of tests/test_confidence_roots.py every plan with a step error and an event
 spread below 5 % of the room closes within them."""
 
@@ -530,7 +530,7 @@ def _verified_root(f: Falling, guess: FloatArray, lo: FloatArray, hi: FloatArray
     next x is the Newton step, clipped into the bracket the pairs have proved (bisection where the slope
     is not negative). From ``guess`` (the closed-form inverse below) f is nearly a line, so one to three
     rounds close nearly every element; the few left after :data:`NEWTON_ROUNDS` go to
-    scipy.optimize.elementwise.find_root (Chandrupatla) on their proved bracket."""
+    :func:`chandrupatla_root` (SciPy's find_root, step for step) on their proved bracket."""
     eps = ROOT_RTOL
     xl, xh = lo.copy(), hi.copy()
     x = np.clip(guess, lo + eps, hi - eps)
@@ -553,20 +553,105 @@ def _verified_root(f: Falling, guess: FloatArray, lo: FloatArray, hi: FloatArray
         newton = x[i] - 0.5 * (fa + fb) / np.where(slope < 0, slope, -1.0)
         x[i] = np.clip(np.where(slope < 0, newton, 0.5 * (xl[i] + xh[i])), xl[i] + eps, xh[i] - eps)
         open_[i] = ~(straddle | top | bottom)
-    if open_.any():  # the rest: SciPy's bracketing root finder on the proved bracket
-        from scipy.optimize import elementwise  # lazy: start-up time (imported only when an element is left)
-
+    if open_.any():  # the rest: Chandrupatla's bracketing root finder (SciPy's find_root) on the proved bracket
         i = np.flatnonzero(open_)
         sub = tuple(a[i] for a in args)
         fl, fh = f(np.stack([xl[i], xh[i]]), *sub)
-        res = elementwise.find_root(f, (xl[i], xh[i]), args=sub, tolerances={"xatol": eps, "xrtol": 0.0})
-        xs = np.stack([res.x, res.bracket[0], res.bracket[1]])
-        fs = np.stack([res.f_x, res.f_bracket[0], res.f_bracket[1]])
+        rx, rf, bl, br, fbl, fbr = chandrupatla_root(f, xl[i], xh[i], sub, eps)
+        xs = np.stack([rx, bl, br])
+        fs = np.stack([rf, fbl, fbr])
         s_in = np.max(np.where(fs >= 0, xs, -np.inf), axis=0)
         o_in = np.min(np.where(fs < 0, xs, np.inf), axis=0)
         safe[i] = np.where(fh >= 0, xh[i], np.where(fl < 0, -np.inf, s_in))
         over[i] = np.where(fl < 0, xl[i], np.where(fh >= 0, np.inf, o_in))
     return safe, over
+
+
+def chandrupatla_root(f: Falling, xl: FloatArray, xr: FloatArray, args: tuple[FloatArray, ...], xatol: float
+                      ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+    """The roots of an element-wise f on the brackets [xl, xr] by Chandrupatla's method (Chandrupatla 1997, "A new
+    hybrid quadratic/bisection algorithm for finding the zero of a nonlinear function without using
+    derivatives"), step for step as ``scipy.optimize.elementwise.find_root`` takes it with ``xatol`` and
+    ``xrtol = 0`` (SciPy 1.17, ``scipy/optimize/_chandrupatla.py`` and ``scipy/_lib/_elementwise_iterative_method.py``:
+    the same operations in the same order, the converged elements dropped from the arrays f is called with), so the
+    roots are the same to the last bit (tests/test_confidence_roots.py compares them) without importing SciPy's
+    optimize package (about 0.1-0.3 CPU s of a command's start-up). Returns (x, f(x), the bracket's lower and
+    upper ends, f at each): x the end of the final bracket with the smaller |f| (NaN where the bracket did not
+    straddle a sign change)."""
+    x1, x2 = (np.asarray(x, dtype=float).reshape(-1).copy() for x in (xl, xr))
+    n = x1.size
+    args = tuple(np.asarray(a).reshape(-1).copy() for a in np.broadcast_arrays(*args)) if args else ()
+    f1 = np.asarray(f(x1, *args), dtype=float).reshape(-1).copy()
+    f2 = np.asarray(f(x2, *args), dtype=float).reshape(-1).copy()
+    fatol = float(np.finfo(float).smallest_normal)
+    frtol = 0.0 * np.minimum(np.abs(f1), np.abs(f2))
+    maxiter = math.log2(float(np.finfo(float).max)) - math.log2(fatol)
+    out = {k: np.zeros(n) for k in ("x", "fx", "x1", "f1", "x2", "f2")}
+    active = np.arange(n)
+    t: float | FloatArray = 0.5
+    x3 = f3 = np.zeros(0)
+    nit = 0
+
+    def settle(stop: NDArray[np.bool_], xmin: FloatArray, fmin: FloatArray) -> None:  # the stopped elements' results
+        at = active[stop]
+        for k, v in (("x", xmin), ("fx", fmin), ("x1", x1), ("f1", f1), ("x2", x2), ("f2", f2)):
+            out[k][at] = v[stop]
+
+    def check() -> tuple[NDArray[np.bool_], FloatArray, FloatArray, FloatArray, FloatArray]:
+        """SciPy's termination check: (stopped, xmin, f(xmin), bracket width, tolerance)."""
+        i = np.abs(f1) < np.abs(f2)
+        xmin, fmin = np.where(i, x1, x2), np.where(i, f1, f2)
+        stop = np.abs(fmin) <= fatol + frtol
+        i = (np.sign(f1) == np.sign(f2)) & ~stop
+        xmin[i], fmin[i] = np.nan, np.nan
+        stop |= i
+        i = (~(np.isfinite(x1) & np.isfinite(x2)) | (np.isnan(f1) & np.isnan(f2))) & ~stop
+        xmin[i], fmin[i] = np.nan, np.nan
+        stop |= i
+        dx = np.abs(x2 - x1)
+        tol = np.abs(xmin) * 0.0 + xatol
+        stop |= dx < tol
+        return stop, xmin, fmin, dx, tol
+
+    stop, xmin, fmin, dx, tol = check()
+    while True:
+        if stop.any():  # the converged elements leave the arrays (as SciPy's loop compresses them)
+            settle(stop, xmin, fmin)
+            keep = ~stop
+            active = active[keep]
+            x1, f1, x2, f2, frtol, dx, tol = (v[keep] for v in (x1, f1, x2, f2, frtol, dx, tol))
+            if nit:
+                x3, f3 = x3[keep], f3[keep]
+            args = tuple(a[keep] for a in args)
+        if not active.size or nit >= maxiter:
+            break
+        if nit:  # the next point's fraction t of the bracket (Chandrupatla's eq. 1, kept away from its ends)
+            xi1 = (x1 - x2) / (x3 - x2)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                phi1 = (f1 - f2) / (f3 - f2)
+            alpha = (x3 - x1) / (x2 - x1)
+            j = ((1 - np.sqrt(1 - xi1)) < phi1) & (phi1 < np.sqrt(xi1))
+            f1j, f2j, f3j, alphaj = f1[j], f2[j], f3[j], alpha[j]
+            tt = np.full_like(alpha, 0.5)
+            tt[j] = (f1j / (f1j - f2j) * f3j / (f3j - f2j)
+                     - alphaj * f1j / (f3j - f1j) * f2j / (f2j - f3j))
+            tl = 0.5 * tol / dx
+            t = np.clip(tt, tl, 1 - tl)
+        x = x1 + t * (x2 - x1)
+        fx = np.asarray(f(x, *args), dtype=float)
+        x3, f3 = x2.copy(), f2.copy()
+        j = np.sign(fx) == np.sign(f1)
+        nj = ~j
+        x3[j], f3[j] = x1[j], f1[j]
+        x2[nj], f2[nj] = x1[nj], f1[nj]
+        x1, f1 = x, fx
+        nit += 1
+        stop, xmin, fmin, dx, tol = check()
+    if active.size:  # past the iteration limit: where the bracket stands
+        settle(np.ones(active.size, dtype=bool), xmin, fmin)
+    low = out["x1"] < out["x2"]
+    return (out["x"], out["fx"], np.where(low, out["x1"], out["x2"]), np.where(low, out["x2"], out["x1"]),
+            np.where(low, out["f1"], out["f2"]), np.where(low, out["f2"], out["f1"]))
 
 
 def _spread_sigma(sigma: FloatArray, k2: FloatArray, mean_rate: FloatArray, work: FloatArray) -> FloatArray:

@@ -11,6 +11,7 @@ cards) become array masks instead of new solves.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -511,7 +512,37 @@ class LayoutEvaluator:
                 scheds: Iterable[int] | None = None) -> tuple[Any, ...] | None:
         """(k1, k2, mask, grid shape) of the question on layout ``h``; None if nothing is allowed. At the
         exact level only the schedules made exact count (``scheds``; None = all)."""
-        sc, d = self.sc, self.space.domains
+        masks = self._masks(h, enforced, restrict, level, scheds)
+        if masks is None:
+            return None
+        v, m, save_ok = masks
+        sc = self.sc
+        if full:  # every (interval, mode) pair
+            L = v["L"]
+            m = m & save_ok
+        else:  # the least L among the allowed pairs (first in grid order on ties)
+            Ls = np.where(save_ok, v["L"], np.inf).reshape(-1)
+            j = int(np.argmin(Ls))
+            L = Ls[j]
+            m = m[..., :1, :1]
+        finish = sc.task.reserved_s + (T.iteration_count(sc) * v["step"]) * (1.0 + L)
+        cost = v["rate"] * finish
+        if F.DEADLINE in enforced and v["step_max"] is not None:  # the chance form (full grids only)
+            m = m & (v["step"] <= v["step_max"])
+        elif F.DEADLINE in enforced:
+            m = m & (finish <= F.limit(F.DEADLINE, sc))
+        if F.BUDGET in enforced and sc.cost.max_cost is not None:
+            m = m & (cost <= F.limit(F.BUDGET, sc))
+        shape = m.shape
+        k1, k2 = (cost, finish) if objective == "cost" else (finish, cost)
+        out = (np.broadcast_to(k1, shape), np.broadcast_to(k2, shape), m, shape)
+        return out if full else out + (np.unravel_index(j, v["L"].shape[-2:]),)
+
+    def _masks(self, h: Layout, enforced: Collection[str], restrict: Mapping[str, Iterable[Any]] | None, level: str,
+               scheds: Iterable[int] | None) -> tuple[dict[str, Any], NDArray[np.bool_], NDArray[np.bool_]] | None:
+        """(glued layout, the extras grid's mask, the (interval, mode) pairs' mask) of a question on layout ``h``
+        before the deadline and budget families (:meth:`_points`); None if nothing is allowed."""
+        d = self.space.domains
         v = self._glue(h, level, scheds)
         if not all(v["scalar_ok"][f] for f in enforced if f in v["scalar_ok"]):
             return None
@@ -539,26 +570,7 @@ class LayoutEvaluator:
                     m &= keep.reshape(shape)
         if not m.any() or not save_ok.any():
             return None
-        if full:  # every (interval, mode) pair
-            L = v["L"]
-            m = m & save_ok
-        else:  # the least L among the allowed pairs (first in grid order on ties)
-            Ls = np.where(save_ok, v["L"], np.inf).reshape(-1)
-            j = int(np.argmin(Ls))
-            L = Ls[j]
-            m = m[..., :1, :1]
-        finish = sc.task.reserved_s + (T.iteration_count(sc) * v["step"]) * (1.0 + L)
-        cost = v["rate"] * finish
-        if F.DEADLINE in enforced and v["step_max"] is not None:  # the chance form (full grids only)
-            m = m & (v["step"] <= v["step_max"])
-        elif F.DEADLINE in enforced:
-            m = m & (finish <= F.limit(F.DEADLINE, sc))
-        if F.BUDGET in enforced and sc.cost.max_cost is not None:
-            m = m & (cost <= F.limit(F.BUDGET, sc))
-        shape = m.shape
-        k1, k2 = (cost, finish) if objective == "cost" else (finish, cost)
-        out = (np.broadcast_to(k1, shape), np.broadcast_to(k2, shape), m, shape)
-        return out if full else out + (np.unravel_index(j, v["L"].shape[-2:]),)
+        return v, m, save_ok
 
     def best(self, h: Layout, enforced: Collection[str], objective: str = "cost", top: int = 1,
              restrict: Mapping[str, Iterable[Any]] | None = None, level: str = "exact", cutoff: float | None = None
@@ -568,10 +580,17 @@ class LayoutEvaluator:
         grid order (deterministic). ``level="bound"``: lower bounds of the keys (indices unverified).
         ``cutoff`` (exact level, one plan): only points that may reach a primary key <= cutoff matter,
         so only the schedules whose bounded points can are simulated (the others are left out)."""
-        # the chance form, and a rule over the save and the grid variables, pick (interval, mode) per point
-        full = top > 1 or chance_on(self.sc) or any(self.save_rules().get(f, False) for f in enforced)
+        # the chance form (where the deadline is enforced), and a rule over the save and the grid variables, pick
+        # (interval, mode) per point
+        save_rule = any(self.save_rules().get(f, False) for f in enforced)
+        full = top > 1 or (chance_on(self.sc) and F.DEADLINE in enforced) or save_rule
         scheds = None
-        if level == "exact" and cutoff is not None and not full and not self.space.exact_pipeline_tables():
+        if level == "exact" and cutoff is not None and top == 1 and not save_rule \
+                and not self.space.exact_pipeline_tables():
+            # the schedules that may reach the cutoff, from the bound level with the least overhead of the
+            # allowed (interval, mode) pairs: each point's key there is at most its key at any pair, with the
+            # pipeline terms' lower bounds; under the chance form a point counts where some pair's largest step
+            # admits its bounded step (a relaxation of the exact step's chance condition at that pair)
             low = self._points(h, enforced, objective, restrict, False, "bound")
             if low is None:
                 return []
@@ -582,24 +601,111 @@ class LayoutEvaluator:
             scheds = np.flatnonzero(reach.any(axis=other)).tolist()
             if not scheds:
                 return []
+        if full and top == 1 and not save_rule:  # the chance form alone asks for every pair: one plan, fewer points
+            quick = self._chance_least(h, enforced, objective, restrict, level, scheds)
+            if quick is not None:
+                return quick
         got = self._points(h, enforced, objective, restrict, full, level, scheds)
         if got is None:
             return []
         k1, k2, m, shape = got[:4]
-        sel = np.flatnonzero(m.reshape(-1))
-        if not sel.size:
-            return []
-        a, b = k1.reshape(-1)[sel], k2.reshape(-1)[sel]
-        order = np.lexsort((sel, b, a))[:max(1, top)]
+        first = _least_point(k1, k2, m) if top == 1 else None
+        if first is not None:  # one plan: the least point found without sorting every point (the same one)
+            picks = [(first, float(k1[first]), float(k2[first]))]
+        else:
+            sel = np.flatnonzero(m.reshape(-1))
+            if not sel.size:
+                return []
+            a, b = k1.reshape(-1)[sel], k2.reshape(-1)[sel]
+            picks = [(np.unravel_index(sel[i], shape), float(a[i]), float(b[i]))
+                     for i in np.lexsort((sel, b, a))[:max(1, top)]]
         out: list[tuple[Key, Assignment]] = []
-        for i in order:
-            coords = np.unravel_index(sel[i], shape)
+        for coords, ka, kb in picks:
             idx = dict(zip(HUB, h, strict=False))
             idx.update({e: int(c) for e, c in zip(EXTRAS, coords, strict=False)})
             if not full:
                 idx["tau"], idx["mode"] = (int(c) for c in got[4])
-            out.append(((float(a[i]), float(b[i])), idx))
+            out.append(((ka, kb), idx))
         return out
+
+
+    def _chance_least(self, h: Layout, enforced: Collection[str], objective: str,
+                      restrict: Mapping[str, Iterable[Any]] | None, level: str, scheds: Iterable[int] | None
+                      ) -> list[tuple[Key, Assignment]] | None:
+        """:meth:`best`'s one plan under the chance form without laying out every (grid point, interval, mode)
+        point: the same plan, key and choices, or None where this shortcut does not apply (a largest step or an
+        overhead that varies over the grid, as a MoE plan's sigma with its experts; a least key not finite).
+
+        Exact: at a grid point g the keys cost = rate (R + n step (1 + L)) and finish grow (weakly, in floating
+        point too) with the pair's overhead L, so g's least key is at the least L among the allowed pairs whose
+        largest step admits g's step (the pairs sorted by that largest step: a suffix, its least L read off a
+        running minimum). Only the grid points whose least key is the least of all can hold lexsort's first point,
+        and their pairs are laid out in full (every tie between pairs resolved as the full grid resolves it)."""
+        npair = len(GRID)
+        glued = self._glue(h, level, scheds)  # kept: :meth:`_masks` reads it again
+        if any(n > 1 for n in (*glued["step_max"].shape[:npair], *glued["L"].shape[:npair])):
+            return None
+        masks = self._masks(h, enforced, restrict, level, scheds)
+        if masks is None:
+            return []
+        v, m, save_ok = masks
+        sc = self.sc
+        smax, L = v["step_max"], v["L"]
+        if any(n > 1 for n in save_ok.shape[:npair]):
+            return None
+        pairs = L.shape[npair:]
+        Lp, Sp = (np.broadcast_to(x, (1,) * npair + pairs).reshape(-1) for x in (L, smax))
+        okp = np.broadcast_to(save_ok, (1,) * npair + pairs).reshape(-1)
+        grid = m.shape[:npair]
+        step, rate = (np.broadcast_to(v[k], m.shape).reshape(-1) for k in ("step", "rate"))
+        g = np.flatnonzero(m.reshape(-1))
+        cand = np.flatnonzero(okp)
+        if np.isnan(Sp[cand]).any() or np.isnan(step[g]).any() or np.isnan(Lp[cand]).any():
+            return None
+        order = cand[np.argsort(Sp[cand], kind="stable")]  # the allowed pairs by their largest step
+        least_l = np.minimum.accumulate(Lp[order][::-1])[::-1]  # the least L of the pairs from there on
+        k = np.searchsorted(Sp[order], step[g], side="left")  # the first pair whose largest step admits g's
+        g, k = g[k < order.size], k[k < order.size]
+        iters, budget = T.iteration_count(sc), F.BUDGET in enforced and sc.cost.max_cost is not None
+        finish = sc.task.reserved_s + (iters * step[g]) * (1.0 + least_l[k])  # :meth:`_points`' expressions
+        cost = rate[g] * finish
+        if budget:
+            within = cost <= F.limit(F.BUDGET, sc)
+            g, finish, cost = g[within], finish[within], cost[within]
+        if not g.size:
+            return []
+        k1 = cost if objective == "cost" else finish
+        least = float(k1.min())
+        if not math.isfinite(least):
+            return None
+        sel = g[k1 == least][:, None]  # the grid points that may hold the first point, with every pair
+        fin = sc.task.reserved_s + (iters * step[sel]) * (1.0 + Lp[None, :])
+        cst = rate[sel] * fin
+        ok = okp[None, :] & (step[sel] <= Sp[None, :])
+        if budget:
+            ok &= cst <= F.limit(F.BUDGET, sc)
+        a, b = (cst, fin) if objective == "cost" else (fin, cst)
+        flat = (sel * Lp.size + np.arange(Lp.size)[None, :])[ok]
+        i = int(np.lexsort((flat, b[ok], a[ok]))[0])
+        coords = np.unravel_index(int(flat[i]), grid + pairs)
+        idx = dict(zip(HUB, h, strict=False))
+        idx.update({e: int(c) for e, c in zip(EXTRAS, coords, strict=False)})
+        return [((float(a[ok][i]), float(b[ok][i])), idx)]
+
+def _least_point(k1: NDArray[Any], k2: NDArray[Any], m: NDArray[np.bool_]) -> tuple[int, ...] | None:
+    """The coordinates of the first point in ``np.lexsort((flat index, k2, k1))`` order among those ``m`` allows
+    (the least k1, then the least k2, then the first in grid order), found in linear passes without laying the
+    broadcast keys out; None where that order is not decided by them alone (no point, or a least key that is NaN
+    or infinite: the caller sorts, as lexsort places NaN last)."""
+    least = np.min(k1, where=m, initial=np.inf)
+    if not math.isfinite(float(least)):
+        return None
+    tie = m & (k1 == least)
+    second = np.min(k2, where=tie, initial=np.inf)
+    if not math.isfinite(float(second)):
+        return None
+    first = int(np.argmax((tie & (k2 == second)).reshape(-1)))
+    return tuple(int(c) for c in np.unravel_index(first, m.shape))
 
 
 LAYOUT_CACHE = 256

@@ -132,13 +132,12 @@ def test_quantile_lies_on_the_safe_side_within_the_stated_bound():
 
 def test_plans_with_a_step_error_close_in_the_newton_rounds(monkeypatch):
     """NEWTON_ROUNDS' claim: every grid element with a step error (sigma > 0) and an event spread below 5 %
-    of the room closes in the verified Newton rounds; SciPy's fallback is not called for them."""
-    from scipy.optimize import elementwise
+    of the room closes in the verified Newton rounds; the bracketing fallback is not called for them."""
 
     def refuse(*a, **k):
-        raise AssertionError("fell back to find_root")
+        raise AssertionError("fell back to chandrupatla_root")
 
-    monkeypatch.setattr(elementwise, "find_root", refuse)
+    monkeypatch.setattr(Fn, "chandrupatla_root", refuse)
     w0 = ROOM / ((SAVES + KAPPA[0]) * np.exp(SIGMA * 1.645))
     calm = (SIGMA > 0) & (np.sqrt(KAPPA[1] * w0) / ROOM < 0.05)
     assert calm.sum() > 100
@@ -184,3 +183,43 @@ def test_brent_root_takes_brentqs_steps_to_the_last_bit():
 
     for call in calls:
         assert outcome(Fn.brent_root, *call) == outcome(optimize.brentq, *call), call[1:]
+
+
+def _find_root_both(f, lo, hi, args, xatol):
+    """(ours, SciPy's): (x, f(x), bracket ends, f at each) of Fn.chandrupatla_root and of
+    scipy.optimize.elementwise.find_root at the same bracket and tolerances."""
+    from scipy.optimize import elementwise
+
+    ours = Fn.chandrupatla_root(f, lo, hi, args, xatol)
+    res = elementwise.find_root(f, (lo, hi), args=args, tolerances={"xatol": xatol, "xrtol": 0.0})
+    return ours, (res.x, res.f_x, res.bracket[0], res.bracket[1], res.f_bracket[0], res.f_bracket[1])
+
+
+def test_chandrupatla_root_takes_find_roots_steps_to_the_last_bit():
+    """The chance roots' bracketing fallback (Fn.chandrupatla_root, no SciPy optimize import) returns exactly
+    what scipy.optimize.elementwise.find_root returns: on the chance condition of every grid plan (probit of
+    P(T <= D | W = e^x) less probit(q), over max_work's whole bracket, where the fallback runs), and on steep,
+    flat, odd and sign-less functions (brackets that do not straddle a root give NaN alike), at the chance
+    tolerance and at coarse ones."""
+    calls = []
+    for i, q, room in groups():
+        zq = Fn.ndtri(q)
+
+        def g(x, sv, sg, a, b, c, room=room, zq=zq):
+            return Fn._probit(Fn.cdf(room, 0.0, np.exp(x), sv, sg, (a, b, c))) - zq
+
+        lo, hi = np.full(i.size, np.log(room * 1e-9)), np.full(i.size, np.log(room))
+        calls.append((g, lo, hi, (SAVES[i], SIGMA[i], KAPPA[0][i], KAPPA[1][i], KAPPA[2][i]), Fn.ROOT_RTOL))
+    rng = np.random.default_rng(11)
+    for p in (1, 2, 3, 5):
+        a, s = rng.uniform(-5, 5, 300), rng.uniform(0.1, 10, 300)
+        lo, hi = a - rng.uniform(-2, 20, 300), a + rng.uniform(0.1, 20, 300)  # some brackets miss the root
+
+        def h(x, a, s, p=p):
+            return -np.tanh(s * (x - a)) * np.abs(x - a) ** (p - 1)
+
+        calls += [(h, lo, hi, (a, s), 1e-9), (h, lo, hi, (a, s), 1e-3)]
+    for f, lo, hi, args, tol in calls:
+        ours, scipys = _find_root_both(f, lo, hi, args, tol)
+        for mine, theirs in zip(ours, scipys, strict=True):
+            assert np.array_equal(mine, theirs, equal_nan=True), (f, tol)

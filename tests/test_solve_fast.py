@@ -15,6 +15,7 @@ import os
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_solver_properties import check_agreement, scenarios
 
 from tpopt.optimizer import report
@@ -182,3 +183,94 @@ def test_per_operation_model_with_pipeline_bounds(bounds_only, design_path):
                           [(a["alternative"], a["feasible"], None if a.get("objective") is None
                             else round(a["objective"], 6)) for a in alts])
     assert table.answers == layouts.answers
+
+
+@st.composite
+def chance_pipeline_scenarios(draw):
+    """:func:`scenarios` with pipelines and a confidence level (the deadline family in its chance form)."""
+    from dataclasses import replace
+
+    sc, objective = draw(scenarios(pipeline=True))
+    q = draw(st.sampled_from([0.5, 0.9, 0.95, 0.99]))
+    search = sc.search
+    if draw(st.booleans()):  # many (interval, mode) pairs, where the chance form picks one per point
+        search = replace(search, save_interval_s=(0.0, 600.0, 1800.0, 3600.0, 7200.0, 43200.0),
+                         save_mode=("sync", "async"))
+    return replace(sc, task=replace(sc.task, confidence=q), search=search), objective
+
+
+@DERANDOMIZED
+@given(chance_pipeline_scenarios())
+def test_decomposition_with_pipeline_bounds_agrees_under_a_chance_constraint(bounds_only, case):
+    """Under a confidence the per-layout evaluator simulates only the schedules whose bounded plans (the least
+    overhead of the save pairs, the chance condition at the bounded step) may reach the incumbent: the
+    on-demand and decomposed solves still prove the enumerator's optimum."""
+    sc, objective = case
+    assert not Space.from_scenario(sc).exact_pipeline_tables()
+    check_agreement(sc, objective, runs=[("cpsat", "on-demand"), ("cpsat", "decomposed")])
+
+
+@DERANDOMIZED
+@given(chance_pipeline_scenarios())
+def test_layout_evaluator_with_a_cutoff_finds_the_same_plan_under_a_chance_constraint(bounds_only, case):
+    """The best plan of a layout with a cutoff at or above its key (only the schedules that may reach it
+    simulated) is the plan found without one, key and choices alike; the least point is lexsort's first."""
+    sc, objective = case
+    sp = Space.from_scenario(sc)
+    ev = layout_evaluator(sp)
+    d = sp.domains
+    enforced = Request(objective=objective).enforced(space_mod.FAMILIES)
+    for h in [(a, t, 0, p, q, b) for a in range(len(d["acc"])) for t in range(len(d["tp"]))
+              for p in range(len(d["pp"])) for q in range(len(d["dp"]))[::3] for b in range(len(d["mb"]))]:
+        got = ev.best(h, enforced, objective, top=1)
+        three = ev.best(h, enforced, objective, top=3)  # sorted by lexsort
+        assert got == three[:1]
+        if got:
+            key = got[0][0][0]
+            assert ev.best(h, enforced, objective, top=1, cutoff=key) == got
+            assert ev.best(h, enforced, objective, top=1, cutoff=key * 1.5) == got
+
+
+def test_layout_evaluator_picks_one_plan_under_a_chance_constraint_as_the_full_grid_does(bounds_only, design_path):
+    """The chance form's one-plan shortcut (each grid point's least admissible overhead, then the full pairs of the
+    grid points that tie for the least key) returns lexsort's first point of the full grid: on a design space
+    with pipelines, 20 save intervals and both modes, at a deadline where the chance condition rules some pairs
+    out (50 %, 95 % and 99.9 %), every layout's plan (key and choices) equals the first of its top 3."""
+    from dataclasses import replace
+    from unittest import mock
+
+    from tpopt.catalogs import load_catalog
+    from tpopt.catalogs.scenario import build_scenario, read_scenario_file
+    from tpopt.optimizer import enumerate as E
+
+    raw = read_scenario_file(design_path)
+    raw["checkpoint"].pop("save_interval", None)
+    raw["checkpoint"].pop("mode", None)
+    raw["search"].update({"tp": [1, 2], "pp": [1, 2, 4], "micro_batch": [1, 2], "zero_stage": [1, 3],
+                          "schedule": ["1f1b", "zb-h1", "interleaved"],
+                          "save_interval": ["auto", "300s", "900s", "1800s", "3600s", "7200s", "14400s", "43200s"],
+                          "save_mode": ["sync", "async"], "max_cards": 256})
+    base = build_scenario(raw, load_catalog())
+    taken = []
+    real = E.LayoutEvaluator._chance_least
+
+    def counted(self, *a, **k):
+        out = real(self, *a, **k)
+        taken.append(out is not None and len(out) > 0)
+        return out
+
+    with mock.patch.object(E.LayoutEvaluator, "_chance_least", counted):
+        for q in (0.5, 0.95, 0.999):
+            sc = replace(base, task=replace(base.task, confidence=q))
+            sp = Space.from_scenario(sc)
+            ev = layout_evaluator(sp)
+            d = sp.domains
+            enforced = Request().enforced(space_mod.FAMILIES)
+            for h in [(0, t, 0, p, k, b) for t in range(len(d["tp"])) for p in range(len(d["pp"]))
+                      for k in range(len(d["dp"])) for b in range(len(d["mb"]))]:
+                for objective in ("cost", "time"):
+                    got = ev.best(h, enforced, objective, top=1)
+                    assert got == ev.best(h, enforced, objective, top=3)[:1], (q, h, objective)
+                    assert ev.best(h, enforced, objective, top=1, level="bound") == \
+                        ev.best(h, enforced, objective, top=3, level="bound")[:1]
+    assert sum(taken) > 50
