@@ -26,6 +26,7 @@ from tpopt.catalogs.declare import (
 )
 from tpopt.catalogs.tables import check_keys, read_text_capped
 from tpopt.errors import InputError
+from tpopt.models.context import CP_RINGS
 from tpopt.models.hardware import StackProfile
 from tpopt.models.memory import LOSS_KINDS
 from tpopt.models.units import parse_fraction
@@ -146,6 +147,9 @@ class StackKeys:
     expert_gemm_dispatch: float = key(duration(), "0s", source=True,
                                       help="time per local expert of one grouped expert GEMM call that no "
                                            "GPU work hides (a per-expert GEMM loop; 0: one launch for all)")
+    cp_ring: str = key(choice(CP_RINGS), "p2p", source=True,
+                       help="how ring context parallelism passes K, V: p2p (a block per step, behind that step) or "
+                            "allgather (all blocks gathered once behind the first step; FP32 dK, dV passed back)")
     sources: dict[str, str] = key(SOURCES, required=True, help="the source of every value, by key")
 
     #: The values checked before the others (the order of the hand-written reader this replaced).
@@ -157,7 +161,8 @@ OPTIONAL = tuple(f.name for f in fields(StackKeys) if not spec(f).required)
 """Keys a profile may leave out: residual_sigma (none: a card's own sigma applies on the stack alone),
 dp_bucket_per_rank (none: a fixed bucket), kernel_efficiency (1: the reference stack's kernels), attention_kernel
 (native: the card's own fused attention), loss (fused: a fused FP32 cross-entropy) and expert_gemm_dispatch
-(0: the stack's grouped expert GEMM is one launch, no per-expert floor)."""
+(0: the stack's grouped expert GEMM is one launch, no per-expert floor) and cp_ring (p2p: Transformer Engine's
+ring)."""
 SOURCED = tuple(f.name for f in fields(StackKeys) if spec(f).source)
 
 

@@ -36,6 +36,14 @@ from tpopt.models.network import Fabric, route
 from tpopt.models.numeric import FloatArray, Floats
 
 METHODS = ("ring", "all-to-all")
+CP_RINGS = ("p2p", "allgather")
+"""How a stack's ring passes K and V (catalogs/stacks.toml ``cp_ring``). p2p: Transformer Engine's
+AttnFuncWithCPAndKVP2P, one block sent to the next card per step behind that step's attention, dK and dV in the
+activations' precision (:func:`ring_exposed`). allgather: torch.distributed.tensor.experimental context_parallel
+(_attention.py: _ContextParallelOptions.rotate_method = ALL_GATHER, convert_to_f32 = True): _AllGatherRotater
+gathers every card's K, V once at the first step, in the forward and again in the backward
+(:func:`gathered_ring_exposed`); the backward passes the FP32 dK, dV accumulators to the next card step by step
+(dkv_rotater, ALL_TO_ALL: a permute), 4 bytes an element."""
 SPLITS = ("zigzag", "contiguous")
 
 
@@ -66,12 +74,15 @@ def kv_block_bytes(a: ModelArch, seq_len: Floats, micro_batch: ArrayLike, tp: Ar
 
 
 def ring_transfer_bytes(a: ModelArch, seq_len: Floats, micro_batch: ArrayLike, tp: ArrayLike, cp: ArrayLike,
-                        act_bytes: float = 2.0) -> tuple[FloatArray, FloatArray]:
+                        act_bytes: float = 2.0, grad_bytes: float | None = None) -> tuple[FloatArray, FloatArray]:
     """(forward, backward) bytes one card sends per layer and micro-batch in ring attention:
-    (cp - 1) K, V blocks forward; (cp - 1) K, V blocks and as many dK, dV blocks backward."""
+    (cp - 1) K, V blocks forward; (cp - 1) K, V blocks and as many dK, dV blocks backward, the dK, dV blocks at
+    ``grad_bytes`` per element (default ``act_bytes``; 4 where the ring accumulates them in FP32, torch's
+    context_parallel: :data:`CP_RINGS`)."""
     blk = kv_block_bytes(a, seq_len, micro_batch, tp, cp, act_bytes)
     steps = _f(cp) - 1.0
-    return steps * blk, 2.0 * steps * blk
+    grad = act_bytes if grad_bytes is None else grad_bytes
+    return steps * blk, steps * blk * (1.0 + grad / act_bytes)
 
 
 def ring_exposed(transfer_bytes: ArrayLike, bandwidth: Floats, attention_s: ArrayLike, cp: ArrayLike,
@@ -89,6 +100,23 @@ def ring_exposed(transfer_bytes: ArrayLike, bandwidth: Floats, attention_s: Arra
     per_step = np.where(steps > 0, _f(transfer_bytes) / np.maximum(steps, 1.0) / bandwidth + step_latency, 0.0)
     share = _f(attention_s) / c
     exposed: FloatArray = steps * (np.maximum(0.0, per_step - share) + contention * np.minimum(per_step, share))
+    return exposed
+
+
+def gathered_ring_exposed(gather_bytes: ArrayLike, bandwidth: Floats, attention_s: ArrayLike, cp: ArrayLike,
+                          step_latency: Floats = 0.0, contention: float = 0.0) -> FloatArray:
+    """Exposed K, V exchange of one pass when the ring gathers every card's block at once (torch's
+    context_parallel, rotate method all-gather: :data:`CP_RINGS`): the all-gather of the other cp - 1 blocks,
+    ``gather_bytes`` at ``bandwidth`` over cp - 1 ring hops of ``step_latency``, is issued at the first step
+    and waited before the second, so only the first step's attention (attention_s / cp) hides it:
+        exposed = max(0, t_g - a / cp) + kappa min(t_g, a / cp),  t_g = bytes / B + (cp - 1) latency;
+    kappa = ``contention`` as in :func:`ring_exposed`; 0 when cp = 1. The same transfer sent step by step
+    (:func:`ring_exposed`) hides behind cp - 1 steps' attention instead of one: Llama 3 8B, CP 8 at 256K tokens,
+    a 128 MiB block, 940 MB gathered at 370 GB/s (2.5 ms) beside a 25 ms first step: hidden either way."""
+    c = _f(cp)
+    t = np.where(c > 1.0, _f(gather_bytes) / bandwidth + np.maximum(c - 1.0, 0.0) * step_latency, 0.0)
+    share = _f(attention_s) / c
+    exposed: FloatArray = np.maximum(0.0, t - share) + contention * np.minimum(t, share)
     return exposed
 
 
@@ -118,18 +146,22 @@ def heads_ok(a: ModelArch, tp: ArrayLike, cp: ArrayLike, method: str = "ring") -
 
 
 def buffer_bytes(a: ModelArch, seq_len: Floats, micro_batch: ArrayLike, tp: ArrayLike, cp: ArrayLike,
-                 method: str = "ring", act_bytes: float = 2.0) -> FloatArray:
+                 method: str = "ring", act_bytes: float = 2.0, ring: str = "p2p") -> FloatArray:
     """Communication buffers live during a layer's attention (0 when cp = 1).
 
-    Ring: the block being used, the one arriving, and in the backward the dK, dV being accumulated and
-    the ones arriving (FP32 accumulators as in Transformer Engine): 2 x block (act bytes) + 2 x block
-    (4 bytes). All-to-all: the head-split q, k, v, o of the whole sequence, received and sent: 2 x
-    (b s)(2 d_attn + 2 d_kv r) / (tp cp) x bytes.
+    Ring, ``ring`` = p2p (:data:`CP_RINGS`): the block being used, the one arriving, and in the backward the
+    dK, dV being accumulated and the ones arriving (FP32 accumulators as in Transformer Engine): 2 x block
+    (act bytes) + 2 x block (4 bytes). Ring = allgather (torch's context_parallel): the gathered K, V of all cp
+    cards and the concatenated copy of the card's own that it sends, (cp + 1) blocks, and in the backward the
+    FP32 dK, dV accumulator, the concatenated copy sent and the one arriving, 3 x block (4 bytes): Llama 3 8B,
+    CP 8 at 256K tokens (128 MiB blocks) 1.9 GiB against 0.75 GiB. All-to-all: the head-split q, k, v, o of
+    the whole sequence, received and sent: 2 x (b s)(2 d_attn + 2 d_kv r) / (tp cp) x bytes.
     """
     c = _f(cp)
     if method == "ring":
         blk = kv_block_bytes(a, seq_len, micro_batch, tp, cp, act_bytes)
-        out = 2.0 * blk + 2.0 * blk * 4.0 / act_bytes
+        out = (2.0 * blk + 2.0 * blk * 4.0 / act_bytes if ring == "p2p"
+               else (c + 1.0) * blk + 3.0 * blk * 4.0 / act_bytes)
     else:
         width = (2.0 * a.d_attn + 2.0 * a.d_kv * kv_replication(a, tp, cp)) / (_f(tp) * c)
         out = 2.0 * _f(micro_batch) * seq_len * width * act_bytes

@@ -111,7 +111,8 @@ def cp_link(sc: Scenario, *, acc: str, tp: ArrayLike, cp: ArrayLike = 1, pp: Arr
     a, e, s = sc.model, sc.memory.activation_bytes, sc.task.seq_len
     bw = context.cp_bandwidth(A.fabric, tp, cp, nics, sc.cp_method)
     if sc.cp_method == "ring":
-        per_layer = sum(context.ring_transfer_bytes(a, s, mb, tp, cp, e))
+        grad = 4.0 if sc.stack.cp_ring == "allgather" else None  # torch's ring passes FP32 dK, dV
+        per_layer = sum(context.ring_transfer_bytes(a, s, mb, tp, cp, e, grad))
     else:
         per_layer = 2.0 * context.alltoall_bytes(a, s, mb, tp, cp, e)
     layers = np.ceil(a.layers / _f(pp))  # the busiest stage's layers (whole layers)

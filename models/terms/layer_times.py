@@ -155,12 +155,37 @@ def cp_exchange(sc: Scenario, *, acc: str, tp: ArrayLike, cp: ArrayLike, mb: Arr
         step = context.cp_step_latency(fabric, tp, cp, p.up_step_latency, p.out_step_latency)
         kappa = p.overlap_contention
     bw = context.cp_bandwidth(fabric, tp, cp, nics, sc.cp_method)
+    if sc.cp_method == "ring" and sc.stack.cp_ring == "allgather":
+        return _gathered_ring(sc, tp=tp, cp=cp, mb=mb, bw=bw, step=step, kappa=kappa, attention_fwd=attention_fwd,
+                              attention_dx=attention_dx)
     if sc.cp_method == "ring":
         f_bytes, b_bytes = context.ring_transfer_bytes(a, sc.task.seq_len, mb, tp, cp, e)
         return (context.ring_exposed(f_bytes, bw, attention_fwd, cp, step, kappa),
                 context.ring_exposed(b_bytes, bw, attention_dx, cp, step, kappa))
     t = np.where(_f(cp) > 1, context.alltoall_bytes(a, sc.task.seq_len, mb, tp, cp, e) / bw, 0.0)
     return t, t
+
+
+FP32_BYTES = 4.0  # torch's context_parallel accumulates and passes dK, dV in FP32 (convert_to_f32 = True)
+
+
+def _gathered_ring(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike, mb: ArrayLike, bw: Floats, step: Floats,
+                   kappa: float, attention_fwd: Floats, attention_dx: Floats) -> tuple[FloatArray, FloatArray]:
+    """(forward, backward) exposed exchange of torch's context_parallel ring (stack ``cp_ring = "allgather"``,
+    context.CP_RINGS): the forward gathers the other cards' K, V once behind the first step's attention
+    (context.gathered_ring_exposed); the backward gathers them again the same way behind the first step's
+    attention backward, and passes the FP32 dK, dV accumulators on step by step: cp sends, the send of step i
+    awaited after step i + 1's attention backward (context.ring_exposed on cp - 1 of them at 4 bytes an
+    element), the last one after the loop with nothing to hide it (_templated_ring_attention_backward:
+    dkv_rotater.next_buffer() after the last step): one dK, dV block's transfer and latency exposed."""
+    a, e = sc.model, sc.memory.activation_bytes
+    kv, both = context.ring_transfer_bytes(a, sc.task.seq_len, mb, tp, cp, e, FP32_BYTES)
+    grads = both - kv  # the cp - 1 FP32 dK, dV blocks of the steps after the first
+    last = np.where(_f(cp) > 1, grads / np.maximum(_f(cp) - 1.0, 1.0) / bw + step, 0.0)
+    fwd = context.gathered_ring_exposed(kv, bw, attention_fwd, cp, step, kappa)
+    dx = (context.gathered_ring_exposed(kv, bw, attention_dx, cp, step, kappa)
+          + context.ring_exposed(grads, bw, attention_dx, cp, step, kappa) + last)
+    return fwd, dx
 
 
 def _split_backward(schedule: str) -> bool:

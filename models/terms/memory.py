@@ -435,7 +435,8 @@ def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1
     the last stage alone (the first and middle classes of pp > 1 hold none)."""
     mem = sc.memory
     a = sc.model
-    cpb: Floats = context.buffer_bytes(a, sc.task.seq_len, mb, tp, cp, sc.cp_method, mem.activation_bytes)
+    cpb: Floats = context.buffer_bytes(a, sc.task.seq_len, mb, tp, cp, sc.cp_method, mem.activation_bytes,
+                                         sc.stack.cp_ring)
     if not modelled_activations(sc):
         return np.zeros(np.broadcast(_f(zero), _f(tp), _f(pp), _f(mb), _f(ep), _f(etp),
                                      _f(cap)).shape) + cpb
