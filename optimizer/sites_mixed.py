@@ -63,8 +63,12 @@ from tpopt.models.units import DAY, HOUR
 from tpopt.optimizer import backends
 from tpopt.optimizer.pools import POOL_FAMILIES, _job, fixed_choices, pool_nics
 from tpopt.optimizer.sites import (
+    GBPS,
     MAX_SITES,
+    Candidate,
     Ring,
+    crossover_lines,
+    crossover_of,
     lines,
     mode_configs,
     mode_lines,
@@ -72,8 +76,11 @@ from tpopt.optimizer.sites import (
     report,
     rings,
     solve_sites,
+    wan_relaxation,
     wan_terms,
+    with_bandwidth,
 )
+from tpopt.presentation import scale_out_relaxation_lines
 
 REPLICA_FAMILIES = tuple(n for n in POOL_FAMILIES if n != F.CARDS)
 """Families a site's replica meets, as a pool's group does (the deadline, budget, step budget, input pipeline and
@@ -190,6 +197,8 @@ class MixedSolve:
     si: S.SitesInput
     cpu_s: float = 0.0
     types: list[str] = field(default_factory=list)
+    crossover_bps: float | None = None  # DiLoCo wins below it at the best plan's sites, replicas and ring
+    relaxations: list[dict[str, Any]] = field(default_factory=list)  # no plan: the "WAN bandwidth" relaxation
 
 
 def site_price(sc: Scenario, site: S.Site) -> float:
@@ -350,11 +359,12 @@ def _candidate(scorer: _Scorer, g: _Group, ring: Ring, cfg: tuple[str, int, int]
                           finish_s=float(finish[k]), cost=float(cost[k]), ring=ring, group=g)
 
 
-def solve_mixed_sites(sc: Scenario, si: S.SitesInput, powers: dict[str, Power | None], prune: bool = True
-                      ) -> MixedSolve:
+def solve_mixed_sites(sc: Scenario, si: S.SitesInput, powers: dict[str, Power | None], prune: bool = True,
+                      relax: bool = True) -> MixedSolve:
     """The decision of the module's docstring over ``si``'s sites (each with its type; ``powers``: each type's
     catalog power figures); ``prune`` False: every candidate the fill does not settle is solved exhaustively,
-    whatever its bound (a check of the bound)."""
+    whatever its bound (a check of the bound). Without a plan and with ``relax``: the "WAN bandwidth"
+    relaxation (:func:`tpopt.optimizer.sites.wan_relaxation`, this decision re-run at each bandwidth tried)."""
     t0 = time.process_time()
     if len(si.sites) > MAX_SITES:
         raise InputError(f"[[sites]]: at most {MAX_SITES} sites (got {len(si.sites)})")
@@ -433,8 +443,35 @@ def solve_mixed_sites(sc: Scenario, si: S.SitesInput, powers: dict[str, Power | 
                      types=types)
     if best is not None:
         out.best_sync, out.best_diloco = _compare(scorer, best, si)
+        if out.best_sync is not None and out.best_diloco is not None:
+            out.crossover_bps = crossover_of(si, best.ring, scorer.params, sc.task.reserved_s,
+                                             as_candidate(sc, out.best_sync), as_candidate(sc, out.best_diloco))
+    elif relax:
+        out.relaxations = [wan_relaxation(si, lambda gbps: _best_candidate(
+            sc, solve_mixed_sites(sc, with_bandwidth(si, gbps * GBPS), powers, prune, relax=False)))]
     out.cpu_s = time.process_time() - t0
     return out
+
+
+def _best_candidate(sc: Scenario, out: MixedSolve) -> Candidate | None:
+    return None if out.best is None else as_candidate(sc, out.best)
+
+
+def as_candidate(sc: Scenario, c: MixedCandidate) -> Candidate:
+    """``c`` in the one-type decision's terms (:class:`tpopt.optimizer.sites.Candidate`), for its crossover and
+    relaxation: the no-WAN finish ``f1 = reserved + iterations x max_s t_s x (1 + L)`` (L at the job's cards,
+    independent of the WAN) and its bill ``c1 = sum_s cards_s x price_s x f1 / 3600``, so that
+    ``finish = reserved + (f1 - reserved) x token factor x (t + exposed) / t`` and ``cost = c1 x finish / f1 +
+    egress``, the one-type forms."""
+    f1 = sc.task.reserved_s + T.iteration_count(sc) * c.compute_step_s * (1.0 + c.overhead)
+    rate = sum(p.replicas * p.replica_cards * p.card_hour for p in c.parts)
+    return Candidate(sites=tuple(p.site for p in c.parts), replicas=tuple(p.replicas for p in c.parts), mode=c.mode,
+                     inner_steps=c.inner_steps, fragments=c.fragments, dp=sum(p.replicas for p in c.parts),
+                     cards=c.cards, compute_step_s=c.compute_step_s, exposed_s=c.exposed_s,
+                     utilisation=S.utilisation(c.compute_step_s, c.exposed_s), token_factor=c.token_factor,
+                     steps=c.steps, wan_bytes_step=c.wan_bytes_step, wan_bytes_total=c.wan_bytes_step * c.steps,
+                     egress_usd=c.egress_usd, finish_s=c.finish_s, cost=c.cost, one_site_cost=rate * f1 / HOUR,
+                     one_site_finish_s=f1)
 
 
 def _compare(scorer: _Scorer, best: MixedCandidate, si: S.SitesInput
@@ -491,6 +528,10 @@ def mixed_report(out: MixedSolve) -> dict[str, Any]:
             "a replica's step as one site of the job's replicas of its type (the data-parallel all-reduce inside "
             "a site)"],
     }
+    if out.best is None:
+        d["relaxations"] = out.relaxations
+    if out.best_diloco is not None:
+        d["crossover_gbps"] = None if out.crossover_bps is None else out.crossover_bps / GBPS
     if out.best is not None:
         b = out.best
         idle = PM.idle_s([p.step_s for p in b.parts])
@@ -515,7 +556,8 @@ def _site_line(s: dict[str, Any]) -> str:
 def mixed_lines(d: dict[str, Any]) -> list[str]:
     """The report as text lines."""
     if d["best"] is None:
-        return [f"types: {', '.join(d['types'])}",
+        rl = scale_out_relaxation_lines(d.get("relaxations") or [])  # before the verdict, which stays the last line
+        return [f"types: {', '.join(d['types'])}", *([""] + rl + [""] if rl else []),
                 f"no multi-site plan meets the deadline ({d['candidates']:,} candidates scored)"]
     b = d["best"]
     out = [f"types: {', '.join(d['types'])}; every replica takes {b['replica_share']:,} sequences a step",
@@ -524,6 +566,7 @@ def mixed_lines(d: dict[str, Any]) -> list[str]:
            "exhaustively, exact over the grids)"]
     out += [_site_line(s) for s in d["per_site"]]
     out += mode_lines(d)
+    out += crossover_lines(d)
     out.append(f"token penalty {d['token_penalty']:.1%} ({d['token_penalty_source'] or 'stated input'})")
     out += [f"assumption: {a}" for a in d["assumptions"]]
     return out
@@ -547,4 +590,5 @@ def answer_lines(d: dict[str, Any]) -> list[str]:
 
 
 __all__ = ["answer", "answer_lines", "TypeTable", "SitePart", "MixedCandidate", "MixedSolve", "replica_shares",
-           "type_table", "site_price", "solve_mixed_sites", "mixed_report", "mixed_lines", "REPLICA_FAMILIES"]
+           "type_table", "site_price", "solve_mixed_sites", "mixed_report", "mixed_lines", "REPLICA_FAMILIES",
+           "as_candidate"]

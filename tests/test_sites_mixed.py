@@ -259,3 +259,47 @@ def test_the_bound_loses_no_plan_on_the_example() -> None:
     assert pruned.best is not None and full.best is not None
     assert 0 < pruned.exhaustive < full.exhaustive
     assert full.best.key() == pruned.best.key()
+
+
+def test_mixed_crossover_flips_the_cheaper_mode() -> None:
+    """The example's sync / DiLoCo crossover bandwidth (the one-type closed form on the mixed plan): re-scoring the
+    best plan's sites, replicas and ring with the ring's slowest link 1 % below and 1 % above it, DiLoCo is the
+    cheaper mode below and synchronous training above (the scoring path, not the closed form)."""
+    import dataclasses
+
+    sc, si, powers = load_mixed_sites_scenario(EXAMPLE)
+    out = M.solve_mixed_sites(sc, si, powers)
+    assert out.best is not None and out.best_diloco is not None and out.crossover_bps is not None
+    x, dl = out.crossover_bps, out.best_diloco
+    scorer = M._Scorer(sc, si)
+    reps = np.array([[p.replicas for p in out.best.parts]], dtype=float)
+
+    def cost(bw: float, cfg: tuple[str, int, int]) -> float:
+        ring = dataclasses.replace(out.best.ring, bandwidth_bps=bw)  # type: ignore[union-attr]
+        return M._candidate(scorer, out.best.group, ring, cfg, reps, 0, out.best.replica_share).cost  # type: ignore[union-attr]
+
+    cfg_dl = (S.DILOCO, dl.inner_steps, dl.fragments)
+    assert cost(0.99 * x, cfg_dl) < cost(0.99 * x, (S.SYNC, 1, 1))
+    assert cost(1.01 * x, cfg_dl) > cost(1.01 * x, (S.SYNC, 1, 1))
+    assert M.mixed_report(out)["crossover_gbps"] == x / 1e9
+
+
+def test_mixed_wan_bandwidth_relaxation_is_the_threshold() -> None:
+    """A 1 Gbit/s WAN and a deadline only the three sites together meet: no plan. The relaxation names the
+    smallest whole Gbit/s; re-solving with every link raised to it finds a plan, 1 Gbit/s below none."""
+    from tpopt.optimizer.sites import with_bandwidth
+
+    sc, si, powers = load_mixed_sites_scenario(small("10000d"))
+    plans = brute_force(sc, si, powers)
+    fastest = min(f for _, f in plans)
+    slow = {**WAN, "bandwidth_gbps": 1, "links": []}
+    sc, si, powers = load_mixed_sites_scenario({**small(f"{fastest * 1.02 / 86400.0:.6f}d"), "wan": slow})
+    out = M.solve_mixed_sites(sc, si, powers)
+    assert out.best is None
+    (rel,) = out.relaxations
+    assert rel["parameter"] == "WAN bandwidth" and rel["helps"] and rel["current"] == 1
+    need = rel["required"]
+    assert M.solve_mixed_sites(sc, with_bandwidth(si, need * 1e9), powers, relax=False).best is not None
+    assert M.solve_mixed_sites(sc, with_bandwidth(si, (need - 1) * 1e9), powers, relax=False).best is None
+    text = "\n".join(M.mixed_lines(M.mixed_report(out)))
+    assert f"  WAN bandwidth  now 1 Gbit/s: >= {need:,} Gbit/s" in text
