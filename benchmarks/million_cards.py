@@ -12,15 +12,17 @@ stated). Checkpoint and failure inputs sized for that scale are stated in the sc
 bandwidth (a parallel file system), 60 s restore, and the job MTBF of the Llama 3 paper (419 unexpected
 interruptions in 54 days on 16,384 GPUs: one per 3.1 h at 16,384 cards).
 
-**Why the space does not multiply with the cards or the types** (:mod:`tpopt.optimizer.sites_mixed`). Per card
-type, once: every layout (TP x PP x micro-batch x ZeRO x recompute) at every per-replica share m (m divides the
-batch B: d(B) = 52 values for 61,440 = 2^12 x 3 x 5) is evaluated in one vectorised call per recompute choice,
-and per replica card count the fastest layout kept. Then, per share, per set of sites (2^S - 1 = 15) and per step
-threshold among the kept steps, each site's replica is fixed (its fewest cards within the threshold) and the
-D = B / m replicas go to the sites by price (a greedy fill, exact for a linear price; a lower bound settles the
-rest, and an exhaustive split where the bound does not): every ring order that another does not dominate, sync
-and each (H, F) with F x tau <= H (1 + 5 x 4 = 21). The count is d(B) x 15 x thresholds x rings x 21, whatever
-the card count. Nothing is pruned without a bound, so the answer is exact over the grids.
+**Why the space does not multiply with the cards** (:mod:`tpopt.optimizer.sites_mixed`). Per card type, once:
+every layout (TP x PP x micro-batch x ZeRO x recompute) at every per-replica share m (m divides the batch B:
+d(B) = 52 values for 61,440 = 2^12 x 3 x 5) is evaluated in one vectorised call per recompute choice, and per
+replica card count the fastest layout kept. Then, per set of sites of at most two types (11 of 2^S - 1 = 15) and
+per step threshold among the kept steps, each site's replica per share is fixed (its fewest cards within the
+threshold), each type's replicas go to its sites by price (a greedy fill, exact within a type), the two types'
+shares and replica counts are joined exactly on the batch, and the joined splits no other beats on both bill and
+cards are scored at every ring order another does not dominate, sync and each (H, F) with F x tau <= H
+(1 + 5 x 4 = 21). A lower bound (every sequence at the least price and cards per sequence, the finish at the
+threshold) orders the (sites, threshold) pairs and skips those that cannot beat the cheapest plan of a mode; the
+count is independent of the card count, and the answer exact over the grids.
 
 Each run is a subprocess of the command line (start-up included); its CPU time is the children's user + system
 time and its peak memory the children's maximum resident set (``resource.getrusage(RUSAGE_CHILDREN)``), best of

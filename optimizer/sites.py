@@ -27,7 +27,7 @@ ring carries the same bytes), so any split within the caps is optimal: the repor
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -319,16 +319,19 @@ MAX_RELAXED_GBPS = 2**30  # about 1 Ebit/s: beyond it the ring's bandwidth term 
 def relax_wan_bandwidth(sc: Scenario, si: S.SitesInput, power: Power | None, base: Evaluation) -> dict[str, Any]:
     """The smallest WAN bandwidth (whole Gbit/s, every link raised to at least it; latency, egress, the sites'
     caps and the replica plan unchanged) at which a multi-site plan meets the deadline and the budget, verified
-    by re-scoring (a plan there, none 1 Gbit/s below). Exact: every candidate's exposed WAN time falls as its
-    ring's slowest link speeds up and its egress does not depend on bandwidth, so its finish and cost fall and
-    feasibility is monotone in the bandwidth: doubling finds a feasible bound, bisection the threshold."""
+    by re-scoring (a plan there, none 1 Gbit/s below): :func:`wan_relaxation` over :func:`scored_sites`."""
+    return wan_relaxation(si, lambda gbps: scored_sites(sc, with_bandwidth(si, gbps * GBPS), power, base).best)
+
+
+def wan_relaxation(si: S.SitesInput, best_at: Callable[[int], Candidate | None]) -> dict[str, Any]:
+    """The "WAN bandwidth" relaxation: the smallest whole Gbit/s at which ``best_at`` (the decision re-run with
+    every link raised to at least that bandwidth) finds a plan, when none exists at ``si``'s links. Exact: every
+    candidate's exposed WAN time falls as its ring's slowest link speeds up and its egress does not depend on
+    bandwidth, so its finish and cost fall and feasibility is monotone in the bandwidth: doubling finds a feasible
+    bound, bisection the threshold."""
     now = slowest_link_bps(si)
     rel: dict[str, Any] = {"parameter": "WAN bandwidth", "current": now / GBPS, "unit": "Gbit/s", "required": None,
                            "helps": False, "cost": None, "finish_days": None}
-
-    def best_at(gbps: int) -> Candidate | None:
-        return scored_sites(sc, with_bandwidth(si, gbps * GBPS), power, base).best
-
     lo = int(now // GBPS)  # no plan at the current links, hence none at any lower bandwidth
     hi = max(1, 2 * lo)
     got = best_at(hi)
@@ -372,15 +375,21 @@ def _compare(out: SitesSolve, sc: Scenario, rc: int) -> None:
 def crossover_bps(out: SitesSolve, c: Candidate) -> float | None:
     """The WAN bandwidth (bit/s, the ring's slowest link; latency and egress fixed) below which DiLoCo candidate
     ``c`` costs less than synchronous training at the same sites and replicas (None: no crossing, one mode wins at
-    every bandwidth). Solved in closed form: :func:`tpopt.models.sites.crossover_inverse_bandwidths` on the costs
-    as linear functions of x = 1 / bandwidth."""
-    sync = out.best_sync
-    if sync is None or out.ring is None:
+    every bandwidth): :func:`crossover_of` at the best plan's ring."""
+    if out.best_sync is None or out.ring is None:
         return None
-    si, ring, n = out.si, out.ring, len(c.sites)
-    params = out.params
+    return crossover_of(out.si, out.ring, out.params, out.reserved_s, out.best_sync, c)
+
+
+def crossover_of(si: S.SitesInput, ring: Ring, params: float, reserved_s: float, sync: Candidate, c: Candidate
+                 ) -> float | None:
+    """The bandwidth (bit/s) below which DiLoCo candidate ``c`` costs less than ``sync`` (the same sites, replicas
+    and ring; None: no crossing). Solved in closed form: :func:`tpopt.models.sites.crossover_inverse_bandwidths`
+    on the costs as linear functions of x = 1 / bandwidth, from each candidate's no-WAN cost and finish
+    (``one_site_cost``, ``one_site_finish_s``: the bill rate and the overhead do not depend on the WAN)."""
+    n = len(c.sites)
     tc = sync.compute_step_s
-    c1, f1, r = sync.one_site_cost, sync.one_site_finish_s, out.reserved_s
+    c1, f1, r = sync.one_site_cost, sync.one_site_finish_s, reserved_s
     # cost = c1 x finish / f1 + egress, finish = r + (f1 - r) x token factor x (tc + exposed) / tc
     unit = c1 * (f1 - r) / (f1 * tc)  # USD per second of exposed WAN time per step
     hop = 2.0 * (n - 1) / n * S.BITS_PER_BYTE
@@ -471,13 +480,19 @@ def lines(d: dict[str, Any]) -> list[str]:
     out += [f"  {s['site']}: {s['replicas']} replicas, {s['cards']:,} of {s['max_cards']:,} cards, {_power(s)}"
             for s in d["per_site"]]
     out += mode_lines(d)
-    if "crossover_gbps" in d:
-        x = d["crossover_gbps"]
-        out.append("DiLoCo wins below a WAN bandwidth of " + (f"{x:,.1f} Gbit/s" if x is not None
-                                                               else "none (one mode wins at every bandwidth)"))
+    out += crossover_lines(d)
     out.append(f"token penalty {d['token_penalty']:.1%} ({d['token_penalty_source'] or 'stated input'})")
     out += [f"assumption: {a}" for a in d["assumptions"]]
     return out
+
+
+def crossover_lines(d: dict[str, Any]) -> list[str]:
+    """The report's sync / DiLoCo crossover bandwidth line (none without a DiLoCo comparison)."""
+    if "crossover_gbps" not in d:
+        return []
+    x = d["crossover_gbps"]
+    return ["DiLoCo wins below a WAN bandwidth of " + (f"{x:,.1f} Gbit/s" if x is not None
+                                                       else "none (one mode wins at every bandwidth)")]
 
 
 def mode_lines(d: dict[str, Any]) -> list[str]:
@@ -503,4 +518,4 @@ def _mode(c: dict[str, Any]) -> str:
 
 __all__ = ["Candidate", "Ring", "SitesSolve", "solve_sites", "rings", "balanced", "candidates_for",
            "crossover_bps", "report", "lines", "MAX_SITES", "mode_configs", "wan_terms", "mode_lines", "scored_sites",
-           "relax_wan_bandwidth", "with_bandwidth"]
+           "relax_wan_bandwidth", "with_bandwidth", "wan_relaxation", "crossover_of", "crossover_lines", "GBPS"]

@@ -4,15 +4,14 @@ A ``[[sites]]`` table may name ``accelerator`` (its card type; default ``hardwar
 ``card_hour`` (its all-in price per card-hour; default the type's price in the scenario). Then every site runs
 its own replica layout of its type, and the decision is this module's, exact over its grids:
 
-**The space.** Every replica of the job takes the same share ``m`` of the global batch ``B`` per step (``m``
-divides ``B``, a multiple of the layout's micro-batch: ``D = B / m`` replicas in all, as the one-type decision's
-``D x micro-batch`` dividing ``B``); site ``s`` runs ``n_s >= 1`` replicas of one layout of its type (TP, PP,
-ZeRO, micro-batch, recompute of ``[search]``; schedule, offload and save mode the lists' first values, as
-:mod:`tpopt.optimizer.pools`; NICs per host the first of ``search.nics_per_host``, else the type's own),
-``sum_s n_s = D`` and ``n_s`` within the site's cards and power cap. Its share of the batch is ``n_s x m``
-sequences: the sites' shares are balanced by how many replicas each runs, and the types' paces by the layout each
-site picks (a faster card may run a smaller replica). The sites used, the ring order, synchronous or DiLoCo with
-H and F are decisions as in :mod:`tpopt.optimizer.sites`.
+**The space.** The replicas of one type take one share ``m_t`` of the global batch ``B`` per step, each type
+its own (``m_t`` divides ``B``, a multiple of the layout's micro-batch); site ``s`` of type ``t`` runs
+``n_s >= 1`` replicas of one layout of its type (TP, PP, ZeRO, micro-batch, recompute of ``[search]``; schedule,
+offload and save mode the lists' first values, as :mod:`tpopt.optimizer.pools`; NICs per host the first of
+``search.nics_per_host``, else the type's own), within the site's cards and power cap, and
+``sum_s n_s x m_t(s) = B`` (the batch stays whole; the pools' form (a) balance, per type): a faster type takes
+more sequences instead of idling. A plan spans at most :data:`MAX_TYPES` card types. The sites used, the ring
+order, synchronous or DiLoCo with H and F are decisions as in :mod:`tpopt.optimizer.sites`.
 
 **The job.** Step = the slowest site's replica step + the exposed WAN time
 (:func:`tpopt.models.pools.mixed_step_s`, the pools' form (a) rule: the sites wait for the slowest, then reduce
@@ -25,17 +24,21 @@ job's cards (every card at the scenario's MTBF; :func:`tpopt.optimizer.pools._jo
 cards x price x finish (:func:`tpopt.models.pools.pool_cost`) + egress. A replica's step is the type's model at
 ``D`` replicas (the data-parallel all-reduce inside a site as over the job's replicas, as the one-type decision).
 
-**Decomposition (the space does not multiply).** Per type, once: every layout at every share ``m`` is evaluated
+**Decomposition (the space does not multiply).** Per type, once: every layout at every share is evaluated
 (vectorised), and for each replica card count the fastest feasible layout is kept (a layout with as many cards and
-a slower step is never better: same price, power and cards). Then, per share ``m``, per set of sites and per
-threshold ``T`` among the kept steps: each site takes the fewest-card replica whose step is at most ``T`` (fewest
-cards: the lowest price, power and failure rate, the most replicas under its caps; any plan whose slowest step is
-``T`` is matched or beaten by it), and the ``D`` replicas go to the sites at the lowest price per replica first
-(:func:`tpopt.models.sites.cheapest_fill`, optimal for a linear price). That fill is exact when it also has the
-fewest cards (the overhead grows with the cards); otherwise the fill of fewest cards gives a lower bound (least
-bill rate x finish at the fewest cards), and every candidate whose bound is below the best cost found is solved
-exhaustively over the split among the sites' replica sizes (within one size the cheapest-first fill is exact).
-Every candidate is scored; nothing is pruned without that bound, so the answer is exact over the grids.
+a slower step is never better: same price, power and cards). Then per set of sites and per threshold ``T`` among
+the kept steps (the plan's slowest replica step): each site takes, at each share, the fewest-card replica whose
+step is within ``T`` (fewest cards: the lowest price, power and failure rate, the most replicas under its caps;
+any plan whose slowest step is ``T`` is matched or beaten by it). A type's ``D_t`` replicas go to its sites at the
+lowest price per replica first (:func:`tpopt.models.sites.cheapest_fill`, exact within a type: one replica size,
+so the cards are ``D_t`` x it). The two types are joined exactly on the batch (for each option of the first,
+the second's sequences ``B - D_1 m_1`` give its ``D_2`` at each of its shares), keeping the joined splits whose
+slowest step is ``T`` and that no other beats on both the bill rate and the cards (the finish grows with the
+cards, the cost with both); each is scored at every undominated ring, mode, H and F. A lower bound per (sites,
+``T``) -- every sequence of the batch at the least price and the fewest cards per sequence, the finish at ``T``
+stretched by the mode's least WAN time (sync at its fastest ring) or token factor (DiLoCo) -- orders the pairs
+and skips one only where it cannot beat the cheapest plan found of any mode it could meet the deadline in, so
+the answer (and the cheapest plan per mode) is exact over the grids.
 """
 
 from __future__ import annotations
@@ -63,8 +66,12 @@ from tpopt.models.units import DAY, HOUR
 from tpopt.optimizer import backends
 from tpopt.optimizer.pools import POOL_FAMILIES, _job, fixed_choices, pool_nics
 from tpopt.optimizer.sites import (
+    GBPS,
     MAX_SITES,
+    Candidate,
     Ring,
+    crossover_lines,
+    crossover_of,
     lines,
     mode_configs,
     mode_lines,
@@ -72,8 +79,11 @@ from tpopt.optimizer.sites import (
     report,
     rings,
     solve_sites,
+    wan_relaxation,
     wan_terms,
+    with_bandwidth,
 )
+from tpopt.presentation import scale_out_relaxation_lines
 
 REPLICA_FAMILIES = tuple(n for n in POOL_FAMILIES if n != F.CARDS)
 """Families a site's replica meets, as a pool's group does (the deadline, budget, step budget, input pipeline and
@@ -146,6 +156,7 @@ class SitePart:
     power_w: float | None  # facility W of the site's replicas (None: no power figure)
     cap_w: float | None
     max_cards: int
+    replica_share: int  # sequences one replica takes per step (the type's m_t)
 
 
 @dataclass(frozen=True)
@@ -156,7 +167,6 @@ class MixedCandidate:
     mode: str
     inner_steps: int
     fragments: int
-    replica_share: int
     cards: int
     compute_step_s: float
     exposed_s: float
@@ -185,11 +195,13 @@ class MixedSolve:
     best_sync: MixedCandidate | None
     best_diloco: MixedCandidate | None
     scored: int
-    exhaustive: int  # candidates whose split was solved exhaustively (the bound did not settle them)
+    exhaustive: int  # (set of sites, step threshold) pairs joined (the bound did not rule them out)
     layouts_evaluated: int
     si: S.SitesInput
     cpu_s: float = 0.0
     types: list[str] = field(default_factory=list)
+    crossover_bps: float | None = None  # DiLoCo wins below it at the best plan's sites, replicas and ring
+    relaxations: list[dict[str, Any]] = field(default_factory=list)  # no plan: the "WAN bandwidth" relaxation
 
 
 def site_price(sc: Scenario, site: S.Site) -> float:
@@ -203,10 +215,15 @@ def site_price(sc: Scenario, site: S.Site) -> float:
     return sysm.price_card_hour + sysm.acc.nics_per_host * sysm.nic_price_hour / sysm.acc.cards_per_host
 
 
+MAX_TYPES = 2
+"""Card types in one plan: a plan over sites of three types or more is not a candidate (each type's share is a
+decision, and two types' shares are joined exactly on the global batch; a third multiplies the join)."""
+
+
 @dataclass(frozen=True)
 class _Group:
-    """Used sites, in ring order, each with its chosen replica (layout, cards, step), its price per replica-hour
-    and its cap in replicas (cards and power)."""
+    """Used sites, in ring order, each with its chosen replica (layout, cards, step), its price per replica-hour,
+    its cap in replicas (cards and power) and its type's per-replica share."""
 
     sites: tuple[S.Site, ...]
     layouts: tuple[dict[str, Any], ...]
@@ -216,13 +233,14 @@ class _Group:
     caps: tuple[int, ...]
     replica_w: tuple[float | None, ...]  # facility W of one replica (None: no power figure)
     card_hour: tuple[float, ...]
+    shares: tuple[int, ...]  # sequences a replica takes per step (its type's m_t)
 
     def ordered(self, order: tuple[str, ...]) -> _Group:
         """The same group with its sites in ``order`` (their names)."""
         names = [s.name for s in self.sites]
         k = [names.index(n) for n in order]
         return _Group(*(tuple(getattr(self, f)[i] for i in k) for f in
-                        ("sites", "layouts", "rc", "step", "unit", "caps", "replica_w", "card_hour")))
+                        ("sites", "layouts", "rc", "step", "unit", "caps", "replica_w", "card_hour", "shares")))
 
 
 class _Scorer:
@@ -249,112 +267,176 @@ class _Scorer:
         cost = rate * finish / HOUR + egress
         return lo, finish, cost, np.array([exposed, tf, step_bytes, egress, run_steps])
 
-
-    def many(self, g: _Group, ring: Ring, cfgs: list[tuple[str, int, int]], cards: float, rate: float
-             ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-        """Finish and cost of one split (``cards``, bill ``rate`` USD/h) under each (mode, H, F) of ``cfgs``, as
-        :meth:`figures` computes them, with one overhead evaluation for all."""
-        tc = max(g.step)
+    def grid(self, tc: float, ring: Ring, cfgs: list[tuple[str, int, int]], cards: np.ndarray[Any, Any],
+             rate: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """Finish and cost (rows: ``cfgs``; columns: the splits of ``cards`` and bill ``rate`` USD/h) at slowest
+        replica step ``tc``, as :meth:`figures` computes them."""
         steps, egress = [], []
         for mode, h, f in cfgs:
             exposed, _, link_bytes = wan_terms(self.si, ring, self.params, mode, h, f, tc)
             tf = S.token_factor(mode, self.si.token_penalty)
-            steps.append(tf * PM.mixed_step_s(g.step, exposed))
+            steps.append(tf * PM.mixed_step_s([tc], exposed))
             egress.append(S.egress_usd(link_bytes * self.iters * tf, ring.egress_usd_tb_sum))
-        step = np.array(steps)
-        _, _, finish = _job(self.sc, np.full(step.shape, cards), step)
-        return finish, rate * finish / HOUR + np.array(egress)
+        step = np.repeat(np.array(steps)[:, None], len(cards), axis=1)
+        _, _, finish = _job(self.sc, np.broadcast_to(cards, step.shape), step)
+        return finish, rate * finish / HOUR + np.array(egress)[:, None]
 
 
-def _group(sc: Scenario, si: S.SitesInput, powers: dict[str, Power | None], prices: list[float],
-           tables: dict[str, TypeTable], idx: tuple[int, ...], col: int, threshold: float) -> _Group | None:
-    """Each site of ``idx`` at its fewest-card replica whose step at share column ``col`` is within ``threshold``;
-    None when a site has none, or when the slowest chosen step is below the threshold (the same group is met at
-    that lower threshold)."""
-    parts = []
-    for i in idx:
-        site = si.sites[i]
-        acc = site.accelerator or ""
-        tab = tables[acc]
-        row = next((r for r in range(len(tab.cards)) if tab.steps[r, col] <= threshold), None)
-        if row is None:
-            return None
-        rc = tab.cards[row]
-        cph = sc.system(acc).acc.cards_per_host
-        power = powers.get(acc)
-        w = replica_power_w(power, site, rc, cph) if power is not None else None
-        cap = S.replicas_under_power(w or 0.0, site.power_cap_w if w is not None else None, site.max_cards, rc)
-        parts.append((site, tab.layouts[(row, col)], rc, float(tab.steps[row, col]), rc * prices[i], cap, w,
-                      prices[i]))
-    if max(p[3] for p in parts) < threshold:
-        return None
-    return _Group(*(tuple(p[k] for p in parts) for k in range(8)))  # type: ignore[arg-type]
+@dataclass(frozen=True)
+class _Options:
+    """One type's ways to take part at a step threshold over its used sites (``members``, indexes into the
+    sites): per option the share column, the replicas D (over the members, cheapest first), the sequences
+    D x m, the least bill (USD/h), the cards and the replica step."""
+
+    acc: str
+    members: tuple[int, ...]
+    rows: np.ndarray[Any, Any]  # the table row (replica size) per share column
+    col: np.ndarray[Any, Any]
+    d: np.ndarray[Any, Any]
+    seq: np.ndarray[Any, Any]
+    rate: np.ndarray[Any, Any]
+    cards: np.ndarray[Any, Any]
+    step: np.ndarray[Any, Any]
 
 
-def _size_costs(g: _Group, members: list[int]) -> np.ndarray[Any, Any]:
-    """The least bill (USD/h) of ``t`` replicas over ``members`` (sites of one replica size), from ``t =
-    len(members)`` (one each) to their summed caps: one each, the rest cheapest first (the cumulative sum of the
-    sorted per-replica prices, each site's repeated cap - 1 times)."""
-    order = sorted(members, key=lambda i: (g.unit[i], i))
-    extra = np.repeat([g.unit[i] for i in order], [g.caps[i] - 1 for i in order])
-    return sum(g.unit[i] for i in members) + np.concatenate(([0.0], np.cumsum(extra)))
+def fill_costs(unit: list[float], caps: list[int]) -> np.ndarray[Any, Any]:
+    """The least bill (USD/h) of ``t`` replicas over sites with these per-replica prices and caps, from ``t`` =
+    the sites (one each) to their summed caps: one each, the rest cheapest first (the cumulative sum of the sorted
+    prices, each site's repeated cap - 1 times; :func:`tpopt.models.sites.cheapest_fill`'s bill)."""
+    order = sorted(range(len(unit)), key=lambda i: (unit[i], i))
+    extra = np.repeat([unit[i] for i in order], [caps[i] - 1 for i in order])
+    return sum(unit) + np.concatenate(([0.0], np.cumsum(extra)))
 
 
-def _splits(g: _Group, d: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """Every split of ``d`` replicas worth scoring, as the replicas of each replica size (rows: splits; columns:
-    the sizes, ascending), their cards and their least bill rate (USD/h): every total per size the caps admit,
-    and within one size the cheapest-first fill (exact there: the cards, hence the overhead, are fixed by the
-    totals)."""
-    sizes = sorted(set(g.rc))
-    members = [[i for i in range(len(g.sites)) if g.rc[i] == rc] for rc in sizes]
-    costs = [_size_costs(g, m) for m in members]
-    lows = [len(m) for m in members]
-    axes = [np.arange(lo, lo + len(c)) for lo, c in zip(lows[:-1], costs[:-1], strict=True)]
-    heads = np.stack([x.ravel() for x in np.meshgrid(*axes, indexing="ij")], axis=1) if axes else np.zeros((1, 0))
-    last = d - heads.sum(axis=1)
-    ok = (last >= lows[-1]) & (last < lows[-1] + len(costs[-1]))
-    totals = np.column_stack([heads[ok], last[ok]]).astype(int)
-    rate = sum(c[totals[:, k] - lo] for k, (c, lo) in enumerate(zip(costs, lows, strict=True)))
-    cards = totals @ np.asarray(sizes, dtype=float)
-    return totals, cards, np.asarray(rate, dtype=float)
+class _Sites:
+    """The scenario's sites with their prices, types' tables and power figures: the per-site choices at a step
+    threshold."""
+
+    def __init__(self, sc: Scenario, si: S.SitesInput, powers: dict[str, Power | None],
+                 tables: dict[str, TypeTable], shares: tuple[int, ...]) -> None:
+        self.sc, self.si, self.powers, self.tables, self.shares = sc, si, powers, tables, shares
+        self.prices = [site_price(sc, s) for s in si.sites]
+        self.batch = sc.task.global_batch
+
+    def acc(self, i: int) -> str:
+        return self.si.sites[i].accelerator or ""
+
+    def caps(self, i: int, rc: int) -> tuple[int, float | None]:
+        """Site ``i``'s cap in replicas of ``rc`` cards (its cards and power) and one replica's facility W."""
+        site, acc = self.si.sites[i], self.acc(i)
+        power = self.powers.get(acc)
+        w = replica_power_w(power, site, rc, self.sc.system(acc).acc.cards_per_host) if power is not None else None
+        return S.replicas_under_power(w or 0.0, site.power_cap_w if w is not None else None, site.max_cards, rc), w
+
+    def rows(self, acc: str, thr: float) -> np.ndarray[Any, Any]:
+        """Per share column, the fewest-card row whose step is within ``thr`` (-1: none)."""
+        mask = self.tables[acc].steps <= thr
+        return np.where(mask.any(axis=0), mask.argmax(axis=0), -1)
+
+    def options(self, acc: str, members: tuple[int, ...], thr: float) -> _Options:
+        tab, rows = self.tables[acc], self.rows(acc, thr)
+        parts: list[tuple[np.ndarray[Any, Any], ...]] = []
+        for j in np.flatnonzero(rows >= 0):
+            rc = tab.cards[rows[j]]
+            caps = [self.caps(i, rc)[0] for i in members]
+            lo, hi = len(members), min(sum(caps), self.batch // self.shares[j])
+            if min(caps) < 1 or hi < lo:
+                continue
+            d = np.arange(lo, hi + 1)
+            parts.append((np.full(d.shape, j), d, d * self.shares[j],
+                          fill_costs([rc * self.prices[i] for i in members], caps)[: hi - lo + 1], d * float(rc),
+                          np.full(d.shape, tab.steps[rows[j], j])))
+        cols = [np.concatenate(x) if parts else np.zeros(0) for x in zip(*parts, strict=True)] if parts else \
+            [np.zeros(0, dtype=int)] * 6
+        return _Options(acc, members, rows, *cols)
+
+    def bound(self, types: dict[str, tuple[int, ...]], thr: float) -> tuple[float, float] | None:
+        """A lower bound on the bill rate (USD/h) and the cards of any plan of these types' sites whose slowest
+        replica step is ``thr``: every sequence of the batch at the least price and the fewest cards per sequence
+        among their replicas within ``thr`` (None: a type has none)."""
+        usd, cards = np.inf, np.inf
+        for acc, members in types.items():
+            tab, rows = self.tables[acc], self.rows(acc, thr)
+            ok = rows >= 0
+            if not ok.any():
+                return None
+            per_seq = np.asarray(tab.cards)[rows[ok]] / np.asarray(self.shares)[ok]
+            usd = min(usd, float(per_seq.min()) * min(self.prices[i] for i in members))
+            cards = min(cards, float(per_seq.min()))
+        return usd * self.batch, cards * self.batch
+
+    def group(self, opts: list[_Options], picks: list[int]) -> tuple[_Group, dict[str, int]]:
+        """The used sites (in site order) of option ``picks[k]`` of each type's ``opts[k]``: each type's replicas
+        filled cheapest first over its members; and the replicas per site."""
+        parts: dict[int, tuple[Any, ...]] = {}
+        for o, k in zip(opts, picks, strict=True):
+            j, d = int(o.col[k]), int(o.d[k])
+            tab = self.tables[o.acc]
+            row = int(o.rows[j])
+            rc = tab.cards[row]
+            cw = [self.caps(i, rc) for i in o.members]
+            unit = [rc * self.prices[i] for i in o.members]
+            fill = S.cheapest_fill(d, tuple(c for c, _ in cw), tuple(unit))
+            assert fill is not None  # d is within the members' caps
+            for i, n, (cap, w), u in zip(o.members, fill, cw, unit, strict=True):
+                parts[i] = (self.si.sites[i], tab.layouts[(row, j)], rc, float(tab.steps[row, j]), u, cap, w,
+                            self.prices[i], self.shares[j], n)
+        ordered = [parts[i] for i in sorted(parts)]
+        g = _Group(*(tuple(p[k] for p in ordered) for k in range(9)))
+        return g, {p[0].name: p[9] for p in ordered}
 
 
-def _split_of(g: _Group, totals: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """The replicas per site (g's order) of one row of :func:`_splits`: each size's total filled cheapest first."""
-    sizes = sorted(set(g.rc))
-    row = [0] * len(g.sites)
-    for rc, total in zip(sizes, totals, strict=True):
-        m = [i for i in range(len(g.sites)) if g.rc[i] == rc]
-        fill = S.cheapest_fill(int(total), tuple(g.caps[i] for i in m), tuple(g.unit[i] for i in m))
-        assert fill is not None  # the total is within the members' range
-        for i, n in zip(m, fill, strict=True):
-            row[i] = n
-    return np.array([row], dtype=float)
+def _joined(opts: list[_Options], batch: int, thr: float) -> list[np.ndarray[Any, Any]]:
+    """Indexes (one array per type) of the combinations of one option per type whose sequences sum to the batch
+    and whose slowest replica step is ``thr`` (a join on the sequences: the second type's D follows from the
+    first's), less those another beats on both the bill rate and the cards (the Pareto front)."""
+    a = opts[0]
+    if len(opts) == 1:
+        idx = [np.flatnonzero((a.seq == batch) & (a.step == thr))]
+        rate, cards = a.rate[idx[0]], a.cards[idx[0]]
+    else:
+        b = opts[1]
+        order = np.argsort(b.seq, kind="stable")
+        sb = b.seq[order]
+        need = batch - a.seq
+        left, right = np.searchsorted(sb, need, "left"), np.searchsorted(sb, need, "right")
+        cnt = right - left
+        ia = np.repeat(np.arange(len(a.seq)), cnt)
+        start = np.repeat(np.cumsum(cnt) - cnt, cnt)
+        ib = order[np.repeat(left, cnt) + np.arange(int(cnt.sum())) - start]
+        ok = np.maximum(a.step[ia], b.step[ib]) == thr
+        idx = [ia[ok], ib[ok]]
+        rate, cards = a.rate[idx[0]] + b.rate[idx[1]], a.cards[idx[0]] + b.cards[idx[1]]
+    order = np.lexsort((rate, cards))
+    best = np.minimum.accumulate(rate[order])
+    front = order[np.concatenate(([True], best[1:] < best[:-1]))] if len(order) else order
+    return [x[front] for x in idx]
 
 
 def _candidate(scorer: _Scorer, g: _Group, ring: Ring, cfg: tuple[str, int, int], reps: np.ndarray[Any, Any],
-               k: int, share: int) -> MixedCandidate:
+               k: int) -> MixedCandidate:
     """Split ``k`` of ``reps`` of group ``g`` (in ring order) as a plan."""
     cards = reps @ np.asarray(g.rc, dtype=float)
     lo, finish, cost, sca = scorer.figures(g, ring, *cfg, cards, reps @ np.asarray(g.unit, dtype=float))
     n = [int(x) for x in reps[k]]
     parts = tuple(SitePart(site=s.name, accelerator=s.accelerator or "", layout=lay, replica_cards=rc, replicas=r,
-                           share=r * share, step_s=t, card_hour=p, power_w=None if w is None else w * r,
-                           cap_w=s.power_cap_w, max_cards=s.max_cards)
-                  for s, lay, rc, r, t, p, w in zip(g.sites, g.layouts, g.rc, n, g.step, g.card_hour, g.replica_w,
-                                                    strict=True))
+                           share=r * m, step_s=t, card_hour=p, power_w=None if w is None else w * r,
+                           cap_w=s.power_cap_w, max_cards=s.max_cards, replica_share=m)
+                  for s, lay, rc, r, t, p, w, m in zip(g.sites, g.layouts, g.rc, n, g.step, g.card_hour, g.replica_w,
+                                                       g.shares, strict=True))
     exposed, tf, step_bytes, egress, run_steps = (float(x) for x in sca)
-    return MixedCandidate(parts=parts, mode=cfg[0], inner_steps=cfg[1], fragments=cfg[2], replica_share=share,
+    return MixedCandidate(parts=parts, mode=cfg[0], inner_steps=cfg[1], fragments=cfg[2],
                           cards=int(cards[k]), compute_step_s=max(g.step), exposed_s=exposed, token_factor=tf,
                           steps=run_steps, wan_bytes_step=step_bytes, egress_usd=egress, overhead=float(lo[k]),
                           finish_s=float(finish[k]), cost=float(cost[k]), ring=ring, group=g)
 
 
-def solve_mixed_sites(sc: Scenario, si: S.SitesInput, powers: dict[str, Power | None], prune: bool = True
-                      ) -> MixedSolve:
+def solve_mixed_sites(sc: Scenario, si: S.SitesInput, powers: dict[str, Power | None], prune: bool = True,
+                      relax: bool = True) -> MixedSolve:
     """The decision of the module's docstring over ``si``'s sites (each with its type; ``powers``: each type's
-    catalog power figures); ``prune`` False: every candidate the fill does not settle is solved exhaustively,
-    whatever its bound (a check of the bound)."""
+    catalog power figures); ``prune`` False: every (set of sites, threshold) is joined, whatever its bound (a
+    check of the bound). Without a plan and with ``relax``: the "WAN bandwidth" relaxation
+    (:func:`tpopt.optimizer.sites.wan_relaxation`, this decision re-run at each bandwidth tried)."""
     t0 = time.process_time()
     if len(si.sites) > MAX_SITES:
         raise InputError(f"[[sites]]: at most {MAX_SITES} sites (got {len(si.sites)})")
@@ -366,75 +448,103 @@ def solve_mixed_sites(sc: Scenario, si: S.SitesInput, powers: dict[str, Power | 
     shares = replica_shares(batch, sc.search.micro_batch)
     types = list(dict.fromkeys(s.accelerator or "" for s in si.sites))
     tables = {a: type_table(sc, a, shares) for a in types}
-    prices = [site_price(sc, s) for s in si.sites]
+    ss = _Sites(sc, si, powers, tables, shares)
     scorer = _Scorer(sc, si)
     best: MixedCandidate | None = None
     per_mode: dict[str, MixedCandidate] = {}
-    pending: list[tuple[float, _Group, Ring, tuple[str, int, int], int, int]] = []  # bound first: unsettled
-    scored = exhaustive = 0
-    ring_sets = {idx: rings(si, tuple(si.sites[i].name for i in idx))
-                 for k in range(1, len(si.sites) + 1) for idx in itertools.combinations(range(len(si.sites)), k)}
+    modes = {m for m in si.modes if m == S.SYNC or len(si.sites) > 1}
+    scored = joined = 0
+    ring_sets: dict[tuple[int, ...], list[Ring]] = {}
+    work: list[tuple[float, dict[str, float], tuple[int, ...], dict[str, tuple[int, ...]], float]] = []
+    for k in range(1, len(si.sites) + 1):
+        for idx in itertools.combinations(range(len(si.sites)), k):
+            by_type: dict[str, tuple[int, ...]] = {}
+            for i in idx:
+                by_type[ss.acc(i)] = (*by_type.get(ss.acc(i), ()), i)
+            if len(by_type) > MAX_TYPES:
+                continue
+            ring_sets[idx] = rings(si, tuple(si.sites[i].name for i in idx))
+            # per mode, the least stretch of the slowest replica step: sync at its fastest ring, DiLoCo's tokens
+            extra = {m: (1.0, min(wan_terms(si, r, scorer.params, S.SYNC, 1, 1, 0.0)[0] for r in ring_sets[idx]))
+                     if m == S.SYNC else (S.token_factor(m, si.token_penalty), 0.0)
+                     for m in modes if m == S.SYNC or k > 1}
+            steps = {float(x) for a in by_type for x in tables[a].steps.ravel() if np.isfinite(x)}
+            for thr in sorted(steps):
+                lb = ss.bound(by_type, thr)
+                if lb is None:
+                    continue
+                lows = {}
+                for m, (tf, wan) in extra.items():
+                    fin = float(_job(sc, np.array([lb[1]]), np.array([tf * (thr + wan)]))[2][0])
+                    if fin <= scorer.deadline and lb[0] * fin / HOUR <= scorer.budget:
+                        lows[m] = lb[0] * fin / HOUR
+                if lows:
+                    work.append((min(lows.values()), lows, idx, by_type, thr))
 
     def keep(c: MixedCandidate) -> None:
         nonlocal best
-        if c.finish_s > scorer.deadline or c.cost > scorer.budget:
-            return
         if best is None or c.key() < best.key():
             best = c
         if c.mode not in per_mode or c.key() < per_mode[c.mode].key():
             per_mode[c.mode] = c
 
-    for j, m in enumerate(shares):
-        d = batch // m
-        for idx, site_rings in ring_sets.items():
-            if len(idx) > d:
-                continue
-            steps = {float(x) for i in idx for x in tables[si.sites[i].accelerator or ""].steps[:, j]}
-            for thr in sorted(x for x in steps if np.isfinite(x)):
-                g = _group(sc, si, powers, prices, tables, idx, j, thr)
-                if g is None:
-                    continue
-                fill = S.cheapest_fill(d, g.caps, g.unit)
-                if fill is None:
-                    continue
-                fewest = S.cheapest_fill(d, g.caps, tuple(float(x) for x in g.rc))
-                assert fewest is not None  # the caps hold d (the fill above exists)
-                nmin = sum(a * b for a, b in zip(fewest, g.rc, strict=True))
-                settled = sum(a * b for a, b in zip(fill, g.rc, strict=True)) == nmin
-                names = [s.name for s in g.sites]
-                cfgs = mode_configs(si, len(idx))
-                for ring in site_rings:
-                    go = g.ordered(ring.order)
-                    at = [names.index(n) for n in ring.order]
-                    reps = np.array([[fill[i] for i in at]], dtype=float)
-                    rate = float(reps[0] @ np.asarray(go.unit))
-                    finish, cost = scorer.many(go, ring, cfgs, float(reps[0] @ np.asarray(go.rc)), rate)
-                    scored += len(cfgs)
-                    for k in np.flatnonzero((finish <= scorer.deadline) & (cost <= scorer.budget)):
-                        cur = per_mode.get(cfgs[k][0])
-                        if cur is None or (cost[k], finish[k]) <= (cur.cost, cur.finish_s):
-                            keep(_candidate(scorer, go, ring, cfgs[k], reps, 0, m))
-                    if not settled:  # the bound: the least bill rate at the finish of the fewest cards
-                        low_finish, bounds = scorer.many(go, ring, cfgs, float(nmin), rate)
-                        pending += [(float(bounds[k]), go, ring, cfgs[k], d, m)
-                                    for k in np.flatnonzero(low_finish <= scorer.deadline)]  # else none meets it
-    for low, go, ring, cfg, d, m in sorted(pending, key=lambda p: p[0]):
-        if prune and best is not None and low >= best.cost:
-            break  # sorted: no split of this or any later candidate beats the best
-        totals, cards, rates = _splits(go, d)
-        exhaustive += 1
-        _, finish, cost, _ = scorer.figures(go, ring, *cfg, cards, rates)
-        ok = (finish <= scorer.deadline) & (cost <= scorer.budget)
-        if ok.any():
-            keep(_candidate(scorer, go, ring, cfg, _split_of(go, totals[int(np.argmin(np.where(ok, cost, np.inf)))]),
-                            0, m))
+    for low, lows, idx, by_type, thr in sorted(work, key=lambda w: w[0]):
+        if prune and modes <= per_mode.keys() and low >= max(per_mode[m].cost for m in modes):
+            break  # sorted: no plan of this or any later (sites, threshold) beats the cheapest of every mode
+        if prune and all(m in per_mode and x >= per_mode[m].cost for m, x in lows.items()):
+            continue  # the bound: no plan here beats the cheapest of any mode it could meet the deadline in
+        joined += 1
+        opts = [ss.options(a, m, thr) for a, m in by_type.items()]
+        picks = _joined(opts, batch, thr)
+        if not len(picks[0]):
+            continue
+        rate = sum(o.rate[p] for o, p in zip(opts, picks, strict=True))
+        cards = sum(o.cards[p] for o, p in zip(opts, picks, strict=True))
+        cfgs = mode_configs(si, len(idx))
+        for ring in ring_sets[idx]:
+            finish, cost = scorer.grid(thr, ring, cfgs, np.asarray(cards, dtype=float), np.asarray(rate, dtype=float))
+            scored += cost.size
+            ok = (finish <= scorer.deadline) & (cost <= scorer.budget)
+            for c, k in zip(*np.nonzero(ok), strict=True):
+                cur = per_mode.get(cfgs[c][0])
+                if cur is None or (cost[c, k], finish[c, k]) <= (cur.cost, cur.finish_s):
+                    g, reps = ss.group(opts, [int(p[k]) for p in picks])
+                    keep(_candidate(scorer, g.ordered(ring.order), ring, cfgs[c],
+                                    np.array([[reps[n] for n in ring.order]], dtype=float), 0))
     out = MixedSolve(best=best, per_mode=per_mode, best_sync=None, best_diloco=None, scored=scored,
-                     exhaustive=exhaustive, layouts_evaluated=sum(t.evaluated for t in tables.values()), si=si,
+                     exhaustive=joined, layouts_evaluated=sum(t.evaluated for t in tables.values()), si=si,
                      types=types)
     if best is not None:
         out.best_sync, out.best_diloco = _compare(scorer, best, si)
+        if out.best_sync is not None and out.best_diloco is not None:
+            out.crossover_bps = crossover_of(si, best.ring, scorer.params, sc.task.reserved_s,
+                                             as_candidate(sc, out.best_sync), as_candidate(sc, out.best_diloco))
+    elif relax:
+        out.relaxations = [wan_relaxation(si, lambda gbps: _best_candidate(
+            sc, solve_mixed_sites(sc, with_bandwidth(si, gbps * GBPS), powers, prune, relax=False)))]
     out.cpu_s = time.process_time() - t0
     return out
+
+
+def _best_candidate(sc: Scenario, out: MixedSolve) -> Candidate | None:
+    return None if out.best is None else as_candidate(sc, out.best)
+
+
+def as_candidate(sc: Scenario, c: MixedCandidate) -> Candidate:
+    """``c`` in the one-type decision's terms (:class:`tpopt.optimizer.sites.Candidate`), for its crossover and
+    relaxation: the no-WAN finish ``f1 = reserved + iterations x max_s t_s x (1 + L)`` (L at the job's cards,
+    independent of the WAN) and its bill ``c1 = sum_s cards_s x price_s x f1 / 3600``, so that
+    ``finish = reserved + (f1 - reserved) x token factor x (t + exposed) / t`` and ``cost = c1 x finish / f1 +
+    egress``, the one-type forms."""
+    f1 = sc.task.reserved_s + T.iteration_count(sc) * c.compute_step_s * (1.0 + c.overhead)
+    rate = sum(p.replicas * p.replica_cards * p.card_hour for p in c.parts)
+    return Candidate(sites=tuple(p.site for p in c.parts), replicas=tuple(p.replicas for p in c.parts), mode=c.mode,
+                     inner_steps=c.inner_steps, fragments=c.fragments, dp=sum(p.replicas for p in c.parts),
+                     cards=c.cards, compute_step_s=c.compute_step_s, exposed_s=c.exposed_s,
+                     utilisation=S.utilisation(c.compute_step_s, c.exposed_s), token_factor=c.token_factor,
+                     steps=c.steps, wan_bytes_step=c.wan_bytes_step, wan_bytes_total=c.wan_bytes_step * c.steps,
+                     egress_usd=c.egress_usd, finish_s=c.finish_s, cost=c.cost, one_site_cost=rate * f1 / HOUR,
+                     one_site_finish_s=f1)
 
 
 def _compare(scorer: _Scorer, best: MixedCandidate, si: S.SitesInput
@@ -442,7 +552,7 @@ def _compare(scorer: _Scorer, best: MixedCandidate, si: S.SitesInput
     """The cheapest synchronous and the cheapest DiLoCo plan at the best plan's sites, replicas and ring (the
     deadline not applied: the comparison says what each mode costs there)."""
     reps = np.array([[p.replicas for p in best.parts]], dtype=float)
-    cs = [_candidate(scorer, best.group, best.ring, cfg, reps, 0, best.replica_share)
+    cs = [_candidate(scorer, best.group, best.ring, cfg, reps, 0)
           for cfg in mode_configs(si, len(best.parts))]
     sync = [c for c in cs if c.mode == S.SYNC]
     dl = [c for c in cs if c.mode == S.DILOCO]
@@ -455,7 +565,8 @@ def _plan_dict(c: MixedCandidate | None) -> dict[str, Any] | None:
         return None
     return {"mode": c.mode, "sites": [p.site for p in c.parts], "replicas": [p.replicas for p in c.parts],
             "inner_steps": c.inner_steps, "fragments": c.fragments, "cards": c.cards,
-            "replica_share": c.replica_share, "compute_step_s": c.compute_step_s, "exposed_wan_s": c.exposed_s,
+            "replica_shares": [p.replica_share for p in c.parts], "compute_step_s": c.compute_step_s,
+            "exposed_wan_s": c.exposed_s,
             "utilisation": S.utilisation(c.compute_step_s, c.exposed_s), "token_factor": c.token_factor,
             "steps": c.steps, "wan_bytes_step": c.wan_bytes_step, "wan_bytes_total": c.wan_bytes_step * c.steps,
             "egress_usd": c.egress_usd, "overhead": c.overhead, "finish_days": c.finish_s / DAY, "cost": c.cost}
@@ -464,6 +575,7 @@ def _plan_dict(c: MixedCandidate | None) -> dict[str, Any] | None:
 def _part_dict(c: MixedCandidate, p: SitePart, idle: float) -> dict[str, Any]:
     return {"site": p.site, "accelerator": p.accelerator, **p.layout, "replica_cards": p.replica_cards,
             "replicas": p.replicas, "cards": p.replicas * p.replica_cards, "share": p.share,
+            "replica_share": p.replica_share,
             "replica_step_s": p.step_s, "idle_s": idle, "card_hour": p.card_hour,
             "bill_usd": PM.pool_cost(p.replicas * p.replica_cards, p.card_hour, c.finish_s),
             "site_mw": None if p.power_w is None else p.power_w / 1e6,
@@ -475,12 +587,13 @@ def mixed_report(out: MixedSolve) -> dict[str, Any]:
     si = out.si
     d: dict[str, Any] = {
         "status": "optimal" if out.best else "infeasible", "types": out.types, "candidates": out.scored,
-        "exhaustive_splits": out.exhaustive, "layouts_evaluated": out.layouts_evaluated, "modes": list(si.modes),
+        "thresholds_joined": out.exhaustive, "layouts_evaluated": out.layouts_evaluated, "modes": list(si.modes),
         "best": _plan_dict(out.best), "sync": _plan_dict(out.best_sync), "diloco": _plan_dict(out.best_diloco),
         "best_per_mode": {m: _plan_dict(c) for m, c in sorted(out.per_mode.items())},
         "token_penalty": si.token_penalty, "token_penalty_source": si.token_penalty_source,
         "assumptions": [
-            "every replica takes the same share of the global batch; each site runs one layout of its type",
+            "the replicas of one type take one share of the global batch, each type its own (shares dividing the "
+            "batch); each site runs one layout of its type; a plan spans at most two card types",
             "the step waits for the slowest site (DiLoCo: the outer synchronisation waits for the slowest site's "
             "H inner steps)",
             "synchronous WAN all-reduce not overlapped with compute (the gradient is whole after the backward pass)",
@@ -488,9 +601,13 @@ def mixed_report(out: MixedSolve) -> dict[str, Any]:
             "on the WAN",
             f"a streamed fragment's all-reduce overlaps {si.overlap_steps} inner step(s) (tau)",
             "checkpoint and failure overhead at the job's cards, every card at the scenario's MTBF",
-            "a replica's step as one site of the job's replicas of its type (the data-parallel all-reduce inside "
-            "a site)"],
+            "a replica's step as one of B / m replicas of its type at its share m (the data-parallel all-reduce "
+            "inside a site)"],
     }
+    if out.best is None:
+        d["relaxations"] = out.relaxations
+    if out.best_diloco is not None:
+        d["crossover_gbps"] = None if out.crossover_bps is None else out.crossover_bps / GBPS
     if out.best is not None:
         b = out.best
         idle = PM.idle_s([p.step_s for p in b.parts])
@@ -515,15 +632,18 @@ def _site_line(s: dict[str, Any]) -> str:
 def mixed_lines(d: dict[str, Any]) -> list[str]:
     """The report as text lines."""
     if d["best"] is None:
-        return [f"types: {', '.join(d['types'])}",
+        rl = scale_out_relaxation_lines(d.get("relaxations") or [])  # before the verdict, which stays the last line
+        return [f"types: {', '.join(d['types'])}", *([""] + rl + [""] if rl else []),
                 f"no multi-site plan meets the deadline ({d['candidates']:,} candidates scored)"]
     b = d["best"]
-    out = [f"types: {', '.join(d['types'])}; every replica takes {b['replica_share']:,} sequences a step",
+    each = dict.fromkeys(f"{s['accelerator']} {s['replica_share']:,}" for s in d["per_site"])
+    out = [f"types: {', '.join(d['types'])}; sequences a replica takes per step: {', '.join(each)}",
            f"best: {_mode(b)} over {len(b['sites'])} site(s), {b['cards']:,} cards, {b['finish_days']:.1f} d, "
-           f"{b['cost']:,.0f} USD ({d['candidates']:,} candidates scored, {d['exhaustive_splits']:,} splits solved "
-           "exhaustively, exact over the grids)"]
+           f"{b['cost']:,.0f} USD ({d['candidates']:,} candidates scored, {d['thresholds_joined']:,} site sets x step "
+           "thresholds joined, exact over the grids)"]
     out += [_site_line(s) for s in d["per_site"]]
     out += mode_lines(d)
+    out += crossover_lines(d)
     out.append(f"token penalty {d['token_penalty']:.1%} ({d['token_penalty_source'] or 'stated input'})")
     out += [f"assumption: {a}" for a in d["assumptions"]]
     return out
@@ -547,4 +667,5 @@ def answer_lines(d: dict[str, Any]) -> list[str]:
 
 
 __all__ = ["answer", "answer_lines", "TypeTable", "SitePart", "MixedCandidate", "MixedSolve", "replica_shares",
-           "type_table", "site_price", "solve_mixed_sites", "mixed_report", "mixed_lines", "REPLICA_FAMILIES"]
+           "type_table", "site_price", "solve_mixed_sites", "mixed_report", "mixed_lines", "REPLICA_FAMILIES",
+           "as_candidate"]

@@ -68,35 +68,44 @@ def small(deadline: str, sites: list[dict[str, Any]] = SITES) -> dict[str, Any]:
             "sites": sites, "wan": WAN}
 
 
-def brute_force(sc: Scenario, si: S.SitesInput, powers: dict[str, Any]) -> list[tuple[float, float]]:
-    """(cost, finish) of every plan of the space, by enumeration (written here, not the module's search): every
-    per-replica share m (B % m == 0), every set of sites, every layout per site (any feasible one, not only the
-    fastest), every split with each used site >= 1 replica within its cards and power, every ring order and
-    every mode, H and F; each type at its catalog NICs per host. Step = tf x (slowest replica + exposed WAN);
-    finish and overhead at the job's cards; cost = sum cards x price x finish / 3600 + egress."""
+Plan = tuple[float, float, int, tuple[str, ...]]
+
+
+def brute_force(sc: Scenario, si: S.SitesInput, powers: dict[str, Any]) -> list[Plan]:
+    """(cost, finish, sites, types) of every plan of the space, by enumeration (written here, not the module's
+    search): every set of sites, one per-replica share m_t per type of it (B % m_t == 0; a replica's step as one
+    of B / m_t), every layout per site (any feasible one, not only the fastest), every split with each used site
+    >= 1 replica within its cards and power and sum_s n_s x m_t(s) = B, every ring order and every mode, H and F;
+    each type at its catalog NICs per host. Step = tf x (slowest replica + exposed WAN); finish and overhead at
+    the job's cards; cost = sum cards x price x finish / 3600 + egress."""
     b = sc.task.global_batch
     fixed = fixed_choices(sc)
     replica_families = [n for n in POOL_FAMILIES if n != F.CARDS]
     params = float(param_count(sc.model))
     iters = T.iteration_count(sc)
-    out = []
-    for m in [m for m in range(1, b + 1) if b % m == 0]:
-        d = b // m
-        options: dict[str, list[tuple[int, float]]] = {}
-        for acc in {s.accelerator or "" for s in si.sites}:
+    shares = [m for m in range(1, b + 1) if b % m == 0]
+    options: dict[tuple[str, int], list[tuple[int, float]]] = {}  # (type, share) -> every feasible (cards, step)
+    for acc in {s.accelerator or "" for s in si.sites}:
+        for m in shares:
             opts = []
             for tp, pp, mb in itertools.product(sc.search.tp, sc.search.pp, sc.search.micro_batch):
                 if m % mb:
                     continue
                 r = evaluate_arrays(sc, acc, tp=np.array([tp]), pp=np.array([pp]), zero_stage=np.array([1]),
-                                    micro_batch=np.array([mb]), dp=np.array([d]), recompute="full",
+                                    micro_batch=np.array([mb]), dp=np.array([b // m]), recompute="full",
                                     nics_per_host=sc.system(acc).acc.nics_per_host, **fixed)
                 if all(bool(np.all(r[("c", n)][0] <= r[("c", n)][1])) for n in replica_families):
                     opts.append((tp * pp, float(np.asarray(r["step_s"]).ravel()[0])))
-            options[acc] = opts
-        for k in range(1, len(si.sites) + 1):
-            for used in itertools.combinations(si.sites, k):
-                for lays in itertools.product(*(options[s.accelerator or ""] for s in used)):
+            options[(acc, m)] = opts
+    out = []
+    for k in range(1, len(si.sites) + 1):
+        for used in itertools.combinations(si.sites, k):
+            kinds = sorted({s.accelerator or "" for s in used})
+            for ms in itertools.product(shares, repeat=len(kinds)):  # one share per type
+                m_of = dict(zip(kinds, ms, strict=True))
+                per_site = [m_of[s.accelerator or ""] for s in used]
+                for lays in itertools.product(*(options[(s.accelerator or "", m)] for s, m in zip(used, per_site,
+                                                                                                strict=True))):
                     caps = []
                     for s, (rc, _) in zip(used, lays, strict=True):
                         acc = s.accelerator or ""
@@ -106,7 +115,7 @@ def brute_force(sc: Scenario, si: S.SitesInput, powers: dict[str, Any]) -> list[
                             cap = min(cap, int(s.power_cap_w // w))
                         caps.append(cap)
                     for n in itertools.product(*(range(1, c + 1) for c in caps)):
-                        if sum(n) != d:
+                        if sum(x * m for x, m in zip(n, per_site, strict=True)) != b:
                             continue
                         cards = sum(x * rc for x, (rc, _) in zip(n, lays, strict=True))
                         rate = sum(x * rc * M.site_price(sc, s) for x, (rc, _), s in zip(n, lays, used, strict=True))
@@ -133,51 +142,67 @@ def brute_force(sc: Scenario, si: S.SitesInput, powers: dict[str, Any]) -> list[
                                 fin = float(finish[0])
                                 link_bytes = 2 * (k - 1) / k * nbytes * per * iters * tf if k > 1 else 0.0
                                 cost = rate * fin / HOUR + link_bytes * egress_tb / 1e12
-                                out.append((cost, fin))
+                                out.append((cost, fin, k, tuple(kinds)))
     return out
 
 
 @pytest.fixture(scope="module")
-def plans() -> list[tuple[float, float]]:
+def plans() -> list[Plan]:
     sc, si, powers = load_mixed_sites_scenario(small("10000d"))
     return brute_force(sc, si, powers)
 
 
-@pytest.mark.parametrize(("deadline_fraction", "used"), [(None, 1), (0.3, 1), (0.1, 1), (0.05, 3)])
-def test_mixed_sites_equal_brute_force(plans: list[tuple[float, float]], deadline_fraction: float | None,
-                                       used: int) -> None:
+@pytest.mark.parametrize(("deadline_fraction", "used"), [(None, 1), (0.3, 1), (0.1, 1), (0.05, 2), (0.01, 3)])
+def test_mixed_sites_equal_brute_force(plans: list[Plan], deadline_fraction: float | None, used: int) -> None:
     """Two H100 sites (one power-capped and cheap) and a small B200 site with its own price: the decision's cost
     and finish equal the brute force's best within the deadline, from a loose deadline (one cheap site) to one
-    near the fastest plan's (all three sites, both types)."""
-    fastest, cheapest = min(f for _, f in plans), min(plans)[1]
+    near the fastest plan's (two, then three sites, both types, each type at its own share: the B200 replicas
+    take more sequences than the H100 ones)."""
+    fastest, cheapest = min(p[1] for p in plans), min(plans)[1]
     deadline_s = cheapest * 2 if deadline_fraction is None else fastest + (cheapest - fastest) * deadline_fraction
     sc, si, powers = load_mixed_sites_scenario(small(f"{deadline_s / 86400.0:.6f}d"))
     within = [p for p in plans if p[1] <= F.limit(F.DEADLINE, sc)]
     out = M.solve_mixed_sites(sc, si, powers)
     assert within and out.best is not None
-    cost, finish = min(within)
+    cost, finish, k, kinds = min(within)
     assert math.isclose(out.best.cost, cost, rel_tol=1e-9)
     assert math.isclose(out.best.finish_s, finish, rel_tol=1e-9)
-    assert len(out.best.parts) == used
-    if used == 3:
-        assert {p.accelerator for p in out.best.parts} == {"h100-sxm", "b200"}
+    assert len(out.best.parts) == used == k
+    assert sorted({p.accelerator for p in out.best.parts}) == list(kinds)
+    if deadline_fraction is not None and deadline_fraction < 0.1:
+        share = {p.accelerator: p.replica_share for p in out.best.parts}
+        assert set(share) == {"h100-sxm", "b200"} and share["b200"] > share["h100-sxm"]
+    assert sum(p.share for p in out.best.parts) == sc.task.global_batch
 
 
-def test_exhaustive_splits_by_enumeration() -> None:
-    """The bound's fallback: sites of two replica sizes (16 and 32 cards) where the cheapest replicas are the big
-    ones, so the least bill and the fewest cards differ. The least of rate x (1 + N / 1000) (a cost growing with
-    the cards, as the overhead does) over :func:`_splits` equals its least over every split enumerated here."""
-    sites = tuple(S.Site(n, 1000) for n in "abc")
-    g = M._Group(sites=sites, layouts=({},) * 3, rc=(32, 16, 16), step=(1.0, 1.0, 1.0), unit=(16.0, 40.0, 30.0),
-                 caps=(5, 3, 4), replica_w=(None,) * 3, card_hour=(0.5, 2.5, 1.875))
-    totals, cards, rates = M._splits(g, 9)
-    got = float(np.min(rates * (1 + cards / 1000)))
-    every = [n for n in itertools.product(range(1, 6), range(1, 4), range(1, 5)) if sum(n) == 9]
-    want = min((16 * a + 40 * b + 30 * c) * (1 + (32 * a + 16 * b + 16 * c) / 1000) for a, b, c in every)
-    assert math.isclose(got, want, rel_tol=1e-12)
-    # the fill by price (big replicas first) is not the fewest cards here: the bound path is needed
-    assert S.cheapest_fill(9, g.caps, g.unit) == (5, 1, 3)
-    assert S.cheapest_fill(9, g.caps, (32.0, 16.0, 16.0)) == (2, 3, 4)
+def test_fill_costs_and_the_join_by_enumeration() -> None:
+    """The per-type fill's bill, and the join of two types on the global batch. Bill: sites at 16, 40 and 30 USD a
+    replica-hour with caps 5, 3, 4: one each (86), then 16 x 4, then 30 x 3, then 40 x 2 (cumulative). Join: type
+    A's options (D replicas at share 4 or at share 2) and type B's (share 8), batch 32, step threshold 10 s:
+    every pair whose sequences sum to 32 and whose slower step is 10 s, enumerated here, has its (bill, cards)
+    matched or beaten by a pair of the join's front, and every front pair is one of them."""
+    bills = M.fill_costs([16.0, 40.0, 30.0], [5, 3, 4])
+    want = [86.0]
+    for u in [16.0] * 4 + [30.0] * 3 + [40.0] * 2:
+        want.append(want[-1] + u)
+    assert bills.tolist() == want
+
+    def opts(rows: list[tuple[int, int, int, float, float, float]]) -> M._Options:
+        col, d, seq, rate, cards, step = (np.array(x) for x in zip(*rows, strict=True))
+        return M._Options("x", (0,), np.array([0, 0]), col, d, seq, rate, cards, step)
+
+    # (column, D, sequences, bill, cards, step)
+    a = opts([(0, d, 4 * d, 7.0 * d, 8.0 * d, 10.0) for d in range(1, 8)]
+             + [(1, d, 2 * d, 3.0 * d, 4.0 * d, 6.0) for d in range(1, 16)])
+    b = opts([(0, d, 8 * d, 11.0 * d + 1.0, 10.0 * d, 9.0) for d in range(1, 4)])
+    ia, ib = M._joined([a, b], 32, 10.0)
+    pairs = [(float(a.rate[i] + b.rate[j]), float(a.cards[i] + b.cards[j]))
+             for i in range(len(a.seq)) for j in range(len(b.seq))
+             if a.seq[i] + b.seq[j] == 32 and max(a.step[i], b.step[j]) == 10.0]
+    front = list(zip((a.rate[ia] + b.rate[ib]).tolist(), (a.cards[ia] + b.cards[ib]).tolist(), strict=True))
+    assert pairs and all(f in pairs for f in front)
+    assert all(any(fr <= r and fc <= c for fr, fc in front) for r, c in pairs)
+    assert all(a.step[i] == 10.0 for i in ia)  # B alone is at 9 s: A's 10 s pairs only
 
 
 def test_example_uses_its_caps_and_prices() -> None:
@@ -251,11 +276,55 @@ def test_one_type_at_its_price_equals_the_one_type_decision() -> None:
 
 
 def test_the_bound_loses_no_plan_on_the_example() -> None:
-    """The example leaves candidates to the bound (the fill by price is not the fewest cards); solving every one of
-    them exhaustively, whatever its bound, finds the same plan."""
+    """The bound rules out (set of sites, step threshold) pairs on the example; joining every one of them,
+    whatever its bound, finds the same plan."""
     sc, si, powers = load_mixed_sites_scenario(EXAMPLE)
     pruned = M.solve_mixed_sites(sc, si, powers)
     full = M.solve_mixed_sites(sc, si, powers, prune=False)
     assert pruned.best is not None and full.best is not None
     assert 0 < pruned.exhaustive < full.exhaustive
     assert full.best.key() == pruned.best.key()
+
+
+def test_mixed_crossover_flips_the_cheaper_mode() -> None:
+    """The example's sync / DiLoCo crossover bandwidth (the one-type closed form on the mixed plan): re-scoring the
+    best plan's sites, replicas and ring with the ring's slowest link 1 % below and 1 % above it, DiLoCo is the
+    cheaper mode below and synchronous training above (the scoring path, not the closed form)."""
+    import dataclasses
+
+    sc, si, powers = load_mixed_sites_scenario(EXAMPLE)
+    out = M.solve_mixed_sites(sc, si, powers)
+    assert out.best is not None and out.best_diloco is not None and out.crossover_bps is not None
+    x, dl = out.crossover_bps, out.best_diloco
+    scorer = M._Scorer(sc, si)
+    reps = np.array([[p.replicas for p in out.best.parts]], dtype=float)
+
+    def cost(bw: float, cfg: tuple[str, int, int]) -> float:
+        ring = dataclasses.replace(out.best.ring, bandwidth_bps=bw)  # type: ignore[union-attr]
+        return M._candidate(scorer, out.best.group, ring, cfg, reps, 0).cost  # type: ignore[union-attr]
+
+    cfg_dl = (S.DILOCO, dl.inner_steps, dl.fragments)
+    assert cost(0.99 * x, cfg_dl) < cost(0.99 * x, (S.SYNC, 1, 1))
+    assert cost(1.01 * x, cfg_dl) > cost(1.01 * x, (S.SYNC, 1, 1))
+    assert M.mixed_report(out)["crossover_gbps"] == x / 1e9
+
+
+def test_mixed_wan_bandwidth_relaxation_is_the_threshold() -> None:
+    """A 1 Gbit/s WAN and a deadline only the three sites together meet: no plan. The relaxation names the
+    smallest whole Gbit/s; re-solving with every link raised to it finds a plan, 1 Gbit/s below none."""
+    from tpopt.optimizer.sites import with_bandwidth
+
+    sc, si, powers = load_mixed_sites_scenario(small("10000d"))
+    plans = brute_force(sc, si, powers)
+    fastest = min(p[1] for p in plans)
+    slow = {**WAN, "bandwidth_gbps": 1, "links": []}
+    sc, si, powers = load_mixed_sites_scenario({**small(f"{fastest * 1.02 / 86400.0:.6f}d"), "wan": slow})
+    out = M.solve_mixed_sites(sc, si, powers)
+    assert out.best is None
+    (rel,) = out.relaxations
+    assert rel["parameter"] == "WAN bandwidth" and rel["helps"] and rel["current"] == 1
+    need = rel["required"]
+    assert M.solve_mixed_sites(sc, with_bandwidth(si, need * 1e9), powers, relax=False).best is not None
+    assert M.solve_mixed_sites(sc, with_bandwidth(si, (need - 1) * 1e9), powers, relax=False).best is None
+    text = "\n".join(M.mixed_lines(M.mixed_report(out)))
+    assert f"  WAN bandwidth  now 1 Gbit/s: >= {need:,} Gbit/s" in text
