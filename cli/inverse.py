@@ -70,9 +70,10 @@ from tpopt.optimizer.result import Request
                                                 "implies --front.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @handle_errors
-def inverse(model_list: str, generated: str | None, token_spec: str, token_resolution: str | None, law: str, target_loss: str | None,
-            unique_tokens: str | None, max_epochs: str, inference_tokens: str | None, serving_price: str | None,
-            serving_mfu: str, front: bool, plot: str | None, as_json: bool, **kw: Any) -> None:
+def inverse(model_list: str, generated: str | None, token_spec: str, token_resolution: str | None, law: str,
+            target_loss: str | None, unique_tokens: str | None, max_epochs: str, inference_tokens: str | None,
+            serving_price: str | None, serving_mfu: str, front: bool, plot: str | None, as_json: bool,
+            **kw: Any) -> None:
     """Choose the model size and training tokens: least predicted loss under the budget (--max-cost) by the
     deadline, or least cost for --target-loss; each candidate's plan is the cheapest meeting the date.
 

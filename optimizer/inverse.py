@@ -572,8 +572,8 @@ def ask(raw: dict[str, Any], catalog_dirs: Sequence[str], backend: str, req: Req
     ``serving_price``, ``serving_mfu``: the serving cost (:func:`serving_fields`); ``front``: the loss fronts
     too; ``generated``: ``MIN:MAX[:COUNT]`` parameters, the family's shape rule's sizes in that range offered next
     to the listed ones (:func:`generated_sizes`); ``token_resolution``: how finely a ``LO:HI`` range's most tokens
-    are refined (:func:`resolution_of`; a list offers its values only). Where a target loss is unreachable, :func:`explain_unreachable`
-    says what reaches it."""
+    are refined (:func:`resolution_of`; a list offers its values only). Where a target loss is unreachable,
+    :func:`explain_unreachable` says what reaches it."""
     scaling = load_scaling(catalog_dirs)
     cat = load_catalog(catalog_dirs)
     shapes = generated_sizes(scaling, models, generated)
