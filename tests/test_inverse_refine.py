@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_inverse import SCENARIO, chinchilla, cheapest, tpopt
+from tests.test_inverse import SCENARIO, cheapest, chinchilla, tpopt
 from tpopt.catalogs.scenario import read_scenario_file
 from tpopt.optimizer.inverse import ask
 from tpopt.optimizer.result import Request
@@ -41,7 +41,8 @@ def fine(space_file: Path) -> dict[str, list[tuple[float, int, float | None]]]:
     return {m: [(t, *cheapest(space_file, m, t)) for t in grid] for m in SIZES}
 
 
-def most_allowed(rows: list[tuple[float, int, float | None]], budget: float | None) -> tuple[float | None, float | None]:
+def most_allowed(rows: list[tuple[float, int, float | None]],
+                 budget: float | None) -> tuple[float | None, float | None]:
     """(the most fine-grid tokens within budget and date, the next fine value above it), None where none is
     allowed / none is above; the allowed values form a prefix (the pruning's premise, asserted)."""
     ok = [cost is not None and (budget is None or cost <= budget) for _, _, cost in rows]
