@@ -222,7 +222,8 @@ def _table(res: InverseResult) -> str:
                      "-" if x.cost is None or total is None else f"{total:,.0f}" if not serve
                      else f"{total:,.0f} ({x.cost:,.0f}+{x.serve_cost:,.0f})",
                      "-" if x.finish_days is None else f"{x.finish_days:.1f}",
-                     "pruned: " + x.detail if x.pruned else x.binds))
+                     "pruned: " + x.detail if x.pruned else x.binds + ("; grid value, not refined (cannot win)"
+                                                                       if x.coarse else "")))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = ["  " + "  ".join(v.ljust(w) if i in (0, 6) else v.rjust(w)
                             for i, (v, w) in enumerate(zip(r, widths, strict=True))).rstrip() for r in rows]

@@ -137,6 +137,7 @@ class Candidate:
     loss_bound: float | None = None  # pruned: the size's loss at the grid's top, no better than the best
     best: Solved | None = None
     bracket: tuple[float, float] | None = None  # refined: the most tokens lie in [lo, hi) (lo allowed, hi not)
+    coarse: bool = False  # not refined: its loss at the bracket's upper end cannot beat the best; tokens on the grid
 
     @property
     def total_cost(self) -> float | None:
@@ -148,7 +149,8 @@ class Candidate:
                 "effective_tokens": self.effective_tokens, "cost": self.cost, "serve_cost": self.serve_cost,
                 "total_cost": self.total_cost, "finish_days": self.finish_days,
                 "binds": self.binds, "detail": self.detail, "extrapolated": self.extrapolated, "pruned": self.pruned,
-                "loss_bound": self.loss_bound, "tokens_bracket": None if self.bracket is None else list(self.bracket)}
+                "loss_bound": self.loss_bound, "tokens_bracket": None if self.bracket is None else list(self.bracket),
+                "coarse": self.coarse}
 
 
 @dataclass
@@ -311,6 +313,7 @@ def _least_loss(s: _Solver, q: InverseQuestion, grid: Sequence[float], cands: li
         if q.token_resolution is not None and i + 1 < len(grid) and c.binds in (BUDGET, DATE):
             upper, _ = predicted_loss(q, c.params, grid[i + 1])
             if best is not None and best.loss is not None and upper >= best.loss:
+                c.coarse = True
                 c.detail += f"; not refined: loss > {upper:.4f} at any tokens below, cannot beat {best.model}"
             else:
                 tokens, c.bracket, c.binds, c.detail = _refine(s, q, c.model, grid[i], grid[i + 1],
