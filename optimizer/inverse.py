@@ -299,6 +299,7 @@ def _least_loss(s: _Solver, q: InverseQuestion, grid: Sequence[float], cands: li
             c.binds, c.detail = DATA, "no token value of the grid is within the data limit"
         return None
     # largest first: the loss bound at the grid's top prunes the small sizes once a large one answers
+    brackets: list[tuple[Candidate, int]] = []  # sizes to refine: the candidate and its grid index
     for c in sorted(cands, key=lambda c: -c.params):
         bound, _ = predicted_loss(q, c.params, grid[-1])
         if best is not None and best.loss is not None and bound >= best.loss:
@@ -309,17 +310,24 @@ def _least_loss(s: _Solver, q: InverseQuestion, grid: Sequence[float], cands: li
         i, c.binds, c.detail = _max_tokens(s, q, c.model, grid, q.train_budget(c.params))
         if i < 0:
             continue
-        tokens = grid[i]
+        _fill(c, q, s(c.model, grid[i]))
         if q.token_resolution is not None and i + 1 < len(grid) and c.binds in (BUDGET, DATE):
-            upper, _ = predicted_loss(q, c.params, grid[i + 1])
-            if best is not None and best.loss is not None and upper >= best.loss:
-                c.coarse = True
-                c.detail += f"; not refined: loss > {upper:.4f} at any tokens below, cannot beat {best.model}"
-            else:
-                tokens, c.bracket, c.binds, c.detail = _refine(s, q, c.model, grid[i], grid[i + 1],
-                                                               q.train_budget(c.params), q.token_resolution)
-        _fill(c, q, s(c.model, tokens))
+            brackets.append((c, i))
         if best is None or (c.loss is not None and best.loss is not None and c.loss < best.loss):
+            best = c
+    # refine the brackets in the order of the least loss each could reach (at its upper end), so that a
+    # refined answer prunes the brackets after it; the chosen size is always refined (module docstring)
+    for c, i in sorted(brackets, key=lambda ci: predicted_loss(q, ci[0].params, grid[ci[1] + 1])[0]):
+        upper, _ = predicted_loss(q, c.params, grid[i + 1])
+        assert best is not None and best.loss is not None and q.token_resolution is not None
+        if upper >= best.loss:
+            c.coarse = True
+            c.detail += f"; not refined: loss > {upper:.4f} at any tokens below, cannot beat {best.model}"
+            continue
+        tokens, c.bracket, c.binds, c.detail = _refine(s, q, c.model, grid[i], grid[i + 1],
+                                                       q.train_budget(c.params), q.token_resolution)
+        _fill(c, q, s(c.model, tokens))
+        if c.loss is not None and c.loss < best.loss:
             best = c
     return best
 
