@@ -442,14 +442,16 @@ def inverse(source: Source = None, /, *, models: str | Sequence[str] = "qwen3",
             max_epochs: str | float = 1, max_cost: str | float | None = None,
             inference_tokens: str | float | None = None, serving_price: str | float | None = None,
             serving_mfu: str | float = "0.3", front: bool = False, generated: str | None = None,
-            solver: str = backends.DEFAULT,
+            token_resolution: str | float | None = None, solver: str = backends.DEFAULT,
             time_limit: float = 60.0, seed: int = 0, workers: int = 1, method: str = "auto",
             catalog: str | PathLike[str] | Iterable[str | PathLike[str]] = (), **inputs: Any) -> dict[str, Any]:
     """``tpopt inverse``: the model size (``models``: a family such as ``"qwen3"`` or catalog names) and training
     tokens (``tokens``: ``"LO:HI[:COUNT]"`` or the values) that give the least predicted loss under the budget
     (``max_cost``; None: the scenario's) by the deadline, or the least cost for ``target_loss``; each candidate's
     plan is the cheapest meeting the date; ``generated``: ``"MIN:MAX[:COUNT]"`` parameters of the family's
-    rule-generated sizes offered too. The command's ``--json`` (:func:`tpopt.optimizer.inverse.ask`)."""
+    rule-generated sizes offered too; ``token_resolution``: how finely a ``"LO:HI"`` range's most tokens are
+    refined (default 0.5 %; a list offers its values only). The command's ``--json``
+    (:func:`tpopt.optimizer.inverse.ask`)."""
     _reject_plan_fields(inputs, "inverse", takes_plan=False)
     req = _request("cost", 1, time_limit, seed, workers, method)
     sc = scenario(source, inputs, catalog=catalog)
@@ -458,7 +460,7 @@ def inverse(source: Source = None, /, *, models: str | Sequence[str] = "qwen3",
     return ask(sc.raw, sc.catalog_dirs, solver, req, models=models, tokens=tokens, law=law, target_loss=target_loss,
                unique_tokens=unique_tokens, max_epochs=max_epochs, max_cost=max_cost,
                inference_tokens=inference_tokens, serving_price=serving_price, serving_mfu=serving_mfu,
-               front=front, generated=generated).out
+               front=front, generated=generated, token_resolution=token_resolution).out
 
 
 def sites(source: str | PathLike[str] | Mapping[str, Any], /, *, solver: str = backends.DEFAULT,

@@ -4,7 +4,8 @@
 
 Runs ``tpopt inverse`` as a user does (a fresh process: imports, catalog, every plan solve) on the Llama 3
 scenario of the examples with H100, B200 and MI300X as the hardware candidates, a 60-day deadline and a
-2,000,000 USD budget, the Llama 3 sizes (listed) and 9 token values from 100B to 25.6T; then the same with the
+2,000,000 USD budget, the Llama 3 sizes (listed) and the tokens from 100B to 25.6T (9 grid values locating each
+size's bracket, the most tokens refined inside it to the default 0.5 %); then the same with the
 family's generated sizes too (``--generated 1B:100B:8``). Each row: the command's CPU seconds (user + system of
 the child, best of ``--repeat``), the wall seconds of that run, the plan solves, the answer and the status of its
 solve (every solve is proven: a solve that is not stops the command), and the load average beside it. The issue

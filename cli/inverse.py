@@ -48,6 +48,9 @@ from tpopt.optimizer.result import Request
 @click.option("--tokens", "token_spec", default="10B:2T:16", show_default=True,
               help="Training tokens to choose among: LO:HI[:COUNT] (COUNT values in equal ratios, default 16) "
                    "or a comma-separated list.")
+@click.option("--token-resolution", help="How finely a LO:HI range's most tokens are found: the grid locates the "
+                                         "bracket, a bisection over the tokens refines it to this fraction, e.g. "
+                                         "0.5% (the default; 0: the grid's values only). A list offers its values.")
 @click.option("--law", default="chinchilla", show_default=True,
               help="Scaling-law fit of scaling.toml (built in: chinchilla, besiroglu; more via --catalog).")
 @click.option("--target-loss", help="Least cost reaching this predicted loss, each size trained on exactly the tokens "
@@ -67,9 +70,10 @@ from tpopt.optimizer.result import Request
                                                 "implies --front.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @handle_errors
-def inverse(model_list: str, generated: str | None, token_spec: str, law: str, target_loss: str | None,
-            unique_tokens: str | None, max_epochs: str, inference_tokens: str | None, serving_price: str | None,
-            serving_mfu: str, front: bool, plot: str | None, as_json: bool, **kw: Any) -> None:
+def inverse(model_list: str, generated: str | None, token_spec: str, token_resolution: str | None, law: str,
+            target_loss: str | None, unique_tokens: str | None, max_epochs: str, inference_tokens: str | None,
+            serving_price: str | None, serving_mfu: str, front: bool, plot: str | None, as_json: bool,
+            **kw: Any) -> None:
     """Choose the model size and training tokens: least predicted loss under the budget (--max-cost) by the
     deadline, or least cost for --target-loss; each candidate's plan is the cheapest meeting the date.
 
@@ -84,7 +88,7 @@ def inverse(model_list: str, generated: str | None, token_spec: str, law: str, t
                 tokens=token_spec, law=law, target_loss=target_loss, unique_tokens=unique_tokens,
                 max_epochs=max_epochs, max_cost=kw.get("max_cost"), inference_tokens=inference_tokens,
                 serving_price=serving_price, serving_mfu=serving_mfu, front=front or plot is not None,
-                generated=generated)
+                generated=generated, token_resolution=token_resolution)
     res, out, q, why, fronts = asked.res, asked.out, asked.question, asked.why, asked.fronts
     if as_json:
         click.echo(dump_json(out), nl=False)
@@ -101,7 +105,9 @@ def result_text(res: InverseResult, out: dict[str, Any]) -> str:
     q, c = res.question, res.chosen
     budget = "no budget" if q.budget is None else f"budget {q.budget:,.0f}"
     head = (f"tpopt inverse: {out['objective']}" + (f" <= {q.target_loss:g}" if q.target_loss is not None else "")
-            + f", {budget}, over {len(q.models)} sizes x {len(q.tokens)} token values ({res.solves} plan solves)")
+            + f", {budget}, over {len(q.models)} sizes x {len(q.tokens)} token values"
+            + ("" if q.token_resolution is None or q.target_loss is not None
+               else f", most tokens refined to {q.token_resolution:.2%}") + f" ({res.solves} plan solves)")
     lines = [head, f"Fit: {q.law.name}: L = {q.law.E:g} + {q.law.A:g}/N^{q.law.alpha:g} + {q.law.B:g}/D^{q.law.beta:g} "
                    f"({q.law.source}); fitted on N {q.law.min_params:.3g}-{q.law.max_params:.3g}, "
                    f"D {q.law.min_tokens:.3g}-{q.law.max_tokens:.3g}"]
@@ -216,7 +222,8 @@ def _table(res: InverseResult) -> str:
                      "-" if x.cost is None or total is None else f"{total:,.0f}" if not serve
                      else f"{total:,.0f} ({x.cost:,.0f}+{x.serve_cost:,.0f})",
                      "-" if x.finish_days is None else f"{x.finish_days:.1f}",
-                     "pruned: " + x.detail if x.pruned else x.binds))
+                     "pruned: " + x.detail if x.pruned else x.binds + ("; grid value, not refined (cannot win)"
+                                                                       if x.coarse else "")))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = ["  " + "  ".join(v.ljust(w) if i in (0, 6) else v.rjust(w)
                             for i, (v, w) in enumerate(zip(r, widths, strict=True))).rstrip() for r in rows]

@@ -22,6 +22,13 @@ count, and so its time and cost, grows with the tokens, and the plans meeting th
 each size the candidates the budget and date allow are a prefix of the token grid: a bisection finds its
 end (log2 of the grid's length solves, not all), the best candidate of a size is its most tokens, and a
 size whose loss at the grid's top cannot beat the best found is never solved.
+
+Continuous tokens. Where the tokens are a range (``token_resolution`` set), the grid only locates each size's
+bracket (grid[i] allowed, grid[i+1] not); a bisection over the token count inside it (geometric midpoints,
+whole tokens, each probe a proven solve) narrows it until its ends are within the resolution, by the same
+monotonicity: the most tokens the budget and date allow lies in [lo, hi) with hi <= lo (1 + resolution), and
+lo is the answer. A size whose loss at its bracket's upper end cannot beat the best found is not refined (its
+loss stays above the best at any tokens it can afford), so the chosen size is always refined.
 """
 
 from __future__ import annotations
@@ -75,6 +82,7 @@ class InverseQuestion:
     inference_tokens: float = 0.0
     serve_usd_per_pflop: float = 0.0
     serving_basis: str = ""  # how the serving price was set (stated in the output)
+    token_resolution: float | None = None  # refine tokens inside the grid's bracket to this fraction (None: grid)
 
     def serve_cost(self, params: float) -> float:
         """The serving cost of a size (0 without inference tokens)."""
@@ -128,6 +136,8 @@ class Candidate:
     pruned: bool = False
     loss_bound: float | None = None  # pruned: the size's loss at the grid's top, no better than the best
     best: Solved | None = None
+    bracket: tuple[float, float] | None = None  # refined: the most tokens lie in [lo, hi) (lo allowed, hi not)
+    coarse: bool = False  # not refined: its loss at the bracket's upper end cannot beat the best; tokens on the grid
 
     @property
     def total_cost(self) -> float | None:
@@ -139,7 +149,8 @@ class Candidate:
                 "effective_tokens": self.effective_tokens, "cost": self.cost, "serve_cost": self.serve_cost,
                 "total_cost": self.total_cost, "finish_days": self.finish_days,
                 "binds": self.binds, "detail": self.detail, "extrapolated": self.extrapolated, "pruned": self.pruned,
-                "loss_bound": self.loss_bound}
+                "loss_bound": self.loss_bound, "tokens_bracket": None if self.bracket is None else list(self.bracket),
+                "coarse": self.coarse}
 
 
 @dataclass
@@ -233,6 +244,29 @@ def _max_tokens(s: _Solver, q: InverseQuestion, model: str, grid: Sequence[float
     return lo, DATE, f"no plan finishes {grid[lo + 1]:.3g} tokens by the deadline"
 
 
+def _refine(s: _Solver, q: InverseQuestion, model: str, lo: float, hi: float, budget: float | None,
+            resolution: float) -> tuple[float, tuple[float, float], str, str]:
+    """The most tokens the budget and date allow, to ``resolution``, inside the bracket ``lo`` (allowed) to
+    ``hi`` (not): a bisection over whole token counts at geometric midpoints, sqrt(lo hi), until
+    hi <= lo (1 + resolution) (ceil(log2(ln(hi/lo) / ln(1 + resolution))) solves at most). Returns the tokens
+    (the bracket's allowed end), the final bracket, and what stops more: budget or date."""
+    while hi > lo * (1 + resolution):
+        mid = float(round(math.sqrt(lo * hi)))
+        if not lo < mid < hi:
+            break
+        if s(model, mid).allowed(budget):
+            lo = mid
+        else:
+            hi = mid
+    nxt = s(model, hi)
+    within = f" (refined to {resolution:.2%}: {lo:.4g} allowed, {hi:.4g} not)"
+    if nxt.cost is not None:
+        assert budget is not None
+        return lo, (lo, hi), BUDGET, (f"{hi:.4g} tokens cost {nxt.cost:,.0f} > budget {budget:,.0f}"
+                                      + _less_serving(q) + within)
+    return lo, (lo, hi), DATE, f"no plan finishes {hi:.4g} tokens by the deadline" + within
+
+
 def solve_inverse(q: InverseQuestion, build: Build, params: Callable[[str], int], backend: str,
                   req: Request | None = None, solver: _Solver | None = None) -> InverseResult:
     """The best (size, tokens) for the question (see the module), every size's row, and the solves made
@@ -265,6 +299,7 @@ def _least_loss(s: _Solver, q: InverseQuestion, grid: Sequence[float], cands: li
             c.binds, c.detail = DATA, "no token value of the grid is within the data limit"
         return None
     # largest first: the loss bound at the grid's top prunes the small sizes once a large one answers
+    brackets: list[tuple[Candidate, int]] = []  # sizes to refine: the candidate and its grid index
     for c in sorted(cands, key=lambda c: -c.params):
         bound, _ = predicted_loss(q, c.params, grid[-1])
         if best is not None and best.loss is not None and bound >= best.loss:
@@ -276,7 +311,23 @@ def _least_loss(s: _Solver, q: InverseQuestion, grid: Sequence[float], cands: li
         if i < 0:
             continue
         _fill(c, q, s(c.model, grid[i]))
+        if q.token_resolution is not None and i + 1 < len(grid) and c.binds in (BUDGET, DATE):
+            brackets.append((c, i))
         if best is None or (c.loss is not None and best.loss is not None and c.loss < best.loss):
+            best = c
+    # refine the brackets in the order of the least loss each could reach (at its upper end), so that a
+    # refined answer prunes the brackets after it; the chosen size is always refined (module docstring)
+    for c, i in sorted(brackets, key=lambda ci: predicted_loss(q, ci[0].params, grid[ci[1] + 1])[0]):
+        upper, _ = predicted_loss(q, c.params, grid[i + 1])
+        assert best is not None and best.loss is not None and q.token_resolution is not None
+        if upper >= best.loss:
+            c.coarse = True
+            c.detail += f"; not refined: loss > {upper:.4f} at any tokens below, cannot beat {best.model}"
+            continue
+        tokens, c.bracket, c.binds, c.detail = _refine(s, q, c.model, grid[i], grid[i + 1],
+                                                       q.train_budget(c.params), q.token_resolution)
+        _fill(c, q, s(c.model, tokens))
+        if c.loss is not None and c.loss < best.loss:
             best = c
     return best
 
@@ -524,15 +575,16 @@ def ask(raw: dict[str, Any], catalog_dirs: Sequence[str], backend: str, req: Req
         law: str = "chinchilla", target_loss: str | float | None = None, unique_tokens: str | float | None = None,
         max_epochs: str | float = "1", max_cost: str | float | None = None, inference_tokens: str | float | None = None,
         serving_price: str | float | None = None, serving_mfu: str | float = str(SERVING_MFU),
-        front: bool = False, generated: str | None = None) -> Asked:
+        front: bool = False, generated: str | None = None, token_resolution: str | float | None = None) -> Asked:
     """``tpopt inverse``'s question on the scenario tables ``raw`` (the model and tokens replaced by each
     candidate's) and its answer, shared by the command and :func:`tpopt.api.inverse`. ``models``: a family of
     :data:`SIZE_FAMILIES` or catalog names (a list or comma-separated); ``tokens``: ``LO:HI[:COUNT]`` or the
     values; ``max_cost``: the budget (None: the scenario's ``[cost] max_cost``, if any); ``inference_tokens``,
     ``serving_price``, ``serving_mfu``: the serving cost (:func:`serving_fields`); ``front``: the loss fronts
     too; ``generated``: ``MIN:MAX[:COUNT]`` parameters, the family's shape rule's sizes in that range offered next
-    to the listed ones (:func:`generated_sizes`). Where a target loss is unreachable, :func:`explain_unreachable`
-    says what reaches it."""
+    to the listed ones (:func:`generated_sizes`); ``token_resolution``: how finely a ``LO:HI`` range's most tokens
+    are refined (:func:`resolution_of`; a list offers its values only). Where a target loss is unreachable,
+    :func:`explain_unreachable` says what reaches it."""
     scaling = load_scaling(catalog_dirs)
     cat = load_catalog(catalog_dirs)
     shapes = generated_sizes(scaling, models, generated)
@@ -564,6 +616,7 @@ def ask(raw: dict[str, Any], catalog_dirs: Sequence[str], backend: str, req: Req
         max_epochs=parse_number(max_epochs, "--max-epochs", allow_zero=False),
         budget=budget if budget is not None else base.cost.max_cost,  # the scenario's own [cost] max_cost
         target_loss=None if target_loss is None else parse_number(target_loss, "--target-loss", allow_zero=False),
+        token_resolution=resolution_of(tokens, token_resolution),
         **serving_fields(base, inference_tokens, serving_price, serving_mfu))
     params = params_of(build)
     res = solve_inverse(q, build, params, backend, req)
@@ -602,6 +655,27 @@ def generated_sizes(scaling: ScalingCatalog, family: str | Sequence[str], spec: 
     return shapes
 
 
+#: How finely a ``LO:HI`` token range's most tokens are found by default: 0.5 % of the tokens.
+TOKEN_RESOLUTION = 0.005
+
+
+def resolution_of(spec: str | Sequence[float | str], text: str | float | None) -> float | None:
+    """The token resolution of a ``--tokens`` spec: a ``LO:HI[:COUNT]`` range is continuous, its most tokens
+    found to ``text`` (a fraction, or a percentage such as ``0.5%``; default :data:`TOKEN_RESOLUTION`; ``0``: the
+    grid's values only); a list offers its values only (None), and takes no resolution."""
+    ranged = isinstance(spec, str) and ":" in spec
+    if text is None:
+        return TOKEN_RESOLUTION if ranged else None
+    raw = str(text).strip()
+    value = parse_number(raw[:-1], "--token-resolution") / 100 if raw.endswith("%") else parse_number(
+        raw, "--token-resolution")
+    if not 0 <= value <= 0.5:
+        raise InputError(f"--token-resolution {text}: a fraction from 0 (the grid's values only) to 0.5, e.g. 0.5%")
+    if not ranged:
+        raise InputError(f"--token-resolution {text}: refines a --tokens LO:HI range; a list offers its values only")
+    return value or None
+
+
 def tokens_of(spec: str | Sequence[float | str]) -> tuple[float, ...]:
     """The token grid: ``LO:HI[:COUNT]`` (COUNT values in equal ratios, default 16; :func:`token_grid`), or the
     values (a comma-separated string or a list), ascending."""
@@ -631,7 +705,8 @@ def result_dict(res: InverseResult, repeat_source: str) -> dict[str, Any]:
                 "alpha": q.law.alpha, "beta": q.law.beta, "params_range": [q.law.min_params, q.law.max_params],
                 "tokens_range": [q.law.min_tokens, q.law.max_tokens]},
         "budget": q.budget, "target_loss": q.target_loss, "unique_tokens": q.unique_tokens,
-        "max_epochs": q.max_epochs, "tokens_grid": list(q.tokens), "solves": res.solves,
+        "max_epochs": q.max_epochs, "tokens_grid": list(q.tokens), "token_resolution": q.token_resolution,
+        "solves": res.solves,
         "candidates": [x.row() for x in res.candidates], "chosen": None}
     if q.inference_tokens:
         d["serving"] = {"inference_tokens": q.inference_tokens, "usd_per_pflop": q.serve_usd_per_pflop,

@@ -72,10 +72,13 @@ def scenario_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return p
 
 
-def cheapest(path: Path, model: str, tokens: float, deadline: str = "30d") -> tuple[int, float | None]:
+def cheapest(path: Path, model: str, tokens: float, deadline: str = "30d",
+             reserved: str | None = None) -> tuple[int, float | None]:
     """(N, the cheapest on-time cost or None) by evaluating every plan of the space: the search space is
-    ZeRO-3, TP 1, PP 1, micro-batch 1, card counts in whole 8-card hosts up to 32."""
-    sc = load_scenario(path, {"model.name": model, "task.tokens": tokens, "schedule.deadline": deadline})
+    ZeRO-3, TP 1, PP 1, micro-batch 1, card counts in whole 8-card hosts up to 32 (``reserved``: the schedule's
+    reserved time instead of the scenario's)."""
+    sc = load_scenario(path, {"model.name": model, "task.tokens": tokens, "schedule.deadline": deadline,
+                              **({} if reserved is None else {"schedule.reserved": reserved})})
     costs = []
     for cards in range(8, 33, 8):
         ev = evaluate(sc, Plan(accelerator="rtx4090", cards=cards, zero_stage=3, tp=1, pp=1, micro_batch=1,
@@ -291,6 +294,13 @@ def test_budget_alone_matches_the_closed_form_allocation(scenario_file: Path, bu
     below = max((n for n in sizes if n <= n_opt), default=0)
     above = min((n for n in sizes if n >= n_opt), default=math.inf)
     assert below <= c["params"] <= above, (c["model"], n_opt)
+    # tokens continuous (the range refined to 0.5 %): D is the most the budget buys at that N, to 0.5 % (the
+    # grid's spacing was (1e5)^(1/99) - 1 = 12.3 %); the brute force prices the bracket's two ends
+    lo, hi = c["tokens_bracket"]
+    assert lo == c["tokens"] and hi <= lo * 1.005
+    assert cheapest(scenario_file, c["model"], lo, "100000d", "0d")[1] == pytest.approx(c["cost"], rel=1e-9)
+    over = cheapest(scenario_file, c["model"], hi, "100000d", "0d")[1]
+    assert over is not None and over > float(budget) >= c["cost"]
 
 
 def test_inference_tokens_flip_the_choice_where_the_totals_cross(scenario_file: Path, table: dict) -> None:
