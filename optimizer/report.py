@@ -19,13 +19,14 @@ import heapq
 import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final, Protocol, TypeAlias
+from typing import Any, Final, Protocol, TypeAlias, TypeGuard
 
 import numpy as np
 from numpy.typing import NDArray
 
 from tpopt.errors import InputError
 from tpopt.models import families as F
+from tpopt.models import terms as T
 from tpopt.models.arch import activated_params, flops_per_token, param_count
 from tpopt.models.evaluate import SPEC, Evaluation, evaluate
 from tpopt.models.plan import Scenario
@@ -34,13 +35,15 @@ from tpopt.optimizer import analysis as shared  # the analysis shared with tpopt
 from tpopt.optimizer import backends, core
 from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.decompose import LayoutBounds, coupling_vars
-from tpopt.optimizer.enumerate import HUB, PointTable, layout_evaluator
+from tpopt.optimizer.enumerate import EXTRAS as EXTRAS_ALL
+from tpopt.optimizer.enumerate import F32_MAX, HUB, PointTable, layout_evaluator
 from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
 from tpopt.optimizer.ondemand import COMPUTE_BOUNDS, PendingGroups
 from tpopt.optimizer.result import Request, Status, objective_key, objective_value, plan_summary
 from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space, card_counts
 
 TABLE_LIMIT = 300_000  # spaces up to this many points are answered by one enumeration
+PER_OP_TABLE_LIMIT = 4_096  # under the per-operation model (a pipeline simulated per plan): the table's own limit
 REL = 1e-9
 RELAXABLE = F.RELAXABLE
 
@@ -117,8 +120,10 @@ class LayoutOracle:
 
     name = "layout decomposition"
 
-    def __init__(self, space: Space, check: Check | None = None):
+    def __init__(self, space: Space, check: Check | None = None, as_table: bool = False):
         self.space = space
+        self.as_table = as_table  # standing in for a table (a tabulable space): same-scale questions, closest
+        self._table: TableOracle | None = None  # built only where closest() cannot decide a tie on its own
         self.layouts = layout_evaluator(space)
         self._bounds: LayoutBounds | None = None
         self._questions: dict[frozenset[str], LayoutBounds] = {}  # enforced families -> a question's bounds
@@ -254,6 +259,58 @@ class LayoutOracle:
         idx = self._search(enforced, objective, restrict, cards)
         return None if idx is None else evaluate(self.space.sc, self.space.plan(idx))
 
+    def closest(self, family: str, enforced: Collection[str], restrict: Restrict | None = None,
+                cards: Cards = None) -> Evaluation | None:
+        """:meth:`TableOracle.closest` from the exact per-layout evaluation: among plans meeting ``enforced``
+        (on the layouts the question allows), the least ratio = value / limit of ``family`` (float32, as
+        :class:`~tpopt.optimizer.enumerate.PointTable` keeps it), then the least cost. Where that pair does not
+        single out one plan (the table then takes its first in enumeration order), or ``family``'s value is not
+        a glued term (:func:`_closest_ratio`) and some plan meets ``enforced``, the table itself answers (built
+        once, on first need)."""
+        sc, order = self.space.sc, [f for f in FAMILIES if f in set(enforced)]
+        if _closest_ratio({}, family, sc) is None:  # no plan meets enforced: none is closest; else the table's
+            if self._search(enforced, "cost", restrict, cards) is None:
+                return None
+            return self._as_table().closest(family, enforced, restrict, cards)
+        b = self._under(enforced)
+        found: list[tuple[float, float, dict[str, int]]] = []  # the least (ratio, cost) points, per layout
+        for h in np.flatnonzero(self._allowed(enforced, restrict, cards)).tolist():
+            if self.check is not None:
+                self.check()
+            layout = tuple(int(b.coords[v][h]) for v in HUB)
+            got = self.layouts._points(layout, order, "cost", restrict, True, "exact")
+            if got is None:
+                continue
+            cost, finish, m, shape = got
+            if not m.any():
+                continue
+            v = self.layouts._glue(layout, "exact")
+            q = _closest_ratio(dict(v, cost=cost, finish=finish), family, sc)
+            assert q is not None
+            ratio = np.broadcast_to(q, shape)
+            sel = np.flatnonzero(m.reshape(-1))
+            r, c = ratio.reshape(-1)[sel], cost.reshape(-1)[sel]
+            if np.isnan(r).any() or np.isnan(c).any():  # the table's lexsort places NaN last: it decides
+                return self._as_table().closest(family, enforced, restrict, cards)
+            least = r.min()
+            at = sel[r == least]
+            c_at = c[r == least]
+            for i in at[c_at == c_at.min()].tolist():
+                idx = dict(zip(HUB, layout, strict=False))
+                idx.update({e: int(x) for e, x in zip(EXTRAS_ALL, np.unravel_index(i, shape), strict=False)})
+                found.append((float(least), float(c_at.min()), idx))
+        if not found:
+            return None
+        top = min(found, key=lambda x: (x[0], x[1]))
+        if sum(1 for x in found if (x[0], x[1]) == (top[0], top[1])) > 1:  # a tie: the table's order decides
+            return self._as_table().closest(family, enforced, restrict, cards)
+        return evaluate(sc, self.space.plan(top[2]))
+
+    def _as_table(self) -> TableOracle:
+        if self._table is None:
+            self._table = TableOracle(self.space)
+        return self._table
+
 
 def _merge(domains: Mapping[str, Sequence[Any]], restrict: Restrict | None) -> dict[str, list[Any]]:
     out = {k: list(v) for k, v in domains.items()}
@@ -266,11 +323,44 @@ def make_oracle(space: Space, backend: str | Solver, req: Request, check: Check 
                 ) -> TableOracle | SolverOracle | LayoutOracle:
     """One exact enumeration for small spaces whose pipeline terms are cheap to simulate; the layout
     decomposition's model otherwise (the monolithic solver on request: ``--method monolithic``)."""
-    if space.size() <= TABLE_LIMIT and space.cheap_pipeline():
+    tabulable = space.size() <= TABLE_LIMIT and space.cheap_pipeline()
+    if tabulable and not (T.per_op_model(space.sc) and space.size() > PER_OP_TABLE_LIMIT):
         return TableOracle(space)
     if req.method == "monolithic":
         return SolverOracle(space, backends.resolve(backend).with_model(), req)
-    return LayoutOracle(space, check)
+    # a per-operation space simulates a pipeline per plan: its table would cost ~1 ms a plan, the layouts answer
+    # the same questions (the table's own ones too: as_table)
+    return LayoutOracle(space, check, as_table=tabulable)
+
+
+def _tabulated(oracle: Oracle) -> TypeGuard[TableOracle | LayoutOracle]:
+    """Whether the report asks an oracle the table's questions (the same-scale alternatives, the closest plan):
+    a table, or the layouts standing in for one (a per-operation space, :data:`PER_OP_TABLE_LIMIT`)."""
+    return isinstance(oracle, TableOracle) or (isinstance(oracle, LayoutOracle) and oracle.as_table)
+
+
+def _closest_ratio(v: Mapping[str, Any], family: str, sc: Scenario) -> NDArray[np.float32] | None:
+    """A family's value / limit on a layout's grid as :class:`PointTable` keeps it (``v``: the glued layout with
+    its ``cost`` and ``finish`` on the full grid; empty: only whether the family is covered), None for the
+    families whose value is not glued (the deadline's chance form, the tabled rules)."""
+    if family == F.MEMORY_PER_CARD:
+        pair = (v.get("mem"), v.get("usable"))
+    elif family == F.DEADLINE and sc.task.confidence is None:
+        pair = (v.get("finish"), F.limit(F.DEADLINE, sc))
+    elif family == F.BUDGET:
+        pair = (v.get("cost"), F.limit(F.BUDGET, sc))
+    elif family == F.INPUT_THROUGHPUT:
+        pair = (v.get("demand"), v.get("supply"))
+    elif family == F.CARDS:
+        pair = (v.get("cards"), F.limit(F.CARDS, sc))
+    else:
+        return None
+    if not v:
+        return np.zeros(0, dtype=np.float32)
+    val, lim = (np.asarray(x, dtype=float) for x in pair)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(np.isinf(lim), 0.0, np.where(lim > 0, val / np.where(lim > 0, lim, 1.0), val))
+    return np.clip(q, -F32_MAX, F32_MAX).astype(np.float32)
 
 
 def _better(a: Evaluation, b: Evaluation, objective: str) -> bool:
@@ -316,7 +406,7 @@ def _ruled_out(oracle: Oracle, objective: str, enforced: Collection[str], restri
     """Families that alone rule the restricted alternative out, with their value against the limit
     for the plan that comes closest to meeting them (the best plan without them, for large spaces)."""
     inert = oracle.space.inert()
-    closest = oracle.closest if isinstance(oracle, TableOracle) else None  # else the best plan with f dropped
+    closest = oracle.closest if _tabulated(oracle) else None  # else the best plan with f dropped
     found = shared.ruled_out(oracle, objective, enforced, RELAXABLE, restrict, cards, inert, closest)
     reasons = [_violation(alt, f) for f, alt in found]
     if not reasons:
@@ -405,7 +495,7 @@ def analysis(space: Space, best: Evaluation, solver: Solver, req: Request, enfor
                 "analysis": "time limit reached"}
     try:
         binds = binding_families(oracle, best, objective, enforced, undecided)
-        alts = why_not_cheaper(oracle, space, best, objective, enforced, same_scale=isinstance(oracle, TableOracle))
+        alts = why_not_cheaper(oracle, space, best, objective, enforced, same_scale=_tabulated(oracle))
         extra: dict[str, Any] = {}
         if restricted is not None:
             try:
