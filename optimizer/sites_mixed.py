@@ -471,27 +471,29 @@ def solve_mixed_sites(sc: Scenario, si: S.SitesInput, powers: dict[str, Power | 
             by_type: dict[str, tuple[int, ...]] = {}
             for i in idx:
                 by_type[ss.acc(i)] = (*by_type.get(ss.acc(i), ()), i)
+            wide_sets += len(by_type) > MAX_TYPES
             ring_sets[idx] = rings(si, tuple(si.sites[i].name for i in idx))
             # per mode, the least stretch of the slowest replica step: sync at its fastest ring, DiLoCo's tokens
             extra = {m: (1.0, min(wan_terms(si, r, scorer.params, S.SYNC, 1, 1, 0.0)[0] for r in ring_sets[idx]))
                      if m == S.SYNC else (S.token_factor(m, si.token_penalty), 0.0)
                      for m in modes if m == S.SYNC or k > 1}
             steps = {float(x) for a in by_type for x in tables[a].steps.ravel() if np.isfinite(x)}
-            for thr in sorted(steps):
-                lb = ss.bound(by_type, thr)
-                if lb is None:
-                    continue
+            bounded = [(thr, lb) for thr in sorted(steps) if (lb := ss.bound(by_type, thr)) is not None]
+            if not bounded:
+                continue
+            thr_v = np.array([t for t, _ in bounded])
+            cards_v = np.array([lb[1] for _, lb in bounded])
+            fins = {m: _job(sc, cards_v, tf * (thr_v + wan))[2] for m, (tf, wan) in extra.items()}
+            for n, (thr, lb) in enumerate(bounded):
                 lows = {}
-                for m, (tf, wan) in extra.items():
-                    fin = float(_job(sc, np.array([lb[1]]), np.array([tf * (thr + wan)]))[2][0])
+                for m in extra:
+                    fin = float(fins[m][n])
                     if fin <= scorer.deadline and lb[0] * fin / HOUR <= scorer.budget:
                         lows[m] = lb[0] * fin / HOUR
                 if lows and len(by_type) > MAX_TYPES:
                     beyond.append((lows, idx, thr))  # not joined: bounded against the answer below
                 elif lows:
                     work.append((min(lows.values()), lows, idx, by_type, thr))
-            if len(by_type) > MAX_TYPES:
-                wide_sets += 1
 
     def keep(c: MixedCandidate) -> None:
         nonlocal best
