@@ -22,7 +22,9 @@ shares and replica counts are joined exactly on the batch, and the joined splits
 cards are scored at every ring order another does not dominate, sync and each (H, F) with F x tau <= H
 (1 + 5 x 4 = 21). A lower bound (every sequence at the least price and cards per sequence, the finish at the
 threshold) orders the (sites, threshold) pairs and skips those that cannot beat the cheapest plan of a mode; the
-count is independent of the card count, and the answer exact over the grids.
+count is independent of the card count, and the answer exact over the grids. The sets of all three types are not
+joined: the same bound, evaluated for each, says whether any of their plans could beat the answer (the line
+"site sets of 3+ card types").
 
 Each run is a subprocess of the command line (start-up included); its CPU time is the children's user + system
 time and its peak memory the children's maximum resident set (``resource.getrusage(RUSAGE_CHILDREN)``), best of
@@ -41,6 +43,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from tpopt.optimizer.sites_mixed import wider_lines
 
 CONFIG = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 144,
           "hidden_size": 32768, "num_attention_heads": 256, "num_key_value_heads": 16, "head_dim": 128,
@@ -140,6 +144,8 @@ def main() -> None:
             print(f"  {s['site']}: {s['replicas']:,} x {s['accelerator']} TP {s['tp']} x PP {s['pp']}, "
                   f"{s['cards']:,} cards, {s['share']:,} sequences a step, idle {s['idle_s']:.2f} s, "
                   f"{s['site_mw']:,.1f} MW")
+    for line in wider_lines(rep):  # whether the sets of three types, not joined, are ruled out by the bound
+        print(line)
     print(f"CPU {cpu:.2f} s (best of {args.repeat}), peak RSS {rss:.0f} MB, load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; target < 10 s and < 1,024 MB: "
           f"{'met' if cpu < 10 and rss < 1024 else 'MISSED'}")

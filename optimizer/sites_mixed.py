@@ -39,6 +39,11 @@ cards, the cost with both); each is scored at every undominated ring, mode, H an
 stretched by the mode's least WAN time (sync at its fastest ring) or token factor (DiLoCo) -- orders the pairs
 and skips one only where it cannot beat the cheapest plan found of any mode it could meet the deadline in, so
 the answer (and the cheapest plan per mode) is exact over the grids.
+
+**Sets of more than MAX_TYPES types** are not joined: the same bound is evaluated for each at every threshold and
+mode it could meet the deadline in, and where every bound is at least the best plan's cost (per mode: the
+cheapest plan of that mode) no plan of such a set can be cheaper, and the answer is proven over every plan; else
+the report names the sets not scored and the answer holds only over plans of at most MAX_TYPES types.
 """
 
 from __future__ import annotations
@@ -202,6 +207,9 @@ class MixedSolve:
     types: list[str] = field(default_factory=list)
     crossover_bps: float | None = None  # DiLoCo wins below it at the best plan's sites, replicas and ring
     relaxations: list[dict[str, Any]] = field(default_factory=list)  # no plan: the "WAN bandwidth" relaxation
+    wide_sets: int = 0  # sets of sites of more than MAX_TYPES types (not joined: bounded)
+    wide_open: list[dict[str, Any]] = field(default_factory=list)  # their (sites, threshold, mode) not ruled out
+    wide_best_proven: bool = True  # every bound of those sets >= the best plan's cost (no plan: none could meet)
 
 
 def site_price(sc: Scenario, site: S.Site) -> float:
@@ -456,29 +464,35 @@ def solve_mixed_sites(sc: Scenario, si: S.SitesInput, powers: dict[str, Power | 
     scored = joined = 0
     ring_sets: dict[tuple[int, ...], list[Ring]] = {}
     work: list[tuple[float, dict[str, float], tuple[int, ...], dict[str, tuple[int, ...]], float]] = []
+    beyond: list[tuple[dict[str, float], tuple[int, ...], float]] = []
+    wide_sets = 0
     for k in range(1, len(si.sites) + 1):
         for idx in itertools.combinations(range(len(si.sites)), k):
             by_type: dict[str, tuple[int, ...]] = {}
             for i in idx:
                 by_type[ss.acc(i)] = (*by_type.get(ss.acc(i), ()), i)
-            if len(by_type) > MAX_TYPES:
-                continue
+            wide_sets += len(by_type) > MAX_TYPES
             ring_sets[idx] = rings(si, tuple(si.sites[i].name for i in idx))
             # per mode, the least stretch of the slowest replica step: sync at its fastest ring, DiLoCo's tokens
             extra = {m: (1.0, min(wan_terms(si, r, scorer.params, S.SYNC, 1, 1, 0.0)[0] for r in ring_sets[idx]))
                      if m == S.SYNC else (S.token_factor(m, si.token_penalty), 0.0)
                      for m in modes if m == S.SYNC or k > 1}
             steps = {float(x) for a in by_type for x in tables[a].steps.ravel() if np.isfinite(x)}
-            for thr in sorted(steps):
-                lb = ss.bound(by_type, thr)
-                if lb is None:
-                    continue
+            bounded = [(thr, lb) for thr in sorted(steps) if (lb := ss.bound(by_type, thr)) is not None]
+            if not bounded:
+                continue
+            thr_v = np.array([t for t, _ in bounded])
+            cards_v = np.array([lb[1] for _, lb in bounded])
+            fins = {m: _job(sc, cards_v, tf * (thr_v + wan))[2] for m, (tf, wan) in extra.items()}
+            for n, (thr, lb) in enumerate(bounded):
                 lows = {}
-                for m, (tf, wan) in extra.items():
-                    fin = float(_job(sc, np.array([lb[1]]), np.array([tf * (thr + wan)]))[2][0])
+                for m in extra:
+                    fin = float(fins[m][n])
                     if fin <= scorer.deadline and lb[0] * fin / HOUR <= scorer.budget:
                         lows[m] = lb[0] * fin / HOUR
-                if lows:
+                if lows and len(by_type) > MAX_TYPES:
+                    beyond.append((lows, idx, thr))  # not joined: bounded against the answer below
+                elif lows:
                     work.append((min(lows.values()), lows, idx, by_type, thr))
 
     def keep(c: MixedCandidate) -> None:
@@ -513,7 +527,10 @@ def solve_mixed_sites(sc: Scenario, si: S.SitesInput, powers: dict[str, Power | 
                                     np.array([[reps[n] for n in ring.order]], dtype=float), 0))
     out = MixedSolve(best=best, per_mode=per_mode, best_sync=None, best_diloco=None, scored=scored,
                      exhaustive=joined, layouts_evaluated=sum(t.evaluated for t in tables.values()), si=si,
-                     types=types)
+                     types=types, wide_sets=wide_sets,
+                     wide_open=_unbounded(beyond, per_mode, [s.name for s in si.sites]),
+                     wide_best_proven=all(x >= best.cost for lows, _, _ in beyond for x in lows.values())
+                     if best is not None else not beyond)
     if best is not None:
         out.best_sync, out.best_diloco = _compare(scorer, best, si)
         if out.best_sync is not None and out.best_diloco is not None:
@@ -524,6 +541,17 @@ def solve_mixed_sites(sc: Scenario, si: S.SitesInput, powers: dict[str, Power | 
             sc, solve_mixed_sites(sc, with_bandwidth(si, gbps * GBPS), powers, prune, relax=False)))]
     out.cpu_s = time.process_time() - t0
     return out
+
+
+def _unbounded(beyond: list[tuple[dict[str, float], tuple[int, ...], float]],
+               per_mode: dict[str, MixedCandidate], names: list[str]) -> list[dict[str, Any]]:
+    """The (set of sites, threshold, mode) of sets of more than :data:`MAX_TYPES` types whose lower bound (the
+    one that skips pairs) is below the cheapest plan found of that mode, or that could meet the deadline in a mode
+    with no plan found: the plans there were not scored and could be cheaper (empty: the answer, and the cheapest
+    plan per mode, hold over every set of sites)."""
+    return [{"sites": [names[i] for i in idx], "threshold_s": thr, "mode": m, "bound_usd": x}
+            for lows, idx, thr in beyond for m, x in sorted(lows.items())
+            if m not in per_mode or x < per_mode[m].cost]
 
 
 def _best_candidate(sc: Scenario, out: MixedSolve) -> Candidate | None:
@@ -604,6 +632,9 @@ def mixed_report(out: MixedSolve) -> dict[str, Any]:
             "a replica's step as one of B / m replicas of its type at its share m (the data-parallel all-reduce "
             "inside a site)"],
     }
+    if out.wide_sets:
+        d["wider_site_sets"] = {"max_types": MAX_TYPES, "site_sets": out.wide_sets, "proven": out.wide_best_proven,
+                                "per_mode_proven": not out.wide_open, "not_scored": out.wide_open}
     if out.best is None:
         d["relaxations"] = out.relaxations
     if out.best_diloco is not None:
@@ -629,11 +660,31 @@ def _site_line(s: dict[str, Any]) -> str:
             f" {s['bill_usd']:,.0f} USD, {mw}")
 
 
+def wider_lines(d: dict[str, Any]) -> list[str]:
+    """Whether the answer holds over the sets of sites of more than ``MAX_TYPES`` types (not joined, bounded)."""
+    w = d.get("wider_site_sets")
+    if not w:
+        return []
+    head = f"site sets of {w['max_types'] + 1}+ card types ({w['site_sets']:,}, not joined):"
+    how = "(every sequence at the least price and cards per sequence, the finish at the step threshold)"
+    sets = ", ".join(dict.fromkeys("+".join(x["sites"]) for x in w["not_scored"]))
+    modes = "/".join(dict.fromkeys(x["mode"] for x in w["not_scored"]))
+    if w["proven"] and w["per_mode_proven"]:
+        what = "beat it" if d["best"] is not None else "meet the deadline and budget"
+        return [f"{head} bounded, none can {what} {how}: proven over every plan"]
+    if w["proven"]:
+        return [f"{head} bounded, none can beat the best plan {how}: the best is proven over every plan; the "
+                f"cheapest {modes} plan only over plans of at most {w['max_types']} types ({sets} not scored, "
+                "their bound below it)"]
+    return [f"{head} {len(w['not_scored']):,} (sites, threshold, mode) bounds below the answer or in a mode without "
+            f"a plan, not scored ({sets}): proven only over plans of at most {w['max_types']} types"]
+
+
 def mixed_lines(d: dict[str, Any]) -> list[str]:
     """The report as text lines."""
     if d["best"] is None:
         rl = scale_out_relaxation_lines(d.get("relaxations") or [])  # before the verdict, which stays the last line
-        return [f"types: {', '.join(d['types'])}", *([""] + rl + [""] if rl else []),
+        return [f"types: {', '.join(d['types'])}", *([""] + rl + [""] if rl else []), *wider_lines(d),
                 f"no multi-site plan meets the deadline ({d['candidates']:,} candidates scored)"]
     b = d["best"]
     each = dict.fromkeys(f"{s['accelerator']} {s['replica_share']:,}" for s in d["per_site"])
@@ -642,6 +693,7 @@ def mixed_lines(d: dict[str, Any]) -> list[str]:
            f"{b['cost']:,.0f} USD ({d['candidates']:,} candidates scored, {d['thresholds_joined']:,} site sets x step "
            "thresholds joined, exact over the grids)"]
     out += [_site_line(s) for s in d["per_site"]]
+    out += wider_lines(d)
     out += mode_lines(d)
     out += crossover_lines(d)
     out.append(f"token penalty {d['token_penalty']:.1%} ({d['token_penalty_source'] or 'stated input'})")
@@ -667,5 +719,5 @@ def answer_lines(d: dict[str, Any]) -> list[str]:
 
 
 __all__ = ["answer", "answer_lines", "TypeTable", "SitePart", "MixedCandidate", "MixedSolve", "replica_shares",
-           "type_table", "site_price", "solve_mixed_sites", "mixed_report", "mixed_lines", "REPLICA_FAMILIES",
-           "as_candidate"]
+           "type_table", "site_price", "solve_mixed_sites", "mixed_report", "mixed_lines", "wider_lines",
+           "REPLICA_FAMILIES", "as_candidate"]

@@ -328,3 +328,57 @@ def test_mixed_wan_bandwidth_relaxation_is_the_threshold() -> None:
     assert M.solve_mixed_sites(sc, with_bandwidth(si, (need - 1) * 1e9), powers, relax=False).best is None
     text = "\n".join(M.mixed_lines(M.mixed_report(out)))
     assert f"  WAN bandwidth  now 1 Gbit/s: >= {need:,} Gbit/s" in text
+
+
+THREE = [{"name": "a", "max_cards": 64, "card_hour": 2.0},
+         {"name": "b", "accelerator": "b200", "max_cards": 32, "card_hour": 3.1},
+         {"name": "c", "accelerator": "h200", "max_cards": 32, "card_hour": 2.6}]
+
+
+@pytest.fixture(scope="module")
+def three_type_plans() -> list[Plan]:
+    sc, si, powers = load_mixed_sites_scenario(small("10000d", THREE))
+    return brute_force(sc, si, powers)
+
+
+@pytest.mark.parametrize("deadline_fraction", [None, 0.3, 0.1, 0.03, 0.0])
+def test_three_type_sets_bounded_by_brute_force(three_type_plans: list[Plan], deadline_fraction: float | None
+                                                ) -> None:
+    """Three sites of three types (H100, B200, H200): the decision joins at most two types and bounds the
+    three-type set. Whenever it says the bound rules that set out, the brute force (written here, every plan
+    including the three-type ones, each type at its own share) finds no three-type plan within the deadline
+    cheaper than the best plan of at most two types, and the decision's best is the best of every plan; where a
+    three-type plan is the cheapest, it says the answer is not proven over it."""
+    plans = three_type_plans
+    fastest, cheapest = min(p[1] for p in plans), min(plans)[1]
+    deadline_s = cheapest * 2 if deadline_fraction is None else fastest + (cheapest - fastest) * deadline_fraction
+    sc, si, powers = load_mixed_sites_scenario(small(f"{deadline_s / 86400.0:.6f}d", THREE))
+    within = [p for p in plans if p[1] <= F.limit(F.DEADLINE, sc) and p[0] <= F.limit(F.BUDGET, sc)]
+    narrow = [p for p in within if len(p[3]) <= M.MAX_TYPES]
+    wide = [p for p in within if len(p[3]) > M.MAX_TYPES]
+    out = M.solve_mixed_sites(sc, si, powers)
+    d = M.mixed_report(out)
+    w = d["wider_site_sets"]
+    assert w["site_sets"] == 1  # {a, b, c}
+    text = "\n".join(M.mixed_lines(d))
+    if w["proven"]:
+        assert "proven over every plan" in text
+        assert all(min(narrow)[0] <= p[0] * (1 + 1e-12) for p in wide)
+        assert out.best is not None and math.isclose(out.best.cost, min(within)[0], rel_tol=1e-9)
+    else:
+        assert "proven only over plans of at most 2 types" in text and w["not_scored"]
+    if wide and (not narrow or min(wide)[0] < min(narrow)[0]):
+        assert not w["proven"]  # a cheaper three-type plan is never ruled out by the bound
+    if narrow:
+        assert out.best is not None and math.isclose(out.best.cost, min(narrow)[0], rel_tol=1e-9)
+
+
+def test_million_cards_states_whether_three_type_sets_are_bounded() -> None:
+    """The million-card benchmark's question (three types over four sites): the benchmark prints whether its
+    three-type site sets are ruled out by the bound (proven over every plan) or were not scored (proven only over
+    plans of at most two types)."""
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "million_cards.py"), "--repeat", "1"],
+                       capture_output=True, text=True, check=True)
+    line = next(x for x in p.stdout.splitlines() if x.startswith("site sets of 3+ card types (3, not joined): "))
+    assert ("bounded, none can beat" in line and "proven over every plan" in line
+            or "not scored" in line and "proven only over plans of at most 2 types" in line)
