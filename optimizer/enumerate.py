@@ -47,6 +47,14 @@ PIPELINE_WORK_PER_CHUNK = 2_000  # simulated pipeline operations per call at mos
 F32_MAX = float(np.finfo(np.float32).max)  # ratios beyond it are clipped (they only rank closeness)
 
 
+def closeness_ratio(value: NDArray[Any], limit: NDArray[Any]) -> NDArray[np.float32]:
+    """How near a family's value is to its limit, as :meth:`PointTable.closest` ranks plans: value / limit for a
+    positive limit, the value itself for a limit <= 0, 0 for an infinite limit; float32, clipped to its range."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(np.isinf(limit), 0.0, np.where(limit > 0, value / np.where(limit > 0, limit, 1.0), value))
+    return np.clip(q, -F32_MAX, F32_MAX).astype(np.float32)
+
+
 GROUPED = tuple(v for v in CATEGORICAL if v != "schedule")  # categorical variables looped over (acc first)
 
 Assignment: TypeAlias = dict[str, int]
@@ -250,9 +258,7 @@ class PointTable:
             for f in FAMILIES:
                 ok[f].append(_ok(r, f, shape).reshape(-1))
                 v, lim = (np.broadcast_to(x, shape).reshape(-1) for x in r[("c", f)])
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    q = np.where(np.isinf(lim), 0.0, np.where(lim > 0, v / np.where(lim > 0, lim, 1.0), v))
-                ratio[f].append(np.clip(q, -F32_MAX, F32_MAX).astype(np.float32))
+                ratio[f].append(closeness_ratio(v, lim))
 
         def cat(xs: list[NDArray[Any]], dt: DTypeLike | None = None) -> NDArray[Any]:
             return np.concatenate(xs).astype(dt) if xs else np.zeros(0, dtype=dt)

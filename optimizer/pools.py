@@ -50,6 +50,7 @@ from tpopt.models.arch import param_count
 from tpopt.models.evaluate import CONSTRAINT_NAMES, evaluate_arrays
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY, HOUR
+from tpopt.optimizer.space import nic_domain
 from tpopt.presentation import scale_out_relaxation_lines
 
 JOB_FAMILIES = (F.DEADLINE, F.BUDGET, F.STEP_BUDGET, F.INPUT_THROUGHPUT, F.CHECKPOINT)
@@ -110,9 +111,13 @@ def fixed_choices(sc: Scenario) -> dict[str, Any]:
 
 
 def pool_nics(sc: Scenario, accelerator: str) -> int:
-    """NICs per host of a pool's hosts: the first of ``[search] nics_per_host``, else the card's catalog count
-    (as the homogeneous space takes them; the evaluation's own default is one NIC per host)."""
-    return sc.search.nics_per_host[0] if sc.search.nics_per_host else sc.system(accelerator).acc.nics_per_host
+    """NICs per host of a pool's hosts: the first of the homogeneous space's NIC domain for the card
+    (:func:`tpopt.optimizer.space.nic_domain`: ``[search] nics_per_host`` within what its hosts take, else the
+    catalog count; the evaluation's own default is one NIC per host)."""
+    domain = nic_domain(sc, accelerator)
+    if not domain:
+        raise InputError(f"the search domain of nics is empty for {accelerator}")
+    return domain[0]
 
 
 def pool_table(sc: Scenario, pool: PM.Pool, shares: np.ndarray[Any, Any]) -> PoolTable:

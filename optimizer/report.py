@@ -36,7 +36,7 @@ from tpopt.optimizer import backends, core
 from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.decompose import LayoutBounds, coupling_vars
 from tpopt.optimizer.enumerate import EXTRAS as EXTRAS_ALL
-from tpopt.optimizer.enumerate import F32_MAX, HUB, PointTable, layout_evaluator
+from tpopt.optimizer.enumerate import HUB, PointTable, closeness_ratio, layout_evaluator
 from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
 from tpopt.optimizer.ondemand import COMPUTE_BOUNDS, PendingGroups
 from tpopt.optimizer.result import Request, Status, objective_key, objective_value, plan_summary
@@ -358,9 +358,7 @@ def _closest_ratio(v: Mapping[str, Any], family: str, sc: Scenario) -> NDArray[n
     if not v:
         return np.zeros(0, dtype=np.float32)
     val, lim = (np.asarray(x, dtype=float) for x in pair)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        q = np.where(np.isinf(lim), 0.0, np.where(lim > 0, val / np.where(lim > 0, lim, 1.0), val))
-    return np.clip(q, -F32_MAX, F32_MAX).astype(np.float32)
+    return closeness_ratio(val, lim)
 
 
 def _better(a: Evaluation, b: Evaluation, objective: str) -> bool:

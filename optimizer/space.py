@@ -337,6 +337,15 @@ class Tables(dict[str, Table]):
         return iter(self.keys())
 
 
+def nic_domain(sc: Scenario, acc: str) -> list[int]:
+    """NICs per host searched on ``acc``'s hosts: the ``[search] nics_per_host`` values its hosts can take, else
+    the card's catalog count."""
+    A = sc.system(acc).acc
+    if sc.search.nics_per_host:
+        return [k for k in sc.search.nics_per_host if 1 <= k <= max(A.max_nics_per_host, A.nics_per_host)]
+    return [A.nics_per_host]
+
+
 @dataclass
 class Space:
     sc: Scenario
@@ -376,10 +385,7 @@ class Space:
 
     @staticmethod
     def _nic_domain(sc: Scenario, acc: str) -> list[int]:
-        A = sc.system(acc).acc
-        if sc.search.nics_per_host:
-            return [k for k in sc.search.nics_per_host if 1 <= k <= max(A.max_nics_per_host, A.nics_per_host)]
-        return [A.nics_per_host]
+        return nic_domain(sc, acc)
 
     # -- sizes ----------------------------------------------------------------------------------
     def size(self) -> int:
