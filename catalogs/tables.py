@@ -123,9 +123,10 @@ def builtin_toml(path: Path, text: str, parse: Callable[[str], dict[str, Any]]) 
     ``tomllib`` took 17 ms of the headline's 0.3 CPU s, the kept form well under 1 ms).
 
     The kept form holds the whole text it was parsed from and serves only that exact text, so an edited file is
-    parsed anew (never stale); ``parse``'s errors, and every file outside the package, behave as without it. Not
-    written where Python writes no bytecode (``PYTHONDONTWRITEBYTECODE``), nor where the folder is read-only,
-    nor for values ``marshal`` does not keep (dates)."""
+    parsed anew (never stale); ``parse`` (a plain TOML parse: the kept form stands for any) raises as without it,
+    and files outside the package are never kept. Nothing is kept where the folder is read-only, nor for values
+    ``marshal`` does not keep (dates). Unlike bytecode it is written under ``PYTHONDONTWRITEBYTECODE`` too: an
+    installer compiles the bytecode, but nothing writes this form before the first run."""
     kept = BUILTIN_TABLES / "__pycache__" / f"{path.name}.{sys.implementation.cache_tag}.marshal"
     own = path.resolve().parent == BUILTIN_TABLES
     if own:
@@ -137,7 +138,7 @@ def builtin_toml(path: Path, text: str, parse: Callable[[str], dict[str, Any]]) 
         except (OSError, EOFError, ValueError, TypeError):
             pass  # none kept yet, or unreadable: parse
     data = parse(text)
-    if own and not sys.dont_write_bytecode:
+    if own:
         try:
             blob = marshal.dumps((PARSED_FORMAT, text, data))
             kept.parent.mkdir(exist_ok=True)
