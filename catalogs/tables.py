@@ -120,7 +120,7 @@ PARSED_FORMAT = 1
 def builtin_toml(path: Path, text: str, parse: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
     """``parse(text)`` of a TOML file; for tpopt's own catalog files (``catalogs/*.toml``) the result is kept in
     ``catalogs/__pycache__`` as Python keeps compiled modules, so a later run skips the parse (start-up time:
-    ``tomllib`` took 17 ms of the headline's 0.3 CPU s, the kept form well under 1 ms).
+    ``tomllib`` took 17 ms of the headline's 0.3 CPU s; reading the kept forms, about 1 ms).
 
     The kept form holds the whole text it was parsed from and serves only that exact text, so an edited file is
     parsed anew (never stale); ``parse`` (a plain TOML parse: the kept form stands for any) raises as without it,
