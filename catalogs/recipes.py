@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tpopt.catalogs.stacks import stack_names
-from tpopt.catalogs.tables import read_text_capped
+from tpopt.catalogs.tables import builtin_toml, read_text_capped
 from tpopt.errors import InputError
 from tpopt.models import memory
 from tpopt.models.moe import STACK_DISPATCHERS
@@ -160,7 +160,7 @@ def build_recipe(stack: str, t: Any, where: str) -> Recipe:
 @cache
 def _builtin() -> dict[str, tuple[Recipe, ...]]:
     try:
-        data = tomllib.loads(read_text_capped(RECIPES_FILE, "catalog file"))
+        data = builtin_toml(RECIPES_FILE, read_text_capped(RECIPES_FILE, "catalog file"), tomllib.loads)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{RECIPES_FILE}: malformed TOML ({exc})") from None
     known = stack_names()

@@ -24,7 +24,7 @@ from tpopt.catalogs.declare import (
     spec,
     whole,
 )
-from tpopt.catalogs.tables import check_keys, read_text_capped
+from tpopt.catalogs.tables import builtin_toml, check_keys, read_text_capped
 from tpopt.errors import InputError
 from tpopt.models.context import CP_RINGS
 from tpopt.models.hardware import StackProfile
@@ -185,7 +185,7 @@ def build_stack(name: str, t: Any) -> StackProfile:
 @cache
 def _builtin() -> dict[str, StackProfile]:
     try:
-        data = tomllib.loads(read_text_capped(STACKS_FILE, "catalog file"))
+        data = builtin_toml(STACKS_FILE, read_text_capped(STACKS_FILE, "catalog file"), tomllib.loads)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{STACKS_FILE}: malformed TOML ({exc})") from None
     return {name: build_stack(name, t) for name, t in data.items()}
