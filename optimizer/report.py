@@ -323,7 +323,7 @@ def make_oracle(space: Space, backend: str | Solver, req: Request, check: Check 
                 ) -> TableOracle | SolverOracle | LayoutOracle:
     """One exact enumeration for small spaces whose pipeline terms are cheap to simulate; the layout
     decomposition's model otherwise (the monolithic solver on request: ``--method monolithic``)."""
-    tabulable = space.size() <= TABLE_LIMIT and space.cheap_pipeline()
+    tabulable = tabled(space)
     if tabulable and not (T.per_op_model(space.sc) and space.size() > PER_OP_TABLE_LIMIT):
         return TableOracle(space)
     if req.method == "monolithic":
@@ -331,6 +331,12 @@ def make_oracle(space: Space, backend: str | Solver, req: Request, check: Check 
     # a per-operation space simulates a pipeline per plan: its table would cost ~1 ms a plan, the layouts answer
     # the same questions (the table's own ones too: as_table)
     return LayoutOracle(space, check, as_table=tabulable)
+
+
+def tabled(space: Space) -> bool:
+    """Whether the analysis of ``space`` may ask a table of every plan (:class:`TableOracle`, or the layouts'
+    :meth:`LayoutOracle.closest` deciding a tie): a small space whose pipeline shapes are cheap to simulate."""
+    return space.size() <= TABLE_LIMIT and space.cheap_pipeline()
 
 
 def _tabulated(oracle: Oracle) -> TypeGuard[TableOracle | LayoutOracle]:
