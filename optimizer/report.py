@@ -70,17 +70,27 @@ class TableOracle:
         self.space = space
         self.table = PointTable.build(space)
         self.name = "enumeration"
+        self._evaluated: dict[tuple[tuple[str, int], ...], Evaluation] = {}  # a point's exact evaluation, once
 
     def best(self, enforced: Collection[str], objective: str, restrict: Restrict | None = None,
              cards: Cards = None) -> Evaluation | None:
         a = self.table.best(self.table.mask(enforced, restrict, cards), objective)
-        return evaluate(self.space.sc, self.space.plan(a[0])) if a else None
+        return self._evaluation(a[0]) if a else None
 
     def closest(self, family: str, enforced: Collection[str], restrict: Restrict | None = None,
                 cards: Cards = None) -> Evaluation | None:
         """Among plans meeting ``enforced``, the one nearest to meeting ``family``."""
         a = self.table.closest(self.table.mask(enforced, restrict, cards), family)
-        return evaluate(self.space.sc, self.space.plan(a)) if a else None
+        return self._evaluation(a) if a else None
+
+    def _evaluation(self, a: Mapping[str, int]) -> Evaluation:
+        """The point's exact evaluation, computed once per oracle (the binding questions that a family does not
+        bind all answer the optimum itself; an alternative's best and closest plans are often one plan)."""
+        key = tuple(sorted(a.items()))
+        got = self._evaluated.get(key)
+        if got is None:
+            got = self._evaluated[key] = evaluate(self.space.sc, self.space.plan(a))
+        return got
 
 
 class SolverOracle:
