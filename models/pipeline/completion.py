@@ -299,6 +299,15 @@ def _completion_block(p: int, v: int, waves: Sequence[_Wave], ring: int, frac: S
                     columns.append((bases[kind][:, g] if grouped else bases[kind]) * frac[g][c])
                 row_of[(kind * p + g) * v + c] = rows_of_key[key]
     table = np.stack(columns)
+    # each wave's duration rows, looked up for every wave at once: the row of a wave whose ops share one (most
+    # waves, in the many short waves of a long pipeline the per-wave lookups and checks would cost as much as
+    # the recurrence itself), else its rows (a view)
+    sizes = [w.n for w in waves]
+    firsts = np.cumsum([0, *sizes[:-1]]).tolist()
+    rows_all = row_of[np.concatenate([w.code for w in waves])] if waves else row_of[:0]
+    one_row = (np.minimum.reduceat(rows_all, firsts) == np.maximum.reduceat(rows_all, firsts)).tolist() \
+        if waves else []
+    first_row = rows_all[firsts].tolist() if waves else []
     # preallocated work arrays: fresh megabyte-sized temporaries per wave would dominate the time
     ends = np.empty((ring, k))  # recent end times, by program row modulo the ring
     free = np.zeros((p, k))
@@ -325,13 +334,12 @@ def _completion_block(p: int, v: int, waves: Sequence[_Wave], ring: int, frac: S
                 np.maximum(sub, arr, out=sub)
             else:
                 start[w.in_rows] = np.maximum(start[w.in_rows], arr)
-        rows = row_of[w.code]
-        r0 = rows[0]
-        if n == 1 or (rows == r0).all():
-            np.add(start, table[r0], out=start)  # one duration row for the whole wave
+        if one_row[i]:
+            np.add(start, table[first_row[i]], out=start)  # one duration row for the whole wave
         else:
             dur = tmp[:n]
-            np.take(table, rows, axis=0, out=dur, mode="clip")
+            lo = firsts[i]
+            np.take(table, rows_all[lo:lo + n], axis=0, out=dur, mode="clip")
             np.add(start, dur, out=start)
         if w.full:
             free, work = work, free  # the wave covers every stage: swap instead of copying back
