@@ -82,13 +82,15 @@ class Recipe:
             return None
         return memory.parse_recompute(list(self.recompute_modules)) if self.recompute_modules else "none"
 
-    def assumption(self, recompute: bool = True) -> str:
+    def assumption(self, recompute: bool = True, moe_keys: Iterable[str] | None = None) -> str:
         """One line for the report: the recipe's name and the settings it supplies (without ``recompute``:
-        a scenario's recompute stays a plan choice, the recipe's is not imposed)."""
+        a scenario's recompute stays a plan choice, the recipe's is not imposed; ``moe_keys``: the [moe] keys it
+        supplied, the others being the scenario's own, None: all of them)."""
+        keys = set(self.moe_settings() if moe_keys is None else moe_keys)
         parts = []
-        if self.moe_dispatcher is not None:
+        if self.moe_dispatcher is not None and "dispatcher" in keys:
             parts.append(f"{self.moe_dispatcher} dispatcher")
-        if self.moe_a2a_overlap is not None:
+        if self.moe_a2a_overlap is not None and "a2a_overlap" in keys:
             parts.append("EP all-to-all overlapped" if self.moe_a2a_overlap else "EP all-to-all not overlapped")
         if self.moe_shared_expert_overlap is not None:
             parts.append("shared experts overlapped" if self.moe_shared_expert_overlap else "no shared-expert overlap")
@@ -96,7 +98,7 @@ class Recipe:
             parts.append(f"{self.attention} attention")
         if recompute and self.recompute_modules is not None:
             parts.append(f"recompute {'+'.join(self.recompute_modules) or 'none'}")
-        if self.moe_cuda_graphs is not None:
+        if self.moe_cuda_graphs is not None and "cuda_graphs" in keys:
             parts.append("MoE blocks' attention, router and preprocess as CUDA graphs" if self.moe_cuda_graphs
                          else "no CUDA graphs")
         if self.activation_offload_layers:

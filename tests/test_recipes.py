@@ -70,6 +70,7 @@ def test_a_scenario_takes_the_recipe_where_it_states_nothing_and_says_so():
     # the recipe still supplies the key the scenario leaves out (its CUDA graphs: none on H100) and says so
     assert (two.moe.dispatcher, two.moe.a2a_overlap, two.moe.cuda_graphs) == ("per-host", "none", False)
     assert "no CUDA graphs" in two.moe.recipe
+    assert "dispatcher" not in two.moe.recipe and "all-to-all" not in two.moe.recipe  # the scenario's own, not said
     both = _scenario("qwen3-235b-a22b", "h100-sxm", moe={"dispatcher": "per-host", "a2a_overlap": "none",
                                                          "cuda_graphs": True})
     assert (both.moe.dispatcher, both.moe.a2a_overlap, both.moe.cuda_graphs, both.moe.recipe) == \
