@@ -533,7 +533,7 @@ def _moe_inputs(mt: dict[str, Any], model: ModelArch, se: dict[str, Any],
     from_recipe = {k: v for k, v in (recipe.moe_settings() if recipe is not None else {}).items() if k not in mt}
     opts = MoeOptions(**targets(read_table(MoeKeys, {**implied, **from_recipe, **mt}, "moe.")))
     if recipe is not None and from_recipe:
-        opts = replace(opts, recipe=recipe.assumption(recompute=False))
+        opts = replace(opts, recipe=recipe.assumption(recompute=False, moe_keys=from_recipe))
     d = read_table(MoeSearchKeys, se, "search.", model)
     E = model.experts
     ep = d.ep or tuple(e for e in (2 ** i for i in range(E.bit_length())) if E % e == 0)

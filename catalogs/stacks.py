@@ -147,6 +147,10 @@ class StackKeys:
     expert_gemm_dispatch: float = key(duration(), "0s", source=True,
                                       help="time per local expert of one grouped expert GEMM call that no "
                                            "GPU work hides (a per-expert GEMM loop; 0: one launch for all)")
+    moe_host_launch: float = key(duration(), "0s", source=True,
+                                 help="host launch time per MoE block per micro-batch (forward and backward) that the "
+                                      "GPU waits for when the recipe does not run the block's static parts as CUDA "
+                                      "graphs ([moe] cuda_graphs); 0: none")
     cp_ring: str = key(choice(CP_RINGS), "p2p", source=True,
                        help="how ring context parallelism passes K, V: p2p (a block per step, behind that step) or "
                             "allgather (all blocks gathered once behind the first step; FP32 dK, dV passed back)")
@@ -161,7 +165,8 @@ OPTIONAL = tuple(f.name for f in fields(StackKeys) if not spec(f).required)
 """Keys a profile may leave out: residual_sigma (none: a card's own sigma applies on the stack alone),
 dp_bucket_per_rank (none: a fixed bucket), kernel_efficiency (1: the reference stack's kernels), attention_kernel
 (native: the card's own fused attention), loss (fused: a fused FP32 cross-entropy) and expert_gemm_dispatch
-(0: the stack's grouped expert GEMM is one launch, no per-expert floor) and cp_ring (p2p: Transformer Engine's
+(0: the stack's grouped expert GEMM is one launch, no per-expert floor), moe_host_launch (0: no exposed host
+launch time in MoE blocks) and cp_ring (p2p: Transformer Engine's
 ring)."""
 SOURCED = tuple(f.name for f in fields(StackKeys) if spec(f).source)
 
