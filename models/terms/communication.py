@@ -49,8 +49,9 @@ def replica_link(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, pp: 
         t = 2 (r-1)/r x g N / s / B_r + calls x (t_call + network.collective_latency, an all-reduce),
     the ring's members tp x s ranks apart, so with s x tp >= a host every card of a host is in its own ring
     and they share the host's NICs: B_r = nics x B_nic / min(tp s, cards per host) (network.route), x the
-    collective efficiency. MaxText's Llama 2 7B on A3 High (8-way FSDP per host, 16 hosts, FP32 gradients,
-    4 x 200 Gb/s NICs: 12.5 GB/s a card): 2 x 15/16 x 4 x 6.7e9 / 8 B / 12.5 GB/s = 0.5 s a step."""
+    collective efficiency. MaxText's Llama 2 7B on A3 High (8-way FSDP per host, 16 hosts, 4 x 200 Gb/s NICs:
+    12.5 GB/s a card; the gradients reduced in BF16 as MaxText's sharding guide counts them, catalogs/stacks.toml):
+    2 x 15/16 x 2 x 6.7e9 / 8 B / 12.5 GB/s = 0.25 s a step, of which :func:`replica_tail` shows whole."""
     full = zero_ranks(dp, cp)
     s = shard_ranks(sc, dp, cp, zero)
     r = full / s
