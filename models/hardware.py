@@ -119,6 +119,7 @@ class StackProfile:
     loss: str = "fused"  # how the cross-entropy runs: fused, te, eager or compiled (memory.LOSS_KINDS)
     expert_gemm_dispatch: float = 0.0  # s per local expert per grouped expert GEMM call (0: one launch for all)
     cp_ring: str = "p2p"  # how ring context parallelism passes K, V: p2p or allgather (context.CP_RINGS)
+    kv_repeat: bool = False  # the attention takes K, V repeated to the query heads (context.ring_kv_arch)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def usable(self, memory_usable: float) -> float:

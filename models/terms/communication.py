@@ -141,7 +141,7 @@ def cp_link(sc: Scenario, *, acc: str, tp: ArrayLike, cp: ArrayLike = 1, pp: Arr
     """Context-parallel link time per step on a card: micro-batches x the stage's layers x the
     exchange's bytes (forward + backward) at context.cp_bandwidth (hidden or not)."""
     A = sc.system(acc).acc
-    a, e, s = sc.model, sc.memory.activation_bytes, sc.task.seq_len
+    a, e, s = context.ring_kv_arch(sc.model, sc.stack.kv_repeat), sc.memory.activation_bytes, sc.task.seq_len
     bw = context.cp_bandwidth(A.fabric, tp, cp, nics, sc.cp_method)
     if sc.cp_method == "ring":
         grad = 4.0 if sc.stack.cp_ring == "allgather" else None  # torch's ring passes FP32 dK, dV
