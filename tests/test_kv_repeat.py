@@ -39,3 +39,15 @@ def test_torchtitan_stacks_repeat_and_the_link_grows_by_the_head_ratio():
     plain = replace(sc, stack=replace(sc.stack, kv_repeat=False))
     kw = dict(acc="h100-sxm", tp=1, cp=4, pp=1, dp=2, mb=1, nics=8)
     assert float(T.cp_link(sc, **kw)) == pytest.approx(4.0 * float(T.cp_link(plain, **kw)))
+
+
+def test_the_merge_accumulates_dk_dv_at_the_query_heads():
+    """The backward's dK, dV accumulators (read and write 4 + 4 bytes an element) are 32 x 128 wide instead of
+    8 x 128 under repeated K, V: 3 steps (CP 4) of 32,768 tokens add 3 x 2 x 32,768 x (4,096 - 1,024) x 8 bytes."""
+    from tpopt.models import ops
+    a = CAT.model("llama3-8b")
+    kw = dict(tp=1, micro_batch=0.25, seq_len=131072, cp_steps=3.0)
+    plain = ops.ring_merge_kernels(a, ops.Layout(**kw))
+    rep = ops.ring_merge_kernels(a, ops.Layout(**kw, cp_kv_repeat=True))
+    assert float(rep[0].bytes) == pytest.approx(float(plain[0].bytes))  # the forward merge: the output only
+    assert float(rep[1].bytes) - float(plain[1].bytes) == pytest.approx(3 * 2 * 32768 * (4096 - 1024) * 8)

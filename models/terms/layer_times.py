@@ -84,6 +84,7 @@ def layout(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep:
                       sequence_parallel=mem.sequence_parallel, flash_attention=mem.flash_attention,
                       dropout=mem.dropout, act_bytes=mem.activation_bytes, attention_scale=cp_imbalance(sc, cp),
                       cp_steps=np.maximum(_f(cp) - 1.0, 0.0) if sc.cp_method == "ring" else 0.0,
+                      cp_kv_repeat=sc.stack.kv_repeat,
                       dispatcher=sc.moe.dispatcher, **moe_kw)
 
 
