@@ -154,6 +154,9 @@ class StackKeys:
     cp_ring: str = key(choice(CP_RINGS), "p2p", source=True,
                        help="how ring context parallelism passes K, V: p2p (a block per step, behind that step) or "
                             "allgather (all blocks gathered once behind the first step; FP32 dK, dV passed back)")
+    kv_repeat: bool = key(FLAG, False, source=True,
+                          help="the attention call takes K, V repeated to the query heads (context.ring_kv_arch): "
+                               "a context-parallel ring passes d_attn-wide blocks")
     sources: dict[str, str] = key(SOURCES, required=True, help="the source of every value, by key")
 
     #: The values checked before the others (the order of the hand-written reader this replaced).
@@ -166,8 +169,8 @@ OPTIONAL = tuple(f.name for f in fields(StackKeys) if not spec(f).required)
 dp_bucket_per_rank (none: a fixed bucket), kernel_efficiency (1: the reference stack's kernels), attention_kernel
 (native: the card's own fused attention), loss (fused: a fused FP32 cross-entropy) and expert_gemm_dispatch
 (0: the stack's grouped expert GEMM is one launch, no per-expert floor), moe_host_launch (0: no exposed host
-launch time in MoE blocks) and cp_ring (p2p: Transformer Engine's
-ring)."""
+launch time in MoE blocks), cp_ring (p2p: Transformer Engine's ring) and kv_repeat (false: the attention takes the
+KV heads as they are)."""
 SOURCED = tuple(f.name for f in fields(StackKeys) if spec(f).source)
 
 
