@@ -167,7 +167,7 @@ KEYS = tuple(f.name for f in fields(StackKeys))
 OPTIONAL = tuple(f.name for f in fields(StackKeys) if not spec(f).required)
 """Keys a profile may leave out: residual_sigma (none: a card's own sigma applies on the stack alone),
 dp_bucket_per_rank (none: a fixed bucket), kernel_efficiency (1: the reference stack's kernels), attention_kernel
-(native: the card's own fused attention), loss (fused: a fused FP32 cross-entropy) and expert_gemm_dispatch
+(native: the card's own fused attention), loss (fused: a fused FP32 cross-entropy), expert_gemm_dispatch
 (0: the stack's grouped expert GEMM is one launch, no per-expert floor), moe_host_launch (0: no exposed host
 launch time in MoE blocks), cp_ring (p2p: Transformer Engine's ring) and kv_repeat (false: the attention takes the
 KV heads as they are)."""
