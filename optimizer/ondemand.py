@@ -115,7 +115,8 @@ class GroupSpace(Space):
                 parent.__dict__.setdefault("_group_compute", {}).setdefault(fixed, {})[idx] = \
                     tuple(dict.__getitem__(self.tables, n) for n in COMPUTE_BOUNDS)
             return table
-        whole = parent.tables[name]
+        with small_pages():  # the whole table, written once where not yet built (time.exposed_dp: 20 M entries)
+            whole = parent.tables[name]
         at = dict(zip(fixed, idx, strict=True))
         cut = tuple(slice(at[v], at[v] + 1) if v in at else slice(None) for v in whole.vars)
         return Table(name, whole.vars, whole.values[cut])
