@@ -29,9 +29,10 @@ loop stops; it is at least the K-th best plan's objective, which proves the opti
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any, cast
 
 import numpy as np
@@ -114,7 +115,8 @@ class GroupSpace(Space):
                 parent.__dict__.setdefault("_group_compute", {}).setdefault(fixed, {})[idx] = \
                     tuple(dict.__getitem__(self.tables, n) for n in COMPUTE_BOUNDS)
             return table
-        whole = parent.tables[name]
+        with small_pages():  # the whole table, written once where not yet built (time.exposed_dp: 20 M entries)
+            whole = parent.tables[name]
         at = dict(zip(fixed, idx, strict=True))
         cut = tuple(slice(at[v], at[v] + 1) if v in at else slice(None) for v in whole.vars)
         return Table(name, whole.vars, whole.values[cut])
@@ -139,6 +141,27 @@ class FloorSpace(GroupSpace):
         if floor is None:
             floor = self.__dict__["_floor"] = self.compute_floor()
         return cast(Table, floor)
+
+
+@contextlib.contextmanager
+def small_pages() -> Iterator[None]:
+    """Arrays allocated inside are not offered transparent huge pages (numpy advises the kernel to back every array of
+    4 MiB or more with 2 MiB pages; with ``transparent_hugepage`` set to ``madvise``, each such fault zeroes, and may
+    first compact, 2 MiB of memory in the kernel). The whole compute bound tables :meth:`PendingGroups.of` lays out
+    (two arrays of 35 M entries on the nine-accelerator GPT-3 space) are written once each, 4 KiB pages at a time:
+    0.2 instead of 1.1 CPU s (mostly system time) on this machine. The values are the same; numpy's setting is put
+    back on the way out. Without numpy's switch (another numpy) nothing changes."""
+    switch = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None)
+    if switch is None:
+        switch = getattr(getattr(getattr(np, "core", None), "multiarray", None), "_set_madvise_hugepage", None)
+    if switch is None:
+        yield
+        return
+    before = switch(False)
+    try:
+        yield
+    finally:
+        switch(before)
 
 
 COMPUTE_BOUNDS = ("time.compute.lo", "time.compute.hi")
@@ -185,10 +208,11 @@ class PendingGroups:
         # whole space's: group_bounds)
         kept = space.__dict__.pop("_floor", None)
         floor = space.compute_floor() if kept is None else kept
-        lo = np.empty(full)  # filled by assignment: 3x faster than copying the broadcast view (same values)
-        lo[...] = np.expand_dims(floor.values, vars.index("schedule"))
         hi_type = next(iter(parts.values()))[1].values.dtype
-        hi = np.full(full, np.finfo(hi_type).max, dtype=hi_type)
+        with small_pages():  # 35 M entries each on the nine-accelerator GPT-3 space: 0.9 CPU s less
+            lo = np.empty(full)  # filled by assignment: 3x faster than copying the broadcast view (same values)
+            lo[...] = np.expand_dims(floor.values, vars.index("schedule"))
+            hi = np.full(full, np.finfo(hi_type).max, dtype=hi_type)
         # a group no solve built is left as units one hub variable finer (a question often reaches a few
         # layouts of a group only: the pipeline depths beyond the solve's are reached at one or two widths)
         unit = fixed + tuple(v for v in GROUP_ORDER if v not in fixed)[:1]

@@ -36,9 +36,9 @@ from tpopt.optimizer import backends, core
 from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.decompose import LayoutBounds, coupling_vars
 from tpopt.optimizer.enumerate import EXTRAS as EXTRAS_ALL
-from tpopt.optimizer.enumerate import HUB, PointTable, closeness_ratio, layout_evaluator
+from tpopt.optimizer.enumerate import HUB, REPORT_LAYOUT_CACHE, PointTable, closeness_ratio, layout_evaluator
 from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
-from tpopt.optimizer.ondemand import COMPUTE_BOUNDS, PendingGroups
+from tpopt.optimizer.ondemand import COMPUTE_BOUNDS, PendingGroups, small_pages
 from tpopt.optimizer.result import Request, Status, objective_key, objective_value, plan_summary
 from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space, card_counts
 
@@ -135,6 +135,7 @@ class LayoutOracle:
         self.as_table = as_table  # standing in for a table (a tabulable space): same-scale questions, closest
         self._table: TableOracle | None = None  # built only where closest() cannot decide a tie on its own
         self.layouts = layout_evaluator(space)
+        self.layouts.keep = max(self.layouts.keep, REPORT_LAYOUT_CACHE)
         self._bounds: LayoutBounds | None = None
         self._questions: dict[frozenset[str], LayoutBounds] = {}  # enforced families -> a question's bounds
         self.pending: PendingGroups | None = None  # layout groups whose compute bounds are still relaxed
@@ -157,7 +158,8 @@ class LayoutOracle:
                     len(d[v]) for v in HUB))))
             try:
                 # every family enforced: the coupled choices' grids are kept, each question reduces them (_under)
-                self._bounds = LayoutBounds(self.space, "cost", FAMILIES)
+                with small_pages():  # the whole tables they read, written once each (ondemand.small_pages)
+                    self._bounds = LayoutBounds(self.space, "cost", FAMILIES)
             finally:
                 if self.pending is not None:
                     self.space.__dict__.pop("_reduced", None)
