@@ -109,7 +109,7 @@ def portable_attention(perf: PerfParams) -> PerfParams:
     """The card's parameters as a stack whose attention kernel is not written for the card reaches them (a stack's
     ``attention_kernel = "portable"``, catalogs/stacks.toml): eta_attn -> eta_attn x portable_attention_ratio.
     H100: FlashAttention-2, PyTorch SDPA's flash backend, reaches 335 TFLOPS causal forward where FlashAttention-3
-    reaches 616 (head dim 128, 16K tokens; Shah et al. 2024): 0.66 x 0.54 = 0.36 of the peak. Its backward runs at
+    reaches 616 (head dim 128, 16K tokens; Shah et al. 2024): 0.61 x 0.54 = 0.33 of the peak. Its backward runs at
     its own share of that forward, portable_attention_bwd_ratio (FlashAttention-2: 322 TFLOPS backward against 335
     forward, 0.96), not at the native kernel's attention_bwd_ratio; 0 keeps the card's."""
     if perf.portable_attention_ratio == 1.0 and perf.portable_attention_bwd_ratio == 0.0:

@@ -110,11 +110,14 @@ def test_a_plan_sigma_grows_with_each_way_it_leaves_the_evidence():
 
 def test_a_given_sigma_overrides_and_the_flat_model_keeps_the_catalog_sigmas():
     given = build_scenario(raw("mi300x", risk={"step_sigma": 0.2}), CAT)
-    assert T.step_sigma(given, "mi300x", 64.0) == (0.2, "given (risk.step_sigma)")
+    sigma, source = T.step_sigma(given, "mi300x", 64.0)  # the stated value; the source still names the priors
+    assert sigma == 0.2 and source.startswith("given (risk.step_sigma)") and "mi300x rests on priors" in source
     assert T.evidence_of(given, "mi300x", 64.0)["sigma"] == 0.2
     # the flat model (hardware.efficiency stated: the chapter's) is not what the table measured
     flat = build_scenario({**raw("mi300x"), "hardware": {"accelerator": "mi300x", "efficiency": 0.4}}, CAT)
-    assert T.step_sigma(flat, "mi300x", 64.0) == T.catalog_sigma(flat, "mi300x")
+    sigma, source = T.step_sigma(flat, "mi300x", 64.0)
+    assert (sigma, source.split("; ", 1)[1]) == T.catalog_sigma(flat, "mi300x")
+    assert source.startswith("mi300x rests on priors")
     assert T.evidence_of(flat, "mi300x", 64.0)["card"] == "prior"  # the flag holds in both models
 
 

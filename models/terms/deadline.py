@@ -139,6 +139,9 @@ def step_sigma(sc: Scenario, acc: str, cards: ArrayLike = 1.0, ep: ArrayLike = 1
     experts per card than fitted, sequence beyond the fitted, low-precision recipe not fitted, cards
     beyond the fitted), the source naming the factors that apply (:func:`evidence_of`); else the catalog
     sigmas (:func:`catalog_sigma`)."""
+    if np.ndim(cards) == 0 and np.ndim(ep) == 0:  # one plan: its source says what it rests on (evidence_of)
+        e = evidence_of(sc, acc, float(np.asarray(cards)), float(np.asarray(ep)))
+        return e["sigma"], e["source"]
     if sc.risk.step_sigma is not None:
         return sc.risk.step_sigma, "given (risk.step_sigma)"
     ev = evidence_for(sc, acc)
@@ -146,9 +149,6 @@ def step_sigma(sc: Scenario, acc: str, cards: ArrayLike = 1.0, ep: ArrayLike = 1
         return catalog_sigma(sc, acc)
     facts = plan_facts(sc, acc)
     sigma = evidence.plan_sigma(ev, facts, cards, experts_per_card(sc, ep), card_base(sc, acc, ev)[0])
-    if np.ndim(sigma) == 0:
-        e = evidence_of(sc, acc, float(np.asarray(cards)), float(np.asarray(ep)))
-        return float(sigma), e["source"]
     return sigma, "by distance from the evidence (catalogs/uncertainty.toml)"
 
 
@@ -193,29 +193,50 @@ def plan_facts(sc: Scenario, acc: str, cards: float = 1.0, ep: float = 1) -> evi
 def evidence_of(sc: Scenario, acc: str, cards: float, ep: float = 1) -> dict[str, Any]:
     """What one plan's step time rests on: ``card`` "fitted" | "prior" (a run fitted on it or not), ``stack``
     "fitted" | "not fitted", ``sigma`` (as :func:`step_sigma`), ``reasons`` (the factors that apply, in
-    words), ``source``. The flags come from the uncertainty table whatever the step-time model; the sigma
-    from it under the per-operation model only (:func:`evidence_for`)."""
+    words), ``source``, ``stated`` (the scenario states ``risk.step_sigma``) and ``evidence_sigma`` (the sigma
+    the evidence gives, whether or not a stated one replaces it). The flags and reasons come from the evidence
+    whatever the step-time model and whether or not a sigma is stated (a card on priors says so in the source,
+    :func:`stated_evidence`); the sigma from the uncertainty table under the per-operation model only
+    (:func:`evidence_for`)."""
     table = sc.risk.evidence
     facts = plan_facts(sc, acc, cards, ep)
     if table is None:
-        out: dict[str, Any] = {"card": "fitted" if _perf(sc, acc).calibrated else "prior", "stack": "unknown"}
+        out: dict[str, Any] = {"card": "fitted" if getattr(_perf(sc, acc), "calibrated", False) else "prior",
+                               "stack": "unknown"}
     else:
         flags = evidence.applies(table, facts, cards, facts.experts_per_card)
         out = {"card": "prior" if bool(flags[evidence.CARD_PRIOR]) else "fitted",
                "stack": "not fitted" if bool(flags[evidence.STACK]) else "fitted"}
-    if sc.risk.step_sigma is not None:
-        return {**out, "sigma": sc.risk.step_sigma, "reasons": [], "source": "given (risk.step_sigma)"}
     ev = evidence_for(sc, acc)
     if ev is None or own_calibration(sc, acc):
         sigma, source = catalog_sigma(sc, acc)
-        return {**out, "card": "fitted" if own_calibration(sc, acc) else out["card"], "sigma": sigma,
-                "reasons": [], "source": source}
-    why = evidence.reasons(ev, facts)
-    base, base_words = card_base(sc, acc, ev)
-    sigma = float(evidence.plan_sigma(ev, facts, cards, facts.experts_per_card, base))
-    text = "; ".join(why) if why else "a fitted card on a fitted stack, inside the fitted range"
-    return {**out, "sigma": sigma, "reasons": why,
-            "source": f"{text} ({base_words}, each factor's share in quadrature: catalogs/uncertainty.toml)"}
+        card = "fitted" if own_calibration(sc, acc) else out["card"]
+        if card == "prior":  # the catalog sigma does not read the flag: the source names it
+            source = f"{evidence.REASONS[evidence.CARD_PRIOR].format(acc=acc)}; {source}"
+        out = {**out, "card": card, "sigma": sigma, "reasons": [], "source": source}
+    else:
+        why = evidence.reasons(ev, facts)
+        base, base_words = card_base(sc, acc, ev)
+        sigma = float(evidence.plan_sigma(ev, facts, cards, facts.experts_per_card, base))
+        text = "; ".join(why) if why else "a fitted card on a fitted stack, inside the fitted range"
+        out = {**out, "sigma": sigma, "reasons": why,
+               "source": f"{text} ({base_words}, each factor's share in quadrature: catalogs/uncertainty.toml)"}
+    return stated_evidence(out, sc.risk.step_sigma)
+
+
+def stated_evidence(e: dict[str, Any], stated: float | None) -> dict[str, Any]:
+    """A plan's evidence (:func:`evidence_of`) under a stated ``risk.step_sigma``: the stated value is the
+    sigma used, the flags and reasons stay the evidence's, ``evidence_sigma`` keeps the sigma the evidence
+    gives, and on a card that rests on priors the source says both ("given (risk.step_sigma); the
+    evidence-based sigma would be 0.141: mi300x rests on priors (no run fitted on it)"), so a stated sigma
+    never hides the flag."""
+    if stated is None:
+        return {**e, "stated": False, "evidence_sigma": e["sigma"]}
+    source = "given (risk.step_sigma)"
+    if e["card"] == "prior":
+        why = "; ".join(e["reasons"]) or e["source"]
+        source += f"; the evidence-based sigma would be {e['sigma']:.3f}: {why}"
+    return {**e, "sigma": stated, "stated": True, "evidence_sigma": e["sigma"], "source": source}
 
 
 def catalog_sigma(sc: Scenario, acc: str) -> tuple[float, str]:
