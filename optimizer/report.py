@@ -130,6 +130,7 @@ class LayoutOracle:
         self.pending: PendingGroups | None = None  # layout groups whose compute bounds are still relaxed
         self.questions = 0
         self.check = check  # called before each layout evaluation (a time limit can raise there)
+        self._plans: dict[tuple[tuple[str, int], ...], Evaluation] = {}  # answers evaluated, by index dict
 
     @property
     def bounds(self) -> LayoutBounds:
@@ -257,7 +258,7 @@ class LayoutOracle:
     def best(self, enforced: Collection[str], objective: str, restrict: Restrict | None = None,
              cards: Cards = None) -> Evaluation | None:
         idx = self._search(enforced, objective, restrict, cards)
-        return None if idx is None else evaluate(self.space.sc, self.space.plan(idx))
+        return None if idx is None else self._evaluated(idx)
 
     def closest(self, family: str, enforced: Collection[str], restrict: Restrict | None = None,
                 cards: Cards = None) -> Evaluation | None:
@@ -305,7 +306,7 @@ class LayoutOracle:
         top = min(found, key=lambda x: (x[0], x[1]))
         if sum(1 for x in found if (x[0], x[1]) == (top[0], top[1])) > 1:  # a tie: the table's order decides
             return self._as_table().closest(family, enforced, restrict, cards)
-        return evaluate(sc, self.space.plan(top[2]))
+        return self._evaluated(top[2])
 
     def _least(self, layout: tuple[int, ...], family: str, order: Sequence[str], restrict: Restrict | None,
                level: str) -> tuple[float, float, list[dict[str, int]]] | None:
@@ -337,6 +338,15 @@ class LayoutOracle:
                 idx.update({e: int(x) for e, x in zip(EXTRAS_ALL, np.unravel_index(i, shape), strict=False)})
                 points.append(idx)
         return float(least), float(c_at.min()), points
+
+    def _evaluated(self, idx: dict[str, int]) -> Evaluation:
+        """The plan at ``idx`` evaluated, once per report: questions that answer with the same plan (the closest
+        plan to two families, the best plan without either) share its evaluation."""
+        key = tuple(sorted(idx.items()))
+        got = self._plans.get(key)
+        if got is None:
+            got = self._plans[key] = evaluate(self.space.sc, self.space.plan(idx))
+        return got
 
     def _as_table(self) -> TableOracle:
         if self._table is None:

@@ -42,26 +42,35 @@ def _wave_plan(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[_Wave
     ring = int((rows[has] - prog.dep[has]).max()) + 1 if has.any() else 1
     bounds = [0] + (np.flatnonzero(np.diff(level)) + 1).tolist() + [prog.n_ops]
     ring = max(ring, max(hi - lo for lo, hi in zip(bounds, bounds[1:], strict=False)) if prog.n_ops else 1)
+    # every wave's rows, stages, codes and inputs as views of whole-program arrays (one numpy pass each, not
+    # one per wave); a run of consecutive rows or stages is a slice (numpy then works on views, without copies).
+    # A wave's stages are strictly increasing (an op's level exceeds its stage's previous op's)
+    stage, code, dep = (a.astype(np.int64) for a in (prog.stage, prog.code, prog.dep))
+    inputs = np.flatnonzero(has)  # rows that wait for a message ...
+    slots = dep[inputs] % ring  # ... and the ring rows holding the senders' end times
+    los, his = bounds[:-1], bounds[1:]
+    if not prog.n_ops:
+        los, his = [], []
+    lo_a, hi_a = np.asarray(los, dtype=np.int64), np.asarray(his, dtype=np.int64)
+    first, last = stage[lo_a].tolist(), stage[hi_a - 1].tolist()
+    cut_lo, cut_hi = np.searchsorted(inputs, lo_a).tolist(), np.searchsorted(inputs, hi_a).tolist()
+    in_first = inputs[np.minimum(np.asarray(cut_lo, dtype=np.int64), max(len(inputs) - 1, 0))].tolist() \
+        if len(inputs) else [0] * len(los)
+    in_last = inputs[np.maximum(np.asarray(cut_hi, dtype=np.int64) - 1, 0)].tolist() if len(inputs) else [0] * len(los)
     waves: list[_Wave] = []
-    for i, (lo, hi) in enumerate(zip(bounds, bounds[1:], strict=False)):
+    for i, (lo, hi) in enumerate(zip(los, his, strict=True)):
         if i % TICK_EVERY == TICK_EVERY - 1:
             _tick()
-        st = prog.stage[lo:hi].astype(np.int64)
-        rows_in = np.flatnonzero(prog.dep[lo:hi] >= 0)
-        full = hi - lo == p and bool(np.all(st == np.arange(p)))
-        waves.append(_Wave(lo % ring, hi - lo, _as_slice(st), prog.code[lo:hi].astype(np.int64), full,
-                           _as_slice(rows_in), prog.dep[lo:hi][rows_in].astype(np.int64) % ring))
+        n, a, b = hi - lo, cut_lo[i], cut_hi[i]
+        st: slice | Index = slice(first[i], last[i] + 1) if last[i] - first[i] == n - 1 else stage[lo:hi]
+        full = n == p and first[i] == 0 and last[i] == p - 1  # strictly increasing stages: every stage once
+        rows_in: slice | Index = slice(in_first[i] - lo, in_last[i] - lo + 1) \
+            if b > a and in_last[i] - in_first[i] == b - a - 1 else inputs[a:b] - lo
+        waves.append(_Wave(lo % ring, n, st, code[lo:hi], full, rows_in, slots[a:b]))
     return (tuple(waves), ring), prog.n_ops
 
 
 _waves = _ShapeCache(_wave_plan, CACHE_OPS)
-
-
-def _as_slice(rows: Index) -> slice | Index:
-    """A run of consecutive row numbers as a slice (numpy then works on views, without copies)."""
-    if len(rows) and rows[-1] - rows[0] == len(rows) - 1:
-        return slice(int(rows[0]), int(rows[-1]) + 1)
-    return rows
 
 
 def _as_array(x: ArrayLike, what: str) -> FloatArray:
