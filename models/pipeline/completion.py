@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -25,13 +26,17 @@ class _Wave:
     at: int  # the wave's ops are rows at .. at+n-1 of the ring of recent end times (wrapping around)
     n: int
     stage: slice | Index  # their stages (a slice when they are consecutive stages)
-    code: Index
     full: bool  # every stage present: stage == arange(p)
     in_rows: slice | Index  # rows of the wave that wait for a message (a slice when contiguous) ...
     in_slots: Index  # ... and the ring rows holding the senders' end times
 
 
-def _wave_plan(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[_Wave, ...], int], int]:
+_Plan: TypeAlias = tuple[tuple[_Wave, ...], int, Index, Index, Index]
+"""A shape's waves, its ring's length, every op's duration code (program order) and each wave's first and last + 1
+program rows."""
+
+
+def _wave_plan(schedule: str, p: int, m: int, v: int) -> tuple[_Plan, int]:
     """Group the program's ops by level (every op of a wave is independent of the others) and give
     every op a row of a ring buffer of end times, as long as the longest wait of a message in
     program rows: a row is overwritten only after its message has been read."""
@@ -42,7 +47,7 @@ def _wave_plan(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[_Wave
     ring = int((rows[has] - prog.dep[has]).max()) + 1 if has.any() else 1
     bounds = [0] + (np.flatnonzero(np.diff(level)) + 1).tolist() + [prog.n_ops]
     ring = max(ring, max(hi - lo for lo, hi in zip(bounds, bounds[1:], strict=False)) if prog.n_ops else 1)
-    # every wave's rows, stages, codes and inputs as views of whole-program arrays (one numpy pass each, not
+    # every wave's rows, stages and inputs as views of whole-program arrays (one numpy pass each, not
     # one per wave); a run of consecutive rows or stages is a slice (numpy then works on views, without copies).
     # A wave's stages are strictly increasing (an op's level exceeds its stage's previous op's)
     stage, code, dep = (a.astype(np.int64) for a in (prog.stage, prog.code, prog.dep))
@@ -66,8 +71,8 @@ def _wave_plan(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[_Wave
         full = n == p and first[i] == 0 and last[i] == p - 1  # strictly increasing stages: every stage once
         rows_in: slice | Index = slice(in_first[i] - lo, in_last[i] - lo + 1) \
             if b > a and in_last[i] - in_first[i] == b - a - 1 else inputs[a:b] - lo
-        waves.append(_Wave(lo % ring, n, st, code[lo:hi], full, rows_in, slots[a:b]))
-    return (tuple(waves), ring), prog.n_ops
+        waves.append(_Wave(lo % ring, n, st, full, rows_in, slots[a:b]))
+    return (tuple(waves), ring, code, lo_a, hi_a), prog.n_ops
 
 
 _waves = _ShapeCache(_wave_plan, CACHE_OPS)
@@ -167,13 +172,13 @@ def _completion_recurrence(schedule: str, p: int, m: int, v: int, frac: Sequence
                            flat: Sequence[FloatArray], block: int = 2048) -> FloatArray:
     """The event model's recurrence over flat duration arrays (forward, dX, dW, transfer, update);
     forward, dX, dW and update are one value per set, or (sets, p) per layer group."""
-    waves, ring = _waves(schedule, p, m, v)
+    plan = _waves(schedule, p, m, v)
     out = np.empty(flat[0].shape[0])
-    step = max(1, min(int(block), RECURRENCE_CELLS // ring))
+    step = max(1, min(int(block), RECURRENCE_CELLS // plan[1]))
     for lo in range(0, out.size, step):
         _tick()
         hi = min(out.size, lo + step)
-        out[lo:hi] = _completion_block(p, v, waves, ring, frac, *(a[lo:hi] for a in flat))
+        out[lo:hi] = _completion_block(p, v, plan, frac, *(a[lo:hi] for a in flat))
     return out
 
 
@@ -290,8 +295,9 @@ def completion_for_shapes(schedule: str, p: ArrayLike, m: ArrayLike, forward: Ar
     return out.reshape(shape)
 
 
-def _completion_block(p: int, v: int, waves: Sequence[_Wave], ring: int, frac: Sequence[Sequence[float]],
+def _completion_block(p: int, v: int, plan: _Plan, frac: Sequence[Sequence[float]],
                       tf: FloatArray, bx: FloatArray, bw: FloatArray, tr: FloatArray, upd: FloatArray) -> FloatArray:
+    waves, ring, code, starts, stops = plan
     k = tf.shape[0]
     grouped = tf.ndim == 2  # (sets, p): one duration per layer group
     # distinct (duration kind, group if uneven, chunk share) rows; every code maps onto one of them
@@ -308,6 +314,11 @@ def _completion_block(p: int, v: int, waves: Sequence[_Wave], ring: int, frac: S
                     columns.append((bases[kind][:, g] if grouped else bases[kind]) * frac[g][c])
                 row_of[(kind * p + g) * v + c] = rows_of_key[key]
     table = np.stack(columns)
+    # every op's duration row, and whether a wave's ops share one (numpy passes over the program, not per wave)
+    rows_all = row_of[code]
+    changes = np.concatenate(([0], np.cumsum(rows_all[1:] != rows_all[:-1])))  # changes of row up to each op
+    uniform = (changes[stops - 1] == changes[starts]).tolist() if len(waves) else []
+    first_row, starts_l = rows_all[starts].tolist(), starts.tolist()
     # preallocated work arrays: fresh megabyte-sized temporaries per wave would dominate the time
     ends = np.empty((ring, k))  # recent end times, by program row modulo the ring
     free = np.zeros((p, k))
@@ -334,13 +345,11 @@ def _completion_block(p: int, v: int, waves: Sequence[_Wave], ring: int, frac: S
                 np.maximum(sub, arr, out=sub)
             else:
                 start[w.in_rows] = np.maximum(start[w.in_rows], arr)
-        rows = row_of[w.code]
-        r0 = rows[0]
-        if n == 1 or (rows == r0).all():
-            np.add(start, table[r0], out=start)  # one duration row for the whole wave
+        if uniform[i]:
+            np.add(start, table[first_row[i]], out=start)  # one duration row for the whole wave
         else:
             dur = tmp[:n]
-            np.take(table, rows, axis=0, out=dur, mode="clip")
+            np.take(table, rows_all[starts_l[i]:starts_l[i] + n], axis=0, out=dur, mode="clip")
             np.add(start, dur, out=start)
         if w.full:
             free, work = work, free  # the wave covers every stage: swap instead of copying back
