@@ -5,8 +5,7 @@ max-plus recurrence in waves over the compiled program, per shape, with a bounde
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -21,8 +20,7 @@ from tpopt.models.pipeline.simulation import _chunk_fractions
 # vectorised completion time (solver)
 
 
-@dataclass(frozen=True)
-class _Wave:
+class _Wave(NamedTuple):  # a tuple: thousands are made per shape, a frozen dataclass costs 3x as much
     at: int  # the wave's ops are rows at .. at+n-1 of the ring of recent end times (wrapping around)
     n: int
     stage: slice | Index  # their stages (a slice when they are consecutive stages)
