@@ -20,6 +20,7 @@ from tpopt.catalogs.entry_keys import AcceleratorKeys, LinkKeys, NicKeys, PerfKe
 from tpopt.catalogs.market import Market, list_price_offers, load_market
 from tpopt.catalogs.tables import (
     MAX_INPUT_BYTES,
+    builtin_toml,
     check_keys,
     loads_toml,
     read_text_capped,
@@ -86,7 +87,7 @@ class Catalog:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    return loads_toml(read_text_capped(path, "catalog file"), str(path))
+    return builtin_toml(path, read_text_capped(path, "catalog file"), lambda text: loads_toml(text, str(path)))
 
 
 def _merge(dirs: list[Path]) -> dict[str, dict[str, Any]]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 from tpopt.catalogs.declare import Kind, duration, fraction, key, number, quantity, raw, read_entry, whole
-from tpopt.catalogs.tables import check_keys, csv_rows, loads_toml, read_text_capped
+from tpopt.catalogs.tables import builtin_toml, check_keys, csv_rows, loads_toml, read_text_capped
 from tpopt.errors import InputError
 from tpopt.models.market import MARKETS, RESERVED, SPOT, Energy, Offer, Power, Storage, unique_ids
 from tpopt.models.units import HOUR, parse_duration, parse_int, parse_number
@@ -342,7 +342,7 @@ POWER_KEYS = tuple(f.name for f in fields(PowerKeys))
 
 
 def _read(path: Path) -> dict[str, Any]:
-    return loads_toml(read_text_capped(path, "catalog file"), str(path))
+    return builtin_toml(path, read_text_capped(path, "catalog file"), lambda text: loads_toml(text, str(path)))
 
 
 def load_market(extra_dirs: Sequence[str | PathLike[str]] = (), accelerators: set[str] | None = None) -> Market:

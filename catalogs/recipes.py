@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tpopt.catalogs.stacks import stack_names
-from tpopt.catalogs.tables import read_text_capped
+from tpopt.catalogs.tables import builtin_toml, read_text_capped
 from tpopt.errors import InputError
 from tpopt.models import memory
 from tpopt.models.moe import STACK_DISPATCHERS
@@ -26,7 +26,7 @@ RECIPES_FILE = Path(__file__).resolve().parent / "recipes.toml"
 ATTENTION = {"fused": True, "unfused": False}
 """Attention backends of a recipe -> [memory] flash_attention (fused: no S x S scores kept)."""
 SETTINGS = ("moe_dispatcher", "moe_a2a_overlap", "moe_shared_expert_overlap", "attention", "recompute_modules",
-            "activation_offload_layers")
+            "activation_offload_layers", "moe_cuda_graphs")
 MATCH_KEYS = ("name", "models", "accelerators", "precisions", "sources")
 
 
@@ -46,6 +46,7 @@ class Recipe:
     attention: str | None = None
     recompute_modules: tuple[str, ...] | None = None
     activation_offload_layers: int | None = None
+    moe_cuda_graphs: bool | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
     def matches(self, model: str, accelerators: Iterable[str], precision: str) -> bool:
@@ -57,15 +58,17 @@ class Recipe:
                     any(fnmatchcase(c, p) for p in self.accelerators) for c in cards)))
                 and (not self.precisions or precision in self.precisions))
 
-    def moe_settings(self) -> dict[str, str]:
-        """The [moe] keys the recipe implies (dispatcher, a2a_overlap in tpopt's names; moe.stack_defaults):
-        only those it states."""
+    def moe_settings(self) -> dict[str, str | bool]:
+        """The [moe] keys the recipe implies (dispatcher, a2a_overlap in tpopt's names; moe.stack_defaults;
+        cuda_graphs): only those it states."""
         mapped = moe_stack_defaults(self.moe_dispatcher or "alltoall", "all" if self.moe_a2a_overlap else "none")
-        out = {}
+        out: dict[str, str | bool] = {}
         if self.moe_dispatcher is not None:
             out["dispatcher"] = mapped["dispatcher"]
         if self.moe_a2a_overlap is not None:
             out["a2a_overlap"] = mapped["a2a_overlap"]
+        if self.moe_cuda_graphs is not None:
+            out["cuda_graphs"] = self.moe_cuda_graphs
         return out
 
     def flash_attention(self) -> bool | None:
@@ -79,13 +82,15 @@ class Recipe:
             return None
         return memory.parse_recompute(list(self.recompute_modules)) if self.recompute_modules else "none"
 
-    def assumption(self, recompute: bool = True) -> str:
+    def assumption(self, recompute: bool = True, moe_keys: Iterable[str] | None = None) -> str:
         """One line for the report: the recipe's name and the settings it supplies (without ``recompute``:
-        a scenario's recompute stays a plan choice, the recipe's is not imposed)."""
+        a scenario's recompute stays a plan choice, the recipe's is not imposed; ``moe_keys``: the [moe] keys it
+        supplied, the others being the scenario's own, None: all of them)."""
+        keys = set(self.moe_settings() if moe_keys is None else moe_keys)
         parts = []
-        if self.moe_dispatcher is not None:
+        if self.moe_dispatcher is not None and "dispatcher" in keys:
             parts.append(f"{self.moe_dispatcher} dispatcher")
-        if self.moe_a2a_overlap is not None:
+        if self.moe_a2a_overlap is not None and "a2a_overlap" in keys:
             parts.append("EP all-to-all overlapped" if self.moe_a2a_overlap else "EP all-to-all not overlapped")
         if self.moe_shared_expert_overlap is not None:
             parts.append("shared experts overlapped" if self.moe_shared_expert_overlap else "no shared-expert overlap")
@@ -93,6 +98,9 @@ class Recipe:
             parts.append(f"{self.attention} attention")
         if recompute and self.recompute_modules is not None:
             parts.append(f"recompute {'+'.join(self.recompute_modules) or 'none'}")
+        if self.moe_cuda_graphs is not None and "cuda_graphs" in keys:
+            parts.append("MoE blocks' attention, router and preprocess as CUDA graphs" if self.moe_cuda_graphs
+                         else "no CUDA graphs")
         if self.activation_offload_layers:
             parts.append(f"activations of {self.activation_offload_layers} layers offloaded to host memory")
         return f"{self.name} recipe: {', '.join(parts)} (catalogs/recipes.toml; where the scenario states none)"
@@ -150,7 +158,10 @@ def build_recipe(stack: str, t: Any, where: str) -> Recipe:
                moe_a2a_overlap=_flag(t["moe_a2a_overlap"], f"{where}: moe_a2a_overlap")
                if "moe_a2a_overlap" in t else None,
                moe_shared_expert_overlap=shared, attention=att, recompute_modules=rec,
-               activation_offload_layers=offload, sources=dict(src))
+               activation_offload_layers=offload,
+               moe_cuda_graphs=_flag(t["moe_cuda_graphs"], f"{where}: moe_cuda_graphs")
+               if "moe_cuda_graphs" in t else None,
+               sources=dict(src))
     if not r.models:
         raise InputError(f"{where}: models must name at least one model")
     r.recompute()  # unknown module names -> one clear error now
@@ -160,7 +171,7 @@ def build_recipe(stack: str, t: Any, where: str) -> Recipe:
 @cache
 def _builtin() -> dict[str, tuple[Recipe, ...]]:
     try:
-        data = tomllib.loads(read_text_capped(RECIPES_FILE, "catalog file"))
+        data = builtin_toml(RECIPES_FILE, read_text_capped(RECIPES_FILE, "catalog file"), tomllib.loads)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{RECIPES_FILE}: malformed TOML ({exc})") from None
     known = stack_names()

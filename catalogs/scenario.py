@@ -10,16 +10,14 @@ Command-line overrides are applied to the raw tables (:func:`with_overrides`) be
 from __future__ import annotations
 
 import copy
-import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields, replace
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpopt.catalogs import Catalog, build_model, load_catalog, model_from_hf_config, read_text_capped
 from tpopt.catalogs.market import check_date, parse_power
-from tpopt.catalogs.recipes import Recipe, find_recipe
 from tpopt.catalogs.schema import (
     CARD_KEYS,
     DEFAULT_SAVE_INTERVAL,
@@ -74,11 +72,12 @@ from tpopt.models.plan import (
     schedule_name,
 )
 from tpopt.models.pools import Pool
-from tpopt.models.sites import MODES as SITE_MODES
-from tpopt.models.sites import Site as SiteSpec
-from tpopt.models.sites import SitesInput
-from tpopt.models.sites import WanLink as SiteLink
 from tpopt.models.units import DAY, parse_fraction, parse_int
+
+if TYPE_CHECKING:  # lazy: start-up time (recipes: MoE models only; sites: [[sites]] scenarios only)
+    from tpopt.catalogs.recipes import Recipe
+    from tpopt.models.sites import SitesInput
+    from tpopt.models.sites import WanLink as SiteLink
 
 #: The built-in default scenario (the chapter's design case), used by every command without --scenario.
 BUILTIN_SCENARIO = Path(__file__).resolve().parent / "design-case.toml"
@@ -136,6 +135,8 @@ def natural_keys(name: str) -> tuple[str, ...]:
     if len(tables) == 1:
         return (f"{tables[0]}.{name}",)
     known = sorted(set(NATURAL) | {k for keys in KEYS.values() if keys for k in keys})
+    import difflib  # lazy: start-up time (an unknown name only)
+
     close = difflib.get_close_matches(name, known, n=3)
     hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
     raise InputError(f"unknown scenario input {name!r} ({hint}give a key of one table, e.g. 'deadline', "
@@ -223,7 +224,11 @@ def build_scenario(raw: dict[str, Any], catalog: Catalog | None = None) -> Scena
     rel = _reliability(ck, read_table(StragglerKeys, raw.get("stragglers", {}), "stragglers."))
     se = raw.get("search", {})
     space = _search_space(se, raw.get("checkpoint", {}), mem, systems)
-    recipe = find_recipe(stack.name, model.name, tuple(systems), task.precision) if model.moe else None
+    recipe: Recipe | None = None
+    if model.moe:
+        from tpopt.catalogs.recipes import find_recipe  # lazy: start-up time (MoE models only)
+
+        recipe = find_recipe(stack.name, model.name, tuple(systems), task.precision)
     if recipe is not None and recipe.flash_attention() is not None and "flash_attention" not in raw.get("memory", {}):
         mem = replace(mem, flash_attention=bool(recipe.flash_attention()))  # the recipe's attention backend
     moe_opts, moe_domains = _moe_inputs(raw.get("moe", {}), model, se, stack, recipe)
@@ -528,7 +533,7 @@ def _moe_inputs(mt: dict[str, Any], model: ModelArch, se: dict[str, Any],
     from_recipe = {k: v for k, v in (recipe.moe_settings() if recipe is not None else {}).items() if k not in mt}
     opts = MoeOptions(**targets(read_table(MoeKeys, {**implied, **from_recipe, **mt}, "moe.")))
     if recipe is not None and from_recipe:
-        opts = replace(opts, recipe=recipe.assumption(recompute=False))
+        opts = replace(opts, recipe=recipe.assumption(recompute=False, moe_keys=from_recipe))
     d = read_table(MoeSearchKeys, se, "search.", model)
     E = model.experts
     ep = d.ep or tuple(e for e in (2 ** i for i in range(E.bit_length())) if E % e == 0)
@@ -649,6 +654,8 @@ def _ints(table: Mapping[str, Any], key: str, default: tuple[int, ...], where: s
 
 
 def _wan_link(t: Mapping[str, Any], where: str, default: SiteLink | None = None) -> SiteLink:
+    from tpopt.models.sites import WanLink as SiteLink  # lazy: start-up time ([[sites]] scenarios only)
+
     return SiteLink(bandwidth_bps=_positive(t, "bandwidth_gbps", where, None if default is None
                                             else default.bandwidth_bps / 1e9) * 1e9,
                     latency_s=_positive(t, "latency_ms", where, None if default is None else default.latency_s * 1e3,
@@ -663,6 +670,10 @@ def split_sites(raw: dict[str, Any]) -> tuple[dict[str, Any], SitesInput | None]
     (one way), ``egress_usd_tb`` USD per TB (10^12 bytes); ``token_penalty`` a fraction of extra tokens."""
     if "sites" not in raw and "wan" not in raw:
         return raw, None
+    from tpopt.models.sites import MODES as SITE_MODES  # lazy: start-up time ([[sites]] scenarios only)
+    from tpopt.models.sites import Site as SiteSpec  # lazy: start-up time
+    from tpopt.models.sites import SitesInput  # lazy: start-up time
+
     rest = {k: v for k, v in raw.items() if k not in ("sites", "wan")}
     tables, wan = raw.get("sites"), raw.get("wan")
     if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):

@@ -600,6 +600,9 @@ class MoeKeys:
                           help="direct, per-host (a copy per destination domain), all-gather (default: the stack's)")
     node_limit: int = key(whole(0), 0,
                           help="domains a token's experts may span (0: the model's router groups, else any)")
+    cuda_graphs: bool = key(FLAG, False,
+                            help="the MoE blocks' static parts (attention, router, EP preprocess) run as CUDA graphs "
+                                 "(default: the stack's recipe's, else not)")
 
     RULES: ClassVar = (
         ("hot_experts", lambda v: v["imbalance"] < 1,

@@ -24,7 +24,7 @@ from tpopt.catalogs.declare import (
     spec,
     whole,
 )
-from tpopt.catalogs.tables import check_keys, read_text_capped
+from tpopt.catalogs.tables import builtin_toml, check_keys, read_text_capped
 from tpopt.errors import InputError
 from tpopt.models.context import CP_RINGS
 from tpopt.models.hardware import StackProfile
@@ -147,9 +147,16 @@ class StackKeys:
     expert_gemm_dispatch: float = key(duration(), "0s", source=True,
                                       help="time per local expert of one grouped expert GEMM call that no "
                                            "GPU work hides (a per-expert GEMM loop; 0: one launch for all)")
+    moe_host_launch: float = key(duration(), "0s", source=True,
+                                 help="host launch time per MoE block per micro-batch (forward and backward) that the "
+                                      "GPU waits for when the recipe does not run the block's static parts as CUDA "
+                                      "graphs ([moe] cuda_graphs); 0: none")
     cp_ring: str = key(choice(CP_RINGS), "p2p", source=True,
                        help="how ring context parallelism passes K, V: p2p (a block per step, behind that step) or "
                             "allgather (all blocks gathered once behind the first step; FP32 dK, dV passed back)")
+    kv_repeat: bool = key(FLAG, False, source=True,
+                          help="the attention call takes K, V repeated to the query heads (context.ring_kv_arch): "
+                               "a context-parallel ring passes d_attn-wide blocks")
     sources: dict[str, str] = key(SOURCES, required=True, help="the source of every value, by key")
 
     #: The values checked before the others (the order of the hand-written reader this replaced).
@@ -160,9 +167,10 @@ KEYS = tuple(f.name for f in fields(StackKeys))
 OPTIONAL = tuple(f.name for f in fields(StackKeys) if not spec(f).required)
 """Keys a profile may leave out: residual_sigma (none: a card's own sigma applies on the stack alone),
 dp_bucket_per_rank (none: a fixed bucket), kernel_efficiency (1: the reference stack's kernels), attention_kernel
-(native: the card's own fused attention), loss (fused: a fused FP32 cross-entropy) and expert_gemm_dispatch
-(0: the stack's grouped expert GEMM is one launch, no per-expert floor) and cp_ring (p2p: Transformer Engine's
-ring)."""
+(native: the card's own fused attention), loss (fused: a fused FP32 cross-entropy), expert_gemm_dispatch
+(0: the stack's grouped expert GEMM is one launch, no per-expert floor), moe_host_launch (0: no exposed host
+launch time in MoE blocks), cp_ring (p2p: Transformer Engine's ring) and kv_repeat (false: the attention takes the
+KV heads as they are)."""
 SOURCED = tuple(f.name for f in fields(StackKeys) if spec(f).source)
 
 
@@ -185,7 +193,7 @@ def build_stack(name: str, t: Any) -> StackProfile:
 @cache
 def _builtin() -> dict[str, StackProfile]:
     try:
-        data = tomllib.loads(read_text_capped(STACKS_FILE, "catalog file"))
+        data = builtin_toml(STACKS_FILE, read_text_capped(STACKS_FILE, "catalog file"), tomllib.loads)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{STACKS_FILE}: malformed TOML ({exc})") from None
     return {name: build_stack(name, t) for name, t in data.items()}

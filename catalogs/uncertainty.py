@@ -15,7 +15,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from tpopt.catalogs.tables import read_text_capped
+from tpopt.catalogs.tables import builtin_toml, read_text_capped
 from tpopt.errors import InputError
 from tpopt.models.evidence import FACTORS, Envelope, Evidence
 
@@ -64,7 +64,7 @@ def load_evidence() -> Evidence:
     """The built-in table, read once."""
     text = read_text_capped(UNCERTAINTY_FILE, "uncertainty catalog")
     try:
-        return parse(tomllib.loads(text))
+        return parse(builtin_toml(UNCERTAINTY_FILE, text, tomllib.loads))
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"uncertainty.toml: {exc}") from None
 

@@ -10,7 +10,6 @@ never changes and files, pipes and tests see no byte of it. The line is erased b
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -103,7 +102,11 @@ class LiveLine:
             columns = os.get_terminal_size(self.stream.fileno()).columns
         except (OSError, ValueError, AttributeError):  # not a real terminal (a test's stream)
             columns = 0
-        return max(20, (columns or shutil.get_terminal_size((100, 24)).columns) - 1)
+        if not columns:
+            import shutil  # lazy: start-up time (shutil loads bz2 and lzma; a real terminal answered above)
+
+            columns = shutil.get_terminal_size((100, 24)).columns
+        return max(20, columns - 1)
 
     def draw(self, t: float) -> None:
         self.stream.write("\r\x1b[K" + self.text(t)[:self.columns()])

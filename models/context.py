@@ -28,6 +28,8 @@ Sizes are bytes per card for one micro-batch of b sequences of s tokens in one l
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -64,6 +66,14 @@ def attention_share(cp: ArrayLike, split: str = "zigzag") -> FloatArray:
 def imbalance(cp: ArrayLike, split: str = "zigzag") -> FloatArray:
     """Busiest card's attention work over the balanced share: 1 (zig-zag), (2 cp - 1) / cp (contiguous)."""
     return attention_share(cp, split) * _f(cp)
+
+
+def ring_kv_arch(a: ModelArch, repeated: bool) -> ModelArch:
+    """The model as the stack's attention call sees K and V: ``repeated`` (the stack's ``kv_repeat``: torchtitan's
+    Llama repeats K, V to the query heads before F.scaled_dot_product_attention) gives kv_heads = heads, so the
+    ring's blocks, dK, dV and buffers are d_attn wide: 4x the K, V bytes of Llama 3 8B (32 query, 8 KV heads),
+    16x of Llama 3.1 405B (128, 8). Unchanged otherwise (grouped-query attention passes the KV heads)."""
+    return replace(a, kv_heads=a.heads) if repeated and a.kv_heads != a.heads else a
 
 
 def kv_block_bytes(a: ModelArch, seq_len: Floats, micro_batch: ArrayLike, tp: ArrayLike, cp: ArrayLike,

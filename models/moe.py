@@ -504,6 +504,23 @@ def a2a_per_microbatch(one: ArrayLike, moe_blocks: ArrayLike, recompute_full: bo
     return (6.0 if recompute_full else 4.0) * _f(moe_blocks) * _f(one)
 
 
+def host_launch_exposed(micro_batches: ArrayLike, moe_blocks: ArrayLike, per_block: float,
+                        graphed: bool) -> FloatArray:
+    """Host (CPU) time per step that the GPU waits for in the MoE blocks' static parts (attention, router,
+    EP preprocess) when the stack launches their kernels one by one from Python instead of replaying them
+    as CUDA graphs:
+        t_host = 0 if graphed, else m x n_moe x t_block
+    m micro-batches, n_moe MoE blocks on the stage, t_block the exposed host time of one block's forward and
+    backward (the stack's moe_host_launch, catalogs/stacks.toml). The kernels of a fine-grained MoE block are
+    short, and the dispatcher's device-to-host synchronisation (the tokens per expert) drains the GPU queue
+    once per block, so the host's launch rate bounds the block (NVIDIA's DeepSeek-V3 GB200 guide, Megatron-LM
+    docs/discussions/deepseek-v3-gb200-optimization: "the CPU kernel launch speed cannot keep up with the
+    kernel execution speed on GPU"). 48 blocks, 64 micro-batches, 2.32 ms: 7.1 s per step."""
+    m, n = _f(micro_batches), _f(moe_blocks)
+    out: FloatArray = m * n * (0.0 if graphed else per_block)
+    return out
+
+
 def a2a_unpaired_share(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike) -> FloatArray:
     """Share of a stage's micro-batch chunks whose exchanges have no other micro-batch's compute to
     hide behind when the schedule pairs a forward with a backward (Megatron-Core's EP overlap,

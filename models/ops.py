@@ -86,6 +86,7 @@ class Layout:
     load: ArrayLike = 1.0  # load factor phi: rows of the busiest rank over a balanced router (models/moe.py)
     attention_scale: ArrayLike = 1.0  # the busiest card's attention work over the balanced share (context.imbalance)
     cp_steps: ArrayLike = 0.0  # ring attention's steps beyond the first (cp - 1 under ring CP, else 0)
+    cp_kv_repeat: bool = False  # the ring's K, V at the query heads (the stack's kv_repeat: context.ring_kv_arch)
     dispatcher: str = "direct"  # MoE token dispatcher (models/moe.py DISPATCHERS): what the permutation passes move
 
     @property
@@ -338,14 +339,16 @@ def ring_merge_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
         forward: the FP32 output accumulator rescaled by the new log-sum-exp and the step's output added:
                  read 4 + e, write 4 bytes per element of T x d_v / t;
         backward: dQ accumulated in FP32 (read and write 4 + 4 bytes per element of T x d_attn / t) and the
-                 arriving dK, dV added to the card's own (read and write 4 + 4 bytes per element of 2 T x d_kv / t).
+                 arriving dK, dV added to the card's own (read and write 4 + 4 bytes per element of 2 T x d_kv / t;
+                 heads x head_dim wide where the stack repeats K, V to the query heads, ``lay.cp_kv_repeat``).
     Llama 2 7B, TP 8, 32,768 tokens a card, BF16: 0.17 GB forward and 0.40 GB backward per step and layer."""
     steps = _f(lay.cp_steps)
     if not np.any(steps > 0):
         return []
     t, e, T = _f(lay.tp), lay.act_bytes, lay.tokens
     fwd = steps * T * a.d_v / t * (4.0 + e + 4.0)
-    dx = steps * (T * a.d_attn / t * 8.0 + 2.0 * T * a.d_kv / t * 8.0)
+    d_kv = a.heads * a.head_dim if lay.cp_kv_repeat else a.d_kv
+    dx = steps * (T * a.d_attn / t * 8.0 + 2.0 * T * d_kv / t * 8.0)
     z = 0.0 * steps
     return [Kernel("attn.cp_merge", "fwd", "memory", "attn", z, fwd, count=steps),  # type: ignore[arg-type]
             Kernel("attn.cp_merge", "dx", "memory", "attn", z, dx, count=steps)]  # type: ignore[arg-type]

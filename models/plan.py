@@ -242,7 +242,9 @@ class MoeOptions:
     chapter's 10.3.4 example: half the experts at 1.5 x); ``max_drop``: the largest share of dispatches
     a capacity factor may drop (moe.capacity_drops); ``a2a_overlap``: auto (under DualPipe schedules),
     none or all; ``dispatcher``: direct (one row per dispatch on the wire) or per-host (one copy per
-    destination host across the NICs, DeepSeek-V3), ``node_limit``: hosts per token (0: no limit).
+    destination host across the NICs, DeepSeek-V3), ``node_limit``: hosts per token (0: no limit);
+    ``cuda_graphs``: the recipe captures the blocks' static parts in CUDA graphs (Megatron-Core's
+    cuda_graph_scope attn / moe_router / moe_preprocess).
     """
 
     imbalance: float = 1.25
@@ -251,6 +253,9 @@ class MoeOptions:
     a2a_overlap: str = "auto"
     dispatcher: str = "direct"
     node_limit: int = 0
+    #: the blocks' static parts (attention, router, EP preprocess) replayed as CUDA graphs: no host launch time
+    #: (moe.host_launch_exposed)
+    cuda_graphs: bool = False
     #: the framework recipe that supplied settings the scenario left unstated (catalogs/recipes.toml), as the
     #: report states it; empty: none applied
     recipe: str = field(default="", compare=False, repr=False)

@@ -23,11 +23,11 @@ from tpopt.models.units import DAY
 from tpopt.optimizer import backends, core, footing, outer
 from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.core import TINY_NOTE, TINY_SPACE, tiny_solver  # noqa: F401 (TINY_SPACE: re-exported)
-from tpopt.optimizer.enumerate import layout_evaluator
+from tpopt.optimizer.enumerate import keep_point_table, layout_evaluator
 from tpopt.optimizer.limits import EncodingError
 from tpopt.optimizer.memory_plan import enforce as enforce_memory
 from tpopt.optimizer.ondemand import WHOLE_TABLES, slice_whole_tables
-from tpopt.optimizer.report import analysis, cp_not_searched, scenario_entry
+from tpopt.optimizer.report import analysis, cp_not_searched, scenario_entry, tabled
 from tpopt.optimizer.result import Request, SolveResult
 from tpopt.optimizer.space import CHANCE_TABLE, FAMILIES, Space, rebuilt_tables
 
@@ -133,6 +133,8 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
         run = tiny_solver(space, solver, req.method, req.solver_named)
         if analyse:  # the analysis reads the whole tables: an on-demand solve's layout groups slice them
             slice_whole_tables(space)
+        if analyse and tabled(space):  # the analysis asks every plan: an enumeration keeps the table it walks
+            keep_point_table(space)
         result = core.solve(sc, run, req, space=space)
         if run != solver:
             result.solver.note = TINY_NOTE  # --method monolithic runs the solver asked for

@@ -70,17 +70,27 @@ class TableOracle:
         self.space = space
         self.table = PointTable.build(space)
         self.name = "enumeration"
+        self._evaluated: dict[tuple[tuple[str, int], ...], Evaluation] = {}  # a point's exact evaluation, once
 
     def best(self, enforced: Collection[str], objective: str, restrict: Restrict | None = None,
              cards: Cards = None) -> Evaluation | None:
         a = self.table.best(self.table.mask(enforced, restrict, cards), objective)
-        return evaluate(self.space.sc, self.space.plan(a[0])) if a else None
+        return self._evaluation(a[0]) if a else None
 
     def closest(self, family: str, enforced: Collection[str], restrict: Restrict | None = None,
                 cards: Cards = None) -> Evaluation | None:
         """Among plans meeting ``enforced``, the one nearest to meeting ``family``."""
         a = self.table.closest(self.table.mask(enforced, restrict, cards), family)
-        return evaluate(self.space.sc, self.space.plan(a)) if a else None
+        return self._evaluation(a) if a else None
+
+    def _evaluation(self, a: Mapping[str, int]) -> Evaluation:
+        """The point's exact evaluation, computed once per oracle (the binding questions that a family does not
+        bind all answer the optimum itself; an alternative's best and closest plans are often one plan)."""
+        key = tuple(sorted(a.items()))
+        got = self._evaluated.get(key)
+        if got is None:
+            got = self._evaluated[key] = evaluate(self.space.sc, self.space.plan(a))
+        return got
 
 
 class SolverOracle:
@@ -365,7 +375,7 @@ def make_oracle(space: Space, backend: str | Solver, req: Request, check: Check 
                 ) -> TableOracle | SolverOracle | LayoutOracle:
     """One exact enumeration for small spaces whose pipeline terms are cheap to simulate; the layout
     decomposition's model otherwise (the monolithic solver on request: ``--method monolithic``)."""
-    tabulable = space.size() <= TABLE_LIMIT and space.cheap_pipeline()
+    tabulable = tabled(space)
     if tabulable and not (T.per_op_model(space.sc) and space.size() > PER_OP_TABLE_LIMIT):
         return TableOracle(space)
     if req.method == "monolithic":
@@ -373,6 +383,12 @@ def make_oracle(space: Space, backend: str | Solver, req: Request, check: Check 
     # a per-operation space simulates a pipeline per plan: its table would cost ~1 ms a plan, the layouts answer
     # the same questions (the table's own ones too: as_table)
     return LayoutOracle(space, check, as_table=tabulable)
+
+
+def tabled(space: Space) -> bool:
+    """Whether the analysis of ``space`` may ask a table of every plan (:class:`TableOracle`, or the layouts'
+    :meth:`LayoutOracle.closest` deciding a tie): a small space whose pipeline shapes are cheap to simulate."""
+    return space.size() <= TABLE_LIMIT and space.cheap_pipeline()
 
 
 def _tabulated(oracle: Oracle) -> TypeGuard[TableOracle | LayoutOracle]:

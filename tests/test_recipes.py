@@ -66,8 +66,15 @@ def test_a_scenario_takes_the_recipe_where_it_states_nothing_and_says_so():
     assert (sc.moe.dispatcher, sc.moe.a2a_overlap) == ("direct", "all")
     stated = _scenario("qwen3-235b-a22b", "h100-sxm", moe={"dispatcher": "per-host"})
     assert (stated.moe.dispatcher, stated.moe.a2a_overlap) == ("per-host", "all")  # only the unstated key
-    both = _scenario("qwen3-235b-a22b", "h100-sxm", moe={"dispatcher": "per-host", "a2a_overlap": "none"})
-    assert (both.moe.dispatcher, both.moe.a2a_overlap, both.moe.recipe) == ("per-host", "none", "")
+    two = _scenario("qwen3-235b-a22b", "h100-sxm", moe={"dispatcher": "per-host", "a2a_overlap": "none"})
+    # the recipe still supplies the key the scenario leaves out (its CUDA graphs: none on H100) and says so
+    assert (two.moe.dispatcher, two.moe.a2a_overlap, two.moe.cuda_graphs) == ("per-host", "none", False)
+    assert "no CUDA graphs" in two.moe.recipe
+    assert "dispatcher" not in two.moe.recipe and "all-to-all" not in two.moe.recipe  # the scenario's own, not said
+    both = _scenario("qwen3-235b-a22b", "h100-sxm", moe={"dispatcher": "per-host", "a2a_overlap": "none",
+                                                         "cuda_graphs": True})
+    assert (both.moe.dispatcher, both.moe.a2a_overlap, both.moe.cuda_graphs, both.moe.recipe) == \
+        ("per-host", "none", True, "")
     plan = {"accelerator": "h100-sxm", "cards": 256, "tp": 2, "pp": 8, "dp": 16, "micro_batch": 1}
     assert "Qwen3-235B-A22B H100 recipe" in footing(sc, plan, 10.0)["recipe"]
     assert "recipe" not in footing(both, plan, 10.0)

@@ -312,7 +312,8 @@ def _completion_block(p: int, v: int, plan: _Plan, frac: Sequence[Sequence[float
                     columns.append((bases[kind][:, g] if grouped else bases[kind]) * frac[g][c])
                 row_of[(kind * p + g) * v + c] = rows_of_key[key]
     table = np.stack(columns)
-    # every op's duration row, and whether a wave's ops share one (numpy passes over the program, not per wave)
+    # every op's duration row, and whether a wave's ops share one (most waves), from passes over the program: in the
+    # many short waves of a long pipeline, per-wave lookups and checks would cost as much as the recurrence itself
     rows_all = row_of[code]
     changes = np.concatenate(([0], np.cumsum(rows_all[1:] != rows_all[:-1])))  # changes of row up to each op
     uniform = (changes[stops - 1] == changes[starts]).tolist() if len(waves) else []

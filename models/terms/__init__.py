@@ -57,6 +57,7 @@ from tpopt.models.terms.communication import (
     node_limit,
     offload_wait,
     replica_link,
+    replica_tail,
     serial_gathers,
     tp_comm,
     tp_exposed,
@@ -183,7 +184,8 @@ __all__ = [
     "modelled_activations", "moe_activations", "node_limit", "offload_wait", "op_times", "optimal_save_interval",
     "overhead", "overhead_parts", "param_copies", "per_op_model", "pipeline_compute", "pipeline_inflight",
     "pipeline_transfer", "preemption_rate", "rate_per_second", "rates", "reacquire_overhead", "recompute_workspace",
-    "replica_link", "save_pause_lag", "schedule_parts", "schedule_shape_ok", "serial_gathers", "shard_ranks",
+    "replica_link", "replica_tail", "save_pause_lag", "schedule_parts", "schedule_shape_ok", "serial_gathers",
+    "shard_ranks",
     "stack_overhead", "stage_classes", "stage_split", "states", "step_sigma", "stored_activations",
     "straggler_factor", "temporary", "tp_comm", "tp_exposed", "with_sequence_parallel", "zero_ranks",
 ]

@@ -49,8 +49,9 @@ def replica_link(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, pp: 
         t = 2 (r-1)/r x g N / s / B_r + calls x (t_call + network.collective_latency, an all-reduce),
     the ring's members tp x s ranks apart, so with s x tp >= a host every card of a host is in its own ring
     and they share the host's NICs: B_r = nics x B_nic / min(tp s, cards per host) (network.route), x the
-    collective efficiency. MaxText's Llama 2 7B on A3 High (8-way FSDP per host, 16 hosts, FP32 gradients,
-    4 x 200 Gb/s NICs: 12.5 GB/s a card): 2 x 15/16 x 4 x 6.7e9 / 8 B / 12.5 GB/s = 0.5 s a step."""
+    collective efficiency. MaxText's Llama 2 7B on A3 High (8-way FSDP per host, 16 hosts, 4 x 200 Gb/s NICs:
+    12.5 GB/s a card; the gradients reduced in BF16 as MaxText's sharding guide counts them, catalogs/stacks.toml):
+    2 x 15/16 x 2 x 6.7e9 / 8 B / 12.5 GB/s = 0.25 s a step, of which :func:`replica_tail` shows whole."""
     full = zero_ranks(dp, cp)
     s = shard_ranks(sc, dp, cp, zero)
     r = full / s
@@ -72,6 +73,38 @@ def replica_link(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, pp: 
             A.fabric, r, stride, p.up_step_latency, p.out_step_latency, allreduce=True, call_bytes=sent, bandwidth=bw))
     t = comm.allreduce_bytes(rec.grads * _f(n) / s, r) / bw + lat
     out: FloatArray = np.where(r > 1, t, 0.0)
+    return out
+
+
+def replica_tail(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, pp: ArrayLike, dp: ArrayLike,
+                 cp: ArrayLike, nics: ArrayLike, n: ArrayLike) -> FloatArray:
+    """Per-operation model, hybrid sharding: the last of the replica all-reduce's calls (:func:`replica_link`),
+    which starts when the backward has produced its last gradients and so has no compute left to hide behind:
+        t = 2 (r-1)/r x u / B_r + t_call + network.collective_latency,   u = min(bucket, g N / s),
+    the stack's gradient bucket (comm.dp_bucket_bytes; without one a layer's shard, g N / (s L)) as the unit the
+    stack reduces in one call, B_r as in :func:`replica_link`. MaxText on GPU: XLA combines the gradient
+    all-reduces up to --xla_gpu_all_reduce_combine_threshold_bytes (1 GiB in its 8- and 16-host A3 recipes), so
+    Llama 2 7B on 16 A3 High hosts (1.68 GB of BF16 gradients a card, 8-way FSDP) leaves one 1 GiB all-reduce,
+    2 x 15/16 x 1.07 GB / 12.5 GB/s = 0.16 s, after the backward. 0 without replicas and in the flat model."""
+    full = zero_ranks(dp, cp)
+    s = shard_ranks(sc, dp, cp, zero)
+    r = full / s
+    if not per_op_model(sc) or not np.any(r > 1):
+        return 0.0 * r
+    rec = sc.state_recipe()
+    A = sc.system(acc).acc
+    p = _perf(sc, acc)
+    stride = _f(tp) * s
+    bw: Floats = network.route(A.fabric, r, stride, np.minimum(stride, A.cards_per_host), nics).bandwidth
+    bw = bw * p.dp_efficiency
+    layers = np.ceil(sc.model.layers / _f(pp))
+    bucket = comm.dp_bucket_bytes(sc.stack.dp_bucket, sc.stack.dp_bucket_per_rank, full)
+    grads = rec.grads * _f(n) / s
+    unit = np.where(bucket > 0, np.minimum(bucket, grads), grads / layers)
+    sent = comm.allreduce_bytes(unit, r)
+    lat = p.collective_latency + network.collective_latency(
+        A.fabric, r, stride, p.up_step_latency, p.out_step_latency, allreduce=True, call_bytes=sent, bandwidth=bw)
+    out: FloatArray = np.where(r > 1, sent / bw + lat, 0.0)
     return out
 
 
@@ -108,7 +141,7 @@ def cp_link(sc: Scenario, *, acc: str, tp: ArrayLike, cp: ArrayLike = 1, pp: Arr
     """Context-parallel link time per step on a card: micro-batches x the stage's layers x the
     exchange's bytes (forward + backward) at context.cp_bandwidth (hidden or not)."""
     A = sc.system(acc).acc
-    a, e, s = sc.model, sc.memory.activation_bytes, sc.task.seq_len
+    a, e, s = context.ring_kv_arch(sc.model, sc.stack.kv_repeat), sc.memory.activation_bytes, sc.task.seq_len
     bw = context.cp_bandwidth(A.fabric, tp, cp, nics, sc.cp_method)
     if sc.cp_method == "ring":
         grad = 4.0 if sc.stack.cp_ring == "allgather" else None  # torch's ring passes FP32 dK, dV
@@ -270,6 +303,9 @@ def _dp_window_free(sc: Scenario, *, acc: str, zero: ArrayLike, tp: ArrayLike, c
     spans = pp_busy = None
     if per_op_model(sc):
         unhidden = unhidden + dp_tail(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, bw=bw)
+        if sc.memory.zero_group > 0 and not sc.model.moe:  # hybrid sharding: the replicas' last all-reduce
+            unhidden = unhidden + replica_tail(sc, acc=acc, zero=zero, tp=tp, pp=pp, dp=dp, cp=cp, nics=nics,
+                                               n=heaviest_stage_params(sc, tp, pp))
         spans = network.route(sc.system(acc).acc.fabric, ranks, tp).level > 0
         pp_busy = 2.0 * pipeline_transfer(sc, acc=acc, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, nics=nics)
     out = (ranks, link, unhidden, spans, pp_busy)

@@ -84,6 +84,7 @@ def layout(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep:
                       sequence_parallel=mem.sequence_parallel, flash_attention=mem.flash_attention,
                       dropout=mem.dropout, act_bytes=mem.activation_bytes, attention_scale=cp_imbalance(sc, cp),
                       cp_steps=np.maximum(_f(cp) - 1.0, 0.0) if sc.cp_method == "ring" else 0.0,
+                      cp_kv_repeat=sc.stack.kv_repeat,
                       dispatcher=sc.moe.dispatcher, **moe_kw)
 
 
@@ -145,7 +146,7 @@ def cp_exchange(sc: Scenario, *, acc: str, tp: ArrayLike, cp: ArrayLike, mb: Arr
     collective efficiencies, tp_efficiency on the scale-up links and dp_efficiency across the NICs, and each
     ring step paying its send's latency, context.cp_step_latency); 0 when cp = 1."""
     A = sc.system(acc).acc
-    a, e = sc.model, sc.memory.activation_bytes
+    a, e = context.ring_kv_arch(sc.model, sc.stack.kv_repeat), sc.memory.activation_bytes
     fabric = A.fabric
     step: Floats = 0.0
     kappa = 0.0
@@ -177,8 +178,9 @@ def _gathered_ring(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike, mb: ArrayLike,
     attention backward, and passes the FP32 dK, dV accumulators on step by step: cp sends, the send of step i
     awaited after step i + 1's attention backward (context.ring_exposed on cp - 1 of them at 4 bytes an
     element), the last one after the loop with nothing to hide it (_templated_ring_attention_backward:
-    dkv_rotater.next_buffer() after the last step): one dK, dV block's transfer and latency exposed."""
-    a, e = sc.model, sc.memory.activation_bytes
+    dkv_rotater.next_buffer() after the last step): one dK, dV block's transfer and latency exposed. K, V as the
+    stack's attention takes them (context.ring_kv_arch)."""
+    a, e = context.ring_kv_arch(sc.model, sc.stack.kv_repeat), sc.memory.activation_bytes
     kv, both = context.ring_transfer_bytes(a, sc.task.seq_len, mb, tp, cp, e, FP32_BYTES)
     grads = both - kv  # the cp - 1 FP32 dK, dV blocks of the steps after the first
     last = np.where(_f(cp) > 1, grads / np.maximum(_f(cp) - 1.0, 1.0) / bw + step, 0.0)

@@ -13,7 +13,7 @@ from typing import Any, Literal, TypeAlias, cast, overload
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from tpopt.models import pipeline, reliability
+from tpopt.models import moe, pipeline, reliability
 from tpopt.models.numeric import FloatArray, Floats, unique_rows
 from tpopt.models.plan import Scenario
 from tpopt.models.terms.layer_times import (
@@ -25,6 +25,7 @@ from tpopt.models.terms.layer_times import (
     op_times,
     pipeline_transfer,
 )
+from tpopt.models.terms.memory import _moe_stages
 from tpopt.models.terms.shapes import (
     _f,
     chunk_layers,
@@ -519,7 +520,17 @@ def stack_overhead(sc: Scenario, *, pp: ArrayLike, ga: ArrayLike) -> FloatArray:
     pipeline's critical path (m micro-batches plus the pp - 1 of the fill)."""
     st = sc.stack
     out: FloatArray = st.step_overhead + (_f(ga) + _f(pp) - 1.0) * st.microbatch_overhead
-    return out
+    return out + moe_host_launch(sc, pp=pp, ga=ga)
+
+
+def moe_host_launch(sc: Scenario, *, pp: ArrayLike, ga: ArrayLike) -> FloatArray:
+    """Host launch time of the MoE blocks' static parts per step that the GPU waits for (moe.host_launch_exposed):
+    every micro-batch's MoE blocks on the stage with the most of them, at the stack's moe_host_launch per block,
+    unless the scenario's [moe] cuda_graphs (its recipe's) replays them as CUDA graphs; 0 for a dense model."""
+    if not sc.model.moe or sc.stack.moe_host_launch <= 0:
+        return 0.0 * _f(pp) * _f(ga)
+    blocks = _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n)
+    return moe.host_launch_exposed(_f(ga), blocks, sc.stack.moe_host_launch, sc.moe.cuda_graphs)
 
 
 def compute_bounds(sc: Scenario, schedule: str, pp: ArrayLike, inputs: Sequence[Any]) -> tuple[FloatArray, FloatArray]:
