@@ -429,3 +429,28 @@ def test_expert_bias_added_per_local_expert_in_megatron_core():
     without = T.op_times(replace(sc, stack=replace(sc.stack, expert_bias_loop=False)), **kw)[0]
     assert float(with_loop.fwd) > float(without.fwd) and float(with_loop.dx) > float(without.dx)
     assert float(with_loop.dw) == pytest.approx(float(without.dw))
+
+
+def test_yarn_rope_runs_unfused_in_megatron_core():
+    # Megatron-Core passes YaRN's attention factor (gpt-oss: 0.1 ln 32 + 1) to apply_rotary_pos_emb, which then
+    # takes its unfused PyTorch path (t cos + rotate_half(t) sin, then the concatenation): 12 element passes forward
+    # and 10 backward on q and k, against the fused kernel's 2 and 2. gpt-oss-120b, one 4,096-token sequence in
+    # BF16: 4,096 x (64 + 8) x 64 = 18.9M elements of q and k.
+    a = scenario("gpt-oss-120b").model
+    assert a.rope_attention_factor == pytest.approx(0.1 * math.log(32.0) + 1.0, abs=1e-6)
+    elements = 4096 * (64 + 8) * 64
+
+    def rope(lay):
+        return {k.phase: k for k in ops.layer_kernels(a, lay) if k.op == "rope"}
+
+    fused = rope(ops.Layout(tp=1.0, micro_batch=1.0, seq_len=4096, ep=8.0, expert_tp=1.0))
+    unfused = rope(ops.Layout(tp=1.0, micro_batch=1.0, seq_len=4096, ep=8.0, expert_tp=1.0, rope_scaled_unfused=True))
+    assert float(fused["fwd"].bytes) == pytest.approx(2 * 2.0 * elements)
+    assert float(unfused["fwd"].bytes) == pytest.approx(12 * 2.0 * elements)
+    assert float(unfused["dx"].bytes) == pytest.approx(10 * 2.0 * elements)
+    # a plain RoPE (Qwen3: no YaRN factor) stays fused on the same stack
+    q = scenario("qwen3-30b-a3b")
+    assert q.model.rope_attention_factor == 1.0 and q.stack.rope_scaled_unfused
+    lay = ops.Layout(tp=1.0, micro_batch=1.0, seq_len=4096, ep=8.0, expert_tp=1.0, rope_scaled_unfused=True)
+    qr = {k.phase: k for k in ops.layer_kernels(q.model, lay) if k.op == "rope"}
+    assert float(qr["fwd"].bytes) == pytest.approx(2 * 2.0 * 4096 * (q.model.d_attn + q.model.d_kv))
