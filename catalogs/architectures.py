@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
-from tpopt.catalogs.declare import FLAG, TEXT, Kind, key, read_entry, spec
+from tpopt.catalogs.declare import FLAG, TEXT, Kind, key, number, read_entry, spec
 from tpopt.catalogs.tables import check_keys, need
 from tpopt.errors import InputError
 from tpopt.models.arch import ACTIVATIONS, NORMS, POSITIONS, ModelArch, moe_layer_count
@@ -82,6 +82,8 @@ class ArchKeys:
     sliding_window: int = key(width(0), 0, help="attention window in tokens (0: full causal attention)")
     sliding_layers: int | None = key(width(0), help="layers using the window (default: all)")
     layer_norms: int = key(width(0), 2, help="hidden-width norms per block")
+    rope_attention_factor: float = key(number(allow_zero=False), 1.0,
+                                       help="RoPE scaling: YaRN's attention factor on cos and sin (1: none)")
     q_lora_rank: int = key(width(0), 0, help="MLA: low-rank query projection (0: a full projection)")
     kv_lora_rank: int = key(width(0), 0, help="MLA: joint key/value latent width (> 0 switches MLA on)")
     qk_rope_dim: int = key(width(0), 0, help="MLA: per-head q/k dims carrying RoPE")

@@ -468,7 +468,36 @@ def build_gpt_oss(c: Config) -> dict[str, Any]:
         t["sliding_window"] = c.int("sliding_window")
         t["sliding_layers"] = (t["layers"] + 1) // 2  # blocks alternate sliding / full, sliding first
     c.notes.append("the clamped SwiGLU (swiglu_limit, sigmoid gain swiglu_alpha) is counted as a SwiGLU")
+    factor = yarn_attention_factor(c.table("rope_scaling"), f"{c.where}: rope_scaling")
+    if factor != 1.0:
+        t["rope_attention_factor"] = factor
     return t
+
+
+def yarn_attention_factor(scaling: dict[str, Any], where: str) -> float:
+    """YaRN's attention (concentration) factor on RoPE's cos and sin, as transformers' _compute_yarn_parameters and
+    Megatron-Core's _yarn_get_concentration_factor compute it: ``attention_factor`` where given, else
+    mscale(f, mscale) / mscale(f, mscale_all_dim) where both are given, else mscale(f) = 0.1 ln f + 1 (1 for f <= 1);
+    1 without YaRN. gpt-oss (factor 32, neither given): 1.3466."""
+    if scaling.get("rope_type", scaling.get("type")) != "yarn":
+        return 1.0
+
+    def num(key: str, default: float | None = None) -> float:
+        v = scaling.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e6:
+            raise InputError(f"{where}: {key} must be a positive number, got {v!r}")
+        return float(v)
+
+    if scaling.get("attention_factor") is not None:
+        return num("attention_factor")
+    f = num("factor")
+
+    def mscale(m: float) -> float:
+        return 1.0 if f <= 1.0 else 0.1 * m * math.log(f) + 1.0
+
+    if scaling.get("mscale") is not None and scaling.get("mscale_all_dim") is not None:
+        return mscale(num("mscale")) / mscale(num("mscale_all_dim"))
+    return mscale(1.0)
 
 
 def _keys(text: str) -> frozenset[str]:
@@ -529,7 +558,7 @@ FAMILIES = (
            MOE_IGNORES | _keys("""topk_method scoring_func routed_scaling_factor aux_loss_alpha
            seq_aux ep_size rope_interleave"""), build_deepseek),
     Family("gpt-oss", ("gpt_oss",), LLAMA_READS | _keys("""num_local_experts num_experts_per_tok experts_per_token
-           sliding_window layer_types"""),
+           sliding_window layer_types rope_scaling"""),
            MOE_IGNORES | _keys("swiglu_limit swiglu_alpha initial_context_length"), build_gpt_oss),
 )
 _BY_TYPE = {mt: f for f in FAMILIES for mt in f.model_types}

@@ -151,6 +151,12 @@ class StackKeys:
                                  help="host launch time per MoE block per micro-batch (forward and backward) that the "
                                       "GPU waits for when the recipe does not run the block's static parts as CUDA "
                                       "graphs ([moe] cuda_graphs); 0: none")
+    expert_bias_loop: bool = key(FLAG, False, source=True,
+                                 help="a MoE model's expert output bias is added by an eager loop over the local "
+                                      "experts, weighted by the router probabilities (Megatron-Core TEGroupedMLP)")
+    rope_scaled_unfused: bool = key(FLAG, False, source=True,
+                                    help="a RoPE with a YaRN attention factor other than 1 runs unfused, in PyTorch "
+                                         "(Megatron-Core: Transformer Engine's fused RoPE takes no factor)")
     cp_ring: str = key(choice(CP_RINGS), "p2p", source=True,
                        help="how ring context parallelism passes K, V: p2p (a block per step, behind that step) or "
                             "allgather (all blocks gathered once behind the first step; FP32 dK, dV passed back)")
@@ -169,8 +175,9 @@ OPTIONAL = tuple(f.name for f in fields(StackKeys) if not spec(f).required)
 dp_bucket_per_rank (none: a fixed bucket), kernel_efficiency (1: the reference stack's kernels), attention_kernel
 (native: the card's own fused attention), loss (fused: a fused FP32 cross-entropy), expert_gemm_dispatch
 (0: the stack's grouped expert GEMM is one launch, no per-expert floor), moe_host_launch (0: no exposed host
-launch time in MoE blocks), cp_ring (p2p: Transformer Engine's ring) and kv_repeat (false: the attention takes the
-KV heads as they are)."""
+launch time in MoE blocks), expert_bias_loop (false: an expert bias costs nothing apart), rope_scaled_unfused
+(false: every RoPE fused), cp_ring (p2p: Transformer Engine's ring) and kv_repeat (false: the attention takes the KV
+heads as they are)."""
 SOURCED = tuple(f.name for f in fields(StackKeys) if spec(f).source)
 
 

@@ -119,6 +119,8 @@ class StackProfile:
     loss: str = "fused"  # how the cross-entropy runs: fused, te, eager or compiled (memory.LOSS_KINDS)
     expert_gemm_dispatch: float = 0.0  # s per local expert per grouped expert GEMM call (0: one launch for all)
     moe_host_launch: float = 0.0  # s of exposed host launch time per MoE block per micro-batch, not graphed (0: none)
+    expert_bias_loop: bool = False  # expert output bias added per local expert by an eager loop (ops.moe_kernels)
+    rope_scaled_unfused: bool = False  # a RoPE with a YaRN attention factor != 1 runs unfused (ops.rope_kernels)
     cp_ring: str = "p2p"  # how ring context parallelism passes K, V: p2p or allgather (context.CP_RINGS)
     kv_repeat: bool = False  # the attention takes K, V repeated to the query heads (context.ring_kv_arch)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)

@@ -88,6 +88,8 @@ class Layout:
     cp_steps: ArrayLike = 0.0  # ring attention's steps beyond the first (cp - 1 under ring CP, else 0)
     cp_kv_repeat: bool = False  # the ring's K, V at the query heads (the stack's kv_repeat: context.ring_kv_arch)
     dispatcher: str = "direct"  # MoE token dispatcher (models/moe.py DISPATCHERS): what the permutation passes move
+    rope_scaled_unfused: bool = False  # the stack runs a RoPE with a YaRN attention factor unfused (rope_kernels)
+    expert_bias_loop: bool = False  # the stack adds the experts' output bias expert by expert (expert_bias_kernels)
 
     @property
     def tokens(self) -> FloatArray:
@@ -171,6 +173,31 @@ def residual_kernels(op: str, a: ModelArch, lay: Layout) -> list[Kernel]:
     return _elementwise(op, "", ts * h * (3.0 * e + drop), ts * h * (3.0 * e + drop * (e + 1.0)))
 
 
+ROPE_UNFUSED_FWD_PASSES, ROPE_UNFUSED_BWD_PASSES = 12.0, 10.0
+"""Element passes (bytes per element of q or k, in units of the activation's bytes) of Megatron-Core's unfused RoPE,
+_apply_rotary_pos_emb_bshd (megatron/core/models/common/embeddings/rope_utils.py: ``t * cos + rotate_half(t) * sin``,
+then ``cat((t, t_pass))``) over the whole head dimension: forward t cos read and written (2), rotate_half's -x2 on half
+of t (1) and its concatenation (2), the product by sin (2), the sum read twice and written (3), the final
+concatenation with the empty pass-through part (2): 12, in 6 kernels; backward the gradient times sin (2), -x2's (1),
+the two halves assembled (2), times cos (2) and the two gradients of t summed (3): 10, in 5 kernels (the
+concatenations' gradients are views). The fused kernel reads and writes each element once each way (2 and 2)."""
+
+
+def rope_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
+    """Rotary position embedding on the card's queries and keys, T (d_attn + d_kv) / t elements: one fused pass
+    each way (read and write), or, where the model's RoPE carries a YaRN attention factor other than 1 and the
+    stack then runs it unfused (``lay.rope_scaled_unfused``: Megatron-Core's apply_rotary_pos_emb falls back to
+    PyTorch when mscale != 1, "not supported by TE's fused RoPE"), :data:`ROPE_UNFUSED_FWD_PASSES` and
+    :data:`ROPE_UNFUSED_BWD_PASSES` passes on each of q and k. gpt-oss-120b, one 4,096-token sequence: 18.9M
+    elements, 75 MB each way fused, 453 MB forward and 377 MB backward unfused."""
+    t, e, T = _f(lay.tp), lay.act_bytes, lay.tokens
+    elements = T * (a.d_attn + a.d_kv) / t
+    if lay.rope_scaled_unfused and a.rope_attention_factor != 1.0:
+        return _elementwise("rope", "", ROPE_UNFUSED_FWD_PASSES * elements * e, ROPE_UNFUSED_BWD_PASSES * elements * e,
+                            2.0 * 6.0, 2.0 * 5.0)
+    return _elementwise("rope", "", 2.0 * elements * e, 2.0 * elements * e)
+
+
 def layer_kernels(a: ModelArch, lay: Layout, moe_block: bool | None = None) -> list[Kernel]:
     """Every kernel of one transformer block for one micro-batch on one card (see the module docstring).
 
@@ -196,7 +223,7 @@ def layer_kernels(a: ModelArch, lay: Layout, moe_block: bool | None = None) -> l
     if a.qk_norm:
         out += _elementwise("qk_norm", "", 2.0 * T * (dq + dkv) / t * e, 3.0 * T * (dq + dkv) / t * e)
     if a.positions == "rope":
-        out += _elementwise("rope", "", 2.0 * T * (dq + dkv) / t * e, 2.0 * T * (dq + dkv) / t * e)
+        out += rope_kernels(a, lay)
     out += attention_kernels(a, lay)
     out += _linear("proj", "", T, dv / t, h, e)
     if not a.parallel_block:
@@ -294,6 +321,26 @@ def permutation_row_passes(top_k: int, ep: ArrayLike, local: ArrayLike,
     return 2.0 + sort, 2.0 + sort, 2.0 + sort, 3.0 + sort
 
 
+def expert_bias_kernels(a: ModelArch, lay: Layout, rows: Floats, local: Floats) -> list[Kernel]:
+    """The experts' output bias as Megatron-Core adds it when the experts have biases (gpt-oss): TEGroupedMLP
+    builds its second grouped linear layer with ``skip_bias_add`` and adds the bias after it in PyTorch, one local
+    expert at a time, weighted by the router probability (``_apply_bias``: ``t + b * p`` on each expert's rows,
+    the results concatenated; megatron/core/transformer/moe/experts.py), on the R routed rows of width h:
+        forward   b p written (e bytes per element), t + b p read 2 e and written e, the concatenation read e and
+                  written e: 6 e bytes per element of R x h; 2 kernels per local expert and the concatenation
+        backward  the product's two gradients, sum over rows of g p (the bias's) and sum over h of g b (the
+                  probability's): each a product read e and written e, and its reduction read e: 6 e bytes;
+                  4 kernels per local expert (the sum passes its gradient on as it is, the concatenation as views)
+    with the probabilities in the activation's dtype (the router's own with moe_router_dtype unset, as the gpt-oss
+    recipes leave it). gpt-oss-120b at EP 8 (16 local experts), one 4,096-token sequence: R h = 47.2M elements,
+    0.57 GB each way and 33 + 64 kernels. None where the stack adds the bias in the GEMM or the experts have none."""
+    if not (a.mlp_bias and lay.expert_bias_loop):
+        return []
+    e, n = lay.act_bytes, _f(local)
+    moved = 6.0 * e * _f(rows) * a.hidden
+    return _elementwise("expert.bias", "", moved, moved, cast(float, 2.0 * n + 1.0), cast(float, 4.0 * n))
+
+
 def moe_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
     """The MLP of a mixture-of-experts block for one micro-batch on one card.
 
@@ -324,6 +371,7 @@ def moe_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
     p_fwd, p_bwd, u_fwd, u_bwd = permutation_row_passes(a.top_k, ep, local, lay.dispatcher)
     out += _elementwise("moe.permute", "", p_fwd * rows * a.hidden * e, p_bwd * rows * a.hidden * e)
     out += _mlp_kernels("expert", a, rows, a.expert_ffn / etp, e, m_per=rows / local, batch=local)
+    out += expert_bias_kernels(a, lay, rows, local)
     out += _elementwise("moe.unpermute", "", u_fwd * rows * a.hidden * e, u_bwd * rows * a.hidden * e)
     if a.shared_experts:
         out += _mlp_kernels("mlp", a, T, a.shared_experts * a.shared_ffn / t, e)

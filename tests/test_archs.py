@@ -6,6 +6,7 @@ published config.json files of each model, keys included, trimmed of nothing tha
 """
 
 import json
+import math
 
 import pytest
 
@@ -296,6 +297,9 @@ def test_moe_total_and_activated(tmp_path):
     assert round(activated_params(oss, input_embedding=False) / 1e9, 2) == 5.13
     assert oss.window_layers == 18 and oss.attn_sinks and oss.router_bias and oss.mlp_bias
     assert param_count(oss) == param_count(CAT.model("gpt-oss-120b"))
+    # YaRN, factor 32, no mscale: attention factor 0.1 ln 32 + 1 (transformers' _compute_yarn_parameters)
+    assert oss.rope_attention_factor == pytest.approx(0.1 * math.log(32.0) + 1.0)
+    assert CAT.model("gpt-oss-120b").rope_attention_factor == pytest.approx(oss.rope_attention_factor, abs=1e-6)
     oss20 = CAT.model("gpt-oss-20b")  # model card: 20.91B total, 3.61B active
     assert (round(param_count(oss20) / 1e9, 2), round(activated_params(oss20, input_embedding=False) / 1e9, 2)) \
         == (20.91, 3.61)

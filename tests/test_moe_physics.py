@@ -401,3 +401,56 @@ def test_grouped_gemm_waves_over_the_resident_experts():
     assert t == pytest.approx(max(roof, 128 * r.expert_dispatch), rel=1e-9)
     # without the floor (a stack whose grouped GEMM is one launch) the resident-wave time is the kernel's
     assert float(steptime.kernel_time(up, replace(r, expert_dispatch=0.0))) == pytest.approx(roof, rel=1e-9)
+
+
+def test_expert_bias_added_per_local_expert_in_megatron_core():
+    # Megatron-Core's TEGroupedMLP adds the experts' output bias after the grouped GEMM, expert by expert
+    # (experts.py _apply_bias: t + b * p, concatenated). gpt-oss-120b at EP 8, one 4,096-token sequence in BF16:
+    # R = 4,096 x top-4 = 16,384 routed rows of h = 2,880; forward b p written, t + b p read twice and written, the
+    # concatenation read and written: 6 x 2 bytes per element; backward g p and g b each written and reduced from
+    # g read: 6 x 2 bytes. Kernels: 2 per local expert (16) and the concatenation forward, 4 per expert backward.
+    sc = scenario("gpt-oss-120b")
+    assert sc.stack.expert_bias_loop  # the megatron-core stack
+    a = sc.model
+    lay = ops.Layout(tp=1.0, micro_batch=1.0, seq_len=4096, ep=8.0, expert_tp=1.0, expert_bias_loop=True)
+    ks = {(k.op, k.phase): k for k in ops.moe_kernels(a, lay)}
+    per_way = 6.0 * 2.0 * 16384 * 2880
+    assert float(ks[("expert.bias", "fwd")].bytes) == pytest.approx(per_way)  # 0.57 GB
+    assert float(ks[("expert.bias", "dx")].bytes) == pytest.approx(per_way)
+    assert float(ks[("expert.bias", "fwd")].count) == 33 and float(ks[("expert.bias", "dx")].count) == 64
+    # nothing apart where the stack adds the bias in the GEMM, or where the experts have no bias (Qwen3)
+    plain = ops.Layout(tp=1.0, micro_batch=1.0, seq_len=4096, ep=8.0, expert_tp=1.0)
+    assert not any(k.op == "expert.bias" for k in ops.moe_kernels(a, plain))
+    qwen = scenario("qwen3-30b-a3b").model
+    assert not any(k.op == "expert.bias" for k in ops.moe_kernels(qwen, lay))
+    # and it slows the layer's forward and backward, not its weight gradients
+    kw = dict(acc="h100-sxm", recompute="none", tp=1, mb=1, ep=8, etp=1)
+    with_loop = T.op_times(sc, **kw)[0]
+    without = T.op_times(replace(sc, stack=replace(sc.stack, expert_bias_loop=False)), **kw)[0]
+    assert float(with_loop.fwd) > float(without.fwd) and float(with_loop.dx) > float(without.dx)
+    assert float(with_loop.dw) == pytest.approx(float(without.dw))
+
+
+def test_yarn_rope_runs_unfused_in_megatron_core():
+    # Megatron-Core passes YaRN's attention factor (gpt-oss: 0.1 ln 32 + 1) to apply_rotary_pos_emb, which then
+    # takes its unfused PyTorch path (t cos + rotate_half(t) sin, then the concatenation): 12 element passes forward
+    # and 10 backward on q and k, against the fused kernel's 2 and 2. gpt-oss-120b, one 4,096-token sequence in
+    # BF16: 4,096 x (64 + 8) x 64 = 18.9M elements of q and k.
+    a = scenario("gpt-oss-120b").model
+    assert a.rope_attention_factor == pytest.approx(0.1 * math.log(32.0) + 1.0, abs=1e-6)
+    elements = 4096 * (64 + 8) * 64
+
+    def rope(lay):
+        return {k.phase: k for k in ops.layer_kernels(a, lay) if k.op == "rope"}
+
+    fused = rope(ops.Layout(tp=1.0, micro_batch=1.0, seq_len=4096, ep=8.0, expert_tp=1.0))
+    unfused = rope(ops.Layout(tp=1.0, micro_batch=1.0, seq_len=4096, ep=8.0, expert_tp=1.0, rope_scaled_unfused=True))
+    assert float(fused["fwd"].bytes) == pytest.approx(2 * 2.0 * elements)
+    assert float(unfused["fwd"].bytes) == pytest.approx(12 * 2.0 * elements)
+    assert float(unfused["dx"].bytes) == pytest.approx(10 * 2.0 * elements)
+    # a plain RoPE (Qwen3: no YaRN factor) stays fused on the same stack
+    q = scenario("qwen3-30b-a3b")
+    assert q.model.rope_attention_factor == 1.0 and q.stack.rope_scaled_unfused
+    lay = ops.Layout(tp=1.0, micro_batch=1.0, seq_len=4096, ep=8.0, expert_tp=1.0, rope_scaled_unfused=True)
+    qr = {k.phase: k for k in ops.layer_kernels(q.model, lay) if k.op == "rope"}
+    assert float(qr["fwd"].bytes) == pytest.approx(2 * 2.0 * 4096 * (q.model.d_attn + q.model.d_kv))
