@@ -14,8 +14,9 @@ more than a million random and edge inputs.
 Element-wise Python costs about 5 us a value: the array functions evaluate a small array in Python floats and a
 larger one (:data:`PYTHON_LIMIT`) in numpy (:func:`vgammainc`, :func:`vndtr`, :func:`vndtri`: the same algorithms,
 each element's operations in the same order, its loops stopping where the scalar ones do; exp, log and pow still
-the C library's, per element), and every array in SciPy once ``scipy.special`` is imported anyway: the same bits
-on every path, and a ``--confidence`` solve no longer imports SciPy (about 0.15 CPU s).
+the C library's, per element), and a very large one (:data:`SCIPY_LIMIT`), or every array once ``scipy.special`` is
+imported anyway, in SciPy: the same bits on every path, and a confidence report over a few plans no longer imports
+SciPy (about 0.15 CPU s).
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ PYTHON_LIMIT = 256
 """Elements up to which an array function evaluates in Python floats (about 1-5 us an element, no numpy call
 overhead) while SciPy is not yet imported; beyond, the numpy versions below (about 1 ms a call plus 1 us an
 element); once ``scipy.special`` is loaded anyway, SciPy's ufuncs (the same bits)."""
+
+SCIPY_LIMIT = 16384
+"""Elements beyond which an array function imports ``scipy.special`` (about 0.15 CPU s once, then about 0.05 us an
+element against numpy's 1-2 us): a call this large comes with many more (the chance roots of a space of thousands
+of plans, the widest GPT-3's 0.9 million values), a confidence report's few thousand do not."""
 
 MACHEP = 1.1102230246251565404236316680908203125e-16  # 2**-53
 MAXLOG = 7.097827128933839730962063185871e2  # log(DBL_MAX)
@@ -568,32 +574,7 @@ def _igamc_continued_fraction(a: float, x: float) -> float:
         return 0.0
     y = 1.0 - a
     z = x + y + 1.0
-    c = 0.0
-    pkm2, qkm2 = 1.0, x
-    pkm1, qkm1 = x + 1.0, z * x
-    ans = pkm1 / qkm1
-    for _ in range(_IGAM_MAXITER):
-        c += 1.0
-        y += 1.0
-        z += 2.0
-        yc = y * c
-        pk = pkm1 * z - pkm2 * yc
-        qk = qkm1 * z - qkm2 * yc
-        if qk != 0:
-            r = pk / qk
-            t = abs((ans - r) / r) if r != 0 else _INF  # C: inf or NaN, neither ends the loop
-            ans = r
-        else:
-            t = 1.0
-        pkm2, pkm1, qkm2, qkm1 = pkm1, pk, qkm1, qk
-        if abs(pk) > _BIG:
-            pkm2 *= _BIGINV
-            pkm1 *= _BIGINV
-            qkm2 *= _BIGINV
-            qkm1 *= _BIGINV
-        if t <= MACHEP:
-            break
-    return ans * ax
+    return _cf_tail((0.0, y, z, 1.0, x + 1.0, x, z * x, (x + 1.0) / (z * x), 0.0)) * ax
 
 
 def _igam_series(a: float, x: float) -> float:
@@ -601,14 +582,7 @@ def _igam_series(a: float, x: float) -> float:
     ax = _igam_fac(a, x)
     if ax == 0.0:
         return 0.0
-    r, c, ans = a, 1.0, 1.0
-    for _ in range(_IGAM_MAXITER):
-        r += 1.0
-        c *= x / r
-        ans += c
-        if c <= MACHEP * ans:
-            break
-    return ans * ax / a
+    return _series_tail(a, x, 1.0, 1.0, 0.0) * ax / a
 
 
 def _igamc_series(a: float, x: float) -> float:
@@ -718,8 +692,8 @@ def gammaincc(a: float, x: float) -> float:
 def _each(f: Callable[..., float], vf: Callable[..., FloatArray], scipy_name: str, *args: ArrayLike) -> FloatArray:
     arrs = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in args))
     shape = arrs[0].shape
-    if "scipy.special" in sys.modules:
-        from scipy import special  # loaded anyway: its ufuncs (the same bits)
+    if "scipy.special" in sys.modules or arrs[0].size > SCIPY_LIMIT:
+        from scipy import special  # loaded anyway, or worth its import: its ufuncs (the same bits)
 
         out: FloatArray = getattr(special, scipy_name)(*arrs)
         return out
@@ -964,19 +938,30 @@ def vlog1pmx(x: FloatArray) -> FloatArray:
     far = np.abs(x) >= 0.5
     out[far] = _vlog1p(x[far]) - x[far]
     i = np.flatnonzero(~far & (x != 0.0))
-    xs = x[i]
-    xfac, res = xs.copy(), np.zeros(xs.size)
-    for n in range(2, 500):
+    out[i] = _vseries(x[i], x[i], np.zeros(i.size), _ONES)
+    return out
+
+
+_ONES = (1.0,) * 498
+"""log1pmx's series terms x^n / n as c_n x^n / n with c_n = 1 (1.0 times a double is that double)."""
+
+
+def _vseries(x: FloatArray, xfac: FloatArray, res: FloatArray, coef: Sequence[float]) -> FloatArray:
+    """res + sum_n c_n xfac (-x)^(n-1) / n for n = 2, 3, ... (one c_n each), each element stopping after its first
+    term below MACHEP times its sum: the loops of :func:`log1pmx` and :func:`_lgam1p_taylor`."""
+    out = np.empty(x.size)
+    i = np.arange(x.size)
+    for n, c in enumerate(coef, start=2):
         if not i.size:
             break
-        xfac = xfac * -xs
-        term = xfac / n
+        xfac = xfac * -x
+        term = c * xfac / n
         res = res + term
         done = np.abs(term) < MACHEP * np.abs(res)
         if done.any():
             out[i[done]] = res[done]
             keep = ~done
-            i, xs, xfac, res = i[keep], xs[keep], xfac[keep], res[keep]
+            i, x, xfac, res = i[keep], x[keep], xfac[keep], res[keep]
     out[i] = res
     return out
 
@@ -997,21 +982,7 @@ def _vexpm1(x: FloatArray) -> FloatArray:
 def _vlgam1p_taylor(x: FloatArray) -> FloatArray:
     out = np.zeros(x.size)  # x = 0: 0
     i = np.flatnonzero(x != 0)
-    xs = x[i]
-    res = -EULER * xs
-    xfac = -xs
-    for n in range(2, 42):
-        if not i.size:
-            break
-        xfac = xfac * -xs
-        coeff = _ZETA[n - 2] * xfac / n
-        res = res + coeff
-        done = np.abs(coeff) < MACHEP * np.abs(res)
-        if done.any():
-            out[i[done]] = res[done]
-            keep = ~done
-            i, xs, xfac, res = i[keep], xs[keep], xfac[keep], res[keep]
-    out[i] = res
+    out[i] = _vseries(x[i], -x[i], -EULER * x[i], _ZETA)
     return out
 
 
@@ -1065,7 +1036,7 @@ def _cf_tail(state: tuple[float, ...]) -> float:
         qk = qkm1 * z - qkm2 * yc
         if qk != 0:
             r = pk / qk
-            t = abs((ans - r) / r) if r != 0 else _INF
+            t = abs((ans - r) / r) if r != 0 else _INF  # C: inf or NaN, neither ends the loop
             ans = r
         else:
             t = 1.0

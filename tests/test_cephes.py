@@ -177,7 +177,8 @@ def test_vectorised_helpers_equal_the_scalar_ports() -> None:
 
 def test_no_scipy_for_a_confidence_array() -> None:
     """An array larger than :data:`C.PYTHON_LIMIT` evaluates without importing scipy.special (in a fresh
-    interpreter: the import is what the confidence path no longer pays)."""
+    interpreter: the import is what the confidence path no longer pays); one beyond :data:`C.SCIPY_LIMIT` imports
+    it."""
     import subprocess
 
     code = ("import sys, numpy as np; from tpopt.models import cephes as C; "
@@ -185,6 +186,9 @@ def test_no_scipy_for_a_confidence_array() -> None:
             "C.ndtri_array(a / 61); print('scipy.special' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+    big = code.replace("4 * C.PYTHON_LIMIT", "C.SCIPY_LIMIT + 1")  # a space's worth of values: SciPy's ufuncs
+    out = subprocess.run([sys.executable, "-c", big], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
 
 
 def test_normal_quantile_is_scipy_norm_ppf() -> None:
