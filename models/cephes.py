@@ -14,7 +14,7 @@ more than a million random and edge inputs.
 Element-wise Python costs about 5 us a value: the array functions evaluate a small array in Python floats and a
 larger one (:data:`PYTHON_LIMIT`) in numpy (:func:`vgammainc`, :func:`vndtr`, :func:`vndtri`: the same algorithms,
 each element's operations in the same order, its loops stopping where the scalar ones do; exp, log and pow still
-the C library's, per element), and a very large one (:data:`SCIPY_LIMIT`), or every array once ``scipy.special`` is
+the C library's, per element), and every array past a budget (:data:`SCIPY_LIMIT`), or once ``scipy.special`` is
 imported anyway, in SciPy: the same bits on every path, and a confidence report over a few plans no longer imports
 SciPy (about 0.15 CPU s).
 """
@@ -35,10 +35,13 @@ PYTHON_LIMIT = 256
 overhead) while SciPy is not yet imported; beyond, the numpy versions below (about 1 ms a call plus 1 us an
 element); once ``scipy.special`` is loaded anyway, SciPy's ufuncs (the same bits)."""
 
-SCIPY_LIMIT = 16384
-"""Elements beyond which an array function imports ``scipy.special`` (about 0.15 CPU s once, then about 0.05 us an
-element against numpy's 1-2 us): a call this large comes with many more (the chance roots of a space of thousands
-of plans, the widest GPT-3's 0.9 million values), a confidence report's few thousand do not."""
+SCIPY_LIMIT = 65536
+"""Values the numpy versions evaluate in one process before an array function imports ``scipy.special`` (about
+0.15 CPU s once, then about 0.05 us a value against numpy's 1-2 us): a confidence report over a few plans (the
+design case: about 55,000) stays below, a space of thousands of plans (the widest GPT-3: 0.9 million) goes over
+with its first large call."""
+_NUMPY_SPENT = [0]
+"""Values evaluated by the numpy versions so far (:data:`SCIPY_LIMIT`)."""
 
 MACHEP = 1.1102230246251565404236316680908203125e-16  # 2**-53
 MAXLOG = 7.097827128933839730962063185871e2  # log(DBL_MAX)
@@ -692,14 +695,16 @@ def gammaincc(a: float, x: float) -> float:
 def _each(f: Callable[..., float], vf: Callable[..., FloatArray], scipy_name: str, *args: ArrayLike) -> FloatArray:
     arrs = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in args))
     shape = arrs[0].shape
-    if "scipy.special" in sys.modules or arrs[0].size > SCIPY_LIMIT:
+    size = arrs[0].size
+    if "scipy.special" in sys.modules or (size > PYTHON_LIMIT and _NUMPY_SPENT[0] + size > SCIPY_LIMIT):
         from scipy import special  # loaded anyway, or worth its import: its ufuncs (the same bits)
 
         out: FloatArray = getattr(special, scipy_name)(*arrs)
         return out
-    flat = [a.ravel().tolist() for a in arrs] if arrs[0].size <= PYTHON_LIMIT else []
+    flat = [a.ravel().tolist() for a in arrs] if size <= PYTHON_LIMIT else []
     if flat:
         return np.array([f(*v) for v in zip(*flat, strict=True)], dtype=float).reshape(shape)
+    _NUMPY_SPENT[0] += size
     with np.errstate(all="ignore"):  # the C functions' inf and NaN, without numpy's warnings
         return vf(*(a.ravel() for a in arrs)).reshape(shape)
 
