@@ -394,6 +394,8 @@ class Distribution:
     events: Events
     sigma_source: str = DEFAULT_STEP_SIGMA_SOURCE
     kappa: FloatArray = field(init=False, repr=False, compare=False)
+    found: dict[float, float] = field(init=False, repr=False, compare=False, default_factory=dict)
+    """The quantiles found so far, by level (a report asks for the median and the confidence level twice)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kappa", self.events.cumulants())
@@ -412,6 +414,11 @@ class Distribution:
         """The q-quantile: the root of P(T <= t) = q (:func:`brent_root`, to 1e-9 relative)."""
         if not 0.0 < q < 1.0:
             raise InputError(f"quantile level must lie strictly between 0 and 1, got {q!r}")
+        if q not in self.found:
+            self.found[q] = self._quantile(q)
+        return self.found[q]
+
+    def _quantile(self, q: float) -> float:
         lo = self.reserved
         hi = self.reserved + (self.work * self.saves + self.work * float(self.kappa[0])) * 2.0 + 1.0
         while float(self.cdf(hi)) < q:
@@ -794,10 +801,9 @@ def matching_error(events: Events, work: float, points: int = 1 << 20) -> tuple[
 
 
 def normal_quantile(q: float) -> float:
-    """z with Phi(z) = q (scipy.stats.norm.ppf)."""
-    from scipy import stats  # lazy: start-up time
-
-    return float(stats.norm.ppf(q))
+    """z with Phi(z) = q: ``scipy.stats.norm.ppf``'s bits (it calls ``scipy.special.ndtri``), by the port in
+    :mod:`tpopt.models.cephes` without importing SciPy."""
+    return ndtri(q)
 
 
 __all__ = [

@@ -123,7 +123,7 @@ def _step_up(sc: Scenario, ev: Evaluation, p_now: float, backend: str | Solver, 
             return {"target": target, "status": r.status.value, "plan": None, "decided": False,
                     "time_limit_reached": limited}
         return {"target": target, "status": r.status.value, "plan": None, "decided": True,
-                "reachable": reachable(sc, backend, req, solve=solve)}
+                "reachable": reachable(sc, backend, req, solve=solve, met=sc.task.confidence, missed=target)}
     b = r.best
     return {"target": target, "status": r.status.value, "plan": b.plan_dict(), "cards": b.plan.cards,
             "cost": b.metrics["cost"], "extra_cost": b.metrics["cost"] - ev.metrics["cost"],
@@ -131,15 +131,22 @@ def _step_up(sc: Scenario, ev: Evaluation, p_now: float, backend: str | Solver, 
             "time_limit_reached": limited}
 
 
-def reachable(sc: Scenario, backend: str | Solver, req: Request, tol: float = 1e-3, solve: Solve = one_space
-              ) -> float | None:
+def reachable(sc: Scenario, backend: str | Solver, req: Request, tol: float = 1e-3, solve: Solve = one_space,
+              met: float | None = None, missed: float | None = None) -> float | None:
     """The highest confidence some plan of the scenario reaches (to ``tol``): bisection on the level, each a
     solve on the run's clock (feasibility is monotone: a plan meeting level q meets every lower one). 0
     when even the 1 % level is out of reach; None when the time limit left a level undecided (neither a
-    plan nor a proof of none): not decided, never a guess."""
+    plan nor a proof of none): not decided, never a guess. ``met``: a level the caller's solve met (a plan),
+    ``missed``: one it proved out of reach (infeasible): by the same monotony the levels at or below ``met``
+    are met and those at or above ``missed`` missed without a solve (the confidence report's step up knows
+    both: about half the bisection's solves; the same levels and the same answer)."""
     sub = _on_clock(req, "time")
 
     def ok(q: float) -> bool:
+        if met is not None and q <= met:
+            return True
+        if missed is not None and q >= missed:
+            return False
         if sub.clock is not None and sub.clock.expired("bisecting the reachable confidence"):
             raise Undecided(f"confidence {q:.4g}")
         r, _ = solve(replace(sc, task=replace(sc.task, confidence=q)), backend, sub)

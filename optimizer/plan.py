@@ -84,7 +84,7 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
          sensitivity: bool = False, export: str | None = None,
          on_export: Callable[[dict[str, Any]], None] | None = None, inputs: RelaxationInputs | None = None,
          progress: Callable[[str], None] | None = None, why: bool = True, distribution: bool = True,
-         space: Space | None = None) -> PlanReport:
+         space: Space | None = None, with_footing: bool = True) -> PlanReport:
     """Solve ``sc`` as ``tpopt solve`` does (see the module); ``export``: also write the plan MILP to this
     .lp/.mps file (``on_export(figures)`` is told as soon as it is written, before the solve). Without a
     plan, the report has the conflict and the relaxations (:func:`~tpopt.optimizer.infeasible.infeasible_entries`;
@@ -94,7 +94,8 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
     only need the plan solve chose, :mod:`tpopt.optimizer.question`). ``distribution`` False: no
     ``finish_distribution`` entry with a confidence (the re-solves of :mod:`tpopt.optimizer.confidence` read
     the plan and status alone; each entry costs a dozen quantile roots). ``space``: the scenario's design space
-    when the caller holds one (without batch choices: :func:`_chosen` passes one sharing the report's tables)."""
+    when the caller holds one (without batch choices: :func:`_chosen` passes one sharing the report's tables).
+    ``with_footing`` False: no ``footing`` entry (the confidence report's re-solves read the plan and status alone)."""
     req = req or Request()
     if sc.pools:
         raise InputError("[[hardware.pools]]: a mixed plan over accelerator pools is solved by "
@@ -168,7 +169,8 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
 
         out["finish_distribution"] = distribution_entry(view, best, solver, req, step_up=analyse, whole=sc,
                                                         solve=_chosen if bs else partial(_chosen, base=space))
-    out["footing"] = footing.of_evaluation(view, out)
+    if with_footing:
+        out["footing"] = footing.of_evaluation(view, out)
     if analyse and len(view.systems) > 1:  # a prior card chosen among fitted ones: the fitted option, named
         found = ana["restricted_best"] if ana is not None and "restricted_best" in ana else footing.ANSWER_UNKNOWN
         out["footing"]["evidence"]["fitted_alternative"] = footing.fitted_alternative(view, best, solver, req, found)
@@ -197,7 +199,7 @@ def _chosen(sc: Scenario, backend: str | Solver, req: Request, base: Space | Non
     differs from its scenario only in the confidence level (the step up, the bisection of the reachable level)
     is solved on a space sharing its tables but the chance table (:func:`shared_space`)."""
     shared = shared_space(base, sc) if base is not None else None
-    pr = plan(sc, backend, req, analyse=False, why=False, distribution=False, space=shared)
+    pr = plan(sc, backend, req, analyse=False, why=False, distribution=False, space=shared, with_footing=False)
     return pr, pr.view or sc
 
 

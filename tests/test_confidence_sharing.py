@@ -69,3 +69,27 @@ def test_the_law_inputs_remembered_are_the_ones_computed():
     _LAW_MEMO.clear()
     fresh = T.chance_step_max(at(sc, 0.97), acc, "sync", [512.0, 1024.0], [600.0, 1800.0])
     assert remembered.tolist() == fresh.tolist()
+
+
+def test_reachable_skips_the_levels_the_report_decided():
+    """reachable(met=q, missed=t): the levels at or below q met and those at or above t missed without a solve
+    (the step up's: its own solve met q, its target t was proven out of reach); the same bisection's answer with
+    fewer solves, and every level it still solves lies strictly between the two."""
+    from tpopt.optimizer import confidence as C
+
+    sc = load_scenario(EXAMPLES / "llama3-8b-confidence.toml", {"schedule.deadline": "4d"})
+    asked: list[list[float]] = [[], []]
+
+    def counting(k: int) -> C.Solve:
+        def solve(s, backend, req):
+            asked[k].append(s.task.confidence)
+            return C.one_space(s, backend, req)
+        return solve
+
+    want = C.reachable(sc, "enumerate", Request(), solve=counting(0))
+    assert 0.9 < want < 0.999  # a bisection, not an end point
+    met, missed = 0.5, min(want + 0.004, 0.999)
+    got = C.reachable(sc, "enumerate", Request(), solve=counting(1), met=met, missed=missed)
+    assert got == want
+    assert asked[1] == [q for q in asked[0] if met < q < missed]
+    assert len(asked[1]) < len(asked[0])
