@@ -431,12 +431,14 @@ def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1
     memory.zero3_pipeline_bytes), pipeline send/recv (all of a card's b s / cp tokens), a MoE block's
     all-to-all send buffer (moe.dispatch_buffer), and the context-parallel exchange buffers
     (context.buffer_bytes: the K, V blocks in flight of ring attention, or the head-split q, k, v, o of
-    all-to-all). ``stage``: on the stages of one class only, in the per-operation model the logits belong to
-    the last stage alone (the first and middle classes of pp > 1 hold none)."""
+    all-to-all; at the query heads where the stack repeats K, V: context.ring_kv_arch). The logits and the CP
+    buffers are live in different phases (the loss; one layer's attention), so the larger of the two counts.
+    ``stage``: on the stages of one class only, in the per-operation model the logits belong to the last stage
+    alone (the first and middle classes of pp > 1 hold none)."""
     mem = sc.memory
     a = sc.model
-    cpb: Floats = context.buffer_bytes(a, sc.task.seq_len, mb, tp, cp, sc.cp_method, mem.activation_bytes,
-                                         sc.stack.cp_ring)
+    cpb: Floats = context.buffer_bytes(context.ring_kv_arch(a, sc.stack.kv_repeat), sc.task.seq_len, mb, tp, cp,
+                                       sc.cp_method, mem.activation_bytes, sc.stack.cp_ring)
     if not modelled_activations(sc):
         return np.zeros(np.broadcast(_f(zero), _f(tp), _f(pp), _f(mb), _f(ep), _f(etp),
                                      _f(cap)).shape) + cpb
@@ -457,10 +459,12 @@ def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1
     # (memory.zero3_pipeline_bytes) in place of the per-unit gather buffers
     staged = memory.zero3_pipeline_bytes(card_params(sc, tp, pp, ep, etp, stage), rec) \
         if np.any(_f(zero) >= 3) and np.any(_f(pp) > 1) else 0.0
-    buffers: Floats = (logits + send
+    # the loss's logits live from the LM head's forward to its backward, the CP buffers inside one layer's attention
+    # (context.buffer_bytes), which runs before the loss or, in the backward, after the loss's backward freed them:
+    # two phases, the larger one at the peak
+    buffers: Floats = (np.maximum(logits, cpb) + send
                        + np.where(_f(zero) >= 3, np.where(_f(pp) > 1, staged, gather), 0.0)
-                       + np.where(_f(pp) > 1, memory.pipeline_buffer_bytes(a, s, mb, tp, mem.activation_bytes), 0.0)
-                       + cpb)
+                       + np.where(_f(pp) > 1, memory.pipeline_buffer_bytes(a, s, mb, tp, mem.activation_bytes), 0.0))
     return buffers
 
 
