@@ -668,6 +668,48 @@ def pipeline_buffer_bytes(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLi
     return buffers
 
 
+PP_BUFFERS = ("send-recv", "per-microbatch", "per-microbatch-outputs")
+"""How a stack's pipeline runtime holds its boundary tensors (catalogs/stacks.toml ``pp_buffers``). send-recv
+(Megatron-Core's p2p_communication): one send and one receive buffer per direction, made for each transfer
+(:func:`pipeline_buffer_bytes`). per-microbatch (torch.distributed.pipelining, PipelineStage): one receive buffer per
+micro-batch for the activations (_prepare_forward_infra) and one for the output gradients (_prepare_backward_infra),
+allocated once and kept for the whole step; the last stage keeps every micro-batch's output (its logits) for the
+merge at the end of the step (output_chunks). per-microbatch-outputs: as per-microbatch, and every stage keeps its
+micro-batches' outputs for the step too (output_chunks of every stage, before pytorch/pytorch#153383)."""
+
+
+def per_microbatch_buffer_units(stages: int, micro_batches: int, inflight: Sequence[float] | None,
+                                keep_outputs: bool, v: int = 1) -> list[tuple[float, float]]:
+    """Per pipeline rank, (boundary tensors, last-stage outputs) held by a per-micro-batch pipeline runtime
+    (:data:`PP_BUFFERS`), over the rank's v virtual stages j (j = r + i p; first j = 0, last j = v p - 1), m
+    micro-batches, k_j of them in flight (``inflight``: pipeline.peak_inflight per rank with v = 1; for interleaved
+    chunks, or None, the upper bound: none subtracted from the receive buffers, every output counted):
+
+        boundary = sum_j [ (m - k_j) (j not first) + (m + o_j) (j not last) ],  o_j = m if ``keep_outputs`` else k_j
+        outputs  = m on the rank holding the last stage, else 0
+
+    a non-first stage's receive buffers of the k_j micro-batches in flight are its first block's inputs, already
+    among the stored activations; a non-last stage holds its gradient receive buffers (m) and the outputs it sent
+    (o_j, kept in fwd_cache until their backward or in output_chunks to the end of the step). 1F1B, p = 8, m = 8
+    (k = 8 on the first stage, 7 on the second), outputs kept: 16 on the first rank, 17 on the second, 7 boundary
+    tensors and 8 logits on the last."""
+    p, m = int(stages), float(micro_batches)
+    out: list[tuple[float, float]] = []
+    chunks = max(int(v), 1)
+    known = inflight is not None and chunks == 1
+    for r in range(p):
+        k = float(inflight[r]) if inflight is not None and known else 0.0
+        units = 0.0
+        for i in range(chunks):
+            j = r + i * p
+            if j > 0:
+                units += m - k
+            if j < p * chunks - 1:
+                units += m + (m if keep_outputs or not known else k)
+        out.append((units, m if r == p - 1 else 0.0))
+    return out
+
+
 def peak_with_reuse(persistent: Floats, *phases: ArrayLike) -> Floats:
     """Peak of a sequence of phases that reuse memory: persistent + max(phase totals).
 

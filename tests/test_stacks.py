@@ -65,7 +65,7 @@ def test_every_stack_key_sets_its_profile_field_and_needs_a_source():
     assert set(KEYS) - set(SOURCED) == {"display", "sources"}
     assert OPTIONAL == ("dp_bucket_per_rank", "quantized_saved_inputs", "residual_sigma", "kernel_efficiency",
                         "attention_kernel", "loss", "expert_gemm_dispatch", "moe_host_launch", "cp_ring",
-                        "kv_repeat")
+                        "kv_repeat", "pp_buffers")
     assert stack_profile("torchtitan").moe_host_launch == profile["moe_host_launch"].default == 0.0
     assert stack_profile("deepspeed").cp_ring == profile["cp_ring"].default == "p2p"  # left out: the default
     assert stack_profile("deepspeed").kv_repeat is profile["kv_repeat"].default is False  # left out: the default
