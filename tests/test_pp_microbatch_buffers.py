@@ -61,3 +61,13 @@ def test_torchtitan_keeps_the_pipeline_tensors_of_every_micro_batch():
     assert last == pytest.approx(7 * beta + 8 * logit)
     tk = dict(zero=3, tp=8, pp=8, mb=4, stage="first")
     assert float(T.temporary(plain, **tk)) - float(T.temporary(sc, **tk)) == pytest.approx(4 * beta)
+
+
+def test_interleaved_credits_the_chunk_inputs_in_flight():
+    """p = 8, v = 2, m = 8: rank 0 forwards all 8 micro-batches of both chunks before its first backward (K = 16):
+    its second chunk's 8 receive buffers all hold inputs in flight (credit 16 - 8 = 8), so 0 of them count, plus
+    2 x 8 gradient buffers and 2 x 8 kept outputs = 32. The last rank with K = 9 chunk micro-batches in flight:
+    16 receive buffers - 9 = 7, its first chunk's 8 gradient buffers and 8 outputs: 23, and 8 logit shards."""
+    units = memory.per_microbatch_buffer_units(8, 8, [16.0] * 7 + [9.0], True, v=2)
+    assert units[0] == (32.0, 0.0)
+    assert units[7] == (23.0, 8.0)

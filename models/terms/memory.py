@@ -527,8 +527,9 @@ def _pipeline_units(schedule: str, p: int, m: int, keep_outputs: bool) -> tuple[
     base, v = schedule_parts(schedule)
     if pipeline.shape_error(base, p, m, v):
         return tuple((0.0, 0.0) for _ in range(p))
-    ks = None if base == "interleaved" else pipeline.peak_inflight(base, p, m, v=v)
-    return tuple(memory.per_microbatch_buffer_units(p, m, ks, keep_outputs, v if base == "interleaved" else 1))
+    chunks = v if base == "interleaved" else 1
+    ks = [chunks * k for k in pipeline.peak_inflight(base, p, m, v=v)]  # chunk micro-batches (1 / v a stage set)
+    return tuple(memory.per_microbatch_buffer_units(p, m, ks, keep_outputs, chunks))
 
 
 class StageMemory(NamedTuple):
