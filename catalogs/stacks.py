@@ -28,7 +28,7 @@ from tpopt.catalogs.tables import builtin_toml, check_keys, read_text_capped
 from tpopt.errors import InputError
 from tpopt.models.context import CP_RINGS
 from tpopt.models.hardware import StackProfile
-from tpopt.models.memory import LOSS_KINDS
+from tpopt.models.memory import LOSS_KINDS, PP_BUFFERS
 from tpopt.models.units import parse_fraction
 
 LOSS_NAMES = tuple(LOSS_KINDS)
@@ -163,6 +163,10 @@ class StackKeys:
     kv_repeat: bool = key(FLAG, False, source=True,
                           help="the attention call takes K, V repeated to the query heads (context.ring_kv_arch): "
                                "a context-parallel ring passes d_attn-wide blocks")
+    pp_buffers: str = key(choice(PP_BUFFERS), "send-recv", source=True,
+                          help="how the pipeline runtime holds boundary tensors: send-recv (a buffer per direction), "
+                               "per-microbatch (a receive buffer per micro-batch for activations and gradients, the "
+                               "last stage's outputs kept for the step) or per-microbatch-outputs (every stage's)")
     sources: dict[str, str] = key(SOURCES, required=True, help="the source of every value, by key")
 
     #: The values checked before the others (the order of the hand-written reader this replaced).
@@ -176,8 +180,8 @@ dp_bucket_per_rank (none: a fixed bucket), kernel_efficiency (1: the reference s
 (native: the card's own fused attention), loss (fused: a fused FP32 cross-entropy), expert_gemm_dispatch
 (0: the stack's grouped expert GEMM is one launch, no per-expert floor), moe_host_launch (0: no exposed host
 launch time in MoE blocks), expert_bias_loop (false: an expert bias costs nothing apart), rope_scaled_unfused
-(false: every RoPE fused), cp_ring (p2p: Transformer Engine's ring) and kv_repeat (false: the attention takes the KV
-heads as they are)."""
+(false: every RoPE fused), cp_ring (p2p: Transformer Engine's ring), kv_repeat (false: the attention takes the KV
+heads as they are) and pp_buffers (send-recv: one send and one receive buffer per direction)."""
 SOURCED = tuple(f.name for f in fields(StackKeys) if spec(f).source)
 
 

@@ -157,21 +157,30 @@ def heads_ok(a: ModelArch, tp: ArrayLike, cp: ArrayLike, method: str = "ring") -
 
 def buffer_bytes(a: ModelArch, seq_len: Floats, micro_batch: ArrayLike, tp: ArrayLike, cp: ArrayLike,
                  method: str = "ring", act_bytes: float = 2.0, ring: str = "p2p") -> FloatArray:
-    """Communication buffers live during a layer's attention (0 when cp = 1).
+    """Communication buffers live during a layer's attention: the larger of the forward's and the backward's live
+    sets (0 when cp = 1). ``a`` is the model as the attention call sees K and V (:func:`ring_kv_arch`: at the query
+    heads under the stack's ``kv_repeat``), B = :func:`kv_block_bytes` one card's K, V block.
 
-    Ring, ``ring`` = p2p (:data:`CP_RINGS`): the block being used, the one arriving, and in the backward the
-    dK, dV being accumulated and the ones arriving (FP32 accumulators as in Transformer Engine): 2 x block
-    (act bytes) + 2 x block (4 bytes). Ring = allgather (torch's context_parallel): the gathered K, V of all cp
-    cards and the concatenated copy of the card's own that it sends, (cp + 1) blocks, and in the backward the
-    FP32 dK, dV accumulator, the concatenated copy sent and the one arriving, 3 x block (4 bytes): Llama 3 8B,
-    CP 8 at 256K tokens (128 MiB blocks) 1.9 GiB against 0.75 GiB. All-to-all: the head-split q, k, v, o of
-    the whole sequence, received and sent: 2 x (b s)(2 d_attn + 2 d_kv r) / (tp cp) x bytes.
+    The two passes of one layer never overlap (a layer's backward starts after the loss, its forward's buffers are
+    freed when its output is made), so the peak is max(forward, backward), not their sum. Ring, ``ring`` = p2p
+    (Transformer Engine's AttnFuncWithCPAndKVP2P, :data:`CP_RINGS`): forward, the block in use and the one arriving,
+    2 B; backward, the same 2 B plus the dK, dV being accumulated and the ones arriving in FP32, 2 x B x 4 / act:
+    the backward's set. Ring = allgather (torch's context_parallel, _attention.py
+    _templated_ring_attention / _templated_ring_attention_backward): forward, _AllGatherRotater's gathered K, V of
+    the cp cards and the torch.cat copy of the card's own that it gathers from, (cp + 1) B; backward, kv_rotater
+    gathers K, V again ((cp + 1) B; the forward's buffer was freed with the forward) and dkv_rotater passes the
+    FP32 dK, dV (convert_to_f32): the accumulator, the cat copy sent and the permute's output arriving,
+    3 x B x 4 / act: the backward's set again, (cp + 7) B in BF16. Llama 3 8B, CP 8 at 256K tokens: 1.9 GiB at the
+    KV heads (128 MiB blocks), 7.5 GiB at the query heads torchtitan passes (512 MiB). All-to-all: the head-split
+    q, k, v, o of the whole sequence, received and sent: 2 x (b s)(2 d_attn + 2 d_kv r) / (tp cp) x bytes.
     """
     c = _f(cp)
     if method == "ring":
         blk = kv_block_bytes(a, seq_len, micro_batch, tp, cp, act_bytes)
-        out = (2.0 * blk + 2.0 * blk * 4.0 / act_bytes if ring == "p2p"
-               else (c + 1.0) * blk + 3.0 * blk * 4.0 / act_bytes)
+        grads = blk * 4.0 / act_bytes  # one block's dK, dV in FP32
+        kv = 2.0 * blk if ring == "p2p" else (c + 1.0) * blk
+        forward, backward = kv, kv + (2.0 if ring == "p2p" else 3.0) * grads
+        out = np.maximum(forward, backward)
     else:
         width = (2.0 * a.d_attn + 2.0 * a.d_kv * kv_replication(a, tp, cp)) / (_f(tp) * c)
         out = 2.0 * _f(micro_batch) * seq_len * width * act_bytes

@@ -668,6 +668,46 @@ def pipeline_buffer_bytes(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLi
     return buffers
 
 
+PP_BUFFERS = ("send-recv", "per-microbatch", "per-microbatch-outputs")
+"""How a stack's pipeline runtime holds its boundary tensors (catalogs/stacks.toml ``pp_buffers``). send-recv
+(Megatron-Core's p2p_communication): one send and one receive buffer per direction, made for each transfer
+(:func:`pipeline_buffer_bytes`). per-microbatch (torch.distributed.pipelining, PipelineStage): one receive buffer per
+micro-batch for the activations (_prepare_forward_infra) and one for the output gradients (_prepare_backward_infra),
+allocated once and kept for the whole step; the last stage keeps every micro-batch's output (its logits) for the
+merge at the end of the step (output_chunks). per-microbatch-outputs: as per-microbatch, and every stage keeps its
+micro-batches' outputs for the step too (output_chunks of every stage, before pytorch/pytorch#153383)."""
+
+
+def per_microbatch_buffer_units(stages: int, micro_batches: int, inflight: Sequence[float] | None,
+                                keep_outputs: bool, v: int = 1) -> list[tuple[float, float]]:
+    """Per pipeline rank r, (boundary tensors, last-stage outputs) held by a per-micro-batch pipeline runtime
+    (:data:`PP_BUFFERS`), over the rank's v virtual stages j = r + i p (first j = 0, last j = v p - 1), m
+    micro-batches, K_r chunk micro-batches in flight at the rank's peak (``inflight``: v x pipeline.peak_inflight of
+    the rank, whose unit is a whole stage's set, 1 / v a chunk; None: 0, the upper bound):
+
+        boundary = sum over non-first j of m  -  credit_r  +  sum over non-last j of (m + o_j)
+        outputs  = m on the rank holding the last stage, else 0
+
+    a non-first stage's receive buffers of the micro-batches in flight are its first block's inputs, already among
+    the stored activations: credit_r = K_r, on rank 0 only beyond the m its first chunk may hold, max(0, K_0 - m)
+    (one stage per rank: k_r - on the others, none on the first); a non-last stage holds its gradient receive buffers
+    (m) and the outputs it sent, o_j = m when ``keep_outputs`` (output_chunks, to the end of the step), else those
+    in flight (fwd_cache until their backward; at most K_r in all, m a chunk). 1F1B, p = 8, m = 8 (k = 8 on the
+    first stage, 7 on the second), outputs kept: 16 on the first rank, 17 on the second, 7 boundary tensors and
+    8 logits on the last."""
+    p, m = int(stages), float(micro_batches)
+    chunks = max(int(v), 1)
+    out: list[tuple[float, float]] = []
+    for r in range(p):
+        k = float(inflight[r]) if inflight is not None else 0.0
+        firsts = [r + i * p for i in range(chunks)]
+        recv = sum(m for j in firsts if j > 0) - (max(0.0, k - m) if r == 0 and chunks > 1 else 0.0 if r == 0 else k)
+        senders = sum(1 for j in firsts if j < p * chunks - 1)
+        kept = senders * m if keep_outputs or inflight is None else min(k, senders * m)
+        out.append((max(recv, 0.0) + senders * m + kept, m if r == p - 1 else 0.0))
+    return out
+
+
 def peak_with_reuse(persistent: Floats, *phases: ArrayLike) -> Floats:
     """Peak of a sequence of phases that reuse memory: persistent + max(phase totals).
 

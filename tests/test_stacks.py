@@ -65,7 +65,7 @@ def test_every_stack_key_sets_its_profile_field_and_needs_a_source():
     assert set(KEYS) - set(SOURCED) == {"display", "sources"}
     assert OPTIONAL == ("dp_bucket_per_rank", "quantized_saved_inputs", "residual_sigma", "kernel_efficiency",
                         "attention_kernel", "loss", "expert_gemm_dispatch", "moe_host_launch", "expert_bias_loop",
-                        "rope_scaled_unfused", "cp_ring", "kv_repeat")
+                        "rope_scaled_unfused", "cp_ring", "kv_repeat", "pp_buffers")
     assert stack_profile("torchtitan").moe_host_launch == profile["moe_host_launch"].default == 0.0
     assert stack_profile("torchtitan").expert_bias_loop is profile["expert_bias_loop"].default is False
     assert stack_profile("torchtitan").rope_scaled_unfused is profile["rope_scaled_unfused"].default is False

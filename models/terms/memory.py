@@ -184,7 +184,9 @@ def activations(sc: Scenario, *, schedule: str, recompute: str, sp: bool | None 
     per-operation model takes the busiest stage of both together (:func:`_weighted_layer_sets`).
     ``peak="lo"`` / ``"hi"`` bound the in-flight counts in closed form instead (solver pruning; exact where
     :func:`tpopt.models.pipeline.peak_inflight_stage_bounds` is). ``stage``: the busiest stage of one
-    stage class only (:func:`class_stages`; per-operation model, where the workspace is every stage's).
+    stage class only (:func:`class_stages`; per-operation model, where the workspace is every stage's). A stack
+    whose pipeline runtime keeps boundary tensors per micro-batch (``pp_buffers``) adds them
+    (:func:`per_microbatch_pipeline`: received inputs, gradients and kept outputs are activations it holds).
     """
     sc = with_sequence_parallel(sc, sp)
     mem = sc.memory
@@ -200,10 +202,14 @@ def activations(sc: Scenario, *, schedule: str, recompute: str, sp: bool | None 
         per_layer = _stored_per_layer(sc, recompute=recompute, tp=tp, cp=cp, mb=mb)
         one = _routed_per_block(sc, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap)
         ga = grad_accum(sc, dp, mb)
-        return _weighted_layer_sets(sc, schedule, pp, ga, peak, per_layer, one, stage) + workspace
+        return _weighted_layer_sets(sc, schedule, pp, ga, peak, per_layer, one, stage) + workspace + (
+            per_microbatch_pipeline(sc, schedule=schedule, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, stage=stage)
+            if sc.stack.pp_buffers != "send-recv" else 0.0)
     out = stored_activations(sc, schedule=schedule, recompute=recompute, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb,
                              peak=peak, stage=stage) + workspace \
         - offloaded_activations(sc, recompute=recompute, tp=tp, cp=cp, pp=pp, mb=mb)
+    if sc.stack.pp_buffers != "send-recv":  # the pipeline runtime's boundary tensors per micro-batch
+        out = out + per_microbatch_pipeline(sc, schedule=schedule, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, stage=stage)
     if sc.model.moe:
         out = out + moe_activations(sc, schedule=schedule, recompute=recompute, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb,
                                     ep=ep, etp=etp, cap=cap, peak=peak, stage=stage)
@@ -431,12 +437,16 @@ def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1
     memory.zero3_pipeline_bytes), pipeline send/recv (all of a card's b s / cp tokens), a MoE block's
     all-to-all send buffer (moe.dispatch_buffer), and the context-parallel exchange buffers
     (context.buffer_bytes: the K, V blocks in flight of ring attention, or the head-split q, k, v, o of
-    all-to-all). ``stage``: on the stages of one class only, in the per-operation model the logits belong to
-    the last stage alone (the first and middle classes of pp > 1 hold none)."""
+    all-to-all; at the query heads where the stack repeats K, V: context.ring_kv_arch); under a per-micro-batch
+    pipeline runtime (the stack's ``pp_buffers``) no send/recv pair: its boundary tensors are among the
+    activations (:func:`per_microbatch_pipeline`). The logits and the CP
+    buffers are live in different phases (the loss; one layer's attention), so the larger of the two counts.
+    ``stage``: on the stages of one class only, in the per-operation model the logits belong to the last stage
+    alone (the first and middle classes of pp > 1 hold none)."""
     mem = sc.memory
     a = sc.model
-    cpb: Floats = context.buffer_bytes(a, sc.task.seq_len, mb, tp, cp, sc.cp_method, mem.activation_bytes,
-                                         sc.stack.cp_ring)
+    cpb: Floats = context.buffer_bytes(context.ring_kv_arch(a, sc.stack.kv_repeat), sc.task.seq_len, mb, tp, cp,
+                                       sc.cp_method, mem.activation_bytes, sc.stack.cp_ring)
     if not modelled_activations(sc):
         return np.zeros(np.broadcast(_f(zero), _f(tp), _f(pp), _f(mb), _f(ep), _f(etp),
                                      _f(cap)).shape) + cpb
@@ -457,11 +467,69 @@ def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1
     # (memory.zero3_pipeline_bytes) in place of the per-unit gather buffers
     staged = memory.zero3_pipeline_bytes(card_params(sc, tp, pp, ep, etp, stage), rec) \
         if np.any(_f(zero) >= 3) and np.any(_f(pp) > 1) else 0.0
-    buffers: Floats = (logits + send
+    # the loss's logits live from the LM head's forward to its backward, the CP buffers inside one layer's attention
+    # (context.buffer_bytes), which runs before the loss or, in the backward, after the loss's backward freed them:
+    # two phases, the larger one at the peak
+    buffers: Floats = (np.maximum(logits, cpb) + send
                        + np.where(_f(zero) >= 3, np.where(_f(pp) > 1, staged, gather), 0.0)
-                       + np.where(_f(pp) > 1, memory.pipeline_buffer_bytes(a, s, mb, tp, mem.activation_bytes), 0.0)
-                       + cpb)
+                       + (0.0 if sc.stack.pp_buffers != "send-recv" else
+                          np.where(_f(pp) > 1, memory.pipeline_buffer_bytes(a, s, mb, tp, mem.activation_bytes), 0.0)))
     return buffers
+
+
+def per_microbatch_pipeline(sc: Scenario, *, schedule: str, tp: ArrayLike, cp: ArrayLike, pp: ArrayLike,
+                            dp: ArrayLike, mb: ArrayLike, stage: str = PEAK) -> FloatArray:
+    """Boundary tensors a per-micro-batch pipeline runtime holds on the heaviest rank of the class ``stage``
+    (memory.per_microbatch_buffer_units: receive buffers per micro-batch, gradient receive buffers, kept outputs),
+    0 with pp = 1:
+
+        max_g [ u_g x (b s / (tp cp)) h x bytes + o_g x (b s / cp) V / tp x bytes ]
+
+    u_g boundary tensors (one micro-batch's hidden states, sequence-parallel under TP) and o_g last-stage outputs
+    (the logits, vocabulary-split under TP, kept for the step's merge). Llama 3.1 405B, TP 8 x PP 8, 1F1B,
+    8 micro-batches of 4 x 8,192 tokens: 128 MiB a boundary tensor, 16 of them (2 GiB) on the first rank; 7 and
+    8 x 1 GiB of BF16 logits (8.8 GiB) on the last."""
+    a, e = sc.model, sc.memory.activation_bytes
+    s = sc.task.seq_len / _f(cp)
+    beta = memory.pipeline_buffer_bytes(a, s, mb, tp, e) / 4.0  # one boundary tensor (of the send and receive four)
+    logits = s * _f(mb) * a.vocab / _f(tp) * e
+    m = np.ceil(grad_accum(sc, dp, mb) - 1e-9)
+    keep = sc.stack.pp_buffers == "per-microbatch-outputs"
+
+    def one(p: float, k: float, b: float, o: float) -> float:
+        units = _pipeline_units(str(schedule), int(p), int(k), keep)
+        gs = class_stages(stage, len(units))
+        return max(u * b + w * o for u, w in (units[g] for g in gs))
+
+    out: FloatArray = np.where(_f(pp) > 1, _by_unique(one, pp, np.maximum(m, 1.0), beta, logits), 0.0)
+    return out
+
+
+def _pipeline_stage_bytes(sc: Scenario, schedule: str, tp: int, cp: int, p: int, ga: float, mb: int) -> list[float]:
+    """Per stage of a p-stage plan, :func:`per_microbatch_pipeline`'s bytes (zeros for a send-recv runtime or one
+    stage)."""
+    if sc.stack.pp_buffers == "send-recv" or p <= 1:
+        return [0.0] * max(p, 1)
+    a, e = sc.model, sc.memory.activation_bytes
+    s = sc.task.seq_len / cp
+    beta = float(memory.pipeline_buffer_bytes(a, s, mb, tp, e)) / 4.0
+    logits = s * mb * a.vocab / tp * e
+    units = _pipeline_units(str(schedule), p, int(np.ceil(ga - 1e-9)), sc.stack.pp_buffers == "per-microbatch-outputs")
+    return [u * beta + w * logits for u, w in units]
+
+
+@lru_cache(maxsize=4096)
+def _pipeline_units(schedule: str, p: int, m: int, keep_outputs: bool) -> tuple[tuple[float, float], ...]:
+    """memory.per_microbatch_buffer_units of one shape (nothing for one stage or a shape the schedule cannot run:
+    the activations term refuses those)."""
+    if p <= 1:
+        return ((0.0, 0.0),)
+    base, v = schedule_parts(schedule)
+    if pipeline.shape_error(base, p, m, v):
+        return tuple((0.0, 0.0) for _ in range(p))
+    chunks = v if base == "interleaved" else 1
+    ks = [chunks * k for k in pipeline.peak_inflight(base, p, m, v=v)]  # chunk micro-batches (1 / v a stage set)
+    return tuple(memory.per_microbatch_buffer_units(p, m, ks, keep_outputs, chunks))
 
 
 class StageMemory(NamedTuple):
@@ -521,6 +589,7 @@ def memory_by_stage(sc: Scenario, *, schedule: str, recompute: str, zero: int, o
     workspace = float(recompute_workspace(sc, recompute=recompute, tp=tp, cp=cp, mb=mb))
     temp_last = float(temporary(sc, zero=zero, tp=tp, cp=cp, pp=pp, mb=mb, ep=ep, etp=etp, cap=cap, stage="last"))
     temp_other = float(temporary(sc, zero=zero, tp=tp, cp=cp, pp=pp, mb=mb, ep=ep, etp=etp, cap=cap, stage="first"))
+    pipe = _pipeline_stage_bytes(sc, schedule, tp, cp, p, ga, mb)
     st = sc.stack
     out: list[StageMemory] = []
     for g, n in enumerate(split):
@@ -531,7 +600,7 @@ def memory_by_stage(sc: Scenario, *, schedule: str, recompute: str, zero: int, o
         k = float(ks[g]) if p > 1 else float(n > 0)
         routed = (one if rc == "full" else k * moe_blocks[g] * one) if moe_blocks[g] else 0.0
         off = float(offloaded_activations(sc, recompute=recompute, tp=tp, cp=cp, pp=pp, mb=mb))
-        acts_g = (k * n * per_layer if p > 1 else n * per_layer - off) + routed + workspace
+        acts_g = (k * n * per_layer if p > 1 else n * per_layer - off) + routed + workspace + pipe[g]
         temp_g = temp_last if g == len(split) - 1 else temp_other
         alloc = states_g + acts_g + temp_g
         out.append(StageMemory(g, int(n), states_g, acts_g, temp_g, alloc,
