@@ -95,9 +95,11 @@ def clear_memos() -> None:
             if callable(getattr(obj, "cache_clear", None)) and not isinstance(obj, type):
                 obj.cache_clear()
     from tpopt.models import terms
+    from tpopt.models.terms import stage_compute
 
     terms._OP_MEMO.clear()
     terms._COMPLETION_CACHE.clear()
+    stage_compute._COLUMN_CACHE.clear()
 
 
 def warm_up() -> None:

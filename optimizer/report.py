@@ -141,6 +141,7 @@ class LayoutOracle:
         self.pending: PendingGroups | None = None  # layout groups whose compute bounds are still relaxed
         self.questions = 0
         self.check = check  # called before each layout evaluation (a time limit can raise there)
+        self._plans: dict[tuple[tuple[str, int], ...], Evaluation] = {}  # answers evaluated, by index dict
 
     @property
     def bounds(self) -> LayoutBounds:
@@ -269,7 +270,7 @@ class LayoutOracle:
     def best(self, enforced: Collection[str], objective: str, restrict: Restrict | None = None,
              cards: Cards = None) -> Evaluation | None:
         idx = self._search(enforced, objective, restrict, cards)
-        return None if idx is None else evaluate(self.space.sc, self.space.plan(idx))
+        return None if idx is None else self._evaluated(idx)
 
     def closest(self, family: str, enforced: Collection[str], restrict: Restrict | None = None,
                 cards: Cards = None) -> Evaluation | None:
@@ -278,45 +279,86 @@ class LayoutOracle:
         :class:`~tpopt.optimizer.enumerate.PointTable` keeps it), then the least cost. Where that pair does not
         single out one plan (the table then takes its first in enumeration order), or ``family``'s value is not
         a glued term (:func:`_closest_ratio`) and some plan meets ``enforced``, the table itself answers (built
-        once, on first need)."""
+        once, on first need).
+
+        The layouts are taken in increasing order of their least (ratio, cost) at the bound level (the pipeline
+        terms' lower bounds, :meth:`_least`): every term there is at most its exact value and every family's
+        mask at least as wide, so that pair is a lower bound of the layout's exact one (the ratio and the cost
+        grow with the terms), and the walk stops at the first layout bounded above the least exact pair found
+        (a layout bounded at it is evaluated: it may tie). Only the layouts it reaches are simulated."""
         sc, order = self.space.sc, [f for f in FAMILIES if f in set(enforced)]
         if _closest_ratio({}, family, sc) is None:  # no plan meets enforced: none is closest; else the table's
             if self._search(enforced, "cost", restrict, cards) is None:
                 return None
             return self._as_table().closest(family, enforced, restrict, cards)
         b = self._under(enforced)
+        layouts = [tuple(int(b.coords[v][h]) for v in HUB)
+                   for h in np.flatnonzero(self._allowed(enforced, restrict, cards)).tolist()]
+        walk: list[tuple[float, float, int]] = []  # (bounded ratio, bounded cost, position) of each layout
+        for i, layout in enumerate(layouts):
+            low = self._least(layout, family, order, restrict, "bound")
+            if low is not None:  # else no plan of the layout meets enforced, even at the bound level
+                walk.append((low[0], low[1], i))
+        if any(math.isnan(r) or math.isnan(c) for r, c, _ in walk):  # NaN has no order: every layout is asked
+            walk = [(-math.inf, -math.inf, i) for i in range(len(layouts))]
         found: list[tuple[float, float, dict[str, int]]] = []  # the least (ratio, cost) points, per layout
-        for h in np.flatnonzero(self._allowed(enforced, restrict, cards)).tolist():
+        for r_lo, c_lo, i in sorted(walk):
+            if found and (r_lo, c_lo) > min((x[0], x[1]) for x in found):
+                break
             if self.check is not None:
                 self.check()
-            layout = tuple(int(b.coords[v][h]) for v in HUB)
-            got = self.layouts._points(layout, order, "cost", restrict, True, "exact")
+            got = self._least(layouts[i], family, order, restrict, "exact")
             if got is None:
                 continue
-            cost, finish, m, shape = got
-            if not m.any():
-                continue
-            v = self.layouts._glue(layout, "exact")
-            q = _closest_ratio(dict(v, cost=cost, finish=finish), family, sc)
-            assert q is not None
-            ratio = np.broadcast_to(q, shape)
-            sel = np.flatnonzero(m.reshape(-1))
-            r, c = ratio.reshape(-1)[sel], cost.reshape(-1)[sel]
-            if np.isnan(r).any() or np.isnan(c).any():  # the table's lexsort places NaN last: it decides
+            if math.isnan(got[0]) or math.isnan(got[1]):  # the table's lexsort places NaN last: it decides
                 return self._as_table().closest(family, enforced, restrict, cards)
-            least = r.min()
-            at = sel[r == least]
-            c_at = c[r == least]
-            for i in at[c_at == c_at.min()].tolist():
-                idx = dict(zip(HUB, layout, strict=False))
-                idx.update({e: int(x) for e, x in zip(EXTRAS_ALL, np.unravel_index(i, shape), strict=False)})
-                found.append((float(least), float(c_at.min()), idx))
+            found.extend((got[0], got[1], idx) for idx in got[2])
         if not found:
             return None
         top = min(found, key=lambda x: (x[0], x[1]))
         if sum(1 for x in found if (x[0], x[1]) == (top[0], top[1])) > 1:  # a tie: the table's order decides
             return self._as_table().closest(family, enforced, restrict, cards)
-        return evaluate(sc, self.space.plan(top[2]))
+        return self._evaluated(top[2])
+
+    def _least(self, layout: tuple[int, ...], family: str, order: Sequence[str], restrict: Restrict | None,
+               level: str) -> tuple[float, float, list[dict[str, int]]] | None:
+        """(least ratio of ``family``, least cost at it, the points reaching both) among the points of
+        ``layout`` meeting ``order`` (at ``level``: ``"exact"``, or ``"bound"`` with the pipeline terms' lower
+        bounds); NaN in the ratio or the cost if any point has it there (the pair is then NaN; no points);
+        None if no point is allowed."""
+        got = self.layouts._points(layout, order, "cost", restrict, True, level)
+        if got is None:
+            return None
+        cost, finish, m, shape = got
+        if not m.any():
+            return None
+        v = self.layouts._glue(layout, level)
+        q = _closest_ratio(dict(v, cost=cost, finish=finish), family, self.space.sc)
+        assert q is not None
+        ratio = np.broadcast_to(q, shape)
+        sel = np.flatnonzero(m.reshape(-1))
+        r, c = ratio.reshape(-1)[sel], cost.reshape(-1)[sel]
+        if np.isnan(r).any() or np.isnan(c).any():
+            return math.nan, math.nan, []
+        least = r.min()
+        at = sel[r == least]
+        c_at = c[r == least]
+        points = []
+        if level == "exact":
+            for i in at[c_at == c_at.min()].tolist():
+                idx = dict(zip(HUB, layout, strict=False))
+                idx.update({e: int(x) for e, x in zip(EXTRAS_ALL, np.unravel_index(i, shape), strict=False)})
+                points.append(idx)
+        return float(least), float(c_at.min()), points
+
+    def _evaluated(self, idx: dict[str, int]) -> Evaluation:
+        """The plan at ``idx`` evaluated, once per report: questions that answer with the same plan (the closest
+        plan to two families, the best plan without either) share its evaluation."""
+        key = tuple(sorted(idx.items()))
+        got = self._plans.get(key)
+        if got is None:
+            got = self._plans[key] = evaluate(self.space.sc, self.space.plan(idx))
+        return got
 
     def _as_table(self) -> TableOracle:
         if self._table is None:

@@ -5,7 +5,7 @@ max-plus recurrence in waves over the compiled program, per shape, with a bounde
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple, TypeAlias
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -20,18 +20,21 @@ from tpopt.models.pipeline.simulation import _chunk_fractions
 # vectorised completion time (solver)
 
 
-@dataclass(frozen=True)
-class _Wave:
+class _Wave(NamedTuple):  # a tuple: thousands are made per shape, a frozen dataclass costs 3x as much
     at: int  # the wave's ops are rows at .. at+n-1 of the ring of recent end times (wrapping around)
     n: int
     stage: slice | Index  # their stages (a slice when they are consecutive stages)
-    code: Index
     full: bool  # every stage present: stage == arange(p)
     in_rows: slice | Index  # rows of the wave that wait for a message (a slice when contiguous) ...
     in_slots: Index  # ... and the ring rows holding the senders' end times
 
 
-def _wave_plan(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[_Wave, ...], int], int]:
+_Plan: TypeAlias = tuple[tuple[_Wave, ...], int, Index, Index, Index]
+"""A shape's waves, its ring's length, every op's duration code (program order) and each wave's first and last + 1
+program rows."""
+
+
+def _wave_plan(schedule: str, p: int, m: int, v: int) -> tuple[_Plan, int]:
     """Group the program's ops by level (every op of a wave is independent of the others) and give
     every op a row of a ring buffer of end times, as long as the longest wait of a message in
     program rows: a row is overwritten only after its message has been read."""
@@ -42,26 +45,35 @@ def _wave_plan(schedule: str, p: int, m: int, v: int) -> tuple[tuple[tuple[_Wave
     ring = int((rows[has] - prog.dep[has]).max()) + 1 if has.any() else 1
     bounds = [0] + (np.flatnonzero(np.diff(level)) + 1).tolist() + [prog.n_ops]
     ring = max(ring, max(hi - lo for lo, hi in zip(bounds, bounds[1:], strict=False)) if prog.n_ops else 1)
+    # every wave's rows, stages and inputs as views of whole-program arrays (one numpy pass each, not
+    # one per wave); a run of consecutive rows or stages is a slice (numpy then works on views, without copies).
+    # A wave's stages are strictly increasing (an op's level exceeds its stage's previous op's)
+    stage, code, dep = (a.astype(np.int64) for a in (prog.stage, prog.code, prog.dep))
+    inputs = np.flatnonzero(has)  # rows that wait for a message ...
+    slots = dep[inputs] % ring  # ... and the ring rows holding the senders' end times
+    los, his = bounds[:-1], bounds[1:]
+    if not prog.n_ops:
+        los, his = [], []
+    lo_a, hi_a = np.asarray(los, dtype=np.int64), np.asarray(his, dtype=np.int64)
+    first, last = stage[lo_a].tolist(), stage[hi_a - 1].tolist()
+    cut_lo, cut_hi = np.searchsorted(inputs, lo_a).tolist(), np.searchsorted(inputs, hi_a).tolist()
+    in_first = inputs[np.minimum(np.asarray(cut_lo, dtype=np.int64), max(len(inputs) - 1, 0))].tolist() \
+        if len(inputs) else [0] * len(los)
+    in_last = inputs[np.maximum(np.asarray(cut_hi, dtype=np.int64) - 1, 0)].tolist() if len(inputs) else [0] * len(los)
     waves: list[_Wave] = []
-    for i, (lo, hi) in enumerate(zip(bounds, bounds[1:], strict=False)):
+    for i, (lo, hi) in enumerate(zip(los, his, strict=True)):
         if i % TICK_EVERY == TICK_EVERY - 1:
             _tick()
-        st = prog.stage[lo:hi].astype(np.int64)
-        rows_in = np.flatnonzero(prog.dep[lo:hi] >= 0)
-        full = hi - lo == p and bool(np.all(st == np.arange(p)))
-        waves.append(_Wave(lo % ring, hi - lo, _as_slice(st), prog.code[lo:hi].astype(np.int64), full,
-                           _as_slice(rows_in), prog.dep[lo:hi][rows_in].astype(np.int64) % ring))
-    return (tuple(waves), ring), prog.n_ops
+        n, a, b = hi - lo, cut_lo[i], cut_hi[i]
+        st: slice | Index = slice(first[i], last[i] + 1) if last[i] - first[i] == n - 1 else stage[lo:hi]
+        full = n == p and first[i] == 0 and last[i] == p - 1  # strictly increasing stages: every stage once
+        rows_in: slice | Index = slice(in_first[i] - lo, in_last[i] - lo + 1) \
+            if b > a and in_last[i] - in_first[i] == b - a - 1 else inputs[a:b] - lo
+        waves.append(_Wave(lo % ring, n, st, full, rows_in, slots[a:b]))
+    return (tuple(waves), ring, code, lo_a, hi_a), prog.n_ops
 
 
 _waves = _ShapeCache(_wave_plan, CACHE_OPS)
-
-
-def _as_slice(rows: Index) -> slice | Index:
-    """A run of consecutive row numbers as a slice (numpy then works on views, without copies)."""
-    if len(rows) and rows[-1] - rows[0] == len(rows) - 1:
-        return slice(int(rows[0]), int(rows[-1]) + 1)
-    return rows
 
 
 def _as_array(x: ArrayLike, what: str) -> FloatArray:
@@ -158,13 +170,13 @@ def _completion_recurrence(schedule: str, p: int, m: int, v: int, frac: Sequence
                            flat: Sequence[FloatArray], block: int = 2048) -> FloatArray:
     """The event model's recurrence over flat duration arrays (forward, dX, dW, transfer, update);
     forward, dX, dW and update are one value per set, or (sets, p) per layer group."""
-    waves, ring = _waves(schedule, p, m, v)
+    plan = _waves(schedule, p, m, v)
     out = np.empty(flat[0].shape[0])
-    step = max(1, min(int(block), RECURRENCE_CELLS // ring))
+    step = max(1, min(int(block), RECURRENCE_CELLS // plan[1]))
     for lo in range(0, out.size, step):
         _tick()
         hi = min(out.size, lo + step)
-        out[lo:hi] = _completion_block(p, v, waves, ring, frac, *(a[lo:hi] for a in flat))
+        out[lo:hi] = _completion_block(p, v, plan, frac, *(a[lo:hi] for a in flat))
     return out
 
 
@@ -281,8 +293,9 @@ def completion_for_shapes(schedule: str, p: ArrayLike, m: ArrayLike, forward: Ar
     return out.reshape(shape)
 
 
-def _completion_block(p: int, v: int, waves: Sequence[_Wave], ring: int, frac: Sequence[Sequence[float]],
+def _completion_block(p: int, v: int, plan: _Plan, frac: Sequence[Sequence[float]],
                       tf: FloatArray, bx: FloatArray, bw: FloatArray, tr: FloatArray, upd: FloatArray) -> FloatArray:
+    waves, ring, code, starts, stops = plan
     k = tf.shape[0]
     grouped = tf.ndim == 2  # (sets, p): one duration per layer group
     # distinct (duration kind, group if uneven, chunk share) rows; every code maps onto one of them
@@ -299,15 +312,12 @@ def _completion_block(p: int, v: int, waves: Sequence[_Wave], ring: int, frac: S
                     columns.append((bases[kind][:, g] if grouped else bases[kind]) * frac[g][c])
                 row_of[(kind * p + g) * v + c] = rows_of_key[key]
     table = np.stack(columns)
-    # each wave's duration rows, looked up for every wave at once: the row of a wave whose ops share one (most
-    # waves, in the many short waves of a long pipeline the per-wave lookups and checks would cost as much as
-    # the recurrence itself), else its rows (a view)
-    sizes = [w.n for w in waves]
-    firsts = np.cumsum([0, *sizes[:-1]]).tolist()
-    rows_all = row_of[np.concatenate([w.code for w in waves])] if waves else row_of[:0]
-    one_row = (np.minimum.reduceat(rows_all, firsts) == np.maximum.reduceat(rows_all, firsts)).tolist() \
-        if waves else []
-    first_row = rows_all[firsts].tolist() if waves else []
+    # every op's duration row, and whether a wave's ops share one (most waves), from passes over the program: in the
+    # many short waves of a long pipeline, per-wave lookups and checks would cost as much as the recurrence itself
+    rows_all = row_of[code]
+    changes = np.concatenate(([0], np.cumsum(rows_all[1:] != rows_all[:-1])))  # changes of row up to each op
+    uniform = (changes[stops - 1] == changes[starts]).tolist() if len(waves) else []
+    first_row, starts_l = rows_all[starts].tolist(), starts.tolist()
     # preallocated work arrays: fresh megabyte-sized temporaries per wave would dominate the time
     ends = np.empty((ring, k))  # recent end times, by program row modulo the ring
     free = np.zeros((p, k))
@@ -334,12 +344,11 @@ def _completion_block(p: int, v: int, waves: Sequence[_Wave], ring: int, frac: S
                 np.maximum(sub, arr, out=sub)
             else:
                 start[w.in_rows] = np.maximum(start[w.in_rows], arr)
-        if one_row[i]:
+        if uniform[i]:
             np.add(start, table[first_row[i]], out=start)  # one duration row for the whole wave
         else:
             dur = tmp[:n]
-            lo = firsts[i]
-            np.take(table, rows_all[lo:lo + n], axis=0, out=dur, mode="clip")
+            np.take(table, rows_all[starts_l[i]:starts_l[i] + n], axis=0, out=dur, mode="clip")
             np.add(start, dur, out=start)
         if w.full:
             free, work = work, free  # the wave covers every stage: swap instead of copying back

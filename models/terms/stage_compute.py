@@ -113,31 +113,71 @@ def pipeline_compute(schedule: str, pp: ArrayLike, micro_batches: ArrayLike, t_f
 
 
 _COMPLETION_CACHE: dict[tuple[Any, ...], FloatArray] = {}
+"""Answers of :func:`_unique_columns` by call: (the shape, every distinct column) -> the values (1,024 calls)."""
+
+_COLUMN_CACHE: dict[tuple[Hashable, bytes], float] = {}
+"""Answers of :func:`_unique_columns` by column, for the small calls answered column by column
+(:data:`COLUMN_CALL`): (the shape, the column's bytes) -> its value."""
+
+COLUMN_CALL = 64
+"""Calls with at most this many distinct columns (one layout's durations, one plan's) remember each column on its
+own: a plan evaluated after its layout was simulated reads its column instead of simulating again."""
+
+COLUMN_ENTRIES = 65_536
+"""Columns :data:`_COLUMN_CACHE` holds before it is emptied (a few hundred bytes each)."""
 
 
 def _unique_columns(fn: Callable[..., ArrayLike], *arrays: FloatArray, key: Hashable | None = None) -> FloatArray:
     """``fn`` on the distinct columns of the 1-D (or (groups, n)) duration arrays only, scattered back:
     a plan grid repeats each duration set for every ZeRO stage, offload, save interval and mode. With a
     ``key`` (the pipeline shape) results are remembered across calls (the enumerator evaluates the same
-    durations once per offload and save mode)."""
+    durations once per offload and save mode): per call, and per column for calls of at most
+    :data:`COLUMN_CALL` columns that each differ across the rows of some (groups, n) array (uneven stages).
+    ``fn`` answers such a column on its own, whatever its batch (the pipeline's recurrence is elementwise over
+    duration sets; only a batch of balanced sets alone takes a closed form), so a column read back is the value
+    its batch would give."""
     n = arrays[0].shape[-1]
     stacked = np.vstack([np.reshape(a, (-1, n)) for a in arrays])
     uniq, inverse = _distinct_columns(stacked)
     ck = None if key is None else (key, uniq.shape, uniq.tobytes())
     if ck is not None and ck in _COMPLETION_CACHE:
         return _COMPLETION_CACHE[ck][np.reshape(inverse, -1)]
-    parts: list[FloatArray] = []
-    row = 0
-    for a in arrays:
-        k = 1 if np.ndim(a) == 1 else a.shape[0]
-        parts.append(uniq[row] if np.ndim(a) == 1 else uniq[row:row + k])
-        row += k
-    result = np.asarray(fn(*parts), dtype=float)
-    if ck is not None:
-        if len(_COMPLETION_CACHE) >= 1024:
-            _COMPLETION_CACHE.clear()
-        _COMPLETION_CACHE[ck] = result
+    cuts = np.cumsum([0] + [1 if np.ndim(a) == 1 else a.shape[0] for a in arrays]).tolist()
+    if ck is not None and 0 < uniq.shape[1] <= COLUMN_CALL and _uneven(uniq, cuts).all():
+        if len(_COLUMN_CACHE) >= COLUMN_ENTRIES:
+            _COLUMN_CACHE.clear()
+        cols = [(key, uniq[:, j].tobytes()) for j in range(uniq.shape[1])]
+        got = [_COLUMN_CACHE.get(c) for c in cols]
+        miss = [j for j, g in enumerate(got) if g is None]
+        if miss:
+            vals = _columns_of(fn, arrays, cuts, uniq[:, miss]).tolist()
+            for j, val in zip(miss, vals, strict=True):
+                got[j] = _COLUMN_CACHE[cols[j]] = val
+        result = np.asarray(got, dtype=float)
+    else:
+        result = _columns_of(fn, arrays, cuts, uniq)
+        if ck is not None:
+            if len(_COMPLETION_CACHE) >= 1024:
+                _COMPLETION_CACHE.clear()
+            _COMPLETION_CACHE[ck] = result
     return result[np.reshape(inverse, -1)]
+
+
+def _uneven(uniq: FloatArray, cuts: Sequence[int]) -> NDArray[np.bool_]:
+    """Columns of ``uniq`` that differ across the rows of some array (``cuts``: the arrays' rows) of several."""
+    out = np.zeros(uniq.shape[1], dtype=bool)
+    for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+        if hi - lo > 1:
+            out |= (uniq[lo:hi] != uniq[lo:lo + 1]).any(axis=0)
+    return out
+
+
+def _columns_of(fn: Callable[..., ArrayLike], arrays: Sequence[FloatArray], cuts: Sequence[int],
+                uniq: FloatArray) -> FloatArray:
+    """``fn`` on the stacked columns ``uniq``, each array's rows (``cuts``) handed back in its own shape."""
+    parts = [uniq[lo] if np.ndim(a) == 1 else uniq[lo:hi] for a, lo, hi in zip(arrays, cuts[:-1], cuts[1:],
+                                                                                 strict=True)]
+    return np.asarray(fn(*parts), dtype=float)
 
 
 def _distinct_columns(stacked: FloatArray) -> tuple[FloatArray, NDArray[np.intp]]:
