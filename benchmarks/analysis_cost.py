@@ -95,7 +95,8 @@ def main() -> None:
         print(f"run {i + 1}: solve CPU {r['solve_cpu']:.2f} s (wall {r['solve_wall']:.2f}), analysis CPU "
               f"{r['analysis_cpu']:.2f} s (wall {r['analysis_wall']:.2f}); {r['status']}, {r['cost']:,.0f} USD, "
               f"{r['plans']:,} plans; load {before} -> {load()}")
-    print(f"best of {len(runs)}{' (split as tpopt solve splits them)' if args.cli else ''}: solve CPU {min(r['solve_cpu'] for r in runs):.2f} s, analysis CPU "
+    split = " (split as tpopt solve splits them)" if args.cli else ""
+    print(f"best of {len(runs)}{split}: solve CPU {min(r['solve_cpu'] for r in runs):.2f} s, analysis CPU "
           f"{min(r['analysis_cpu'] for r in runs):.2f} s")
 
 
