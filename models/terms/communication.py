@@ -267,15 +267,30 @@ def exposed_dp(sc: Scenario, *, acc: str, zero: ArrayLike, recompute: str, sp: b
         tp_busy = tp_exposed(sc, acc=acc, recompute=recompute, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, ep=ep, etp=etp,
                              cap=cap) / ga
         other = np.where(spans, pp_busy, tp_busy)
-        link = comm.shared_link_time(link, other * windows, window * windows)
+        link = comm.shared_link_time(link, np.multiply(other, windows, out=_own(other, windows)), window * windows)
     serial = serial_gathers(sc, acc=acc, zero=zero, tp=tp, pp=pp, ranks=ranks, ga=grad_accum(sc, dp, mb), link=link)
     rest = link - serial  # what prefetch and immediate reduction may hide
     f = sc.overlap_fractions()[1]
     hidden = comm.exposed_time(unhidden, rest / windows, window, windows, True)
     if per_op_model(sc):  # the hidden share still costs the compute kappa of its time (overlap_contention)
-        hidden = hidden + _perf(sc, acc).overlap_contention * np.maximum(_f(rest) - hidden, 0.0)
-    exposed: FloatArray = f * (hidden + serial) + (1.0 - f) * link
+        spare = _f(rest) - hidden  # this function's own array: the same operations in place (the table's 20 M)
+        spare = np.maximum(spare, 0.0, out=_own(spare))
+        spare = np.multiply(_perf(sc, acc).overlap_contention, spare, out=_own(spare))
+        hidden = np.add(hidden, spare, out=_own(spare, hidden))
+    both = np.add(hidden, serial, out=_own(hidden, serial))  # hidden: exposed_time's new array or this one's
+    both = np.multiply(f, both, out=_own(both))
+    exposed: FloatArray = np.add(both, (1.0 - f) * link, out=_own(both, link))
     return exposed
+
+
+def _own(a: Any, *others: Any) -> FloatArray | None:
+    """``a`` as the output of an element-wise operation of ``a`` with ``others`` (the same values as a new array,
+    in place): where ``a`` is a float64 array of the operation's whole shape; None (a new array) otherwise. Only
+    for arrays the caller made itself."""
+    if not isinstance(a, np.ndarray) or a.dtype != np.float64 or not a.flags.writeable or \
+            a.shape != np.broadcast_shapes(a.shape, *(np.shape(x) for x in others)):
+        return None
+    return a
 
 
 _DP_MEMO = ArrayMemo(entries=1, cells=1 << 12)
