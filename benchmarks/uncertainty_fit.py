@@ -6,7 +6,10 @@ publishing repository or paper as the unit; the stacks' fitted efficiencies left
 no other source has keeps the public measurements its catalog entry started from). Its log residual
 r = ln(predicted / published) is then classified by what that fit had seen (tpopt.models.evidence): the
 other sources' runs make each card's envelope (stacks, sequence range, largest card count, precision
-recipes, largest experts per card), and the factors that apply to the run are the ways it leaves it.
+recipes, largest experts per card) and each stack's sources, and the factors that apply to the run are the
+ways it leaves it. A reference stack (the cards' calibration stacks) never counts as a stack not fitted (its
+error is the card's: nothing reverts when its source is left out); a stack whose runs all come from one
+source does, shipped as well as left out (its kernel factor was never checked on another source).
 
 Derivation, per factor f (independent log errors add in quadrature):
 * base^2 = mean r^2 over the runs no factor applies to;
@@ -40,7 +43,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from validate_published import DATA, envelopes, facts_of, loso_predictions, run_source  # noqa: E402
+from validate_published import DATA, REFERENCE_STACKS, envelopes, facts_of, loso_predictions, run_source, stack_sources  # noqa: E402
 
 from tpopt.catalogs import load_catalog  # noqa: E402
 from tpopt.catalogs.uncertainty import UNCERTAINTY_FILE, toml_text  # noqa: E402
@@ -56,9 +59,10 @@ MEMORY_INTERIM = 0.10
 """Memory error while no table publishes measured allocator peaks: 10 % (interim assumption, issue 35's bound)."""
 
 
-def _shell(envs) -> E.Evidence:
+def _shell(runs) -> E.Evidence:
+    """The evidence ``runs`` give (their envelopes and stacks' sources), contributions zero."""
     zero = tuple((f, 0.0, "") for f in E.FACTORS)
-    return E.Evidence(0.0, "", zero, 0.0, "", envs)
+    return E.Evidence(0.0, "", zero, 0.0, "", envelopes(runs), stack_sources(runs), REFERENCE_STACKS)
 
 
 def residuals(runs, cat) -> list[tuple[str, str, float, list[str]]]:
@@ -67,7 +71,7 @@ def residuals(runs, cat) -> list[tuple[str, str, float, list[str]]]:
     pred = loso_predictions(runs, list(dict.fromkeys(r.table for r in runs)), cat)
     out = []
     for src in dict.fromkeys(run_source(r) for r in runs):
-        seen = _shell(envelopes([r for r in runs if run_source(r) != src]))
+        seen = _shell([r for r in runs if run_source(r) != src])
         for r in runs:
             if run_source(r) == src:
                 f = facts_of(r)
@@ -162,7 +166,9 @@ def main(argv=None) -> int:
     print(f"memory_error {mem:.3f}  ({mem_src})")
     tables = {a: ", ".join(dict.fromkeys(r.table for r in runs if r.accelerator == a))
               for a, _ in envelopes(runs)}
-    text = toml_text(base, base_src, parts, mem, mem_src, envelopes(runs), tables)
+    text = toml_text(base, base_src, parts, mem, mem_src, envelopes(runs), tables, REFERENCE_STACKS,
+                     stack_sources(runs))
+    print("\n" + text[text.index("[stack_evidence]"):])
     if args.write:
         UNCERTAINTY_FILE.write_text(text)
         print(f"wrote {UNCERTAINTY_FILE.relative_to(ROOT)}")
