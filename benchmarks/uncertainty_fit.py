@@ -9,7 +9,9 @@ other sources' runs make each card's envelope (stacks, sequence range, largest c
 recipes, largest experts per card) and each stack's sources, and the factors that apply to the run are the
 ways it leaves it. A reference stack (the cards' calibration stacks) never counts as a stack not fitted (its
 error is the card's: nothing reverts when its source is left out); a stack whose runs all come from one
-source does, shipped as well as left out (its kernel factor was never checked on another source).
+source does, shipped as well as left out (its kernel factor was never checked on another source), and
+carries its own out-of-sample spread where larger than the stack factor's: the RMS of its runs'
+leave-one-source-out residuals less the base in quadrature (how far its kernels were from the reference's).
 
 Derivation, per factor f (independent log errors add in quadrature):
 * base^2 = mean r^2 over the runs no factor applies to;
@@ -126,6 +128,19 @@ def derive(res) -> tuple[float, str, list[tuple[str, float, str]]]:
     return base, base_src, out
 
 
+def stack_spread(runs, res, base: float) -> tuple[tuple[str, float], ...]:
+    """Each non-reference stack checked by one source only: its own out-of-sample spread, the RMS of its runs'
+    leave-one-source-out log residuals (the stack factor then at the reference kernels) less the base in
+    quadrature; its plans' stack factor where larger than the table's (tpopt.models.evidence)."""
+    stack_of = {r.name: r.scenario.stack.name for r in runs}
+    out = []
+    for st, srcs in stack_sources(runs):
+        mine = [r for name, _, r, _ in res if stack_of[name] == st]
+        if st not in REFERENCE_STACKS and len(srcs) < E.SOURCES_MIN and mine:
+            out.append((st, float(np.sqrt(max(np.mean(np.square(mine)) - base * base, 0.0)))))
+    return tuple(out)
+
+
 def memory_error(runs) -> tuple[float, str]:
     """RMS log error of predicted against published per-GPU memory, over the figures the tables publish."""
     logs, n = [], 0
@@ -167,7 +182,7 @@ def main(argv=None) -> int:
     tables = {a: ", ".join(dict.fromkeys(r.table for r in runs if r.accelerator == a))
               for a, _ in envelopes(runs)}
     text = toml_text(base, base_src, parts, mem, mem_src, envelopes(runs), tables, REFERENCE_STACKS,
-                     stack_sources(runs))
+                     stack_sources(runs), stack_spread(runs, res, base))
     print("\n" + text[text.index("[stack_evidence]"):])
     if args.write:
         UNCERTAINTY_FILE.write_text(text)

@@ -42,7 +42,7 @@ sources: a factor fitted on one source's runs reverts to the reference kernels w
 
 REASONS = {CARD_PRIOR: "{acc} rests on priors (no run fitted on it)",
            STACK: "{stack} not fitted",
-           ONE_SOURCE: "{stack} fitted on one source ({sources}): not checked on another, so as not fitted",
+           ONE_SOURCE: "{stack} fitted on one source ({sources}): not checked on another, so as not fitted{spread}",
            MOE: "MoE at {experts:g} experts per card on a card fitted on {fitted}",
            SEQ: "sequence {seq} beyond the longest fitted, {hi}",
            PRECISION: "{recipe} not among the fitted recipes ({fitted})",
@@ -89,6 +89,14 @@ class Evidence:
     envelopes: tuple[tuple[str, Envelope], ...]
     stack_sources: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (stack, the sources its runs came from)
     reference_stacks: tuple[str, ...] = ()  # the stacks the cards are calibrated on: no stack factor of their own
+    stack_spread: tuple[tuple[str, float], ...] = ()  # (single-source stack, its own out-of-sample spread)
+
+    def stack_contribution(self, stack: str) -> float:
+        """The stack factor's contribution for ``stack``: the table's, or the stack's own out-of-sample spread
+        where it was fitted on one source and that is larger (its runs' leave-one-source-out RMS log error less
+        the base in quadrature: how far its kernels were from the reference's)."""
+        own = next((v for st, v in self.stack_spread if st == stack), 0.0)
+        return max(self.contribution(STACK), own)
 
     def sources_of(self, stack: str) -> tuple[str, ...] | None:
         """The sources whose runs checked ``stack`` (None: the table does not list stacks' sources)."""
@@ -178,8 +186,8 @@ def plan_sigma(ev: Evidence, facts: PlanFacts, cards: ArrayLike, experts_per_car
     """The step-time log-sd of plans (element-wise over cards and experts per card), module docstring;
     ``base`` replaces the table's (a fitted card's own larger leave-one-out spread)."""
     flags = applies(ev, facts, cards, experts_per_card)
-    return combine(ev.base if base is None else base, [ev.contribution(f) for f in FACTORS],
-                   np.stack([flags[f] for f in FACTORS]))
+    parts = [ev.stack_contribution(facts.stack) if f == STACK else ev.contribution(f) for f in FACTORS]
+    return combine(ev.base if base is None else base, parts, np.stack([flags[f] for f in FACTORS]))
 
 
 def reasons(ev: Evidence, facts: PlanFacts) -> list[str]:
@@ -199,6 +207,9 @@ def reasons(ev: Evidence, facts: PlanFacts) -> list[str]:
     if srcs and facts.stack in every.stacks:  # run, but by one source's runs only
         text[STACK] = REASONS[ONE_SOURCE]
         words[STACK]["sources"] = ", ".join(srcs)
+        c_own = ev.stack_contribution(facts.stack)
+        words[STACK]["spread"] = (f", at its own out-of-sample spread {c_own:.3f}"
+                                  if c_own > ev.contribution(STACK) else "")
     return [text[f].format(**words[f]) for f in FACTORS if bool(flags[f])]
 
 

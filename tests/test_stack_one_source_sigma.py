@@ -8,7 +8,9 @@ evidence gives an unfitted stack on the same card:
 
     sigma = sqrt(base_card^2 + c_stack^2)        (tpopt.models.evidence: factors in quadrature)
 
-not base_card alone ("a fitted card on a fitted stack"). A reference stack (the cards' calibration is its) and a
+with c_stack the table's stack factor, or the stack's own out-of-sample spread where larger (the RMS of its
+runs' leave-one-source-out log errors less the base in quadrature, ``[stack_evidence.spread]``), not
+base_card alone ("a fitted card on a fitted stack"). A reference stack (the cards' calibration is its) and a
 stack checked by two sources keep the base. MaxText's two runs (published-2024-2026 X1, X2) are one source's:
 its plans on the H100 SXM take the wider sigma, and the footing says why ("maxtext fitted on one source").
 """
@@ -51,10 +53,15 @@ def test_the_table_lists_each_stacks_sources_and_the_reference_stacks():
 def test_a_single_source_stack_takes_an_unfitted_stacks_sigma_and_says_why():
     sc = build_scenario(raw("h100-sxm", stack="maxtext", seq=4096), CAT)
     e = T.evidence_of(sc, "h100-sxm", 64.0)
-    want = math.hypot(_base("h100-sxm"), EV.contribution(E.STACK))
+    c_stack = max(EV.contribution(E.STACK), dict(EV.stack_spread)["maxtext"])
+    assert EV.stack_contribution("maxtext") == c_stack
+    want = math.hypot(_base("h100-sxm"), c_stack)
     assert e["sigma"] == pytest.approx(want) and e["sigma"] > _base("h100-sxm")
     assert e["stack"] == "not fitted"
     assert "maxtext fitted on one source (maxtext)" in e["source"]
+    # a stack no run checked takes the table's factor, not another stack's spread
+    bare = replace(EV, stack_spread=())
+    assert bare.stack_contribution("maxtext") == EV.contribution(E.STACK)
     # the same plan on the reference stack keeps the card's base: the rule moves single-source stacks only
     ref = build_scenario(raw("h100-sxm", seq=4096), CAT)
     assert T.evidence_of(ref, "h100-sxm", 64.0)["sigma"] == pytest.approx(_base("h100-sxm"))
@@ -76,12 +83,18 @@ def test_a_second_source_makes_the_stack_fitted_and_a_table_without_sources_keep
 
 def test_the_table_round_trips_and_refuses_a_bad_stack_section():
     text = toml_text(EV.base, EV.base_source, list(EV.contributions), EV.memory_error, EV.memory_source,
-                     EV.envelopes, {a: "t" for a, _ in EV.envelopes}, EV.reference_stacks, EV.stack_sources)
+                     EV.envelopes, {a: "t" for a, _ in EV.envelopes}, EV.reference_stacks, EV.stack_sources,
+                     EV.stack_spread)
     back = parse(tomllib.loads(text))
     assert back.stack_sources == EV.stack_sources and back.reference_stacks == EV.reference_stacks
+    assert back.stack_spread == EV.stack_spread
     data = tomllib.loads(text)
     data["stack_evidence"]["sources"]["maxtext"] = []
     with pytest.raises(InputError, match="stack_evidence"):
+        parse(data)
+    data = tomllib.loads(text)
+    data["stack_evidence"]["spread"]["maxtext"] = -0.1
+    with pytest.raises(InputError, match="spread"):
         parse(data)
 
 
@@ -91,6 +104,6 @@ def test_the_footing_names_the_single_source_stack(tmp_path):
     d = json.loads(run("solve", "--scenario", p, "--json").stdout)
     e = d["footing"]["evidence"]
     assert e["stack"] == "not fitted" and any("maxtext fitted on one source" in r for r in e["reasons"])
-    assert e["sigma"] >= math.hypot(_base("h100-sxm"), EV.contribution(E.STACK)) - 1e-9
+    assert e["sigma"] >= math.hypot(_base("h100-sxm"), EV.stack_contribution("maxtext")) - 1e-9
     text = " ".join(run("solve", "--scenario", p).stdout.split())
     assert f"step-time sigma {e['sigma']:.3f}: maxtext fitted on one source (maxtext)" in text
