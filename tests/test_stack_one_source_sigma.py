@@ -32,6 +32,7 @@ from tpopt.catalogs.uncertainty import load_evidence, parse, toml_text
 from tpopt.errors import InputError
 from tpopt.models import evidence as E
 from tpopt.models import terms as T
+from tpopt.optimizer.runs import runs_from_csv
 
 CAT = load_catalog()
 EV = load_evidence()
@@ -107,3 +108,20 @@ def test_the_footing_names_the_single_source_stack(tmp_path):
     assert e["sigma"] >= math.hypot(_base("h100-sxm"), EV.stack_contribution("maxtext")) - 1e-9
     text = " ".join(run("solve", "--scenario", p).stdout.split())
     assert f"step-time sigma {e['sigma']:.3f}: maxtext fitted on one source (maxtext)" in text
+
+
+def test_the_fit_derives_a_single_source_stacks_spread_and_leaves_its_source_out():
+    """uncertainty_fit.stack_spread on stated residuals: MaxText's X1, X2 at -0.3 and -0.4 on a base of 0.1 give
+    sqrt((0.3^2 + 0.4^2) / 2 - 0.1^2) = sqrt(0.115); a reference stack (Megatron-Core) gets none; and what the
+    tool would know without MaxText's source lists no MaxText source (so its runs are judged as not fitted)."""
+    from tests.test_validation_machinery import DATA, _module
+
+    fit, vp = _module("uncertainty_fit"), _module("validate_published")
+    runs = runs_from_csv(DATA / "published-2024-2026.csv", CAT)
+    res = [(r.name, vp.run_source(r), {"X1": -0.3, "X2": -0.4}.get(r.name, 0.0), []) for r in runs]
+    spread = dict(fit.stack_spread(runs, res, 0.1))
+    assert spread["maxtext"] == pytest.approx(math.sqrt(0.115))
+    assert "megatron-core" not in spread and set(spread) >= {"torchtitan", "torchtitan-compile", "maxtext"}
+    seen = vp.loso_evidence(runs, "maxtext", EV)
+    assert seen.sources_of("maxtext") == () and not seen.stack_fitted("maxtext")
+    assert seen.stack_fitted("megatron-core")
