@@ -12,6 +12,8 @@ error is the card's: nothing reverts when its source is left out); a stack whose
 source does, shipped as well as left out (its kernel factor was never checked on another source), and
 carries its own out-of-sample spread where larger than the stack factor's: the RMS of its runs'
 leave-one-source-out residuals less the base in quadrature (how far its kernels were from the reference's).
+Likewise a card whose calibrating runs all come from one source carries its own out-of-sample spread (the RMS of
+those runs' leave-one-source-out residuals, the card then at its public priors) as its base where larger.
 
 Derivation, per factor f (independent log errors add in quadrature):
 * base^2 = mean r^2 over the runs no factor applies to;
@@ -45,7 +47,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from validate_published import DATA, REFERENCE_STACKS, envelopes, facts_of, loso_predictions, run_source, stack_sources  # noqa: E402
+from validate_published import (  # noqa: E402
+    DATA,
+    REFERENCE_STACKS,
+    calibration_stacks,
+    envelopes,
+    facts_of,
+    in_envelope,
+    loso_predictions,
+    run_source,
+    stack_sources,
+)
 
 from tpopt.catalogs import load_catalog  # noqa: E402
 from tpopt.catalogs.uncertainty import UNCERTAINTY_FILE, toml_text  # noqa: E402
@@ -141,6 +153,20 @@ def stack_spread(runs, res, base: float) -> tuple[tuple[str, float], ...]:
     return tuple(out)
 
 
+def card_spread(runs, res, cat) -> tuple[tuple[str, float], ...]:
+    """Each card whose calibrating runs (its calibration stacks', inside the calibration envelope) all come from one
+    source: the RMS of their leave-one-source-out log residuals (the card then at its public priors), its own
+    out-of-sample spread; its base where larger (tpopt.models.terms.card_base)."""
+    resid = {name: r for name, _, r, _ in res}
+    out = []
+    for acc in dict.fromkeys(r.accelerator for r in runs):
+        mine = [r for r in runs if r.accelerator == acc and in_envelope(r) and r.name in resid
+                and r.scenario.stack.name in calibration_stacks(cat, acc)]
+        if mine and len({run_source(r) for r in mine}) < E.SOURCES_MIN:
+            out.append((acc, float(np.sqrt(np.mean([resid[r.name] ** 2 for r in mine])))))
+    return tuple(out)
+
+
 def memory_error(runs) -> tuple[float, str]:
     """RMS log error of predicted against published per-GPU memory, over the figures the tables publish."""
     logs, n = [], 0
@@ -182,7 +208,7 @@ def main(argv=None) -> int:
     tables = {a: ", ".join(dict.fromkeys(r.table for r in runs if r.accelerator == a))
               for a, _ in envelopes(runs)}
     text = toml_text(base, base_src, parts, mem, mem_src, envelopes(runs), tables, REFERENCE_STACKS,
-                     stack_sources(runs), stack_spread(runs, res, base))
+                     stack_sources(runs), stack_spread(runs, res, base), card_spread(runs, res, cat))
     print("\n" + text[text.index("[stack_evidence]"):])
     if args.write:
         UNCERTAINTY_FILE.write_text(text)

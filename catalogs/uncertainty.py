@@ -7,8 +7,9 @@ of the runs fitted on the card (``stacks``, ``seq_len = [min, max]``, ``cards_ma
 calibrated on, no stack factor of their own), ``source``, and ``[stack_evidence.sources]``: per stack the
 sources whose runs checked it (a stack checked by one source counts as not fitted for the sigma,
 tpopt.models.evidence.SOURCES_MIN), and ``[stack_evidence.spread]``: such a stack's own out-of-sample spread
-(its stack factor where larger than the table's). benchmarks/uncertainty_fit.py derives and writes it
-(:func:`toml_text`).
+(its stack factor where larger than the table's); ``[card_evidence.spread]`` (optional): per card fitted on one
+source's runs, its own leave-one-source-out spread (its base where larger). benchmarks/uncertainty_fit.py derives
+and writes it (:func:`toml_text`).
 """
 
 from __future__ import annotations
@@ -62,7 +63,19 @@ def parse(data: dict[str, Any]) -> Evidence:
     if not envs:
         raise InputError("uncertainty.toml: no [fitted.<accelerator>] envelope")
     ref, srcs, spread = _stack_evidence(data.get("stack_evidence", {}))
-    return Evidence(base, base_src, parts, float(mem["value"]), mem["source"], envs, srcs, ref, spread)
+    cards = _spread(data.get("card_evidence", {}), "card_evidence")
+    return Evidence(base, base_src, parts, float(mem["value"]), mem["source"], envs, srcs, ref, spread, cards)
+
+
+def _spread(e: Any, name: str) -> tuple[tuple[str, float], ...]:
+    """A ``[name.spread]`` table of log-sds (``[name]`` needs a source); empty without it."""
+    if not e:
+        return ()
+    spread = e.get("spread", {}) if isinstance(e, dict) else None
+    if not isinstance(spread, dict) or not isinstance(e.get("source"), str) or not all(
+            isinstance(v, (int, float)) and 0 <= float(v) < 5 for v in spread.values()):
+        raise InputError(f"uncertainty.toml: [{name}] needs a source and [{name}.spread] log-sds in [0, 5)")
+    return tuple((str(k), float(v)) for k, v in spread.items())
 
 
 def _stack_evidence(e: Any) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...],
@@ -77,12 +90,8 @@ def _stack_evidence(e: Any) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str
             or not all(isinstance(v, list) and v for v in srcs.values()):
         raise InputError("uncertainty.toml: [stack_evidence] needs reference = [stacks], a source and "
                          "[stack_evidence.sources] with a non-empty list of sources per stack")
-    spread = e.get("spread", {})
-    if not isinstance(spread, dict) or not all(isinstance(v, (int, float)) and 0 <= float(v) < 5
-                                               for v in spread.values()):
-        raise InputError("uncertainty.toml: [stack_evidence.spread] values must be log-sds in [0, 5)")
     return (tuple(str(s) for s in ref), tuple((str(k), tuple(str(x) for x in v)) for k, v in srcs.items()),
-            tuple((str(k), float(v)) for k, v in spread.items()))
+            _spread(e, "stack_evidence"))
 
 
 @functools.cache
@@ -102,7 +111,8 @@ def _q(s: str) -> str:
 def toml_text(base: float, base_source: str, parts: list[tuple[str, float, str]], memory_error: float,
               memory_source: str, envelopes: tuple[tuple[str, Envelope], ...], tables: dict[str, str],
               reference: tuple[str, ...] = (), stack_sources: tuple[tuple[str, tuple[str, ...]], ...] = (),
-              stack_spread: tuple[tuple[str, float], ...] = ()) -> str:
+              stack_spread: tuple[tuple[str, float], ...] = (),
+              card_spread: tuple[tuple[str, float], ...] = ()) -> str:
     """The table as benchmarks/uncertainty_fit.py writes it (the refit path)."""
     lines = ["# Step-time uncertainty by distance from the evidence (tpopt.models.evidence): sigma = sqrt(base^2 +",
              "# sum of the squares of the factors that apply), independent log errors in quadrature.",
@@ -123,6 +133,9 @@ def toml_text(base: float, base_source: str, parts: list[tuple[str, float, str]]
         lines += [f"{st} = {json.dumps(list(srcs))}" for st, srcs in stack_sources]
         if stack_spread:
             lines += ["", "[stack_evidence.spread]"] + [f"{st} = {v:.3f}" for st, v in stack_spread]
+    if card_spread:
+        lines += ["", "[card_evidence]", f"source = {_q(CARD_EVIDENCE_SOURCE)}", "", "[card_evidence.spread]"]
+        lines += [f"{acc} = {v:.3f}" for acc, v in card_spread]
     return "\n".join(lines) + "\n"
 
 
@@ -133,3 +146,9 @@ STACK_EVIDENCE_SOURCE = ("reference: the stacks the cards' kernel parameters are
                          "source is left out, so it counts as not fitted for the sigma; spread: such a stack's own "
                          "out-of-sample spread, the leave-one-source-out RMS log error of its runs less the base in "
                          "quadrature (benchmarks/uncertainty_fit.py), its stack factor where larger than the table's")
+
+
+CARD_EVIDENCE_SOURCE = ("spread: a card whose calibrating runs (the reference stacks', inside the calibration "
+                        "envelope) all come from one publishing source: the RMS log error of those runs predicted "
+                        "with the card at its public priors, that source left out (benchmarks/uncertainty_fit.py); "
+                        "the card's base where larger than the table's and its own leave-one-out spread")

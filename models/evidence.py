@@ -90,6 +90,13 @@ class Evidence:
     stack_sources: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (stack, the sources its runs came from)
     reference_stacks: tuple[str, ...] = ()  # the stacks the cards are calibrated on: no stack factor of their own
     stack_spread: tuple[tuple[str, float], ...] = ()  # (single-source stack, its own out-of-sample spread)
+    card_spread: tuple[tuple[str, float], ...] = ()  # (card fitted on one source, its own out-of-sample spread)
+
+    def card_spread_of(self, acc: str) -> float:
+        """A card fitted on one source's runs: its own out-of-sample spread, the RMS log error of those runs
+        predicted with the card at its public priors (its source left out); 0 for other cards. Its base where
+        larger (tpopt.models.terms.card_base)."""
+        return next((v for a, v in self.card_spread if a == acc), 0.0)
 
     def stack_contribution(self, stack: str) -> float:
         """The stack factor's contribution for ``stack``: the table's, or the stack's own out-of-sample spread

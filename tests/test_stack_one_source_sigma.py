@@ -39,8 +39,9 @@ EV = load_evidence()
 
 
 def _base(acc: str) -> float:
-    """The card's base: the table's, or its own larger leave-one-out spread (models.terms.card_base)."""
-    return max(EV.base, CAT.perf(acc).residual_sigma)
+    """The card's base: the table's, or its own larger leave-one-out or, fitted on one source, leave-one-source-out
+    spread (models.terms.card_base)."""
+    return max(EV.base, CAT.perf(acc).residual_sigma, EV.card_spread_of(acc))
 
 
 def test_the_table_lists_each_stacks_sources_and_the_reference_stacks():
@@ -125,3 +126,19 @@ def test_the_fit_derives_a_single_source_stacks_spread_and_leaves_its_source_out
     seen = vp.loso_evidence(runs, "maxtext", EV)
     assert seen.sources_of("maxtext") == () and not seen.stack_fitted("maxtext")
     assert seen.stack_fitted("megatron-core")
+
+
+def test_a_card_fitted_on_one_source_takes_its_own_out_of_sample_spread_as_base():
+    """The same rule for cards: a card whose calibrating runs all come from one source (B200: two
+    Megatron-Bridge runs) has as its base the larger of the table's base, its own leave-one-out spread and its
+    own leave-one-source-out spread (``[card_evidence.spread]``); the source says which."""
+    spread = dict(EV.card_spread)
+    assert spread["b200"] > max(EV.base, CAT.perf("b200").residual_sigma)  # the rule bites on B200
+    sc = build_scenario(raw("b200", precision="fp8-mixed"), CAT)
+    e = T.evidence_of(sc, "b200", 64.0)
+    assert e["sigma"] == pytest.approx(spread["b200"])  # inside its envelope: the base alone
+    assert "b200 fitted on one source" in e["source"]
+    plain = replace(EV, card_spread=())
+    assert T.card_base(replace(sc, risk=replace(sc.risk, evidence=plain)), "b200", plain)[0] == pytest.approx(
+        max(EV.base, CAT.perf("b200").residual_sigma))
+    assert "a100-80gb-sxm" not in spread  # fitted on two papers' runs
