@@ -6,7 +6,14 @@ publishing repository or paper as the unit; the stacks' fitted efficiencies left
 no other source has keeps the public measurements its catalog entry started from). Its log residual
 r = ln(predicted / published) is then classified by what that fit had seen (tpopt.models.evidence): the
 other sources' runs make each card's envelope (stacks, sequence range, largest card count, precision
-recipes, largest experts per card), and the factors that apply to the run are the ways it leaves it.
+recipes, largest experts per card) and each stack's sources, and the factors that apply to the run are the
+ways it leaves it. A reference stack (the cards' calibration stacks) never counts as a stack not fitted (its
+error is the card's: nothing reverts when its source is left out); a stack whose runs all come from one
+source does, shipped as well as left out (its kernel factor was never checked on another source), and
+carries its own out-of-sample spread where larger than the stack factor's: the RMS of its runs'
+leave-one-source-out residuals less the base in quadrature (how far its kernels were from the reference's).
+Likewise a card whose calibrating runs all come from one source carries its own out-of-sample spread (the RMS of
+those runs' leave-one-source-out residuals, the card then at its public priors) as its base where larger.
 
 Derivation, per factor f (independent log errors add in quadrature):
 * base^2 = mean r^2 over the runs no factor applies to;
@@ -40,7 +47,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from validate_published import DATA, envelopes, facts_of, loso_predictions, run_source  # noqa: E402
+from validate_published import (  # noqa: E402
+    DATA,
+    REFERENCE_STACKS,
+    calibration_stacks,
+    envelopes,
+    facts_of,
+    in_envelope,
+    loso_predictions,
+    run_source,
+    stack_sources,
+)
 
 from tpopt.catalogs import load_catalog  # noqa: E402
 from tpopt.catalogs.uncertainty import UNCERTAINTY_FILE, toml_text  # noqa: E402
@@ -56,9 +73,10 @@ MEMORY_INTERIM = 0.10
 """Memory error while no table publishes measured allocator peaks: 10 % (interim assumption, issue 35's bound)."""
 
 
-def _shell(envs) -> E.Evidence:
+def _shell(runs) -> E.Evidence:
+    """The evidence ``runs`` give (their envelopes and stacks' sources), contributions zero."""
     zero = tuple((f, 0.0, "") for f in E.FACTORS)
-    return E.Evidence(0.0, "", zero, 0.0, "", envs)
+    return E.Evidence(0.0, "", zero, 0.0, "", envelopes(runs), stack_sources(runs), REFERENCE_STACKS)
 
 
 def residuals(runs, cat) -> list[tuple[str, str, float, list[str]]]:
@@ -67,7 +85,7 @@ def residuals(runs, cat) -> list[tuple[str, str, float, list[str]]]:
     pred = loso_predictions(runs, list(dict.fromkeys(r.table for r in runs)), cat)
     out = []
     for src in dict.fromkeys(run_source(r) for r in runs):
-        seen = _shell(envelopes([r for r in runs if run_source(r) != src]))
+        seen = _shell([r for r in runs if run_source(r) != src])
         for r in runs:
             if run_source(r) == src:
                 f = facts_of(r)
@@ -122,6 +140,33 @@ def derive(res) -> tuple[float, str, list[tuple[str, float, str]]]:
     return base, base_src, out
 
 
+def stack_spread(runs, res, base: float) -> tuple[tuple[str, float], ...]:
+    """Each non-reference stack checked by one source only: its own out-of-sample spread, the RMS of its runs'
+    leave-one-source-out log residuals (the stack factor then at the reference kernels) less the base in
+    quadrature; its plans' stack factor where larger than the table's (tpopt.models.evidence)."""
+    stack_of = {r.name: r.scenario.stack.name for r in runs}
+    out = []
+    for st, srcs in stack_sources(runs):
+        mine = [r for name, _, r, _ in res if stack_of[name] == st]
+        if st not in REFERENCE_STACKS and len(srcs) < E.SOURCES_MIN and mine:
+            out.append((st, float(np.sqrt(max(np.mean(np.square(mine)) - base * base, 0.0)))))
+    return tuple(out)
+
+
+def card_spread(runs, res, cat) -> tuple[tuple[str, float], ...]:
+    """Each card whose calibrating runs (its calibration stacks', inside the calibration envelope) all come from one
+    source: the RMS of their leave-one-source-out log residuals (the card then at its public priors), its own
+    out-of-sample spread; its base where larger (tpopt.models.terms.card_base)."""
+    resid = {name: r for name, _, r, _ in res}
+    out = []
+    for acc in dict.fromkeys(r.accelerator for r in runs):
+        mine = [r for r in runs if r.accelerator == acc and in_envelope(r) and r.name in resid
+                and r.scenario.stack.name in calibration_stacks(cat, acc)]
+        if mine and len({run_source(r) for r in mine}) < E.SOURCES_MIN:
+            out.append((acc, float(np.sqrt(np.mean([resid[r.name] ** 2 for r in mine])))))
+    return tuple(out)
+
+
 def memory_error(runs) -> tuple[float, str]:
     """RMS log error of predicted against published per-GPU memory, over the figures the tables publish."""
     logs, n = [], 0
@@ -162,7 +207,9 @@ def main(argv=None) -> int:
     print(f"memory_error {mem:.3f}  ({mem_src})")
     tables = {a: ", ".join(dict.fromkeys(r.table for r in runs if r.accelerator == a))
               for a, _ in envelopes(runs)}
-    text = toml_text(base, base_src, parts, mem, mem_src, envelopes(runs), tables)
+    text = toml_text(base, base_src, parts, mem, mem_src, envelopes(runs), tables, REFERENCE_STACKS,
+                     stack_sources(runs), stack_spread(runs, res, base), card_spread(runs, res, cat))
+    print("\n" + text[text.index("[stack_evidence]"):])
     if args.write:
         UNCERTAINTY_FILE.write_text(text)
         print(f"wrote {UNCERTAINTY_FILE.relative_to(ROOT)}")

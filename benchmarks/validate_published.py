@@ -203,10 +203,23 @@ def envelopes(runs) -> tuple[tuple[str, E.Envelope], ...]:
     return tuple(out.items())
 
 
+def stack_sources(runs) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each stack's publishing sources (:func:`run_source`) among ``runs``, every run (a stack's kernel factor
+    is fitted on all of its runs, benchmarks/fit_stacks.py): a stack checked by one source counts as not fitted
+    for the sigma (tpopt.models.evidence.SOURCES_MIN)."""
+    out: dict[str, dict[str, None]] = {}
+    for r in runs:
+        out.setdefault(r.scenario.stack.name, {})[run_source(r)] = None
+    return tuple((st, tuple(srcs)) for st, srcs in out.items())
+
+
 def loso_evidence(runs, src: str, ev):
-    """The uncertainty table ``ev`` with the envelopes of the runs of the sources other than ``src``: what the tool
-    would know had ``src`` never been seen (None without a table)."""
-    return None if ev is None else replace(ev, envelopes=envelopes([r for r in runs if run_source(r) != src]))
+    """The uncertainty table ``ev`` with the envelopes and the stacks' sources of the runs of the sources other
+    than ``src``: what the tool would know had ``src`` never been seen (None without a table)."""
+    if ev is None:
+        return None
+    rest = [r for r in runs if run_source(r) != src]
+    return replace(ev, envelopes=envelopes(rest), stack_sources=stack_sources(rest) if ev.stack_sources else ())
 
 
 def stack_left_out(runs, src: str) -> list:

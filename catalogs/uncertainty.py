@@ -3,7 +3,13 @@
 ``[step_sigma.<factor>]`` (``base`` and each of tpopt.models.evidence.FACTORS): ``value`` (a log-sd) and
 ``source``; ``[memory_error]``: ``value`` (relative) and ``source``; ``[fitted.<accelerator>]``: the envelope
 of the runs fitted on the card (``stacks``, ``seq_len = [min, max]``, ``cards_max``, ``precisions``,
-``experts_per_card``) and ``source``. benchmarks/uncertainty_fit.py derives and writes it (:func:`toml_text`).
+``experts_per_card``) and ``source``; ``[stack_evidence]`` (optional): ``reference`` (the stacks the cards are
+calibrated on, no stack factor of their own), ``source``, and ``[stack_evidence.sources]``: per stack the
+sources whose runs checked it (a stack checked by one source counts as not fitted for the sigma,
+tpopt.models.evidence.SOURCES_MIN), and ``[stack_evidence.spread]``: such a stack's own out-of-sample spread
+(its stack factor where larger than the table's); ``[card_evidence.spread]`` (optional): per card fitted on one
+source's runs, its own leave-one-source-out spread (its base where larger). benchmarks/uncertainty_fit.py derives
+and writes it (:func:`toml_text`).
 """
 
 from __future__ import annotations
@@ -56,7 +62,36 @@ def parse(data: dict[str, Any]) -> Evidence:
     envs = tuple((acc, _envelope(acc, e)) for acc, e in data.get("fitted", {}).items())
     if not envs:
         raise InputError("uncertainty.toml: no [fitted.<accelerator>] envelope")
-    return Evidence(base, base_src, parts, float(mem["value"]), mem["source"], envs)
+    ref, srcs, spread = _stack_evidence(data.get("stack_evidence", {}))
+    cards = _spread(data.get("card_evidence", {}), "card_evidence")
+    return Evidence(base, base_src, parts, float(mem["value"]), mem["source"], envs, srcs, ref, spread, cards)
+
+
+def _spread(e: Any, name: str) -> tuple[tuple[str, float], ...]:
+    """A ``[name.spread]`` table of log-sds (``[name]`` needs a source); empty without it."""
+    if not e:
+        return ()
+    spread = e.get("spread", {}) if isinstance(e, dict) else None
+    if not isinstance(spread, dict) or not isinstance(e.get("source"), str) or not all(
+            isinstance(v, (int, float)) and 0 <= float(v) < 5 for v in spread.values()):
+        raise InputError(f"uncertainty.toml: [{name}] needs a source and [{name}.spread] log-sds in [0, 5)")
+    return tuple((str(k), float(v)) for k, v in spread.items())
+
+
+def _stack_evidence(e: Any) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...],
+                                     tuple[tuple[str, float], ...]]:
+    """([stack_evidence]'s reference stacks, its sources per stack, its single-source stacks' own spreads);
+    empty without the table."""
+    if not e:
+        return (), (), ()
+    ref = e.get("reference") if isinstance(e, dict) else None
+    srcs = e.get("sources") if isinstance(e, dict) else None
+    if not isinstance(ref, list) or not isinstance(srcs, dict) or not isinstance(e.get("source"), str) \
+            or not all(isinstance(v, list) and v for v in srcs.values()):
+        raise InputError("uncertainty.toml: [stack_evidence] needs reference = [stacks], a source and "
+                         "[stack_evidence.sources] with a non-empty list of sources per stack")
+    return (tuple(str(s) for s in ref), tuple((str(k), tuple(str(x) for x in v)) for k, v in srcs.items()),
+            _spread(e, "stack_evidence"))
 
 
 @functools.cache
@@ -74,7 +109,10 @@ def _q(s: str) -> str:
 
 
 def toml_text(base: float, base_source: str, parts: list[tuple[str, float, str]], memory_error: float,
-              memory_source: str, envelopes: tuple[tuple[str, Envelope], ...], tables: dict[str, str]) -> str:
+              memory_source: str, envelopes: tuple[tuple[str, Envelope], ...], tables: dict[str, str],
+              reference: tuple[str, ...] = (), stack_sources: tuple[tuple[str, tuple[str, ...]], ...] = (),
+              stack_spread: tuple[tuple[str, float], ...] = (),
+              card_spread: tuple[tuple[str, float], ...] = ()) -> str:
     """The table as benchmarks/uncertainty_fit.py writes it (the refit path)."""
     lines = ["# Step-time uncertainty by distance from the evidence (tpopt.models.evidence): sigma = sqrt(base^2 +",
              "# sum of the squares of the factors that apply), independent log errors in quadrature.",
@@ -89,4 +127,28 @@ def toml_text(base: float, base_source: str, parts: list[tuple[str, float, str]]
                   f"seq_len = [{e.seq[0]}, {e.seq[1]}]", f"cards_max = {e.cards_max:g}",
                   f"precisions = {json.dumps(list(e.recipes))}", f"experts_per_card = {e.experts_per_card:g}",
                   f"source = {_q('the runs of ' + tables[acc] + ' fitted on the card')}"]
+    if stack_sources:
+        lines += ["", "[stack_evidence]", f"reference = {json.dumps(list(reference))}",
+                  f"source = {_q(STACK_EVIDENCE_SOURCE)}", "", "[stack_evidence.sources]"]
+        lines += [f"{st} = {json.dumps(list(srcs))}" for st, srcs in stack_sources]
+        if stack_spread:
+            lines += ["", "[stack_evidence.spread]"] + [f"{st} = {v:.3f}" for st, v in stack_spread]
+    if card_spread:
+        lines += ["", "[card_evidence]", f"source = {_q(CARD_EVIDENCE_SOURCE)}", "", "[card_evidence.spread]"]
+        lines += [f"{acc} = {v:.3f}" for acc, v in card_spread]
     return "\n".join(lines) + "\n"
+
+
+STACK_EVIDENCE_SOURCE = ("reference: the stacks the cards' kernel parameters are calibrated on (performance.toml "
+                         "[acc.calibration] stacks), whose error is the card's; sources: the publishing sources of "
+                         "each stack's runs in the validation tables (benchmarks/validate_published.py run_source): a "
+                         "stack whose kernel factor rests on one source reverts to the reference kernels when that "
+                         "source is left out, so it counts as not fitted for the sigma; spread: such a stack's own "
+                         "out-of-sample spread, the leave-one-source-out RMS log error of its runs less the base in "
+                         "quadrature (benchmarks/uncertainty_fit.py), its stack factor where larger than the table's")
+
+
+CARD_EVIDENCE_SOURCE = ("spread: a card whose calibrating runs (the reference stacks', inside the calibration "
+                        "envelope) all come from one publishing source: the RMS log error of those runs predicted "
+                        "with the card at its public priors, that source left out (benchmarks/uncertainty_fit.py); "
+                        "the card's base where larger than the table's and its own leave-one-out spread")

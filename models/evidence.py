@@ -33,9 +33,16 @@ CARD_PRIOR, STACK, MOE, SEQ, PRECISION, SCALE = ("card_prior", "stack_unfitted",
                                                  "precision_unfitted", "scale_beyond")
 FACTORS = (CARD_PRIOR, STACK, MOE, SEQ, PRECISION, SCALE)
 """The ways a plan leaves the evidence, in the order the footing names them."""
+ONE_SOURCE = "stack_one_source"
+"""The footing's words for a stack whose kernel factor rests on one source's runs (the stack factor applies)."""
+SOURCES_MIN = 2
+"""A stack's fitted kernel factor counts as fitted (for the sigma) when its runs come from at least this many
+sources: a factor fitted on one source's runs reverts to the reference kernels when that source is left out
+(benchmarks/validate_published.py stack_left_out), so its out-of-sample error is an unfitted stack's."""
 
 REASONS = {CARD_PRIOR: "{acc} rests on priors (no run fitted on it)",
            STACK: "{stack} not fitted",
+           ONE_SOURCE: "{stack} fitted on one source ({sources}): not checked on another, so as not fitted{spread}",
            MOE: "MoE at {experts:g} experts per card on a card fitted on {fitted}",
            SEQ: "sequence {seq} beyond the longest fitted, {hi}",
            PRECISION: "{recipe} not among the fitted recipes ({fitted})",
@@ -80,6 +87,38 @@ class Evidence:
     memory_error: float
     memory_source: str
     envelopes: tuple[tuple[str, Envelope], ...]
+    stack_sources: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (stack, the sources its runs came from)
+    reference_stacks: tuple[str, ...] = ()  # the stacks the cards are calibrated on: no stack factor of their own
+    stack_spread: tuple[tuple[str, float], ...] = ()  # (single-source stack, its own out-of-sample spread)
+    card_spread: tuple[tuple[str, float], ...] = ()  # (card fitted on one source, its own out-of-sample spread)
+
+    def card_spread_of(self, acc: str) -> float:
+        """A card fitted on one source's runs: its own out-of-sample spread, the RMS log error of those runs
+        predicted with the card at its public priors (its source left out); 0 for other cards. Its base where
+        larger (tpopt.models.terms.card_base)."""
+        return next((v for a, v in self.card_spread if a == acc), 0.0)
+
+    def stack_contribution(self, stack: str) -> float:
+        """The stack factor's contribution for ``stack``: the table's, or the stack's own out-of-sample spread
+        where it was fitted on one source and that is larger (its runs' leave-one-source-out RMS log error less
+        the base in quadrature: how far its kernels were from the reference's)."""
+        own = next((v for st, v in self.stack_spread if st == stack), 0.0)
+        return max(self.contribution(STACK), own)
+
+    def sources_of(self, stack: str) -> tuple[str, ...] | None:
+        """The sources whose runs checked ``stack`` (None: the table does not list stacks' sources)."""
+        if not self.stack_sources:
+            return None
+        return next((s for st, s in self.stack_sources if st == stack), ())
+
+    def stack_fitted(self, stack: str) -> bool:
+        """Whether a stack counts as fitted for the sigma: a reference stack (the cards' calibration is its),
+        else run by some card's fitted runs and, where the table lists the stacks' sources, checked by runs
+        of at least :data:`SOURCES_MIN` sources."""
+        if stack in self.reference_stacks:
+            return True
+        srcs = self.sources_of(stack)
+        return stack in self.everywhere().stacks and (srcs is None or len(srcs) >= SOURCES_MIN)
 
     def contribution(self, factor: str) -> float:
         return next(v for f, v, _ in self.contributions if f == factor)
@@ -115,7 +154,8 @@ def applies(ev: Evidence, facts: PlanFacts, cards: ArrayLike, experts_per_card: 
     card's own envelope, or for a card resting on priors the union of all envelopes (``all``):
 
     - card_prior: no envelope of its own (no run fitted on the card);
-    - stack_unfitted: no run of any card ran the stack (not in ``all``);
+    - stack_unfitted: the stack does not count as fitted (:meth:`Evidence.stack_fitted`: no run of any card
+      ran it, or its runs all come from one source; a reference stack always counts);
     - moe: experts per card above the largest ``env`` was fitted on (0 for dense-only fits);
     - seq_beyond: sequence length above the longest fitted anywhere (``all``; shorter ones are inside);
     - precision_unfitted: a low-precision recipe (FP8 per-tensor, MXFP8, NVFP4) ``env`` was not fitted on
@@ -133,7 +173,7 @@ def applies(ev: Evidence, facts: PlanFacts, cards: ArrayLike, experts_per_card: 
         return np.full(shape, flag)
 
     return {CARD_PRIOR: const(own is None),
-            STACK: const(facts.stack not in every.stacks),
+            STACK: const(not ev.stack_fitted(facts.stack)),
             MOE: np.broadcast_to(e > env.experts_per_card, shape),
             SEQ: const(facts.seq > every.seq[1]),
             PRECISION: const(rc != "16-bit" and rc not in env.recipes),
@@ -153,22 +193,31 @@ def plan_sigma(ev: Evidence, facts: PlanFacts, cards: ArrayLike, experts_per_car
     """The step-time log-sd of plans (element-wise over cards and experts per card), module docstring;
     ``base`` replaces the table's (a fitted card's own larger leave-one-out spread)."""
     flags = applies(ev, facts, cards, experts_per_card)
-    return combine(ev.base if base is None else base, [ev.contribution(f) for f in FACTORS],
-                   np.stack([flags[f] for f in FACTORS]))
+    parts = [ev.stack_contribution(facts.stack) if f == STACK else ev.contribution(f) for f in FACTORS]
+    return combine(ev.base if base is None else base, parts, np.stack([flags[f] for f in FACTORS]))
 
 
 def reasons(ev: Evidence, facts: PlanFacts) -> list[str]:
     """The factors that apply to one plan, in words (:data:`REASONS`)."""
     own = ev.envelope(facts.acc)
-    env = own if own is not None else ev.everywhere()
+    every = ev.everywhere()
+    env = own if own is not None else every
     flags = applies(ev, facts, facts.cards, facts.experts_per_card)
     fitted_moe = "dense runs only" if env.experts_per_card <= 0 else f"up to {env.experts_per_card:g} experts per card"
     words: dict[str, dict[str, Any]] = {CARD_PRIOR: {"acc": facts.acc}, STACK: {"stack": facts.stack},
              MOE: {"experts": facts.experts_per_card, "fitted": fitted_moe},
-             SEQ: {"seq": facts.seq, "hi": ev.everywhere().seq[1]},
+             SEQ: {"seq": facts.seq, "hi": every.seq[1]},
              PRECISION: {"recipe": recipe_class(facts.matrix), "fitted": ", ".join(env.recipes)},
              SCALE: {"cards": facts.cards, "hi": env.cards_max}}
-    return [REASONS[f].format(**words[f]) for f in FACTORS if bool(flags[f])]
+    srcs = ev.sources_of(facts.stack)
+    text = dict(REASONS)
+    if srcs and facts.stack in every.stacks:  # run, but by one source's runs only
+        text[STACK] = REASONS[ONE_SOURCE]
+        words[STACK]["sources"] = ", ".join(srcs)
+        c_own = ev.stack_contribution(facts.stack)
+        words[STACK]["spread"] = (f", at its own out-of-sample spread {c_own:.3f}"
+                                  if c_own > ev.contribution(STACK) else "")
+    return [text[f].format(**words[f]) for f in FACTORS if bool(flags[f])]
 
 
 def memory_margin(peak: float, limit: float, error: float) -> tuple[float, bool]:

@@ -100,7 +100,8 @@ def test_a_plan_sigma_grows_with_each_way_it_leaves_the_evidence():
     # a low-precision recipe the card was not fitted on
     recipe = next(r for r in ("nvfp4", "mxfp8", "fp8") if r not in EV.envelope("b200").recipes)
     low = build_scenario(raw("b200", precision=f"{recipe}-mixed"), CAT)
-    b_base = max(EV.base, CAT.perf("b200").residual_sigma)
+    # (B200 is fitted on one source's runs: its own leave-one-source-out spread is its base where larger)
+    b_base = max(EV.base, CAT.perf("b200").residual_sigma, EV.card_spread_of("b200"))
     assert T.step_sigma(low, "b200", 64.0)[0] == pytest.approx(math.hypot(b_base, c[E.PRECISION]))
     # more cards than the card's largest fitted run: element-wise over the cards
     top = EV.envelope("h100-sxm").cards_max
