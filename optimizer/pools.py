@@ -74,6 +74,14 @@ def at_share(sc: Scenario, share: int) -> Scenario:
     return replace(sc, task=replace(sc.task, global_batch=int(share)))
 
 
+def per_pool(sc: Scenario) -> Scenario:
+    """The scenario a pool's own evaluations run in: without the confidence. They read the step, the memory and
+    the pool's families (:data:`POOL_FAMILIES`, :data:`STAGE_FAMILIES`), none of which the confidence moves;
+    the job's deadline is checked on complete plans (:func:`deadline_ok`), so the chance roots of every
+    layout's step limit, unread here, are not found."""
+    return sc if sc.task.confidence is None else replace(sc, task=replace(sc.task, confidence=None))
+
+
 @dataclass
 class PoolTable:
     """One pool's layouts (rows) and their group step time at every share (columns; inf where the layout
@@ -141,7 +149,7 @@ def pool_table(sc: Scenario, pool: PM.Pool, shares: np.ndarray[Any, Any]) -> Poo
         for k, rc in enumerate(recomputes):
             with np.errstate(divide="ignore", invalid="ignore"):  # the grid's own finish and cost are unused
                 kw: dict[str, Any] = {"recompute": rc, **fixed, **{key: grid[key][rows] for key in LAYOUT_KEYS}}
-                r = evaluate_arrays(s, pool.accelerator, **kw)
+                r = evaluate_arrays(per_pool(s), pool.accelerator, **kw)
             ok = np.ones(rows.size, dtype=bool)
             for name in POOL_FAMILIES:
                 v, lim = r[("c", name)]
@@ -641,7 +649,7 @@ def staged_times(sc: Scenario, pool: PM.Pool, stages: int, layers: int, recomput
     psc = pool_scenario(sc, pool)
     psc = replace(psc, model=replace(psc.model, layers=stages * layers))
     with np.errstate(divide="ignore", invalid="ignore"):  # the all-stage pipeline's own finish is unused
-        r = evaluate_arrays(psc, pool.accelerator, recompute=recompute, **fixed_choices(psc),
+        r = evaluate_arrays(per_pool(psc), pool.accelerator, recompute=recompute, **fixed_choices(psc),
                             nics_per_host=pool_nics(psc, pool.accelerator), pp=stages,
                             zero_stage=psc.search.zero_stage[0], tp=rows["tp"], micro_batch=rows["micro_batch"],
                             dp=rows["dp"])
@@ -843,8 +851,8 @@ def pick_entry(ps: PoolsSolve, pick: Pick, sc: Scenario) -> dict[str, Any]:
         assert row is not None
         lay = {**tab.layouts[row]}
         with np.errstate(divide="ignore", invalid="ignore"):  # the group's own finish is not the job's
-            r = evaluate_arrays(at_share(tab.sc, pick.shares[g]), tab.pool.accelerator, **fixed_choices(tab.sc),
-                                nics_per_host=pool_nics(tab.sc, tab.pool.accelerator), **lay)
+            r = evaluate_arrays(per_pool(at_share(tab.sc, pick.shares[g])), tab.pool.accelerator,
+                                **fixed_choices(tab.sc), nics_per_host=pool_nics(tab.sc, tab.pool.accelerator), **lay)
         pools.append({"memory_per_card_gib": float(r["memory_per_card"]) / 2**30,
                       "usable_gib": tab.sc.system(tab.pool.accelerator).acc.memory_usable / 2**30,
                       "pool": tab.pool.label, "accelerator": tab.pool.accelerator, "owned": tab.pool.owned,
