@@ -142,7 +142,9 @@ def reachable(sc: Scenario, backend: str | Solver, req: Request, tol: float = 1e
     plan nor a proof of none): not decided, never a guess. ``met``: a level the caller's solve met (a plan),
     ``missed``: one it proved out of reach (infeasible): by the same monotony the levels at or below ``met``
     are met and those at or above ``missed`` missed without a solve (the confidence report's step up knows
-    both: about half the bisection's solves; the same levels and the same answer)."""
+    both: about half the bisection's solves; the same levels and the same answer). A level some plan found by
+    an earlier solve meets (:func:`meets`) is met without a solve too: the design case's bisection solves one
+    level of six."""
     sub = _on_clock(req, "time")
     known: list[tuple[float, Scenario, Evaluation]] = []  # (P(on time), scenario, plan) of the plans found
 
