@@ -698,7 +698,7 @@ def _each(f: Callable[..., float], vf: Callable[..., FloatArray], scipy_name: st
     shape = arrs[0].shape
     size = arrs[0].size
     if "scipy.special" in sys.modules or (size > PYTHON_LIMIT and _NUMPY_SPENT[0] + size > SCIPY_LIMIT):
-        from scipy import special  # loaded anyway, or worth its import: its ufuncs (the same bits)
+        from scipy import special  # lazy: loaded anyway, or worth its import (its ufuncs, the same bits)
 
         out: FloatArray = getattr(special, scipy_name)(*arrs)
         return out
