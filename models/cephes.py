@@ -35,11 +35,12 @@ PYTHON_LIMIT = 256
 overhead) while SciPy is not yet imported; beyond, the numpy versions below (about 1 ms a call plus 1 us an
 element); once ``scipy.special`` is loaded anyway, SciPy's ufuncs (the same bits)."""
 
-SCIPY_LIMIT = 65536
+SCIPY_LIMIT = 131072
 """Values the numpy versions evaluate in one process before an array function imports ``scipy.special`` (about
-0.15 CPU s once, then about 0.05 us a value against numpy's 1-2 us): a confidence report over a few plans (the
-design case: about 55,000) stays below, a space of thousands of plans (the widest GPT-3: 0.9 million) goes over
-with its first large call."""
+0.15 CPU s once, then about 0.05 us a value against numpy's 1-2 us, under 1 us in the large calls of a MoE
+table's chance roots, every expert parallelism in one root finding): a confidence report over a few plans (the
+design case: about 20,000; Qwen3-30B-A3B's space: 93,000) stays below, a space of thousands of plans (the widest
+GPT-3: 0.9 million) goes over with its first large call."""
 _NUMPY_SPENT = [0]
 """Values evaluated by the numpy versions so far (:data:`SCIPY_LIMIT`)."""
 
@@ -697,7 +698,7 @@ def _each(f: Callable[..., float], vf: Callable[..., FloatArray], scipy_name: st
     shape = arrs[0].shape
     size = arrs[0].size
     if "scipy.special" in sys.modules or (size > PYTHON_LIMIT and _NUMPY_SPENT[0] + size > SCIPY_LIMIT):
-        from scipy import special  # loaded anyway, or worth its import: its ufuncs (the same bits)
+        from scipy import special  # lazy: loaded anyway, or worth its import (its ufuncs, the same bits)
 
         out: FloatArray = getattr(special, scipy_name)(*arrs)
         return out

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -396,6 +396,8 @@ class Distribution:
     kappa: FloatArray = field(init=False, repr=False, compare=False)
     found: dict[float, float] = field(init=False, repr=False, compare=False, default_factory=dict)
     """The quantiles found so far, by level (a report asks for the median and the confidence level twice)."""
+    variants: dict[str, Distribution] = field(init=False, repr=False, compare=False, default_factory=dict)
+    """The laws without one source (:meth:`without`) made so far, by source (their quantiles remembered with them)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kappa", self.events.cumulants())
@@ -419,16 +421,34 @@ class Distribution:
         return self.found[q]
 
     def _quantile(self, q: float) -> float:
+        return drive(self.quantile_steps(q), lambda t: float(self.cdf(t)))
+
+    def quantile_steps(self, q: float) -> Steps:
+        """The q-quantile's root finding as :data:`Steps` asking for P(T <= t): the bracket [R, hi] (hi doubled
+        from twice the mean's work until P(T <= hi) >= q; R itself when P(T <= R) >= q), then
+        :func:`brent_steps` on P(T <= t) - q."""
         lo = self.reserved
         hi = self.reserved + (self.work * self.saves + self.work * float(self.kappa[0])) * 2.0 + 1.0
-        while float(self.cdf(hi)) < q:
+        while (yield hi) < q:
             hi = self.reserved + 2.0 * (hi - self.reserved)
-        if float(self.cdf(lo)) >= q:
+        if (yield lo) >= q:
             return lo
-        return brent_root(lambda t: float(self.cdf(t)) - q, lo, hi, xtol=1e-6, rtol=1e-12)
+        steps = brent_steps(lo, hi, xtol=1e-6, rtol=1e-12)
+        t = next(steps)
+        try:
+            while True:
+                t = steps.send((yield t) - q)
+        except StopIteration as stop:
+            out: float = stop.value
+            return out
 
     def without(self, source: str) -> Distribution:
         """The same plan with one source of variation removed (``STEP_ERROR`` or a :data:`SOURCES` name)."""
+        if source not in self.variants:
+            self.variants[source] = self._without(source)
+        return self.variants[source]
+
+    def _without(self, source: str) -> Distribution:
         if source == STEP_ERROR:
             return Distribution(self.reserved, self.work, self.saves, 0.0, self.events, self.sigma_source)
         ev = self.events
@@ -436,18 +456,27 @@ class Distribution:
         return Distribution(self.reserved, self.work, self.saves, self.sigma,
                             Events(ev.names, rate, ev.fixed, ev.width), self.sigma_source)
 
+    def risky(self, source: str) -> bool:
+        """Whether a source can add anything: the step error with sigma > 0, an event source firing at all."""
+        if source == STEP_ERROR:
+            return self.sigma != 0
+        return float(self.events.rate[list(self.events.names).index(source)]) != 0
+
+    def risk_asks(self, q: float) -> list[tuple[Distribution, float]]:
+        """The quantiles :meth:`risk_shares` reads: its own at q and each risky source's removal's
+        (:func:`find_quantiles` finds them together)."""
+        return [(self, q)] + [(self.without(n), q) for n in SOURCE_NAMES if self.risky(n)]
+
     def risk_shares(self, q: float) -> dict[str, float]:
         """Each source's share of the risk at level q: the q-quantile's excess over the deterministic
         finish R + W' that the source's removal takes away, normalised to sum 1 (0 where nothing is
         random). A source that can add nothing gets 0."""
         base = self.reserved + self.work * self.saves
+        find_quantiles(self.risk_asks(q))
         full = self.quantile(q) - base
         drops = {}
         for name in SOURCE_NAMES:
-            if name == STEP_ERROR and self.sigma == 0:
-                drops[name] = 0.0
-                continue
-            if name != STEP_ERROR and float(self.events.rate[list(self.events.names).index(name)]) == 0:
+            if not self.risky(name):
                 drops[name] = 0.0
                 continue
             drops[name] = max(full - (self.without(name).quantile(q) - base), 0.0)
@@ -462,8 +491,30 @@ def brent_root(f: Callable[[float], float], a: float, b: float, xtol: float, rto
     interpolation while the step is short enough, else bisection; stop when the bracket's half-width is below
     (xtol + rtol |x|) / 2), so the roots are the same to the last bit (tests/test_confidence_roots.py
     compares them) without importing SciPy's optimize package (about 0.1-0.25 s of start-up)."""
+    return drive(brent_steps(a, b, xtol, rtol, maxiter), f)
+
+
+Steps = Generator[float, float, float]
+"""A root finding as a generator: it yields the points where it wants f, is sent f there, and returns the root
+(:func:`drive` runs one with a scalar f; :func:`find_quantiles` runs many in lockstep, f of all at once)."""
+
+
+def drive(steps: Steps, f: Callable[[float], float]) -> float:
+    """Run a root finding (:data:`Steps`) with f: the same points, the same values, the same root."""
+    x = next(steps)
+    try:
+        while True:
+            x = steps.send(f(x))
+    except StopIteration as stop:
+        out: float = stop.value
+        return out
+
+
+def brent_steps(a: float, b: float, xtol: float, rtol: float, maxiter: int = 100) -> Steps:
+    """:func:`brent_root` as :data:`Steps` (its every operation, f asked for by a yield)."""
     xpre, xcur = float(a), float(b)
-    fpre, fcur = f(xpre), f(xcur)
+    fpre = yield xpre
+    fcur = yield xcur
     if math.isnan(fpre) or math.isnan(fcur):
         raise ValueError("brent_root: the function is NaN at an end of the bracket")
     if fpre * fcur > 0:
@@ -499,10 +550,36 @@ def brent_root(f: Callable[[float], float], a: float, b: float, xtol: float, rto
             spre = scur = sbis
         xpre, fpre = xcur, fcur
         xcur += scur if abs(scur) > delta else (delta if sbis > 0 else -delta)
-        fcur = f(xcur)
+        fcur = yield xcur
         if math.isnan(fcur):
             raise ValueError("brent_root: the function is NaN inside the bracket")
     raise RuntimeError(f"brent_root: no convergence in {maxiter} iterations")
+
+
+def find_quantiles(asks: list[tuple[Distribution, float]]) -> None:
+    """Find the quantiles asked (law, level) that the laws do not remember yet, all root findings in lockstep
+    (:meth:`Distribution.quantile_steps`): each round evaluates every open one's P(T <= t) in ONE :func:`cdf`
+    call over the laws' parameters. The same points and values as one root finding at a time (the cdf is
+    element-wise: an element's bits do not depend on the others; tests/test_confidence_roots.py), so the
+    same quantiles; each law remembers its own (:meth:`Distribution.quantile` then reads them)."""
+    open_: dict[tuple[int, float], tuple[Distribution, float, Steps, float]] = {}
+    for law, q in asks:
+        if 0.0 < q < 1.0 and q not in law.found and (id(law), q) not in open_:
+            steps = law.quantile_steps(q)
+            open_[(id(law), q)] = (law, q, steps, next(steps))
+    while open_:
+        items = list(open_.items())
+        laws = [law for _, (law, _, _, _) in items]
+        kap = np.array([law.kappa for law in laws], dtype=float).reshape(len(laws), -1)
+        p = cdf(np.array([t for _, (_, _, _, t) in items]), np.array([law.reserved for law in laws]),
+                np.array([law.work for law in laws]), np.array([law.saves for law in laws]),
+                np.array([law.sigma for law in laws]), (kap[:, 0], kap[:, 1], kap[:, 2])).tolist()
+        for (key, (law, q, steps, _)), pk in zip(items, p, strict=True):
+            try:
+                open_[key] = (law, q, steps, steps.send(pk))
+            except StopIteration as stop:
+                law.found[q] = stop.value
+                del open_[key]
 
 
 def plan_distribution(*, reserved: float, work: float, pause: float, exposure: Exposure,
@@ -812,6 +889,7 @@ __all__ = [
     "VALIDATION_LOSO_ERRORS", "rms_log_error",
     "SLOW_FACTOR", "SLOW_DURATION_S", "SLOW_RATE_PER_CARD_S", "SIGMA_MIN_RUNS",
     "residual_sigma", "parse_confidence", "uniform_moments", "gamma_cdf", "cdf", "plan_distribution",
-    "max_work", "quantiles", "brent_root", "event_cumulants", "events_over", "lattice_cdf", "matching_error",
+    "max_work", "quantiles", "brent_root", "brent_steps", "drive", "find_quantiles", "Steps", "event_cumulants",
+    "events_over", "lattice_cdf", "matching_error",
     "normal_quantile",
 ]

@@ -18,12 +18,14 @@ from typing import Any
 import numpy as np
 
 from tpopt.errors import InputError
+from tpopt.models import evaluate as E
 from tpopt.models import families as F
 from tpopt.models import finish as Fn
 from tpopt.models import terms as T
 from tpopt.models.evaluate import Evaluation
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY
+from tpopt.models.variables import evaluate_keywords
 from tpopt.optimizer import core
 from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.limits import Undecided, clock_of
@@ -77,6 +79,7 @@ def distribution_entry(sc: Scenario, ev: Evaluation, backend: str | Solver, req:
     law = law_of(sc, ev)
     q = sc.task.confidence if sc.task.confidence is not None else 0.95
     rate = ev.metrics["cost"] / ev.metrics["finish_days"] / DAY  # cost per second of wall time
+    Fn.find_quantiles([(law, level) for level in LEVELS] + law.risk_asks(q))  # every root below, in lockstep
     quant = {f"p{round(level * 100)}": law.quantile(level) for level in LEVELS}
     shares = law.risk_shares(q)
     p_deadline = float(law.cdf(F.limit(F.DEADLINE, sc)))
@@ -139,21 +142,27 @@ def reachable(sc: Scenario, backend: str | Solver, req: Request, tol: float = 1e
     plan nor a proof of none): not decided, never a guess. ``met``: a level the caller's solve met (a plan),
     ``missed``: one it proved out of reach (infeasible): by the same monotony the levels at or below ``met``
     are met and those at or above ``missed`` missed without a solve (the confidence report's step up knows
-    both: about half the bisection's solves; the same levels and the same answer)."""
+    both: about half the bisection's solves; the same levels and the same answer). A level some plan found by
+    an earlier solve meets (:func:`meets`) is met without a solve too: the design case's bisection solves one
+    level of six."""
     sub = _on_clock(req, "time")
+    known: list[tuple[float, Scenario, Evaluation]] = []  # (P(on time), scenario, plan) of the plans found
 
     def ok(q: float) -> bool:
         if met is not None and q <= met:
             return True
         if missed is not None and q >= missed:
             return False
+        if any(p >= q and meets(at, ev, q) for p, at, ev in known):
+            return True  # a plan already found meets level q: the solve would find one too
         if sub.clock is not None and sub.clock.expired("bisecting the reachable confidence"):
             raise Undecided(f"confidence {q:.4g}")
-        r, _ = solve(replace(sc, task=replace(sc.task, confidence=q)), backend, sub)
+        r, at = solve(replace(sc, task=replace(sc.task, confidence=q)), backend, sub)
         if r.status == Status.INFEASIBLE:
             return False
         if r.best is None:  # unknown: cut short by the limit
             raise Undecided(f"confidence {q:.4g}")
+        known.append((float(law_of(at, r.best).cdf(F.limit(F.DEADLINE, at))), at, r.best))
         return True  # a plan meets level q (optimal, or feasible when the limit cut the solve short)
 
     try:
@@ -168,6 +177,25 @@ def reachable(sc: Scenario, backend: str | Solver, req: Request, tol: float = 1e
     except Undecided:
         return None
     return lo
+
+
+MEETS_MARGIN = 1e-9
+"""Relative slack a known plan's step must keep below the chance step limit at a level for :func:`meets` to
+count it (the solve's tables and one plan's evaluation agree far closer: the margin only keeps a plan on the
+boundary to the solve's own verdict)."""
+
+
+def meets(sc: Scenario, ev: Evaluation, q: float) -> bool:
+    """Whether the plan ``ev`` (found in ``sc`` at some level) meets confidence ``q`` as a solve at ``q`` would
+    check it: its every constraint family evaluated at ``q`` (only the deadline's chance form moves with the
+    level), the step at least :data:`MEETS_MARGIN` (relative) below the chance step limit. A plan that meets
+    ``q`` proves level ``q`` reachable without a solve (:func:`reachable`)."""
+    plan = ev.plan
+    at = replace(sc, task=replace(sc.task, confidence=q))
+    at = E.with_plan_options(E.at_plan_batch(at, plan), plan)
+    r = E.evaluate_arrays(at, plan.accelerator, **evaluate_keywords(plan))
+    step, limit = r[("c", F.STEP_BUDGET)]
+    return bool(np.all(r["feasible"])) and float(step) <= float(limit) * (1.0 - MEETS_MARGIN)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,7 +282,7 @@ def quantile_table(law: Fn.Distribution, levels: tuple[float, ...] = LEVELS) -> 
 
 
 __all__ = ["LEVELS", "STEP_UP", "Solve", "one_space", "law_of", "dominant", "progress_marks", "distribution_entry",
-           "reachable",
+           "reachable", "meets", "MEETS_MARGIN",
            "remainder", "layout_change_s", "replan", "quantile_table", "parse_levels", "cost_against_confidence"]
 
 

@@ -74,6 +74,14 @@ def at_share(sc: Scenario, share: int) -> Scenario:
     return replace(sc, task=replace(sc.task, global_batch=int(share)))
 
 
+def per_pool(sc: Scenario) -> Scenario:
+    """The scenario a pool's own evaluations run in: without the confidence. They read the step, the memory and
+    the pool's families (:data:`POOL_FAMILIES`, :data:`STAGE_FAMILIES`), none of which the confidence moves;
+    the job's deadline is checked on complete plans (:func:`deadline_ok`), so the chance roots of every
+    layout's step limit, unread here, are not found."""
+    return sc if sc.task.confidence is None else replace(sc, task=replace(sc.task, confidence=None))
+
+
 @dataclass
 class PoolTable:
     """One pool's layouts (rows) and their group step time at every share (columns; inf where the layout
@@ -141,7 +149,7 @@ def pool_table(sc: Scenario, pool: PM.Pool, shares: np.ndarray[Any, Any]) -> Poo
         for k, rc in enumerate(recomputes):
             with np.errstate(divide="ignore", invalid="ignore"):  # the grid's own finish and cost are unused
                 kw: dict[str, Any] = {"recompute": rc, **fixed, **{key: grid[key][rows] for key in LAYOUT_KEYS}}
-                r = evaluate_arrays(s, pool.accelerator, **kw)
+                r = evaluate_arrays(per_pool(s), pool.accelerator, **kw)
             ok = np.ones(rows.size, dtype=bool)
             for name in POOL_FAMILIES:
                 v, lim = r[("c", name)]
@@ -241,9 +249,7 @@ def chance_finish(sc: Scenario, pools: tuple[PM.Pool, ...], used: np.ndarray[Any
     q = sc.task.confidence
     assert q is not None
     cards, tau, step = (np.asarray(x, dtype=float).reshape(-1) for x in (cards, tau, step))
-    use = np.asarray(used, dtype=bool).reshape(len(cards), len(pools))
-    sig = np.stack(pool_sigmas(sc, pools, cards), axis=1) if len(cards) else np.zeros((0, len(pools)))
-    worst = np.argmax(np.where(use, sig, -np.inf), axis=1) if len(cards) else np.zeros(0, dtype=int)
+    worst = worst_pool(sc, pools, used, cards)
     out = np.full(len(cards), np.inf)
     mode = sc.search.save_mode[0]
     for g, pool in enumerate(pools):
@@ -254,11 +260,54 @@ def chance_finish(sc: Scenario, pools: tuple[PM.Pool, ...], used: np.ndarray[Any
     return out
 
 
+def worst_pool(sc: Scenario, pools: tuple[PM.Pool, ...], used: np.ndarray[Any, Any], cards: np.ndarray[Any, Any]
+               ) -> np.ndarray[Any, Any]:
+    """Each plan's pool of the largest step sigma among those it uses (``used``: plans x pools)."""
+    use = np.asarray(used, dtype=bool).reshape(len(cards), len(pools))
+    sig = np.stack(pool_sigmas(sc, pools, cards), axis=1) if len(cards) else np.zeros((0, len(pools)))
+    out: np.ndarray[Any, Any] = np.argmax(np.where(use, sig, -np.inf), axis=1) if len(cards) \
+        else np.zeros(0, dtype=int)
+    return out
+
+
+CHANCE_MARGIN = 1e-7
+"""Relative distance from the chance step limit beyond which :func:`chance_met` takes a plan's verdict from the
+limit: a step that far below (above) it leaves the finish quantile below (above) the deadline by far more than the
+quantile's own 2e-9 rounding (finish.ROOT_RTOL; the quantile's distance from the deadline is about the margin
+times the training time)."""
+
+
+def chance_met(sc: Scenario, pools: tuple[PM.Pool, ...], used: np.ndarray[Any, Any], cards: np.ndarray[Any, Any],
+               tau: np.ndarray[Any, Any], step: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Whether each plan's finish quantile (:func:`chance_finish`) is within the deadline: decided by the chance
+    step limit of its card count and interval (:func:`tpopt.models.terms.chance_step_max` at the same sigma and
+    law, one root per (cards, interval) pair, remembered) where the step lies more than :data:`CHANCE_MARGIN` from
+    it; the quantile itself only for the plans in the band around the limit."""
+    deadline = F.limit(F.DEADLINE, sc)
+    cards, tau, step = (np.asarray(x, dtype=float).reshape(-1) for x in (cards, tau, step))
+    u = np.asarray(used, dtype=bool).reshape(len(cards), len(pools))
+    worst = worst_pool(sc, pools, u, cards)
+    out = np.zeros(len(cards), dtype=bool)
+    mode = sc.search.save_mode[0]
+    band = np.zeros(len(cards), dtype=bool)
+    for g, pool in enumerate(pools):
+        at = np.flatnonzero((worst == g) & np.isfinite(step))
+        if at.size:
+            lim = T.chance_step_max(pool_scenario(sc, pool), pool.accelerator, mode, cards[at], tau[at])
+            sure = np.isfinite(lim) & (lim > 0)
+            out[at] = sure & (step[at] <= lim * (1.0 - CHANCE_MARGIN))
+            band[at] = ~sure | ((step[at] > lim * (1.0 - CHANCE_MARGIN)) & (step[at] < lim * (1.0 + CHANCE_MARGIN)))
+    i = np.flatnonzero(band)
+    if i.size:
+        out[i] = chance_finish(sc, pools, u[i], cards[i], tau[i], step[i]) <= deadline
+    return out
+
+
 def deadline_ok(sc: Scenario, pools: tuple[PM.Pool, ...], used: np.ndarray[Any, Any], cards: np.ndarray[Any, Any],
                 tau: np.ndarray[Any, Any], step: np.ndarray[Any, Any], finish: np.ndarray[Any, Any],
                 ok: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """``ok`` and the deadline met: the finish by the date, or under a confidence its quantile
-    (:func:`chance_finish`, computed only where ``ok`` still holds)."""
+    (:func:`chance_met`, decided only where ``ok`` still holds)."""
     deadline = F.limit(F.DEADLINE, sc)
     if sc.task.confidence is None:
         return np.asarray(ok & (finish <= deadline))
@@ -267,9 +316,8 @@ def deadline_ok(sc: Scenario, pools: tuple[PM.Pool, ...], used: np.ndarray[Any, 
     at = np.flatnonzero(flat)
     if at.size:
         u = np.asarray(used, dtype=bool).reshape(flat.size, len(pools))[at]
-        fq = chance_finish(sc, pools, u, np.asarray(cards).reshape(-1)[at], np.asarray(tau).reshape(-1)[at],
-                           np.asarray(step).reshape(-1)[at])
-        flat[at] = fq <= deadline
+        flat[at] = chance_met(sc, pools, u, np.asarray(cards).reshape(-1)[at], np.asarray(tau).reshape(-1)[at],
+                              np.asarray(step).reshape(-1)[at])
     return ok
 
 
@@ -641,7 +689,7 @@ def staged_times(sc: Scenario, pool: PM.Pool, stages: int, layers: int, recomput
     psc = pool_scenario(sc, pool)
     psc = replace(psc, model=replace(psc.model, layers=stages * layers))
     with np.errstate(divide="ignore", invalid="ignore"):  # the all-stage pipeline's own finish is unused
-        r = evaluate_arrays(psc, pool.accelerator, recompute=recompute, **fixed_choices(psc),
+        r = evaluate_arrays(per_pool(psc), pool.accelerator, recompute=recompute, **fixed_choices(psc),
                             nics_per_host=pool_nics(psc, pool.accelerator), pp=stages,
                             zero_stage=psc.search.zero_stage[0], tp=rows["tp"], micro_batch=rows["micro_batch"],
                             dp=rows["dp"])
@@ -843,8 +891,8 @@ def pick_entry(ps: PoolsSolve, pick: Pick, sc: Scenario) -> dict[str, Any]:
         assert row is not None
         lay = {**tab.layouts[row]}
         with np.errstate(divide="ignore", invalid="ignore"):  # the group's own finish is not the job's
-            r = evaluate_arrays(at_share(tab.sc, pick.shares[g]), tab.pool.accelerator, **fixed_choices(tab.sc),
-                                nics_per_host=pool_nics(tab.sc, tab.pool.accelerator), **lay)
+            r = evaluate_arrays(per_pool(at_share(tab.sc, pick.shares[g])), tab.pool.accelerator,
+                                **fixed_choices(tab.sc), nics_per_host=pool_nics(tab.sc, tab.pool.accelerator), **lay)
         pools.append({"memory_per_card_gib": float(r["memory_per_card"]) / 2**30,
                       "usable_gib": tab.sc.system(tab.pool.accelerator).acc.memory_usable / 2**30,
                       "pool": tab.pool.label, "accelerator": tab.pool.accelerator, "owned": tab.pool.owned,

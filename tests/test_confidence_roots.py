@@ -223,3 +223,24 @@ def test_chandrupatla_root_takes_find_roots_steps_to_the_last_bit():
         ours, scipys = _find_root_both(f, lo, hi, args, tol)
         for mine, theirs in zip(ours, scipys, strict=True):
             assert np.array_equal(mine, theirs, equal_nan=True), (f, tol)
+
+
+def test_quantiles_found_in_lockstep_are_the_ones_found_one_at_a_time():
+    """Fn.find_quantiles (every root finding of a report in lockstep, one cdf call per round over all the laws)
+    returns the very bits of Distribution.quantile run one law at a time: on a sample of the grid's laws (with
+    and without step error and event sources; levels from 1 % to 99.9 %) and each law's removals of a source
+    (the risk shares' roots), each checked against a fresh law that finds its root alone."""
+    def law(i: int, sigma: float | None = None) -> Fn.Distribution:
+        names = tuple(s.name for s in Fn.SOURCES)
+        ev = Fn.Events(names, np.array([1e-6 * (k + 1) * (i % 4) * (k != i % 5) for k in range(len(names))]),
+                       np.full(len(names), 60.0 * (1 + i % 3)), np.full(len(names), 600.0))
+        return Fn.Distribution(3600.0, 0.5 * ROOM[i], SAVES[i], SIGMA[i] if sigma is None else sigma, ev)
+
+    asks = []
+    for n, i in enumerate(sample(24)):
+        d = law(int(i))
+        asks += [(d, q) for q in (0.01, 0.5, 0.9, 0.99, 0.999)[n % 3:]] + d.risk_asks(float(Q[i]))
+    Fn.find_quantiles(asks)
+    for d, q in asks:
+        alone = Fn.Distribution(d.reserved, d.work, d.saves, d.sigma, d.events)
+        assert d.found[q] == alone.quantile(q), (d, q)

@@ -91,5 +91,38 @@ def test_reachable_skips_the_levels_the_report_decided():
     met, missed = 0.5, min(want + 0.004, 0.999)
     got = C.reachable(sc, "enumerate", Request(), solve=counting(1), met=met, missed=missed)
     assert got == want
-    assert asked[1] == [q for q in asked[0] if met < q < missed]
+    assert all(met < q < missed for q in asked[1])
     assert len(asked[1]) < len(asked[0])
+
+
+def test_reachable_answers_every_level_as_a_solve_would():
+    """reachable skips the levels a plan it already found meets (confidence.meets: the plan's families evaluated
+    at the level). The reference here is the bisection written out with a solve at every level (no skipping):
+    the same answer, the levels solved are among the reference's, and every level skipped is one where the
+    reference's solve found a plan."""
+    from tpopt.optimizer import confidence as C
+    from tpopt.optimizer.result import Status
+
+    sc = load_scenario(EXAMPLES / "llama3-8b-confidence.toml", {"schedule.deadline": "4d"})
+    verdict: dict[float, bool] = {}
+
+    def plain(q: float) -> bool:
+        r = core.solve(at(sc, q), "enumerate", Request(objective="time"))
+        verdict[q] = r.status != Status.INFEASIBLE
+        return verdict[q]
+
+    lo, hi = 0.01, 0.999
+    assert plain(lo) and not plain(hi)
+    while hi - lo > 1e-3:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if plain(mid) else (lo, mid)
+    asked: list[float] = []
+
+    def counting(s, backend, req):
+        asked.append(s.task.confidence)
+        return C.one_space(s, backend, req)
+
+    assert C.reachable(sc, "enumerate", Request(), solve=counting) == lo
+    assert set(asked) <= set(verdict)
+    assert all(verdict[q] for q in set(verdict) - set(asked))
+    assert len(asked) < len(verdict)

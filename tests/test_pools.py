@@ -562,3 +562,25 @@ def test_mixed_sigma_is_the_largest_of_its_pools(monkeypatch):
     e = OP.chance_entry(sc, [0, 1], 32, 3600.0, 1.5)
     assert e["step_sigma"] == 0.20 and e["pool_sigmas"] == {"h100-sxm": 0.05, "a100-80gb-sxm": 0.20}
     assert "the largest of its pools'" in OP.chance_text(e)[0]
+
+
+@pytest.mark.parametrize("level", [0.5, 0.95, 0.999])
+def test_chance_met_is_the_finish_quantile_within_the_deadline(level):
+    """pools.chance_met (the verdict from the chance step limit of each card count, the quantile only near it) is
+    exactly chance_finish(...) <= deadline, the finish quantile's own verdict: on one-pool and two-pool plans with
+    steps from a tenth of the limit to ten times it, and at 1e-9, 1e-7 and 1e-5 relative either side of it."""
+    sc = load_scenario(ROOT / "examples" / "pools-h100-a100.toml")
+    sc = replace(sc, task=replace(sc.task, confidence=level))
+    cards = np.repeat(np.array([64.0, 512.0, 1024.0, 1536.0]), 2)
+    used = np.array([[True, False], [True, True]] * 4)
+    tau = np.asarray(OP._job(sc, cards, np.ones(cards.size))[1], dtype=float)
+    worst = OP.worst_pool(sc, sc.pools, used, cards)
+    lim = np.array([float(T.chance_step_max(OP.pool_scenario(sc, sc.pools[g]), sc.pools[g].accelerator,
+                                            sc.search.save_mode[0], c, t))
+                    for g, c, t in zip(worst, cards, tau, strict=True)])
+    factors = np.array([0.1, 0.5, 1 - 1e-5, 1 - 1e-7, 1 - 1e-9, 1.0, 1 + 1e-9, 1 + 1e-7, 1 + 1e-5, 2.0, 10.0])
+    c, t, u = (np.repeat(x, factors.size, axis=0) for x in (cards, tau, used))
+    step = (lim[:, None] * factors[None, :]).reshape(-1)
+    exact = OP.chance_finish(sc, sc.pools, u, c, t, step) <= F.limit(F.DEADLINE, sc)
+    assert exact.any() and not exact.all()
+    assert OP.chance_met(sc, sc.pools, u, c, t, step).tolist() == exact.tolist()

@@ -367,11 +367,13 @@ def _pairs(cards: ArrayLike, interval: ArrayLike) -> tuple[NDArray[np.complex128
     return uniq, inverse.reshape(-1), tuple(c.shape)
 
 
-def chance_fill(sc: Scenario, acc: str, asks: list[tuple[str, ArrayLike, ArrayLike]], ep: float = 1) -> None:
+def chance_fill(sc: Scenario, acc: str, asks: list[tuple[str, ArrayLike, ArrayLike]], ep: float = 1,
+                eps: list[float] | None = None) -> None:
     """Find the chance roots (finish.max_work) of every (save mode, cards, interval) asked that is not
     remembered yet, all in ONE vectorised root finding: one row per distinct (mode, cards, interval)
     tuple, whatever the number of asks (the enumerator asks for its whole space before it starts); each
-    row with its plan's own sigma (:func:`step_sigma` at its cards and ``ep``)."""
+    row with its plan's own sigma (:func:`step_sigma` at its cards and ``ep``; ``eps``: each ask's own
+    expert parallelism instead, a MoE table's levels in the one root finding)."""
     q = sc.task.confidence
     if q is None:
         raise ValueError("chance_fill needs a confidence")
@@ -381,14 +383,14 @@ def chance_fill(sc: Scenario, acc: str, asks: list[tuple[str, ArrayLike, ArrayLi
     # their cumulants overflow to inf and their root is no finite work, i.e. the plan misses the level; numpy's
     # warnings on those elements are expected here, not news for the user's stderr
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        for mode, cards, interval in asks:
-            key = _chance_key(sc, acc, mode, ep)  # the key hashed once per ask
+        for (mode, cards, interval), e in zip(asks, eps or [ep] * len(asks), strict=True):
+            key = _chance_key(sc, acc, mode, e)  # the key hashed once per ask
             memo = _CHANCE_MEMO.setdefault(key, {})
             pairs = _pairs(cards, interval)[0]
             todo = pairs[[p not in memo for p in pairs.tolist()]]
             if len(todo):
                 found.append((memo, todo))
-                parts.append(_law_inputs_remembered(sc, acc, mode, todo, ep, key))
+                parts.append(_law_inputs_remembered(sc, acc, mode, todo, e, key))
         if not found:
             return
         saves = np.concatenate([p[0] for p in parts])
@@ -418,6 +420,8 @@ def chance_step_max(sc: Scenario, acc: str, save_mode: str, cards: ArrayLike, sa
     levels = np.unique(np.asarray(ep, dtype=float)) if sc.model.moe else np.array([1.0])
     if len(levels) > 1:
         c, t, e = np.broadcast_arrays(_f(cards), _f(save_interval), _f(ep))
+        chance_fill(sc, acc, [(save_mode, c[e == level], t[e == level]) for level in levels],
+                    eps=[float(level) for level in levels])  # every level's roots in one root finding
         res = np.empty(c.shape)
         for level in levels:
             at = e == level
