@@ -431,7 +431,8 @@ def recompute_workspace(sc: Scenario, *, recompute: str, tp: ArrayLike, cp: Arra
 
 
 def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike, mb: ArrayLike,
-              ep: ArrayLike = 1, etp: ArrayLike = 0, cap: ArrayLike = 0.0, stage: str = PEAK) -> Floats:
+              ep: ArrayLike = 1, etp: ArrayLike = 0, cap: ArrayLike = 0.0, stage: str = PEAK,
+              schedule: str = "1f1b", dp: ArrayLike = 1) -> Floats:
     """Buffers live with the activations: the loss's logits (as the stack computes its loss), ZeRO-3 gathered
     units (with pp > 1 the stage's gathered weights and accumulated unsharded gradients:
     memory.zero3_pipeline_bytes), pipeline send/recv (all of a card's b s / cp tokens), a MoE block's
@@ -442,7 +443,9 @@ def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1
     activations (:func:`per_microbatch_pipeline`). The logits and the CP
     buffers are live in different phases (the loss; one layer's attention), so the larger of the two counts.
     ``stage``: on the stages of one class only, in the per-operation model the logits belong to the last stage
-    alone (the first and middle classes of pp > 1 hold none)."""
+    alone (the first and middle classes of pp > 1 hold none). Under torch.distributed.pipelining (a per-micro-batch
+    runtime) an interleaved rank whose chunks run their backwards one after the other holds one chunk's unsharded
+    gradients at a time (:func:`_zero3_grad_share`)."""
     mem = sc.memory
     a = sc.model
     cpb: Floats = context.buffer_bytes(context.ring_kv_arch(a, sc.stack.kv_repeat), sc.task.seq_len, mb, tp, cp,
@@ -465,7 +468,8 @@ def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1
         logits = np.where(_f(pp) > 1, 0.0, logits)
     # ZeRO-3 with pp > 1: the stage's weights stay gathered and its unsharded gradients accumulate
     # (memory.zero3_pipeline_bytes) in place of the per-unit gather buffers
-    staged = memory.zero3_pipeline_bytes(card_params(sc, tp, pp, ep, etp, stage), rec) \
+    staged = memory.zero3_pipeline_bytes(card_params(sc, tp, pp, ep, etp, stage), rec,
+                                         grad_share=_zero3_grad_share(sc, schedule, pp, dp, mb)) \
         if np.any(_f(zero) >= 3) and np.any(_f(pp) > 1) else 0.0
     # the loss's logits live from the LM head's forward to its backward, the CP buffers inside one layer's attention
     # (context.buffer_bytes), which runs before the loss or, in the backward, after the loss's backward freed them:
@@ -475,6 +479,17 @@ def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1
                        + (0.0 if sc.stack.pp_buffers != "send-recv" else
                           np.where(_f(pp) > 1, memory.pipeline_buffer_bytes(a, s, mb, tp, mem.activation_bytes), 0.0)))
     return buffers
+
+
+def _zero3_grad_share(sc: Scenario, schedule: str, pp: ArrayLike, dp: ArrayLike, mb: ArrayLike) -> FloatArray:
+    """memory.pipeline_grad_chunks_live per plan: the share of the stage's unsharded gradients live at once, 1 but
+    under a per-micro-batch runtime (torch.distributed.pipelining, the stack's ``pp_buffers``) running interleaved
+    chunks in one round (m = ceil(grad_accum) <= pp)."""
+    base, v = schedule_parts(str(schedule))
+    m = np.ceil(grad_accum(sc, dp, mb) - 1e-9)
+    if sc.stack.pp_buffers == "send-recv":
+        return np.ones(np.broadcast(_f(pp), m).shape)
+    return memory.pipeline_grad_chunks_live(base, pp, m, v)
 
 
 def per_microbatch_pipeline(sc: Scenario, *, schedule: str, tp: ArrayLike, cp: ArrayLike, pp: ArrayLike,
@@ -587,8 +602,8 @@ def memory_by_stage(sc: Scenario, *, schedule: str, recompute: str, zero: int, o
     per_layer = float(_stored_per_layer(sc, recompute=recompute, tp=tp, cp=cp, mb=mb))
     one = float(_routed_per_block(sc, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap)) if a.moe else 0.0
     workspace = float(recompute_workspace(sc, recompute=recompute, tp=tp, cp=cp, mb=mb))
-    temp_last = float(temporary(sc, zero=zero, tp=tp, cp=cp, pp=pp, mb=mb, ep=ep, etp=etp, cap=cap, stage="last"))
-    temp_other = float(temporary(sc, zero=zero, tp=tp, cp=cp, pp=pp, mb=mb, ep=ep, etp=etp, cap=cap, stage="first"))
+    temp_last, temp_other = (float(temporary(sc, zero=zero, tp=tp, cp=cp, pp=pp, mb=mb, ep=ep, etp=etp, cap=cap,
+                                             stage=k, schedule=schedule, dp=dp)) for k in ("last", "first"))
     pipe = _pipeline_stage_bytes(sc, schedule, tp, cp, p, ga, mb)
     st = sc.stack
     out: list[StageMemory] = []
