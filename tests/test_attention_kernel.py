@@ -122,4 +122,7 @@ def test_nemo_2403_runs_the_portable_attention_and_delayed_scaling():
     assert (p.tp_overlap, p.dp_overlap, p.recompute) == (ref.tp_overlap, ref.dp_overlap, ref.recompute)
     # its kernel factor is benchmarks/fit_stacks.py's on its own runs (a stack the cards were not fitted on), stated
     assert p.sources["kernel_efficiency"].startswith("fitted: benchmarks/fit_stacks.py")
-    assert 0 < p.kernel_efficiency <= 1
+    # NeMo 24.03 runs Megatron-Core's own Transformer Engine kernels, so with its attention described (the portable
+    # kernel) its rows fit at the reference kernels: within 2 % of 1 (fit_stacks' grid, 0.30-1.60, allows either
+    # side; 0.946 before the H100 attention share moved to FlashAttention-3's causal figure, 1.009 after)
+    assert abs(p.kernel_efficiency - 1) <= 0.02

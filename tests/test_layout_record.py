@@ -37,7 +37,9 @@ def old_table_variables(moe: bool) -> dict:
         "mem.states": ("zero", "offload", "tp", "cp", "pp", "dp") + ep,
         "mem.copies": ("schedule", "tp", "pp") + ep,
         "mem.activations": acts, "mem.activations.lo": acts, "mem.activations.hi": acts,
-        "mem.temporary": ("zero", "tp", "cp", "pp", "mb") + ep + cap,
+        # the schedule and data parallelism joined it with torch pipelining's interleaved gradient release
+        # (terms.memory._zero3_grad_share: one chunk's unsharded gradients live when m <= pp)
+        "mem.temporary": ("zero", "tp", "cp", "pp", "mb") + ep + cap + ("schedule", "dp"),
         "mem.host": host, "ok.memory.host": host,
         "time.compute": compute, "time.compute.lo": compute, "time.compute.hi": compute,
         "time.exposed_dp": ("acc", "zero", "recompute", "sp", "tp", "cp", "pp", "dp", "mb", "nics") + ep + cap,

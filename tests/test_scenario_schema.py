@@ -144,6 +144,7 @@ SAMPLES = {
     "moe.a2a_overlap": ('"all"', "all"),
     "moe.dispatcher": ('"per-host"', "per-host"),
     "moe.node_limit": ("4", 4),
+    "moe.cuda_graphs": ("true", True),
     "scenario.name": ('"my-run"', "my-run"),
     "scenario.description": ('"what is trained"', "what is trained"),
     "market.offers": ('"all"', "all"),

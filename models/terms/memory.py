@@ -469,7 +469,7 @@ def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1
     # ZeRO-3 with pp > 1: the stage's weights stay gathered and its unsharded gradients accumulate
     # (memory.zero3_pipeline_bytes) in place of the per-unit gather buffers
     staged = memory.zero3_pipeline_bytes(card_params(sc, tp, pp, ep, etp, stage), rec,
-                                         grad_share=_zero3_grad_share(sc, schedule, pp, dp, mb)) \
+                                         grad_share=_zero3_grad_share(sc, schedule=schedule, pp=pp, dp=dp, mb=mb)) \
         if np.any(_f(zero) >= 3) and np.any(_f(pp) > 1) else 0.0
     # the loss's logits live from the LM head's forward to its backward, the CP buffers inside one layer's attention
     # (context.buffer_bytes), which runs before the loss or, in the backward, after the loss's backward freed them:
@@ -481,7 +481,7 @@ def temporary(sc: Scenario, *, zero: ArrayLike, tp: ArrayLike, cp: ArrayLike = 1
     return buffers
 
 
-def _zero3_grad_share(sc: Scenario, schedule: str, pp: ArrayLike, dp: ArrayLike, mb: ArrayLike) -> FloatArray:
+def _zero3_grad_share(sc: Scenario, *, schedule: str, pp: ArrayLike, dp: ArrayLike, mb: ArrayLike) -> FloatArray:
     """memory.pipeline_grad_chunks_live per plan: the share of the stage's unsharded gradients live at once, 1 but
     under a per-micro-batch runtime (torch.distributed.pipelining, the stack's ``pp_buffers``) running interleaved
     chunks in one round (m = ceil(grad_accum) <= pp)."""
@@ -520,7 +520,8 @@ def per_microbatch_pipeline(sc: Scenario, *, schedule: str, tp: ArrayLike, cp: A
     return out
 
 
-def _pipeline_stage_bytes(sc: Scenario, schedule: str, tp: int, cp: int, p: int, ga: float, mb: int) -> list[float]:
+def _pipeline_stage_bytes(sc: Scenario, *, schedule: str, tp: int, cp: int, p: int, ga: float,
+                          mb: int) -> list[float]:
     """Per stage of a p-stage plan, :func:`per_microbatch_pipeline`'s bytes (zeros for a send-recv runtime or one
     stage)."""
     if sc.stack.pp_buffers == "send-recv" or p <= 1:
@@ -604,7 +605,7 @@ def memory_by_stage(sc: Scenario, *, schedule: str, recompute: str, zero: int, o
     workspace = float(recompute_workspace(sc, recompute=recompute, tp=tp, cp=cp, mb=mb))
     temp_last, temp_other = (float(temporary(sc, zero=zero, tp=tp, cp=cp, pp=pp, mb=mb, ep=ep, etp=etp, cap=cap,
                                              stage=k, schedule=schedule, dp=dp)) for k in ("last", "first"))
-    pipe = _pipeline_stage_bytes(sc, schedule, tp, cp, p, ga, mb)
+    pipe = _pipeline_stage_bytes(sc, schedule=schedule, tp=tp, cp=cp, p=p, ga=ga, mb=mb)
     st = sc.stack
     out: list[StageMemory] = []
     for g, n in enumerate(split):
