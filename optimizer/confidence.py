@@ -146,14 +146,14 @@ def reachable(sc: Scenario, backend: str | Solver, req: Request, tol: float = 1e
     an earlier solve meets (:func:`meets`) is met without a solve too: the design case's bisection solves one
     level of six."""
     sub = _on_clock(req, "time")
-    known: list[tuple[float, Scenario, Evaluation]] = []  # (P(on time), scenario, plan) of the plans found
+    known: list[tuple[float, Scenario, Evaluation, bool]] = []  # (P(on time), scenario, plan, others_met)
 
     def ok(q: float) -> bool:
         if met is not None and q <= met:
             return True
         if missed is not None and q >= missed:
             return False
-        if any(p >= q and meets(at, ev, q) for p, at, ev in known):
+        if any(p >= q and others and meets(at, ev, q, others=True) for p, at, ev, others in known):
             return True  # a plan already found meets level q: the solve would find one too
         if sub.clock is not None and sub.clock.expired("bisecting the reachable confidence"):
             raise Undecided(f"confidence {q:.4g}")
@@ -162,7 +162,8 @@ def reachable(sc: Scenario, backend: str | Solver, req: Request, tol: float = 1e
             return False
         if r.best is None:  # unknown: cut short by the limit
             raise Undecided(f"confidence {q:.4g}")
-        known.append((float(law_of(at, r.best).cdf(F.limit(F.DEADLINE, at))), at, r.best))
+        known.append((float(law_of(at, r.best).cdf(F.limit(F.DEADLINE, at))), at, r.best,
+                      level_free_met(at, r.best)))
         return True  # a plan meets level q (optimal, or feasible when the limit cut the solve short)
 
     try:
@@ -185,15 +186,41 @@ count it (the solve's tables and one plan's evaluation agree far closer: the mar
 boundary to the solve's own verdict)."""
 
 
-def meets(sc: Scenario, ev: Evaluation, q: float) -> bool:
-    """Whether the plan ``ev`` (found in ``sc`` at some level) meets confidence ``q`` as a solve at ``q`` would
-    check it: its every constraint family evaluated at ``q`` (only the deadline's chance form moves with the
-    level), the step at least :data:`MEETS_MARGIN` (relative) below the chance step limit. A plan that meets
-    ``q`` proves level ``q`` reachable without a solve (:func:`reachable`)."""
+LEVEL_BOUND = (F.STEP_BUDGET, F.DEADLINE)
+"""The families whose limit or value moves with the confidence level (the deadline's chance form: the chance
+step limit and the finish quantile); every other family's value and limit are the same at every level."""
+
+
+def _plan_arrays(sc: Scenario, ev: Evaluation, q: float) -> tuple[Scenario, dict[Any, Any]]:
+    """The plan ``ev``'s scenario at level ``q`` (its batch and options) and its arrays evaluated there."""
     plan = ev.plan
     at = replace(sc, task=replace(sc.task, confidence=q))
     at = E.with_plan_options(E.at_plan_batch(at, plan), plan)
-    r = E.evaluate_arrays(at, plan.accelerator, **evaluate_keywords(plan))
+    return at, E.evaluate_arrays(at, plan.accelerator, **evaluate_keywords(plan))
+
+
+def level_free_met(sc: Scenario, ev: Evaluation) -> bool:
+    """Whether the plan ``ev`` (found in ``sc``) meets every family but the level's own (:data:`LEVEL_BOUND`):
+    the same verdict at every confidence level, so :func:`reachable` evaluates it once per plan found."""
+    _, r = _plan_arrays(sc, ev, sc.task.confidence if sc.task.confidence is not None else 0.95)
+    return all(bool(np.all(v <= lim)) for name, (v, lim) in
+               ((k[1], x) for k, x in r.items() if isinstance(k, tuple) and k[0] == "c") if name not in LEVEL_BOUND)
+
+
+def meets(sc: Scenario, ev: Evaluation, q: float, *, others: bool = False) -> bool:
+    """Whether the plan ``ev`` (found in ``sc`` at some level) meets confidence ``q`` as a solve at ``q`` would
+    check it: its every constraint family evaluated at ``q`` (only the deadline's chance form moves with the
+    level), the step at least :data:`MEETS_MARGIN` (relative) below the chance step limit. A plan that meets
+    ``q`` proves level ``q`` reachable without a solve (:func:`reachable`). ``others``: the caller knows the
+    plan meets every other family (:func:`level_free_met`); then only the chance step limit at ``q`` is found
+    (the deadline family's chance value R + (D - R) step / limit is below D whenever the step keeps the margin
+    below the limit)."""
+    plan = ev.plan
+    if others:
+        at = E.with_plan_options(E.at_plan_batch(replace(sc, task=replace(sc.task, confidence=q)), plan), plan)
+        limit = T.chance_step_max(at, plan.accelerator, plan.save_mode, plan.cards, plan.save_interval_s, plan.ep)
+        return float(ev.metrics["step_s"]) <= float(limit) * (1.0 - MEETS_MARGIN)
+    _, r = _plan_arrays(sc, ev, q)
     step, limit = r[("c", F.STEP_BUDGET)]
     return bool(np.all(r["feasible"])) and float(step) <= float(limit) * (1.0 - MEETS_MARGIN)
 
@@ -282,7 +309,7 @@ def quantile_table(law: Fn.Distribution, levels: tuple[float, ...] = LEVELS) -> 
 
 
 __all__ = ["LEVELS", "STEP_UP", "Solve", "one_space", "law_of", "dominant", "progress_marks", "distribution_entry",
-           "reachable", "meets", "MEETS_MARGIN",
+           "reachable", "meets", "MEETS_MARGIN", "LEVEL_BOUND", "level_free_met",
            "remainder", "layout_change_s", "replan", "quantile_table", "parse_levels", "cost_against_confidence"]
 
 
