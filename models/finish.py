@@ -62,23 +62,27 @@ GB200 DeepSeek-V3, GB200 Qwen3-235B, mb H100 DeepSeek-V3, H100 70B), each predic
 the other tables only, or the catalog's public measurements where no other table has the card."""
 
 
-def rms_log_error(errors_pct: tuple[float, ...]) -> float:
-    """The RMS log error of step-time errors in percent, sqrt(mean(ln(1 + e / 100)^2)): the log-sd of
-    predicted / measured (:func:`residual_sigma` of the ratios 1 + e / 100)."""
-    return math.sqrt(sum(math.log1p(e / 100.0) ** 2 for e in errors_pct) / len(errors_pct))
+def residual_sigma(ratios: ArrayLike) -> float:
+    """The lognormal sigma of predicted / measured step-time ratios: sqrt(mean(ln(ratio)^2)) (the RMS log
+    error; a median-1 lognormal's log-sd). benchmarks/validate_published.py prints it over its leave-one-out
+    and leave-one-source-out predictions: the catalog's ``residual_sigma`` and :data:`DEFAULT_STEP_SIGMA`."""
+    r = np.asarray(ratios, dtype=float)
+    if r.size == 0 or not np.all(np.isfinite(r)) or np.any(r <= 0):
+        raise InputError("residual_sigma needs positive, finite step-time ratios")
+    return float(np.sqrt(np.mean(np.log(r) ** 2)))
 
 
-DEFAULT_STEP_SIGMA = round(rms_log_error(VALIDATION_LOSO_ERRORS), 3)
+DEFAULT_STEP_SIGMA = round(residual_sigma([1 + e / 100 for e in VALIDATION_LOSO_ERRORS]), 3)
 """The catalog sigmas (the flat model's, and where no uncertainty table is attached; under the per-operation model
 each plan's own sigma comes from catalogs/uncertainty.toml by its distance from the evidence,
 tpopt.models.evidence). Log-sd of measured / predicted step time on a card no validation table covers (no
 ``residual_sigma`` in performance.toml, no calibration of one's own): the RMS log error of the modern table's
 leave-one-source-out predictions (:data:`VALIDATION_LOSO_ERRORS`: 0.081), how far the model is off on cards it was
-not fitted on, on the stack its fit ran (Megatron-Core); the A100 tables' are 0.035; the 2024-2026 table's 0.206
-comes mostly from stacks, MoE and long context no other table ran, which the stack sigmas below and the
-per-operation model's factors carry (its five dense Megatron-Core runs alone, D1, D2, B4-B6: 0.091).
-benchmarks/validate_published.py prints it. Covered cards ship their own leave-one-out RMS
-(``residual_sigma``: A100 0.030, H100 0.070; B200 and GB200, under 4 runs each, this default), with the stacks it
+not fitted on, on the stack its fit ran (Megatron-Core); the A100 tables' are 0.035; the 2024-2026 table's larger
+spread comes mostly from stacks, MoE and long context no other table ran, which the stack sigmas below and the
+per-operation model's factors carry. benchmarks/validate_published.py prints it beside this value. Covered cards
+ship their own leave-one-out RMS (``residual_sigma``: A100 0.030, H100 0.048, GB200 0.091; B200, under 4 runs, this
+default), with the stacks it
 was measured on (``residual_sigma_stacks``); ``tpopt calibrate`` replaces it with a calibration's residual spread.
 Stacks carry their own (catalogs/stacks.toml ``residual_sigma``: their runs' leave-one-out RMS, Megatron-LM 2021
 0.030, Megatron-Core 0.054; a stack no table ran, the public anchors' RMS log error 0.154, :data:`ANCHOR_SPEEDS`:
@@ -133,16 +137,6 @@ class Risk:
 SIGMA_MIN_RUNS = 4
 """Fewest leave-one-out predictions whose RMS a card's ``residual_sigma`` is taken from alone; with fewer
 (two runs estimate no spread) the card gets the larger of theirs and :data:`DEFAULT_STEP_SIGMA`."""
-
-
-def residual_sigma(ratios: ArrayLike) -> float:
-    """The lognormal sigma of predicted / measured step-time ratios: sqrt(mean(ln(ratio)^2)) (the RMS log
-    error; a median-1 lognormal's log-sd). benchmarks/validate_published.py prints it over its leave-one-out
-    and leave-one-source-out predictions: the catalog's ``residual_sigma`` and :data:`DEFAULT_STEP_SIGMA`."""
-    r = np.asarray(ratios, dtype=float)
-    if r.size == 0 or not np.all(np.isfinite(r)) or np.any(r <= 0):
-        raise InputError("residual_sigma needs positive, finite step-time ratios")
-    return float(np.sqrt(np.mean(np.log(r) ** 2)))
 
 
 def parse_confidence(text: object) -> float:
@@ -886,7 +880,7 @@ def normal_quantile(q: float) -> float:
 __all__ = [
     "Risk", "Source", "SOURCES", "SOURCE_NAMES", "STEP_ERROR", "Exposure", "Events", "Distribution",
     "DEFAULT_STEP_SIGMA", "DEFAULT_STEP_SIGMA_SOURCE", "ANCHOR_SPEEDS", "VALIDATION_LOO_ERRORS",
-    "VALIDATION_LOSO_ERRORS", "rms_log_error",
+    "VALIDATION_LOSO_ERRORS",
     "SLOW_FACTOR", "SLOW_DURATION_S", "SLOW_RATE_PER_CARD_S", "SIGMA_MIN_RUNS",
     "residual_sigma", "parse_confidence", "uniform_moments", "gamma_cdf", "cdf", "plan_distribution",
     "max_work", "quantiles", "brent_root", "brent_steps", "drive", "find_quantiles", "Steps", "event_cumulants",

@@ -191,12 +191,16 @@ LEVEL_BOUND = (F.STEP_BUDGET, F.DEADLINE)
 step limit and the finish quantile); every other family's value and limit are the same at every level."""
 
 
-def _plan_arrays(sc: Scenario, ev: Evaluation, q: float) -> tuple[Scenario, dict[Any, Any]]:
-    """The plan ``ev``'s scenario at level ``q`` (its batch and options) and its arrays evaluated there."""
+def _at_level(sc: Scenario, ev: Evaluation, q: float) -> Scenario:
+    """The plan ``ev``'s scenario at confidence level ``q``, with the plan's batch and options."""
     plan = ev.plan
-    at = replace(sc, task=replace(sc.task, confidence=q))
-    at = E.with_plan_options(E.at_plan_batch(at, plan), plan)
-    return at, E.evaluate_arrays(at, plan.accelerator, **evaluate_keywords(plan))
+    return E.with_plan_options(E.at_plan_batch(replace(sc, task=replace(sc.task, confidence=q)), plan), plan)
+
+
+def _plan_arrays(sc: Scenario, ev: Evaluation, q: float) -> tuple[Scenario, dict[Any, Any]]:
+    """The plan ``ev``'s scenario at level ``q`` (:func:`_at_level`) and its arrays evaluated there."""
+    at = _at_level(sc, ev, q)
+    return at, E.evaluate_arrays(at, ev.plan.accelerator, **evaluate_keywords(ev.plan))
 
 
 def level_free_met(sc: Scenario, ev: Evaluation) -> bool:
@@ -217,7 +221,7 @@ def meets(sc: Scenario, ev: Evaluation, q: float, *, others: bool = False) -> bo
     below the limit)."""
     plan = ev.plan
     if others:
-        at = E.with_plan_options(E.at_plan_batch(replace(sc, task=replace(sc.task, confidence=q)), plan), plan)
+        at = _at_level(sc, ev, q)
         limit = T.chance_step_max(at, plan.accelerator, plan.save_mode, plan.cards, plan.save_interval_s, plan.ep)
         return float(ev.metrics["step_s"]) <= float(limit) * (1.0 - MEETS_MARGIN)
     _, r = _plan_arrays(sc, ev, q)

@@ -65,12 +65,29 @@ class Oracle(Protocol):
              cards: Cards = None) -> Evaluation | None: ...
 
 
+class PlanEvaluations:
+    """A space's plans evaluated exactly, each once per oracle, by their index: the questions of one report often
+    answer with one plan (the binding questions a family does not bind all answer the optimum; the closest plan
+    to two families, an alternative's best and closest plan), and they share its evaluation."""
+
+    def __init__(self, space: Space) -> None:
+        self.space = space
+        self._done: dict[tuple[tuple[str, int], ...], Evaluation] = {}
+
+    def __call__(self, idx: Mapping[str, int]) -> Evaluation:
+        key = tuple(sorted(idx.items()))
+        got = self._done.get(key)
+        if got is None:
+            got = self._done[key] = evaluate(self.space.sc, self.space.plan(idx))
+        return got
+
+
 class TableOracle:
     def __init__(self, space: Space):
         self.space = space
         self.table = PointTable.build(space)
         self.name = "enumeration"
-        self._evaluated: dict[tuple[tuple[str, int], ...], Evaluation] = {}  # a point's exact evaluation, once
+        self._evaluation = PlanEvaluations(space)
 
     def best(self, enforced: Collection[str], objective: str, restrict: Restrict | None = None,
              cards: Cards = None) -> Evaluation | None:
@@ -82,15 +99,6 @@ class TableOracle:
         """Among plans meeting ``enforced``, the one nearest to meeting ``family``."""
         a = self.table.closest(self.table.mask(enforced, restrict, cards), family)
         return self._evaluation(a) if a else None
-
-    def _evaluation(self, a: Mapping[str, int]) -> Evaluation:
-        """The point's exact evaluation, computed once per oracle (the binding questions that a family does not
-        bind all answer the optimum itself; an alternative's best and closest plans are often one plan)."""
-        key = tuple(sorted(a.items()))
-        got = self._evaluated.get(key)
-        if got is None:
-            got = self._evaluated[key] = evaluate(self.space.sc, self.space.plan(a))
-        return got
 
 
 class SolverOracle:
@@ -141,7 +149,7 @@ class LayoutOracle:
         self.pending: PendingGroups | None = None  # layout groups whose compute bounds are still relaxed
         self.questions = 0
         self.check = check  # called before each layout evaluation (a time limit can raise there)
-        self._plans: dict[tuple[tuple[str, int], ...], Evaluation] = {}  # answers evaluated, by index dict
+        self._evaluated = PlanEvaluations(space)
 
     @property
     def bounds(self) -> LayoutBounds:
@@ -350,15 +358,6 @@ class LayoutOracle:
                 idx.update({e: int(x) for e, x in zip(EXTRAS_ALL, np.unravel_index(i, shape), strict=False)})
                 points.append(idx)
         return float(least), float(c_at.min()), points
-
-    def _evaluated(self, idx: dict[str, int]) -> Evaluation:
-        """The plan at ``idx`` evaluated, once per report: questions that answer with the same plan (the closest
-        plan to two families, the best plan without either) share its evaluation."""
-        key = tuple(sorted(idx.items()))
-        got = self._plans.get(key)
-        if got is None:
-            got = self._plans[key] = evaluate(self.space.sc, self.space.plan(idx))
-        return got
 
     def _as_table(self) -> TableOracle:
         if self._table is None:
