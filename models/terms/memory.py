@@ -202,14 +202,12 @@ def activations(sc: Scenario, *, schedule: str, recompute: str, sp: bool | None 
         per_layer = _stored_per_layer(sc, recompute=recompute, tp=tp, cp=cp, mb=mb)
         one = _routed_per_block(sc, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap)
         ga = grad_accum(sc, dp, mb)
-        return _weighted_layer_sets(sc, schedule, pp, ga, peak, per_layer, one, stage) + workspace + (
-            per_microbatch_pipeline(sc, schedule=schedule, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, stage=stage)
-            if sc.stack.pp_buffers != "send-recv" else 0.0)
+        return _weighted_layer_sets(sc, schedule, pp, ga, peak, per_layer, one, stage) + workspace \
+            + per_microbatch_pipeline(sc, schedule=schedule, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, stage=stage)
     out = stored_activations(sc, schedule=schedule, recompute=recompute, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb,
                              peak=peak, stage=stage) + workspace \
         - offloaded_activations(sc, recompute=recompute, tp=tp, cp=cp, pp=pp, mb=mb)
-    if sc.stack.pp_buffers != "send-recv":  # the pipeline runtime's boundary tensors per micro-batch
-        out = out + per_microbatch_pipeline(sc, schedule=schedule, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, stage=stage)
+    out = out + per_microbatch_pipeline(sc, schedule=schedule, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, stage=stage)
     if sc.model.moe:
         out = out + moe_activations(sc, schedule=schedule, recompute=recompute, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb,
                                     ep=ep, etp=etp, cap=cap, peak=peak, stage=stage)
@@ -503,7 +501,10 @@ def per_microbatch_pipeline(sc: Scenario, *, schedule: str, tp: ArrayLike, cp: A
     u_g boundary tensors (one micro-batch's hidden states, sequence-parallel under TP) and o_g last-stage outputs
     (the logits, vocabulary-split under TP, kept for the step's merge). Llama 3.1 405B, TP 8 x PP 8, 1F1B,
     8 micro-batches of 4 x 8,192 tokens: 128 MiB a boundary tensor, 16 of them (2 GiB) on the first rank; 7 and
-    8 x 1 GiB of BF16 logits (8.8 GiB) on the last."""
+    8 x 1 GiB of BF16 logits (8.8 GiB) on the last. 0 under a send-recv runtime (Megatron: its pair is among the
+    temporary buffers, :func:`temporary`)."""
+    if sc.stack.pp_buffers == "send-recv":
+        return np.zeros(())
     a, e = sc.model, sc.memory.activation_bytes
     s = sc.task.seq_len / _f(cp)
     beta = memory.pipeline_buffer_bytes(a, s, mb, tp, e) / 4.0  # one boundary tensor (of the send and receive four)
