@@ -26,7 +26,7 @@ from tpopt.catalogs.declare import (
 )
 from tpopt.catalogs.tables import builtin_toml, check_keys, read_text_capped
 from tpopt.errors import InputError
-from tpopt.models.context import CP_RINGS
+from tpopt.models.context import CP_MERGES, CP_RINGS
 from tpopt.models.hardware import StackProfile
 from tpopt.models.memory import LOSS_KINDS, PP_BUFFERS
 from tpopt.models.units import parse_fraction
@@ -167,6 +167,9 @@ class StackKeys:
                           help="how the pipeline runtime holds boundary tensors: send-recv (a buffer per direction), "
                                "per-microbatch (a receive buffer per micro-batch for activations and gradients, the "
                                "last stage's outputs kept for the step) or per-microbatch-outputs (every stage's)")
+    cp_merge: str = key(choice(CP_MERGES), "fused", source=True,
+                        help="torch's context-parallel ring (cp_ring allgather): its merges and gradient accumulation "
+                             "fused by the compiler (fused) or run eagerly op by op (unfused)")
     sources: dict[str, str] = key(SOURCES, required=True, help="the source of every value, by key")
 
     #: The values checked before the others (the order of the hand-written reader this replaced).
@@ -181,7 +184,8 @@ dp_bucket_per_rank (none: a fixed bucket), kernel_efficiency (1: the reference s
 (0: the stack's grouped expert GEMM is one launch, no per-expert floor), moe_host_launch (0: no exposed host
 launch time in MoE blocks), expert_bias_loop (false: an expert bias costs nothing apart), rope_scaled_unfused
 (false: every RoPE fused), cp_ring (p2p: Transformer Engine's ring), kv_repeat (false: the attention takes the KV
-heads as they are) and pp_buffers (send-recv: one send and one receive buffer per direction)."""
+heads as they are), pp_buffers (send-recv: one send and one receive buffer per direction) and cp_merge (fused: a
+ring's merges fused, as the reference stack's and a compiled torch ring's are)."""
 SOURCED = tuple(f.name for f in fields(StackKeys) if spec(f).source)
 
 

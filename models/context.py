@@ -46,6 +46,12 @@ activations' precision (:func:`ring_exposed`). allgather: torch.distributed.tens
 gathers every card's K, V once at the first step, in the forward and again in the backward
 (:func:`gathered_ring_exposed`); the backward passes the FP32 dK, dV accumulators to the next card step by step
 (dkv_rotater, ALL_TO_ALL: a permute), 4 bytes an element."""
+CP_MERGES = ("fused", "unfused")
+"""How a stack runs torch's ring bookkeeping (catalogs/stacks.toml ``cp_merge``; read where ``cp_ring`` is allgather):
+fused, by the compiler (torchtitan's torch.compile of each block traces the ring, Inductor fuses its pointwise ops:
+each step's merge reads its operands once and writes its result once), or unfused, eagerly, every op of
+_SDPAMerger and of the backward's accumulation a pass of its own over HBM (models.terms.layer_times.ring_merge_bytes).
+"""
 SPLITS = ("zigzag", "contiguous")
 
 

@@ -124,6 +124,7 @@ class StackProfile:
     cp_ring: str = "p2p"  # how ring context parallelism passes K, V: p2p or allgather (context.CP_RINGS)
     kv_repeat: bool = False  # the attention takes K, V repeated to the query heads (context.ring_kv_arch)
     pp_buffers: str = "send-recv"  # how the pipeline runtime holds boundary tensors (memory.PP_BUFFERS)
+    cp_merge: str = "fused"  # torch's ring bookkeeping fused by the compiler or run op by op (context.CP_MERGES)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def usable(self, memory_usable: float) -> float:

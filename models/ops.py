@@ -70,6 +70,22 @@ def _f(x: ArrayLike) -> FloatArray:
     return np.asarray(x, dtype=float)
 
 
+class RingMergeBytes(NamedTuple):
+    """Bytes a context-parallel ring's merges move on one card and layer, per element: per ring step after the first
+    (``*_step``, cp - 1 of them) and once per layer under CP (``*_once``); ``q``: per element of the attention output
+    (forward) or of dQ (backward), ``kv``: per element of each of K and V (dK, dV) as the ring holds them (d_kv wide,
+    d_attn under the stack's kv_repeat). The relation is models.terms.layer_times.ring_merge_bytes."""
+
+    fwd_step_q: float
+    fwd_step_kv: float
+    fwd_once_q: float
+    fwd_once_kv: float
+    dx_step_q: float
+    dx_step_kv: float
+    dx_once_q: float
+    dx_once_kv: float
+
+
 @dataclass(frozen=True)
 class Layout:
     """How one micro-batch of one layer runs on one card (arrays broadcast over the layout grid)."""
@@ -90,6 +106,7 @@ class Layout:
     dispatcher: str = "direct"  # MoE token dispatcher (models/moe.py DISPATCHERS): what the permutation passes move
     rope_scaled_unfused: bool = False  # the stack runs a RoPE with a YaRN attention factor unfused (rope_kernels)
     expert_bias_loop: bool = False  # the stack adds the experts' output bias expert by expert (expert_bias_kernels)
+    cp_merge_bytes: RingMergeBytes | None = None  # a torch ring's merge bytes (terms.layer_times.ring_merge_bytes)
 
     @property
     def tokens(self) -> FloatArray:
@@ -389,14 +406,23 @@ def ring_merge_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
         backward: dQ accumulated in FP32 (read and write 4 + 4 bytes per element of T x d_attn / t) and the
                  arriving dK, dV added to the card's own (read and write 4 + 4 bytes per element of 2 T x d_kv / t;
                  heads x head_dim wide where the stack repeats K, V to the query heads, ``lay.cp_kv_repeat``).
-    Llama 2 7B, TP 8, 32,768 tokens a card, BF16: 0.17 GB forward and 0.40 GB backward per step and layer."""
+    Llama 2 7B, TP 8, 32,768 tokens a card, BF16: 0.17 GB forward and 0.40 GB backward per step and layer.
+    A stack running torch's ring states its own bytes (``lay.cp_merge_bytes``, :class:`RingMergeBytes`): per step
+    and once per layer, per element of the output / dQ and of each of K, V."""
     steps = _f(lay.cp_steps)
     if not np.any(steps > 0):
         return []
     t, e, T = _f(lay.tp), lay.act_bytes, lay.tokens
-    fwd = steps * T * a.d_v / t * (4.0 + e + 4.0)
     d_kv = a.heads * a.head_dim if lay.cp_kv_repeat else a.d_kv
-    dx = steps * (T * a.d_attn / t * 8.0 + 2.0 * T * d_kv / t * 8.0)
+    m = lay.cp_merge_bytes
+    if m is None:
+        fwd = steps * T * a.d_v / t * (4.0 + e + 4.0)
+        dx = steps * (T * a.d_attn / t * 8.0 + 2.0 * T * d_kv / t * 8.0)
+    else:
+        out, q, kv, once = T * a.d_v / t, T * a.d_attn / t, 2.0 * T * d_kv / t, np.where(steps > 0, 1.0, 0.0)
+        fwd = (steps * (out * m.fwd_step_q + kv * m.fwd_step_kv)
+               + once * (out * m.fwd_once_q + kv * m.fwd_once_kv))
+        dx = steps * (q * m.dx_step_q + kv * m.dx_step_kv) + once * (q * m.dx_once_q + kv * m.dx_once_kv)
     z = 0.0 * steps
     return [Kernel("attn.cp_merge", "fwd", "memory", "attn", z, fwd, count=steps),  # type: ignore[arg-type]
             Kernel("attn.cp_merge", "dx", "memory", "attn", z, dx, count=steps)]  # type: ignore[arg-type]

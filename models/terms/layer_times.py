@@ -85,8 +85,57 @@ def layout(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep:
                       dropout=mem.dropout, act_bytes=mem.activation_bytes, attention_scale=cp_imbalance(sc, cp),
                       cp_steps=np.maximum(_f(cp) - 1.0, 0.0) if sc.cp_method == "ring" else 0.0,
                       cp_kv_repeat=sc.stack.kv_repeat,
+                      cp_merge_bytes=ring_merge_bytes(sc.stack.cp_ring, sc.stack.cp_merge, mem.activation_bytes),
                       dispatcher=sc.moe.dispatcher, expert_bias_loop=sc.stack.expert_bias_loop,
                       rope_scaled_unfused=sc.stack.rope_scaled_unfused, **moe_kw)
+
+
+FP32 = 4.0  # bytes of torch's ring accumulators (_ContextParallelOptions.convert_to_f32 = True)
+
+
+def ring_merge_bytes(ring: str, merge: str, e: float) -> ops.RingMergeBytes | None:
+    """Bytes torch's context-parallel ring (stack ``cp_ring = "allgather"``) moves to merge its steps, per element
+    (ops.RingMergeBytes: per ring step after the first and once per layer; per element of the output / dQ, and of
+    each of K and V as the ring holds them), e = the activations' bytes, FP32 accumulators (4 B); None for
+    Transformer Engine's ring (``p2p``: ops.ring_merge_kernels' own count). From _attention.py (torch 1963fc8):
+    the forward's _SDPAMerger.step casts each step's output to FP32 and merges
+    acc <- acc - sigmoid(lse_step - lse) (acc - out_step), the load-balanced steps through _partial_update
+    (a torch.cat of the accumulator's halves); every step before the last concatenates its K, V
+    (torch.cat([key.flatten(), value.flatten()])), which only the first hands to the all-gather; the backward adds
+    each step's dQ into an FP32 accumulator, adds its dK, dV into the FP32 blocks arriving from the previous rank
+    (_partial_update: an in-place add on a half, then a torch.cat) and concatenates them for the next rank, starting
+    from three torch.zeros_like accumulators and ending with the casts back to e. The busiest rank per step runs
+    the full-query steps (i <= rank: half of K, V), which move more than the half-query ones.
+
+    ``merge = "unfused"`` (eager: every op one pass; lse terms, 1 / head_dim of these, left out):
+        forward per step:  out 36 + e (cast e + 4; acc - out 12; x factor 8; acc - that 12), K, V 2e (the cat);
+        forward once:      out 8 + 2e (the first step's cast e + 4, the result's cast 4 + e);
+        backward per step: dQ 8 + e (read 4 + e, write 4); dK, dV 20 + 5e/2 (half add 4 + e/2, cat 8, cat for the
+                           next rank 8, the K, V cat 2e);
+        backward once:     dQ 16 + 2e (zeros 4, first add 8 + e, cast 4 + e); dK, dV 24 + 2e (zeros 4, first
+                           add 8 + e, cat 8, the cast of the last arrival 4 + e).
+    ``merge = "fused"`` (compiled: Inductor fuses each step's pointwise chain, reading operands and writing the
+    result once; the unused K, V cats are dropped):
+        forward per step:  out 8 + e (as Transformer Engine's); forward once: K, V 2e (the gathered cat);
+        backward per step: dQ 8 + e; dK, dV 8 + e (read the arriving 4 and the step's e, write 4);
+        backward once:     dQ 4 + e (the first add from zeros); dK, dV 8 + 4e (first add 4 + e, the gathered cat
+                           2e, the last arrival's cast 4 + e).
+    BF16 (e = 2), per step, forward / backward: unfused 38 / 10 + 25 x 2, fused 10 / 10 + 10 x 2 bytes per element
+    (Transformer Engine's 10 / 8 + 8 x 2). Llama 3 8B at 256K tokens on CP 8 (32K tokens a card, K, V at the query
+    heads: 134M elements each): unfused 44.8 GB forward and 66.6 GB backward a layer, fused 10.5 and 33.3 GB
+    (Transformer Engine's count: 9.4 and 22.5 GB)."""
+    if ring != "allgather":
+        return None
+    f = FP32
+    if merge == "unfused":
+        return ops.RingMergeBytes(
+            fwd_step_q=e + f + 3.0 * f + 2.0 * f + 3.0 * f, fwd_step_kv=2.0 * e,
+            fwd_once_q=(e + f) + (f + e), fwd_once_kv=0.0,
+            dx_step_q=2.0 * f + e, dx_step_kv=(2.0 * f + e) / 2.0 + 2.0 * f + 2.0 * f + 2.0 * e,
+            dx_once_q=f + (2.0 * f + e) + (f + e), dx_once_kv=f + (2.0 * f + e) + 2.0 * f + (f + e))
+    return ops.RingMergeBytes(
+        fwd_step_q=2.0 * f + e, fwd_step_kv=0.0, fwd_once_q=0.0, fwd_once_kv=2.0 * e,
+        dx_step_q=2.0 * f + e, dx_step_kv=2.0 * f + e, dx_once_q=f + e, dx_once_kv=(f + e) + 2.0 * e + (f + e))
 
 
 # recent op_times results, least recently used first
