@@ -86,3 +86,23 @@ def test_a_scenario_states_it_against_its_recipe():
     assert sc.moe.fused_grouped_mlp is False and sc.moe.a2a_overlap == "all"  # the recipe's other settings stay
     del raw["moe"]
     assert build_scenario(raw).moe.fused_grouped_mlp is True
+
+
+def test_the_fused_launch_is_one_kernel_per_phase_without_an_activation_pass(tmp_path):
+    """Unfused (Transformer Engine's multi-stream grouped linear layer, GROUPED_GEMM_STREAMS = 4 streams): each phase
+    of each projection launches 1 + (16 - 1) / 4 = 4.75 kernels' overheads at EP 8 with 4 expert GEMMs resident, and
+    the gated activation makes its own 3 + 5 element passes. Fused: one launch, all 16 experts' tiles resident, the
+    activation in the up projection's epilogue (no expert.act kernel); the FLOPs are the same."""
+    run = _run(tmp_path, "Q,qwen3-30b-a3b,gb200-nvl72,8,mxfp8,512,4,4096,1,1,8,,6.44\n")
+    sc = run.scenario
+    unfused = dataclasses.replace(sc, moe=dataclasses.replace(sc.moe, fused_grouped_mlp=False))
+    fused_ks = ops.layer_kernels(sc.model, LT.layout(sc, tp=1, mb=4, ep=8), None)
+    plain_ks = ops.layer_kernels(sc.model, LT.layout(unfused, tp=1, mb=4, ep=8), None)
+    assert not [k for k in fused_ks if k.op == "expert.act"]
+    assert len([k for k in plain_ks if k.op == "expert.act"]) == 2  # forward and dX passes
+    for k in (k for k in fused_ks if k.op in ("expert.up", "expert.down")):
+        assert float(np.max(k.count)) == 1.0 and float(np.max(k.resident)) == 16.0
+    for k in (k for k in plain_ks if k.op in ("expert.up", "expert.down")):
+        assert float(np.max(k.count)) == pytest.approx(1 + 15 / 4) and float(np.max(k.resident)) == 4.0
+    assert float(np.sum([np.max(k.flops) for k in fused_ks if k.kind == "gemm"])) == pytest.approx(
+        float(np.sum([np.max(k.flops) for k in plain_ks if k.kind == "gemm"])))

@@ -87,7 +87,8 @@ def layout(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep:
                       cp_steps=np.maximum(_f(cp) - 1.0, 0.0) if sc.cp_method == "ring" else 0.0,
                       cp_kv_repeat=sc.stack.kv_repeat,
                       dispatcher=sc.moe.dispatcher, expert_bias_loop=sc.stack.expert_bias_loop,
-                      rope_scaled_unfused=sc.stack.rope_scaled_unfused, **moe_kw)
+                      rope_scaled_unfused=sc.stack.rope_scaled_unfused, fused_grouped_mlp=sc.moe.fused_grouped_mlp,
+                      **moe_kw)
 
 
 # recent op_times results, least recently used first
