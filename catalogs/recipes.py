@@ -26,7 +26,7 @@ RECIPES_FILE = Path(__file__).resolve().parent / "recipes.toml"
 ATTENTION = {"fused": True, "unfused": False}
 """Attention backends of a recipe -> [memory] flash_attention (fused: no S x S scores kept)."""
 SETTINGS = ("moe_dispatcher", "moe_a2a_overlap", "moe_shared_expert_overlap", "attention", "recompute_modules",
-            "activation_offload_layers", "moe_cuda_graphs")
+            "activation_offload_layers", "moe_cuda_graphs", "moe_fused_grouped_mlp")
 MATCH_KEYS = ("name", "models", "accelerators", "precisions", "sources")
 
 
@@ -47,6 +47,7 @@ class Recipe:
     recompute_modules: tuple[str, ...] | None = None
     activation_offload_layers: int | None = None
     moe_cuda_graphs: bool | None = None
+    moe_fused_grouped_mlp: bool | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
     def matches(self, model: str, accelerators: Iterable[str], precision: str) -> bool:
@@ -60,7 +61,7 @@ class Recipe:
 
     def moe_settings(self) -> dict[str, str | bool]:
         """The [moe] keys the recipe implies (dispatcher, a2a_overlap in tpopt's names; moe.stack_defaults;
-        cuda_graphs): only those it states."""
+        cuda_graphs, fused_grouped_mlp): only those it states."""
         mapped = moe_stack_defaults(self.moe_dispatcher or "alltoall", "all" if self.moe_a2a_overlap else "none")
         out: dict[str, str | bool] = {}
         if self.moe_dispatcher is not None:
@@ -69,6 +70,8 @@ class Recipe:
             out["a2a_overlap"] = mapped["a2a_overlap"]
         if self.moe_cuda_graphs is not None:
             out["cuda_graphs"] = self.moe_cuda_graphs
+        if self.moe_fused_grouped_mlp is not None:
+            out["fused_grouped_mlp"] = self.moe_fused_grouped_mlp
         return out
 
     def flash_attention(self) -> bool | None:
@@ -101,6 +104,8 @@ class Recipe:
         if self.moe_cuda_graphs is not None and "cuda_graphs" in keys:
             parts.append("MoE blocks' attention, router and preprocess as CUDA graphs" if self.moe_cuda_graphs
                          else "no CUDA graphs")
+        if self.moe_fused_grouped_mlp and "fused_grouped_mlp" in keys:
+            parts.append("experts' grouped MLP as one fused launch")
         if self.activation_offload_layers:
             parts.append(f"activations of {self.activation_offload_layers} layers offloaded to host memory")
         return f"{self.name} recipe: {', '.join(parts)} (catalogs/recipes.toml; where the scenario states none)"
@@ -161,6 +166,8 @@ def build_recipe(stack: str, t: Any, where: str) -> Recipe:
                activation_offload_layers=offload,
                moe_cuda_graphs=_flag(t["moe_cuda_graphs"], f"{where}: moe_cuda_graphs")
                if "moe_cuda_graphs" in t else None,
+               moe_fused_grouped_mlp=_flag(t["moe_fused_grouped_mlp"], f"{where}: moe_fused_grouped_mlp")
+               if "moe_fused_grouped_mlp" in t else None,
                sources=dict(src))
     if not r.models:
         raise InputError(f"{where}: models must name at least one model")

@@ -603,6 +603,10 @@ class MoeKeys:
     cuda_graphs: bool = key(FLAG, False,
                             help="the MoE blocks' static parts (attention, router, EP preprocess) run as CUDA graphs "
                                  "(default: the stack's recipe's, else not)")
+    fused_grouped_mlp: bool = key(FLAG, False,
+                                  help="the experts' FC1, activation and FC2 run as one fused grouped launch over "
+                                       "every local expert, no per-expert host floor (default: the stack's recipe's, "
+                                       "else not)")
 
     RULES: ClassVar = (
         ("hot_experts", lambda v: v["imbalance"] < 1,

@@ -107,6 +107,7 @@ class Layout:
     rope_scaled_unfused: bool = False  # the stack runs a RoPE with a YaRN attention factor unfused (rope_kernels)
     expert_bias_loop: bool = False  # the stack adds the experts' output bias expert by expert (expert_bias_kernels)
     cp_merge_bytes: RingMergeBytes | None = None  # a torch ring's merge bytes (terms.layer_times.ring_merge_bytes)
+    fused_grouped_mlp: bool = False  # the experts' FC1, gated activation and FC2 as one fused launch (_mlp_kernels)
 
     @property
     def tokens(self) -> FloatArray:
@@ -262,9 +263,17 @@ def layer_kernels(a: ModelArch, lay: Layout, moe_block: bool | None = None) -> l
 
 
 def _mlp_kernels(prefix: str, a: ModelArch, rows: Floats, width: Floats, e: float, group: str = "mlp",
-                 m_per: Floats | None = None, batch: Floats = 1.0) -> list[Kernel]:
+                 m_per: Floats | None = None, batch: Floats = 1.0, fused: bool = False) -> list[Kernel]:
     """Up (gate and up fused), activation and down of an MLP of ``width`` per card on ``rows`` tokens;
-    with ``batch`` > 1 a grouped GEMM of ``batch`` experts of ``m_per`` rows each."""
+    with ``batch`` > 1 a grouped GEMM of ``batch`` experts of ``m_per`` rows each.
+
+    ``fused`` (a grouped MLP run as one fused launch, Transformer Engine's CuTe DSL kernel that Megatron-Core's
+    experts build as FC1, scaled gated activation and FC2): each phase of each projection is one kernel over every
+    local expert, whose tiles all share the waves (resident = batch), and the activation is computed in the up
+    projection's epilogue (its gradient in the down projection's dX), so it makes no memory pass of its own:
+        launches = 1, resident = E / ep, activation passes = 0
+    against 1 + (E / ep - 1) / GROUPED_GEMM_STREAMS launches, GROUPED_GEMM_STREAMS resident and the activation's
+    3 + 5 element passes of the multi-stream grouped linear layer."""
     up = (2.0 if a.gated_mlp else 1.0) * width
     out: list[Kernel] = []
     for op, k_in, n_out in ((f"{prefix}.up", a.hidden, up), (f"{prefix}.down", width, a.hidden)):
@@ -274,14 +283,15 @@ def _mlp_kernels(prefix: str, a: ModelArch, rows: Floats, width: Floats, e: floa
             # dW: each expert's gradient accumulated into its FP32 main_grad (read and written)
             moved_dw = e * rows * (k_in + n_out) + 2.0 * MAIN_GRAD_BYTES * batch * k_in * n_out
             # one GEMM per local expert, GROUPED_GEMM_STREAMS at a time: 1 + (E / ep - 1) / streams overheads
-            launches = cast(float, 1.0 + (_f(batch) - 1.0) / GROUPED_GEMM_STREAMS)
-            # the streams hold GROUPED_GEMM_STREAMS expert GEMMs at once: their tiles share the SMs' waves
-            resident = np.minimum(_f(batch), GROUPED_GEMM_STREAMS)
+            launches = 1.0 if fused else cast(float, 1.0 + (_f(batch) - 1.0) / GROUPED_GEMM_STREAMS)
+            # the streams hold GROUPED_GEMM_STREAMS expert GEMMs at once: their tiles share the SMs' waves (a fused
+            # launch holds every local expert's)
+            resident = _f(batch) if fused else np.minimum(_f(batch), GROUPED_GEMM_STREAMS)
             ks = [k._replace(m=m_per, batch=batch, bytes=moved, count=launches, resident=resident)
                   if k.phase != "dw" else
                   k._replace(k=m_per, batch=batch, bytes=moved_dw, count=launches, resident=resident) for k in ks]
         out += ks
-        if op.endswith(".up"):
+        if op.endswith(".up") and not (fused and m_per is not None):
             act = ((3.0, 5.0) if a.gated_mlp else (2.0, 3.0))
             out += _elementwise(f"{prefix}.act", group, act[0] * rows * width * e, act[1] * rows * width * e)
     return out
@@ -387,7 +397,8 @@ def moe_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
                         ROUTER_FWD_PASSES, ROUTER_BWD_PASSES)
     p_fwd, p_bwd, u_fwd, u_bwd = permutation_row_passes(a.top_k, ep, local, lay.dispatcher)
     out += _elementwise("moe.permute", "", p_fwd * rows * a.hidden * e, p_bwd * rows * a.hidden * e)
-    out += _mlp_kernels("expert", a, rows, a.expert_ffn / etp, e, m_per=rows / local, batch=local)
+    out += _mlp_kernels("expert", a, rows, a.expert_ffn / etp, e, m_per=rows / local, batch=local,
+                        fused=lay.fused_grouped_mlp)
     out += expert_bias_kernels(a, lay, rows, local)
     out += _elementwise("moe.unpermute", "", u_fwd * rows * a.hidden * e, u_bwd * rows * a.hidden * e)
     if a.shared_experts:

@@ -244,7 +244,9 @@ class MoeOptions:
     none or all; ``dispatcher``: direct (one row per dispatch on the wire) or per-host (one copy per
     destination host across the NICs, DeepSeek-V3), ``node_limit``: hosts per token (0: no limit);
     ``cuda_graphs``: the recipe captures the blocks' static parts in CUDA graphs (Megatron-Core's
-    cuda_graph_scope attn / moe_router / moe_preprocess).
+    cuda_graph_scope attn / moe_router / moe_preprocess); ``fused_grouped_mlp``: the experts' FC1, activation and
+    FC2 run as one fused grouped launch over every local expert (Transformer Engine's CuTe DSL grouped MLP), so no
+    grouped expert GEMM pays the stack's per-expert host floor (steptime.expert_dispatch).
     """
 
     imbalance: float = 1.25
@@ -256,6 +258,8 @@ class MoeOptions:
     #: the blocks' static parts (attention, router, EP preprocess) replayed as CUDA graphs: no host launch time
     #: (moe.host_launch_exposed)
     cuda_graphs: bool = False
+    #: the experts' grouped MLP as one fused launch (no per-expert host floor: steptime.expert_dispatch)
+    fused_grouped_mlp: bool = False
     #: the framework recipe that supplied settings the scenario left unstated (catalogs/recipes.toml), as the
     #: report states it; empty: none applied
     recipe: str = field(default="", compare=False, repr=False)

@@ -49,7 +49,10 @@ def test_a_row_that_leaves_them_unstated_runs_its_recipe(tmp_path):
 
 
 def test_the_recipe_follows_the_card(tmp_path):
-    run, = _table(tmp_path, "Q,qwen3-235b-a22b,gb200-nvl72,256,mxfp8,8192,1,4096,1,8,32,,18\n")
+    # BF16 on GB200: QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_BF16_V1 (HybridEP, moe_a2a_overlap unset, in v0.4.1 and
+    # v0.5.0 alike). The MXFP8 row this test used before is the 26.06 container's preset since Megatron-Bridge pull
+    # request 4249 (moe_a2a_overlap=True): tests/test_moe_fused_grouped_mlp.py checks it.
+    run, = _table(tmp_path, "Q,qwen3-235b-a22b,gb200-nvl72,256,bf16,8192,1,4096,1,8,32,,18\n")
     assert (run.scenario.moe.dispatcher, run.scenario.moe.a2a_overlap) == ("per-host", "auto")  # HybridEP
     assert "GB200" in run.extra["recipe"]
 

@@ -145,6 +145,7 @@ SAMPLES = {
     "moe.dispatcher": ('"per-host"', "per-host"),
     "moe.node_limit": ("4", 4),
     "moe.cuda_graphs": ("true", True),
+    "moe.fused_grouped_mlp": ("true", True),
     "scenario.name": ('"my-run"', "my-run"),
     "scenario.description": ('"what is trained"', "what is trained"),
     "market.offers": ('"all"', "all"),

@@ -54,7 +54,8 @@ def rates(sc: Scenario, acc: str) -> steptime.Rates:
                    ("current", "delayed") else "current"),
            "mxfp8": (A.peak_fp8, perf.fp8_gemm_ratio, "mxfp8"),
            "nvfp4": (A.peak_fp4, perf.fp4_gemm_ratio, "nvfp4")}.get(rec.matrix)
-    dispatch = sc.stack.expert_gemm_dispatch  # the stack's per-expert floor of a grouped expert GEMM call
+    # the stack's per-expert floor of a grouped expert GEMM call, none where the recipe fuses the grouped MLP
+    dispatch = steptime.expert_dispatch(sc.stack.expert_gemm_dispatch, sc.moe.fused_grouped_mlp)
     if low is None or low[0] <= 0:  # BF16 / FP16, or a card without the precision's matrix units
         return steptime.Rates(peak=peak, linear_peak=peak, hbm=A.hbm_bandwidth, tp_bandwidth=A.intra_host_bw,
                               perf=perf, fp8=False, scale=sysm.efficiency, expert_dispatch=dispatch)
@@ -87,7 +88,8 @@ def layout(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep:
                       cp_kv_repeat=sc.stack.kv_repeat,
                       cp_merge_bytes=ring_merge_bytes(sc.stack.cp_ring, sc.stack.cp_merge, mem.activation_bytes),
                       dispatcher=sc.moe.dispatcher, expert_bias_loop=sc.stack.expert_bias_loop,
-                      rope_scaled_unfused=sc.stack.rope_scaled_unfused, **moe_kw)
+                      rope_scaled_unfused=sc.stack.rope_scaled_unfused, fused_grouped_mlp=sc.moe.fused_grouped_mlp,
+                      **moe_kw)
 
 
 FP32 = 4.0  # bytes of torch's ring accumulators (_ContextParallelOptions.convert_to_f32 = True)
