@@ -28,7 +28,8 @@ from pathlib import Path
 from types import CodeType
 from typing import Any
 
-#: The kept file's layout version; a file of another one (or another interpreter's bytecode) is not read.
+#: The kept file's layout version; a file of another one (or of another bytecode or ``-O``: :func:`compiled_by`) is
+#: not read.
 KEPT_FORMAT = 1
 #: Most functions kept: past it, a save keeps only the ones its own run used (edited classes leave old texts). The
 #: whole package's data classes write about 800 (the headline's 484 make a 0.8 MB file, read in about 1.5 ms).
@@ -42,9 +43,14 @@ def kept_path() -> Path:
     return PYCACHE / f"dataclass-functions.{sys.implementation.cache_tag}.marshal"
 
 
+def compiled_by() -> tuple[bytes, int]:
+    """What the kept code was compiled for: the interpreter's bytecode (``MAGIC_NUMBER``) and ``-O`` level."""
+    return importlib.util.MAGIC_NUMBER, sys.flags.optimize
+
+
 def compile_as_dataclasses(source: str) -> CodeType:
-    """``source`` compiled as ``exec(source, ...)`` compiles it in ``dataclasses``: file ``<string>``, and the
-    ``__future__`` flags of ``dataclasses`` (none), not this module's (``dont_inherit``)."""
+    """``source`` compiled as ``exec(source, ...)`` compiles it in ``dataclasses``: file ``<string>``, the
+    ``__future__`` flags of ``dataclasses`` (none), not this module's (``dont_inherit``), the interpreter's ``-O``."""
     return compile(source, "<string>", "exec", dont_inherit=True)
 
 
@@ -73,7 +79,7 @@ class KeptCode:
                 form, magic, kept = marshal.loads(fh.read())
         except (OSError, EOFError, ValueError, TypeError):
             return {}
-        if form != KEPT_FORMAT or magic != importlib.util.MAGIC_NUMBER or not isinstance(kept, dict):
+        if form != KEPT_FORMAT or magic != compiled_by() or not isinstance(kept, dict):
             return {}
         return {t: c for t, c in kept.items() if isinstance(t, str) and isinstance(c, CodeType)}
 
@@ -106,7 +112,7 @@ class KeptCode:
             every = {t: c for t, c in every.items() if t in self.used}
         part = self.path.with_name(f"{self.path.name}.{os.getpid()}")
         try:
-            blob = marshal.dumps((KEPT_FORMAT, importlib.util.MAGIC_NUMBER, every))
+            blob = marshal.dumps((KEPT_FORMAT, compiled_by(), every))
             self.path.parent.mkdir(exist_ok=True)
             try:
                 part.write_bytes(blob)

@@ -94,15 +94,18 @@ def test_an_edited_class_is_compiled_anew(tmp_path):
     assert len(again.new) == 3 and all("weight" in text for text in again.new)
 
 
-@pytest.mark.parametrize("content", [b"", b"not marshal", None])
+@pytest.mark.parametrize("content", [b"", b"not marshal", "bytecode", "optimize"])
 def test_unreadable_or_foreign_files_are_ignored(tmp_path, content):
     import importlib.util
     import marshal
 
     path = tmp_path / "kept.marshal"
-    path.write_bytes(content if content is not None else
-                     marshal.dumps((kept_code.KEPT_FORMAT, b"\x00\x00\r\n", {"x": compile("1", "<string>", "exec")})))
-    assert importlib.util.MAGIC_NUMBER != b"\x00\x00\r\n"
+    # another interpreter's bytecode, or another -O level
+    foreign = ((b"\x00\x00\r\n", sys.flags.optimize) if content == "bytecode" else
+               (importlib.util.MAGIC_NUMBER, sys.flags.optimize + 1))
+    path.write_bytes(content if isinstance(content, bytes) else
+                     marshal.dumps((kept_code.KEPT_FORMAT, foreign, {"x": compile("1", "<string>", "exec")})))
+    assert kept_code.compiled_by() == (importlib.util.MAGIC_NUMBER, sys.flags.optimize) != foreign
     with dataclass_code_kept(path) as kept:
         point, box = make_classes()
     assert kept.kept == {} and kept.new  # nothing read, everything compiled
