@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import importlib
 import importlib.util
@@ -13,6 +12,7 @@ from types import ModuleType
 import click
 
 from tpopt._version import __version__
+from tpopt.cli.kept_code import dataclass_code_kept
 from tpopt.optimizer import limits
 
 # subcommand name -> "module:attribute"; modules are imported only when the command runs,
@@ -71,6 +71,8 @@ class LazyGroup(click.Group):
         if name not in COMMANDS or not self._available(name):
             return None
         module, attr = COMMANDS[name].split(":")
+        if FREEZE_IMPORTS[0]:  # the tpopt program: its allocator set before the command's arrays (not for --help)
+            tune_allocator()
         command: click.Command = getattr(import_quietly(module), attr)
         return command
 
@@ -82,7 +84,8 @@ class LazyGroup(click.Group):
 
 
 FREEZE_IMPORTS = [False]
-"""Whether :func:`import_quietly` moves what the import left into the collector's permanent generation: set by
+"""Whether this is the ``tpopt`` program (which also sets its allocator as a command loads: :func:`tune_allocator`),
+whose :func:`import_quietly` moves what the import left into the collector's permanent generation: set by
 the ``tpopt`` program alone (:func:`_main`), never on import nor under click's test runner, whose process goes on
 running other code (a freeze there would keep that code's garbage cycles for good)."""
 
@@ -126,7 +129,10 @@ def tune_allocator() -> None:
     Enumerations allocate and free the same large temporaries chunk after chunk; with glibc's defaults
     each is mapped anew and its zeroed pages faulted in every time. Measured on the usable-memory
     relaxation of benchmarks/solve_scaling.py's 108-million-plan space: 32 CPU s with the defaults,
-    16-17 s with this (same answer, lower peak memory). Only speed changes; a no-op off glibc."""
+    16-17 s with this (same answer, lower peak memory). Only speed changes; a no-op off glibc. The program calls
+    it as a command loads (:meth:`LazyGroup.get_command`), so ``tpopt --help`` loads no ``ctypes``."""
+    import ctypes  # lazy: start-up time (tpopt --help; numpy loads it for every command anyway)
+
     try:
         libc = ctypes.CDLL(None)
         libc.mallopt(M_MMAP_THRESHOLD, HEAP_ARRAYS_MAX)
@@ -156,12 +162,12 @@ def main() -> None:
     """Entry point: click's usage errors become one stderr line and exit 2, like every input error."""
 
     with limits.command_started():  # --time-limit counts from here (loading the subcommand and scenario included)
-        _main()
+        with dataclass_code_kept():  # the data classes' functions compiled in an earlier run (start-up time)
+            _main()
 
 
 def _main() -> None:
     blas_one_thread()
-    tune_allocator()
     FREEZE_IMPORTS[0] = True
     try:
         rv = cli.main(prog_name="tpopt", standalone_mode=False)

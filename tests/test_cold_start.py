@@ -46,3 +46,17 @@ def test_blas_one_thread_sets_only_an_unset_environment(monkeypatch, given):
     cli_main.blas_one_thread()
     assert os.environ.get("OPENBLAS_NUM_THREADS") == ("1" if given is None else "4" if given ==
                                                       "OPENBLAS_NUM_THREADS" else None)
+
+
+def test_help_loads_no_ctypes_and_a_command_sets_the_allocator():
+    # tune_allocator (glibc mallopt through ctypes) runs as the program loads a command, not for `tpopt --help`
+    probe = ("import sys\nfrom tpopt.cli import main as m\ncalls = []\nm.tune_allocator = lambda: calls.append(1)\n"
+             "sys.argv = ['tpopt'] + sys.argv[1:]\ntry:\n    m.main()\n"
+             "except SystemExit as e:\n    assert e.code == 0\n"
+             "print('CTYPES', 'ctypes' in sys.modules, 'TUNED', len(calls))\n")
+    run = [sys.executable, "-c", probe]
+    assert "CTYPES False TUNED 0" in subprocess.run(run + ["--help"], capture_output=True, text=True,
+                                                     check=True).stdout
+    out = subprocess.run(run + ["solve", "--deadline", "30d", "--hw", "rtx4090"], capture_output=True, text=True,
+                         check=True).stdout
+    assert "Status: optimal" in out and "TUNED 1" in out
