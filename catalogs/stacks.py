@@ -167,6 +167,13 @@ class StackKeys:
                           help="how the pipeline runtime holds boundary tensors: send-recv (a buffer per direction), "
                                "per-microbatch (a receive buffer per micro-batch for activations and gradients, the "
                                "last stage's outputs kept for the step) or per-microbatch-outputs (every stage's)")
+    tp_input_regather: bool = key(FLAG, True, source=True,
+                                  help="with sequence parallelism the backward all-gathers the column-parallel layers' "
+                                       "sharded input again for their weight gradients (Megatron-Core, Transformer "
+                                       "Engine); false: autograd keeps the gathered input (DTensor)")
+    fp8_tp_gather: bool = key(FLAG, False, source=True,
+                              help="under tensor-wise dynamic FP8 the tensor-parallel all-gathers move FP8 copies (the "
+                                   "forward inputs, the backward output gradients); the reductions stay 16-bit")
     sources: dict[str, str] = key(SOURCES, required=True, help="the source of every value, by key")
 
     #: The values checked before the others (the order of the hand-written reader this replaced).
@@ -181,7 +188,8 @@ dp_bucket_per_rank (none: a fixed bucket), kernel_efficiency (1: the reference s
 (0: the stack's grouped expert GEMM is one launch, no per-expert floor), moe_host_launch (0: no exposed host
 launch time in MoE blocks), expert_bias_loop (false: an expert bias costs nothing apart), rope_scaled_unfused
 (false: every RoPE fused), cp_ring (p2p: Transformer Engine's ring), kv_repeat (false: the attention takes the KV
-heads as they are) and pp_buffers (send-recv: one send and one receive buffer per direction)."""
+heads as they are), pp_buffers (send-recv: one send and one receive buffer per direction), tp_input_regather
+(true: the sharded input gathered again for the weight gradient) and fp8_tp_gather (false: 16-bit TP gathers)."""
 SOURCED = tuple(f.name for f in fields(StackKeys) if spec(f).source)
 
 
