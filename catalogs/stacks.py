@@ -167,13 +167,10 @@ class StackKeys:
                           help="how the pipeline runtime holds boundary tensors: send-recv (a buffer per direction), "
                                "per-microbatch (a receive buffer per micro-batch for activations and gradients, the "
                                "last stage's outputs kept for the step) or per-microbatch-outputs (every stage's)")
-    tp_input_regather: bool = key(FLAG, True, source=True,
-                                  help="with sequence parallelism the backward all-gathers the column-parallel layers' "
-                                       "sharded input again for their weight gradients (Megatron-Core, Transformer "
-                                       "Engine); false: autograd keeps the gathered input (DTensor)")
+    tp_input_regather: bool = key(FLAG, True, source=True, help="the backward gathers the column-parallel layers' "
+                                  "sharded input again for the weight gradients (false: the gathered input is kept)")
     fp8_tp_gather: bool = key(FLAG, False, source=True,
-                              help="under tensor-wise dynamic FP8 the tensor-parallel all-gathers move FP8 copies (the "
-                                   "forward inputs, the backward output gradients); the reductions stay 16-bit")
+                              help="tensor-wise dynamic FP8 gathers FP8 copies over TP; reductions stay 16-bit")
     sources: dict[str, str] = key(SOURCES, required=True, help="the source of every value, by key")
 
     #: The values checked before the others (the order of the hand-written reader this replaced).
