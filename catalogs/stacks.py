@@ -170,6 +170,10 @@ class StackKeys:
     cp_merge: str = key(choice(CP_MERGES), "fused", source=True,
                         help="torch's context-parallel ring (cp_ring allgather): its merges and gradient accumulation "
                              "fused by the compiler (fused) or run eagerly op by op (unfused)")
+    tp_input_regather: bool = key(FLAG, True, source=True, help="the backward gathers the column-parallel layers' "
+                                  "sharded input again for the weight gradients (false: the gathered input is kept)")
+    fp8_tp_gather: bool = key(FLAG, False, source=True,
+                              help="tensor-wise dynamic FP8 gathers FP8 copies over TP; reductions stay 16-bit")
     sources: dict[str, str] = key(SOURCES, required=True, help="the source of every value, by key")
 
     #: The values checked before the others (the order of the hand-written reader this replaced).
@@ -184,8 +188,9 @@ dp_bucket_per_rank (none: a fixed bucket), kernel_efficiency (1: the reference s
 (0: the stack's grouped expert GEMM is one launch, no per-expert floor), moe_host_launch (0: no exposed host
 launch time in MoE blocks), expert_bias_loop (false: an expert bias costs nothing apart), rope_scaled_unfused
 (false: every RoPE fused), cp_ring (p2p: Transformer Engine's ring), kv_repeat (false: the attention takes the KV
-heads as they are), pp_buffers (send-recv: one send and one receive buffer per direction) and cp_merge (fused: a
-ring's merges fused, as the reference stack's and a compiled torch ring's are)."""
+heads as they are), pp_buffers (send-recv: one send and one receive buffer per direction), cp_merge (fused: a
+ring's merges fused, as the reference stack's and a compiled torch ring's are), tp_input_regather (true: the
+sharded input gathered again for the weight gradient) and fp8_tp_gather (false: 16-bit TP gathers)."""
 SOURCED = tuple(f.name for f in fields(StackKeys) if spec(f).source)
 
 

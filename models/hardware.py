@@ -125,6 +125,8 @@ class StackProfile:
     kv_repeat: bool = False  # the attention takes K, V repeated to the query heads (context.ring_kv_arch)
     pp_buffers: str = "send-recv"  # how the pipeline runtime holds boundary tensors (memory.PP_BUFFERS)
     cp_merge: str = "fused"  # torch's ring bookkeeping fused by the compiler or run op by op (context.CP_MERGES)
+    tp_input_regather: bool = True  # the backward gathers the column-parallel input again (ops.tp_collectives)
+    fp8_tp_gather: bool = False  # FP8 recipes gather FP8 copies over TP (layer_times.tp_gather_bytes)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def usable(self, memory_usable: float) -> float:

@@ -108,6 +108,8 @@ class Layout:
     expert_bias_loop: bool = False  # the stack adds the experts' output bias expert by expert (expert_bias_kernels)
     cp_merge_bytes: RingMergeBytes | None = None  # a torch ring's merge bytes (terms.layer_times.ring_merge_bytes)
     fused_grouped_mlp: bool = False  # the experts' FC1, gated activation and FC2 as one fused launch (_mlp_kernels)
+    tp_gather_bytes: float = 0.0  # bytes per element of the TP all-gathers (0: act_bytes; tp_collectives)
+    tp_regather: bool = True  # the backward gathers the column-parallel layers' input again (tp_collectives)
 
     @property
     def tokens(self) -> FloatArray:
@@ -546,6 +548,13 @@ class Collectives(NamedTuple):
     sequence-sharded norm outputs once more for their weight gradients. The collectives of the
     column-parallel layers' backward (``bwd_async``) can run while that layer's other gradient GEMM
     computes (Megatron-LM's asynchronous TP all-reduce); a parallel block shares one norm output.
+
+    The all-gathers carry ``Layout.tp_gather_bytes`` per element where the stack gathers a low-precision copy
+    (torchao's Float8ColwiseParallel / Float8RowwiseParallel under torchtitan's Float8: the forward inputs cast to
+    e4m3 before the gather, the backward output gradients to e5m2; the reductions stay 16-bit), and the regather
+    is paid only where the stack saves the input sharded (``Layout.tp_regather``: Megatron-Core and Transformer
+    Engine save the sequence-sharded input and gather it again for the weight gradient; DTensor's autograd saves
+    the gathered tensor the forward made, so torchtitan does not).
     """
 
     fwd: FloatArray
@@ -557,6 +566,10 @@ class Collectives(NamedTuple):
 
 
 def tp_collectives(a: ModelArch, lay: Layout) -> Collectives:
+    """Collectives of one block and micro-batch (:class:`Collectives`). With sequence parallelism, per block:
+    forward 2 all-gathers (g B per element) + 2 reduce-scatters (e B); backward 2 output-gradient all-gathers (g B,
+    ``bwd_sync``), 2 input-gradient reduce-scatters (e B) and, with ``tp_regather``, r input all-gathers (e B,
+    r = 2, 1 for a parallel block), each moving (t-1)/t x T h x bytes."""
     t = _f(lay.tp)
     size = lay.tokens * a.hidden * lay.act_bytes
     share = np.where(t > 1, (t - 1.0) / t, 0.0)
@@ -564,9 +577,16 @@ def tp_collectives(a: ModelArch, lay: Layout) -> Collectives:
     half = share * size  # one all-gather or one reduce-scatter
     if not lay.sequence_parallel:
         return Collectives(4.0 * half, 4.0 * half, 0.0 * half, 2.0 * live, 2.0 * live, 0.0 * live)
-    regather = 1.0 if a.parallel_block else 2.0
-    return Collectives(4.0 * half, (2.0 + regather) * half, 2.0 * half, 4.0 * live, (2.0 + regather) * live,
-                       2.0 * live)
+    gather = half * tp_gather_ratio(lay)  # one all-gather of the stack's gathered copy
+    regather = (1.0 if a.parallel_block else 2.0) if lay.tp_regather else 0.0
+    return Collectives(2.0 * gather + 2.0 * half, (2.0 + regather) * half, 2.0 * gather, 4.0 * live,
+                       (2.0 + regather) * live, 2.0 * live)
+
+
+def tp_gather_ratio(lay: Layout) -> float:
+    """Bytes per element of a TP all-gather over the activation's: g / e (1 when the stack gathers the 16-bit
+    activation; 0.5 for torchao's FP8 gathers of BF16 activations)."""
+    return (lay.tp_gather_bytes or lay.act_bytes) / lay.act_bytes
 
 
 def flops(kernels: Iterable[Kernel], phase: str | None = None, kind: str | None = None) -> Floats:

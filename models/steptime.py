@@ -172,12 +172,13 @@ def _share_sum(kernels: Iterable[ops.Kernel], r: Rates, e: float, share: Callabl
     return total
 
 
-def op_sac_collective_rerun(sequence_parallel: bool) -> float:
+def op_sac_collective_rerun(sequence_parallel: bool, gather_ratio: float = 1.0) -> float:
     """Share of a block's forward TP collectives torchtitan's per-op checkpointing reruns in the backward: its
     policy saves reduce-scatter outputs (_c10d_functional.reduce_scatter_tensor) but no all-gather or all-reduce,
-    so with sequence parallelism the two all-gathers of the block's four equal collectives rerun (0.5), without
-    it both all-reduces (1)."""
-    return 0.5 if sequence_parallel else 1.0
+    so with sequence parallelism the two all-gathers of the block's four collectives rerun, 2 g / (2 g + 2) of the
+    forward bytes with ``gather_ratio`` g = the all-gathers' bytes per element over the reductions' (0.5 at g = 1;
+    1/3 for FP8 gathers of BF16 activations, ops.tp_gather_ratio), without it both all-reduces (1)."""
+    return gather_ratio / (gather_ratio + 1.0) if sequence_parallel else 1.0
 
 
 def rebuilt(recompute: str, flash: bool) -> Callable[[ops.Kernel], bool]:
@@ -226,8 +227,8 @@ def layer_times(a: ModelArch, lay: ops.Layout, r: Rates, recompute: str, tp_over
     tp_f = tp_exposed(c.fwd, c.fwd_calls, w_fwd, r, o_chunk)
     tp_b = tp_exposed(c.bwd_async, c.async_calls, w_col, r, o_async) + tp_exposed(c.bwd_sync, c.sync_calls, w_row,
                                                                                    r, o_chunk)
-    tp_redo = tp_f * op_sac_collective_rerun(lay.sequence_parallel) if recompute == memory.OP_RECOMPUTE else \
-        (tp_f if recompute == "full" else 0.0 * tp_f)
+    rerun = op_sac_collective_rerun(lay.sequence_parallel, ops.tp_gather_ratio(lay))
+    tp_redo = tp_f * rerun if recompute == memory.OP_RECOMPUTE else (tp_f if recompute == "full" else 0.0 * tp_f)
     return PhaseTimes(fwd + tp_f, dx + redo + tp_redo + tp_b, dw, tp_f + tp_redo + tp_b)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, TypeAlias, cast
 
 import numpy as np
@@ -79,7 +80,7 @@ def layout(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep:
     sequence (the same work as b / cp whole sequences, with the causal imbalance of the split:
     :func:`cp_imbalance`)."""
     mem = sc.memory
-    moe_kw = ({"ep": ep, "expert_tp": etp, "load": load_factor(sc, ep, cap)}
+    moe_kw: dict[str, Any] = ({"ep": ep, "expert_tp": etp, "load": load_factor(sc, ep, cap)}
               if sc.model.moe else {})
     return ops.Layout(tp=tp, micro_batch=_f(mb) / _f(cp), seq_len=sc.task.seq_len,
                       sequence_parallel=mem.sequence_parallel, flash_attention=mem.flash_attention,
@@ -89,7 +90,7 @@ def layout(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep:
                       cp_merge_bytes=ring_merge_bytes(sc.stack.cp_ring, sc.stack.cp_merge, mem.activation_bytes),
                       dispatcher=sc.moe.dispatcher, expert_bias_loop=sc.stack.expert_bias_loop,
                       rope_scaled_unfused=sc.stack.rope_scaled_unfused, fused_grouped_mlp=sc.moe.fused_grouped_mlp,
-                      **moe_kw)
+                      tp_regather=sc.stack.tp_input_regather, **moe_kw)
 
 
 FP32 = 4.0  # bytes of torch's ring accumulators (_ContextParallelOptions.convert_to_f32 = True)
@@ -140,6 +141,15 @@ def ring_merge_bytes(ring: str, merge: str, e: float) -> ops.RingMergeBytes | No
         dx_step_q=2.0 * f + e, dx_step_kv=2.0 * f + e, dx_once_q=f + e, dx_once_kv=(f + e) + 2.0 * e + (f + e))
 
 
+def tp_gather_bytes(sc: Scenario, r: steptime.Rates) -> float:
+    """Bytes per element of the tensor-parallel all-gathers: 1 where the stack gathers FP8 copies under
+    tensor-wise dynamic scaling (``fp8_tp_gather``: torchao's Float8ColwiseParallel / Float8RowwiseParallel cast
+    the forward input to e4m3 and the backward output gradient to e5m2 before gathering; they require dynamic
+    scaling) and the card runs FP8 GEMMs; else 0, the activation's own bytes (ops.tp_collectives)."""
+    fp8 = r.fp8 and memory.recipe(sc.task.precision).matrix == "fp8" and sc.stack.fp8_recipe == "current"
+    return steptime.OPERAND_BYTES["fp8"] if fp8 and sc.stack.fp8_tp_gather else 0.0
+
+
 # recent op_times results, least recently used first
 _OP_MEMO: OrderedDict[tuple[Any, ...], tuple[Scenario, OpTimes]] = OrderedDict()
 
@@ -176,6 +186,7 @@ def _op_times(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: Arra
     rc = effective_recompute(sc, recompute)
     r = rates(sc, acc)
     lay = layout(sc, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap)
+    lay = replace(lay, tp_gather_bytes=tp_gather_bytes(sc, r))
     layer = steptime.layer_times(sc.model, lay, r, rc, sc.overlap_fractions()[0], False if dense else None)
     first, last = steptime.stage_extras(sc.model, lay, r)
     if nics is not None and np.any(_f(cp) > 1):

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from tpopt.models import context, memory, moe, steptime
-from tpopt.models.arch import ModelArch, is_moe_layer
+from tpopt.models.arch import ModelArch, block_gemm_params, is_moe_layer
 from tpopt.models.batch import iterations_with_ramp
 from tpopt.models.compute import iterations
 from tpopt.models.numeric import FloatArray, Floats
@@ -242,6 +242,36 @@ def chunk_layers(split: Sequence[float], v: int) -> list[int] | None:
             out[c * p + s] = base + (1 if i < extra else 0)
     return out
 
+
+
+CHUNK_WEIGHT_UNIT = 8
+"""Time weight of one transformer layer in :func:`chunk_weights` (the head's cost in eighths of a layer)."""
+
+
+def chunk_weights(split: Sequence[float], v: int, loss_layers: float) -> list[int] | None:
+    """Time weights of the interleaved chunks in path order, by which the pipeline model divides a stage's time
+    among its chunks: u x (the chunk's layers, :func:`chunk_layers`), the last chunk of the path plus
+    round(u x loss_layers), u = :data:`CHUNK_WEIGHT_UNIT`; None where :func:`chunk_layers` is None.
+
+    The LM head and the loss run in the last virtual chunk of the last stage only (Megatron-Core's model chunks;
+    with ``account_for_loss_in_pipeline_split`` that chunk holds one transformer layer fewer), so they take no
+    share of the stage's other chunks: ``loss_layers`` is their cost in layers (:func:`loss_chunk_layers`).
+    Llama 3.1 405B on PP 16 x VP 4: the last stage's chunks hold 2, 2, 2, 1 layers and the head 0.65 of a layer,
+    weights 16, 16, 16, 13 (by layers alone 2/7 of the head would sit on each two-layer chunk)."""
+    chunks = chunk_layers(split, v)
+    if chunks is None:
+        return None
+    out = [CHUNK_WEIGHT_UNIT * n for n in chunks]
+    out[-1] += int(round(CHUNK_WEIGHT_UNIT * loss_layers))
+    return out
+
+
+def loss_chunk_layers(a: ModelArch) -> float:
+    """The LM head's matrix work in transformer layers: V h / (the linear weights one token multiplies in a
+    block, activated experts only): Llama 3.1 405B 128,256 x 16,384 / 3.21e9 = 0.65, Llama 3 70B 1.22, Llama 3
+    8B 2.4 (its GEMMs run at the blocks' rates; the loss's own memory passes are left out)."""
+    per_block = block_gemm_params(a) / a.layers
+    return float(a.vocab * a.hidden / per_block) if per_block > 0 else 0.0
 
 # ---------------------------------------------------------------------------------------------
 # memory terms (bytes per card)

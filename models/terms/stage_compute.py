@@ -29,9 +29,11 @@ from tpopt.models.terms.memory import _moe_stages
 from tpopt.models.terms.shapes import (
     _f,
     chunk_layers,
+    chunk_weights,
     dense_split,
     grad_accum,
     load_factor,
+    loss_chunk_layers,
     per_op_model,
     schedule_parts,
     stage_split,
@@ -56,20 +58,22 @@ GRID_STAGE_COUNTS = 256  # stage counts along the plan grid's pp axis up to whic
 def pipeline_compute(schedule: str, pp: ArrayLike, micro_batches: ArrayLike, t_fwd: ArrayLike, t_bwd_input: ArrayLike,
                      t_bwd_weight: ArrayLike, t_transfer: ArrayLike, groups: Groups | None = None, *,
                      bounds: Literal[False] = False, dense: Sequence[ArrayLike] | None = None,
-                     dense_groups: DenseGroups | None = None) -> FloatArray: ...
+                     dense_groups: DenseGroups | None = None, loss_layers: float = 0.0) -> FloatArray: ...
 
 
 @overload
 def pipeline_compute(schedule: str, pp: ArrayLike, micro_batches: ArrayLike, t_fwd: ArrayLike, t_bwd_input: ArrayLike,
                      t_bwd_weight: ArrayLike, t_transfer: ArrayLike, groups: Groups | None = None, *,
                      bounds: Literal[True], dense: Sequence[ArrayLike] | None = None,
-                     dense_groups: DenseGroups | None = None) -> tuple[FloatArray, FloatArray]: ...
+                     dense_groups: DenseGroups | None = None,
+                     loss_layers: float = 0.0) -> tuple[FloatArray, FloatArray]: ...
 
 
 def pipeline_compute(schedule: str, pp: ArrayLike, micro_batches: ArrayLike, t_fwd: ArrayLike, t_bwd_input: ArrayLike,
                      t_bwd_weight: ArrayLike, t_transfer: ArrayLike, groups: Groups | None = None, *,
                      bounds: bool = False, dense: Sequence[ArrayLike] | None = None,
-                     dense_groups: DenseGroups | None = None) -> FloatArray | tuple[FloatArray, FloatArray]:
+                     dense_groups: DenseGroups | None = None,
+                     loss_layers: float = 0.0) -> FloatArray | tuple[FloatArray, FloatArray]:
     """Per-step compute: the pipeline event model's completion time (m (t_f + t_b) when pp = 1).
 
     ``groups(p)``, when given, returns the per-stage layer split for p stages and the per-group
@@ -80,14 +84,15 @@ def pipeline_compute(schedule: str, pp: ArrayLike, micro_batches: ArrayLike, t_f
     model's dense-MLP block) with ``dense_groups(p)`` (dense blocks per stage, :func:`dense_split`): a
     group of n_g blocks, d_g of them dense, takes (n_g - d_g) x layer + d_g x dense. Interleaved chunks
     share their stage's duration in proportion to their layer counts (the pipeline model's rule), so a
-    stage's dense blocks are spread over its chunks.
+    stage's dense blocks are spread over its chunks; the last chunk's share counts the LM head and loss as
+    ``loss_layers`` layers (shapes.chunk_weights), where they run.
     """
     base, v = schedule_parts(schedule)
     if groups is not None:
         # with groups, each time is a (layer, first stage, last stage) triple
         f3, dx3, dw3 = cast(tuple[Sequence[ArrayLike], ...], (t_fwd, t_bwd_input, t_bwd_weight))
         return _pipeline_groups(base, v, pp, micro_batches, f3, dx3, dw3, t_transfer, groups, bounds, dense,
-                                dense_groups)
+                                dense_groups, loss_layers)
     pp, m, tf, tdx, tdw, tx = np.broadcast_arrays(
         np.asarray(pp), _f(micro_batches), _f(t_fwd), _f(t_bwd_input), _f(t_bwd_weight), _f(t_transfer))
     shape = pp.shape
@@ -218,8 +223,8 @@ def _duration_sets(arrays: Sequence[FloatArray]) -> tuple[NDArray[np.intp], NDAr
 
 
 def _bounds_on_grid(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike, durations: Sequence[ArrayLike],
-                    t_transfer: ArrayLike, groups: Groups, dense_of: Callable[[int], Sequence[int]] | None
-                    ) -> tuple[FloatArray, FloatArray] | None:
+                    t_transfer: ArrayLike, groups: Groups, dense_of: Callable[[int], Sequence[int]] | None,
+                    loss_layers: float = 0.0) -> tuple[FloatArray, FloatArray] | None:
     """The closed-form ``(lo, hi)`` of :func:`_pipeline_groups` (its ``bounds=True``) on the plan grid, when the
     stage count varies along one axis of the grid at most (an axis of at most GRID_STAGE_COUNTS entries: the pp
     axis of a table, not flattened rows); None otherwise. ``durations``: (fwd, dX, dW) of a layer, of the first
@@ -270,7 +275,7 @@ def _bounds_on_grid(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike, 
             continue
         lead = np.broadcast_shapes(m_p.shape, t_p.shape, *(x.shape for x in d_p))
         split = groups(p)
-        chunks = chunk_layers(split, v) if base == "interleaved" else None
+        chunks = chunk_weights(split, v, loss_layers) if base == "interleaved" else None
         if not split or (base == "interleaved" and chunks is None):
             lo_grid[tuple(dst)] = hi_grid[tuple(dst)] = np.inf  # layout.schedule_shape rules these plans out
             continue
@@ -311,7 +316,8 @@ def _bounds_on_grid(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike, 
 def _pipeline_groups(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike, layer_f: Sequence[ArrayLike],
                      layer_dx: Sequence[ArrayLike], layer_dw: Sequence[ArrayLike], t_transfer: ArrayLike,
                      groups: Groups, bounds: bool = False, dense: Sequence[ArrayLike] | None = None,
-                     dense_groups: DenseGroups | None = None) -> FloatArray | tuple[FloatArray, FloatArray]:
+                     dense_groups: DenseGroups | None = None,
+                     loss_layers: float = 0.0) -> FloatArray | tuple[FloatArray, FloatArray]:
     """Completion time with per-stage durations (uneven layer counts, a MoE model's dense blocks,
     embedding and head placement); with ``bounds``, (lo, hi) from the closed-form bounds summed group by
     group (no simulation)."""
@@ -321,7 +327,7 @@ def _pipeline_groups(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike,
     dense_of = cast(Callable[[int], Sequence[int]], dense_groups)  # called only when mixed
     if bounds:  # on the plan grid where the stage count has an axis of its own
         grid = _bounds_on_grid(base, v, pp, micro_batches, (lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, *more),
-                               t_transfer, groups, dense_of if mixed else None)
+                               t_transfer, groups, dense_of if mixed else None, loss_layers)
         if grid is not None:
             return grid
     arrs = np.broadcast_arrays(np.asarray(pp), _f(micro_batches), *(_f(x) for x in (lf, ldx, ldw, ef, edx, edw, hf,
@@ -368,7 +374,7 @@ def _pipeline_groups(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike,
             sel = multi[pp_a[multi] == p_val]
             p = int(p_val)
             split = groups(p)
-            chunks = chunk_layers(split, v) if base == "interleaved" else None
+            chunks = chunk_weights(split, v, loss_layers) if base == "interleaved" else None
             if not split or (base == "interleaved" and chunks is None):
                 out[sel] = hi_out[sel] = np.inf  # layout.schedule_shape rules these plans out
                 continue
@@ -391,7 +397,7 @@ def _pipeline_groups(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike,
             sel = multi[order[cuts[k]:cuts[k + 1]]]
             p, mv = int(p_val), int(m_val)
             split = groups(p)
-            chunks = chunk_layers(split, v) if base == "interleaved" else None
+            chunks = chunk_weights(split, v, loss_layers) if base == "interleaved" else None
             if not split or (base == "interleaved" and chunks is None) or pipeline.shape_error(base, p, mv, v):
                 out[sel] = np.inf  # layout.schedule_shape rules this plan out
                 continue
@@ -500,7 +506,7 @@ def _completion(sc: Scenario, schedule: str, pp: ArrayLike, inputs: Sequence[Any
     if per_op_model(sc):
         return pipeline_compute(schedule, pp, ga, (lf, ef, hf), (ldx, edx, hdx), (ldw, edw, hdw), t_x,
                                 groups=lambda p: stage_split(sc, p), dense=inputs[12:15] or None,
-                                dense_groups=lambda p: dense_split(sc, p))
+                                dense_groups=lambda p: dense_split(sc, p), loss_layers=loss_chunk_layers(sc.model))
     return pipeline_compute(schedule, pp, ga, lf, ldx, ldw, t_x)
 
 
@@ -540,7 +546,7 @@ def compute_bounds(sc: Scenario, schedule: str, pp: ArrayLike, inputs: Sequence[
     if per_op_model(sc):
         lo, hi = pipeline_compute(schedule, pp, ga, (lf, ef, hf), (ldx, edx, hdx), (ldw, edw, hdw), t_x,
                                   groups=lambda p: stage_split(sc, p), bounds=True, dense=inputs[12:15] or None,
-                                  dense_groups=lambda p: dense_split(sc, p))
+                                  dense_groups=lambda p: dense_split(sc, p), loss_layers=loss_chunk_layers(sc.model))
         host = stack_overhead(sc, pp=pp, ga=ga)
         lo, hi = lo + host, hi + host
     else:
