@@ -64,7 +64,7 @@ def test_the_moe_share_is_the_moe_runs_error_above_a_fitted_cards(moe_runs):
 def test_the_stated_sigma_covers_the_moe_runs_as_a_normal_would(moe_runs):
     """The sigma each MoE run's plan is stated with (its card, recipe, cards and experts per card): the share of
     runs whose log error is within 1 sigma and 2 sigma, against 68 % / 95 % for an honest normal: at least the
-    issue's 60 % / 90 %, and not every run within 1 sigma (the interim 0.348 put all 13 there, median |z| 0.3)."""
+    issue's 60 % / 90 %, and not every run within 1 sigma (the interim 0.348 put all 13 there, median |z| about 0.2)."""
     moes, err = moe_runs
     z = []
     for r in moes:
