@@ -175,19 +175,31 @@ def moe_groups(run) -> dict[str, str]:
             "recipe": E.recipe_class(f.matrix)}
 
 
-def print_moe_split(runs, res_run) -> None:
-    """The MoE runs' leave-one-run-out log residuals split by what their plans rest on (:func:`moe_groups`): runs
-    and RMS per group (one source's runs: a breakdown of the MoE factor, not factors of their own)."""
+def moe_split(runs, res_run) -> str:
+    """The MoE runs' leave-one-run-out log residuals split by what their plans rest on (:func:`moe_groups`): RMS
+    and runs per group, printed, and as the words the MoE factor's source ends with ("" without MoE runs). A
+    breakdown of the one factor, not factors of their own: every MoE run is one source's, and the groups overlap
+    (the source says where the runs at the most experts per card all run their dispatcher)."""
     r_of = {name: r for name, _, r, _ in res_run}
     moes = [r for r in runs if r.scenario.model.moe]
     if not moes:
-        return
+        return ""
     print(f"\nMoE runs ({len(moes)}), leave-one-run-out RMS ln error by what the plan rests on:")
     groups = {r.name: moe_groups(r) for r in moes}
+    words = []
     for key in ("experts per card", "dispatcher", "recipe"):
+        parts = []
         for value in sorted({g[key] for g in groups.values()}, key=lambda v: (len(v), v)):
             mine = [r_of[r.name] for r in moes if groups[r.name][key] == value]
-            print(f"  {key:16s} {value:14s} {len(mine):2d} runs  RMS {np.sqrt(np.mean(np.square(mine))):.3f}")
+            rms = float(np.sqrt(np.mean(np.square(mine))))
+            print(f"  {key:16s} {value:14s} {len(mine):2d} runs  RMS {rms:.3f}")
+            parts.append(f"{value} {rms:.3f} ({len(mine)})")
+        words.append(f"{key} {', '.join(parts)}")
+    top = max(float(g["experts per card"]) for g in groups.values())
+    where = {g["dispatcher"] for g in groups.values() if float(g["experts per card"]) == top}
+    overlap = f"; at {top:g} experts per card every run's dispatcher is {where.pop()}" if len(where) == 1 else ""
+    return (f"; by what the plan rests on, RMS (runs), a breakdown, not factors of their own (one source{overlap}): "
+            + "; ".join(words))
 
 
 def derive(res, res_run=None) -> tuple[float, str, list[tuple[str, float, str]]]:
@@ -291,8 +303,9 @@ def main(argv=None) -> int:
     for name, t, r, fs in res:
         print(f"  {name:36s} {t:22s} {r:+.3f}  {', '.join(fs) or '(inside the envelope)'}")
     res_run = run_residuals(runs, cat)
-    print_moe_split(runs, res_run)
+    split = moe_split(runs, res_run)
     base, base_src, parts = derive(res, res_run)
+    parts = [(f, v, src + split if f == E.MOE and "leave-one-run-out" in src else src) for f, v, src in parts]
     mem, mem_src = memory_error(runs)
     print(f"\nbase {base:.3f}  ({base_src})")
     for f, v, src in parts:
