@@ -31,7 +31,11 @@ from tpopt.models.numeric import FloatArray
 
 CARD_PRIOR, STACK, MOE, SEQ, PRECISION, SCALE = ("card_prior", "stack_unfitted", "moe", "seq_beyond",
                                                  "precision_unfitted", "scale_beyond")
-FACTORS = (CARD_PRIOR, STACK, MOE, SEQ, PRECISION, SCALE)
+PRECISION_UNSEEN = "precision_unseen"
+"""A low-precision recipe no card was fitted on (NVFP4 today): its further share on top of
+``precision_unfitted`` (a recipe measured on another card says how far the recipes differ; one measured
+nowhere does not)."""
+FACTORS = (CARD_PRIOR, STACK, MOE, SEQ, PRECISION, PRECISION_UNSEEN, SCALE)
 """The ways a plan leaves the evidence, in the order the footing names them."""
 ONE_SOURCE = "stack_one_source"
 """The footing's words for a stack whose kernel factor rests on one source's runs (the stack factor applies)."""
@@ -46,6 +50,7 @@ REASONS = {CARD_PRIOR: "{acc} rests on priors (no run fitted on it)",
            MOE: "MoE at {experts:g} experts per card on a card fitted on {fitted}",
            SEQ: "sequence {seq} beyond the longest fitted, {hi}",
            PRECISION: "{recipe} not among the fitted recipes ({fitted})",
+           PRECISION_UNSEEN: "{recipe} fitted on no card",
            SCALE: "{cards:g} cards beyond the fitted {hi:g}"}
 """The footing's words for each factor (formatted with the plan's and the envelope's figures)."""
 
@@ -160,6 +165,7 @@ def applies(ev: Evidence, facts: PlanFacts, cards: ArrayLike, experts_per_card: 
     - seq_beyond: sequence length above the longest fitted anywhere (``all``; shorter ones are inside);
     - precision_unfitted: a low-precision recipe (FP8 per-tensor, MXFP8, NVFP4) ``env`` was not fitted on
       (16-bit is the recipe every card's priors were measured in);
+    - precision_unseen: besides, a low-precision recipe no card was fitted on (``all``);
     - scale_beyond: more cards than ``env``'s largest fitted run."""
     own = ev.envelope(facts.acc)
     every = ev.everywhere()
@@ -177,6 +183,7 @@ def applies(ev: Evidence, facts: PlanFacts, cards: ArrayLike, experts_per_card: 
             MOE: np.broadcast_to(e > env.experts_per_card, shape),
             SEQ: const(facts.seq > every.seq[1]),
             PRECISION: const(rc != "16-bit" and rc not in env.recipes),
+            PRECISION_UNSEEN: const(rc != "16-bit" and rc not in every.recipes),
             SCALE: np.broadcast_to(c > env.cards_max, shape)}
 
 
@@ -208,6 +215,7 @@ def reasons(ev: Evidence, facts: PlanFacts) -> list[str]:
              MOE: {"experts": facts.experts_per_card, "fitted": fitted_moe},
              SEQ: {"seq": facts.seq, "hi": every.seq[1]},
              PRECISION: {"recipe": recipe_class(facts.matrix), "fitted": ", ".join(env.recipes)},
+             PRECISION_UNSEEN: {"recipe": recipe_class(facts.matrix)},
              SCALE: {"cards": facts.cards, "hi": env.cards_max}}
     srcs = ev.sources_of(facts.stack)
     text = dict(REASONS)
