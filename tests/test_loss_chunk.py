@@ -18,18 +18,19 @@ CAT = load_catalog()
 
 def test_head_in_layers_from_the_model_shape():
     """Llama 3.1 405B: V h = 128,256 x 16,384; a block's linear weights q + k + v + o + gated MLP =
-    h (h + 2 x 1,024 + h) + 3 h x 53,248 = 3.221e9; 2.101e9 / 3.221e9 = 0.652 of a layer."""
+    h (h + 2 x 1,024 + h) + 3 h x 53,248 = 3.188e9; 2.101e9 / 3.188e9 = 0.659 of a layer."""
     h, kv, ffn, vocab = 16384, 8 * 128, 53248, 128256
     block = h * (h + 2 * kv + h) + 3 * h * ffn
     assert shapes.loss_chunk_layers(CAT.model("llama3-405b")) == pytest.approx(vocab * h / block, rel=1e-3)
     assert 0.6 < vocab * h / block < 0.7
+    assert block == 3_187_671_040 and vocab * h / block == pytest.approx(0.659, abs=5e-4)  # the docstring's figures
 
 
 def test_weights_put_the_head_on_the_last_chunk_only():
     """126 layers + embedding + loss on PP 16 x VP 4: stages 7, 8 x 14, 7; chunk c of stage s is entry c p + s.
-    The last stage's chunks hold 2, 2, 2, 1 layers: weights 16, 16, 16 and 8 + round(8 x 0.652) = 13."""
+    The last stage's chunks hold 2, 2, 2, 1 layers: weights 16, 16, 16 and 8 + round(8 x 0.659) = 13."""
     split = [7] + [8] * 14 + [7]
-    w = shapes.chunk_weights(split, 4, 0.652)
+    w = shapes.chunk_weights(split, 4, 0.659)
     layers = shapes.chunk_layers(split, 4)
     assert w is not None and layers is not None
     assert [w[c * 16 + 15] for c in range(4)] == [16, 16, 16, 13]

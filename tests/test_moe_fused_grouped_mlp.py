@@ -106,3 +106,16 @@ def test_the_fused_launch_is_one_kernel_per_phase_without_an_activation_pass(tmp
         assert float(np.max(k.count)) == pytest.approx(1 + 15 / 4) and float(np.max(k.resident)) == 4.0
     assert float(np.sum([np.max(k.flops) for k in fused_ks if k.kind == "gemm"])) == pytest.approx(
         float(np.sum([np.max(k.flops) for k in plain_ks if k.kind == "gemm"])))
+
+
+@pytest.mark.parametrize("model", ["qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3"])
+@pytest.mark.parametrize("card, precision", [("gb300-nvl72", "mxfp8-mixed"), ("gb200-nvl72", "fp8-mixed"),
+                                             ("gb200-nvl72", "bf16-mixed"), ("b200", "mxfp8-mixed"),
+                                             ("h100-sxm", "fp8-mixed")])
+def test_the_26_06_preset_is_the_gb200_mxfp8_one_only(model, card, precision):
+    """Pull requests 4249 and 4187 change the GB200 FP8_MX presets only (the recipes' sources): GB300, FP8 current
+    scaling, BF16, B200 and H100 keep a recipe without the fused grouped MLP, whichever model."""
+    r = R.find_recipe("megatron-core", model, [card], precision)
+    assert r is None or (not r.moe_fused_grouped_mlp and "26.06" not in r.name)
+    mixed = R.find_recipe("megatron-core", model, ["gb200-nvl72", card], "mxfp8-mixed")  # every card must match
+    assert mixed is None or mixed.moe_fused_grouped_mlp is not True or card == "gb200-nvl72"

@@ -256,7 +256,7 @@ def chunk_weights(split: Sequence[float], v: int, loss_layers: float) -> list[in
     The LM head and the loss run in the last virtual chunk of the last stage only (Megatron-Core's model chunks;
     with ``account_for_loss_in_pipeline_split`` that chunk holds one transformer layer fewer), so they take no
     share of the stage's other chunks: ``loss_layers`` is their cost in layers (:func:`loss_chunk_layers`).
-    Llama 3.1 405B on PP 16 x VP 4: the last stage's chunks hold 2, 2, 2, 1 layers and the head 0.65 of a layer,
+    Llama 3.1 405B on PP 16 x VP 4: the last stage's chunks hold 2, 2, 2, 1 layers and the head 0.66 of a layer,
     weights 16, 16, 16, 13 (by layers alone 2/7 of the head would sit on each two-layer chunk)."""
     chunks = chunk_layers(split, v)
     if chunks is None:
@@ -268,7 +268,7 @@ def chunk_weights(split: Sequence[float], v: int, loss_layers: float) -> list[in
 
 def loss_chunk_layers(a: ModelArch) -> float:
     """The LM head's matrix work in transformer layers: V h / (the linear weights one token multiplies in a
-    block, activated experts only): Llama 3.1 405B 128,256 x 16,384 / 3.21e9 = 0.65, Llama 3 70B 1.22, Llama 3
+    block, activated experts only): Llama 3.1 405B 128,256 x 16,384 / 3.19e9 = 0.66, Llama 3 70B 1.23, Llama 3
     8B 2.4 (its GEMMs run at the blocks' rates; the loss's own memory passes are left out)."""
     per_block = block_gemm_params(a) / a.layers
     return float(a.vocab * a.hidden / per_block) if per_block > 0 else 0.0
