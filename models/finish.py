@@ -52,9 +52,9 @@ VALIDATION_LOO_ERRORS = (-5.4, -1.5, 4.2, 1.9, -0.3, -3.1, -0.1, -2.4, -2.1, -4.
                          3.4, 1.3, 2.3, 0.7, -0.6, -2.7, 4.4, 4.6)
 """Leave-one-out step-time errors (%) of the calibration on the A100 validation tables (README: Narayanan et
 al. 2021 table 1, ten runs; Korthikanti et al. 2022, four models x full / selective recompute): their RMS
-log error, 0.030, is the A100-80GB-SXM's ``residual_sigma`` in catalogs/performance.toml."""
+log error, 0.029, is the A100-80GB-SXM's ``residual_sigma`` in catalogs/performance.toml."""
 
-VALIDATION_LOSO_ERRORS = (-4.9, 5.2, -9.1, -8.6, -9.8, -12.6, -5.4, 4.7, 5.3)
+VALIDATION_LOSO_ERRORS = (-6.6, 5.2, -9.1, -9.9, -9.8, -12.5, -5.3, 3.5, 5.6)
 """Leave-one-source-out step-time errors (%) on the modern table, the LOSO column of
 benchmarks/validate_published.py for megatron-bridge-modern in its row order (NVIDIA Megatron-Bridge's H100 /
 B200 / GB200 runs on Megatron-Core: mb2511 H100 405B FP8, H100 8B FP8 FSDP, B200 8B, B200 405B, GB200 8B,
@@ -77,15 +77,15 @@ DEFAULT_STEP_SIGMA = round(residual_sigma([1 + e / 100 for e in VALIDATION_LOSO_
 each plan's own sigma comes from catalogs/uncertainty.toml by its distance from the evidence,
 tpopt.models.evidence). Log-sd of measured / predicted step time on a card no validation table covers (no
 ``residual_sigma`` in performance.toml, no calibration of one's own): the RMS log error of the modern table's
-leave-one-source-out predictions (:data:`VALIDATION_LOSO_ERRORS`: 0.081), how far the model is off on cards it was
+leave-one-source-out predictions (:data:`VALIDATION_LOSO_ERRORS`: 0.083), how far the model is off on cards it was
 not fitted on, on the stack its fit ran (Megatron-Core); the A100 tables' are 0.035; the 2024-2026 table's larger
 spread comes mostly from stacks, MoE and long context no other table ran, which the stack sigmas below and the
 per-operation model's factors carry. benchmarks/validate_published.py prints it beside this value. Covered cards
-ship their own leave-one-out RMS (``residual_sigma``: A100 0.030, H100 0.048, GB200 0.091; B200, under 4 runs, this
+ship their own leave-one-out RMS (``residual_sigma``: A100 0.029, H100 0.057, GB200 0.063; B200, under 4 runs, this
 default), with the stacks it
 was measured on (``residual_sigma_stacks``); ``tpopt calibrate`` replaces it with a calibration's residual spread.
 Stacks carry their own (catalogs/stacks.toml ``residual_sigma``: their runs' leave-one-out RMS, Megatron-LM 2021
-0.030, Megatron-Core 0.054; a stack no table ran, the public anchors' RMS log error 0.154, :data:`ANCHOR_SPEEDS`:
+0.029, Megatron-Core 0.054; a stack no table ran, the public anchors' RMS log error 0.154, :data:`ANCHOR_SPEEDS`:
 7-28 % optimism on stacks the model was not fitted on); off the stacks a card was measured on, the larger of the
 two applies (tpopt.models.terms.step_sigma)."""
 DEFAULT_STEP_SIGMA_SOURCE = ("default for a card no validation table covers: the leave-one-source-out RMS log "
