@@ -790,6 +790,14 @@ def max_work(q: float, deadline: float, reserved: float, saves: ArrayLike, sigma
     return out
 
 
+_QUANTILE_MEMO: dict[tuple[float, ...], float] = {}
+"""The quantiles :func:`quantiles` found, by (level, R, W, save factor, sigma, cumulants): a report evaluates its
+plan several times (the solve, the binding families, the alternatives, the footing), each time asking its
+finish quantile. The root finding is element-wise (an element's bits do not depend on the others), so a
+remembered quantile is the one a fresh root finding gives."""
+_QUANTILE_MEMO_SIZE = 100_000
+
+
 def quantiles(q: float, reserved: float, work: ArrayLike, saves: ArrayLike, sigma: ArrayLike,
               kappa: tuple[ArrayLike, ArrayLike, ArrayLike]) -> FloatArray:
     """The q-quantile of T element-wise: the root of P(T <= t) = q in x = ln(t - R), where
@@ -797,10 +805,26 @@ def quantiles(q: float, reserved: float, work: ArrayLike, saves: ArrayLike, sigm
     e^(sigma z_q)), by :func:`_verified_root` from that closed form with the event spread folded in.
     Rounded up: the t returned is one at which P(T <= t) > q was evaluated, within 2e-9 relative (of
     t - R) above the root. The bracket is e^(-+50) around the closed form; where the root lies beyond an
-    end, that end moves out (x 1e3) and the element goes again."""
+    end, that end moves out (x 1e3) and the element goes again. Each distinct element is found once per
+    process (:data:`_QUANTILE_MEMO`)."""
     W, sv, sg, a, b, c = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (work, saves, sigma, *kappa)))
     shape = W.shape
-    W, sv, sg, a, b, c = (v.reshape(-1) for v in (W, sv, sg, a, b, c))
+    keys = [(q, float(reserved), *row) for row in zip(*(v.reshape(-1).tolist() for v in (W, sv, sg, a, b, c)),
+                                                    strict=True)]
+    todo = [i for i, k in enumerate(keys) if k not in _QUANTILE_MEMO]
+    if todo:
+        found = _quantiles(q, reserved, *(v.reshape(-1)[todo] for v in (W, sv, sg, a, b, c)))
+        if len(_QUANTILE_MEMO) + len(todo) > _QUANTILE_MEMO_SIZE:
+            _QUANTILE_MEMO.clear()
+        _QUANTILE_MEMO.update(zip((keys[i] for i in todo), found.tolist(), strict=True))
+    out: FloatArray = np.array([_QUANTILE_MEMO[k] for k in keys], dtype=float).reshape(shape)
+    return out
+
+
+def _quantiles(q: float, reserved: float, W: FloatArray, sv: FloatArray, sg: FloatArray, a: FloatArray,
+               b: FloatArray, c: FloatArray) -> FloatArray:
+    """:func:`quantiles` of 1-D arrays, every element found."""
+    shape = W.shape
     zq = ndtri(q)
     pos = W > 0
     Ws = np.where(pos, W, 1.0)
