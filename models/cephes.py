@@ -1064,39 +1064,46 @@ def _vigamc_continued_fraction(a: FloatArray, x: FloatArray) -> FloatArray:
     xs = x[idx]
     y = 1.0 - a[idx]
     z = xs + y + 1.0
-    c = np.zeros(idx.size)
+    c = 0.0  # the same for every element: the iteration count (whole numbers, exact)
     pkm2, qkm2 = np.ones(idx.size), xs
     pkm1, qkm1 = xs + 1.0, z * xs
     ans = pkm1 / qkm1
     it = 0
-    while idx.size > _TAIL and it < _IGAM_MAXITER:
-        it += 1
-        c = c + 1.0
-        y = y + 1.0
-        z = z + 2.0
-        yc = y * c
-        pk = pkm1 * z - pkm2 * yc
-        qk = qkm1 * z - qkm2 * yc
-        with np.errstate(divide="ignore", invalid="ignore"):
+    live = np.ones(idx.size, dtype=bool)  # still iterating (the arrays are compressed once half of them stopped)
+    n = idx.size
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a stopped element may run on into inf
+        while n > _TAIL and it < _IGAM_MAXITER:
+            it += 1
+            c = c + 1.0
+            y = y + 1.0
+            z = z + 2.0
+            yc = y * c
+            pk = pkm1 * z - pkm2 * yc
+            qk = qkm1 * z - qkm2 * yc
             r = pk / qk
             t = np.abs((ans - r) / r)
-        if not (qk.all() and r.all()):  # qk = 0: t = 1 and ans kept; r = 0: t = inf
-            t = np.where(qk != 0, np.where(r != 0, t, _INF), 1.0)
-            r = np.where(qk != 0, r, ans)
-        ans = r
-        pkm2, pkm1, qkm2, qkm1 = pkm1, pk, qkm1, qk
-        big = np.abs(pk) > _BIG
-        if big.any():
-            pkm2, pkm1, qkm2, qkm1 = (np.where(big, v * _BIGINV, v) for v in (pkm2, pkm1, qkm2, qkm1))
-        done = t <= MACHEP
-        if done.any():
-            out[idx[done]] = ans[done]
-            keep = ~done
-            idx = idx[keep]
-            c, y, z, pkm2, pkm1, qkm2, qkm1, ans = (v[keep] for v in (c, y, z, pkm2, pkm1, qkm2, qkm1, ans))
-    if idx.size:
-        its = np.full(idx.size, float(it))
-        cols = zip(*(v.tolist() for v in (c, y, z, pkm2, pkm1, qkm2, qkm1, ans, its)), strict=True)
+            if not (qk.all() and r.all()):  # qk = 0: t = 1 and ans kept; r = 0: t = inf
+                t = np.where(qk != 0, np.where(r != 0, t, _INF), 1.0)
+                r = np.where(qk != 0, r, ans)
+            ans = r
+            pkm2, pkm1, qkm2, qkm1 = pkm1, pk, qkm1, qk
+            big = np.abs(pk) > _BIG
+            if big.any():
+                pkm2, pkm1, qkm2, qkm1 = (np.where(big, v * _BIGINV, v) for v in (pkm2, pkm1, qkm2, qkm1))
+            done = (t <= MACHEP) & live
+            if done.any():
+                out[idx[done]] = ans[done]
+                live &= ~done
+                n = int(np.count_nonzero(live))
+                if 2 * n <= idx.size:
+                    idx = idx[live]
+                    y, z, pkm2, pkm1, qkm2, qkm1, ans = (v[live] for v in (y, z, pkm2, pkm1, qkm2, qkm1, ans))
+                    live = np.ones(n, dtype=bool)
+    if n:
+        idx = idx[live]
+        y, z, pkm2, pkm1, qkm2, qkm1, ans = (v[live] for v in (y, z, pkm2, pkm1, qkm2, qkm1, ans))
+        cs, its = np.full(n, c), np.full(n, float(it))
+        cols = zip(*(v.tolist() for v in (cs, y, z, pkm2, pkm1, qkm2, qkm1, ans, its)), strict=True)
         out[idx] = [_cf_tail(st) for st in cols]
     res: FloatArray = np.where(ax == 0.0, 0.0, out * ax)
     return res
@@ -1119,18 +1126,25 @@ def _vigam_series(a: FloatArray, x: FloatArray) -> FloatArray:
     idx = np.flatnonzero(ax != 0.0)
     r, xs, c, ans = a[idx], x[idx], np.ones(idx.size), np.ones(idx.size)
     it = 0
-    while idx.size > _TAIL and it < _IGAM_MAXITER:
+    live = np.ones(idx.size, dtype=bool)  # still iterating (the arrays are compressed once half of them stopped)
+    n = idx.size
+    while n > _TAIL and it < _IGAM_MAXITER:
         it += 1
         r = r + 1.0
         c = c * (xs / r)
         ans = ans + c
-        done = c <= MACHEP * ans
+        done = (c <= MACHEP * ans) & live
         if done.any():
             out[idx[done]] = ans[done]
-            keep = ~done
-            idx = idx[keep]
-            r, xs, c, ans = (v[keep] for v in (r, xs, c, ans))
-    if idx.size:
+            live &= ~done
+            n = int(np.count_nonzero(live))
+            if 2 * n <= idx.size:
+                idx = idx[live]
+                r, xs, c, ans = (v[live] for v in (r, xs, c, ans))
+                live = np.ones(n, dtype=bool)
+    if n:
+        idx = idx[live]
+        r, xs, c, ans = (v[live] for v in (r, xs, c, ans))
         out[idx] = [_series_tail(*st, it) for st in zip(r.tolist(), xs.tolist(), c.tolist(), ans.tolist(), strict=True)]
     res: FloatArray = np.where(ax == 0.0, 0.0, out * ax / a)
     return res
