@@ -126,3 +126,26 @@ def test_reachable_answers_every_level_as_a_solve_would():
     assert set(asked) <= set(verdict)
     assert all(verdict[q] for q in set(verdict) - set(asked))
     assert len(asked) < len(verdict)
+
+
+def test_a_plan_well_above_a_level_meets_it():
+    """reachable counts a level met without its chance root when a known plan's P(on time) lies SURE_MARGIN above
+    it (sigma >= SMOOTH_SIGMA): on the design case's and the Llama-3-8B example's plans, at levels from 1 % up to
+    just that margin below P(on time), meets() (the plan's step against the chance step limit found at the level)
+    agrees at every one."""
+    from tpopt.models import families as F
+    from tpopt.optimizer import confidence as C
+
+    for name in ("design-case.toml", "llama3-8b-confidence.toml"):
+        sc = at(load_scenario(EXAMPLES / name), 0.9)
+        r = core.solve(sc, "enumerate", Request(objective="time"))
+        assert r.best is not None
+        law = C.law_of(sc, r.best)
+        assert law.sigma >= C.SMOOTH_SIGMA
+        p = float(law.cdf(F.limit(F.DEADLINE, sc)))
+        assert 0.9 < p < 1.0
+        assert C.level_free_met(sc, r.best)
+        top = p - C.SURE_MARGIN
+        for q in [0.01, 0.3, 0.5, 0.8, 0.9, 0.5 * (0.9 + top), top - 1e-5, top - 1e-7, top]:
+            assert C.meets(sc, r.best, q, others=True), (name, q, p)
+        assert not C.meets(sc, r.best, 0.5 * (p + 1.0), others=True)  # the check discriminates above p
