@@ -1057,6 +1057,20 @@ def _cf_tail(state: tuple[float, ...]) -> float:
     return ans
 
 
+def _stopped(out: FloatArray, idx: NDArray[np.intp], live: NDArray[np.bool_], done: NDArray[np.bool_],
+             state: tuple[FloatArray, ...]) -> tuple[NDArray[np.intp], NDArray[np.bool_], int, tuple[FloatArray, ...]]:
+    """A vectorised loop's elements that stopped this iteration (``done``): each one's result (the state's last
+    array) written to ``out`` at its index, the element no longer live; once half of the arrays' elements have
+    stopped, the arrays compressed to the live ones (one compression per halving, not one per iteration; a stopped
+    element kept meanwhile iterates on, its result already taken). Returns (indices, live, live count, state)."""
+    out[idx[done]] = state[-1][done]
+    live &= ~done
+    n = int(np.count_nonzero(live))
+    if 2 * n <= idx.size:
+        return idx[live], np.ones(n, dtype=bool), n, tuple(v[live] for v in state)
+    return idx, live, n, state
+
+
 def _vigamc_continued_fraction(a: FloatArray, x: FloatArray) -> FloatArray:
     ax = _vigam_fac(a, x)
     out = np.zeros(a.size)
@@ -1092,13 +1106,8 @@ def _vigamc_continued_fraction(a: FloatArray, x: FloatArray) -> FloatArray:
                 pkm2, pkm1, qkm2, qkm1 = (np.where(big, v * _BIGINV, v) for v in (pkm2, pkm1, qkm2, qkm1))
             done = (t <= MACHEP) & live
             if done.any():
-                out[idx[done]] = ans[done]
-                live &= ~done
-                n = int(np.count_nonzero(live))
-                if 2 * n <= idx.size:
-                    idx = idx[live]
-                    y, z, pkm2, pkm1, qkm2, qkm1, ans = (v[live] for v in (y, z, pkm2, pkm1, qkm2, qkm1, ans))
-                    live = np.ones(n, dtype=bool)
+                idx, live, n, (y, z, pkm2, pkm1, qkm2, qkm1, ans) = _stopped(out, idx, live, done,
+                                                                           (y, z, pkm2, pkm1, qkm2, qkm1, ans))
     if n:
         idx = idx[live]
         y, z, pkm2, pkm1, qkm2, qkm1, ans = (v[live] for v in (y, z, pkm2, pkm1, qkm2, qkm1, ans))
@@ -1135,13 +1144,7 @@ def _vigam_series(a: FloatArray, x: FloatArray) -> FloatArray:
         ans = ans + c
         done = (c <= MACHEP * ans) & live
         if done.any():
-            out[idx[done]] = ans[done]
-            live &= ~done
-            n = int(np.count_nonzero(live))
-            if 2 * n <= idx.size:
-                idx = idx[live]
-                r, xs, c, ans = (v[live] for v in (r, xs, c, ans))
-                live = np.ones(n, dtype=bool)
+            idx, live, n, (r, xs, c, ans) = _stopped(out, idx, live, done, (r, xs, c, ans))
     if n:
         idx = idx[live]
         r, xs, c, ans = (v[live] for v in (r, xs, c, ans))
