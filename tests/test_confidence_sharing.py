@@ -149,3 +149,32 @@ def test_a_plan_well_above_a_level_meets_it():
         for q in [0.01, 0.3, 0.5, 0.8, 0.9, 0.5 * (0.9 + top), top - 1e-5, top - 1e-7, top]:
             assert C.meets(sc, r.best, q, others=True), (name, q, p)
         assert not C.meets(sc, r.best, 0.5 * (p + 1.0), others=True)  # the check discriminates above p
+
+
+def test_the_step_up_over_batch_choices_solves_only_the_batches_that_can_hold_its_plan():
+    """The confidence report's step up over a batch choice (the design case with five batches, 95 % -> 99.9 %):
+    each batch's proven optimum at 95 % is a floor of its optimum at 99.9 % (a plan meeting the higher level meets
+    the lower), so the re-solve skips the batches whose floor is above the best plan it found, on spaces sharing
+    the report's tables; the same status, plan and cost as the re-solve of every batch on spaces of their own.
+    No floor below the report's level, nor for another objective."""
+    from tpopt.optimizer import backends, outer
+    from tpopt.optimizer import plan as P
+
+    sc = at(load_scenario(EXAMPLES / "design-case-batch.toml"), 0.95)
+    req = Request(seed=0, workers=1)
+    base = outer.solve_batches(sc, backends.checked(backends.DEFAULT), req)
+    batches = outer.batch_choices(sc)
+    assert len(batches) == 5 and all(c.result.best is not None for c in base.choices)
+    target = at(sc, 0.999)
+    floors = P._level_floors(base, target, req.objective)
+    assert set(floors) == set(batches)
+    got, _ = P._chosen(target, backends.DEFAULT, req, batches=base)
+    own, _ = P._chosen(target, backends.DEFAULT, req)
+    assert got.status == own.status and own.best is not None and got.best is not None
+    assert got.best.plan_dict() == own.best.plan_dict()
+    assert got.best.metrics["cost"] == own.best.metrics["cost"]
+    assert got.batches is not None and own.batches is not None
+    assert len(own.batches.choices) == 5 and len(got.batches.choices) < 5  # batches skipped by their floors
+    assert [c.batch for c in got.batches.choices] == [b for b in batches if b in {c.batch for c in got.batches.choices}]
+    assert P._level_floors(base, at(sc, 0.9), req.objective) == {}
+    assert P._level_floors(base, target, "time" if req.objective == "cost" else "cost") == {}
