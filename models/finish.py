@@ -351,6 +351,22 @@ def cdf(t: ArrayLike, reserved: ArrayLike, work: ArrayLike, saves: ArrayLike, si
     sg = np.asarray(sigma, dtype=float)
     k1, k2, k3 = (np.asarray(k, dtype=float) * W for k in kappa)
     x, Wp, sg, k1, k2, k3 = np.broadcast_arrays(x, Wp, sg, k1, k2, k3)
+    smooth = (sg > 0) & ~(x <= 0)
+    if not smooth.all():  # the integral only where it is read: no step error, or t <= R (0), take their own branch
+        out = np.zeros(x.shape)
+        fixed = ~(sg > 0) & ~(x <= 0)
+        if fixed.any():
+            out[fixed] = np.clip(gamma_cdf(x[fixed] - Wp[fixed], k1[fixed], k2[fixed], k3[fixed]), 0.0, 1.0)
+        if smooth.any():
+            out[smooth] = _lognormal_cdf(x[smooth], Wp[smooth], sg[smooth], k1[smooth], k2[smooth], k3[smooth])
+        return out
+    return _lognormal_cdf(x, Wp, sg, k1, k2, k3)
+
+
+def _lognormal_cdf(x: FloatArray, Wp: FloatArray, sg: FloatArray, k1: FloatArray, k2: FloatArray, k3: FloatArray
+                   ) -> FloatArray:
+    """:func:`cdf` where sigma > 0 and t > R (x = t - R, W' = W (1 + c / tau), the event cumulants over W): the
+    lognormal integral, element-wise."""
     rate = Wp + k1  # mean of T - R at e = 1
     pos = (x > 0) & (rate > 0)
     e_star = np.where(pos, x / np.where(rate > 0, rate, 1.0), 1.0)
@@ -368,11 +384,7 @@ def cdf(t: ArrayLike, reserved: ArrayLike, work: ArrayLike, saves: ArrayLike, si
     g = gamma_cdf(x[..., None] - Wp[..., None] * e, k1[..., None] * e, k2[..., None] * e, k3[..., None] * e)
     dens = np.exp(-0.5 * z**2) / math.sqrt(2.0 * math.pi)
     lognormal = ndtr_array(lo) + rad * np.sum(gl_w * dens * g, axis=-1)
-    if np.all(sg > 0):  # every element has a step error: no fixed-step branch to evaluate
-        out: FloatArray = np.clip(lognormal, 0.0, 1.0)
-    else:
-        out = np.clip(np.where(sg > 0, lognormal, gamma_cdf(x - Wp, k1, k2, k3)), 0.0, 1.0)
-    out = np.where(x <= 0, 0.0, out)
+    out: FloatArray = np.clip(lognormal, 0.0, 1.0)
     return out
 
 
