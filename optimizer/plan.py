@@ -23,7 +23,7 @@ from tpopt.models.units import DAY
 from tpopt.optimizer import backends, core, footing, outer
 from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.core import TINY_NOTE, TINY_SPACE, tiny_solver  # noqa: F401 (TINY_SPACE: re-exported)
-from tpopt.optimizer.enumerate import keep_point_table, layout_evaluator
+from tpopt.optimizer.enumerate import LEVEL_TWIN, WALKED_TABLE, keep_point_table, layout_evaluator
 from tpopt.optimizer.limits import EncodingError
 from tpopt.optimizer.memory_plan import enforce as enforce_memory
 from tpopt.optimizer.ondemand import WHOLE_TABLES, slice_whole_tables
@@ -267,6 +267,8 @@ def _sharing(base: Space, sc: Scenario) -> Space | None:
             out.__dict__[key] = base.__dict__[key]
     if "_layout_evaluator" in base.__dict__:  # the exactly simulated pipelines (the step model's alone)
         layout_evaluator(out).exact_terms = layout_evaluator(base).exact_terms
+    if WALKED_TABLE in base.__dict__:  # every plan walked at the base's level: an enumeration re-decides the level
+        out.__dict__[LEVEL_TWIN] = base.__dict__[WALKED_TABLE]
     return out
 
 

@@ -178,3 +178,28 @@ def test_the_step_up_over_batch_choices_solves_only_the_batches_that_can_hold_it
     assert [c.batch for c in got.batches.choices] == [b for b in batches if b in {c.batch for c in got.batches.choices}]
     assert P._level_floors(base, at(sc, 0.9), req.objective) == {}
     assert P._level_floors(base, target, "time" if req.objective == "cost" else "cost") == {}
+
+
+def test_an_enumeration_at_another_level_reads_the_walked_table():
+    """A space shared at another confidence level whose base walked every plan (the report's table,
+    enumerate.keep_point_table) is answered from that table (enumerate.LEVEL_TWIN: the other families' verdicts as
+    walked, the chance step limit of each plan at the new level): the same status and plans, in the same order, as an
+    enumeration of a space of its own, at levels below and above the base's, for both objectives and the top 3."""
+    from tpopt.optimizer.enumerate import LEVEL_TWIN, WALKED_TABLE, keep_point_table
+
+    for name in ("llama3-8b-confidence.toml", "design-case.toml"):
+        base_sc = at(load_scenario(EXAMPLES / name), 0.9)
+        base = Space.from_scenario(base_sc)
+        keep_point_table(base)
+        assert core.solve(base_sc, "enumerate", Request(seed=0, workers=1), space=base).best is not None
+        assert WALKED_TABLE in base.__dict__
+        for q in (0.5, 0.95, 0.99, 0.999):
+            for objective, top in (("cost", 1), ("time", 1), ("cost", 3)):
+                req = Request(objective=objective, top=top, seed=0, workers=1)
+                shared = shared_space(base, at(base_sc, q))
+                assert shared is not None and LEVEL_TWIN in shared.__dict__
+                got = core.solve(at(base_sc, q), "enumerate", req, space=shared)
+                own = core.solve(at(base_sc, q), "enumerate", req, space=Space.from_scenario(at(base_sc, q)))
+                assert got.status == own.status, (name, q, objective)
+                assert [p.plan_dict() for p in got.plans] == [p.plan_dict() for p in own.plans], (name, q, objective)
+                assert [p.metrics["cost"] for p in got.plans] == [p.metrics["cost"] for p in own.plans]
