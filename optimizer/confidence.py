@@ -28,6 +28,7 @@ from tpopt.models.units import DAY
 from tpopt.models.variables import evaluate_keywords
 from tpopt.optimizer import core
 from tpopt.optimizer.backends import Solver
+from tpopt.optimizer.enumerate import LEVEL_BOUND  # the families a confidence level moves
 from tpopt.optimizer.limits import Undecided, clock_of
 from tpopt.optimizer.result import Request, SolveResult, Status
 
@@ -200,9 +201,6 @@ count it (the solve's tables and one plan's evaluation agree far closer: the mar
 boundary to the solve's own verdict)."""
 
 
-LEVEL_BOUND = (F.STEP_BUDGET, F.DEADLINE)
-"""The families whose limit or value moves with the confidence level (the deadline's chance form: the chance
-step limit and the finish quantile); every other family's value and limit are the same at every level."""
 
 
 def _at_level(sc: Scenario, ev: Evaluation, q: float) -> Scenario:
