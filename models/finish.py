@@ -351,6 +351,22 @@ def cdf(t: ArrayLike, reserved: ArrayLike, work: ArrayLike, saves: ArrayLike, si
     sg = np.asarray(sigma, dtype=float)
     k1, k2, k3 = (np.asarray(k, dtype=float) * W for k in kappa)
     x, Wp, sg, k1, k2, k3 = np.broadcast_arrays(x, Wp, sg, k1, k2, k3)
+    smooth = (sg > 0) & ~(x <= 0)
+    if not smooth.all():  # the integral only where it is read: no step error, or t <= R (0), take their own branch
+        out = np.zeros(x.shape)
+        fixed = ~(sg > 0) & ~(x <= 0)
+        if fixed.any():
+            out[fixed] = np.clip(gamma_cdf(x[fixed] - Wp[fixed], k1[fixed], k2[fixed], k3[fixed]), 0.0, 1.0)
+        if smooth.any():
+            out[smooth] = _lognormal_cdf(x[smooth], Wp[smooth], sg[smooth], k1[smooth], k2[smooth], k3[smooth])
+        return out
+    return _lognormal_cdf(x, Wp, sg, k1, k2, k3)
+
+
+def _lognormal_cdf(x: FloatArray, Wp: FloatArray, sg: FloatArray, k1: FloatArray, k2: FloatArray, k3: FloatArray
+                   ) -> FloatArray:
+    """:func:`cdf` where sigma > 0 and t > R (x = t - R, W' = W (1 + c / tau), the event cumulants over W): the
+    lognormal integral, element-wise."""
     rate = Wp + k1  # mean of T - R at e = 1
     pos = (x > 0) & (rate > 0)
     e_star = np.where(pos, x / np.where(rate > 0, rate, 1.0), 1.0)
@@ -368,11 +384,7 @@ def cdf(t: ArrayLike, reserved: ArrayLike, work: ArrayLike, saves: ArrayLike, si
     g = gamma_cdf(x[..., None] - Wp[..., None] * e, k1[..., None] * e, k2[..., None] * e, k3[..., None] * e)
     dens = np.exp(-0.5 * z**2) / math.sqrt(2.0 * math.pi)
     lognormal = ndtr_array(lo) + rad * np.sum(gl_w * dens * g, axis=-1)
-    if np.all(sg > 0):  # every element has a step error: no fixed-step branch to evaluate
-        out: FloatArray = np.clip(lognormal, 0.0, 1.0)
-    else:
-        out = np.clip(np.where(sg > 0, lognormal, gamma_cdf(x - Wp, k1, k2, k3)), 0.0, 1.0)
-    out = np.where(x <= 0, 0.0, out)
+    out: FloatArray = np.clip(lognormal, 0.0, 1.0)
     return out
 
 
@@ -790,6 +802,14 @@ def max_work(q: float, deadline: float, reserved: float, saves: ArrayLike, sigma
     return out
 
 
+_QUANTILE_MEMO: dict[tuple[float, ...], float] = {}
+"""The quantiles :func:`quantiles` found, by (level, R, W, save factor, sigma, cumulants): a report evaluates its
+plan several times (the solve, the binding families, the alternatives, the footing), each time asking its
+finish quantile. The root finding is element-wise (an element's bits do not depend on the others), so a
+remembered quantile is the one a fresh root finding gives."""
+_QUANTILE_MEMO_SIZE = 100_000
+
+
 def quantiles(q: float, reserved: float, work: ArrayLike, saves: ArrayLike, sigma: ArrayLike,
               kappa: tuple[ArrayLike, ArrayLike, ArrayLike]) -> FloatArray:
     """The q-quantile of T element-wise: the root of P(T <= t) = q in x = ln(t - R), where
@@ -797,10 +817,26 @@ def quantiles(q: float, reserved: float, work: ArrayLike, saves: ArrayLike, sigm
     e^(sigma z_q)), by :func:`_verified_root` from that closed form with the event spread folded in.
     Rounded up: the t returned is one at which P(T <= t) > q was evaluated, within 2e-9 relative (of
     t - R) above the root. The bracket is e^(-+50) around the closed form; where the root lies beyond an
-    end, that end moves out (x 1e3) and the element goes again."""
+    end, that end moves out (x 1e3) and the element goes again. Each distinct element is found once per
+    process (:data:`_QUANTILE_MEMO`)."""
     W, sv, sg, a, b, c = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (work, saves, sigma, *kappa)))
     shape = W.shape
-    W, sv, sg, a, b, c = (v.reshape(-1) for v in (W, sv, sg, a, b, c))
+    keys = [(q, float(reserved), *row) for row in zip(*(v.reshape(-1).tolist() for v in (W, sv, sg, a, b, c)),
+                                                    strict=True)]
+    todo = [i for i, k in enumerate(keys) if k not in _QUANTILE_MEMO]
+    if todo:
+        found = _quantiles(q, reserved, *(v.reshape(-1)[todo] for v in (W, sv, sg, a, b, c)))
+        if len(_QUANTILE_MEMO) + len(todo) > _QUANTILE_MEMO_SIZE:
+            _QUANTILE_MEMO.clear()
+        _QUANTILE_MEMO.update(zip((keys[i] for i in todo), found.tolist(), strict=True))
+    out: FloatArray = np.array([_QUANTILE_MEMO[k] for k in keys], dtype=float).reshape(shape)
+    return out
+
+
+def _quantiles(q: float, reserved: float, W: FloatArray, sv: FloatArray, sg: FloatArray, a: FloatArray,
+               b: FloatArray, c: FloatArray) -> FloatArray:
+    """:func:`quantiles` of 1-D arrays, every element found."""
+    shape = W.shape
     zq = ndtri(q)
     pos = W > 0
     Ws = np.where(pos, W, 1.0)

@@ -28,6 +28,7 @@ from tpopt.models.units import DAY
 from tpopt.models.variables import evaluate_keywords
 from tpopt.optimizer import core
 from tpopt.optimizer.backends import Solver
+from tpopt.optimizer.enumerate import LEVEL_BOUND  # the families a confidence level moves
 from tpopt.optimizer.limits import Undecided, clock_of
 from tpopt.optimizer.result import Request, SolveResult, Status
 
@@ -146,14 +147,15 @@ def reachable(sc: Scenario, backend: str | Solver, req: Request, tol: float = 1e
     an earlier solve meets (:func:`meets`) is met without a solve too: the design case's bisection solves one
     level of six."""
     sub = _on_clock(req, "time")
-    known: list[tuple[float, Scenario, Evaluation, bool]] = []  # (P(on time), scenario, plan, others_met)
+    known: list[tuple[float, Scenario, Evaluation, bool, bool]] = []  # (P(on time), scenario, plan, others, smooth)
 
     def ok(q: float) -> bool:
         if met is not None and q <= met:
             return True
         if missed is not None and q >= missed:
             return False
-        if any(p >= q and others and meets(at, ev, q, others=True) for p, at, ev, others in known):
+        if any(p >= q and others and ((smooth and p >= q + SURE_MARGIN) or meets(at, ev, q, others=True))
+               for p, at, ev, others, smooth in known):
             return True  # a plan already found meets level q: the solve would find one too
         if sub.clock is not None and sub.clock.expired("bisecting the reachable confidence"):
             raise Undecided(f"confidence {q:.4g}")
@@ -162,8 +164,9 @@ def reachable(sc: Scenario, backend: str | Solver, req: Request, tol: float = 1e
             return False
         if r.best is None:  # unknown: cut short by the limit
             raise Undecided(f"confidence {q:.4g}")
-        known.append((float(law_of(at, r.best).cdf(F.limit(F.DEADLINE, at))), at, r.best,
-                      level_free_met(at, r.best)))
+        law = law_of(at, r.best)
+        known.append((float(law.cdf(F.limit(F.DEADLINE, at))), at, r.best, level_free_met(at, r.best),
+                      law.sigma >= SMOOTH_SIGMA))
         return True  # a plan meets level q (optimal, or feasible when the limit cut the solve short)
 
     try:
@@ -180,15 +183,24 @@ def reachable(sc: Scenario, backend: str | Solver, req: Request, tol: float = 1e
     return lo
 
 
+SURE_MARGIN = 1e-6
+"""How far a known plan's P(on time) must lie above a level for :func:`reachable` to count the level met without
+finding its chance root (:func:`meets`). With a step-time error of at least :data:`SMOOTH_SIGMA` P(on time) falls
+smoothly with the work W, d P / d ln W about -phi(z) / sigma, so 1e-6 of probability is at least
+1e-6 x 0.01 / phi(0) = 2.5e-8 of relative work: eight times the chance root's rounding (2e-9) and
+:data:`MEETS_MARGIN` (1e-9) together, so the verdict is the one :func:`meets` gives
+(tests/test_confidence_sharing.py checks both on a grid of levels)."""
+SMOOTH_SIGMA = 0.01
+"""The least step-time sigma at which :data:`SURE_MARGIN` applies (below it, or with no step error, P(on time) may
+jump with the work, and :func:`meets` decides)."""
+
+
 MEETS_MARGIN = 1e-9
 """Relative slack a known plan's step must keep below the chance step limit at a level for :func:`meets` to
 count it (the solve's tables and one plan's evaluation agree far closer: the margin only keeps a plan on the
 boundary to the solve's own verdict)."""
 
 
-LEVEL_BOUND = (F.STEP_BUDGET, F.DEADLINE)
-"""The families whose limit or value moves with the confidence level (the deadline's chance form: the chance
-step limit and the finish quantile); every other family's value and limit are the same at every level."""
 
 
 def _at_level(sc: Scenario, ev: Evaluation, q: float) -> Scenario:

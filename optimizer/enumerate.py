@@ -186,6 +186,9 @@ def enumerate_best(space: Space, req: Request, groups: Iterable[Group] | None = 
     clock = req.clock
     total = space.size()
     enforced = [f for f in FAMILIES if f in req.enforced(FAMILIES)]
+    twin: PointTable | None = space.__dict__.get(LEVEL_TWIN) if groups is None else None
+    if twin is not None and twin.step is not None:  # the same space walked at another confidence level
+        return twin.best(_level_mask(space, twin, enforced, req.cards), req.objective, max(1, req.top)), total, 0
     keep_keys: list[tuple[float, float, int]] = []
     keep_idx: list[Assignment] = []
     evaluated = n_chunks = order = 0
@@ -253,6 +256,8 @@ class _Rows:
         self.cost: list[NDArray[Any]] = []
         self.finish: list[NDArray[Any]] = []
         self.cards: list[NDArray[Any]] = []
+        self.step: list[NDArray[Any]] = []
+        self.interval: list[NDArray[Any]] = []
         self.ok: dict[str, list[NDArray[Any]]] = {f: [] for f in FAMILIES}
         self.ratio: dict[str, list[NDArray[Any]]] = {f: [] for f in FAMILIES}
 
@@ -267,6 +272,8 @@ class _Rows:
         self.cost.append(np.broadcast_to(r["cost"], shape).reshape(-1))
         self.finish.append(np.broadcast_to(r["finish_s"], shape).reshape(-1))
         self.cards.append(np.broadcast_to(r["cards"], shape).reshape(-1))
+        self.step.append(np.broadcast_to(r["step_s"], shape).reshape(-1))
+        self.interval.append(np.broadcast_to(r[("c", F.CHECKPOINT)][1], shape).reshape(-1))  # tau, s
         for f in FAMILIES:
             self.ok[f].append(_ok(r, f, shape).reshape(-1))
             v, lim = (np.broadcast_to(x, shape).reshape(-1) for x in r[("c", f)])
@@ -279,7 +286,8 @@ class _Rows:
         return PointTable(space=space, idx={v: cat(self.parts[v], np.int32) for v in VARS},
                           cost=cat(self.cost, float), finish=cat(self.finish, float), cards=cat(self.cards, float),
                           ok={f: cat(self.ok[f], bool) for f in FAMILIES},
-                          ratio={f: cat(self.ratio[f], np.float32) for f in FAMILIES})
+                          ratio={f: cat(self.ratio[f], np.float32) for f in FAMILIES},
+                          step=cat(self.step, float), interval=cat(self.interval, float))
 
 
 @dataclass
@@ -293,6 +301,8 @@ class PointTable:
     cards: NDArray[np.float64]
     ok: dict[str, NDArray[np.bool_]]  # family -> bool array
     ratio: dict[str, NDArray[np.float32]]  # family -> value / limit (float32; how far a point is from meeting it)
+    step: NDArray[np.float64] | None = None  # step time (s) and save interval (s): what a confidence level reads
+    interval: NDArray[np.float64] | None = None
 
     @classmethod
     def build(cls, space: Space) -> PointTable:
@@ -332,6 +342,43 @@ class PointTable:
         k1, k2 = (self.cost, self.finish) if objective == "cost" else (self.finish, self.cost)
         order = sel[np.lexsort((sel, k2[sel], k1[sel]))][:top]
         return [{v: int(self.idx[v][i]) for v in VARS} for i in order]
+
+
+LEVEL_TWIN = "_level_twin"
+"""A space's key for the :class:`PointTable` its scenario's space walked at another confidence level (everything else
+the same: :func:`tpopt.optimizer.plan.shared_space`): :func:`enumerate_best` answers from it without a walk."""
+LEVEL_BOUND = (F.STEP_BUDGET, F.DEADLINE)
+"""The families whose limit or value moves with the confidence level (the chance step limit, the deadline's chance
+value); every other family's verdict is the same at every level."""
+
+
+def _level_mask(space: Space, table: PointTable, enforced: Collection[str], cards: Iterable[int] | None
+                ) -> NDArray[np.bool_]:
+    """The plans of ``table`` (walked at another level) feasible at ``space``'s level: the other families' verdicts
+    as walked, the chance step limit of each plan's (accelerator, save mode, cards, interval, ep) at this level
+    (:func:`tpopt.models.terms.chance_step_max`, the roots a walk would find) and the two level-bound families
+    decided as :func:`tpopt.models.evaluate.evaluate_arrays` decides them (step <= limit; the deadline's chance
+    value R + (D - R) step / limit <= D)."""
+    assert table.step is not None and table.interval is not None
+    sc = space.sc
+    m = table.mask([f for f in enforced if f not in LEVEL_BOUND], cards=cards)
+    if not any(f in enforced for f in LEVEL_BOUND):
+        return m
+    limit = np.empty(table.step.shape)
+    dom = space.domains
+    eps = np.asarray(dom["ep"], dtype=float)[table.idx["ep"]] if "ep" in dom else np.ones(table.step.shape)
+    for a in np.unique(table.idx["acc"]).tolist():
+        for mo in np.unique(table.idx["mode"]).tolist():
+            at = (table.idx["acc"] == a) & (table.idx["mode"] == mo)
+            if at.any():
+                limit[at] = T.chance_step_max(sc, dom["acc"][a], dom["mode"][mo], table.cards[at], table.interval[at],
+                                              eps[at])
+    if F.STEP_BUDGET in enforced:
+        m &= table.step <= limit
+    if F.DEADLINE in enforced:
+        reserved, deadline = sc.task.reserved_s, F.limit(F.DEADLINE, sc)
+        m &= reserved + (deadline - reserved) * table.step / limit <= deadline
+    return m
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -167,18 +167,40 @@ def solve(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request |
 
 
 def solve_batches(sc: Scenario, solver: Solver, req: Request | None = None,
-                  restrict: R.Restrict | None = None) -> BatchSolve:
-    """The best ``req.top`` plans over every batch choice (each batch's exact optimum, merged)."""
+                  restrict: R.Restrict | None = None,
+                  share: Callable[[Scenario], Space | None] | None = None,
+                  floors: Mapping[int, tuple[float, float] | None] | None = None) -> BatchSolve:
+    """The best ``req.top`` plans over every batch choice (each batch's exact optimum, merged). ``share``: a
+    batch's space made of tables already built, or None (a re-solve at another confidence level shares the
+    report's batch spaces: :func:`tpopt.optimizer.plan.shared_space`); not with ``restrict``. ``floors``: a
+    proven lower bound of a batch's objective key (None: the batch has no plan), for the best plan alone
+    (``req.top`` 1): the batches are solved from the lowest floor up, and one whose floor is above the best plan
+    found (strictly) or that has no plan is not solved (it cannot hold the best: the confidence report's step up,
+    whose higher level admits no plan a lower level ruled out); the result keeps the batches' order."""
     req = req or Request()
     clock = clock_of(req)  # one clock over every batch's solve
     t0 = time.perf_counter()
     choices: list[Choice] = []
-    for b in batch_choices(sc):
-        clock.report("solving the global batches", len(choices), len(batch_choices(sc)), objective=req.objective)
+    order = batch_choices(sc)
+    bounds = dict(floors or {}) if max(1, req.top) == 1 else {}
+
+    def rank(b: int) -> tuple[int, tuple[float, ...]]:  # unbounded first, then by floor, those without a plan last
+        if b not in bounds:
+            return 0, ()
+        f = bounds[b]
+        return (2, ()) if f is None else (1, f)
+
+    for b in sorted(order, key=rank):
+        floor = bounds.get(b, ())
+        best = min((objective_key(ev, req.objective) for c in choices for ev in c.result.plans), default=None)
+        if choices and b in bounds and (floor is None or (best is not None and floor > best)):
+            continue  # proven not to hold the best plan
+        clock.report("solving the global batches", len(choices), len(order), objective=req.objective)
         sub = at_batch(sc, b)
-        space = Space.from_scenario(sub, restrict)
+        space = (share(sub) if share is not None and restrict is None else None) or Space.from_scenario(sub, restrict)
         r = core.solve(sub, solver, req, space=space)
         choices.append(Choice(b, sub, space, r))
+    choices.sort(key=lambda c: order.index(c.batch))
     K = max(1, req.top)
     plans = sorted((ev for c in choices for ev in c.result.plans), key=lambda ev: objective_key(ev, req.objective))
     info = SolverInfo(name=solver.name, wall_s=time.perf_counter() - t0,

@@ -23,12 +23,12 @@ from tpopt.models.units import DAY
 from tpopt.optimizer import backends, core, footing, outer
 from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.core import TINY_NOTE, TINY_SPACE, tiny_solver  # noqa: F401 (TINY_SPACE: re-exported)
-from tpopt.optimizer.enumerate import keep_point_table, layout_evaluator
+from tpopt.optimizer.enumerate import LEVEL_TWIN, WALKED_TABLE, keep_point_table, layout_evaluator
 from tpopt.optimizer.limits import EncodingError
 from tpopt.optimizer.memory_plan import enforce as enforce_memory
 from tpopt.optimizer.ondemand import WHOLE_TABLES, slice_whole_tables
 from tpopt.optimizer.report import analysis, cp_not_searched, scenario_entry, tabled
-from tpopt.optimizer.result import Request, SolveResult
+from tpopt.optimizer.result import Request, SolveResult, Status, objective_key
 from tpopt.optimizer.space import CHANCE_TABLE, FAMILIES, Space, rebuilt_tables
 
 if TYPE_CHECKING:
@@ -84,7 +84,9 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
          sensitivity: bool = False, export: str | None = None,
          on_export: Callable[[dict[str, Any]], None] | None = None, inputs: RelaxationInputs | None = None,
          progress: Callable[[str], None] | None = None, why: bool = True, distribution: bool = True,
-         space: Space | None = None, with_footing: bool = True) -> PlanReport:
+         space: Space | None = None, with_footing: bool = True,
+         batch_share: Callable[[Scenario], Space | None] | None = None,
+         batch_floors: dict[int, tuple[float, float] | None] | None = None) -> PlanReport:
     """Solve ``sc`` as ``tpopt solve`` does (see the module); ``export``: also write the plan MILP to this
     .lp/.mps file (``on_export(figures)`` is told as soon as it is written, before the solve). Without a
     plan, the report has the conflict and the relaxations (:func:`~tpopt.optimizer.infeasible.infeasible_entries`;
@@ -95,7 +97,9 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
     ``finish_distribution`` entry with a confidence (the re-solves of :mod:`tpopt.optimizer.confidence` read
     the plan and status alone; each entry costs a dozen quantile roots). ``space``: the scenario's design space
     when the caller holds one (without batch choices: :func:`_chosen` passes one sharing the report's tables).
-    ``with_footing`` False: no ``footing`` entry (the confidence report's re-solves read the plan and status alone)."""
+    ``with_footing`` False: no ``footing`` entry (the confidence report's re-solves read the plan and status alone).
+    ``batch_share``, ``batch_floors``: with batch choices, a batch's space made of tables already built and the
+    proven floors of the batches' objectives (:func:`tpopt.optimizer.outer.solve_batches`; :func:`_chosen`)."""
     req = req or Request()
     if sc.pools:
         raise InputError("[[hardware.pools]]: a mixed plan over accelerator pools is solved by "
@@ -112,7 +116,8 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
         return _market(sc, solver, req, distribution)
     if sc.stages:
         return _staged(sc, solver, req, analyse)
-    bs = outer.solve_batches(sc, solver, req) if outer.has_task_choices(sc) else None
+    bs = outer.solve_batches(sc, solver, req, share=batch_share, floors=batch_floors) \
+        if outer.has_task_choices(sc) else None
     space = bs.choices[0].space if bs else (space if space is not None else Space.from_scenario(sc))
     skipped = None  # why the analysis is left out when it was asked for
     if analyse or solver.capabilities.needs_tables:  # the solve or its analysis builds the tables
@@ -167,8 +172,9 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
     if view.task.confidence is not None and distribution:  # the finish-time distribution (only with a confidence)
         from tpopt.optimizer.confidence import distribution_entry  # lazy: start-up time (SciPy)
 
-        out["finish_distribution"] = distribution_entry(view, best, solver, req, step_up=analyse, whole=sc,
-                                                        solve=_chosen if bs else partial(_chosen, base=space))
+        out["finish_distribution"] = distribution_entry(
+            view, best, solver, req, step_up=analyse, whole=sc,
+            solve=partial(_chosen, batches=bs) if bs else partial(_chosen, base=space))
     if with_footing:
         out["footing"] = footing.of_evaluation(view, out)
     if analyse and len(view.systems) > 1:  # a prior card chosen among fitted ones: the fitted option, named
@@ -192,15 +198,50 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
     return PlanReport.of(result, out, view, space, bs)
 
 
-def _chosen(sc: Scenario, backend: str | Solver, req: Request, base: Space | None = None
-            ) -> tuple[SolveResult, Scenario]:
+def _chosen(sc: Scenario, backend: str | Solver, req: Request, base: Space | None = None,
+            batches: outer.BatchSolve | None = None) -> tuple[SolveResult, Scenario]:
     """A re-solve of a whole request (its batch choices) for the confidence report's step up: plan() without
     analysis or explanation, and the scenario its plan runs in. ``base``: the report's space; a request that
     differs from its scenario only in the confidence level (the step up, the bisection of the reachable level)
-    is solved on a space sharing its tables but the chance table (:func:`shared_space`)."""
+    is solved on a space sharing its tables but the chance table (:func:`shared_space`). ``batches``: with batch
+    choices, the report's solve over them: each batch's space shared the same way, and at a level at or above
+    the report's the batches' proven optima are floors (:func:`_level_floors`)."""
     shared = shared_space(base, sc) if base is not None else None
-    pr = plan(sc, backend, req, analyse=False, why=False, distribution=False, space=shared, with_footing=False)
+    share = partial(_shared_batch, tuple(c.space for c in batches.choices)) if batches is not None else None
+    floors = _level_floors(batches, sc, req.objective) if batches is not None else None
+    pr = plan(sc, backend, req, analyse=False, why=False, distribution=False, space=shared, with_footing=False,
+              batch_share=share, batch_floors=floors)
     return pr, pr.view or sc
+
+
+def _shared_batch(bases: tuple[Space, ...], sub: Scenario) -> Space | None:
+    """The space of one batch choice ``sub`` made of the base space at the same batch (:func:`_sharing`) when
+    ``sub`` is its scenario at another confidence level; None when no base is."""
+    for base in bases:
+        if base.sc.task.global_batch == sub.task.global_batch:
+            return _sharing(base, sub)
+    return None
+
+
+def _level_floors(batches: outer.BatchSolve, sc: Scenario, objective: str) -> dict[int, tuple[float, float] | None]:
+    """Floors of the batches' objectives for ``sc``, the report's request at a confidence level at or above its own:
+    a plan meeting the higher level meets the lower (the chance constraint is monotone in the level; every other
+    input the same), so a batch's proven optimum at the report's level is a floor of its optimum at ``sc``'s
+    (its key under ``objective``), and a batch proven to have no plan has none at ``sc``'s (None). Only the
+    batches whose scenario differs from ``sc``'s at that batch in the level alone; none below the report's level."""
+    out: dict[int, tuple[float, float] | None] = {}
+    q = sc.task.confidence
+    for c in batches.choices:
+        level = c.sc.task.confidence
+        if q is None or level is None or q < level or objective != batches.result.objective:
+            continue
+        if outer.at_batch(sc, c.batch) != replace(c.sc, task=replace(c.sc.task, confidence=q)):
+            continue
+        if c.result.status == Status.INFEASIBLE:
+            out[c.batch] = None
+        elif c.result.status == Status.OPTIMAL and c.result.best is not None:
+            out[c.batch] = objective_key(c.result.best, objective)
+    return out
 
 
 def shared_space(base: Space, sc: Scenario) -> Space | None:
@@ -208,6 +249,14 @@ def shared_space(base: Space, sc: Scenario) -> Space | None:
     at another confidence level (one design space, no offers: :func:`rebuilt_tables` gives the chance table
     alone), with ``base``'s simulated pipelines and whole-table slicing; None otherwise."""
     if sc.market.offers or sc.stages or outer.has_task_choices(sc):
+        return None
+    return _sharing(base, sc)
+
+
+def _sharing(base: Space, sc: Scenario) -> Space | None:
+    """:func:`shared_space` for a scenario of one design space (one batch choice's, which may still name the
+    others: the space is at its task's batch)."""
+    if sc.market.offers or sc.stages:
         return None
     rebuild = rebuilt_tables(base.sc, sc)
     if rebuild is None or set(rebuild) - {CHANCE_TABLE}:
@@ -218,6 +267,8 @@ def shared_space(base: Space, sc: Scenario) -> Space | None:
             out.__dict__[key] = base.__dict__[key]
     if "_layout_evaluator" in base.__dict__:  # the exactly simulated pipelines (the step model's alone)
         layout_evaluator(out).exact_terms = layout_evaluator(base).exact_terms
+    if WALKED_TABLE in base.__dict__:  # every plan walked at the base's level: an enumeration re-decides the level
+        out.__dict__[LEVEL_TWIN] = base.__dict__[WALKED_TABLE]
     return out
 
 

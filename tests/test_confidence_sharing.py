@@ -126,3 +126,80 @@ def test_reachable_answers_every_level_as_a_solve_would():
     assert set(asked) <= set(verdict)
     assert all(verdict[q] for q in set(verdict) - set(asked))
     assert len(asked) < len(verdict)
+
+
+def test_a_plan_well_above_a_level_meets_it():
+    """reachable counts a level met without its chance root when a known plan's P(on time) lies SURE_MARGIN above
+    it (sigma >= SMOOTH_SIGMA): on the design case's and the Llama-3-8B example's plans, at levels from 1 % up to
+    just that margin below P(on time), meets() (the plan's step against the chance step limit found at the level)
+    agrees at every one."""
+    from tpopt.models import families as F
+    from tpopt.optimizer import confidence as C
+
+    for name in ("design-case.toml", "llama3-8b-confidence.toml"):
+        sc = at(load_scenario(EXAMPLES / name), 0.9)
+        r = core.solve(sc, "enumerate", Request(objective="time"))
+        assert r.best is not None
+        law = C.law_of(sc, r.best)
+        assert law.sigma >= C.SMOOTH_SIGMA
+        p = float(law.cdf(F.limit(F.DEADLINE, sc)))
+        assert 0.9 < p < 1.0
+        assert C.level_free_met(sc, r.best)
+        top = p - C.SURE_MARGIN
+        for q in [0.01, 0.3, 0.5, 0.8, 0.9, 0.5 * (0.9 + top), top - 1e-5, top - 1e-7, top]:
+            assert C.meets(sc, r.best, q, others=True), (name, q, p)
+        assert not C.meets(sc, r.best, 0.5 * (p + 1.0), others=True)  # the check discriminates above p
+
+
+def test_the_step_up_over_batch_choices_solves_only_the_batches_that_can_hold_its_plan():
+    """The confidence report's step up over a batch choice (the design case with five batches, 95 % -> 99.9 %):
+    each batch's proven optimum at 95 % is a floor of its optimum at 99.9 % (a plan meeting the higher level meets
+    the lower), so the re-solve skips the batches whose floor is above the best plan it found, on spaces sharing
+    the report's tables; the same status, plan and cost as the re-solve of every batch on spaces of their own.
+    No floor below the report's level, nor for another objective."""
+    from tpopt.optimizer import backends, outer
+    from tpopt.optimizer import plan as P
+
+    sc = at(load_scenario(EXAMPLES / "design-case-batch.toml"), 0.95)
+    req = Request(seed=0, workers=1)
+    base = outer.solve_batches(sc, backends.checked(backends.DEFAULT), req)
+    batches = outer.batch_choices(sc)
+    assert len(batches) == 5 and all(c.result.best is not None for c in base.choices)
+    target = at(sc, 0.999)
+    floors = P._level_floors(base, target, req.objective)
+    assert set(floors) == set(batches)
+    got, _ = P._chosen(target, backends.DEFAULT, req, batches=base)
+    own, _ = P._chosen(target, backends.DEFAULT, req)
+    assert got.status == own.status and own.best is not None and got.best is not None
+    assert got.best.plan_dict() == own.best.plan_dict()
+    assert got.best.metrics["cost"] == own.best.metrics["cost"]
+    assert got.batches is not None and own.batches is not None
+    assert len(own.batches.choices) == 5 and len(got.batches.choices) < 5  # batches skipped by their floors
+    assert [c.batch for c in got.batches.choices] == [b for b in batches if b in {c.batch for c in got.batches.choices}]
+    assert P._level_floors(base, at(sc, 0.9), req.objective) == {}
+    assert P._level_floors(base, target, "time" if req.objective == "cost" else "cost") == {}
+
+
+def test_an_enumeration_at_another_level_reads_the_walked_table():
+    """A space shared at another confidence level whose base walked every plan (the report's table,
+    enumerate.keep_point_table) is answered from that table (enumerate.LEVEL_TWIN: the other families' verdicts as
+    walked, the chance step limit of each plan at the new level): the same status and plans, in the same order, as an
+    enumeration of a space of its own, at levels below and above the base's, for both objectives and the top 3."""
+    from tpopt.optimizer.enumerate import LEVEL_TWIN, WALKED_TABLE, keep_point_table
+
+    for name in ("llama3-8b-confidence.toml", "design-case.toml"):
+        base_sc = at(load_scenario(EXAMPLES / name), 0.9)
+        base = Space.from_scenario(base_sc)
+        keep_point_table(base)
+        assert core.solve(base_sc, "enumerate", Request(seed=0, workers=1), space=base).best is not None
+        assert WALKED_TABLE in base.__dict__
+        for q in (0.5, 0.95, 0.99, 0.999):
+            for objective, top in (("cost", 1), ("time", 1), ("cost", 3)):
+                req = Request(objective=objective, top=top, seed=0, workers=1)
+                shared = shared_space(base, at(base_sc, q))
+                assert shared is not None and LEVEL_TWIN in shared.__dict__
+                got = core.solve(at(base_sc, q), "enumerate", req, space=shared)
+                own = core.solve(at(base_sc, q), "enumerate", req, space=Space.from_scenario(at(base_sc, q)))
+                assert got.status == own.status, (name, q, objective)
+                assert [p.plan_dict() for p in got.plans] == [p.plan_dict() for p in own.plans], (name, q, objective)
+                assert [p.metrics["cost"] for p in got.plans] == [p.metrics["cost"] for p in own.plans]
