@@ -77,7 +77,7 @@ DEFAULT_STEP_SIGMA = round(residual_sigma([1 + e / 100 for e in VALIDATION_LOSO_
 each plan's own sigma comes from catalogs/uncertainty.toml by its distance from the evidence,
 tpopt.models.evidence). Log-sd of measured / predicted step time on a card no validation table covers (no
 ``residual_sigma`` in performance.toml, no calibration of one's own): the RMS log error of the modern table's
-leave-one-source-out predictions (:data:`VALIDATION_LOSO_ERRORS`: 0.083), how far the model is off on cards it was
+leave-one-source-out predictions (:data:`VALIDATION_LOSO_ERRORS`: 0.084), how far the model is off on cards it was
 not fitted on, on the stack its fit ran (Megatron-Core); the A100 tables' are 0.035; the 2024-2026 table's larger
 spread comes mostly from stacks, MoE and long context no other table ran, which the stack sigmas below and the
 per-operation model's factors carry. benchmarks/validate_published.py prints it beside this value. Covered cards

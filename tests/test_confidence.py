@@ -63,10 +63,10 @@ def test_step_sigmas_are_the_validation_tables_rms_log_errors():
     assert rms_log([-1.3, -1.0, -7.6, 10.1]) == pytest.approx(CAT.perf("gb200-nvl72").residual_sigma, abs=1e-3)
     # the modern table's leave-one-source-out column (benchmarks/validate_published.py, megatron-bridge-modern, its
     # nine rows in order; the A100 tables' RMS is 0.035): the default of cards no table covers, and of B200 (two
-    # runs estimate no spread). Its RMS log error rounds to 0.083 (the RMS of the percentages alone, 0.080, is
+    # runs estimate no spread). Its RMS log error rounds to 0.084 (the RMS of the percentages alone, 0.080, is
     # not the log-sd)
     loso = [-6.6, 5.2, -9.1, -9.9, -9.8, -12.5, -5.3, 3.5, 5.6]
-    assert round(rms_log(loso), 3) == 0.083 == Fn.DEFAULT_STEP_SIGMA
+    assert round(rms_log(loso), 3) == 0.084 == Fn.DEFAULT_STEP_SIGMA
     assert round(math.sqrt(sum((e / 100) ** 2 for e in loso) / len(loso)), 3) == 0.080
     assert list(Fn.VALIDATION_LOSO_ERRORS) == loso
     assert CAT.perf("b200").residual_sigma == Fn.DEFAULT_STEP_SIGMA and CAT.perf("b200").residual_sigma_source
