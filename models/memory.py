@@ -405,10 +405,13 @@ def _rebuilt(recompute: str) -> set[str]:
 def activation_bytes_per_microbatch(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, tp: ArrayLike,
                                     layers: ArrayLike, recompute: str, act_bytes: float = 2.0,
                                     flash_attention: bool = True, dropout: bool = False,
-                                    sequence_parallel: bool = True, quantized_input_bytes: float = 0.0) -> Floats:
+                                    sequence_parallel: bool = True, quantized_input_bytes: float = 0.0,
+                                    input_regather: bool = True, gathered_input_bytes: float = 0.0) -> Floats:
     """Activation bytes one micro-batch keeps *until its backward* on one card of a stage of ``layers``
     blocks (the recompute workspace is separate: :func:`recompute_workspace_bytes`); with
-    ``quantized_input_bytes`` > 0 the linear layers keep their quantised inputs (:func:`quantized_inputs`).
+    ``quantized_input_bytes`` > 0 the linear layers keep their quantised inputs (:func:`quantized_inputs`);
+    with ``input_regather`` false the column-parallel layers keep their gathered inputs
+    (:func:`kept_gathered_input`, ``gathered_input_bytes`` per element where the gather moves FP8 copies).
 
     none:      layers x every saved tensor
     selective: layers x the tensors of the groups not rebuilt
@@ -430,7 +433,26 @@ def activation_bytes_per_microbatch(a: ModelArch, seq_len: ArrayLike, micro_batc
         return layers * _split(block_input, tp, sequence_parallel)
     gone = _rebuilt(recompute)
     zero = 0.0 * np.asarray(tp, dtype=float) * np.asarray(micro_batch, dtype=float)
-    return layers * sum((_split(t, tp, sequence_parallel) for t in tensors if t.group not in gone), zero)
+    gathered = 0.0 if quantized_input_bytes > 0 else gathered_input_bytes
+    return layers * sum((kept_gathered_input(t, tp, sequence_parallel, act_bytes, gathered)
+                         if not input_regather and t.group == "norm" else _split(t, tp, sequence_parallel)
+                         for t in tensors if t.group not in gone), zero)
+
+
+def kept_gathered_input(t: SavedTensor, tp: ArrayLike, sequence_parallel: bool, act_bytes: float = 2.0,
+                        gathered_bytes: float = 0.0) -> Floats:
+    """Bytes on one card of a column-parallel layer's saved input (a norm output: the input of wq / wk / wv or
+    w1 / w3) where autograd keeps the input gathered over the TP group for the weight gradient instead of the
+    sequence-sharded one (DTensor's ColwiseParallel, stacks.toml ``tp_input_regather = false``):
+
+        t > 1:  s b h x g   (every token at full width on each TP rank; g = ``gathered_bytes`` per element where
+                             the gather moves FP8 copies (torchao's Float8ColwiseParallel: e4m3, 1 byte), else e)
+        t = 1:  s b h x e   (nothing is gathered: :func:`_split`)
+
+    against s b h e / t under sequence parallelism when the sharded input is kept and gathered again."""
+    tp = np.asarray(tp, dtype=float)
+    scale = gathered_bytes / act_bytes if gathered_bytes > 0 else 1.0
+    return np.where(tp > 1, t.bytes * scale, _split(t, tp, sequence_parallel))
 
 
 def recompute_workspace_bytes(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, tp: ArrayLike, recompute: str,

@@ -158,6 +158,22 @@ def _stored_kw(sc: Scenario) -> dict[str, Any]:
                 sequence_parallel=mem.sequence_parallel, quantized_input_bytes=quantized_input_bytes(sc))
 
 
+def _gathered_kw(sc: Scenario) -> dict[str, Any]:
+    """The stored-activation arguments of :func:`_stored_kw` plus how the column-parallel layers keep their inputs
+    under TP (the stack's ``tp_input_regather``; :func:`tp_gathered_input_bytes`)."""
+    return dict(_stored_kw(sc), input_regather=sc.stack.tp_input_regather,
+                gathered_input_bytes=tp_gathered_input_bytes(sc))
+
+
+def tp_gathered_input_bytes(sc: Scenario) -> float:
+    """Bytes per element of the gathered input a column-parallel layer keeps when its TP all-gather moves FP8
+    copies (the stack's ``fp8_tp_gather`` under a tensor-wise dynamic FP8 recipe: torchao's Float8ColwiseParallel
+    casts the input to e4m3 before the gather and Float8Linear saves that copy): 1; 0 otherwise (the 16-bit
+    input, memory.kept_gathered_input)."""
+    fp8 = memory.recipe(sc.task.precision).matrix == "fp8" and sc.stack.fp8_recipe == "current"
+    return 1.0 if fp8 and sc.stack.fp8_tp_gather else 0.0
+
+
 def quantized_input_bytes(sc: Scenario) -> float:
     """Bytes per element of the input copy a linear layer saves for its backward when the stack keeps the
     quantised one (StackProfile.quantized_saved_inputs) under an FP8 recipe (1) or MXFP8 (1 + 1/32, its
@@ -273,7 +289,7 @@ def _stored_per_layer(sc: Scenario, *, recompute: str, tp: ArrayLike, cp: ArrayL
     """One block's stored activations per micro-batch in the per-operation model (memory module)."""
     s, b = cp_shape(sc, mb, cp)
     return memory.activation_bytes_per_microbatch(sc.model, s, b, tp, 1, effective_recompute(sc, recompute),
-                                                  **_stored_kw(sc))
+                                                  **_gathered_kw(sc))
 
 
 def stored_activations(sc: Scenario, *, schedule: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, pp: ArrayLike,
@@ -282,7 +298,7 @@ def stored_activations(sc: Scenario, *, schedule: str, recompute: str, tp: Array
     per-operation model; see :func:`activations`); a card keeps its b s / cp tokens under context
     parallelism (:func:`cp_shape`)."""
     rc = effective_recompute(sc, recompute)
-    a, kw = sc.model, _stored_kw(sc)
+    a, kw = sc.model, _gathered_kw(sc)
     s, b = cp_shape(sc, mb, cp)
     ga = grad_accum(sc, dp, mb)
     if not per_op_model(sc):
