@@ -190,6 +190,7 @@ class PendingGroups:
         self.reductions: dict[tuple[Any, ...], NDArray[Any]] = {}  # the whole space's, of tables a build keeps
         # (floor, the solve's grouping, its groups' slices): what :meth:`of` laid the whole tables out from
         self._parts: tuple[Table, tuple[str, ...], dict[tuple[int, ...], tuple[Table, ...]]] | None = None
+        self.parts_built: dict[tuple[int, ...], set[int]] = {}  # unit -> its PART indices built (build_part)
 
     @classmethod
     def of(cls, space: Space) -> PendingGroups | None:
@@ -314,6 +315,73 @@ class PendingGroups:
         self.pending.discard(idx)
         return flat
 
+
+    PART = "dp"
+    """The hub variable a unit is built in parts along (:meth:`build_part`): the widest one a unit leaves open."""
+
+    def built_parts(self, idx: tuple[int, ...]) -> set[int]:
+        """The :data:`PART` indices of unit ``idx`` already built by :meth:`build_part` (empty: none)."""
+        return self.parts_built.setdefault(idx, set())
+
+    def is_pending(self, bounds: LayoutBounds, h: int) -> bool:
+        """Whether layout ``h`` (flat hub index) still has its relaxed compute bounds: its unit is pending and its
+        :data:`PART` value is not built yet."""
+        idx = self.group_of(bounds, h)
+        return idx in self.pending and int(bounds.coords[self.PART][h]) not in self.built_parts(idx)
+
+    def build_part(self, idx: tuple[int, ...], parts: Collection[int], bounds: LayoutBounds) -> np.ndarray[Any, Any]:
+        """:meth:`build` of unit ``idx`` at the :data:`PART` values ``parts`` only (indices; those already built are
+        left out): a question whose incumbent bounds the unit's other layouts out of reach never pays for them
+        (the nine-accelerator GPT-3 space's why-not questions: about one layout in eight of a unit they reach).
+        The same values as the whole unit's build, bit for bit: the compute term of a plan reads its own variables
+        only, and every table the part's space reads is the whole space's slice at its values (its layouts' bounds
+        and the reductions likewise, as :meth:`_sliced_reductions` argues for a unit). The unit leaves
+        :attr:`pending` once every part is built. Returns the flat hub indices of the layouts built."""
+        done = self.built_parts(idx)
+        d = self.space.domains
+        want = sorted(set(parts) - done)
+        if self.PART in self.fixed or not want or len(done) + len(want) == len(d[self.PART]) and not done:
+            flat = self.build(idx, bounds) if idx in self.pending else np.zeros(0, dtype=np.intp)
+            done.update(range(len(d[self.PART])))
+            return flat
+        pos = np.asarray(want, dtype=np.intp)
+        at = dict(zip(self.fixed, idx, strict=True))
+
+        def cut(vars: tuple[str, ...]) -> tuple[Any, ...]:
+            return tuple(slice(at[v], at[v] + 1) if v in at else pos if v == self.PART else slice(None)
+                         for v in vars)
+
+        dom = group_domains(self.space, self.fixed, idx)
+        dom[self.PART] = [d[self.PART][i] for i in want]
+        sub = GroupSpace(sc=self.space.sc, domains=dom)
+        sub.__dict__["_pipeline_work"] = self.space._work()
+        sub.__dict__["_group_of"] = (self.space, self.fixed, idx)
+        for name, t in dict.items(self.space.tables):  # every table the whole space has: the part's is a slice
+            if name not in COMPUTE_BOUNDS:
+                dict.__setitem__(sub.tables, name, Table(name, t.vars, t.values[cut(t.vars)]))
+        sub.bound_table("time.compute", "lo")
+        got = self.space.__dict__.pop("_group_compute")[self.fixed][idx]  # the slices the part just left
+        for name, t in zip(COMPUTE_BOUNDS, got, strict=True):
+            self.space.tables[name].values[cut(self.space.table_vars("time.compute"))] = t.values
+        red: dict[tuple[Any, ...], NDArray[Any]] = {}
+        for key, r in self.reductions.items():
+            red[key] = r[tuple(slice(at[v], at[v] + 1) if v in at and r.shape[i] > 1
+                               else pos if v == self.PART and r.shape[i] > 1 else slice(None)
+                               for i, v in enumerate(key[2]))]
+        sub.__dict__["_reduced"] = red
+        own = LayoutBounds(sub, "cost", bounds.enforced, bounds.coupled) if bounds.coupled else \
+            LayoutBounds(sub, "cost")
+        flat = np.ravel_multi_index(tuple(np.full(own.n, at[v]) if v in at else pos[own.coords[v]]
+                                          if v == self.PART else own.coords[v] for v in HUB), bounds.sizes)
+        for name in BOUNDS_OF_COMPUTE:
+            getattr(bounds, name)[flat] = getattr(own, name)
+        for name in GRIDS_OF_COMPUTE:
+            if name in bounds.grids:
+                bounds.grids[name][flat] = own.grids[name]
+        done.update(want)
+        if len(done) == len(d[self.PART]):
+            self.pending.discard(idx)
+        return flat
 
     def _sliced_reductions(self, idx: tuple[int, ...]) -> dict[tuple[Any, ...], NDArray[Any]]:
         """The whole space's reductions (:meth:`adopt`) at unit ``idx``: what the unit's space would reduce its

@@ -19,7 +19,7 @@ import heapq
 import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final, Protocol, TypeAlias, TypeGuard
+from typing import Any, Final, Protocol, TypeAlias, TypeGuard, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -260,20 +260,33 @@ class LayoutOracle:
         pending, b = self.pending, self.bounds
         heap = [(float(key[h]), h, False) for h in cand.tolist()]  # (key, layout, pushed after its group's build)
         heapq.heapify(heap)
-        built: set[tuple[int, ...]] = set()  # groups built during this walk: their earlier entries are stale
+        built: set[int] = set()  # layouts built during this walk: their earlier entries are stale
         while heap:
             k, h, fresh = heapq.heappop(heap)
-            group = pending.group_of(b, h)
-            if group in pending.pending:
+            if pending.is_pending(b, h):
                 if k > limit():  # every layout left is bounded above the incumbent: nothing to build
                     return
-                flat = pending.build(group, b)
+                group = pending.group_of(b, h)
+                flat = pending.build_part(group, self._parts(group, h, key, allowed(), limit()), b)
                 self._built(flat)
-                built.add(group)
+                built.update(flat.tolist())
                 for j in flat[allowed()[flat]].tolist():
                     heapq.heappush(heap, (float(key[j]), j, True))
-            elif fresh or group not in built:
+            elif fresh or h not in built:
                 yield h
+
+    def _parts(self, group: tuple[int, ...], h: int, key: NDArray[np.float64], allowed: NDArray[np.bool_],
+               limit: float) -> set[int]:
+        """The parts (:meth:`~tpopt.optimizer.ondemand.PendingGroups.build_part`) of unit ``group`` a walk builds
+        when its layout ``h`` comes up: those holding an allowed layout of the unit keyed within ``limit`` (the
+        incumbent's), ``h``'s own among them. A layout keyed above it is never reached by this walk (the incumbent
+        only falls), and a later question builds its part when it reaches it."""
+        pending, b = cast(PendingGroups, self.pending), self.bounds
+        part = b.coords[pending.PART]
+        near = allowed & (key <= limit)
+        for v, i in zip(pending.fixed, group, strict=True):
+            near &= b.coords[v] == i
+        return set(np.unique(part[near]).tolist()) | {int(part[h])}
 
     def best(self, enforced: Collection[str], objective: str, restrict: Restrict | None = None,
              cards: Cards = None) -> Evaluation | None:

@@ -335,3 +335,46 @@ def test_the_group_bound_pass_keeps_the_whole_floor_for_the_analysis(name):
             continue
         assert kept is not None and kept.vars == want.vars and kept.name == want.name
         np.testing.assert_array_equal(kept.values, want.values)
+
+
+def test_pending_units_built_in_parts_give_the_whole_builds_tables_and_layout_bounds():
+    """A unit built part by part (:meth:`ondemand.PendingGroups.build_part`: a few DP degrees at a time, as a report
+    question reaches them) ends with the tables and per-layout bounds of a whole build, value for value, into the
+    plain and the coupled bounds alike; each part returns exactly its own layouts and the unit leaves ``pending``
+    only once every part is built."""
+    from tpopt.optimizer.decompose import LayoutBounds
+
+    sc = load_scenario(ROOT / "examples" / "gpt3-175b-widest.toml")
+    keep = {"pp": [1, 2, 4, 8], "dp": [16, 32, 64, 128], "mb": [1, 2], "recompute": ["none", "full"]}
+    space = Space.from_scenario(sc, keep)
+    fixed = ("acc", "pp")
+    ondemand.group_space(space, fixed, (0, 1)).bound_table("time.compute", "lo")  # one group "solved"
+    pending = ondemand.PendingGroups.of(space)
+    assert pending is not None and pending.PART not in pending.fixed
+    whole = Space(sc=sc, domains=space.domains)
+    want, want_coupled = LayoutBounds(whole, "cost"), LayoutBounds(whole, "cost", FAMILIES)
+    bounds, coupled = LayoutBounds(space, "cost"), LayoutBounds(space, "cost", FAMILIES)
+    pending.adopt(bounds)
+    pending.adopt(coupled)
+    units = sorted(pending.pending)
+    dps = range(len(space.domains["dp"]))
+    for target in (bounds, coupled):
+        for unit in units:
+            pending.pending.add(unit)
+            pending.parts_built.pop(unit, None)
+            done: set[int] = set()
+            for parts in ([2], [0, 3], list(dps)):  # the last asks every part: only the one left is built
+                built = pending.build_part(unit, parts, target)
+                assert set(target.coords["dp"][built].tolist()) == set(parts) - done
+                done |= set(parts)
+                assert (unit in pending.pending) == (len(done) < len(dps))
+                for v, i in zip(pending.fixed, unit, strict=True):
+                    assert set(target.coords[v][built].tolist()) == {i}
+    assert not pending.pending
+    for name in ondemand.COMPUTE_BOUNDS:
+        np.testing.assert_array_equal(space.tables[name].values, whole.tables[name].values)
+    for name in ondemand.BOUNDS_OF_COMPUTE + ("mem_min", "input_need"):
+        np.testing.assert_array_equal(getattr(bounds, name), getattr(want, name))
+        np.testing.assert_array_equal(getattr(coupled, name), getattr(want_coupled, name))
+    for name, grid in want_coupled.grids.items():
+        np.testing.assert_array_equal(np.broadcast_to(coupled.grids[name], grid.shape), grid)
