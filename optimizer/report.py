@@ -146,6 +146,7 @@ class LayoutOracle:
         self.layouts.keep = max(self.layouts.keep, REPORT_LAYOUT_CACHE)
         self._bounds: LayoutBounds | None = None
         self._questions: dict[frozenset[str], LayoutBounds] = {}  # enforced families -> a question's bounds
+        self._stale: dict[frozenset[str], list[NDArray[np.intp]]] = {}  # layouts built since a question's bounds
         self.pending: PendingGroups | None = None  # layout groups whose compute bounds are still relaxed
         self.questions = 0
         self.check = check  # called before each layout evaluation (a time limit can raise there)
@@ -191,17 +192,28 @@ class LayoutOracle:
         got = self._questions.get(key)
         if got is None:
             got = self._questions[key] = self.bounds.under(key)
+        elif key in self._stale:
+            self._refresh(key)
         return got
 
-    def _built(self, rows: NDArray[np.intp]) -> None:
+    def _built(self, rows: NDArray[np.intp], active: frozenset[str] | None = None) -> None:
         """Layouts ``rows`` got their own compute bounds (:class:`~tpopt.optimizer.ondemand.PendingGroups`): every
-        question's bounds of them again."""
+        question's bounds of them again, those of the question ``active`` (the one walking) now, the others when
+        next asked (:meth:`_under`; most never are: a report asks each set of families a few times in a row)."""
         for key, b in self._questions.items():
-            if b is self.bounds:  # no coupled choices: built in place
-                continue
-            for name, vals in zip(("finish_min", "due_min", "cost_min", "busy_max", "input_need", "mem_min"),
-                                  self.bounds._reduce(key, rows), strict=True):
-                getattr(b, name)[rows] = vals
+            if b is not self.bounds:  # else no coupled choices: built in place
+                self._stale.setdefault(key, []).append(rows)
+        if active is not None and active in self._stale:
+            self._refresh(active)
+
+    def _refresh(self, key: frozenset[str]) -> None:
+        """The bounds of question ``key`` at the layouts built since they were last formed, all in one reduction:
+        each layout's bound is reduced from its own row of the grids alone, the same bits at any batch."""
+        rows = np.concatenate(self._stale.pop(key))
+        b = self._questions[key]
+        for name, vals in zip(("finish_min", "due_min", "cost_min", "busy_max", "input_need", "mem_min"),
+                              self.bounds._reduce(key, rows), strict=True):
+            getattr(b, name)[rows] = vals
 
     def _allowed(self, enforced: Collection[str], restrict: Restrict | None, cards: Cards) -> NDArray[np.bool_]:
         b, sc, d = self._under(enforced), self.space.sc, self.space.domains
@@ -231,7 +243,8 @@ class LayoutOracle:
         best_key: tuple[float, float] | None = None
         best_idx: dict[str, int] | None = None
         incumbent = [math.inf]  # the walk builds no layout group bounded above it
-        for h in self._walk(cand, key, lambda: self._allowed(asked, restrict, cards), lambda: incumbent[0]):
+        for h in self._walk(cand, key, lambda: self._allowed(asked, restrict, cards), lambda: incumbent[0],
+                            frozenset(asked)):
             if best_key is not None and key[h] > best_key[0]:
                 break
             layout = tuple(int(b.coords[v][h]) for v in HUB)
@@ -249,17 +262,22 @@ class LayoutOracle:
         return best_idx
 
     def _walk(self, cand: NDArray[np.intp], key: NDArray[np.float64], allowed: Callable[[], NDArray[np.bool_]],
-              limit: Callable[[], float]) -> Iterator[int]:
-        """The allowed layouts ``cand`` in increasing ``key`` (ties: by index). A layout of a group whose compute
-        bounds are still relaxed (:class:`~tpopt.optimizer.ondemand.PendingGroups`) has its group built when it
-        comes up with a key within ``limit()`` (the incumbent's); the group's layouts then come back with their
-        own bounds (those still allowed), in order, and stop the walk where their relaxed keys would."""
+              limit: Callable[[], float], active: frozenset[str] | None = None) -> Iterator[int]:
+        """The allowed layouts ``cand`` in increasing ``key`` (ties: by index). A layout whose compute bounds are
+        still relaxed (:class:`~tpopt.optimizer.ondemand.PendingGroups`) has the parts of its unit that hold a layout
+        keyed within ``limit()`` (the incumbent's) built when it comes up within it (:meth:`_parts`); the layouts
+        built then come back with their own bounds (those still allowed), in order, and stop the walk where their
+        relaxed keys would. ``active``: the families of the question walking (its bounds follow each build)."""
         if self.pending is None or not self.pending.pending:
             yield from cand[np.argsort(key[cand], kind="stable")].tolist()
             return
         pending, b = self.pending, self.bounds
         heap = [(float(key[h]), h, False) for h in cand.tolist()]  # (key, layout, pushed after its group's build)
         heapq.heapify(heap)
+        # the layouts allowed at the start: a layout's mask changes only when its compute bounds are built, so for
+        # the layouts still pending it is the mask of now
+        start = np.zeros(key.shape, dtype=bool)
+        start[cand] = True
         built: set[int] = set()  # layouts built during this walk: their earlier entries are stale
         while heap:
             k, h, fresh = heapq.heappop(heap)
@@ -267,8 +285,8 @@ class LayoutOracle:
                 if k > limit():  # every layout left is bounded above the incumbent: nothing to build
                     return
                 group = pending.group_of(b, h)
-                flat = pending.build_part(group, self._parts(group, h, key, allowed(), limit()), b)
-                self._built(flat)
+                flat = pending.build_part(group, self._parts(group, h, key, start, limit()), b)
+                self._built(flat, active)
                 built.update(flat.tolist())
                 for j in flat[allowed()[flat]].tolist():
                     heapq.heappush(heap, (float(key[j]), j, True))
