@@ -265,7 +265,8 @@ class LayoutOracle:
               limit: Callable[[], float], active: frozenset[str] | None = None) -> Iterator[int]:
         """The allowed layouts ``cand`` in increasing ``key`` (ties: by index). A layout whose compute bounds are
         still relaxed (:class:`~tpopt.optimizer.ondemand.PendingGroups`) has the parts of its unit that hold a layout
-        keyed within ``limit()`` (the incumbent's) built when it comes up within it (:meth:`_parts`); the layouts
+        keyed within ``limit()`` (the incumbent's) built when it comes up within it, with those of its unit's siblings
+        (:meth:`_block`); the layouts
         built then come back with their own bounds (those still allowed), in order, and stop the walk where their
         relaxed keys would. ``active``: the families of the question walking (its bounds follow each build)."""
         if self.pending is None or not self.pending.pending:
@@ -284,8 +285,7 @@ class LayoutOracle:
             if pending.is_pending(b, h):
                 if k > limit():  # every layout left is bounded above the incumbent: nothing to build
                     return
-                group = pending.group_of(b, h)
-                flat = pending.build_part(group, self._parts(group, h, key, start, limit()), b)
+                flat = pending.build_block(*self._block(h, key, start, limit()), b)
                 self._built(flat, active)
                 built.update(flat.tolist())
                 for j in flat[allowed()[flat]].tolist():
@@ -293,18 +293,24 @@ class LayoutOracle:
             elif fresh or h not in built:
                 yield h
 
-    def _parts(self, group: tuple[int, ...], h: int, key: NDArray[np.float64], allowed: NDArray[np.bool_],
-               limit: float) -> set[int]:
-        """The parts (:meth:`~tpopt.optimizer.ondemand.PendingGroups.build_part`) of unit ``group`` a walk builds
-        when its layout ``h`` comes up: those holding an allowed layout of the unit keyed within ``limit`` (the
-        incumbent's), ``h``'s own among them. A layout keyed above it is never reached by this walk (the incumbent
-        only falls), and a later question builds its part when it reaches it."""
+    def _block(self, h: int, key: NDArray[np.float64], allowed: NDArray[np.bool_], limit: float
+               ) -> tuple[list[tuple[int, ...]], list[int]]:
+        """What a walk builds when layout ``h`` comes up with its compute bounds relaxed (units and parts, as
+        :meth:`~tpopt.optimizer.ondemand.PendingGroups.build_block` takes them): of the units that share ``h``'s
+        values but the last fixed variable's (the TP widths of its accelerator and pipeline depth), the parts still
+        relaxed that hold an allowed layout keyed within ``limit`` (the incumbent's), ``h``'s own among them. A
+        layout keyed above it is never reached by this walk (the incumbent only falls); a later question builds its
+        part when it reaches it."""
         pending, b = cast(PendingGroups, self.pending), self.bounds
-        part = b.coords[pending.PART]
+        last, part = b.coords[pending.fixed[-1]], b.coords[pending.PART]
+        head = pending.group_of(b, h)[:-1]
         near = allowed & (key <= limit)
-        for v, i in zip(pending.fixed, group, strict=True):
+        for v, i in zip(pending.fixed[:-1], head, strict=True):
             near &= b.coords[v] == i
-        return set(np.unique(part[near]).tolist()) | {int(part[h])}
+        at = np.flatnonzero(near)
+        at = at[pending.relaxed_parts(head)[last[at], part[at]]]
+        units = sorted({head + (int(i),) for i in last[at].tolist()} | {head + (int(last[h]),)})
+        return units, sorted(set(part[at].tolist()) | {int(part[h])})
 
     def best(self, enforced: Collection[str], objective: str, restrict: Restrict | None = None,
              cards: Cards = None) -> Evaluation | None:
