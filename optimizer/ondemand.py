@@ -460,7 +460,8 @@ class PendingGroups:
             done.update(pos.tolist())
             if len(done) == len(d[self.PART]):
                 self.pending.discard(u)
-        return flat[new[own.coords[last], own.coords[self.PART]]]
+        fresh: np.ndarray[Any, Any] = flat[new[own.coords[last], own.coords[self.PART]]]
+        return fresh
 
     def _sliced_reductions(self, idx: tuple[int, ...]) -> dict[tuple[Any, ...], NDArray[Any]]:
         """The whole space's reductions (:meth:`adopt`) at unit ``idx``: what the unit's space would reduce its
