@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import math
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, cast
 
 import numpy as np
@@ -302,18 +302,26 @@ class PendingGroups:
         for name, t in zip(COMPUTE_BOUNDS, got, strict=True):
             self.space.tables[name].values[self._cut(idx)] = t.values
         sub.__dict__["_reduced"] = self._sliced_reductions(idx)
+        at = dict(zip(self.fixed, idx, strict=True))
+        _, flat = self._laid(sub, bounds, lambda v, c: np.full(c.size, at[v]) if v in at else c)
+        self.pending.discard(idx)
+        return flat
+
+    @staticmethod
+    def _laid(sub: Space, bounds: LayoutBounds, whole: Callable[[str, NDArray[np.intp]], NDArray[np.intp]]
+              ) -> tuple[LayoutBounds, np.ndarray[Any, Any]]:
+        """The per-layout bounds of a unit's (or a block's) space ``sub`` written into the whole space's ``bounds``
+        (:data:`BOUNDS_OF_COMPUTE`, the coupled grids); ``whole(v, c)``: the whole space's indices of hub variable
+        ``v`` for ``sub``'s indices ``c``. Returns ``sub``'s bounds and its layouts' flat hub indices."""
         own = LayoutBounds(sub, "cost", bounds.enforced, bounds.coupled) if bounds.coupled else \
             LayoutBounds(sub, "cost")
-        at = dict(zip(self.fixed, idx, strict=True))
-        flat = np.ravel_multi_index(tuple(np.full(own.n, at[v]) if v in at else own.coords[v] for v in HUB),
-                                    bounds.sizes)
+        flat = np.ravel_multi_index(tuple(whole(v, own.coords[v]) for v in HUB), bounds.sizes)
         for name in BOUNDS_OF_COMPUTE:
             getattr(bounds, name)[flat] = getattr(own, name)
         for name in GRIDS_OF_COMPUTE:
             if name in bounds.grids:
                 bounds.grids[name][flat] = own.grids[name]
-        self.pending.discard(idx)
-        return flat
+        return own, flat
 
 
     PART = "dp"
@@ -340,48 +348,13 @@ class PendingGroups:
         done = self.built_parts(idx)
         d = self.space.domains
         want = sorted(set(parts) - done)
-        if self.PART in self.fixed or not want or len(done) + len(want) == len(d[self.PART]) and not done:
-            flat = self.build(idx, bounds) if idx in self.pending else np.zeros(0, dtype=np.intp)
+        if idx not in self.pending or not want:
+            return np.zeros(0, dtype=np.intp)
+        if self.PART in self.fixed or (not done and len(want) == len(d[self.PART])):  # the whole unit
+            flat = self.build(idx, bounds)
             done.update(range(len(d[self.PART])))
             return flat
-        pos = np.asarray(want, dtype=np.intp)
-        at = dict(zip(self.fixed, idx, strict=True))
-
-        def cut(vars: tuple[str, ...]) -> tuple[Any, ...]:
-            return tuple(slice(at[v], at[v] + 1) if v in at else pos if v == self.PART else slice(None)
-                         for v in vars)
-
-        dom = group_domains(self.space, self.fixed, idx)
-        dom[self.PART] = [d[self.PART][i] for i in want]
-        sub = GroupSpace(sc=self.space.sc, domains=dom)
-        sub.__dict__["_pipeline_work"] = self.space._work()
-        sub.__dict__["_group_of"] = (self.space, self.fixed, idx)
-        for name, t in dict.items(self.space.tables):  # every table the whole space has: the part's is a slice
-            if name not in COMPUTE_BOUNDS:
-                dict.__setitem__(sub.tables, name, Table(name, t.vars, t.values[cut(t.vars)]))
-        sub.bound_table("time.compute", "lo")
-        got = self.space.__dict__.pop("_group_compute")[self.fixed][idx]  # the slices the part just left
-        for name, t in zip(COMPUTE_BOUNDS, got, strict=True):
-            self.space.tables[name].values[cut(self.space.table_vars("time.compute"))] = t.values
-        red: dict[tuple[Any, ...], NDArray[Any]] = {}
-        for key, r in self.reductions.items():
-            red[key] = r[tuple(slice(at[v], at[v] + 1) if v in at and r.shape[i] > 1
-                               else pos if v == self.PART and r.shape[i] > 1 else slice(None)
-                               for i, v in enumerate(key[2]))]
-        sub.__dict__["_reduced"] = red
-        own = LayoutBounds(sub, "cost", bounds.enforced, bounds.coupled) if bounds.coupled else \
-            LayoutBounds(sub, "cost")
-        flat = np.ravel_multi_index(tuple(np.full(own.n, at[v]) if v in at else pos[own.coords[v]]
-                                          if v == self.PART else own.coords[v] for v in HUB), bounds.sizes)
-        for name in BOUNDS_OF_COMPUTE:
-            getattr(bounds, name)[flat] = getattr(own, name)
-        for name in GRIDS_OF_COMPUTE:
-            if name in bounds.grids:
-                bounds.grids[name][flat] = own.grids[name]
-        done.update(want)
-        if len(done) == len(d[self.PART]):
-            self.pending.discard(idx)
-        return flat
+        return self.build_block([idx], want, bounds)
 
     def relaxed_parts(self, head: tuple[int, ...]) -> NDArray[np.bool_]:
         """Of the units that share ``head`` (their values of every variable they fix but the last), which parts are
@@ -403,7 +376,7 @@ class PendingGroups:
         holds every (unit, part) pair of the two lists; a pair built before is built again, the same bits, and left
         out of the answer: the flat hub indices of the layouts built now."""
         units = sorted(set(units))
-        if len(units) == 1 or self.PART in self.fixed:
+        if self.PART in self.fixed:
             return np.concatenate([self.build_part(u, parts, bounds) for u in units])
         d = self.space.domains
         last, head = self.fixed[-1], units[0][:-1]
@@ -445,16 +418,8 @@ class PendingGroups:
                 self.space.tables[name].values[tuple(into)] = t.values[tuple(
                     slice(k, k + 1) if v == last else slice(None) for v in vars)]
         sub.__dict__["_reduced"] = {key: cut(r, key[2]) for key, r in self.reductions.items()}
-        own = LayoutBounds(sub, "cost", bounds.enforced, bounds.coupled) if bounds.coupled else \
-            LayoutBounds(sub, "cost")
-        flat = np.ravel_multi_index(tuple(np.full(own.n, at[v]) if v in at else rows[own.coords[v]] if v == last
-                                          else pos[own.coords[v]] if v == self.PART else own.coords[v] for v in HUB),
-                                    bounds.sizes)
-        for name in BOUNDS_OF_COMPUTE:
-            getattr(bounds, name)[flat] = getattr(own, name)
-        for name in GRIDS_OF_COMPUTE:
-            if name in bounds.grids:
-                bounds.grids[name][flat] = own.grids[name]
+        own, flat = self._laid(sub, bounds, lambda v, c: np.full(c.size, at[v]) if v in at else rows[c] if v == last
+                               else pos[c] if v == self.PART else c)
         for u in units:
             done = self.built_parts(u)
             done.update(pos.tolist())
