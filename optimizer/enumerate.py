@@ -576,16 +576,16 @@ class LayoutEvaluator:
     def key_floor(self, h: Layout, objective: str) -> float:
         """A lower bound of the primary key (``objective``: cost or finish) that :meth:`best` at the bound level
         returns for layout ``h`` under any question, formed from its step and rate alone where the layout is not
-        glued yet (else -inf: its glued bound costs less). It reads :meth:`_glue`'s step at the pipeline terms'
-        lower bounds, in the same order (the same bits), over the grid points the layout allows, with the least
-        overhead of all (interval, mode) pairs: :meth:`_points`' keys grow (weakly, in floating point too) with
-        the overhead, and every family, restriction and save rule only narrows the points it reads. NaN anywhere
-        makes it NaN (no comparison prunes on it)."""
-        if (h, "bound", frozenset()) in self.glued:
-            return -math.inf
+        glued yet (else -inf: its glued bound costs less; a floor formed before is kept). It reads
+        :meth:`_glue`'s step at the pipeline terms' lower bounds, in the same order (the same bits), over the grid
+        points the layout allows, with the least overhead of all (interval, mode) pairs: :meth:`_points`' keys
+        grow (weakly, in floating point too) with the overhead, and every family, restriction and save rule only
+        narrows the points it reads. NaN anywhere makes it NaN (no comparison prunes on it)."""
         got = self._floors.get((h, objective))
         if got is not None:
             return got
+        if (h, "bound", frozenset()) in self.glued:
+            return -math.inf
         sc = self.sc
         g = {n: self._term(n, h) for n in _GRID_TERMS}
         busy = ((((self._term("time.compute", h, "lo") + g["time.exposed_dp"]) + g["time.tp_comm"])
