@@ -14,7 +14,7 @@ import itertools
 import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
@@ -433,6 +433,10 @@ class LayoutEvaluator:
         self._save_rules: dict[str, bool] | None = None  # save_rules(), on first use
         self._nic_allowed: NDArray[np.bool_] | None = None  # the space's (acc, nics) pairs, on first use
         self.keep = LAYOUT_CACHE  # glued layouts kept (a report's questions keep more: REPORT_LAYOUT_CACHE)
+        # what a glued layout reads of its accelerator, card count and depth alone, formed once each (_glue_facts)
+        self._facts: dict[tuple[Any, ...], Any] = {}
+        self._ok_tables: list[tuple[str, str]] | None = None  # (family, its rule table) of TABLED, on first use
+        self._floors: dict[tuple[Layout, str], float] = {}  # (layout, objective) -> key_floor(), as formed
 
     # -- terms ----------------------------------------------------------------------------------
     def _view(self, name: str, table: NDArray[Any]) -> tuple[NDArray[Any], tuple[int, ...]]:
@@ -560,28 +564,18 @@ class LayoutEvaluator:
                        + g["time.offload"]) + g["time.ep_comm"]
         else:
             busy_hi = busy
-        acc = d["acc"][h[0]]
-        usable = F.limit(F.MEMORY_PER_CARD, sc, acc)
-        pp = d["pp"][h[HUB.index("pp")]]
-        cards = cards_of(**{v: d[v][h[HUB.index(v)]] for v in HUB if v != "acc"})
-        shape = tuple(len(d[v]) for v in GRID) + (1, 1)
+        usable, cards, supply, valid, shape = self._glue_facts(h)
         with np.errstate(divide="ignore"):
             demand = sc.task.global_batch / busy_hi
-        supply = float(np.asarray(T.input_supply(sc, acc, np.asarray(float(cards)))))
-        valid = np.zeros(shape, dtype=bool)
-        pick = [slice(None)] * len(GRID) + [slice(None)] * 2
-        pick[GRID.index("schedule")] = slice(None, 1 if pp == 1 else None)
-        if self._nic_allowed is None:  # a domain fact of the space: formed once, not once per glued layout
-            self._nic_allowed = sp.nic_allowed()
-        pick[GRID.index("nics")] = self._nic_allowed[h[0]]
-        valid[tuple(pick)] = True
         ok = {F.MEMORY_PER_CARD: np.broadcast_to(mem <= usable, shape),
               F.INPUT_THROUGHPUT: np.broadcast_to(demand <= supply, shape)}
         scalar_ok = {F.CARDS: cards <= F.limit(F.CARDS, sc)}
         save_ok: dict[str, NDArray[np.bool_]] = {}  # the rules over the save variables, on the extras grid
         save_rules = self.save_rules()
-        for family in TABLED:
-            rule = self._term(F.ok_table(family), h)
+        if self._ok_tables is None:
+            self._ok_tables = [(family, F.ok_table(family)) for family in TABLED]
+        for family, table in self._ok_tables:
+            rule = self._term(table, h)
             if family in save_rules:
                 save_ok[family] = rule > 0.5
             elif rule.size == 1:
@@ -600,6 +594,56 @@ class LayoutEvaluator:
         while len(self.glued) > self.keep:
             self.glued.pop(next(iter(self.glued)))
         return out
+
+    def _glue_facts(self, h: Layout) -> tuple[float, int, float, NDArray[np.bool_], tuple[int, ...]]:
+        """(usable memory per card, cards, input supply, the extras grid's valid points (read-only), the grid's
+        shape) of layout ``h``: facts of its accelerator, card count and pipeline depth alone, each formed once per
+        evaluator (a report glues thousands of layouts over a few dozen of them)."""
+        sc, d = self.sc, self.space.domains
+        at = {v: d[v][h[HUB.index(v)]] for v in HUB if v != "acc"}
+        cards = cards_of(**at)
+        key = (h[0], cards, at["pp"] == 1)
+        got = self._facts.get(key)
+        if got is None:
+            acc = d["acc"][h[0]]
+            usable = F.limit(F.MEMORY_PER_CARD, sc, acc)
+            shape = tuple(len(d[v]) for v in GRID) + (1, 1)
+            supply = float(np.asarray(T.input_supply(sc, acc, np.asarray(float(cards)))))
+            valid = np.zeros(shape, dtype=bool)
+            pick = [slice(None)] * len(GRID) + [slice(None)] * 2
+            pick[GRID.index("schedule")] = slice(None, 1 if at["pp"] == 1 else None)
+            if self._nic_allowed is None:  # a domain fact of the space: formed once, not once per glued layout
+                self._nic_allowed = self.space.nic_allowed()
+            pick[GRID.index("nics")] = self._nic_allowed[h[0]]
+            valid[tuple(pick)] = True
+            valid.flags.writeable = False  # shared by every layout of the key (_masks copies it)
+            got = self._facts[key] = (usable, cards, supply, valid, shape)
+        return cast(tuple[float, int, float, NDArray[np.bool_], tuple[int, ...]], got)
+
+    def key_floor(self, h: Layout, objective: str) -> float:
+        """A lower bound of the primary key (``objective``: cost or finish) that :meth:`best` at the bound level
+        returns for layout ``h`` under any question, formed from its step and rate alone where the layout is not
+        glued yet (else -inf: its glued bound costs less; a floor formed before is kept). It reads
+        :meth:`_glue`'s step at the pipeline terms' lower bounds, in the same order (the same bits), over the grid
+        points the layout allows, with the least overhead of all (interval, mode) pairs: :meth:`_points`' keys
+        grow (weakly, in floating point too) with the overhead, and every family, restriction and save rule only
+        narrows the points it reads. NaN anywhere makes it NaN (no comparison prunes on it)."""
+        got = self._floors.get((h, objective))
+        if got is not None:
+            return got
+        if (h, "bound", frozenset()) in self.glued:
+            return -math.inf
+        sc = self.sc
+        g = {n: self._term(n, h) for n in _GRID_TERMS}
+        busy = ((((self._term("time.compute", h, "lo") + g["time.exposed_dp"]) + g["time.tp_comm"])
+                 + g["time.offload"]) + g["time.ep_comm"])
+        valid = self._glue_facts(h)[3]
+        L = float(np.min(self._term("overhead", h)))
+        finish = sc.task.reserved_s + (T.iteration_count(sc) * (busy + sc.input.wait_s)) * (1.0 + L)
+        k1 = g["rate"] * finish if objective == "cost" else finish
+        floor = self._floors[h, objective] = float(np.min(np.broadcast_to(k1, valid.shape), where=valid,
+                                                          initial=math.inf))
+        return floor
 
     # -- queries --------------------------------------------------------------------------------
     def _points(self, h: Layout, enforced: Collection[str], objective: str,

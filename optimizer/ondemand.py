@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import math
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, cast
 
 import numpy as np
@@ -190,6 +190,7 @@ class PendingGroups:
         self.reductions: dict[tuple[Any, ...], NDArray[Any]] = {}  # the whole space's, of tables a build keeps
         # (floor, the solve's grouping, its groups' slices): what :meth:`of` laid the whole tables out from
         self._parts: tuple[Table, tuple[str, ...], dict[tuple[int, ...], tuple[Table, ...]]] | None = None
+        self.parts_built: dict[tuple[int, ...], set[int]] = {}  # unit -> its PART indices built (build_part)
 
     @classmethod
     def of(cls, space: Space) -> PendingGroups | None:
@@ -301,19 +302,131 @@ class PendingGroups:
         for name, t in zip(COMPUTE_BOUNDS, got, strict=True):
             self.space.tables[name].values[self._cut(idx)] = t.values
         sub.__dict__["_reduced"] = self._sliced_reductions(idx)
+        at = dict(zip(self.fixed, idx, strict=True))
+        _, flat = self._laid(sub, bounds, lambda v, c: np.full(c.size, at[v]) if v in at else c)
+        self.pending.discard(idx)
+        return flat
+
+    @staticmethod
+    def _laid(sub: Space, bounds: LayoutBounds, whole: Callable[[str, NDArray[np.intp]], NDArray[np.intp]]
+              ) -> tuple[LayoutBounds, np.ndarray[Any, Any]]:
+        """The per-layout bounds of a unit's (or a block's) space ``sub`` written into the whole space's ``bounds``
+        (:data:`BOUNDS_OF_COMPUTE`, the coupled grids); ``whole(v, c)``: the whole space's indices of hub variable
+        ``v`` for ``sub``'s indices ``c``. Returns ``sub``'s bounds and its layouts' flat hub indices."""
         own = LayoutBounds(sub, "cost", bounds.enforced, bounds.coupled) if bounds.coupled else \
             LayoutBounds(sub, "cost")
-        at = dict(zip(self.fixed, idx, strict=True))
-        flat = np.ravel_multi_index(tuple(np.full(own.n, at[v]) if v in at else own.coords[v] for v in HUB),
-                                    bounds.sizes)
+        flat = np.ravel_multi_index(tuple(whole(v, own.coords[v]) for v in HUB), bounds.sizes)
         for name in BOUNDS_OF_COMPUTE:
             getattr(bounds, name)[flat] = getattr(own, name)
         for name in GRIDS_OF_COMPUTE:
             if name in bounds.grids:
                 bounds.grids[name][flat] = own.grids[name]
-        self.pending.discard(idx)
-        return flat
+        return own, flat
 
+
+    PART = "dp"
+    """The hub variable a unit is built in parts along (:meth:`build_part`): the widest one a unit leaves open."""
+
+    def built_parts(self, idx: tuple[int, ...]) -> set[int]:
+        """The :data:`PART` indices of unit ``idx`` already built by :meth:`build_part` (empty: none)."""
+        return self.parts_built.setdefault(idx, set())
+
+    def is_pending(self, bounds: LayoutBounds, h: int) -> bool:
+        """Whether layout ``h`` (flat hub index) still has its relaxed compute bounds: its unit is pending and its
+        :data:`PART` value is not built yet."""
+        idx = self.group_of(bounds, h)
+        return idx in self.pending and int(bounds.coords[self.PART][h]) not in self.built_parts(idx)
+
+    def build_part(self, idx: tuple[int, ...], parts: Collection[int], bounds: LayoutBounds) -> np.ndarray[Any, Any]:
+        """:meth:`build` of unit ``idx`` at the :data:`PART` values ``parts`` only (indices; those already built are
+        left out): a question whose incumbent bounds the unit's other layouts out of reach never pays for them
+        (the nine-accelerator GPT-3 space's why-not questions: about one layout in eight of a unit they reach).
+        The same values as the whole unit's build, bit for bit: the compute term of a plan reads its own variables
+        only, and every table the part's space reads is the whole space's slice at its values (its layouts' bounds
+        and the reductions likewise, as :meth:`_sliced_reductions` argues for a unit). The unit leaves
+        :attr:`pending` once every part is built. Returns the flat hub indices of the layouts built."""
+        done = self.built_parts(idx)
+        d = self.space.domains
+        want = sorted(set(parts) - done)
+        if idx not in self.pending or not want:
+            return np.zeros(0, dtype=np.intp)
+        if self.PART in self.fixed or (not done and len(want) == len(d[self.PART])):  # the whole unit
+            flat = self.build(idx, bounds)
+            done.update(range(len(d[self.PART])))
+            return flat
+        return self.build_block([idx], want, bounds)
+
+    def relaxed_parts(self, head: tuple[int, ...]) -> NDArray[np.bool_]:
+        """Of the units that share ``head`` (their values of every variable they fix but the last), which parts are
+        still relaxed: an array (the last fixed variable's values, :data:`PART`'s values), True where pending."""
+        d = self.space.domains
+        out = np.zeros((len(d[self.fixed[-1]]), len(d[self.PART])), dtype=bool)
+        for i in range(out.shape[0]):
+            unit = head + (i,)
+            if unit in self.pending:
+                out[i] = True
+                out[i, sorted(self.built_parts(unit))] = False
+        return out
+
+    def build_block(self, units: Collection[tuple[int, ...]], parts: Collection[int], bounds: LayoutBounds
+                    ) -> np.ndarray[Any, Any]:
+        """:meth:`build_part` of several pending units that differ in the last variable they fix only, at the same
+        :data:`PART` values, in one build (one pass of the compute model over the block: a report question reaches
+        a few units of one pipeline depth at a time, and each build's own cost is mostly fixed). The block's space
+        holds every (unit, part) pair of the two lists; a pair built before is built again, the same bits, and left
+        out of the answer: the flat hub indices of the layouts built now."""
+        units = sorted(set(units))
+        if self.PART in self.fixed:
+            return np.concatenate([self.build_part(u, parts, bounds) for u in units])
+        d = self.space.domains
+        last, head = self.fixed[-1], units[0][:-1]
+        if any(u[:-1] != head or u not in self.pending for u in units):
+            raise ValueError("build_block: the units must be pending and differ in their last variable only")
+        rows = np.asarray([u[-1] for u in units], dtype=np.intp)
+        pos = np.asarray(sorted(set(parts)), dtype=np.intp)
+        new = np.zeros((len(rows), len(pos)), dtype=bool)  # the pairs pending until now
+        for i, u in enumerate(units):
+            new[i] = ~np.isin(pos, sorted(self.built_parts(u)))
+        fixed = self.fixed[:-1]
+        at = dict(zip(fixed, head, strict=True))
+
+        def cut(a: NDArray[Any], vars: tuple[str, ...]) -> NDArray[Any]:
+            """The block's entries of an array over ``vars`` (an axis of one entry is kept as it is)."""
+            out = a[tuple(slice(at[v], at[v] + 1) if v in at and a.shape[i] > 1 else slice(None)
+                          for i, v in enumerate(vars))]
+            for v, pick in ((last, rows), (self.PART, pos)):
+                if v in vars and out.shape[vars.index(v)] > 1:
+                    out = np.take(out, pick, axis=vars.index(v))
+            return out
+
+        dom = group_domains(self.space, fixed, head)
+        dom[last] = [d[last][i] for i in rows.tolist()]
+        dom[self.PART] = [d[self.PART][i] for i in pos.tolist()]
+        sub = GroupSpace(sc=self.space.sc, domains=dom)
+        sub.__dict__["_pipeline_work"] = self.space._work()
+        sub.__dict__["_group_of"] = (self.space, fixed, head)
+        for name, t in dict.items(self.space.tables):  # every table the whole space has: the block's entries
+            if name not in COMPUTE_BOUNDS:
+                dict.__setitem__(sub.tables, name, Table(name, t.vars, cut(t.values, t.vars)))
+        sub.bound_table("time.compute", "lo")
+        got = self.space.__dict__.pop("_group_compute")[fixed][head]  # the slices the block just left
+        vars = self.space.table_vars("time.compute")
+        for name, t in zip(COMPUTE_BOUNDS, got, strict=True):
+            for k, r in enumerate(rows.tolist()):  # unit by unit: one index array (the parts) keeps the axes' order
+                into = [slice(at[v], at[v] + 1) if v in at else slice(r, r + 1) if v == last else pos
+                        if v == self.PART else slice(None) for v in vars]
+                self.space.tables[name].values[tuple(into)] = t.values[tuple(
+                    slice(k, k + 1) if v == last else slice(None) for v in vars)]
+        sub.__dict__["_reduced"] = {key: cut(r, key[2]) for key, r in self.reductions.items()}
+        own, flat = self._laid(sub, bounds, lambda v, c: np.full(c.size, at[v]) if v in at else rows[c] if v == last
+                               else pos[c] if v == self.PART else c)
+        for u in units:
+            done = self.built_parts(u)
+            done.update(pos.tolist())
+            if len(done) == len(d[self.PART]):
+                self.pending.discard(u)
+        fresh: np.ndarray[Any, Any] = flat[new[own.coords[last], own.coords[self.PART]]]
+        return fresh
 
     def _sliced_reductions(self, idx: tuple[int, ...]) -> dict[tuple[Any, ...], NDArray[Any]]:
         """The whole space's reductions (:meth:`adopt`) at unit ``idx``: what the unit's space would reduce its

@@ -19,7 +19,7 @@ import heapq
 import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final, Protocol, TypeAlias, TypeGuard
+from typing import Any, Final, Protocol, TypeAlias, TypeGuard, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -43,6 +43,12 @@ from tpopt.optimizer.result import Request, Status, objective_key, objective_val
 from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space, card_counts
 
 TABLE_LIMIT = 300_000  # spaces up to this many points are answered by one enumeration
+REACH = 1.1
+"""A report question's walk builds, with a relaxed layout it reaches, the parts keyed within REACH x the least key its
+builds brought back so far (and within the incumbent): any parts holding the layout give the same answer (the others
+are built when reached), this only sizes the builds. Before the first incumbent a walk would otherwise build every
+allowed part of each block (the nine-accelerator GPT-3 analysis: 2,460 (TP, DP) rows, 2,076 at 1.1; at 1.0 six times
+as many builds, each about 3.5 ms of fixed cost: slower)."""
 PER_OP_TABLE_LIMIT = 4_096  # under the per-operation model (a pipeline simulated per plan): the table's own limit
 REL = 1e-9
 RELAXABLE = F.RELAXABLE
@@ -146,6 +152,7 @@ class LayoutOracle:
         self.layouts.keep = max(self.layouts.keep, REPORT_LAYOUT_CACHE)
         self._bounds: LayoutBounds | None = None
         self._questions: dict[frozenset[str], LayoutBounds] = {}  # enforced families -> a question's bounds
+        self._stale: dict[frozenset[str], list[NDArray[np.intp]]] = {}  # layouts built since a question's bounds
         self.pending: PendingGroups | None = None  # layout groups whose compute bounds are still relaxed
         self.questions = 0
         self.check = check  # called before each layout evaluation (a time limit can raise there)
@@ -191,17 +198,28 @@ class LayoutOracle:
         got = self._questions.get(key)
         if got is None:
             got = self._questions[key] = self.bounds.under(key)
+        elif key in self._stale:
+            self._refresh(key)
         return got
 
-    def _built(self, rows: NDArray[np.intp]) -> None:
+    def _built(self, rows: NDArray[np.intp], active: frozenset[str] | None = None) -> None:
         """Layouts ``rows`` got their own compute bounds (:class:`~tpopt.optimizer.ondemand.PendingGroups`): every
-        question's bounds of them again."""
+        question's bounds of them again, those of the question ``active`` (the one walking) now, the others when
+        next asked (:meth:`_under`; most never are: a report asks each set of families a few times in a row)."""
         for key, b in self._questions.items():
-            if b is self.bounds:  # no coupled choices: built in place
-                continue
-            for name, vals in zip(("finish_min", "due_min", "cost_min", "busy_max", "input_need", "mem_min"),
-                                  self.bounds._reduce(key, rows), strict=True):
-                getattr(b, name)[rows] = vals
+            if b is not self.bounds:  # else no coupled choices: built in place
+                self._stale.setdefault(key, []).append(rows)
+        if active is not None and active in self._stale:
+            self._refresh(active)
+
+    def _refresh(self, key: frozenset[str]) -> None:
+        """The bounds of question ``key`` at the layouts built since they were last formed, all in one reduction:
+        each layout's bound is reduced from its own row of the grids alone, the same bits at any batch."""
+        rows = np.concatenate(self._stale.pop(key))
+        b = self._questions[key]
+        for name, vals in zip(("finish_min", "due_min", "cost_min", "busy_max", "input_need", "mem_min"),
+                              self.bounds._reduce(key, rows), strict=True):
+            getattr(b, name)[rows] = vals
 
     def _allowed(self, enforced: Collection[str], restrict: Restrict | None, cards: Cards) -> NDArray[np.bool_]:
         b, sc, d = self._under(enforced), self.space.sc, self.space.domains
@@ -231,13 +249,16 @@ class LayoutOracle:
         best_key: tuple[float, float] | None = None
         best_idx: dict[str, int] | None = None
         incumbent = [math.inf]  # the walk builds no layout group bounded above it
-        for h in self._walk(cand, key, lambda: self._allowed(asked, restrict, cards), lambda: incumbent[0]):
+        for h in self._walk(cand, key, lambda: self._allowed(asked, restrict, cards), lambda: incumbent[0],
+                            frozenset(asked)):
             if best_key is not None and key[h] > best_key[0]:
                 break
             layout = tuple(int(b.coords[v][h]) for v in HUB)
             if self.check is not None:
                 self.check()
             if refine:  # the layout's own bound (pipeline terms bounded in closed form) before simulating
+                if best_key is not None and self.layouts.key_floor(layout, objective) > best_key[0]:
+                    continue  # below that bound already (LayoutEvaluator.key_floor): the same verdict, unglued
                 lb = self.layouts.best(layout, enforced, objective, 1, restrict, level="bound")
                 if not lb or (best_key is not None and lb[0][0][0] > best_key[0]):
                     continue
@@ -249,31 +270,59 @@ class LayoutOracle:
         return best_idx
 
     def _walk(self, cand: NDArray[np.intp], key: NDArray[np.float64], allowed: Callable[[], NDArray[np.bool_]],
-              limit: Callable[[], float]) -> Iterator[int]:
-        """The allowed layouts ``cand`` in increasing ``key`` (ties: by index). A layout of a group whose compute
-        bounds are still relaxed (:class:`~tpopt.optimizer.ondemand.PendingGroups`) has its group built when it
-        comes up with a key within ``limit()`` (the incumbent's); the group's layouts then come back with their
-        own bounds (those still allowed), in order, and stop the walk where their relaxed keys would."""
+              limit: Callable[[], float], active: frozenset[str] | None = None) -> Iterator[int]:
+        """The allowed layouts ``cand`` in increasing ``key`` (ties: by index). A layout whose compute bounds are
+        still relaxed (:class:`~tpopt.optimizer.ondemand.PendingGroups`) has the parts of its unit that hold a layout
+        keyed within ``limit()`` (the incumbent's) built when it comes up within it, with those of its unit's siblings
+        (:meth:`_block`); the layouts
+        built then come back with their own bounds (those still allowed), in order, and stop the walk where their
+        relaxed keys would. ``active``: the families of the question walking (its bounds follow each build)."""
         if self.pending is None or not self.pending.pending:
             yield from cand[np.argsort(key[cand], kind="stable")].tolist()
             return
         pending, b = self.pending, self.bounds
         heap = [(float(key[h]), h, False) for h in cand.tolist()]  # (key, layout, pushed after its group's build)
         heapq.heapify(heap)
-        built: set[tuple[int, ...]] = set()  # groups built during this walk: their earlier entries are stale
+        # the layouts allowed at the start: a layout's mask changes only when its compute bounds are built, so for
+        # the layouts still pending it is the mask of now
+        start = np.zeros(key.shape, dtype=bool)
+        start[cand] = True
+        built: set[int] = set()  # layouts built during this walk: their earlier entries are stale
+        least = math.inf  # the least key a build of this walk brought back
         while heap:
             k, h, fresh = heapq.heappop(heap)
-            group = pending.group_of(b, h)
-            if group in pending.pending:
+            if pending.is_pending(b, h):
                 if k > limit():  # every layout left is bounded above the incumbent: nothing to build
                     return
-                flat = pending.build(group, b)
-                self._built(flat)
-                built.add(group)
-                for j in flat[allowed()[flat]].tolist():
+                flat = pending.build_block(*self._block(h, key, start, min(limit(), REACH * least)), b)
+                self._built(flat, active)
+                built.update(flat.tolist())
+                back = flat[allowed()[flat]]
+                if back.size:
+                    least = min(least, float(key[back].min()))
+                for j in back.tolist():
                     heapq.heappush(heap, (float(key[j]), j, True))
-            elif fresh or group not in built:
+            elif fresh or h not in built:
                 yield h
+
+    def _block(self, h: int, key: NDArray[np.float64], allowed: NDArray[np.bool_], limit: float
+               ) -> tuple[list[tuple[int, ...]], list[int]]:
+        """What a walk builds when layout ``h`` comes up with its compute bounds relaxed (units and parts, as
+        :meth:`~tpopt.optimizer.ondemand.PendingGroups.build_block` takes them): of the units that share ``h``'s
+        values but the last fixed variable's (the TP widths of its accelerator and pipeline depth), the parts still
+        relaxed that hold an allowed layout keyed within ``limit`` (the incumbent's, or less: :data:`REACH`), ``h``'s
+        own among them. A layout keyed above the incumbent is never reached by this walk (the incumbent only falls);
+        the others, and those a later question reaches, are built when reached."""
+        pending, b = cast(PendingGroups, self.pending), self.bounds
+        last, part = b.coords[pending.fixed[-1]], b.coords[pending.PART]
+        head = pending.group_of(b, h)[:-1]
+        near = allowed & (key <= limit)
+        for v, i in zip(pending.fixed[:-1], head, strict=True):
+            near &= b.coords[v] == i
+        at = np.flatnonzero(near)
+        at = at[pending.relaxed_parts(head)[last[at], part[at]]]
+        units = sorted({head + (int(i),) for i in last[at].tolist()} | {head + (int(last[h]),)})
+        return units, sorted(set(part[at].tolist()) | {int(part[h])})
 
     def best(self, enforced: Collection[str], objective: str, restrict: Restrict | None = None,
              cards: Cards = None) -> Evaluation | None:

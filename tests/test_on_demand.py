@@ -335,3 +335,60 @@ def test_the_group_bound_pass_keeps_the_whole_floor_for_the_analysis(name):
             continue
         assert kept is not None and kept.vars == want.vars and kept.name == want.name
         np.testing.assert_array_equal(kept.values, want.values)
+
+
+def test_pending_units_built_in_parts_give_the_whole_builds_tables_and_layout_bounds():
+    """A unit built part by part (:meth:`ondemand.PendingGroups.build_part`: a few DP degrees at a time, as a report
+    question reaches them), or with its sibling units in blocks (:meth:`ondemand.PendingGroups.build_block`: the TP
+    widths of one pipeline depth, parts built before built again), ends with the tables and per-layout bounds of a
+    whole build, value for value, into the plain and the coupled bounds; each build returns exactly the layouts
+    new to it and a unit leaves ``pending`` only once every part is built."""
+    from tpopt.optimizer.decompose import LayoutBounds
+
+    sc = load_scenario(ROOT / "examples" / "gpt3-175b-widest.toml")
+    keep = {"pp": [1, 2, 4, 8], "dp": [16, 32, 64, 128], "mb": [1, 2], "recompute": ["none", "full"]}
+    space = Space.from_scenario(sc, keep)
+    fixed = ("acc", "pp")
+    ondemand.group_space(space, fixed, (0, 1)).bound_table("time.compute", "lo")  # one group "solved"
+    pending = ondemand.PendingGroups.of(space)
+    assert pending is not None and pending.PART not in pending.fixed
+    whole = Space(sc=sc, domains=space.domains)
+    want, want_coupled = LayoutBounds(whole, "cost"), LayoutBounds(whole, "cost", FAMILIES)
+    bounds, coupled = LayoutBounds(space, "cost"), LayoutBounds(space, "cost", FAMILIES)
+    pending.adopt(bounds)
+    pending.adopt(coupled)
+    units = sorted(pending.pending)
+    dps = range(len(space.domains["dp"]))
+    for unit in units:  # into the plain bounds: unit by unit
+        done: set[int] = set()
+        for parts in ([2], [0, 3], list(dps)):  # the last asks every part: only the one left is built
+            built = pending.build_part(unit, parts, bounds)
+            assert set(bounds.coords["dp"][built].tolist()) == set(parts) - done
+            done |= set(parts)
+            assert (unit in pending.pending) == (len(done) < len(dps))
+            for v, i in zip(pending.fixed, unit, strict=True):
+                assert set(bounds.coords[v][built].tolist()) == {i}
+    assert not pending.pending
+    pending.pending.update(units)  # again, into the coupled bounds: a block of TP widths at a time
+    pending.parts_built.clear()
+    heads = sorted({u[:-1] for u in units})
+    for head in heads:
+        mine = [u for u in units if u[:-1] == head]
+        steps = [(mine[:2], [2]), (mine, [0, 2, 3]), (mine, list(dps))]
+        for block, parts in steps:
+            before = {u: set(pending.parts_built.get(u, set())) for u in mine}
+            built = pending.build_block(block, parts, coupled)
+            got = set(zip(coupled.coords["tp"][built].tolist(), coupled.coords["dp"][built].tolist(), strict=True))
+            assert got == {(u[-1], j) for u in block for j in parts if j not in before[u]}  # the new pairs only
+            assert len(built) == len(set(built.tolist()))
+            for v, i in zip(pending.fixed[:-1], head, strict=True):
+                assert set(coupled.coords[v][built].tolist()) == {i}
+        assert not any(u in pending.pending for u in mine)
+    assert not pending.pending
+    for name in ondemand.COMPUTE_BOUNDS:
+        np.testing.assert_array_equal(space.tables[name].values, whole.tables[name].values)
+    for name in ondemand.BOUNDS_OF_COMPUTE + ("mem_min", "input_need"):
+        np.testing.assert_array_equal(getattr(bounds, name), getattr(want, name))
+        np.testing.assert_array_equal(getattr(coupled, name), getattr(want_coupled, name))
+    for name, grid in want_coupled.grids.items():
+        np.testing.assert_array_equal(np.broadcast_to(coupled.grids[name], grid.shape), grid)
