@@ -17,8 +17,8 @@ recompute (nothing is rebuilt).
 from dataclasses import replace
 
 import pytest
+from test_tp_gathered_input_memory import scenario  # torchtitan-compile, Llama 3 70B at 8K
 
-import tpopt
 from tpopt.catalogs import load_catalog
 from tpopt.models import memory
 from tpopt.models.terms import memory as TM
@@ -52,13 +52,6 @@ def test_nothing_changes_without_tp_or_without_recompute():
         for rc in ("full", "op"):
             assert workspace(rc, tp=1, **kw) == pytest.approx(workspace(rc, tp=1)), rc
         assert workspace("none", **kw) == 0.0
-
-
-def scenario(precision: str):
-    return tpopt.scenario({"model": {"name": "llama3-70b"},
-                           "task": {"tokens": "1B", "seq_len": S, "global_batch": 64, "precision": precision},
-                           "schedule": {"deadline": "365d"},
-                           "hardware": {"accelerator": ["h100-sxm"], "stack": "torchtitan-compile"}})
 
 
 @pytest.mark.parametrize(("precision", "g"), [("bf16-mixed", 2.0), ("fp8-mixed", 1.0)])
