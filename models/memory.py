@@ -434,9 +434,17 @@ def activation_bytes_per_microbatch(a: ModelArch, seq_len: ArrayLike, micro_batc
     gone = _rebuilt(recompute)
     zero = 0.0 * np.asarray(tp, dtype=float) * np.asarray(micro_batch, dtype=float)
     gathered = 0.0 if quantized_input_bytes > 0 else gathered_input_bytes
-    return layers * sum((kept_gathered_input(t, tp, sequence_parallel, act_bytes, gathered)
-                         if not input_regather and t.group == "norm" else _split(t, tp, sequence_parallel)
+    return layers * sum((_held_bytes(t, tp, sequence_parallel, act_bytes, input_regather, gathered)
                          for t in tensors if t.group not in gone), zero)
+
+
+def _held_bytes(t: SavedTensor, tp: ArrayLike, sequence_parallel: bool, act_bytes: float, input_regather: bool,
+                gathered_bytes: float) -> Floats:
+    """One saved tensor's bytes on one card: a column-parallel layer's input (a norm output) kept gathered where
+    the stack does not gather it again (:func:`kept_gathered_input`), else :func:`_split`."""
+    if not input_regather and t.group == "norm":
+        return kept_gathered_input(t, tp, sequence_parallel, act_bytes, gathered_bytes)
+    return _split(t, tp, sequence_parallel)
 
 
 def kept_gathered_input(t: SavedTensor, tp: ArrayLike, sequence_parallel: bool, act_bytes: float = 2.0,
@@ -457,7 +465,8 @@ def kept_gathered_input(t: SavedTensor, tp: ArrayLike, sequence_parallel: bool, 
 
 def recompute_workspace_bytes(a: ModelArch, seq_len: ArrayLike, micro_batch: ArrayLike, tp: ArrayLike, recompute: str,
                               act_bytes: float = 2.0, flash_attention: bool = True, dropout: bool = False,
-                              sequence_parallel: bool = True, quantized_input_bytes: float = 0.0) -> Floats:
+                              sequence_parallel: bool = True, quantized_input_bytes: float = 0.0,
+                              input_regather: bool = True, gathered_input_bytes: float = 0.0) -> Floats:
     """Memory the rebuilt tensors occupy while the backward uses them: one block at a time, reused
     block after block and micro-batch after micro-batch, so it counts once per card (chapter 10.2.2:
     "the largest product workspace is 6 MiB; the next layer reuses it").
@@ -467,6 +476,19 @@ def recompute_workspace_bytes(a: ModelArch, seq_len: ArrayLike, micro_batch: Arr
     full, op:  one whole block's saved tensors (its forward is rerun, then its backward consumes them; under
                torchtitan's per-op checkpointing the rerun takes the saved outputs from its cache, and the
                rebuilt rest of the block is live with them)
+    With ``input_regather`` false (DTensor TP) the rebuilt block's column-parallel layers hold their inputs
+    gathered, as the stored ones are (:func:`kept_gathered_input`): torchtitan's full checkpointing
+    (parallelize_llama.py ``_apply_ac_to_transformer_block`` at 9dec370: ``ptd_checkpoint_wrapper(module,
+    preserve_rng_state=False)``, torch's non-reentrant torch.utils.checkpoint) reruns the block's forward in its
+    backward and autograd saves what it saved in the forward, the Replicate input of ColwiseParallel's matmuls
+    among it; its per-op checkpointing saves the matrix products' outputs (``_save_list``: aten.mm, SDPA,
+    reduce_scatter_tensor), not the all-gathers', so the rerun gathers them and keeps them the same way.
+    Per card, t > 1, sequence parallelism, n norms per block (2; 1 in a parallel block), g bytes per gathered
+    element (1 under FP8 TP gathers, else e):
+
+        workspace(regather false) - workspace(regather true) = n s b h (g - e / t)
+
+    Llama 3 70B, s b = 16 x 8192, h = 8192, e4m3 gathers (g = 1, e = 2), t = 8: 2 x 2^30 x 0.75 B = 1.5 GiB.
     """
     tensors = saved_tensors(a, seq_len, micro_batch, act_bytes, flash_attention, dropout)
     if quantized_input_bytes > 0:
@@ -474,13 +496,18 @@ def recompute_workspace_bytes(a: ModelArch, seq_len: ArrayLike, micro_batch: Arr
     zero: FloatArray = 0.0 * np.asarray(tp, dtype=float) * np.asarray(micro_batch, dtype=float)
     if recompute == "none":
         return zero
+    gathered = 0.0 if quantized_input_bytes > 0 else gathered_input_bytes
+
+    def held(t: SavedTensor) -> Floats:
+        return _held_bytes(t, tp, sequence_parallel, act_bytes, input_regather, gathered)
+
     if recompute in ("full", OP_RECOMPUTE):
-        return sum((_split(t, tp, sequence_parallel) for t in tensors), zero)
+        return sum((held(t) for t in tensors), zero)
     gone = _rebuilt(recompute)
     units: dict[str, Floats] = {}
     for t in tensors:
         if t.group in gone:
-            units[t.unit] = units.get(t.unit, zero) + _split(t, tp, sequence_parallel)
+            units[t.unit] = units.get(t.unit, zero) + held(t)
     largest: FloatArray = np.maximum.reduce([zero] + list(units.values())) if units else zero
     return largest
 

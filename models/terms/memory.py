@@ -440,7 +440,7 @@ def recompute_workspace(sc: Scenario, *, recompute: str, tp: ArrayLike, cp: Arra
         return np.zeros(np.broadcast(_f(tp), _f(mb), _f(cp)).shape)
     rc = effective_recompute(sc, recompute)
     s, b = cp_shape(sc, mb, cp)
-    workspace: Floats = memory.recompute_workspace_bytes(sc.model, s, b, tp, rc, **_stored_kw(sc))
+    workspace: Floats = memory.recompute_workspace_bytes(sc.model, s, b, tp, rc, **_gathered_kw(sc))
     return workspace
 
 
