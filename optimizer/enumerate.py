@@ -397,8 +397,8 @@ def _chance_limits(sc: Scenario, table: PointTable, within: NDArray[np.bool_], e
     assert table.step is not None and table.interval is not None
     limit = np.full(table.step.shape, np.nan)
     dom = table.space.domains
-    for a in np.unique(table.idx["acc"][within]).tolist():
-        for mo in np.unique(table.idx["mode"][within]).tolist():
+    for a in sorted(set(table.idx["acc"][within].tolist())):  # sets: np.unique would import numpy.ma (about 10 ms)
+        for mo in sorted(set(table.idx["mode"][within].tolist())):
             at = within & (table.idx["acc"] == a) & (table.idx["mode"] == mo)
             if at.any():
                 limit[at] = T.chance_step_max(sc, dom["acc"][a], dom["mode"][mo], table.cards[at], table.interval[at],

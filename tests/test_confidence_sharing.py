@@ -260,3 +260,20 @@ def test_a_step_up_from_the_walked_table_finds_only_the_roots_of_plans_the_walk_
         own = core.solve(at(base_sc, q), "enumerate", Request(seed=0, workers=1),
                          space=Space.from_scenario(at(base_sc, q)))
         assert got.status == own.status and [p.plan_dict() for p in got.plans] == [p.plan_dict() for p in own.plans]
+
+
+def test_a_confidence_report_does_not_load_numpy_ma():
+    """The Llama-3-8B confidence example and the design case at 95 % (their reports' step up, finish quantiles and
+    chance tables) do not import numpy.ma: np.unique without an index asked imports it (numpy 2.x, about 10 ms of
+    a 0.3 s command), the confidence path takes distinct values through sets."""
+    import subprocess
+    import sys
+
+    for args in (["--scenario", str(EXAMPLES / "llama3-8b-confidence.toml")],
+                 ["--scenario", str(EXAMPLES / "design-case.toml"), "--confidence", "95%"]):
+        code = ("import sys\nfrom tpopt.cli.main import main\n"
+                f"sys.argv = ['tpopt', 'solve', *{args!r}]\n"
+                "try:\n    main()\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+                "print('LOADED', 'numpy.ma' in sys.modules, 'scipy.special' in sys.modules)\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        assert "P(on time)" in out and "LOADED False False" in out, args

@@ -450,7 +450,7 @@ def finish_quantile(sc: Scenario, acc: str, save_mode: str, cards: ArrayLike, sa
     keys = np.stack([c.reshape(-1), t.reshape(-1), s.reshape(-1), e.reshape(-1)], axis=1)
     uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
     saves, sigma, kap = np.empty(len(uniq)), np.empty(len(uniq)), np.empty((3, len(uniq)))
-    for level in np.unique(uniq[:, 3]).tolist():  # the law inputs each (cards, interval) had in a chance table
+    for level in sorted(set(uniq[:, 3].tolist())):  # the law inputs each (cards, interval) had in a chance table
         at = uniq[:, 3] == level
         saves[at], sigma[at], kap[:, at] = _law_inputs_remembered(
             sc, acc, save_mode, uniq[at, 0] + 1j * uniq[at, 1], level, _chance_key(sc, acc, save_mode, level))
