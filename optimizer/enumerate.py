@@ -24,6 +24,7 @@ from tpopt.models import pipeline
 from tpopt.models import terms as T
 from tpopt.models import variables as V
 from tpopt.models.evaluate import evaluate_arrays
+from tpopt.models.plan import Scenario
 from tpopt.optimizer.limits import checkpoint
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import (
@@ -364,21 +365,45 @@ def _level_mask(space: Space, table: PointTable, enforced: Collection[str], card
     m = table.mask([f for f in enforced if f not in LEVEL_BOUND], cards=cards)
     if not any(f in enforced for f in LEVEL_BOUND):
         return m
-    limit = np.empty(table.step.shape)
     dom = space.domains
     eps = np.asarray(dom["ep"], dtype=float)[table.idx["ep"]] if "ep" in dom else np.ones(table.step.shape)
-    for a in np.unique(table.idx["acc"]).tolist():
-        for mo in np.unique(table.idx["mode"]).tolist():
-            at = (table.idx["acc"] == a) & (table.idx["mode"] == mo)
-            if at.any():
-                limit[at] = T.chance_step_max(sc, dom["acc"][a], dom["mode"][mo], table.cards[at], table.interval[at],
-                                              eps[at])
+    walked, level = table.space.sc.task.confidence, sc.task.confidence
+    if walked is not None and level is not None and level > walked:  # a step up: only the plans the walk let pass
+        m &= table.step <= _chance_limits(table.space.sc, table, m, eps) * (1.0 + LEVEL_UP_MARGIN)
+    limit = _chance_limits(sc, table, m, eps)
     if F.STEP_BUDGET in enforced:
         m &= table.step <= limit
     if F.DEADLINE in enforced:
         reserved, deadline = sc.task.reserved_s, F.limit(F.DEADLINE, sc)
         m &= reserved + (deadline - reserved) * table.step / limit <= deadline
     return m
+
+
+LEVEL_UP_MARGIN = 1e-6
+"""Relative slack above a plan's chance step limit at the walked level within which :func:`_level_mask` still finds
+its limit at a higher level. A higher level's limit is never above the walked one's by more than the roots'
+rounding: each chance root is a verified bracket (:func:`tpopt.models.finish.max_work`), P(on time) >= the higher
+level at the limit found there and < the walked level 2e-9 relative above the walked limit, and P(on time) falls
+with the work. A plan whose step lies more than 1e-6 above its walked limit misses every higher level (both
+level-bound families: step <= limit, and the deadline's chance value, which is step / limit <= 1 to the last bit),
+so its (cards, interval) root at that level is not needed (the Llama-3-8B example's step up: 44 roots -> 4)."""
+
+
+def _chance_limits(sc: Scenario, table: PointTable, within: NDArray[np.bool_], eps: NDArray[np.float64]
+                   ) -> NDArray[np.float64]:
+    """The chance step limit at ``sc``'s level of each plan of ``table`` ``within`` the mask
+    (:func:`tpopt.models.terms.chance_step_max`: one root per (accelerator, save mode, cards, interval, ep) those
+    plans hold, remembered across calls); NaN elsewhere (no comparison with NaN holds)."""
+    assert table.step is not None and table.interval is not None
+    limit = np.full(table.step.shape, np.nan)
+    dom = table.space.domains
+    for a in sorted(set(table.idx["acc"][within].tolist())):  # sets: np.unique would import numpy.ma (about 10 ms)
+        for mo in sorted(set(table.idx["mode"][within].tolist())):
+            at = within & (table.idx["acc"] == a) & (table.idx["mode"] == mo)
+            if at.any():
+                limit[at] = T.chance_step_max(sc, dom["acc"][a], dom["mode"][mo], table.cards[at], table.interval[at],
+                                              eps[at])
+    return limit
 
 
 # ---------------------------------------------------------------------------------------------

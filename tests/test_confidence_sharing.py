@@ -203,3 +203,77 @@ def test_an_enumeration_at_another_level_reads_the_walked_table():
                 assert got.status == own.status, (name, q, objective)
                 assert [p.plan_dict() for p in got.plans] == [p.plan_dict() for p in own.plans], (name, q, objective)
                 assert [p.metrics["cost"] for p in got.plans] == [p.metrics["cost"] for p in own.plans]
+
+
+def test_a_finish_quantile_from_the_remembered_law_inputs_is_the_fresh_one():
+    """finish_quantile reads each (cards, interval)'s law inputs as a chance table remembered them (computed over
+    a whole array of pairs): the same bits as the law inputs computed for the plan alone (deadline._law_inputs
+    and step_sigma, the computation it replaced)."""
+    import numpy as np
+
+    from tpopt.models import finish
+    from tpopt.models.terms.deadline import _LAW_MEMO, _law_inputs
+
+    sc = at(load_scenario(EXAMPLES / "llama3-8b-confidence.toml"), 0.95)
+    acc = next(iter(sc.systems))
+    cards, tau = np.array([256.0, 512.0, 1024.0, 1536.0]), np.array([600.0, 1800.0, 3600.0, 900.0])
+    step = np.array([9.0, 5.0, 2.6, 1.9])
+    T._CHANCE_MEMO.clear()
+    _LAW_MEMO.clear()
+    T.chance_step_max(sc, acc, "async", np.repeat(cards, 4), np.tile(tau, 4))  # 16 pairs remembered at once
+    got = T.finish_quantile(sc, acc, "async", cards, tau, step, 0.95)
+    saves, _, kap = _law_inputs(sc, acc, "async", cards, tau)
+    sigma = np.broadcast_to(np.asarray(T.step_sigma(sc, acc, cards, 1.0)[0], dtype=float), cards.shape)
+    finish._QUANTILE_MEMO.clear()
+    fresh = finish.quantiles(0.95, sc.task.reserved_s, T.iteration_count(sc) * step, saves, sigma,
+                             (kap[0], kap[1], kap[2]))
+    assert got.tolist() == fresh.tolist()
+
+
+def test_a_step_up_from_the_walked_table_finds_only_the_roots_of_plans_the_walk_let_pass():
+    """A re-solve at a higher level from the table walked at a lower one (enumerate.LEVEL_TWIN) finds the chance
+    roots of only the (save mode, cards, interval) of plans that met the walked level (a plan missing a level misses
+    every higher one; enumerate.LEVEL_UP_MARGIN), fewer than the table holds, and answers as a space of its own."""
+    import numpy as np
+
+    from tpopt.optimizer.enumerate import LEVEL_TWIN, WALKED_TABLE, keep_point_table
+
+    base_sc = at(load_scenario(EXAMPLES / "llama3-8b-confidence.toml"), 0.95)
+    base = Space.from_scenario(base_sc)
+    keep_point_table(base)
+    assert core.solve(base_sc, "enumerate", Request(seed=0, workers=1), space=base).best is not None
+    table = base.__dict__[WALKED_TABLE]
+    passed = table.mask()  # every family as walked at 95 %
+    mode = np.asarray(table.idx["mode"])
+
+    def pairs(sel):
+        return {(int(m), float(c), float(t)) for m, c, t in zip(mode[sel], table.cards[sel], table.interval[sel],
+                                                                 strict=True)}
+
+    for q in (0.99, 0.999):
+        T._CHANCE_MEMO.clear()
+        shared = shared_space(base, at(base_sc, q))
+        assert shared is not None and LEVEL_TWIN in shared.__dict__
+        got = core.solve(at(base_sc, q), "enumerate", Request(seed=0, workers=1), space=shared)
+        roots = sum(len(m) for k, m in T._CHANCE_MEMO.items() if k[0] == q)
+        assert 0 < roots <= len(pairs(passed)) < len(pairs(np.ones(passed.shape, dtype=bool))), q
+        own = core.solve(at(base_sc, q), "enumerate", Request(seed=0, workers=1),
+                         space=Space.from_scenario(at(base_sc, q)))
+        assert got.status == own.status and [p.plan_dict() for p in got.plans] == [p.plan_dict() for p in own.plans]
+
+
+def test_a_confidence_report_does_not_load_numpy_ma():
+    """The Llama-3-8B confidence example and the design case at 95 % (their reports' step up, finish quantiles and
+    chance tables) do not import numpy.ma: np.unique without an index asked imports it (numpy 2.x, about 10 ms of
+    a 0.3 s command), the confidence path takes distinct values through sets."""
+    import subprocess
+    import sys
+
+    for args in (["--scenario", str(EXAMPLES / "llama3-8b-confidence.toml")],
+                 ["--scenario", str(EXAMPLES / "design-case.toml"), "--confidence", "95%"]):
+        code = ("import sys\nfrom tpopt.cli.main import main\n"
+                f"sys.argv = ['tpopt', 'solve', *{args!r}]\n"
+                "try:\n    main()\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+                "print('LOADED', 'numpy.ma' in sys.modules, 'scipy.special' in sys.modules)\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        assert "P(on time)" in out and "LOADED False False" in out, args

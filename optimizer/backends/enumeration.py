@@ -10,7 +10,7 @@ from tpopt.models import terms as T
 from tpopt.models.evaluate import Evaluation
 from tpopt.optimizer.backends.protocol import Allowed, CapabilityError, MasterBounds
 from tpopt.optimizer.backends.verify import evaluate_assignment
-from tpopt.optimizer.enumerate import enumerate_best
+from tpopt.optimizer.enumerate import LEVEL_TWIN, enumerate_best
 from tpopt.optimizer.result import Request, SolverInfo, Status
 from tpopt.optimizer.space import Space, card_counts, chance_on
 
@@ -31,7 +31,9 @@ class Enumerate:
                     ) -> tuple[list[Evaluation], Status]:
         """The K best plans; ``optimal``/``infeasible`` when every plan was evaluated, else ``feasible``/
         ``unknown`` (a partial enumeration has no bound on the plans it did not reach)."""
-        if chance_on(space.sc):  # every chance root of the space in one root finding, before the chunks ask
+        # every chance root of the space in one root finding, before the chunks ask; a space answered from the table
+        # walked at another level (enumerate.LEVEL_TWIN) finds only the roots of the plans that table lets pass
+        if chance_on(space.sc) and LEVEL_TWIN not in space.__dict__:
             d = space.domains
             cards = np.asarray(card_counts(d), dtype=float)
             for acc in d["acc"]:
