@@ -218,7 +218,7 @@ def _threshold(ctx: Context, make: Callable[[float], Scenario], lo: float, hi: f
         if sc is None:
             sc = made[x] = make(x)
         ev = ctx.best(sc, objective="time", drop=(F.DEADLINE,) + tuple(drop))
-        return (ev.metrics["finish_days"] * DAY if ev is not None else math.inf), ev
+        return (_finish_against_deadline(sc, ev) if ev is not None else math.inf), ev
 
     t_hi, ev_hi = t(hi)
     if t_hi > deadline:
@@ -263,6 +263,15 @@ def _threshold(ctx: Context, make: Callable[[float], Scenario], lo: float, hi: f
             else:
                 lo, t_lo = m, tm
     return hi, ev_hi
+
+
+def _finish_against_deadline(sc: Scenario, ev: Evaluation) -> float:
+    """What the deadline family compares with the deadline for the plan ``ev`` (seconds): its finish time, or
+    under a confidence its finish quantile at that confidence (the chance form, as :func:`relax_deadline` reads
+    it): the median finish would call a plan on time that the request's own solve rules out."""
+    if sc.task.confidence is None:
+        return float(ev.metrics["finish_days"]) * DAY
+    return float(next(c.value for c in ev.constraints if c.name == F.DEADLINE)) * DAY
 
 
 def efficiency_ceiling(ctx: Context) -> tuple[float, str]:
