@@ -57,6 +57,15 @@ class TimeLimitReached(BaseException):
         self.phase = phase
 
 
+class WorkBudgetReached(TimeLimitReached):
+    """A phase's deterministic work budget (:meth:`Clock.budget`) ran out during ``phase``: counted safe
+    points, not seconds, so the same question stops at the same point on any machine and under any load."""
+
+    def __init__(self, phase: str) -> None:
+        BaseException.__init__(self, f"work budget reached while {phase}")
+        self.phase = phase
+
+
 class EncodingError(Exception):
     """A backend's encoding cannot represent this scenario exactly (the message says which quantity);
     the caller falls back to a formulation that can (:func:`tpopt.optimizer.core.solve`)."""
@@ -82,6 +91,9 @@ class Clock:
         self.reached = False  # set only when the clock ran out (at a check)
         self.phase = ""  # the phase in which it ran out
         self.progress: Progress = SILENT  # the CLI installs its terminal line (tpopt.cli.progress_line)
+        self.work = 0  # safe points read so far (each call of expired): a count of work, not of seconds
+        self.work_end = math.inf  # the enclosing budget() ends at this count (inf: no budget)
+        self.worked_out = False  # the enclosing budget() ran out (its phase stopped at a counted point)
 
     def elapsed(self) -> float:
         return self.now() - self.start
@@ -95,15 +107,35 @@ class Clock:
         """True once the deadline has passed (records the phase where it was first seen)."""
         if self.reached:  # once run out, it stays run out (a fake or adjusted clock cannot undo it)
             return True
+        self.work += 1
+        if self.work > self.work_end:  # the budget first: where both run out, the counted stop is the answer
+            self.worked_out = True
+            return True
         if self.now() >= self.end:
             self.reached, self.phase = True, phase
             return True
         return False
 
     def check(self, phase: str) -> None:
-        """Raise :class:`TimeLimitReached` if the deadline has passed."""
+        """Raise :class:`TimeLimitReached` if the deadline has passed (:class:`WorkBudgetReached` if the
+        enclosing :meth:`budget` ran out)."""
         if self.expired(phase):
-            raise TimeLimitReached(phase)
+            raise TimeLimitReached(phase) if self.reached else WorkBudgetReached(phase)
+
+    @contextlib.contextmanager
+    def budget(self, units: int) -> Iterator[None]:
+        """Run a phase on a deterministic work budget as well as the clock: ``units`` more safe points
+        (calls of :meth:`expired`, whoever reads them: a table slice, an enumeration chunk, 64 waves of a
+        pipeline, a solve-verify round, an analysis question). Inside it, :meth:`expired` turns true once
+        the count passes the budget, without setting :attr:`reached` (no time limit was reached), and
+        :attr:`worked_out` says so; the phase then stops at the same point on every machine and under every
+        load. The wall clock stays the last guard. A nested budget ends no later than its enclosing one."""
+        end, out = self.work_end, self.worked_out
+        self.work_end, self.worked_out = min(end, self.work + units), False
+        try:
+            yield
+        finally:
+            self.work_end, self.worked_out = end, out
 
     def report(self, phase: str, done: int, total: int | None = None, *, best: float | None = None,
                bound: float | None = None, objective: str = "cost") -> None:

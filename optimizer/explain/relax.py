@@ -52,7 +52,7 @@ from tpopt.optimizer.explain.inputs import (
     with_usable_memory,
     with_write_bandwidth,
 )
-from tpopt.optimizer.limits import TimeLimitReached, Undecided, clock_of
+from tpopt.optimizer.limits import Clock, TimeLimitReached, Undecided, clock_of
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import VARS, Space, card_counts
 
@@ -218,7 +218,7 @@ def _threshold(ctx: Context, make: Callable[[float], Scenario], lo: float, hi: f
         if sc is None:
             sc = made[x] = make(x)
         ev = ctx.best(sc, objective="time", drop=(F.DEADLINE,) + tuple(drop))
-        return (ev.metrics["finish_days"] * DAY if ev is not None else math.inf), ev
+        return (_finish_against_deadline(sc, ev) if ev is not None else math.inf), ev
 
     t_hi, ev_hi = t(hi)
     if t_hi > deadline:
@@ -263,6 +263,15 @@ def _threshold(ctx: Context, make: Callable[[float], Scenario], lo: float, hi: f
             else:
                 lo, t_lo = m, tm
     return hi, ev_hi
+
+
+def _finish_against_deadline(sc: Scenario, ev: Evaluation) -> float:
+    """What the deadline family compares with the deadline for the plan ``ev`` (seconds): its finish time, or
+    under a confidence its finish quantile at that confidence (the chance form, as :func:`relax_deadline` reads
+    it): the median finish would call a plan on time that the request's own solve rules out."""
+    if sc.task.confidence is None:
+        return float(ev.metrics["finish_days"]) * DAY
+    return float(next(c.value for c in ev.constraints if c.name == F.DEADLINE)) * DAY
 
 
 def efficiency_ceiling(ctx: Context) -> tuple[float, str]:
@@ -664,16 +673,25 @@ def relaxations(sc: Scenario, backend: str | Solver = "cpsat", req: Request | No
     if ctx is None:
         ctx = Context.of(sc, backend, req, enforced, raw, catalog)
     names = [n for n in RELAXATIONS if only is None or n in only]
-    shared: dict[str, Evaluation | None] = {}
     out: list[Relaxation] = []
     clock = clock_of(ctx.req)  # the run's one clock: no relaxation starts once it has run out
+    with clock.budget(RELAX_WORK):  # counted work: the same answers on every machine (the clock stays the guard)
+        _relax_all(ctx, names, core, clock, progress, out)
+    return out
+
+
+def _relax_all(ctx: Context, names: list[str], core: list[str] | None, clock: Clock,
+               progress: Callable[[str], None] | None, out: list[Relaxation]) -> None:
+    """:func:`relaxations`' loop over the inputs ``names``, appending each answer to ``out``; an input left
+    unanswered says whether the work budget (the same on every machine) or the time limit stopped it."""
+    shared: dict[str, Evaluation | None] = {}
     for k, name in enumerate(names):
         t0, s0 = time.perf_counter(), ctx.solves
         if clock.expired(RELAXING):
             if name in NOT_APPLICABLE and NOT_APPLICABLE[name](ctx):
                 continue  # the input does not apply to this request: nothing to leave undecided
             out.append(_relaxation(PARAMS[name], None, required=None, helps=None, method="undecided",
-                                   note=f"time limit reached ({ctx.req.time_limit:g} s) before it was asked"))
+                                   note=_stopped(ctx, clock, " before it was asked")))
             continue
         if progress is not None:
             progress(f"smallest change of the {PARAMS[name].label} ({k + 1}/{len(names)})")
@@ -684,11 +702,13 @@ def relaxations(sc: Scenario, backend: str | Solver = "cpsat", req: Request | No
                 r = _relax_one(ctx, name, core, shared)
         except TimeLimitReached:
             r = _relaxation(PARAMS[name], None, required=None, helps=None, method="undecided",
-                            note=f"time limit reached ({ctx.req.time_limit:g} s)")
+                            note=_stopped(ctx, clock))
         except Undecided as exc:
             p = PARAMS[name]
-            r = _relaxation(p, None, required=None, helps=None, note=str(exc),
-                            method="not on the on-demand path" if isinstance(exc, NotOnDemand) else "undecided")
+            off_path = isinstance(exc, NotOnDemand)
+            stopped = not off_path and (clock.worked_out or clock.reached)
+            r = _relaxation(p, None, required=None, helps=None, note=_stopped(ctx, clock) if stopped else str(exc),
+                            method="not on the on-demand path" if off_path else "undecided")
         finally:
             ctx.keep, ctx.keep_vars = None, VARS
         if r is None:
@@ -701,7 +721,21 @@ def relaxations(sc: Scenario, backend: str | Solver = "cpsat", req: Request | No
                 pass  # the relaxation's verdict stands; what else conflicts is left unsaid
         r.seconds, r.solves = time.perf_counter() - t0, ctx.solves - s0
         out.append(r)
-    return out
+
+
+RELAX_WORK = 10_000
+"""The relaxations' work budget (:meth:`tpopt.optimizer.limits.Clock.budget`): safe points counted over all
+the inputs of one request together. Counted, not timed, so which inputs are answered does not depend on the
+machine's speed or load; the time limit stays the last guard, and says so where it stops one."""
+
+
+def _stopped(ctx: Context, clock: Clock, when: str = "") -> str:
+    """Why an input was left undecided: the work budget (the same on every machine), else the time limit (the
+    answer may then differ on another machine or under another load, and says so)."""
+    if clock.worked_out and not clock.reached:
+        return f"work budget reached ({RELAX_WORK:,} steps){when}"
+    return (f"time limit reached ({ctx.req.time_limit:g} s){when}; stopped by the clock: the answer may differ "
+            "on another machine")
 
 
 RELAXING = "finding the smallest changes"
