@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tpopt.models import finish as Fn
+from tpopt.optimizer.confidence import clock_stop
 
 
 def _pct(x: float) -> str:
@@ -38,20 +39,22 @@ def distribution_lines(e: dict[str, Any], unit: str = "USD") -> list[str]:
             lines.append(f"  +5 points (P >= {_pct(up['target'])}): {up['cards']} cards, "
                          f"{up['extra_cost']:+,.0f} {unit} ({up['extra_cards']:+d} cards){cut}")
         elif up["status"] == "infeasible":
-            lines.append(f"  +5 points (P >= {_pct(up['target'])}): no plan; reachable {_reach(up['reachable'])}")
+            reach = _reach(up["reachable"], up.get("reachable_undecided"))
+            lines.append(f"  +5 points (P >= {_pct(up['target'])}): no plan; reachable {reach}")
         elif up["status"] != "already":
             lines.append(f"  +5 points (P >= {_pct(up['target'])}): not decided within the time limit")
     return lines
 
 
-def _reach(reachable: float | None) -> str:
-    return "not decided within the time limit" if reachable is None else _pct(reachable)
+def _reach(reachable: float | None, why: str | None = None) -> str:
+    return (why or clock_stop()) if reachable is None else _pct(reachable)
 
 
-def reachable_line(q: float, reachable: float | None) -> str:
-    """What the infeasible report adds under a confidence (None: the time limit left it undecided)."""
+def reachable_line(q: float, reachable: float | None, why: str | None = None) -> str:
+    """What the infeasible report adds under a confidence (None: left undecided, ``why``: by the work budget or
+    the clock, :func:`tpopt.optimizer.confidence.reach`; the clock when not said)."""
     if reachable is None:
-        return f"Confidence: {_pct(q)} is not reachable; the highest reachable was not decided within the time limit."
+        return f"Confidence: {_pct(q)} is not reachable; the highest reachable was {why or clock_stop()}."
     if reachable <= 0:
         return f"Confidence: no plan reaches even 1 % (asked {_pct(q)})."
     return f"Confidence: {_pct(q)} is not reachable; the highest reachable is {_pct(reachable)}."

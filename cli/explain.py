@@ -113,8 +113,10 @@ def explain(sensitivity: bool, as_json: bool, html: str | None, force: bool, qui
                     batch_infeasible(out["batch_choices"], out["conflict_batch"], as_json)
                 text = infeasible_lines(out, sc, "explain")
             if sc.task.confidence is not None and out["status"] == "infeasible":  # which confidence is reachable
-                out["reachable_confidence"] = Q.reachable(sc, backend, req)
-                text.append(reachable_line(sc.task.confidence, out["reachable_confidence"]))
+                out["reachable_confidence"], why = Q.reachable(sc, backend, req)
+                if why is not None:
+                    out["reachable_undecided"] = why
+                text.append(reachable_line(sc.task.confidence, out["reachable_confidence"], why))
             if html:
                 write_answer_page(html, lambda: answer_page("explain", out, "\n".join(text), None))
             click.echo(dump_json(out) if as_json else fit_lines("\n".join(text)) + "\n", nl=False)

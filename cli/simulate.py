@@ -21,6 +21,7 @@ from tpopt.errors import InputError
 from tpopt.models.units import DAY, fmt_count, parse_duration, parse_fraction
 from tpopt.optimizer import question as Q
 from tpopt.optimizer.commands import MAX_SIMULATED_RUNS, simulation
+from tpopt.optimizer.confidence import clock_stop
 
 MAX_RUNS = MAX_SIMULATED_RUNS
 
@@ -114,7 +115,8 @@ def replan(done: str, elapsed: str, cards_held: str | None, as_json: bool, **kw:
     if out["decision"] == "not decided":
         lines.append("Contingency: not decided within the time limit (no plan found, none ruled out)")
     elif out["decision"] == "none":
-        reach = ("the highest reachable was not decided within the time limit" if out["reachable"] is None
+        why = out.get("reachable_undecided") or clock_stop()
+        reach = (f"the highest reachable was {why}" if out["reachable"] is None
                  else "no plan reaches even 1 %" if out["reachable"] <= 0
                  else f"the highest reachable is {100 * out['reachable']:.1f} %")
         lines.append(f"Contingency: nothing restores {100 * out['confidence']:.1f} %; {reach}")

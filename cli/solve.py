@@ -95,10 +95,12 @@ def solve(top: int, no_analysis: bool, sensitivity: bool, timing: bool, as_json:
     if sc.task.confidence is not None and pr.status == Status.INFEASIBLE:
         from tpopt.optimizer.question import reachable  # lazy: start-up time (only without a plan)
 
-        out["reachable_confidence"] = reachable(sc, kw["solver"], req)
+        out["reachable_confidence"], why = reachable(sc, kw["solver"], req)
+        if why is not None:
+            out["reachable_undecided"] = why
     lines = infeasible_lines(out, sc, "solve")
     if "reachable_confidence" in out and sc.task.confidence is not None:
-        lines.append(reachable_line(sc.task.confidence, out["reachable_confidence"]))
+        lines.append(reachable_line(sc.task.confidence, out["reachable_confidence"], out.get("reachable_undecided")))
     if html:
         write_answer_page(html, lambda: answer_page("solve", out, "\n".join(lines), None))
     click.echo(dump_json(out) if as_json else fit_lines("\n".join(lines)), nl=not as_json)

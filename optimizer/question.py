@@ -85,11 +85,12 @@ def cost_against_confidence(sc: Scenario, levels: tuple[float, ...], backend: st
     return C.cost_against_confidence(sc, levels, backend, req, solve=_chosen_as("sweep --confidence"))
 
 
-def reachable(sc: Scenario, backend: str | Solver, req: Request) -> float | None:
-    """:func:`tpopt.optimizer.confidence.reachable` over the scenario's whole decision (``plan()``)."""
+def reachable(sc: Scenario, backend: str | Solver, req: Request) -> tuple[float | None, str | None]:
+    """:func:`tpopt.optimizer.confidence.reach` over the scenario's whole decision (``plan()``): the level and
+    why it was not decided (None when it was)."""
     if sc.stages:  # a confidence applies to one stage (the scenario refuses one with stages)
-        return None
-    return C.reachable(sc, backend, req, solve=_chosen_as("solve"))
+        return None, C.clock_stop()
+    return C.reach(sc, backend, req, solve=_chosen_as("solve"))
 
 
 def explain_request(sc: Scenario, backend: str | Solver, req: Request, *, raw: dict[str, Any] | None = None,
