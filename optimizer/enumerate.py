@@ -345,6 +345,12 @@ class PointTable:
         return [{v: int(self.idx[v][i]) for v in VARS} for i in order]
 
 
+def _finish_s(sc: Scenario, step: Any, overhead: Any) -> Any:
+    """Finish time (s) of a plan of step ``step`` (s) and overhead share ``overhead``: reserved + (iterations x
+    step) x (1 + overhead), in this order (the evaluator's: the same bits)."""
+    return sc.task.reserved_s + (T.iteration_count(sc) * step) * (1.0 + overhead)
+
+
 LEVEL_TWIN = "_level_twin"
 """A space's key for the :class:`PointTable` its scenario's space walked at another confidence level (everything else
 the same: :func:`tpopt.optimizer.plan.shared_space`): :func:`enumerate_best` answers from it without a walk."""
@@ -577,18 +583,13 @@ class LayoutEvaluator:
         d = sp.domains
         side = "lo" if level == "bound" else None
         g = {n: self._term(n, h) for n in _GRID_TERMS}
-        comp = self._term("time.compute", h, side)
         per_class = [((self._term(states, h) + self._term(copies, h)) + self._term(acts, h, side)) + self._term(temp, h)
                      for _, (states, copies, acts, temp) in sp.memory_classes()]  # the evaluator's order
         mem = per_class[0]
         for one in per_class[1:]:
             mem = np.maximum(mem, one)
-        busy = (((comp + g["time.exposed_dp"]) + g["time.tp_comm"]) + g["time.offload"]) + g["time.ep_comm"]
-        if level == "bound":  # the input check needs an upper bound of busy
-            busy_hi = (((self._term("time.compute", h, "hi") + g["time.exposed_dp"]) + g["time.tp_comm"])
-                       + g["time.offload"]) + g["time.ep_comm"]
-        else:
-            busy_hi = busy
+        busy = self._busy(h, g, side)
+        busy_hi = self._busy(h, g, "hi") if level == "bound" else busy  # the input check needs an upper bound
         usable, cards, supply, valid, shape = self._glue_facts(h)
         with np.errstate(divide="ignore"):
             demand = sc.task.global_batch / busy_hi
@@ -619,6 +620,13 @@ class LayoutEvaluator:
         while len(self.glued) > self.keep:
             self.glued.pop(next(iter(self.glued)))
         return out
+
+    def _busy(self, h: Layout, g: Mapping[str, NDArray[Any]], side: str | None) -> NDArray[Any]:
+        """A step's busy time of layout ``h`` on the extras grid: compute (its pipeline terms' ``side``: "lo",
+        "hi" or exact) + exposed data-parallel + tensor-parallel + offload + expert-parallel time, in this order
+        (the evaluator's: the same bits); ``g`` holds the layout's :data:`_GRID_TERMS`."""
+        return cast(NDArray[Any], (((self._term("time.compute", h, side) + g["time.exposed_dp"]) + g["time.tp_comm"])
+                                   + g["time.offload"]) + g["time.ep_comm"])
 
     def _glue_facts(self, h: Layout) -> tuple[float, int, float, NDArray[np.bool_], tuple[int, ...]]:
         """(usable memory per card, cards, input supply, the extras grid's valid points (read-only), the grid's
@@ -660,11 +668,10 @@ class LayoutEvaluator:
             return -math.inf
         sc = self.sc
         g = {n: self._term(n, h) for n in _GRID_TERMS}
-        busy = ((((self._term("time.compute", h, "lo") + g["time.exposed_dp"]) + g["time.tp_comm"])
-                 + g["time.offload"]) + g["time.ep_comm"])
+        busy = self._busy(h, g, "lo")
         valid = self._glue_facts(h)[3]
         L = float(np.min(self._term("overhead", h)))
-        finish = sc.task.reserved_s + (T.iteration_count(sc) * (busy + sc.input.wait_s)) * (1.0 + L)
+        finish = _finish_s(sc, busy + sc.input.wait_s, L)
         k1 = g["rate"] * finish if objective == "cost" else finish
         floor = self._floors[h, objective] = float(np.min(np.broadcast_to(k1, valid.shape), where=valid,
                                                           initial=math.inf))
@@ -689,7 +696,7 @@ class LayoutEvaluator:
             j = int(np.argmin(Ls))
             L = Ls[j]
             m = m[..., :1, :1]
-        finish = sc.task.reserved_s + (T.iteration_count(sc) * v["step"]) * (1.0 + L)
+        finish = _finish_s(sc, v["step"], L)
         cost = v["rate"] * finish
         if F.DEADLINE in enforced and v["step_max"] is not None:  # the chance form (full grids only)
             m = m & (v["step"] <= v["step_max"])
@@ -830,8 +837,8 @@ class LayoutEvaluator:
         least_l = np.minimum.accumulate(Lp[order][::-1])[::-1]  # the least L of the pairs from there on
         k = np.searchsorted(Sp[order], step[g], side="left")  # the first pair whose largest step admits g's
         g, k = g[k < order.size], k[k < order.size]
-        iters, budget = T.iteration_count(sc), F.BUDGET in enforced and sc.cost.max_cost is not None
-        finish = sc.task.reserved_s + (iters * step[g]) * (1.0 + least_l[k])  # :meth:`_points`' expressions
+        budget = F.BUDGET in enforced and sc.cost.max_cost is not None
+        finish = _finish_s(sc, step[g], least_l[k])  # :meth:`_points`' expressions
         cost = rate[g] * finish
         if budget:
             within = cost <= F.limit(F.BUDGET, sc)
@@ -843,7 +850,7 @@ class LayoutEvaluator:
         if not math.isfinite(least):
             return None
         sel = g[k1 == least][:, None]  # the grid points that may hold the first point, with every pair
-        fin = sc.task.reserved_s + (iters * step[sel]) * (1.0 + Lp[None, :])
+        fin = _finish_s(sc, step[sel], Lp[None, :])
         cst = rate[sel] * fin
         ok = okp[None, :] & (step[sel] <= Sp[None, :])
         if budget:
