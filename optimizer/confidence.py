@@ -29,7 +29,7 @@ from tpopt.models.variables import evaluate_keywords
 from tpopt.optimizer import core
 from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.enumerate import LEVEL_BOUND  # the families a confidence level moves
-from tpopt.optimizer.limits import Undecided, clock_of
+from tpopt.optimizer.limits import CLOCK_STOP, Undecided, clock_of
 from tpopt.optimizer.result import Request, SolveResult, Status
 
 LEVELS = (0.5, 0.9, 0.99)
@@ -162,7 +162,7 @@ def reach(sc: Scenario, backend: str | Solver, req: Request, tol: float = 1e-3, 
         try:
             return _bisect(sc, backend, req, tol, solve, met, missed), None
         except Undecided:
-            if clock.worked_out and not clock.reached:
+            if clock.budget_stopped:
                 return None, f"not decided within a work budget of {REACH_WORK:,} steps"
             return None, clock_stop(req.time_limit)
 
@@ -171,7 +171,7 @@ def clock_stop(limit_s: float | None = None) -> str:
     """Why the reachable level was not decided when the wall clock (``limit_s`` seconds), not the work budget,
     stopped the search."""
     limit = "" if limit_s is None or limit_s == math.inf else f" ({limit_s:g} s)"
-    return f"not decided within the time limit{limit}; stopped by the clock: the answer may differ on another machine"
+    return f"not decided within the time limit{limit}; {CLOCK_STOP}"
 
 
 def _bisect(sc: Scenario, backend: str | Solver, req: Request, tol: float, solve: Solve,

@@ -66,6 +66,10 @@ class WorkBudgetReached(TimeLimitReached):
         self.phase = phase
 
 
+CLOCK_STOP = "stopped by the clock: the answer may differ on another machine"
+"""What a phase stopped by the wall clock (not by a counted :meth:`Clock.budget`) adds to its reason."""
+
+
 class EncodingError(Exception):
     """A backend's encoding cannot represent this scenario exactly (the message says which quantity);
     the caller falls back to a formulation that can (:func:`tpopt.optimizer.core.solve`)."""
@@ -115,6 +119,12 @@ class Clock:
             self.reached, self.phase = True, phase
             return True
         return False
+
+    @property
+    def budget_stopped(self) -> bool:
+        """The enclosing :meth:`budget` ran out and the wall clock did not: the stop is the same on every
+        machine (else the clock stopped the phase, and :data:`CLOCK_STOP` says what that means)."""
+        return self.worked_out and not self.reached
 
     def check(self, phase: str) -> None:
         """Raise :class:`TimeLimitReached` if the deadline has passed (:class:`WorkBudgetReached` if the

@@ -52,7 +52,7 @@ from tpopt.optimizer.explain.inputs import (
     with_usable_memory,
     with_write_bandwidth,
 )
-from tpopt.optimizer.limits import Clock, TimeLimitReached, Undecided, clock_of
+from tpopt.optimizer.limits import CLOCK_STOP, Clock, TimeLimitReached, Undecided, clock_of
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import VARS, Space, card_counts
 
@@ -732,10 +732,9 @@ machine's speed or load; the time limit stays the last guard, and says so where 
 def _stopped(ctx: Context, clock: Clock, when: str = "") -> str:
     """Why an input was left undecided: the work budget (the same on every machine), else the time limit (the
     answer may then differ on another machine or under another load, and says so)."""
-    if clock.worked_out and not clock.reached:
+    if clock.budget_stopped:
         return f"work budget reached ({RELAX_WORK:,} steps){when}"
-    return (f"time limit reached ({ctx.req.time_limit:g} s){when}; stopped by the clock: the answer may differ "
-            "on another machine")
+    return f"time limit reached ({ctx.req.time_limit:g} s){when}; {CLOCK_STOP}"
 
 
 RELAXING = "finding the smallest changes"
