@@ -465,6 +465,15 @@ def test_clamped_activation_clamps_eagerly_in_megatron_core():
     without = T.op_times(replace(sc, stack=replace(sc.stack, activation_clamp_unfused=False)), **kw)[0]
     assert float(with_clamp.fwd) > float(without.fwd) and float(with_clamp.dx) > float(without.dx)
     assert float(with_clamp.dw) == pytest.approx(float(without.dw))
+    # memory: the fused activation saves the clamped copy of the fc1 output (rows x 2 w x e, 180 MiB here) unless the
+    # activation is recomputed (moe_act, tpopt's mlp group), as every gpt-oss recipe does
+    mem = dict(tp=1, mb=1, ep=8, etp=1, cap=0.0)
+    phi = float(T.load_factor(sc, 8, 0.0))
+    kept = float(T._routed_per_block(sc, **mem, recompute="none"))
+    rebuilt_act = float(T._routed_per_block(sc, **mem, recompute="norm+mlp"))
+    assert kept - rebuilt_act == pytest.approx(rows * phi * 2 * w * e)
+    plain = float(T._routed_per_block(replace(sc, stack=replace(sc.stack, activation_clamp_unfused=False)), **mem))
+    assert plain == pytest.approx(rebuilt_act)
 
 
 def test_yarn_rope_runs_unfused_in_megatron_core():
