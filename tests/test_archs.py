@@ -385,6 +385,8 @@ def test_llama_config_with_gelu_is_geglu_not_swiglu(tmp_path):
     (LLAMA3_8B, {"hidden_size": "4096"}, "hidden_size: expected a whole number"),
     (LLAMA3_8B, {"tie_word_embeddings": "yes"}, "tie_word_embeddings must be true or false"),
     (LLAMA3_8B, {"vocab_size": 10**12}, "vocab_size.*outside"),
+    (GPT_OSS_120B, {"swiglu_limit": "7"}, "swiglu_limit must be a positive number"),
+    (GPT_OSS_120B, {"swiglu_limit": -1.0}, "swiglu_limit must be a positive number"),
 ])
 def test_config_errors_are_one_clear_line(tmp_path, cfg, extra, message):
     with pytest.raises(InputError, match=message) as info:
