@@ -84,6 +84,8 @@ class ArchKeys:
     layer_norms: int = key(width(0), 2, help="hidden-width norms per block")
     rope_attention_factor: float = key(number(allow_zero=False), 1.0,
                                        help="RoPE scaling: YaRN's attention factor on cos and sin (1: none)")
+    activation_clamp: float = key(number(), 0.0, help="the gated activation's inputs clamped to this limit, the gate "
+                                  "from above and the linear half both ways (gpt-oss swiglu_limit; 0: none)")
     q_lora_rank: int = key(width(0), 0, help="MLA: low-rank query projection (0: a full projection)")
     kv_lora_rank: int = key(width(0), 0, help="MLA: joint key/value latent width (> 0 switches MLA on)")
     qk_rope_dim: int = key(width(0), 0, help="MLA: per-head q/k dims carrying RoPE")

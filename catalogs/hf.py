@@ -468,6 +468,11 @@ def build_gpt_oss(c: Config) -> dict[str, Any]:
         t["sliding_window"] = c.int("sliding_window")
         t["sliding_layers"] = (t["layers"] + 1) // 2  # blocks alternate sliding / full, sliding first
     c.notes.append("the clamped SwiGLU (swiglu_limit, sigmoid gain swiglu_alpha) is counted as a SwiGLU")
+    _, limit = c.first("swiglu_limit")
+    if limit is not None:  # the clamp the gated activation's inputs pass through (its own memory passes, ops)
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit < 1e6:
+            raise InputError(f"{c.where}: swiglu_limit must be a positive number, got {limit!r}")
+        t["activation_clamp"] = float(limit)
     factor = yarn_attention_factor(c.table("rope_scaling"), f"{c.where}: rope_scaling")
     if factor != 1.0:
         t["rope_attention_factor"] = factor
@@ -558,8 +563,8 @@ FAMILIES = (
            MOE_IGNORES | _keys("""topk_method scoring_func routed_scaling_factor aux_loss_alpha
            seq_aux ep_size rope_interleave"""), build_deepseek),
     Family("gpt-oss", ("gpt_oss",), LLAMA_READS | _keys("""num_local_experts num_experts_per_tok experts_per_token
-           sliding_window layer_types rope_scaling"""),
-           MOE_IGNORES | _keys("swiglu_limit swiglu_alpha initial_context_length"), build_gpt_oss),
+           sliding_window layer_types rope_scaling swiglu_limit"""),
+           MOE_IGNORES | _keys("swiglu_alpha initial_context_length"), build_gpt_oss),
 )
 _BY_TYPE = {mt: f for f in FAMILIES for mt in f.model_types}
 

@@ -157,6 +157,9 @@ class StackKeys:
     rope_scaled_unfused: bool = key(FLAG, False, source=True,
                                     help="a RoPE with a YaRN attention factor other than 1 runs unfused, in PyTorch "
                                          "(Megatron-Core: Transformer Engine's fused RoPE takes no factor)")
+    activation_clamp_unfused: bool = key(FLAG, False, source=True,
+                                         help="a clamped gated activation (gpt-oss) clamps the experts' fc1 output in "
+                                              "PyTorch before the fused activation (Megatron-Core)")
     cp_ring: str = key(choice(CP_RINGS), "p2p", source=True,
                        help="how ring context parallelism passes K, V: p2p (a block per step, behind that step) or "
                             "allgather (all blocks gathered once behind the first step; FP32 dK, dV passed back)")
@@ -187,10 +190,11 @@ dp_bucket_per_rank (none: a fixed bucket), kernel_efficiency (1: the reference s
 (native: the card's own fused attention), loss (fused: a fused FP32 cross-entropy), expert_gemm_dispatch
 (0: the stack's grouped expert GEMM is one launch, no per-expert floor), moe_host_launch (0: no exposed host
 launch time in MoE blocks), expert_bias_loop (false: an expert bias costs nothing apart), rope_scaled_unfused
-(false: every RoPE fused), cp_ring (p2p: Transformer Engine's ring), kv_repeat (false: the attention takes the KV
-heads as they are), pp_buffers (send-recv: one send and one receive buffer per direction), cp_merge (fused: a
-ring's merges fused, as the reference stack's and a compiled torch ring's are), tp_input_regather (true: the
-sharded input gathered again for the weight gradient) and fp8_tp_gather (false: 16-bit TP gathers)."""
+(false: every RoPE fused), activation_clamp_unfused (false: a clamp costs nothing apart), cp_ring (p2p: Transformer
+Engine's ring), kv_repeat (false: the attention takes the KV heads as they are), pp_buffers (send-recv: one send and
+one receive buffer per direction), cp_merge (fused: a ring's merges fused, as the reference stack's and a compiled
+torch ring's are), tp_input_regather (true: the sharded input gathered again for the weight gradient) and
+fp8_tp_gather (false: 16-bit TP gathers)."""
 SOURCED = tuple(f.name for f in fields(StackKeys) if spec(f).source)
 
 

@@ -90,6 +90,7 @@ class ModelArch:
     attn_sinks: bool = False  # one learned sink logit per head and layer (gpt-oss)
     sliding_layers: int | None = None  # layers using the window (None = all when sliding_window > 0)
     rope_attention_factor: float = 1.0  # YaRN attention factor on RoPE cos and sin (gpt-oss: 0.1 ln 32 + 1); 1: none
+    activation_clamp: float = 0.0  # gated activation's inputs clamped to this limit (gpt-oss swiglu_limit 7); 0: none
     # -- multi-head latent attention (DeepSeek-V2/V3); 0 = standard attention -----------------------
     q_lora_rank: int = 0  # low-rank query projection (0 = a full h x heads*(nope+rope) projection)
     kv_lora_rank: int = 0  # joint key/value latent width (> 0 switches MLA on)

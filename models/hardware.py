@@ -121,6 +121,7 @@ class StackProfile:
     moe_host_launch: float = 0.0  # s of exposed host launch time per MoE block per micro-batch, not graphed (0: none)
     expert_bias_loop: bool = False  # expert output bias added per local expert by an eager loop (ops.moe_kernels)
     rope_scaled_unfused: bool = False  # a RoPE with a YaRN attention factor != 1 runs unfused (ops.rope_kernels)
+    activation_clamp_unfused: bool = False  # a clamped gated activation's clamp runs in PyTorch (ops.moe_kernels)
     cp_ring: str = "p2p"  # how ring context parallelism passes K, V: p2p or allgather (context.CP_RINGS)
     kv_repeat: bool = False  # the attention takes K, V repeated to the query heads (context.ring_kv_arch)
     pp_buffers: str = "send-recv"  # how the pipeline runtime holds boundary tensors (memory.PP_BUFFERS)

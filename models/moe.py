@@ -587,7 +587,7 @@ def a2a_overlapped(setting: str, schedule: str) -> bool:
 
 def routed_activation_extra(a: ModelArch, tokens: ArrayLike, phi: ArrayLike, expert_tp_eff: ArrayLike,
                             act_bytes: float = 2.0, gemm_input_bytes: float | None = None,
-                            combine_keeps_outputs: bool = True) -> FloatArray:
+                            combine_keeps_outputs: bool = True, clamp_copy: bool = False) -> FloatArray:
     """Routed-token activation bytes of one MoE block beyond what the dense inventory counts.
 
     The dense inventory (memory.layer_activation_groups) keeps the expert MLP tensors of k x expert_ffn
@@ -602,6 +602,9 @@ def routed_activation_extra(a: ModelArch, tokens: ArrayLike, phi: ArrayLike, exp
     Without ``combine_keeps_outputs`` (a stack that applies the probabilities in the experts' activation,
     before fc2, as Megatron-Core does: their gradient comes from the saved fc1 output) the expert outputs
     are not kept: 4,096 x 8 x 7,168 x 2 + 4,096 x 256 x 4 = 452 MiB.
+    ``clamp_copy``: the block also keeps the clamped copy of the fc1 output its fused activation saves (a clamped
+    activation clamped apart, ops.activation_clamp_kernels, with the activation not recomputed), tokens x k x phi x
+    2 f_e x e (expert-TP ranks: their rows of 2 f_e / etp); gpt-oss-120b, 4,096 tokens, BF16: 180 MiB.
     """
     if a.experts <= 0:
         return 0.0 * _f(tokens) * _f(phi)
@@ -610,7 +613,8 @@ def routed_activation_extra(a: ModelArch, tokens: ArrayLike, phi: ArrayLike, exp
     width = (3 if a.gated_mlp else 2) * a.expert_ffn
     surplus = (phi - 1.0) * t * a.top_k * width * act_bytes
     rows = _f(expert_tp_eff) * t * a.top_k * phi * a.hidden * (b_in + (act_bytes if combine_keeps_outputs else 0.0))
-    return surplus + rows + t * a.experts * 4.0
+    clamped = t * a.top_k * phi * 2.0 * a.expert_ffn * act_bytes if clamp_copy else 0.0 * t
+    return surplus + rows + clamped + t * a.experts * 4.0
 
 
 def dispatch_buffer(a: ModelArch, tokens: ArrayLike, phi: ArrayLike, act_bytes: float = 2.0) -> FloatArray:

@@ -106,6 +106,7 @@ class Layout:
     dispatcher: str = "direct"  # MoE token dispatcher (models/moe.py DISPATCHERS): what the permutation passes move
     rope_scaled_unfused: bool = False  # the stack runs a RoPE with a YaRN attention factor unfused (rope_kernels)
     expert_bias_loop: bool = False  # the stack adds the experts' output bias expert by expert (expert_bias_kernels)
+    activation_clamp_unfused: bool = False  # a clamped activation clamped eagerly (activation_clamp_kernels)
     cp_merge_bytes: RingMergeBytes | None = None  # a torch ring's merge bytes (terms.layer_times.ring_merge_bytes)
     fused_grouped_mlp: bool = False  # the experts' FC1, gated activation and FC2 as one fused launch (_mlp_kernels)
     tp_gather_bytes: float = 0.0  # bytes per element of the TP all-gathers (0: act_bytes; tp_collectives)
@@ -370,6 +371,39 @@ def expert_bias_kernels(a: ModelArch, lay: Layout, rows: Floats, local: Floats) 
     return _elementwise("expert.bias", "", moved, moved, cast(float, 2.0 * n + 1.0), cast(float, 4.0 * n))
 
 
+CLAMP_FWD_PASSES = 8.0
+"""Bytes per element of the experts' activation width w, in units of the activation's bytes e, that Megatron-Core's
+eager clamp moves forward per routed row (weighted_bias_quick_geglu_impl: the gate half clamped from above, the linear
+half both ways, each read and written, w e + w e apiece, then the two concatenated, 2 w e read and written): 8, in 3
+kernels."""
+
+CLAMP_BWD_BYTES = (11.0, 8.0)
+"""(per byte of e, plus bytes) per element of w of the clamp's backward per routed row, as PyTorch's autograd runs
+it (FunctionsManual.cpp clamp_backward, 1-byte masks): the gate's one-sided clamp ``where(x <= v, g, 0)``, a compare
+(e + 1) and the where (1 + 2 e): 3 e + 2; the linear half's ``where((x >= -v).logical_and_(x <= v), g, 0)``, two
+compares (2 e + 2), the and (3) and the where (1 + 2 e): 4 e + 6; the chunk's gradient, the two halves concatenated
+(split_backward: 2 w e read and written): 4 e. In all 11 e + 8 bytes (30 at e = 2) in 9 kernels (two of them the
+one-element zero each where takes). The concatenation's own gradient is two views (no kernel)."""
+
+
+def activation_clamp_kernels(a: ModelArch, lay: Layout, rows: Floats, width: Floats) -> list[Kernel]:
+    """The clamp of a clamped gated activation (gpt-oss: swiglu_limit 7, ``a.activation_clamp``) where the stack runs
+    it apart from the fused activation (``lay.activation_clamp_unfused``: Megatron-Core clamps the experts' fc1 output
+    in eager PyTorch, concatenates it and only then calls the fused weighted quick-GEGLU), on the R routed rows of
+    width w (the expert's f / etp; the fc1 output is 2 w wide):
+        forward   :data:`CLAMP_FWD_PASSES` x R w e bytes, 3 kernels (in the activation's recompute group: the
+                  checkpoint Megatron-Core's moe_act recompute puts around the activation reruns the clamps)
+        backward  (11 e + 8) x R w bytes (:data:`CLAMP_BWD_BYTES`), 9 kernels
+    gpt-oss-120b at EP 8, one 4,096-token sequence in BF16: R w = 16,384 x 2,880 = 47.2M elements, 0.75 GB forward
+    and 1.42 GB backward. None where the activation has no clamp, the stack fuses it, or the grouped MLP is one fused
+    kernel (its epilogue computes the activation)."""
+    if a.activation_clamp <= 0.0 or not lay.activation_clamp_unfused or lay.fused_grouped_mlp:
+        return []
+    e, n = lay.act_bytes, _f(rows) * _f(width)
+    per_e, fixed = CLAMP_BWD_BYTES
+    return _elementwise("expert.act_clamp", "mlp", CLAMP_FWD_PASSES * n * e, (per_e * e + fixed) * n, 3.0, 9.0)
+
+
 def moe_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
     """The MLP of a mixture-of-experts block for one micro-batch on one card.
 
@@ -401,6 +435,7 @@ def moe_kernels(a: ModelArch, lay: Layout) -> list[Kernel]:
     out += _elementwise("moe.permute", "", p_fwd * rows * a.hidden * e, p_bwd * rows * a.hidden * e)
     out += _mlp_kernels("expert", a, rows, a.expert_ffn / etp, e, m_per=rows / local, batch=local,
                         fused=lay.fused_grouped_mlp)
+    out += activation_clamp_kernels(a, lay, rows, a.expert_ffn / etp)
     out += expert_bias_kernels(a, lay, rows, local)
     out += _elementwise("moe.unpermute", "", u_fwd * rows * a.hidden * e, u_bwd * rows * a.hidden * e)
     if a.shared_experts:

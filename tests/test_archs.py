@@ -300,6 +300,8 @@ def test_moe_total_and_activated(tmp_path):
     # YaRN, factor 32, no mscale: attention factor 0.1 ln 32 + 1 (transformers' _compute_yarn_parameters)
     assert oss.rope_attention_factor == pytest.approx(0.1 * math.log(32.0) + 1.0)
     assert CAT.model("gpt-oss-120b").rope_attention_factor == pytest.approx(oss.rope_attention_factor, abs=1e-6)
+    # swiglu_limit 7.0 (config.json): the clamp of the gated activation's inputs, read from the config as the catalog
+    assert oss.activation_clamp == 7.0 == CAT.model("gpt-oss-120b").activation_clamp
     oss20 = CAT.model("gpt-oss-20b")  # model card: 20.91B total, 3.61B active
     assert (round(param_count(oss20) / 1e9, 2), round(activated_params(oss20, input_embedding=False) / 1e9, 2)) \
         == (20.91, 3.61)
@@ -383,6 +385,8 @@ def test_llama_config_with_gelu_is_geglu_not_swiglu(tmp_path):
     (LLAMA3_8B, {"hidden_size": "4096"}, "hidden_size: expected a whole number"),
     (LLAMA3_8B, {"tie_word_embeddings": "yes"}, "tie_word_embeddings must be true or false"),
     (LLAMA3_8B, {"vocab_size": 10**12}, "vocab_size.*outside"),
+    (GPT_OSS_120B, {"swiglu_limit": "7"}, "swiglu_limit must be a positive number"),
+    (GPT_OSS_120B, {"swiglu_limit": -1.0}, "swiglu_limit must be a positive number"),
 ])
 def test_config_errors_are_one_clear_line(tmp_path, cfg, extra, message):
     with pytest.raises(InputError, match=message) as info:

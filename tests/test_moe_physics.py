@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tpopt
-from tpopt.models import moe, network, ops
+from tpopt.models import moe, network, ops, steptime
 from tpopt.models import terms as T
 from tpopt.models.evaluate import evaluate_arrays
 from tpopt.models.network import host_fabric
@@ -429,6 +429,51 @@ def test_expert_bias_added_per_local_expert_in_megatron_core():
     without = T.op_times(replace(sc, stack=replace(sc.stack, expert_bias_loop=False)), **kw)[0]
     assert float(with_loop.fwd) > float(without.fwd) and float(with_loop.dx) > float(without.dx)
     assert float(with_loop.dw) == pytest.approx(float(without.dw))
+
+
+def test_clamped_activation_clamps_eagerly_in_megatron_core():
+    # Megatron-Core's weighted_bias_quick_geglu_impl (fused_bias_geglu.py) clamps the two halves of the experts' fc1
+    # output in eager PyTorch (the gate from above, the linear half both ways: gpt-oss swiglu_limit 7) and
+    # concatenates them before the fused activation. gpt-oss-120b at EP 8, one 4,096-token sequence in BF16 (e = 2):
+    # R = 4,096 x top-4 = 16,384 routed rows, w = 2,880 per half.
+    # forward: each clamp reads and writes w e (2 of them), the concatenation reads and writes 2 w e: 8 w e per row.
+    # backward (autograd): the gate's where(x <= v, g, 0): compare e + 1 (a 1-byte mask), where 1 + 2e; the linear
+    # half's where((x >= -v) & (x <= v), g, 0): two compares 2 (e + 1), the and 3, where 1 + 2e; the chunk's
+    # gradient concatenated: 4 e. (3e + 2) + (4e + 6) + 4e = 11e + 8 = 30 bytes per element of w.
+    sc = scenario("gpt-oss-120b")
+    assert sc.stack.activation_clamp_unfused and sc.model.activation_clamp == 7.0  # megatron-core; config.json
+    a = sc.model
+    rows, w, e = 4096 * 4, 2880, 2.0
+    lay = ops.Layout(tp=1.0, micro_batch=1.0, seq_len=4096, ep=8.0, expert_tp=1.0, activation_clamp_unfused=True)
+    ks = {(k.op, k.phase): k for k in ops.moe_kernels(a, lay)}
+    fwd, bwd = ks[("expert.act_clamp", "fwd")], ks[("expert.act_clamp", "dx")]
+    assert float(fwd.bytes) == pytest.approx(8 * rows * w * e)  # 0.75 GB
+    assert float(bwd.bytes) == pytest.approx((3 * e + 2 + 4 * e + 6 + 4 * e) * rows * w)  # 1.42 GB
+    assert (fwd.count, bwd.count) == (3.0, 9.0)  # 2 clamps + cat; fill, le, where + fill, ge, le, and, where + cat
+    assert fwd.group == "mlp"  # rebuilt by the moe_act recompute (the checkpoint wraps bias_act_func)
+    rebuilt = steptime.rebuilt_share("norm+mlp", True, a)
+    assert rebuilt(fwd) == 1.0 and steptime.rebuilt_share("norm", True, a)(fwd) == 0.0
+    # nothing where the activation has no clamp (Qwen3), the stack fuses it, or one fused grouped MLP computes it
+    qwen = scenario("qwen3-30b-a3b").model
+    assert qwen.activation_clamp == 0.0
+    assert not any(k.op == "expert.act_clamp" for k in ops.moe_kernels(qwen, lay))
+    assert not any(k.op == "expert.act_clamp" for k in ops.moe_kernels(a, replace(lay, activation_clamp_unfused=False)))
+    assert not any(k.op == "expert.act_clamp" for k in ops.moe_kernels(a, replace(lay, fused_grouped_mlp=True)))
+    # it slows the layer's forward and backward, not its weight gradients
+    kw = dict(acc="h100-sxm", recompute="none", tp=1, mb=1, ep=8, etp=1)
+    with_clamp = T.op_times(sc, **kw)[0]
+    without = T.op_times(replace(sc, stack=replace(sc.stack, activation_clamp_unfused=False)), **kw)[0]
+    assert float(with_clamp.fwd) > float(without.fwd) and float(with_clamp.dx) > float(without.dx)
+    assert float(with_clamp.dw) == pytest.approx(float(without.dw))
+    # memory: the fused activation saves the clamped copy of the fc1 output (rows x 2 w x e, 180 MiB here) unless the
+    # activation is recomputed (moe_act, tpopt's mlp group), as every gpt-oss recipe does
+    mem = dict(tp=1, mb=1, ep=8, etp=1, cap=0.0)
+    phi = float(T.load_factor(sc, 8, 0.0))
+    kept = float(T._routed_per_block(sc, **mem, recompute="none"))
+    rebuilt_act = float(T._routed_per_block(sc, **mem, recompute="norm+mlp"))
+    assert kept - rebuilt_act == pytest.approx(rows * phi * 2 * w * e)
+    plain = float(T._routed_per_block(replace(sc, stack=replace(sc.stack, activation_clamp_unfused=False)), **mem))
+    assert plain == pytest.approx(rebuilt_act)
 
 
 def test_yarn_rope_runs_unfused_in_megatron_core():

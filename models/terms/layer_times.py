@@ -90,6 +90,7 @@ def layout(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep:
                       cp_merge_bytes=ring_merge_bytes(sc.stack.cp_ring, sc.stack.cp_merge, mem.activation_bytes),
                       dispatcher=sc.moe.dispatcher, expert_bias_loop=sc.stack.expert_bias_loop,
                       rope_scaled_unfused=sc.stack.rope_scaled_unfused, fused_grouped_mlp=sc.moe.fused_grouped_mlp,
+                      activation_clamp_unfused=sc.stack.activation_clamp_unfused,
                       tp_regather=sc.stack.tp_input_regather, **moe_kw)
 
 

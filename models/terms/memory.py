@@ -216,7 +216,7 @@ def activations(sc: Scenario, *, schedule: str, recompute: str, sp: bool | None 
         # stages mix dense and MoE blocks: the busiest stage of (dense inventory of every block + routed
         # tokens of its MoE blocks), max_g k_g (n_g A + m_g R), not the two maxima taken apart
         per_layer = _stored_per_layer(sc, recompute=recompute, tp=tp, cp=cp, mb=mb)
-        one = _routed_per_block(sc, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap)
+        one = _routed_per_block(sc, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap, recompute=recompute)
         ga = grad_accum(sc, dp, mb)
         return _weighted_layer_sets(sc, schedule, pp, ga, peak, per_layer, one, stage) + workspace \
             + per_microbatch_pipeline(sc, schedule=schedule, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, stage=stage)
@@ -245,7 +245,7 @@ def moe_activations(sc: Scenario, *, schedule: str, recompute: str, tp: ArrayLik
     layer sets of MoE blocks (a stage's dense-MLP blocks hold none: :func:`dense_split`). With full
     recompute only the block being rebuilt holds them (the workspace, once)."""
     rc = effective_recompute(sc, recompute)
-    one = _routed_per_block(sc, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap)
+    one = _routed_per_block(sc, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap, recompute=recompute)
     if rc == "full":
         return one * np.ones(np.broadcast(_f(pp), _f(dp)).shape)
     ga = grad_accum(sc, dp, mb)
@@ -257,17 +257,21 @@ def moe_activations(sc: Scenario, *, schedule: str, recompute: str, tp: ArrayLik
 
 
 def _routed_per_block(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep: ArrayLike, etp: ArrayLike,
-                      cap: ArrayLike) -> FloatArray:
+                      cap: ArrayLike, recompute: str = "none") -> FloatArray:
     """Routed-token activations of one MoE block and micro-batch (moe.routed_activation_extra); under an FP8
     recipe the expert GEMM's saved input rows are its FP8 copy (1 byte, + one 8-bit scale per 32 elements
     for MXFP8); a stack that applies the router probabilities in the experts' activation keeps no expert
-    output rows for the combine (StackProfile.moe_probs_in_activation)."""
+    output rows for the combine (StackProfile.moe_probs_in_activation); a stack that clamps a clamped activation
+    apart (StackProfile.activation_clamp_unfused: gpt-oss on Megatron-Core) keeps the clamped fc1 output too unless
+    ``recompute`` rebuilds the activation (its mlp group, Megatron-Core's moe_act)."""
     phi = load_factor(sc, ep, cap)
     matrix = memory.recipe(sc.task.precision).matrix
     b_in = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32.0}.get(matrix)
+    clamp = (sc.model.activation_clamp > 0.0 and sc.stack.activation_clamp_unfused and not sc.moe.fused_grouped_mlp
+             and "mlp" not in effective_recompute(sc, recompute).split("+"))
     extra: FloatArray = moe.routed_activation_extra(sc.model, card_tokens(sc, tp, mb, cp), phi,
                                                     moe.expert_tp_size(etp, tp), sc.memory.activation_bytes, b_in,
-                                                    not sc.stack.moe_probs_in_activation)
+                                                    not sc.stack.moe_probs_in_activation, clamp)
     return extra
 
 
@@ -618,7 +622,8 @@ def memory_by_stage(sc: Scenario, *, schedule: str, recompute: str, zero: int, o
     else:
         ks = [1.0]  # one stage: a micro-batch's backward frees its activations before the next forward
     per_layer = float(_stored_per_layer(sc, recompute=recompute, tp=tp, cp=cp, mb=mb))
-    one = float(_routed_per_block(sc, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap)) if a.moe else 0.0
+    one = float(_routed_per_block(sc, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap, recompute=recompute)) \
+        if a.moe else 0.0
     workspace = float(recompute_workspace(sc, recompute=recompute, tp=tp, cp=cp, mb=mb))
     temp_last, temp_other = (float(temporary(sc, zero=zero, tp=tp, cp=cp, pp=pp, mb=mb, ep=ep, etp=etp, cap=cap,
                                              stage=k, schedule=schedule, dp=dp)) for k in ("last", "first"))
