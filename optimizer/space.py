@@ -144,17 +144,23 @@ def reduce_axes(vals: NDArray[Any], drop: tuple[int, ...], fn: Reducer = np.min)
             shape.append(n)
             dropped.append(d)
     v = vals.reshape(shape)
-    for ax in range(len(shape) - 1, -1, -1):
-        if not dropped[ax]:
-            continue
-        k = v.shape[ax]
-        if ax == v.ndim - 1 and 1 < k <= 16 and v.size >= 64 * k:
+    # the other dropped axes first (from the last back: an axis reduced leaves those before it in place), the
+    # innermost last: each of those passes reads the array once, contiguous runs at a time, and leaves the innermost
+    # pass (k strided passes) the smaller array (the widest GPT-3 space's time.exposed_dp on nine accelerators, 20 M
+    # entries: 0.2 -> 0.04 CPU s a reduction). Minima and maxima: the same in any order (as numbers: the sign of a
+    # zero may follow the order)
+    for ax in range(len(shape) - 2, -1, -1):
+        if dropped[ax]:
+            v = fn(v, axis=ax)
+    if dropped[-1]:
+        k = v.shape[-1]
+        if 1 < k <= 16 and v.size >= 64 * k:
             out = v[..., 0].copy()
             for i in range(1, k):
                 ufunc(out, v[..., i], out=out)
             v = out
         else:
-            v = fn(v, axis=ax)
+            v = fn(v, axis=-1)
     reduced: NDArray[Any] = v.reshape(tuple(n for i, n in enumerate(vals.shape) if i not in drop))
     return reduced
 

@@ -52,6 +52,19 @@ def test_reduce_axes_short_inner_axis():
         assert np.array_equal(reduce_axes(vals, drop, np.max), vals.max(axis=drop))
 
 
+
+def test_reduce_axes_inner_axis_last():
+    """The other dropped axes reduced before a short innermost one (the whole ``time.exposed_dp`` table's shape:
+    dropped axes between kept ones and last): numpy's minima and maxima, NaN and infinities where numpy has them."""
+    vals = np.random.default_rng(5).random((3, 4, 5, 1, 60, 8))  # the innermost pass slice-wise
+    vals[0, 1, 2, 0, 3, 4] = np.nan
+    vals[1, :, 0, 0, 2, :] = np.inf
+    vals[2, 3, 4, 0, 50, 7] = -np.inf
+    for drop in ((1, 2, 5), (1, 3, 5), (0, 5), (1, 2, 3, 5), (0, 1, 2, 3, 4, 5)):
+        for fn in (np.min, np.max):
+            got, want = reduce_axes(vals, drop, fn), fn(vals, axis=drop)
+            assert got.shape == want.shape and np.array_equal(got, want, equal_nan=True)
+
 def check_bounds(sc, objective):
     space = Space.from_scenario(sc)
     plain = LayoutBounds(space, objective)
