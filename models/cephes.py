@@ -37,13 +37,12 @@ PYTHON_LIMIT = 256
 overhead) while SciPy is not yet imported; beyond, the numpy versions below (about 1 ms a call plus 1 us an
 element); once ``scipy.special`` is loaded anyway, SciPy's ufuncs (the same bits)."""
 
-SCIPY_LIMIT = 131072
+SCIPY_LIMIT = 32768
 """Values the numpy versions evaluate in one process before an array function loads SciPy's ufuncs
-(:func:`scipy_ufuncs`: about 0.015 CPU s once, the ``scipy.special`` package's import 0.15 s, then about
-0.05 us a value against numpy's 1-2 us, under 1 us in the large calls of a MoE table's chance roots, every expert
-parallelism in one root finding): a confidence report over a few plans (the design case: about 20,000;
-Qwen3-30B-A3B's space: 93,000) stays below, a space of thousands of plans (the widest GPT-3: 0.9 million) goes
-over with its first large call."""
+(:func:`scipy_ufuncs`: about 0.015 CPU s once, what 15,000-30,000 values cost in numpy at 0.5-1 us each; the
+``scipy.special`` package's import would be 0.15 s), then about 0.05-0.2 us a value: a confidence report over a
+few plans (the design case: about 9,000; the Llama-3-8B example: 17,000) stays below, a space's chance roots go
+over (Qwen3-30B-A3B: 91,000 in calls of 10,752; the widest GPT-3: calls of 46,080, the first one over)."""
 _NUMPY_SPENT = [0]
 """Values evaluated by the numpy versions so far (:data:`SCIPY_LIMIT`)."""
 
