@@ -22,6 +22,7 @@ package (:func:`scipy_ufuncs`: about 0.015 instead of 0.15-0.3 CPU s, the same f
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -722,9 +723,6 @@ def scipy_ufuncs() -> Any:
 
 def _load_ufuncs() -> Any:
     """``scipy.special._ufuncs`` without the package's ``__init__`` (:func:`scipy_ufuncs`), else ``scipy.special``."""
-    import importlib
-    import importlib.util
-
     name = "scipy.special"
     try:
         spec = importlib.util.find_spec(name)  # imports ``scipy`` itself (about 0.01 s), not scipy.special
@@ -733,12 +731,16 @@ def _load_ufuncs() -> Any:
         stand_in = importlib.util.module_from_spec(spec)  # not executed: only its __path__ and __spec__ are read
         sys.modules[name] = stand_in
         try:
-            return importlib.import_module(f"{name}._ufuncs")
+            from scipy.special import _ufuncs  # lazy: past the numpy budget only, the extension alone
+
+            return _ufuncs
         finally:
             if sys.modules.get(name) is stand_in:
                 del sys.modules[name]
     except ImportError:  # the package as usual (it takes whatever extension loaded before the failure)
-        return importlib.import_module(name)
+        from scipy import special  # lazy: the whole package, where the extension cannot load alone
+
+        return special
 
 
 def _each(f: Callable[..., float], vf: Callable[..., FloatArray], scipy_name: str, *args: ArrayLike) -> FloatArray:
