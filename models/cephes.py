@@ -16,14 +16,17 @@ larger one (:data:`PYTHON_LIMIT`) in numpy (:func:`vgammainc`, :func:`vndtr`, :f
 each element's operations in the same order, its loops stopping where the scalar ones do; exp, log and pow still
 the C library's, per element), and every array past a budget (:data:`SCIPY_LIMIT`), or once ``scipy.special`` is
 imported anyway, in SciPy: the same bits on every path, and a confidence report over a few plans no longer imports
-SciPy (about 0.15 CPU s).
+SciPy (about 0.15 CPU s). Past the budget only SciPy's ufunc extension is loaded, not the ``scipy.special``
+package (:func:`scipy_ufuncs`: about 0.015 instead of 0.15-0.3 CPU s, the same function objects).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -35,12 +38,12 @@ PYTHON_LIMIT = 256
 overhead) while SciPy is not yet imported; beyond, the numpy versions below (about 1 ms a call plus 1 us an
 element); once ``scipy.special`` is loaded anyway, SciPy's ufuncs (the same bits)."""
 
-SCIPY_LIMIT = 131072
-"""Values the numpy versions evaluate in one process before an array function imports ``scipy.special`` (about
-0.15 CPU s once, then about 0.05 us a value against numpy's 1-2 us, under 1 us in the large calls of a MoE
-table's chance roots, every expert parallelism in one root finding): a confidence report over a few plans (the
-design case: about 20,000; Qwen3-30B-A3B's space: 93,000) stays below, a space of thousands of plans (the widest
-GPT-3: 0.9 million) goes over with its first large call."""
+SCIPY_LIMIT = 32768
+"""Values the numpy versions evaluate in one process before an array function loads SciPy's ufuncs
+(:func:`scipy_ufuncs`: about 0.015 CPU s once, what 15,000-30,000 values cost in numpy at 0.5-1 us each; the
+``scipy.special`` package's import would be 0.15 s), then about 0.05-0.2 us a value: a confidence report over a
+few plans (the design case: about 9,000; the Llama-3-8B example: 17,000) stays below, a space's chance roots go
+over (Qwen3-30B-A3B: 91,000 in calls of 10,752; the widest GPT-3: calls of 46,080, the first one over)."""
 _NUMPY_SPENT = [0]
 """Values evaluated by the numpy versions so far (:data:`SCIPY_LIMIT`)."""
 
@@ -693,14 +696,60 @@ def gammaincc(a: float, x: float) -> float:
 # the array functions the finish-time law calls
 
 
+_UFUNCS: list[Any] = []
+"""SciPy's special-function ufunc module once :func:`scipy_ufuncs` has loaded it (one entry)."""
+
+
+def scipy_ufuncs() -> Any:
+    """The module holding SciPy's ufuncs ``gammainc``, ``ndtr`` and ``ndtri``: ``scipy.special`` where it is loaded
+    already, else its compiled ``scipy.special._ufuncs`` alone, without running the package's ``__init__``.
+
+    ``import scipy.special`` costs about 0.15-0.3 CPU s, nearly all of it in what the package imports beside the
+    ufuncs (the array-API wrappers, ``scipy._lib._array_api`` and ``array_api_compat``, the orthogonal
+    polynomials, ...); the ufunc extension alone costs about 0.015 s. Its initialisation imports its sibling
+    extensions (``_ufuncs_cxx``, ``_special_ufuncs``, ...) as submodules of ``scipy.special``, so the package is
+    stood in for, while they load, by a module object made from its import spec and never executed, then taken out
+    of ``sys.modules`` again: a later ``import scipy.special`` runs the package as usual and takes the loaded
+    extensions as they are. The functions are the same objects (``scipy.special.gammainc`` is
+    ``_ufuncs.gammainc``; tests/test_cephes.py checks it), hence the same bits. Where the extension cannot be loaded
+    so (another SciPy layout), the whole package is imported."""
+    special = sys.modules.get("scipy.special")
+    if special is not None:
+        return special
+    if not _UFUNCS:
+        _UFUNCS.append(_load_ufuncs())
+    return _UFUNCS[0]
+
+
+def _load_ufuncs() -> Any:
+    """``scipy.special._ufuncs`` without the package's ``__init__`` (:func:`scipy_ufuncs`), else ``scipy.special``."""
+    name = "scipy.special"
+    try:
+        spec = importlib.util.find_spec(name)  # imports ``scipy`` itself (about 0.01 s), not scipy.special
+        if spec is None or spec.submodule_search_locations is None:
+            raise ImportError(name)
+        stand_in = importlib.util.module_from_spec(spec)  # not executed: only its __path__ and __spec__ are read
+        sys.modules[name] = stand_in
+        try:
+            from scipy.special import _ufuncs  # lazy: past the numpy budget only, the extension alone
+
+            return _ufuncs
+        finally:
+            if sys.modules.get(name) is stand_in:
+                del sys.modules[name]
+    except ImportError:  # the package as usual (it takes whatever extension loaded before the failure)
+        from scipy import special  # lazy: the whole package, where the extension cannot load alone
+
+        return special
+
+
 def _each(f: Callable[..., float], vf: Callable[..., FloatArray], scipy_name: str, *args: ArrayLike) -> FloatArray:
     arrs = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in args))
     shape = arrs[0].shape
     size = arrs[0].size
-    if "scipy.special" in sys.modules or (size > PYTHON_LIMIT and _NUMPY_SPENT[0] + size > SCIPY_LIMIT):
-        from scipy import special  # lazy: loaded anyway, or worth its import (its ufuncs, the same bits)
-
-        out: FloatArray = getattr(special, scipy_name)(*arrs)
+    if _UFUNCS or "scipy.special" in sys.modules or (size > PYTHON_LIMIT and _NUMPY_SPENT[0] + size > SCIPY_LIMIT):
+        # loaded anyway, or worth its load (SciPy's ufuncs, the same bits)
+        out: FloatArray = getattr(scipy_ufuncs(), scipy_name)(*arrs)
         return out
     flat = [a.ravel().tolist() for a in arrs] if size <= PYTHON_LIMIT else []
     if flat:

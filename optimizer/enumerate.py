@@ -507,6 +507,8 @@ class LayoutEvaluator:
         if name in PIPELINE_TERMS and not sp.exact_pipeline_tables():
             exact: NDArray[Any] = self.exact_terms[h][name]  # as far as _exact_pipeline has made it exact
             return exact
+        if name == CHANCE_TABLE and sp.chance_deferred() is not None:  # the layout's own roots, not every card count's
+            return self._on_grid(name, sp.chance_layout(h), (0,) * len(h), sp.domains)
         return self._on_grid(name, sp.tables[name].values, h)
 
     def _exact_pipeline(self, h: Layout, scheds: Iterable[int] | None = None) -> dict[str, Any]:

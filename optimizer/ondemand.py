@@ -573,6 +573,7 @@ def solve_on_demand(space: Space, req: Request, enforced: Collection[str]
     clock = clock_of(req)
     K = max(1, req.top)
     fixed = group_vars(space)
+    space.defer_chance(enforced)  # the chance roots of the card counts the cap and whole hosts leave
     heap = group_bounds(space, req, enforced, fixed)
     groups = len(heap)
     best: list[tuple[tuple[float, float], Evaluation]] = []

@@ -30,10 +30,11 @@ Base variables and domains:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import math
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -79,6 +80,15 @@ deadline family is then step <= this table instead of the nominal finish <= dead
 def chance_on(sc: Scenario) -> bool:
     """Whether the scenario asks for a confidence (the deadline family in its chance form)."""
     return sc.task.confidence is not None
+
+
+CHANCE_BOUND = CHANCE_TABLE + ".hi"
+"""The chance table as an upper bound (:meth:`Space.bound_table`) on a space whose solve rules card counts out by
+its card cap and whole-host rule (:meth:`Space.defer_chance`): the chance table's own entries at every other card
+count, the largest step that can finish at all, (D - R) / iterations (1 + 1e-9), at those (their roots are found
+when a layout of theirs is evaluated, :meth:`Space.chance_layout`)."""
+CHANCE_DEFER = "_chance_defer"
+"""The key (in a space's ``__dict__``) of :meth:`Space.defer_chance`: (card cap, whole hosts only)."""
 
 
 def cards_of(**vals: Any) -> Any:
@@ -482,13 +492,14 @@ class Space:
                                  T.chance_step_max(sc, acc, mode, cards_of(**f),
                                                    self.interval(tau, cards_of(**f), mode), ep))} \
             if chance_on(sc) else {}
+        bound: dict[str, Spec] = {CHANCE_BOUND: (chance[CHANCE_TABLE][0], None)} if chance else {}  # _chance_bound
         mem: dict[str, Spec] = {}
         for k, (states, copies, acts, temp) in self.memory_classes():  # the memory family per stage class
             opt: dict[str, Any] = {} if k == T.PEAK else {"stage": k}
             mem |= {states: term(T.states, **opt), copies: term(T.param_copies, **opt),
                     acts: term(T.activations, **opt), f"{acts}.lo": term(T.activations, peak="lo", **opt),
                     f"{acts}.hi": term(T.activations, round_up32, peak="hi", **opt), temp: term(T.temporary, **opt)}
-        return chance | mem | {
+        return chance | bound | mem | {
             "mem.host": term(T.host_memory),
             "time.compute": (compute, None),
             "time.compute.lo": (compute, None),
@@ -584,13 +595,99 @@ class Space:
         The pipeline terms (``time.compute``, ``mem.activations``) come from closed-form bounds
         (:func:`tpopt.models.pipeline.completion_bounds`, :func:`~tpopt.models.pipeline.peak_inflight_bounds`)
         when simulating every shape exactly would cost more than :data:`EXACT_PIPELINE_WORK` operations;
-        every other table is exact, and so is its own bound.
+        the chance table's upper bound, where the space's solve deferred card counts (:meth:`defer_chance`), is
+        :data:`CHANCE_BOUND`; every other table is exact, and so is its own bound.
         """
         if side not in ("lo", "hi"):
             raise ValueError(side)
         if name in PIPELINE_TERMS and not self.exact_pipeline_tables():
             return self.tables[f"{name}.{side}"]
+        if name == CHANCE_TABLE and side == "hi" and self.chance_deferred() is not None:
+            return self.tables[CHANCE_BOUND]
         return self.tables[name]
+
+    def defer_chance(self, enforced: Collection[str]) -> None:
+        """Let the chance table's bound (:data:`CHANCE_BOUND`) leave out the roots of the card counts a solve enforcing
+        ``enforced`` rules out by the layout alone: above the card cap (:data:`F.CARDS`) and not whole hosts
+        (:data:`F.WHOLE_HOSTS`). Their layouts' bounds are then the loosest valid ones (the largest step that can
+        finish at all): a solve that enforces both drops those layouts anyway (the same bounds, the same answer
+        and proof), and a question that drops one of them (the report's "without cards.max") walks its layouts
+        from bounds that still hold, each layout's roots found when it is evaluated (:meth:`chance_layout`). The
+        widest GPT-3 space at 95 %: 360 of 1,080 (cards, interval) pairs per save mode are found for the solve.
+
+        Only on a space whose chance table is not built yet (then every reader keeps the exact table), of a dense
+        model (a MoE plan's sigma reads its expert parallelism too); a later call that leaves out other card counts
+        undoes it (the bound and its reductions dropped: the exact table from then on)."""
+        if not chance_on(self.sc) or self.sc.model.moe:
+            return
+        keep = (F.limit(F.CARDS, self.sc) if F.CARDS in enforced else math.inf, F.WHOLE_HOSTS in enforced)
+        had = self.__dict__.get(CHANCE_DEFER)
+        if had is None and not any(dict.__contains__(self.tables, n) for n in (CHANCE_TABLE, CHANCE_BOUND)):
+            self.__dict__[CHANCE_DEFER] = keep
+        elif had is not None and had != keep:
+            self.undefer_chance()
+
+    def undefer_chance(self) -> None:
+        """Undo :meth:`defer_chance`: the chance bound and the reductions made of it dropped, the exact table read
+        from then on (bounds that hold at any card cap: the explain questions' shared bounds)."""
+        if self.__dict__.pop(CHANCE_DEFER, None) is None:
+            return
+        dict.pop(self.tables, CHANCE_BOUND, None)
+        cache = self.__dict__.get("_reduced")
+        for key in [k for k in cache or {} if k[0] == CHANCE_TABLE]:
+            del cast(dict[tuple[Any, ...], Any], cache)[key]
+
+    def chance_deferred(self) -> tuple[float, bool] | None:
+        """The (card cap, whole hosts only) of :meth:`defer_chance` on this space or the space it is a layout group
+        of (``_group_of``), None where the chance table's bound is the table itself."""
+        owner = self.__dict__.get("_group_of", (self,))[0]
+        got: tuple[float, bool] | None = owner.__dict__.get(CHANCE_DEFER)
+        return got
+
+    def _chance_bound(self) -> Table:
+        """:data:`CHANCE_BOUND`: the chance table's entries (:func:`T.chance_step_max`, the same call on the card
+        counts kept, hence the same bits) where the card count is within :meth:`chance_deferred`'s cap and, if
+        asked, whole hosts; elsewhere (D - R) / iterations (1 + 1e-9), above every root (a root is at most D - R,
+        :func:`tpopt.models.finish.max_work`)."""
+        sc = self.sc
+        vars = self.table_vars(CHANCE_TABLE)
+        cap, whole = self.chance_deferred() or (math.inf, False)
+        loose = max(F.limit(F.DEADLINE, sc) - sc.task.reserved_s, 0.0) / T.iteration_count(sc) * (1.0 + 1e-9)
+
+        def fn(acc: str, mode: str, tau: Any, **f: Any) -> NDArray[np.float64]:
+            cards = np.asarray(cards_of(**f), dtype=float)
+            c, t = np.broadcast_arrays(cards, np.asarray(self.interval(tau, cards, mode), dtype=float))
+            kept = c <= cap
+            if whole:
+                kept &= c % sc.system(acc).acc.cards_per_host == 0
+            out = np.full(c.shape, loose)
+            if kept.any():
+                out[kept] = T.chance_step_max(sc, acc, mode, c[kept], t[kept])
+            return out
+
+        return self.tabulate(CHANCE_BOUND, vars, fn)
+
+    def chance_layout(self, h: tuple[int, ...]) -> NDArray[np.float64]:
+        """The chance table's entries at layout ``h`` (indices over :data:`LAYOUT`), over its variables with an axis
+        of one entry for each layout variable, without the whole table: each (mode, interval) entry by
+        :func:`T.chance_step_max` at the layout's card count and the intervals of its save choices, as the table
+        computes it (element-wise: the same bits; tests/test_confidence_sharing.py compares every layout). Kept
+        per (accelerator, card count) on the space (a layout group's: on the space it is a group of)."""
+        d = self.domains
+        at = dict(zip(LAYOUT, h, strict=True))
+        acc = d["acc"][at["acc"]]
+        cards = float(np.prod([float(d[v][at[v]]) for v in CARD_FACTORS]))
+        owner = self.__dict__.get("_group_of", (self,))[0]
+        memo: dict[tuple[str, float], NDArray[np.float64]] = owner.__dict__.setdefault("_chance_layouts", {})
+        got = memo.get((acc, cards))
+        if got is None:
+            vars = self.table_vars(CHANCE_TABLE)
+            tau = np.asarray(d["tau"], dtype=float)
+            c = np.full(tau.shape, cards)
+            rows = np.stack([T.chance_step_max(self.sc, acc, mode, c, self.interval(tau, c, mode))
+                             for mode in d["mode"]])
+            got = memo[acc, cards] = rows.reshape([len(d[v]) if v in ("mode", "tau") else 1 for v in vars])
+        return got
 
     def build_tables(self, check: Callable[[], object] | None = None) -> Tables:
         """Build every table a solve reads, as one phase: the exact tables, except that the pipeline
@@ -621,6 +718,8 @@ class Space:
             return self.tabulate(name, vars, fn, dtype)
         if name.startswith("time.compute"):
             return self._compute_table(name)
+        if name == CHANCE_BOUND:
+            return self._chance_bound()
         if name == F.ok_table(F.CHECKPOINT):
             return Table(name, vars, T.checkpoint_write_time(self.sc) <= t["interval"].values)
         if name == F.ok_table(F.MEMORY_HOST):
@@ -784,6 +883,8 @@ class Space:
         (and the reductions cached on them, ``_reduced``), for a scenario that differs from this one only
         in inputs those tables alone read (:data:`TASK_TABLES`, :data:`PRICE_TABLES`)."""
         drop = set(rebuild)
+        if self.chance_deferred() is not None:  # the chance bound and its reductions (keyed by the chance table's
+            drop |= {CHANCE_TABLE, CHANCE_BOUND}  # name) read this space's card cap: not another scenario's
         out = Space(sc=sc, domains=self.domains)
         built = {n: t for n, t in dict.items(self.tables) if n not in drop}
         dict.update(out.tables, built)

@@ -177,17 +177,33 @@ def test_vectorised_helpers_equal_the_scalar_ports() -> None:
 
 def test_no_scipy_for_a_confidence_array() -> None:
     """An array larger than :data:`C.PYTHON_LIMIT` evaluates without importing scipy.special (in a fresh
-    interpreter: the import is what the confidence path no longer pays); one beyond :data:`C.SCIPY_LIMIT` imports
-    it."""
+    interpreter: the import is what the confidence path no longer pays); one beyond :data:`C.SCIPY_LIMIT` loads
+    SciPy's ufunc extension, and that alone: not the ``scipy.special`` package (:func:`C.scipy_ufuncs`)."""
     import subprocess
 
     code = ("import sys, numpy as np; from tpopt.models import cephes as C; "
             "a = np.linspace(0.5, 60.0, 4 * C.PYTHON_LIMIT); C.gammainc_array(a, a * 1.2); C.ndtr_array(a - 30); "
-            "C.ndtri_array(a / 61); print('scipy.special' in sys.modules)")
+            "C.ndtri_array(a / 61); print('scipy.special' in sys.modules, 'scipy.special._ufuncs' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert out.stdout.strip() == "False False"
     big = code.replace("4 * C.PYTHON_LIMIT", "C.SCIPY_LIMIT + 1")  # a space's worth of values: SciPy's ufuncs
     out = subprocess.run([sys.executable, "-c", big], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False True"
+
+
+def test_scipy_ufuncs_alone_are_scipy_special_s() -> None:
+    """The ufuncs :func:`C.scipy_ufuncs` loads without the ``scipy.special`` package are the package's own objects
+    (the same bits), and the package imports as usual afterwards (in a fresh interpreter: nothing loaded before)."""
+    import subprocess
+
+    code = ("import sys, numpy as np; from tpopt.models import cephes as C; u = C.scipy_ufuncs(); "
+            "assert 'scipy.special' not in sys.modules, 'the package ran'; "
+            "a = np.linspace(0.5, 60.0, 5000); g, n, q = u.gammainc(a, a * 1.2), u.ndtr(a - 30), u.ndtri(a / 61); "
+            "import scipy.special as S; from scipy import stats; "
+            "assert S.gammainc is u.gammainc and S.ndtr is u.ndtr and S.ndtri is u.ndtri; "
+            "assert np.array_equal(S.gammainc(a, a * 1.2), g) and np.array_equal(S.ndtri(a / 61), q); "
+            "assert C.scipy_ufuncs() is S; print(stats.norm.ppf(0.95) == C.ndtri(0.95))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
 
 

@@ -377,6 +377,7 @@ def layout_bounds(space: Space, objective: str, enforce: frozenset[str]) -> Layo
     build serves every re-solve of a deadline, card-cap or budget relaxation. The reductions of the tables
     behind them are kept on the space."""
     cache: dict[tuple[str, frozenset[str]], LayoutBounds] = space.__dict__.setdefault("_explain_bounds", {})
+    space.undefer_chance()  # bounds for every cap: the chance table's own, not a solve's deferred bound
     space.__dict__.setdefault("_reduced", {})
     # the layout rules (HUB_RULES) are decided per layout whatever the families (LayoutBounds.rules): bounds
     # built with or without them are the same arrays, so questions that differ in them share one build
