@@ -468,6 +468,11 @@ class LayoutEvaluator:
         self._facts: dict[tuple[Any, ...], Any] = {}
         self._ok_tables: list[tuple[str, str]] | None = None  # (family, its rule table) of TABLED, on first use
         self._floors: dict[tuple[Layout, str], float] = {}  # (layout, objective) -> key_floor(), as formed
+        # (layout, objective) -> key_floor() over the points that fit in memory (inf where none does), as formed
+        self._fit_floors: dict[tuple[Layout, str], float] = {}
+        self._fits: dict[Layout, bool] = {}  # layout -> whether a point fits in memory at the bound level
+        # the bound level's (grid terms, memory, busy) of the layout whose floors were formed last, for its _glue
+        self._kept_parts: tuple[Layout, tuple[dict[str, NDArray[Any]], NDArray[Any], NDArray[Any]]] | None = None
 
     # -- terms ----------------------------------------------------------------------------------
     def _view(self, name: str, table: NDArray[Any]) -> tuple[NDArray[Any], tuple[int, ...]]:
@@ -582,13 +587,7 @@ class LayoutEvaluator:
         sc, sp = self.sc, self.space
         d = sp.domains
         side = "lo" if level == "bound" else None
-        g = {n: self._term(n, h) for n in _GRID_TERMS}
-        per_class = [((self._term(states, h) + self._term(copies, h)) + self._term(acts, h, side)) + self._term(temp, h)
-                     for _, (states, copies, acts, temp) in sp.memory_classes()]  # the evaluator's order
-        mem = per_class[0]
-        for one in per_class[1:]:
-            mem = np.maximum(mem, one)
-        busy = self._busy(h, g, side)
+        g, mem, busy = self._parts(h, side)
         busy_hi = self._busy(h, g, "hi") if level == "bound" else busy  # the input check needs an upper bound
         usable, cards, supply, valid, shape = self._glue_facts(h)
         with np.errstate(divide="ignore"):
@@ -620,6 +619,28 @@ class LayoutEvaluator:
         while len(self.glued) > self.keep:
             self.glued.pop(next(iter(self.glued)))
         return out
+
+    def _parts(self, h: Layout, side: str | None
+               ) -> tuple[dict[str, NDArray[Any]], NDArray[Any], NDArray[Any]]:
+        """(the :data:`_GRID_TERMS`, the memory per card, the busy time) of layout ``h`` on the extras grid, with the
+        pipeline terms at ``side`` (:meth:`_glue`'s; those :meth:`_form_floors` formed last at the bound level are
+        taken as formed: the same arrays)."""
+        kept = self._kept_parts
+        if side == "lo" and kept is not None and kept[0] == h:
+            self._kept_parts = None
+            return kept[1]
+        g = {n: self._term(n, h) for n in _GRID_TERMS}
+        return g, self._memory(h, side), self._busy(h, g, side)
+
+    def _memory(self, h: Layout, side: str | None) -> NDArray[Any]:
+        """The memory per card of layout ``h`` on the extras grid (the activations at ``side``): the maximum over
+        the stage classes of ((states + copies) + activations) + temporary, in the evaluator's order."""
+        per_class = [((self._term(states, h) + self._term(copies, h)) + self._term(acts, h, side)) + self._term(temp, h)
+                     for _, (states, copies, acts, temp) in self.space.memory_classes()]  # the evaluator's order
+        mem: NDArray[Any] = per_class[0]
+        for one in per_class[1:]:
+            mem = np.maximum(mem, one)
+        return mem
 
     def _busy(self, h: Layout, g: Mapping[str, NDArray[Any]], side: str | None) -> NDArray[Any]:
         """A step's busy time of layout ``h`` on the extras grid: compute (its pipeline terms' ``side``: "lo",
@@ -653,29 +674,79 @@ class LayoutEvaluator:
             got = self._facts[key] = (usable, cards, supply, valid, shape)
         return cast(tuple[float, int, float, NDArray[np.bool_], tuple[int, ...]], got)
 
-    def key_floor(self, h: Layout, objective: str) -> float:
+    def key_floor(self, h: Layout, objective: str, enforced: Collection[str] = ()) -> float:
         """A lower bound of the primary key (``objective``: cost or finish) that :meth:`best` at the bound level
-        returns for layout ``h`` under any question, formed from its step and rate alone where the layout is not
-        glued yet (else -inf: its glued bound costs less; a floor formed before is kept). It reads
-        :meth:`_glue`'s step at the pipeline terms' lower bounds, in the same order (the same bits), over the grid
-        points the layout allows, with the least overhead of all (interval, mode) pairs: :meth:`_points`' keys
-        grow (weakly, in floating point too) with the overhead, and every family, restriction and save rule only
-        narrows the points it reads. NaN anywhere makes it NaN (no comparison prunes on it)."""
-        got = self._floors.get((h, objective))
+        returns for layout ``h`` under any question enforcing ``enforced``, formed from its step, rate and memory
+        alone where the layout is not glued yet (else -inf: its glued bound costs less; a floor formed before is
+        kept). It reads :meth:`_glue`'s step at the pipeline terms' lower bounds, in the same order (the same bits),
+        over the grid points the layout allows (those that fit in memory where ``enforced`` holds the memory family:
+        :meth:`_glue`'s own memory mask; inf where none does), with the least overhead of all (interval, mode)
+        pairs: :meth:`_points`' keys grow (weakly, in floating point too) with the overhead, and every family,
+        restriction and save rule only narrows the points it reads. NaN anywhere makes it NaN (no comparison
+        prunes on it)."""
+        memory = F.MEMORY_PER_CARD in enforced
+        floors = self._fit_floors if memory else self._floors
+        objective = "cost" if objective == "cost" else "finish"  # any other objective is keyed on the finish
+        got = floors.get((h, objective))
         if got is not None:
             return got
         if (h, "bound", frozenset()) in self.glued:
             return -math.inf
+        if memory:
+            self._form_floors(h)
+        else:
+            g = {n: self._term(n, h) for n in _GRID_TERMS}
+            self._least_keys(h, g, self._busy(h, g, "lo"), self._glue_facts(h)[3], self._floors)
+        return floors[h, objective]
+
+    def _least_keys(self, h: Layout, g: Mapping[str, NDArray[Any]], busy: NDArray[Any], where: NDArray[np.bool_],
+                    into: dict[tuple[Layout, str], float]) -> None:
+        """The least cost and finish of layout ``h`` at the least overhead of all (interval, mode) pairs over the
+        grid points ``where`` allows (inf where none; ``g``: its :data:`_GRID_TERMS`, ``busy``: its busy time at
+        the pipeline terms' lower bounds), into ``into`` by (layout, objective) (:meth:`key_floor`)."""
         sc = self.sc
-        g = {n: self._term(n, h) for n in _GRID_TERMS}
-        busy = self._busy(h, g, "lo")
-        valid = self._glue_facts(h)[3]
         L = float(np.min(self._term("overhead", h)))
         finish = _finish_s(sc, busy + sc.input.wait_s, L)
-        k1 = g["rate"] * finish if objective == "cost" else finish
-        floor = self._floors[h, objective] = float(np.min(np.broadcast_to(k1, valid.shape), where=valid,
-                                                          initial=math.inf))
-        return floor
+        for objective, k1 in (("cost", g["rate"] * finish), ("finish", finish)):
+            into.setdefault((h, objective), float(np.min(np.broadcast_to(k1, where.shape), where=where,
+                                                         initial=math.inf)))
+
+    def _form_floors(self, h: Layout) -> None:
+        """Whether a point of layout ``h`` fits in memory at the bound level (:meth:`_glue`'s memory mask on the
+        allowed points) and, where one does, :meth:`key_floor`'s floors over those points (the arrays formed are
+        kept for the layout's :meth:`_glue`, which usually follows); inf where none does."""
+        mem = self._memory(h, "lo")
+        usable, valid = self._glue_facts(h)[0], self._glue_facts(h)[3]
+        fits = valid & (mem <= usable)
+        self._fits[h] = bool(fits.any())
+        if not self._fits[h]:
+            for objective in ("cost", "finish"):
+                self._fit_floors.setdefault((h, objective), math.inf)
+            return
+        g = {n: self._term(n, h) for n in _GRID_TERMS}
+        busy = self._busy(h, g, "lo")
+        self._kept_parts = (h, (g, mem, busy))
+        self._least_keys(h, g, busy, fits, self._fit_floors)
+
+    def no_plan(self, h: Layout, enforced: Collection[str]) -> bool:
+        """True where layout ``h`` has no plan meeting ``enforced`` even at the bound level (:meth:`best` there
+        returns none, for any objective, restriction or count), proven from :meth:`key_floor`'s floors without
+        gluing the layout (False where no proof holds, or the layout is glued already: its check is cheap): no
+        point fits in memory (the memory family enforced), or the least finish (the deadline enforced in its plain
+        form; the chance form compares steps instead: no proof) or the least cost (the budget enforced) of the
+        points the question may keep is above the family's limit. NaN proves nothing (no comparison with it
+        holds)."""
+        if h not in self._fits:
+            if (h, "bound", frozenset()) in self.glued:
+                return False
+            self._form_floors(h)
+        sc, memory = self.sc, F.MEMORY_PER_CARD in enforced
+        if memory and not self._fits[h]:
+            return True
+        if F.DEADLINE in enforced and not chance_on(sc) \
+                and self.key_floor(h, "finish", enforced) > F.limit(F.DEADLINE, sc):
+            return True
+        return F.BUDGET in enforced and self.key_floor(h, "cost", enforced) > F.limit(F.BUDGET, sc)
 
     # -- queries --------------------------------------------------------------------------------
     def _points(self, h: Layout, enforced: Collection[str], objective: str,
