@@ -71,6 +71,9 @@ Layout: TypeAlias = tuple[int, ...]
 """A core layout as indices over :data:`HUB`."""
 Key: TypeAlias = tuple[float, float]
 """A lexicographic objective key (primary, secondary)."""
+Cell: TypeAlias = tuple[int, int]
+"""A (recompute, schedule) index pair of a layout's extras grid: what its exact pipeline terms are simulated by
+(:meth:`LayoutEvaluator._exact_pipeline`)."""
 
 
 def _groups(space: Space) -> Iterator[Group]:
@@ -454,8 +457,8 @@ class LayoutEvaluator:
         self.sc = space.sc
         # layout -> exact pipeline terms (compute, activations) on the grid
         self.exact_terms: dict[Layout, dict[str, Any]] = {}
-        # (layout, level, exact schedules) -> glued arrays, most recent last
-        self.glued: dict[tuple[Layout, str, frozenset[int]], dict[str, Any]] = {}
+        # (layout, level, exact (recompute, schedule) cells) -> glued arrays, most recent last
+        self.glued: dict[tuple[Layout, str, frozenset[Cell]], dict[str, Any]] = {}
         self.evaluated = 0
         self.simulated = 0  # layouts whose exact pipeline terms were computed
         # (table name, id of its values) -> (the values, a view of them with the layout's axes first, then
@@ -514,12 +517,16 @@ class LayoutEvaluator:
             return exact
         return self._on_grid(name, sp.tables[name].values, h)
 
-    def _exact_pipeline(self, h: Layout, scheds: Iterable[int] | None = None) -> dict[str, Any]:
-        """Exact compute and activations of a layout, schedule by schedule as asked (``scheds``: schedule
-        indices; None = all): the bound tables' values where they are exact (one stage; the closed forms
-        of balanced fill-drain and 1F1B; the peaks with closed forms), the layout's own exact tables for
-        the others (one event-model call per schedule). ``entry["exact"]``: the schedules done."""
+    def _exact_pipeline(self, h: Layout, cells: Iterable[Cell] | None = None) -> dict[str, Any]:
+        """Exact compute and activations of a layout, (recompute, schedule) cell by cell as asked (``cells``:
+        index pairs, :data:`Cell`; None = all): the bound tables' values where they are exact (one stage; the
+        closed forms of balanced fill-drain and 1F1B; the peaks with closed forms), the layout's own exact tables
+        for the others (one event-model call per term, on the recompute sets and schedules asked: each recompute
+        set's durations are formed on their own and the recurrence is elementwise over duration sets, so a cell's
+        value is the one a call over every cell gives; a schedule with a closed form, which a call of balanced
+        sets alone takes, is simulated for every recompute set at once). ``entry["exact"]``: the cells done."""
         sc, d = self.sc, self.space.domains
+        nrec, nsched = len(d["recompute"]), len(d["schedule"])
         entry: dict[str, Any] | None = self.exact_terms.get(h)
         if entry is None:
             per_op = T.per_op_model(sc)
@@ -531,28 +538,37 @@ class LayoutEvaluator:
                 "time.compute": {i for i, b in enumerate(bases) if one or (not per_op and b in pipeline.CLOSED_FORM)},
                 **{names[2]: set(acts) for _, names in self.space.memory_classes()}}
             entry = {t: self._term(t, h, "lo").astype(float) for t in exact_lo}
-            entry["done"] = exact_lo
-            entry["exact"] = set.intersection(*exact_lo.values())
+            entry["done"] = {t: {(r, i) for r in range(nrec) for i in v} for t, v in exact_lo.items()}
+            entry["exact"] = set.intersection(*entry["done"].values())
             self.exact_terms[h] = entry
             while len(self.exact_terms) > EXACT_CACHE:
                 self.exact_terms.pop(next(iter(self.exact_terms)))
-        want = set(range(len(d["schedule"]))) if scheds is None else set(scheds)
-        axis = EXTRAS.index("schedule")
+        closed = {i for i, x in enumerate(d["schedule"]) if T.schedule_parts(x)[0] in pipeline.CLOSED_FORM}
+        asked = set(itertools.product(range(nrec), range(nsched))) if cells is None else set(cells)
+        want = {(r, i) for r, i in asked if i not in closed} | {(r, i) for _, i in asked if i in closed
+                                                                for r in range(nrec)}
+        rax, sax = EXTRAS.index("recompute"), EXTRAS.index("schedule")
         for term in list(entry["done"]):
-            need = sorted(want - entry["done"][term])
+            need = want - entry["done"][term]
             if not need:
                 continue
+            scheds = sorted({i for _, i in need})
+            # the recompute sets asked (every one where the term does not read the recompute choice)
+            recs = sorted({r for r, _ in need}) if entry[term].shape[rax] > 1 else list(range(nrec))
             dom = {k: ([v[h[HUB.index(k)]]] if k in HUB else list(v)) for k, v in d.items()}
-            dom["schedule"] = [d["schedule"][i] for i in need]
+            dom["schedule"] = [d["schedule"][i] for i in scheds]
+            dom["recompute"] = [d["recompute"][r] for r in recs]
             sub = Space(sc=sc, domains=dom)
             vals = self._on_grid(term, sub.tables[term].values, (0,) * len(HUB), sub.domains)
-            for k, i in enumerate(need):
-                idx: list[int | slice] = [slice(None)] * len(EXTRAS)
-                idx[axis] = i
-                src: list[int | slice] = [slice(None)] * len(EXTRAS)
-                src[axis] = k
-                entry[term][tuple(idx)] = vals[tuple(src)]
-            entry["done"][term] = entry["done"][term] | set(need)
+            for k, i in enumerate(scheds):
+                for q, r in enumerate(recs):
+                    idx: list[int | slice] = [slice(None)] * len(EXTRAS)
+                    src: list[int | slice] = [slice(None)] * len(EXTRAS)
+                    idx[sax], src[sax] = i, k
+                    if entry[term].shape[rax] > 1:
+                        idx[rax], src[rax] = r, q
+                    entry[term][tuple(idx)] = vals[tuple(src)]
+            entry["done"][term] = entry["done"][term] | {(r, i) for r in recs for i in scheds}
             self.simulated += 1
         entry["exact"] = set.intersection(*entry["done"].values())
         return entry
@@ -569,16 +585,17 @@ class LayoutEvaluator:
         """True when the space's bound tables are its exact tables (small spaces)."""
         return self.space.exact_pipeline_tables()
 
-    def _glue(self, h: Layout, level: str, scheds: Iterable[int] | None = None) -> dict[str, Any]:
+    def _glue(self, h: Layout, level: str, cells: Iterable[Cell] | None = None) -> dict[str, Any]:
         """The layout's terms glued on the extras grid: ``level="bound"`` with the pipeline terms' lower
-        bounds, ``"exact"`` with exact values for the schedules ``scheds`` (indices; None = all) -- the
-        others keep their bounds, and ``out["exact"]`` says which schedules are exact."""
-        exact: frozenset[int] = frozenset()
+        bounds, ``"exact"`` with exact values for the (recompute, schedule) cells ``cells`` (:data:`Cell`;
+        None = all) -- the others keep their bounds, and ``out["exact"]`` says which cells are exact."""
+        exact: frozenset[Cell] = frozenset()
         if level == "exact":
             if self.space.exact_pipeline_tables():
-                exact = frozenset(range(len(self.space.domains["schedule"])))
+                d = self.space.domains
+                exact = frozenset(itertools.product(range(len(d["recompute"])), range(len(d["schedule"]))))
             else:
-                exact = frozenset(self._exact_pipeline(h, scheds)["exact"])
+                exact = frozenset(self._exact_pipeline(h, cells)["exact"])
         key = (h, level, exact)
         got = self.glued.get(key)
         if got is not None:
@@ -751,10 +768,10 @@ class LayoutEvaluator:
     # -- queries --------------------------------------------------------------------------------
     def _points(self, h: Layout, enforced: Collection[str], objective: str,
                 restrict: Mapping[str, Iterable[Any]] | None, full: bool, level: str,
-                scheds: Iterable[int] | None = None) -> tuple[Any, ...] | None:
+                cells: Iterable[Cell] | None = None) -> tuple[Any, ...] | None:
         """(k1, k2, mask, grid shape) of the question on layout ``h``; None if nothing is allowed. At the
-        exact level only the schedules made exact count (``scheds``; None = all)."""
-        masks = self._masks(h, enforced, restrict, level, scheds)
+        exact level only the (recompute, schedule) cells made exact count (``cells``; None = all)."""
+        masks = self._masks(h, enforced, restrict, level, cells)
         if masks is None:
             return None
         v, m, save_ok = masks
@@ -781,18 +798,20 @@ class LayoutEvaluator:
         return out if full else out + (np.unravel_index(j, v["L"].shape[-2:]),)
 
     def _masks(self, h: Layout, enforced: Collection[str], restrict: Mapping[str, Iterable[Any]] | None, level: str,
-               scheds: Iterable[int] | None) -> tuple[dict[str, Any], NDArray[np.bool_], NDArray[np.bool_]] | None:
+               cells: Iterable[Cell] | None) -> tuple[dict[str, Any], NDArray[np.bool_], NDArray[np.bool_]] | None:
         """(glued layout, the extras grid's mask, the (interval, mode) pairs' mask) of a question on layout ``h``
         before the deadline and budget families (:meth:`_points`); None if nothing is allowed."""
         d = self.space.domains
-        v = self._glue(h, level, scheds)
+        v = self._glue(h, level, cells)
         if not all(v["scalar_ok"][f] for f in enforced if f in v["scalar_ok"]):
             return None
         m = v["valid"].copy()
-        if level == "exact" and len(v["exact"]) < len(d["schedule"]):
-            keep = np.array([i in v["exact"] for i in range(len(d["schedule"]))])
+        if level == "exact" and len(v["exact"]) < len(d["recompute"]) * len(d["schedule"]):
+            keep = np.zeros((len(d["recompute"]), len(d["schedule"])), dtype=bool)
+            for cell in v["exact"]:
+                keep[cell] = True
             shape = [1] * len(EXTRAS)
-            shape[EXTRAS.index("schedule")] = len(keep)
+            shape[EXTRAS.index("recompute")], shape[EXTRAS.index("schedule")] = keep.shape  # recompute comes first
             m &= keep.reshape(shape)
         for f in enforced:
             if f in v["ok"]:
@@ -821,33 +840,34 @@ class LayoutEvaluator:
         and the extras restrictions: list of (objective key, index dict), best first, ties broken by
         grid order (deterministic). ``level="bound"``: lower bounds of the keys (indices unverified).
         ``cutoff`` (exact level, one plan): only points that may reach a primary key <= cutoff matter,
-        so only the schedules whose bounded points can are simulated (the others are left out)."""
+        so only the (recompute, schedule) cells whose bounded points can are simulated (the others are left
+        out; a point that reaches the cutoff is in them, so the best plan at or below it is the same)."""
         # the chance form (where the deadline is enforced), and a rule over the save and the grid variables, pick
         # (interval, mode) per point
         save_rule = any(self.save_rules().get(f, False) for f in enforced)
         full = top > 1 or (chance_on(self.sc) and F.DEADLINE in enforced) or save_rule
-        scheds = None
+        cells = None
         if level == "exact" and cutoff is not None and top == 1 and not save_rule \
                 and not self.space.exact_pipeline_tables():
-            # the schedules that may reach the cutoff, from the bound level with the least overhead of the
-            # allowed (interval, mode) pairs: each point's key there is at most its key at any pair, with the
-            # pipeline terms' lower bounds; under the chance form a point counts where some pair's largest step
-            # admits its bounded step (a relaxation of the exact step's chance condition at that pair)
+            # the (recompute, schedule) cells that may reach the cutoff, from the bound level with the least
+            # overhead of the allowed (interval, mode) pairs: each point's key there is at most its key at any pair,
+            # with the pipeline terms' lower bounds; under the chance form a point counts where some pair's largest
+            # step admits its bounded step (a relaxation of the exact step's chance condition at that pair)
             low = self._points(h, enforced, objective, restrict, False, "bound")
             if low is None:
                 return []
             k1, _, m, _ = low[:4]
-            axis = EXTRAS.index("schedule")
+            axes = (EXTRAS.index("recompute"), EXTRAS.index("schedule"))
             reach = np.where(m, k1, np.inf) <= cutoff
-            other = tuple(i for i in range(len(EXTRAS)) if i != axis)
-            scheds = np.flatnonzero(reach.any(axis=other)).tolist()
-            if not scheds:
+            other = tuple(i for i in range(len(EXTRAS)) if i not in axes)
+            cells = [(int(r), int(i)) for r, i in np.argwhere(reach.any(axis=other))]
+            if not cells:
                 return []
         if full and top == 1 and not save_rule:  # the chance form alone asks for every pair: one plan, fewer points
-            quick = self._chance_least(h, enforced, objective, restrict, level, scheds)
+            quick = self._chance_least(h, enforced, objective, restrict, level, cells)
             if quick is not None:
                 return quick
-        got = self._points(h, enforced, objective, restrict, full, level, scheds)
+        got = self._points(h, enforced, objective, restrict, full, level, cells)
         if got is None:
             return []
         k1, k2, m, shape = got[:4]
@@ -872,7 +892,7 @@ class LayoutEvaluator:
 
 
     def _chance_least(self, h: Layout, enforced: Collection[str], objective: str,
-                      restrict: Mapping[str, Iterable[Any]] | None, level: str, scheds: Iterable[int] | None
+                      restrict: Mapping[str, Iterable[Any]] | None, level: str, cells: Iterable[Cell] | None
                       ) -> list[tuple[Key, Assignment]] | None:
         """:meth:`best`'s one plan under the chance form without laying out every (grid point, interval, mode)
         point: the same plan, key and choices, or None where this shortcut does not apply (a largest step or an
@@ -884,10 +904,10 @@ class LayoutEvaluator:
         running minimum). Only the grid points whose least key is the least of all can hold lexsort's first point,
         and their pairs are laid out in full (every tie between pairs resolved as the full grid resolves it)."""
         npair = len(GRID)
-        glued = self._glue(h, level, scheds)  # kept: :meth:`_masks` reads it again
+        glued = self._glue(h, level, cells)  # kept: :meth:`_masks` reads it again
         if any(n > 1 for n in (*glued["step_max"].shape[:npair], *glued["L"].shape[:npair])):
             return None
-        masks = self._masks(h, enforced, restrict, level, scheds)
+        masks = self._masks(h, enforced, restrict, level, cells)
         if masks is None:
             return []
         v, m, save_ok = masks
