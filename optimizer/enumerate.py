@@ -733,7 +733,7 @@ class LayoutEvaluator:
         allowed points) and, where one does, :meth:`key_floor`'s floors over those points (the arrays formed are
         kept for the layout's :meth:`_glue`, which usually follows); inf where none does."""
         mem = self._memory(h, "lo")
-        usable, valid = self._glue_facts(h)[0], self._glue_facts(h)[3]
+        usable, _, _, valid, _ = self._glue_facts(h)
         fits = valid & (mem <= usable)
         self._fits[h] = bool(fits.any())
         if not self._fits[h]:
