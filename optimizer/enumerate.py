@@ -834,14 +834,18 @@ class LayoutEvaluator:
         return v, m, save_ok
 
     def best(self, h: Layout, enforced: Collection[str], objective: str = "cost", top: int = 1,
-             restrict: Mapping[str, Iterable[Any]] | None = None, level: str = "exact", cutoff: float | None = None
-             ) -> list[tuple[Key, Assignment]]:
+             restrict: Mapping[str, Iterable[Any]] | None = None, level: str = "exact", cutoff: float | None = None,
+             best_first: bool = False) -> list[tuple[Key, Assignment]]:
         """The ``top`` best points of layout ``h`` (index tuple over :data:`HUB`) meeting ``enforced``
         and the extras restrictions: list of (objective key, index dict), best first, ties broken by
         grid order (deterministic). ``level="bound"``: lower bounds of the keys (indices unverified).
         ``cutoff`` (exact level, one plan): only points that may reach a primary key <= cutoff matter,
         so only the (recompute, schedule) cells whose bounded points can are simulated (the others are left
-        out; a point that reaches the cutoff is in them, so the best plan at or below it is the same)."""
+        out; a point that reaches the cutoff is in them, so the best plan at or below it is the same).
+        ``best_first`` (with a cutoff): those cells simulated schedule by schedule in increasing bound, until the
+        least exact key found is below the bound of every schedule left (:meth:`_first_cells`; the same plan,
+        fewer simulations, more glued partial grids: the report's walks ask it, not a solve, whose count of
+        evaluated points it would change)."""
         # the chance form (where the deadline is enforced), and a rule over the save and the grid variables, pick
         # (interval, mode) per point
         save_rule = any(self.save_rules().get(f, False) for f in enforced)
@@ -863,6 +867,8 @@ class LayoutEvaluator:
             cells = [(int(r), int(i)) for r, i in np.argwhere(reach.any(axis=other))]
             if not cells:
                 return []
+            if best_first and not full:
+                cells = self._first_cells(h, enforced, objective, restrict, cells, np.where(reach, k1, np.inf))
         if full and top == 1 and not save_rule:  # the chance form alone asks for every pair: one plan, fewer points
             quick = self._chance_least(h, enforced, objective, restrict, level, cells)
             if quick is not None:
@@ -890,6 +896,32 @@ class LayoutEvaluator:
             out.append(((ka, kb), idx))
         return out
 
+
+    def _first_cells(self, h: Layout, enforced: Collection[str], objective: str,
+                     restrict: Mapping[str, Iterable[Any]] | None, cells: list[Cell], bound: NDArray[Any]
+                     ) -> list[Cell]:
+        """The cells of :meth:`best`'s one plan (no chance form) that must be simulated: ``cells`` (those that may
+        reach its cutoff) taken schedule by schedule in increasing least bounded key (``bound``: each point's
+        primary key at the bound level where it may reach the cutoff, inf elsewhere; ties by schedule index) until
+        the least exact key of the cells taken is below the least bounded key of every schedule left. A point of a
+        cell left out has an exact key at least its bound, so above that least: the first point of lexsort's order
+        (key, then second key, then grid order) is among the cells taken. A NaN bound counts as -inf and a NaN key
+        is never below one: every cell is then taken."""
+        sax = EXTRAS.index("schedule")
+        least = bound.min(axis=tuple(i for i in range(len(EXTRAS)) if i != sax))  # per schedule
+        least = np.where(np.isnan(least), -np.inf, least)
+        order = sorted({i for _, i in cells}, key=lambda i: (float(least[i]), i))
+        taken: list[Cell] = []
+        for j, i in enumerate(order):
+            taken += [c for c in cells if c[1] == i]
+            if j + 1 == len(order):
+                break
+            got = self._points(h, enforced, objective, restrict, False, "exact", taken)
+            if got is not None:
+                k1, _, m = got[:3]
+                if float(np.min(k1, where=m, initial=np.inf)) < min(float(least[x]) for x in order[j + 1:]):
+                    break
+        return taken
 
     def _chance_least(self, h: Layout, enforced: Collection[str], objective: str,
                       restrict: Mapping[str, Iterable[Any]] | None, level: str, cells: Iterable[Cell] | None

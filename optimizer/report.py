@@ -265,7 +265,7 @@ class LayoutOracle:
                 if not lb or (best_key is not None and lb[0][0][0] > best_key[0]):
                     continue
             found = self.layouts.best(layout, enforced, objective, 1, restrict,
-                                      cutoff=None if best_key is None else best_key[0])
+                                      cutoff=None if best_key is None else best_key[0], best_first=True)
             if found and (best_key is None or found[0][0] < best_key):
                 best_key, best_idx = found[0]
                 incumbent[0] = best_key[0]
