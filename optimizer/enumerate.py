@@ -71,6 +71,9 @@ Layout: TypeAlias = tuple[int, ...]
 """A core layout as indices over :data:`HUB`."""
 Key: TypeAlias = tuple[float, float]
 """A lexicographic objective key (primary, secondary)."""
+Cell: TypeAlias = tuple[int, int]
+"""A (recompute, schedule) index pair of a layout's extras grid: what its exact pipeline terms are simulated by
+(:meth:`LayoutEvaluator._exact_pipeline`)."""
 
 
 def _groups(space: Space) -> Iterator[Group]:
@@ -454,8 +457,8 @@ class LayoutEvaluator:
         self.sc = space.sc
         # layout -> exact pipeline terms (compute, activations) on the grid
         self.exact_terms: dict[Layout, dict[str, Any]] = {}
-        # (layout, level, exact schedules) -> glued arrays, most recent last
-        self.glued: dict[tuple[Layout, str, frozenset[int]], dict[str, Any]] = {}
+        # (layout, level, exact (recompute, schedule) cells) -> glued arrays, most recent last
+        self.glued: dict[tuple[Layout, str, frozenset[Cell]], dict[str, Any]] = {}
         self.evaluated = 0
         self.simulated = 0  # layouts whose exact pipeline terms were computed
         # (table name, id of its values) -> (the values, a view of them with the layout's axes first, then
@@ -468,6 +471,11 @@ class LayoutEvaluator:
         self._facts: dict[tuple[Any, ...], Any] = {}
         self._ok_tables: list[tuple[str, str]] | None = None  # (family, its rule table) of TABLED, on first use
         self._floors: dict[tuple[Layout, str], float] = {}  # (layout, objective) -> key_floor(), as formed
+        # (layout, objective) -> key_floor() over the points that fit in memory (inf where none does), as formed
+        self._fit_floors: dict[tuple[Layout, str], float] = {}
+        self._fits: dict[Layout, bool] = {}  # layout -> whether a point fits in memory at the bound level
+        # the bound level's (grid terms, memory, busy) of the layout whose floors were formed last, for its _glue
+        self._kept_parts: tuple[Layout, tuple[dict[str, NDArray[Any]], NDArray[Any], NDArray[Any]]] | None = None
 
     # -- terms ----------------------------------------------------------------------------------
     def _view(self, name: str, table: NDArray[Any]) -> tuple[NDArray[Any], tuple[int, ...]]:
@@ -511,12 +519,16 @@ class LayoutEvaluator:
             return self._on_grid(name, sp.chance_layout(h), (0,) * len(h), sp.domains)
         return self._on_grid(name, sp.tables[name].values, h)
 
-    def _exact_pipeline(self, h: Layout, scheds: Iterable[int] | None = None) -> dict[str, Any]:
-        """Exact compute and activations of a layout, schedule by schedule as asked (``scheds``: schedule
-        indices; None = all): the bound tables' values where they are exact (one stage; the closed forms
-        of balanced fill-drain and 1F1B; the peaks with closed forms), the layout's own exact tables for
-        the others (one event-model call per schedule). ``entry["exact"]``: the schedules done."""
+    def _exact_pipeline(self, h: Layout, cells: Iterable[Cell] | None = None) -> dict[str, Any]:
+        """Exact compute and activations of a layout, (recompute, schedule) cell by cell as asked (``cells``:
+        index pairs, :data:`Cell`; None = all): the bound tables' values where they are exact (one stage; the
+        closed forms of balanced fill-drain and 1F1B; the peaks with closed forms), the layout's own exact tables
+        for the others (one event-model call per term, on the recompute sets and schedules asked: each recompute
+        set's durations are formed on their own and the recurrence is elementwise over duration sets, so a cell's
+        value is the one a call over every cell gives; a schedule with a closed form, which a call of balanced
+        sets alone takes, is simulated for every recompute set at once). ``entry["exact"]``: the cells done."""
         sc, d = self.sc, self.space.domains
+        nrec, nsched = len(d["recompute"]), len(d["schedule"])
         entry: dict[str, Any] | None = self.exact_terms.get(h)
         if entry is None:
             per_op = T.per_op_model(sc)
@@ -528,28 +540,37 @@ class LayoutEvaluator:
                 "time.compute": {i for i, b in enumerate(bases) if one or (not per_op and b in pipeline.CLOSED_FORM)},
                 **{names[2]: set(acts) for _, names in self.space.memory_classes()}}
             entry = {t: self._term(t, h, "lo").astype(float) for t in exact_lo}
-            entry["done"] = exact_lo
-            entry["exact"] = set.intersection(*exact_lo.values())
+            entry["done"] = {t: {(r, i) for r in range(nrec) for i in v} for t, v in exact_lo.items()}
+            entry["exact"] = set.intersection(*entry["done"].values())
             self.exact_terms[h] = entry
             while len(self.exact_terms) > EXACT_CACHE:
                 self.exact_terms.pop(next(iter(self.exact_terms)))
-        want = set(range(len(d["schedule"]))) if scheds is None else set(scheds)
-        axis = EXTRAS.index("schedule")
+        closed = {i for i, x in enumerate(d["schedule"]) if T.schedule_parts(x)[0] in pipeline.CLOSED_FORM}
+        asked = set(itertools.product(range(nrec), range(nsched))) if cells is None else set(cells)
+        want = {(r, i) for r, i in asked if i not in closed} | {(r, i) for _, i in asked if i in closed
+                                                                for r in range(nrec)}
+        rax, sax = EXTRAS.index("recompute"), EXTRAS.index("schedule")
         for term in list(entry["done"]):
-            need = sorted(want - entry["done"][term])
+            need = want - entry["done"][term]
             if not need:
                 continue
+            scheds = sorted({i for _, i in need})
+            # the recompute sets asked (every one where the term does not read the recompute choice)
+            recs = sorted({r for r, _ in need}) if entry[term].shape[rax] > 1 else list(range(nrec))
             dom = {k: ([v[h[HUB.index(k)]]] if k in HUB else list(v)) for k, v in d.items()}
-            dom["schedule"] = [d["schedule"][i] for i in need]
+            dom["schedule"] = [d["schedule"][i] for i in scheds]
+            dom["recompute"] = [d["recompute"][r] for r in recs]
             sub = Space(sc=sc, domains=dom)
             vals = self._on_grid(term, sub.tables[term].values, (0,) * len(HUB), sub.domains)
-            for k, i in enumerate(need):
-                idx: list[int | slice] = [slice(None)] * len(EXTRAS)
-                idx[axis] = i
-                src: list[int | slice] = [slice(None)] * len(EXTRAS)
-                src[axis] = k
-                entry[term][tuple(idx)] = vals[tuple(src)]
-            entry["done"][term] = entry["done"][term] | set(need)
+            for k, i in enumerate(scheds):
+                for q, r in enumerate(recs):
+                    idx: list[int | slice] = [slice(None)] * len(EXTRAS)
+                    src: list[int | slice] = [slice(None)] * len(EXTRAS)
+                    idx[sax], src[sax] = i, k
+                    if entry[term].shape[rax] > 1:
+                        idx[rax], src[rax] = r, q
+                    entry[term][tuple(idx)] = vals[tuple(src)]
+            entry["done"][term] = entry["done"][term] | {(r, i) for r in recs for i in scheds}
             self.simulated += 1
         entry["exact"] = set.intersection(*entry["done"].values())
         return entry
@@ -566,16 +587,17 @@ class LayoutEvaluator:
         """True when the space's bound tables are its exact tables (small spaces)."""
         return self.space.exact_pipeline_tables()
 
-    def _glue(self, h: Layout, level: str, scheds: Iterable[int] | None = None) -> dict[str, Any]:
+    def _glue(self, h: Layout, level: str, cells: Iterable[Cell] | None = None) -> dict[str, Any]:
         """The layout's terms glued on the extras grid: ``level="bound"`` with the pipeline terms' lower
-        bounds, ``"exact"`` with exact values for the schedules ``scheds`` (indices; None = all) -- the
-        others keep their bounds, and ``out["exact"]`` says which schedules are exact."""
-        exact: frozenset[int] = frozenset()
+        bounds, ``"exact"`` with exact values for the (recompute, schedule) cells ``cells`` (:data:`Cell`;
+        None = all) -- the others keep their bounds, and ``out["exact"]`` says which cells are exact."""
+        exact: frozenset[Cell] = frozenset()
         if level == "exact":
             if self.space.exact_pipeline_tables():
-                exact = frozenset(range(len(self.space.domains["schedule"])))
+                d = self.space.domains
+                exact = frozenset(itertools.product(range(len(d["recompute"])), range(len(d["schedule"]))))
             else:
-                exact = frozenset(self._exact_pipeline(h, scheds)["exact"])
+                exact = frozenset(self._exact_pipeline(h, cells)["exact"])
         key = (h, level, exact)
         got = self.glued.get(key)
         if got is not None:
@@ -584,13 +606,7 @@ class LayoutEvaluator:
         sc, sp = self.sc, self.space
         d = sp.domains
         side = "lo" if level == "bound" else None
-        g = {n: self._term(n, h) for n in _GRID_TERMS}
-        per_class = [((self._term(states, h) + self._term(copies, h)) + self._term(acts, h, side)) + self._term(temp, h)
-                     for _, (states, copies, acts, temp) in sp.memory_classes()]  # the evaluator's order
-        mem = per_class[0]
-        for one in per_class[1:]:
-            mem = np.maximum(mem, one)
-        busy = self._busy(h, g, side)
+        g, mem, busy = self._parts(h, side)
         busy_hi = self._busy(h, g, "hi") if level == "bound" else busy  # the input check needs an upper bound
         usable, cards, supply, valid, shape = self._glue_facts(h)
         with np.errstate(divide="ignore"):
@@ -622,6 +638,28 @@ class LayoutEvaluator:
         while len(self.glued) > self.keep:
             self.glued.pop(next(iter(self.glued)))
         return out
+
+    def _parts(self, h: Layout, side: str | None
+               ) -> tuple[dict[str, NDArray[Any]], NDArray[Any], NDArray[Any]]:
+        """(the :data:`_GRID_TERMS`, the memory per card, the busy time) of layout ``h`` on the extras grid, with the
+        pipeline terms at ``side`` (:meth:`_glue`'s; those :meth:`_form_floors` formed last at the bound level are
+        taken as formed: the same arrays)."""
+        kept = self._kept_parts
+        if side == "lo" and kept is not None and kept[0] == h:
+            self._kept_parts = None
+            return kept[1]
+        g = {n: self._term(n, h) for n in _GRID_TERMS}
+        return g, self._memory(h, side), self._busy(h, g, side)
+
+    def _memory(self, h: Layout, side: str | None) -> NDArray[Any]:
+        """The memory per card of layout ``h`` on the extras grid (the activations at ``side``): the maximum over
+        the stage classes of ((states + copies) + activations) + temporary, in the evaluator's order."""
+        per_class = [((self._term(states, h) + self._term(copies, h)) + self._term(acts, h, side)) + self._term(temp, h)
+                     for _, (states, copies, acts, temp) in self.space.memory_classes()]  # the evaluator's order
+        mem: NDArray[Any] = per_class[0]
+        for one in per_class[1:]:
+            mem = np.maximum(mem, one)
+        return mem
 
     def _busy(self, h: Layout, g: Mapping[str, NDArray[Any]], side: str | None) -> NDArray[Any]:
         """A step's busy time of layout ``h`` on the extras grid: compute (its pipeline terms' ``side``: "lo",
@@ -655,37 +693,87 @@ class LayoutEvaluator:
             got = self._facts[key] = (usable, cards, supply, valid, shape)
         return cast(tuple[float, int, float, NDArray[np.bool_], tuple[int, ...]], got)
 
-    def key_floor(self, h: Layout, objective: str) -> float:
+    def key_floor(self, h: Layout, objective: str, enforced: Collection[str] = ()) -> float:
         """A lower bound of the primary key (``objective``: cost or finish) that :meth:`best` at the bound level
-        returns for layout ``h`` under any question, formed from its step and rate alone where the layout is not
-        glued yet (else -inf: its glued bound costs less; a floor formed before is kept). It reads
-        :meth:`_glue`'s step at the pipeline terms' lower bounds, in the same order (the same bits), over the grid
-        points the layout allows, with the least overhead of all (interval, mode) pairs: :meth:`_points`' keys
-        grow (weakly, in floating point too) with the overhead, and every family, restriction and save rule only
-        narrows the points it reads. NaN anywhere makes it NaN (no comparison prunes on it)."""
-        got = self._floors.get((h, objective))
+        returns for layout ``h`` under any question enforcing ``enforced``, formed from its step, rate and memory
+        alone where the layout is not glued yet (else -inf: its glued bound costs less; a floor formed before is
+        kept). It reads :meth:`_glue`'s step at the pipeline terms' lower bounds, in the same order (the same bits),
+        over the grid points the layout allows (those that fit in memory where ``enforced`` holds the memory family:
+        :meth:`_glue`'s own memory mask; inf where none does), with the least overhead of all (interval, mode)
+        pairs: :meth:`_points`' keys grow (weakly, in floating point too) with the overhead, and every family,
+        restriction and save rule only narrows the points it reads. NaN anywhere makes it NaN (no comparison
+        prunes on it)."""
+        memory = F.MEMORY_PER_CARD in enforced
+        floors = self._fit_floors if memory else self._floors
+        objective = "cost" if objective == "cost" else "finish"  # any other objective is keyed on the finish
+        got = floors.get((h, objective))
         if got is not None:
             return got
         if (h, "bound", frozenset()) in self.glued:
             return -math.inf
+        if memory:
+            self._form_floors(h)
+        else:
+            g = {n: self._term(n, h) for n in _GRID_TERMS}
+            self._least_keys(h, g, self._busy(h, g, "lo"), self._glue_facts(h)[3], self._floors)
+        return floors[h, objective]
+
+    def _least_keys(self, h: Layout, g: Mapping[str, NDArray[Any]], busy: NDArray[Any], where: NDArray[np.bool_],
+                    into: dict[tuple[Layout, str], float]) -> None:
+        """The least cost and finish of layout ``h`` at the least overhead of all (interval, mode) pairs over the
+        grid points ``where`` allows (inf where none; ``g``: its :data:`_GRID_TERMS`, ``busy``: its busy time at
+        the pipeline terms' lower bounds), into ``into`` by (layout, objective) (:meth:`key_floor`)."""
         sc = self.sc
-        g = {n: self._term(n, h) for n in _GRID_TERMS}
-        busy = self._busy(h, g, "lo")
-        valid = self._glue_facts(h)[3]
         L = float(np.min(self._term("overhead", h)))
         finish = _finish_s(sc, busy + sc.input.wait_s, L)
-        k1 = g["rate"] * finish if objective == "cost" else finish
-        floor = self._floors[h, objective] = float(np.min(np.broadcast_to(k1, valid.shape), where=valid,
-                                                          initial=math.inf))
-        return floor
+        for objective, k1 in (("cost", g["rate"] * finish), ("finish", finish)):
+            into.setdefault((h, objective), float(np.min(np.broadcast_to(k1, where.shape), where=where,
+                                                         initial=math.inf)))
+
+    def _form_floors(self, h: Layout) -> None:
+        """Whether a point of layout ``h`` fits in memory at the bound level (:meth:`_glue`'s memory mask on the
+        allowed points) and, where one does, :meth:`key_floor`'s floors over those points (the arrays formed are
+        kept for the layout's :meth:`_glue`, which usually follows); inf where none does."""
+        mem = self._memory(h, "lo")
+        usable, _, _, valid, _ = self._glue_facts(h)
+        fits = valid & (mem <= usable)
+        self._fits[h] = bool(fits.any())
+        if not self._fits[h]:
+            for objective in ("cost", "finish"):
+                self._fit_floors.setdefault((h, objective), math.inf)
+            return
+        g = {n: self._term(n, h) for n in _GRID_TERMS}
+        busy = self._busy(h, g, "lo")
+        self._kept_parts = (h, (g, mem, busy))
+        self._least_keys(h, g, busy, fits, self._fit_floors)
+
+    def no_plan(self, h: Layout, enforced: Collection[str]) -> bool:
+        """True where layout ``h`` has no plan meeting ``enforced`` even at the bound level (:meth:`best` there
+        returns none, for any objective, restriction or count), proven from :meth:`key_floor`'s floors without
+        gluing the layout (False where no proof holds, or the layout is glued already: its check is cheap): no
+        point fits in memory (the memory family enforced), or the least finish (the deadline enforced in its plain
+        form; the chance form compares steps instead: no proof) or the least cost (the budget enforced) of the
+        points the question may keep is above the family's limit. NaN proves nothing (no comparison with it
+        holds)."""
+        if h not in self._fits:
+            if (h, "bound", frozenset()) in self.glued:
+                return False
+            self._form_floors(h)
+        sc, memory = self.sc, F.MEMORY_PER_CARD in enforced
+        if memory and not self._fits[h]:
+            return True
+        if F.DEADLINE in enforced and not chance_on(sc) \
+                and self.key_floor(h, "finish", enforced) > F.limit(F.DEADLINE, sc):
+            return True
+        return F.BUDGET in enforced and self.key_floor(h, "cost", enforced) > F.limit(F.BUDGET, sc)
 
     # -- queries --------------------------------------------------------------------------------
     def _points(self, h: Layout, enforced: Collection[str], objective: str,
                 restrict: Mapping[str, Iterable[Any]] | None, full: bool, level: str,
-                scheds: Iterable[int] | None = None) -> tuple[Any, ...] | None:
+                cells: Iterable[Cell] | None = None) -> tuple[Any, ...] | None:
         """(k1, k2, mask, grid shape) of the question on layout ``h``; None if nothing is allowed. At the
-        exact level only the schedules made exact count (``scheds``; None = all)."""
-        masks = self._masks(h, enforced, restrict, level, scheds)
+        exact level only the (recompute, schedule) cells made exact count (``cells``; None = all)."""
+        masks = self._masks(h, enforced, restrict, level, cells)
         if masks is None:
             return None
         v, m, save_ok = masks
@@ -712,18 +800,20 @@ class LayoutEvaluator:
         return out if full else out + (np.unravel_index(j, v["L"].shape[-2:]),)
 
     def _masks(self, h: Layout, enforced: Collection[str], restrict: Mapping[str, Iterable[Any]] | None, level: str,
-               scheds: Iterable[int] | None) -> tuple[dict[str, Any], NDArray[np.bool_], NDArray[np.bool_]] | None:
+               cells: Iterable[Cell] | None) -> tuple[dict[str, Any], NDArray[np.bool_], NDArray[np.bool_]] | None:
         """(glued layout, the extras grid's mask, the (interval, mode) pairs' mask) of a question on layout ``h``
         before the deadline and budget families (:meth:`_points`); None if nothing is allowed."""
         d = self.space.domains
-        v = self._glue(h, level, scheds)
+        v = self._glue(h, level, cells)
         if not all(v["scalar_ok"][f] for f in enforced if f in v["scalar_ok"]):
             return None
         m = v["valid"].copy()
-        if level == "exact" and len(v["exact"]) < len(d["schedule"]):
-            keep = np.array([i in v["exact"] for i in range(len(d["schedule"]))])
+        if level == "exact" and len(v["exact"]) < len(d["recompute"]) * len(d["schedule"]):
+            keep = np.zeros((len(d["recompute"]), len(d["schedule"])), dtype=bool)
+            for cell in v["exact"]:
+                keep[cell] = True
             shape = [1] * len(EXTRAS)
-            shape[EXTRAS.index("schedule")] = len(keep)
+            shape[EXTRAS.index("recompute")], shape[EXTRAS.index("schedule")] = keep.shape  # recompute comes first
             m &= keep.reshape(shape)
         for f in enforced:
             if f in v["ok"]:
@@ -746,39 +836,46 @@ class LayoutEvaluator:
         return v, m, save_ok
 
     def best(self, h: Layout, enforced: Collection[str], objective: str = "cost", top: int = 1,
-             restrict: Mapping[str, Iterable[Any]] | None = None, level: str = "exact", cutoff: float | None = None
-             ) -> list[tuple[Key, Assignment]]:
+             restrict: Mapping[str, Iterable[Any]] | None = None, level: str = "exact", cutoff: float | None = None,
+             best_first: bool = False) -> list[tuple[Key, Assignment]]:
         """The ``top`` best points of layout ``h`` (index tuple over :data:`HUB`) meeting ``enforced``
         and the extras restrictions: list of (objective key, index dict), best first, ties broken by
         grid order (deterministic). ``level="bound"``: lower bounds of the keys (indices unverified).
         ``cutoff`` (exact level, one plan): only points that may reach a primary key <= cutoff matter,
-        so only the schedules whose bounded points can are simulated (the others are left out)."""
+        so only the (recompute, schedule) cells whose bounded points can are simulated (the others are left
+        out; a point that reaches the cutoff is in them, so the best plan at or below it is the same).
+        ``best_first`` (with a cutoff): those cells simulated schedule by schedule in increasing bound, until the
+        least exact key found is below the bound of every schedule left (:meth:`_first_cells`; the same plan,
+        fewer simulations, more glued partial grids: the report's walks ask it, not a solve, whose count of
+        evaluated points it would change)."""
         # the chance form (where the deadline is enforced), and a rule over the save and the grid variables, pick
         # (interval, mode) per point
         save_rule = any(self.save_rules().get(f, False) for f in enforced)
         full = top > 1 or (chance_on(self.sc) and F.DEADLINE in enforced) or save_rule
-        scheds = None
+        cells = None
         if level == "exact" and cutoff is not None and top == 1 and not save_rule \
                 and not self.space.exact_pipeline_tables():
-            # the schedules that may reach the cutoff, from the bound level with the least overhead of the
-            # allowed (interval, mode) pairs: each point's key there is at most its key at any pair, with the
-            # pipeline terms' lower bounds; under the chance form a point counts where some pair's largest step
-            # admits its bounded step (a relaxation of the exact step's chance condition at that pair)
+            # the (recompute, schedule) cells that may reach the cutoff, from the bound level with the least
+            # overhead of the allowed (interval, mode) pairs: each point's key there is at most its key at any pair,
+            # with the pipeline terms' lower bounds; under the chance form a point counts where some pair's largest
+            # step admits its bounded step (a relaxation of the exact step's chance condition at that pair)
             low = self._points(h, enforced, objective, restrict, False, "bound")
             if low is None:
                 return []
             k1, _, m, _ = low[:4]
-            axis = EXTRAS.index("schedule")
+            axes = (EXTRAS.index("recompute"), EXTRAS.index("schedule"))
             reach = np.where(m, k1, np.inf) <= cutoff
-            other = tuple(i for i in range(len(EXTRAS)) if i != axis)
-            scheds = np.flatnonzero(reach.any(axis=other)).tolist()
-            if not scheds:
+            other = tuple(i for i in range(len(EXTRAS)) if i not in axes)
+            cells = [(int(r), int(i)) for r, i in np.argwhere(reach.any(axis=other))]
+            if not cells:
                 return []
+            if best_first and not full:
+                cells = self._first_cells(h, enforced, objective, restrict, cells, np.where(reach, k1, np.inf))
         if full and top == 1 and not save_rule:  # the chance form alone asks for every pair: one plan, fewer points
-            quick = self._chance_least(h, enforced, objective, restrict, level, scheds)
+            quick = self._chance_least(h, enforced, objective, restrict, level, cells)
             if quick is not None:
                 return quick
-        got = self._points(h, enforced, objective, restrict, full, level, scheds)
+        got = self._points(h, enforced, objective, restrict, full, level, cells)
         if got is None:
             return []
         k1, k2, m, shape = got[:4]
@@ -802,8 +899,34 @@ class LayoutEvaluator:
         return out
 
 
+    def _first_cells(self, h: Layout, enforced: Collection[str], objective: str,
+                     restrict: Mapping[str, Iterable[Any]] | None, cells: list[Cell], bound: NDArray[Any]
+                     ) -> list[Cell]:
+        """The cells of :meth:`best`'s one plan (no chance form) that must be simulated: ``cells`` (those that may
+        reach its cutoff) taken schedule by schedule in increasing least bounded key (``bound``: each point's
+        primary key at the bound level where it may reach the cutoff, inf elsewhere; ties by schedule index) until
+        the least exact key of the cells taken is below the least bounded key of every schedule left. A point of a
+        cell left out has an exact key at least its bound, so above that least: the first point of lexsort's order
+        (key, then second key, then grid order) is among the cells taken. A NaN bound counts as -inf and a NaN key
+        is never below one: every cell is then taken."""
+        sax = EXTRAS.index("schedule")
+        least = bound.min(axis=tuple(i for i in range(len(EXTRAS)) if i != sax))  # per schedule
+        least = np.where(np.isnan(least), -np.inf, least)
+        order = sorted({i for _, i in cells}, key=lambda i: (float(least[i]), i))
+        taken: list[Cell] = []
+        for j, i in enumerate(order):
+            taken += [c for c in cells if c[1] == i]
+            if j + 1 == len(order):
+                break
+            got = self._points(h, enforced, objective, restrict, False, "exact", taken)
+            if got is not None:
+                k1, _, m = got[:3]
+                if float(np.min(k1, where=m, initial=np.inf)) < min(float(least[x]) for x in order[j + 1:]):
+                    break
+        return taken
+
     def _chance_least(self, h: Layout, enforced: Collection[str], objective: str,
-                      restrict: Mapping[str, Iterable[Any]] | None, level: str, scheds: Iterable[int] | None
+                      restrict: Mapping[str, Iterable[Any]] | None, level: str, cells: Iterable[Cell] | None
                       ) -> list[tuple[Key, Assignment]] | None:
         """:meth:`best`'s one plan under the chance form without laying out every (grid point, interval, mode)
         point: the same plan, key and choices, or None where this shortcut does not apply (a largest step or an
@@ -815,10 +938,10 @@ class LayoutEvaluator:
         running minimum). Only the grid points whose least key is the least of all can hold lexsort's first point,
         and their pairs are laid out in full (every tie between pairs resolved as the full grid resolves it)."""
         npair = len(GRID)
-        glued = self._glue(h, level, scheds)  # kept: :meth:`_masks` reads it again
+        glued = self._glue(h, level, cells)  # kept: :meth:`_masks` reads it again
         if any(n > 1 for n in (*glued["step_max"].shape[:npair], *glued["L"].shape[:npair])):
             return None
-        masks = self._masks(h, enforced, restrict, level, scheds)
+        masks = self._masks(h, enforced, restrict, level, cells)
         if masks is None:
             return []
         v, m, save_ok = masks

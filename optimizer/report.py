@@ -257,13 +257,15 @@ class LayoutOracle:
             if self.check is not None:
                 self.check()
             if refine:  # the layout's own bound (pipeline terms bounded in closed form) before simulating
-                if best_key is not None and self.layouts.key_floor(layout, objective) > best_key[0]:
+                if self.layouts.no_plan(layout, enforced):
+                    continue  # no plan at the bound level (LayoutEvaluator.no_plan): the same verdict, unglued
+                if best_key is not None and self.layouts.key_floor(layout, objective, enforced) > best_key[0]:
                     continue  # below that bound already (LayoutEvaluator.key_floor): the same verdict, unglued
                 lb = self.layouts.best(layout, enforced, objective, 1, restrict, level="bound")
                 if not lb or (best_key is not None and lb[0][0][0] > best_key[0]):
                     continue
             found = self.layouts.best(layout, enforced, objective, 1, restrict,
-                                      cutoff=None if best_key is None else best_key[0])
+                                      cutoff=None if best_key is None else best_key[0], best_first=True)
             if found and (best_key is None or found[0][0] < best_key):
                 best_key, best_idx = found[0]
                 incumbent[0] = best_key[0]

@@ -27,12 +27,20 @@ def check_floor(sc, objective):
             layout = tuple(int(b.coords[v][h]) for v in HUB)
             floor = ev.key_floor(layout, objective)
             assert floor != -math.inf  # nothing glued yet: a floor is formed
+            fit = ev.key_floor(layout, objective, enforced)  # the question's: over the points that fit in memory
+            assert fit >= floor or math.isnan(floor) or math.isnan(fit)
+            none = ev.no_plan(layout, enforced)
             for level in ("bound", "exact"):
                 found = ev.best(layout, enforced, objective, 1, level=level)
+                assert not (none and found), (layout, level, found)  # no plan proven: best() finds none
                 if found and not math.isnan(floor):
                     assert floor <= found[0][0][0], (layout, level, floor, found[0][0])
                     compared += 1
+                if found and not math.isnan(fit):
+                    assert fit <= found[0][0][0], (layout, level, fit, found[0][0])
             assert ev.key_floor(layout, objective) == floor or math.isnan(floor)  # kept once formed
+            assert ev.key_floor(layout, objective, enforced) == fit or math.isnan(fit)
+            assert ev.no_plan(layout, enforced) == none
     return compared
 
 
