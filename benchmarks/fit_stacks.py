@@ -9,7 +9,8 @@ or the table's ``# stack.RUN ... = NAME`` lines), with every card's parameters a
 after a card refit): the f at which the median of ln(predicted / published) over the stack's runs is zero (a
 1-D fit, robust to runs whose error lies in other physics), and the leave-one-out error of each run (f fitted
 on the stack's other runs). ``--write`` rewrites each fitted stack's ``kernel_efficiency`` and its source in
-catalogs/stacks.toml in place.
+catalogs/stacks.toml in place. The reference stacks' ``grouped_gemm_efficiency`` is fitted after, on their MoE runs
+(benchmarks/fit_grouped_gemm.py; written with ``--write`` too).
 
     .venv/bin/python benchmarks/fit_stacks.py [--write] [--data runs.csv ...]
 """
@@ -35,6 +36,9 @@ from tpopt.models.roofline import stack_scaled  # noqa: E402
 from tpopt.optimizer import calibrate as C  # noqa: E402
 from tpopt.optimizer.calibrate import MeasuredRun  # noqa: E402
 from tpopt.optimizer.runs import runs_from_csv  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fit_grouped_gemm  # noqa: E402
 
 REFERENCE = ("megatron-core", "megatron-lm-2021")
 """Stacks whose runs calibrate the cards: kernel_efficiency 1 by definition."""
@@ -149,6 +153,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.write and results:
         write(results)
         print(f"wrote {', '.join(r['stack'] for r in results)} to {STACKS_TOML.relative_to(ROOT)}")
+    # the reference stacks' grouped expert GEMM efficiency, on their MoE runs (benchmarks/fit_grouped_gemm.py)
+    grouped = fit_grouped_gemm.fit_all(runs, cat)
+    if args.write and grouped:
+        fit_grouped_gemm.write(grouped)
+        names = ", ".join(r["stack"] for r in grouped)
+        print(f"wrote {names} grouped_gemm_efficiency to {STACKS_TOML.relative_to(ROOT)}")
     return 0
 
 
