@@ -34,6 +34,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -160,19 +161,28 @@ def fit_all(runs: Sequence[MeasuredRun], cat) -> list[dict]:
     return results
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def command_line(argv: Sequence[str] | None, doc: str) -> tuple[Any, list[MeasuredRun], bool] | None:
+    """The fit scripts' command line (--data tables, --write): (catalog, measured runs, write), or None after one
+    line on stderr when a table cannot be read."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--data", nargs="+", default=[str(p) for p in DATA], help="tables of measured runs")
     ap.add_argument("--write", action="store_true", help="rewrite the fitted values in catalogs/stacks.toml")
     args = ap.parse_args(argv)
     cat = load_catalog()
     try:
-        runs = [r for p in args.data for r in runs_from_csv(p, cat)]
+        return cat, [r for p in args.data for r in runs_from_csv(p, cat)], bool(args.write)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    read = command_line(argv, __doc__ or "")
+    if read is None:
         return 2
+    cat, runs, write_back = read
     results = fit_all(runs, cat)
-    if args.write and results:
+    if write_back and results:
         write(results)
         print(f"wrote {', '.join(r['stack'] for r in results)} to {STACKS_TOML.relative_to(ROOT)}")
     return 0
