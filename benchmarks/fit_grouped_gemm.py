@@ -62,8 +62,6 @@ def log_errors(runs: Sequence[MeasuredRun], cat, grid: np.ndarray = GRID) -> np.
     for r in runs:
         sc = replace(r.scenario, stack=replace(r.scenario.stack, grouped_gemm_efficiency=grid))
         rows.append(np.log(C.predict(replace(r, scenario=sc), cat.perf(r.accelerator)).step_s / r.measured_step_s))
-        print(f"\r  {r.name}", end="", flush=True, file=sys.stderr)
-    print(file=sys.stderr)
     return np.vstack(rows)
 
 
@@ -87,12 +85,13 @@ def at(errs: np.ndarray, g: float, grid: np.ndarray = GRID) -> np.ndarray:
 
 
 def fit_grouped(name: str, runs: Sequence[MeasuredRun], cat) -> dict:
-    """g, the errors at g = 1, at the catalog's g and at the fitted g, and the leave-one-out errors."""
+    """g, the errors at g = 1, at the catalog's g and at the fitted g, and each run's leave-one-out g (fitted on the
+    stack's other MoE runs) and error."""
     errs = log_errors(runs, cat)
     g = median_root(errs)
-    loo = [float(at(errs[i:i + 1], median_root(np.delete(errs, i, axis=0)))[0]) if len(runs) > 1 else float("nan")
-           for i in range(len(runs))]
-    return {"stack": name, "g": g, "runs": [r.name for r in runs], "before": at(errs, 1.0),
+    loo_g = [median_root(np.delete(errs, i, axis=0)) if len(runs) > 1 else float("nan") for i in range(len(runs))]
+    loo = [float(at(errs[i:i + 1], gi)[0]) for i, gi in enumerate(loo_g)]
+    return {"stack": name, "g": g, "loo_g": loo_g, "runs": [r.name for r in runs], "before": at(errs, 1.0),
             "current": at(errs, runs[0].scenario.stack.grouped_gemm_efficiency), "after": at(errs, g),
             "loo": np.array(loo), "cards": sorted({r.accelerator for r in runs}),
             "tables": sorted({r.table for r in runs})}
@@ -142,8 +141,8 @@ def write(results: Sequence[dict], path: Path = STACKS_TOML) -> None:
     path.write_text(text)
 
 
-def fit_all(runs: Sequence[MeasuredRun], cat) -> list[dict]:
-    """One fit per reference stack with MoE runs, printed."""
+def fit_all(runs: Sequence[MeasuredRun], cat, log: bool = True) -> list[dict]:
+    """One fit per reference stack with MoE runs, printed (``log``)."""
     by_stack: dict[str, list[MeasuredRun]] = {}
     for r in runs:
         if r.scenario.model.moe and r.scenario.stack.name in REFERENCE:
@@ -152,6 +151,8 @@ def fit_all(runs: Sequence[MeasuredRun], cat) -> list[dict]:
     for name, mine in by_stack.items():
         res = fit_grouped(name, mine, cat)
         results.append(res)
+        if not log:
+            continue
         print(f"{name}: {len(mine)} MoE runs, grouped_gemm_efficiency {res['g']:.3f} (catalog "
               f"{mine[0].scenario.stack.grouped_gemm_efficiency:.3f})")
         print(f"  median |error| at 1 {med(res['before'])}; catalog {med(res['current'])}; fitted {med(res['after'])};"
