@@ -9,14 +9,14 @@ or the table's ``# stack.RUN ... = NAME`` lines), with every card's parameters a
 after a card refit): the f at which the median of ln(predicted / published) over the stack's runs is zero (a
 1-D fit, robust to runs whose error lies in other physics), and the leave-one-out error of each run (f fitted
 on the stack's other runs). ``--write`` rewrites each fitted stack's ``kernel_efficiency`` and its source in
-catalogs/stacks.toml in place.
+catalogs/stacks.toml in place. The reference stacks' ``grouped_gemm_efficiency`` is fitted after, on their MoE runs
+(benchmarks/fit_grouped_gemm.py; written with ``--write`` too).
 
     .venv/bin/python benchmarks/fit_stacks.py [--write] [--data runs.csv ...]
 """
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from collections.abc import Sequence
@@ -29,12 +29,13 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = sorted((ROOT / "benchmarks" / "data").glob("*.csv"))
 STACKS_TOML = ROOT / "catalogs" / "stacks.toml"
 
-from tpopt.catalogs import load_catalog  # noqa: E402
 from tpopt.errors import InputError  # noqa: E402
 from tpopt.models.roofline import stack_scaled  # noqa: E402
 from tpopt.optimizer import calibrate as C  # noqa: E402
 from tpopt.optimizer.calibrate import MeasuredRun  # noqa: E402
-from tpopt.optimizer.runs import runs_from_csv  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fit_grouped_gemm  # noqa: E402
 
 REFERENCE = ("megatron-core", "megatron-lm-2021")
 """Stacks whose runs calibrate the cards: kernel_efficiency 1 by definition."""
@@ -58,20 +59,12 @@ def log_errors(runs: Sequence[MeasuredRun], cat) -> np.ndarray:
 def median_root(errs: np.ndarray) -> float:
     """The factor at which the median over runs (rows) of the log errors crosses zero (they fall as f grows),
     by linear interpolation between grid points; the grid's end where it never does."""
-    med = np.median(errs, axis=0)
-    below = np.nonzero(med <= 0.0)[0]
-    if below.size == 0:
-        return float(GRID[-1])
-    i = int(below[0])
-    if i == 0:
-        return float(GRID[0])
-    m0, m1 = med[i - 1], med[i]
-    return float(GRID[i - 1] + (GRID[i] - GRID[i - 1]) * m0 / (m0 - m1))
+    return fit_grouped_gemm.median_root(errs, GRID)
 
 
 def at(errs: np.ndarray, f: float) -> np.ndarray:
     """Relative errors (predicted / published - 1) of each run at factor f (interpolated on the grid)."""
-    return np.expm1(np.array([np.interp(f, GRID, e) for e in errs]))
+    return fit_grouped_gemm.at(errs, f, GRID)
 
 
 def fit_stack(name: str, runs: Sequence[MeasuredRun], cat) -> dict:
@@ -121,16 +114,10 @@ def write(results: Sequence[dict], path: Path = STACKS_TOML) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", nargs="+", default=[str(p) for p in DATA], help="tables of measured runs")
-    ap.add_argument("--write", action="store_true", help="rewrite the fitted values in catalogs/stacks.toml")
-    args = ap.parse_args(argv)
-    cat = load_catalog()
-    try:
-        runs = [r for p in args.data for r in runs_from_csv(p, cat)]
-    except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    read = fit_grouped_gemm.command_line(argv, __doc__ or "")
+    if read is None:
         return 2
+    cat, runs, write_back = read
     by_stack: dict[str, list[MeasuredRun]] = {}
     for r in runs:
         by_stack.setdefault(r.scenario.stack.name, []).append(r)
@@ -146,9 +133,15 @@ def main(argv: Sequence[str] | None = None) -> int:
               f" leave-one-out {med(res['loo'])}")
         for rn, b, a, lo in zip(res["runs"], res["before"], res["after"], res["loo"], strict=True):
             print(f"    {rn:<10} {b * 100:+7.1f}% -> {a * 100:+7.1f}%   LOO {lo * 100:+7.1f}%")
-    if args.write and results:
+    if write_back and results:
         write(results)
         print(f"wrote {', '.join(r['stack'] for r in results)} to {STACKS_TOML.relative_to(ROOT)}")
+    # the reference stacks' grouped expert GEMM efficiency, on their MoE runs (benchmarks/fit_grouped_gemm.py)
+    grouped = fit_grouped_gemm.fit_all(runs, cat)
+    if write_back and grouped:
+        fit_grouped_gemm.write(grouped)
+        names = ", ".join(r["stack"] for r in grouped)
+        print(f"wrote {names} grouped_gemm_efficiency to {STACKS_TOML.relative_to(ROOT)}")
     return 0
 
 

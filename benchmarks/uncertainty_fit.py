@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import fit_grouped_gemm  # noqa: E402
 from validate_published import (  # noqa: E402
     DATA,
     REFERENCE_STACKS,
@@ -73,6 +75,7 @@ from tpopt.catalogs.uncertainty import UNCERTAINTY_FILE, toml_text  # noqa: E402
 from tpopt.models import evidence as E  # noqa: E402
 from tpopt.models import moe  # noqa: E402
 from tpopt.models.finish import SIGMA_MIN_RUNS  # noqa: E402
+from tpopt.optimizer import calibrate as C  # noqa: E402
 from tpopt.optimizer.runs import memory_figures, runs_from_csv  # noqa: E402
 
 INTERIM_RMS = 0.35
@@ -108,15 +111,30 @@ def residuals(runs, cat) -> list[tuple[str, str, float, list[str]]]:
 def run_residuals(runs, cat) -> list[tuple[str, str, float, list[str]]]:
     """(run, source, ln(predicted / published), factors that apply) one run at a time: the run out of its card's
     fit (validate_published.fit_all's leave-one-out prediction; a run no card is fitted on, MoE or long context,
-    is predicted by the fit on the others as it stands) and out of the envelopes."""
+    is predicted by the fit on the others as it stands), a MoE run out of its stack's grouped expert GEMM fit too
+    (:func:`grouped_left_out`), and out of the envelopes."""
     tables = list(dict.fromkeys(r.table for r in runs))
-    pred, _, _, loo = fit_all(runs, tables, cat, True, False)
+    pred, _, cals, loo = fit_all(runs, tables, cat, True, False)
+    loo.update(grouped_left_out(runs, cat, cals))
     out = []
     for r in runs:
         f = facts_of(r)
         flags = E.applies(_shell([x for x in runs if x.name != r.name]), f, f.cards, f.experts_per_card)
         out.append((r.name, run_source(r), float(np.log(loo.get(r.name, pred[r.name]) / r.measured_step_s)),
                     [k for k in E.FACTORS if bool(flags[k])]))
+    return out
+
+
+def grouped_left_out(runs, cat, cals) -> dict[str, float]:
+    """Each MoE run of a reference stack predicted with the stack's grouped_gemm_efficiency fitted on its other MoE
+    runs (benchmarks/fit_grouped_gemm.py, the leave-one-out g), the cards as fitted (``cals``: fit_all's)."""
+    out: dict[str, float] = {}
+    for res in fit_grouped_gemm.fit_all(runs, cat, log=False):
+        for name, g in zip(res["runs"], res["loo_g"], strict=True):
+            r = next(x for x in runs if x.name == name)
+            perf = cals[r.accelerator][0].perf if r.accelerator in cals else cat.perf(r.accelerator)
+            sc = replace(r.scenario, stack=replace(r.scenario.stack, grouped_gemm_efficiency=g))
+            out[name] = float(C.predict(replace(r, scenario=sc), perf).step_s[0])
     return out
 
 

@@ -225,13 +225,19 @@ def loso_evidence(runs, src: str, ev):
 def stack_left_out(runs, src: str) -> list:
     """``runs`` with every stack whose shared runs all come from ``src`` back at the reference kernels
     (kernel_efficiency 1) on ``src``'s runs: its fitted efficiency (benchmarks/fit_stacks.py) used only the runs
-    being predicted, so leaving the source out leaves that fit out too."""
+    being predicted, so leaving the source out leaves that fit out too. The same for a stack's grouped expert GEMM
+    efficiency (benchmarks/fit_grouped_gemm.py) where its MoE runs all come from ``src``: back at 1."""
     others = {r.scenario.stack.name for r in runs if run_source(r) != src}
+    moe_others = {r.scenario.stack.name for r in runs if run_source(r) != src and r.scenario.model.moe}
     out = []
     for r in runs:
         st = r.scenario.stack
         if run_source(r) == src and st.name not in others and st.kernel_efficiency != 1.0:
-            r = replace(r, scenario=replace(r.scenario, stack=replace(st, kernel_efficiency=1.0)))
+            st = replace(st, kernel_efficiency=1.0)
+        if run_source(r) == src and st.name not in moe_others and st.grouped_gemm_efficiency != 1.0:
+            st = replace(st, grouped_gemm_efficiency=1.0)
+        if st is not r.scenario.stack:
+            r = replace(r, scenario=replace(r.scenario, stack=st))
         out.append(r)
     return out
 

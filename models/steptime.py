@@ -58,6 +58,7 @@ class Rates:
     cast_bytes: float = 3.0  # bytes moved per element to quantise a GEMM input (QUANTISATION_BYTES)
     linear_ratio: float = 1.0  # the low precision's GEMM efficiency relative to BF16 (fp8_gemm_ratio, ...)
     expert_dispatch: float = 0.0  # s per local expert of one grouped expert GEMM call (the stack's; 0: none)
+    grouped_ratio: Floats = 1.0  # the stack's grouped expert GEMM calls: share of their modelled speed
 
 
 #: Bytes one element of a BF16 (e = 2) GEMM input costs to quantise, per scaling recipe:
@@ -90,7 +91,8 @@ def kernel_time(k: ops.Kernel, r: Rates, act_bytes: float = 2.0) -> FloatArray:
     m x k operand: a grouped expert GEMM quantises the rows of every local expert; ``cast_bytes`` per
     element: :data:`QUANTISATION_BYTES` of the stack's scaling recipe); the dW GEMM reuses the quantised
     copies. A grouped GEMM's waves are quantised over the products resident at once (``resident``, the
-    grouped linear layer's streams), and the call takes at least :func:`expert_gemm_floor`. Flash-attention
+    grouped linear layer's streams), the call takes at least :func:`expert_gemm_floor`, and its time is divided by
+    the stack's grouped_gemm_efficiency (:func:`grouped_call_time`). Flash-attention
     backward kernels run at the attention efficiency x attention_bwd_ratio."""
     p = r.perf
     if k.kind == "gemm":
@@ -100,18 +102,33 @@ def kernel_time(k: ops.Kernel, r: Rates, act_bytes: float = 2.0) -> FloatArray:
         if fp8:
             moved = _f(k.bytes) - (act_bytes - r.operand_bytes) * _f(k.batch) * (_f(k.m) * _f(k.k)
                                                                                  + _f(k.k) * _f(k.n))
-        waves = k.batch if isinstance(k.resident, float) and k.resident <= 0 else np.minimum(k.batch, k.resident)
+        grouped = not (isinstance(k.resident, float) and k.resident <= 0)
+        waves = np.minimum(k.batch, k.resident) if grouped else k.batch
         t = roofline.gemm_time(k.flops, moved, k.m, k.n, k.k, waves, peak, r.hbm, p, k.count,
                                r.linear_ratio if fp8 else 1.0)
         if fp8 and k.phase != "dw":  # every product's input: batch x m x k (a grouped GEMM's experts each cast)
             t = t + roofline.memory_time(_f(k.batch) * _f(k.m) * _f(k.k) * r.cast_bytes * act_bytes / 2.0, r.hbm, p)
-        if r.expert_dispatch > 0 and not (isinstance(k.resident, float) and k.resident <= 0):
+        if r.expert_dispatch > 0 and grouped:
             t = np.maximum(t, expert_gemm_floor(k.batch, r.expert_dispatch))
+        if grouped:
+            t = grouped_call_time(t, r.grouped_ratio)
     elif k.kind == "attention":
         t = roofline.attention_time(k.flops, k.bytes, r.peak, r.hbm, p, k.count, backward=k.phase != "fwd")
     else:
         t = roofline.memory_time(k.bytes, r.hbm, p, k.count)
     return t / r.scale
+
+
+def grouped_call_time(modelled: Floats, efficiency: Floats) -> FloatArray:
+    """Time of one grouped expert GEMM call (one projection and phase over every local expert) as the stack runs it:
+        t_call = t_model / g
+    t_model the call as the roofline and the host floor time it (tiles, waves over the resident experts, k-loop,
+    FP8 casts; at least :func:`expert_gemm_floor`), g the stack's grouped_gemm_efficiency (catalogs/stacks.toml,
+    fitted on the stack's MoE runs: benchmarks/fit_grouped_gemm.py). The share g applies to the call whatever
+    bounds it, the GPU's work or the host's per-expert set-up. Dense GEMMs, the router's and the shared experts'
+    are not grouped calls and keep their time. g = 0.8: a 1 ms call takes 1.25 ms."""
+    out: FloatArray = _f(modelled) / _f(efficiency)
+    return out
 
 
 def expert_gemm_floor(local_experts: ArrayLike, dispatch: float) -> FloatArray:

@@ -58,16 +58,16 @@ def test_unknown_stack_and_unsourced_value_are_one_line_errors():
 def test_every_stack_key_sets_its_profile_field_and_needs_a_source():
     """The known keys are the declared ones, each sets the StackProfile field of its name; every key but the
     display name and the sources table itself must be sourced; only residual_sigma, dp_bucket_per_rank,
-    quantized_saved_inputs, kernel_efficiency, attention_kernel, loss, expert_gemm_dispatch, moe_host_launch,
-    expert_bias_loop, rope_scaled_unfused, activation_clamp_unfused, cp_ring, kv_repeat, pp_buffers, cp_merge,
-    tp_input_regather and fp8_tp_gather may be left out, at the profile's default."""
+    quantized_saved_inputs, kernel_efficiency, attention_kernel, loss, expert_gemm_dispatch, grouped_gemm_efficiency,
+    moe_host_launch, expert_bias_loop, rope_scaled_unfused, activation_clamp_unfused, cp_ring, kv_repeat, pp_buffers,
+    cp_merge, tp_input_regather and fp8_tp_gather may be left out, at the profile's default."""
     profile = {f.name: f for f in fields(StackProfile)}
     assert KEYS == tuple(f.name for f in fields(StackKeys)) and set(KEYS) == set(profile) - {"name"}
     assert set(KEYS) - set(SOURCED) == {"display", "sources"}
     assert OPTIONAL == ("dp_bucket_per_rank", "quantized_saved_inputs", "residual_sigma", "kernel_efficiency",
-                        "attention_kernel", "loss", "expert_gemm_dispatch", "moe_host_launch", "expert_bias_loop",
-                        "rope_scaled_unfused", "activation_clamp_unfused", "cp_ring", "kv_repeat", "pp_buffers",
-                        "cp_merge", "tp_input_regather", "fp8_tp_gather")
+                        "attention_kernel", "loss", "expert_gemm_dispatch", "grouped_gemm_efficiency",
+                        "moe_host_launch", "expert_bias_loop", "rope_scaled_unfused", "activation_clamp_unfused",
+                        "cp_ring", "kv_repeat", "pp_buffers", "cp_merge", "tp_input_regather", "fp8_tp_gather")
     assert stack_profile("torchtitan").moe_host_launch == profile["moe_host_launch"].default == 0.0
     assert stack_profile("torchtitan").expert_bias_loop is profile["expert_bias_loop"].default is False
     assert stack_profile("torchtitan").rope_scaled_unfused is profile["rope_scaled_unfused"].default is False
@@ -77,6 +77,7 @@ def test_every_stack_key_sets_its_profile_field_and_needs_a_source():
     assert stack_profile("deepspeed").kv_repeat is profile["kv_repeat"].default is False  # left out: the default
     assert stack_profile("deepspeed").cp_merge == profile["cp_merge"].default == "fused"  # left out: the default
     assert stack_profile("torchtitan").expert_gemm_dispatch == profile["expert_gemm_dispatch"].default == 0.0
+    assert stack_profile("torchtitan").grouped_gemm_efficiency == profile["grouped_gemm_efficiency"].default == 1.0
     assert spec(next(f for f in fields(StackKeys) if f.name == "attention_kernel")).default == profile[
         "attention_kernel"].default == "native"
     assert stack_profile("megatron-lm-2021").loss == profile["loss"].default == "fused"  # left out: the default

@@ -59,13 +59,14 @@ def rates(sc: Scenario, acc: str) -> steptime.Rates:
     dispatch = steptime.expert_dispatch(sc.stack.expert_gemm_dispatch, sc.moe.fused_grouped_mlp)
     if low is None or low[0] <= 0:  # BF16 / FP16, or a card without the precision's matrix units
         return steptime.Rates(peak=peak, linear_peak=peak, hbm=A.hbm_bandwidth, tp_bandwidth=A.intra_host_bw,
-                              perf=perf, fp8=False, scale=sysm.efficiency, expert_dispatch=dispatch)
+                              perf=perf, fp8=False, scale=sysm.efficiency, expert_dispatch=dispatch,
+                              grouped_ratio=sc.stack.grouped_gemm_efficiency)
     e = sc.memory.activation_bytes
     return steptime.Rates(peak=peak, linear_peak=low[0], hbm=A.hbm_bandwidth, tp_bandwidth=A.intra_host_bw,
                           perf=perf, fp8=True, scale=sysm.efficiency,
                           operand_bytes=steptime.OPERAND_BYTES["fp8" if rec.matrix == "fp8" else rec.matrix],
                           cast_bytes=steptime.QUANTISATION_BYTES[low[2]](e) * 2.0 / e, linear_ratio=low[1],
-                          expert_dispatch=dispatch)
+                          expert_dispatch=dispatch, grouped_ratio=sc.stack.grouped_gemm_efficiency)
 
 
 def _perf(sc: Scenario, acc: str) -> PerfParams:
