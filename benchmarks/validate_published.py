@@ -42,6 +42,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 DATA = sorted((ROOT / "benchmarks" / "data").glob("*.csv"))
 
+from fit_stacks import own_kernels, pooled_prior  # noqa: E402
+
 from tpopt.catalogs import load_catalog  # noqa: E402
 from tpopt.catalogs.scenario import build_scenario  # noqa: E402
 from tpopt.catalogs.stacks import DEFAULT_STACK, stack_names, stack_profile  # noqa: E402
@@ -223,15 +225,20 @@ def loso_evidence(runs, src: str, ev):
 
 
 def stack_left_out(runs, src: str) -> list:
-    """``runs`` with every stack whose shared runs all come from ``src`` back at the reference kernels
-    (kernel_efficiency 1) on ``src``'s runs: its fitted efficiency (benchmarks/fit_stacks.py) used only the runs
-    being predicted, so leaving the source out leaves that fit out too."""
-    others = {r.scenario.stack.name for r in runs if run_source(r) != src}
+    """``runs`` with every stack whose shared runs all come from ``src`` at the prior of a stack no run fitted on
+    ``src``'s runs: its fitted efficiency (benchmarks/fit_stacks.py) used only the runs being predicted, so leaving
+    the source out leaves that fit out too. The prior is what the catalog gives such a stack
+    (fit_stacks.pooled_prior): for a stack with kernels of its own, the geometric mean of the fitted factors of
+    the OTHER sources' stacks with kernels of their own (1 when there is none); for a stack on the reference
+    kernels (fit_stacks.REFERENCE_KERNELS: NeMo's Megatron-Core with Transformer Engine), 1."""
+    others = {r.scenario.stack.name: r.scenario.stack.kernel_efficiency for r in runs if run_source(r) != src}
+    pool, _ = pooled_prior(others)
     out = []
     for r in runs:
         st = r.scenario.stack
-        if run_source(r) == src and st.name not in others and st.kernel_efficiency != 1.0:
-            r = replace(r, scenario=replace(r.scenario, stack=replace(st, kernel_efficiency=1.0)))
+        f = pool if own_kernels(st.name) else 1.0
+        if run_source(r) == src and st.name not in others and st.kernel_efficiency != f:
+            r = replace(r, scenario=replace(r.scenario, stack=replace(st, kernel_efficiency=f)))
         out.append(r)
     return out
 
