@@ -9,7 +9,11 @@ or the table's ``# stack.RUN ... = NAME`` lines), with every card's parameters a
 after a card refit): the f at which the median of ln(predicted / published) over the stack's runs is zero (a
 1-D fit, robust to runs whose error lies in other physics), and the leave-one-out error of each run (f fitted
 on the stack's other runs). ``--write`` rewrites each fitted stack's ``kernel_efficiency`` and its source in
-catalogs/stacks.toml in place.
+catalogs/stacks.toml in place, each fitted stack's ``residual_sigma`` (its runs' leave-one-out RMS log error,
+:func:`stack_sigma`) and, for each stack with kernels of its own that no run fitted (DeepSpeed today), the prior
+:func:`pooled_prior`: the geometric mean of the fitted factors of the stacks with kernels of their own, one vote
+per stack (benchmarks/validate_published.py's leave-one-source-out fit gives a stack whose only source is left out
+the same pool of the other sources' stacks).
 
     .venv/bin/python benchmarks/fit_stacks.py [--write] [--data runs.csv ...]
 """
