@@ -343,7 +343,12 @@ def print_residual_sigma(runs, loo: dict, loso: dict) -> None:
             cards = ", ".join(f"{n} {a}" for a, n in mine.items())
             print(f"  [{stack}] residual_sigma = {residual_sigma(ratios):.3f}  (leave-one-out RMS over {len(ratios)} "
                   f"runs: {cards})")
-    rest = [s for s in stack_names() if s not in fitted]
+    ran = list(dict.fromkeys(r.scenario.stack.name for r in runs if r.scenario.stack.name not in fitted))
+    if ran:
+        why = "leave-one-out skipped (--no-loo)" if not loo else "no card is fitted on their runs"
+        print(f"  [{', '.join(ran)}] {why}: a stack whose kernel factor is fitted on its runs takes its "
+              f"residual_sigma from benchmarks/fit_stacks.py (the leave-one-out RMS of that fit)")
+    rest = [s for s in stack_names() if s not in fitted and s not in ran]
     if rest:
         print(f"  [{', '.join(rest)}] no fitted runs: residual_sigma = {residual_sigma(ANCHOR_SPEEDS):.3f}, the public "
               f"anchors' RMS log error (stacks the model was not fitted on)")
