@@ -9,8 +9,12 @@ or the table's ``# stack.RUN ... = NAME`` lines), with every card's parameters a
 after a card refit): the f at which the median of ln(predicted / published) over the stack's runs is zero (a
 1-D fit, robust to runs whose error lies in other physics), and the leave-one-out error of each run (f fitted
 on the stack's other runs). ``--write`` rewrites each fitted stack's ``kernel_efficiency`` and its source in
-catalogs/stacks.toml in place. The reference stacks' ``grouped_gemm_efficiency`` is fitted after, on their MoE runs
-(benchmarks/fit_grouped_gemm.py; written with ``--write`` too).
+catalogs/stacks.toml in place, each fitted stack's ``residual_sigma`` (its runs' leave-one-out RMS log error,
+:func:`stack_sigma`) and, for each stack with kernels of its own that no run fitted (DeepSpeed today), the prior
+:func:`pooled_prior`: the geometric mean of the fitted factors of the stacks with kernels of their own, one vote
+per stack (benchmarks/validate_published.py's leave-one-source-out fit gives a stack whose only source is left out
+the same pool of the other sources' stacks). The reference stacks' ``grouped_gemm_efficiency`` is fitted after, on
+their MoE runs (benchmarks/fit_grouped_gemm.py; written with ``--write`` too).
 
     .venv/bin/python benchmarks/fit_stacks.py [--write] [--data runs.csv ...]
 """
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,7 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = sorted((ROOT / "benchmarks" / "data").glob("*.csv"))
 STACKS_TOML = ROOT / "catalogs" / "stacks.toml"
 
+from tpopt.catalogs.stacks import stack_names  # noqa: E402
 from tpopt.errors import InputError  # noqa: E402
+from tpopt.models.finish import ANCHOR_SPEEDS, SIGMA_MIN_RUNS, residual_sigma  # noqa: E402
 from tpopt.models.roofline import stack_scaled  # noqa: E402
 from tpopt.optimizer import calibrate as C  # noqa: E402
 from tpopt.optimizer.calibrate import MeasuredRun  # noqa: E402
@@ -42,6 +48,12 @@ REFERENCE = ("megatron-core", "megatron-lm-2021")
 
 GRID = np.round(np.arange(0.30, 1.6001, 0.002), 4)
 """Candidate factors (the fit interpolates between neighbours)."""
+
+REFERENCE_KERNELS = ("nemo-2403",)
+"""Stacks other than the reference ones that run the reference stack's kernels: NeMo 24.03 is Megatron-Core 0.6
+with Transformer Engine 1.4 (catalogs/stacks.toml [nemo-2403] display). Their fitted factor measures a container of
+the reference kernels (nemo-2403 fits 1.010), not a stack with kernels of its own, so they are another class: not
+pooled into :func:`pooled_prior`, and such a stack with no fitted run keeps 1."""
 
 
 def log_errors(runs: Sequence[MeasuredRun], cat) -> np.ndarray:
@@ -113,6 +125,101 @@ def write(results: Sequence[dict], path: Path = STACKS_TOML) -> None:
     path.write_text(text)
 
 
+def own_kernels(name: str) -> bool:
+    """Whether a stack runs kernels of its own (not :data:`REFERENCE`, not :data:`REFERENCE_KERNELS`): its factor
+    is pooled when fitted, and it takes the pool when no run fitted it."""
+    return name not in REFERENCE and name not in REFERENCE_KERNELS
+
+
+def pooled_prior(factors: Mapping[str, float]) -> tuple[float, tuple[str, ...]]:
+    """The prior kernel efficiency of a stack no run fitted, from the fitted factors ``factors`` (stack -> f):
+    the geometric mean over the stacks with kernels of their own (:func:`own_kernels`), each stack once
+    whatever its number of runs,
+
+        f_prior = exp(mean over pooled stacks s of ln f_s)
+
+    (the factor multiplies the card's efficiencies and the errors are judged in ln; a new stack is one draw
+    from the stacks, not from their runs, so torchtitan-compile's 14 runs count as one stack; with two stacks the
+    median is this mean, with three it would keep only the middle one). (f, the pooled stacks); (1.0, ())
+    when no such stack is fitted: the reference kernels."""
+    pooled = tuple(s for s in factors if own_kernels(s))
+    if not pooled:
+        return 1.0, ()
+    return float(np.exp(np.mean([np.log(factors[s]) for s in pooled]))), pooled
+
+
+def pool_source(results: Sequence[dict], f: float) -> str:
+    """The source a pooled stack's kernel_efficiency records: the stacks and runs pooled, and why."""
+    mine = [r for r in results if own_kernels(r["stack"])]
+    parts = "; ".join(f"{r['stack']} {r['f']:.3f} ({' '.join(r['runs'])})" for r in mine)
+    return (f"pooled: benchmarks/fit_stacks.py, no shared-table run ran this stack, so the geometric mean {f:.3f} of "
+            f"the fitted factors of the stacks with kernels of their own, one vote per stack ({parts}); the "
+            f"reference stacks and those running their kernels ({', '.join(REFERENCE_KERNELS)}: Megatron-Core with "
+            f"Transformer Engine) are another class, not pooled")
+
+
+def written(results: Sequence[dict]) -> dict[str, float]:
+    """Each fitted stack's factor as stacks.toml records it (three decimals): the pool is the catalog's own."""
+    return {r["stack"]: round(float(r["f"]), 3) for r in results}
+
+
+def unfitted_stacks(fitted: Sequence[str]) -> list[str]:
+    """The catalog's stacks with kernels of their own that no run fitted: they take :func:`pooled_prior`."""
+    return [s for s in stack_names() if own_kernels(s) and s not in fitted]
+
+
+def stack_sigma(res: dict) -> tuple[float, str]:
+    """A fitted stack's residual_sigma and its source (catalogs/stacks.toml; the catalog sigma, models/terms
+    catalog_sigma): the RMS log error of its leave-one-out predictions (its factor refitted without each run, the
+    cards at their catalog parameters; megatron-core's 0.054 is its runs' leave-one-out RMS too) where at least
+    finish.SIGMA_MIN_RUNS runs estimate it; with fewer, the larger of that and the public anchors' RMS log error
+    (stacks the model was not fitted on), as a card's is with the default."""
+    loo = res["loo"][np.isfinite(res["loo"])]
+    anchors = round(residual_sigma(ANCHOR_SPEEDS), 3)
+    n, where = len(loo), f"its {len(res['runs'])} runs in {', '.join(res['tables'])}"
+    if not n:
+        return anchors, f"no leave-one-out prediction of {where}: the public anchors' RMS log error, {anchors:.3f}"
+    own = round(residual_sigma(1.0 + loo), 3)
+    how = (f"leave-one-out RMS log error {own:.3f} of benchmarks/fit_stacks.py over {where} (the kernel factor "
+           f"refitted without each run, the cards at their catalog parameters; errors {loo.min() * 100:+.1f} to "
+           f"{loo.max() * 100:+.1f} %)")
+    if n >= SIGMA_MIN_RUNS or own >= anchors:
+        return own, how
+    return anchors, (f"{how}; under {SIGMA_MIN_RUNS} runs estimate no spread, so the larger of that and the public "
+                     f"anchors' RMS log error, {anchors:.3f} (seven published runs on stacks the model was not fitted "
+                     f"on; models/finish.py ANCHOR_SPEEDS)")
+
+
+def rewrite(text: str, stack: str, key: str, value: str, source: str) -> str:
+    """``text`` (stacks.toml) with ``key``'s value and its source in ``[stack]`` replaced, nothing else."""
+    name = re.escape(stack)
+    line = re.compile(r"(\n\[" + name + r"\]\n(?:(?!\[).*\n)*?)" + key + r" = [^\n]*\n")
+    src = re.compile(r"(\n\[" + name + r"\.sources\]\n(?:(?!\[).*\n)*?)" + key + r" = [^\n]*\n")
+    if not line.search(text) or not src.search(text):
+        raise InputError(f"{STACKS_TOML.name} [{stack}]: no {key} line (and source) to rewrite")
+    text = line.sub(lambda m: f"{m.group(1)}{key} = {value}\n", text, count=1)
+    said = source.replace('"', "'")
+    return src.sub(lambda m: f'{m.group(1)}{key} = "{said}"\n', text, count=1)
+
+
+def write_pool_and_sigmas(results: Sequence[dict], path: Path = STACKS_TOML) -> list[str]:
+    """Rewrite each fitted stack's residual_sigma (:func:`stack_sigma`) and each unfitted stack's kernel_efficiency
+    (:func:`pooled_prior`, :func:`unfitted_stacks`) with their sources in stacks.toml; the stacks written."""
+    text = path.read_text()
+    done = []
+    for res in results:
+        sigma, src = stack_sigma(res)
+        text = rewrite(text, res["stack"], "residual_sigma", f"{sigma:.3f}", src)
+        done.append(res["stack"])
+    f, pooled = pooled_prior(written(results))
+    if pooled:
+        for name in unfitted_stacks([r["stack"] for r in results]):
+            text = rewrite(text, name, "kernel_efficiency", f"{f:.3f}", pool_source(results, f))
+            done.append(name)
+    path.write_text(text)
+    return done
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     read = fit_grouped_gemm.command_line(argv, __doc__ or "")
     if read is None:
@@ -133,9 +240,16 @@ def main(argv: Sequence[str] | None = None) -> int:
               f" leave-one-out {med(res['loo'])}")
         for rn, b, a, lo in zip(res["runs"], res["before"], res["after"], res["loo"], strict=True):
             print(f"    {rn:<10} {b * 100:+7.1f}% -> {a * 100:+7.1f}%   LOO {lo * 100:+7.1f}%")
+    f, pooled = pooled_prior(written(results))
+    print(f"pooled prior for a stack no run fitted: {f:.3f} (geometric mean of {', '.join(pooled) or 'none'}); "
+          f"takes it: {', '.join(unfitted_stacks([r['stack'] for r in results])) or 'none'}")
+    for res in results:
+        print(f"  [{res['stack']}] residual_sigma = {stack_sigma(res)[0]:.3f}")
     if write_back and results:
         write(results)
-        print(f"wrote {', '.join(r['stack'] for r in results)} to {STACKS_TOML.relative_to(ROOT)}")
+        done = write_pool_and_sigmas(results)
+        print(f"wrote {', '.join(r['stack'] for r in results)} (and {', '.join(done)}: residual_sigma or the pooled "
+              f"kernel_efficiency) to {STACKS_TOML.relative_to(ROOT)}")
     # the reference stacks' grouped expert GEMM efficiency, on their MoE runs (benchmarks/fit_grouped_gemm.py)
     grouped = fit_grouped_gemm.fit_all(runs, cat)
     if write_back and grouped:

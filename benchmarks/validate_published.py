@@ -42,6 +42,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 DATA = sorted((ROOT / "benchmarks" / "data").glob("*.csv"))
 
+from fit_stacks import own_kernels, pooled_prior  # noqa: E402
+
 from tpopt.catalogs import load_catalog  # noqa: E402
 from tpopt.catalogs.scenario import build_scenario  # noqa: E402
 from tpopt.catalogs.stacks import DEFAULT_STACK, stack_names, stack_profile  # noqa: E402
@@ -223,17 +225,23 @@ def loso_evidence(runs, src: str, ev):
 
 
 def stack_left_out(runs, src: str) -> list:
-    """``runs`` with every stack whose shared runs all come from ``src`` back at the reference kernels
-    (kernel_efficiency 1) on ``src``'s runs: its fitted efficiency (benchmarks/fit_stacks.py) used only the runs
-    being predicted, so leaving the source out leaves that fit out too. The same for a stack's grouped expert GEMM
-    efficiency (benchmarks/fit_grouped_gemm.py) where its MoE runs all come from ``src``: back at 1."""
-    others = {r.scenario.stack.name for r in runs if run_source(r) != src}
+    """``runs`` with every stack whose shared runs all come from ``src`` at the prior of a stack no run fitted on
+    ``src``'s runs: its fitted efficiency (benchmarks/fit_stacks.py) used only the runs being predicted, so leaving
+    the source out leaves that fit out too. The prior is what the catalog gives such a stack
+    (fit_stacks.pooled_prior): for a stack with kernels of its own, the geometric mean of the fitted factors of
+    the OTHER sources' stacks with kernels of their own (1 when there is none); for a stack on the reference
+    kernels (fit_stacks.REFERENCE_KERNELS: NeMo's Megatron-Core with Transformer Engine), 1. The same for a stack's
+    grouped expert GEMM efficiency (benchmarks/fit_grouped_gemm.py) where its MoE runs all come from ``src``: back
+    at 1."""
+    others = {r.scenario.stack.name: r.scenario.stack.kernel_efficiency for r in runs if run_source(r) != src}
     moe_others = {r.scenario.stack.name for r in runs if run_source(r) != src and r.scenario.model.moe}
+    pool, _ = pooled_prior(others)
     out = []
     for r in runs:
         st = r.scenario.stack
-        if run_source(r) == src and st.name not in others and st.kernel_efficiency != 1.0:
-            st = replace(st, kernel_efficiency=1.0)
+        f = pool if own_kernels(st.name) else 1.0
+        if run_source(r) == src and st.name not in others and st.kernel_efficiency != f:
+            st = replace(st, kernel_efficiency=f)
         if run_source(r) == src and st.name not in moe_others and st.grouped_gemm_efficiency != 1.0:
             st = replace(st, grouped_gemm_efficiency=1.0)
         if st is not r.scenario.stack:
@@ -342,7 +350,12 @@ def print_residual_sigma(runs, loo: dict, loso: dict) -> None:
             cards = ", ".join(f"{n} {a}" for a, n in mine.items())
             print(f"  [{stack}] residual_sigma = {residual_sigma(ratios):.3f}  (leave-one-out RMS over {len(ratios)} "
                   f"runs: {cards})")
-    rest = [s for s in stack_names() if s not in fitted]
+    ran = list(dict.fromkeys(r.scenario.stack.name for r in runs if r.scenario.stack.name not in fitted))
+    if ran:
+        why = "leave-one-out skipped (--no-loo)" if not loo else "no card is fitted on their runs"
+        print(f"  [{', '.join(ran)}] {why}: a stack whose kernel factor is fitted on its runs takes its "
+              f"residual_sigma from benchmarks/fit_stacks.py (the leave-one-out RMS of that fit)")
+    rest = [s for s in stack_names() if s not in fitted and s not in ran]
     if rest:
         print(f"  [{', '.join(rest)}] no fitted runs: residual_sigma = {residual_sigma(ANCHOR_SPEEDS):.3f}, the public "
               f"anchors' RMS log error (stacks the model was not fitted on)")

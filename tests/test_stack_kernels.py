@@ -193,3 +193,73 @@ def test_write_rewrites_only_the_fitted_value_and_its_source(tmp_path):
     assert changed[1][1].startswith('kernel_efficiency = "fitted: benchmarks/fit_stacks.py on the 2 runs')
     import tomllib
     assert tomllib.loads(new)["maxtext"]["kernel_efficiency"] == 0.777
+
+
+def test_a_stack_no_run_fitted_takes_the_geometric_mean_of_the_stacks_with_kernels_of_their_own():
+    """fit_stacks.pooled_prior: exp(mean ln f) over the fitted stacks with kernels of their own, one vote per stack;
+    the reference stacks and NeMo 24.03 (Megatron-Core with Transformer Engine underneath) are not pooled."""
+    fs = _fit_stacks()
+    f, pooled = fs.pooled_prior({"megatron-core": 1.0, "a": 0.64, "b": 0.81, "nemo-2403": 1.5})
+    assert pooled == ("a", "b") and f == pytest.approx(0.72)  # sqrt(0.64 x 0.81)
+    assert fs.pooled_prior({"megatron-core": 1.0, "nemo-2403": 1.01}) == (1.0, ())
+    # the catalog: DeepSpeed, which no shared-table run ran, at the pool of the three fitted stacks' factors
+    own = [stack_profile(s).kernel_efficiency for s in ("torchtitan", "torchtitan-compile", "maxtext")]
+    want = float(np.prod(own)) ** (1.0 / 3.0)
+    ds = stack_profile("deepspeed")
+    assert ds.kernel_efficiency == pytest.approx(want, abs=6e-4) and ds.kernel_efficiency < 1.0
+    src = ds.sources["kernel_efficiency"]
+    assert src.startswith("pooled: benchmarks/fit_stacks.py")
+    assert all(s in src for s in ("torchtitan 0.747", "torchtitan-compile", "maxtext", "T1 T4", "X1 X2"))
+    assert "nemo-2403" in src and fs.unfitted_stacks(["torchtitan", "torchtitan-compile", "maxtext"]) == [
+        "deepspeed"]
+
+
+def test_leaving_a_stacks_only_source_out_sends_it_to_the_other_stacks_pool():
+    """validate_published.stack_left_out: a stack whose runs all come from the source left out takes the pool of
+    the OTHER sources' stacks (an out-of-sample prior): MaxText out, the geometric mean of torchtitan's two
+    factors; torchtitan out (both of its stacks), MaxText's factor alone; NeMo out, the reference kernels' 1."""
+    from tests.test_validation_machinery import _module
+    vp = _module("validate_published")
+    runs = runs_from_csv(PUBLISHED, load_catalog())
+    f = {s: stack_profile(s).kernel_efficiency for s in ("torchtitan", "torchtitan-compile", "maxtext")}
+
+    def factors(src):
+        return {r.scenario.stack.name: r.scenario.stack.kernel_efficiency
+                for r in vp.stack_left_out(runs, src) if vp.run_source(r) == src}
+
+    assert factors("maxtext") == {"maxtext": pytest.approx((f["torchtitan"] * f["torchtitan-compile"]) ** 0.5)}
+    assert factors("torchtitan") == {"torchtitan": pytest.approx(f["maxtext"]),
+                                     "torchtitan-compile": pytest.approx(f["maxtext"])}
+    assert factors("NeMo") == {"nemo-2403": 1.0}
+    kept = {r.name: r.scenario.stack.kernel_efficiency for r in vp.stack_left_out(runs, "maxtext")}
+    assert kept["T1"] == f["torchtitan"] and kept["D1"] == 1.0  # the other sources' runs keep their own
+
+
+def test_the_pool_and_the_stack_sigmas_are_written_in_place(tmp_path):
+    """fit_stacks.write_pool_and_sigmas: each fitted stack's residual_sigma (its leave-one-out RMS, or the anchors'
+    under 4 runs) and each unfitted stack's kernel_efficiency, value and source, nothing else."""
+    import tomllib
+
+    fs = _fit_stacks()
+    path = tmp_path / "stacks.toml"
+    text = fs.STACKS_TOML.read_text()
+    path.write_text(text)
+    loo = np.array([0.1, -0.1, 0.1, -0.1])
+    res = [{"stack": "maxtext", "f": 0.64, "runs": ["X1", "X2", "X3", "X4"], "tables": ["t"], "cards": ["h100-sxm"],
+            "loo": loo},
+           {"stack": "torchtitan", "f": 0.81, "runs": ["T1", "T4"], "tables": ["t"], "cards": ["h100-sxm"],
+            "loo": np.array([0.01, -0.01])}]
+    assert fs.write_pool_and_sigmas(res, path) == ["maxtext", "torchtitan", "torchtitan-compile", "deepspeed"]
+    new = tomllib.loads(path.read_text())
+    assert new["maxtext"]["residual_sigma"] == pytest.approx(round(float(np.log(1.1) ** 2 + np.log(0.9) ** 2) ** 0.5
+                                                                   / 2 ** 0.5, 3))
+    assert new["torchtitan"]["residual_sigma"] == 0.154  # two runs: the anchors'
+    assert "under 4 runs estimate no spread" in new["torchtitan"]["sources"]["residual_sigma"]
+    # torchtitan-compile is not among these results: an unfitted stack with kernels of its own takes the pool
+    assert new["deepspeed"]["kernel_efficiency"] == new["torchtitan-compile"]["kernel_efficiency"] == 0.72
+    old = tomllib.loads(text)
+    changed = {(s, k) for s in old for k in old[s] if k != "sources" and old[s][k] != new[s][k]}
+    assert changed <= {("maxtext", "residual_sigma"), ("deepspeed", "kernel_efficiency"),
+                       ("torchtitan-compile", "kernel_efficiency"), ("torchtitan-compile", "residual_sigma"),
+                       ("nemo-2403", "residual_sigma"), ("torchtitan", "residual_sigma")}
+    assert ("deepspeed", "kernel_efficiency") in changed

@@ -2,7 +2,8 @@
 
 Derivation. A stack's kernel factor (stacks.toml ``kernel_efficiency``, benchmarks/fit_stacks.py) is fitted on
 its runs; when all of them come from one publishing source, leaving that source out (the leave-one-source-out
-fit, benchmarks/validate_published.py ``stack_left_out``) sends the factor back to 1, the reference kernels. Its
+fit, benchmarks/validate_published.py ``stack_left_out``) sends the factor to an unfitted stack's prior (the pool
+of the other sources' stacks, benchmarks/fit_stacks.py ``pooled_prior``; 1 on the reference kernels). Its
 out-of-sample error is then an unfitted stack's, and the sigma stated for a plan on it must be the one the
 evidence gives an unfitted stack on the same card:
 
