@@ -173,12 +173,71 @@ def op_times(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: Array
     if hit is not None and hit[0] is sc:  # the scenario itself is kept, so its id is not reused while cached
         _OP_MEMO.move_to_end(key)
         return hit[1]
-    value = _op_times(sc, acc=acc, recompute=recompute, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap, nics=nics,
-                      dense=dense)
+    widths = _width_keys(key, arrays[0])
+    value = next((v for w in widths if (v := _widths_of(sc, w, arrays[0])) is not None), None)
+    if value is None:
+        value = _op_times(sc, acc=acc, recompute=recompute, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap, nics=nics,
+                          dense=dense)
+        if len(widths) == 1:
+            _keep_widths(widths[0], arrays[0], key)
     _OP_MEMO[key] = (sc, value)
     while len(_OP_MEMO) > OP_MEMO_SIZE:
         _OP_MEMO.popitem(last=False)
     return value
+
+
+# the op_times keys computed over several TP widths along one axis, by what else they read: (their other
+# arguments, the TP array's rank and axis) -> {TP widths: memo key}
+_OP_WIDTHS: dict[tuple[Any, ...], dict[tuple[float, ...], tuple[Any, ...]]] = {}
+
+
+def _keep_widths(widths: tuple[Any, ...], tp: np.ndarray[Any, Any], key: tuple[Any, ...]) -> None:
+    """Note memo entry ``key`` as computed over the TP widths ``tp`` (:func:`_widths_of`); the notes of entries the
+    memo no longer holds are dropped once there are more notes than the memo holds entries."""
+    _OP_WIDTHS.setdefault(widths, {})[tuple(tp.ravel().tolist())] = key
+    if len(_OP_WIDTHS) > OP_MEMO_SIZE:
+        for w in list(_OP_WIDTHS):
+            kept = {h: k for h, k in _OP_WIDTHS[w].items() if k in _OP_MEMO}
+            if kept:
+                _OP_WIDTHS[w] = kept
+            else:
+                del _OP_WIDTHS[w]
+
+
+def _width_keys(key: tuple[Any, ...], tp: np.ndarray[Any, Any]) -> list[tuple[Any, ...]]:
+    """What an op_times call reads besides its TP widths (``key`` without the TP array, with the TP array's rank,
+    axis and dtype), where the widths lie along one axis: that axis's; one width: every axis's (each would hold
+    it); widths along several axes, or a scalar: none."""
+    axes = [i for i, n in enumerate(tp.shape) if n > 1]
+    if len(axes) > 1 or tp.ndim == 0:
+        return []
+    return [key[:4] + key[5:] + (tp.ndim, a, tp.dtype.str) for a in (axes or range(tp.ndim))]
+
+
+def _widths_of(sc: Scenario, widths: tuple[Any, ...], tp: np.ndarray[Any, Any]) -> OpTimes | None:
+    """The op_times of TP widths ``tp`` taken from a kept call over more widths that reads the same other
+    arguments (``widths``, :func:`_width_keys`), None where none is kept. Every term is computed entry by entry
+    from its own layout's values (the kernels broadcast over the layout axes, nothing reduces along the TP
+    axis), so the kept call's entries at these widths are the bits a call at these widths alone computes, in
+    the shape it gives them: a term that varies along the TP axis taken at the widths' positions, the others
+    as they are. The analysis's block builds (:meth:`~tpopt.optimizer.ondemand.PendingGroups.build_block`)
+    ask for a few widths of an accelerator the solve computed at every width: 180 kernel sets there."""
+    want = tp.ravel().tolist()
+    for have, key in list(_OP_WIDTHS.get(widths, {}).items()):
+        hit = _OP_MEMO.get(key)
+        if hit is None or hit[0] is not sc:
+            del _OP_WIDTHS[widths][have]  # evicted, or its scenario gone
+            continue
+        if not set(want) <= set(have):
+            continue
+        at = [have.index(w) for w in want]
+        axis = widths[-2] - tp.ndim  # the TP axis counted from the right (terms broadcast from the right)
+
+        def take(x: Floats, at: list[int] = at, axis: int = axis) -> Floats:
+            a = np.ndim(x) + axis
+            return np.take(x, at, axis=a) if a >= 0 and np.shape(x)[a] > 1 else x
+        return cast(OpTimes, tuple(steptime.PhaseTimes(*(take(x) for x in t)) for t in hit[1]))
+    return None
 
 
 def _op_times(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike,
