@@ -19,6 +19,7 @@ import argparse
 import contextlib
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -72,8 +73,13 @@ def cases(folder: Path) -> list[tuple[str, list[str]]]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+@contextlib.contextmanager
+def side_by_side(description: str, argv: list[str] | None) -> Iterator[tuple[argparse.Namespace, Path,
+                                                                              dict[str, str | None]]]:
+    """The options ``--against`` (repeatable), ``--repeat`` and ``--only`` parsed, the load printed, and (the
+    options, a scratch folder, revision label -> its PYTHONPATH entry: this checkout's None) while the command
+    runs; the revisions' worktrees and the folder are removed afterwards."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--against", action="append", default=[], help="an earlier revision (repeatable)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only", action="append", default=[], help="only the cases whose label contains this")
@@ -83,7 +89,12 @@ def main(argv: list[str] | None = None) -> int:
         paths: dict[str, str | None] = {"this checkout": None}
         for rev in ns.against:
             paths[rev] = stack.enter_context(revision(rev))
-        for label, args in cases(Path(tmp)):
+        yield ns, Path(tmp), paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    with side_by_side(__doc__.splitlines()[0], argv) as (ns, tmp, paths):
+        for label, args in cases(tmp):
             if ns.only and not any(o in label for o in ns.only):
                 continue
             print(f"{label}: tpopt {' '.join(a if '/' not in a else Path(a).name for a in args)}", flush=True)

@@ -452,10 +452,13 @@ def _tabulated(oracle: Oracle) -> TypeGuard[TableOracle | LayoutOracle]:
 def _closest_ratio(v: Mapping[str, Any], family: str, sc: Scenario) -> NDArray[np.float32] | None:
     """A family's value / limit on a layout's grid as :class:`PointTable` keeps it (``v``: the glued layout with
     its ``cost`` and ``finish`` on the full grid; empty: only whether the family is covered), None for the
-    families whose value is not glued (the deadline's chance form, the tabled rules)."""
+    families whose value is not glued (the tabled rules). Under a confidence the deadline's value is its
+    chance-equivalent finish (:func:`_chance_finish`)."""
     if family == F.MEMORY_PER_CARD:
         pair = (v.get("mem"), v.get("usable"))
-    elif family == F.DEADLINE and sc.task.confidence is None:
+    elif family == F.DEADLINE and sc.task.confidence is not None:
+        pair = (_chance_finish(v, sc) if v else None, F.limit(F.DEADLINE, sc))
+    elif family == F.DEADLINE:
         pair = (v.get("finish"), F.limit(F.DEADLINE, sc))
     elif family == F.BUDGET:
         pair = (v.get("cost"), F.limit(F.BUDGET, sc))
@@ -469,6 +472,21 @@ def _closest_ratio(v: Mapping[str, Any], family: str, sc: Scenario) -> NDArray[n
         return np.zeros(0, dtype=np.float32)
     val, lim = (np.asarray(x, dtype=float) for x in pair)
     return closeness_ratio(val, lim)
+
+
+def _chance_finish(v: Mapping[str, Any], sc: Scenario) -> NDArray[np.float64]:
+    """The deadline family's value under a confidence on a glued layout's grid, as
+    :func:`~tpopt.models.evaluate.evaluate_arrays` forms it for a table (the same expression in the same order, on
+    the same step and largest step: the same bits): the chance-equivalent finish R + (D - R) step / step_max. NaN
+    where step_max <= 0 or D <= R: only there does the value not grow with the step, so a walk's bound-level ratio
+    stops being a lower bound of the exact one (:meth:`LayoutOracle.closest` leaves a NaN to the table)."""
+    reserved, deadline = sc.task.reserved_s, F.limit(F.DEADLINE, sc)
+    step, step_max = (np.asarray(v[k], dtype=float) for k in ("step", "step_max"))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        value = reserved + (deadline - reserved) * step / step_max
+    if not deadline > reserved:
+        return np.full(value.shape, np.nan)
+    return np.where(step_max > 0, value, np.nan)
 
 
 def _better(a: Evaluation, b: Evaluation, objective: str) -> bool:
