@@ -446,6 +446,10 @@ def solve_mixed_sites(sc: Scenario, si: S.SitesInput, powers: dict[str, Power | 
     check of the bound). Without a plan and with ``relax``: the "WAN bandwidth" relaxation
     (:func:`tpopt.optimizer.sites.wan_relaxation`, this decision re-run at each bandwidth tried)."""
     t0 = time.process_time()
+    if sc.task.confidence is not None:
+        raise InputError("schedule.confidence: tpopt sites with several card types checks the deadline at the median "
+                         "finish (no finish-time distribution across types); drop confidence, or give every site one "
+                         "card type")
     if len(si.sites) > MAX_SITES:
         raise InputError(f"[[sites]]: at most {MAX_SITES} sites (got {len(si.sites)})")
     for s in si.sites:

@@ -241,6 +241,17 @@ def test_a_site_type_without_a_price_is_one_line(tmp_path: Path) -> None:
     assert p.returncode != 0 and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
 
 
+def test_a_confidence_on_mixed_sites_is_refused_in_one_line(tmp_path: Path) -> None:
+    """The mixed-type decision checks the deadline at the median finish: a scenario asking for a confidence gets
+    one line naming it and a non-zero exit, not the median answer printed as if the confidence held."""
+    asked = tmp_path / "asked.toml"
+    asked.write_text(EXAMPLE.read_text().replace('[schedule]\n', '[schedule]\nconfidence = "95%"\n', 1))
+    p = subprocess.run([sys.executable, "-m", "tpopt", "sites", "--scenario", str(asked)], capture_output=True,
+                       text=True, check=False)
+    assert p.returncode != 0 and p.stdout == "" and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "schedule.confidence" in p.stderr
+
+
 def test_the_api_answers_a_mixed_scenario_as_the_command() -> None:
     """tpopt.sites on the mixed example gives the command's JSON (the same decision, one entry point)."""
     import json
