@@ -1,0 +1,176 @@
+"""The optimizer with this round's MoE stack terms (issue 35): the grouped expert GEMM calls' efficiency g
+(catalogs/stacks.toml ``grouped_gemm_efficiency``: t_call = t_model / g, models/steptime.py grouped_call_time) and
+Megatron-Core's eager clamp of gpt-oss's expert activations (``activation_clamp_unfused``: its memory passes,
+ops.activation_clamp_kernels, and the clamped copy of the fc1 output kept unless the MLP is recomputed).
+
+Each enters the step time or the memory through the per-operation tables that every backend and bound reads; a path
+that timed grouped expert GEMMs or the clamp apart (a bound, a per-operation table, the on-demand groups) would
+disagree with the exact evaluation as soon as g != 1 or the clamp is on. The other MoE property tests draw the
+catalog stack only (g = the fitted 0.899) and no clamped model; here, on random small per-operation MoE spaces with
+g drawn on both sides of 1, a clamped model (gpt-oss-20b) with and without the eager clamp, MLP recompute and a
+memory limit that makes the clamped copy bind:
+* every backend (CP-SAT, HiGHS, monolithic, decomposed and on demand) proves the enumerator's optimum, and the
+  enumerator's metrics are the exact evaluation's (``tpopt evaluate``) of its plan;
+* the layout bounds (plain <= coupled <= the layout's exact best) and the key floor (<= the bound-level and the
+  exact best) stay lower bounds;
+* the compute floor table holds each plan's floor and stays below the exact compute term.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import replace
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_key_floor import check_floor
+from test_layout_bounds import check_bounds
+from test_moe_planner import CAT, subset
+from test_solver_properties import check_agreement
+
+from tpopt.catalogs.scenario import build_scenario
+from tpopt.models import ops, steptime
+from tpopt.models import terms as T
+from tpopt.models.evaluate import evaluate
+from tpopt.models.terms import layer_times as LT
+from tpopt.models.terms import memory as mem_terms
+from tpopt.optimizer import space as space_mod
+from tpopt.optimizer.core import solve
+from tpopt.optimizer.result import Request
+from tpopt.optimizer.space import Space
+
+EXAMPLES = int(os.environ.get("TPOPT_PROPERTY_EXAMPLES", "60"))  # raise locally for a deeper search
+SETTINGS = settings(max_examples=max(6, EXAMPLES // 5), deadline=None, suppress_health_check=list(HealthCheck),
+                    derandomize=True)
+EFFICIENCIES = (0.5, 0.899, 1.0, 1.6)  # the catalog's fitted value, one well below, 1 (none) and one above 1
+
+
+@st.composite
+def stack_moe_scenarios(draw):
+    """A small per-operation MoE space on the default stack (Megatron-Core) with its grouped-GEMM efficiency drawn
+    and, for gpt-oss, its eager clamp on or off."""
+    model = draw(st.sampled_from(["gpt-oss-20b", "gpt-oss-20b", "qwen3-30b-a3b", "mixtral-8x7b"]))
+    experts = CAT.model(model).experts
+    eps = [e for e in (1, 2, 4, 8) if experts % e == 0]
+    raw = {
+        "model": {"name": model},
+        "task": {"tokens": draw(st.floats(1e9, 3e10)), "seq_len": draw(st.sampled_from([2048, 4096])),
+                 "global_batch": draw(st.sampled_from([32, 64]))},
+        "schedule": {"deadline": f"{draw(st.floats(2.0, 60.0))}d"},
+        "hardware": {"accelerator": draw(subset(["h100-sxm", "a100-80gb-sxm", "b200"], max_size=2))},
+        "checkpoint": {"save_interval": "1800s", "mode": "sync"},
+        "search": {
+            "zero_stage": draw(subset([1, 3], max_size=2)),
+            "tp": draw(subset([1, 2], max_size=2)),
+            "pp": draw(subset([1, 2], max_size=2)),
+            "micro_batch": draw(subset([1, 2], max_size=2)),
+            "recompute": draw(subset(["none", "mlp", "norm+mlp", "full"], min_size=2, max_size=3)),
+            "ep": draw(subset(eps, max_size=3)),
+            "max_cards": draw(st.sampled_from([16, 64])),
+        },
+        "moe": {"imbalance": draw(st.sampled_from([1.0, 1.25]))},
+    }
+    if draw(st.booleans()):  # memory binds: the recompute choice (and with it the clamped copy) decides plans
+        raw["hardware"]["usable_memory"] = f"{draw(st.sampled_from([24, 32, 48]))}GiB"
+    if draw(st.booleans()):
+        raw["search"]["expert_tp"] = draw(subset(["tp", 1, 2], max_size=2))
+    if draw(st.booleans()):
+        raw["search"]["schedule"] = draw(subset(["1f1b", "zb-h1"], max_size=2))
+    sc = build_scenario(raw, CAT)
+    stack = replace(sc.stack, grouped_gemm_efficiency=draw(st.sampled_from(EFFICIENCIES)),
+                    activation_clamp_unfused=draw(st.booleans()))
+    return replace(sc, stack=stack), draw(st.sampled_from(["cost", "time"]))
+
+
+@SETTINGS
+@given(stack_moe_scenarios())
+def test_backends_prove_the_enumerators_optimum(case):
+    check_agreement(*case)
+    check_agreement(*case, runs=[("cpsat", "on-demand"), ("highs", "on-demand")])
+
+
+@SETTINGS
+@given(stack_moe_scenarios())
+def test_enumerators_metrics_are_the_exact_evaluations(case):
+    sc, objective = case
+    r = solve(sc, "enumerate", Request(objective=objective, top=3))
+    for p in r.plans:
+        ev = evaluate(sc, p.plan)
+        assert ev.feasible
+        for key in ("cost", "finish_days", "compute_s", "memory_per_card_gib", "activations_gib"):
+            assert math.isclose(p.metrics[key], ev.metrics[key], rel_tol=1e-9), (key, p.plan)
+
+
+@SETTINGS
+@given(stack_moe_scenarios())
+def test_layout_bounds_and_key_floors_stay_below_the_exact_best(case):
+    check_bounds(*case)
+    check_floor(*case)
+
+
+@SETTINGS
+@given(stack_moe_scenarios())
+def test_compute_floor_table_holds_each_plans_floor_below_the_exact_term(case):
+    sc, _ = case
+    space = Space.from_scenario(sc)
+    d = space.domains
+    floors = space.compute_floors()
+    f = floors[0]
+    sched = d["schedule"][0]
+    rng = np.random.default_rng(35)
+    for _ in range(20):
+        idx = tuple(int(rng.integers(n)) for n in f.values.shape)
+        at = {v: d[v][i] for v, i in zip(f.vars, idx, strict=True)}
+        at = {v: at.get(v, d[v][0]) for v in ("acc", "recompute", "sp", "tp", "cp", "pp", "dp", "mb", "nics", "ep",
+                                              "etp", "cap")}
+        nums = {v: float(at[v]) for v in ("tp", "cp", "pp", "dp", "mb", "nics", "ep", "etp", "cap")}
+        inputs = T.compute_inputs(sc, acc=at["acc"], recompute=at["recompute"], sp=at["sp"], schedule=sched, **nums)
+        for paired, table in zip((False, True), floors, strict=True):
+            want = float(np.asarray(space_mod.compute_floor(sc, sched, nums["pp"], inputs, paired)))
+            assert math.isclose(float(table.values[idx]), want, rel_tol=1e-12), (at, paired, want)
+    lo, floor = space.tables["time.compute"], space.compute_floor()
+    exact = np.moveaxis(lo.values, lo.vars.index("schedule"), -1)
+    below = np.broadcast_to(floor.values[..., None], exact.shape)
+    fin = np.isfinite(exact)
+    assert np.all(below[fin] <= exact[fin] * (1 + 1e-12))
+
+
+def test_grouped_efficiency_divides_grouped_calls_only():
+    """g scales the grouped expert GEMM calls and nothing else: the layer's time at g minus its time at 1 is
+    (1/g - 1) x the grouped calls' time at 1, whatever else the layer runs (its dense GEMMs, attention, the
+    router, the clamp's memory passes)."""
+    raw = {"model": {"name": "gpt-oss-20b"}, "task": {"tokens": 1e10, "seq_len": 4096, "global_batch": 64},
+           "schedule": {"deadline": "30d"}, "hardware": {"accelerator": "h100-sxm"}}
+    sc = build_scenario(raw, CAT)
+    one = replace(sc, stack=replace(sc.stack, grouped_gemm_efficiency=1.0))
+    kw = dict(acc="h100-sxm", recompute="none", tp=1.0, cp=1.0, mb=1.0, ep=8.0, etp=0.0, cap=0.0)
+    lay = LT.layout(one, tp=1.0, mb=1.0, ep=8.0, etp=0.0, cap=0.0)
+    grouped = [k for k in ops.moe_kernels(one.model, lay)
+               if k.kind == "gemm" and not (isinstance(k.resident, float) and k.resident <= 0)]
+    assert grouped  # FC1 and FC2, forward, dX and dW
+    at_one = sum(float(steptime.kernel_time(k, LT.rates(one, "h100-sxm"))) for k in grouped)
+    base = T.op_times(one, **kw)[0]
+    for g in (0.5, 0.899, 1.6):
+        s = replace(sc, stack=replace(sc.stack, grouped_gemm_efficiency=g))
+        got = T.op_times(s, **kw)[0]
+        moved = sum(float(np.sum(x)) for x in got[:3]) - sum(float(np.sum(x)) for x in base[:3])
+        assert math.isclose(moved, (1.0 / g - 1.0) * at_one, rel_tol=1e-9), (g, moved, at_one)
+
+
+def test_clamped_copy_is_kept_unless_the_mlp_is_recomputed():
+    """gpt-oss on Megatron-Core: one MoE block keeps tokens x k x phi x 2 f_e x e bytes more with the eager clamp
+    (the clamped fc1 output its fused activation saves), none under MLP recompute (moe_act reruns the clamp)."""
+    raw = {"model": {"name": "gpt-oss-20b"}, "task": {"tokens": 1e10, "seq_len": 4096, "global_batch": 64},
+           "schedule": {"deadline": "30d"}, "hardware": {"accelerator": "h100-sxm"}, "moe": {"imbalance": 1.0}}
+    sc = build_scenario(raw, CAT)
+    off = replace(sc, stack=replace(sc.stack, activation_clamp_unfused=False))
+    on = replace(sc, stack=replace(sc.stack, activation_clamp_unfused=True))
+    kw = dict(tp=1, cp=1, mb=1, ep=8, etp=0, cap=0.0)
+    a = sc.model
+    want = 4096 * a.top_k * 1.0 * 2 * a.expert_ffn * 2.0  # one sequence, phi = 1 (dropless, no imbalance), BF16
+    for rec, extra in (("none", want), ("mlp", 0.0), ("norm+mlp", 0.0)):
+        got = float(mem_terms._routed_per_block(on, recompute=rec, **kw)) \
+            - float(mem_terms._routed_per_block(off, recompute=rec, **kw))
+        assert math.isclose(got, extra, rel_tol=1e-9, abs_tol=1e-6), (rec, got, extra)
