@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from test_key_floor import check_floor
 from test_layout_bounds import check_bounds
 from test_moe_planner import CAT, subset
+from test_on_demand import check_floor_table
 from test_solver_properties import check_agreement
 
 from tpopt.catalogs.scenario import build_scenario
@@ -36,7 +37,6 @@ from tpopt.models import terms as T
 from tpopt.models.evaluate import evaluate
 from tpopt.models.terms import layer_times as LT
 from tpopt.models.terms import memory as mem_terms
-from tpopt.optimizer import space as space_mod
 from tpopt.optimizer.core import solve
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import Space
@@ -115,21 +115,7 @@ def test_layout_bounds_and_key_floors_stay_below_the_exact_best(case):
 def test_compute_floor_table_holds_each_plans_floor_below_the_exact_term(case):
     sc, _ = case
     space = Space.from_scenario(sc)
-    d = space.domains
-    floors = space.compute_floors()
-    f = floors[0]
-    sched = d["schedule"][0]
-    rng = np.random.default_rng(35)
-    for _ in range(20):
-        idx = tuple(int(rng.integers(n)) for n in f.values.shape)
-        at = {v: d[v][i] for v, i in zip(f.vars, idx, strict=True)}
-        at = {v: at.get(v, d[v][0]) for v in ("acc", "recompute", "sp", "tp", "cp", "pp", "dp", "mb", "nics", "ep",
-                                              "etp", "cap")}
-        nums = {v: float(at[v]) for v in ("tp", "cp", "pp", "dp", "mb", "nics", "ep", "etp", "cap")}
-        inputs = T.compute_inputs(sc, acc=at["acc"], recompute=at["recompute"], sp=at["sp"], schedule=sched, **nums)
-        for paired, table in zip((False, True), floors, strict=True):
-            want = float(np.asarray(space_mod.compute_floor(sc, sched, nums["pp"], inputs, paired)))
-            assert math.isclose(float(table.values[idx]), want, rel_tol=1e-12), (at, paired, want)
+    check_floor_table(space, np.random.default_rng(35), 20)
     lo, floor = space.tables["time.compute"], space.compute_floor()
     exact = np.moveaxis(lo.values, lo.vars.index("schedule"), -1)
     below = np.broadcast_to(floor.values[..., None], exact.shape)
