@@ -14,6 +14,8 @@ memory limit that makes the clamped copy bind:
 * the layout bounds (plain <= coupled <= the layout's exact best) and the key floor (<= the bound-level and the
   exact best) stay lower bounds;
 * the compute floor table holds each plan's floor and stays below the exact compute term.
+The relations themselves (g on the grouped calls only, the clamp's passes and its copy) are checked in
+tests/test_grouped_gemm_efficiency.py and tests/test_moe_physics.py.
 """
 
 from __future__ import annotations
@@ -32,11 +34,7 @@ from test_on_demand import check_floor_table
 from test_solver_properties import check_agreement
 
 from tpopt.catalogs.scenario import build_scenario
-from tpopt.models import ops, steptime
-from tpopt.models import terms as T
 from tpopt.models.evaluate import evaluate
-from tpopt.models.terms import layer_times as LT
-from tpopt.models.terms import memory as mem_terms
 from tpopt.optimizer.core import solve
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import Space
@@ -121,42 +119,3 @@ def test_compute_floor_table_holds_each_plans_floor_below_the_exact_term(case):
     below = np.broadcast_to(floor.values[..., None], exact.shape)
     fin = np.isfinite(exact)
     assert np.all(below[fin] <= exact[fin] * (1 + 1e-12))
-
-
-def test_grouped_efficiency_divides_grouped_calls_only():
-    """g scales the grouped expert GEMM calls and nothing else: the layer's time at g minus its time at 1 is
-    (1/g - 1) x the grouped calls' time at 1, whatever else the layer runs (its dense GEMMs, attention, the
-    router, the clamp's memory passes)."""
-    raw = {"model": {"name": "gpt-oss-20b"}, "task": {"tokens": 1e10, "seq_len": 4096, "global_batch": 64},
-           "schedule": {"deadline": "30d"}, "hardware": {"accelerator": "h100-sxm"}}
-    sc = build_scenario(raw, CAT)
-    one = replace(sc, stack=replace(sc.stack, grouped_gemm_efficiency=1.0))
-    kw = dict(acc="h100-sxm", recompute="none", tp=1.0, cp=1.0, mb=1.0, ep=8.0, etp=0.0, cap=0.0)
-    lay = LT.layout(one, tp=1.0, mb=1.0, ep=8.0, etp=0.0, cap=0.0)
-    grouped = [k for k in ops.moe_kernels(one.model, lay)
-               if k.kind == "gemm" and not (isinstance(k.resident, float) and k.resident <= 0)]
-    assert grouped  # FC1 and FC2, forward, dX and dW
-    at_one = sum(float(steptime.kernel_time(k, LT.rates(one, "h100-sxm"))) for k in grouped)
-    base = T.op_times(one, **kw)[0]
-    for g in (0.5, 0.899, 1.6):
-        s = replace(sc, stack=replace(sc.stack, grouped_gemm_efficiency=g))
-        got = T.op_times(s, **kw)[0]
-        moved = sum(float(np.sum(x)) for x in got[:3]) - sum(float(np.sum(x)) for x in base[:3])
-        assert math.isclose(moved, (1.0 / g - 1.0) * at_one, rel_tol=1e-9), (g, moved, at_one)
-
-
-def test_clamped_copy_is_kept_unless_the_mlp_is_recomputed():
-    """gpt-oss on Megatron-Core: one MoE block keeps tokens x k x phi x 2 f_e x e bytes more with the eager clamp
-    (the clamped fc1 output its fused activation saves), none under MLP recompute (moe_act reruns the clamp)."""
-    raw = {"model": {"name": "gpt-oss-20b"}, "task": {"tokens": 1e10, "seq_len": 4096, "global_batch": 64},
-           "schedule": {"deadline": "30d"}, "hardware": {"accelerator": "h100-sxm"}, "moe": {"imbalance": 1.0}}
-    sc = build_scenario(raw, CAT)
-    off = replace(sc, stack=replace(sc.stack, activation_clamp_unfused=False))
-    on = replace(sc, stack=replace(sc.stack, activation_clamp_unfused=True))
-    kw = dict(tp=1, cp=1, mb=1, ep=8, etp=0, cap=0.0)
-    a = sc.model
-    want = 4096 * a.top_k * 1.0 * 2 * a.expert_ffn * 2.0  # one sequence, phi = 1 (dropless, no imbalance), BF16
-    for rec, extra in (("none", want), ("mlp", 0.0), ("norm+mlp", 0.0)):
-        got = float(mem_terms._routed_per_block(on, recompute=rec, **kw)) \
-            - float(mem_terms._routed_per_block(off, recompute=rec, **kw))
-        assert math.isclose(got, extra, rel_tol=1e-9, abs_tol=1e-6), (rec, got, extra)
