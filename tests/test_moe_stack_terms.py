@@ -9,7 +9,8 @@ disagree with the exact evaluation as soon as g != 1 or the clamp is on. The oth
 catalog stack only (g = the fitted 0.899) and no clamped model; here, on random small per-operation MoE spaces with
 g drawn on both sides of 1, a clamped model (gpt-oss-20b) with and without the eager clamp, MLP recompute and a
 memory limit that makes the clamped copy bind:
-* every backend (CP-SAT, HiGHS, monolithic, decomposed and on demand) proves the enumerator's optimum, and the
+* every backend (CP-SAT, HiGHS, monolithic, decomposed and on demand, with its default groups and with one layout
+  per group) proves the enumerator's optimum, and the
   enumerator's metrics are the exact evaluation's (``tpopt evaluate``) of its plan;
 * the layout bounds (plain <= coupled <= the layout's exact best) and the key floor (<= the bound-level and the
   exact best) stay lower bounds;
@@ -23,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import replace
+from unittest import mock
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -35,6 +37,7 @@ from test_solver_properties import check_agreement
 
 from tpopt.catalogs.scenario import build_scenario
 from tpopt.models.evaluate import evaluate
+from tpopt.optimizer import ondemand
 from tpopt.optimizer.core import solve
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import Space
@@ -87,6 +90,14 @@ def stack_moe_scenarios(draw):
 def test_backends_prove_the_enumerators_optimum(case):
     check_agreement(*case)
     check_agreement(*case, runs=[("cpsat", "on-demand"), ("highs", "on-demand")])
+
+
+@SETTINGS
+@given(stack_moe_scenarios())
+def test_on_demand_with_one_layout_per_group_proves_the_enumerators_optimum(case):
+    # every hub variable fixed: each group's bound (the compute floor, the closed-form activations) and table slice
+    with mock.patch.object(ondemand, "GROUP_ROWS", 1):
+        check_agreement(*case, runs=[("cpsat", "on-demand")])
 
 
 @SETTINGS
