@@ -585,6 +585,15 @@ def a2a_overlapped(setting: str, schedule: str) -> bool:
 # activation memory of routed tokens
 
 
+def clamped_apart(a: ModelArch, clamp_unfused: bool, fused_grouped_mlp: bool) -> bool:
+    """Whether the experts' gated activation is clamped apart from its fused kernel: the model clamps it
+    (``a.activation_clamp`` > 0, gpt-oss's swiglu_limit), the stack clamps in PyTorch (``clamp_unfused``,
+    StackProfile.activation_clamp_unfused: Megatron-Core) and the grouped MLP is not one fused kernel (whose
+    epilogue computes the activation). Then the clamp costs its own passes (ops.activation_clamp_kernels) and the
+    block keeps the clamped copy unless the activation is recomputed (:func:`routed_activation_extra`)."""
+    return a.activation_clamp > 0.0 and clamp_unfused and not fused_grouped_mlp
+
+
 def routed_activation_extra(a: ModelArch, tokens: ArrayLike, phi: ArrayLike, expert_tp_eff: ArrayLike,
                             act_bytes: float = 2.0, gemm_input_bytes: float | None = None,
                             combine_keeps_outputs: bool = True, clamp_copy: bool = False) -> FloatArray:

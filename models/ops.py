@@ -43,7 +43,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from tpopt.models.arch import ModelArch, attention_linear_params, mean_keys_per_query, mlp_activation_width
-from tpopt.models.moe import distinct_ranks
+from tpopt.models.moe import clamped_apart, distinct_ranks
 from tpopt.models.numeric import FloatArray, Floats
 
 PHASES = ("fwd", "dx", "dw")
@@ -397,7 +397,7 @@ def activation_clamp_kernels(a: ModelArch, lay: Layout, rows: Floats, width: Flo
     gpt-oss-120b at EP 8, one 4,096-token sequence in BF16: R w = 16,384 x 2,880 = 47.2M elements, 0.75 GB forward
     and 1.42 GB backward. None where the activation has no clamp, the stack fuses it, or the grouped MLP is one fused
     kernel (its epilogue computes the activation)."""
-    if a.activation_clamp <= 0.0 or not lay.activation_clamp_unfused or lay.fused_grouped_mlp:
+    if not clamped_apart(a, lay.activation_clamp_unfused, lay.fused_grouped_mlp):
         return []
     e, n = lay.act_bytes, _f(rows) * _f(width)
     per_e, fixed = CLAMP_BWD_BYTES

@@ -24,8 +24,9 @@ Every report (solve, evaluate, explain, sweep rows, rl) carries, in its JSON and
   states rather than the model computes, each with the figure the model would use where it has one (the
   modelled activations of a stated activation budget, and in a solve the plan they lead to) or with what it
   costs the plan (the input pipeline's rate against the demand, NICs per host, the card MTBF, the storage
-  bandwidth's checkpoint overhead, the price's date, the stack on a card it does not target, the reserved days
-  billed at the plan's card count);
+  bandwidth's checkpoint overhead, the price's date, the stack on a card it does not target, a stack whose
+  kernel factor no run of its own fitted (the pooled factor of the fitted stacks, :func:`pooled_stack`), the
+  reserved days billed at the plan's card count);
 * the evidence (:func:`evidence`, issue 35): whether the card and the stack were fitted, the plan's own
   step-time sigma with its reasons (tpopt.models.evidence: by distance from the evidence), P(on time) at that
   sigma, and the memory margin against the memory model's stated error ("may not fit").
@@ -254,12 +255,27 @@ def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | 
     if stack in NVIDIA_STACKS and vendor != "NVIDIA":
         out.append({"input": "stack", "stated": f"{stack} assumed on {vendor} cards (its published runs are on "
                     "NVIDIA cards; [hardware] stack names another)", "modelled": None, "vendor": vendor})
+    pooled = pooled_stack(sc) if sc.system(plan["accelerator"]).per_op else None
+    if pooled is not None:
+        out.append({"input": "stack", "stated": f"{stack}'s kernels at {pooled:.3f} of the reference stack's: no run "
+                    "of this stack was fitted, so the pooled factor of the stacks fitted on their own runs "
+                    "(catalogs/stacks.toml kernel_efficiency)", "modelled": None, "kernel_efficiency": pooled})
     finish = m.get("finish_days")
     if sc.task.reserved_s > 0 and finish:
         share = sc.task.reserved_s / DAY / float(finish)
         out.append({"input": "reserved time", "stated": f"{sc.task.reserved_s / DAY:g} d billed at {cards:,} "
                     f"cards ({share * 100:.1f} % of the cost)", "modelled": None, "reserved_share": share})
     return out
+
+
+def pooled_stack(sc: Scenario) -> float | None:
+    """The scenario's stack's kernel factor where no run of that stack fitted it and it is the pool of the fitted
+    stacks' factors instead (catalogs/stacks.toml: its source says ``pooled:``, as benchmarks/fit_stacks.py
+    writes it for a stack with kernels of its own that no shared-table run ran; DeepSpeed today), else None: a
+    factor that moves every step time of the per-operation model without a run of the stack behind it."""
+    st = sc.stack
+    source = str(getattr(st, "sources", {}).get("kernel_efficiency", ""))
+    return float(st.kernel_efficiency) if source.strip().lower().startswith("pooled") else None
 
 
 def _brief(source: str) -> str:

@@ -111,3 +111,36 @@ def test_sweep_rows_carry_the_footing(tmp_path):
     ok = [r for r in rows if r["status"] == "optimal"]
     assert ok and all(r["step_model"] == "flat" and r["stack"] == "megatron-core" and 0 < r["mfu"] < 0.4
                       and r["price_provenance"].startswith("catalog 2025-06") for r in ok)
+
+
+def test_a_stack_on_the_pooled_kernel_factor_says_so(tmp_path):
+    # DeepSpeed: no shared-table run ran it, so its kernel factor is the pool of the stacks fitted on their own runs
+    # with kernels of their own (benchmarks/fit_stacks.py pooled_prior): their geometric mean, one vote per stack,
+    # derived here from the catalog's fitted factors; the footing states it (it moves every step time), in the
+    # JSON and the text. A fitted stack (torchtitan-compile), the reference stack and the flat model state none.
+    import math
+
+    from tpopt.catalogs.stacks import stack_profile
+
+    fitted = [stack_profile(s).kernel_efficiency for s in ("torchtitan", "torchtitan-compile", "maxtext")]
+    pool = math.exp(sum(math.log(f) for f in fitted) / len(fitted))
+    ds = stack_profile("deepspeed")
+    assert ds.sources["kernel_efficiency"].startswith("pooled")
+    assert ds.kernel_efficiency == pytest.approx(pool, abs=5e-4)  # written to three decimals
+    per_op = per_op_case(tmp_path)
+    text = per_op.read_text()
+
+    def stated(stack, flat=False):
+        p = tmp_path / f"{stack}-{flat}.toml"
+        body = text.replace("[hardware]\n", f'[hardware]\nstack = "{stack}"\n' + (EFF_LINE + "\n" if flat else ""))
+        p.write_text(body)
+        d = json.loads(run("evaluate", "--scenario", p, "--cards", "48", "--json"))
+        assert d["footing"]["stack"] == stack
+        return [s for s in d["footing"]["stated"] if "kernel_efficiency" in s], "\n".join(footing_lines(d["footing"]))
+
+    got, lines = stated("deepspeed")
+    assert [s["kernel_efficiency"] for s in got] == [ds.kernel_efficiency]
+    assert f"deepspeed's kernels at {ds.kernel_efficiency:.3f} of the reference stack's" in lines.replace("\n    ", " ")
+    for stack in ("torchtitan-compile", "megatron-core"):
+        assert stated(stack)[0] == []
+    assert stated("deepspeed", flat=True)[0] == []  # the flat model does not read the stack's kernels

@@ -83,14 +83,17 @@ def test_the_compute_floor_table_holds_each_plans_floor(name):
     laid out; the busiest stage's and DualPipe's paired) hold at each entry the floor of that one plan:
     :func:`space.compute_floor` of :func:`terms.compute_inputs` at the entry's scalar values (per-operation dense,
     flat dense, per-operation MoE)."""
-    space = Space.from_scenario(load_scenario(ROOT / "examples" / name))
+    check_floor_table(Space.from_scenario(load_scenario(ROOT / "examples" / name)), np.random.default_rng(27), 60)
+
+
+def check_floor_table(space, rng, draws):
+    """``draws`` random entries of the space's floor tables, each against the floor of its one plan."""
     d, sc = space.domains, space.sc
     floors = space.compute_floors()
     f = floors[0]
     assert f.values.shape == tuple(len(d[v]) for v in f.vars)
     sched = d["schedule"][0]
-    rng = np.random.default_rng(27)
-    for _ in range(60):
+    for _ in range(draws):
         idx = tuple(int(rng.integers(n)) for n in f.values.shape)
         at = {v: d[v][i] for v, i in zip(f.vars, idx, strict=True)}
         at = {v: at.get(v, d[v][0]) for v in ("acc", "recompute", "sp", "tp", "cp", "pp", "dp", "mb", "nics", "ep",

@@ -267,8 +267,8 @@ def _routed_per_block(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: Arr
     phi = load_factor(sc, ep, cap)
     matrix = memory.recipe(sc.task.precision).matrix
     b_in = {"fp8": 1.0, "mxfp8": 1.0 + 1.0 / 32.0}.get(matrix)
-    clamp = (sc.model.activation_clamp > 0.0 and sc.stack.activation_clamp_unfused and not sc.moe.fused_grouped_mlp
-             and "mlp" not in effective_recompute(sc, recompute).split("+"))
+    clamp = moe.clamped_apart(sc.model, sc.stack.activation_clamp_unfused, sc.moe.fused_grouped_mlp) \
+        and "mlp" not in effective_recompute(sc, recompute).split("+")
     extra: FloatArray = moe.routed_activation_extra(sc.model, card_tokens(sc, tp, mb, cp), phi,
                                                     moe.expert_tp_size(etp, tp), sc.memory.activation_bytes, b_in,
                                                     not sc.stack.moe_probs_in_activation, clamp)
