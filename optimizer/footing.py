@@ -25,8 +25,9 @@ Every report (solve, evaluate, explain, sweep rows, rl) carries, in its JSON and
   modelled activations of a stated activation budget, and in a solve the plan they lead to) or with what it
   costs the plan (the input pipeline's rate against the demand, NICs per host, the card MTBF, the storage
   bandwidth's checkpoint overhead, the price's date, the stack on a card it does not target, a stack whose
-  kernel factor no run of its own fitted (the pooled factor of the fitted stacks, :func:`pooled_stack`), the
-  reserved days billed at the plan's card count);
+  kernel factor no run of its own fitted (the pooled factor of the fitted stacks, :func:`pooled_stack`), a MoE
+  model's grouped expert GEMM calls at the stack's fitted share of their modelled speed
+  (:func:`fitted_grouped_gemm`), the reserved days billed at the plan's card count);
 * the evidence (:func:`evidence`, issue 35): whether the card and the stack were fitted, the plan's own
   step-time sigma with its reasons (tpopt.models.evidence: by distance from the evidence), P(on time) at that
   sigma, and the memory margin against the memory model's stated error ("may not fit").
@@ -260,6 +261,13 @@ def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | 
         out.append({"input": "stack", "stated": f"{stack}'s kernels at {pooled:.3f} of the reference stack's: no run "
                     "of this stack was fitted, so the pooled factor of the stacks fitted on their own runs "
                     "(catalogs/stacks.toml kernel_efficiency)", "modelled": None, "kernel_efficiency": pooled})
+    grouped = fitted_grouped_gemm(sc) if sc.system(plan["accelerator"]).per_op else None
+    if grouped is not None:
+        g, runs = grouped
+        on = f"{stack}'s fit on {runs} MoE runs" if runs else f"{stack}'s fit"
+        out.append({"input": "grouped expert GEMM", "stated": f"calls at {g:.3f} of their modelled speed ({on}; "
+                    "catalogs/stacks.toml grouped_gemm_efficiency)", "modelled": None,
+                    "grouped_gemm_efficiency": g, "fitted_runs": runs})
     finish = m.get("finish_days")
     if sc.task.reserved_s > 0 and finish:
         share = sc.task.reserved_s / DAY / float(finish)
@@ -276,6 +284,19 @@ def pooled_stack(sc: Scenario) -> float | None:
     st = sc.stack
     source = str(getattr(st, "sources", {}).get("kernel_efficiency", ""))
     return float(st.kernel_efficiency) if source.strip().lower().startswith("pooled") else None
+
+
+def fitted_grouped_gemm(sc: Scenario) -> tuple[float, int | None] | None:
+    """(g, runs) where the scenario's model is MoE and its stack's grouped expert GEMM calls take t_model / g with
+    g != 1 (catalogs/stacks.toml grouped_gemm_efficiency, fitted by benchmarks/fit_grouped_gemm.py; ``runs`` the
+    number of MoE runs its source names, None if it names none), else None: a fitted factor that moves every MoE
+    step time of the per-operation model."""
+    st = sc.stack
+    g = float(getattr(st, "grouped_gemm_efficiency", 1.0))
+    if not sc.model.moe or g == 1.0:
+        return None
+    found = re.search(r"on the (\d+) MoE runs", str(getattr(st, "sources", {}).get("grouped_gemm_efficiency", "")))
+    return g, int(found.group(1)) if found else None
 
 
 def _brief(source: str) -> str:

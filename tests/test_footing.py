@@ -144,3 +144,36 @@ def test_a_stack_on_the_pooled_kernel_factor_says_so(tmp_path):
     for stack in ("torchtitan-compile", "megatron-core"):
         assert stated(stack)[0] == []
     assert stated("deepspeed", flat=True)[0] == []  # the flat model does not read the stack's kernels
+
+
+def test_a_moe_plan_states_the_fitted_grouped_gemm_factor(tmp_path):
+    # The grouped expert GEMM calls take t_model / g, g fitted on the stack's MoE runs (catalogs/stacks.toml
+    # grouped_gemm_efficiency, benchmarks/fit_grouped_gemm.py): a fitted factor that moves every MoE step time, so
+    # the footing states it with the number of runs its source names, in the JSON and the text; a dense model
+    # states none (nor does the flat model, which does not read the stack's kernels).
+    import re
+
+    from tpopt.catalogs.stacks import stack_profile
+
+    mc = stack_profile("megatron-core")
+    runs = int(re.search(r"on the (\d+) MoE runs", mc.sources["grouped_gemm_efficiency"]).group(1))
+    assert mc.grouped_gemm_efficiency != 1.0 and runs > 0
+    moe = tmp_path / "qwen3-per-op.toml"
+    flat = "efficiency = 0.40         # MFU of the matrix work (flat step-time model)\n"
+    text = (ROOT / "examples" / "qwen3-30b-a3b.toml").read_text()
+    assert flat in text
+    moe.write_text(text.replace(flat, ""))
+    d = json.loads(run("evaluate", "--scenario", moe, "--hw", "h100-sxm", "--cards", "64", "--zero", "1", "--ep", "8",
+                       "--json"))
+    got = [s for s in d["footing"]["stated"] if s["input"] == "grouped expert GEMM"]
+    assert [(s["grouped_gemm_efficiency"], s["fitted_runs"]) for s in got] == [(mc.grouped_gemm_efficiency,
+                                                                                  runs)]
+    lines = "\n".join(footing_lines(d["footing"])).replace("\n    ", " ")
+    g = mc.grouped_gemm_efficiency
+    said = f"grouped expert GEMM calls at {g:.3f} of their modelled speed (megatron-core's fit on {runs} MoE runs"
+    assert said in lines
+    dense = json.loads(run("evaluate", "--scenario", per_op_case(tmp_path), "--cards", "48", "--json"))
+    assert not [s for s in dense["footing"]["stated"] if s["input"] == "grouped expert GEMM"]
+    flat_moe = json.loads(run("evaluate", "--scenario", ROOT / "examples" / "qwen3-30b-a3b.toml", "--hw", "h100-sxm",
+                              "--cards", "64", "--zero", "1", "--ep", "8", "--json"))
+    assert not [s for s in flat_moe["footing"]["stated"] if s["input"] == "grouped expert GEMM"]
