@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
@@ -230,6 +230,24 @@ def compute_bounds_of_twin(schedule: str, pp: ArrayLike, ga: ArrayLike, twin: li
     m = np.ceil(np.asarray(ga, dtype=float) - 1e-9).astype(int)
     bad = ~pipeline.shape_ok(base, pp, m)
     return [t if not bad.any() else np.where(bad, np.inf, t) for t in twin]
+
+
+def bound_mates(schedules: Sequence[str], forms: Sequence[tuple[Any, ...]], si: int,
+                twins: Mapping[tuple[Any, ...], Any]) -> list[int]:
+    """Schedule ``si`` and the schedules whose per-operation compute bounds one pass forms with its
+    (:func:`tpopt.models.terms.compute_bounds_of`: ZB-H1 with ZB-H2): one of each other form (``forms``: (inputs
+    key, :func:`~tpopt.models.pipeline.group_bound_form`, chunks) per schedule) with its inputs key, chunks and
+    :func:`~tpopt.models.pipeline.bound_pass`, none of whose form ``twins`` holds yet."""
+    def bound_pass(i: int) -> str:
+        return pipeline.bound_pass(T.schedule_parts(schedules[i])[0])
+
+    out, seen = [si], {forms[si]}
+    for i, form in enumerate(forms):
+        if (form not in seen and form not in twins and (form[0], form[2]) == (forms[si][0], forms[si][2])
+                and bound_pass(i) == bound_pass(si)):
+            out.append(i)
+            seen.add(form)
+    return out
 
 
 def _stacked(parts: list[Any], grid: tuple[int, ...]) -> NDArray[np.float64]:
@@ -866,10 +884,14 @@ class Space:
                 totals = [T.compute_total(sc, sched, pp_rows, stacked)]
             elif twin is not None:
                 totals = compute_bounds_of_twin(sched, pp, stacked[10], twin)
+            elif forms is not None:  # with the schedules of other forms its pass bounds too (bound_mates)
+                mates = bound_mates(d["schedule"], forms, si, twins)
+                for i, pair in zip(mates, T.compute_bounds_of(sc, [d["schedule"][i] for i in mates], pp, stacked),
+                                   strict=True):
+                    twins[forms[i]] = list(pair)
+                totals = twins[forms[si]]
             else:
                 totals = list(T.compute_bounds(sc, sched, pp, stacked))
-                if forms is not None:
-                    twins[forms[si]] = totals
             for out, total in zip(outs, totals, strict=False):
                 out[:, :, :, si] = lay(total)
         if exact:

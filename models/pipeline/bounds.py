@@ -5,7 +5,7 @@ of the activation peak (:func:`peak_inflight_bounds`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,8 +59,8 @@ def completion_bounds(schedule: str, p: ArrayLike, m: ArrayLike, forward: ArrayL
     """
     _check_schedule(schedule)
     if per_group:
-        return _bounds_per_group(schedule, *_check_shape(schedule, p, m, v), forward, backward_input,
-                                 backward_weight, transfer, update, chunk_layers)
+        return _bounds_per_group((schedule,), *_check_shape(schedule, p, m, v), forward, backward_input,
+                                 backward_weight, transfer, update, chunk_layers)[0]
     p, m = _ints(p), _ints(m)
     F = np.asarray(forward, dtype=float)
     X = np.asarray(backward_input, dtype=float)
@@ -127,19 +127,40 @@ def completion_bounds_rows(schedule: str, p: int, m: ArrayLike, forward: ArrayLi
     ``columns`` (one index per row): the durations (p, u) and the update are given once per distinct
     duration set, row r taking set ``columns[r]`` (with its own ``m`` and ``transfer``); every sum over
     the groups is formed on the u sets, and the same numbers result as from the rows' durations."""
-    _check_schedule(schedule)
+    return completion_bounds_rows_of((schedule,), p, m, forward, backward_input, backward_weight, transfer, update,
+                                     v=v, chunk_layers=chunk_layers, columns=columns)[0]
+
+
+def completion_bounds_rows_of(schedules: Sequence[str], p: int, m: ArrayLike, forward: ArrayLike,
+                              backward_input: ArrayLike, backward_weight: ArrayLike, transfer: ArrayLike,
+                              update: ArrayLike = 0.0, *, v: int = 2, chunk_layers: Iterable[int] | None = None,
+                              columns: NDArray[np.intp] | None = None) -> list[tuple[FloatArray, FloatArray]]:
+    """:func:`completion_bounds_rows` of each of ``schedules`` (all of one :func:`bound_pass`) on the same durations,
+    in one pass: the parts of their bounds that do not depend on the schedule (the per-stage maximum, the prefix
+    sums, the serial timetable) are formed once. Each schedule's ``(lo, hi)`` is the bits a call of its own gives
+    (the same arithmetic on the same arrays), inf on the shapes it cannot run."""
+    for schedule in schedules:
+        _check_schedule(schedule)
+    if len({bound_pass(s) for s in schedules}) != 1:
+        raise InputError("completion_bounds_rows_of: the schedules must share one bound pass")
     p = _whole(p, "stages p", 1)
-    v = _whole(v, "chunks v", 1) if schedule == "interleaved" else 1
+    v = _whole(v, "chunks v", 1) if "interleaved" in schedules else 1
     m = _ints(m)
     if np.any(m < 1):
         raise InputError("micro-batches m must be whole numbers >= 1")
-    bad = np.zeros(m.shape, dtype=bool)
-    for mv in np.unique(m).tolist():
-        if shape_error(schedule, p, int(mv), v):
-            bad |= m == mv
-    lo, hi = _bounds_per_group(schedule, p, m, v, forward, backward_input, backward_weight, transfer, update,
-                               chunk_layers, columns)
-    return np.where(bad, np.inf, lo), np.where(bad, np.inf, hi)
+    shapes = np.unique(m).tolist()
+    pairs = _bounds_per_group(tuple(schedules), p, m, v, forward, backward_input, backward_weight, transfer, update,
+                              chunk_layers, columns)
+    out = []
+    for schedule, (lo, hi) in zip(schedules, pairs, strict=True):
+        bad = np.zeros(m.shape, dtype=bool)
+        for mv in shapes:
+            if shape_error(schedule, p, int(mv), v):
+                bad |= m == mv
+        out.append((np.where(bad, np.inf, lo), np.where(bad, np.inf, hi)))
+    return out
+
+
 
 
 def group_bound_form(schedule: str) -> str:
@@ -152,12 +173,21 @@ def group_bound_form(schedule: str) -> str:
     return "fused" if schedule not in SPLIT_BACKWARD and schedule != "interleaved" else schedule
 
 
-def _bounds_per_group(schedule: str, p: int, m: int | NDArray[np.int64], v: int, forward: ArrayLike,
+def bound_pass(schedule: str) -> str:
+    """Which schedules :func:`completion_bounds_rows_of` bounds in one pass: those of one :func:`group_bound_form`,
+    and ZB-H1 with ZB-H2 (``"split"``: the same per-stage maximum, prefix sums and serial timetable of the same
+    split durations; only their last stage's pending dW and stage 0's warm-up differ)."""
+    return "split" if schedule in ("zb-h1", "zb-h2") else group_bound_form(schedule)
+
+
+def _bounds_per_group(schedules: tuple[str, ...], p: int, m: int | NDArray[np.int64], v: int, forward: ArrayLike,
                       backward_input: ArrayLike, backward_weight: ArrayLike, transfer: ArrayLike, update: ArrayLike,
                       chunk_layers: Iterable[int] | None,
-                      columns: NDArray[np.intp] | None = None) -> tuple[FloatArray, FloatArray]:
-    """:func:`completion_bounds` for durations per layer group (arrays (p, ...)); ``m`` a whole number or
-    an integer array broadcasting with the rows; ``columns``: see :func:`completion_bounds_rows`."""
+                      columns: NDArray[np.intp] | None = None) -> list[tuple[FloatArray, FloatArray]]:
+    """:func:`completion_bounds` for durations per layer group (arrays (p, ...)), one pair per schedule of
+    ``schedules`` (all of one :func:`bound_pass`: what does not depend on the schedule is formed once); ``m`` a
+    whole number or an integer array broadcasting with the rows; ``columns``: see :func:`completion_bounds_rows`."""
+    schedule = schedules[0]
     if columns is None:
         (F, X, W, U), t, lead = _groups_first(p, forward, backward_input, backward_weight, transfer, update)
         lead = np.broadcast_shapes(lead, np.shape(m))
@@ -179,7 +209,7 @@ def _bounds_per_group(schedule: str, p: int, m: int | NDArray[np.int64], v: int,
 
     if p == 1:
         exact = out(m * G(F[0] + X[0] + W[0]) + G(U[0]))
-        return exact, exact
+        return [(exact, exact)] * len(schedules)
     form = group_bound_form(schedule)  # the schedule is read through its form alone (and whether it fuses dX, dW)
     fused = schedule not in SPLIT_BACKWARD
     if fused:  # one backward op of dX + dW
@@ -208,29 +238,33 @@ def _bounds_per_group(schedule: str, p: int, m: int | NDArray[np.int64], v: int,
             return row
 
         lo = _stage_max(p, dual)
-        lo = np.maximum(lo, (down - 1) * G(F[0]) + G(_stage_sum(F + X)) + G(W[0]) + 2 * (p - 1) * t + G(U[0]))
+        los = [np.maximum(lo, (down - 1) * G(F[0]) + G(_stage_sum(F + X)) + G(W[0]) + 2 * (p - 1) * t + G(U[0]))]
         hops = p - 1
     elif form == "interleaved":
         frac = np.asarray(_chunk_fractions(schedule, p, v, chunk_layers))[:, 0].reshape(col)  # chunk 0 of each group
         pf = pre(F * frac)
         lo = G(pf[p - 1]) + (p - 1) * t + m * G(w[p - 1]) + G(pre(X * frac)[p - 1]) + (p - 1) * t + G(U[0])
-        lo = np.maximum(lo, _stage_max(p, lambda s: ((G(pf[s]) + float(s) * t) + m * G(w[s])) + G(U[s])))
+        los = [np.maximum(lo, _stage_max(p, lambda s: ((G(pf[s]) + float(s) * t) + m * G(w[s])) + G(U[s])))]
         hops = v * p - 1
     else:  # fill-drain, 1F1B, ZB-H1, ZB-H2: stage s holds group s
         pf, px = pre(F), pre(X)
         fill = G(pf[p - 1]) + (p - 1) * t
-        lo = _stage_max(p, lambda s: ((G(pf[s]) + float(s) * t) + m * G(w[s])) + G(U[s]))
-        k = {"zb-h1": np.minimum(p, m), "zb-h2": np.minimum(2 * p - 1, m)}.get(form, 0)
-        lo_b = fill + m * G((F + X)[p - 1]) + (m - k) * G(W[p - 1]) + G(px[p - 1]) + (p - 1) * t + G(W[0])
-        lo = np.maximum(lo, lo_b + G(U[0]))
-        if not fused:
-            a0 = (p - 1) if form == "zb-h1" else 2 * (p - 1)
-            lo_d = fill + G((F + X)[p - 1]) + G(px[p - 1]) + (p - 1) * t + (m - 1) * G(X[0]) \
-                + m * G(W[0]) + np.maximum(0, m - a0 - 1) * G(F[0])
-            lo = np.maximum(lo, lo_d + G(U[0]))
+        lo_a = _stage_max(p, lambda s: ((G(pf[s]) + float(s) * t) + m * G(w[s])) + G(U[s]))
+        los = []
+        for form in (group_bound_form(s) for s in schedules):  # ZB-H1 and ZB-H2 differ from here on only
+            k = {"zb-h1": np.minimum(p, m), "zb-h2": np.minimum(2 * p - 1, m)}.get(form, 0)
+            lo_b = fill + m * G((F + X)[p - 1]) + (m - k) * G(W[p - 1]) + G(px[p - 1]) + (p - 1) * t + G(W[0])
+            lo = np.maximum(lo_a, lo_b + G(U[0]))
+            if not fused:
+                a0 = (p - 1) if form == "zb-h1" else 2 * (p - 1)
+                lo_d = fill + G((F + X)[p - 1]) + G(px[p - 1]) + (p - 1) * t + (m - 1) * G(X[0]) \
+                    + m * G(W[0]) + np.maximum(0, m - a0 - 1) * G(F[0])
+                lo = np.maximum(lo, lo_d + G(U[0]))
+            los.append(lo)
         hops = p - 1
-    hi = m * G(_stage_sum(w)) + 2 * m * hops * t + G(u_max)
-    return out(lo * (1 - BOUND_SLACK)), out(hi * (1 + BOUND_SLACK))
+    hi = out((m * G(_stage_sum(w)) + 2 * m * hops * t + G(u_max)) * (1 + BOUND_SLACK))
+    los = los * len(schedules) if len(los) == 1 else los  # a form without a schedule's own part: one for all
+    return [(out(lo * (1 - BOUND_SLACK)), hi) for lo in los]
 
 
 def _stage_max(p: int, row: Callable[[int], FloatArray]) -> FloatArray:

@@ -158,6 +158,7 @@ from tpopt.models.terms.stage_compute import (
     _duration_sets,
     compute,
     compute_bounds,
+    compute_bounds_of,
     compute_from,
     compute_inputs,
     compute_key,
@@ -189,5 +190,6 @@ __all__ = [
     "stack_overhead", "stage_classes", "stage_split", "states", "step_sigma", "stored_activations",
     "straggler_factor", "temporary", "tp_comm", "tp_exposed", "with_sequence_parallel", "zero_ranks",
 ]
+__all__ += ["compute_bounds_of"]
 __all__ += ["card_base", "catalog_sigma", "evidence_for", "evidence_of", "experts_per_card", "own_calibration",
             "plan_facts"]

@@ -222,10 +222,13 @@ def _duration_sets(arrays: Sequence[FloatArray]) -> tuple[NDArray[np.intp], NDAr
     return inverse.astype(np.intp), first.astype(np.intp)
 
 
-def _bounds_on_grid(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike, durations: Sequence[ArrayLike],
-                    t_transfer: ArrayLike, groups: Groups, dense_of: Callable[[int], Sequence[int]] | None,
-                    loss_layers: float = 0.0) -> tuple[FloatArray, FloatArray] | None:
-    """The closed-form ``(lo, hi)`` of :func:`_pipeline_groups` (its ``bounds=True``) on the plan grid, when the
+def _bounds_on_grid(bases: tuple[str, ...], v: int, pp: ArrayLike, micro_batches: ArrayLike,
+                    durations: Sequence[ArrayLike], t_transfer: ArrayLike, groups: Groups,
+                    dense_of: Callable[[int], Sequence[int]] | None,
+                    loss_layers: float = 0.0) -> list[tuple[FloatArray, FloatArray]] | None:
+    """The closed-form ``(lo, hi)`` of :func:`_pipeline_groups` (its ``bounds=True``) on the plan grid, one pair per
+    base schedule of ``bases`` (all of one :func:`pipeline.bound_pass <tpopt.models.pipeline.bound_pass>`, bounded
+    in one pass of :func:`pipeline.completion_bounds_rows_of`), when the
     stage count varies along one axis of the grid at most (an axis of at most GRID_STAGE_COUNTS entries: the pp
     axis of a table, not flattened rows); None otherwise. ``durations``: (fwd, dX, dW) of a layer, of the first
     stage's extras and of the last stage's, then those of a dense block (``dense_of``: dense blocks per stage).
@@ -251,7 +254,8 @@ def _bounds_on_grid(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike, 
     m_float = pad(_f(micro_batches))
     m_all, t_all = pad(np.ceil(m_float - 1e-9).astype(int)), pad(_f(t_transfer))
     d_all = [pad(_f(x)) for x in durations]
-    lo_grid, hi_grid = np.empty(shape), np.empty(shape)
+    base = bases[0]  # the chunks, and whether a stage count can run, are the pass's (interleaved is one alone)
+    grids = [(np.empty(shape), np.empty(shape)) for _ in bases]
     for j in range(p_of.shape[ax] if along else 1):
         p = int(p_of.reshape(-1)[j])
 
@@ -271,13 +275,15 @@ def _bounds_on_grid(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike, 
                                        + ef + edx + edw + hf + hdx + hdw)
             else:
                 one = at_p(m_float) * (n_all * (lf + ldx + ldw) + ef + edx + edw + hf + hdx + hdw)
-            lo_grid[tuple(dst)] = hi_grid[tuple(dst)] = one
+            for lo_grid, hi_grid in grids:
+                lo_grid[tuple(dst)] = hi_grid[tuple(dst)] = one
             continue
         lead = np.broadcast_shapes(m_p.shape, t_p.shape, *(x.shape for x in d_p))
         split = groups(p)
         chunks = chunk_weights(split, v, loss_layers) if base == "interleaved" else None
         if not split or (base == "interleaved" and chunks is None):
-            lo_grid[tuple(dst)] = hi_grid[tuple(dst)] = np.inf  # layout.schedule_shape rules these plans out
+            for lo_grid, hi_grid in grids:  # layout.schedule_shape rules these plans out
+                lo_grid[tuple(dst)] = hi_grid[tuple(dst)] = np.inf
             continue
         n_g = np.asarray(split, dtype=float).reshape((-1,) + (1,) * nd)
         d_g = None if dense_of is None else np.asarray(dense_of(p), dtype=float).reshape((-1,) + (1,) * nd)
@@ -304,13 +310,14 @@ def _bounds_on_grid(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike, 
                 arr[0] = arr[0] + np.broadcast_to(e, dshape)
                 arr[-1] = arr[-1] + np.broadcast_to(h, dshape)
             fwd, dx, dw = per
-            lo, hi = pipeline.completion_bounds_rows(base, p, part(m_p), fwd, dx, dw, part(t_p), 0.0, v=v,
-                                                     chunk_layers=chunks)
+            pairs = pipeline.completion_bounds_rows_of(bases, p, part(m_p), fwd, dx, dw, part(t_p), 0.0, v=v,
+                                                       chunk_layers=chunks)
             for i, c in enumerate(cut):
                 if not (along and i == ax):
                     dst[i] = c
-            lo_grid[tuple(dst)], hi_grid[tuple(dst)] = lo, hi
-    return lo_grid, hi_grid
+            for (lo_grid, hi_grid), (lo, hi) in zip(grids, pairs, strict=True):
+                lo_grid[tuple(dst)], hi_grid[tuple(dst)] = lo, hi
+    return grids
 
 
 def _pipeline_groups(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike, layer_f: Sequence[ArrayLike],
@@ -326,10 +333,10 @@ def _pipeline_groups(base: str, v: int, pp: ArrayLike, micro_batches: ArrayLike,
     more = tuple(_f(x) for x in cast(Sequence[ArrayLike], dense)) if mixed else ()
     dense_of = cast(Callable[[int], Sequence[int]], dense_groups)  # called only when mixed
     if bounds:  # on the plan grid where the stage count has an axis of its own
-        grid = _bounds_on_grid(base, v, pp, micro_batches, (lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, *more),
+        grid = _bounds_on_grid((base,), v, pp, micro_batches, (lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, *more),
                                t_transfer, groups, dense_of if mixed else None, loss_layers)
         if grid is not None:
-            return grid
+            return grid[0]
     arrs = np.broadcast_arrays(np.asarray(pp), _f(micro_batches), *(_f(x) for x in (lf, ldx, ldw, ef, edx, edw, hf,
                                                                                        hdx, hdw, t_transfer)), *more)
     shape = arrs[0].shape
@@ -553,6 +560,32 @@ def compute_bounds(sc: Scenario, schedule: str, pp: ArrayLike, inputs: Sequence[
         lo, hi = pipeline_compute(schedule, pp, ga, lf, ldx, ldw, t_x, bounds=True)
     factor = straggler_factor(sc, cards)
     return lo * factor, hi * factor
+
+
+def compute_bounds_of(sc: Scenario, schedules: Sequence[str], pp: ArrayLike,
+                      inputs: Sequence[Any]) -> list[tuple[FloatArray, FloatArray]]:
+    """:func:`compute_bounds` of each of ``schedules`` on the same inputs: schedules of one bound pass
+    (:func:`pipeline.bound_pass <tpopt.models.pipeline.bound_pass>`: ZB-H1 with ZB-H2) in one pass of the pipeline
+    bounds on the plan grid where the per-operation model bounds them there (the per-stage maximum, prefix sums and
+    serial timetable formed once), each other schedule on its own. Each pair is the bits :func:`compute_bounds`
+    gives for its schedule: the same arithmetic on the same arrays, in the same order."""
+    parts = [schedule_parts(s) for s in schedules]
+    grids = None
+    if (per_op_model(sc) and len(parts) > 1 and len({pipeline.bound_pass(b) for b, _ in parts}) == 1
+            and len({v for _, v in parts}) == 1):  # as compute_bounds -> pipeline_compute -> _pipeline_groups
+        lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, t_x, ga = inputs[:11]
+        dense = inputs[12:15] or None
+        mixed = dense is not None and dense_split(sc, 1) is not None
+        more = tuple(_f(x) for x in cast(Sequence[ArrayLike], dense)) if mixed else ()
+        grids = _bounds_on_grid(tuple(b for b, _ in parts), parts[0][1], pp, ga,
+                                (lf, ldx, ldw, ef, edx, edw, hf, hdx, hdw, *more), t_x, lambda p: stage_split(sc, p),
+                                cast(Callable[[int], Sequence[int]], lambda p: dense_split(sc, p)) if mixed else None,
+                                loss_chunk_layers(sc.model))
+    if grids is None:
+        return [compute_bounds(sc, s, pp, inputs) for s in schedules]
+    host = stack_overhead(sc, pp=pp, ga=inputs[10])
+    factor = straggler_factor(sc, inputs[11])
+    return [((lo + host) * factor, (hi + host) * factor) for lo, hi in grids]
 
 
 def compute(sc: Scenario, *, acc: str, recompute: str, sp: bool | None = None, schedule: str, tp: ArrayLike,
