@@ -747,6 +747,61 @@ class LayoutEvaluator:
         self._kept_parts = (h, (g, mem, busy))
         self._least_keys(h, g, busy, fits, self._fit_floors)
 
+    def _on_grid_many(self, name: str, table: NDArray[Any], hs: list[Layout]) -> NDArray[Any]:
+        """:meth:`_on_grid` of a table of the space at each of the layouts ``hs`` at once, stacked along a new first
+        axis (size 1 where the table holds no layout variable: it broadcasts)."""
+        view, at = self._view(name, table)
+        if not at:
+            return view[None]
+        return view[tuple(np.fromiter((h[i] for h in hs), np.intp, len(hs)) for i in at)]
+
+    def form_floors_ahead(self, layouts: Iterable[Layout], memory: bool) -> None:
+        """:meth:`_form_floors` (and, where ``memory`` is False, :meth:`key_floor`'s floors over every allowed point)
+        of the layouts a walk is about to check, in one numpy pass over all of them: the same expressions in the
+        same order on arrays stacked along a first axis (elementwise float64 arithmetic and minima: the bits the
+        layout-by-layout path forms; ``tests/test_key_floor.py``). Layouts already formed or glued are left out, as
+        :meth:`no_plan` and :meth:`key_floor` leave them; where an array is not float64 (a scalar's promotion could
+        differ), nothing is formed here and each layout's floors are formed when it is checked."""
+        hs = [h for h in dict.fromkeys(layouts)
+              if h not in self._fits and (h, "bound", frozenset()) not in self.glued]
+        sp, sc = self.space, self.sc
+        if len(hs) < 2:
+            return
+        per_class = [((self._on_grid_many(states, sp.tables[states].values, hs)
+                       + self._on_grid_many(copies, sp.tables[copies].values, hs))
+                      + self._on_grid_many(acts, sp.bound_table(acts, "lo").values, hs))
+                     + self._on_grid_many(temp, sp.tables[temp].values, hs)
+                     for _, (states, copies, acts, temp) in sp.memory_classes()]  # :meth:`_memory`'s order
+        mem: NDArray[Any] = per_class[0]
+        for one in per_class[1:]:
+            mem = np.maximum(mem, one)
+        g = {n: self._on_grid_many(n, sp.tables[n].values, hs) for n in _GRID_TERMS}
+        compute = self._on_grid_many("time.compute", sp.bound_table("time.compute", "lo").values, hs)
+        busy = (((compute + g["time.exposed_dp"]) + g["time.tp_comm"]) + g["time.offload"]) + g["time.ep_comm"]
+        over = self._on_grid_many("overhead", sp.tables["overhead"].values, hs)
+        if any(a.dtype != np.float64 for a in (mem, busy, g["rate"], over)):
+            return  # a scalar's promotion could differ from the layout-by-layout path's: leave it to that
+        facts = [self._glue_facts(h) for h in hs]
+        usable = np.array([f[0] for f in facts], dtype=np.float64).reshape((-1,) + (1,) * (mem.ndim - 1))
+        valid = np.stack([f[3] for f in facts])
+        fits = valid & (mem <= usable)
+        axes = tuple(range(1, fits.ndim))
+        any_fit = cast(list[bool], np.any(fits, axis=axes).tolist())
+        L = np.min(over.reshape(over.shape[0], -1), axis=1).reshape((-1,) + (1,) * (busy.ndim - 1))
+        finish = _finish_s(sc, busy + sc.input.wait_s, L)
+        keys = (("cost", g["rate"] * finish), ("finish", finish))
+        masks = [(fits, self._fit_floors)] + ([] if memory else [(valid, self._floors)])
+        for where, into in masks:
+            for objective, k1 in keys:
+                least = np.min(np.broadcast_to(k1, where.shape), axis=axes, where=where, initial=math.inf)
+                for h, v in zip(hs, least.tolist(), strict=True):
+                    into.setdefault((h, objective), v)
+        for h, fit in zip(hs, any_fit, strict=True):
+            self._fits[h] = fit
+            if not fit:  # as :meth:`_form_floors`: inf where no point fits (the minimum above gives inf too)
+                for objective in ("cost", "finish"):
+                    self._fit_floors.setdefault((h, objective), math.inf)
+
     def no_plan(self, h: Layout, enforced: Collection[str]) -> bool:
         """True where layout ``h`` has no plan meeting ``enforced`` even at the bound level (:meth:`best` there
         returns none, for any objective, restriction or count), proven from :meth:`key_floor`'s floors without
