@@ -747,13 +747,13 @@ class LayoutEvaluator:
         self._kept_parts = (h, (g, mem, busy))
         self._least_keys(h, g, busy, fits, self._fit_floors)
 
-    def _on_grid_many(self, name: str, table: NDArray[Any], hs: list[Layout]) -> NDArray[Any]:
-        """:meth:`_on_grid` of a table of the space at each of the layouts ``hs`` at once, stacked along a new first
-        axis (size 1 where the table holds no layout variable: it broadcasts)."""
+    def _on_grid_many(self, name: str, table: NDArray[Any], cols: NDArray[np.intp]) -> NDArray[Any]:
+        """:meth:`_on_grid` of a table of the space at several layouts at once (``cols``: their :data:`HUB` indices,
+        one row per hub variable), stacked along a new first axis (size 1 where the table holds no layout variable:
+        it broadcasts)."""
         view, at = self._view(name, table)
-        if not at:
-            return view[None]
-        return view[tuple(np.fromiter((h[i] for h in hs), np.intp, len(hs)) for i in at)]
+        out: NDArray[Any] = view[None] if not at else view[tuple(cols[i] for i in at)]
+        return out
 
     def form_floors_ahead(self, layouts: Iterable[Layout], memory: bool) -> None:
         """:meth:`_form_floors` (and, where ``memory`` is False, :meth:`key_floor`'s floors over every allowed point)
@@ -767,18 +767,19 @@ class LayoutEvaluator:
         sp, sc = self.space, self.sc
         if len(hs) < 2:
             return
-        per_class = [((self._on_grid_many(states, sp.tables[states].values, hs)
-                       + self._on_grid_many(copies, sp.tables[copies].values, hs))
-                      + self._on_grid_many(acts, sp.bound_table(acts, "lo").values, hs))
-                     + self._on_grid_many(temp, sp.tables[temp].values, hs)
+        cols = np.array(hs, dtype=np.intp).T  # one row per hub variable
+        per_class = [((self._on_grid_many(states, sp.tables[states].values, cols)
+                       + self._on_grid_many(copies, sp.tables[copies].values, cols))
+                      + self._on_grid_many(acts, sp.bound_table(acts, "lo").values, cols))
+                     + self._on_grid_many(temp, sp.tables[temp].values, cols)
                      for _, (states, copies, acts, temp) in sp.memory_classes()]  # :meth:`_memory`'s order
         mem: NDArray[Any] = per_class[0]
         for one in per_class[1:]:
             mem = np.maximum(mem, one)
-        g = {n: self._on_grid_many(n, sp.tables[n].values, hs) for n in _GRID_TERMS}
-        compute = self._on_grid_many("time.compute", sp.bound_table("time.compute", "lo").values, hs)
+        g = {n: self._on_grid_many(n, sp.tables[n].values, cols) for n in _GRID_TERMS}
+        compute = self._on_grid_many("time.compute", sp.bound_table("time.compute", "lo").values, cols)
         busy = (((compute + g["time.exposed_dp"]) + g["time.tp_comm"]) + g["time.offload"]) + g["time.ep_comm"]
-        over = self._on_grid_many("overhead", sp.tables["overhead"].values, hs)
+        over = self._on_grid_many("overhead", sp.tables["overhead"].values, cols)
         if any(a.dtype != np.float64 for a in (mem, busy, g["rate"], over)):
             return  # a scalar's promotion could differ from the layout-by-layout path's: leave it to that
         facts = [self._glue_facts(h) for h in hs]
@@ -788,12 +789,27 @@ class LayoutEvaluator:
         axes = tuple(range(1, fits.ndim))
         any_fit = cast(list[bool], np.any(fits, axis=axes).tolist())
         L = np.min(over.reshape(over.shape[0], -1), axis=1).reshape((-1,) + (1,) * (busy.ndim - 1))
-        finish = _finish_s(sc, busy + sc.input.wait_s, L)
-        keys = (("cost", g["rate"] * finish), ("finish", finish))
+        step, rate = busy + sc.input.wait_s, g["rate"]
+        # the finish grows with the step (reserved + (iterations x step) x (1 + L), each operation correctly rounded,
+        # hence non-decreasing) and the cost with the finish where the rate is positive: the least of either over
+        # the points is the one formed at the least step (over every axis the rate does not vary along), the same
+        # bits as forming it at every point first (NaN anywhere stays NaN: minima propagate it)
+        monotone = (T.iteration_count(sc) > 0 and math.isfinite(sc.task.reserved_s)
+                    and bool(np.all((L >= 0) & np.isfinite(L))) and bool(np.all((rate > 0) & np.isfinite(rate))))
         masks = [(fits, self._fit_floors)] + ([] if memory else [(valid, self._floors)])
         for where, into in masks:
-            for objective, k1 in keys:
-                least = np.min(np.broadcast_to(k1, where.shape), axis=axes, where=where, initial=math.inf)
+            if monotone:
+                least_step = np.min(np.broadcast_to(step, where.shape), where=where, initial=math.inf, keepdims=True,
+                                    axis=tuple(a for a in axes if a >= rate.ndim or rate.shape[a] == 1))
+                finish = _finish_s(sc, least_step, L)
+                keys = (("cost", rate * finish), ("finish", finish))
+                leasts = [np.min(k1, axis=axes, initial=math.inf) for _, k1 in keys]
+            else:
+                finish = _finish_s(sc, step, L)
+                keys = (("cost", rate * finish), ("finish", finish))
+                leasts = [np.min(np.broadcast_to(k1, where.shape), axis=axes, where=where, initial=math.inf)
+                          for _, k1 in keys]
+            for (objective, _), least in zip(keys, leasts, strict=True):
                 for h, v in zip(hs, least.tolist(), strict=True):
                     into.setdefault((h, objective), v)
         for h, fit in zip(hs, any_fit, strict=True):
