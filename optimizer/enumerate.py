@@ -38,6 +38,7 @@ from tpopt.optimizer.space import (
     VARS,
     Domains,
     Space,
+    Table,
     cards_of,
     chance_on,
 )
@@ -348,6 +349,13 @@ class PointTable:
         return [{v: int(self.idx[v][i]) for v in VARS} for i in order]
 
 
+def _bound_values(table: Table, layouts: Iterable[Layout]) -> NDArray[Any]:
+    """A bound table's values, to be read at ``layouts`` only: a whole table an on-demand report lays out unit by
+    unit (:class:`~tpopt.optimizer.ondemand.LaidTable`) fills those layouts' units first, any other is its array."""
+    ready = getattr(table, "layouts_ready", None)
+    return table.values if ready is None else cast(NDArray[Any], ready(layouts))
+
+
 def _finish_s(sc: Scenario, step: Any, overhead: Any) -> Any:
     """Finish time (s) of a plan of step ``step`` (s) and overhead share ``overhead``: reserved + (iterations x
     step) x (1 + overhead), in this order (the evaluator's: the same bits)."""
@@ -511,7 +519,7 @@ class LayoutEvaluator:
         """A term on the extras grid: exact (``side=None``) or its bound (``"lo"`` / ``"hi"``)."""
         sp = self.space
         if side is not None:
-            return self._on_grid(name, sp.bound_table(name, side).values, h)
+            return self._on_grid(name, _bound_values(sp.bound_table(name, side), (h,)), h)
         if name in PIPELINE_TERMS and not sp.exact_pipeline_tables():
             exact: NDArray[Any] = self.exact_terms[h][name]  # as far as _exact_pipeline has made it exact
             return exact
@@ -777,7 +785,7 @@ class LayoutEvaluator:
         for one in per_class[1:]:
             mem = np.maximum(mem, one)
         g = {n: self._on_grid_many(n, sp.tables[n].values, cols) for n in _GRID_TERMS}
-        compute = self._on_grid_many("time.compute", sp.bound_table("time.compute", "lo").values, cols)
+        compute = self._on_grid_many("time.compute", _bound_values(sp.bound_table("time.compute", "lo"), hs), cols)
         busy = (((compute + g["time.exposed_dp"]) + g["time.tp_comm"]) + g["time.offload"]) + g["time.ep_comm"]
         over = self._on_grid_many("overhead", sp.tables["overhead"].values, cols)
         if any(a.dtype != np.float64 for a in (mem, busy, g["rate"], over)):

@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import math
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 import numpy as np
@@ -190,6 +190,61 @@ GRIDS_OF_COMPUTE = ("finish", "due", "cost", "busy_max")
 """The same bounds on the (layout, coupled choices) grids (:attr:`LayoutBounds.grids`)."""
 
 
+class LaidTable(Table):
+    """A whole compute bound table of :meth:`PendingGroups.of` whose pending units hold their relaxed values (the
+    floor, or the largest value) only once something reads them: the array is allocated uninitialised (its pages are
+    not touched until written) and a unit's slice is filled when a reader asks for it (:meth:`units_ready`,
+    :meth:`layouts_ready`: the layout evaluator's reads of a layout, the builds' writes into a unit). Reading
+    :attr:`values` fills every unit not filled yet first, so any other reader sees the table :meth:`PendingGroups.of`
+    laid out before (the same values, entry by entry, and every build since). The nine-accelerator GPT-3 analysis
+    reads a few of its 432 units; laying both tables out whole (35 M entries each) cost 0.16 CPU s, nearly all
+    of it the kernel zeroing the pages written."""
+
+    def __init__(self, name: str, vars: tuple[str, ...], raw: NDArray[Any], units: PendingGroups,
+                 fill: Callable[[NDArray[Any], tuple[slice, ...]], None]) -> None:
+        self.name, self.vars, self.raw = name, vars, raw
+        self._units, self._fill = units, fill  # fill(raw, cut): a unit's relaxed values into its slice
+        self._filled: set[tuple[int, ...]] = set()  # units whose slice holds their values (relaxed or built)
+        self._positions = [HUB.index(v) for v in units.fixed]
+
+    @property
+    def values(self) -> NDArray[Any]:
+        """The whole table, every unit filled first."""
+        d = self._units.space.domains
+        return self.units_ready(np.ndindex(*(len(d[v]) for v in self._units.fixed)))
+
+    @values.setter
+    def values(self, values: NDArray[Any]) -> None:
+        raise AttributeError("a laid-out compute bound table is written unit by unit (units_ready)")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (or copied) as the plain table of its values, every unit filled."""
+        return Table, (self.name, self.vars, self.values)
+
+    def filled(self, units: Iterable[tuple[int, ...]]) -> None:
+        """Units ``units`` hold their values now (written whole, by :meth:`PendingGroups.of` or a build)."""
+        self._filled.update(units)
+
+    def units_ready(self, units: Iterable[tuple[int, ...]]) -> NDArray[Any]:
+        """The array, with units ``units`` (index tuples over the units' variables) filled."""
+        for u in units:
+            if u not in self._filled:
+                self._fill(self.raw, self._units._cut(u))
+                self._filled.add(u)
+        return self.raw
+
+    def layouts_ready(self, layouts: Iterable[tuple[int, ...]]) -> NDArray[Any]:
+        """The array, with the units of ``layouts`` (:data:`HUB` index tuples) filled: read those layouts only."""
+        at = self._positions
+        return self.units_ready({tuple(h[i] for i in at) for h in layouts})
+
+
+def whole_values(table: Table, units: Iterable[tuple[int, ...]]) -> NDArray[Any]:
+    """A whole table's array to write units ``units`` of (:class:`LaidTable`: those units filled first; they hold
+    the relaxed values where the write leaves some of the unit)."""
+    return table.units_ready(units) if isinstance(table, LaidTable) else table.values
+
+
 class PendingGroups:
     """The whole space's compute bound tables (:data:`COMPUTE_BOUNDS`) for the questions a report asks after an
     on-demand solve, built group by group as the questions reach them.
@@ -227,24 +282,37 @@ class PendingGroups:
         floor = space.compute_floor() if kept is None else kept
         hi_type = next(iter(parts.values()))[1].values.dtype
         with small_pages():  # 35 M entries each on the nine-accelerator GPT-3 space: 0.9 CPU s less
-            lo = np.empty(full)  # filled by assignment: 3x faster than copying the broadcast view (same values)
-            lo[...] = np.expand_dims(floor.values, vars.index("schedule"))
-            hi = np.full(full, np.finfo(hi_type).max, dtype=hi_type)
+            lo = np.empty(full)  # filled unit by unit, as read (LaidTable)
+            hi = np.empty(full, dtype=hi_type)
         # a group no solve built is left as units one hub variable finer (a question often reaches a few
         # layouts of a group only: the pipeline depths beyond the solve's are reached at one or two widths)
         unit = fixed + tuple(v for v in GROUP_ORDER if v not in fixed)[:1]
         pending: set[tuple[int, ...]] = set()
         out = cls(space, unit, pending)
+        laid_floor = np.expand_dims(floor.values, vars.index("schedule"))  # a view: the floor along the schedules
+        top = np.finfo(hi_type).max
+
+        def fill_lo(raw: NDArray[Any], cut: tuple[slice, ...]) -> None:
+            raw[cut] = laid_floor[tuple(slice(None) if v == "schedule" else c for v, c in zip(vars, cut, strict=True))]
+
+        def fill_hi(raw: NDArray[Any], cut: tuple[slice, ...]) -> None:
+            raw[cut] = top
+
+        tables = [LaidTable(name, vars, raw, out, fill) for name, raw, fill in
+                  zip(COMPUTE_BOUNDS, (lo, hi), (fill_lo, fill_hi), strict=True)]
+        finer = list(np.ndindex(*(len(d[v]) for v in unit[len(fixed):])))
         for idx in np.ndindex(*(len(d[v]) for v in fixed)):
             got = parts.get(idx)
             if got is None:
-                pending.update(idx + j for j in np.ndindex(*(len(d[v]) for v in unit[len(fixed):])))
+                pending.update(idx + j for j in finer)
             else:
                 cut = out._cut(idx, fixed=fixed)
                 lo[cut], hi[cut] = got[0].values, got[1].values
+                for t in tables:
+                    t.filled(idx + j for j in finer)
         del space.__dict__["_group_compute"]  # the whole tables hold the values now
-        for name, values in zip(COMPUTE_BOUNDS, (lo, hi), strict=True):
-            space.tables[name] = Table(name, vars, values)
+        for t in tables:
+            space.tables[t.name] = t
         out._parts = (floor, fixed, parts)  # what the whole tables were laid out from: compute_reductions
         return out
 
@@ -264,10 +332,11 @@ class PendingGroups:
         d = self.space.domains
         vars = self.space.table_vars("time.compute")
         lo_t, hi_t = (dict.__getitem__(self.space.tables, n) for n in COMPUTE_BOUNDS)
-        laid = np.broadcast_to(np.expand_dims(floor.values, vars.index("schedule")), lo_t.values.shape)  # a view
-        lo = np.array(reduced_values(laid, vars, d, np.min, target), dtype=lo_t.values.dtype)
+        lo_raw, hi_raw = (t.raw if isinstance(t, LaidTable) else t.values for t in (lo_t, hi_t))  # shape, dtype only
+        laid = np.broadcast_to(np.expand_dims(floor.values, vars.index("schedule")), lo_raw.shape)  # a view
+        lo = np.array(reduced_values(laid, vars, d, np.min, target), dtype=lo_raw.dtype)
         shape = tuple(len(d[v]) if v in vars else 1 for v in target)
-        hi = np.full(shape, np.finfo(hi_t.values.dtype).max, dtype=hi_t.values.dtype)
+        hi = np.full(shape, np.finfo(hi_raw.dtype).max, dtype=hi_raw.dtype)
         for idx, (g_lo, g_hi) in parts.items():
             dom = group_domains(self.space, fixed, idx)
             pos = dict(zip(fixed, idx, strict=True))
@@ -316,7 +385,7 @@ class PendingGroups:
         sub.bound_table("time.compute", "lo")
         got = self.space.__dict__.pop("_group_compute")[self.fixed][idx]  # the slices the group just left
         for name, t in zip(COMPUTE_BOUNDS, got, strict=True):
-            self.space.tables[name].values[self._cut(idx)] = t.values
+            whole_values(self.space.tables[name], [idx])[self._cut(idx)] = t.values
         sub.__dict__["_reduced"] = self._sliced_reductions(idx)
         at = dict(zip(self.fixed, idx, strict=True))
         _, flat = self._laid(sub, bounds, lambda v, c: np.full(c.size, at[v]) if v in at else c)
@@ -429,7 +498,7 @@ class PendingGroups:
             for k, r in enumerate(rows.tolist()):  # unit by unit: one index array (the parts) keeps the axes' order
                 into = [slice(at[v], at[v] + 1) if v in at else slice(r, r + 1) if v == last else pos
                         if v == self.PART else slice(None) for v in vars]
-                self.space.tables[name].values[tuple(into)] = t.values[tuple(
+                whole_values(self.space.tables[name], [head + (r,)])[tuple(into)] = t.values[tuple(
                     slice(k, k + 1) if v == last else slice(None) for v in vars)]
         sub.__dict__["_reduced"] = {key: cut(r, key[2]) for key, r in self.reductions.items()}
         own, flat = self._laid(sub, bounds, lambda v, c: np.full(c.size, at[v]) if v in at else rows[c] if v == last
