@@ -193,56 +193,75 @@ GRIDS_OF_COMPUTE = ("finish", "due", "cost", "busy_max")
 class LaidTable(Table):
     """A whole compute bound table of :meth:`PendingGroups.of` whose pending units hold their relaxed values (the
     floor, or the largest value) only once something reads them: the array is allocated uninitialised (its pages are
-    not touched until written) and a unit's slice is filled when a reader asks for it (:meth:`units_ready`,
-    :meth:`layouts_ready`: the layout evaluator's reads of a layout, the builds' writes into a unit). Reading
-    :attr:`values` fills every unit not filled yet first, so any other reader sees the table :meth:`PendingGroups.of`
-    laid out before (the same values, entry by entry, and every build since). The nine-accelerator GPT-3 analysis
-    reads a few of its 432 units; laying both tables out whole (35 M entries each) cost 0.16 CPU s, nearly all
-    of it the kernel zeroing the pages written."""
+    not touched until written) and each (unit, :data:`PendingGroups.PART` value) slice is filled when a reader asks
+    for it (:meth:`layouts_ready`: the layout evaluator's reads of a layout) or marked as written by a build that
+    writes it whole (:meth:`written`). Reading :attr:`values` fills every slice not filled yet first, so any other
+    reader sees the table :meth:`PendingGroups.of` laid out whole before (the same values, entry by entry, and every
+    build since). The nine-accelerator GPT-3 analysis reads or builds a few of the 432 x 20 slices; laying both
+    tables out whole (35 M entries each) cost 0.16 CPU s, nearly all of it the kernel zeroing the pages written."""
 
     def __init__(self, name: str, vars: tuple[str, ...], raw: NDArray[Any], units: PendingGroups,
                  fill: Callable[[NDArray[Any], tuple[slice, ...]], None]) -> None:
         self.name, self.vars, self.raw = name, vars, raw
-        self._units, self._fill = units, fill  # fill(raw, cut): a unit's relaxed values into its slice
-        self._filled: set[tuple[int, ...]] = set()  # units whose slice holds their values (relaxed or built)
+        self._units, self._fill = units, fill  # fill(raw, cut): the relaxed values into a slice
+        d = units.space.domains
+        # the parts a unit is filled in: the PART values, where a unit leaves PART open (else the unit whole)
+        self._parts = len(d[units.PART]) if units.PART not in units.fixed else 1
+        self._filled: set[tuple[tuple[int, ...], int]] = set()  # (unit, part) slices holding their values
         self._positions = [HUB.index(v) for v in units.fixed]
+        self._part_at = HUB.index(units.PART)
 
     @property
     def values(self) -> NDArray[Any]:
-        """The whole table, every unit filled first."""
+        """The whole table, every slice filled first."""
         d = self._units.space.domains
-        return self.units_ready(np.ndindex(*(len(d[v]) for v in self._units.fixed)))
+        for u in np.ndindex(*(len(d[v]) for v in self._units.fixed)):
+            missing = [p for p in range(self._parts) if (u, p) not in self._filled]
+            if len(missing) == self._parts:  # the unit whole, in one assignment
+                self._fill(self.raw, self._units._cut(u))
+            else:
+                for p in missing:
+                    self._fill(self.raw, self._cut(u, p))
+            self._filled.update((u, p) for p in missing)
+        return self.raw
 
     @values.setter
     def values(self, values: NDArray[Any]) -> None:
-        raise AttributeError("a laid-out compute bound table is written unit by unit (units_ready)")
+        raise AttributeError("a laid-out compute bound table is written slice by slice (written)")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled (or copied) as the plain table of its values, every unit filled."""
+        """Pickled (or copied) as the plain table of its values, every slice filled."""
         return Table, (self.name, self.vars, self.values)
 
-    def filled(self, units: Iterable[tuple[int, ...]]) -> None:
-        """Units ``units`` hold their values now (written whole, by :meth:`PendingGroups.of` or a build)."""
-        self._filled.update(units)
+    def _cut(self, unit: tuple[int, ...], part: int) -> tuple[slice, ...]:
+        cut = self._units._cut(unit)
+        if self._parts == 1:
+            return cut
+        i = self.vars.index(self._units.PART)
+        return cut[:i] + (slice(part, part + 1),) + cut[i + 1:]
 
-    def units_ready(self, units: Iterable[tuple[int, ...]]) -> NDArray[Any]:
-        """The array, with units ``units`` (index tuples over the units' variables) filled."""
-        for u in units:
-            if u not in self._filled:
-                self._fill(self.raw, self._units._cut(u))
-                self._filled.add(u)
+    def written(self, units: Iterable[tuple[int, ...]], parts: Iterable[int] | None = None) -> NDArray[Any]:
+        """The array, to write units ``units`` whole at :data:`PendingGroups.PART` values ``parts`` (None: every
+        one) into right away: those slices hold their values once written (nothing is filled first)."""
+        at = range(self._parts) if parts is None or self._parts == 1 else parts
+        self._filled.update((u, p) for u in units for p in at)
         return self.raw
 
     def layouts_ready(self, layouts: Iterable[tuple[int, ...]]) -> NDArray[Any]:
-        """The array, with the units of ``layouts`` (:data:`HUB` index tuples) filled: read those layouts only."""
-        at = self._positions
-        return self.units_ready({tuple(h[i] for i in at) for h in layouts})
+        """The array, with the slices of ``layouts`` (:data:`HUB` index tuples) filled: read those layouts only."""
+        at, part = self._positions, self._part_at
+        many = self._parts > 1
+        for key in {(tuple(h[i] for i in at), h[part] if many else 0) for h in layouts}:
+            if key not in self._filled:
+                self._fill(self.raw, self._cut(*key))
+                self._filled.add(key)
+        return self.raw
 
 
-def whole_values(table: Table, units: Iterable[tuple[int, ...]]) -> NDArray[Any]:
-    """A whole table's array to write units ``units`` of (:class:`LaidTable`: those units filled first; they hold
-    the relaxed values where the write leaves some of the unit)."""
-    return table.units_ready(units) if isinstance(table, LaidTable) else table.values
+def whole_values(table: Table, units: Iterable[tuple[int, ...]], parts: Iterable[int] | None = None) -> NDArray[Any]:
+    """A whole table's array to write units ``units`` of, whole at :data:`PendingGroups.PART` values ``parts``
+    (None: every one), right away (:meth:`LaidTable.written`)."""
+    return table.written(units, parts) if isinstance(table, LaidTable) else table.values
 
 
 class PendingGroups:
@@ -309,7 +328,7 @@ class PendingGroups:
                 cut = out._cut(idx, fixed=fixed)
                 lo[cut], hi[cut] = got[0].values, got[1].values
                 for t in tables:
-                    t.filled(idx + j for j in finer)
+                    t.written([idx + j for j in finer])
         del space.__dict__["_group_compute"]  # the whole tables hold the values now
         for t in tables:
             space.tables[t.name] = t
@@ -498,7 +517,7 @@ class PendingGroups:
             for k, r in enumerate(rows.tolist()):  # unit by unit: one index array (the parts) keeps the axes' order
                 into = [slice(at[v], at[v] + 1) if v in at else slice(r, r + 1) if v == last else pos
                         if v == self.PART else slice(None) for v in vars]
-                whole_values(self.space.tables[name], [head + (r,)])[tuple(into)] = t.values[tuple(
+                whole_values(self.space.tables[name], [head + (r,)], pos.tolist())[tuple(into)] = t.values[tuple(
                     slice(k, k + 1) if v == last else slice(None) for v in vars)]
         sub.__dict__["_reduced"] = {key: cut(r, key[2]) for key, r in self.reductions.items()}
         own, flat = self._laid(sub, bounds, lambda v, c: np.full(c.size, at[v]) if v in at else rows[c] if v == last

@@ -426,11 +426,13 @@ def test_laid_out_tables_fill_a_unit_when_read_and_give_the_whole_layout():
     assert lo_t.values.tobytes() == want_lo.tobytes() and hi_t.values.tobytes() == want_hi.tobytes()
     lazy_lo = dict.__getitem__(lazy.tables, "time.compute.lo")
     unit = sorted(lazy_lo._units.pending)[0]
-    assert unit not in lazy_lo._filled  # nothing read yet
-    layout = (unit[0], 0, 0, unit[1], 0, 0)  # HUB order: acc, tp, cp, pp, dp, mb
+    d = lazy.domains
+    # the solved group's units hold its slices, every DP degree of them; nothing else before a read
+    solved = {((0, 1, t), p) for t in range(len(d["tp"])) for p in range(len(d["dp"]))}
+    assert lazy_lo._filled == solved
+    layout = (unit[0], unit[2], 0, unit[1], 3, 0)  # HUB order: acc, tp, cp, pp, dp, mb
     lazy_lo.layouts_ready([layout])
-    solved = {(0, 1, t) for t in range(len(lazy.domains["tp"]))}  # the solved group's units hold its slices
-    assert lazy_lo._filled == solved | {unit}  # the unit read, and no other
+    assert lazy_lo._filled == solved | {(unit, 3)}  # the slice read (its unit at its DP degree), and no other
     from tpopt.optimizer.decompose import LayoutBounds
     for space, pending in zip(spaces, pendings, strict=True):
         bounds = LayoutBounds(space, "cost")
