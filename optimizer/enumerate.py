@@ -38,6 +38,7 @@ from tpopt.optimizer.space import (
     VARS,
     Domains,
     Space,
+    Table,
     cards_of,
     chance_on,
 )
@@ -348,6 +349,13 @@ class PointTable:
         return [{v: int(self.idx[v][i]) for v in VARS} for i in order]
 
 
+def _bound_values(table: Table, layouts: Iterable[Layout]) -> NDArray[Any]:
+    """A bound table's values, to be read at ``layouts`` only: a whole table an on-demand report lays out unit by
+    unit (:class:`~tpopt.optimizer.ondemand.LaidTable`) fills those layouts' units first, any other is its array."""
+    ready = getattr(table, "layouts_ready", None)
+    return table.values if ready is None else cast(NDArray[Any], ready(layouts))
+
+
 def _finish_s(sc: Scenario, step: Any, overhead: Any) -> Any:
     """Finish time (s) of a plan of step ``step`` (s) and overhead share ``overhead``: reserved + (iterations x
     step) x (1 + overhead), in this order (the evaluator's: the same bits)."""
@@ -511,7 +519,7 @@ class LayoutEvaluator:
         """A term on the extras grid: exact (``side=None``) or its bound (``"lo"`` / ``"hi"``)."""
         sp = self.space
         if side is not None:
-            return self._on_grid(name, sp.bound_table(name, side).values, h)
+            return self._on_grid(name, _bound_values(sp.bound_table(name, side), (h,)), h)
         if name in PIPELINE_TERMS and not sp.exact_pipeline_tables():
             exact: NDArray[Any] = self.exact_terms[h][name]  # as far as _exact_pipeline has made it exact
             return exact
@@ -746,6 +754,77 @@ class LayoutEvaluator:
         busy = self._busy(h, g, "lo")
         self._kept_parts = (h, (g, mem, busy))
         self._least_keys(h, g, busy, fits, self._fit_floors)
+
+    def _on_grid_many(self, name: str, table: NDArray[Any], cols: NDArray[np.intp]) -> NDArray[Any]:
+        """:meth:`_on_grid` of a table of the space at several layouts at once (``cols``: their :data:`HUB` indices,
+        one row per hub variable), stacked along a new first axis (size 1 where the table holds no layout variable:
+        it broadcasts)."""
+        view, at = self._view(name, table)
+        out: NDArray[Any] = view[None] if not at else view[tuple(cols[i] for i in at)]
+        return out
+
+    def form_floors_ahead(self, layouts: Iterable[Layout], memory: bool) -> None:
+        """:meth:`_form_floors` (and, where ``memory`` is False, :meth:`key_floor`'s floors over every allowed point)
+        of the layouts a walk is about to check, in one numpy pass over all of them: the same expressions in the
+        same order on arrays stacked along a first axis (elementwise float64 arithmetic and minima: the bits the
+        layout-by-layout path forms; ``tests/test_key_floor.py``). Layouts already formed or glued are left out, as
+        :meth:`no_plan` and :meth:`key_floor` leave them; where an array is not float64 (a scalar's promotion could
+        differ), nothing is formed here and each layout's floors are formed when it is checked."""
+        hs = [h for h in dict.fromkeys(layouts)
+              if h not in self._fits and (h, "bound", frozenset()) not in self.glued]
+        sp, sc = self.space, self.sc
+        if len(hs) < 2:
+            return
+        cols = np.array(hs, dtype=np.intp).T  # one row per hub variable
+        per_class = [((self._on_grid_many(states, sp.tables[states].values, cols)
+                       + self._on_grid_many(copies, sp.tables[copies].values, cols))
+                      + self._on_grid_many(acts, sp.bound_table(acts, "lo").values, cols))
+                     + self._on_grid_many(temp, sp.tables[temp].values, cols)
+                     for _, (states, copies, acts, temp) in sp.memory_classes()]  # :meth:`_memory`'s order
+        mem: NDArray[Any] = per_class[0]
+        for one in per_class[1:]:
+            mem = np.maximum(mem, one)
+        g = {n: self._on_grid_many(n, sp.tables[n].values, cols) for n in _GRID_TERMS}
+        compute = self._on_grid_many("time.compute", _bound_values(sp.bound_table("time.compute", "lo"), hs), cols)
+        busy = (((compute + g["time.exposed_dp"]) + g["time.tp_comm"]) + g["time.offload"]) + g["time.ep_comm"]
+        over = self._on_grid_many("overhead", sp.tables["overhead"].values, cols)
+        if any(a.dtype != np.float64 for a in (mem, busy, g["rate"], over)):
+            return  # a scalar's promotion could differ from the layout-by-layout path's: leave it to that
+        facts = [self._glue_facts(h) for h in hs]
+        usable = np.array([f[0] for f in facts], dtype=np.float64).reshape((-1,) + (1,) * (mem.ndim - 1))
+        valid = np.stack([f[3] for f in facts])
+        fits = valid & (mem <= usable)
+        axes = tuple(range(1, fits.ndim))
+        any_fit = cast(list[bool], np.any(fits, axis=axes).tolist())
+        L = np.min(over.reshape(over.shape[0], -1), axis=1).reshape((-1,) + (1,) * (busy.ndim - 1))
+        step, rate = busy + sc.input.wait_s, g["rate"]
+        # the finish grows with the step (reserved + (iterations x step) x (1 + L), each operation correctly rounded,
+        # hence non-decreasing) and the cost with the finish where the rate is positive: the least of either over
+        # the points is the one formed at the least step (over every axis the rate does not vary along), the same
+        # bits as forming it at every point first (NaN anywhere stays NaN: minima propagate it)
+        monotone = (T.iteration_count(sc) > 0 and math.isfinite(sc.task.reserved_s)
+                    and bool(np.all((L >= 0) & np.isfinite(L))) and bool(np.all((rate > 0) & np.isfinite(rate))))
+        masks = [(fits, self._fit_floors)] + ([] if memory else [(valid, self._floors)])
+        for where, into in masks:
+            if monotone:
+                least_step = np.min(np.broadcast_to(step, where.shape), where=where, initial=math.inf, keepdims=True,
+                                    axis=tuple(a for a in axes if a >= rate.ndim or rate.shape[a] == 1))
+                finish = _finish_s(sc, least_step, L)
+                keys = (("cost", rate * finish), ("finish", finish))
+                leasts = [np.min(k1, axis=axes, initial=math.inf) for _, k1 in keys]
+            else:
+                finish = _finish_s(sc, step, L)
+                keys = (("cost", rate * finish), ("finish", finish))
+                leasts = [np.min(np.broadcast_to(k1, where.shape), axis=axes, where=where, initial=math.inf)
+                          for _, k1 in keys]
+            for (objective, _), least in zip(keys, leasts, strict=True):
+                for h, v in zip(hs, least.tolist(), strict=True):
+                    into.setdefault((h, objective), v)
+        for h, fit in zip(hs, any_fit, strict=True):
+            self._fits[h] = fit
+            if not fit:  # as :meth:`_form_floors`: inf where no point fits (the minimum above gives inf too)
+                for objective in ("cost", "finish"):
+                    self._fit_floors.setdefault((h, objective), math.inf)
 
     def no_plan(self, h: Layout, enforced: Collection[str]) -> bool:
         """True where layout ``h`` has no plan meeting ``enforced`` even at the bound level (:meth:`best` there

@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import math
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 import numpy as np
@@ -190,6 +190,80 @@ GRIDS_OF_COMPUTE = ("finish", "due", "cost", "busy_max")
 """The same bounds on the (layout, coupled choices) grids (:attr:`LayoutBounds.grids`)."""
 
 
+class LaidTable(Table):
+    """A whole compute bound table of :meth:`PendingGroups.of` whose pending units hold their relaxed values (the
+    floor, or the largest value) only once something reads them: the array is allocated uninitialised (its pages are
+    not touched until written) and each (unit, :data:`PendingGroups.PART` value) slice is filled when a reader asks
+    for it (:meth:`layouts_ready`: the layout evaluator's reads of a layout) or marked as written by a build that
+    writes it whole (:meth:`written`). Reading :attr:`values` fills every slice not filled yet first, so any other
+    reader sees the table :meth:`PendingGroups.of` laid out whole before (the same values, entry by entry, and every
+    build since). The nine-accelerator GPT-3 analysis reads or builds a few of the 432 x 20 slices; laying both
+    tables out whole (35 M entries each) cost 0.16 CPU s, nearly all of it the kernel zeroing the pages written."""
+
+    def __init__(self, name: str, vars: tuple[str, ...], raw: NDArray[Any], units: PendingGroups,
+                 fill: Callable[[NDArray[Any], tuple[slice, ...]], None]) -> None:
+        self.name, self.vars, self.raw = name, vars, raw
+        self._units, self._fill = units, fill  # fill(raw, cut): the relaxed values into a slice
+        d = units.space.domains
+        # the parts a unit is filled in: the PART values, where a unit leaves PART open (else the unit whole)
+        self._parts = len(d[units.PART]) if units.PART not in units.fixed else 1
+        self._filled: set[tuple[tuple[int, ...], int]] = set()  # (unit, part) slices holding their values
+        self._positions = [HUB.index(v) for v in units.fixed]
+        self._part_at = HUB.index(units.PART)
+
+    @property
+    def values(self) -> NDArray[Any]:
+        """The whole table, every slice filled first."""
+        d = self._units.space.domains
+        for u in np.ndindex(*(len(d[v]) for v in self._units.fixed)):
+            missing = [p for p in range(self._parts) if (u, p) not in self._filled]
+            if len(missing) == self._parts:  # the unit whole, in one assignment
+                self._fill(self.raw, self._units._cut(u))
+            else:
+                for p in missing:
+                    self._fill(self.raw, self._cut(u, p))
+            self._filled.update((u, p) for p in missing)
+        return self.raw
+
+    @values.setter
+    def values(self, values: NDArray[Any]) -> None:
+        raise AttributeError("a laid-out compute bound table is written slice by slice (written)")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (or copied) as the plain table of its values, every slice filled."""
+        return Table, (self.name, self.vars, self.values)
+
+    def _cut(self, unit: tuple[int, ...], part: int) -> tuple[slice, ...]:
+        cut = self._units._cut(unit)
+        if self._parts == 1:
+            return cut
+        i = self.vars.index(self._units.PART)
+        return cut[:i] + (slice(part, part + 1),) + cut[i + 1:]
+
+    def written(self, units: Iterable[tuple[int, ...]], parts: Iterable[int] | None = None) -> NDArray[Any]:
+        """The array, to write units ``units`` whole at :data:`PendingGroups.PART` values ``parts`` (None: every
+        one) into right away: those slices hold their values once written (nothing is filled first)."""
+        at = range(self._parts) if parts is None or self._parts == 1 else parts
+        self._filled.update((u, p) for u in units for p in at)
+        return self.raw
+
+    def layouts_ready(self, layouts: Iterable[tuple[int, ...]]) -> NDArray[Any]:
+        """The array, with the slices of ``layouts`` (:data:`HUB` index tuples) filled: read those layouts only."""
+        at, part = self._positions, self._part_at
+        many = self._parts > 1
+        for key in {(tuple(h[i] for i in at), h[part] if many else 0) for h in layouts}:
+            if key not in self._filled:
+                self._fill(self.raw, self._cut(*key))
+                self._filled.add(key)
+        return self.raw
+
+
+def whole_values(table: Table, units: Iterable[tuple[int, ...]], parts: Iterable[int] | None = None) -> NDArray[Any]:
+    """A whole table's array to write units ``units`` of, whole at :data:`PendingGroups.PART` values ``parts``
+    (None: every one), right away (:meth:`LaidTable.written`)."""
+    return table.written(units, parts) if isinstance(table, LaidTable) else table.values
+
+
 class PendingGroups:
     """The whole space's compute bound tables (:data:`COMPUTE_BOUNDS`) for the questions a report asks after an
     on-demand solve, built group by group as the questions reach them.
@@ -227,24 +301,37 @@ class PendingGroups:
         floor = space.compute_floor() if kept is None else kept
         hi_type = next(iter(parts.values()))[1].values.dtype
         with small_pages():  # 35 M entries each on the nine-accelerator GPT-3 space: 0.9 CPU s less
-            lo = np.empty(full)  # filled by assignment: 3x faster than copying the broadcast view (same values)
-            lo[...] = np.expand_dims(floor.values, vars.index("schedule"))
-            hi = np.full(full, np.finfo(hi_type).max, dtype=hi_type)
+            lo = np.empty(full)  # filled unit by unit, as read (LaidTable)
+            hi = np.empty(full, dtype=hi_type)
         # a group no solve built is left as units one hub variable finer (a question often reaches a few
         # layouts of a group only: the pipeline depths beyond the solve's are reached at one or two widths)
         unit = fixed + tuple(v for v in GROUP_ORDER if v not in fixed)[:1]
         pending: set[tuple[int, ...]] = set()
         out = cls(space, unit, pending)
+        laid_floor = np.expand_dims(floor.values, vars.index("schedule"))  # a view: the floor along the schedules
+        top = np.finfo(hi_type).max
+
+        def fill_lo(raw: NDArray[Any], cut: tuple[slice, ...]) -> None:
+            raw[cut] = laid_floor[tuple(slice(None) if v == "schedule" else c for v, c in zip(vars, cut, strict=True))]
+
+        def fill_hi(raw: NDArray[Any], cut: tuple[slice, ...]) -> None:
+            raw[cut] = top
+
+        tables = [LaidTable(name, vars, raw, out, fill) for name, raw, fill in
+                  zip(COMPUTE_BOUNDS, (lo, hi), (fill_lo, fill_hi), strict=True)]
+        finer = list(np.ndindex(*(len(d[v]) for v in unit[len(fixed):])))
         for idx in np.ndindex(*(len(d[v]) for v in fixed)):
             got = parts.get(idx)
             if got is None:
-                pending.update(idx + j for j in np.ndindex(*(len(d[v]) for v in unit[len(fixed):])))
+                pending.update(idx + j for j in finer)
             else:
                 cut = out._cut(idx, fixed=fixed)
                 lo[cut], hi[cut] = got[0].values, got[1].values
+                for t in tables:
+                    t.written([idx + j for j in finer])
         del space.__dict__["_group_compute"]  # the whole tables hold the values now
-        for name, values in zip(COMPUTE_BOUNDS, (lo, hi), strict=True):
-            space.tables[name] = Table(name, vars, values)
+        for t in tables:
+            space.tables[t.name] = t
         out._parts = (floor, fixed, parts)  # what the whole tables were laid out from: compute_reductions
         return out
 
@@ -264,10 +351,11 @@ class PendingGroups:
         d = self.space.domains
         vars = self.space.table_vars("time.compute")
         lo_t, hi_t = (dict.__getitem__(self.space.tables, n) for n in COMPUTE_BOUNDS)
-        laid = np.broadcast_to(np.expand_dims(floor.values, vars.index("schedule")), lo_t.values.shape)  # a view
-        lo = np.array(reduced_values(laid, vars, d, np.min, target), dtype=lo_t.values.dtype)
+        lo_raw, hi_raw = (t.raw if isinstance(t, LaidTable) else t.values for t in (lo_t, hi_t))  # shape, dtype only
+        laid = np.broadcast_to(np.expand_dims(floor.values, vars.index("schedule")), lo_raw.shape)  # a view
+        lo = np.array(reduced_values(laid, vars, d, np.min, target), dtype=lo_raw.dtype)
         shape = tuple(len(d[v]) if v in vars else 1 for v in target)
-        hi = np.full(shape, np.finfo(hi_t.values.dtype).max, dtype=hi_t.values.dtype)
+        hi = np.full(shape, np.finfo(hi_raw.dtype).max, dtype=hi_raw.dtype)
         for idx, (g_lo, g_hi) in parts.items():
             dom = group_domains(self.space, fixed, idx)
             pos = dict(zip(fixed, idx, strict=True))
@@ -316,7 +404,7 @@ class PendingGroups:
         sub.bound_table("time.compute", "lo")
         got = self.space.__dict__.pop("_group_compute")[self.fixed][idx]  # the slices the group just left
         for name, t in zip(COMPUTE_BOUNDS, got, strict=True):
-            self.space.tables[name].values[self._cut(idx)] = t.values
+            whole_values(self.space.tables[name], [idx])[self._cut(idx)] = t.values
         sub.__dict__["_reduced"] = self._sliced_reductions(idx)
         at = dict(zip(self.fixed, idx, strict=True))
         _, flat = self._laid(sub, bounds, lambda v, c: np.full(c.size, at[v]) if v in at else c)
@@ -429,7 +517,7 @@ class PendingGroups:
             for k, r in enumerate(rows.tolist()):  # unit by unit: one index array (the parts) keeps the axes' order
                 into = [slice(at[v], at[v] + 1) if v in at else slice(r, r + 1) if v == last else pos
                         if v == self.PART else slice(None) for v in vars]
-                self.space.tables[name].values[tuple(into)] = t.values[tuple(
+                whole_values(self.space.tables[name], [head + (r,)], pos.tolist())[tuple(into)] = t.values[tuple(
                     slice(k, k + 1) if v == last else slice(None) for v in vars)]
         sub.__dict__["_reduced"] = {key: cut(r, key[2]) for key, r in self.reductions.items()}
         own, flat = self._laid(sub, bounds, lambda v, c: np.full(c.size, at[v]) if v in at else rows[c] if v == last

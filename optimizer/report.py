@@ -43,6 +43,9 @@ from tpopt.optimizer.result import Request, Status, objective_key, objective_val
 from tpopt.optimizer.space import FAMILIES, STRUCTURAL, Space, card_counts
 
 TABLE_LIMIT = 300_000  # spaces up to this many points are answered by one enumeration
+AHEAD = 64
+"""The most layouts a report question's walk prepares the checks of in one pass (:meth:`LayoutOracle._walk`'s
+``ahead``: their floors, :meth:`~tpopt.optimizer.enumerate.LayoutEvaluator.form_floors_ahead`)."""
 REACH = 1.1
 """A report question's walk builds, with a relaxed layout it reaches, the parts keyed within REACH x the least key its
 builds brought back so far (and within the incumbent): any parts holding the layout give the same answer (the others
@@ -249,8 +252,13 @@ class LayoutOracle:
         best_key: tuple[float, float] | None = None
         best_idx: dict[str, int] | None = None
         incumbent = [math.inf]  # the walk builds no layout group bounded above it
+        memory = F.MEMORY_PER_CARD in set(enforced)
+
+        def ahead(hs: list[int]) -> None:  # the floors of the layouts the walk checks next within the incumbent
+            self.layouts.form_floors_ahead([tuple(int(b.coords[v][h]) for v in HUB) for h in hs
+                                            if key[h] <= incumbent[0]], memory)
         for h in self._walk(cand, key, lambda: self._allowed(asked, restrict, cards), lambda: incumbent[0],
-                            frozenset(asked)):
+                            frozenset(asked), ahead if refine else None):
             if best_key is not None and key[h] > best_key[0]:
                 break
             layout = tuple(int(b.coords[v][h]) for v in HUB)
@@ -272,15 +280,27 @@ class LayoutOracle:
         return best_idx
 
     def _walk(self, cand: NDArray[np.intp], key: NDArray[np.float64], allowed: Callable[[], NDArray[np.bool_]],
-              limit: Callable[[], float], active: frozenset[str] | None = None) -> Iterator[int]:
+              limit: Callable[[], float], active: frozenset[str] | None = None,
+              ahead: Callable[[list[int]], None] | None = None) -> Iterator[int]:
         """The allowed layouts ``cand`` in increasing ``key`` (ties: by index). A layout whose compute bounds are
         still relaxed (:class:`~tpopt.optimizer.ondemand.PendingGroups`) has the parts of its unit that hold a layout
         keyed within ``limit()`` (the incumbent's) built when it comes up within it, with those of its unit's siblings
         (:meth:`_block`); the layouts
         built then come back with their own bounds (those still allowed), in order, and stop the walk where their
-        relaxed keys would. ``active``: the families of the question walking (its bounds follow each build)."""
+        relaxed keys would. ``active``: the families of the question walking (its bounds follow each build).
+        ``ahead``: told, before they are yielded, of the next layouts in order that no build can come before (runs of
+        :data:`AHEAD` at most, growing from 2: a walk often stops after a few), so their checks can be prepared in one
+        pass; the order is the same with or without it."""
         if self.pending is None or not self.pending.pending:
-            yield from cand[np.argsort(key[cand], kind="stable")].tolist()
+            order = cand[np.argsort(key[cand], kind="stable")].tolist()
+            if ahead is None:
+                yield from order
+                return
+            at, run = 0, 2
+            while at < len(order):
+                ahead(order[at:at + run])
+                yield from order[at:at + run]
+                at, run = at + run, min(2 * run, AHEAD)
             return
         pending, b = self.pending, self.bounds
         heap = [(float(key[h]), h, False) for h in cand.tolist()]  # (key, layout, pushed after its group's build)
@@ -291,6 +311,7 @@ class LayoutOracle:
         start[cand] = True
         built: set[int] = set()  # layouts built during this walk: their earlier entries are stale
         least = math.inf  # the least key a build of this walk brought back
+        run = 2  # how many layouts ``ahead`` is told of next
         while heap:
             k, h, fresh = heapq.heappop(heap)
             if pending.is_pending(b, h):
@@ -304,8 +325,20 @@ class LayoutOracle:
                     least = min(least, float(key[back].min()))
                 for j in back.tolist():
                     heapq.heappush(heap, (float(key[j]), j, True))
+            elif ahead is None:
+                if fresh or h not in built:
+                    yield h
             elif fresh or h not in built:
-                yield h
+                # the entries that follow up to the next relaxed layout: no build (which pushes entries) comes between
+                # them, so they pop in this order whatever the consumer does; ``built`` holds still meanwhile
+                out = [h]
+                while heap and len(out) < run and not pending.is_pending(b, heap[0][1]):
+                    _, j, fresh_j = heapq.heappop(heap)
+                    if fresh_j or j not in built:
+                        out.append(j)
+                ahead(out)
+                run = min(2 * run, AHEAD)
+                yield from out
 
     def _block(self, h: int, key: NDArray[np.float64], allowed: NDArray[np.bool_], limit: float
                ) -> tuple[list[tuple[int, ...]], list[int]]:

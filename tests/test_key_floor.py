@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from test_moe_planner import moe_scenarios
 from test_solver_properties import scenarios
 
+from tpopt.models.families import MEMORY_PER_CARD
 from tpopt.optimizer.decompose import LayoutBounds
 from tpopt.optimizer.enumerate import HUB, LayoutEvaluator
 from tpopt.optimizer.space import FAMILIES, Space
@@ -54,3 +55,36 @@ def test_key_floor_below_best_on_dense_spaces(case):
 @given(moe_scenarios())
 def test_key_floor_below_best_on_moe_spaces(case):
     check_floor(*case)
+
+
+def check_batched(sc):
+    """form_floors_ahead over every layout at once: the same fits and floors, bit for bit, as layout by layout."""
+    space = Space.from_scenario(sc)
+    b = LayoutBounds(space, "cost")
+    layouts = [tuple(int(b.coords[v][h]) for v in HUB) for h in range(b.n)]
+    memory = [MEMORY_PER_CARD]
+    for question in (memory, []):
+        one, many = LayoutEvaluator(space), LayoutEvaluator(space)
+        many.form_floors_ahead(layouts, bool(question))
+        for layout in layouts:
+            for objective in ("cost", "finish"):
+                for enforced in {(), tuple(question)}:
+                    x = one.key_floor(layout, objective, enforced)
+                    y = many.key_floor(layout, objective, enforced)  # formed by the batch (kept), never again
+                    assert x == y or (math.isnan(x) and math.isnan(y)), (layout, objective, enforced, x, y)
+            assert one.no_plan(layout, memory) == many.no_plan(layout, memory)
+        # the batch formed them all (the spaces' tables are float64): nothing was left to the checks
+        assert all(layout in many._fits for layout in layouts)
+        assert all((layout, "cost") in (many._fit_floors if question else many._floors) for layout in layouts)
+
+
+@SETTINGS
+@given(scenarios())
+def test_batched_floors_are_the_layout_by_layout_bits_on_dense_spaces(case):
+    check_batched(case[0])
+
+
+@SETTINGS
+@given(moe_scenarios())
+def test_batched_floors_are_the_layout_by_layout_bits_on_moe_spaces(case):
+    check_batched(case[0])

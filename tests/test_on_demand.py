@@ -28,7 +28,7 @@ from tpopt.optimizer import ondemand
 from tpopt.optimizer import space as space_mod
 from tpopt.optimizer.core import solve
 from tpopt.optimizer.result import Request, Status
-from tpopt.optimizer.space import FAMILIES, Space
+from tpopt.optimizer.space import FAMILIES, Space, Table
 
 EXAMPLES = int(os.environ.get("TPOPT_PROPERTY_EXAMPLES", "60"))
 ROOT = Path(__file__).resolve().parents[1]
@@ -395,3 +395,56 @@ def test_pending_units_built_in_parts_give_the_whole_builds_tables_and_layout_bo
         np.testing.assert_array_equal(getattr(coupled, name), getattr(want_coupled, name))
     for name, grid in want_coupled.grids.items():
         np.testing.assert_array_equal(np.broadcast_to(coupled.grids[name], grid.shape), grid)
+
+
+def test_laid_out_tables_fill_a_unit_when_read_and_give_the_whole_layout():
+    """:class:`ondemand.LaidTable` (the whole compute bound tables :meth:`ondemand.PendingGroups.of` lays out): read
+    whole, right after, it is the floor along the schedules where no solve built the group and the group's slices
+    where one did (the tables laid out eagerly); read at a few layouts first and written by builds in parts, it ends
+    with the same bytes as the same builds into tables read whole before them. A unit is filled when read, never
+    before; a pickled table is the plain table of its values."""
+    import pickle
+
+    sc = load_scenario(ROOT / "examples" / "gpt3-175b-widest.toml")
+    keep = {"pp": [1, 2, 4, 8], "dp": [16, 32, 64, 128], "mb": [1, 2], "recompute": ["none", "full"]}
+    fixed = ("acc", "pp")
+    spaces, pendings = [], []
+    for _ in range(2):
+        space = Space.from_scenario(sc, keep)
+        ondemand.group_space(space, fixed, (0, 1)).bound_table("time.compute", "lo")  # one group "solved"
+        got = space.__dict__["_group_compute"][fixed][(0, 1)]
+        floor = space.compute_floor()
+        pending = ondemand.PendingGroups.of(space)
+        assert pending is not None
+        spaces.append(space)
+        pendings.append(pending)
+    eager, lazy = spaces
+    vars = eager.table_vars("time.compute")
+    lo_t, hi_t = (dict.__getitem__(eager.tables, n) for n in ondemand.COMPUTE_BOUNDS)
+    cut = pendings[0]._cut((0, 1), fixed=fixed)
+    want_lo = np.empty(lo_t.raw.shape)
+    want_lo[...] = np.expand_dims(floor.values, vars.index("schedule"))
+    want_hi = np.full(hi_t.raw.shape, np.finfo(hi_t.raw.dtype).max, dtype=hi_t.raw.dtype)
+    want_lo[cut], want_hi[cut] = got[0].values, got[1].values
+    assert lo_t.values.tobytes() == want_lo.tobytes() and hi_t.values.tobytes() == want_hi.tobytes()
+    lazy_lo = dict.__getitem__(lazy.tables, "time.compute.lo")
+    unit = sorted(lazy_lo._units.pending)[0]
+    d = lazy.domains
+    # the solved group's units hold its slices, every DP degree of them; nothing else before a read
+    solved = {((0, 1, t), p) for t in range(len(d["tp"])) for p in range(len(d["dp"]))}
+    assert lazy_lo._filled == solved
+    layout = (unit[0], unit[2], 0, unit[1], 3, 0)  # HUB order: acc, tp, cp, pp, dp, mb
+    lazy_lo.layouts_ready([layout])
+    assert lazy_lo._filled == solved | {(unit, 3)}  # the slice read (its unit at its DP degree), and no other
+    from tpopt.optimizer.decompose import LayoutBounds
+    for space, pending in zip(spaces, pendings, strict=True):
+        bounds = LayoutBounds(space, "cost")
+        pending.adopt(bounds)
+        head = sorted(pending.pending)[0][:-1]
+        block = [u for u in sorted(pending.pending) if u[:-1] == head][:2]
+        pending.build_block(block, [1, 2], bounds)
+    for name in ondemand.COMPUTE_BOUNDS:
+        a, b = (s.tables[name] for s in spaces)
+        assert a.values.tobytes() == b.values.tobytes()
+        plain = pickle.loads(pickle.dumps(b))
+        assert type(plain) is Table and plain.vars == b.vars and plain.values.tobytes() == b.values.tobytes()
