@@ -113,8 +113,10 @@ def declared_variables(fn: Callable[..., object]) -> tuple[str, ...]:
     return tuple(name for name, _ in _signature(fn))
 
 
+@lru_cache(maxsize=1024)
 def term_variables(fn: Callable[..., object], moe: bool) -> tuple[str, ...]:
     """The variables a term's table has, in the term's declaration order: every variable it declares,
-    except, for a dense model (``moe=False``), the MoE variables it declares with a default."""
+    except, for a dense model (``moe=False``), the MoE variables it declares with a default.
+    Kept per (function, ``moe``): every group or block space of a walk declares its tables again."""
     return tuple(name for name, default in _signature(fn)
                  if moe or not (default and name in MOE_VARIABLES))
