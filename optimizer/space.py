@@ -876,6 +876,7 @@ class Space:
                  for i, s in enumerate(d["schedule"])] if not exact and T.per_op_model(sc) else None
         twins: dict[tuple[Any, ...], list[NDArray[np.float64]]] = {}  # form -> its bounds (of the key's inputs)
         inputs_of: tuple[bool | None, tuple[NDArray[np.float64], ...]] = (None, ())  # (key, its stacked inputs)
+        kept: dict[str, Any] = {}  # per accelerator: the inputs no recompute, SP or schedule changes (one grid)
         for si in sorted(range(len(d["schedule"])), key=lambda i: keys_of.index(keys_of[i])):
             sched = d["schedule"][si]
             checkpoint()
@@ -884,7 +885,7 @@ class Space:
                 twins.clear()
                 parts = [T.compute_inputs(sc, acc=acc, recompute=rec, sp=sp, schedule=sched, tp=g["tp"], cp=g["cp"],
                                           pp=g["pp"], dp=g["dp"], mb=g["mb"], nics=g["nics"], ep=ex[0], etp=ex[1],
-                                          cap=ex[2])
+                                          cap=ex[2], kept=kept)
                          for acc in d["acc"] for rec in d["recompute"] for sp in d["sp"]]
                 inputs_of = (keys_of[si], tuple(_stacked([p[k] for p in parts], rsub) for k in range(len(parts[0]))))
                 del parts

@@ -460,14 +460,24 @@ def inputs_schedule_key(schedule: str) -> bool:
 
 def compute_inputs(sc: Scenario, *, acc: str, recompute: str, sp: bool | None = None, schedule: str, tp: ArrayLike,
                    cp: ArrayLike = 1, pp: ArrayLike, dp: ArrayLike, mb: ArrayLike, nics: ArrayLike, ep: ArrayLike = 1,
-                   etp: ArrayLike = 0, cap: ArrayLike = 0.0) -> tuple[Floats, ...]:
+                   etp: ArrayLike = 0, cap: ArrayLike = 0.0,
+                   kept: dict[str, tuple[Floats, Floats, Floats]] | None = None) -> tuple[Floats, ...]:
     """Everything the compute term needs, as 12 arrays: (fwd, dX, dW) of a layer (per-operation model)
     or of a balanced stage (flat model), the first stage's and the last stage's extras (zero in the flat
     model), the boundary transfer, micro-batches per step and cards; for a MoE model with dense-MLP
-    blocks (per-operation model, :func:`dense_split`) three more: (fwd, dX, dW) of a dense block."""
+    blocks (per-operation model, :func:`dense_split`) three more: (fwd, dX, dW) of a dense block.
+
+    ``kept``: a dict the caller holds for calls on one scenario and the same layout arrays (tp, cp, pp, dp, mb,
+    nics), keeping per accelerator the three inputs that read none of the recompute policy, sequence parallelism
+    and the schedule (:func:`_layout_inputs`): the calls over a table's recompute policies then form them once."""
+    base = sc
     sc = with_sequence_parallel(sc, sp)
-    t_x = pipeline_transfer(sc, acc=acc, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, nics=nics)
-    ga, cards = grad_accum(sc, dp, mb), _f(tp) * _f(cp) * _f(pp) * _f(dp)
+    got = kept.get(acc) if kept is not None else None
+    if got is None:
+        got = _layout_inputs(base, acc=acc, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, nics=nics)
+        if kept is not None:
+            kept[acc] = got
+    t_x, ga, cards = got
     if per_op_model(sc):
         kernels: dict[str, Any] = dict(acc=acc, recompute=recompute, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap,
                                        nics=nics)
@@ -480,6 +490,15 @@ def compute_inputs(sc: Scenario, *, acc: str, recompute: str, sp: bool | None = 
                                        mb=mb, ep=ep, etp=etp, cap=cap, nics=nics)
     z = 0.0 * _f(t_f)
     return t_f, t_dx, t_dw, z, z, z, z, z, z, t_x, ga, cards
+
+
+def _layout_inputs(sc: Scenario, *, acc: str, tp: ArrayLike, cp: ArrayLike, pp: ArrayLike, dp: ArrayLike,
+                   mb: ArrayLike, nics: ArrayLike) -> tuple[Floats, Floats, Floats]:
+    """The inputs of :func:`compute_inputs` that read the accelerator and the layout only: the boundary transfer
+    (the fabric, sequence length, hidden size and activation bytes: sequence parallelism changes none of them),
+    micro-batches per step b / (dp mb) and cards tp cp pp dp."""
+    t_x = pipeline_transfer(sc, acc=acc, tp=tp, cp=cp, pp=pp, dp=dp, mb=mb, nics=nics)
+    return t_x, grad_accum(sc, dp, mb), _f(tp) * _f(cp) * _f(pp) * _f(dp)
 
 
 def compute_from(sc: Scenario, schedule: str, pp: ArrayLike,
