@@ -151,7 +151,7 @@ def deadline_terms(sc: Scenario, accelerator: str, step_s: Any, save_mode: str, 
     if task.confidence is not None:  # the chance form: the q-quantile of the finish time, step <= step_max
         step_limit = T.chance_step_max(sc, accelerator, save_mode, cards, tau, ep)
         deadline_value = T.finish_quantile(sc, accelerator, save_mode, cards, tau, step_s, task.confidence, ep) \
-            if quantiles else task.reserved_s + (deadline_s - task.reserved_s) * step_s / step_limit
+            if quantiles else T.chance_finish(task.reserved_s, deadline_s, step_s, step_limit)
     return DeadlineTerms(write_s, L, (parts[0], parts[1], parts[2]), iters, train_s, finish_s, cost, step_limit,
                          deadline_value, deadline_s)
 

@@ -516,7 +516,7 @@ def _chance_finish(v: Mapping[str, Any], sc: Scenario) -> NDArray[np.float64]:
     reserved, deadline = sc.task.reserved_s, F.limit(F.DEADLINE, sc)
     step, step_max = (np.asarray(v[k], dtype=float) for k in ("step", "step_max"))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        value = reserved + (deadline - reserved) * step / step_max
+        value = np.asarray(T.chance_finish(reserved, deadline, step, step_max), dtype=float)
     if not deadline > reserved:
         return np.full(value.shape, np.nan)
     return np.where(step_max > 0, value, np.nan)
