@@ -245,3 +245,22 @@ def test_report_is_json_ready(example):
     assert any("lognormal" in a for a in out["assumptions"]) and any("HBM" in a for a in out["assumptions"])
     assert gen.longest_of(pb.task.response, pb.task.batch) == \
         pytest.approx(out["stages"]["generation"]["longest_response"])
+
+
+def test_extra_forwards_run_at_the_stacks_kernels():
+    # The extra forward passes (reference / old-policy log-probs) run on the stack's kernels, as the learner's own
+    # step does (per-operation model: eta = min(1, f x the card's GEMM efficiency), f the stack's kernel factor,
+    # catalogs/stacks.toml): on DeepSpeed (its pooled factor) they take 1 / min(1, f x eta) / (1 / eta) of the
+    # reference stack's time; the flat model does not read the stack.
+    from tpopt.catalogs.stacks import stack_profile
+
+    def seconds(stack, **hw):
+        raw = small(extra_forwards=1)
+        raw["hardware"] = {**raw["hardware"], "stack": stack, **hw}
+        return O.RLProblem(build_rl_scenario(raw)).extra_forward_s("h100-sxm", 8)
+
+    f = stack_profile("deepspeed").kernel_efficiency
+    eta = O.RLProblem(build_rl_scenario(small(extra_forwards=1))).sc.system("h100-sxm").perf.gemm_efficiency
+    assert f < 1.0 and seconds("megatron-core") > 0
+    assert seconds("deepspeed") / seconds("megatron-core") == pytest.approx(eta / min(1.0, f * eta), rel=1e-12)
+    assert seconds("deepspeed", efficiency=0.4) == pytest.approx(seconds("megatron-core", efficiency=0.4), rel=1e-12)

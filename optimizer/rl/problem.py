@@ -27,6 +27,7 @@ from tpopt.models.arch import ModelArch, flops_per_token, gemm_params, param_cou
 from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.models.plan import Scenario
 from tpopt.models.rl import RLScenario
+from tpopt.models.roofline import stack_scaled
 from tpopt.models.units import GIB
 from tpopt.optimizer import backends, core
 from tpopt.optimizer.backends import Solver
@@ -248,12 +249,15 @@ class RLProblem:
     def extra_forward_s(self, acc: str, cards: int) -> float:
         """Extra forward passes (reference / old-policy log-probs) at the scenario's efficiency:
         n x (training FLOPs / 3) / (cards x peak x eta), without bubbles or communication (per-operation
-        model: eta = the card's large-GEMM efficiency x the throughput scale)."""
+        model: eta = the card's large-GEMM efficiency as the stack's kernels reach it,
+        min(1, kernel_efficiency x gemm_efficiency) (:func:`tpopt.models.roofline.stack_scaled`), x the throughput
+        scale)."""
         if not self.task.extra_forwards:
             return 0.0
         s = self.sc.system(acc)
         perf = s.perf
-        eta = s.efficiency * (perf.gemm_efficiency if s.per_op and perf is not None else 1.0)
+        eta = s.efficiency * (float(stack_scaled(perf, self.sc.stack.kernel_efficiency).gemm_efficiency)
+                              if s.per_op and perf is not None else 1.0)
         fwd = float(flops_per_token(self.sc.model, self.seq)) / 3.0 * self.step_tokens
         seconds: float = self.task.extra_forwards * fwd / (cards * s.acc.peak_flops * eta)
         return seconds
