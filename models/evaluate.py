@@ -143,7 +143,7 @@ def deadline_terms(sc: Scenario, accelerator: str, step_s: Any, save_mode: str, 
     parts = T.overhead_parts(sc, save_mode, cards, tau)
     iters = T.iteration_count(sc)
     train_s = iters * step_s
-    finish_s = task.reserved_s + train_s * (1.0 + L)
+    finish_s = T.finish_time(sc, step_s, L)
     cost = T.rate_per_second(sc, accelerator, cards, nics) * finish_s
     deadline_s = F.limit(F.DEADLINE, sc)
     step_limit = (deadline_s - task.reserved_s) / (iters * (1.0 + L))

@@ -199,10 +199,9 @@ class LayoutBounds:
         shape[rate.vars.index("acc")], shape[rate.vars.index("nics")] = nic_ok.shape
         masked = np.where(nic_ok.reshape(shape), rate.values, np.inf)
         rate_min = red("rate", np.min, masked)
-        iters = T.iteration_count(sc)
         wait = sc.input.wait_s
         with np.errstate(over="ignore", invalid="ignore"):  # inf: every plan of the layout infinitely late
-            finish_min: NDArray[Any] = sc.task.reserved_s + iters * (busy_min + wait) * (1.0 + l_min)
+            finish_min: NDArray[Any] = T.finish_time(sc, busy_min + wait, l_min)
             cost_min: NDArray[Any] = rate_min * finish_min
         if chance_on(sc):  # the chance form: the least step against the largest step the confidence allows
             step_max = red(CHANCE_TABLE, np.max)

@@ -356,12 +356,6 @@ def _bound_values(table: Table, layouts: Iterable[Layout]) -> NDArray[Any]:
     return table.values if ready is None else cast(NDArray[Any], ready(layouts))
 
 
-def _finish_s(sc: Scenario, step: Any, overhead: Any) -> Any:
-    """Finish time (s) of a plan of step ``step`` (s) and overhead share ``overhead``: reserved + (iterations x
-    step) x (1 + overhead), in this order (the evaluator's: the same bits)."""
-    return sc.task.reserved_s + (T.iteration_count(sc) * step) * (1.0 + overhead)
-
-
 LEVEL_TWIN = "_level_twin"
 """A space's key for the :class:`PointTable` its scenario's space walked at another confidence level (everything else
 the same: :func:`tpopt.optimizer.plan.shared_space`): :func:`enumerate_best` answers from it without a walk."""
@@ -392,7 +386,7 @@ def _level_mask(space: Space, table: PointTable, enforced: Collection[str], card
         m &= table.step <= limit
     if F.DEADLINE in enforced:
         reserved, deadline = sc.task.reserved_s, F.limit(F.DEADLINE, sc)
-        m &= reserved + (deadline - reserved) * table.step / limit <= deadline
+        m &= T.chance_finish(reserved, deadline, table.step, limit) <= deadline
     return m
 
 
@@ -733,7 +727,7 @@ class LayoutEvaluator:
         the pipeline terms' lower bounds), into ``into`` by (layout, objective) (:meth:`key_floor`)."""
         sc = self.sc
         L = float(np.min(self._term("overhead", h)))
-        finish = _finish_s(sc, busy + sc.input.wait_s, L)
+        finish = T.finish_time(sc, busy + sc.input.wait_s, L)
         for objective, k1 in (("cost", g["rate"] * finish), ("finish", finish)):
             into.setdefault((h, objective), float(np.min(np.broadcast_to(k1, where.shape), where=where,
                                                          initial=math.inf)))
@@ -809,11 +803,11 @@ class LayoutEvaluator:
             if monotone:
                 least_step = np.min(np.broadcast_to(step, where.shape), where=where, initial=math.inf, keepdims=True,
                                     axis=tuple(a for a in axes if a >= rate.ndim or rate.shape[a] == 1))
-                finish = _finish_s(sc, least_step, L)
+                finish = T.finish_time(sc, least_step, L)
                 keys = (("cost", rate * finish), ("finish", finish))
                 leasts = [np.min(k1, axis=axes, initial=math.inf) for _, k1 in keys]
             else:
-                finish = _finish_s(sc, step, L)
+                finish = T.finish_time(sc, step, L)
                 keys = (("cost", rate * finish), ("finish", finish))
                 leasts = [np.min(np.broadcast_to(k1, where.shape), axis=axes, where=where, initial=math.inf)
                           for _, k1 in keys]
@@ -865,7 +859,7 @@ class LayoutEvaluator:
             j = int(np.argmin(Ls))
             L = Ls[j]
             m = m[..., :1, :1]
-        finish = _finish_s(sc, v["step"], L)
+        finish = T.finish_time(sc, v["step"], L)
         cost = v["rate"] * finish
         if F.DEADLINE in enforced and v["step_max"] is not None:  # the chance form (full grids only)
             m = m & (v["step"] <= v["step_max"])
@@ -1042,7 +1036,7 @@ class LayoutEvaluator:
         k = np.searchsorted(Sp[order], step[g], side="left")  # the first pair whose largest step admits g's
         g, k = g[k < order.size], k[k < order.size]
         budget = F.BUDGET in enforced and sc.cost.max_cost is not None
-        finish = _finish_s(sc, step[g], least_l[k])  # :meth:`_points`' expressions
+        finish = T.finish_time(sc, step[g], least_l[k])  # :meth:`_points`' expressions
         cost = rate[g] * finish
         if budget:
             within = cost <= F.limit(F.BUDGET, sc)
@@ -1054,7 +1048,7 @@ class LayoutEvaluator:
         if not math.isfinite(least):
             return None
         sel = g[k1 == least][:, None]  # the grid points that may hold the first point, with every pair
-        fin = _finish_s(sc, step[sel], Lp[None, :])
+        fin = T.finish_time(sc, step[sel], Lp[None, :])
         cst = rate[sel] * fin
         ok = okp[None, :] & (step[sel] <= Sp[None, :])
         if budget:

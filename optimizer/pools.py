@@ -228,7 +228,7 @@ def _job(sc: Scenario, cards: np.ndarray[Any, Any], step: np.ndarray[Any, Any]
     mode = sc.search.save_mode[0]
     tau = T.optimal_save_interval(sc, cards, mode) if tau0 == 0.0 else np.full(np.shape(cards), tau0)
     lo = T.overhead(sc, mode, cards, tau)
-    finish = sc.task.reserved_s + T.iteration_count(sc) * step * (1.0 + lo)
+    finish = T.finish_time(sc, step, lo)
     return np.asarray(lo), np.asarray(tau), np.asarray(finish)
 
 
@@ -552,7 +552,7 @@ def bounds(st: States, sc: Scenario, grad_bytes: float, least: np.ndarray[Any, A
     ``t`` + the partial cross-pool time (:func:`cross_s`), its overhead at least ``L_min(n)``
     (:func:`least_overhead`), its bill at least ``r`` per hour."""
     step = st.t + cross_s(st, grad_bytes)
-    finish = sc.task.reserved_s + T.iteration_count(sc) * step * (1.0 + least[st.n])
+    finish = T.finish_time(sc, step, least[st.n])
     with np.errstate(invalid="ignore"):
         return finish, np.where(st.r > 0, st.r * finish / HOUR, 0.0)
 

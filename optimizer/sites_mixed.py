@@ -568,7 +568,7 @@ def as_candidate(sc: Scenario, c: MixedCandidate) -> Candidate:
     independent of the WAN) and its bill ``c1 = sum_s cards_s x price_s x f1 / 3600``, so that
     ``finish = reserved + (f1 - reserved) x token factor x (t + exposed) / t`` and ``cost = c1 x finish / f1 +
     egress``, the one-type forms."""
-    f1 = sc.task.reserved_s + T.iteration_count(sc) * c.compute_step_s * (1.0 + c.overhead)
+    f1 = T.finish_time(sc, c.compute_step_s, c.overhead)
     rate = sum(p.replicas * p.replica_cards * p.card_hour for p in c.parts)
     return Candidate(sites=tuple(p.site for p in c.parts), replicas=tuple(p.replicas for p in c.parts), mode=c.mode,
                      inner_steps=c.inner_steps, fragments=c.fragments, dp=sum(p.replicas for p in c.parts),

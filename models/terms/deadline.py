@@ -441,6 +441,17 @@ def chance_step_max(sc: Scenario, acc: str, save_mode: str, cards: ArrayLike, sa
     return out
 
 
+def finish_time(sc: Scenario, step_s: Any, overhead: Any) -> Any:
+    """Finish time (s) of a plan of step ``step_s`` (s) and overhead share ``overhead`` (checkpoints, failures,
+    restarts: :func:`overhead`):
+
+        reserved + (iterations x step) x (1 + overhead)
+
+    in this order, one expression for the evaluator, the enumerator's keys and floors and every bound built on them
+    (the same bits wherever it is formed)."""
+    return sc.task.reserved_s + (iteration_count(sc) * step_s) * (1.0 + overhead)
+
+
 def chance_finish(reserved_s: float, deadline_s: float, step_s: Any, step_max: Any) -> Any:
     """The deadline family's value under a confidence, over a grid: the chance-equivalent finish (s)
 
