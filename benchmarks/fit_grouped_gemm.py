@@ -49,7 +49,7 @@ from tpopt.optimizer.calibrate import MeasuredRun  # noqa: E402
 from tpopt.optimizer.runs import runs_from_csv  # noqa: E402
 
 REFERENCE = ("megatron-core", "megatron-lm-2021")
-"""Stacks whose runs calibrate the cards (fit_stacks.py REFERENCE): their MoE runs fit g."""
+"""Stacks whose runs calibrate the cards (fit_stacks.py REFERENCE is this one): their MoE runs fit g."""
 
 GRID = np.round(np.arange(0.50, 1.5001, 0.01), 4)
 """Candidate factors (the fit interpolates between neighbours)."""
@@ -119,25 +119,34 @@ def source_text(res: dict) -> str:
             f"carries what it leaves")
 
 
+def rewrite(text: str, stack: str, key: str, value: str, source: str, *, after: str | None = None,
+            file: str = STACKS_TOML.name) -> str:
+    """``text`` (stacks.toml) with ``key``'s value in ``[stack]`` and its source in ``[stack.sources]`` set,
+    nothing else: each line replaced where its table has one, else (``after`` given) added after that key's line
+    there; an InputError naming ``file`` where neither is there (the fit scripts write every key through this)."""
+    name = re.escape(stack)
+    said = source.replace('"', "'")
+    for section, line in (("", f"{key} = {value}\n"), (r"\.sources", f'{key} = "{said}"\n')):
+        head = r"(\n\[" + name + section + r"\]\n(?:(?!\[).*\n)*?)"
+        old = re.compile(head + key + r" = [^\n]*\n")
+        anchor = re.compile(head + r"(" + after + r" = [^\n]*\n)") if after else None
+        if old.search(text):
+            text = old.sub(lambda m, s=line: m.group(1) + s, text, count=1)
+        elif anchor is not None and anchor.search(text):
+            text = anchor.sub(lambda m, s=line: m.group(1) + m.group(2) + s, text, count=1)
+        else:
+            where = f" or {after} line to add it after" if after else ""
+            raise InputError(f"{file} [{stack}{section.replace(chr(92), '')}]: no {key} line to rewrite{where}")
+    return text
+
+
 def write(results: Sequence[dict], path: Path = STACKS_TOML) -> None:
     """Rewrite each fitted stack's grouped_gemm_efficiency and its source in stacks.toml, nothing else (the
     lines are added after kernel_efficiency where the stack has none yet)."""
     text = path.read_text()
     for res in results:
-        name = re.escape(res["stack"])
-        value_line = f"grouped_gemm_efficiency = {res['g']:.3f}\n"
-        source_line = f'grouped_gemm_efficiency = "{source_text(res).replace(chr(34), chr(39))}"\n'
-        for section, line in ((r"", value_line), (r"\.sources", source_line)):
-            head = r"(\n\[" + name + section + r"\]\n(?:(?!\[).*\n)*?)"
-            old = re.compile(head + r"grouped_gemm_efficiency = [^\n]*\n")
-            anchor = re.compile(head + r"(kernel_efficiency = [^\n]*\n)")
-            if old.search(text):
-                text = old.sub(lambda m, s=line: m.group(1) + s, text, count=1)
-            elif anchor.search(text):
-                text = anchor.sub(lambda m, s=line: m.group(1) + m.group(2) + s, text, count=1)
-            else:
-                raise InputError(f"{path.name} [{res['stack']}{section.replace(chr(92), '')}]: no "
-                                 "kernel_efficiency line to add grouped_gemm_efficiency after")
+        text = rewrite(text, res["stack"], "grouped_gemm_efficiency", f"{res['g']:.3f}", source_text(res),
+                       after="kernel_efficiency", file=path.name)
     path.write_text(text)
 
 

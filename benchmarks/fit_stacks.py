@@ -21,7 +21,6 @@ their MoE runs (benchmarks/fit_grouped_gemm.py; written with ``--write`` too).
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -34,7 +33,6 @@ DATA = sorted((ROOT / "benchmarks" / "data").glob("*.csv"))
 STACKS_TOML = ROOT / "catalogs" / "stacks.toml"
 
 from tpopt.catalogs.stacks import stack_names  # noqa: E402
-from tpopt.errors import InputError  # noqa: E402
 from tpopt.models.finish import ANCHOR_SPEEDS, SIGMA_MIN_RUNS, residual_sigma  # noqa: E402
 from tpopt.models.roofline import stack_scaled  # noqa: E402
 from tpopt.optimizer import calibrate as C  # noqa: E402
@@ -43,7 +41,7 @@ from tpopt.optimizer.calibrate import MeasuredRun  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fit_grouped_gemm  # noqa: E402
 
-REFERENCE = ("megatron-core", "megatron-lm-2021")
+REFERENCE = fit_grouped_gemm.REFERENCE
 """Stacks whose runs calibrate the cards: kernel_efficiency 1 by definition."""
 
 GRID = np.round(np.arange(0.30, 1.6001, 0.002), 4)
@@ -113,15 +111,8 @@ def write(results: Sequence[dict], path: Path = STACKS_TOML) -> None:
     """Rewrite each fitted stack's kernel_efficiency and its source in stacks.toml, nothing else."""
     text = path.read_text()
     for res in results:
-        name = re.escape(res["stack"])
-        value = re.compile(r"(\n\[" + name + r"\]\n(?:(?!\[).*\n)*?)kernel_efficiency = [^\n]*\n")
-        source = re.compile(r"(\n\[" + name + r"\.sources\]\n(?:(?!\[).*\n)*?)kernel_efficiency = [^\n]*\n")
-        if not value.search(text) or not source.search(text):
-            raise InputError(f"{path.name} [{res['stack']}]: no kernel_efficiency line (and source) to rewrite")
-        f = res["f"]
-        text = value.sub(lambda m, f=f: f"{m.group(1)}kernel_efficiency = {f:.3f}\n", text, count=1)
-        src = source_text(res).replace('"', "'")
-        text = source.sub(lambda m, s=src: f'{m.group(1)}kernel_efficiency = "{s}"\n', text, count=1)
+        text = fit_grouped_gemm.rewrite(text, res["stack"], "kernel_efficiency", f"{res['f']:.3f}", source_text(res),
+                                        file=path.name)
     path.write_text(text)
 
 
@@ -190,18 +181,6 @@ def stack_sigma(res: dict) -> tuple[float, str]:
                      f"on; models/finish.py ANCHOR_SPEEDS)")
 
 
-def rewrite(text: str, stack: str, key: str, value: str, source: str) -> str:
-    """``text`` (stacks.toml) with ``key``'s value and its source in ``[stack]`` replaced, nothing else."""
-    name = re.escape(stack)
-    line = re.compile(r"(\n\[" + name + r"\]\n(?:(?!\[).*\n)*?)" + key + r" = [^\n]*\n")
-    src = re.compile(r"(\n\[" + name + r"\.sources\]\n(?:(?!\[).*\n)*?)" + key + r" = [^\n]*\n")
-    if not line.search(text) or not src.search(text):
-        raise InputError(f"{STACKS_TOML.name} [{stack}]: no {key} line (and source) to rewrite")
-    text = line.sub(lambda m: f"{m.group(1)}{key} = {value}\n", text, count=1)
-    said = source.replace('"', "'")
-    return src.sub(lambda m: f'{m.group(1)}{key} = "{said}"\n', text, count=1)
-
-
 def write_pool_and_sigmas(results: Sequence[dict], path: Path = STACKS_TOML) -> list[str]:
     """Rewrite each fitted stack's residual_sigma (:func:`stack_sigma`) and each unfitted stack's kernel_efficiency
     (:func:`pooled_prior`, :func:`unfitted_stacks`) with their sources in stacks.toml; the stacks written."""
@@ -209,12 +188,12 @@ def write_pool_and_sigmas(results: Sequence[dict], path: Path = STACKS_TOML) -> 
     done = []
     for res in results:
         sigma, src = stack_sigma(res)
-        text = rewrite(text, res["stack"], "residual_sigma", f"{sigma:.3f}", src)
+        text = fit_grouped_gemm.rewrite(text, res["stack"], "residual_sigma", f"{sigma:.3f}", src)
         done.append(res["stack"])
     f, pooled = pooled_prior(written(results))
     if pooled:
         for name in unfitted_stacks([r["stack"] for r in results]):
-            text = rewrite(text, name, "kernel_efficiency", f"{f:.3f}", pool_source(results, f))
+            text = fit_grouped_gemm.rewrite(text, name, "kernel_efficiency", f"{f:.3f}", pool_source(results, f))
             done.append(name)
     path.write_text(text)
     return done
