@@ -99,6 +99,12 @@ def cards_of(**vals: Any) -> Any:
     return out
 
 
+def whole_hosts(sc: Scenario, acc: str, cards: Any) -> Any:
+    """The whole-hosts rule (:data:`F.WHOLE_HOSTS`): a card count that fills whole hosts of ``acc``, cards mod
+    cards per host = 0 (arrays broadcast)."""
+    return cards % sc.system(acc).acc.cards_per_host == 0
+
+
 def card_counts(domains: Domains) -> list[int]:
     """Every card count the domains can form (tp x cp x pp x dp), ascending."""
     return sorted({int(np.prod(c)) for c in itertools.product(*(domains[v] for v in CARD_FACTORS))})
@@ -547,7 +553,7 @@ class Space:
             # structural facts (True = the rule holds)
             F.ok_table(F.BATCH_DIVISIBILITY): term(T.batch_remainder, lambda r: r == 0),
             F.ok_table(F.WHOLE_HOSTS): (("acc", *cf),
-                                      lambda acc, **f: cards_of(**f) % sc.system(acc).acc.cards_per_host == 0),
+                                      lambda acc, **f: whole_hosts(sc, acc, cards_of(**f))),
             F.ok_table(F.TP_WITHIN_HOST): (("acc", "tp", "cp"),
                                          lambda acc, tp, cp: context.placement_ok(tp, cp,
                                                                                   sc.system(acc).acc.cards_per_host)),
@@ -687,7 +693,7 @@ class Space:
             c, t = np.broadcast_arrays(cards, np.asarray(self.interval(tau, cards, mode), dtype=float))
             kept = c <= cap
             if whole:
-                kept &= c % sc.system(acc).acc.cards_per_host == 0
+                kept &= whole_hosts(sc, acc, c)
             out = np.full(c.shape, loose)
             if kept.any():
                 out[kept] = T.chance_step_max(sc, acc, mode, c[kept], t[kept])
