@@ -44,7 +44,7 @@ DATA = sorted((ROOT / "benchmarks" / "data").glob("*.csv"))
 
 from fit_stacks import own_kernels, pooled_prior  # noqa: E402
 
-from tpopt.catalogs import load_catalog  # noqa: E402
+from tpopt.catalogs import calibration_prior, load_catalog, prior_training_ratio  # noqa: E402
 from tpopt.catalogs.scenario import build_scenario  # noqa: E402
 from tpopt.catalogs.stacks import DEFAULT_STACK, stack_names, stack_profile  # noqa: E402
 from tpopt.errors import InputError  # noqa: E402
@@ -127,10 +127,28 @@ def measured_prior(cat, acc: str):
     """The accelerator's parameters before any calibration: the catalog entry with each calibrated field
     back at the prior its ``[acc.calibration] prior`` records (the public measurement it started from)."""
     perf = cat.perf(acc)
-    table = cat.raw.get("performance", {}).get(acc, {}).get("calibration", {})
-    prior = table.get("prior", [])
-    names = list(perf.calibrated)[-len(prior):] if prior else []
-    return perf.with_values(**dict(zip(names, (float(v) for v in prior), strict=True))) if names else perf
+    prior = calibration_prior(cat.raw.get("performance", {}).get(acc, {}), perf)
+    return perf.with_values(**prior) if prior else perf
+
+
+def scale_sources(cat, acc: str) -> tuple[str, ...]:
+    """The calibrated cards whose fitted / prior GEMM share scales ``acc``'s prior (performance.toml
+    ``prior_scale_from``; () for none)."""
+    return tuple(cat.raw.get("performance", {}).get(acc, {}).get("prior_scale_from", ()))
+
+
+def fold_prior(cat, acc: str, cals: dict):
+    """:func:`measured_prior` within one fit: a card whose prior is scaled by other cards' fits
+    (``prior_scale_from``) takes the ratio of the fits ``cals`` made here (fitted / that card's measured
+    prior), a source card not fitted here counting 1, so a left-out source leaves its share of the ratio
+    out too (tpopt.catalogs.prior_training_ratio)."""
+    names = scale_sources(cat, acc)
+    if not names:
+        return measured_prior(cat, acc)
+    own = float(cat.raw["performance"][acc]["gemm_efficiency"])
+    pairs = [(float(cals[n][0].perf.gemm_efficiency), float(measured_prior(cat, n).gemm_efficiency))
+             if n in cals else (1.0, 1.0) for n in names]
+    return cat.perf(acc).with_values(gemm_efficiency=min(1.0, own * prior_training_ratio(pairs)))
 
 
 REFERENCE_STACKS = ("megatron-core", "megatron-lm-2021")
@@ -272,7 +290,8 @@ def fit_all(runs, fit_tables, cat, loo: bool, log: bool, all_shapes: bool = Fals
     ``leave_out``): (predictions, chosen plans, fitted parameters, leave-one-out predictions); an
     accelerator without such a run keeps the catalog's."""
     pred, chosen, cals, loo_pred = {}, {}, {}, {}
-    for acc in dict.fromkeys(r.accelerator for r in runs):
+    accs = list(dict.fromkeys(r.accelerator for r in runs))
+    for acc in sorted(accs, key=lambda a: bool(scale_sources(cat, a))):  # a prior-scaled card after its sources
         mine = [r for r in runs if r.accelerator == acc]
         stacks = calibration_stacks(cat, acc)
         fit_runs = [r for r in mine if r.table in fit_tables and run_source(r) != leave_out
@@ -285,7 +304,7 @@ def fit_all(runs, fit_tables, cat, loo: bool, log: bool, all_shapes: bool = Fals
                 fit_runs.remove(r)
                 if log:
                     print(f"{acc}: not fitted on {r.name}: {exc}")
-        prior = measured_prior(cat, acc) if priors else cat.perf(acc)
+        prior = fold_prior(cat, acc, cals) if priors else cat.perf(acc)
         perf = prior
         free = fit_parameters(fit_runs)
         if fit_runs:

@@ -8,6 +8,7 @@ entries of the same name. Every value is parsed with its unit exactly once, here
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from os import PathLike
@@ -200,7 +201,8 @@ def build_perf(name: str, t: dict[str, Any], base: PerfParams | None = None) -> 
     if bad:
         raise InputError(f"{where}: unknown key(s) {sorted(bad)} (known: {', '.join(sorted(_PERF_KEYS))})")
     k: PerfKeys = read_entry(PerfKeys, t, where, t)
-    kept = ("tile", "sources", "calibration", "residual_sigma_source", "derived_from", "clock_ratio")
+    kept = ("tile", "sources", "calibration", "residual_sigma_source", "derived_from", "clock_ratio",
+            "prior_scale_from")
     kw: dict[str, Any] = {f.name: getattr(k, f.name) for f in fields(k)
                           if f.name not in kept and getattr(k, f.name) is not None}
     if k.tile is not None:
@@ -281,10 +283,63 @@ def _derived_perf(name: str, perf: dict[str, Any], cat: Catalog, default: PerfPa
     t = perf[name]
     base_name = t.get("derived_from") if isinstance(t, dict) else None
     if base_name is None:
-        return build_perf(name, t, default)
-    if base_name not in perf or base_name == "default" or base_name in seen + (name,):
-        raise InputError(f"performance.toml [{name}]: derived_from {base_name!r} must name another card's entry "
-                         "(no cycle)")
-    base = _derived_perf(base_name, perf, cat, default, seen + (name,))
-    cat.performance[base_name] = base
-    return build_perf(name, t, base)
+        out = build_perf(name, t, default)
+    else:
+        if base_name not in perf or base_name == "default" or base_name in seen + (name,):
+            raise InputError(f"performance.toml [{name}]: derived_from {base_name!r} must name another card's "
+                             "entry (no cycle)")
+        base = _derived_perf(base_name, perf, cat, default, seen + (name,))
+        cat.performance[base_name] = base
+        out = build_perf(name, t, base)
+    if isinstance(t, dict) and "prior_scale_from" in t:
+        out = _scaled_prior(name, out, t, perf, cat, default, seen)
+    return out
+
+
+def calibration_prior(table: Any, perf: PerfParams) -> dict[str, float]:
+    """The public measurement each calibrated field of a performance.toml entry started from: its
+    ``[acc.calibration] prior`` list, aligned with the last ``len(prior)`` names of ``calibrated`` (as
+    benchmarks/refit_catalog.py writes them); {} for an entry without one."""
+    cal = table.get("calibration", {}) if isinstance(table, dict) else {}
+    prior = cal.get("prior", []) if isinstance(cal, dict) else []
+    names = list(perf.calibrated)[-len(prior):] if prior else []
+    return dict(zip(names, (float(v) for v in prior), strict=True)) if names else {}
+
+
+def prior_training_ratio(fitted: Sequence[tuple[float, float]]) -> float:
+    """How far a public GEMM measurement lies from what training runs reach, from cards that have both: the
+    geometric mean of fitted / prior over (fitted, prior) pairs,
+        r = exp(mean(ln(g_fit / g_prior))).
+    (0.541, 0.634) and (0.505, 0.594): r = sqrt(0.853 x 0.850) = 0.852."""
+    logs = [math.log(g / p) for g, p in fitted]
+    return math.exp(sum(logs) / len(logs))
+
+
+def _scaled_prior(name: str, out: PerfParams, t: dict[str, Any], perf: dict[str, Any], cat: Catalog,
+                  default: PerfParams, seen: tuple[str, ...]) -> PerfParams:
+    """An entry's own prior GEMM share scaled by :func:`prior_training_ratio` of the calibrated cards its
+    ``prior_scale_from`` names (each built first): a public measurement of a card no run has fitted, taken
+    as far from training as the same measurement proved on the cards that have been fitted."""
+    where = f"performance.toml [{name}]: prior_scale_from"
+    if "gemm_efficiency" not in t or "gemm_efficiency" in out.calibrated:
+        raise InputError(f"{where} scales the entry's own prior gemm_efficiency: state one (not a calibrated one)")
+    names = tuple(str(x) for x in t["prior_scale_from"])  # a list of names (build_perf checked it)
+    pairs: list[tuple[float, float]] = []
+    for other in names:
+        if other not in perf or other in ("default", name) or other in seen:
+            raise InputError(f"{where}: {other!r} must name another card's entry (no cycle)")
+        p = _derived_perf(other, perf, cat, default, seen + (name,))
+        cat.performance[other] = p
+        prior = calibration_prior(perf[other], p).get("gemm_efficiency")
+        if prior is None:
+            raise InputError(f"{where}: [{other}] has no fitted gemm_efficiency with a recorded prior "
+                             f"([{other}.calibration] prior)")
+        pairs.append((p.gemm_efficiency, prior))
+    r = prior_training_ratio(pairs)
+    g = min(1.0, out.gemm_efficiency * r)
+    why = ", ".join(f"[{o}] {f:.4g} / {q:.4g}" for o, (f, q) in zip(names, pairs, strict=True))
+    sources = dict(out.sources or {})
+    sources["gemm_efficiency"] = (f"{sources.get('gemm_efficiency', '')}; x {r:.3f}, the fitted / prior GEMM share "
+                                  f"of {why}{' (geometric mean)' if len(pairs) > 1 else ''}: how far the same "
+                                  "public measurement lies from what the reference stacks' runs reached")
+    return replace(out, gemm_efficiency=g, sources=sources)

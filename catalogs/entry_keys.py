@@ -107,6 +107,12 @@ def _calibrated(value: Any, what: str, _context: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _card_names(value: Any, what: str, _context: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(x, str) and x for x in value):
+        raise InputError(f"{what} must list accelerator names (performance.toml entries)")
+    return tuple(value)
+
+
 def _sigma_stacks(value: Any, what: str, table: dict[str, Any]) -> tuple[str, ...]:
     """The stacks residual_sigma was measured on (context: the entry's table, which must state residual_sigma)."""
     if "residual_sigma" not in table or not isinstance(value, list) or not all(isinstance(x, str) for x in value):
@@ -155,6 +161,9 @@ class PerfKeys:
                                               "another part: its values, not its calibration status)")
     clock_ratio: float | None = key(fraction(), help="sustained clock against derived_from's: scales its GEMM and "
                                                     "attention efficiencies (a lower power limit)")
+    prior_scale_from: tuple[str, ...] | None = key(Kind(_card_names, "list of accelerator names", sep=": "),
+                                                   help="calibrated cards whose fitted / prior GEMM share (geometric "
+                                                        "mean) scales this entry's own prior gemm_efficiency")
 
     RULES: ClassVar = (
         ("residual_sigma", lambda v: v["residual_sigma"] is not None and not 0.0 <= v["residual_sigma"] < 5.0,

@@ -173,3 +173,26 @@ def test_calibration_runs_file_not_utf8_or_endless_exit_2(tmp_path):
     r = run(["calibrate", "--runs", "/dev/zero", "--out", str(out)])  # a device: refused before any read (issue 42)
     assert_one_line_exit_2(r, "is a device, not a regular file")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ('[h200]\nprior_scale_from = ["rtx4090"]\n', "rtx4090"),  # a card no run fitted: nothing to scale by
+    ('[h200]\nprior_scale_from = ["no-such-card"]\n', "no-such-card"),
+    ('[h200]\nprior_scale_from = ["h200"]\n', "no cycle"),
+    ('[h200]\nprior_scale_from = []\n', "accelerator names"),
+    ('[h100-96gb-hbm2e]\nprior_scale_from = ["h100-sxm"]\n', "own prior gemm_efficiency"),  # inherits, states none
+])
+def test_bad_prior_scale_from_exits_2_with_one_line(tmp_path, text, fragment):
+    (tmp_path / "performance.toml").write_text(text)
+    assert_one_line_exit_2(run(["catalog", "models", "--catalog", str(tmp_path)]), fragment)
+
+
+def test_a_user_card_scaled_by_a_fitted_card(tmp_path):
+    """A user's entry can take a fitted card's gap to training: its own prior x that card's fitted / prior."""
+    from tpopt.catalogs import load_catalog
+
+    (tmp_path / "performance.toml").write_text('[h200]\ngemm_efficiency = 0.5\nprior_scale_from = ["b200"]\n')
+    cat = load_catalog([tmp_path])
+    b200 = cat.raw["performance"]["b200"]
+    assert cat.perf("h200").gemm_efficiency == pytest.approx(0.5 * b200["gemm_efficiency"]
+                                                             / b200["calibration"]["prior"][0])

@@ -77,11 +77,13 @@ def test_neutral_accelerator_keys_stay_out_of_fingerprints():
 
 def test_every_performance_key_sets_its_parameter():
     """Each declared performance.toml key names the PerfParams field it sets (tile: tile_m and tile_n); only the
-    sources table (merged), the calibration notes (kept for the reader) and the two keys that build an entry on
-    another card's (derived_from, clock_ratio: they scale inherited fields) set none."""
+    sources table (merged), the calibration notes (kept for the reader), the two keys that build an entry on
+    another card's (derived_from, clock_ratio: they scale inherited fields) and prior_scale_from (it scales the
+    entry's own gemm_efficiency by other cards' fits) set none."""
     params = {f.name for f in fields(PerfParams)}
     declared = [f.name for f in fields(PerfKeys)]
-    assert [k for k in declared if k not in params] == ["tile", "calibration", "derived_from", "clock_ratio"]
+    assert [k for k in declared if k not in params] == ["tile", "calibration", "derived_from", "clock_ratio",
+                                                               "prior_scale_from"]
     assert {"tile_m", "tile_n"} <= params and "sources" in declared
     perf = load_catalog().perf("rtx4090")
     assert perf.name == "rtx4090" and 0 < perf.gemm_efficiency <= 1
