@@ -13,8 +13,9 @@ Every report (solve, evaluate, explain, sweep rows, rl) carries, in its JSON and
 * the software stack the figures assume (``[hardware] stack``; ``megatron-core`` by default);
 * for each performance parameter that moves the plan's step time, where its value comes from
   (performance.toml ``sources``): ``calibrated`` (on which runs), ``measured`` (by ``tpopt calibrate
-  --measure`` on a machine, or a published measurement cited in the catalog) or ``prior`` (an
-  assumption; a value carried over from another card);
+  --measure`` on a machine, or a published measurement cited in the catalog), ``measured x fitted gap``
+  (such a measurement scaled by the fitted cards' measured-to-training ratio, ``prior_scale_from``) or
+  ``prior`` (an assumption; a value carried over from another card);
 * the price's provenance: the scenario's own ``[cost]``/``[hardware] card_hour``, or the catalog's list
   price with its source and date; an illustrative price (not a market quote) is flagged, and so is a catalog
   price read more than 6 months (:data:`tpopt.models.market.STALE_MONTHS`) before the market catalog's date
@@ -72,12 +73,16 @@ def stack_of(sc: Scenario) -> str:
 
 
 def provenance(source: str | None) -> str:
-    """``calibrated``, ``measured`` or ``prior`` from a catalog source text (none: a prior)."""
+    """``calibrated``, ``measured``, ``measured x fitted gap`` (a published measurement scaled by how far the same
+    measurement proved from training on fitted cards, performance.toml ``prior_scale_from``) or ``prior`` from a
+    catalog source text (none: a prior)."""
     text = (source or "").strip().lower()
     if text.startswith("calibrated"):
         return "calibrated"
     if not text or text.startswith("assumption") or "assumed" in text or "carried over" in text:
         return "prior"
+    if "the fitted / prior gemm share of" in text:  # catalogs._scaled_prior: a measurement x fitted cards' gap
+        return "measured x fitted gap"
     return "measured"
 
 

@@ -57,7 +57,8 @@ def test_deleting_the_efficiency_line_switches_the_model_and_the_footing_says_so
     names = [q["name"] for q in f["parameters"]]
     assert names == ["gemm_efficiency", "attention_efficiency", "attention_bwd_ratio", "memory_efficiency",
                      "kernel_overhead", "tp_efficiency"]
-    assert all(q["provenance"] in ("measured", "prior", "calibrated") for q in f["parameters"])
+    assert all(q["provenance"] in ("measured", "prior", "calibrated", "measured x fitted gap")
+               for q in f["parameters"])
     # the text is the JSON's footing rendered (same source): MFU printed to 0.1 %
     assert f"implied MFU {f['mfu'] * 100:.1f} %" in text
     for line in footing_lines(f, 100):
@@ -79,6 +80,24 @@ def test_provenance_follows_the_performance_toml(tmp_path):
     assert prov["kernel_overhead"] == "prior"
     text = run("evaluate", "--scenario", p, "--cards", "8", "--catalog", cat)
     assert "calibrated on my-run-1 GEMM 0.6" in text
+
+
+def test_a_scaled_prior_says_so_in_text_and_json(tmp_path):
+    """The H200's GEMM share is its published measurement x the fitted H100's fitted / prior ratio
+    (performance.toml prior_scale_from): the footing names it as such, not as a plain measurement, and the
+    value is that product (the two ratios read from the catalog's raw tables)."""
+    from tpopt.catalogs import load_catalog
+
+    raw = load_catalog().raw["performance"]
+    h100 = raw["h100-sxm"]
+    want = raw["h200"]["gemm_efficiency"] * h100["gemm_efficiency"] / h100["calibration"]["prior"][0]
+    p = tmp_path / "h200.toml"
+    p.write_text(per_op_case(tmp_path).read_text().replace('accelerator = "h100-sxm"', 'accelerator = "h200"'))
+    d = json.loads(run("evaluate", "--scenario", p, "--cards", "8", "--json"))
+    gemm = next(q for q in d["footing"]["parameters"] if q["name"] == "gemm_efficiency")
+    assert gemm["provenance"] == "measured x fitted gap" and gemm["value"] == pytest.approx(want)
+    assert "h100-sxm" in gemm["source"] and "698.6" in gemm["source"]
+    assert f"measured x fitted gap GEMM {want:.3g}" in run("evaluate", "--scenario", p, "--cards", "8")
 
 
 def test_price_provenance(tmp_path):
