@@ -301,9 +301,12 @@ def calibration_prior(table: Any, perf: PerfParams) -> dict[str, float]:
     ``[acc.calibration] prior`` list, aligned with the last ``len(prior)`` names of ``calibrated`` (as
     benchmarks/refit_catalog.py writes them); {} for an entry without one."""
     cal = table.get("calibration", {}) if isinstance(table, dict) else {}
-    prior = cal.get("prior", []) if isinstance(cal, dict) else []
-    names = list(perf.calibrated)[-len(prior):] if prior else []
-    return dict(zip(names, (float(v) for v in prior), strict=True)) if names else {}
+    prior = list(cal.get("prior", [])) if isinstance(cal, dict) else []
+    fitted = list(cal.get("fitted", [])) if isinstance(cal, dict) else []
+    names = fitted if len(fitted) == len(prior) else list(perf.calibrated)[-len(prior):] if prior else []
+    if len(names) != len(prior) or not all(isinstance(v, (int, float)) for v in prior):
+        return {}
+    return {n: float(v) for n, v in zip(names, prior, strict=True)}
 
 
 def prior_training_ratio(fitted: Sequence[tuple[float, float]]) -> float:
@@ -319,27 +322,32 @@ def _scaled_prior(name: str, out: PerfParams, t: dict[str, Any], perf: dict[str,
                   default: PerfParams, seen: tuple[str, ...]) -> PerfParams:
     """An entry's own prior GEMM share scaled by :func:`prior_training_ratio` of the calibrated cards its
     ``prior_scale_from`` names (each built first): a public measurement of a card no run has fitted, taken
-    as far from training as the same measurement proved on the cards that have been fitted."""
+    as far from training as the same measurement proved on the cards that have been fitted. A named card
+    whose GEMM share is not fitted with a recorded prior (a user's calibration that left it out) counts for
+    nothing; with none left the share stays as stated and its source says so. A user's ``tpopt calibrate``
+    of a named card records the value it started from as the prior, so the ratio is then the user's fit
+    against that value."""
     where = f"performance.toml [{name}]: prior_scale_from"
     if "gemm_efficiency" not in t or "gemm_efficiency" in out.calibrated:
         raise InputError(f"{where} scales the entry's own prior gemm_efficiency: state one (not a calibrated one)")
     names = tuple(str(x) for x in t["prior_scale_from"])  # a list of names (build_perf checked it)
-    pairs: list[tuple[float, float]] = []
+    pairs: dict[str, tuple[float, float]] = {}
     for other in names:
         if other not in perf or other in ("default", name) or other in seen:
             raise InputError(f"{where}: {other!r} must name another card's entry (no cycle)")
         p = _derived_perf(other, perf, cat, default, seen + (name,))
         cat.performance[other] = p
         prior = calibration_prior(perf[other], p).get("gemm_efficiency")
-        if prior is None:
-            raise InputError(f"{where}: [{other}] has no fitted gemm_efficiency with a recorded prior "
-                             f"([{other}.calibration] prior)")
-        pairs.append((p.gemm_efficiency, prior))
-    r = prior_training_ratio(pairs)
-    g = min(1.0, out.gemm_efficiency * r)
-    why = ", ".join(f"[{o}] {f:.4g} / {q:.4g}" for o, (f, q) in zip(names, pairs, strict=True))
+        if prior is not None and "gemm_efficiency" in p.calibrated:
+            pairs[other] = (p.gemm_efficiency, prior)
     sources = dict(out.sources or {})
+    if not pairs:  # e.g. a user's calibration that did not fit the GEMM share: nothing to scale by
+        sources["gemm_efficiency"] = (f"{sources.get('gemm_efficiency', '')}; unscaled: none of "
+                                      f"{', '.join(names)} has a fitted gemm_efficiency with its recorded prior")
+        return replace(out, sources=sources)
+    r = prior_training_ratio(list(pairs.values()))
+    why = ", ".join(f"[{o}] {f:.4g} / {q:.4g}" for o, (f, q) in pairs.items())
     sources["gemm_efficiency"] = (f"{sources.get('gemm_efficiency', '')}; x {r:.3f}, the fitted / prior GEMM share "
                                   f"of {why}{' (geometric mean)' if len(pairs) > 1 else ''}: how far the same "
                                   "public measurement lies from what the reference stacks' runs reached")
-    return replace(out, gemm_efficiency=g, sources=sources)
+    return replace(out, gemm_efficiency=min(1.0, out.gemm_efficiency * r), sources=sources)

@@ -176,7 +176,6 @@ def test_calibration_runs_file_not_utf8_or_endless_exit_2(tmp_path):
 
 
 @pytest.mark.parametrize("text, fragment", [
-    ('[h200]\nprior_scale_from = ["rtx4090"]\n', "rtx4090"),  # a card no run fitted: nothing to scale by
     ('[h200]\nprior_scale_from = ["no-such-card"]\n', "no-such-card"),
     ('[h200]\nprior_scale_from = ["h200"]\n', "no cycle"),
     ('[h200]\nprior_scale_from = []\n', "accelerator names"),
@@ -185,6 +184,17 @@ def test_calibration_runs_file_not_utf8_or_endless_exit_2(tmp_path):
 def test_bad_prior_scale_from_exits_2_with_one_line(tmp_path, text, fragment):
     (tmp_path / "performance.toml").write_text(text)
     assert_one_line_exit_2(run(["catalog", "models", "--catalog", str(tmp_path)]), fragment)
+
+
+def test_a_card_named_without_a_fitted_gemm_share_leaves_the_prior_unscaled_and_says_so(tmp_path):
+    """rtx4090 has no fitted GEMM share: nothing to scale by, so the H200 keeps its stated measurement (a user's
+    calibration that fits only other fields must not make the catalog unreadable)."""
+    from tpopt.catalogs import load_catalog
+
+    (tmp_path / "performance.toml").write_text('[h200]\nprior_scale_from = ["rtx4090"]\n')
+    cat = load_catalog([tmp_path])
+    assert cat.perf("h200").gemm_efficiency == cat.raw["performance"]["h200"]["gemm_efficiency"]
+    assert "unscaled: none of rtx4090" in cat.perf("h200").sources["gemm_efficiency"]
 
 
 def test_a_user_card_scaled_by_a_fitted_card(tmp_path):
