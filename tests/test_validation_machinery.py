@@ -227,3 +227,21 @@ def test_nemo_long_sequence_rows_run_their_container(published):
     stacks = {r.name: r.scenario.stack.name for r in published}
     assert {stacks[n] for n in ("L6", "L7", "L8", "L9")} == {"nemo-2403"}
     assert stacks["D1"] == stacks["M1"] == "megatron-core"
+
+
+def test_a_prior_scaled_card_takes_the_folds_own_fits():
+    """performance.toml prior_scale_from inside a leave-one-source-out fold: the H200's prior is its stated
+    measurement x (the H100 fit made in this fold / the H100's measured prior); an H100 not fitted in the fold
+    counts 1, so the H200 is back at its stated measurement (nothing left out leaks in through the ratio)."""
+    vp = _module("validate_published")
+    raw = CAT.raw["performance"]
+    stated, h100_prior = raw["h200"]["gemm_efficiency"], raw["h100-sxm"]["calibration"]["prior"][0]
+
+    class Fit:  # what fit_all keeps per card: (calibration with .perf, runs, seconds)
+        perf = CAT.perf("h100-sxm").with_values(gemm_efficiency=0.6)
+
+    assert vp.fold_prior(CAT, "h200", {"h100-sxm": (Fit, 5, 0.0)}).gemm_efficiency == pytest.approx(
+        stated * 0.6 / h100_prior)
+    assert vp.fold_prior(CAT, "h200", {}).gemm_efficiency == pytest.approx(stated)
+    # a card without the key: its measured prior, as before
+    assert vp.fold_prior(CAT, "b200", {}).gemm_efficiency == pytest.approx(raw["b200"]["calibration"]["prior"][0])
