@@ -14,7 +14,9 @@ catalogs/stacks.toml in place, each fitted stack's ``residual_sigma`` (its runs'
 :func:`pooled_prior`: the geometric mean of the fitted factors of the stacks with kernels of their own, one vote
 per stack (benchmarks/validate_published.py's leave-one-source-out fit gives a stack whose only source is left out
 the same pool of the other sources' stacks). The reference stacks' ``grouped_gemm_efficiency`` is fitted after, on
-their MoE runs (benchmarks/fit_grouped_gemm.py; written with ``--write`` too).
+their MoE runs (benchmarks/fit_grouped_gemm.py), and torch's ring's ``ring_step_efficiency`` on its context-parallel
+runs (benchmarks/fit_ring_steps.py); both written with ``--write`` too. The fits share runs (a CP run's kernel
+factor and ring factor), so a refit runs this script twice: the second pass starts from the first's values.
 
     .venv/bin/python benchmarks/fit_stacks.py [--write] [--data runs.csv ...]
 """
@@ -40,6 +42,7 @@ from tpopt.optimizer.calibrate import MeasuredRun  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fit_grouped_gemm  # noqa: E402
+import fit_ring_steps  # noqa: E402
 
 REFERENCE = fit_grouped_gemm.REFERENCE
 """Stacks whose runs calibrate the cards: kernel_efficiency 1 by definition."""
@@ -235,6 +238,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         fit_grouped_gemm.write(grouped)
         names = ", ".join(r["stack"] for r in grouped)
         print(f"wrote {names} grouped_gemm_efficiency to {STACKS_TOML.relative_to(ROOT)}")
+    # torch's context-parallel ring's later steps, on its CP runs (benchmarks/fit_ring_steps.py)
+    ring = fit_ring_steps.fit_all(runs, cat)
+    if write_back and ring is not None:
+        names = ", ".join(fit_ring_steps.write(ring))
+        print(f"wrote {names} ring_step_efficiency to {STACKS_TOML.relative_to(ROOT)}")
     return 0
 
 

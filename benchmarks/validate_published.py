@@ -42,6 +42,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 DATA = sorted((ROOT / "benchmarks" / "data").glob("*.csv"))
 
+import fit_ring_steps  # noqa: E402
 from fit_stacks import own_kernels, pooled_prior  # noqa: E402
 
 from tpopt.catalogs import calibration_prior, load_catalog, prior_training_ratio  # noqa: E402
@@ -249,10 +250,11 @@ def stack_left_out(runs, src: str) -> list:
     (fit_stacks.pooled_prior): for a stack with kernels of its own, the geometric mean of the fitted factors of
     the OTHER sources' stacks with kernels of their own (1 when there is none); for a stack on the reference
     kernels (fit_stacks.REFERENCE_KERNELS: NeMo's Megatron-Core with Transformer Engine), 1. The same for a stack's
-    grouped expert GEMM efficiency (benchmarks/fit_grouped_gemm.py) where its MoE runs all come from ``src``: back
-    at 1."""
+    grouped expert GEMM efficiency (benchmarks/fit_grouped_gemm.py) where its MoE runs all come from ``src``, and
+    torch's ring's later-step efficiency (benchmarks/fit_ring_steps.py) where its CP runs all do: back at 1."""
     others = {r.scenario.stack.name: r.scenario.stack.kernel_efficiency for r in runs if run_source(r) != src}
     moe_others = {r.scenario.stack.name for r in runs if run_source(r) != src and r.scenario.model.moe}
+    ring_others = bool(fit_ring_steps.ring_runs([r for r in runs if run_source(r) != src]))
     pool, _ = pooled_prior(others)
     out = []
     for r in runs:
@@ -262,6 +264,8 @@ def stack_left_out(runs, src: str) -> list:
             st = replace(st, kernel_efficiency=f)
         if run_source(r) == src and st.name not in moe_others and st.grouped_gemm_efficiency != 1.0:
             st = replace(st, grouped_gemm_efficiency=1.0)
+        if run_source(r) == src and not ring_others and st.ring_step_efficiency != 1.0:
+            st = replace(st, ring_step_efficiency=1.0)
         if st is not r.scenario.stack:
             r = replace(r, scenario=replace(r.scenario, stack=st))
         out.append(r)

@@ -150,6 +150,10 @@ class StackKeys:
     grouped_gemm_efficiency: float = key(Kind(_kernel_efficiency, "factor in (0, 2]", sep=": "), 1.0, source=True,
                                          help="share of their modelled speed the routed experts' grouped GEMM calls "
                                               "reach (fitted on the stack's MoE runs; 1: as modelled)")
+    ring_step_efficiency: float = key(Kind(_kernel_efficiency, "factor in (0, 2]", sep=": "), 1.0, source=True,
+                                      help="share of their modelled speed the attention calls of a context-parallel "
+                                           "ring's later steps reach (fitted on the stack's CP runs; 1: as "
+                                           "modelled)")
     moe_host_launch: float = key(duration(), "0s", source=True,
                                  help="host launch time per MoE block per micro-batch (forward and backward) that the "
                                       "GPU waits for when the recipe does not run the block's static parts as CUDA "
@@ -192,7 +196,8 @@ OPTIONAL = tuple(f.name for f in fields(StackKeys) if not spec(f).required)
 dp_bucket_per_rank (none: a fixed bucket), kernel_efficiency (1: the reference stack's kernels), attention_kernel
 (native: the card's own fused attention), loss (fused: a fused FP32 cross-entropy), expert_gemm_dispatch
 (0: the stack's grouped expert GEMM is one launch, no per-expert floor), grouped_gemm_efficiency (1: the
-experts' grouped GEMM calls take their modelled time), moe_host_launch (0: no exposed host
+experts' grouped GEMM calls take their modelled time), ring_step_efficiency (1: a context-parallel ring's later
+attention calls take their modelled time), moe_host_launch (0: no exposed host
 launch time in MoE blocks), expert_bias_loop (false: an expert bias costs nothing apart), rope_scaled_unfused
 (false: every RoPE fused), activation_clamp_unfused (false: a clamp costs nothing apart), cp_ring (p2p: Transformer
 Engine's ring), kv_repeat (false: the attention takes the KV heads as they are), pp_buffers (send-recv: one send and

@@ -74,6 +74,17 @@ def imbalance(cp: ArrayLike, split: str = "zigzag") -> FloatArray:
     return attention_share(cp, split) * _f(cp)
 
 
+def ring_step_cost(cp: ArrayLike, efficiency: ArrayLike = 1.0) -> FloatArray:
+    """The busiest card's ring attention time over its modelled time when the cp - 1 later ring steps' calls
+    (the non-diagonal blocks, (cp - 1) / cp of a zig-zag card's attention work) reach a share e of their modelled
+    speed and the first, diagonal step its own:
+        r = (1 + (cp - 1) / e) / cp.
+    cp = 4, e = 0.75: (1 + 4) / 4 = 1.25; cp = 1 or e = 1: 1."""
+    c = _f(cp)
+    out: FloatArray = (1.0 + (c - 1.0) / _f(efficiency)) / c
+    return out
+
+
 def ring_kv_arch(a: ModelArch, repeated: bool) -> ModelArch:
     """The model as the stack's attention call sees K and V: ``repeated`` (the stack's ``kv_repeat``: torchtitan's
     Llama repeats K, V to the query heads before F.scaled_dot_product_attention) gives kv_heads = heads, so the

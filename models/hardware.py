@@ -119,6 +119,7 @@ class StackProfile:
     loss: str = "fused"  # how the cross-entropy runs: fused, te, eager or compiled (memory.LOSS_KINDS)
     expert_gemm_dispatch: float = 0.0  # s per local expert per grouped expert GEMM call (0: one launch for all)
     grouped_gemm_efficiency: float = 1.0  # share of their modelled speed the grouped expert GEMM calls reach
+    ring_step_efficiency: float = 1.0  # share of their modelled speed a CP ring's later attention calls reach
     moe_host_launch: float = 0.0  # s of exposed host launch time per MoE block per micro-batch, not graphed (0: none)
     expert_bias_loop: bool = False  # expert output bias added per local expert by an eager loop (ops.moe_kernels)
     rope_scaled_unfused: bool = False  # a RoPE with a YaRN attention factor != 1 runs unfused (ops.rope_kernels)

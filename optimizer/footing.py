@@ -28,7 +28,8 @@ Every report (solve, evaluate, explain, sweep rows, rl) carries, in its JSON and
   bandwidth's checkpoint overhead, the price's date, the stack on a card it does not target, a stack whose
   kernel factor no run of its own fitted (the pooled factor of the fitted stacks, :func:`pooled_stack`), a MoE
   model's grouped expert GEMM calls at the stack's fitted share of their modelled speed
-  (:func:`fitted_grouped_gemm`), the reserved days billed at the plan's card count);
+  (:func:`fitted_grouped_gemm`), a context-parallel plan's later ring steps at the stack's fitted share of
+  their modelled speed (:func:`fitted_ring_steps`), the reserved days billed at the plan's card count);
 * the evidence (:func:`evidence`, issue 35): whether the card and the stack were fitted, the plan's own
   step-time sigma with its reasons (tpopt.models.evidence: by distance from the evidence), P(on time) at that
   sigma, and the memory margin against the memory model's stated error ("may not fit").
@@ -273,6 +274,13 @@ def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | 
         out.append({"input": "grouped expert GEMM", "stated": f"calls at {g:.3f} of their modelled speed ({on}; "
                     "catalogs/stacks.toml grouped_gemm_efficiency)", "modelled": None,
                     "grouped_gemm_efficiency": g, "fitted_runs": runs})
+    ring = fitted_ring_steps(sc, plan) if sc.system(plan["accelerator"]).per_op else None
+    if ring is not None:
+        e, runs = ring
+        on = f"{stack}'s fit on {runs} context-parallel runs" if runs else f"{stack}'s fit"
+        out.append({"input": "context-parallel ring", "stated": f"later ring steps' attention at {e:.3f} of its "
+                    f"modelled speed ({on}, mechanism not known; catalogs/stacks.toml ring_step_efficiency)",
+                    "modelled": None, "ring_step_efficiency": e, "fitted_runs": runs})
     finish = m.get("finish_days")
     if sc.task.reserved_s > 0 and finish:
         share = sc.task.reserved_s / DAY / float(finish)
@@ -302,6 +310,19 @@ def fitted_grouped_gemm(sc: Scenario) -> tuple[float, int | None] | None:
         return None
     found = re.search(r"on the (\d+) MoE runs", str(getattr(st, "sources", {}).get("grouped_gemm_efficiency", "")))
     return g, int(found.group(1)) if found else None
+
+
+def fitted_ring_steps(sc: Scenario, plan: dict[str, Any]) -> tuple[float, int | None] | None:
+    """(e, runs) where the plan runs ring context parallelism (cp > 1) on a stack whose later ring steps take
+    their modelled time / e with e != 1 (catalogs/stacks.toml ring_step_efficiency, fitted by
+    benchmarks/fit_ring_steps.py; ``runs`` the number of CP runs its source names), else None."""
+    st = sc.stack
+    e = float(getattr(st, "ring_step_efficiency", 1.0))
+    if int(plan.get("cp") or 1) <= 1 or sc.cp_method != "ring" or e == 1.0:
+        return None
+    found = re.search(r"on the (\d+) context-parallel runs", str(getattr(st, "sources", {}).get(
+        "ring_step_efficiency", "")))
+    return e, int(found.group(1)) if found else None
 
 
 def _brief(source: str) -> str:

@@ -59,15 +59,17 @@ def test_every_stack_key_sets_its_profile_field_and_needs_a_source():
     """The known keys are the declared ones, each sets the StackProfile field of its name; every key but the
     display name and the sources table itself must be sourced; only residual_sigma, dp_bucket_per_rank,
     quantized_saved_inputs, kernel_efficiency, attention_kernel, loss, expert_gemm_dispatch, grouped_gemm_efficiency,
-    moe_host_launch, expert_bias_loop, rope_scaled_unfused, activation_clamp_unfused, cp_ring, kv_repeat, pp_buffers,
-    cp_merge, tp_input_regather and fp8_tp_gather may be left out, at the profile's default."""
+    ring_step_efficiency, moe_host_launch, expert_bias_loop, rope_scaled_unfused, activation_clamp_unfused, cp_ring,
+    kv_repeat, pp_buffers, cp_merge, tp_input_regather and fp8_tp_gather may be left out, at the profile's default."""
     profile = {f.name: f for f in fields(StackProfile)}
     assert KEYS == tuple(f.name for f in fields(StackKeys)) and set(KEYS) == set(profile) - {"name"}
     assert set(KEYS) - set(SOURCED) == {"display", "sources"}
     assert OPTIONAL == ("dp_bucket_per_rank", "quantized_saved_inputs", "residual_sigma", "kernel_efficiency",
                         "attention_kernel", "loss", "expert_gemm_dispatch", "grouped_gemm_efficiency",
-                        "moe_host_launch", "expert_bias_loop", "rope_scaled_unfused", "activation_clamp_unfused",
-                        "cp_ring", "kv_repeat", "pp_buffers", "cp_merge", "tp_input_regather", "fp8_tp_gather")
+                        "ring_step_efficiency", "moe_host_launch", "expert_bias_loop", "rope_scaled_unfused",
+                        "activation_clamp_unfused", "cp_ring", "kv_repeat", "pp_buffers", "cp_merge",
+                        "tp_input_regather", "fp8_tp_gather")
+    assert stack_profile("megatron-core").ring_step_efficiency == profile["ring_step_efficiency"].default == 1.0
     assert stack_profile("torchtitan").moe_host_launch == profile["moe_host_launch"].default == 0.0
     assert stack_profile("torchtitan").expert_bias_loop is profile["expert_bias_loop"].default is False
     assert stack_profile("torchtitan").rope_scaled_unfused is profile["rope_scaled_unfused"].default is False

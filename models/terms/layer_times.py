@@ -21,6 +21,7 @@ from tpopt.models.plan import Scenario
 from tpopt.models.roofline import PerfParams, portable_attention, stack_scaled
 from tpopt.models.terms.shapes import (
     _f,
+    cp_attention_scale,
     cp_imbalance,
     dense_split,
     effective_recompute,
@@ -85,7 +86,7 @@ def layout(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep:
               if sc.model.moe else {})
     return ops.Layout(tp=tp, micro_batch=_f(mb) / _f(cp), seq_len=sc.task.seq_len,
                       sequence_parallel=mem.sequence_parallel, flash_attention=mem.flash_attention,
-                      dropout=mem.dropout, act_bytes=mem.activation_bytes, attention_scale=cp_imbalance(sc, cp),
+                      dropout=mem.dropout, act_bytes=mem.activation_bytes, attention_scale=cp_attention_scale(sc, cp),
                       cp_steps=np.maximum(_f(cp) - 1.0, 0.0) if sc.cp_method == "ring" else 0.0,
                       cp_kv_repeat=sc.stack.kv_repeat,
                       cp_merge_bytes=ring_merge_bytes(sc.stack.cp_ring, sc.stack.cp_merge, mem.activation_bytes),

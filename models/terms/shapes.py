@@ -137,6 +137,16 @@ def cp_imbalance(sc: Scenario, cp: ArrayLike) -> FloatArray:
     return ratio
 
 
+def cp_attention_scale(sc: Scenario, cp: ArrayLike) -> FloatArray:
+    """The busiest card's attention time over a balanced, as-modelled share (per-operation model): the split's
+    imbalance (:func:`cp_imbalance`) x, under ring attention, the stack's later-step cost
+    (context.ring_step_cost at the stack's ring_step_efficiency; 1 where the stack states none)."""
+    scale: FloatArray = cp_imbalance(sc, cp)
+    if sc.cp_method == "ring":
+        scale = scale * context.ring_step_cost(cp, sc.stack.ring_step_efficiency)
+    return scale
+
+
 def zero_ranks(dp: ArrayLike, cp: ArrayLike) -> FloatArray:
     """Ranks a ZeRO shard and a gradient reduction span: dp x cp (context-parallel ranks hold the same
     weights and see other tokens, as Megatron-Core's data-parallel-with-context group)."""
