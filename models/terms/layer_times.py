@@ -79,8 +79,8 @@ def layout(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep:
            cap: ArrayLike = 0.0) -> ops.Layout:
     """One card's micro-batch for the kernel table. Under context parallelism the card runs b / cp
     sequences' worth of tokens through every token-wise kernel, and its queries attend over the whole
-    sequence (the same work as b / cp whole sequences, with the causal imbalance of the split:
-    :func:`cp_imbalance`)."""
+    sequence (the same work as b / cp whole sequences, with the causal imbalance of the split and the stack's
+    later ring steps: :func:`cp_attention_scale`)."""
     mem = sc.memory
     moe_kw: dict[str, Any] = ({"ep": ep, "expert_tp": etp, "load": load_factor(sc, ep, cap)}
               if sc.model.moe else {})
