@@ -92,3 +92,12 @@ def test_same_run_under_mxfp8_is_slower_as_published(capsys):
         cs, fm = mod.PUBLISHED[name]
         assert float(published) == pytest.approx(cs / fm, abs=1e-4) and cs / fm > 1.0
         assert 1.0 < float(predicted) < cs / fm
+
+
+@pytest.mark.parametrize("card, kind", [("b300", "measured"), ("gb300-nvl72", "measured"), ("b200", "prior"),
+                                        ("gb200-nvl72", "prior"), ("mi355x", "prior")])
+def test_footing_says_where_the_ratio_was_measured(card, kind):
+    """B300's figure is the Blackwell Ultra cards' own; on B200 / GB200 it is carried over, so a prior there."""
+    from tpopt.optimizer.footing import provenance
+
+    assert provenance(CAT.perf(card).sources["mxfp8_gemm_ratio"]) == kind
