@@ -476,7 +476,8 @@ def _short(source: str, limit: int = 72) -> str:
 
 SHORT = {"gemm_efficiency": "GEMM", "attention_efficiency": "attention", "attention_bwd_ratio": "attention bwd",
          "memory_efficiency": "memory", "kernel_overhead": "kernel", "fp8_gemm_ratio": "FP8 GEMM",
-         "fp4_gemm_ratio": "FP4 GEMM", "tp_efficiency": "scale-up", "dp_efficiency": "scale-out"}
+         "fp4_gemm_ratio": "FP4 GEMM", "mxfp8_gemm_ratio": "MXFP8 GEMM", "tp_efficiency": "scale-up",
+         "dp_efficiency": "scale-out"}
 """Text labels of the parameters (the JSON names them as performance.toml does)."""
 
 

@@ -136,6 +136,8 @@ class PerfKeys:
     dp_efficiency: float | None = key(fraction(), help="achieved share of the link in data-parallel collectives")
     fp8_gemm_ratio: float | None = key(fraction(), help="FP8 GEMM speed-up achieved, as a share of the peak's")
     fp4_gemm_ratio: float | None = key(fraction(), help="FP4 GEMM speed-up achieved, as a share of the peak's")
+    mxfp8_gemm_ratio: float | None = key(fraction(), help="MXFP8 GEMM speed against per-tensor FP8 GEMMs' "
+                                         "(block-scale handling; absent: 1)")
     attention_bwd_ratio: float | None = key(fraction(), help="attention backward speed against the forward's")
     portable_attention_ratio: float | None = key(fraction(), help="attention kernels not written for the card "
                                                  "(FlashAttention-2 on Hopper) against attention_efficiency")

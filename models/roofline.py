@@ -54,6 +54,7 @@ class PerfParams:
     collective_latency: float = 20e-6  # seconds per collective call
     fp8_gemm_ratio: float = 1.0  # FP8 (and block-scaled) GEMMs: their fraction of the FP8 peak / gemm_efficiency
     fp4_gemm_ratio: float = 1.0  # FP4 GEMMs: their fraction of the FP4 peak / gemm_efficiency
+    mxfp8_gemm_ratio: float = 1.0  # MXFP8 GEMMs: their speed / per-tensor FP8 GEMMs' (block-scale handling)
     attention_bwd_ratio: float = 1.0  # flash-attention backward: its fraction of the peak / attention_efficiency
     portable_attention_ratio: float = 1.0  # attention kernels not written for the card's architecture
     # (FlashAttention-2 as PyTorch SDPA runs it on Hopper): their share of the peak / attention_efficiency

@@ -59,7 +59,7 @@ DEFAULT_STACK = "megatron-core"
 COMPUTE_PARAMS = ("gemm_efficiency", "attention_efficiency", "attention_bwd_ratio", "memory_efficiency",
                   "kernel_overhead")
 """Performance parameters every per-operation step time depends on."""
-LOW_PRECISION_PARAMS = {"fp8": "fp8_gemm_ratio", "fp4": "fp4_gemm_ratio"}
+LOW_PRECISION_PARAMS = {"fp8": "fp8_gemm_ratio", "fp4": "fp4_gemm_ratio", "mxfp8": "mxfp8_gemm_ratio"}
 """The GEMM ratio a precision's matrix units add (by the recipe's ``matrix``)."""
 SCALE_UP_PARAM, SCALE_OUT_PARAM = "tp_efficiency", "dp_efficiency"
 MFU_CONVENTION = ("model FLOPs per token 6 N_active + causal attention 12 L d_attn (s+1)/2 (no recompute), "
