@@ -278,8 +278,8 @@ def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | 
     if ring is not None:
         e, runs = ring
         on = f"{stack}'s fit on {runs} context-parallel runs" if runs else f"{stack}'s fit"
-        out.append({"input": "context-parallel ring", "stated": f"later ring steps' attention at {e:.3f} of its "
-                    f"modelled speed ({on}, mechanism not known; catalogs/stacks.toml ring_step_efficiency)",
+        out.append({"input": "context-parallel ring", "stated": f"at {e:.3f} of its modelled speed in its later "
+                    f"steps ({on}, mechanism not known; catalogs/stacks.toml ring_step_efficiency)",
                     "modelled": None, "ring_step_efficiency": e, "fitted_runs": runs})
     finish = m.get("finish_days")
     if sc.task.reserved_s > 0 and finish:
