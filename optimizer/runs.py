@@ -486,7 +486,7 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         recs = recompute_options(defaults["stack"], sc.model, rec) if cells["recompute"].startswith("not stated") \
             else (rec,)
         if cells["recompute"].startswith("not stated") and recipe is not None and recipe.recompute() is not None:
-            recs = (str(recipe.recompute()),)  # the recipe's own selective recompute (catalogs/recipes.toml)
+            recs = (str(recipe.recompute(sc.model.moe)),)  # the recipe's own selective recompute (recipes.toml)
 
         plans = partial(_row_plans, acc, gpus, zero, tp, pp, cands, cp, ep, etp)  # (recompute, seq. par.) -> plans
         pairs = []

@@ -113,3 +113,20 @@ def test_bad_entries_are_one_line_errors():
                      (dict(ok, colour="red"), "unknown key"), (dict(ok, models=[]), "at least one")):
         with pytest.raises(InputError, match=msg):
             R.build_recipe("megatron-core", bad, "w")
+
+
+def test_megatron_mlp_module_rebuilds_nothing_in_a_moe_block(tmp_path):
+    # NVIDIA/Megatron-LM megatron/core/transformer/transformer_layer.py (2edffad, the Megatron-Core of
+    # Megatron-Bridge v0.4.2): recompute_modules "mlp" sets recompute_mlp only where the layer is not a MoE layer.
+    # DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 (v0.4.2) runs recompute_modules = ["mla_up_proj", "mlp"]: on
+    # DeepSeek-V3's MoE blocks that rebuilds the MLA up-projections only, not the experts' activation (moe_act)
+    rec = R.find_recipe("megatron-core", "deepseek-v3", ("b200",), "mxfp8-mixed")
+    assert rec is not None and rec.recompute_modules == ("mla_up_proj", "mlp")
+    assert rec.recompute(moe=True) == "mla_up"
+    assert rec.recompute() == "mlp+mla_up"  # a dense model's "mlp" keeps its group
+    run, = _table(tmp_path, "M,deepseek-v3,b200,256,mxfp8,4096,1,4096,1,8,32,not stated (recipe default),20\n")
+    assert {p.recompute for p in run.plans} == {"mla_up"}
+    # moe_act (the experts' activation) stays tpopt's mlp group on a MoE model: gpt-oss's layernorm + moe_act
+    g, = _table(tmp_path, "G,gpt-oss-120b,b200,64,bf16,1280,4,4096,1,1,8,not stated (recipe default),6\n")
+    assert {p.recompute for p in g.plans} == {"norm+mlp"}
+
