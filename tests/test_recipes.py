@@ -130,3 +130,16 @@ def test_megatron_mlp_module_rebuilds_nothing_in_a_moe_block(tmp_path):
     g, = _table(tmp_path, "G,gpt-oss-120b,b200,64,bf16,1280,4,4096,1,1,8,not stated (recipe default),6\n")
     assert {p.recompute for p in g.plans} == {"norm+mlp"}
 
+
+def test_a_table_states_fp8_weight_gathers_per_run(tmp_path):
+    # Megatron-Bridge's FP8 / MXFP8 precision configs set fp8_param_gather = True (src/megatron/bridge/training/
+    # mixed_precision.py, v0.2.0-v0.5.0); Megatron-Core's own default (the stack's) is False
+    p = tmp_path / "runs.csv"
+    row = "llama3-8b,b200,8,mxfp8,128,2,8192,1,1,1,none,4\n"
+    p.write_text("# stack = megatron-core\n# memory.A = fp8_param_gather=true\n" + HEADER + "A," + row + "B," + row)
+    a, b = runs_from_csv(p)
+    assert a.scenario.memory.fp8_param_gather is True and a.scenario.fp8_params()
+    assert b.scenario.memory.fp8_param_gather is None and not b.scenario.fp8_params()
+    p.write_text("# stack = megatron-core\n# memory.A = fp8_param_gather=maybe\n" + HEADER + "A," + row)
+    with pytest.raises(InputError, match="fp8_param_gather"):
+        runs_from_csv(p)
