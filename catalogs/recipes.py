@@ -28,6 +28,14 @@ ATTENTION = {"fused": True, "unfused": False}
 SETTINGS = ("moe_dispatcher", "moe_a2a_overlap", "moe_shared_expert_overlap", "attention", "recompute_modules",
             "activation_offload_layers", "moe_cuda_graphs", "moe_fused_grouped_mlp")
 MATCH_KEYS = ("name", "models", "accelerators", "precisions", "sources")
+DENSE_ONLY_MODULES = ("mlp",)
+"""Megatron-Core selective-recompute modules that act on dense blocks only: ``mlp`` checkpoints a block's whole MLP
+where the block is not a MoE layer (NVIDIA/Megatron-LM megatron/core/transformer/transformer_layer.py at 2edffad,
+the Megatron-Core of Megatron-Bridge v0.4.2 / the NeMo 26.04.01 container: ``if "mlp" in recompute_modules: if not
+self.is_moe_layer: self.recompute_mlp = True``; the experts' activation is ``moe_act``, the shared experts'
+``shared_experts``). On a MoE model such a module leaves every MoE block's tensors in place, so a recipe's ``mlp``
+there maps to no tpopt group; the MLP rerun of its few dense blocks (DeepSeek-V3: the first 3 of 61, on the first
+pipeline stage) is not modelled."""
 
 
 @dataclass(frozen=True)
@@ -78,12 +86,15 @@ class Recipe:
         """[memory] flash_attention the recipe implies (None: not stated)."""
         return None if self.attention is None else ATTENTION[self.attention]
 
-    def recompute(self) -> str | None:
+    def recompute(self, moe: bool = False) -> str | None:
         """The recipe's selective recompute in tpopt's groups (memory.parse_recompute; [] = none), None if
-        unstated."""
+        unstated. On a MoE model (``moe``) Megatron-Core's ``mlp`` module rebuilds nothing in the MoE blocks
+        (:data:`DENSE_ONLY_MODULES`), so it is not tpopt's ``mlp`` group there, which rebuilds the experts'
+        activation in every block (Megatron's ``moe_act``)."""
         if self.recompute_modules is None:
             return None
-        return memory.parse_recompute(list(self.recompute_modules)) if self.recompute_modules else "none"
+        mods = [m for m in self.recompute_modules if not (moe and m in DENSE_ONLY_MODULES)]
+        return memory.parse_recompute(mods) if mods else "none"
 
     def assumption(self, recompute: bool = True, moe_keys: Iterable[str] | None = None) -> str:
         """One line for the report: the recipe's name and the settings it supplies (without ``recompute``:

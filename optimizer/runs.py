@@ -184,7 +184,7 @@ def _table_run_settings(path: str | Path, section: str, keys: tuple[str, ...]) -
     return out
 
 
-MEMORY_RUN_KEYS = ("loss",)
+MEMORY_RUN_KEYS = ("loss", "fp8_param_gather")
 """[memory] keys a table's ``# memory.RUN ... = KEY=VALUE`` line may set (:func:`table_run_memory`)."""
 COMM_RUN_KEYS = ("tp_overlap", "dp_overlap")
 """[comm] keys a table's ``# comm.RUN ... = KEY=VALUE`` line may set (:func:`table_run_comm`)."""
@@ -447,7 +447,8 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         mem.setdefault("prefetch", stack_profile(defaults["stack"]).fsdp_prefetch)  # ZeRO-3 units gathered ahead
         if recipe is not None and recipe.activation_offload_layers and cells["recompute"].startswith("not stated"):
             mem.setdefault("activation_offload_layers", recipe.activation_offload_layers)  # the recipe's offload
-        mem.update(run_memory.get(name, {}))
+        for key, value in run_memory.get(name, {}).items():  # a table's "true" / "false" as the flag it states
+            mem[key] = value.lower() == "true" if value.lower() in ("true", "false") else value
         raw["memory"] = mem
         raw["comm"] = {"tp_overlap": _overlap_value(stated.get("tp_overlap", defaults["tp_overlap"])),
                        "dp_overlap": _overlap_value(stated.get("dp_overlap", defaults["dp_overlap"]))}
@@ -486,7 +487,7 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         recs = recompute_options(defaults["stack"], sc.model, rec) if cells["recompute"].startswith("not stated") \
             else (rec,)
         if cells["recompute"].startswith("not stated") and recipe is not None and recipe.recompute() is not None:
-            recs = (str(recipe.recompute()),)  # the recipe's own selective recompute (catalogs/recipes.toml)
+            recs = (str(recipe.recompute(sc.model.moe)),)  # the recipe's own selective recompute (recipes.toml)
 
         plans = partial(_row_plans, acc, gpus, zero, tp, pp, cands, cp, ep, etp)  # (recompute, seq. par.) -> plans
         pairs = []

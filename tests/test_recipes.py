@@ -113,3 +113,33 @@ def test_bad_entries_are_one_line_errors():
                      (dict(ok, colour="red"), "unknown key"), (dict(ok, models=[]), "at least one")):
         with pytest.raises(InputError, match=msg):
             R.build_recipe("megatron-core", bad, "w")
+
+
+def test_megatron_mlp_module_rebuilds_nothing_in_a_moe_block(tmp_path):
+    # NVIDIA/Megatron-LM megatron/core/transformer/transformer_layer.py (2edffad, the Megatron-Core of
+    # Megatron-Bridge v0.4.2): recompute_modules "mlp" sets recompute_mlp only where the layer is not a MoE layer.
+    # DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 (v0.4.2) runs recompute_modules = ["mla_up_proj", "mlp"]: on
+    # DeepSeek-V3's MoE blocks that rebuilds the MLA up-projections only, not the experts' activation (moe_act)
+    rec = R.find_recipe("megatron-core", "deepseek-v3", ("b200",), "mxfp8-mixed")
+    assert rec is not None and rec.recompute_modules == ("mla_up_proj", "mlp")
+    assert rec.recompute(moe=True) == "mla_up"
+    assert rec.recompute() == "mlp+mla_up"  # a dense model's "mlp" keeps its group
+    run, = _table(tmp_path, "M,deepseek-v3,b200,256,mxfp8,4096,1,4096,1,8,32,not stated (recipe default),20\n")
+    assert {p.recompute for p in run.plans} == {"mla_up"}
+    # moe_act (the experts' activation) stays tpopt's mlp group on a MoE model: gpt-oss's layernorm + moe_act
+    g, = _table(tmp_path, "G,gpt-oss-120b,b200,64,bf16,1280,4,4096,1,1,8,not stated (recipe default),6\n")
+    assert {p.recompute for p in g.plans} == {"norm+mlp"}
+
+
+def test_a_table_states_fp8_weight_gathers_per_run(tmp_path):
+    # Megatron-Bridge's FP8 / MXFP8 precision configs set fp8_param_gather = True (src/megatron/bridge/training/
+    # mixed_precision.py, v0.2.0-v0.5.0); Megatron-Core's own default (the stack's) is False
+    p = tmp_path / "runs.csv"
+    row = "llama3-8b,b200,8,mxfp8,128,2,8192,1,1,1,none,4\n"
+    p.write_text("# stack = megatron-core\n# memory.A = fp8_param_gather=true\n" + HEADER + "A," + row + "B," + row)
+    a, b = runs_from_csv(p)
+    assert a.scenario.memory.fp8_param_gather is True and a.scenario.fp8_params()
+    assert b.scenario.memory.fp8_param_gather is None and not b.scenario.fp8_params()
+    p.write_text("# stack = megatron-core\n# memory.A = fp8_param_gather=maybe\n" + HEADER + "A," + row)
+    with pytest.raises(InputError, match="fp8_param_gather"):
+        runs_from_csv(p)
