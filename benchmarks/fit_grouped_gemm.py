@@ -55,12 +55,14 @@ GRID = np.round(np.arange(0.50, 1.5001, 0.01), 4)
 """Candidate factors (the fit interpolates between neighbours)."""
 
 
-def log_errors(runs: Sequence[MeasuredRun], cat, grid: np.ndarray = GRID) -> np.ndarray:
+def log_errors(runs: Sequence[MeasuredRun], cat, grid: np.ndarray = GRID,
+               field: str = "grouped_gemm_efficiency") -> np.ndarray:
     """ln(predicted / published) per run (rows) and factor of ``grid`` (columns), every card at its catalog
-    parameters and the stack's grouped_gemm_efficiency set to each factor (an array: one prediction per value)."""
+    parameters and the stack's ``field`` (a StackProfile factor: grouped_gemm_efficiency, ring_step_efficiency)
+    set to each factor (an array: one prediction per value)."""
     rows = []
     for r in runs:
-        sc = replace(r.scenario, stack=replace(r.scenario.stack, grouped_gemm_efficiency=grid))
+        sc = replace(r.scenario, stack=replace(r.scenario.stack, **{field: grid}))
         rows.append(np.log(C.predict(replace(r, scenario=sc), cat.perf(r.accelerator)).step_s / r.measured_step_s))
     return np.vstack(rows)
 
@@ -84,16 +86,24 @@ def at(errs: np.ndarray, g: float, grid: np.ndarray = GRID) -> np.ndarray:
     return np.expm1(np.array([np.interp(g, grid, e) for e in errs]))
 
 
+def fit_factor(errs: np.ndarray, grid: np.ndarray = GRID) -> tuple[float, list[float], np.ndarray]:
+    """A 1-D factor fit on the log errors of :func:`log_errors` (runs x grid): the :func:`median_root`, each run's
+    leave-one-out root (fitted on the other runs; nan with one run) and that run's relative error at it."""
+    n = errs.shape[0]
+    root = median_root(errs, grid)
+    loo_roots = [median_root(np.delete(errs, i, axis=0), grid) if n > 1 else float("nan") for i in range(n)]
+    loo = np.array([float(at(errs[i:i + 1], ri, grid)[0]) for i, ri in enumerate(loo_roots)])
+    return root, loo_roots, loo
+
+
 def fit_grouped(name: str, runs: Sequence[MeasuredRun], cat) -> dict:
     """g, the errors at g = 1, at the catalog's g and at the fitted g, and each run's leave-one-out g (fitted on the
     stack's other MoE runs) and error."""
     errs = log_errors(runs, cat)
-    g = median_root(errs)
-    loo_g = [median_root(np.delete(errs, i, axis=0)) if len(runs) > 1 else float("nan") for i in range(len(runs))]
-    loo = [float(at(errs[i:i + 1], gi)[0]) for i, gi in enumerate(loo_g)]
+    g, loo_g, loo = fit_factor(errs)
     return {"stack": name, "g": g, "loo_g": loo_g, "runs": [r.name for r in runs], "before": at(errs, 1.0),
             "current": at(errs, runs[0].scenario.stack.grouped_gemm_efficiency), "after": at(errs, g),
-            "loo": np.array(loo), "cards": sorted({r.accelerator for r in runs}),
+            "loo": loo, "cards": sorted({r.accelerator for r in runs}),
             "tables": sorted({r.table for r in runs})}
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +38,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import fit_grouped_gemm  # noqa: E402
 
 from tpopt.catalogs.stacks import stack_names, stack_profile  # noqa: E402
-from tpopt.optimizer import calibrate as C  # noqa: E402
 from tpopt.optimizer.calibrate import MeasuredRun  # noqa: E402
 
 RING = "allgather"
@@ -55,27 +53,15 @@ def ring_runs(runs: Sequence[MeasuredRun]) -> list[MeasuredRun]:
             and all(int(p.cp) > 1 for p in r.plans)]
 
 
-def log_errors(runs: Sequence[MeasuredRun], cat, grid: np.ndarray = GRID) -> np.ndarray:
-    """ln(predicted / published) per run (rows) and factor of ``grid`` (columns)."""
-    rows = []
-    for r in runs:
-        sc = replace(r.scenario, stack=replace(r.scenario.stack, ring_step_efficiency=grid))
-        rows.append(np.log(C.predict(replace(r, scenario=sc), cat.perf(r.accelerator)).step_s / r.measured_step_s))
-    return np.vstack(rows)
-
-
 def fit_ring(runs: Sequence[MeasuredRun], cat) -> dict | None:
     """e, the errors at 1, at the catalog's e and at the fitted e, and each run's leave-one-out e and error (None
     without a run of the ring)."""
     mine = ring_runs(runs)
     if not mine:
         return None
-    errs = log_errors(mine, cat)
-    e = fit_grouped_gemm.median_root(errs, GRID)
-    loo_e = [fit_grouped_gemm.median_root(np.delete(errs, i, axis=0), GRID) if len(mine) > 1 else float("nan")
-             for i in range(len(mine))]
-    loo = [float(fit_grouped_gemm.at(errs[i:i + 1], ei, GRID)[0]) for i, ei in enumerate(loo_e)]
-    return {"e": e, "runs": [r.name for r in mine], "loo_e": loo_e, "loo": np.array(loo),
+    errs = fit_grouped_gemm.log_errors(mine, cat, GRID, field="ring_step_efficiency")
+    e, loo_e, loo = fit_grouped_gemm.fit_factor(errs, GRID)
+    return {"e": e, "runs": [r.name for r in mine], "loo_e": loo_e, "loo": loo,
             "before": fit_grouped_gemm.at(errs, 1.0, GRID),
             "current": fit_grouped_gemm.at(errs, mine[0].scenario.stack.ring_step_efficiency, GRID),
             "after": fit_grouped_gemm.at(errs, e, GRID), "tables": sorted({r.table for r in mine}),

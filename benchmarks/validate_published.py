@@ -45,7 +45,7 @@ DATA = sorted((ROOT / "benchmarks" / "data").glob("*.csv"))
 import fit_ring_steps  # noqa: E402
 from fit_stacks import own_kernels, pooled_prior  # noqa: E402
 
-from tpopt.catalogs import calibration_prior, load_catalog, prior_training_ratio  # noqa: E402
+from tpopt.catalogs import calibration_prior, load_catalog, scaled_share  # noqa: E402
 from tpopt.catalogs.scenario import build_scenario  # noqa: E402
 from tpopt.catalogs.stacks import DEFAULT_STACK, stack_names, stack_profile  # noqa: E402
 from tpopt.errors import InputError  # noqa: E402
@@ -141,15 +141,15 @@ def scale_sources(cat, acc: str) -> tuple[str, ...]:
 def fold_prior(cat, acc: str, cals: dict):
     """:func:`measured_prior` within one fit: a card whose prior is scaled by other cards' fits
     (``prior_scale_from``) takes the ratio of the fits ``cals`` made here (fitted / that card's measured
-    prior), a source card not fitted here counting 1, so a left-out source leaves its share of the ratio
-    out too (tpopt.catalogs.prior_training_ratio)."""
+    prior); a source card not fitted here counts for nothing, as an unfitted one does in the catalog, so a
+    left-out source leaves its share of the ratio out too (tpopt.catalogs.scaled_share)."""
     names = scale_sources(cat, acc)
     if not names:
         return measured_prior(cat, acc)
     own = float(cat.raw["performance"][acc]["gemm_efficiency"])
     pairs = [(float(cals[n][0].perf.gemm_efficiency), float(measured_prior(cat, n).gemm_efficiency))
-             if n in cals else (1.0, 1.0) for n in names]
-    return cat.perf(acc).with_values(gemm_efficiency=min(1.0, own * prior_training_ratio(pairs)))
+             for n in names if n in cals]
+    return cat.perf(acc).with_values(gemm_efficiency=scaled_share(own, pairs))
 
 
 REFERENCE_STACKS = ("megatron-core", "megatron-lm-2021")

@@ -318,6 +318,12 @@ def prior_training_ratio(fitted: Sequence[tuple[float, float]]) -> float:
     return math.exp(sum(logs) / len(logs))
 
 
+def scaled_share(own: float, fitted: Sequence[tuple[float, float]]) -> float:
+    """A stated prior GEMM share scaled by :func:`prior_training_ratio` of the (fitted, prior) pairs, at most 1;
+    as stated without a pair (no named card fitted)."""
+    return min(1.0, own * prior_training_ratio(fitted)) if fitted else own
+
+
 def _scaled_prior(name: str, out: PerfParams, t: dict[str, Any], perf: dict[str, Any], cat: Catalog,
                   default: PerfParams, seen: tuple[str, ...]) -> PerfParams:
     """An entry's own prior GEMM share scaled by :func:`prior_training_ratio` of the calibrated cards its
@@ -350,4 +356,4 @@ def _scaled_prior(name: str, out: PerfParams, t: dict[str, Any], perf: dict[str,
     sources["gemm_efficiency"] = (f"{sources.get('gemm_efficiency', '')}; x {r:.3f}, the fitted / prior GEMM share "
                                   f"of {why}{' (geometric mean)' if len(pairs) > 1 else ''}: how far the same "
                                   "public measurement lies from what the reference stacks' runs reached")
-    return replace(out, gemm_efficiency=min(1.0, out.gemm_efficiency * r), sources=sources)
+    return replace(out, gemm_efficiency=scaled_share(out.gemm_efficiency, list(pairs.values())), sources=sources)

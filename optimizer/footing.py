@@ -308,8 +308,7 @@ def fitted_grouped_gemm(sc: Scenario) -> tuple[float, int | None] | None:
     g = float(getattr(st, "grouped_gemm_efficiency", 1.0))
     if not sc.model.moe or g == 1.0:
         return None
-    found = re.search(r"on the (\d+) MoE runs", str(getattr(st, "sources", {}).get("grouped_gemm_efficiency", "")))
-    return g, int(found.group(1)) if found else None
+    return g, _fitted_runs(st, "grouped_gemm_efficiency", "MoE runs")
 
 
 def fitted_ring_steps(sc: Scenario, plan: dict[str, Any]) -> tuple[float, int | None] | None:
@@ -320,9 +319,14 @@ def fitted_ring_steps(sc: Scenario, plan: dict[str, Any]) -> tuple[float, int | 
     e = float(getattr(st, "ring_step_efficiency", 1.0))
     if int(plan.get("cp") or 1) <= 1 or sc.cp_method != "ring" or e == 1.0:
         return None
-    found = re.search(r"on the (\d+) context-parallel runs", str(getattr(st, "sources", {}).get(
-        "ring_step_efficiency", "")))
-    return e, int(found.group(1)) if found else None
+    return e, _fitted_runs(st, "ring_step_efficiency", "context-parallel runs")
+
+
+def _fitted_runs(st: Any, key: str, runs: str) -> int | None:
+    """The number of runs a stack factor's source says it was fitted on ("... on the N <runs> ..."), None where
+    it names none."""
+    found = re.search(r"on the (\d+) " + re.escape(runs), str(getattr(st, "sources", {}).get(key, "")))
+    return int(found.group(1)) if found else None
 
 
 def _brief(source: str) -> str:

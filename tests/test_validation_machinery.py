@@ -232,7 +232,8 @@ def test_nemo_long_sequence_rows_run_their_container(published):
 def test_a_prior_scaled_card_takes_the_folds_own_fits():
     """performance.toml prior_scale_from inside a leave-one-source-out fold: the H200's prior is its stated
     measurement x (the H100 fit made in this fold / the H100's measured prior); an H100 not fitted in the fold
-    counts 1, so the H200 is back at its stated measurement (nothing left out leaks in through the ratio)."""
+    counts for nothing, so the H200 is back at its stated measurement (nothing left out leaks in through the
+    ratio)."""
     vp = _module("validate_published")
     raw = CAT.raw["performance"]
     stated, h100_prior = raw["h200"]["gemm_efficiency"], raw["h100-sxm"]["calibration"]["prior"][0]
@@ -243,5 +244,9 @@ def test_a_prior_scaled_card_takes_the_folds_own_fits():
     assert vp.fold_prior(CAT, "h200", {"h100-sxm": (Fit, 5, 0.0)}).gemm_efficiency == pytest.approx(
         stated * 0.6 / h100_prior)
     assert vp.fold_prior(CAT, "h200", {}).gemm_efficiency == pytest.approx(stated)
+    # pooled over three cards (MI355X): with only the H100 fitted in the fold, its ratio alone, not a third of it
+    mi = raw["mi355x"]["gemm_efficiency"]
+    assert vp.fold_prior(CAT, "mi355x", {"h100-sxm": (Fit, 5, 0.0)}).gemm_efficiency == pytest.approx(
+        mi * 0.6 / h100_prior)
     # a card without the key: its measured prior, as before
     assert vp.fold_prior(CAT, "b200", {}).gemm_efficiency == pytest.approx(raw["b200"]["calibration"]["prior"][0])
