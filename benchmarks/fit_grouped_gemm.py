@@ -31,7 +31,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -56,14 +56,15 @@ GRID = np.round(np.arange(0.50, 1.5001, 0.01), 4)
 
 
 def log_errors(runs: Sequence[MeasuredRun], cat, grid: np.ndarray = GRID,
-               field: str = "grouped_gemm_efficiency") -> np.ndarray:
+               field: str = "grouped_gemm_efficiency", perf: Callable[[str], Any] | None = None) -> np.ndarray:
     """ln(predicted / published) per run (rows) and factor of ``grid`` (columns), every card at its catalog
-    parameters and the stack's ``field`` (a StackProfile factor: grouped_gemm_efficiency, ring_step_efficiency)
-    set to each factor (an array: one prediction per value)."""
+    parameters (or ``perf(card)``'s) and the stack's ``field`` (a StackProfile factor: grouped_gemm_efficiency,
+    ring_step_efficiency) set to each factor (an array: one prediction per value)."""
     rows = []
+    card = perf or cat.perf
     for r in runs:
         sc = replace(r.scenario, stack=replace(r.scenario.stack, **{field: grid}))
-        rows.append(np.log(C.predict(replace(r, scenario=sc), cat.perf(r.accelerator)).step_s / r.measured_step_s))
+        rows.append(np.log(C.predict(replace(r, scenario=sc), card(r.accelerator)).step_s / r.measured_step_s))
     return np.vstack(rows)
 
 

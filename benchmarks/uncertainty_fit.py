@@ -26,13 +26,15 @@ Derivation, per factor f (independent log errors add in quadrature):
   least squares give it no share (its runs' excess is put on factors they share), it takes the bound that gives
   it all of its runs' excess over the base, sqrt(RMS^2 - base^2), not zero;
 * a factor only one source's runs carry (MoE and the MXFP8 recipe today: Megatron-Bridge's runs) is judged one
-  run at a time instead (:func:`run_residuals`): each run predicted with the calibration fitted without it and
-  classified against the envelopes of the other runs, so the factor's physics is measured against cards fitted on
-  the same source's other runs, whose own error across sources the card factors carry (card_prior,
-  [card_evidence.spread]); with at least finish.SIGMA_MIN_RUNS such runs it takes its least-squares share above
-  that set's base (the RMS of its runs no factor touches; the shares among the factors that many of these runs
-  carry, so a factor seen in fewer takes none of their excess), or the bound, as above. Its source says so: one
-  source cannot show the spread between publishers or containers;
+  release at a time instead (:func:`run_residuals`): each run predicted with the runs of its release (the
+  container its row names, validate_published.run_release; a run that names none, itself) left out of the cards'
+  fits and of the stack's grouped expert GEMM fit, and classified against the envelopes of the other releases'
+  runs, so the factor's physics is measured against fits on the same source's other containers, whose own error
+  across sources the card factors carry (card_prior, [card_evidence.spread]); with at least
+  finish.SIGMA_MIN_RUNS such runs it takes its least-squares share above that set's base (the RMS of its runs no
+  factor touches; the shares among the factors that many of these runs carry, so a factor seen in fewer takes
+  none of their excess), or the bound, as above. Its source says so: the spread between one publisher's
+  containers is measured, the spread between publishers is not;
 * an unidentified factor takes the issue-35 interim: the out-of-sample RMS log error 0.35 measured on 51
   kept-aside 2024-2026 runs, c_f = sqrt(0.35^2 - base^2), labelled as such in its source.
 The memory error: the RMS log error of the predicted against the published per-GPU memory figures (the
@@ -64,8 +66,10 @@ from validate_published import (  # noqa: E402
     envelopes,
     facts_of,
     fit_all,
+    fold_prior,
     in_envelope,
     loso_predictions,
+    run_release,
     run_source,
     stack_sources,
 )
@@ -84,6 +88,8 @@ INTERIM = (f"interim assumption: the validation tables do not identify it, so th
            f"error {INTERIM_RMS} on 51 kept-aside 2024-2026 runs, less the base in quadrature")
 MEMORY_INTERIM = 0.10
 """Memory error while no table publishes measured allocator peaks: 10 % (interim assumption, issue 35's bound)."""
+ONE_PUBLISHER = ("one publisher: the spread between its containers is measured (each release judged by the fits on "
+                 "the others), the spread between publishers is not")
 
 
 def _shell(runs) -> E.Evidence:
@@ -109,17 +115,23 @@ def residuals(runs, cat) -> list[tuple[str, str, float, list[str]]]:
 
 
 def run_residuals(runs, cat) -> list[tuple[str, str, float, list[str]]]:
-    """(run, source, ln(predicted / published), factors that apply) one run at a time: the run out of its card's
-    fit (validate_published.fit_all's leave-one-out prediction; a run no card is fitted on, MoE or long context,
-    is predicted by the fit on the others as it stands), a MoE run out of its stack's grouped expert GEMM fit too
-    (:func:`grouped_left_out`), and out of the envelopes."""
+    """(run, source, ln(predicted / published), factors that apply) one unit at a time. A run whose row names its
+    release (validate_published.run_release: a container of Megatron-Bridge's performance summary) is predicted
+    with that release's runs left out of every fit (:func:`release_left_out`: the cards and the stack's grouped
+    expert GEMM fit) and of the envelopes; any other run out of its card's fit (validate_published.fit_all's
+    leave-one-out prediction; a run no card is fitted on, MoE or long context, is predicted by the fit on the
+    others as it stands), a MoE run out of its stack's grouped expert GEMM fit too (:func:`grouped_left_out`), and
+    out of the envelopes."""
     tables = list(dict.fromkeys(r.table for r in runs))
     pred, _, cals, loo = fit_all(runs, tables, cat, True, False)
     loo.update(grouped_left_out(runs, cat, cals))
+    loo.update(release_left_out(runs, tables, cat))
     out = []
     for r in runs:
         f = facts_of(r)
-        flags = E.applies(_shell([x for x in runs if x.name != r.name]), f, f.cards, f.experts_per_card)
+        unit = run_release(r)
+        seen = [x for x in runs if (run_release(x) != unit if unit else x.name != r.name)]
+        flags = E.applies(_shell(seen), f, f.cards, f.experts_per_card)
         out.append((r.name, run_source(r), float(np.log(loo.get(r.name, pred[r.name]) / r.measured_step_s)),
                     [k for k in E.FACTORS if bool(flags[k])]))
     return out
@@ -135,6 +147,35 @@ def grouped_left_out(runs, cat, cals) -> dict[str, float]:
             perf = cals[r.accelerator][0].perf if r.accelerator in cals else cat.perf(r.accelerator)
             sc = replace(r.scenario, stack=replace(r.scenario.stack, grouped_gemm_efficiency=g))
             out[name] = float(C.predict(replace(r, scenario=sc), perf).step_s[0])
+    return out
+
+
+def release_left_out(runs, tables, cat) -> dict[str, float]:
+    """Each run of a release (validate_published.run_release) predicted by fits that never saw that release: every
+    card fitted on the other runs (a card none of them calibrates at its public prior, scaled as leave-one-source-out
+    scales it: validate_published.fold_prior) and, for a MoE run of a reference stack, g fitted on that stack's MoE
+    runs of the other releases at those cards (fit_grouped_gemm.median_root). One container's software moves all of
+    its runs at once (the same Qwen3-30B-A3B layout is published 1.5x apart on containers 26.04.01 and 26.06):
+    leaving one run out would keep that release's shift in the fits that judge it."""
+    out: dict[str, float] = {}
+    for unit in dict.fromkeys(run_release(r) for r in runs):
+        if not unit:
+            continue
+        rest = [r for r in runs if run_release(r) != unit]
+        _, _, cals, _ = fit_all(rest, tables, cat, False, False, priors=True)
+
+        def perf(acc: str, cals=cals):
+            return cals[acc][0].perf if acc in cals else fold_prior(cat, acc, cals)
+
+        for r in (x for x in runs if run_release(x) == unit):
+            sc = r.scenario
+            if sc.model.moe and sc.stack.name in fit_grouped_gemm.REFERENCE:
+                others = [x for x in rest if x.scenario.model.moe and x.scenario.stack.name == sc.stack.name]
+                g = fit_grouped_gemm.median_root(fit_grouped_gemm.log_errors(others, cat, perf=perf)) if others else 1.0
+                sc = replace(sc, stack=replace(sc.stack, grouped_gemm_efficiency=g))
+            out[r.name] = float(C.predict(replace(r, scenario=sc), perf(r.accelerator)).step_s[0])
+        print(f"\r  leave-one-release-out {unit}", end=" " * 20, flush=True, file=sys.stderr)
+    print(file=sys.stderr)
     return out
 
 
@@ -157,8 +198,8 @@ def _base(res) -> tuple[float, int]:
 
 
 def one_source(res_run, f: str, j: int) -> tuple[float, str] | None:
-    """A factor only one source carries, from the leave-one-run-out residuals (module docstring); None with
-    fewer than SIGMA_MIN_RUNS runs it applies to there."""
+    """A factor only one source carries, from the leave-one-release-out residuals (:func:`run_residuals`, module
+    docstring); None with fewer than SIGMA_MIN_RUNS runs it applies to there."""
     mine = [r for _, _, r, fs in res_run if f in fs]
     if len(mine) < SIGMA_MIN_RUNS:
         return None
@@ -167,17 +208,26 @@ def one_source(res_run, f: str, j: int) -> tuple[float, str] | None:
     c2 = _nnls_shares(res_run, base, measured)  # a factor too few of these runs carry takes no share of theirs
     srcs = sorted({t for _, t, _, fs in res_run if f in fs})
     rms = float(np.sqrt(np.mean(np.square(mine))))
-    how = (f"{len(mine)} runs of {', '.join(srcs)} (RMS {rms:.3f}), each out of its card's fit and of the envelopes, "
-           f"so judged against cards fitted on that source's other runs (base {base:.3f}: the {n_in} runs no factor "
-           f"touches)")
+    how = (f"{len(mine)} runs of {', '.join(srcs)} (RMS {rms:.3f}), each with its release (the container its row "
+           f"names; else the run alone) left out of the cards' fits, of the grouped expert GEMM fit and of the "
+           f"envelopes, so judged against fits on that source's other releases (base {base:.3f}: the {n_in} runs no "
+           f"factor touches)")
     if c2[j] > 0:
-        return float(np.sqrt(c2[j])), (f"benchmarks/uncertainty_fit.py: leave-one-run-out residuals of {how}, NNLS "
-                                       f"share above the base in quadrature; one source: the spread between "
-                                       f"publishers or containers is not measured")
+        return float(np.sqrt(c2[j])), (f"benchmarks/uncertainty_fit.py: leave-one-release-out residuals of {how}, "
+                                       f"NNLS share above the base in quadrature; {ONE_PUBLISHER}")
     return float(np.sqrt(max(rms * rms - base * base, 0.0))), (
-        f"benchmarks/uncertainty_fit.py: leave-one-run-out residuals of {how}; the least squares give it no share, "
-        f"so the bound that gives it all of their excess over the base; one source: the spread between publishers "
-        f"or containers is not measured")
+        f"benchmarks/uncertainty_fit.py: leave-one-release-out residuals of {how}; the least squares give it no "
+        f"share, so the bound that gives it all of their excess over the base; {ONE_PUBLISHER}")
+
+
+def releases_of(runs, res_run, f: str) -> str:
+    """The releases (validate_published.run_release) of the runs a one-source factor applies to, with their counts,
+    as its source's words: "; judged one release out: 25.11 (2), ..." ("" where none names a release)."""
+    rel = {r.name: run_release(r) for r in runs}
+    got = Counter(rel[n].split()[-1] if rel.get(n) else "none named" for n, _, _, fs in res_run if f in fs)
+    if set(got) <= {"none named"}:
+        return ""
+    return "; its runs' releases: " + ", ".join(f"{k} ({v})" for k, v in sorted(got.items()))
 
 
 def moe_groups(run) -> dict[str, str]:
@@ -194,7 +244,7 @@ def moe_groups(run) -> dict[str, str]:
 
 
 def moe_split(runs, res_run) -> str:
-    """The MoE runs' leave-one-run-out log residuals split by what their plans rest on (:func:`moe_groups`): RMS
+    """The MoE runs' leave-one-release-out log residuals split by what their plans rest on (:func:`moe_groups`): RMS
     and runs per group, printed, and as the words the MoE factor's source ends with ("" without MoE runs). A
     breakdown of the one factor, not factors of their own: every MoE run is one source's, and the groups overlap
     (the source says where the runs at the most experts per card all run their dispatcher)."""
@@ -202,7 +252,7 @@ def moe_split(runs, res_run) -> str:
     moes = [r for r in runs if r.scenario.model.moe]
     if not moes:
         return ""
-    print(f"\nMoE runs ({len(moes)}), leave-one-run-out RMS ln error by what the plan rests on:")
+    print(f"\nMoE runs ({len(moes)}), leave-one-release-out RMS ln error by what the plan rests on:")
     groups = {r.name: moe_groups(r) for r in moes}
     words = []
     for key in ("experts per card", "dispatcher", "recipe"):
@@ -222,7 +272,7 @@ def moe_split(runs, res_run) -> str:
 
 def derive(res, res_run=None) -> tuple[float, str, list[tuple[str, float, str]]]:
     """(base, its source, [(factor, c_f, source)]) from the classified leave-one-source-out residuals ``res``,
-    and for a factor only one source carries, the leave-one-run-out ones ``res_run`` (module docstring)."""
+    and for a factor only one source carries, the leave-one-release-out ones ``res_run`` (module docstring)."""
     base, n_in = _base(res)
     if n_in < SIGMA_MIN_RUNS:
         raise SystemExit(f"uncertainty_fit: {n_in} runs inside the envelope, fewer than {SIGMA_MIN_RUNS}")
@@ -323,7 +373,8 @@ def main(argv=None) -> int:
     res_run = run_residuals(runs, cat)
     split = moe_split(runs, res_run)
     base, base_src, parts = derive(res, res_run)
-    parts = [(f, v, src + split if f == E.MOE and "leave-one-run-out" in src else src) for f, v, src in parts]
+    parts = [(f, v, src + releases_of(runs, res_run, f) + (split if f == E.MOE else ""))
+             if "leave-one-release-out" in src else (f, v, src) for f, v, src in parts]
     mem, mem_src = memory_error(runs)
     print(f"\nbase {base:.3f}  ({base_src})")
     for f, v, src in parts:

@@ -31,6 +31,7 @@ default, plain 1F1B (its interleaved schedule needs an explicit flag the paper d
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections import Counter
@@ -190,6 +191,24 @@ def run_source(run) -> str:
     NeMo, maxtext), else its table's (:data:`TABLE_SOURCES`; the papers' tables are one source each)."""
     cell = str(run.extra.get("row", {}).get("source") or "").strip()
     return cell.split()[0].rsplit("/", 1)[-1] if cell else TABLE_SOURCES.get(run.table, run.table)
+
+
+RELEASE = re.compile(r"(?<![\d.])(\d{2}\.\d{2}(?:\.\d+)?)(?![\d.])")
+"""A container release in a row's source cell (Megatron-Bridge's performance summary: 25.11, 26.04.01, ...)."""
+
+
+def run_release(run) -> str:
+    """The release a run was published with: its source (:func:`run_source`) and the container version its row
+    names (``source``, else ``source_table``: ``... performance-summary-archive.md 26.04.01 ...`` -> ``Megatron-Bridge
+    26.04.01``); "" where the row names none. The unit benchmarks/uncertainty_fit.py leaves out for a factor only
+    one source's runs carry: one container's software (graphs, fused kernels, presets) moves all of its runs at
+    once, as a publisher's does."""
+    row = run.extra.get("row", {})
+    for cell in (row.get("source"), row.get("source_table")):
+        m = RELEASE.search(str(cell or ""))
+        if m:
+            return f"{run_source(run)} {m.group(1)}"
+    return ""
 
 
 def stated_sigma(run, evidence=None) -> float:

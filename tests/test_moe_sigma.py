@@ -53,7 +53,8 @@ def test_the_moe_share_is_the_moe_runs_error_above_a_fitted_cards(moe_runs):
     rms = math.sqrt(np.mean(np.square(list(err.values()))))
     c_moe = EV.contribution(E.MOE)
     src = dict((f, s) for f, _, s in EV.contributions)[E.MOE]
-    assert src.startswith("benchmarks/uncertainty_fit.py: leave-one-run-out") and "one source" in src
+    assert src.startswith("benchmarks/uncertainty_fit.py: leave-one-release-out") and "one publisher" in src
+    assert "26.04.01 (" in src and "26.06 (" in src  # the containers it was judged across, with their run counts
     # at most the MoE runs' whole RMS, at least it less a fitted card's own leave-one-out spread (H100's, the
     # card the most MoE runs sit on) in quadrature
     h100 = CAT.perf("h100-sxm").residual_sigma
@@ -112,8 +113,49 @@ def test_a_single_source_factor_is_judged_one_run_at_a_time():
     _, _, parts = fit.derive(loso, run)
     got = dict((f, (v, s)) for f, v, s in parts)
     assert got[E.MOE][0] == pytest.approx(math.sqrt(0.12 ** 2 - 0.03 ** 2), abs=2e-3)
-    assert "leave-one-run-out" in got[E.MOE][1]
+    assert "leave-one-release-out" in got[E.MOE][1]
     few = inside + [(f"m{i}", "one", 0.12, [E.MOE]) for i in range(SIGMA_MIN_RUNS - 1)]
     _, _, parts = fit.derive(loso, few)
     v, s = next((v, s) for f, v, s in parts if f == E.MOE)
     assert s.startswith("interim assumption") and v == pytest.approx(math.sqrt(INTERIM ** 2 - 0.03 ** 2), abs=1e-3)
+
+
+def test_a_run_names_its_release_by_the_container_its_row_states():
+    """validate_published.run_release reads the container version from the row's source cell (the 2024-2026
+    table: "... performance-summary-archive.md 26.04.01 ...") or its source_table cell (the modern table:
+    "25.11 DGX-B200 ..."); a row that names none (torchtitan's benchmark files, a summary without its container)
+    has no release and is judged alone."""
+    from tests.test_validation_machinery import DATA, _module
+
+    V = _module("validate_published")
+    runs = {r.name: r for p in sorted(DATA.glob("*.csv")) for r in runs_from_csv(p, CAT)}
+    assert V.run_release(runs["M6"]) == "Megatron-Bridge 26.04.01"
+    assert V.run_release(runs["M9"]) == "Megatron-Bridge 26.06"
+    assert V.run_release(runs["mb2511-b200-llama3-8b-fp8"]) == "Megatron-Bridge 25.11"
+    assert V.run_release(runs["T1"]) == "" and V.run_release(runs["mb-h100-deepseek-v3-fp8"]) == ""
+
+
+def test_a_release_is_judged_by_fits_that_never_saw_it():
+    """uncertainty_fit.release_left_out on a small set (GB200 dense runs of three containers, MoE runs of 25.11,
+    26.04.01 and 26.06): Qwen3-30B-A3B on B200 (M6, container 26.04.01) is predicted by card and grouped-GEMM fits
+    that do not see any run of 26.04.01. So scaling the published time of M6 itself, of another 26.04.01 MoE run
+    (M2, which a leave-one-run-out g would see) or of a 26.04.01 dense run (B4, which the GB200 card fit would see)
+    leaves its prediction where it was, while scaling a 26.06 MoE run (M9) moves it (g is fitted on the other
+    releases' MoE runs: the median of two)."""
+    from dataclasses import replace
+
+    from tests.test_validation_machinery import DATA, _module
+
+    U = _module("uncertainty_fit")
+    keep = {"B4", "B6", "mb2511-gb200-llama3-8b-fp8", "M9", "mb2511-gb200-qwen3-235b-a22b-bf16", "M6", "M2"}
+    runs = [r for p in sorted(DATA.glob("*.csv")) for r in runs_from_csv(p, CAT) if r.name in keep]
+    tables = list(dict.fromkeys(r.table for r in runs))
+    base = U.release_left_out(runs, tables, CAT)["M6"]
+
+    def m6_when(name: str) -> float:
+        moved = [replace(r, measured_step_s=r.measured_step_s * 1.5) if r.name == name else r for r in runs]
+        return U.release_left_out(moved, tables, CAT)["M6"]
+
+    for same_release in ("M6", "M2", "B4"):
+        assert m6_when(same_release) == pytest.approx(base, rel=1e-12)
+    assert m6_when("M9") > base * 1.05
