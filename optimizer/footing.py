@@ -364,8 +364,11 @@ def modelled_activations(sc: Scenario, best: Any, solver: Any, req: Any) -> dict
 def footing(sc: Scenario, plan: dict[str, Any], step_s: float, memory: float | None = None,
             metrics: dict[str, Any] | None = None) -> dict[str, Any]:
     """The footing of one plan (module docstring) as a JSON-ready dict; ``memory`` the plan's peak per card
-    (bytes), for the memory margin of :func:`evidence`; ``metrics`` the plan's metrics, for the stated inputs
-    (none without them: a sweep row's cells do not show them)."""
+    (bytes), for the memory margin of :func:`evidence`, else the peak ``metrics`` give (``memory_per_card_gib``,
+    as every evaluation writes it); ``metrics`` the plan's metrics, for the stated inputs (none without them: a
+    sweep row's cells do not show them)."""
+    if memory is None and metrics is not None and metrics.get("memory_per_card_gib") is not None:
+        memory = float(metrics["memory_per_card_gib"]) * GIB
     sysm = sc.system(plan["accelerator"])
     per_op = sysm.per_op
     _, peak_name = matrix_peak(sc, plan["accelerator"])
@@ -390,7 +393,7 @@ def footing(sc: Scenario, plan: dict[str, Any], step_s: float, memory: float | N
 
 def of_evaluation(sc: Scenario, d: dict[str, Any]) -> dict[str, Any]:
     """The footing of an evaluation dict (``plan`` and ``metrics``, as ``Evaluation.as_dict`` writes it)."""
-    return footing(sc, d["plan"], float(d["metrics"]["step_s"]), d["metrics"].get("memory_per_card"), d["metrics"])
+    return footing(sc, d["plan"], float(d["metrics"]["step_s"]), None, d["metrics"])
 
 
 def row_cells(f: dict[str, Any]) -> dict[str, Any]:
@@ -441,10 +444,30 @@ def fitted_alternative(sc: Scenario, best: Any, solver: Any, req: Any, found: An
                       search=replace(sc.search, accelerators=names))
         found = core.solve(sub, solver, Request(objective=req.objective, time_limit=req.time_limit, seed=req.seed,
                                                 workers=req.workers, clock=clock_of(req))).best
+    return _alternative(best, found, req.objective, float(mine["sigma"]))
+
+
+def _alternative(best: Any, found: Any, objective: str, sigma: float) -> dict[str, Any] | None:
+    """The fitted option ``found`` against the chosen plan ``best`` (:func:`fitted_alternative`'s entry)."""
     if found is None:
         return None
-    key = "cost" if req.objective == "cost" else "finish_days"
+    key = "cost" if objective == "cost" else "finish_days"
     ratio = float(found.metrics[key] / best.metrics[key])
     return {"accelerator": found.plan.accelerator, "cards": found.plan.cards, "objective": key,
-            "value": float(found.metrics[key]), "ratio": ratio, "within": ratio <= math.exp(mine["sigma"]),
-            "sigma": mine["sigma"]}
+            "value": float(found.metrics[key]), "ratio": ratio, "within": ratio <= math.exp(sigma), "sigma": sigma}
+
+
+def offer_fitted_alternative(sc: Scenario, best: Any, offers: list[tuple[Scenario, Any]], objective: str
+                             ) -> dict[str, Any] | None:
+    """:func:`fitted_alternative` over a market's offers (``offers``: each offer's scenario and best plan, None
+    where it has none or a cost bound ruled it out unsolved): the best solved plan on a fitted card, when the
+    chosen plan (on ``sc``, its offer's scenario) rests on priors. No further solve: each offer's plan is
+    already proven optimal on that offer."""
+    p = best.plan
+    mine = T.evidence_of(sc, p.accelerator, float(p.cards), float(p.ep))
+    if mine["card"] != "prior":
+        return None
+    key = "cost" if objective == "cost" else "finish_days"
+    fitted = [b for s, b in offers if b is not None and T.evidence_of(s, b.plan.accelerator, 1.0)["card"] == "fitted"]
+    found = min(fitted, key=lambda b: float(b.metrics[key])) if fitted else None
+    return _alternative(best, found, objective, float(mine["sigma"]))
