@@ -537,7 +537,7 @@ def stated_lines(stated: list[dict[str, Any]] | None) -> list[str]:
     return out + (["stated: " + "; ".join(rest)] if rest else [])
 
 
-OWN_LINE = ("activation budget", "input pipeline", "stack")
+OWN_LINE = ("activation budget", "input pipeline", "stack", "precision")
 """Stated inputs printed on a line of their own; the others share one "stated:" line."""
 
 

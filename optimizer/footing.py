@@ -48,9 +48,10 @@ from tpopt.models.arch import flops_per_token
 from tpopt.models.evaluate import evaluate
 from tpopt.models.evidence import memory_margin as margin_of
 from tpopt.models.market import STALE_MONTHS, months_between
-from tpopt.models.memory import recipe
+from tpopt.models.memory import LOW_PRECISION_MATRIX, recipe
 from tpopt.models.plan import Plan, Scenario
 from tpopt.models.roofline import PerfParams
+from tpopt.models.terms.layer_times import recipe_peak
 from tpopt.models.units import DAY, GIB
 from tpopt.optimizer.limits import clock_of
 from tpopt.optimizer.result import Request
@@ -95,7 +96,8 @@ def moving_params(sc: Scenario, plan: dict[str, Any]) -> tuple[str, ...]:
     group = int(plan.get("tp") or 1) * int(plan.get("cp") or 1) * int(plan.get("ep") or 1)
     names = list(COMPUTE_PARAMS)
     matrix = recipe(sc.task.precision).matrix
-    names += [p for key, p in LOW_PRECISION_PARAMS.items() if key in matrix]
+    if recipe_peak(acc, matrix) > 0:  # a card without the recipe's matrix units runs it at the 16-bit peak
+        names += [p for key, p in LOW_PRECISION_PARAMS.items() if key in matrix]
     if group > 1 or int(plan.get("dp") or 1) > 1:
         names.append(SCALE_UP_PARAM)
     if int(plan["cards"]) > acc.cards_per_host:
@@ -262,6 +264,13 @@ def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | 
     if stack in NVIDIA_STACKS and vendor != "NVIDIA":
         out.append({"input": "stack", "stated": f"{stack} assumed on {vendor} cards (its published runs are on "
                     "NVIDIA cards; [hardware] stack names another)", "modelled": None, "vendor": vendor})
+    matrix = recipe(sc.task.precision).matrix
+    if sc.system(plan["accelerator"]).per_op and matrix in LOW_PRECISION_MATRIX and recipe_peak(acc, matrix) <= 0:
+        _, peak = matrix_peak(sc, plan["accelerator"])
+        out.append({"input": "precision", "stated": f"{sc.task.precision}, but {plan['accelerator']} has no "
+                    f"{matrix.upper()} matrix units (catalogs/accelerators.toml; Transformer Engine's datatype and "
+                    f"hardware support matrix): its weight GEMMs at the {peak} peak", "modelled": None,
+                    "matrix_units": False})
     pooled = pooled_stack(sc) if sc.system(plan["accelerator"]).per_op else None
     if pooled is not None:
         out.append({"input": "stack", "stated": f"{stack}'s kernels at {pooled:.3f} of the reference stack's: no run "

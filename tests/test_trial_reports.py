@@ -103,3 +103,55 @@ def test_a_market_solve_carries_the_footing_and_names_the_fitted_offer(tmp_path,
 def test_the_catalog_used_here_has_the_mi300x_on_priors():
     assert EV.envelope("mi300x") is None and EV.envelope("h100-sxm") is not None
     assert load_catalog().accelerator("mi300x").name == "mi300x"
+
+
+# ---------------------------------------------------------------------------------------------- recipes a card lacks
+
+
+def _step(acc, precision):
+    from tpopt.models.evaluate import evaluate, resolve_plan
+    from tpopt.models.plan import Plan
+    raw = {"model": {"name": "llama3-8b"}, "task": {"tokens": "100B", "seq_len": 8192, "global_batch": 64,
+                                                   "precision": precision},
+           "schedule": {"deadline": "60d"}, "hardware": {"accelerator": acc}}
+    sc = build_scenario(raw, load_catalog())
+    return evaluate(sc, resolve_plan(sc, Plan(accelerator=acc, cards=8, tp=1, pp=1, zero_stage=1, micro_batch=1)))
+
+
+@pytest.mark.parametrize("acc", ["h100-sxm", "h200", "mi300x"])
+def test_mxfp8_and_nvfp4_on_a_card_without_block_scaled_units_run_at_the_16_bit_rate(acc):
+    # NVIDIA Transformer Engine, "Datatype and hardware support matrix": MXFP8 and NVFP4 on compute capability
+    # 10.0 / 10.3 (Blackwell data-centre) only; Hopper runs per-tensor FP8; AMD's CDNA 3 (MI300X / MI325X) has
+    # FP8 but no MX formats (CDNA 4, the MI355X, adds them). A plan that cannot run as stated is priced as the
+    # stack falls back, at the 16-bit rate, never at the FP8 peak.
+    bf16 = _step(acc, "bf16-mixed").metrics["step_s"]
+    assert _step(acc, "mxfp8-mixed").metrics["step_s"] == pytest.approx(bf16)
+    assert _step(acc, "nvfp4-mixed").metrics["step_s"] == pytest.approx(bf16)
+    assert _step(acc, "fp8-mixed").metrics["step_s"] < 0.9 * bf16  # per-tensor FP8 runs on these cards
+
+
+@pytest.mark.parametrize("acc", ["b200", "mi355x"])
+def test_block_scaled_recipes_keep_their_peak_on_cards_with_those_units(acc):
+    bf16 = _step(acc, "bf16-mixed").metrics["step_s"]
+    assert _step(acc, "mxfp8-mixed").metrics["step_s"] < 0.9 * bf16
+    assert _step(acc, "nvfp4-mixed").metrics["step_s"] < _step(acc, "mxfp8-mixed").metrics["step_s"]
+
+
+def test_the_footing_says_when_the_card_has_no_units_for_the_recipe():
+    from tpopt.optimizer.footing import of_evaluation
+    from tpopt.presentation import footing_lines
+    ev = _step("h200", "mxfp8-mixed")
+    raw = {"model": {"name": "llama3-8b"}, "task": {"tokens": "100B", "seq_len": 8192, "global_batch": 64,
+                                                   "precision": "mxfp8-mixed"},
+           "schedule": {"deadline": "60d"}, "hardware": {"accelerator": "h200"}}
+    sc = build_scenario(raw, load_catalog())
+    f = of_evaluation(sc, ev.as_dict())
+    said = [e for e in f["stated"] if e["input"] == "precision"]
+    assert len(said) == 1 and said[0]["matrix_units"] is False
+    assert "mxfp8_gemm_ratio" not in {p["name"] for p in f["parameters"]}  # not a parameter of this plan
+    text = " ".join(" ".join(footing_lines(f)).split())
+    assert "stated precision: mxfp8-mixed, but h200 has no MXFP8 matrix units" in text
+    assert "its weight GEMMs at the BF16 peak" in text
+    ok = _step("b200", "mxfp8-mixed")
+    sc_b = build_scenario({**raw, "hardware": {"accelerator": "b200"}}, load_catalog())
+    assert not [e for e in of_evaluation(sc_b, ok.as_dict())["stated"] if e["input"] == "precision"]
