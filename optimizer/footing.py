@@ -179,7 +179,7 @@ def evidence(sc: Scenario, plan: dict[str, Any], step_s: float, memory: float | 
                            step_s, ep)
         out["p_on_time"] = float(law.cdf(deadline))
     ev = sc.risk.evidence
-    if memory is not None and ev is not None:
+    if memory is not None and math.isfinite(memory) and ev is not None:  # no figure where no split places the layers
         limit = F.limit(F.MEMORY_PER_CARD, sc, acc)
         margin, tight = margin_of(memory, limit, ev.memory_error)
         out["memory"] = {"peak_gib": memory / GIB, "limit_gib": limit / GIB, "margin": margin,

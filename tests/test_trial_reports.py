@@ -155,3 +155,34 @@ def test_the_footing_says_when_the_card_has_no_units_for_the_recipe():
     ok = _step("b200", "mxfp8-mixed")
     sc_b = build_scenario({**raw, "hardware": {"accelerator": "b200"}}, load_catalog())
     assert not [e for e in of_evaluation(sc_b, ok.as_dict())["stated"] if e["input"] == "precision"]
+
+
+def _strict(text):
+    def bad(c):
+        raise ValueError(f"not JSON: {c}")
+    return json.loads(text, parse_constant=bad)
+
+
+def test_a_plan_over_the_memory_limit_is_not_called_may_not_fit_and_no_split_gives_no_margin(
+        tmp_path, capsys, monkeypatch):
+    p = tmp_path / "s.toml"
+    raw = _raw("h100-sxm")
+    raw["model"]["name"] = "llama3-8b"
+    raw["task"].update({"seq_len": 8192, "global_batch": 64})
+    p.write_text("".join(f"[{t}]\n" + "".join(f"{k} = {json_value(v)}\n" for k, v in body.items())
+                         for t, body in raw.items()))
+    # ZeRO-1 on 8 cards, 8 sequences of 8K tokens per micro-batch, no recompute: far over 74 GiB
+    over = ["evaluate", "--scenario", str(p), "--cards", "8", "--micro-batch", "8", "--recompute", "none"]
+    code, out, err = _cli([*over, "--json"], capsys, monkeypatch)
+    d = _strict(out)
+    m = d["footing"]["evidence"]["memory"]
+    assert d["metrics"]["memory_per_card_gib"] > d["metrics"]["memory_limit_gib"] and m["margin"] < 0
+    code, out, err = _cli(over, capsys, monkeypatch)
+    assert "MAY NOT FIT" not in out and "VIOLATED" in out
+    # 100 layers on the first of two stages of a 32-layer model: no split places them, no peak, no margin
+    none = ["evaluate", "--scenario", str(p), "--cards", "8", "--pp", "2", "--first-stage-layers", "100"]
+    code, out, err = _cli([*none, "--json"], capsys, monkeypatch)
+    d = _strict(out)
+    assert code == 3 and d["metrics"]["memory_per_card_gib"] is None and "memory" not in d["footing"]["evidence"]
+    code, out, err = _cli(none, capsys, monkeypatch)
+    assert "MAY NOT FIT" not in out
