@@ -94,8 +94,13 @@ def test_a_market_solve_carries_the_footing_and_names_the_fitted_offer(tmp_path,
     assert alt["accelerator"] == fitted["offer"].split("/")[2] and alt["cards"] == fitted["cards"]
     assert alt["ratio"] == pytest.approx(fitted["cost"] / d["metrics"]["cost"])
     assert alt["within"] == (alt["ratio"] <= math.exp(e["sigma"]))
+    # the footing's price is the chosen offer's (1.0 USD, read 2026-10 in the offer table), not the card's
+    # catalog list price of another date
+    pr = d["footing"]["price"]
+    assert pr["card_hour"] == 1.0 and pr["date"] == "2026-10" and "mi300x/on-demand" in pr["source"]
     code, out, err = _cli(argv, capsys, monkeypatch)
     text = " ".join(out.split())
+    assert "price: 1 USD/card-h, catalog 2026-10" in text
     assert f"step-time sigma {e['sigma']:.3f}: mi300x rests on priors" in text
     assert f"P(on time) {e['p_on_time'] * 100:.1f} % at this sigma" in text
 
