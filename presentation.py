@@ -502,7 +502,7 @@ def evidence_lines(e: dict[str, Any] | None) -> list[str]:
     p = "" if e.get("p_on_time") is None else f"; P(on time) {e['p_on_time'] * 100:.1f} % at this sigma"
     lines = [f"step-time sigma {e['sigma']:.3f}: {why}{p}"]
     m = e.get("memory")
-    if m and m["may_not_fit"]:
+    if m and m["may_not_fit"] and m["margin"] >= 0:  # over the limit: the constraints table says VIOLATED
         lines.append(f"memory MAY NOT FIT: peak {m['peak_gib']:.1f} of {m['limit_gib']:.1f} GiB, margin "
                      f"{m['margin'] * 100:.1f} % within the memory model's error {m['error'] * 100:.0f} %")
     alt = e.get("fitted_alternative")
@@ -537,7 +537,7 @@ def stated_lines(stated: list[dict[str, Any]] | None) -> list[str]:
     return out + (["stated: " + "; ".join(rest)] if rest else [])
 
 
-OWN_LINE = ("activation budget", "input pipeline", "stack")
+OWN_LINE = ("activation budget", "input pipeline", "stack", "precision")
 """Stated inputs printed on a line of their own; the others share one "stated:" line."""
 
 

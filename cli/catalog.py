@@ -169,7 +169,7 @@ def _table(title: str, cols: list[str], cells: list[list[str]]) -> Table:
 def column_groups(cols: list[str], cells: list[list[str]], width: int) -> list[list[int]]:
     """The columns in groups that each fit ``width`` (every group starts with the name column; headers may
     wrap, cells never do): one group when the whole table fits, as before on a wide terminal."""
-    probe = Console(file=io.StringIO(), width=10_000)
+    probe = Console(file=io.StringIO(), width=10_000, markup=False)
 
     def need(idx: list[int]) -> int:
         t = _table("", [cols[i] for i in idx], [[r[i] for i in idx] for r in cells])

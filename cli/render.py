@@ -83,11 +83,12 @@ def console_text(*renderables: RenderableType, width: int | None = None) -> str:
     fit without cutting cells is printed at its natural width instead (the terminal wraps its lines)."""
     buf = io.StringIO()
     width = width or output_width()
-    probe = Console(file=io.StringIO(), width=10_000, emoji=False, highlight=False)  # measured as printed
+    probe = Console(file=io.StringIO(), width=10_000, emoji=False, highlight=False, markup=False)  # as printed
     sizes = [Measurement.get(probe, probe.options, r) for r in renderables if isinstance(r, Table)]
     need = [m.maximum for m in sizes if m.minimum > width]
     con = Console(file=buf, width=max([width] + need),
-                  color_system="standard" if sys.stdout.isatty() else None, highlight=False, emoji=False)
+                  color_system="standard" if sys.stdout.isatty() else None, highlight=False, emoji=False,
+                  markup=False)  # text as written: "[hardware] stack" or a name with "[/x]" is not a style tag
     for r in renderables:  # text lines wrap as fit_lines does (continuations indented), never by rich
         con.print(fit_lines(r, width) if isinstance(r, str) else r, soft_wrap=isinstance(r, str))
     return buf.getvalue()

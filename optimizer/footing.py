@@ -48,9 +48,10 @@ from tpopt.models.arch import flops_per_token
 from tpopt.models.evaluate import evaluate
 from tpopt.models.evidence import memory_margin as margin_of
 from tpopt.models.market import STALE_MONTHS, months_between
-from tpopt.models.memory import recipe
+from tpopt.models.memory import LOW_PRECISION_MATRIX, recipe
 from tpopt.models.plan import Plan, Scenario
 from tpopt.models.roofline import PerfParams
+from tpopt.models.terms.layer_times import recipe_peak
 from tpopt.models.units import DAY, GIB
 from tpopt.optimizer.limits import clock_of
 from tpopt.optimizer.result import Request
@@ -95,7 +96,8 @@ def moving_params(sc: Scenario, plan: dict[str, Any]) -> tuple[str, ...]:
     group = int(plan.get("tp") or 1) * int(plan.get("cp") or 1) * int(plan.get("ep") or 1)
     names = list(COMPUTE_PARAMS)
     matrix = recipe(sc.task.precision).matrix
-    names += [p for key, p in LOW_PRECISION_PARAMS.items() if key in matrix]
+    if recipe_peak(acc, matrix) > 0:  # a card without the recipe's matrix units runs it at the 16-bit peak
+        names += [p for key, p in LOW_PRECISION_PARAMS.items() if key in matrix]
     if group > 1 or int(plan.get("dp") or 1) > 1:
         names.append(SCALE_UP_PARAM)
     if int(plan["cards"]) > acc.cards_per_host:
@@ -177,7 +179,7 @@ def evidence(sc: Scenario, plan: dict[str, Any], step_s: float, memory: float | 
                            step_s, ep)
         out["p_on_time"] = float(law.cdf(deadline))
     ev = sc.risk.evidence
-    if memory is not None and ev is not None:
+    if memory is not None and math.isfinite(memory) and ev is not None:  # no figure where no split places the layers
         limit = F.limit(F.MEMORY_PER_CARD, sc, acc)
         margin, tight = margin_of(memory, limit, ev.memory_error)
         out["memory"] = {"peak_gib": memory / GIB, "limit_gib": limit / GIB, "margin": margin,
@@ -262,6 +264,13 @@ def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | 
     if stack in NVIDIA_STACKS and vendor != "NVIDIA":
         out.append({"input": "stack", "stated": f"{stack} assumed on {vendor} cards (its published runs are on "
                     "NVIDIA cards; [hardware] stack names another)", "modelled": None, "vendor": vendor})
+    matrix = recipe(sc.task.precision).matrix
+    if sc.system(plan["accelerator"]).per_op and matrix in LOW_PRECISION_MATRIX and recipe_peak(acc, matrix) <= 0:
+        _, peak = matrix_peak(sc, plan["accelerator"])
+        out.append({"input": "precision", "stated": f"{sc.task.precision}, but {plan['accelerator']} has no "
+                    f"{matrix.upper()} matrix units (catalogs/accelerators.toml; Transformer Engine's datatype and "
+                    f"hardware support matrix): its weight GEMMs at the {peak} peak", "modelled": None,
+                    "matrix_units": False})
     pooled = pooled_stack(sc) if sc.system(plan["accelerator"]).per_op else None
     if pooled is not None:
         out.append({"input": "stack", "stated": f"{stack}'s kernels at {pooled:.3f} of the reference stack's: no run "
@@ -364,8 +373,11 @@ def modelled_activations(sc: Scenario, best: Any, solver: Any, req: Any) -> dict
 def footing(sc: Scenario, plan: dict[str, Any], step_s: float, memory: float | None = None,
             metrics: dict[str, Any] | None = None) -> dict[str, Any]:
     """The footing of one plan (module docstring) as a JSON-ready dict; ``memory`` the plan's peak per card
-    (bytes), for the memory margin of :func:`evidence`; ``metrics`` the plan's metrics, for the stated inputs
-    (none without them: a sweep row's cells do not show them)."""
+    (bytes), for the memory margin of :func:`evidence`, else the peak ``metrics`` give (``memory_per_card_gib``,
+    as every evaluation writes it); ``metrics`` the plan's metrics, for the stated inputs (none without them: a
+    sweep row's cells do not show them)."""
+    if memory is None and metrics is not None and metrics.get("memory_per_card_gib") is not None:
+        memory = float(metrics["memory_per_card_gib"]) * GIB
     sysm = sc.system(plan["accelerator"])
     per_op = sysm.per_op
     _, peak_name = matrix_peak(sc, plan["accelerator"])
@@ -390,7 +402,7 @@ def footing(sc: Scenario, plan: dict[str, Any], step_s: float, memory: float | N
 
 def of_evaluation(sc: Scenario, d: dict[str, Any]) -> dict[str, Any]:
     """The footing of an evaluation dict (``plan`` and ``metrics``, as ``Evaluation.as_dict`` writes it)."""
-    return footing(sc, d["plan"], float(d["metrics"]["step_s"]), d["metrics"].get("memory_per_card"), d["metrics"])
+    return footing(sc, d["plan"], float(d["metrics"]["step_s"]), None, d["metrics"])
 
 
 def row_cells(f: dict[str, Any]) -> dict[str, Any]:
@@ -441,10 +453,30 @@ def fitted_alternative(sc: Scenario, best: Any, solver: Any, req: Any, found: An
                       search=replace(sc.search, accelerators=names))
         found = core.solve(sub, solver, Request(objective=req.objective, time_limit=req.time_limit, seed=req.seed,
                                                 workers=req.workers, clock=clock_of(req))).best
+    return _alternative(best, found, req.objective, float(mine["sigma"]))
+
+
+def _alternative(best: Any, found: Any, objective: str, sigma: float) -> dict[str, Any] | None:
+    """The fitted option ``found`` against the chosen plan ``best`` (:func:`fitted_alternative`'s entry)."""
     if found is None:
         return None
-    key = "cost" if req.objective == "cost" else "finish_days"
+    key = "cost" if objective == "cost" else "finish_days"
     ratio = float(found.metrics[key] / best.metrics[key])
     return {"accelerator": found.plan.accelerator, "cards": found.plan.cards, "objective": key,
-            "value": float(found.metrics[key]), "ratio": ratio, "within": ratio <= math.exp(mine["sigma"]),
-            "sigma": mine["sigma"]}
+            "value": float(found.metrics[key]), "ratio": ratio, "within": ratio <= math.exp(sigma), "sigma": sigma}
+
+
+def offer_fitted_alternative(sc: Scenario, best: Any, offers: list[tuple[Scenario, Any]], objective: str
+                             ) -> dict[str, Any] | None:
+    """:func:`fitted_alternative` over a market's offers (``offers``: each offer's scenario and best plan, None
+    where it has none or a cost bound ruled it out unsolved): the best solved plan on a fitted card, when the
+    chosen plan (on ``sc``, its offer's scenario) rests on priors. No further solve: each offer's plan is
+    already proven optimal on that offer."""
+    p = best.plan
+    mine = T.evidence_of(sc, p.accelerator, float(p.cards), float(p.ep))
+    if mine["card"] != "prior":
+        return None
+    key = "cost" if objective == "cost" else "finish_days"
+    fitted = [b for s, b in offers if b is not None and T.evidence_of(s, b.plan.accelerator, 1.0)["card"] == "fitted"]
+    found = min(fitted, key=lambda b: float(b.metrics[key])) if fitted else None
+    return _alternative(best, found, objective, float(mine["sigma"]))

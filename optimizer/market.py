@@ -78,7 +78,9 @@ SKIP_MARGIN = 1e-6  # a front is skipped only when its bound is above the incumb
 def offer_scenario(sc: Scenario, offer: M.Offer) -> Scenario:
     """The scenario on ``offer`` alone: its accelerator at its price (NICs included: NIC price 0), at most
     the cards it has available, its preemptions in the failure rate; no market left to choose."""
-    system = replace(sc.system(offer.accelerator), price_card_hour=offer.price_card_hour, nic_price_hour=0.0)
+    system = replace(sc.system(offer.accelerator), price_card_hour=offer.price_card_hour, nic_price_hour=0.0,
+                     price_source=f"catalog {offer.date}: offer {offer.id} ("  # the footing's price: the offer's
+                     + ("assumption: illustrative price)" if offer.illustrative else "its listed price)"))
     search = replace(sc.search, accelerators=(offer.accelerator,),
                      max_cards=min(sc.search.max_cards, offer.available, power_cards(sc, offer)))
     terms = M.MarketOptions(as_of=sc.market.as_of, preempt_per_card_s=M.preemption_rate(offer),

@@ -358,6 +358,9 @@ def _market(sc: Scenario, solver: Solver, req: Request, distribution: bool = Tru
     view = ms.pick.sc if ms.pick else sc
     if ms.result.best is not None:
         out.update(best_entries(ms.result, None))
+        out["footing"] = footing.of_evaluation(view, out)  # its sigma, P(on time), memory margin, as any solve's
+        out["footing"]["evidence"]["fitted_alternative"] = footing.offer_fitted_alternative(
+            view, ms.result.best, [(r.sc, r.best) for r in ms.offers], req.objective)
         if view.task.confidence is not None and distribution:  # the law on the offer's scenario: its spot terms
             from tpopt.optimizer.confidence import distribution_entry  # lazy: start-up time (SciPy)
 

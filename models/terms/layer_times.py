@@ -16,6 +16,7 @@ from numpy.typing import ArrayLike
 
 from tpopt.models import comm, context, memory, moe, ops, steptime
 from tpopt.models.arch import attention_flops_per_token, flops_per_token
+from tpopt.models.hardware import Accelerator
 from tpopt.models.numeric import FloatArray, Floats
 from tpopt.models.plan import Scenario
 from tpopt.models.roofline import PerfParams, portable_attention, stack_scaled
@@ -52,10 +53,10 @@ def rates(sc: Scenario, acc: str) -> steptime.Rates:
     if sc.stack.attention_kernel == "portable":  # an attention kernel not written for the card
         perf = portable_attention(perf)
     perf = stack_scaled(perf, sc.stack.kernel_efficiency)  # the stack's kernels
-    low = {"fp8": (A.peak_fp8, perf.fp8_gemm_ratio, sc.stack.fp8_recipe if sc.stack.fp8_recipe in
+    low = {"fp8": (recipe_peak(A, "fp8"), perf.fp8_gemm_ratio, sc.stack.fp8_recipe if sc.stack.fp8_recipe in
                    ("current", "delayed") else "current"),
-           "mxfp8": (A.peak_fp8, mxfp8_gemm_share(perf), "mxfp8"),
-           "nvfp4": (A.peak_fp4, perf.fp4_gemm_ratio, "nvfp4")}.get(rec.matrix)
+           "mxfp8": (recipe_peak(A, "mxfp8"), mxfp8_gemm_share(perf), "mxfp8"),
+           "nvfp4": (recipe_peak(A, "nvfp4"), perf.fp4_gemm_ratio, "nvfp4")}.get(rec.matrix)
     # the stack's per-expert floor of a grouped expert GEMM call, none where the recipe fuses the grouped MLP
     dispatch = steptime.expert_dispatch(sc.stack.expert_gemm_dispatch, sc.moe.fused_grouped_mlp)
     if low is None or low[0] <= 0:  # BF16 / FP16, or a card without the precision's matrix units
@@ -68,6 +69,26 @@ def rates(sc: Scenario, acc: str) -> steptime.Rates:
                           operand_bytes=steptime.OPERAND_BYTES["fp8" if rec.matrix == "fp8" else rec.matrix],
                           cast_bytes=steptime.QUANTISATION_BYTES[low[2]](e) * 2.0 / e, linear_ratio=low[1],
                           expert_dispatch=dispatch, grouped_ratio=sc.stack.grouped_gemm_efficiency)
+
+
+def block_scaled(A: Accelerator) -> bool:
+    """Whether the card's matrix units take block-scaled operands (MXFP8, NVFP4: one scale per 32 / 16
+    elements, applied inside the MMA): the generation that also has an FP4 peak (NVIDIA Blackwell data-centre
+    B200 / GB200 / B300 / GB300, AMD CDNA 4 MI355X). NVIDIA Transformer Engine's "Datatype and hardware support
+    matrix" lists MXFP8 and NVFP4 on compute capability 10.0 / 10.3 only: Ada (8.9) and Hopper (9.0) run
+    per-tensor FP8, Ampere (8.0) none."""
+    return bool(A.peak_fp4 > 0)
+
+
+def recipe_peak(A: Accelerator, matrix: str) -> float:
+    """The dense peak a low-precision recipe's weight GEMMs run at on card ``A`` (``matrix`` ``fp8``, ``mxfp8``,
+    ``nvfp4``), 0 where the card has no matrix units for it (:func:`rates` then runs them at the 16-bit peak):
+    per-tensor FP8 at the FP8 peak; MXFP8 at it on a card with block-scaled units only; NVFP4 at the FP4 peak."""
+    if matrix == "fp8":
+        return float(A.peak_fp8)
+    if matrix == "mxfp8":
+        return float(A.peak_fp8) if block_scaled(A) else 0.0
+    return float(A.peak_fp4) if matrix == "nvfp4" else 0.0
 
 
 def mxfp8_gemm_share(perf: PerfParams) -> float:
