@@ -290,10 +290,21 @@ def _derived_perf(name: str, perf: dict[str, Any], cat: Catalog, default: PerfPa
                              "entry (no cycle)")
         base = _derived_perf(base_name, perf, cat, default, seen + (name,))
         cat.performance[base_name] = base
-        out = build_perf(name, t, base)
+        out = borrowed_spread(build_perf(name, t, base), [base])
     if isinstance(t, dict) and "prior_scale_from" in t:
         out = _scaled_prior(name, out, t, perf, cat, default, seen)
     return out
+
+
+def borrowed_spread(out: PerfParams, lenders: Sequence[PerfParams]) -> PerfParams:
+    """A card whose GEMM share rests on other cards' fits (``derived_from``: the same chip's values;
+    ``prior_scale_from``: their fitted / prior gap) borrows their spread too: ``borrowed_sigma`` = the largest
+    of the lenders' own leave-one-out ``residual_sigma`` (or what they borrowed), ``borrowed_from`` its card. Its
+    plans can be no surer than the fit they rest on: a stack's runs that check the card (torchtitan's on H200)
+    give it an envelope, not a GEMM fit of its own (tpopt.models.terms.card_base takes the larger)."""
+    best = max(((p.residual_sigma, p.name) if p.residual_sigma >= p.borrowed_sigma else (p.borrowed_sigma,
+                p.borrowed_from) for p in lenders), default=(0.0, ""))
+    return replace(out, borrowed_sigma=best[0], borrowed_from=best[1]) if best[0] > 0 else out
 
 
 def calibration_prior(table: Any, perf: PerfParams) -> dict[str, float]:
@@ -338,6 +349,7 @@ def _scaled_prior(name: str, out: PerfParams, t: dict[str, Any], perf: dict[str,
         raise InputError(f"{where} scales the entry's own prior gemm_efficiency: state one (not a calibrated one)")
     names = tuple(str(x) for x in t["prior_scale_from"])  # a list of names (build_perf checked it)
     pairs: dict[str, tuple[float, float]] = {}
+    lenders: list[PerfParams] = []
     for other in names:
         if other not in perf or other in ("default", name) or other in seen:
             raise InputError(f"{where}: {other!r} must name another card's entry (no cycle)")
@@ -346,6 +358,7 @@ def _scaled_prior(name: str, out: PerfParams, t: dict[str, Any], perf: dict[str,
         prior = calibration_prior(perf[other], p).get("gemm_efficiency")
         if prior is not None and "gemm_efficiency" in p.calibrated:
             pairs[other] = (p.gemm_efficiency, prior)
+            lenders.append(p)
     sources = dict(out.sources or {})
     if not pairs:  # e.g. a user's calibration that did not fit the GEMM share: nothing to scale by
         sources["gemm_efficiency"] = (f"{sources.get('gemm_efficiency', '')}; unscaled: none of "
@@ -356,4 +369,5 @@ def _scaled_prior(name: str, out: PerfParams, t: dict[str, Any], perf: dict[str,
     sources["gemm_efficiency"] = (f"{sources.get('gemm_efficiency', '')}; x {r:.3f}, the fitted / prior GEMM share "
                                   f"of {why}{' (geometric mean)' if len(pairs) > 1 else ''}: how far the same "
                                   "public measurement lies from what the reference stacks' runs reached")
-    return replace(out, gemm_efficiency=scaled_share(out.gemm_efficiency, list(pairs.values())), sources=sources)
+    return borrowed_spread(replace(out, gemm_efficiency=scaled_share(out.gemm_efficiency, list(pairs.values())),
+                                   sources=sources), lenders)

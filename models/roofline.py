@@ -67,6 +67,9 @@ class PerfParams:
     residual_sigma: float = 0.0  # lognormal sigma of measured / predicted step time (tpopt calibrate; 0: none)
     residual_sigma_source: str = ""  # how residual_sigma was obtained
     residual_sigma_stacks: tuple[str, ...] = ()  # the stacks its runs ran (empty: a calibration's, one's own stack)
+    borrowed_sigma: float = 0.0  # the leave-one-out spread of the fit this card's GEMM share rests on (derived_from,
+    # prior_scale_from: the largest of those cards' residual_sigma; 0: none)
+    borrowed_from: str = ""  # the card whose spread borrowed_sigma is
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     FREE: ClassVar[tuple[str, ...]] = ("gemm_efficiency", "memory_efficiency", "kernel_overhead")
@@ -85,7 +88,8 @@ class PerfParams:
     def field_names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls) if f.name not in ("name", "calibrated", "sources",
                                                                  "residual_sigma", "residual_sigma_source",
-                                                                 "residual_sigma_stacks"))
+                                                                 "residual_sigma_stacks", "borrowed_sigma",
+                                                                 "borrowed_from"))
 
 
 def _f(x: ArrayLike) -> FloatArray:

@@ -293,3 +293,25 @@ def test_the_footing_says_may_not_fit_with_the_margin_in_json_and_text():
            f"{EV.memory_error / 2 * 100:.1f} %" in text
     far = footing(sc, ev.plan_dict(), ev.metrics["step_s"], limit * (1 - 2 * EV.memory_error))
     assert not far["evidence"]["memory"]["may_not_fit"] and "MAY NOT FIT" not in " ".join(footing_lines(far))
+
+
+def test_a_card_that_borrows_a_fit_is_no_surer_than_that_fit():
+    """H200's GEMM share is its public matmul measurement scaled by the H100 SXM's fitted / prior gap
+    (performance.toml prior_scale_from); the H100 96 GB card takes every H100 SXM value (derived_from). Runs of
+    a non-reference stack check both (torchtitan's: an envelope), but no Megatron-Core run fits either card, so a
+    Megatron-Core plan on them rests on the H100 SXM's fit and can be no surer than it: its base is at least the
+    H100 SXM's own leave-one-out spread (performance.toml residual_sigma), not the table's smaller base. Same
+    plan (Llama 3 8B, BF16, 8,192 tokens, 64 cards), same factors: the sigmas are equal, and the footing names
+    the lender. A card no run checked (MI300X) keeps the card-prior factor, which is wider still."""
+    h100 = CAT.perf("h100-sxm").residual_sigma
+    assert h100 > EV.base  # the case: the lender's spread exceeds the table's base
+    sc = build_scenario(raw("h100-sxm"), CAT)
+    ref = T.evidence_of(sc, "h100-sxm", 64.0)
+    for acc in ("h200", "h100-96gb-hbm2e"):
+        assert EV.envelope(acc) is not None and not CAT.perf(acc).calibrated  # checked by runs, fitted by none
+        e = T.evidence_of(build_scenario(raw(acc), CAT), acc, 64.0)
+        assert e["card"] == "fitted" and e["reasons"] == ref["reasons"]
+        assert e["sigma"] == pytest.approx(ref["sigma"]) and e["sigma"] >= h100 - 1e-12
+        assert "rests on h100-sxm's fit" in e["source"]
+    amd = T.evidence_of(build_scenario(raw("mi300x"), CAT), "mi300x", 64.0)
+    assert amd["card"] == "prior" and amd["sigma"] > ref["sigma"]

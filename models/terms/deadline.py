@@ -161,16 +161,23 @@ def evidence_for(sc: Scenario, acc: str) -> evidence.Evidence | None:
 
 def card_base(sc: Scenario, acc: str, ev: evidence.Evidence) -> tuple[float, str]:
     """The base of a card's sigma: the table's (leave-one-source-out, inside the envelope), or the card's
-    own leave-one-out ``residual_sigma`` (performance.toml) on a fitted card when that is larger, or, for a card
-    fitted on one source's runs, its own leave-one-source-out spread (uncertainty.toml ``[card_evidence.spread]``)
-    when that is larger still."""
+    own leave-one-out ``residual_sigma`` (performance.toml) on a fitted card when that is larger, or the spread of
+    the fit its GEMM share borrows (``borrowed_sigma``: a ``derived_from`` / ``prior_scale_from`` card that runs
+    of a non-reference stack checked, H200 on H100's fit) when that is larger, or, for a card fitted on one
+    source's runs, its own leave-one-source-out spread (uncertainty.toml ``[card_evidence.spread]``) when that is
+    larger still. A card no run checked has no envelope: the card-prior factor carries it instead."""
     perf = _perf(sc, acc)
-    own = float(getattr(perf, "residual_sigma", 0.0)) if ev.envelope(acc) is not None else 0.0
-    one = ev.card_spread_of(acc) if ev.envelope(acc) is not None else 0.0
-    if one > max(own, ev.base):
+    seen = ev.envelope(acc) is not None
+    own = float(getattr(perf, "residual_sigma", 0.0)) if seen else 0.0
+    one = ev.card_spread_of(acc) if seen else 0.0
+    lent = float(getattr(perf, "borrowed_sigma", 0.0)) if seen else 0.0
+    if one > max(own, lent, ev.base):
         return one, f"{acc} fitted on one source: its own leave-one-source-out spread {one:.3f}"
-    if own > ev.base:
+    if own >= lent and own > ev.base:
         return own, f"the card's own leave-one-out spread {own:.3f}"
+    if lent > ev.base:
+        return lent, (f"{acc}'s GEMM share rests on {getattr(perf, 'borrowed_from', '')}'s fit: its leave-one-out "
+                      f"spread {lent:.3f}")
     return ev.base, f"base {ev.base:.3f}"
 
 
