@@ -39,3 +39,28 @@ def test_explain_without_a_confidence_prints_the_finish_alone():
     assert rels and all("finish_quantile_days" not in r and "confidence" not in r for r in rels)
     text = "\n".join(relaxation_lines(rels))
     assert "nominal finish" not in text and f"{rels[0]['finish_days']:.2f} d" in text
+
+
+def test_evaluate_refuses_two_accelerators_in_one_line():
+    """A plan runs on one card type: ``--hw a,b`` or a scenario listing two took the first silently. Now one line
+    on stderr naming them, exit 2 (bad input), no traceback; one named card still evaluates."""
+    from click.testing import CliRunner
+
+    from tpopt.cli.main import cli
+    from tpopt.errors import InputError
+
+    for args in (["--scenario", EXAMPLE, "--hw", "h100-sxm,b200"], ["--scenario", "examples/qwen3-30b-a3b.toml"]):
+        r = CliRunner().invoke(cli, ["evaluate", *args, "--cards", "64"])
+        assert r.exit_code == 2, r.output
+        lines = [x for x in r.output.splitlines() if x.strip()]
+        assert len(lines) == 1 and "one accelerator" in lines[0] and "--hw NAME" in lines[0], r.output
+        assert "Traceback" not in r.output
+    ok = CliRunner().invoke(cli, ["evaluate", "--scenario", "examples/qwen3-30b-a3b.toml", "--hw", "h100-sxm",
+                                  "--cards", "64", "--zero", "1", "--ep", "8"])
+    assert ok.exit_code in (0, 3), ok.output
+    try:
+        api.evaluate(EXAMPLE, cards=64, accelerator="h100-sxm,b200")
+    except InputError as e:
+        assert "h100-sxm, b200" in str(e)
+    else:
+        raise AssertionError("two accelerators evaluated as one plan")
