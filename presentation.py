@@ -484,6 +484,20 @@ def _short(source: str, limit: int = 72) -> str:
     return s if len(s) <= limit else s[:limit - 3].rstrip() + "..."
 
 
+CALIBRATED_ON_CHARS = 100
+"""The longest "calibrated on ..." label the footing prints whole (its runs and tables; a longer one is cut at a word,
+the whole source in the JSON's ``footing.parameters[].source``)."""
+
+
+def _cut_at_word(text: str, limit: int) -> str:
+    """``text`` whole when it fits ``limit`` characters, else cut at the last word that fits, with "..."."""
+    s = " ".join(text.split())
+    if len(s) <= limit:
+        return s
+    head = s[:limit - 3]
+    return (head.rsplit(" ", 1)[0] if " " in head else head).rstrip(" ,;") + "..."
+
+
 SHORT = {"gemm_efficiency": "GEMM", "attention_efficiency": "attention", "attention_bwd_ratio": "attention bwd",
          "memory_efficiency": "memory", "kernel_overhead": "kernel", "fp8_gemm_ratio": "FP8 GEMM",
          "fp4_gemm_ratio": "FP4 GEMM", "mxfp8_gemm_ratio": "MXFP8 GEMM", "tp_efficiency": "scale-up",
@@ -573,7 +587,7 @@ def footing_lines(f: dict[str, Any], width: int = 100) -> list[str]:
         label = p["provenance"]
         if label == "calibrated":
             on = p["source"].split(" on ", 1)[1] if " on " in p["source"] else p["source"]
-            label = f"calibrated on {_short(on.split(' (')[0], 40)}"
+            label = f"calibrated on {_cut_at_word(on.split(' (')[0], CALIBRATED_ON_CHARS)}:"
         groups.setdefault(label, []).append(f"{SHORT.get(p['name'], p['name'])} {shown}")
     if groups:
         order = sorted(groups, key=lambda g: (not g.startswith("calibrated"), g != "measured", g))

@@ -64,3 +64,43 @@ def test_evaluate_refuses_two_accelerators_in_one_line():
         assert "h100-sxm, b200" in str(e)
     else:
         raise AssertionError("two accelerators evaluated as one plan")
+
+
+def test_calibrated_label_is_whole_or_cut_at_a_word():
+    """The footing cut "calibrated on ... in megatr..." at 40 characters: the label is printed whole up to
+    CALIBRATED_ON_CHARS, and a longer one is cut at a word (the whole source is in the JSON)."""
+    from tpopt.presentation import CALIBRATED_ON_CHARS, _cut_at_word
+
+    label = "the 5 runs of megatron-core in megatron-bridge-modern, published-2024-2026"
+    assert _cut_at_word(label, CALIBRATED_ON_CHARS) == label
+    cut = _cut_at_word(label, 40)
+    assert cut == "the 5 runs of megatron-core in..."  # 33 characters of words that fit, no half word
+    assert len(cut) <= 40
+
+
+def test_moe_reason_on_a_prior_card_does_not_call_it_fitted(tmp_path):
+    """A card on priors was fitted on no runs: its MoE reason names what the fitted cards ran, not "a card fitted
+    on dense runs only"; a fitted card keeps that wording."""
+    import json
+
+    from click.testing import CliRunner
+
+    from tpopt.cli.main import cli
+    from tpopt.models import evidence as E
+
+    text = "".join(line for line in open("examples/qwen3-30b-a3b.toml")
+                   if not line.startswith("efficiency"))  # the per-operation model: the evidence's sigma
+    path = tmp_path / "moe.toml"
+    path.write_text(text)
+
+    def reasons(card: str) -> str:
+        r = CliRunner().invoke(cli, ["evaluate", "--scenario", str(path), "--hw", card, "--cards", "64", "--zero",
+                                     "1", "--ep", "8", "--json"])
+        assert r.exit_code in (0, 3), r.output
+        return " ".join(json.loads(r.stdout)["footing"]["evidence"]["reasons"])
+
+    why_prior, why_fitted = reasons("mi300x"), reasons("h100-sxm")
+    assert "on a card fitted on" not in why_prior and "beyond what the fitted cards ran" in why_prior
+    assert "mi300x rests on priors" in why_prior
+    assert "on a card fitted on" in why_fitted
+    assert E.MOE_ON_PRIOR in E.REASONS
