@@ -350,10 +350,13 @@ MEGATRON_PRECISION: dict[str, tuple[tuple[str, object], ...]] = {
     "bf16-mixed": (("bf16", True), ("grad_reduce_in_bf16", True)),
     "bf16-mixed-fp32-grad": (("bf16", True),),
     "fp8-mixed": (("bf16", True), ("grad_reduce_in_bf16", True), ("fp8_format", "hybrid")),
+    "mxfp8-mixed": (("bf16", True), ("grad_reduce_in_bf16", True), ("fp8_format", "e4m3"), ("fp8_recipe", "mxfp8")),
     "fp16-mixed-fp32-grad": (("fp16", True),),
 }
 """tpopt precision recipes -> Megatron-LM flags: BF16 with gradients reduced in BF16 (2-byte gradients) or in
-FP32 (Megatron's default); FP8 = BF16 with the hybrid FP8 format (E4M3 forward, E5M2 backward)."""
+FP32 (Megatron's default); FP8 = BF16 with the hybrid FP8 format (E4M3 forward, E5M2 backward); MXFP8 = BF16 with
+``--fp8-format e4m3 --fp8-recipe mxfp8`` (arguments.py at core_v0.15.0, _add_transformer_engine_args: the recipe
+choices tensorwise, delayed, mxfp8, blockwise; E4M3 as Megatron-Bridge's bf16_with_mxfp8_mixed sets it)."""
 
 
 def _precision(fmt: str, lp: LaunchPlan, table: Mapping[str, Sequence[tuple[str, object]]]) -> list[tuple[str, object]]:
@@ -487,7 +490,8 @@ def _megatron_precision(g: Mapping[str, object]) -> str:
     for name, pairs in MEGATRON_PRECISION.items():
         want = dict(pairs)
         if tuple(sorted(k for k in ("bf16", "fp16", "grad_reduce_in_bf16") if want.get(k))) == flags and \
-                want.get("fp8_format") == g.get("fp8_format"):
+                want.get("fp8_format") == g.get("fp8_format") and \
+                ("fp8_recipe" not in want or want["fp8_recipe"] == g.get("fp8_recipe")):
             return name
     raise ExportError(f"megatron: no tpopt precision has the flags {flags}")
 
@@ -608,9 +612,11 @@ BRIDGE_PRECISION: dict[tuple[str, str], str] = {
     ("bf16-mixed-fp32-grad", ""): "bf16_mixed",
     ("fp8-mixed", "current"): "bf16_with_fp8_current_scaling_mixed",
     ("fp8-mixed", "delayed"): "bf16_with_fp8_delayed_scaling_mixed",
+    ("mxfp8-mixed", ""): "bf16_with_mxfp8_mixed",
 }
 """(tpopt precision, the stack's FP8 scaling) -> Megatron-Bridge mixed-precision recipe name
-(src/megatron/bridge/training/mixed_precision.py): recipes hold ``mixed_precision`` as such a name, which a
+(src/megatron/bridge/training/mixed_precision.py; bf16_with_mxfp8_mixed: fp8 "e4m3", fp8_recipe "mxfp8", v0.5.0
+line 255): recipes hold ``mixed_precision`` as such a name, which a
 field override (``mixed_precision.bf16=true``) cannot enter. Bridge's BF16 recipes reduce gradients in FP32
 (grad_reduce_in_fp32 = True) and overwrite the DDP setting at setup: stated in the export where the plan
 assumed BF16 gradients."""

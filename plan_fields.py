@@ -38,12 +38,23 @@ def _moe_flags(space: SearchSpace, kw: Mapping[str, Any]) -> dict[str, Any]:
             "capacity_factor": float(cap_v)}
 
 
+def plan_accelerator(sc: Scenario, hw: str | None) -> str:
+    """The one accelerator a plan runs on: ``--hw NAME`` (``accelerator=`` in the API), else the scenario's only
+    candidate. A plan has one card type, so several (``--hw a,b`` or a scenario listing several) are refused in
+    one line that names them, rather than the first taken silently: ``tpopt solve`` compares candidates."""
+    names = [h.strip() for h in hw.split(",") if h.strip()] if hw else list(sc.search.accelerators or sc.systems)
+    if len(names) > 1:
+        where = "--hw" if hw else "the scenario ([hardware] accelerator)"
+        raise InputError(f"a plan runs on one accelerator, and {where} names {len(names)} ({', '.join(names)}): "
+                         f"give one with --hw NAME (tpopt solve --hw {','.join(names)} compares them)")
+    return names[0]
+
+
 def plan_from(sc: Scenario, kw: Mapping[str, Any]) -> Plan:
     """A :class:`Plan` from the plan flags; unspecified fields take the scenario's single-valued
     [search] domain, or the first listed value."""
     space = sc.search
-    hw = kw.get("hw")
-    acc = hw.split(",")[0].strip() if hw else (space.accelerators[0] if space.accelerators else next(iter(sc.systems)))
+    acc = plan_accelerator(sc, kw.get("hw"))
     interval = kw.get("save_interval")
     if interval is None:
         interval_s = space.save_interval_s[0]

@@ -283,6 +283,15 @@ RELAXATION_HEADER = ("Smallest single changes that make the request feasible (ea
                      "values rounded towards feasibility and re-solved):")
 
 
+def relaxation_finish(r: dict[str, Any]) -> str:
+    """A relaxation's plan finish as the line prints it: the nominal finish, and under a confidence also the plan's
+    finish quantile at it (what a deadline relaxation's threshold is), each named."""
+    q = r.get("finish_quantile_days")
+    if r.get("confidence") is None or q is None:
+        return f"{r['finish_days']:.2f} d"
+    return f"nominal finish {r['finish_days']:.2f} d, {q:.2f} d at {r['confidence'] * 100:g} % confidence"
+
+
 def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
     if not rels:
         return []
@@ -297,19 +306,20 @@ def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
             flag = _apply_flag(r)
             rests = next((evidence_flags(o) for o in r.get("options") or () if o["accelerator"] == r.get("required")
                           and o["feasible"]), "") if r["parameter"] == "accelerator" else ""
-            lines.append(f"  {'':<{width}}  -> {_plan_short(r['plan'])}, {r['finish_days']:.2f} d, "
+            lines.append(f"  {'':<{width}}  -> {_plan_short(r['plan'])}, {relaxation_finish(r)}, "
                          f"{_money(r['cost'], r['cost_unit'])}{rests}" + (f"   [{flag}]" if flag else ""))
         if r.get("helps") and r.get("note"):
             lines.append(f"  {'':<{width}}  ({r['note']})")
         if r.get("chain"):
             lines += chain_lines(r["chain"], width)
         if r["parameter"] == "accelerator" and r.get("options"):
+            nominal = " nominal" if r.get("confidence") is not None else ""  # the options' finish: nominal
             opts = []
             for o in r["options"]:
                 tag = " (current)" if o.get("current") else ""
                 if o["feasible"]:
                     opts.append(f"{o['accelerator']}{tag} {_money(o['cost'], o['cost_unit'])} "
-                                f"({o['plan']['cards']} cards, {o['finish_days']:.1f} d){evidence_flags(o)}")
+                                f"({o['plan']['cards']} cards, {o['finish_days']:.1f} d{nominal}){evidence_flags(o)}")
                 else:
                     opts.append(f"{o['accelerator']}{tag} no plan")
             lines.append(f"  {'':<{width}}  catalog: " + "; ".join(opts))
@@ -474,6 +484,20 @@ def _short(source: str, limit: int = 72) -> str:
     return s if len(s) <= limit else s[:limit - 3].rstrip() + "..."
 
 
+CALIBRATED_ON_CHARS = 100
+"""The longest "calibrated on ..." label the footing prints whole (its runs and tables; a longer one is cut at a word,
+the whole source in the JSON's ``footing.parameters[].source``)."""
+
+
+def _cut_at_word(text: str, limit: int) -> str:
+    """``text`` whole when it fits ``limit`` characters, else cut at the last word that fits, with "..."."""
+    s = " ".join(text.split())
+    if len(s) <= limit:
+        return s
+    head = s[:limit - 3]
+    return (head.rsplit(" ", 1)[0] if " " in head else head).rstrip(" ,;") + "..."
+
+
 SHORT = {"gemm_efficiency": "GEMM", "attention_efficiency": "attention", "attention_bwd_ratio": "attention bwd",
          "memory_efficiency": "memory", "kernel_overhead": "kernel", "fp8_gemm_ratio": "FP8 GEMM",
          "fp4_gemm_ratio": "FP4 GEMM", "mxfp8_gemm_ratio": "MXFP8 GEMM", "tp_efficiency": "scale-up",
@@ -563,7 +587,7 @@ def footing_lines(f: dict[str, Any], width: int = 100) -> list[str]:
         label = p["provenance"]
         if label == "calibrated":
             on = p["source"].split(" on ", 1)[1] if " on " in p["source"] else p["source"]
-            label = f"calibrated on {_short(on.split(' (')[0], 40)}"
+            label = f"calibrated on {_cut_at_word(on.split(' (')[0], CALIBRATED_ON_CHARS)}:"
         groups.setdefault(label, []).append(f"{SHORT.get(p['name'], p['name'])} {shown}")
     if groups:
         order = sorted(groups, key=lambda g: (not g.startswith("calibrated"), g != "measured", g))

@@ -39,6 +39,9 @@ FACTORS = (CARD_PRIOR, STACK, MOE, SEQ, PRECISION, PRECISION_UNSEEN, SCALE)
 """The ways a plan leaves the evidence, in the order the footing names them."""
 ONE_SOURCE = "stack_one_source"
 """The footing's words for a stack whose kernel factor rests on one source's runs (the stack factor applies)."""
+MOE_ON_PRIOR = "moe_on_prior"
+"""The footing's words for MoE on a card with no run of its own (the MoE factor applies against what the fitted
+cards ran: a prior card was fitted on no runs, dense or MoE)."""
 SOURCES_MIN = 2
 """A stack's fitted kernel factor counts as fitted (for the sigma) when its runs come from at least this many
 sources: a factor fitted on one source's runs reverts to the reference kernels when that source is left out
@@ -48,6 +51,7 @@ REASONS = {CARD_PRIOR: "{acc} rests on priors (no run fitted on it)",
            STACK: "{stack} not fitted",
            ONE_SOURCE: "{stack} fitted on one source ({sources}): not checked on another, so as not fitted{spread}",
            MOE: "MoE at {experts:g} experts per card on a card fitted on {fitted}",
+           MOE_ON_PRIOR: "MoE at {experts:g} experts per card, beyond what the fitted cards ran ({fitted})",
            SEQ: "sequence {seq} beyond the longest fitted, {hi}",
            PRECISION: "{recipe} not among the fitted recipes ({fitted})",
            PRECISION_UNSEEN: "{recipe} fitted on no card",
@@ -219,6 +223,8 @@ def reasons(ev: Evidence, facts: PlanFacts) -> list[str]:
              SCALE: {"cards": facts.cards, "hi": env.cards_max}}
     srcs = ev.sources_of(facts.stack)
     text = dict(REASONS)
+    if own is None:  # a card on priors was fitted on no runs: the MoE envelope is the fitted cards'
+        text[MOE] = REASONS[MOE_ON_PRIOR]
     if srcs and facts.stack in every.stacks:  # run, but by one source's runs only
         text[STACK] = REASONS[ONE_SOURCE]
         words[STACK]["sources"] = ", ".join(srcs)

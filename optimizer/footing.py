@@ -52,7 +52,7 @@ from tpopt.models.memory import LOW_PRECISION_MATRIX, recipe
 from tpopt.models.plan import Plan, Scenario
 from tpopt.models.roofline import PerfParams
 from tpopt.models.terms.layer_times import recipe_peak
-from tpopt.models.units import DAY, GIB
+from tpopt.models.units import DAY, GIB, HOUR
 from tpopt.optimizer.limits import clock_of
 from tpopt.optimizer.result import Request
 
@@ -211,6 +211,24 @@ def without_activation_budget(sc: Scenario) -> Scenario:
     return replace(sc, memory=replace(sc.memory, activation_reserve=None), search=search)
 
 
+def preemption_input(sc: Scenario, plan: dict[str, Any], m: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``[risk]`` table's preemptions as the footing states them (None without any, and on a spot offer,
+    whose figures the market block prints): rate and reacquisition delay, preemptions per day on the plan's
+    cards, the expected number over the run (lam_p x W, W = iterations x step) and their share of the training
+    time in the nominal finish (T.preemption_overhead: lam_p (d + r + tau / 2 + w))."""
+    rho, wait = T.preemption_terms(sc)
+    if not rho or sc.market.preempt_per_card_s:
+        return None
+    cards = int(plan["cards"])
+    share = float(T.preemption_overhead(sc, plan["save_mode"], cards, plan["save_interval_s"]))
+    expected = cards * rho * float(m.get("train_days", 0.0)) * DAY
+    return {"input": "preemptions", "stated": f"{rho * DAY:g} per card-day, {wait / HOUR:g} h to reacquire "
+            f"([risk]): {cards * rho * DAY:,.1f} a day on {cards:,} cards, {expected:,.0f} expected over the run, "
+            f"each losing the reacquisition, the restore and the work since the last save; {share * 100:,.1f} % of "
+            "the training time, in the finish", "modelled": None, "preempt_per_card_day": rho * DAY,
+            "reacquire_s": wait, "expected_preemptions": expected, "overhead": share}
+
+
 def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The stated inputs that move the plan (module docstring), each ``{"input", "stated", "modelled"}`` (texts;
     ``modelled`` None where the model computes no figure of its own) with the numbers behind them."""
@@ -242,8 +260,11 @@ def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | 
         out.append({"input": "NICs per host", "stated": f"{nics} x {acc.nic_bw / 1e9:g} GB/s ({_brief(src)})",
                     "modelled": None, "nics_per_host": nics})
     rel = sc.reliability
+    lost = preemption_input(sc, plan, m)
+    if lost is not None:
+        out.append(lost)
     if rel.card_mtbf_s is not None:
-        share = m.get("overhead_redo", 0.0) + m.get("overhead_restart", 0.0)
+        share = m.get("overhead_redo", 0.0) + m.get("overhead_restart", 0.0) - (lost or {}).get("overhead", 0.0)
         out.append({"input": "card MTBF", "stated": f"{rel.card_mtbf_s / DAY:,.0f} d ({share * 100:.1f} % of the "
                     f"training time lost to failures on {cards:,} cards)", "modelled": None,
                     "card_mtbf_days": rel.card_mtbf_s / DAY, "failure_overhead": share})

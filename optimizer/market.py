@@ -410,14 +410,15 @@ def preemption_source(sc: Scenario, ev: Evaluation) -> tuple[float, float]:
     """(preemptions per second, mean seconds lost per preemption) of a plan on its offer's scenario ``sc``:
     ``lam_p = n rho``; each loses the redo since the last checkpoint (tau / 2, plus the commit lag of an
     async save), the restore and the reacquisition delay. The hook a finish-time distribution adds to its
-    failure sources; (0, 0) off the spot market. After ``plan()`` of a market scenario, ``PlanReport.view`` is
+    failure sources; (0, 0) without preemptions (T.preemption_terms: the offer's, else the ``[risk]`` table's). After
+    ``plan()`` of a market scenario, ``PlanReport.view`` is
     that offer's scenario: ``preemption_source(report.view, report.best)``."""
     rel = sc.reliability
     lam = float(T.preemption_rate(sc, ev.plan.cards))
     if lam == 0.0:
         return 0.0, 0.0
     lag = 0.0 if ev.plan.save_mode == "sync" else rel.snapshot_copy_s + T.checkpoint_write_time(sc)
-    return lam, ev.plan.save_interval_s / 2 + lag + rel.restore_s + sc.market.reacquire_s
+    return lam, ev.plan.save_interval_s / 2 + lag + rel.restore_s + T.preemption_terms(sc)[1]
 
 
 def preemption_figures(sub: Scenario, offer: M.Offer, ev: Evaluation) -> dict[str, Any]:
@@ -425,7 +426,8 @@ def preemption_figures(sub: Scenario, offer: M.Offer, ev: Evaluation) -> dict[st
     billed without them at the same save interval, subtracted), and the save interval that is optimal
     with and without them."""
     lam, per_event = preemption_source(sub, ev)
-    calm = replace(sub, market=replace(sub.market, preempt_per_card_s=0.0, reacquire_s=0.0))
+    calm = replace(sub, market=replace(sub.market, preempt_per_card_s=0.0, reacquire_s=0.0),
+                   risk=replace(sub.risk, preempt_rate_per_card_s=0.0, reacquire_s=0.0))
     without = evaluate(calm, ev.plan)
     n, mode = ev.plan.cards, ev.plan.save_mode
     f, f0 = ev.metrics["finish_days"] * DAY, without.metrics["finish_days"] * DAY

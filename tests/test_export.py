@@ -50,7 +50,7 @@ def solved(model: str, top: int = 40):
 
 DENSE = solved("qwen3-1.7b")
 MOE = solved("qwen1.5-moe-a2.7b", 20)
-PRECISIONS = ("bf16-mixed", "bf16-mixed-fp32-grad", "fp16-mixed", "fp8-mixed")
+PRECISIONS = ("bf16-mixed", "bf16-mixed-fp32-grad", "fp16-mixed", "fp8-mixed", "mxfp8-mixed")
 
 
 ANY = {"zero_stage": [0, 1, 2, 3], "offload": ["none", "cpu"], "recompute": ["none", "full", "attn", "norm+mlp"],
@@ -58,8 +58,10 @@ ANY = {"zero_stage": [0, 1, 2, 3], "offload": ["none", "cpu"], "recompute": ["no
        "schedule": ["1f1b", "interleaved", "fill-drain", "zb-h1"], "capacity": [True, False]}
 """Every choice the round trip draws from."""
 EXPRESSIBLE = {
-    "megatron": {"precision": ["bf16-mixed", "bf16-mixed-fp32-grad", "fp8-mixed"], "schedule": ["1f1b", "interleaved"]},
-    "nemo": {"precision": ["bf16-mixed", "bf16-mixed-fp32-grad", "fp8-mixed"], "schedule": ["1f1b", "interleaved"]},
+    "megatron": {"precision": ["bf16-mixed", "bf16-mixed-fp32-grad", "fp8-mixed", "mxfp8-mixed"],
+                 "schedule": ["1f1b", "interleaved"]},
+    "nemo": {"precision": ["bf16-mixed", "bf16-mixed-fp32-grad", "fp8-mixed", "mxfp8-mixed"],
+             "schedule": ["1f1b", "interleaved"]},
     "torchtitan": {"zero_stage": [0, 2, 3], "offload": ["none"], "recompute": ["none", "full"],
                    "flash_attention": [True], "sequence_parallel": [True],
                    "precision": ["bf16-mixed-fp32-grad", "bf16-mixed", "fp8-mixed"],
@@ -313,3 +315,23 @@ def test_an_unknown_format_is_one_line_from_the_program():
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stdout == ""
     assert len(p.stderr.strip().splitlines()) == 1 and "yaml" in p.stderr and "megatron" in p.stderr
+
+
+def test_mxfp8_plans_export_to_megatron_and_nemo():
+    """Megatron-LM takes MXFP8 as ``--fp8-format e4m3 --fp8-recipe mxfp8`` (megatron/training/arguments.py,
+    core_v0.15.0, _add_transformer_engine_args: recipe choices tensorwise, delayed, mxfp8, blockwise) and
+    Megatron-Bridge as its registered recipe ``bf16_with_mxfp8_mixed`` (src/megatron/bridge/training/
+    mixed_precision.py at v0.5.0: fp8 "e4m3", fp8_recipe "mxfp8"); both were refused as "cannot be expressed"."""
+    sc, plans = DENSE
+    sc = replace(sc, task=replace(sc.task, precision="mxfp8-mixed"))
+    ev = evaluate(sc, replace(plans[0], dp=0, grad_accum=0))
+    mega = FW.export_text("megatron", sc, ev)
+    assert "--fp8-format e4m3" in mega and "--fp8-recipe mxfp8" in mega and "--bf16" in mega
+    nemo = FW.export_text("nemo", sc, ev)
+    assert "mixed_precision=bf16_with_mxfp8_mixed" in nemo.splitlines()
+    for fmt, text in (("megatron", mega), ("nemo", nemo)):
+        back = FW.parse(fmt, text, sc.model.layers)
+        assert back.precision == "mxfp8-mixed" and back == FW.exported(fmt, sc, ev)
+    fp8 = replace(sc, task=replace(sc.task, precision="fp8-mixed"))  # FP8 per-tensor still reads back as FP8
+    assert FW.parse("megatron", FW.export_text("megatron", fp8, evaluate(fp8, ev.plan)), sc.model.layers
+                    ).precision == "fp8-mixed"

@@ -79,7 +79,7 @@ def test_provenance_follows_the_performance_toml(tmp_path):
     assert prov["gemm_efficiency"] == "calibrated" and prov["memory_efficiency"] == "measured"
     assert prov["kernel_overhead"] == "prior"
     text = run("evaluate", "--scenario", p, "--cards", "8", "--catalog", cat)
-    assert "calibrated on my-run-1 GEMM 0.6" in text
+    assert "calibrated on my-run-1: GEMM 0.6" in text
 
 
 def test_a_scaled_prior_says_so_in_text_and_json(tmp_path):

@@ -38,20 +38,44 @@ def failure_rate(sc: Scenario, cards: ArrayLike) -> Floats:
                                                                                                 rel.card_mtbf_s)
     if rel.event_interval_s:
         lam = lam + 1.0 / rel.event_interval_s
-    if sc.market.preempt_per_card_s:
+    if preemption_terms(sc)[0]:
         lam = lam + preemption_rate(sc, cards)
     return lam
 
 
+def preemption_terms(sc: Scenario) -> tuple[float, float]:
+    """(rho, d) of the plan's preemptions: rho per card-second and d the reacquisition delay (s). On a spot
+    offer (or a mix with a spot share: ``market.preempt_per_card_s`` > 0, set per offer by the market solve)
+    the offer's (a mix: its spot share x rho); elsewhere the ``[risk]`` table's ``preempt_per_card_day`` /
+    ``reacquire`` (0 unless given). The one choice the nominal finish (:func:`failure_rate`,
+    :func:`reacquire_overhead`) and the finish-time law (:func:`law_risk`) both read."""
+    m = sc.market
+    if m.preempt_per_card_s:
+        return float(m.preempt_per_card_s), float(m.reacquire_s)
+    return float(sc.risk.preempt_rate_per_card_s), float(sc.risk.reacquire_s)
+
+
 def preemption_rate(sc: Scenario, cards: ArrayLike) -> Floats:
-    """Spot preemptions per second of the job: cards x rho (rho per card-second; 0 off the spot market)."""
-    return _f(cards) * sc.market.preempt_per_card_s
+    """Preemptions per second of the job: cards x rho (rho per card-second, :func:`preemption_terms`; 0 unless
+    a spot offer or the ``[risk]`` table gives one)."""
+    return _f(cards) * preemption_terms(sc)[0]
 
 
 def reacquire_overhead(sc: Scenario, cards: ArrayLike) -> Floats:
     """Reacquisition delay per unit useful time: lam_preempt x d (each preemption waits d for the cards
     on top of the redo and the restore that :func:`failure_rate` already charges)."""
-    return preemption_rate(sc, cards) * sc.market.reacquire_s
+    return preemption_rate(sc, cards) * preemption_terms(sc)[1]
+
+
+def preemption_overhead(sc: Scenario, save_mode: str, cards: ArrayLike, save_interval: ArrayLike) -> Floats:
+    """The preemptions' share of the first-order overhead per unit useful time (what the footing states):
+    lam_p (d + r + tau / 2 + w), lam_p = cards x rho (:func:`preemption_rate`), d the reacquisition delay,
+    r the restore, tau / 2 + w the work redone since the last committed save. 1,024 cards at 0.05 per
+    card-day, d = 2 h, r = 300 s, tau = 165 s, w = 0: 51.2 / 86,400 s x 7,582.5 s = 4.49."""
+    _, lag = save_pause_lag(sc, save_mode)
+    lam = preemption_rate(sc, cards)
+    return (reliability.redo_overhead(_f(save_interval), lam, lag)
+            + reliability.restart_overhead(lam, sc.reliability.restore_s) + reacquire_overhead(sc, cards))
 
 
 def overhead(sc: Scenario, save_mode: str, cards: ArrayLike, save_interval: ArrayLike) -> Floats:
@@ -68,7 +92,7 @@ def overhead(sc: Scenario, save_mode: str, cards: ArrayLike, save_interval: Arra
     else:
         pause, lag = rel.snapshot_copy_s, rel.snapshot_copy_s + write
     tau = _f(save_interval)
-    wait = reacquire_overhead(sc, cards) if sc.market.preempt_per_card_s else 0.0
+    wait = reacquire_overhead(sc, cards) if preemption_terms(sc)[0] else 0.0
     if rel.failure_model == "poisson":
         return reliability.overhead_poisson(tau, pause, lam, rel.restore_s) + lam * lag + wait
     return reliability.overhead_first_order(tau, pause, lam, rel.restore_s, lag) + wait
@@ -84,7 +108,7 @@ def overhead_parts(sc: Scenario, save_mode: str, cards: ArrayLike,
     tau = _f(save_interval)
     return (reliability.save_overhead(tau, pause), reliability.redo_overhead(tau, lam, lag),
             reliability.restart_overhead(lam, rel.restore_s)
-            + (reacquire_overhead(sc, cards) if sc.market.preempt_per_card_s else 0.0))
+            + (reacquire_overhead(sc, cards) if preemption_terms(sc)[0] else 0.0))
 
 
 def optimal_save_interval(sc: Scenario, cards: ArrayLike, save_mode: str = "sync") -> FloatArray:
@@ -287,10 +311,10 @@ def law_risk(sc: Scenario) -> finish.Risk:
     offer's: rate rho per card-second (a mix: its spot share x rho) and reacquisition delay d, the same
     process the long-run overhead charges (:func:`failure_rate`, :func:`reacquire_overhead`); off the spot
     market the ``[risk]`` table's own preemption inputs apply (0 unless given)."""
-    m = sc.market
-    if not m.preempt_per_card_s:
+    if not sc.market.preempt_per_card_s:
         return sc.risk
-    return replace(sc.risk, preempt_rate_per_card_s=float(m.preempt_per_card_s), reacquire_s=float(m.reacquire_s))
+    rho, wait = preemption_terms(sc)
+    return replace(sc.risk, preempt_rate_per_card_s=rho, reacquire_s=wait)
 
 
 def exposure(sc: Scenario, save_mode: str, cards: float, save_interval: float) -> finish.Exposure:

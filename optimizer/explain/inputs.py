@@ -178,7 +178,9 @@ class Relaxation:
     def label(self) -> str:
         return PARAMS[self.parameter].label
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, confidence: float | None = None) -> dict[str, Any]:
+        """The relaxation as JSON; under a ``confidence`` its plan's finish quantile at that level beside its
+        nominal finish (``finish_days``), the kind a deadline relaxation's ``required`` is."""
         d: dict[str, Any] = {"parameter": self.parameter, "current": self.current, "required": self.required,
                              "unit": self.unit, "direction": self.direction, "helps": self.helps,
                              "required_exact": self.required_exact, "method": self.method}
@@ -186,7 +188,11 @@ class Relaxation:
             d["plan"] = self.plan.plan_dict()
             d["cost"] = self.plan.metrics["cost"]
             d["cost_unit"] = self.plan.metrics["cost_unit"]
-            d["finish_days"] = self.plan.metrics["finish_days"]
+            d["finish_days"] = self.plan.metrics["finish_days"]  # the nominal finish
+            if confidence is not None:  # the plan's finish quantile at it: what deadline.finish compares
+                d["confidence"] = confidence
+                d["finish_quantile_days"] = next((c.value for c in self.plan.constraints if c.name == F.DEADLINE),
+                                                 None)
         d["apply"] = self.apply
         if self.note:
             d["note"] = self.note

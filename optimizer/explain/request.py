@@ -50,7 +50,8 @@ def infeasibility(sc: Scenario, space: Space, backend: str | Solver, req: Reques
         out["conflict_status"] = "time limit reached"
     rels = relaxations(sc, ctx.backend, req, raw=raw, catalog=catalog, core=core, enforced=ctx.enforced, ctx=ctx,
                        progress=progress)
-    out.update({"conflict": core, "conflict_detail": detail, "relaxations": [r.as_dict() for r in rels]})
+    out.update({"conflict": core, "conflict_detail": detail,
+                "relaxations": [r.as_dict(sc.task.confidence) for r in rels]})
     return out
 
 
