@@ -275,11 +275,17 @@ def stated_evidence(e: dict[str, Any], stated: float | None) -> dict[str, Any]:
     return {**e, "sigma": stated, "stated": True, "evidence_sigma": e["sigma"], "source": source}
 
 
+FLAT_SIGMA_SOURCE = ("the flat model (a stated efficiency, which no validation table measures: they measure the "
+                     f"per-operation model) takes the {finish.DEFAULT_STEP_SIGMA_SOURCE}")
+"""Where the flat model's card sigma comes from: the default of a card no table covers, whatever the card."""
+
+
 def catalog_sigma(sc: Scenario, acc: str) -> tuple[float, str]:
     """The catalog sigmas (no uncertainty table, or a calibration of one's own): the card's
     ``residual_sigma`` (performance.toml) when it was measured on the scenario's stack (its
     ``residual_sigma_stacks``) or is a calibration's (no stacks: one's own runs); else the larger of the
-    card's (finish.DEFAULT_STEP_SIGMA for a card no table covers) and the stack's ``residual_sigma``
+    card's (finish.DEFAULT_STEP_SIGMA for a card no table covers, and under the flat model for every card: its
+    step is the stated efficiency, not the model the tables measure) and the stack's ``residual_sigma``
     (stacks.toml: its runs' spread, or the public anchors' for a stack no table ran). The source says
     which was used and why."""
     perf = _perf(sc, acc)
@@ -288,9 +294,10 @@ def catalog_sigma(sc: Scenario, acc: str) -> tuple[float, str]:
     stack = sc.stack
     if source and (not on or stack.name in on):
         return float(perf.residual_sigma), source
+    flat = not sc.system(acc).per_op
     card, card_source = (float(perf.residual_sigma), source) if source else \
-        (finish.DEFAULT_STEP_SIGMA, finish.DEFAULT_STEP_SIGMA_SOURCE)
-    where = f"measured on {', '.join(on)}" if on else "no table covers the card"
+        (finish.DEFAULT_STEP_SIGMA, FLAT_SIGMA_SOURCE if flat else finish.DEFAULT_STEP_SIGMA_SOURCE)
+    where = f"measured on {', '.join(on)}" if on else "the flat model" if flat else "no table covers the card"
     if stack.residual_sigma > card:
         return stack.residual_sigma, (f"stack {stack.name}: {stack.sources.get('residual_sigma', 'stated')}; "
                                       f"the card's {card:.3f} ({where}) is smaller")
