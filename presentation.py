@@ -561,6 +561,11 @@ def stated_lines(stated: list[dict[str, Any]] | None) -> list[str]:
     return out + (["stated: " + "; ".join(rest)] if rest else [])
 
 
+PRIOR_DOMINATED = "calibrated (prior-dominated"
+"""How tpopt calibrate's source text of a fitted parameter the runs did not identify begins
+(:func:`tpopt.optimizer.calibrate.source_of`)."""
+
+
 OWN_LINE = ("activation budget", "input pipeline", "stack", "precision")
 """Stated inputs printed on a line of their own; the others share one "stated:" line."""
 
@@ -587,7 +592,10 @@ def footing_lines(f: dict[str, Any], width: int = 100) -> list[str]:
         label = p["provenance"]
         if label == "calibrated":
             on = p["source"].split(" on ", 1)[1] if " on " in p["source"] else p["source"]
-            label = f"calibrated on {_cut_at_word(on.split(' (')[0], CALIBRATED_ON_CHARS)}:"
+            on = _cut_at_word(on.split(' (')[0], CALIBRATED_ON_CHARS)
+            # a parameter the runs did not identify (calibrate.source_of) is not "calibrated on" them
+            label = (f"prior-dominated (not identified by {on}):" if p["source"].startswith(PRIOR_DOMINATED)
+                     else f"calibrated on {on}:")
         groups.setdefault(label, []).append(f"{SHORT.get(p['name'], p['name'])} {shown}")
     if groups:
         order = sorted(groups, key=lambda g: (not g.startswith("calibrated"), g != "measured", g))

@@ -1,0 +1,37 @@
+"""A second new user's trial (init -> solve, sweep, explain, calibrate, API): the faults it found, each pinned.
+
+The expected texts are derived from what each input states, never read from the code under test."""
+
+import json
+
+from click.testing import CliRunner
+
+from tpopt.cli.main import cli
+from tpopt.presentation import footing_lines
+
+
+def _run(*args):
+    r = CliRunner().invoke(cli, list(map(str, args)))
+    assert r.exit_code in (0, 3), r.output
+    return r.output
+
+
+def test_a_prior_dominated_parameter_is_not_printed_as_calibrated(tmp_path):
+    """tpopt calibrate writes two kinds of source: "calibrated: tpopt calibrate on RUNS (+-x %)" for a parameter
+    the runs identify, "calibrated (prior-dominated: the data do not identify it, ...): tpopt calibrate on RUNS"
+    for one they do not (it stays within its prior). The footing listed both as "calibrated on RUNS", so a user
+    read an unidentified attention share as measured by their runs. It must keep them apart."""
+    cat = tmp_path / "cat"
+    cat.mkdir()
+    (cat / "performance.toml").write_text(
+        '[h100-sxm]\ngemm_efficiency = 0.6\nattention_efficiency = 0.55\n'
+        '[h100-sxm.sources]\ngemm_efficiency = "calibrated: tpopt calibrate on a, b, c (+-8.0 %)"\n'
+        'attention_efficiency = "calibrated (prior-dominated: the data do not identify it, +-33 %): '
+        'tpopt calibrate on a, b, c"\n')
+    init = tmp_path / "s.toml"
+    _run("init", init, "--model", "llama3-8b", "--hw", "h100-sxm")
+    d = json.loads(_run("evaluate", "--scenario", init, "--cards", "8", "--catalog", cat, "--json"))
+    text = " ".join(" ".join(footing_lines(d["footing"], 1000)).split())
+    assert "calibrated on a, b, c: GEMM 0.6;" in text  # the identified one alone under "calibrated on"
+    assert "prior-dominated (not identified by a, b, c): attention 0.55" in text
+    assert "calibrated on a, b, c: GEMM 0.6, attention" not in text
