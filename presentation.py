@@ -301,7 +301,10 @@ def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
         now = _qty(r["current"], r["unit"]) if r["parameter"] != "accelerator" else (r["current"] or "-")
         if r.get("current_by_card"):  # several candidate cards: each one's value, not the first's
             now = ", ".join(f"{k} {_num(v)}" for k, v in r["current_by_card"].items()) + f" {r['unit']}"
-        lines.append(f"  {r['parameter']:<{width}}  now {now}: {_needed(r)}")
+        if r["current"] is None and r.get("method") == "undecided":  # not read before it stopped: no "now -"
+            lines.append(f"  {r['parameter']:<{width}}  {_needed(r)}")
+        else:
+            lines.append(f"  {r['parameter']:<{width}}  now {now}: {_needed(r)}")
         if r.get("helps") and r.get("plan"):
             flag = _apply_flag(r)
             rests = next((evidence_flags(o) for o in r.get("options") or () if o["accelerator"] == r.get("required")

@@ -35,3 +35,21 @@ def test_a_prior_dominated_parameter_is_not_printed_as_calibrated(tmp_path):
     assert "calibrated on a, b, c: GEMM 0.6;" in text  # the identified one alone under "calibrated on"
     assert "prior-dominated (not identified by a, b, c): attention 0.55" in text
     assert "calibrated on a, b, c: GEMM 0.6, attention" not in text
+
+
+def test_an_undecided_relaxation_does_not_print_its_input_as_unset():
+    """An input the relaxations' work budget stopped before it was read printed "now -": `max_cards  now -:
+    undecided ...` for a scenario whose max_cards is 1,024 (stated in the file), which reads as "no limit". Its
+    current value was never read, so the line says only why it is undecided. A relaxation row that does carry
+    its value keeps "now VALUE"."""
+    from tpopt.presentation import relaxation_lines
+
+    undecided = {"parameter": "max_cards", "current": None, "unit": "cards", "direction": ">=", "helps": None,
+                 "required": None, "method": "undecided", "note": "work budget reached (10,000 steps)"}
+    decided = {"parameter": "deadline", "current": 10.0, "unit": "d", "direction": ">=", "helps": False,
+               "required": None, "method": "min finish time", "note": "no plan at any deadline"}
+    lines = relaxation_lines([undecided, decided])
+    assert not any("now -" in line for line in lines)
+    assert any(line.split() == ["max_cards", "undecided:", "work", "budget", "reached", "(10,000", "steps)"]
+               for line in lines)
+    assert any(line.lstrip().startswith("deadline") and "now 10.00 d:" in line for line in lines)
