@@ -512,9 +512,20 @@ def _price_text(pr: dict[str, Any]) -> str:
     if pr["card_hour"] is None:
         return "price: none (costs in card-hours)"
     if pr["provenance"] == "scenario":
-        return f"price: {pr['card_hour']:g} USD/card-h, the scenario's own ({pr['source'].split(': ')[-1]})"
+        return (f"price: {pr['card_hour']:g} USD/card-h, the scenario's own ({pr['source'].split(': ')[-1]})"
+                + _nic_price_text(pr))
     old = f", older than 6 months ({pr['age_months']} months at {pr['as_of']})" if pr.get("stale") else ""
-    return f"price: {pr['card_hour']:g} USD/card-h, catalog {pr['date']}, {pr['kind']}{old} (check your provider)"
+    return (f"price: {pr['card_hour']:g} USD/card-h, catalog {pr['date']}, {pr['kind']}{old} (check your provider)"
+            + _nic_price_text(pr))
+
+
+def _nic_price_text(pr: dict[str, Any]) -> str:
+    """The NIC-hours the cost bills beside the card-hours (cost = card-hours x card price + NIC-hours x NIC
+    price), so that card-hours x card price is not read as the whole cost."""
+    nic, share = pr.get("nic_hour") or 0.0, pr.get("nic_share")
+    if nic <= 0 or share is None:
+        return ""
+    return f"; plus {nic:g} USD per NIC-hour ({share * 100:.1f} % of the cost)"
 
 
 def evidence_lines(e: dict[str, Any] | None) -> list[str]:

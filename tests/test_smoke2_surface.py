@@ -53,3 +53,24 @@ def test_an_undecided_relaxation_does_not_print_its_input_as_unset():
     assert any(line.split() == ["max_cards", "undecided:", "work", "budget", "reached", "(10,000", "steps)"]
                for line in lines)
     assert any(line.lstrip().startswith("deadline") and "now 10.00 d:" in line for line in lines)
+
+
+def test_the_price_line_states_the_nic_hours_the_cost_bills():
+    """The cost is card-hours x card price + NIC-hours x NIC price (models/terms/deadline.rate_per_second), but the
+    footing named only the card price: on the design case a user multiplying the printed card-hours by 0.59
+    USD/card-h found 6.3 % less than the printed cost, with nothing said about why. The price line now names the
+    NIC price and its share of the cost.
+
+    Derivation (design case, 48 RTX 4090 cards on 8-card hosts, 8 NICs a host of 25 GB/s): the rate is
+    48 x 0.59 + 6 x 8 x 0.04 = 28.32 + 1.92 = 30.24 USD/h (0.59: catalogs/accelerators.toml's RTX 4090 price,
+    0.04: catalogs/links.toml's 200 Gb/s NIC), so the NICs are 1.92 / 30.24 = 6.35 % of the cost; the same share
+    follows from the metrics alone, 1 - card-hours x 0.59 / cost."""
+    d = json.loads(_run("evaluate", "--cards", "48", "--json"))
+    m, pr = d["metrics"], d["footing"]["price"]
+    assert d["plan"]["cards"] == 48 and d["plan"]["nics_per_host"] == 8 and pr["card_hour"] == 0.59
+    share = 6 * 8 * 0.04 / (48 * 0.59 + 6 * 8 * 0.04)
+    assert abs(share - 0.0635) < 5e-4
+    assert abs((1 - m["card_hours"] * 0.59 / m["cost"]) - share) < 1e-9  # the cost bills the NICs
+    assert pr["nic_hour"] == 0.04 and abs(pr["nic_share"] - share) < 1e-12
+    text = " ".join(_run("evaluate", "--cards", "48").split())
+    assert "(check your provider); plus 0.04 USD per NIC-hour (6.3 % of the cost)" in text
