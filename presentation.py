@@ -301,7 +301,10 @@ def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
         now = _qty(r["current"], r["unit"]) if r["parameter"] != "accelerator" else (r["current"] or "-")
         if r.get("current_by_card"):  # several candidate cards: each one's value, not the first's
             now = ", ".join(f"{k} {_num(v)}" for k, v in r["current_by_card"].items()) + f" {r['unit']}"
-        lines.append(f"  {r['parameter']:<{width}}  now {now}: {_needed(r)}")
+        if r["current"] is None and r.get("method") == "undecided":  # not read before it stopped: no "now -"
+            lines.append(f"  {r['parameter']:<{width}}  {_needed(r)}")
+        else:
+            lines.append(f"  {r['parameter']:<{width}}  now {now}: {_needed(r)}")
         if r.get("helps") and r.get("plan"):
             flag = _apply_flag(r)
             rests = next((evidence_flags(o) for o in r.get("options") or () if o["accelerator"] == r.get("required")
@@ -509,9 +512,20 @@ def _price_text(pr: dict[str, Any]) -> str:
     if pr["card_hour"] is None:
         return "price: none (costs in card-hours)"
     if pr["provenance"] == "scenario":
-        return f"price: {pr['card_hour']:g} USD/card-h, the scenario's own ({pr['source'].split(': ')[-1]})"
+        return (f"price: {pr['card_hour']:g} USD/card-h, the scenario's own ({pr['source'].split(': ')[-1]})"
+                + _nic_price_text(pr))
     old = f", older than 6 months ({pr['age_months']} months at {pr['as_of']})" if pr.get("stale") else ""
-    return f"price: {pr['card_hour']:g} USD/card-h, catalog {pr['date']}, {pr['kind']}{old} (check your provider)"
+    return (f"price: {pr['card_hour']:g} USD/card-h, catalog {pr['date']}, {pr['kind']}{old} (check your provider)"
+            + _nic_price_text(pr))
+
+
+def _nic_price_text(pr: dict[str, Any]) -> str:
+    """The NIC-hours the cost bills beside the card-hours (cost = card-hours x card price + NIC-hours x NIC
+    price), so that card-hours x card price is not read as the whole cost."""
+    nic, share = pr.get("nic_hour") or 0.0, pr.get("nic_share")
+    if nic <= 0 or share is None:
+        return ""
+    return f"; plus {nic:g} USD per NIC-hour ({share * 100:.1f} % of the cost)"
 
 
 def evidence_lines(e: dict[str, Any] | None) -> list[str]:
@@ -561,6 +575,11 @@ def stated_lines(stated: list[dict[str, Any]] | None) -> list[str]:
     return out + (["stated: " + "; ".join(rest)] if rest else [])
 
 
+PRIOR_DOMINATED = "calibrated (prior-dominated"
+"""How tpopt calibrate's source text of a fitted parameter the runs did not identify begins
+(:func:`tpopt.optimizer.calibrate.source_of`)."""
+
+
 OWN_LINE = ("activation budget", "input pipeline", "stack", "precision")
 """Stated inputs printed on a line of their own; the others share one "stated:" line."""
 
@@ -587,7 +606,10 @@ def footing_lines(f: dict[str, Any], width: int = 100) -> list[str]:
         label = p["provenance"]
         if label == "calibrated":
             on = p["source"].split(" on ", 1)[1] if " on " in p["source"] else p["source"]
-            label = f"calibrated on {_cut_at_word(on.split(' (')[0], CALIBRATED_ON_CHARS)}:"
+            on = _cut_at_word(on.split(' (')[0], CALIBRATED_ON_CHARS)
+            # a parameter the runs did not identify (calibrate.source_of) is not "calibrated on" them
+            label = (f"prior-dominated (not identified by {on}):" if p["source"].startswith(PRIOR_DOMINATED)
+                     else f"calibrated on {on}:")
         groups.setdefault(label, []).append(f"{SHORT.get(p['name'], p['name'])} {shown}")
     if groups:
         order = sorted(groups, key=lambda g: (not g.startswith("calibrated"), g != "measured", g))

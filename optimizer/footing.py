@@ -159,7 +159,22 @@ def price(sc: Scenario, accelerator: str) -> dict[str, Any]:
     age = months_between(dated, as_of) if dated and as_of else None
     return {"card_hour": sysm.price_card_hour, "unit": "USD/card-h", "provenance": kind, "date": date,
             "source": text, "illustrative": illustrative, "kind": words, "as_of": as_of or None,
-            "age_months": age, "stale": age is not None and age > STALE_MONTHS}
+            "age_months": age, "stale": age is not None and age > STALE_MONTHS,
+            "nic_hour": sysm.nic_price_hour}  # the cost bills NIC-hours too (terms.rate_per_second)
+
+
+def plan_price(sc: Scenario, plan: dict[str, Any]) -> dict[str, Any]:
+    """:func:`price` with the share of the plan's cost its NICs bill (``nic_share``): the cost rate is
+    cards x card price + hosts x NICs per host x NIC price (terms.rate_per_second), so the share is
+    hosts x NICs x NIC price / that rate (None without NIC price or NIC count)."""
+    pr = price(sc, plan["accelerator"])
+    nics, card_hour, nic_hour = plan.get("nics_per_host"), pr["card_hour"], pr.get("nic_hour") or 0.0
+    pr["nic_share"] = None
+    if card_hour is not None and nic_hour > 0 and nics:
+        hosts = math.ceil(int(plan["cards"]) / sc.system(plan["accelerator"]).acc.cards_per_host)
+        nic_rate = hosts * int(nics) * nic_hour
+        pr["nic_share"] = nic_rate / (int(plan["cards"]) * card_hour + nic_rate)
+    return pr
 
 
 def evidence(sc: Scenario, plan: dict[str, Any], step_s: float, memory: float | None = None) -> dict[str, Any]:
@@ -416,7 +431,7 @@ def footing(sc: Scenario, plan: dict[str, Any], step_s: float, memory: float | N
     if sc.moe.recipe:  # a framework recipe supplied settings the scenario left unstated (catalogs/recipes.toml)
         model["recipe"] = sc.moe.recipe
     return {**model, "mfu": value, "mfu_convention": MFU_CONVENTION.format(peak=peak_name),
-            "stack": stack_of(sc), "parameters": parameters(sc, plan), "price": price(sc, plan["accelerator"]),
+            "stack": stack_of(sc), "parameters": parameters(sc, plan), "price": plan_price(sc, plan),
             "evidence": evidence(sc, plan, step_s, memory),
             "stated": [] if metrics is None else stated_inputs(sc, plan, metrics)}
 
