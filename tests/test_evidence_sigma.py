@@ -315,3 +315,19 @@ def test_a_card_that_borrows_a_fit_is_no_surer_than_that_fit():
         assert "rests on h100-sxm's fit" in e["source"]
     amd = T.evidence_of(build_scenario(raw("mi300x"), CAT), "mi300x", 64.0)
     assert amd["card"] == "prior" and amd["sigma"] > ref["sigma"]
+
+
+def test_a_calibration_of_ones_own_is_no_surer_than_the_models_base(tmp_path):
+    """tpopt calibrate writes the residual spread s of one's own runs (no stacks: one's own stack). Three runs that
+    agree within 1 % give s near 0.006, yet the plan is a layout, scale and length they did not time, so under the
+    per-operation model the sigma is max(s, base), base the uncertainty table's (the model's out-of-sample spread
+    inside a fitted card's envelope); a spread above the base is kept as it is."""
+    for own, want in ((0.006, EV.base), (0.09, 0.09)):
+        (tmp_path / "performance.toml").write_text(
+            f'[h100-sxm]\nresidual_sigma = {own}\nresidual_sigma_source = "tpopt calibrate: 3 runs"\n')
+        cat = load_catalog([tmp_path])
+        sc = build_scenario(raw("h100-sxm"), cat)
+        assert T.own_calibration(sc, "h100-sxm")
+        e = T.evidence_of(sc, "h100-sxm", 64.0)
+        assert e["card"] == "fitted" and e["sigma"] == pytest.approx(want)
+        assert ("at least the base" in e["source"]) == (own < EV.base)

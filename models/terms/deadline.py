@@ -293,7 +293,8 @@ def catalog_sigma(sc: Scenario, acc: str) -> tuple[float, str]:
     on = tuple(getattr(perf, "residual_sigma_stacks", ()))
     stack = sc.stack
     if source and (not on or stack.name in on):
-        return float(perf.residual_sigma), source
+        return own_calibration_floor(sc, float(perf.residual_sigma), source) if not on else \
+            (float(perf.residual_sigma), source)
     flat = not sc.system(acc).per_op
     card, card_source = (float(perf.residual_sigma), source) if source else \
         (finish.DEFAULT_STEP_SIGMA, FLAT_SIGMA_SOURCE if flat else finish.DEFAULT_STEP_SIGMA_SOURCE)
@@ -302,6 +303,19 @@ def catalog_sigma(sc: Scenario, acc: str) -> tuple[float, str]:
         return stack.residual_sigma, (f"stack {stack.name}: {stack.sources.get('residual_sigma', 'stated')}; "
                                       f"the card's {card:.3f} ({where}) is smaller")
     return card, f"{card_source}; stack {stack.name}: {stack.residual_sigma:.3f}, smaller"
+
+
+def own_calibration_floor(sc: Scenario, own: float, source: str) -> tuple[float, str]:
+    """A calibration of one's own (``tpopt calibrate``: residual spread s over one's runs) under the per-operation
+    model: sigma = max(s, base), base the uncertainty table's (the model's leave-one-source-out spread inside a
+    fitted card's envelope, catalogs/uncertainty.toml). A few runs that agree within 1 % estimate s near zero,
+    but the plan is a layout, scale and length those runs did not time: no calibration of one's own is surer than
+    the model is on the runs it was fitted on. Without the table (the flat model) s as it is."""
+    ev = sc.risk.evidence
+    if ev is None or own >= ev.base:
+        return own, source
+    return ev.base, (f"{source}: {own:.3f}; at least the base {ev.base:.3f} (catalogs/uncertainty.toml: the model's "
+                     f"out-of-sample spread inside a fitted card's envelope; one's own runs cannot make it surer)")
 
 
 def save_pause_lag(sc: Scenario, save_mode: str) -> tuple[float, float]:
