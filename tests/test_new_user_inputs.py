@@ -142,3 +142,9 @@ def test_rl_wall_time_is_rounded_like_the_other_commands():
     d = json.loads(run("rl", "--scenario", RL, "--json").stdout)
     wall = d["solver"]["wall_s"]
     assert wall == round(wall, 4)
+
+
+def test_estimate_searches_and_states_only_the_cp_that_split_the_sequence():
+    # 4,100 = 4 x 1,025: divisible by 2 x 2 = 4, not by 2 x 4 = 8 or 2 x 8 = 16
+    d = json.loads(run("estimate", "llama3-8b", "--hw", "h100-sxm", "--seq-len", "4100", "--json").stdout)
+    assert d["search"]["cp"] == [1, 2]
