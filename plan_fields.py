@@ -82,7 +82,7 @@ def plan_from(sc: Scenario, kw: Mapping[str, Any]) -> Plan:
         assert i.field is not None and i.domain is not None
         domain = getattr(space, i.domain)
         simple[i.field] = pick(i.key, domain if not i.single or len(domain) == 1 else (), PLAN_DEFAULTS[i.field])
-    return Plan(
+    plan = Plan(
         accelerator=acc,
         cards=kw["cards"],
         **simple,
@@ -96,3 +96,9 @@ def plan_from(sc: Scenario, kw: Mapping[str, Any]) -> Plan:
         **_moe_flags(space, kw),
         global_batch=space.global_batch[0] if len(space.global_batch) == 1 else 0,
     )
+    from tpopt.models.context import sequence_splits, split_rule  # lazy: numpy, loaded by then
+
+    for seq_len in {sc.task.seq_len, *(st.task.seq_len for st in sc.stages)}:
+        if not sequence_splits(seq_len, plan.cp, sc.cp_split):
+            raise InputError(f"--cp {plan.cp}: {split_rule(seq_len, plan.cp, sc.cp_split)}")
+    return plan

@@ -54,6 +54,7 @@ from tpopt.catalogs.tables import loads_toml
 from tpopt.catalogs.uncertainty import load_evidence
 from tpopt.errors import InputError
 from tpopt.models.arch import ModelArch
+from tpopt.models.context import sequence_splits, split_rule
 from tpopt.models.finish import Risk
 from tpopt.models.hardware import Accelerator, StackProfile
 from tpopt.models.market import SPOT, MarketOptions, Offer, Power, mix
@@ -243,6 +244,7 @@ def build_scenario(raw: dict[str, Any], catalog: Catalog | None = None) -> Scena
         _check_batch_choices(task, space, "task")
     comm = stack_comm_defaults(read_table(CommKeys, raw.get("comm", {}), "comm."), raw.get("comm", {}), stack,
                                per_op=any(s.perf is not None for s in systems.values()))
+    space = replace(space, cp=splittable_cp(space.cp, task.seq_len, comm.cp_split))
     sk = read_table(ScenarioKeys, raw.get("scenario", {}), "scenario.")
     name = sk.name or Path(raw.get("_path", "scenario")).stem
     budget = read_table(BudgetKeys, raw.get("cost", {}), "cost.")
@@ -253,6 +255,17 @@ def build_scenario(raw: dict[str, Any], catalog: Catalog | None = None) -> Scena
                     cp_split=comm.cp_split, stack=stack,
                     market=market_options(raw.get("market"), cat, tuple(systems)),
                     pools=read_pools(pool_tables, systems))
+
+
+def splittable_cp(domain: tuple[int, ...], seq_len: int, split: str) -> tuple[int, ...]:
+    """search.cp without the sizes that cannot split a sequence into equal pieces
+    (:func:`tpopt.models.context.sequence_splits`), so every backend searches the same sizes; a domain left
+    empty is an input error that states the rule."""
+    kept = tuple(c for c in domain if sequence_splits(seq_len, c, split))
+    if not kept:
+        bad = ", ".join(str(c) for c in domain)
+        raise InputError(f"search.cp = {bad}: {split_rule(seq_len, domain[0], split)}")
+    return kept
 
 
 POOL_KEYS = ("accelerator", "max_cards", "card_hour", "owned")

@@ -58,6 +58,7 @@ from tpopt.models.units import (
     MAX_DEADLINE_S,
     MAX_INT,
     MAX_TOKENS,
+    fmt_duration,
     parse_bandwidth,
     parse_count,
     parse_duration,
@@ -329,6 +330,16 @@ class StageKeys:
     search: Any = key(raw("table"), help="[search] domains of this stage, over the scenario's [search]")
 
 
+
+class ReservedMessage:
+    """schedule.reserved's rule message with both values and their units (read_table formats a rule's message
+    with the values read, in seconds)."""
+
+    def format(self, **v: Any) -> str:
+        return (f"schedule.reserved must be shorter than the deadline: reserved {fmt_duration(v['reserved'])}, "
+                f"deadline {fmt_duration(v['deadline'])}")
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class ScheduleKeys:
     """[schedule]: by when."""
@@ -340,8 +351,7 @@ class ScheduleKeys:
     confidence: float | None = key(Kind(lambda v, what, _c: parse_confidence(v), "fraction in (0, 1): 95%"),
                                    optional=True, help="require P(finish <= deadline) >= this (chance constraint)")
 
-    RULES: ClassVar = (("reserved", lambda v: v["reserved"] >= v["deadline"],
-                        "schedule.reserved must be shorter than the deadline"),)
+    RULES: ClassVar = (("reserved", lambda v: v["reserved"] >= v["deadline"], ReservedMessage()),)
 
 
 @dataclass(frozen=True, eq=False, repr=False)

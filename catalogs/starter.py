@@ -43,6 +43,8 @@ def scenario_text(model: str = DESIGN_MODEL, hw: tuple[str, ...] = DESIGN_HW, *,
                  else '# config = "path/to/config.json"  # or a Hugging Face config (dense Llama/Mistral/Qwen2/Qwen3)')
     acc = accelerator_value(hw)
     hw_specific = _comment_out(
+        f"[hardware.{hw[0]}]" + " " * max(1, 26 - len(hw[0]) - 11)
+        + "# this card's own values: a card added to the list above keeps its catalog values\n"
         'usable_memory = "22GiB"   # design case: 24 GB = 22.35 GiB less a runtime reserve (catalog value if omitted)\n'
         "cards_per_host = 8        # design case: 8-card hosts (catalog value if omitted)", design_hw)
     reserve = _comment_out(
@@ -87,9 +89,10 @@ reserved = "5d"            # inside the deadline: start-up, evaluation, planned 
 [hardware]
 accelerator = {acc}
 {efficiency}
-{hw_specific}
 # nic = "200g"             # NIC type from the catalog (tpopt catalog links), or a bandwidth such as 25GB/s
 # nics_per_host = 8
+
+{hw_specific}
 
 {reserve}
 

@@ -204,6 +204,34 @@ def buffer_bytes(a: ModelArch, seq_len: Floats, micro_batch: ArrayLike, tp: Arra
     return np.where(c > 1, out, 0.0)
 
 
+def sequence_pieces(cp: int, split: str = "zigzag") -> int:
+    """How many equal pieces the split cuts each sequence into: 2 cp for the zig-zag split (card r holds pieces r
+    and 2 cp - 1 - r), cp for the contiguous one, 1 without context parallelism."""
+    if cp <= 1:
+        return 1
+    return 2 * cp if split == "zigzag" else cp
+
+
+def sequence_splits(seq_len: int, cp: int, split: str = "zigzag") -> bool:
+    """The split rule: seq_len % pieces = 0 (:func:`sequence_pieces`). The stacks cut the sequence with a view that
+    needs equal pieces: Megatron-Core's ``get_batch_on_this_cp_rank`` reshapes the sequence dimension to
+    (2 cp, seq_len / (2 cp)), Transformer Engine's context-parallel attention asserts the same for its
+    load-balanced inputs, and torch's ``context_parallel`` (torchtitan) asserts seq_length % (2 cp) = 0 in its
+    head-tail load balancer (``_load_balancer.py``); without load balance it shards the sequence into cp pieces."""
+    return seq_len % sequence_pieces(cp, split) == 0
+
+
+def split_rule(seq_len: int, cp: int, split: str = "zigzag") -> str:
+    """The split rule in words for ``seq_len`` and ``cp``, for an error line."""
+    n = sequence_pieces(cp, split)
+    pieces = f"2 x cp = {n}" if split == "zigzag" else f"cp = {n}"
+    fits = ", ".join(str(c) for c in range(1, 17) if sequence_splits(seq_len, c, split))
+    return (f"a sequence of {seq_len:,} tokens does not split into {pieces} equal pieces, which the {split} "
+            f"context-parallel split needs (sequence length divisible by {'2 x cp' if split == 'zigzag' else 'cp'}:"
+            f" Megatron-Core get_batch_on_this_cp_rank, Transformer Engine, torch context_parallel); cp up to 16 "
+            f"that split it: {fits}")
+
+
 def placement_ok(tp: ArrayLike, cp: ArrayLike, cards_per_host: int) -> NDArray[np.bool_]:
     """The layout rule: TP stays inside a host (tp divides the host's cards) and a TP x CP group either
     divides a host or fills whole hosts, so that every CP group has the same links (8-card hosts:

@@ -296,7 +296,8 @@ def estimate(inp: EstimateInputs) -> dict[str, Any]:
         "cards_source": "given" if inp.cards is not None else "fewest hosts (1, 2, 4, ...) on which a layout fits",
         "step_model": "flat (efficiency x peak)" if inp.efficiency is not None else
         ("per-operation (performance catalog entry)" if cat_perf else "per-operation (the catalog's default prior)"),
-        "search": {k: tables["search"][k] for k in ("tp", "cp", "pp", "micro_batch", "schedule")},
+        "search": {k: tables["search"][k] for k in ("tp", "cp", "pp", "micro_batch", "schedule")}
+        | {"cp": list(sc.search.cp)},  # the sizes that split the sequence (catalogs.scenario.splittable_cp)
         "fastest": None if best is None else step_figures(sc, best),
         "memory_layout": {"tp": base.tp, "cp": base.cp, "pp": base.pp,
                           "dp": base.cards // (base.tp * base.cp * base.pp),

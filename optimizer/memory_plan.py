@@ -181,7 +181,12 @@ def budget_of(stated: float | None) -> Budget:
 
 
 def _size(b: float) -> str:
-    """Bytes in binary units: MiB below a GiB, GiB below a TiB, TiB beyond."""
+    """Bytes in binary units: bytes below a KiB, KiB below a MiB, MiB below a GiB, GiB below a TiB, TiB beyond
+    (a unit that shows the value: a 1 KiB budget is "1.0 KiB", not "0.0 MiB")."""
+    if b < 2**10:
+        return f"{b:,.0f} B"
+    if b < 2**20:
+        return f"{b / 2**10:,.1f} KiB"
     if b < GIB:
         return f"{b / 2**20:,.1f} MiB"
     return f"{b / GIB:,.1f} GiB" if b < 1024 * GIB else f"{b / (1024 * GIB):,.1f} TiB"

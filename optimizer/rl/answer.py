@@ -97,7 +97,8 @@ def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bo
     rather than reported from solves that were cut short. A plan found at the time limit (``feasible``)
     gets no analysis; without a plan (``unknown``) nothing is claimed infeasible."""
     out: dict[str, Any] = {"scenario": pb.rsc.name, "status": result.status.value, "objective": result.objective,
-           "solver": dict(result.stats, learner_backend=pb.backend.name)}
+           "solver": dict(result.stats, learner_backend=pb.backend.name,
+                         **rounded_wall(result.stats))}
     clock = pb.req.clock
 
     def out_of_time() -> bool:
@@ -172,3 +173,9 @@ def report(pb: RLProblem, result: RLResult, analyse: bool = True, break_even: bo
     out["assumptions"] = assumptions(pb, ev)
     answer: dict[str, Any] = _finite(out)
     return answer
+
+
+def rounded_wall(stats: dict[str, Any]) -> dict[str, float]:
+    """The search's wall time as the other commands write theirs (``SolverInfo.to_dict``: seconds to 4 decimals);
+    empty where the stats have none."""
+    return {"wall_s": round(float(stats["wall_s"]), 4)} if "wall_s" in stats else {}
