@@ -58,7 +58,7 @@ from tpopt.models.units import (
     MAX_DEADLINE_S,
     MAX_INT,
     MAX_TOKENS,
-    fmt_duration,
+    fmt_durations,
     parse_bandwidth,
     parse_count,
     parse_duration,
@@ -336,8 +336,8 @@ class ReservedMessage:
     with the values read, in seconds)."""
 
     def format(self, **v: Any) -> str:
-        return (f"schedule.reserved must be shorter than the deadline: reserved {fmt_duration(v['reserved'])}, "
-                f"deadline {fmt_duration(v['deadline'])}")
+        reserved, deadline = fmt_durations(v["reserved"], v["deadline"])
+        return f"schedule.reserved must be shorter than the deadline: reserved {reserved}, deadline {deadline}"
 
 
 @dataclass(frozen=True, eq=False, repr=False)

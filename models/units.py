@@ -223,6 +223,16 @@ def fmt_duration(x: float) -> str:
     return f"{x * 1e3:.3g} ms"
 
 
+def fmt_durations(*xs: float) -> tuple[str, ...]:
+    """Durations side by side in one unit, the one :func:`fmt_duration` picks for the largest, so they compare at a
+    glance: (6 h, 1 h) -> ("6.0 h", "1.0 h"), not "6.0 h" against "3600.0 s"."""
+    top = max(xs)
+    if top < 1.0:
+        return tuple(f"{x * 1e3:.3g} ms" for x in xs)
+    unit, scale = ("d", DAY) if top >= 2 * DAY else ("h", HOUR) if top >= 2 * HOUR else ("s", 1.0)
+    return tuple(f"{x / scale:.1f} {unit}" for x in xs)
+
+
 def fmt_count(x: float, digits: int = 6) -> str:
     """A count with the largest suffix that keeps it at least 1, as ``parse_count`` reads it back:
     ``"100B"``, ``"1T"`` (not 1,000B), ``"1.5T"``, ``"85.23B"``, ``"512M"``; ``digits`` significant digits."""

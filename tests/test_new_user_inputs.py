@@ -148,3 +148,11 @@ def test_estimate_searches_and_states_only_the_cp_that_split_the_sequence():
     # 4,100 = 4 x 1,025: divisible by 2 x 2 = 4, not by 2 x 4 = 8 or 2 x 8 = 16
     d = json.loads(run("estimate", "llama3-8b", "--hw", "h100-sxm", "--seq-len", "4100", "--json").stdout)
     assert d["search"]["cp"] == [1, 2]
+
+
+def test_the_reserved_error_gives_both_values_in_one_unit():
+    """6 h reserved inside a 1 h deadline: both in hours (the larger's unit), not "6.0 h" against "3600.0 s"."""
+    from tpopt.models.units import HOUR, fmt_durations
+
+    assert fmt_durations(6 * HOUR, 1 * HOUR) == ("6.0 h", "1.0 h")
+    assert fmt_durations(40 * 86400.0, 30 * 86400.0) == ("40.0 d", "30.0 d")
