@@ -729,12 +729,12 @@ conflict always names one of theirs; they are asked after the conflict's own inp
 
 
 def asking_order(names: list[str], core: Collection[str] | None) -> list[str]:
-    """``names`` in the order the relaxations are asked (listed in :data:`RELAXATIONS`' order): first
-    the inputs that enter a family of the conflict ``core``, those entering the fewest families outside it first (the input rate, which enters
-    the input pipeline's family alone, before the global batch, which also reshapes the layouts); then the broad
-    searches (:data:`BROAD`) that enter one; then the rest. Ties keep the order of ``names``. The work budget is
-    shared, so an input of the conflict is never left undecided while the budget went to an input outside it
-    (without a conflict: ``names`` as given)."""
+    """``names`` in the order the relaxations are asked (listed in :data:`RELAXATIONS`' order): first the
+    inputs that enter a family of the conflict ``core``, those entering the fewest families outside it first
+    (the input rate, which enters the input pipeline's family alone, before the global batch, which also
+    reshapes the layouts); then the broad searches (:data:`BROAD`) that enter one; then the rest. Ties keep the
+    order of ``names``. The work budget is shared, so an input of the conflict is never left undecided while
+    the budget went to an input outside it (without a conflict: ``names`` as given)."""
     conflict = set(core or ())
 
     def key(name: str) -> tuple[int, int]:
