@@ -689,12 +689,9 @@ def market_infeasible_lines(out: dict[str, Any]) -> list[str]:
         lines.append(f"Time limit reached{f' while {phase}' if phase else ''}: give it more time (--time-limit) "
                      "to decide the offers marked unknown.")
         return lines
-    near = out.get("market_conflict")
-    if near is None:  # not analysed (tpopt solve's plan-only question)
-        lines.append("Each offer is at most its available cards (market.available) and under the site power cap "
-                     "(power.site); relax the deadline, the budget or the caps, or add offers (tpopt catalog offers).")
-        return lines
-    return lines + market_conflict_lines(out)
+    lines.append("Each offer is at most its available cards (market.available) and under the site power cap "
+                 "(power.site); relax the deadline, the budget or the caps, or add offers (tpopt catalog offers).")
+    return lines + (market_conflict_lines(out) if "market_conflict" in out else [])
 
 
 def market_conflict_lines(out: dict[str, Any]) -> list[str]:
@@ -704,8 +701,9 @@ def market_conflict_lines(out: dict[str, Any]) -> list[str]:
     why = (f"its fastest plan, with the deadline and budget dropped, finishes in {near['fastest_finish_days']:.2f} d, "
            "the soonest of any offer" if near["fastest_finish_days"] is not None else
            "no offer has a plan at any deadline; it can use the most cards")
-    cap = {"market.available": f"{near['available']:,} available (market.available)",
-           "search.max_cards": "max_cards", "power.site": "the site power cap (power.site)"}[near["cards_cap"]]
+    cap = {"search.max_cards": "max_cards"}.get(near["cards_cap"]) or (
+        f"{near['available']:,} available ({near['cards_cap']})" if near["cards_cap"].startswith("market")
+        else f"the site power cap ({near['cards_cap']})")
     lines = ["", f"Nearest offer: {near['offer']} ({why}; at most {near['max_cards']:,} cards: {cap})."]
     lines += [""] + (["Conflict: not isolated (time limit reached before a conflict was found)."]
                      if out.get("conflict_status") else

@@ -175,8 +175,8 @@ def market_infeasibility(sc: Scenario, ms: MK.MarketSolve, solver: Solver, req: 
     cap = osc.search.max_cards
     near = {"offer": row.offer.id, "accelerator": row.offer.accelerator, "fastest_finish_days": fastest,
             "max_cards": cap, "available": row.offer.available,
-            "cards_cap": "market.available" if cap == row.offer.available and cap < sc.search.max_cards
-            else "search.max_cards" if cap == sc.search.max_cards else "power.site"}
+            "cards_cap": F.MARKET_AVAILABLE if cap == row.offer.available and cap < sc.search.max_cards
+            else "search.max_cards" if cap == sc.search.max_cards else F.POWER_SITE}
     out: dict[str, Any] = {"market_conflict": near, "conflict": [], "conflict_detail": [], "relaxations": []}
     ctx = Context.of(osc, solver, req, None, None, None)
     try:
@@ -209,8 +209,8 @@ def offer_cap(out: dict[str, Any], near: dict[str, Any]) -> None:
     for d in out["relaxations"]:
         if d["parameter"] == "max_cards":
             d.update(parameter=fam.name, apply=None, required_exact=None)
-            what = (f"{near['available']:,} available (market.available)" if fam.name == F.MARKET_AVAILABLE
-                    else "the site power cap (power.site)")
+            what = (f"{near['available']:,} available ({fam.name})" if fam.name == F.MARKET_AVAILABLE
+                    else f"the site power cap ({fam.name})")
             d["note"] = f"the cards {near['offer']} can give: now {what}; --max-cards does not raise it" + (
                 f"; {d['note']}" if d.get("note") else "")
 
