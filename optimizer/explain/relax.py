@@ -687,9 +687,9 @@ def _relax_all(ctx: Context, names: list[str], core: list[str] | None, clock: Cl
     shared: dict[str, Evaluation | None] = {}
     for k, name in enumerate(names):
         t0, s0 = time.perf_counter(), ctx.solves
+        if name in NOT_APPLICABLE and NOT_APPLICABLE[name](ctx):
+            continue  # the input does not apply to this request (its relax_* returns None): nothing to ask
         if clock.expired(RELAXING):
-            if name in NOT_APPLICABLE and NOT_APPLICABLE[name](ctx):
-                continue  # the input does not apply to this request: nothing to leave undecided
             out.append(_relaxation(PARAMS[name], None, required=None, helps=None, method="undecided",
                                    note=_stopped(ctx, clock, " before it was asked")))
             continue
