@@ -175,7 +175,7 @@ def market_infeasibility(sc: Scenario, ms: MK.MarketSolve, solver: Solver, req: 
     cap = osc.search.max_cards
     near = {"offer": row.offer.id, "accelerator": row.offer.accelerator, "fastest_finish_days": fastest,
             "max_cards": cap, "available": row.offer.available,
-            "cards_cap": F.MARKET_AVAILABLE if cap == row.offer.available and cap < sc.search.max_cards
+            "cards_cap": F.MARKET_AVAILABLE if cap == row.offer.available  # max_cards may equal it: both bind
             else "search.max_cards" if cap == sc.search.max_cards else F.POWER_SITE}
     out: dict[str, Any] = {"market_conflict": near, "conflict": [], "conflict_detail": [], "relaxations": []}
     ctx = Context.of(osc, solver, req, None, None, None)
@@ -193,14 +193,15 @@ def market_infeasibility(sc: Scenario, ms: MK.MarketSolve, solver: Solver, req: 
     out.update(conflict=core_, conflict_detail=detail,
                relaxations=[market_relaxation(sc, r, solver, req, row.offer.id) for r in rels])
     if near["cards_cap"] != "search.max_cards":
-        offer_cap(out, near)
+        offer_cap(out, dict(near, max_cards=sc.search.max_cards))
     return out
 
 
 def offer_cap(out: dict[str, Any], near: dict[str, Any]) -> None:
     """The nearest offer's card cap named as what it is (in place): on the offer's scenario ``cards.max`` is
     min(max_cards, available, the site power cap), so where the offer's availability or the power cap sets it,
-    the conflict names that family and the cards relaxation says what has to grow (``--max-cards`` would not)."""
+    the conflict names that family and the cards relaxation says what has to grow (``--max-cards`` alone would
+    not; ``near["max_cards"]``: the scenario's own max_cards, named too when the change passes it)."""
     fam = F.family(near["cards_cap"])
     out["conflict"] = [fam.name if f == F.CARDS else f for f in out["conflict"]]
     for d in out["conflict_detail"]:
@@ -211,8 +212,10 @@ def offer_cap(out: dict[str, Any], near: dict[str, Any]) -> None:
             d.update(parameter=fam.name, apply=None, required_exact=None)
             what = (f"{near['available']:,} available ({fam.name})" if fam.name == F.MARKET_AVAILABLE
                     else f"the site power cap ({fam.name})")
-            d["note"] = f"the cards {near['offer']} can give: now {what}; --max-cards does not raise it" + (
-                f"; {d['note']}" if d.get("note") else "")
+            also = (f", and max_cards (now {near['max_cards']:,}) as well" if isinstance(d["required"], int | float)
+                    and d["required"] > near["max_cards"] else "")
+            d["note"] = (f"the cards {near['offer']} can give: now {what}; --max-cards alone does not raise it{also}"
+                         + (f"; {d['note']}" if d.get("note") else ""))
 
 
 __all__ = ["MARKET_INPUTS", "OFFER_ONLY", "nearest_offer", "market_value", "market_relaxation",

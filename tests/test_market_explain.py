@@ -101,10 +101,23 @@ def test_an_offers_availability_is_named_and_max_cards_is_not_suggested(tmp_path
     assert set(d["conflict"]) == {"market.available", "deadline.finish"}
     cards = next(r for r in d["relaxations"] if r["parameter"] == "market.available")
     assert cards["helps"] and cards["required"] > available and cards["apply"] is None
-    assert "--max-cards does not raise it" in cards["note"]
+    assert "--max-cards alone does not raise it" in cards["note"] and "max_cards (now" not in cards["note"]
     dl = next(r for r in d["relaxations"] if r["parameter"] == "deadline")["required"]
     assert _solves(path, "--tokens", "10000B", "--deadline", f"{dl:.2f}d")
     assert not _solves(path, "--tokens", "10000B", "--deadline", f"{dl - 0.01:.2f}d")
     text = _run("explain", "--scenario", path, "--hw", "all", "--tokens", "10000B", "--deadline", "30d")[1]
     assert f"Nearest offer: {near['offer']}" in " ".join(text.split())
     assert "--max-cards 2" not in text  # the old advice raised a cap the offer does not have
+
+
+def test_where_max_cards_equals_the_offers_availability_both_are_named(tmp_path):
+    """max_cards 1,024 and the nearest offer's 1,024 available: raising max_cards alone (what the single-card
+    answer, `--max-cards`, would say) leaves the offer at its 1,024 cards, so the change names both."""
+    path = _scenario(tmp_path, "both.toml", AVAIL.replace("max_cards = 100000", "max_cards = 1024"))
+    d = json.loads(_run("explain", "--scenario", path, "--hw", "all", "--tokens", "10000B", "--deadline", "30d",
+                        "--json")[1])
+    near = d["market_conflict"]
+    assert near["max_cards"] == near["available"] == 1024 and near["cards_cap"] == "market.available"
+    cards = next(r for r in d["relaxations"] if r["parameter"] == "market.available")
+    assert cards["required"] > 1024 and cards["apply"] is None
+    assert "max_cards (now 1,024) as well" in cards["note"]
