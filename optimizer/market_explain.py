@@ -94,12 +94,13 @@ def _feasible(sc: Scenario, solver: Solver, req: Request) -> MK.MarketSolve:
 
 
 def market_value(sc: Scenario, name: str, value: float, current: float, solver: Solver, req: Request
-                 ) -> tuple[float, MK.MarketSolve] | None:
+                 ) -> tuple[float, MK.MarketSolve | None] | None:
     """The smallest change of input ``name`` (display units, at its printed precision) that makes the market
     ``sc`` admit a plan, from ``value`` (the nearest offer's answer) and ``current`` (the scenario's, no plan):
     the market at the returned value has a plan and one printed unit less favourable has none (bisection on the
-    printed grid between ``current`` and ``value`` when that unit admits one). None: the market at ``value`` has
-    no plan (a bill the offer's own budget check does not see)."""
+    printed grid between ``current`` and ``value`` when that unit admits one), and the market's solve at it (None:
+    ``value`` itself, which the nearest offer's own re-solve confirmed). None: the market at ``value`` has no plan
+    (a budget: a bill the offer's own cost does not see)."""
     p = PARAMS[name]
     step = 10.0 ** -p.digits
     up = p.direction == ">="
@@ -111,9 +112,11 @@ def market_value(sc: Scenario, name: str, value: float, current: float, solver: 
         return ms.result.status in (Status.OPTIMAL, Status.FEASIBLE)
 
     good_i = round(value / step)
-    ok = at(good_i)
-    if not has_plan(ok):
-        return None
+    ok: MK.MarketSolve | None = None  # the nearest offer's own re-solve already has a plan at ``value``
+    if name == "max_cost":  # ... on the offer's cost; the market's bill (billing steps, checkpoints) may differ
+        ok = at(good_i)
+        if not has_plan(ok):
+            return None
     bad_i = good_i - 1 if up else good_i + 1
     if bad_i > 0:
         below = at(bad_i)
@@ -144,7 +147,7 @@ def market_relaxation(sc: Scenario, r: Relaxation, solver: Solver, req: Request,
         d.update(helps=None, method="undecided", note=f"{offer}'s answer not confirmed on the market")
         return d
     v, ms = found
-    pick = ms.pick
+    pick = ms.pick if ms is not None else None
     p = PARAMS[r.parameter]
     if v != r.required:  # another offer needs less: its value, not the nearest offer's threshold and note
         old, now = f"{float(r.required):.{p.digits}f}", f"{v:.{p.digits}f}"
@@ -155,7 +158,7 @@ def market_relaxation(sc: Scenario, r: Relaxation, solver: Solver, req: Request,
     d["required"] = v
     worse = v - 10.0 ** -p.digits if p.direction == ">=" else v + 10.0 ** -p.digits
     d["market_check"] = {"feasible_at": v, "infeasible_at": round(worse, p.digits) if worse > 0 else None,
-                         "offer": pick.offer.id if pick is not None else None}
+                         "offer": pick.offer.id if pick is not None else offer}
     if pick is not None and pick.best is not None:
         d.update(plan=pick.best.plan_dict(), cost=pick.best.metrics["cost"], cost_unit=pick.best.metrics["cost_unit"],
                  finish_days=pick.best.metrics["finish_days"])
@@ -212,7 +215,7 @@ def offer_cap(out: dict[str, Any], near: dict[str, Any]) -> None:
             d.update(parameter=fam.name, apply=None, required_exact=None)
             what = (f"{near['available']:,} available ({fam.name})" if fam.name == F.MARKET_AVAILABLE
                     else f"the site power cap ({fam.name})")
-            also = (f", and max_cards (now {near['max_cards']:,}) as well" if isinstance(d["required"], int | float)
+            also = (f"; raise max_cards (now {near['max_cards']:,}) too" if isinstance(d["required"], int | float)
                     and d["required"] > near["max_cards"] else "")
             d["note"] = (f"the cards {near['offer']} can give: now {what}; --max-cards alone does not raise it{also}"
                          + (f"; {d['note']}" if d.get("note") else ""))

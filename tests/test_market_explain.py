@@ -120,4 +120,4 @@ def test_where_max_cards_equals_the_offers_availability_both_are_named(tmp_path)
     assert near["max_cards"] == near["available"] == 1024 and near["cards_cap"] == "market.available"
     cards = next(r for r in d["relaxations"] if r["parameter"] == "market.available")
     assert cards["required"] > 1024 and cards["apply"] is None
-    assert "max_cards (now 1,024) as well" in cards["note"]
+    assert "raise max_cards (now 1,024) too" in cards["note"]
