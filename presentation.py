@@ -691,6 +691,29 @@ def market_infeasible_lines(out: dict[str, Any]) -> list[str]:
         return lines
     lines.append("Each offer is at most its available cards (market.available) and under the site power cap "
                  "(power.site); relax the deadline, the budget or the caps, or add offers (tpopt catalog offers).")
+    return lines + (market_conflict_lines(out) if "market_conflict" in out else [])
+
+
+def market_conflict_lines(out: dict[str, Any]) -> list[str]:
+    """No offer admits a plan, explained (:mod:`tpopt.optimizer.market_explain`): the offer nearest a plan, its
+    conflict, and the smallest single changes (the shared inputs verified on the whole market)."""
+    near = out["market_conflict"]
+    why = (f"its fastest plan, with the deadline and budget dropped, finishes in {near['fastest_finish_days']:.2f} d, "
+           "the soonest of any offer" if near["fastest_finish_days"] is not None else
+           "no offer has a plan at any deadline; it can use the most cards")
+    cap = {"search.max_cards": "max_cards"}.get(near["cards_cap"]) or (
+        f"{near['available']:,} available ({near['cards_cap']})" if near["cards_cap"].startswith("market")
+        else f"the site power cap ({near['cards_cap']})")
+    lines = ["", f"Nearest offer: {near['offer']} ({why}; at most {near['max_cards']:,} cards: {cap})."]
+    lines += [""] + (["Conflict: not isolated (time limit reached before a conflict was found)."]
+                     if out.get("conflict_status") else
+                     [f"On {near['offer']}: " + conflict_lines(out["conflict_detail"])[0]]
+                     + conflict_lines(out["conflict_detail"])[1:])
+    rl = relaxation_lines(out["relaxations"])
+    if rl:
+        lines += ["", "Deadline, tokens, reserved days, input rate, budget and storage bandwidth, where they help: "
+                      "the smallest value that gives the market a plan (re-solved on every offer; one printed unit "
+                      f"less gives none); everything else: on {near['offer']}."] + rl
     return lines
 
 

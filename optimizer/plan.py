@@ -113,7 +113,7 @@ def plan(sc: Scenario, backend: str | Solver = backends.DEFAULT, req: Request | 
     if export and sc.market.offers:
         raise InputError("--export writes one plan MILP: the [market] offers are one sub-problem each (drop [market])")
     if sc.market.offers:  # the offer is a choice: one exact sub-problem per offer
-        return _market(sc, solver, req, distribution)
+        return _market(sc, solver, req, distribution, progress if why else None, why)
     if sc.stages:
         return _staged(sc, solver, req, analyse)
     bs = outer.solve_batches(sc, solver, req, share=batch_share, floors=batch_floors) \
@@ -348,13 +348,20 @@ def conflict_space(bs: outer.BatchSolve, sc: Scenario) -> Space:
 # market offers
 
 
-def _market(sc: Scenario, solver: Solver, req: Request, distribution: bool = True) -> PlanReport:
-    """The best plan over the scenario's offers (:mod:`tpopt.optimizer.market`), its offer and spot figures."""
+def _market(sc: Scenario, solver: Solver, req: Request, distribution: bool = True,
+            progress: Callable[[str], None] | None = None, why: bool = False) -> PlanReport:
+    """The best plan over the scenario's offers (:mod:`tpopt.optimizer.market`), its offer and spot figures;
+    ``why`` and every offer proven infeasible: the conflict on the offer nearest a plan and the changes verified
+    on the market (:mod:`tpopt.optimizer.market_explain`)."""
     from tpopt.optimizer import market  # lazy: start-up time (only scenarios with offers need it)
 
     ms = market.solve_market(sc, solver, req, partial(tiny_solver, named=req.solver_named))
     out: dict[str, Any] = {"status": ms.result.status.value, "objective": ms.result.objective,
                            "solver": ms.result.solver.as_dict()}
+    if why and ms.result.status == Status.INFEASIBLE:
+        from tpopt.optimizer.market_explain import market_infeasibility  # lazy: only without a plan
+
+        out.update(market_infeasibility(sc, ms, solver, req, progress))
     view = ms.pick.sc if ms.pick else sc
     if ms.result.best is not None:
         out.update(best_entries(ms.result, None))

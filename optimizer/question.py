@@ -36,7 +36,8 @@ from tpopt.optimizer.space import Space
 MARKET_NOT_ANALYSED = ("not analysed across offers (each offer's plan is proven optimal on that offer; "
                        "tpopt solve lists every offer's best plan)")
 """Why an explained market optimum has no binding constraints (as ``tpopt solve`` says it)."""
-CARRIED = ("batch", "batch_choices", "market", "finish_distribution", "conflict_status", "scenario")
+CARRIED = ("batch", "batch_choices", "market", "finish_distribution", "conflict_status", "scenario",
+           "market_conflict")
 """Entries of ``plan()``'s report an explanation carries as they are."""
 
 

@@ -661,10 +661,10 @@ def relaxations(sc: Scenario, backend: str | Solver = "cpsat", req: Request | No
 
     ``raw`` (the scenario's raw tables with the command-line overrides applied) and ``catalog`` are
     used by the accelerator relaxation. For an input that cannot help, ``blocked_by`` names an
-    irreducible conflict among the families it does not enter, when there is one. ``core`` is
-    accepted for callers that have the conflict at hand. ``only`` restricts the inputs. ``ctx`` (a
-    :class:`Context` of the same request) shares its solves and tables; ``progress(text)`` is told
-    which input is being relaxed.
+    irreducible conflict among the families it does not enter, when there is one. ``core`` (the conflict,
+    when the caller has it) sets the order of asking (:func:`asking_order`: its inputs first). ``only``
+    restricts the inputs. ``ctx`` (a :class:`Context` of the same request) shares its solves and tables;
+    ``progress(text)`` is told which input is being relaxed.
 
     Each input's re-solves search only the layouts that meet the families the input does not enter
     (:meth:`Context.narrowed`): exact, and much smaller when memory or divisibility rule most out.
@@ -672,12 +672,12 @@ def relaxations(sc: Scenario, backend: str | Solver = "cpsat", req: Request | No
     req = req or Request()
     if ctx is None:
         ctx = Context.of(sc, backend, req, enforced, raw, catalog)
-    names = [n for n in RELAXATIONS if only is None or n in only]
+    names = asking_order([n for n in RELAXATIONS if only is None or n in only], core)
     out: list[Relaxation] = []
     clock = clock_of(ctx.req)  # the run's one clock: no relaxation starts once it has run out
     with clock.budget(RELAX_WORK):  # counted work: the same answers on every machine (the clock stays the guard)
         _relax_all(ctx, names, core, clock, progress, out)
-    return out
+    return sorted(out, key=lambda r: RELAXATIONS.index(r.parameter))  # listed in the fixed order
 
 
 def _relax_all(ctx: Context, names: list[str], core: list[str] | None, clock: Clock,
@@ -687,9 +687,9 @@ def _relax_all(ctx: Context, names: list[str], core: list[str] | None, clock: Cl
     shared: dict[str, Evaluation | None] = {}
     for k, name in enumerate(names):
         t0, s0 = time.perf_counter(), ctx.solves
+        if name in NOT_APPLICABLE and NOT_APPLICABLE[name](ctx):
+            continue  # the input does not apply to this request (its relax_* returns None): nothing to ask
         if clock.expired(RELAXING):
-            if name in NOT_APPLICABLE and NOT_APPLICABLE[name](ctx):
-                continue  # the input does not apply to this request: nothing to leave undecided
             out.append(_relaxation(PARAMS[name], None, required=None, helps=None, method="undecided",
                                    note=_stopped(ctx, clock, " before it was asked")))
             continue
@@ -721,6 +721,29 @@ def _relax_all(ctx: Context, names: list[str], core: list[str] | None, clock: Cl
                 pass  # the relaxation's verdict stands; what else conflicts is left unsaid
         r.seconds, r.solves = time.perf_counter() - t0, ctx.solves - s0
         out.append(r)
+
+
+BROAD = ("accelerator",)
+"""The relaxations that search other scenarios whole (every catalog card): they enter every family, so a
+conflict always names one of theirs; they are asked after the conflict's own inputs."""
+
+
+def asking_order(names: list[str], core: Collection[str] | None) -> list[str]:
+    """``names`` in the order the relaxations are asked (listed in :data:`RELAXATIONS`' order): first the
+    inputs that enter a family of the conflict ``core``, those entering the fewest families outside it first
+    (the input rate, which enters the input pipeline's family alone, before the global batch, which also
+    reshapes the layouts); then the broad searches (:data:`BROAD`) that enter one; then the rest. Ties keep the
+    order of ``names``. The work budget is shared, so an input of the conflict is never left undecided while
+    the budget went to an input outside it (without a conflict: ``names`` as given)."""
+    conflict = set(core or ())
+
+    def key(name: str) -> tuple[int, int]:
+        affects = set(PARAMS[name].affects)
+        if not conflict & affects:
+            return (2, 0)
+        return (1, 0) if name in BROAD else (0, len(affects - conflict))
+
+    return sorted(names, key=key)  # sorted is stable: ties keep the given order
 
 
 RELAX_WORK = 10_000
