@@ -167,12 +167,16 @@ def release_left_out(runs, tables, cat) -> dict[str, float]:
         def perf(acc: str, cals=cals):
             return cals[acc][0].perf if acc in cals else fold_prior(cat, acc, cals)
 
+        g_of: dict[str, float] = {}  # the stack's g without this release, fitted once per stack
         for r in (x for x in runs if run_release(x) == unit):
             sc = r.scenario
             if sc.model.moe and sc.stack.name in fit_grouped_gemm.REFERENCE:
-                others = [x for x in rest if x.scenario.model.moe and x.scenario.stack.name == sc.stack.name]
-                g = fit_grouped_gemm.median_root(fit_grouped_gemm.log_errors(others, cat, perf=perf)) if others else 1.0
-                sc = replace(sc, stack=replace(sc.stack, grouped_gemm_efficiency=g))
+                if sc.stack.name not in g_of:
+                    others = [x for x in rest if x.scenario.model.moe and x.scenario.stack.name == sc.stack.name]
+                    g_of[sc.stack.name] = (fit_grouped_gemm.median_root(fit_grouped_gemm.log_errors(others, cat,
+                                                                                                    perf=perf))
+                                           if others else 1.0)
+                sc = replace(sc, stack=replace(sc.stack, grouped_gemm_efficiency=g_of[sc.stack.name]))
             out[r.name] = float(C.predict(replace(r, scenario=sc), perf(r.accelerator)).step_s[0])
         print(f"\r  leave-one-release-out {unit}", end=" " * 20, flush=True, file=sys.stderr)
     print(file=sys.stderr)
