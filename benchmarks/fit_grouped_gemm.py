@@ -175,11 +175,17 @@ def fit_all(runs: Sequence[MeasuredRun], cat, log: bool = True) -> list[dict]:
             continue
         print(f"{name}: {len(mine)} MoE runs, grouped_gemm_efficiency {res['g']:.3f} (catalog "
               f"{mine[0].scenario.stack.grouped_gemm_efficiency:.3f})")
-        print(f"  median |error| at 1 {med(res['before'])}; catalog {med(res['current'])}; fitted {med(res['after'])};"
-              f" leave-one-out {med(res['loo'])}")
-        for rn, b, a, lo in zip(res["runs"], res["before"], res["after"], res["loo"], strict=True):
-            print(f"    {rn:<34} {b * 100:+7.1f}% -> {a * 100:+7.1f}%   LOO {lo * 100:+7.1f}%")
+        print_fit(res, 34)
     return results
+
+
+def print_fit(res: dict, width: int) -> None:
+    """A 1-D factor fit's summary (:func:`fit_grouped`'s keys): the median errors at 1, at the catalog's value, at
+    the fit and left out, then each run's error before -> after and left out (run names in ``width`` columns)."""
+    print(f"  median |error| at 1 {med(res['before'])}; catalog {med(res['current'])}; fitted {med(res['after'])};"
+          f" leave-one-out {med(res['loo'])}")
+    for rn, b, a, lo in zip(res["runs"], res["before"], res["after"], res["loo"], strict=True):
+        print(f"    {rn:<{width}} {b * 100:+7.1f}% -> {a * 100:+7.1f}%   LOO {lo * 100:+7.1f}%")
 
 
 def command_line(argv: Sequence[str] | None, doc: str) -> tuple[Any, list[MeasuredRun], bool] | None:

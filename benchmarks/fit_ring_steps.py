@@ -102,11 +102,7 @@ def fit_all(runs: Sequence[MeasuredRun], cat, log: bool = True) -> dict | None:
     cur = next(r for r in runs if r.name == res["runs"][0]).scenario.stack.ring_step_efficiency
     print(f"torch's ring ({', '.join(res['stacks'])}): {len(res['runs'])} CP runs, ring_step_efficiency "
           f"{res['e']:.3f} (catalog {cur:.3f})")
-    med = fit_grouped_gemm.med
-    print(f"  median |error| at 1 {med(res['before'])}; catalog {med(res['current'])}; fitted {med(res['after'])}; "
-          f"leave-one-out {med(res['loo'])}")
-    for rn, b, a, lo in zip(res["runs"], res["before"], res["after"], res["loo"], strict=True):
-        print(f"    {rn:<10} {b * 100:+7.1f}% -> {a * 100:+7.1f}%   LOO {lo * 100:+7.1f}%")
+    fit_grouped_gemm.print_fit(res, 10)
     return res
 
 

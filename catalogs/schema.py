@@ -330,7 +330,6 @@ class StageKeys:
     search: Any = key(raw("table"), help="[search] domains of this stage, over the scenario's [search]")
 
 
-
 class ReservedMessage:
     """schedule.reserved's rule message with both values and their units (read_table formats a rule's message
     with the values read, in seconds)."""

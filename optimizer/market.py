@@ -417,7 +417,7 @@ def preemption_source(sc: Scenario, ev: Evaluation) -> tuple[float, float]:
     lam = float(T.preemption_rate(sc, ev.plan.cards))
     if lam == 0.0:
         return 0.0, 0.0
-    lag = 0.0 if ev.plan.save_mode == "sync" else rel.snapshot_copy_s + T.checkpoint_write_time(sc)
+    _, lag = T.save_pause_lag(sc, ev.plan.save_mode)
     return lam, ev.plan.save_interval_s / 2 + lag + rel.restore_s + T.preemption_terms(sc)[1]
 
 

@@ -72,10 +72,8 @@ def preemption_overhead(sc: Scenario, save_mode: str, cards: ArrayLike, save_int
     lam_p (d + r + tau / 2 + w), lam_p = cards x rho (:func:`preemption_rate`), d the reacquisition delay,
     r the restore, tau / 2 + w the work redone since the last committed save. 1,024 cards at 0.05 per
     card-day, d = 2 h, r = 300 s, tau = 165 s, w = 0: 51.2 / 86,400 s x 7,582.5 s = 4.49."""
-    _, lag = save_pause_lag(sc, save_mode)
-    lam = preemption_rate(sc, cards)
-    return (reliability.redo_overhead(_f(save_interval), lam, lag)
-            + reliability.restart_overhead(lam, sc.reliability.restore_s) + reacquire_overhead(sc, cards))
+    _, redo, restart = overhead_parts(sc, save_mode, cards, save_interval, lam=preemption_rate(sc, cards))
+    return redo + restart
 
 
 def overhead(sc: Scenario, save_mode: str, cards: ArrayLike, save_interval: ArrayLike) -> Floats:
@@ -85,12 +83,8 @@ def overhead(sc: Scenario, save_mode: str, cards: ArrayLike, save_interval: Arra
     commit lag w = copy + write on top of tau/2.
     """
     rel = sc.reliability
-    write = checkpoint_write_time(sc)
     lam = failure_rate(sc, cards)
-    if save_mode == "sync":
-        pause, lag = write, 0.0
-    else:
-        pause, lag = rel.snapshot_copy_s, rel.snapshot_copy_s + write
+    pause, lag = save_pause_lag(sc, save_mode)
     tau = _f(save_interval)
     wait = reacquire_overhead(sc, cards) if preemption_terms(sc)[0] else 0.0
     if rel.failure_model == "poisson":
@@ -98,16 +92,15 @@ def overhead(sc: Scenario, save_mode: str, cards: ArrayLike, save_interval: Arra
     return reliability.overhead_first_order(tau, pause, lam, rel.restore_s, lag) + wait
 
 
-def overhead_parts(sc: Scenario, save_mode: str, cards: ArrayLike,
-                   save_interval: ArrayLike) -> tuple[Floats, Floats, Floats]:
-    """First-order split of the overhead: (save c/tau, redo lam (tau/2 + w), restart lam r)."""
-    rel = sc.reliability
-    write = checkpoint_write_time(sc)
-    lam = failure_rate(sc, cards)
-    pause, lag = (write, 0.0) if save_mode == "sync" else (rel.snapshot_copy_s, rel.snapshot_copy_s + write)
+def overhead_parts(sc: Scenario, save_mode: str, cards: ArrayLike, save_interval: ArrayLike,
+                   lam: Floats | None = None) -> tuple[Floats, Floats, Floats]:
+    """First-order split of the overhead: (save c/tau, redo lam (tau/2 + w), restart lam r + the preemptions'
+    reacquisition), lam the failure rate (:func:`failure_rate`), or the rate of one source of failures given."""
+    pause, lag = save_pause_lag(sc, save_mode)
     tau = _f(save_interval)
-    return (reliability.save_overhead(tau, pause), reliability.redo_overhead(tau, lam, lag),
-            reliability.restart_overhead(lam, rel.restore_s)
+    rate = failure_rate(sc, cards) if lam is None else lam
+    return (reliability.save_overhead(tau, pause), reliability.redo_overhead(tau, rate, lag),
+            reliability.restart_overhead(rate, sc.reliability.restore_s)
             + (reacquire_overhead(sc, cards) if preemption_terms(sc)[0] else 0.0))
 
 
