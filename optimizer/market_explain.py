@@ -8,7 +8,9 @@ proven infeasible:
 1. The nearest offer (:func:`nearest_offer`): the offer whose fastest plan, with the deadline and the budget
    dropped, finishes first, T* = min over offers o of min over plans of o meeting the other families of
    T_finish (ties: catalog order); when no offer has a plan at any deadline, the offer with the most cards it
-   can use (its availability, the site power cap and max_cards).
+   can use (its availability, the site power cap and max_cards). Searched with cutoffs, from the offers whose
+   finish floor (:func:`finish_floor_s`: the reserved days plus the weight GEMMs' card-seconds over the card
+   cap) is least: no offer whose floor passes the best finish found is solved, and none is solved past it.
 2. Its irreducible conflict and each family's closest plan (:func:`~tpopt.optimizer.explain.minimal_conflict`,
    :func:`~tpopt.optimizer.explain.conflict_detail`), and the smallest single change of each input on it
    (:func:`~tpopt.optimizer.explain.relaxations`; not the accelerator or the card price, which the offers are).
@@ -17,7 +19,8 @@ proven infeasible:
    admits a plan, and with the value one printed unit less favourable admits none; when it admits one (another
    offer needs less), the value is bisected on the market at the printed precision (each input is monotone:
    more time, fewer tokens, a faster input pipeline or a larger budget never removes a plan). The other inputs
-   (cards, memory, NICs, ...) are the nearest offer's own and say so.
+   (cards, memory, NICs, ...) are the nearest offer's own and say so. An offer whose finish floor passes the
+   re-solved market's deadline has no plan there and is not solved (:func:`market_with_plan`).
 """
 
 from __future__ import annotations
@@ -108,7 +111,8 @@ LADDER = (1.5, 5)
 1.5, 2.25, ... (five levels, up to 7.6 times it), then none."""
 
 
-def nearest_offer(ms: MK.MarketSolve, solver: Solver, req: Request) -> tuple[MK.OfferSolve, float | None]:
+def nearest_offer(ms: MK.MarketSolve, solver: Solver, req: Request, kept: dict[str, Space] | None = None
+                  ) -> tuple[MK.OfferSolve, float | None]:
     """The offer nearest a plan (module, 1) and its fastest finish in days with the deadline and budget dropped
     (None: no offer has a plan at any deadline). Offers of one card with the same card cap and preemption terms
     share one solve (their prices differ, which the fastest plan does not read), and one space across its solves.
@@ -122,7 +126,8 @@ def nearest_offer(ms: MK.MarketSolve, solver: Solver, req: Request) -> tuple[MK.
     offer is asked only at levels at or above its floor, in ascending order of the floors (catalog order among
     equal ones), and none whose floor is above the finish found by more than :data:`SAFE` is asked at all: each of
     its plans finishes later. Past the ladder the solves have no cutoff until a plan is found. Floors only where
-    cards.max is among the families the fastest plan meets (else a plan may pass the cap the floor divides by)."""
+    cards.max is among the families the fastest plan meets (else a plan may pass the cap the floor divides by).
+    ``kept``: the nearest offer's space is put in it (by offer id), with the tables its solves built."""
     rows = ms.offers
     enforce = _fastest_families(req)
     floors = [finish_floor_s(r.sc) / DAY if F.CARDS in enforce else 0.0 for r in rows]
@@ -164,6 +169,8 @@ def nearest_offer(ms: MK.MarketSolve, solver: Solver, req: Request) -> tuple[MK.
             sweep(best[0])  # those asked at the level before the best was found, with it as the cutoff
             break
     if best is not None:
+        if kept is not None:  # the nearest offer's space, its tables built by its solves
+            kept[rows[best[1]].offer.id] = spaces[keys[best[1]]]
         return rows[best[1]], best[0]
     most = max(r.sc.search.max_cards for r in rows)
     return next(r for r in rows if r.sc.search.max_cards == most), None
@@ -280,7 +287,8 @@ def market_infeasibility(sc: Scenario, ms: MK.MarketSolve, solver: Solver, req: 
     nearest offer, its fastest finish with the deadline and budget dropped, and the cards it can use."""
     tell: Callable[[str], None] = progress or (lambda text: None)
     tell("the offer nearest a plan")
-    row, fastest = nearest_offer(ms, solver, req)
+    kept: dict[str, Space] = {}
+    row, fastest = nearest_offer(ms, solver, req, kept)
     osc = row.sc
     cap = osc.search.max_cards
     near = {"offer": row.offer.id, "accelerator": row.offer.accelerator, "fastest_finish_days": fastest,
@@ -292,7 +300,8 @@ def market_infeasibility(sc: Scenario, ms: MK.MarketSolve, solver: Solver, req: 
     try:
         with clock_of(req).stoppable("finding the conflict", keep_finished=True):
             tell(f"a minimal set of conflicting constraints on {row.offer.id}")
-            core_ = minimal_conflict(Space.from_scenario(osc), ctx.backend, req, ctx.enforced, ctx=ctx) or []
+            space = kept.get(row.offer.id) or Space.from_scenario(osc)
+            core_ = minimal_conflict(space, ctx.backend, req, ctx.enforced, ctx=ctx) or []
             detail = conflict_detail(ctx, core_)
     except (Undecided, TimeLimitReached):
         core_, detail = [], []
@@ -328,5 +337,5 @@ def offer_cap(out: dict[str, Any], near: dict[str, Any]) -> None:
                          + (f"; {d['note']}" if d.get("note") else ""))
 
 
-__all__ = ["MARKET_INPUTS", "OFFER_ONLY", "nearest_offer", "market_value", "market_relaxation",
-           "market_infeasibility"]
+__all__ = ["MARKET_INPUTS", "OFFER_ONLY", "finish_floor_s", "nearest_offer", "market_with_plan", "market_value",
+           "market_relaxation", "market_infeasibility"]
