@@ -12,7 +12,7 @@ Each run is a subprocess of the command line (start-up included) with ``--json -
 is the children's user + system time (``resource.getrusage``), best of ``--repeat``, every installation reading its
 bytecode from one scratch cache warmed first (:data:`WARM`); "list" is the market solve's
 own wall time (the JSON's ``solver.wall_s``: the list of offers alone). With ``--baseline`` (another
-installation, e.g. ``/work/main/.venv/bin/tpopt``) each case runs there too and the line gives the ratio and
+installation, e.g. another checkout's ``.venv/bin/tpopt``) each case runs there too and the line gives the ratio and
 whether the answers are the same bytes (wall-clock fields aside).
 
     python benchmarks/market_explain.py [--baseline PATH] [--tpopt PATH] [--repeat 1] [--only gpt3]
