@@ -142,8 +142,9 @@ def nearest_offer(ms: MK.MarketSolve, solver: Solver, req: Request, kept: dict[s
     def ask(i: int, cutoff: float | None) -> None:
         nonlocal best
         k = keys[i]
-        space = spaces.setdefault(k, Space.from_scenario(rows[i].sc))
-        ev = _fastest(rows[i], solver, req, cutoff, space)
+        if k not in spaces:
+            spaces[k] = Space.from_scenario(rows[i].sc)
+        ev = _fastest(rows[i], solver, req, cutoff, spaces[k])
         if ev is None and cutoff is not None:
             late[k] = cutoff
             return
