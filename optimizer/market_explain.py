@@ -8,7 +8,9 @@ proven infeasible:
 1. The nearest offer (:func:`nearest_offer`): the offer whose fastest plan, with the deadline and the budget
    dropped, finishes first, T* = min over offers o of min over plans of o meeting the other families of
    T_finish (ties: catalog order); when no offer has a plan at any deadline, the offer with the most cards it
-   can use (its availability, the site power cap and max_cards).
+   can use (its availability, the site power cap and max_cards). Searched with cutoffs, from the offers whose
+   finish floor (:func:`finish_floor_s`: the reserved days plus the weight GEMMs' card-seconds over the card
+   cap) is least: no offer whose floor passes the best finish found is solved, and none is solved past it.
 2. Its irreducible conflict and each family's closest plan (:func:`~tpopt.optimizer.explain.minimal_conflict`,
    :func:`~tpopt.optimizer.explain.conflict_detail`), and the smallest single change of each input on it
    (:func:`~tpopt.optimizer.explain.relaxations`; not the accelerator or the card price, which the offers are).
@@ -17,24 +19,29 @@ proven infeasible:
    admits a plan, and with the value one printed unit less favourable admits none; when it admits one (another
    offer needs less), the value is bisected on the market at the printed precision (each input is monotone:
    more time, fewer tokens, a faster input pipeline or a larger budget never removes a plan). The other inputs
-   (cards, memory, NICs, ...) are the nearest offer's own and say so.
+   (cards, memory, NICs, ...) are the nearest offer's own and say so. An offer whose finish floor passes the
+   re-solved market's deadline has no plan there and is not solved (:func:`market_with_plan`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
 from tpopt.models import families as F
+from tpopt.models import market as M
 from tpopt.models.evaluate import Evaluation
 from tpopt.models.plan import Scenario
+from tpopt.models.units import DAY
 from tpopt.optimizer import core
 from tpopt.optimizer import market as MK
 from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.explain import conflict_detail, minimal_conflict, relaxations
 from tpopt.optimizer.explain.context import Context
+from tpopt.optimizer.explain.cost import compute_card_seconds
 from tpopt.optimizer.explain.inputs import (
     PARAMS,
     Relaxation,
@@ -60,37 +67,148 @@ OFFER_ONLY = ("accelerator", "card_price")
 """Not asked on the nearest offer: the offers are the accelerators and their prices."""
 
 
-def _fastest(row: MK.OfferSolve, solver: Solver, req: Request) -> Evaluation | None:
-    """The offer's fastest plan meeting every enforced family but the deadline and the budget."""
-    enforce = frozenset(f for f in req.enforced(FAMILIES) if f not in (F.DEADLINE, F.BUDGET))
-    r = core.solve(row.sc, solver, Request(objective="time", enforce=enforce, time_limit=req.time_limit,
-                                            seed=req.seed, workers=req.workers, clock=req.clock))
+SAFE = 1e-9
+"""Relative margin of a floor above a finish: a floor is formed in other floating-point steps than the finish it
+bounds, so it proves "no plan" only above the finish by more than this (the exactness of :func:`finish_floor_s`
+is not asked of the last bits)."""
+
+
+def _fastest_families(req: Request) -> frozenset[str]:
+    """The families the nearest offer's fastest plan meets: every enforced one but the deadline and the budget."""
+    return frozenset(f for f in req.enforced(FAMILIES) if f not in (F.DEADLINE, F.BUDGET))
+
+
+def _fastest(row: MK.OfferSolve, solver: Solver, req: Request, cutoff: float | None = None,
+             space: Space | None = None) -> Evaluation | None:
+    """The offer's fastest plan meeting every enforced family but the deadline and the budget; ``cutoff`` (days):
+    the fastest where it finishes by then, else it or None (:attr:`Request.cutoff`: a solver may leave out the
+    plans finishing later)."""
+    r = core.solve(row.sc, solver, Request(objective="time", enforce=_fastest_families(req), time_limit=req.time_limit,
+                                            seed=req.seed, workers=req.workers, clock=req.clock,
+                                            cutoff=None if cutoff is None else cutoff * DAY), space=space)
     return r.best
 
 
-def nearest_offer(ms: MK.MarketSolve, solver: Solver, req: Request) -> tuple[MK.OfferSolve, float | None]:
+def finish_floor_s(sub: Scenario) -> float:
+    """A lower bound on the finish (s) of every plan of an offer's scenario ``sub`` (one accelerator) that meets
+    cards.max: T = R + I t (1 + L) (:func:`tpopt.models.terms.finish_time`) with L >= 0 and n I t >= W, the
+    card-seconds floor of the weight GEMMs (:func:`~tpopt.optimizer.explain.cost.compute_card_seconds`), at
+    n <= max_cards (the offer's scenario caps it at min(max_cards, available, the site power cap)):
+
+        T >= R + W / max_cards
+
+    R alone where the card states no peak or efficiency (0 cards: infinite)."""
+    (name,) = sub.systems
+    w = compute_card_seconds(sub, name)
+    cap = sub.search.max_cards
+    if w is None:
+        return sub.task.reserved_s
+    return sub.task.reserved_s + w / cap if cap > 0 else math.inf
+
+
+LADDER = (1.5, 5)
+"""(ratio, levels) of :func:`nearest_offer`'s cutoffs before any offer has a plan: the least finish floor times
+1.5, 2.25, ... (five levels, up to 7.6 times it), then none."""
+
+
+def nearest_offer(ms: MK.MarketSolve, solver: Solver, req: Request, kept: dict[str, Space] | None = None
+                  ) -> tuple[MK.OfferSolve, float | None]:
     """The offer nearest a plan (module, 1) and its fastest finish in days with the deadline and budget dropped
     (None: no offer has a plan at any deadline). Offers of one card with the same card cap and preemption terms
-    share one solve (their prices differ, which the fastest plan does not read)."""
-    seen: dict[tuple[Any, ...], float | None] = {}
-    best: tuple[MK.OfferSolve, float] | None = None
-    for row in ms.offers:
-        o = row.offer
-        key = (o.accelerator, row.sc.search.max_cards, row.sc.market.preempt_per_card_s, o.reacquire_s)
-        if key not in seen:
-            ev = _fastest(row, solver, req)
-            seen[key] = ev.metrics["finish_days"] if ev is not None else None
-        fin = seen[key]
-        if fin is not None and (best is None or fin < best[1]):
-            best = (row, fin)
+    share one solve (their prices differ, which the fastest plan does not read), and one space across its solves.
+
+    The nearest offer is the least (finish, catalog index); the solves look for it by cutoffs (:func:`_fastest`:
+    a solve with a cutoff finds the offer's fastest plan where it finishes by the cutoff, and proves otherwise
+    that every plan finishes later). Once an offer has a plan, the cutoff is its finish: an offer none of whose
+    plans finishes by it is not nearest (a tie is found, and the catalog index decides it). Before that the
+    cutoffs climb a ladder (:data:`LADDER`) from the least finish floor (:func:`finish_floor_s`): a far offer
+    (the widest GPT-3's GB200 offers: 14 d) is not solved in full before a near one (MI355X: 4.4 d) bounds it. An
+    offer is asked only at levels at or above its floor, in ascending order of the floors (catalog order among
+    equal ones), and none whose floor is above the finish found by more than :data:`SAFE` is asked at all: each of
+    its plans finishes later. Past the ladder the solves have no cutoff until a plan is found. Floors only where
+    cards.max is among the families the fastest plan meets (else a plan may pass the cap the floor divides by).
+    ``kept``: the nearest offer's space is put in it (by offer id), with the tables its solves built."""
+    rows = ms.offers
+    enforce = _fastest_families(req)
+    floors = [finish_floor_s(r.sc) / DAY if F.CARDS in enforce else 0.0 for r in rows]
+    keys = [(r.offer.accelerator, r.sc.search.max_cards, r.sc.market.preempt_per_card_s, r.offer.reacquire_s)
+            for r in rows]
+    first = sorted({k: i for i, k in reversed(list(enumerate(keys)))}.values(), key=lambda i: (floors[i], i))
+    spaces: dict[tuple[Any, ...], Space] = {}
+    fin: dict[tuple[Any, ...], float | None] = {}  # a key's fastest finish (None: no plan at all)
+    late: dict[tuple[Any, ...], float] = {}  # a key's largest cutoff asked: every plan of it finishes later
+    best: tuple[float, int] | None = None  # (finish in days, the catalog index of its key's first offer)
+
+    def ask(i: int, cutoff: float | None) -> None:
+        nonlocal best
+        k = keys[i]
+        if k not in spaces:
+            spaces[k] = Space.from_scenario(rows[i].sc)
+        ev = _fastest(rows[i], solver, req, cutoff, spaces[k])
+        if ev is None and cutoff is not None:
+            late[k] = cutoff
+            return
+        fin[k] = f = ev.metrics["finish_days"] if ev is not None else None
+        if f is not None and (best is None or (f, i) < best):
+            best = (f, i)
+
+    ratio, levels = LADDER
+    low = floors[first[0]] if first else 0.0
+    ladder: list[float | None] = [low * ratio ** (j + 1) for j in range(levels)] if 0.0 < low < math.inf else []
+
+    def sweep(level: float | None) -> None:  # every offer not known to be late asked at the level or the best
+        for i in first:
+            cut = best[0] if best is not None else level
+            if cut is not None and floors[i] > cut * (1 + SAFE):
+                break  # its plans, and those of every offer after it, finish after the cutoff (docstring)
+            if keys[i] not in fin and late.get(keys[i], -math.inf) < (cut if cut is not None else math.inf):
+                ask(i, cut)
+
+    for level in [*ladder, None]:
+        sweep(level)
+        if best is not None:
+            sweep(best[0])  # those asked at the level before the best was found, with it as the cutoff
+            break
     if best is not None:
-        return best
-    most = max(r.sc.search.max_cards for r in ms.offers)
-    return next(r for r in ms.offers if r.sc.search.max_cards == most), None
+        if kept is not None:  # the nearest offer's space, its tables built by its solves
+            kept[rows[best[1]].offer.id] = spaces[keys[best[1]]]
+        return rows[best[1]], best[0]
+    most = max(r.sc.search.max_cards for r in rows)
+    return next(r for r in rows if r.sc.search.max_cards == most), None
 
 
 def _feasible(sc: Scenario, solver: Solver, req: Request) -> MK.MarketSolve:
     return MK.solve_market(sc, solver, req, partial(core.tiny_solver, named=req.solver_named))
+
+
+def _has_plan(ms: MK.MarketSolve) -> bool:
+    return ms.result.status in (Status.OPTIMAL, Status.FEASIBLE)
+
+
+def surely_late(sc: Scenario, offer: M.Offer, req: Request) -> bool:
+    """Has ``offer`` provably no plan in the market ``sc``: its finish floor (:func:`finish_floor_s`) above the
+    deadline by more than :data:`SAFE`? Only where both the deadline and cards.max are enforced and the deadline
+    is checked on the finish itself (no confidence: its chance form is another value)."""
+    enforced = req.enforced(FAMILIES)
+    if F.DEADLINE not in enforced or F.CARDS not in enforced or sc.task.confidence is not None:
+        return False
+    sub = MK.offer_scenario(sc, offer)
+    return finish_floor_s(sub) > F.limit(F.DEADLINE, sub) * (1 + SAFE)
+
+
+def market_with_plan(sc: Scenario, solver: Solver, req: Request) -> MK.MarketSolve | None:
+    """The market ``sc``'s solve where it has a plan, else None. The offers :func:`surely_late` rules out are
+    not solved first: the others alone, and where they have no plan neither has the market (those it leaves out
+    have none). Where they have one, the whole market is solved, so the answer (its pick, ties, the power cap's
+    check) is the whole market's own."""
+    live = tuple(o for o in sc.market.offers if not surely_late(sc, o, req))
+    if not live:
+        return None
+    if len(live) < len(sc.market.offers) and \
+            not _has_plan(_feasible(replace(sc, market=replace(sc.market, offers=live)), solver, req)):
+        return None
+    ms = _feasible(sc, solver, req)
+    return ms if _has_plan(ms) else None
 
 
 def market_value(sc: Scenario, name: str, value: float, current: float, solver: Solver, req: Request
@@ -105,28 +223,25 @@ def market_value(sc: Scenario, name: str, value: float, current: float, solver: 
     step = 10.0 ** -p.digits
     up = p.direction == ">="
 
-    def at(i: int) -> MK.MarketSolve:
-        return _feasible(MARKET_INPUTS[name](sc, i * step * p.per_unit), solver, req)
-
-    def has_plan(ms: MK.MarketSolve) -> bool:
-        return ms.result.status in (Status.OPTIMAL, Status.FEASIBLE)
+    def at(i: int) -> MK.MarketSolve | None:
+        return market_with_plan(MARKET_INPUTS[name](sc, i * step * p.per_unit), solver, req)
 
     good_i = round(value / step)
     ok: MK.MarketSolve | None = None  # the nearest offer's own re-solve already has a plan at ``value``
     if name == "max_cost":  # ... on the offer's cost; the market's bill (billing steps, checkpoints) may differ
         ok = at(good_i)
-        if not has_plan(ok):
+        if ok is None:
             return None
     bad_i = good_i - 1 if up else good_i + 1
     if bad_i > 0:
         below = at(bad_i)
-        if has_plan(below):  # another offer needs less: bisect between the current value and here
+        if below is not None:  # another offer needs less: bisect between the current value and here
             good_i, ok = bad_i, below
             bad_i = math.floor(current / step + 1e-9) if up else math.ceil(current / step - 1e-9)
             while abs(good_i - bad_i) > 1:
                 mid = (good_i + bad_i) // 2
                 ms = at(mid)
-                if has_plan(ms):
+                if ms is not None:
                     good_i, ok = mid, ms
                 else:
                     bad_i = mid
@@ -173,7 +288,8 @@ def market_infeasibility(sc: Scenario, ms: MK.MarketSolve, solver: Solver, req: 
     nearest offer, its fastest finish with the deadline and budget dropped, and the cards it can use."""
     tell: Callable[[str], None] = progress or (lambda text: None)
     tell("the offer nearest a plan")
-    row, fastest = nearest_offer(ms, solver, req)
+    kept: dict[str, Space] = {}
+    row, fastest = nearest_offer(ms, solver, req, kept)
     osc = row.sc
     cap = osc.search.max_cards
     near = {"offer": row.offer.id, "accelerator": row.offer.accelerator, "fastest_finish_days": fastest,
@@ -185,7 +301,8 @@ def market_infeasibility(sc: Scenario, ms: MK.MarketSolve, solver: Solver, req: 
     try:
         with clock_of(req).stoppable("finding the conflict", keep_finished=True):
             tell(f"a minimal set of conflicting constraints on {row.offer.id}")
-            core_ = minimal_conflict(Space.from_scenario(osc), ctx.backend, req, ctx.enforced, ctx=ctx) or []
+            space = kept.get(row.offer.id) or Space.from_scenario(osc)
+            core_ = minimal_conflict(space, ctx.backend, req, ctx.enforced, ctx=ctx) or []
             detail = conflict_detail(ctx, core_)
     except (Undecided, TimeLimitReached):
         core_, detail = [], []
@@ -221,5 +338,5 @@ def offer_cap(out: dict[str, Any], near: dict[str, Any]) -> None:
                          + (f"; {d['note']}" if d.get("note") else ""))
 
 
-__all__ = ["MARKET_INPUTS", "OFFER_ONLY", "nearest_offer", "market_value", "market_relaxation",
-           "market_infeasibility"]
+__all__ = ["MARKET_INPUTS", "OFFER_ONLY", "finish_floor_s", "nearest_offer", "market_with_plan", "market_value",
+           "market_relaxation", "market_infeasibility"]

@@ -671,8 +671,8 @@ def solve_on_demand(space: Space, req: Request, enforced: Collection[str]
     stopped = False
     sub_req = Request(objective=req.objective, enforce=frozenset(enforced), top=K, cards=req.cards, clock=clock)
 
-    def kth() -> float:
-        return best[K - 1][0][0] if len(best) >= K else math.inf
+    def kth() -> float:  # no plan above the K-th found is sought (nor above req.cutoff)
+        return best[K - 1][0][0] if len(best) >= K else math.inf if req.cutoff is None else req.cutoff
 
     while heap:
         if heap[0][0] > kth() * (1 + KEY_RTOL) or clock.expired(phase):
@@ -691,10 +691,11 @@ def solve_on_demand(space: Space, req: Request, enforced: Collection[str]
                 stopped = stopped or (clock.reached and keys[h] <= kth() * (1 + KEY_RTOL))
                 break
             layout = tuple(int(bounds.coords[v][h]) for v in HUB)
-            found, n = layout_best(sub, layout, sub_req, cutoff=kth() * (1 + KEY_RTOL) if len(best) >= K else None)
+            cut = kth() * (1 + KEY_RTOL)
+            found, n = layout_best(sub, layout, sub_req, cutoff=cut if math.isfinite(cut) else None)
             evaluated += n
             for key, a in found:
-                if len(best) >= K and key[0] > kth() * (1 + KEY_RTOL):
+                if key[0] > kth() * (1 + KEY_RTOL):
                     break
                 ev = evaluate(sc, sub.plan(a))
                 best.append((objective_key(ev, req.objective), ev))

@@ -62,6 +62,10 @@ class Request:
     workers: int = 1
     cards: tuple[int, ...] | None = None  # allowed card counts (None: any)
     method: str = "auto"  # solver backends: "monolithic", "decomposed", "on-demand", or "auto" (by table size)
+    # plans whose objective (its primary key: cost, or finish in s) exceeds it are not sought: the on-demand
+    # decomposition starts from it as if a plan had it, so none found reads "infeasible" as "none up to it"
+    # (every other backend returns the optimum as without it); None: every plan
+    cutoff: float | None = None
     clock: Clock | None = field(default=None, compare=False, repr=False)  # shared by every phase
     # the solver was named (``--solver``): the tiny-space rule keeps it where enumeration is not measured faster
     solver_named: bool = field(default=False, compare=False)

@@ -121,3 +121,41 @@ def test_where_max_cards_equals_the_offers_availability_both_are_named(tmp_path)
     cards = next(r for r in d["relaxations"] if r["parameter"] == "market.available")
     assert cards["required"] > 1024 and cards["apply"] is None
     assert "raise max_cards (now 1,024) too" in cards["note"]
+
+
+@pytest.mark.parametrize("over", [{}, {"input.sequences_per_worker_s": 1000, "schedule.reserved": "0d"}])
+def test_the_finish_floor_is_below_each_offers_fastest_plan(over):
+    """The nearest-offer search stops at an offer whose finish floor R + W / max_cards (W: the weight GEMMs'
+    card-seconds at the card's peak and best efficiency) is above the best finish found, and the market's
+    re-solves skip an offer whose floor passes the deadline: the floor must be at most the fastest plan of every
+    offer, here checked against the brute force (enumeration) on each offer of the design market at 200B tokens
+    (the fastest plan with the deadline and budget dropped, as the search asks it); and with an input pipeline that
+    never binds and no reserved days, where the compute floor W / max_cards is all of it."""
+    from tpopt.catalogs import load_catalog
+    from tpopt.catalogs.scenario import build_scenario, read_scenario_file, with_overrides
+    from tpopt.models import families as F
+    from tpopt.optimizer import core
+    from tpopt.optimizer import market as MK
+    from tpopt.optimizer.market_explain import finish_floor_s
+    from tpopt.optimizer.result import Request
+    from tpopt.optimizer.space import FAMILIES
+
+    cat = load_catalog()
+    raw = with_overrides(read_scenario_file(ROOT / "examples" / "design-case.toml"),
+                         {"task.tokens": "200B", "hardware.accelerator": "all", **over})  # --hw all
+    sc = build_scenario(raw, cat)
+    enforce = frozenset(FAMILIES) - {F.DEADLINE, F.BUDGET}
+    seen, checked = set(), 0
+    for offer in sc.market.offers:
+        sub = MK.offer_scenario(sc, offer)
+        key = (offer.accelerator, sub.search.max_cards)
+        if key in seen:
+            continue
+        seen.add(key)
+        floor = finish_floor_s(sub)
+        assert floor > sub.task.reserved_s == (0 if over else 5 * 86400)  # the design case reserves 5 of 30 days
+        r = core.solve(sub, "enumerate", Request(objective="time", enforce=enforce))
+        if r.best is not None:
+            assert floor <= r.best.metrics["finish_days"] * 86400, (offer.id, floor, r.best.metrics["finish_days"])
+            checked += 1
+    assert checked > 10

@@ -448,3 +448,26 @@ def test_laid_out_tables_fill_a_unit_when_read_and_give_the_whole_layout():
         assert a.values.tobytes() == b.values.tobytes()
         plain = pickle.loads(pickle.dumps(b))
         assert type(plain) is Table and plain.vars == b.vars and plain.values.tobytes() == b.values.tobytes()
+
+
+@settings(max_examples=max(4, EXAMPLES // 6), deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          derandomize=True)
+@given(scenarios(pipeline=True))
+def test_a_cutoff_finds_the_optimum_by_it_and_proves_none_below(case):
+    """Request.cutoff (the market explanation's nearest-offer search): the on-demand decomposition given the brute
+    force's optimum as the cutoff finds that optimum; given a cutoff just below it, no plan (every plan is above
+    it). Without a plan at all, none either way."""
+    sc, objective = case
+    ref = solve(sc, "enumerate", Request(objective=objective, time_limit=120, seed=0, workers=1))
+    assert ref.status in (Status.OPTIMAL, Status.INFEASIBLE)
+    if not ref.feasible:
+        cut = solve(sc, "cpsat", Request(objective=objective, time_limit=120, method="on-demand", cutoff=1e30))
+        assert cut.best is None
+        return
+    want = ref.best.metrics["cost"] if objective == "cost" else ref.best.metrics["finish_days"] * 86400.0
+    at = solve(sc, "cpsat", Request(objective=objective, time_limit=120, method="on-demand", cutoff=want))
+    key = "cost" if objective == "cost" else "finish_days"
+    assert at.best is not None and math.isclose(at.best.metrics[key], ref.best.metrics[key], rel_tol=1e-9)
+    below = solve(sc, "cpsat", Request(objective=objective, time_limit=120, method="on-demand",
+                                       cutoff=want * (1 - 1e-6)))
+    assert below.best is None and below.status == Status.INFEASIBLE

@@ -140,21 +140,30 @@ def _scenario_for_accelerator(ctx: Context, name: str) -> Scenario:
     return replace(sc, systems={name: sysm}, search=replace(sc.search, accelerators=(name,)))
 
 
-def cost_floor(sc: Scenario, name: str) -> float | None:
-    """A lower bound on the cost of any plan of ``sc`` on accelerator ``name``: the weight GEMMs alone,
-    6 N_gemm D FLOPs, at the card's fastest matrix peak P times the highest efficiency its step model can
-    reach (flat: the stated efficiency; per-operation: eta_max x the throughput scale, since every GEMM runs at
-    most at eta_max of its peak), priced per card-hour: C >= 6 N_gemm D / (P eta) / 3600 x price (bubbles,
-    communication, overheads, reserved days and NICs only add). None without a price."""
+def compute_card_seconds(sc: Scenario, name: str) -> float | None:
+    """A lower bound on the card-seconds n x iterations x t_step of any plan of ``sc`` on accelerator ``name``:
+    the weight GEMMs alone, 6 N_gemm D FLOPs, at the card's fastest matrix peak P times the highest efficiency
+    its step model can reach (flat: the stated efficiency; per-operation: eta_max x the throughput scale, since
+    every GEMM runs at most at eta_max of its peak): n I t >= W = 6 N_gemm D / (P eta) (bubbles, communication
+    and the other terms of the step only add). None where the card states no peak or efficiency."""
     s = sc.systems[name]
-    if s.price_card_hour is None:
-        return None
     acc = s.acc
     peak = max(acc.peak_flops, acc.peak_fp16, acc.peak_fp8)
     eta = s.perf.gemm_efficiency * s.efficiency if s.perf is not None else s.efficiency
     if not (peak > 0 and eta > 0):
         return None
-    return 6.0 * gemm_params(sc.model) * sc.task.tokens / (peak * eta) / 3600.0 * s.price_card_hour
+    return 6.0 * gemm_params(sc.model) * sc.task.tokens / (peak * eta)
+
+
+def cost_floor(sc: Scenario, name: str) -> float | None:
+    """A lower bound on the cost of any plan of ``sc`` on accelerator ``name``: the card-seconds floor W
+    (:func:`compute_card_seconds`) priced per card-hour: C >= W / 3600 x price (overheads, reserved days and
+    NICs only add). None without a price."""
+    price = sc.systems[name].price_card_hour
+    if price is None:
+        return None
+    w = compute_card_seconds(sc, name)
+    return None if w is None else w / 3600.0 * price
 
 
 def compute_cost_floor(space: Space, floor: bool = False) -> float:
