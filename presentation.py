@@ -223,8 +223,9 @@ def conflict_lines(detail: list[dict[str, Any]]) -> list[str]:
         lines.append(f"  {d['name']:<{width}}  {d['rule']}")
         if "value" in d:
             lead = f"{d['closest']} meeting the others" if n > 1 else f"even {d['closest']}"
-            lines.append(f"  {'':<{width}}  {lead}, {_plan_short(d['plan'])}, has "
-                         f"{_qty(d['value'], d['unit'])} against a limit of {_qty(d['limit'], d['unit'])}")
+            broken = (f"breaks it: {d['violation']}" if d.get("violation") else
+                      f"has {_qty(d['value'], d['unit'])} against a limit of {_qty(d['limit'], d['unit'])}")
+            lines.append(f"  {'':<{width}}  {lead}, {_plan_short(d['plan'])}, {broken}")
         elif d.get("note"):
             lines.append(f"  {'':<{width}}  {d['note']}")
         if d.get("reason"):  # why the rule cannot hold here, and the way out
@@ -396,6 +397,8 @@ def sensitivity_text(rows: list[dict[str, Any]]) -> str:
 
 
 def _violation_line(v: dict[str, Any], width: int) -> str:
+    if v.get("violation"):  # a broken rule: its value and limit are no quantities
+        return f"  {v['name']:<{width}}  {v['violation']}; rule: {v['rule']}"
     pct = f", {v['excess_fraction'] * 100:+.1f} %" if v.get("excess_fraction") is not None else ""
     return (f"  {v['name']:<{width}}  {_qty(v['value'], v['unit'])} against {_qty(v['limit'], v['unit'])} "
             f"(over by {_qty(v['excess'], v['unit'])}{pct}); rule: {v['rule']}")
