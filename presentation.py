@@ -628,7 +628,7 @@ def footing_lines(f: dict[str, Any], width: int = 100) -> list[str]:
 
 
 def sweep_footing_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """One footing line per accelerator of a sweep, from its rows' footing cells (the CSV/JSON columns)."""
+    """One footing line per accelerator of a sweep, from its rows' footing cells (the CSV/JSON columns), unwrapped."""
     out = []
     for acc in dict.fromkeys(r["accelerator"] for r in rows if r.get("step_model")):
         mine = [r for r in rows if r["accelerator"] == acc and r.get("step_model")]
@@ -644,8 +644,10 @@ def sweep_footing_lines(rows: list[dict[str, Any]]) -> list[str]:
                 name, _, how = item.partition(":")
                 groups.setdefault(how, []).append(SHORT.get(name, name))
             line += "; parameters " + "; ".join(f"{g} {', '.join(v)}" for g, v in groups.items())
-        out += textwrap.wrap(line, 118, subsequent_indent="    ", break_on_hyphens=False)
+        out.append(line)  # one line: the command wraps it at its output width (wrapped here at 118, it wrapped twice)
     return out
+
+
 # ---------------------------------------------------------------------------------------------
 # market offers
 
