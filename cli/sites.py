@@ -7,6 +7,7 @@ from __future__ import annotations
 import click
 
 from tpopt.cli.common import dump_json, handle_errors
+from tpopt.cli.render import fit_lines
 from tpopt.optimizer import backends
 from tpopt.optimizer.sites_mixed import answer, answer_lines
 
@@ -26,4 +27,4 @@ def sites(scenario_path: str, solver: str, catalog_dirs: tuple[str, ...], as_jso
     Example: tpopt sites --scenario examples/sites-llama3-405b.toml
     """
     d = answer(scenario_path, catalog_dirs, solver)
-    click.echo(dump_json(d) if as_json else "\n".join(answer_lines(d)) + "\n", nl=False)
+    click.echo(dump_json(d) if as_json else fit_lines("\n".join(answer_lines(d))) + "\n", nl=False)

@@ -42,3 +42,16 @@ def test_sweep_footing_wrapped_once(tmp_path):
         while i + len(block) < len(lines) and lines[i + len(block)].startswith("  "):
             block.append(lines[i + len(block)])
         assert _wrapped_once(block, width), block
+
+
+def test_sites_names_the_question_and_fits_the_width():
+    # the example's [schedule] deadline = "150d", [task] tokens = "15T" and its four [[sites]]; the report stated
+    # neither the deadline its "no sync plan meets the deadline" is about nor the sites it chose among
+    width = 100
+    r = _run("sites", "--scenario", str(ROOT / "examples" / "sites-llama3-405b.toml"), width=width)
+    assert r.exit_code == 0, r.output
+    head = " ".join(r.output.split("\nreplica:")[0].split())
+    assert head == ("tpopt sites: sites-llama3-405b: llama3-405b, 15T tokens, deadline 150.0 d (reserved 0.0 d); "
+                    "4 sites (virginia, ohio, iowa, texas), WAN 400 Gbit/s each way (1 site pair with its own link)")
+    assert all(len(ln) <= width for ln in r.output.splitlines())
+    assert "site(s)" not in r.output and "cheapest diloco" not in r.output
