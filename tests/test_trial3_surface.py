@@ -55,3 +55,13 @@ def test_sites_names_the_question_and_fits_the_width():
                     "4 sites (virginia, ohio, iowa, texas), WAN 400 Gbit/s each way (1 site pair with its own link)")
     assert all(len(ln) <= width for ln in r.output.splitlines())
     assert "site(s)" not in r.output and "cheapest diloco" not in r.output
+
+
+def test_pools_report_names_the_question():
+    # examples/pools-h100-a100.toml: Llama-3-70B, [task] tokens = "1T", deadline 44 d with 2 reserved; the mixed-pool
+    # report named neither the model nor the deadline its "no plan of that pool alone" lines are about
+    r = _run("solve", "--scenario", str(ROOT / "examples" / "pools-h100-a100.toml"))
+    assert r.exit_code == 0, r.output
+    first = r.output.splitlines()[0]
+    assert first == "tpopt solve: pools-h100-a100: llama3-70b, 1T tokens, deadline 44.0 d (reserved 2.0 d)"
+    assert " 1 stages " not in r.output
