@@ -65,3 +65,46 @@ def test_pools_report_names_the_question():
     first = r.output.splitlines()[0]
     assert first == "tpopt solve: pools-h100-a100: llama3-70b, 1T tokens, deadline 44.0 d (reserved 2.0 d)"
     assert " 1 stages " not in r.output
+
+
+NOTE = "Scenario: built-in design case (the chapter's Qwen3-8B example); use --scenario FILE or tpopt init."
+DEADLINE_D, RESERVED_D = 30.0, 5.0  # the design case (chapter 10.6): 30 days, 5 of them reserved
+
+
+def test_simulate_names_the_builtin_scenario_and_the_deadline():
+    r = _run("simulate", "--runs", "200")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0] == NOTE
+    assert any(ln.startswith(f"P(finish <= deadline {DEADLINE_D:.1f} d): analytic ") for ln in lines)
+
+
+def test_replan_names_the_builtin_scenario_and_its_defaults():
+    done, elapsed = 0.41, 12.0
+    r = _run("replan", "--done", "41%", "--elapsed", f"{elapsed:g}d", "--cards-held", "48")
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[0] == NOTE
+    flat = " ".join(r.output.split())
+    left = DEADLINE_D - elapsed
+    reserved = RESERVED_D * left / DEADLINE_D  # the reserved time's share of the time left: 5 x 18 / 30 = 3
+    assert f"{100 * done:.1f} % done after {elapsed:.1f} d" in flat
+    assert f"{left:.2f} d left (reserved {reserved:.2f} d, the reserved time's share of the time left)" in flat
+    assert "confidence 95.0 % (the default; --confidence sets it)" in flat
+
+
+def test_inverse_names_the_builtin_scenario_and_the_budget_unit():
+    budget = 50_000
+    r = _run("inverse", "--models", "qwen3-8b", "--tokens", "10B:200B:4", "--max-cost", str(budget), "--hw", "h100-sxm")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0] == NOTE
+    assert f"budget {budget:,} USD" in lines[1]
+    assert any(ln.split() == ["model", "params", "max", "tokens", "loss", "cost", "USD", "finish", "d", "binds", "/",
+                              "note"] for ln in lines)
+    # Qwen3-1.7B on one 8-card H100 host outruns the design case's input pipeline (4 workers x 2 sequences/s):
+    # the row says why there is no plan, not just "no plan"
+    r = _run("inverse", "--models", "qwen3-1.7b", "--tokens", "10B:200B:4", "--max-cost", str(budget), "--hw",
+             "h100-sxm")
+    assert r.exit_code == 3, r.output
+    row = next(ln for ln in r.output.splitlines() if ln.strip().startswith("qwen3-1.7b"))
+    assert "no plan at any deadline (memory, layout or input rule it out)" in row
