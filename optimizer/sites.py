@@ -232,9 +232,16 @@ def _replica_plan(sc: Scenario, si: S.SitesInput, solver: Solver, req: Request) 
     one = replace(sc, search=replace(sc.search, max_cards=total))  # the sites replace search.max_cards
     res = P.plan(one, solver, req, analyse=False, why=False)
     if res.best is None:
-        raise InputError(f"no plan fits even one site of {total:,} cards (the sites' total) by the deadline "
-                         f"({res.status.value}): tpopt solve says why")
+        raise NoReplicaPlan(f"no plan fits even one site of {total:,} cards (the sites' total) by the deadline "
+                            f"({res.status.value}), so none exists over the sites; tpopt solve on the scenario without "
+                            f"its [[sites]] and [wan] tables, with --max-cards {total}, says why")
     return res.best
+
+
+class NoReplicaPlan(InputError):
+    """A well-formed sites request with no plan: the job has none even as one site of the sites' total cards
+    (a WAN only adds time, tokens and egress). An InputError for the Python API; ``tpopt sites`` prints it as
+    its answer and exits 3, as every command does for a request without a plan."""
 
 
 def solve_sites(sc: Scenario, si: S.SitesInput, power: Power | None, backend: str | Solver = backends.DEFAULT,

@@ -108,3 +108,45 @@ def test_inverse_names_the_builtin_scenario_and_the_budget_unit():
     assert r.exit_code == 3, r.output
     row = next(ln for ln in r.output.splitlines() if ln.strip().startswith("qwen3-1.7b"))
     assert "no plan at any deadline (memory, layout or input rule it out)" in row
+
+
+SITES = ROOT / "examples" / "sites-llama3-405b.toml"
+
+
+def _sites_variant(tmp_path: Path, name: str, *edits: tuple[str, str]) -> str:
+    text = SITES.read_text()
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_sites_without_a_plan_exits_3_with_a_way_to_see_why(tmp_path):
+    # Llama-3-405B on 15T tokens needs 6 N D = 6 x 405e9 x 15e12 = 3.6e25 FLOP; the four sites' 112,000 H100s
+    # (32,000 + 32,000 + 24,000 + 24,000) at their 989 TFLOP/s dense BF16 peak need 3.8 d even at 100 % MFU, so a
+    # 3-day deadline has no plan: a well-formed request without a plan is exit 3, not a bad-input error (exit 2)
+    total = 32_000 + 32_000 + 24_000 + 24_000
+    assert 6 * 405e9 * 15e12 / (total * 989e12) / 86400 > 3
+    path = _sites_variant(tmp_path, "three-days.toml", ('deadline = "150d"', 'deadline = "3d"'))
+    r = _run("sites", "--scenario", path)
+    assert r.exit_code == 3, r.output
+    flat = " ".join(r.output.split())
+    assert flat.startswith(f"tpopt sites: no plan fits even one site of {total:,} cards")
+    # the way to see why is a command that runs: tpopt solve refuses a file with [[sites]]
+    assert f"tpopt solve on the scenario without its [[sites]] and [wan] tables, with --max-cards {total}" in flat
+    assert "error" not in r.output
+
+
+def test_sites_with_no_multi_site_plan_exits_3(tmp_path):
+    # synchronous only over a 1 Gbit/s WAN: every step all-reduces the 405B-parameter bf16 gradient across sites,
+    # 2 x 810 GB x 8 / 1e9 b/s = 13,000 s a step (the example's replica plan takes ~146,000 steps), and one site
+    # alone holds at most 40 MW / 1,530 W = 26,000 cards, fewer than the 43,904 the 150-day answer needs
+    assert 2 * 810e9 * 8 / 1e9 > 10_000 and 40e6 / 1530 < 43_904
+    path = _sites_variant(tmp_path, "slow-wan.toml", ("bandwidth_gbps = 400 ", "bandwidth_gbps = 1 "),
+                          ('modes = ["sync", "diloco"]', 'modes = ["sync"]'),
+                          ("bandwidth_gbps = 800", "bandwidth_gbps = 1"))
+    r = _run("sites", "--scenario", path)
+    assert r.exit_code == 3, r.output
+    assert r.output.rstrip().splitlines()[-1].startswith("no multi-site plan meets the deadline")
