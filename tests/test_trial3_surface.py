@@ -150,3 +150,16 @@ def test_sites_with_no_multi_site_plan_exits_3(tmp_path):
     r = _run("sites", "--scenario", path)
     assert r.exit_code == 3, r.output
     assert r.output.rstrip().splitlines()[-1].startswith("no multi-site plan meets the deadline")
+
+
+def test_estimate_says_where_its_usable_memory_comes_from():
+    # H100 SXM: the catalog's 74 GiB usable; megatron-core's communicator buffers 1.5 GiB and allocator reserve 6 %
+    # (catalogs/stacks.toml) leave (74 - 1.5) / 1.06 = 68.4 GiB to the per-operation model; the flat model keeps 74
+    usable = (74.0 - 1.5) / 1.06
+    r = _run("estimate", "llama3-70b", "--hw", "h100-sxm", "--cards", "64")
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    assert (f"usable {usable:.1f} GiB per card (the catalog's 74.0 GiB less megatron-core's communicator buffers "
+            "1.5 GiB, over 1 + its allocator reserve 6% (catalogs/stacks.toml))") in flat
+    r = _run("estimate", "llama3-70b", "--hw", "h100-sxm", "--cards", "64", "--efficiency", "0.4")
+    assert "usable 74.0 GiB per card (the accelerator catalog's usable memory)" in " ".join(r.output.split())
