@@ -260,7 +260,7 @@ def binding_lines(binding: list[dict[str, Any]] | None, objective: str, unit: st
         p = b["plan_without"]
         v = b["violates"]
         viol = f"; it would have {v['name']} = {v['value']:,.2f} {v['unit']}{_on_stage(v)} against " \
-            f"{v['limit']:,.2f}" if "value" in v else ""
+            f"{v['limit']:,.2f} {v['unit']}" if "value" in v else ""
         lines.append(f"  {b['name']}: without it, {p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, "
                      f"{layout_text(p, ', ')}{moe_short(p)}{_batch(p, batch)}) would reach "
                      f"{_objective_text(b['objective_without'], objective, unit)} "
@@ -277,7 +277,7 @@ def _reason(r: dict[str, Any]) -> str:
     if r.get("violation"):
         return f"{r['name']} ({r['violation']})"
     if "value" in r:
-        return f"{r['name']} ({r['value']:,.2f} {r['unit']}{_on_stage(r)} > {r['limit']:,.2f})"
+        return f"{r['name']} ({r['value']:,.2f} {r['unit']}{_on_stage(r)} > {r['limit']:,.2f} {r['unit']})"
     if "detail" in r:
         return f"{r['name']} ({r['detail']})"
     return cast(str, r["name"])

@@ -163,3 +163,15 @@ def test_estimate_says_where_its_usable_memory_comes_from():
             "1.5 GiB, over 1 + its allocator reserve 6% (catalogs/stacks.toml))") in flat
     r = _run("estimate", "llama3-70b", "--hw", "h100-sxm", "--cards", "64", "--efficiency", "0.4")
     assert "usable 74.0 GiB per card (the accelerator catalog's usable memory)" in " ".join(r.output.split())
+
+
+def test_solve_limits_carry_their_unit():
+    # the design case (30-day deadline): 32 cards finish in 34.3 d (chapter 10.6) and are ruled out by the deadline;
+    # the limit printed beside the value carries the value's unit, as explain's 'it has 63.42 d against 30.00 d'
+    import re
+
+    r = _run("solve", "--deadline", "30d", "--hw", "rtx4090")
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    assert re.search(r"rtx4090 x 32: ruled out by deadline\.finish \(34\.3\d d > 30\.00 d\)", flat), flat
+    assert re.search(r"it would have deadline\.finish = [\d.]+ d against 30\.00 d", flat), flat
