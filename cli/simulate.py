@@ -20,6 +20,7 @@ from tpopt.cli.progress_line import live_progress
 from tpopt.cli.render import fit_lines
 from tpopt.cli.request import request_from, solve_options
 from tpopt.errors import InputError
+from tpopt.models import families as F
 from tpopt.models.units import DAY, fmt_count, parse_duration, parse_fraction
 from tpopt.optimizer import question as Q
 from tpopt.optimizer.commands import MAX_SIMULATED_RUNS, simulation
@@ -71,7 +72,8 @@ def simulate(runs: str, as_json: bool, **kw: Any) -> None:
         a, s = row["analytic_days"], row["simulated_days"]
         lines.append(f"P{100 * row['level']:<5g} {a:>10.3f} {s:>13.3f} {100 * (s / a - 1):>+11.2f} %")
     p = out["probability_by_deadline"]
-    lines.append(f"P(finish <= deadline {sc.task.deadline_s / DAY:.1f} d): analytic {100 * p['analytic']:.2f} %, "
+    deadline = F.limit(F.DEADLINE, sc) / DAY
+    lines.append(f"P(finish <= deadline {deadline:.1f} d): analytic {100 * p['analytic']:.2f} %, "
                  f"simulated {100 * p['simulated']:.2f} %")
     lines.append(f"events per run (failures, rollbacks, fail-slow, preemptions): {out['events_per_run']:.1f}")
     click.echo("\n".join(lines))

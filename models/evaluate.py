@@ -577,7 +577,7 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
         slack = lim - val
         scale = spec.scale
         if spec.structural:
-            tight = slack < 0
+            tight = False  # a rule holds or is broken (its slack says which), never "binding"
         else:
             tight = slack <= binding_rel * max(abs(lim), 1.0) if lim != float("inf") else False
         checks.append(ConstraintCheck(spec.name, val / scale, lim / scale, spec.unit,

@@ -477,7 +477,7 @@ def request(sc: Scenario, si: S.SitesInput) -> dict[str, Any]:
     """What a sites report answers, for its first line: the scenario, model, tokens, deadline, reserved time,
     budget (None: none), the sites and the default WAN link (Gbit/s each direction) with the per-pair links."""
     return {"scenario": sc.name, "model": sc.model.name, "tokens": sc.task.tokens,
-            "deadline_days": sc.task.deadline_s / DAY, "reserved_days": sc.task.reserved_s / DAY,
+            "deadline_days": F.limit(F.DEADLINE, sc) / DAY, "reserved_days": sc.task.reserved_s / DAY,
             "max_cost": sc.cost.max_cost, "sites": [x.name for x in si.sites],
             "wan_gbps": si.wan.bandwidth_bps / GBPS, "wan_links": len(si.links)}
 

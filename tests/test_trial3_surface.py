@@ -175,3 +175,14 @@ def test_solve_limits_carry_their_unit():
     flat = " ".join(r.output.split())
     assert re.search(r"rtx4090 x 32: ruled out by deadline\.finish \(34\.3\d d > 30\.00 d\)", flat), flat
     assert re.search(r"it would have deadline\.finish = [\d.]+ d against 30\.00 d", flat), flat
+
+
+def test_a_broken_rule_is_violated_not_binding_in_json():
+    # b300 x 3 on 8-card hosts: layout.whole_hosts is broken (3 mod 8 = 3); a rule holds or not, never "binding"
+    import json
+
+    r = _run("evaluate", "--hw", "b300", "--cards", "3", "--json")
+    assert r.exit_code == 3
+    c = next(x for x in json.loads(r.output)["constraints"] if x["name"] == "layout.whole_hosts")
+    assert c["slack"] < 0 and c["binding"] is False
+    assert c["violation"] == "3 cards is not a whole number of 8-card hosts (one host holds 8 cards)"
