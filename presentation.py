@@ -223,8 +223,9 @@ def conflict_lines(detail: list[dict[str, Any]]) -> list[str]:
         lines.append(f"  {d['name']:<{width}}  {d['rule']}")
         if "value" in d:
             lead = f"{d['closest']} meeting the others" if n > 1 else f"even {d['closest']}"
-            lines.append(f"  {'':<{width}}  {lead}, {_plan_short(d['plan'])}, has "
-                         f"{_qty(d['value'], d['unit'])} against a limit of {_qty(d['limit'], d['unit'])}")
+            broken = (f"breaks it: {d['violation']}" if d.get("violation") else
+                      f"has {_qty(d['value'], d['unit'])} against a limit of {_qty(d['limit'], d['unit'])}")
+            lines.append(f"  {'':<{width}}  {lead}, {_plan_short(d['plan'])}, {broken}")
         elif d.get("note"):
             lines.append(f"  {'':<{width}}  {d['note']}")
         if d.get("reason"):  # why the rule cannot hold here, and the way out
@@ -396,6 +397,8 @@ def sensitivity_text(rows: list[dict[str, Any]]) -> str:
 
 
 def _violation_line(v: dict[str, Any], width: int) -> str:
+    if v.get("violation"):  # a broken rule: its value and limit are no quantities
+        return f"  {v['name']:<{width}}  {v['violation']}; rule: {v['rule']}"
     pct = f", {v['excess_fraction'] * 100:+.1f} %" if v.get("excess_fraction") is not None else ""
     return (f"  {v['name']:<{width}}  {_qty(v['value'], v['unit'])} against {_qty(v['limit'], v['unit'])} "
             f"(over by {_qty(v['excess'], v['unit'])}{pct}); rule: {v['rule']}")
@@ -625,7 +628,7 @@ def footing_lines(f: dict[str, Any], width: int = 100) -> list[str]:
 
 
 def sweep_footing_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """One footing line per accelerator of a sweep, from its rows' footing cells (the CSV/JSON columns)."""
+    """One footing line per accelerator of a sweep, from its rows' footing cells (the CSV/JSON columns), unwrapped."""
     out = []
     for acc in dict.fromkeys(r["accelerator"] for r in rows if r.get("step_model")):
         mine = [r for r in rows if r["accelerator"] == acc and r.get("step_model")]
@@ -641,8 +644,10 @@ def sweep_footing_lines(rows: list[dict[str, Any]]) -> list[str]:
                 name, _, how = item.partition(":")
                 groups.setdefault(how, []).append(SHORT.get(name, name))
             line += "; parameters " + "; ".join(f"{g} {', '.join(v)}" for g, v in groups.items())
-        out += textwrap.wrap(line, 118, subsequent_indent="    ", break_on_hyphens=False)
+        out.append(line)  # one line: the command wraps it at its output width (wrapped here at 118, it wrapped twice)
     return out
+
+
 # ---------------------------------------------------------------------------------------------
 # market offers
 

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.measure import Measurement
 from rich.table import Table
 
 from tpopt.catalogs import Catalog, load_catalog
@@ -146,7 +143,7 @@ def catalog(kind: str, catalog_dirs: tuple[str, ...], show_sources: bool, as_jso
     if show_sources:
         click.echo(fit_lines("\n".join(source_lines(rows))))
         return
-    cols = [c for c in rows[0] if c not in HIDDEN] if rows else []
+    cols = list(dict.fromkeys(c for r in rows for c in r if c not in HIDDEN))  # every row's (NICs add a price)
     cells = [[_cell(r, c) for c in cols] for r in rows]
     tables = []
     for part, idx in enumerate(column_groups(cols, cells, output_width())):
@@ -167,13 +164,15 @@ def _table(title: str, cols: list[str], cells: list[list[str]]) -> Table:
 
 
 def column_groups(cols: list[str], cells: list[list[str]], width: int) -> list[list[int]]:
-    """The columns in groups that each fit ``width`` (every group starts with the name column; headers may
-    wrap, cells never do): one group when the whole table fits, as before on a wide terminal."""
-    probe = Console(file=io.StringIO(), width=10_000, markup=False)
+    """The columns in groups that each fit ``width`` whole (every group starts with the name column; no cell or
+    header is cut or wrapped): one group when the whole table fits, as before on a wide terminal."""
+    least = [max([len(r[i]) for r in cells] + [len(HEADERS.get(c, c))]) for i, c in enumerate(cols)]
 
     def need(idx: list[int]) -> int:
-        t = _table("", [cols[i] for i in idx], [[r[i] for i in idx] for r in cells])
-        return Measurement.get(probe, probe.options, t).minimum
+        """The group's natural width: the widest cell or header of each column plus " │ " between columns (a
+        group narrower than rich's measured minimum was still cut: rich crops a cell rather than wrap a header,
+        and printed "pcie4-x16, no p2" for "pcie4-x16, no p2p" at 100 columns)."""
+        return sum(least[i] for i in idx) + 3 * (len(idx) - 1)
 
     groups: list[list[int]] = [[0]]
     for i in range(1, len(cols)):

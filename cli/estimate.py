@@ -85,7 +85,7 @@ def estimate_text(d: dict[str, Any]) -> str:
              f"Task: {t['global_batch']:,} sequences x {t['seq_len']:,} tokens = {t['tokens_per_step']:,} tokens per "
              f"step ({t['batch_source']}), {t['precision']}",
              f"Hardware: {a['name']} x {d['cards']:,} ({d['cards_source']}); usable {a['usable_memory_gib']:.1f} GiB "
-             f"per card; step-time model {d['step_model']}"]
+             f"per card ({a['usable_memory_source']}); step-time model {d['step_model']}"]
     f = d["fastest"]
     if f is None:
         lines.append(f"Fastest layout on {d['cards']:,} cards: none fits (memory per card or the layout rules: "

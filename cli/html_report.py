@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from tpopt.cli.confidence import distribution_lines
-from tpopt.cli.render import WIDTH, binding_lines
+from tpopt.cli.render import WIDTH, binding_lines, is_rule
 from tpopt.errors import InputError
 from tpopt.files import write_atomic
 from tpopt.models import families as F
@@ -154,9 +154,10 @@ def constraint_rows(d: dict[str, Any]) -> str:
     cs = d.get("constraints") or d.get("tightness") or []
     names = binding_names(d)
     binds = [bool(c.get("binding")) or c["name"] in names for c in cs]
-    rows = [(c["name"], num(c.get("value"), 2), num(c.get("limit"), 2), c.get("unit", ""), num(c.get("slack"), 2),
-             "binding" if b else ("violated" if (c.get("slack") or 0) < 0 else "")) for c, b in zip(cs, binds,
-                                                                                                  strict=True)]
+    rows = [((c["name"], "broken" if (c.get("slack") or 0) < 0 else "holds", "", "rule", "") if is_rule(c["name"]) else
+             (c["name"], num(c.get("value"), 2), num(c.get("limit"), 2), c.get("unit", ""), num(c.get("slack"), 2)))
+            + ("binding" if b else ("violated" if (c.get("slack") or 0) < 0 else ""),) for c, b in zip(cs, binds,
+                                                                                                       strict=True)]
     return table(("constraint", "value", "limit", "unit", "slack", ""), rows, (False, True, True, False, True),
                  ["bind" if b else "" for b in binds])
 

@@ -12,6 +12,7 @@ from tpopt.catalogs.scenario import read_scenario_file, with_overrides
 from tpopt.cli.common import (
     EXIT_INFEASIBLE,
     dump_json,
+    echo_builtin_note,
     handle_errors,
     overrides_from,
     scenario_options,
@@ -24,6 +25,7 @@ from tpopt.errors import InputError
 from tpopt.models.units import fmt_count
 from tpopt.optimizer.inverse import (
     DEADLINE_REACH,
+    NO_PLAN,
     SARDANA,
     SERVING_MFU,
     SIZE_FAMILIES,
@@ -90,6 +92,7 @@ def inverse(model_list: str, generated: str | None, token_spec: str, token_resol
                 serving_price=serving_price, serving_mfu=serving_mfu, front=front or plot is not None,
                 generated=generated, token_resolution=token_resolution)
     res, out, q, why, fronts = asked.res, asked.out, asked.question, asked.why, asked.fronts
+    echo_builtin_note(kw, as_json, out)
     if as_json:
         click.echo(dump_json(out), nl=False)
     else:
@@ -101,9 +104,15 @@ def inverse(model_list: str, generated: str | None, token_spec: str, token_resol
         raise SystemExit(EXIT_INFEASIBLE)
 
 
+def cost_unit(res: InverseResult) -> str:
+    """The unit of the candidates' costs and of the budget: USD, or card-hours on a card without a price."""
+    return next((x.best.cost_unit for x in res.candidates if x.best is not None), "USD")
+
+
 def result_text(res: InverseResult, out: dict[str, Any]) -> str:
     q, c = res.question, res.chosen
-    budget = "no budget" if q.budget is None else f"budget {q.budget:,.0f}"
+    unit = cost_unit(res)
+    budget = "no budget" if q.budget is None else f"budget {q.budget:,.0f} {unit}"
     head = (f"tpopt inverse: {out['objective']}" + (f" <= {q.target_loss:g}" if q.target_loss is not None else "")
             + f", {budget}, over {len(q.models)} sizes x {len(q.tokens)} token values"
             + ("" if q.token_resolution is None or q.target_loss is not None
@@ -134,7 +143,8 @@ def result_text(res: InverseResult, out: dict[str, Any]) -> str:
         lines.append(f"Chosen: {c.model} ({fmt_count(c.params, 4)} parameters), {fmt_count(c.tokens, 4)} tokens: "
                      f"predicted loss {c.loss:.4f} ({q.law.name}, {where})")
         if q.inference_tokens and c.cost is not None:
-            lines.append(f"Cost: training {c.cost:,.0f} + serving {c.serve_cost:,.0f} = {c.cost + c.serve_cost:,.0f}")
+            lines.append(f"Cost: training {c.cost:,.0f} + serving {c.serve_cost:,.0f} = {c.cost + c.serve_cost:,.0f} "
+                         f"{unit}")
         lines.append(f"Binds: {c.binds}" + (f": {c.detail}" if c.detail else ""))
     lines += ["", "Candidates:", _table(res)]
     text = "\n".join(lines) + "\n"
@@ -212,7 +222,8 @@ def unreachable_text(q: InverseQuestion, u: Unreachable) -> str:
 def _table(res: InverseResult) -> str:
     unit_tokens = "tokens" if res.question.objective == "cost" else "max tokens"
     serve = bool(res.question.inference_tokens)
-    rows = [("model", "params", unit_tokens, "loss", "cost" + (" (train+serve)" if serve else ""), "finish d",
+    unit = cost_unit(res)
+    rows = [("model", "params", unit_tokens, "loss", f"cost {unit}" + (" (train+serve)" if serve else ""), "finish d",
              "binds / note")]
     for x in res.candidates:
         total = x.total_cost
@@ -223,7 +234,8 @@ def _table(res: InverseResult) -> str:
                      else f"{total:,.0f} ({x.cost:,.0f}+{x.serve_cost:,.0f})",
                      "-" if x.finish_days is None else f"{x.finish_days:.1f}",
                      "pruned: " + x.detail if x.pruned else x.binds + ("; grid value, not refined (cannot win)"
-                                                                       if x.coarse else "")))
+                                                                       if x.coarse else "")
+                     + (" at any deadline (memory, layout or input rule it out)" if x.binds == NO_PLAN else "")))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = ["  " + "  ".join(v.ljust(w) if i in (0, 6) else v.rjust(w)
                             for i, (v, w) in enumerate(zip(r, widths, strict=True))).rstrip() for r in rows]

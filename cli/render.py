@@ -196,9 +196,23 @@ def constraints_table(constraints: list[dict[str, Any]], title: str = "Constrain
             status = "undecided"  # the analysis ran out of time on this family
         else:
             status = "ok"
+        if is_rule(c["name"]):  # a layout / divisibility rule holds or not: its value is no quantity
+            t.add_row(c["name"], "broken" if status == "VIOLATED" else "holds", "", "rule", "", status)
+            continue
         t.add_row(c["name"], _fmt_value(c["value"], c["unit"]), _fmt_value(c["limit"], c["unit"]), c["unit"],
                   _fmt_value(c["slack"], c["unit"]), status)
     return t
+
+
+def broken_rules(constraints: list[dict[str, Any]]) -> list[str]:
+    """The text under a constraints table: each broken rule of the plan in words (none when all hold)."""
+    lines = [f"  {c['name']}: {c['violation']}" for c in constraints if c.get("violation")]
+    return ["Broken rules:\n" + "\n".join(lines)] if lines else []
+
+
+def is_rule(name: str) -> bool:
+    """A rule family (layout, divisibility, schedule shape): met or not, with no value against a limit."""
+    return name in F.BY_NAME and F.BY_NAME[name].structural
 
 
 def footing_text(d: dict[str, Any], indent: int = 0) -> list[str]:
@@ -215,7 +229,7 @@ def evaluation_text(d: dict[str, Any]) -> str:
         head = f"{model_text(d['scenario'])}\n{head}"
     verdict = "feasible" if d["feasible"] else "INFEASIBLE"
     return console_text(head, "", metrics_table(d["metrics"]), "",
-                        constraints_table(d["constraints"]), "", f"Verdict: {verdict}")
+                        constraints_table(d["constraints"]), *broken_rules(d["constraints"]), "", f"Verdict: {verdict}")
 
 
 def _objective_text(value: float, objective: str, unit: str) -> str:
@@ -246,7 +260,7 @@ def binding_lines(binding: list[dict[str, Any]] | None, objective: str, unit: st
         p = b["plan_without"]
         v = b["violates"]
         viol = f"; it would have {v['name']} = {v['value']:,.2f} {v['unit']}{_on_stage(v)} against " \
-            f"{v['limit']:,.2f}" if "value" in v else ""
+            f"{v['limit']:,.2f} {v['unit']}" if "value" in v else ""
         lines.append(f"  {b['name']}: without it, {p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, "
                      f"{layout_text(p, ', ')}{moe_short(p)}{_batch(p, batch)}) would reach "
                      f"{_objective_text(b['objective_without'], objective, unit)} "
@@ -260,8 +274,10 @@ def _on_stage(r: dict[str, Any]) -> str:
 
 
 def _reason(r: dict[str, Any]) -> str:
+    if r.get("violation"):
+        return f"{r['name']} ({r['violation']})"
     if "value" in r:
-        return f"{r['name']} ({r['value']:,.2f} {r['unit']}{_on_stage(r)} > {r['limit']:,.2f})"
+        return f"{r['name']} ({r['value']:,.2f} {r['unit']}{_on_stage(r)} > {r['limit']:,.2f} {r['unit']})"
     if "detail" in r:
         return f"{r['name']} ({r['detail']})"
     return cast(str, r["name"])

@@ -130,7 +130,8 @@ def rl_text(out: dict[str, Any], timing: bool = False) -> str:
         for b in out["binding"]:
             v = b["violates"]
             tail.append(f"  {b['name']}: without it, {_short(b['plan_without'])} ({b['saving'] * 100:.1f} % better); "
-                        f"it has {_n(v.get('value'), 2)} {v.get('unit', '')} against {_n(v.get('limit'), 2)}")
+                        f"it has {_n(v.get('value'), 2)} {v.get('unit', '')} against {_n(v.get('limit'), 2)} "
+                        f"{v.get('unit', '')}".rstrip())
     elif out.get("binding") is not None:
         tail.append("Binding constraints: none (dropping any single family admits no better plan)")
     if out.get("alternatives"):
@@ -175,7 +176,7 @@ def _infeasible_lines(out: dict[str, Any]) -> list[str]:
             lines.append(f"  {c['name']}: {c['detail']}")
         elif "plan" in c:
             lines.append(f"  {c['name']}: the best plan without it, {_short(c['plan'])}, has {_n(c.get('value'), 2)} "
-                         f"{c.get('unit', '')} against a limit of {_n(c.get('limit'), 2)}")
+                         f"{c.get('unit', '')} against a limit of {_n(c.get('limit'), 2)} {c.get('unit', '')}".rstrip())
         else:
             lines.append(f"  {c['name']}")
     if out.get("relaxations"):

@@ -11,13 +11,16 @@ from tpopt.cli.common import (
     EXIT_INFEASIBLE,
     EXIT_UNKNOWN,
     dump_json,
+    echo_builtin_note,
     handle_errors,
     load_scenario_from,
     scenario_options,
 )
 from tpopt.cli.progress_line import live_progress
+from tpopt.cli.render import fit_lines
 from tpopt.cli.request import request_from, solve_options
 from tpopt.errors import InputError
+from tpopt.models import families as F
 from tpopt.models.units import DAY, fmt_count, parse_duration, parse_fraction
 from tpopt.optimizer import question as Q
 from tpopt.optimizer.commands import MAX_SIMULATED_RUNS, simulation
@@ -47,6 +50,8 @@ def simulate(runs: str, as_json: bool, **kw: Any) -> None:
     req = request_from(kw)
     with live_progress("tpopt simulate", req.clock, as_json):
         answer = simulation(sc, kw["solver"], req, n, kw["seed"])
+    if not as_json:
+        echo_builtin_note(kw)
     out = answer.report
     if out is None:
         if answer.status != "infeasible":  # cut short, not proven: the limit's own exit code
@@ -57,6 +62,7 @@ def simulate(runs: str, as_json: bool, **kw: Any) -> None:
         raise SystemExit(EXIT_INFEASIBLE)
     rows = out["quantiles"]
     if as_json:
+        echo_builtin_note(kw, as_json, out)
         click.echo(dump_json(out), nl=False)
         return
     lines = [f"tpopt simulate: {sc.name}: {out['plan']['accelerator']} x {out['plan']['cards']}, {n:,} runs, seed "
@@ -66,7 +72,9 @@ def simulate(runs: str, as_json: bool, **kw: Any) -> None:
         a, s = row["analytic_days"], row["simulated_days"]
         lines.append(f"P{100 * row['level']:<5g} {a:>10.3f} {s:>13.3f} {100 * (s / a - 1):>+11.2f} %")
     p = out["probability_by_deadline"]
-    lines.append(f"P(finish <= deadline): analytic {100 * p['analytic']:.2f} %, simulated {100 * p['simulated']:.2f} %")
+    deadline = F.limit(F.DEADLINE, sc) / DAY
+    lines.append(f"P(finish <= deadline {deadline:.1f} d): analytic {100 * p['analytic']:.2f} %, "
+                 f"simulated {100 * p['simulated']:.2f} %")
     lines.append(f"events per run (failures, rollbacks, fail-slow, preemptions): {out['events_per_run']:.1f}")
     click.echo("\n".join(lines))
 
@@ -96,13 +104,16 @@ def replan(done: str, elapsed: str, cards_held: str | None, as_json: bool, **kw:
             raise InputError("--cards-held must be at least 1")
     sc = load_scenario_from(kw, {"cost.max_cost": kw.get("max_cost")})
     out = Q.replan(sc, frac, spent, held, kw["solver"], request_from(kw))
+    echo_builtin_note(kw, as_json, out)
     if as_json:
         click.echo(dump_json(out), nl=False)
         _replan_exit(out["decision"])
         return
     lines = [f"tpopt replan: {sc.name}: {100 * frac:.1f} % done after {spent / DAY:.1f} d; "
              f"{fmt_count(out['tokens_left'])} tokens and {out['days_left']:.2f} d left "
-             f"(reserved {out['reserved_days_left']:.2f} d), confidence {100 * out['confidence']:.1f} %"]
+             f"(reserved {out['reserved_days_left']:.2f} d, the reserved time's share of the time left), confidence "
+             f"{100 * out['confidence']:.1f} %" + (" (the default; --confidence sets it)" if sc.task.confidence is None
+                                                   else "")]
     for key, name in (("best", "cheapest remainder"), ("stay", "on the cards held")):
         e = out.get(key)
         if e is not None:
@@ -122,7 +133,7 @@ def replan(done: str, elapsed: str, cards_held: str | None, as_json: bool, **kw:
         lines.append(f"Contingency: nothing restores {100 * out['confidence']:.1f} %; {reach}")
     else:
         lines.append(f"Contingency: {out['decision']}")
-    click.echo("\n".join(lines))
+    click.echo(fit_lines("\n".join(lines)))
     _replan_exit(out["decision"])
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import click
 
-from tpopt.cli.common import dump_json, handle_errors
+from tpopt.cli.common import EXIT_INFEASIBLE, dump_json, handle_errors
+from tpopt.cli.render import fit_lines
 from tpopt.optimizer import backends
+from tpopt.optimizer.sites import NoReplicaPlan
 from tpopt.optimizer.sites_mixed import answer, answer_lines
 
 
@@ -25,5 +27,12 @@ def sites(scenario_path: str, solver: str, catalog_dirs: tuple[str, ...], as_jso
 
     Example: tpopt sites --scenario examples/sites-llama3-405b.toml
     """
-    d = answer(scenario_path, catalog_dirs, solver)
-    click.echo(dump_json(d) if as_json else "\n".join(answer_lines(d)) + "\n", nl=False)
+    try:
+        d = answer(scenario_path, catalog_dirs, solver)
+    except NoReplicaPlan as exc:  # well-formed, without a plan: the answer, exit 3 (not a bad-input line)
+        click.echo(dump_json({"status": "infeasible", "detail": str(exc)}) if as_json
+                   else fit_lines(f"tpopt sites: {exc}") + "\n", nl=False)
+        raise SystemExit(EXIT_INFEASIBLE) from None
+    click.echo(dump_json(d) if as_json else fit_lines("\n".join(answer_lines(d))) + "\n", nl=False)
+    if d["best"] is None:
+        raise SystemExit(EXIT_INFEASIBLE)

@@ -30,6 +30,7 @@ from tpopt.models.numeric import FloatArray
 from tpopt.models.plan import OFFLOADS, SAVE_MODES, Plan, Scenario, schedule_name, split_schedule
 from tpopt.models.units import DAY, GIB, HOUR
 from tpopt.models.variables import FIELD_VARIABLE, evaluate_keywords, moe_record, plan_record
+from tpopt.models.violations import rule_violation
 
 ConstraintSpec = F.Family  # a family's declaration: name, unit, scale, statement, structural flag
 
@@ -295,14 +296,21 @@ class ConstraintCheck:
     slack: float
     binding: bool
     doc: str = ""
+    violation: str = ""  # a broken rule family in words (violations.rule_violation): its value is no quantity
 
     @property
     def satisfied(self) -> bool:
         return self.slack >= 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "value": _clean(self.value), "limit": _clean(self.limit), "unit": self.unit,
-                "slack": _clean(self.slack), "binding": self.binding}
+        out = {"name": self.name, "value": _clean(self.value), "limit": _clean(self.limit), "unit": self.unit,
+               "slack": _clean(self.slack), "binding": self.binding}
+        return {**out, "violation": self.violation} if self.violation else out
+
+    def quoted(self) -> dict[str, Any]:
+        """name, value, limit and unit as the reports quote a check (with ``violation`` for a broken rule)."""
+        out: dict[str, Any] = {"name": self.name, "value": self.value, "limit": self.limit, "unit": self.unit}
+        return {**out, "violation": self.violation} if self.violation else out
 
 
 def _clean(x: float) -> float | None:
@@ -569,10 +577,11 @@ def evaluate(sc: Scenario, plan: Plan, *, binding_rel: float = 1e-9) -> Evaluati
         slack = lim - val
         scale = spec.scale
         if spec.structural:
-            tight = slack < 0
+            tight = False  # a rule holds or is broken (its slack says which), never "binding"
         else:
             tight = slack <= binding_rel * max(abs(lim), 1.0) if lim != float("inf") else False
         checks.append(ConstraintCheck(spec.name, val / scale, lim / scale, spec.unit,
                                       slack / scale if lim != float("inf") else float("inf"), tight,
-                                      spec.statement(chance=sc.task.confidence is not None)))
+                                      spec.statement(chance=sc.task.confidence is not None),
+                                      rule_violation(sc, plan, spec.name) if spec.structural and slack < 0 else ""))
     return Evaluation(plan=plan, metrics=metrics, constraints=checks)

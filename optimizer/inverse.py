@@ -112,6 +112,7 @@ class Solved:
     plan: dict[str, Any] | None
     view: Scenario | None = None
     report: dict[str, Any] | None = None
+    cost_unit: str = "USD"  # "card-hours" where the card has no price
 
     def allowed(self, budget: float | None) -> bool:
         return self.cost is not None and (budget is None or self.cost <= budget)
@@ -187,7 +188,7 @@ class _Solver:
             if pr.feasible and pr.best is not None:
                 m = pr.best.metrics
                 self.cache[key] = Solved(tokens, float(m["cost"]), float(m["finish_days"]),
-                                         pr.best.plan_dict(), pr.view, pr.report)
+                                         pr.best.plan_dict(), pr.view, pr.report, str(m["cost_unit"]))
             else:
                 self.cache[key] = Solved(tokens, None, None, None)
         return self.cache[key]
@@ -206,15 +207,15 @@ def _unsolvable_why(s: _Solver, model: str, tokens: float, budget: float | None)
     (the same solve with the deadline 1000 times longer finds none either: memory, layout or input bind)."""
     first = s(model, tokens)
     if first.cost is not None:
-        return BUDGET, f"{tokens:.3g} tokens cost {first.cost:,.0f} > budget {budget:,.0f}"
+        return BUDGET, f"{tokens:.3g} tokens cost {first.cost:,.0f} > budget {budget:,.0f} {first.cost_unit}"
     sc = s.build(model, tokens)
     long = with_deadline(sc, F.limit(F.DEADLINE, sc) * 1000.0)
     pr = P.plan(long, s.backend, s.req, analyse=False, why=False)
     _proven(pr, model, tokens)
     if pr.feasible:
         return DATE, f"no plan finishes {tokens:.3g} tokens by the deadline"
-    return NO_PLAN, (f"no plan meets the plan constraints (memory, layout, input) at any deadline; "
-                     f"'tpopt solve --model {model}' names the conflict")
+    return NO_PLAN, (f"no plan meets the plan constraints (memory, layout, input) at any deadline; tpopt solve with "
+                     f"this scenario and --model {model} names the conflict")
 
 
 def _max_tokens(s: _Solver, q: InverseQuestion, model: str, grid: Sequence[float],
@@ -237,7 +238,8 @@ def _max_tokens(s: _Solver, q: InverseQuestion, model: str, grid: Sequence[float
     nxt = s(model, grid[lo + 1])
     if nxt.cost is not None:
         assert budget is not None
-        return lo, BUDGET, f"{grid[lo + 1]:.3g} tokens cost {nxt.cost:,.0f} > budget {budget:,.0f}" + _less_serving(q)
+        return lo, BUDGET, (f"{grid[lo + 1]:.3g} tokens cost {nxt.cost:,.0f} > budget {budget:,.0f} {nxt.cost_unit}"
+                            + _less_serving(q))
     if lo < 0:
         why, detail = _unsolvable_why(s, model, grid[0], budget)
         return lo, why, detail
@@ -262,7 +264,7 @@ def _refine(s: _Solver, q: InverseQuestion, model: str, lo: float, hi: float, bu
     within = f" (refined to {resolution:.2%}: {lo:.4g} allowed, {hi:.4g} not)"
     if nxt.cost is not None:
         assert budget is not None
-        return lo, (lo, hi), BUDGET, (f"{hi:.4g} tokens cost {nxt.cost:,.0f} > budget {budget:,.0f}"
+        return lo, (lo, hi), BUDGET, (f"{hi:.4g} tokens cost {nxt.cost:,.0f} > budget {budget:,.0f} {nxt.cost_unit}"
                                       + _less_serving(q) + within)
     return lo, (lo, hi), DATE, f"no plan finishes {hi:.4g} tokens by the deadline" + within
 

@@ -49,7 +49,7 @@ from tpopt.models import terms as T
 from tpopt.models.arch import param_count
 from tpopt.models.evaluate import CONSTRAINT_NAMES, evaluate_arrays
 from tpopt.models.plan import Scenario
-from tpopt.models.units import DAY, HOUR
+from tpopt.models.units import DAY, HOUR, fmt_count
 from tpopt.optimizer.space import nic_domain
 from tpopt.presentation import scale_out_relaxation_lines
 
@@ -979,8 +979,10 @@ def verdict(ps: PoolsSolve) -> list[str]:
 
 def pools_text(ps: PoolsSolve, sc: Scenario) -> str:
     """The plain-text report of a pools solve."""
-    lines = [f"Mixed-pool plan (data-parallel groups per accelerator type), {sc.task.global_batch} sequences "
-             "a step"]
+    t = sc.task
+    lines = [f"tpopt solve: {sc.name}: {sc.model.name}, {fmt_count(t.tokens)} tokens, deadline "
+             f"{t.deadline_s / DAY:.1f} d (reserved {t.reserved_s / DAY:.1f} d)",
+             f"Mixed-pool plan (data-parallel groups per accelerator type), {t.global_batch} sequences a step"]
     if ps.best is None:
         lines.append("no plan meets the deadline, the budget and the pools' availability")
         rl = scale_out_relaxation_lines(ps.relaxations)
@@ -1054,7 +1056,8 @@ def staged_lines(ps: PoolsSolve, sc: Scenario) -> list[str]:
     for u, g in enumerate(p.pools):
         pool = sc.pools[g]
         usable = pool_scenario(sc, pool).system(pool.accelerator).acc.memory_usable / 2**30
-        out.append(f"  {pool.label:<24} {p.cards[g]:>5} cards  {p.stages[u]} stages x {p.layers[u]} layers  "
+        stages = f"{p.stages[u]} stage{'s' if p.stages[u] != 1 else ''}"
+        out.append(f"  {pool.label:<24} {p.cards[g]:>5} cards  {stages} x {p.layers[u]} layers  "
                    f"stage pipeline {p.stage_steps_s[u]:.3f} s  {p.memory_gib[u]:.1f}/{usable:.1f} GiB  "
                    f"{PM.pool_cost(p.cards[g], pool.price_card_hour, p.finish_s):,.0f} USD")
     entry = staged_entry(ps, sc)

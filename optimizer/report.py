@@ -532,7 +532,7 @@ def _violation(ev: Evaluation, family: str) -> dict[str, Any]:
     c = ev.constraint(name) if any(x.name == name for x in ev.constraints) else None
     if c is None:
         return {"name": family}
-    out: dict[str, Any] = {"name": family, "value": c.value, "limit": c.limit, "unit": c.unit}
+    out = c.quoted()
     if family == F.MEMORY_PER_CARD and "memory_peak_class" in ev.metrics:  # the stage class whose rank peaks
         out["stage"] = ev.metrics["memory_peak_class"]
     return out

@@ -38,6 +38,7 @@ from tpopt.models.arch import param_count
 from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.models.market import Power, site_power_w
 from tpopt.models.plan import Scenario
+from tpopt.models.units import DAY, fmt_count
 from tpopt.optimizer import backends
 from tpopt.optimizer import plan as P
 from tpopt.optimizer.backends import Solver
@@ -231,9 +232,16 @@ def _replica_plan(sc: Scenario, si: S.SitesInput, solver: Solver, req: Request) 
     one = replace(sc, search=replace(sc.search, max_cards=total))  # the sites replace search.max_cards
     res = P.plan(one, solver, req, analyse=False, why=False)
     if res.best is None:
-        raise InputError(f"no plan fits even one site of {total:,} cards (the sites' total) by the deadline "
-                         f"({res.status.value}): tpopt solve says why")
+        raise NoReplicaPlan(f"no plan fits even one site of {total:,} cards (the sites' total) by the deadline "
+                            f"({res.status.value}), so none exists over the sites; tpopt solve on the scenario without "
+                            f"its [[sites]] and [wan] tables, with --max-cards {total}, says why")
     return res.best
+
+
+class NoReplicaPlan(InputError):
+    """A well-formed sites request with no plan: the job has none even as one site of the sites' total cards
+    (a WAN only adds time, tokens and egress). An InputError for the Python API; ``tpopt sites`` prints it as
+    its answer and exits 3, as every command does for a request without a plan."""
 
 
 def solve_sites(sc: Scenario, si: S.SitesInput, power: Power | None, backend: str | Solver = backends.DEFAULT,
@@ -346,7 +354,7 @@ def wan_relaxation(si: S.SitesInput, best_at: Callable[[int], Candidate | None])
     assert got is not None  # smallest_feasible returns a plan
     rel.update(required=hi, helps=True, cost=got.cost, finish_days=got.finish_s / 86400.0, cards=[got.cards],
                plan=f"{'sync' if got.mode == S.SYNC else f'DiLoCo H={got.inner_steps} F={got.fragments}'} over "
-                    f"{len(got.sites)} site(s)")
+                    f"{site_count(len(got.sites))}")
     return rel
 
 
@@ -465,17 +473,40 @@ def _power(s: dict[str, Any]) -> str:
     return f"{s['site_mw']:,.1f} MW" + ("" if s["cap_mw"] is None else f" of {s['cap_mw']:,.1f} MW")
 
 
+def request(sc: Scenario, si: S.SitesInput) -> dict[str, Any]:
+    """What a sites report answers, for its first line: the scenario, model, tokens, deadline, reserved time,
+    budget (None: none), the sites and the default WAN link (Gbit/s each direction) with the per-pair links."""
+    return {"scenario": sc.name, "model": sc.model.name, "tokens": sc.task.tokens,
+            "deadline_days": F.limit(F.DEADLINE, sc) / DAY, "reserved_days": sc.task.reserved_s / DAY,
+            "max_cost": sc.cost.max_cost, "sites": [x.name for x in si.sites],
+            "wan_gbps": si.wan.bandwidth_bps / GBPS, "wan_links": len(si.links)}
+
+
+def request_lines(d: dict[str, Any]) -> list[str]:
+    """The report's first line, naming the question (none for a report without ``request``)."""
+    q = d.get("request")
+    if q is None:
+        return []
+    budget = f", budget {q['max_cost']:,.0f} USD" if q["max_cost"] is not None else ""
+    n = q["wan_links"]
+    pairs = f" ({n} site pair{'s' if n != 1 else ''} with {'their' if n != 1 else 'its'} own link)" if n else ""
+    return [f"tpopt sites: {q['scenario']}: {q['model']}, {fmt_count(q['tokens'])} tokens, deadline "
+            f"{q['deadline_days']:.1f} d (reserved {q['reserved_days']:.1f} d){budget}; {len(q['sites'])} sites "
+            f"({', '.join(q['sites'])}), WAN {q['wan_gbps']:,.4g} Gbit/s each way{pairs}"]
+
+
 def lines(d: dict[str, Any]) -> list[str]:
     """The report as text lines."""
     r = d["replica"]
-    out = [f"replica: {r['cards']} x {r['accelerator']} (TP {r['tp']}, PP {r['pp']}, CP {r['cp']}, micro-batch "
+    out = [*request_lines(d),
+           f"replica: {r['cards']} x {r['accelerator']} (TP {r['tp']}, PP {r['pp']}, CP {r['cp']}, micro-batch "
            f"{r['micro_batch']}, ZeRO {r['zero_stage']}, recompute {r['recompute']}, {r['schedule']})"]
     if d["best"] is None:
         rl = scale_out_relaxation_lines(d.get("relaxations") or [])  # before the verdict, which stays the last line
         return [*out, *([""] + rl + [""] if rl else []),
                 f"no multi-site plan meets the deadline ({d['candidates']:,} candidates scored)"]
     b = d["best"]
-    out.append(f"best: {_mode(b)} over {len(b['sites'])} site(s), {b['cards']:,} cards, {b['finish_days']:.1f} d, "
+    out.append(f"best: {_mode(b)} over {site_count(len(b['sites']))}, {b['cards']:,} cards, {b['finish_days']:.1f} d, "
                f"{b['cost']:,.0f} USD ({d['candidates']:,} candidates scored, exact over the grids)")
     out += [f"  {s['site']}: {s['replicas']} replicas, {s['cards']:,} of {s['max_cards']:,} cards, {_power(s)}"
             for s in d["per_site"]]
@@ -507,9 +538,20 @@ def mode_lines(d: dict[str, Any]) -> list[str]:
                        f"egress {c['egress_usd']:,.0f} USD, "
                        f"tokens x {c['token_factor']:.3f}, {c['finish_days']:.1f} d, {c['cost']:,.0f} USD")
     for m, c in d["best_per_mode"].items():
-        out.append(f"cheapest {m} plan within the deadline: {_mode(c)} over {len(c['sites'])} site(s), "
+        out.append(f"cheapest {MODE_WORDS.get(m, m)} plan within the deadline: {_mode(c)} over "
+                   f"{site_count(len(c['sites']))}, "
                    f"{c['cards']:,} cards, {c['finish_days']:.1f} d, {c['cost']:,.0f} USD")
-    return out + [f"no {m} plan meets the deadline" for m in d["modes"] if m not in d["best_per_mode"]]
+    return out + [f"no {MODE_WORDS.get(m, m)} plan meets the deadline" for m in d["modes"]
+                  if m not in d["best_per_mode"]]
+
+
+MODE_WORDS = {S.SYNC: "sync", S.DILOCO: "DiLoCo"}
+"""A mode as the report names it (the JSON keeps "sync" / "diloco")."""
+
+
+def site_count(n: int) -> str:
+    """"1 site", "2 sites"."""
+    return f"{n} site{'s' if n != 1 else ''}"
 
 
 def _mode(c: dict[str, Any]) -> str:

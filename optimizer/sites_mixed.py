@@ -82,7 +82,10 @@ from tpopt.optimizer.sites import (
     mode_lines,
     replica_power_w,
     report,
+    request,
+    request_lines,
     rings,
+    site_count,
     solve_sites,
     wan_relaxation,
     wan_terms,
@@ -688,12 +691,13 @@ def mixed_lines(d: dict[str, Any]) -> list[str]:
     """The report as text lines."""
     if d["best"] is None:
         rl = scale_out_relaxation_lines(d.get("relaxations") or [])  # before the verdict, which stays the last line
-        return [f"types: {', '.join(d['types'])}", *([""] + rl + [""] if rl else []), *wider_lines(d),
+        return [*request_lines(d), f"types: {', '.join(d['types'])}", *([""] + rl + [""] if rl else []),
+                *wider_lines(d),
                 f"no multi-site plan meets the deadline ({d['candidates']:,} candidates scored)"]
     b = d["best"]
     each = dict.fromkeys(f"{s['accelerator']} {s['replica_share']:,}" for s in d["per_site"])
-    out = [f"types: {', '.join(d['types'])}; sequences a replica takes per step: {', '.join(each)}",
-           f"best: {_mode(b)} over {len(b['sites'])} site(s), {b['cards']:,} cards, {b['finish_days']:.1f} d, "
+    out = [*request_lines(d), f"types: {', '.join(d['types'])}; sequences a replica takes per step: {', '.join(each)}",
+           f"best: {_mode(b)} over {site_count(len(b['sites']))}, {b['cards']:,} cards, {b['finish_days']:.1f} d, "
            f"{b['cost']:,.0f} USD ({d['candidates']:,} candidates scored, {d['thresholds_joined']:,} site sets x step "
            "thresholds joined, exact over the grids)"]
     out += [_site_line(s) for s in d["per_site"]]
@@ -712,9 +716,9 @@ def answer(source: str | PathLike[str] | Mapping[str, Any], catalog_dirs: Sequen
     _, stated = split_sites(read_scenario_file(source))
     if stated is not None and S.mixed(stated):
         msc, msi, powers = load_mixed_sites_scenario(source, catalog_dirs)
-        return mixed_report(solve_mixed_sites(msc, msi, powers))
+        return {"request": request(msc, msi), **mixed_report(solve_mixed_sites(msc, msi, powers))}
     sc, si, power = load_sites_scenario(source, catalog_dirs)
-    return report(solve_sites(sc, si, power, solver))
+    return {"request": request(sc, si), **report(solve_sites(sc, si, power, solver))}
 
 
 def answer_lines(d: dict[str, Any]) -> list[str]:

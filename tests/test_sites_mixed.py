@@ -229,7 +229,10 @@ def test_cli_runs_the_mixed_example() -> None:
     p = subprocess.run([sys.executable, "-m", "tpopt", "sites", "--scenario", str(EXAMPLE)], capture_output=True,
                        text=True, check=False)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.startswith("types: h100-sxm, b200, gb200-nvl72") and "exact over the grids" in p.stdout
+    lines = p.stdout.splitlines()  # the first line (and its continuation) names the question
+    assert lines[0].startswith("tpopt sites: sites-mixed-405b:")
+    assert any(ln.startswith("types: h100-sxm, b200, gb200-nvl72") for ln in lines)
+    assert "exact over the grids" in " ".join(p.stdout.split())
 
 
 def test_a_site_type_without_a_price_is_one_line(tmp_path: Path) -> None:

@@ -119,7 +119,7 @@ def conflict_detail(ctx: Context, core: list[str]) -> list[dict[str, Any]]:
             d["plan"] = plan_summary(ev)
             d["violates"] = [v.name for v in ev.violated() if v.name in ctx.enforced]
             if c is not None:
-                d.update({"value": c.value, "limit": c.limit, "unit": c.unit})
+                d.update(c.quoted())
         else:
             d["note"] = "no plan meets all the other constraints either (a second conflict does not involve it)"
         if f == F.WHOLE_HOSTS:

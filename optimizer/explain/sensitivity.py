@@ -34,7 +34,7 @@ REL = 1e-9
 def violation(c: ConstraintCheck) -> dict[str, Any]:
     """A violated check: excess = value - limit (in the family's unit) and excess / limit."""
     excess = c.value - c.limit
-    return {"name": c.name, "value": c.value, "limit": c.limit, "unit": c.unit, "excess": excess,
+    return {**c.quoted(), "excess": excess,
             "excess_fraction": excess / abs(c.limit) if c.limit not in (0, float("inf")) else None,
             "rule": c.doc}
 
