@@ -40,10 +40,13 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import least_squares
 
+from tpopt.catalogs.uncertainty import covers_lines
 from tpopt.errors import InputError
 from tpopt.files import refuse_symlink, write_atomic, write_error
 from tpopt.models import families as F
+from tpopt.models import terms as T
 from tpopt.models.evaluate import evaluate_arrays, resolve_plan, with_plan_options
+from tpopt.models.evidence import Envelope, recipe_class
 from tpopt.models.plan import Plan, Scenario
 from tpopt.models.roofline import PerfParams
 from tpopt.models.variables import evaluate_keywords
@@ -517,7 +520,26 @@ def source_of(cal: Calibration, e: Estimate, how: str = "tpopt calibrate", label
     return f"{label}: {how} on {on} (+-{e.sigma * 100:.1f} %)"
 
 
-def override_text(cal: Calibration, how: str = "tpopt calibrate", label: str = "calibrated") -> str:
+def covered(cal: Calibration) -> Envelope | None:
+    """What the calibration's measured steps covered (tpopt.models.evidence.Envelope from each run's
+    :func:`tpopt.models.terms.plan_facts`: its stack, sequence length, recipe, routed experts per card and card
+    count; a run with candidate plans at its largest), or None where it timed no training step (kernels timed by
+    ``--measure``: :func:`kernels_covered`)."""
+    runs = [r for r in cal.runs if isinstance(r, MeasuredRun)]
+    if not runs:
+        return None
+    facts = [T.plan_facts(r.scenario, r.accelerator, float(max(p.cards for p in r.plans)),
+                          float(max(p.ep or 1 for p in r.plans))) for r in runs]
+    envs = [Envelope((f.stack,), (f.seq, f.seq), f.cards, (recipe_class(f.matrix),), f.experts_per_card)
+            for f in facts]
+    out = envs[0]
+    for e in envs[1:]:
+        out = out.union(e)
+    return out
+
+
+def override_text(cal: Calibration, how: str = "tpopt calibrate", label: str = "calibrated",
+                  covers: Envelope | None = None) -> str:
     """performance.toml text holding the calibrated entry (readable by ``--catalog DIR``)."""
     p = cal.perf
     name = cal.accelerator
@@ -553,6 +575,9 @@ def override_text(cal: Calibration, how: str = "tpopt calibrate", label: str = "
     lines.append(f"sigma = {_toml_value([round(e.sigma, 6) for e in cal.estimates if e.exercised])}")
     lines.append(f"prior_sigma = {_toml_value([BY_NAME[f].prior_sigma for f in cal.fitted])}")
     lines.append(f"noise_sigma = {_toml_value(NOISE_SIGMA)}")
+    env = covers or covered(cal)
+    if env is not None:
+        lines += covers_lines(name, env)
     return "\n".join(lines) + "\n"
 
 
@@ -568,7 +593,7 @@ def target(directory: str | Path, force: bool = False) -> Path:
 
 
 def write_override(cal: Calibration, directory: str | Path, force: bool = False, how: str = "tpopt calibrate",
-                   label: str = "calibrated") -> Path:
+                   label: str = "calibrated", covers: Envelope | None = None) -> Path:
     """Write DIR/performance.toml; refuse to overwrite an existing file unless ``force``."""
     d = Path(directory)
     path = target(d, force)
@@ -576,7 +601,7 @@ def write_override(cal: Calibration, directory: str | Path, force: bool = False,
     made = [p for p in (d, *d.parents) if not p.exists()]  # folders this call creates: removed if it fails
     try:
         d.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, override_text(cal, how, label), "--out")
+        write_atomic(path, override_text(cal, how, label, covers), "--out")
     except (OSError, InputError) as exc:
         for folder in made:  # deepest first
             try:

@@ -165,6 +165,14 @@ def test_cli_round_trip_writes_residual_sigma(tmp_path):
                                     "--force"]).output
     assert "+-" in text and "Residual spread: lognormal sigma of measured/predicted" in text
     assert "not identified by these runs" in text
+    # what the runs covered, recorded for the step-time sigma beyond them: their stack, sequence lengths, cards,
+    # recipe and experts per card, as the CSV above states them (dense BF16 runs; a table that names no stack ran
+    # Megatron-LM 2021-22, tpopt/optimizer/runs.py)
+    covers = perf.calibration_covers
+    stack = "megatron-lm-2021"
+    assert covers is not None and covers.stacks == (stack,) and covers.recipes == ("16-bit",)
+    assert covers.seq == (min(r.scenario.task.seq_len for r in runs), max(r.scenario.task.seq_len for r in runs))
+    assert covers.cards_max == max(r.plans[0].cards for r in runs) and covers.experts_per_card == 0
 
 
 def test_catalog_refuses_residual_sigma_without_its_source(tmp_path):
