@@ -582,7 +582,7 @@ PRIOR_DOMINATED = "calibrated (prior-dominated"
 (:func:`tpopt.optimizer.calibrate.source_of`)."""
 
 
-OWN_LINE = ("activation budget", "input pipeline", "stack", "precision")
+OWN_LINE = ("activation budget", "input pipeline", "stack", "precision", "context parallelism")
 """Stated inputs printed on a line of their own; the others share one "stated:" line."""
 
 

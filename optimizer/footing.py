@@ -326,12 +326,29 @@ def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | 
         out.append({"input": "context-parallel ring", "stated": f"at {e:.3f} of its modelled speed in its later "
                     f"steps ({on}, mechanism not known; catalogs/stacks.toml ring_step_efficiency)",
                     "modelled": None, "ring_step_efficiency": e, "fitted_runs": runs})
+    dropped = cp_dropped(sc)
+    if dropped is not None:
+        out.append(dropped)
     finish = m.get("finish_days")
     if sc.task.reserved_s > 0 and finish:
         share = sc.task.reserved_s / DAY / float(finish)
         out.append({"input": "reserved time", "stated": f"{sc.task.reserved_s / DAY:g} d billed at {cards:,} "
                     f"cards ({share * 100:.1f} % of the cost)", "modelled": None, "reserved_share": share})
     return out
+
+
+def cp_dropped(sc: Scenario) -> dict[str, Any] | None:
+    """The search.cp sizes the scenario reader dropped (tpopt.catalogs.scenario.splittable_cp: they cannot split a
+    sequence into equal pieces, tpopt.models.context.sequence_splits) and why, as a stated input; None where none
+    was dropped."""
+    dropped = sc.search.cp_dropped
+    if not dropped:
+        return None
+    pieces = "2 x cp" if sc.cp_split == "zigzag" else "cp"
+    return {"input": "context parallelism", "stated": f"search.cp {', '.join(map(str, dropped))} dropped: a "
+            f"sequence of {sc.task.seq_len:,} tokens does not split into {pieces} equal pieces, which the "
+            f"{sc.cp_split} context-parallel split needs; searched cp {', '.join(map(str, sc.search.cp))}",
+            "modelled": None, "cp_dropped": list(dropped), "cp_searched": list(sc.search.cp)}
 
 
 def pooled_stack(sc: Scenario) -> float | None:
