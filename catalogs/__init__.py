@@ -31,6 +31,7 @@ from tpopt.errors import InputError
 from tpopt.models.arch import ModelArch
 from tpopt.models.hardware import Accelerator
 from tpopt.models.roofline import PerfParams
+from tpopt.models.units import parse_duration
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 CATALOG_FILES = ("accelerators.toml", "links.toml", "storage.toml", "models.toml", "performance.toml")
@@ -317,14 +318,17 @@ def borrowed_spread(out: PerfParams, lenders: Sequence[PerfParams]) -> PerfParam
 def calibration_prior(table: Any, perf: PerfParams) -> dict[str, float]:
     """The public measurement each calibrated field of a performance.toml entry started from: its
     ``[acc.calibration] prior`` list, aligned with the last ``len(prior)`` names of ``calibrated`` (as
-    benchmarks/refit_catalog.py writes them); {} for an entry without one."""
+    benchmarks/refit_catalog.py writes them), a duration with its unit as tpopt calibrate writes one ("12us");
+    {} for an entry without one."""
     cal = table.get("calibration", {}) if isinstance(table, dict) else {}
     prior = list(cal.get("prior", [])) if isinstance(cal, dict) else []
     fitted = list(cal.get("fitted", [])) if isinstance(cal, dict) else []
     names = fitted if len(fitted) == len(prior) else list(perf.calibrated)[-len(prior):] if prior else []
-    if len(names) != len(prior) or not all(isinstance(v, (int, float)) for v in prior):
+    if len(names) != len(prior) or not all(isinstance(v, (int, float, str)) and not isinstance(v, bool)
+                                           for v in prior):
         return {}
-    return {n: float(v) for n, v in zip(names, prior, strict=True)}
+    return {n: parse_duration(v, f"performance {perf.name}: calibration.prior") if isinstance(v, str) else float(v)
+            for n, v in zip(names, prior, strict=True)}
 
 
 def prior_training_ratio(fitted: Sequence[tuple[float, float]]) -> float:

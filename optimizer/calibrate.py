@@ -49,6 +49,7 @@ from tpopt.models.evaluate import evaluate_arrays, resolve_plan, with_plan_optio
 from tpopt.models.evidence import Envelope, recipe_class
 from tpopt.models.plan import Plan, Scenario
 from tpopt.models.roofline import PerfParams
+from tpopt.models.units import fmt_duration_exact
 from tpopt.models.variables import evaluate_keywords
 
 CHOICE_CONSTRAINTS = F.CHOICE_FAMILIES
@@ -511,6 +512,13 @@ def _toml_value(v: object) -> str:
     return f'"{text}"'
 
 
+def prior_value(name: str, value: float) -> float | str:
+    """A fitted parameter's prior as ``[acc.calibration] prior`` lists it: a duration (``kernel_overhead``,
+    ``collective_latency``: a Param printed in seconds' units) with its unit (:func:`fmt_duration_exact`), a
+    fraction or a count as it is."""
+    return fmt_duration_exact(value) if BY_NAME[name].unit == "us" else value
+
+
 def source_of(cal: Calibration, e: Estimate, how: str = "tpopt calibrate", label: str = "calibrated") -> str:
     """The performance.toml source of a fitted parameter: ``label`` (calibrated: fitted to training runs;
     measured: fitted to kernels timed on a machine), how, on what, and its uncertainty."""
@@ -553,8 +561,8 @@ def override_text(cal: Calibration, how: str = "tpopt calibrate", label: str = "
               "gemm_k_half", "sms"):
         lines.append(f"{f} = {_toml_value(getattr(p, f))}")
     lines.append(f"tile = [{p.tile_m}, {p.tile_n}]")
-    lines.append(f'kernel_overhead = "{p.kernel_overhead * 1e6:.6g}us"')
-    lines.append(f'collective_latency = "{p.collective_latency * 1e6:.6g}us"')
+    lines.append(f'kernel_overhead = "{fmt_duration_exact(p.kernel_overhead)}"')
+    lines.append(f'collective_latency = "{fmt_duration_exact(p.collective_latency)}"')
     lines.append(f"calibrated = {_toml_value(list(p.calibrated))}")
     lines.append(f"residual_sigma = {_toml_value(round(cal.residual_sigma, 6))}")
     lines.append(f"residual_sigma_source = {_toml_value(cal.residual_sigma_source)}")
@@ -567,11 +575,11 @@ def override_text(cal: Calibration, how: str = "tpopt calibrate", label: str = "
             lines.append(f"{e.name} = {_toml_value(source_of(cal, e, how, label))}")
     lines.append(f"[{name}.calibration]")
     lines.append(f"runs = {_toml_value([r.name for r in cal.runs])}")
-    lines.append(f"measured_s = {_toml_value([r.measured_step_s for r in cal.runs])}")
-    lines.append(f"predicted_s = {_toml_value(cal.predicted_s)}")
+    lines.append(f"measured = {_toml_value([fmt_duration_exact(r.measured_step_s) for r in cal.runs])}")
+    lines.append(f"predicted = {_toml_value([fmt_duration_exact(t) for t in cal.predicted_s])}")
     lines.append(f"fitted = {_toml_value(list(cal.fitted))}")
     lines.append(f"identified = {_toml_value(list(cal.identified))}")
-    lines.append(f"prior = {_toml_value([float(getattr(cal.prior, f)) for f in cal.fitted])}")
+    lines.append(f"prior = {_toml_value([prior_value(f, float(getattr(cal.prior, f))) for f in cal.fitted])}")
     lines.append(f"sigma = {_toml_value([round(e.sigma, 6) for e in cal.estimates if e.exercised])}")
     lines.append(f"prior_sigma = {_toml_value([BY_NAME[f].prior_sigma for f in cal.fitted])}")
     lines.append(f"noise_sigma = {_toml_value(NOISE_SIGMA)}")
