@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -519,17 +520,32 @@ def _alternative(best: Any, found: Any, objective: str, sigma: float) -> dict[st
             "value": float(found.metrics[key]), "ratio": ratio, "within": ratio <= math.exp(sigma), "sigma": sigma}
 
 
-def offer_fitted_alternative(sc: Scenario, best: Any, offers: list[tuple[Scenario, Any]], objective: str
+def offer_fitted_alternative(sc: Scenario, best: Any, offers: list[tuple[Scenario, Any]], objective: str,
+                             bounded: Sequence[tuple[Scenario, str, str, float]] = (),
+                             build: Callable[[tuple[str, ...]], list[tuple[Scenario, Any]]] | None = None
                              ) -> dict[str, Any] | None:
     """:func:`fitted_alternative` over a market's offers (``offers``: each offer's scenario and best plan, None
-    where it has none or a cost bound ruled it out unsolved): the best solved plan on a fitted card, when the
-    chosen plan (on ``sc``, its offer's scenario) rests on priors. No further solve: each offer's plan is
-    already proven optimal on that offer."""
+    where it has none or a cost bound ruled it out unsolved): the best plan on a fitted card, when the chosen plan
+    (on ``sc``, its offer's scenario) rests on priors. Each solved offer's plan is already proven optimal on that
+    offer. An offer a cost bound decided unsolved (``bounded``: its scenario, id, accelerator and bound b, no plan
+    on it billing less) on a fitted card may still be within the chosen plan's uncertainty where
+    b <= cost x e^sigma: those are solved (``build``: the offers' scenarios and best plans, by ids) and compared
+    too; one above it cannot be (ratio >= b / cost > e^sigma), so it is left unsolved. ``bounded_solved`` in the
+    entry: the option is such an offer's."""
     p = best.plan
     mine = T.evidence_of(sc, p.accelerator, float(p.cards), float(p.ep))
     if mine["card"] != "prior":
         return None
+    sigma = float(mine["sigma"])
     key = "cost" if objective == "cost" else "finish_days"
-    fitted = [b for s, b in offers if b is not None and T.evidence_of(s, b.plan.accelerator, 1.0)["card"] == "fitted"]
+    ceiling = float(best.metrics["cost"]) * math.exp(sigma)
+    near = tuple(i for s, i, acc, b in bounded if b <= ceiling and T.evidence_of(s, acc, 1.0)["card"] == "fitted") \
+        if objective == "cost" else ()
+    solved = build(near) if near and build is not None else []
+    fitted = [b for s, b in [*offers, *solved]
+              if b is not None and T.evidence_of(s, b.plan.accelerator, 1.0)["card"] == "fitted"]
     found = min(fitted, key=lambda b: float(b.metrics[key])) if fitted else None
-    return _alternative(best, found, objective, float(mine["sigma"]))
+    out = _alternative(best, found, objective, sigma)
+    if out is not None:
+        out["bounded_solved"] = any(b is found for _, b in solved)
+    return out
