@@ -154,8 +154,9 @@ def step_sigma(sc: Scenario, acc: str, cards: ArrayLike = 1.0, ep: ArrayLike = 1
 
     (independent log errors add in quadrature; the factors: card on priors, stack not fitted, MoE at more
     experts per card than fitted, sequence beyond the fitted, low-precision recipe not fitted, cards
-    beyond the fitted), the source naming the factors that apply (:func:`evidence_of`); else the catalog
-    sigmas (:func:`catalog_sigma`)."""
+    beyond the fitted), the source naming the factors that apply (:func:`evidence_of`); with a calibration of
+    one's own, the same factors on its floored spread, judged against what its runs covered
+    (:func:`own_calibration_sigma`); else the catalog sigmas (:func:`catalog_sigma`)."""
     if np.ndim(cards) == 0 and np.ndim(ep) == 0:  # one plan: its source says what it rests on (evidence_of)
         e = evidence_of(sc, acc, float(np.asarray(cards)), float(np.asarray(ep)))
         return e["sigma"], e["source"]
@@ -444,7 +445,7 @@ def _chance_key(sc: Scenario, acc: str, save_mode: str, ep: float = 1) -> tuple[
     """What a chance root depends on besides (cards, interval): level, deadline, margins, save mode's pause and
     lag, restart, failure and rollback rates, the risk inputs (the offer's spot terms and the uncertainty table
     among them) and what the step sigma reads beyond the cards (:func:`plan_facts` at the expert parallelism, the
-    card's own calibration sigma)."""
+    card's own calibration sigma and what its runs covered)."""
     rel = sc.reliability
     pause, lag = save_pause_lag(sc, save_mode)
     ev = evidence_for(sc, acc)
