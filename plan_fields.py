@@ -96,9 +96,8 @@ def plan_from(sc: Scenario, kw: Mapping[str, Any]) -> Plan:
         **_moe_flags(space, kw),
         global_batch=space.global_batch[0] if len(space.global_batch) == 1 else 0,
     )
-    from tpopt.models.context import sequence_splits, split_rule  # lazy: numpy, loaded by then
+    from tpopt.models.context import require_split  # lazy: numpy, loaded by then
 
-    for seq_len in {sc.task.seq_len, *(st.task.seq_len for st in sc.stages)}:
-        if not sequence_splits(seq_len, plan.cp, sc.cp_split):
-            raise InputError(f"--cp {plan.cp}: {split_rule(seq_len, plan.cp, sc.cp_split)}")
+    for seq_len in sorted({sc.task.seq_len, *(st.task.seq_len for st in sc.stages)}):
+        require_split(seq_len, plan.cp, sc.cp_split, "--cp")
     return plan

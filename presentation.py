@@ -533,13 +533,15 @@ def _nic_price_text(pr: dict[str, Any]) -> str:
 
 def evidence_lines(e: dict[str, Any] | None) -> list[str]:
     """The footing's evidence (tpopt.optimizer.footing.evidence): the plan's own step-time sigma with its
-    reasons (a stated sigma: its source, which names a card on priors and the evidence's sigma) and P(on time)
-    at it; "may not fit" with the margin; a fitted option within a prior card's
-    uncertainty, named."""
+    reasons (a stated sigma: its source, which names a card on priors and the evidence's sigma), the assumption
+    an own calibration's file makes where it does not record what its runs covered, and P(on time) at it; "may
+    not fit" with the margin; a fitted option within a prior card's uncertainty, named."""
     if not e:
         return []
     why = e["source"] if e.get("stated") else "; ".join(e["reasons"]) if e["reasons"] else \
         "a fitted card and stack, inside the fitted range" if "uncertainty.toml" in e["source"] else e["source"]
+    if e.get("assumption"):  # a calibration of one's own that does not record what its runs covered
+        why = f"{why}; {e['assumption']}"
     p = "" if e.get("p_on_time") is None else f"; P(on time) {e['p_on_time'] * 100:.1f} % at this sigma"
     lines = [f"step-time sigma {e['sigma']:.3f}: {why}{p}"]
     m = e.get("memory")
@@ -583,7 +585,7 @@ PRIOR_DOMINATED = "calibrated (prior-dominated"
 (:func:`tpopt.optimizer.calibrate.source_of`)."""
 
 
-OWN_LINE = ("activation budget", "input pipeline", "stack", "precision")
+OWN_LINE = ("activation budget", "input pipeline", "stack", "precision", "context parallelism")
 """Stated inputs printed on a line of their own; the others share one "stated:" line."""
 
 

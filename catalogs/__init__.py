@@ -26,10 +26,12 @@ from tpopt.catalogs.tables import (
     loads_toml,
     read_text_capped,
 )
+from tpopt.catalogs.uncertainty import COVERS, covers_of
 from tpopt.errors import InputError
 from tpopt.models.arch import ModelArch
 from tpopt.models.hardware import Accelerator
 from tpopt.models.roofline import PerfParams
+from tpopt.models.units import parse_duration
 
 BUILTIN_DIR = Path(__file__).resolve().parent
 CATALOG_FILES = ("accelerators.toml", "links.toml", "storage.toml", "models.toml", "performance.toml")
@@ -115,6 +117,9 @@ def _merge(dirs: list[Path]) -> dict[str, dict[str, Any]]:
                             entry.pop("residual_sigma_source", None)  # a new sigma states its own source
                         if "residual_sigma" in value and "residual_sigma_stacks" not in value:
                             entry.pop("residual_sigma_stacks", None)  # and its stacks (none: one's own runs)
+                        if "residual_sigma" in value and isinstance(entry.get("calibration"), dict):
+                            entry["calibration"] = {k: v for k, v in entry["calibration"].items() if k != COVERS}
+                            # and what its runs covered (absent: not recorded)
                         for k2, v2 in value.items():
                             both = isinstance(v2, dict) and isinstance(entry.get(k2), dict)
                             entry[k2] = {**entry[k2], **v2} if both else v2
@@ -209,6 +214,8 @@ def build_perf(name: str, t: dict[str, Any], base: PerfParams | None = None) -> 
         kw["tile_m"], kw["tile_n"] = k.tile
     if k.residual_sigma is not None:
         kw["residual_sigma_source"] = k.residual_sigma_source
+    if isinstance(k.calibration, dict) and COVERS in k.calibration:
+        kw["calibration_covers"] = covers_of(k.calibration[COVERS], f"{where}: calibration.{COVERS}")
     sources = dict((base.sources if base else {}) or {})
     if k.derived_from is not None:  # inherited values say where they come from
         sources = {f: f"as [{k.derived_from}] ({v})" for f, v in sources.items()}
@@ -217,7 +224,8 @@ def build_perf(name: str, t: dict[str, Any], base: PerfParams | None = None) -> 
     if k.derived_from is not None:  # the same chip: its values, its fitted status and spread not carried over
         out = replace(out, calibrated=k.calibrated or (), residual_sigma=k.residual_sigma or 0.0,
                       residual_sigma_source=str(k.residual_sigma_source or ""),
-                      residual_sigma_stacks=k.residual_sigma_stacks or ())
+                      residual_sigma_stacks=k.residual_sigma_stacks or (),
+                      calibration_covers=kw.get("calibration_covers"))
     if k.clock_ratio is not None:  # on the inherited GEMM and attention shares (an entry's own are as stated)
         scaled = {f: getattr(out, f) * k.clock_ratio for f in ("gemm_efficiency", "attention_efficiency")
                   if f not in t}
@@ -310,14 +318,17 @@ def borrowed_spread(out: PerfParams, lenders: Sequence[PerfParams]) -> PerfParam
 def calibration_prior(table: Any, perf: PerfParams) -> dict[str, float]:
     """The public measurement each calibrated field of a performance.toml entry started from: its
     ``[acc.calibration] prior`` list, aligned with the last ``len(prior)`` names of ``calibrated`` (as
-    benchmarks/refit_catalog.py writes them); {} for an entry without one."""
+    benchmarks/refit_catalog.py writes them), a duration with its unit as tpopt calibrate writes one ("12us");
+    {} for an entry without one."""
     cal = table.get("calibration", {}) if isinstance(table, dict) else {}
     prior = list(cal.get("prior", [])) if isinstance(cal, dict) else []
     fitted = list(cal.get("fitted", [])) if isinstance(cal, dict) else []
     names = fitted if len(fitted) == len(prior) else list(perf.calibrated)[-len(prior):] if prior else []
-    if len(names) != len(prior) or not all(isinstance(v, (int, float)) for v in prior):
+    if len(names) != len(prior) or not all(isinstance(v, (int, float, str)) and not isinstance(v, bool)
+                                           for v in prior):
         return {}
-    return {n: float(v) for n, v in zip(names, prior, strict=True)}
+    return {n: parse_duration(v, f"performance {perf.name}: calibration.prior") if isinstance(v, str) else float(v)
+            for n, v in zip(names, prior, strict=True)}
 
 
 def prior_training_ratio(fitted: Sequence[tuple[float, float]]) -> float:

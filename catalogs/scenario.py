@@ -244,7 +244,8 @@ def build_scenario(raw: dict[str, Any], catalog: Catalog | None = None) -> Scena
         _check_batch_choices(task, space, "task")
     comm = stack_comm_defaults(read_table(CommKeys, raw.get("comm", {}), "comm."), raw.get("comm", {}), stack,
                                per_op=any(s.perf is not None for s in systems.values()))
-    space = replace(space, cp=splittable_cp(space.cp, task.seq_len, comm.cp_split))
+    kept_cp = splittable_cp(space.cp, task.seq_len, comm.cp_split)
+    space = replace(space, cp=kept_cp, cp_dropped=tuple(c for c in space.cp if c not in kept_cp))
     sk = read_table(ScenarioKeys, raw.get("scenario", {}), "scenario.")
     name = sk.name or Path(raw.get("_path", "scenario")).stem
     budget = read_table(BudgetKeys, raw.get("cost", {}), "cost.")

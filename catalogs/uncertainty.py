@@ -152,3 +152,32 @@ CARD_EVIDENCE_SOURCE = ("spread: a card whose calibrating runs (the reference st
                         "envelope) all come from one publishing source: the RMS log error of those runs predicted "
                         "with the card at its public priors, that source left out (benchmarks/uncertainty_fit.py); "
                         "the card's base where larger than the table's and its own leave-one-out spread")
+
+
+COVERS = "covers"
+"""The ``[acc.calibration.covers]`` table ``tpopt calibrate`` writes: what its runs covered (:func:`covers_lines`)."""
+
+
+def covers_lines(acc: str, env: Envelope) -> list[str]:
+    """``[acc.calibration.covers]`` as performance.toml text: the stacks the runs ran, their sequence lengths
+    [min, max] in tokens, their largest card count, their precision recipes (tpopt.models.evidence.recipe_class)
+    and their largest routed experts per card (0: dense runs only)."""
+    return [f"[{acc}.calibration.{COVERS}]", f"stacks = {json.dumps(list(env.stacks))}",
+            f"seq_len_tokens = [{env.seq[0]}, {env.seq[1]}]", f"cards_max = {env.cards_max:g}",
+            f"precisions = {json.dumps(list(env.recipes))}", f"experts_per_card_max = {env.experts_per_card:g}"]
+
+
+def covers_of(t: Any, where: str) -> Envelope:
+    """The :class:`Envelope` of a ``[acc.calibration.covers]`` table (:func:`covers_lines`); one InputError line
+    for a bad one."""
+    try:
+        lo, hi = (int(x) for x in t["seq_len_tokens"])
+        cards, experts = float(t["cards_max"]), float(t["experts_per_card_max"])
+        stacks, recipes = t["stacks"], t["precisions"]
+        if not (isinstance(stacks, list) and isinstance(recipes, list) and 0 < lo <= hi and cards >= 1
+                and experts >= 0 and all(isinstance(x, str) for x in stacks + recipes)):
+            raise ValueError
+    except (KeyError, TypeError, ValueError):
+        raise InputError(f"{where} needs stacks = [names], seq_len_tokens = [min, max], cards_max >= 1, "
+                         "precisions = [recipes], experts_per_card_max >= 0") from None
+    return Envelope(tuple(stacks), (lo, hi), cards, tuple(recipes), experts)

@@ -82,7 +82,7 @@ def measure_and_fit(kw: dict[str, Any], free: tuple[str, ...] | None, out_dir: s
     base = load_catalog(kw.get("catalog_dirs") or ()).perf(acc)
     cal = device.measure(dev, sc, acc, base, free)
     path = C.write_override(cal, out_dir, force=force, how=f"tpopt calibrate --measure on {dev.name}",
-                            label="measured")
+                            label="measured", covers=device.kernels_covered(dev.count))
     emit(cal, path, out_dir, as_json, f"{acc} from kernels timed on {dev.name} ({dev.count} GPU(s))")
 
 

@@ -33,6 +33,7 @@ from dataclasses import replace
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from tpopt.errors import InputError
 from tpopt.models.arch import ModelArch
 from tpopt.models.network import Fabric, route
 from tpopt.models.numeric import FloatArray, Floats
@@ -230,6 +231,13 @@ def split_rule(seq_len: int, cp: int, split: str = "zigzag") -> str:
             f"context-parallel split needs (sequence length divisible by {'2 x cp' if split == 'zigzag' else 'cp'}:"
             f" Megatron-Core get_batch_on_this_cp_rank, Transformer Engine, torch context_parallel); cp up to 16 "
             f"that split it: {fits}")
+
+
+def require_split(seq_len: int, cp: int, split: str = "zigzag", what: str = "cp") -> None:
+    """Refuse a context-parallel size that cannot split the sequence (:func:`sequence_splits`): one InputError
+    line, ``what`` naming the input ("--cp" on the command line, "cp" for a plan given as an object)."""
+    if not sequence_splits(seq_len, cp, split):
+        raise InputError(f"{what} {cp}: {split_rule(seq_len, cp, split)}")
 
 
 def placement_ok(tp: ArrayLike, cp: ArrayLike, cards_per_host: int) -> NDArray[np.bool_]:

@@ -371,6 +371,7 @@ def resolve_plan(sc: Scenario, plan: Plan) -> Plan:
         raise InputError(f"ZeRO stage must be 0, 1, 2 or 3 (got {plan.zero_stage})")
     if plan.cp < 1:
         raise InputError(f"cp must be at least 1 (got {plan.cp})")
+    context.require_split(sc.task.seq_len, plan.cp, sc.cp_split)  # a sequence splits into 2 x cp equal pieces
     model_par = plan.tp * plan.cp * plan.pp
     what, sizes = ("tp x cp x pp", f"{plan.tp} x {plan.cp} x {plan.pp}") if plan.cp > 1 else \
         ("tp x pp", f"{plan.tp} x {plan.pp}")

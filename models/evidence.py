@@ -57,6 +57,14 @@ REASONS = {CARD_PRIOR: "{acc} rests on priors (no run fitted on it)",
            PRECISION_UNSEEN: "{recipe} fitted on no card",
            SCALE: "{cards:g} cards beyond the fitted {hi:g}"}
 """The footing's words for each factor (formatted with the plan's and the envelope's figures)."""
+OWN_REASONS = {**REASONS,
+               STACK: "{stack} not the calibrated stack ({fitted})",
+               MOE: "MoE at {experts:g} experts per card beyond the calibration's runs ({fitted})",
+               SEQ: "sequence {seq} beyond the longest calibrated, {hi}",
+               PRECISION: "{recipe} not among the calibrated recipes ({fitted})",
+               SCALE: "{cards:g} cards beyond the calibrated {hi:g}"}
+"""The footing's words for each factor on a calibration of one's own (``tpopt calibrate``: ``own`` of
+:func:`applies`), its runs' coverage in place of the fitted envelope."""
 
 
 def recipe_class(matrix: str) -> str:
@@ -157,10 +165,13 @@ class PlanFacts:
     cards: float = 1.0
 
 
-def applies(ev: Evidence, facts: PlanFacts, cards: ArrayLike, experts_per_card: ArrayLike
-            ) -> dict[str, np.ndarray]:
+def applies(ev: Evidence, facts: PlanFacts, cards: ArrayLike, experts_per_card: ArrayLike,
+            own: Envelope | None = None) -> dict[str, np.ndarray]:
     """Which factors apply (bool arrays, broadcast over ``cards`` and ``experts_per_card``). ``env`` the
-    card's own envelope, or for a card resting on priors the union of all envelopes (``all``):
+    card's own envelope, or for a card resting on priors the union of all envelopes (``all``); ``own`` a
+    calibration of one's own (what its runs covered): ``env`` and ``all`` for the stack, the sequence and
+    the scale are then ``own`` (its runs are what the card's parameters were fitted on), no card prior,
+    and a recipe is unseen only where neither ``own`` nor any fitted card ran it:
 
     - card_prior: no envelope of its own (no run fitted on the card);
     - stack_unfitted: the stack does not count as fitted (:meth:`Evidence.stack_fitted`: no run of any card
@@ -171,9 +182,20 @@ def applies(ev: Evidence, facts: PlanFacts, cards: ArrayLike, experts_per_card: 
       (16-bit is the recipe every card's priors were measured in);
     - precision_unseen: besides, a low-precision recipe no card was fitted on (``all``);
     - scale_beyond: more cards than ``env``'s largest fitted run."""
-    own = ev.envelope(facts.acc)
+    if own is not None:
+        return _applies(facts, cards, experts_per_card, own, own, own.union(ev.everywhere()), False,
+                        facts.stack not in own.stacks)
+    card = ev.envelope(facts.acc)
     every = ev.everywhere()
-    env = own if own is not None else every
+    env = card if card is not None else every
+    return _applies(facts, cards, experts_per_card, env, every, every, card is None,
+                    not ev.stack_fitted(facts.stack))
+
+
+def _applies(facts: PlanFacts, cards: ArrayLike, experts_per_card: ArrayLike, env: Envelope, longest: Envelope,
+             seen: Envelope, prior: bool, stack: bool) -> dict[str, np.ndarray]:
+    """:func:`applies` against ``env`` (MoE, precision, scale), ``longest`` (sequence) and ``seen`` (a recipe
+    run anywhere), with the card-prior and stack flags given."""
     c = np.asarray(cards, dtype=float)
     e = np.asarray(experts_per_card, dtype=float)
     shape = np.broadcast_shapes(c.shape, e.shape)
@@ -182,12 +204,12 @@ def applies(ev: Evidence, facts: PlanFacts, cards: ArrayLike, experts_per_card: 
     def const(flag: bool) -> np.ndarray:
         return np.full(shape, flag)
 
-    return {CARD_PRIOR: const(own is None),
-            STACK: const(not ev.stack_fitted(facts.stack)),
+    return {CARD_PRIOR: const(prior),
+            STACK: const(stack),
             MOE: np.broadcast_to(e > env.experts_per_card, shape),
-            SEQ: const(facts.seq > every.seq[1]),
+            SEQ: const(facts.seq > longest.seq[1]),
             PRECISION: const(rc != "16-bit" and rc not in env.recipes),
-            PRECISION_UNSEEN: const(rc != "16-bit" and rc not in every.recipes),
+            PRECISION_UNSEEN: const(rc != "16-bit" and rc not in seen.recipes),
             SCALE: np.broadcast_to(c > env.cards_max, shape)}
 
 
@@ -200,30 +222,36 @@ def combine(base: float, parts: ArrayLike, flags: ArrayLike) -> FloatArray:
 
 
 def plan_sigma(ev: Evidence, facts: PlanFacts, cards: ArrayLike, experts_per_card: ArrayLike,
-               base: float | None = None) -> FloatArray:
+               base: float | None = None, own: Envelope | None = None) -> FloatArray:
     """The step-time log-sd of plans (element-wise over cards and experts per card), module docstring;
-    ``base`` replaces the table's (a fitted card's own larger leave-one-out spread)."""
-    flags = applies(ev, facts, cards, experts_per_card)
+    ``base`` replaces the table's (a fitted card's own larger leave-one-out spread, a calibration's own
+    spread); ``own`` a calibration's coverage (:func:`applies`): the same factors and shares, judged against
+    what its runs covered."""
+    flags = applies(ev, facts, cards, experts_per_card, own)
     parts = [ev.stack_contribution(facts.stack) if f == STACK else ev.contribution(f) for f in FACTORS]
     return combine(ev.base if base is None else base, parts, np.stack([flags[f] for f in FACTORS]))
 
 
-def reasons(ev: Evidence, facts: PlanFacts) -> list[str]:
-    """The factors that apply to one plan, in words (:data:`REASONS`)."""
-    own = ev.envelope(facts.acc)
-    every = ev.everywhere()
-    env = own if own is not None else every
-    flags = applies(ev, facts, facts.cards, facts.experts_per_card)
+def reasons(ev: Evidence, facts: PlanFacts, own: Envelope | None = None) -> list[str]:
+    """The factors that apply to one plan, in words (:data:`REASONS`; ``own`` a calibration's coverage:
+    :data:`OWN_REASONS`)."""
+    card = ev.envelope(facts.acc) if own is None else own
+    every = ev.everywhere() if own is None else own
+    env = card if card is not None else every
+    flags = applies(ev, facts, facts.cards, facts.experts_per_card, own)
     fitted_moe = "dense runs only" if env.experts_per_card <= 0 else f"up to {env.experts_per_card:g} experts per card"
-    words: dict[str, dict[str, Any]] = {CARD_PRIOR: {"acc": facts.acc}, STACK: {"stack": facts.stack},
+    words: dict[str, dict[str, Any]] = {CARD_PRIOR: {"acc": facts.acc},
+             STACK: {"stack": facts.stack, "fitted": ", ".join(env.stacks) or "none: kernels timed alone"},
              MOE: {"experts": facts.experts_per_card, "fitted": fitted_moe},
              SEQ: {"seq": facts.seq, "hi": every.seq[1]},
              PRECISION: {"recipe": recipe_class(facts.matrix), "fitted": ", ".join(env.recipes)},
              PRECISION_UNSEEN: {"recipe": recipe_class(facts.matrix)},
              SCALE: {"cards": facts.cards, "hi": env.cards_max}}
+    if own is not None:
+        return [OWN_REASONS[f].format(**words[f]) for f in FACTORS if bool(flags[f])]
     srcs = ev.sources_of(facts.stack)
     text = dict(REASONS)
-    if own is None:  # a card on priors was fitted on no runs: the MoE envelope is the fitted cards'
+    if card is None:  # a card on priors was fitted on no runs: the MoE envelope is the fitted cards'
         text[MOE] = REASONS[MOE_ON_PRIOR]
     if srcs and facts.stack in every.stacks:  # run, but by one source's runs only
         text[STACK] = REASONS[ONE_SOURCE]

@@ -232,6 +232,9 @@ class SearchSpace:
     # bytes a solve may plan to use (None: a share of the machine's memory); it refuses a space, never moves a
     # plan, so it is left out of the repr (sweep fingerprints) and comparisons
     memory_budget: float | None = field(default=None, repr=False, compare=False)
+    # search.cp sizes the scenario reader dropped because they cannot split the sequence into equal pieces (cp is
+    # then the rest); follows from search.cp, so left out of the repr and comparisons too; the footing states it
+    cp_dropped: tuple[int, ...] = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)

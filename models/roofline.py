@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import ArrayLike
 
+from tpopt.models.evidence import Envelope
 from tpopt.models.numeric import FloatArray, Floats
 
 
@@ -70,6 +71,9 @@ class PerfParams:
     borrowed_sigma: float = 0.0  # the leave-one-out spread of the fit this card's GEMM share rests on (derived_from,
     # prior_scale_from: the largest of those cards' residual_sigma; 0: none)
     borrowed_from: str = ""  # the card whose spread borrowed_sigma is
+    calibration_covers: Envelope | None = field(default=None, metadata={"neutral": True})  # what the runs of a
+    # calibration of one's own covered (tpopt calibrate: stacks, sequence lengths, card count, recipes, experts per
+    # card; None: not recorded, or no such calibration)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     FREE: ClassVar[tuple[str, ...]] = ("gemm_efficiency", "memory_efficiency", "kernel_overhead")
@@ -81,6 +85,13 @@ class PerfParams:
         "overlap_contention": (0.0, 1.0)}
     """Physical ranges of the fitted parameters (fractions of a datasheet figure, seconds)."""
 
+    def __repr__(self) -> str:
+        """The dataclass repr, with a neutral field only where it differs from its default (a run's fingerprint on
+        the shipped catalogs stays what it was before the field existed)."""
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
+                 if f.repr and not (f.metadata.get("neutral") and getattr(self, f.name) == f.default)]
+        return f"{type(self).__qualname__}({', '.join(shown)})"
+
     def with_values(self, **kw: Any) -> PerfParams:
         return replace(self, **kw)
 
@@ -89,7 +100,7 @@ class PerfParams:
         return tuple(f.name for f in fields(cls) if f.name not in ("name", "calibrated", "sources",
                                                                  "residual_sigma", "residual_sigma_source",
                                                                  "residual_sigma_stacks", "borrowed_sigma",
-                                                                 "borrowed_from"))
+                                                                 "borrowed_from", "calibration_covers"))
 
 
 def _f(x: ArrayLike) -> FloatArray:

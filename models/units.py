@@ -223,6 +223,19 @@ def fmt_duration(x: float) -> str:
     return f"{x * 1e3:.3g} ms"
 
 
+def fmt_duration_exact(x: float) -> str:
+    """A duration as the catalogs write one, unit attached: ``"33.4us"``, ``"2.31ms"``, ``"12.5s"`` (us below 1 ms,
+    ms below 1 s, else s), in the fewest significant digits that :func:`parse_duration` reads back as ``x`` to
+    within one unit in the last place (a file written and read again gives the same seconds; "20us" reads back as
+    20 x 1e-6, one ulp above 2e-05)."""
+    unit = "us" if x < 1e-3 else "ms" if x < 1.0 else "s"
+    for digits in range(1, 18):
+        text = f"{x / _DURATION[unit]:.{digits}g}{unit}"
+        if "e" not in text and abs(parse_duration(text) - x) <= math.ulp(x):  # "20us", never "2e+01us"
+            return text
+    return f"{x!r}s"  # seconds as Python writes the float: always read back exactly
+
+
 def fmt_durations(*xs: float) -> tuple[str, ...]:
     """Durations side by side in one unit, the one :func:`fmt_duration` picks for the largest, so they compare at a
     glance: (6 h, 1 h) -> ("6.0 h", "1.0 h"), not "6.0 h" against "3600.0 s"."""

@@ -40,12 +40,16 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.optimize import least_squares
 
+from tpopt.catalogs.uncertainty import covers_lines
 from tpopt.errors import InputError
 from tpopt.files import refuse_symlink, write_atomic, write_error
 from tpopt.models import families as F
+from tpopt.models import terms as T
 from tpopt.models.evaluate import evaluate_arrays, resolve_plan, with_plan_options
+from tpopt.models.evidence import Envelope, recipe_class
 from tpopt.models.plan import Plan, Scenario
 from tpopt.models.roofline import PerfParams
+from tpopt.models.units import fmt_duration_exact
 from tpopt.models.variables import evaluate_keywords
 
 CHOICE_CONSTRAINTS = F.CHOICE_FAMILIES
@@ -508,6 +512,13 @@ def _toml_value(v: object) -> str:
     return f'"{text}"'
 
 
+def prior_value(name: str, value: float) -> float | str:
+    """A fitted parameter's prior as ``[acc.calibration] prior`` lists it: a duration (``kernel_overhead``,
+    ``collective_latency``: a Param printed in seconds' units) with its unit (:func:`fmt_duration_exact`), a
+    fraction or a count as it is."""
+    return fmt_duration_exact(value) if BY_NAME[name].unit == "us" else value
+
+
 def source_of(cal: Calibration, e: Estimate, how: str = "tpopt calibrate", label: str = "calibrated") -> str:
     """The performance.toml source of a fitted parameter: ``label`` (calibrated: fitted to training runs;
     measured: fitted to kernels timed on a machine), how, on what, and its uncertainty."""
@@ -517,7 +528,26 @@ def source_of(cal: Calibration, e: Estimate, how: str = "tpopt calibrate", label
     return f"{label}: {how} on {on} (+-{e.sigma * 100:.1f} %)"
 
 
-def override_text(cal: Calibration, how: str = "tpopt calibrate", label: str = "calibrated") -> str:
+def covered(cal: Calibration) -> Envelope | None:
+    """What the calibration's measured steps covered (tpopt.models.evidence.Envelope from each run's
+    :func:`tpopt.models.terms.plan_facts`: its stack, sequence length, recipe, routed experts per card and card
+    count; a run with candidate plans at its largest), or None where it timed no training step (kernels timed by
+    ``--measure``: :func:`kernels_covered`)."""
+    runs = [r for r in cal.runs if isinstance(r, MeasuredRun)]
+    if not runs:
+        return None
+    facts = [T.plan_facts(r.scenario, r.accelerator, float(max(p.cards for p in r.plans)),
+                          float(max(p.ep or 1 for p in r.plans))) for r in runs]
+    envs = [Envelope((f.stack,), (f.seq, f.seq), f.cards, (recipe_class(f.matrix),), f.experts_per_card)
+            for f in facts]
+    out = envs[0]
+    for e in envs[1:]:
+        out = out.union(e)
+    return out
+
+
+def override_text(cal: Calibration, how: str = "tpopt calibrate", label: str = "calibrated",
+                  covers: Envelope | None = None) -> str:
     """performance.toml text holding the calibrated entry (readable by ``--catalog DIR``)."""
     p = cal.perf
     name = cal.accelerator
@@ -531,8 +561,8 @@ def override_text(cal: Calibration, how: str = "tpopt calibrate", label: str = "
               "gemm_k_half", "sms"):
         lines.append(f"{f} = {_toml_value(getattr(p, f))}")
     lines.append(f"tile = [{p.tile_m}, {p.tile_n}]")
-    lines.append(f'kernel_overhead = "{p.kernel_overhead * 1e6:.6g}us"')
-    lines.append(f'collective_latency = "{p.collective_latency * 1e6:.6g}us"')
+    lines.append(f'kernel_overhead = "{fmt_duration_exact(p.kernel_overhead)}"')
+    lines.append(f'collective_latency = "{fmt_duration_exact(p.collective_latency)}"')
     lines.append(f"calibrated = {_toml_value(list(p.calibrated))}")
     lines.append(f"residual_sigma = {_toml_value(round(cal.residual_sigma, 6))}")
     lines.append(f"residual_sigma_source = {_toml_value(cal.residual_sigma_source)}")
@@ -545,14 +575,17 @@ def override_text(cal: Calibration, how: str = "tpopt calibrate", label: str = "
             lines.append(f"{e.name} = {_toml_value(source_of(cal, e, how, label))}")
     lines.append(f"[{name}.calibration]")
     lines.append(f"runs = {_toml_value([r.name for r in cal.runs])}")
-    lines.append(f"measured_s = {_toml_value([r.measured_step_s for r in cal.runs])}")
-    lines.append(f"predicted_s = {_toml_value(cal.predicted_s)}")
+    lines.append(f"measured = {_toml_value([fmt_duration_exact(r.measured_step_s) for r in cal.runs])}")
+    lines.append(f"predicted = {_toml_value([fmt_duration_exact(t) for t in cal.predicted_s])}")
     lines.append(f"fitted = {_toml_value(list(cal.fitted))}")
     lines.append(f"identified = {_toml_value(list(cal.identified))}")
-    lines.append(f"prior = {_toml_value([float(getattr(cal.prior, f)) for f in cal.fitted])}")
+    lines.append(f"prior = {_toml_value([prior_value(f, float(getattr(cal.prior, f))) for f in cal.fitted])}")
     lines.append(f"sigma = {_toml_value([round(e.sigma, 6) for e in cal.estimates if e.exercised])}")
     lines.append(f"prior_sigma = {_toml_value([BY_NAME[f].prior_sigma for f in cal.fitted])}")
     lines.append(f"noise_sigma = {_toml_value(NOISE_SIGMA)}")
+    env = covers or covered(cal)
+    if env is not None:
+        lines += covers_lines(name, env)
     return "\n".join(lines) + "\n"
 
 
@@ -568,7 +601,7 @@ def target(directory: str | Path, force: bool = False) -> Path:
 
 
 def write_override(cal: Calibration, directory: str | Path, force: bool = False, how: str = "tpopt calibrate",
-                   label: str = "calibrated") -> Path:
+                   label: str = "calibrated", covers: Envelope | None = None) -> Path:
     """Write DIR/performance.toml; refuse to overwrite an existing file unless ``force``."""
     d = Path(directory)
     path = target(d, force)
@@ -576,7 +609,7 @@ def write_override(cal: Calibration, directory: str | Path, force: bool = False,
     made = [p for p in (d, *d.parents) if not p.exists()]  # folders this call creates: removed if it fails
     try:
         d.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, override_text(cal, how, label), "--out")
+        write_atomic(path, override_text(cal, how, label, covers), "--out")
     except (OSError, InputError) as exc:
         for folder in made:  # deepest first
             try:

@@ -36,6 +36,7 @@ from tpopt.errors import InputError, require
 from tpopt.models import roofline
 from tpopt.models import terms as T
 from tpopt.models.arch import ModelArch
+from tpopt.models.evidence import Envelope
 from tpopt.models.hardware import Accelerator
 from tpopt.models.plan import Scenario
 from tpopt.models.roofline import PerfParams
@@ -72,6 +73,13 @@ class Block:
 BLOCKS: tuple[Block, ...] = (Block(2048, 16, 5632, 4, 2048), Block(2048, 16, 5632, 1, 8192),
                              Block(2048, 16, 5632, 1, 32768))
 """The timed blocks: from GEMM-dominated to attention-dominated."""
+
+
+def kernels_covered(count: int) -> Envelope:
+    """What a calibration on timed kernels covered (its ``[acc.calibration.covers]``): no training stack (the
+    kernels run alone), the blocks' sequence lengths, ``count`` cards, 16-bit, dense blocks."""
+    seqs = [b.seq_len for b in BLOCKS]
+    return Envelope((), (min(seqs), max(seqs)), float(count), ("16-bit",), 0.0)
 ALL_REDUCE_BYTES: tuple[int, ...] = (1 << 30, 64 << 20, 1 << 20)
 """Sizes of the timed all-reduces [bytes] (several GPUs only)."""
 

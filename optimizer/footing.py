@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -326,12 +327,29 @@ def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | 
         out.append({"input": "context-parallel ring", "stated": f"at {e:.3f} of its modelled speed in its later "
                     f"steps ({on}, mechanism not known; catalogs/stacks.toml ring_step_efficiency)",
                     "modelled": None, "ring_step_efficiency": e, "fitted_runs": runs})
+    dropped = cp_dropped(sc)
+    if dropped is not None:
+        out.append(dropped)
     finish = m.get("finish_days")
     if sc.task.reserved_s > 0 and finish:
         share = sc.task.reserved_s / DAY / float(finish)
         out.append({"input": "reserved time", "stated": f"{sc.task.reserved_s / DAY:g} d billed at {cards:,} "
                     f"cards ({share * 100:.1f} % of the cost)", "modelled": None, "reserved_share": share})
     return out
+
+
+def cp_dropped(sc: Scenario) -> dict[str, Any] | None:
+    """The search.cp sizes the scenario reader dropped (tpopt.catalogs.scenario.splittable_cp: they cannot split a
+    sequence into equal pieces, tpopt.models.context.sequence_splits) and why, as a stated input; None where none
+    was dropped."""
+    dropped = sc.search.cp_dropped
+    if not dropped:
+        return None
+    pieces = "2 x cp" if sc.cp_split == "zigzag" else "cp"
+    return {"input": "context parallelism", "stated": f"search.cp {', '.join(map(str, dropped))} dropped: a "
+            f"sequence of {sc.task.seq_len:,} tokens does not split into {pieces} equal pieces, which the "
+            f"{sc.cp_split} context-parallel split needs; searched cp {', '.join(map(str, sc.search.cp))}",
+            "modelled": None, "cp_dropped": list(dropped), "cp_searched": list(sc.search.cp)}
 
 
 def pooled_stack(sc: Scenario) -> float | None:
@@ -502,17 +520,32 @@ def _alternative(best: Any, found: Any, objective: str, sigma: float) -> dict[st
             "value": float(found.metrics[key]), "ratio": ratio, "within": ratio <= math.exp(sigma), "sigma": sigma}
 
 
-def offer_fitted_alternative(sc: Scenario, best: Any, offers: list[tuple[Scenario, Any]], objective: str
+def offer_fitted_alternative(sc: Scenario, best: Any, offers: list[tuple[Scenario, Any]], objective: str,
+                             bounded: Sequence[tuple[Scenario, str, str, float]] = (),
+                             build: Callable[[tuple[str, ...]], list[tuple[Scenario, Any]]] | None = None
                              ) -> dict[str, Any] | None:
     """:func:`fitted_alternative` over a market's offers (``offers``: each offer's scenario and best plan, None
-    where it has none or a cost bound ruled it out unsolved): the best solved plan on a fitted card, when the
-    chosen plan (on ``sc``, its offer's scenario) rests on priors. No further solve: each offer's plan is
-    already proven optimal on that offer."""
+    where it has none or a cost bound ruled it out unsolved): the best plan on a fitted card, when the chosen plan
+    (on ``sc``, its offer's scenario) rests on priors. Each solved offer's plan is already proven optimal on that
+    offer. An offer a cost bound decided unsolved (``bounded``: its scenario, id, accelerator and bound b, no plan
+    on it billing less) on a fitted card may still be within the chosen plan's uncertainty where
+    b <= cost x e^sigma: those are solved (``build``: the offers' scenarios and best plans, by ids) and compared
+    too; one above it cannot be (ratio >= b / cost > e^sigma), so it is left unsolved. ``bounded_solved`` in the
+    entry: the option is such an offer's."""
     p = best.plan
     mine = T.evidence_of(sc, p.accelerator, float(p.cards), float(p.ep))
     if mine["card"] != "prior":
         return None
+    sigma = float(mine["sigma"])
     key = "cost" if objective == "cost" else "finish_days"
-    fitted = [b for s, b in offers if b is not None and T.evidence_of(s, b.plan.accelerator, 1.0)["card"] == "fitted"]
+    ceiling = float(best.metrics["cost"]) * math.exp(sigma)
+    near = tuple(i for s, i, acc, b in bounded if b <= ceiling and T.evidence_of(s, acc, 1.0)["card"] == "fitted") \
+        if objective == "cost" else ()
+    solved = build(near) if near and build is not None else []
+    fitted = [b for s, b in [*offers, *solved]
+              if b is not None and T.evidence_of(s, b.plan.accelerator, 1.0)["card"] == "fitted"]
     found = min(fitted, key=lambda b: float(b.metrics[key])) if fitted else None
-    return _alternative(best, found, objective, float(mine["sigma"]))
+    out = _alternative(best, found, objective, sigma)
+    if out is not None:
+        out["bounded_solved"] = any(b is found for _, b in solved)
+    return out

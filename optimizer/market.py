@@ -284,6 +284,13 @@ def offer_fronts(sc: Scenario, solver: Solver, req: Request, choose: Callable[[S
     return out
 
 
+def build_fronts(sc: Scenario, offers: tuple[M.Offer, ...], solver: Solver, req: Request,
+                 choose: Callable[[Space, Solver, str], Solver]) -> dict[str, OfferSolve]:
+    """``offers`` (rows a cost bound decided, :data:`BOUND`) answered after all: their accelerators' fronts built
+    without bounds (:func:`offer_fronts`), by offer id."""
+    return offer_fronts(replace(sc, market=replace(sc.market, offers=offers)), solver, req, choose, bound=False)
+
+
 def bounds_hold(rows: list[OfferSolve], objective: str) -> bool:
     """Is the market's pick over ``rows`` (:func:`_better` in catalog order, the first of near ties) the same
     whatever plans the :data:`BOUND` rows hold, given only that each bills at least its bound?
@@ -354,8 +361,7 @@ def solve_market(sc: Scenario, solver: Solver, req: Request, choose: Callable[[S
                      best=min((objective_key(r.best, req.objective)[0] for r in rows if r.best), default=None))
         rows.append(fronts[o.id] if o.id in fronts else solve_offer(sc, o, solver, req, choose))
     if not bounds_hold(rows, req.objective):  # a bound too near the pick: build those fronts after all
-        left = tuple(r.offer for r in rows if r.bound is not None)
-        built = offer_fronts(replace(sc, market=replace(sc.market, offers=left)), solver, req, choose, bound=False)
+        built = build_fronts(sc, tuple(r.offer for r in rows if r.bound is not None), solver, req, choose)
         rows = [built.get(r.offer.id, r) for r in rows]
     pick: OfferSolve | None = None
     for row in rows:
@@ -525,6 +531,6 @@ def power_figures(sc: Scenario, offer: M.Offer, ev: Evaluation, binding: bool | 
 
 __all__ = ["offer_scenario", "billed", "power_cards", "power_figures", "mark_power", "solve_offer", "solve_market",
            "MarketSolve", "OfferSolve", "checkpoint_gb", "checkpoint_costs", "checkpoint_figures",
-           "charges_checkpoints", "offer_fronts",
+           "charges_checkpoints", "offer_fronts", "build_fronts",
            "offer_bound", "bounds_hold", "decided", "BOUND", "checkpoint_charge", "decided_entries", "FRONT",
            "preemption_source", "preemption_figures", "offer_dict", "market_entries"]

@@ -355,7 +355,8 @@ def _market(sc: Scenario, solver: Solver, req: Request, distribution: bool = Tru
     on the market (:mod:`tpopt.optimizer.market_explain`)."""
     from tpopt.optimizer import market  # lazy: start-up time (only scenarios with offers need it)
 
-    ms = market.solve_market(sc, solver, req, partial(tiny_solver, named=req.solver_named))
+    choose = partial(tiny_solver, named=req.solver_named)
+    ms = market.solve_market(sc, solver, req, choose)
     out: dict[str, Any] = {"status": ms.result.status.value, "objective": ms.result.objective,
                            "solver": ms.result.solver.as_dict()}
     if why and ms.result.status == Status.INFEASIBLE:
@@ -367,7 +368,10 @@ def _market(sc: Scenario, solver: Solver, req: Request, distribution: bool = Tru
         out.update(best_entries(ms.result, None))
         out["footing"] = footing.of_evaluation(view, out)  # its sigma, P(on time), memory margin, as any solve's
         out["footing"]["evidence"]["fitted_alternative"] = footing.offer_fitted_alternative(
-            view, ms.result.best, [(r.sc, r.best) for r in ms.offers], req.objective)
+            view, ms.result.best, [(r.sc, r.best) for r in ms.offers], req.objective,
+            [(r.sc, r.offer.id, r.offer.accelerator, r.bound) for r in ms.offers if r.bound is not None],
+            lambda ids: [(r.sc, r.best) for r in market.build_fronts(
+                sc, tuple(o for o in sc.market.offers if o.id in ids), solver, req, choose).values()])
         if view.task.confidence is not None and distribution:  # the law on the offer's scenario: its spot terms
             from tpopt.optimizer.confidence import distribution_entry  # lazy: start-up time (SciPy)
 

@@ -165,6 +165,14 @@ def test_cli_round_trip_writes_residual_sigma(tmp_path):
                                     "--force"]).output
     assert "+-" in text and "Residual spread: lognormal sigma of measured/predicted" in text
     assert "not identified by these runs" in text
+    # what the runs covered, recorded for the step-time sigma beyond them: their stack, sequence lengths, cards,
+    # recipe and experts per card, as the CSV above states them (dense BF16 runs; a table that names no stack ran
+    # Megatron-LM 2021-22, tpopt/optimizer/runs.py)
+    covers = perf.calibration_covers
+    stack = "megatron-lm-2021"
+    assert covers is not None and covers.stacks == (stack,) and covers.recipes == ("16-bit",)
+    assert covers.seq == (min(r.scenario.task.seq_len for r in runs), max(r.scenario.task.seq_len for r in runs))
+    assert covers.cards_max == max(r.plans[0].cards for r in runs) and covers.experts_per_card == 0
 
 
 def test_catalog_refuses_residual_sigma_without_its_source(tmp_path):
@@ -183,3 +191,42 @@ def test_every_shared_modern_run_fits_the_memory_model():
     assert any("deepseek-v3" in r.name and r.accelerator == "gb200-nvl72" for r in runs)
     for r in runs:
         C.check_memory(r, CAT.perf(r.accelerator))  # raises InputError when a plan does not fit
+
+
+def test_the_override_writes_durations_with_units_that_read_back_the_same(fitted, tmp_path):
+    """tpopt calibrate's performance.toml: every duration with its unit in the catalogs' style ("15us", "2.31ms",
+    "1.27s"), none a bare number of seconds, and the catalog reader gives back exactly the seconds written: the
+    fitted kernel_overhead and collective_latency, each run's measured and predicted step, the fitted durations'
+    priors."""
+    import tomllib
+
+    from tpopt.catalogs import calibration_prior
+    from tpopt.models.units import parse_duration
+
+    _, cal = fitted
+    path = C.write_override(cal, tmp_path)
+    entry = tomllib.loads(path.read_text())[ACC]
+    for key in ("kernel_overhead", "collective_latency"):
+        assert isinstance(entry[key], str) and entry[key][-2:] in ("us", "ms") and entry[key][-3] != " "
+    table = entry["calibration"]
+    assert "measured_s" not in table and "predicted_s" not in table
+    assert all(isinstance(t, str) and t[-1] == "s" for t in table["measured"] + table["predicted"])
+    def same(a, b):  # the same seconds: equal to within one unit in the last place
+        return all(abs(x - y) <= math.ulp(y) for x, y in zip(a, b, strict=True))
+
+    assert same([parse_duration(t) for t in table["measured"]], [r.measured_step_s for r in cal.runs])
+    assert same([parse_duration(t) for t in table["predicted"]], cal.predicted_s)
+    perf = load_catalog((str(tmp_path),)).perf(ACC)
+    assert same([perf.kernel_overhead, perf.collective_latency],
+                [cal.perf.kernel_overhead, cal.perf.collective_latency])
+    assert "kernel_overhead" in cal.fitted
+    durations = [f for f in cal.fitted if C.BY_NAME[f].unit == "us"]
+    prior = dict(zip(cal.fitted, table["prior"], strict=True))
+    assert all(isinstance(prior[f], str) for f in durations)
+    back = calibration_prior(entry, perf)
+    assert list(back) == list(cal.fitted) and same(back.values(), [float(getattr(cal.prior, f)) for f in cal.fitted])
+    # the style: us below 1 ms, ms below 1 s, else s; the fewest digits that read back exactly
+    from tpopt.models.units import fmt_duration_exact
+
+    assert [fmt_duration_exact(x) for x in (33.4e-6, 2.31e-3, 12.0, 0.0, 20e-6, 120.0)] == \
+        ["33.4us", "2.31ms", "12s", "0us", "20us", "120s"]

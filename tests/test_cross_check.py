@@ -78,7 +78,9 @@ def test_the_limited_check_catches_a_wrong_answer(monkeypatch, design_path):
 
 def test_a_small_question_run_is_honest(tmp_path, capsys):
     # the question paths ([market] with spot, --confidence, stages, batch choices, explain) under limits from 1 ms
-    # to 1 s: no wrong verdict, no traceback, every limit kept within max(0.5 s, 10 %)
+    # to 1 s: no wrong verdict, no traceback, every limit kept within max(0.5 s, 10 %); what tpopt imports on first
+    # use (SciPy's ufuncs past cephes' numpy budget among them) is loaded before any answer is timed
+    # (cross_check.warm_lazy_imports), so run alone or after other tests it times the same answers
     assert cc.main(["--questions", "3", "--seed", "0", "--limited", "4", "--out", str(tmp_path / "cc")]) == 0
     out = capsys.readouterr().out
     assert "12 limited answers" in out and "0 wrong verdicts, 0 tracebacks, 0 limits overrun" in out

@@ -317,6 +317,71 @@ def test_a_card_that_borrows_a_fit_is_no_surer_than_that_fit():
     assert amd["card"] == "prior" and amd["sigma"] > ref["sigma"]
 
 
+OWN_COVERS = ('[h100-sxm.calibration.covers]\nstacks = ["megatron-core"]\nseq_len_tokens = [4096, 8192]\n'
+              'cards_max = 64\nprecisions = ["16-bit"]\nexperts_per_card_max = 0\n')
+"""What the runs of the calibration below covered: dense Megatron-Core runs at 4,096 to 8,192 tokens, BF16, up to 64
+cards (as tpopt calibrate writes it)."""
+
+
+def _own_catalog(tmp_path, covers=OWN_COVERS, own=0.05):
+    (tmp_path / "performance.toml").write_text(
+        f'[h100-sxm]\nresidual_sigma = {own}\nresidual_sigma_source = "tpopt calibrate: 6 runs"\n'
+        '[h100-sxm.calibration]\nruns = ["r0"]\n' + covers)
+    return load_catalog([tmp_path])
+
+
+def test_a_calibration_of_ones_own_adds_the_factors_its_runs_do_not_cover(tmp_path):
+    """A card calibrated on one's own runs (dense, Megatron-Core, 4,096-8,192 tokens, BF16, 64 cards): a plan beyond
+    them on every count (MoE at 32 experts per card, torchtitan, 16,384 tokens, FP8, 512 cards) carries each
+    factor's share from the uncertainty table in quadrature on the calibration's own spread, as the shipped sigma
+    does beyond a shipped fit; the shares read here from catalogs/uncertainty.toml itself."""
+    import tomllib
+
+    table = tomllib.loads((ROOT / "catalogs" / "uncertainty.toml").read_text())
+    c = {f: v["value"] for f, v in table["step_sigma"].items()}
+    stack = max(c[E.STACK], table["stack_evidence"]["spread"]["torchtitan"])  # torchtitan's own spread is larger
+    cat = _own_catalog(tmp_path)
+    inside = build_scenario(raw("h100-sxm", seq=8192), cat)
+    e = T.evidence_of(inside, "h100-sxm", 64.0)
+    assert e["sigma"] == pytest.approx(0.05) and e["reasons"] == [] and e["card"] == "fitted"
+    # element-wise over the cards: beyond the calibrated 64 the scale share
+    got = T.step_sigma(inside, "h100-sxm", np.array([64.0, 128.0]))[0]
+    assert got == pytest.approx([0.05, math.hypot(0.05, c[E.SCALE])])
+    beyond = build_scenario(raw("h100-sxm", model="deepseek-v3", stack="torchtitan", precision="fp8-mixed",
+                                seq=16384), cat)
+    e = T.evidence_of(beyond, "h100-sxm", 512.0, 8.0)  # 256 experts over ep 8: 32 per card
+    want = math.sqrt(0.05 ** 2 + c[E.MOE] ** 2 + stack ** 2 + c[E.SEQ] ** 2 + c[E.PRECISION] ** 2 + c[E.SCALE] ** 2)
+    assert e["sigma"] == pytest.approx(want)
+    assert T.step_sigma(beyond, "h100-sxm", 512.0, 8.0)[0] == pytest.approx(want)
+    words = e["reasons"]
+    assert len(words) == 5
+    for part in ("MoE at 32 experts per card", "torchtitan not the calibrated stack (megatron-core)",
+                 "sequence 16384 beyond the longest calibrated, 8192", "fp8 not among the calibrated recipes",
+                 "512 cards beyond the calibrated 64"):
+        assert any(part in w for w in words), part
+    from tpopt.presentation import evidence_lines
+
+    line = evidence_lines(e)[0]
+    assert line.startswith(f"step-time sigma {want:.3f}: ") and all(w in line for w in words)
+
+
+def test_an_own_calibration_that_does_not_record_its_coverage_keeps_working(tmp_path):
+    """An override written before tpopt calibrate recorded what its runs covered: the calibration's spread as
+    before, and the footing states the assumption that its runs covered the plan."""
+    cat = _own_catalog(tmp_path, covers="")
+    assert cat.perf("h100-sxm").calibration_covers is None
+    sc = build_scenario(raw("h100-sxm", model="deepseek-v3", stack="torchtitan", seq=16384), cat)
+    e = T.evidence_of(sc, "h100-sxm", 512.0, 8.0)
+    assert e["sigma"] == pytest.approx(0.05) and e["reasons"] == []
+    from tpopt.presentation import evidence_lines
+
+    assert "does not record what its runs covered" in evidence_lines(e)[0]
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    with pytest.raises(InputError, match="calibration.covers needs"):
+        _own_catalog(bad, covers='[h100-sxm.calibration.covers]\nstacks = ["megatron-core"]\n').perf("h100-sxm")
+
+
 def test_a_calibration_of_ones_own_is_no_surer_than_the_models_base(tmp_path):
     """tpopt calibrate writes the residual spread s of one's own runs (no stacks: one's own stack). Three runs that
     agree within 1 % give s near 0.006, yet the plan is a layout, scale and length they did not time, so under the

@@ -113,6 +113,43 @@ def test_search_skips_a_cp_that_breaks_the_split_in_every_backend():
     assert all(r.best is None or r.best.plan.cp != 3 for r in results.values())
 
 
+def test_a_plan_object_whose_cp_breaks_the_split_is_refused():
+    """The Python API's evaluator of a Plan object refuses it as the command line refuses --cp 3: one InputError
+    that states the rule (8,192 tokens do not split into 2 x 3 = 6 equal pieces), before any figure."""
+    import tpopt
+    from tpopt.models.evaluate import evaluate
+    from tpopt.models.plan import Plan
+
+    sc = tpopt.scenario(DESIGN)
+    with pytest.raises(InputError, match=r"^cp 3: a sequence of 8,192 tokens does not split into 2 x cp = 6"):
+        evaluate(sc, Plan(next(iter(sc.systems)), 48, cp=3))
+    assert evaluate(sc, Plan(next(iter(sc.systems)), 48, cp=2)).plan.cp == 2  # 8,192 = 4 x 2,048: it splits
+    with pytest.raises(InputError, match="2 x cp = 6"):
+        tpopt.evaluate(sc, cards=48, cp=3)
+
+
+def test_the_search_states_the_cp_sizes_it_dropped():
+    """search.cp = 1, 2, 3 at 8,192 tokens: 3 cannot split (8,192 / 6 is not whole); the footing says which sizes
+    were dropped and why, on one line, in text and JSON."""
+    raw = _cp_raw(8192, [1, 2, 3])
+    sc = build_scenario(raw, CAT)
+    assert sc.search.cp_dropped == (3,)
+    from tpopt.optimizer.footing import cp_dropped, stated_inputs
+    from tpopt.presentation import stated_lines
+
+    want = ("search.cp 3 dropped: a sequence of 8,192 tokens does not split into 2 x cp equal pieces, which the "
+            "zigzag context-parallel split needs; searched cp 1, 2")
+    assert cp_dropped(sc)["stated"] == want
+    plan = {"accelerator": "h100-sxm", "cards": 8, "save_mode": "sync", "save_interval_s": 1800.0}
+    lines = stated_lines(stated_inputs(sc, plan, {}))
+    assert f"stated context parallelism: {want}" in lines
+    assert cp_dropped(build_scenario(_cp_raw(12288, [1, 2, 3]), CAT)) is None  # 12,288 / 6 = 2,048: none dropped
+    r = run("solve", "--scenario", DESIGN, "--cp", "1,2,3", "--json")
+    assert r.exit_code == 0, r.output
+    stated = json.loads(r.stdout)["footing"]["stated"]
+    assert [e["cp_dropped"] for e in stated if e["input"] == "context parallelism"] == [[3]]
+
+
 def test_search_domain_left_empty_is_an_input_error():
     with pytest.raises(InputError, match=r"search.cp = 3, 6: .*2 x cp = 6"):
         build_scenario(_cp_raw(8192, [3, 6]), CAT)

@@ -191,3 +191,42 @@ def test_a_plan_over_the_memory_limit_is_not_called_may_not_fit_and_no_split_giv
     assert code == 3 and d["metrics"]["memory_per_card_gib"] is None and "memory" not in d["footing"]["evidence"]
     code, out, err = _cli(none, capsys, monkeypatch)
     assert "MAY NOT FIT" not in out
+
+
+def test_a_fitted_offer_a_cost_bound_decided_is_solved_where_it_may_be_within_the_uncertainty(
+        tmp_path, capsys, monkeypatch):
+    """Llama-3-8B on an MI300X offer (1 USD/card-h, a card on priors) beside an H100 offer (5 USD/card-h, fitted):
+    the market decides the H100 offer by its cost bound b (no plan on it bills less than b > the MI300X's bill), so
+    it was never solved. With the chosen plan's sigma at 1.5 (stated), b <= cost x e^1.5: a plan on it may be within
+    the uncertainty, so it is solved and named, its cost that of the H100 offer solved alone; at sigma 0.1,
+    b > cost x e^0.1: no plan on it can be within (ratio >= b / cost), and it stays unsolved."""
+    offers = REGIONS + offer_table("mi-od", "cloud-a", "east", "mi300x", "on-demand", 1.0) + \
+        offer_table("h100-od", "cloud-b", "west", "h100-sxm", "on-demand", 5.0)
+    catalog_with(tmp_path, offers)
+    mi, h100 = "cloud-a/east/mi300x/on-demand", "cloud-b/west/h100-sxm/on-demand"
+
+    def solve(ids, sigma):
+        raw = _raw(["mi300x", "h100-sxm"], ids)
+        raw["model"]["name"] = "llama3-8b"
+        raw["risk"] = {"step_sigma": sigma}
+        p = tmp_path / "s.toml"
+        p.write_text("".join(f"[{t}]\n" + "".join(f"{k} = {json_value(v)}\n" for k, v in body.items())
+                             for t, body in raw.items()))
+        code, out, err = _cli(["solve", "--scenario", str(p), "--catalog", str(tmp_path / "cat"), "--json"],
+                              capsys, monkeypatch)
+        assert code == 0, err
+        return json.loads(out)
+
+    d = solve([mi, h100], 1.5)
+    assert d["plan"]["accelerator"] == "mi300x"
+    rows = {r["offer"]: r for r in d["market"]["offers"]}
+    bound, cost = rows[h100]["bound"], d["metrics"]["cost"]
+    assert rows[h100]["status"] == "bounded" and cost < bound <= cost * math.exp(1.5)
+    alone = solve([h100], 1.5)["metrics"]["cost"]  # the H100 offer's best plan, solved on its own
+    alt = d["footing"]["evidence"]["fitted_alternative"]
+    assert alt["accelerator"] == "h100-sxm" and alt["bounded_solved"]
+    assert alt["value"] == pytest.approx(alone) and alt["ratio"] == pytest.approx(alone / cost)
+    assert alt["within"] == (alone / cost <= math.exp(1.5)) and alt["within"]
+    small = solve([mi, h100], 0.1)
+    assert small["metrics"]["cost"] == pytest.approx(cost) and bound > cost * math.exp(0.1)
+    assert small["footing"]["evidence"]["fitted_alternative"] is None

@@ -154,14 +154,18 @@ def step_sigma(sc: Scenario, acc: str, cards: ArrayLike = 1.0, ep: ArrayLike = 1
 
     (independent log errors add in quadrature; the factors: card on priors, stack not fitted, MoE at more
     experts per card than fitted, sequence beyond the fitted, low-precision recipe not fitted, cards
-    beyond the fitted), the source naming the factors that apply (:func:`evidence_of`); else the catalog
-    sigmas (:func:`catalog_sigma`)."""
+    beyond the fitted), the source naming the factors that apply (:func:`evidence_of`); with a calibration of
+    one's own, the same factors on its floored spread, judged against what its runs covered
+    (:func:`own_calibration_sigma`); else the catalog sigmas (:func:`catalog_sigma`)."""
     if np.ndim(cards) == 0 and np.ndim(ep) == 0:  # one plan: its source says what it rests on (evidence_of)
         e = evidence_of(sc, acc, float(np.asarray(cards)), float(np.asarray(ep)))
         return e["sigma"], e["source"]
     if sc.risk.step_sigma is not None:
         return sc.risk.step_sigma, "given (risk.step_sigma)"
     ev = evidence_for(sc, acc)
+    if ev is not None and own_calibration(sc, acc):
+        sigma_own, source_own, _ = own_calibration_sigma(sc, acc, cards, ep)
+        return sigma_own, source_own
     if ev is None or own_calibration(sc, acc):
         return catalog_sigma(sc, acc)
     facts = plan_facts(sc, acc)
@@ -237,7 +241,11 @@ def evidence_of(sc: Scenario, acc: str, cards: float, ep: float = 1) -> dict[str
         out = {"card": "prior" if bool(flags[evidence.CARD_PRIOR]) else "fitted",
                "stack": "not fitted" if bool(flags[evidence.STACK]) else "fitted"}
     ev = evidence_for(sc, acc)
-    if ev is None or own_calibration(sc, acc):
+    if ev is not None and own_calibration(sc, acc):
+        sigma_own, source, why = own_calibration_sigma(sc, acc, cards, ep)
+        out = {**out, "card": "fitted", "sigma": float(sigma_own), "reasons": why, "source": source,
+               "assumption": None if own_covers(sc, acc) else OWN_UNRECORDED}
+    elif ev is None or own_calibration(sc, acc):
         sigma, source = catalog_sigma(sc, acc)
         card = "fitted" if own_calibration(sc, acc) else out["card"]
         if card == "prior":  # the catalog sigma does not read the flag: the source names it
@@ -309,6 +317,48 @@ def own_calibration_floor(sc: Scenario, own: float, source: str) -> tuple[float,
         return own, source
     return ev.base, (f"{source}: {own:.3f}; at least the base {ev.base:.3f} (catalogs/uncertainty.toml: the model's "
                      f"out-of-sample spread inside a fitted card's envelope; one's own runs cannot make it surer)")
+
+
+OWN_UNRECORDED = ("the calibration does not record what its runs covered (written before tpopt calibrate recorded "
+                  "it): assumed to cover this plan's stack, sequence length, precision, experts per card and cards, "
+                  "so no factor beyond them is added; rerun tpopt calibrate to record it")
+"""The footing's assumption for a calibration of one's own whose file has no ``[acc.calibration.covers]``."""
+
+
+def own_covers(sc: Scenario, acc: str) -> evidence.Envelope | None:
+    """What the runs of the card's calibration of one's own covered (``[acc.calibration.covers]``, written by
+    ``tpopt calibrate``); None where the file does not record it."""
+    covers: evidence.Envelope | None = getattr(_perf(sc, acc), "calibration_covers", None)
+    return covers
+
+
+def own_calibration_sigma(sc: Scenario, acc: str, cards: ArrayLike, ep: ArrayLike = 1
+                          ) -> tuple[Floats, str, list[str]]:
+    """(sigma, source, reasons) of plans on a card calibrated on one's own runs, under the per-operation model:
+    the shipped composition (:func:`step_sigma`, tpopt.models.evidence.plan_sigma) with the calibration's floored
+    spread (:func:`own_calibration_floor`) as the base and what its runs covered (:func:`own_covers`) in place of
+    the fitted envelope,
+
+        sigma = sqrt(max(s, base)^2 + sum of c_f^2 over the factors f the plan goes beyond the calibration on)
+
+    (MoE at more experts per card than its runs, a stack other than theirs, a sequence longer than theirs, a
+    low-precision recipe they did not run, more cards than they ran; c_f the uncertainty table's shares). A file
+    that does not record the coverage: the floored spread alone (:data:`OWN_UNRECORDED`, stated in the
+    footing). The reasons name each factor (one plan: scalar ``cards``; none for arrays)."""
+    perf = _perf(sc, acc)
+    base, source = own_calibration_floor(sc, float(perf.residual_sigma), str(perf.residual_sigma_source))
+    ev = evidence_for(sc, acc)
+    covers = own_covers(sc, acc)
+    if ev is None or covers is None:
+        return base, source, []
+    one = np.ndim(cards) == 0 and np.ndim(ep) == 0
+    facts = plan_facts(sc, acc, float(np.asarray(cards)) if one else 1.0, float(np.asarray(ep)) if one else 1.0)
+    sigma = evidence.plan_sigma(ev, facts, cards, experts_per_card(sc, ep), base, own=covers)
+    why = evidence.reasons(ev, facts, own=covers) if one else []
+    if not why:
+        return (float(sigma) if one else sigma), source, []
+    return float(sigma) if one else sigma, (f"{'; '.join(why)} ({source}, each factor's share in quadrature: "
+                                            "catalogs/uncertainty.toml)"), why
 
 
 def save_pause_lag(sc: Scenario, save_mode: str) -> tuple[float, float]:
@@ -395,13 +445,13 @@ def _chance_key(sc: Scenario, acc: str, save_mode: str, ep: float = 1) -> tuple[
     """What a chance root depends on besides (cards, interval): level, deadline, margins, save mode's pause and
     lag, restart, failure and rollback rates, the risk inputs (the offer's spot terms and the uncertainty table
     among them) and what the step sigma reads beyond the cards (:func:`plan_facts` at the expert parallelism, the
-    card's own calibration sigma)."""
+    card's own calibration sigma and what its runs covered)."""
     rel = sc.reliability
     pause, lag = save_pause_lag(sc, save_mode)
     ev = evidence_for(sc, acc)
     own = catalog_sigma(sc, acc)[0] if ev is None or own_calibration(sc, acc) else card_base(sc, acc, ev)[0]
     return (sc.task.confidence, F.limit(F.DEADLINE, sc), sc.task.reserved_s, pause, lag, rel.restore_s, rel.card_mtbf_s,
-            rel.event_interval_s, law_risk(sc), plan_facts(sc, acc, 1.0, ep), own)
+            rel.event_interval_s, law_risk(sc), plan_facts(sc, acc, 1.0, ep), own, own_covers(sc, acc))
 
 
 def _pairs(cards: ArrayLike, interval: ArrayLike) -> tuple[NDArray[np.complex128], NDArray[np.intp], tuple[int, ...]]:
