@@ -7,6 +7,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DESIGN = ROOT / "examples" / "design-case.toml"
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Reports fit COLUMNS (cli/render.py output_width); tests that assert on wrapped text pass the width they mean
+# (CliRunner env), so a width inherited from the shell or set by pytest-xdist's workers (80) must not leak in.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 
 
 @pytest.fixture
