@@ -69,6 +69,9 @@ def export(fmt: str, plan_path: str | None, out: str | None, launch: str | None,
     """
     if launch and not out:
         raise InputError("--launch runs the exported file: give --out FILE too")
+    if launch and out and Path(launch).resolve() == Path(out).resolve():
+        raise InputError(f"--launch {launch} is the --out file: the script would replace the configuration it "
+                         "runs; give it another name")
     refuse_scale_out(kw.get("scenario_path"))
     sc = load_scenario_from(kw)
     note = builtin_note(kw)  # printed once the export succeeded: an error stays one line

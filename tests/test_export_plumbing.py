@@ -163,3 +163,15 @@ def test_nothing_is_overwritten_when_one_output_exists(tmp_path):
             "--out", str(out), "--launch", str(launch))
     assert r.exit_code == 2 and "exists" in r.output
     assert not out.exists() and launch.read_text() == "mine"
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_launch_onto_the_exported_file_is_refused(tmp_path, force):
+    """--launch naming the --out file would replace the configuration with the script that runs it (the script
+    then points at itself): one line, exit 2, nothing written, with or without --force."""
+    out = tmp_path / "job.toml"
+    r = run("export", "--format", "torchtitan", "--hw", "h100-sxm", "--cards", "16", "--zero", "3",
+            "--out", str(out), "--launch", str(tmp_path / "." / "job.toml"), *force)
+    assert r.exit_code == 2, r.output
+    assert "--launch" in r.output and "--out" in r.output and len(r.output.strip().splitlines()) == 1
+    assert not out.exists()
