@@ -745,8 +745,9 @@ def spot_policy_lines(entry: dict[str, Any] | None) -> list[str]:
     others = "; ".join(f"{o['policy']} {o['expected_cost']:,.0f} USD, P(on time) {o['p_on_time']:.1%}"
                        for o in e["candidates"] if o["policy"] != c["policy"])
     return [f"Spot policy ({e['spot_offer']} then {e['ondemand_offer']}, {e['cards']:,} cards): {c['policy']}: "
-            f"expected {c['expected_cost']:,.0f} USD, P(on time) {c['p_on_time']:.1%} (asked "
-            f"{level_text(e['confidence'])}); {others}; spot pays below {e['break_even_spot_price']:.3g} USD per card-hour",
+            f"expected {c['expected_cost']:,.0f} USD, P(on time) {c['p_on_time']:.1%} "
+            f"(asked {level_text(e['confidence'])}); {others}; spot pays below {e['break_even_spot_price']:.3g} "
+            "USD per card-hour",
             f"  spot terms: {t['preempt_per_card_hour']:g} preemptions per card-hour ({t['preempt_source']}), rate "
             f"cv {t['rate_cv']:g} ({t['rate_cv_source']}); capacity obtainable on {t['availability_per_day']:.0%} of "
             f"days ({t['availability_source']}); a switch costs {t['switch_s']:,.0f} s"]

@@ -931,8 +931,8 @@ def chance_text(e: dict[str, Any]) -> list[str]:
     if "confidence" not in e:
         return []
     each = ", ".join(f"{acc} {v:.3f}" for acc, v in e["pool_sigmas"].items())
-    return [f"  confidence {level_text(e['confidence'])}: finish quantile {e['finish_quantile_days']:.2f} d at step sigma "
-            f"{e['step_sigma']:.3f}, the largest of its pools' ({each})"]
+    return [f"  confidence {level_text(e['confidence'])}: finish quantile {e['finish_quantile_days']:.2f} d at step "
+            f"sigma {e['step_sigma']:.3f}, the largest of its pools' ({each})"]
 
 
 def pools_dict(ps: PoolsSolve, sc: Scenario) -> dict[str, Any]:
