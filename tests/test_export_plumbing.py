@@ -175,3 +175,19 @@ def test_launch_onto_the_exported_file_is_refused(tmp_path, force):
     assert r.exit_code == 2, r.output
     assert "--launch" in r.output and "--out" in r.output and len(r.output.strip().splitlines()) == 1
     assert not out.exists()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_deepspeed_states_the_plans_checkpoint_interval_and_mode(tmp_path, mode):
+    """DeepSpeed's JSON has no save interval (the training script calls engine.save_checkpoint): the export
+    dropped the plan's interval and save mode without a word. The note (stderr and the launch script) now states
+    both and the script passes --save-interval, the interval in steps as the other formats write it."""
+    flags = ["--hw", "h100-sxm", "--cards", "16", "--zero", "2", "--save-interval", "1800s", "--save-mode", mode]
+    d = json.loads(run("evaluate", *flags, "--json").stdout)
+    steps = max(1, round(d["plan"]["save_interval_s"] / d["metrics"]["step_s"]))
+    out, launch = tmp_path / "ds.json", tmp_path / "run.sh"
+    r = run("export", "--format", "deepspeed", *flags, "--out", str(out), "--launch", str(launch))
+    assert r.exit_code == 0, r.output
+    note = f"checkpoints: save every {steps} steps ({'asynchronously' if mode == 'async' else 'synchronously'}"
+    assert note in " ".join(r.stderr.split()) and note in " ".join(launch.read_text().replace("#", " ").split())
+    assert f"--save-interval {steps}" in launch.read_text()
