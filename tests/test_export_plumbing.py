@@ -191,3 +191,35 @@ def test_deepspeed_states_the_plans_checkpoint_interval_and_mode(tmp_path, mode)
     note = f"checkpoints: save every {steps} steps ({'asynchronously' if mode == 'async' else 'synchronously'}"
     assert note in " ".join(r.stderr.split()) and note in " ".join(launch.read_text().replace("#", " ").split())
     assert f"--save-interval {steps}" in launch.read_text()
+
+
+def test_a_staged_report_without_its_scenario_is_named_as_staged(tmp_path):
+    """A staged solve's report holds one plan per stage; given without its scenario, the error said "the file holds
+    no plan object (... an infeasible solve has none)", wrong on both counts. It now names the stages."""
+    sc = staged_scenario(tmp_path)
+    solved = run("solve", "--scenario", sc, "--json", "--no-analysis")
+    assert solved.exit_code == 0, solved.output
+    report = tmp_path / "staged.json"
+    report.write_text(solved.stdout)
+    names = [s["name"] for s in json.loads(solved.stdout)["stages"]]
+    r = run("export", "--format", "megatron", "--plan", str(report), "--hw", "h100-sxm")
+    assert r.exit_code == 2, r.output
+    assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
+    assert "staged" in r.output and all(n in r.output for n in names) and "infeasible" not in r.output
+
+
+def test_a_plan_solved_for_another_model_is_refused(tmp_path):
+    """A plan's layout (memory, layers per stage, batch split) holds for the model it was solved for: exported onto
+    a scenario of another model it was written under that model's name with at most a note. One line, exit 2."""
+    solved = run("solve", "--hw", "h100-sxm", "--json", "--no-analysis")  # the built-in design case: qwen3-8b
+    assert solved.exit_code == 0, solved.output
+    report = tmp_path / "plan.json"
+    report.write_text(solved.stdout)
+    out = tmp_path / "job.sh"
+    r = run("export", "--format", "megatron", "--plan", str(report), "--scenario",
+            str(ROOT / "examples" / "qwen3-30b-a3b.toml"), "--hw", "h100-sxm", "--out", str(out))
+    assert r.exit_code == 2, r.output
+    assert "qwen3-8b" in r.output and "qwen3-30b-a3b" in r.output and len(r.output.strip().splitlines()) == 1
+    assert not out.exists()
+    same = run("export", "--format", "megatron", "--plan", str(report), "--hw", "h100-sxm")  # its own scenario
+    assert same.exit_code == 0, same.output
