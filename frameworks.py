@@ -972,6 +972,10 @@ def deepspeed_notes(lp: LaunchPlan) -> list[str]:
     if lp.tp and lp.tp > 1:
         notes.append(f"train_batch_size is left to DeepSpeed, which counts each TP rank (it derives {lp.tp} x "
                      f"{lp.global_batch}); each step still takes the plan's {lp.global_batch} sequences")
+    mode = "asynchronously" if lp.save_mode == "async" else "synchronously"
+    notes.append(f"checkpoints: save every {lp.save_interval_steps} steps ({mode}; the plan's interval) with "
+                 "engine.save_checkpoint in your training loop: DeepSpeed's config holds no save interval (the "
+                 "launch script passes --save-interval)")
     if lp.recompute == "full" and not (lp.pp and lp.pp > 1):
         notes.append("full recompute: DeepSpeed's config turns it on only under its pipeline engine; wrap each "
                      "layer with deepspeed.checkpointing.checkpoint (or call the model's "
@@ -1156,7 +1160,8 @@ def _train_command(fmt: str, config: str, lp: LaunchPlan, warmup: int) -> list[s
     if fmt == "deepspeed":
         return ['"${TRAIN_SCRIPT:?your DeepSpeed training script}" --deepspeed_config ' + shlex.quote(config),
                 '--data-path "$DATA_PATH"', '--tokenizer "$TOKENIZER_PATH"', '--save "$CHECKPOINT_DIR"',
-                f"--train-iters {lp.train_iters}", f"--lr-warmup-iters {warmup}"]
+                f"--save-interval {lp.save_interval_steps}", f"--train-iters {lp.train_iters}",
+                f"--lr-warmup-iters {warmup}"]
     if fmt == "megatron":
         return ['"${MEGATRON_LM:?Megatron-LM checkout}/pretrain_gpt.py" "${TPOPT_ARGS[@]}"',
                 '--data-path "$DATA_PATH"', '--tokenizer-type HuggingFaceTokenizer',

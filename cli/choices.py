@@ -76,14 +76,21 @@ def batch_lines(out: dict[str, Any]) -> list[str]:
     return lines
 
 
-def batch_infeasible(rows: list[dict[str, Any]], conflict_batch: int, as_json: bool) -> None:
+def batch_infeasible(rows: list[dict[str, Any]], conflict_batch: int, as_json: bool, decided: bool = True) -> None:
     """No batch admits a plan: each batch's fastest plan with the deadline and budget dropped
     (:func:`tpopt.optimizer.plan.fastest_per_batch`), and the batch the conflict below is computed at
-    (the relaxations re-solve over every batch)."""
+    (the relaxations re-solve over every batch). ``decided`` False (the time limit stopped the solve, status
+    unknown): no plan was found in time, which is no verdict, and no conflict follows."""
     if as_json:
         return
-    click.echo(f"No global batch admits a plan (the conflict below is at {conflict_batch:,} sequences; the changes "
-               "re-solve over every batch). Fastest finish per batch, deadline and budget dropped:")
+    if decided:
+        head = (f"No global batch admits a plan (the conflict below is at {conflict_batch:,} sequences; the changes "
+                "re-solve over every batch).")
+    else:
+        open_ = sum(r.get("fastest_status") == "unknown" for r in rows)
+        head = "No plan found for any global batch within the time limit" + (
+            f" ({open_} of {len(rows)} batches not decided)." if open_ else ".")
+    click.echo(f"{head} Fastest finish per batch, deadline and budget dropped:")
     for r in rows:
         fin = f"{r['fastest_finish_days']:.2f} d" if r["fastest_finish_days"] is not None else \
             "not decided (time limit reached)" if r.get("fastest_status") == "unknown" else "no plan at all"

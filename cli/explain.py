@@ -110,7 +110,8 @@ def explain(sensitivity: bool, as_json: bool, html: str | None, force: bool, qui
                 text = market_infeasible_lines(out)
             else:
                 if "conflict_batch" in out:
-                    batch_infeasible(out["batch_choices"], out["conflict_batch"], as_json)
+                    batch_infeasible(out["batch_choices"], out["conflict_batch"], as_json,
+                                     decided=out["status"] == "infeasible")
                 text = infeasible_lines(out, sc, "explain")
             if sc.task.confidence is not None and out["status"] == "infeasible":  # which confidence is reachable
                 out["reachable_confidence"], why = Q.reachable(sc, backend, req)

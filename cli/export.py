@@ -69,6 +69,9 @@ def export(fmt: str, plan_path: str | None, out: str | None, launch: str | None,
     """
     if launch and not out:
         raise InputError("--launch runs the exported file: give --out FILE too")
+    if launch and out and Path(launch).resolve() == Path(out).resolve():
+        raise InputError(f"--launch {launch} is the --out file: the script would replace the configuration it "
+                         "runs; give it another name")
     refuse_scale_out(kw.get("scenario_path"))
     sc = load_scenario_from(kw)
     note = builtin_note(kw)  # printed once the export succeeded: an error stays one line
@@ -136,7 +139,12 @@ def refuse_scale_out(path: str | None) -> None:
 
 def _of_report(sc: Scenario, report: dict[str, Any], kw: dict[str, Any]) -> list[Exported]:
     """The plan of a --plan report on the scenario (each stage's own plan from a staged solve's report)."""
+    _same_model(sc, report)
     stages = report.get("stages")
+    if not sc.stages and isinstance(stages, list) and "plan" not in report:
+        listed = ", ".join(str(s.get("name")) for s in stages if isinstance(s, dict))
+        raise InputError(f"--plan: a staged report (stages {listed}, one plan each): give the --scenario it was solved "
+                         "on")
     if sc.stages and isinstance(stages, list) and "plan" not in report:
         infos = stage_scenarios(sc)
         names = [s.get("name") if isinstance(s, dict) else None for s in stages]
@@ -146,6 +154,17 @@ def _of_report(sc: Scenario, report: dict[str, Any], kw: dict[str, Any]) -> list
         return [(s.name, s.sc, as_solve_would(s.sc, _checked(sc, plan_from_report(d)), kw)[0])
                 for s, d in zip(infos, stages, strict=True)]
     return _on_stages(sc, _checked(sc, plan_from_report(report)), kw)
+
+
+def _same_model(sc: Scenario, report: dict[str, Any]) -> None:
+    """A report that names its model (``scenario.model.name``: solve's and evaluate's) was solved for that model:
+    its layout (memory, layers per stage, batch split) does not carry to another one."""
+    scen = report.get("scenario")
+    model = scen.get("model") if isinstance(scen, dict) else None
+    name = model.get("name") if isinstance(model, dict) else None
+    if isinstance(name, str) and name != sc.model.name:
+        raise InputError(f"--plan: its plan was solved for {name}, the scenario's model is {sc.model.name} (give the "
+                         "--scenario it was solved on)")
 
 
 def _checked(sc: Scenario, plan: Plan) -> Plan:

@@ -91,7 +91,8 @@ def solve(top: int, no_analysis: bool, sensitivity: bool, timing: bool, as_json:
         click.echo(dump_json(out) if as_json else "\n".join(market_infeasible_lines(out)), nl=not as_json)
         raise SystemExit(EXIT_INFEASIBLE if pr.status == Status.INFEASIBLE else EXIT_UNKNOWN)
     if pr.batches:  # conflict at the task's batch (or the first choice); relaxations over every batch
-        batch_infeasible(out["batch_choices"], P.conflict_choice(pr.batches, sc).batch, as_json)
+        batch_infeasible(out["batch_choices"], P.conflict_choice(pr.batches, sc).batch, as_json,
+                         decided=pr.status == Status.INFEASIBLE)
     if sc.task.confidence is not None and pr.status == Status.INFEASIBLE:
         from tpopt.optimizer.question import reachable  # lazy: start-up time (only without a plan)
 

@@ -51,7 +51,7 @@ from tpopt.models.evaluate import CONSTRAINT_NAMES, evaluate_arrays
 from tpopt.models.plan import Scenario
 from tpopt.models.units import DAY, HOUR, fmt_count
 from tpopt.optimizer.space import nic_domain
-from tpopt.presentation import scale_out_relaxation_lines
+from tpopt.presentation import level_text, scale_out_relaxation_lines
 
 JOB_FAMILIES = (F.DEADLINE, F.BUDGET, F.STEP_BUDGET, F.INPUT_THROUGHPUT, F.CHECKPOINT)
 """Families of the whole job, checked on the mixed plan (not per pool)."""
@@ -931,8 +931,8 @@ def chance_text(e: dict[str, Any]) -> list[str]:
     if "confidence" not in e:
         return []
     each = ", ".join(f"{acc} {v:.3f}" for acc, v in e["pool_sigmas"].items())
-    return [f"  confidence {e['confidence']:.0%}: finish quantile {e['finish_quantile_days']:.2f} d at step sigma "
-            f"{e['step_sigma']:.3f}, the largest of its pools' ({each})"]
+    return [f"  confidence {level_text(e['confidence'])}: finish quantile {e['finish_quantile_days']:.2f} d at step "
+            f"sigma {e['step_sigma']:.3f}, the largest of its pools' ({each})"]
 
 
 def pools_dict(ps: PoolsSolve, sc: Scenario) -> dict[str, Any]:

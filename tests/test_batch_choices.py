@@ -182,6 +182,19 @@ def test_all_batches_infeasible_explained_over_every_batch():
     assert "deadline now 7.00 d: >= 7.19 d" in out and "rtx4090 x 768" in out
 
 
+@pytest.mark.parametrize("command", ["solve", "explain"])
+def test_batches_cut_short_by_the_limit_are_not_said_to_admit_no_plan(command):
+    """Under a 1 ms limit no batch is decided (exit 4): the header said "No global batch admits a plan (the
+    conflict below is at 384 sequences ...)", a verdict of infeasibility with no conflict below; it now says no
+    plan was found within the time limit and how many batches are undecided (docs/commands.md: a batch cut short
+    is "not decided", never "no plan")."""
+    r = run(command, "--scenario", BATCH, "--time-limit", "1ms", "--workers", "1")
+    assert r.exit_code == 4, r.output
+    out = " ".join(r.stdout.split())
+    assert "No global batch admits a plan" not in out and "conflict below" not in out
+    assert "No plan found for any global batch within the time limit (5 of 5 batches not decided)" in out
+
+
 def test_several_batches_need_a_critical_batch():
     r = run("solve", "--scenario", DESIGN, "--global-batch", "192,384")
     assert r.exit_code == 2 and "critical_batch" in r.stderr and "Traceback" not in r.stderr

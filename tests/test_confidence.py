@@ -412,3 +412,16 @@ def test_confidence_is_refused_where_it_is_not_modelled():
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
     assert "--confidence" not in run("rl", "--help").output  # tpopt rl does not offer it (--help lists what it takes)
     assert run("rl", "--confidence", "95%").exit_code == 2
+
+
+def test_the_spot_policy_states_the_asked_level_as_given(tmp_path):
+    """The spot policy line printed "(asked 100%)" for --confidence 99.9% (the level rounded to whole points),
+    a level nobody asked and one no plan can meet; the level is now stated as given, 99.9%, and 95 stays 95%."""
+    sc = tmp_path / "spot.toml"
+    assert run("init", str(sc), "--model", "llama3-8b", "--hw", "h100-sxm").exit_code == 0
+    sc.write_text(sc.read_text() + '\n[market]\noffers = "all"\nspot_shares = [0.25, 0.5]\n')
+    for level, said in (("99.9%", "(asked 99.9%)"), ("95%", "(asked 95%)")):
+        r = run("solve", "--scenario", str(sc), "--deadline", "17d", "--confidence", level, "--no-analysis")
+        assert r.exit_code == 0, r.output
+        policy = " ".join(r.stdout.split("Spot policy", 1)[1].split("spot terms", 1)[0].split())
+        assert said in policy, policy

@@ -80,8 +80,13 @@ def megatron() -> Iterator[Any]:
         yield importlib.import_module("megatron.training.arguments")
 
 
-COMPUTE_CAPABILITY = {"h100-sxm": 9, "h800": 9, "a100-80gb-sxm": 8, "rtx4090": 8}
-"""The cards' CUDA compute capability (major): 9 = Hopper, 8 = Ampere and Ada (8.9) (NVIDIA CUDA GPUs list)."""
+COMPUTE_CAPABILITY = {"h100-sxm": 9, "h800": 9, "a100-80gb-sxm": 8, "rtx4090": 8, "b200": 10}
+"""The cards' CUDA compute capability (major): 10 = Blackwell (B200), 9 = Hopper, 8 = Ampere and Ada (8.9)
+(NVIDIA CUDA GPUs list)."""
+
+CUDA_NAME = {"b200": "NVIDIA B200"}
+"""torch.cuda.get_device_properties(0).name where a rule reads it (Megatron-Bridge's DeepEP check accepts the
+Blackwell names starting "NVIDIA B200" / "NVIDIA B300"); other cards: "NVIDIA <catalog name>", which no rule reads."""
 
 
 def run_megatron(mg: Any, mp: pytest.MonkeyPatch, sc: Any, ev: Any) -> tuple[Any, FW.LaunchPlan, str]:
@@ -197,6 +202,8 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "offload (ZeRO-1)": ("design-case", dict(cards=32, zero_stage=1, tp=1, pp=1, micro_batch=1, offload="cpu")),
     "EP 8 (MoE, ZeRO-1)": ("qwen3-30b-a3b", dict(cards=64, accelerator="h100-sxm", zero_stage=1, tp=1, pp=1,
                                                  micro_batch=1, ep=8)),
+    "expert TP 2 (MoE, TP 2, EP 4)": ("qwen3-30b-a3b", dict(cards=64, accelerator="h100-sxm", zero_stage=1, tp=2,
+                                                            pp=1, micro_batch=1, ep=4, recompute="full")),
     "FP8 (DeepSeek-V3, uneven stages)": ("deepseek-v3", dict(cards=2048, accelerator="h800", zero_stage=1, tp=1,
                                                              pp=8, ep=16, micro_batch=1, recompute="full",
                                                              schedule="1f1b")),

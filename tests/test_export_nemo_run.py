@@ -22,7 +22,15 @@ from typing import Any
 
 import pytest
 
-from tests.test_export_megatron_run import CASES, COMPUTE_CAPABILITY, _cuda_only, _CudaOnly, _require, example
+from tests.test_export_megatron_run import (
+    CASES,
+    COMPUTE_CAPABILITY,
+    CUDA_NAME,
+    _cuda_only,
+    _CudaOnly,
+    _require,
+    example,
+)
 from tpopt import api
 from tpopt import frameworks as FW
 
@@ -57,7 +65,8 @@ class _ShapeBridge:
         m = self.model
         kw: dict[str, Any] = dict(num_layers=m.layers, hidden_size=m.hidden, ffn_hidden_size=m.ffn,
                                   num_attention_heads=m.heads, num_query_groups=m.kv_heads, vocab_size=m.vocab,
-                                  normalization="RMSNorm", gated_linear_unit=True, position_embedding_type="rope")
+                                  normalization="RMSNorm", gated_linear_unit=True, position_embedding_type="rope",
+                                  add_bias_linear=False)  # as the Qwen3, Llama 3, DeepSeek bridges set it (mlp_bias)
         if m.moe:
             kw.update(num_moe_experts=m.experts, moe_router_topk=m.top_k, moe_ffn_hidden_size=m.expert_ffn)
         return GPTModelProvider(**kw)
@@ -136,7 +145,7 @@ def run_bridge(br: dict[str, Any], mp: pytest.MonkeyPatch, sc: Any, ev: Any) -> 
     # validate_flex_dispatcher_backend (DeepEP needs compute capability 8 or 9, or B200/B300). The plan's card
     # answers, not this machine (no CUDA here).
     card = types.SimpleNamespace(major=COMPUTE_CAPABILITY[ev.plan.accelerator], minor=0,
-                                 name=f"NVIDIA {ev.plan.accelerator}")
+                                 name=CUDA_NAME.get(ev.plan.accelerator, f"NVIDIA {ev.plan.accelerator}"))
     mp.setattr(torch.cuda, "get_device_properties", lambda *a: card)
     # Stand-in 8: Transformer Engine's fused MoE permutation kernels (CUDA), whose presence TransformerConfig
     # checks when a recipe sets moe_permute_fusion (the MoE recipes do). Present on the plan's stack.
@@ -241,6 +250,11 @@ MORE_CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
                                                           "hardware.usable_memory": "76GiB"},
                                           dict(cards=1792, accelerator="h100-sxm", zero_stage=1, tp=8, pp=14,
                                                micro_batch=1, recompute="full", schedule="1f1b")),
+    # the example's solved plan on B200 (tpopt solve --hw b200): the stack's flex dispatcher on DeepEP, which
+    # Bridge's validate_flex_dispatcher_backend accepts on Blackwell by the device name "NVIDIA B200"
+    "qwen3-30b-a3b on B200 (PP 2, flex / DeepEP)": ("qwen3-30b-a3b", {"hardware.accelerator": "b200"},
+                                                    dict(cards=16, accelerator="b200", zero_stage=1, tp=1, pp=2,
+                                                         micro_batch=1, save_mode="async")),
 }
 
 

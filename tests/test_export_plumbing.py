@@ -163,3 +163,63 @@ def test_nothing_is_overwritten_when_one_output_exists(tmp_path):
             "--out", str(out), "--launch", str(launch))
     assert r.exit_code == 2 and "exists" in r.output
     assert not out.exists() and launch.read_text() == "mine"
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_launch_onto_the_exported_file_is_refused(tmp_path, force):
+    """--launch naming the --out file would replace the configuration with the script that runs it (the script
+    then points at itself): one line, exit 2, nothing written, with or without --force."""
+    out = tmp_path / "job.toml"
+    r = run("export", "--format", "torchtitan", "--hw", "h100-sxm", "--cards", "16", "--zero", "3",
+            "--out", str(out), "--launch", str(tmp_path / "." / "job.toml"), *force)
+    assert r.exit_code == 2, r.output
+    assert "--launch" in r.output and "--out" in r.output and len(r.output.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_deepspeed_states_the_plans_checkpoint_interval_and_mode(tmp_path, mode):
+    """DeepSpeed's JSON has no save interval (the training script calls engine.save_checkpoint): the export
+    dropped the plan's interval and save mode without a word. The note (stderr and the launch script) now states
+    both and the script passes --save-interval, the interval in steps as the other formats write it."""
+    flags = ["--hw", "h100-sxm", "--cards", "16", "--zero", "2", "--save-interval", "1800s", "--save-mode", mode]
+    d = json.loads(run("evaluate", *flags, "--json").stdout)
+    steps = max(1, round(d["plan"]["save_interval_s"] / d["metrics"]["step_s"]))
+    out, launch = tmp_path / "ds.json", tmp_path / "run.sh"
+    r = run("export", "--format", "deepspeed", *flags, "--out", str(out), "--launch", str(launch))
+    assert r.exit_code == 0, r.output
+    note = f"checkpoints: save every {steps} steps ({'asynchronously' if mode == 'async' else 'synchronously'}"
+    assert note in " ".join(r.stderr.split()) and note in " ".join(launch.read_text().replace("#", " ").split())
+    assert f"--save-interval {steps}" in launch.read_text()
+
+
+def test_a_staged_report_without_its_scenario_is_named_as_staged(tmp_path):
+    """A staged solve's report holds one plan per stage; given without its scenario, the error said "the file holds
+    no plan object (... an infeasible solve has none)", wrong on both counts. It now names the stages."""
+    sc = staged_scenario(tmp_path)
+    solved = run("solve", "--scenario", sc, "--json", "--no-analysis")
+    assert solved.exit_code == 0, solved.output
+    report = tmp_path / "staged.json"
+    report.write_text(solved.stdout)
+    names = [s["name"] for s in json.loads(solved.stdout)["stages"]]
+    r = run("export", "--format", "megatron", "--plan", str(report), "--hw", "h100-sxm")
+    assert r.exit_code == 2, r.output
+    assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
+    assert "staged" in r.output and all(n in r.output for n in names) and "infeasible" not in r.output
+
+
+def test_a_plan_solved_for_another_model_is_refused(tmp_path):
+    """A plan's layout (memory, layers per stage, batch split) holds for the model it was solved for: exported onto
+    a scenario of another model it was written under that model's name with at most a note. One line, exit 2."""
+    solved = run("solve", "--hw", "h100-sxm", "--json", "--no-analysis")  # the built-in design case: qwen3-8b
+    assert solved.exit_code == 0, solved.output
+    report = tmp_path / "plan.json"
+    report.write_text(solved.stdout)
+    out = tmp_path / "job.sh"
+    r = run("export", "--format", "megatron", "--plan", str(report), "--scenario",
+            str(ROOT / "examples" / "qwen3-30b-a3b.toml"), "--hw", "h100-sxm", "--out", str(out))
+    assert r.exit_code == 2, r.output
+    assert "qwen3-8b" in r.output and "qwen3-30b-a3b" in r.output and len(r.output.strip().splitlines()) == 1
+    assert not out.exists()
+    same = run("export", "--format", "megatron", "--plan", str(report), "--hw", "h100-sxm")  # its own scenario
+    assert same.exit_code == 0, same.output
