@@ -269,8 +269,9 @@ def _megatron_like(fmt: str, lp: LaunchPlan, moe: bool, stack: StackProfile | No
                     ("moe_pad_expert_input_to_capacity", True)]
         out += [("moe_token_dispatcher_type", MEGATRON_DISPATCHERS.get(st.moe_dispatcher, "alltoall")),
                 ("moe_grouped_gemm", True)]
-        if st.moe_dispatcher == "flex":
-            out.append(("moe_flex_dispatcher_backend", "deepep"))
+        if st.moe_dispatcher == "flex":  # the backend of Megatron-Bridge's performance recipes (catalogs/recipes.toml):
+            # HybridEP runs on compute capability 8-10, GB200 / GB300 NVL72 included, where DeepEP is refused
+            out.append(("moe_flex_dispatcher_backend", "hybridep"))
     if lp.sequence_parallel:
         out.append(("sequence_parallel", True))
     out += [("micro_batch_size", lp.micro_batch), ("global_batch_size", lp.global_batch)]
@@ -330,7 +331,8 @@ def _layout_stages(layout: str) -> tuple[int, ...]:
 
 MEGATRON_DISPATCHERS = {"alltoall": "alltoall", "flex": "flex", "allgather": "allgather"}
 """tpopt stack moe_dispatcher (catalogs/stacks.toml) -> Megatron-Core moe_token_dispatcher_type (Megatron's
-default, allgather, is not what the step-time model costs; "flex" runs on DeepEP)."""
+default, allgather, is not what the step-time model costs; "flex" runs on HybridEP, the performance recipes'
+backend)."""
 MEGATRON_FP8_RECIPES = {"current": "tensorwise", "delayed": "delayed"}
 """tpopt stack fp8_recipe -> Megatron-Core fp8_recipe: per-tensor current scaling is "tensorwise"."""
 

@@ -80,13 +80,14 @@ def megatron() -> Iterator[Any]:
         yield importlib.import_module("megatron.training.arguments")
 
 
-COMPUTE_CAPABILITY = {"h100-sxm": 9, "h800": 9, "a100-80gb-sxm": 8, "rtx4090": 8, "b200": 10}
-"""The cards' CUDA compute capability (major): 10 = Blackwell (B200), 9 = Hopper, 8 = Ampere and Ada (8.9)
+COMPUTE_CAPABILITY = {"h100-sxm": 9, "h800": 9, "a100-80gb-sxm": 8, "rtx4090": 8, "b200": 10, "gb200-nvl72": 10}
+"""The cards' CUDA compute capability (major): 10 = Blackwell (B200, GB200), 9 = Hopper, 8 = Ampere and Ada (8.9)
 (NVIDIA CUDA GPUs list)."""
 
-CUDA_NAME = {"b200": "NVIDIA B200"}
+CUDA_NAME = {"b200": "NVIDIA B200", "gb200-nvl72": "NVIDIA GB200"}
 """torch.cuda.get_device_properties(0).name where a rule reads it (Megatron-Bridge's DeepEP check accepts the
-Blackwell names starting "NVIDIA B200" / "NVIDIA B300"); other cards: "NVIDIA <catalog name>", which no rule reads."""
+Blackwell names starting "NVIDIA B200" / "NVIDIA B300", not "NVIDIA GB200"; its HybridEP check reads the
+capability); other cards: "NVIDIA <catalog name>", which no rule reads."""
 
 
 def run_megatron(mg: Any, mp: pytest.MonkeyPatch, sc: Any, ev: Any) -> tuple[Any, FW.LaunchPlan, str]:

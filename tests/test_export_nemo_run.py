@@ -250,11 +250,17 @@ MORE_CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
                                                           "hardware.usable_memory": "76GiB"},
                                           dict(cards=1792, accelerator="h100-sxm", zero_stage=1, tp=8, pp=14,
                                                micro_batch=1, recompute="full", schedule="1f1b")),
-    # the example's solved plan on B200 (tpopt solve --hw b200): the stack's flex dispatcher on DeepEP, which
-    # Bridge's validate_flex_dispatcher_backend accepts on Blackwell by the device name "NVIDIA B200"
-    "qwen3-30b-a3b on B200 (PP 2, flex / DeepEP)": ("qwen3-30b-a3b", {"hardware.accelerator": "b200"},
-                                                    dict(cards=16, accelerator="b200", zero_stage=1, tp=1, pp=2,
-                                                         micro_batch=1, save_mode="async")),
+    # the example's solved plan on B200 (tpopt solve --hw b200): the stack's flex dispatcher on HybridEP (the
+    # performance recipes' backend), which Bridge's validate_flex_dispatcher_backend accepts on capability 8-10
+    "qwen3-30b-a3b on B200 (PP 2, flex / HybridEP)": ("qwen3-30b-a3b", {"hardware.accelerator": "b200"},
+                                                      dict(cards=16, accelerator="b200", zero_stage=1, tp=1, pp=2,
+                                                           micro_batch=1, save_mode="async")),
+    # one GB200 NVL72 rack (DP 72: a batch of 8 x 72 sequences): DeepEP is refused there ("NVIDIA GB200" is no
+    # B200/B300 name), HybridEP runs
+    "qwen3-30b-a3b on GB200 NVL72 (flex / HybridEP)": ("qwen3-30b-a3b", {"hardware.accelerator": "gb200-nvl72",
+                                                                          "task.global_batch": 576},
+                                                       dict(cards=72, accelerator="gb200-nvl72", zero_stage=1,
+                                                            tp=1, pp=1, micro_batch=1)),
 }
 
 
@@ -266,6 +272,8 @@ def test_more_plans_pass_megatron_bridge(bridge, name):
     with pytest.MonkeyPatch.context() as mp:
         cfg, lp = run_bridge(bridge, mp, sc, ev)
     read_back(bridge, cfg, lp, sc.model.moe)
+    if sc.model.moe and sc.stack.moe_dispatcher == "flex":
+        assert cfg.model.moe_flex_dispatcher_backend == "hybridep"
     if lp.pp and lp.pp > 1:  # Llama 3.1 405B's recipe counts embedding and loss as layers: switched off
         assert not cfg.model.account_for_embedding_in_pipeline_split
         assert not cfg.model.account_for_loss_in_pipeline_split
