@@ -144,12 +144,17 @@ def _num(x: float | str | None, digits: int = 2) -> str:
     return f"{x:,.{digits}f}"
 
 
-def _qty(x: float | str | None, unit: str, digits: int = 2) -> str:
+COUNT_UNITS = ("cards", "hosts", "GPUs", "sequences", "NICs")  # whole things: printed without decimals
+
+
+def quantity_text(x: float | str | None, unit: str, digits: int = 2) -> str:
+    """A value with its unit as a report prints it: counts of whole things (``COUNT_UNITS``) as integers
+    ("88 cards", never "88.00 cards"), money at cents, anything else at ``digits`` decimals; ``-`` for None."""
     if x is None:
         return "-"
     if isinstance(x, str):
         return x
-    if unit in ("cards", "sequences", "NICs"):
+    if unit in COUNT_UNITS:
         return f"{x:,.0f} {unit}"
     if unit == "B tokens":  # x in billions at ``digits`` decimals, printed exactly: 2T, 1.74306T, 85.23B
         big = abs(x) >= 1000
@@ -224,7 +229,8 @@ def conflict_lines(detail: list[dict[str, Any]]) -> list[str]:
         if "value" in d:
             lead = f"{d['closest']} meeting the others" if n > 1 else f"even {d['closest']}"
             broken = (f"breaks it: {d['violation']}" if d.get("violation") else
-                      f"has {_qty(d['value'], d['unit'])} against a limit of {_qty(d['limit'], d['unit'])}")
+                      f"has {quantity_text(d['value'], d['unit'])} against a limit of "
+                      f"{quantity_text(d['limit'], d['unit'])}")
             lines.append(f"  {'':<{width}}  {lead}, {_plan_short(d['plan'])}, {broken}")
         elif d.get("note"):
             lines.append(f"  {'':<{width}}  {d['note']}")
@@ -246,9 +252,10 @@ def _needed(r: dict[str, Any]) -> str:
         return f"= {r['required']}"
     exact = ""
     if r.get("required_exact") is not None and r["parameter"] not in ("max_cards", "global_batch", "nics_per_host"):
-        thr = _qty(r["required_exact"], r["unit"], 3) if r["unit"] == "B tokens" else _num(r["required_exact"], 3)
+        thr = (quantity_text(r["required_exact"], r["unit"], 3) if r["unit"] == "B tokens" else
+               _num(r["required_exact"], 3))
         exact = f" (threshold {thr})"
-    return f"{r['direction']} {_qty(r['required'], r['unit'])}{exact}"
+    return f"{r['direction']} {quantity_text(r['required'], r['unit'])}{exact}"
 
 
 def evidence_flags(o: dict[str, Any]) -> str:
@@ -299,7 +306,7 @@ def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
     lines = list(RELAXATION_HEADER)
     width = max(len(r["parameter"]) for r in rels)
     for r in rels:
-        now = _qty(r["current"], r["unit"]) if r["parameter"] != "accelerator" else (r["current"] or "-")
+        now = quantity_text(r["current"], r["unit"]) if r["parameter"] != "accelerator" else (r["current"] or "-")
         if r.get("current_by_card"):  # several candidate cards: each one's value, not the first's
             now = ", ".join(f"{k} {_num(v)}" for k, v in r["current_by_card"].items()) + f" {r['unit']}"
         if r["current"] is None and r.get("method") == "undecided":  # not read before it stopped: no "now -"
@@ -400,8 +407,9 @@ def _violation_line(v: dict[str, Any], width: int) -> str:
     if v.get("violation"):  # a broken rule: its value and limit are no quantities
         return f"  {v['name']:<{width}}  {v['violation']}; rule: {v['rule']}"
     pct = f", {v['excess_fraction'] * 100:+.1f} %" if v.get("excess_fraction") is not None else ""
-    return (f"  {v['name']:<{width}}  {_qty(v['value'], v['unit'])} against {_qty(v['limit'], v['unit'])} "
-            f"(over by {_qty(v['excess'], v['unit'])}{pct}); rule: {v['rule']}")
+    return (f"  {v['name']:<{width}}  {quantity_text(v['value'], v['unit'])} against "
+            f"{quantity_text(v['limit'], v['unit'])} (over by {quantity_text(v['excess'], v['unit'])}{pct}); "
+            f"rule: {v['rule']}")
 
 
 def plan_lines(d: dict[str, Any], sc: Scenario) -> list[str]:
@@ -422,8 +430,9 @@ def plan_lines(d: dict[str, Any], sc: Scenario) -> list[str]:
             for t in d["tightness"]:
                 rel = f" ({t['relative_slack'] * 100:.1f} % of the limit)" if t["relative_slack"] is not None else ""
                 tag = "  <- binds: one host fewer breaks it" if t["name"] in d["binding"] else ""
-                lines.append(f"  {t['name']:<{w}}  {_qty(t['value'], t['unit'])} of {_qty(t['limit'], t['unit'])}, "
-                             f"slack {_qty(t['slack'], t['unit'])}{rel}{tag}")
+                lines.append(f"  {t['name']:<{w}}  {quantity_text(t['value'], t['unit'])} of "
+                             f"{quantity_text(t['limit'], t['unit'])}, "
+                             f"slack {quantity_text(t['slack'], t['unit'])}{rel}{tag}")
         for f in d.get("fewer_hosts", []):
             k = f"{f['hosts_fewer']} host{'s' if f['hosts_fewer'] != 1 else ''} fewer ({f['cards']} cards)"
             if not f.get("formable"):
@@ -473,7 +482,7 @@ def request_lines(d: dict[str, Any], sc: Scenario) -> list[str]:
         lines.append("Binding constraints (dropping any one alone admits a better plan):")
         for b in d["binding"]:
             v = b.get("violates", {})
-            viol = (f"; it has {_qty(v['value'], v['unit'])} against {_qty(v['limit'], v['unit'])}"
+            viol = (f"; it has {quantity_text(v['value'], v['unit'])} against {quantity_text(v['limit'], v['unit'])}"
                     if "value" in v else "")
             lines.append(f"  {b['name']}: without it {_plan_short(b['plan_without'])} would reach "
                          f"{_objective_text(b['objective_without'], d['objective'], unit)}{viol}")

@@ -23,6 +23,7 @@ from tpopt.models import families as F
 from tpopt.models.plan import Scenario
 from tpopt.models.units import fmt_count
 from tpopt.presentation import (  # the plain-text pieces, shared with the API
+    COUNT_UNITS,
     change_text,
     cp_note_text,
     footing_lines,
@@ -31,6 +32,7 @@ from tpopt.presentation import (  # the plain-text pieces, shared with the API
     model_text,
     moe_short,
     plan_line,
+    quantity_text,
 )
 
 WIDTH = 100  # columns when stdout is not a terminal and COLUMNS is not set
@@ -174,7 +176,7 @@ def moe_rows(m: dict[str, Any]) -> list[tuple[str, str, str]]:
 def _fmt_value(x: float | None, unit: str) -> str:
     if x is None:
         return "-"
-    if unit in ("cards", "heads", "layers", "sequences"):
+    if unit in (*COUNT_UNITS, "heads", "layers"):
         return f"{x:,.0f}"
     if abs(x) >= 1000:
         return f"{x:,.0f}"
@@ -259,8 +261,8 @@ def binding_lines(binding: list[dict[str, Any]] | None, objective: str, unit: st
     for b in binding:
         p = b["plan_without"]
         v = b["violates"]
-        viol = f"; it would have {v['name']} = {v['value']:,.2f} {v['unit']}{_on_stage(v)} against " \
-            f"{v['limit']:,.2f} {v['unit']}" if "value" in v else ""
+        viol = f"; it would have {v['name']} = {quantity_text(v['value'], v['unit'])}{_on_stage(v)} against " \
+            f"{quantity_text(v['limit'], v['unit'])}" if "value" in v else ""
         lines.append(f"  {b['name']}: without it, {p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, "
                      f"{layout_text(p, ', ')}{moe_short(p)}{_batch(p, batch)}) would reach "
                      f"{_objective_text(b['objective_without'], objective, unit)} "
@@ -277,7 +279,8 @@ def _reason(r: dict[str, Any]) -> str:
     if r.get("violation"):
         return f"{r['name']} ({r['violation']})"
     if "value" in r:
-        return f"{r['name']} ({r['value']:,.2f} {r['unit']}{_on_stage(r)} > {r['limit']:,.2f} {r['unit']})"
+        return (f"{r['name']} ({quantity_text(r['value'], r['unit'])}{_on_stage(r)} > "
+                f"{quantity_text(r['limit'], r['unit'])})")
     if "detail" in r:
         return f"{r['name']} ({r['detail']})"
     return cast(str, r["name"])

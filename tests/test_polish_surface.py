@@ -1,0 +1,50 @@
+"""The reviewer's closing-note defects of the report surface: whole counts printed whole, one bracket of
+qualifiers, reasons a user can act on, derivations printed beside their figures, assumed defaults stated,
+units on calibration durations, tables that fit a narrow terminal."""
+
+from __future__ import annotations
+
+import re
+
+from tpopt import api
+from tpopt.cli.html_report import constraint_rows
+from tpopt.cli.render import alternative_lines, binding_lines
+from tpopt.cli.rl_render import rl_text
+from tpopt.presentation import quantity_text
+
+RL = "examples/rl-grpo-qwen3-8b.toml"
+DECIMAL_COUNT = re.compile(r"\d\.\d+ (cards|hosts|GPUs)\b")
+
+
+def test_a_count_of_cards_or_hosts_prints_without_decimals():
+    assert quantity_text(88.0, "cards") == "88 cards"
+    assert quantity_text(1536.0, "cards") == "1,536 cards"
+    assert quantity_text(12.0, "hosts") == "12 hosts"
+    assert quantity_text(6.55, "d") == "6.55 d"  # a duration keeps its decimals
+
+
+def test_rl_conflict_prints_whole_cards():
+    """rl at 1.5 d: dropping cards.max admits an 88-card plan; its conflict line read '88.00 cards against a
+    limit of 64.00 cards'."""
+    text = rl_text(api.rl(RL, deadline="1.5d"))
+    assert "has 88 cards against a limit of 64 cards" in text.replace("\n    ", " ")
+    assert not DECIMAL_COUNT.search(text), DECIMAL_COUNT.search(text)
+
+
+def test_solve_reasons_and_binding_lines_print_whole_cards():
+    ruled = [{"alternative": "global batch 1,536", "feasible": False,
+              "ruled_out_by": [{"name": "cards.max", "value": 1536.0, "limit": 1024.0, "unit": "cards"}]}]
+    text = "\n".join(alternative_lines(ruled, "cost", "USD"))
+    assert "cards.max (1,536 cards > 1,024 cards)" in text, text
+    plan = {"accelerator": "h100-sxm", "cards": 512, "zero_stage": 1, "tp": 1, "pp": 1, "dp": 512, "cp": 1}
+    binding = [{"name": "cards.max", "plan_without": plan, "objective_without": 1000.0, "saving": 0.1,
+                "violates": {"name": "cards.max", "value": 512.0, "limit": 64.0, "unit": "cards"}}]
+    text = "\n".join(binding_lines(binding, "cost", "USD"))
+    assert "cards.max = 512 cards against 64 cards" in text, text
+    assert not DECIMAL_COUNT.search(text)
+
+
+def test_html_constraint_rows_print_whole_cards():
+    html = constraint_rows({"constraints": [{"name": "cards.max", "value": 48.0, "limit": 64.0, "unit": "cards",
+                                             "slack": 16.0}]})
+    assert ">48<" in html and ">64<" in html and "48.00" not in html, html
