@@ -258,10 +258,15 @@ def _needed(r: dict[str, Any]) -> str:
     return f"{r['direction']} {quantity_text(r['required'], r['unit'])}{exact}"
 
 
+def evidence_words(o: dict[str, Any]) -> list[str]:
+    """What a suggested card rests on: "priors only", "illustrative price", both or none."""
+    return [w for k, w in (("priors_only", "priors only"), ("illustrative_price", "illustrative price")) if o.get(k)]
+
+
 def evidence_flags(o: dict[str, Any]) -> str:
-    """" (priors only)", " (illustrative price)", both or nothing: what a suggested card rests on."""
-    flags = [w for k, w in (("priors_only", "priors only"), ("illustrative_price", "illustrative price")) if o.get(k)]
-    return "".join(f" ({w})" for w in flags)
+    """The qualifiers of :func:`evidence_words` in one bracket ("(priors only; illustrative price)"), or nothing."""
+    words = evidence_words(o)
+    return f" ({'; '.join(words)})" if words else ""
 
 
 CHAIN_FLAGS = {"write_bandwidth": "scenario: [checkpoint] write_bandwidth = \"{}GB/s\"",
@@ -329,8 +334,9 @@ def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
             for o in r["options"]:
                 tag = " (current)" if o.get("current") else ""
                 if o["feasible"]:
+                    rests = "".join(f"; {w}" for w in evidence_words(o))  # in the same bracket: one per option
                     opts.append(f"{o['accelerator']}{tag} {_money(o['cost'], o['cost_unit'])} "
-                                f"({o['plan']['cards']} cards, {o['finish_days']:.1f} d{nominal}){evidence_flags(o)}")
+                                f"({o['plan']['cards']} cards, {o['finish_days']:.1f} d{nominal}{rests})")
                 else:
                     opts.append(f"{o['accelerator']}{tag} no plan")
             lines.append(f"  {'':<{width}}  catalog: " + "; ".join(opts))

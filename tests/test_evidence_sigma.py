@@ -269,10 +269,13 @@ def test_explain_flags_a_suggested_card_on_priors_and_an_illustrative_price_on_i
            "plan": ev.plan_dict(), "finish_days": 3.0, "cost": 1.0, "cost_unit": "USD", "options": opts}
     text = "\n".join(relaxation_lines([rel]))
     arrow = next(line for line in text.splitlines() if "->" in line)
-    assert "(priors only)" in arrow and ("(illustrative price)" in arrow) == illustrative
+    # the qualifiers share one bracket: "(priors only; illustrative price)", never "(priors only) (illustrative price)"
+    assert ("(priors only; illustrative price)" if illustrative else "(priors only)") in arrow, arrow
+    assert ") (" not in arrow, arrow
     catalog = next(line for line in text.splitlines() if "catalog:" in line)
-    assert "(priors only)" in catalog.split(";")[0]
-    assert "(priors only)" not in catalog.split(";")[1]
+    gaudi, h100 = catalog.split("catalog: ")[1].split("; h100-sxm")
+    assert gaudi.endswith("d; priors only" + ("; illustrative price)" if illustrative else ")")), gaudi
+    assert ") (" not in catalog and "priors only" not in h100, catalog
 
 
 def test_the_footing_says_may_not_fit_with_the_margin_in_json_and_text():
