@@ -828,11 +828,11 @@ def market_lines(out: dict[str, Any]) -> list[str]:
     lines += spot_policy_lines(m.get("spot_policy"))
     lines.append(f"Offers compared (as of {m['as_of']}; one exact sub-problem each):")
     width = max(len(r["offer"]) for r in m["offers"])
+    chosen = next((r.get("cost") for r in m["offers"] if r["offer"] == o["id"]), None)
     for r in m["offers"]:
         mark = "*" if r["offer"] == o["id"] else " "
         what = (f"{r['cards']:>6,} cards {r['finish_days']:8.2f} d {r['cost']:>14,.0f} USD" if "cards" in r
-                else f"no cheaper than {r['bound']:,.0f} USD (cost bound; not solved)"
-                if r.get("bound") is not None else f"{r['status']}")
+                else bounded_offer_text(r["bound"], chosen) if r.get("bound") is not None else f"{r['status']}")
         flags = ["illustrative" if n.startswith("assumption") else "old price" for n in r["notes"]]
         flags = (["priors only"] if r.get("priors_only") else []) + flags
         flags = (["not proven"] if "cards" in r and r["status"] != "optimal" else []) + flags
@@ -842,6 +842,15 @@ def market_lines(out: dict[str, Any]) -> list[str]:
     lines.append("Binding constraints: not analysed across offers (each offer's plan above is proven optimal on "
                  "that offer; the chosen plan's checks show which limits it meets with no slack).")
     return lines
+
+
+def bounded_offer_text(bound: float, chosen: float | None) -> str:
+    """Why an offer decided by its cost bound (tpopt.optimizer.market.offer_bound) was not solved: no plan on it
+    bills less than its compute floor (the training FLOPs at the card's best rate, as card-hours at the offer's
+    price), and that floor is already above the chosen plan's cost, so none of its plans can win."""
+    than = "the chosen plan's" if chosen is None else f"the chosen plan's {chosen:,.0f} USD"
+    return (f"not solved: its cost is at least {bound:,.0f} USD (training FLOPs at the card's best rate, "
+            f"billed at this price), above {than}, so it cannot win")
 
 
 def market_undecided_lines(m: dict[str, Any]) -> list[str]:
