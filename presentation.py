@@ -561,8 +561,9 @@ def evidence_lines(e: dict[str, Any] | None) -> list[str]:
     lines = [f"step-time sigma {e['sigma']:.3f}: {why}{p}"]
     m = e.get("memory")
     if m and m["may_not_fit"] and m["margin"] >= 0:  # over the limit: the constraints table says VIOLATED
-        lines.append(f"memory MAY NOT FIT: peak {m['peak_gib']:.1f} of {m['limit_gib']:.1f} GiB, margin "
-                     f"{m['margin'] * 100:.1f} % within the memory model's error {m['error'] * 100:.0f} %")
+        lines.append(f"memory MAY NOT FIT: peak {m['peak_gib']:.1f} of {m['limit_gib']:.1f} GiB usable, margin "
+                     f"{m['margin'] * 100:.1f} % within the memory model's error {m['error'] * 100:.0f} %; usable: "
+                     f"{m['limit_source']}")
     alt = e.get("fitted_alternative")
     if alt and alt["within"]:
         lines.append(f"the card rests on priors; a fitted option is within its uncertainty: {alt['accelerator']}, "
@@ -589,6 +590,8 @@ def stated_lines(stated: list[dict[str, Any]] | None) -> list[str]:
                          f"{alt['unit']}, {(alt['ratio'] - 1) * 100:+.1f} %)")
             elif alt is not None:
                 line += " (no plan fits with modelled activations)"
+            if e.get("limit_source"):
+                line += f"; usable: {e['limit_source']}"
         elif e.get("binds"):
             line += " (binds)"
         out.append(line)

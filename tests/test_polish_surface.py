@@ -48,3 +48,20 @@ def test_html_constraint_rows_print_whole_cards():
     html = constraint_rows({"constraints": [{"name": "cards.max", "value": 48.0, "limit": 64.0, "unit": "cards",
                                              "slack": 16.0}]})
     assert ">48<" in html and ">64<" in html and "48.00" not in html, html
+
+
+def test_the_footing_derives_the_usable_memory_a_scenario_states():
+    """The design case states usable_memory = 22 GiB for the RTX 4090 (24 GB = 22.35 GiB, chapter 10.2.4): the
+    activation budget's line printed '22.0 GiB usable' alone; it now says 24 GB = 22.4 GiB less a 0.35 GiB runtime
+    reserve, and whose figure it is (the flat model: no stack allocator on top)."""
+    from tpopt.catalogs.scenario import load_scenario
+    from tpopt.optimizer import footing
+    from tpopt.presentation import footing_lines
+
+    sc = load_scenario("examples/design-case.toml")
+    d = api.evaluate("examples/design-case.toml", cards=48).to_dict()
+    text = " ".join(" ".join(footing_lines(footing.of_evaluation(sc, d))).split())
+    gib = 24e9 / 2 ** 30
+    assert (f"against 22.0 GiB usable; usable: card memory 24 GB = {gib:.1f} GiB less a {gib - 22:.2f} GiB runtime "
+            "reserve = 22.0 GiB, the scenario's usable_memory") in text, text
+    assert "stacks.toml" not in text.split("usable: ")[1].split(" stated")[0]  # the flat model: no allocator
