@@ -65,3 +65,20 @@ def test_the_footing_derives_the_usable_memory_a_scenario_states():
     assert (f"against 22.0 GiB usable; usable: card memory 24 GB = {gib:.1f} GiB less a {gib - 22:.2f} GiB runtime "
             "reserve = 22.0 GiB, the scenario's usable_memory") in text, text
     assert "stacks.toml" not in text.split("usable: ")[1].split(" stated")[0]  # the flat model: no allocator
+
+
+def test_a_runs_table_says_whether_its_stack_was_named_or_assumed(tmp_path):
+    """A runs CSV without '# stack = NAME' counts as megatron-lm-2021 (tpopt.optimizer.runs.DEFAULT_TABLE_STACK);
+    that default is now stated beside the runs, and a named stack is not called assumed."""
+    from tpopt.optimizer.runs import DEFAULT_TABLE_STACK, runs_from_csv, stacks_of_runs
+
+    row = "run,model,accelerator,seq_len,global_batch,tp,pp,cards,micro_batch,iteration_s\nr1,qwen3-8b,h100-sxm," \
+          "4096,64,1,1,8,1,10.0\n"
+    bare, named = tmp_path / "bare.csv", tmp_path / "named.csv"
+    bare.write_text(row)
+    named.write_text("# stack = megatron-core\n" + row)
+    assert stacks_of_runs(runs_from_csv(bare)) == [
+        {"stack": DEFAULT_TABLE_STACK, "source": "assumed: the table has no '# stack = NAME' line", "assumed": True,
+         "runs": ["r1"]}]
+    assert stacks_of_runs(runs_from_csv(named)) == [
+        {"stack": "megatron-core", "source": "the table's '# stack = NAME' line", "assumed": False, "runs": ["r1"]}]
