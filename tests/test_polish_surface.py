@@ -82,3 +82,36 @@ def test_a_runs_table_says_whether_its_stack_was_named_or_assumed(tmp_path):
          "runs": ["r1"]}]
     assert stacks_of_runs(runs_from_csv(named)) == [
         {"stack": "megatron-core", "source": "the table's '# stack = NAME' line", "assumed": False, "runs": ["r1"]}]
+
+
+def test_shipped_calibration_priors_give_durations_their_unit_and_bare_seconds_still_load():
+    """catalogs/performance.toml's [a100-80gb-sxm.calibration] prior held kernel_overhead as a bare 1.14e-05
+    (seconds, unstated); every duration in a shipped prior list is now a string with its unit, and a file written
+    before (a bare number) still loads as seconds, to the same value."""
+    import tomllib
+    from pathlib import Path
+
+    from tpopt.catalogs import calibration_prior, load_catalog
+    from tpopt.optimizer import calibrate as C
+
+    raw = tomllib.loads((Path(__file__).resolve().parents[1] / "catalogs" / "performance.toml").read_text())
+    cat = load_catalog()
+    checked = 0
+    for acc, entry in raw.items():
+        cal = entry.get("calibration") if isinstance(entry, dict) else None
+        if not isinstance(cal, dict) or "prior" not in cal:
+            continue
+        perf = cat.perf(acc)
+        names = list(calibration_prior(entry, perf))
+        assert len(names) == len(cal["prior"]), acc
+        for name, value in zip(names, cal["prior"], strict=True):
+            if C.BY_NAME[name].unit == "us":
+                assert isinstance(value, str) and value.endswith("us"), (acc, name, value)
+                checked += 1
+    assert checked >= 1  # the A100's kernel_overhead at least
+    entry = raw["a100-80gb-sxm"]
+    perf = cat.perf("a100-80gb-sxm")
+    new = calibration_prior(entry, perf)
+    assert new["kernel_overhead"] == 11.4e-6  # "11.4us"
+    old = {**entry, "calibration": {**entry["calibration"], "prior": [0.761, 0.706, 1.14e-05]}}
+    assert calibration_prior(old, perf) == new
