@@ -80,6 +80,63 @@ def fit_lines(text: str, width: int | None = None) -> str:
     return "\n".join(out)
 
 
+def width_groups(least: Sequence[int], width: int, sep: int) -> list[list[int]]:
+    """Column indices in groups whose natural width (each column's ``least`` width plus ``sep`` between columns)
+    fits ``width``; every group starts with column 0 (the name a row is read by), a column alone with it stays
+    even when wider: one group when the whole table fits."""
+    def need(idx: list[int]) -> int:
+        return sum(least[i] for i in idx) + sep * (len(idx) - 1)
+
+    groups: list[list[int]] = [[0]]
+    for i in range(1, len(least)):
+        if len(groups[-1]) > 1 and need(groups[-1] + [i]) > width:
+            groups.append([0])
+        groups[-1].append(i)
+    return groups
+
+
+NOTE_MIN = 24  # the narrowest a wrapped note column gets before the table is split into column groups instead
+
+
+def aligned_lines(rows: Sequence[Sequence[str]], left: Sequence[int] = (0,), indent: str = "  ", gap: int = 2,
+                  width: int | None = None, note: bool = False) -> list[str]:
+    """A plain-text table (first row the header) fitted to ``width`` columns (default :func:`output_width`):
+    columns padded to their widest cell, those in ``left`` left-aligned, the others right-aligned. As before
+    where it fits; else, with ``note`` (the last column free text), the note wraps at spaces inside its own
+    column when the other columns leave it at least :data:`NOTE_MIN`; else the columns split into groups that
+    each fit (every group repeats column 0, a blank line between; :func:`width_groups`). Words are never cut."""
+    width = width or output_width()
+    n = len(rows[0])
+    least = [max(len(r[i]) for r in rows) for i in range(n)]
+
+    def line(cells: Sequence[str], idx: Sequence[int], widths: Sequence[int]) -> str:
+        return (indent + (" " * gap).join(cells[k].ljust(widths[k]) if i in left else cells[k].rjust(widths[k])
+                                          for k, i in enumerate(idx))).rstrip()
+
+    def block(idx: Sequence[int]) -> list[str]:
+        """The rows over the columns ``idx``, the note wrapped in its column where it is among them and the
+        others leave it room (at least NOTE_MIN), or where it is alone with column 0."""
+        widths = [least[i] for i in idx]
+        room = width - len(indent) - sum(widths[:-1]) - gap * (len(idx) - 1)
+        if not (note and idx[-1] == n - 1 and widths[-1] > room and (room >= NOTE_MIN or len(idx) <= 2)):
+            return [line([r[i] for i in idx], idx, widths) for r in rows]
+        out = []
+        for r in rows:
+            cells = [r[i] for i in idx]
+            parts = textwrap.wrap(cells[-1], max(room, 1), break_long_words=False, break_on_hyphens=False) or [""]
+            out.append(line([*cells[:-1], parts[0]], idx, [*widths[:-1], room]))
+            out += [line([""] * (len(idx) - 1) + [q], idx, [*widths[:-1], room]) for q in parts[1:]]
+        return out
+
+    whole = len(indent) + sum(least) + gap * (n - 1)
+    if whole <= width or (note and width - (whole - least[-1]) >= NOTE_MIN):
+        return block(list(range(n)))
+    out: list[str] = []
+    for g, idx in enumerate(width_groups(least, width - len(indent), gap)):
+        out += ([""] if g else []) + block(idx)
+    return out
+
+
 def console_text(*renderables: RenderableType, width: int | None = None) -> str:
     """The renderables as text ``width`` columns wide (default :func:`output_width`); a table that cannot
     fit without cutting cells is printed at its natural width instead (the terminal wraps its lines)."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tpopt import api
 from tpopt.cli.html_report import constraint_rows
 from tpopt.cli.render import alternative_lines, binding_lines
@@ -115,3 +117,30 @@ def test_shipped_calibration_priors_give_durations_their_unit_and_bare_seconds_s
     assert new["kernel_overhead"] == 11.4e-6  # "11.4us"
     old = {**entry, "calibration": {**entry["calibration"], "prior": [0.761, 0.706, 1.14e-05]}}
     assert calibration_prior(old, perf) == new
+
+
+@pytest.mark.parametrize("argv", [
+    ["inverse", "--scenario", "examples/llama3-8b-confidence.toml", "--deadline", "30d", "--max-cost", "1000000",
+     "--models", "qwen3", "--tokens", "100B:25.6T:9"],
+    ["solve", "--scenario", "examples/pools-h100-a100.toml"],
+    ["stragglers", "--cards", "48", "--sigma", "5%"],
+], ids=["inverse", "pools", "stragglers"])
+def test_tables_fit_a_narrow_terminal(argv):
+    """At COLUMNS=80 inverse's candidates table (its notes: 133 columns), the pools' per-pool rows (up to 238) and
+    stragglers' responses (124) ran past the terminal; every line now fits, no word cut (each table's cells still
+    printed whole: the pruned notes' words, the pools' figures)."""
+    from click.testing import CliRunner
+
+    from tpopt.cli.main import cli
+
+    r = CliRunner().invoke(cli, argv, env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert max(len(line) for line in r.output.splitlines()) <= 80, \
+        [line for line in r.output.splitlines() if len(line) > 80]
+    flat = " ".join(r.output.split())
+    wide = " ".join(CliRunner().invoke(cli, argv, env={"COLUMNS": "1000"}).output.split())
+    kind = "pools" if argv[0] == "solve" else argv[0]
+    for words in {"inverse": ["pruned: cannot beat qwen3-14b: loss >= 2.1844 even at 2.56e+13 tokens"],
+                  "pools": ["36.2/74.0 GiB 0 USD", "37.7/74.0 GiB 441,063 USD"],
+                  "stragglers": ["evict - one-off 1020.0 s", "beats waiting after 504 slow steps"]}[kind]:
+        assert words in wide and words in flat, words

@@ -106,8 +106,10 @@ def test_inverse_names_the_builtin_scenario_and_the_budget_unit():
     r = _run("inverse", "--models", "qwen3-1.7b", "--tokens", "10B:200B:4", "--max-cost", str(budget), "--hw",
              "h100-sxm")
     assert r.exit_code == 3, r.output
-    row = next(ln for ln in r.output.splitlines() if ln.strip().startswith("qwen3-1.7b"))
-    assert "no plan at any deadline (memory, layout or input rule it out)" in row
+    lines = r.output.splitlines()  # the row, with the lines its note wraps onto (indented under the note column)
+    i = next(i for i, ln in enumerate(lines) if ln.strip().startswith("qwen3-1.7b"))
+    row = " ".join([lines[i], *(ln for ln in lines[i + 1:] if ln.startswith("    ") and ln[:14].strip() == "")])
+    assert "no plan at any deadline (memory, layout or input rule it out)" in " ".join(row.split())
 
 
 SITES = ROOT / "examples" / "sites-llama3-405b.toml"
