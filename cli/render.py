@@ -318,13 +318,22 @@ def binding_lines(binding: list[dict[str, Any]] | None, objective: str, unit: st
     for b in binding:
         p = b["plan_without"]
         v = b["violates"]
-        viol = f"; it would have {v['name']} = {quantity_text(v['value'], v['unit'])}{_on_stage(v)} against " \
-            f"{quantity_text(v['limit'], v['unit'])}" if "value" in v else ""
+        viol = f"; it would have {v['name']} = {value_text(v['value'], v['unit'])}{_on_stage(v)} against " \
+            f"{value_text(v['limit'], v['unit'])}" if "value" in v else ""
         lines.append(f"  {b['name']}: without it, {p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, "
                      f"{layout_text(p, ', ')}{moe_short(p)}{_batch(p, batch)}) would reach "
                      f"{_objective_text(b['objective_without'], objective, unit)} "
                      f"({change_text(b['saving'])}){viol}")
     return lines
+
+
+def value_text(x: float | None, unit: str) -> str:
+    """A constraint's value or limit beside its unit in a reason line: a count of whole things without decimals
+    ("88 cards", :func:`tpopt.presentation.quantity_text`), anything else at 2 decimals and a space before the
+    unit ("12.50 %", "34.33 d")."""
+    if x is None or unit in COUNT_UNITS:
+        return quantity_text(x, unit)
+    return f"{x:,.2f} {unit}".rstrip()
 
 
 def _on_stage(r: dict[str, Any]) -> str:
@@ -336,8 +345,8 @@ def _reason(r: dict[str, Any]) -> str:
     if r.get("violation"):
         return f"{r['name']} ({r['violation']})"
     if "value" in r:
-        return (f"{r['name']} ({quantity_text(r['value'], r['unit'])}{_on_stage(r)} > "
-                f"{quantity_text(r['limit'], r['unit'])})")
+        return (f"{r['name']} ({value_text(r['value'], r['unit'])}{_on_stage(r)} > "
+                f"{value_text(r['limit'], r['unit'])})")
     if "detail" in r:
         return f"{r['name']} ({r['detail']})"
     return cast(str, r["name"])

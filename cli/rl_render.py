@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpopt.cli.render import console_text, constraints_table, output_width
+from tpopt.cli.render import console_text, constraints_table, output_width, value_text
 from tpopt.models.units import fmt_duration
-from tpopt.presentation import footing_lines, plan_line, quantity_text
+from tpopt.presentation import footing_lines, plan_line
 
 
 def _n(x: float | None, digits: int = 1) -> str:
@@ -130,8 +130,8 @@ def rl_text(out: dict[str, Any], timing: bool = False) -> str:
         for b in out["binding"]:
             v = b["violates"]
             tail.append(f"  {b['name']}: without it, {_short(b['plan_without'])} ({b['saving'] * 100:.1f} % better); "
-                        f"it has {quantity_text(v.get('value'), v.get('unit', ''))} against "
-                        f"{quantity_text(v.get('limit'), v.get('unit', ''))}".rstrip())
+                        f"it has {value_text(v.get('value'), v.get('unit', ''))} against "
+                        f"{value_text(v.get('limit'), v.get('unit', ''))}".rstrip())
     elif out.get("binding") is not None:
         tail.append("Binding constraints: none (dropping any single family admits no better plan)")
     if out.get("alternatives"):
@@ -140,8 +140,8 @@ def rl_text(out: dict[str, Any], timing: bool = False) -> str:
             if a["feasible"]:
                 tail.append(f"  {a['alternative']}: {a['delta'] * 100:+.1f} % ({_short(a['plan'])})")
             else:
-                why = ", ".join(f"{r['name']}" + (f" ({quantity_text(r.get('value'), r.get('unit', ''))} > "
-                                                  f"{quantity_text(r.get('limit'), r.get('unit', ''))})"
+                why = ", ".join(f"{r['name']}" + (f" ({value_text(r.get('value'), r.get('unit', ''))} > "
+                                                  f"{value_text(r.get('limit'), r.get('unit', ''))})"
                                                   if r.get("limit") is not None else "")
                                 for r in a["ruled_out_by"])
                 tail.append(f"  {a['alternative']}: ruled out by {why}")
@@ -178,8 +178,8 @@ def _infeasible_lines(out: dict[str, Any]) -> list[str]:
         elif "plan" in c:
             unit = c.get("unit", "")
             lines.append(f"  {c['name']}: the best plan without it, {_short(c['plan'])}, has "
-                         f"{quantity_text(c.get('value'), unit)} against a limit of "
-                         f"{quantity_text(c.get('limit'), unit)}".rstrip())
+                         f"{value_text(c.get('value'), unit)} against a limit of "
+                         f"{value_text(c.get('limit'), unit)}".rstrip())
         else:
             lines.append(f"  {c['name']}")
     if out.get("relaxations"):
