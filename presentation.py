@@ -144,12 +144,17 @@ def _num(x: float | str | None, digits: int = 2) -> str:
     return f"{x:,.{digits}f}"
 
 
-def _qty(x: float | str | None, unit: str, digits: int = 2) -> str:
+COUNT_UNITS = ("cards", "hosts", "GPUs", "sequences", "NICs")  # whole things: printed without decimals
+
+
+def quantity_text(x: float | str | None, unit: str, digits: int = 2) -> str:
+    """A value with its unit as a report prints it: counts of whole things (``COUNT_UNITS``) as integers
+    ("88 cards", never "88.00 cards"), money at cents, anything else at ``digits`` decimals; ``-`` for None."""
     if x is None:
         return "-"
     if isinstance(x, str):
         return x
-    if unit in ("cards", "sequences", "NICs"):
+    if unit in COUNT_UNITS:
         return f"{x:,.0f} {unit}"
     if unit == "B tokens":  # x in billions at ``digits`` decimals, printed exactly: 2T, 1.74306T, 85.23B
         big = abs(x) >= 1000
@@ -224,7 +229,8 @@ def conflict_lines(detail: list[dict[str, Any]]) -> list[str]:
         if "value" in d:
             lead = f"{d['closest']} meeting the others" if n > 1 else f"even {d['closest']}"
             broken = (f"breaks it: {d['violation']}" if d.get("violation") else
-                      f"has {_qty(d['value'], d['unit'])} against a limit of {_qty(d['limit'], d['unit'])}")
+                      f"has {quantity_text(d['value'], d['unit'])} against a limit of "
+                      f"{quantity_text(d['limit'], d['unit'])}")
             lines.append(f"  {'':<{width}}  {lead}, {_plan_short(d['plan'])}, {broken}")
         elif d.get("note"):
             lines.append(f"  {'':<{width}}  {d['note']}")
@@ -246,15 +252,21 @@ def _needed(r: dict[str, Any]) -> str:
         return f"= {r['required']}"
     exact = ""
     if r.get("required_exact") is not None and r["parameter"] not in ("max_cards", "global_batch", "nics_per_host"):
-        thr = _qty(r["required_exact"], r["unit"], 3) if r["unit"] == "B tokens" else _num(r["required_exact"], 3)
+        thr = (quantity_text(r["required_exact"], r["unit"], 3) if r["unit"] == "B tokens" else
+               _num(r["required_exact"], 3))
         exact = f" (threshold {thr})"
-    return f"{r['direction']} {_qty(r['required'], r['unit'])}{exact}"
+    return f"{r['direction']} {quantity_text(r['required'], r['unit'])}{exact}"
+
+
+def evidence_words(o: dict[str, Any]) -> list[str]:
+    """What a suggested card rests on: "priors only", "illustrative price", both or none."""
+    return [w for k, w in (("priors_only", "priors only"), ("illustrative_price", "illustrative price")) if o.get(k)]
 
 
 def evidence_flags(o: dict[str, Any]) -> str:
-    """" (priors only)", " (illustrative price)", both or nothing: what a suggested card rests on."""
-    flags = [w for k, w in (("priors_only", "priors only"), ("illustrative_price", "illustrative price")) if o.get(k)]
-    return "".join(f" ({w})" for w in flags)
+    """The qualifiers of :func:`evidence_words` in one bracket ("(priors only; illustrative price)"), or nothing."""
+    words = evidence_words(o)
+    return f" ({'; '.join(words)})" if words else ""
 
 
 CHAIN_FLAGS = {"write_bandwidth": "scenario: [checkpoint] write_bandwidth = \"{}GB/s\"",
@@ -299,7 +311,7 @@ def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
     lines = list(RELAXATION_HEADER)
     width = max(len(r["parameter"]) for r in rels)
     for r in rels:
-        now = _qty(r["current"], r["unit"]) if r["parameter"] != "accelerator" else (r["current"] or "-")
+        now = quantity_text(r["current"], r["unit"]) if r["parameter"] != "accelerator" else (r["current"] or "-")
         if r.get("current_by_card"):  # several candidate cards: each one's value, not the first's
             now = ", ".join(f"{k} {_num(v)}" for k, v in r["current_by_card"].items()) + f" {r['unit']}"
         if r["current"] is None and r.get("method") == "undecided":  # not read before it stopped: no "now -"
@@ -322,8 +334,9 @@ def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
             for o in r["options"]:
                 tag = " (current)" if o.get("current") else ""
                 if o["feasible"]:
+                    rests = "".join(f"; {w}" for w in evidence_words(o))  # in the same bracket: one per option
                     opts.append(f"{o['accelerator']}{tag} {_money(o['cost'], o['cost_unit'])} "
-                                f"({o['plan']['cards']} cards, {o['finish_days']:.1f} d{nominal}){evidence_flags(o)}")
+                                f"({o['plan']['cards']} cards, {o['finish_days']:.1f} d{nominal}{rests})")
                 else:
                     opts.append(f"{o['accelerator']}{tag} no plan")
             lines.append(f"  {'':<{width}}  catalog: " + "; ".join(opts))
@@ -400,8 +413,9 @@ def _violation_line(v: dict[str, Any], width: int) -> str:
     if v.get("violation"):  # a broken rule: its value and limit are no quantities
         return f"  {v['name']:<{width}}  {v['violation']}; rule: {v['rule']}"
     pct = f", {v['excess_fraction'] * 100:+.1f} %" if v.get("excess_fraction") is not None else ""
-    return (f"  {v['name']:<{width}}  {_qty(v['value'], v['unit'])} against {_qty(v['limit'], v['unit'])} "
-            f"(over by {_qty(v['excess'], v['unit'])}{pct}); rule: {v['rule']}")
+    return (f"  {v['name']:<{width}}  {quantity_text(v['value'], v['unit'])} against "
+            f"{quantity_text(v['limit'], v['unit'])} (over by {quantity_text(v['excess'], v['unit'])}{pct}); "
+            f"rule: {v['rule']}")
 
 
 def plan_lines(d: dict[str, Any], sc: Scenario) -> list[str]:
@@ -422,8 +436,9 @@ def plan_lines(d: dict[str, Any], sc: Scenario) -> list[str]:
             for t in d["tightness"]:
                 rel = f" ({t['relative_slack'] * 100:.1f} % of the limit)" if t["relative_slack"] is not None else ""
                 tag = "  <- binds: one host fewer breaks it" if t["name"] in d["binding"] else ""
-                lines.append(f"  {t['name']:<{w}}  {_qty(t['value'], t['unit'])} of {_qty(t['limit'], t['unit'])}, "
-                             f"slack {_qty(t['slack'], t['unit'])}{rel}{tag}")
+                lines.append(f"  {t['name']:<{w}}  {quantity_text(t['value'], t['unit'])} of "
+                             f"{quantity_text(t['limit'], t['unit'])}, "
+                             f"slack {quantity_text(t['slack'], t['unit'])}{rel}{tag}")
         for f in d.get("fewer_hosts", []):
             k = f"{f['hosts_fewer']} host{'s' if f['hosts_fewer'] != 1 else ''} fewer ({f['cards']} cards)"
             if not f.get("formable"):
@@ -473,7 +488,7 @@ def request_lines(d: dict[str, Any], sc: Scenario) -> list[str]:
         lines.append("Binding constraints (dropping any one alone admits a better plan):")
         for b in d["binding"]:
             v = b.get("violates", {})
-            viol = (f"; it has {_qty(v['value'], v['unit'])} against {_qty(v['limit'], v['unit'])}"
+            viol = (f"; it has {quantity_text(v['value'], v['unit'])} against {quantity_text(v['limit'], v['unit'])}"
                     if "value" in v else "")
             lines.append(f"  {b['name']}: without it {_plan_short(b['plan_without'])} would reach "
                          f"{_objective_text(b['objective_without'], d['objective'], unit)}{viol}")
@@ -546,8 +561,9 @@ def evidence_lines(e: dict[str, Any] | None) -> list[str]:
     lines = [f"step-time sigma {e['sigma']:.3f}: {why}{p}"]
     m = e.get("memory")
     if m and m["may_not_fit"] and m["margin"] >= 0:  # over the limit: the constraints table says VIOLATED
-        lines.append(f"memory MAY NOT FIT: peak {m['peak_gib']:.1f} of {m['limit_gib']:.1f} GiB, margin "
-                     f"{m['margin'] * 100:.1f} % within the memory model's error {m['error'] * 100:.0f} %")
+        lines.append(f"memory MAY NOT FIT: peak {m['peak_gib']:.1f} of {m['limit_gib']:.1f} GiB usable, margin "
+                     f"{m['margin'] * 100:.1f} % within the memory model's error {m['error'] * 100:.0f} %; usable: "
+                     f"{m['limit_source']}")
     alt = e.get("fitted_alternative")
     if alt and alt["within"]:
         lines.append(f"the card rests on priors; a fitted option is within its uncertainty: {alt['accelerator']}, "
@@ -574,6 +590,8 @@ def stated_lines(stated: list[dict[str, Any]] | None) -> list[str]:
                          f"{alt['unit']}, {(alt['ratio'] - 1) * 100:+.1f} %)")
             elif alt is not None:
                 line += " (no plan fits with modelled activations)"
+            if e.get("limit_source"):
+                line += f"; usable: {e['limit_source']}"
         elif e.get("binds"):
             line += " (binds)"
         out.append(line)
@@ -820,11 +838,11 @@ def market_lines(out: dict[str, Any]) -> list[str]:
     lines += spot_policy_lines(m.get("spot_policy"))
     lines.append(f"Offers compared (as of {m['as_of']}; one exact sub-problem each):")
     width = max(len(r["offer"]) for r in m["offers"])
+    chosen = next((r.get("cost") for r in m["offers"] if r["offer"] == o["id"]), None)
     for r in m["offers"]:
         mark = "*" if r["offer"] == o["id"] else " "
         what = (f"{r['cards']:>6,} cards {r['finish_days']:8.2f} d {r['cost']:>14,.0f} USD" if "cards" in r
-                else f"no cheaper than {r['bound']:,.0f} USD (cost bound; not solved)"
-                if r.get("bound") is not None else f"{r['status']}")
+                else bounded_offer_text(r["bound"], chosen) if r.get("bound") is not None else f"{r['status']}")
         flags = ["illustrative" if n.startswith("assumption") else "old price" for n in r["notes"]]
         flags = (["priors only"] if r.get("priors_only") else []) + flags
         flags = (["not proven"] if "cards" in r and r["status"] != "optimal" else []) + flags
@@ -834,6 +852,15 @@ def market_lines(out: dict[str, Any]) -> list[str]:
     lines.append("Binding constraints: not analysed across offers (each offer's plan above is proven optimal on "
                  "that offer; the chosen plan's checks show which limits it meets with no slack).")
     return lines
+
+
+def bounded_offer_text(bound: float, chosen: float | None) -> str:
+    """Why an offer decided by its cost bound (tpopt.optimizer.market.offer_bound) was not solved: no plan on it
+    bills less than its compute floor (the training FLOPs at the card's best rate, as card-hours at the offer's
+    price), and that floor is already above the chosen plan's cost, so none of its plans can win."""
+    than = "the chosen plan's" if chosen is None else f"the chosen plan's {chosen:,.0f} USD"
+    return (f"not solved: its cost is at least {bound:,.0f} USD (training FLOPs at the card's best rate, "
+            f"billed at this price), above {than}, so it cannot win")
 
 
 def market_undecided_lines(m: dict[str, Any]) -> list[str]:

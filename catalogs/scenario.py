@@ -435,7 +435,8 @@ def _systems(hw: dict[str, Any], prices: dict[str, Any], cat: Catalog,
         for name, sysm in systems.items():
             card = dict(hw.get(name, {})) if isinstance(hw.get(name), dict) else {}
             if "usable_memory" not in hw and "usable_memory" not in card:
-                acc = replace(sysm.acc, memory_usable=stack.usable(sysm.acc.memory_usable))
+                acc = replace(sysm.acc, memory_usable=stack.usable(sysm.acc.memory_usable),
+                              memory_usable_stated=sysm.acc.memory_usable)
                 systems[name] = replace(sysm, acc=acc)
     for key, value in hw.items():
         if isinstance(value, dict) and key not in systems:
@@ -477,6 +478,8 @@ def _card_overrides(acc: Accelerator, card: CardKeys) -> Accelerator:
     to at least that many unless max_nics_per_host is stated too."""
     kw = targets(card, "usable_memory", "cards_per_host", "peak", "nics_per_host", "card_hour")
     kw.update(card.nic or {})
+    if card.usable_memory is not None:  # where the usable memory comes from (tpopt.optimizer.footing.usable_source)
+        kw["usable_stated_by"] = "scenario"
     if card.nics_per_host is not None:
         kw["max_nics_per_host"] = max(acc.max_nics_per_host, card.nics_per_host)
     if card.max_nics_per_host is not None:

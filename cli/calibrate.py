@@ -24,7 +24,7 @@ from tpopt.models.units import GIB, parse_duration
 from tpopt.optimizer import calibrate as C
 from tpopt.optimizer import device
 from tpopt.optimizer.commands import calibrate_runs, calibration_report, calibration_rows, measured_run
-from tpopt.optimizer.runs import runs_from_csv
+from tpopt.optimizer.runs import runs_from_csv, stacks_of_runs
 
 CARDS_HELP = ("Card count of the plan that ran, whose step --measured-step gives (with the other plan flags; "
               "not used with --runs or --measure).")
@@ -99,6 +99,9 @@ def text_lines(cal: C.Calibration, rows: list[dict[str, Any]], what: str = "") -
     what = what or f"{cal.accelerator} on {len(rows)} measured run(s)"
     lines = [f"Calibrated {what}:",
              "  (least squares on ln time, lognormal prior around the catalog's values; +- one posterior sigma)"]
+    stacks = stacks_of_runs(cal.runs)
+    lines += [f"  stack: {st['stack']} ({st['source']})" + (f" for {', '.join(st['runs'])}" if len(stacks) > 1 else "")
+              for st in stacks]
     for e in cal.estimates:
         spec = C.BY_NAME[e.name]
         if not e.exercised:

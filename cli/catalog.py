@@ -10,7 +10,7 @@ from rich.table import Table
 from tpopt.catalogs import Catalog, load_catalog
 from tpopt.cli.common import dump_json, handle_errors
 from tpopt.cli.market import import_skypilot, list_offers
-from tpopt.cli.render import console_text, fit_lines, output_width
+from tpopt.cli.render import console_text, fit_lines, output_width, width_groups
 from tpopt.errors import InputError
 from tpopt.models.arch import activated_params, expert_params, param_count
 from tpopt.models.hardware import Accelerator
@@ -165,18 +165,9 @@ def _table(title: str, cols: list[str], cells: list[list[str]]) -> Table:
 
 def column_groups(cols: list[str], cells: list[list[str]], width: int) -> list[list[int]]:
     """The columns in groups that each fit ``width`` whole (every group starts with the name column; no cell or
-    header is cut or wrapped): one group when the whole table fits, as before on a wide terminal."""
+    header is cut or wrapped): one group when the whole table fits, as before on a wide terminal. A group's
+    natural width is the widest cell or header of each column plus " │ " between columns (a group narrower than
+    rich's measured minimum was still cut: rich crops a cell rather than wrap a header, and printed
+    "pcie4-x16, no p2" for "pcie4-x16, no p2p" at 100 columns)."""
     least = [max([len(r[i]) for r in cells] + [len(HEADERS.get(c, c))]) for i, c in enumerate(cols)]
-
-    def need(idx: list[int]) -> int:
-        """The group's natural width: the widest cell or header of each column plus " │ " between columns (a
-        group narrower than rich's measured minimum was still cut: rich crops a cell rather than wrap a header,
-        and printed "pcie4-x16, no p2" for "pcie4-x16, no p2p" at 100 columns)."""
-        return sum(least[i] for i in idx) + 3 * (len(idx) - 1)
-
-    groups: list[list[int]] = [[0]]
-    for i in range(1, len(cols)):
-        if len(groups[-1]) > 1 and need(groups[-1] + [i]) > width:
-            groups.append([0])
-        groups[-1].append(i)
-    return groups
+    return width_groups(least, width, 3)

@@ -23,7 +23,7 @@ from tpopt.errors import InputError
 from tpopt.files import write_atomic
 from tpopt.models import families as F
 from tpopt.models.plan import Scenario
-from tpopt.presentation import footing_lines, layout_text, plan_line
+from tpopt.presentation import COUNT_UNITS, footing_lines, layout_text, plan_line
 
 Z90 = 1.2815515655446004  # the standard normal's 0.9 quantile (P90 = P50 exp(z90 sigma) for a lognormal)
 DAY_S = 86400.0
@@ -149,13 +149,19 @@ def plan_cards(d: dict[str, Any]) -> str:
     return figure_cards(figs)
 
 
+def _digits(c: dict[str, Any]) -> int:
+    """Decimals of a constraint's figures: none for counts of whole things (cards, hosts), else 2."""
+    return 0 if c.get("unit") in COUNT_UNITS else 2
+
+
 def constraint_rows(d: dict[str, Any]) -> str:
     """Each constraint against its limit, the binding ones marked (an explained plan's ``tightness``)."""
     cs = d.get("constraints") or d.get("tightness") or []
     names = binding_names(d)
     binds = [bool(c.get("binding")) or c["name"] in names for c in cs]
     rows = [((c["name"], "broken" if (c.get("slack") or 0) < 0 else "holds", "", "rule", "") if is_rule(c["name"]) else
-             (c["name"], num(c.get("value"), 2), num(c.get("limit"), 2), c.get("unit", ""), num(c.get("slack"), 2)))
+             (c["name"], num(c.get("value"), _digits(c)), num(c.get("limit"), _digits(c)), c.get("unit", ""),
+              num(c.get("slack"), _digits(c))))
             + ("binding" if b else ("violated" if (c.get("slack") or 0) < 0 else ""),) for c, b in zip(cs, binds,
                                                                                                        strict=True)]
     return table(("constraint", "value", "limit", "unit", "slack", ""), rows, (False, True, True, False, True),

@@ -19,7 +19,7 @@ from tpopt.cli.common import (
     scenario_source,
 )
 from tpopt.cli.plots import check_plot_path, pyplot, save_figure
-from tpopt.cli.render import solve_text
+from tpopt.cli.render import aligned_lines, fit_lines, solve_text
 from tpopt.cli.request import request_from, solve_options
 from tpopt.errors import InputError
 from tpopt.models.units import fmt_count
@@ -146,8 +146,7 @@ def result_text(res: InverseResult, out: dict[str, Any]) -> str:
             lines.append(f"Cost: training {c.cost:,.0f} + serving {c.serve_cost:,.0f} = {c.cost + c.serve_cost:,.0f} "
                          f"{unit}")
         lines.append(f"Binds: {c.binds}" + (f": {c.detail}" if c.detail else ""))
-    lines += ["", "Candidates:", _table(res)]
-    text = "\n".join(lines) + "\n"
+    text = fit_lines("\n".join(lines)) + "\n" + "\n".join(["", "Candidates:", _table(res)]) + "\n"
     if c is not None and c.best is not None and c.best.report is not None and c.best.view is not None:
         r = c.best.report
         text += "\n" + solve_text({**{k: r[k] for k in ("status", "objective", "solver")}, **r}, c.best.view)
@@ -164,14 +163,13 @@ def front_text(q: InverseQuestion, by_cost: list[FrontPoint], by_date: list[Fron
                           "-" if c is None else c.model,
                           "-" if c is None or c.tokens is None else fmt_count(c.tokens, 4),
                           "-" if c is None or c.total_cost is None else f"{c.total_cost:,.0f}"))
-        widths = [max(len(r[i]) for r in table) for i in range(5)]
-        return ["  " + "  ".join(v.ljust(w) if i == 2 else v.rjust(w) for i, (v, w) in
-                                 enumerate(zip(r, widths, strict=True))).rstrip() for r in table]
+        return aligned_lines(table, left=(2,))
 
     by = "within the budget" if q.budget is not None else "no budget"
-    lines = ["", f"Front: least predicted loss against the budget, by the deadline ({solves} plan solves for both "
-                 f"fronts, {q.law.name}):", *rows(by_cost, "budget", ",.0f"),
-             "", f"Front: least predicted loss against the deadline, {by}:", *rows(by_date, "deadline d", ".1f")]
+    lines = ["", fit_lines(f"Front: least predicted loss against the budget, by the deadline ({solves} plan solves "
+                           f"for both fronts, {q.law.name}):"), *rows(by_cost, "budget", ",.0f"),
+             "", fit_lines(f"Front: least predicted loss against the deadline, {by}:"),
+             *rows(by_date, "deadline d", ".1f")]
     return "\n".join(lines) + "\n"
 
 
@@ -236,9 +234,7 @@ def _table(res: InverseResult) -> str:
                      "pruned: " + x.detail if x.pruned else x.binds + ("; grid value, not refined (cannot win)"
                                                                        if x.coarse else "")
                      + (" at any deadline (memory, layout or input rule it out)" if x.binds == NO_PLAN else "")))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    out = ["  " + "  ".join(v.ljust(w) if i in (0, 6) else v.rjust(w)
-                            for i, (v, w) in enumerate(zip(r, widths, strict=True))).rstrip() for r in rows]
+    out = aligned_lines(rows, left=(0, 6), note=True)  # the note wraps in its column at a narrow width
     if any(x.extrapolated for x in res.candidates):
         out.append("  * extrapolated: N or D outside the fit's range")
     return "\n".join(out)

@@ -27,6 +27,7 @@ from tpopt.cli.common import (
     scenario_options,
 )
 from tpopt.cli.plots import check_plot_path, pyplot, save_figure
+from tpopt.cli.render import aligned_lines, fit_lines
 from tpopt.errors import InputError
 from tpopt.models import families as F
 from tpopt.models import reliability as rel
@@ -302,23 +303,24 @@ def _stragglers_text(rep: dict[str, Any]) -> str:
     sc = rep["slow_card"]
     if sc is None:
         lines.append("one card: no slow-card responses to compare")
-        return "\n".join(lines)
+        return fit_lines("\n".join(lines))
     n = inp["cards"]
     wait, redis, evict = sc["responses"]
     lines += [
         "",
         f"one persistently slow card at mu + {inp['slow_k']:g} sigma = {sc['time']:.2f} s "
         f"(E[max of the other {n - 1}] = {sc['expected_max_factor_others']:.4f} sigma)",
-        f"{'response':<13} {'step':>9}   note",
-        f"{'wait':<13} {wait['step']:>7.2f} s   the others wait {wait['extra_wait']:.2f} s per step",
-        f"{'redistribute':<13} {redis['step']:>7.2f} s   its work spread over {n - 1} cards "
-        f"(x {n}/{n - 1}), no migration cost",
     ]
     be = evict["break_even_steps"]
     be_txt = "never pays off against waiting" if be is None else f"beats waiting after {be:,.0f} slow steps"
-    lines.append(f"{'evict':<13} {'-':>9}   one-off {evict['one_off_cost']:.1f} s (tau/2 + r, tau "
-                 f"{inp['interval']:g} s, r {inp['restore']:g} s) = {evict['steps_lost']:.1f} steps; {be_txt}")
-    return "\n".join(lines)
+    rows = [("response", "step", "note"),
+            ("wait", f"{wait['step']:.2f} s", f"the others wait {wait['extra_wait']:.2f} s per step"),
+            ("redistribute", f"{redis['step']:.2f} s", f"its work spread over {n - 1} cards (x {n}/{n - 1}), no "
+                                                       "migration cost"),
+            ("evict", "-", f"one-off {evict['one_off_cost']:.1f} s (tau/2 + r, tau {inp['interval']:g} s, r "
+                           f"{inp['restore']:g} s) = {evict['steps_lost']:.1f} steps; {be_txt}")]
+    return fit_lines("\n".join(lines)) + "\n" + "\n".join(aligned_lines(rows, left=(0, 2), indent="", gap=3,
+                                                                       note=True))
 
 
 def _plot_curves(rep: dict[str, Any], path: str) -> None:
@@ -550,5 +552,5 @@ def stragglers(cards: str | None, sigma: str | None, mu: str | None, fixed: str 
         click.echo(dump_json(rep), nl=False)
     else:
         if ev is not None:
-            click.echo(_plan_note(ev, how, sc))
+            click.echo(fit_lines(_plan_note(ev, how, sc)))
         click.echo(_stragglers_text(rep))

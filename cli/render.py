@@ -23,6 +23,7 @@ from tpopt.models import families as F
 from tpopt.models.plan import Scenario
 from tpopt.models.units import fmt_count
 from tpopt.presentation import (  # the plain-text pieces, shared with the API
+    COUNT_UNITS,
     change_text,
     cp_note_text,
     footing_lines,
@@ -31,6 +32,7 @@ from tpopt.presentation import (  # the plain-text pieces, shared with the API
     model_text,
     moe_short,
     plan_line,
+    quantity_text,
 )
 
 WIDTH = 100  # columns when stdout is not a terminal and COLUMNS is not set
@@ -76,6 +78,63 @@ def fit_lines(text: str, width: int | None = None) -> str:
                                                               break_long_words=False, break_on_hyphens=False)
                 ] or [line]
     return "\n".join(out)
+
+
+def width_groups(least: Sequence[int], width: int, sep: int) -> list[list[int]]:
+    """Column indices in groups whose natural width (each column's ``least`` width plus ``sep`` between columns)
+    fits ``width``; every group starts with column 0 (the name a row is read by), a column alone with it stays
+    even when wider: one group when the whole table fits."""
+    def need(idx: list[int]) -> int:
+        return sum(least[i] for i in idx) + sep * (len(idx) - 1)
+
+    groups: list[list[int]] = [[0]]
+    for i in range(1, len(least)):
+        if len(groups[-1]) > 1 and need(groups[-1] + [i]) > width:
+            groups.append([0])
+        groups[-1].append(i)
+    return groups
+
+
+NOTE_MIN = 24  # the narrowest a wrapped note column gets before the table is split into column groups instead
+
+
+def aligned_lines(rows: Sequence[Sequence[str]], left: Sequence[int] = (0,), indent: str = "  ", gap: int = 2,
+                  width: int | None = None, note: bool = False) -> list[str]:
+    """A plain-text table (first row the header) fitted to ``width`` columns (default :func:`output_width`):
+    columns padded to their widest cell, those in ``left`` left-aligned, the others right-aligned. As before
+    where it fits; else, with ``note`` (the last column free text), the note wraps at spaces inside its own
+    column when the other columns leave it at least :data:`NOTE_MIN`; else the columns split into groups that
+    each fit (every group repeats column 0, a blank line between; :func:`width_groups`). Words are never cut."""
+    width = width or output_width()
+    n = len(rows[0])
+    least = [max(len(r[i]) for r in rows) for i in range(n)]
+
+    def line(cells: Sequence[str], idx: Sequence[int], widths: Sequence[int]) -> str:
+        return (indent + (" " * gap).join(cells[k].ljust(widths[k]) if i in left else cells[k].rjust(widths[k])
+                                          for k, i in enumerate(idx))).rstrip()
+
+    def block(idx: Sequence[int]) -> list[str]:
+        """The rows over the columns ``idx``, the note wrapped in its column where it is among them and the
+        others leave it room (at least NOTE_MIN), or where it is alone with column 0."""
+        widths = [least[i] for i in idx]
+        room = width - len(indent) - sum(widths[:-1]) - gap * (len(idx) - 1)
+        if not (note and idx[-1] == n - 1 and widths[-1] > room and (room >= NOTE_MIN or len(idx) <= 2)):
+            return [line([r[i] for i in idx], idx, widths) for r in rows]
+        out = []
+        for r in rows:
+            cells = [r[i] for i in idx]
+            parts = textwrap.wrap(cells[-1], max(room, 1), break_long_words=False, break_on_hyphens=False) or [""]
+            out.append(line([*cells[:-1], parts[0]], idx, [*widths[:-1], room]))
+            out += [line([""] * (len(idx) - 1) + [q], idx, [*widths[:-1], room]) for q in parts[1:]]
+        return out
+
+    whole = len(indent) + sum(least) + gap * (n - 1)
+    if whole <= width or (note and width - (whole - least[-1]) >= NOTE_MIN):
+        return block(list(range(n)))
+    out: list[str] = []
+    for g, idx in enumerate(width_groups(least, width - len(indent), gap)):
+        out += ([""] if g else []) + block(idx)
+    return out
 
 
 def console_text(*renderables: RenderableType, width: int | None = None) -> str:
@@ -174,7 +233,7 @@ def moe_rows(m: dict[str, Any]) -> list[tuple[str, str, str]]:
 def _fmt_value(x: float | None, unit: str) -> str:
     if x is None:
         return "-"
-    if unit in ("cards", "heads", "layers", "sequences"):
+    if unit in (*COUNT_UNITS, "heads", "layers"):
         return f"{x:,.0f}"
     if abs(x) >= 1000:
         return f"{x:,.0f}"
@@ -259,13 +318,22 @@ def binding_lines(binding: list[dict[str, Any]] | None, objective: str, unit: st
     for b in binding:
         p = b["plan_without"]
         v = b["violates"]
-        viol = f"; it would have {v['name']} = {v['value']:,.2f} {v['unit']}{_on_stage(v)} against " \
-            f"{v['limit']:,.2f} {v['unit']}" if "value" in v else ""
+        viol = f"; it would have {v['name']} = {value_text(v['value'], v['unit'])}{_on_stage(v)} against " \
+            f"{value_text(v['limit'], v['unit'])}" if "value" in v else ""
         lines.append(f"  {b['name']}: without it, {p['accelerator']} x {p['cards']} (ZeRO-{p['zero_stage']}, "
                      f"{layout_text(p, ', ')}{moe_short(p)}{_batch(p, batch)}) would reach "
                      f"{_objective_text(b['objective_without'], objective, unit)} "
                      f"({change_text(b['saving'])}){viol}")
     return lines
+
+
+def value_text(x: float | None, unit: str) -> str:
+    """A constraint's value or limit beside its unit in a reason line: a count of whole things without decimals
+    ("88 cards", :func:`tpopt.presentation.quantity_text`), anything else at 2 decimals and a space before the
+    unit ("12.50 %", "34.33 d")."""
+    if x is None or unit in COUNT_UNITS:
+        return quantity_text(x, unit)
+    return f"{x:,.2f} {unit}".rstrip()
 
 
 def _on_stage(r: dict[str, Any]) -> str:
@@ -277,7 +345,8 @@ def _reason(r: dict[str, Any]) -> str:
     if r.get("violation"):
         return f"{r['name']} ({r['violation']})"
     if "value" in r:
-        return f"{r['name']} ({r['value']:,.2f} {r['unit']}{_on_stage(r)} > {r['limit']:,.2f} {r['unit']})"
+        return (f"{r['name']} ({value_text(r['value'], r['unit'])}{_on_stage(r)} > "
+                f"{value_text(r['limit'], r['unit'])})")
     if "detail" in r:
         return f"{r['name']} ({r['detail']})"
     return cast(str, r["name"])

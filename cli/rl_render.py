@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpopt.cli.render import console_text, constraints_table, output_width
+from tpopt.cli.render import console_text, constraints_table, output_width, value_text
 from tpopt.models.units import fmt_duration
 from tpopt.presentation import footing_lines, plan_line
 
@@ -130,8 +130,8 @@ def rl_text(out: dict[str, Any], timing: bool = False) -> str:
         for b in out["binding"]:
             v = b["violates"]
             tail.append(f"  {b['name']}: without it, {_short(b['plan_without'])} ({b['saving'] * 100:.1f} % better); "
-                        f"it has {_n(v.get('value'), 2)} {v.get('unit', '')} against {_n(v.get('limit'), 2)} "
-                        f"{v.get('unit', '')}".rstrip())
+                        f"it has {value_text(v.get('value'), v.get('unit', ''))} against "
+                        f"{value_text(v.get('limit'), v.get('unit', ''))}".rstrip())
     elif out.get("binding") is not None:
         tail.append("Binding constraints: none (dropping any single family admits no better plan)")
     if out.get("alternatives"):
@@ -140,8 +140,9 @@ def rl_text(out: dict[str, Any], timing: bool = False) -> str:
             if a["feasible"]:
                 tail.append(f"  {a['alternative']}: {a['delta'] * 100:+.1f} % ({_short(a['plan'])})")
             else:
-                why = ", ".join(f"{r['name']}" + (f" ({_n(r.get('value'), 2)} > {_n(r.get('limit'), 2)} "
-                                                  f"{r.get('unit', '')})" if r.get("limit") is not None else "")
+                why = ", ".join(f"{r['name']}" + (f" ({value_text(r.get('value'), r.get('unit', ''))} > "
+                                                  f"{value_text(r.get('limit'), r.get('unit', ''))})"
+                                                  if r.get("limit") is not None else "")
                                 for r in a["ruled_out_by"])
                 tail.append(f"  {a['alternative']}: ruled out by {why}")
     return _lines(*lines, "") + console_text(*body) + _lines("", *tail, *_assumption_lines(out))
@@ -175,8 +176,10 @@ def _infeasible_lines(out: dict[str, Any]) -> list[str]:
         if "detail" in c:
             lines.append(f"  {c['name']}: {c['detail']}")
         elif "plan" in c:
-            lines.append(f"  {c['name']}: the best plan without it, {_short(c['plan'])}, has {_n(c.get('value'), 2)} "
-                         f"{c.get('unit', '')} against a limit of {_n(c.get('limit'), 2)} {c.get('unit', '')}".rstrip())
+            unit = c.get("unit", "")
+            lines.append(f"  {c['name']}: the best plan without it, {_short(c['plan'])}, has "
+                         f"{value_text(c.get('value'), unit)} against a limit of "
+                         f"{value_text(c.get('limit'), unit)}".rstrip())
         else:
             lines.append(f"  {c['name']}")
     if out.get("relaxations"):

@@ -124,7 +124,7 @@ def _pools(sc: Scenario, objective: str, as_json: bool) -> None:
     from tpopt.optimizer import pools  # lazy: only mixed-pool scenarios need it
 
     ps = pools.solve_pools(sc, "finish" if objective == "time" else "cost")
-    click.echo(dump_json(pools.pools_dict(ps, sc)) if as_json else pools.pools_text(ps, sc), nl=False)
+    click.echo(dump_json(pools.pools_dict(ps, sc)) if as_json else fit_lines(pools.pools_text(ps, sc)), nl=False)
     if ps.best is None:
         raise SystemExit(EXIT_INFEASIBLE)
 

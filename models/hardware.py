@@ -49,6 +49,11 @@ class Accelerator:
     scale_up_cards: int = field(default=0, metadata=TIER)  # cards in one scale-up domain (0: one host)
     pod_hosts: int = field(default=0, metadata=TIER)  # hosts in one scale-out pod (0: every host in one pod)
     spine_oversubscription: float = field(default=1.0, metadata=TIER)  # spine taper between pods (2 = 2:1)
+    # the usable memory the catalog (or the scenario) states where the stack's allocator leaves memory_usable of it
+    # (tpopt.catalogs.scenario._systems, StackProfile.usable); None where memory_usable is that figure itself; and
+    # who states it, "catalog" or "scenario" (tpopt.optimizer.footing.usable_source prints the derivation)
+    memory_usable_stated: float | None = field(default=None, compare=False, hash=False, repr=False)
+    usable_stated_by: str = field(default="catalog", compare=False, hash=False, repr=False)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __repr__(self) -> str:

@@ -23,6 +23,7 @@ from tpopt.optimizer import confidence as C
 from tpopt.optimizer import question as Q
 from tpopt.optimizer.backends import Solver
 from tpopt.optimizer.result import Request
+from tpopt.optimizer.runs import stacks_of_runs
 
 MAX_SIMULATED_RUNS = 1_000_000
 """The most whole runs ``tpopt simulate`` draws (``--runs``)."""
@@ -78,7 +79,9 @@ def calibrate_runs(runs: list[CAL.MeasuredRun], free: tuple[str, ...] | None, ou
 
 def calibration_report(cal: CAL.Calibration, path: Path | str) -> dict[str, Any]:
     """``tpopt calibrate --json``: the fitted parameters, each run's measured and predicted step, the residual
-    spread, the prior, each run's memory against the usable memory, and the file written."""
+    spread, the prior, each run's memory against the usable memory, the stacks a runs table's rows were modelled
+    on and where each comes from (``assumed`` where none was named: tpopt.optimizer.runs.stacks_of_runs), and
+    the file written."""
     return {"accelerator": cal.accelerator, "parameters": [e.as_dict() for e in cal.estimates],
             "runs": calibration_rows(cal), "residual_sigma": cal.residual_sigma,
             "residual_sigma_source": cal.residual_sigma_source, "degrees_of_freedom": cal.dof,
@@ -86,6 +89,7 @@ def calibration_report(cal: CAL.Calibration, path: Path | str) -> dict[str, Any]
                       "noise_sigma": CAL.NOISE_SIGMA},
             "memory": [{"run": m.run, "predicted_gib": m.predicted / GIB, "usable_gib": m.limit / GIB, "fits": m.fits}
                        for m in cal.memory],
+            **({"stacks": stacks} if (stacks := stacks_of_runs(cal.runs)) else {}),
             "written": str(path)}
 
 

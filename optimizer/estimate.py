@@ -31,6 +31,7 @@ from tpopt.models.units import GIB
 from tpopt.models.variables import evaluate_keywords
 from tpopt.optimizer.decompose import HUB, LayoutBounds
 from tpopt.optimizer.enumerate import layout_best
+from tpopt.optimizer.footing import usable_source
 from tpopt.optimizer.result import Request
 from tpopt.optimizer.space import Space
 
@@ -265,18 +266,6 @@ def step_figures(sc: Scenario, ev: Evaluation) -> dict[str, Any]:
             "step_model": m["step_model"]}
 
 
-def usable_source(sc: Scenario, catalog_bytes: float, usable_bytes: float) -> str:
-    """Where the usable memory per card comes from: the catalog's figure, or (the per-operation model) what the
-    stack's allocator can fill of it, (catalog - communicator buffers) / (1 + allocator reserve)
-    (StackProfile.usable; catalogs/stacks.toml)."""
-    st = sc.stack
-    if abs(usable_bytes - catalog_bytes) <= 1e-9 * catalog_bytes:
-        return "the accelerator catalog's usable memory"
-    return (f"the catalog's {catalog_bytes / GIB:.1f} GiB less {st.name}'s communicator buffers "
-            f"{st.communicator_buffers / GIB:.2g} GiB, over 1 + its allocator reserve {st.allocator_reserve:.0%} "
-            "(catalogs/stacks.toml)")
-
-
 def estimate(inp: EstimateInputs) -> dict[str, Any]:
     """The estimate as a report dict (``tpopt estimate --json``)."""
     cat = load_catalog(inp.catalog_dirs)
@@ -300,8 +289,7 @@ def estimate(inp: EstimateInputs) -> dict[str, Any]:
     out: dict[str, Any] = {
         "model": model_figures(sc),
         "accelerator": {"name": acc, "usable_memory_gib": card.memory_usable / GIB,
-                        "usable_memory_source": usable_source(sc, cat.accelerator(acc).memory_usable,
-                                                              card.memory_usable),
+                        "usable_memory_source": usable_source(sc, acc),
                         "cards_per_host": card.cards_per_host, "peak_flops": card.peak_flops},
         "task": {"seq_len": sc.task.seq_len, "global_batch": sc.task.global_batch,
                  "tokens_per_step": sc.task.tokens_per_step, "precision": sc.task.precision,

@@ -199,7 +199,8 @@ def evidence(sc: Scenario, plan: dict[str, Any], step_s: float, memory: float | 
         limit = F.limit(F.MEMORY_PER_CARD, sc, acc)
         margin, tight = margin_of(memory, limit, ev.memory_error)
         out["memory"] = {"peak_gib": memory / GIB, "limit_gib": limit / GIB, "margin": margin,
-                         "error": ev.memory_error, "may_not_fit": tight, "source": ev.memory_source}
+                         "error": ev.memory_error, "may_not_fit": tight, "source": ev.memory_source,
+                         "limit_source": usable_source(sc, acc)}
     return out
 
 
@@ -245,6 +246,23 @@ def preemption_input(sc: Scenario, plan: dict[str, Any], m: dict[str, Any]) -> d
             "reacquire_s": wait, "expected_preemptions": expected, "overhead": share}
 
 
+def usable_source(sc: Scenario, accelerator: str) -> str:
+    """How the usable memory per card is derived, with the figures: the card's memory less the runtime reserve
+    the catalog states (usable_memory; or the scenario's usable_memory), and under the per-operation model what
+    the stack's allocator can fill of that, (usable - communicator buffers) / (1 + allocator reserve)
+    (StackProfile.usable; catalogs/stacks.toml)."""
+    acc = sc.system(accelerator).acc
+    stated = acc.memory_usable if acc.memory_usable_stated is None else acc.memory_usable_stated
+    text = (f"card memory {acc.memory_nominal / 1e9:g} GB = {acc.memory_nominal / GIB:.1f} GiB less a "
+            f"{(acc.memory_nominal - stated) / GIB:.2f} GiB runtime reserve = {stated / GIB:.1f} GiB, the "
+            f"{acc.usable_stated_by}'s usable_memory")
+    if acc.memory_usable_stated is None:
+        return text
+    st = sc.stack
+    return (f"{text}; less {st.name}'s communicator buffers {st.communicator_buffers / GIB:.2g} GiB, over 1 + its "
+            f"allocator reserve {st.allocator_reserve:.0%} = {acc.memory_usable / GIB:.1f} GiB (catalogs/stacks.toml)")
+
+
 def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The stated inputs that move the plan (module docstring), each ``{"input", "stated", "modelled"}`` (texts;
     ``modelled`` None where the model computes no figure of its own) with the numbers behind them."""
@@ -258,8 +276,8 @@ def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | 
         peak, limit = ev.metrics["memory_per_card_gib"], ev.metrics["memory_limit_gib"]
         out.append({"input": "activation budget", "stated": f"{reserve / GIB:g} GiB per card (memory."
                     "activation_reserve)", "modelled": f"{peak:.1f} GiB per card at this plan against {limit:.1f} "
-                    "GiB usable", "stated_gib": reserve / GIB, "modelled_peak_gib": peak, "limit_gib": limit,
-                    "fits": peak <= limit})
+                    "GiB usable", "limit_source": usable_source(sc, plan["accelerator"]), "stated_gib": reserve / GIB,
+                    "modelled_peak_gib": peak, "limit_gib": limit, "fits": peak <= limit})
     demand, supply = m.get("input_demand_seq_s"), m.get("input_supply_seq_s")
     if supply is not None and math.isfinite(float(supply)):
         inp = sc.input

@@ -190,15 +190,53 @@ COMM_RUN_KEYS = ("tp_overlap", "dp_overlap")
 """[comm] keys a table's ``# comm.RUN ... = KEY=VALUE`` line may set (:func:`table_run_comm`)."""
 
 
-def table_stack(path: str | Path) -> str:
-    """The software stack a table names in a ``# stack = NAME`` comment line (else Megatron-LM 2021-22)."""
+def stated_table_stack(path: str | Path) -> str | None:
+    """The software stack a table names in a ``# stack = NAME`` comment line, None without one."""
     for ln in read_text_capped(Path(path), "runs file").splitlines():
         t = ln.strip()
         if t.startswith("#") and t[1:].strip().startswith("stack"):
             key, _, value = t[1:].partition("=")
             if key.strip() == "stack" and value.strip():
                 return value.strip()
-    return DEFAULT_TABLE_STACK
+    return None
+
+
+def table_stack(path: str | Path) -> str:
+    """The software stack a table names in a ``# stack = NAME`` comment line (else :data:`DEFAULT_TABLE_STACK`,
+    Megatron-LM 2021-22)."""
+    return stated_table_stack(path) or DEFAULT_TABLE_STACK
+
+
+STACK_ASSUMED = "assumed: the table has no '# stack = NAME' line"
+"""Why a run's stack is :data:`DEFAULT_TABLE_STACK`: nothing (row cell, run line, table line, scenario) named one."""
+
+
+def stack_source(row: dict[str, str], name: str, table: str | None, run_stacks: dict[str, str],
+                 base_raw: dict[str, Any] | None) -> str:
+    """Where a run's software stack comes from, as its stack line says it (the order :func:`runs_from_csv` takes
+    them): with a scenario its ``[hardware] stack``, else a ``# stack.RUN`` line, else the row's ``stack`` cell;
+    then the table's ``# stack = NAME`` line; else :data:`STACK_ASSUMED`."""
+    if base_raw is not None and "stack" in base_raw.get("hardware", {}):
+        return "the scenario's [hardware] stack"
+    if base_raw is None and name in run_stacks:
+        return "the table's '# stack.RUN' line"
+    if base_raw is None and str(row.get("stack") or "").strip():
+        return "the row's stack cell"
+    return STACK_ASSUMED if table is None else "the table's '# stack = NAME' line"
+
+
+def stacks_of_runs(runs: list[MeasuredRun]) -> list[dict[str, Any]]:
+    """The stacks the runs were modelled on, each with where it comes from and its runs, in first-seen order
+    (``{"stack", "source", "assumed", "runs"}``): a default stack is an assumption the output states."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in runs:
+        st = r.extra.get("stack") or {}
+        if not st:
+            continue
+        key = (st["name"], st["source"])
+        out.setdefault(key, {"stack": st["name"], "source": st["source"], "assumed": st["source"] == STACK_ASSUMED,
+                             "runs": []})["runs"].append(r.name)
+    return list(out.values())
 
 
 def table_moe(path: str | Path) -> dict[str, float]:
@@ -381,7 +419,8 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
     """Measured runs of a CSV file (module docstring); ``base_raw`` is a scenario's raw tables."""
     cat = catalog or load_catalog()
     table = Path(path).stem
-    stack = table_stack(path)
+    stated_stack = stated_table_stack(path)
+    stack = stated_stack or DEFAULT_TABLE_STACK
     routing = table_moe(path)
     notes = table_notes(path)
     run_stacks = table_run_stacks(path)
@@ -510,8 +549,9 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
                 t = megatron_flops(a.hidden, a.layers, a.vocab, seq, batch) / (
                     gpus * _num(row, "measured_tflops_per_gpu", where) * 1e12)
             pairs.append((name, tuple(p for r in recs for p in plans(r, sp)), t))
+        how = stack_source(row, name, stated_stack, run_stacks, base_raw)
         for run_name, ps, t in pairs:
-            extra: dict[str, Any] = dict(memory, row=row)
+            extra: dict[str, Any] = dict(memory, row=row, stack={"name": defaults["stack"], "source": how})
             if recipe is not None:
                 extra["recipe"] = recipe.assumption()
             out.append(MeasuredRun(run_name, sc, ps, t, table=table, extra=extra))

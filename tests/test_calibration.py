@@ -165,6 +165,10 @@ def test_cli_round_trip_writes_residual_sigma(tmp_path):
                                     "--force"]).output
     assert "+-" in text and "Residual spread: lognormal sigma of measured/predicted" in text
     assert "not identified by these runs" in text
+    # the table names no stack and neither does the scenario: the default is an assumption, said in text and JSON
+    assert "  stack: megatron-lm-2021 (assumed: the table has no '# stack = NAME' line)\n" in text, text
+    assert d["stacks"] == [{"stack": "megatron-lm-2021", "source": "assumed: the table has no '# stack = NAME' line",
+                            "assumed": True, "runs": [r.name for r in runs]}]
     # what the runs covered, recorded for the step-time sigma beyond them: their stack, sequence lengths, cards,
     # recipe and experts per card, as the CSV above states them (dense BF16 runs; a table that names no stack ran
     # Megatron-LM 2021-22, tpopt/optimizer/runs.py)

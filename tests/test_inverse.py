@@ -228,7 +228,7 @@ def test_printed_loss_and_extrapolation_flag(scenario_file: Path) -> None:
               "--deadline", "2000d", "--max-cards", "512")
     assert p.returncode == 0, p.stderr
     n = param_count(load_scenario(scenario_file, {"model.name": "llama3-70b"}).model)
-    assert f"predicted loss {chinchilla(n, 1.4e12):.4f} (chinchilla, extrapolated: N = " in p.stdout
+    assert f"predicted loss {chinchilla(n, 1.4e12):.4f} (chinchilla, extrapolated: N = " in " ".join(p.stdout.split())
     inside = inverse_json(scenario_file, "--max-cost", "2000")
     assert inside["chosen"]["extrapolated"] == []
 

@@ -106,8 +106,10 @@ def test_inverse_names_the_builtin_scenario_and_the_budget_unit():
     r = _run("inverse", "--models", "qwen3-1.7b", "--tokens", "10B:200B:4", "--max-cost", str(budget), "--hw",
              "h100-sxm")
     assert r.exit_code == 3, r.output
-    row = next(ln for ln in r.output.splitlines() if ln.strip().startswith("qwen3-1.7b"))
-    assert "no plan at any deadline (memory, layout or input rule it out)" in row
+    lines = r.output.splitlines()  # the row, with the lines its note wraps onto (indented under the note column)
+    i = next(i for i, ln in enumerate(lines) if ln.strip().startswith("qwen3-1.7b"))
+    row = " ".join([lines[i], *(ln for ln in lines[i + 1:] if ln.startswith("    ") and ln[:14].strip() == "")])
+    assert "no plan at any deadline (memory, layout or input rule it out)" in " ".join(row.split())
 
 
 SITES = ROOT / "examples" / "sites-llama3-405b.toml"
@@ -159,10 +161,13 @@ def test_estimate_says_where_its_usable_memory_comes_from():
     r = _run("estimate", "llama3-70b", "--hw", "h100-sxm", "--cards", "64")
     assert r.exit_code == 0, r.output
     flat = " ".join(r.output.split())
-    assert (f"usable {usable:.1f} GiB per card (the catalog's 74.0 GiB less megatron-core's communicator buffers "
-            "1.5 GiB, over 1 + its allocator reserve 6% (catalogs/stacks.toml))") in flat
+    # and the catalog's 74 GiB is the card's 80 GB = 74.51 GiB less a 0.51 GiB runtime reserve
+    card = (f"card memory 80 GB = {80e9 / 2 ** 30:.1f} GiB less a {80e9 / 2 ** 30 - 74:.2f} GiB runtime reserve = "
+            "74.0 GiB, the catalog's usable_memory")
+    assert (f"usable {usable:.1f} GiB per card ({card}; less megatron-core's communicator buffers 1.5 GiB, over 1 + "
+            f"its allocator reserve 6% = {usable:.1f} GiB (catalogs/stacks.toml))") in flat, flat
     r = _run("estimate", "llama3-70b", "--hw", "h100-sxm", "--cards", "64", "--efficiency", "0.4")
-    assert "usable 74.0 GiB per card (the accelerator catalog's usable memory)" in " ".join(r.output.split())
+    assert f"usable 74.0 GiB per card ({card})" in " ".join(r.output.split())
 
 
 def test_solve_limits_carry_their_unit():
