@@ -9,6 +9,7 @@ table."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import subprocess
@@ -17,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tpopt.catalogs import load_catalog
+from tpopt.catalogs import Catalog, load_catalog
 from tpopt.catalogs.scaling import load_scaling
-from tpopt.catalogs.scenario import load_scenario
+from tpopt.catalogs.scenario import build_scenario, load_scenario, read_scenario_file, with_overrides
 from tpopt.models.arch import param_count
 from tpopt.models.evaluate import evaluate
 from tpopt.models.plan import Plan
@@ -72,13 +73,21 @@ def scenario_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return p
 
 
+@functools.cache
+def builtin_catalog() -> Catalog:
+    """The built-in catalog, read once per process (reading it is most of a :func:`cheapest` call)."""
+    return load_catalog()
+
+
 def cheapest(path: Path, model: str, tokens: float, deadline: str = "30d",
              reserved: str | None = None) -> tuple[int, float | None]:
     """(N, the cheapest on-time cost or None) by evaluating every plan of the space: the search space is
     ZeRO-3, TP 1, PP 1, micro-batch 1, card counts in whole 8-card hosts up to 32 (``reserved``: the schedule's
     reserved time instead of the scenario's)."""
-    sc = load_scenario(path, {"model.name": model, "task.tokens": tokens, "schedule.deadline": deadline,
-                              **({} if reserved is None else {"schedule.reserved": reserved})})
+    raw = with_overrides(read_scenario_file(path), {
+        "model.name": model, "task.tokens": tokens, "schedule.deadline": deadline,
+        **({} if reserved is None else {"schedule.reserved": reserved})})
+    sc = build_scenario(raw, builtin_catalog())  # load_scenario's steps, the built-in catalog read once
     costs = []
     for cards in range(8, 33, 8):
         ev = evaluate(sc, Plan(accelerator="rtx4090", cards=cards, zero_stage=3, tp=1, pp=1, micro_batch=1,
