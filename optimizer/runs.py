@@ -40,7 +40,7 @@ from __future__ import annotations
 import copy
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -225,13 +225,13 @@ def stack_source(row: dict[str, str], name: str, table: str | None, run_stacks: 
     return STACK_ASSUMED if table is None else "the table's '# stack = NAME' line"
 
 
-def stacks_of_runs(runs: list[MeasuredRun]) -> list[dict[str, Any]]:
+def stacks_of_runs(runs: Sequence[object]) -> list[dict[str, Any]]:
     """The stacks the runs were modelled on, each with where it comes from and its runs, in first-seen order
-    (``{"stack", "source", "assumed", "runs"}``): a default stack is an assumption the output states."""
+    (``{"stack", "source", "assumed", "runs"}``): a default stack is an assumption the output states. Only measured
+    runs read from a table name one; the timed kernels of ``calibrate --measure`` (its observations) do not."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for r in runs:
-        st = r.extra.get("stack") or {}
-        if not st:
+        if not isinstance(r, MeasuredRun) or not (st := r.extra.get("stack") or {}):
             continue
         key = (st["name"], st["source"])
         out.setdefault(key, {"stack": st["name"], "source": st["source"], "assumed": st["source"] == STACK_ASSUMED,
