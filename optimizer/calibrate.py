@@ -286,7 +286,7 @@ class Calibration:
     perf: PerfParams  # the fitted parameters (scalars)
     fitted: tuple[str, ...]  # names of the fitted fields (the ones the runs exercise)
     prior: PerfParams
-    runs: list[MeasuredRun]
+    runs: list[MeasuredRun | Observation]  # measured steps (a table, --runs) or timed kernels (--measure)
     predicted_s: list[float]  # per run
     objective: float  # the minimised sum of squares (data and prior terms)
     estimates: list[Estimate] = field(default_factory=list)
@@ -440,9 +440,9 @@ def _pin(runs: list[MeasuredRun], perf: PerfParams) -> list[MeasuredRun]:
     return out
 
 
-def _summarise(accelerator: str, runs: Sequence[Any], obs: Sequence[Observation], base: PerfParams,
-               perf: PerfParams, names: tuple[str, ...], exercised: tuple[str, ...], x: NDArray[np.float64],
-               cost: float) -> Calibration:
+def _summarise(accelerator: str, runs: Sequence[MeasuredRun | Observation], obs: Sequence[Observation],
+               base: PerfParams, perf: PerfParams, names: tuple[str, ...], exercised: tuple[str, ...],
+               x: NDArray[np.float64], cost: float) -> Calibration:
     """Uncertainties (Laplace approximation), identification, bounds reached and the residual spread."""
     bounds = np.array([_bounds(n) for n in exercised])
     lo, hi = bounds[:, 0], bounds[:, 1]
