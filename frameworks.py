@@ -42,6 +42,7 @@ from tpopt.models import families as F
 from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.models.hardware import StackProfile
 from tpopt.models.memory import OP_RECOMPUTE
+from tpopt.models.moe import STACK_DISPATCHERS
 from tpopt.models.plan import Plan, Scenario, split_schedule
 
 FRAMEWORK_DIR = BUILTIN_DIR / "frameworks"
@@ -161,6 +162,7 @@ class Schema:
     args: dict[str, dict[str, Any]]
     requires: tuple[dict[str, Any], ...]
     launcher: dict[str, Any]
+    flex_dispatcher: dict[str, Any]
 
     @property
     def cite(self) -> str:
@@ -173,7 +175,8 @@ def schema(fmt: str) -> Schema:
     """The transcribed schema of a format."""
     path = FRAMEWORK_DIR / SCHEMA_FILES[fmt]
     raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    return Schema(fmt, raw["framework"], raw["args"], tuple(raw.get("requires", ())), raw.get("launcher", {}))
+    return Schema(fmt, raw["framework"], raw["args"], tuple(raw.get("requires", ())), raw.get("launcher", {}),
+                  raw.get("flex_dispatcher", {}))
 
 
 def _typed(value: object, typ: str) -> bool:
@@ -269,9 +272,8 @@ def _megatron_like(fmt: str, lp: LaunchPlan, moe: bool, stack: StackProfile | No
                     ("moe_pad_expert_input_to_capacity", True)]
         out += [("moe_token_dispatcher_type", MEGATRON_DISPATCHERS.get(st.moe_dispatcher, "alltoall")),
                 ("moe_grouped_gemm", True)]
-        if st.moe_dispatcher == "flex":  # the backend of Megatron-Bridge's performance recipes (catalogs/recipes.toml):
-            # HybridEP runs on compute capability 8-10, GB200 / GB300 NVL72 included, where DeepEP is refused
-            out.append(("moe_flex_dispatcher_backend", "hybridep"))
+        if st.moe_dispatcher == "flex":  # catalogs/frameworks/megatron-lm.toml [flex_dispatcher] (its sources)
+            out.append(("moe_flex_dispatcher_backend", schema("megatron").flex_dispatcher["backend"]))
     if lp.sequence_parallel:
         out.append(("sequence_parallel", True))
     out += [("micro_batch_size", lp.micro_batch), ("global_batch_size", lp.global_batch)]
@@ -331,8 +333,29 @@ def _layout_stages(layout: str) -> tuple[int, ...]:
 
 MEGATRON_DISPATCHERS = {"alltoall": "alltoall", "flex": "flex", "allgather": "allgather"}
 """tpopt stack moe_dispatcher (catalogs/stacks.toml) -> Megatron-Core moe_token_dispatcher_type (Megatron's
-default, allgather, is not what the step-time model costs; "flex" runs on HybridEP, the performance recipes'
-backend)."""
+default, allgather, is not what the step-time model costs; "flex" runs on the backend of
+catalogs/frameworks/megatron-lm.toml [flex_dispatcher], on the card makers it lists: :func:`megatron_stack`)."""
+
+
+def megatron_stack(sc: Scenario, accelerator: str) -> tuple[StackProfile, str]:
+    """The stack the Megatron-LM and Megatron-Bridge exports write for a plan on ``accelerator``: the scenario's,
+    except that a MoE model's flex dispatcher becomes the catalog's fallback (alltoall) on a card whose maker
+    (accelerators.toml ``vendor``) the flex backend's software does not run on (catalogs/frameworks/megatron-lm.toml
+    [flex_dispatcher]); and the one line saying why ("" where the stack's dispatcher is written)."""
+    flex = schema("megatron").flex_dispatcher
+    if not sc.model.moe or sc.stack.moe_dispatcher != "flex":
+        return sc.stack, ""
+    vendor = sc.system(accelerator).acc.vendor
+    if vendor in flex["vendors"]:
+        return sc.stack, ""
+    fallback = str(flex["fallback"])
+    costed = "" if sc.moe.dispatcher == STACK_DISPATCHERS[fallback] else (
+        f"; the plan was costed with the {sc.moe.dispatcher} dispatch: set [moe] dispatcher = "
+        f"\"{STACK_DISPATCHERS[fallback]}\" to cost what this runs")
+    return replace(sc.stack, moe_dispatcher=fallback), (
+        f"MoE token dispatcher: {fallback}, not the stack's flex: its {flex['backend']} backend runs on "
+        f"{' / '.join(flex['vendors'])} cards only and {accelerator} is made by {vendor} (catalogs/frameworks/"
+        f"megatron-lm.toml [flex_dispatcher]){costed}")
 MEGATRON_FP8_RECIPES = {"current": "tensorwise", "delayed": "delayed"}
 """tpopt stack fp8_recipe -> Megatron-Core fp8_recipe: per-tensor current scaling is "tensorwise"."""
 
@@ -415,11 +438,13 @@ def _megatron_env_lines(lp: LaunchPlan) -> list[str]:
     return lines
 
 
-def megatron_text(lp: LaunchPlan, moe: bool, summary: str, stack: StackProfile | None = None) -> str:
+def megatron_text(lp: LaunchPlan, moe: bool, summary: str, stack: StackProfile | None = None,
+                  notes: Sequence[str] = ()) -> str:
+    """``notes``: lines for the header (:func:`megatron_stack`'s why)."""
     values = megatron_values(lp, moe, stack)
     validate("megatron", values)
     la = schema("megatron").launcher
-    lines = _header("megatron", "Megatron-LM arguments", summary)
+    lines = _header("megatron", "Megatron-LM arguments", summary) + [f"# {n}" for n in notes]
     lines += [f"# validated with Megatron-LM's own parse_args + validate_args at {VALIDATED_WITH}",
               "# the model, data, optimizer and tokenizer arguments come from your own script:",
               f"# launch: torchrun {la['nodes']} {lp.nodes} {la['per_node']} {lp.cards_per_node} pretrain_gpt.py "
@@ -690,11 +715,12 @@ NEMO_PRECISION_NOTE = "# tpopt precision: "
 
 
 def nemo_text(lp: LaunchPlan, moe: bool, summary: str, stack: StackProfile | None = None, model: str = "",
-              mtp: int = 0) -> str:
+              mtp: int = 0, notes: Sequence[str] = ()) -> str:
+    """``notes``: lines for the header (:func:`megatron_stack`'s why)."""
     values = nemo_values(lp, moe, stack, model, mtp)
     validate("nemo", {k: v for k, v in values.items() if v is not None})
     la = schema("megatron").launcher
-    lines = _header("nemo", "NeMo Megatron-Bridge recipe overrides (Hydra syntax)", summary)
+    lines = _header("nemo", "NeMo Megatron-Bridge recipe overrides (Hydra syntax)", summary) + [f"# {n}" for n in notes]
     lines += ["# pass them after your recipe script; the recipe supplies the model, data and optimizer:",
               f"# launch: torchrun {la['nodes']} {lp.nodes} {la['per_node']} {lp.cards_per_node} <recipe script> "
               "<these overrides>"]
@@ -1044,10 +1070,11 @@ def export_text(fmt: str, sc: Scenario, ev: Evaluation) -> str:
     lp = launch_plan(sc, ev, layout=fmt in ("megatron", "nemo"))
     moe = sc.model.moe
     summary = summary_of(sc, lp, ev.plan.accelerator)
-    if fmt == "megatron":
-        return megatron_text(lp, moe, summary, sc.stack)
-    if fmt == "nemo":
-        return nemo_text(lp, moe, summary, sc.stack, sc.model.name, sc.model.mtp_layers)
+    if fmt in ("megatron", "nemo"):
+        stack, why = megatron_stack(sc, ev.plan.accelerator)
+        if fmt == "megatron":
+            return megatron_text(lp, moe, summary, stack, [why] if why else [])
+        return nemo_text(lp, moe, summary, stack, sc.model.name, sc.model.mtp_layers, [why] if why else [])
     if fmt == "torchtitan":
         torchtitan_fits(sc, ev)  # FP32 gradients: refused when the plan no longer fits
         return torchtitan_text(lp, moe, summary, sc.model.layers)
@@ -1141,7 +1168,8 @@ def export_notes(fmt: str, sc: Scenario, ev: Evaluation) -> list[str]:
         return torchtitan_notes(lp) + ([fits] if fits else [])
     if fmt == "deepspeed":
         return deepspeed_notes(lp)
-    return []
+    why = megatron_stack(sc, ev.plan.accelerator)[1]  # also in the text's header
+    return [why] if why else []
 
 
 WARMUP_SHARE = 0.01

@@ -220,6 +220,31 @@ def test_moe_flags():
         FW.export_text("deepspeed", sc, ev)
 
 
+def test_the_flex_dispatcher_follows_the_cards_vendor_in_the_catalog_not_its_name():
+    """Megatron-Core's flex dispatcher runs on NVIDIA's HybridEP / DeepEP only (catalogs/frameworks/megatron-lm.toml
+    [flex_dispatcher] vendors): the same H100 plan, its card's catalog vendor made AMD, is written with alltoall and
+    the header says why in one line; the built-in AMD cards carry vendor = "AMD"."""
+    sc, plans = MOE
+    assert sc.stack.moe_dispatcher == "flex"
+    ev = evaluate(sc, next(p for p in plans if p.ep > 1))
+    for fmt in ("megatron", "nemo"):
+        text = FW.export_text(fmt, sc, ev)
+        assert "flex" in text and "hybridep" in text and "MoE token dispatcher:" not in text, fmt
+        assert FW.export_notes(fmt, sc, ev) == []
+    systems = {k: replace(s, acc=replace(s.acc, vendor="AMD")) for k, s in sc.systems.items()}
+    amd = replace(sc, systems=systems)
+    for fmt, written in (("megatron", "--moe-token-dispatcher-type alltoall"),
+                         ("nemo", "model.moe_token_dispatcher_type=alltoall")):
+        text = FW.export_text(fmt, amd, ev)
+        why = [line for line in text.splitlines() if line.startswith("# MoE token dispatcher:")]
+        assert written in text and "moe_flex_dispatcher_backend" not in text.replace("-", "_"), fmt
+        assert len(why) == 1 and "h100-sxm is made by AMD" in why[0], why
+        assert FW.export_notes(fmt, amd, ev) == [why[0][2:]]
+    cat = load_catalog()
+    assert {n: cat.accelerator(n).vendor for n in ("mi300x", "mi325x", "mi355x", "h100-sxm")} == \
+        {"mi300x": "AMD", "mi325x": "AMD", "mi355x": "AMD", "h100-sxm": "NVIDIA"}
+
+
 def test_schemas_carry_their_source_and_every_entry_is_typed():
     for fmt in FW.FORMATS:
         s = FW.schema(fmt)
