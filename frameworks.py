@@ -112,10 +112,12 @@ kernel and capacity are rejected or fixed when exported; DeepSpeed's JSON holds 
 (:func:`exported` drops what a given plan's JSON leaves out)."""
 
 
-def launch_plan(sc: Scenario, ev: Evaluation, layout: bool = False) -> LaunchPlan:
+def launch_plan(sc: Scenario, ev: Evaluation, layout: bool = False, fmt: str = "") -> LaunchPlan:
     """The launch view of an evaluated plan (``ev.plan`` resolved by :func:`tpopt.models.evaluate.evaluate`).
     ``layout``: the format takes any stage split (Megatron's --pipeline-model-parallel-layout): uneven middle
-    stages go into ``stage_layout`` instead of being an error."""
+    stages go into ``stage_layout`` instead of being an error. ``fmt``: the export format, which starts a refusal's
+    line as every format's refusals start (:func:`format_launch_plan`)."""
+    target = f"{fmt}: " if fmt else ""
     p, m = ev.plan, ev.metrics
     hosts = int(m["hosts"])
     moe = sc.model.moe
@@ -125,12 +127,12 @@ def launch_plan(sc: Scenario, ev: Evaluation, layout: bool = False) -> LaunchPla
     if p.pp > 1:
         stages = [int(x) if float(x).is_integer() else x for x in m["stage_layers"]]
         if any(not isinstance(x, int) for x in stages):
-            raise ExportError(f"the plan's stages hold fractional layer counts ({stages})")
+            raise ExportError(f"{target}the plan's stages hold fractional layer counts ({stages})")
         if len(set(stages)) > 1:
             if len(set(stages[1:-1])) > 1 and layout and v == 1:
                 layout_stages = tuple(int(x) for x in stages)
             elif len(set(stages[1:-1])) > 1:
-                raise ExportError(f"the plan's middle pipeline stages are uneven ({stages}); launchers split "
+                raise ExportError(f"{target}the plan's middle pipeline stages are uneven ({stages}); launchers split "
                                   "the layers between the first and last stage evenly")
             else:
                 first, last = stages[0], stages[-1]
@@ -146,6 +148,16 @@ def launch_plan(sc: Scenario, ev: Evaluation, layout: bool = False) -> LaunchPla
         train_iters=int(m["iterations"]),
         save_interval_steps=max(1, round(p.save_interval_s / step)) if step > 0 else 1, save_mode=p.save_mode,
         stage_layout=layout_stages)
+
+
+LAYOUT_FORMATS = ("megatron", "nemo")
+"""The formats that write any stage split (Megatron-Core's --pipeline-model-parallel-layout)."""
+
+
+def format_launch_plan(fmt: str, sc: Scenario, ev: Evaluation) -> LaunchPlan:
+    """:func:`launch_plan` as ``fmt`` writes it: uneven stages in its layout where it has one, a refusal that
+    starts with the format's name."""
+    return launch_plan(sc, ev, layout=fmt in LAYOUT_FORMATS, fmt=fmt)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1067,7 +1079,7 @@ def export_text(fmt: str, sc: Scenario, ev: Evaluation) -> str:
     """The plan as ``fmt``'s launch configuration (validated against the transcribed schema)."""
     if fmt not in FORMATS:
         raise InputError(f"export format {fmt!r} unknown (use one of: {', '.join(FORMATS)})")
-    lp = launch_plan(sc, ev, layout=fmt in ("megatron", "nemo"))
+    lp = format_launch_plan(fmt, sc, ev)
     moe = sc.model.moe
     summary = summary_of(sc, lp, ev.plan.accelerator)
     if fmt in ("megatron", "nemo"):
@@ -1090,11 +1102,11 @@ def parse(fmt: str, text: str, layers: int) -> LaunchPlan:
 def exported(fmt: str, sc: Scenario, ev: Evaluation) -> LaunchPlan:
     """What ``fmt`` carries of the plan (the round trip's expected value): torchtitan as it runs the plan
     (:func:`torchtitan_runs`); DeepSpeed without the global batch under TP and recompute without PP."""
-    lp = launch_plan(sc, ev).project(CARRIES[fmt])
+    lp = launch_plan(sc, ev, fmt=fmt).project(CARRIES[fmt])
     if fmt == "torchtitan":
         return torchtitan_runs(lp)
     if fmt == "deepspeed":
-        pp = launch_plan(sc, ev).pp or 1
+        pp = launch_plan(sc, ev, fmt=fmt).pp or 1
         return replace(lp, global_batch=None if (lp.tp or 1) > 1 else lp.global_batch,
                        dp=None if (lp.tp or 1) > 1 else lp.dp, recompute=lp.recompute if pp > 1 else None)
     return lp
@@ -1162,7 +1174,7 @@ def environment(fmt: str, lp: LaunchPlan) -> dict[str, str]:
 def export_notes(fmt: str, sc: Scenario, ev: Evaluation) -> list[str]:
     """What the user must know beside the exported text: how the framework runs the plan where it differs from
     the plan's wording, and what model code must do (printed on stderr and in the launch script)."""
-    lp = launch_plan(sc, ev, layout=fmt in ("megatron", "nemo"))
+    lp = format_launch_plan(fmt, sc, ev)
     if fmt == "torchtitan":
         fits = torchtitan_fits(sc, ev)
         return torchtitan_notes(lp) + ([fits] if fits else [])
@@ -1208,7 +1220,7 @@ def launch_script(fmt: str, sc: Scenario, ev: Evaluation, config: str) -> str:
     (its ``#SBATCH`` lines hold the nodes and GPUs per node); the world size, the environment the format needs
     (:func:`environment`), placeholders for the data, tokenizer and checkpoint paths, and the learning-rate
     schedule over the plan's step count."""
-    lp = launch_plan(sc, ev, layout=fmt in ("megatron", "nemo"))  # as export_text: their layouts hold uneven stages
+    lp = format_launch_plan(fmt, sc, ev)  # as export_text: the Megatron layouts hold uneven stages
     nodes, per = int(lp.nodes or 1), int(lp.cards_per_node or 1)
     steps = int(lp.train_iters or 1)
     warmup = max(1, round(WARMUP_SHARE * steps))
