@@ -302,7 +302,7 @@ def relaxation_finish(r: dict[str, Any]) -> str:
     q = r.get("finish_quantile_days")
     if r.get("confidence") is None or q is None:
         return f"{r['finish_days']:.2f} d"
-    return f"nominal finish {r['finish_days']:.2f} d, {q:.2f} d at {r['confidence'] * 100:g} % confidence"
+    return f"nominal finish {r['finish_days']:.2f} d, {q:.2f} d at {level_text(r['confidence'])} confidence"
 
 
 def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
@@ -743,9 +743,10 @@ def market_conflict_lines(out: dict[str, Any]) -> list[str]:
 
 
 def level_text(q: float) -> str:
-    """A confidence level as the user gave it (0.95 -> "95%", 0.999 -> "99.9%"): rounding it to whole points
-    would state a level nobody asked (99.9 % read "100%")."""
-    return f"{100 * q:g}%"
+    """A confidence level as the user gave it, in percent with the space the reports put before every "%"
+    (0.95 -> "95 %", 0.999 -> "99.9 %"): rounding it to whole or tenth points would state a level nobody asked
+    (99.95 % read "100.0 %"). The one text of a level in every report (asked, target, reached or not)."""
+    return f"{100 * q:g} %"
 
 
 def spot_policy_lines(entry: dict[str, Any] | None) -> list[str]:
