@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # typing only
@@ -263,10 +264,15 @@ def evidence_words(o: dict[str, Any]) -> list[str]:
     return [w for k, w in (("priors_only", "priors only"), ("illustrative_price", "illustrative price")) if o.get(k)]
 
 
+def qualifiers_text(words: Sequence[str]) -> str:
+    """Qualifiers of one figure in one bracket after it, joined by "; " (" (priors only; illustrative price)"),
+    or nothing: the one way the reports attach them."""
+    return f" ({'; '.join(words)})" if words else ""
+
+
 def evidence_flags(o: dict[str, Any]) -> str:
     """The qualifiers of :func:`evidence_words` in one bracket ("(priors only; illustrative price)"), or nothing."""
-    words = evidence_words(o)
-    return f" ({'; '.join(words)})" if words else ""
+    return qualifiers_text(evidence_words(o))
 
 
 CHAIN_FLAGS = {"write_bandwidth": "scenario: [checkpoint] write_bandwidth = \"{}GB/s\"",
@@ -847,7 +853,7 @@ def market_lines(out: dict[str, Any]) -> list[str]:
         flags = ["illustrative" if n.startswith("assumption") else "old price" for n in r["notes"]]
         flags = (["priors only"] if r.get("priors_only") else []) + flags
         flags = (["not proven"] if "cards" in r and r["status"] != "optimal" else []) + flags
-        lines.append(f" {mark} {r['offer']:<{width}} {what}" + (f"  ({', '.join(flags)})" if flags else ""))
+        lines.append(f" {mark} {r['offer']:<{width}} {what}" + qualifiers_text(flags))
     if m.get("undecided"):
         return lines + market_undecided_lines(m)
     lines.append("Binding constraints: not analysed across offers (each offer's plan above is proven optimal on "
