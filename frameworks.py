@@ -368,6 +368,8 @@ def megatron_stack(sc: Scenario, accelerator: str) -> tuple[StackProfile, str]:
         f"MoE token dispatcher: {fallback}, not the stack's flex: its {flex['backend']} backend runs on "
         f"{' / '.join(flex['vendors'])} cards only and {accelerator} is made by {vendor} (catalogs/frameworks/"
         f"megatron-lm.toml [flex_dispatcher]){costed}")
+
+
 MEGATRON_FP8_RECIPES = {"current": "tensorwise", "delayed": "delayed"}
 """tpopt stack fp8_recipe -> Megatron-Core fp8_recipe: per-tensor current scaling is "tensorwise"."""
 
