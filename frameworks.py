@@ -42,6 +42,7 @@ from tpopt.models import families as F
 from tpopt.models.evaluate import Evaluation, evaluate
 from tpopt.models.hardware import StackProfile
 from tpopt.models.memory import OP_RECOMPUTE
+from tpopt.models.moe import STACK_DISPATCHERS
 from tpopt.models.plan import Plan, Scenario, split_schedule
 
 FRAMEWORK_DIR = BUILTIN_DIR / "frameworks"
@@ -111,10 +112,12 @@ kernel and capacity are rejected or fixed when exported; DeepSpeed's JSON holds 
 (:func:`exported` drops what a given plan's JSON leaves out)."""
 
 
-def launch_plan(sc: Scenario, ev: Evaluation, layout: bool = False) -> LaunchPlan:
+def launch_plan(sc: Scenario, ev: Evaluation, layout: bool = False, fmt: str = "") -> LaunchPlan:
     """The launch view of an evaluated plan (``ev.plan`` resolved by :func:`tpopt.models.evaluate.evaluate`).
     ``layout``: the format takes any stage split (Megatron's --pipeline-model-parallel-layout): uneven middle
-    stages go into ``stage_layout`` instead of being an error."""
+    stages go into ``stage_layout`` instead of being an error. ``fmt``: the export format, which starts a refusal's
+    line as every format's refusals start (:func:`format_launch_plan`)."""
+    target = f"{fmt}: " if fmt else ""
     p, m = ev.plan, ev.metrics
     hosts = int(m["hosts"])
     moe = sc.model.moe
@@ -124,12 +127,12 @@ def launch_plan(sc: Scenario, ev: Evaluation, layout: bool = False) -> LaunchPla
     if p.pp > 1:
         stages = [int(x) if float(x).is_integer() else x for x in m["stage_layers"]]
         if any(not isinstance(x, int) for x in stages):
-            raise ExportError(f"the plan's stages hold fractional layer counts ({stages})")
+            raise ExportError(f"{target}the plan's stages hold fractional layer counts ({stages})")
         if len(set(stages)) > 1:
             if len(set(stages[1:-1])) > 1 and layout and v == 1:
                 layout_stages = tuple(int(x) for x in stages)
             elif len(set(stages[1:-1])) > 1:
-                raise ExportError(f"the plan's middle pipeline stages are uneven ({stages}); launchers split "
+                raise ExportError(f"{target}the plan's middle pipeline stages are uneven ({stages}); launchers split "
                                   "the layers between the first and last stage evenly")
             else:
                 first, last = stages[0], stages[-1]
@@ -147,6 +150,16 @@ def launch_plan(sc: Scenario, ev: Evaluation, layout: bool = False) -> LaunchPla
         stage_layout=layout_stages)
 
 
+LAYOUT_FORMATS = ("megatron", "nemo")
+"""The formats that write any stage split (Megatron-Core's --pipeline-model-parallel-layout)."""
+
+
+def format_launch_plan(fmt: str, sc: Scenario, ev: Evaluation) -> LaunchPlan:
+    """:func:`launch_plan` as ``fmt`` writes it: uneven stages in its layout where it has one, a refusal that
+    starts with the format's name."""
+    return launch_plan(sc, ev, layout=fmt in LAYOUT_FORMATS, fmt=fmt)
+
+
 # ---------------------------------------------------------------------------------------------
 # schemas (catalogs/frameworks/*.toml)
 
@@ -161,6 +174,7 @@ class Schema:
     args: dict[str, dict[str, Any]]
     requires: tuple[dict[str, Any], ...]
     launcher: dict[str, Any]
+    flex_dispatcher: dict[str, Any]
 
     @property
     def cite(self) -> str:
@@ -173,7 +187,8 @@ def schema(fmt: str) -> Schema:
     """The transcribed schema of a format."""
     path = FRAMEWORK_DIR / SCHEMA_FILES[fmt]
     raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    return Schema(fmt, raw["framework"], raw["args"], tuple(raw.get("requires", ())), raw.get("launcher", {}))
+    return Schema(fmt, raw["framework"], raw["args"], tuple(raw.get("requires", ())), raw.get("launcher", {}),
+                  raw.get("flex_dispatcher", {}))
 
 
 def _typed(value: object, typ: str) -> bool:
@@ -269,9 +284,8 @@ def _megatron_like(fmt: str, lp: LaunchPlan, moe: bool, stack: StackProfile | No
                     ("moe_pad_expert_input_to_capacity", True)]
         out += [("moe_token_dispatcher_type", MEGATRON_DISPATCHERS.get(st.moe_dispatcher, "alltoall")),
                 ("moe_grouped_gemm", True)]
-        if st.moe_dispatcher == "flex":  # the backend of Megatron-Bridge's performance recipes (catalogs/recipes.toml):
-            # HybridEP runs on compute capability 8-10, GB200 / GB300 NVL72 included, where DeepEP is refused
-            out.append(("moe_flex_dispatcher_backend", "hybridep"))
+        if st.moe_dispatcher == "flex":  # catalogs/frameworks/megatron-lm.toml [flex_dispatcher] (its sources)
+            out.append(("moe_flex_dispatcher_backend", schema("megatron").flex_dispatcher["backend"]))
     if lp.sequence_parallel:
         out.append(("sequence_parallel", True))
     out += [("micro_batch_size", lp.micro_batch), ("global_batch_size", lp.global_batch)]
@@ -331,8 +345,31 @@ def _layout_stages(layout: str) -> tuple[int, ...]:
 
 MEGATRON_DISPATCHERS = {"alltoall": "alltoall", "flex": "flex", "allgather": "allgather"}
 """tpopt stack moe_dispatcher (catalogs/stacks.toml) -> Megatron-Core moe_token_dispatcher_type (Megatron's
-default, allgather, is not what the step-time model costs; "flex" runs on HybridEP, the performance recipes'
-backend)."""
+default, allgather, is not what the step-time model costs; "flex" runs on the backend of
+catalogs/frameworks/megatron-lm.toml [flex_dispatcher], on the card makers it lists: :func:`megatron_stack`)."""
+
+
+def megatron_stack(sc: Scenario, accelerator: str) -> tuple[StackProfile, str]:
+    """The stack the Megatron-LM and Megatron-Bridge exports write for a plan on ``accelerator``: the scenario's,
+    except that a MoE model's flex dispatcher becomes the catalog's fallback (alltoall) on a card whose maker
+    (accelerators.toml ``vendor``) the flex backend's software does not run on (catalogs/frameworks/megatron-lm.toml
+    [flex_dispatcher]); and the one line saying why ("" where the stack's dispatcher is written)."""
+    flex = schema("megatron").flex_dispatcher
+    if not sc.model.moe or sc.stack.moe_dispatcher != "flex":
+        return sc.stack, ""
+    vendor = sc.system(accelerator).acc.vendor
+    if vendor in flex["vendors"]:
+        return sc.stack, ""
+    fallback = str(flex["fallback"])
+    costed = "" if sc.moe.dispatcher == STACK_DISPATCHERS[fallback] else (
+        f"; the plan was costed with the {sc.moe.dispatcher} dispatch: set [moe] dispatcher = "
+        f"\"{STACK_DISPATCHERS[fallback]}\" to cost what this runs")
+    return replace(sc.stack, moe_dispatcher=fallback), (
+        f"MoE token dispatcher: {fallback}, not the stack's flex: its {flex['backend']} backend runs on "
+        f"{' / '.join(flex['vendors'])} cards only and {accelerator} is made by {vendor} (catalogs/frameworks/"
+        f"megatron-lm.toml [flex_dispatcher]){costed}")
+
+
 MEGATRON_FP8_RECIPES = {"current": "tensorwise", "delayed": "delayed"}
 """tpopt stack fp8_recipe -> Megatron-Core fp8_recipe: per-tensor current scaling is "tensorwise"."""
 
@@ -415,11 +452,13 @@ def _megatron_env_lines(lp: LaunchPlan) -> list[str]:
     return lines
 
 
-def megatron_text(lp: LaunchPlan, moe: bool, summary: str, stack: StackProfile | None = None) -> str:
+def megatron_text(lp: LaunchPlan, moe: bool, summary: str, stack: StackProfile | None = None,
+                  notes: Sequence[str] = ()) -> str:
+    """``notes``: lines for the header (:func:`megatron_stack`'s why)."""
     values = megatron_values(lp, moe, stack)
     validate("megatron", values)
     la = schema("megatron").launcher
-    lines = _header("megatron", "Megatron-LM arguments", summary)
+    lines = _header("megatron", "Megatron-LM arguments", summary) + [f"# {n}" for n in notes]
     lines += [f"# validated with Megatron-LM's own parse_args + validate_args at {VALIDATED_WITH}",
               "# the model, data, optimizer and tokenizer arguments come from your own script:",
               f"# launch: torchrun {la['nodes']} {lp.nodes} {la['per_node']} {lp.cards_per_node} pretrain_gpt.py "
@@ -690,11 +729,12 @@ NEMO_PRECISION_NOTE = "# tpopt precision: "
 
 
 def nemo_text(lp: LaunchPlan, moe: bool, summary: str, stack: StackProfile | None = None, model: str = "",
-              mtp: int = 0) -> str:
+              mtp: int = 0, notes: Sequence[str] = ()) -> str:
+    """``notes``: lines for the header (:func:`megatron_stack`'s why)."""
     values = nemo_values(lp, moe, stack, model, mtp)
     validate("nemo", {k: v for k, v in values.items() if v is not None})
     la = schema("megatron").launcher
-    lines = _header("nemo", "NeMo Megatron-Bridge recipe overrides (Hydra syntax)", summary)
+    lines = _header("nemo", "NeMo Megatron-Bridge recipe overrides (Hydra syntax)", summary) + [f"# {n}" for n in notes]
     lines += ["# pass them after your recipe script; the recipe supplies the model, data and optimizer:",
               f"# launch: torchrun {la['nodes']} {lp.nodes} {la['per_node']} {lp.cards_per_node} <recipe script> "
               "<these overrides>"]
@@ -1041,13 +1081,14 @@ def export_text(fmt: str, sc: Scenario, ev: Evaluation) -> str:
     """The plan as ``fmt``'s launch configuration (validated against the transcribed schema)."""
     if fmt not in FORMATS:
         raise InputError(f"export format {fmt!r} unknown (use one of: {', '.join(FORMATS)})")
-    lp = launch_plan(sc, ev, layout=fmt in ("megatron", "nemo"))
+    lp = format_launch_plan(fmt, sc, ev)
     moe = sc.model.moe
     summary = summary_of(sc, lp, ev.plan.accelerator)
-    if fmt == "megatron":
-        return megatron_text(lp, moe, summary, sc.stack)
-    if fmt == "nemo":
-        return nemo_text(lp, moe, summary, sc.stack, sc.model.name, sc.model.mtp_layers)
+    if fmt in ("megatron", "nemo"):
+        stack, why = megatron_stack(sc, ev.plan.accelerator)
+        if fmt == "megatron":
+            return megatron_text(lp, moe, summary, stack, [why] if why else [])
+        return nemo_text(lp, moe, summary, stack, sc.model.name, sc.model.mtp_layers, [why] if why else [])
     if fmt == "torchtitan":
         torchtitan_fits(sc, ev)  # FP32 gradients: refused when the plan no longer fits
         return torchtitan_text(lp, moe, summary, sc.model.layers)
@@ -1063,11 +1104,11 @@ def parse(fmt: str, text: str, layers: int) -> LaunchPlan:
 def exported(fmt: str, sc: Scenario, ev: Evaluation) -> LaunchPlan:
     """What ``fmt`` carries of the plan (the round trip's expected value): torchtitan as it runs the plan
     (:func:`torchtitan_runs`); DeepSpeed without the global batch under TP and recompute without PP."""
-    lp = launch_plan(sc, ev).project(CARRIES[fmt])
+    lp = launch_plan(sc, ev, fmt=fmt).project(CARRIES[fmt])
     if fmt == "torchtitan":
         return torchtitan_runs(lp)
     if fmt == "deepspeed":
-        pp = launch_plan(sc, ev).pp or 1
+        pp = launch_plan(sc, ev, fmt=fmt).pp or 1
         return replace(lp, global_batch=None if (lp.tp or 1) > 1 else lp.global_batch,
                        dp=None if (lp.tp or 1) > 1 else lp.dp, recompute=lp.recompute if pp > 1 else None)
     return lp
@@ -1135,13 +1176,14 @@ def environment(fmt: str, lp: LaunchPlan) -> dict[str, str]:
 def export_notes(fmt: str, sc: Scenario, ev: Evaluation) -> list[str]:
     """What the user must know beside the exported text: how the framework runs the plan where it differs from
     the plan's wording, and what model code must do (printed on stderr and in the launch script)."""
-    lp = launch_plan(sc, ev, layout=fmt in ("megatron", "nemo"))
+    lp = format_launch_plan(fmt, sc, ev)
     if fmt == "torchtitan":
         fits = torchtitan_fits(sc, ev)
         return torchtitan_notes(lp) + ([fits] if fits else [])
     if fmt == "deepspeed":
         return deepspeed_notes(lp)
-    return []
+    why = megatron_stack(sc, ev.plan.accelerator)[1]  # also in the text's header
+    return [why] if why else []
 
 
 WARMUP_SHARE = 0.01
@@ -1180,7 +1222,7 @@ def launch_script(fmt: str, sc: Scenario, ev: Evaluation, config: str) -> str:
     (its ``#SBATCH`` lines hold the nodes and GPUs per node); the world size, the environment the format needs
     (:func:`environment`), placeholders for the data, tokenizer and checkpoint paths, and the learning-rate
     schedule over the plan's step count."""
-    lp = launch_plan(sc, ev, layout=fmt in ("megatron", "nemo"))  # as export_text: their layouts hold uneven stages
+    lp = format_launch_plan(fmt, sc, ev)  # as export_text: the Megatron layouts hold uneven stages
     nodes, per = int(lp.nodes or 1), int(lp.cards_per_node or 1)
     steps = int(lp.train_iters or 1)
     warmup = max(1, round(WARMUP_SHARE * steps))

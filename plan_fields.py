@@ -82,6 +82,10 @@ def plan_from(sc: Scenario, kw: Mapping[str, Any]) -> Plan:
         assert i.field is not None and i.domain is not None
         domain = getattr(space, i.domain)
         simple[i.field] = pick(i.key, domain if not i.single or len(domain) == 1 else (), PLAN_DEFAULTS[i.field])
+    if kw.get("virtual_stages") is not None and simple["pp"] == 1:  # interleaving splits pipeline stages
+        given = "--pp 1" if kw.get("pp") is not None else "no --pp given"
+        raise InputError(f"--virtual-stages {kw['virtual_stages']} splits each pipeline stage into model chunks, and "
+                         f"the plan has pp 1 ({given}): give --pp 2 or more, or drop --virtual-stages")
     plan = Plan(
         accelerator=acc,
         cards=kw["cards"],

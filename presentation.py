@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # typing only
@@ -263,10 +264,15 @@ def evidence_words(o: dict[str, Any]) -> list[str]:
     return [w for k, w in (("priors_only", "priors only"), ("illustrative_price", "illustrative price")) if o.get(k)]
 
 
+def qualifiers_text(words: Sequence[str]) -> str:
+    """Qualifiers of one figure in one bracket after it, joined by "; " (" (priors only; illustrative price)"),
+    or nothing: the one way the reports attach them."""
+    return f" ({'; '.join(words)})" if words else ""
+
+
 def evidence_flags(o: dict[str, Any]) -> str:
     """The qualifiers of :func:`evidence_words` in one bracket ("(priors only; illustrative price)"), or nothing."""
-    words = evidence_words(o)
-    return f" ({'; '.join(words)})" if words else ""
+    return qualifiers_text(evidence_words(o))
 
 
 CHAIN_FLAGS = {"write_bandwidth": "scenario: [checkpoint] write_bandwidth = \"{}GB/s\"",
@@ -302,7 +308,7 @@ def relaxation_finish(r: dict[str, Any]) -> str:
     q = r.get("finish_quantile_days")
     if r.get("confidence") is None or q is None:
         return f"{r['finish_days']:.2f} d"
-    return f"nominal finish {r['finish_days']:.2f} d, {q:.2f} d at {r['confidence'] * 100:g} % confidence"
+    return f"nominal finish {r['finish_days']:.2f} d, {q:.2f} d at {level_text(r['confidence'])} confidence"
 
 
 def relaxation_lines(rels: list[dict[str, Any]]) -> list[str]:
@@ -743,9 +749,10 @@ def market_conflict_lines(out: dict[str, Any]) -> list[str]:
 
 
 def level_text(q: float) -> str:
-    """A confidence level as the user gave it (0.95 -> "95%", 0.999 -> "99.9%"): rounding it to whole points
-    would state a level nobody asked (99.9 % read "100%")."""
-    return f"{100 * q:g}%"
+    """A confidence level as the user gave it, in percent with the space the reports put before every "%"
+    (0.95 -> "95 %", 0.999 -> "99.9 %"): rounding it to whole or tenth points would state a level nobody asked
+    (99.95 % read "100.0 %"). The one text of a level in every report (asked, target, reached or not)."""
+    return f"{100 * q:g} %"
 
 
 def spot_policy_lines(entry: dict[str, Any] | None) -> list[str]:
@@ -846,7 +853,7 @@ def market_lines(out: dict[str, Any]) -> list[str]:
         flags = ["illustrative" if n.startswith("assumption") else "old price" for n in r["notes"]]
         flags = (["priors only"] if r.get("priors_only") else []) + flags
         flags = (["not proven"] if "cards" in r and r["status"] != "optimal" else []) + flags
-        lines.append(f" {mark} {r['offer']:<{width}} {what}" + (f"  ({', '.join(flags)})" if flags else ""))
+        lines.append(f" {mark} {r['offer']:<{width}} {what}" + qualifiers_text(flags))
     if m.get("undecided"):
         return lines + market_undecided_lines(m)
     lines.append("Binding constraints: not analysed across offers (each offer's plan above is proven optimal on "

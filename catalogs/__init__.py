@@ -164,6 +164,7 @@ def _build_accelerator(name: str, t: dict[str, Any], links: dict[str, float], ni
     return Accelerator(
         name=name,
         display=name if k.display is None else k.display,
+        vendor=k.vendor,
         peak_flops=k.peak_bf16,
         memory_nominal=k.memory,
         memory_usable=k.memory if k.usable_memory is None else k.usable_memory,

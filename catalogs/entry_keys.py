@@ -183,6 +183,9 @@ class AcceleratorKeys:
     """One ``[NAME]`` table of accelerators.toml (context: :data:`Lookups`)."""
 
     display: str | None = key(TEXT, help="the card's name in reports (default: the entry's name)")
+    vendor: str = key(TEXT, "NVIDIA", help="the card's maker: which vendor-only software runs on it (the "
+                                           "footing's stack line; catalogs/frameworks/megatron-lm.toml "
+                                           "[flex_dispatcher])")
     price_date: str | None = key(TEXT, help="when price_card_hour was indicative (YYYY-MM)")
     notes: str | None = key(TEXT, help="free text")
     host_link: str = key(Kind(_link, "links.toml link", sep=": "), required=True, source=True,

@@ -10,6 +10,7 @@ Command-line overrides are applied to the raw tables (:func:`with_overrides`) be
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields, replace
 from os import PathLike
@@ -514,14 +515,23 @@ def _search_space(se: dict[str, Any], ck: dict[str, Any], mem: MemoryOptions,
                 "accelerator": list(systems)}
     s = read_table(SearchKeys, dict(defaults, **se), "search.", systems)
     kw = {**targets(s), **targets(read_table(VariableSearchKeys, se, "search."))}  # the variables' own keys
-    kw["schedule"] = _schedules(s.schedule, kw.pop("virtual_stages", None))
+    kw["schedule"] = _schedules(s.schedule, kw.pop("virtual_stages", None), tuple(kw["pp"]))
     return SearchSpace(**kw)
 
 
-def _schedules(names: tuple[str, ...], virtual_stages: tuple[int, ...] | None) -> tuple[str, ...]:
-    """[search] schedule values, with "interleaved" expanded over [search] virtual_stages."""
+def _schedules(names: tuple[str, ...], virtual_stages: tuple[int, ...] | None,
+               pp: tuple[int, ...]) -> tuple[str, ...]:
+    """[search] schedule values, with "interleaved" expanded over [search] virtual_stages; virtual stages that no
+    plan would run (no "interleaved" among the schedules, or no pipeline size above 1) are one clear error."""
     if virtual_stages is None:
         return names
+    given = f"search.virtual_stages {list(virtual_stages)}"
+    if "interleaved" not in names:
+        raise InputError(f"{given} expands \"interleaved\" in search.schedule, which lists {json.dumps(names)}: add "
+                         "\"interleaved\", or drop virtual_stages")
+    if max(pp) < 2:
+        raise InputError(f"{given} splits each pipeline stage into model chunks, and search.pp is {list(pp)}: add a "
+                         "size of 2 or more, or drop virtual_stages")
     out = []
     for x in names:
         out += [schedule_name("interleaved", v) for v in virtual_stages] if x == "interleaved" else [x]

@@ -6,16 +6,18 @@ from typing import Any
 
 from tpopt.models import finish as Fn
 from tpopt.optimizer.confidence import clock_stop
+from tpopt.presentation import level_text
 
 
 def _pct(x: float) -> str:
+    """A probability or share reached, to a tenth of a point (a confidence level asked: level_text)."""
     return f"{100 * x:.1f} %"
 
 
 def distribution_lines(e: dict[str, Any], unit: str = "USD") -> list[str]:
     """The report's ``finish_distribution`` entry as text lines."""
     f, c = e["finish_days"], e["cost"]
-    asked = "" if e["confidence"] is None else f" (asked: {_pct(e['confidence'])})"
+    asked = "" if e["confidence"] is None else f" (asked: {level_text(e['confidence'])})"
     labels = {s["name"]: s["label"] for s in e["sources"]}
     labels[Fn.STEP_ERROR] = "step-time model error"
     shares = ", ".join(f"{labels[k]} {_pct(v)}" for k, v in e["risk_shares"].items() if v > 0) or "none"
@@ -36,13 +38,13 @@ def distribution_lines(e: dict[str, Any], unit: str = "USD") -> list[str]:
     if up:
         if up["plan"] is not None:
             cut = "" if up.get("decided", True) else " (time limit reached: not proven the cheapest)"
-            lines.append(f"  +5 points (P >= {_pct(up['target'])}): {up['cards']} cards, "
+            lines.append(f"  +5 points (P >= {level_text(up['target'])}): {up['cards']} cards, "
                          f"{up['extra_cost']:+,.0f} {unit} ({up['extra_cards']:+d} cards){cut}")
         elif up["status"] == "infeasible":
             reach = _reach(up["reachable"], up.get("reachable_undecided"))
-            lines.append(f"  +5 points (P >= {_pct(up['target'])}): no plan; reachable {reach}")
+            lines.append(f"  +5 points (P >= {level_text(up['target'])}): no plan; reachable {reach}")
         elif up["status"] != "already":
-            lines.append(f"  +5 points (P >= {_pct(up['target'])}): not decided within the time limit")
+            lines.append(f"  +5 points (P >= {level_text(up['target'])}): not decided within the time limit")
     return lines
 
 
@@ -54,7 +56,7 @@ def reachable_line(q: float, reachable: float | None, why: str | None = None) ->
     """What the infeasible report adds under a confidence (None: left undecided, ``why``: by the work budget or
     the clock, :func:`tpopt.optimizer.confidence.reach`; the clock when not said)."""
     if reachable is None:
-        return f"Confidence: {_pct(q)} is not reachable; the highest reachable was {why or clock_stop()}."
+        return f"Confidence: {level_text(q)} is not reachable; the highest reachable was {why or clock_stop()}."
     if reachable <= 0:
-        return f"Confidence: no plan reaches even 1 % (asked {_pct(q)})."
-    return f"Confidence: {_pct(q)} is not reachable; the highest reachable is {_pct(reachable)}."
+        return f"Confidence: no plan reaches even 1 % (asked {level_text(q)})."
+    return f"Confidence: {level_text(q)} is not reachable; the highest reachable is {_pct(reachable)}."

@@ -25,6 +25,7 @@ from tpopt.models.units import DAY, fmt_count, parse_duration, parse_fraction
 from tpopt.optimizer import question as Q
 from tpopt.optimizer.commands import MAX_SIMULATED_RUNS, simulation
 from tpopt.optimizer.confidence import clock_stop
+from tpopt.presentation import level_text
 
 MAX_RUNS = MAX_SIMULATED_RUNS
 
@@ -112,7 +113,7 @@ def replan(done: str, elapsed: str, cards_held: str | None, as_json: bool, **kw:
     lines = [f"tpopt replan: {sc.name}: {100 * frac:.1f} % done after {spent / DAY:.1f} d; "
              f"{fmt_count(out['tokens_left'])} tokens and {out['days_left']:.2f} d left "
              f"(reserved {out['reserved_days_left']:.2f} d, the reserved time's share of the time left), confidence "
-             f"{100 * out['confidence']:.1f} %" + (" (the default; --confidence sets it)" if sc.task.confidence is None
+             f"{level_text(out['confidence'])}" + (" (the default; --confidence sets it)" if sc.task.confidence is None
                                                    else "")]
     for key, name in (("best", "cheapest remainder"), ("stay", "on the cards held")):
         e = out.get(key)
@@ -120,7 +121,7 @@ def replan(done: str, elapsed: str, cards_held: str | None, as_json: bool, **kw:
             lines.append(f"  {name}: {e['plan']['accelerator']} x {e['cards']}, finish {e['finish_days']:.2f} d, "
                          f"{e['cost']:,.0f} {e['cost_unit']}")
         elif key == "stay" and held is not None:
-            lines.append(f"  on the cards held: no plan meets the rest at {100 * out['confidence']:.1f} %")
+            lines.append(f"  on the cards held: no plan meets the rest at {level_text(out['confidence'])}")
     if out.get("layout_change_s"):
         lines.append(f"  restart into the new layout: +{out['layout_change_s']:.0f} s (the checkpoint read again)")
     if out["decision"] == "not decided":
@@ -130,7 +131,7 @@ def replan(done: str, elapsed: str, cards_held: str | None, as_json: bool, **kw:
         reach = (f"the highest reachable was {why}" if out["reachable"] is None
                  else "no plan reaches even 1 %" if out["reachable"] <= 0
                  else f"the highest reachable is {100 * out['reachable']:.1f} %")
-        lines.append(f"Contingency: nothing restores {100 * out['confidence']:.1f} %; {reach}")
+        lines.append(f"Contingency: nothing restores {level_text(out['confidence'])}; {reach}")
     else:
         lines.append(f"Contingency: {out['decision']}")
     click.echo(fit_lines("\n".join(lines)))

@@ -56,7 +56,7 @@ from tpopt.optimizer.result import Request
 from tpopt.optimizer.sweep import case_label
 from tpopt.optimizer.sweep.executor import parse_cluster, plain_tcp_note, require_dask
 from tpopt.optimizer.sweep.rows import case_of
-from tpopt.presentation import sweep_footing_lines
+from tpopt.presentation import level_text, sweep_footing_lines
 
 RANGE = "One value, a comma list or a range start:end:step"
 #: ``--pareto energy``: the plans with energy, the accelerators without power figures, the PUE and its source.
@@ -508,8 +508,8 @@ def _confidence_sweep(solver: str | None, time_limit: float | None, as_json: boo
              "confidence   status        cards        cost   finish at level   P(by deadline)"]
     for r in rows:
         if r["cost"] is None:
-            lines.append(f"{100 * r['confidence']:>9.1f} %   {r['status']:<12}")
+            lines.append(f"{level_text(r['confidence']):>11}   {r['status']:<12}")
             continue
-        lines.append(f"{100 * r['confidence']:>9.1f} %   {r['status']:<12} {r['cards']:>6,} {r['cost']:>11,.0f} "
+        lines.append(f"{level_text(r['confidence']):>11}   {r['status']:<12} {r['cards']:>6,} {r['cost']:>11,.0f} "
                      f"{r['finish_q_days']:>15.2f} d {100 * r['probability_by_deadline']:>14.1f} %")
     click.echo("\n".join(lines))

@@ -206,15 +206,6 @@ def evidence(sc: Scenario, plan: dict[str, Any], step_s: float, memory: float | 
 
 NVIDIA_STACKS = frozenset({"megatron-core", "megatron-lm-2021"})
 """Stacks whose published runs (catalogs/stacks.toml sources) are on NVIDIA cards only."""
-VENDOR_PREFIXES = (("mi", "AMD"), ("gaudi", "Intel Gaudi"), ("tpu", "Google TPU"), ("trn", "AWS Trainium"))
-"""Catalog names of the cards another vendor than NVIDIA makes, by prefix."""
-
-
-def vendor_of(accelerator: str) -> str:
-    """The card's maker from its catalog name (NVIDIA unless a prefix of :data:`VENDOR_PREFIXES` matches)."""
-    return next((v for prefix, v in VENDOR_PREFIXES if accelerator.lower().startswith(prefix)), "NVIDIA")
-
-
 def plan_of(plan: dict[str, Any]) -> Plan:
     """A :class:`Plan` from a report's plan dict (the fields a Plan has; derived ones such as hosts dropped)."""
     return Plan(**{k: v for k, v in plan.items() if k in Plan.__dataclass_fields__ and v is not None})
@@ -315,7 +306,7 @@ def stated_inputs(sc: Scenario, plan: dict[str, Any], metrics: dict[str, Any] | 
             if pr.get("age_months") is not None else ""
         out.append({"input": "price date", "stated": f"{pr['card_hour']:g} USD/card-h listed {pr['date']}{age}",
                     "modelled": None, "date": pr["date"], "age_months": pr.get("age_months")})
-    stack, vendor = stack_of(sc), vendor_of(plan["accelerator"])
+    stack, vendor = stack_of(sc), acc.vendor  # the card's maker, as its catalog entry states it
     if stack in NVIDIA_STACKS and vendor != "NVIDIA":
         out.append({"input": "stack", "stated": f"{stack} assumed on {vendor} cards (its published runs are on "
                     "NVIDIA cards; [hardware] stack names another)", "modelled": None, "vendor": vendor})

@@ -211,18 +211,22 @@ STACK_ASSUMED = "assumed: the table has no '# stack = NAME' line"
 """Why a run's stack is :data:`DEFAULT_TABLE_STACK`: nothing (row cell, run line, table line, scenario) named one."""
 
 
-def stack_source(row: dict[str, str], name: str, table: str | None, run_stacks: dict[str, str],
-                 base_raw: dict[str, Any] | None) -> str:
-    """Where a run's software stack comes from, as its stack line says it (the order :func:`runs_from_csv` takes
-    them): with a scenario its ``[hardware] stack``, else a ``# stack.RUN`` line, else the row's ``stack`` cell;
-    then the table's ``# stack = NAME`` line; else :data:`STACK_ASSUMED`."""
-    if base_raw is not None and "stack" in base_raw.get("hardware", {}):
-        return "the scenario's [hardware] stack"
+def run_stack(row: dict[str, str], name: str, table: str | None, run_stacks: dict[str, str],
+              base_raw: dict[str, Any] | None, where: str) -> tuple[str, str]:
+    """A run's software stack and where it comes from, as its stack line says it: with a scenario its
+    ``[hardware] stack``; else a ``# stack.RUN`` line naming the run, else the row's ``stack`` cell; then the
+    table's ``# stack = NAME`` line (``table``), else :data:`DEFAULT_TABLE_STACK` (:data:`STACK_ASSUMED`). The one
+    place the choice is made: a row's stack cell is checked whichever source wins (an unknown one is an error naming
+    the run, with a scenario too), unless a ``# stack.RUN`` line replaces it."""
+    cell = "" if name in run_stacks else row_stack(row, "", where)
+    hardware = base_raw.get("hardware", {}) if base_raw is not None else {}
+    if "stack" in hardware:
+        return str(hardware["stack"]), "the scenario's [hardware] stack"
     if base_raw is None and name in run_stacks:
-        return "the table's '# stack.RUN' line"
-    if base_raw is None and str(row.get("stack") or "").strip():
-        return "the row's stack cell"
-    return STACK_ASSUMED if table is None else "the table's '# stack = NAME' line"
+        return run_stacks[name], "the table's '# stack.RUN' line"
+    if base_raw is None and cell:
+        return cell, "the row's stack cell"
+    return (DEFAULT_TABLE_STACK, STACK_ASSUMED) if table is None else (table, "the table's '# stack = NAME' line")
 
 
 def stacks_of_runs(runs: Sequence[object]) -> list[dict[str, Any]]:
@@ -379,10 +383,10 @@ def _accelerator(row: dict[str, str], cat: Catalog, base_raw: dict[str, Any] | N
     return DEFAULT_ACCELERATOR
 
 
-def _stack_defaults(base_raw: dict[str, Any] | None, stack: str = DEFAULT_TABLE_STACK) -> dict[str, Any]:
-    """Software-stack defaults of a row: the table's stack (``# stack = NAME``; else the published tables'
-    Megatron-LM stack, STACK), or, when a scenario is given, that scenario's own settings (the overlaps it does
-    not state: its stack's, as build_scenario takes them)."""
+def _stack_defaults(base_raw: dict[str, Any] | None, stack: str) -> dict[str, Any]:
+    """Software-stack defaults of a row run on ``stack`` (:func:`run_stack`): that stack's, or, when a scenario is
+    given, that scenario's own settings (the overlaps it does not state: its stack's, as build_scenario takes
+    them)."""
     if base_raw is None:
         return stack_defaults(stack)
     task, mem, comm = (base_raw.get(t, {}) for t in ("task", "memory", "comm"))
@@ -392,8 +396,7 @@ def _stack_defaults(base_raw: dict[str, Any] | None, stack: str = DEFAULT_TABLE_
             "flash_attention": mem.get("flash_attention", True),
             "sequence_parallel": mem.get("sequence_parallel", True),
             "tp_overlap": comm.get("tp_overlap", own.tp_overlap), "dp_overlap": comm.get("dp_overlap", own.dp_overlap),
-            "recompute": rec[0] if isinstance(rec, list) else rec,
-            "stack": base_raw.get("hardware", {}).get("stack", stack)}
+            "recompute": rec[0] if isinstance(rec, list) else rec, "stack": stack}
 
 
 def _candidates(layers: int, pp: int, per_replica: int, mb: int, vs: int | None, schedule: str,
@@ -420,7 +423,6 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
     cat = catalog or load_catalog()
     table = Path(path).stem
     stated_stack = stated_table_stack(path)
-    stack = stated_stack or DEFAULT_TABLE_STACK
     routing = table_moe(path)
     notes = table_notes(path)
     run_stacks = table_run_stacks(path)
@@ -445,8 +447,8 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
         if "accelerator" in noted and not accelerator:
             cat.accelerator(noted["accelerator"])
         acc = accelerator or noted.get("accelerator") or _accelerator(row, cat, base_raw, where)
-        own = run_stacks.get(name) or row_stack(row, stack, where)
-        defaults = _stack_defaults(base_raw, own if base_raw is None else stack)
+        stack, how = run_stack(row, name, stated_stack, run_stacks, base_raw, where)
+        defaults = _stack_defaults(base_raw, stack)
         cells = {k: str(row.get(k) or "").strip().lower() for k in STACK}
         stated = {k: v for k, v in cells.items() if not unstated(v)}
         if name in run_recompute:
@@ -549,7 +551,6 @@ def runs_from_csv(path: str | Path, catalog: Catalog | None = None, base_raw: di
                 t = megatron_flops(a.hidden, a.layers, a.vocab, seq, batch) / (
                     gpus * _num(row, "measured_tflops_per_gpu", where) * 1e12)
             pairs.append((name, tuple(p for r in recs for p in plans(r, sp)), t))
-        how = stack_source(row, name, stated_stack, run_stacks, base_raw)
         for run_name, ps, t in pairs:
             extra: dict[str, Any] = dict(memory, row=row, stack={"name": defaults["stack"], "source": how})
             if recipe is not None:

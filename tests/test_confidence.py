@@ -350,7 +350,7 @@ def test_replan_on_pace_needs_no_more_cards():
 def test_replan_says_when_nothing_restores_the_confidence():
     r = run("replan", "--scenario", CONF, "--done", "5%", "--elapsed", "4d", "--cards-held", "1024")
     assert r.exit_code == 3
-    assert "nothing restores 95.0 %" in r.stdout and "no plan reaches even 1 %" in r.stdout
+    assert "nothing restores 95 %" in r.stdout and "no plan reaches even 1 %" in r.stdout
 
 
 @pytest.mark.parametrize("args", [["--done", "120%", "--elapsed", "1d"], ["--done", "20%", "--elapsed", "6d"],
@@ -369,6 +369,24 @@ def test_sweep_gives_cost_against_confidence():
     assert costs[0] < costs[1] < costs[2]  # 768, 1,024, 1,536 cards
     assert [row["cards"] for row in d["rows"]] == [768, 1024, 1536]
     assert all(row["probability_by_deadline"] >= row["confidence"] for row in d["rows"])
+
+
+def test_a_confidence_level_reads_the_same_in_every_report():
+    """One text of a level, presentation.level_text: as given, in percent with the reports' space ("95 %",
+    "99.95 %"). The infeasible line, the relaxations' finish, the sweep table (and the distribution's asked level,
+    the +5 points target, replan, the spot policy) formatted it four ways ("95.0 %", "95 %", "95%"), and to a
+    tenth of a point 99.95 % read "100.0 %"."""
+    from tpopt.cli.confidence import reachable_line
+    from tpopt.presentation import level_text, relaxation_finish
+
+    assert (level_text(0.95), level_text(0.999), level_text(0.9995)) == ("95 %", "99.9 %", "99.95 %")
+    assert reachable_line(0.9995, 0.9) == "Confidence: 99.95 % is not reachable; the highest reachable is 90.0 %."
+    assert reachable_line(0.95, 0.0) == "Confidence: no plan reaches even 1 % (asked 95 %)."
+    rel = {"finish_days": 3.0, "finish_quantile_days": 3.5, "confidence": 0.9995}
+    assert relaxation_finish(rel) == "nominal finish 3.00 d, 3.50 d at 99.95 % confidence"
+    table = run("sweep", "--scenario", CONF, "--confidence", "50%,95%").stdout.splitlines()
+    assert table[1].startswith("confidence   status")
+    assert [line[:11] for line in table[2:]] == ["       50 %", "       95 %"]  # the column's width kept
 
 
 def test_confidence_range_parsing():
@@ -416,11 +434,12 @@ def test_confidence_is_refused_where_it_is_not_modelled():
 
 def test_the_spot_policy_states_the_asked_level_as_given(tmp_path):
     """The spot policy line printed "(asked 100%)" for --confidence 99.9% (the level rounded to whole points),
-    a level nobody asked and one no plan can meet; the level is now stated as given, 99.9%, and 95 stays 95%."""
+    a level nobody asked and one no plan can meet; the level is now stated as given, 99.9 %, and 95 stays 95 %
+    (presentation.level_text, the one text of a level)."""
     sc = tmp_path / "spot.toml"
     assert run("init", str(sc), "--model", "llama3-8b", "--hw", "h100-sxm").exit_code == 0
     sc.write_text(sc.read_text() + '\n[market]\noffers = "all"\nspot_shares = [0.25, 0.5]\n')
-    for level, said in (("99.9%", "(asked 99.9%)"), ("95%", "(asked 95%)")):
+    for level, said in (("99.9%", "(asked 99.9 %)"), ("95%", "(asked 95 %)")):
         r = run("solve", "--scenario", str(sc), "--deadline", "17d", "--confidence", level, "--no-analysis")
         assert r.exit_code == 0, r.output
         policy = " ".join(r.stdout.split("Spot policy", 1)[1].split("spot terms", 1)[0].split())

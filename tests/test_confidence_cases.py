@@ -109,7 +109,7 @@ def test_explain_says_which_confidence_is_reachable():
     assert below.exit_code == 0 and above.exit_code == 3
     text = run("explain", "--scenario", DESIGN, "--confidence", "95%", "--step-sigma", "0.15")
     assert text.exit_code == 3
-    assert f"95.0 % is not reachable; the highest reachable is {top * 100:.1f} %" in text.stdout
+    assert f"95 % is not reachable; the highest reachable is {top * 100:.1f} %" in text.stdout
 
 
 def test_replan_says_when_nothing_can():
@@ -120,7 +120,7 @@ def test_replan_says_when_nothing_can():
     assert d["decision"] == "none" and d["best"] is None and d["stay"] is None
     assert d["reachable"] == 0.0  # not even 1 %: 1.9T tokens in under a day exceed every card count allowed
     text = run("replan", "--scenario", CONF, "--done", "5%", "--elapsed", "4d", "--cards-held", "1024")
-    assert text.exit_code == 3 and "Contingency: nothing restores 95.0 %; no plan reaches even 1 %" in text.stdout
+    assert text.exit_code == 3 and "Contingency: nothing restores 95 %; no plan reaches even 1 %" in text.stdout
     # a milder shortfall: nothing restores 95 %, but a lower level is reachable, and replan names it
     r = run("replan", "--scenario", CONF, "--done", "30%", "--elapsed", "3.2d", "--cards-held", "1024", "--json")
     d = json.loads(r.stdout)

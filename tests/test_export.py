@@ -5,6 +5,7 @@ the no-overwrite rule."""
 
 import inspect
 import json
+import re
 import tomllib
 from dataclasses import replace
 
@@ -186,6 +187,10 @@ def test_deepspeed_batch_identity_and_sections():
     assert d["bf16"] == {"enabled": True}
 
 
+UNEVEN = {"pp": 4, "first_stage_layers": 5, "last_stage_layers": 6}
+"""Uneven middle pipeline stages of the dense model (28 layers: 5 / 9 / 8 / 6)."""
+
+
 @pytest.mark.parametrize("fmt, change, needle", [
     ("deepspeed", {"pp": 2, "zero_stage": 2, "tp": 1, "sequence_parallel": False},
      "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"),
@@ -197,14 +202,22 @@ def test_deepspeed_batch_identity_and_sections():
     ("torchtitan", {"zero_stage": 1}, "ZeRO-1"),
     ("torchtitan", {"offload": "cpu", "zero_stage": 3}, "offloads parameters and gradients too"),
     ("torchtitan", {"recompute": "attn", "zero_stage": 3}, "recompute of the groups attn"),
+    # Qwen3-1.7B's 28 layers as 5 / 9 / 8 / 6: the launchers without a layout split the middle stages evenly, and
+    # Megatron's layout takes no virtual stages
+    ("torchtitan", UNEVEN, "middle pipeline stages are uneven ([5, 9, 8, 6])"),
+    ("deepspeed", UNEVEN, "middle pipeline stages are uneven ([5, 9, 8, 6])"),
+    ("megatron", dict(UNEVEN, schedule="interleaved:2"), "middle pipeline stages are uneven ([5, 9, 8, 6])"),
+    ("nemo", dict(UNEVEN, schedule="interleaved:2"), "middle pipeline stages are uneven ([5, 9, 8, 6])"),
 ])
 def test_inexpressible_features_are_errors_naming_them(fmt, change, needle):
+    """Each refusal is one line naming the feature, and starts with the target's name as every refusal does."""
     sc = DENSE[0]
     base = dict(zero_stage=1, tp=1, pp=1, cp=1, micro_batch=1, cards=16, dp=0, grad_accum=0, offload="none",
                 recompute="none", schedule="1f1b")
     ev = evaluate(sc, replace(DENSE[1][0], **{**base, **change}))
-    with pytest.raises(FW.ExportError, match=needle.replace("(", r"\(")):
+    with pytest.raises(FW.ExportError, match=re.escape(needle)) as exc:
         FW.export_text(fmt, sc, ev)
+    assert str(exc.value).startswith(f"{fmt}: ") and "\n" not in str(exc.value)
 
 
 def test_moe_flags():
@@ -218,6 +231,31 @@ def test_moe_flags():
     assert "--recompute-modules layernorm mlp moe" in text  # the MoE layers' MLP is Megatron's "moe" module
     with pytest.raises(FW.ExportError, match="expert parallelism"):
         FW.export_text("deepspeed", sc, ev)
+
+
+def test_the_flex_dispatcher_follows_the_cards_vendor_in_the_catalog_not_its_name():
+    """Megatron-Core's flex dispatcher runs on NVIDIA's HybridEP / DeepEP only (catalogs/frameworks/megatron-lm.toml
+    [flex_dispatcher] vendors): the same H100 plan, its card's catalog vendor made AMD, is written with alltoall and
+    the header says why in one line; the built-in AMD cards carry vendor = "AMD"."""
+    sc, plans = MOE
+    assert sc.stack.moe_dispatcher == "flex"
+    ev = evaluate(sc, next(p for p in plans if p.ep > 1))
+    for fmt in ("megatron", "nemo"):
+        text = FW.export_text(fmt, sc, ev)
+        assert "flex" in text and "hybridep" in text and "MoE token dispatcher:" not in text, fmt
+        assert FW.export_notes(fmt, sc, ev) == []
+    systems = {k: replace(s, acc=replace(s.acc, vendor="AMD")) for k, s in sc.systems.items()}
+    amd = replace(sc, systems=systems)
+    for fmt, written in (("megatron", "--moe-token-dispatcher-type alltoall"),
+                         ("nemo", "model.moe_token_dispatcher_type=alltoall")):
+        text = FW.export_text(fmt, amd, ev)
+        why = [line for line in text.splitlines() if line.startswith("# MoE token dispatcher:")]
+        assert written in text and "moe_flex_dispatcher_backend" not in text.replace("-", "_"), fmt
+        assert len(why) == 1 and "h100-sxm is made by AMD" in why[0], why
+        assert FW.export_notes(fmt, amd, ev) == [why[0][2:]]
+    cat = load_catalog()
+    assert {n: cat.accelerator(n).vendor for n in ("mi300x", "mi325x", "mi355x", "h100-sxm")} == \
+        {"mi300x": "AMD", "mi325x": "AMD", "mi355x": "AMD", "h100-sxm": "NVIDIA"}
 
 
 def test_schemas_carry_their_source_and_every_entry_is_typed():

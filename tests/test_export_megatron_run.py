@@ -80,14 +80,19 @@ def megatron() -> Iterator[Any]:
         yield importlib.import_module("megatron.training.arguments")
 
 
-COMPUTE_CAPABILITY = {"h100-sxm": 9, "h800": 9, "a100-80gb-sxm": 8, "rtx4090": 8, "b200": 10, "gb200-nvl72": 10}
+COMPUTE_CAPABILITY = {"h100-sxm": 9, "h800": 9, "a100-80gb-sxm": 8, "rtx4090": 8, "b200": 10, "gb200-nvl72": 10,
+                      "mi300x": 9, "mi325x": 9, "mi355x": 9}
 """The cards' CUDA compute capability (major): 10 = Blackwell (B200, GB200), 9 = Hopper, 8 = Ampere and Ada (8.9)
-(NVIDIA CUDA GPUs list)."""
+(NVIDIA CUDA GPUs list). AMD Instinct cards under PyTorch on ROCm report their gfx target's major: gfx942
+(MI300X, MI325X) 9.4, gfx950 (MI355X) 9.5 (AMD ROCm documentation, GPU hardware specifications) -- inside the
+range Megatron-Bridge's HybridEP check accepts, so that check cannot tell an AMD card from a Hopper."""
 
-CUDA_NAME = {"b200": "NVIDIA B200", "gb200-nvl72": "NVIDIA GB200"}
+CUDA_NAME = {"b200": "NVIDIA B200", "gb200-nvl72": "NVIDIA GB200", "mi300x": "AMD Instinct MI300X",
+             "mi325x": "AMD Instinct MI325X", "mi355x": "AMD Instinct MI355X"}
 """torch.cuda.get_device_properties(0).name where a rule reads it (Megatron-Bridge's DeepEP check accepts the
 Blackwell names starting "NVIDIA B200" / "NVIDIA B300", not "NVIDIA GB200"; its HybridEP check reads the
-capability); other cards: "NVIDIA <catalog name>", which no rule reads."""
+capability; the AMD cards' names as ROCm reports them); other cards: "NVIDIA <catalog name>", which no rule
+reads."""
 
 
 def run_megatron(mg: Any, mp: pytest.MonkeyPatch, sc: Any, ev: Any) -> tuple[Any, FW.LaunchPlan, str]:
@@ -221,6 +226,46 @@ def test_the_export_passes_megatron_lm_and_reads_back_the_plan(megatron, name):
     read_back(args, lp, sc.model.moe)
     if sc.model.moe:  # the dispatcher the step-time model costs: the stack's (catalogs/stacks.toml), same names
         assert args.moe_token_dispatcher_type == sc.stack.moe_dispatcher
+
+
+AMD_CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    # MoE plans on the AMD cards of the catalog (accelerators.toml vendor = "AMD"): the stack's flex dispatcher runs
+    # on NVIDIA's HybridEP / DeepEP only, so the exports write Megatron-Core's alltoall dispatcher
+    "qwen3-30b-a3b on MI300X (EP 8)": ("qwen3-30b-a3b", {"hardware.accelerator": "mi300x"},
+                                       dict(cards=16, accelerator="mi300x", zero_stage=1, tp=1, pp=1, micro_batch=1,
+                                            ep=8)),
+    "qwen3-30b-a3b on MI325X (TP 2, EP 4)": ("qwen3-30b-a3b", {"hardware.accelerator": "mi325x"},
+                                             dict(cards=16, accelerator="mi325x", zero_stage=1, tp=2, pp=1,
+                                                  micro_batch=1, ep=4)),
+    "qwen3-30b-a3b on MI355X (PP 2)": ("qwen3-30b-a3b", {"hardware.accelerator": "mi355x"},
+                                       dict(cards=16, accelerator="mi355x", zero_stage=1, tp=1, pp=2, micro_batch=1,
+                                            ep=8, schedule="1f1b")),
+}
+
+
+def amd_case(name: str) -> tuple[Any, Any]:
+    """The scenario and evaluated plan of an :data:`AMD_CASES` entry; its stack would write flex on NVIDIA cards."""
+    path, changes, kw = AMD_CASES[name]
+    sc = api.scenario(example(path), changes)
+    assert sc.model.moe and sc.stack.moe_dispatcher == "flex"
+    return sc, api.evaluate(sc, **kw)
+
+
+def dispatcher_why(text: str) -> list[str]:
+    """The export's header lines that say why its dispatcher is not the stack's."""
+    return [line for line in text.splitlines() if line.startswith("# MoE token dispatcher:")]
+
+
+@pytest.mark.parametrize("name", list(AMD_CASES))
+def test_an_amd_moe_plan_runs_megatron_lm_with_the_alltoall_dispatcher(megatron, name):
+    sc, ev = amd_case(name)
+    with pytest.MonkeyPatch.context() as mp:
+        args, lp, text = run_megatron(megatron, mp, sc, ev)
+    read_back(args, lp, True)
+    assert args.moe_token_dispatcher_type == "alltoall" and "--moe-flex-dispatcher-backend" not in text
+    why = dispatcher_why(text)
+    assert len(why) == 1 and "hybridep backend runs on NVIDIA cards only" in why[0] and "made by AMD" in why[0]
+    assert FW.export_notes("megatron", sc, ev) == [why[0][2:]]  # the same line on stderr
 
 
 def test_fp8_of_a_dense_plan(megatron):

@@ -23,12 +23,15 @@ from typing import Any
 import pytest
 
 from tests.test_export_megatron_run import (
+    AMD_CASES,
     CASES,
     COMPUTE_CAPABILITY,
     CUDA_NAME,
     _cuda_only,
     _CudaOnly,
     _require,
+    amd_case,
+    dispatcher_why,
     example,
 )
 from tpopt import api
@@ -277,6 +280,19 @@ def test_more_plans_pass_megatron_bridge(bridge, name):
     if lp.pp and lp.pp > 1:  # Llama 3.1 405B's recipe counts embedding and loss as layers: switched off
         assert not cfg.model.account_for_embedding_in_pipeline_split
         assert not cfg.model.account_for_loss_in_pipeline_split
+
+
+@pytest.mark.parametrize("name", list(AMD_CASES))
+def test_an_amd_moe_plan_runs_megatron_bridge_with_the_alltoall_dispatcher(bridge, name):
+    """Bridge's own DeepEP / HybridEP checks pass an AMD card (capability 9): the export itself writes alltoall.
+    (The Qwen3-MoE recipe's DeepEP backend stays set on the model config; only the flex dispatcher reads it.)"""
+    sc, ev = amd_case(name)
+    with pytest.MonkeyPatch.context() as mp:
+        cfg, lp = run_bridge(bridge, mp, sc, ev)
+    read_back(bridge, cfg, lp, True)
+    assert cfg.model.moe_token_dispatcher_type == "alltoall"
+    why = dispatcher_why(FW.export_text("nemo", sc, ev))
+    assert len(why) == 1 and "made by AMD" in why[0] and FW.export_notes("nemo", sc, ev) == [why[0][2:]]
 
 
 def test_fp8_of_a_dense_plan(bridge):

@@ -9,6 +9,7 @@ fits. The expected figures are derived in the tests from the catalog's stated in
 
 from __future__ import annotations
 
+import copy
 import math
 import sys
 from pathlib import Path
@@ -179,3 +180,19 @@ def test_sweep_pareto_carbon_needs_a_grid_with_a_figure(capsys, monkeypatch):
     assert code == 2 and "needs --grid PROVIDER/REGION with a carbon figure" in err and "Traceback" not in err
     code, _, err = _cli([*argv, "--grid", "gcp/us-central1"], capsys, monkeypatch)
     assert code == 2 and "--grid goes with --pareto carbon" in err
+
+
+def test_an_offer_rows_qualifiers_share_one_bracket_joined_as_everywhere():
+    """An offer row's qualifiers (not proven, priors only, illustrative, old price) in one bracket joined by "; ",
+    as the rest of the reports join them (presentation.qualifiers_text): the rows joined them with ", "."""
+    pr, _ = _solve("aws-use1-h100-od")
+    m = copy.deepcopy(pr.report["market"])
+    row = next(r for r in m["offers"] if "cards" in r)
+    row.update(priors_only=True, notes=["assumption: illustrative price", "price dated 2024-01, over 6 months"])
+    lines = market_lines({"market": m, "status": "optimal"})
+    shown = next(line for line in lines if row["offer"] in line and f"{row['cost']:,.0f} USD" in line)
+    assert shown.endswith(" (priors only; illustrative; old price)"), shown
+    row.update(priors_only=False, notes=[])
+    plain = next(line for line in market_lines({"market": m, "status": "optimal"})
+                 if row["offer"] in line and f"{row['cost']:,.0f} USD" in line)
+    assert plain.endswith(" USD") and "(" not in plain.split("USD")[-1], plain

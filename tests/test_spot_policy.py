@@ -232,7 +232,7 @@ def test_the_report_says_when_no_way_meets_the_level():
     entry = {"pairs": [decision_dict(miss, CALM, RUN, spot, od, 0.9)], "best": None}
     (line,) = spot_policy_lines(entry)
     # all on-demand is the nearest: Phi((10.6 - 10) / 0.5) = Phi(1.2) = 88.5 %
-    assert line == ("Spot policy: no way to run c/r/h100-sxm/spot / c/r/h100-sxm/on-demand meets P(on time) >= 90%; "
+    assert line == ("Spot policy: no way to run c/r/h100-sxm/spot / c/r/h100-sxm/on-demand meets P(on time) >= 90 %; "
                     "all on-demand is the nearest (P(on time) 88.5%)")
 
 

@@ -89,7 +89,7 @@ def test_replan_names_the_builtin_scenario_and_its_defaults():
     reserved = RESERVED_D * left / DEADLINE_D  # the reserved time's share of the time left: 5 x 18 / 30 = 3
     assert f"{100 * done:.1f} % done after {elapsed:.1f} d" in flat
     assert f"{left:.2f} d left (reserved {reserved:.2f} d, the reserved time's share of the time left)" in flat
-    assert "confidence 95.0 % (the default; --confidence sets it)" in flat
+    assert "confidence 95 % (the default; --confidence sets it)" in flat  # presentation.level_text
 
 
 def test_inverse_names_the_builtin_scenario_and_the_budget_unit():
