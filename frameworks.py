@@ -361,8 +361,8 @@ def megatron_stack(sc: Scenario, accelerator: str) -> tuple[StackProfile, str]:
     if vendor in flex["vendors"]:
         return sc.stack, ""
     fallback = str(flex["fallback"])
-    costed = "" if sc.moe.dispatcher == STACK_DISPATCHERS[fallback] else (
-        f"; the plan was costed with the {sc.moe.dispatcher} dispatch: set [moe] dispatcher = "
+    costed = "" if sc.moe.dispatcher_on(accelerator) == STACK_DISPATCHERS[fallback] else (
+        f"; the plan was costed with the {sc.moe.dispatcher_on(accelerator)} dispatch: set [moe] dispatcher = "
         f"\"{STACK_DISPATCHERS[fallback]}\" to cost what this runs")
     return replace(sc.stack, moe_dispatcher=fallback), (
         f"MoE token dispatcher: {fallback}, not the stack's flex: its {flex['backend']} backend runs on "

@@ -50,7 +50,7 @@ from tpopt.catalogs.schema import (
     read_table,
     targets,
 )
-from tpopt.catalogs.stacks import stack_profile
+from tpopt.catalogs.stacks import dispatcher_on_cards, stack_profile
 from tpopt.catalogs.tables import loads_toml
 from tpopt.catalogs.uncertainty import load_evidence
 from tpopt.errors import InputError
@@ -59,6 +59,7 @@ from tpopt.models.context import sequence_splits, split_rule
 from tpopt.models.finish import Risk
 from tpopt.models.hardware import Accelerator, StackProfile
 from tpopt.models.market import SPOT, MarketOptions, Offer, Power, mix
+from tpopt.models.moe import STACK_DISPATCHERS
 from tpopt.models.moe import stack_defaults as moe_stack_defaults
 from tpopt.models.plan import (
     CostOptions,
@@ -233,7 +234,8 @@ def build_scenario(raw: dict[str, Any], catalog: Catalog | None = None) -> Scena
         recipe = find_recipe(stack.name, model.name, tuple(systems), task.precision)
     if recipe is not None and recipe.flash_attention() is not None and "flash_attention" not in raw.get("memory", {}):
         mem = replace(mem, flash_attention=bool(recipe.flash_attention()))  # the recipe's attention backend
-    moe_opts, moe_domains = _moe_inputs(raw.get("moe", {}), model, se, stack, recipe)
+    moe_opts, moe_domains = _moe_inputs(raw.get("moe", {}), model, se, stack, recipe,
+                                        {name: s.acc.vendor for name, s in systems.items()})
     space = replace(space, **moe_domains)
     if stage_tables and task.confidence is not None:
         raise InputError("schedule.confidence applies to one training stage: the finish-time distribution of "
@@ -539,11 +541,14 @@ def _schedules(names: tuple[str, ...], virtual_stages: tuple[int, ...] | None,
 
 
 def _moe_inputs(mt: dict[str, Any], model: ModelArch, se: dict[str, Any],
-                stack: StackProfile | None = None, recipe: Recipe | None = None) -> tuple[MoeOptions, dict[str, Any]]:
+                stack: StackProfile | None = None, recipe: Recipe | None = None,
+                vendors: dict[str, str] | None = None) -> tuple[MoeOptions, dict[str, Any]]:
     """[moe] routing assumptions and the [search] domains of ep, expert_tp and capacity_factor; the
     dispatcher and the all-to-all overlap the scenario does not state are the stack's recipe's for the model
     and card (catalogs/recipes.toml: ``recipe``, stated in the report as MoeOptions.recipe), else the stack's
-    (moe.stack_defaults).
+    (moe.stack_defaults); on a card whose maker (``vendors``: card -> accelerators.toml vendor) a flex
+    dispatcher's software does not run, the one that runs there (stacks.dispatcher_on_cards: MoeOptions
+    card_dispatchers, each stated in the report).
 
     Defaults: ep = every power of two dividing the routed experts (1 for a dense model), expert_tp = 0
     (the same as tp), capacity_factor = none (dropless). EP values that do not divide the experts, and
@@ -561,6 +566,13 @@ def _moe_inputs(mt: dict[str, Any], model: ModelArch, se: dict[str, Any],
     opts = MoeOptions(**targets(read_table(MoeKeys, {**implied, **from_recipe, **mt}, "moe.")))
     if recipe is not None and from_recipe:
         opts = replace(opts, recipe=recipe.assumption(recompute=False, moe_keys=from_recipe))
+    named = recipe.moe_dispatcher if recipe is not None and "dispatcher" in from_recipe else \
+        (stack.moe_dispatcher if stack is not None else None)
+    if named is not None and "dispatcher" not in mt:  # a card whose maker does not run it runs the fallback
+        runs = {card: dispatcher_on_cards(named, {card: maker}) for card, maker in (vendors or {}).items()}
+        moved = {card: r for card, r in runs.items() if r[1]}
+        opts = replace(opts, card_dispatchers=tuple((c, STACK_DISPATCHERS[r[0]]) for c, r in moved.items()),
+                       dispatcher_notes=tuple((c, r[1]) for c, r in moved.items()))
     d = read_table(MoeSearchKeys, se, "search.", model)
     E = model.experts
     ep = d.ep or tuple(e for e in (2 ** i for i in range(E.bit_length())) if E % e == 0)

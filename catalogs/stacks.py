@@ -243,3 +243,37 @@ def stack_profile(name: str = DEFAULT_STACK) -> StackProfile:
     if name not in stacks:
         raise InputError(f"unknown stack {name!r} (known: {', '.join(stacks)})")
     return stacks[name]
+
+
+FLEX_DISPATCHERS = ("flex", "deepep", "hybridep")
+"""Stack dispatcher names (catalogs/stacks.toml, recipes.toml ``moe_dispatcher``) whose software is the flex
+backend of catalogs/frameworks/megatron-lm.toml [flex_dispatcher] (DeepEP / HybridEP: CUDA kernels)."""
+FLEX_FILE = Path(__file__).resolve().parent / "frameworks" / "megatron-lm.toml"
+
+
+@cache
+def _flex_table() -> dict[str, Any]:
+    data = builtin_toml(FLEX_FILE, read_text_capped(FLEX_FILE, "catalog file"), tomllib.loads)
+    flex = data.get("flex_dispatcher", {})
+    if not isinstance(flex.get("vendors"), list) or not isinstance(flex.get("fallback"), str):
+        raise InputError(f"{FLEX_FILE}: [flex_dispatcher] needs vendors (a list) and fallback (a name)")
+    return dict(flex)
+
+
+def dispatcher_on_cards(name: str, vendors: dict[str, str]) -> tuple[str, str]:
+    """The stack dispatcher (its own name) that runs on the cards, and the one line saying why it is not
+    ``name`` ("" where it is): a flex dispatcher (:data:`FLEX_DISPATCHERS`) runs only on cards whose maker
+    (accelerators.toml ``vendor``; ``vendors`` card -> maker) catalogs/frameworks/megatron-lm.toml
+    [flex_dispatcher] lists; on a card of another maker the stack runs that table's fallback (alltoall), as the
+    Megatron-LM and Megatron-Bridge exports write it."""
+    if name not in FLEX_DISPATCHERS:
+        return name, ""
+    flex = _flex_table()
+    other = {card: maker for card, maker in vendors.items() if maker not in flex["vendors"]}
+    if not other:
+        return name, ""
+    cards = ", ".join(f"{card} ({maker})" for card, maker in sorted(other.items()))
+    return str(flex["fallback"]), (
+        f"MoE token dispatcher {flex['fallback']}, not the stack's {name}: its {flex['backend']} backend runs on "
+        f"{' / '.join(flex['vendors'])} cards only, not on {cards} (catalogs/frameworks/megatron-lm.toml "
+        "[flex_dispatcher]; where the scenario states no [moe] dispatcher)")

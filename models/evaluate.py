@@ -478,7 +478,8 @@ def moe_metrics(sc: Scenario, plan: Plan, v: dict[str, float]) -> dict[str, Any]
         "ep_hosts": int(moe.ep_hosts(plan.ep, etp, g)),
         "ep_placement": moe.ep_placement(plan.ep, etp, g, sc.system(plan.accelerator).acc.fabric.scale_up.cards),
         "moe_assumptions": {"imbalance": o.imbalance, "hot_experts": o.hot, "max_drop": o.max_drop,
-                            "a2a_overlap": o.a2a_overlap, "dispatcher": o.dispatcher, "node_limit": o.node_limit},
+                            "a2a_overlap": o.a2a_overlap, "dispatcher": o.dispatcher_on(plan.accelerator),
+                            "node_limit": o.node_limit},
     }
 
 

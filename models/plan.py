@@ -266,6 +266,20 @@ class MoeOptions:
     #: the framework recipe that supplied settings the scenario left unstated (catalogs/recipes.toml), as the
     #: report states it; empty: none applied
     recipe: str = field(default="", compare=False, repr=False)
+    #: the cards on which another dispatcher runs: (card, dispatcher) where the stack's or recipe's does not run
+    #: on the card's maker (catalogs.stacks.dispatcher_on_cards); the others run ``dispatcher``
+    card_dispatchers: tuple[tuple[str, str], ...] = ()
+    #: (card, why) for each of card_dispatchers, as the report states it
+    dispatcher_notes: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
+
+    def dispatcher_on(self, accelerator: str) -> str:
+        """The dispatcher that runs on ``accelerator``: :attr:`dispatcher`, or the card's own where its maker
+        does not run that one (:attr:`card_dispatchers`)."""
+        return dict(self.card_dispatchers).get(accelerator, self.dispatcher)
+
+    def dispatcher_note(self, accelerator: str) -> str:
+        """Why ``accelerator`` runs another dispatcher than :attr:`dispatcher` ("" where it does not)."""
+        return dict(self.dispatcher_notes).get(accelerator, "")
 
 
 @dataclass(frozen=True)

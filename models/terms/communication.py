@@ -440,10 +440,11 @@ def ep_link(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayL
         p = _perf(sc, acc)
         fabric = fabric.derated(p.tp_efficiency, p.dp_efficiency)
     domains = moe.ep_domains(ep, etp_size, fabric.scale_up.cards)
-    intra, inter = moe.a2a_rows_per_token(a.top_k, ep, domains, o.dispatcher,
+    dispatcher = o.dispatcher_on(acc)
+    intra, inter = moe.a2a_rows_per_token(a.top_k, ep, domains, dispatcher,
                                           node_limit(sc, ep, etp_size, fabric.scale_up.cards))
     tokens, e = card_tokens(sc, tp, mb, cp), sc.memory.activation_bytes
-    if o.dispatcher == "all-gather":  # a ring of ep members etp apart, the etp rings of a host sharing its NICs
+    if dispatcher == "all-gather":  # a ring of ep members etp apart, the etp rings of a host sharing its NICs
         ring = network.route(fabric, ep, etp_size, etp_size, nics)
         one = moe.allgather_dispatch_time(tokens, a.hidden, e, intra + inter, ring.bandwidth)
     else:
@@ -452,7 +453,7 @@ def ep_link(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: ArrayL
     if per_op_model(sc):
         p = _perf(sc, acc)
         step = np.where(domains > 1, p.out_step_latency, p.up_step_latency)
-        one = one + moe.a2a_latency(ep, domains, o.dispatcher, p.collective_latency, step)
+        one = one + moe.a2a_latency(ep, domains, dispatcher, p.collective_latency, step)
     one = np.where(_f(ep) > 1, one, 0.0)
     blocks = _moe_stages(sc, 1.0, pp, lambda d, xl, xb, n: n)
     per_mb: FloatArray = moe.a2a_per_microbatch(one, blocks, rc == "full")

@@ -106,12 +106,13 @@ def _perf(sc: Scenario, acc: str) -> PerfParams:
     return cast(PerfParams, sc.system(acc).perf)
 
 
-def layout(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep: ArrayLike = 1, etp: ArrayLike = 0,
-           cap: ArrayLike = 0.0) -> ops.Layout:
+def layout(sc: Scenario, *, acc: str | None = None, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep: ArrayLike = 1,
+           etp: ArrayLike = 0, cap: ArrayLike = 0.0) -> ops.Layout:
     """One card's micro-batch for the kernel table. Under context parallelism the card runs b / cp
     sequences' worth of tokens through every token-wise kernel, and its queries attend over the whole
     sequence (the same work as b / cp whole sequences, with the causal imbalance of the split and the stack's
-    later ring steps: :func:`cp_attention_scale`)."""
+    later ring steps: :func:`cp_attention_scale`). ``acc``: the card, whose MoE token dispatcher the layout runs
+    (MoeOptions.dispatcher_on; None: the scenario's, MoeOptions.dispatcher)."""
     mem = sc.memory
     moe_kw: dict[str, Any] = ({"ep": ep, "expert_tp": etp, "load": load_factor(sc, ep, cap)}
               if sc.model.moe else {})
@@ -121,7 +122,8 @@ def layout(sc: Scenario, *, tp: ArrayLike, cp: ArrayLike = 1, mb: ArrayLike, ep:
                       cp_steps=np.maximum(_f(cp) - 1.0, 0.0) if sc.cp_method == "ring" else 0.0,
                       cp_kv_repeat=sc.stack.kv_repeat,
                       cp_merge_bytes=ring_merge_bytes(sc.stack.cp_ring, sc.stack.cp_merge, mem.activation_bytes),
-                      dispatcher=sc.moe.dispatcher, expert_bias_loop=sc.stack.expert_bias_loop,
+                      dispatcher=sc.moe.dispatcher if acc is None else sc.moe.dispatcher_on(acc),
+                      expert_bias_loop=sc.stack.expert_bias_loop,
                       rope_scaled_unfused=sc.stack.rope_scaled_unfused, fused_grouped_mlp=sc.moe.fused_grouped_mlp,
                       activation_clamp_unfused=sc.stack.activation_clamp_unfused,
                       tp_regather=sc.stack.tp_input_regather, **moe_kw)
@@ -311,7 +313,7 @@ def _op_times(sc: Scenario, *, acc: str, recompute: str, tp: ArrayLike, cp: Arra
               dense: bool = False) -> OpTimes:
     rc = effective_recompute(sc, recompute)
     r = rates(sc, acc)
-    lay = layout(sc, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap)
+    lay = layout(sc, acc=acc, tp=tp, cp=cp, mb=mb, ep=ep, etp=etp, cap=cap)
     lay = replace(lay, tp_gather_bytes=tp_gather_bytes(sc, r))
     layer = steptime.layer_times(sc.model, lay, r, rc, sc.overlap_fractions()[0], False if dense else None)
     first, last = steptime.stage_extras(sc.model, lay, r)
