@@ -736,9 +736,11 @@ def market_conflict_lines(out: dict[str, Any]) -> list[str]:
                      + conflict_lines(out["conflict_detail"])[1:])
     rl = relaxation_lines(out["relaxations"])
     if rl:
-        lines += ["", "Deadline, tokens, reserved days, input rate, budget and storage bandwidth, where they help: "
-                      "the smallest value that gives the market a plan (re-solved on every offer; one printed unit "
-                      f"less gives none); everything else: on {near['offer']}."] + rl
+        cap = ", max cards" if any(r["parameter"] == "max_cards" and r.get("scope") == "market"
+                                   for r in out["relaxations"]) else ""
+        lines += ["", f"Deadline, tokens, reserved days, input rate, budget{cap} and storage bandwidth, where they "
+                      "help: the smallest value that gives the market a plan (re-solved on every offer; one printed "
+                      f"unit less gives none); everything else: on {near['offer']}."] + rl
     return lines
 
 

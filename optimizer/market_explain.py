@@ -15,10 +15,11 @@ proven infeasible:
    :func:`~tpopt.optimizer.explain.conflict_detail`), and the smallest single change of each input on it
    (:func:`~tpopt.optimizer.explain.relaxations`; not the accelerator or the card price, which the offers are).
 3. The inputs every offer shares (:data:`MARKET_INPUTS`: deadline, tokens, reserved days, input rate, budget,
-   storage bandwidth) verified on the whole market (:func:`market_value`): the market re-solved with the value
-   admits a plan, and with the value one printed unit less favourable admits none; when it admits one (another
-   offer needs less), the value is bisected on the market at the printed precision (each input is monotone:
-   more time, fewer tokens, a faster input pipeline or a larger budget never removes a plan). The other inputs
+   storage bandwidth; and max_cards where it is the nearest offer's card cap, :func:`market_max_cards`) verified
+   on the whole market (:func:`market_value`): the market re-solved with the value admits a plan, and with the
+   value one printed unit less favourable admits none; when it admits one (another offer needs less), the value
+   is bisected on the market at the printed precision (each input is monotone: more time, fewer tokens, a faster
+   input pipeline or a larger budget never removes a plan). The other inputs
    (cards, memory, NICs, ...) are the nearest offer's own and say so. An offer whose finish floor passes the
    re-solved market's deadline has no plan there and is not solved (:func:`market_with_plan`).
 """
@@ -47,6 +48,7 @@ from tpopt.optimizer.explain.inputs import (
     Relaxation,
     with_deadline,
     with_input_rate,
+    with_max_cards,
     with_max_cost,
     with_reserved,
     with_tokens,
@@ -60,6 +62,10 @@ MARKET_INPUTS: dict[str, Callable[[Scenario, float], Scenario]] = {
     "deadline": with_deadline, "tokens": with_tokens, "reserved": with_reserved, "input_rate": with_input_rate,
     "max_cost": with_max_cost, "write_bandwidth": with_write_bandwidth,
 }
+MARKET_CAP: dict[str, Callable[[Scenario, float], Scenario]] = {
+    "max_cards": lambda sc, v: with_max_cards(sc, int(v)),
+}
+"""max_cards, verified on the whole market where it is the nearest offer's card cap (:func:`market_max_cards`)."""
 """The inputs every offer shares, each with the change of the market's scenario (SI units): their relaxations
 are verified on the whole market."""
 
@@ -224,7 +230,7 @@ def market_value(sc: Scenario, name: str, value: float, current: float, solver: 
     up = p.direction == ">="
 
     def at(i: int) -> MK.MarketSolve | None:
-        return market_with_plan(MARKET_INPUTS[name](sc, i * step * p.per_unit), solver, req)
+        return market_with_plan({**MARKET_INPUTS, **MARKET_CAP}[name](sc, i * step * p.per_unit), solver, req)
 
     good_i = round(value / step)
     ok: MK.MarketSolve | None = None  # the nearest offer's own re-solve already has a plan at ``value``
@@ -248,9 +254,52 @@ def market_value(sc: Scenario, name: str, value: float, current: float, solver: 
     return round(good_i * step, p.digits), ok
 
 
-def market_relaxation(sc: Scenario, r: Relaxation, solver: Solver, req: Request, offer: str) -> dict[str, Any]:
-    """One relaxation of the nearest offer as the market's answer (module, 3)."""
+def market_max_cards(sc: Scenario, d: dict[str, Any], solver: Solver, req: Request) -> dict[str, Any]:
+    """The max_cards relaxation ``d`` (the nearest offer's, as JSON) as the market's answer, where the scenario's
+    max_cards is the nearest offer's card cap. Each offer's cap is min(max_cards, available, the site power cap),
+    so raising max_cards raises every offer's cap at once, and another offer (other cards per host, another
+    card) may have a plan where the nearest one has none (the nearest was chosen under the cap asked about).
+    Feasibility on the market is monotone in max_cards (each offer's space at m cards holds its space at m - 1),
+    so: with max_cards = U, the most cards any offer has available (every offer at its own cap), the market has
+    a plan or max_cards cannot help on it; else the answer is bisected between the current value and U (the
+    market has a plan with it, none with one card fewer)."""
+    current = int(d["current"])
+    most = max(o.available for o in sc.market.offers)
+    if most <= current:
+        return d
+    top = market_with_plan(with_max_cards(sc, most), solver, req)
+    if top is None:  # the nearest offer's answer stands for the market: say so
+        d["scope"] = "market"
+        note = f"no offer has a plan even with max_cards = {most:,} (the most cards any offer has available)"
+        d["note"] = note + (f"; {d['note']}" if d.get("note") else "")
+        return d
+    if d["helps"] is True and isinstance(d["required"], int | float):
+        most = int(d["required"])  # the nearest offer's own answer: a plan there, so on the market
+    found = market_value(sc, "max_cards", float(most), float(current), solver, req)
+    v, ms = found if found is not None else (float(most), top)
+    ms = ms or market_with_plan(with_max_cards(sc, int(v)), solver, req) or top
+    pick = ms.pick
+    d.update(scope="market", helps=True, required=int(v), required_exact=None,
+             method="fewest max_cards giving the market a plan (bisection, each value re-solved on every offer)",
+             apply={PARAMS["max_cards"].override: int(v)},
+             market_check={"feasible_at": int(v), "infeasible_at": int(v) - 1 if v > 1 else None,
+                           "offer": pick.offer.id if pick is not None else None})
+    d.pop("blocked_by", None)
+    d.pop("note", None)
+    d.pop("chain", None)
+    if pick is not None and pick.best is not None:
+        d.update(plan=pick.best.plan_dict(), cost=pick.best.metrics["cost"], cost_unit=pick.best.metrics["cost_unit"],
+                 finish_days=pick.best.metrics["finish_days"], note=f"on {pick.offer.id}")
+    return d
+
+
+def market_relaxation(sc: Scenario, r: Relaxation, solver: Solver, req: Request, offer: str,
+                      own_cap: bool = False) -> dict[str, Any]:
+    """One relaxation of the nearest offer as the market's answer (module, 3; ``own_cap``: the scenario's
+    max_cards is that offer's card cap, so its relaxation is the market's, :func:`market_max_cards`)."""
     d = r.as_dict(sc.task.confidence)
+    if r.parameter == "max_cards" and own_cap and r.helps is not None and isinstance(r.current, int | float):
+        return market_max_cards(sc, d, solver, req)
     if r.parameter not in MARKET_INPUTS:
         d["scope"] = f"offer {offer}"
         return d
@@ -311,7 +360,8 @@ def market_infeasibility(sc: Scenario, ms: MK.MarketSolve, solver: Solver, req: 
     rels = relaxations(osc, ctx.backend, req, core=core_, enforced=ctx.enforced, ctx=ctx, only=names,
                        progress=progress)
     out.update(conflict=core_, conflict_detail=detail,
-               relaxations=[market_relaxation(sc, r, solver, req, row.offer.id) for r in rels])
+               relaxations=[market_relaxation(sc, r, solver, req, row.offer.id,
+                                              own_cap=near["cards_cap"] == "search.max_cards") for r in rels])
     if near["cards_cap"] != "search.max_cards":
         offer_cap(out, dict(near, max_cards=sc.search.max_cards))
     return out
@@ -339,4 +389,4 @@ def offer_cap(out: dict[str, Any], near: dict[str, Any]) -> None:
 
 
 __all__ = ["MARKET_INPUTS", "OFFER_ONLY", "finish_floor_s", "nearest_offer", "market_with_plan", "market_value",
-           "market_relaxation", "market_infeasibility"]
+           "market_max_cards", "market_relaxation", "market_infeasibility"]
