@@ -1,0 +1,44 @@
+"""Surface checks from the fifth new-user trial (the market, confidence, sites, pools, inverse, sweep).
+
+Each test states the user-visible property it guards; figures are derived here, never read from the tool.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from tpopt.cli.main import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+BOX = frozenset("│┃━╇─┼")  # rich's table rows: laid out by rich at the width, not wrapped as text
+
+
+def _run(*args: str, width: int = 100):
+    kw = {"mix_stderr": False} if "mix_stderr" in inspect.signature(CliRunner.__init__).parameters else {}
+    return CliRunner(**kw).invoke(cli, list(args), env={"COLUMNS": str(width)}, catch_exceptions=False)
+
+
+def _too_wide(text: str, width: int) -> list[str]:
+    return [line for line in text.splitlines() if len(line) > width and not BOX.intersection(line)]
+
+
+def test_the_finish_time_distribution_fits_the_terminal():
+    """`tpopt solve --confidence 95%` at 80 columns: the distribution's lines (its sources' shares, the sigma's
+    source, the progress checkpoints) ran to 150-420 columns, the only lines of the report past the width."""
+    r = _run("solve", "--confidence", "95%", width=80)
+    assert r.exit_code == 0 and "Finish-time distribution" in r.output
+    assert _too_wide(r.output, 80) == []
+    flat = " ".join(r.output.split())
+    assert "risk at P95 by source: step-time model error" in flat and "progress checkpoints: by day 6:" in flat
+
+
+def test_a_market_without_a_plan_fits_the_terminal():
+    """`tpopt solve --hw all --max-cards 4` (no offer has a plan: H100 hosts are 8 cards): the offers, the
+    nearest offer's conflict and the changes were printed unwrapped (lines of 190 columns)."""
+    r = _run("solve", "--hw", "all", "--max-cards", "4", width=80)
+    assert r.exit_code == 3 and "Nearest offer:" in r.output
+    assert _too_wide(r.output, 80) == []
+    assert "[--max-cards 8]" in r.output  # a flag to copy stays whole on its line
